@@ -1,0 +1,61 @@
+"""The error taxonomy: errors are data, not exceptions.
+
+Every failure the gateway sees, from the upstream or of its own making, ends up
+as one :class:`Classification`. The tree of what maps where::
+
+    upstream reply / transport failure
+    ├── budget                 402; 429 insufficient_quota; billing / credit balance; per-day quota
+    ├── rate_limit             429 (and provider-specific throttling codes)       retryable
+    ├── provider_unavailable   5xx, 529, connect error, reset, first-byte timeout retryable
+    ├── context_overflow       "context_length_exceeded", "prompt is too long", ...
+    ├── auth                   401, 403
+    └── unknown                400, 404, 413 byte limits, 422, anything else
+
+The enum values are exactly the values of the ``x-llm-error-type`` header.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class ErrorType(enum.StrEnum):
+    BUDGET = "budget"
+    RATE_LIMIT = "rate_limit"
+    PROVIDER_UNAVAILABLE = "provider_unavailable"
+    CONTEXT_OVERFLOW = "context_overflow"
+    AUTH = "auth"
+    UNKNOWN = "unknown"
+
+    @property
+    def retryable(self) -> bool:
+        return self in (ErrorType.RATE_LIMIT, ErrorType.PROVIDER_UNAVAILABLE)
+
+
+class TransportError(enum.StrEnum):
+    """Failures with no upstream response to classify; mapped from aiohttp once, in upstream.py."""
+
+    CONNECT = "connect"  # could not open a connection
+    RESET = "reset"  # connection dropped before the response head arrived
+    FIRST_BYTE_TIMEOUT = "first_byte_timeout"  # no response head within timeouts.first_byte_s
+    IDLE_TIMEOUT = "idle_timeout"  # a stream went silent for timeouts.idle_s
+    STREAM_BROKEN = "stream_broken"  # connection dropped in the middle of a body
+
+    @property
+    def is_timeout(self) -> bool:
+        return self in (TransportError.FIRST_BYTE_TIMEOUT, TransportError.IDLE_TIMEOUT)
+
+
+@dataclass(frozen=True, slots=True)
+class Classification:
+    type: ErrorType
+    retryable: bool
+    retry_after_s: float | None = None  # how long the server asked us to wait, when it said
+    reset_at_ms: int | None = None  # epoch ms at which retrying makes sense, when known
+    provider_code: str | None = None  # the provider's own code/type, for logs
+    message: str | None = None  # the provider's message (may quote limits; never logged)
+
+    @classmethod
+    def of(cls, type_: ErrorType, **kw: object) -> Classification:
+        return cls(type=type_, retryable=type_.retryable, **kw)  # type: ignore[arg-type]
