@@ -40,6 +40,9 @@ class UpstreamConfig(_Model):
     models: tuple[str, ...] = ("*",)
     context_window: int | None = Field(default=None, gt=0)
     max_connections: int = Field(default=256, gt=0)
+    # Ask streams for their usage chunk (stream_options.include_usage) to count tokens;
+    # turn off for a server that rejects the option.
+    stream_usage: bool = True
 
     @field_validator("base_url")
     @classmethod
@@ -168,6 +171,8 @@ def _describe(err: ValidationError, data: Any) -> str:
         msg = "unknown key (check the spelling against the config reference)"
     elif first["type"] == "missing":
         msg = "is required"
+    elif first["type"] == "too_short":
+        msg = f"must have at least {first.get('ctx', {}).get('min_length', 1)} item(s)"
     msg = msg.removeprefix("Value error, ")
     more = len(err.errors()) - 1
     tail = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""

@@ -1,0 +1,38 @@
+"""``python -m gateway --config PATH`` (also the ``llm-gateway`` console script)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from gateway import __version__
+from gateway.config import ConfigError, load_config
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="llm-gateway", description="An LLM gateway for OpenAI-compatible chat completions."
+    )
+    parser.add_argument("--config", required=True, metavar="PATH", help="the gateway YAML file")
+    parser.add_argument("--version", action="version", version=f"llm-gateway {__version__}")
+    args = parser.parse_args(argv)
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as e:
+        print(f"llm-gateway: invalid config: {e}", file=sys.stderr)
+        return 2
+
+    from gateway import logs
+    from gateway.server import serve
+
+    logs.configure(cfg.server.log_level)
+    try:
+        asyncio.run(serve(cfg))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

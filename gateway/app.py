@@ -1,0 +1,106 @@
+"""Builds the aiohttp application: every stage of the pipeline is listed here, in order.
+
+    observe  (middleware)        request id, in-flight gauge, timing, metrics, log line
+      forward (handlers)         admit → route → send with retries → rescue → relay
+    stamp    (on_response_prepare) the x-llm-* header contract, also for streams
+
+Clocks, sleep, randomness, the metrics registry and the upstream sender are all
+injectable: tests pass fakes instead of monkeypatching.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from gateway.config import GatewayConfig
+from gateway.pipeline import forward
+from gateway.pipeline.observe import observe
+from gateway.pipeline.stamp import stamp
+from gateway.policy.breaker import CircuitBreaker, CircuitState, RetryBudget
+from gateway.services import SERVICES, Services, UpstreamRuntime
+from gateway.telemetry import Telemetry
+from gateway.upstream import AiohttpSender, Sender, pool_size
+
+
+def create_app(
+    cfg: GatewayConfig,
+    *,
+    sender: Sender | None = None,
+    registry: CollectorRegistry | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
+    wall: Callable[[], float] = time.time,
+    rand: Callable[[], float] = random.random,
+) -> web.Application:
+    telemetry = Telemetry(
+        registry if registry is not None else CollectorRegistry(),
+        configured_models=[m for u in cfg.upstreams for m in u.models],
+    )
+    own_sender = AiohttpSender(cfg.timeouts, pool_size(cfg)) if sender is None else None
+    upstreams = {}
+    for u in cfg.upstreams:
+        telemetry.init_upstream(u.name)
+        breaker = CircuitBreaker(cfg.circuit_breaker, monotonic, _circuit_gauge(telemetry, u.name))
+        upstreams[u.name] = UpstreamRuntime(u, breaker)
+    svc = Services(
+        cfg=cfg,
+        sender=sender if sender is not None else own_sender,  # type: ignore[arg-type]
+        telemetry=telemetry,
+        budget=RetryBudget(cfg.retry.budget, monotonic),
+        upstreams=upstreams,
+        monotonic=monotonic,
+        wall=wall,
+        sleep=sleep,
+        rand=rand,
+    )
+
+    # aiohttp's own cap sits above ours so that our reader, not aiohttp, answers the 413.
+    app = web.Application(middlewares=[observe], client_max_size=cfg.server.max_body_bytes + 1)
+    app[SERVICES] = svc
+    app.on_response_prepare.append(stamp)
+    if own_sender is not None:
+        app.cleanup_ctx.append(_sender_lifetime(own_sender))
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post("/v1/chat/completions", forward.chat_completions)
+    app.router.add_route("*", "/v1/{tail:.*}", forward.passthrough)
+    app.router.add_route("*", "/{tail:.*}", forward.not_found)
+    return app
+
+
+def _circuit_gauge(telemetry: Telemetry, upstream: str) -> Callable[[CircuitState], None]:
+    gauge = telemetry.circuit_open.labels(upstream)
+    return lambda state: gauge.set(1 if state is CircuitState.OPEN else 0)
+
+
+def _sender_lifetime(sender: AiohttpSender) -> Callable[[web.Application], AsyncIterator[None]]:
+    async def lifetime(app: web.Application) -> AsyncIterator[None]:
+        await sender.start()
+        yield
+        await sender.close()
+
+    return lifetime
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    if request.app[SERVICES].draining:
+        return web.json_response({"status": "draining"}, status=503)
+    return web.json_response({"status": "ready"})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[SERVICES].telemetry.registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

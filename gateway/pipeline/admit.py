@@ -1,0 +1,108 @@
+"""What a client sends is checked here, before anything goes upstream.
+
+Bad input gets a clear 4xx in the OpenAI error shape and is never forwarded: a body
+over ``server.max_body_bytes`` (refused without reading it into memory), a client too
+slow to send its body, invalid JSON, a body that is not an object, ``messages`` that is
+not a list, ``model`` / ``stream`` of the wrong type.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from gateway.pipeline.outcome import Failure, bad_request
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    body: bytes
+    payload: dict[str, Any] | None  # the parsed JSON object, for chat completions
+    model: str | None
+    stream: bool
+
+
+async def read_body(request: web.Request, max_bytes: int, idle_s: float) -> bytes | Failure:
+    declared = request.content_length
+    if declared is not None and declared > max_bytes:
+        return _too_large(max_bytes)
+    parts: list[bytes] = []
+    size = 0
+    try:
+        while True:
+            async with asyncio.timeout(idle_s):
+                chunk = await request.content.readany()
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > max_bytes:
+                return _too_large(max_bytes)
+            parts.append(chunk)
+    except TimeoutError:
+        return bad_request(
+            f"the request body did not arrive within {idle_s:g}s", "request_timeout", status=408
+        )
+    return b"".join(parts)
+
+
+def _too_large(max_bytes: int) -> Failure:
+    return bad_request(
+        f"request body is larger than the gateway's limit of {max_bytes} bytes",
+        "request_too_large",
+        status=413,
+    )
+
+
+def parse_json_object(body: bytes) -> dict[str, Any] | Failure:
+    if not body.strip():
+        return bad_request("the request body is empty; a JSON object is required", "invalid_json")
+    try:
+        doc = json.loads(body)
+    except UnicodeDecodeError:
+        return bad_request("the request body is not valid UTF-8", "invalid_json")
+    except RecursionError:
+        return bad_request("the request body is nested too deeply", "invalid_json")
+    except ValueError as e:
+        return bad_request(f"the request body is not valid JSON: {_short(e)}", "invalid_json")
+    if not isinstance(doc, dict):
+        return bad_request("the request body must be a JSON object", "invalid_body")
+    return doc
+
+
+def _short(e: ValueError) -> str:
+    # json's messages give a position but never echo the input, so they are safe to return.
+    return str(e).split("\n", 1)[0][:200]
+
+
+def admit_chat(body: bytes) -> Inbound | Failure:
+    doc = parse_json_object(body)
+    if isinstance(doc, Failure):
+        return doc
+    messages = doc.get("messages")
+    if not isinstance(messages, list):
+        return bad_request("'messages' must be a list of message objects", "invalid_messages")
+    if not all(isinstance(m, dict) for m in messages):
+        return bad_request("every item of 'messages' must be an object", "invalid_messages")
+    model = doc.get("model")
+    if model is not None and not isinstance(model, str):
+        return bad_request("'model' must be a string", "invalid_model")
+    stream = doc.get("stream", False)
+    if stream is not None and not isinstance(stream, bool):
+        return bad_request("'stream' must be true or false", "invalid_stream")
+    return Inbound(body, doc, model, bool(stream))
+
+
+def model_of(body: bytes, content_type: str) -> str | None:
+    """Best-effort model name of a non-chat request, for routing; never an error."""
+    if "json" not in content_type or not body or len(body) > 1024 * 1024:
+        return None
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    model = doc.get("model") if isinstance(doc, dict) else None
+    return model if isinstance(model, str) else None

@@ -1,0 +1,175 @@
+"""One upstream attempt: send, read as much as deciding needs, classify.
+
+An attempt ends as a ``Success`` the client may be shown, or a ``Failure`` that the
+retry loop may try again. For a stream, success means the first *visible* event
+arrived: a stream that breaks or errors before that is a failure like any other,
+so the client never sees a half-started turn.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.errors import Classification, ErrorType, TransportError
+from gateway.pipeline.outcome import (
+    Failure,
+    Outcome,
+    RequestState,
+    Success,
+    gateway_failure,
+    transport_failure,
+)
+from gateway.policy.classify import classify
+from gateway.policy.retry import RetryPlan
+from gateway.policy.retry_after import reset_at_ms
+from gateway.routing import response_headers
+from gateway.services import Services, UpstreamRuntime
+from gateway.sse import EventSplitter, error_payload, error_status, is_visible, parse_event
+from gateway.upstream import UpstreamFailure, UpstreamRequest, UpstreamResponse
+
+ERROR_BODY_LIMIT = 4 * 1024 * 1024
+SUCCESS_BODY_LIMIT = 256 * 1024 * 1024
+
+
+class ReadMode(enum.Enum):
+    BUFFER = "buffer"  # read the whole success body (chat completions without streaming)
+    STREAM = "stream"  # an SSE stream is expected: peek to the first visible event
+    RAW = "raw"  # relay the success body untouched as it arrives (other /v1 paths)
+
+
+_STATUS_FOR_TYPE = {
+    ErrorType.RATE_LIMIT: 429,
+    ErrorType.BUDGET: 402,
+    ErrorType.CONTEXT_OVERFLOW: 400,
+    ErrorType.AUTH: 401,
+    ErrorType.PROVIDER_UNAVAILABLE: 503,
+    ErrorType.UNKNOWN: 502,
+}
+
+
+def _lower(headers: Mapping[str, str]) -> dict[str, str]:
+    return {k.lower(): v for k, v in headers.items()}
+
+
+async def attempt(
+    svc: Services,
+    up: UpstreamRuntime,
+    state: RequestState,
+    plan: RetryPlan,
+    method: str,
+    url: str,
+    headers: Mapping[str, str],
+    body: bytes,
+    mode: ReadMode,
+) -> Outcome:
+    breaker = up.breaker
+    if not breaker.allow():
+        wait = breaker.retry_in_s()
+        return gateway_failure(
+            503,
+            _unavailable(svc, retry_after_s=wait, code="circuit_open"),
+            f"upstream '{up.cfg.name}' is failing; its circuit is open",
+            "circuit_open",
+            final=True,
+        )
+    state.attempts += 1
+    request = UpstreamRequest(
+        method, url, headers, body,
+        first_byte_timeout_s=max(0.001, min(svc.cfg.timeouts.first_byte_s, plan.remaining_s())),
+    )  # fmt: skip
+    outcome = await _exchange(svc, request, mode)
+    _record(svc, up, outcome)
+    return outcome
+
+
+async def _exchange(svc: Services, request: UpstreamRequest, mode: ReadMode) -> Outcome:
+    try:
+        resp = await svc.sender(request)
+    except UpstreamFailure as f:
+        return _transport(svc, f.kind)
+    try:
+        if resp.status >= 400:
+            return _upstream_error(svc, resp.status, resp.headers, await resp.read(ERROR_BODY_LIMIT))
+        headers = response_headers(resp.headers)
+        ctype = resp.headers.get("Content-Type", "")
+        if mode is ReadMode.STREAM and ctype.startswith("text/event-stream"):
+            return await _peek_stream(svc, resp, headers)
+        if mode is ReadMode.RAW:
+            return Success(resp.status, headers, response=resp, chunks=resp.iter_chunks())
+        return Success(resp.status, headers, body=await resp.read(SUCCESS_BODY_LIMIT))
+    except UpstreamFailure as f:
+        resp.close()
+        return _transport(svc, f.kind)
+    except BaseException:
+        resp.close()  # the client left, or we are shutting down: do not leak the connection
+        raise
+
+
+async def _peek_stream(svc: Services, resp: UpstreamResponse, headers: list[tuple[str, str]]) -> Outcome:
+    splitter = EventSplitter()
+    held: list[bytes] = []
+    chunks = resp.iter_chunks()
+    async for chunk in chunks:
+        for i, raw in enumerate(events := splitter.feed(chunk)):
+            event = parse_event(raw)
+            err = error_payload(event)
+            if err is not None:
+                resp.close()
+                return _stream_error(svc, err)
+            if is_visible(event):
+                held.extend(events[: i + 1])
+                # The rest of this chunk is relayed as it is; the relay keeps iterating `chunks`.
+                rest = b"".join(events[i + 1 :]) + splitter.pending
+                return Success(
+                    200, headers, response=resp, chunks=chunks, held=held, pending=rest, sse=True
+                )
+            held.append(raw)
+    # Clean end before anything visible: the turn produced nothing, so it is worth a retry.
+    return _transport(svc, TransportError.STREAM_BROKEN)
+
+
+def _stream_error(svc: Services, payload: dict[str, Any]) -> Failure:
+    # No byte has reached the client, so the error can still be an ordinary error response.
+    status = error_status(payload)
+    body = json.dumps(payload).encode()
+    c = classify(status or 500, {}, body, now_s=svc.wall())
+    return Failure(c, status or _STATUS_FOR_TYPE[c.type], [("Content-Type", "application/json")], body)
+
+
+def _upstream_error(svc: Services, status: int, headers: Mapping[str, str], body: bytes) -> Failure:
+    c = classify(status, _lower(headers), body, now_s=svc.wall())
+    # Every SDK retries a 429; a budget error answered as 402 is not retried by anyone.
+    answer = 402 if c.type is ErrorType.BUDGET else status
+    return Failure(c, answer, response_headers(headers), body)
+
+
+def _transport(svc: Services, kind: TransportError) -> Failure:
+    c = classify(None, {}, b"", now_s=svc.wall(), transport_error=kind)
+    return transport_failure(kind, c)
+
+
+def _unavailable(svc: Services, retry_after_s: float, code: str) -> Classification:
+    return Classification(
+        ErrorType.PROVIDER_UNAVAILABLE,
+        retryable=True,
+        retry_after_s=retry_after_s,
+        reset_at_ms=reset_at_ms(retry_after_s, svc.wall()),
+        provider_code=code,
+    )
+
+
+def _record(svc: Services, up: UpstreamRuntime, outcome: Outcome) -> None:
+    if isinstance(outcome, Failure):
+        kind = outcome.classification.type
+        if kind is ErrorType.PROVIDER_UNAVAILABLE:
+            up.breaker.record_failure()
+        else:
+            up.breaker.record_success()
+        label = kind.value
+    else:
+        up.breaker.record_success()
+        label = "success"
+    svc.telemetry.upstream_attempts.labels(up.cfg.name, label).inc()

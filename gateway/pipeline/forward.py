@@ -1,0 +1,189 @@
+"""The request pipeline, readable in one sitting.
+
+    admit      read the body (bounded), reject bad input with a clear 4xx
+    route      the first upstream whose model globs match
+    send       attempt → classify → wait or stop            (policy/retry.py decides)
+    rescue     on context_overflow: compress once, send once (policy/compress.py decides)
+    relay      buffered error, buffered body, raw passthrough or SSE stream
+
+``observe`` (outside) times and logs it; ``stamp`` (on prepare) adds the header contract.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+
+from gateway.errors import ErrorType
+from gateway.pipeline.admit import Inbound, admit_chat, model_of, read_body
+from gateway.pipeline.attempt import ReadMode, attempt
+from gateway.pipeline.outcome import (
+    STATE,
+    Failure,
+    Outcome,
+    RequestState,
+    bad_request,
+    failure_of,
+)
+from gateway.pipeline.relay import relay
+from gateway.policy.breaker import CircuitState
+from gateway.policy.compress import compress
+from gateway.policy.retry import RetryPlan, run_with_retries
+from gateway.routing import UnsafePath, pick_upstream, request_headers, upstream_url
+from gateway.services import SERVICES, Services, UpstreamRuntime
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    svc, state = request.app[SERVICES], request[STATE]
+    body = await read_body(request, svc.cfg.server.max_body_bytes, svc.cfg.timeouts.idle_s)
+    inbound = admit_chat(body) if isinstance(body, bytes) else body
+    if isinstance(inbound, Failure):
+        return await relay(request, svc, state, inbound, strip_usage=False)
+    state.model, state.stream = inbound.model, inbound.stream
+    up = _route(svc, state, inbound.model)
+    if isinstance(up, Failure):
+        return await relay(request, svc, state, up, strip_usage=False)
+
+    url = upstream_url(up.cfg.base_url, "/v1/chat/completions", request.query_string)
+    headers = request_headers(request.headers.items(), up.cfg, state.request_id)
+    mode = ReadMode.STREAM if inbound.stream else ReadMode.BUFFER
+    payload, strip_usage = _ask_for_stream_usage(inbound, up)
+    plan = _plan(svc, up)
+
+    outcome = await _send(svc, up, state, plan, url, headers, _encode(payload, inbound), mode)
+    if _overflowed(outcome) and svc.cfg.compression.enabled and inbound.payload is not None:
+        outcome = await _rescue(svc, up, state, plan, url, headers, payload, outcome, mode)
+    return await relay(request, svc, state, outcome, strip_usage=strip_usage)
+
+
+async def passthrough(request: web.Request) -> web.StreamResponse:
+    """Any other ``/v1/...`` path: routed, retried and stamped, never compressed."""
+    svc, state = request.app[SERVICES], request[STATE]
+    try:
+        url_for = upstream_url("", request.raw_path.split("?", 1)[0], request.query_string)
+    except UnsafePath as e:
+        return await relay(request, svc, state, bad_request(str(e), "invalid_path"), strip_usage=False)
+    body = await read_body(request, svc.cfg.server.max_body_bytes, svc.cfg.timeouts.idle_s)
+    if isinstance(body, Failure):
+        return await relay(request, svc, state, body, strip_usage=False)
+    state.model = model_of(body, request.headers.get("Content-Type", ""))
+    up = _route(svc, state, state.model)
+    if isinstance(up, Failure):
+        return await relay(request, svc, state, up, strip_usage=False)
+    headers = request_headers(request.headers.items(), up.cfg, state.request_id)
+    plan = _plan(svc, up)
+    outcome = await _send(
+        svc, up, state, plan, up.cfg.base_url + url_for, headers, body, ReadMode.RAW, request.method
+    )
+    return await relay(request, svc, state, outcome, strip_usage=False)
+
+
+async def not_found(request: web.Request) -> web.StreamResponse:
+    svc, state = request.app[SERVICES], request[STATE]
+    failure = bad_request(
+        "no such endpoint; the gateway serves /v1/... and /healthz, /readyz, /metrics",
+        "not_found",
+        status=404,
+    )
+    return await relay(request, svc, state, failure, strip_usage=False)
+
+
+def _route(svc: Services, state: RequestState, model: str | None) -> UpstreamRuntime | Failure:
+    cfg = pick_upstream(svc.cfg.upstreams, model)
+    if cfg is None:
+        return bad_request(
+            "no upstream is configured for this model", "model_not_found", status=404
+        )
+    state.upstream = cfg.name
+    svc.budget.record_request()
+    return svc.upstreams[cfg.name]
+
+
+def _plan(svc: Services, up: UpstreamRuntime) -> RetryPlan:
+    def may_retry() -> bool:
+        # An open circuit means the next attempt would be refused anyway: stop with the
+        # real upstream error instead of waiting for a refusal.
+        return up.breaker.state is not CircuitState.OPEN and svc.budget.try_acquire_retry()
+
+    return RetryPlan(svc.cfg.retry, now=svc.monotonic, rand=svc.rand, may_retry=may_retry)
+
+
+async def _send(
+    svc: Services,
+    up: UpstreamRuntime,
+    state: RequestState,
+    plan: RetryPlan,
+    url: str,
+    headers: Mapping[str, str],
+    body: bytes,
+    mode: ReadMode,
+    method: str = "POST",
+) -> Outcome:
+    def before_retry(outcome: Outcome, wait_s: float) -> None:
+        assert isinstance(outcome, Failure)
+        state.retries += 1
+        svc.telemetry.retries.labels(up.cfg.name, outcome.classification.type.value).inc()
+
+    async def one() -> Outcome:
+        return await attempt(svc, up, state, plan, method, url, headers, body, mode)
+
+    return await run_with_retries(one, plan, failure_of, svc.sleep, before_retry)
+
+
+def _overflowed(outcome: Outcome) -> bool:
+    return (
+        isinstance(outcome, Failure)
+        and outcome.classification.type is ErrorType.CONTEXT_OVERFLOW
+    )
+
+
+async def _rescue(
+    svc: Services,
+    up: UpstreamRuntime,
+    state: RequestState,
+    plan: RetryPlan,
+    url: str,
+    headers: Mapping[str, str],
+    payload: dict[str, Any],
+    overflow: Outcome,
+    mode: ReadMode,
+) -> Outcome:
+    """Exactly one compress-and-retry; a second overflow goes back to the client."""
+    assert isinstance(overflow, Failure)
+    counter = svc.telemetry.compressions
+    result = compress(
+        payload, error_message=overflow.classification.message, context_window=up.cfg.context_window
+    )
+    state.compression = {"outcome": result.outcome, **result.report}
+    if result.payload is None:
+        counter.labels(up.cfg.name, "not_applicable").inc()
+        return overflow
+    state.compressed = True
+    body = json.dumps(result.payload, ensure_ascii=False).encode()
+    outcome = await _send(svc, up, state, plan, url, headers, body, mode)
+    label = "still_overflow" if _overflowed(outcome) else "applied"
+    state.compression["outcome"] = label
+    counter.labels(up.cfg.name, label).inc()
+    return outcome
+
+
+def _ask_for_stream_usage(inbound: Inbound, up: UpstreamRuntime) -> tuple[dict[str, Any], bool]:
+    """For token accounting, ask a stream for its usage chunk when the client did not, and
+    remember to strip that chunk again before it reaches a client that did not ask."""
+    payload = inbound.payload or {}
+    if not inbound.stream or not up.cfg.stream_usage:
+        return payload, False
+    options = payload.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage") is True:
+        return payload, False
+    if options is not None and not isinstance(options, dict):
+        return payload, False  # malformed: let the upstream say so, untouched
+    return {**payload, "stream_options": {**(options or {}), "include_usage": True}}, True
+
+
+def _encode(payload: dict[str, Any], inbound: Inbound) -> bytes:
+    # Unchanged requests go upstream byte for byte.
+    return inbound.body if payload is inbound.payload else json.dumps(payload).encode()

@@ -1,0 +1,111 @@
+"""The outermost stage: request id, in-flight gauge, timing, metrics and one JSON log line.
+
+It also turns anything unexpected into a 500 in the OpenAI error shape, so no
+traceback or internal detail ever reaches a client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import traceback
+import uuid
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from gateway.errors import Classification, ErrorType
+from gateway.pipeline.outcome import STATE, RequestState, error_body
+from gateway.services import SERVICES, Services
+from gateway.telemetry import error_label, status_label
+
+log = logging.getLogger("gateway.access")
+
+# A client's id is echoed in headers and logs, so only a safe, bounded shape is accepted.
+_SAFE_ID = re.compile(r"^[A-Za-z0-9._:/+=-]{1,128}$")
+
+_OPS_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def request_id_of(request: web.Request) -> str:
+    given = request.headers.get("x-request-id", "")
+    return given if _SAFE_ID.match(given) else uuid.uuid4().hex
+
+
+@web.middleware
+async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
+    svc = request.app[SERVICES]
+    if request.path in _OPS_PATHS:
+        return await handler(request)  # health, readiness and metrics are not API traffic
+    state = RequestState(request_id=request_id_of(request), started=svc.monotonic())
+    request[STATE] = state
+    svc.in_flight += 1
+    svc.telemetry.in_flight.inc()
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    except web.HTTPException as e:
+        status = e.status
+        raise
+    except asyncio.CancelledError:
+        status = 499  # the client went away; nginx's convention, kept out of the 5xx ratio
+        raise
+    except Exception as e:
+        # The type and place only: an exception's text can quote the request (a prompt).
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        log.error({
+            "request_id": state.request_id, "event": "unhandled_error",
+            "exception": type(e).__name__, "at": f"{where.filename}:{where.lineno}",
+        })  # fmt: skip
+        state.classification = Classification.of(ErrorType.UNKNOWN)
+        body = error_body("internal gateway error", "gateway_error", "internal_error")
+        return web.Response(status=500, body=body, content_type="application/json")
+    finally:
+        svc.in_flight -= 1
+        svc.telemetry.in_flight.dec()
+        _account(svc, state, status)
+        if svc.in_flight == 0:
+            for wake in svc.idle:
+                wake()
+
+
+def _account(svc: Services, state: RequestState, status: int) -> None:
+    t = svc.telemetry
+    now = svc.monotonic()
+    model = t.model_label(state.model)
+    c = state.classification
+    error_type = c.type if c is not None and (status >= 400 or state.stream_error) else None
+    t.requests.labels(state.upstream, model, status_label(status), error_label(error_type)).inc()
+    duration = now - state.started
+    t.request_duration.labels(state.upstream, model).observe(duration)
+    ttfb = (state.first_byte_at - state.started) if state.first_byte_at is not None else None
+    if ttfb is not None:
+        t.time_to_first_byte.labels(state.upstream, model).observe(ttfb)
+    for kind, n in state.usage.items():
+        t.tokens.labels(state.upstream, model, kind).inc(n)
+    record: dict[str, object] = {
+        "event": "request",
+        "request_id": state.request_id,
+        "upstream": state.upstream,
+        "model": model,
+        "status": status,
+        "error_type": error_label(error_type),
+        "attempts": state.attempts,
+        "retries": state.retries,
+        "compressed": state.compressed,
+        "stream": state.stream,
+        "duration_ms": round(duration * 1000, 2),
+        "ttfb_ms": round(ttfb * 1000, 2) if ttfb is not None else None,
+    }
+    if c is not None and c.provider_code:
+        record["provider_code"] = c.provider_code[:64]
+    if state.compression is not None:
+        record["compression"] = state.compression
+    if state.usage:
+        record["usage"] = state.usage
+    log.info(record)

@@ -1,0 +1,111 @@
+"""What one request carries through the pipeline, and what an upstream exchange yields.
+
+``RequestState`` is written by the stages and read by ``stamp`` (headers) and
+``observe`` (metrics, the log line). ``Success`` / ``Failure`` are the results of
+an upstream exchange: failures are data, never exceptions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from gateway.errors import Classification, ErrorType, TransportError
+from gateway.upstream import UpstreamResponse
+
+
+@dataclass
+class RequestState:
+    request_id: str
+    started: float  # monotonic
+    upstream: str = "none"
+    model: str | None = None
+    stream: bool = False
+    attempts: int = 0
+    retries: int = 0
+    compressed: bool = False
+    compression: dict[str, Any] | None = None
+    classification: Classification | None = None  # the final error, if the answer is one
+    gateway_retried: bool = False
+    first_byte_at: float | None = None
+    stream_error: ErrorType | None = None  # a committed stream that ended in an error event
+    usage: dict[str, int] = field(default_factory=dict)
+
+
+STATE = web.RequestKey("llm_state", RequestState)
+
+
+@dataclass(slots=True)
+class Success:
+    status: int
+    headers: list[tuple[str, str]]
+    response: UpstreamResponse | None = None  # still to be read (streams, raw passthrough)
+    chunks: AsyncIterator[bytes] | None = None  # the rest of ``response``'s body
+    body: bytes = b""  # the whole body when it was read already
+    held: list[bytes] = field(default_factory=list)  # stream events read while peeking
+    pending: bytes = b""  # an incomplete event after ``held``
+    sse: bool = False
+
+
+@dataclass(slots=True)
+class Failure:
+    classification: Classification
+    status: int  # what the client is answered with
+    headers: list[tuple[str, str]]
+    body: bytes
+    final: bool = False  # never retry (e.g. the circuit is open: nothing was sent)
+
+    @property
+    def content_type(self) -> str:
+        for k, v in self.headers:
+            if k.lower() == "content-type":
+                return v
+        return "application/json"
+
+
+Outcome = Success | Failure
+
+
+def failure_of(outcome: Outcome) -> Classification | None:
+    if isinstance(outcome, Failure) and not outcome.final:
+        return outcome.classification
+    return None
+
+
+def error_body(message: str, type_: str, code: str | None) -> bytes:
+    return json.dumps({"error": {"message": message, "type": type_, "code": code}}).encode()
+
+
+def gateway_failure(
+    status: int, c: Classification, message: str, code: str, *, final: bool = False
+) -> Failure:
+    """An error the gateway makes itself, in the OpenAI error shape."""
+    return Failure(
+        classification=c,
+        status=status,
+        headers=[("Content-Type", "application/json")],
+        body=error_body(message, "gateway_error" if status >= 500 else "invalid_request_error", code),
+        final=final,
+    )
+
+
+def bad_request(message: str, code: str = "invalid_request", status: int = 400) -> Failure:
+    return gateway_failure(status, Classification.of(ErrorType.UNKNOWN), message, code, final=True)
+
+
+_TRANSPORT_MESSAGES = {
+    TransportError.CONNECT: (502, "upstream_unreachable", "could not connect to the upstream"),
+    TransportError.RESET: (502, "upstream_reset", "the upstream closed the connection before responding"),
+    TransportError.STREAM_BROKEN: (502, "upstream_reset", "the upstream connection broke mid-response"),
+    TransportError.FIRST_BYTE_TIMEOUT: (504, "upstream_timeout", "the upstream did not respond in time"),
+    TransportError.IDLE_TIMEOUT: (504, "upstream_timeout", "the upstream stopped sending data"),
+}
+
+
+def transport_failure(kind: TransportError, c: Classification) -> Failure:
+    status, code, message = _TRANSPORT_MESSAGES[kind]
+    return gateway_failure(status, c, message, code)

@@ -1,0 +1,167 @@
+"""When to try again and how long to wait: the only module that imports tenacity.
+
+Per error class (SPEC "Default retry rules"):
+
+* ``rate_limit`` and ``provider_unavailable`` are retried, each up to its own
+  ``max_retries``; every other class is answered at once.
+* The wait before retry *n* (1-based) is the server's requested wait when it gave one
+  (``retry-after-ms``, ``retry-after``, rate-limit reset headers, Gemini ``RetryInfo``)
+  and it is at most ``max_retry_after_s``. Otherwise it is "equal jitter" backoff::
+
+      cap  = min(max_delay_s, base_delay_s * 2 ** (n - 1))
+      wait = cap / 2 + random() * cap / 2
+
+  which spreads a burst of clients out but never retries instantly.
+* A server wait longer than ``max_retry_after_s`` is not held: the error goes back to
+  the client at once, stamped with the wait, so the agent can schedule itself.
+* No wait may carry the request past its deadline, and every retry must be granted by
+  the cross-request retry budget.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from tenacity import AsyncRetrying, RetryCallState
+from tenacity.retry import retry_base
+from tenacity.stop import stop_base
+from tenacity.wait import wait_base
+
+from gateway.config import RetryClassConfig, RetryConfig
+from gateway.errors import Classification, ErrorType
+
+
+class StopReason(enum.StrEnum):
+    NOT_RETRYABLE = "not_retryable"
+    EXHAUSTED = "exhausted"  # this class's max_retries used up
+    WAIT_TOO_LONG = "wait_too_long"  # server asked for more than max_retry_after_s
+    DEADLINE = "deadline"
+    BUDGET = "budget"  # the cross-request retry budget said no
+    CIRCUIT_OPEN = "circuit_open"
+
+
+def backoff_s(cls_cfg: RetryClassConfig, retry_number: int, rand: float) -> float:
+    cap: float = min(cls_cfg.max_delay_s, cls_cfg.base_delay_s * 2.0 ** (retry_number - 1))
+    return cap / 2 + rand * cap / 2
+
+
+@dataclass
+class RetryPlan:
+    """The retry decisions for one request. Pure: clock, randomness and budget are passed in."""
+
+    cfg: RetryConfig
+    now: Callable[[], float]  # monotonic seconds
+    rand: Callable[[], float]
+    may_retry: Callable[[], bool]  # asks the shared retry budget / circuit for one retry
+    started_at: float = 0.0
+    retries: dict[ErrorType, int] = field(default_factory=dict)
+    stopped: StopReason | None = None
+
+    def __post_init__(self) -> None:
+        self.started_at = self.now()
+
+    @property
+    def deadline_at(self) -> float:
+        return self.started_at + self.cfg.deadline_s
+
+    def remaining_s(self) -> float:
+        return max(0.0, self.deadline_at - self.now())
+
+    def _class_cfg(self, t: ErrorType) -> RetryClassConfig | None:
+        if t is ErrorType.RATE_LIMIT:
+            return self.cfg.rate_limit
+        if t is ErrorType.PROVIDER_UNAVAILABLE:
+            return self.cfg.provider_unavailable
+        return None
+
+    def next_wait(self, c: Classification) -> float | None:
+        """The wait before retrying after ``c``, or None to stop (``stopped`` says why)."""
+        cls_cfg = self._class_cfg(c.type)
+        if cls_cfg is None:
+            return self._stop(StopReason.NOT_RETRYABLE)
+        done = self.retries.get(c.type, 0)
+        if done >= cls_cfg.max_retries:
+            return self._stop(StopReason.EXHAUSTED)
+        if c.retry_after_s is not None:
+            if c.retry_after_s > self.cfg.max_retry_after_s:
+                return self._stop(StopReason.WAIT_TOO_LONG)
+            wait = c.retry_after_s
+        else:
+            wait = backoff_s(cls_cfg, done + 1, self.rand())
+        # A retry that could not even start before the deadline is pointless.
+        if self.now() + wait >= self.deadline_at:
+            return self._stop(StopReason.DEADLINE)
+        if not self.may_retry():
+            return self._stop(StopReason.BUDGET)
+        self.retries[c.type] = done + 1
+        self.stopped = None
+        return wait
+
+    def _stop(self, reason: StopReason) -> float | None:
+        self.stopped = reason
+        return None
+
+    @property
+    def total_retries(self) -> int:
+        return sum(self.retries.values())
+
+
+T = TypeVar("T")
+
+
+class _RetryIfPlanSays(retry_base, Generic[T]):
+    def __init__(self, plan: RetryPlan, failure_of: Callable[[T], Classification | None]) -> None:
+        self._plan = plan
+        self._failure_of = failure_of
+        self.next_wait: float | None = None
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        outcome = retry_state.outcome
+        assert outcome is not None
+        failure = self._failure_of(outcome.result())  # attempts return failures, never raise them
+        if failure is None:
+            return False
+        self.next_wait = self._plan.next_wait(failure)
+        return self.next_wait is not None
+
+
+class _WaitFromDecision(wait_base):
+    def __init__(self, decision: _RetryIfPlanSays[object]) -> None:
+        self._decision = decision
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        return self._decision.next_wait or 0.0
+
+
+class _NeverStop(stop_base):
+    # Stopping is the plan's job (per-class counts, deadline, budget), decided in `retry`.
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        return False
+
+
+async def run_with_retries(
+    attempt: Callable[[], Awaitable[T]],
+    plan: RetryPlan,
+    failure_of: Callable[[T], Classification | None],
+    sleep: Callable[[float], Awaitable[None]],
+    before_retry: Callable[[T, float], None] | None = None,
+) -> T:
+    """Call ``attempt`` until it succeeds or ``plan`` says stop; return the last result."""
+    decision: _RetryIfPlanSays[T] = _RetryIfPlanSays(plan, failure_of)
+
+    def _before_sleep(state: RetryCallState) -> None:
+        if before_retry is not None and state.outcome is not None:
+            before_retry(state.outcome.result(), decision.next_wait or 0.0)
+
+    retrying = AsyncRetrying(
+        retry=decision,
+        wait=_WaitFromDecision(decision),  # type: ignore[arg-type]
+        stop=_NeverStop(),
+        sleep=sleep,
+        before_sleep=_before_sleep,
+        reraise=True,
+    )
+    return await retrying(attempt)

@@ -1,0 +1,109 @@
+"""Where a request goes and which headers travel with it. Pure functions, no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from fnmatch import fnmatchcase
+from urllib.parse import unquote
+
+from gateway.config import UpstreamConfig
+
+# RFC 9110 §7.6.1 connection-specific headers, plus the de-facto Proxy-Connection and
+# Keep-Alive; they describe one hop and must never be forwarded.
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
+    "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
+})  # fmt: skip
+
+# Recomputed by the hop that sends the body; the client leg is always identity-encoded
+# because the upstream leg is decompressed on arrival.
+_REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "accept-encoding", "content-encoding"}
+_RESPONSE_DROP = HOP_BY_HOP | {
+    "content-length", "content-encoding", "server", "date",
+    # Ours to set: the gateway decides about retries and request ids.
+    "x-should-retry", "x-request-id",
+}  # fmt: skip
+
+
+def pick_upstream(upstreams: Iterable[UpstreamConfig], model: str | None) -> UpstreamConfig | None:
+    """The first upstream whose glob patterns match ``model``; without a model, the first."""
+    ups = tuple(upstreams)
+    if not model:
+        return ups[0] if ups else None
+    for u in ups:
+        if any(fnmatchcase(model, pattern) for pattern in u.models):
+            return u
+    return None
+
+
+class UnsafePath(ValueError):
+    pass
+
+
+def upstream_url(base_url: str, raw_path: str, query_string: str) -> str:
+    """Map ``/v1/<rest>`` onto the upstream's base URL, refusing anything that could climb out.
+
+    ``raw_path`` is the still-encoded request path. A segment that decodes (once or
+    repeatedly, to beat double encoding) to ``.`` or ``..``, or that hides a ``/`` or
+    ``\\``, is refused rather than normalised: no legitimate API path contains one.
+    """
+    if not raw_path.startswith("/v1/") and raw_path != "/v1":
+        raise UnsafePath("only /v1/... paths are proxied")
+    rest = raw_path[len("/v1") :]
+    for segment in rest.split("/")[1:]:
+        decoded = segment
+        for _ in range(3):
+            if "%" not in decoded:
+                break
+            decoded = unquote(decoded)
+        if "%" in decoded and decoded != unquote(decoded):
+            raise UnsafePath("path is encoded too many times")
+        if decoded in (".", "..") or "/" in decoded or "\\" in decoded or "\x00" in decoded:
+            raise UnsafePath("path segments may not be '.', '..' or contain slashes")
+    url = base_url + rest
+    return f"{url}?{query_string}" if query_string else url
+
+
+def request_headers(
+    client: Mapping[str, str] | Iterable[tuple[str, str]],
+    upstream: UpstreamConfig,
+    request_id: str,
+) -> dict[str, str]:
+    items = client.items() if isinstance(client, Mapping) else client
+    out: dict[str, str] = {}
+    connection_tokens: set[str] = set()
+    for k, v in items:
+        lk = k.lower()
+        if lk == "connection":
+            connection_tokens.update(t.strip().lower() for t in v.split(","))
+        if lk in _REQUEST_DROP or lk == "x-request-id":
+            continue
+        if upstream.api_key is not None and lk in ("authorization", "api-key", "x-api-key"):
+            continue
+        out[k] = v
+    # Headers named in Connection are hop-by-hop too (RFC 9110 §7.6.1).
+    for k in [k for k in out if k.lower() in connection_tokens]:
+        del out[k]
+    if upstream.api_key is not None:
+        out["Authorization"] = f"Bearer {upstream.api_key}"
+    out["X-Request-Id"] = request_id
+    return out
+
+
+def response_headers(upstream: Mapping[str, str] | Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    items = upstream.items() if isinstance(upstream, Mapping) else upstream
+    pairs = list(items)
+    connection_tokens = {
+        t.strip().lower() for k, v in pairs if k.lower() == "connection" for t in v.split(",")
+    }
+    out: list[tuple[str, str]] = []
+    for k, v in pairs:
+        lk = k.lower()
+        if lk in _RESPONSE_DROP or lk in connection_tokens:
+            continue
+        out.append((k, v))
+    # Keep the provider's request id for support tickets without clobbering ours.
+    for k, v in pairs:
+        if k.lower() == "x-request-id":
+            out.append(("x-upstream-request-id", v))
+    return out

@@ -1,0 +1,78 @@
+"""Runs the app on a socket and owns the process lifecycle.
+
+SIGTERM (or SIGINT) starts draining: ``/readyz`` answers 503 at once so load balancers
+stop sending, requests that still arrive are served, and in-flight requests and streams
+get up to ``server.drain_s`` to finish before the process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from aiohttp import web
+
+from gateway import __version__
+from gateway.app import create_app
+from gateway.config import GatewayConfig
+from gateway.services import SERVICES
+
+log = logging.getLogger("gateway.server")
+
+
+async def serve(cfg: GatewayConfig) -> None:
+    app = create_app(cfg)
+    svc = app[SERVICES]
+    # handler_cancellation: a client that goes away cancels its handler, which closes the
+    # upstream request at once instead of letting it run to the end unobserved.
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    site = web.TCPSite(runner, cfg.server.host, cfg.server.port, backlog=1024)
+    try:
+        await site.start()
+    except OSError as e:
+        await runner.cleanup()
+        where = f"{cfg.server.host}:{cfg.server.port}"
+        raise SystemExit(f"llm-gateway: cannot listen on {where}: {e.strerror}") from None
+    log.info({"event": "started", "version": __version__, "listen": _addresses(runner), **_summary(cfg)})
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+    svc.draining = True
+    log.info({"event": "draining", "in_flight": svc.in_flight, "drain_s": cfg.server.drain_s})
+    idle = asyncio.Event()
+    svc.idle.append(idle.set)
+    if svc.in_flight > 0:
+        try:
+            await asyncio.wait_for(idle.wait(), timeout=cfg.server.drain_s)
+        except TimeoutError:
+            log.warning({"event": "drain_timeout", "in_flight": svc.in_flight})
+    await runner.cleanup()
+    log.info({"event": "stopped"})
+
+
+def _addresses(runner: web.AppRunner) -> list[str]:
+    out = []
+    for addr in runner.addresses:
+        host, port = addr[0], addr[1]
+        out.append(f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}")
+    return out
+
+
+def _summary(cfg: GatewayConfig) -> dict[str, object]:
+    """What an operator needs to confirm the config; never a key (only whether one is set)."""
+    return {
+        "upstreams": [
+            {"name": u.name, "base_url": u.base_url, "models": list(u.models),
+             "api_key": "set" if u.api_key else "forwarded-from-client"}
+            for u in cfg.upstreams
+        ],
+        "compression": cfg.compression.enabled,
+        "deadline_s": cfg.retry.deadline_s,
+        "drain_s": cfg.server.drain_s,
+    }  # fmt: skip

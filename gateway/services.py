@@ -1,0 +1,42 @@
+"""The long-lived collaborators of one gateway process, built once by ``create_app``.
+
+Nothing here is a module-level global: tests build their own with fake clocks,
+sleeps and senders.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from gateway.config import GatewayConfig, UpstreamConfig
+from gateway.policy.breaker import CircuitBreaker, RetryBudget
+from gateway.telemetry import Telemetry
+from gateway.upstream import Sender
+
+
+@dataclass
+class UpstreamRuntime:
+    cfg: UpstreamConfig
+    breaker: CircuitBreaker
+
+
+@dataclass
+class Services:
+    cfg: GatewayConfig
+    sender: Sender
+    telemetry: Telemetry
+    budget: RetryBudget
+    upstreams: dict[str, UpstreamRuntime]
+    monotonic: Callable[[], float]
+    wall: Callable[[], float]  # epoch seconds, for reset-at stamps and HTTP dates
+    sleep: Callable[[float], Awaitable[None]]
+    rand: Callable[[], float]
+    draining: bool = False
+    in_flight: int = 0
+    idle: list[Callable[[], None]] = field(default_factory=list)
+
+
+SERVICES = web.AppKey("llm_services", Services)

@@ -1,0 +1,146 @@
+"""Server-sent events, just enough to relay chat-completion streams safely.
+
+The relay works on whole events (so it can hold back contentless leading events,
+spot error events and strip the usage chunk it asked for) but never waits for more
+than the bytes of the event in progress.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+_SEPARATORS = (b"\n\n", b"\r\n\r\n", b"\r\r")
+
+
+class EventSplitter:
+    """Feeds arbitrary byte chunks in, gets complete raw events (with their separator) out."""
+
+    __slots__ = ("_buf",)
+
+    def __init__(self) -> None:
+        self._buf = b""
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        buf = self._buf + chunk if self._buf else chunk
+        events: list[bytes] = []
+        start = 0
+        while True:
+            end, sep_len = _next_boundary(buf, start)
+            if end < 0:
+                break
+            events.append(buf[start : end + sep_len])
+            start = end + sep_len
+        self._buf = buf[start:]
+        return events
+
+    @property
+    def pending(self) -> bytes:
+        return self._buf
+
+
+def _next_boundary(buf: bytes, start: int) -> tuple[int, int]:
+    best, best_len = -1, 0
+    for sep in _SEPARATORS:
+        i = buf.find(sep, start)
+        if i >= 0 and (best < 0 or i < best):
+            best, best_len = i, len(sep)
+    return best, best_len
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    raw: bytes
+    name: str | None  # the `event:` field
+    data: str | None  # the joined `data:` lines; None for comment-only events
+
+    @property
+    def is_done(self) -> bool:
+        return self.data is not None and self.data.strip() == "[DONE]"
+
+    def json(self) -> Any:
+        if self.data is None:
+            return None
+        try:
+            return json.loads(self.data)
+        except ValueError:
+            return None
+
+
+def parse_event(raw: bytes) -> Event:
+    name: str | None = None
+    data_lines: list[str] = []
+    for line in raw.decode("utf-8", "replace").splitlines():
+        if not line or line.startswith(":"):
+            continue
+        field, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if field == "data":
+            data_lines.append(value)
+        elif field == "event":
+            name = value
+    return Event(raw, name, "\n".join(data_lines) if data_lines else None)
+
+
+def error_payload(event: Event) -> dict[str, Any] | None:
+    """The error object of an error event (OpenAI ``{"error": ...}`` or Anthropic
+    ``event: error``), else None. Cheap: parses JSON only when the bytes mention an error."""
+    if b"error" not in event.raw:
+        return None
+    doc = event.json()
+    if isinstance(doc, dict) and (doc.get("error") or event.name == "error"):
+        return doc
+    return None
+
+
+def error_status(payload: dict[str, Any]) -> int | None:
+    """The HTTP status an error event carries in ``error.status`` or a numeric ``error.code``."""
+    err = payload.get("error")
+    if isinstance(err, dict):
+        for key in ("status", "code"):
+            value = err.get(key)
+            if isinstance(value, int) and 400 <= value <= 599:
+                return value
+    return None
+
+
+def is_visible(event: Event) -> bool:
+    """Whether the client would see something: content, a tool call, a finish, or anything
+    we do not understand. Role-only first chunks, empty deltas and comments are not."""
+    if event.data is None:
+        return False
+    if event.is_done:
+        return True
+    doc = event.json()
+    if not isinstance(doc, dict):
+        return True
+    choices = doc.get("choices")
+    if not isinstance(choices, list) or not choices:
+        # A usage-only chunk is bookkeeping; other shapes we pass on untouched.
+        return "usage" not in doc
+    for choice in choices:
+        if not isinstance(choice, dict):
+            return True
+        if choice.get("finish_reason"):
+            return True
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            return True
+        for key, value in delta.items():
+            if key != "role" and value not in (None, "", [], {}):
+                return True
+    return False
+
+
+def usage_of(event: Event) -> dict[str, Any] | None:
+    if b'"usage"' not in event.raw:
+        return None
+    doc = event.json()
+    if isinstance(doc, dict) and isinstance(doc.get("usage"), dict):
+        return doc
+    return None
+
+
+def encode_data(obj: Any) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"

@@ -1,0 +1,100 @@
+"""Every metric the gateway exposes, on an explicit registry (never the global one).
+
+Names, types and labels are the contract in SPEC.md "Metrics". Label values are
+bounded: ``model`` is a configured name or one of the first ``MAX_MODELS`` seen,
+else ``other``; ``status`` and ``error_type`` come from fixed sets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from gateway.errors import ErrorType
+
+MAX_MODELS = 100
+OTHER = "other"
+NO_ERROR = "none"
+ERROR_TYPES = frozenset({NO_ERROR, *(t.value for t in ErrorType)})
+
+# LLM calls range from tens of milliseconds (cached, tiny) to many minutes (long reasoning).
+LATENCY_BUCKETS = (
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+)  # fmt: skip
+
+
+class ModelLabels:
+    """Maps client-supplied model names onto a bounded label set."""
+
+    def __init__(self, configured: Iterable[str], limit: int = MAX_MODELS) -> None:
+        # Glob patterns are not names a client sends verbatim; only literal names are pre-admitted.
+        self._known = {m for m in configured if not any(c in m for c in "*?[")}
+        self._seen: set[str] = set()
+        self._limit = limit
+
+    def __call__(self, model: str | None) -> str:
+        if not model:
+            return "none"
+        if model in self._known or model in self._seen:
+            return model
+        if len(self._seen) < self._limit and len(model) <= 128:
+            self._seen.add(model)
+            return model
+        return OTHER
+
+
+def status_label(status: int) -> str:
+    return str(status) if 100 <= status <= 599 else "other"
+
+
+def error_label(error_type: ErrorType | None) -> str:
+    return error_type.value if error_type is not None else NO_ERROR
+
+
+class Telemetry:
+    def __init__(self, registry: CollectorRegistry, configured_models: Iterable[str]) -> None:
+        self.registry = registry
+        self.model_label = ModelLabels(configured_models)
+        p = "llm_gateway_"
+        self.requests = Counter(
+            p + "requests", "Requests answered, by final status and error type.",
+            ["upstream", "model", "status", "error_type"], registry=registry,
+        )  # fmt: skip
+        self.request_duration = Histogram(
+            p + "request_duration_seconds", "Time from request to the end of the response.",
+            ["upstream", "model"], buckets=LATENCY_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.time_to_first_byte = Histogram(
+            p + "time_to_first_byte_seconds", "Time from request to the response head reaching the client.",
+            ["upstream", "model"], buckets=LATENCY_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.upstream_attempts = Counter(
+            p + "upstream_attempts", "Upstream attempts, by outcome (success or error type).",
+            ["upstream", "outcome"], registry=registry,
+        )  # fmt: skip
+        self.retries = Counter(
+            p + "retries", "Retries made, by the error type that caused them.",
+            ["upstream", "error_type"], registry=registry,
+        )  # fmt: skip
+        self.compressions = Counter(
+            p + "compressions", "Compress-and-retry results: applied, still_overflow, not_applicable.",
+            ["upstream", "outcome"], registry=registry,
+        )  # fmt: skip
+        self.in_flight = Gauge(
+            p + "in_flight_requests", "Requests being handled now.", registry=registry,
+        )  # fmt: skip
+        self.circuit_open = Gauge(
+            p + "circuit_open", "1 while the upstream's circuit breaker is open.",
+            ["upstream"], registry=registry,
+        )  # fmt: skip
+        self.tokens = Counter(
+            p + "tokens", "Tokens reported by upstream usage, by kind (prompt, completion).",
+            ["upstream", "model", "kind"], registry=registry,
+        )  # fmt: skip
+
+    def init_upstream(self, name: str) -> None:
+        """Pre-create per-upstream series so dashboards and alerts see zeros, not absences."""
+        self.circuit_open.labels(name).set(0)
+        for outcome in ("applied", "still_overflow", "not_applicable"):
+            self.compressions.labels(name, outcome)

@@ -1,0 +1,93 @@
+import asyncio
+
+import pytest
+
+from gateway.config import RetryConfig
+from gateway.errors import Classification, ErrorType
+from gateway.policy.retry import RetryPlan, StopReason, backoff_s, run_with_retries
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def plan(clock: Clock, cfg: RetryConfig | None = None, allow: bool = True) -> RetryPlan:
+    return RetryPlan(cfg or RetryConfig(), now=clock, rand=lambda: 0.5, may_retry=lambda: allow)
+
+
+RL = Classification.of(ErrorType.RATE_LIMIT)
+PU = Classification.of(ErrorType.PROVIDER_UNAVAILABLE)
+
+
+@pytest.mark.parametrize("t", [ErrorType.UNKNOWN, ErrorType.AUTH, ErrorType.BUDGET, ErrorType.CONTEXT_OVERFLOW])
+def test_non_retryable_classes_stop_at_once(t: ErrorType) -> None:
+    p = plan(Clock())
+    assert p.next_wait(Classification.of(t)) is None
+    assert p.stopped is StopReason.NOT_RETRYABLE
+
+
+def test_each_class_has_its_own_retry_count() -> None:
+    p = plan(Clock())
+    assert [p.next_wait(RL) is not None for _ in range(4)] == [True, True, True, False]
+    assert p.stopped is StopReason.EXHAUSTED
+    assert [p.next_wait(PU) is not None for _ in range(6)] == [True] * 5 + [False]
+    assert p.total_retries == 8
+
+
+def test_backoff_is_exponential_with_equal_jitter_and_capped() -> None:
+    cfg = RetryConfig().provider_unavailable  # base 0.5, cap 10
+    assert [backoff_s(cfg, n, 0.0) for n in (1, 2, 3, 4, 5, 6)] == [0.25, 0.5, 1.0, 2.0, 4.0, 5.0]
+    assert [backoff_s(cfg, n, 1.0) for n in (1, 2, 6)] == [0.5, 1.0, 10.0]
+
+
+def test_server_wait_is_honoured_up_to_the_limit() -> None:
+    p = plan(Clock())
+    assert p.next_wait(Classification.of(ErrorType.RATE_LIMIT, retry_after_s=7.0)) == 7.0
+    assert p.next_wait(Classification.of(ErrorType.RATE_LIMIT, retry_after_s=40.0)) is None
+    assert p.stopped is StopReason.WAIT_TOO_LONG
+
+
+def test_no_wait_crosses_the_deadline() -> None:
+    clock = Clock()
+    p = plan(clock, RetryConfig(deadline_s=10))
+    clock.t += 8
+    assert p.next_wait(Classification.of(ErrorType.RATE_LIMIT, retry_after_s=3.0)) is None
+    assert p.stopped is StopReason.DEADLINE
+    assert p.remaining_s() == pytest.approx(2.0)
+
+
+def test_budget_refusal_stops() -> None:
+    p = plan(Clock(), allow=False)
+    assert p.next_wait(PU) is None and p.stopped is StopReason.BUDGET
+
+
+def test_run_with_retries_sleeps_the_planned_waits_and_returns_the_last_result() -> None:
+    slept: list[float] = []
+    results = iter([PU, PU, "ok"])
+    calls = 0
+
+    async def attempt() -> object:
+        nonlocal calls
+        calls += 1
+        return next(results)
+
+    async def sleep(s: float) -> None:
+        slept.append(s)
+
+    def failure_of(r: object) -> Classification | None:
+        return r if isinstance(r, Classification) else None
+
+    p = plan(Clock())
+    assert asyncio.run(run_with_retries(attempt, p, failure_of, sleep)) == "ok"
+    assert calls == 3 and slept == [0.375, 0.75]
+
+    always = Classification.of(ErrorType.UNKNOWN)
+
+    async def bad() -> object:
+        return always
+
+    assert asyncio.run(run_with_retries(bad, plan(Clock()), failure_of, sleep)) is always

@@ -1,0 +1,87 @@
+import pytest
+
+from gateway.config import UpstreamConfig
+from gateway.routing import (
+    UnsafePath,
+    pick_upstream,
+    request_headers,
+    response_headers,
+    upstream_url,
+)
+
+A = UpstreamConfig(name="openai", base_url="https://api.example.com/v1", models=("gpt-*", "o3*"))
+B = UpstreamConfig(name="local", base_url="http://127.0.0.1:8000/v1", models=("llama*", "*"))
+KEYED = UpstreamConfig(name="k", base_url="http://x/v1", api_key="sk-gateway")
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [("gpt-4o", "openai"), ("o3-mini", "openai"), ("llama3", "local"), ("anything", "local"), (None, "openai")],
+)
+def test_first_matching_upstream_wins(model: str | None, expected: str) -> None:
+    up = pick_upstream([A, B], model)
+    assert up is not None and up.name == expected
+
+
+def test_no_match_is_none() -> None:
+    assert pick_upstream([A], "claude-3") is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "query", "expected"),
+    [
+        ("/v1/chat/completions", "", "https://api.example.com/v1/chat/completions"),
+        ("/v1/models", "limit=2", "https://api.example.com/v1/models?limit=2"),
+        ("/v1/files/file-abc/content", "", "https://api.example.com/v1/files/file-abc/content"),
+        ("/v1/models/gpt%3A4", "", "https://api.example.com/v1/models/gpt%3A4"),
+    ],
+)
+def test_paths_map_under_the_base(raw: str, query: str, expected: str) -> None:
+    assert upstream_url(A.base_url, raw, query) == expected
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "/v1/../admin", "/v1/./models", "/v1/%2e%2e/admin", "/v1/%2E%2E/x", "/v1/%252e%252e/x",
+        "/v1/a%2fb", "/v1/a%5cb", "/v2/models", "/admin", "http://evil.example/v1/models",
+        "/v1/%25252e%25252e/x", "/v1/a%00b",
+    ],
+)
+def test_traversal_and_foreign_targets_are_refused(raw: str) -> None:
+    with pytest.raises(UnsafePath):
+        upstream_url(A.base_url, raw, "")
+
+
+def test_hop_by_hop_and_host_are_not_forwarded() -> None:
+    client = [
+        ("Host", "gw"), ("Connection", "keep-alive, X-Custom-Hop"), ("Keep-Alive", "5"),
+        ("Transfer-Encoding", "chunked"), ("TE", "trailers"), ("Upgrade", "h2c"),
+        ("Proxy-Authorization", "Basic x"), ("Proxy-Connection", "x"), ("Trailer", "x"),
+        ("X-Custom-Hop", "1"), ("Content-Length", "10"), ("Accept-Encoding", "gzip"),
+        ("Authorization", "Bearer client"), ("OpenAI-Organization", "org-1"), ("x-request-id", "theirs"),
+    ]
+    out = request_headers(client, B, "rid-1")
+    lowered = {k.lower(): v for k, v in out.items()}
+    for dropped in ("host", "connection", "keep-alive", "transfer-encoding", "te", "upgrade",
+                    "proxy-authorization", "proxy-connection", "trailer", "x-custom-hop",
+                    "content-length", "accept-encoding"):
+        assert dropped not in lowered
+    assert lowered["authorization"] == "Bearer client"  # no key configured: the client's goes through
+    assert lowered["openai-organization"] == "org-1"
+    assert lowered["x-request-id"] == "rid-1"
+
+
+def test_configured_key_replaces_the_clients() -> None:
+    out = request_headers([("Authorization", "Bearer client"), ("x-api-key", "c")], KEYED, "r")
+    assert out["Authorization"] == "Bearer sk-gateway"
+    assert "x-api-key" not in {k.lower() for k in out}
+
+
+def test_response_headers_drop_hop_by_hop_and_ours() -> None:
+    up = [("Content-Type", "application/json"), ("Transfer-Encoding", "chunked"), ("Connection", "close"),
+          ("Content-Encoding", "gzip"), ("Content-Length", "5"), ("x-should-retry", "true"),
+          ("x-request-id", "req_up"), ("x-ratelimit-remaining-requests", "9")]
+    out = dict(response_headers(up))
+    assert out == {"Content-Type": "application/json", "x-ratelimit-remaining-requests": "9",
+                   "x-upstream-request-id": "req_up"}

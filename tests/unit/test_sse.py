@@ -1,0 +1,61 @@
+import json
+
+import pytest
+
+from gateway.sse import EventSplitter, error_payload, error_status, is_visible, parse_event, usage_of
+
+
+def ev(obj: object) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def test_splitter_reassembles_events_across_arbitrary_chunks() -> None:
+    stream = ev({"a": 1}) + b": keep-alive\n\n" + ev({"b": 2}) + b"data: [DONE]\r\n\r\n"
+    for size in (1, 2, 3, 7, 64, len(stream)):
+        s = EventSplitter()
+        out: list[bytes] = []
+        for i in range(0, len(stream), size):
+            out += s.feed(stream[i : i + size])
+        assert b"".join(out) == stream
+        assert len(out) == 4
+        assert s.pending == b""
+
+
+def delta(d: dict, finish: str | None = None) -> bytes:
+    return ev({"id": "x", "choices": [{"index": 0, "delta": d, "finish_reason": finish}]})
+
+
+@pytest.mark.parametrize(
+    ("raw", "visible"),
+    [
+        (delta({"role": "assistant"}), False),
+        (delta({"role": "assistant", "content": ""}), False),
+        (delta({}), False),
+        (b": comment\n\n", False),
+        (ev({"id": "x", "choices": [], "usage": {"prompt_tokens": 1}}), False),
+        (delta({"content": "Hi"}), True),
+        (delta({"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "f", "arguments": ""}}]}), True),
+        (delta({"reasoning_content": "thinking"}), True),
+        (delta({}, "stop"), True),
+        (b"data: [DONE]\n\n", True),
+        (b"data: not json\n\n", True),
+    ],
+)
+def test_visible_events(raw: bytes, visible: bool) -> None:
+    assert is_visible(parse_event(raw)) is visible
+
+
+def test_error_events_in_both_dialects() -> None:
+    openai_style = ev({"error": {"message": "overloaded", "type": "server_error", "code": 503}})
+    anthropic_style = b'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n'
+    content_mentioning_error = delta({"content": "error"})
+    p = error_payload(parse_event(openai_style))
+    assert p is not None and error_status(p) == 503
+    assert error_payload(parse_event(anthropic_style)) is not None
+    assert error_payload(parse_event(content_mentioning_error)) is None
+
+
+def test_usage_chunk_is_found() -> None:
+    doc = usage_of(parse_event(ev({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}})))
+    assert doc is not None and doc["usage"]["completion_tokens"] == 4
+    assert usage_of(parse_event(delta({"content": "the word usage"}))) is None
