@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from multidict import CIMultiDict
 
 
 @dataclass
@@ -68,7 +69,7 @@ Step = Reply | Stream | Drop | Hang | Callable[[dict[str, Any]], Any]
 class Recorded:
     method: str
     path: str
-    headers: dict[str, str]
+    headers: CIMultiDict[str]
     body: bytes
 
     def json(self) -> Any:
@@ -192,7 +193,7 @@ class FakeUpstream:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
-        self.requests.append(Recorded(request.method, request.path, dict(request.headers), body))
+        self.requests.append(Recorded(request.method, request.path, CIMultiDict(request.headers), body))
         try:
             return await self._answer(request, body)
         except asyncio.CancelledError:

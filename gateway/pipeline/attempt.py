@@ -65,24 +65,26 @@ async def attempt(
     body: bytes,
     mode: ReadMode,
 ) -> Outcome:
-    breaker = up.breaker
-    if not breaker.allow():
-        wait = breaker.retry_in_s()
-        return gateway_failure(
-            503,
-            _unavailable(svc, retry_after_s=wait, code="circuit_open"),
-            f"upstream '{up.cfg.name}' is failing; its circuit is open",
-            "circuit_open",
-            final=True,
-        )
     state.attempts += 1
     request = UpstreamRequest(
         method, url, headers, body,
         first_byte_timeout_s=max(0.001, min(svc.cfg.timeouts.first_byte_s, plan.remaining_s())),
     )  # fmt: skip
     outcome = await _exchange(svc, request, mode)
-    _record(svc, up, outcome)
+    label = outcome.classification.type.value if isinstance(outcome, Failure) else "success"
+    svc.telemetry.upstream_attempts.labels(up.cfg.name, label).inc()
     return outcome
+
+
+def circuit_open(svc: Services, up: UpstreamRuntime) -> Failure:
+    wait = up.breaker.retry_in_s()
+    return gateway_failure(
+        503,
+        _unavailable(svc, retry_after_s=wait, code="circuit_open"),
+        f"upstream '{up.cfg.name}' is failing; its circuit is open",
+        "circuit_open",
+        final=True,
+    )
 
 
 async def _exchange(svc: Services, request: UpstreamRequest, mode: ReadMode) -> Outcome:
@@ -119,14 +121,13 @@ async def _peek_stream(svc: Services, resp: UpstreamResponse, headers: list[tupl
             if err is not None:
                 resp.close()
                 return _stream_error(svc, err)
+            held.append(raw)
             if is_visible(event):
-                held.extend(events[: i + 1])
                 # The rest of this chunk is relayed as it is; the relay keeps iterating `chunks`.
                 rest = b"".join(events[i + 1 :]) + splitter.pending
                 return Success(
                     200, headers, response=resp, chunks=chunks, held=held, pending=rest, sse=True
                 )
-            held.append(raw)
     # Clean end before anything visible: the turn produced nothing, so it is worth a retry.
     return _transport(svc, TransportError.STREAM_BROKEN)
 
@@ -159,17 +160,3 @@ def _unavailable(svc: Services, retry_after_s: float, code: str) -> Classificati
         reset_at_ms=reset_at_ms(retry_after_s, svc.wall()),
         provider_code=code,
     )
-
-
-def _record(svc: Services, up: UpstreamRuntime, outcome: Outcome) -> None:
-    if isinstance(outcome, Failure):
-        kind = outcome.classification.type
-        if kind is ErrorType.PROVIDER_UNAVAILABLE:
-            up.breaker.record_failure()
-        else:
-            up.breaker.record_success()
-        label = kind.value
-    else:
-        up.breaker.record_success()
-        label = "success"
-    svc.telemetry.upstream_attempts.labels(up.cfg.name, label).inc()

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from gateway.errors import ErrorType
 from gateway.pipeline.admit import Inbound, admit_chat, model_of, read_body
-from gateway.pipeline.attempt import ReadMode, attempt
+from gateway.pipeline.attempt import ReadMode, attempt, circuit_open
 from gateway.pipeline.outcome import (
     STATE,
     Failure,
@@ -122,6 +122,13 @@ async def _send(
     mode: ReadMode,
     method: str = "POST",
 ) -> Outcome:
+    """Send with retries. The circuit breaker counts whole requests, not attempts: one
+    request's own retries are the retry policy's business, and a permanent 503 must cost
+    exactly 1 + max_retries attempts."""
+    breaker = up.breaker
+    if not breaker.allow():
+        return circuit_open(svc, up)
+
     def before_retry(outcome: Outcome, wait_s: float) -> None:
         assert isinstance(outcome, Failure)
         state.retries += 1
@@ -130,7 +137,16 @@ async def _send(
     async def one() -> Outcome:
         return await attempt(svc, up, state, plan, method, url, headers, body, mode)
 
-    return await run_with_retries(one, plan, failure_of, svc.sleep, before_retry)
+    try:
+        outcome = await run_with_retries(one, plan, failure_of, svc.sleep, before_retry)
+    except BaseException:
+        breaker.record_abandoned()
+        raise
+    if isinstance(outcome, Failure) and outcome.classification.type is ErrorType.PROVIDER_UNAVAILABLE:
+        breaker.record_failure()
+    else:
+        breaker.record_success()  # any answer, even a 4xx, shows the provider is up
+    return outcome
 
 
 def _overflowed(outcome: Outcome) -> bool:

@@ -92,11 +92,10 @@ async def _relay_sse(
     finished = False
     try:
         await resp.prepare(request)
-        first = b"".join(outcome.held)
-        finished = any(f in first for f in _FINISHED) or b"[DONE]" in first
-        pending = splitter.feed(outcome.pending)
-        out, end = _filter(state, pending, strip_usage, svc.wall())
-        await resp.write(first + out)
+        out, end = _filter(state, splitter.feed(outcome.pending), strip_usage, svc.wall())
+        first = b"".join(outcome.held) + out
+        finished = _finishes(first)
+        await resp.write(first)
         if end is not None:
             return await _end_with_error(resp, state, end, stream_id, model)
         async for chunk in outcome.chunks:
@@ -105,13 +104,13 @@ async def _relay_sse(
                 continue
             out, end = _filter(state, events, strip_usage, svc.wall())
             if out:
-                finished = finished or b"[DONE]" in out or any(f in out for f in _FINISHED)
+                finished = finished or _finishes(out)
                 await resp.write(out)
             if end is not None:
                 return await _end_with_error(resp, state, end, stream_id, model)
     except UpstreamFailure as f:
         c = classify(None, {}, b"", now_s=svc.wall(), transport_error=f.kind)
-        return await _end_with_error(resp, state, _Ending(c, _TRANSPORT_TEXT[f.kind]), stream_id, model)
+        return await _end_with_error(resp, state, _Ending(c, _TRANSPORT_TEXT[f.kind], f.kind.value), stream_id, model)
     finally:
         outcome.response.close()
     if splitter.pending.strip():
@@ -120,9 +119,13 @@ async def _relay_sse(
         # The upstream closed cleanly without a finish_reason or [DONE]: the turn is cut short.
         broken = TransportError.STREAM_BROKEN
         c = classify(None, {}, b"", now_s=svc.wall(), transport_error=broken)
-        return await _end_with_error(resp, state, _Ending(c, _TRANSPORT_TEXT[broken]), stream_id, model)
+        return await _end_with_error(resp, state, _Ending(c, _TRANSPORT_TEXT[broken], broken.value), stream_id, model)
     await resp.write_eof()
     return resp
+
+
+def _finishes(data: bytes) -> bool:
+    return b"[DONE]" in data or any(f in data for f in _FINISHED)
 
 
 _TRANSPORT_TEXT = {

@@ -1,0 +1,83 @@
+"""The app in-process on loopback, in front of the scriptable fake upstream.
+
+Sleeps are recorded instead of slept, so retry waits are asserted, not waited out;
+timeouts (first byte, idle) are real but configured short.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from gateway.app import create_app
+from gateway.config import parse_config
+from tests.fakeupstream import FakeUpstream
+
+
+@dataclass
+class Gateway:
+    base: str
+    fake: FakeUpstream
+    session: aiohttp.ClientSession
+    registry: CollectorRegistry
+    app: web.Application
+    slept: list[float] = field(default_factory=list)
+
+    async def chat(self, payload: Any = None, *, data: bytes | None = None,
+                   headers: dict[str, str] | None = None) -> tuple[int, Any, bytes]:
+        if payload is None and data is None:
+            payload = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+        kw: dict[str, Any] = {"json": payload} if data is None else {"data": data}
+        async with self.session.post(self.base + "/v1/chat/completions", headers=headers, **kw) as r:
+            return r.status, r.headers, await r.read()
+
+    def metric(self, name: str, **labels: str) -> float:
+        return self.registry.get_sample_value(name, labels) or 0.0
+
+
+MakeGateway = Callable[..., Awaitable[Gateway]]
+
+
+@pytest.fixture
+async def make_gateway() -> AsyncIterator[MakeGateway]:
+    cleanups: list[Callable[[], Awaitable[None]]] = []
+
+    async def make(extra_yaml: str = "", upstream_yaml: str = "", *, fake: FakeUpstream | None = None,
+                   real_sleep: bool = False, upstreams: str | None = None) -> Gateway:
+        if fake is None:
+            fake = await FakeUpstream().start()
+            cleanups.append(fake.close)
+        if upstreams is None:
+            upstreams = f"  - {{name: primary, base_url: '{fake.url}'{upstream_yaml}}}\n"
+        text = (
+            "upstreams:\n" + upstreams +
+            "timeouts: {connect_s: 2, first_byte_s: 1.0, idle_s: 1.0}\n" + extra_yaml
+        )
+        cfg = parse_config(text, env={})
+        registry = CollectorRegistry()
+        slept: list[float] = []
+
+        async def record_sleep(s: float) -> None:
+            slept.append(s)
+
+        app = create_app(cfg, registry=registry, sleep=asyncio.sleep if real_sleep else record_sleep)
+        runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=0.5)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        session = aiohttp.ClientSession(auto_decompress=False)
+        cleanups.append(runner.cleanup)
+        cleanups.append(session.close)
+        port = runner.addresses[0][1]
+        return Gateway(f"http://127.0.0.1:{port}", fake, session, registry, app, slept)
+
+    yield make
+    for c in reversed(cleanups):
+        await c()

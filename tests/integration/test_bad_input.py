@@ -1,0 +1,116 @@
+"""Bad input gets a clear 4xx in the OpenAI error shape, is never forwarded, and leaves
+the gateway healthy for everyone else."""
+
+import asyncio
+import json
+
+import pytest
+
+
+def assert_gateway_error(status: int, headers, body: bytes, expected_status: int, code: str) -> None:
+    assert status == expected_status
+    err = json.loads(body)["error"]
+    assert set(err) == {"message", "type", "code"} and err["code"] == code
+    assert headers["x-llm-error-type"] == "unknown"
+    assert headers["x-llm-error-retryable"] == "false"
+    assert headers["x-should-retry"] == "false"
+    assert headers["x-llm-attempts"] == "0"
+
+
+@pytest.mark.parametrize(
+    ("data", "code"),
+    [
+        (b"{not json", "invalid_json"),
+        (b"", "invalid_json"),
+        (b"\xff\xfe\x00garbage", "invalid_json"),
+        (b"[1, 2, 3]", "invalid_body"),
+        (b'"a string"', "invalid_body"),
+        (b'{"model": "m", "messages": "hello"}', "invalid_messages"),
+        (b'{"model": "m"}', "invalid_messages"),
+        (b'{"model": "m", "messages": [1, 2]}', "invalid_messages"),
+        (b'{"model": 42, "messages": []}', "invalid_model"),
+        (b'{"model": "m", "messages": [], "stream": "yes"}', "invalid_stream"),
+        (b"[" * 100_000 + b"]" * 100_000, "invalid_json"),
+        (b'{"a":' * 50_000 + b"1" + b"}" * 50_000, "invalid_json"),
+    ],
+    ids=["invalid-json", "empty", "invalid-utf8", "array", "string", "messages-string", "messages-missing",
+         "messages-not-objects", "model-int", "stream-string", "deep-arrays", "deep-objects"],
+)
+async def test_bad_bodies_are_rejected_and_never_forwarded(make_gateway, data: bytes, code: str) -> None:
+    gw = await make_gateway()
+    status, headers, body = await gw.chat(data=data, headers={"Content-Type": "application/json"})
+    assert_gateway_error(status, headers, body, 400, code)
+    assert gw.fake.chat_requests() == []
+    assert (await gw.chat())[0] == 200  # still healthy
+
+
+async def test_body_over_the_limit_is_413_by_content_length(make_gateway) -> None:
+    gw = await make_gateway("server: {max_body_bytes: 1000}\n")
+    status, headers, body = await gw.chat(data=b"x" * 5000)
+    assert_gateway_error(status, headers, body, 413, "request_too_large")
+    assert gw.fake.chat_requests() == []
+
+
+async def test_chunked_body_over_the_limit_is_413_without_reading_it_all(make_gateway) -> None:
+    gw = await make_gateway("server: {max_body_bytes: 100000}\n")
+    sent = 0
+
+    async def endless():
+        nonlocal sent
+        for _ in range(10_000):
+            sent += 65536
+            yield b"x" * 65536
+
+    try:
+        async with gw.session.post(gw.base + "/v1/chat/completions", data=endless()) as r:
+            status, body = r.status, await r.read()
+            assert status == 413 and json.loads(body)["error"]["code"] == "request_too_large"
+    except (ConnectionError, OSError):
+        pass  # the gateway may cut the upload short after answering; that is fine
+    assert sent < 10_000 * 65536
+    assert (await gw.chat())[0] == 200
+
+
+async def test_slow_client_gets_408_and_does_not_block_others(make_gateway) -> None:
+    gw = await make_gateway()  # idle_s is 1 s in the harness
+
+    async def trickle():
+        yield b'{"model": "m", '
+        await asyncio.sleep(3)
+        yield b'"messages": []}'
+
+    async def slow() -> int:
+        async with gw.session.post(gw.base + "/v1/chat/completions", data=trickle(),
+                                   headers={"Content-Type": "application/json"}) as r:
+            return r.status
+
+    slow_task = asyncio.create_task(slow())
+    await asyncio.sleep(0.1)
+    fast = await asyncio.gather(*(gw.chat() for _ in range(10)))
+    assert [s for s, _, _ in fast] == [200] * 10  # served while the slow client dawdles
+    try:
+        assert await slow_task == 408
+    except (ConnectionError, OSError):
+        pass
+
+
+@pytest.mark.parametrize("path", ["/v1/../admin", "/v1/%2e%2e/secrets", "/v1/files/..%2f..%2fetc", "/v1/%252e%252e/x"])
+async def test_hostile_paths_are_refused(make_gateway, path: str) -> None:
+    gw = await make_gateway()
+    async with gw.session.get(gw.base + path) as r:
+        assert r.status in (400, 404)
+        assert r.headers["x-llm-error-type"] == "unknown"
+        assert "error" in await r.json()
+    assert gw.fake.requests == []
+
+
+async def test_absolute_uri_request_target_is_not_proxied(make_gateway) -> None:
+    gw = await make_gateway()
+    host, port = gw.base.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(b"GET http://169.254.169.254/v1/models HTTP/1.1\r\nHost: 169.254.169.254\r\nConnection: close\r\n\r\n")
+    await writer.drain()
+    response = await reader.read()
+    writer.close()
+    assert response.split(b" ", 2)[1] in (b"400", b"404")
+    assert gw.fake.requests == []

@@ -1,0 +1,137 @@
+"""The transparent proxy: bodies, statuses, headers, streaming, routing, auth."""
+
+import asyncio
+import json
+import time
+
+from tests.fakeupstream import FakeUpstream, Reply, Stream, chunk
+
+
+async def test_success_is_relayed_byte_for_byte(make_gateway) -> None:
+    gw = await make_gateway()
+    raw = b'{"id":"x","object":"chat.completion","choices":[],"weird":  [1, 2]}'
+    gw.fake.script(Reply(200, raw, {"Content-Type": "application/json; charset=utf-8", "x-custom": "kept"}))
+    status, headers, body = await gw.chat()
+    assert (status, body) == (200, raw)
+    assert headers["Content-Type"] == "application/json; charset=utf-8"
+    assert headers["x-custom"] == "kept"
+    assert headers["x-llm-attempts"] == "1"
+    assert "x-llm-error-type" not in headers
+
+
+async def test_request_body_reaches_the_upstream_unchanged(make_gateway) -> None:
+    gw = await make_gateway()
+    raw = b'{"model": "gpt-4o-mini",  "messages": [{"role": "user", "content": "h\\u00e9"}], "x": 1}'
+    await gw.chat(data=raw, headers={"Content-Type": "application/json"})
+    assert gw.fake.chat_requests()[-1].body == raw
+
+
+async def test_stream_is_relayed_as_it_arrives_not_buffered(make_gateway) -> None:
+    gw = await make_gateway()
+    events = [chunk({"role": "assistant", "content": ""})] + [chunk({"content": f"w{i}"}) for i in range(5)]
+    events.append(chunk({}, "stop"))
+    gw.fake.script(Stream(events, delay_s=0.3))
+    payload = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    t0 = time.monotonic()
+    arrivals: list[float] = []
+    async with gw.session.post(gw.base + "/v1/chat/completions", json=payload) as r:
+        assert r.headers["Content-Type"].startswith("text/event-stream")
+        async for line in r.content:
+            if line.startswith(b"data: {"):
+                arrivals.append(time.monotonic() - t0)
+    assert len(arrivals) == 7
+    # The first content event arrives long before the upstream has finished (7 x 0.3 s).
+    assert arrivals[1] < 1.2 and arrivals[-1] > 1.8
+
+
+async def test_client_request_id_is_kept_and_sent_upstream(make_gateway) -> None:
+    gw = await make_gateway()
+    _, headers, _ = await gw.chat(headers={"x-request-id": "agent-run-42"})
+    assert headers["x-request-id"] == "agent-run-42"
+    assert gw.fake.chat_requests()[-1].headers["X-Request-Id"] == "agent-run-42"
+    _, headers, _ = await gw.chat(headers={"x-request-id": "bad id with spaces\u00e9"})
+    assert headers["x-request-id"] != "bad id with spaces\u00e9" and len(headers["x-request-id"]) == 32
+
+
+async def test_hop_by_hop_headers_are_not_forwarded(make_gateway) -> None:
+    gw = await make_gateway()
+    await gw.chat(headers={"Connection": "keep-alive, X-Hop", "X-Hop": "1", "Proxy-Authorization": "Basic x",
+                           "TE": "trailers", "OpenAI-Beta": "assistants=v2"})
+    seen = {k.lower() for k in gw.fake.chat_requests()[-1].headers}
+    assert not seen & {"x-hop", "proxy-authorization", "te"}
+    assert "openai-beta" in seen
+
+
+async def test_configured_key_replaces_the_clients_and_never_leaks(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", api_key: sk-gateway-secret")
+    gw.fake.script(Reply(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error",
+                                         "code": "invalid_api_key"}}))
+    status, headers, body = await gw.chat(headers={"Authorization": "Bearer sk-client"})
+    assert gw.fake.chat_requests()[-1].headers["Authorization"] == "Bearer sk-gateway-secret"
+    assert status == 401 and headers["x-llm-error-type"] == "auth"
+    assert b"sk-gateway-secret" not in body and "sk-gateway-secret" not in str(dict(headers))
+
+
+async def test_client_key_is_forwarded_without_a_configured_one(make_gateway) -> None:
+    gw = await make_gateway()
+    await gw.chat(headers={"Authorization": "Bearer sk-client"})
+    assert gw.fake.chat_requests()[-1].headers["Authorization"] == "Bearer sk-client"
+
+
+async def test_other_v1_paths_are_forwarded(make_gateway) -> None:
+    gw = await make_gateway()
+    async with gw.session.get(gw.base + "/v1/models?limit=1") as r:
+        assert r.status == 200 and (await r.json())["data"][0]["id"] == "gpt-4o-mini"
+        assert r.headers["x-llm-attempts"] == "1"
+    assert gw.fake.requests[-1].path == "/v1/models"
+    async with gw.session.post(gw.base + "/v1/embeddings", json={"model": "e", "input": "x"}) as r:
+        assert r.status == 200 and (await r.json())["data"][0]["embedding"] == [0.1, 0.2, 0.3]
+    async with gw.session.get(gw.base + "/v1/nope") as r:
+        assert r.status == 404 and r.headers["x-llm-error-type"] == "unknown"
+
+
+async def test_two_upstreams_routed_by_glob(make_gateway) -> None:
+    async with FakeUpstream() as a, FakeUpstream() as b:
+        gw = await make_gateway(fake=a, upstreams=(
+            f"  - {{name: a, base_url: '{a.url}', models: ['gpt-*']}}\n"
+            f"  - {{name: b, base_url: '{b.url}', models: ['llama*']}}\n"))
+        for model, fake in (("gpt-4o", a), ("llama3", b)):
+            status, _, _ = await gw.chat({"model": model, "messages": []})
+            assert status == 200 and len(fake.chat_requests()) == 1
+        status, headers, body = await gw.chat({"model": "claude-x", "messages": []})
+        assert status == 404 and json.loads(body)["error"]["code"] == "model_not_found"
+        assert headers["x-llm-error-type"] == "unknown"
+
+
+async def test_upstream_unreachable_is_502_classified(make_gateway) -> None:
+    fake = FakeUpstream()
+    fake.port = 9  # discard port: nothing listens there on loopback
+    gw = await make_gateway(fake=fake, extra_yaml="retry: {provider_unavailable: {max_retries: 1, base_delay_s: 0.01, max_delay_s: 0.01}}")
+    status, headers, body = await gw.chat()
+    assert status == 502
+    assert headers["x-llm-error-type"] == "provider_unavailable"
+    assert headers["x-llm-error-retryable"] == "true"
+    assert headers["x-llm-attempts"] == "2"
+    assert json.loads(body)["error"]["code"] == "upstream_unreachable"
+
+
+async def test_gzip_from_upstream_reaches_the_client_decoded(make_gateway) -> None:
+    import gzip
+    gw = await make_gateway()
+    doc = {"id": "x", "object": "chat.completion", "choices": []}
+    gw.fake.script(Reply(200, gzip.compress(json.dumps(doc).encode()), {"Content-Encoding": "gzip"}))
+    status, headers, body = await gw.chat()
+    assert status == 200 and json.loads(body) == doc and "Content-Encoding" not in headers
+
+
+async def test_readyz_healthz_metrics(make_gateway) -> None:
+    gw = await make_gateway()
+    await gw.chat()
+    for path, code in (("/healthz", 200), ("/readyz", 200)):
+        async with gw.session.get(gw.base + path) as r:
+            assert r.status == code
+    async with gw.session.get(gw.base + "/metrics") as r:
+        text = await r.text()
+    assert 'llm_gateway_requests_total{error_type="none",model="gpt-4o-mini",status="200",upstream="primary"} 1.0' in text
+    assert "llm_gateway_in_flight_requests 0.0" in text
+    await asyncio.sleep(0)

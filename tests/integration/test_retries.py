@@ -1,0 +1,127 @@
+"""Status-specific retries, waits and stamps, against the fake upstream."""
+
+import json
+
+from tests.fakeupstream import Drop, Hang, Reply
+
+RATE_LIMITED = {"error": {"message": "Rate limit reached for gpt-4o-mini in organization org-x on requests per min (RPM): Limit 3, Used 3, Requested 1.", "type": "requests", "param": None, "code": "rate_limit_exceeded"}}
+QUOTA = {"error": {"message": "You exceeded your current quota, please check your plan and billing details.", "type": "insufficient_quota", "param": None, "code": "insufficient_quota"}}
+
+
+async def test_429_with_retry_after_is_waited_out_then_succeeds(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.script(Reply(429, RATE_LIMITED, {"retry-after": "2"}), Reply(200, {"ok": True}))
+    status, headers, body = await gw.chat()
+    assert (status, json.loads(body)) == (200, {"ok": True})
+    assert gw.slept == [2.0]
+    assert headers["x-llm-attempts"] == "2"
+    assert gw.metric("llm_gateway_retries_total", upstream="primary", error_type="rate_limit") == 1
+
+
+async def test_429_with_retry_after_ms_wins(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.script(Reply(429, RATE_LIMITED, {"retry-after-ms": "150", "retry-after": "9"}), Reply(200, {}))
+    await gw.chat()
+    assert gw.slept == [0.15]
+
+
+async def test_long_retry_after_is_returned_at_once_with_reset_stamp(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.script(Reply(429, RATE_LIMITED, {"retry-after": "40"}))
+    status, headers, body = await gw.chat()
+    assert status == 429 and gw.slept == []
+    assert headers["x-llm-error-type"] == "rate_limit"
+    assert headers["x-llm-error-retryable"] == "true"
+    assert headers["retry-after"] == "40"
+    assert int(headers["x-llm-error-reset-at"]) > 0
+    assert "x-should-retry" not in headers  # not retried by us: the client may, after 40 s
+    assert json.loads(body) == RATE_LIMITED
+
+
+async def test_rate_limit_gives_up_after_its_retries(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.script(*[Reply(429, RATE_LIMITED)] * 10)
+    status, headers, _ = await gw.chat()
+    assert status == 429 and headers["x-llm-attempts"] == "4"
+    assert headers["x-should-retry"] == "false"
+    assert len(gw.slept) == 3
+
+
+async def test_insufficient_quota_is_budget_answered_402_once(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.script(Reply(429, QUOTA))
+    status, headers, body = await gw.chat()
+    assert status == 402 and json.loads(body) == QUOTA
+    assert headers["x-llm-error-type"] == "budget"
+    assert headers["x-llm-error-retryable"] == "false"
+    assert headers["x-should-retry"] == "false"
+    assert headers["x-llm-attempts"] == "1" and len(gw.fake.chat_requests()) == 1
+
+
+async def test_400_401_413_are_not_retried(make_gateway) -> None:
+    gw = await make_gateway()
+    cases = [
+        (400, {"error": {"message": "Invalid value for 'temperature'", "type": "invalid_request_error", "code": None}}, "unknown"),
+        (401, {"error": {"message": "Incorrect API key provided: sk-xx", "type": "invalid_request_error", "code": "invalid_api_key"}}, "auth"),
+        (413, {"type": "error", "error": {"type": "request_too_large", "message": "Request exceeds the maximum allowed number of bytes."}}, "unknown"),
+    ]
+    for code, body, kind in cases:
+        before = len(gw.fake.chat_requests())
+        gw.fake.script(Reply(code, body))
+        status, headers, got = await gw.chat()
+        assert (status, json.loads(got)) == (code, body)
+        assert headers["x-llm-error-type"] == kind
+        assert headers["x-should-retry"] == "false"
+        assert len(gw.fake.chat_requests()) == before + 1
+    assert gw.slept == []
+
+
+async def test_503s_then_success(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.script(Reply(503, "upstream connect error"), Reply(503, ""), Reply(503, ""), Reply(200, {"ok": 1}))
+    status, headers, _ = await gw.chat()
+    assert status == 200 and headers["x-llm-attempts"] == "4"
+    assert len(gw.slept) == 3 and all(0 < s <= 10 for s in gw.slept)
+
+
+async def test_permanent_529_costs_exactly_six_attempts(make_gateway) -> None:
+    gw = await make_gateway()
+    overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    gw.fake.script(*[Reply(529, overloaded)] * 20)
+    status, headers, body = await gw.chat()
+    assert status == 529 and json.loads(body) == overloaded
+    assert headers["x-llm-attempts"] == "6" and len(gw.fake.chat_requests()) == 6
+    assert headers["x-llm-error-type"] == "provider_unavailable"
+    assert headers["x-should-retry"] == "false"
+    assert gw.metric("llm_gateway_upstream_attempts_total", upstream="primary", outcome="provider_unavailable") == 6
+
+
+async def test_connection_dropped_before_response_is_retried(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.script(Drop(), Reply(200, {"ok": 1}))
+    status, headers, _ = await gw.chat()
+    assert status == 200 and headers["x-llm-attempts"] == "2"
+
+
+async def test_hung_upstream_times_out_at_first_byte_then_succeeds(make_gateway) -> None:
+    gw = await make_gateway()  # first_byte_s is 1 s in the harness
+    gw.fake.script(Hang(30), Reply(200, {"ok": 1}))
+    status, headers, _ = await gw.chat()
+    assert status == 200 and headers["x-llm-attempts"] == "2"
+
+
+async def test_hung_upstream_forever_is_504(make_gateway) -> None:
+    gw = await make_gateway("retry: {provider_unavailable: {max_retries: 1, base_delay_s: 0.01, max_delay_s: 0.01}}\n")
+    gw.fake.script(Hang(30), Hang(30))
+    status, headers, body = await gw.chat()
+    assert status == 504 and json.loads(body)["error"]["code"] == "upstream_timeout"
+    assert headers["x-llm-error-type"] == "provider_unavailable"
+
+
+async def test_deadline_bounds_all_attempts(make_gateway) -> None:
+    gw = await make_gateway("retry: {deadline_s: 1.5}\n", real_sleep=True)
+    gw.fake.script(*[Hang(30)] * 10)
+    import time
+    t0 = time.monotonic()
+    status, headers, _ = await gw.chat()
+    assert status == 504 and time.monotonic() - t0 < 2.5

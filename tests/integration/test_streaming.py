@@ -1,0 +1,123 @@
+"""Streams that never hang: clean replays before the first byte, one classified error
+event (and no [DONE]) after it, and upstream cancellation when the client leaves."""
+
+import asyncio
+import json
+
+from tests.fakeupstream import Reply, Stream, chunk, stream_events
+
+STREAM_REQ = {"model": "gpt-4o-mini", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def data_events(body: bytes) -> list[str]:
+    return [line[6:] for line in body.decode().split("\n") if line.startswith("data: ")]
+
+
+def last_error(body: bytes) -> dict:
+    last = json.loads(data_events(body)[-1])
+    assert last["choices"] == [{"index": 0, "delta": {}, "finish_reason": "error"}]
+    return last["error"]
+
+
+async def test_a_clean_stream_ends_with_done(make_gateway) -> None:
+    gw = await make_gateway()
+    status, headers, body = await gw.chat(STREAM_REQ)
+    events = data_events(body)
+    assert status == 200 and events[-1] == "[DONE]"
+    text = "".join(json.loads(e)["choices"][0]["delta"].get("content") or "" for e in events[:-1])
+    assert text == "Hello from fake."
+
+
+async def test_stream_dropped_after_two_chunks_ends_with_one_error_event(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.script(Stream([chunk({"role": "assistant", "content": ""}), chunk({"content": "Hel"}),
+                           chunk({"content": "lo"})], then="drop"))
+    status, _, body = await gw.chat(STREAM_REQ)
+    assert status == 200 and "[DONE]" not in data_events(body)
+    err = last_error(body)
+    assert err["x_llm_error_type"] == "provider_unavailable" and err["retryable"] is True
+    assert sum('"finish_reason":"error"' in e for e in data_events(body)) == 1
+    assert len(gw.fake.chat_requests()) == 1  # never retried after bytes went out
+
+
+async def test_stalled_stream_ends_after_idle_timeout(make_gateway) -> None:
+    gw = await make_gateway()  # idle_s: 1
+    gw.fake.script(Stream([chunk({"content": "a"})], then="stall"))
+    status, _, body = await asyncio.wait_for(gw.chat(STREAM_REQ), 10)
+    assert status == 200 and last_error(body)["code"] == "idle_timeout"
+
+
+async def test_clean_eof_without_finish_is_not_mistaken_for_done(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.script(Stream([chunk({"content": "a"})], then="eof"))
+    _, _, body = await gw.chat(STREAM_REQ)
+    assert last_error(body)["x_llm_error_type"] == "provider_unavailable"
+
+
+async def test_stream_broken_before_visible_output_is_replayed_silently(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.script(Stream([b": keep-alive\n\n", chunk({"role": "assistant", "content": ""})], then="drop"),
+                   Stream(stream_events()))
+    status, headers, body = await gw.chat(STREAM_REQ)
+    assert status == 200 and headers["x-llm-attempts"] == "2"
+    events = data_events(body)
+    assert events[-1] == "[DONE]" and not any('"error"' in e for e in events)
+    assert sum('"role"' in e for e in events) == 1  # the dead attempt's role chunk was held back
+
+
+async def test_error_status_before_stream_is_retried(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.script(Reply(503, "busy"), Stream(stream_events()))
+    status, headers, body = await gw.chat(STREAM_REQ)
+    assert status == 200 and headers["x-llm-attempts"] == "2" and data_events(body)[-1] == "[DONE]"
+
+
+async def test_error_event_as_first_event_is_retried(make_gateway) -> None:
+    gw = await make_gateway()
+    overloaded = b'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n'
+    gw.fake.script(Stream([overloaded], then="eof"), Stream(stream_events()))
+    status, headers, body = await gw.chat(STREAM_REQ)
+    assert status == 200 and headers["x-llm-attempts"] == "2" and data_events(body)[-1] == "[DONE]"
+
+
+async def test_error_event_mid_stream_becomes_one_classified_error(make_gateway) -> None:
+    gw = await make_gateway()
+    err_event = {"error": {"message": "The server had an error while processing your request.", "type": "server_error", "code": None}}
+    gw.fake.script(Stream([chunk({"content": "a"}), err_event, chunk({"content": "never"})], then="done"))
+    _, _, body = await gw.chat(STREAM_REQ)
+    events = data_events(body)
+    assert "[DONE]" not in events and not any("never" in e for e in events)
+    err = last_error(body)
+    assert err["x_llm_error_type"] == "provider_unavailable"
+    assert err["message"] == "The server had an error while processing your request."
+
+
+async def test_client_disconnect_cancels_the_upstream(make_gateway) -> None:
+    gw = await make_gateway("timeouts: {idle_s: 30}\n".replace("timeouts", "server"), )  if False else await make_gateway()
+    gw.fake.script(Stream([chunk({"content": "a"})] * 2, then="stall"))
+    resp = await gw.session.post(gw.base + "/v1/chat/completions", json=STREAM_REQ)
+    await resp.content.readline()
+    assert gw.metric("llm_gateway_in_flight_requests") == 1
+    resp.close()  # the agent goes away mid-stream
+    for _ in range(50):
+        await asyncio.sleep(0.02)
+        if gw.metric("llm_gateway_in_flight_requests") == 0 and gw.fake.cancelled:
+            break
+    assert gw.metric("llm_gateway_in_flight_requests") == 0
+    assert gw.fake.cancelled == 1
+
+
+async def test_usage_is_counted_and_the_extra_chunk_stripped(make_gateway) -> None:
+    gw = await make_gateway()
+    _, _, body = await gw.chat(STREAM_REQ)
+    sent = gw.fake.chat_requests()[-1].json()
+    assert sent["stream_options"] == {"include_usage": True}
+    assert not any('"usage"' in e and '"choices": []' in e for e in data_events(body))
+    assert gw.metric("llm_gateway_tokens_total", upstream="primary", model="gpt-4o-mini", kind="completion") == 3
+
+
+async def test_usage_chunk_kept_for_a_client_that_asked(make_gateway) -> None:
+    gw = await make_gateway()
+    _, _, body = await gw.chat({**STREAM_REQ, "stream_options": {"include_usage": True}})
+    usage_events = [json.loads(e) for e in data_events(body) if e != "[DONE]" and '"usage"' in e]
+    assert usage_events and usage_events[-1]["choices"] == []
