@@ -21,6 +21,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.config import GatewayConfig
 from gateway.pipeline import forward
+from gateway.pipeline.admit import expect_continue
 from gateway.pipeline.observe import observe
 from gateway.pipeline.stamp import stamp
 from gateway.policy.breaker import CircuitBreaker, CircuitState, RetryBudget
@@ -71,8 +72,8 @@ def create_app(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
-    app.router.add_post("/v1/chat/completions", forward.chat_completions)
-    app.router.add_route("*", "/v1/{tail:.*}", forward.passthrough)
+    app.router.add_post("/v1/chat/completions", forward.chat_completions, expect_handler=expect_continue)
+    app.router.add_route("*", "/v1/{tail:.*}", forward.passthrough, expect_handler=expect_continue)
     app.router.add_route("*", "/{tail:.*}", forward.not_found)
     return app
 

@@ -16,6 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway.pipeline.outcome import Failure, bad_request
+from gateway.services import SERVICES
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +25,19 @@ class Inbound:
     payload: dict[str, Any] | None  # the parsed JSON object, for chat completions
     model: str | None
     stream: bool
+
+
+async def expect_continue(request: web.Request) -> None:
+    """Answer ``Expect: 100-continue`` only for bodies we will accept: a client announcing
+    an oversized body gets the 413 from the handler without uploading it first."""
+    limit = request.app[SERVICES].cfg.server.max_body_bytes
+    declared = request.content_length
+    if request.headers.get("Expect", "").lower() != "100-continue":
+        return  # an unknown expectation is ignored, as RFC 9110 §10.1.1 allows
+    if declared is not None and declared > limit:
+        return
+    await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    request.writer.output_size = 0
 
 
 async def read_body(request: web.Request, max_bytes: int, idle_s: float) -> bytes | Failure:

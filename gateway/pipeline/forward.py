@@ -31,7 +31,7 @@ from gateway.pipeline.outcome import (
 from gateway.pipeline.relay import relay
 from gateway.policy.breaker import CircuitState
 from gateway.policy.compress import compress
-from gateway.policy.retry import RetryPlan, run_with_retries
+from gateway.policy.retry import RetryPlan, StopReason, run_with_retries
 from gateway.routing import UnsafePath, pick_upstream, request_headers, upstream_url
 from gateway.services import SERVICES, Services, UpstreamRuntime
 
@@ -127,6 +127,7 @@ async def _send(
     exactly 1 + max_retries attempts."""
     breaker = up.breaker
     if not breaker.allow():
+        state.retries_settled = True
         return circuit_open(svc, up)
 
     def before_retry(outcome: Outcome, wait_s: float) -> None:
@@ -142,11 +143,15 @@ async def _send(
     except BaseException:
         breaker.record_abandoned()
         raise
+    state.retries_settled = plan.stopped in _SETTLED
     if isinstance(outcome, Failure) and outcome.classification.type is ErrorType.PROVIDER_UNAVAILABLE:
         breaker.record_failure()
     else:
         breaker.record_success()  # any answer, even a 4xx, shows the provider is up
     return outcome
+
+
+_SETTLED = frozenset({StopReason.EXHAUSTED, StopReason.BUDGET, StopReason.DEADLINE})
 
 
 def _overflowed(outcome: Outcome) -> bool:

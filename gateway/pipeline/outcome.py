@@ -30,7 +30,9 @@ class RequestState:
     compressed: bool = False
     compression: dict[str, Any] | None = None
     classification: Classification | None = None  # the final error, if the answer is one
-    gateway_retried: bool = False
+    # The gateway settled retrying for this request (it retried, or declined because of the
+    # budget, deadline or an open circuit): the client's SDK must not retry on top.
+    retries_settled: bool = False
     first_byte_at: float | None = None
     stream_error: ErrorType | None = None  # a committed stream that ended in an error event
     usage: dict[str, int] = field(default_factory=dict)

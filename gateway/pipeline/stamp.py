@@ -34,8 +34,9 @@ async def stamp(request: web.Request, response: web.StreamResponse) -> None:
         h["x-llm-error-reset-at"] = str(c.reset_at_ms)
     if c.retry_after_s is not None:
         h["retry-after"] = str(max(0, math.ceil(c.retry_after_s)))
-    # SDKs retry on their own unless told not to; once we retried, or when retrying cannot
-    # help, their retries would only multiply ours.
-    if state.retries > 0 or not c.retryable:
+    # SDKs retry on their own unless told not to; once we retried (or chose not to, to
+    # protect the provider), or when retrying cannot help, theirs would only multiply ours.
+    # Only a wait we handed back for the client to schedule leaves the header off.
+    if state.retries > 0 or state.retries_settled or not c.retryable:
         h["x-should-retry"] = "false"
 

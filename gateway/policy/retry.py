@@ -39,8 +39,7 @@ class StopReason(enum.StrEnum):
     EXHAUSTED = "exhausted"  # this class's max_retries used up
     WAIT_TOO_LONG = "wait_too_long"  # server asked for more than max_retry_after_s
     DEADLINE = "deadline"
-    BUDGET = "budget"  # the cross-request retry budget said no
-    CIRCUIT_OPEN = "circuit_open"
+    BUDGET = "budget"  # the cross-request retry budget (or an open circuit) said no
 
 
 def backoff_s(cls_cfg: RetryClassConfig, retry_number: int, rand: float) -> float:
