@@ -48,6 +48,9 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         response = await handler(request)
         status = response.status
+        if state.first_byte_at is None:
+            # A buffered response is complete here and its head leaves right after.
+            state.first_byte_at = svc.monotonic()
         return response
     except web.HTTPException as e:
         status = e.status

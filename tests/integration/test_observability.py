@@ -1,0 +1,56 @@
+"""Metrics move, the log line has the contract fields, and no secret or prompt is logged."""
+
+import json
+import logging
+
+import pytest
+
+from gateway.logs import JsonFormatter
+from tests.fakeupstream import Reply
+
+SECRET_KEY = "sk-proj-SECRETSECRETSECRET"
+PROMPT = "my confidential prompt about project nightingale"
+
+
+async def test_log_line_per_request_without_secrets(make_gateway, caplog: pytest.LogCaptureFixture) -> None:
+    gw = await make_gateway(upstream_yaml=f", api_key: {SECRET_KEY}")
+    caplog.set_level(logging.INFO, logger="gateway")
+    gw.fake.script(Reply(400, {"error": {"message": f"bad request echoing {PROMPT}", "type": "invalid_request_error",
+                                         "code": None}}))
+    payload = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": PROMPT}]}
+    await gw.chat(payload, headers={"Authorization": "Bearer sk-client-SECRET2", "x-request-id": "rid-obs"})
+    await gw.chat(payload, headers={"Authorization": "Bearer sk-client-SECRET2"})
+    await gw.chat(data=b'{"messages": "' + PROMPT.encode() + b'"')  # invalid JSON quoting the prompt
+    formatter = JsonFormatter()
+    lines = [formatter.format(r) for r in caplog.records]
+    text = "\n".join(lines)
+    for secret in (SECRET_KEY, "sk-client-SECRET2", PROMPT, "nightingale", "Bearer"):
+        assert secret not in text
+    records = [json.loads(line) for line in lines if '"event":"request"' in line]
+    assert len(records) == 3
+    first = next(r for r in records if r["request_id"] == "rid-obs")
+    assert first | {"duration_ms": 0, "ttfb_ms": 0} == {
+        "ts": first["ts"], "level": "info", "logger": "gateway.access", "event": "request",
+        "request_id": "rid-obs", "upstream": "primary", "model": "gpt-4o-mini", "status": 400,
+        "error_type": "unknown", "attempts": 1, "retries": 0, "compressed": False, "stream": False,
+        "duration_ms": 0, "ttfb_ms": 0,
+    } | ({"provider_code": first["provider_code"]} if "provider_code" in first else {})
+
+
+async def test_tokens_and_durations_are_counted(make_gateway) -> None:
+    gw = await make_gateway()
+    await gw.chat()
+    assert gw.metric("llm_gateway_tokens_total", upstream="primary", model="gpt-4o-mini", kind="prompt") == 12
+    assert gw.metric("llm_gateway_tokens_total", upstream="primary", model="gpt-4o-mini", kind="completion") == 7
+    assert gw.metric("llm_gateway_request_duration_seconds_count", upstream="primary", model="gpt-4o-mini") == 1
+    assert gw.metric("llm_gateway_time_to_first_byte_seconds_count", upstream="primary", model="gpt-4o-mini") == 1
+    assert gw.metric("llm_gateway_upstream_attempts_total", upstream="primary", outcome="success") == 1
+
+
+async def test_unknown_models_do_not_explode_label_cardinality(make_gateway) -> None:
+    gw = await make_gateway()
+    for i in range(120):
+        await gw.chat({"model": f"random-{i}", "messages": []})
+    models = {s.labels["model"] for m in gw.registry.collect() if m.name == "llm_gateway_requests"
+              for s in m.samples}
+    assert len(models) <= 101 and "other" in models

@@ -1,0 +1,61 @@
+"""The public contract is listed in README and pinned here: headers, metric names, config keys."""
+
+import re
+from pathlib import Path
+
+import yaml
+
+from gateway.config import GatewayConfig, UpstreamConfig
+from gateway.errors import ErrorType
+from tests.unit.test_telemetry import CONTRACT
+
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+
+HEADERS = ["x-llm-error-type", "x-llm-error-retryable", "x-llm-error-reset-at", "retry-after",
+           "x-should-retry", "x-request-id", "x-llm-attempts", "x-llm-compressed"]
+
+
+def test_error_types_are_the_header_values() -> None:
+    assert {t.value for t in ErrorType} == {"budget", "rate_limit", "provider_unavailable",
+                                            "context_overflow", "auth", "unknown"}
+    assert {t for t in ErrorType if t.retryable} == {ErrorType.RATE_LIMIT, ErrorType.PROVIDER_UNAVAILABLE}
+
+
+def test_readme_lists_every_header_error_type_and_metric() -> None:
+    for h in HEADERS:
+        assert f"`{h}`" in README, h
+    for t in ErrorType:
+        assert f"`{t.value}`" in README, t
+    for name in CONTRACT:
+        assert f"`{name}`" in README, name
+
+
+def _keys(node: object, prefix: str = "") -> set[str]:
+    out: set[str] = set()
+    if isinstance(node, dict):
+        for k, v in node.items():
+            out.add(prefix + k)
+            out |= _keys(v, prefix + k + ".")
+    elif isinstance(node, list):
+        for item in node:
+            out |= _keys(item, prefix)
+    return out
+
+
+def _model_keys(model: type, prefix: str = "") -> set[str]:
+    out: set[str] = set()
+    for name, field in model.model_fields.items():  # type: ignore[attr-defined]
+        out.add(prefix + name)
+        ann = field.annotation
+        inner = getattr(ann, "__args__", (ann,))
+        for t in inner:
+            if isinstance(t, type) and hasattr(t, "model_fields"):
+                out |= _model_keys(t, prefix + name + ".")
+    return out
+
+
+def test_readme_config_reference_matches_the_models() -> None:
+    block = re.search(r"## Configuration.*?```yaml\n(.*?)```", README, re.S)
+    assert block is not None
+    documented = _keys(yaml.safe_load(block.group(1)))
+    assert documented == _model_keys(GatewayConfig) | {f"upstreams.{k}" for k in UpstreamConfig.model_fields} - {"upstreams"} | {"upstreams"}

@@ -1,0 +1,44 @@
+from prometheus_client import CollectorRegistry
+
+from gateway.telemetry import MAX_MODELS, ModelLabels, Telemetry, status_label
+
+# SPEC "Metrics": the names, types and labels dashboards and alerts rely on.
+CONTRACT = {
+    "llm_gateway_requests_total": ("counter", {"upstream", "model", "status", "error_type"}),
+    "llm_gateway_request_duration_seconds": ("histogram", {"upstream", "model"}),
+    "llm_gateway_time_to_first_byte_seconds": ("histogram", {"upstream", "model"}),
+    "llm_gateway_upstream_attempts_total": ("counter", {"upstream", "outcome"}),
+    "llm_gateway_retries_total": ("counter", {"upstream", "error_type"}),
+    "llm_gateway_compressions_total": ("counter", {"upstream", "outcome"}),
+    "llm_gateway_in_flight_requests": ("gauge", set()),
+    "llm_gateway_circuit_open": ("gauge", {"upstream"}),
+    "llm_gateway_tokens_total": ("counter", {"upstream", "model", "kind"}),
+}
+
+
+def test_every_contract_metric_exists_with_its_type_and_labels() -> None:
+    t = Telemetry(CollectorRegistry(), ["gpt-4o"])
+    found = {}
+    for name, attr in vars(t).items():
+        if hasattr(attr, "_labelnames"):
+            base = attr._name
+            kind = attr._type
+            full = base + "_total" if kind == "counter" else base
+            found[full] = (kind, set(attr._labelnames))
+    assert found == CONTRACT
+
+
+def test_model_labels_are_bounded() -> None:
+    labels = ModelLabels(["gpt-4o", "claude-*"])
+    assert labels("gpt-4o") == "gpt-4o"
+    assert labels(None) == "none"
+    seen = [labels(f"m{i}") for i in range(MAX_MODELS + 50)]
+    assert seen[:MAX_MODELS] == [f"m{i}" for i in range(MAX_MODELS)]
+    assert set(seen[MAX_MODELS:]) == {"other"}
+    assert labels("gpt-4o") == "gpt-4o"  # configured names always keep their label
+    assert labels("claude-*") == "other"  # a glob is not a name
+    assert labels("x" * 500) == "other"
+
+
+def test_status_label_is_a_fixed_set() -> None:
+    assert status_label(200) == "200" and status_label(999) == "other"
