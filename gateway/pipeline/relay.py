@@ -110,7 +110,8 @@ async def _relay_sse(
                 return await _end_with_error(resp, state, end, stream_id, model)
     except UpstreamFailure as f:
         c = classify(None, {}, b"", now_s=svc.wall(), transport_error=f.kind)
-        return await _end_with_error(resp, state, _Ending(c, _TRANSPORT_TEXT[f.kind], f.kind.value), stream_id, model)
+        ending = _Ending(c, _TRANSPORT_TEXT[f.kind], f.kind.value)
+        return await _end_with_error(resp, state, ending, stream_id, model)
     finally:
         outcome.response.close()
     if splitter.pending.strip():
@@ -119,7 +120,8 @@ async def _relay_sse(
         # The upstream closed cleanly without a finish_reason or [DONE]: the turn is cut short.
         broken = TransportError.STREAM_BROKEN
         c = classify(None, {}, b"", now_s=svc.wall(), transport_error=broken)
-        return await _end_with_error(resp, state, _Ending(c, _TRANSPORT_TEXT[broken], broken.value), stream_id, model)
+        ending = _Ending(c, _TRANSPORT_TEXT[broken], broken.value)
+        return await _end_with_error(resp, state, ending, stream_id, model)
     await resp.write_eof()
     return resp
 

@@ -135,3 +135,13 @@ async def test_readyz_healthz_metrics(make_gateway) -> None:
     assert 'llm_gateway_requests_total{error_type="none",model="gpt-4o-mini",status="200",upstream="primary"} 1.0' in text
     assert "llm_gateway_in_flight_requests 0.0" in text
     await asyncio.sleep(0)
+
+
+async def test_gzip_request_body_is_decoded_before_forwarding(make_gateway) -> None:
+    import gzip
+    gw = await make_gateway()
+    raw = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    status, _, _ = await gw.chat(data=gzip.compress(raw), headers={"Content-Encoding": "gzip",
+                                                                   "Content-Type": "application/json"})
+    sent = gw.fake.chat_requests()[-1]
+    assert status == 200 and sent.body == raw and "Content-Encoding" not in sent.headers

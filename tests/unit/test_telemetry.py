@@ -19,7 +19,7 @@ CONTRACT = {
 def test_every_contract_metric_exists_with_its_type_and_labels() -> None:
     t = Telemetry(CollectorRegistry(), ["gpt-4o"])
     found = {}
-    for name, attr in vars(t).items():
+    for attr in vars(t).values():
         if hasattr(attr, "_labelnames"):
             base = attr._name
             kind = attr._type
