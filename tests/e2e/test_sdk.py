@@ -147,3 +147,18 @@ def test_request_ids_and_log_line_without_secrets(sdk, readme_gateway, upstream:
     for field in ("request_id", "model", "error_type", "compressed", "duration_ms", "ttfb_ms"):
         assert field in line
     assert "sk-very-secret-key-123" not in logs and "my secret prompt text" not in logs
+
+
+def test_context_overflow_of_a_long_agent_conversation_is_rescued(sdk, readme_gateway, upstream: FakeUpstream) -> None:
+    from tests.convo import agent_conversation, assert_valid_conversation
+
+    upstream.context_limit = 20000
+    messages = agent_conversation(rounds=60, output_bytes=2500)
+    r = sdk(readme_gateway).chat.completions.with_raw_response.create(
+        model="gpt-4o-mini", messages=messages, max_tokens=2000)
+    assert r.parse().choices[0].message.content  # a plain success for the agent
+    assert r.headers["x-llm-compressed"] == "true" and r.headers["x-llm-attempts"] == "2"
+    first, second = (req.json() for req in upstream.chat_requests())
+    assert first["messages"] == messages
+    assert_valid_conversation(second["messages"])
+    assert second["messages"][0] == messages[0] and second["messages"][-1] == messages[-1]

@@ -1,0 +1,71 @@
+"""Compress-and-retry end to end through the app: once, reactive, valid, and switchable."""
+
+import json
+
+from tests.convo import agent_conversation, assert_valid_conversation
+from tests.fakeupstream import estimate_tokens
+
+
+def overflowing(rounds: int = 40, **kw) -> dict:
+    return {"model": "gpt-4o-mini", "messages": agent_conversation(rounds, **kw), "max_tokens": 1000}
+
+
+async def test_long_agent_conversation_succeeds_after_one_compressed_retry(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.context_limit = 16000
+    payload = overflowing()
+    assert estimate_tokens(payload) > 16000
+    status, headers, body = await gw.chat(payload)
+    assert status == 200, body
+    assert headers["x-llm-compressed"] == "true" and headers["x-llm-attempts"] == "2"
+    first, second = (r.json() for r in gw.fake.chat_requests())
+    assert first == payload  # never compressed before the provider said so
+    sent = second["messages"]
+    assert_valid_conversation(sent)
+    assert sent[0] == payload["messages"][0] and sent[-1] == payload["messages"][-1]
+    assert estimate_tokens(second) + second.get("max_tokens", 0) <= 16000
+    assert "earlier" in json.dumps(sent).lower() or "truncated" in json.dumps(sent).lower()
+    assert gw.metric("llm_gateway_compressions_total", upstream="primary", outcome="applied") == 1
+
+
+async def test_streaming_requests_are_compressed_too(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.context_limit = 16000
+    status, headers, body = await gw.chat({**overflowing(), "stream": True})
+    assert status == 200 and headers["x-llm-compressed"] == "true"
+    assert body.rstrip().endswith(b"data: [DONE]")
+
+
+async def test_impossible_request_returns_the_overflow_after_at_most_two_calls(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.context_limit = 2000
+    payload = {"model": "gpt-4o-mini", "messages": [{"role": "system", "content": "Be brief."},
+                                                    {"role": "user", "content": "word " * 20000}]}
+    status, headers, body = await gw.chat(payload)
+    assert status == 400 and headers["x-llm-error-type"] == "context_overflow"
+    assert headers["x-llm-error-retryable"] == "false" and headers["x-should-retry"] == "false"
+    assert json.loads(body)["error"]["code"] == "context_length_exceeded"
+    assert len(gw.fake.chat_requests()) <= 2
+
+
+async def test_second_overflow_is_returned_classified_and_never_compressed_twice(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.context_limit = 16000
+    # The provider keeps saying "too long" whatever we send.
+    from tests.fakeupstream import overflow_error
+    gw.fake.script(overflow_error(16000, 40000, None), overflow_error(16000, 17000, None),
+                   overflow_error(16000, 17000, None))
+    status, headers, _ = await gw.chat(overflowing())
+    assert status == 400 and headers["x-llm-error-type"] == "context_overflow"
+    assert headers["x-llm-compressed"] == "true" and headers["x-llm-attempts"] == "2"
+    assert len(gw.fake.chat_requests()) == 2
+    assert gw.metric("llm_gateway_compressions_total", upstream="primary", outcome="still_overflow") == 1
+
+
+async def test_compression_disabled_returns_the_first_overflow_untouched(make_gateway) -> None:
+    gw = await make_gateway("compression: {enabled: false}\n")
+    gw.fake.context_limit = 16000
+    status, headers, body = await gw.chat(overflowing())
+    assert status == 400 and headers["x-llm-error-type"] == "context_overflow"
+    assert "x-llm-compressed" not in headers and len(gw.fake.chat_requests()) == 1
+    assert "maximum context length is 16000 tokens" in json.loads(body)["error"]["message"]
