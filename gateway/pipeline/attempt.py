@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.errors import Classification, ErrorType, TransportError
@@ -54,25 +55,26 @@ def _lower(headers: Mapping[str, str]) -> dict[str, str]:
     return {k.lower(): v for k, v in headers.items()}
 
 
-async def attempt(
-    svc: Services,
-    up: UpstreamRuntime,
-    state: RequestState,
-    plan: RetryPlan,
-    method: str,
-    url: str,
-    headers: Mapping[str, str],
-    body: bytes,
-    mode: ReadMode,
-) -> Outcome:
+@dataclass(frozen=True, slots=True)
+class Call:
+    """Where and how one client request goes upstream; the body may change (compression)."""
+
+    up: UpstreamRuntime
+    method: str
+    url: str
+    headers: Mapping[str, str]
+    mode: ReadMode
+
+
+async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes) -> Outcome:
     state.attempts += 1
     request = UpstreamRequest(
-        method, url, headers, body,
+        call.method, call.url, call.headers, body,
         first_byte_timeout_s=max(0.001, min(svc.cfg.timeouts.first_byte_s, plan.remaining_s())),
     )  # fmt: skip
-    outcome = await _exchange(svc, request, mode)
+    outcome = await _exchange(svc, request, call.mode)
     label = outcome.classification.type.value if isinstance(outcome, Failure) else "success"
-    svc.telemetry.upstream_attempts.labels(up.cfg.name, label).inc()
+    svc.telemetry.upstream_attempts.labels(call.up.cfg.name, label).inc()
     return outcome
 
 

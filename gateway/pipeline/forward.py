@@ -12,14 +12,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
 
 from gateway.errors import ErrorType
 from gateway.pipeline.admit import Inbound, admit_chat, model_of, read_body
-from gateway.pipeline.attempt import ReadMode, attempt, circuit_open
+from gateway.pipeline.attempt import Call, ReadMode, attempt, circuit_open
 from gateway.pipeline.outcome import (
     STATE,
     Failure,
@@ -41,21 +40,24 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     body = await read_body(request, svc.cfg.server.max_body_bytes, svc.cfg.timeouts.idle_s)
     inbound = admit_chat(body) if isinstance(body, bytes) else body
     if isinstance(inbound, Failure):
-        return await relay(request, svc, state, inbound, strip_usage=False)
+        return await relay(request, svc, state, inbound)
     state.model, state.stream = inbound.model, inbound.stream
     up = _route(svc, state, inbound.model)
     if isinstance(up, Failure):
-        return await relay(request, svc, state, up, strip_usage=False)
+        return await relay(request, svc, state, up)
 
-    url = upstream_url(up.cfg.base_url, "/v1/chat/completions", request.query_string)
-    headers = request_headers(request.headers.items(), up.cfg, state.request_id)
-    mode = ReadMode.STREAM if inbound.stream else ReadMode.BUFFER
+    call = Call(
+        up, "POST",
+        upstream_url(up.cfg.base_url, "/v1/chat/completions", request.query_string),
+        request_headers(request.headers.items(), up.cfg, state.request_id),
+        ReadMode.STREAM if inbound.stream else ReadMode.BUFFER,
+    )  # fmt: skip
     payload, strip_usage = _ask_for_stream_usage(inbound, up)
     plan = _plan(svc, up)
 
-    outcome = await _send(svc, up, state, plan, url, headers, _encode(payload, inbound), mode)
-    if _overflowed(outcome) and svc.cfg.compression.enabled and inbound.payload is not None:
-        outcome = await _rescue(svc, up, state, plan, url, headers, payload, outcome, mode)
+    outcome = await _send(svc, state, plan, call, _encode(payload, inbound))
+    if isinstance(outcome, Failure) and _overflowed(outcome) and svc.cfg.compression.enabled:
+        outcome = await _rescue(svc, state, plan, call, payload, outcome)
     return await relay(request, svc, state, outcome, strip_usage=strip_usage)
 
 
@@ -65,20 +67,18 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     try:
         url_for = upstream_url("", request.raw_path.split("?", 1)[0], request.query_string)
     except UnsafePath as e:
-        return await relay(request, svc, state, bad_request(str(e), "invalid_path"), strip_usage=False)
+        return await relay(request, svc, state, bad_request(str(e), "invalid_path"))
     body = await read_body(request, svc.cfg.server.max_body_bytes, svc.cfg.timeouts.idle_s)
     if isinstance(body, Failure):
-        return await relay(request, svc, state, body, strip_usage=False)
+        return await relay(request, svc, state, body)
     state.model = model_of(body, request.headers.get("Content-Type", ""))
     up = _route(svc, state, state.model)
     if isinstance(up, Failure):
-        return await relay(request, svc, state, up, strip_usage=False)
+        return await relay(request, svc, state, up)
     headers = request_headers(request.headers.items(), up.cfg, state.request_id)
-    plan = _plan(svc, up)
-    outcome = await _send(
-        svc, up, state, plan, up.cfg.base_url + url_for, headers, body, ReadMode.RAW, request.method
-    )
-    return await relay(request, svc, state, outcome, strip_usage=False)
+    call = Call(up, request.method, up.cfg.base_url + url_for, headers, ReadMode.RAW)
+    outcome = await _send(svc, state, _plan(svc, up), call, body)
+    return await relay(request, svc, state, outcome)
 
 
 async def not_found(request: web.Request) -> web.StreamResponse:
@@ -88,7 +88,7 @@ async def not_found(request: web.Request) -> web.StreamResponse:
         "not_found",
         status=404,
     )
-    return await relay(request, svc, state, failure, strip_usage=False)
+    return await relay(request, svc, state, failure)
 
 
 def _route(svc: Services, state: RequestState, model: str | None) -> UpstreamRuntime | Failure:
@@ -111,20 +111,11 @@ def _plan(svc: Services, up: UpstreamRuntime) -> RetryPlan:
     return RetryPlan(svc.cfg.retry, now=svc.monotonic, rand=svc.rand, may_retry=may_retry)
 
 
-async def _send(
-    svc: Services,
-    up: UpstreamRuntime,
-    state: RequestState,
-    plan: RetryPlan,
-    url: str,
-    headers: Mapping[str, str],
-    body: bytes,
-    mode: ReadMode,
-    method: str = "POST",
-) -> Outcome:
+async def _send(svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes) -> Outcome:
     """Send with retries. The circuit breaker counts whole requests, not attempts: one
     request's own retries are the retry policy's business, and a permanent 503 must cost
     exactly 1 + max_retries attempts."""
+    up = call.up
     breaker = up.breaker
     if not breaker.allow():
         state.retries_settled = True
@@ -136,7 +127,7 @@ async def _send(
         svc.telemetry.retries.labels(up.cfg.name, outcome.classification.type.value).inc()
 
     async def one() -> Outcome:
-        return await attempt(svc, up, state, plan, method, url, headers, body, mode)
+        return await attempt(svc, state, plan, call, body)
 
     try:
         outcome = await run_with_retries(one, plan, failure_of, svc.sleep, before_retry)
@@ -163,17 +154,14 @@ def _overflowed(outcome: Outcome) -> bool:
 
 async def _rescue(
     svc: Services,
-    up: UpstreamRuntime,
     state: RequestState,
     plan: RetryPlan,
-    url: str,
-    headers: Mapping[str, str],
+    call: Call,
     payload: dict[str, Any],
-    overflow: Outcome,
-    mode: ReadMode,
+    overflow: Failure,
 ) -> Outcome:
     """Exactly one compress-and-retry; a second overflow goes back to the client."""
-    assert isinstance(overflow, Failure)
+    up = call.up
     counter = svc.telemetry.compressions
     result = compress(
         payload, error_message=overflow.classification.message, context_window=up.cfg.context_window
@@ -184,7 +172,7 @@ async def _rescue(
         return overflow
     state.compressed = True
     body = json.dumps(result.payload, ensure_ascii=False).encode()
-    outcome = await _send(svc, up, state, plan, url, headers, body, mode)
+    outcome = await _send(svc, state, plan, call, body)
     label = "still_overflow" if _overflowed(outcome) else "applied"
     state.compression["outcome"] = label
     counter.labels(up.cfg.name, label).inc()

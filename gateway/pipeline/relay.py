@@ -31,7 +31,7 @@ _FINISHED = (b'"finish_reason":"', b'"finish_reason": "')
 
 
 async def relay(
-    request: web.Request, svc: Services, state: RequestState, outcome: Outcome, *, strip_usage: bool
+    request: web.Request, svc: Services, state: RequestState, outcome: Outcome, *, strip_usage: bool = False
 ) -> web.StreamResponse:
     if isinstance(outcome, Failure):
         state.classification = outcome.classification
