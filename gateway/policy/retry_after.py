@@ -1,0 +1,156 @@
+"""How long a server asked us to wait, from every header and body dialect that says so.
+
+Sources, first match wins:
+
+1. ``retry-after-ms``: milliseconds (OpenAI and Azure send it beside ``retry-after``).
+2. ``retry-after``: delta-seconds or an HTTP-date (RFC 9110 §10.2.3).
+3. OpenAI ``x-ratelimit-reset-requests`` / ``-tokens``: Go durations such as ``6m0s``,
+   ``1.5s``, ``20ms``; the one whose ``x-ratelimit-remaining-*`` is 0, else the later.
+4. Anthropic ``anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-reset``:
+   RFC 3339 instants; the one whose ``-remaining`` is 0, else the later.
+5. Google ``google.rpc.RetryInfo`` in the body's ``error.details``: ``retryDelay`` as a
+   protobuf Duration string (``"37s"``, ``"1.5s"``).
+6. Hugging Face TGI / Inference API ``estimated_time`` (seconds) while a model loads.
+
+Pure: the current time is passed in; garbage never raises, it is ignored.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+_GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_MAX_WAIT_S = 7 * 24 * 3600.0  # anything longer is a parsing accident, not a real request
+
+
+def reset_at_ms(wait_s: float, now_s: float) -> int:
+    return round((now_s + wait_s) * 1000)
+
+
+def _sane(wait: float | None) -> float | None:
+    if wait is None or math.isnan(wait) or wait < 0 or wait > _MAX_WAIT_S:
+        return None
+    return wait
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text.strip())
+    except ValueError:
+        return None
+
+
+def go_duration_s(text: str) -> float | None:
+    """``1h2m3.5s`` → 3723.5; the whole string must be made of duration parts."""
+    text = text.strip()
+    if not text:
+        return None
+    plain = _float(text)
+    if plain is not None:
+        return plain  # some proxies send bare seconds here
+    total, pos = 0.0, 0
+    for m in _GO_DURATION.finditer(text):
+        if m.start() != pos:
+            return None
+        total += float(m.group(1)) * _GO_UNITS[m.group(2)]
+        pos = m.end()
+    return total if pos == len(text) else None
+
+
+def http_retry_after_s(value: str, now_s: float) -> float | None:
+    seconds = _float(value)
+    if seconds is not None:
+        return seconds
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return max(0.0, when.timestamp() - now_s)
+
+
+def rfc3339_wait_s(value: str, now_s: float) -> float | None:
+    try:
+        when = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - now_s)
+
+
+def _pick(waits: list[tuple[float, bool]]) -> float | None:
+    """The wait of an exhausted limit if one is exhausted, else the longest."""
+    if not waits:
+        return None
+    exhausted = [w for w, is_exhausted in waits if is_exhausted]
+    return max(exhausted) if exhausted else max(w for w, _ in waits)
+
+
+def _openai_reset(headers: Mapping[str, str]) -> float | None:
+    waits = []
+    for kind in ("requests", "tokens"):
+        raw = headers.get(f"x-ratelimit-reset-{kind}")
+        wait = go_duration_s(raw) if raw else None
+        if wait is not None:
+            waits.append((wait, headers.get(f"x-ratelimit-remaining-{kind}", "").strip() == "0"))
+    return _pick(waits)
+
+
+def _anthropic_reset(headers: Mapping[str, str], now_s: float) -> float | None:
+    waits = []
+    for kind in ("requests", "tokens", "input-tokens", "output-tokens"):
+        raw = headers.get(f"anthropic-ratelimit-{kind}-reset")
+        wait = rfc3339_wait_s(raw, now_s) if raw else None
+        if wait is not None:
+            remaining = headers.get(f"anthropic-ratelimit-{kind}-remaining", "").strip()
+            waits.append((wait, remaining == "0"))
+    return _pick(waits)
+
+
+def _body_wait(body: Any) -> float | None:
+    if isinstance(body, list) and body:
+        body = body[0]  # Gemini's OpenAI-compatible endpoint wraps errors in a list
+    if not isinstance(body, dict):
+        return None
+    err = body.get("error")
+    details = err.get("details") if isinstance(err, dict) else None
+    if isinstance(details, list):
+        for d in details:
+            if isinstance(d, dict) and str(d.get("@type", "")).endswith("google.rpc.RetryInfo"):
+                delay = d.get("retryDelay")
+                if isinstance(delay, str) and delay.endswith("s"):
+                    return _float(delay[:-1])
+    estimated = body.get("estimated_time")
+    if isinstance(estimated, (int, float)) and not isinstance(estimated, bool):
+        return float(estimated)
+    return None
+
+
+def server_wait_s(
+    headers: Mapping[str, str], body: Any, now_s: float, *, rate_limit_resets: bool = True
+) -> float | None:
+    """Seconds the server asked us to wait, or None when it did not say. Keys are lowercase.
+
+    OpenAI and Anthropic send their rate-limit reset headers on *every* response, so they
+    mean "wait" only on a rate-limit or quota error: pass ``rate_limit_resets=False`` for
+    any other class, or a 503 would inherit a 6-minute token-window reset.
+    """
+    raw_ms = headers.get("retry-after-ms")
+    if raw_ms:
+        ms = _float(raw_ms)
+        if (wait := _sane(ms / 1000 if ms is not None else None)) is not None:
+            return wait
+    raw = headers.get("retry-after")
+    if raw and (wait := _sane(http_retry_after_s(raw, now_s))) is not None:
+        return wait
+    if rate_limit_resets:
+        for candidate in (_openai_reset(headers), _anthropic_reset(headers, now_s)):
+            if (wait := _sane(candidate)) is not None:
+                return wait
+    return _sane(_body_wait(body))
