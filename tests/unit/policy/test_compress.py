@@ -1,0 +1,163 @@
+"""Compression over a table of conversations × limits: validity, what is kept verbatim,
+how much of the budget is used, and the notes that say what was cut."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from gateway.policy.compress import compress
+from gateway.policy.tokens import request_tokens
+from tests.convo import agent_conversation, assert_valid_conversation
+
+
+def openai_overflow(limit: int, payload: dict[str, Any], ratio: float = 1.1) -> str:
+    used = int(request_tokens(payload) * ratio)  # the "provider" counts 10 % more than we do
+    return (f"This model's maximum context length is {limit} tokens. However, your messages "
+            f"resulted in {used} tokens. Please reduce the length of the messages.")
+
+
+def plain_chat(turns: int = 60) -> list[dict[str, Any]]:
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are helpful."}]
+    for i in range(turns):
+        msgs += [{"role": "user", "content": f"Question {i}: " + "why " * 200},
+                 {"role": "assistant", "content": f"Answer {i}: " + "because " * 200}]
+    msgs.append({"role": "user", "content": "Final question?"})
+    return msgs
+
+
+def giant_output() -> list[dict[str, Any]]:
+    msgs = agent_conversation(3)
+    msgs.insert(-1, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "big", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\": \"log.txt\"}"}}]})
+    msgs.insert(-1, {"role": "tool", "tool_call_id": "big", "content": "HEAD-MARK " + "log line\n" * 60_000 + " TAIL-MARK"})
+    return msgs
+
+
+def multimodal() -> list[dict[str, Any]]:
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "Describe images."}]
+    for i in range(20):
+        msgs.append({"role": "user", "content": [{"type": "text", "text": f"Image {i}: " + "detail " * 400},
+                                                 {"type": "image_url", "image_url": {"url": f"https://x/{i}.png"}}]})
+        msgs.append({"role": "assistant", "content": "It shows " + "things " * 300})
+    msgs.append({"role": "user", "content": [{"type": "text", "text": "And the last one?"}]})
+    return msgs
+
+
+def parallel_tools() -> list[dict[str, Any]]:
+    msgs: list[dict[str, Any]] = [{"role": "developer", "content": "Use tools."}, {"role": "user", "content": "Go."}]
+    for i in range(25):
+        ids = [f"c{i}_{j}" for j in range(3)]
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": c, "type": "function", "function": {"name": "grep", "arguments": "{}"}} for c in ids]})
+        msgs += [{"role": "tool", "tool_call_id": c, "content": "match " * 300} for c in ids]
+    msgs.append({"role": "user", "content": "Summarise."})
+    return msgs
+
+
+def current_step() -> list[dict[str, Any]]:
+    """The newest user message is followed by the step the agent is on."""
+    msgs = agent_conversation(20)
+    msgs += [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "now", "type": "function", "function": {"name": "run_tests", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "now", "content": "FAILED test_x " * 400}]
+    return msgs
+
+
+CONVERSATIONS = {
+    "plain-chat": plain_chat, "agent-40-rounds": lambda: agent_conversation(40), "giant-tool-output": giant_output,
+    "multimodal": multimodal, "parallel-tools": parallel_tools, "current-step": current_step,
+}
+
+
+def newest_user(msgs: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(m for m in reversed(msgs) if m["role"] == "user")
+
+
+@pytest.mark.parametrize("limit_ratio", [0.8, 0.5, 0.25])
+@pytest.mark.parametrize("name", list(CONVERSATIONS))
+def test_table(name: str, limit_ratio: float) -> None:
+    msgs = CONVERSATIONS[name]()
+    payload = {"model": "m", "messages": msgs}
+    frozen = json.dumps(payload)
+    limit = int(request_tokens(payload) * 1.1 * limit_ratio)
+    r = compress(payload, error_message=openai_overflow(limit, payload), context_window=None)
+    assert json.dumps(payload) == frozen  # the input is never mutated
+    assert r.outcome == "applied" and r.payload is not None
+    out = r.payload["messages"]
+    assert_valid_conversation(out)
+    for m in msgs:
+        if m["role"] in ("system", "developer"):
+            assert m in out
+    assert newest_user(msgs) in out
+    first = next(m for m in out if m["role"] not in ("system", "developer"))
+    assert first["role"] == "user"
+    assert r.estimated_after <= r.target_tokens
+    assert r.estimated_after >= 0.85 * r.target_tokens, (r.estimated_after, r.target_tokens)
+    text = json.dumps(out)
+    if r.report["messages_removed"]:
+        assert "earlier messages" in text and "were removed to fit" in text
+    if r.report["outputs_truncated"]:
+        assert "truncated by llm-gateway" in text and "more bytes" in text
+    assert not any(k in json.dumps(r.report) for k in ("why why", "because", "log line"))  # sizes, not content
+
+
+def test_giant_output_keeps_head_and_tail() -> None:
+    payload = {"model": "m", "messages": giant_output()}
+    r = compress(payload, error_message=openai_overflow(8000, payload), context_window=None)
+    assert r.payload is not None
+    big = next(m for m in r.payload["messages"] if m.get("tool_call_id") == "big")
+    assert big["content"].startswith("HEAD-MARK") and big["content"].endswith("TAIL-MARK")
+
+
+def test_current_step_is_kept_when_older_turns_suffice() -> None:
+    msgs = current_step()
+    payload = {"model": "m", "messages": msgs}
+    r = compress(payload, error_message=openai_overflow(9000, payload), context_window=None)
+    assert r.payload is not None
+    assert msgs[-2] in r.payload["messages"] and msgs[-1] in r.payload["messages"]
+
+
+def test_single_user_message_alone_over_the_limit_is_not_applicable() -> None:
+    payload = {"model": "m", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "x" * 100_000}]}
+    r = compress(payload, error_message=openai_overflow(2000, payload), context_window=None)
+    assert r.outcome == "not_applicable" and r.payload is None
+
+
+def test_only_the_completion_budget_is_lowered_when_the_messages_fit() -> None:
+    payload = {"model": "m", "messages": plain_chat(5), "max_tokens": 8000}
+    prompt = int(request_tokens(payload))
+    msg = (f"This model's maximum context length is {prompt + 2000} tokens. However, you requested "
+           f"{prompt + 8000} tokens ({prompt} in the messages, 8000 in the completion). Please reduce the length of the messages or completion.")
+    r = compress(payload, error_message=msg, context_window=None)
+    assert r.payload is not None and r.payload["messages"] == payload["messages"]
+    assert 256 <= r.payload["max_tokens"] < 2000 and r.report["max_tokens_lowered_to"] == r.payload["max_tokens"]
+
+
+def test_context_window_is_used_without_numbers_and_estimate_without_either() -> None:
+    payload = {"model": "m", "messages": agent_conversation(40)}
+    size = request_tokens(payload)
+    by_window = compress(payload, error_message="Input is too long for requested model.", context_window=int(size / 2))
+    assert by_window.payload is not None and request_tokens(by_window.payload) <= size / 2
+    blind = compress(payload, error_message="prompt too long", context_window=None)
+    assert blind.payload is not None and request_tokens(blind.payload) <= size * 0.6
+
+
+@pytest.mark.parametrize("messages", [None, "x", [], [1, 2], [{"role": "user"}]])
+def test_odd_input_never_raises(messages: Any) -> None:
+    r = compress({"model": "m", "messages": messages}, error_message="prompt is too long: 10 tokens > 5 maximum",
+                 context_window=None)
+    assert r.outcome == "not_applicable"
+
+
+def test_one_megabyte_is_fast() -> None:
+    msgs = agent_conversation(400, output_bytes=2500)
+    payload = {"model": "m", "messages": msgs}
+    assert len(json.dumps(payload)) > 1_000_000
+    t0 = time.perf_counter()
+    r = compress(payload, error_message=openai_overflow(50_000, payload), context_window=None)
+    assert r.outcome == "applied"
+    assert time.perf_counter() - t0 < 0.5  # the bench measures it properly; this only catches blow-ups

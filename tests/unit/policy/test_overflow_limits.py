@@ -1,0 +1,31 @@
+import pytest
+
+from gateway.policy.overflow_limits import OverflowLimits, parse_overflow
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        ("This model's maximum context length is 128000 tokens. However, your messages resulted in 130532 tokens. Please reduce the length of the messages.", OverflowLimits(128000, 130532, None)),
+        ("This model's maximum context length is 8192 tokens. However, you requested 9000 tokens (7000 in the messages, 2000 in the completion). Please reduce the length of the messages or completion.", OverflowLimits(8192, 7000, 2000)),
+        ("This endpoint's maximum context length is 163840 tokens. However, you requested about 201232 tokens (197136 of text input, 4096 in the output). Please reduce", OverflowLimits(163840, 197136, 4096)),
+        ("prompt is too long: 215341 tokens > 200000 maximum", OverflowLimits(200000, 215341, None)),
+        ("input length and `max_tokens` exceed context limit: 195000 + 8192 > 200000, decrease input length", OverflowLimits(200000, 195000, 8192)),
+        ("'max_tokens' or 'max_completion_tokens' is too large: 4096. This model's maximum context length is 8192 tokens and your request has 6000 input tokens (4096 > 8192 - 6000).", OverflowLimits(8192, 6000, None)),
+        ("The decoder prompt (length 9000) is longer than the maximum model length of 8192. Make sure", OverflowLimits(8192, 9000, None)),
+        ("request (9412 tokens) exceeds the available context size (8192 tokens), try increasing it", OverflowLimits(8192, 9412, None)),
+        ("The input token count (1196265) exceeds the maximum number of tokens allowed (1048575).", OverflowLimits(1048575, 1196265, None)),
+        ("Prompt contains 40123 tokens and 0 draft tokens, too large for model with 32768 maximum context length", OverflowLimits(32768, 40123, None)),
+        ("Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. Given: 3900 `inputs` tokens and 512 `max_new_tokens`", OverflowLimits(4096, 3900, 512)),
+        ("This model's maximum prompt length is 131072 but the request contains 145012 tokens.", OverflowLimits(131072, 145012, None)),
+        ("The prompt is too long: 140312, model maximum context length: 131072", OverflowLimits(131072, 140312, None)),
+        ("Your request exceeded model token limit: 262144 (requested: 300000)", OverflowLimits(262144, 300000, None)),
+        ("Request too large for model `llama` in organization `o` on tokens per minute (TPM): Limit 6000, Requested 9540, please reduce", OverflowLimits(6000, 9540, None)),
+        ("Prompt has 300,000 tokens but maximum context length is 131,072 tokens", OverflowLimits(131072, None, None)),
+        ("Input is too long for requested model.", OverflowLimits()),
+        ("", OverflowLimits()),
+        (None, OverflowLimits()),
+    ],
+)
+def test_provider_numbers(message: str | None, expected: OverflowLimits) -> None:
+    assert parse_overflow(message) == expected
