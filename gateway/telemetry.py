@@ -8,6 +8,7 @@ else ``other``; ``status`` and ``error_type`` come from fixed sets.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -92,6 +93,17 @@ class Telemetry:
             p + "tokens", "Tokens reported by upstream usage, by kind (prompt, completion).",
             ["upstream", "model", "kind"], registry=registry,
         )  # fmt: skip
+
+        # labels() takes a lock and builds a key on every call; the label sets are bounded,
+        # so their children are cached here once.
+        self._children: dict[tuple[object, ...], Any] = {}
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        key = (id(metric), *labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
     def init_upstream(self, name: str) -> None:
         """Pre-create per-upstream series so dashboards and alerts see zeros, not absences."""

@@ -84,13 +84,26 @@ class _AiohttpResponse:
         return self._resp.headers
 
     async def read(self, limit: int) -> bytes:
+        content = self._resp.content
         parts: list[bytes] = []
         kept = 0
-        async for chunk in self.iter_chunks():
-            if kept < limit:
-                parts.append(chunk[: limit - kept])
-                kept += len(parts[-1])
-        return b"".join(parts)
+        try:
+            while True:
+                async with asyncio.timeout(self._idle_s):
+                    chunk = await content.readany()
+                if not chunk:
+                    break
+                if kept < limit:
+                    parts.append(chunk[: limit - kept])
+                    kept += len(parts[-1])
+        except TimeoutError:
+            self._resp.close()
+            raise UpstreamFailure(TransportError.IDLE_TIMEOUT, "no data within idle_s") from None
+        except _RESET_ERRORS as e:
+            self._resp.close()
+            raise UpstreamFailure(TransportError.STREAM_BROKEN, type(e).__name__) from None
+        self._resp.release()
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def iter_chunks(self) -> AsyncIterator[bytes]:
         content = self._resp.content

@@ -46,10 +46,11 @@ async def read_body(request: web.Request, max_bytes: int, idle_s: float) -> byte
         return _too_large(max_bytes)
     parts: list[bytes] = []
     size = 0
+    content = request.content
     try:
-        while True:
+        while not content.at_eof():
             async with asyncio.timeout(idle_s):
-                chunk = await request.content.readany()
+                chunk = await content.readany()
             if not chunk:
                 break
             size += len(chunk)
@@ -60,7 +61,7 @@ async def read_body(request: web.Request, max_bytes: int, idle_s: float) -> byte
         return bad_request(
             f"the request body did not arrive within {idle_s:g}s", "request_timeout", status=408
         )
-    return b"".join(parts)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _too_large(max_bytes: int) -> Failure:

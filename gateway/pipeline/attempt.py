@@ -74,7 +74,8 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
     )  # fmt: skip
     outcome = await _exchange(svc, request, call.mode)
     label = outcome.classification.type.value if isinstance(outcome, Failure) else "success"
-    svc.telemetry.upstream_attempts.labels(call.up.cfg.name, label).inc()
+    t = svc.telemetry
+    t.child(t.upstream_attempts, call.up.cfg.name, label).inc()
     return outcome
 
 
@@ -115,6 +116,7 @@ async def _exchange(svc: Services, request: UpstreamRequest, mode: ReadMode) -> 
 async def _peek_stream(svc: Services, resp: UpstreamResponse, headers: list[tuple[str, str]]) -> Outcome:
     splitter = EventSplitter()
     held: list[bytes] = []
+    identity: tuple[str | None, str | None] = (None, None)
     chunks = resp.iter_chunks()
     async for chunk in chunks:
         for i, raw in enumerate(events := splitter.feed(chunk)):
@@ -124,14 +126,24 @@ async def _peek_stream(svc: Services, resp: UpstreamResponse, headers: list[tupl
                 resp.close()
                 return _stream_error(svc, err)
             held.append(raw)
+            if identity == (None, None):
+                identity = _identity(event.json())
             if is_visible(event):
                 # The rest of this chunk is relayed as it is; the relay keeps iterating `chunks`.
                 rest = b"".join(events[i + 1 :]) + splitter.pending
                 return Success(
-                    200, headers, response=resp, chunks=chunks, held=held, pending=rest, sse=True
+                    200, headers, response=resp, chunks=chunks, held=held, pending=rest, sse=True,
+                    stream_id=identity[0], stream_model=identity[1],
                 )
     # Clean end before anything visible: the turn produced nothing, so it is worth a retry.
     return _transport(svc, TransportError.STREAM_BROKEN)
+
+
+def _identity(doc: Any) -> tuple[str | None, str | None]:
+    if not isinstance(doc, dict):
+        return None, None
+    sid, model = doc.get("id"), doc.get("model")
+    return (sid if isinstance(sid, str) else None, model if isinstance(model, str) else None)
 
 
 def _stream_error(svc: Services, payload: dict[str, Any]) -> Failure:

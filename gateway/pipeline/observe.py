@@ -83,14 +83,14 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
     model = t.model_label(state.model)
     c = state.classification
     error_type = c.type if c is not None and (status >= 400 or state.stream_error) else None
-    t.requests.labels(state.upstream, model, status_label(status), error_label(error_type)).inc()
+    t.child(t.requests, state.upstream, model, status_label(status), error_label(error_type)).inc()
     duration = now - state.started
-    t.request_duration.labels(state.upstream, model).observe(duration)
+    t.child(t.request_duration, state.upstream, model).observe(duration)
     ttfb = (state.first_byte_at - state.started) if state.first_byte_at is not None else None
     if ttfb is not None:
-        t.time_to_first_byte.labels(state.upstream, model).observe(ttfb)
+        t.child(t.time_to_first_byte, state.upstream, model).observe(ttfb)
     for kind, n in state.usage.items():
-        t.tokens.labels(state.upstream, model, kind).inc(n)
+        t.child(t.tokens, state.upstream, model, kind).inc(n)
     record: dict[str, object] = {
         "event": "request",
         "request_id": state.request_id,

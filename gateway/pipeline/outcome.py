@@ -51,6 +51,8 @@ class Success:
     held: list[bytes] = field(default_factory=list)  # stream events read while peeking
     pending: bytes = b""  # an incomplete event after ``held``
     sse: bool = False
+    stream_id: str | None = None  # from the first event, for a closing error event
+    stream_model: str | None = None
 
 
 @dataclass(slots=True)

@@ -87,7 +87,7 @@ async def _relay_sse(
 ) -> web.StreamResponse:
     assert outcome.chunks is not None and outcome.response is not None
     resp = web.StreamResponse(status=outcome.status, headers=outcome.headers)
-    stream_id, model = _stream_identity(outcome.held)
+    stream_id, model = outcome.stream_id, outcome.stream_model
     splitter = EventSplitter()
     finished = False
     try:
@@ -180,15 +180,6 @@ def _ending_from_event(payload: dict[str, Any], now_s: float) -> _Ending:
         raw_code = err.get("code") or err.get("type")
         code = str(raw_code) if raw_code is not None else None
     return _Ending(c, message, code)
-
-
-def _stream_identity(held: list[bytes]) -> tuple[str | None, str | None]:
-    for raw in held:
-        doc = parse_event(raw).json()
-        if isinstance(doc, dict):
-            sid, model = doc.get("id"), doc.get("model")
-            return (sid if isinstance(sid, str) else None, model if isinstance(model, str) else None)
-    return None, None
 
 
 async def _end_with_error(

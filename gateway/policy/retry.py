@@ -148,7 +148,21 @@ async def run_with_retries(
     sleep: Callable[[float], Awaitable[None]],
     before_retry: Callable[[T, float], None] | None = None,
 ) -> T:
-    """Call ``attempt`` until it succeeds or ``plan`` says stop; return the last result."""
+    """Call ``attempt`` until it succeeds or ``plan`` says stop; return the last result.
+
+    The first attempt runs outside tenacity: most requests succeed at once, and building
+    the retry machinery for them would cost more than the proxying itself.
+    """
+    first = await attempt()
+    failure = failure_of(first)
+    if failure is None:
+        return first
+    wait = plan.next_wait(failure)
+    if wait is None:
+        return first
+    if before_retry is not None:
+        before_retry(first, wait)
+    await sleep(wait)
     decision: _RetryIfPlanSays[T] = _RetryIfPlanSays(plan, failure_of)
 
     def _before_sleep(state: RetryCallState) -> None:

@@ -1,0 +1,83 @@
+"""Load generation: wrk for throughput and latency percentiles, a Python client for
+streaming time-to-first-chunk (wrk cannot see inside a response)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+
+BODY = '{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Hello, how are you?"}]}'
+STREAM_BODY = BODY[:-1] + ',"stream":true}'
+_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0}
+
+
+def have_wrk() -> bool:
+    return shutil.which("wrk") is not None
+
+
+def _script() -> str:
+    path = Path(tempfile.gettempdir()) / "llm-gateway-bench.lua"
+    path.write_text(f"wrk.method = 'POST'\nwrk.body = '{BODY}'\nwrk.headers['Content-Type'] = 'application/json'\n")
+    return str(path)
+
+
+def wrk(url: str, connections: int, seconds: int) -> dict[str, float]:
+    pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
+    out = subprocess.run(
+        [*pin, "wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", _script(), url],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    lat = {p: float(v) * _UNITS[u] for p, v, u in re.findall(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s)$", out, re.M)}
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return {"rps": rps, "p50_ms": lat.get("50", float("nan")), "p99_ms": lat.get("99", float("nan")),
+            "errors": float(errors.group(1)) if errors else 0.0}
+
+
+async def _python_load(url: str, connections: int, seconds: float) -> dict[str, float]:
+    latencies: list[float] = []
+    stop = time.perf_counter() + seconds
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=connections)) as s:
+        async def worker() -> None:
+            while time.perf_counter() < stop:
+                t0 = time.perf_counter()
+                async with s.post(url, data=BODY, headers={"Content-Type": "application/json"}) as r:
+                    await r.read()
+                latencies.append((time.perf_counter() - t0) * 1000)
+        await asyncio.gather(*(worker() for _ in range(connections)))
+    q = statistics.quantiles(latencies, n=100)
+    return {"rps": len(latencies) / seconds, "p50_ms": q[49], "p99_ms": q[98], "errors": 0.0}
+
+
+def throughput_and_latency(url: str, connections: int, seconds: int) -> dict[str, float]:
+    if have_wrk():
+        return wrk(url, connections, seconds)
+    return asyncio.run(_python_load(url, connections, seconds))
+
+
+async def _first_chunk(url: str, n: int) -> list[float]:
+    out: list[float] = []
+    async with aiohttp.ClientSession() as s:
+        for i in range(n + 20):
+            t0 = time.perf_counter()
+            async with s.post(url, data=STREAM_BODY, headers={"Content-Type": "application/json"}) as r:
+                await r.content.readany()
+                first = (time.perf_counter() - t0) * 1000
+                await r.read()
+            if i >= 20:  # warm-up
+                out.append(first)
+    return out
+
+
+def time_to_first_chunk(url: str, n: int) -> dict[str, float]:
+    samples = asyncio.run(_first_chunk(url, n))
+    q = statistics.quantiles(samples, n=100)
+    return {"ttfc_p50_ms": q[49], "ttfc_p99_ms": q[98]}
