@@ -11,6 +11,7 @@ import os
 import platform
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -22,7 +23,8 @@ from bench import load
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-SECONDS = int(os.environ.get("BENCH_SECONDS", "5"))
+SECONDS = int(os.environ.get("BENCH_SECONDS", "3"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 
 
 def free_port() -> int:
@@ -71,9 +73,18 @@ def measure(name: str, base: str) -> dict[str, float | str]:
     load.throughput_and_latency(url, 8, 1)  # warm-up: connections, caches
     tput = load.throughput_and_latency(url, 32, SECONDS)
     single = load.throughput_and_latency(url, 1, SECONDS)
-    ttfc = load.time_to_first_chunk(url, 500)
+    ttfc = load.time_to_first_chunk(url, 300)
     return {"name": name, "rps_32": tput["rps"], "p50_ms": single["p50_ms"], "p99_ms": single["p99_ms"],
             "errors": tput["errors"] + single["errors"], **ttfc}
+
+
+def median_row(samples: list[dict[str, float | str]]) -> dict[str, float | str]:
+    row: dict[str, float | str] = {"name": samples[0]["name"]}
+    for key in samples[0]:
+        if key != "name":
+            row[key] = statistics.median(float(s[key]) for s in samples)
+    row["errors"] = sum(float(s["errors"]) for s in samples)
+    return row
 
 
 def table(rows: list[dict[str, float | str]]) -> str:
@@ -106,9 +117,15 @@ def main() -> None:
         }
         ports = {"upstream directly": up_port, "minimal aiohttp proxy": min_port, "llm-gateway": gw_port}
         try:
+            # Targets take turns, round after round: a noisy stretch of the shared host then
+            # hits all three alike, and the medians compare like with like.
+            samples: dict[str, list[dict[str, float | str]]] = {name: [] for name in ports}
+            for _ in range(ROUNDS):
+                for name, port in ports.items():
+                    samples[name].append(measure(name, f"http://127.0.0.1:{port}"))
             rows = []
-            for name, port in ports.items():
-                row = measure(name, f"http://127.0.0.1:{port}")
+            for name in ports:
+                row = median_row(samples[name])
                 row["rss_mb"] = peak_rss_mb(procs[name].pid)
                 rows.append(row)
         finally:
@@ -116,7 +133,7 @@ def main() -> None:
                 p.terminate()
                 p.wait(10)
     header = (f"{os.cpu_count()} cores, Python {platform.python_version()}, "
-              f"load: {'wrk -t1' if load.have_wrk() else 'python aiohttp client'}, {SECONDS}s per measurement; "
+              f"load: {'wrk -t1' if load.have_wrk() else 'python aiohttp client'}, medians of {ROUNDS} interleaved rounds of {SECONDS}s; "
               f"{'proxies pinned to core 1, upstream and load to core 0' if pinned(0) else 'unpinned'}; "
               "a shared machine: compare ratios, not absolute numbers")
     report = f"{header}\n\n{table(rows)}\n"

@@ -48,9 +48,11 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         response = await handler(request)
         status = response.status
-        if state.first_byte_at is None:
-            # A buffered response is complete here and its head leaves right after.
-            state.first_byte_at = svc.monotonic()
+        if not response.prepared:
+            # Send a buffered reply before accounting for it: the log line and metrics then
+            # stay off the client's critical path, and the duration includes the write.
+            await response.prepare(request)
+            await response.write_eof()
         return response
     except web.HTTPException as e:
         status = e.status
