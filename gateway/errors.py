@@ -42,10 +42,6 @@ class TransportError(enum.StrEnum):
     IDLE_TIMEOUT = "idle_timeout"  # a stream went silent for timeouts.idle_s
     STREAM_BROKEN = "stream_broken"  # connection dropped in the middle of a body
 
-    @property
-    def is_timeout(self) -> bool:
-        return self in (TransportError.FIRST_BYTE_TIMEOUT, TransportError.IDLE_TIMEOUT)
-
 
 @dataclass(frozen=True, slots=True)
 class Classification:

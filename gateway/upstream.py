@@ -83,48 +83,42 @@ class _AiohttpResponse:
     def headers(self) -> Mapping[str, str]:
         return self._resp.headers
 
+    async def _next_chunk(self) -> bytes:
+        """The next body bytes (b"" at the end), with our own idle timer: aiohttp's sock_read
+        would also cap the wait for the response head, which first_byte_s governs."""
+        try:
+            async with asyncio.timeout(self._idle_s):
+                return await self._resp.content.readany()
+        except TimeoutError:
+            raise UpstreamFailure(TransportError.IDLE_TIMEOUT, "no data within idle_s") from None
+        except _RESET_ERRORS as e:
+            raise UpstreamFailure(TransportError.STREAM_BROKEN, type(e).__name__) from None
+
+    def _finish(self) -> None:
+        # A body read to the end can go back to the pool; anything else must not be reused.
+        if self._resp.content.at_eof():
+            self._resp.release()
+        else:
+            self._resp.close()
+
     async def read(self, limit: int) -> bytes:
-        content = self._resp.content
         parts: list[bytes] = []
         kept = 0
         try:
-            while True:
-                async with asyncio.timeout(self._idle_s):
-                    chunk = await content.readany()
-                if not chunk:
-                    break
+            while chunk := await self._next_chunk():
                 if kept < limit:
                     parts.append(chunk[: limit - kept])
                     kept += len(parts[-1])
-        except TimeoutError:
-            self._resp.close()
-            raise UpstreamFailure(TransportError.IDLE_TIMEOUT, "no data within idle_s") from None
-        except _RESET_ERRORS as e:
-            self._resp.close()
-            raise UpstreamFailure(TransportError.STREAM_BROKEN, type(e).__name__) from None
-        self._resp.release()
+        finally:
+            self._finish()
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def iter_chunks(self) -> AsyncIterator[bytes]:
-        content = self._resp.content
         try:
-            while True:
-                # Our own idle timer: aiohttp's sock_read would also cap the wait for headers.
-                async with asyncio.timeout(self._idle_s):
-                    chunk = await content.readany()
-                if not chunk:
-                    return
+            while chunk := await self._next_chunk():
                 yield chunk
-        except TimeoutError:
-            raise UpstreamFailure(TransportError.IDLE_TIMEOUT, "no data within idle_s") from None
-        except _RESET_ERRORS as e:
-            raise UpstreamFailure(TransportError.STREAM_BROKEN, type(e).__name__) from None
         finally:
-            # A body read to the end can go back to the pool; anything else must not be reused.
-            if content.at_eof():
-                self._resp.release()
-            else:
-                self._resp.close()
+            self._finish()
 
     def close(self) -> None:
         self._resp.close()

@@ -63,13 +63,6 @@ class Failure:
     body: bytes
     final: bool = False  # never retry (e.g. the circuit is open: nothing was sent)
 
-    @property
-    def content_type(self) -> str:
-        for k, v in self.headers:
-            if k.lower() == "content-type":
-                return v
-        return "application/json"
-
 
 Outcome = Success | Failure
 
