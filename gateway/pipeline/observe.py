@@ -51,8 +51,11 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
         if not response.prepared:
             # Send a buffered reply before accounting for it: the log line and metrics then
             # stay off the client's critical path, and the duration includes the write.
-            await response.prepare(request)
-            await response.write_eof()
+            try:
+                await response.prepare(request)
+                await response.write_eof()
+            except ConnectionError:
+                status = 499  # the client left just before its answer; nothing to send it
         return response
     except web.HTTPException as e:
         status = e.status
