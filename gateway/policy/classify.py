@@ -9,7 +9,8 @@ Precedence, first match wins (each step is a small rule table below):
 3. ``budget``: 402, quota / billing / credit codes and wording on any 4xx (Anthropic says
    "credit balance is too low" with a 400, xAI "credits" with 403 or 429), Google
    per-day quotas, Bedrock ``ServiceQuotaExceededException``.
-4. ``auth``: 401, 403, and key errors some providers send as 400 (Gemini ``API_KEY_INVALID``).
+4. ``auth``: 401, 403, and key errors some providers send as 400 (Gemini ``API_KEY_INVALID``);
+   never a 5xx, whatever its body says: the provider is failing, not the key.
 5. ``provider_unavailable`` codes on 5xx, 408 and 429 (Bedrock ``ModelNotReadyException``
    is a 429; Anthropic ``overloaded_error`` a 529).
 6. ``rate_limit``: 429 and throttling codes (Bedrock ``ThrottlingException`` may come as 400).
@@ -129,7 +130,7 @@ def _decide(status: int, f: _Fields, doc: Any) -> ErrorType:
             return ErrorType.CONTEXT_OVERFLOW
     if 400 <= status < 500 and _is_budget(status, f, doc):
         return ErrorType.BUDGET
-    if status in (401, 403) or f.codes & _AUTH_CODES or _AUTH_TEXT.search(text):
+    if status in (401, 403) or (status < 500 and (f.codes & _AUTH_CODES or _AUTH_TEXT.search(text))):
         return ErrorType.AUTH
     if f.codes & _UNAVAILABLE_CODES and not f.codes & _RATE_CODES and (status >= 500 or status in (408, 429)):
         return ErrorType.PROVIDER_UNAVAILABLE
