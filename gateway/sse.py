@@ -105,42 +105,5 @@ def error_status(payload: dict[str, Any]) -> int | None:
     return None
 
 
-def is_visible(event: Event) -> bool:
-    """Whether the client would see something: content, a tool call, a finish, or anything
-    we do not understand. Role-only first chunks, empty deltas and comments are not."""
-    if event.data is None:
-        return False
-    if event.is_done:
-        return True
-    doc = event.json()
-    if not isinstance(doc, dict):
-        return True
-    choices = doc.get("choices")
-    if not isinstance(choices, list) or not choices:
-        # A usage-only chunk is bookkeeping; other shapes we pass on untouched.
-        return "usage" not in doc
-    for choice in choices:
-        if not isinstance(choice, dict):
-            return True
-        if choice.get("finish_reason"):
-            return True
-        delta = choice.get("delta")
-        if not isinstance(delta, dict):
-            return True
-        for key, value in delta.items():
-            if key != "role" and value not in (None, "", [], {}):
-                return True
-    return False
-
-
-def usage_of(event: Event) -> dict[str, Any] | None:
-    if b'"usage"' not in event.raw:
-        return None
-    doc = event.json()
-    if isinstance(doc, dict) and isinstance(doc.get("usage"), dict):
-        return doc
-    return None
-
-
 def encode_data(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
