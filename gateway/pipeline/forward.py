@@ -32,6 +32,7 @@ from gateway.pipeline.outcome import (
 )
 from gateway.pipeline.relay import relay
 from gateway.policy.breaker import CircuitState
+from gateway.policy.clients import compacts_itself
 from gateway.policy.retry import RetryPlan, StopReason, run_with_retries
 from gateway.routing import UnsafePath, pick_upstream, request_headers, upstream_url
 from gateway.services import SERVICES, Services, UpstreamRuntime
@@ -66,7 +67,11 @@ def full_pipeline(dialect: Dialect) -> Handler:
         outcome = await _send(svc, state, plan, call, _encode(payload, inbound))
         if _overflowed(outcome) and svc.cfg.compression.enabled:
             assert isinstance(outcome, Failure)
-            outcome = await _rescue(svc, state, plan, call, payload, outcome)
+            if _client_compacts(svc, request):
+                state.compression = {"outcome": "passed_to_client", "reason": "the client compacts itself"}
+                svc.telemetry.compressions.labels(up.cfg.name, "passed_to_client").inc()
+            else:
+                outcome = await _rescue(svc, state, plan, call, payload, outcome)
         return await relay(request, svc, state, outcome)
 
     return handle
@@ -129,6 +134,11 @@ def _route(svc: Services, state: RequestState, model: str | None) -> UpstreamRun
     state.upstream = cfg.name
     svc.budget.record_request()
     return svc.upstreams[cfg.name]
+
+
+def _client_compacts(svc: Services, request: web.Request) -> bool:
+    mode = svc.cfg.compression.self_compacting_clients
+    return mode == "pass_through" and compacts_itself(request.headers)
 
 
 def _plan(svc: Services, up: UpstreamRuntime) -> RetryPlan:

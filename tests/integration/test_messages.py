@@ -251,3 +251,23 @@ async def test_passthrough_errors_for_anthropic_clients_use_anthropics_envelope(
     async with gw.session.get(gw.base + "/nothing-here", headers={"anthropic-version": "2023-06-01"}) as r:
         doc = await r.json()
         assert r.status == 404 and doc["type"] == "error" and doc["error"]["type"] == "not_found_error"
+
+
+async def test_claude_code_gets_the_overflow_to_compact_itself_by_default(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.context_limit = 30000
+    payload = {"model": "claude-sonnet-4-5", "max_tokens": 8000, "messages": messages_conversation(40, 4000)}
+    status, headers, body = await gw.messages(payload, headers={"x-claude-code-session-id": "s-1",
+                                                                "user-agent": "claude-cli/2.0.14 (external, sdk-cli)"})
+    assert status == 400 and "prompt is too long" in json.loads(body)["error"]["message"]
+    assert headers["x-llm-error-type"] == "context_overflow" and "x-llm-compressed" not in headers
+    assert len(gw.fake.messages_requests()) == 1
+    assert gw.metric("llm_gateway_compressions_total", upstream="primary", outcome="passed_to_client") == 1
+
+
+async def test_self_compacting_clients_can_be_rescued_when_configured(make_gateway) -> None:
+    gw = await make_gateway("compression: {self_compacting_clients: rescue}\n")
+    gw.fake.context_limit = 30000
+    payload = {"model": "claude-sonnet-4-5", "max_tokens": 8000, "messages": messages_conversation(40, 4000)}
+    status, headers, _ = await gw.messages(payload, headers={"x-claude-code-session-id": "s-1"})
+    assert status == 200 and headers["x-llm-compressed"] == "true"
