@@ -148,9 +148,9 @@ CLOSED = CircuitRecord()
 def circuit_key(upstream: str, model: str | None = None) -> str:
     """The store key of a circuit. ``model=None`` is the upstream-wide circuit."""
     if model is None:
-        return f"{upstream}|*"
+        return upstream  # upstream names never hold "/", so no model key can collide with it
     # Model names come from clients: bound the key (it lands in a store) without losing identity.
-    return f"{upstream}|{model if len(model) <= 64 else model[:48] + '#' + _short_hash(model)}"
+    return f"{upstream}/{model if len(model) <= 64 else model[:48] + '#' + _short_hash(model)}"
 
 
 def _short_hash(text: str) -> str:

@@ -120,7 +120,10 @@ class SharedCircuit:
             recs = await self._store.circuit_fail(items, self._ttl_s)
             for (key, _), rec in zip(items, recs, strict=True):
                 wide = key == keys[0]
-                if should_open(rec, self._cfg.failure_threshold, self._distinct if wide else None):
+                # A request without a model (e.g. /v1/models) says something about the provider
+                # itself, so it needs no spread across models to open the upstream circuit.
+                spread = self._distinct if wide and model is not None else None
+                if should_open(rec, self._cfg.failure_threshold, spread):
                     await self._store.circuit_open(key, now + self._cfg.open_s, self._ttl_s)
                     self._on_change(None if wide else model, CircuitState.OPEN)
         elif any(c is not None and c[1].failures for c in map(self._cache.get, keys)):
