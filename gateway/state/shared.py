@@ -215,6 +215,8 @@ class SharedBudget:
     def _start_flush(self) -> None:
         self._timer = None
         self._task = asyncio.get_running_loop().create_task(self.flush())
+        # Counts that arrived while this flush was out go with the next one, not the next request.
+        self._task.add_done_callback(lambda _t: self._schedule() if any(self._pending) else None)
 
     async def close(self) -> None:
         if self._timer is not None:

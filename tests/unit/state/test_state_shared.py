@@ -154,6 +154,28 @@ async def test_shared_budget_flushes_in_the_background() -> None:
     await a.close()
 
 
+async def test_counts_made_while_a_flush_is_out_go_with_the_next_flush() -> None:
+    import asyncio
+
+    clock = Clock()
+    gate = asyncio.Event()
+
+    class Slow(MemoryStore):
+        async def budget_add(self, key, requests, retries, window_s):  # type: ignore[no-untyped-def]
+            await gate.wait()
+            return await super().budget_add(key, requests, retries, window_s)
+
+    store = Slow(clock)
+    a = SharedBudget(store, RetryBudgetConfig(), clock, flush_s=0.01)
+    a.record_request()
+    await asyncio.sleep(0.03)  # the first flush is out, waiting on the store
+    a.record_request()
+    gate.set()
+    await asyncio.sleep(0.05)
+    assert await MemoryStore.budget_add(store, "global", 0, 0, 10) == (2, 0)
+    await a.close()
+
+
 def test_shared_budget_without_a_loop_still_decides_locally() -> None:
     clock = Clock()
     b = SharedBudget(MemoryStore(clock), RetryBudgetConfig(ttl_s=10, min_retries_per_s=0.1, percent_can_retry=0), clock)
