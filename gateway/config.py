@@ -14,7 +14,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class ConfigError(Exception):
@@ -110,6 +110,55 @@ class CompressionConfig(_Model):
     self_compacting_clients: Literal["pass_through", "rescue"] = "pass_through"
 
 
+class StateConfig(_Model):
+    """Where cross-request state lives: ``memory`` (this process) or ``redis`` (shared by replicas)."""
+
+    backend: Literal["memory", "redis"] = "memory"
+    # repr=False: a redis URL may carry a password.
+    url: str | None = Field(default=None, repr=False)
+    key_prefix: str = Field(default="llm-gateway:", max_length=64)
+    # A request never waits on the shared store longer than this per operation; past it the
+    # replica falls back to its own memory until the store answers again.
+    timeout_ms: int = Field(default=50, gt=0, le=10_000)
+    recover_s: float = Field(default=1.0, gt=0)  # how long to stay local after a store failure
+    cache_ms: int = Field(default=200, ge=0, le=10_000)  # circuit state may be this stale per replica
+
+    @field_validator("url")
+    @classmethod
+    def _redis_url(cls, v: str | None) -> str | None:
+        if v and urlsplit(v).scheme not in ("redis", "rediss", "unix"):
+            raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        return v or None
+
+    @model_validator(mode="after")
+    def _redis_needs_url(self) -> StateConfig:
+        if self.backend == "redis" and not self.url:
+            raise ValueError("backend redis needs a url (redis://host:6379/0)")
+        return self
+
+
+class LoopBreakerConfig(_Model):
+    """How long a failed request's answer is replayed to an identical request (same path,
+    body and credential) instead of sending it again."""
+
+    enabled: bool = True
+    window_s: float = Field(default=10.0, ge=0)  # unknown, auth, unrescued context_overflow
+    budget_window_s: float = Field(default=5.0, ge=0)  # short: must not outlive a top-up by much
+    retryable_window_s: float = Field(default=2.0, ge=0)  # given-up retryable error without a hint
+    max_window_s: float = Field(default=60.0, ge=0)  # cap for reset-at / retry-after / open circuit
+    max_entries: int = Field(default=10_000, gt=0)
+    max_body_bytes: int = Field(default=64 * 1024, gt=0)  # a larger answer is not remembered
+    max_total_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    # Keys the fingerprint (HMAC-SHA256). Replicas share answers only if they share it; when unset,
+    # each process draws a random one.
+    secret: str | None = Field(default=None, repr=False)
+
+    @field_validator("secret")
+    @classmethod
+    def _blank_secret_is_none(cls, v: str | None) -> str | None:
+        return v or None  # `${LOOP_BREAKER_SECRET:-}` unset means "draw one per process"
+
+
 class GatewayConfig(_Model):
     server: ServerConfig = ServerConfig()
     upstreams: tuple[UpstreamConfig, ...] = Field(min_length=1)
@@ -117,6 +166,8 @@ class GatewayConfig(_Model):
     circuit_breaker: CircuitBreakerConfig = CircuitBreakerConfig()
     timeouts: TimeoutsConfig = TimeoutsConfig()
     compression: CompressionConfig = CompressionConfig()
+    state: StateConfig = StateConfig()
+    loop_breaker: LoopBreakerConfig = LoopBreakerConfig()
 
     @field_validator("upstreams")
     @classmethod
