@@ -151,3 +151,53 @@ def test_make_run_and_make_test_set_up_the_venv_safely_at_the_same_time(tmp_path
     assert sum("dev-requirements.txt" in c for c in calls) == 1, calls
     assert "pytest>=8" in (tmp_path / ".venv" / "dev-requirements.txt").read_text().split()
     assert (tmp_path / ".venv" / "bin" / ".runtime").exists() and (tmp_path / ".venv" / "bin" / ".dev").exists()
+
+
+# The shipped configs and deployments start safely: `make run` works out of the box on
+# loopback, anything listening on the network needs client keys (or an explicit opt-out).
+def verdict(path: Path, **env: str) -> tuple[str | None, str | None]:
+    from gateway.auth import startup_check
+    from gateway.config import load_config
+
+    v = startup_check(load_config(path, env=env))
+    return v.refusal, v.warning
+
+
+def test_make_run_config_starts_on_loopback_and_refuses_on_the_network_without_keys() -> None:
+    default = ROOT / "config" / "gateway.yaml"
+    assert verdict(default) == (None, None)  # pass-through: no operator key to give away
+    refusal, warning = verdict(default, OPENAI_API_KEY="sk-x")
+    assert refusal is None and warning is not None
+    refusal, _ = verdict(default, OPENAI_API_KEY="sk-x", GATEWAY_HOST="0.0.0.0")
+    assert refusal is not None
+    assert verdict(default, OPENAI_API_KEY="sk-x", GATEWAY_HOST="0.0.0.0", GATEWAY_CLIENT_KEYS="gk-1,gk-2") == (None, None)
+    refusal, warning = verdict(default, OPENAI_API_KEY="sk-x", GATEWAY_HOST="0.0.0.0",
+                               GATEWAY_ALLOW_UNAUTHENTICATED="true")
+    assert refusal is None and warning is not None
+
+
+def test_container_and_kubernetes_configs_need_client_keys_with_an_operator_key() -> None:
+    import yaml
+
+    from gateway.auth import startup_check
+    from gateway.config import parse_config
+
+    container = ROOT / "deploy" / "gateway.container.yaml"
+    assert verdict(container, OPENAI_API_KEY="sk-x")[0] is not None
+    assert verdict(container, OPENAI_API_KEY="sk-x", GATEWAY_CLIENT_KEYS="gk-1") == (None, None)
+
+    k8s = ROOT / "deploy" / "kubernetes"
+    configmap = yaml.safe_load((k8s / "configmap.yaml").read_text())["data"]["gateway.yaml"]
+    secret_env = yaml.safe_load((k8s / "secret.example.yaml").read_text())["stringData"]
+    assert "GATEWAY_CLIENT_KEYS" in secret_env
+    assert startup_check(parse_config(configmap, env=secret_env)).refusal is None
+    without = {k: v for k, v in secret_env.items() if k != "GATEWAY_CLIENT_KEYS"}
+    assert startup_check(parse_config(configmap, env=without)).refusal is not None
+
+
+def test_compose_publishes_on_loopback_and_passes_client_keys() -> None:
+    import yaml
+
+    gw = yaml.safe_load((ROOT / "deploy" / "compose.yaml").read_text())["services"]["gateway"]
+    assert gw["ports"] == ["127.0.0.1:8080:8080"]
+    assert gw["environment"]["GATEWAY_CLIENT_KEYS"] == "${GATEWAY_CLIENT_KEYS:-}"
