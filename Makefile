@@ -12,13 +12,18 @@ CONFIG ?= config/gateway.yaml
 FLOCK  := $(shell command -v flock 2>/dev/null)
 LOCKED := $(if $(FLOCK),$(FLOCK) $(VENV).lock) $(MAKE) --no-print-directory
 
-.PHONY: run test lint bench clean venv venv-dev
+.PHONY: run test lint bench clean venv venv-dev _locked-runtime _locked-dev
 
 # The only entry points to set-up; the stamp targets below are built under the lock.
 venv:
-	@$(LOCKED) $(BIN)/.runtime
+	@$(LOCKED) _locked-runtime
 venv-dev:
-	@$(LOCKED) $(BIN)/.dev
+	@$(LOCKED) _locked-dev
+# (Phony goals with an empty recipe, so an up-to-date .venv prints nothing.)
+_locked-runtime: $(BIN)/.runtime
+	@:
+_locked-dev: $(BIN)/.dev
+	@:
 
 $(BIN)/.runtime: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
