@@ -68,13 +68,10 @@ class ServerConfig(_Model):
             return ()
         if not isinstance(items, list | tuple):
             return v  # let pydantic say what type it wanted
-        out: list[Any] = []
-        for item in items:
-            if isinstance(item, str):
-                out.extend(k.strip() for k in item.split(",") if k.strip())
-            else:
-                out.append(item)
-        return tuple(dict.fromkeys(out))  # a repeated key adds nothing
+        if not all(isinstance(item, str) for item in items):
+            return v  # let pydantic name the item that is not a string
+        keys = [k.strip() for item in items for k in item.split(",")]
+        return tuple(dict.fromkeys(k for k in keys if k))  # a repeated key adds nothing
 
     @field_validator("client_keys")
     @classmethod

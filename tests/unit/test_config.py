@@ -184,6 +184,9 @@ def test_client_keys_are_never_shown() -> None:
         parse_config("server: {client_keys: ['gk-ok', 'gk secret']}\n" + MINIMAL, env={})
     assert e.value.problems == ("server.client_keys: key #2 must be printable ASCII without spaces",)
     assert "secret" not in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        parse_config("server: {client_keys: [{a: 1}]}\n" + MINIMAL, env={})
+    assert e.value.problems == ("server.client_keys[0]: Input should be a valid string",)
 
 
 def test_key_header_defaults_to_authorization_and_is_checked() -> None:
