@@ -27,7 +27,6 @@ TRAPS = {
     "anthropic-413-bytes-is-not-overflow": "a 413 byte limit",
     "nginx-413-html-is-bytes": "a 413 byte limit from a proxy",
     "bedrock-input-too-long": "an overflow with only a message",
-    "mistral-overflow-message-only": "an overflow with no code",
     "deepseek-402-insufficient-balance": "a 402",
     "openai-403-region-is-auth": "a 403 region error",
     "xai-403-credits-is-budget": "a billing 403",
