@@ -13,15 +13,26 @@ Precedence, first match wins (each step reads the rule tables below):
    balance is too low" is a 400, xAI's credits message a 403 or 429), Google per-day or
    zero quotas, and a per-day / monthly throttle that names no wait (Bedrock "Too many
    tokens per day"). One that names a wait (OpenAI RPD "try again in 8.6s") is a
-   sliding window: ``rate_limit``.
-5. ``auth``: 401, 403, and key errors sent as 400 (Gemini ``API_KEY_INVALID``, xAI
+   sliding window: ``rate_limit``. An explicit balance message ("insufficient balance",
+   "余额不足") outranks a throttle type: Z.ai sends it as ``rate_limit_error``.
+5. ``budget`` on a 5xx only for that explicit balance wording (MiniMax answers an empty
+   account with a 500 "insufficient balance (1008)"): no wait refills an account.
+6. ``unknown`` for a 5xx whose body says the *request* is invalid (llama.cpp, llamafile,
+   llama-cpp-python, KoboldCpp answer malformed requests with a 500): the same request
+   fails the same way, so it is not retried and never counts toward the circuit breaker.
+   A 500 that says only "Internal Server Error", names an OOM, a loading model or a bad
+   sample from the model stays ``provider_unavailable``.
+7. ``auth``: 401, 403, and key errors sent as 400 (Gemini ``API_KEY_INVALID``, xAI
    "Incorrect API key"); never a 5xx, whatever its body says.
-6. ``provider_unavailable`` codes on 5xx, 408 and 429 (Bedrock ``ModelNotReadyException``
+8. ``provider_unavailable`` codes on 5xx, 408 and 429 (Bedrock ``ModelNotReadyException``
    is a 429; Anthropic ``overloaded_error`` a 529).
-7. ``rate_limit``: 429 and throttling codes under any 4xx.
-8. ``provider_unavailable``: 5xx, 529, 408.
-9. everything else ``unknown``: 400, 404, 409, 413 byte limits, 422 ... A 400 that says
-   "GenerateContentRequest", "sample_rate" or "retry" is not a rate limit.
+9. ``rate_limit``: 429 and throttling codes under any 4xx.
+10. ``provider_unavailable``: 5xx, 529, 408.
+11. everything else ``unknown``: 400, 404, 409, 413 byte limits, 422 ... A 400 that says
+    "GenerateContentRequest", "sample_rate" or "retry" is not a rate limit.
+
+Each rule, the question that decides it and its cases are written down in
+``docs/classification.md``.
 
 Real bodies for every rule, with where each was seen, live in ``tests/corpus/``. Pure: no
 I/O, no clock (``now_s`` is passed in), and malformed bodies never raise.
@@ -60,6 +71,10 @@ _UNAVAILABLE_CODES = {
     "modelstreamerrorexception", "timeout", "deadline_exceeded",
 }  # fmt: skip
 _THROTTLE_CODES = {"throttlingexception", "rate_limit_exceeded", "rate_limit_error", "rate_limited"}
+# Types that name the request as the fault; on a 5xx they outrank the status. KoboldCpp sends
+# "bad_input" with a 500; OpenAI-style servers use "invalid_request_error" / vLLM "BadRequestError"
+# only for the client's mistakes, so a server that pairs them with a 5xx still blames the request.
+_REQUEST_INVALID_CODES = {"bad_input", "invalid_request_error", "badrequesterror"}
 
 _OVERFLOW_TEXT = re.compile(
     r"maximum context length"  # OpenAI, Azure, vLLM, DeepSeek, OpenRouter, Fireworks
@@ -84,7 +99,12 @@ _OVERFLOW_TEXT = re.compile(
     r"|range of input length should be"  # DashScope / Qwen
     r"|configured context size is"
     r"|token count of \d+ exceeds the limit"  # GitHub Copilot
-    r"|longer than the model'?s context length"  # Together, SGLang
+    r"|longer than the (?:model'?s )?context length"  # Together, SGLang; Ollama "... currently available"
+    r"|number of tokens \(prompt and prediction\) cannot exceed"  # Cohere
+    r"|prompt exceeds max length"  # Zhipu / Z.ai code 1261
+    r"|longer than the specified maximum sequence length"  # IBM watsonx
+    r"|too many tokens in batch"  # Mistral embeddings
+    r"|tokens exceed n_ctx"  # llama-box (GPUStack): "prefill N tokens exceed n_ctx_per_seq"
     r"|too many input tokens",  # not bare "too many tokens": Bedrock throttling says that
     re.IGNORECASE,
 )
@@ -99,7 +119,28 @@ _BILLING_TEXT = re.compile(
     r"exceeded your current quota"  # OpenAI insufficient_quota; Gemini reuses it per minute too
     r"|credit balance|insufficient (?:credits|balance|funds|quota)|out of credits|no credits"
     r"|(?:more|any|available) credits|purchase credits|spending limit|spend limit|billing details"
-    r"|payment required|plans & billing",
+    r"|payment required|plans & billing|余额不足|no resource package",
+    re.IGNORECASE,
+)
+# A balance that is empty, said outright: outranks a throttle type and counts even on a 5xx.
+_BALANCE_TEXT = re.compile(
+    r"insufficient (?:balance|credits|funds)|credit balance is too low|余额不足", re.IGNORECASE
+)
+# A 5xx body that blames the request. Each is a server's own wording for a malformed request:
+# pydantic request models and FastAPI body validation (llama-cpp-python, SGLang), nlohmann
+# JSON type / parse errors while reading the request (llama.cpp, llamafile), llama-server's
+# message checks, Jinja's role-order check. Response-side validation ("for ...Response",
+# 'loc': ('response', ...)) is the server failing and is deliberately not matched.
+_REQUEST_INVALID_TEXT = re.compile(
+    r"validation errors? for \w*Request"
+    r"|'loc': \(\s*'body'|\"loc\": ?\[\s*\"body\""
+    r"|json\.exception\.(?:type_error|parse_error)"
+    r"|expected '?content'? to be a string"
+    r"|tools param requires --jinja"
+    r"|response_format type must be"
+    r"|failed to parse tool call arguments"
+    r"|unsupported param"
+    r"|conversation roles must alternate",
     re.IGNORECASE,
 )
 _PERIOD_QUOTA_TEXT = re.compile(r"\bper[ _]?day\b|\bdaily\b|\bmonthly\b", re.IGNORECASE)
@@ -142,6 +183,10 @@ def _decide(status: int, f: _Fields, doc: Any, stated_wait: bool) -> ErrorType:
         return ErrorType.CONTEXT_OVERFLOW
     if 400 <= status < 500 and _is_budget(status, f, doc, stated_wait):
         return ErrorType.BUDGET
+    if status >= 500 and _BALANCE_TEXT.search(f.text):
+        return ErrorType.BUDGET
+    if status >= 500 and _blames_request(f):
+        return ErrorType.UNKNOWN
     if status in (401, 403) or (status < 500 and (f.codes & _AUTH_CODES or _AUTH_TEXT.search(f.text))):
         return ErrorType.AUTH
     unavailable_code = f.codes & _UNAVAILABLE_CODES and not f.codes & _THROTTLE_CODES
@@ -165,8 +210,13 @@ def _is_overflow(status: int, f: _Fields) -> bool:
     return True
 
 
+def _blames_request(f: _Fields) -> bool:
+    """A 5xx whose body says the request itself is malformed: resending it cannot help."""
+    return bool(f.codes & _REQUEST_INVALID_CODES or _REQUEST_INVALID_TEXT.search(f.text))
+
+
 def _is_budget(status: int, f: _Fields, doc: Any, stated_wait: bool) -> bool:
-    if f.codes & _BUDGET_CODES:
+    if f.codes & _BUDGET_CODES or _BALANCE_TEXT.search(f.text):
         return True
     google = _google_quota_is_budget(doc, f.text)
     if google is not None:
@@ -244,8 +294,13 @@ class _Fields:
                         codes.append(d["reason"])  # Google ErrorInfo: API_KEY_INVALID, ...
             elif isinstance(err, str):
                 messages.append(err)  # Ollama, TGI, LM Studio, xAI: {"error": "..."}
-            if isinstance(doc.get("detail"), str):
-                messages.append(doc["detail"])  # FastAPI-style servers (Xinference)
+            detail = doc.get("detail")
+            if isinstance(detail, str):
+                messages.append(detail)  # FastAPI-style servers (Xinference)
+            elif isinstance(detail, dict):
+                _collect(detail, codes, messages)  # KoboldCpp: {"detail": {"msg", "type"}}
+            for item in _dicts(doc.get("errors")):
+                _collect(item, codes, messages)  # IBM watsonx, Llama Stack: {"errors": [...]}
         amz = headers.get("x-amzn-errortype")
         if amz:
             codes.append(amz.split(":", 1)[0])
@@ -256,10 +311,10 @@ class _Fields:
 
 
 def _collect(obj: dict[str, Any], codes: list[str], messages: list[str]) -> None:
-    for key in ("code", "type", "status", "error_type", "__type", "reason"):
+    for key in ("code", "error_code", "type", "status", "error_type", "__type", "reason"):
         value = obj.get(key)
         if isinstance(value, str) and value and value != "error":
             codes.append(value.rsplit("#", 1)[-1])  # Bedrock: "com.amazon...#ThrottlingException"
-    msg = obj.get("message") or obj.get("Message")
+    msg = obj.get("message") or obj.get("Message") or obj.get("msg")
     if isinstance(msg, str):
         messages.append(msg)

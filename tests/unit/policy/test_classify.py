@@ -20,13 +20,19 @@ PROVIDERS = {
     "OpenAI", "Azure OpenAI", "Anthropic", "Google Gemini", "Google Gemini (OpenAI-compatible)",
     "AWS Bedrock", "Mistral", "Groq", "DeepSeek", "OpenRouter", "Together", "Fireworks", "xAI",
     "vLLM", "Ollama", "llama.cpp server", "LM Studio", "TGI (Hugging Face)",
+    "Cerebras", "Cohere", "Moonshot (Kimi)", "Zhipu (Z.ai / GLM)", "Alibaba DashScope (Qwen)", "MiniMax",
+    "NVIDIA NIM (build.nvidia.com)", "Perplexity", "IBM watsonx.ai", "Databricks Model Serving",
+    "Google Vertex AI", "Azure AI Foundry (serverless models)", "SGLang", "llama-cpp-python server",
+    "llamafile", "KoboldCpp", "LocalAI", "LiteLLM proxy",
 }  # fmt: skip
+MIN_CASES, MIN_PROVIDERS = 150, 35
 TRAPS = {
     "openai-429-insufficient-quota-is-budget": "a 429 that is budget",
     "gemini-openai-compat-400-generate-mentions-rate": "a 400 that mentions 'rate'",
     "anthropic-413-bytes-is-not-overflow": "a 413 byte limit",
     "nginx-413-html-is-bytes": "a 413 byte limit from a proxy",
     "bedrock-input-too-long": "an overflow with only a message",
+    "cohere-too-many-tokens-overflow": "an overflow with no code and no 'context' word",
     "deepseek-402-insufficient-balance": "a 402",
     "openai-403-region-is-auth": "a 403 region error",
     "xai-403-credits-is-budget": "a billing 403",
@@ -35,6 +41,17 @@ TRAPS = {
     "gemini-per-day-quota-is-budget": "Gemini per-day RESOURCE_EXHAUSTED",
     "gemini-per-minute-quota-is-rate-limit": "Gemini per-minute RESOURCE_EXHAUSTED",
     "llamacpp-exceed-context-500": "an overflow sent as 500",
+    "openrouter-502-deepinfra-overflow-is-overflow": "an overflow sent as 502 by a relay",
+    "llamacpp-500-content-not-string-is-unknown": "a 5xx caused by the request",
+    "llama-cpp-python-500-request-validation-is-unknown": "a pydantic request validation error sent as 500",
+    "llamacpp-500-plain-json-type-error-is-unknown": "a 5xx that says 'Internal Server Error' yet blames the request",
+    "koboldcpp-500-payload-too-big-is-unknown": "a byte limit sent as 500",
+    "llamacpp-500-peg-format-is-unavailable": "a 500 about the model's own output: stays retryable",
+    "minimax-500-insufficient-balance-is-budget": "a 5xx that only money fixes",
+    "zhipu-429-1113-balance-is-budget": "a 429 that is budget, in Chinese",
+    "zai-anthropic-429-rate-limit-type-is-budget": "a rate_limit_error type that is budget",
+    "cerebras-429-request-quota-code-is-rate-limit": "a 'quota' code that is a per-minute rate limit",
+    "openrouter-402-prompt-tokens-limit-is-budget": "a 402 that counts tokens",
 }
 
 
@@ -46,6 +63,14 @@ def load_cases() -> list[dict[str, Any]]:
 
 
 CASES = load_cases()
+# Every field a case may carry is explained in tests/corpus/README.md ("file" is added on load).
+DOCUMENTED_FIELDS = {"name", "provider", "origin", "status", "headers", "body", "expected", "source", "file"}
+
+
+def test_readme_documents_every_case_field() -> None:
+    readme = (CORPUS / "README.md").read_text()
+    for field in DOCUMENTED_FIELDS - {"file"}:
+        assert f"| `{field}" in readme, field  # "expected" is documented as expected.type, ...
 
 
 def body_bytes(body: Any) -> bytes:
@@ -67,7 +92,8 @@ def test_corpus_case(case: dict[str, Any]) -> None:
 
 
 def test_corpus_is_complete() -> None:
-    assert len(CASES) >= 45
+    assert len(CASES) >= MIN_CASES
+    assert len({c["provider"] for c in CASES}) >= MIN_PROVIDERS
     by_type = Counter(c["expected"]["type"] for c in CASES)
     for t in ErrorType:
         assert by_type[t.value] >= 2, f"{t.value} needs corpus examples"
@@ -77,6 +103,7 @@ def test_corpus_is_complete() -> None:
         assert c["source"].strip(), c["name"]
         assert c["provider"].strip(), c["name"]
         assert all(k == k.lower() for k in c["headers"]), c["name"]
+        assert set(c) <= DOCUMENTED_FIELDS, (c["name"], set(c) - DOCUMENTED_FIELDS)
     assert PROVIDERS <= {c["provider"] for c in CASES}
     assert set(TRAPS) <= set(names)
 
