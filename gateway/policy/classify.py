@@ -105,6 +105,7 @@ _OVERFLOW_TEXT = re.compile(
     r"|longer than the specified maximum sequence length"  # IBM watsonx
     r"|too many tokens in batch"  # Mistral embeddings
     r"|tokens exceed n_ctx"  # llama-box (GPUStack): "prefill N tokens exceed n_ctx_per_seq"
+    r"|context size has been exceeded"  # llama.cpp (as a 500), LM Studio MLX
     r"|too many input tokens",  # not bare "too many tokens": Bedrock throttling says that
     re.IGNORECASE,
 )

@@ -42,6 +42,7 @@ TRAPS = {
     "gemini-per-minute-quota-is-rate-limit": "Gemini per-minute RESOURCE_EXHAUSTED",
     "llamacpp-exceed-context-500": "an overflow sent as 500",
     "openrouter-502-deepinfra-overflow-is-overflow": "an overflow sent as 502 by a relay",
+    "llamacpp-500-context-size-exceeded-is-overflow": "an overflow under a 500 server_error",
     "llamacpp-500-content-not-string-is-unknown": "a 5xx caused by the request",
     "llama-cpp-python-500-request-validation-is-unknown": "a pydantic request validation error sent as 500",
     "llamacpp-500-plain-json-type-error-is-unknown": "a 5xx that says 'Internal Server Error' yet blames the request",
