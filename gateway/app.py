@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.config import GatewayConfig
+from gateway.dialects import DIALECTS
 from gateway.pipeline import forward
 from gateway.pipeline.admit import expect_continue
 from gateway.pipeline.observe import observe
@@ -72,7 +73,9 @@ def create_app(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
-    app.router.add_post("/v1/chat/completions", forward.chat_completions, expect_handler=expect_continue)
+    for dialect in DIALECTS:
+        app.router.add_post(dialect.path, forward.full_pipeline(dialect), expect_handler=expect_continue)
+    app.router.add_route("HEAD", "/api/hello", forward.hello)
     app.router.add_route("*", "/v1/{tail:.*}", forward.passthrough, expect_handler=expect_continue)
     app.router.add_route("*", "/{tail:.*}", forward.not_found)
     return app

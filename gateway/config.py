@@ -103,6 +103,11 @@ class TimeoutsConfig(_Model):
 
 class CompressionConfig(_Model):
     enabled: bool = True
+    # Clients that summarise their own conversation when told it is too long (Claude Code,
+    # Codex) keep more meaning that way than our truncation does, and a silent rescue would
+    # let their local history grow without bound. `pass_through` hands them the provider's
+    # overflow untouched; `rescue` treats them like every other client.
+    self_compacting_clients: Literal["pass_through", "rescue"] = "pass_through"
 
 
 class GatewayConfig(_Model):

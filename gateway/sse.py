@@ -94,51 +94,26 @@ def error_payload(event: Event) -> dict[str, Any] | None:
     return None
 
 
+# Anthropic's error types carry no status in a stream; their documented HTTP statuses
+# (Anthropic API docs, "Errors") let a pre-commit stream error be answered faithfully.
+_ANTHROPIC_STATUS = {
+    "invalid_request_error": 400, "authentication_error": 401, "billing_error": 402,
+    "permission_error": 403, "not_found_error": 404, "request_too_large": 413,
+    "rate_limit_error": 429, "api_error": 500, "timeout_error": 504, "overloaded_error": 529,
+}  # fmt: skip
+
+
 def error_status(payload: dict[str, Any]) -> int | None:
-    """The HTTP status an error event carries in ``error.status`` or a numeric ``error.code``."""
+    """The HTTP status an error event carries in ``error.status`` or a numeric ``error.code``,
+    or the one its Anthropic ``error.type`` stands for."""
     err = payload.get("error")
     if isinstance(err, dict):
         for key in ("status", "code"):
             value = err.get(key)
             if isinstance(value, int) and 400 <= value <= 599:
                 return value
-    return None
-
-
-def is_visible(event: Event) -> bool:
-    """Whether the client would see something: content, a tool call, a finish, or anything
-    we do not understand. Role-only first chunks, empty deltas and comments are not."""
-    if event.data is None:
-        return False
-    if event.is_done:
-        return True
-    doc = event.json()
-    if not isinstance(doc, dict):
-        return True
-    choices = doc.get("choices")
-    if not isinstance(choices, list) or not choices:
-        # A usage-only chunk is bookkeeping; other shapes we pass on untouched.
-        return "usage" not in doc
-    for choice in choices:
-        if not isinstance(choice, dict):
-            return True
-        if choice.get("finish_reason"):
-            return True
-        delta = choice.get("delta")
-        if not isinstance(delta, dict):
-            return True
-        for key, value in delta.items():
-            if key != "role" and value not in (None, "", [], {}):
-                return True
-    return False
-
-
-def usage_of(event: Event) -> dict[str, Any] | None:
-    if b'"usage"' not in event.raw:
-        return None
-    doc = event.json()
-    if isinstance(doc, dict) and isinstance(doc.get("usage"), dict):
-        return doc
+        if payload.get("type") == "error" and isinstance(err.get("type"), str):
+            return _ANTHROPIC_STATUS.get(err["type"])
     return None
 
 

@@ -79,7 +79,7 @@ class Telemetry:
             ["upstream", "error_type"], registry=registry,
         )  # fmt: skip
         self.compressions = Counter(
-            p + "compressions", "Compress-and-retry results: applied, still_overflow, not_applicable.",
+            p + "compressions", "Compress-and-retry results by outcome.",
             ["upstream", "outcome"], registry=registry,
         )  # fmt: skip
         self.in_flight = Gauge(
@@ -108,5 +108,5 @@ class Telemetry:
     def init_upstream(self, name: str) -> None:
         """Pre-create per-upstream series so dashboards and alerts see zeros, not absences."""
         self.circuit_open.labels(name).set(0)
-        for outcome in ("applied", "still_overflow", "not_applicable"):
+        for outcome in ("applied", "still_overflow", "not_applicable", "passed_to_client"):
             self.compressions.labels(name, outcome)

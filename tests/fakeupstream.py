@@ -71,6 +71,7 @@ class Recorded:
     path: str
     headers: CIMultiDict[str]
     body: bytes
+    query: str = ""
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -110,9 +111,73 @@ def stream_events(model: str = "gpt-4o-mini", words: tuple[str, ...] = ("Hello",
     return events
 
 
+def anthropic_message(model: str = "claude-sonnet-4-5", text: str = "Hello from the fake upstream.",
+                      input_tokens: int = 12, output_tokens: int = 7) -> dict[str, Any]:
+    return {
+        "id": "msg_fake123", "type": "message", "role": "assistant", "model": model,
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn", "stop_sequence": None,
+        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens,
+                  "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+    }  # fmt: skip
+
+
+def sse(name: str, data: dict[str, Any]) -> bytes:
+    """One named SSE event, as Anthropic's API sends them."""
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def anthropic_head(model: str = "claude-sonnet-4-5", input_tokens: int = 25,
+                   cache_read: int = 0) -> list[bytes]:
+    """message_start, ping and an empty text block: contentless, held back by the gateway."""
+    return [
+        sse("message_start", {"type": "message_start", "message": {
+            "id": "msg_fake123", "type": "message", "role": "assistant", "model": model, "content": [],
+            "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": input_tokens, "cache_creation_input_tokens": 0,
+                      "cache_read_input_tokens": cache_read, "output_tokens": 1}}}),
+        sse("ping", {"type": "ping"}),
+        sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                    "content_block": {"type": "text", "text": ""}}),
+    ]  # fmt: skip
+
+
+def text_delta(text: str, index: int = 0) -> bytes:
+    return sse("content_block_delta", {"type": "content_block_delta", "index": index,
+                                       "delta": {"type": "text_delta", "text": text}})
+
+
+def anthropic_tail(output_tokens: int = 15, stop_reason: str = "end_turn") -> list[bytes]:
+    return [
+        sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        sse("message_delta", {"type": "message_delta",
+                              "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                              "usage": {"output_tokens": output_tokens}}),
+        sse("message_stop", {"type": "message_stop"}),
+    ]  # fmt: skip
+
+
+def anthropic_stream(model: str = "claude-sonnet-4-5",
+                     words: tuple[str, ...] = ("Hello", " from", " fake.")) -> list[bytes]:
+    return [*anthropic_head(model), *(text_delta(w) for w in words), *anthropic_tail()]
+
+
+def anthropic_error(status: int, type_: str, message: str) -> Reply:
+    return Reply(status, {"type": "error", "error": {"type": type_, "message": message},
+                          "request_id": "req_fake0001"})  # fmt: skip
+
+
+def anthropic_overflow(limit: int, used: int) -> Reply:
+    # The wording Anthropic's API answers with (see tests/corpus/anthropic.json).
+    return anthropic_error(400, "invalid_request_error",
+                           f"prompt is too long: {used} tokens > {limit} maximum")
+
+
 def estimate_tokens(payload: dict[str, Any]) -> int:
     """The fake's 'tokenizer': deliberately not the gateway's estimator (3.5 chars/token)."""
-    return int(len(json.dumps(payload.get("messages", []))) / 3.5) + 3 * len(payload.get("messages", []))
+    messages = payload.get("messages", [])
+    text = json.dumps(messages) + (json.dumps(payload["system"]) if payload.get("system") else "")
+    return int(len(text) / 3.5) + 3 * len(messages)
 
 
 def overflow_error(limit: int, used: int, completion: int | None) -> Reply:
@@ -145,6 +210,9 @@ class FakeUpstream:
 
     def chat_requests(self) -> list[Recorded]:
         return [r for r in self.requests if r.path.endswith("/chat/completions")]
+
+    def messages_requests(self) -> list[Recorded]:
+        return [r for r in self.requests if r.path.endswith("/v1/messages")]
 
     async def start(self) -> FakeUpstream:
         app = web.Application(client_max_size=512 * 1024 * 1024)
@@ -193,7 +261,8 @@ class FakeUpstream:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
-        self.requests.append(Recorded(request.method, request.path, CIMultiDict(request.headers), body))
+        self.requests.append(Recorded(request.method, request.path, CIMultiDict(request.headers), body,
+                                      request.query_string))
         try:
             return await self._answer(request, body)
         except asyncio.CancelledError:
@@ -210,7 +279,9 @@ class FakeUpstream:
                                       "data": [{"object": "embedding", "index": 0,
                                                 "embedding": [0.1, 0.2, 0.3]}],
                                       "usage": {"prompt_tokens": 3, "total_tokens": 3}})
-        if not path.endswith("/chat/completions"):
+        if path.endswith("/messages/count_tokens"):
+            return web.json_response({"input_tokens": estimate_tokens(json.loads(body or b"{}"))})
+        if not path.endswith(("/chat/completions", "/messages")):
             return web.json_response({"error": {"message": f"unknown path {path}",
                                                 "type": "invalid_request_error", "code": None}},
                                      status=404)  # fmt: skip
@@ -222,7 +293,7 @@ class FakeUpstream:
         while callable(step):
             step = step(payload)
         if step is None:
-            step = self._default(payload)
+            step = self._default_messages(payload) if path.endswith("/messages") else self._default(payload)
         return await self._play(request, step)
 
     def _default(self, payload: dict[str, Any]) -> Step:
@@ -236,6 +307,16 @@ class FakeUpstream:
             usage = bool((payload.get("stream_options") or {}).get("include_usage"))
             return Stream(stream_events(model, include_usage=usage))
         return Reply(200, chat_completion(model))
+
+    def _default_messages(self, payload: dict[str, Any]) -> Step:
+        model = payload.get("model") or "claude-sonnet-4-5"
+        if self.context_limit is not None:
+            used = estimate_tokens(payload)
+            if used + (payload.get("max_tokens") or 0) > self.context_limit:
+                return anthropic_overflow(self.context_limit, used)
+        if payload.get("stream"):
+            return Stream(anthropic_stream(model), then="eof")
+        return Reply(200, anthropic_message(model))
 
     async def _play(self, request: web.Request, step: Step) -> web.StreamResponse:
         if isinstance(step, Reply):

@@ -1,6 +1,6 @@
 """What a client sends is checked here, before anything goes upstream.
 
-Bad input gets a clear 4xx in the OpenAI error shape and is never forwarded: a body
+Bad input gets a clear 4xx in the dialect's error shape and is never forwarded: a body
 over ``server.max_body_bytes`` (refused without reading it into memory), a client too
 slow to send its body, invalid JSON, a body that is not an object, ``messages`` that is
 not a list, ``model`` / ``stream`` of the wrong type.
@@ -10,21 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from gateway.pipeline.outcome import Failure, bad_request
 from gateway.services import SERVICES
-
-
-@dataclass(frozen=True, slots=True)
-class Inbound:
-    body: bytes
-    payload: dict[str, Any] | None  # the parsed JSON object, for chat completions
-    model: str | None
-    stream: bool
 
 
 async def expect_continue(request: web.Request) -> None:
@@ -91,24 +82,6 @@ def parse_json_object(body: bytes) -> dict[str, Any] | Failure:
 def _short(e: ValueError) -> str:
     # json's messages give a position but never echo the input, so they are safe to return.
     return str(e).split("\n", 1)[0][:200]
-
-
-def admit_chat(body: bytes) -> Inbound | Failure:
-    doc = parse_json_object(body)
-    if isinstance(doc, Failure):
-        return doc
-    messages = doc.get("messages")
-    if not isinstance(messages, list):
-        return bad_request("'messages' must be a list of message objects", "invalid_messages")
-    if not all(isinstance(m, dict) for m in messages):
-        return bad_request("every item of 'messages' must be an object", "invalid_messages")
-    model = doc.get("model")
-    if model is not None and not isinstance(model, str):
-        return bad_request("'model' must be a string", "invalid_model")
-    stream = doc.get("stream", False)
-    if stream is not None and not isinstance(stream, bool):
-        return bad_request("'stream' must be true or false", "invalid_stream")
-    return Inbound(body, doc, model, bool(stream))
 
 
 def model_of(body: bytes, content_type: str) -> str | None:

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.dialects import OPENAI_CHAT
+from gateway.dialects.base import Dialect, EventKind, StreamReader
 from gateway.errors import Classification, ErrorType, TransportError
 from gateway.pipeline.outcome import (
     Failure,
@@ -28,7 +30,7 @@ from gateway.policy.retry import RetryPlan
 from gateway.policy.retry_after import reset_at_ms
 from gateway.routing import response_headers
 from gateway.services import Services, UpstreamRuntime
-from gateway.sse import EventSplitter, error_payload, error_status, is_visible, parse_event
+from gateway.sse import EventSplitter, error_status
 from gateway.upstream import UpstreamFailure, UpstreamRequest, UpstreamResponse
 
 ERROR_BODY_LIMIT = 4 * 1024 * 1024
@@ -64,6 +66,8 @@ class Call:
     url: str
     headers: Mapping[str, str]
     mode: ReadMode
+    dialect: Dialect = OPENAI_CHAT
+    strip_usage: bool = False  # the reader drops the usage chunk the gateway asked for
 
 
 async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes) -> Outcome:
@@ -72,7 +76,7 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
         call.method, call.url, call.headers, body,
         first_byte_timeout_s=max(0.001, min(svc.cfg.timeouts.first_byte_s, plan.remaining_s())),
     )  # fmt: skip
-    outcome = await _exchange(svc, request, call.mode)
+    outcome = await _exchange(svc, request, call)
     label = outcome.classification.type.value if isinstance(outcome, Failure) else "success"
     t = svc.telemetry
     t.child(t.upstream_attempts, call.up.cfg.name, label).inc()
@@ -90,7 +94,8 @@ def circuit_open(svc: Services, up: UpstreamRuntime) -> Failure:
     )
 
 
-async def _exchange(svc: Services, request: UpstreamRequest, mode: ReadMode) -> Outcome:
+async def _exchange(svc: Services, request: UpstreamRequest, call: Call) -> Outcome:
+    mode = call.mode
     try:
         resp = await svc.sender(request)
     except UpstreamFailure as f:
@@ -101,7 +106,7 @@ async def _exchange(svc: Services, request: UpstreamRequest, mode: ReadMode) -> 
         headers = response_headers(resp.headers)
         ctype = resp.headers.get("Content-Type", "")
         if mode is ReadMode.STREAM and ctype.startswith("text/event-stream"):
-            return await _peek_stream(svc, resp, headers)
+            return await _peek_stream(svc, resp, headers, call.dialect.reader(call.strip_usage))
         if mode is ReadMode.RAW:
             return Success(resp.status, headers, response=resp, chunks=resp.iter_chunks())
         return Success(resp.status, headers, body=await resp.read(SUCCESS_BODY_LIMIT))
@@ -113,37 +118,31 @@ async def _exchange(svc: Services, request: UpstreamRequest, mode: ReadMode) -> 
         raise
 
 
-async def _peek_stream(svc: Services, resp: UpstreamResponse, headers: list[tuple[str, str]]) -> Outcome:
+async def _peek_stream(
+    svc: Services, resp: UpstreamResponse, headers: list[tuple[str, str]], reader: StreamReader
+) -> Outcome:
     splitter = EventSplitter()
     held: list[bytes] = []
-    identity: tuple[str | None, str | None] = (None, None)
     chunks = resp.iter_chunks()
     async for chunk in chunks:
         for i, raw in enumerate(events := splitter.feed(chunk)):
-            event = parse_event(raw)
-            err = error_payload(event)
-            if err is not None:
+            kind = reader.kind(raw, committed=False)
+            if kind is EventKind.ERROR:
                 resp.close()
-                return _stream_error(svc, err)
+                assert reader.error is not None
+                return _stream_error(svc, reader.error)
+            if kind is EventKind.SKIP:
+                continue
             held.append(raw)
-            if identity == (None, None):
-                identity = _identity(event.json())
-            if is_visible(event):
+            if kind is not EventKind.CONTENTLESS:
                 # The rest of this chunk is relayed as it is; the relay keeps iterating `chunks`.
                 rest = b"".join(events[i + 1 :]) + splitter.pending
                 return Success(
                     200, headers, response=resp, chunks=chunks, held=held, pending=rest, sse=True,
-                    stream_id=identity[0], stream_model=identity[1],
-                )
+                    reader=reader,
+                )  # fmt: skip
     # Clean end before anything visible: the turn produced nothing, so it is worth a retry.
     return _transport(svc, TransportError.STREAM_BROKEN)
-
-
-def _identity(doc: Any) -> tuple[str | None, str | None]:
-    if not isinstance(doc, dict):
-        return None, None
-    sid, model = doc.get("id"), doc.get("model")
-    return (sid if isinstance(sid, str) else None, model if isinstance(model, str) else None)
 
 
 def _stream_error(svc: Services, payload: dict[str, Any]) -> Failure:

@@ -12,12 +12,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
+from gateway.dialects import dialect_for_errors
+from gateway.dialects.base import Dialect, Inbound, Rejection
 from gateway.errors import ErrorType
-from gateway.pipeline.admit import Inbound, admit_chat, model_of, read_body
+from gateway.pipeline.admit import model_of, parse_json_object, read_body
 from gateway.pipeline.attempt import Call, ReadMode, attempt, circuit_open
 from gateway.pipeline.outcome import (
     STATE,
@@ -29,41 +32,66 @@ from gateway.pipeline.outcome import (
 )
 from gateway.pipeline.relay import relay
 from gateway.policy.breaker import CircuitState
-from gateway.policy.compress import compress
+from gateway.policy.clients import compacts_itself
 from gateway.policy.retry import RetryPlan, StopReason, run_with_retries
 from gateway.routing import UnsafePath, pick_upstream, request_headers, upstream_url
 from gateway.services import SERVICES, Services, UpstreamRuntime
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-async def chat_completions(request: web.Request) -> web.StreamResponse:
-    svc, state = request.app[SERVICES], request[STATE]
+
+def full_pipeline(dialect: Dialect) -> Handler:
+    """The handler of a dialect's own endpoint: every guarantee applies."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        svc, state = request.app[SERVICES], request[STATE]
+        state.dialect = dialect
+        inbound = await _admit(request, svc, dialect)
+        if isinstance(inbound, Failure):
+            return await relay(request, svc, state, inbound)
+        state.model, state.stream = inbound.model, inbound.stream
+        up = _route(svc, state, inbound.model)
+        if isinstance(up, Failure):
+            return await relay(request, svc, state, up)
+
+        payload, strip_usage = dialect.prepare(inbound, up.cfg.stream_usage)
+        call = Call(
+            up, "POST",
+            upstream_url(up.cfg.base_url, dialect.path, request.query_string),
+            request_headers(request.headers.items(), up.cfg, state.request_id),
+            ReadMode.STREAM if inbound.stream else ReadMode.BUFFER,
+            dialect, strip_usage,
+        )  # fmt: skip
+        plan = _plan(svc, up)
+
+        outcome = await _send(svc, state, plan, call, _encode(payload, inbound))
+        if _overflowed(outcome) and svc.cfg.compression.enabled:
+            assert isinstance(outcome, Failure)
+            if _client_compacts(svc, request):
+                state.compression = {"outcome": "passed_to_client", "reason": "the client compacts itself"}
+                svc.telemetry.compressions.labels(up.cfg.name, "passed_to_client").inc()
+            else:
+                outcome = await _rescue(svc, state, plan, call, payload, outcome)
+        return await relay(request, svc, state, outcome)
+
+    return handle
+
+
+async def _admit(request: web.Request, svc: Services, dialect: Dialect) -> Inbound | Failure:
     body = await read_body(request, svc.cfg.server.max_body_bytes, svc.cfg.timeouts.idle_s)
-    inbound = admit_chat(body) if isinstance(body, bytes) else body
-    if isinstance(inbound, Failure):
-        return await relay(request, svc, state, inbound)
-    state.model, state.stream = inbound.model, inbound.stream
-    up = _route(svc, state, inbound.model)
-    if isinstance(up, Failure):
-        return await relay(request, svc, state, up)
-
-    call = Call(
-        up, "POST",
-        upstream_url(up.cfg.base_url, "/v1/chat/completions", request.query_string),
-        request_headers(request.headers.items(), up.cfg, state.request_id),
-        ReadMode.STREAM if inbound.stream else ReadMode.BUFFER,
-    )  # fmt: skip
-    payload, strip_usage = _ask_for_stream_usage(inbound, up)
-    plan = _plan(svc, up)
-
-    outcome = await _send(svc, state, plan, call, _encode(payload, inbound))
-    if isinstance(outcome, Failure) and _overflowed(outcome) and svc.cfg.compression.enabled:
-        outcome = await _rescue(svc, state, plan, call, payload, outcome)
-    return await relay(request, svc, state, outcome, strip_usage=strip_usage)
+    if isinstance(body, Failure):
+        return body
+    doc = parse_json_object(body)
+    if isinstance(doc, Failure):
+        return doc
+    inbound = dialect.admit(body, doc)
+    return bad_request(inbound.message, inbound.code) if isinstance(inbound, Rejection) else inbound
 
 
 async def passthrough(request: web.Request) -> web.StreamResponse:
     """Any other ``/v1/...`` path: routed, retried and stamped, never compressed."""
     svc, state = request.app[SERVICES], request[STATE]
+    state.dialect = dialect_for_errors(request.path, "anthropic-version" in request.headers)
     try:
         url_for = upstream_url("", request.raw_path.split("?", 1)[0], request.query_string)
     except UnsafePath as e:
@@ -81,8 +109,14 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     return await relay(request, svc, state, outcome)
 
 
+async def hello(request: web.Request) -> web.StreamResponse:
+    """Claude Code's start-up probe (``HEAD /api/hello``): answered here, never forwarded."""
+    return web.Response(status=200)
+
+
 async def not_found(request: web.Request) -> web.StreamResponse:
     svc, state = request.app[SERVICES], request[STATE]
+    state.dialect = dialect_for_errors(request.path, "anthropic-version" in request.headers)
     failure = bad_request(
         "no such endpoint; the gateway serves /v1/... and /healthz, /readyz, /metrics",
         "not_found",
@@ -100,6 +134,11 @@ def _route(svc: Services, state: RequestState, model: str | None) -> UpstreamRun
     state.upstream = cfg.name
     svc.budget.record_request()
     return svc.upstreams[cfg.name]
+
+
+def _client_compacts(svc: Services, request: web.Request) -> bool:
+    mode = svc.cfg.compression.self_compacting_clients
+    return mode == "pass_through" and compacts_itself(request.headers)
 
 
 def _plan(svc: Services, up: UpstreamRuntime) -> RetryPlan:
@@ -163,7 +202,7 @@ async def _rescue(
     """Exactly one compress-and-retry; a second overflow goes back to the client."""
     up = call.up
     counter = svc.telemetry.compressions
-    result = compress(
+    result = call.dialect.compress(
         payload, error_message=overflow.classification.message, context_window=up.cfg.context_window
     )
     state.compression = {"outcome": result.outcome, **result.report}
@@ -177,20 +216,6 @@ async def _rescue(
     state.compression["outcome"] = label
     counter.labels(up.cfg.name, label).inc()
     return outcome
-
-
-def _ask_for_stream_usage(inbound: Inbound, up: UpstreamRuntime) -> tuple[dict[str, Any], bool]:
-    """For token accounting, ask a stream for its usage chunk when the client did not, and
-    remember to strip that chunk again before it reaches a client that did not ask."""
-    payload = inbound.payload or {}
-    if not inbound.stream or not up.cfg.stream_usage:
-        return payload, False
-    options = payload.get("stream_options")
-    if isinstance(options, dict) and options.get("include_usage") is True:
-        return payload, False
-    if options is not None and not isinstance(options, dict):
-        return payload, False  # malformed: let the upstream say so, untouched
-    return {**payload, "stream_options": {**(options or {}), "include_usage": True}}, True
 
 
 def _encode(payload: dict[str, Any], inbound: Inbound) -> bytes:

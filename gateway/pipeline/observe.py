@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from gateway.errors import Classification, ErrorType
-from gateway.pipeline.outcome import STATE, RequestState, error_body
+from gateway.pipeline.outcome import STATE, RequestState
 from gateway.services import SERVICES, Services
 from gateway.telemetry import error_label, status_label
 
@@ -70,8 +70,8 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
             "request_id": state.request_id, "event": "unhandled_error",
             "exception": type(e).__name__, "at": f"{where.filename}:{where.lineno}",
         })  # fmt: skip
-        state.classification = Classification.of(ErrorType.UNKNOWN)
-        body = error_body("internal gateway error", "gateway_error", "internal_error")
+        state.classification = c = Classification.of(ErrorType.UNKNOWN)
+        body = state.dialect.error_body(500, "internal gateway error", "internal_error", c, state.request_id)
         return web.Response(status=500, body=body, content_type="application/json")
     finally:
         svc.in_flight -= 1

@@ -7,13 +7,14 @@ an upstream exchange: failures are data, never exceptions.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
+from gateway.dialects import OPENAI_CHAT
+from gateway.dialects.base import Dialect, StreamReader
 from gateway.errors import Classification, ErrorType, TransportError
 from gateway.upstream import UpstreamResponse
 
@@ -36,6 +37,7 @@ class RequestState:
     first_byte_at: float | None = None
     stream_error: ErrorType | None = None  # a committed stream that ended in an error event
     usage: dict[str, int] = field(default_factory=dict)
+    dialect: Dialect = field(default_factory=lambda: OPENAI_CHAT)
 
 
 STATE = web.RequestKey("llm_state", RequestState)
@@ -51,8 +53,15 @@ class Success:
     held: list[bytes] = field(default_factory=list)  # stream events read while peeking
     pending: bytes = b""  # an incomplete event after ``held``
     sse: bool = False
-    stream_id: str | None = None  # from the first event, for a closing error event
-    stream_model: str | None = None
+    reader: StreamReader | None = None  # the dialect's reader that peeked at the stream
+
+
+@dataclass(frozen=True, slots=True)
+class OwnError:
+    """An error the gateway makes itself; the dialect renders it in its own envelope."""
+
+    message: str
+    code: str
 
 
 @dataclass(slots=True)
@@ -60,8 +69,9 @@ class Failure:
     classification: Classification
     status: int  # what the client is answered with
     headers: list[tuple[str, str]]
-    body: bytes
+    body: bytes  # the upstream's body, passed through untouched; empty for our own errors
     final: bool = False  # never retry (e.g. the circuit is open: nothing was sent)
+    own: OwnError | None = None
 
 
 Outcome = Success | Failure
@@ -73,20 +83,17 @@ def failure_of(outcome: Outcome) -> Classification | None:
     return None
 
 
-def error_body(message: str, type_: str, code: str | None) -> bytes:
-    return json.dumps({"error": {"message": message, "type": type_, "code": code}}).encode()
-
-
 def gateway_failure(
     status: int, c: Classification, message: str, code: str, *, final: bool = False
 ) -> Failure:
-    """An error the gateway makes itself, in the OpenAI error shape."""
+    """An error the gateway makes itself; its body is rendered by the request's dialect."""
     return Failure(
         classification=c,
         status=status,
         headers=[("Content-Type", "application/json")],
-        body=error_body(message, "gateway_error" if status >= 500 else "invalid_request_error", code),
+        body=b"",
         final=final,
+        own=OwnError(message, code),
     )
 
 

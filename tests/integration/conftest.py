@@ -38,6 +38,16 @@ class Gateway:
         async with self.session.post(self.base + "/v1/chat/completions", headers=headers, **kw) as r:
             return r.status, r.headers, await r.read()
 
+    async def messages(self, payload: Any = None, *, data: bytes | None = None, query: str = "",
+                       headers: dict[str, str] | None = None) -> tuple[int, Any, bytes]:
+        if payload is None and data is None:
+            payload = {"model": "claude-sonnet-4-5", "max_tokens": 1024,
+                       "messages": [{"role": "user", "content": "hi"}]}
+        kw: dict[str, Any] = {"json": payload} if data is None else {"data": data}
+        hdrs = {"anthropic-version": "2023-06-01", **(headers or {})}
+        async with self.session.post(self.base + "/v1/messages" + query, headers=hdrs, **kw) as r:
+            return r.status, r.headers, await r.read()
+
     def metric(self, name: str, **labels: str) -> float:
         return self.registry.get_sample_value(name, labels) or 0.0
 

@@ -2,7 +2,9 @@ import json
 
 import pytest
 
-from gateway.sse import EventSplitter, error_payload, error_status, is_visible, parse_event, usage_of
+from gateway.dialects.openai_chat import is_visible
+from gateway.dialects.openai_chat import usage_doc as usage_of
+from gateway.sse import EventSplitter, error_payload, error_status, parse_event
 
 
 def ev(obj: object) -> bytes:

@@ -1,0 +1,21 @@
+"""The wire APIs the gateway speaks; see ``base.py`` for what a dialect owns."""
+
+from __future__ import annotations
+
+from gateway.dialects.anthropic import AnthropicMessages
+from gateway.dialects.base import Dialect
+from gateway.dialects.openai_chat import OpenAIChat
+
+OPENAI_CHAT: Dialect = OpenAIChat()
+ANTHROPIC_MESSAGES: Dialect = AnthropicMessages()
+
+# Each gets the full pipeline at its path.
+DIALECTS: tuple[Dialect, ...] = (OPENAI_CHAT, ANTHROPIC_MESSAGES)
+
+
+def dialect_for_errors(path: str, headers_have_anthropic_version: bool) -> Dialect:
+    """Which envelope a gateway-made error takes on a path without a full dialect:
+    Anthropic clients always send ``anthropic-version``, and read only Anthropic's shape."""
+    if path.startswith("/v1/messages") or headers_have_anthropic_version:
+        return ANTHROPIC_MESSAGES
+    return OPENAI_CHAT

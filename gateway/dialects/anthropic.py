@@ -1,0 +1,192 @@
+"""Anthropic Messages (``POST /v1/messages``): Claude Code and the ``anthropic`` SDKs.
+
+Facts this module relies on (Anthropic API docs, "Errors" and "Streaming Messages"):
+
+* error envelope: ``{"type": "error", "error": {"type", "message"}, "request_id"}`` with
+  types ``invalid_request_error`` 400, ``authentication_error`` 401, ``billing_error``
+  402, ``permission_error`` 403, ``not_found_error`` 404, ``request_too_large`` 413,
+  ``rate_limit_error`` 429, ``api_error`` 500, ``timeout_error`` 504 and
+  ``overloaded_error`` 529;
+* stream: ``message_start`` → (``content_block_start``, ``content_block_delta``…,
+  ``content_block_stop``)… → ``message_delta`` (stop_reason, cumulative usage) →
+  ``message_stop``; ``ping`` anywhere; ``event: error`` may arrive mid-stream;
+* usage: ``input_tokens``, ``cache_creation_input_tokens``, ``cache_read_input_tokens``,
+  ``output_tokens``. All three input kinds count as prompt tokens here, because the
+  provider processed (and bills for) all of them.
+
+Claude Code's LLM-gateway notes ask for an ``overloaded_error`` 529 when the gateway
+sheds load, which is what an open circuit answers on this dialect.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.dialects.anthropic_compress import compress_messages
+from gateway.dialects.base import Ending, EventKind, Inbound, Rejection
+from gateway.dialects.openai_chat import admit_common
+from gateway.errors import Classification, ErrorType
+from gateway.policy.compress import CompressionResult
+from gateway.sse import error_payload, parse_event
+
+_TYPE_FOR_STATUS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "request_too_large",
+    415: "invalid_request_error",
+    429: "rate_limit_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+_TYPE_FOR_CLASS = {
+    ErrorType.RATE_LIMIT: "rate_limit_error",
+    ErrorType.BUDGET: "billing_error",
+    ErrorType.AUTH: "authentication_error",
+    ErrorType.CONTEXT_OVERFLOW: "invalid_request_error",
+    ErrorType.PROVIDER_UNAVAILABLE: "api_error",
+    ErrorType.UNKNOWN: "api_error",
+}
+
+# Events that never show the user anything; held back so an early failure can be replayed.
+_CONTENTLESS = frozenset({"message_start", "ping"})
+
+
+class AnthropicMessages:
+    name = "anthropic_messages"
+    path = "/v1/messages"
+
+    def admit(self, body: bytes, payload: dict[str, Any]) -> Inbound | Rejection:
+        messages = payload.get("messages")
+        if not isinstance(messages, list):
+            return Rejection("messages: Field required to be a list of message objects", "invalid_messages")
+        if not all(isinstance(m, dict) for m in messages):
+            return Rejection("messages: every item must be an object", "invalid_messages")
+        return admit_common(body, payload)
+
+    def prepare(self, inbound: Inbound, stream_usage: bool) -> tuple[dict[str, Any], bool]:
+        return inbound.payload, False  # usage is always in the stream; nothing to ask for
+
+    def error_body(self, status: int, message: str, code: str, c: Classification, request_id: str) -> bytes:
+        return anthropic_error(self.error_status(status, code), message, code, c, request_id)
+
+    def error_status(self, status: int, code: str) -> int:
+        return 529 if code == "circuit_open" else status
+
+    def reader(self, strip_usage: bool) -> AnthropicStreamReader:
+        return AnthropicStreamReader()
+
+    def body_usage(self, doc: Mapping[str, Any]) -> dict[str, int]:
+        return anthropic_usage(doc.get("usage"))
+
+    def compress(
+        self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None
+    ) -> CompressionResult:
+        return compress_messages(payload, error_message=error_message, context_window=context_window)
+
+
+def anthropic_error(status: int, message: str, code: str, c: Classification, request_id: str) -> bytes:
+    type_ = _TYPE_FOR_STATUS.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
+    return json.dumps({
+        "type": "error",
+        "error": {
+            "type": type_, "message": message, "code": code,
+            "x_llm_error_type": c.type.value, "retryable": c.retryable,
+        },
+        "request_id": request_id,
+    }).encode()  # fmt: skip
+
+
+def anthropic_usage(usage: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    if not isinstance(usage, dict):
+        return out
+    prompt = [
+        usage.get(k)
+        for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    ]
+    counted = [v for v in prompt if isinstance(v, int) and v >= 0]
+    if counted:
+        out["prompt"] = sum(counted)
+    output = usage.get("output_tokens")
+    if isinstance(output, int) and output >= 0:
+        out["completion"] = output
+    return out
+
+
+class AnthropicStreamReader:
+    __slots__ = ("error", "usage")
+
+    def __init__(self) -> None:
+        self.usage: dict[str, int] = {}
+        self.error: dict[str, Any] | None = None
+
+    def kind(self, raw: bytes, *, committed: bool) -> EventKind:
+        if b"error" in raw:
+            err = error_payload(parse_event(raw))
+            if err is not None:
+                self.error = err
+                return EventKind.ERROR
+        if b"usage" in raw and (b"message_start" in raw or b"message_delta" in raw):
+            self._take_usage(raw)
+        if committed and b"message_stop" not in raw:
+            return EventKind.VISIBLE
+        event = parse_event(raw)
+        name = event.name
+        doc = event.json()
+        if name is None and isinstance(doc, dict) and isinstance(doc.get("type"), str):
+            name = doc["type"]
+        if name == "message_stop":
+            return EventKind.FINAL
+        if committed:
+            return EventKind.VISIBLE
+        if event.data is None or name in _CONTENTLESS:
+            return EventKind.CONTENTLESS
+        if name == "content_block_start" and isinstance(doc, dict) and _empty_block(doc.get("content_block")):
+            return EventKind.CONTENTLESS
+        return EventKind.VISIBLE
+
+    def _take_usage(self, raw: bytes) -> None:
+        doc = parse_event(raw).json()
+        if not isinstance(doc, dict):
+            return
+        if doc.get("type") == "message_start":
+            message = doc.get("message")
+            if isinstance(message, dict):
+                self.usage.update(anthropic_usage(message.get("usage")))
+        elif doc.get("type") == "message_delta":
+            # Cumulative counts: the last message_delta has the totals.
+            self.usage.update(anthropic_usage(doc.get("usage")))
+
+    def broken(self, ending: Ending, request_id: str, model: str | None) -> bytes:
+        c = ending.classification
+        code = ending.code or c.provider_code or c.type.value
+        # Keep the provider's own Anthropic error type when it sent one (e.g. overloaded_error).
+        type_ = code if code.endswith("_error") else _TYPE_FOR_CLASS[c.type]
+        doc = {
+            "type": "error",
+            "error": {
+                "type": type_, "message": ending.message, "code": code,
+                "x_llm_error_type": c.type.value, "retryable": c.retryable,
+            },
+            "request_id": request_id,
+        }  # fmt: skip
+        return b"event: error\ndata: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _empty_block(block: Any) -> bool:
+    """A text or thinking block opened with no content yet shows nothing."""
+    if not isinstance(block, dict):
+        return False
+    kind = block.get("type")
+    if kind == "text":
+        return not block.get("text")
+    if kind == "thinking":
+        return not block.get("thinking")
+    return False

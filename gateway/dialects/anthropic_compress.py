@@ -1,0 +1,152 @@
+"""Anthropic Messages onto the shared compression core, and back.
+
+The core (``policy/compress.py``) plans over a chat-shaped conversation: droppable units
+(an assistant tool call travels with its results), protected messages (system, the
+newest user message, the current step) and cuttable text. An Anthropic conversation is
+mapped onto that view, planned there, and the plan is applied back to the original
+blocks, so everything the core does not touch stays byte-identical:
+
+* top-level ``system`` is sized as a system message and never changed;
+* an assistant message with ``tool_use`` blocks is a call unit; the following user
+  message that carries the ``tool_result`` blocks is its result (so the two are dropped
+  together and a result never loses its call);
+* text that may be cut: ``text`` blocks and ``tool_result`` content; never
+  ``tool_use`` input, ``thinking`` / ``redacted_thinking`` (signed), images or documents;
+* kept blocks keep every other field (``cache_control`` included).
+
+A user message that carries tool results is not "the newest user message": the newest
+user turn is the last one the user typed, and what follows it is the current step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.policy.compress import CompressionResult, compress
+
+_SRC = "_llm_gateway_src"  # index of the original message a view message stands for
+_BLOCK = "_llm_gateway_block"  # index of the original block a view part stands for
+_SUB = "_llm_gateway_sub"  # index inside a tool_result's content list
+
+
+def compress_messages(
+    payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None
+) -> CompressionResult:
+    messages = payload.get("messages")
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        return compress(payload, error_message=error_message, context_window=context_window)
+    view: dict[str, Any] = {k: v for k, v in payload.items() if k not in ("messages", "system")}
+    system = payload.get("system")
+    head = [{"role": "system", "content": system}] if system else []
+    view["messages"] = head + [_to_view(i, m) for i, m in enumerate(messages)]
+    result = compress(view, error_message=error_message, context_window=context_window)
+    if result.payload is None:
+        return result
+    out = dict(payload)
+    planned = result.payload["messages"]
+    out["messages"] = [_from_view(v, messages) for v in planned if v.get("role") != "system"]
+    for key in ("max_tokens", "max_completion_tokens"):
+        if key in result.payload and result.payload[key] != payload.get(key):
+            out[key] = result.payload[key]
+    return CompressionResult(
+        out, result.outcome, result.target_tokens,
+        result.estimated_before, result.estimated_after, result.report,
+    )  # fmt: skip
+
+
+def _to_view(index: int, m: dict[str, Any]) -> dict[str, Any]:
+    content = m.get("content")
+    role = m.get("role")
+    v: dict[str, Any] = {"role": role, _SRC: index}
+    if not isinstance(content, list):
+        v["content"] = content
+        return v
+    parts: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    results = False
+    for j, block in enumerate(content):
+        if not isinstance(block, dict):
+            parts.append({"type": "opaque", "value": block, _BLOCK: j})
+            continue
+        kind = block.get("type")
+        if kind == "text" and isinstance(block.get("text"), str):
+            parts.append({"type": "text", "text": block["text"], _BLOCK: j})
+        elif kind == "tool_result":
+            results = True
+            parts.extend(_result_parts(j, block))
+        else:
+            if kind in ("tool_use", "server_tool_use"):
+                calls.append({"id": block.get("id")})
+            # Sized as JSON by the core, never cut: it has no top-level "text".
+            parts.append({**block, _BLOCK: j})
+    v["content"] = parts
+    if role == "assistant" and calls:
+        v["tool_calls"] = calls
+    elif role == "user" and results:
+        v["role"] = "tool"  # travels with the call unit before it
+    return v
+
+
+def _result_parts(j: int, block: dict[str, Any]) -> list[dict[str, Any]]:
+    inner = block.get("content")
+    if isinstance(inner, str):
+        return [{"type": "text", "text": inner, _BLOCK: j}]
+    shell = {k: v for k, v in block.items() if k != "content"}
+    parts: list[dict[str, Any]] = [{"type": "result_head", "value": shell, _BLOCK: j}]
+    if isinstance(inner, list):
+        for s, sub in enumerate(inner):
+            if isinstance(sub, dict) and sub.get("type") == "text" and isinstance(sub.get("text"), str):
+                parts.append({"type": "text", "text": sub["text"], _BLOCK: j, _SUB: s})
+            else:
+                parts.append({**sub, _BLOCK: j, _SUB: s} if isinstance(sub, dict) else
+                             {"type": "opaque", "value": sub, _BLOCK: j, _SUB: s})  # fmt: skip
+    return parts
+
+
+def _from_view(v: dict[str, Any], originals: list[dict[str, Any]]) -> dict[str, Any]:
+    src = v.get(_SRC)
+    if not isinstance(src, int):
+        # A message the core added (its note about what was removed).
+        return {"role": "user", "content": v.get("content")}
+    original = originals[src]
+    content = v.get("content")
+    if not isinstance(original.get("content"), list):
+        return original if content is original.get("content") else {**original, "content": content}
+    if not isinstance(content, list):
+        return original
+    blocks = original["content"]
+    texts: dict[tuple[int, int | None], str] = {}
+    added: list[dict[str, Any]] = []
+    for part in content:
+        if _BLOCK not in part:
+            added.append({"type": "text", "text": part.get("text", "")})
+        elif part.get("type") == "text":
+            texts[(part[_BLOCK], part.get(_SUB))] = part["text"]
+    rebuilt = [_rebuild(j, b, texts) for j, b in enumerate(blocks)]
+    if not added and all(r is b for r, b in zip(rebuilt, blocks, strict=True)):
+        return original
+    return {**original, "content": added + rebuilt}
+
+
+def _rebuild(j: int, block: Any, texts: dict[tuple[int, int | None], str]) -> Any:
+    if not isinstance(block, dict):
+        return block
+    if block.get("type") == "text" and (j, None) in texts and texts[(j, None)] != block.get("text"):
+        return {**block, "text": texts[(j, None)]}
+    if block.get("type") != "tool_result":
+        return block
+    inner = block.get("content")
+    if isinstance(inner, str):
+        new = texts.get((j, None), inner)
+        return block if new == inner else {**block, "content": new}
+    if isinstance(inner, list):
+        subs = [
+            {**sub, "text": texts[(j, s)]}
+            if (j, s) in texts and isinstance(sub, dict) and texts[(j, s)] != sub.get("text")
+            else sub
+            for s, sub in enumerate(inner)
+        ]
+        if any(a is not b for a, b in zip(subs, inner, strict=True)):
+            return {**block, "content": subs}
+    return block

@@ -1,0 +1,107 @@
+"""What differs between wire APIs, behind one small interface.
+
+A dialect owns everything the pipeline must not know about a particular API:
+
+* admission: parse and check a request body, find its model and stream flag;
+* the shape of errors the gateway makes itself (the upstream's own errors always pass
+  through untouched);
+* the SSE grammar: which leading events are contentless (held back so a stream that
+  dies before showing anything can be replayed), which event marks a complete stream,
+  which event is an upstream error, where usage lives, and the one typed error event
+  that ends a broken stream;
+* compression: how its conversation maps onto the shared core in ``policy/compress.py``.
+
+``forward.py`` is written against this interface only; adding an API is one module.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gateway.errors import Classification
+from gateway.policy.compress import CompressionResult
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    """An admitted request."""
+
+    body: bytes  # as the client sent it (forwarded byte for byte when unchanged)
+    payload: dict[str, Any]
+    model: str | None
+    stream: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Why a body was not admitted; rendered in the dialect's error shape with status 400."""
+
+    message: str
+    code: str
+
+
+class EventKind(enum.Enum):
+    CONTENTLESS = "contentless"  # nothing a client would show: may be held back before commit
+    VISIBLE = "visible"
+    FINAL = "final"  # visible, and marks the stream as complete
+    ERROR = "error"  # the upstream reported an error in the stream
+    SKIP = "skip"  # never forwarded (bookkeeping the gateway asked for itself)
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """Why a committed stream is being ended early, for the one typed error event."""
+
+    classification: Classification
+    message: str
+    code: str | None
+
+
+class StreamReader(Protocol):
+    """Reads one upstream stream event by event; one instance per attempt."""
+
+    usage: dict[str, int]  # "prompt" / "completion" token counts seen so far
+    error: dict[str, Any] | None  # the payload of the last ERROR event
+
+    def kind(self, raw: bytes, *, committed: bool) -> EventKind:
+        """Classify one raw event. Before the stream is committed the full visibility
+        analysis runs; after it only what relaying needs (errors, the end, usage)."""
+        ...
+
+    def broken(self, ending: Ending, request_id: str, model: str | None) -> bytes:
+        """The single event that ends a broken stream, never mistaken for completion."""
+        ...
+
+
+class Dialect(Protocol):
+    name: str  # for logs
+    path: str  # the endpoint that gets the full pipeline
+
+    def admit(self, body: bytes, payload: dict[str, Any]) -> Inbound | Rejection:
+        """Check a parsed JSON object; ``body`` is its bytes."""
+        ...
+
+    def prepare(self, inbound: Inbound, stream_usage: bool) -> tuple[dict[str, Any], bool]:
+        """The payload to send, and whether the stream reader must drop usage it asked for."""
+        ...
+
+    def error_body(self, status: int, message: str, code: str, c: Classification, request_id: str) -> bytes:
+        """A gateway-made error in this API's own envelope."""
+        ...
+
+    def error_status(self, status: int, code: str) -> int:
+        """The status a gateway-made error is answered with on this API."""
+        ...
+
+    def reader(self, strip_usage: bool) -> StreamReader: ...
+
+    def body_usage(self, doc: Mapping[str, Any]) -> dict[str, int]:
+        """Token counts of a buffered success body."""
+        ...
+
+    def compress(
+        self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None
+    ) -> CompressionResult: ...

@@ -1,0 +1,186 @@
+"""OpenAI chat completions (``POST /v1/chat/completions``), the first dialect.
+
+Stream grammar (OpenAI API reference, "The chat completion chunk object"): ``data:``
+events carrying ``chat.completion.chunk`` objects, the last choice chunk with a
+``finish_reason``, an optional usage-only chunk (``choices: []``) when
+``stream_options.include_usage`` is set, then ``data: [DONE]``. Errors mid-stream come
+as a ``data:`` event holding ``{"error": {...}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.dialects.base import Ending, EventKind, Inbound, Rejection
+from gateway.errors import Classification, ErrorType
+from gateway.policy.compress import CompressionResult, compress
+from gateway.sse import Event, encode_data, error_payload, parse_event
+
+_FINISHED = (b'"finish_reason":"', b'"finish_reason": "', b"[DONE]")
+
+
+class OpenAIChat:
+    name = "openai_chat"
+    path = "/v1/chat/completions"
+
+    def admit(self, body: bytes, payload: dict[str, Any]) -> Inbound | Rejection:
+        messages = payload.get("messages")
+        if not isinstance(messages, list):
+            return Rejection("'messages' must be a list of message objects", "invalid_messages")
+        if not all(isinstance(m, dict) for m in messages):
+            return Rejection("every item of 'messages' must be an object", "invalid_messages")
+        return _common(body, payload)
+
+    def prepare(self, inbound: Inbound, stream_usage: bool) -> tuple[dict[str, Any], bool]:
+        """For token accounting, ask a stream for its usage chunk when the client did not,
+        and have the reader strip that chunk again before it reaches the client."""
+        payload = inbound.payload
+        if not inbound.stream or not stream_usage:
+            return payload, False
+        options = payload.get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage") is True:
+            return payload, False
+        if options is not None and not isinstance(options, dict):
+            return payload, False  # malformed: let the upstream say so, untouched
+        return {**payload, "stream_options": {**(options or {}), "include_usage": True}}, True
+
+    def error_body(self, status: int, message: str, code: str, c: Classification, request_id: str) -> bytes:
+        return openai_error_body(message, "gateway_error" if status >= 500 else "invalid_request_error", code)
+
+    def error_status(self, status: int, code: str) -> int:
+        return status
+
+    def reader(self, strip_usage: bool) -> ChatStreamReader:
+        return ChatStreamReader(strip_usage)
+
+    def body_usage(self, doc: Mapping[str, Any]) -> dict[str, int]:
+        return chat_usage(doc.get("usage"))
+
+    def compress(
+        self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None
+    ) -> CompressionResult:
+        return compress(payload, error_message=error_message, context_window=context_window)
+
+
+def _common(body: bytes, payload: dict[str, Any]) -> Inbound | Rejection:
+    model = payload.get("model")
+    if model is not None and not isinstance(model, str):
+        return Rejection("'model' must be a string", "invalid_model")
+    stream = payload.get("stream", False)
+    if stream is not None and not isinstance(stream, bool):
+        return Rejection("'stream' must be true or false", "invalid_stream")
+    return Inbound(body, payload, model, bool(stream))
+
+
+admit_common = _common
+
+
+def openai_error_body(message: str, type_: str, code: str | None) -> bytes:
+    return json.dumps({"error": {"message": message, "type": type_, "code": code}}).encode()
+
+
+def chat_usage(usage: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    if isinstance(usage, dict):
+        for kind, key in (("prompt", "prompt_tokens"), ("completion", "completion_tokens")):
+            value = usage.get(key)
+            if isinstance(value, int) and value >= 0:
+                out[kind] = value
+    return out
+
+
+class ChatStreamReader:
+    __slots__ = ("error", "identity", "strip_usage", "usage")
+
+    def __init__(self, strip_usage: bool) -> None:
+        self.strip_usage = strip_usage
+        self.usage: dict[str, int] = {}
+        self.error: dict[str, Any] | None = None
+        self.identity: tuple[str | None, str | None] | None = None  # (id, model) of the stream
+
+    def kind(self, raw: bytes, *, committed: bool) -> EventKind:
+        # Cheap byte checks first: most events are plain deltas and need no JSON parse.
+        if b"error" in raw:
+            err = error_payload(parse_event(raw))
+            if err is not None:
+                self.error = err
+                return EventKind.ERROR
+        if b'"usage"' in raw:
+            doc = usage_doc(parse_event(raw))
+            if doc is not None:
+                self.usage.update(chat_usage(doc["usage"]))
+                if not doc.get("choices"):
+                    return EventKind.SKIP if self.strip_usage else EventKind.CONTENTLESS
+        if committed:
+            return EventKind.FINAL if any(f in raw for f in _FINISHED) else EventKind.VISIBLE
+        event = parse_event(raw)
+        if self.identity is None and event.data is not None:
+            self.identity = _identity(event.json())
+        if not is_visible(event):
+            return EventKind.CONTENTLESS
+        return EventKind.FINAL if any(f in raw for f in _FINISHED) else EventKind.VISIBLE
+
+    def broken(self, ending: Ending, request_id: str, model: str | None) -> bytes:
+        c = ending.classification
+        sid, smodel = self.identity or (None, None)
+        return encode_data({
+            "id": sid or f"chatcmpl-{request_id}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": smodel or model or "",
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "error"}],
+            "error": {
+                "message": ending.message,
+                "type": "upstream_error" if c.type is not ErrorType.UNKNOWN else "gateway_error",
+                "code": ending.code or c.provider_code or c.type.value,
+                "x_llm_error_type": c.type.value,
+                "retryable": c.retryable,
+            },
+        })  # fmt: skip
+
+
+def _identity(doc: Any) -> tuple[str | None, str | None]:
+    if not isinstance(doc, dict):
+        return None, None
+    sid, model = doc.get("id"), doc.get("model")
+    return (sid if isinstance(sid, str) else None, model if isinstance(model, str) else None)
+
+
+def is_visible(event: Event) -> bool:
+    """Whether the client would see something: content, a tool call, a finish, or anything
+    we do not understand. Role-only first chunks, empty deltas and comments are not."""
+    if event.data is None:
+        return False
+    if event.is_done:
+        return True
+    doc = event.json()
+    if not isinstance(doc, dict):
+        return True
+    choices = doc.get("choices")
+    if not isinstance(choices, list) or not choices:
+        # A usage-only chunk is bookkeeping; other shapes we pass on untouched.
+        return "usage" not in doc
+    for choice in choices:
+        if not isinstance(choice, dict):
+            return True
+        if choice.get("finish_reason"):
+            return True
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            return True
+        for key, value in delta.items():
+            if key != "role" and value not in (None, "", [], {}):
+                return True
+    return False
+
+
+def usage_doc(event: Event) -> dict[str, Any] | None:
+    if b'"usage"' not in event.raw:
+        return None
+    doc = event.json()
+    if isinstance(doc, dict) and isinstance(doc.get("usage"), dict):
+        return doc
+    return None

@@ -1,0 +1,155 @@
+"""The Anthropic Messages dialect: stream grammar, usage, error envelope, compression."""
+
+import copy
+import json
+
+import pytest
+
+from gateway.dialects import ANTHROPIC_MESSAGES
+from gateway.dialects.base import Ending, EventKind, Inbound, Rejection
+from gateway.errors import Classification, ErrorType
+from tests.anthropic_convo import SYSTEM, assert_valid_messages, messages_conversation, size
+from tests.fakeupstream import anthropic_head, anthropic_tail, sse, text_delta
+
+D = ANTHROPIC_MESSAGES
+
+
+@pytest.mark.parametrize(("raw", "kind"), [
+    (anthropic_head()[0], EventKind.CONTENTLESS),  # message_start
+    (sse("ping", {"type": "ping"}), EventKind.CONTENTLESS),
+    (anthropic_head()[2], EventKind.CONTENTLESS),  # an empty text block opening
+    (sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                 "content_block": {"type": "thinking", "thinking": ""}}), EventKind.CONTENTLESS),
+    (sse("content_block_start", {"type": "content_block_start", "index": 1, "content_block": {
+        "type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}}}), EventKind.VISIBLE),
+    (text_delta("Hi"), EventKind.VISIBLE),
+    (anthropic_tail()[1], EventKind.VISIBLE),  # message_delta
+    (anthropic_tail()[2], EventKind.FINAL),  # message_stop
+    (b": comment\n\n", EventKind.CONTENTLESS),
+    (sse("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}), EventKind.ERROR),
+    (sse("some_future_event", {"type": "some_future_event"}), EventKind.VISIBLE),
+])  # fmt: skip
+def test_event_kinds_before_commit(raw: bytes, kind: EventKind) -> None:
+    assert D.reader(False).kind(raw, committed=False) is kind
+
+
+def test_after_commit_only_the_end_and_errors_matter() -> None:
+    r = D.reader(False)
+    assert r.kind(sse("ping", {"type": "ping"}), committed=True) is EventKind.VISIBLE
+    assert r.kind(text_delta("the word message_stop in text"), committed=True) is EventKind.VISIBLE
+    assert r.kind(anthropic_tail()[2], committed=True) is EventKind.FINAL
+    assert r.kind(text_delta("an error in prose"), committed=True) is EventKind.VISIBLE
+
+
+def test_usage_counts_cache_tokens_as_prompt_and_takes_the_last_cumulative_output() -> None:
+    r = D.reader(False)
+    for raw in [*anthropic_head(input_tokens=10, cache_read=1000), text_delta("x"), *anthropic_tail(output_tokens=42)]:
+        r.kind(raw, committed=False)
+    assert r.usage == {"prompt": 1010, "completion": 42}
+    body = {"usage": {"input_tokens": 5, "cache_creation_input_tokens": 7, "cache_read_input_tokens": 0,
+                      "output_tokens": 3}}
+    assert D.body_usage(body) == {"prompt": 12, "completion": 3}
+
+
+def test_broken_stream_event_is_one_anthropic_error_with_our_fields() -> None:
+    c = Classification.of(ErrorType.PROVIDER_UNAVAILABLE)
+    raw = D.reader(False).broken(Ending(c, "the upstream connection was reset mid-stream", "stream_broken"), "rid", None)
+    assert raw.startswith(b"event: error\ndata: ") and raw.endswith(b"\n\n")
+    doc = json.loads(raw.split(b"data: ", 1)[1])
+    assert doc["type"] == "error" and doc["request_id"] == "rid"
+    assert doc["error"]["type"] == "api_error"
+    assert doc["error"]["x_llm_error_type"] == "provider_unavailable" and doc["error"]["retryable"] is True
+    overloaded = D.reader(False).broken(Ending(c, "Overloaded", "overloaded_error"), "rid", None)
+    assert json.loads(overloaded.split(b"data: ", 1)[1])["error"]["type"] == "overloaded_error"
+
+
+@pytest.mark.parametrize(("status", "code", "answer", "type_"), [
+    (400, "invalid_json", 400, "invalid_request_error"),
+    (401, "invalid_client_key", 401, "authentication_error"),
+    (404, "model_not_found", 404, "not_found_error"),
+    (413, "request_too_large", 413, "request_too_large"),
+    (502, "upstream_unreachable", 502, "api_error"),
+    (504, "upstream_timeout", 504, "timeout_error"),
+    (503, "circuit_open", 529, "overloaded_error"),
+])  # fmt: skip
+def test_gateway_errors_use_anthropics_envelope(status: int, code: str, answer: int, type_: str) -> None:
+    c = Classification.of(ErrorType.UNKNOWN)
+    assert D.error_status(status, code) == answer
+    doc = json.loads(D.error_body(answer, "why", code, c, "req-1"))
+    assert doc == {"type": "error", "error": {"type": type_, "message": "why", "code": code,
+                                              "x_llm_error_type": "unknown", "retryable": False},
+                   "request_id": "req-1"}
+
+
+def test_admission() -> None:
+    ok = D.admit(b"{}", {"model": "claude-x", "messages": [], "stream": True})
+    assert isinstance(ok, Inbound) and ok.stream and ok.model == "claude-x"
+    assert isinstance(D.admit(b"{}", {"messages": "hi"}), Rejection)
+    assert isinstance(D.admit(b"{}", {"messages": [], "stream": "yes"}), Rejection)
+
+
+OVERFLOW = "prompt is too long: {used} tokens > 40000 maximum"
+
+
+def _rescue(payload: dict, used: int | None = None) -> dict:
+    used = used if used is not None else size(payload["messages"]) // 3
+    result = D.compress(payload, error_message=OVERFLOW.format(used=used), context_window=None)
+    assert result.payload is not None, result.report
+    return result.payload
+
+
+def test_compressed_conversation_stays_valid_and_keeps_what_must_not_change() -> None:
+    msgs = messages_conversation(rounds=40, output_bytes=4000)
+    payload = {"model": "claude-x", "max_tokens": 4096, "system": SYSTEM, "messages": msgs,
+               "tools": [{"name": "Bash", "input_schema": {"type": "object"}}]}
+    original = copy.deepcopy(payload)
+    out = _rescue(payload)
+    assert payload == original, "the input must not be mutated"
+    assert out["system"] is payload["system"] and out["tools"] is payload["tools"]
+    new = out["messages"]
+    assert_valid_messages(new)
+    # The provider counted size // 3 tokens against a 40000 limit: the retry aims under it.
+    assert size(new) < size(msgs) * 40000 / (size(msgs) // 3)
+    assert size(new) > size(msgs) * 0.8 * 40000 / (size(msgs) // 3), "keeps as much as fits"
+    # The newest user turn and everything after it (the current step) are untouched.
+    assert new[-4:] == msgs[-4:]
+    # The latest assistant turn's thinking block is byte-identical.
+    assert json.dumps(new[-2]["content"][0]) == json.dumps(msgs[-2]["content"][0])
+    # It says what it removed.
+    assert "by llm-gateway" in json.dumps(new)
+
+
+def test_cache_control_and_unknown_fields_on_kept_blocks_survive() -> None:
+    msgs = messages_conversation(rounds=20, output_bytes=6000)
+    msgs[-1]["content"][0]["cache_control"] = {"type": "ephemeral"}
+    for m in msgs:
+        if m["role"] == "user" and isinstance(m["content"], list):
+            m["content"][0]["cache_control"] = {"type": "ephemeral"}
+    out = _rescue({"model": "m", "max_tokens": 1000, "messages": msgs})
+    kept_results = [b for m in out["messages"] if m["role"] == "user" for b in m["content"]
+                    if b.get("type") == "tool_result"]
+    assert kept_results and all(b.get("cache_control") == {"type": "ephemeral"} for b in kept_results)
+
+
+def test_oversized_tool_results_are_cut_head_and_tail_in_both_content_forms() -> None:
+    msgs = [{"role": "user", "content": "start"}]
+    for i in range(2):
+        tid = f"toolu_{i}"
+        content = "A" * 60000 + "TAIL" if i == 0 else [{"type": "text", "text": "B" * 60000 + "TAIL"}]
+        msgs += [{"role": "assistant", "content": [{"type": "tool_use", "id": tid, "name": "Read", "input": {}}]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tid, "content": content}]}]
+    msgs += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "next"}]
+    out = _rescue({"model": "m", "max_tokens": 1000, "messages": msgs}, used=45000)["messages"]
+    assert_valid_messages(out)
+    first = next(b for m in out for b in (m["content"] if isinstance(m["content"], list) else [])
+                 if b.get("type") == "tool_result")
+    text = first["content"] if isinstance(first["content"], str) else first["content"][0]["text"]
+    assert "truncated by llm-gateway" in text and text.endswith("TAIL") and len(text) < 60000
+
+
+def test_max_tokens_alone_is_lowered_when_that_fits() -> None:
+    payload = {"model": "m", "max_tokens": 64000, "messages": [{"role": "user", "content": "x" * 7000}]}
+    msg = "input length and `max_tokens` exceed context limit: 2010 + 64000 > 40000, decrease input length or `max_tokens` and try again"
+    result = D.compress(payload, error_message=msg, context_window=None)
+    assert result.payload is not None and result.payload["messages"] == payload["messages"]
+    assert result.payload["max_tokens"] < 38000
