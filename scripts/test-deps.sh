@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the real servers the test suite talks to (Debian packages), once.
+# Installs the real servers and clients the test suite talks to (Debian packages; Claude Code
+# from npm into .cache/), once: every step is skipped when its result is already there.
 set -euo pipefail
 need=()
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
@@ -13,5 +14,20 @@ if [ ${#need[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   # The package may start its own daemon; the tests run their own on a free port.
   $SUDO service prometheus stop >/dev/null 2>&1 || true
+fi
+# Claude Code, driven headless by tests/e2e/test_claude_code.py. Its npm package ships the
+# native binary for this platform as an optional dependency; nothing is fetched at run time.
+if ! command -v npm >/dev/null 2>&1; then
+  # Not fatal: a machine whose node comes from elsewhere may refuse Debian's npm.
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq >/dev/null || true
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends npm >/dev/null || true
+fi
+cc_prefix="$(cd "$(dirname "$0")/.." && pwd)/.cache/claude-code"
+if command -v npm >/dev/null 2>&1 && { [ ! -x "$cc_prefix/node_modules/.bin/claude" ] ||
+    ! "$cc_prefix/node_modules/.bin/claude" --version >/dev/null 2>&1; }; then
+  mkdir -p "$cc_prefix"
+  npm install --prefix "$cc_prefix" --no-audit --no-fund --loglevel=error @anthropic-ai/claude-code >/dev/null \
+    || echo "test-deps: npm install @anthropic-ai/claude-code failed; the Claude Code e2e tests will skip" >&2
 fi
 exit 0
