@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Installs the real servers and clients the test suite talks to (Debian packages; Claude Code
-# from npm into .cache/), once: every step is skipped when its result is already there.
+# Installs the real servers and clients the test suite talks to, once: Prometheus (scrapes
+# /metrics) and Redis (the shared state store) from Debian; Claude Code from npm into .cache/.
+# Every step is skipped when its result is already there.
 set -euo pipefail
 need=()
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v promtool  >/dev/null 2>&1 || need+=(prometheus)
 command -v curl      >/dev/null 2>&1 || need+=(curl)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   export DEBIAN_FRONTEND=noninteractive
@@ -14,6 +16,7 @@ if [ ${#need[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   # The package may start its own daemon; the tests run their own on a free port.
   $SUDO service prometheus stop >/dev/null 2>&1 || true
+  $SUDO service redis-server stop >/dev/null 2>&1 || true
 fi
 # Claude Code, driven headless by tests/e2e/test_claude_code.py. Its npm package ships the
 # native binary for this platform as an optional dependency; nothing is fetched at run time.
