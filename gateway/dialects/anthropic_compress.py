@@ -6,7 +6,8 @@ newest user message, the current step) and cuttable text. An Anthropic conversat
 mapped onto that view, planned there, and the plan is applied back to the original
 blocks, so everything the core does not touch stays byte-identical:
 
-* top-level ``system`` is sized as a system message and never changed;
+* top-level ``system`` is sized as a system message and never changed; so are
+  ``role: "system"`` entries inside ``messages`` (Claude Code sends them mid-conversation);
 * an assistant message with ``tool_use`` blocks is a call unit; the following user
   message that carries the ``tool_result`` blocks is its result (so the two are dropped
   together and a result never loses its call);
@@ -38,14 +39,14 @@ def compress_messages(
         return compress(payload, error_message=error_message, context_window=context_window)
     view: dict[str, Any] = {k: v for k, v in payload.items() if k not in ("messages", "system")}
     system = payload.get("system")
-    head = [{"role": "system", "content": system}] if system else []
+    head = [{"role": "system", "content": system, _SRC: "top-level"}] if system else []
     view["messages"] = head + [_to_view(i, m) for i, m in enumerate(messages)]
     result = compress(view, error_message=error_message, context_window=context_window)
     if result.payload is None:
         return result
     out = dict(payload)
     planned = result.payload["messages"]
-    out["messages"] = [_from_view(v, messages) for v in planned if v.get("role") != "system"]
+    out["messages"] = [_from_view(v, messages) for v in planned if v.get(_SRC) != "top-level"]
     for key in ("max_tokens", "max_completion_tokens"):
         if key in result.payload and result.payload[key] != payload.get(key):
             out[key] = result.payload[key]

@@ -28,6 +28,8 @@ class RequestState:
     stream: bool = False
     attempts: int = 0
     retries: int = 0
+    fallbacks: int = 0  # upstreams left behind for the next one in the chain
+    from_memory: int = 0  # answered by the loop breaker: the repeats it has seen, else 0
     compressed: bool = False
     compression: dict[str, Any] | None = None
     classification: Classification | None = None  # the final error, if the answer is one
