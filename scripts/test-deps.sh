@@ -14,4 +14,12 @@ if [ ${#need[@]} -gt 0 ]; then
   # The package may start its own daemon; the tests run their own on a free port.
   $SUDO service prometheus stop >/dev/null 2>&1 || true
 fi
+# Codex CLI for tests/e2e/test_codex.py, once, into .cache/codex (pinned: CODEX_NOTES.md
+# measured this version). Without npm the Codex tests skip, loudly.
+CODEX_VERSION="${CODEX_VERSION:-0.169.0}"
+codex_prefix="$(cd "$(dirname "$0")/.." && pwd)/.cache/codex"
+if [ ! -x "$codex_prefix/node_modules/.bin/codex" ] && command -v npm >/dev/null 2>&1; then
+  npm install --silent --no-audit --no-fund --prefix "$codex_prefix" "@openai/codex@$CODEX_VERSION" >/dev/null \
+    || echo "test-deps: npm install @openai/codex failed; the Codex e2e tests will skip" >&2
+fi
 exit 0
