@@ -4,7 +4,26 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 CONFIG ?= config/gateway.yaml
 
-.PHONY: run test lint bench clean
+# `make run` and `make test` started together (two terminals in a fresh clone) must not
+# both create and pip-install into the same .venv. Set-up therefore runs in a sub-make
+# that holds an exclusive flock(1) on .venv.lock; the sub-make re-checks the stamps once it
+# has the lock, so whoever waited finds the work done. Without flock (util-linux; not on
+# macOS) set-up simply runs unserialised, as before.
+FLOCK  := $(shell command -v flock 2>/dev/null)
+LOCKED := $(if $(FLOCK),$(FLOCK) $(VENV).lock) $(MAKE) --no-print-directory
+
+.PHONY: run test lint bench clean venv venv-dev _locked-runtime _locked-dev
+
+# The only entry points to set-up; the stamp targets below are built under the lock.
+venv:
+	@$(LOCKED) _locked-runtime
+venv-dev:
+	@$(LOCKED) _locked-dev
+# (Phony goals with an empty recipe, so an up-to-date .venv prints nothing.)
+_locked-runtime: $(BIN)/.runtime
+	@:
+_locked-dev: $(BIN)/.dev
+	@:
 
 $(BIN)/.runtime: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -12,22 +31,25 @@ $(BIN)/.runtime: pyproject.toml
 	$(BIN)/python -m pip install -q -e .
 	touch $@
 
+# Only the dev extras, not `pip install -e '.[dev]'`: that would reinstall the gateway
+# itself and pull the package from under a `make run` that is already starting.
 $(BIN)/.dev: $(BIN)/.runtime
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["dev"]))' > $(VENV)/dev-requirements.txt
+	$(BIN)/python -m pip install -q -r $(VENV)/dev-requirements.txt
 	touch $@
 
-run: $(BIN)/.runtime
+run: venv
 	$(BIN)/python -m gateway --config $(CONFIG)
 
 # The suite needs real servers (Prometheus, wrk-free); scripts/test-deps.sh installs them.
-test: $(BIN)/.dev
+test: venv-dev
 	bash scripts/test-deps.sh
 	$(BIN)/python -m ruff check gateway tests bench
 	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest
 
-bench: $(BIN)/.dev
+bench: venv-dev
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VENV).lock .pytest_cache .mypy_cache .ruff_cache

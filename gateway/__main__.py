@@ -7,7 +7,8 @@ import asyncio
 import sys
 
 from gateway import __version__
-from gateway.config import ConfigError, load_config
+from gateway.auth import startup_check
+from gateway.config import ConfigError, config_warnings, load_config
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,7 +21,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_config(args.config)
     except ConfigError as e:
-        print(f"llm-gateway: invalid config: {e}", file=sys.stderr)
+        # One line per problem, each complete on its own, so grep and log shippers keep
+        # the field name with the message.
+        for problem in e.problems:
+            print(f"llm-gateway: invalid config: {problem}", file=sys.stderr)
+        return 2
+    for warning in config_warnings(cfg):
+        print(f"llm-gateway: warning: {warning}", file=sys.stderr)
+    verdict = startup_check(cfg)
+    if verdict.warning:
+        print(f"llm-gateway: {verdict.warning}", file=sys.stderr)
+    if verdict.refusal:
+        print(f"llm-gateway: {verdict.refusal}", file=sys.stderr)
         return 2
 
     from gateway import logs

@@ -19,6 +19,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from gateway.auth import ClientAuth
 from gateway.config import GatewayConfig
 from gateway.dialects import DIALECTS
 from gateway.pipeline import forward
@@ -61,6 +62,7 @@ def create_app(
         wall=wall,
         sleep=sleep,
         rand=rand,
+        auth=ClientAuth.from_config(cfg),
     )
 
     # aiohttp's own cap sits above ours so that our reader, not aiohttp, answers the 413.

@@ -6,19 +6,39 @@ are errors: a typo must not be silently ignored.
 
 from __future__ import annotations
 
+import difflib
+import ipaddress
 import os
 import re
+import types
+import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 
 class ConfigError(Exception):
-    """A config problem, worded for a one-line message that names the field."""
+    """Config problems, each worded as one line that names the field.
+
+    ``problems`` holds every problem found, so an operator fixes them in one round
+    instead of one per restart; ``str()`` is those lines joined by newlines.
+    """
+
+    def __init__(self, *problems: str) -> None:
+        super().__init__("\n".join(problems))
+        self.problems: tuple[str, ...] = problems
 
 
 class _Model(BaseModel):
@@ -31,6 +51,46 @@ class ServerConfig(_Model):
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     drain_s: float = Field(default=30.0, ge=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Keys clients must present (Authorization: Bearer, x-api-key or api-key) to use the
+    # gateway. One string may hold several comma-separated keys, so a single environment
+    # variable (`client_keys: ${GATEWAY_CLIENT_KEYS:-}`) can carry them all; empty means
+    # no client authentication.
+    client_keys: tuple[str, ...] = Field(default=(), repr=False)
+    # Serving the operator's provider key to anyone who reaches a non-loopback port must
+    # be a deliberate choice, never the default (see gateway.auth.startup_check).
+    allow_unauthenticated: bool = False
+
+    @field_validator("client_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, v: Any) -> Any:
+        items = [v] if isinstance(v, str) else v
+        if v is None:
+            return ()
+        if not isinstance(items, list | tuple):
+            return v  # let pydantic say what type it wanted
+        if not all(isinstance(item, str) for item in items):
+            return v  # let pydantic name the item that is not a string
+        keys = [k.strip() for item in items for k in item.split(",")]
+        return tuple(dict.fromkeys(k for k in keys if k))  # a repeated key adds nothing
+
+    @field_validator("client_keys")
+    @classmethod
+    def _header_safe(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for i, key in enumerate(v):
+            # Never echo the key: only its position says which one is wrong.
+            if any(c.isspace() or not c.isprintable() for c in key) or not key.isascii():
+                raise ValueError(f"key #{i + 1} must be printable ASCII without spaces")
+        return v
+
+    @property
+    def is_loopback(self) -> bool:
+        """Whether only this machine can connect (127.0.0.0/8, ::1 or localhost)."""
+        if self.host.lower() in ("localhost", "localhost."):
+            return True
+        try:
+            return ipaddress.ip_address(self.host.strip("[]")).is_loopback
+        except ValueError:
+            return False  # a hostname may resolve to anything: assume reachable
 
 
 class UpstreamConfig(_Model):
@@ -43,16 +103,35 @@ class UpstreamConfig(_Model):
     # Ask streams for their usage chunk (stream_options.include_usage) to count tokens;
     # turn off for a server that rejects the option.
     stream_usage: bool = True
+    # Which header carries api_key: `Authorization: Bearer <key>` (OpenAI and most
+    # compatibles), `x-api-key: <key>` (Anthropic) or `api-key: <key>` (Azure OpenAI).
+    key_header: Literal["authorization", "x-api-key", "api-key"] = "authorization"
+    # Set by GatewayConfig: with client keys in use, what a client sends in its credential
+    # headers is a gateway key, never a provider key, so it must not travel upstream.
+    _client_keys_in_use: bool = PrivateAttr(default=False)
 
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, v: str) -> str:
-        parts = urlsplit(v)
+        try:
+            parts = urlsplit(v)
+            parts.port  # noqa: B018 - raises on a port that is not a number
+        except ValueError:
+            raise ValueError("must be an absolute http:// or https:// URL") from None
+        if "@" in parts.netloc:
+            # Never echo the URL: the part before '@' is a password. aiohttp would also
+            # refuse the URL on every request, so this is a start-up error, not a 500 later.
+            raise ValueError("must not contain credentials (user:password@); put the key in api_key")
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("must be an absolute http:// or https:// URL")
         if parts.query or parts.fragment:
             raise ValueError("must not have a query string or fragment")
         return v.rstrip("/")
+
+    @property
+    def forwards_client_credentials(self) -> bool:
+        """Whether the client's Authorization / x-api-key / api-key go upstream as they came."""
+        return self.api_key is None and not self._client_keys_in_use
 
     @field_validator("api_key")
     @classmethod
@@ -110,6 +189,55 @@ class CompressionConfig(_Model):
     self_compacting_clients: Literal["pass_through", "rescue"] = "pass_through"
 
 
+class StateConfig(_Model):
+    """Where cross-request state lives: ``memory`` (this process) or ``redis`` (shared by replicas)."""
+
+    backend: Literal["memory", "redis"] = "memory"
+    # repr=False: a redis URL may carry a password.
+    url: str | None = Field(default=None, repr=False)
+    key_prefix: str = Field(default="llm-gateway:", max_length=64)
+    # A request never waits on the shared store longer than this per operation; past it the
+    # replica falls back to its own memory until the store answers again.
+    timeout_ms: int = Field(default=50, gt=0, le=10_000)
+    recover_s: float = Field(default=1.0, gt=0)  # how long to stay local after a store failure
+    cache_ms: int = Field(default=200, ge=0, le=10_000)  # circuit state may be this stale per replica
+
+    @field_validator("url")
+    @classmethod
+    def _redis_url(cls, v: str | None) -> str | None:
+        if v and urlsplit(v).scheme not in ("redis", "rediss", "unix"):
+            raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        return v or None
+
+    @model_validator(mode="after")
+    def _redis_needs_url(self) -> StateConfig:
+        if self.backend == "redis" and not self.url:
+            raise ValueError("backend redis needs a url (redis://host:6379/0)")
+        return self
+
+
+class LoopBreakerConfig(_Model):
+    """How long a failed request's answer is replayed to an identical request (same path,
+    body and credential) instead of sending it again."""
+
+    enabled: bool = True
+    window_s: float = Field(default=10.0, ge=0)  # unknown, auth, unrescued context_overflow
+    budget_window_s: float = Field(default=5.0, ge=0)  # short: must not outlive a top-up by much
+    retryable_window_s: float = Field(default=2.0, ge=0)  # given-up retryable error without a hint
+    max_window_s: float = Field(default=60.0, ge=0)  # cap for reset-at / retry-after / open circuit
+    max_entries: int = Field(default=10_000, gt=0)
+    max_body_bytes: int = Field(default=64 * 1024, gt=0)  # a larger answer is not remembered
+    max_total_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    # Keys the fingerprint (HMAC-SHA256). Replicas share answers only if they share it; when unset,
+    # each process draws a random one.
+    secret: str | None = Field(default=None, repr=False)
+
+    @field_validator("secret")
+    @classmethod
+    def _blank_secret_is_none(cls, v: str | None) -> str | None:
+        return v or None  # `${LOOP_BREAKER_SECRET:-}` unset means "draw one per process"
+
+
 class GatewayConfig(_Model):
     server: ServerConfig = ServerConfig()
     upstreams: tuple[UpstreamConfig, ...] = Field(min_length=1)
@@ -117,6 +245,8 @@ class GatewayConfig(_Model):
     circuit_breaker: CircuitBreakerConfig = CircuitBreakerConfig()
     timeouts: TimeoutsConfig = TimeoutsConfig()
     compression: CompressionConfig = CompressionConfig()
+    state: StateConfig = StateConfig()
+    loop_breaker: LoopBreakerConfig = LoopBreakerConfig()
 
     @field_validator("upstreams")
     @classmethod
@@ -127,12 +257,41 @@ class GatewayConfig(_Model):
             raise ValueError(f"upstream names must be unique, repeated: {', '.join(dupes)}")
         return v
 
+    @model_validator(mode="after")
+    def _mark_client_keys(self) -> Self:
+        if self.server.client_keys:
+            for u in self.upstreams:
+                u._client_keys_in_use = True
+        return self
+
+
+def config_warnings(cfg: GatewayConfig) -> list[str]:
+    """Settings that are valid but almost certainly not what was meant, one line each."""
+    out = []
+    for i, u in enumerate(cfg.upstreams):
+        if urlsplit(u.base_url).path in ("", "/"):
+            # /v1/<rest> maps onto base_url + /<rest>, so a bare host loses the /v1.
+            out.append(
+                f"upstreams[{i}].base_url has no path, so /v1/chat/completions is sent to "
+                f"{u.base_url}/chat/completions; did you mean {u.base_url}/v1?"
+            )
+        if cfg.server.client_keys and u.api_key is None:
+            out.append(
+                f"upstreams[{i}] ({u.name}) has no api_key while server.client_keys is set: "
+                "client keys are never forwarded, so this upstream receives no credential"
+            )
+    return out
+
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
-def expand_env(text: str, env: Mapping[str, str]) -> str:
-    """Replace ``${VAR}`` and ``${VAR:-default}``; an unset ``${VAR}`` without default is an error."""
+def expand_env(text: str, env: Mapping[str, str], unset: list[str] | None = None) -> str:
+    """Replace ``${VAR}`` and ``${VAR:-default}``; an unset ``${VAR}`` without default is an error.
+
+    With ``unset`` given, unset names are appended to it instead of raising, so that
+    every missing variable can be reported at once.
+    """
 
     def sub(m: re.Match[str]) -> str:
         name, default = m.group(1), m.group(2)
@@ -143,23 +302,30 @@ def expand_env(text: str, env: Mapping[str, str]) -> str:
             return default
         if name in env:
             return ""
-        raise ConfigError(f"environment variable {name} is not set (use ${{{name}:-default}})")
+        if unset is None:
+            raise ConfigError(_unset_message(name))
+        unset.append(name)
+        return ""
 
     return _VAR.sub(sub, text)
 
 
-def _expand_tree(node: Any, env: Mapping[str, str]) -> Any:
+def _unset_message(name: str) -> str:
+    return f"environment variable {name} is not set (use ${{{name}:-default}})"
+
+
+def _expand_tree(node: Any, env: Mapping[str, str], unset: list[str]) -> Any:
     # Expanding after YAML parsing keeps a secret containing ':' or '#' from changing the YAML.
     if isinstance(node, str):
-        return expand_env(node, env)
+        return expand_env(node, env, unset)
     if isinstance(node, list):
-        return [_expand_tree(x, env) for x in node]
+        return [_expand_tree(x, env, unset) for x in node]
     if isinstance(node, dict):
-        return {k: _expand_tree(v, env) for k, v in node.items()}
+        return {k: _expand_tree(v, env, unset) for k, v in node.items()}
     return node
 
 
-def _field_path(loc: tuple[int | str, ...], data: Any) -> str:
+def _field_path(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
         if isinstance(part, int):
@@ -169,19 +335,53 @@ def _field_path(loc: tuple[int | str, ...], data: Any) -> str:
     return out or "config"
 
 
-def _describe(err: ValidationError, data: Any) -> str:
-    first = err.errors()[0]
-    msg = first["msg"]
-    if first["type"] == "extra_forbidden":
-        msg = "unknown key (check the spelling against the config reference)"
-    elif first["type"] == "missing":
-        msg = "is required"
-    elif first["type"] == "too_short":
-        msg = f"must have at least {first.get('ctx', {}).get('min_length', 1)} item(s)"
-    msg = msg.removeprefix("Value error, ")
-    more = len(err.errors()) - 1
-    tail = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
-    return f"{_field_path(tuple(first['loc']), data)}: {msg}{tail}"
+def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The config section that ``loc`` points into, by walking the field annotations."""
+    tp: Any = GatewayConfig
+    for part in loc:
+        if isinstance(part, int):
+            args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+            tp = args[0] if args else None
+        elif isinstance(tp, type) and issubclass(tp, BaseModel) and part in tp.model_fields:
+            tp = tp.model_fields[part].annotation
+        else:
+            return None
+        # Unwrap `X | None` to X.
+        if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+            models = [a for a in typing.get_args(tp) if isinstance(a, type) and issubclass(a, BaseModel)]
+            tp = models[0] if models else tp
+    return tp if isinstance(tp, type) and issubclass(tp, BaseModel) else None
+
+
+def _unknown_key(loc: tuple[int | str, ...]) -> str:
+    model = _model_at(loc[:-1])
+    known = sorted(model.model_fields) if model else []
+    near = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+    if near:
+        return f"unknown key (did you mean '{near[0]}'?)"
+    if known:
+        return f"unknown key (known keys: {', '.join(known)})"
+    return "unknown key"
+
+
+def _describe(err: ValidationError) -> list[str]:
+    errors = err.errors()
+    locs = [tuple(e["loc"]) for e in errors]
+    out = []
+    for e, loc in zip(errors, locs, strict=True):
+        if e["type"] == "too_short" and any(other[: len(loc)] == loc and other != loc for other in locs):
+            # A list whose only item is invalid is reported as too short as well: noise.
+            continue
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = _unknown_key(loc)
+        elif e["type"] == "missing":
+            msg = "is required"
+        elif e["type"] == "too_short":
+            msg = f"must have at least {e.get('ctx', {}).get('min_length', 1)} item(s)"
+        msg = msg.removeprefix("Value error, ")
+        out.append(f"{_field_path(loc)}: {msg}")
+    return out
 
 
 def parse_config(text: str, env: Mapping[str, str] | None = None, source: str = "config") -> GatewayConfig:
@@ -196,11 +396,16 @@ def parse_config(text: str, env: Mapping[str, str] | None = None, source: str = 
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of sections")
-    data = _expand_tree(data, os.environ if env is None else env)
+    unset: list[str] = []
+    data = _expand_tree(data, os.environ if env is None else env, unset)
+    problems = [_unset_message(name) for name in dict.fromkeys(unset)]
     try:
-        return GatewayConfig.model_validate(data)
+        cfg = GatewayConfig.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(_describe(e, data)) from None
+        problems += _describe(e)
+    if problems:
+        raise ConfigError(*problems) from None
+    return cfg
 
 
 def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> GatewayConfig:

@@ -64,12 +64,33 @@ def upstream_url(base_url: str, raw_path: str, query_string: str) -> str:
     return f"{url}?{query_string}" if query_string else url
 
 
+# Every header a client may use to send a credential. When the gateway supplies the
+# upstream's key, or the client's credential is a gateway key (server.client_keys), none
+# of them may travel upstream: a leftover `x-api-key` next to our `Authorization` would
+# reach the provider, and the provider may even prefer it.
+CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key"})
+
+# How each `key_header` carries the configured key.
+_KEY_HEADER: dict[str, tuple[str, str]] = {
+    "authorization": ("Authorization", "Bearer {}"),
+    "x-api-key": ("x-api-key", "{}"),
+    "api-key": ("api-key", "{}"),
+}
+
+
 def request_headers(
     client: Mapping[str, str] | Iterable[tuple[str, str]],
     upstream: UpstreamConfig,
     request_id: str,
 ) -> dict[str, str]:
+    """The headers sent upstream: the client's, minus hop-by-hop ones, with our credential.
+
+    With ``api_key`` set it goes in ``key_header`` and every client credential header is
+    dropped. Without it the client's credential headers pass through, unless the gateway
+    uses client keys (then they are gateway keys and the upstream gets none).
+    """
     items = client.items() if isinstance(client, Mapping) else client
+    strip_credentials = not upstream.forwards_client_credentials
     out: dict[str, str] = {}
     connection_tokens: set[str] = set()
     for k, v in items:
@@ -78,14 +99,15 @@ def request_headers(
             connection_tokens.update(t.strip().lower() for t in v.split(","))
         if lk in _REQUEST_DROP or lk == "x-request-id":
             continue
-        if upstream.api_key is not None and lk in ("authorization", "api-key", "x-api-key"):
+        if strip_credentials and lk in CREDENTIAL_HEADERS:
             continue
         out[k] = v
     # Headers named in Connection are hop-by-hop too (RFC 9110 §7.6.1).
     for k in [k for k in out if k.lower() in connection_tokens]:
         del out[k]
     if upstream.api_key is not None:
-        out["Authorization"] = f"Bearer {upstream.api_key}"
+        name, template = _KEY_HEADER[upstream.key_header]
+        out[name] = template.format(upstream.api_key)
     out["X-Request-Id"] = request_id
     return out
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from urllib.parse import urlsplit, urlunsplit
 
 from aiohttp import web
 
@@ -68,11 +69,21 @@ def _summary(cfg: GatewayConfig) -> dict[str, object]:
     """What an operator needs to confirm the config; never a key (only whether one is set)."""
     return {
         "upstreams": [
-            {"name": u.name, "base_url": u.base_url, "models": list(u.models),
-             "api_key": "set" if u.api_key else "forwarded-from-client"}
+            {"name": u.name, "base_url": _without_userinfo(u.base_url), "models": list(u.models),
+             "api_key": f"set ({u.key_header})" if u.api_key else
+                        "forwarded-from-client" if u.forwards_client_credentials else "none"}
             for u in cfg.upstreams
         ],
+        "client_auth": f"required ({len(cfg.server.client_keys)} keys)" if cfg.server.client_keys else "off",
         "compression": cfg.compression.enabled,
         "deadline_s": cfg.retry.deadline_s,
         "drain_s": cfg.server.drain_s,
     }  # fmt: skip
+
+
+def _without_userinfo(url: str) -> str:
+    # Config validation refuses credentials in URLs; this keeps the log safe regardless.
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from gateway.auth import ClientAuth
 from gateway.config import GatewayConfig, UpstreamConfig
 from gateway.policy.breaker import CircuitBreaker, RetryBudget
 from gateway.telemetry import Telemetry
@@ -34,6 +35,7 @@ class Services:
     wall: Callable[[], float]  # epoch seconds, for reset-at stamps and HTTP dates
     sleep: Callable[[float], Awaitable[None]]
     rand: Callable[[], float]
+    auth: ClientAuth
     draining: bool = False
     in_flight: int = 0
     idle: list[Callable[[], None]] = field(default_factory=list)

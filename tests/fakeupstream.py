@@ -173,6 +173,79 @@ def anthropic_overflow(limit: int, used: int) -> Reply:
                            f"prompt is too long: {used} tokens > {limit} maximum")
 
 
+def response_object(model: str = "gpt-5-codex", text: str = "Hello from the fake upstream.",
+                    status: str = "completed", input_tokens: int = 30, output_tokens: int = 9) -> dict[str, Any]:
+    return {
+        "id": "resp_fake123", "object": "response", "created_at": int(time.time()), "status": status,
+        "model": model, "error": None, "incomplete_details": None,
+        "output": [{"id": "msg_fake1", "type": "message", "role": "assistant", "status": "completed",
+                    "content": [{"type": "output_text", "text": text, "annotations": []}]}],
+        "usage": {"input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": 0},
+                  "output_tokens": output_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+                  "total_tokens": input_tokens + output_tokens},
+    }  # fmt: skip
+
+
+class _Seq:
+    def __init__(self) -> None:
+        self.n = -1
+
+    def __call__(self, name: str, **data: Any) -> bytes:
+        self.n += 1
+        return sse(name, {"type": name, "sequence_number": self.n, **data})
+
+
+def responses_head(model: str = "gpt-5-codex", seq: _Seq | None = None) -> list[bytes]:
+    """response.created, response.in_progress and an empty message item: contentless."""
+    ev = seq or _Seq()
+    shell = {**response_object(model), "status": "in_progress", "output": [], "usage": None}
+    item = {"id": "msg_fake1", "type": "message", "role": "assistant", "status": "in_progress", "content": []}
+    return [
+        ev("response.created", response=shell),
+        ev("response.in_progress", response=shell),
+        ev("response.output_item.added", output_index=0, item=item),
+        ev("response.content_part.added", item_id="msg_fake1", output_index=0, content_index=0,
+           part={"type": "output_text", "text": "", "annotations": []}),
+    ]  # fmt: skip
+
+
+def responses_stream(model: str = "gpt-5-codex", words: tuple[str, ...] = ("Hello", " from", " fake."),
+                     end: str = "response.completed") -> list[bytes]:
+    seq = _Seq()
+    out = responses_head(model, seq)
+    out += [seq("response.output_text.delta", item_id="msg_fake1", output_index=0, content_index=0,
+                delta=w, logprobs=[]) for w in words]
+    out += responses_tail(model, "".join(words), seq, end)
+    return out
+
+
+def responses_deltas(words: tuple[str, ...], start_seq: int = 4) -> list[bytes]:
+    seq = _Seq()
+    seq.n = start_seq - 1
+    return [seq("response.output_text.delta", item_id="msg_fake1", output_index=0, content_index=0,
+                delta=w, logprobs=[]) for w in words]
+
+
+def responses_tail(model: str, text: str, seq: _Seq, end: str = "response.completed") -> list[bytes]:
+    done = response_object(model, text, status="completed" if end == "response.completed" else "incomplete")
+    return [
+        seq("response.output_text.done", item_id="msg_fake1", output_index=0, content_index=0, text=text, logprobs=[]),
+        seq("response.output_item.done", output_index=0, item=done["output"][0]),
+        seq(end, response=done),
+    ]  # fmt: skip
+
+
+def responses_error(status: int, message: str, type_: str, code: str | None, param: str | None = None) -> Reply:
+    return Reply(status, {"error": {"message": message, "type": type_, "param": param, "code": code}})
+
+
+def responses_overflow() -> Reply:
+    # The Responses API's overflow states no numbers (see tests/corpus/openai.json).
+    return responses_error(400, "Your input exceeds the context window of this model. "
+                           "Please adjust your input and try again.",
+                           "invalid_request_error", "context_length_exceeded", "input")
+
+
 def estimate_tokens(payload: dict[str, Any]) -> int:
     """The fake's 'tokenizer': deliberately not the gateway's estimator (3.5 chars/token)."""
     messages = payload.get("messages", [])
@@ -210,6 +283,9 @@ class FakeUpstream:
 
     def chat_requests(self) -> list[Recorded]:
         return [r for r in self.requests if r.path.endswith("/chat/completions")]
+
+    def responses_requests(self) -> list[Recorded]:
+        return [r for r in self.requests if r.path.endswith("/v1/responses")]
 
     def messages_requests(self) -> list[Recorded]:
         return [r for r in self.requests if r.path.endswith("/v1/messages")]
@@ -281,7 +357,7 @@ class FakeUpstream:
                                       "usage": {"prompt_tokens": 3, "total_tokens": 3}})
         if path.endswith("/messages/count_tokens"):
             return web.json_response({"input_tokens": estimate_tokens(json.loads(body or b"{}"))})
-        if not path.endswith(("/chat/completions", "/messages")):
+        if not path.endswith(("/chat/completions", "/messages", "/responses")):
             return web.json_response({"error": {"message": f"unknown path {path}",
                                                 "type": "invalid_request_error", "code": None}},
                                      status=404)  # fmt: skip
@@ -293,7 +369,9 @@ class FakeUpstream:
         while callable(step):
             step = step(payload)
         if step is None:
-            step = self._default_messages(payload) if path.endswith("/messages") else self._default(payload)
+            step = (self._default_messages(payload) if path.endswith("/messages")
+                    else self._default_responses(payload) if path.endswith("/responses")
+                    else self._default(payload))
         return await self._play(request, step)
 
     def _default(self, payload: dict[str, Any]) -> Step:
@@ -317,6 +395,18 @@ class FakeUpstream:
         if payload.get("stream"):
             return Stream(anthropic_stream(model), then="eof")
         return Reply(200, anthropic_message(model))
+
+    def _default_responses(self, payload: dict[str, Any]) -> Step:
+        model = payload.get("model") or "gpt-5-codex"
+        if self.context_limit is not None:
+            items = payload.get("input")
+            view = {"messages": items if isinstance(items, list) else [{"content": items}],
+                    "system": payload.get("instructions")}
+            if estimate_tokens(view) > self.context_limit:
+                return responses_overflow()
+        if payload.get("stream"):
+            return Stream(responses_stream(model), then="eof")
+        return Reply(200, response_object(model))
 
     async def _play(self, request: web.Request, step: Step) -> web.StreamResponse:
         if isinstance(step, Reply):

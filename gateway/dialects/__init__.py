@@ -5,12 +5,14 @@ from __future__ import annotations
 from gateway.dialects.anthropic import AnthropicMessages
 from gateway.dialects.base import Dialect
 from gateway.dialects.openai_chat import OpenAIChat
+from gateway.dialects.openai_responses import OpenAIResponses
 
 OPENAI_CHAT: Dialect = OpenAIChat()
 ANTHROPIC_MESSAGES: Dialect = AnthropicMessages()
+OPENAI_RESPONSES: Dialect = OpenAIResponses()
 
 # Each gets the full pipeline at its path.
-DIALECTS: tuple[Dialect, ...] = (OPENAI_CHAT, ANTHROPIC_MESSAGES)
+DIALECTS: tuple[Dialect, ...] = (OPENAI_CHAT, ANTHROPIC_MESSAGES, OPENAI_RESPONSES)
 
 
 def dialect_for_errors(path: str, headers_have_anthropic_version: bool) -> Dialect:

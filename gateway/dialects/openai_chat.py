@@ -48,7 +48,10 @@ class OpenAIChat:
         return {**payload, "stream_options": {**(options or {}), "include_usage": True}}, True
 
     def error_body(self, status: int, message: str, code: str, c: Classification, request_id: str) -> bytes:
-        return openai_error_body(message, "gateway_error" if status >= 500 else "invalid_request_error", code)
+        return json.dumps({"error": {
+            "message": message, "type": "gateway_error" if status >= 500 else "invalid_request_error",
+            "code": code, "x_llm_error_type": c.type.value, "retryable": c.retryable,
+        }}).encode()  # fmt: skip
 
     def error_status(self, status: int, code: str) -> int:
         return status
@@ -76,10 +79,6 @@ def _common(body: bytes, payload: dict[str, Any]) -> Inbound | Rejection:
 
 
 admit_common = _common
-
-
-def openai_error_body(message: str, type_: str, code: str | None) -> bytes:
-    return json.dumps({"error": {"message": message, "type": type_, "code": code}}).encode()
 
 
 def chat_usage(usage: Any) -> dict[str, int]:

@@ -17,9 +17,10 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.auth import WWW_AUTHENTICATE
 from gateway.dialects import dialect_for_errors
 from gateway.dialects.base import Dialect, Inbound, Rejection
-from gateway.errors import ErrorType
+from gateway.errors import Classification, ErrorType
 from gateway.pipeline.admit import model_of, parse_json_object, read_body
 from gateway.pipeline.attempt import Call, ReadMode, attempt, circuit_open
 from gateway.pipeline.outcome import (
@@ -29,6 +30,7 @@ from gateway.pipeline.outcome import (
     RequestState,
     bad_request,
     failure_of,
+    gateway_failure,
 )
 from gateway.pipeline.relay import relay
 from gateway.policy.breaker import CircuitState
@@ -46,6 +48,9 @@ def full_pipeline(dialect: Dialect) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
         svc, state = request.app[SERVICES], request[STATE]
         state.dialect = dialect
+        refused = _authenticate(svc, request)
+        if refused is not None:
+            return await relay(request, svc, state, refused)
         inbound = await _admit(request, svc, dialect)
         if isinstance(inbound, Failure):
             return await relay(request, svc, state, inbound)
@@ -77,6 +82,18 @@ def full_pipeline(dialect: Dialect) -> Handler:
     return handle
 
 
+def _authenticate(svc: Services, request: web.Request) -> Failure | None:
+    """Only holders of a gateway key may spend the operator's provider keys."""
+    result = svc.auth.check(request.headers)
+    if result.ok:
+        return None
+    svc.telemetry.client_auth_refusals.labels(result.outcome).inc()
+    code = "missing_client_key" if result.outcome == "missing" else "invalid_client_key"
+    failure = gateway_failure(401, Classification.of(ErrorType.AUTH), result.message, code, final=True)
+    failure.headers.append(("WWW-Authenticate", WWW_AUTHENTICATE))
+    return failure
+
+
 async def _admit(request: web.Request, svc: Services, dialect: Dialect) -> Inbound | Failure:
     body = await read_body(request, svc.cfg.server.max_body_bytes, svc.cfg.timeouts.idle_s)
     if isinstance(body, Failure):
@@ -92,6 +109,9 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     """Any other ``/v1/...`` path: routed, retried and stamped, never compressed."""
     svc, state = request.app[SERVICES], request[STATE]
     state.dialect = dialect_for_errors(request.path, "anthropic-version" in request.headers)
+    refused = _authenticate(svc, request)
+    if refused is not None:
+        return await relay(request, svc, state, refused)
     try:
         url_for = upstream_url("", request.raw_path.split("?", 1)[0], request.query_string)
     except UnsafePath as e:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -69,8 +69,10 @@ def http_retry_after_s(value: str, now_s: float) -> float | None:
         return seconds
     try:
         when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)  # "-0000" parses naive; HTTP dates are always UTC
     return max(0.0, when.timestamp() - now_s)
 
 

@@ -19,15 +19,25 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import FAST_RETRIES, ROOT, RunningGateway, launch_cli
-from tests.fake_responses import OVERFLOW, RATE, UNAVAILABLE, ResponsesFake, cut_stream
-from tests.fakeupstream import Reply
+from tests.fakeupstream import (
+    FakeUpstream,
+    Reply,
+    Stream,
+    responses_deltas,
+    responses_head,
+    responses_overflow,
+)
 
 pytestmark = pytest.mark.e2e
 
 CODEX_VERSION = os.environ.get("CODEX_VERSION", "0.169.0")  # the version CODEX_NOTES.md measured
 CODEX_PREFIX = ROOT / ".cache" / "codex"
 CODEX_BIN = CODEX_PREFIX / "node_modules" / ".bin" / "codex"
-ANSWER = "Hello from the fake Responses API."
+ANSWER = "Hello from fake."  # the fake upstream's streamed answer
+RATE = {"error": {"message": "Rate limit reached for gpt-5-codex in organization org-fake on tokens per min (TPM).",
+                  "type": "tokens", "param": None, "code": "rate_limit_exceeded"}}  # fmt: skip
+UNAVAILABLE = {"error": {"message": "The server is overloaded or not ready yet.", "type": "server_error",
+                         "param": None, "code": None}}  # fmt: skip
 PROVIDER_UNAVAILABLE_RETRIES = 5  # FAST_RETRIES
 RATE_LIMIT_RETRIES = 3  # FAST_RETRIES
 FEW_RETRIES = "request_max_retries = 1\nstream_max_retries = 1\n"
@@ -53,28 +63,23 @@ def codex() -> Path:
     return CODEX_BIN
 
 
-@pytest.fixture(scope="module")
-def rfake() -> Iterator[ResponsesFake]:
-    with ResponsesFake.in_thread() as f:
-        yield f
+def cut_stream() -> Stream:
+    """Some visible text, then the connection drops."""
+    return Stream([*responses_head(), *responses_deltas(("Hel", "lo", " wor"), start_seq=4)], then="drop")
 
 
 @pytest.fixture(scope="module")
-def gateway(rfake: ResponsesFake, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
+def gateway(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
     # A circuit that never opens here: every count below is the retry policy's alone.
-    gw = launch_cli(rfake, tmp_path_factory.mktemp("codexgw"),
+    gw = launch_cli(fake, tmp_path_factory.mktemp("codexgw"),
                     FAST_RETRIES + "circuit_breaker: {failure_threshold: 1000, open_s: 1}\n")  # fmt: skip
     yield gw
     gw.stop()
 
 
 @pytest.fixture
-def up(rfake: ResponsesFake) -> ResponsesFake:
-    rfake.steps.clear()
-    rfake.requests.clear()
-    rfake.times.clear()
-    rfake.context_limit = None
-    return rfake
+def up(upstream: FakeUpstream) -> FakeUpstream:
+    return upstream
 
 
 @dataclass
@@ -114,7 +119,7 @@ def run_codex(codex: Path, gateway: RunningGateway, tmp_path: Path):  # type: ig
     return run
 
 
-def calls(up: ResponsesFake) -> int:
+def calls(up: FakeUpstream) -> int:
     return len(up.responses_requests())
 
 
@@ -122,7 +127,7 @@ def errors(run: Run) -> list[str]:
     return [line for line in run.stderr.splitlines() if line.startswith("ERROR:")]
 
 
-def test_codex_answers_through_the_gateway(run_codex, up: ResponsesFake) -> None:
+def test_codex_answers_through_the_gateway(run_codex, up: FakeUpstream) -> None:
     r = run_codex("say hi")
     assert r.code == 0, r.stderr
     assert r.stdout.strip() == ANSWER
@@ -134,7 +139,7 @@ def test_codex_answers_through_the_gateway(run_codex, up: ResponsesFake) -> None
     assert body["input"][-1]["content"] == [{"type": "input_text", "text": "say hi"}]
 
 
-def test_503_twice_then_success(run_codex, up: ResponsesFake) -> None:
+def test_503_twice_then_success(run_codex, up: FakeUpstream) -> None:
     up.script(Reply(503, UNAVAILABLE), Reply(503, UNAVAILABLE))
     r = run_codex()
     assert r.code == 0, r.stderr
@@ -143,7 +148,7 @@ def test_503_twice_then_success(run_codex, up: ResponsesFake) -> None:
     assert "Reconnecting" not in r.stderr
 
 
-def test_permanent_503_reaches_the_provider_once_per_gateway_budget(run_codex, up: ResponsesFake) -> None:
+def test_permanent_503_reaches_the_provider_once_per_gateway_budget(run_codex, up: FakeUpstream) -> None:
     """Codex sends this turn up to 4 times (1 HTTP retry x 1 reconnect), each a JSON-identical
     body (CODEX_NOTES.md: reconnects reorder `client_metadata`). The gateway already spent
     its whole retry budget on the first; the repeats must not reach the provider again."""
@@ -155,7 +160,7 @@ def test_permanent_503_reaches_the_provider_once_per_gateway_budget(run_codex, u
     assert r.seconds < 30
 
 
-def test_429_reaches_the_provider_once_per_gateway_budget(run_codex, up: ResponsesFake) -> None:
+def test_429_reaches_the_provider_once_per_gateway_budget(run_codex, up: FakeUpstream) -> None:
     up.script(*[Reply(429, RATE)] * 100)
     r = run_codex(provider_extra=FEW_RETRIES)
     assert r.code != 0 and r.stdout.strip() == ""
@@ -164,7 +169,7 @@ def test_429_reaches_the_provider_once_per_gateway_budget(run_codex, up: Respons
     assert r.seconds < 30
 
 
-def test_stream_cut_mid_answer_then_codex_reconnects(run_codex, up: ResponsesFake) -> None:
+def test_stream_cut_mid_answer_then_codex_reconnects(run_codex, up: FakeUpstream) -> None:
     up.script(cut_stream())
     r = run_codex()
     assert r.code == 0, r.stderr
@@ -173,7 +178,7 @@ def test_stream_cut_mid_answer_then_codex_reconnects(run_codex, up: ResponsesFak
     assert "Reconnecting... 1/" in r.stderr
 
 
-def test_stream_cut_for_good_ends_with_the_gateways_typed_failure(run_codex, up: ResponsesFake) -> None:
+def test_stream_cut_for_good_ends_with_the_gateways_typed_failure(run_codex, up: FakeUpstream) -> None:
     up.script(*[cut_stream() for _ in range(10)])
     r = run_codex(provider_extra=FEW_RETRIES)
     assert r.code != 0 and r.stdout.strip() == ""
@@ -184,11 +189,11 @@ def test_stream_cut_for_good_ends_with_the_gateways_typed_failure(run_codex, up:
     assert "Transport error" not in last and "error decoding response body" not in last, last
 
 
-def test_context_overflow_reaches_codex_once(run_codex, up: ResponsesFake) -> None:
+def test_context_overflow_reaches_codex_once(run_codex, up: FakeUpstream) -> None:
     """Default `compression.self_compacting_clients: pass_through`: Codex gets the provider's
     overflow. Codex does not retry it, and `codex exec` ends the turn (it compacts only
     before a turn, from reported usage; CODEX_NOTES.md)."""
-    up.script(*[Reply(400, OVERFLOW)] * 5)
+    up.script(*[responses_overflow()] * 5)
     r = run_codex()
     assert r.code != 0
     assert calls(up) == 1

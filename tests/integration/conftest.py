@@ -48,6 +48,14 @@ class Gateway:
         async with self.session.post(self.base + "/v1/messages" + query, headers=hdrs, **kw) as r:
             return r.status, r.headers, await r.read()
 
+    async def responses(self, payload: Any = None, *, data: bytes | None = None,
+                        headers: dict[str, str] | None = None) -> tuple[int, Any, bytes]:
+        if payload is None and data is None:
+            payload = {"model": "gpt-5-codex", "input": "hi"}
+        kw: dict[str, Any] = {"json": payload} if data is None else {"data": data}
+        async with self.session.post(self.base + "/v1/responses", headers=headers, **kw) as r:
+            return r.status, r.headers, await r.read()
+
     def metric(self, name: str, **labels: str) -> float:
         return self.registry.get_sample_value(name, labels) or 0.0
 

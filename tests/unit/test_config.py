@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import ConfigError, GatewayConfig, load_config, parse_config
+from gateway.config import ConfigError, GatewayConfig, config_warnings, load_config, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 MINIMAL = "upstreams: [{name: a, base_url: 'http://127.0.0.1:9000/v1'}]"
@@ -91,3 +91,126 @@ def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
 def test_every_shipped_config_validates(path: Path) -> None:
     env = {"OPENAI_API_KEY": "sk-test"}
     assert isinstance(load_config(path, env=env), GatewayConfig)
+
+
+def test_every_problem_is_shown_one_per_line_with_its_field() -> None:
+    text = (
+        "server: {port: eighty, prot: 80}\n"
+        "upstreams: [{name: a, base_ulr: 'http://x/v1'}]\n"
+        "retyr: {}\n"
+    )
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, env={})
+    assert e.value.problems == (
+        "server.port: Input should be a valid integer, unable to parse string as an integer",
+        "server.prot: unknown key (did you mean 'port'?)",
+        "upstreams[0].base_url: is required",
+        "upstreams[0].base_ulr: unknown key (did you mean 'base_url'?)",
+        "retyr: unknown key (did you mean 'retry'?)",
+    )
+    assert str(e.value) == "\n".join(e.value.problems)
+    assert "more problem" not in str(e.value)
+
+
+def test_unknown_key_without_a_near_match_lists_the_known_ones() -> None:
+    with pytest.raises(ConfigError) as e:
+        parse_config("compression: {zzz: 1}\n" + MINIMAL, env={})
+    assert e.value.problems == ("compression.zzz: unknown key (known keys: enabled, self_compacting_clients)",)
+
+
+def test_every_unset_variable_is_reported() -> None:
+    text = "upstreams: [{name: a, base_url: 'http://x/v1', api_key: '${K1}', models: ['${K2}']}]"
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, env={})
+    assert [p for p in e.value.problems if "environment variable" in p] == [
+        "environment variable K1 is not set (use ${K1:-default})",
+        "environment variable K2 is not set (use ${K2:-default})",
+    ]
+
+
+@pytest.mark.parametrize(
+    "url", ["https://user:s3cr3t-pw@api.example.com/v1", "https://s3cr3t-pw@api.example.com/v1",
+            "http://:s3cr3t-pw@127.0.0.1:9000/v1"],
+)
+def test_credentials_in_base_url_are_refused_without_echoing_them(url: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        parse_config(f"upstreams: [{{name: a, base_url: '{url}'}}]", env={})
+    assert e.value.problems == (
+        "upstreams[0].base_url: must not contain credentials (user:password@); put the key in api_key",
+    )
+    assert "s3cr3t" not in str(e.value)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9000", "http://127.0.0.1:9000/", "https://h"])
+def test_base_url_without_a_path_is_a_warning_not_an_error(url: str) -> None:
+    cfg = parse_config(f"upstreams: [{{name: a, base_url: '{url}'}}]", env={})
+    (warning,) = config_warnings(cfg)
+    assert warning.startswith("upstreams[0].base_url has no path")
+    assert f"did you mean {url.rstrip('/')}/v1?" in warning
+    assert "\n" not in warning
+
+
+def test_base_url_with_a_path_has_no_warning() -> None:
+    assert config_warnings(parse_config(MINIMAL, env={})) == []
+
+
+def test_client_keys_default_to_none_and_authentication_is_explicit() -> None:
+    cfg = parse_config(MINIMAL, env={})
+    assert cfg.server.client_keys == ()
+    assert cfg.server.allow_unauthenticated is False
+
+
+@pytest.mark.parametrize(
+    ("value", "env", "expected"),
+    [
+        ("'${GATEWAY_CLIENT_KEYS:-}'", {}, ()),
+        ("'${GATEWAY_CLIENT_KEYS:-}'", {"GATEWAY_CLIENT_KEYS": "k-one"}, ("k-one",)),
+        ("'${GATEWAY_CLIENT_KEYS:-}'", {"GATEWAY_CLIENT_KEYS": " k-one, k-two ,,k-one"}, ("k-one", "k-two")),
+        ("['${A}', '${B:-}', k-three]", {"A": "k-one,k-two"}, ("k-one", "k-two", "k-three")),
+        ("[]", {}, ()),
+        ("null", {}, ()),
+    ],
+)
+def test_client_keys_from_one_variable_or_a_list(value: str, env: dict[str, str],
+                                                  expected: tuple[str, ...]) -> None:
+    cfg = parse_config(f"server: {{client_keys: {value}}}\n" + MINIMAL, env=env)
+    assert cfg.server.client_keys == expected
+
+
+def test_client_keys_are_never_shown() -> None:
+    cfg = parse_config("server: {client_keys: 'gk-secret-1,gk-secret-2'}\n" + MINIMAL, env={})
+    assert "gk-secret" not in repr(cfg)
+    with pytest.raises(ConfigError) as e:
+        parse_config("server: {client_keys: ['gk-ok', 'gk secret']}\n" + MINIMAL, env={})
+    assert e.value.problems == ("server.client_keys: key #2 must be printable ASCII without spaces",)
+    assert "secret" not in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        parse_config("server: {client_keys: [{a: 1}]}\n" + MINIMAL, env={})
+    assert e.value.problems == ("server.client_keys[0]: Input should be a valid string",)
+
+
+def test_key_header_defaults_to_authorization_and_is_checked() -> None:
+    assert parse_config(MINIMAL, env={}).upstreams[0].key_header == "authorization"
+    text = "upstreams: [{name: a, base_url: 'http://x/v1', key_header: x-api-key}]"
+    assert parse_config(text, env={}).upstreams[0].key_header == "x-api-key"
+    with pytest.raises(ConfigError, match=r"upstreams\[0\].key_header: Input should be 'authorization'"):
+        parse_config(text.replace("x-api-key", "bearer"), env={})
+
+
+def test_client_keys_stop_client_credentials_going_upstream() -> None:
+    keyless = parse_config(MINIMAL, env={})
+    assert keyless.upstreams[0].forwards_client_credentials
+    guarded = parse_config("server: {client_keys: gk-1}\n" + MINIMAL, env={})
+    assert not guarded.upstreams[0].forwards_client_credentials
+    (warning,) = config_warnings(guarded)
+    assert "has no api_key while server.client_keys is set" in warning
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("127.0.0.2", True), ("::1", True), ("[::1]", True), ("localhost", True),
+     ("0.0.0.0", False), ("::", False), ("", False), ("10.0.0.5", False), ("gateway.internal", False)],
+)
+def test_loopback_hosts(host: str, loopback: bool) -> None:
+    cfg = parse_config(f"server: {{host: '{host}'}}\n" + MINIMAL, env={})
+    assert cfg.server.is_loopback is loopback

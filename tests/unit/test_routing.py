@@ -1,6 +1,6 @@
 import pytest
 
-from gateway.config import UpstreamConfig
+from gateway.config import UpstreamConfig, parse_config
 from gateway.routing import (
     UnsafePath,
     pick_upstream,
@@ -85,3 +85,35 @@ def test_response_headers_drop_hop_by_hop_and_ours() -> None:
     out = dict(response_headers(up))
     assert out == {"Content-Type": "application/json", "x-ratelimit-remaining-requests": "9",
                    "x-upstream-request-id": "req_up"}
+
+
+CLIENT_CREDS = [("Authorization", "Bearer client"), ("x-api-key", "c1"), ("API-Key", "c2"), ("Accept", "*/*")]
+
+
+@pytest.mark.parametrize(
+    ("key_header", "name", "value"),
+    [("authorization", "authorization", "Bearer sk-gateway"), ("x-api-key", "x-api-key", "sk-gateway"),
+     ("api-key", "api-key", "sk-gateway")],
+)
+def test_configured_key_goes_in_its_header_and_no_client_credential_survives(
+        key_header: str, name: str, value: str) -> None:
+    up = UpstreamConfig(name="k", base_url="http://x/v1", api_key="sk-gateway", key_header=key_header)  # type: ignore[arg-type]
+    out = {k.lower(): v for k, v in request_headers(CLIENT_CREDS, up, "r").items()}
+    creds = {k: v for k, v in out.items() if k in ("authorization", "x-api-key", "api-key")}
+    assert creds == {name: value}
+    assert out["accept"] == "*/*"
+
+
+def test_without_a_key_every_client_credential_header_passes_through() -> None:
+    out = request_headers(CLIENT_CREDS, B, "r")
+    assert {k: out[k] for k in ("Authorization", "x-api-key", "API-Key")} == {
+        "Authorization": "Bearer client", "x-api-key": "c1", "API-Key": "c2"}
+
+
+def test_with_client_keys_a_keyless_upstream_gets_no_client_credential() -> None:
+    # The client's credential is then a gateway key: it must never reach a provider.
+    cfg = parse_config("server: {client_keys: gk-1}\n"
+                       "upstreams: [{name: local, base_url: 'http://127.0.0.1:8000/v1'}]", env={})
+    out = {k.lower() for k in request_headers(CLIENT_CREDS, cfg.upstreams[0], "r")}
+    assert not out & {"authorization", "x-api-key", "api-key"}
+    assert "accept" in out

@@ -1,4 +1,4 @@
-"""Every corpus body classifies as expected; every error type has real examples."""
+"""Every corpus body classifies as expected; every error type and provider has real examples."""
 
 from __future__ import annotations
 
@@ -13,18 +13,65 @@ from gateway.errors import ErrorType, TransportError
 from gateway.policy.classify import classify
 
 CORPUS = Path(__file__).resolve().parents[2] / "corpus"
-NOW = 1_795_000_000.0  # 2026-11-18, fixed so dated headers are deterministic
+NOW = 1_795_000_000.0  # 2026-11-18T11:06:40Z, fixed so dated headers are deterministic
+
+# The providers and traps the corpus must keep covering (a deleted case fails loudly).
+PROVIDERS = {
+    "OpenAI", "Azure OpenAI", "Anthropic", "Google Gemini", "Google Gemini (OpenAI-compatible)",
+    "AWS Bedrock", "Mistral", "Groq", "DeepSeek", "OpenRouter", "Together", "Fireworks", "xAI",
+    "vLLM", "Ollama", "llama.cpp server", "LM Studio", "TGI (Hugging Face)",
+    "Cerebras", "Cohere", "Moonshot (Kimi)", "Zhipu (Z.ai / GLM)", "Alibaba DashScope (Qwen)", "MiniMax",
+    "NVIDIA NIM (build.nvidia.com)", "Perplexity", "IBM watsonx.ai", "Databricks Model Serving",
+    "Google Vertex AI", "Azure AI Foundry (serverless models)", "SGLang", "llama-cpp-python server",
+    "llamafile", "KoboldCpp", "LocalAI", "LiteLLM proxy",
+}  # fmt: skip
+MIN_CASES, MIN_PROVIDERS = 150, 35
+TRAPS = {
+    "openai-429-insufficient-quota-is-budget": "a 429 that is budget",
+    "gemini-openai-compat-400-generate-mentions-rate": "a 400 that mentions 'rate'",
+    "anthropic-413-bytes-is-not-overflow": "a 413 byte limit",
+    "nginx-413-html-is-bytes": "a 413 byte limit from a proxy",
+    "bedrock-input-too-long": "an overflow with only a message",
+    "cohere-too-many-tokens-overflow": "an overflow with no code and no 'context' word",
+    "deepseek-402-insufficient-balance": "a 402",
+    "openai-403-region-is-auth": "a 403 region error",
+    "xai-403-credits-is-budget": "a billing 403",
+    "hf-503-model-loading": "a 503 model is loading",
+    "llamacpp-loading-503": "a 503 model is loading",
+    "gemini-per-day-quota-is-budget": "Gemini per-day RESOURCE_EXHAUSTED",
+    "gemini-per-minute-quota-is-rate-limit": "Gemini per-minute RESOURCE_EXHAUSTED",
+    "llamacpp-exceed-context-500": "an overflow sent as 500",
+    "openrouter-502-deepinfra-overflow-is-overflow": "an overflow sent as 502 by a relay",
+    "llamacpp-500-context-size-exceeded-is-overflow": "an overflow under a 500 server_error",
+    "llamacpp-500-content-not-string-is-unknown": "a 5xx caused by the request",
+    "llama-cpp-python-500-request-validation-is-unknown": "a pydantic request validation error sent as 500",
+    "llamacpp-500-plain-json-type-error-is-unknown": "a 5xx that says 'Internal Server Error' yet blames the request",
+    "koboldcpp-500-payload-too-big-is-unknown": "a byte limit sent as 500",
+    "llamacpp-500-peg-format-is-unavailable": "a 500 about the model's own output: stays retryable",
+    "minimax-500-insufficient-balance-is-budget": "a 5xx that only money fixes",
+    "zhipu-429-1113-balance-is-budget": "a 429 that is budget, in Chinese",
+    "zai-anthropic-429-rate-limit-type-is-budget": "a rate_limit_error type that is budget",
+    "cerebras-429-request-quota-code-is-rate-limit": "a 'quota' code that is a per-minute rate limit",
+    "openrouter-402-prompt-tokens-limit-is-budget": "a 402 that counts tokens",
+}
 
 
 def load_cases() -> list[dict[str, Any]]:
     cases = []
     for path in sorted(CORPUS.glob("*.json")):
-        for case in json.loads(path.read_text())["cases"]:
-            cases.append({**case, "file": path.name})
+        cases.extend({**case, "file": path.name} for case in json.loads(path.read_text())["cases"])
     return cases
 
 
 CASES = load_cases()
+# Every field a case may carry is explained in tests/corpus/README.md ("file" is added on load).
+DOCUMENTED_FIELDS = {"name", "provider", "origin", "status", "headers", "body", "expected", "source", "file"}
+
+
+def test_readme_documents_every_case_field() -> None:
+    readme = (CORPUS / "README.md").read_text()
+    for field in DOCUMENTED_FIELDS - {"file"}:
+        assert f"| `{field}" in readme, field  # "expected" is documented as expected.type, ...
 
 
 def body_bytes(body: Any) -> bytes:
@@ -46,7 +93,8 @@ def test_corpus_case(case: dict[str, Any]) -> None:
 
 
 def test_corpus_is_complete() -> None:
-    assert len(CASES) >= 40
+    assert len(CASES) >= MIN_CASES
+    assert len({c["provider"] for c in CASES}) >= MIN_PROVIDERS
     by_type = Counter(c["expected"]["type"] for c in CASES)
     for t in ErrorType:
         assert by_type[t.value] >= 2, f"{t.value} needs corpus examples"
@@ -54,20 +102,52 @@ def test_corpus_is_complete() -> None:
     assert len(names) == len(set(names))
     for c in CASES:
         assert c["source"].strip(), c["name"]
+        assert c["provider"].strip(), c["name"]
+        assert all(k == k.lower() for k in c["headers"]), c["name"]
+        assert set(c) <= DOCUMENTED_FIELDS, (c["name"], set(c) - DOCUMENTED_FIELDS)
+    assert PROVIDERS <= {c["provider"] for c in CASES}
+    assert set(TRAPS) <= set(names)
 
 
-def test_overflow_message_is_kept_for_compression() -> None:
+def test_overflow_message_is_kept_whole_for_compression() -> None:
     case = next(c for c in CASES if c["name"] == "openai-overflow-with-completion")
     c = classify(400, {}, body_bytes(case["body"]), now_s=NOW)
-    assert c.message is not None and "7000 in the messages" in c.message
+    assert c.message == case["body"]["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"error": {"message": "m", "code": "x"}}, "m"),  # OpenAI-style
+        ({"type": "error", "error": {"type": "t", "message": "m"}}, "m"),  # Anthropic
+        ({"message": "m"}, "m"),  # Bedrock, Mistral
+        ({"Message": "m"}, "m"),  # AWS capitalised
+        ({"error": "m", "error_type": "validation"}, "m"),  # TGI, Ollama, LM Studio
+        ({"detail": "m"}, "m"),  # FastAPI / Xinference
+        ({"code": "Client specified an invalid argument", "error": "m"}, "m"),  # xAI
+        ([{"error": {"code": 400, "message": "m", "status": "INVALID_ARGUMENT"}}], "m"),  # Gemini compat
+        ({"error": {"message": "Provider returned error", "metadata": {"raw": "r"}}}, "Provider returned error r"),
+        ({"detail": [{"msg": "Field required"}]}, None),
+        ({"error": {"message": 42}}, None),
+    ],
+)
+def test_message_is_found_in_every_dialect(body: Any, message: str | None) -> None:
+    assert classify(400, {}, body_bytes(body), now_s=NOW).message == message
+
+
+def test_message_is_capped() -> None:
+    c = classify(400, {}, body_bytes({"error": {"message": "x" * 100_000}}), now_s=NOW)
+    assert c.message is not None and len(c.message) == 4096
 
 
 @pytest.mark.parametrize("kind", list(TransportError))
 def test_no_response_is_provider_unavailable(kind: TransportError) -> None:
     c = classify(None, {}, b"", now_s=NOW, transport_error=kind)
     assert c.type is ErrorType.PROVIDER_UNAVAILABLE and c.retryable
+    assert c.provider_code == kind.value
 
 
+# Rule tables with invented bodies: each pins one branch the corpus reaches only indirectly.
 @pytest.mark.parametrize(
     ("status", "body", "expected"),
     [
@@ -76,19 +156,50 @@ def test_no_response_is_provider_unavailable(kind: TransportError) -> None:
         (402, b"not json at all", ErrorType.BUDGET),
         (503, b"\xff\xfe garbage", ErrorType.PROVIDER_UNAVAILABLE),
         (500, b"[" * 100_000, ErrorType.PROVIDER_UNAVAILABLE),
+        (529, b"", ErrorType.PROVIDER_UNAVAILABLE),
         (400, b'{"error": null}', ErrorType.UNKNOWN),
         (400, b'{"error": {"message": 42, "code": ["x"]}}', ErrorType.UNKNOWN),
+        (400, b'{"error": {"details": "nope", "status": "RESOURCE_EXHAUSTED"}}', ErrorType.UNKNOWN),
         (418, b"{}", ErrorType.UNKNOWN),
         (408, b"", ErrorType.PROVIDER_UNAVAILABLE),
+        (413, b"", ErrorType.UNKNOWN),
         (413, b'{"error": {"message": "Request Entity Too Large"}}', ErrorType.UNKNOWN),
         (413, b'{"error": {"message": "Request exceeds the context window of this model"}}', ErrorType.CONTEXT_OVERFLOW),
+        (413, b'{"error": {"type": "request_too_large", "message": "prompt exceeds the context window"}}', ErrorType.CONTEXT_OVERFLOW),
         (429, b'{"error": {"message": "too many tokens per minute"}}', ErrorType.RATE_LIMIT),
+        (429, b'{"error": {"message": "This model\'s maximum context length is 10 tokens"}}', ErrorType.RATE_LIMIT),
+        (429, b'{"error": {"code": "context_length_exceeded", "message": "x"}}', ErrorType.CONTEXT_OVERFLOW),
+        (400, b'{"error": {"message": "Invalid value for \'audio.sample_rate\'", "code": "invalid_value"}}', ErrorType.UNKNOWN),
+        (400, b'{"error": {"message": "temperature rate must be within [0, 2]"}}', ErrorType.UNKNOWN),
+        (400, b'{"__type": "com.amazon.bedrock#ThrottlingException", "message": "Too many requests"}', ErrorType.RATE_LIMIT),
+        (402, b'{"error": {"message": "maximum context length is 10 tokens"}}', ErrorType.BUDGET),
+        (400, b'{"error": {"message": "Quota exceeded for requests per day"}}', ErrorType.UNKNOWN),
+        (429, b'{"message": "Too many tokens per day"}', ErrorType.BUDGET),
+        (429, b'{"message": "Too many tokens per day. Please try again in 3s"}', ErrorType.RATE_LIMIT),
+        (503, b'{"error": {"message": "Incorrect API key provided", "code": "insufficient_quota"}}', ErrorType.PROVIDER_UNAVAILABLE),
+        (404, b'{"error": {"type": "api_error", "message": "model not found"}}', ErrorType.UNKNOWN),
     ],
 )
-def test_malformed_and_bare_bodies(status: int, body: bytes, expected: ErrorType) -> None:
+def test_rules(status: int, body: bytes, expected: ErrorType) -> None:
     assert classify(status, {}, body, now_s=NOW).type is expected
+
+
+def test_per_day_quota_with_a_stated_wait_header_is_a_rate_limit() -> None:
+    body = b'{"message": "Too many tokens per day"}'
+    c = classify(429, {"retry-after": "12"}, body, now_s=NOW)
+    assert c.type is ErrorType.RATE_LIMIT and c.retry_after_s == 12.0
+
+
+def test_a_budget_error_keeps_the_servers_reset_for_the_stamp() -> None:
+    headers = {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1h0m0s"}
+    body = b'{"error": {"type": "insufficient_quota", "code": "insufficient_quota"}}'
+    c = classify(429, headers, body, now_s=NOW)
+    assert c.type is ErrorType.BUDGET and c.retry_after_s == 3600.0
+    assert c.reset_at_ms == round((NOW + 3600) * 1000)
 
 
 def test_huge_body_is_scanned_only_at_its_head() -> None:
     body = json.dumps({"error": {"message": "prompt is too long: 300000 tokens > 200000 maximum"}}).encode()
     assert classify(400, {}, body + b" " * 10_000_000, now_s=NOW).type is ErrorType.CONTEXT_OVERFLOW
+    late = b" " * 2_000_000 + body  # the words arrive after the parsed head: not read, not guessed at
+    assert classify(400, {}, late, now_s=NOW).type is ErrorType.UNKNOWN

@@ -1,0 +1,193 @@
+"""OpenAI Responses (``POST /v1/responses``): Codex and the OpenAI Agents SDK.
+
+Facts this module relies on (OpenAI API reference, "Responses" and "Streaming events";
+openai-python ``types/responses/response_*_event.py``):
+
+* errors over HTTP: ``{"error": {"message", "type", "param", "code"}}``;
+* stream: named events whose data carries ``type`` and ``sequence_number``:
+  ``response.created``, ``response.in_progress`` (contentless), output events
+  (``response.output_item.added``, ``response.output_text.delta``,
+  ``response.function_call_arguments.delta``, reasoning events, …), then exactly one of
+  ``response.completed`` / ``response.incomplete`` / ``response.failed``; no ``[DONE]``;
+* failures in a stream: ``response.failed`` (``response.error.{code,message}``) or an
+  ``error`` event (``code``, ``message``, ``param``);
+* usage: ``response.usage.{input_tokens, output_tokens}``, where ``input_tokens``
+  already includes ``input_tokens_details.cached_tokens``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.dialects.base import Ending, EventKind, Inbound, Rejection
+from gateway.dialects.responses_compress import compress_input
+from gateway.errors import Classification
+from gateway.policy.compress import CompressionResult
+from gateway.sse import parse_event
+
+_CONTENTLESS = frozenset({"response.created", "response.in_progress", "response.queued"})
+_FINAL = frozenset({"response.completed", "response.incomplete"})
+_FINAL_BYTES = (b"response.completed", b"response.incomplete")
+
+# A response.failed / error event carries a code but no status; these are the codes the
+# Responses API documents for them, mapped to the statuses the same errors get over HTTP.
+_STATUS_FOR_CODE = {
+    "server_error": 500, "rate_limit_exceeded": 429, "insufficient_quota": 429,
+    "context_length_exceeded": 400, "invalid_prompt": 400, "invalid_request_error": 400,
+}  # fmt: skip
+_SEQ = re.compile(rb'"sequence_number":\s*(\d+)')
+
+
+class OpenAIResponses:
+    name = "openai_responses"
+    path = "/v1/responses"
+
+    def admit(self, body: bytes, payload: dict[str, Any]) -> Inbound | Rejection:
+        items = payload.get("input")
+        if items is not None and not isinstance(items, (str, list)):
+            return Rejection("'input' must be a string or a list of input items", "invalid_input")
+        if isinstance(items, list) and not all(isinstance(i, dict) for i in items):
+            return Rejection("every item of 'input' must be an object", "invalid_input")
+        model = payload.get("model")
+        if model is not None and not isinstance(model, str):
+            return Rejection("'model' must be a string", "invalid_model")
+        stream = payload.get("stream", False)
+        if stream is not None and not isinstance(stream, bool):
+            return Rejection("'stream' must be true or false", "invalid_stream")
+        return Inbound(body, payload, model, bool(stream))
+
+    def prepare(self, inbound: Inbound, stream_usage: bool) -> tuple[dict[str, Any], bool]:
+        return inbound.payload, False  # response.completed always carries usage
+
+    def error_body(self, status: int, message: str, code: str, c: Classification, request_id: str) -> bytes:
+        return json.dumps({"error": {
+            "message": message, "type": "gateway_error" if status >= 500 else "invalid_request_error",
+            "param": None, "code": code, "x_llm_error_type": c.type.value, "retryable": c.retryable,
+        }}).encode()  # fmt: skip
+
+    def error_status(self, status: int, code: str) -> int:
+        return status
+
+    def reader(self, strip_usage: bool) -> ResponsesStreamReader:
+        return ResponsesStreamReader()
+
+    def body_usage(self, doc: Mapping[str, Any]) -> dict[str, int]:
+        return responses_usage(doc.get("usage"))
+
+    def compress(
+        self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None
+    ) -> CompressionResult:
+        return compress_input(payload, error_message=error_message, context_window=context_window)
+
+
+def responses_usage(usage: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    if isinstance(usage, dict):
+        for kind, key in (("prompt", "input_tokens"), ("completion", "output_tokens")):
+            value = usage.get(key)
+            if isinstance(value, int) and value >= 0:
+                out[kind] = value
+    return out
+
+
+class ResponsesStreamReader:
+    __slots__ = ("error", "next_seq", "response", "usage")
+
+    def __init__(self) -> None:
+        self.usage: dict[str, int] = {}
+        self.error: dict[str, Any] | None = None
+        self.response: dict[str, Any] = {}  # id, model, created_at from response.created
+        self.next_seq = 0
+
+    def kind(self, raw: bytes, *, committed: bool) -> EventKind:
+        if (m := _SEQ.search(raw)) is not None:
+            self.next_seq = int(m.group(1)) + 1
+        if b"response.failed" in raw or b"error" in raw:
+            err = self._error_of(raw)
+            if err is not None:
+                self.error = err
+                return EventKind.ERROR
+        if committed and not any(f in raw for f in _FINAL_BYTES):
+            return EventKind.VISIBLE
+        doc = parse_event(raw).json()
+        name = doc.get("type") if isinstance(doc, dict) else None
+        if name in _FINAL:
+            assert isinstance(doc, dict)
+            response = doc.get("response")
+            if isinstance(response, dict):
+                self.usage.update(responses_usage(response.get("usage")))
+            return EventKind.FINAL
+        if committed:
+            return EventKind.VISIBLE
+        if doc is None and parse_event(raw).data is None:
+            return EventKind.CONTENTLESS  # comments, keep-alives
+        if name in _CONTENTLESS:
+            assert isinstance(doc, dict)
+            if isinstance(doc.get("response"), dict):
+                r = doc["response"]
+                self.response = {k: r[k] for k in ("id", "model", "created_at") if k in r}
+            return EventKind.CONTENTLESS
+        if isinstance(doc, dict) and _opens_empty(doc):
+            return EventKind.CONTENTLESS
+        return EventKind.VISIBLE
+
+    def _error_of(self, raw: bytes) -> dict[str, Any] | None:
+        """An ``{"error": {...}}`` payload (with the status the code stands for) when the
+        event reports a failure, in the shape the classifier reads."""
+        doc = parse_event(raw).json()
+        if not isinstance(doc, dict):
+            return None
+        kind = doc.get("type")
+        if kind == "response.failed":
+            response = doc.get("response")
+            err = response.get("error") if isinstance(response, dict) else None
+            err = err if isinstance(err, dict) else {"message": "the upstream response failed"}
+        elif kind == "error":
+            err = {k: doc[k] for k in ("code", "message", "param") if k in doc}
+            if isinstance(doc.get("error"), dict):
+                err = doc["error"]
+        else:
+            return None
+        code = err.get("code")
+        status = _STATUS_FOR_CODE.get(code, 500) if isinstance(code, str) else 500
+        return {"error": {**err, "status": err.get("status") or status}}
+
+    def broken(self, ending: Ending, request_id: str, model: str | None) -> bytes:
+        c = ending.classification
+        response = {
+            "id": self.response.get("id") or f"resp_{request_id}",
+            "object": "response",
+            "created_at": self.response.get("created_at", 0),
+            "model": self.response.get("model") or model or "",
+            "status": "failed",
+            "output": [],
+            "error": {
+                "code": ending.code or c.provider_code or c.type.value,
+                "message": ending.message,
+                "x_llm_error_type": c.type.value,
+                "retryable": c.retryable,
+            },
+        }
+        doc = {"type": "response.failed", "sequence_number": self.next_seq, "response": response}
+        return b"event: response.failed\ndata: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _opens_empty(doc: dict[str, Any]) -> bool:
+    """An output item or content part opened with nothing in it yet shows nothing."""
+    kind = doc.get("type")
+    if kind == "response.output_item.added":
+        item = doc.get("item")
+        if not isinstance(item, dict):
+            return False
+        if item.get("type") == "message":
+            return not item.get("content")
+        if item.get("type") == "reasoning":
+            return not item.get("summary") and not item.get("content")
+        return False
+    if kind in ("response.content_part.added", "response.reasoning_summary_part.added"):
+        part = doc.get("part")
+        return isinstance(part, dict) and not part.get("text")
+    return False

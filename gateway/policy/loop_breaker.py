@@ -1,0 +1,207 @@
+"""The loop breaker: a request identical to one that just failed is answered from memory.
+
+Agents retry. A malformed, unauthorised, over-budget or over-long request fails the same way
+every time, and a retryable one the gateway already gave up on will not succeed before its
+reset. So the final failure of a request is remembered under its fingerprint, and an
+identical request (same path, body bytes and credential) inside the window gets the same
+answer without reaching the provider: a client's retry loop costs the provider one request.
+
+How the pipeline wires it::
+
+    fp = loop.fingerprint(request.path_qs, body, credential)   # credential: the key actually
+                                                               # sent upstream (client's or ours)
+    hit = await loop.recall(fp)
+    if hit is not None:
+        # answer hit.status / hit.body / hit.headers, classified as hit.classification,
+        # with x-should-retry: false, retry-after: hit.retry_after_s(now) when not None,
+        # and x-llm-attempts: 0 (nothing was sent); hit.repeats says how many times so far.
+        ...
+    outcome = ... send, retry, rescue ...
+    if the final outcome is an error (never for a success, never for a gateway 413/400
+    made before sending, never once a stream's first byte reached the client):
+        await loop.remember(fp, Answer(status, body, headers), classification,
+                            circuit_open_until=<epoch s, when the circuit is what stopped it>)
+
+How long an answer is remembered (``window_for``):
+
+    unknown, auth, context_overflow (not rescued)   loop_breaker.window_s          (10 s)
+    budget                                          loop_breaker.budget_window_s   (5 s)
+    rate_limit, provider_unavailable (given up)     until reset-at, else retry-after, or the
+                                                    open circuit's end, whichever is latest;
+                                                    retryable_window_s (2 s) with no hint;
+                                                    never more than max_window_s (60 s)
+
+The fingerprint is an HMAC-SHA256 keyed by ``loop_breaker.secret`` (or a per-process random
+key): neither the credential nor the body can be read back from it. Answers larger than
+``max_body_bytes`` are not remembered; the store bounds entries and total bytes (LRU).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import math
+import os
+import struct
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from typing import Protocol
+
+from gateway.config import LoopBreakerConfig
+from gateway.errors import Classification, ErrorType
+
+
+class AnswerStore(Protocol):
+    async def answer_put(self, fingerprint: str, blob: bytes, ttl_s: float) -> None: ...
+
+    async def answer_take(self, fingerprint: str) -> tuple[bytes, int] | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    status: int
+    body: bytes
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Recalled:
+    status: int
+    body: bytes  # the upstream's body, byte for byte
+    headers: tuple[tuple[str, str], ...]  # the relevant ones only (see relevant_headers)
+    classification: Classification
+    repeats: int  # times this answer has been given from memory, this one included
+    remembered_at: float  # epoch s
+    until: float  # epoch s at which it is forgotten
+
+    def retry_after_s(self, now: float) -> int | None:
+        """Whole seconds until a retry makes sense, for a retryable answer; else None."""
+        if not self.classification.retryable:
+            return None
+        return max(0, math.ceil(self.until - now))
+
+
+_NON_RETRYABLE = frozenset({ErrorType.UNKNOWN, ErrorType.AUTH, ErrorType.CONTEXT_OVERFLOW})
+
+
+def window_for(
+    cfg: LoopBreakerConfig,
+    c: Classification,
+    now: float,
+    circuit_open_until: float | None = None,
+) -> float:
+    """Seconds to remember a final failure of class ``c`` (0: do not remember)."""
+    if c.type is ErrorType.BUDGET:
+        return cfg.budget_window_s
+    if c.type in _NON_RETRYABLE:
+        return cfg.window_s
+    hints = []
+    if c.reset_at_ms is not None:
+        hints.append(c.reset_at_ms / 1000 - now)
+    elif c.retry_after_s is not None:
+        hints.append(c.retry_after_s)
+    if circuit_open_until is not None:
+        hints.append(circuit_open_until - now)
+    window = max(hints) if hints else cfg.retryable_window_s
+    return max(0.0, min(window, cfg.max_window_s))
+
+
+# What a replayed answer needs from the upstream's headers: how to read the body, and the
+# provider's own rate-limit and retry hints. Request ids, dates and lengths are per response.
+_KEEP_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
+_KEEP = frozenset({"content-type", "retry-after", "retry-after-ms"})
+
+
+def relevant_headers(headers: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    return tuple(
+        (k, v) for k, v in headers if k.lower() in _KEEP or k.lower().startswith(_KEEP_PREFIXES)
+    )
+
+
+_LEN = struct.Struct(">I")
+
+
+def encode(answer: Answer, c: Classification, remembered_at: float, until: float) -> bytes:
+    meta = {"s": answer.status, "h": relevant_headers(answer.headers), "c": asdict(c),
+            "t": remembered_at, "u": until}  # fmt: skip
+    head = json.dumps(meta, separators=(",", ":")).encode()
+    return _LEN.pack(len(head)) + head + answer.body
+
+
+def decode(blob: bytes, repeats: int) -> Recalled | None:
+    """None for a blob this version cannot read (written by another), rather than an error."""
+    try:
+        (n,) = _LEN.unpack_from(blob)
+        meta = json.loads(blob[_LEN.size : _LEN.size + n])
+        raw = meta["c"]
+        c = Classification(**{**raw, "type": ErrorType(raw["type"])})
+        headers = tuple((str(k), str(v)) for k, v in meta["h"])
+        return Recalled(int(meta["s"]), blob[_LEN.size + n :], headers, c, repeats,
+                        float(meta["t"]), float(meta["u"]))  # fmt: skip
+    except (struct.error, ValueError, KeyError, TypeError):
+        return None
+
+
+class LoopBreaker:
+    def __init__(
+        self,
+        cfg: LoopBreakerConfig,
+        store: AnswerStore,
+        clock: Callable[[], float],
+        *,
+        on_event: Callable[[str, ErrorType], None] = lambda _e, _t: None,
+    ) -> None:
+        self._cfg = cfg
+        self._store = store
+        self._clock = clock
+        self._on_event = on_event
+        # Replicas only recognise each other's fingerprints when they share the secret.
+        self._key = cfg.secret.encode() if cfg.secret else os.urandom(32)
+
+    @property
+    def enabled(self) -> bool:
+        return self._cfg.enabled
+
+    def fingerprint(self, path: str, body: bytes, credential: str | None) -> str:
+        mac = hmac.new(self._key, digestmod=hashlib.sha256)
+        # Length prefixes: no two different (path, body, credential) triples hash the same bytes.
+        for part in (path.encode(), body, (credential or "").encode()):
+            mac.update(_LEN.pack(len(part)))
+            mac.update(part)
+        return mac.hexdigest()
+
+    async def recall(self, fingerprint: str) -> Recalled | None:
+        """The remembered answer for an identical request, or None (then send it)."""
+        if not self._cfg.enabled:
+            return None
+        found = await self._store.answer_take(fingerprint)
+        if found is None:
+            return None
+        hit = decode(*found)
+        if hit is not None:
+            self._on_event("answered", hit.classification.type)
+        return hit
+
+    async def remember(
+        self,
+        fingerprint: str,
+        answer: Answer,
+        classification: Classification,
+        *,
+        circuit_open_until: float | None = None,
+    ) -> float:
+        """Remember a request's final failure; returns the window in seconds (0: not kept)."""
+        if not self._cfg.enabled:
+            return 0.0
+        now = self._clock()
+        window = window_for(self._cfg, classification, now, circuit_open_until)
+        if window <= 0:
+            return 0.0
+        if len(answer.body) > self._cfg.max_body_bytes:
+            self._on_event("skipped", classification.type)
+            return 0.0
+        blob = encode(answer, classification, now, now + window)
+        await self._store.answer_put(fingerprint, blob, window)
+        self._on_event("remembered", classification.type)
+        return window

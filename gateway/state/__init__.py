@@ -1,0 +1,47 @@
+"""Cross-request state that replicas share: circuits, retry budgets, rate-limit resets and the
+loop breaker's remembered answers. See :mod:`gateway.state.store` for the interface."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from gateway.config import GatewayConfig
+from gateway.state.memory import MemoryStore
+from gateway.state.metrics import StateMetrics
+from gateway.state.shared import SharedBudget, SharedCircuit
+from gateway.state.store import StateStore
+
+__all__ = ["MemoryStore", "SharedBudget", "SharedCircuit", "StateMetrics", "StateStore", "build_store"]
+
+
+def build_store(
+    cfg: GatewayConfig,
+    *,
+    clock: Callable[[], float] = time.time,
+    monotonic: Callable[[], float] = time.monotonic,
+    on_fallback: Callable[[str, str], None] = lambda _b, _op: None,
+) -> StateStore:
+    """The store ``cfg.state`` asks for. Creating it does no I/O (Redis connects on first use),
+    so it may be built in ``create_app``; ``await store.close()`` on shutdown."""
+    local = MemoryStore(
+        clock,
+        max_answers=cfg.loop_breaker.max_entries,
+        max_answer_bytes=cfg.loop_breaker.max_total_bytes,
+    )
+    if cfg.state.backend == "memory":
+        return local
+    from gateway.state.redis_store import RedisStore, connect  # only deployments with redis pay it
+
+    assert cfg.state.url is not None  # the config validator guarantees it
+    timeout_s = cfg.state.timeout_ms / 1000
+    return RedisStore(
+        connect(cfg.state.url, timeout_s),
+        local,
+        clock=clock,
+        monotonic=monotonic,
+        prefix=cfg.state.key_prefix,
+        timeout_s=timeout_s,
+        recover_s=cfg.state.recover_s,
+        on_fallback=on_fallback,
+    )

@@ -1,0 +1,168 @@
+"""The embedded store: one process's memory. The default backend, and the local state every
+replica falls back to while Redis does not answer in time."""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Generic, TypeVar
+
+from gateway.policy.breaker import CLOSED, MAX_TRACKED_MODELS, CircuitRecord
+
+V = TypeVar("V")
+
+SWEEP_EVERY = 256  # writes between sweeps of expired entries: bounded memory without a timer task
+
+
+class _Expiring(Generic[V]):
+    """A dict whose entries vanish at their deadline (read-time check plus periodic sweeps)."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._items: dict[str, tuple[float, V]] = {}
+        self._writes = 0
+
+    def get(self, key: str) -> V | None:
+        found = self._items.get(key)
+        if found is None:
+            return None
+        if found[0] <= self._clock():
+            del self._items[key]
+            return None
+        return found[1]
+
+    def put(self, key: str, value: V, ttl_s: float) -> None:
+        self._writes += 1
+        if self._writes % SWEEP_EVERY == 0:
+            now = self._clock()
+            for k in [k for k, (t, _) in self._items.items() if t <= now]:
+                del self._items[k]
+        self._items[key] = (self._clock() + ttl_s, value)
+
+    def pop(self, key: str) -> None:
+        self._items.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class _Answers:
+    """An LRU bounded by entry count and total bytes, each entry with its own deadline."""
+
+    def __init__(self, clock: Callable[[], float], max_entries: int, max_bytes: int) -> None:
+        self._clock = clock
+        self._max_entries = max_entries
+        self._max_bytes = max_bytes
+        self._bytes = 0
+        self._items: OrderedDict[str, tuple[float, bytes, int]] = OrderedDict()
+
+    def put(self, key: str, blob: bytes, ttl_s: float) -> None:
+        self._drop(key)
+        if len(blob) > self._max_bytes:
+            return
+        self._items[key] = (self._clock() + ttl_s, blob, 0)
+        self._bytes += len(blob)
+        while len(self._items) > self._max_entries or self._bytes > self._max_bytes:
+            self._drop(next(iter(self._items)))
+
+    def take(self, key: str) -> tuple[bytes, int] | None:
+        found = self._items.get(key)
+        if found is None:
+            return None
+        until, blob, taken = found
+        if until <= self._clock():
+            self._drop(key)
+            return None
+        self._items[key] = (until, blob, taken + 1)
+        self._items.move_to_end(key)
+        return blob, taken + 1
+
+    def _drop(self, key: str) -> None:
+        found = self._items.pop(key, None)
+        if found is not None:
+            self._bytes -= len(found[1])
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class MemoryStore:
+    backend = "memory"
+
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        *,
+        max_answers: int = 10_000,
+        max_answer_bytes: int = 64 * 1024 * 1024,
+    ) -> None:
+        self._clock = clock
+        self._circuits: _Expiring[CircuitRecord] = _Expiring(clock)
+        self._probes: _Expiring[bool] = _Expiring(clock)
+        self._resets: _Expiring[int] = _Expiring(clock)
+        self._budgets: dict[str, dict[int, list[int]]] = {}
+        self.answers = _Answers(clock, max_answers, max_answer_bytes)
+
+    async def circuit_get(self, keys: Sequence[str]) -> list[CircuitRecord]:
+        return [self._circuits.get(k) or CLOSED for k in keys]
+
+    async def circuit_fail(self, items: Sequence[tuple[str, str]], ttl_s: float) -> list[CircuitRecord]:
+        out = []
+        for key, model in items:
+            rec = self._circuits.get(key) or CLOSED
+            models = rec.models
+            if model and len(models) < MAX_TRACKED_MODELS:
+                models = models | {model}
+            rec = replace(rec, failures=rec.failures + 1, models=models)
+            self._circuits.put(key, rec, ttl_s)
+            out.append(rec)
+        return out
+
+    async def circuit_open(self, key: str, until: float, ttl_s: float) -> None:
+        rec = self._circuits.get(key) or CLOSED
+        self._circuits.put(key, replace(rec, open_until=until), ttl_s)
+
+    async def circuit_clear(self, keys: Sequence[str]) -> None:
+        for k in keys:
+            self._circuits.pop(k)
+
+    async def probe_claim(self, key: str, ttl_s: float) -> bool:
+        if self._probes.get(key):
+            return False
+        self._probes.put(key, True, ttl_s)
+        return True
+
+    async def probe_release(self, key: str) -> None:
+        self._probes.pop(key)
+
+    async def budget_add(self, key: str, requests: int, retries: int, window_s: float) -> tuple[int, int]:
+        now = int(self._clock())
+        span = max(1, math.ceil(window_s))
+        buckets = self._budgets.setdefault(key, {})
+        for sec in [s for s in buckets if s <= now - span]:
+            del buckets[sec]
+        if requests or retries:
+            cur = buckets.setdefault(now, [0, 0])
+            cur[0] += requests
+            cur[1] += retries
+        return sum(b[0] for b in buckets.values()), sum(b[1] for b in buckets.values())
+
+    async def reset_set(self, key: str, reset_at_ms: int) -> None:
+        ttl = reset_at_ms / 1000 - self._clock()
+        if ttl > 0:
+            self._resets.put(key, reset_at_ms, ttl)
+
+    async def reset_get(self, key: str) -> int | None:
+        return self._resets.get(key)
+
+    async def answer_put(self, fingerprint: str, blob: bytes, ttl_s: float) -> None:
+        if ttl_s > 0:
+            self.answers.put(fingerprint, blob, ttl_s)
+
+    async def answer_take(self, fingerprint: str) -> tuple[bytes, int] | None:
+        return self.answers.take(fingerprint)
+
+    async def close(self) -> None:
+        return None

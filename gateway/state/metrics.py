@@ -1,0 +1,50 @@
+"""The metrics of shared state, registered on the app's explicit registry.
+
+Kept beside the state package (not in telemetry.py) so that the contract table there stays
+the SPEC's; the pipeline passes :meth:`StateMetrics.fallback` as the store's ``on_fallback``
+and :meth:`StateMetrics.loop_event` as the loop breaker's ``on_event``.
+
+    llm_gateway_state_fallbacks_total{backend, op}     operations served from local memory
+                                                       because the shared store did not answer
+    llm_gateway_loop_breaker_events_total{event, error_type}
+                                                       event: remembered, answered (a repeat
+                                                       answered from memory), skipped (too big)
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter
+
+from gateway.errors import ErrorType
+
+OPS = (
+    "circuit_get", "circuit_fail", "circuit_open", "circuit_clear", "probe_claim", "probe_release",
+    "budget_add", "reset_set", "reset_get", "answer_put", "answer_take",
+)  # fmt: skip
+LOOP_EVENTS = ("remembered", "answered", "skipped")
+
+
+class StateMetrics:
+    def __init__(self, registry: CollectorRegistry, backend: str) -> None:
+        self.fallbacks = Counter(
+            "llm_gateway_state_fallbacks", "Shared-state operations served locally (store slow or down).",
+            ["backend", "op"], registry=registry,
+        )  # fmt: skip
+        self.loop_breaker = Counter(
+            "llm_gateway_loop_breaker_events",
+            "Loop breaker: failed answers remembered, and repeats answered from memory.",
+            ["event", "error_type"], registry=registry,
+        )  # fmt: skip
+        # Series exist from the start, so an alert on a rate sees zeros rather than nothing.
+        if backend != "memory":
+            for op in OPS:
+                self.fallbacks.labels(backend, op)
+        for event in LOOP_EVENTS:
+            for t in ErrorType:
+                self.loop_breaker.labels(event, t.value)
+
+    def fallback(self, backend: str, op: str) -> None:
+        self.fallbacks.labels(backend, op).inc()
+
+    def loop_event(self, event: str, error_type: ErrorType) -> None:
+        self.loop_breaker.labels(event, error_type.value).inc()

@@ -1,0 +1,270 @@
+"""The shared store: Redis, bounded in time, with this process's memory as the fallback.
+
+A request never waits on Redis longer than ``timeout_s`` per operation. On a timeout or an
+error the operation is served from the local :class:`MemoryStore` instead, and the store stays
+local for ``recover_s`` before one operation tries Redis again; the switch is logged once each
+way and every locally served operation is counted through ``on_fallback(backend, op)``.
+
+Writes go to local memory as well as to Redis, so a replica that loses Redis still knows what
+it saw itself (its own failures, requests and remembered answers) instead of starting blank.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+from gateway.policy.breaker import CLOSED, MAX_TRACKED_MODELS, CircuitRecord
+from gateway.state.memory import MemoryStore
+
+T = TypeVar("T")
+log = logging.getLogger("gateway.state")
+
+# Sums the window's per-second buckets after adding to the current one, atomically, in one trip.
+_BUDGET = """
+local base, now, span = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2])
+local addr, addt = tonumber(ARGV[3]), tonumber(ARGV[4])
+local cur = base .. now
+if addr > 0 then redis.call('HINCRBY', cur, 'r', addr) end
+if addt > 0 then redis.call('HINCRBY', cur, 't', addt) end
+if addr > 0 or addt > 0 then redis.call('EXPIRE', cur, span + 1) end
+local req, ret = 0, 0
+for i = 0, span - 1 do
+  local v = redis.call('HMGET', base .. (now - i), 'r', 't')
+  req = req + (tonumber(v[1]) or 0)
+  ret = ret + (tonumber(v[2]) or 0)
+end
+return {req, ret}
+"""
+
+# Counts a repeat only when the answer is still there (HINCRBY alone would resurrect it).
+_TAKE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return nil end
+local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
+return {redis.call('HGET', KEYS[1], 'b'), n}
+"""
+
+_FAILURES = (RedisError, OSError, TimeoutError)
+
+
+def connect(url: str, timeout_s: float) -> Redis:
+    """A client that fails fast: our own deadline bounds every call, so no silent retries."""
+    return Redis.from_url(
+        url,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        retry=Retry(NoBackoff(), 0),
+        decode_responses=False,
+    )
+
+
+def _ms(seconds: float) -> int:
+    return max(1, math.ceil(seconds * 1000))
+
+
+def _record(raw: dict[bytes, bytes]) -> CircuitRecord:
+    if not raw:
+        return CLOSED
+    models = [k[2:].decode() for k in raw if k.startswith(b"m:")][:MAX_TRACKED_MODELS]
+    return CircuitRecord(
+        failures=int(raw.get(b"f", 0)),
+        open_until=float(raw.get(b"u", 0)),
+        models=frozenset(models),
+    )
+
+
+async def _value(v: T) -> T:
+    return v
+
+
+class RedisStore:
+    backend = "redis"
+
+    def __init__(
+        self,
+        client: Redis,
+        local: MemoryStore,
+        *,
+        clock: Callable[[], float],
+        monotonic: Callable[[], float],
+        prefix: str = "llm-gateway:",
+        timeout_s: float = 0.05,
+        recover_s: float = 1.0,
+        on_fallback: Callable[[str, str], None] = lambda _b, _op: None,
+    ) -> None:
+        self._r = client
+        self.local = local
+        self._clock = clock
+        self._monotonic = monotonic
+        self._p = prefix
+        self._timeout_s = timeout_s
+        self._recover_s = recover_s
+        self._on_fallback = on_fallback
+        self._down_since: float | None = None
+        self._retry_at = 0.0
+        self._budget = client.register_script(_BUDGET)
+        self._take = client.register_script(_TAKE)
+
+    @property
+    def healthy(self) -> bool:
+        return self._down_since is None
+
+    async def _guard(self, op: str, remote: Callable[[], Awaitable[T]],
+                     local: Callable[[], Awaitable[T]]) -> T:
+        if self._down_since is not None:
+            now = self._monotonic()
+            if now < self._retry_at:
+                self._on_fallback(self.backend, op)
+                return await local()
+            # One operation tries Redis again; the rest stay local until it has answered.
+            self._retry_at = now + self._recover_s
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                result = await remote()
+        except _FAILURES as e:
+            self._went_down(op, e)
+            self._on_fallback(self.backend, op)
+            return await local()
+        if self._down_since is not None:
+            log.info("state store redis is back after %.1fs; shared state again",
+                     self._monotonic() - self._down_since)
+            self._down_since = None
+        return result
+
+    def _went_down(self, op: str, e: BaseException) -> None:
+        now = self._monotonic()
+        self._retry_at = now + self._recover_s
+        if self._down_since is None:
+            self._down_since = now
+            # The error text, never the URL: it may carry a password.
+            log.warning("state store redis failed on %s (%s); using local state, retrying every %.1fs",
+                        op, type(e).__name__, self._recover_s)
+
+    # -- circuits ------------------------------------------------------------------------------
+
+    async def circuit_get(self, keys: Sequence[str]) -> list[CircuitRecord]:
+        async def remote() -> list[CircuitRecord]:
+            pipe = self._r.pipeline(transaction=False)
+            for k in keys:
+                pipe.hgetall(self._p + "c:" + k)
+            return [_record(raw) for raw in await pipe.execute()]
+
+        return await self._guard("circuit_get", remote, lambda: self.local.circuit_get(keys))
+
+    async def circuit_fail(self, items: Sequence[tuple[str, str]], ttl_s: float) -> list[CircuitRecord]:
+        mine = await self.local.circuit_fail(items, ttl_s)
+
+        async def remote() -> list[CircuitRecord]:
+            pipe = self._r.pipeline(transaction=True)
+            for key, model in items:
+                k = self._p + "c:" + key
+                pipe.hincrby(k, "f", 1)
+                if model:
+                    pipe.hset(k, "m:" + model, 1)
+                pipe.pexpire(k, _ms(ttl_s))
+                pipe.hgetall(k)
+            return [_record(r) for r in await pipe.execute() if isinstance(r, dict)]
+
+        return await self._guard("circuit_fail", remote, lambda: _value(mine))
+
+    async def circuit_open(self, key: str, until: float, ttl_s: float) -> None:
+        await self.local.circuit_open(key, until, ttl_s)
+
+        async def remote() -> None:
+            k = self._p + "c:" + key
+            pipe = self._r.pipeline(transaction=True)
+            pipe.hset(k, "u", repr(until))
+            pipe.pexpire(k, _ms(ttl_s))
+            await pipe.execute()
+
+        await self._guard("circuit_open", remote, lambda: _value(None))
+
+    async def circuit_clear(self, keys: Sequence[str]) -> None:
+        await self.local.circuit_clear(keys)
+
+        async def remote() -> None:
+            await self._r.delete(*(self._p + "c:" + k for k in keys))
+
+        await self._guard("circuit_clear", remote, lambda: _value(None))
+
+    async def probe_claim(self, key: str, ttl_s: float) -> bool:
+        async def remote() -> bool:
+            return bool(await self._r.set(self._p + "p:" + key, b"1", nx=True, px=_ms(ttl_s)))
+
+        return await self._guard("probe_claim", remote, lambda: self.local.probe_claim(key, ttl_s))
+
+    async def probe_release(self, key: str) -> None:
+        await self.local.probe_release(key)
+
+        async def remote() -> None:
+            await self._r.delete(self._p + "p:" + key)
+
+        await self._guard("probe_release", remote, lambda: _value(None))
+
+    # -- retry budget --------------------------------------------------------------------------
+
+    async def budget_add(self, key: str, requests: int, retries: int, window_s: float) -> tuple[int, int]:
+        mine = await self.local.budget_add(key, requests, retries, window_s)
+
+        async def remote() -> tuple[int, int]:
+            # The hash tag keeps a budget's buckets in one slot, should the Redis be a cluster.
+            base = f"{self._p}b:{{{key}}}:"
+            args = [int(self._clock()), max(1, math.ceil(window_s)), requests, retries]
+            got: Any = await self._budget(keys=[base], args=args)
+            return int(got[0]), int(got[1])
+
+        return await self._guard("budget_add", remote, lambda: _value(mine))
+
+    # -- rate-limit resets ---------------------------------------------------------------------
+
+    async def reset_set(self, key: str, reset_at_ms: int) -> None:
+        await self.local.reset_set(key, reset_at_ms)
+        if reset_at_ms <= self._clock() * 1000:
+            return
+
+        async def remote() -> None:
+            await self._r.set(self._p + "r:" + key, str(reset_at_ms).encode(), pxat=reset_at_ms)
+
+        await self._guard("reset_set", remote, lambda: _value(None))
+
+    async def reset_get(self, key: str) -> int | None:
+        async def remote() -> int | None:
+            raw = await self._r.get(self._p + "r:" + key)
+            return int(raw) if raw is not None else None
+
+        return await self._guard("reset_get", remote, lambda: self.local.reset_get(key))
+
+    # -- remembered answers --------------------------------------------------------------------
+
+    async def answer_put(self, fingerprint: str, blob: bytes, ttl_s: float) -> None:
+        if ttl_s <= 0:
+            return
+        await self.local.answer_put(fingerprint, blob, ttl_s)
+
+        async def remote() -> None:
+            k = self._p + "a:" + fingerprint
+            pipe = self._r.pipeline(transaction=True)
+            pipe.delete(k)
+            pipe.hset(k, mapping={"b": blob, "n": 0})
+            pipe.pexpire(k, _ms(ttl_s))
+            await pipe.execute()
+
+        await self._guard("answer_put", remote, lambda: _value(None))
+
+    async def answer_take(self, fingerprint: str) -> tuple[bytes, int] | None:
+        async def remote() -> tuple[bytes, int] | None:
+            got: Any = await self._take(keys=[self._p + "a:" + fingerprint])
+            return None if got is None else (bytes(got[0]), int(got[1]))
+
+        return await self._guard("answer_take", remote, lambda: self.local.answer_take(fingerprint))
+
+    async def close(self) -> None:
+        await self._r.aclose()

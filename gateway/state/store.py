@@ -1,0 +1,62 @@
+"""The state store seam: what replicas share, behind one async interface.
+
+Two implementations: :class:`~gateway.state.memory.MemoryStore` (this process; the default,
+and every replica's fallback) and :class:`~gateway.state.redis_store.RedisStore` (shared).
+Everything stored has a time to live, so a replica that dies mid-write leaves nothing that
+outlives its purpose. Times are wall-clock epoch seconds (replicas share no monotonic clock).
+
+    circuits   key -> CircuitRecord        consecutive failures, open-until, failing models
+    probes     key -> claimed              the single half-open probe, across replicas
+    budget     key -> (requests, retries)  counters over a sliding window of whole seconds
+    resets     key -> reset-at epoch ms    a rate limit's reset, per upstream / model
+    answers    fingerprint -> bytes        the loop breaker's remembered answers, with repeats
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from gateway.policy.breaker import CircuitRecord
+
+
+class StateStore(Protocol):
+    backend: str  # "memory" or "redis": a metric label
+
+    async def circuit_get(self, keys: Sequence[str]) -> list[CircuitRecord]:
+        """The records of ``keys`` (CLOSED for an absent one), in one round trip."""
+        ...
+
+    async def circuit_fail(self, items: Sequence[tuple[str, str]], ttl_s: float) -> list[CircuitRecord]:
+        """Count one failure into each ``(key, model)`` and return the records after it."""
+        ...
+
+    async def circuit_open(self, key: str, until: float, ttl_s: float) -> None: ...
+
+    async def circuit_clear(self, keys: Sequence[str]) -> None:
+        """Close: forget failures and open-until (a success, or a probe that succeeded)."""
+        ...
+
+    async def probe_claim(self, key: str, ttl_s: float) -> bool:
+        """True for exactly one caller until released or ``ttl_s`` passes (a crashed prober)."""
+        ...
+
+    async def probe_release(self, key: str) -> None: ...
+
+    async def budget_add(self, key: str, requests: int, retries: int, window_s: float) -> tuple[int, int]:
+        """Add to the current second's counters; return (requests, retries) over the window."""
+        ...
+
+    async def reset_set(self, key: str, reset_at_ms: int) -> None:
+        """Remember a rate limit's reset time until it passes."""
+        ...
+
+    async def reset_get(self, key: str) -> int | None: ...
+
+    async def answer_put(self, fingerprint: str, blob: bytes, ttl_s: float) -> None: ...
+
+    async def answer_take(self, fingerprint: str) -> tuple[bytes, int] | None:
+        """The remembered blob and how many times it has now been taken (1 the first time)."""
+        ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,153 @@
+"""/v1/responses gets the full pipeline: retries by class, silent replays, one
+`response.failed` for a broken stream, rescue of an overflowing agent conversation with
+its function_call/function_call_output pairs intact."""
+
+import asyncio
+import json
+
+from tests.fakeupstream import (
+    Reply,
+    Stream,
+    responses_deltas,
+    responses_error,
+    responses_head,
+    responses_stream,
+    sse,
+)
+from tests.responses_convo import INSTRUCTIONS, assert_valid_input, responses_conversation
+
+STREAM_REQ = {"model": "gpt-5-codex", "stream": True, "input": "hi"}
+UNAVAILABLE = responses_error(503, "The server is overloaded or not ready yet.", "server_error", None)
+
+
+def events(body: bytes) -> list[tuple[str, dict]]:
+    out = []
+    for block in body.decode().split("\n\n"):
+        name = next((line[7:] for line in block.split("\n") if line.startswith("event: ")), None)
+        data = next((line[6:] for line in block.split("\n") if line.startswith("data: ")), None)
+        if name and data:
+            out.append((name, json.loads(data)))
+    return out
+
+
+async def test_success_and_usage(make_gateway) -> None:
+    gw = await make_gateway()
+    status, headers, body = await gw.responses()
+    assert status == 200 and json.loads(body)["output"][0]["content"][0]["text"] == "Hello from the fake upstream."
+    assert gw.metric("llm_gateway_tokens_total", upstream="primary", model="gpt-5-codex", kind="prompt") == 30
+
+
+async def test_clean_stream_ends_with_response_completed(make_gateway) -> None:
+    gw = await make_gateway()
+    status, _, body = await gw.responses(STREAM_REQ)
+    names = [n for n, _ in events(body)]
+    assert status == 200 and names[0] == "response.created" and names[-1] == "response.completed"
+    assert gw.metric("llm_gateway_tokens_total", upstream="primary", model="gpt-5-codex", kind="completion") == 9
+
+
+async def test_unavailable_twice_then_success(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.script(UNAVAILABLE, UNAVAILABLE)
+    status, headers, _ = await gw.responses()
+    assert status == 200 and headers["x-llm-attempts"] == "3" and len(gw.fake.responses_requests()) == 3
+
+
+async def test_long_rate_limit_is_handed_back_at_once(make_gateway) -> None:
+    gw = await make_gateway()
+    limited = responses_error(429, "Rate limit reached for gpt-5-codex. Please try again in 45s.", "requests",
+                              "rate_limit_exceeded")
+    limited.headers = {"retry-after": "45"}
+    gw.fake.script(limited)
+    status, headers, _ = await gw.responses()
+    assert status == 429 and headers["retry-after"] == "45" and headers["x-llm-error-type"] == "rate_limit"
+    assert len(gw.fake.responses_requests()) == 1 and gw.slept == []
+
+
+async def test_stream_cut_after_text_ends_with_one_response_failed(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.script(Stream([*responses_head(), *responses_deltas(("Hel", "lo"))], then="drop"))
+    status, _, body = await gw.responses(STREAM_REQ)
+    evs = events(body)
+    names = [n for n, _ in evs]
+    assert status == 200 and names[-1] == "response.failed" and names.count("response.failed") == 1
+    assert "response.completed" not in names
+    failed = evs[-1][1]
+    assert failed["sequence_number"] == evs[-2][1]["sequence_number"] + 1
+    assert failed["response"]["error"]["x_llm_error_type"] == "provider_unavailable"
+    assert len(gw.fake.responses_requests()) == 1
+
+
+async def test_stalled_stream_and_missing_end_marker_are_broken(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.script(Stream([*responses_head(), *responses_deltas(("a",))], then="stall"),
+                   Stream([*responses_head(), *responses_deltas(("a",))], then="eof"))
+    _, _, body = await asyncio.wait_for(gw.responses(STREAM_REQ), 10)
+    assert events(body)[-1][1]["response"]["error"]["code"] == "idle_timeout"
+    _, _, body = await gw.responses(STREAM_REQ)
+    assert events(body)[-1][0] == "response.failed"
+
+
+async def test_upstream_failure_before_content_is_replayed_silently(make_gateway) -> None:
+    gw = await make_gateway()
+    failed = sse("response.failed", {"type": "response.failed", "sequence_number": 4, "response": {
+        "id": "resp_x", "status": "failed", "error": {"code": "server_error", "message": "An error occurred."}}})
+    gw.fake.script(Stream(responses_head(), then="drop"), Stream([*responses_head(), failed], then="eof"),
+                   Stream(responses_stream(), then="eof"))
+    status, headers, body = await gw.responses(STREAM_REQ)
+    names = [n for n, _ in events(body)]
+    assert status == 200 and names.count("response.created") == 1 and names[-1] == "response.completed"
+    assert headers["x-llm-attempts"] == "3"
+
+
+async def test_upstream_failure_mid_stream_keeps_the_providers_code(make_gateway) -> None:
+    gw = await make_gateway()
+    failed = sse("response.failed", {"type": "response.failed", "sequence_number": 6, "response": {
+        "id": "resp_x", "status": "failed", "error": {"code": "server_error", "message": "An error occurred."}}})
+    gw.fake.script(Stream([*responses_head(), *responses_deltas(("a", "b")), failed], then="eof"))
+    _, _, body = await gw.responses(STREAM_REQ)
+    name, doc = events(body)[-1]
+    assert name == "response.failed" and doc["response"]["error"]["code"] == "server_error"
+    assert doc["response"]["error"]["x_llm_error_type"] == "provider_unavailable"
+
+
+async def test_gateway_errors_use_the_responses_envelope(make_gateway) -> None:
+    gw = await make_gateway()
+    status, headers, body = await gw.responses(data=b"[1, 2")
+    err = json.loads(body)["error"]
+    assert status == 400 and set(err) >= {"message", "type", "param", "code"} and err["code"] == "invalid_json"
+    status, _, body = await gw.responses({"model": "m", "input": 42})
+    assert status == 400 and json.loads(body)["error"]["code"] == "invalid_input"
+    assert gw.fake.responses_requests() == []
+
+
+async def test_overflowing_agent_conversation_is_rescued_once_with_valid_input(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", context_window: 24000")
+    gw.fake.context_limit = 24000
+    items = responses_conversation(rounds=40, output_bytes=4000)
+    payload = {"model": "gpt-5-codex", "instructions": INSTRUCTIONS, "input": items, "stream": True}
+    status, headers, body = await gw.responses(payload)
+    assert status == 200 and headers["x-llm-compressed"] == "true"
+    assert events(body)[-1][0] == "response.completed"
+    first, second = gw.fake.responses_requests()
+    sent = second.json()
+    assert sent["instructions"] == INSTRUCTIONS
+    assert_valid_input(sent["input"])
+    assert sent["input"][-5:] == items[-5:]
+
+
+async def test_previous_response_id_overflow_retries_with_api_truncation(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.script(Reply(400, {"error": {"message": "Your input exceeds the context window of this model. "
+                                                    "Please adjust your input and try again.",
+                                         "type": "invalid_request_error", "param": "input",
+                                         "code": "context_length_exceeded"}}))
+    status, headers, _ = await gw.responses({"model": "m", "previous_response_id": "resp_1", "input": "more"})
+    assert status == 200 and headers["x-llm-compressed"] == "true"
+    assert gw.fake.responses_requests()[1].json()["truncation"] == "auto"
+
+
+async def test_stored_response_paths_pass_through(make_gateway) -> None:
+    gw = await make_gateway()
+    async with gw.session.get(gw.base + "/v1/responses/resp_123/input_items") as r:
+        assert r.status == 404  # the fake knows no such path; the point is that it was forwarded
+    assert gw.fake.requests[-1].path == "/v1/responses/resp_123/input_items"

@@ -1,0 +1,203 @@
+"""Start-up as an operator meets it: `python -m gateway` refusing, warning and explaining
+bad configs in one go, and `make` set-up that survives `make run` + `make test` at once."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+OPERATOR_KEY = "sk-operator-5ecret"
+
+
+def gateway(config: Path, env: dict[str, str] | None = None, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gateway", "--config", str(config)], cwd=ROOT,
+                          env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout)
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "gateway.yaml"
+    path.write_text(text)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_every_config_problem_on_its_own_line_exit_2_no_traceback(tmp_path: Path) -> None:
+    cfg = write(tmp_path, "server: {prot: 1, port: x}\n"
+                          "upstreams: [{name: a, base_ulr: 'http://127.0.0.1:9/v1'}]\n")
+    r = gateway(cfg)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert r.stderr.splitlines() == [
+        "llm-gateway: invalid config: server.port: Input should be a valid integer, unable to parse string as an integer",
+        "llm-gateway: invalid config: server.prot: unknown key (did you mean 'port'?)",
+        "llm-gateway: invalid config: upstreams[0].base_url: is required",
+        "llm-gateway: invalid config: upstreams[0].base_ulr: unknown key (did you mean 'base_url'?)",
+    ]
+
+
+def test_a_password_in_base_url_is_refused_without_printing_it(tmp_path: Path) -> None:
+    cfg = write(tmp_path, "upstreams: [{name: a, base_url: 'https://user:pw-5ecret@api.example.com/v1'}]\n")
+    r = gateway(cfg)
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == ["llm-gateway: invalid config: upstreams[0].base_url: must not contain "
+                                     "credentials (user:password@); put the key in api_key"]
+    assert "5ecret" not in r.stdout + r.stderr
+
+
+def test_refuses_to_serve_the_operators_key_to_the_network(tmp_path: Path) -> None:
+    cfg = write(tmp_path, "server: {host: 0.0.0.0, port: 0}\n"
+                          "upstreams: [{name: openai, base_url: 'http://127.0.0.1:9/v1', api_key: '${K}'}]\n")
+    r = gateway(cfg, env={"K": OPERATOR_KEY})
+    assert r.returncode == 2
+    (line,) = r.stderr.splitlines()
+    assert line.startswith("llm-gateway: refusing to listen on 0.0.0.0:0 without client keys")
+    assert OPERATOR_KEY not in r.stdout + r.stderr
+
+
+def test_on_loopback_it_starts_with_one_loud_warning_per_risk(tmp_path: Path) -> None:
+    port = free_port()
+    cfg = write(tmp_path, f"server: {{host: 127.0.0.1, port: {port}, drain_s: 0}}\n"
+                          f"upstreams: [{{name: openai, base_url: 'http://127.0.0.1:9', api_key: {OPERATOR_KEY}}}]\n")
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "--config", str(cfg)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, proc.communicate()
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                assert time.monotonic() < deadline, "gateway did not become ready"
+                time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0
+    lines = err.splitlines()
+    assert len(lines) == 2, err
+    assert lines[0].startswith("llm-gateway: warning: upstreams[0].base_url has no path")
+    assert "did you mean http://127.0.0.1:9/v1?" in lines[0]
+    assert lines[1].startswith("llm-gateway: WARNING: no server.client_keys")
+    assert OPERATOR_KEY not in out + err
+    assert '"client_auth":"off"' in out
+
+
+def test_the_started_log_never_prints_url_userinfo() -> None:
+    from gateway.server import _without_userinfo
+
+    assert _without_userinfo("https://u:pw@h:1/v1") == "https://***@h:1/v1"
+    assert _without_userinfo("https://h:1/v1") == "https://h:1/v1"
+
+
+# A stand-in for python: `-m venv` and `-m pip install` are slow and record what they
+# do; a pip run that starts while another is still going writes OVERLAP. `-c` runs the
+# real interpreter (the Makefile reads pyproject.toml with it).
+FAKE_PYTHON = """#!/bin/sh
+log="$FAKE_LOG"
+if [ "$1 $2" = "-m venv" ]; then
+  echo "venv $3" >> "$log"; sleep 0.3
+  mkdir -p "$3/bin" && cp "$0" "$3/bin/python" && exit 0
+fi
+if [ "$1 $2 $3" = "-m pip install" ]; then
+  mkdir "$FAKE_LOG.busy" 2>/dev/null || echo OVERLAP >> "$log"
+  echo "pip $*" >> "$log"; sleep 0.3; rmdir "$FAKE_LOG.busy" 2>/dev/null; exit 0
+fi
+if [ "$1" = "-c" ]; then exec "$REAL_PYTHON" "$@"; fi
+echo "unexpected: $*" >> "$log"; exit 1
+"""
+
+
+@pytest.mark.skipif(shutil.which("flock") is None or shutil.which("make") is None, reason="needs make and flock")
+def test_make_run_and_make_test_set_up_the_venv_safely_at_the_same_time(tmp_path: Path) -> None:
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    fake = tmp_path / "fakepython"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    log = tmp_path / "calls.log"
+    env = {**os.environ, "FAKE_LOG": str(log), "REAL_PYTHON": sys.executable}
+    env.pop("MAKEFLAGS", None)
+    # `venv` and `venv-dev` are what `make run` and `make test` depend on, without then
+    # starting a server or the suite.
+    procs = [subprocess.Popen(["make", f"PYTHON={fake}", target], cwd=tmp_path, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for target in ("venv", "venv-dev")]
+    outputs = [p.communicate(timeout=60)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    calls = log.read_text().splitlines()
+    assert "OVERLAP" not in calls, calls
+    assert [c for c in calls if c.startswith("venv")] == ["venv .venv"], calls
+    # The runtime install ran once (whoever waited found it done), the dev extras once,
+    # and never as `-e .[dev]`, which would reinstall the gateway under a running `make run`.
+    assert sum(c.endswith("install -q -e .") for c in calls) == 1, calls
+    assert sum("dev-requirements.txt" in c for c in calls) == 1, calls
+    assert "pytest>=8" in (tmp_path / ".venv" / "dev-requirements.txt").read_text().split()
+    assert (tmp_path / ".venv" / "bin" / ".runtime").exists() and (tmp_path / ".venv" / "bin" / ".dev").exists()
+
+
+# The shipped configs and deployments start safely: `make run` works out of the box on
+# loopback, anything listening on the network needs client keys (or an explicit opt-out).
+def verdict(path: Path, **env: str) -> tuple[str | None, str | None]:
+    from gateway.auth import startup_check
+    from gateway.config import load_config
+
+    v = startup_check(load_config(path, env=env))
+    return v.refusal, v.warning
+
+
+def test_make_run_config_starts_on_loopback_and_refuses_on_the_network_without_keys() -> None:
+    default = ROOT / "config" / "gateway.yaml"
+    assert verdict(default) == (None, None)  # pass-through: no operator key to give away
+    refusal, warning = verdict(default, OPENAI_API_KEY="sk-x")
+    assert refusal is None and warning is not None
+    refusal, _ = verdict(default, OPENAI_API_KEY="sk-x", GATEWAY_HOST="0.0.0.0")
+    assert refusal is not None
+    assert verdict(default, OPENAI_API_KEY="sk-x", GATEWAY_HOST="0.0.0.0", GATEWAY_CLIENT_KEYS="gk-1,gk-2") == (None, None)
+    refusal, warning = verdict(default, OPENAI_API_KEY="sk-x", GATEWAY_HOST="0.0.0.0",
+                               GATEWAY_ALLOW_UNAUTHENTICATED="true")
+    assert refusal is None and warning is not None
+
+
+def test_container_and_kubernetes_configs_need_client_keys_with_an_operator_key() -> None:
+    import yaml
+
+    from gateway.auth import startup_check
+    from gateway.config import parse_config
+
+    container = ROOT / "deploy" / "gateway.container.yaml"
+    assert verdict(container, OPENAI_API_KEY="sk-x")[0] is not None
+    assert verdict(container, OPENAI_API_KEY="sk-x", GATEWAY_CLIENT_KEYS="gk-1") == (None, None)
+
+    k8s = ROOT / "deploy" / "kubernetes"
+    configmap = yaml.safe_load((k8s / "configmap.yaml").read_text())["data"]["gateway.yaml"]
+    secret_env = yaml.safe_load((k8s / "secret.example.yaml").read_text())["stringData"]
+    assert "GATEWAY_CLIENT_KEYS" in secret_env
+    assert startup_check(parse_config(configmap, env=secret_env)).refusal is None
+    without = {k: v for k, v in secret_env.items() if k != "GATEWAY_CLIENT_KEYS"}
+    assert startup_check(parse_config(configmap, env=without)).refusal is not None
+
+
+def test_compose_publishes_on_loopback_and_passes_client_keys() -> None:
+    import yaml
+
+    gw = yaml.safe_load((ROOT / "deploy" / "compose.yaml").read_text())["services"]["gateway"]
+    assert gw["ports"] == ["127.0.0.1:8080:8080"]
+    assert gw["environment"]["GATEWAY_CLIENT_KEYS"] == "${GATEWAY_CLIENT_KEYS:-}"

@@ -1,0 +1,263 @@
+"""The shared store against a real redis-server (Debian's, installed by scripts/test-deps.sh).
+
+Two RedisStore instances play two replicas. Redis is also killed and frozen mid-test: every
+operation must still return within the time bound, from local state, and the store must come
+back to Redis by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from gateway.config import CircuitBreakerConfig, LoopBreakerConfig, RetryBudgetConfig
+from gateway.errors import Classification, ErrorType
+from gateway.policy.breaker import Gate
+from gateway.policy.loop_breaker import Answer, LoopBreaker
+from gateway.state import MemoryStore, SharedBudget, SharedCircuit, StateMetrics
+from gateway.state.redis_store import RedisStore, connect
+
+REDIS = shutil.which("redis-server")
+pytestmark = pytest.mark.skipif(
+    REDIS is None,
+    reason="REDIS-SERVER NOT INSTALLED: the shared-state tests need it; run `bash scripts/test-deps.sh` "
+    "(make test does), which installs Debian's redis-server",
+)
+
+TIMEOUT_S = 0.05
+RECOVER_S = 0.3
+# A generous ceiling on one operation's wall time while Redis is down or frozen: the bound
+# plus scheduling noise on a loaded CI machine, still far below a real socket timeout.
+BOUND_S = TIMEOUT_S + 0.25
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class RedisServer:
+    port: int
+    workdir: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        assert REDIS is not None
+        self.proc = subprocess.Popen(
+            [REDIS, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(self.workdir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                time.sleep(0.02)
+        raise RuntimeError("redis-server did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+        self.proc = None
+
+    def freeze(self) -> None:  # accepts connections (the kernel does), answers nothing
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(free_port(), tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        if server.proc is not None and server.proc.poll() is None:
+            server.thaw()
+        server.stop()
+
+
+@dataclass
+class Replica:
+    store: RedisStore
+    fallbacks: list[tuple[str, str]] = field(default_factory=list)
+
+
+@pytest.fixture
+async def replicas(redis_server: RedisServer) -> AsyncIterator[tuple[Replica, Replica]]:
+    made = []
+    for _ in range(2):
+        fallbacks: list[tuple[str, str]] = []
+        store = RedisStore(
+            connect(redis_server.url, TIMEOUT_S), MemoryStore(time.time), clock=time.time,
+            monotonic=time.monotonic, prefix="t:", timeout_s=TIMEOUT_S, recover_s=RECOVER_S,
+            on_fallback=lambda b, op, f=fallbacks: f.append((b, op)),  # type: ignore[misc]
+        )  # fmt: skip
+        made.append(Replica(store, fallbacks))
+    yield made[0], made[1]
+    for r in made:
+        await r.store.close()
+
+
+async def test_two_replicas_share_circuits(replicas: tuple[Replica, Replica]) -> None:
+    a, b = replicas
+    cfg = CircuitBreakerConfig(failure_threshold=2, open_s=30)
+    ca = SharedCircuit(a.store, "up", cfg, time.time, cache_s=0)
+    cb = SharedCircuit(b.store, "up", cfg, time.time, cache_s=0)
+    for c in (ca, cb):
+        adm = await c.admit("m")
+        await c.record(adm, "m", failed=True)
+    refused = await cb.admit("m")
+    assert refused.gate is Gate.REFUSE and 29 < refused.retry_in_s <= 30
+    assert (await ca.admit("other")).gate is Gate.ALLOW  # one model's outage stays its own
+    assert not a.fallbacks and not b.fallbacks
+
+
+async def test_the_half_open_probe_is_claimed_once_across_replicas(replicas: tuple[Replica, Replica]) -> None:
+    a, b = replicas
+    assert await a.store.probe_claim("up/m", 0.3)
+    assert not await b.store.probe_claim("up/m", 0.3)
+    await asyncio.sleep(0.4)  # a prober that died: the claim expires
+    assert await b.store.probe_claim("up/m", 0.3)
+    await b.store.probe_release("up/m")
+    assert await a.store.probe_claim("up/m", 5)
+
+
+async def test_two_replicas_share_the_retry_budget(replicas: tuple[Replica, Replica]) -> None:
+    a, b = replicas
+    cfg = RetryBudgetConfig(ttl_s=10, min_retries_per_s=0, percent_can_retry=20)
+    ba, bb = SharedBudget(a.store, cfg, time.monotonic), SharedBudget(b.store, cfg, time.monotonic)
+    for _ in range(50):
+        ba.record_request()
+    await ba.flush()
+    await bb.flush()
+    assert sum(bb.try_acquire_retry() for _ in range(20)) == 10
+    await bb.flush()
+    await ba.flush()
+    assert not ba.try_acquire_retry()
+    assert await a.store.budget_add("global", 0, 0, 10) == (50, 10)
+
+
+async def test_two_replicas_share_loop_breaker_answers_and_resets(replicas: tuple[Replica, Replica]) -> None:
+    a, b = replicas
+    cfg = LoopBreakerConfig(secret="shared", window_s=0.4)
+    la, lb = LoopBreaker(cfg, a.store, time.time), LoopBreaker(cfg, b.store, time.time)
+    fp = la.fingerprint("/v1/chat/completions", b'{"model":"m"}', "Bearer k")
+    assert fp == lb.fingerprint("/v1/chat/completions", b'{"model":"m"}', "Bearer k")
+    await la.remember(fp, Answer(400, b'{"error":"bad"}', (("content-type", "application/json"),)),
+                      Classification.of(ErrorType.UNKNOWN))
+    hit = await lb.recall(fp)
+    assert hit is not None and (hit.status, hit.body, hit.repeats) == (400, b'{"error":"bad"}', 1)
+    assert (await la.recall(fp)).repeats == 2  # type: ignore[union-attr]  # counted across replicas
+    await asyncio.sleep(0.5)
+    assert await lb.recall(fp) is None  # the TTL ended it in Redis
+
+    reset = int((time.time() + 0.4) * 1000)
+    await a.store.reset_set("up/m", reset)
+    assert await b.store.reset_get("up/m") == reset
+    await asyncio.sleep(0.5)
+    assert await b.store.reset_get("up/m") is None
+    assert not a.fallbacks and not b.fallbacks
+
+
+async def test_every_key_written_has_a_ttl(replicas: tuple[Replica, Replica], redis_server: RedisServer) -> None:
+    a, _ = replicas
+    await a.store.circuit_fail([("up", "m"), ("up/m", "")], 60)
+    await a.store.circuit_open("up/m", time.time() + 30, 60)
+    await a.store.budget_add("global", 1, 1, 10)
+    await a.store.answer_put("fp", b"x", 10)
+    await a.store.probe_claim("up/m", 5)
+    await a.store.reset_set("up/m", int((time.time() + 5) * 1000))
+    client = connect(redis_server.url, 1.0)
+    try:
+        keys = await client.keys("t:*")
+        assert len(keys) == 6
+        for k in keys:
+            assert await client.pttl(k) > 0, k
+    finally:
+        await client.aclose()
+
+
+async def _timed_ops(store: RedisStore) -> list[float]:
+    took = []
+    ops = [
+        store.circuit_get(["up", "up/m"]), store.circuit_fail([("up", "m")], 60), store.probe_claim("up", 5),
+        store.budget_add("global", 1, 0, 10), store.answer_take("fp"), store.reset_get("up/m"),
+    ]  # fmt: skip
+    for op in ops:
+        t = time.monotonic()
+        await op
+        took.append(time.monotonic() - t)
+    return took
+
+
+@pytest.mark.parametrize("outage", ["killed", "frozen"])
+async def test_an_outage_falls_back_to_local_within_the_bound_and_recovers(
+    replicas: tuple[Replica, Replica], redis_server: RedisServer, caplog: pytest.LogCaptureFixture, outage: str
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.state")
+    a, _ = replicas
+    registry = CollectorRegistry()
+    metrics = StateMetrics(registry, "redis")
+    a.store._on_fallback = metrics.fallback  # type: ignore[method-assign]
+    lb = LoopBreaker(LoopBreakerConfig(secret="s"), a.store, time.time)
+    await lb.remember("fp", Answer(401, b"no"), Classification.of(ErrorType.AUTH))  # written to both
+    assert a.store.healthy
+
+    redis_server.stop() if outage == "killed" else redis_server.freeze()
+    for _ in range(3):
+        assert max(await _timed_ops(a.store)) < BOUND_S
+    assert not a.store.healthy
+    hit = await lb.recall("fp")  # answered from the local copy of what this replica remembered
+    assert hit is not None and hit.status == 401
+    assert (await a.store.circuit_get(["up"]))[0].failures == 3  # this replica's own view
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "local state" in warnings[0].getMessage()
+    assert "127.0.0.1" not in warnings[0].getMessage()  # never the URL (it may hold a password)
+    total = sum(registry.get_sample_value("llm_gateway_state_fallbacks_total", {"backend": "redis", "op": op}) or 0
+                for op in ("circuit_get", "circuit_fail", "probe_claim", "budget_add", "answer_take", "reset_get"))
+    assert total >= 18
+
+    if outage == "killed":
+        redis_server.start()  # same port, empty: a restarted Redis
+    else:
+        redis_server.thaw()
+    await asyncio.sleep(RECOVER_S + 0.05)
+    deadline = time.monotonic() + 5
+    while not a.store.healthy and time.monotonic() < deadline:
+        await a.store.circuit_get(["up"])
+        await asyncio.sleep(0.05)
+    assert a.store.healthy
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.INFO][-1].startswith(
+        "state store redis is back")
+    before = len(caplog.records)
+    await a.store.answer_put("after", b"y", 10)
+    assert await a.store.answer_take("after") == (b"y", 1)
+    assert len(caplog.records) == before  # a healthy store logs nothing

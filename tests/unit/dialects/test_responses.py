@@ -1,0 +1,124 @@
+"""The OpenAI Responses dialect: stream grammar, usage, error envelope, compression."""
+
+import copy
+import json
+
+import pytest
+
+from gateway.dialects import OPENAI_RESPONSES
+from gateway.dialects.base import Ending, EventKind, Inbound, Rejection
+from gateway.errors import Classification, ErrorType
+from tests.fakeupstream import responses_head, responses_stream, sse
+from tests.responses_convo import INSTRUCTIONS, assert_valid_input, responses_conversation, size
+
+D = OPENAI_RESPONSES
+STREAM = responses_stream()
+
+
+@pytest.mark.parametrize(("raw", "kind"), [
+    (STREAM[0], EventKind.CONTENTLESS),  # response.created
+    (STREAM[1], EventKind.CONTENTLESS),  # response.in_progress
+    (STREAM[2], EventKind.CONTENTLESS),  # an empty message item
+    (STREAM[3], EventKind.CONTENTLESS),  # an empty content part
+    (STREAM[4], EventKind.VISIBLE),  # output_text.delta
+    (STREAM[-1], EventKind.FINAL),  # response.completed
+    (sse("response.incomplete", {"type": "response.incomplete", "sequence_number": 9,
+                                 "response": {"status": "incomplete"}}), EventKind.FINAL),
+    (sse("response.output_item.added", {"type": "response.output_item.added", "sequence_number": 2, "item": {
+        "type": "function_call", "call_id": "c1", "name": "shell", "arguments": ""}}), EventKind.VISIBLE),
+    (sse("response.failed", {"type": "response.failed", "sequence_number": 3, "response": {
+        "status": "failed", "error": {"code": "server_error", "message": "boom"}}}), EventKind.ERROR),
+    (sse("error", {"type": "error", "sequence_number": 3, "code": "rate_limit_exceeded",
+                   "message": "Rate limit reached", "param": None}), EventKind.ERROR),
+    (b": keep-alive\n\n", EventKind.CONTENTLESS),
+])  # fmt: skip
+def test_event_kinds_before_commit(raw: bytes, kind: EventKind) -> None:
+    assert D.reader(False).kind(raw, committed=False) is kind
+
+
+def test_committed_stream_tracks_end_usage_and_sequence() -> None:
+    r = D.reader(False)
+    for raw in STREAM[:4]:
+        r.kind(raw, committed=False)
+    kinds = [r.kind(raw, committed=True) for raw in STREAM[4:]]
+    assert kinds[-1] is EventKind.FINAL and all(k is EventKind.VISIBLE for k in kinds[:-1])
+    assert r.usage == {"prompt": 30, "completion": 9}
+    assert r.next_seq == len(STREAM)
+
+
+def test_stream_errors_are_normalised_for_the_classifier() -> None:
+    r = D.reader(False)
+    r.kind(sse("error", {"type": "error", "sequence_number": 3, "code": "rate_limit_exceeded",
+                         "message": "Rate limit reached", "param": None}), committed=True)
+    assert r.error == {"error": {"code": "rate_limit_exceeded", "message": "Rate limit reached", "param": None,
+                                 "status": 429}}
+
+
+def test_broken_stream_ends_with_one_response_failed_continuing_the_sequence() -> None:
+    r = D.reader(False)
+    for raw in STREAM[:6]:
+        r.kind(raw, committed=False)
+    c = Classification.of(ErrorType.PROVIDER_UNAVAILABLE)
+    raw = r.broken(Ending(c, "the upstream connection was reset mid-stream", "stream_broken"), "rid", None)
+    assert raw.startswith(b"event: response.failed\ndata: ")
+    doc = json.loads(raw.split(b"data: ", 1)[1])
+    assert doc["type"] == "response.failed" and doc["sequence_number"] == 6
+    assert doc["response"]["id"] == "resp_fake123" and doc["response"]["status"] == "failed"
+    assert doc["response"]["error"]["code"] == "stream_broken"
+    assert doc["response"]["error"]["x_llm_error_type"] == "provider_unavailable"
+
+
+def test_error_envelope_and_admission() -> None:
+    doc = json.loads(D.error_body(400, "bad", "invalid_json", Classification.of(ErrorType.UNKNOWN), "r"))
+    assert doc == {"error": {"message": "bad", "type": "invalid_request_error", "param": None,
+                             "code": "invalid_json", "x_llm_error_type": "unknown", "retryable": False}}
+    assert isinstance(D.admit(b"{}", {"model": "m", "input": "hi"}), Inbound)
+    assert isinstance(D.admit(b"{}", {"input": 3}), Rejection)
+    assert isinstance(D.admit(b"{}", {"input": ["x"]}), Rejection)
+    assert D.body_usage({"usage": {"input_tokens": 5, "output_tokens": 2}}) == {"prompt": 5, "completion": 2}
+
+
+def test_compressed_input_is_valid_and_keeps_what_must_not_change() -> None:
+    items = responses_conversation(rounds=40, output_bytes=4000)
+    payload = {"model": "gpt-5-codex", "instructions": INSTRUCTIONS, "input": items, "stream": True,
+               "tools": [{"type": "function", "name": "shell", "parameters": {"type": "object"}}]}
+    original = copy.deepcopy(payload)
+    result = D.compress(payload, error_message="Your input exceeds the context window of this model.",
+                        context_window=20000)
+    assert result.payload is not None, result.report
+    assert payload == original
+    out = result.payload
+    assert out["instructions"] == INSTRUCTIONS and out["tools"] is payload["tools"]
+    new = out["input"]
+    assert_valid_input(new)
+    assert size(new) < size(items) / 2
+    assert new[-5:] == items[-5:]  # the newest user message and the current step
+    assert new[0] == items[0]  # the developer message
+    kept_reasoning = [i for i in new if i.get("type") == "reasoning"]
+    assert all(i in items for i in kept_reasoning), "reasoning items are never edited"
+    assert "llm-gateway" in json.dumps(new)
+
+
+def test_previous_response_id_is_rescued_by_the_apis_own_truncation() -> None:
+    payload = {"model": "m", "previous_response_id": "resp_1", "input": [{"role": "user", "content": "go on"}]}
+    result = D.compress(payload, error_message=None, context_window=None)
+    assert result.payload == {**payload, "truncation": "auto"}
+    again = D.compress(result.payload, error_message=None, context_window=None)
+    assert again.payload is None
+
+
+def test_string_input_and_easy_messages_map_back() -> None:
+    items = [{"role": "user", "content": "x" * 50000}, {"role": "assistant", "content": "y" * 50000},
+             {"role": "user", "content": "latest"}]
+    result = D.compress({"model": "m", "input": items}, error_message=None, context_window=8000)
+    assert result.payload is not None
+    new = result.payload["input"]
+    assert new[-1] == items[-1]
+    assert all(isinstance(i.get("content"), (str, list)) for i in new)
+    assert size(new) < size(items) / 3
+
+
+def test_head_of_a_failed_replay_is_not_counted_twice() -> None:
+    r = D.reader(False)
+    for raw in responses_head():
+        assert r.kind(raw, committed=False) is EventKind.CONTENTLESS

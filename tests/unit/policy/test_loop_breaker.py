@@ -1,0 +1,150 @@
+"""The loop breaker: windows from a table, fingerprints, and recall through the memory store."""
+
+import pytest
+
+from gateway.config import LoopBreakerConfig
+from gateway.errors import Classification, ErrorType
+from gateway.policy.loop_breaker import (
+    Answer,
+    LoopBreaker,
+    Recalled,
+    decode,
+    encode,
+    relevant_headers,
+    window_for,
+)
+from gateway.state.memory import MemoryStore
+
+NOW = 1_000_000.0
+CFG = LoopBreakerConfig()
+
+
+class Clock:
+    def __init__(self, t: float = NOW) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def c(t: ErrorType, **kw: object) -> Classification:
+    return Classification.of(t, **kw)
+
+
+@pytest.mark.parametrize(("classification", "open_until", "window"), [
+    (c(ErrorType.UNKNOWN), None, 10.0),
+    (c(ErrorType.AUTH), None, 10.0),
+    (c(ErrorType.CONTEXT_OVERFLOW), None, 10.0),
+    (c(ErrorType.BUDGET), None, 5.0),                                   # shorter: a top-up is near
+    (c(ErrorType.RATE_LIMIT, reset_at_ms=int((NOW + 42) * 1000)), None, 42.0),
+    (c(ErrorType.RATE_LIMIT, retry_after_s=7.0), None, 7.0),
+    (c(ErrorType.RATE_LIMIT, reset_at_ms=int((NOW + 3) * 1000), retry_after_s=99.0), None, 3.0),  # reset-at wins
+    (c(ErrorType.RATE_LIMIT, retry_after_s=3600.0), None, 60.0),        # capped
+    (c(ErrorType.RATE_LIMIT, reset_at_ms=int((NOW - 5) * 1000)), None, 0.0),  # already passed
+    (c(ErrorType.PROVIDER_UNAVAILABLE), None, 2.0),                     # no hint
+    (c(ErrorType.PROVIDER_UNAVAILABLE), NOW + 25, 25.0),                # the open circuit's end
+    (c(ErrorType.PROVIDER_UNAVAILABLE, retry_after_s=5.0), NOW + 25, 25.0),  # the latest hint
+    (c(ErrorType.PROVIDER_UNAVAILABLE), NOW + 500, 60.0),
+])
+def test_window(classification: Classification, open_until: float | None, window: float) -> None:
+    assert window_for(CFG, classification, NOW, open_until) == pytest.approx(window)
+
+
+def test_fingerprint_covers_path_body_and_credential_and_hides_them() -> None:
+    lb = LoopBreaker(CFG, MemoryStore(Clock()), Clock())
+    base = lb.fingerprint("/v1/chat/completions", b'{"a":1}', "Bearer sk-secret")
+    assert base == lb.fingerprint("/v1/chat/completions", b'{"a":1}', "Bearer sk-secret")
+    others = {
+        lb.fingerprint("/v1/responses", b'{"a":1}', "Bearer sk-secret"),
+        lb.fingerprint("/v1/chat/completions", b'{"a":2}', "Bearer sk-secret"),
+        lb.fingerprint("/v1/chat/completions", b'{"a":1}', "Bearer sk-other"),
+        lb.fingerprint("/v1/chat/completions", b'{"a":1}', None),
+        lb.fingerprint("/v1/chat/completions{", b'"a":1}', "Bearer sk-secret"),  # no shifting of bytes
+    }
+    assert base not in others and len(others) == 5
+    assert "secret" not in base and len(base) == 64
+
+
+def test_fingerprints_match_across_processes_only_with_a_shared_secret() -> None:
+    shared = LoopBreakerConfig(secret="s3")
+    args = ("/v1/x", b"{}", "k")
+    store = MemoryStore(Clock())
+    assert LoopBreaker(shared, store, Clock()).fingerprint(*args) == LoopBreaker(shared, store, Clock()).fingerprint(*args)
+    assert LoopBreaker(CFG, store, Clock()).fingerprint(*args) != LoopBreaker(CFG, store, Clock()).fingerprint(*args)
+
+
+def test_encode_decode_round_trip_keeps_only_relevant_headers() -> None:
+    cl = c(ErrorType.RATE_LIMIT, retry_after_s=7.0, reset_at_ms=123, provider_code="rate_limit_exceeded", message="slow")
+    answer = Answer(429, b'{"error":{"message":"slow"}}\xff', (
+        ("Content-Type", "application/json"), ("x-request-id", "abc"), ("Retry-After", "7"),
+        ("x-ratelimit-reset-requests", "7s"), ("set-cookie", "x"), ("anthropic-ratelimit-tokens-reset", "t"),
+    ))
+    hit = decode(encode(answer, cl, NOW, NOW + 7), 3)
+    assert hit == Recalled(429, answer.body, (
+        ("Content-Type", "application/json"), ("Retry-After", "7"),
+        ("x-ratelimit-reset-requests", "7s"), ("anthropic-ratelimit-tokens-reset", "t"),
+    ), cl, 3, NOW, NOW + 7)
+    assert relevant_headers([("Date", "x")]) == ()
+
+
+@pytest.mark.parametrize("blob", [b"", b"\x00\x00\x00\x05{}", b"\x00\x00\x00\x02{}garbage", b"\xff\xff\xff\xff"])
+def test_a_blob_this_version_cannot_read_is_a_miss(blob: bytes) -> None:
+    assert decode(blob, 1) is None
+
+
+async def test_an_identical_request_is_answered_from_memory_until_the_window_ends() -> None:
+    clock = Clock()
+    events: list[tuple[str, ErrorType]] = []
+    lb = LoopBreaker(CFG, MemoryStore(clock), clock, on_event=lambda e, t: events.append((e, t)))
+    fp = lb.fingerprint("/v1/chat/completions", b"{}", "k")
+    assert await lb.recall(fp) is None
+    window = await lb.remember(fp, Answer(400, b"bad", (("content-type", "application/json"),)), c(ErrorType.UNKNOWN))
+    assert window == 10.0
+    first, second = await lb.recall(fp), await lb.recall(fp)
+    assert first is not None and second is not None
+    assert (first.status, first.body, first.repeats, second.repeats) == (400, b"bad", 1, 2)
+    assert first.retry_after_s(clock.t) is None  # not retryable: no retry-after
+    clock.t += 10
+    assert await lb.recall(fp) is None
+    assert events == [("remembered", ErrorType.UNKNOWN), ("answered", ErrorType.UNKNOWN),
+                      ("answered", ErrorType.UNKNOWN)]
+
+
+async def test_a_retryable_answer_counts_its_retry_after_down() -> None:
+    clock = Clock()
+    lb = LoopBreaker(CFG, MemoryStore(clock), clock)
+    await lb.remember("fp", Answer(429, b"slow"), c(ErrorType.RATE_LIMIT, retry_after_s=40.0))
+    clock.t += 15.5
+    hit = await lb.recall("fp")
+    assert hit is not None and hit.retry_after_s(clock.t) == 25
+
+
+async def test_too_big_disabled_and_zero_windows_are_not_remembered() -> None:
+    clock = Clock()
+    store = MemoryStore(clock)
+    events: list[tuple[str, ErrorType]] = []
+    lb = LoopBreaker(LoopBreakerConfig(max_body_bytes=4), store, clock, on_event=lambda e, t: events.append((e, t)))
+    assert await lb.remember("big", Answer(400, b"12345"), c(ErrorType.UNKNOWN)) == 0
+    assert events == [("skipped", ErrorType.UNKNOWN)]
+    assert await lb.remember("old", Answer(429, b""), c(ErrorType.RATE_LIMIT, reset_at_ms=1)) == 0
+    off = LoopBreaker(LoopBreakerConfig(enabled=False), store, clock)
+    assert not off.enabled
+    assert await off.remember("x", Answer(400, b""), c(ErrorType.UNKNOWN)) == 0
+    await lb.remember("x", Answer(400, b""), c(ErrorType.UNKNOWN))
+    assert await off.recall("x") is None  # off means off, even with answers in the store
+    assert len(store.answers) == 1
+
+
+async def test_memory_is_bounded_by_entries_and_bytes_least_recently_used_first() -> None:
+    clock = Clock()
+    store = MemoryStore(clock, max_answers=3, max_answer_bytes=100)
+    for name in "abc":
+        await store.answer_put(name, b"x" * 10, 60)
+    assert await store.answer_take("a") is not None  # a is now the most recently used
+    await store.answer_put("d", b"x" * 10, 60)
+    assert await store.answer_take("b") is None
+    assert {k for k in "acd" if await store.answer_take(k)} == {"a", "c", "d"}
+    await store.answer_put("e", b"x" * 90, 60)  # 90 + 10s over 100 bytes: the oldest go
+    assert len(store.answers) <= 2
+    await store.answer_put("huge", b"x" * 101, 60)  # never fits
+    assert await store.answer_take("huge") is None

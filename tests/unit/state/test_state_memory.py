@@ -1,0 +1,70 @@
+"""The memory store: every record expires, budgets slide, probes are claimed once."""
+
+from gateway.policy.breaker import CLOSED, CircuitRecord
+from gateway.state.memory import SWEEP_EVERY, MemoryStore
+
+
+class Clock:
+    def __init__(self, t: float = 1_000_000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+async def test_circuit_records_count_models_open_clear_and_expire() -> None:
+    clock = Clock()
+    s = MemoryStore(clock)
+    assert await s.circuit_get(["u", "u/m"]) == [CLOSED, CLOSED]
+    await s.circuit_fail([("u", "a"), ("u/a", "")], ttl_s=60)
+    recs = await s.circuit_fail([("u", "b"), ("u/b", "")], ttl_s=60)
+    assert recs == [CircuitRecord(2, 0.0, frozenset({"a", "b"})), CircuitRecord(1)]
+    await s.circuit_open("u", clock.t + 30, ttl_s=60)
+    assert (await s.circuit_get(["u"]))[0].open_until == clock.t + 30
+    await s.circuit_clear(["u"])
+    assert await s.circuit_get(["u", "u/a"]) == [CLOSED, CircuitRecord(1)]
+    clock.t += 60
+    assert await s.circuit_get(["u/a"]) == [CLOSED]
+
+
+async def test_probe_is_claimed_once_until_released_or_expired() -> None:
+    clock = Clock()
+    s = MemoryStore(clock)
+    assert await s.probe_claim("k", 5)
+    assert not await s.probe_claim("k", 5)
+    await s.probe_release("k")
+    assert await s.probe_claim("k", 5)
+    clock.t += 5
+    assert await s.probe_claim("k", 5)  # a prober that died does not wedge the circuit
+
+
+async def test_budget_counts_slide_over_whole_seconds() -> None:
+    clock = Clock()
+    s = MemoryStore(clock)
+    assert await s.budget_add("g", 10, 1, window_s=10) == (10, 1)
+    clock.t += 5
+    assert await s.budget_add("g", 5, 0, window_s=10) == (15, 1)
+    clock.t += 5  # the first second has left the window
+    assert await s.budget_add("g", 0, 0, window_s=10) == (5, 0)
+    assert await s.budget_add("other", 0, 0, window_s=10) == (0, 0)
+
+
+async def test_reset_lives_until_it_passes() -> None:
+    clock = Clock()
+    s = MemoryStore(clock)
+    await s.reset_set("u/m", int((clock.t + 3) * 1000))
+    await s.reset_set("past", int((clock.t - 1) * 1000))
+    assert await s.reset_get("u/m") == int((clock.t + 3) * 1000)
+    assert await s.reset_get("past") is None
+    clock.t += 3
+    assert await s.reset_get("u/m") is None
+
+
+async def test_expired_entries_are_swept_without_reads() -> None:
+    clock = Clock()
+    s = MemoryStore(clock)
+    for i in range(SWEEP_EVERY - 1):
+        await s.circuit_fail([(f"k{i}", "")], ttl_s=1)
+    clock.t += 2
+    await s.circuit_fail([("last", "")], ttl_s=1)
+    assert len(s._circuits) == 1

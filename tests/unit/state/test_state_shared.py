@@ -1,0 +1,193 @@
+"""The shared circuit and budget over one store, as two replicas would use them."""
+
+import pytest
+
+from gateway.config import CircuitBreakerConfig, RetryBudgetConfig
+from gateway.policy.breaker import CircuitState, Gate
+from gateway.state import MemoryStore, SharedBudget, SharedCircuit
+
+CFG = CircuitBreakerConfig(failure_threshold=3, open_s=30)
+
+
+class Clock:
+    def __init__(self, t: float = 1_000_000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def replicas(n: int = 2, **kw: object) -> tuple[Clock, list[SharedCircuit], list[tuple[str | None, CircuitState]]]:
+    clock = Clock()
+    store = MemoryStore(clock)
+    changes: list[tuple[str | None, CircuitState]] = []
+    made = [SharedCircuit(store, "up", CFG, clock, cache_s=0, on_change=lambda m, s: changes.append((m, s)), **kw)  # type: ignore[arg-type]
+            for _ in range(n)]
+    return clock, made, changes
+
+
+async def fail(c: SharedCircuit, model: str | None) -> Gate:
+    adm = await c.admit(model)
+    if adm.gate is not Gate.REFUSE:
+        await c.record(adm, model, failed=True)
+    return adm.gate
+
+
+async def succeed(c: SharedCircuit, model: str | None) -> Gate:
+    adm = await c.admit(model)
+    if adm.gate is not Gate.REFUSE:
+        await c.record(adm, model, failed=False)
+    return adm.gate
+
+
+async def test_a_model_outage_stays_with_the_model() -> None:
+    _, (a, b), changes = replicas()
+    for r in (a, b, a):  # the streak is counted across replicas
+        await fail(r, "broken")
+    assert (await b.admit("broken")).gate is Gate.REFUSE
+    assert (await b.admit("fine")).gate is Gate.ALLOW
+    assert changes == [("broken", CircuitState.OPEN)]
+
+
+async def test_a_provider_outage_opens_the_upstream_after_threshold_failures_across_models() -> None:
+    _, (a, b), changes = replicas()
+    await fail(a, "m1")
+    await fail(b, "m2")
+    await fail(a, "m3")  # three failures, three models: no model alone reached its threshold
+    for model in ("m1", "m4", None):
+        adm = await b.admit(model)
+        assert adm.gate is Gate.REFUSE and adm.retry_in_s == 30
+    assert changes == [(None, CircuitState.OPEN)]
+
+
+async def test_any_success_breaks_the_streak() -> None:
+    _, (a, b), _ = replicas()
+    await fail(a, "m1")
+    await fail(a, "m2")
+    await succeed(b, "m3")  # the provider answered: it is up
+    await fail(a, "m1")
+    await fail(a, "m2")
+    assert (await a.admit("m4")).gate is Gate.ALLOW
+
+
+async def test_a_single_probe_across_replicas_decides() -> None:
+    clock, (a, b), changes = replicas()
+    for _ in range(3):
+        await fail(a, "m")
+    clock.t += 30
+    probe = await a.admit("m")
+    assert probe.gate is Gate.PROBE
+    other = await b.admit("m")
+    assert other.gate is Gate.REFUSE and other.retry_in_s == 1.0  # the probe is in flight
+    await a.record(probe, "m", failed=True)  # opens again, for a full period
+    assert (await b.admit("m")).retry_in_s == 30
+    clock.t += 30
+    probe = await b.admit("m")
+    assert probe.gate is Gate.PROBE
+    await b.record(probe, "m", failed=False)
+    assert (await a.admit("m")).gate is Gate.ALLOW
+    assert changes == [("m", CircuitState.OPEN), ("m", CircuitState.HALF_OPEN), ("m", CircuitState.OPEN),
+                       ("m", CircuitState.HALF_OPEN), ("m", CircuitState.CLOSED)]
+
+
+async def test_an_abandoned_probe_frees_the_slot() -> None:
+    clock, (a, b), _ = replicas()
+    for _ in range(3):
+        await fail(a, None)
+    clock.t += 30
+    probe = await a.admit(None)
+    await a.abandon(probe)
+    assert (await b.admit(None)).gate is Gate.PROBE
+
+
+async def test_a_healthy_request_reads_through_a_short_cache_and_writes_nothing() -> None:
+    clock = Clock()
+
+    class Counting(MemoryStore):
+        calls = 0
+
+        async def circuit_get(self, keys):  # type: ignore[no-untyped-def]
+            Counting.calls += 1
+            return await super().circuit_get(keys)
+
+        async def circuit_clear(self, keys):  # type: ignore[no-untyped-def]
+            raise AssertionError("nothing to clear")
+
+    c = SharedCircuit(Counting(clock), "up", CFG, clock, cache_s=0.2)
+    for _ in range(5):
+        await succeed(c, "m")
+    assert Counting.calls == 1
+    clock.t += 0.25
+    await succeed(c, "m")
+    assert Counting.calls == 2
+
+
+async def test_shared_budget_is_a_share_of_everyones_requests() -> None:
+    clock = Clock()
+    store = MemoryStore(clock)
+    cfg = RetryBudgetConfig(ttl_s=10, min_retries_per_s=0, percent_can_retry=20)
+    a, b = SharedBudget(store, cfg, clock), SharedBudget(store, cfg, clock)
+    for _ in range(50):
+        a.record_request()
+    await a.flush()
+    await b.flush()  # b saw no requests itself, but learns a's
+    granted_b = sum(b.try_acquire_retry() for _ in range(20))
+    assert granted_b == 10
+    await b.flush()
+    await a.flush()
+    assert not a.try_acquire_retry()  # b's retries spent the shared budget
+    clock.t += 11  # a's view is older than the window: only its own (none) count
+    assert not a.try_acquire_retry()
+
+
+async def test_shared_budget_flushes_in_the_background() -> None:
+    import asyncio
+
+    clock = Clock()
+    store = MemoryStore(clock)
+    cfg = RetryBudgetConfig(ttl_s=10, min_retries_per_s=0, percent_can_retry=50)
+    a = SharedBudget(store, cfg, clock, flush_s=0.01)
+    for _ in range(4):
+        a.record_request()
+    await asyncio.sleep(0.05)
+    assert await store.budget_add("global", 0, 0, 10) == (4, 0)
+    await a.close()
+
+
+async def test_counts_made_while_a_flush_is_out_go_with_the_next_flush() -> None:
+    import asyncio
+
+    clock = Clock()
+    gate = asyncio.Event()
+
+    class Slow(MemoryStore):
+        async def budget_add(self, key, requests, retries, window_s):  # type: ignore[no-untyped-def]
+            await gate.wait()
+            return await super().budget_add(key, requests, retries, window_s)
+
+    store = Slow(clock)
+    a = SharedBudget(store, RetryBudgetConfig(), clock, flush_s=0.01)
+    a.record_request()
+    await asyncio.sleep(0.03)  # the first flush is out, waiting on the store
+    a.record_request()
+    gate.set()
+    await asyncio.sleep(0.05)
+    assert await MemoryStore.budget_add(store, "global", 0, 0, 10) == (2, 0)
+    await a.close()
+
+
+def test_shared_budget_without_a_loop_still_decides_locally() -> None:
+    clock = Clock()
+    b = SharedBudget(MemoryStore(clock), RetryBudgetConfig(ttl_s=10, min_retries_per_s=0.1, percent_can_retry=0), clock)
+    b.record_request()
+    assert b.try_acquire_retry()  # the reserve: 0.1/s over 10 s is one retry
+    assert not b.try_acquire_retry()
+
+
+@pytest.mark.parametrize("distinct", [1, 2])
+async def test_distinct_models_to_open_the_upstream_is_tunable(distinct: int) -> None:
+    _, (a,), _ = replicas(1, distinct_models=distinct)
+    for _ in range(3):
+        await fail(a, "only")
+    other = await a.admit("other")
+    assert other.gate is (Gate.REFUSE if distinct == 1 else Gate.ALLOW)
