@@ -24,7 +24,7 @@ from tests.responses_convo import INSTRUCTIONS, assert_valid_input, responses_co
 
 pytestmark = pytest.mark.e2e
 
-MODEL = "gpt-5-codex"
+MODEL = "gpt-5-codex"  # every test sends its own input: the gateway remembers failed requests
 ANSWER = "Hello from the fake upstream."  # the fake's buffered answer
 STREAMED = "Hello from fake."  # the fake's streamed answer
 RATE = {"error": {"message": "Rate limit reached for gpt-5-codex in organization org-fake on tokens per min (TPM). "
@@ -68,17 +68,17 @@ def drain(stream: Any) -> tuple[list[str], str]:
 
 
 def test_success_buffered(client: openai.OpenAI, up: FakeUpstream) -> None:
-    raw = client.responses.with_raw_response.create(model=MODEL, input="Say hello", instructions=INSTRUCTIONS)
+    raw = client.responses.with_raw_response.create(model=MODEL, input="Say hello (success buffered)", instructions=INSTRUCTIONS)
     r = raw.parse()
     assert r.output_text == ANSWER and r.status == "completed" and r.usage is not None
     assert raw.headers["x-llm-attempts"] == "1" and raw.headers["x-request-id"]
     sent = up.responses_requests()[-1]
     assert sent.headers["Authorization"] == "Bearer sk-client-key"
-    assert sent.json() == {"model": MODEL, "input": "Say hello", "instructions": INSTRUCTIONS}
+    assert sent.json() == {"model": MODEL, "input": "Say hello (success buffered)", "instructions": INSTRUCTIONS}
 
 
 def test_success_streamed(client: openai.OpenAI, up: FakeUpstream) -> None:
-    types, text = drain(client.responses.create(model=MODEL, input="Say hello", stream=True))
+    types, text = drain(client.responses.create(model=MODEL, input="Say hello (success streamed)", stream=True))
     assert text == STREAMED
     assert types[0] == "response.created" and types[-1] == "response.completed"
     assert types.count("response.completed") == 1 and "response.failed" not in types
@@ -89,10 +89,10 @@ def test_success_streamed(client: openai.OpenAI, up: FakeUpstream) -> None:
 def test_503_twice_then_success(client: openai.OpenAI, up: FakeUpstream, stream: bool) -> None:
     up.script(Reply(503, UNAVAILABLE), Reply(503, UNAVAILABLE))
     if stream:
-        types, text = drain(client.responses.create(model=MODEL, input="Say hello", stream=True))
+        types, text = drain(client.responses.create(model=MODEL, input="Say hello (503 twice streamed)", stream=True))
         assert text == STREAMED and types[-1] == "response.completed"
     else:
-        raw = client.responses.with_raw_response.create(model=MODEL, input="Say hello")
+        raw = client.responses.with_raw_response.create(model=MODEL, input="Say hello (503 twice buffered)")
         assert raw.parse().output_text == ANSWER and raw.headers["x-llm-attempts"] == "3"
     assert calls(up) == 3
 
@@ -100,7 +100,7 @@ def test_503_twice_then_success(client: openai.OpenAI, up: FakeUpstream, stream:
 def test_429_with_retry_after_1_then_success(client: openai.OpenAI, up: FakeUpstream) -> None:
     up.script(Reply(429, RATE, {"retry-after": "1"}))
     t0 = time.monotonic()
-    raw = client.responses.with_raw_response.create(model=MODEL, input="Say hello")
+    raw = client.responses.with_raw_response.create(model=MODEL, input="Say hello (429 once)")
     assert raw.parse().output_text == ANSWER
     assert raw.headers["x-llm-attempts"] == "2" and calls(up) == 2
     assert 0.95 <= time.monotonic() - t0 < 10
@@ -110,14 +110,14 @@ def test_429_with_retry_after_1_then_success(client: openai.OpenAI, up: FakeUpst
 def test_429_with_a_long_wait_fails_fast_once(client: openai.OpenAI, up: FakeUpstream) -> None:
     up.script(*[Reply(429, RATE, {"retry-after": "40"})] * 10)
     with pytest.raises(openai.RateLimitError) as first:
-        client.with_options(max_retries=0).responses.create(model=MODEL, input="Say hello now")
+        client.with_options(max_retries=0).responses.create(model=MODEL, input="Say hello (429 long, no SDK retries)")
     assert first.value.response.headers.get("x-should-retry") == "false", (
         "a 429 whose wait the gateway will not hold must tell the SDK not to wait it out either: "
         f"{dict(first.value.response.headers)}")
     up.requests.clear()
     t0 = time.monotonic()
     with pytest.raises(openai.RateLimitError) as e:  # the SDK's default max_retries=2 is on
-        client.responses.create(model=MODEL, input="Say hello")
+        client.responses.create(model=MODEL, input="Say hello (429 long)")
     assert time.monotonic() - t0 < 5
     h = e.value.response.headers
     assert h["retry-after"] == "40" and h["x-llm-error-type"] == "rate_limit"
@@ -133,7 +133,7 @@ def test_stream_cut_after_text_never_looks_complete(client: openai.OpenAI, up: F
     events: list[Any] = []
     text = ""
     try:
-        for ev in client.responses.create(model=MODEL, input="Say hello", stream=True):
+        for ev in client.responses.create(model=MODEL, input="Say hello (cut stream)", stream=True):
             types.append(ev.type)
             events.append(ev)
             if ev.type == "response.output_text.delta":
@@ -193,7 +193,7 @@ def test_streamed_success_reaches_the_sdk_event_by_event(client: openai.OpenAI, 
     up.script(Stream(responses_stream(words=("a", "b", "c", "d")), then="eof", delay_s=0.15))
     t0 = time.monotonic()
     first_delta_at = None
-    with client.responses.create(model=MODEL, input="Say hello", stream=True) as s:
+    with client.responses.create(model=MODEL, input="Say hello (event by event)", stream=True) as s:
         for ev in s:
             if ev.type == "response.output_text.delta" and first_delta_at is None:
                 first_delta_at = time.monotonic() - t0
