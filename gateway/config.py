@@ -244,7 +244,7 @@ class LoopBreakerConfig(_Model):
     enabled: bool = True
     window_s: float = Field(default=10.0, ge=0)  # unknown, auth, unrescued context_overflow
     budget_window_s: float = Field(default=5.0, ge=0)  # short: must not outlive a top-up by much
-    retryable_window_s: float = Field(default=2.0, ge=0)  # given-up retryable error without a hint
+    retryable_window_s: float = Field(default=10.0, ge=0)  # given-up retryable error without a hint
     max_window_s: float = Field(default=60.0, ge=0)  # cap for reset-at / retry-after / open circuit
     max_entries: int = Field(default=10_000, gt=0)
     max_body_bytes: int = Field(default=64 * 1024, gt=0)  # a larger answer is not remembered

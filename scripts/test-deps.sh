@@ -30,7 +30,7 @@ cc_prefix="$(cd "$(dirname "$0")/.." && pwd)/.cache/claude-code"
 if command -v npm >/dev/null 2>&1 && { [ ! -x "$cc_prefix/node_modules/.bin/claude" ] ||
     ! "$cc_prefix/node_modules/.bin/claude" --version >/dev/null 2>&1; }; then
   mkdir -p "$cc_prefix"
-  npm install --prefix "$cc_prefix" --no-audit --no-fund --loglevel=error @anthropic-ai/claude-code >/dev/null \
+  npm install --prefix "$cc_prefix" --no-audit --no-fund --loglevel=error "@anthropic-ai/claude-code@${CLAUDE_CODE_VERSION:-2.1.197}" >/dev/null \
     || echo "test-deps: npm install @anthropic-ai/claude-code failed; the Claude Code e2e tests will skip" >&2
 fi
 # Codex CLI for tests/e2e/test_codex.py, once, into .cache/codex (pinned: CODEX_NOTES.md

@@ -180,7 +180,11 @@ def _from_memory(svc: Services, state: RequestState, hit: Recalled) -> Failure:
     state.from_memory = hit.repeats
     state.retries_settled = True  # the gateway already did what retrying could do
     c = hit.classification
-    wait = hit.retry_after_s(svc.wall())
+    # Only a wait the provider (or an open circuit) named is passed on; the window of a
+    # given-up outage is our own guess, and stamping it would only time the client's next
+    # repeat to arrive just after we forget.
+    named = c.retry_after_s is not None or c.reset_at_ms is not None
+    wait = hit.retry_after_s(svc.wall()) if named else None
     if wait is not None:
         c = Classification(c.type, c.retryable, float(wait), round((svc.wall() + wait) * 1000),
                            c.provider_code, c.message)  # fmt: skip
