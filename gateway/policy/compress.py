@@ -29,15 +29,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gateway.policy.cut import MARKER_TOKENS, MIN_KEEP_TOKENS, text_tokens, truncate, water_level
 from gateway.policy.overflow_limits import parse_overflow
-from gateway.policy.tokens import BYTES_PER_TOKEN, message_tokens, request_tokens
+from gateway.policy.tokens import message_tokens, request_tokens
 
 SAFETY_MARGIN = 0.06  # of the limit: our estimate is not the provider's tokenizer
 MIN_COMPLETION_TOKENS = 256
-MIN_KEEP_TOKENS = 300  # a cut message keeps at least this much of its head and tail
 UNKNOWN_LIMIT_RATIO = 0.5  # with no number at all, aim at half the current size
 NOTE_TOKENS = 40
-MARKER_TOKENS = 16  # the "…truncated by llm-gateway, N more bytes…" line a cut adds
 
 
 @dataclass(frozen=True)
@@ -141,7 +140,7 @@ def _plan(
 
     fixed = sum(sizes[i] for i in keep_exact) + NOTE_TOKENS
     step_size = sum(sizes[i] for i in step)
-    text = [_text_tokens(m) for m in messages]  # the part of each message a cut can shorten
+    text = [text_tokens(m) for m in messages]  # the part of each message a cut can shorten
 
     def floor_of(i: int) -> float:
         if text[i] <= MIN_KEEP_TOKENS:
@@ -161,7 +160,7 @@ def _plan(
     candidates = [i for u in units[drop:] for i in u] + (step if cut_step else [])
     base = sum(sizes[i] - text[i] for i in candidates)
     room = target - fixed - base - (0 if cut_step else step_size)
-    cap = _water_level([text[i] for i in candidates], room)
+    cap = water_level([text[i] for i in candidates], room)
     cuttable_set = set(candidates)
 
     dropped = {i for u in units[:drop] for i in u}
@@ -172,7 +171,7 @@ def _plan(
         if i in dropped:
             continue
         if i in cuttable_set and text[i] > cap:
-            cut, removed = _truncate(m, cap)
+            cut, removed = truncate(m, cap)
             if removed:
                 m = cut
                 report["outputs_truncated"] += 1
@@ -183,74 +182,8 @@ def _plan(
     return _with_note(result, messages, dropped, report), report
 
 
-def _text_tokens(m: dict[str, Any]) -> float:
-    """Tokens of a message's text content; tool-call arguments are never cut (they are JSON)."""
-    content = m.get("content")
-    if isinstance(content, str):
-        return len(content.encode()) / BYTES_PER_TOKEN
-    if isinstance(content, list):
-        return sum(
-            len(p["text"].encode()) / BYTES_PER_TOKEN
-            for p in content
-            if isinstance(p, dict) and isinstance(p.get("text"), str)
-        )
-    return 0.0
-
-
-def _water_level(sizes: list[float], room: float) -> float:
-    """The largest cap c (>= MIN_KEEP_TOKENS) with sum(min(s, c)) plus a marker per cut <= room."""
-    if sum(sizes) <= room:
-        return float("inf")
-    ordered = sorted(sizes)
-    below = 0.0
-    for n, s in enumerate(ordered):
-        remaining = len(ordered) - n
-        cap = (room - below) / remaining - MARKER_TOKENS
-        if cap <= s:
-            return max(MIN_KEEP_TOKENS, cap)
-        below += s
-    return max(MIN_KEEP_TOKENS, room)
-
-
 def _bytes(m: dict[str, Any]) -> int:
     return len(json.dumps(m, ensure_ascii=False, default=str).encode())
-
-
-def _truncate(m: dict[str, Any], cap: float) -> tuple[dict[str, Any], int]:
-    """Cut the message's text to about ``cap`` tokens in all, keeping head and tail."""
-    content = m.get("content")
-    keep = int(max(cap, MIN_KEEP_TOKENS) * BYTES_PER_TOKEN)
-    if isinstance(content, str):
-        text, removed = _cut_text(content, keep)
-        return ({**m, "content": text}, removed) if removed else (m, 0)
-    if isinstance(content, list):
-        texts = [p for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
-        text_ids = {id(p) for p in texts}
-        total = sum(len(p["text"].encode()) for p in texts) or 1
-        parts, removed = [], 0
-        for p in content:
-            if id(p) in text_ids:
-                share = max(int(keep * len(p["text"].encode()) / total), 64)
-                text, r = _cut_text(p["text"], share)
-                parts.append({**p, "text": text} if r else p)
-                removed += r
-            else:
-                parts.append(p)
-        return ({**m, "content": parts}, removed) if removed else (m, 0)
-    return m, 0
-
-
-def _cut_text(text: str, keep_bytes: int) -> tuple[str, int]:
-    data = text.encode()
-    if len(data) <= keep_bytes:
-        return text, 0
-    # Tool output's end (errors, summaries) tends to matter as much as its start.
-    head_n = keep_bytes * 3 // 5
-    tail_n = keep_bytes - head_n
-    head = data[:head_n].decode("utf-8", "ignore")
-    tail = data[len(data) - tail_n :].decode("utf-8", "ignore")
-    removed = len(data) - len(head.encode()) - len(tail.encode())
-    return f"{head}\n…truncated by llm-gateway, {removed} more bytes…\n{tail}", removed
 
 
 def _with_note(
