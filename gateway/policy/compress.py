@@ -36,6 +36,7 @@ from gateway.policy.tokens import message_tokens, request_tokens
 SAFETY_MARGIN = 0.06  # of the limit: our estimate is not the provider's tokenizer
 MIN_COMPLETION_TOKENS = 256
 UNKNOWN_LIMIT_RATIO = 0.5  # with no number at all, aim at half the current size
+MIN_SCALE = 0.5  # provider tokens per estimated token, at least
 NOTE_TOKENS = 40
 
 
@@ -59,9 +60,18 @@ def compress(
     raw_total = request_tokens(dict(payload))
     limits = parse_overflow(error_message)
     # Provider tokens per estimated token: how far our byte count is off for this content.
-    scale = min(3.0, max(0.5, limits.prompt / raw_total)) if limits.prompt else 1.0
+    # The provider's count is a fact about this very request, so it is trusted however far
+    # it is from ours (images, tool schemas, a server-side prompt or an unusual tokenizer
+    # can each make ours several times too low); capping it would aim above the provider's
+    # limit and the one retry would overflow again. The only bound is from below: assuming
+    # the provider counts more than it said can only cut more, never aim too high.
+    scale = max(MIN_SCALE, limits.prompt / raw_total) if limits.prompt else 1.0
     before = round(raw_total * scale)
     limit = limits.limit or context_window
+    source = "provider" if limits.limit else "context_window" if context_window else "estimate"
+    facts: dict[str, Any] = {"limit_source": source}
+    if limits.prompt:
+        facts["calibration"] = round(scale, 3)
     completion_key = "max_completion_tokens" if "max_completion_tokens" in payload else "max_tokens"
     asked = payload.get(completion_key)
     completion = asked if isinstance(asked, int) and asked > 0 else (limits.completion or 0)
@@ -75,8 +85,8 @@ def compress(
         if completion and MIN_COMPLETION_TOKENS <= fits_with < completion and isinstance(asked, int):
             # The messages fit; only the completion budget does not: shrink that instead.
             out = {**payload, completion_key: fits_with}
-            report = {"max_tokens_lowered_to": fits_with}
-            return CompressionResult(out, "applied", budget, before, before, report)
+            report = {**_counts(), **facts, "max_tokens_lowered_to": fits_with}
+            return _result(out, budget, before, before, report)
         # Cutting the conversation to make room for a huge max_tokens would waste it.
         completion_out = min(completion, max(MIN_COMPLETION_TOKENS, budget // 4)) if completion else 0
         budget -= completion_out
@@ -87,20 +97,47 @@ def compress(
     target_raw = budget / scale - (raw_total - sum(sizes))  # what the messages may use
 
     plan = _plan(messages, sizes, target_raw)
-    if plan is None:
-        return _not_applicable(budget, before, "protected messages alone exceed the limit")
-    new_messages, report = plan
+    if isinstance(plan, Refusal):
+        protected = round((plan.protected + raw_total - sum(sizes)) * scale)
+        why = {"reason": plan.reason, "protected_tokens": protected, **facts}
+        return _not_applicable(budget, before, why)
+    new_messages, counts = plan
     out = dict(payload)
     out["messages"] = new_messages
+    report = {**counts, **facts}
     if completion_out and isinstance(asked, int) and completion_out < asked:
         out[completion_key] = completion_out
         report["max_tokens_lowered_to"] = completion_out
     after = round(request_tokens(out) * scale)
-    return CompressionResult(out, "applied", budget, before, after, report)
+    return _result(out, budget, before, after, report)
 
 
-def _not_applicable(target: int, before: int, why: str) -> CompressionResult:
-    return CompressionResult(None, "not_applicable", target, before, before, {"reason": why})
+def _counts(messages: int = 0, turns: int = 0, truncated: int = 0, removed: int = 0) -> dict[str, Any]:
+    return {"messages_removed": messages, "turns_removed": turns, "outputs_truncated": truncated,
+            "bytes_removed": removed}  # fmt: skip
+
+
+def _result(
+    out: dict[str, Any], target: int, before: int, after: int, report: dict[str, Any]
+) -> CompressionResult:
+    # The sizes go into the report too: it is all the pipeline logs, and after a second
+    # overflow it is what says how hard the one compression tried.
+    sizes = {"target_tokens": target, "estimated_before": before, "estimated_after": after}
+    return CompressionResult(out, "applied", target, before, after, {**report, **sizes})
+
+
+def _not_applicable(target: int, before: int, why: str | dict[str, Any]) -> CompressionResult:
+    report = {"reason": why} if isinstance(why, str) else why
+    sizes = {"target_tokens": target, "estimated_before": before, "estimated_after": before}
+    return CompressionResult(None, "not_applicable", target, before, before, {**_counts(), **report, **sizes})
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why the plan removes nothing, and the size of what it may not remove (our estimate)."""
+
+    reason: str
+    protected: float
 
 
 def _units(messages: list[dict[str, Any]], start: int, end: int) -> list[list[int]]:
@@ -124,7 +161,7 @@ def _is_call_unit(messages: list[dict[str, Any]], unit: list[int]) -> bool:
 
 def _plan(
     messages: list[dict[str, Any]], sizes: list[float], target: float
-) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
+) -> tuple[list[dict[str, Any]], dict[str, Any]] | Refusal:
     newest_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
     step_start = newest_user + 1 if newest_user >= 0 else len(messages)
     if newest_user < 0:  # no user message: protect the last unit as the current step
@@ -155,7 +192,7 @@ def _plan(
     cut_step = False
     if drop is None:
         if fixed + sum(floor_of(i) for i in step) > target:
-            return None
+            return Refusal("protected messages alone exceed the limit", fixed + step_size)
         drop, cut_step = len(units), True
     candidates = [i for u in units[drop:] for i in u] + (step if cut_step else [])
     base = sum(sizes[i] - text[i] for i in candidates)
@@ -164,7 +201,8 @@ def _plan(
     cuttable_set = set(candidates)
 
     dropped = {i for u in units[:drop] for i in u}
-    report: dict[str, Any] = {"messages_removed": len(dropped), "outputs_truncated": 0, "bytes_removed": 0}
+    report: dict[str, Any] = {"messages_removed": len(dropped), "turns_removed": drop, "outputs_truncated": 0,
+                              "bytes_removed": 0}
     report["bytes_removed"] = sum(_bytes(messages[i]) for i in dropped)
     result: list[dict[str, Any]] = []
     for i, m in enumerate(messages):
@@ -178,7 +216,7 @@ def _plan(
                 report["bytes_removed"] += removed
         result.append(m)
     if not dropped and not report["outputs_truncated"]:
-        return None
+        return Refusal("the messages already fit the target; nothing to remove", fixed + step_size)
     return _with_note(result, messages, dropped, report), report
 
 

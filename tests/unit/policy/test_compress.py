@@ -161,3 +161,46 @@ def test_one_megabyte_is_fast() -> None:
     r = compress(payload, error_message=openai_overflow(50_000, payload), context_window=None)
     assert r.outcome == "applied"
     assert time.perf_counter() - t0 < 0.5  # the bench measures it properly; this only catches blow-ups
+
+
+def test_a_provider_count_far_above_ours_is_trusted_not_capped() -> None:
+    """Images, tool schemas or a tokenizer unlike ours can make the provider count many times
+    our estimate; the retry must still aim under the provider's own number."""
+    payload = {"model": "m", "messages": agent_conversation(20)}
+    ours = request_tokens(payload)
+    provider, limit = int(ours * 6), int(ours * 5)
+    r = compress(payload, error_message=openai_overflow(limit, payload, ratio=6), context_window=None)
+    assert r.outcome == "applied" and r.payload is not None, r.report
+    assert r.estimated_before == pytest.approx(provider, rel=0.01)
+    assert r.estimated_after <= r.target_tokens <= limit
+    # After the cut, the provider (counting 6x ours) would see no more than the target.
+    assert request_tokens(r.payload) * 6 <= limit
+    assert r.report["calibration"] == pytest.approx(6, rel=0.01)
+
+
+def test_not_applicable_says_the_true_reason() -> None:
+    huge_user = {"model": "m", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "x" * 100_000}]}
+    r = compress(huge_user, error_message=openai_overflow(2000, huge_user), context_window=None)
+    assert r.payload is None and r.report["reason"].startswith("protected messages alone exceed")
+    assert r.report["protected_tokens"] > r.report["target_tokens"]
+    # The provider's own count is under the limit once a default completion budget is set aside:
+    # there is nothing in the conversation to remove, and the report must not blame protected messages.
+    small = {"model": "m", "messages": plain_chat(3)}
+    msg = "input length and `max_tokens` exceed context limit: 2000 + 8192 > 10000, decrease input length"
+    r = compress(small, error_message=msg, context_window=None)
+    assert r.payload is None and "protected" not in r.report["reason"]
+    assert r.report["reason"].startswith("the messages already fit")
+
+
+@pytest.mark.parametrize("name", ["agent-40-rounds", "current-step"])
+def test_the_report_says_what_was_tried_in_counts_and_sizes(name: str) -> None:
+    payload = {"model": "m", "messages": CONVERSATIONS[name]()}
+    r = compress(payload, error_message=openai_overflow(int(request_tokens(payload) * 0.5), payload),
+                 context_window=None)
+    assert r.payload is not None
+    for key in ("messages_removed", "turns_removed", "outputs_truncated", "bytes_removed"):
+        assert isinstance(r.report[key], int)
+    assert r.report["target_tokens"] == r.target_tokens
+    assert r.report["estimated_before"] == r.estimated_before and r.report["estimated_after"] == r.estimated_after
+    assert r.report["limit_source"] == "provider"
+    json.dumps(r.report)  # it goes into the JSON log line as it is
