@@ -2,34 +2,50 @@
 
 Called once, after the provider said the conversation is too long. What it keeps,
 exactly as it was: every system/developer message, the newest user message, and the
-step the agent is on (everything after that user message: its tool calls and results),
-whose outputs are cut only when nothing older can make the request fit.
+step the agent is on (everything after that user message: its tool calls and results).
 
-The target is the provider's own limit when the error states it (calibrating our byte
-estimate with the provider's token count when it gives one), else the upstream's
-``context_window``, else half the current size; minus a safety margin and the completion
-budget. Then, cheapest loss first:
+**The target** is the provider's own limit when the error states it, else the upstream's
+``context_window``, else half the current size; minus a 6 % safety margin and the
+completion budget. Our estimate is bytes / 3.5; when the error gives the provider's count
+of this request, every estimate is scaled by provider / ours, however large (images, tool
+schemas, a server-side prompt or another tokenizer can each make ours several times too
+low; capping the scale would aim above the provider's limit). It is bounded only from
+below (0.5), which can only make the cut deeper.
 
-1. if only the completion budget does not fit, lower ``max_tokens`` (never below a floor);
-2. drop the fewest oldest turns — an assistant tool call always together with all its
-   results — such that every remaining long message still fits at ``MIN_KEEP_TOKENS``;
-3. cut the remaining oversized messages to head + tail at the largest common cap that
-   fits ("water-filling"), so the request uses nearly the whole target;
-4. only if still too big, cut the current step's tool outputs the same way.
+**The order**, cheapest loss first. A *turn* is one message, or an assistant tool call
+with all of its results; turns are kept or dropped whole.
 
-A note tells the model what was removed. The result never orphans a tool result, and its
-first non-system message is a user message. Pure and linear in the conversation size.
+1. If only the completion budget does not fit, lower ``max_tokens`` (never below 256)
+   and touch nothing else.
+2. Drop the oldest turns: walk the turns newest first and keep each whole while it fits
+   the room left by the protected messages. The newest turns therefore come back verbatim.
+3. A turn that does not fit whole and holds an *oversized* output (text above a quarter of
+   that room) has those outputs cut to head + tail, no further than the older turns need
+   (at most the quarter); then the walk goes on. A huge log's middle is cheaper to lose
+   than every turn before it.
+4. The first other turn that does not fit is the oldest kept: it is cut to the room left
+   when each text it cuts keeps at least 300 tokens (a head and tail says more than an
+   empty room), else dropped. Everything older is dropped.
+5. Only when the protected messages alone do not fit: every older turn goes and the
+   current step's outputs are cut, all to one common size. If even that cannot fit, the
+   result is ``not_applicable`` and says so.
+
+Cuts keep about 3/5 head and 2/5 tail with ``…truncated by llm-gateway, N more bytes…``
+between; tool-call arguments, images and every other part are never cut. Dropped turns are
+announced by one note, merged into the first kept user message or inserted as a user
+message (so the first non-system message is a user message). The result never orphans a
+tool result. ``report`` holds counts and sizes, never content: what was removed, the
+target, the estimates before and after, where the limit came from and the calibration; or,
+when nothing can be done, the true reason. Pure and linear in the conversation size.
 """
 
 from __future__ import annotations
 
-import copy
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gateway.policy.cut import MARKER_TOKENS, MIN_KEEP_TOKENS, text_tokens, truncate, water_level
+from gateway.policy.compress_plan import Refusal, plan
 from gateway.policy.overflow_limits import parse_overflow
 from gateway.policy.tokens import message_tokens, request_tokens
 
@@ -37,7 +53,6 @@ SAFETY_MARGIN = 0.06  # of the limit: our estimate is not the provider's tokeniz
 MIN_COMPLETION_TOKENS = 256
 UNKNOWN_LIMIT_RATIO = 0.5  # with no number at all, aim at half the current size
 MIN_SCALE = 0.5  # provider tokens per estimated token, at least
-NOTE_TOKENS = 40
 
 
 @dataclass(frozen=True)
@@ -96,12 +111,12 @@ def compress(
             budget = round(before * 0.8)
     target_raw = budget / scale - (raw_total - sum(sizes))  # what the messages may use
 
-    plan = _plan(messages, sizes, target_raw)
-    if isinstance(plan, Refusal):
-        protected = round((plan.protected + raw_total - sum(sizes)) * scale)
-        why = {"reason": plan.reason, "protected_tokens": protected, **facts}
+    planned = plan(messages, sizes, target_raw)
+    if isinstance(planned, Refusal):
+        protected = round((planned.protected + raw_total - sum(sizes)) * scale)
+        why = {"reason": planned.reason, "protected_tokens": protected, **facts}
         return _not_applicable(budget, before, why)
-    new_messages, counts = plan
+    new_messages, counts = planned
     out = dict(payload)
     out["messages"] = new_messages
     report = {**counts, **facts}
@@ -130,123 +145,3 @@ def _not_applicable(target: int, before: int, why: str | dict[str, Any]) -> Comp
     report = {"reason": why} if isinstance(why, str) else why
     sizes = {"target_tokens": target, "estimated_before": before, "estimated_after": before}
     return CompressionResult(None, "not_applicable", target, before, before, {**_counts(), **report, **sizes})
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """Why the plan removes nothing, and the size of what it may not remove (our estimate)."""
-
-    reason: str
-    protected: float
-
-
-def _units(messages: list[dict[str, Any]], start: int, end: int) -> list[list[int]]:
-    """Indexes in [start, end) grouped into droppable units; system messages are not in any."""
-    units: list[list[int]] = []
-    for i in range(start, end):
-        role = messages[i].get("role")
-        if role in ("system", "developer"):
-            continue
-        if role in ("tool", "function") and units and _is_call_unit(messages, units[-1]):
-            units[-1].append(i)  # a result travels with the call that asked for it
-        else:
-            units.append([i])
-    return units
-
-
-def _is_call_unit(messages: list[dict[str, Any]], unit: list[int]) -> bool:
-    head = messages[unit[0]]
-    return head.get("role") == "assistant" and bool(head.get("tool_calls") or head.get("function_call"))
-
-
-def _plan(
-    messages: list[dict[str, Any]], sizes: list[float], target: float
-) -> tuple[list[dict[str, Any]], dict[str, Any]] | Refusal:
-    newest_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
-    step_start = newest_user + 1 if newest_user >= 0 else len(messages)
-    if newest_user < 0:  # no user message: protect the last unit as the current step
-        tail = _units(messages, 0, len(messages))
-        step_start = tail[-1][0] if tail else len(messages)
-    keep_exact = {i for i, m in enumerate(messages) if m.get("role") in ("system", "developer")}
-    if newest_user >= 0:
-        keep_exact.add(newest_user)
-    step = [i for i in range(step_start, len(messages)) if i not in keep_exact]
-    units = _units(messages, 0, step_start)
-    units = [[i for i in u if i not in keep_exact] for u in units]
-    units = [u for u in units if u]
-
-    fixed = sum(sizes[i] for i in keep_exact) + NOTE_TOKENS
-    step_size = sum(sizes[i] for i in step)
-    text = [text_tokens(m) for m in messages]  # the part of each message a cut can shorten
-
-    def floor_of(i: int) -> float:
-        if text[i] <= MIN_KEEP_TOKENS:
-            return sizes[i]
-        return sizes[i] - text[i] + MIN_KEEP_TOKENS + MARKER_TOKENS
-
-    # floor[k]: the smallest the units from k on can be made by cutting (not dropping).
-    floor = [0.0] * (len(units) + 1)
-    for k in range(len(units) - 1, -1, -1):
-        floor[k] = floor[k + 1] + sum(floor_of(i) for i in units[k])
-    drop = next((k for k in range(len(units) + 1) if fixed + step_size + floor[k] <= target), None)
-    cut_step = False
-    if drop is None:
-        if fixed + sum(floor_of(i) for i in step) > target:
-            return Refusal("protected messages alone exceed the limit", fixed + step_size)
-        drop, cut_step = len(units), True
-    candidates = [i for u in units[drop:] for i in u] + (step if cut_step else [])
-    base = sum(sizes[i] - text[i] for i in candidates)
-    room = target - fixed - base - (0 if cut_step else step_size)
-    cap = water_level([text[i] for i in candidates], room)
-    cuttable_set = set(candidates)
-
-    dropped = {i for u in units[:drop] for i in u}
-    report: dict[str, Any] = {"messages_removed": len(dropped), "turns_removed": drop, "outputs_truncated": 0,
-                              "bytes_removed": 0}
-    report["bytes_removed"] = sum(_bytes(messages[i]) for i in dropped)
-    result: list[dict[str, Any]] = []
-    for i, m in enumerate(messages):
-        if i in dropped:
-            continue
-        if i in cuttable_set and text[i] > cap:
-            cut, removed = truncate(m, cap)
-            if removed:
-                m = cut
-                report["outputs_truncated"] += 1
-                report["bytes_removed"] += removed
-        result.append(m)
-    if not dropped and not report["outputs_truncated"]:
-        return Refusal("the messages already fit the target; nothing to remove", fixed + step_size)
-    return _with_note(result, messages, dropped, report), report
-
-
-def _bytes(m: dict[str, Any]) -> int:
-    return len(json.dumps(m, ensure_ascii=False, default=str).encode())
-
-
-def _with_note(
-    result: list[dict[str, Any]], original: list[dict[str, Any]], dropped: set[int], report: dict[str, Any]
-) -> list[dict[str, Any]]:
-    if not dropped:
-        return result
-    text = (
-        f"[llm-gateway: {len(dropped)} earlier messages ({report['bytes_removed'] // 1024} KB) were "
-        "removed to fit the model's context window. Earlier tool results may need to be re-run.]"
-    )
-    lead = 0
-    while lead < len(result) and result[lead].get("role") in ("system", "developer"):
-        lead += 1
-    nxt = result[lead] if lead < len(result) else None
-    newest_user = max((i for i, m in enumerate(original) if m.get("role") == "user"), default=-1)
-    if nxt is not None and nxt.get("role") == "user" and nxt is not original[newest_user]:
-        merged = copy.copy(nxt)
-        content = nxt.get("content")
-        if isinstance(content, str):
-            merged["content"] = f"{text}\n\n{content}"
-        elif isinstance(content, list):
-            merged["content"] = [{"type": "text", "text": text}, *content]
-        else:
-            merged["content"] = text
-        return [*result[:lead], merged, *result[lead + 1 :]]
-    # A user note keeps "first non-system message is a user message" for strict providers.
-    return [*result[:lead], {"role": "user", "content": text}, *result[lead:]]
