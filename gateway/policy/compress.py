@@ -46,8 +46,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gateway.policy.compress_plan import Refusal, plan
+from gateway.policy.cut import cap_tool_outputs
 from gateway.policy.overflow_limits import parse_overflow
 from gateway.policy.tokens import message_tokens, request_tokens
+
+__all__ = ["CompressionResult", "cap_tool_outputs", "compress"]
 
 SAFETY_MARGIN = 0.06  # of the limit: our estimate is not the provider's tokenizer
 MIN_COMPLETION_TOKENS = 256

@@ -1,4 +1,5 @@
-"""Head + tail cutting of a chat message's text, shared by the rescue and the tool-output cap.
+"""Head + tail cutting of a chat message's text, shared by the rescue and the opt-in cap on
+single tool outputs (``cap_tool_outputs``).
 
 Only text is ever cut: a string ``content`` or the ``text`` of list-of-parts content.
 Tool-call arguments are JSON and stay whole; images and any other part stay as they are,
@@ -8,6 +9,7 @@ their bookkeeping there). Nothing here mutates its input.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from gateway.policy.tokens import BYTES_PER_TOKEN
@@ -82,3 +84,40 @@ def water_level(sizes: list[float], room: float) -> float:
             return max(MIN_KEEP_TOKENS, cap)
         below += s
     return max(MIN_KEEP_TOKENS, room)
+
+
+MIN_CAP_TOKENS = 64  # below this a capped output would be little more than its marker
+TOOL_ROLES = ("tool", "function")  # "function": the legacy name of a tool result
+
+
+def cap_tool_outputs(
+    payload: Mapping[str, Any], max_tokens: int
+) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """Cut every single tool output whose text is above ``max_tokens`` to head + tail.
+
+    Opt-in and proactive: applied before the first send, on the chat-shaped view of any
+    dialect. A tool output is a ``tool`` (or legacy ``function``) message; its text is a
+    string ``content`` or the ``text`` of its parts, cut in proportion (each part keeps a
+    glimpse, so a many-part output may end slightly above the cap). Nothing else changes:
+    other messages and parts are the same objects. Returns the new payload, or None when
+    nothing was cut, and counts (never content). An adapter whose view puts several
+    results in one ``tool`` message (Anthropic's tool_result blocks of one user turn)
+    gives each result its own view message to cap them one by one.
+    """
+    if max_tokens < MIN_CAP_TOKENS:
+        raise ValueError(f"max_tokens must be at least {MIN_CAP_TOKENS}, got {max_tokens}")
+    report = {"outputs_capped": 0, "bytes_removed": 0}
+    messages = payload.get("messages")
+    if not isinstance(messages, list):
+        return None, report
+    out: list[Any] | None = None
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in TOOL_ROLES or text_tokens(m) <= max_tokens:
+            continue
+        cut, removed = truncate(m, max_tokens - MARKER_TOKENS)  # the marker counts against the cap
+        if removed:
+            out = out if out is not None else list(messages)
+            out[i] = cut
+            report["outputs_capped"] += 1
+            report["bytes_removed"] += removed
+    return ({**payload, "messages": out} if out is not None else None), report
