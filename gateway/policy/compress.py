@@ -21,11 +21,12 @@ with all of its results; turns are kept or dropped whole.
    the room left by the protected messages. The newest turns therefore come back verbatim.
 3. A turn that does not fit whole and holds an *oversized* output (text above a quarter of
    that room) has those outputs cut to head + tail, no further than the older turns need
-   (at most the quarter); then the walk goes on. A huge log's middle is cheaper to lose
+   (a quarter, unless step 4 gives room back); then the walk goes on. A huge log's middle is cheaper to lose
    than every turn before it.
 4. The first other turn that does not fit is the oldest kept: it is cut to the room left
    when each text it cuts keeps at least 300 tokens (a head and tail says more than an
-   empty room), else dropped. Everything older is dropped.
+   empty room), else dropped, and the room it leaves goes back to the outputs cut in 3.
+   Everything older is dropped.
 5. Only when the protected messages alone do not fit: every older turn goes and the
    current step's outputs are cut, all to one common size. If even that cannot fit, the
    result is ``not_applicable`` and says so.

@@ -63,7 +63,7 @@ def plan(
     dropped = {i for u in units[:keep_from] for i in u}
     counts: dict[str, Any] = {
         "messages_removed": len(dropped), "turns_removed": keep_from, "outputs_truncated": 0,
-        "bytes_removed": sum(_bytes(messages[i]) for i in dropped),
+        "bytes_removed": _bytes([messages[i] for i in sorted(dropped)]),
     }  # fmt: skip
     result: list[dict[str, Any]] = []
     for i, m in enumerate(messages):
@@ -111,7 +111,14 @@ def _keep_newest(
         if sum(_floor(sizes[i], text[i]) for i in unit) <= room:
             caps.update(_fill(unit, sizes, text, room))
             keep_from = k
+            room = 0
         break
+    if caps and room > 0:
+        # The turn after the last one kept did not fit even cut: what it leaves goes back
+        # to the outputs already cut, rather than unused.
+        cut = list(caps)
+        spent = sum(sizes[i] - text[i] + caps[i] + MARKER_TOKENS for i in cut)
+        caps = _fill(cut, sizes, text, spent + room)
     return keep_from, caps
 
 
@@ -146,8 +153,10 @@ def _is_call_unit(messages: list[dict[str, Any]], unit: list[int]) -> bool:
     return head.get("role") == "assistant" and bool(head.get("tool_calls") or head.get("function_call"))
 
 
-def _bytes(m: dict[str, Any]) -> int:
-    return len(json.dumps(m, ensure_ascii=False, default=str).encode())
+def _bytes(ms: list[dict[str, Any]]) -> int:
+    """The messages' size as JSON; one encoding for all, as one per message is slow on a large
+    conversation (only the list's brackets and separators are counted too)."""
+    return len(json.dumps(ms, ensure_ascii=False, default=str).encode()) if ms else 0
 
 
 def _with_note(

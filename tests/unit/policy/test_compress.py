@@ -286,3 +286,21 @@ def test_the_note_takes_the_content_form_of_the_newest_user_message() -> None:
     note = r.payload["messages"][1]
     assert note["role"] == "user" and isinstance(note["content"], list)
     assert "removed by llm-gateway" in note["content"][0]["text"]
+
+
+def test_room_a_dropped_turn_leaves_goes_back_to_the_outputs_already_cut() -> None:
+    """Cut to a quarter to leave room for older turns, a giant output gets that room back when
+    the older turn cannot fit even cut (ten results of which each would keep a head and tail)."""
+    ids = [f"p{j}" for j in range(10)]
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "s"}, {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": c, "type": "function"} for c in ids]},
+        *({"role": "tool", "tool_call_id": c, "content": "r" * 3500} for c in ids),
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "big", "type": "function"}]},
+        {"role": "tool", "tool_call_id": "big", "content": "HEAD " + "x" * 40_000 + " TAIL"},
+        {"role": "user", "content": "next"},
+    ]
+    payload = {"model": "m", "messages": msgs}
+    r = compress(payload, error_message=openai_overflow(4000, payload, ratio=1.0), context_window=None)
+    assert r.payload is not None and r.report["messages_removed"] == 12  # "go" and the ten-result turn
+    assert r.estimated_after >= 0.9 * r.target_tokens, (r.estimated_after, r.target_tokens)
