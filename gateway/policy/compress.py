@@ -17,18 +17,19 @@ with all of its results; turns are kept or dropped whole.
 
 1. If only the completion budget does not fit, lower ``max_tokens`` (never below 256)
    and touch nothing else.
-2. Drop the oldest turns: walk the turns newest first and keep each whole while it fits
-   the room left by the protected messages. The newest turns therefore come back verbatim.
+2. Drop the oldest turns: walk the turns before the current step newest first and keep
+   each whole while it fits the room the protected messages and the current step leave.
+   The newest turns therefore come back verbatim.
 3. A turn that does not fit whole and holds an *oversized* output (text above a quarter of
    that room) has those outputs cut to head + tail, no further than the older turns need
-   (a quarter, unless step 4 gives room back); then the walk goes on. A huge log's middle is cheaper to lose
-   than every turn before it.
+   (a quarter, unless step 4 gives room back); then the walk goes on. A huge log's middle
+   is cheaper to lose than every turn before it.
 4. The first other turn that does not fit is the oldest kept: it is cut to the room left
    when each text it cuts keeps at least 300 tokens (a head and tail says more than an
    empty room), else dropped, and the room it leaves goes back to the outputs cut in 3.
    Everything older is dropped.
-5. Only when the protected messages alone do not fit: every older turn goes and the
-   current step's outputs are cut, all to one common size. If even that cannot fit, the
+5. Only when the protected messages and the current step alone do not fit: every older
+   turn goes and the current step's outputs are cut, all to one common size. If even that cannot fit, the
    result is ``not_applicable`` and says so.
 
 Cuts keep about 3/5 head and 2/5 tail with ``…truncated by llm-gateway, N more bytes…``
