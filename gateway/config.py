@@ -208,6 +208,11 @@ class CompressionConfig(_Model):
     # which is what triggers their own compaction on the next turn, so history stays bounded.
     # `pass_through` hands them the provider's overflow untouched instead.
     self_compacting_clients: Literal["rescue", "pass_through"] = "rescue"
+    # Opt-in, before the first send on every API: any single tool output above this many
+    # tokens is cut to head + tail. Either a number, or a share of the upstream's
+    # context_window (for upstreams that declare one); with both, the smaller wins.
+    max_tool_output_tokens: int | None = Field(default=None, ge=64)
+    max_tool_output_share: float | None = Field(default=None, gt=0, le=0.5)
 
 
 class StateConfig(_Model):

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.policy.compress import CompressionResult, compress
+from gateway.policy.cut import cap_content
 
 _SRC = "_llm_gateway_src"  # index of the original message a view message stands for
 _BLOCK = "_llm_gateway_block"  # index of the original block a view part stands for
@@ -151,3 +152,29 @@ def _rebuild(j: int, block: Any, texts: dict[tuple[int, int | None], str]) -> An
         if any(a is not b for a, b in zip(subs, inner, strict=True)):
             return {**block, "content": subs}
     return block
+
+
+def cap_tool_results(payload: Mapping[str, Any], max_tokens: int) -> tuple[dict[str, Any] | None, int]:
+    """Each ``tool_result`` block's content capped on its own (the opt-in proactive cap)."""
+    messages = payload.get("messages")
+    if not isinstance(messages, list):
+        return None, 0
+    out: list[Any] | None = None
+    capped = 0
+    for i, m in enumerate(messages):
+        blocks = m.get("content") if isinstance(m, dict) and m.get("role") == "user" else None
+        if not isinstance(blocks, list):
+            continue
+        new_blocks: list[Any] | None = None
+        for j, block in enumerate(blocks):
+            if not isinstance(block, dict) or block.get("type") != "tool_result":
+                continue
+            content, removed = cap_content(block.get("content"), max_tokens)
+            if removed:
+                new_blocks = new_blocks if new_blocks is not None else list(blocks)
+                new_blocks[j] = {**block, "content": content}
+                capped += 1
+        if new_blocks is not None:
+            out = out if out is not None else list(messages)
+            out[i] = {**m, "content": new_blocks}
+    return ({**payload, "messages": out} if out is not None else None), capped

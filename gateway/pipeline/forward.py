@@ -61,6 +61,7 @@ def full_pipeline(dialect: Dialect) -> Handler:
             return await relay(request, svc, state, _from_memory(svc, state, remembered))
 
         payload, strip_usage = dialect.prepare(inbound, chain[0].cfg.stream_usage)
+        payload = _cap_tool_outputs(svc, state, dialect, chain[0], payload)
         mode = ReadMode.STREAM if inbound.stream else ReadMode.BUFFER
 
         def call_for(up: UpstreamRuntime) -> Call:
@@ -198,6 +199,23 @@ async def _remember(svc: Services, state: RequestState, fingerprint: str, outcom
         status, body = rendered(state, outcome)
         answer = Answer(status, body, tuple(outcome.headers))
         await svc.loop.remember(fingerprint, answer, outcome.classification)
+
+
+def _cap_tool_outputs(
+    svc: Services, state: RequestState, dialect: Dialect, up: UpstreamRuntime, payload: dict[str, Any]
+) -> dict[str, Any]:
+    """The opt-in proactive cap on single tool outputs, before anything is sent."""
+    cfg = svc.cfg.compression
+    caps = [cfg.max_tool_output_tokens] if cfg.max_tool_output_tokens else []
+    if cfg.max_tool_output_share and up.cfg.context_window:
+        caps.append(max(64, int(cfg.max_tool_output_share * up.cfg.context_window)))
+    if not caps:
+        return payload
+    capped, count = dialect.cap_tool_outputs(payload, min(caps))
+    if capped is None:
+        return payload
+    state.tool_outputs_capped = count
+    return capped
 
 
 def _client_compacts(svc: Services, request: web.Request) -> bool:

@@ -25,6 +25,8 @@ async def stamp(request: web.Request, response: web.StreamResponse) -> None:
         h["x-llm-compressed"] = "true"
     if state.upstream != "none":
         h["x-llm-upstream"] = state.upstream
+    if state.tool_outputs_capped:
+        h["x-llm-tool-outputs-capped"] = str(state.tool_outputs_capped)
     if state.fallbacks:
         h["x-llm-fallbacks"] = str(state.fallbacks)
     if state.from_memory:

@@ -121,3 +121,17 @@ def cap_tool_outputs(
             report["outputs_capped"] += 1
             report["bytes_removed"] += removed
     return ({**payload, "messages": out} if out is not None else None), report
+
+
+def cap_content(content: Any, max_tokens: int) -> tuple[Any, int]:
+    """One tool output's content (a string, or a list of parts with ``text``) capped at
+    ``max_tokens``, and the bytes removed; the content itself when it fits. For dialects
+    whose tool outputs are not chat messages (Anthropic ``tool_result`` blocks, Responses
+    ``*_output`` items)."""
+    if max_tokens < MIN_CAP_TOKENS:
+        raise ValueError(f"max_tokens must be at least {MIN_CAP_TOKENS}, got {max_tokens}")
+    view = {"content": content}
+    if text_tokens(view) <= max_tokens:
+        return content, 0
+    cut, removed = truncate(view, max_tokens - MARKER_TOKENS)
+    return cut["content"], removed
