@@ -8,6 +8,7 @@ get up to ``server.drain_s`` to finish before the process exits 0.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from urllib.parse import urlsplit, urlunsplit
@@ -50,7 +51,14 @@ async def serve(cfg: GatewayConfig) -> None:
         try:
             await asyncio.wait_for(idle.wait(), timeout=cfg.server.drain_s)
         except TimeoutError:
-            log.warning({"event": "drain_timeout", "in_flight": svc.in_flight})
+            log.warning({"event": "drain_timeout", "in_flight": svc.in_flight, "cutting": len(svc.relaying)})
+            # Responses still relaying end with their dialect's typed error event, never a cut
+            # that could pass for a finished answer; then the rest is closed.
+            svc.shutting_down = True
+            for task in list(svc.relaying):
+                task.cancel()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(idle.wait(), timeout=2.0)
     await runner.cleanup()
     log.info({"event": "stopped"})
 
