@@ -44,6 +44,7 @@ class Services:
     draining: bool = False
     shutting_down: bool = False  # drain_s ran out: responses still relaying are being ended
     relaying: set[asyncio.Task[Any]] = field(default_factory=set)
+    models_cache: dict[str, tuple[float, bytes]] = field(default_factory=dict)  # GET /v1/models
     in_flight: int = 0
     idle: list[Callable[[], None]] = field(default_factory=list)
 
