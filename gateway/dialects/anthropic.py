@@ -27,6 +27,7 @@ from typing import Any
 from gateway.dialects.anthropic_compress import cap_tool_results, compress_messages
 from gateway.dialects.base import Capped, Ending, EventKind, Inbound, Rejection
 from gateway.dialects.openai_chat import admit_common
+from gateway.dialects.synthesize import anthropic_stream
 from gateway.errors import Classification, ErrorType
 from gateway.policy.compress import CompressionResult
 from gateway.sse import error_payload, parse_event
@@ -89,6 +90,12 @@ class AnthropicMessages:
         self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None
     ) -> CompressionResult:
         return compress_messages(payload, error_message=error_message, context_window=context_window)
+
+    def without_stream(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+        return {**payload, "stream": False}
+
+    def replay_as_stream(self, doc: dict[str, Any], client_payload: Mapping[str, Any]) -> bytes:
+        return anthropic_stream(doc)
 
     def cap_tool_outputs(self, payload: Mapping[str, Any], max_tokens: int) -> Capped:
         return cap_tool_results(payload, max_tokens)

@@ -109,6 +109,14 @@ class Dialect(Protocol):
         self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None
     ) -> CompressionResult: ...
 
+    def without_stream(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+        """The same request, asking for a buffered answer (the empty-stream probe)."""
+        ...
+
+    def replay_as_stream(self, doc: dict[str, Any], client_payload: Mapping[str, Any]) -> bytes:
+        """A buffered success body as this API's stream, for a client that asked to stream."""
+        ...
+
     def cap_tool_outputs(self, payload: Mapping[str, Any], max_tokens: int) -> Capped:
         """Every single tool output above ``max_tokens`` cut to head + tail before the first
         send (opt-in); None when nothing changed, and how many outputs were cut."""

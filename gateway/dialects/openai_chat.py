@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.dialects.base import Capped, Ending, EventKind, Inbound, Rejection
+from gateway.dialects.synthesize import chat_stream
 from gateway.errors import Classification, ErrorType
 from gateway.policy.compress import CompressionResult, cap_tool_outputs, compress
 from gateway.sse import Event, encode_data, error_payload, parse_event
@@ -66,6 +67,14 @@ class OpenAIChat:
         self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None
     ) -> CompressionResult:
         return compress(payload, error_message=error_message, context_window=context_window)
+
+    def without_stream(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in payload.items() if k != "stream_options"} | {"stream": False}
+
+    def replay_as_stream(self, doc: dict[str, Any], client_payload: Mapping[str, Any]) -> bytes:
+        options = client_payload.get("stream_options")
+        asked = isinstance(options, dict) and options.get("include_usage") is True
+        return chat_stream(doc, include_usage=asked)
 
     def cap_tool_outputs(self, payload: Mapping[str, Any], max_tokens: int) -> Capped:
         out, report = cap_tool_outputs(payload, max_tokens)

@@ -24,6 +24,7 @@ from typing import Any
 
 from gateway.dialects.base import Capped, Ending, EventKind, Inbound, Rejection
 from gateway.dialects.responses_compress import cap_outputs, compress_input
+from gateway.dialects.synthesize import responses_stream
 from gateway.errors import Classification
 from gateway.policy.compress import CompressionResult
 from gateway.sse import parse_event
@@ -81,6 +82,12 @@ class OpenAIResponses:
         self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None
     ) -> CompressionResult:
         return compress_input(payload, error_message=error_message, context_window=context_window)
+
+    def without_stream(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+        return {**payload, "stream": False}
+
+    def replay_as_stream(self, doc: dict[str, Any], client_payload: Mapping[str, Any]) -> bytes:
+        return responses_stream(doc)
 
     def cap_tool_outputs(self, payload: Mapping[str, Any], max_tokens: int) -> Capped:
         return cap_outputs(payload, max_tokens)

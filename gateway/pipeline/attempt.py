@@ -26,7 +26,7 @@ from gateway.pipeline.outcome import (
     transport_failure,
 )
 from gateway.policy.classify import classify
-from gateway.policy.retry import RetryPlan
+from gateway.policy.retry import EMPTY_STREAM, RetryPlan
 from gateway.policy.retry_after import reset_at_ms
 from gateway.routing import response_headers
 from gateway.services import Services, UpstreamRuntime
@@ -140,6 +140,10 @@ async def _peek_stream(
                     200, headers, response=resp, chunks=chunks, held=held, pending=rest, sse=True,
                     reader=reader,
                 )  # fmt: skip
+    if not held and not splitter.pending:
+        # Not one byte: some servers answer a request they reject (an overflow) this way.
+        c = Classification.of(ErrorType.PROVIDER_UNAVAILABLE, provider_code=EMPTY_STREAM)
+        return gateway_failure(502, c, "the upstream answered with an empty stream", EMPTY_STREAM)
     # Clean end before anything visible: the turn produced nothing, so it is worth a retry.
     return _transport(svc, TransportError.STREAM_BROKEN)
 

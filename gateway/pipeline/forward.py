@@ -5,6 +5,7 @@
     recall        an identical request that just failed is answered from memory
     route         the first upstream whose model globs match, then its fallbacks
     send          attempt → classify → wait, retry or move on   (policy/retry.py, chain.py)
+    probe         a stream that keeps coming back empty is asked once without streaming
     rescue        on context_overflow: compress once, send once  (the dialect's compression)
     remember      a final failure, for the loop breaker
     relay         buffered error, buffered body, raw passthrough or SSE stream
@@ -15,6 +16,7 @@ Everything that differs between wire APIs is the request's dialect (``dialects/`
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -29,11 +31,19 @@ from gateway.pipeline.admit import model_of, parse_json_object, read_body
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.chain import new_plan, send_chain, send_one
 from gateway.pipeline.models import list_models
-from gateway.pipeline.outcome import STATE, Failure, Outcome, RequestState, bad_request, gateway_failure
+from gateway.pipeline.outcome import (
+    STATE,
+    Failure,
+    Outcome,
+    RequestState,
+    Success,
+    bad_request,
+    gateway_failure,
+)
 from gateway.pipeline.relay import relay, rendered
 from gateway.policy.clients import client_deadline_s, compacts_itself
 from gateway.policy.loop_breaker import Answer, Recalled
-from gateway.policy.retry import RetryPlan
+from gateway.policy.retry import EMPTY_STREAM, RetryPlan
 from gateway.routing import UnsafePath, pick_upstream, request_headers, upstream_url
 from gateway.services import SERVICES, Services, UpstreamRuntime
 
@@ -73,6 +83,8 @@ def full_pipeline(dialect: Dialect) -> Handler:
         plan = new_plan(svc, client_deadline_s(request.headers))
         sent = await send_chain(svc, state, plan, chain, call_for, _encode(payload, inbound))
         outcome = sent.outcome
+        if inbound.stream and _empty_stream(outcome):
+            outcome = await _probe(svc, state, plan, sent.call, payload, inbound)
         if _overflowed(outcome) and svc.cfg.compression.enabled:
             assert isinstance(outcome, Failure)
             if _client_compacts(svc, request):
@@ -221,6 +233,31 @@ def _cap_tool_outputs(
         return payload
     state.tool_outputs_capped = count
     return capped
+
+
+def _empty_stream(outcome: Outcome) -> bool:
+    return isinstance(outcome, Failure) and outcome.classification.provider_code == EMPTY_STREAM
+
+
+async def _probe(
+    svc: Services, state: RequestState, plan: RetryPlan, call: Call, payload: dict[str, Any], inbound: Inbound
+) -> Outcome:
+    """Ask once without streaming what the upstream objects to. Its error (an overflow, say)
+    goes on through the pipeline like any; its answer reaches the client as a stream."""
+    dialect = call.dialect
+    body = json.dumps(dialect.without_stream(payload)).encode()
+    outcome = await send_one(svc, state, plan, dataclasses.replace(call, mode=ReadMode.BUFFER), body)
+    if isinstance(outcome, Failure):
+        return outcome
+    try:
+        doc = json.loads(outcome.body)
+    except ValueError:
+        return outcome  # not JSON: relay it as it came
+    if not isinstance(doc, dict):
+        return outcome
+    state.usage.update(dialect.body_usage(doc))
+    headers = [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")]
+    return Success(200, headers, body=dialect.replay_as_stream(doc, inbound.payload))
 
 
 def _client_compacts(svc: Services, request: web.Request) -> bool:

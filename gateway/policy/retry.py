@@ -33,6 +33,9 @@ from tenacity.wait import wait_base
 from gateway.config import RetryClassConfig, RetryConfig
 from gateway.errors import Classification, ErrorType
 
+# The provider code of a stream that ended cleanly without a single event.
+EMPTY_STREAM = "empty_stream"
+
 
 class StopReason(enum.StrEnum):
     NOT_RETRYABLE = "not_retryable"
@@ -61,6 +64,7 @@ class RetryPlan:
     # limit but the class's. Set while a fallback is left to try (see pipeline/chain.py).
     hop_cap: Callable[[Classification], bool] | None = None
     started_at: float = 0.0
+    last_code: str | None = None  # the provider code of the previous failure
     retries: dict[ErrorType, int] = field(default_factory=dict)
     stopped: StopReason | None = None
 
@@ -88,7 +92,11 @@ class RetryPlan:
         if cls_cfg is None:
             return self._stop(StopReason.NOT_RETRYABLE)
         done = self.retries.get(c.type, 0)
-        if done >= cls_cfg.max_retries:
+        repeated_empty = c.provider_code == EMPTY_STREAM == self.last_code
+        self.last_code = c.provider_code
+        if done >= cls_cfg.max_retries or repeated_empty:
+            # An empty stream twice in a row is the server's answer to this request, not bad
+            # luck: more of the same will not help (the pipeline probes without streaming).
             return self._stop(StopReason.EXHAUSTED)
         if self.hop_cap is not None and not self.hop_cap(c):
             return self._stop(StopReason.MOVING_ON)
