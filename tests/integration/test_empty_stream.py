@@ -7,15 +7,15 @@ import json
 
 from tests.convo import agent_conversation
 from tests.fakeupstream import (
+    Reply as R,
+)
+from tests.fakeupstream import (
     Stream,
     anthropic_message,
     chat_completion,
     estimate_tokens,
     overflow_error,
     response_object,
-)
-from tests.fakeupstream import (
-    Reply as R,
 )
 
 EMPTY = Stream([], then="eof")
