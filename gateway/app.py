@@ -19,14 +19,17 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from gateway.auth import ClientAuth
 from gateway.config import GatewayConfig
 from gateway.dialects import DIALECTS
 from gateway.pipeline import forward
 from gateway.pipeline.admit import expect_continue
 from gateway.pipeline.observe import observe
 from gateway.pipeline.stamp import stamp
-from gateway.policy.breaker import CircuitBreaker, CircuitState, RetryBudget
+from gateway.policy.breaker import CircuitState
+from gateway.policy.loop_breaker import LoopBreaker
 from gateway.services import SERVICES, Services, UpstreamRuntime
+from gateway.state import SharedBudget, SharedCircuit, StateMetrics, StateStore, build_store
 from gateway.telemetry import Telemetry
 from gateway.upstream import AiohttpSender, Sender, pool_size
 
@@ -46,21 +49,32 @@ def create_app(
         configured_models=[m for u in cfg.upstreams for m in u.models],
     )
     own_sender = AiohttpSender(cfg.timeouts, pool_size(cfg)) if sender is None else None
+    state_metrics = StateMetrics(telemetry.registry, cfg.state.backend)
+    # Circuits and remembered answers are shared by replicas, so they run on wall-clock time.
+    store = build_store(cfg, clock=wall, monotonic=monotonic, on_fallback=state_metrics.fallback)
     upstreams = {}
     for u in cfg.upstreams:
         telemetry.init_upstream(u.name)
-        breaker = CircuitBreaker(cfg.circuit_breaker, monotonic, _circuit_gauge(telemetry, u.name))
-        upstreams[u.name] = UpstreamRuntime(u, breaker)
+        circuit = SharedCircuit(
+            store, u.name, cfg.circuit_breaker, wall,
+            distinct_models=cfg.circuit_breaker.models_to_open,
+            cache_s=cfg.state.cache_ms / 1000, on_change=_circuit_gauge(telemetry, u.name),
+        )  # fmt: skip
+        upstreams[u.name] = UpstreamRuntime(u, circuit)
+    budget = SharedBudget(store, cfg.retry.budget, monotonic)
     svc = Services(
         cfg=cfg,
         sender=sender if sender is not None else own_sender,  # type: ignore[arg-type]
         telemetry=telemetry,
-        budget=RetryBudget(cfg.retry.budget, monotonic),
+        budget=budget,
+        store=store,
+        loop=LoopBreaker(cfg.loop_breaker, store, wall, on_event=state_metrics.loop_event),
         upstreams=upstreams,
         monotonic=monotonic,
         wall=wall,
         sleep=sleep,
         rand=rand,
+        auth=ClientAuth.from_config(cfg),
     )
 
     # aiohttp's own cap sits above ours so that our reader, not aiohttp, answers the 413.
@@ -69,6 +83,7 @@ def create_app(
     app.on_response_prepare.append(stamp)
     if own_sender is not None:
         app.cleanup_ctx.append(_sender_lifetime(own_sender))
+    app.on_cleanup.append(_close_state(budget, store))
 
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
@@ -76,14 +91,29 @@ def create_app(
     for dialect in DIALECTS:
         app.router.add_post(dialect.path, forward.full_pipeline(dialect), expect_handler=expect_continue)
     app.router.add_route("HEAD", "/api/hello", forward.hello)
+    app.router.add_route("HEAD", "/", forward.hello)  # what current Claude Code probes instead
     app.router.add_route("*", "/v1/{tail:.*}", forward.passthrough, expect_handler=expect_continue)
     app.router.add_route("*", "/{tail:.*}", forward.not_found)
     return app
 
 
-def _circuit_gauge(telemetry: Telemetry, upstream: str) -> Callable[[CircuitState], None]:
+def _circuit_gauge(telemetry: Telemetry, upstream: str) -> Callable[[str | None, CircuitState], None]:
     gauge = telemetry.circuit_open.labels(upstream)
-    return lambda state: gauge.set(1 if state is CircuitState.OPEN else 0)
+
+    def on_change(model: str | None, state: CircuitState) -> None:
+        # The gauge is per upstream: a model's own circuit opening counts too, so an operator
+        # sees any refusal; it drops back when whichever circuit changed closes again.
+        gauge.set(1 if state is CircuitState.OPEN else 0)
+
+    return on_change
+
+
+def _close_state(budget: SharedBudget, store: StateStore) -> Callable[[web.Application], Awaitable[None]]:
+    async def close(app: web.Application) -> None:
+        await budget.close()
+        await store.close()
+
+    return close
 
 
 def _sender_lifetime(sender: AiohttpSender) -> Callable[[web.Application], AsyncIterator[None]]:

@@ -106,6 +106,9 @@ class UpstreamConfig(_Model):
     # Which header carries api_key: `Authorization: Bearer <key>` (OpenAI and most
     # compatibles), `x-api-key: <key>` (Anthropic) or `api-key: <key>` (Azure OpenAI).
     key_header: Literal["authorization", "x-api-key", "api-key"] = "authorization"
+    # Upstreams (same wire API) that serve this one's requests when it cannot: tried in order,
+    # within the same deadline and retry counts (see `fallback:`). Not followed recursively.
+    fallbacks: tuple[str, ...] = ()
     # Set by GatewayConfig: with client keys in use, what a client sends in its credential
     # headers is a gateway key, never a provider key, so it must not travel upstream.
     _client_keys_in_use: bool = PrivateAttr(default=False)
@@ -172,6 +175,23 @@ class RetryConfig(_Model):
 class CircuitBreakerConfig(_Model):
     failure_threshold: int = Field(default=5, gt=0)
     open_s: float = Field(default=30.0, gt=0)
+    # Consecutive failures open the circuit of the failing model only; the whole upstream's
+    # circuit opens once a failure streak spans this many distinct models (a provider outage).
+    models_to_open: int = Field(default=2, ge=1)
+
+
+class FallbackConfig(_Model):
+    """When a request moves on to the next upstream of its chain."""
+
+    # The classes that fail over. Auth and request errors never do: another upstream would
+    # refuse the same request for the same reason.
+    when: tuple[Literal["provider_unavailable", "rate_limit", "budget"], ...] = (
+        "provider_unavailable", "rate_limit", "budget",
+    )  # fmt: skip
+    # Retries on one upstream before moving on, when a fallback is left to try.
+    retries_per_upstream: int = Field(default=1, ge=0)
+    # Try a fallback with a larger context_window before compressing an overflow.
+    context_overflow: bool = False
 
 
 class TimeoutsConfig(_Model):
@@ -182,11 +202,17 @@ class TimeoutsConfig(_Model):
 
 class CompressionConfig(_Model):
     enabled: bool = True
-    # Clients that summarise their own conversation when told it is too long (Claude Code,
-    # Codex) keep more meaning that way than our truncation does, and a silent rescue would
-    # let their local history grow without bound. `pass_through` hands them the provider's
-    # overflow untouched; `rescue` treats them like every other client.
-    self_compacting_clients: Literal["pass_through", "rescue"] = "pass_through"
+    # Clients that summarise their own conversation (Claude Code, Codex) are rescued like any
+    # other by default: Claude Code only summarises when it has enough history (a short run
+    # that overflows just dies), and the rescued answer's usage reports a nearly full window,
+    # which is what triggers their own compaction on the next turn, so history stays bounded.
+    # `pass_through` hands them the provider's overflow untouched instead.
+    self_compacting_clients: Literal["rescue", "pass_through"] = "rescue"
+    # Opt-in, before the first send on every API: any single tool output above this many
+    # tokens is cut to head + tail. Either a number, or a share of the upstream's
+    # context_window (for upstreams that declare one); with both, the smaller wins.
+    max_tool_output_tokens: int | None = Field(default=None, ge=64)
+    max_tool_output_share: float | None = Field(default=None, gt=0, le=0.5)
 
 
 class StateConfig(_Model):
@@ -223,7 +249,7 @@ class LoopBreakerConfig(_Model):
     enabled: bool = True
     window_s: float = Field(default=10.0, ge=0)  # unknown, auth, unrescued context_overflow
     budget_window_s: float = Field(default=5.0, ge=0)  # short: must not outlive a top-up by much
-    retryable_window_s: float = Field(default=2.0, ge=0)  # given-up retryable error without a hint
+    retryable_window_s: float = Field(default=10.0, ge=0)  # given-up retryable error without a hint
     max_window_s: float = Field(default=60.0, ge=0)  # cap for reset-at / retry-after / open circuit
     max_entries: int = Field(default=10_000, gt=0)
     max_body_bytes: int = Field(default=64 * 1024, gt=0)  # a larger answer is not remembered
@@ -247,6 +273,7 @@ class GatewayConfig(_Model):
     compression: CompressionConfig = CompressionConfig()
     state: StateConfig = StateConfig()
     loop_breaker: LoopBreakerConfig = LoopBreakerConfig()
+    fallback: FallbackConfig = FallbackConfig()
 
     @field_validator("upstreams")
     @classmethod
@@ -255,6 +282,12 @@ class GatewayConfig(_Model):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"upstream names must be unique, repeated: {', '.join(dupes)}")
+        for u in v:
+            unknown = [f for f in u.fallbacks if f not in names]
+            if unknown:
+                raise ValueError(f"upstream '{u.name}' names unknown fallbacks: {', '.join(unknown)}")
+            if u.name in u.fallbacks:
+                raise ValueError(f"upstream '{u.name}' lists itself as a fallback")
         return v
 
     @model_validator(mode="after")

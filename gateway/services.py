@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from gateway.auth import ClientAuth
 from gateway.config import GatewayConfig, UpstreamConfig
-from gateway.policy.breaker import CircuitBreaker, RetryBudget
+from gateway.policy.loop_breaker import LoopBreaker
+from gateway.state import SharedBudget, SharedCircuit, StateStore
 from gateway.telemetry import Telemetry
 from gateway.upstream import Sender
 
@@ -20,7 +22,7 @@ from gateway.upstream import Sender
 @dataclass
 class UpstreamRuntime:
     cfg: UpstreamConfig
-    breaker: CircuitBreaker
+    circuit: SharedCircuit
 
 
 @dataclass
@@ -28,12 +30,15 @@ class Services:
     cfg: GatewayConfig
     sender: Sender
     telemetry: Telemetry
-    budget: RetryBudget
+    budget: SharedBudget
+    store: StateStore
+    loop: LoopBreaker
     upstreams: dict[str, UpstreamRuntime]
     monotonic: Callable[[], float]
     wall: Callable[[], float]  # epoch seconds, for reset-at stamps and HTTP dates
     sleep: Callable[[float], Awaitable[None]]
     rand: Callable[[], float]
+    auth: ClientAuth
     draining: bool = False
     in_flight: int = 0
     idle: list[Callable[[], None]] = field(default_factory=list)

@@ -93,6 +93,14 @@ class Telemetry:
             p + "tokens", "Tokens reported by upstream usage, by kind (prompt, completion).",
             ["upstream", "model", "kind"], registry=registry,
         )  # fmt: skip
+        self.client_auth_refusals = Counter(
+            p + "client_auth_refusals", "Requests refused for a missing or invalid gateway key.",
+            ["reason"], registry=registry,
+        )  # fmt: skip
+        self.fallbacks = Counter(
+            p + "fallbacks", "Requests handed from one upstream to its fallback, by the reason.",
+            ["upstream", "fallback", "error_type"], registry=registry,
+        )  # fmt: skip
 
         # labels() takes a lock and builds a key on every call; the label sets are bounded,
         # so their children are cached here once.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the real servers the test suite talks to (Debian packages), once:
-# Prometheus (scrapes /metrics) and Redis (the shared state store).
+# Installs the real servers and clients the test suite talks to, once: Prometheus (scrapes
+# /metrics) and Redis (the shared state store) from Debian; Claude Code from npm into .cache/.
+# Every step is skipped when its result is already there.
 set -euo pipefail
 need=()
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
@@ -16,5 +17,29 @@ if [ ${#need[@]} -gt 0 ]; then
   # The package may start its own daemon; the tests run their own on a free port.
   $SUDO service prometheus stop >/dev/null 2>&1 || true
   $SUDO service redis-server stop >/dev/null 2>&1 || true
+fi
+# Claude Code, driven headless by tests/e2e/test_claude_code.py. Its npm package ships the
+# native binary for this platform as an optional dependency; nothing is fetched at run time.
+if ! command -v npm >/dev/null 2>&1; then
+  # Not fatal: a machine whose node comes from elsewhere may refuse Debian's npm.
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq >/dev/null || true
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends npm >/dev/null || true
+fi
+cc_prefix="$(cd "$(dirname "$0")/.." && pwd)/.cache/claude-code"
+if command -v npm >/dev/null 2>&1 && { [ ! -x "$cc_prefix/node_modules/.bin/claude" ] ||
+    ! "$cc_prefix/node_modules/.bin/claude" --version >/dev/null 2>&1; }; then
+  mkdir -p "$cc_prefix"
+  npm install --prefix "$cc_prefix" --no-audit --no-fund --loglevel=error "@anthropic-ai/claude-code@${CLAUDE_CODE_VERSION:-2.1.197}" >/dev/null \
+    || echo "test-deps: npm install @anthropic-ai/claude-code failed; the Claude Code e2e tests will skip" >&2
+fi
+# Codex CLI for tests/e2e/test_codex.py, once, into .cache/codex (pinned: CODEX_NOTES.md
+# measured this version). Without npm the Codex tests skip, loudly.
+CODEX_VERSION="${CODEX_VERSION:-0.169.0}"
+codex_prefix="$(cd "$(dirname "$0")/.." && pwd)/.cache/codex"
+if command -v npm >/dev/null 2>&1 && { [ ! -x "$codex_prefix/node_modules/.bin/codex" ] ||
+    ! "$codex_prefix/node_modules/.bin/codex" --version >/dev/null 2>&1; }; then
+  npm install --silent --no-audit --no-fund --prefix "$codex_prefix" "@openai/codex@$CODEX_VERSION" >/dev/null \
+    || echo "test-deps: npm install @openai/codex failed; the Codex e2e tests will skip" >&2
 fi
 exit 0

@@ -30,6 +30,7 @@ def messages_conversation(rounds: int = 30, output_bytes: int = 2000) -> list[di
     # The current step: the newest user turn, then a tool round still in progress.
     msgs.append({"role": "assistant", "content": [{"type": "text", "text": "Done reading."}]})
     msgs.append({"role": "user", "content": [{"type": "text", "text": "Now write the fix and explain it."}]})
+    msgs.append({"role": "system", "content": "<system-reminder>Plan mode is off.</system-reminder>"})
     msgs.append({"role": "assistant", "content": [
         {"type": "thinking", "thinking": "Run the tests first.", "signature": "sig-last=="},
         {"type": "tool_use", "id": "toolu_last", "name": "Bash", "input": {"command": "pytest -q"}}]})
@@ -39,10 +40,12 @@ def messages_conversation(rounds: int = 30, output_bytes: int = 2000) -> list[di
 
 
 def assert_valid_messages(msgs: list[dict[str, Any]]) -> None:
-    assert msgs and msgs[0]["role"] == "user", "the first message must be a user message"
-    assert msgs[-1]["role"] == "user", "the conversation must end with a user message"
+    # Claude Code also sends role "system" entries mid-conversation; they sit between turns.
+    turns = [m for m in msgs if m["role"] != "system"]
+    assert turns and turns[0]["role"] == "user", "the first message must be a user message"
+    assert turns[-1]["role"] == "user", "the conversation must end with a user turn"
     pending: set[str] = set()
-    for m in msgs:
+    for m in turns:
         blocks = m["content"] if isinstance(m["content"], list) else [{"type": "text", "text": m["content"]}]
         if m["role"] == "user":
             results = [b for b in blocks if b.get("type") == "tool_result"]

@@ -24,8 +24,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.dialects.anthropic_compress import compress_messages
-from gateway.dialects.base import Ending, EventKind, Inbound, Rejection
+from gateway.dialects.anthropic_compress import cap_tool_results, compress_messages
+from gateway.dialects.base import Capped, Ending, EventKind, Inbound, Rejection
 from gateway.dialects.openai_chat import admit_common
 from gateway.errors import Classification, ErrorType
 from gateway.policy.compress import CompressionResult
@@ -89,6 +89,9 @@ class AnthropicMessages:
         self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None
     ) -> CompressionResult:
         return compress_messages(payload, error_message=error_message, context_window=context_window)
+
+    def cap_tool_outputs(self, payload: Mapping[str, Any], max_tokens: int) -> Capped:
+        return cap_tool_results(payload, max_tokens)
 
 
 def anthropic_error(status: int, message: str, code: str, c: Classification, request_id: str) -> bytes:

@@ -6,7 +6,8 @@ newest user message, the current step) and cuttable text. An Anthropic conversat
 mapped onto that view, planned there, and the plan is applied back to the original
 blocks, so everything the core does not touch stays byte-identical:
 
-* top-level ``system`` is sized as a system message and never changed;
+* top-level ``system`` is sized as a system message and never changed; so are
+  ``role: "system"`` entries inside ``messages`` (Claude Code sends them mid-conversation);
 * an assistant message with ``tool_use`` blocks is a call unit; the following user
   message that carries the ``tool_result`` blocks is its result (so the two are dropped
   together and a result never loses its call);
@@ -24,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.policy.compress import CompressionResult, compress
+from gateway.policy.cut import cap_content
 
 _SRC = "_llm_gateway_src"  # index of the original message a view message stands for
 _BLOCK = "_llm_gateway_block"  # index of the original block a view part stands for
@@ -38,14 +40,14 @@ def compress_messages(
         return compress(payload, error_message=error_message, context_window=context_window)
     view: dict[str, Any] = {k: v for k, v in payload.items() if k not in ("messages", "system")}
     system = payload.get("system")
-    head = [{"role": "system", "content": system}] if system else []
+    head = [{"role": "system", "content": system, _SRC: "top-level"}] if system else []
     view["messages"] = head + [_to_view(i, m) for i, m in enumerate(messages)]
     result = compress(view, error_message=error_message, context_window=context_window)
     if result.payload is None:
         return result
     out = dict(payload)
     planned = result.payload["messages"]
-    out["messages"] = [_from_view(v, messages) for v in planned if v.get("role") != "system"]
+    out["messages"] = [_from_view(v, messages) for v in planned if v.get(_SRC) != "top-level"]
     for key in ("max_tokens", "max_completion_tokens"):
         if key in result.payload and result.payload[key] != payload.get(key):
             out[key] = result.payload[key]
@@ -150,3 +152,29 @@ def _rebuild(j: int, block: Any, texts: dict[tuple[int, int | None], str]) -> An
         if any(a is not b for a, b in zip(subs, inner, strict=True)):
             return {**block, "content": subs}
     return block
+
+
+def cap_tool_results(payload: Mapping[str, Any], max_tokens: int) -> tuple[dict[str, Any] | None, int]:
+    """Each ``tool_result`` block's content capped on its own (the opt-in proactive cap)."""
+    messages = payload.get("messages")
+    if not isinstance(messages, list):
+        return None, 0
+    out: list[Any] | None = None
+    capped = 0
+    for i, m in enumerate(messages):
+        blocks = m.get("content") if isinstance(m, dict) and m.get("role") == "user" else None
+        if not isinstance(blocks, list):
+            continue
+        new_blocks: list[Any] | None = None
+        for j, block in enumerate(blocks):
+            if not isinstance(block, dict) or block.get("type") != "tool_result":
+                continue
+            content, removed = cap_content(block.get("content"), max_tokens)
+            if removed:
+                new_blocks = new_blocks if new_blocks is not None else list(blocks)
+                new_blocks[j] = {**block, "content": content}
+                capped += 1
+        if new_blocks is not None:
+            out = out if out is not None else list(messages)
+            out[i] = {**m, "content": new_blocks}
+    return ({**payload, "messages": out} if out is not None else None), capped

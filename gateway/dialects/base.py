@@ -24,6 +24,9 @@ from typing import Any, Protocol
 from gateway.errors import Classification
 from gateway.policy.compress import CompressionResult
 
+# A payload with its tool outputs capped (None: nothing changed), and how many were cut.
+Capped = tuple[dict[str, Any] | None, int]
+
 
 @dataclass(frozen=True, slots=True)
 class Inbound:
@@ -105,3 +108,8 @@ class Dialect(Protocol):
     def compress(
         self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None
     ) -> CompressionResult: ...
+
+    def cap_tool_outputs(self, payload: Mapping[str, Any], max_tokens: int) -> Capped:
+        """Every single tool output above ``max_tokens`` cut to head + tail before the first
+        send (opt-in); None when nothing changed, and how many outputs were cut."""
+        ...

@@ -14,9 +14,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.dialects.base import Ending, EventKind, Inbound, Rejection
+from gateway.dialects.base import Capped, Ending, EventKind, Inbound, Rejection
 from gateway.errors import Classification, ErrorType
-from gateway.policy.compress import CompressionResult, compress
+from gateway.policy.compress import CompressionResult, cap_tool_outputs, compress
 from gateway.sse import Event, encode_data, error_payload, parse_event
 
 _FINISHED = (b'"finish_reason":"', b'"finish_reason": "', b"[DONE]")
@@ -66,6 +66,10 @@ class OpenAIChat:
         self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None
     ) -> CompressionResult:
         return compress(payload, error_message=error_message, context_window=context_window)
+
+    def cap_tool_outputs(self, payload: Mapping[str, Any], max_tokens: int) -> Capped:
+        out, report = cap_tool_outputs(payload, max_tokens)
+        return out, report["outputs_capped"]
 
 
 def _common(body: bytes, payload: dict[str, Any]) -> Inbound | Rejection:

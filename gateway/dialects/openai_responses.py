@@ -22,8 +22,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.dialects.base import Ending, EventKind, Inbound, Rejection
-from gateway.dialects.responses_compress import compress_input
+from gateway.dialects.base import Capped, Ending, EventKind, Inbound, Rejection
+from gateway.dialects.responses_compress import cap_outputs, compress_input
 from gateway.errors import Classification
 from gateway.policy.compress import CompressionResult
 from gateway.sse import parse_event
@@ -81,6 +81,9 @@ class OpenAIResponses:
         self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None
     ) -> CompressionResult:
         return compress_input(payload, error_message=error_message, context_window=context_window)
+
+    def cap_tool_outputs(self, payload: Mapping[str, Any], max_tokens: int) -> Capped:
+        return cap_outputs(payload, max_tokens)
 
 
 def responses_usage(usage: Any) -> dict[str, int]:

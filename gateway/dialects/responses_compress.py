@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.policy.compress import CompressionResult, compress
+from gateway.policy.cut import cap_content
 from gateway.policy.tokens import request_tokens
 
 _SRC = "_llm_gateway_src"  # indexes of the original items a view message stands for
@@ -162,3 +163,21 @@ def _rebuild(i: int, item: dict[str, Any], texts: dict[tuple[int, int], str]) ->
         if any(a is not b for a, b in zip(parts, value, strict=True)):
             return {**item, key: parts}
     return item
+
+
+def cap_outputs(payload: Mapping[str, Any], max_tokens: int) -> tuple[dict[str, Any] | None, int]:
+    """Each tool output item's ``output`` capped on its own (the opt-in proactive cap)."""
+    items = payload.get("input")
+    if not isinstance(items, list):
+        return None, 0
+    out: list[Any] | None = None
+    capped = 0
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or item.get("type") not in _OUTPUTS:
+            continue
+        output, removed = cap_content(item.get("output"), max_tokens)
+        if removed:
+            out = out if out is not None else list(items)
+            out[i] = {**item, "output": output}
+            capped += 1
+    return ({**payload, "input": out} if out is not None else None), capped

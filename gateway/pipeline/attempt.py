@@ -83,8 +83,7 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
     return outcome
 
 
-def circuit_open(svc: Services, up: UpstreamRuntime) -> Failure:
-    wait = up.breaker.retry_in_s()
+def circuit_open(svc: Services, up: UpstreamRuntime, wait: float) -> Failure:
     return gateway_failure(
         503,
         _unavailable(svc, retry_after_s=wait, code="circuit_open"),

@@ -1,11 +1,15 @@
 """The request pipeline, readable in one sitting.
 
-    admit      read the body (bounded), reject bad input with a clear 4xx
-    route      the first upstream whose model globs match
-    send       attempt → classify → wait or stop            (policy/retry.py decides)
-    rescue     on context_overflow: compress once, send once (policy/compress.py decides)
-    relay      buffered error, buffered body, raw passthrough or SSE stream
+    authenticate  only holders of a gateway key (when keys are configured)
+    admit         read the body (bounded), reject bad input with a clear 4xx
+    recall        an identical request that just failed is answered from memory
+    route         the first upstream whose model globs match, then its fallbacks
+    send          attempt → classify → wait, retry or move on   (policy/retry.py, chain.py)
+    rescue        on context_overflow: compress once, send once  (the dialect's compression)
+    remember      a final failure, for the loop breaker
+    relay         buffered error, buffered body, raw passthrough or SSE stream
 
+Everything that differs between wire APIs is the request's dialect (``dialects/``).
 ``observe`` (outside) times and logs it; ``stamp`` (on prepare) adds the header contract.
 """
 
@@ -17,23 +21,18 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.auth import WWW_AUTHENTICATE
 from gateway.dialects import dialect_for_errors
 from gateway.dialects.base import Dialect, Inbound, Rejection
-from gateway.errors import ErrorType
+from gateway.errors import Classification, ErrorType
 from gateway.pipeline.admit import model_of, parse_json_object, read_body
-from gateway.pipeline.attempt import Call, ReadMode, attempt, circuit_open
-from gateway.pipeline.outcome import (
-    STATE,
-    Failure,
-    Outcome,
-    RequestState,
-    bad_request,
-    failure_of,
-)
-from gateway.pipeline.relay import relay
-from gateway.policy.breaker import CircuitState
-from gateway.policy.clients import compacts_itself
-from gateway.policy.retry import RetryPlan, StopReason, run_with_retries
+from gateway.pipeline.attempt import Call, ReadMode
+from gateway.pipeline.chain import new_plan, send_chain, send_one
+from gateway.pipeline.outcome import STATE, Failure, Outcome, RequestState, bad_request, gateway_failure
+from gateway.pipeline.relay import relay, rendered
+from gateway.policy.clients import client_deadline_s, compacts_itself
+from gateway.policy.loop_breaker import Answer, Recalled
+from gateway.policy.retry import RetryPlan
 from gateway.routing import UnsafePath, pick_upstream, request_headers, upstream_url
 from gateway.services import SERVICES, Services, UpstreamRuntime
 
@@ -46,52 +45,53 @@ def full_pipeline(dialect: Dialect) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
         svc, state = request.app[SERVICES], request[STATE]
         state.dialect = dialect
+        refused = _authenticate(svc, request)
+        if refused is not None:
+            return await relay(request, svc, state, refused)
         inbound = await _admit(request, svc, dialect)
         if isinstance(inbound, Failure):
             return await relay(request, svc, state, inbound)
         state.model, state.stream = inbound.model, inbound.stream
-        up = _route(svc, state, inbound.model)
-        if isinstance(up, Failure):
-            return await relay(request, svc, state, up)
+        chain = _route(svc, state, inbound.model)
+        if isinstance(chain, Failure):
+            return await relay(request, svc, state, chain)
+        fingerprint = svc.loop.fingerprint(request.path, _canonical(inbound), _credential(request))
+        remembered = await svc.loop.recall(fingerprint)
+        if remembered is not None:
+            return await relay(request, svc, state, _from_memory(svc, state, remembered))
 
-        payload, strip_usage = dialect.prepare(inbound, up.cfg.stream_usage)
-        call = Call(
-            up, "POST",
-            upstream_url(up.cfg.base_url, dialect.path, request.query_string),
-            request_headers(request.headers.items(), up.cfg, state.request_id),
-            ReadMode.STREAM if inbound.stream else ReadMode.BUFFER,
-            dialect, strip_usage,
-        )  # fmt: skip
-        plan = _plan(svc, up)
+        payload, strip_usage = dialect.prepare(inbound, chain[0].cfg.stream_usage)
+        payload = _cap_tool_outputs(svc, state, dialect, chain[0], payload)
+        mode = ReadMode.STREAM if inbound.stream else ReadMode.BUFFER
 
-        outcome = await _send(svc, state, plan, call, _encode(payload, inbound))
+        def call_for(up: UpstreamRuntime) -> Call:
+            url = upstream_url(up.cfg.base_url, dialect.path, request.query_string)
+            headers = request_headers(request.headers.items(), up.cfg, state.request_id)
+            return Call(up, "POST", url, headers, mode, dialect, strip_usage)
+
+        plan = new_plan(svc, client_deadline_s(request.headers))
+        sent = await send_chain(svc, state, plan, chain, call_for, _encode(payload, inbound))
+        outcome = sent.outcome
         if _overflowed(outcome) and svc.cfg.compression.enabled:
             assert isinstance(outcome, Failure)
             if _client_compacts(svc, request):
                 state.compression = {"outcome": "passed_to_client", "reason": "the client compacts itself"}
-                svc.telemetry.compressions.labels(up.cfg.name, "passed_to_client").inc()
+                svc.telemetry.compressions.labels(sent.call.up.cfg.name, "passed_to_client").inc()
             else:
-                outcome = await _rescue(svc, state, plan, call, payload, outcome)
+                outcome = await _rescue(svc, state, plan, sent.call, payload, outcome)
+        await _remember(svc, state, fingerprint, outcome)
         return await relay(request, svc, state, outcome)
 
     return handle
-
-
-async def _admit(request: web.Request, svc: Services, dialect: Dialect) -> Inbound | Failure:
-    body = await read_body(request, svc.cfg.server.max_body_bytes, svc.cfg.timeouts.idle_s)
-    if isinstance(body, Failure):
-        return body
-    doc = parse_json_object(body)
-    if isinstance(doc, Failure):
-        return doc
-    inbound = dialect.admit(body, doc)
-    return bad_request(inbound.message, inbound.code) if isinstance(inbound, Rejection) else inbound
 
 
 async def passthrough(request: web.Request) -> web.StreamResponse:
     """Any other ``/v1/...`` path: routed, retried and stamped, never compressed."""
     svc, state = request.app[SERVICES], request[STATE]
     state.dialect = dialect_for_errors(request.path, "anthropic-version" in request.headers)
+    refused = _authenticate(svc, request)
+    if refused is not None:
+        return await relay(request, svc, state, refused)
     try:
         url_for = upstream_url("", request.raw_path.split("?", 1)[0], request.query_string)
     except UnsafePath as e:
@@ -100,12 +100,14 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     if isinstance(body, Failure):
         return await relay(request, svc, state, body)
     state.model = model_of(body, request.headers.get("Content-Type", ""))
-    up = _route(svc, state, state.model)
-    if isinstance(up, Failure):
-        return await relay(request, svc, state, up)
+    chain = _route(svc, state, state.model)
+    if isinstance(chain, Failure):
+        return await relay(request, svc, state, chain)
+    up = chain[0]
     headers = request_headers(request.headers.items(), up.cfg, state.request_id)
     call = Call(up, request.method, up.cfg.base_url + url_for, headers, ReadMode.RAW)
-    outcome = await _send(svc, state, _plan(svc, up), call, body)
+    plan = new_plan(svc, client_deadline_s(request.headers))
+    outcome = await send_one(svc, state, plan, call, body)
     return await relay(request, svc, state, outcome)
 
 
@@ -125,15 +127,95 @@ async def not_found(request: web.Request) -> web.StreamResponse:
     return await relay(request, svc, state, failure)
 
 
-def _route(svc: Services, state: RequestState, model: str | None) -> UpstreamRuntime | Failure:
+def _authenticate(svc: Services, request: web.Request) -> Failure | None:
+    """Only holders of a gateway key may spend the operator's provider keys."""
+    result = svc.auth.check(request.headers)
+    if result.ok:
+        return None
+    svc.telemetry.client_auth_refusals.labels(result.outcome).inc()
+    code = "missing_client_key" if result.outcome == "missing" else "invalid_client_key"
+    failure = gateway_failure(401, Classification.of(ErrorType.AUTH), result.message, code, final=True)
+    failure.headers.append(("WWW-Authenticate", WWW_AUTHENTICATE))
+    return failure
+
+
+async def _admit(request: web.Request, svc: Services, dialect: Dialect) -> Inbound | Failure:
+    body = await read_body(request, svc.cfg.server.max_body_bytes, svc.cfg.timeouts.idle_s)
+    if isinstance(body, Failure):
+        return body
+    doc = parse_json_object(body)
+    if isinstance(doc, Failure):
+        return doc
+    inbound = dialect.admit(body, doc)
+    return bad_request(inbound.message, inbound.code) if isinstance(inbound, Rejection) else inbound
+
+
+def _route(svc: Services, state: RequestState, model: str | None) -> list[UpstreamRuntime] | Failure:
     cfg = pick_upstream(svc.cfg.upstreams, model)
     if cfg is None:
+        patterns = ", ".join(p for u in svc.cfg.upstreams for p in u.models)
+        shown = (model or "")[:128]
         return bad_request(
-            "no upstream is configured for this model", "model_not_found", status=404
+            f"no upstream is configured for model '{shown}'; configured patterns: {patterns}",
+            "model_not_found",
+            status=404,
         )
     state.upstream = cfg.name
     svc.budget.record_request()
-    return svc.upstreams[cfg.name]
+    return [svc.upstreams[cfg.name], *(svc.upstreams[name] for name in cfg.fallbacks)]
+
+
+def _canonical(inbound: Inbound) -> bytes:
+    # Agents resend a failed turn re-serialised (Codex reorders a map on every reconnect):
+    # the same request must be recognised whatever the key order.
+    return json.dumps(inbound.payload, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _credential(request: web.Request) -> str:
+    """What identifies the caller for the loop breaker (hashed there, never stored)."""
+    h = request.headers
+    return "\n".join(h.get(k, "") for k in ("Authorization", "x-api-key", "api-key"))
+
+
+def _from_memory(svc: Services, state: RequestState, hit: Recalled) -> Failure:
+    state.from_memory = hit.repeats
+    state.retries_settled = True  # the gateway already did what retrying could do
+    c = hit.classification
+    # Only a wait the provider (or an open circuit) named is passed on; the window of a
+    # given-up outage is our own guess, and stamping it would only time the client's next
+    # repeat to arrive just after we forget.
+    named = c.retry_after_s is not None or c.reset_at_ms is not None
+    wait = hit.retry_after_s(svc.wall()) if named else None
+    if wait is not None:
+        c = Classification(c.type, c.retryable, float(wait), round((svc.wall() + wait) * 1000),
+                           c.provider_code, c.message)  # fmt: skip
+    return Failure(c, hit.status, list(hit.headers), hit.body, final=True)
+
+
+async def _remember(svc: Services, state: RequestState, fingerprint: str, outcome: Outcome) -> None:
+    # Only answers that cost an upstream call are worth remembering; a stream that started
+    # is a Success here, so nothing after a client saw bytes is ever replayed.
+    if isinstance(outcome, Failure) and state.attempts > 0:
+        status, body = rendered(state, outcome)
+        answer = Answer(status, body, tuple(outcome.headers))
+        await svc.loop.remember(fingerprint, answer, outcome.classification)
+
+
+def _cap_tool_outputs(
+    svc: Services, state: RequestState, dialect: Dialect, up: UpstreamRuntime, payload: dict[str, Any]
+) -> dict[str, Any]:
+    """The opt-in proactive cap on single tool outputs, before anything is sent."""
+    cfg = svc.cfg.compression
+    caps = [cfg.max_tool_output_tokens] if cfg.max_tool_output_tokens else []
+    if cfg.max_tool_output_share and up.cfg.context_window:
+        caps.append(max(64, int(cfg.max_tool_output_share * up.cfg.context_window)))
+    if not caps:
+        return payload
+    capped, count = dialect.cap_tool_outputs(payload, min(caps))
+    if capped is None:
+        return payload
+    state.tool_outputs_capped = count
+    return capped
 
 
 def _client_compacts(svc: Services, request: web.Request) -> bool:
@@ -141,65 +223,16 @@ def _client_compacts(svc: Services, request: web.Request) -> bool:
     return mode == "pass_through" and compacts_itself(request.headers)
 
 
-def _plan(svc: Services, up: UpstreamRuntime) -> RetryPlan:
-    def may_retry() -> bool:
-        # An open circuit means the next attempt would be refused anyway: stop with the
-        # real upstream error instead of waiting for a refusal.
-        return up.breaker.state is not CircuitState.OPEN and svc.budget.try_acquire_retry()
-
-    return RetryPlan(svc.cfg.retry, now=svc.monotonic, rand=svc.rand, may_retry=may_retry)
-
-
-async def _send(svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes) -> Outcome:
-    """Send with retries. The circuit breaker counts whole requests, not attempts: one
-    request's own retries are the retry policy's business, and a permanent 503 must cost
-    exactly 1 + max_retries attempts."""
-    up = call.up
-    breaker = up.breaker
-    if not breaker.allow():
-        state.retries_settled = True
-        return circuit_open(svc, up)
-
-    def before_retry(outcome: Outcome, wait_s: float) -> None:
-        assert isinstance(outcome, Failure)
-        state.retries += 1
-        svc.telemetry.retries.labels(up.cfg.name, outcome.classification.type.value).inc()
-
-    async def one() -> Outcome:
-        return await attempt(svc, state, plan, call, body)
-
-    try:
-        outcome = await run_with_retries(one, plan, failure_of, svc.sleep, before_retry)
-    except BaseException:
-        breaker.record_abandoned()
-        raise
-    state.retries_settled = plan.stopped in _SETTLED
-    if isinstance(outcome, Failure) and outcome.classification.type is ErrorType.PROVIDER_UNAVAILABLE:
-        breaker.record_failure()
-    else:
-        breaker.record_success()  # any answer, even a 4xx, shows the provider is up
-    return outcome
-
-
-_SETTLED = frozenset({StopReason.EXHAUSTED, StopReason.BUDGET, StopReason.DEADLINE})
-
-
 def _overflowed(outcome: Outcome) -> bool:
-    return (
-        isinstance(outcome, Failure)
-        and outcome.classification.type is ErrorType.CONTEXT_OVERFLOW
-    )
+    return isinstance(outcome, Failure) and outcome.classification.type is ErrorType.CONTEXT_OVERFLOW
 
 
 async def _rescue(
-    svc: Services,
-    state: RequestState,
-    plan: RetryPlan,
-    call: Call,
-    payload: dict[str, Any],
-    overflow: Failure,
-) -> Outcome:
-    """Exactly one compress-and-retry; a second overflow goes back to the client."""
+    svc: Services, state: RequestState, plan: RetryPlan, call: Call,
+    payload: dict[str, Any], overflow: Failure,
+) -> Outcome:  # fmt: skip
+    """Exactly one compress-and-retry. A second overflow is answered with the first one: its
+    numbers are about the client's own request, which is what an agent trims from."""
     up = call.up
     counter = svc.telemetry.compressions
     result = call.dialect.compress(
@@ -211,11 +244,11 @@ async def _rescue(
         return overflow
     state.compressed = True
     body = json.dumps(result.payload, ensure_ascii=False).encode()
-    outcome = await _send(svc, state, plan, call, body)
+    outcome = await send_one(svc, state, plan, call, body)
     label = "still_overflow" if _overflowed(outcome) else "applied"
     state.compression["outcome"] = label
     counter.labels(up.cfg.name, label).inc()
-    return outcome
+    return overflow if label == "still_overflow" else outcome
 
 
 def _encode(payload: dict[str, Any], inbound: Inbound) -> bytes:

@@ -28,7 +28,10 @@ class RequestState:
     stream: bool = False
     attempts: int = 0
     retries: int = 0
+    fallbacks: int = 0  # upstreams left behind for the next one in the chain
+    from_memory: int = 0  # answered by the loop breaker: the repeats it has seen, else 0
     compressed: bool = False
+    tool_outputs_capped: int = 0  # by the opt-in proactive cap, before the first send
     compression: dict[str, Any] | None = None
     classification: Classification | None = None  # the final error, if the answer is one
     # The gateway settled retrying for this request (it retried, or declined because of the

@@ -27,19 +27,25 @@ async def relay(
 ) -> web.StreamResponse:
     if isinstance(outcome, Failure):
         state.classification = outcome.classification
-        if outcome.own is not None:
-            status = state.dialect.error_status(outcome.status, outcome.own.code)
-            body = state.dialect.error_body(
-                status, outcome.own.message, outcome.own.code, outcome.classification, state.request_id
-            )
-            return web.Response(status=status, body=body, headers=outcome.headers)
-        return web.Response(status=outcome.status, body=outcome.body, headers=outcome.headers)
+        status, body = rendered(state, outcome)
+        return web.Response(status=status, body=body, headers=outcome.headers)
     if outcome.chunks is None:
         _count_usage_in_body(state, outcome.body)
         return web.Response(status=outcome.status, body=outcome.body, headers=outcome.headers)
     if outcome.sse:
         return await _relay_sse(request, svc, state, outcome)
     return await _relay_raw(request, outcome)
+
+
+def rendered(state: RequestState, failure: Failure) -> tuple[int, bytes]:
+    """The status and body a failure is answered with: the upstream's own, untouched, or a
+    gateway-made error in the request's dialect."""
+    own = failure.own
+    if own is None:
+        return failure.status, failure.body
+    status = state.dialect.error_status(failure.status, own.code)
+    body = state.dialect.error_body(status, own.message, own.code, failure.classification, state.request_id)
+    return status, body
 
 
 def _count_usage_in_body(state: RequestState, body: bytes) -> None:

@@ -23,6 +23,14 @@ async def stamp(request: web.Request, response: web.StreamResponse) -> None:
     h["x-llm-attempts"] = str(state.attempts)
     if state.compressed:
         h["x-llm-compressed"] = "true"
+    if state.upstream != "none":
+        h["x-llm-upstream"] = state.upstream
+    if state.tool_outputs_capped:
+        h["x-llm-tool-outputs-capped"] = str(state.tool_outputs_capped)
+    if state.fallbacks:
+        h["x-llm-fallbacks"] = str(state.fallbacks)
+    if state.from_memory:
+        h["x-llm-from-memory"] = str(state.from_memory)
     if state.first_byte_at is None:
         state.first_byte_at = request.app[SERVICES].monotonic()
     c = state.classification

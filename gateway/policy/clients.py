@@ -19,3 +19,25 @@ def compacts_itself(headers: Mapping[str, str]) -> bool:
         return True
     agent = headers.get("user-agent", "")
     return agent.startswith(_SELF_COMPACTING_AGENTS)
+
+
+# The OpenAI and Anthropic SDKs announce how long they will wait (Stainless-generated
+# clients send both; Claude Code sends only x-stainless-timeout).
+_TIMEOUT_HEADERS = ("x-stainless-read-timeout", "x-stainless-timeout")
+
+
+def client_deadline_s(headers: Mapping[str, str]) -> float | None:
+    """How long the gateway may spend before answering, so that it answers before the
+    client's own timeout fires (and the client retries on top of our retries)."""
+    announced = []
+    for name in _TIMEOUT_HEADERS:
+        try:
+            value = float(headers.get(name, ""))
+        except ValueError:
+            continue
+        if 0 < value < 1e7:
+            announced.append(value)
+    if not announced:
+        return None
+    limit = min(announced)
+    return max(1.0, limit - max(1.0, 0.05 * limit))

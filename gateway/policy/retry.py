@@ -40,6 +40,7 @@ class StopReason(enum.StrEnum):
     WAIT_TOO_LONG = "wait_too_long"  # server asked for more than max_retry_after_s
     DEADLINE = "deadline"
     BUDGET = "budget"  # the cross-request retry budget (or an open circuit) said no
+    MOVING_ON = "moving_on"  # this upstream had its share of retries; a fallback is next
 
 
 def backoff_s(cls_cfg: RetryClassConfig, retry_number: int, rand: float) -> float:
@@ -55,6 +56,10 @@ class RetryPlan:
     now: Callable[[], float]  # monotonic seconds
     rand: Callable[[], float]
     may_retry: Callable[[], bool]  # asks the shared retry budget / circuit for one retry
+    deadline_s: float | None = None  # this request's own deadline, when below cfg.deadline_s
+    # Whether the upstream being tried may be retried again after this failure; None: no
+    # limit but the class's. Set while a fallback is left to try (see pipeline/chain.py).
+    hop_cap: Callable[[Classification], bool] | None = None
     started_at: float = 0.0
     retries: dict[ErrorType, int] = field(default_factory=dict)
     stopped: StopReason | None = None
@@ -64,7 +69,8 @@ class RetryPlan:
 
     @property
     def deadline_at(self) -> float:
-        return self.started_at + self.cfg.deadline_s
+        limit = self.cfg.deadline_s if self.deadline_s is None else min(self.deadline_s, self.cfg.deadline_s)
+        return self.started_at + limit
 
     def remaining_s(self) -> float:
         return max(0.0, self.deadline_at - self.now())
@@ -84,6 +90,8 @@ class RetryPlan:
         done = self.retries.get(c.type, 0)
         if done >= cls_cfg.max_retries:
             return self._stop(StopReason.EXHAUSTED)
+        if self.hop_cap is not None and not self.hop_cap(c):
+            return self._stop(StopReason.MOVING_ON)
         if c.retry_after_s is not None:
             if c.retry_after_s > self.cfg.max_retry_after_s:
                 return self._stop(StopReason.WAIT_TOO_LONG)

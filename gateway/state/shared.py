@@ -133,6 +133,12 @@ class SharedCircuit:
         for k in keys:
             self._cache.pop(k, None)
 
+    async def is_open(self, model: str | None) -> bool:
+        """Whether a request for ``model`` would be refused now (no probe is claimed)."""
+        recs = await self._records(self._keys(model))
+        now = self._clock()
+        return any(r.open_until > now for r in recs)
+
     async def abandon(self, adm: Admission) -> None:
         """The client left before an answer: free the probe slot, record nothing."""
         if adm.gate is Gate.PROBE and adm.key is not None:

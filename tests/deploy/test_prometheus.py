@@ -3,6 +3,7 @@ running gateway, and every metric the rules and dashboard use exists on /metrics
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shutil
@@ -68,19 +69,26 @@ def post(base: str, payload: dict) -> int:
         return e.code
 
 
+_FRESH = itertools.count()
+
+
 def drive_traffic(gw: RunningGateway, fake: FakeUpstream) -> int:
     """Successes, a stream, a retried error, a budget error and a compression: every series moves."""
-    msgs = [{"role": "user", "content": "hi"}]
     sent = 0
+    # A fresh conversation each time: an identical request that just failed is answered from
+    # the gateway's memory (the loop breaker), which is not what this traffic is meant to show.
+    def msgs() -> list[dict[str, str]]:
+        return [{"role": "user", "content": f"hi #{next(_FRESH)}"}]
+
     for _ in range(5):
-        assert post(gw.base, {"model": "gpt-4o-mini", "messages": msgs}) == 200
+        assert post(gw.base, {"model": "gpt-4o-mini", "messages": msgs()}) == 200
         sent += 1
-    assert post(gw.base, {"model": "gpt-4o-mini", "messages": msgs, "stream": True}) == 200
+    assert post(gw.base, {"model": "gpt-4o-mini", "messages": msgs(), "stream": True}) == 200
     fake.script(Reply(503, "down"), Reply(503, "down"))
-    assert post(gw.base, {"model": "gpt-4o-mini", "messages": msgs}) == 503
+    assert post(gw.base, {"model": "gpt-4o-mini", "messages": msgs()}) == 503
     fake.script(Reply(429, {"error": {"message": "You exceeded your current quota", "type": "insufficient_quota",
                                       "code": "insufficient_quota"}}))
-    assert post(gw.base, {"model": "gpt-4o-mini", "messages": msgs}) == 402
+    assert post(gw.base, {"model": "gpt-4o-mini", "messages": msgs()}) == 402
     from tests.convo import agent_conversation
     fake.context_limit = 4000
     assert post(gw.base, {"model": "gpt-4o-mini", "messages": agent_conversation(20)}) == 200

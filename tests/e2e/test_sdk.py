@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 
@@ -13,7 +14,13 @@ from tests.fakeupstream import Drop, FakeUpstream, Reply, Stream, chunk
 
 pytestmark = pytest.mark.e2e
 
-MSG = [{"role": "user", "content": "Say hello"}]
+_count = itertools.count()
+
+
+def msg() -> list[dict[str, str]]:
+    """A fresh conversation per call: the gateway answers an identical request that just
+    failed from memory (the loop breaker), and these tests each want a fresh exchange."""
+    return [{"role": "user", "content": f"Say hello #{next(_count)}"}]
 OVERLOADED = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
 RATE = {"error": {"message": "Rate limit reached for requests", "type": "requests", "param": None, "code": "rate_limit_exceeded"}}
 
@@ -22,7 +29,7 @@ RATE = {"error": {"message": "Rate limit reached for requests", "type": "request
 
 def test_success_sync_and_async(sdk, readme_gateway, upstream: FakeUpstream) -> None:
     c = sdk(readme_gateway)
-    r = c.chat.completions.with_raw_response.create(model="gpt-4o-mini", messages=MSG)
+    r = c.chat.completions.with_raw_response.create(model="gpt-4o-mini", messages=msg())
     done = r.parse()
     assert done.choices[0].message.content == "Hello from the fake upstream."
     assert r.headers["x-llm-attempts"] == "1" and r.headers["x-request-id"]
@@ -31,7 +38,7 @@ def test_success_sync_and_async(sdk, readme_gateway, upstream: FakeUpstream) -> 
     async def run() -> str:
         ac = openai.AsyncOpenAI(base_url=readme_gateway.base + "/v1", api_key="k")
         try:
-            out = await ac.chat.completions.create(model="gpt-4o-mini", messages=MSG)
+            out = await ac.chat.completions.create(model="gpt-4o-mini", messages=msg())
             return out.choices[0].message.content or ""
         finally:
             await ac.close()
@@ -40,14 +47,14 @@ def test_success_sync_and_async(sdk, readme_gateway, upstream: FakeUpstream) -> 
 
 
 def test_stream_sync_and_async(sdk, readme_gateway, upstream: FakeUpstream) -> None:
-    stream = sdk(readme_gateway).chat.completions.create(model="gpt-4o-mini", messages=MSG, stream=True)
+    stream = sdk(readme_gateway).chat.completions.create(model="gpt-4o-mini", messages=msg(), stream=True)
     text = "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices)
     assert text == "Hello from fake."
 
     async def run() -> str:
         ac = openai.AsyncOpenAI(base_url=readme_gateway.base + "/v1", api_key="k")
         try:
-            s = await ac.chat.completions.create(model="gpt-4o-mini", messages=MSG, stream=True)
+            s = await ac.chat.completions.create(model="gpt-4o-mini", messages=msg(), stream=True)
             return "".join([ch.choices[0].delta.content or "" async for ch in s if ch.choices])
         finally:
             await ac.close()
@@ -58,7 +65,7 @@ def test_stream_sync_and_async(sdk, readme_gateway, upstream: FakeUpstream) -> N
 def test_429_with_retry_after_then_success(sdk, readme_gateway, upstream: FakeUpstream) -> None:
     upstream.script(Reply(429, RATE, {"retry-after": "1"}))
     t0 = time.monotonic()
-    r = sdk(readme_gateway).chat.completions.with_raw_response.create(model="gpt-4o-mini", messages=MSG)
+    r = sdk(readme_gateway).chat.completions.with_raw_response.create(model="gpt-4o-mini", messages=msg())
     assert r.parse().choices[0].message.content
     assert r.headers["x-llm-attempts"] == "2" and time.monotonic() - t0 >= 0.95
 
@@ -67,7 +74,7 @@ def test_429_with_long_retry_after_fails_fast_and_stamps_reset(sdk, readme_gatew
     upstream.script(Reply(429, RATE, {"retry-after": "40"}))
     t0 = time.monotonic()
     with pytest.raises(openai.RateLimitError) as e:
-        sdk(readme_gateway, max_retries=0).chat.completions.create(model="gpt-4o-mini", messages=MSG)
+        sdk(readme_gateway, max_retries=0).chat.completions.create(model="gpt-4o-mini", messages=msg())
     assert time.monotonic() - t0 < 5
     h = e.value.response.headers
     assert h["retry-after"] == "40" and h["x-llm-error-type"] == "rate_limit"
@@ -79,7 +86,7 @@ def test_insufficient_quota_is_402_after_one_attempt(sdk, readme_gateway, upstre
     quota = {"error": {"message": "You exceeded your current quota, please check your plan and billing details.", "type": "insufficient_quota", "param": None, "code": "insufficient_quota"}}
     upstream.script(*[Reply(429, quota)] * 5)
     with pytest.raises(openai.APIStatusError) as e:
-        sdk(readme_gateway).chat.completions.create(model="gpt-4o-mini", messages=MSG)
+        sdk(readme_gateway).chat.completions.create(model="gpt-4o-mini", messages=msg())
     assert e.value.status_code == 402 and e.value.response.headers["x-llm-error-type"] == "budget"
     assert e.value.body == quota["error"] or e.value.body == quota
     assert len(upstream.chat_requests()) == 1  # not the SDK's 3, not the gateway's 4
@@ -96,21 +103,21 @@ def test_insufficient_quota_is_402_after_one_attempt(sdk, readme_gateway, upstre
 def test_client_errors_cost_one_attempt(sdk, readme_gateway, upstream: FakeUpstream, status, body, exc, kind) -> None:
     upstream.script(*[Reply(status, body)] * 5)
     with pytest.raises(exc) as e:
-        sdk(readme_gateway).chat.completions.create(model="gpt-4o-mini", messages=MSG)
+        sdk(readme_gateway).chat.completions.create(model="gpt-4o-mini", messages=msg())
     assert e.value.status_code == status and e.value.response.headers["x-llm-error-type"] == kind
     assert len(upstream.chat_requests()) == 1
 
 
 def test_503_three_times_then_success(sdk, readme_gateway, upstream: FakeUpstream) -> None:
     upstream.script(Reply(503, "busy"), Reply(503, "busy"), Reply(503, "busy"))
-    r = sdk(readme_gateway).chat.completions.with_raw_response.create(model="gpt-4o-mini", messages=MSG)
+    r = sdk(readme_gateway).chat.completions.with_raw_response.create(model="gpt-4o-mini", messages=msg())
     assert r.parse().choices[0].message.content and r.headers["x-llm-attempts"] == "4"
 
 
 def test_permanent_529_costs_six_attempts_not_eighteen(sdk, readme_gateway, upstream: FakeUpstream) -> None:
     upstream.script(*[Reply(529, OVERLOADED)] * 30)
     with pytest.raises(openai.InternalServerError) as e:
-        sdk(readme_gateway).chat.completions.create(model="gpt-4o-mini", messages=MSG)  # SDK max_retries=2
+        sdk(readme_gateway).chat.completions.create(model="gpt-4o-mini", messages=msg())  # SDK max_retries=2
     h = e.value.response.headers
     assert e.value.status_code == 529 and h["x-llm-error-type"] == "provider_unavailable"
     assert h["x-should-retry"] == "false" and h["x-llm-attempts"] == "6"
@@ -119,7 +126,7 @@ def test_permanent_529_costs_six_attempts_not_eighteen(sdk, readme_gateway, upst
 
 def test_connection_dropped_before_response(sdk, readme_gateway, upstream: FakeUpstream) -> None:
     upstream.script(Drop())
-    out = sdk(readme_gateway, max_retries=0).chat.completions.create(model="gpt-4o-mini", messages=MSG)
+    out = sdk(readme_gateway, max_retries=0).chat.completions.create(model="gpt-4o-mini", messages=msg())
     assert out.choices[0].message.content and len(upstream.chat_requests()) == 2
 
 
@@ -127,7 +134,7 @@ def test_stream_dropped_after_two_chunks_raises(sdk, readme_gateway, upstream: F
     upstream.script(Stream([chunk({"role": "assistant", "content": ""}), chunk({"content": "Hel"}), chunk({"content": "lo"})], then="drop"))
     got = []
     with pytest.raises(openai.APIError) as e:
-        for ch in sdk(readme_gateway).chat.completions.create(model="gpt-4o-mini", messages=MSG, stream=True):
+        for ch in sdk(readme_gateway).chat.completions.create(model="gpt-4o-mini", messages=msg(), stream=True):
             got.append(ch.choices[0].delta.content if ch.choices else None)
     assert "Hel" in got and "lo" in got
     assert "ended before the response was complete" in str(e.value.message)

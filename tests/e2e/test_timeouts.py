@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 
 import openai
@@ -11,14 +12,20 @@ import pytest
 from tests.fakeupstream import FakeUpstream, Hang, Reply, Stream, chunk
 
 pytestmark = pytest.mark.e2e
-MSG = [{"role": "user", "content": "hi"}]
+_count = itertools.count()
+
+
+def msg() -> list[dict[str, str]]:
+    """A fresh conversation per call: the gateway answers an identical request that just
+    failed from memory (the loop breaker), and these tests each want a fresh exchange."""
+    return [{"role": "user", "content": f"hi #{next(_count)}"}]
 
 
 
 
 def test_hung_upstream_times_out_then_succeeds(sdk, fast_gateway, upstream: FakeUpstream) -> None:
     upstream.script(Hang(60))
-    r = sdk(fast_gateway, max_retries=0).chat.completions.with_raw_response.create(model="m", messages=MSG)
+    r = sdk(fast_gateway, max_retries=0).chat.completions.with_raw_response.create(model="m", messages=msg())
     assert r.parse().choices[0].message.content and r.headers["x-llm-attempts"] == "2"
 
 
@@ -26,7 +33,7 @@ def test_stalled_stream_raises_instead_of_hanging(sdk, fast_gateway, upstream: F
     upstream.script(Stream([chunk({"role": "assistant", "content": ""}), chunk({"content": "partial"})], then="stall"))
     t0 = time.monotonic()
     with pytest.raises(openai.APIError, match="stalled"):
-        for _ in sdk(fast_gateway).chat.completions.create(model="m", messages=MSG, stream=True):
+        for _ in sdk(fast_gateway).chat.completions.create(model="m", messages=msg(), stream=True):
             pass
     assert time.monotonic() - t0 < 10
 
@@ -36,14 +43,14 @@ def test_circuit_opens_and_recovers(sdk, fast_gateway, upstream: FakeUpstream) -
     upstream.script(*[Reply(503, "down")] * 18)  # 3 requests x 6 attempts
     for _ in range(3):
         with pytest.raises(openai.InternalServerError):
-            c.chat.completions.create(model="m", messages=MSG)
+            c.chat.completions.create(model="m", messages=msg())
     sent = len(upstream.chat_requests())
     with pytest.raises(openai.InternalServerError) as e:
-        c.chat.completions.create(model="m", messages=MSG)
+        c.chat.completions.create(model="m", messages=msg())
     assert e.value.status_code == 503 and e.value.response.headers["x-llm-attempts"] == "0"
     assert len(upstream.chat_requests()) == sent
     time.sleep(1.1)
-    assert c.chat.completions.create(model="m", messages=MSG).choices[0].message.content
+    assert c.chat.completions.create(model="m", messages=msg()).choices[0].message.content
 
 
 def test_storm_of_60_is_held_to_about_1_2x_attempts(fake: FakeUpstream, upstream: FakeUpstream, tmp_path) -> None:
@@ -60,7 +67,7 @@ def test_storm_of_60_is_held_to_about_1_2x_attempts(fake: FakeUpstream, upstream
 
             async def one() -> int:
                 try:
-                    await ac.chat.completions.create(model="m", messages=MSG)
+                    await ac.chat.completions.create(model="m", messages=msg())
                     return 200
                 except openai.APIStatusError as e:
                     return e.status_code

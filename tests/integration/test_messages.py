@@ -216,7 +216,7 @@ async def test_long_agent_conversation_is_rescued_once_with_a_valid_structure(ma
     sent = second.json()
     assert sent["system"] == SYSTEM and sent["thinking"] == payload["thinking"]
     assert_valid_messages(sent["messages"])
-    assert sent["messages"][-4:] == msgs[-4:]  # the newest user turn and the current step
+    assert sent["messages"][-5:] == msgs[-5:]  # the newest user turn and the current step
     assert gw.metric("llm_gateway_compressions_total", upstream="primary", outcome="applied") == 1
 
 
@@ -253,8 +253,8 @@ async def test_passthrough_errors_for_anthropic_clients_use_anthropics_envelope(
         assert r.status == 404 and doc["type"] == "error" and doc["error"]["type"] == "not_found_error"
 
 
-async def test_claude_code_gets_the_overflow_to_compact_itself_by_default(make_gateway) -> None:
-    gw = await make_gateway()
+async def test_claude_code_can_be_given_the_overflow_to_compact_itself(make_gateway) -> None:
+    gw = await make_gateway("compression: {self_compacting_clients: pass_through}\n")
     gw.fake.context_limit = 30000
     payload = {"model": "claude-sonnet-4-5", "max_tokens": 8000, "messages": messages_conversation(40, 4000)}
     status, headers, body = await gw.messages(payload, headers={"x-claude-code-session-id": "s-1",
@@ -265,8 +265,8 @@ async def test_claude_code_gets_the_overflow_to_compact_itself_by_default(make_g
     assert gw.metric("llm_gateway_compressions_total", upstream="primary", outcome="passed_to_client") == 1
 
 
-async def test_self_compacting_clients_can_be_rescued_when_configured(make_gateway) -> None:
-    gw = await make_gateway("compression: {self_compacting_clients: rescue}\n")
+async def test_self_compacting_clients_are_rescued_by_default(make_gateway) -> None:
+    gw = await make_gateway()
     gw.fake.context_limit = 30000
     payload = {"model": "claude-sonnet-4-5", "max_tokens": 8000, "messages": messages_conversation(40, 4000)}
     status, headers, _ = await gw.messages(payload, headers={"x-claude-code-session-id": "s-1"})

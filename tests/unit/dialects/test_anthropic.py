@@ -111,8 +111,10 @@ def test_compressed_conversation_stays_valid_and_keeps_what_must_not_change() ->
     # The provider counted size // 3 tokens against a 40000 limit: the retry aims under it.
     assert size(new) < size(msgs) * 40000 / (size(msgs) // 3)
     assert size(new) > size(msgs) * 0.8 * 40000 / (size(msgs) // 3), "keeps as much as fits"
-    # The newest user turn and everything after it (the current step) are untouched.
-    assert new[-4:] == msgs[-4:]
+    # The newest user turn and everything after it (the current step) are untouched,
+    # and so is every mid-conversation system entry.
+    assert new[-5:] == msgs[-5:]
+    assert [m for m in new if m["role"] == "system"] == [m for m in msgs if m["role"] == "system"]
     # The latest assistant turn's thinking block is byte-identical.
     assert json.dumps(new[-2]["content"][0]) == json.dumps(msgs[-2]["content"][0])
     # It says what it removed.

@@ -99,7 +99,7 @@ def test_table(name: str, limit_ratio: float) -> None:
     assert r.estimated_after >= 0.85 * r.target_tokens, (r.estimated_after, r.target_tokens)
     text = json.dumps(out)
     if r.report["messages_removed"]:
-        assert "earlier messages" in text and "were removed to fit" in text
+        assert "earlier messages" in text and "were removed by llm-gateway to fit" in text
     if r.report["outputs_truncated"]:
         assert "truncated by llm-gateway" in text and "more bytes" in text
     assert not any(k in json.dumps(r.report) for k in ("why why", "because", "log line"))  # sizes, not content
@@ -161,3 +161,146 @@ def test_one_megabyte_is_fast() -> None:
     r = compress(payload, error_message=openai_overflow(50_000, payload), context_window=None)
     assert r.outcome == "applied"
     assert time.perf_counter() - t0 < 0.5  # the bench measures it properly; this only catches blow-ups
+
+
+def test_a_provider_count_far_above_ours_is_trusted_not_capped() -> None:
+    """Images, tool schemas or a tokenizer unlike ours can make the provider count many times
+    our estimate; the retry must still aim under the provider's own number."""
+    payload = {"model": "m", "messages": agent_conversation(20)}
+    ours = request_tokens(payload)
+    provider, limit = int(ours * 6), int(ours * 5)
+    r = compress(payload, error_message=openai_overflow(limit, payload, ratio=6), context_window=None)
+    assert r.outcome == "applied" and r.payload is not None, r.report
+    assert r.estimated_before == pytest.approx(provider, rel=0.01)
+    assert r.estimated_after <= r.target_tokens <= limit
+    # After the cut, the provider (counting 6x ours) would see no more than the target.
+    assert request_tokens(r.payload) * 6 <= limit
+    assert r.report["calibration"] == pytest.approx(6, rel=0.01)
+
+
+def test_not_applicable_says_the_true_reason() -> None:
+    huge_user = {"model": "m", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "x" * 100_000}]}
+    r = compress(huge_user, error_message=openai_overflow(2000, huge_user), context_window=None)
+    assert r.payload is None and r.report["reason"].startswith("protected messages alone exceed")
+    assert r.report["protected_tokens"] > r.report["target_tokens"]
+    # The provider's own count is under the limit once a default completion budget is set aside:
+    # there is nothing in the conversation to remove, and the report must not blame protected messages.
+    small = {"model": "m", "messages": plain_chat(3)}
+    msg = "input length and `max_tokens` exceed context limit: 2000 + 8192 > 10000, decrease input length"
+    r = compress(small, error_message=msg, context_window=None)
+    assert r.payload is None and "protected" not in r.report["reason"]
+    assert r.report["reason"].startswith("the messages already fit")
+
+
+@pytest.mark.parametrize("name", ["agent-40-rounds", "current-step"])
+def test_the_report_says_what_was_tried_in_counts_and_sizes(name: str) -> None:
+    payload = {"model": "m", "messages": CONVERSATIONS[name]()}
+    r = compress(payload, error_message=openai_overflow(int(request_tokens(payload) * 0.5), payload),
+                 context_window=None)
+    assert r.payload is not None
+    for key in ("messages_removed", "turns_removed", "outputs_truncated", "bytes_removed"):
+        assert isinstance(r.report[key], int)
+    assert r.report["target_tokens"] == r.target_tokens
+    assert r.report["estimated_before"] == r.estimated_before and r.report["estimated_after"] == r.estimated_after
+    assert r.report["limit_source"] == "provider"
+    json.dumps(r.report)  # it goes into the JSON log line as it is
+
+
+def history(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages a rescue may drop or cut: neither system nor the newest user message."""
+    last = newest_user(msgs)
+    return [m for m in msgs if m["role"] not in ("system", "developer") and m is not last]
+
+
+def test_the_oldest_turns_are_dropped_whole_before_anything_is_cut() -> None:
+    """The reported case: 24 messages came back with every older message truncated (the last
+    assistant reply too) and nothing dropped."""
+    msgs = [*agent_conversation(10)[:24], {"role": "user", "content": "go on"}]
+    payload = {"model": "m", "messages": msgs}
+    r = compress(payload, error_message=openai_overflow(int(request_tokens(payload) * 0.8), payload),
+                 context_window=None)
+    assert r.payload is not None
+    assert r.report["turns_removed"] > 0
+    # At most the oldest turn kept is cut, to fill the room left; the rest is the newest part, verbatim.
+    assert r.report["outputs_truncated"] <= 1
+    out = history(r.payload["messages"])
+    after_cut = out[max((i for i, m in enumerate(out) if "truncated by" in json.dumps(m)), default=0) + 1:]
+    assert after_cut == history(msgs)[-len(after_cut):] and len(after_cut) >= 12
+    assert msgs[-2] in r.payload["messages"]  # the last assistant reply
+    assert r.estimated_after >= 0.9 * r.target_tokens
+
+
+@pytest.mark.parametrize("limit_ratio", [0.8, 0.5, 0.25])
+@pytest.mark.parametrize("name", ["plain-chat", "agent-40-rounds", "parallel-tools", "multimodal"])
+def test_only_the_oldest_kept_turn_may_be_cut(name: str, limit_ratio: float) -> None:
+    msgs = CONVERSATIONS[name]()
+    payload = {"model": "m", "messages": msgs}
+    r = compress(payload, error_message=openai_overflow(int(request_tokens(payload) * 1.1 * limit_ratio), payload),
+                 context_window=None)
+    assert r.payload is not None
+    # (the note about what was removed may be merged into the first message kept)
+    out = [m for m in history(r.payload["messages"]) if "removed by llm-gateway" not in json.dumps(m)]
+    cut = [m for m in out if "truncated by llm-gateway" in json.dumps(m)]
+    assert len(cut) <= 4  # one unit: a message, or a call with its (here at most 3) results
+    # Everything newer than the cut turn is verbatim, and together with it a suffix of the history.
+    newest_cut = max((out.index(m) for m in cut), default=-1)
+    assert all(m in msgs for m in out[newest_cut + 1:])
+    assert out[newest_cut + 1:] == history(msgs)[len(history(msgs)) - len(out[newest_cut + 1:]):]
+
+
+def test_a_large_output_that_fits_whole_is_not_cut() -> None:
+    """Older turns go before a large output that fits is touched."""
+    msgs = agent_conversation(30)
+    msgs.insert(-1, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "big", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}]})
+    msgs.insert(-1, {"role": "tool", "tool_call_id": "big", "content": "L" * 20_000})  # ~5.7k tokens
+    payload = {"model": "m", "messages": msgs}
+    r = compress(payload, error_message=openai_overflow(12_000, payload), context_window=None)
+    assert r.payload is not None and msgs[-2] in r.payload["messages"]
+    assert r.report["turns_removed"] > 0
+
+
+def test_a_giant_output_is_cut_so_that_older_turns_keep_room() -> None:
+    """Dropping alone would spend the whole budget on one log and leave too little else."""
+    msgs = giant_output()
+    msgs[2:2] = agent_conversation(30)[2:-1]  # thirty turns older than the giant output
+    payload = {"model": "m", "messages": msgs}
+    r = compress(payload, error_message=openai_overflow(30_000, payload), context_window=None)
+    assert r.payload is not None
+    out = r.payload["messages"]
+    big = next(m for m in out if m.get("tool_call_id") == "big")
+    assert big["content"].startswith("HEAD-MARK") and big["content"].endswith("TAIL-MARK")
+    kept_older = [m for m in out if m.get("role") == "tool" and m.get("tool_call_id") != "big" and m in msgs]
+    assert len(kept_older) >= 10, "the turns before the giant output are kept whole, not dropped for it"
+    assert r.estimated_after >= 0.9 * r.target_tokens
+
+
+def test_the_note_takes_the_content_form_of_the_newest_user_message() -> None:
+    msgs = agent_conversation(40)
+    msgs[1] = {"role": "assistant", "content": "hello"}  # so the note cannot merge into a user message
+    msgs[-1] = {"role": "user", "content": [{"type": "text", "text": "Now write the fix."}]}
+    payload = {"model": "m", "messages": msgs}
+    r = compress(payload, error_message=openai_overflow(int(request_tokens(payload) * 0.5), payload),
+                 context_window=None)
+    assert r.payload is not None
+    note = r.payload["messages"][1]
+    assert note["role"] == "user" and isinstance(note["content"], list)
+    assert "removed by llm-gateway" in note["content"][0]["text"]
+
+
+def test_room_a_dropped_turn_leaves_goes_back_to_the_outputs_already_cut() -> None:
+    """Cut to a quarter to leave room for older turns, a giant output gets that room back when
+    the older turn cannot fit even cut (ten results of which each would keep a head and tail)."""
+    ids = [f"p{j}" for j in range(10)]
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "s"}, {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": c, "type": "function"} for c in ids]},
+        *({"role": "tool", "tool_call_id": c, "content": "r" * 3500} for c in ids),
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "big", "type": "function"}]},
+        {"role": "tool", "tool_call_id": "big", "content": "HEAD " + "x" * 40_000 + " TAIL"},
+        {"role": "user", "content": "next"},
+    ]
+    payload = {"model": "m", "messages": msgs}
+    r = compress(payload, error_message=openai_overflow(4000, payload, ratio=1.0), context_window=None)
+    assert r.payload is not None and r.report["messages_removed"] == 12  # "go" and the ten-result turn
+    assert r.estimated_after >= 0.9 * r.target_tokens, (r.estimated_after, r.target_tokens)

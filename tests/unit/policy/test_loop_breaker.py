@@ -41,7 +41,7 @@ def c(t: ErrorType, **kw: object) -> Classification:
     (c(ErrorType.RATE_LIMIT, reset_at_ms=int((NOW + 3) * 1000), retry_after_s=99.0), None, 3.0),  # reset-at wins
     (c(ErrorType.RATE_LIMIT, retry_after_s=3600.0), None, 60.0),        # capped
     (c(ErrorType.RATE_LIMIT, reset_at_ms=int((NOW - 5) * 1000)), None, 0.0),  # already passed
-    (c(ErrorType.PROVIDER_UNAVAILABLE), None, 2.0),                     # no hint
+    (c(ErrorType.PROVIDER_UNAVAILABLE), None, 10.0),                    # no hint
     (c(ErrorType.PROVIDER_UNAVAILABLE), NOW + 25, 25.0),                # the open circuit's end
     (c(ErrorType.PROVIDER_UNAVAILABLE, retry_after_s=5.0), NOW + 25, 25.0),  # the latest hint
     (c(ErrorType.PROVIDER_UNAVAILABLE), NOW + 500, 60.0),

@@ -1,0 +1,148 @@
+"""Sending one request over its upstream chain: the primary, then its fallbacks.
+
+The multiplication rule: one request has one deadline, one set of per-class retry counts
+and one claim on the cross-request retry budget, whatever number of upstreams it visits.
+A fallback never resets them. Each upstream gets one first attempt; retries come out of
+the shared counts, and while another upstream is left to try, one upstream gets at most
+``fallback.retries_per_upstream`` of them before the request moves on. So a permanent
+outage of every upstream costs at most ``1 + max_retries`` attempts plus one per fallback.
+
+An upstream whose circuit is open, or whose rate limit is known not to reset yet, is
+skipped while a later upstream is left (steering); the last one is always tried, so a
+request without a usable fallback gets the same answer it would have had without any.
+
+Nothing here runs after a byte reached the client: a stream that has started is a
+``Success``, and only failures move along the chain.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gateway.errors import Classification, ErrorType
+from gateway.pipeline.attempt import Call, attempt, circuit_open
+from gateway.pipeline.outcome import Failure, Outcome, RequestState, failure_of
+from gateway.policy.breaker import Gate, circuit_key
+from gateway.policy.retry import RetryPlan, StopReason, run_with_retries
+from gateway.services import Services, UpstreamRuntime
+
+log = logging.getLogger("gateway.decisions")
+
+# The gateway settled retrying for these (it retried, or declined to protect the provider
+# or hand a long wait back): the client's SDK must not retry on top.
+_SETTLED = frozenset({StopReason.EXHAUSTED, StopReason.BUDGET, StopReason.DEADLINE, StopReason.WAIT_TOO_LONG})
+
+
+@dataclass
+class Sent:
+    outcome: Outcome
+    call: Call  # the upstream that gave the outcome (a rescue goes back to it)
+
+
+def new_plan(svc: Services, deadline_s: float | None) -> RetryPlan:
+    return RetryPlan(
+        svc.cfg.retry, now=svc.monotonic, rand=svc.rand,
+        may_retry=svc.budget.try_acquire_retry, deadline_s=deadline_s,
+    )  # fmt: skip
+
+
+async def send_chain(
+    svc: Services, state: RequestState, plan: RetryPlan, chain: list[UpstreamRuntime],
+    call_for: Callable[[UpstreamRuntime], Call], body: bytes,
+) -> Sent:  # fmt: skip
+    fallback = svc.cfg.fallback
+    last: Sent | None = None
+    for hop, up in enumerate(chain):
+        more = hop < len(chain) - 1
+        if more and await _steer_past(svc, up, state.model):
+            log.debug({"request_id": state.request_id, "event": "steered", "upstream": up.cfg.name})
+            continue
+        call = call_for(up)
+        nxt = chain[hop + 1] if more else None
+        outcome = await send_one(svc, state, plan, call, body,
+                                 retries_cap=fallback.retries_per_upstream, next_up=nxt)  # fmt: skip
+        last = Sent(outcome, call)
+        if nxt is None or not isinstance(outcome, Failure) or not _fails_over(svc, outcome, up, nxt):
+            return last
+        c = outcome.classification
+        state.fallbacks += 1
+        svc.telemetry.fallbacks.labels(up.cfg.name, nxt.cfg.name, c.type.value).inc()
+        log.debug({"request_id": state.request_id, "event": "fallback", "from": up.cfg.name,
+                   "to": nxt.cfg.name, "status": outcome.status, "error_type": c.type.value})  # fmt: skip
+        if c.type is ErrorType.RATE_LIMIT and c.reset_at_ms is not None:
+            await svc.store.reset_set(circuit_key(up.cfg.name, state.model), c.reset_at_ms)
+    assert last is not None  # the last upstream is never skipped
+    return last
+
+
+def _fails_over(svc: Services, failure: Failure, up: UpstreamRuntime, nxt: UpstreamRuntime) -> bool:
+    return _fails_over_class(svc, failure.classification, up, nxt)
+
+
+def _fails_over_class(svc: Services, c: Classification, up: UpstreamRuntime, nxt: UpstreamRuntime) -> bool:
+    t = c.type
+    if t is ErrorType.CONTEXT_OVERFLOW:
+        bigger = (nxt.cfg.context_window or 0) > (up.cfg.context_window or 0)
+        return svc.cfg.fallback.context_overflow and bigger
+    return t.value in svc.cfg.fallback.when
+
+
+async def _steer_past(svc: Services, up: UpstreamRuntime, model: str | None) -> bool:
+    """Skip an upstream that would refuse: its circuit is open or its rate limit has not reset."""
+    if await up.circuit.is_open(model):
+        return True
+    reset_at_ms = await svc.store.reset_get(circuit_key(up.cfg.name, model))
+    return reset_at_ms is not None and reset_at_ms > svc.wall() * 1000
+
+
+async def send_one(
+    svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes,
+    *, retries_cap: int | None = None, next_up: UpstreamRuntime | None = None,
+) -> Outcome:  # fmt: skip
+    """Send to one upstream with retries. Its circuit counts whole requests, not attempts:
+    one request's own retries are the retry policy's business, and a permanent 503 must
+    cost exactly 1 + max_retries attempts. A half-open circuit's probe is one attempt."""
+    up = call.up
+    state.upstream = up.cfg.name
+    adm = await up.circuit.admit(state.model)
+    if adm.gate is Gate.REFUSE:
+        state.retries_settled = True
+        return circuit_open(svc, up, adm.retry_in_s)
+    here = 0
+
+    def before_retry(outcome: Outcome, wait_s: float) -> None:
+        nonlocal here
+        assert isinstance(outcome, Failure)
+        here += 1
+        state.retries += 1
+        c = outcome.classification
+        svc.telemetry.retries.labels(up.cfg.name, c.type.value).inc()
+        log.debug({"request_id": state.request_id, "event": "retry", "upstream": up.cfg.name,
+                   "status": outcome.status, "error_type": c.type.value,
+                   "wait_s": round(wait_s, 3)})  # fmt: skip
+
+    async def one() -> Outcome:
+        return await attempt(svc, state, plan, call, body)
+
+    def may_continue(c: Classification) -> bool:
+        if adm.gate is Gate.PROBE:
+            return False  # a half-open circuit's probe is one attempt
+        if next_up is None or retries_cap is None or not _fails_over_class(svc, c, up, next_up):
+            return True  # only failures that will move on are cut short
+        return here < retries_cap
+
+    plan.hop_cap = may_continue
+    try:
+        outcome = await run_with_retries(one, plan, failure_of, svc.sleep, before_retry)
+    except BaseException:
+        await up.circuit.abandon(adm)
+        raise
+    finally:
+        plan.hop_cap = None
+    state.retries_settled = plan.stopped in _SETTLED
+    failed = isinstance(outcome, Failure) and outcome.classification.type is ErrorType.PROVIDER_UNAVAILABLE
+    # Any answer, even a 4xx, shows the provider is up.
+    await up.circuit.record(adm, state.model, failed=failed)
+    return outcome

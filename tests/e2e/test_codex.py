@@ -1,0 +1,200 @@
+"""Codex CLI itself (`codex exec`, headless) against the gateway, in front of a fake upstream
+that speaks the Responses API. The facts these tests rely on are in CODEX_NOTES.md.
+
+Codex retries in two nested loops (HTTP retries inside stream reconnects; defaults 4 and 5,
+30 requests for a permanent 503). The failure tests shrink both to 1 through Codex's own
+per-provider knobs, so a run takes seconds: Codex then sends up to 4 requests for one turn.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import FAST_RETRIES, ROOT, RunningGateway, launch_cli
+from tests.fakeupstream import (
+    FakeUpstream,
+    Reply,
+    Stream,
+    responses_deltas,
+    responses_head,
+    responses_overflow,
+)
+
+pytestmark = pytest.mark.e2e
+
+CODEX_VERSION = os.environ.get("CODEX_VERSION", "0.169.0")  # the version CODEX_NOTES.md measured
+CODEX_PREFIX = ROOT / ".cache" / "codex"
+CODEX_BIN = CODEX_PREFIX / "node_modules" / ".bin" / "codex"
+ANSWER = "Hello from fake."  # the fake upstream's streamed answer
+RATE = {"error": {"message": "Rate limit reached for gpt-5-codex in organization org-fake on tokens per min (TPM).",
+                  "type": "tokens", "param": None, "code": "rate_limit_exceeded"}}  # fmt: skip
+UNAVAILABLE = {"error": {"message": "The server is overloaded or not ready yet.", "type": "server_error",
+                         "param": None, "code": None}}  # fmt: skip
+PROVIDER_UNAVAILABLE_RETRIES = 5  # FAST_RETRIES
+RATE_LIMIT_RETRIES = 3  # FAST_RETRIES
+FEW_RETRIES = "request_max_retries = 1\nstream_max_retries = 1\n"
+
+
+@pytest.fixture(scope="session")
+def codex() -> Path:
+    """The Codex CLI, installed once into .cache/codex (scripts/test-deps.sh does the same)."""
+    if not CODEX_BIN.exists():
+        try:
+            done = subprocess.run(
+                ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(CODEX_PREFIX),
+                 f"@openai/codex@{CODEX_VERSION}"],
+                capture_output=True, text=True, timeout=600,
+            )  # fmt: skip
+            failure = None if done.returncode == 0 else (done.stderr or done.stdout)[-2000:]
+        except (OSError, subprocess.TimeoutExpired) as e:
+            failure = repr(e)
+        if failure is not None or not CODEX_BIN.exists():
+            msg = f"!!! CODEX CLI COULD NOT BE INSTALLED: the Codex e2e tests did NOT run !!!\n{failure}"
+            warnings.warn(msg, stacklevel=1)
+            pytest.skip(msg)
+    return CODEX_BIN
+
+
+def cut_stream() -> Stream:
+    """Some visible text, then the connection drops."""
+    return Stream([*responses_head(), *responses_deltas(("Hel", "lo", " wor"), start_seq=4)], then="drop")
+
+
+@pytest.fixture(scope="module")
+def gateway(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
+    # A circuit that never opens here: every count below is the retry policy's alone.
+    gw = launch_cli(fake, tmp_path_factory.mktemp("codexgw"),
+                    FAST_RETRIES + "circuit_breaker: {failure_threshold: 1000, open_s: 1}\n")  # fmt: skip
+    yield gw
+    gw.stop()
+
+
+@pytest.fixture
+def up(upstream: FakeUpstream) -> FakeUpstream:
+    return upstream
+
+
+@dataclass
+class Run:
+    code: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+@pytest.fixture
+def run_codex(codex: Path, gateway: RunningGateway, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """`codex exec` as a user runs it headless, with a fresh CODEX_HOME pointing at the gateway."""
+
+    def run(prompt: str = "say hi", provider_extra: str = "", timeout: float = 60) -> Run:
+        home = tmp_path / "home"
+        codex_home = home / "codex"
+        codex_home.mkdir(parents=True, exist_ok=True)
+        (codex_home / "config.toml").write_text(
+            'model = "gpt-5-codex"\n'
+            'model_provider = "gw"\n'
+            'approval_policy = "never"\n'
+            'sandbox_mode = "read-only"\n'
+            "\n[model_providers.gw]\n"
+            'name = "gw"\n'
+            f'base_url = "{gateway.base}/v1"\n'
+            'wire_api = "responses"\n'
+            'env_key = "GW_KEY"\n'
+            "requires_openai_auth = false\n" + provider_extra
+        )
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "CODEX_HOME": str(codex_home), "GW_KEY": "dummy"}
+        t0 = time.monotonic()
+        p = subprocess.run([str(codex), "exec", "--skip-git-repo-check", prompt], env=env, cwd=home,
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)  # fmt: skip
+        return Run(p.returncode, p.stdout, p.stderr, time.monotonic() - t0)
+
+    return run
+
+
+def calls(up: FakeUpstream) -> int:
+    return len(up.responses_requests())
+
+
+def errors(run: Run) -> list[str]:
+    return [line for line in run.stderr.splitlines() if line.startswith("ERROR:")]
+
+
+def test_codex_answers_through_the_gateway(run_codex, up: FakeUpstream) -> None:
+    r = run_codex("say hi")
+    assert r.code == 0, r.stderr
+    assert r.stdout.strip() == ANSWER
+    assert calls(up) == 1
+    sent = up.responses_requests()[0]
+    assert sent.headers["originator"] == "codex_exec" and sent.headers["Authorization"] == "Bearer dummy"
+    body = sent.json()
+    assert body["stream"] is True and body["store"] is False
+    assert body["input"][-1]["content"] == [{"type": "input_text", "text": "say hi"}]
+
+
+def test_503_twice_then_success(run_codex, up: FakeUpstream) -> None:
+    up.script(Reply(503, UNAVAILABLE), Reply(503, UNAVAILABLE))
+    r = run_codex()
+    assert r.code == 0, r.stderr
+    assert r.stdout.strip() == ANSWER
+    assert calls(up) == 3  # the gateway's retries; Codex saw one clean stream
+    assert "Reconnecting" not in r.stderr
+
+
+def test_permanent_503_reaches_the_provider_once_per_gateway_budget(run_codex, up: FakeUpstream) -> None:
+    """Codex sends this turn up to 4 times (1 HTTP retry x 1 reconnect), each a JSON-identical
+    body (CODEX_NOTES.md: reconnects reorder `client_metadata`). The gateway already spent
+    its whole retry budget on the first; the repeats must not reach the provider again."""
+    up.script(*[Reply(503, UNAVAILABLE)] * 100)
+    r = run_codex(provider_extra=FEW_RETRIES)
+    assert r.code != 0 and r.stdout.strip() == ""
+    assert any("503" in line for line in errors(r)), r.stderr
+    assert calls(up) == 1 + PROVIDER_UNAVAILABLE_RETRIES, f"{calls(up)} upstream calls for one Codex turn"
+    assert r.seconds < 30
+
+
+def test_429_reaches_the_provider_once_per_gateway_budget(run_codex, up: FakeUpstream) -> None:
+    up.script(*[Reply(429, RATE)] * 100)
+    r = run_codex(provider_extra=FEW_RETRIES)
+    assert r.code != 0 and r.stdout.strip() == ""
+    assert any("429" in line for line in errors(r)), r.stderr
+    assert calls(up) == 1 + RATE_LIMIT_RETRIES, f"{calls(up)} upstream calls for one Codex turn"
+    assert r.seconds < 30
+
+
+def test_stream_cut_mid_answer_then_codex_reconnects(run_codex, up: FakeUpstream) -> None:
+    up.script(cut_stream())
+    r = run_codex()
+    assert r.code == 0, r.stderr
+    assert r.stdout.strip() == ANSWER  # the cut attempt's partial text is not in the answer
+    assert calls(up) == 2  # the gateway does not retry after text reached Codex; Codex does, once
+    assert "Reconnecting... 1/" in r.stderr
+
+
+def test_stream_cut_for_good_ends_with_the_gateways_typed_failure(run_codex, up: FakeUpstream) -> None:
+    up.script(*[cut_stream() for _ in range(10)])
+    r = run_codex(provider_extra=FEW_RETRIES)
+    assert r.code != 0 and r.stdout.strip() == ""
+    assert calls(up) == 2  # 1 + stream_max_retries: one upstream attempt per Codex attempt
+    last = errors(r)[-1]
+    assert last.startswith("ERROR: stream disconnected before completion:"), r.stderr
+    # Codex read the gateway's response.failed, not a raw connection drop.
+    assert "Transport error" not in last and "error decoding response body" not in last, last
+
+
+def test_context_overflow_reaches_codex_once(run_codex, up: FakeUpstream) -> None:
+    """Default `compression.self_compacting_clients: pass_through`: Codex gets the provider's
+    overflow. Codex does not retry it, and `codex exec` ends the turn (it compacts only
+    before a turn, from reported usage; CODEX_NOTES.md)."""
+    up.script(*[responses_overflow()] * 5)
+    r = run_codex()
+    assert r.code != 0
+    assert calls(up) == 1
+    assert any("context window" in line for line in errors(r)), r.stderr
