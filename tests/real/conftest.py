@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -150,12 +151,10 @@ def gateway(llama_server: Proc, tmp_path_factory: pytest.TempPathFactory) -> Ite
     gw.stop()
 
 
-@pytest.fixture
-def client(gateway: Gateway) -> Iterator[object]:
+@pytest.fixture(scope="session")
+def client(gateway: Gateway) -> Iterator[openai.OpenAI]:
     """The real openai SDK pointed at the gateway; its own retries off, so every attempt
     counted is the gateway's."""
-    import openai
-
     c = openai.OpenAI(base_url=gateway.base + "/v1", api_key="sk-unused", max_retries=0, timeout=180)
     yield c
     c.close()
