@@ -194,6 +194,19 @@ def test_server_any_error_in_a_stream_is_an_empty_200(llama_server: Proc) -> Non
     assert status == 200 and headers["content-type"].startswith("text/event-stream") and body == b""
 
 
+def test_server_does_not_count_the_tools_array(llama_server: Proc) -> None:
+    """SmolLM2's chat template renders no tools: a tools array adds nothing to prompt_tokens,
+    and the overflow error's "N in the messages" leaves it out."""
+    url = llama_server.base + "/v1/chat/completions"
+    msgs = [{"role": "user", "content": "Say hi."}]
+    counts = []
+    for extra in ({}, {"tools": TOOLS}):
+        status, _, body = post(url, {"model": MODEL, "messages": msgs, "max_tokens": 1, **extra})
+        assert status == 200, body
+        counts.append(json.loads(body)["usage"]["prompt_tokens"])
+    assert counts[0] == counts[1], counts
+
+
 # -- through the gateway ---------------------------------------------------------------------
 
 
