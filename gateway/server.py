@@ -8,6 +8,7 @@ get up to ``server.drain_s`` to finish before the process exits 0.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from urllib.parse import urlsplit, urlunsplit
@@ -25,9 +26,7 @@ log = logging.getLogger("gateway.server")
 async def serve(cfg: GatewayConfig) -> None:
     app = create_app(cfg)
     svc = app[SERVICES]
-    # handler_cancellation: a client that goes away cancels its handler, which closes the
-    # upstream request at once instead of letting it run to the end unobserved.
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
+    runner = make_runner(app, shutdown_timeout=1.0)
     await runner.setup()
     site = web.TCPSite(runner, cfg.server.host, cfg.server.port, backlog=1024)
     try:
@@ -52,9 +51,31 @@ async def serve(cfg: GatewayConfig) -> None:
         try:
             await asyncio.wait_for(idle.wait(), timeout=cfg.server.drain_s)
         except TimeoutError:
-            log.warning({"event": "drain_timeout", "in_flight": svc.in_flight})
+            log.warning({"event": "drain_timeout", "in_flight": svc.in_flight, "cutting": len(svc.relaying)})
+            # Responses still relaying end with their dialect's typed error event, never a cut
+            # that could pass for a finished answer; then the rest is closed.
+            svc.shutting_down = True
+            for task in list(svc.relaying):
+                task.cancel()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(idle.wait(), timeout=2.0)
     await runner.cleanup()
     log.info({"event": "stopped"})
+
+
+def make_runner(app: web.Application, **overrides: object) -> web.AppRunner:
+    """How the gateway's app is served (tests serve it the same way)."""
+    options: dict[str, object] = {
+        # A client that goes away cancels its handler, which closes the upstream request at
+        # once instead of letting it run to the end unobserved.
+        "handler_cancellation": True,
+        "access_log": None,  # observe writes the one log line per request
+        # Request bodies are decoded by the pipeline, which answers a bad or unsupported
+        # Content-Encoding in the dialect's shape (see gateway/encodings.py).
+        "auto_decompress": False,
+        **overrides,
+    }
+    return web.AppRunner(app, **options)  # type: ignore[arg-type]
 
 
 def _addresses(runner: web.AppRunner) -> list[str]:

@@ -6,8 +6,10 @@ sleeps and senders.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 
@@ -40,6 +42,9 @@ class Services:
     rand: Callable[[], float]
     auth: ClientAuth
     draining: bool = False
+    shutting_down: bool = False  # drain_s ran out: responses still relaying are being ended
+    relaying: set[asyncio.Task[Any]] = field(default_factory=set)
+    models_cache: dict[str, tuple[float, bytes]] = field(default_factory=dict)  # GET /v1/models
     in_flight: int = 0
     idle: list[Callable[[], None]] = field(default_factory=list)
 

@@ -270,6 +270,7 @@ class FakeUpstream:
         self.steps: collections.deque[Step] = collections.deque()
         self.requests: list[Recorded] = []
         self.context_limit: int | None = None
+        self.models_listing: dict[str, Any] | None = None  # what GET /models answers
         self.cancelled = 0  # handlers torn down because the gateway went away
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -348,7 +349,7 @@ class FakeUpstream:
     async def _answer(self, request: web.Request, body: bytes) -> web.StreamResponse:
         path = request.path
         if path.endswith("/models") and request.method == "GET":
-            return web.json_response({"object": "list", "data": [
+            return web.json_response(self.models_listing or {"object": "list", "data": [
                 {"id": "gpt-4o-mini", "object": "model", "created": 0, "owned_by": "fake"}]})
         if path.endswith("/embeddings"):
             return web.json_response({"object": "list", "model": "text-embedding-3-small",
@@ -357,7 +358,7 @@ class FakeUpstream:
                                       "usage": {"prompt_tokens": 3, "total_tokens": 3}})
         if path.endswith("/messages/count_tokens"):
             return web.json_response({"input_tokens": estimate_tokens(json.loads(body or b"{}"))})
-        if not path.endswith(("/chat/completions", "/messages", "/responses")):
+        if not path.endswith(("/completions", "/messages", "/responses")):
             return web.json_response({"error": {"message": f"unknown path {path}",
                                                 "type": "invalid_request_error", "code": None}},
                                      status=404)  # fmt: skip

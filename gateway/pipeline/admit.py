@@ -14,6 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.encodings import EncodingProblem, decode_body
 from gateway.pipeline.outcome import Failure, bad_request
 from gateway.services import SERVICES
 
@@ -52,7 +53,14 @@ async def read_body(request: web.Request, max_bytes: int, idle_s: float) -> byte
         return bad_request(
             f"the request body did not arrive within {idle_s:g}s", "request_timeout", status=408
         )
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+    body = parts[0] if len(parts) == 1 else b"".join(parts)
+    encoding = request.headers.get("Content-Encoding")
+    if not encoding:
+        return body
+    decoded = decode_body(body, encoding, max_bytes)
+    if isinstance(decoded, EncodingProblem):
+        return bad_request(decoded.message, decoded.code, status=decoded.status)
+    return decoded
 
 
 def _too_large(max_bytes: int) -> Failure:

@@ -28,6 +28,7 @@ from gateway.errors import Classification, ErrorType
 from gateway.pipeline.admit import model_of, parse_json_object, read_body
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.chain import new_plan, send_chain, send_one
+from gateway.pipeline.models import list_models
 from gateway.pipeline.outcome import STATE, Failure, Outcome, RequestState, bad_request, gateway_failure
 from gateway.pipeline.relay import relay, rendered
 from gateway.policy.clients import client_deadline_s, compacts_itself
@@ -92,6 +93,10 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     refused = _authenticate(svc, request)
     if refused is not None:
         return await relay(request, svc, state, refused)
+    if request.method == "GET" and request.path == "/v1/models":
+        merged = await list_models(request)
+        if merged is not None:
+            return merged
     try:
         url_for = upstream_url("", request.raw_path.split("?", 1)[0], request.query_string)
     except UnsafePath as e:

@@ -114,6 +114,12 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
         record["provider_code"] = c.provider_code[:64]
     if state.compression is not None:
         record["compression"] = state.compression
+    if state.ended_by is not None:
+        record["ended_by"] = state.ended_by  # a response cut short after it started
+    if state.fallbacks:
+        record["fallbacks"] = state.fallbacks
+    if state.from_memory:
+        record["from_memory"] = state.from_memory
     if state.usage:
         record["usage"] = state.usage
     log.info(record)

@@ -39,6 +39,7 @@ class RequestState:
     retries_settled: bool = False
     first_byte_at: float | None = None
     stream_error: ErrorType | None = None  # a committed stream that ended in an error event
+    ended_by: str | None = None  # why a committed response ended early (reset, idle_timeout, shutdown…)
     usage: dict[str, int] = field(default_factory=dict)
     dialect: Dialect = field(default_factory=lambda: OPENAI_CHAT)
 

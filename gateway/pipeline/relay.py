@@ -8,13 +8,16 @@ no client mistakes it for a finished turn.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import web
 
 from gateway.dialects.base import Ending, EventKind, StreamReader
-from gateway.errors import TransportError
+from gateway.errors import Classification, ErrorType, TransportError
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success
 from gateway.policy.classify import classify
 from gateway.services import Services
@@ -34,7 +37,7 @@ async def relay(
         return web.Response(status=outcome.status, body=outcome.body, headers=outcome.headers)
     if outcome.sse:
         return await _relay_sse(request, svc, state, outcome)
-    return await _relay_raw(request, outcome)
+    return await _relay_raw(request, svc, state, outcome)
 
 
 def rendered(state: RequestState, failure: Failure) -> tuple[int, bytes]:
@@ -59,15 +62,24 @@ def _count_usage_in_body(state: RequestState, body: bytes) -> None:
         state.usage.update(state.dialect.body_usage(doc))
 
 
-async def _relay_raw(request: web.Request, outcome: Success) -> web.StreamResponse:
+async def _relay_raw(
+    request: web.Request, svc: Services, state: RequestState, outcome: Success
+) -> web.StreamResponse:
     assert outcome.chunks is not None and outcome.response is not None
     resp = web.StreamResponse(status=outcome.status, headers=outcome.headers)
+    state.stream = any(k.lower() == "content-type" and "event-stream" in v for k, v in outcome.headers)
     try:
-        await resp.prepare(request)
-        async for chunk in outcome.chunks:
-            await resp.write(chunk)
-    except UpstreamFailure:
-        # Bytes already left; the only honest signal left is an unterminated body.
+        with _cut_on_shutdown(svc):
+            await resp.prepare(request)
+            async for chunk in outcome.chunks:
+                await resp.write(chunk)
+    except (UpstreamFailure, _ShutdownCut) as e:
+        # Bytes already left and this body's grammar is unknown: the only honest signal left
+        # is an unterminated body; the log line and metrics still say what happened.
+        kind = e.kind if isinstance(e, UpstreamFailure) else TransportError.STREAM_BROKEN
+        c = classify(None, {}, b"", now_s=svc.wall(), transport_error=kind)
+        state.stream_error, state.classification = c.type, c
+        state.ended_by = "shutdown" if isinstance(e, _ShutdownCut) else kind.value
         if request.transport is not None:
             request.transport.close()
         return resp
@@ -75,6 +87,29 @@ async def _relay_raw(request: web.Request, outcome: Success) -> web.StreamRespon
         outcome.response.close()
     await resp.write_eof()
     return resp
+
+
+class _ShutdownCut(Exception):
+    """The drain period ran out while this response was still being relayed."""
+
+
+@contextlib.contextmanager
+def _cut_on_shutdown(svc: Services) -> Iterator[None]:
+    """Registers the relaying task so that shutdown can end it cleanly: when ``drain_s``
+    runs out, the server cancels it, and the cancellation arrives here as ``_ShutdownCut``
+    so the relay can still end the stream with its typed error event."""
+    task = asyncio.current_task()
+    assert task is not None
+    svc.relaying.add(task)
+    try:
+        yield
+    except asyncio.CancelledError:
+        if not svc.shutting_down:
+            raise
+        task.uncancel()
+        raise _ShutdownCut from None
+    finally:
+        svc.relaying.discard(task)
 
 
 async def _relay_sse(
@@ -87,25 +122,33 @@ async def _relay_sse(
     # The held events end with the first visible one, which may already be the last.
     finished = reader.kind(outcome.held[-1], committed=True) is EventKind.FINAL if outcome.held else False
     try:
-        await resp.prepare(request)
-        out, end, fin = _filter(reader, splitter.feed(outcome.pending), svc.wall())
-        finished = finished or fin
-        await resp.write(b"".join(outcome.held) + out)
-        if end is not None:
-            return await _end_with_error(resp, state, reader, end)
-        async for chunk in outcome.chunks:
-            events = splitter.feed(chunk)
-            if not events:
-                continue
-            out, end, fin = _filter(reader, events, svc.wall())
-            if out:
-                finished = finished or fin
-                await resp.write(out)
+        with _cut_on_shutdown(svc):
+            await resp.prepare(request)
+            out, end, fin = _filter(reader, splitter.feed(outcome.pending), svc.wall())
+            finished = finished or fin
+            await resp.write(b"".join(outcome.held) + out)
             if end is not None:
                 return await _end_with_error(resp, state, reader, end)
+            async for chunk in outcome.chunks:
+                events = splitter.feed(chunk)
+                if not events:
+                    continue
+                out, end, fin = _filter(reader, events, svc.wall())
+                if out:
+                    finished = finished or fin
+                    await resp.write(out)
+                if end is not None:
+                    return await _end_with_error(resp, state, reader, end)
     except UpstreamFailure as f:
         c = classify(None, {}, b"", now_s=svc.wall(), transport_error=f.kind)
+        state.ended_by = f.kind.value
         return await _end_with_error(resp, state, reader, Ending(c, _TRANSPORT_TEXT[f.kind], f.kind.value))
+    except _ShutdownCut:
+        # Not the provider's fault, and worth retrying at once (on another replica).
+        c = Classification.of(ErrorType.PROVIDER_UNAVAILABLE, provider_code="gateway_shutdown")
+        state.ended_by = "shutdown"
+        ending = Ending(c, "the gateway is shutting down; retry the request", "gateway_shutdown")
+        return await _end_with_error(resp, state, reader, ending)
     finally:
         outcome.response.close()
         state.usage.update(reader.usage)

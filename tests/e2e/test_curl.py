@@ -107,3 +107,34 @@ def test_sigterm_drains_in_flight_streams_then_exits_0(fake: FakeUpstream, upstr
     t.join(20)
     assert result["body"].rstrip().endswith(b"data: [DONE]")  # the stream finished
     assert gw.proc.wait(20) == 0
+
+
+def test_streams_still_running_when_drain_runs_out_end_with_a_typed_error(fake: FakeUpstream, upstream: FakeUpstream,
+                                                                          tmp_path) -> None:
+    from tests.e2e.conftest import launch_cli
+
+    gw = launch_cli(fake, tmp_path)  # drain_s: 5; a stream of 40 x 0.25 s outlives it
+    upstream.script(Stream([chunk({"content": f"w{i}"}) for i in range(40)] + [chunk({}, "stop")], delay_s=0.25))
+    result: dict[str, bytes] = {}
+
+    def read_stream() -> None:
+        req = urllib.request.Request(gw.base + "/v1/chat/completions", method="POST",
+                                     data=json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "long"}]}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            result["body"] = r.read()
+
+    t = threading.Thread(target=read_stream)
+    t.start()
+    time.sleep(0.6)
+    gw.proc.send_signal(signal.SIGTERM)
+    t.join(30)
+    assert gw.proc.wait(20) == 0
+    events = [line[6:] for line in result["body"].decode().split("\n") if line.startswith("data: ")]
+    assert "[DONE]" not in events
+    last = json.loads(events[-1])
+    assert last["choices"][0]["finish_reason"] == "error"
+    assert last["error"]["code"] == "gateway_shutdown" and last["error"]["retryable"] is True
+    log = [json.loads(line) for line in gw.log_path.read_text().splitlines() if line.startswith("{")]
+    [cut] = [r for r in log if r.get("event") == "request" and r.get("ended_by")]
+    assert cut["ended_by"] == "shutdown" and cut["status"] == 200 and cut["error_type"] == "provider_unavailable"

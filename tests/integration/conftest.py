@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from gateway.app import create_app
 from gateway.config import parse_config
+from gateway.server import make_runner
 from tests.fakeupstream import FakeUpstream
 
 
@@ -90,7 +91,7 @@ async def make_gateway() -> AsyncIterator[MakeGateway]:
             slept.append(s)
 
         app = create_app(cfg, registry=registry, sleep=asyncio.sleep if real_sleep else record_sleep)
-        runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=0.5)
+        runner = make_runner(app, shutdown_timeout=0.5)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()

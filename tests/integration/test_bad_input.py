@@ -115,3 +115,20 @@ async def test_absolute_uri_request_target_is_not_proxied(make_gateway) -> None:
     writer.close()
     assert response.split(b" ", 2)[1] in (b"400", b"404")
     assert gw.fake.requests == []
+
+
+@pytest.mark.parametrize(("encoding", "data", "status", "code"), [
+    ("br", b"\x8b\x02\x80hello\x03", 415, "unsupported_content_encoding"),
+    ("zstd", b"(\xb5/\xfd\x00Xhello", 415, "unsupported_content_encoding"),
+    ("gzip", b'{"model": "gpt-4o-mini", "messages": []}', 400, "invalid_content_encoding"),
+])
+async def test_content_encodings_we_cannot_read_get_a_clear_error(make_gateway, encoding, data, status, code) -> None:
+    gw = await make_gateway()
+    status_, headers, body = await gw.chat(data=data, headers={"Content-Type": "application/json",
+                                                                "Content-Encoding": encoding})
+    assert_gateway_error(status_, headers, body, status, code)
+    assert gw.fake.chat_requests() == []
+    status_, _, body = await gw.messages(data=data, headers={"Content-Type": "application/json",
+                                                             "Content-Encoding": encoding})
+    assert status_ == status and json.loads(body)["type"] == "error"
+    assert (await gw.chat())[0] == 200  # still healthy

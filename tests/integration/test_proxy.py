@@ -145,3 +145,36 @@ async def test_gzip_request_body_is_decoded_before_forwarding(make_gateway) -> N
                                                                    "Content-Type": "application/json"})
     sent = gw.fake.chat_requests()[-1]
     assert status == 200 and sent.body == raw and "Content-Encoding" not in sent.headers
+
+
+async def test_models_from_every_upstream_are_merged_each_listed_once(make_gateway) -> None:
+    from tests.fakeupstream import FakeUpstream
+
+    primary, other = await FakeUpstream().start(), await FakeUpstream().start()
+    try:
+        gw = await make_gateway(fake=primary, upstreams=(
+            f"  - {{name: primary, base_url: '{primary.url}', models: ['gpt-*']}}\n"
+            f"  - {{name: claude, base_url: '{other.url}', models: ['claude-*', 'gpt-4o-mini']}}\n"))
+        primary.models_listing = {"object": "list", "data": [{"id": "gpt-4o-mini", "object": "model"},
+                                                             {"id": "gpt-4.1", "object": "model"}]}
+        # Listed by both; routing sends gpt-4o-mini to primary, so it is listed once, from there.
+        other.models_listing = {"data": [{"id": "claude-sonnet-4-5", "type": "model"},
+                                         {"id": "gpt-4o-mini", "type": "model"}], "has_more": False}
+        async with gw.session.get(gw.base + "/v1/models") as r:
+            doc = await r.json()
+        assert r.status == 200 and doc["object"] == "list"
+        assert [m["id"] for m in doc["data"]] == ["gpt-4o-mini", "gpt-4.1", "claude-sonnet-4-5"]
+        async with gw.session.get(gw.base + "/v1/models") as r:
+            assert (await r.json()) == doc  # from the short cache: no second round of calls
+        assert len([q for q in other.requests if q.path.endswith("/models")]) == 1
+    finally:
+        await primary.close()
+        await other.close()
+
+
+async def test_model_not_found_names_the_model_and_the_patterns(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", models: ['gpt-*', 'o3']")
+    status, headers, body = await gw.chat({"model": "llama-3", "messages": [{"role": "user", "content": "x"}]})
+    err = json.loads(body)["error"]
+    assert status == 404 and err["code"] == "model_not_found"
+    assert "'llama-3'" in err["message"] and "gpt-*" in err["message"] and "o3" in err["message"]

@@ -121,3 +121,18 @@ async def test_usage_chunk_kept_for_a_client_that_asked(make_gateway) -> None:
     _, _, body = await gw.chat({**STREAM_REQ, "stream_options": {"include_usage": True}})
     usage_events = [json.loads(e) for e in data_events(body) if e != "[DONE]" and '"usage"' in e]
     assert usage_events and usage_events[-1]["choices"] == []
+
+
+async def test_a_broken_stream_on_a_passthrough_path_is_counted_as_an_error(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.script(Stream([chunk({"content": "a"}), chunk({"content": "b"})], then="drop"))
+    async with gw.session.post(gw.base + "/v1/completions", json={"model": "gpt-4o-mini", "prompt": "x",
+                                                                  "stream": True}) as r:
+        assert r.status == 200
+        try:
+            await r.read()
+        except Exception:
+            pass  # the body is unterminated: the only honest signal on an unknown grammar
+    await asyncio.sleep(0.05)
+    assert gw.metric("llm_gateway_requests_total", upstream="primary", model="gpt-4o-mini", status="200",
+                     error_type="provider_unavailable") == 1

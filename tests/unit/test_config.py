@@ -115,7 +115,7 @@ def test_every_problem_is_shown_one_per_line_with_its_field() -> None:
 def test_unknown_key_without_a_near_match_lists_the_known_ones() -> None:
     with pytest.raises(ConfigError) as e:
         parse_config("compression: {zzz: 1}\n" + MINIMAL, env={})
-    assert e.value.problems == ("compression.zzz: unknown key (known keys: enabled, self_compacting_clients)",)
+    assert e.value.problems == ("compression.zzz: unknown key (known keys: enabled, max_tool_output_share, max_tool_output_tokens, self_compacting_clients)",)
 
 
 def test_every_unset_variable_is_reported() -> None:
