@@ -1,11 +1,11 @@
 // One `generateText` call of the Vercel AI SDK (`ai` + `@ai-sdk/openai-compatible`, installed
 // by scripts/test-deps.sh into .cache/ai-sdk) against an OpenAI-compatible base URL, with the
 // SDK's own defaults (maxRetries 2). The only addition is a fetch that records each attempt
-// the SDK makes (when, and what the gateway answered) and then hands it to the real fetch.
+// the SDK makes (when it was sent, when its answer's head arrived, what the gateway answered) and then hands it to the real fetch.
 //
 //   node generate_text.cjs <sdk dir> <base url> <model> <prompt>
 //
-// Prints one JSON line: {ok, text, error, elapsed_ms, attempts: [{at_ms, status, headers}]}.
+// Prints one JSON line: {ok, text, error, elapsed_ms, attempts: [{at_ms, done_ms, status, headers}]}.
 "use strict";
 const path = require("node:path");
 const { createRequire } = require("node:module");
@@ -26,7 +26,7 @@ async function recordingFetch(input, init) {
   for (const k of KEEP) {
     if (res.headers.has(k)) headers[k] = res.headers.get(k);
   }
-  attempts.push({ at_ms: at, status: res.status, headers });
+  attempts.push({ at_ms: at, done_ms: Date.now() - started, status: res.status, headers });
   return res;
 }
 
