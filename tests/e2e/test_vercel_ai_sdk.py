@@ -93,8 +93,11 @@ def test_generate_text_through_the_gateway(
 def test_a_permanent_503_costs_the_gateways_attempts_not_three_times_them(
     node: str, gateway: RunningGateway, upstream: FakeUpstream
 ) -> None:
-    upstream.script(*[DOWN] * 100)
-    out = generate_text(node, gateway, "Is anyone there?")
+    upstream.script(*[DOWN] * (3 * (1 + MAX_RETRIES)))  # down for as long as anyone asks
+    try:
+        out = generate_text(node, gateway, "Is anyone there?")
+    finally:
+        upstream.steps.clear()  # the fake is shared by the session
     assert not out["ok"] and out["error"]["name"] == "AI_RetryError", out
     attempts = out["attempts"]
     # The SDK made its 3 attempts regardless of x-should-retry: false ...
