@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the real servers and clients the test suite talks to, once: Prometheus (scrapes
-# /metrics) and Redis (the shared state store) from Debian; Claude Code from npm into .cache/.
+# /metrics) and Redis (the shared state store) from Debian; Claude Code, Codex and the Vercel
+# AI SDK from npm into .cache/.
 # Every step is skipped when its result is already there.
 set -euo pipefail
 need=()
