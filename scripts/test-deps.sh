@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the real servers and clients the test suite talks to, once: Prometheus (scrapes
-# /metrics) and Redis (the shared state store) from Debian; Claude Code from npm into .cache/.
+# /metrics) and Redis (the shared state store) from Debian; Claude Code, Codex and the Vercel
+# AI SDK from npm into .cache/.
 # Every step is skipped when its result is already there.
 set -euo pipefail
 need=()
@@ -41,5 +42,22 @@ if command -v npm >/dev/null 2>&1 && { [ ! -x "$codex_prefix/node_modules/.bin/c
     ! "$codex_prefix/node_modules/.bin/codex" --version >/dev/null 2>&1; }; then
   npm install --silent --no-audit --no-fund --prefix "$codex_prefix" "@openai/codex@$CODEX_VERSION" >/dev/null \
     || echo "test-deps: npm install @openai/codex failed; the Codex e2e tests will skip" >&2
+fi
+# The Vercel AI SDK for tests/e2e/test_vercel_ai_sdk.py, once, into .cache/ai-sdk. Pinned: the
+# test's docstring measured these versions (ai 6 is the newest major that runs on Debian's
+# node 20; ai 7 wants node 22). Re-run only when a pinned version is missing.
+AI_SDK_VERSION="${AI_SDK_VERSION:-6.0.326}"
+AI_SDK_COMPAT_VERSION="${AI_SDK_COMPAT_VERSION:-2.0.92}"
+ai_prefix="$(cd "$(dirname "$0")/.." && pwd)/.cache/ai-sdk"
+ai_installed() {
+  node -e 'const [d, a, c] = process.argv.slice(1); const r = (p) => require(d + "/node_modules/" + p + "/package.json").version;
+    process.exit(r("ai") === a && r("@ai-sdk/openai-compatible") === c ? 0 : 1)' \
+    "$ai_prefix" "$AI_SDK_VERSION" "$AI_SDK_COMPAT_VERSION" >/dev/null 2>&1
+}
+if command -v npm >/dev/null 2>&1 && ! ai_installed; then
+  mkdir -p "$ai_prefix"
+  npm install --prefix "$ai_prefix" --save-exact --no-audit --no-fund --loglevel=error \
+    "ai@$AI_SDK_VERSION" "@ai-sdk/openai-compatible@$AI_SDK_COMPAT_VERSION" "zod@4.6.7" >/dev/null \
+    || echo "test-deps: npm install of the Vercel AI SDK failed; tests/e2e/test_vercel_ai_sdk.py will skip" >&2
 fi
 exit 0

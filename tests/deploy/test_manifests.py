@@ -1,15 +1,20 @@
 """deploy/ is consistent with itself and with the gateway: probes, ports, grace period,
-the config inside the ConfigMap, the Secret reference, the Dockerfile's hygiene."""
+the config inside the ConfigMap, the Secret reference, the Dockerfile's hygiene, and the
+Redis that replicas share their state through (compose and Kubernetes)."""
 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import pytest
 import yaml
 
-from gateway.config import load_config, parse_config
+from gateway.config import ConfigError, expand_env, load_config, parse_config
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 K8S = DEPLOY / "kubernetes"
@@ -19,10 +24,20 @@ def docs(path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
-def kind(k: str) -> dict[str, Any]:
-    found = [d for p in sorted(K8S.glob("*.yaml")) for d in docs(p) if d.get("kind") == k]
-    assert len(found) == 1, f"expected one {k}"
+def kind(k: str, name: str = "llm-gateway") -> dict[str, Any]:
+    found = [d for p in sorted(K8S.glob("*.yaml")) for d in docs(p)
+             if d.get("kind") == k and d["metadata"]["name"] == name]  # fmt: skip
+    assert len(found) == 1, f"expected one {k} named {name}"
     return found[0]
+
+
+def secret_env() -> dict[str, str]:
+    """What the example Secret puts into the gateway pods' environment."""
+    return {k: str(v) for k, v in docs(K8S / "secret.example.yaml")[0]["stringData"].items()}
+
+
+def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return selector.items() <= labels.items()
 
 
 def test_every_yaml_under_deploy_parses() -> None:
@@ -48,7 +63,7 @@ def test_deployment_probes_ports_replicas_and_grace() -> None:
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert container["readinessProbe"]["httpGet"]["port"] in ports
-    cfg = parse_config(kind("ConfigMap")["data"]["gateway.yaml"], env={"OPENAI_API_KEY": "sk-test"})
+    cfg = parse_config(kind("ConfigMap")["data"]["gateway.yaml"], env=secret_env())
     assert ports["http"] == cfg.server.port and cfg.server.host == "0.0.0.0"
     assert spec["terminationGracePeriodSeconds"] > cfg.server.drain_s
     assert container["resources"]["requests"] and container["resources"]["limits"]
@@ -77,6 +92,7 @@ def test_secret_is_referenced_not_inlined() -> None:
 def test_container_config_validates_with_an_empty_environment() -> None:
     cfg = load_config(DEPLOY / "gateway.container.yaml", env={})
     assert cfg.server.host == "0.0.0.0" and cfg.upstreams[0].api_key is None
+    assert cfg.state.backend == "memory" and cfg.loop_breaker.secret is None  # one container: no Redis needed
 
 
 def test_dockerfile_is_slim_non_root_and_healthchecked() -> None:
@@ -90,8 +106,87 @@ def test_dockerfile_is_slim_non_root_and_healthchecked() -> None:
     assert "tests" in ignored and ".git" in ignored
 
 
-def test_compose_runs_gateway_prometheus_and_grafana() -> None:
+def test_compose_runs_gateway_redis_prometheus_and_grafana() -> None:
     compose = docs(DEPLOY / "compose.yaml")[0]
-    assert set(compose["services"]) == {"gateway", "prometheus", "grafana"}
+    assert set(compose["services"]) == {"gateway", "redis", "prometheus", "grafana"}
     prom = docs(DEPLOY / "prometheus" / "prometheus.yml")[0]
     assert prom["scrape_configs"][0]["static_configs"][0]["targets"] == ["gateway:8080"]
+
+
+def test_configmap_shares_state_through_redis_with_one_loop_breaker_secret() -> None:
+    text = kind("ConfigMap")["data"]["gateway.yaml"]
+    env = secret_env()
+    cfg = parse_config(text, env=env)
+    assert cfg.state.backend == "redis" and cfg.state.url == env["REDIS_URL"]
+    assert cfg.loop_breaker.enabled and cfg.loop_breaker.secret == env["LOOP_BREAKER_SECRET"]
+    # Every variable the config needs without a default is a key of the Secret the pods load.
+    needed = set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", text))
+    assert {"OPENAI_API_KEY", "REDIS_URL", "LOOP_BREAKER_SECRET"} <= needed <= set(env)
+    # A pod without the shared secret refuses to start rather than draw a key of its own
+    # (its loop breaker would then not recognise the other replicas' answers).
+    for missing in ("LOOP_BREAKER_SECRET", "REDIS_URL"):
+        with pytest.raises(ConfigError, match=missing):
+            parse_config(text, env={k: v for k, v in env.items() if k != missing})
+
+
+def test_redis_service_is_where_the_secrets_redis_url_points() -> None:
+    dep, svc = kind("Deployment", "llm-gateway-redis"), kind("Service", "llm-gateway-redis")
+    url = urlsplit(secret_env()["REDIS_URL"])
+    port = svc["spec"]["ports"][0]
+    assert url.scheme == "redis" and (url.hostname, url.port) == (svc["metadata"]["name"], port["port"])
+    pod = dep["spec"]["template"]
+    assert selects(svc["spec"]["selector"], pod["metadata"]["labels"])
+    assert selects(dep["spec"]["selector"]["matchLabels"], pod["metadata"]["labels"])
+    container = pod["spec"]["containers"][0]
+    assert port["targetPort"] in {p["name"] for p in container["ports"]}
+    assert "redis.yaml" in docs(K8S / "kustomization.yaml")[0]["resources"]
+
+
+def test_gateway_and_redis_pods_are_never_confused() -> None:
+    gateway_pod = kind("Deployment")["spec"]["template"]["metadata"]["labels"]
+    redis_pod = kind("Deployment", "llm-gateway-redis")["spec"]["template"]["metadata"]["labels"]
+    for name, own, other in (("llm-gateway", gateway_pod, redis_pod), ("llm-gateway-redis", redis_pod, gateway_pod)):
+        selector = kind("Service", name)["spec"]["selector"]
+        assert selects(selector, own) and not selects(selector, other)
+    assert not selects(kind("PodDisruptionBudget")["spec"]["selector"]["matchLabels"], redis_pod)
+    policy = kind("NetworkPolicy", "llm-gateway-redis")["spec"]
+    assert selects(policy["podSelector"]["matchLabels"], redis_pod)
+    (rule,) = policy["ingress"]
+    assert [selects(f["podSelector"]["matchLabels"], gateway_pod) for f in rule["from"]] == [True]
+
+
+def test_redis_keeps_no_data_and_runs_locked_down() -> None:
+    spec = kind("Deployment", "llm-gateway-redis")["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    args = container["args"]
+    assert args[args.index("--save") + 1] == "" and args[args.index("--appendonly") + 1] == "no"
+    assert "--maxmemory" in args and container["resources"]["limits"]["memory"]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["readinessProbe"] and container["livenessProbe"]
+
+
+def test_compose_gateway_shares_state_through_the_redis_service() -> None:
+    services = docs(DEPLOY / "compose.yaml")[0]["services"]
+    gateway, redis = services["gateway"], services["redis"]
+    # The environment compose gives the gateway (its own ${VAR:-default} resolved with nothing set).
+    env = {k: expand_env(str(v), {}) for k, v in gateway["environment"].items()}
+    cfg = load_config(DEPLOY / "gateway.container.yaml", env=env)
+    assert cfg.state.backend == "redis"
+    url = urlsplit(cfg.state.url or "")
+    assert url.hostname == "redis" and url.port == 6379
+    assert "redis" in gateway["depends_on"] and "LOOP_BREAKER_SECRET" in gateway["environment"]
+    # Passwordless Redis stays on compose's own network; it keeps no data.
+    assert "ports" not in redis and redis["image"].startswith("redis:")
+    assert redis["command"][redis["command"].index("--save") + 1] == ""
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed: `kubectl kustomize` not checked")
+def test_kustomize_builds_the_gateway_and_its_redis() -> None:
+    built = subprocess.run(["kubectl", "kustomize", str(K8S)], capture_output=True, text=True, timeout=60,
+                           check=False)  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    names = {(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(built.stdout) if d}
+    assert names == {("ConfigMap", "llm-gateway"), ("Deployment", "llm-gateway"), ("Service", "llm-gateway"),
+                     ("PodDisruptionBudget", "llm-gateway"), ("Deployment", "llm-gateway-redis"),
+                     ("Service", "llm-gateway-redis"), ("NetworkPolicy", "llm-gateway-redis")}  # fmt: skip
