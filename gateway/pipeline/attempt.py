@@ -123,24 +123,31 @@ async def _peek_stream(
     splitter = EventSplitter()
     held: list[bytes] = []
     chunks = resp.iter_chunks()
-    async for chunk in chunks:
-        for i, raw in enumerate(events := splitter.feed(chunk)):
-            kind = reader.kind(raw, committed=False)
-            if kind is EventKind.ERROR:
-                resp.close()
-                assert reader.error is not None
-                return _stream_error(svc, reader.error)
-            if kind is EventKind.SKIP:
-                continue
-            held.append(raw)
-            if kind is not EventKind.CONTENTLESS:
-                # The rest of this chunk is relayed as it is; the relay keeps iterating `chunks`.
-                rest = b"".join(events[i + 1 :]) + splitter.pending
-                return Success(
-                    200, headers, response=resp, chunks=chunks, held=held, pending=rest, sse=True,
-                    reader=reader,
-                )  # fmt: skip
-    if not held and not splitter.pending:
+    received = False
+    try:
+        async for chunk in chunks:
+            received = received or bool(chunk)
+            for i, raw in enumerate(events := splitter.feed(chunk)):
+                kind = reader.kind(raw, committed=False)
+                if kind is EventKind.ERROR:
+                    resp.close()
+                    assert reader.error is not None
+                    return _stream_error(svc, reader.error)
+                if kind is EventKind.SKIP:
+                    continue
+                held.append(raw)
+                if kind is not EventKind.CONTENTLESS:
+                    # The rest of this chunk is relayed as it is; the relay keeps iterating `chunks`.
+                    rest = b"".join(events[i + 1 :]) + splitter.pending
+                    return Success(
+                        200, headers, response=resp, chunks=chunks, held=held, pending=rest, sse=True,
+                        reader=reader,
+                    )  # fmt: skip
+    except UpstreamFailure as f:
+        if received or f.kind is TransportError.IDLE_TIMEOUT:
+            raise  # a stall is not an answer
+        # A stream head and then a cut, not one byte: counted as an empty stream below.
+    if not received:
         # Not one byte: some servers answer a request they reject (an overflow) this way.
         c = Classification.of(ErrorType.PROVIDER_UNAVAILABLE, provider_code=EMPTY_STREAM)
         return gateway_failure(502, c, "the upstream answered with an empty stream", EMPTY_STREAM)

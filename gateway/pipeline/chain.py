@@ -120,7 +120,7 @@ async def send_one(
         c = outcome.classification
         svc.telemetry.retries.labels(up.cfg.name, c.type.value).inc()
         log.debug({"request_id": state.request_id, "event": "retry", "upstream": up.cfg.name,
-                   "status": outcome.status, "error_type": c.type.value,
+                   "status": outcome.status, "error_type": c.type.value, "code": c.provider_code,
                    "wait_s": round(wait_s, 3)})  # fmt: skip
 
     async def one() -> Outcome:
@@ -142,7 +142,9 @@ async def send_one(
     finally:
         plan.hop_cap = None
     state.retries_settled = plan.stopped in _SETTLED
-    failed = isinstance(outcome, Failure) and outcome.classification.type is ErrorType.PROVIDER_UNAVAILABLE
+    # An empty stream is how some servers fail a request they reject: not the provider's fault.
+    failed = (isinstance(outcome, Failure) and outcome.classification.type is ErrorType.PROVIDER_UNAVAILABLE
+              and not plan.answered_with_nothing(outcome.classification))  # fmt: skip
     # Any answer, even a 4xx, shows the provider is up.
     await up.circuit.record(adm, state.model, failed=failed)
     return outcome

@@ -43,7 +43,8 @@ from gateway.pipeline.outcome import (
 from gateway.pipeline.relay import relay, rendered
 from gateway.policy.clients import client_deadline_s, compacts_itself
 from gateway.policy.loop_breaker import Answer, Recalled
-from gateway.policy.retry import EMPTY_STREAM, RetryPlan
+from gateway.policy.retry import RetryPlan
+from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.routing import UnsafePath, pick_upstream, request_headers, upstream_url
 from gateway.services import SERVICES, Services, UpstreamRuntime
 
@@ -81,9 +82,12 @@ def full_pipeline(dialect: Dialect) -> Handler:
             return Call(up, "POST", url, headers, mode, dialect, strip_usage)
 
         plan = new_plan(svc, client_deadline_s(request.headers))
-        sent = await send_chain(svc, state, plan, chain, call_for, _encode(payload, inbound))
+        body = _encode(payload, inbound)
+        window = chain[0].cfg.context_window
+        plan.empty_is_final = window is not None and len(body) / BYTES_PER_TOKEN > window
+        sent = await send_chain(svc, state, plan, chain, call_for, body)
         outcome = sent.outcome
-        if inbound.stream and _empty_stream(outcome):
+        if inbound.stream and _answered_with_nothing(plan, outcome):
             outcome = await _probe(svc, state, plan, sent.call, payload, inbound)
         if _overflowed(outcome) and svc.cfg.compression.enabled:
             assert isinstance(outcome, Failure)
@@ -235,8 +239,8 @@ def _cap_tool_outputs(
     return capped
 
 
-def _empty_stream(outcome: Outcome) -> bool:
-    return isinstance(outcome, Failure) and outcome.classification.provider_code == EMPTY_STREAM
+def _answered_with_nothing(plan: RetryPlan, outcome: Outcome) -> bool:
+    return isinstance(outcome, Failure) and plan.answered_with_nothing(outcome.classification)
 
 
 async def _probe(
@@ -244,6 +248,19 @@ async def _probe(
 ) -> Outcome:
     """Ask once without streaming what the upstream objects to. Its error (an overflow, say)
     goes on through the pipeline like any; its answer reaches the client as a stream."""
+    # The probe is not a stream: a cut is an ordinary transport failure again (a pooled
+    # connection the server closed after the empty stream, say), retried as usual.
+    streaming = plan.empty_is_final
+    plan.empty_is_final, plan.last_code = False, None
+    try:
+        return await _probe_once(svc, state, plan, call, payload, inbound)
+    finally:
+        plan.empty_is_final = streaming  # a rescue streams again
+
+
+async def _probe_once(
+    svc: Services, state: RequestState, plan: RetryPlan, call: Call, payload: dict[str, Any], inbound: Inbound
+) -> Outcome:
     dialect = call.dialect
     body = json.dumps(dialect.without_stream(payload)).encode()
     outcome = await send_one(svc, state, plan, dataclasses.replace(call, mode=ReadMode.BUFFER), body)

@@ -65,6 +65,9 @@ class RetryPlan:
     hop_cap: Callable[[Classification], bool] | None = None
     started_at: float = 0.0
     last_code: str | None = None  # the provider code of the previous failure
+    # The request is bigger than the upstream's context window: an empty stream is then its
+    # answer (servers that fail a stream after its head send nothing), not worth a retry.
+    empty_is_final: bool = False
     retries: dict[ErrorType, int] = field(default_factory=dict)
     stopped: StopReason | None = None
 
@@ -92,7 +95,9 @@ class RetryPlan:
         if cls_cfg is None:
             return self._stop(StopReason.NOT_RETRYABLE)
         done = self.retries.get(c.type, 0)
-        repeated_empty = c.provider_code == EMPTY_STREAM == self.last_code
+        repeated_empty = self.answered_with_nothing(c) and (
+            self.empty_is_final or self.last_code == EMPTY_STREAM
+        )
         self.last_code = c.provider_code
         if done >= cls_cfg.max_retries or repeated_empty:
             # An empty stream twice in a row is the server's answer to this request, not bad
@@ -114,6 +119,11 @@ class RetryPlan:
         self.retries[c.type] = done + 1
         self.stopped = None
         return wait
+
+    def answered_with_nothing(self, c: Classification) -> bool:
+        """An empty stream; for a request bigger than the window also a cut before the head
+        (llama-cpp-python's server closes the connection that way when a stream fails)."""
+        return c.provider_code == EMPTY_STREAM or (self.empty_is_final and c.provider_code == "reset")
 
     def _stop(self, reason: StopReason) -> float | None:
         self.stopped = reason

@@ -100,3 +100,25 @@ async def test_the_real_sdks_read_the_replayed_streams(make_gateway) -> None:
     assert final.content[0].text == "Messages via probe." and final.stop_reason == "end_turn"
     await oa.close()
     await an.close()
+
+
+async def test_an_empty_stream_for_a_request_bigger_than_the_window_is_probed_at_once(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", context_window: 6000",
+                            extra_yaml="circuit_breaker: {failure_threshold: 1, open_s: 60}\n")
+    limit = 6000
+
+    def server(payload):
+        used = estimate_tokens(payload)
+        return (EMPTY if payload.get("stream") else overflow_error(limit, used, None)) if used > limit else None
+
+    gw.fake.script(*[server] * 10)
+    status, headers, body = await gw.chat({"model": "gpt-4o-mini", "stream": True,
+                                           "messages": agent_conversation(30)})
+    # One empty stream (no retry: the request is bigger than the window), one probe that
+    # says by how much, one compressed stream.
+    assert status == 200 and headers["x-llm-compressed"] == "true" and headers["x-llm-attempts"] == "3"
+    assert data_events(body)[-1] == "[DONE]"
+    # Not the provider's fault: the circuit (threshold 1) stays closed.
+    assert gw.metric("llm_gateway_circuit_open", upstream="primary") == 0
+    status, _, _ = await gw.chat()
+    assert status == 200
