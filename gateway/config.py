@@ -109,6 +109,11 @@ class UpstreamConfig(_Model):
     # Upstreams (same wire API) that serve this one's requests when it cannot: tried in order,
     # within the same deadline and retry counts (see `fallback:`). Not followed recursively.
     fallbacks: tuple[str, ...] = ()
+    # How this upstream can go on from a partial answer when a stream breaks mid-answer:
+    # `prefill` (a trailing assistant turn: Anthropic models that accept it), vLLM's
+    # `continue_final_message`, or `prefix` (DeepSeek, Mistral prefix completion). Never
+    # assumed: `none` ends a broken stream with one typed error, as without continuation.
+    continuation: Literal["none", "prefill", "continue_final_message", "prefix"] = "none"
     # Set by GatewayConfig: with client keys in use, what a client sends in its credential
     # headers is a gateway key, never a provider key, so it must not travel upstream.
     _client_keys_in_use: bool = PrivateAttr(default=False)

@@ -97,6 +97,10 @@ class Telemetry:
             p + "client_auth_refusals", "Requests refused for a missing or invalid gateway key.",
             ["reason"], registry=registry,
         )  # fmt: skip
+        self.continuations = Counter(
+            p + "continuations", "Streams broken mid-answer that were continued, or could not be.",
+            ["upstream", "outcome"], registry=registry,
+        )  # fmt: skip
         self.fallbacks = Counter(
             p + "fallbacks", "Requests handed from one upstream to its fallback, by the reason.",
             ["upstream", "fallback", "error_type"], registry=registry,

@@ -24,12 +24,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.dialects import anthropic_continue
 from gateway.dialects.anthropic_compress import cap_tool_results, compress_messages
-from gateway.dialects.base import Capped, Ending, EventKind, Inbound, Rejection
+from gateway.dialects.base import Capped, Ending, EventKind, Inbound, Rejection, Splice, StreamReader
 from gateway.dialects.openai_chat import admit_common
 from gateway.dialects.synthesize import anthropic_stream
 from gateway.errors import Classification, ErrorType
 from gateway.policy.compress import CompressionResult
+from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.sse import error_payload, parse_event
 
 _TYPE_FOR_STATUS = {
@@ -97,6 +99,15 @@ class AnthropicMessages:
     def replay_as_stream(self, doc: dict[str, Any], client_payload: Mapping[str, Any]) -> bytes:
         return anthropic_stream(doc)
 
+    def continuation(self, payload: Mapping[str, Any], partial: str, mode: str) -> dict[str, Any] | None:
+        return anthropic_continue.continuation(payload, partial, mode)
+
+    def splicer(self, original: StreamReader, partial: str, mode: str) -> Splice:
+        assert isinstance(original, AnthropicStreamReader)
+        # The broken part's own count never arrived (it comes in message_delta): estimate it.
+        shown = max(original.usage.get("completion", 0), round(len(partial.encode()) / BYTES_PER_TOKEN))
+        return anthropic_continue.splicer(original.open_block, original.next_index, shown, partial)
+
     def cap_tool_outputs(self, payload: Mapping[str, Any], max_tokens: int) -> Capped:
         return cap_tool_results(payload, max_tokens)
 
@@ -131,11 +142,43 @@ def anthropic_usage(usage: Any) -> dict[str, int]:
 
 
 class AnthropicStreamReader:
-    __slots__ = ("error", "usage")
+    __slots__ = ("error", "next_index", "open_block", "texts", "tool_started", "tracking", "usage")
 
     def __init__(self) -> None:
         self.usage: dict[str, int] = {}
         self.error: dict[str, Any] | None = None
+        self.tracking = False
+        self.texts: list[str] = []
+        self.tool_started = False  # a tool_use, or anything but text, was being streamed
+        self.open_block: int | None = None  # the text block the client has open
+        self.next_index = 0
+
+    def track(self) -> None:
+        self.tracking = True
+
+    def partial(self) -> str | None:
+        if not self.tracking or self.tool_started:
+            return None
+        return "".join(self.texts) or None
+
+    def _track(self, doc: dict[str, Any]) -> None:
+        kind = doc.get("type")
+        index = doc.get("index")
+        if kind == "content_block_start" and isinstance(index, int):
+            block = doc.get("content_block")
+            is_text = isinstance(block, dict) and block.get("type") == "text"
+            if isinstance(block, dict) and is_text:
+                self.texts.append(block.get("text") or "")
+            elif not (isinstance(block, dict) and block.get("type") in ("thinking", "redacted_thinking")):
+                self.tool_started = True  # tool_use, server tools: cannot be continued
+            self.open_block = index if is_text else None
+            self.next_index = max(self.next_index, index + 1)
+        elif kind == "content_block_delta":
+            delta = doc.get("delta")
+            if isinstance(delta, dict) and isinstance(delta.get("text"), str):
+                self.texts.append(delta["text"])
+        elif kind == "content_block_stop" and index == self.open_block:
+            self.open_block = None
 
     def kind(self, raw: bytes, *, committed: bool) -> EventKind:
         if b"error" in raw:
@@ -145,6 +188,10 @@ class AnthropicStreamReader:
                 return EventKind.ERROR
         if b"usage" in raw and (b"message_start" in raw or b"message_delta" in raw):
             self._take_usage(raw)
+        if self.tracking and b"content_block" in raw:
+            tracked = parse_event(raw).json()
+            if isinstance(tracked, dict):
+                self._track(tracked)
         if committed and b"message_stop" not in raw:
             return EventKind.VISIBLE
         event = parse_event(raw)

@@ -17,12 +17,15 @@ A dialect owns everything the pipeline must not know about a particular API:
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gateway.errors import Classification
 from gateway.policy.compress import CompressionResult
+
+# Rewrites one raw event of a continuation stream (b"" drops it).
+Splice = Callable[[bytes], bytes]
 
 # A payload with its tool outputs capped (None: nothing changed), and how many were cut.
 Capped = tuple[dict[str, Any] | None, int]
@@ -78,6 +81,15 @@ class StreamReader(Protocol):
         """The single event that ends a broken stream, never mistaken for completion."""
         ...
 
+    def track(self) -> None:
+        """Also collect the visible text from now on, so a broken stream can be continued."""
+        ...
+
+    def partial(self) -> str | None:
+        """The text shown so far when the stream could be continued from it: tracked, text
+        only, no tool call started (its arguments cannot be continued safely); else None."""
+        ...
+
 
 class Dialect(Protocol):
     name: str  # for logs
@@ -115,6 +127,16 @@ class Dialect(Protocol):
 
     def replay_as_stream(self, doc: dict[str, Any], client_payload: Mapping[str, Any]) -> bytes:
         """A buffered success body as this API's stream, for a client that asked to stream."""
+        ...
+
+    def continuation(self, payload: Mapping[str, Any], partial: str, mode: str) -> dict[str, Any] | None:
+        """The request that asks an upstream to go on from ``partial`` (the answer shown so
+        far), in the way ``mode`` names; None when this API or request cannot be continued."""
+        ...
+
+    def splicer(self, original: StreamReader, partial: str, mode: str) -> Splice:
+        """Rewrites a continuation stream's events into the original stream: same ids and
+        indexes, its own start events dropped, the end marked as continued."""
         ...
 
     def cap_tool_outputs(self, payload: Mapping[str, Any], max_tokens: int) -> Capped:

@@ -14,7 +14,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.dialects.base import Capped, Ending, EventKind, Inbound, Rejection
+from gateway.dialects import chat_continue
+from gateway.dialects.base import Capped, Ending, EventKind, Inbound, Rejection, Splice, StreamReader
 from gateway.dialects.synthesize import chat_stream
 from gateway.errors import Classification, ErrorType
 from gateway.policy.compress import CompressionResult, cap_tool_outputs, compress
@@ -76,6 +77,14 @@ class OpenAIChat:
         asked = isinstance(options, dict) and options.get("include_usage") is True
         return chat_stream(doc, include_usage=asked)
 
+    def continuation(self, payload: Mapping[str, Any], partial: str, mode: str) -> dict[str, Any] | None:
+        return chat_continue.continuation(payload, partial, mode)
+
+    def splicer(self, original: StreamReader, partial: str, mode: str) -> Splice:
+        assert isinstance(original, ChatStreamReader)
+        sid, model = original.identity or (None, None)
+        return chat_continue.splicer((sid, model, original.created), partial)
+
     def cap_tool_outputs(self, payload: Mapping[str, Any], max_tokens: int) -> Capped:
         out, report = cap_tool_outputs(payload, max_tokens)
         return out, report["outputs_capped"]
@@ -105,13 +114,45 @@ def chat_usage(usage: Any) -> dict[str, int]:
 
 
 class ChatStreamReader:
-    __slots__ = ("error", "identity", "strip_usage", "usage")
+    __slots__ = ("created", "error", "identity", "strip_usage", "texts", "tool_started", "tracking", "usage")
 
     def __init__(self, strip_usage: bool) -> None:
         self.strip_usage = strip_usage
         self.usage: dict[str, int] = {}
         self.error: dict[str, Any] | None = None
         self.identity: tuple[str | None, str | None] | None = None  # (id, model) of the stream
+        self.created: int | None = None
+        self.tracking = False
+        self.texts: list[str] = []
+        self.tool_started = False  # or anything else that cannot be continued from text
+
+    def track(self) -> None:
+        self.tracking = True
+
+    def partial(self) -> str | None:
+        if not self.tracking or self.tool_started:
+            return None
+        return "".join(self.texts) or None
+
+    def _track(self, event: Event) -> None:
+        doc = event.json()
+        if not isinstance(doc, dict):
+            return
+        if self.created is None and isinstance(doc.get("created"), int):
+            self.created = doc["created"]
+        choices = doc.get("choices")
+        if not isinstance(choices, list):
+            return
+        if len(choices) > 1:
+            self.tool_started = True  # n > 1: several answers cannot be continued as one
+        for choice in choices:
+            delta = choice.get("delta") if isinstance(choice, dict) else None
+            if not isinstance(delta, dict):
+                continue
+            if delta.get("tool_calls") or delta.get("function_call"):
+                self.tool_started = True
+            if isinstance(delta.get("content"), str):
+                self.texts.append(delta["content"])
 
     def kind(self, raw: bytes, *, committed: bool) -> EventKind:
         # Cheap byte checks first: most events are plain deltas and need no JSON parse.
@@ -126,6 +167,8 @@ class ChatStreamReader:
                 self.usage.update(chat_usage(doc["usage"]))
                 if not doc.get("choices"):
                     return EventKind.SKIP if self.strip_usage else EventKind.CONTENTLESS
+        if self.tracking:
+            self._track(parse_event(raw))
         if committed:
             return EventKind.FINAL if any(f in raw for f in _FINISHED) else EventKind.VISIBLE
         event = parse_event(raw)

@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.dialects.base import Capped, Ending, EventKind, Inbound, Rejection
+from gateway.dialects.base import Capped, Ending, EventKind, Inbound, Rejection, Splice, StreamReader
 from gateway.dialects.responses_compress import cap_outputs, compress_input
 from gateway.dialects.synthesize import responses_stream
 from gateway.errors import Classification
@@ -88,6 +88,12 @@ class OpenAIResponses:
 
     def replay_as_stream(self, doc: dict[str, Any], client_payload: Mapping[str, Any]) -> bytes:
         return responses_stream(doc)
+
+    def continuation(self, payload: Mapping[str, Any], partial: str, mode: str) -> dict[str, Any] | None:
+        return None
+
+    def splicer(self, original: StreamReader, partial: str, mode: str) -> Splice:
+        return lambda raw: raw
 
     def cap_tool_outputs(self, payload: Mapping[str, Any], max_tokens: int) -> Capped:
         return cap_outputs(payload, max_tokens)
@@ -164,6 +170,12 @@ class ResponsesStreamReader:
         code = err.get("code")
         status = _STATUS_FOR_CODE.get(code, 500) if isinstance(code, str) else 500
         return {"error": {**err, "status": err.get("status") or status}}
+
+    def track(self) -> None:
+        pass  # no provider continues a Responses answer from a prefix (see README)
+
+    def partial(self) -> str | None:
+        return None
 
     def broken(self, ending: Ending, request_id: str, model: str | None) -> bytes:
         c = ending.classification

@@ -68,6 +68,7 @@ class Call:
     mode: ReadMode
     dialect: Dialect = OPENAI_CHAT
     strip_usage: bool = False  # the reader drops the usage chunk the gateway asked for
+    track: bool = False  # collect the stream's text, so that a break can be continued
 
 
 async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes) -> Outcome:
@@ -105,7 +106,10 @@ async def _exchange(svc: Services, request: UpstreamRequest, call: Call) -> Outc
         headers = response_headers(resp.headers)
         ctype = resp.headers.get("Content-Type", "")
         if mode is ReadMode.STREAM and ctype.startswith("text/event-stream"):
-            return await _peek_stream(svc, resp, headers, call.dialect.reader(call.strip_usage))
+            reader = call.dialect.reader(call.strip_usage)
+            if call.track:
+                reader.track()
+            return await _peek_stream(svc, resp, headers, reader)
         if mode is ReadMode.RAW:
             return Success(resp.status, headers, response=resp, chunks=resp.iter_chunks())
         return Success(resp.status, headers, body=await resp.read(SUCCESS_BODY_LIMIT))
@@ -141,7 +145,7 @@ async def _peek_stream(
                     rest = b"".join(events[i + 1 :]) + splitter.pending
                     return Success(
                         200, headers, response=resp, chunks=chunks, held=held, pending=rest, sse=True,
-                        reader=reader,
+                        reader=reader, complete=kind is EventKind.FINAL,
                     )  # fmt: skip
     except UpstreamFailure as f:
         if received or f.kind is TransportError.IDLE_TIMEOUT:

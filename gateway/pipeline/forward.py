@@ -8,7 +8,8 @@
     probe         a stream that keeps coming back empty is asked once without streaming
     rescue        on context_overflow: compress once, send once  (the dialect's compression)
     remember      a final failure, for the loop breaker
-    relay         buffered error, buffered body, raw passthrough or SSE stream
+    relay         buffered error, buffered body, raw passthrough or SSE stream; a stream
+                  broken mid-answer is continued once where an upstream declares how
 
 Everything that differs between wire APIs is the request's dialect (``dialects/``).
 ``observe`` (outside) times and logs it; ``stamp`` (on prepare) adds the header contract.
@@ -30,6 +31,7 @@ from gateway.errors import Classification, ErrorType
 from gateway.pipeline.admit import model_of, parse_json_object, read_body
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.chain import new_plan, send_chain, send_one
+from gateway.pipeline.continuation import continuable, resumer
 from gateway.pipeline.models import list_models
 from gateway.pipeline.outcome import (
     STATE,
@@ -76,10 +78,12 @@ def full_pipeline(dialect: Dialect) -> Handler:
         payload = _cap_tool_outputs(svc, state, dialect, chain[0], payload)
         mode = ReadMode.STREAM if inbound.stream else ReadMode.BUFFER
 
+        track = inbound.stream and continuable(chain)
+
         def call_for(up: UpstreamRuntime) -> Call:
             url = upstream_url(up.cfg.base_url, dialect.path, request.query_string)
             headers = request_headers(request.headers.items(), up.cfg, state.request_id)
-            return Call(up, "POST", url, headers, mode, dialect, strip_usage)
+            return Call(up, "POST", url, headers, mode, dialect, strip_usage, track)
 
         plan = new_plan(svc, client_deadline_s(request.headers))
         body = _encode(payload, inbound)
@@ -97,7 +101,7 @@ def full_pipeline(dialect: Dialect) -> Handler:
             else:
                 outcome = await _rescue(svc, state, plan, sent.call, payload, outcome)
         await _remember(svc, state, fingerprint, outcome)
-        return await relay(request, svc, state, outcome)
+        return await relay(request, svc, state, outcome, resumer(svc, state, plan, chain, call_for, payload))
 
     return handle
 

@@ -39,6 +39,7 @@ class RequestState:
     retries_settled: bool = False
     first_byte_at: float | None = None
     stream_error: ErrorType | None = None  # a committed stream that ended in an error event
+    continued: bool = False  # a stream broken mid-answer was continued by an upstream
     ended_by: str | None = None  # why a committed response ended early (reset, idle_timeout, shutdown…)
     usage: dict[str, int] = field(default_factory=dict)
     dialect: Dialect = field(default_factory=lambda: OPENAI_CHAT)
@@ -58,6 +59,7 @@ class Success:
     pending: bytes = b""  # an incomplete event after ``held``
     sse: bool = False
     reader: StreamReader | None = None  # the dialect's reader that peeked at the stream
+    complete: bool = False  # the peeked events already include the stream's end marker
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,11 +12,11 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from gateway.dialects.base import Ending, EventKind, StreamReader
+from gateway.dialects.base import Ending, EventKind, Splice, StreamReader
 from gateway.errors import Classification, ErrorType, TransportError
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success
 from gateway.policy.classify import classify
@@ -24,9 +24,12 @@ from gateway.services import Services
 from gateway.sse import EventSplitter, error_status
 from gateway.upstream import UpstreamFailure
 
+if TYPE_CHECKING:
+    from gateway.pipeline.continuation import Resume
+
 
 async def relay(
-    request: web.Request, svc: Services, state: RequestState, outcome: Outcome
+    request: web.Request, svc: Services, state: RequestState, outcome: Outcome, resume: Resume | None = None
 ) -> web.StreamResponse:
     if isinstance(outcome, Failure):
         state.classification = outcome.classification
@@ -36,7 +39,7 @@ async def relay(
         _count_usage_in_body(state, outcome.body)
         return web.Response(status=outcome.status, body=outcome.body, headers=outcome.headers)
     if outcome.sse:
-        return await _relay_sse(request, svc, state, outcome)
+        return await _relay_sse(request, svc, state, outcome, resume)
     return await _relay_raw(request, svc, state, outcome)
 
 
@@ -113,55 +116,87 @@ def _cut_on_shutdown(svc: Services) -> Iterator[None]:
 
 
 async def _relay_sse(
-    request: web.Request, svc: Services, state: RequestState, outcome: Success
+    request: web.Request, svc: Services, state: RequestState, outcome: Success, resume: Resume | None
 ) -> web.StreamResponse:
-    assert outcome.chunks is not None and outcome.response is not None and outcome.reader is not None
-    reader = outcome.reader
+    assert outcome.reader is not None
+    first = outcome.reader  # its ids and grammar state are what the client has seen
     resp = web.StreamResponse(status=outcome.status, headers=outcome.headers)
-    splitter = EventSplitter()
-    # The held events end with the first visible one, which may already be the last.
-    finished = reader.kind(outcome.held[-1], committed=True) is EventKind.FINAL if outcome.held else False
+    leg: Success = outcome
+    splice: Splice | None = None
     try:
         with _cut_on_shutdown(svc):
             await resp.prepare(request)
-            out, end, fin = _filter(reader, splitter.feed(outcome.pending), svc.wall())
-            finished = finished or fin
-            await resp.write(b"".join(outcome.held) + out)
-            if end is not None:
-                return await _end_with_error(resp, state, reader, end)
-            async for chunk in outcome.chunks:
-                events = splitter.feed(chunk)
-                if not events:
-                    continue
-                out, end, fin = _filter(reader, events, svc.wall())
-                if out:
-                    finished = finished or fin
-                    await resp.write(out)
-                if end is not None:
-                    return await _end_with_error(resp, state, reader, end)
-    except UpstreamFailure as f:
-        c = classify(None, {}, b"", now_s=svc.wall(), transport_error=f.kind)
-        state.ended_by = f.kind.value
-        return await _end_with_error(resp, state, reader, Ending(c, _TRANSPORT_TEXT[f.kind], f.kind.value))
+            while True:
+                end = await _pump(resp, svc, state, leg, splice)
+                if end is None:
+                    break
+                # Once: a continuation that breaks too ends with the original failure.
+                more = await resume(first, end) if resume is not None else None
+                resume = None
+                if more is None:
+                    return await _end_with_error(resp, state, first, end)
+                leg, splice = more
     except _ShutdownCut:
         # Not the provider's fault, and worth retrying at once (on another replica).
         c = Classification.of(ErrorType.PROVIDER_UNAVAILABLE, provider_code="gateway_shutdown")
         state.ended_by = "shutdown"
         ending = Ending(c, "the gateway is shutting down; retry the request", "gateway_shutdown")
-        return await _end_with_error(resp, state, reader, ending)
+        return await _end_with_error(resp, state, first, ending)
+    await resp.write_eof()
+    return resp
+
+
+async def _pump(
+    resp: web.StreamResponse, svc: Services, state: RequestState, leg: Success, splice: Splice | None
+) -> Ending | None:
+    """Relays one upstream stream to the end; returns why it broke, or None when it completed."""
+    assert leg.chunks is not None and leg.response is not None and leg.reader is not None
+    reader = leg.reader
+    splitter = EventSplitter()
+    finished = leg.complete  # the held events end with the first visible one: maybe the last
+    try:
+        out, end, fin = _filter(reader, splitter.feed(leg.pending), svc.wall())
+        finished = finished or fin
+        await resp.write(_spliced(splice, b"".join(leg.held) + out))
+        if end is not None:
+            return end
+        async for chunk in leg.chunks:
+            events = splitter.feed(chunk)
+            if not events:
+                continue
+            out, end, fin = _filter(reader, events, svc.wall())
+            if out:
+                finished = finished or fin
+                await resp.write(_spliced(splice, out))
+            if end is not None:
+                return end
+    except UpstreamFailure as f:
+        c = classify(None, {}, b"", now_s=svc.wall(), transport_error=f.kind)
+        state.ended_by = f.kind.value
+        return Ending(c, _TRANSPORT_TEXT[f.kind], f.kind.value)
     finally:
-        outcome.response.close()
-        state.usage.update(reader.usage)
+        leg.response.close()  # a stalled upstream's late bytes, if any, are discarded
+        for kind, n in reader.usage.items():
+            state.usage[kind] = state.usage.get(kind, 0) + n
     if splitter.pending.strip():
-        await resp.write(splitter.pending)
+        await resp.write(_spliced(splice, splitter.pending))
         finished = finished or reader.kind(splitter.pending, committed=True) is EventKind.FINAL
     if not finished:
         # The upstream closed cleanly without the dialect's end marker: the turn is cut short.
         broken = TransportError.STREAM_BROKEN
         c = classify(None, {}, b"", now_s=svc.wall(), transport_error=broken)
-        return await _end_with_error(resp, state, reader, Ending(c, _TRANSPORT_TEXT[broken], broken.value))
-    await resp.write_eof()
-    return resp
+        state.ended_by = broken.value
+        return Ending(c, _TRANSPORT_TEXT[broken], broken.value)
+    return None
+
+
+def _spliced(splice: Splice | None, data: bytes) -> bytes:
+    """``data`` (whole events) as the client must see it: rewritten when it comes from a
+    continuation, untouched (the hot path) otherwise."""
+    if splice is None or not data:
+        return data
+    splitter = EventSplitter()
+    return b"".join(splice(raw) for raw in splitter.feed(data)) + splice(splitter.pending)
 
 
 _TRANSPORT_TEXT = {

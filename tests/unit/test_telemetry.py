@@ -16,6 +16,7 @@ CONTRACT = {
     # Beyond SPEC's table, added by the issues that needed them (listed in README).
     "llm_gateway_client_auth_refusals_total": ("counter", {"reason"}),
     "llm_gateway_fallbacks_total": ("counter", {"upstream", "fallback", "error_type"}),
+    "llm_gateway_continuations_total": ("counter", {"upstream", "outcome"}),
 }
 
 

@@ -1,0 +1,67 @@
+"""Continuing a stream that broke after the client saw part of the answer.
+
+Called by the relay at most once per stream, for a text answer (no tool call started),
+when an upstream of the request's chain declares how it continues (``continuation:``).
+The request goes to that upstream again with the shown text as the start of the answer;
+its stream is spliced into the client's (same ids, no repeated or lost text at the seam),
+within the request's one deadline and the shared retry budget. Any refusal (a 400 from an
+upstream that rejects prefill, an error, no budget left) ends the stream exactly as it
+would have ended without continuation: with the original failure, classified.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from gateway.dialects.base import Ending, Splice, StreamReader
+from gateway.pipeline.attempt import Call
+from gateway.pipeline.chain import send_one
+from gateway.pipeline.outcome import RequestState, Success
+from gateway.policy.retry import RetryPlan
+from gateway.services import Services, UpstreamRuntime
+
+log = logging.getLogger("gateway.decisions")
+
+Resume = Callable[[StreamReader, Ending], Awaitable[tuple[Success, Splice] | None]]
+
+
+def continuable(chain: list[UpstreamRuntime]) -> bool:
+    return any(up.cfg.continuation != "none" for up in chain)
+
+
+def resumer(
+    svc: Services, state: RequestState, plan: RetryPlan, chain: list[UpstreamRuntime],
+    call_for: Callable[[UpstreamRuntime], Call], payload: dict[str, Any],
+) -> Resume | None:  # fmt: skip
+    if not continuable(chain):
+        return None
+
+    async def resume(reader: StreamReader, end: Ending) -> tuple[Success, Splice] | None:
+        # The upstream that was streaming first, if it can continue; else the chain's next.
+        targets = sorted((up for up in chain if up.cfg.continuation != "none"),
+                         key=lambda up: up.cfg.name != state.upstream)  # fmt: skip
+        up = targets[0]
+        counter = svc.telemetry.continuations
+        partial = reader.partial()
+        if partial is None:
+            counter.labels(up.cfg.name, "not_continuable").inc()
+            return None
+        call = call_for(up)
+        body = call.dialect.continuation(payload, partial, up.cfg.continuation)
+        if body is None or plan.remaining_s() <= 0 or not svc.budget.try_acquire_retry():
+            counter.labels(up.cfg.name, "not_continuable").inc()
+            return None
+        log.debug({"request_id": state.request_id, "event": "continue", "upstream": up.cfg.name,
+                   "after": end.code, "shown_bytes": len(partial.encode())})  # fmt: skip
+        outcome = await send_one(svc, state, plan, call, json.dumps(body).encode())
+        if not isinstance(outcome, Success) or outcome.reader is None:
+            counter.labels(up.cfg.name, "failed").inc()
+            return None
+        counter.labels(up.cfg.name, "continued").inc()
+        state.continued = True
+        return outcome, call.dialect.splicer(reader, partial, up.cfg.continuation)
+
+    return resume

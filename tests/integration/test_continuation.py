@@ -1,0 +1,180 @@
+"""A stream that breaks mid-answer is continued from the text the client already has,
+once, where an upstream declares how; the client sees one complete answer."""
+
+import asyncio
+import json
+
+import anthropic
+import openai
+
+from tests.fakeupstream import (
+    Reply,
+    Stream,
+    anthropic_error,
+    anthropic_head,
+    anthropic_tail,
+    chunk,
+    sse,
+    text_delta,
+)
+
+REQ = {"model": "gpt-4o-mini", "stream": True, "messages": [{"role": "user", "content": "Tell a story"}]}
+FIRST = ["Once", " upon", " a"]
+REST = [" time,", " the", " end."]
+
+
+def data_events(body: bytes) -> list[str]:
+    return [line[6:] for line in body.decode().split("\n") if line.startswith("data: ")]
+
+
+def text_of(body: bytes) -> str:
+    out = ""
+    for e in data_events(body):
+        if e != "[DONE]":
+            for c in json.loads(e).get("choices", []):
+                out += c["delta"].get("content") or ""
+    return out
+
+
+def broken_chat(then: str = "drop") -> Stream:
+    return Stream([chunk({"role": "assistant", "content": ""}), *(chunk({"content": w}) for w in FIRST)], then=then)
+
+
+def continued_chat() -> Stream:
+    other = {"id": "chatcmpl-other", "created": 1}
+    events = [{**chunk({"role": "assistant", "content": ""}), **other},
+              *({**chunk({"content": w}), **other} for w in REST), {**chunk({}, "stop"), **other}]
+    return Stream(events)
+
+
+async def test_a_cut_chat_stream_is_continued_into_one_complete_answer(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", continuation: prefix")
+    gw.fake.script(broken_chat(), continued_chat())
+    status, headers, body = await gw.chat(REQ)
+    events = data_events(body)
+    assert status == 200 and events[-1] == "[DONE]" and "error" not in body.decode()
+    assert text_of(body) == "".join(FIRST + REST)  # nothing repeated or lost at the seam
+    docs = [json.loads(e) for e in events[:-1]]
+    assert {d["id"] for d in docs} == {"chatcmpl-fake123"}  # one stream, one id
+    assert docs[-1]["choices"][0]["finish_reason"] == "stop" and docs[-1]["x_llm_continued"] is True
+    first, second = gw.fake.chat_requests()
+    assert second.json()["messages"][-1] == {"role": "assistant", "content": "Once upon a", "prefix": True}
+    assert gw.metric("llm_gateway_continuations_total", upstream="primary", outcome="continued") == 1
+
+
+async def test_vllm_mode_and_a_stall_are_continued_the_same_way(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", continuation: continue_final_message")  # idle_s: 1
+    gw.fake.script(broken_chat(then="stall"), continued_chat())
+    _, _, body = await asyncio.wait_for(gw.chat(REQ), 10)
+    assert text_of(body) == "".join(FIRST + REST) and data_events(body)[-1] == "[DONE]"
+    sent = gw.fake.chat_requests()[1].json()
+    assert sent["continue_final_message"] is True and sent["add_generation_prompt"] is False
+    assert sent["messages"][-1] == {"role": "assistant", "content": "Once upon a"}
+
+
+async def test_a_target_that_rejects_the_prefill_ends_with_the_original_error(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", continuation: prefill")
+    gw.fake.script(broken_chat(), Reply(400, {"error": {"message": "This model does not support assistant "
+                                                                    "message prefill. The conversation must end with a user message.",
+                                                         "type": "invalid_request_error", "code": None}}))
+    status, _, body = await gw.chat(REQ)
+    last = json.loads(data_events(body)[-1])
+    assert last["choices"][0]["finish_reason"] == "error"
+    assert last["error"]["x_llm_error_type"] == "provider_unavailable"  # the cut, not the 400
+    assert "prefill" not in body.decode() and text_of(body) == "".join(FIRST)
+    assert gw.metric("llm_gateway_continuations_total", upstream="primary", outcome="failed") == 1
+
+
+async def test_never_after_a_tool_call_started(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", continuation: prefix")
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "run", "arguments": '{"cmd": "l'}}
+    gw.fake.script(Stream([chunk({"role": "assistant", "content": "Let me look."}), chunk({"tool_calls": [call]})],
+                          then="drop"))
+    _, _, body = await gw.chat(REQ)
+    assert json.loads(data_events(body)[-1])["choices"][0]["finish_reason"] == "error"
+    assert len(gw.fake.chat_requests()) == 1
+
+
+async def test_never_twice_for_one_stream(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", continuation: prefix")
+    gw.fake.script(broken_chat(), Stream([chunk({"role": "assistant", "content": ""}), chunk({"content": " time"})],
+                                         then="drop"))
+    _, _, body = await gw.chat(REQ)
+    assert json.loads(data_events(body)[-1])["choices"][0]["finish_reason"] == "error"
+    assert text_of(body) == "Once upon a time" and len(gw.fake.chat_requests()) == 2
+
+
+async def test_without_a_declared_mode_nothing_is_continued(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.script(broken_chat())
+    _, _, body = await gw.chat(REQ)
+    assert json.loads(data_events(body)[-1])["choices"][0]["finish_reason"] == "error"
+    assert len(gw.fake.chat_requests()) == 1
+
+
+async def test_the_openai_sdk_sees_an_ordinary_complete_stream(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", continuation: prefix")
+    gw.fake.script(broken_chat(), continued_chat())
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="k", max_retries=0)
+    stream = await client.chat.completions.create(**REQ)
+    chunks = [c async for c in stream]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "".join(FIRST + REST)
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    await client.close()
+
+
+def broken_messages() -> Stream:
+    return Stream([*anthropic_head(), text_delta("Once"), text_delta(" upon a ")], then="drop")
+
+
+def continued_messages() -> Stream:
+    return Stream([*anthropic_head(), text_delta(" time,"), text_delta(" the end."), *anthropic_tail(output_tokens=4)],
+                  then="eof")
+
+
+async def test_the_anthropic_sdk_sees_one_complete_message_after_a_prefill_continuation(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", continuation: prefill")
+    gw.fake.script(broken_messages(), continued_messages())
+    client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="k", max_retries=0)
+    async with client.messages.stream(model="claude-x", max_tokens=100,
+                                      messages=[{"role": "user", "content": "Tell a story"}]) as s:
+        final = await s.get_final_message()
+    # The prefill left the trailing space out; the continuation's leading one is not doubled.
+    assert [b.text for b in final.content] == ["Once upon a time, the end."]
+    assert final.stop_reason == "end_turn"
+    sent = gw.fake.messages_requests()[1].json()
+    assert sent["messages"][-1] == {"role": "assistant", "content": "Once upon a"}
+    await client.close()
+
+
+async def test_an_anthropic_upstream_that_refuses_prefill_ends_with_the_original_error(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", continuation: prefill")
+    gw.fake.script(broken_messages(), anthropic_error(400, "invalid_request_error",
+                                                      "This model does not support assistant message prefill. "
+                                                      "The conversation must end with a user message."))
+    status, _, body = await gw.messages({"model": "claude-x", "max_tokens": 10, "stream": True,
+                                         "messages": [{"role": "user", "content": "hi"}]})
+    blocks = [b for b in body.decode().split("\n\n") if b]
+    assert blocks[-1].startswith("event: error") and "message_stop" not in body.decode()
+    assert "prefill" not in blocks[-1]
+    doc = json.loads(blocks[-1].split("data: ", 1)[1])
+    assert doc["error"]["x_llm_error_type"] == "provider_unavailable"
+
+
+async def test_a_messages_stream_with_thinking_is_not_prefilled(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", continuation: prefill")
+    gw.fake.script(broken_messages())
+    await gw.messages({"model": "claude-x", "max_tokens": 2000, "stream": True,
+                       "thinking": {"type": "enabled", "budget_tokens": 1024},
+                       "messages": [{"role": "user", "content": "hi"}]})
+    assert len(gw.fake.messages_requests()) == 1
+
+
+async def test_a_messages_tool_use_in_progress_is_not_continued(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", continuation: prefill")
+    tool = sse("content_block_start", {"type": "content_block_start", "index": 1, "content_block": {
+        "type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}}})
+    gw.fake.script(Stream([*anthropic_head(), text_delta("Let me run it."), tool], then="drop"))
+    await gw.messages({"model": "claude-x", "max_tokens": 10, "stream": True,
+                       "messages": [{"role": "user", "content": "hi"}]})
+    assert len(gw.fake.messages_requests()) == 1
