@@ -58,6 +58,7 @@ test-real: venv-dev
 
 bench: venv-dev
 	$(BIN)/python -m bench
+	$(BIN)/python -m bench.faults
 
 clean:
 	rm -rf $(VENV) $(VENV).lock $(VENV)-real .pytest_cache .mypy_cache .ruff_cache

@@ -167,11 +167,17 @@ class ChatStreamReader:
                 self.usage.update(chat_usage(doc["usage"]))
                 if not doc.get("choices"):
                     return EventKind.SKIP if self.strip_usage else EventKind.CONTENTLESS
+        event = parse_event(raw)
+        if event.data is not None and not event.is_done and not isinstance(event.json(), dict):
+            # A malformed chunk would crash the client's parser (the openai SDK raises a
+            # JSONDecodeError): it ends the stream like any other break.
+            self.error = {"error": {"message": "the upstream sent a malformed stream event",
+                                    "code": "malformed_event", "status": 502}}
+            return EventKind.ERROR
         if self.tracking:
-            self._track(parse_event(raw))
+            self._track(event)
         if committed:
             return EventKind.FINAL if any(f in raw for f in _FINISHED) else EventKind.VISIBLE
-        event = parse_event(raw)
         if self.identity is None and event.data is not None:
             self.identity = _identity(event.json())
         if not is_visible(event):

@@ -136,3 +136,12 @@ async def test_a_broken_stream_on_a_passthrough_path_is_counted_as_an_error(make
     await asyncio.sleep(0.05)
     assert gw.metric("llm_gateway_requests_total", upstream="primary", model="gpt-4o-mini", status="200",
                      error_type="provider_unavailable") == 1
+
+
+async def test_a_malformed_chunk_ends_the_stream_with_a_typed_error_not_a_parser_crash(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.script(Stream([chunk({"role": "assistant", "content": ""}), chunk({"content": "Hel"}),
+                           b"data: {not json\n\n", chunk({"content": "lo"})], then="done"))
+    status, _, body = await gw.chat(STREAM_REQ)
+    assert b"{not json" not in body and "[DONE]" not in data_events(body)
+    assert last_error(body)["code"] == "malformed_event"

@@ -1,0 +1,129 @@
+"""Stream faults, side by side: what a client gets when a stream breaks, with and without
+continuation. Our own fake upstream, the gateway in-process on loopback, the real openai
+SDK as the client.
+
+    rescued  the client got one complete, correct answer (finish and [DONE], full text)
+    safe     the stream ended with one typed error event (no [DONE]): honest, bounded
+    FAIL     anything else: a stream that looks finished but is not, a hang, a crash
+
+Run: ``python -m bench.faults`` (a few seconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import openai
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from gateway.app import create_app
+from gateway.config import parse_config
+from gateway.server import make_runner
+from tests.fakeupstream import FakeUpstream, Reply, Stream, chunk
+
+WORDS = ["The", " quick", " brown", " fox", " jumps", " over", " the", " lazy", " dog."]
+ANSWER = "".join(WORDS)
+ROLE = chunk({"role": "assistant", "content": ""})
+
+
+def _head(n: int) -> list[Any]:
+    return [ROLE, *(chunk({"content": w}) for w in WORDS[:n])]
+
+
+def _continuation(payload: dict[str, Any]) -> Stream:
+    shown = payload["messages"][-1]["content"]
+    rest = ANSWER[len(shown):]
+    return Stream([ROLE, chunk({"content": rest}), chunk({}, "stop")])
+
+
+def _full() -> Stream:
+    return Stream([*_head(len(WORDS)), chunk({}, "stop")])
+
+
+PREFILL_REFUSED = Reply(400, {"error": {"message": "This model does not support assistant message prefill. "
+                                                   "The conversation must end with a user message.",
+                                        "type": "invalid_request_error", "code": None}})
+TOOL = chunk({"tool_calls": [{"index": 0, "id": "c1", "type": "function",
+                              "function": {"name": "run", "arguments": '{"cm'}}]})
+
+# name -> steps the fake plays (callables pick the continuation from the request)
+SCENARIOS: dict[str, list[Any]] = {
+    "cut before any content": [Stream([ROLE], then="drop"), _full()],
+    "cut after 3 words": [Stream(_head(3), then="drop"), _continuation],
+    "stall after 3 words": [Stream(_head(3), then="stall"), _continuation],
+    "malformed chunk after 3 words": [Stream([*_head(3), b"data: {not json\n\n"], then="stall"), _continuation],
+    "error event after 3 words": [Stream([*_head(3), {"error": {"message": "overloaded", "type": "server_error",
+                                                                "code": 503}}], then="eof"), _continuation],
+    "close without finish after 3 words": [Stream(_head(3), then="eof"), _continuation],
+    "cut, then continuation refused": [Stream(_head(3), then="drop"), PREFILL_REFUSED],
+    "cut during a tool call": [Stream([*_head(2), TOOL], then="drop"), _full()],
+}
+
+
+async def _run(scenario: list[Any], continuation: str) -> tuple[str, float]:
+    fake = await FakeUpstream().start()
+    fake.script(*scenario)
+    cfg = parse_config(
+        f"upstreams: [{{name: up, base_url: '{fake.url}', continuation: {continuation}}}]\n"
+        "timeouts: {connect_s: 2, first_byte_s: 2, idle_s: 0.5}\n", env={})
+    runner = make_runner(create_app(cfg, registry=CollectorRegistry()), shutdown_timeout=0.2)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{runner.addresses[0][1]}/v1", api_key="k",
+                                max_retries=0)
+    started = time.monotonic()
+    try:
+        verdict = await asyncio.wait_for(_verdict(client), 20)
+    except TimeoutError:
+        verdict = "FAIL (hang)"
+    finally:
+        await client.close()
+        await runner.cleanup()
+        await fake.close()
+    return verdict, time.monotonic() - started
+
+
+async def _verdict(client: openai.AsyncOpenAI) -> str:
+    text, finish = "", None
+    try:
+        stream = await client.chat.completions.create(model="m", stream=True,
+                                                      messages=[{"role": "user", "content": "go"}])
+        async for c in stream:
+            if c.choices:
+                text += c.choices[0].delta.content or ""
+                finish = c.choices[0].finish_reason or finish
+    except openai.APIError as e:
+        body = getattr(e, "body", None)
+        typed = isinstance(body, dict) and "x_llm_error_type" in json.dumps(body)
+        return "safe" if typed or "x_llm_error_type" in str(e) else f"FAIL ({type(e).__name__})"
+    except Exception as e:  # the client itself broke on what it was sent
+        return f"FAIL (client crashed: {type(e).__name__})"
+    if finish in ("stop", "tool_calls") and (text == ANSWER or finish == "tool_calls"):
+        return "rescued"
+    return f"FAIL (looks finished: {finish!r}, {len(text)} chars)"
+
+
+def main(print_: Callable[[str], None] = print) -> None:
+    rows = []
+    for name, steps in SCENARIOS.items():
+        off, t_off = asyncio.run(_run(list(steps), "none"))
+        on, t_on = asyncio.run(_run(list(steps), "prefix"))
+        rows.append((name, off, t_off, on, t_on))
+    print_("| fault | without continuation | with `continuation: prefix` |")
+    print_("| --- | --- | --- |")
+    for name, off, t_off, on, t_on in rows:
+        print_(f"| {name} | {off} ({t_off:.2f} s) | {on} ({t_on:.2f} s) |")
+    for label, col in (("without", 1), ("with", 3)):
+        verdicts = [r[col] for r in rows]
+        print_(f"{label} continuation: {sum(v == 'rescued' for v in verdicts)} rescued, "
+               f"{sum(v == 'safe' for v in verdicts)} safe, {sum(v.startswith('FAIL') for v in verdicts)} failed")
+
+
+if __name__ == "__main__":
+    main()
