@@ -12,7 +12,8 @@ from tests.unit.test_telemetry import CONTRACT
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
 HEADERS = ["x-llm-error-type", "x-llm-error-retryable", "x-llm-error-reset-at", "retry-after",
-           "x-should-retry", "x-request-id", "x-llm-attempts", "x-llm-compressed"]
+           "x-should-retry", "x-request-id", "x-llm-attempts", "x-llm-compressed", "x-llm-upstream",
+           "x-llm-fallbacks", "x-llm-from-memory", "x-llm-tool-outputs-capped"]
 
 
 def test_error_types_are_the_header_values() -> None:
