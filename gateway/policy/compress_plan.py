@@ -12,7 +12,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.policy.cut import MARKER_TOKENS, MIN_KEEP_TOKENS, text_tokens, truncate, water_level
+from gateway.policy.cut import (
+    MARKER_TOKENS,
+    MIN_CAP_TOKENS,
+    MIN_KEEP_TOKENS,
+    text_tokens,
+    truncate,
+    water_level,
+)
 
 NOTE_TOKENS = 50  # the "[llm-gateway: N earlier messages … were removed …]" note, as a message
 # A turn that does not fit whole may spend at most this share of the history's room on any
@@ -50,15 +57,18 @@ def plan(
     text = [text_tokens(m) for m in messages]
     caps: dict[int, float] = {}  # message index -> tokens of text it keeps
     room = target - fixed - step_size
+    # A cut keeps MIN_KEEP_TOKENS of a text, or less in a small window: with 1,024 tokens in
+    # all, 300 per output would leave no turn but the newest.
+    floor = min(MIN_KEEP_TOKENS, max(MIN_CAP_TOKENS, target / 8))
     if room < 0:
         # Dropping alone is not enough: every older turn goes and the current step's
         # outputs are cut, all to one common size.
-        if fixed + sum(_floor(sizes[i], text[i]) for i in step) > target:
+        if fixed + sum(_floor(sizes[i], text[i], floor) for i in step) > target:
             return Refusal("protected messages alone exceed the limit", fixed + step_size)
         keep_from = len(units)
-        caps = _fill(step, sizes, text, target - fixed)
+        caps = _fill(step, sizes, text, target - fixed, floor)
     else:
-        keep_from, caps = _keep_newest(units, sizes, text, room)
+        keep_from, caps = _keep_newest(units, sizes, text, room, floor)
 
     dropped = {i for u in units[:keep_from] for i in u}
     counts: dict[str, Any] = {
@@ -81,11 +91,11 @@ def plan(
 
 
 def _keep_newest(
-    units: list[list[int]], sizes: list[float], text: list[float], room: float
+    units: list[list[int]], sizes: list[float], text: list[float], room: float, floor: float
 ) -> tuple[int, dict[int, float]]:
     """Walk the turns newest first, keeping each whole while it fits; returns the index of the
     oldest unit kept and the cuts made on the way."""
-    share = max(MIN_KEEP_TOKENS, OVERSIZED_SHARE * room)
+    share = max(floor, OVERSIZED_SHARE * room)
     caps: dict[int, float] = {}
     keep_from = len(units)
     whole = [sum(sizes[i] for i in u) for u in units]
@@ -102,14 +112,14 @@ def _keep_newest(
         if oversized and trimmed <= room:
             # Its oversized outputs are cut, but no further than the older turns need.
             spend = max(trimmed, room - older)
-            caps.update(_fill(unit, sizes, text, spend))
+            caps.update(_fill(unit, sizes, text, spend, floor))
             room -= spend
             keep_from = k
             continue
-        # The oldest turn kept: cut to the room left, if it can keep MIN_KEEP_TOKENS of
+        # The oldest turn kept: cut to the room left, if it can keep `floor` tokens of
         # each text it cuts; else it goes with everything older.
-        if sum(_floor(sizes[i], text[i]) for i in unit) <= room:
-            caps.update(_fill(unit, sizes, text, room))
+        if sum(_floor(sizes[i], text[i], floor) for i in unit) <= room:
+            caps.update(_fill(unit, sizes, text, room, floor))
             keep_from = k
             room = 0
         break
@@ -118,20 +128,22 @@ def _keep_newest(
         # to the outputs already cut, rather than unused.
         cut = list(caps)
         spent = sum(sizes[i] - text[i] + caps[i] + MARKER_TOKENS for i in cut)
-        caps = _fill(cut, sizes, text, spent + room)
+        caps = _fill(cut, sizes, text, spent + room, floor)
     return keep_from, caps
 
 
-def _fill(indexes: list[int], sizes: list[float], text: list[float], room: float) -> dict[int, float]:
+def _fill(
+    indexes: list[int], sizes: list[float], text: list[float], room: float, floor: float
+) -> dict[int, float]:
     """The common cap ("water level") that makes these messages fit ``room``, per message it cuts."""
     base = sum(sizes[i] - text[i] for i in indexes)  # what a cut cannot shorten
-    level = water_level([text[i] for i in indexes], room - base)
+    level = water_level([text[i] for i in indexes], room - base, floor)
     return {i: level for i in indexes if text[i] > level}
 
 
-def _floor(size: float, text: float) -> float:
+def _floor(size: float, text: float, floor: float) -> float:
     """The smallest a message can be made by cutting (not dropping) it."""
-    return size if text <= MIN_KEEP_TOKENS else size - text + MIN_KEEP_TOKENS + MARKER_TOKENS
+    return size if text <= floor else size - text + floor + MARKER_TOKENS
 
 
 def _units(messages: list[dict[str, Any]], start: int, end: int) -> list[list[int]]:

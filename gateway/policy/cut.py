@@ -71,8 +71,8 @@ def cut_text(text: str, keep_bytes: int) -> tuple[str, int]:
     return f"{head}\n…truncated by llm-gateway, {removed} more bytes…\n{tail}", removed
 
 
-def water_level(sizes: list[float], room: float) -> float:
-    """The largest cap c (>= MIN_KEEP_TOKENS) with sum(min(s, c)) plus a marker per cut <= room."""
+def water_level(sizes: list[float], room: float, floor: float = MIN_KEEP_TOKENS) -> float:
+    """The largest cap c (>= ``floor``) with sum(min(s, c)) plus a marker per cut <= room."""
     if sum(sizes) <= room:
         return float("inf")
     ordered = sorted(sizes)
@@ -81,9 +81,9 @@ def water_level(sizes: list[float], room: float) -> float:
         remaining = len(ordered) - n
         cap = (room - below) / remaining - MARKER_TOKENS
         if cap <= s:
-            return max(MIN_KEEP_TOKENS, cap)
+            return max(floor, cap)
         below += s
-    return max(MIN_KEEP_TOKENS, room)
+    return max(floor, room)
 
 
 MIN_CAP_TOKENS = 64  # below this a capped output would be little more than its marker
