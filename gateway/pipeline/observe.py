@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from gateway.errors import Classification, ErrorType
+from gateway.logs import ACCESS
 from gateway.pipeline.outcome import STATE, RequestState
 from gateway.services import SERVICES, Services
 from gateway.telemetry import error_label, status_label
@@ -116,4 +117,4 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
         record["compression"] = state.compression
     if state.usage:
         record["usage"] = state.usage
-    log.info(record)
+    ACCESS.emit(record)
