@@ -40,8 +40,10 @@ async def read_body(request: web.Request, max_bytes: int, idle_s: float) -> byte
     content = request.content
     try:
         while not content.at_eof():
-            async with asyncio.timeout(idle_s):
-                chunk = await content.readany()
+            chunk = content.read_nowait()  # what has arrived already needs no timer
+            if not chunk:
+                async with asyncio.timeout(idle_s):
+                    chunk = await content.readany()
             if not chunk:
                 break
             size += len(chunk)
