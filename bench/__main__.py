@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from bench import load
@@ -153,21 +154,32 @@ def in_flight(port: int) -> float:
     return float("nan")
 
 
-def streams_table(procs: dict[str, subprocess.Popen[bytes]], ports: dict[str, int], gw_port: int) -> str:
+Fresh = Callable[[str], tuple[subprocess.Popen[bytes], int]]
+
+
+def streams_table(fresh: Fresh) -> str:
     from bench import streams
 
     count = max(1, int(STREAM_S / TOKEN_INTERVAL_S))
     rows = []
     for n in STREAMS:
         for name in (MINIMAL, GATEWAY):
-            pid = procs[name].pid
-            before_kb, c0 = status_kb(pid, "VmRSS"), cpu_s(pid)
-            stats, during = streams.run(ports[name], n, count, TOKEN_INTERVAL_S,
-                                        lambda pid=pid: {"rss_kb": status_kb(pid, "VmRSS"),
-                                                         "fds": len(os.listdir(f"/proc/{pid}/fd"))})
-            cpu = cpu_s(pid) - c0
-            time.sleep(0.5)
-            gauge = in_flight(gw_port) if name == GATEWAY else float("nan")
+            # A fresh, warmed-up process per measurement: what an earlier run left in the
+            # allocator or the upstream pool would flatter or blur the per-stream figures.
+            proc, port = fresh(name)
+            try:
+                load.throughput_and_latency(f"http://127.0.0.1:{port}/v1/chat/completions", 8, 1)
+                pid = proc.pid
+                before_kb, c0 = status_kb(pid, "VmRSS"), cpu_s(pid)
+                stats, during = streams.run(port, n, count, TOKEN_INTERVAL_S,
+                                            lambda pid=pid: {"rss_kb": status_kb(pid, "VmRSS"),
+                                                             "fds": len(os.listdir(f"/proc/{pid}/fd"))})
+                cpu = cpu_s(pid) - c0
+                time.sleep(0.5)
+                gauge = in_flight(port) if name == GATEWAY else float("nan")
+            finally:
+                proc.terminate()
+                proc.wait(10)
             rows.append((n, name, stats, during, before_kb, cpu, gauge))
     lines = [
         f"Concurrent streams: each trickles one token every {TOKEN_INTERVAL_S * 1000:.0f} ms for "
@@ -285,10 +297,23 @@ def run_loop(loop: str, tmp: Path, fd_limit: int, growth: bool) -> str:
                     f"{r['name']}={r['errors']:.0f}" for r in rows) + "\n"
             print(report, flush=True)
             if growth:
-                part = streams_table(procs, ports, gw_port) + f"\n\n(open-file limit raised to {fd_limit})\n"
+                def fresh(name: str) -> tuple[subprocess.Popen[bytes], int]:
+                    port = free_port()
+                    if name == MINIMAL:
+                        return spawn([*on, "bench.minimal_proxy", str(port), upstream, str(POOL)], port), port
+                    cfg = tmp / f"gateway-{loop}-{port}.yaml"
+                    cfg.write_text(config.read_text().replace(f"port: {gw_port},", f"port: {port},"))
+                    return spawn([*on, "gateway", "--config", str(cfg)], port, "/healthz", stdout=gw_log), port
+
+                part = streams_table(fresh) + f"\n\n(open-file limit raised to {fd_limit})\n"
                 print(part, flush=True)
                 report += "\n" + part
-                part = soak_table(procs[GATEWAY].pid, gw_port) + "\n"
+                proc, port = fresh(GATEWAY)
+                try:
+                    part = soak_table(proc.pid, port) + "\n"
+                finally:
+                    proc.terminate()
+                    proc.wait(10)
                 print(part, flush=True)
                 report += "\n" + part
         finally:
