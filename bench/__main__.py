@@ -215,15 +215,17 @@ def soak_table(pid: int, port: int) -> str:
     return "\n".join([
         f"Soak: {SOAK:,} mixed requests through the gateway (¼ each: success, stream, 429 then success "
         "after the gateway's retry, 400 for a bad body), wrk -c32; RSS and open fds sampled every 0.25 s, "
-        "the first fifth of the run counted as warm-up",
+        "the first fifth of the run counted as warm-up. Idle after: the upstream keep-alive pool "
+        "(one connection per client connection, 30 s keep-alive) is still open",
         "",
         "| requests | 200 / 400 / other | RSS after warm-up | RSS max | RSS at end | growth after warm-up "
-        "| fds before / max during / after | wall |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| fds after warm-up / at end / max | fds idle before / after | wall |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         f"| {r['requests']:,} | {r['ok_200']:,} / {r['bad_400']:,} / {r['other']:,} | "
         f"{r['rss_after_warmup_mb']:.1f} MB | {r['rss_max_mb']:.1f} MB | {r['rss_end_mb']:.1f} MB | "
         f"{float(r['rss_growth_pct']):+.1f} % ({'flat' if flat else 'NOT flat'}) | "
-        f"{r['fds_before']} / {r['fds_max_during']} / {r['fds_after']} | {r['wall_s']:.0f} s |",
+        f"{r['fds_after_warmup']} / {r['fds_end']} / {r['fds_max_during']} | {r['fds_before']} / {r['fds_after']} | "
+        f"{r['wall_s']:.0f} s |",
         *([f"\nsocket errors: {r['socket_errors']}"] if r["socket_errors"] != "none" else []),
     ])
 

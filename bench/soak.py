@@ -110,5 +110,6 @@ def run(url: str, pid: int, n: int, max_s: int) -> dict[str, float | str]:
         "socket_errors": errors.group(1) if errors else "none",
         "rss_after_warmup_mb": rss[0] / 1024, "rss_max_mb": max(rss) / 1024, "rss_end_mb": rss[-1] / 1024,
         "rss_growth_pct": 100 * (rss[-1] - rss[0]) / rss[0] if rss[0] else float("nan"),
-        "fds_before": fds_before, "fds_max_during": max(fds), "fds_after": fds_after,
+        "fds_before": fds_before, "fds_after_warmup": fds[0], "fds_end": fds[-1], "fds_max_during": max(fds),
+        "fds_after": fds_after,
     }
