@@ -38,7 +38,8 @@ def wrk(url: str, connections: int, seconds: int) -> dict[str, float]:
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
     lat = {p: float(v) * _UNITS[u] for p, v, u in re.findall(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s)$", out, re.M)}
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    return {"rps": rps, "p50_ms": lat.get("50", float("nan")), "p99_ms": lat.get("99", float("nan")),
+    done = re.search(r"(\d+) requests in", out)
+    return {"rps": rps, "requests": float(done.group(1)) if done else rps * seconds, "p50_ms": lat.get("50", float("nan")), "p99_ms": lat.get("99", float("nan")),
             "errors": float(errors.group(1)) if errors else 0.0}
 
 
@@ -54,7 +55,7 @@ async def _python_load(url: str, connections: int, seconds: float) -> dict[str, 
                 latencies.append((time.perf_counter() - t0) * 1000)
         await asyncio.gather(*(worker() for _ in range(connections)))
     q = statistics.quantiles(latencies, n=100)
-    return {"rps": len(latencies) / seconds, "p50_ms": q[49], "p99_ms": q[98], "errors": 0.0}
+    return {"rps": len(latencies) / seconds, "requests": float(len(latencies)), "p50_ms": q[49], "p99_ms": q[98], "errors": 0.0}
 
 
 def throughput_and_latency(url: str, connections: int, seconds: int) -> dict[str, float]:

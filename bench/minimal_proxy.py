@@ -10,11 +10,11 @@ from aiohttp import web
 HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive"}
 
 
-def make_app(upstream: str) -> web.Application:
+def make_app(upstream: str, pool: int = 256) -> web.Application:
     app = web.Application()
 
     async def start(app: web.Application) -> None:
-        app["session"] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256))
+        app["session"] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=pool))
 
     async def stop(app: web.Application) -> None:
         await app["session"].close()
@@ -37,7 +37,10 @@ def make_app(upstream: str) -> web.Application:
 
 
 def main() -> None:
-    web.run_app(make_app(sys.argv[2]), host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
+    # argv: PORT UPSTREAM [POOL]; the pool is the same size as the gateway's in each bench.
+    pool = int(sys.argv[3]) if len(sys.argv) > 3 else 256
+    web.run_app(make_app(sys.argv[2], pool), host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None,
+                backlog=1024)
 
 
 if __name__ == "__main__":

@@ -67,7 +67,13 @@ class Telemetry:
             ["upstream", "model"], buckets=LATENCY_BUCKETS, registry=registry,
         )  # fmt: skip
         self.time_to_first_byte = Histogram(
-            p + "time_to_first_byte_seconds", "Time from request to the response head reaching the client.",
+            p + "time_to_first_byte_seconds",
+            "Time from request to the response head reaching the client, retries and their waits included.",
+            ["upstream", "model"], buckets=LATENCY_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.upstream_first_byte = Histogram(
+            p + "upstream_first_byte_seconds",
+            "Time from sending the successful attempt upstream to its response head arriving.",
             ["upstream", "model"], buckets=LATENCY_BUCKETS, registry=registry,
         )  # fmt: skip
         self.upstream_attempts = Counter(

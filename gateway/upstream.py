@@ -68,12 +68,76 @@ _RESET_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-class _AiohttpResponse:
-    __slots__ = ("_idle_s", "_resp")
+class _Deadline:
+    """One timer for a whole upstream exchange, in place of an ``asyncio.timeout`` scope
+    per await (each of those schedules and cancels its own timer).
 
-    def __init__(self, resp: aiohttp.ClientResponse, idle_s: float) -> None:
+    ``arm(s)`` sets the deadline ``s`` from now. The timer is only rescheduled when the new
+    deadline is earlier than the one pending; a later one is picked up lazily when the
+    pending timer fires and finds it has not expired yet. So re-arming per chunk costs
+    a clock read, and waits that never suspend cost nothing. When it expires while armed
+    it cancels the task, and :meth:`expired` turns that cancellation into a timeout,
+    exactly as ``asyncio.timeout`` does (a cancellation from elsewhere stays one).
+    """
+
+    __slots__ = ("_at", "_cancelling", "_fired", "_handle", "_loop", "_task")
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task: asyncio.Task[object] | None = None
+        self._handle: asyncio.TimerHandle | None = None
+        self._at: float | None = None
+        self._fired = False
+        self._cancelling = 0
+
+    def arm(self, seconds: float) -> None:
+        at = self._loop.time() + seconds
+        self._at = at
+        self._task = task = asyncio.current_task()
+        self._cancelling = task.cancelling() if task is not None else 0
+        handle = self._handle
+        if handle is None or handle.when() > at:
+            if handle is not None:
+                handle.cancel()
+            self._handle = self._loop.call_at(at, self._check)
+
+    def disarm(self) -> None:
+        self._at = None  # the pending timer, if any, finds nothing to do
+
+    def _check(self) -> None:
+        self._handle = None
+        at = self._at
+        if at is None or self._task is None:
+            return
+        if self._loop.time() >= at:
+            self._at = None
+            self._fired = True
+            self._task.cancel()
+        else:
+            self._handle = self._loop.call_at(at, self._check)
+
+    def expired(self) -> bool:
+        """Called on CancelledError: was it ours? Then the task is uncancelled."""
+        if not self._fired:
+            return False
+        self._fired = False
+        assert self._task is not None
+        return self._task.uncancel() <= self._cancelling
+
+    def close(self) -> None:
+        self._at = None
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+
+class _AiohttpResponse:
+    __slots__ = ("_deadline", "_idle_s", "_resp")
+
+    def __init__(self, resp: aiohttp.ClientResponse, idle_s: float, deadline: _Deadline) -> None:
         self._resp = resp
         self._idle_s = idle_s
+        self._deadline = deadline
 
     @property
     def status(self) -> int:
@@ -86,16 +150,27 @@ class _AiohttpResponse:
     async def _next_chunk(self) -> bytes:
         """The next body bytes (b"" at the end), with our own idle timer: aiohttp's sock_read
         would also cap the wait for the response head, which first_byte_s governs."""
+        content = self._resp.content
         try:
-            async with asyncio.timeout(self._idle_s):
-                return await self._resp.content.readany()
-        except TimeoutError:
-            raise UpstreamFailure(TransportError.IDLE_TIMEOUT, "no data within idle_s") from None
+            chunk = content.read_nowait()  # what has arrived already needs no timer
+            if chunk or content.at_eof():
+                return chunk
+            deadline = self._deadline
+            deadline.arm(self._idle_s)
+            try:
+                return await content.readany()
+            except asyncio.CancelledError:
+                if deadline.expired():
+                    raise UpstreamFailure(TransportError.IDLE_TIMEOUT, "no data within idle_s") from None
+                raise
+            finally:
+                deadline.disarm()
         except _RESET_ERRORS as e:
             raise UpstreamFailure(TransportError.STREAM_BROKEN, type(e).__name__) from None
 
     def _finish(self) -> None:
         # A body read to the end can go back to the pool; anything else must not be reused.
+        self._deadline.close()
         if self._resp.content.at_eof():
             self._resp.release()
         else:
@@ -121,6 +196,7 @@ class _AiohttpResponse:
             self._finish()
 
     def close(self) -> None:
+        self._deadline.close()
         self._resp.close()
 
 
@@ -153,23 +229,33 @@ class AiohttpSender:
 
     async def __call__(self, request: UpstreamRequest) -> UpstreamResponse:
         assert self._session is not None, "AiohttpSender.start() was not awaited"
+        deadline = _Deadline()
+        deadline.arm(request.first_byte_timeout_s)
         try:
-            async with asyncio.timeout(request.first_byte_timeout_s):
-                resp = await self._session.request(
-                    request.method,
-                    request.url,
-                    headers=request.headers,
-                    data=request.body if request.body or request.method != "GET" else None,
-                    allow_redirects=False,
-                    compress=None,
-                )
-        except TimeoutError:
-            raise UpstreamFailure(TransportError.FIRST_BYTE_TIMEOUT, "no response head") from None
+            resp = await self._session.request(
+                request.method,
+                request.url,
+                headers=request.headers,
+                data=request.body if request.body or request.method != "GET" else None,
+                allow_redirects=False,
+                compress=None,
+            )
+        except asyncio.CancelledError:
+            deadline.close()
+            if deadline.expired():
+                raise UpstreamFailure(TransportError.FIRST_BYTE_TIMEOUT, "no response head") from None
+            raise
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
+            deadline.close()
             raise UpstreamFailure(TransportError.CONNECT, type(e).__name__) from None
         except aiohttp.ClientError as e:  # resets, malformed heads, anything else on the wire
+            deadline.close()
             raise UpstreamFailure(TransportError.RESET, type(e).__name__) from None
-        return _AiohttpResponse(resp, self._timeouts.idle_s)
+        except BaseException:
+            deadline.close()
+            raise
+        deadline.disarm()  # the body's reads re-arm it with idle_s
+        return _AiohttpResponse(resp, self._timeouts.idle_s, deadline)
 
 
 def pool_size(cfg: GatewayConfig) -> int:

@@ -12,6 +12,7 @@ import asyncio
 import json
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from gateway.encodings import EncodingProblem, decode_body
@@ -41,8 +42,10 @@ async def read_body(request: web.Request, max_bytes: int, idle_s: float) -> byte
     content = request.content
     try:
         while not content.at_eof():
-            async with asyncio.timeout(idle_s):
-                chunk = await content.readany()
+            chunk = content.read_nowait()  # what has arrived already needs no timer
+            if not chunk:
+                async with asyncio.timeout(idle_s):
+                    chunk = await content.readany()
             if not chunk:
                 break
             size += len(chunk)
@@ -75,7 +78,12 @@ def parse_json_object(body: bytes) -> dict[str, Any] | Failure:
     if not body.strip():
         return bad_request("the request body is empty; a JSON object is required", "invalid_json")
     try:
-        doc = json.loads(body)
+        doc = orjson.loads(body)  # fast; stricter than json, so any refusal is re-judged below
+    except orjson.JSONDecodeError:
+        doc = None
+    try:
+        if doc is None:
+            doc = json.loads(body)
     except UnicodeDecodeError:
         return bad_request("the request body is not valid UTF-8", "invalid_json")
     except RecursionError:

@@ -77,7 +77,7 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
         call.method, call.url, call.headers, body,
         first_byte_timeout_s=max(0.001, min(svc.cfg.timeouts.first_byte_s, plan.remaining_s())),
     )  # fmt: skip
-    outcome = await _exchange(svc, request, call)
+    outcome = await _exchange(svc, state, request, call)
     label = outcome.classification.type.value if isinstance(outcome, Failure) else "success"
     t = svc.telemetry
     t.child(t.upstream_attempts, call.up.cfg.name, label).inc()
@@ -94,12 +94,14 @@ def circuit_open(svc: Services, up: UpstreamRuntime, wait: float) -> Failure:
     )
 
 
-async def _exchange(svc: Services, request: UpstreamRequest, call: Call) -> Outcome:
+async def _exchange(svc: Services, state: RequestState, request: UpstreamRequest, call: Call) -> Outcome:
     mode = call.mode
+    sent = svc.monotonic()
     try:
         resp = await svc.sender(request)
     except UpstreamFailure as f:
         return _transport(svc, f.kind)
+    state.upstream_head_s = svc.monotonic() - sent
     try:
         if resp.status >= 400:
             return _upstream_error(svc, resp.status, resp.headers, await resp.read(ERROR_BODY_LIMIT))

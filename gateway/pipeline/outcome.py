@@ -38,6 +38,10 @@ class RequestState:
     # budget, deadline or an open circuit): the client's SDK must not retry on top.
     retries_settled: bool = False
     first_byte_at: float | None = None
+    upstream_head_s: float | None = None  # the last attempt's own time to its response head
+    method: str = ""
+    path: str = ""
+    user_agent: str | None = None
     stream_error: ErrorType | None = None  # a committed stream that ended in an error event
     continued: bool = False  # a stream broken mid-answer was continued by an upstream
     ended_by: str | None = None  # why a committed response ended early (reset, idle_timeout, shutdown…)

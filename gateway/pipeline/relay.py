@@ -18,6 +18,7 @@ from aiohttp import web
 
 from gateway.dialects.base import Ending, EventKind, Splice, StreamReader
 from gateway.errors import Classification, ErrorType, TransportError
+from gateway.jsonpeek import top_level_member
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success
 from gateway.policy.classify import classify
 from gateway.services import Services
@@ -57,10 +58,12 @@ def rendered(state: RequestState, failure: Failure) -> tuple[int, bytes]:
 def _count_usage_in_body(state: RequestState, body: bytes) -> None:
     if b'"usage"' not in body:
         return
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        return
+    doc = top_level_member(body, "usage")  # the usage object alone, not the whole body
+    if doc is None:
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            return
     if isinstance(doc, dict):
         state.usage.update(state.dialect.body_usage(doc))
 

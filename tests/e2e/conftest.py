@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +35,15 @@ class RunningGateway:
 
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def logs_when(self, ready: Callable[[str], bool], timeout_s: float = 3.0) -> str:
+        """The log once ``ready(log)`` holds: lines are written in batches (within 50 ms)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            text = self.logs()
+            if ready(text) or time.monotonic() > deadline:
+                return text
+            time.sleep(0.05)
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.proc.poll() is None:

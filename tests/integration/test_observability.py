@@ -18,20 +18,22 @@ async def test_log_line_per_request_without_secrets(make_gateway, caplog: pytest
     gw.fake.script(Reply(400, {"error": {"message": f"bad request echoing {PROMPT}", "type": "invalid_request_error",
                                          "code": None}}))
     payload = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": PROMPT}]}
-    await gw.chat(payload, headers={"Authorization": "Bearer sk-client-SECRET2", "x-request-id": "rid-obs"})
+    await gw.chat(payload, headers={"Authorization": "Bearer sk-client-SECRET2", "x-request-id": "rid-obs",
+                                    "User-Agent": "my-agent/1.0 (Bearer sk-client-SECRET2; key=AKIAIOSFODNN7SECRETSECRET)"})
     await gw.chat(payload, headers={"Authorization": "Bearer sk-client-SECRET2"})
     await gw.chat(data=b'{"messages": "' + PROMPT.encode() + b'"')  # invalid JSON quoting the prompt
     formatter = JsonFormatter()
     lines = [formatter.format(r) for r in caplog.records]
     text = "\n".join(lines)
-    for secret in (SECRET_KEY, "sk-client-SECRET2", PROMPT, "nightingale", "Bearer"):
+    for secret in (SECRET_KEY, "sk-client-SECRET2", PROMPT, "nightingale", "Bearer", "AKIA"):
         assert secret not in text
     records = [json.loads(line) for line in lines if '"event":"request"' in line]
     assert len(records) == 3
     first = next(r for r in records if r["request_id"] == "rid-obs")
     assert first | {"duration_ms": 0, "ttfb_ms": 0} == {
         "ts": first["ts"], "level": "info", "logger": "gateway.access", "event": "request",
-        "request_id": "rid-obs", "upstream": "primary", "model": "gpt-4o-mini", "status": 400,
+        "request_id": "rid-obs", "method": "POST", "path": "/v1/chat/completions",
+        "user_agent": "my-agent/1.0 ([redacted] [redacted])", "upstream": "primary", "model": "gpt-4o-mini", "status": 400,
         "error_type": "unknown", "attempts": 1, "retries": 0, "compressed": False, "stream": False,
         "duration_ms": 0, "ttfb_ms": 0,
     } | ({"provider_code": first["provider_code"]} if "provider_code" in first else {})
@@ -54,3 +56,27 @@ async def test_unknown_models_do_not_explode_label_cardinality(make_gateway) -> 
     models = {s.labels["model"] for m in gw.registry.collect() if m.name == "llm_gateway_requests"
               for s in m.samples}
     assert len(models) <= 101 and "other" in models
+
+
+async def test_upstream_first_byte_leaves_out_retry_waits(make_gateway) -> None:
+    # time_to_first_byte is what the client waited (retries and their waits included);
+    # upstream_first_byte is the successful attempt's own time to its response head.
+    gw = await make_gateway(real_sleep=True)
+    rate_limited = {"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}}
+    gw.fake.script(Reply(429, rate_limited, {"retry-after-ms": "300"}), Reply(200, {"ok": True}))
+    status, _, _ = await gw.chat()
+    assert status == 200
+    labels = {"upstream": "primary", "model": "gpt-4o-mini"}
+    assert gw.metric("llm_gateway_time_to_first_byte_seconds_sum", **labels) >= 0.3
+    assert gw.metric("llm_gateway_upstream_first_byte_seconds_count", **labels) == 1
+    assert gw.metric("llm_gateway_upstream_first_byte_seconds_sum", **labels) < 0.25
+
+
+async def test_log_path_is_bounded(make_gateway, caplog: pytest.LogCaptureFixture) -> None:
+    gw = await make_gateway()
+    caplog.set_level(logging.INFO, logger="gateway")
+    async with gw.session.get(gw.base + "/v1/models/" + "m" * 500 + "?key=SECRET4") as r:
+        await r.read()
+    (record,) = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
+    assert record["method"] == "GET" and record["path"] == ("/v1/models/" + "m" * 500)[:128]
+    assert "SECRET4" not in str(record)

@@ -18,6 +18,8 @@ CONTRACT = {
     "llm_gateway_fallbacks_total": ("counter", {"upstream", "fallback", "error_type"}),
     "llm_gateway_continuations_total": ("counter", {"upstream", "outcome"}),
 }
+# Beyond the contract: the successful attempt's own time to first byte (no retry waits).
+EXTRA = {"llm_gateway_upstream_first_byte_seconds": ("histogram", {"upstream", "model"})}
 
 
 def test_every_contract_metric_exists_with_its_type_and_labels() -> None:
@@ -29,7 +31,7 @@ def test_every_contract_metric_exists_with_its_type_and_labels() -> None:
             kind = attr._type
             full = base + "_total" if kind == "counter" else base
             found[full] = (kind, set(attr._labelnames))
-    assert found == CONTRACT
+    assert found == CONTRACT | EXTRA
 
 
 def test_model_labels_are_bounded() -> None:

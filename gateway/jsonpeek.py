@@ -1,0 +1,60 @@
+"""Reading one top-level member of a JSON object without decoding the rest.
+
+A buffered completion can be megabytes of generated text while the gateway only needs
+its ``usage`` object (tens of bytes, and last in every provider's body). Decoding the
+whole body to read it costs time in proportion to the answer; this costs about the same
+for any size, and says "don't know" (None) whenever it cannot show that, for a body that
+is valid JSON, its answer equals ``{key: json.loads(body)[key]}``; the caller then falls
+back to the full decode. (It does not validate the bytes before the member: a malformed
+body whose end looks right still yields the member.)
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+_decoder = json.JSONDecoder()
+_WS = b" \t\n\r"
+
+def top_level_member(body: bytes, key: str) -> dict[str, Any] | None:
+    """``{key: value}`` for the last ``"key":`` member of the top-level object, or None.
+
+    Why a hit is sound: the bytes ``"key"`` cannot occur inside a JSON string (a quote
+    in a string is escaped, so the byte before an inner quote is a backslash, which the
+    check on the preceding byte refuses). A member ``"key": value`` at depth 1 is followed
+    only by more depth-1 members and the closing brace, so ``{`` plus that tail parses as
+    one object with nothing after it; at any deeper level the tail also holds the closers
+    of the enclosing levels and fails to parse. The last match is taken, as ``json.loads``
+    keeps the last of duplicate keys. Whatever does not fit this shape returns None.
+    """
+    needle = b'"' + key.encode() + b'"'
+    at = body.rfind(needle)
+    if at <= 0:
+        return None
+    i = at - 1
+    while i > 0 and body[i] in _WS:  # (no slicing: the body may be megabytes)
+        i -= 1
+    if body[i] not in b"{,":
+        return None
+    i = 0
+    while body[i] in _WS:
+        i += 1
+    if body[i] != 0x7B:  # "{"
+        return None
+    rest = body[at + len(needle) :].lstrip(_WS)
+    if not rest.startswith(b":"):
+        return None
+    try:
+        text = rest[1:].decode()
+        value, end = _decoder.raw_decode(text, len(text) - len(text.lstrip()))
+        tail = text[end:].strip()
+        if tail != "}":
+            if not tail.startswith(","):
+                return None
+            after = json.loads("{" + tail[1:])
+            if not isinstance(after, dict) or key in after:
+                return None  # a later duplicate would win: let the full decode decide
+    except (ValueError, RecursionError):
+        return None
+    return {key: value}

@@ -1,0 +1,43 @@
+"""top_level_member agrees with json.loads whenever it answers, whatever the nesting,
+the spacing, or strings that quote the key."""
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.jsonpeek import top_level_member
+
+KEYS = st.sampled_from(["usage", "id", "choices", "x", 'say "usage"', "usage\\", "\u00fcsage"])
+SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(
+    alphabet=st.sampled_from(list('usage"\\:,{}[] \nxé')), max_size=12)
+VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=3),
+                      max_leaves=12)
+LAYOUT = st.sampled_from([{}, {"separators": (",", ":")}, {"indent": 2}, {"ensure_ascii": False}])
+
+
+@settings(max_examples=600)
+@given(st.dictionaries(KEYS, VALUES, max_size=5), LAYOUT)
+def test_agrees_with_the_full_decode(doc: dict, layout: dict) -> None:
+    body = json.dumps(doc, **layout).encode()
+    got = top_level_member(body, "usage")
+    if got is not None:
+        assert "usage" in doc and got == {"usage": doc["usage"]}
+
+
+def test_real_bodies_are_read_without_the_fallback() -> None:
+    chat = {"id": "c", "choices": [{"message": {"content": 'he said "usage": {"prompt_tokens": 1}'}}],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 7}, "system_fingerprint": "fp"}
+    for layout in ({}, {"separators": (",", ":")}, {"indent": 2}):
+        body = json.dumps(chat, **layout).encode()
+        assert top_level_member(body, "usage") == {"usage": chat["usage"]}
+    assert top_level_member(b'{"a": 1, "usage": {"input_tokens": 3}}', "usage") == {"usage": {"input_tokens": 3}}
+
+
+def test_nested_or_absent_keys_are_not_taken_for_top_level_ones() -> None:
+    assert top_level_member(b'{"a": {"usage": {"p": 1}}}', "usage") is None
+    assert top_level_member(b'{"a": [{"usage": 1}], "b": 2}', "usage") is None
+    assert top_level_member(b'{"a": "x\\"usage\\": 1"}', "usage") is None
+    assert top_level_member(b'[{"usage": 1}]', "usage") is None
+    assert top_level_member(b'{"usage": 1, "\\u0075sage": 2}', "usage") is None  # a later duplicate
+    assert top_level_member(b'{"usage": {"p": 1}', "usage") is None  # truncated

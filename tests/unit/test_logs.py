@@ -1,0 +1,117 @@
+"""The log writer: one JSON line per record, in order, off the event loop, never blocking
+on a stuck stdout, and nothing lost on an orderly shutdown."""
+
+import fcntl
+import json
+import logging
+import os
+import time
+
+import pytest
+
+from gateway import logs
+from gateway.logs import ACCESS, JsonFormatter, LineWriter
+
+
+def read_lines(fd: int, want: int, timeout_s: float = 5) -> list[dict]:
+    buf = b""
+    deadline = time.monotonic() + timeout_s
+    os.set_blocking(fd, False)
+    while buf.count(b"\n") < want and time.monotonic() < deadline:
+        try:
+            buf += os.read(fd, 1 << 16)
+        except BlockingIOError:
+            time.sleep(0.005)
+    return [json.loads(x) for x in buf.splitlines()]
+
+
+def test_formatter_and_fast_path_render_the_same_line() -> None:
+    record = logging.LogRecord("gateway.access", logging.INFO, __file__, 1, {"event": "request", "status": 200},
+                               None, None)
+    text = JsonFormatter().format(record)
+    assert logs.line(record.created, "info", "gateway.access", {"event": "request", "status": 200}) == (
+        text.encode() + b"\n")
+    doc = json.loads(text)
+    assert list(doc) == ["ts", "level", "logger", "event", "status"]
+    assert doc["ts"].endswith("Z") and len(doc["ts"]) == len("2026-01-02T03:04:05.678Z")
+
+
+def test_values_orjson_refuses_still_render() -> None:
+    assert json.loads(logs.line(0.0, "info", "x", {"big": 2**70, "obj": object}))["big"] == 2**70
+
+
+def test_lines_arrive_in_order_soon_and_whole() -> None:
+    r, w = os.pipe()
+    writer = LineWriter(w, flush_s=0.01)
+    try:
+        for i in range(1000):
+            writer.write(logs.line(time.time(), "info", "t", {"i": i}))
+        got = read_lines(r, 1000)
+        assert [d["i"] for d in got] == list(range(1000))
+    finally:
+        writer.close()
+        os.close(r)
+        os.close(w)
+
+
+def test_a_stuck_stdout_never_blocks_and_drops_are_counted() -> None:
+    r, w = os.pipe()
+    fcntl.fcntl(w, 1031, 4096)  # F_SETPIPE_SZ: a small pipe that fills at once
+    writer = LineWriter(w, flush_s=0.001, max_lines=100)
+    try:
+        start = time.perf_counter()
+        for i in range(5000):  # nobody reads: the writer thread blocks, write() must not
+            writer.write(logs.line(time.time(), "info", "t", {"i": i, "pad": "x" * 200}))
+        assert time.perf_counter() - start < 1.0
+        assert writer.dropped > 0
+        got = read_lines(r, 200, timeout_s=3)
+        deadline = time.monotonic() + 3
+        while not any(d.get("event") == "log_lines_dropped" for d in got) and time.monotonic() < deadline:
+            got += read_lines(r, 1, timeout_s=0.2)
+        gap = next(d for d in got if d.get("event") == "log_lines_dropped")
+        assert gap["count"] > 0 and gap["level"] == "warning"
+    finally:
+        writer.close(timeout_s=0.5)
+        os.close(r)
+        os.close(w)
+
+
+def test_close_writes_what_is_pending() -> None:
+    r, w = os.pipe()
+    writer = LineWriter(w, flush_s=60)  # the thread would not wake on its own in time
+    for i in range(10):
+        writer.write(logs.line(time.time(), "info", "t", {"i": i}))
+    writer.close()
+    assert [d["i"] for d in read_lines(r, 10)] == list(range(10))
+    os.close(r)
+    os.close(w)
+
+
+@pytest.fixture
+def restore_logging():
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    ACCESS.use(None)
+
+
+@pytest.mark.parametrize("level", ["info", "warning"])
+def test_configure_routes_every_logger_through_one_writer(restore_logging, level: str) -> None:
+    r, w = os.pipe()
+    writer = logs.configure(level, fd=w)
+    try:
+        logging.getLogger("gateway.server").warning({"event": "started"})
+        ACCESS.emit({"event": "request", "status": 200})
+        logging.getLogger("gateway.server").warning("plain %s", "text")
+        writer.close()
+        got = read_lines(r, 3 if level == "info" else 2)
+    finally:
+        os.close(r)
+        os.close(w)
+    expected = [("gateway.server", "started"), ("gateway.access", "request"), ("gateway.server", None)]
+    if level == "warning":
+        expected.pop(1)  # access lines are info
+    assert [(d["logger"], d.get("event")) for d in got] == expected
+    assert got[-1]["message"] == "plain text"
