@@ -22,6 +22,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from gateway.auth import WWW_AUTHENTICATE
@@ -192,8 +193,12 @@ def _route(svc: Services, state: RequestState, model: str | None) -> list[Upstre
 
 def _canonical(inbound: Inbound) -> bytes:
     # Agents resend a failed turn re-serialised (Codex reorders a map on every reconnect):
-    # the same request must be recognised whatever the key order.
-    return json.dumps(inbound.payload, sort_keys=True, separators=(",", ":")).encode()
+    # the same request must be recognised whatever the key order. orjson does this ~10x
+    # faster than json on agent-sized bodies; json takes what orjson refuses (huge ints).
+    try:
+        return orjson.dumps(inbound.payload, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return json.dumps(inbound.payload, sort_keys=True, separators=(",", ":")).encode()
 
 
 def _credential(request: web.Request) -> str:
