@@ -167,17 +167,22 @@ class ChatStreamReader:
                 self.usage.update(chat_usage(doc["usage"]))
                 if not doc.get("choices"):
                     return EventKind.SKIP if self.strip_usage else EventKind.CONTENTLESS
-        event = parse_event(raw)
-        if event.data is not None and not event.is_done and not isinstance(event.json(), dict):
-            # A malformed chunk would crash the client's parser (the openai SDK raises a
-            # JSONDecodeError): it ends the stream like any other break.
-            self.error = {"error": {"message": "the upstream sent a malformed stream event",
-                                    "code": "malformed_event", "status": 502}}
-            return EventKind.ERROR
-        if self.tracking:
-            self._track(event)
+        # A malformed chunk would crash the client's parser (the openai SDK raises a
+        # JSONDecodeError): it ends the stream like any other break. Every chunk is one JSON
+        # object, so a cheap look at its last byte spares the parse for all the others.
+        event: Event | None = None
+        if self.tracking or not raw.rstrip().endswith((b"}", b"[DONE]")):
+            event = parse_event(raw)
+            if _malformed(event):
+                self.error = {"error": {"message": "the upstream sent a malformed stream event",
+                                        "code": "malformed_event", "status": 502}}
+                return EventKind.ERROR
+            if self.tracking:
+                self._track(event)
         if committed:
             return EventKind.FINAL if any(f in raw for f in _FINISHED) else EventKind.VISIBLE
+        if event is None:
+            event = parse_event(raw)
         if self.identity is None and event.data is not None:
             self.identity = _identity(event.json())
         if not is_visible(event):
@@ -201,6 +206,10 @@ class ChatStreamReader:
                 "retryable": c.retryable,
             },
         })  # fmt: skip
+
+
+def _malformed(event: Event) -> bool:
+    return event.data is not None and not event.is_done and not isinstance(event.json(), dict)
 
 
 def _identity(doc: Any) -> tuple[str | None, str | None]:
