@@ -259,7 +259,7 @@ class LoopBreakerConfig(_Model):
     max_entries: int = Field(default=10_000, gt=0)
     max_body_bytes: int = Field(default=64 * 1024, gt=0)  # a larger answer is not remembered
     max_total_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
-    # Keys the fingerprint (HMAC-SHA256). Replicas share answers only if they share it; when unset,
+    # Keys the fingerprint (a keyed BLAKE2b MAC). Replicas share answers only if they share it; when unset,
     # each process draws a random one.
     secret: str | None = Field(default=None, repr=False)
 

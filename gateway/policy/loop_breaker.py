@@ -31,7 +31,7 @@ How long an answer is remembered (``window_for``):
                                                     retryable_window_s (2 s) with no hint;
                                                     never more than max_window_s (60 s)
 
-The fingerprint is an HMAC-SHA256 keyed by ``loop_breaker.secret`` (or a per-process random
+The fingerprint is a keyed BLAKE2b MAC, keyed by ``loop_breaker.secret`` (or a per-process random
 key): neither the credential nor the body can be read back from it. Answers larger than
 ``max_body_bytes`` are not remembered; the store bounds entries and total bytes (LRU).
 """
@@ -39,7 +39,6 @@ key): neither the credential nor the body can be read back from it. Answers larg
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import math
 import os
@@ -157,14 +156,16 @@ class LoopBreaker:
         self._clock = clock
         self._on_event = on_event
         # Replicas only recognise each other's fingerprints when they share the secret.
-        self._key = cfg.secret.encode() if cfg.secret else os.urandom(32)
+        # BLAKE2b takes keys of at most 64 bytes: a configured secret of any length is hashed.
+        self._key = hashlib.sha256(cfg.secret.encode()).digest() if cfg.secret else os.urandom(32)
 
     @property
     def enabled(self) -> bool:
         return self._cfg.enabled
 
     def fingerprint(self, path: str, body: bytes, credential: str | None) -> str:
-        mac = hmac.new(self._key, digestmod=hashlib.sha256)
+        # Keyed BLAKE2b: a MAC like HMAC-SHA256, at a third of the cost on the hot path.
+        mac = hashlib.blake2b(key=self._key, digest_size=32)
         # Length prefixes: no two different (path, body, credential) triples hash the same bytes.
         for part in (path.encode(), body, (credential or "").encode()):
             mac.update(_LEN.pack(len(part)))
