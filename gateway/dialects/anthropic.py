@@ -27,7 +27,7 @@ from typing import Any
 from gateway.dialects import anthropic_continue
 from gateway.dialects.anthropic_compress import cap_tool_results, compress_messages
 from gateway.dialects.base import Capped, Ending, EventKind, Inbound, Rejection, Splice, StreamReader
-from gateway.dialects.openai_chat import admit_common
+from gateway.dialects.common import admit_messages
 from gateway.dialects.synthesize import anthropic_stream
 from gateway.errors import Classification, ErrorType
 from gateway.policy.compress import CompressionResult
@@ -66,12 +66,7 @@ class AnthropicMessages:
     path = "/v1/messages"
 
     def admit(self, body: bytes, payload: dict[str, Any]) -> Inbound | Rejection:
-        messages = payload.get("messages")
-        if not isinstance(messages, list):
-            return Rejection("messages: Field required to be a list of message objects", "invalid_messages")
-        if not all(isinstance(m, dict) for m in messages):
-            return Rejection("messages: every item must be an object", "invalid_messages")
-        return admit_common(body, payload)
+        return admit_messages(body, payload)
 
     def prepare(self, inbound: Inbound, stream_usage: bool) -> tuple[dict[str, Any], bool]:
         return inbound.payload, False  # usage is always in the stream; nothing to ask for

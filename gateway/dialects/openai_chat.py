@@ -16,6 +16,7 @@ from typing import Any
 
 from gateway.dialects import chat_continue
 from gateway.dialects.base import Capped, Ending, EventKind, Inbound, Rejection, Splice, StreamReader
+from gateway.dialects.common import admit_messages, token_counts
 from gateway.dialects.synthesize import chat_stream
 from gateway.errors import Classification, ErrorType
 from gateway.policy.compress import CompressionResult, cap_tool_outputs, compress
@@ -29,12 +30,7 @@ class OpenAIChat:
     path = "/v1/chat/completions"
 
     def admit(self, body: bytes, payload: dict[str, Any]) -> Inbound | Rejection:
-        messages = payload.get("messages")
-        if not isinstance(messages, list):
-            return Rejection("'messages' must be a list of message objects", "invalid_messages")
-        if not all(isinstance(m, dict) for m in messages):
-            return Rejection("every item of 'messages' must be an object", "invalid_messages")
-        return _common(body, payload)
+        return admit_messages(body, payload)
 
     def prepare(self, inbound: Inbound, stream_usage: bool) -> tuple[dict[str, Any], bool]:
         """For token accounting, ask a stream for its usage chunk when the client did not,
@@ -90,27 +86,8 @@ class OpenAIChat:
         return out, report["outputs_capped"]
 
 
-def _common(body: bytes, payload: dict[str, Any]) -> Inbound | Rejection:
-    model = payload.get("model")
-    if model is not None and not isinstance(model, str):
-        return Rejection("'model' must be a string", "invalid_model")
-    stream = payload.get("stream", False)
-    if stream is not None and not isinstance(stream, bool):
-        return Rejection("'stream' must be true or false", "invalid_stream")
-    return Inbound(body, payload, model, bool(stream))
-
-
-admit_common = _common
-
-
 def chat_usage(usage: Any) -> dict[str, int]:
-    out: dict[str, int] = {}
-    if isinstance(usage, dict):
-        for kind, key in (("prompt", "prompt_tokens"), ("completion", "completion_tokens")):
-            value = usage.get(key)
-            if isinstance(value, int) and value >= 0:
-                out[kind] = value
-    return out
+    return token_counts(usage, "prompt_tokens", "completion_tokens")
 
 
 class ChatStreamReader:

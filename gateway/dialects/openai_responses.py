@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.dialects.base import Capped, Ending, EventKind, Inbound, Rejection, Splice, StreamReader
+from gateway.dialects.common import admit_fields, token_counts
 from gateway.dialects.responses_compress import cap_outputs, compress_input
 from gateway.dialects.synthesize import responses_stream
 from gateway.errors import Classification
@@ -52,13 +53,7 @@ class OpenAIResponses:
             return Rejection("'input' must be a string or a list of input items", "invalid_input")
         if isinstance(items, list) and not all(isinstance(i, dict) for i in items):
             return Rejection("every item of 'input' must be an object", "invalid_input")
-        model = payload.get("model")
-        if model is not None and not isinstance(model, str):
-            return Rejection("'model' must be a string", "invalid_model")
-        stream = payload.get("stream", False)
-        if stream is not None and not isinstance(stream, bool):
-            return Rejection("'stream' must be true or false", "invalid_stream")
-        return Inbound(body, payload, model, bool(stream))
+        return admit_fields(body, payload)
 
     def prepare(self, inbound: Inbound, stream_usage: bool) -> tuple[dict[str, Any], bool]:
         return inbound.payload, False  # response.completed always carries usage
@@ -100,13 +95,7 @@ class OpenAIResponses:
 
 
 def responses_usage(usage: Any) -> dict[str, int]:
-    out: dict[str, int] = {}
-    if isinstance(usage, dict):
-        for kind, key in (("prompt", "input_tokens"), ("completion", "output_tokens")):
-            value = usage.get(key)
-            if isinstance(value, int) and value >= 0:
-                out[kind] = value
-    return out
+    return token_counts(usage, "input_tokens", "output_tokens")
 
 
 class ResponsesStreamReader:

@@ -1,0 +1,39 @@
+"""Admission and usage pieces more than one dialect shares."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.dialects.base import Inbound, Rejection
+
+
+def admit_fields(body: bytes, payload: dict[str, Any]) -> Inbound | Rejection:
+    """``model`` a string and ``stream`` a boolean, when present: every API routes by them."""
+    model = payload.get("model")
+    if model is not None and not isinstance(model, str):
+        return Rejection("'model' must be a string", "invalid_model")
+    stream = payload.get("stream", False)
+    if stream is not None and not isinstance(stream, bool):
+        return Rejection("'stream' must be true or false", "invalid_stream")
+    return Inbound(body, payload, model, bool(stream))
+
+
+def admit_messages(body: bytes, payload: dict[str, Any]) -> Inbound | Rejection:
+    """A ``messages`` list of objects (chat completions, Messages), then the common fields."""
+    messages = payload.get("messages")
+    if not isinstance(messages, list):
+        return Rejection("'messages' must be a list of message objects", "invalid_messages")
+    if not all(isinstance(m, dict) for m in messages):
+        return Rejection("every item of 'messages' must be an object", "invalid_messages")
+    return admit_fields(body, payload)
+
+
+def token_counts(usage: Any, prompt_key: str, completion_key: str) -> dict[str, int]:
+    """``{"prompt": n, "completion": m}`` from a usage object, skipping what is not a count."""
+    out: dict[str, int] = {}
+    if isinstance(usage, dict):
+        for kind, key in (("prompt", prompt_key), ("completion", completion_key)):
+            value = usage.get(key)
+            if isinstance(value, int) and value >= 0:
+                out[kind] = value
+    return out
