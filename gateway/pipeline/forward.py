@@ -70,10 +70,12 @@ def full_pipeline(dialect: Dialect) -> Handler:
         chain = _route(svc, state, inbound.model)
         if isinstance(chain, Failure):
             return await relay(request, svc, state, chain)
-        fingerprint = svc.loop.fingerprint(request.path, _canonical(inbound), _credential(request))
-        remembered = await svc.loop.recall(fingerprint)
-        if remembered is not None:
-            return await relay(request, svc, state, _from_memory(svc, state, remembered))
+        fingerprint = None
+        if svc.loop.enabled:
+            fingerprint = svc.loop.fingerprint(request.path, _canonical(inbound), _credential(request))
+            remembered = await svc.loop.recall(fingerprint)
+            if remembered is not None:
+                return await relay(request, svc, state, _from_memory(svc, state, remembered))
 
         payload, strip_usage = dialect.prepare(inbound, chain[0].cfg.stream_usage)
         payload = _cap_tool_outputs(svc, state, dialect, chain[0], payload)
@@ -222,10 +224,10 @@ def _from_memory(svc: Services, state: RequestState, hit: Recalled) -> Failure:
     return Failure(c, hit.status, list(hit.headers), hit.body, final=True)
 
 
-async def _remember(svc: Services, state: RequestState, fingerprint: str, outcome: Outcome) -> None:
+async def _remember(svc: Services, state: RequestState, fingerprint: str | None, outcome: Outcome) -> None:
     # Only answers that cost an upstream call are worth remembering; a stream that started
     # is a Success here, so nothing after a client saw bytes is ever replayed.
-    if isinstance(outcome, Failure) and state.attempts > 0:
+    if fingerprint is not None and isinstance(outcome, Failure) and state.attempts > 0:
         status, body = rendered(state, outcome)
         answer = Answer(status, body, tuple(outcome.headers))
         await svc.loop.remember(fingerprint, answer, outcome.classification)
