@@ -8,12 +8,13 @@ answer without reaching the provider: a client's retry loop costs the provider o
 
 How the pipeline wires it::
 
-    fp = loop.fingerprint(request.path_qs, body, credential)   # credential: the key actually
-                                                               # sent upstream (client's or ours)
+    fp = loop.fingerprint(request.path, canonical_body, credential)  # credential: what the
+                                                    # caller presented (its key, or gateway key)
     hit = await loop.recall(fp)
     if hit is not None:
         # answer hit.status / hit.body / hit.headers, classified as hit.classification,
-        # with x-should-retry: false, retry-after: hit.retry_after_s(now) when not None,
+        # with x-should-retry: false, retry-after: hit.retry_after_s(now) when the provider
+        # (or an open circuit) named a wait,
         # and x-llm-attempts: 0 (nothing was sent); hit.repeats says how many times so far.
         ...
     outcome = ... send, retry, rescue ...
