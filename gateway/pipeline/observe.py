@@ -18,6 +18,7 @@ from aiohttp import web
 from gateway.errors import Classification, ErrorType
 from gateway.logs import ACCESS
 from gateway.pipeline.outcome import STATE, RequestState
+from gateway.pipeline.relay import CLIENT_GONE
 from gateway.services import SERVICES, Services
 from gateway.telemetry import error_label, status_label
 
@@ -58,7 +59,7 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     status = 500
     try:
         response = await handler(request)
-        status = response.status
+        status = 499 if state.ended_by == CLIENT_GONE else response.status
         if not response.prepared:
             # Send a buffered reply before accounting for it: the log line and metrics then
             # stay off the client's critical path, and the duration includes the write.

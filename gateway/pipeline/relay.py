@@ -95,6 +95,9 @@ async def _relay_raw(
     return resp
 
 
+CLIENT_GONE = "client_gone"  # ended_by when the client closed the connection mid-response
+
+
 class _ShutdownCut(Exception):
     """The drain period ran out while this response was still being relayed."""
 
@@ -145,7 +148,14 @@ async def _relay_sse(
         state.ended_by = "shutdown"
         ending = Ending(c, "the gateway is shutting down; retry the request", "gateway_shutdown")
         return await _end_with_error(resp, state, first, ending)
-    await resp.write_eof()
+    except ConnectionError:
+        # The client left mid-stream (its cancellation may arrive after the failed write).
+        state.ended_by = CLIENT_GONE
+        return resp
+    with contextlib.suppress(ConnectionError):
+        # SDKs close as soon as they have read the end marker, racing this last write: the
+        # answer is complete either way.
+        await resp.write_eof()
     return resp
 
 

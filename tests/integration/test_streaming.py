@@ -2,6 +2,7 @@
 event (and no [DONE]) after it, and upstream cancellation when the client leaves."""
 
 import asyncio
+import contextlib
 import json
 
 from tests.fakeupstream import Reply, Stream, chunk, stream_events
@@ -145,3 +146,26 @@ async def test_a_malformed_chunk_ends_the_stream_with_a_typed_error_not_a_parser
     status, _, body = await gw.chat(STREAM_REQ)
     assert b"{not json" not in body and "[DONE]" not in data_events(body)
     assert last_error(body)["code"] == "malformed_event"
+
+
+async def test_a_client_that_leaves_mid_stream_is_a_499_never_a_500(make_gateway) -> None:
+    gw = await make_gateway()
+    long_answer = [chunk({"role": "assistant", "content": ""}), *(chunk({"content": f"w{i} "}) for i in range(50))]
+    gw.fake.script(*[Stream(long_answer, delay_s=0.02) for _ in range(5)])
+    host, port = gw.base.removeprefix("http://").split(":")
+    body = json.dumps(STREAM_REQ).encode()
+    for _ in range(5):
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        await writer.drain()
+        await asyncio.wait_for(reader.readuntil(b"w1 "), 10)  # the answer has started
+        writer.transport.abort()  # gone, without a goodbye
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+    await asyncio.sleep(0.5)
+    labels = {"upstream": "primary", "model": "gpt-4o-mini", "error_type": "none"}
+    assert gw.metric("llm_gateway_requests_total", status="500", **labels) == 0
+    assert gw.metric("llm_gateway_requests_total", status="499", **labels) == 5
+    assert gw.metric("llm_gateway_in_flight_requests") == 0
