@@ -1,8 +1,7 @@
 """The circuit breaker and the retry budget over a :class:`StateStore`, so replicas agree.
 
-The pure decisions are in :mod:`gateway.policy.breaker`; this module only moves records between
-them and the store. The in-process ``CircuitBreaker`` and ``RetryBudget`` stay as they are for
-the synchronous callers of today.
+The pure circuit decisions are in :mod:`gateway.policy.breaker`; this module moves records
+between them and the store.
 
 Per request, the pipeline calls::
 
@@ -149,7 +148,9 @@ class SharedCircuit:
 
 
 class SharedBudget:
-    """A drop-in for :class:`~gateway.policy.breaker.RetryBudget` whose counts are shared.
+    """Retries may be at most ``percent_can_retry`` % of the requests of the last ``ttl_s``
+    seconds, plus a reserve of ``min_retries_per_s * ttl_s`` so that a quiet gateway can still
+    retry (Finagle's retry budget; Envoy's retry_budget in spirit), counted across replicas.
 
     Both calls stay synchronous and never touch the store: requests and retries are counted
     locally and pushed, together with a pull of the shared totals, in one store operation at
