@@ -246,6 +246,22 @@ def responses_overflow() -> Reply:
                            "invalid_request_error", "context_length_exceeded", "input")
 
 
+def data_events(body: bytes) -> list[str]:
+    """The ``data:`` payloads of an SSE body, as the client received them."""
+    return [line[6:] for line in body.decode().split("\n") if line.startswith("data: ")]
+
+
+def named_events(body: bytes) -> list[tuple[str, dict[str, Any]]]:
+    """``(event name, data)`` of each named SSE event (Messages, Responses)."""
+    out = []
+    for block in body.decode().split("\n\n"):
+        name = next((line[7:] for line in block.split("\n") if line.startswith("event: ")), None)
+        data = next((line[6:] for line in block.split("\n") if line.startswith("data: ")), None)
+        if name and data:
+            out.append((name, json.loads(data)))
+    return out
+
+
 def estimate_tokens(payload: dict[str, Any]) -> int:
     """The fake's 'tokenizer': deliberately not the gateway's estimator (3.5 chars/token)."""
     messages = payload.get("messages", [])

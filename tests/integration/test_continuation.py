@@ -14,6 +14,7 @@ from tests.fakeupstream import (
     anthropic_head,
     anthropic_tail,
     chunk,
+    data_events,
     sse,
     text_delta,
 )
@@ -23,8 +24,6 @@ FIRST = ["Once", " upon", " a"]
 REST = [" time,", " the", " end."]
 
 
-def data_events(body: bytes) -> list[str]:
-    return [line[6:] for line in body.decode().split("\n") if line.startswith("data: ")]
 
 
 def text_of(body: bytes) -> str:

@@ -13,6 +13,7 @@ from tests.fakeupstream import (
     Stream,
     anthropic_message,
     chat_completion,
+    data_events,
     estimate_tokens,
     overflow_error,
     response_object,
@@ -21,8 +22,6 @@ from tests.fakeupstream import (
 EMPTY = Stream([], then="eof")
 
 
-def data_events(body: bytes) -> list[str]:
-    return [line[6:] for line in body.decode().split("\n") if line.startswith("data: ")]
 
 
 async def test_repeated_empty_stream_is_probed_and_the_answer_streamed(make_gateway) -> None:

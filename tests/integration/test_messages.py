@@ -17,20 +17,15 @@ from tests.fakeupstream import (
     sse,
     text_delta,
 )
+from tests.fakeupstream import (
+    named_events as events,
+)
 
 STREAM_REQ = {"model": "claude-sonnet-4-5", "max_tokens": 1024, "stream": True,
               "messages": [{"role": "user", "content": "hi"}]}
 OVERLOADED = anthropic_error(529, "overloaded_error", "Overloaded")
 
 
-def events(body: bytes) -> list[tuple[str, dict]]:
-    out = []
-    for block in body.decode().split("\n\n"):
-        name = next((line[7:] for line in block.split("\n") if line.startswith("event: ")), None)
-        data = next((line[6:] for line in block.split("\n") if line.startswith("data: ")), None)
-        if name and data:
-            out.append((name, json.loads(data)))
-    return out
 
 
 async def test_success_is_relayed_byte_for_byte_with_query_and_headers_forwarded(make_gateway) -> None:

@@ -14,20 +14,15 @@ from tests.fakeupstream import (
     responses_stream,
     sse,
 )
+from tests.fakeupstream import (
+    named_events as events,
+)
 from tests.responses_convo import INSTRUCTIONS, assert_valid_input, responses_conversation
 
 STREAM_REQ = {"model": "gpt-5-codex", "stream": True, "input": "hi"}
 UNAVAILABLE = responses_error(503, "The server is overloaded or not ready yet.", "server_error", None)
 
 
-def events(body: bytes) -> list[tuple[str, dict]]:
-    out = []
-    for block in body.decode().split("\n\n"):
-        name = next((line[7:] for line in block.split("\n") if line.startswith("event: ")), None)
-        data = next((line[6:] for line in block.split("\n") if line.startswith("data: ")), None)
-        if name and data:
-            out.append((name, json.loads(data)))
-    return out
 
 
 async def test_success_and_usage(make_gateway) -> None:

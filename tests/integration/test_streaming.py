@@ -5,13 +5,11 @@ import asyncio
 import contextlib
 import json
 
-from tests.fakeupstream import Reply, Stream, chunk, stream_events
+from tests.fakeupstream import Reply, Stream, chunk, data_events, stream_events
 
 STREAM_REQ = {"model": "gpt-4o-mini", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
 
 
-def data_events(body: bytes) -> list[str]:
-    return [line[6:] for line in body.decode().split("\n") if line.startswith("data: ")]
 
 
 def last_error(body: bytes) -> dict:
