@@ -111,7 +111,8 @@ class UpstreamConfig(_Model):
     fallbacks: tuple[str, ...] = ()
     # How this upstream can go on from a partial answer when a stream breaks mid-answer:
     # `prefill` (a trailing assistant turn: Anthropic models that accept it), vLLM's
-    # `continue_final_message`, or `prefix` (DeepSeek, Mistral prefix completion). Never
+    # `continue_final_message` (on /v1/responses: vLLM's trailing assistant message marked
+    # `status: in_progress`), or `prefix` (DeepSeek, Mistral prefix completion). Never
     # assumed: `none` ends a broken stream with one typed error, as without continuation.
     continuation: Literal["none", "prefill", "continue_final_message", "prefix"] = "none"
     # Set by GatewayConfig: with client keys in use, what a client sends in its credential

@@ -29,7 +29,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,7 +186,7 @@ def response_object(model: str = "gpt-5-codex", text: str = "Hello from the fake
     }  # fmt: skip
 
 
-class _Seq:
+class Seq:
     def __init__(self) -> None:
         self.n = -1
 
@@ -195,9 +195,9 @@ class _Seq:
         return sse(name, {"type": name, "sequence_number": self.n, **data})
 
 
-def responses_head(model: str = "gpt-5-codex", seq: _Seq | None = None) -> list[bytes]:
+def responses_head(model: str = "gpt-5-codex", seq: Seq | None = None) -> list[bytes]:
     """response.created, response.in_progress and an empty message item: contentless."""
-    ev = seq or _Seq()
+    ev = seq or Seq()
     shell = {**response_object(model), "status": "in_progress", "output": [], "usage": None}
     item = {"id": "msg_fake1", "type": "message", "role": "assistant", "status": "in_progress", "content": []}
     return [
@@ -211,7 +211,7 @@ def responses_head(model: str = "gpt-5-codex", seq: _Seq | None = None) -> list[
 
 def responses_stream(model: str = "gpt-5-codex", words: tuple[str, ...] = ("Hello", " from", " fake."),
                      end: str = "response.completed") -> list[bytes]:
-    seq = _Seq()
+    seq = Seq()
     out = responses_head(model, seq)
     out += [seq("response.output_text.delta", item_id="msg_fake1", output_index=0, content_index=0,
                 delta=w, logprobs=[]) for w in words]
@@ -220,18 +220,40 @@ def responses_stream(model: str = "gpt-5-codex", words: tuple[str, ...] = ("Hell
 
 
 def responses_deltas(words: tuple[str, ...], start_seq: int = 4) -> list[bytes]:
-    seq = _Seq()
+    seq = Seq()
     seq.n = start_seq - 1
     return [seq("response.output_text.delta", item_id="msg_fake1", output_index=0, content_index=0,
                 delta=w, logprobs=[]) for w in words]
 
 
-def responses_tail(model: str, text: str, seq: _Seq, end: str = "response.completed") -> list[bytes]:
+def responses_tail(model: str, text: str, seq: Seq, end: str = "response.completed") -> list[bytes]:
     done = response_object(model, text, status="completed" if end == "response.completed" else "incomplete")
     return [
         seq("response.output_text.done", item_id="msg_fake1", output_index=0, content_index=0, text=text, logprobs=[]),
         seq("response.output_item.done", output_index=0, item=done["output"][0]),
         seq(end, response=done),
+    ]  # fmt: skip
+
+
+def responses_continuation(rest: str, words: Sequence[str] | None = None, model: str = "gpt-5-codex",
+                           output_tokens: int = 3) -> list[bytes]:
+    """A continuation stream as vLLM sends one: its own response and item ids, numbering
+    from 0, the text it adds in ``words`` (default: ``rest`` in one delta)."""
+    seq = Seq()
+    shell = {**response_object(model), "id": "resp_other", "status": "in_progress", "output": [], "usage": None}
+    item = {"id": "msg_other", "type": "message", "role": "assistant", "status": "in_progress", "content": []}
+    done = response_object(model, rest, output_tokens=output_tokens)
+    done["id"], done["output"][0]["id"] = "resp_other", "msg_other"
+    where = {"item_id": "msg_other", "output_index": 0, "content_index": 0}
+    return [
+        seq("response.created", response=shell), seq("response.in_progress", response=shell),
+        seq("response.output_item.added", output_index=0, item=item),
+        seq("response.content_part.added", **where, part={"type": "output_text", "text": "", "annotations": []}),
+        *(seq("response.output_text.delta", **where, delta=w, logprobs=[]) for w in (words or [rest])),
+        seq("response.output_text.done", **where, text=rest, logprobs=[]),
+        seq("response.content_part.done", **where, part={"type": "output_text", "text": rest, "annotations": []}),
+        seq("response.output_item.done", output_index=0, item=done["output"][0]),
+        seq("response.completed", response=done),
     ]  # fmt: skip
 
 

@@ -22,6 +22,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.dialects import responses_continue
 from gateway.dialects.base import Capped, Ending, EventKind, Inbound, Rejection, Splice, StreamReader
 from gateway.dialects.common import admit_fields, token_counts
 from gateway.dialects.responses_compress import cap_outputs, compress_input
@@ -85,10 +86,11 @@ class OpenAIResponses:
         return responses_stream(doc)
 
     def continuation(self, payload: Mapping[str, Any], partial: str, mode: str) -> dict[str, Any] | None:
-        return None
+        return responses_continue.continuation(payload, partial, mode)
 
     def splicer(self, original: StreamReader, partial: str, mode: str) -> Splice:
-        return lambda raw: raw
+        assert isinstance(original, ResponsesStreamReader)
+        return responses_continue.splicer(original, partial)
 
     def cap_tool_outputs(self, payload: Mapping[str, Any], max_tokens: int) -> Capped:
         return cap_outputs(payload, max_tokens)
@@ -99,22 +101,36 @@ def responses_usage(usage: Any) -> dict[str, int]:
 
 
 class ResponsesStreamReader:
-    __slots__ = ("error", "next_seq", "response", "usage")
+    __slots__ = ("error", "next_seq", "response", "shown", "usage")
 
     def __init__(self) -> None:
         self.usage: dict[str, int] = {}
         self.error: dict[str, Any] | None = None
         self.response: dict[str, Any] = {}  # id, model, created_at from response.created
         self.next_seq = 0
+        self.shown: responses_continue.Shown | None = None  # kept only when it may be continued
 
     def kind(self, raw: bytes, *, committed: bool) -> EventKind:
         if (m := _SEQ.search(raw)) is not None:
             self.next_seq = int(m.group(1)) + 1
+        # A malformed event would crash the client's parser (the openai SDK raises a
+        # JSONDecodeError): it ends the stream like any other break. Every event's data is
+        # one JSON object, so its last byte spares the parse for all the others.
+        if not raw.rstrip().endswith(b"}"):
+            event = parse_event(raw)
+            if event.data is not None and not isinstance(event.json(), dict):
+                self.error = {"error": {"message": "the upstream sent a malformed stream event",
+                                        "code": "malformed_event", "status": 502}}  # fmt: skip
+                return EventKind.ERROR
         if b"response.failed" in raw or b"error" in raw:
             err = self._error_of(raw)
             if err is not None:
                 self.error = err
                 return EventKind.ERROR
+        if self.shown is not None and (b"output_" in raw or b"content_part" in raw or b"refusal" in raw):
+            tracked = parse_event(raw).json()
+            if isinstance(tracked, dict):
+                self.shown.see(tracked)
         if committed and not any(f in raw for f in _FINAL_BYTES):
             return EventKind.VISIBLE
         doc = parse_event(raw).json()
@@ -161,10 +177,10 @@ class ResponsesStreamReader:
         return {"error": {**err, "status": err.get("status") or status}}
 
     def track(self) -> None:
-        pass  # no provider continues a Responses answer from a prefix (see README)
+        self.shown = responses_continue.Shown()
 
     def partial(self) -> str | None:
-        return None
+        return self.shown.partial() if self.shown is not None else None
 
     def broken(self, ending: Ending, request_id: str, model: str | None) -> bytes:
         c = ending.classification

@@ -112,13 +112,14 @@ def readme_gateway(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory)
     gw.stop()
 
 
-def launch_cli(fake: FakeUpstream, tmp: Path, extra_yaml: str = "") -> RunningGateway:
-    """`python -m gateway --config` with short timeouts, for hang/stall/circuit scenarios."""
+def launch_cli(fake: FakeUpstream, tmp: Path, extra_yaml: str = "", upstream_yaml: str = "") -> RunningGateway:
+    """`python -m gateway --config` with short timeouts, for hang/stall/circuit scenarios.
+    ``upstream_yaml``: more fields of the one upstream (", continuation: prefix")."""
     port = free_port()
     config = tmp / "gateway.yaml"
     config.write_text(
         f"server: {{port: {port}, drain_s: 5}}\n"
-        f"upstreams: [{{name: primary, base_url: '{fake.url}', context_window: 8000}}]\n"
+        f"upstreams: [{{name: primary, base_url: '{fake.url}', context_window: 8000{upstream_yaml}}}]\n"
         "timeouts: {connect_s: 2, first_byte_s: 1, idle_s: 1}\n"
         + extra_yaml
     )

@@ -23,6 +23,7 @@ from tests.fakeupstream import (
     FakeUpstream,
     Reply,
     Stream,
+    responses_continuation,
     responses_deltas,
     responses_head,
     responses_overflow,
@@ -77,6 +78,15 @@ def gateway(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Ite
     gw.stop()
 
 
+@pytest.fixture(scope="module")
+def continuing_gateway(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
+    """The same, in front of an upstream declared to continue like vLLM's Responses API."""
+    gw = launch_cli(fake, tmp_path_factory.mktemp("codexcont"), FAST_RETRIES,
+                    upstream_yaml=", continuation: continue_final_message")  # fmt: skip
+    yield gw
+    gw.stop()
+
+
 @pytest.fixture
 def up(upstream: FakeUpstream) -> FakeUpstream:
     return upstream
@@ -94,7 +104,8 @@ class Run:
 def run_codex(codex: Path, gateway: RunningGateway, tmp_path: Path):  # type: ignore[no-untyped-def]
     """`codex exec` as a user runs it headless, with a fresh CODEX_HOME pointing at the gateway."""
 
-    def run(prompt: str = "say hi", provider_extra: str = "", timeout: float = 60) -> Run:
+    def run(prompt: str = "say hi", provider_extra: str = "", timeout: float = 60,
+            via: RunningGateway = gateway) -> Run:
         home = tmp_path / "home"
         codex_home = home / "codex"
         codex_home.mkdir(parents=True, exist_ok=True)
@@ -105,7 +116,7 @@ def run_codex(codex: Path, gateway: RunningGateway, tmp_path: Path):  # type: ig
             'sandbox_mode = "read-only"\n'
             "\n[model_providers.gw]\n"
             'name = "gw"\n'
-            f'base_url = "{gateway.base}/v1"\n'
+            f'base_url = "{via.base}/v1"\n'
             'wire_api = "responses"\n'
             'env_key = "GW_KEY"\n'
             "requires_openai_auth = false\n" + provider_extra
@@ -176,6 +187,21 @@ def test_stream_cut_mid_answer_then_codex_reconnects(run_codex, up: FakeUpstream
     assert r.stdout.strip() == ANSWER  # the cut attempt's partial text is not in the answer
     assert calls(up) == 2  # the gateway does not retry after text reached Codex; Codex does, once
     assert "Reconnecting... 1/" in r.stderr
+
+
+def test_stream_cut_mid_answer_is_continued_without_codex_noticing(
+    run_codex, up: FakeUpstream, continuing_gateway: RunningGateway
+) -> None:
+    def continuation(payload: dict[str, object]) -> Stream:
+        last = payload["input"][-1]  # type: ignore[index]
+        assert last == {"role": "assistant", "content": "Hello wor", "status": "in_progress"}, last
+        return Stream(responses_continuation("ld.", ["l", "d."]), then="eof")
+
+    up.script(cut_stream(), continuation)
+    r = run_codex(via=continuing_gateway)
+    assert r.code == 0, r.stderr
+    assert r.stdout.strip() == "Hello world."  # the shown part and the continuation, once each
+    assert calls(up) == 2 and "Reconnecting" not in r.stderr  # Codex saw one unbroken stream
 
 
 def test_stream_cut_for_good_ends_with_the_gateways_typed_failure(run_codex, up: FakeUpstream) -> None:

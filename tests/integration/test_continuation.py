@@ -9,12 +9,19 @@ import openai
 
 from tests.fakeupstream import (
     Reply,
+    Seq,
     Stream,
     anthropic_error,
     anthropic_head,
     anthropic_tail,
     chunk,
     data_events,
+    named_events,
+    response_object,
+    responses_continuation,
+    responses_deltas,
+    responses_error,
+    responses_head,
     sse,
     text_delta,
 )
@@ -177,3 +184,125 @@ async def test_a_messages_tool_use_in_progress_is_not_continued(make_gateway) ->
     await gw.messages({"model": "claude-x", "max_tokens": 10, "stream": True,
                        "messages": [{"role": "user", "content": "hi"}]})
     assert len(gw.fake.messages_requests()) == 1
+
+
+# Responses: vLLM continues a trailing assistant input message marked in_progress.
+RESP_REQ = {"model": "qwen3", "stream": True, "input": "Tell a story"}
+
+
+def broken_responses(*extra: bytes, then: str = "drop") -> Stream:
+    return Stream([*responses_head("qwen3"), *responses_deltas(tuple(FIRST)), *extra], then=then)
+
+
+def continued_responses() -> Stream:
+    return Stream(responses_continuation("".join(REST), REST, model="qwen3"), then="eof")
+
+
+def responses_text(body: bytes) -> str:
+    return "".join(d["delta"] for n, d in named_events(body) if n == "response.output_text.delta")
+
+
+async def test_a_cut_responses_stream_is_continued_into_one_complete_response(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", continuation: continue_final_message")
+    gw.fake.script(broken_responses(), continued_responses())
+    status, _, body = await gw.responses(RESP_REQ)
+    evs = named_events(body)
+    names = [n for n, _ in evs]
+    assert status == 200 and names[-1] == "response.completed" and "response.failed" not in names
+    assert names.count("response.created") == 1 and names.count("response.output_item.added") == 1
+    assert responses_text(body) == "".join(FIRST + REST)  # nothing repeated or lost at the seam
+    assert [d["sequence_number"] for _, d in evs] == list(range(len(evs)))  # one numbering
+    assert {d["item_id"] for _, d in evs if "item_id" in d} == {"msg_fake1"}  # one item
+    assert {d["output_index"] for _, d in evs if "output_index" in d} == {0}
+    done = dict(evs)
+    assert done["response.output_text.done"]["text"] == "".join(FIRST + REST)
+    assert done["response.output_item.done"]["item"]["content"][0]["text"] == "".join(FIRST + REST)
+    final = done["response.completed"]
+    assert final["x_llm_continued"] is True and final["response"]["x_llm_continued"] is True
+    assert final["response"]["id"] == "resp_fake123"
+    assert [i["id"] for i in final["response"]["output"]] == ["msg_fake1"]
+    assert final["response"]["output"][0]["content"][0]["text"] == "".join(FIRST + REST)
+    assert final["response"]["usage"]["output_tokens"] > 3  # the shown part is counted too
+    sent = gw.fake.responses_requests()[1].json()
+    assert sent["input"] == [{"role": "user", "content": "Tell a story"},
+                             {"role": "assistant", "content": "Once upon a", "status": "in_progress"}]
+    assert gw.metric("llm_gateway_continuations_total", upstream="primary", outcome="continued") == 1
+
+
+async def test_a_stalled_responses_stream_after_finished_reasoning_keeps_the_reasoning(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", continuation: continue_final_message")  # idle_s: 1
+    seq = Seq()
+    shell = {**response_object("qwen3"), "status": "in_progress", "output": [], "usage": None}
+    reasoning = {"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text", "text": "Think."}]}
+    msg = {"id": "msg_fake1", "type": "message", "role": "assistant", "status": "in_progress", "content": []}
+    gw.fake.script(Stream([
+        seq("response.created", response=shell),
+        seq("response.output_item.added", output_index=0, item={**reasoning, "summary": []}),
+        seq("response.reasoning_summary_text.delta", item_id="rs_1", output_index=0, summary_index=0, delta="Think."),
+        seq("response.output_item.done", output_index=0, item=reasoning),
+        seq("response.output_item.added", output_index=1, item=msg),
+        seq("response.content_part.added", item_id="msg_fake1", output_index=1, content_index=0,
+            part={"type": "output_text", "text": "", "annotations": []}),
+        *(seq("response.output_text.delta", item_id="msg_fake1", output_index=1, content_index=0, delta=w)
+          for w in FIRST),
+    ], then="stall"), continued_responses())  # fmt: skip
+    _, _, body = await asyncio.wait_for(gw.responses(RESP_REQ), 10)
+    done = dict(named_events(body))
+    output = done["response.completed"]["response"]["output"]
+    assert [i["id"] for i in output] == ["rs_1", "msg_fake1"]
+    assert output[1]["content"][0]["text"] == "".join(FIRST + REST)
+    assert {d.get("output_index") for n, d in named_events(body) if n.startswith("response.output_text")} == {1}
+
+
+async def test_a_responses_target_that_refuses_ends_with_the_original_failure(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", continuation: continue_final_message")
+    gw.fake.script(broken_responses(), responses_error(400, "Invalid input: unexpected assistant status",
+                                                       "invalid_request_error", None))
+    _, _, body = await gw.responses(RESP_REQ)
+    evs = named_events(body)
+    name, last = evs[-1]
+    assert name == "response.failed" and "unexpected assistant" not in body.decode()
+    assert last["response"]["error"]["x_llm_error_type"] == "provider_unavailable"  # the cut
+    assert last["sequence_number"] == evs[-2][1]["sequence_number"] + 1
+    assert gw.metric("llm_gateway_continuations_total", upstream="primary", outcome="failed") == 1
+
+
+async def test_a_responses_continuation_that_breaks_too_ends_once_with_a_numbered_failure(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", continuation: continue_final_message")
+    cut = continued_responses()
+    cut.events, cut.then = cut.events[:6], "drop"  # created … two deltas, then the cut
+    gw.fake.script(broken_responses(), cut)
+    _, _, body = await gw.responses(RESP_REQ)
+    evs = named_events(body)
+    assert [n for n, _ in evs].count("response.failed") == 1 and evs[-1][0] == "response.failed"
+    assert [d["sequence_number"] for _, d in evs] == list(range(len(evs)))
+    assert responses_text(body) == "".join(FIRST + REST[:2]) and len(gw.fake.responses_requests()) == 2
+
+
+async def test_a_responses_function_call_in_progress_is_not_continued(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", continuation: continue_final_message")
+    call = {"id": "fc_1", "type": "function_call", "call_id": "call_1", "name": "shell", "arguments": ""}
+    gw.fake.script(broken_responses(sse("response.output_item.added", {
+        "type": "response.output_item.added", "sequence_number": 7, "output_index": 1, "item": call})))
+    _, _, body = await gw.responses(RESP_REQ)
+    assert named_events(body)[-1][0] == "response.failed" and len(gw.fake.responses_requests()) == 1
+
+
+async def test_a_responses_upstream_declaring_prefix_is_not_asked(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", continuation: prefix")  # DeepSeek's chat form only
+    gw.fake.script(broken_responses())
+    _, _, body = await gw.responses(RESP_REQ)
+    assert named_events(body)[-1][0] == "response.failed" and len(gw.fake.responses_requests()) == 1
+    assert gw.metric("llm_gateway_continuations_total", upstream="primary", outcome="not_continuable") == 1
+
+
+async def test_the_openai_sdk_assembles_one_complete_response(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", continuation: continue_final_message")
+    gw.fake.script(broken_responses(), continued_responses())
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="k", max_retries=0)
+    async with client.responses.stream(model="qwen3", input="Tell a story") as stream:
+        deltas = [e.delta async for e in stream if e.type == "response.output_text.delta"]
+        final = await stream.get_final_response()
+    assert "".join(deltas) == final.output_text == "".join(FIRST + REST)
+    assert final.id == "resp_fake123" and final.status == "completed"
+    await client.close()

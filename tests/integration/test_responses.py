@@ -82,6 +82,17 @@ async def test_stalled_stream_and_missing_end_marker_are_broken(make_gateway) ->
     assert events(body)[-1][0] == "response.failed"
 
 
+async def test_a_malformed_event_mid_stream_never_reaches_the_client(make_gateway) -> None:
+    """Found by bench/faults.py: the openai SDK's parser raised JSONDecodeError on it."""
+    gw = await make_gateway()
+    gw.fake.script(Stream([*responses_head(), *responses_deltas(("a", "b")),
+                           b"event: response.output_text.delta\ndata: {not json\n\n"], then="stall"))
+    _, _, body = await asyncio.wait_for(gw.responses(STREAM_REQ), 10)
+    assert b"{not json" not in body
+    name, doc = events(body)[-1]
+    assert name == "response.failed" and doc["response"]["error"]["code"] == "malformed_event"
+
+
 async def test_upstream_failure_before_content_is_replayed_silently(make_gateway) -> None:
     gw = await make_gateway()
     failed = sse("response.failed", {"type": "response.failed", "sequence_number": 4, "response": {
