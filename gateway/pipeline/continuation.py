@@ -61,7 +61,8 @@ def resumer(
             counter.labels(up.cfg.name, "failed").inc()
             return None
         counter.labels(up.cfg.name, "continued").inc()
-        state.continued = True
+        # The stream goes on: it is no longer cut short, unless the continuation breaks too.
+        state.continued_after, state.ended_by = state.ended_by or end.code, None
         return outcome, call.dialect.splicer(reader, partial, up.cfg.continuation)
 
     return resume

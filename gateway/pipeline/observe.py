@@ -146,6 +146,8 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
         record["compression"] = state.compression
     if state.ended_by is not None:
         record["ended_by"] = state.ended_by  # a response cut short after it started
+    if state.continued_after is not None:
+        record["continued_after"] = state.continued_after
     if state.fallbacks:
         record["fallbacks"] = state.fallbacks
     if state.from_memory:

@@ -43,7 +43,7 @@ class RequestState:
     path: str = ""
     user_agent: str | None = None
     stream_error: ErrorType | None = None  # a committed stream that ended in an error event
-    continued: bool = False  # a stream broken mid-answer was continued by an upstream
+    continued_after: str | None = None  # why a stream broke before a continuation completed it
     ended_by: str | None = None  # why a committed response ended early (reset, idle_timeout, shutdown…)
     usage: dict[str, int] = field(default_factory=dict)
     dialect: Dialect = field(default_factory=lambda: OPENAI_CHAT)

@@ -3,9 +3,11 @@ once, where an upstream declares how; the client sees one complete answer."""
 
 import asyncio
 import json
+import logging
 
 import anthropic
 import openai
+import pytest
 
 from tests.fakeupstream import (
     Reply,
@@ -53,7 +55,14 @@ def continued_chat() -> Stream:
     return Stream(events)
 
 
-async def test_a_cut_chat_stream_is_continued_into_one_complete_answer(make_gateway) -> None:
+def request_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, object]]:
+    return [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
+
+
+async def test_a_cut_chat_stream_is_continued_into_one_complete_answer(
+    make_gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway")
     gw = await make_gateway(upstream_yaml=", continuation: prefix")
     gw.fake.script(broken_chat(), continued_chat())
     status, headers, body = await gw.chat(REQ)
@@ -66,6 +75,8 @@ async def test_a_cut_chat_stream_is_continued_into_one_complete_answer(make_gate
     first, second = gw.fake.chat_requests()
     assert second.json()["messages"][-1] == {"role": "assistant", "content": "Once upon a", "prefix": True}
     assert gw.metric("llm_gateway_continuations_total", upstream="primary", outcome="continued") == 1
+    (line,) = request_lines(caplog)
+    assert line["continued_after"] == "stream_broken" and "ended_by" not in line and line["status"] == 200
 
 
 async def test_vllm_mode_and_a_stall_are_continued_the_same_way(make_gateway) -> None:
@@ -101,13 +112,16 @@ async def test_never_after_a_tool_call_started(make_gateway) -> None:
     assert len(gw.fake.chat_requests()) == 1
 
 
-async def test_never_twice_for_one_stream(make_gateway) -> None:
+async def test_never_twice_for_one_stream(make_gateway, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="gateway")
     gw = await make_gateway(upstream_yaml=", continuation: prefix")
     gw.fake.script(broken_chat(), Stream([chunk({"role": "assistant", "content": ""}), chunk({"content": " time"})],
                                          then="drop"))
     _, _, body = await gw.chat(REQ)
     assert json.loads(data_events(body)[-1])["choices"][0]["finish_reason"] == "error"
     assert text_of(body) == "Once upon a time" and len(gw.fake.chat_requests()) == 2
+    (line,) = request_lines(caplog)
+    assert line["continued_after"] == "stream_broken" and line["ended_by"] == "stream_broken"
 
 
 async def test_without_a_declared_mode_nothing_is_continued(make_gateway) -> None:
