@@ -29,8 +29,12 @@ from tests.fakeupstream import (
     Reply,
     Stream,
     anthropic_error,
+    anthropic_head,
+    anthropic_message,
     anthropic_overflow,
+    anthropic_tail,
     sse,
+    text_delta,
 )
 
 pytestmark = pytest.mark.e2e
@@ -60,12 +64,12 @@ def claude_bin() -> Path:
     return CLAUDE
 
 
-def launch(fake: FakeUpstream, tmp: Path, extra_yaml: str = "") -> RunningGateway:
+def launch(fake: FakeUpstream, tmp: Path, extra_yaml: str = "", upstream_yaml: str = "") -> RunningGateway:
     port = free_port()
     config = tmp / "gateway.yaml"
     config.write_text(
         f"server: {{port: {port}, drain_s: 2}}\n"
-        f"upstreams: [{{name: primary, base_url: '{fake.url}'}}]\n"
+        f"upstreams: [{{name: primary, base_url: '{fake.url}'{upstream_yaml}}}]\n"
         "retry:\n"
         f"  provider_unavailable: {{max_retries: {GATEWAY_RETRIES}, base_delay_s: 0.05, max_delay_s: 0.2}}\n"
         "  rate_limit: {max_retries: 3, base_delay_s: 0.05, max_delay_s: 0.2}\n"
@@ -87,6 +91,13 @@ def cc_gateway(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> 
 def rescue_gateway(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
     gw = launch(fake, tmp_path_factory.mktemp("ccrescue"),
                 "compression: {enabled: true, self_compacting_clients: rescue}\n")
+    yield gw
+    gw.stop()
+
+
+@pytest.fixture(scope="module")
+def prefill_gateway(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
+    gw = launch(fake, tmp_path_factory.mktemp("ccprefill"), upstream_yaml=", continuation: prefill")
     yield gw
     gw.stop()
 
@@ -156,6 +167,46 @@ def test_claude_code_answers_through_the_gateway(claude_bin, cc_gateway, upstrea
     assert h["x-claude-code-session-id"] and h["Authorization"] == "Bearer dummy"
     body = sent.json()
     assert body["stream"] is True and len(body["tools"]) > 5 and body["messages"][0]["role"] == "user"
+
+
+def cut_answer() -> Stream:
+    return Stream([*anthropic_head("claude-opus-4-8"), text_delta("The "), text_delta("answer is ")], then="drop")
+
+
+def test_a_stream_cut_mid_answer_is_continued_and_claude_code_prints_it_whole(
+    claude_bin, prefill_gateway, upstream: FakeUpstream, workdir
+) -> None:
+    def continuation(payload: dict[str, Any]) -> Stream:
+        last = payload["messages"][-1]
+        assert last == {"role": "assistant", "content": "The answer is"}, last  # trailing space left out
+        return Stream([*anthropic_head("claude-opus-4-8"), text_delta(" forty-two."), *anthropic_tail(4)],
+                      then="eof")  # fmt: skip
+
+    upstream.script(cut_answer(), continuation)
+    # Thinking off: the API refuses prefill with extended thinking, so the gateway would not ask.
+    r = run_claude(claude_bin, prefill_gateway, workdir, "what is the answer?", MAX_THINKING_TOKENS="0")
+    assert r.rc == 0, (r.out, r.err)
+    assert r.out.strip() == "The answer is forty-two."
+    assert len(upstream.messages_requests()) == 2  # Claude Code itself sent one request
+    assert upstream.messages_requests()[0].json()["thinking"] == {"type": "disabled"}
+
+
+def test_with_thinking_on_claude_code_gets_the_typed_error_and_resends_the_turn(
+    claude_bin, prefill_gateway, upstream: FakeUpstream, workdir
+) -> None:
+    """Claude Code's default requests carry adaptive thinking: no prefill is attempted (the
+    API refuses prefill with thinking); the cut ends with one typed error event and Claude
+    Code asks again, without streaming (measured: its fallback after a broken stream)."""
+    upstream.script(cut_answer(), lambda p: Stream([*anthropic_head("claude-opus-4-8"), text_delta("Forty-two."),
+                                                    *anthropic_tail(3)], then="eof") if p.get("stream")
+                    else Reply(200, anthropic_message("claude-opus-4-8", "Forty-two.")))  # fmt: skip
+    r = run_claude(claude_bin, prefill_gateway, workdir, "what is the answer?")
+    sent = [req.json() for req in upstream.messages_requests()]
+    assert sent[0]["thinking"]["type"] == "adaptive"
+    assert len(sent) == 2 and not sent[1].get("stream")  # Claude Code's own non-streaming retry
+    assert all(m["role"] != "assistant" for m in sent[1]["messages"])  # not a prefill
+    assert r.rc == 0, (r.out, r.err)
+    assert "Forty-two." in r.out
 
 
 def test_overloaded_twice_is_absorbed_by_the_gateway(claude_bin, cc_gateway, upstream: FakeUpstream, workdir) -> None:
