@@ -131,65 +131,79 @@ def continuation(payload: Mapping[str, Any], partial: str, mode: str) -> dict[st
 def splicer(original: ResponsesStreamReader, partial: str) -> Splice:
     """Numbers the spliced events on from ``original.next_seq`` and keeps that up to date,
     so a failure after the seam goes on numbering from where the splice stopped."""
-    shown, identity = original.shown, original.response
-    assert shown is not None  # tracked: partial() is None otherwise, and nothing is continued
-    opened = shown.open
-    assert opened is not None
-    shown_text = "".join(opened.text)
-    shown_tokens = round(len(partial.encode()) / BYTES_PER_TOKEN)
-    index_map: dict[int, int] = {}
-    state: dict[str, Any] = {"first": None, "part_mapped": False, "merged": None}
-    continued: list[str] = []
-    extra_items: dict[int, dict[str, Any]] = {}
+    return _Splicer(original, partial).splice
 
-    def spliced_index(i: int) -> int:
-        if i not in index_map:
-            index_map[i] = shown.next_index + len([k for k in index_map if k != state["first"]])
-        return index_map[i]
 
-    def splice(raw: bytes) -> bytes:
-        event = parse_event(raw)
-        doc = event.json()
+class _Splicer:
+    def __init__(self, original: ResponsesStreamReader, partial: str) -> None:
+        assert original.shown is not None and original.shown.open is not None  # else not continued
+        self.original = original
+        self.shown = original.shown
+        self.opened: OpenText = original.shown.open
+        self.shown_text = "".join(self.opened.text)
+        self.shown_tokens = round(len(partial.encode()) / BYTES_PER_TOKEN)
+        self.first: int | None = None  # the continuation's output_index of the message it goes on in
+        self.part_opened = False
+        self.index_map: dict[int, int] = {}  # continuation output_index -> the client's
+        self.continued: list[str] = []  # text the continuation added to the open part
+        self.merged: dict[str, Any] | None = None  # the open message, completed
+        self.extra_items: dict[int, dict[str, Any]] = {}  # more items the continuation completed
+
+    def splice(self, raw: bytes) -> bytes:
+        doc = parse_event(raw).json()
         name = doc.get("type") if isinstance(doc, dict) else None
         if not isinstance(doc, dict) or not isinstance(name, str):
             return raw  # comments, keep-alives
-        if name in _DROPPED:
+        if name in _DROPPED or self._opens_what_is_open(name, doc):
             return b""
         i = doc.get("output_index")
-        ours = isinstance(i, int) and i == state["first"]
-        if name == "response.output_item.added" and isinstance(i, int) and state["first"] is None:
-            item = doc.get("item")
-            if isinstance(item, dict) and item.get("type") == "message":
-                state["first"] = i
-                index_map[i] = opened.output_index
-                return b""  # the client's message item is still open: go on in it
-        if name == "response.content_part.added" and ours and not state["part_mapped"]:
-            state["part_mapped"] = True
-            return b""  # likewise its text part
         if isinstance(i, int):
-            doc["output_index"] = spliced_index(i)
-        if ours:
-            if "item_id" in doc:
-                doc["item_id"] = opened.item_id
-            if "content_index" in doc:
-                doc["content_index"] = opened.content_index
-            if name == "response.output_text.delta" and isinstance(doc.get("delta"), str):
-                continued.append(doc["delta"])
-            _whole_text(name, doc, shown_text, opened.item_id)
-            if name == "response.output_item.done" and isinstance(doc.get("item"), dict):
-                state["merged"] = doc["item"]
-        elif name == "response.output_item.done" and isinstance(i, int) and isinstance(doc.get("item"), dict):
-            extra_items[index_map[i]] = doc["item"]
+            doc["output_index"] = self._index(i)
+            if i == self.first:
+                self._onto_open_part(name, doc)
+            elif name == "response.output_item.done" and isinstance(doc.get("item"), dict):
+                self.extra_items[doc["output_index"]] = doc["item"]
         if name in _FINAL and isinstance(doc.get("response"), dict):
-            merged = state["merged"] or _rebuilt(opened, shown_text, "".join(continued))
-            output = {**shown.done_items, **extra_items, opened.output_index: merged}
-            _final(doc["response"], identity, [output[k] for k in sorted(output)], shown_tokens)
+            merged = self.merged or _rebuilt(self.opened, self.shown_text, "".join(self.continued))
+            output = {**self.shown.done_items, **self.extra_items, self.opened.output_index: merged}
+            ordered = [output[k] for k in sorted(output)]
+            _final(doc["response"], self.original.response, ordered, self.shown_tokens)
             doc["x_llm_continued"] = True
-        doc["sequence_number"] = original.next_seq
-        original.next_seq += 1
+        doc["sequence_number"] = self.original.next_seq
+        self.original.next_seq += 1
         return f"event: {name}\ndata: ".encode() + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n"
 
-    return splice
+    def _opens_what_is_open(self, name: str, doc: dict[str, Any]) -> bool:
+        """The continuation's first message item and its text part: the client has both open."""
+        i = doc.get("output_index")
+        if name == "response.output_item.added" and self.first is None and isinstance(i, int):
+            item = doc.get("item")
+            if isinstance(item, dict) and item.get("type") == "message":
+                self.first = i
+                self.index_map[i] = self.opened.output_index
+                return True
+        if name == "response.content_part.added" and i == self.first and not self.part_opened:
+            self.part_opened = True
+            return True
+        return False
+
+    def _index(self, i: int) -> int:
+        """Items other than the continued message come after everything the client has."""
+        if i not in self.index_map:
+            others = [k for k in self.index_map if k != self.first]
+            self.index_map[i] = self.shown.next_index + len(others)
+        return self.index_map[i]
+
+    def _onto_open_part(self, name: str, doc: dict[str, Any]) -> None:
+        if "item_id" in doc:
+            doc["item_id"] = self.opened.item_id
+        if "content_index" in doc:
+            doc["content_index"] = self.opened.content_index
+        if name == "response.output_text.delta" and isinstance(doc.get("delta"), str):
+            self.continued.append(doc["delta"])
+        _whole_text(name, doc, self.shown_text, self.opened.item_id)
+        if name == "response.output_item.done" and isinstance(doc.get("item"), dict):
+            self.merged = doc["item"]
 
 
 def _whole_text(name: str, doc: dict[str, Any], shown_text: str, item_id: str) -> None:
