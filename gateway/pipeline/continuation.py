@@ -43,17 +43,14 @@ def resumer(
         # The upstream that was streaming first, if it can continue; else the chain's next.
         targets = sorted((up for up in chain if up.cfg.continuation != "none"),
                          key=lambda up: up.cfg.name != state.upstream)  # fmt: skip
-        up = targets[0]
         counter = svc.telemetry.continuations
         partial = reader.partial()
-        if partial is None:
-            counter.labels(up.cfg.name, "not_continuable").inc()
+        found = _first_able(targets, call_for, payload, partial) if partial is not None else None
+        if found is None or plan.remaining_s() <= 0 or not svc.budget.try_acquire_retry():
+            counter.labels(found[0].cfg.name if found else targets[0].cfg.name, "not_continuable").inc()
             return None
-        call = call_for(up)
-        body = call.dialect.continuation(payload, partial, up.cfg.continuation)
-        if body is None or plan.remaining_s() <= 0 or not svc.budget.try_acquire_retry():
-            counter.labels(up.cfg.name, "not_continuable").inc()
-            return None
+        up, call, body = found
+        assert partial is not None
         log.debug({"request_id": state.request_id, "event": "continue", "upstream": up.cfg.name,
                    "after": end.code, "shown_bytes": len(partial.encode())})  # fmt: skip
         outcome = await send_one(svc, state, plan, call, json.dumps(body).encode())
@@ -66,3 +63,17 @@ def resumer(
         return outcome, call.dialect.splicer(reader, partial, up.cfg.continuation)
 
     return resume
+
+
+def _first_able(
+    targets: list[UpstreamRuntime], call_for: Callable[[UpstreamRuntime], Call], payload: dict[str, Any],
+    partial: str,
+) -> tuple[UpstreamRuntime, Call, dict[str, Any]] | None:  # fmt: skip
+    """The first target whose declared mode this wire API can use (``prefix`` is a chat
+    form, ``continue_final_message`` has no Messages form, …), with its request."""
+    for up in targets:
+        call = call_for(up)
+        body = call.dialect.continuation(payload, partial, up.cfg.continuation)
+        if body is not None:
+            return up, call, body
+    return None

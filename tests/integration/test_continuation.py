@@ -10,6 +10,7 @@ import openai
 import pytest
 
 from tests.fakeupstream import (
+    FakeUpstream,
     Reply,
     Seq,
     Stream,
@@ -320,3 +321,23 @@ async def test_the_openai_sdk_assembles_one_complete_response(make_gateway) -> N
     assert "".join(deltas) == final.output_text == "".join(FIRST + REST)
     assert final.id == "resp_fake123" and final.status == "completed"
     await client.close()
+
+
+async def test_the_continuation_goes_to_the_first_upstream_whose_mode_fits_the_wire_api(make_gateway) -> None:
+    """The primary declares DeepSeek's chat-only prefix; its fallback continues Responses."""
+    primary, backup = await FakeUpstream().start(), await FakeUpstream().start()
+    try:
+        gw = await make_gateway(fake=primary, upstreams=(
+            f"  - {{name: primary, base_url: '{primary.url}', fallbacks: [backup], continuation: prefix}}\n"
+            f"  - {{name: backup, base_url: '{backup.url}', models: ['never-routed-here'], "
+            "continuation: continue_final_message}\n"))  # fmt: skip
+        primary.script(broken_responses())
+        backup.script(continued_responses())
+        _, _, body = await gw.responses(RESP_REQ)
+        assert responses_text(body) == "".join(FIRST + REST) and named_events(body)[-1][0] == "response.completed"
+        assert len(primary.responses_requests()) == 1 and len(backup.responses_requests()) == 1
+        assert backup.responses_requests()[0].json()["input"][-1]["status"] == "in_progress"
+        assert gw.metric("llm_gateway_continuations_total", upstream="backup", outcome="continued") == 1
+    finally:
+        await primary.close()
+        await backup.close()
