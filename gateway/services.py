@@ -16,6 +16,7 @@ from aiohttp import web
 from gateway.auth import ClientAuth
 from gateway.config import GatewayConfig, UpstreamConfig
 from gateway.policy.loop_breaker import LoopBreaker
+from gateway.routing import Outbound, upstream_url
 from gateway.state import SharedBudget, SharedCircuit, StateStore
 from gateway.telemetry import Telemetry
 from gateway.upstream import Sender
@@ -25,6 +26,21 @@ from gateway.upstream import Sender
 class UpstreamRuntime:
     cfg: UpstreamConfig
     circuit: SharedCircuit
+    # Decided once per upstream rather than per request (see routing.Outbound).
+    outbound: Outbound = field(init=False)
+    # Dialect endpoint path -> its upstream URL (no query string): a handful of entries.
+    urls: dict[str, str] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.outbound = Outbound.of(self.cfg)
+
+    def url_for(self, path: str, query_string: str) -> str:
+        if query_string:
+            return upstream_url(self.cfg.base_url, path, query_string)
+        url = self.urls.get(path)
+        if url is None:
+            url = self.urls[path] = upstream_url(self.cfg.base_url, path, "")
+        return url
 
 
 @dataclass

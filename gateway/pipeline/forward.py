@@ -84,8 +84,8 @@ def full_pipeline(dialect: Dialect) -> Handler:
         track = inbound.stream and continuable(chain)
 
         def call_for(up: UpstreamRuntime) -> Call:
-            url = upstream_url(up.cfg.base_url, dialect.path, request.query_string)
-            headers = request_headers(request.headers.items(), up.cfg, state.request_id)
+            url = up.url_for(dialect.path, request.query_string)
+            headers = request_headers(request.headers.items(), up.outbound, state.request_id)
             return Call(up, "POST", url, headers, mode, dialect, strip_usage, track)
 
         plan = new_plan(svc, client_deadline_s(request.headers))
@@ -132,7 +132,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     if isinstance(chain, Failure):
         return await relay(request, svc, state, chain)
     up = chain[0]
-    headers = request_headers(request.headers.items(), up.cfg, state.request_id)
+    headers = request_headers(request.headers.items(), up.outbound, state.request_id)
     call = Call(up, request.method, up.cfg.base_url + url_for, headers, ReadMode.RAW)
     plan = new_plan(svc, client_deadline_s(request.headers))
     outcome = await send_one(svc, state, plan, call, body)
