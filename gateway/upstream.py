@@ -8,11 +8,12 @@ sender that never opens a socket.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 import aiohttp
+from multidict import CIMultiDict
 
 from gateway.config import GatewayConfig, TimeoutsConfig
 from gateway.errors import TransportError
@@ -200,6 +201,22 @@ class _AiohttpResponse:
         self._resp.close()
 
 
+_SKIP_USER_AGENT: CIMultiDict[None] = CIMultiDict({"User-Agent": None})
+
+
+class _Request(aiohttp.ClientRequest):
+    """aiohttp's request, never adding its own User-Agent (the client's, if any, is what the
+    upstream sees). ``skip_auto_headers`` would say the same, but rebuilds and copies the
+    headers on every request (~7 us); this keeps aiohttp's other defaults as they are."""
+
+    def update_auto_headers(self, skip_auto_headers: Iterable[str] | None) -> None:
+        self._skip_auto_headers = _SKIP_USER_AGENT
+        headers = self.headers
+        for name, value in self.DEFAULT_HEADERS.items():
+            if name not in headers:
+                headers[name] = value
+
+
 class AiohttpSender:
     """Sends upstream requests over one shared, bounded connection pool."""
 
@@ -219,7 +236,7 @@ class AiohttpSender:
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._timeouts.connect_s),
             auto_decompress=True,  # the client always gets identity bodies; see relay headers
-            skip_auto_headers=("User-Agent",),
+            request_class=_Request,
             trust_env=False,  # never route through an ambient HTTP(S)_PROXY
         )
 
