@@ -106,7 +106,7 @@ async def send_one(
     cost exactly 1 + max_retries attempts. A half-open circuit's probe is one attempt."""
     up = call.up
     state.upstream = up.cfg.name
-    adm = await up.circuit.admit(state.model)
+    adm = up.circuit.admit_now(state.model) or await up.circuit.admit(state.model)
     if adm.gate is Gate.REFUSE:
         state.retries_settled = True
         return circuit_open(svc, up, adm.retry_in_s)
@@ -146,5 +146,6 @@ async def send_one(
     failed = (isinstance(outcome, Failure) and outcome.classification.type is ErrorType.PROVIDER_UNAVAILABLE
               and not plan.answered_with_nothing(outcome.classification))  # fmt: skip
     # Any answer, even a 4xx, shows the provider is up.
-    await up.circuit.record(adm, state.model, failed=failed)
+    if not up.circuit.settled(adm, state.model, failed=failed):
+        await up.circuit.record(adm, state.model, failed=failed)
     return outcome
