@@ -70,12 +70,15 @@ def full_pipeline(dialect: Dialect) -> Handler:
         chain = _route(svc, state, inbound.model)
         if isinstance(chain, Failure):
             return await relay(request, svc, state, chain)
-        fingerprint = None
+        canonical = fingerprint = None
         if svc.loop.enabled:
-            fingerprint = svc.loop.fingerprint(request.path, _canonical(inbound), _credential(request))
-            remembered = await svc.loop.recall(fingerprint)
-            if remembered is not None:
-                return await relay(request, svc, state, _from_memory(svc, state, remembered))
+            # Canonical now, before any stage builds on the payload; the MAC only when needed.
+            canonical = _canonical(inbound)
+            if svc.loop.may_recall():
+                fingerprint = _fingerprint(svc, request, canonical)
+                remembered = await svc.loop.recall(fingerprint)
+                if remembered is not None:
+                    return await relay(request, svc, state, _from_memory(svc, state, remembered))
 
         payload, strip_usage = dialect.prepare(inbound, chain[0].cfg.stream_usage)
         payload = _cap_tool_outputs(svc, state, dialect, chain[0], payload)
@@ -103,7 +106,8 @@ def full_pipeline(dialect: Dialect) -> Handler:
                 svc.telemetry.compressions.labels(sent.call.up.cfg.name, "passed_to_client").inc()
             else:
                 outcome = await _rescue(svc, state, plan, sent.call, payload, outcome)
-        await _remember(svc, state, fingerprint, outcome)
+        if canonical is not None:
+            await _remember(svc, state, outcome, request, canonical, fingerprint)
         return await relay(request, svc, state, outcome, resumer(svc, state, plan, chain, call_for, payload))
 
     return handle
@@ -224,13 +228,21 @@ def _from_memory(svc: Services, state: RequestState, hit: Recalled) -> Failure:
     return Failure(c, hit.status, list(hit.headers), hit.body, final=True)
 
 
-async def _remember(svc: Services, state: RequestState, fingerprint: str | None, outcome: Outcome) -> None:
+def _fingerprint(svc: Services, request: web.Request, canonical: bytes) -> str:
+    return svc.loop.fingerprint(request.path, canonical, _credential(request))
+
+
+async def _remember(
+    svc: Services, state: RequestState, outcome: Outcome,
+    request: web.Request, canonical: bytes, fingerprint: str | None,
+) -> None:  # fmt: skip
     # Only answers that cost an upstream call are worth remembering; a stream that started
     # is a Success here, so nothing after a client saw bytes is ever replayed.
-    if fingerprint is not None and isinstance(outcome, Failure) and state.attempts > 0:
+    if isinstance(outcome, Failure) and state.attempts > 0:
         status, body = rendered(state, outcome)
         answer = Answer(status, body, tuple(outcome.headers))
-        await svc.loop.remember(fingerprint, answer, outcome.classification)
+        fp = fingerprint if fingerprint is not None else _fingerprint(svc, request, canonical)
+        await svc.loop.remember(fp, answer, outcome.classification)
 
 
 def _cap_tool_outputs(
