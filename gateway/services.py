@@ -16,10 +16,12 @@ from aiohttp import web
 from gateway.auth import ClientAuth
 from gateway.config import GatewayConfig, UpstreamConfig
 from gateway.policy.loop_breaker import LoopBreaker
-from gateway.routing import Outbound, upstream_url
+from gateway.routing import Outbound, pick_upstream, upstream_url
 from gateway.state import SharedBudget, SharedCircuit, StateStore
 from gateway.telemetry import Telemetry
 from gateway.upstream import Sender
+
+_CHAINS_MAX = 1024
 
 
 @dataclass
@@ -63,6 +65,21 @@ class Services:
     models_cache: dict[str, tuple[float, bytes]] = field(default_factory=dict)  # GET /v1/models
     in_flight: int = 0
     idle: list[Callable[[], None]] = field(default_factory=list)
+    # model -> its upstream chain (None: no upstream serves it). Config is frozen, so routing
+    # is a pure function of the model; clients send few distinct ones.
+    chains: dict[str | None, list[UpstreamRuntime] | None] = field(default_factory=dict)
+
+    def chain_for(self, model: str | None) -> list[UpstreamRuntime] | None:
+        """The upstream whose model globs match first, then its fallbacks (read-only list)."""
+        if model in self.chains:
+            return self.chains[model]
+        cfg = pick_upstream(self.cfg.upstreams, model)
+        chain = None
+        if cfg is not None:
+            chain = [self.upstreams[cfg.name], *(self.upstreams[name] for name in cfg.fallbacks)]
+        if len(self.chains) < _CHAINS_MAX:  # model names come from clients
+            self.chains[model] = chain
+        return chain
 
 
 SERVICES = web.AppKey("llm_services", Services)

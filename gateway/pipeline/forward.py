@@ -48,7 +48,7 @@ from gateway.policy.clients import client_deadline_s, compacts_itself
 from gateway.policy.loop_breaker import Answer, Recalled
 from gateway.policy.retry import RetryPlan
 from gateway.policy.tokens import BYTES_PER_TOKEN
-from gateway.routing import UnsafePath, pick_upstream, request_headers, upstream_url
+from gateway.routing import UnsafePath, request_headers, upstream_url
 from gateway.services import SERVICES, Services, UpstreamRuntime
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -183,8 +183,8 @@ async def _admit(request: web.Request, svc: Services, dialect: Dialect) -> Inbou
 
 
 def _route(svc: Services, state: RequestState, model: str | None) -> list[UpstreamRuntime] | Failure:
-    cfg = pick_upstream(svc.cfg.upstreams, model)
-    if cfg is None:
+    chain = svc.chain_for(model)
+    if chain is None:
         patterns = ", ".join(p for u in svc.cfg.upstreams for p in u.models)
         shown = (model or "")[:128]
         return bad_request(
@@ -192,9 +192,9 @@ def _route(svc: Services, state: RequestState, model: str | None) -> list[Upstre
             "model_not_found",
             status=404,
         )
-    state.upstream = cfg.name
+    state.upstream = chain[0].cfg.name
     svc.budget.record_request()
-    return [svc.upstreams[cfg.name], *(svc.upstreams[name] for name in cfg.fallbacks)]
+    return chain
 
 
 def _canonical(inbound: Inbound) -> bytes:
