@@ -136,18 +136,22 @@ def request_headers(
 
 def response_headers(upstream: Mapping[str, str] | Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     items = upstream.items() if isinstance(upstream, Mapping) else upstream
-    pairs = list(items)
-    connection_tokens = {
-        t.strip().lower() for k, v in pairs if k.lower() == "connection" for t in v.split(",")
-    }
     out: list[tuple[str, str]] = []
-    for k, v in pairs:
+    connection: list[str] = []
+    upstream_ids: list[str] = []
+    for k, v in items:  # one pass: this runs for every answer
         lk = k.lower()
-        if lk in _RESPONSE_DROP or lk in connection_tokens:
+        if lk in _RESPONSE_DROP:
+            if lk == "connection":
+                connection.append(v)
+            elif lk == "x-request-id":
+                upstream_ids.append(v)
             continue
         out.append((k, v))
+    if connection:
+        # Headers named in Connection are hop-by-hop too (RFC 9110 §7.6.1).
+        tokens = {t.strip().lower() for v in connection for t in v.split(",")}
+        out = [(k, v) for k, v in out if k.lower() not in tokens]
     # Keep the provider's request id for support tickets without clobbering ours.
-    for k, v in pairs:
-        if k.lower() == "x-request-id":
-            out.append(("x-upstream-request-id", v))
+    out.extend(("x-upstream-request-id", v) for v in upstream_ids)
     return out

@@ -57,7 +57,7 @@ def _lower(headers: Mapping[str, str]) -> dict[str, str]:
     return {k.lower(): v for k, v in headers.items()}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: see Inbound; copies are made with dataclasses.replace
 class Call:
     """Where and how one client request goes upstream; the body may change (compression)."""
 
