@@ -121,16 +121,17 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
     model = t.model_label(state.model)
     c = state.classification
     error_type = c.type if c is not None and (status >= 400 or state.stream_error) else None
-    t.child(t.requests, state.upstream, model, status_label(status), error_label(error_type)).inc()
+    series = (state.upstream, model)
+    t.requests.inc((*series, status_label(status), error_label(error_type)))
     duration = now - state.started
-    t.child(t.request_duration, state.upstream, model).observe(duration)
+    t.request_duration.observe(series, duration)
     ttfb = (state.first_byte_at - state.started) if state.first_byte_at is not None else None
     if ttfb is not None:
-        t.child(t.time_to_first_byte, state.upstream, model).observe(ttfb)
+        t.time_to_first_byte.observe(series, ttfb)
     if state.upstream_head_s is not None and status < 400:
-        t.child(t.upstream_first_byte, state.upstream, model).observe(state.upstream_head_s)
+        t.upstream_first_byte.observe(series, state.upstream_head_s)
     for kind, n in state.usage.items():
-        t.child(t.tokens, state.upstream, model, kind).inc(n)
+        t.tokens.inc((*series, kind), n)
     record: dict[str, object] = {
         "event": "request",
         "request_id": state.request_id,
