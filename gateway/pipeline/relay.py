@@ -14,7 +14,6 @@ import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import orjson
 from aiohttp import web
 
 from gateway.dialects.base import Ending, EventKind, Splice, StreamReader
@@ -56,19 +55,10 @@ def rendered(state: RequestState, failure: Failure) -> tuple[int, bytes]:
     return status, body
 
 
-_DECODE_WHOLE_MAX = 4096
-
-
 def _count_usage_in_body(state: RequestState, body: bytes) -> None:
     if b'"usage"' not in body:
         return
-    doc: Any = None
-    if len(body) <= _DECODE_WHOLE_MAX:
-        # A small body decodes whole faster than the peek below finds and checks its member.
-        with contextlib.suppress(orjson.JSONDecodeError):
-            doc = orjson.loads(body)
-    else:
-        doc = top_level_member(body, "usage")  # the usage object alone, not the whole body
+    doc = top_level_member(body, "usage")  # the usage object alone, not the whole body
     if doc is None:
         try:
             doc = json.loads(body)
