@@ -2,7 +2,7 @@
 
     observe  (around each route) request id, in-flight gauge, timing, metrics, log line
       forward (handlers)         admit → route → send with retries → rescue → relay
-    stamp    (on_response_prepare) the x-llm-* header contract, also for streams
+    stamp    (as the head leaves) the x-llm-* header contract, also for streams
 
 Clocks, sleep, randomness, the metrics registry and the upstream sender are all
 injectable: tests pass fakes instead of monkeypatching.
@@ -25,7 +25,6 @@ from gateway.dialects import DIALECTS
 from gateway.pipeline import forward
 from gateway.pipeline.admit import expect_continue
 from gateway.pipeline.observe import observed
-from gateway.pipeline.stamp import stamp
 from gateway.policy.breaker import CircuitState
 from gateway.policy.loop_breaker import LoopBreaker
 from gateway.services import SERVICES, Services, UpstreamRuntime
@@ -81,7 +80,6 @@ def create_app(
     # aiohttp's own cap sits above ours so that our reader, not aiohttp, answers the 413.
     app = web.Application(client_max_size=cfg.server.max_body_bytes + 1)
     app[SERVICES] = svc
-    app.on_response_prepare.append(stamp)
     if own_sender is not None:
         app.cleanup_ctx.append(_sender_lifetime(own_sender))
     app.on_cleanup.append(_close_state(budget, store))

@@ -19,6 +19,7 @@ from gateway.errors import Classification, ErrorType
 from gateway.logs import ACCESS
 from gateway.pipeline.outcome import STATE, RequestState
 from gateway.pipeline.relay import CLIENT_GONE
+from gateway.pipeline.stamp import stamp
 from gateway.services import SERVICES, Services
 from gateway.telemetry import error_label, status_label
 
@@ -68,6 +69,7 @@ def observed(handler: Handler) -> Handler:
             if not response.prepared:
                 # Send a buffered reply before accounting for it: the log line and metrics then
                 # stay off the client's critical path, and the duration includes the write.
+                stamp(state, response, svc.monotonic())
                 try:
                     await response.prepare(request)
                     await response.write_eof()
@@ -76,6 +78,7 @@ def observed(handler: Handler) -> Handler:
             return response
         except web.HTTPException as e:
             status = e.status
+            stamp(state, e, None)  # aiohttp sends it, after the accounting below
             raise
         except asyncio.CancelledError:
             status = 499  # the client went away; nginx's convention, kept out of the 5xx ratio
@@ -91,7 +94,9 @@ def observed(handler: Handler) -> Handler:
             body = state.dialect.error_body(
                 500, "internal gateway error", "internal_error", c, state.request_id
             )
-            return web.Response(status=500, body=body, content_type="application/json")
+            response = web.Response(status=500, body=body, content_type="application/json")
+            stamp(state, response, None)  # aiohttp sends it, after the accounting below
+            return response
         finally:
             svc.in_flight -= 1
             _account(svc, state, status)
