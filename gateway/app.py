@@ -1,8 +1,8 @@
 """Builds the aiohttp application: every stage of the pipeline is listed here, in order.
 
-    observe  (middleware)        request id, in-flight gauge, timing, metrics, log line
+    observe  (around each route) request id, in-flight gauge, timing, metrics, log line
       forward (handlers)         admit → route → send with retries → rescue → relay
-    stamp    (on_response_prepare) the x-llm-* header contract, also for streams
+    stamp    (as the head leaves) the x-llm-* header contract, also for streams
 
 Clocks, sleep, randomness, the metrics registry and the upstream sender are all
 injectable: tests pass fakes instead of monkeypatching.
@@ -24,8 +24,7 @@ from gateway.config import GatewayConfig
 from gateway.dialects import DIALECTS
 from gateway.pipeline import forward
 from gateway.pipeline.admit import expect_continue
-from gateway.pipeline.observe import observe
-from gateway.pipeline.stamp import stamp
+from gateway.pipeline.observe import observed
 from gateway.policy.breaker import CircuitState
 from gateway.policy.loop_breaker import LoopBreaker
 from gateway.services import SERVICES, Services, UpstreamRuntime
@@ -77,10 +76,10 @@ def create_app(
         auth=ClientAuth.from_config(cfg),
     )
 
+    telemetry.in_flight.set_function(lambda: svc.in_flight)
     # aiohttp's own cap sits above ours so that our reader, not aiohttp, answers the 413.
-    app = web.Application(middlewares=[observe], client_max_size=cfg.server.max_body_bytes + 1)
+    app = web.Application(client_max_size=cfg.server.max_body_bytes + 1)
     app[SERVICES] = svc
-    app.on_response_prepare.append(stamp)
     if own_sender is not None:
         app.cleanup_ctx.append(_sender_lifetime(own_sender))
     app.on_cleanup.append(_close_state(budget, store))
@@ -88,12 +87,15 @@ def create_app(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
+    # Every route below is observed (request id, timing, metrics, the log line); the last
+    # one catches every path, so no request escapes it.
     for dialect in DIALECTS:
-        app.router.add_post(dialect.path, forward.full_pipeline(dialect), expect_handler=expect_continue)
-    app.router.add_route("HEAD", "/api/hello", forward.hello)
-    app.router.add_route("HEAD", "/", forward.hello)  # what current Claude Code probes instead
-    app.router.add_route("*", "/v1/{tail:.*}", forward.passthrough, expect_handler=expect_continue)
-    app.router.add_route("*", "/{tail:.*}", forward.not_found)
+        handler = observed(forward.full_pipeline(dialect))
+        app.router.add_post(dialect.path, handler, expect_handler=expect_continue)
+    app.router.add_route("HEAD", "/api/hello", observed(forward.hello))
+    app.router.add_route("HEAD", "/", observed(forward.hello))  # what current Claude Code probes instead
+    app.router.add_route("*", "/v1/{tail:.*}", observed(forward.passthrough), expect_handler=expect_continue)
+    app.router.add_route("*", "/{tail:.*}", observed(forward.not_found))
     return app
 
 

@@ -52,6 +52,9 @@ class AuthResult:
         return ""
 
 
+_NOT_REQUIRED = AuthResult("not_required")  # every request of a gateway without keys
+
+
 @dataclass(frozen=True, slots=True)
 class ClientAuth:
     """The configured client keys, as digests. Build once at start-up, share freely."""
@@ -79,7 +82,7 @@ class ClientAuth:
         one of them matches, since SDKs add their own header next to a custom one.
         """
         if not self._digests:
-            return AuthResult("not_required")
+            return _NOT_REQUIRED
         presented = _credentials(headers)
         if not presented:
             return AuthResult("missing")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from urllib.parse import unquote
 
@@ -78,9 +79,30 @@ _KEY_HEADER: dict[str, tuple[str, str]] = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class Outbound:
+    """What an upstream's request headers need from its config, decided once: reading
+    ``forwards_client_credentials`` (a pydantic private attribute) per request costs more
+    than filtering the headers themselves."""
+
+    drop: frozenset[str]  # lower-case names never forwarded to this upstream
+    key: tuple[str, str] | None  # the configured credential header, if any
+
+    @classmethod
+    def of(cls, upstream: UpstreamConfig) -> Outbound:
+        drop = _REQUEST_DROP | {"x-request-id"}
+        if not upstream.forwards_client_credentials:
+            drop |= CREDENTIAL_HEADERS
+        key = None
+        if upstream.api_key is not None:
+            name, template = _KEY_HEADER[upstream.key_header]
+            key = (name, template.format(upstream.api_key))
+        return cls(frozenset(drop), key)
+
+
 def request_headers(
     client: Mapping[str, str] | Iterable[tuple[str, str]],
-    upstream: UpstreamConfig,
+    upstream: UpstreamConfig | Outbound,
     request_id: str,
 ) -> dict[str, str]:
     """The headers sent upstream: the client's, minus hop-by-hop ones, with our credential.
@@ -90,42 +112,46 @@ def request_headers(
     uses client keys (then they are gateway keys and the upstream gets none).
     """
     items = client.items() if isinstance(client, Mapping) else client
-    strip_credentials = not upstream.forwards_client_credentials
+    plan = upstream if isinstance(upstream, Outbound) else Outbound.of(upstream)
+    drop = plan.drop
     out: dict[str, str] = {}
-    connection_tokens: set[str] = set()
+    connection: str | None = None
     for k, v in items:
         lk = k.lower()
-        if lk == "connection":
-            connection_tokens.update(t.strip().lower() for t in v.split(","))
-        if lk in _REQUEST_DROP or lk == "x-request-id":
-            continue
-        if strip_credentials and lk in CREDENTIAL_HEADERS:
+        if lk in drop:
+            if lk == "connection":
+                connection = v if connection is None else f"{connection},{v}"
             continue
         out[k] = v
-    # Headers named in Connection are hop-by-hop too (RFC 9110 §7.6.1).
-    for k in [k for k in out if k.lower() in connection_tokens]:
-        del out[k]
-    if upstream.api_key is not None:
-        name, template = _KEY_HEADER[upstream.key_header]
-        out[name] = template.format(upstream.api_key)
+    if connection is not None:
+        # Headers named in Connection are hop-by-hop too (RFC 9110 §7.6.1).
+        tokens = {t.strip().lower() for t in connection.split(",")}
+        for k in [k for k in out if k.lower() in tokens]:
+            del out[k]
+    if plan.key is not None:
+        out[plan.key[0]] = plan.key[1]
     out["X-Request-Id"] = request_id
     return out
 
 
 def response_headers(upstream: Mapping[str, str] | Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     items = upstream.items() if isinstance(upstream, Mapping) else upstream
-    pairs = list(items)
-    connection_tokens = {
-        t.strip().lower() for k, v in pairs if k.lower() == "connection" for t in v.split(",")
-    }
     out: list[tuple[str, str]] = []
-    for k, v in pairs:
+    connection: list[str] = []
+    upstream_ids: list[str] = []
+    for k, v in items:  # one pass: this runs for every answer
         lk = k.lower()
-        if lk in _RESPONSE_DROP or lk in connection_tokens:
+        if lk in _RESPONSE_DROP:
+            if lk == "connection":
+                connection.append(v)
+            elif lk == "x-request-id":
+                upstream_ids.append(v)
             continue
         out.append((k, v))
+    if connection:
+        # Headers named in Connection are hop-by-hop too (RFC 9110 §7.6.1).
+        tokens = {t.strip().lower() for v in connection for t in v.split(",")}
+        out = [(k, v) for k, v in out if k.lower() not in tokens]
     # Keep the provider's request id for support tickets without clobbering ours.
-    for k, v in pairs:
-        if k.lower() == "x-request-id":
-            out.append(("x-upstream-request-id", v))
+    out.extend(("x-upstream-request-id", v) for v in upstream_ids)
     return out

@@ -16,15 +16,33 @@ from aiohttp import web
 from gateway.auth import ClientAuth
 from gateway.config import GatewayConfig, UpstreamConfig
 from gateway.policy.loop_breaker import LoopBreaker
+from gateway.routing import Outbound, pick_upstream, upstream_url
 from gateway.state import SharedBudget, SharedCircuit, StateStore
 from gateway.telemetry import Telemetry
 from gateway.upstream import Sender
+
+_CHAINS_MAX = 1024
 
 
 @dataclass
 class UpstreamRuntime:
     cfg: UpstreamConfig
     circuit: SharedCircuit
+    # Decided once per upstream rather than per request (see routing.Outbound).
+    outbound: Outbound = field(init=False)
+    # Dialect endpoint path -> its upstream URL (no query string): a handful of entries.
+    urls: dict[str, str] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.outbound = Outbound.of(self.cfg)
+
+    def url_for(self, path: str, query_string: str) -> str:
+        if query_string:
+            return upstream_url(self.cfg.base_url, path, query_string)
+        url = self.urls.get(path)
+        if url is None:
+            url = self.urls[path] = upstream_url(self.cfg.base_url, path, "")
+        return url
 
 
 @dataclass
@@ -47,6 +65,21 @@ class Services:
     models_cache: dict[str, tuple[float, bytes]] = field(default_factory=dict)  # GET /v1/models
     in_flight: int = 0
     idle: list[Callable[[], None]] = field(default_factory=list)
+    # model -> its upstream chain (None: no upstream serves it). Config is frozen, so routing
+    # is a pure function of the model; clients send few distinct ones.
+    chains: dict[str | None, list[UpstreamRuntime] | None] = field(default_factory=dict)
+
+    def chain_for(self, model: str | None) -> list[UpstreamRuntime] | None:
+        """The upstream whose model globs match first, then its fallbacks (read-only list)."""
+        if model in self.chains:
+            return self.chains[model]
+        cfg = pick_upstream(self.cfg.upstreams, model)
+        chain = None
+        if cfg is not None:
+            chain = [self.upstreams[cfg.name], *(self.upstreams[name] for name in cfg.fallbacks)]
+        if len(self.chains) < _CHAINS_MAX:  # model names come from clients
+            self.chains[model] = chain
+        return chain
 
 
 SERVICES = web.AppKey("llm_services", Services)

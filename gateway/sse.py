@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 _SEPARATORS = (b"\n\n", b"\r\n\r\n", b"\r\r")
 
 
@@ -26,6 +28,14 @@ class EventSplitter:
         buf = self._buf + chunk if self._buf else chunk
         events: list[bytes] = []
         start = 0
+        if b"\r" not in buf:
+            # Only "\n\n" can end an event here (what every provider sends): one find per
+            # event instead of three that each scan to the end of the buffer.
+            while (end := buf.find(b"\n\n", start)) >= 0:
+                events.append(buf[start : end + 2])
+                start = end + 2
+            self._buf = buf[start:]
+            return events
         while True:
             end, sep_len = _next_boundary(buf, start)
             if end < 0:
@@ -62,6 +72,12 @@ class Event:
     def json(self) -> Any:
         if self.data is None:
             return None
+        try:
+            # orjson is ~4x faster per event; it refuses a little that json accepts (NaN,
+            # integers beyond 64 bits, lone surrogates), and json re-judges exactly that.
+            return orjson.loads(self.data)
+        except orjson.JSONDecodeError:
+            pass
         try:
             return json.loads(self.data)
         except ValueError:

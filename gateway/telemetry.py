@@ -7,10 +7,15 @@ else ``other``; ``status`` and ``error_type`` come from fixed sets.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import metrics as _prometheus_metrics
+from prometheus_client.core import Metric
+from prometheus_client.utils import floatToGoString
 
 from gateway.errors import ErrorType
 
@@ -53,32 +58,123 @@ def error_label(error_type: ErrorType | None) -> str:
     return error_type.value if error_type is not None else NO_ERROR
 
 
+def _use_created() -> bool:
+    # prometheus_client's own switch (PROMETHEUS_DISABLE_CREATED_SERIES, disable_created_metrics()).
+    return bool(getattr(_prometheus_metrics, "_use_created", True))
+
+
+class LoopCounter:
+    """A labelled counter for the per-request hot path, exposed exactly as a prometheus_client
+    ``Counter`` is (``_total`` and ``_created`` per label set, in creation order).
+
+    prometheus_client takes a lock and makes about seven calls per ``inc``; here one dict
+    lookup and an add. The event loop is the only writer (scrapes run on it too), so no lock.
+    Label values are passed as one tuple, in ``labelnames`` order.
+    """
+
+    __slots__ = ("_doc", "_labelnames", "_name", "_values")
+    _type = "counter"  # (the attribute names prometheus_client's metrics use)
+
+    def __init__(self, name: str, doc: str, labelnames: Sequence[str], registry: CollectorRegistry) -> None:
+        self._name, self._doc, self._labelnames = name, doc, tuple(labelnames)
+        self._values: dict[tuple[str, ...], list[float]] = {}  # labels -> [value, created]
+        registry.register(self)
+
+    def inc(self, labels: tuple[str, ...], amount: float = 1.0) -> None:
+        found = self._values.get(labels)
+        if found is None:
+            found = self._values[labels] = [0.0, time.time()]
+        found[0] += amount
+
+    def describe(self) -> Iterator[Metric]:
+        yield Metric(self._name, self._doc, "counter")
+
+    def collect(self) -> Iterator[Metric]:
+        family = Metric(self._name, self._doc, "counter")
+        created = _use_created()
+        for labels, (value, at) in list(self._values.items()):
+            named = dict(zip(self._labelnames, labels, strict=True))
+            family.add_sample(self._name + "_total", named, value)
+            if created:
+                family.add_sample(self._name + "_created", named, at)
+        yield family
+
+
+class LoopHistogram:
+    """A labelled histogram for the per-request hot path, exposed exactly as a prometheus_client
+    ``Histogram`` is (cumulative ``_bucket`` with ``le``, ``_count``, ``_sum``, ``_created``).
+    Same reasons and rules as :class:`LoopCounter`."""
+
+    __slots__ = ("_bounds", "_doc", "_labelnames", "_les", "_name", "_values")
+    _type = "histogram"
+
+    def __init__(
+        self, name: str, doc: str, labelnames: Sequence[str], buckets: Sequence[float],
+        registry: CollectorRegistry,
+    ) -> None:  # fmt: skip
+        self._name, self._doc, self._labelnames = name, doc, tuple(labelnames)
+        self._bounds = [float(b) for b in buckets]
+        if self._bounds[-1] != float("inf"):
+            self._bounds.append(float("inf"))
+        self._les = [floatToGoString(b) for b in self._bounds]  # type: ignore[no-untyped-call]
+        # labels -> [sum, created, count of bucket 0, 1, ...] (per bucket, not cumulative)
+        self._values: dict[tuple[str, ...], list[float]] = {}
+        registry.register(self)
+
+    def observe(self, labels: tuple[str, ...], amount: float) -> None:
+        found = self._values.get(labels)
+        if found is None:
+            found = self._values[labels] = [0.0, time.time(), *(0.0 for _ in self._bounds)]
+        found[0] += amount
+        # The first bucket whose bound is >= amount, as prometheus_client picks it.
+        found[2 + bisect_left(self._bounds, amount)] += 1.0
+
+    def describe(self) -> Iterator[Metric]:
+        yield Metric(self._name, self._doc, "histogram")
+
+    def collect(self) -> Iterator[Metric]:
+        family = Metric(self._name, self._doc, "histogram")
+        created = _use_created()
+        for labels, found in list(self._values.items()):
+            named = dict(zip(self._labelnames, labels, strict=True))
+            total = 0.0
+            for le, count in zip(self._les, found[2:], strict=True):
+                total += count
+                family.add_sample(self._name + "_bucket", {**named, "le": le}, total)
+            family.add_sample(self._name + "_count", named, total)
+            family.add_sample(self._name + "_sum", named, found[0])
+            if created:
+                family.add_sample(self._name + "_created", named, found[1])
+        yield family
+
+
 class Telemetry:
     def __init__(self, registry: CollectorRegistry, configured_models: Iterable[str]) -> None:
         self.registry = registry
         self.model_label = ModelLabels(configured_models)
         p = "llm_gateway_"
-        self.requests = Counter(
+        # Every request touches these: they are the lock-free kind (LoopCounter, LoopHistogram).
+        self.requests = LoopCounter(
             p + "requests", "Requests answered, by final status and error type.",
-            ["upstream", "model", "status", "error_type"], registry=registry,
+            ["upstream", "model", "status", "error_type"], registry,
         )  # fmt: skip
-        self.request_duration = Histogram(
+        self.request_duration = LoopHistogram(
             p + "request_duration_seconds", "Time from request to the end of the response.",
-            ["upstream", "model"], buckets=LATENCY_BUCKETS, registry=registry,
+            ["upstream", "model"], LATENCY_BUCKETS, registry,
         )  # fmt: skip
-        self.time_to_first_byte = Histogram(
+        self.time_to_first_byte = LoopHistogram(
             p + "time_to_first_byte_seconds",
             "Time from request to the response head reaching the client, retries and their waits included.",
-            ["upstream", "model"], buckets=LATENCY_BUCKETS, registry=registry,
+            ["upstream", "model"], LATENCY_BUCKETS, registry,
         )  # fmt: skip
-        self.upstream_first_byte = Histogram(
+        self.upstream_first_byte = LoopHistogram(
             p + "upstream_first_byte_seconds",
             "Time from sending the successful attempt upstream to its response head arriving.",
-            ["upstream", "model"], buckets=LATENCY_BUCKETS, registry=registry,
+            ["upstream", "model"], LATENCY_BUCKETS, registry,
         )  # fmt: skip
-        self.upstream_attempts = Counter(
+        self.upstream_attempts = LoopCounter(
             p + "upstream_attempts", "Upstream attempts, by outcome (success or error type).",
-            ["upstream", "outcome"], registry=registry,
+            ["upstream", "outcome"], registry,
         )  # fmt: skip
         self.retries = Counter(
             p + "retries", "Retries made, by the error type that caused them.",
@@ -95,9 +191,9 @@ class Telemetry:
             p + "circuit_open", "1 while the upstream's circuit breaker is open.",
             ["upstream"], registry=registry,
         )  # fmt: skip
-        self.tokens = Counter(
+        self.tokens = LoopCounter(
             p + "tokens", "Tokens reported by upstream usage, by kind (prompt, completion).",
-            ["upstream", "model", "kind"], registry=registry,
+            ["upstream", "model", "kind"], registry,
         )  # fmt: skip
         self.client_auth_refusals = Counter(
             p + "client_auth_refusals", "Requests refused for a missing or invalid gateway key.",

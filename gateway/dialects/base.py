@@ -31,7 +31,9 @@ Splice = Callable[[bytes], bytes]
 Capped = tuple[dict[str, Any] | None, int]
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: made once per request, and a frozen dataclass's __init__ (object.__setattr__
+# per field) costs ~1.2 us more; nothing changes one after it is made.
+@dataclass(slots=True)
 class Inbound:
     """An admitted request."""
 

@@ -57,7 +57,7 @@ def _lower(headers: Mapping[str, str]) -> dict[str, str]:
     return {k.lower(): v for k, v in headers.items()}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: see Inbound; copies are made with dataclasses.replace
 class Call:
     """Where and how one client request goes upstream; the body may change (compression)."""
 
@@ -79,8 +79,7 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
     )  # fmt: skip
     outcome = await _exchange(svc, state, request, call)
     label = outcome.classification.type.value if isinstance(outcome, Failure) else "success"
-    t = svc.telemetry
-    t.child(t.upstream_attempts, call.up.cfg.name, label).inc()
+    svc.telemetry.upstream_attempts.inc((call.up.cfg.name, label))
     return outcome
 
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from gateway.errors import Classification, ErrorType
 from gateway.pipeline.attempt import Call, attempt, circuit_open
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, failure_of
-from gateway.policy.breaker import Gate, circuit_key
-from gateway.policy.retry import RetryPlan, StopReason, run_with_retries
+from gateway.policy.breaker import Admission, Gate, circuit_key
+from gateway.policy.retry import RetryPlan, StopReason, retry_after
 from gateway.services import Services, UpstreamRuntime
 
 log = logging.getLogger("gateway.decisions")
@@ -106,10 +106,33 @@ async def send_one(
     cost exactly 1 + max_retries attempts. A half-open circuit's probe is one attempt."""
     up = call.up
     state.upstream = up.cfg.name
-    adm = await up.circuit.admit(state.model)
+    adm = up.circuit.admit_now(state.model) or await up.circuit.admit(state.model)
     if adm.gate is Gate.REFUSE:
         state.retries_settled = True
         return circuit_open(svc, up, adm.retry_in_s)
+    try:
+        outcome = await attempt(svc, state, plan, call, body)
+        if failure_of(outcome) is not None:
+            outcome = await _retry(svc, state, plan, call, body, adm, outcome, retries_cap, next_up)
+    except BaseException:
+        await up.circuit.abandon(adm)
+        raise
+    state.retries_settled = plan.stopped in _SETTLED
+    # An empty stream is how some servers fail a request they reject: not the provider's fault.
+    failed = (isinstance(outcome, Failure) and outcome.classification.type is ErrorType.PROVIDER_UNAVAILABLE
+              and not plan.answered_with_nothing(outcome.classification))  # fmt: skip
+    # Any answer, even a 4xx, shows the provider is up.
+    if not up.circuit.settled(adm, state.model, failed=failed):
+        await up.circuit.record(adm, state.model, failed=failed)
+    return outcome
+
+
+async def _retry(
+    svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes, adm: Admission,
+    first: Outcome, retries_cap: int | None, next_up: UpstreamRuntime | None,
+) -> Outcome:  # fmt: skip
+    """The retries after a failed first attempt (most requests never get here)."""
+    up = call.up
     here = 0
 
     def before_retry(outcome: Outcome, wait_s: float) -> None:
@@ -135,16 +158,6 @@ async def send_one(
 
     plan.hop_cap = may_continue
     try:
-        outcome = await run_with_retries(one, plan, failure_of, svc.sleep, before_retry)
-    except BaseException:
-        await up.circuit.abandon(adm)
-        raise
+        return await retry_after(first, one, plan, failure_of, svc.sleep, before_retry)
     finally:
         plan.hop_cap = None
-    state.retries_settled = plan.stopped in _SETTLED
-    # An empty stream is how some servers fail a request they reject: not the provider's fault.
-    failed = (isinstance(outcome, Failure) and outcome.classification.type is ErrorType.PROVIDER_UNAVAILABLE
-              and not plan.answered_with_nothing(outcome.classification))  # fmt: skip
-    # Any answer, even a 4xx, shows the provider is up.
-    await up.circuit.record(adm, state.model, failed=failed)
-    return outcome

@@ -48,7 +48,7 @@ from gateway.policy.clients import client_deadline_s, compacts_itself
 from gateway.policy.loop_breaker import Answer, Recalled
 from gateway.policy.retry import RetryPlan
 from gateway.policy.tokens import BYTES_PER_TOKEN
-from gateway.routing import UnsafePath, pick_upstream, request_headers, upstream_url
+from gateway.routing import UnsafePath, request_headers, upstream_url
 from gateway.services import SERVICES, Services, UpstreamRuntime
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -70,12 +70,15 @@ def full_pipeline(dialect: Dialect) -> Handler:
         chain = _route(svc, state, inbound.model)
         if isinstance(chain, Failure):
             return await relay(request, svc, state, chain)
-        fingerprint = None
+        canonical = fingerprint = None
         if svc.loop.enabled:
-            fingerprint = svc.loop.fingerprint(request.path, _canonical(inbound), _credential(request))
-            remembered = await svc.loop.recall(fingerprint)
-            if remembered is not None:
-                return await relay(request, svc, state, _from_memory(svc, state, remembered))
+            # Canonical now, before any stage builds on the payload; the MAC only when needed.
+            canonical = _canonical(inbound)
+            if svc.loop.may_recall():
+                fingerprint = _fingerprint(svc, request, canonical)
+                remembered = await svc.loop.recall(fingerprint)
+                if remembered is not None:
+                    return await relay(request, svc, state, _from_memory(svc, state, remembered))
 
         payload, strip_usage = dialect.prepare(inbound, chain[0].cfg.stream_usage)
         payload = _cap_tool_outputs(svc, state, dialect, chain[0], payload)
@@ -84,8 +87,8 @@ def full_pipeline(dialect: Dialect) -> Handler:
         track = inbound.stream and continuable(chain)
 
         def call_for(up: UpstreamRuntime) -> Call:
-            url = upstream_url(up.cfg.base_url, dialect.path, request.query_string)
-            headers = request_headers(request.headers.items(), up.cfg, state.request_id)
+            url = up.url_for(dialect.path, request.query_string)
+            headers = request_headers(request.headers.items(), up.outbound, state.request_id)
             return Call(up, "POST", url, headers, mode, dialect, strip_usage, track)
 
         plan = new_plan(svc, client_deadline_s(request.headers))
@@ -103,7 +106,8 @@ def full_pipeline(dialect: Dialect) -> Handler:
                 svc.telemetry.compressions.labels(sent.call.up.cfg.name, "passed_to_client").inc()
             else:
                 outcome = await _rescue(svc, state, plan, sent.call, payload, outcome)
-        await _remember(svc, state, fingerprint, outcome)
+        if canonical is not None:
+            await _remember(svc, state, outcome, request, canonical, fingerprint)
         return await relay(request, svc, state, outcome, resumer(svc, state, plan, chain, call_for, payload))
 
     return handle
@@ -132,7 +136,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     if isinstance(chain, Failure):
         return await relay(request, svc, state, chain)
     up = chain[0]
-    headers = request_headers(request.headers.items(), up.cfg, state.request_id)
+    headers = request_headers(request.headers.items(), up.outbound, state.request_id)
     call = Call(up, request.method, up.cfg.base_url + url_for, headers, ReadMode.RAW)
     plan = new_plan(svc, client_deadline_s(request.headers))
     outcome = await send_one(svc, state, plan, call, body)
@@ -179,8 +183,8 @@ async def _admit(request: web.Request, svc: Services, dialect: Dialect) -> Inbou
 
 
 def _route(svc: Services, state: RequestState, model: str | None) -> list[UpstreamRuntime] | Failure:
-    cfg = pick_upstream(svc.cfg.upstreams, model)
-    if cfg is None:
+    chain = svc.chain_for(model)
+    if chain is None:
         patterns = ", ".join(p for u in svc.cfg.upstreams for p in u.models)
         shown = (model or "")[:128]
         return bad_request(
@@ -188,9 +192,9 @@ def _route(svc: Services, state: RequestState, model: str | None) -> list[Upstre
             "model_not_found",
             status=404,
         )
-    state.upstream = cfg.name
+    state.upstream = chain[0].cfg.name
     svc.budget.record_request()
-    return [svc.upstreams[cfg.name], *(svc.upstreams[name] for name in cfg.fallbacks)]
+    return chain
 
 
 def _canonical(inbound: Inbound) -> bytes:
@@ -224,13 +228,21 @@ def _from_memory(svc: Services, state: RequestState, hit: Recalled) -> Failure:
     return Failure(c, hit.status, list(hit.headers), hit.body, final=True)
 
 
-async def _remember(svc: Services, state: RequestState, fingerprint: str | None, outcome: Outcome) -> None:
+def _fingerprint(svc: Services, request: web.Request, canonical: bytes) -> str:
+    return svc.loop.fingerprint(request.path, canonical, _credential(request))
+
+
+async def _remember(
+    svc: Services, state: RequestState, outcome: Outcome,
+    request: web.Request, canonical: bytes, fingerprint: str | None,
+) -> None:  # fmt: skip
     # Only answers that cost an upstream call are worth remembering; a stream that started
     # is a Success here, so nothing after a client saw bytes is ever replayed.
-    if fingerprint is not None and isinstance(outcome, Failure) and state.attempts > 0:
+    if isinstance(outcome, Failure) and state.attempts > 0:
         status, body = rendered(state, outcome)
         answer = Answer(status, body, tuple(outcome.headers))
-        await svc.loop.remember(fingerprint, answer, outcome.classification)
+        fp = fingerprint if fingerprint is not None else _fingerprint(svc, request, canonical)
+        await svc.loop.remember(fp, answer, outcome.classification)
 
 
 def _cap_tool_outputs(

@@ -73,7 +73,7 @@ async def list_models(request: web.Request) -> web.StreamResponse | None:
 
 async def _fetch(svc: Services, request: web.Request, up: UpstreamRuntime, plan: RetryPlan) -> Outcome:
     state = request[STATE]
-    headers = request_headers(request.headers.items(), up.cfg, state.request_id)
+    headers = request_headers(request.headers.items(), up.outbound, state.request_id)
     call = Call(up, "GET", up.cfg.base_url + "/models", headers, ReadMode.BUFFER)
     return await attempt(svc, state, plan, call, b"")
 

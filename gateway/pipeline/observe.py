@@ -19,6 +19,7 @@ from gateway.errors import Classification, ErrorType
 from gateway.logs import ACCESS
 from gateway.pipeline.outcome import STATE, RequestState
 from gateway.pipeline.relay import CLIENT_GONE
+from gateway.pipeline.stamp import stamp
 from gateway.services import SERVICES, Services
 from gateway.telemetry import error_label, status_label
 
@@ -40,58 +41,70 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def request_id_of(request: web.Request) -> str:
-    given = request.headers.get("x-request-id", "")
+    given = request.headers.get("x-request-id")
+    if given and _SAFE_ID.match(given):
+        return given
     # 128 random bits as 32 hex digits, like uuid4().hex at a quarter of its cost.
-    return given if _SAFE_ID.match(given) else os.urandom(16).hex()
+    return os.urandom(16).hex()
 
 
-@web.middleware
-async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
-    svc = request.app[SERVICES]
-    if request.path in _OPS_PATHS:
-        return await handler(request)  # health, readiness and metrics are not API traffic
-    state = RequestState(request_id=request_id_of(request), started=svc.monotonic())
-    state.method, state.path = request.method, request.path[:PATH_MAX]
-    state.user_agent = user_agent_of(request.headers.get("User-Agent"))
-    request[STATE] = state
-    svc.in_flight += 1
-    svc.telemetry.in_flight.inc()
-    status = 500
-    try:
-        response = await handler(request)
-        status = 499 if state.ended_by == CLIENT_GONE else response.status
-        if not response.prepared:
-            # Send a buffered reply before accounting for it: the log line and metrics then
-            # stay off the client's critical path, and the duration includes the write.
-            try:
-                await response.prepare(request)
-                await response.write_eof()
-            except ConnectionError:
-                status = 499  # the client left just before its answer; nothing to send it
-        return response
-    except web.HTTPException as e:
-        status = e.status
-        raise
-    except asyncio.CancelledError:
-        status = 499  # the client went away; nginx's convention, kept out of the 5xx ratio
-        raise
-    except Exception as e:
-        # The type and place only: an exception's text can quote the request (a prompt).
-        where = traceback.extract_tb(e.__traceback__)[-1]
-        log.error({
-            "request_id": state.request_id, "event": "unhandled_error",
-            "exception": type(e).__name__, "at": f"{where.filename}:{where.lineno}",
-        })  # fmt: skip
-        state.classification = c = Classification.of(ErrorType.UNKNOWN)
-        body = state.dialect.error_body(500, "internal gateway error", "internal_error", c, state.request_id)
-        return web.Response(status=500, body=body, content_type="application/json")
-    finally:
-        svc.in_flight -= 1
-        svc.telemetry.in_flight.dec()
-        _account(svc, state, status)
-        if svc.in_flight == 0:
-            for wake in svc.idle:
-                wake()
+def observed(handler: Handler) -> Handler:
+    """``handler`` wrapped in the outermost stage. Wrapping each route's handler, rather
+    than installing a middleware, spares aiohttp's middleware chain (two more coroutines
+    and a partial per request): every request reaches some route, the last catches all."""
+
+    async def observe(request: web.Request) -> web.StreamResponse:
+        svc = request.app[SERVICES]
+        if request.path in _OPS_PATHS:
+            return await handler(request)  # health, readiness and metrics are not API traffic
+        state = RequestState(request_id=request_id_of(request), started=svc.monotonic())
+        state.method, state.path = request.method, request.path[:PATH_MAX]
+        state.user_agent = user_agent_of(request.headers.get("User-Agent"))
+        request[STATE] = state
+        svc.in_flight += 1  # the in-flight gauge reads it at scrape time
+        status = 500
+        try:
+            response = await handler(request)
+            status = 499 if state.ended_by == CLIENT_GONE else response.status
+            if not response.prepared:
+                # Send a buffered reply before accounting for it: the log line and metrics then
+                # stay off the client's critical path, and the duration includes the write.
+                stamp(state, response, svc.monotonic())
+                try:
+                    await response.prepare(request)
+                    await response.write_eof()
+                except ConnectionError:
+                    status = 499  # the client left just before its answer; nothing to send it
+            return response
+        except web.HTTPException as e:
+            status = e.status
+            stamp(state, e, None)  # aiohttp sends it, after the accounting below
+            raise
+        except asyncio.CancelledError:
+            status = 499  # the client went away; nginx's convention, kept out of the 5xx ratio
+            raise
+        except Exception as e:
+            # The type and place only: an exception's text can quote the request (a prompt).
+            where = traceback.extract_tb(e.__traceback__)[-1]
+            log.error({
+                "request_id": state.request_id, "event": "unhandled_error",
+                "exception": type(e).__name__, "at": f"{where.filename}:{where.lineno}",
+            })  # fmt: skip
+            state.classification = c = Classification.of(ErrorType.UNKNOWN)
+            body = state.dialect.error_body(
+                500, "internal gateway error", "internal_error", c, state.request_id
+            )
+            response = web.Response(status=500, body=body, content_type="application/json")
+            stamp(state, response, None)  # aiohttp sends it, after the accounting below
+            return response
+        finally:
+            svc.in_flight -= 1
+            _account(svc, state, status)
+            if svc.in_flight == 0:
+                for wake in svc.idle:
+                    wake()
+
+    return observe
 
 
 def user_agent_of(given: str | None) -> str | None:
@@ -113,16 +126,17 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
     model = t.model_label(state.model)
     c = state.classification
     error_type = c.type if c is not None and (status >= 400 or state.stream_error) else None
-    t.child(t.requests, state.upstream, model, status_label(status), error_label(error_type)).inc()
+    series = (state.upstream, model)
+    t.requests.inc((*series, status_label(status), error_label(error_type)))
     duration = now - state.started
-    t.child(t.request_duration, state.upstream, model).observe(duration)
+    t.request_duration.observe(series, duration)
     ttfb = (state.first_byte_at - state.started) if state.first_byte_at is not None else None
     if ttfb is not None:
-        t.child(t.time_to_first_byte, state.upstream, model).observe(ttfb)
+        t.time_to_first_byte.observe(series, ttfb)
     if state.upstream_head_s is not None and status < 400:
-        t.child(t.upstream_first_byte, state.upstream, model).observe(state.upstream_head_s)
+        t.upstream_first_byte.observe(series, state.upstream_head_s)
     for kind, n in state.usage.items():
-        t.child(t.tokens, state.upstream, model, kind).inc(n)
+        t.tokens.inc((*series, kind), n)
     record: dict[str, object] = {
         "event": "request",
         "request_id": state.request_id,

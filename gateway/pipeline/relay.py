@@ -20,6 +20,7 @@ from gateway.dialects.base import Ending, EventKind, Splice, StreamReader
 from gateway.errors import Classification, ErrorType, TransportError
 from gateway.jsonpeek import top_level_member
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success
+from gateway.pipeline.stamp import stamp
 from gateway.policy.classify import classify
 from gateway.services import Services
 from gateway.sse import EventSplitter, error_status
@@ -76,6 +77,7 @@ async def _relay_raw(
     state.stream = any(k.lower() == "content-type" and "event-stream" in v for k, v in outcome.headers)
     try:
         with _cut_on_shutdown(svc):
+            stamp(state, resp, svc.monotonic())
             await resp.prepare(request)
             async for chunk in outcome.chunks:
                 await resp.write(chunk)
@@ -131,6 +133,7 @@ async def _relay_sse(
     splice: Splice | None = None
     try:
         with _cut_on_shutdown(svc):
+            stamp(state, resp, svc.monotonic())
             await resp.prepare(request)
             while True:
                 end = await _pump(resp, svc, state, leg, splice)

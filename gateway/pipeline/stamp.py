@@ -1,7 +1,11 @@
-"""The header contract, stamped on every response just before its head is sent.
+"""The header contract, stamped on every response of an observed request just before its
+head is sent.
 
-Runs from ``on_response_prepare``, so it covers buffered replies, streams (whose
-head leaves before the body exists) and responses made by aiohttp itself.
+Called where the gateway prepares a response (``observe`` for buffered replies, the relay
+for streams, whose head leaves before the body exists) and on the error responses that
+aiohttp prepares after ``observe`` returned: a direct call, not an ``on_response_prepare``
+signal, which cost a signal dispatch and a coroutine per request. Responses to requests
+that ``observe`` does not see (health, readiness, metrics, malformed HTTP) carry none of it.
 """
 
 from __future__ import annotations
@@ -10,14 +14,12 @@ import math
 
 from aiohttp import web
 
-from gateway.pipeline.outcome import STATE
-from gateway.services import SERVICES
+from gateway.pipeline.outcome import RequestState
 
 
-async def stamp(request: web.Request, response: web.StreamResponse) -> None:
-    state = request.get(STATE)
-    if state is None:
-        return
+def stamp(state: RequestState, response: web.StreamResponse, now: float | None) -> None:
+    """``now``: the head leaves now (the time to first byte); None for a response that aiohttp
+    sends after the request was accounted for."""
     h = response.headers
     h["x-request-id"] = state.request_id
     h["x-llm-attempts"] = str(state.attempts)
@@ -31,8 +33,8 @@ async def stamp(request: web.Request, response: web.StreamResponse) -> None:
         h["x-llm-fallbacks"] = str(state.fallbacks)
     if state.from_memory:
         h["x-llm-from-memory"] = str(state.from_memory)
-    if state.first_byte_at is None:
-        state.first_byte_at = request.app[SERVICES].monotonic()
+    if state.first_byte_at is None and now is not None:
+        state.first_byte_at = now
     c = state.classification
     if c is None or response.status < 400:
         return

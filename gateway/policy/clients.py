@@ -31,8 +31,11 @@ def client_deadline_s(headers: Mapping[str, str]) -> float | None:
     client's own timeout fires (and the client retries on top of our retries)."""
     announced = []
     for name in _TIMEOUT_HEADERS:
+        given = headers.get(name)
+        if not given:
+            continue  # most clients send neither: no exception raised and caught per request
         try:
-            value = float(headers.get(name, ""))
+            value = float(given)
         except ValueError:
             continue
         if 0 < value < 1e7:

@@ -57,6 +57,10 @@ class AnswerStore(Protocol):
 
     async def answer_take(self, fingerprint: str) -> tuple[bytes, int] | None: ...
 
+    def holds_answers(self) -> bool:
+        """False only when no answer can be found (then a recall needs no lookup)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Answer:
@@ -172,6 +176,11 @@ class LoopBreaker:
             mac.update(_LEN.pack(len(part)))
             mac.update(part)
         return mac.hexdigest()
+
+    def may_recall(self) -> bool:
+        """Whether a recall could find anything. With nothing remembered (the in-memory
+        store, empty) the fingerprint and the lookup are skipped; ``remember`` still works."""
+        return self._cfg.enabled and self._store.holds_answers()
 
     async def recall(self, fingerprint: str) -> Recalled | None:
         """The remembered answer for an identical request, or None (then send it)."""

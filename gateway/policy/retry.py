@@ -179,7 +179,19 @@ async def run_with_retries(
     The first attempt runs outside tenacity: most requests succeed at once, and building
     the retry machinery for them would cost more than the proxying itself.
     """
-    first = await attempt()
+    return await retry_after(await attempt(), attempt, plan, failure_of, sleep, before_retry)
+
+
+async def retry_after(
+    first: T,
+    attempt: Callable[[], Awaitable[T]],
+    plan: RetryPlan,
+    failure_of: Callable[[T], Classification | None],
+    sleep: Callable[[float], Awaitable[None]],
+    before_retry: Callable[[T, float], None] | None = None,
+) -> T:
+    """:func:`run_with_retries` once the first attempt gave ``first``: a caller whose first
+    attempt succeeded need not build ``attempt`` and ``before_retry`` at all."""
     failure = failure_of(first)
     if failure is None:
         return first

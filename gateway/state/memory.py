@@ -164,5 +164,8 @@ class MemoryStore:
     async def answer_take(self, fingerprint: str) -> tuple[bytes, int] | None:
         return self.answers.take(fingerprint)
 
+    def holds_answers(self) -> bool:
+        return len(self.answers) > 0
+
     async def close(self) -> None:
         return None

@@ -266,5 +266,8 @@ class RedisStore:
 
         return await self._guard("answer_take", remote, lambda: self.local.answer_take(fingerprint))
 
+    def holds_answers(self) -> bool:
+        return True  # other replicas may have remembered one
+
     async def close(self) -> None:
         await self._r.aclose()

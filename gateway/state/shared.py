@@ -33,6 +33,9 @@ from gateway.policy.breaker import (
 )
 from gateway.state.store import StateStore
 
+_ALLOW = Admission(Gate.ALLOW)
+_KEY_CACHE_MAX = 1024
+
 
 class SharedCircuit:
     """One upstream's circuits: per (upstream, model) and upstream-wide (see breaker.py).
@@ -68,6 +71,7 @@ class SharedCircuit:
         self._cache_s = cache_s
         self._on_change = on_change
         self._cache: dict[str, tuple[float, CircuitRecord]] = {}
+        self._key_cache: dict[str | None, list[str]] = {}
         # A failure streak lives a few open periods, then is forgotten rather than left stale.
         self._ttl_s = max(60.0, 4 * cfg.open_s)
 
@@ -82,8 +86,34 @@ class SharedCircuit:
         return recs
 
     def _keys(self, model: str | None) -> list[str]:
-        up = circuit_key(self._upstream)
-        return [up] if model is None else [up, circuit_key(self._upstream, model)]
+        keys = self._key_cache.get(model)
+        if keys is None:
+            up = circuit_key(self._upstream)
+            keys = [up] if model is None else [up, circuit_key(self._upstream, model)]
+            if len(self._key_cache) < _KEY_CACHE_MAX:  # model names come from clients
+                self._key_cache[model] = keys
+        return keys
+
+    def admit_now(self, model: str | None) -> Admission | None:
+        """``admit`` without a store round trip or an await, when this replica's cached
+        records decide it: both fresh and closed, as for nearly every request. None: the
+        caller awaits ``admit``."""
+        keys = self._keys(model)
+        now = self._clock()
+        for k in keys:
+            found = self._cache.get(k)
+            if found is None or now - found[0] >= self._cache_s or found[1].open_until > 0:
+                return None
+        return _ALLOW
+
+    def settled(self, adm: Admission, model: str | None, *, failed: bool) -> bool:
+        """Whether ``record`` would do nothing (a success with no failure streak to clear):
+        then the caller need not await it."""
+        if adm.gate is Gate.REFUSE:
+            return True
+        if adm.gate is Gate.PROBE or failed:
+            return False
+        return not any(c is not None and c[1].failures for c in map(self._cache.get, self._keys(model)))
 
     async def admit(self, model: str | None) -> Admission:
         keys = self._keys(model)
