@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.dialects.base import Splice
+from gateway.dialects.common import add_shown_tokens
 from gateway.sse import parse_event
 
 
@@ -74,9 +75,7 @@ def splicer(open_block: int | None, next_index: int, output_tokens: int, partial
                 delta["text"] = delta["text"].lstrip()
                 state["trimmed"] = True
         if name == "message_delta":
-            usage = doc.get("usage")
-            if isinstance(usage, dict) and isinstance(usage.get("output_tokens"), int):
-                usage["output_tokens"] += output_tokens
+            add_shown_tokens(doc.get("usage"), "output_tokens", output_tokens)
             doc["x_llm_continued"] = True
         return f"event: {name}\ndata: ".encode() + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n"
 

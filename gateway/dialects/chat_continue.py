@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.dialects.base import Splice
+from gateway.dialects.common import add_shown_tokens
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.sse import parse_event
 
@@ -72,12 +73,7 @@ def splicer(identity: tuple[str | None, str | None, int | None], partial: str) -
                 doc[key] = value
         if isinstance(choices, list) and any(isinstance(c, dict) and c.get("finish_reason") for c in choices):
             doc["x_llm_continued"] = True
-        usage = doc.get("usage")
-        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-            # What the broken part produced is estimated; the provider counted the rest.
-            usage["completion_tokens"] += shown_tokens
-            if isinstance(usage.get("total_tokens"), int):
-                usage["total_tokens"] += shown_tokens
+        if add_shown_tokens(doc.get("usage"), "completion_tokens", shown_tokens):
             doc["x_llm_continued"] = True
         return b"data: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n"
 

@@ -37,3 +37,14 @@ def token_counts(usage: Any, prompt_key: str, completion_key: str) -> dict[str, 
             if isinstance(value, int) and value >= 0:
                 out[kind] = value
     return out
+
+
+def add_shown_tokens(usage: Any, completion_key: str, shown: int) -> bool:
+    """Adds to a continuation's usage the estimated tokens of the broken part the client
+    already has (the provider counted only the rest); False when ``usage`` has no count."""
+    if not isinstance(usage, dict) or not isinstance(usage.get(completion_key), int):
+        return False
+    usage[completion_key] += shown
+    if isinstance(usage.get("total_tokens"), int):
+        usage["total_tokens"] += shown
+    return True

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gateway.dialects.base import Splice
+from gateway.dialects.common import add_shown_tokens
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.sse import parse_event
 
@@ -236,10 +237,5 @@ def _final(response: dict[str, Any], identity: Mapping[str, Any], output: list[A
         if key in identity:
             response[key] = identity[key]
     response["output"] = output
-    usage = response.get("usage")
-    if isinstance(usage, dict) and isinstance(usage.get("output_tokens"), int):
-        # What the broken part produced is estimated; the provider counted the rest.
-        usage["output_tokens"] += shown
-        if isinstance(usage.get("total_tokens"), int):
-            usage["total_tokens"] += shown
+    add_shown_tokens(response.get("usage"), "output_tokens", shown)
     response["x_llm_continued"] = True
