@@ -53,6 +53,23 @@ async def test_client_request_id_is_kept_and_sent_upstream(make_gateway) -> None
     assert headers["x-request-id"] != "bad id with spaces\u00e9" and len(headers["x-request-id"]) == 32
 
 
+async def test_the_upstream_sees_the_clients_user_agent_and_never_aiohttps(make_gateway) -> None:
+    """The sender drops aiohttp's own User-Agent (gateway/upstream.py: _Request) and keeps
+    its other defaults; this pins what reaches the provider across aiohttp versions."""
+    gw = await make_gateway()
+    await gw.chat(headers={"User-Agent": "my-agent/1.0"})
+    payload = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+    async with gw.session.post(gw.base + "/v1/chat/completions", json=payload,
+                               skip_auto_headers=["User-Agent"]) as r:  # fmt: skip
+        assert r.status == 200
+    with_ua, without_ua = gw.fake.chat_requests()
+    assert with_ua.headers["User-Agent"] == "my-agent/1.0"
+    assert "User-Agent" not in without_ua.headers
+    for sent in (with_ua, without_ua):
+        assert "gzip" in sent.headers["Accept-Encoding"]  # aiohttp's default; bodies reach clients decoded
+        assert sent.headers["Content-Type"] == "application/json"
+
+
 async def test_hop_by_hop_headers_are_not_forwarded(make_gateway) -> None:
     gw = await make_gateway()
     await gw.chat(headers={"Connection": "keep-alive, X-Hop", "X-Hop": "1", "Proxy-Authorization": "Basic x",
