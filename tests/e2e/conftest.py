@@ -3,88 +3,20 @@ front of the scriptable fake upstream (in a thread), on loopback only."""
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.fakeupstream import FakeUpstream
+from tests.procs import ROOT, RunningProcess, base_env, free_port, start
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+__all__ = ["ROOT", "RunningGateway", "base_env", "free_port", "start"]
 
 
-@dataclass
-class RunningGateway:
-    base: str
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-
-    def logs(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def logs_when(self, ready: Callable[[str], bool], timeout_s: float = 3.0) -> str:
-        """The log once ``ready(log)`` holds: lines are written in batches (within 50 ms)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            text = self.logs()
-            if ready(text) or time.monotonic() > deadline:
-                return text
-            time.sleep(0.05)
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, sig)
-            try:
-                return self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                return self.proc.wait(5)
-        return self.proc.returncode
-
-
-def wait_ready(base: str, proc: subprocess.Popen[bytes], log_path: Path, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"gateway exited with {proc.returncode}:\n{log_path.read_text()}")
-        try:
-            with urllib.request.urlopen(base + "/readyz", timeout=1) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"gateway not ready after {timeout}s:\n{log_path.read_text()}")
-
-
-def start(cmd: list[str], env: dict[str, str], port: int, log_path: Path) -> RunningGateway:
-    with log_path.open("wb") as log:  # the child keeps its own descriptor
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    wait_ready(base, proc, log_path)
-    return RunningGateway(base, proc, log_path)
-
-
-def base_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_PROXY") and not k.endswith("_proxy")}
-    env.pop("OPENAI_API_KEY", None)
-    env.update(extra)
-    return env
+# The gateway is one of the processes tests/procs.py starts.
+RunningGateway = RunningProcess
 
 
 @pytest.fixture(scope="session")

@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,7 +20,8 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.procs import ROOT, RunningProcess, base_env, free_port, start
+
 REAL_PYTHON = Path(os.environ.get("REAL_PYTHON", ROOT / ".venv-real" / "bin" / "python"))
 REAL_MODEL = Path(
     os.environ.get("REAL_MODEL", ROOT / ".cache" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -40,56 +37,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.real)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Proc:
-    base: str
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-
-    def logs(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
-    env.pop("OPENAI_API_KEY", None)
-    return env
-
-
-def _start(cmd: list[str], port: int, log_path: Path, ready_path: str, timeout_s: float) -> Proc:
-    with log_path.open("wb") as log:  # the child keeps its own descriptor
-        proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    p = Proc(f"http://127.0.0.1:{port}", proc, log_path)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"{cmd[:3]} exited with {proc.returncode}:\n{p.logs()[-4000:]}")
-        try:
-            with urllib.request.urlopen(p.base + ready_path, timeout=2) as r:
-                if r.status == 200:
-                    return p
-        except OSError:
-            pass
-        time.sleep(0.2)
-    p.stop()
-    raise AssertionError(f"{cmd[:3]} not ready after {timeout_s}s:\n{p.logs()[-4000:]}")
+Proc = RunningProcess
 
 
 @pytest.fixture(scope="session")
@@ -107,13 +55,14 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
         "--n_ctx", str(N_CTX), "--host", "127.0.0.1", "--port", str(port),
         "--n_threads", str(min(2, os.cpu_count() or 1)), "--seed", "0",
     ]  # fmt: skip
-    server = _start(cmd, port, tmp_path_factory.mktemp("llama") / "server.log", "/v1/models", 180)
+    server = start(cmd, base_env(), port, tmp_path_factory.mktemp("llama") / "server.log",
+                   ready_path="/v1/models", timeout_s=180)  # fmt: skip
     yield server
     server.stop()
 
 
 @dataclass
-class Gateway(Proc):
+class Gateway(RunningProcess):
     def metric(self, name: str, **labels: str) -> float:
         """The current value of one sample on /metrics (0 when absent)."""
         with urllib.request.urlopen(self.base + "/metrics", timeout=10) as r:
@@ -143,9 +92,8 @@ def gateway(llama_server: Proc, tmp_path_factory: pytest.TempPathFactory) -> Ite
         "circuit_breaker": {"failure_threshold": 3, "open_s": 60},
         "timeouts": {"connect_s": 5, "first_byte_s": 120, "idle_s": 60},
     }))  # fmt: skip
-    p = _start(
-        [sys.executable, "-m", "gateway", "--config", str(config)], port, tmp / "gateway.log", "/readyz", 60
-    )
+    p = start([sys.executable, "-m", "gateway", "--config", str(config)], base_env(), port, tmp / "gateway.log",
+              timeout_s=60)  # fmt: skip
     gw = Gateway(p.base, p.proc, p.log_path)
     yield gw
     gw.stop()
