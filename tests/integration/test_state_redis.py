@@ -28,6 +28,7 @@ from gateway.policy.breaker import Gate
 from gateway.policy.loop_breaker import Answer, LoopBreaker
 from gateway.state import MemoryStore, SharedBudget, SharedCircuit, StateMetrics
 from gateway.state.redis_store import RedisStore, connect
+from tests.procs import free_port
 
 REDIS = shutil.which("redis-server")
 pytestmark = pytest.mark.skipif(
@@ -41,12 +42,6 @@ RECOVER_S = 0.3
 # A generous ceiling on one operation's wall time while Redis is down or frozen: the bound
 # plus scheduling noise on a loaded CI machine, still far below a real socket timeout.
 BOUND_S = TIMEOUT_S + 0.25
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
