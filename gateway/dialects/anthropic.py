@@ -27,7 +27,7 @@ from typing import Any
 from gateway.dialects import anthropic_continue
 from gateway.dialects.anthropic_compress import cap_tool_results, compress_messages
 from gateway.dialects.base import Capped, Ending, EventKind, Inbound, Rejection, Splice, StreamReader
-from gateway.dialects.common import admit_messages
+from gateway.dialects.common import ShownText, admit_messages
 from gateway.dialects.synthesize import anthropic_stream
 from gateway.errors import Classification, ErrorType
 from gateway.policy.compress import CompressionResult
@@ -136,25 +136,15 @@ def anthropic_usage(usage: Any) -> dict[str, int]:
     return out
 
 
-class AnthropicStreamReader:
-    __slots__ = ("error", "next_index", "open_block", "texts", "tool_started", "tracking", "usage")
+class AnthropicStreamReader(ShownText):
+    __slots__ = ("error", "next_index", "open_block", "usage")
 
     def __init__(self) -> None:
+        super().__init__()
         self.usage: dict[str, int] = {}
         self.error: dict[str, Any] | None = None
-        self.tracking = False
-        self.texts: list[str] = []
-        self.tool_started = False  # a tool_use, or anything but text, was being streamed
         self.open_block: int | None = None  # the text block the client has open
         self.next_index = 0
-
-    def track(self) -> None:
-        self.tracking = True
-
-    def partial(self) -> str | None:
-        if not self.tracking or self.tool_started:
-            return None
-        return "".join(self.texts) or None
 
     def _track(self, doc: dict[str, Any]) -> None:
         kind = doc.get("type")

@@ -48,3 +48,24 @@ def add_shown_tokens(usage: Any, completion_key: str, shown: int) -> bool:
     if isinstance(usage.get("total_tokens"), int):
         usage["total_tokens"] += shown
     return True
+
+
+class ShownText:
+    """What a stream reader keeps so that a break can be continued: the text shown, and
+    whether something that cannot be continued from text (a tool call, …) started. Kept only
+    after ``track()``: the relay asks for it only where an upstream declares continuation."""
+
+    __slots__ = ("texts", "tool_started", "tracking")
+
+    def __init__(self) -> None:
+        self.tracking = False
+        self.texts: list[str] = []
+        self.tool_started = False
+
+    def track(self) -> None:
+        self.tracking = True
+
+    def partial(self) -> str | None:
+        if not self.tracking or self.tool_started:
+            return None
+        return "".join(self.texts) or None

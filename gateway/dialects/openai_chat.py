@@ -16,7 +16,7 @@ from typing import Any
 
 from gateway.dialects import chat_continue
 from gateway.dialects.base import Capped, Ending, EventKind, Inbound, Rejection, Splice, StreamReader
-from gateway.dialects.common import admit_messages, token_counts
+from gateway.dialects.common import ShownText, admit_messages, token_counts
 from gateway.dialects.synthesize import chat_stream
 from gateway.errors import Classification, ErrorType
 from gateway.policy.compress import CompressionResult, cap_tool_outputs, compress
@@ -90,26 +90,16 @@ def chat_usage(usage: Any) -> dict[str, int]:
     return token_counts(usage, "prompt_tokens", "completion_tokens")
 
 
-class ChatStreamReader:
-    __slots__ = ("created", "error", "identity", "strip_usage", "texts", "tool_started", "tracking", "usage")
+class ChatStreamReader(ShownText):
+    __slots__ = ("created", "error", "identity", "strip_usage", "usage")
 
     def __init__(self, strip_usage: bool) -> None:
+        super().__init__()
         self.strip_usage = strip_usage
         self.usage: dict[str, int] = {}
         self.error: dict[str, Any] | None = None
         self.identity: tuple[str | None, str | None] | None = None  # (id, model) of the stream
         self.created: int | None = None
-        self.tracking = False
-        self.texts: list[str] = []
-        self.tool_started = False  # or anything else that cannot be continued from text
-
-    def track(self) -> None:
-        self.tracking = True
-
-    def partial(self) -> str | None:
-        if not self.tracking or self.tool_started:
-            return None
-        return "".join(self.texts) or None
 
     def _track(self, event: Event) -> None:
         doc = event.json()
