@@ -19,9 +19,9 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from gateway.apis import DIALECTS
 from gateway.auth import ClientAuth
 from gateway.config import GatewayConfig
-from gateway.dialects import DIALECTS
 from gateway.pipeline import forward
 from gateway.pipeline.admit import expect_continue
 from gateway.pipeline.observe import observed

@@ -27,7 +27,7 @@ class UpstreamFailure(Exception):
         self.kind = kind
 
 
-@dataclass(slots=True)  # not frozen: one per attempt, never changed (see dialects.base.Inbound)
+@dataclass(slots=True)  # not frozen: one per attempt, never changed (see apis.base.Inbound)
 class UpstreamRequest:
     method: str
     url: str  # already encoded; sent as is

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.dialects import OPENAI_CHAT
-from gateway.dialects.base import Dialect, EventKind, StreamReader
+from gateway.apis import OPENAI_CHAT
+from gateway.apis.base import Dialect, EventKind, StreamReader
 from gateway.errors import Classification, ErrorType, TransportError
 from gateway.pipeline.outcome import (
     Failure,

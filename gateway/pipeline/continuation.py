@@ -16,7 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gateway.dialects.base import Ending, Splice, StreamReader
+from gateway.apis.base import Ending, Splice, StreamReader
 from gateway.pipeline.attempt import Call
 from gateway.pipeline.chain import send_one
 from gateway.pipeline.outcome import RequestState, Success

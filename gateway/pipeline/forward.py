@@ -25,9 +25,9 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from gateway.apis import dialect_for_errors
+from gateway.apis.base import Dialect, Inbound, Rejection
 from gateway.auth import WWW_AUTHENTICATE
-from gateway.dialects import dialect_for_errors
-from gateway.dialects.base import Dialect, Inbound, Rejection
 from gateway.errors import Classification, ErrorType
 from gateway.pipeline.admit import model_of, parse_json_object, read_body
 from gateway.pipeline.attempt import Call, ReadMode

@@ -13,8 +13,8 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.dialects import OPENAI_CHAT
-from gateway.dialects.base import Dialect, StreamReader
+from gateway.apis import OPENAI_CHAT
+from gateway.apis.base import Dialect, StreamReader
 from gateway.errors import Classification, ErrorType, TransportError
 from gateway.upstream import UpstreamResponse
 

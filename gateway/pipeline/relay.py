@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from gateway.dialects.base import Ending, EventKind, Splice, StreamReader
+from gateway.apis.base import Ending, EventKind, Splice, StreamReader
 from gateway.errors import Classification, ErrorType, TransportError
 from gateway.jsonpeek import top_level_member
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success

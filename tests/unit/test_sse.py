@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from gateway.dialects.openai_chat import is_visible
-from gateway.dialects.openai_chat import usage_doc as usage_of
+from gateway.apis.chat.wire import is_visible
+from gateway.apis.chat.wire import usage_doc as usage_of
 from gateway.sse import EventSplitter, error_payload, error_status, parse_event
 
 

@@ -20,8 +20,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.dialects.base import Splice
-from gateway.dialects.common import add_shown_tokens
+from gateway.apis.base import Splice
+from gateway.apis.common import add_shown_tokens
 from gateway.sse import parse_event
 
 

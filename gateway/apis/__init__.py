@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gateway.dialects.anthropic import AnthropicMessages
-from gateway.dialects.base import Dialect
-from gateway.dialects.openai_chat import OpenAIChat
-from gateway.dialects.openai_responses import OpenAIResponses
+from gateway.apis.base import Dialect
+from gateway.apis.chat.wire import OpenAIChat
+from gateway.apis.messages.wire import AnthropicMessages
+from gateway.apis.responses.wire import OpenAIResponses
 
 OPENAI_CHAT: Dialect = OpenAIChat()
 ANTHROPIC_MESSAGES: Dialect = AnthropicMessages()

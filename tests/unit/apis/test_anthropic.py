@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from gateway.dialects import ANTHROPIC_MESSAGES
-from gateway.dialects.base import Ending, EventKind, Inbound, Rejection
+from gateway.apis import ANTHROPIC_MESSAGES
+from gateway.apis.base import Ending, EventKind, Inbound, Rejection
 from gateway.errors import Classification, ErrorType
 from tests.anthropic_convo import SYSTEM, assert_valid_messages, messages_conversation, size
 from tests.fakeupstream import anthropic_head, anthropic_tail, sse, text_delta

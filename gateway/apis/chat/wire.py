@@ -14,10 +14,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.dialects import chat_continue
-from gateway.dialects.base import Capped, Ending, EventKind, Inbound, Rejection, Splice, StreamReader
-from gateway.dialects.common import ShownText, admit_messages, token_counts
-from gateway.dialects.synthesize import chat_stream
+from gateway.apis.base import Capped, Ending, EventKind, Inbound, Rejection, Splice, StreamReader
+from gateway.apis.chat import resume as chat_continue
+from gateway.apis.common import ShownText, admit_messages, token_counts
+from gateway.apis.synthesize import chat_stream
 from gateway.errors import Classification, ErrorType
 from gateway.policy.compress import CompressionResult, cap_tool_outputs, compress
 from gateway.sse import Event, encode_data, error_payload, parse_event

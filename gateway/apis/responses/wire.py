@@ -22,11 +22,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.dialects import responses_continue
-from gateway.dialects.base import Capped, Ending, EventKind, Inbound, Rejection, Splice, StreamReader
-from gateway.dialects.common import admit_fields, token_counts
-from gateway.dialects.responses_compress import cap_outputs, compress_input
-from gateway.dialects.synthesize import responses_stream
+from gateway.apis.base import Capped, Ending, EventKind, Inbound, Rejection, Splice, StreamReader
+from gateway.apis.common import admit_fields, token_counts
+from gateway.apis.responses import resume as responses_continue
+from gateway.apis.responses.compress import cap_outputs, compress_input
+from gateway.apis.synthesize import responses_stream
 from gateway.errors import Classification
 from gateway.policy.compress import CompressionResult
 from gateway.sse import parse_event

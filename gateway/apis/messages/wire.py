@@ -24,11 +24,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.dialects import anthropic_continue
-from gateway.dialects.anthropic_compress import cap_tool_results, compress_messages
-from gateway.dialects.base import Capped, Ending, EventKind, Inbound, Rejection, Splice, StreamReader
-from gateway.dialects.common import ShownText, admit_messages
-from gateway.dialects.synthesize import anthropic_stream
+from gateway.apis.base import Capped, Ending, EventKind, Inbound, Rejection, Splice, StreamReader
+from gateway.apis.common import ShownText, admit_messages
+from gateway.apis.messages import resume as anthropic_continue
+from gateway.apis.messages.compress import cap_tool_results, compress_messages
+from gateway.apis.synthesize import anthropic_stream
 from gateway.errors import Classification, ErrorType
 from gateway.policy.compress import CompressionResult
 from gateway.policy.tokens import BYTES_PER_TOKEN

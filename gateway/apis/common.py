@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.dialects.base import Inbound, Rejection
+from gateway.apis.base import Inbound, Rejection
 
 
 def admit_fields(body: bytes, payload: dict[str, Any]) -> Inbound | Rejection:

@@ -2,9 +2,9 @@
 
 import json
 
-from gateway.dialects.base import EventKind
-from gateway.dialects.openai_responses import ResponsesStreamReader
-from gateway.dialects.responses_continue import continuation, splicer
+from gateway.apis.base import EventKind
+from gateway.apis.responses.resume import continuation, splicer
+from gateway.apis.responses.wire import ResponsesStreamReader
 from gateway.sse import parse_event
 from tests.fakeupstream import Seq, responses_deltas, responses_head, sse
 

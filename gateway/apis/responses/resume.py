@@ -27,21 +27,27 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from gateway.dialects.base import Splice
-from gateway.dialects.common import add_shown_tokens
+from gateway.apis.base import Splice
+from gateway.apis.common import add_shown_tokens
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.sse import parse_event
-
-if TYPE_CHECKING:
-    from gateway.dialects.openai_responses import ResponsesStreamReader
 
 MODE = "continue_final_message"
 _DROPPED = frozenset({"response.created", "response.in_progress", "response.queued"})
 _FINAL = frozenset({"response.completed", "response.incomplete"})
 # Output items that are text (continuable) or finished thinking (kept as shown).
 _TEXTUAL = frozenset({"message", "reasoning"})
+
+
+class StreamState(Protocol):
+    """What the splice reads and advances on the original stream's reader (the reader in
+    ``wire.py`` is one; a protocol keeps this module free of an import back to it)."""
+
+    shown: Shown | None
+    next_seq: int
+    response: dict[str, Any]
 
 
 @dataclass(slots=True)
@@ -129,14 +135,14 @@ def continuation(payload: Mapping[str, Any], partial: str, mode: str) -> dict[st
     return {**payload, "input": [*history, turn]}
 
 
-def splicer(original: ResponsesStreamReader, partial: str) -> Splice:
+def splicer(original: StreamState, partial: str) -> Splice:
     """Numbers the spliced events on from ``original.next_seq`` and keeps that up to date,
     so a failure after the seam goes on numbering from where the splice stopped."""
     return _Splicer(original, partial).splice
 
 
 class _Splicer:
-    def __init__(self, original: ResponsesStreamReader, partial: str) -> None:
+    def __init__(self, original: StreamState, partial: str) -> None:
         assert original.shown is not None and original.shown.open is not None  # else not continued
         self.original = original
         self.shown = original.shown

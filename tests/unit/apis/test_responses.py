@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from gateway.dialects import OPENAI_RESPONSES
-from gateway.dialects.base import Ending, EventKind, Inbound, Rejection
+from gateway.apis import OPENAI_RESPONSES
+from gateway.apis.base import Ending, EventKind, Inbound, Rejection
 from gateway.errors import Classification, ErrorType
 from tests.fakeupstream import responses_head, responses_stream, sse
 from tests.responses_convo import INSTRUCTIONS, assert_valid_input, responses_conversation, size

@@ -1,0 +1,1 @@
+"""The messages wire API."""

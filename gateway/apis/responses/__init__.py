@@ -1,0 +1,1 @@
+"""The responses wire API."""

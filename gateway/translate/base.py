@@ -1,0 +1,91 @@
+"""What a translator between two wire APIs is: pure functions of data, one direction each.
+
+A translator carries a request from the client's API (``client``) to an upstream's API
+(``upstream``) and the upstream's answer back, buffered or streamed event by event. It never
+does I/O, never looks at headers and never renders errors: an upstream error on a translated
+request is rendered by the client's own dialect from its classification (``apis/*/wire.py``),
+the same way whatever API the upstream speaks.
+
+Names of the APIs are the values of ``upstreams[].apis`` in the config: ``chat``,
+``messages``, ``responses``. Chat completions is the hub: an API that converts to and from
+chat reaches every other one through it (``translate/__init__.py`` composes two
+translators), so a fourth API is one package under ``apis/`` plus its converter to chat.
+
+What cannot be carried is either dropped by a documented rule (``cache_control`` on a chat
+upstream) or refused with a ``Refusal``, which the client gets as a 400 in its own envelope,
+never sent upstream: a request is never silently garbled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gateway.apis.base import Ending
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A request this direction cannot carry; answered 400 in the client's API."""
+
+    message: str
+    code: str = "untranslatable_request"
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """How the upstream is to be asked."""
+
+    model: str  # the upstream's own model name (after the route's model_map)
+    stream_usage: bool = True  # a chat upstream may be asked for its usage chunk
+
+
+@dataclass(slots=True)
+class Context:
+    """What answer translation needs to know about the request (one per request)."""
+
+    requested_model: str  # what the client asked for: echoed where the client's API echoes it
+    request: Mapping[str, Any]  # the client's payload as the client sent it
+    request_id: str  # for ids the gateway has to make up (``msg_…``, ``resp_…``)
+    # Set by the stream translator while it runs, for the log line and usage accounting.
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+class StreamTranslator(Protocol):
+    """One upstream stream into one client stream; stateful, one instance per stream.
+
+    ``event`` gets every raw upstream SSE event (separator included, as ``sse.EventSplitter``
+    yields it) in order, including the contentless leading ones, and returns the client's
+    events for it (possibly none, possibly several), each a complete SSE event. Nothing is
+    buffered beyond what the client's grammar forces (a tool call's arguments may need its
+    id first, say).
+    """
+
+    def event(self, raw: bytes) -> bytes: ...
+
+    def close(self) -> bytes:
+        """The upstream stream completed: the client events its grammar still needs to be
+        complete (``message_stop``, ``response.completed``…), if not already sent. Called once."""
+        ...
+
+    def broken(self, ending: Ending) -> bytes:
+        """The one typed error event that ends a broken stream in the client's grammar,
+        consistent with what was already emitted (Responses' ``sequence_number``, say).
+        Never a completion marker."""
+        ...
+
+
+class Translator(Protocol):
+    client: str  # the API the client speaks
+    upstream: str  # the API the upstream speaks
+
+    def request(self, payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refusal:
+        """The client's request in the upstream's API (``model`` set to ``target.model``)."""
+        ...
+
+    def answer(self, doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
+        """A buffered upstream success body in the client's API."""
+        ...
+
+    def stream(self, ctx: Context) -> StreamTranslator: ...
