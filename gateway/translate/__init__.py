@@ -1,0 +1,1 @@
+"""Translation between wire APIs: one module per direction, composed through chat."""
