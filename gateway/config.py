@@ -165,7 +165,8 @@ class UpstreamConfig(_Model):
     @field_validator("apis", mode="before")
     @classmethod
     def _one_api_is_a_list(cls, v: Any) -> Any:
-        return (v,) if isinstance(v, str) else v
+        # "chat" or "chat,messages": one environment variable can say it (UPSTREAM_APIS).
+        return tuple(a.strip() for a in v.split(",") if a.strip()) if isinstance(v, str) else v
 
     @field_validator("apis")
     @classmethod
@@ -183,6 +184,12 @@ class UpstreamConfig(_Model):
         if isinstance(v, list) and all(isinstance(i, dict) and len(i) == 1 for i in v):
             return tuple(next(iter(i.items())) for i in v)
         return v
+
+    @field_validator("model_map")
+    @classmethod
+    def _empty_name_keeps_the_requested(cls, v: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+        # `{"*": "${UPSTREAM_MODEL:-}"}` with the variable unset means "no mapping".
+        return tuple((pattern, name) for pattern, name in v if name)
 
     def upstream_model(self, requested: str) -> str:
         for pattern, name in self.model_map:
