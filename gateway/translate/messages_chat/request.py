@@ -362,6 +362,16 @@ def _part(block: dict[str, Any], i: int) -> list[dict[str, Any]]:
         return [{"type": "image_url", "image_url": {"url": _image_url(block.get("source"), i)}}]
     if kind == "document":
         return _document(block, i)
+    if kind == "search_result":
+        # Search results the client supplies (RAG): their text is what the model needs.
+        head = "\n".join(str(block[k]) for k in ("title", "source") if isinstance(block.get(k), str))
+        inner = [p for b in block.get("content") or [] if isinstance(b, dict) for p in _part(b, i)]
+        return [
+            {
+                "type": "text",
+                "text": _join(head, "\n\n".join(p["text"] for p in inner if p["type"] == "text")),
+            }
+        ]
     if kind in ("thinking", "redacted_thinking"):
         return []
     raise Untranslatable(

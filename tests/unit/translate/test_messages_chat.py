@@ -195,6 +195,15 @@ def test_documents_text_is_carried_and_a_pdf_is_replaced_by_a_note() -> None:
     assert "application/pdf) left out" in content and content.endswith("summarise")
 
 
+def test_search_results_are_carried_as_text() -> None:
+    body = sdk_request(messages=[{"role": "user", "content": [
+        {"type": "search_result", "source": "https://docs.example/a", "title": "A",
+         "content": [{"type": "text", "text": "alpha is first"}]},
+        {"type": "text", "text": "what is first?"},
+    ]}])  # fmt: skip
+    assert chat(body)["messages"] == [{"role": "user", "content": "A\nhttps://docs.example/a\n\nalpha is first\n\nwhat is first?"}]
+
+
 @pytest.mark.parametrize(("name", "kwargs", "says"), [
     ("hosted web search", {"tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 2}]}, "web_search"),
     ("mcp servers", {"extra_body": {"mcp_servers": [{"type": "url", "url": "https://mcp.example", "name": "x"}]}},
