@@ -15,7 +15,7 @@ import pytest
 
 from tests.e2e.conftest import RunningGateway
 from tests.e2e.test_claude_code import claude_bin, launch, run_claude, workdir  # noqa: F401 (fixtures)
-from tests.fakeupstream import FakeUpstream, Stream, chunk
+from tests.fakeupstream import FakeUpstream, Reply, Stream, chat_completion, chunk
 
 pytestmark = pytest.mark.e2e
 
@@ -84,3 +84,19 @@ def test_claude_code_runs_a_bash_tool_loop_on_a_chat_only_upstream(
     assert "translated-marker-42" in tool_turn[1]["content"]
     # The prompt's prefix is unchanged from turn 1 to turn 2 (a chat server's prefix cache holds).
     assert second["messages"][: len(first["messages"])] == first["messages"]
+
+
+def test_a_chat_stream_cut_mid_answer_reaches_claude_code_as_its_typed_error_and_it_recovers(
+    claude_bin: Path, chat_gateway: RunningGateway, upstream: FakeUpstream, workdir: Path  # noqa: F811
+) -> None:
+    """The cut ends the translated stream in Anthropic's `event: error`; Claude Code then asks
+    again without streaming (measured in CLAUDE_CODE_NOTES.md), which the buffered answer
+    translation carries."""
+    cut = Stream([chunk({"role": "assistant", "content": ""}, model="qwen3-coder"),
+                  chunk({"content": "The answer"}, model="qwen3-coder")], then="drop")  # fmt: skip
+    upstream.script(cut, Reply(200, chat_completion("qwen3-coder", "Forty-two.")))
+    r = run_claude(claude_bin, chat_gateway, workdir, "what is the answer?", timeout=90)
+    sent = [req.json() for req in upstream.chat_requests()]
+    assert len(sent) == 2 and sent[0]["stream"] is True and not sent[1].get("stream")
+    assert r.rc == 0, (r.out, r.err)
+    assert "Forty-two." in r.out
