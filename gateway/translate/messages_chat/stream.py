@@ -96,9 +96,8 @@ class ChatToMessagesStream:
         self.open_index = 0
         self.open_tool: _Tool | None = None
         self.tools: dict[int, _Tool] = {}
-        self.held: list[
-            tuple[str, int | None, str]
-        ] = []  # (kind, tool key or None, text) waiting on an open tool
+        # (kind, tool key or None, text) waiting for the open tool's arguments to complete
+        self.held: list[tuple[str, int | None, str]] = []
         self.ending = False
         self.finish: Any = None
         self.matched: str | None = None
@@ -119,7 +118,9 @@ class ChatToMessagesStream:
             if self.started:
                 out.append(_PING)
             return b"".join(out)
-        if (data.strip() if isinstance(data, bytes) else data.strip().encode()) == b"[DONE]":
+        if isinstance(data, str):
+            data = data.encode()
+        if len(data) < 16 and data.strip() == b"[DONE]":
             if not self.started:
                 out.append(self._start(None))
             out += self._finish()
