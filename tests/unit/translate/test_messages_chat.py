@@ -146,6 +146,16 @@ def test_sdk_request_fields(name: str, kwargs: dict[str, Any], expected: dict[st
             "name": "get_weather", "description": "Weather of a city", "parameters": WEATHER["input_schema"]}}]  # fmt: skip
 
 
+def test_bifrost_3596_tool_choice_any_is_required_never_the_string_any() -> None:
+    out = chat(sdk_request(messages=HI, tools=[WEATHER], tool_choice={"type": "any"}))
+    assert out["tool_choice"] == "required"
+
+
+def test_bifrost_1479_a_thinking_budget_under_1024_is_carried_not_refused() -> None:
+    out = T.request(sdk_request(messages=HI, thinking={"type": "enabled", "budget_tokens": 512}, max_tokens=600), TARGET)
+    assert not isinstance(out, Refusal) and out["reasoning_effort"] == "low" and out["max_tokens"] == 600
+
+
 def test_images_base64_and_url_become_image_url_parts() -> None:
     body = sdk_request(messages=[{"role": "user", "content": [
         {"type": "text", "text": "compare"},
@@ -354,7 +364,7 @@ def test_real_streams_read_back_through_the_sdk(name: str, chunk: int) -> None:
     assert not ctx.notes
 
 
-def test_message_start_usage_is_the_estimate_never_zero() -> None:
+def test_litellm_24176_vercel_17326_message_start_usage_is_the_estimate_never_zero() -> None:
     """LiteLLM #24176 / vercel/ai #17326: Claude Code reads message_start's usage; chat has
     none until the end, so it carries the request's estimate, and the real count follows."""
     ctx = ctx_for(corpus_request(FIRST))
@@ -365,7 +375,7 @@ def test_message_start_usage_is_the_estimate_never_zero() -> None:
     assert out[-2][1]["usage"]["input_tokens"] == 14  # the upstream's own count replaces it
 
 
-def test_reasoning_then_text_are_two_blocks_never_a_thinking_delta_in_text() -> None:
+def test_litellm_33224_reasoning_then_text_are_two_blocks_never_a_thinking_delta_in_text() -> None:
     """LiteLLM #33224: reasoning after text opens a new thinking block."""
     def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
         doc = {"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
@@ -396,7 +406,7 @@ def _interleaved(doc: dict[str, Any]) -> bytes:
     return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in body) + b"data: [DONE]\n\n"
 
 
-def test_interleaved_parallel_tool_calls_never_address_a_missing_block() -> None:
+def test_litellm_13373_interleaved_parallel_tool_calls_never_address_a_missing_block() -> None:
     """LiteLLM #13373 ("Content block not found"): chat may interleave two calls' arguments;
     each tool_use block still gets all and only its own, and no delta names a closed block."""
     doc = corpus_answer("openai-gpt-4o-parallel-tools.stream.json")
