@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 
 from gateway.apis.base import Ending
-from gateway.sse import parse_event
+from gateway.sse import EventSplitter, parse_event
 from gateway.translate import responses_chat_answer as A
 from gateway.translate.base import Context, Refusal, Target
 from gateway.translate.responses_chat_request import to_chat
@@ -301,6 +301,13 @@ class ResponsesStream:
 
     # -- the StreamTranslator protocol -------------------------------------------------------
     def event(self, raw: bytes) -> bytes:
+        if self.ended:
+            return b""
+        if raw.count(b"\n\n") > 1 or b"\r" in raw:  # several events handed over at once
+            return b"".join(self._one(e) for e in EventSplitter().feed(raw + b"\n\n"))
+        return self._one(raw)
+
+    def _one(self, raw: bytes) -> bytes:
         if self.ended:
             return b""
         ev = parse_event(raw)

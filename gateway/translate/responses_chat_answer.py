@@ -104,13 +104,14 @@ def usage(chat_usage: Any) -> dict[str, Any] | None:
 
     prompt, completion = count(chat_usage.get("prompt_tokens")), count(chat_usage.get("completion_tokens"))
     pdet = chat_usage.get("prompt_tokens_details")
-    cached = count(pdet.get("cached_tokens")) if isinstance(pdet, Mapping) else 0
-    cached = cached or count(chat_usage.get("prompt_cache_hit_tokens"))
+    pdet = pdet if isinstance(pdet, Mapping) else {}
+    cached = count(pdet.get("cached_tokens")) or count(chat_usage.get("prompt_cache_hit_tokens"))
+    written = count(pdet.get("cache_write_tokens"))  # OpenRouter reports it; the SDK requires the field
     cdet = chat_usage.get("completion_tokens_details")
     reasoning = count(cdet.get("reasoning_tokens")) if isinstance(cdet, Mapping) else 0
     return {
         "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": cached},
+        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": written},
         "output_tokens": completion,
         "output_tokens_details": {"reasoning_tokens": reasoning},
         "total_tokens": count(chat_usage.get("total_tokens")) or prompt + completion,

@@ -104,7 +104,10 @@ def to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refu
     reasoning = payload.get("reasoning")
     if isinstance(reasoning, dict) and isinstance(reasoning.get("effort"), str):
         out["reasoning_effort"] = reasoning["effort"]
-    fmt = _response_format(payload.get("text"))
+    try:
+        fmt = _response_format(payload.get("text"))
+    except Untranslatable as e:
+        return Refusal(str(e))
     if fmt is not None:
         out["response_format"] = fmt
     if payload.get("stream") is True:
