@@ -433,7 +433,7 @@ def test_answer_custom_tool_call_and_deepseek_cache_hits() -> None:
 # ---- streams -------------------------------------------------------------------------------
 
 
-def check_grammar(body: bytes) -> list[tuple[str, dict[str, Any]]]:
+def check_grammar(body: bytes, response_id: str = "resp_req1") -> list[tuple[str, dict[str, Any]]]:
     """The Responses grammar this translator promises, event by event."""
     events = named_events(body)
     assert [d["sequence_number"] for _, d in events] == list(range(len(events)))
@@ -443,7 +443,7 @@ def check_grammar(body: bytes) -> list[tuple[str, dict[str, Any]]]:
     assert final[0] in ("response.completed", "response.incomplete", "response.failed")
     assert sum(n in ("response.completed", "response.incomplete", "response.failed") for n, _ in events) == 1
     ids = {d["response"]["id"] for n, d in events if "response" in d}
-    assert ids == {"resp_req1"}
+    assert ids == {response_id}
     added = {d["output_index"]: d["item"] for n, d in events if n == "response.output_item.added"}
     done = {d["output_index"]: d["item"] for n, d in events if n == "response.output_item.done"}
     assert sorted(added) == list(range(len(added))) and set(done) <= set(added)
