@@ -100,3 +100,20 @@ def test_codex_dispatches_a_namespaced_call_by_name_and_namespace(
     assert tool["role"] == "tool" and tool["tool_call_id"] == "call_ns1"
     assert "unsupported call" not in tool["content"] and "nonexistent" in tool["content"]
     assert second["messages"][-2]["tool_calls"][0]["function"]["name"] == "multi_agent_v1__close_agent"
+
+
+def test_a_length_cut_answer_reaches_codex_as_an_incomplete_response(
+    codex: Path,  # noqa: F811
+    chat_gateway: RunningGateway,
+    upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    """finish_reason length → response.incomplete (max_output_tokens), as the Responses API
+    does; Codex 0.169 reports it and does not reconnect."""
+    upstream.script(
+        Stream([chunk({"role": "assistant", "content": "A long"}), chunk({"content": " story"}, "length")])
+    )
+    r = run_codex(codex, chat_gateway, tmp_path, "Tell a story")
+    assert r.returncode != 0
+    assert "Incomplete response returned, reason: max_output_tokens" in r.stderr
+    assert len(upstream.requests) == 1
