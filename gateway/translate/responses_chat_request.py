@@ -21,6 +21,7 @@ Rules, each with its reason (docs/translation/responses_chat.md has the whole ta
   text after them carries what they found.
 * Refused: ``previous_response_id`` / ``conversation`` (a stateless chat upstream has no stored
   conversation to continue), ``background``, stored ``prompt`` templates, ``item_reference``,
+  ``compaction`` items (history encrypted by OpenAI: dropping one would lose that history),
   ``input_file`` and file-id images (only OpenAI's file store has them), unknown item or part
   types.
 """
@@ -52,8 +53,6 @@ _HOSTED_CALLS = frozenset(
         "mcp_approval_response",
         "tool_search_call",
         "tool_search_output",
-        "compaction",
-        "compaction_summary",
     }
 )
 _NEEDS_STORE = ("previous_response_id", "conversation", "prompt")
@@ -319,6 +318,11 @@ def _messages(payload: Mapping[str, Any], names: ToolNames) -> list[dict[str, An
             b.output(_call_id(item), text, images)
         elif kind == "reasoning" or kind in _HOSTED_CALLS:
             continue
+        elif kind in ("compaction", "compaction_summary"):
+            raise Untranslatable(
+                "a compaction item holds earlier conversation encrypted by OpenAI; a chat completions "
+                "upstream cannot read it, and dropping it would lose that history"
+            )
         elif kind == "item_reference":
             raise Untranslatable(
                 "item_reference points at an item stored on the server; a chat completions "

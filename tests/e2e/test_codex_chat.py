@@ -117,3 +117,30 @@ def test_a_length_cut_answer_reaches_codex_as_an_incomplete_response(
     assert r.returncode != 0
     assert "Incomplete response returned, reason: max_output_tokens" in r.stderr
     assert len(upstream.requests) == 1
+
+
+def test_codex_compacts_its_own_history_on_a_chat_upstream(
+    codex: Path,  # noqa: F811
+    chat_gateway: RunningGateway,
+    upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    """Codex compacts before a turn when the usage it was told nears the window; on a
+    non-OpenAI provider that is a plain request with a compaction prompt, and the summary comes
+    back as a user message: both pass through the translation like any turn."""
+    near_full = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "qwen", "choices": [],
+                 "usage": {"prompt_tokens": 989990, "completion_tokens": 10, "total_tokens": 990000}}  # fmt: skip
+    answer = Stream([chunk({"role": "assistant", "content": "Hi there."}), chunk({}, "stop"), near_full])
+    upstream.script(
+        answer, Stream([chunk({"role": "assistant", "content": "SUMMARY-1"}), chunk({}, "stop")]), answer
+    )
+    assert run_codex(codex, chat_gateway, tmp_path, "say hi").returncode == 0
+    home = tmp_path / "home"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "CODEX_HOME": str(home / "codex"), "GW_KEY": "dummy"}
+    r = subprocess.run([str(codex), "exec", "--skip-git-repo-check", "resume", "--last", "again"], env=env, cwd=home,
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=90)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    _, compaction, turn = sent(upstream)
+    assert "COMPACTION" in compaction["messages"][-1]["content"]
+    assert any("SUMMARY-1" in m["content"] for m in turn["messages"] if m["role"] == "user")
+    assert turn["messages"][-1] == {"role": "user", "content": "again"}

@@ -235,6 +235,8 @@ def test_images_url_and_base64(part: dict[str, Any], expected: dict[str, Any]) -
                                               "filename": "a.pdf"}]}]}, "input_file"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "file-1"}]}]}, "file_id"),
     ({"input": [{"type": "computer_call", "call_id": "c", "action": {}}]}, "computer_call"),
+    ({"input": [{"type": "compaction", "encrypted_content": "gAAAA"}, {"role": "user", "content": "go"}]},
+     "compaction"),
     ({"input": "x", "text": {"format": {"type": "grammar"}}}, "text.format"),
 ])  # fmt: skip
 def test_refused_with_a_clear_message(payload: dict[str, Any], says: str) -> None:
