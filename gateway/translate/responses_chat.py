@@ -137,6 +137,7 @@ class ResponsesStream:
         self.finish_reason: str | None = None
         self.chat_usage: Any = None
         self.out: list[bytes] = []
+        self.at: dict[str, Any] = {}  # where the open text item's deltas go
 
     # -- emitting --------------------------------------------------------------------------
     def _emit(self, name: str, fields: dict[str, Any]) -> None:
@@ -183,13 +184,12 @@ class ResponsesStream:
             {"item_id": item["id"], "output_index": index, "content_index": 0, "part": part},
         )
         self.open, self.buf = kind, []
+        self.at = {"item_id": item["id"], "output_index": index, "content_index": 0}
 
     def _text(self, kind: str, delta: str) -> None:
         self._open_text(kind)
         self.buf.append(delta)
-        index = len(self.items) - 1
-        prefix = "rs" if kind == "reasoning" else "msg"
-        at = {"item_id": A.item_id(self.ctx, prefix, index), "output_index": index, "content_index": 0}
+        at = self.at
         if kind == "reasoning":
             self._emit("response.reasoning_text.delta", {**at, "delta": delta})
         else:
@@ -310,12 +310,22 @@ class ResponsesStream:
     def _one(self, raw: bytes) -> bytes:
         if self.ended:
             return b""
-        ev = parse_event(raw)
-        if ev.data is None:
-            return b""  # comments and keep-alives: nothing to say yet
-        if ev.is_done:
-            return self._end()
-        doc = ev.json()
+        if raw.startswith(b"data: ") and raw.count(b"\n") == 2:
+            # One data line, what every chat server sends: no general SSE parse needed.
+            data = raw[6:].rstrip()
+            if data == b"[DONE]":
+                return self._end()
+            try:
+                doc = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                doc = parse_event(raw).json()  # what orjson refuses and json takes
+        else:
+            ev = parse_event(raw)
+            if ev.data is None:
+                return b""  # comments and keep-alives: nothing to say yet
+            if ev.is_done:
+                return self._end()
+            doc = ev.json()
         if not isinstance(doc, dict):
             return b""
         if not self.started and isinstance(doc.get("created"), int):
