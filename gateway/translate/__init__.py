@@ -157,8 +157,9 @@ def _builtin() -> dict[tuple[str, str], Translator]:
 def _modules() -> list[Translator]:
     # Each direction is one module; listed here so the registry is the only place that knows them.
     from gateway.translate.messages_chat import MessagesToChat
+    from gateway.translate.responses_chat import ResponsesToChat
 
-    return [MessagesToChat()]
+    return [MessagesToChat(), ResponsesToChat()]
 
 
 def dumps(doc: Mapping[str, Any]) -> bytes:
