@@ -30,10 +30,12 @@ from aiohttp import web
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests" / "corpus" / "requests"
 # A 1x1 PNG, so the image part is a real data URL.
-PIXEL = base64.b64encode(bytes.fromhex(
-    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
-    "1f15c4890000000d49444154789c6360f8cfc0f01f0005000201e2216bc90000000049454e44ae426082"
-)).decode()
+PIXEL = base64.b64encode(
+    bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+        "1f15c4890000000d49444154789c6360f8cfc0f01f0005000201e2216bc90000000049454e44ae426082"
+    )
+).decode()
 
 
 def _answer(req: dict[str, Any]) -> dict[str, Any]:
@@ -43,14 +45,26 @@ def _answer(req: dict[str, Any]) -> dict[str, Any]:
     finish = "stop"
     if tools and messages and messages[-1].get("role") != "tool":
         name = tools[0]["function"]["name"]
-        message = {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_capture_1", "type": "function",
-             "function": {"name": name, "arguments": json.dumps({"city": "Paris"})}}]}
+        message = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_capture_1",
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps({"city": "Paris"})},
+                }
+            ],
+        }
         finish = "tool_calls"
-    return {"id": "chatcmpl-capture", "object": "chat.completion", "created": 1764000000,
-            "model": req.get("model", ""), "choices": [{"index": 0, "message": message,
-                                                        "finish_reason": finish}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}}
+    return {
+        "id": "chatcmpl-capture",
+        "object": "chat.completion",
+        "created": 1764000000,
+        "model": req.get("model", ""),
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
+    }
 
 
 def _as_stream(doc: dict[str, Any]) -> bytes:
@@ -66,8 +80,9 @@ class Logger:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
-        self.seen.append({"path": request.path, "user_agent": request.headers.get("user-agent"),
-                          "body": body})
+        self.seen.append(
+            {"path": request.path, "user_agent": request.headers.get("user-agent"), "body": body}
+        )
         doc = _answer(body)
         if body.get("stream"):
             resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
@@ -96,53 +111,120 @@ def _openai_sdk(base: str) -> list[tuple[str, str]]:
     import openai
 
     client = openai.OpenAI(base_url=base, api_key="sk-capture")
-    weather = {"type": "function", "function": {
-        "name": "get_weather", "description": "Current weather in a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                       "required": ["city"]}}}
+    weather = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
     out = []
     stream = client.chat.completions.create(
-        model="gpt-4o-mini", stream=True, stream_options={"include_usage": True},
-        messages=[{"role": "system", "content": "You are terse."},
-                  {"role": "user", "content": "Say hello."}],
-        max_completion_tokens=256, temperature=1.5, top_p=0.9, stop=["\n\n"], user="user-42",
-        seed=7, presence_penalty=0.5, frequency_penalty=0.25, reasoning_effort="low")
+        model="gpt-4o-mini",
+        stream=True,
+        stream_options={"include_usage": True},
+        messages=[{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hello."}],
+        max_completion_tokens=256,
+        temperature=1.5,
+        top_p=0.9,
+        stop=["\n\n"],
+        user="user-42",
+        seed=7,
+        presence_penalty=0.5,
+        frequency_penalty=0.25,
+        reasoning_effort="low",
+    )
     for _ in stream:
         pass
-    out.append(("chat-openai-python-stream-knobs",
-                "openai.OpenAI().chat.completions.create(stream=True, stream_options, max_completion_tokens, "
-                "temperature, top_p, stop, user, seed, penalties, reasoning_effort)"))
+    out.append(
+        (
+            "chat-openai-python-stream-knobs",
+            "openai.OpenAI().chat.completions.create(stream=True, stream_options, max_completion_tokens, "
+            "temperature, top_p, stop, user, seed, penalties, reasoning_effort)",
+        )
+    )
     client.chat.completions.create(
-        model="gpt-4o-mini", tools=[weather], tool_choice="required", parallel_tool_calls=False,
+        model="gpt-4o-mini",
+        tools=[weather],
+        tool_choice="required",
+        parallel_tool_calls=False,
         messages=[
             {"role": "developer", "content": "Use tools when asked about weather."},
-            {"role": "user", "content": [
-                {"type": "text", "text": "What is in these pictures, and the weather in Paris and Rome?"},
-                {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PIXEL}", "detail": "low"}},
-                {"type": "image_url", "image_url": {"url": "https://example.com/cat.jpg"}}]},
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "call_a1", "type": "function",
-                 "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}},
-                {"id": "call_b2", "type": "function",
-                 "function": {"name": "get_weather", "arguments": "{\"city\": \"Rome\"}"}}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "What is in these pictures, and the weather in Paris and Rome?"},
+                    {
+                        "type": "image_url",
+                        "image_url": {"url": f"data:image/png;base64,{PIXEL}", "detail": "low"},
+                    },
+                    {"type": "image_url", "image_url": {"url": "https://example.com/cat.jpg"}},
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_a1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                    },
+                    {
+                        "id": "call_b2",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'},
+                    },
+                ],
+            },
             {"role": "tool", "tool_call_id": "call_a1", "content": "18C, cloudy"},
             {"role": "tool", "tool_call_id": "call_b2", "content": [{"type": "text", "text": "24C, sunny"}]},
             {"role": "system", "content": "Answer in French."},
-            {"role": "user", "content": "And tomorrow?"}])
-    out.append(("chat-openai-python-tools-images",
-                "openai.OpenAI().chat.completions.create(tools, tool_choice='required', parallel_tool_calls=False, "
-                "developer + mid-conversation system message, image data URL and http URL, two tool results)"))
+            {"role": "user", "content": "And tomorrow?"},
+        ],
+    )
+    out.append(
+        (
+            "chat-openai-python-tools-images",
+            "openai.OpenAI().chat.completions.create(tools, tool_choice='required', "
+            "parallel_tool_calls=False, developer + mid-conversation system message, image data URL "
+            "and http URL, two tool results)",
+        )
+    )
     client.chat.completions.create(
-        model="gpt-4o-mini", n=2, logprobs=True, top_logprobs=2,
-        response_format={"type": "json_schema", "json_schema": {
-            "name": "answer", "strict": True,
-            "schema": {"type": "object", "properties": {"answer": {"type": "string"}},
-                       "required": ["answer"], "additionalProperties": False}}},
-        tools=[weather], tool_choice={"type": "function", "function": {"name": "get_weather"}},
-        messages=[{"role": "user", "content": "Reply in JSON."}])
-    out.append(("chat-openai-python-uncarried",
-                "openai.OpenAI().chat.completions.create(n=2, logprobs, top_logprobs, response_format json_schema, "
-                "tool_choice naming a function)"))
+        model="gpt-4o-mini",
+        n=2,
+        logprobs=True,
+        top_logprobs=2,
+        response_format={
+            "type": "json_schema",
+            "json_schema": {
+                "name": "answer",
+                "strict": True,
+                "schema": {
+                    "type": "object",
+                    "properties": {"answer": {"type": "string"}},
+                    "required": ["answer"],
+                    "additionalProperties": False,
+                },
+            },
+        },
+        tools=[weather],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        messages=[{"role": "user", "content": "Reply in JSON."}],
+    )
+    out.append(
+        (
+            "chat-openai-python-uncarried",
+            "openai.OpenAI().chat.completions.create(n=2, logprobs, top_logprobs, "
+            "response_format json_schema, tool_choice naming a function)",
+        )
+    )
     return out
 
 
@@ -161,22 +243,38 @@ def main() -> int:
     for name, how in _openai_sdk(base):
         made.append((name, f"openai Python SDK {openai.__version__}", how))
     sdk_dir = ROOT / ".cache" / "ai-sdk"
-    versions = {p: json.loads((sdk_dir / "node_modules" / p / "package.json").read_text())["version"]
-                for p in ("ai", "@ai-sdk/openai-compatible")}
+    versions = {
+        p: json.loads((sdk_dir / "node_modules" / p / "package.json").read_text())["version"]
+        for p in ("ai", "@ai-sdk/openai-compatible")
+    }
     before = len(logger.seen)
-    subprocess.run(["node", str(ROOT / "scripts" / "capture_ai_sdk.cjs"), str(sdk_dir), base, PIXEL],
-                   check=True, timeout=60)
-    label = f"Vercel AI SDK ai {versions['ai']} + @ai-sdk/openai-compatible {versions['@ai-sdk/openai-compatible']}"
+    subprocess.run(
+        ["node", str(ROOT / "scripts" / "capture_ai_sdk.cjs"), str(sdk_dir), base, PIXEL],
+        check=True,
+        timeout=60,
+    )
+    compat = versions["@ai-sdk/openai-compatible"]
+    label = f"Vercel AI SDK ai {versions['ai']} + @ai-sdk/openai-compatible {compat}"
     steps = len(logger.seen) - before
     for i in range(steps):
-        made.append((f"chat-ai-sdk-tool-loop-step{i + 1}", label,
-                     f"streamText with a system prompt, an image (base64), one tool and stopWhen stepCountIs(2): "
-                     f"request {i + 1} of {steps}"))
+        made.append(
+            (
+                f"chat-ai-sdk-tool-loop-step{i + 1}",
+                label,
+                f"streamText with a system prompt, an image (base64), one tool and stopWhen stepCountIs(2): "
+                f"request {i + 1} of {steps}",
+            )
+        )
     OUT.mkdir(parents=True, exist_ok=True)
     for (name, client, how), seen in zip(made, logger.seen[start:], strict=True):
-        doc = {"source": f"{client}, captured {today} by scripts/capture_chat_clients.py: {how}; "
-                         "the client pointed at a logging loopback server (its base_url), body as received",
-               "client": client, "user_agent": seen["user_agent"], "path": seen["path"], "body": seen["body"]}
+        doc = {
+            "source": f"{client}, captured {today} by scripts/capture_chat_clients.py: {how}; "
+            "the client pointed at a logging loopback server (its base_url), body as received",
+            "client": client,
+            "user_agent": seen["user_agent"],
+            "path": seen["path"],
+            "body": seen["body"],
+        }
         (OUT / f"{name}.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
         print("wrote", OUT / f"{name}.json")
     return 0
