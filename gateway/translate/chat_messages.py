@@ -14,8 +14,9 @@ and the extended-thinking guide's "Feature compatibility"):
   together with ``top_p``;
 * ``tool_use.id`` must match ``^[a-zA-Z0-9_-]+$``;
 * thinking needs ``budget_tokens`` ≥ 1024 and < ``max_tokens``, is incompatible with a
-  changed ``temperature``, with ``top_p`` below 0.95 and with a forced ``tool_choice``, and
-  a final assistant turn that called tools must start with its (signed) thinking block.
+  changed ``temperature``, with ``top_p`` below 0.95, with a forced ``tool_choice`` and with
+  a prefilled answer, and a final assistant turn that called tools must start with its
+  (signed) thinking block.
 """
 
 from __future__ import annotations
@@ -303,6 +304,8 @@ def _thinking(
         raise _Refused(f"reasoning_effort {effort!r} is not one of none, {', '.join(EFFORT_BUDGET)}")
     if choice is not None and choice["type"] in ("any", "tool"):
         return None  # Anthropic refuses thinking with a forced tool; the forced call is kept
+    if turns and turns[-1]["role"] == "assistant":
+        return None  # a prefilled answer: Anthropic refuses prefill with thinking
     last = next((t for t in reversed(turns) if t["role"] == "assistant"), None)
     if last is not None and any(b["type"] == "tool_use" for b in last["content"]):
         return None  # mid tool loop: that turn's signed thinking block cannot be sent back

@@ -197,7 +197,7 @@ def test_thinking_takes_the_sampling_rules_anthropic_imposes() -> None:
     assert req({**base, "top_p": 0.97})["top_p"] == 0.97
 
 
-def test_no_thinking_with_a_forced_tool_or_mid_tool_loop() -> None:
+def test_no_thinking_with_a_forced_tool_mid_tool_loop_or_with_prefill() -> None:
     base = {"model": "m", "reasoning_effort": "high", "max_tokens": 32000, "tools": [WEATHER]}
     assert "thinking" not in req({**base, "messages": [user()], "tool_choice": "required"})
     loop = [user(), {"role": "assistant", "content": None, "tool_calls": [call("call_1")]},
@@ -205,6 +205,8 @@ def test_no_thinking_with_a_forced_tool_or_mid_tool_loop() -> None:
     assert "thinking" not in req({**base, "messages": loop})
     done = [*loop, {"role": "assistant", "content": "It is sunny."}, user("thanks")]
     assert req({**base, "messages": done})["thinking"]["budget_tokens"] == 16384
+    prefill = [*done, {"role": "assistant", "content": "Sure,"}]
+    assert "thinking" not in req({**base, "messages": prefill})
 
 
 def test_unknown_reasoning_effort_is_refused() -> None:
