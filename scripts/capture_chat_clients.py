@@ -5,7 +5,10 @@ writes each request body as a corpus file with its source:
 
 * the openai Python SDK (the version in .venv), as a user's code calls it;
 * the Vercel AI SDK (``ai`` + ``@ai-sdk/openai-compatible`` from .cache/ai-sdk, installed by
-  scripts/test-deps.sh), a two-step tool loop driven by ``scripts/capture_ai_sdk.cjs``.
+  scripts/test-deps.sh), a two-step tool loop driven by ``scripts/capture_ai_sdk.cjs``;
+* opencode (``opencode-ai`` from npm in .cache/opencode: ``npm install --prefix .cache/opencode
+  opencode-ai``), ``opencode run`` with a custom openai-compatible provider: its title request,
+  and its agent loop calling its ``read`` tool once.
 
 The server answers like a chat upstream: a tool call when the request offers tools and the
 conversation does not end in a tool result, else a short text; streamed when asked.
@@ -21,6 +24,7 @@ import datetime
 import json
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -29,6 +33,8 @@ from aiohttp import web
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests" / "corpus" / "requests"
+OPENCODE = ROOT / ".cache" / "opencode" / "node_modules" / ".bin" / "opencode"
+OPENCODE_DIR = Path(tempfile.gettempdir()) / "capture-opencode"
 # A 1x1 PNG, so the image part is a real data URL.
 PIXEL = base64.b64encode(
     bytes.fromhex(
@@ -45,6 +51,9 @@ def _answer(req: dict[str, Any]) -> dict[str, Any]:
     finish = "stop"
     if tools and messages and messages[-1].get("role") != "tool":
         name = tools[0]["function"]["name"]
+        arguments = {"city": "Paris"}
+        if any(t["function"]["name"] == "read" for t in tools):  # opencode: read its own config
+            name, arguments = "read", {"filePath": str(OPENCODE_DIR / "opencode.json")}
         message = {
             "role": "assistant",
             "content": None,
@@ -52,7 +61,7 @@ def _answer(req: dict[str, Any]) -> dict[str, Any]:
                 {
                     "id": "call_capture_1",
                     "type": "function",
-                    "function": {"name": name, "arguments": json.dumps({"city": "Paris"})},
+                    "function": {"name": name, "arguments": json.dumps(arguments)},
                 }
             ],
         }
@@ -228,6 +237,20 @@ def _openai_sdk(base: str) -> list[tuple[str, str]]:
     return out
 
 
+def _opencode(base: str) -> None:
+    OPENCODE_DIR.mkdir(exist_ok=True)
+    config = {"$schema": "https://opencode.ai/config.json", "provider": {"gw": {
+        "npm": "@ai-sdk/openai-compatible", "name": "gateway",
+        "options": {"baseURL": base, "apiKey": "sk-capture"},
+        "models": {"gpt-4o-mini": {"name": "gpt-4o-mini"}}}}}  # fmt: skip
+    (OPENCODE_DIR / "opencode.json").write_text(json.dumps(config))
+    home = OPENCODE_DIR / "home"  # its own data and cache, nothing of the user's
+    subprocess.run([str(OPENCODE), "run", "--model", "gw/gpt-4o-mini",
+                    "Read opencode.json and say what provider it sets."],
+                   cwd=OPENCODE_DIR, env={"PATH": "/usr/bin:/bin", "HOME": str(home)},
+                   check=True, timeout=180, capture_output=True)  # fmt: skip
+
+
 def main() -> int:
     sys.path.insert(0, str(ROOT))
     logger = Logger()
@@ -265,6 +288,20 @@ def main() -> int:
                 f"request {i + 1} of {steps}",
             )
         )
+    if OPENCODE.exists():
+        version = subprocess.run([str(OPENCODE), "--version"], capture_output=True, text=True, check=True)
+        before = len(logger.seen)
+        _opencode(base)
+        names = ["chat-opencode-title", "chat-opencode-agent-step1", "chat-opencode-agent-step2"]
+        got = logger.seen[before:]
+        # The title request runs alongside the agent's: order them by kind, not by arrival.
+        got.sort(key=lambda s: (bool(s["body"].get("tools")), len(s["body"]["messages"])))
+        logger.seen[before:] = got
+        for name in names[: len(got)]:
+            made.append((name, f"opencode {version.stdout.strip()}",
+                         "opencode run 'Read opencode.json and say what provider it sets.' with a custom "
+                         "@ai-sdk/openai-compatible provider; the server answered the agent's first request "
+                         "with a call of its read tool"))  # fmt: skip
     OUT.mkdir(parents=True, exist_ok=True)
     for (name, client, how), seen in zip(made, logger.seen[start:], strict=True):
         doc = {

@@ -11,6 +11,7 @@ buffered answer: the two paths must agree on text, reasoning, tool calls, finish
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,47 @@ def test_ai_sdk_tool_loop(step: str) -> None:
             {"type": "tool_use", "id": "call_capture_1", "name": "get_weather", "input": {"city": "Paris"}}]}
         assert out["messages"][2] == {"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": "call_capture_1", "content": '{"city":"Paris","celsius":18}'}]}
+
+
+def test_opencode_title_request_merges_its_two_user_messages() -> None:
+    payload = client_request("chat-opencode-title")
+    out = req(payload)
+    assert [m["role"] for m in out["messages"]] == ["user"]
+    assert [b["text"] for b in out["messages"][0]["content"]] == [m["content"] for m in payload["messages"][1:]]
+    assert out["max_tokens"] == 32000 and out["system"][0]["text"] == payload["messages"][0]["content"]
+
+
+def test_opencode_agent_tool_loop() -> None:
+    payload = client_request("chat-opencode-agent-step2")
+    out = req(payload)
+    assert [t["name"] for t in out["tools"]] == [t["function"]["name"] for t in payload["tools"]]
+    assert all(t["input_schema"] == p["function"]["parameters"] for t, p in zip(out["tools"], payload["tools"], strict=True))
+    # opencode sends content "" next to its tool calls: no empty text block reaches Anthropic
+    assert out["messages"][1]["content"] == [{"type": "tool_use", "id": "call_capture_1", "name": "read",
+                                              "input": {"filePath": "/tmp/capture-opencode/opencode.json"}}]
+    assert out["messages"][2]["content"][0]["tool_use_id"] == "call_capture_1"
+    assert out["messages"][2]["content"][0]["content"] == payload["messages"][3]["content"]
+
+
+CAPTURED = sorted(p.stem for p in (CORPUS / "requests").glob("chat-*.json") if "uncarried" not in p.stem)
+
+
+@pytest.mark.parametrize("name", CAPTURED)
+def test_every_captured_request_makes_a_valid_messages_request(name: str) -> None:
+    """What Anthropic checks: alternating turns, no empty text, every tool_result answering a
+    tool_use of the turn before it and standing first in its turn, ids in its alphabet."""
+    out = req(client_request(name))
+    roles = [m["role"] for m in out["messages"]]
+    assert roles[0] == "user" and all(a != b for a, b in itertools.pairwise(roles))
+    for k, turn in enumerate(out["messages"]):
+        kinds = [b["type"] for b in turn["content"]]
+        assert turn["content"] and all(b.get("text") != "" for b in turn["content"])
+        assert kinds == sorted(kinds, key=lambda t: t != "tool_result")
+        asked = {b["id"] for b in out["messages"][k - 1]["content"] if b["type"] == "tool_use"} if k else set()
+        assert {b["tool_use_id"] for b in turn["content"] if b["type"] == "tool_result"} <= asked
+    ids = [b["id"] for m in out["messages"] for b in m["content"] if b["type"] == "tool_use"]
+    assert all(i.replace("-", "").replace("_", "").isalnum() for i in ids)
+    assert 0 < out["max_tokens"] and out["model"] == TARGET.model
 
 
 # --- request mapping tables -------------------------------------------------------------------
