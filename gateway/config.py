@@ -13,6 +13,7 @@ import re
 import types
 import typing
 from collections.abc import Mapping
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Literal, Self
 from urllib.parse import urlsplit
@@ -93,6 +94,11 @@ class ServerConfig(_Model):
             return False  # a hostname may resolve to anything: assume reachable
 
 
+# The wire APIs by the names config uses: OpenAI chat completions, Anthropic Messages,
+# OpenAI Responses.
+ApiName = Literal["chat", "messages", "responses"]
+
+
 class UpstreamConfig(_Model):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     base_url: str
@@ -115,6 +121,14 @@ class UpstreamConfig(_Model):
     # `status: in_progress`), or `prefix` (DeepSeek, Mistral prefix completion). Never
     # assumed: `none` ends a broken stream with one typed error, as without continuation.
     continuation: Literal["none", "prefill", "continue_final_message", "prefix"] = "none"
+    # The wire APIs this upstream speaks. A request in another API is translated to one of
+    # these (the first that has a translator, in this order); the default keeps configs
+    # written before translation working: every request goes out in the client's own API.
+    apis: tuple[ApiName, ...] = ("chat", "messages", "responses")
+    # The model the upstream is asked for, by the model the client requested: glob → name,
+    # first match wins; a requested model that matches none is sent as it is. Answers still
+    # name the model the client asked for where its API echoes one.
+    model_map: tuple[tuple[str, str], ...] = ()
     # Set by GatewayConfig: with client keys in use, what a client sends in its credential
     # headers is a gateway key, never a provider key, so it must not travel upstream.
     _client_keys_in_use: bool = PrivateAttr(default=False)
@@ -147,6 +161,41 @@ class UpstreamConfig(_Model):
     def _blank_key_is_none(cls, v: str | None) -> str | None:
         # `api_key: ${OPENAI_API_KEY:-}` with the variable unset means "forward the client's".
         return v or None
+
+    @field_validator("apis", mode="before")
+    @classmethod
+    def _one_api_is_a_list(cls, v: Any) -> Any:
+        # "chat" or "chat,messages": one environment variable can say it (UPSTREAM_APIS).
+        return tuple(a.strip() for a in v.split(",") if a.strip()) if isinstance(v, str) else v
+
+    @field_validator("apis")
+    @classmethod
+    def _some_api(cls, v: tuple[ApiName, ...]) -> tuple[ApiName, ...]:
+        if not v:
+            raise ValueError("must list at least one of chat, messages, responses")
+        return tuple(dict.fromkeys(v))
+
+    @field_validator("model_map", mode="before")
+    @classmethod
+    def _map_in_order(cls, v: Any) -> Any:
+        # YAML mappings keep their order; a list of one-key mappings is accepted too.
+        if isinstance(v, dict):
+            return tuple(v.items())
+        if isinstance(v, list) and all(isinstance(i, dict) and len(i) == 1 for i in v):
+            return tuple(next(iter(i.items())) for i in v)
+        return v
+
+    @field_validator("model_map")
+    @classmethod
+    def _empty_name_keeps_the_requested(cls, v: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+        # `{"*": "${UPSTREAM_MODEL:-}"}` with the variable unset means "no mapping".
+        return tuple((pattern, name) for pattern, name in v if name)
+
+    def upstream_model(self, requested: str) -> str:
+        for pattern, name in self.model_map:
+            if fnmatchcase(requested, pattern):
+                return name
+        return requested
 
     @field_validator("models")
     @classmethod

@@ -13,15 +13,18 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.apis.base import Dialect
 from gateway.auth import ClientAuth
 from gateway.config import GatewayConfig, UpstreamConfig
 from gateway.policy.loop_breaker import LoopBreaker
 from gateway.routing import Outbound, pick_upstream, upstream_url
 from gateway.state import SharedBudget, SharedCircuit, StateStore
 from gateway.telemetry import Telemetry
+from gateway.translate import Leg, NoLeg, Translations, default_translations
 from gateway.upstream import Sender
 
 _CHAINS_MAX = 1024
+_LEGS_MAX = 1024
 
 
 @dataclass
@@ -35,6 +38,18 @@ class UpstreamRuntime:
 
     def __post_init__(self) -> None:
         self.outbound = Outbound.of(self.cfg)
+
+    # (client API, requested model) -> how such requests reach this upstream.
+    legs: dict[tuple[str, str | None], Leg | NoLeg] = field(init=False, default_factory=dict)
+
+    def leg_for(self, translations: Translations, client: Dialect, model: str | None) -> Leg | NoLeg:
+        key = (client.api, model)
+        leg = self.legs.get(key)
+        if leg is None:
+            leg = translations.leg_for(client, self.cfg, model)
+            if len(self.legs) < _LEGS_MAX:  # model names come from clients
+                self.legs[key] = leg
+        return leg
 
     def url_for(self, path: str, query_string: str) -> str:
         if query_string:
@@ -68,6 +83,7 @@ class Services:
     # model -> its upstream chain (None: no upstream serves it). Config is frozen, so routing
     # is a pure function of the model; clients send few distinct ones.
     chains: dict[str | None, list[UpstreamRuntime] | None] = field(default_factory=dict)
+    translations: Translations = field(default_factory=default_translations)
 
     def chain_for(self, model: str | None) -> list[UpstreamRuntime] | None:
         """The upstream whose model globs match first, then its fallbacks (read-only list)."""

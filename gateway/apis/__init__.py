@@ -21,3 +21,16 @@ def dialect_for_errors(path: str, headers_have_anthropic_version: bool) -> Diale
     if path.startswith("/v1/messages") or headers_have_anthropic_version:
         return ANTHROPIC_MESSAGES
     return OPENAI_CHAT
+
+
+# By the names config uses in ``upstreams[].apis``.
+DIALECT_FOR_API: dict[str, Dialect] = {d.api: d for d in DIALECTS}
+
+
+def api_of_path(path: str) -> str | None:
+    """The API a ``/v1/...`` path belongs to, for the paths that belong to one API only
+    (``/v1/models`` and ``/v1/embeddings`` do not)."""
+    for root, api in (("/v1/messages", "messages"), ("/v1/responses", "responses"), ("/v1/chat", "chat")):
+        if path == root or path.startswith(root + "/"):
+            return api
+    return None

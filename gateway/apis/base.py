@@ -93,8 +93,23 @@ class StreamReader(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class ForeignError:
+    """An upstream's error answer to a request that was translated from this API: the
+    client cannot read the upstream's envelope, so its dialect renders one of its own."""
+
+    status: int  # the status the gateway decided on (402 for a budget error, say)
+    classification: Classification
+    upstream_api: str  # the API the upstream spoke (``chat``, ``messages``, ``responses``)
+    upstream_status: int
+    upstream_body: bytes  # the provider's original body, carried along for the curious
+    prompt_tokens: int | None  # the provider's count of the request, else our estimate
+    limit_tokens: int | None  # the provider's stated window, else the upstream's context_window
+
+
 class Dialect(Protocol):
     name: str  # for logs
+    api: str  # the name config uses in ``upstreams[].apis``
     path: str  # the endpoint that gets the full pipeline
 
     def admit(self, body: bytes, payload: dict[str, Any]) -> Inbound | Rejection:
@@ -111,6 +126,11 @@ class Dialect(Protocol):
 
     def error_status(self, status: int, code: str) -> int:
         """The status a gateway-made error is answered with on this API."""
+        ...
+
+    def foreign_error(self, e: ForeignError, request_id: str) -> tuple[int, bytes]:
+        """An upstream error on a translated request, in this API's envelope and with the
+        wording this API's clients act on (an overflow reads as this API's own overflow)."""
         ...
 
     def reader(self, strip_usage: bool) -> StreamReader: ...

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from gateway.apis.base import Inbound, Rejection
+from gateway.apis.base import ForeignError, Inbound, Rejection
 
 
 def admit_fields(body: bytes, payload: dict[str, Any]) -> Inbound | Rejection:
@@ -69,3 +70,24 @@ class ShownText:
         if not self.tracking or self.tool_started:
             return None
         return "".join(self.texts) or None
+
+
+UPSTREAM_BODY_MAX = 4096  # of a non-JSON upstream error body (an HTML page, say)
+
+
+def upstream_detail(e: ForeignError) -> dict[str, Any]:
+    """The provider's own answer, kept inside a translated error as ``x_llm_upstream`` so that
+    nothing the provider said is lost; clients read only the envelope around it."""
+    try:
+        body: Any = json.loads(e.upstream_body)
+    except ValueError:
+        body = e.upstream_body[:UPSTREAM_BODY_MAX].decode("utf-8", "replace")
+    return {"api": e.upstream_api, "status": e.upstream_status, "body": body}
+
+
+def overflow_numbers(e: ForeignError) -> tuple[int, int]:
+    """Request size and limit for an overflow message; a limit nobody stated is taken as one
+    token under the request, which is all an agent needs to know: it is too long."""
+    prompt = e.prompt_tokens or (e.limit_tokens + 1 if e.limit_tokens else 1)
+    limit = e.limit_tokens if e.limit_tokens and e.limit_tokens < prompt else max(prompt - 1, 0)
+    return prompt, limit

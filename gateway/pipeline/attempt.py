@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.apis import OPENAI_CHAT
-from gateway.apis.base import Dialect, EventKind, StreamReader
+from gateway.apis.base import Dialect, EventKind, ForeignError, StreamReader
 from gateway.errors import Classification, ErrorType, TransportError
 from gateway.pipeline.outcome import (
     Failure,
@@ -26,11 +26,14 @@ from gateway.pipeline.outcome import (
     transport_failure,
 )
 from gateway.policy.classify import classify
+from gateway.policy.overflow_limits import parse_overflow
 from gateway.policy.retry import EMPTY_STREAM, RetryPlan
 from gateway.policy.retry_after import reset_at_ms
+from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.routing import response_headers
 from gateway.services import Services, UpstreamRuntime
 from gateway.sse import EventSplitter, error_status
+from gateway.translate import Translation
 from gateway.upstream import UpstreamFailure, UpstreamRequest, UpstreamResponse
 
 ERROR_BODY_LIMIT = 4 * 1024 * 1024
@@ -69,6 +72,11 @@ class Call:
     dialect: Dialect = OPENAI_CHAT
     strip_usage: bool = False  # the reader drops the usage chunk the gateway asked for
     track: bool = False  # collect the stream's text, so that a break can be continued
+    # Set when the upstream speaks another API than the client: answers are translated back,
+    # and its errors rendered in the client's API. ``dialect`` is then the upstream's.
+    translation: Translation | None = None
+    body: bytes = b""  # the request as first sent to this upstream
+    wire_payload: dict[str, Any] | None = None  # a translated request, as sent
 
 
 async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes) -> Outcome:
@@ -78,6 +86,8 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
         first_byte_timeout_s=max(0.001, min(svc.cfg.timeouts.first_byte_s, plan.remaining_s())),
     )  # fmt: skip
     outcome = await _exchange(svc, state, request, call)
+    if call.translation is not None and isinstance(outcome, Failure) and outcome.own is None:
+        outcome.foreign = _foreign(call, outcome, len(body))
     label = outcome.classification.type.value if isinstance(outcome, Failure) else "success"
     svc.telemetry.upstream_attempts.inc((call.up.cfg.name, label))
     return outcome
@@ -110,10 +120,16 @@ async def _exchange(svc: Services, state: RequestState, request: UpstreamRequest
             reader = call.dialect.reader(call.strip_usage)
             if call.track:
                 reader.track()
-            return await _peek_stream(svc, resp, headers, reader)
+            peeked = await _peek_stream(svc, resp, headers, reader)
+            if call.translation is not None and isinstance(peeked, Success):
+                peeked.translator = call.translation.stream()
+            return peeked
         if mode is ReadMode.RAW:
             return Success(resp.status, headers, response=resp, chunks=resp.iter_chunks())
-        return Success(resp.status, headers, body=await resp.read(SUCCESS_BODY_LIMIT))
+        body = await resp.read(SUCCESS_BODY_LIMIT)
+        if call.translation is not None:
+            body = call.translation.answer(body) or body
+        return Success(resp.status, headers, body=body)
     except UpstreamFailure as f:
         resp.close()
         return _transport(svc, f.kind)
@@ -172,7 +188,7 @@ def _upstream_error(svc: Services, status: int, headers: Mapping[str, str], body
     c = classify(status, _lower(headers), body, now_s=svc.wall())
     # Every SDK retries a 429; a budget error answered as 402 is not retried by anyone.
     answer = 402 if c.type is ErrorType.BUDGET else status
-    return Failure(c, answer, response_headers(headers), body)
+    return Failure(c, answer, response_headers(headers), body, upstream_status=status)
 
 
 def _transport(svc: Services, kind: TransportError) -> Failure:
@@ -188,3 +204,16 @@ def _unavailable(svc: Services, retry_after_s: float, code: str) -> Classificati
         reset_at_ms=reset_at_ms(retry_after_s, svc.wall()),
         provider_code=code,
     )
+
+
+def _foreign(call: Call, failure: Failure, sent_bytes: int) -> ForeignError:
+    """What the client's dialect needs to say an upstream's error in the client's API."""
+    c = failure.classification
+    limits = parse_overflow(c.message) if c.type is ErrorType.CONTEXT_OVERFLOW else None
+    prompt = limits.prompt if limits is not None and limits.prompt else round(sent_bytes / BYTES_PER_TOKEN)
+    limit = (limits.limit if limits is not None else None) or call.up.cfg.context_window
+    return ForeignError(
+        status=failure.status, classification=c, upstream_api=call.dialect.api,
+        upstream_status=failure.upstream_status or failure.status, upstream_body=failure.body,
+        prompt_tokens=prompt, limit_tokens=limit,
+    )  # fmt: skip

@@ -38,7 +38,7 @@ _SETTLED = frozenset({StopReason.EXHAUSTED, StopReason.BUDGET, StopReason.DEADLI
 @dataclass
 class Sent:
     outcome: Outcome
-    call: Call  # the upstream that gave the outcome (a rescue goes back to it)
+    call: Call | None  # the upstream that gave the outcome (a rescue goes back to it); None: none was asked
 
 
 def new_plan(svc: Services, deadline_s: float | None) -> RetryPlan:
@@ -50,18 +50,28 @@ def new_plan(svc: Services, deadline_s: float | None) -> RetryPlan:
 
 async def send_chain(
     svc: Services, state: RequestState, plan: RetryPlan, chain: list[UpstreamRuntime],
-    call_for: Callable[[UpstreamRuntime], Call], body: bytes,
+    call_for: Callable[[UpstreamRuntime], Call | Failure],
 ) -> Sent:  # fmt: skip
+    """``call_for`` says how the request goes to an upstream (its API, its body), or why it
+    cannot go there at all (no translation, a request that API cannot carry): such an
+    upstream is passed over for the next, and answers only when it is the last."""
     fallback = svc.cfg.fallback
     last: Sent | None = None
+    refused: Failure | None = None
     for hop, up in enumerate(chain):
         more = hop < len(chain) - 1
         if more and await _steer_past(svc, up, state.model):
             log.debug({"request_id": state.request_id, "event": "steered", "upstream": up.cfg.name})
             continue
         call = call_for(up)
+        if isinstance(call, Failure):
+            log.debug({"request_id": state.request_id, "event": "cannot_carry", "upstream": up.cfg.name})
+            refused = refused or call
+            if more:
+                continue
+            return Sent(last.outcome if last is not None else refused, last.call if last else None)
         nxt = chain[hop + 1] if more else None
-        outcome = await send_one(svc, state, plan, call, body,
+        outcome = await send_one(svc, state, plan, call, call.body,
                                  retries_cap=fallback.retries_per_upstream, next_up=nxt)  # fmt: skip
         last = Sent(outcome, call)
         if nxt is None or not isinstance(outcome, Failure) or not _fails_over(svc, outcome, up, nxt):

@@ -16,10 +16,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gateway.apis.base import Ending, Splice, StreamReader
+from gateway.apis.base import Dialect, Ending, Splice, StreamReader
 from gateway.pipeline.attempt import Call
 from gateway.pipeline.chain import send_one
-from gateway.pipeline.outcome import RequestState, Success
+from gateway.pipeline.outcome import Failure, RequestState, Success
 from gateway.policy.retry import RetryPlan
 from gateway.services import Services, UpstreamRuntime
 
@@ -34,7 +34,7 @@ def continuable(chain: list[UpstreamRuntime]) -> bool:
 
 def resumer(
     svc: Services, state: RequestState, plan: RetryPlan, chain: list[UpstreamRuntime],
-    call_for: Callable[[UpstreamRuntime], Call], payload: dict[str, Any],
+    call_for: Callable[[UpstreamRuntime], Call | Failure], payload: dict[str, Any],
 ) -> Resume | None:  # fmt: skip
     if not continuable(chain):
         return None
@@ -45,7 +45,11 @@ def resumer(
                          key=lambda up: up.cfg.name != state.upstream)  # fmt: skip
         counter = svc.telemetry.continuations
         partial = reader.partial()
-        found = _first_able(targets, call_for, payload, partial) if partial is not None else None
+        streamed = call_for(next(up for up in chain if up.cfg.name == state.upstream))
+        if isinstance(streamed, Failure):
+            return None
+        wire = streamed.dialect
+        found = _first_able(targets, call_for, payload, partial, wire) if partial is not None else None
         if found is None or plan.remaining_s() <= 0 or not svc.budget.try_acquire_retry():
             counter.labels(found[0].cfg.name if found else targets[0].cfg.name, "not_continuable").inc()
             return None
@@ -66,14 +70,17 @@ def resumer(
 
 
 def _first_able(
-    targets: list[UpstreamRuntime], call_for: Callable[[UpstreamRuntime], Call], payload: dict[str, Any],
-    partial: str,
+    targets: list[UpstreamRuntime], call_for: Callable[[UpstreamRuntime], Call | Failure],
+    payload: dict[str, Any], partial: str, wire: Dialect,
 ) -> tuple[UpstreamRuntime, Call, dict[str, Any]] | None:  # fmt: skip
     """The first target whose declared mode this wire API can use (``prefix`` is a chat
     form, ``continue_final_message`` has no Messages form, …), with its request."""
     for up in targets:
         call = call_for(up)
-        body = call.dialect.continuation(payload, partial, up.cfg.continuation)
+        if isinstance(call, Failure) or call.dialect is not wire:
+            continue  # a continuation is spliced into the stream in the API it was read in
+        asked = call.wire_payload if call.wire_payload is not None else payload
+        body = call.dialect.continuation(asked, partial, up.cfg.continuation)
         if body is not None:
             return up, call, body
     return None

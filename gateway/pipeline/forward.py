@@ -20,12 +20,13 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from aiohttp import web
 
-from gateway.apis import dialect_for_errors
+from gateway.apis import api_of_path, dialect_for_errors
 from gateway.apis.base import Dialect, Inbound, Rejection
 from gateway.auth import WWW_AUTHENTICATE
 from gateway.errors import Classification, ErrorType
@@ -47,9 +48,11 @@ from gateway.pipeline.relay import relay, rendered
 from gateway.policy.clients import client_deadline_s, compacts_itself
 from gateway.policy.loop_breaker import Answer, Recalled
 from gateway.policy.retry import RetryPlan
-from gateway.policy.tokens import BYTES_PER_TOKEN
+from gateway.policy.tokens import BYTES_PER_TOKEN, content_tokens, request_tokens
 from gateway.routing import UnsafePath, request_headers, upstream_url
 from gateway.services import SERVICES, Services, UpstreamRuntime
+from gateway.translate import Leg, NoLeg, Translation
+from gateway.translate.base import Context, Refusal, Target
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -80,32 +83,37 @@ def full_pipeline(dialect: Dialect) -> Handler:
                 if remembered is not None:
                     return await relay(request, svc, state, _from_memory(svc, state, remembered))
 
-        payload, strip_usage = dialect.prepare(inbound, chain[0].cfg.stream_usage)
-        payload = _cap_tool_outputs(svc, state, dialect, chain[0], payload)
+        client_payload = _cap_tool_outputs(svc, state, dialect, chain[0], inbound.payload)
+        payload, strip_usage = dialect.prepare(_with(inbound, client_payload), chain[0].cfg.stream_usage)
         mode = ReadMode.STREAM if inbound.stream else ReadMode.BUFFER
 
         track = inbound.stream and continuable(chain)
+        direct_body = _encode(payload, inbound)
 
-        def call_for(up: UpstreamRuntime) -> Call:
-            url = up.url_for(dialect.path, request.query_string)
+        def call_for(up: UpstreamRuntime) -> Call | Failure:
+            leg = up.leg_for(svc.translations, dialect, inbound.model)
+            if isinstance(leg, NoLeg):
+                return bad_request(leg.message, "no_translation")
             headers = request_headers(request.headers.items(), up.outbound, state.request_id)
-            return Call(up, "POST", url, headers, mode, dialect, strip_usage, track)
+            state.translated = None  # until a translated call is made (a fallback's, say)
+            if leg.translator is None and leg.model is None:
+                url = up.url_for(dialect.path, request.query_string)
+                return Call(up, "POST", url, headers, mode, dialect, strip_usage, track, body=direct_body)
+            sent = _Sent(mode, strip_usage, track, request.query_string)
+            return _leg_call(state, leg, up, headers, sent, inbound, payload, client_payload)
 
         plan = new_plan(svc, client_deadline_s(request.headers))
-        body = _encode(payload, inbound)
         window = chain[0].cfg.context_window
-        plan.empty_is_final = window is not None and len(body) / BYTES_PER_TOKEN > window
-        sent = await send_chain(svc, state, plan, chain, call_for, body)
-        outcome = sent.outcome
-        if inbound.stream and _answered_with_nothing(plan, outcome):
-            outcome = await _probe(svc, state, plan, sent.call, payload, inbound)
-        if _overflowed(outcome) and svc.cfg.compression.enabled:
-            assert isinstance(outcome, Failure)
-            if _client_compacts(svc, request):
-                state.compression = {"outcome": "passed_to_client", "reason": "the client compacts itself"}
-                svc.telemetry.compressions.labels(sent.call.up.cfg.name, "passed_to_client").inc()
-            else:
-                outcome = await _rescue(svc, state, plan, sent.call, payload, outcome)
+        plan.empty_is_final = window is not None and len(direct_body) / BYTES_PER_TOKEN > window
+        sent = await send_chain(svc, state, plan, chain, call_for)
+        outcome, call = sent.outcome, sent.call
+        if call is not None:
+            # What the client asked, in its API: a translated call translates it again.
+            asked = payload if call.translation is None else client_payload
+            if inbound.stream and _answered_with_nothing(plan, outcome):
+                outcome = await _probe(svc, state, plan, call, asked, inbound)
+            if isinstance(outcome, Failure) and _overflowed(outcome) and svc.cfg.compression.enabled:
+                outcome = await _overflow(svc, state, request, plan, call, asked, outcome)
         if canonical is not None:
             await _remember(svc, state, outcome, request, canonical, fingerprint)
         return await relay(request, svc, state, outcome, resumer(svc, state, plan, chain, call_for, payload))
@@ -136,11 +144,33 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     if isinstance(chain, Failure):
         return await relay(request, svc, state, chain)
     up = chain[0]
+    api = api_of_path(request.path)
+    if api is not None and api not in up.cfg.apis:
+        return await relay(request, svc, state, _not_spoken(up, api, request, body))
     headers = request_headers(request.headers.items(), up.outbound, state.request_id)
     call = Call(up, request.method, up.cfg.base_url + url_for, headers, ReadMode.RAW)
     plan = new_plan(svc, client_deadline_s(request.headers))
     outcome = await send_one(svc, state, plan, call, body)
     return await relay(request, svc, state, outcome)
+
+
+def _not_spoken(up: UpstreamRuntime, api: str, request: web.Request, body: bytes) -> Outcome:
+    """A path of an API the routed upstream does not speak. Counting tokens is answered from
+    the gateway's own estimate (Claude Code asks before compacting); nothing else has a
+    translation, so it is refused in words rather than with the upstream's bare 404."""
+    if request.method == "POST" and request.path == "/v1/messages/count_tokens":
+        doc = parse_json_object(body)
+        if isinstance(doc, Failure):
+            return doc
+        estimate = request_tokens(doc) + content_tokens(doc.get("system"))
+        headers = [("Content-Type", "application/json"), ("x-llm-estimated", "true")]
+        return Success(200, headers, body=json.dumps({"input_tokens": round(estimate)}).encode())
+    spoken = ", ".join(up.cfg.apis)
+    return bad_request(
+        f"upstream '{up.cfg.name}' speaks {spoken}, not {api}, and {request.path} has no translation; "
+        f"add '{api}' to its 'apis' if it does speak {api}",
+        "no_translation", status=404,
+    )  # fmt: skip
 
 
 async def hello(request: web.Request) -> web.StreamResponse:
@@ -284,8 +314,10 @@ async def _probe(
 async def _probe_once(
     svc: Services, state: RequestState, plan: RetryPlan, call: Call, payload: dict[str, Any], inbound: Inbound
 ) -> Outcome:
-    dialect = call.dialect
-    body = json.dumps(dialect.without_stream(payload)).encode()
+    dialect = state.dialect  # the client's: answers are translated back before they get here
+    body = _body_for(call, dialect.without_stream(payload))
+    if isinstance(body, Failure):
+        return body
     outcome = await send_one(svc, state, plan, dataclasses.replace(call, mode=ReadMode.BUFFER), body)
     if isinstance(outcome, Failure):
         return outcome
@@ -309,6 +341,17 @@ def _overflowed(outcome: Outcome) -> bool:
     return isinstance(outcome, Failure) and outcome.classification.type is ErrorType.CONTEXT_OVERFLOW
 
 
+async def _overflow(
+    svc: Services, state: RequestState, request: web.Request, plan: RetryPlan, call: Call,
+    payload: dict[str, Any], overflow: Failure,
+) -> Outcome:  # fmt: skip
+    if _client_compacts(svc, request):
+        state.compression = {"outcome": "passed_to_client", "reason": "the client compacts itself"}
+        svc.telemetry.compressions.labels(call.up.cfg.name, "passed_to_client").inc()
+        return overflow
+    return await _rescue(svc, state, plan, call, payload, overflow)
+
+
 async def _rescue(
     svc: Services, state: RequestState, plan: RetryPlan, call: Call,
     payload: dict[str, Any], overflow: Failure,
@@ -317,7 +360,7 @@ async def _rescue(
     numbers are about the client's own request, which is what an agent trims from."""
     up = call.up
     counter = svc.telemetry.compressions
-    result = call.dialect.compress(
+    result = state.dialect.compress(
         payload, error_message=overflow.classification.message, context_window=up.cfg.context_window
     )
     state.compression = {"outcome": result.outcome, **result.report}
@@ -325,12 +368,70 @@ async def _rescue(
         counter.labels(up.cfg.name, "not_applicable").inc()
         return overflow
     state.compressed = True
-    body = json.dumps(result.payload, ensure_ascii=False).encode()
+    body = _body_for(call, result.payload)
+    if isinstance(body, Failure):
+        counter.labels(up.cfg.name, "not_applicable").inc()
+        return overflow
     outcome = await send_one(svc, state, plan, call, body)
     label = "still_overflow" if _overflowed(outcome) else "applied"
     state.compression["outcome"] = label
     counter.labels(up.cfg.name, label).inc()
     return overflow if label == "still_overflow" else outcome
+
+
+def _with(inbound: Inbound, payload: dict[str, Any]) -> Inbound:
+    return inbound if payload is inbound.payload else dataclasses.replace(inbound, payload=payload)
+
+
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    """How this request is sent, whichever upstream it goes to."""
+
+    mode: ReadMode
+    strip_usage: bool
+    track: bool
+    query_string: str
+
+
+def _leg_call(
+    state: RequestState, leg: Leg, up: UpstreamRuntime, headers: dict[str, str], how: _Sent,
+    inbound: Inbound, payload: dict[str, Any], client_payload: dict[str, Any],
+) -> Call | Failure:  # fmt: skip
+    """A call on an upstream that speaks another API than the client, or another model name."""
+    wire = leg.wire
+    if leg.translator is None:  # the client's API, under the upstream's name for the model
+        url = up.url_for(wire.path, how.query_string)
+        sent = leg.request(payload, inbound.model, up.cfg.stream_usage)
+        assert isinstance(sent, dict)
+        return Call(up, "POST", url, headers, how.mode, wire, how.strip_usage, how.track,
+                    body=json.dumps(sent).encode(), wire_payload=sent)  # fmt: skip
+    # The client's query string belongs to its own API (Claude Code's ?beta=true): not sent on.
+    url = up.url_for(wire.path, "")
+    state.translated = f"{leg.client.api}->{wire.api}"
+    translated = leg.request(client_payload, inbound.model, up.cfg.stream_usage)
+    if isinstance(translated, Refusal):
+        return bad_request(translated.message, translated.code)
+    translation = Translation(leg.translator, Context(inbound.model or "", client_payload, state.request_id))
+    body = json.dumps(translated, ensure_ascii=False).encode()
+    return Call(up, "POST", url, headers, how.mode, wire, False, how.track, translation,
+                body=body, wire_payload=translated)  # fmt: skip
+
+
+def _body_for(call: Call, payload: dict[str, Any]) -> bytes | Failure:
+    """A changed client payload (compressed, asked without streaming) as this call sends it."""
+    if call.translation is None:
+        model = call.wire_payload.get("model") if call.wire_payload is not None else None
+        sent = payload if model is None else {**payload, "model": model}
+        return json.dumps(sent, ensure_ascii=False).encode()
+    translated = call.translation.translator.request(payload, _target_of(call))
+    if isinstance(translated, Refusal):
+        return bad_request(translated.message, translated.code)
+    return json.dumps(translated, ensure_ascii=False).encode()
+
+
+def _target_of(call: Call) -> Target:
+    model = call.wire_payload.get("model") if call.wire_payload is not None else None
+    return Target(model if isinstance(model, str) else "", call.up.cfg.stream_usage)
 
 
 def _encode(payload: dict[str, Any], inbound: Inbound) -> bytes:

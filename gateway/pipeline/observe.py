@@ -164,6 +164,8 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
         record["continued_after"] = state.continued_after
     if state.fallbacks:
         record["fallbacks"] = state.fallbacks
+    if state.translated is not None:
+        record["translated"] = state.translated  # "messages->chat": client API -> upstream API
     if state.from_memory:
         record["from_memory"] = state.from_memory
     if state.usage:

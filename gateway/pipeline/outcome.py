@@ -14,8 +14,9 @@ from typing import Any
 from aiohttp import web
 
 from gateway.apis import OPENAI_CHAT
-from gateway.apis.base import Dialect, StreamReader
+from gateway.apis.base import Dialect, ForeignError, StreamReader
 from gateway.errors import Classification, ErrorType, TransportError
+from gateway.translate.base import StreamTranslator
 from gateway.upstream import UpstreamResponse
 
 
@@ -31,6 +32,7 @@ class RequestState:
     fallbacks: int = 0  # upstreams left behind for the next one in the chain
     from_memory: int = 0  # answered by the loop breaker: the repeats it has seen, else 0
     compressed: bool = False
+    translated: str | None = None  # "messages->chat": the client's API and the upstream's
     tool_outputs_capped: int = 0  # by the opt-in proactive cap, before the first send
     compression: dict[str, Any] | None = None
     classification: Classification | None = None  # the final error, if the answer is one
@@ -64,6 +66,7 @@ class Success:
     sse: bool = False
     reader: StreamReader | None = None  # the dialect's reader that peeked at the stream
     complete: bool = False  # the peeked events already include the stream's end marker
+    translator: StreamTranslator | None = None  # the upstream speaks another API than the client
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +85,8 @@ class Failure:
     body: bytes  # the upstream's body, passed through untouched; empty for our own errors
     final: bool = False  # never retry (e.g. the circuit is open: nothing was sent)
     own: OwnError | None = None
+    foreign: ForeignError | None = None  # an upstream error on a translated request
+    upstream_status: int | None = None  # what the upstream answered, before any remapping
 
 
 Outcome = Success | Failure

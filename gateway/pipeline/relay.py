@@ -24,6 +24,7 @@ from gateway.pipeline.stamp import stamp
 from gateway.policy.classify import classify
 from gateway.services import Services
 from gateway.sse import EventSplitter, error_status
+from gateway.translate.base import StreamTranslator
 from gateway.upstream import UpstreamFailure
 
 if TYPE_CHECKING:
@@ -48,6 +49,8 @@ async def relay(
 def rendered(state: RequestState, failure: Failure) -> tuple[int, bytes]:
     """The status and body a failure is answered with: the upstream's own, untouched, or a
     gateway-made error in the request's dialect."""
+    if failure.foreign is not None:
+        return state.dialect.foreign_error(failure.foreign, state.request_id)
     own = failure.own
     if own is None:
         return failure.status, failure.body
@@ -128,9 +131,12 @@ async def _relay_sse(
 ) -> web.StreamResponse:
     assert outcome.reader is not None
     first = outcome.reader  # its ids and grammar state are what the client has seen
+    # Speaks the client's API when the upstream speaks another; kept across a continuation,
+    # whose events are spliced into the first stream before they are translated.
+    translator = outcome.translator
     resp = web.StreamResponse(status=outcome.status, headers=outcome.headers)
     leg: Success = outcome
-    splice: Splice | None = None
+    splice: Splice | None = None if translator is None else translator.event
     try:
         with _cut_on_shutdown(svc):
             stamp(state, resp, svc.monotonic())
@@ -143,14 +149,16 @@ async def _relay_sse(
                 more = await resume(first, end) if resume is not None else None
                 resume = None
                 if more is None:
-                    return await _end_with_error(resp, state, first, end)
+                    return await _end_with_error(resp, state, first, end, translator)
                 leg, splice = more
+                if translator is not None:
+                    splice = _then(splice, translator.event)
     except _ShutdownCut:
         # Not the provider's fault, and worth retrying at once (on another replica).
         c = Classification.of(ErrorType.PROVIDER_UNAVAILABLE, provider_code="gateway_shutdown")
         state.ended_by = "shutdown"
         ending = Ending(c, "the gateway is shutting down; retry the request", "gateway_shutdown")
-        return await _end_with_error(resp, state, first, ending)
+        return await _end_with_error(resp, state, first, ending, translator)
     except ConnectionError:
         # The client left mid-stream (its cancellation may arrive after the failed write).
         state.ended_by = CLIENT_GONE
@@ -158,8 +166,22 @@ async def _relay_sse(
     with contextlib.suppress(ConnectionError):
         # SDKs close as soon as they have read the end marker, racing this last write: the
         # answer is complete either way.
+        if translator is not None:
+            await resp.write(translator.close())
         await resp.write_eof()
     return resp
+
+
+def _then(first: Splice, second: Splice) -> Splice:
+    """``first``'s events, each passed through ``second`` (a continuation, then translated)."""
+
+    def both(raw: bytes) -> bytes:
+        out = first(raw)
+        if not out:
+            return b""
+        return _spliced(second, out)
+
+    return both
 
 
 async def _pump(
@@ -212,7 +234,8 @@ def _spliced(splice: Splice | None, data: bytes) -> bytes:
     if splice is None or not data:
         return data
     splitter = EventSplitter()
-    return b"".join(splice(raw) for raw in splitter.feed(data)) + splice(splitter.pending)
+    out = b"".join(splice(raw) for raw in splitter.feed(data))
+    return out + splice(splitter.pending) if splitter.pending else out
 
 
 _TRANSPORT_TEXT = {
@@ -255,12 +278,16 @@ def _ending_from_event(payload: dict[str, Any], now_s: float) -> Ending:
 
 
 async def _end_with_error(
-    resp: web.StreamResponse, state: RequestState, reader: StreamReader, end: Ending
-) -> web.StreamResponse:
+    resp: web.StreamResponse, state: RequestState, reader: StreamReader, end: Ending,
+    translator: StreamTranslator | None,
+) -> web.StreamResponse:  # fmt: skip
     state.stream_error = end.classification.type
     state.classification = end.classification
     try:
-        await resp.write(reader.broken(end, state.request_id, state.model))
+        if translator is not None:
+            await resp.write(translator.broken(end))
+        else:
+            await resp.write(reader.broken(end, state.request_id, state.model))
         await resp.write_eof()
     except ConnectionError:
         pass  # the client is gone as well; nothing left to tell

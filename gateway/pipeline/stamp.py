@@ -31,6 +31,8 @@ def stamp(state: RequestState, response: web.StreamResponse, now: float | None) 
         h["x-llm-tool-outputs-capped"] = str(state.tool_outputs_capped)
     if state.fallbacks:
         h["x-llm-fallbacks"] = str(state.fallbacks)
+    if state.translated is not None:
+        h["x-llm-translated"] = state.translated
     if state.from_memory:
         h["x-llm-from-memory"] = str(state.from_memory)
     if state.first_byte_at is None and now is not None:

@@ -1,1 +1,163 @@
-"""Translation between wire APIs: one module per direction, composed through chat."""
+"""Translation between wire APIs: which translator carries a client's API to an upstream.
+
+Each direction is one module (``messages_chat.py``, ``responses_chat.py``,
+``chat_messages.py``); a pair without its own module is composed through chat completions,
+the hub (Responses → Messages is Responses → chat → Messages). ``leg_for`` is the one
+question the pipeline asks: how does a request in this API reach that upstream?
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.apis import DIALECT_FOR_API
+from gateway.apis.base import Dialect, Ending
+from gateway.config import UpstreamConfig
+from gateway.sse import EventSplitter
+from gateway.translate.base import Context, Refusal, StreamTranslator, Target, Translator
+
+HUB = "chat"
+
+
+@dataclass(frozen=True, slots=True)
+class Leg:
+    """How requests in the client's API reach one upstream: directly (``translator`` None),
+    or translated into ``wire``'s API. ``model`` is the upstream's name for the requested
+    model when the route maps it."""
+
+    client: Dialect
+    wire: Dialect
+    translator: Translator | None
+    model: str | None
+
+    @property
+    def translated(self) -> bool:
+        return self.translator is not None
+
+    def request(
+        self, payload: Mapping[str, Any], requested: str | None, stream_usage: bool
+    ) -> dict[str, Any] | Refusal:
+        """The payload to send (the same object when nothing changes: sent byte for byte)."""
+        model = self.model or requested or ""
+        if self.translator is not None:
+            return self.translator.request(payload, Target(model, stream_usage))
+        if self.model is not None and payload.get("model") != self.model:
+            return {**payload, "model": self.model}
+        return payload if isinstance(payload, dict) else dict(payload)
+
+
+@dataclass(slots=True)
+class Translation:
+    """One request's translation on one upstream: its translator and what answers need."""
+
+    translator: Translator
+    ctx: Context
+
+    def answer(self, body: bytes) -> bytes | None:
+        """A buffered 2xx body in the client's API; None when it is not a JSON object (relayed
+        as it came: there is nothing to translate)."""
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            return None
+        return dumps(self.translator.answer(doc, self.ctx)) if isinstance(doc, dict) else None
+
+    def stream(self) -> StreamTranslator:
+        return self.translator.stream(self.ctx)
+
+
+@dataclass(frozen=True, slots=True)
+class NoLeg:
+    """The upstream speaks none of the APIs this request could be carried in."""
+
+    message: str
+
+
+class Composed:
+    """``first`` (client → chat) then ``second`` (chat → upstream), both ways."""
+
+    def __init__(self, first: Translator, second: Translator) -> None:
+        self.first, self.second = first, second
+        self.client, self.upstream = first.client, second.upstream
+
+    def request(self, payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refusal:
+        mid = self.first.request(payload, target)
+        return mid if isinstance(mid, Refusal) else self.second.request(mid, target)
+
+    def _inner(self, ctx: Context) -> Context:
+        mid = self.first.request(ctx.request, Target(ctx.requested_model))
+        return Context(ctx.requested_model, mid if isinstance(mid, dict) else {}, ctx.request_id)
+
+    def answer(self, doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
+        return self.first.answer(self.second.answer(doc, self._inner(ctx)), ctx)
+
+    def stream(self, ctx: Context) -> StreamTranslator:
+        return _ComposedStream(self.first.stream(ctx), self.second.stream(self._inner(ctx)))
+
+
+class _ComposedStream:
+    def __init__(self, first: StreamTranslator, second: StreamTranslator) -> None:
+        self.first, self.second = first, second
+        self.splitter = EventSplitter()
+
+    def _through_first(self, mid: bytes) -> bytes:
+        return b"".join(self.first.event(raw) for raw in self.splitter.feed(mid))
+
+    def event(self, raw: bytes) -> bytes:
+        return self._through_first(self.second.event(raw))
+
+    def close(self) -> bytes:
+        return self._through_first(self.second.close()) + self.first.close()
+
+    def broken(self, ending: Ending) -> bytes:
+        return self.first.broken(ending)
+
+
+class Translations:
+    """The translators the gateway has, by (client API, upstream API)."""
+
+    def __init__(self, direct: Mapping[tuple[str, str], Translator]) -> None:
+        self.table: dict[tuple[str, str], Translator] = dict(direct)
+        for (c, u1), first in direct.items():
+            for (u2, u), second in direct.items():
+                if u1 == HUB == u2 and c != u and (c, u) not in self.table:
+                    self.table[c, u] = Composed(first, second)
+
+    def leg_for(self, client: Dialect, up: UpstreamConfig, requested: str | None) -> Leg | NoLeg:
+        mapped = up.upstream_model(requested) if requested and up.model_map else None
+        model = mapped if mapped != requested else None
+        if client.api in up.apis:
+            return Leg(client, client, None, model)
+        for api in up.apis:
+            translator = self.table.get((client.api, api))
+            if translator is not None:
+                return Leg(client, DIALECT_FOR_API[api], translator, model or requested)
+        spoken = ", ".join(up.apis)
+        return NoLeg(
+            f"upstream '{up.name}' speaks {spoken}, and the gateway has no translation from "
+            f"{client.api} to {'it' if len(up.apis) == 1 else 'any of them'}; add '{client.api}' to its "
+            f"'apis' if it speaks {client.api}, or route this model to an upstream that does"
+        )
+
+
+def default_translations() -> Translations:
+    return Translations(_builtin())
+
+
+def _builtin() -> dict[tuple[str, str], Translator]:
+    found: dict[tuple[str, str], Translator] = {}
+    for t in _modules():
+        found[t.client, t.upstream] = t
+    return found
+
+
+def _modules() -> list[Translator]:
+    # Each direction is one module; listed here so the registry is the only place that knows them.
+    return []
+
+
+def dumps(doc: Mapping[str, Any]) -> bytes:
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()

@@ -14,9 +14,18 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.apis.base import Capped, Ending, EventKind, Inbound, Rejection, Splice, StreamReader
+from gateway.apis.base import (
+    Capped,
+    Ending,
+    EventKind,
+    ForeignError,
+    Inbound,
+    Rejection,
+    Splice,
+    StreamReader,
+)
 from gateway.apis.chat import resume as chat_continue
-from gateway.apis.common import ShownText, admit_messages, token_counts
+from gateway.apis.common import ShownText, admit_messages, overflow_numbers, token_counts, upstream_detail
 from gateway.apis.synthesize import chat_stream
 from gateway.errors import Classification, ErrorType
 from gateway.policy.compress import CompressionResult, cap_tool_outputs, compress
@@ -27,6 +36,7 @@ _FINISHED = (b'"finish_reason":"', b'"finish_reason": "', b"[DONE]")
 
 class OpenAIChat:
     name = "openai_chat"
+    api = "chat"
     path = "/v1/chat/completions"
 
     def admit(self, body: bytes, payload: dict[str, Any]) -> Inbound | Rejection:
@@ -53,6 +63,14 @@ class OpenAIChat:
 
     def error_status(self, status: int, code: str) -> int:
         return status
+
+    def foreign_error(self, e: ForeignError, request_id: str) -> tuple[int, bytes]:
+        status, type_, code, message = openai_error_fields(e)
+        return status, json.dumps({"error": {
+            "message": message, "type": type_, "param": None, "code": code,
+            "x_llm_error_type": e.classification.type.value, "retryable": e.classification.retryable,
+            "x_llm_upstream": upstream_detail(e),
+        }}).encode()  # fmt: skip
 
     def reader(self, strip_usage: bool) -> ChatStreamReader:
         return ChatStreamReader(strip_usage)
@@ -221,3 +239,32 @@ def usage_doc(event: Event) -> dict[str, Any] | None:
     if isinstance(doc, dict) and isinstance(doc.get("usage"), dict):
         return doc
     return None
+
+
+# OpenAI's own (type, code) per class, as its API and SDK users match on them: an overflow is
+# code `context_length_exceeded` (Codex and the Agents SDK look for it), a quota error
+# `insufficient_quota`, a rate limit `rate_limit_exceeded` (OpenAI API reference, "Error codes").
+_OPENAI_CLASS = {
+    ErrorType.CONTEXT_OVERFLOW: ("invalid_request_error", "context_length_exceeded"),
+    ErrorType.RATE_LIMIT: ("rate_limit_exceeded", "rate_limit_exceeded"),
+    ErrorType.BUDGET: ("insufficient_quota", "insufficient_quota"),
+    ErrorType.AUTH: ("invalid_request_error", "invalid_api_key"),
+    ErrorType.PROVIDER_UNAVAILABLE: ("server_error", "server_error"),
+}
+
+
+def openai_error_fields(e: ForeignError) -> tuple[int, str, str, str]:
+    """Status, type, code and message of a translated upstream error in OpenAI's terms
+    (shared by chat completions and Responses)."""
+    c = e.classification
+    message = c.message or f"the upstream answered {e.upstream_status}"
+    if c.type is ErrorType.CONTEXT_OVERFLOW:
+        prompt, limit = overflow_numbers(e)
+        message = (f"This model's maximum context length is {limit} tokens. However, your messages "
+                   f"resulted in {prompt} tokens. (upstream: {message})")  # fmt: skip
+        return 400, *_OPENAI_CLASS[c.type], message
+    if c.type in _OPENAI_CLASS:
+        status = 401 if c.type is ErrorType.AUTH and e.status not in (401, 403) else e.status
+        return status, *_OPENAI_CLASS[c.type], message
+    type_ = "server_error" if e.status >= 500 else "invalid_request_error"
+    return e.status, type_, c.provider_code or type_, message

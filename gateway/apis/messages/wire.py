@@ -24,8 +24,17 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.apis.base import Capped, Ending, EventKind, Inbound, Rejection, Splice, StreamReader
-from gateway.apis.common import ShownText, admit_messages
+from gateway.apis.base import (
+    Capped,
+    Ending,
+    EventKind,
+    ForeignError,
+    Inbound,
+    Rejection,
+    Splice,
+    StreamReader,
+)
+from gateway.apis.common import ShownText, admit_messages, overflow_numbers, upstream_detail
 from gateway.apis.messages import resume as anthropic_continue
 from gateway.apis.messages.compress import cap_tool_results, compress_messages
 from gateway.apis.synthesize import anthropic_stream
@@ -63,6 +72,7 @@ _CONTENTLESS = frozenset({"message_start", "ping"})
 
 class AnthropicMessages:
     name = "anthropic_messages"
+    api = "messages"
     path = "/v1/messages"
 
     def admit(self, body: bytes, payload: dict[str, Any]) -> Inbound | Rejection:
@@ -76,6 +86,18 @@ class AnthropicMessages:
 
     def error_status(self, status: int, code: str) -> int:
         return 529 if code == "circuit_open" else status
+
+    def foreign_error(self, e: ForeignError, request_id: str) -> tuple[int, bytes]:
+        status, type_, message = _anthropic_terms(e)
+        return status, json.dumps({
+            "type": "error",
+            "error": {
+                "type": type_, "message": message,
+                "x_llm_error_type": e.classification.type.value, "retryable": e.classification.retryable,
+                "x_llm_upstream": upstream_detail(e),
+            },
+            "request_id": request_id,
+        }).encode()  # fmt: skip
 
     def reader(self, strip_usage: bool) -> AnthropicStreamReader:
         return AnthropicStreamReader()
@@ -232,3 +254,26 @@ def _empty_block(block: Any) -> bool:
     if kind == "thinking":
         return not block.get("thinking")
     return False
+
+
+def _anthropic_terms(e: ForeignError) -> tuple[int, str, str]:
+    """Status, error type and message the way Anthropic's API says them, because Claude Code
+    acts on exactly these: it compacts on "prompt is too long: N tokens > M maximum"
+    (claude-code issue #86507: a reworded overflow stops auto-compact), backs off on
+    ``rate_limit_error`` 429 and ``overloaded_error`` 529."""
+    c = e.classification
+    message = c.message or f"the upstream answered {e.upstream_status}"
+    if c.type is ErrorType.CONTEXT_OVERFLOW:
+        prompt, limit = overflow_numbers(e)
+        return 400, "invalid_request_error", f"prompt is too long: {prompt} tokens > {limit} maximum"
+    if c.type is ErrorType.RATE_LIMIT:
+        return 429, "rate_limit_error", message
+    if c.type is ErrorType.BUDGET:
+        return 402, "billing_error", message
+    if c.type is ErrorType.AUTH:
+        forbidden = e.status == 403
+        return (403, "permission_error", message) if forbidden else (401, "authentication_error", message)
+    if c.type is ErrorType.PROVIDER_UNAVAILABLE:
+        return 529, "overloaded_error", message
+    type_ = _TYPE_FOR_STATUS.get(e.status) or ("api_error" if e.status >= 500 else "invalid_request_error")
+    return e.status, type_, message

@@ -22,8 +22,18 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.apis.base import Capped, Ending, EventKind, Inbound, Rejection, Splice, StreamReader
-from gateway.apis.common import admit_fields, token_counts
+from gateway.apis.base import (
+    Capped,
+    Ending,
+    EventKind,
+    ForeignError,
+    Inbound,
+    Rejection,
+    Splice,
+    StreamReader,
+)
+from gateway.apis.chat.wire import openai_error_fields
+from gateway.apis.common import admit_fields, token_counts, upstream_detail
 from gateway.apis.responses import resume as responses_continue
 from gateway.apis.responses.compress import cap_outputs, compress_input
 from gateway.apis.synthesize import responses_stream
@@ -46,6 +56,7 @@ _SEQ = re.compile(rb'"sequence_number":\s*(\d+)')
 
 class OpenAIResponses:
     name = "openai_responses"
+    api = "responses"
     path = "/v1/responses"
 
     def admit(self, body: bytes, payload: dict[str, Any]) -> Inbound | Rejection:
@@ -67,6 +78,14 @@ class OpenAIResponses:
 
     def error_status(self, status: int, code: str) -> int:
         return status
+
+    def foreign_error(self, e: ForeignError, request_id: str) -> tuple[int, bytes]:
+        status, type_, code, message = openai_error_fields(e)
+        return status, json.dumps({"error": {
+            "message": message, "type": type_, "param": None, "code": code,
+            "x_llm_error_type": e.classification.type.value, "retryable": e.classification.retryable,
+            "x_llm_upstream": upstream_detail(e),
+        }}).encode()  # fmt: skip
 
     def reader(self, strip_usage: bool) -> ResponsesStreamReader:
         return ResponsesStreamReader()
