@@ -156,7 +156,9 @@ def _builtin() -> dict[tuple[str, str], Translator]:
 
 def _modules() -> list[Translator]:
     # Each direction is one module; listed here so the registry is the only place that knows them.
-    return []
+    from gateway.translate.chat_messages import ChatToMessages
+
+    return [ChatToMessages()]
 
 
 def dumps(doc: Mapping[str, Any]) -> bytes:
