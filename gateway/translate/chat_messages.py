@@ -173,7 +173,11 @@ def _text_blocks(content: Any, where: str) -> list[dict[str, Any]]:
             raise _Refused(f"{where}: only text parts can be carried here")
         text = part.get("text") if part.get("type") == "text" else part.get("refusal")
         if isinstance(text, str) and text:
-            blocks.append({"type": "text", "text": text})
+            block: dict[str, Any] = {"type": "text", "text": text}
+            if isinstance(part.get("cache_control"), dict):
+                # Anthropic's own marker, which clients that know Claude add to chat parts.
+                block["cache_control"] = part["cache_control"]
+            blocks.append(block)
     return blocks
 
 

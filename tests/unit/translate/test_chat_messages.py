@@ -310,6 +310,12 @@ def test_reasoning_content_of_an_earlier_turn_is_not_sent_back() -> None:
     assert out["messages"][1] == {"role": "assistant", "content": [{"type": "text", "text": "4"}]}
 
 
+def test_cache_control_on_a_text_part_is_anthropics_own_and_carried() -> None:
+    marked = {"type": "text", "text": "long instructions", "cache_control": {"type": "ephemeral"}}
+    out = req({"model": "m", "messages": [{"role": "system", "content": [marked]}, user()]})
+    assert out["system"] == [marked]
+
+
 def test_pdf_file_data_becomes_a_document() -> None:
     part = {"type": "file", "file": {"filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBERi0x"}}
     out = req({"model": "m", "messages": [{"role": "user", "content": [part]}]})
