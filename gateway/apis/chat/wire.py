@@ -65,12 +65,7 @@ class OpenAIChat:
         return status
 
     def foreign_error(self, e: ForeignError, request_id: str) -> tuple[int, bytes]:
-        status, type_, code, message = openai_error_fields(e)
-        return status, json.dumps({"error": {
-            "message": message, "type": type_, "param": None, "code": code,
-            "x_llm_error_type": e.classification.type.value, "retryable": e.classification.retryable,
-            "x_llm_upstream": upstream_detail(e),
-        }}).encode()  # fmt: skip
+        return openai_foreign_error(e)
 
     def reader(self, strip_usage: bool) -> ChatStreamReader:
         return ChatStreamReader(strip_usage)
@@ -268,3 +263,13 @@ def openai_error_fields(e: ForeignError) -> tuple[int, str, str, str]:
         return status, *_OPENAI_CLASS[c.type], message
     type_ = "server_error" if e.status >= 500 else "invalid_request_error"
     return e.status, type_, c.provider_code or type_, message
+
+
+def openai_foreign_error(e: ForeignError) -> tuple[int, bytes]:
+    """An upstream error on a translated request in OpenAI's envelope (chat and Responses)."""
+    status, type_, code, message = openai_error_fields(e)
+    return status, json.dumps({"error": {
+        "message": message, "type": type_, "param": None, "code": code,
+        "x_llm_error_type": e.classification.type.value, "retryable": e.classification.retryable,
+        "x_llm_upstream": upstream_detail(e),
+    }}).encode()  # fmt: skip

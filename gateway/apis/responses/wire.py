@@ -32,8 +32,8 @@ from gateway.apis.base import (
     Splice,
     StreamReader,
 )
-from gateway.apis.chat.wire import openai_error_fields
-from gateway.apis.common import admit_fields, token_counts, upstream_detail
+from gateway.apis.chat.wire import openai_foreign_error
+from gateway.apis.common import admit_fields, token_counts
 from gateway.apis.responses import resume as responses_continue
 from gateway.apis.responses.compress import cap_outputs, compress_input
 from gateway.apis.synthesize import responses_stream
@@ -80,12 +80,7 @@ class OpenAIResponses:
         return status
 
     def foreign_error(self, e: ForeignError, request_id: str) -> tuple[int, bytes]:
-        status, type_, code, message = openai_error_fields(e)
-        return status, json.dumps({"error": {
-            "message": message, "type": type_, "param": None, "code": code,
-            "x_llm_error_type": e.classification.type.value, "retryable": e.classification.retryable,
-            "x_llm_upstream": upstream_detail(e),
-        }}).encode()  # fmt: skip
+        return openai_foreign_error(e)
 
     def reader(self, strip_usage: bool) -> ResponsesStreamReader:
         return ResponsesStreamReader()
