@@ -45,11 +45,15 @@ def continuation(payload: Mapping[str, Any], partial: str, mode: str) -> dict[st
     return {**payload, "messages": [*history, {"role": "assistant", "content": text.rstrip()}]}
 
 
-def splicer(open_block: int | None, next_index: int, output_tokens: int, partial: str) -> Splice:
+def splicer(
+    open_block: int | None, next_index: int, output_tokens: int, partial: str, *, prefilled: bool = True
+) -> Splice:
     """``open_block``: the text block the client has open (None if none); ``next_index``:
-    the index a new block gets; ``output_tokens``: what the broken part produced."""
+    the index a new block gets; ``output_tokens``: what the broken part produced (0 for a
+    replay, whose usage counts it); ``prefilled``: the continuation was asked with the
+    shown text as prefill (a replay was not: no whitespace was left out)."""
     index_map: dict[int, int] = {}
-    seam = Seam(partial[len(partial.rstrip()):])  # the whitespace the prefill left out
+    seam = Seam(partial[len(partial.rstrip()) :] if prefilled else "")  # what the prefill left out
 
     def splice(raw: bytes) -> bytes:
         event = parse_event(raw)
