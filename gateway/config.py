@@ -118,9 +118,14 @@ class UpstreamConfig(_Model):
     # How this upstream can go on from a partial answer when a stream breaks mid-answer:
     # `prefill` (a trailing assistant turn: Anthropic models that accept it), vLLM's
     # `continue_final_message` (on /v1/responses: vLLM's trailing assistant message marked
-    # `status: in_progress`), or `prefix` (DeepSeek, Mistral prefix completion). Never
-    # assumed: `none` ends a broken stream with one typed error, as without continuation.
-    continuation: Literal["none", "prefill", "continue_final_message", "prefix"] = "none"
+    # `status: in_progress`), `prefix` (DeepSeek, Mistral prefix completion), or, on any
+    # upstream of any API, `replay` (the request sent again, relayed only past the text
+    # already shown; deterministic requests only: temperature 0 or a seed) and `replay_any`
+    # (every request: this upstream's answers repeat). Never assumed: `none` ends a broken
+    # stream with one typed error, as without continuation.
+    continuation: Literal[
+        "none", "prefill", "continue_final_message", "prefix", "replay", "replay_any"
+    ] = "none"
     # The wire APIs this upstream speaks. A request in another API is translated to one of
     # these (the first that has a translator, in this order); the default keeps configs
     # written before translation working: every request goes out in the client's own API.

@@ -42,6 +42,7 @@ class Reply:
     status: int = 200
     body: Any = None  # dict/list → JSON; str/bytes → raw
     headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0  # before the response head: a slow answer
 
 
 @dataclass
@@ -50,6 +51,8 @@ class Stream:
     then: str = "done"  # done | drop | stall | eof
     delay_s: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
+    pause_s: float = 0.0  # a silence after the first ``pause_after`` events (a slow first token)
+    pause_after: int = 1
 
 
 @dataclass
@@ -449,6 +452,8 @@ class FakeUpstream:
 
     async def _play(self, request: web.Request, step: Step) -> web.StreamResponse:
         if isinstance(step, Reply):
+            if step.delay_s:
+                await asyncio.sleep(step.delay_s)
             body = step.body
             if isinstance(body, (dict, list)):
                 data, ctype = json.dumps(body).encode(), "application/json"
@@ -470,9 +475,11 @@ class FakeUpstream:
         resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream",
                                                        "Cache-Control": "no-cache", **step.headers})
         await resp.prepare(request)
-        for ev in step.events:
+        for n, ev in enumerate(step.events):
             if step.delay_s:
                 await asyncio.sleep(step.delay_s)
+            if step.pause_s and n == step.pause_after:
+                await asyncio.sleep(step.pause_s)
             await resp.write(ev if isinstance(ev, bytes) else b"data: " + json.dumps(ev).encode() + b"\n\n")
         if step.then == "done":
             await resp.write(b"data: [DONE]\n\n")

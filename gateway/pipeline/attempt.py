@@ -32,7 +32,7 @@ from gateway.policy.retry_after import reset_at_ms
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.routing import response_headers
 from gateway.services import Services, UpstreamRuntime
-from gateway.sse import EventSplitter, error_status
+from gateway.sse import EventSplitter, error_status, event_error_fields
 from gateway.translate import Translation
 from gateway.upstream import UpstreamFailure, UpstreamRequest, UpstreamResponse
 
@@ -177,11 +177,14 @@ async def _peek_stream(
 
 
 def _stream_error(svc: Services, payload: dict[str, Any]) -> Failure:
-    # No byte has reached the client, so the error can still be an ordinary error response.
+    # No byte has reached the client, so the error is answered as an ordinary one, made by
+    # the gateway in the client's own API's envelope (the event is no HTTP body to pass on):
+    # the provider's message and code, the classification, nothing internal.
     status = error_status(payload)
-    body = json.dumps(payload).encode()
-    c = classify(status or 500, {}, body, now_s=svc.wall())
-    return Failure(c, status or _STATUS_FOR_TYPE[c.type], [("Content-Type", "application/json")], body)
+    c = classify(status or 500, {}, json.dumps(payload).encode(), now_s=svc.wall())
+    message, code = event_error_fields(payload)
+    code = code or c.provider_code or c.type.value
+    return gateway_failure(status or _STATUS_FOR_TYPE[c.type], c, message, code)
 
 
 def _upstream_error(svc: Services, status: int, headers: Mapping[str, str], body: bytes) -> Failure:

@@ -24,8 +24,10 @@ from gateway.apis.base import (
     Splice,
     StreamReader,
 )
+from gateway.apis.chat import replay as chat_replay
 from gateway.apis.chat import resume as chat_continue
 from gateway.apis.common import ShownText, admit_messages, overflow_numbers, token_counts, upstream_detail
+from gateway.apis.replay import Trim, is_replay, trimmed
 from gateway.apis.synthesize import chat_stream
 from gateway.errors import Classification, ErrorType
 from gateway.policy.compress import CompressionResult, cap_tool_outputs, compress
@@ -87,12 +89,20 @@ class OpenAIChat:
         return chat_stream(doc, include_usage=asked)
 
     def continuation(self, payload: Mapping[str, Any], partial: str, mode: str) -> dict[str, Any] | None:
+        if is_replay(mode):
+            return chat_replay.request(payload, mode)
         return chat_continue.continuation(payload, partial, mode)
 
     def splicer(self, original: StreamReader, partial: str, mode: str) -> Splice:
         assert isinstance(original, ChatStreamReader)
         sid, model = original.identity or (None, None)
+        if is_replay(mode):
+            splice = chat_continue.splicer((sid, model, original.created), partial, count_shown=False)
+            return trimmed(chat_replay.Trim(partial), splice)
         return chat_continue.splicer((sid, model, original.created), partial)
+
+    def replay(self, partial: str) -> Trim:
+        return chat_replay.Trim(partial)
 
     def cap_tool_outputs(self, payload: Mapping[str, Any], max_tokens: int) -> Capped:
         out, report = cap_tool_outputs(payload, max_tokens)

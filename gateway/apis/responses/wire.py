@@ -34,6 +34,8 @@ from gateway.apis.base import (
 )
 from gateway.apis.chat.wire import openai_foreign_error
 from gateway.apis.common import admit_fields, token_counts
+from gateway.apis.replay import Trim, is_replay, trimmed
+from gateway.apis.responses import replay as responses_replay
 from gateway.apis.responses import resume as responses_continue
 from gateway.apis.responses.compress import cap_outputs, compress_input
 from gateway.apis.synthesize import responses_stream
@@ -100,11 +102,19 @@ class OpenAIResponses:
         return responses_stream(doc)
 
     def continuation(self, payload: Mapping[str, Any], partial: str, mode: str) -> dict[str, Any] | None:
+        if is_replay(mode):
+            return responses_replay.request(payload, mode)
         return responses_continue.continuation(payload, partial, mode)
 
     def splicer(self, original: StreamReader, partial: str, mode: str) -> Splice:
         assert isinstance(original, ResponsesStreamReader)
+        if is_replay(mode):
+            splice = responses_continue.splicer(original, partial, count_shown=False)
+            return trimmed(responses_replay.Trim(partial), splice)
         return responses_continue.splicer(original, partial)
+
+    def replay(self, partial: str) -> Trim:
+        return responses_replay.Trim(partial)
 
     def cap_tool_outputs(self, payload: Mapping[str, Any], max_tokens: int) -> Capped:
         return cap_outputs(payload, max_tokens)
