@@ -6,8 +6,7 @@ on it, streamed and not.
 The agents' first requests are large (Claude Code 2.1 ~85 KB, about 21k tokens; Codex 0.169
 ~39 KB), so this server gets a 32k window (SmolLM2 runs past its trained length; the answers'
 quality is not the point, their shape and delivery are). Claude Code asks for
-``max_tokens: 64000``, more than the window: the server refuses that as too long, and the
-gateway's one rescue lowers the completion budget, so a stock Claude Code works unchanged.
+``max_tokens: 64000``, more than the window; llama-cpp-python trims that budget itself.
 """
 
 from __future__ import annotations
