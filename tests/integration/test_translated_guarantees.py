@@ -112,3 +112,16 @@ async def test_codex_on_an_anthropic_upstream_is_composed_through_chat(make_gate
     assert status == 200 and names[0] == "response.created" and names[-1] == "response.completed"
     seqs = [d["sequence_number"] for _, d in named_events(body)]
     assert seqs == list(range(len(seqs)))
+
+
+async def test_claude_codes_64000_token_budget_on_a_small_vllm_style_server_is_lowered_once(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY + ", context_window: 8000")
+    gw.fake.context_limit = 8000  # answers OpenAI/vLLM's "(P in the messages, C in the completion)" overflow
+    req = {"model": "claude-sonnet-4-5", "max_tokens": 64000, "system": SYSTEM,
+           "messages": [{"role": "user", "content": "hi"}]}
+    status, headers, body = await gw.messages(req)
+    assert status == 200 and json.loads(body)["type"] == "message", body[:300]
+    first, second = [r.json() for r in gw.fake.chat_requests()]
+    assert first["max_tokens"] == 64000 and second["max_tokens"] < 8000
+    assert second["messages"] == first["messages"]  # only the budget changed
+    assert headers["x-llm-compressed"] == "true"
