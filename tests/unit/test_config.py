@@ -104,8 +104,9 @@ def test_every_problem_is_shown_one_per_line_with_its_field() -> None:
     assert e.value.problems == (
         "server.port: Input should be a valid integer, unable to parse string as an integer",
         "server.prot: unknown key (did you mean 'port'?)",
-        "upstreams[0].base_url: is required",
+        # The typo first: it is why base_url is missing.
         "upstreams[0].base_ulr: unknown key (did you mean 'base_url'?)",
+        "upstreams[0].base_url: is required",
         "retyr: unknown key (did you mean 'retry'?)",
     )
     assert str(e.value) == "\n".join(e.value.problems)
@@ -214,3 +215,47 @@ def test_client_keys_stop_client_credentials_going_upstream() -> None:
 def test_loopback_hosts(host: str, loopback: bool) -> None:
     cfg = parse_config(f"server: {{host: '{host}'}}\n" + MINIMAL, env={})
     assert cfg.server.is_loopback is loopback
+
+
+def test_a_partial_retry_class_takes_the_rest_from_its_own_defaults() -> None:
+    cfg = parse_config(MINIMAL + "\nretry: {rate_limit: {max_retries: 1}, provider_unavailable: {max_delay_s: 3}}",
+                       env={})
+    assert (cfg.retry.rate_limit.max_retries, cfg.retry.rate_limit.base_delay_s,
+            cfg.retry.rate_limit.max_delay_s) == (1, 1.0, 20.0)
+    assert (cfg.retry.provider_unavailable.max_retries, cfg.retry.provider_unavailable.base_delay_s,
+            cfg.retry.provider_unavailable.max_delay_s) == (5, 0.5, 3.0)
+    # A bad value is still reported by its field.
+    with pytest.raises(ConfigError) as e:
+        parse_config(MINIMAL + "\nretry: {rate_limit: {base_delay_s: 0}}", env={})
+    assert e.value.problems == ("retry.rate_limit.base_delay_s: Input should be greater than 0",)
+
+
+def test_models_and_fallbacks_may_be_one_string() -> None:
+    cfg = parse_config("upstreams: [{name: a, base_url: 'http://x/v1', models: 'gpt-*', fallbacks: b},"
+                       " {name: b, base_url: 'http://y/v1', models: '*'}]", env={})
+    assert cfg.upstreams[0].models == ("gpt-*",) and cfg.upstreams[0].fallbacks == ("b",)
+    assert cfg.upstreams[1].models == ("*",)
+
+
+def test_an_unknown_fallback_is_reported_beside_a_duplicate_name() -> None:
+    text = ("upstreams: [{name: a, base_url: 'http://x/v1', fallbacks: [backup]},"
+            " {name: a, base_url: 'http://y/v1'}]")
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, env={})
+    assert e.value.problems == (
+        "upstreams: upstream 'a' names unknown fallbacks: backup (upstream names: a)",
+        "upstreams: upstream names must be unique, repeated: a",
+    )
+
+
+def test_redis_without_a_loop_breaker_secret_is_a_warning() -> None:
+    redis = MINIMAL + "\nstate: {backend: redis, url: 'redis://127.0.0.1:6379/0'}"
+    warnings = config_warnings(parse_config(redis, env={}))
+    assert [w for w in warnings if "loop_breaker.secret" in w] == [
+        "state.backend is redis but loop_breaker.secret is not set: each replica draws its own, so "
+        "replicas never share remembered answers; give every replica the same secret "
+        "(loop_breaker: {secret: ${LOOP_BREAKER_SECRET}})"
+    ]
+    assert not config_warnings(parse_config(redis + "\nloop_breaker: {secret: shared}", env={}))
+    assert not config_warnings(parse_config(redis + "\nloop_breaker: {enabled: false}", env={}))
+    assert not config_warnings(parse_config(MINIMAL, env={}))
