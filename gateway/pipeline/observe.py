@@ -26,10 +26,19 @@ from gateway.telemetry import error_label, status_label
 log = logging.getLogger("gateway.access")
 
 PATH_MAX = 128
-USER_AGENT_MAX = 100
+USER_AGENT_MAX = 160
 # Anything in a User-Agent that looks like a token (long, unbroken, key-like) is masked: a
-# misconfigured client could put its key there, and the log line never carries one.
-_TOKENISH = re.compile(r"[A-Za-z0-9_\-.+/=:]{24,}|(?i:bearer|basic)\s*\S*|(?i:sk-|key-|api[_-]?key)\S*")
+# misconfigured client could put its key there, and the log line never carries one. A long
+# run that is a product token (`ai-sdk/provider-utils/4.0.65`, `runtime/node.js/v20.20.2`,
+# `opencode/0.0.0-dev-202511250012`) is what ordinary clients send and stays readable.
+_TOKENISH = re.compile(
+    r"[A-Za-z0-9_\-.+/=:]{24,}|(?i:bearer|basic)\s*\S*|(?<![A-Za-z0-9])(?i:sk-|key-|api[_-]?key)\S*"
+)
+# name[/name...]/version: short lowercase-or-dashed names, a dotted version, then at most a few
+# short pre-release parts (a key has no dots every few characters; a timestamp is all digits).
+_PRODUCT = re.compile(
+    r"(?:[A-Za-z][A-Za-z0-9_.-]{0,31}/){1,3}v?\d{1,6}(?:\.\d{1,6}){1,3}(?:[-+.](?:[A-Za-z0-9]{1,12}|\d{1,14})){0,3}"
+)
 _USER_AGENTS: dict[str, str] = {}  # clients send few distinct ones: each is cleaned once
 
 # A client's id is echoed in headers and logs, so only a safe, bounded shape is accepted.
@@ -113,11 +122,19 @@ def user_agent_of(given: str | None) -> str | None:
         return None
     clean = _USER_AGENTS.get(given)
     if clean is None:
-        clean = _TOKENISH.sub("[redacted]", given[: USER_AGENT_MAX * 2])[:USER_AGENT_MAX]
+        clean = _TOKENISH.sub(_mask, given[: USER_AGENT_MAX * 2])[:USER_AGENT_MAX]
         clean = "".join(ch if ch.isprintable() else "?" for ch in clean)
         if len(_USER_AGENTS) < 1024:
             _USER_AGENTS[given] = clean
     return clean
+
+
+def _mask(m: re.Match[str]) -> str:
+    found = m.group()
+    # A product token reads as one, unless a key hides in it (`tool/1.0-sk-...`).
+    if _PRODUCT.fullmatch(found) and not re.search(r"(?i)(?<![A-Za-z0-9])(sk|key)-", found):
+        return found
+    return "[redacted]"
 
 
 def _account(svc: Services, state: RequestState, status: int) -> None:
