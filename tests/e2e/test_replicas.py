@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.conftest import RunningGateway, base_env, free_port, start
 from tests.fakeupstream import FakeUpstream, Reply, Step
@@ -125,6 +126,12 @@ class Cluster:
             logs = gw.logs_when(lambda t: t.count(BACK) == t.count(DOWN))
             assert logs.count(BACK) == logs.count(DOWN) > 0
 
+    def circuits(self, gw: RunningGateway, upstream: str) -> dict[str, float]:
+        """``llm_gateway_circuit_open`` of one upstream on this replica's /metrics, by model."""
+        text = http("GET", gw.base + "/metrics").content.decode()
+        return {s.labels["model"]: s.value for f in text_string_to_metric_families(text) for s in f.samples
+                if s.name == "llm_gateway_circuit_open" and s.labels["upstream"] == upstream}
+
     def fallbacks(self, gw: RunningGateway) -> float:
         text = http("GET", gw.base + "/metrics").content.decode()
         found = re.findall(
@@ -195,6 +202,9 @@ def test_a_storm_through_one_replica_opens_the_circuit_for_the_other(cluster: Cl
     for gw in (cluster.a, cluster.b):
         r, _ = cluster.chat(gw, "gpt-4o-mini", fresh("healthy"))
         assert r.status_code == 200
+    # And both replicas' gauges say so, per model: B read it from Redis, having seen no failure.
+    for gw in (cluster.a, cluster.b):
+        assert cluster.circuits(gw, "primary") == {"*": 0, model: 1, "gpt-4o-mini": 0}
 
 
 def test_a_storm_across_models_opens_the_upstreams_circuit_for_the_other(cluster: Cluster) -> None:

@@ -118,6 +118,8 @@ async def test_an_empty_stream_for_a_request_bigger_than_the_window_is_probed_at
     assert status == 200 and headers["x-llm-compressed"] == "true" and headers["x-llm-attempts"] == "3"
     assert data_events(body)[-1] == "[DONE]"
     # Not the provider's fault: the circuit (threshold 1) stays closed.
-    assert gw.metric("llm_gateway_circuit_open", upstream="primary") == 0
+    assert await gw.scraped("llm_gateway_circuit_open") == {
+        (("model", "*"), ("upstream", "primary")): 0, (("model", "gpt-4o-mini"), ("upstream", "primary")): 0,
+    }
     status, _, _ = await gw.chat()
     assert status == 200
