@@ -22,7 +22,9 @@ from gateway.errors import ErrorType
 MAX_MODELS = 100
 OTHER = "other"
 NO_ERROR = "none"
-ERROR_TYPES = frozenset({NO_ERROR, *(t.value for t in ErrorType)})
+# A response the gateway itself cut when drain_s ran out (requests_total and the log line only).
+SHUTDOWN = "gateway_shutdown"
+ERROR_TYPES = frozenset({NO_ERROR, SHUTDOWN, *(t.value for t in ErrorType)})
 
 # LLM calls range from tens of milliseconds (cached, tiny) to many minutes (long reasoning).
 LATENCY_BUCKETS = (

@@ -99,6 +99,8 @@ def full_pipeline(dialect: Dialect) -> Handler:
         outcome = sent.outcome
         if inbound.stream and _answered_with_nothing(plan, outcome):
             outcome = await _probe(svc, state, plan, sent.call, payload, inbound)
+            if isinstance(outcome, Failure):
+                state.empty_was = outcome.classification.type  # what the empty streams meant
         if _overflowed(outcome) and svc.cfg.compression.enabled:
             assert isinstance(outcome, Failure)
             if _client_compacts(svc, request):

@@ -21,7 +21,7 @@ from gateway.pipeline.outcome import STATE, RequestState
 from gateway.pipeline.relay import CLIENT_GONE
 from gateway.pipeline.stamp import stamp
 from gateway.services import SERVICES, Services
-from gateway.telemetry import error_label, status_label
+from gateway.telemetry import SHUTDOWN, error_label, status_label
 
 log = logging.getLogger("gateway.access")
 
@@ -129,6 +129,17 @@ def user_agent_of(given: str | None) -> str | None:
     return clean
 
 
+def _count_empty(svc: Services, state: RequestState) -> None:
+    """Empty-stream attempts and their retries, under what the probe found they were (an
+    overflow, say), else provider_unavailable as classified: so an overflow probed against
+    llama-cpp-python does not feed the provider's attempt and retry-ratio figures."""
+    t, label = svc.telemetry, state.empty_was.value
+    for upstream in state.empty_attempts:
+        t.upstream_attempts.inc((upstream, label))
+    for upstream in state.empty_retries:
+        t.retries.labels(upstream, label).inc()
+
+
 def _mask(m: re.Match[str]) -> str:
     found = m.group()
     # A product token reads as one, unless a key hides in it (`tool/1.0-sk-...`).
@@ -143,8 +154,13 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
     model = t.model_label(state.model)
     c = state.classification
     error_type = c.type if c is not None and (status >= 400 or state.stream_error) else None
+    # A stream the gateway cut itself when drain_s ran out is a rollout, not a provider outage
+    # (the client is still told provider_unavailable, retryable: another replica will serve it).
+    error = SHUTDOWN if state.ended_by == "shutdown" else error_label(error_type)
     series = (state.upstream, model)
-    t.requests.inc((*series, status_label(status), error_label(error_type)))
+    t.requests.inc((*series, status_label(status), error))
+    if state.empty_attempts or state.empty_retries:
+        _count_empty(svc, state)
     duration = now - state.started
     t.request_duration.observe(series, duration)
     ttfb = (state.first_byte_at - state.started) if state.first_byte_at is not None else None
@@ -162,7 +178,7 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
         "upstream": state.upstream,
         "model": model,
         "status": status,
-        "error_type": error_label(error_type),
+        "error_type": error,
         "attempts": state.attempts,
         "retries": state.retries,
         "compressed": state.compressed,
