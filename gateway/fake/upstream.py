@@ -48,11 +48,12 @@ class FakeUpstream:
         self.models_listing: dict[str, Any] | None = None  # what GET /models answers
         self.cancelled = 0  # handlers torn down because the gateway went away
         self._runner: web.AppRunner | None = None
-        self.port = 0
+        self.host, self.port = "127.0.0.1", 0
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/v1"
 
     def script(self, *steps: Step) -> None:
         self.steps.extend(steps)
@@ -66,15 +67,19 @@ class FakeUpstream:
     def messages_requests(self) -> list[Recorded]:
         return [r for r in self.requests if r.path.endswith("/v1/messages")]
 
-    async def start(self) -> FakeUpstream:
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> FakeUpstream:
         app = web.Application(client_max_size=512 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
                                      shutdown_timeout=0.1)  # fmt: skip
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
+        site = web.TCPSite(self._runner, host, port)
+        try:
+            await site.start()
+        except OSError:
+            await self._runner.cleanup()
+            raise
+        self.host, self.port = host, self._runner.addresses[0][1]
         return self
 
     async def close(self) -> None:
