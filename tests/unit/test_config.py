@@ -259,3 +259,38 @@ def test_redis_without_a_loop_breaker_secret_is_a_warning() -> None:
     assert not config_warnings(parse_config(redis + "\nloop_breaker: {secret: shared}", env={}))
     assert not config_warnings(parse_config(redis + "\nloop_breaker: {enabled: false}", env={}))
     assert not config_warnings(parse_config(MINIMAL, env={}))
+
+
+def test_the_local_server_example_reads_the_variable_quick_start_teaches() -> None:
+    cfg = load_config(ROOT / "config/examples/local-vllm.yaml", env={"UPSTREAM_BASE_URL": "http://10.0.0.5:8000/v1"})
+    assert cfg.upstreams[0].base_url == "http://10.0.0.5:8000/v1"
+
+
+def test_every_variable_a_shipped_config_reads_is_named_in_the_readme() -> None:
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Configuration"):readme.index("## Performance")]
+    for path in sorted((ROOT / "config").rglob("*.yaml")):
+        for var in re.findall(r"\$\{([A-Z_]+)", path.read_text()):
+            assert f"`{var}`" in section, (path.name, var)
+        assert f"`config/{path.relative_to(ROOT / 'config')}`" in section, path.name
+
+
+def test_the_mixed_example_routes_each_agent_to_an_upstream_of_its_api() -> None:
+    from gateway.routing import pick_upstream
+
+    cfg = load_config(ROOT / "config/examples/mixed.yaml", env={})
+    routed = {m: getattr(pick_upstream(cfg.upstreams, m), "name", None)
+              for m in ("claude-sonnet-4-5", "claude-haiku-4-5", "gpt-5-codex", "o4-mini", "qwen3-coder")}
+    assert routed == {"claude-sonnet-4-5": "anthropic", "claude-haiku-4-5": "anthropic", "gpt-5-codex": "openai",
+                      "o4-mini": "openai", "qwen3-coder": "local"}
+    anthropic = cfg.upstreams[0]
+    assert anthropic.key_header == "x-api-key" and anthropic.base_url.endswith("/v1")
+
+
+def test_the_claude_code_example_sends_anthropic_its_key_its_way() -> None:
+    cfg = load_config(ROOT / "config/examples/claude-code.yaml", env={"ANTHROPIC_API_KEY": "sk-ant-x"})
+    (up,) = cfg.upstreams
+    assert (up.base_url, up.key_header, up.api_key, up.models) == (
+        "https://api.anthropic.com/v1", "x-api-key", "sk-ant-x", ("claude-*",))
