@@ -10,10 +10,12 @@ from gateway.pipeline.observe import user_agent_of
     [
         # Measured: the AI SDK (ai 6.0.326 + @ai-sdk/openai-compatible 2.0.92) on node 20.
         "ai/6.0.326 ai-sdk/provider-utils/4.0.65 runtime/node.js/v20.20.2",
-        # opencode puts `opencode/<version>` before the AI SDK's suffix (packages/opencode
-        # session/llm.ts); its dev builds carry a timestamp in the version.
+        # Captured from opencode 1.18.33 and the AI SDK's compatible package alone (main's
+        # tests/corpus/requests/chat-opencode-agent-step1.json, chat-ai-sdk-tool-loop-step1.json).
+        "opencode/1.18.33 ai-sdk/provider-utils/4.0.23 runtime/bun/1.3.14",
+        "ai-sdk/openai-compatible/2.0.92 ai-sdk/provider-utils/4.0.65 runtime/node.js/v20.20.2",
+        # Versions with a pre-release part stay whole.
         "opencode/0.0.0-dev-202511250012 ai-sdk/openai-compatible/1.0.27 ai-sdk/provider-utils/3.0.17 runtime/bun/1.3.2",
-        "opencode/1.0.150 ai-sdk/anthropic/2.0.45 ai-sdk/provider-utils/3.0.17 runtime/bun/1.3.2",
         "claude-cli/2.1.197 (external, sdk-cli)",
         "codex_exec/0.169.0 (Debian 12.0.0; x86_64) xterm-256color (codex_exec; 0.169.0)",
         "AsyncOpenAI/Python 2.54.0",
