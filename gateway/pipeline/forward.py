@@ -112,6 +112,8 @@ def full_pipeline(dialect: Dialect) -> Handler:
             asked = payload if call.translation is None else client_payload
             if inbound.stream and _answered_with_nothing(plan, outcome):
                 outcome = await _probe(svc, state, plan, call, asked, inbound)
+                if isinstance(outcome, Failure):
+                    state.empty_was = outcome.classification.type  # what the empty streams meant
             if isinstance(outcome, Failure) and _overflowed(outcome) and svc.cfg.compression.enabled:
                 outcome = await _overflow(svc, state, request, plan, call, asked, outcome)
         if canonical is not None:
