@@ -25,7 +25,7 @@ from gateway.pipeline.outcome import (
     gateway_failure,
     transport_failure,
 )
-from gateway.policy.classify import classify
+from gateway.policy.classify import classify, classify_stream_event
 from gateway.policy.retry import EMPTY_STREAM, RetryPlan
 from gateway.policy.retry_after import reset_at_ms
 from gateway.routing import response_headers
@@ -164,7 +164,7 @@ def _stream_error(svc: Services, payload: dict[str, Any]) -> Failure:
     # No byte has reached the client, so the error can still be an ordinary error response.
     status = error_status(payload)
     body = json.dumps(payload).encode()
-    c = classify(status or 500, {}, body, now_s=svc.wall())
+    c = classify_stream_event(payload, now_s=svc.wall())
     return Failure(c, status or _STATUS_FOR_TYPE[c.type], [("Content-Type", "application/json")], body)
 
 
