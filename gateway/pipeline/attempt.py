@@ -25,9 +25,10 @@ from gateway.pipeline.outcome import (
     gateway_failure,
     transport_failure,
 )
-from gateway.policy.classify import classify, classify_stream_event
+from gateway.policy.classify import RequestFacts, classify, classify_stream_event
 from gateway.policy.retry import EMPTY_STREAM, RetryPlan
 from gateway.policy.retry_after import reset_at_ms
+from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.routing import response_headers
 from gateway.services import Services, UpstreamRuntime
 from gateway.sse import EventSplitter, error_status
@@ -103,7 +104,9 @@ async def _exchange(svc: Services, state: RequestState, request: UpstreamRequest
     state.upstream_head_s = svc.monotonic() - sent
     try:
         if resp.status >= 400:
-            return _upstream_error(svc, resp.status, resp.headers, await resp.read(ERROR_BODY_LIMIT))
+            # The request's own size is evidence when the body only says "too large" (#22).
+            facts = RequestFacts(round(len(request.body) / BYTES_PER_TOKEN), call.up.cfg.context_window)
+            return _upstream_error(svc, resp.status, resp.headers, await resp.read(ERROR_BODY_LIMIT), facts)
         headers = response_headers(resp.headers)
         ctype = resp.headers.get("Content-Type", "")
         if mode is ReadMode.STREAM and ctype.startswith("text/event-stream"):
@@ -168,8 +171,10 @@ def _stream_error(svc: Services, payload: dict[str, Any]) -> Failure:
     return Failure(c, status or _STATUS_FOR_TYPE[c.type], [("Content-Type", "application/json")], body)
 
 
-def _upstream_error(svc: Services, status: int, headers: Mapping[str, str], body: bytes) -> Failure:
-    c = classify(status, _lower(headers), body, now_s=svc.wall())
+def _upstream_error(
+    svc: Services, status: int, headers: Mapping[str, str], body: bytes, facts: RequestFacts
+) -> Failure:
+    c = classify(status, _lower(headers), body, now_s=svc.wall(), request=facts)
     # Every SDK retries a 429; a budget error answered as 402 is not retried by anyone.
     answer = 402 if c.type is ErrorType.BUDGET else status
     return Failure(c, answer, response_headers(headers), body)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gateway.errors import Classification, ErrorType, TransportError
-from gateway.policy.classify import classify, classify_stream_event
+from gateway.policy.classify import RequestFacts, classify, classify_stream_event
 from gateway.stream_error import first_error_event
 
 CORPUS = Path(__file__).resolve().parents[2] / "corpus"
@@ -239,3 +239,52 @@ def test_huge_body_is_scanned_only_at_its_head() -> None:
     assert classify(400, {}, body + b" " * 10_000_000, now_s=NOW).type is ErrorType.CONTEXT_OVERFLOW
     late = b" " * 2_000_000 + body  # the words arrive after the parsed head: not read, not guessed at
     assert classify(400, {}, late, now_s=NOW).type is ErrorType.UNKNOWN
+
+
+def test_the_request_size_decides_a_bare_too_large() -> None:
+    # Step 6: a 413 that says only "too large" is an overflow when the request is bigger
+    # than the upstream's window, and stays a byte limit otherwise.
+    body = b'{"error": {"message": "Request Entity Too Large"}}'
+    big = classify(413, {}, body, now_s=NOW, request=RequestFacts(estimated_tokens=50_000, context_window=32_768))
+    small = classify(413, {}, body, now_s=NOW, request=RequestFacts(estimated_tokens=900, context_window=32_768))
+    assert (big.type, big.evidence) == (ErrorType.CONTEXT_OVERFLOW, "request:~50000 tokens > context_window 32768")
+    assert small.type is ErrorType.UNKNOWN and classify(413, {}, body, now_s=NOW).type is ErrorType.UNKNOWN
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "expected", "evidence"),
+    [
+        # Step 4: the stated wait outranks the named window, in either direction.
+        (429, b'{"error": {"message": "Monthly usage limit reached. Resets in 3 days."}}', ErrorType.BUDGET,
+         "horizon:259200s (body 'Resets in 3 days')"),
+        (429, b'{"error": {"message": "Daily request limit reached, try again in 20s"}}', ErrorType.RATE_LIMIT,
+         "horizon:20s (body 'try again in 20s')"),
+        (429, b'{"error": {"type": "usage_limit_reached", "resets_in_seconds": 40}}', ErrorType.BUDGET,
+         "code:usage_limit_reached"),
+        (429, b'{"error": {"message": "limit reached", "resets_in_seconds": 7200}}', ErrorType.BUDGET,
+         "horizon:7200s (body resets_in_seconds=7200)"),
+        (429, b'{"error": {"message": "TPM: Limit 1000, Used 0, Requested 4000"}}', ErrorType.CONTEXT_OVERFLOW,
+         "numbers:requested 4000 > per-minute limit 1000"),
+        (429, b'{"error": {"message": "TPM: Limit 1000, Used 900, Requested 400"}}', ErrorType.RATE_LIMIT,
+         "horizon:60s (window minute)"),
+        (400, b'{"error": {"message": "Quota exceeded for requests per day"}}', ErrorType.UNKNOWN, "status:400"),
+    ],
+)
+def test_numbers_and_horizon(status: int, body: bytes, expected: ErrorType, evidence: str) -> None:
+    c = classify(status, {}, body, now_s=NOW)
+    assert (c.type, c.evidence) == (expected, evidence)
+
+
+def test_a_rejected_unified_limit_resetting_hours_away_is_budget() -> None:
+    # Step 5: a subscription's window (Claude Code's anthropic-ratelimit-unified-* headers)
+    # says what a bare "rate_limit_error" body does not.
+    body = b'{"type": "error", "error": {"type": "rate_limit_error", "message": "Rate limited"}}'
+    headers = {"anthropic-ratelimit-unified-status": "rejected", "retry-after": "14400"}
+    c = classify(429, headers, body, now_s=NOW)
+    assert c.type is ErrorType.BUDGET and c.retry_after_s == 14400.0
+
+
+def test_stream_events_are_classified_by_the_same_rules_and_say_so() -> None:
+    payload = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    c = classify_stream_event(payload, now_s=NOW)
+    assert (c.type, c.evidence) == (ErrorType.PROVIDER_UNAVAILABLE, "stream code:overloaded_error")
