@@ -1,4 +1,5 @@
-"""``python -m gateway --config PATH`` (also the ``llm-gateway`` console script)."""
+"""``python -m gateway --config PATH`` (also the ``llm-gateway`` console script), and
+``llm-gateway classify ...``, which classifies one upstream error body (see classify_cli.py)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,19 @@ from gateway.config import ConfigError, config_warnings, load_config
 
 
 def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in[:1] == ["classify"]:
+        from gateway.classify_cli import main as classify_main
+
+        return classify_main(args_in[1:])
     parser = argparse.ArgumentParser(
-        prog="llm-gateway", description="An LLM gateway for OpenAI-compatible chat completions."
+        prog="llm-gateway",
+        description="An LLM gateway for OpenAI-compatible chat completions.",
+        epilog="llm-gateway classify --help: classify one upstream error body the way the gateway does",
     )
     parser.add_argument("--config", required=True, metavar="PATH", help="the gateway YAML file")
     parser.add_argument("--version", action="version", version=f"llm-gateway {__version__}")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(args_in)
     try:
         cfg = load_config(args.config)
     except ConfigError as e:
