@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gateway.errors import Classification, ErrorType, TransportError
+from gateway.errors import ErrorType, TransportError
 from gateway.policy.classify import RequestFacts, classify, classify_stream_event
-from gateway.stream_error import first_error_event
-
-CORPUS = Path(__file__).resolve().parents[2] / "corpus"
-NOW = 1_795_000_000.0  # 2026-11-18T11:06:40Z, fixed so dated headers are deterministic
+from tests.corpus_cases import CORPUS, HELD_OUT, IN_SAMPLE, NOW, body_bytes, classify_case
 
 # The providers and traps the corpus must keep covering (a deleted case fails loudly).
 PROVIDERS = {
@@ -71,16 +67,8 @@ TRAPS = {
 }
 
 
-def load_cases(folder: Path = CORPUS) -> list[dict[str, Any]]:
-    cases = []
-    for path in sorted(folder.glob("*.json")):
-        cases.extend({**case, "file": path.name} for case in json.loads(path.read_text())["cases"])
-    return cases
-
-
-CASES = load_cases()  # the rules were written against these
-HELD_OUT = load_cases(CORPUS / "heldout")  # ... and never against these (test_heldout.py)
-ALL_CASES = CASES + HELD_OUT
+CASES = IN_SAMPLE  # the rules were written against these
+ALL_CASES = CASES + HELD_OUT  # held-out bodies are measured in test_heldout.py
 # Every field a case may carry is explained in tests/corpus/README.md ("file" is added on load).
 DOCUMENTED_FIELDS = {
     "name", "provider", "origin", "status", "api", "stream", "headers", "body", "expected", "source", "file",
@@ -91,26 +79,6 @@ def test_readme_documents_every_case_field() -> None:
     readme = (CORPUS / "README.md").read_text()
     for field in DOCUMENTED_FIELDS - {"file"}:
         assert f"| `{field}" in readme, field  # "expected" is documented as expected.type, ...
-
-
-def body_bytes(body: Any) -> bytes:
-    return body.encode() if isinstance(body, str) else json.dumps(body).encode()
-
-
-def api_of(case: dict[str, Any]) -> str:
-    """The wire API the body came on: named by the case, else Anthropic's file is Messages."""
-    return str(case.get("api") or ("messages" if case["file"] == "anthropic.json" else "chat"))
-
-
-def classify_case(case: dict[str, Any]) -> Classification:
-    """As the gateway does: an HTTP error by its status, a streamed one by its error event."""
-    body = body_bytes(case["body"])
-    if case.get("stream"):
-        payload = first_error_event(api_of(case), body)
-        assert payload is not None, f"{case['name']}: the {api_of(case)} reader finds no error event"
-        return classify_stream_event(payload, now_s=NOW)
-    headers = {k.lower(): v for k, v in case["headers"].items()}
-    return classify(case["status"], headers, body, now_s=NOW)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
