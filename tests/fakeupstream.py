@@ -13,6 +13,9 @@ usage. Steps:
 * ``Hang(seconds)``: no response head for that long (then the connection is closed).
 * a callable ``f(request_json) -> step``: decided from the request.
 
+``fake.always = step`` answers every request with that step once the queue is empty (an
+upstream that fails the same way however often it is retried).
+
 With ``context_limit`` set, requests whose estimated size exceeds it are answered with
 OpenAI's real overflow error (the wording of the ``context_length_exceeded`` error as
 the OpenAI API returns it), computed from the request.
@@ -306,6 +309,7 @@ def overflow_error(limit: int, used: int, completion: int | None) -> Reply:
 class FakeUpstream:
     def __init__(self) -> None:
         self.steps: collections.deque[Step] = collections.deque()
+        self.always: Step | None = None  # answers every request once the queued steps are used up
         self.requests: list[Recorded] = []
         self.context_limit: int | None = None
         self.models_listing: dict[str, Any] | None = None  # what GET /models answers
@@ -404,7 +408,7 @@ class FakeUpstream:
             payload = json.loads(body) if body else {}
         except ValueError:
             payload = {}
-        step: Any = self.steps.popleft() if self.steps else None
+        step: Any = self.steps.popleft() if self.steps else self.always
         while callable(step):
             step = step(payload)
         if step is None:
