@@ -1,30 +1,31 @@
 """classify(status, headers, body) → Classification: what an upstream error *is*, and why.
 
 The class is decided from evidence, strongest first; the first piece of evidence that
-decides wins and is recorded in ``Classification.evidence`` (and in the request's log line):
+decides wins and is recorded in ``Classification.evidence`` (and in the request's log line).
+The steps are numbered as in ``docs/classification.md``:
 
-1. **No response** (connect error, reset, timeout) → ``provider_unavailable``.
-2. **Status 402** → ``budget``, whatever the body says.
-3. **Provider codes and types that name one class**: ``context_length_exceeded``,
+0. **No response** (connect error, reset, timeout) → ``provider_unavailable``.
+1. **Status 402** → ``budget``, whatever the body says.
+2. **Provider codes and types that name one class**: ``context_length_exceeded``,
    ``insufficient_quota``, ``usage_limit_reached``, ``overloaded_error``,
    ``MODEL_CAPACITY_EXHAUSTED``, ``invalid_api_key``, byte-limit codes, Google QuotaFailure
    quota ids (per day or zero → budget, per minute → rate limit). Generic types that
    providers reuse for other classes (``rate_limit_error``, ``invalid_request_error``,
-   ``server_error``, ``RESOURCE_EXHAUSTED``) are *weak* and only read at step 8.
-4. **Numbers in the body**: a request bigger than its per-minute window (``Limit 6000,
-   Requested 12328``) is an overflow; a limit's reset horizon (the wait the body or the
-   ``retry-after`` / reset headers state, else the window the wording names) an hour or more
-   away is a budget, less a rate limit; a quota of 0 is a budget.
-5. **Headers**: a ``*-remaining`` of 0 marks a limit the body did not name.
-6. **The request itself** (optional ``request=``): its estimated size against the upstream's
-   ``context_window`` or a stated per-minute limit, for bodies that say only "too large".
-7. **Wording by families of meaning** (``error_wording.py``): overflow, an empty balance,
-   a 5xx that blames the request, capacity, money, credentials, throttling.
-8. **Weak codes**, then **the status**: 401/403 auth, 429 rate limit, 5xx/408/529
+   ``server_error``) are *weak* and only read at step 7.
+3. **Numbers in the body**: a request bigger than its limit (``Limit 6000, Requested 12328``)
+   is an overflow; a limit's reset horizon (the wait the body or the ``retry-after`` / reset
+   headers state, else the window the wording names) an hour or more away is a budget, less a
+   rate limit; a quota of 0 is a budget.
+4. **Headers**: a ``*-remaining`` of 0 marks a limit the body did not name.
+5. **The request itself** (optional ``request=``): its estimated size against the upstream's
+   ``context_window``, for bodies that say only "too large" or nothing.
+6. **Wording by families of meaning** (``error_wording.py``): overflow, request bytes, an
+   empty balance, a 5xx that blames the request, capacity, money, credentials, throttling.
+7. **Weak codes**, then **the status**: 401/403 auth, 429 rate limit, 5xx/408/529
    provider unavailable, anything else unknown.
 
 Why this order, with the cases that pin each step, is in ``docs/classification.md``; the
-bodies are in ``tests/corpus/``. Pure: no I/OVERFLOW, no clock (``now_s`` is passed in), and
+bodies are in ``tests/corpus/``. Pure: no I/O, no clock (``now_s`` is passed in), and
 malformed bodies never raise.
 """
 
@@ -85,7 +86,7 @@ _REQUEST_INVALID_CODES = {"bad_input", "invalid_request_error", "badrequesterror
 
 @dataclass(frozen=True, slots=True)
 class RequestFacts:
-    """What the gateway knows of the request that failed (step 6): all optional."""
+    """What the gateway knows of the request that failed (step 5): all optional."""
 
     estimated_tokens: int | None = None
     context_window: int | None = None
@@ -93,7 +94,7 @@ class RequestFacts:
 
 @dataclass(frozen=True, slots=True)
 class _Evidence:
-    """What steps 4-8 read, gathered once."""
+    """What the steps read, gathered once."""
 
     status: int
     f: Fields
@@ -287,7 +288,7 @@ def _google_quota(f: Fields) -> tuple[ErrorType, str] | None:
     """Google RESOURCE_EXHAUSTED: its QuotaFailure quota ids tell per-day from per-minute.
 
     Gemini says "You exceeded your current quota ... billing details" for both, so only the
-    violations tell them apart. AUTH quota of 0 means the plan cannot use the model at all.
+    violations tell them apart. A quota of 0 means the plan cannot use the model at all.
     """
     for doc in f.docs:
         if doc.get("status") != "RESOURCE_EXHAUSTED":
