@@ -189,8 +189,11 @@ def _by_numbers(e: _Evidence) -> tuple[ErrorType, str] | None:
     horizon = _horizon(e)
     if horizon is None:
         return None
-    kind = BUDGET if horizon.seconds >= numbers.BUDGET_HORIZON_S else RATE
-    return kind, f"horizon:{horizon.seconds:g}s ({horizon.source})"
+    if horizon.seconds >= numbers.BUDGET_HORIZON_S:
+        return BUDGET, f"horizon:{horizon.seconds:g}s ({horizon.source})"
+    if status >= 500:
+        return None  # a failing server that mentions a short window is still failing
+    return RATE, f"horizon:{horizon.seconds:g}s ({horizon.source})"
 
 
 def _by_headers(e: _Evidence) -> tuple[ErrorType, str] | None:
@@ -270,8 +273,11 @@ def _is_limit(e: _Evidence) -> bool:
     """Whether the error is about a limit at all; only then does a reset horizon decide."""
     if e.status in (403, 429) or e.f.codes & (_THROTTLE_CODES | _BUDGET_CODES):
         return True
-    named = numbers.named_window_s(e.f.text) is not None
-    return e.status >= 500 and named and bool(words.LIMIT.search(e.f.text))
+    # On a 5xx only a day-long (or longer) allowance named in words counts ("500,000 per day"):
+    # a failing server's prose mentions hours and limits for other reasons.
+    named = numbers.named_window_s(e.f.text)
+    daily = named is not None and named.seconds >= 86400
+    return e.status >= 500 and daily and bool(words.LIMIT.search(e.f.text))
 
 
 def _horizon(e: _Evidence) -> numbers.Horizon | None:

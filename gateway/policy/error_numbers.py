@@ -112,7 +112,8 @@ def named_window_s(text: str) -> Horizon | None:
         if m:
             hours = next((g for g in m.groups() if g), None) if m.groups() else None
             span = seconds * int(hours) if hours and name == "hours" else seconds
-            return Horizon(span, f"window {name}")
+            if span > 0:
+                return Horizon(span, f"window {name}")
     return None
 
 
