@@ -197,15 +197,12 @@ def _by_numbers(e: _Evidence) -> tuple[ErrorType, str] | None:
 
 
 def _by_headers(e: _Evidence) -> tuple[ErrorType, str] | None:
-    if e.status not in (400, 403, 429) and not 500 <= e.status < 600:
+    # OpenAI and Anthropic send their window headers on every response: a 400 about the
+    # request, or an outage, is not a rate limit because some window happens to be spent.
+    if e.status not in (403, 429):
         return None
-    exhausted = [
-        k for k, v in e.headers.items()
-        if (k.endswith("-remaining") or k.startswith("x-ratelimit-remaining")) and v.strip() == "0"
-    ]  # fmt: skip
-    if e.headers.get("anthropic-ratelimit-unified-status", "").strip() == "rejected":
-        exhausted.append("anthropic-ratelimit-unified-status")
-    if exhausted and e.status < 500:
+    exhausted = _spent_windows(e.headers)
+    if exhausted:
         wait = server_wait_s(e.headers, None, e.now_s)
         if wait is not None and wait >= numbers.BUDGET_HORIZON_S:
             return BUDGET, f"header:{exhausted[0]}=0, resets in {wait:g}s"
@@ -271,8 +268,10 @@ def _by_status(status: int) -> tuple[ErrorType, str]:
 
 def _is_limit(e: _Evidence) -> bool:
     """Whether the error is about a limit at all; only then does a reset horizon decide."""
-    if e.status in (403, 429) or e.f.codes & (_THROTTLE_CODES | _BUDGET_CODES):
+    if e.status == 429 or e.f.codes & (_THROTTLE_CODES | _BUDGET_CODES):
         return True
+    if e.status == 403:
+        return bool(words.LIMIT.search(e.f.text))
     # On a 5xx only a day-long (or longer) allowance named in words counts ("500,000 per day"):
     # a failing server's prose mentions hours and limits for other reasons.
     named = numbers.named_window_s(e.f.text)
@@ -284,10 +283,26 @@ def _horizon(e: _Evidence) -> numbers.Horizon | None:
     stated = numbers.stated_wait_s(e.f.text, e.f.docs, e.now_s)
     if stated is not None:
         return stated
-    wait = server_wait_s(e.headers, _first_doc(e.f), e.now_s)
+    # retry-after / retry-after-ms / RetryInfo are a wait for this error; the window reset
+    # headers ride on every response and count only when their window is spent.
+    wait = server_wait_s(e.headers, _first_doc(e.f), e.now_s, rate_limit_resets=False)
     if wait is not None:
-        return numbers.Horizon(wait, "header or RetryInfo")
+        return numbers.Horizon(wait, "retry-after or RetryInfo")
+    if _spent_windows(e.headers):
+        wait = server_wait_s(e.headers, None, e.now_s)
+        if wait is not None:
+            return numbers.Horizon(wait, "reset header of a spent window")
     return numbers.named_window_s(e.f.text)
+
+
+def _spent_windows(headers: Mapping[str, str]) -> list[str]:
+    spent = [
+        k for k, v in headers.items()
+        if (k.endswith("-remaining") or k.startswith("x-ratelimit-remaining")) and v.strip() == "0"
+    ]  # fmt: skip
+    if headers.get("anthropic-ratelimit-unified-status", "").strip() == "rejected":
+        spent.append("anthropic-ratelimit-unified-status")
+    return spent
 
 
 def _google_quota(f: Fields) -> tuple[ErrorType, str] | None:

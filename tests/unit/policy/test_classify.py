@@ -256,3 +256,14 @@ def test_stream_events_are_classified_by_the_same_rules_and_say_so() -> None:
     payload = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
     c = classify_stream_event(payload, now_s=NOW)
     assert (c.type, c.evidence) == (ErrorType.PROVIDER_UNAVAILABLE, "stream code:overloaded_error")
+
+
+def test_a_spent_window_header_does_not_make_a_400_a_rate_limit() -> None:
+    # Window headers ride on every OpenAI response: only a 403/429 is read as that limit.
+    headers = {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "2h0m0s"}
+    body = b'{"error": {"message": "Invalid value for temperature", "type": "invalid_request_error"}}'
+    assert classify(400, headers, body, now_s=NOW).type is ErrorType.UNKNOWN
+    assert classify(403, headers, b"{}", now_s=NOW).evidence == "header:x-ratelimit-remaining-requests=0, resets in 7200s"
+    # ... and a 403 about access, with every window to spare, stays auth.
+    fresh = {"x-ratelimit-remaining-requests": "499", "x-ratelimit-reset-requests": "6m0s"}
+    assert classify(403, fresh, b'{"error": {"message": "Project does not have access"}}', now_s=NOW).type is ErrorType.AUTH
