@@ -1,4 +1,5 @@
-"""``python -m gateway --config PATH`` (also the ``llm-gateway`` console script)."""
+"""``python -m gateway --config PATH`` (also the ``llm-gateway`` console script), and
+``llm-gateway classify ...``, which classifies one upstream error body (see classify_cli.py)."""
 
 from __future__ import annotations
 
@@ -26,10 +27,16 @@ GET /metrics (Prometheus), /healthz and /readyz are for operators."""
 EPILOG = """\
 examples:
   llm-gateway --config config/gateway.yaml
-  python -m gateway.fake --port 9000     # a fake upstream to try failures without a provider"""
+  python -m gateway.fake --port 9000     # a fake upstream to try failures without a provider
+  llm-gateway classify --help            # classify one upstream error body the way the gateway does"""
 
 
 def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in[:1] == ["classify"]:
+        from gateway.classify_cli import main as classify_main
+
+        return classify_main(args_in[1:])
     parser = argparse.ArgumentParser(
         prog="llm-gateway", description=DESCRIPTION, epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -39,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the gateway YAML file (config/gateway.yaml; more in config/examples/)",
     )  # fmt: skip
     parser.add_argument("--version", action="version", version=f"llm-gateway {__version__}")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(args_in)
     try:
         cfg = load_config(args.config)
     except ConfigError as e:

@@ -43,6 +43,7 @@ from gateway.fake.steps import Drop, Hang, Recorded, Reply, Step, Stream
 class FakeUpstream:
     def __init__(self) -> None:
         self.steps: collections.deque[Step] = collections.deque()
+        self.always: Step | None = None  # answers every request once the queued steps are used up
         self.requests: list[Recorded] = []
         self.context_limit: int | None = None
         self.models_listing: dict[str, Any] | None = None  # what GET /models answers
@@ -146,7 +147,7 @@ class FakeUpstream:
             payload = json.loads(body) if body else {}
         except ValueError:
             payload = {}
-        step: Any = self.steps.popleft() if self.steps else None
+        step: Any = self.steps.popleft() if self.steps else self.always
         while callable(step):
             step = step(payload)
         if step is None:

@@ -157,7 +157,7 @@ async def _retry(
             svc.telemetry.retries.labels(up.cfg.name, c.type.value).inc()
         log.debug({"request_id": state.request_id, "event": "retry", "upstream": up.cfg.name,
                    "status": outcome.status, "error_type": c.type.value, "code": c.provider_code,
-                   "wait_s": round(wait_s, 3)})  # fmt: skip
+                   "evidence": c.evidence, "wait_s": round(wait_s, 3)})  # fmt: skip
 
     async def one() -> Outcome:
         return await attempt(svc, state, plan, call, body)

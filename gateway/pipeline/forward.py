@@ -256,7 +256,7 @@ def _from_memory(svc: Services, state: RequestState, hit: Recalled) -> Failure:
     wait = hit.retry_after_s(svc.wall()) if named else None
     if wait is not None:
         c = Classification(c.type, c.retryable, float(wait), round((svc.wall() + wait) * 1000),
-                           c.provider_code, c.message)  # fmt: skip
+                           c.provider_code, c.message, c.evidence)  # fmt: skip
     return Failure(c, hit.status, list(hit.headers), hit.body, final=True)
 
 

@@ -189,6 +189,8 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
     }
     if c is not None and c.provider_code:
         record["provider_code"] = c.provider_code[:64]
+    if error_type is not None and c is not None and c.evidence:
+        record["evidence"] = c.evidence[:120]  # what decided the class: codes and numbers, never a prompt
     if state.compression is not None:
         record["compression"] = state.compression
     if state.ended_by is not None:
