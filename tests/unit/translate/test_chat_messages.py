@@ -1,4 +1,4 @@
-"""Chat completions client → Anthropic Messages upstream (``translate/chat_messages.py``).
+"""Chat completions client → Anthropic Messages upstream (``translate/chat_messages/``).
 
 Requests are the real ones the openai SDK and the Vercel AI SDK sent (tests/corpus/requests/
 chat-*.json); answers and streams are real Anthropic ones (tests/corpus/answers/messages-*).
