@@ -197,6 +197,8 @@ def _upstream_error(
     c = classify(status, _lower(headers), body, now_s=svc.wall(), request=facts)
     # Every SDK retries a 429; a budget error answered as 402 is not retried by anyone.
     answer = 402 if c.type is ErrorType.BUDGET else status
+    if c.type is ErrorType.CONTEXT_OVERFLOW and (status == 429 or status >= 500):
+        answer = 400  # a request too big for the window fails the same way every time
     return Failure(c, answer, response_headers(headers), body, upstream_status=status)
 
 
