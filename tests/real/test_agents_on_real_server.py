@@ -124,13 +124,13 @@ def test_codex_prints_an_answer_from_a_chat_only_server(chat_only_gateway: Gatew
 @pytest.mark.parametrize("stream", [False, True])
 def test_the_anthropic_sdk_gets_valid_messages(chat_only_gateway: Gateway, stream: bool) -> None:
     client = anthropic.Anthropic(base_url=chat_only_gateway.base, api_key="dummy", timeout=180)
-    kw = {"model": "claude-sonnet-4-5", "max_tokens": 32, "messages": [{"role": "user", "content": "Hi!"}]}
+    kw = {"model": "claude-opus-4-8", "max_tokens": 32, "messages": [{"role": "user", "content": "Hi!"}]}
     if stream:
         with client.messages.stream(**kw) as s:  # type: ignore[arg-type]
             msg = s.get_final_message()
     else:
         msg = client.messages.create(**kw)  # type: ignore[call-overload]
-    assert msg.type == "message" and msg.model == "claude-sonnet-4-5" and msg.role == "assistant"
+    assert msg.type == "message" and msg.model == "claude-opus-4-8" and msg.role == "assistant"
     assert msg.content and msg.content[0].type == "text" and msg.content[0].text
     assert msg.stop_reason in ("end_turn", "max_tokens") and msg.usage.output_tokens > 0
     assert msg.usage.input_tokens > 0
