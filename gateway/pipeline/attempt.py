@@ -78,7 +78,7 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
         first_byte_timeout_s=max(0.001, min(svc.cfg.timeouts.first_byte_s, plan.remaining_s())),
     )  # fmt: skip
     outcome = await _exchange(svc, state, request, call)
-    if isinstance(outcome, Failure) and plan.answered_with_nothing(outcome.classification):
+    if isinstance(outcome, Failure) and plan.unexplained(outcome.classification):
         state.empty_attempts.append(call.up.cfg.name)  # counted once known what it was
         return outcome
     label = outcome.classification.type.value if isinstance(outcome, Failure) else "success"
