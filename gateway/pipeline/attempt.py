@@ -87,7 +87,7 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
     outcome = await _exchange(svc, state, request, call)
     if call.translation is not None and isinstance(outcome, Failure) and outcome.own is None:
         outcome.foreign = _foreign(call, outcome, len(body))
-    if isinstance(outcome, Failure) and plan.answered_with_nothing(outcome.classification):
+    if isinstance(outcome, Failure) and plan.unexplained(outcome.classification):
         state.empty_attempts.append(call.up.cfg.name)  # counted once known what it was
         return outcome
     label = outcome.classification.type.value if isinstance(outcome, Failure) else "success"

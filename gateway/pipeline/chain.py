@@ -151,7 +151,7 @@ async def _retry(
         here += 1
         state.retries += 1
         c = outcome.classification
-        if plan.answered_with_nothing(c):
+        if plan.unexplained(c):
             state.empty_retries.append(up.cfg.name)  # counted once known what it was (observe)
         else:
             svc.telemetry.retries.labels(up.cfg.name, c.type.value).inc()

@@ -306,11 +306,11 @@ async def _probe(
     # The probe is not a stream: a cut is an ordinary transport failure again (a pooled
     # connection the server closed after the empty stream, say), retried as usual.
     streaming = plan.empty_is_final
-    plan.empty_is_final, plan.last_code = False, None
+    plan.empty_is_final, plan.last_code, plan.probing = False, None, True
     try:
         return await _probe_once(svc, state, plan, call, payload, inbound)
     finally:
-        plan.empty_is_final = streaming  # a rescue streams again
+        plan.empty_is_final, plan.probing = streaming, False  # a rescue streams again
 
 
 async def _probe_once(

@@ -48,9 +48,10 @@ class RequestState:
     continued_after: str | None = None  # why a stream broke before a continuation completed it
     ended_by: str | None = None  # why a committed response ended early (reset, idle_timeout, shutdown…)
     usage: dict[str, int] = field(default_factory=dict)
-    # Attempts that came back as an empty stream, and the retries they caused (upstream names):
-    # what they were is known only once the probe has asked (an overflow, on llama-cpp-python),
-    # so they are counted when the request ends, under `empty_was` (see observe).
+    # Attempts that came back as an empty stream (and the probe's cut of the connection the
+    # server closed after one), and the retries they caused, by upstream name: what they were is
+    # known only once the probe is answered (an overflow, on llama-cpp-python), so they are
+    # counted when the request ends, under `empty_was` (see observe, RetryPlan.unexplained).
     empty_attempts: list[str] = field(default_factory=list)
     empty_retries: list[str] = field(default_factory=list)
     empty_was: ErrorType = ErrorType.PROVIDER_UNAVAILABLE

@@ -68,6 +68,7 @@ class RetryPlan:
     # The request is bigger than the upstream's context window: an empty stream is then its
     # answer (servers that fail a stream after its head send nothing), not worth a retry.
     empty_is_final: bool = False
+    probing: bool = False  # the pipeline is asking again without streaming after an empty stream
     retries: dict[ErrorType, int] = field(default_factory=dict)
     stopped: StopReason | None = None
 
@@ -124,6 +125,13 @@ class RetryPlan:
         """An empty stream; for a request bigger than the window also a cut before the head
         (llama-cpp-python's server closes the connection that way when a stream fails)."""
         return c.provider_code == EMPTY_STREAM or (self.empty_is_final and c.provider_code == "reset")
+
+    def unexplained(self, c: Classification) -> bool:
+        """Whether a failure says nothing yet about the provider: an answer of nothing (above),
+        or, while probing, a cut before the head (llama-cpp-python drops the pooled connection
+        after such a stream, so the probe's first try finds it closed). What they were is known
+        once the probe is answered: an overflow, usually, not an outage."""
+        return self.answered_with_nothing(c) or (self.probing and c.provider_code == "reset")
 
     def _stop(self, reason: StopReason) -> float | None:
         self.stopped = reason

@@ -7,9 +7,7 @@ import json
 
 from tests.convo import agent_conversation
 from tests.fakeupstream import (
-    Reply as R,
-)
-from tests.fakeupstream import (
+    Drop,
     Stream,
     anthropic_message,
     chat_completion,
@@ -17,6 +15,9 @@ from tests.fakeupstream import (
     estimate_tokens,
     overflow_error,
     response_object,
+)
+from tests.fakeupstream import (
+    Reply as R,
 )
 
 EMPTY = Stream([], then="eof")
@@ -151,3 +152,25 @@ async def test_an_empty_stream_for_a_request_bigger_than_the_window_is_probed_at
     }
     status, _, _ = await gw.chat()
     assert status == 200
+
+
+async def test_the_probes_cut_of_a_dropped_connection_is_counted_as_what_the_probe_found(make_gateway) -> None:
+    """llama-cpp-python, measured (tests/real): the streamed overflow is cut before its head, and
+    the connection it leaves in the pool is closed, so the probe's first try is cut too."""
+    gw = await make_gateway(upstream_yaml=", context_window: 6000")
+    limit, probes = 6000, []
+
+    def server(payload):
+        used = estimate_tokens(payload)
+        if used <= limit:
+            return None
+        if payload.get("stream"):
+            return Drop()
+        probes.append(used)
+        return Drop() if len(probes) == 1 else overflow_error(limit, used, None)
+
+    gw.fake.script(*[server] * 10)
+    status, headers, body = await gw.chat({"model": "gpt-4o-mini", "stream": True,
+                                           "messages": agent_conversation(30)})
+    assert status == 200 and headers["x-llm-compressed"] == "true" and headers["x-llm-attempts"] == "4"
+    assert counts(gw) == ({"context_overflow": 3, "success": 1}, {"context_overflow": 1})

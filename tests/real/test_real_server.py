@@ -367,7 +367,14 @@ def test_empty_overflowing_stream_is_rescued_or_classified_within_four_attempts(
     context_overflow, within at most 4 upstream attempts (the failed stream, which this server
     cuts before its head; one non-streaming probe that learns the limit, plus one reconnect
     when the server has dropped the pooled connection it would reuse; the compressed stream),
-    and it does not count against the circuit breaker."""
+    and it does not count against the circuit breaker, nor as the provider's failure: none of its
+    attempts or retries is provider_unavailable (the retry-ratio alert reads those)."""
+    unavailable = [
+        ("llm_gateway_upstream_attempts_total", {"upstream": "llama", "outcome": "provider_unavailable"}),
+        ("llm_gateway_retries_total", {"upstream": "llama", "error_type": "provider_unavailable"}),
+        ("llm_gateway_upstream_attempts_total", {"upstream": "llama", "outcome": "context_overflow"}),
+    ]
+    before = [gateway.metric(n, **labels) for n, labels in unavailable]
     try:
         r = client.chat.completions.with_raw_response.create(
             model=MODEL,
@@ -391,3 +398,7 @@ def test_empty_overflowing_stream_is_rescued_or_classified_within_four_attempts(
         assert chunks[-1].choices[0].finish_reason in ("stop", "length", "tool_calls")
     assert gateway.metric("llm_gateway_circuit_open", upstream="llama", model="*") == 0
     assert gateway.metric("llm_gateway_circuit_open", upstream="llama", model=MODEL) == 0
+    after = [gateway.metric(n, **labels) for n, labels in unavailable]
+    print(f"empty overflowing stream: attempts/retries provider_unavailable and attempts context_overflow "
+          f"{before} -> {after}")
+    assert after[:2] == before[:2] and after[2] > before[2]
