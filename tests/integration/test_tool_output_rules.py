@@ -5,10 +5,12 @@ everything else), a translated request, and the metrics and log counts."""
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pytest
 
+from gateway.logs import JsonFormatter
 from tests.fakeupstream import estimate_tokens
 from tests.tool_convo import (
     chat_outputs,
@@ -138,3 +140,15 @@ async def test_no_rules_change_nothing_byte_for_byte(make_gateway) -> None:
     body = json.dumps(chat_payload(CALLS)).encode()
     status, _, _ = await gw.chat(data=body, headers={"Content-Type": "application/json"})
     assert status == 200 and gw.fake.chat_requests()[0].body == body
+
+
+async def test_the_log_line_has_the_counts_and_reasons_and_no_content(make_gateway, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="gateway")
+    gw = await make_gateway(UPFRONT)
+    status, _, _ = await gw.chat(chat_payload(CALLS))
+    assert status == 200
+    lines = [JsonFormatter().format(r) for r in caplog.records]
+    [record] = [json.loads(line) for line in lines if '"event":"request"' in line]
+    assert record["tool_outputs"] == {"upfront": {"projected": 1, "excluded": 1, "cut": 0,
+                                                  "projection_fallbacks": {"not_json": 1}}}  # fmt: skip
+    assert SECRET not in "\n".join(lines) and "plain text" not in "\n".join(lines)

@@ -4,6 +4,7 @@ falls back to the raw output, and the config that builds it."""
 from __future__ import annotations
 
 import json
+import re
 
 import jmespath
 import pytest
@@ -89,3 +90,18 @@ def test_config_builds_the_policy_and_rejects_a_bad_expression() -> None:
     assert problem.startswith("tool_outputs.rules[0].project: ") and "not a JMESPath expression" in problem
     with pytest.raises(ConfigError, match="oversized"):
         parse_config(MINIMAL + "tool_outputs: {rules: [{tool: x, oversized: drop}]}\n", env={})
+
+
+def readme_example(first_line: str) -> str:
+    """One of README's "Tool outputs" example configs, by the comment it starts with."""
+    from tests.unit.test_contract import README
+
+    found = re.search(r"```yaml\n(# " + re.escape(first_line) + r".*?)```", README, re.S)
+    assert found is not None, first_line
+    return found.group(1)
+
+
+@pytest.mark.parametrize("first_line", ["coding agent:", "application with API tools:"])
+def test_the_readme_examples_are_valid_configs(first_line: str) -> None:
+    cfg = parse_config(MINIMAL + readme_example(first_line), env={})
+    assert tool_output_policy(cfg.tool_outputs).rules
