@@ -27,7 +27,7 @@ from gateway.pipeline.admit import expect_continue
 from gateway.pipeline.observe import observed
 from gateway.policy.breaker import CircuitState
 from gateway.policy.loop_breaker import LoopBreaker
-from gateway.services import SERVICES, Services, UpstreamRuntime
+from gateway.services import SERVICES, Services, UpstreamRuntime, tool_output_policy
 from gateway.state import SharedBudget, SharedCircuit, StateMetrics, StateStore, build_store
 from gateway.telemetry import Telemetry
 from gateway.upstream import AiohttpSender, Sender, pool_size
@@ -74,6 +74,7 @@ def create_app(
         sleep=sleep,
         rand=rand,
         auth=ClientAuth.from_config(cfg),
+        tool_outputs=tool_output_policy(cfg.tool_outputs),
     )
 
     telemetry.in_flight.set_function(lambda: svc.in_flight)

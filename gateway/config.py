@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any, Literal, Self
 from urllib.parse import urlsplit
 
+import jmespath
 import yaml
+from jmespath.exceptions import JMESPathError
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -298,6 +300,44 @@ class CompressionConfig(_Model):
     max_tool_output_share: float | None = Field(default=None, gt=0, le=0.5)
 
 
+class ToolRuleConfig(_Model):
+    """What to do with the outputs of the tools whose name matches ``tool`` (a glob)."""
+
+    tool: str = Field(min_length=1)
+    # A JMESPath expression applied to the output's JSON before any cut or cap; the raw
+    # output is kept when it is not JSON or the expression fails or selects nothing.
+    project: str | None = None
+    # An output still above the limit: cut to head + tail, or replaced by a structured
+    # "oversized" result the model can act on.
+    oversized: Literal["cut", "exclude"] = "cut"
+    max_tokens: int | None = Field(default=None, ge=64)  # this tool's limit (else tool_outputs')
+    max_share: float | None = Field(default=None, gt=0, le=1)
+
+    @field_validator("project")
+    @classmethod
+    def _compiles(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                jmespath.compile(v)
+            except JMESPathError as e:
+                # jmespath's message draws a caret under the expression over three lines; the
+                # config error is one line per problem.
+                first = str(e).splitlines()[0].rstrip(" ,:") if str(e) else "parse error"
+                raise ValueError(f"not a JMESPath expression: {first}") from None
+        return v
+
+
+class ToolOutputsConfig(_Model):
+    """Per-tool projection and oversized-output policy (README "Tool outputs")."""
+
+    # Enforce the limits before the first send too; off: only when the provider said the
+    # conversation is too long (projections are applied up front whenever a rule has one).
+    upfront: bool = False
+    max_share: float = Field(default=0.3, gt=0, le=1)  # of the upstream's context_window
+    max_tokens: int | None = Field(default=None, ge=64)  # with both, the smaller wins
+    rules: tuple[ToolRuleConfig, ...] = ()  # first match wins; unmatched tools: cut, as always
+
+
 class StateConfig(_Model):
     """Where cross-request state lives: ``memory`` (this process) or ``redis`` (shared by replicas)."""
 
@@ -354,6 +394,7 @@ class GatewayConfig(_Model):
     circuit_breaker: CircuitBreakerConfig = CircuitBreakerConfig()
     timeouts: TimeoutsConfig = TimeoutsConfig()
     compression: CompressionConfig = CompressionConfig()
+    tool_outputs: ToolOutputsConfig = ToolOutputsConfig()
     state: StateConfig = StateConfig()
     loop_breaker: LoopBreakerConfig = LoopBreakerConfig()
     fallback: FallbackConfig = FallbackConfig()

@@ -15,8 +15,9 @@ from aiohttp import web
 
 from gateway.apis.base import Dialect
 from gateway.auth import ClientAuth
-from gateway.config import GatewayConfig, UpstreamConfig
+from gateway.config import GatewayConfig, ToolOutputsConfig, UpstreamConfig
 from gateway.policy.loop_breaker import LoopBreaker
+from gateway.policy.tool_outputs import ToolOutputPolicy, ToolRule
 from gateway.routing import Outbound, pick_upstream, upstream_url
 from gateway.state import SharedBudget, SharedCircuit, StateStore
 from gateway.telemetry import Telemetry
@@ -84,6 +85,7 @@ class Services:
     # is a pure function of the model; clients send few distinct ones.
     chains: dict[str | None, list[UpstreamRuntime] | None] = field(default_factory=dict)
     translations: Translations = field(default_factory=default_translations)
+    tool_outputs: ToolOutputPolicy = field(default_factory=ToolOutputPolicy)
 
     def chain_for(self, model: str | None) -> list[UpstreamRuntime] | None:
         """The upstream whose model globs match first, then its fallbacks (read-only list)."""
@@ -96,6 +98,13 @@ class Services:
         if len(self.chains) < _CHAINS_MAX:  # model names come from clients
             self.chains[model] = chain
         return chain
+
+
+
+def tool_output_policy(cfg: ToolOutputsConfig) -> ToolOutputPolicy:
+    """The pure policy of the ``tool_outputs`` config, its expressions compiled once."""
+    rules = tuple(ToolRule.of(r.tool, r.project, r.oversized, r.max_tokens, r.max_share) for r in cfg.rules)
+    return ToolOutputPolicy(rules, cfg.upfront, cfg.max_share, cfg.max_tokens)
 
 
 SERVICES = web.AppKey("llm_services", Services)

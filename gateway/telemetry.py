@@ -253,6 +253,12 @@ class Telemetry:
             p + "continuations", "Streams broken mid-answer that were continued, or could not be.",
             ["upstream", "outcome"], registry=registry,
         )  # fmt: skip
+        self.tool_outputs = Counter(
+            p + "tool_outputs",
+            "Tool outputs changed by the per-tool policy (projected, excluded, cut) or kept raw when "
+            "their projection could not apply, by stage (upfront, rescue) and the reason it could not.",
+            ["stage", "outcome", "reason"], registry=registry,
+        )  # fmt: skip
         self.fallbacks = Counter(
             p + "fallbacks", "Requests handed from one upstream to its fallback, by the reason.",
             ["upstream", "fallback", "error_type"], registry=registry,

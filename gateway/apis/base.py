@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.errors import Classification
 from gateway.policy.compress import CompressionResult
+from gateway.policy.tool_outputs import Stage, Tally, ToolOutputPolicy
 
 if TYPE_CHECKING:
     from gateway.apis.replay import Trim
@@ -32,6 +33,8 @@ Splice = Callable[[bytes], bytes]
 
 # A payload with its tool outputs capped (None: nothing changed), and how many were cut.
 Capped = tuple[dict[str, Any] | None, int]
+# A payload after the per-tool output policy (None: nothing changed), and what it did.
+Applied = tuple[dict[str, Any] | None, Tally]
 
 
 # Not frozen: made once per request, and a frozen dataclass's __init__ (object.__setattr__
@@ -143,8 +146,14 @@ class Dialect(Protocol):
         ...
 
     def compress(
-        self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None
+        self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None,
+        removed_tokens: float = 0.0,
     ) -> CompressionResult: ...
+
+    def tool_outputs(self, payload: Mapping[str, Any], policy: ToolOutputPolicy, stage: Stage) -> Applied:
+        """The per-tool output policy (projection, cut or exclusion) applied to every tool
+        output, each named by the call it answers; None when nothing changed."""
+        ...
 
     def without_stream(self, payload: Mapping[str, Any]) -> dict[str, Any]:
         """The same request, asking for a buffered answer (the empty-stream probe)."""

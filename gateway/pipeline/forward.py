@@ -47,8 +47,10 @@ from gateway.pipeline.outcome import (
 from gateway.pipeline.relay import relay, rendered
 from gateway.policy.clients import client_deadline_s, compacts_itself
 from gateway.policy.loop_breaker import Answer, Recalled
+from gateway.policy.overflow_limits import parse_overflow
 from gateway.policy.retry import RetryPlan
 from gateway.policy.tokens import BYTES_PER_TOKEN, content_tokens, request_tokens
+from gateway.policy.tool_outputs import Stage, Tally
 from gateway.routing import UnsafePath, request_headers, upstream_url
 from gateway.services import SERVICES, Services, UpstreamRuntime
 from gateway.translate import Leg, NoLeg, Translation
@@ -280,7 +282,17 @@ async def _remember(
 def _cap_tool_outputs(
     svc: Services, state: RequestState, dialect: Dialect, up: UpstreamRuntime, payload: dict[str, Any]
 ) -> dict[str, Any]:
-    """The opt-in proactive cap on single tool outputs, before anything is sent."""
+    """Before anything is sent: the per-tool projections (whenever a rule has one), the
+    per-tool limits (when ``tool_outputs.upfront``), then the opt-in cap on every output."""
+    policy = svc.tool_outputs
+    if policy.rules:
+        upfront = policy.upfront
+        stage = Stage("upfront", project=True, cut=upfront, exclude=upfront, window=up.cfg.context_window)
+        handled, tally = dialect.tool_outputs(payload, policy, stage)
+        _count_tool_outputs(svc, state, stage, tally)
+        if handled is not None:
+            payload = handled
+            state.tool_outputs_capped += tally.cut
     cfg = svc.cfg.compression
     caps = [cfg.max_tool_output_tokens] if cfg.max_tool_output_tokens else []
     if cfg.max_tool_output_share and up.cfg.context_window:
@@ -290,8 +302,20 @@ def _cap_tool_outputs(
     capped, count = dialect.cap_tool_outputs(payload, min(caps))
     if capped is None:
         return payload
-    state.tool_outputs_capped = count
+    state.tool_outputs_capped += count
     return capped
+
+
+def _count_tool_outputs(svc: Services, state: RequestState, stage: Stage, tally: Tally) -> None:
+    """Metrics and the log line's ``tool_outputs`` (counts and reasons, never content)."""
+    counter = svc.telemetry.tool_outputs
+    for outcome, n in (("projected", tally.projected), ("excluded", tally.excluded), ("cut", tally.cut)):
+        if n:
+            counter.labels(stage.name, outcome, "none").inc(n)
+    for reason, n in tally.fallbacks.items():
+        counter.labels(stage.name, "kept_raw", reason).inc(n)
+    if tally.changed or tally.fallbacks:
+        state.tool_outputs = {**(state.tool_outputs or {}), stage.name: tally.report()}
 
 
 def _answered_with_nothing(plan: RetryPlan, outcome: Outcome) -> bool:
@@ -362,15 +386,20 @@ async def _rescue(
     numbers are about the client's own request, which is what an agent trims from."""
     up = call.up
     counter = svc.telemetry.compressions
+    message = overflow.classification.message
+    excluded, removed = _exclude_oversized(svc, state, up, payload, message)
+    payload = excluded if excluded is not None else payload
     result = state.dialect.compress(
-        payload, error_message=overflow.classification.message, context_window=up.cfg.context_window
+        payload, error_message=message, context_window=up.cfg.context_window, removed_tokens=removed
     )
     state.compression = {"outcome": result.outcome, **result.report}
-    if result.payload is None:
+    # Outputs excluded are sent even when nothing more could be removed: the one retry is theirs.
+    retry = result.payload if result.payload is not None else excluded
+    if retry is None:
         counter.labels(up.cfg.name, "not_applicable").inc()
         return overflow
     state.compressed = True
-    body = _body_for(call, result.payload)
+    body = _body_for(call, retry)
     if isinstance(body, Failure):
         counter.labels(up.cfg.name, "not_applicable").inc()
         return overflow
@@ -379,6 +408,22 @@ async def _rescue(
     state.compression["outcome"] = label
     counter.labels(up.cfg.name, label).inc()
     return overflow if label == "still_overflow" else outcome
+
+
+def _exclude_oversized(
+    svc: Services, state: RequestState, up: UpstreamRuntime, payload: dict[str, Any], message: str | None
+) -> tuple[dict[str, Any] | None, float]:
+    """The rescue's first step: outputs of ``exclude`` tools above their limit (a share of the
+    window the provider stated, else the upstream's) replaced by the structured result, and
+    the tokens that removed (compression calibrates against the request the provider counted)."""
+    policy = svc.tool_outputs
+    if not any(r.oversized == "exclude" for r in policy.rules):
+        return None, 0.0
+    window = parse_overflow(message).limit or up.cfg.context_window
+    stage = Stage("rescue", project=False, cut=False, exclude=True, window=window)
+    handled, tally = state.dialect.tool_outputs(payload, policy, stage)
+    _count_tool_outputs(svc, state, stage, tally)
+    return handled, tally.tokens_removed if handled is not None else 0.0
 
 
 def _with(inbound: Inbound, payload: dict[str, Any]) -> Inbound:

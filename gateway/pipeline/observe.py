@@ -193,6 +193,8 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
         record["evidence"] = c.evidence[:120]  # what decided the class: codes and numbers, never a prompt
     if state.compression is not None:
         record["compression"] = state.compression
+    if state.tool_outputs is not None:
+        record["tool_outputs"] = state.tool_outputs
     if state.ended_by is not None:
         record["ended_by"] = state.ended_by  # a response cut short after it started
     if state.continued_after is not None:

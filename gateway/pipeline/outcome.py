@@ -34,6 +34,7 @@ class RequestState:
     compressed: bool = False
     translated: str | None = None  # "messages->chat": the client's API and the upstream's
     tool_outputs_capped: int = 0  # by the opt-in proactive cap, before the first send
+    tool_outputs: dict[str, Any] | None = None  # what the per-tool policy did, per stage (counts)
     compression: dict[str, Any] | None = None
     classification: Classification | None = None  # the final error, if the answer is one
     # The gateway settled retrying for this request (it retried, or declined because of the

@@ -71,8 +71,12 @@ class CompressionResult:
 
 
 def compress(
-    payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None
+    payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None,
+    removed_tokens: float = 0.0,
 ) -> CompressionResult:
+    """``removed_tokens``: what was already taken out of the request the error is about
+    (oversized tool outputs excluded in the rescue), so the provider's count is matched
+    against our estimate of the request it counted."""
     messages = payload.get("messages")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
         return _not_applicable(0, 0, "no messages")
@@ -85,7 +89,8 @@ def compress(
     # can each make ours several times too low); capping it would aim above the provider's
     # limit and the one retry would overflow again. The only bound is from below: assuming
     # the provider counts more than it said can only cut more, never aim too high.
-    scale = max(MIN_SCALE, limits.prompt / raw_total) if limits.prompt else 1.0
+    seen = raw_total + removed_tokens  # our estimate of the request the provider counted
+    scale = max(MIN_SCALE, limits.prompt / seen) if limits.prompt else 1.0
     before = round(raw_total * scale)
     limit = limits.limit or context_window
     source = "provider" if limits.limit else "context_window" if context_window else "estimate"
@@ -110,10 +115,10 @@ def compress(
         # Cutting the conversation to make room for a huge max_tokens would waste it.
         completion_out = min(completion, max(MIN_COMPLETION_TOKENS, budget // 4)) if completion else 0
         budget -= completion_out
-        if not limits.prompt and before <= budget:
+        if not limits.prompt and round(seen) <= budget:
             # The provider counted more than our estimate; without its count, assume ours
-            # is low by the gap we can see and aim well under the current size.
-            budget = round(before * 0.8)
+            # is low by the gap we can see and aim well under the size it refused.
+            budget = min(budget, round(seen * 0.8))
     target_raw = budget / scale - (raw_total - sum(sizes))  # what the messages may use
 
     planned = plan(messages, sizes, target_raw)

@@ -5,6 +5,7 @@ answer. Codex refuses ``wire_api = "chat"``, so this is the only way it reaches 
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -144,3 +145,48 @@ def test_codex_compacts_its_own_history_on_a_chat_upstream(
     assert "COMPACTION" in compaction["messages"][-1]["content"]
     assert any("SUMMARY-1" in m["content"] for m in turn["messages"] if m["role"] == "user")
     assert turn["messages"][-1] == {"role": "user", "content": "again"}
+
+
+@pytest.fixture(scope="module")
+def rules_gateway(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
+    rules = "tool_outputs:\n  upfront: true\n  rules:\n    - {tool: exec_command, oversized: exclude, max_tokens: 500}\n"
+    gw = launch_cli(fake, tmp_path_factory.mktemp("codexrules"), rules,
+                    upstream_yaml=", apis: [chat], model_map: {'gpt-*': qwen}")  # fmt: skip
+    yield gw
+    gw.stop()
+
+
+def test_codex_gets_the_structured_result_for_an_oversized_shell_output_and_narrows(
+    codex: Path,  # noqa: F811
+    rules_gateway: RunningGateway,
+    upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    """Codex's exec_command output (a Responses function_call_output) above the rule's 500
+    tokens reaches the model as the structured result; the scripted model narrows only when
+    it sees it, and the narrower command's output passes whole."""
+    seen: list[str] = []
+
+    def model(payload: dict[str, Any]) -> Stream:
+        tools = [m for m in payload["messages"] if m["role"] == "tool"]
+        if not tools:
+            seen.append("none")
+            return call("call_big", "exec_command", '{"cmd":"seq 1 20000"}')
+        if '"status": "oversized"' in tools[-1]["content"]:
+            seen.append("oversized")
+            return call("call_small", "exec_command", '{"cmd":"seq 1 5"}')
+        seen.append("narrow")
+        return text(("Done.",))
+
+    upstream.script(*[model] * 5)
+    r = run_codex(codex, rules_gateway, tmp_path, "Count to twenty thousand with seq")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "Done." and seen == ["none", "oversized", "narrow"]
+    _, second, third = sent(upstream)
+    [big] = [m for m in second["messages"] if m["role"] == "tool"]
+    result = json.loads(big["content"])
+    assert big["tool_call_id"] == "call_big" and result["tool"] == "exec_command" and result["limit_tokens"] == 500
+    small = [m for m in third["messages"] if m["role"] == "tool"][-1]
+    assert small["tool_call_id"] == "call_small" and "Process exited with code 0" in small["content"]
+    for body in (second, third):
+        assert "19999" not in json.dumps(body)  # nothing of the big output reached the upstream

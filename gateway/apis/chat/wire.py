@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.apis.base import (
+    Applied,
     Capped,
     Ending,
     EventKind,
@@ -26,11 +27,13 @@ from gateway.apis.base import (
 )
 from gateway.apis.chat import replay as chat_replay
 from gateway.apis.chat import resume as chat_continue
+from gateway.apis.chat.tool_outputs import apply_tool_policy
 from gateway.apis.common import ShownText, admit_messages, overflow_numbers, token_counts, upstream_detail
 from gateway.apis.replay import Trim, is_replay, trimmed
 from gateway.apis.synthesize import chat_stream
 from gateway.errors import Classification, ErrorType
 from gateway.policy.compress import CompressionResult, cap_tool_outputs, compress
+from gateway.policy.tool_outputs import Stage, ToolOutputPolicy
 from gateway.sse import Event, encode_data, error_payload, parse_event
 
 _FINISHED = (b'"finish_reason":"', b'"finish_reason": "', b"[DONE]")
@@ -76,9 +79,15 @@ class OpenAIChat:
         return chat_usage(doc.get("usage"))
 
     def compress(
-        self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None
+        self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None,
+        removed_tokens: float = 0.0,
     ) -> CompressionResult:
-        return compress(payload, error_message=error_message, context_window=context_window)
+        return compress(
+            payload, error_message=error_message, context_window=context_window, removed_tokens=removed_tokens
+        )
+
+    def tool_outputs(self, payload: Mapping[str, Any], policy: ToolOutputPolicy, stage: Stage) -> Applied:
+        return apply_tool_policy(payload, policy, stage)
 
     def without_stream(self, payload: Mapping[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in payload.items() if k != "stream_options"} | {"stream": False}

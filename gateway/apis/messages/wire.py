@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.apis.base import (
+    Applied,
     Capped,
     Ending,
     EventKind,
@@ -38,11 +39,13 @@ from gateway.apis.common import ShownText, admit_messages, overflow_numbers, ups
 from gateway.apis.messages import replay as anthropic_replay
 from gateway.apis.messages import resume as anthropic_continue
 from gateway.apis.messages.compress import cap_tool_results, compress_messages
+from gateway.apis.messages.tool_outputs import apply_tool_policy
 from gateway.apis.replay import Trim, is_replay, trimmed
 from gateway.apis.synthesize import anthropic_stream
 from gateway.errors import Classification, ErrorType
 from gateway.policy.compress import CompressionResult
 from gateway.policy.tokens import BYTES_PER_TOKEN
+from gateway.policy.tool_outputs import Stage, ToolOutputPolicy
 from gateway.sse import error_payload, parse_event
 
 _TYPE_FOR_STATUS = {
@@ -108,9 +111,15 @@ class AnthropicMessages:
         return anthropic_usage(doc.get("usage"))
 
     def compress(
-        self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None
+        self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None,
+        removed_tokens: float = 0.0,
     ) -> CompressionResult:
-        return compress_messages(payload, error_message=error_message, context_window=context_window)
+        return compress_messages(
+            payload, error_message=error_message, context_window=context_window, removed_tokens=removed_tokens
+        )
+
+    def tool_outputs(self, payload: Mapping[str, Any], policy: ToolOutputPolicy, stage: Stage) -> Applied:
+        return apply_tool_policy(payload, policy, stage)
 
     def without_stream(self, payload: Mapping[str, Any]) -> dict[str, Any]:
         return {**payload, "stream": False}

@@ -36,7 +36,8 @@ _OUTPUTS = frozenset({
 
 
 def compress_input(
-    payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None
+    payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None,
+    removed_tokens: float = 0.0,
 ) -> CompressionResult:
     if payload.get("previous_response_id"):
         return _ask_for_truncation(payload)
@@ -50,7 +51,8 @@ def compress_input(
         view["max_tokens"] = payload["max_output_tokens"]
         view.pop("max_output_tokens")
     view["messages"] = head + _to_view(items)
-    result = compress(view, error_message=error_message, context_window=context_window)
+    result = compress(view, error_message=error_message, context_window=context_window,
+                    removed_tokens=removed_tokens)
     if result.payload is None:
         return result
     out = dict(payload)

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.apis.base import (
+    Applied,
     Capped,
     Ending,
     EventKind,
@@ -38,9 +39,11 @@ from gateway.apis.replay import Trim, is_replay, trimmed
 from gateway.apis.responses import replay as responses_replay
 from gateway.apis.responses import resume as responses_continue
 from gateway.apis.responses.compress import cap_outputs, compress_input
+from gateway.apis.responses.tool_outputs import apply_tool_policy
 from gateway.apis.synthesize import responses_stream
 from gateway.errors import Classification
 from gateway.policy.compress import CompressionResult
+from gateway.policy.tool_outputs import Stage, ToolOutputPolicy
 from gateway.sse import parse_event
 
 _CONTENTLESS = frozenset({"response.created", "response.in_progress", "response.queued"})
@@ -91,9 +94,15 @@ class OpenAIResponses:
         return responses_usage(doc.get("usage"))
 
     def compress(
-        self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None
+        self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None,
+        removed_tokens: float = 0.0,
     ) -> CompressionResult:
-        return compress_input(payload, error_message=error_message, context_window=context_window)
+        return compress_input(
+            payload, error_message=error_message, context_window=context_window, removed_tokens=removed_tokens
+        )
+
+    def tool_outputs(self, payload: Mapping[str, Any], policy: ToolOutputPolicy, stage: Stage) -> Applied:
+        return apply_tool_policy(payload, policy, stage)
 
     def without_stream(self, payload: Mapping[str, Any]) -> dict[str, Any]:
         return {**payload, "stream": False}
