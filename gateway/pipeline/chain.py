@@ -7,6 +7,10 @@ the shared counts, and while another upstream is left to try, one upstream gets 
 ``fallback.retries_per_upstream`` of them before the request moves on. So a permanent
 outage of every upstream costs at most ``1 + max_retries`` attempts plus one per fallback.
 
+A *silent* upstream (no connection, no response head, or no visible output within its
+timeout) gets no retry while a fallback is left: each of its failures costs a whole timeout,
+while a 5xx, 529 or reset is answered fast and is often gone on the next try.
+
 An upstream whose circuit is open, or whose rate limit is known not to reset yet, is
 skipped while a later upstream is left (steering); the last one is always tried, so a
 request without a usable fallback gets the same answer it would have had without any.
@@ -21,7 +25,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gateway.errors import Classification, ErrorType
+from gateway.errors import Classification, ErrorType, TransportError
 from gateway.pipeline.attempt import Call, attempt, circuit_open
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, failure_of
 from gateway.policy.breaker import Admission, Gate, circuit_key
@@ -33,6 +37,12 @@ log = logging.getLogger("gateway.decisions")
 # The gateway settled retrying for these (it retried, or declined to protect the provider
 # or hand a long wait back): the client's SDK must not retry on top.
 _SETTLED = frozenset({StopReason.EXHAUSTED, StopReason.BUDGET, StopReason.DEADLINE, StopReason.WAIT_TOO_LONG})
+
+# Failures that cost a whole timeout each: not retried on the same upstream while a fallback is left.
+SILENT = frozenset({
+    TransportError.CONNECT_TIMEOUT.value, TransportError.FIRST_BYTE_TIMEOUT.value,
+    TransportError.FIRST_TOKEN_TIMEOUT.value,
+})  # fmt: skip
 
 
 @dataclass
@@ -154,7 +164,7 @@ async def _retry(
             return False  # a half-open circuit's probe is one attempt
         if next_up is None or retries_cap is None or not _fails_over_class(svc, c, up, next_up):
             return True  # only failures that will move on are cut short
-        return here < retries_cap
+        return c.provider_code not in SILENT and here < retries_cap
 
     plan.hop_cap = may_continue
     try:

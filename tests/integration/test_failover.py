@@ -1,0 +1,106 @@
+"""Failing over like a careful client (issue #29): a silent upstream is left after one
+timeout while a fallback remains, and the stock ``openai`` SDK sees one complete answer.
+
+Upstream calls are counted per upstream; nothing here asserts a duration.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+
+import openai
+import pytest
+
+from tests.fakeupstream import FakeUpstream, Hang, Reply
+from tests.integration.conftest import Gateway
+
+UNAVAILABLE = Reply(503, {"error": {"message": "The server is overloaded", "type": "server_error", "code": None}})
+PROMPT = [{"role": "user", "content": "hi"}]
+
+MakePair = Callable[..., Awaitable[tuple[Gateway, FakeUpstream, FakeUpstream]]]
+
+
+@pytest.fixture
+async def make_pair(make_gateway) -> AsyncIterator[MakePair]:  # type: ignore[no-untyped-def]
+    fakes: list[FakeUpstream] = []
+
+    async def make(extra: str = "", primary_extra: str = "", backup_extra: str = "",
+                   primary_url: str | None = None) -> tuple[Gateway, FakeUpstream, FakeUpstream]:
+        primary = await FakeUpstream().start()
+        backup = await FakeUpstream().start()
+        fakes.extend((primary, backup))
+        gw = await make_gateway(extra, fake=primary, upstreams=(
+            f"  - {{name: primary, base_url: '{primary_url or primary.url}', fallbacks: [backup]{primary_extra}}}\n"
+            f"  - {{name: backup, base_url: '{backup.url}', models: ['never-routed-here']{backup_extra}}}\n"))
+        return gw, primary, backup
+
+    yield make
+    for fake in fakes:
+        await fake.close()
+
+
+async def _streamed_text(gw: Gateway) -> tuple[str, dict[str, str]]:
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="k")  # stock settings: max_retries=2
+    try:
+        raw = await client.chat.completions.with_raw_response.create(
+            model="gpt-4o-mini", messages=PROMPT, stream=True)  # type: ignore[arg-type]
+        text = "".join([c.choices[0].delta.content or "" async for c in raw.parse() if c.choices])
+        return text, dict(raw.headers)
+    finally:
+        await client.close()
+
+
+async def test_a_silent_primary_is_left_after_one_first_byte_timeout(make_pair: MakePair) -> None:
+    gw, primary, backup = await make_pair()
+    primary.script(Hang(30), Hang(30))
+    text, headers = await _streamed_text(gw)
+    assert text == "Hello from fake."
+    assert headers["x-llm-upstream"] == "backup" and headers["x-llm-fallbacks"] == "1"
+    # One first_byte_s on the silent primary, not two: no retry while a fallback is left.
+    assert len(primary.chat_requests()) == 1 and len(backup.chat_requests()) == 1
+    assert headers["x-llm-attempts"] == "2"
+
+
+async def test_a_5xx_still_gets_its_retry_on_the_primary_before_the_fallback(make_pair: MakePair) -> None:
+    gw, primary, backup = await make_pair()
+    primary.script(UNAVAILABLE, UNAVAILABLE)
+    text, headers = await _streamed_text(gw)
+    assert text == "Hello from fake." and headers["x-llm-upstream"] == "backup"
+    assert len(primary.chat_requests()) == 2 and len(backup.chat_requests()) == 1
+
+
+@pytest.fixture
+def unanswered_port() -> Iterator[int]:
+    """A loopback port whose accept queue is full: the kernel drops further SYNs, so a
+    connect times out exactly as against a host that has gone silent."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)
+    port = server.getsockname()[1]
+    fillers = []
+    for _ in range(3):
+        c = socket.socket()
+        c.setblocking(False)
+        try:
+            c.connect(("127.0.0.1", port))
+        except BlockingIOError:
+            pass
+        fillers.append(c)
+    try:
+        yield port
+    finally:
+        for c in fillers:
+            c.close()
+        server.close()
+
+
+async def test_a_primary_that_never_accepts_is_left_after_one_connect_timeout(
+    make_pair: MakePair, unanswered_port: int
+) -> None:
+    gw, _, backup = await make_pair(primary_url=f"http://127.0.0.1:{unanswered_port}/v1")
+    text, headers = await _streamed_text(gw)
+    assert text == "Hello from fake." and headers["x-llm-upstream"] == "backup"
+    assert headers["x-llm-attempts"] == "2" and len(backup.chat_requests()) == 1
+    assert gw.metric("llm_gateway_upstream_attempts_total", upstream="primary",
+                     outcome="provider_unavailable") == 1
