@@ -115,6 +115,9 @@ class UpstreamConfig(_Model):
     # `status: in_progress`), or `prefix` (DeepSeek, Mistral prefix completion). Never
     # assumed: `none` ends a broken stream with one typed error, as without continuation.
     continuation: Literal["none", "prefill", "continue_final_message", "prefix"] = "none"
+    # This upstream's own timeouts.first_token_s (a reasoning model thinks longer before its
+    # first token than a small fast one); unset: the global value.
+    first_token_s: float | None = Field(default=None, gt=0)
     # Set by GatewayConfig: with client keys in use, what a client sends in its credential
     # headers is a gateway key, never a provider key, so it must not travel upstream.
     _client_keys_in_use: bool = PrivateAttr(default=False)
@@ -203,6 +206,11 @@ class FallbackConfig(_Model):
 class TimeoutsConfig(_Model):
     connect_s: float = Field(default=10.0, gt=0)
     first_byte_s: float = Field(default=300.0, gt=0)
+    # From sending a streamed request to its first visible event (text, a tool call, thinking;
+    # not the contentless head events or keep-alive pings). As long as first_byte_s by default:
+    # a streamed request may think as long as an unstreamed one may before its head, so slow
+    # reasoning models are not cut, yet a stream that only sends pings is bounded. null: off.
+    first_token_s: float | None = Field(default=300.0, gt=0)
     idle_s: float = Field(default=120.0, gt=0)
 
 

@@ -6,13 +6,15 @@ Upstream calls are counted per upstream; nothing here asserts a duration.
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import openai
 import pytest
 
-from tests.fakeupstream import FakeUpstream, Hang, Reply
+from gateway.config import parse_config
+from tests.fakeupstream import FakeUpstream, Hang, Reply, Stream, chunk
 from tests.integration.conftest import Gateway
 
 UNAVAILABLE = Reply(503, {"error": {"message": "The server is overloaded", "type": "server_error", "code": None}})
@@ -104,3 +106,53 @@ async def test_a_primary_that_never_accepts_is_left_after_one_connect_timeout(
     assert headers["x-llm-attempts"] == "2" and len(backup.chat_requests()) == 1
     assert gw.metric("llm_gateway_upstream_attempts_total", upstream="primary",
                      outcome="provider_unavailable") == 1
+
+
+# A head at once, then only keep-alive comments for ~9 s before the first token: no idle
+# timeout ever fires, only a limit on the time to the first visible event can.
+SLOW_FIRST_TOKEN = Stream([b": ping\n\n"] * 30 + [chunk({"role": "assistant", "content": "late"}),
+                                                  chunk({}, finish="stop")], delay_s=0.3)
+
+
+async def test_a_slow_first_token_falls_over_before_anything_reached_the_client(
+    make_pair: MakePair, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.decisions")
+    gw, primary, backup = await make_pair(primary_extra=", first_token_s: 0.5")
+    primary.script(SLOW_FIRST_TOKEN, SLOW_FIRST_TOKEN)
+    text, headers = await _streamed_text(gw)
+    assert text == "Hello from fake."  # the backup's answer alone: nothing of the primary's
+    assert headers["x-llm-upstream"] == "backup" and headers["x-llm-attempts"] == "2"
+    assert len(primary.chat_requests()) == 1 and len(backup.chat_requests()) == 1
+    assert gw.metric("llm_gateway_upstream_timeouts_total", upstream="primary", kind="first_token_timeout") == 1
+    assert gw.metric("llm_gateway_upstream_attempts_total", upstream="primary",
+                     outcome="provider_unavailable") == 1
+    logged = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "first_token_timeout"]
+    assert len(logged) == 1 and logged[0]["upstream"] == "primary" and "first_token_s" in logged[0]["reason"]
+
+
+async def test_without_a_fallback_a_slow_first_token_is_retried_on_the_same_upstream(make_gateway) -> None:  # type: ignore[no-untyped-def]
+    gw = await make_gateway("", ", first_token_s: 0.5")
+    gw.fake.script(SLOW_FIRST_TOKEN)
+    text, headers = await _streamed_text(gw)
+    assert text == "Hello from fake." and headers["x-llm-attempts"] == "2"
+    assert len(gw.fake.chat_requests()) == 2
+
+
+async def test_the_limit_ends_at_the_first_visible_event(make_pair: MakePair) -> None:
+    gw, primary, backup = await make_pair(primary_extra=", first_token_s: 1.0")
+    words = [chunk({"role": "assistant", "content": w}) for w in "a slow but steady answer".split()]
+    # The first word comes in time; the whole answer takes several times the limit.
+    primary.script(Stream([*words, *words, chunk({}, finish="stop")], delay_s=0.2))
+    text, headers = await _streamed_text(gw)
+    assert text == "aslowbutsteadyanswer" * 2 and headers["x-llm-upstream"] == "primary"
+    assert backup.chat_requests() == []
+
+
+def test_first_token_s_is_on_by_default_and_per_upstream() -> None:
+    cfg = parse_config("upstreams: [{name: a, base_url: 'http://x/v1'}, {name: b, base_url: 'http://y/v1', "
+                       "first_token_s: 20}]\n", env={})
+    assert cfg.timeouts.first_token_s == cfg.timeouts.first_byte_s == 300
+    assert cfg.upstreams[0].first_token_s is None and cfg.upstreams[1].first_token_s == 20
+    off = parse_config("upstreams: [{name: a, base_url: 'http://x/v1'}]\ntimeouts: {first_token_s: null}\n", env={})
+    assert off.timeouts.first_token_s is None
