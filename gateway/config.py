@@ -183,7 +183,11 @@ class RetryConfig(_Model):
 
 class CircuitBreakerConfig(_Model):
     failure_threshold: int = Field(default=5, gt=0)
+    # The longest a circuit stays open before a probe (see policy/breaker.open_period_s).
     open_s: float = Field(default=30.0, gt=0)
+    # The first open period, and every one while the upstream has a fallback to carry its
+    # traffic: a recovered primary is back within about this long under steady traffic.
+    probe_interval_s: float = Field(default=5.0, gt=0)
     # Consecutive failures open the circuit of the failing model only; the whole upstream's
     # circuit opens once a failure streak spans this many distinct models (a provider outage).
     models_to_open: int = Field(default=2, ge=1)

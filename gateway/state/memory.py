@@ -120,9 +120,9 @@ class MemoryStore:
             out.append(rec)
         return out
 
-    async def circuit_open(self, key: str, until: float, ttl_s: float) -> None:
+    async def circuit_open(self, key: str, until: float, ttl_s: float, probes: int = 0) -> None:
         rec = self._circuits.get(key) or CLOSED
-        self._circuits.put(key, replace(rec, open_until=until), ttl_s)
+        self._circuits.put(key, replace(rec, open_until=until, probes=probes), ttl_s)
 
     async def circuit_clear(self, keys: Sequence[str]) -> None:
         for k in keys:

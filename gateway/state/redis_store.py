@@ -77,6 +77,7 @@ def _record(raw: dict[bytes, bytes]) -> CircuitRecord:
     return CircuitRecord(
         failures=int(raw.get(b"f", 0)),
         open_until=float(raw.get(b"u", 0)),
+        probes=int(raw.get(b"p", 0)),
         models=frozenset(models),
     )
 
@@ -175,13 +176,13 @@ class RedisStore:
 
         return await self._guard("circuit_fail", remote, lambda: _value(mine))
 
-    async def circuit_open(self, key: str, until: float, ttl_s: float) -> None:
-        await self.local.circuit_open(key, until, ttl_s)
+    async def circuit_open(self, key: str, until: float, ttl_s: float, probes: int = 0) -> None:
+        await self.local.circuit_open(key, until, ttl_s, probes)
 
         async def remote() -> None:
             k = self._p + "c:" + key
             pipe = self._r.pipeline(transaction=True)
-            pipe.hset(k, "u", repr(until))
+            pipe.hset(k, mapping={"u": repr(until), "p": probes})
             pipe.pexpire(k, _ms(ttl_s))
             await pipe.execute()
 

@@ -18,6 +18,7 @@ Per request, the pipeline calls::
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable
 
 from gateway.config import CircuitBreakerConfig, RetryBudgetConfig
@@ -29,6 +30,7 @@ from gateway.policy.breaker import (
     Gate,
     admit,
     circuit_key,
+    open_period_s,
     should_open,
 )
 from gateway.state.store import StateStore
@@ -43,8 +45,11 @@ class SharedCircuit:
     A healthy request costs no store round trip: records are read at most every ``cache_s``
     per key (and re-read at once after this replica changed them). A failure costs two writes,
     a success one write only when there was a failure streak to clear. While a circuit is
-    half-open exactly one request across all replicas is let through (a claim with a TTL of
-    ``probe_ttl_s``, so a replica that dies mid-probe does not wedge the circuit).
+    half-open exactly one request across all replicas is let through: each open period has one
+    probe claim (keyed by the period's end, with a TTL of ``probe_ttl_s`` so that a replica
+    that dies mid-probe does not wedge the circuit). A probe keeps its claim when it is done,
+    so a replica whose cached record still shows the period that just ended cannot probe it
+    again; the next period (``open_period_s``) has a claim of its own.
 
     ``on_change(model, state)`` reports the transitions this replica makes; ``model`` is None
     for the upstream-wide circuit.
@@ -60,6 +65,8 @@ class SharedCircuit:
         distinct_models: int = 2,
         probe_ttl_s: float = 60.0,
         cache_s: float = 0.2,
+        has_fallback: bool = False,
+        rand: Callable[[], float] = random.random,
         on_change: Callable[[str | None, CircuitState], None] = lambda _m, _s: None,
     ) -> None:
         self._store = store
@@ -70,6 +77,8 @@ class SharedCircuit:
         self._probe_ttl_s = probe_ttl_s
         self._cache_s = cache_s
         self._on_change = on_change
+        self._has_fallback = has_fallback
+        self._rand = rand
         self._cache: dict[str, tuple[float, CircuitRecord]] = {}
         self._key_cache: dict[str | None, list[str]] = {}
         # A failure streak lives a few open periods, then is forgotten rather than left stale.
@@ -122,7 +131,7 @@ class SharedCircuit:
                     recs[1] if model is not None else CLOSED, self._clock())
         if adm.gate is Gate.PROBE:
             assert adm.key is not None
-            if not await self._store.probe_claim(adm.key, self._probe_ttl_s):
+            if not await self._store.probe_claim(_claim_key(adm), self._probe_ttl_s):
                 return Admission(Gate.REFUSE, adm.key, 1.0)  # someone else's probe is in flight
             self._on_change(self._model_of(adm.key, model), CircuitState.HALF_OPEN)
         return adm
@@ -137,13 +146,15 @@ class SharedCircuit:
         if adm.gate is Gate.PROBE:
             assert adm.key is not None
             who = self._model_of(adm.key, model)
+            # The claim is kept either way (it dies with its TTL): the period it names has
+            # ended, and a replica that read that period before this write must not probe it.
             if failed:
-                await self._store.circuit_open(adm.key, now + self._cfg.open_s, self._ttl_s)
+                probes = adm.probes + 1
+                await self._store.circuit_open(adm.key, now + self._period_s(probes), self._ttl_s, probes)
                 self._on_change(who, CircuitState.OPEN)
             else:
                 await self._store.circuit_clear(keys)
                 self._on_change(who, CircuitState.CLOSED)
-            await self._store.probe_release(adm.key)
         elif failed:
             items = [(keys[0], model or "-")] + ([(keys[1], "")] if model is not None else [])
             recs = await self._store.circuit_fail(items, self._ttl_s)
@@ -153,7 +164,7 @@ class SharedCircuit:
                 # itself, so it needs no spread across models to open the upstream circuit.
                 spread = self._distinct if wide and model is not None else None
                 if should_open(rec, self._cfg.failure_threshold, spread):
-                    await self._store.circuit_open(key, now + self._cfg.open_s, self._ttl_s)
+                    await self._store.circuit_open(key, now + self._period_s(0), self._ttl_s)
                     self._on_change(None if wide else model, CircuitState.OPEN)
         elif any(c is not None and c[1].failures for c in map(self._cache.get, keys)):
             await self._store.circuit_clear(keys)
@@ -171,10 +182,21 @@ class SharedCircuit:
     async def abandon(self, adm: Admission) -> None:
         """The client left before an answer: free the probe slot, record nothing."""
         if adm.gate is Gate.PROBE and adm.key is not None:
-            await self._store.probe_release(adm.key)
+            await self._store.probe_release(_claim_key(adm))
+
+    def _period_s(self, failed_probes: int) -> float:
+        cfg = self._cfg
+        return open_period_s(failed_probes, cfg.probe_interval_s, cfg.open_s,
+                             has_fallback=self._has_fallback, rand=self._rand())  # fmt: skip
 
     def _model_of(self, key: str, model: str | None) -> str | None:
         return None if key == circuit_key(self._upstream) else model
+
+
+def _claim_key(adm: Admission) -> str:
+    """One probe per open period: the period's end names its claim (exact, as stored)."""
+    assert adm.key is not None
+    return f"{adm.key}@{adm.until!r}"
 
 
 class SharedBudget:

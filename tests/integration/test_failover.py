@@ -7,13 +7,19 @@ Upstream calls are counted per upstream; nothing here asserts a duration.
 from __future__ import annotations
 
 import logging
+import random
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
+import aiohttp
 import openai
 import pytest
+from aiohttp import web
+from prometheus_client import CollectorRegistry
 
+from gateway.app import create_app
 from gateway.config import parse_config
+from gateway.server import make_runner
 from tests.fakeupstream import FakeUpstream, Hang, Reply, Stream, chunk
 from tests.integration.conftest import Gateway
 
@@ -156,3 +162,58 @@ def test_first_token_s_is_on_by_default_and_per_upstream() -> None:
     assert cfg.upstreams[0].first_token_s is None and cfg.upstreams[1].first_token_s == 20
     off = parse_config("upstreams: [{name: a, base_url: 'http://x/v1'}]\ntimeouts: {first_token_s: null}\n", env={})
     assert off.timeouts.first_token_s is None
+
+
+class Clock:
+    """Wall-clock time for the circuits, moved by the test: one request per simulated second."""
+
+    def __init__(self) -> None:
+        self.t = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+async def _gateway_on(clock: Clock, primary: FakeUpstream, backup: FakeUpstream) -> AsyncIterator[Gateway]:
+    cfg = parse_config(
+        "upstreams:\n"
+        f"  - {{name: primary, base_url: '{primary.url}', fallbacks: [backup]}}\n"
+        f"  - {{name: backup, base_url: '{backup.url}', models: ['never-routed-here']}}\n"
+        "loop_breaker: {enabled: false}\n", env={})  # README defaults otherwise: threshold 5, open_s 30, interval 5
+    registry = CollectorRegistry()
+
+    async def no_sleep(_s: float) -> None:
+        return None
+
+    app = create_app(cfg, registry=registry, sleep=no_sleep, wall=clock, rand=random.Random(29).random)
+    runner = make_runner(app, shutdown_timeout=0.5)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    async with aiohttp.ClientSession() as session:
+        yield Gateway(f"http://127.0.0.1:{runner.addresses[0][1]}", primary, session, registry, app)
+    await runner.cleanup()
+
+
+@pytest.mark.parametrize("outage_s", [40, 60, 100])
+async def test_a_recovered_primary_is_used_again_within_seconds_under_steady_traffic(outage_s: int) -> None:
+    clock = Clock()
+    start = clock.t
+    async with FakeUpstream() as primary, FakeUpstream() as backup:
+        primary.script(*[lambda _p: UNAVAILABLE if clock.t < start + outage_s else None] * 1000)
+        gateways = _gateway_on(clock, primary, backup)
+        gw = await anext(gateways)
+        served_by: list[tuple[float, str, int]] = []  # (second, upstream, primary calls so far)
+        for second in range(outage_s + 30):
+            clock.t = start + second
+            status, headers, _ = await gw.chat()
+            assert status == 200  # every request answered: by the backup during the outage
+            served_by.append((second, headers["x-llm-upstream"], len(primary.chat_requests())))
+        await anext(gateways, None)
+    back = next(s for s, up, _ in served_by if up == "primary" and s >= outage_s)
+    assert back - outage_s <= 10  # the goal: back on the primary within 10 s of its recovery
+    assert all(up == "primary" for s, up, _ in served_by if s >= back)  # and it stays there
+    # The cost while the fallback carried the traffic: after the circuit opened (5 failed
+    # requests, 2 calls each), one probe per period of at least 0.8 x 5 s.
+    calls_in_outage = next(n for s, _, n in served_by if s == outage_s - 1)
+    assert calls_in_outage <= 5 * 2 + outage_s / 4

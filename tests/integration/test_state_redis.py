@@ -8,8 +8,10 @@ back to Redis by itself.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -105,17 +107,31 @@ class Replica:
     fallbacks: list[tuple[str, str]] = field(default_factory=list)
 
 
+def _replica(url: str, timeout_s: float = TIMEOUT_S) -> Replica:
+    fallbacks: list[tuple[str, str]] = []
+    store = RedisStore(
+        connect(url, timeout_s), MemoryStore(time.time), clock=time.time,
+        monotonic=time.monotonic, prefix="t:", timeout_s=timeout_s, recover_s=RECOVER_S,
+        on_fallback=lambda b, op, f=fallbacks: f.append((b, op)),  # type: ignore[misc]
+    )  # fmt: skip
+    return Replica(store, fallbacks)
+
+
 @pytest.fixture
 async def replicas(redis_server: RedisServer) -> AsyncIterator[tuple[Replica, Replica]]:
-    made = []
-    for _ in range(2):
-        fallbacks: list[tuple[str, str]] = []
-        store = RedisStore(
-            connect(redis_server.url, TIMEOUT_S), MemoryStore(time.time), clock=time.time,
-            monotonic=time.monotonic, prefix="t:", timeout_s=TIMEOUT_S, recover_s=RECOVER_S,
-            on_fallback=lambda b, op, f=fallbacks: f.append((b, op)),  # type: ignore[misc]
-        )  # fmt: skip
-        made.append(Replica(store, fallbacks))
+    made = [_replica(redis_server.url) for _ in range(2)]
+    yield made[0], made[1]
+    for r in made:
+        await r.store.close()
+
+
+# For what is not about the time bound: a loaded machine may take longer than 50 ms to answer.
+PATIENT_S = 2.0
+
+
+@pytest.fixture
+async def patient_replicas(redis_server: RedisServer) -> AsyncIterator[tuple[Replica, Replica]]:
+    made = [_replica(redis_server.url, PATIENT_S) for _ in range(2)]
     yield made[0], made[1]
     for r in made:
         await r.store.close()
@@ -123,9 +139,9 @@ async def replicas(redis_server: RedisServer) -> AsyncIterator[tuple[Replica, Re
 
 async def test_two_replicas_share_circuits(replicas: tuple[Replica, Replica]) -> None:
     a, b = replicas
-    cfg = CircuitBreakerConfig(failure_threshold=2, open_s=30)
-    ca = SharedCircuit(a.store, "up", cfg, time.time, cache_s=0)
-    cb = SharedCircuit(b.store, "up", cfg, time.time, cache_s=0)
+    cfg = CircuitBreakerConfig(failure_threshold=2, open_s=30, probe_interval_s=30)
+    ca = SharedCircuit(a.store, "up", cfg, time.time, cache_s=0, rand=lambda: 0.0)
+    cb = SharedCircuit(b.store, "up", cfg, time.time, cache_s=0, rand=lambda: 0.0)
     for c in (ca, cb):
         adm = await c.admit("m")
         await c.record(adm, "m", failed=True)
@@ -256,3 +272,48 @@ async def test_an_outage_falls_back_to_local_within_the_bound_and_recovers(
     await a.store.answer_put("after", b"y", 10)
     assert await a.store.answer_take("after") == (b"y", 1)
     assert len(caplog.records) == before  # a healthy store logs nothing
+
+
+class FakeWall:
+    def __init__(self) -> None:
+        self.t = time.time()
+
+    def __call__(self) -> float:
+        return self.t
+
+
+async def test_two_replicas_share_one_probe_schedule_and_return_to_a_recovered_primary(
+    patient_replicas: tuple[Replica, Replica],
+) -> None:
+    """Steady traffic on both replicas (each request on both at once, every 0.5 simulated s),
+    an outage of 60 s, then recovery: one probe per period across both, back within 10 s."""
+    a, b = patient_replicas
+    wall = FakeWall()
+    start, outage_s, step = wall.t, 60.0, 0.5
+    cfg = CircuitBreakerConfig(failure_threshold=5, open_s=30, probe_interval_s=5)
+    rand = random.Random(29).random
+    circuits = [SharedCircuit(r.store, "up", cfg, wall, cache_s=0.2, has_fallback=True, rand=rand) for r in (a, b)]
+    probes: list[float] = []
+    allowed_after: list[float] = []
+
+    async def request(c: SharedCircuit) -> None:
+        adm = await c.admit("m")
+        if adm.gate is Gate.REFUSE:
+            return  # the request goes to the fallback
+        down = wall.t - start < outage_s
+        if adm.gate is Gate.PROBE:
+            probes.append(wall.t - start)
+        elif not down:
+            allowed_after.append(wall.t - start)
+        await c.record(adm, "m", failed=down)
+
+    for i in range(int(100 / step)):
+        wall.t = start + i * step
+        await asyncio.gather(*(request(c) for c in circuits))
+    assert not a.fallbacks and not b.fallbacks  # all of it through Redis
+    gaps = [later - earlier for earlier, later in itertools.pairwise(probes)]
+    assert len(probes) >= 10 and min(gaps) >= 0.8 * 5  # at most one probe per period, both replicas together
+    assert probes[-1] - outage_s <= 5  # the probe that found the primary back came within a period
+    assert allowed_after and allowed_after[0] - outage_s <= 10
+    assert all(p < outage_s + 10 for p in probes)  # and, once closed, the circuit stays closed
+    assert not a.fallbacks and not b.fallbacks  # all of it through Redis
