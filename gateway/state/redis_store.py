@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from gateway.policy.breaker import CLOSED, MAX_TRACKED_MODELS, CircuitRecord
@@ -129,7 +130,15 @@ class RedisStore:
             self._retry_at = now + self._recover_s
         try:
             async with asyncio.timeout(self._timeout_s):
-                result = await remote()
+                try:
+                    result = await remote()
+                except (RedisConnectionError, ConnectionError):
+                    # Most often a pooled connection to a Redis that has since restarted: the
+                    # server is fine, the socket is not, and every idle one is as old. Drop
+                    # those and try once more on a fresh connection, within the same bound.
+                    # (The command never reached the new server, so nothing is counted twice.)
+                    await self._drop_idle_connections()
+                    result = await remote()
         except _FAILURES as e:
             self._went_down(op, e)
             self._on_fallback(self.backend, op)
@@ -139,6 +148,12 @@ class RedisStore:
                      self._monotonic() - self._down_since)
             self._down_since = None
         return result
+
+    async def _drop_idle_connections(self) -> None:
+        try:
+            await self._r.connection_pool.disconnect(inuse_connections=False)
+        except _FAILURES:
+            pass  # closing a dead socket may complain; it is closed either way
 
     def _went_down(self, op: str, e: BaseException) -> None:
         now = self._monotonic()

@@ -317,3 +317,40 @@ async def test_two_replicas_share_one_probe_schedule_and_return_to_a_recovered_p
     assert allowed_after and allowed_after[0] - outage_s <= 10
     assert all(p < outage_s + 10 for p in probes)  # and, once closed, the circuit stays closed
     assert not a.fallbacks and not b.fallbacks  # all of it through Redis
+
+
+async def _burst(store: RedisStore, n: int = 24) -> None:
+    """Concurrent operations, as a burst of requests makes them: each holds its own pooled connection."""
+    await asyncio.gather(*(
+        op for i in range(n) for op in (
+            store.circuit_get(["up", f"up/m{i}"]), store.budget_add("global", 1, 0, 10), store.reset_get(f"up/m{i}"),
+        )
+    ))  # fmt: skip
+
+
+async def test_after_a_redis_restart_the_replicas_go_back_to_redis_and_stay(
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.state")
+    a, b = patient_replicas
+    for r in (a, b):
+        await _burst(r.store)  # fills each replica's pool with connections to this Redis
+    assert not a.fallbacks and not b.fallbacks
+
+    redis_server.stop()
+    redis_server.start()  # same port, empty: every pooled connection is now dead
+    await asyncio.sleep(RECOVER_S)
+    deadline = time.monotonic() + 10
+    for r in (a, b):
+        await r.store.circuit_get(["up"])
+        while not r.store.healthy and time.monotonic() < deadline:  # "back", if it noticed at all
+            await asyncio.sleep(0.05)
+            await r.store.circuit_get(["up"])
+    assert a.store.healthy and b.store.healthy
+    seen = (len(a.fallbacks), len(b.fallbacks))
+    warnings = len([m for m in caplog.messages if "failed" in m])
+    for _ in range(5):
+        await asyncio.gather(_burst(a.store), _burst(b.store))
+    assert (len(a.fallbacks), len(b.fallbacks)) == seen
+    assert len([m for m in caplog.messages if "failed" in m]) == warnings
+    assert a.store.healthy and b.store.healthy
