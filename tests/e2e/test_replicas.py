@@ -10,7 +10,9 @@ gateway processes (`python -m gateway --config`, each its own port, the same
   reaches the provider once;
 - Redis frozen (SIGSTOP): successes still come, each within state.timeout_ms of normal;
 - Redis is SIGKILLed mid-test: both replicas keep answering, each request within a bound,
-  and `llm_gateway_state_fallbacks_total` moves; Redis restarted, they share state again.
+  and `llm_gateway_state_fallbacks_total` moves; Redis restarted, they share state again;
+- Redis restarted between bursts of concurrent requests: no replica falls back to local state
+  after it (the pooled connections from before the restart are not left to fail one by one).
 
 Measured (loopback, this machine): B refuses the open model circuit in 6-25 ms with no
 upstream call (A's storm: 2 requests x 2 attempts = 4 calls); 10 alternating identical 400s
@@ -31,6 +33,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -293,3 +296,32 @@ def test_replicas_keep_serving_when_redis_is_killed(cluster: Cluster) -> None:
     again, _ = cluster.chat(cluster.b, "bad-after", content)
     assert first.status_code == 400 and again.headers.get("x-llm-from-memory") == "1"
     assert cluster.fake.calls("bad-after") == 1
+
+
+def _burst(cluster: Cluster, n: int = 16) -> None:
+    """Concurrent requests on both replicas at once: each replica holds several pooled
+    Redis connections while they run."""
+    jobs = [(gw, fresh("burst")) for gw in (cluster.a, cluster.b) for _ in range(n)]
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        for r, _ in pool.map(lambda job: cluster.chat(job[0], "gpt-4o-mini", job[1]), jobs):
+            assert r.status_code == 200, r.content
+
+
+def test_after_a_redis_restart_the_replicas_go_back_to_redis_and_stay(cluster: Cluster) -> None:
+    gws = (cluster.a, cluster.b)
+    _burst(cluster)
+    cluster.redis.stop()
+    cluster.redis.start()  # the same port, empty: each replica's pooled connections are dead
+    time.sleep(RECOVER_S + 0.2)
+    for gw in gws:
+        cluster.chat(gw, "gpt-4o-mini", fresh("first after the restart"))
+        gw.logs_when(lambda t: t.count("state store redis is back") == t.count("state store redis failed"))
+    fallbacks = [cluster.fallbacks(gw) for gw in gws]
+    failed = [gw.logs().count("state store redis failed") for gw in gws]
+    for _ in range(3):
+        _burst(cluster)
+    time.sleep(0.3)  # the retry budget's background flushes of the last burst
+    after = [cluster.fallbacks(gw) for gw in gws]
+    print(f"replicas, redis restarted: state fallbacks over three bursts after it {fallbacks} -> {after}")
+    assert after == fallbacks  # no replica fell back to local state with Redis up
+    assert [gw.logs().count("state store redis failed") for gw in gws] == failed
