@@ -208,7 +208,9 @@ class SharedBudget:
     locally and pushed, together with a pull of the shared totals, in one store operation at
     most every ``flush_s`` (in the background while traffic flows). A decision therefore sees
     the other replicas' counts up to ``flush_s`` late, which is what a budget over a
-    ``ttl_s`` window can afford; totals older than the window are ignored.
+    ``ttl_s`` window can afford; totals older than the window are ignored. The cost of that
+    lag: between two syncs each replica may spend the whole headroom it last saw, so with R
+    replicas the worst case is R times that headroom (README "Replicas"; tested on Redis).
     """
 
     def __init__(

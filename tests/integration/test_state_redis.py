@@ -354,3 +354,39 @@ async def test_after_a_redis_restart_the_replicas_go_back_to_redis_and_stay(
     assert (len(a.fallbacks), len(b.fallbacks)) == seen
     assert len([m for m in caplog.messages if "failed" in m]) == warnings
     assert a.store.healthy and b.store.healthy
+
+
+async def test_the_retry_budget_across_replicas_overshoots_by_at_most_what_the_others_saw(
+    patient_replicas: tuple[Replica, Replica],
+) -> None:
+    """README's stated lag: a replica decides from the shared totals of its last sync plus its
+    own counts since, so between two syncs each replica may spend the headroom it saw; with R
+    replicas the worst case is R x that headroom, and one sync later every replica refuses."""
+    a, b = patient_replicas
+    cfg = RetryBudgetConfig(ttl_s=30, min_retries_per_s=0.2, percent_can_retry=10)  # the issue's storm
+    ba, bb = SharedBudget(a.store, cfg, time.monotonic), SharedBudget(b.store, cfg, time.monotonic)
+    for i in range(40):
+        (ba if i % 2 else bb).record_request()
+    for budget in (ba, bb, ba):
+        await budget.flush()
+    limit = 10  # 0.2/s x 30 s + 10 % of 40 requests: README's bound of 40 + 10 = 50 attempts
+    # Synced after every grant: the bound holds exactly across replicas.
+    granted = 0
+    for budget in itertools.islice(itertools.cycle((ba, bb)), 30):
+        await budget.flush()
+        granted += budget.try_acquire_retry()
+        await budget.flush()
+    assert granted == limit
+
+    # The worst case: a fresh window, both synced, then both spend before either syncs again.
+    a2, b2 = (SharedBudget(r.store, cfg, time.monotonic, key="storm") for r in (a, b))
+    for i in range(40):
+        (a2 if i % 2 else b2).record_request()
+    for budget in (a2, b2, a2):
+        await budget.flush()
+    spent = [sum(budget.try_acquire_retry() for _ in range(30)) for budget in (a2, b2)]
+    assert spent == [limit, limit]  # each the whole headroom it saw: R x the bound, no more
+    for budget in (a2, b2):
+        await budget.flush()
+    assert not a2.try_acquire_retry() and not b2.try_acquire_retry()  # one sync later: refused
+    assert not a.fallbacks and not b.fallbacks
