@@ -77,15 +77,17 @@ class Call:
 
 async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes) -> Outcome:
     state.attempts += 1
-    head_s = min(svc.cfg.timeouts.first_byte_s, plan.remaining_s())
+    left_s = plan.remaining_s()
+    head_s = min(svc.cfg.timeouts.first_byte_s, left_s)
     token_s = first_token_s(svc, call)
+    if token_s is not None:
+        token_s = min(token_s, left_s)  # a stream showing nothing must not outlive the deadline
     request = UpstreamRequest(
         call.method, call.url, call.headers, body,
         # A stream's head counts against its first token too: it is not visible either.
         first_byte_timeout_s=max(0.001, head_s if token_s is None else min(head_s, token_s)),
     )  # fmt: skip
-    shorter = token_s if token_s is not None and token_s < head_s else None
-    outcome = await _exchange(svc, state, request, call, shorter)
+    outcome = await _exchange(svc, state, request, call, token_s, token_s is not None and token_s < head_s)
     label = outcome.classification.type.value if isinstance(outcome, Failure) else "success"
     svc.telemetry.upstream_attempts.inc((call.up.cfg.name, label))
     if isinstance(outcome, Failure) and outcome.classification.provider_code in _TIMEOUTS:
@@ -119,15 +121,17 @@ def circuit_open(svc: Services, up: UpstreamRuntime, wait: float) -> Failure:
 
 
 async def _exchange(
-    svc: Services, state: RequestState, request: UpstreamRequest, call: Call, token_s: float | None
-) -> Outcome:
-    """``token_s``: the first-token limit, when it is shorter than the head's own."""
+    svc: Services, state: RequestState, request: UpstreamRequest, call: Call,
+    token_s: float | None, token_first: bool,
+) -> Outcome:  # fmt: skip
+    """``token_s``: a stream's first-token limit (None: none); ``token_first``: it is shorter
+    than the head's own, so a head that does not come in time is a first-token timeout."""
     mode = call.mode
     sent = svc.monotonic()
     try:
         resp = await svc.sender(request)
     except UpstreamFailure as f:
-        if f.kind is TransportError.FIRST_BYTE_TIMEOUT and token_s is not None:
+        if f.kind is TransportError.FIRST_BYTE_TIMEOUT and token_first and token_s is not None:
             return _first_token_timeout(svc, state, call, token_s)
         return _transport(svc, f.kind)
     state.upstream_head_s = svc.monotonic() - sent
@@ -140,12 +144,10 @@ async def _exchange(
             reader = call.dialect.reader(call.strip_usage)
             if call.track:
                 reader.track()
-            token_left = first_token_s(svc, call)
-            if token_left is None:
+            if token_s is None:
                 return await _peek_stream(svc, resp, headers, reader)
-            token_left -= svc.monotonic() - sent
             try:
-                async with asyncio.timeout(max(0.0, token_left)) as scope:
+                async with asyncio.timeout(max(0.0, token_s - (svc.monotonic() - sent))) as scope:
                     return await _peek_stream(svc, resp, headers, reader)
             except TimeoutError:
                 if not scope.expired():

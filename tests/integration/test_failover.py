@@ -217,3 +217,12 @@ async def test_a_recovered_primary_is_used_again_within_seconds_under_steady_tra
     # requests, 2 calls each), one probe per period of at least 0.8 x 5 s.
     calls_in_outage = next(n for s, _, n in served_by if s == outage_s - 1)
     assert calls_in_outage <= 5 * 2 + outage_s / 4
+
+
+async def test_a_stream_that_shows_nothing_does_not_outlive_the_deadline(make_gateway) -> None:  # type: ignore[no-untyped-def]
+    gw = await make_gateway("retry: {deadline_s: 1.5}\n")  # first_token_s at its default, 300 s
+    gw.fake.script(SLOW_FIRST_TOKEN)  # pings for ~9 s, then an answer
+    status, headers, body = await gw.chat({"model": "gpt-4o-mini", "stream": True, "messages": PROMPT})
+    assert status == 504 and b"upstream_timeout" in body and b"late" not in body
+    assert headers["x-llm-error-type"] == "provider_unavailable" and len(gw.fake.chat_requests()) == 1
+    assert gw.metric("llm_gateway_upstream_timeouts_total", upstream="primary", kind="first_token_timeout") == 1
