@@ -37,6 +37,7 @@ from gateway.state.store import StateStore
 
 _ALLOW = Admission(Gate.ALLOW)
 _KEY_CACHE_MAX = 1024
+_TAKEN_S = 1.0  # how long a replica believes a probe claim is held before asking the store again
 
 
 class SharedCircuit:
@@ -81,6 +82,7 @@ class SharedCircuit:
         self._rand = rand
         self._cache: dict[str, tuple[float, CircuitRecord]] = {}
         self._key_cache: dict[str | None, list[str]] = {}
+        self._taken: dict[str, float] = {}  # probe claims held elsewhere -> when to ask again
         # A failure streak lives a few open periods, then is forgotten rather than left stale.
         self._ttl_s = max(60.0, 4 * cfg.open_s)
 
@@ -131,8 +133,16 @@ class SharedCircuit:
                     recs[1] if model is not None else CLOSED, self._clock())
         if adm.gate is Gate.PROBE:
             assert adm.key is not None
-            if not await self._store.probe_claim(_claim_key(adm), self._probe_ttl_s):
-                return Admission(Gate.REFUSE, adm.key, 1.0)  # someone else's probe is in flight
+            claim, now = _claim_key(adm), self._clock()
+            # While a probe is out (a silent upstream's for a whole timeout), the other requests
+            # learn that from this replica's memory, asking the store again once a second.
+            known = self._taken.get(claim, 0.0) > now
+            if known or not await self._store.probe_claim(claim, self._probe_ttl_s):
+                if not known:
+                    if len(self._taken) >= _KEY_CACHE_MAX:
+                        self._taken.clear()
+                    self._taken[claim] = now + _TAKEN_S
+                return Admission(Gate.REFUSE, adm.key, _TAKEN_S)  # someone else's probe is in flight
             self._on_change(self._model_of(adm.key, model), CircuitState.HALF_OPEN)
         return adm
 

@@ -235,3 +235,32 @@ async def test_distinct_models_to_open_the_upstream_is_tunable(distinct: int) ->
         await fail(a, "only")
     other = await a.admit("other")
     assert other.gate is (Gate.REFUSE if distinct == 1 else Gate.ALLOW)
+
+
+async def test_while_a_probe_is_out_other_requests_ask_the_store_once_a_second() -> None:
+    clock = Clock()
+
+    class Counting(MemoryStore):
+        claims = 0
+
+        async def probe_claim(self, key, ttl_s):  # type: ignore[no-untyped-def]
+            Counting.claims += 1
+            return await super().probe_claim(key, ttl_s)
+
+    store = Counting(clock)
+    a = SharedCircuit(store, "up", CFG, clock, cache_s=0, rand=lambda: 0.0, has_fallback=True)
+    b = SharedCircuit(store, "up", CFG, clock, cache_s=0, rand=lambda: 0.0, has_fallback=True)
+    for _ in range(3):
+        await fail(a, "m")
+    clock.t += 5
+    probe = await a.admit("m")  # a silent upstream: this probe stays out
+    assert probe.gate is Gate.PROBE and Counting.claims == 1
+    for _ in range(50):  # 50 requests in half a second on b: one claim attempt
+        assert (await b.admit("m")).gate is Gate.REFUSE
+        clock.t += 0.01
+    assert Counting.claims == 2
+    clock.t += 0.6
+    assert (await b.admit("m")).gate is Gate.REFUSE and Counting.claims == 3
+    await a.abandon(probe)
+    clock.t += 1.0
+    assert (await b.admit("m")).gate is Gate.PROBE  # an abandoned probe's period is probed after all
