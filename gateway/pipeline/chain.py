@@ -54,7 +54,7 @@ class Sent:
 def new_plan(svc: Services, deadline_s: float | None) -> RetryPlan:
     return RetryPlan(
         svc.cfg.retry, now=svc.monotonic, rand=svc.rand,
-        may_retry=svc.budget.try_acquire_retry, deadline_s=deadline_s,
+        may_retry=svc.budget.hold_retry, deadline_s=deadline_s,  # confirmed in _retry
     )  # fmt: skip
 
 
@@ -144,10 +144,24 @@ async def _retry(
     """The retries after a failed first attempt (most requests never get here)."""
     up = call.up
     here = 0
+    last: list[Failure] = []
 
     def before_retry(outcome: Outcome, wait_s: float) -> None:
-        nonlocal here
         assert isinstance(outcome, Failure)
+        last[:] = [outcome]
+
+    async def wait_then_confirm(wait_s: float) -> None:
+        # The retry budget held this retry from this replica's view; across replicas it is
+        # confirmed after the wait (when the others' counts of this burst have arrived).
+        nonlocal here
+        try:
+            await svc.sleep(wait_s)
+        except BaseException:
+            svc.budget.release_retry()
+            raise
+        if not await svc.budget.confirm_retry():
+            raise _Refused
+        outcome = last[0]
         here += 1
         state.retries += 1
         c = outcome.classification
@@ -168,6 +182,13 @@ async def _retry(
 
     plan.hop_cap = may_continue
     try:
-        return await retry_after(first, one, plan, failure_of, svc.sleep, before_retry)
+        return await retry_after(first, one, plan, failure_of, wait_then_confirm, before_retry)
+    except _Refused:
+        plan.stopped = StopReason.BUDGET  # as if the budget had said no before the wait
+        return last[0]
     finally:
         plan.hop_cap = None
+
+
+class _Refused(Exception):
+    """The shared retry budget did not confirm a held retry."""

@@ -149,6 +149,15 @@ class MemoryStore:
             cur[1] += retries
         return sum(b[0] for b in buckets.values()), sum(b[1] for b in buckets.values())
 
+    async def budget_reserve(
+        self, key: str, requests: int, retries: int, window_s: float, reserve: float, ratio: float
+    ) -> tuple[bool, int, int]:
+        req, ret = await self.budget_add(key, requests, retries, window_s)
+        if ret + 1 > reserve + ratio * req:
+            return False, req, ret
+        req, ret = await self.budget_add(key, 0, 1, window_s)
+        return True, req, ret
+
     async def reset_set(self, key: str, reset_at_ms: int) -> None:
         ttl = reset_at_ms / 1000 - self._clock()
         if ttl > 0:

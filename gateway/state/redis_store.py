@@ -43,7 +43,12 @@ for i = 0, span - 1 do
   req = req + (tonumber(v[1]) or 0)
   ret = ret + (tonumber(v[2]) or 0)
 end
-return {req, ret}
+if ARGV[5] == nil then return {req, ret} end
+-- A reservation: one more retry, only if the window stays within the budget.
+if ret + 1 > tonumber(ARGV[5]) + tonumber(ARGV[6]) * req then return {req, ret, 0} end
+redis.call('HINCRBY', cur, 't', 1)
+redis.call('EXPIRE', cur, span + 1)
+return {req, ret + 1, 1}
 """
 
 # Counts a repeat only when the answer is still there (HINCRBY alone would resurrect it).
@@ -238,6 +243,20 @@ class RedisStore:
             return int(got[0]), int(got[1])
 
         return await self._guard("budget_add", remote, lambda: _value(mine))
+
+    async def budget_reserve(
+        self, key: str, requests: int, retries: int, window_s: float, reserve: float, ratio: float
+    ) -> tuple[bool, int, int]:
+        mine = await self.local.budget_reserve(key, requests, retries, window_s, reserve, ratio)
+
+        async def remote() -> tuple[bool, int, int]:
+            base = f"{self._p}b:{{{key}}}:"
+            span = max(1, math.ceil(window_s))
+            args: list[int | str] = [int(self._clock()), span, requests, retries, repr(reserve), repr(ratio)]
+            got: Any = await self._budget(keys=[base], args=args)
+            return bool(int(got[2])), int(got[0]), int(got[1])
+
+        return await self._guard("budget_reserve", remote, lambda: _value(mine))
 
     # -- rate-limit resets ---------------------------------------------------------------------
 

@@ -12,7 +12,9 @@ Per request, the pipeline calls::
     # or, when the client left before an answer:  await circuit.abandon(adm)
 
     budget.record_request()                   # once per routed request (sync, no I/O)
-    budget.try_acquire_retry()                # before each retry (sync, no I/O)
+    budget.hold_retry()                       # deciding a retry (sync, no I/O)
+    await budget.confirm_retry()              # after its wait, before sending it (shared stores)
+    budget.try_acquire_retry()                # a retry counted at once (a continuation)
 """
 
 from __future__ import annotations
@@ -214,13 +216,18 @@ class SharedBudget:
     seconds, plus a reserve of ``min_retries_per_s * ttl_s`` so that a quiet gateway can still
     retry (Finagle's retry budget; Envoy's retry_budget in spirit), counted across replicas.
 
-    Both calls stay synchronous and never touch the store: requests and retries are counted
+    Deciding stays synchronous and never touches the store: requests and retries are counted
     locally and pushed, together with a pull of the shared totals, in one store operation at
     most every ``flush_s`` (in the background while traffic flows). A decision therefore sees
-    the other replicas' counts up to ``flush_s`` late, which is what a budget over a
-    ``ttl_s`` window can afford; totals older than the window are ignored. The cost of that
-    lag: between two syncs each replica may spend the whole headroom it last saw, so with R
-    replicas the worst case is R times that headroom (README "Replicas"; tested on Redis).
+    the other replicas' counts up to ``flush_s`` late; totals older than the window are ignored.
+
+    On a shared store that lag would let every replica spend the headroom it last saw (R
+    replicas: up to R times the bound). So a retry of the retry loop is *held*
+    (``hold_retry``, synchronous, from this replica's view) and then *confirmed*
+    (``confirm_retry``) in one atomic store operation after its backoff wait, just before it
+    is sent: the store counts it only if the window's retries stay within the bound, so the
+    bound holds across replicas. A confirmation that finds Redis down is decided locally.
+    ``try_acquire_retry`` (a continuation's one retry) counts at once, with the lag.
     """
 
     def __init__(
@@ -240,6 +247,8 @@ class SharedBudget:
         self._key = key
         self._flush_s = flush_s
         self._pending = [0, 0]  # requests, retries not yet pushed
+        self._held = 0  # retries held, not yet confirmed (shared stores only)
+        self._shared_store = store.backend != "memory"
         self._shared = (0, 0)
         self._shared_at = -float("inf")
         self._task: asyncio.Task[None] | None = None
@@ -257,10 +266,44 @@ class SharedBudget:
         self._schedule()
         return True
 
+    def hold_retry(self) -> bool:
+        """``try_acquire_retry`` for a retry that ``confirm_retry`` confirms before it is sent
+        (or ``release_retry`` gives up). In one process the decision is already exact."""
+        if not self._shared_store:
+            return self.try_acquire_retry()
+        requests, retries = self._view()
+        if retries + 1 > self._reserve + self._ratio * requests:
+            return False
+        self._held += 1
+        return True
+
+    async def confirm_retry(self) -> bool:
+        """Count a held retry in the store, atomically, if the bound allows it there: pushes
+        this replica's counts and pulls everyone's in the same operation."""
+        if not self._shared_store:
+            return True
+        self._held = max(0, self._held - 1)
+        requests, retries = self._pending
+        self._pending = [0, 0]
+        try:
+            ok, req, ret = await self._store.budget_reserve(
+                self._key, requests, retries, self._cfg.ttl_s, self._reserve, self._ratio)  # fmt: skip
+        except BaseException:
+            self._pending[0] += requests
+            self._pending[1] += retries
+            raise
+        self._shared, self._shared_at = (req, ret), self._monotonic()
+        return ok
+
+    def release_retry(self) -> None:
+        """A held retry that will not be sent (the client left during its wait)."""
+        if self._shared_store:
+            self._held = max(0, self._held - 1)
+
     def _view(self) -> tuple[int, int]:
         fresh = self._monotonic() - self._shared_at < self._cfg.ttl_s
         req, ret = self._shared if fresh else (0, 0)
-        return req + self._pending[0], ret + self._pending[1]
+        return req + self._pending[0], ret + self._pending[1] + self._held
 
     async def flush(self) -> None:
         """Push local counts and pull the shared totals (one store operation)."""

@@ -49,6 +49,13 @@ class StateStore(Protocol):
         """Add to the current second's counters; return (requests, retries) over the window."""
         ...
 
+    async def budget_reserve(
+        self, key: str, requests: int, retries: int, window_s: float, reserve: float, ratio: float
+    ) -> tuple[bool, int, int]:
+        """``budget_add``, then atomically count one more retry if the window's retries stay
+        within ``reserve + ratio * requests``: (whether it was counted, requests, retries)."""
+        ...
+
     async def reset_set(self, key: str, reset_at_ms: int) -> None:
         """Remember a rate limit's reset time until it passes."""
         ...

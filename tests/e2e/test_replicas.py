@@ -141,19 +141,21 @@ def fresh(tag: str) -> str:
     return f"{tag} #{next(_n)}"
 
 
-def launch(fake: FakeUpstream, redis_url: str, tmp: Path, name: str) -> RunningGateway:
+def launch(fake: FakeUpstream, redis_url: str, tmp: Path, name: str, *, retry: str | None = None,
+           threshold: int = THRESHOLD, prefix: str = "llm-gateway:") -> RunningGateway:  # fmt: skip
     port = free_port()
     config = tmp / f"{name}.yaml"
+    retry = retry or f"  provider_unavailable: {{max_retries: {MAX_RETRIES}, base_delay_s: 0.02, max_delay_s: 0.05}}\n"
     config.write_text(
         f"server: {{port: {port}, drain_s: 1}}\n"
         "upstreams:\n"
         f"  - {{name: wide, base_url: '{fake.url}', models: ['wide-*']}}\n"
         f"  - {{name: primary, base_url: '{fake.url}'}}\n"
         "timeouts: {connect_s: 2, first_byte_s: 2, idle_s: 2}\n"
-        "retry:\n"
-        f"  provider_unavailable: {{max_retries: {MAX_RETRIES}, base_delay_s: 0.02, max_delay_s: 0.05}}\n"
-        f"circuit_breaker: {{failure_threshold: {THRESHOLD}, open_s: 30, probe_interval_s: 30}}\n"
-        f"state: {{backend: redis, url: '{redis_url}', timeout_ms: 200, recover_s: {RECOVER_S}}}\n"
+        "retry:\n" + retry +
+        f"circuit_breaker: {{failure_threshold: {threshold}, open_s: 30, probe_interval_s: 30}}\n"
+        f"state: {{backend: redis, url: '{redis_url}', timeout_ms: 200, recover_s: {RECOVER_S}, "
+        f"key_prefix: '{prefix}'}}\n"
         "loop_breaker: {secret: the-replicas-share-this-secret}\n"
     )
     return start(
@@ -325,3 +327,26 @@ def test_after_a_redis_restart_the_replicas_go_back_to_redis_and_stay(cluster: C
     print(f"replicas, redis restarted: state fallbacks over three bursts after it {fallbacks} -> {after}")
     assert after == fallbacks  # no replica fell back to local state with Redis up
     assert [gw.logs().count("state store redis failed") for gw in gws] == failed
+
+
+def test_a_storm_split_over_two_replicas_stays_within_the_shared_retry_budget(cluster: Cluster, tmp_path: Path) -> None:
+    """The issue's storm: 40 permanently failing requests at once, half through each replica,
+    `budget: {ttl_s: 30, min_retries_per_s: 0.2, percent_can_retry: 10}`: README's bound is
+    40 + (6 + 4) = 50 attempts. Each retry is confirmed in Redis before it is sent."""
+    retry = ("  provider_unavailable: {max_retries: 5, base_delay_s: 0.05, max_delay_s: 0.2}\n"
+             "  budget: {ttl_s: 30, min_retries_per_s: 0.2, percent_can_retry: 10}\n")
+    gws = [launch(cluster.fake, cluster.redis.url, tmp_path, name, retry=retry, threshold=1000, prefix="storm:")
+           for name in ("storm-a", "storm-b")]  # fmt: skip
+    try:
+        model = "down-budget-storm"
+        jobs = [(gws[i % 2], fresh("storm")) for i in range(40)]
+        with ThreadPoolExecutor(len(jobs)) as pool:
+            answers = list(pool.map(lambda job: cluster.chat(job[0], model, job[1])[0], jobs))
+        assert all(a.status_code == 503 for a in answers)
+        attempts = cluster.fake.calls(model)
+        print(f"replicas, retry budget: 40 failing requests over two replicas made {attempts} attempts (bound 50)")
+        assert 40 < attempts <= 50
+        assert sum(int(a.headers["x-llm-attempts"]) for a in answers) == attempts
+    finally:
+        for gw in gws:
+            gw.stop()

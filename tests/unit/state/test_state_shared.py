@@ -264,3 +264,16 @@ async def test_while_a_probe_is_out_other_requests_ask_the_store_once_a_second()
     await a.abandon(probe)
     clock.t += 1.0
     assert (await b.admit("m")).gate is Gate.PROBE  # an abandoned probe's period is probed after all
+
+
+async def test_in_one_process_a_held_retry_is_counted_at_once_and_needs_no_confirmation() -> None:
+    clock = Clock()
+
+    class NoReserve(MemoryStore):
+        async def budget_reserve(self, *a, **kw):  # type: ignore[no-untyped-def]
+            raise AssertionError("the memory store's view is exact: no store operation per retry")
+
+    budget = SharedBudget(NoReserve(clock), RetryBudgetConfig(ttl_s=10, min_retries_per_s=0.2,
+                                                              percent_can_retry=0), clock)  # fmt: skip
+    assert budget.hold_retry() and await budget.confirm_retry()
+    assert budget.hold_retry() and not budget.hold_retry()  # a reserve of 2 retries
