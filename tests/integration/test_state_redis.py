@@ -137,8 +137,8 @@ async def patient_replicas(redis_server: RedisServer) -> AsyncIterator[tuple[Rep
         await r.store.close()
 
 
-async def test_two_replicas_share_circuits(replicas: tuple[Replica, Replica]) -> None:
-    a, b = replicas
+async def test_two_replicas_share_circuits(patient_replicas: tuple[Replica, Replica]) -> None:
+    a, b = patient_replicas
     cfg = CircuitBreakerConfig(failure_threshold=2, open_s=30, probe_interval_s=30)
     ca = SharedCircuit(a.store, "up", cfg, time.time, cache_s=0, rand=lambda: 0.0)
     cb = SharedCircuit(b.store, "up", cfg, time.time, cache_s=0, rand=lambda: 0.0)
@@ -151,8 +151,8 @@ async def test_two_replicas_share_circuits(replicas: tuple[Replica, Replica]) ->
     assert not a.fallbacks and not b.fallbacks
 
 
-async def test_the_half_open_probe_is_claimed_once_across_replicas(replicas: tuple[Replica, Replica]) -> None:
-    a, b = replicas
+async def test_the_half_open_probe_is_claimed_once_across_replicas(patient_replicas: tuple[Replica, Replica]) -> None:
+    a, b = patient_replicas
     assert await a.store.probe_claim("up/m", 0.3)
     assert not await b.store.probe_claim("up/m", 0.3)
     await asyncio.sleep(0.4)  # a prober that died: the claim expires
@@ -161,8 +161,8 @@ async def test_the_half_open_probe_is_claimed_once_across_replicas(replicas: tup
     assert await a.store.probe_claim("up/m", 5)
 
 
-async def test_two_replicas_share_the_retry_budget(replicas: tuple[Replica, Replica]) -> None:
-    a, b = replicas
+async def test_two_replicas_share_the_retry_budget(patient_replicas: tuple[Replica, Replica]) -> None:
+    a, b = patient_replicas
     cfg = RetryBudgetConfig(ttl_s=10, min_retries_per_s=0, percent_can_retry=20)
     ba, bb = SharedBudget(a.store, cfg, time.monotonic), SharedBudget(b.store, cfg, time.monotonic)
     for _ in range(50):
@@ -176,8 +176,8 @@ async def test_two_replicas_share_the_retry_budget(replicas: tuple[Replica, Repl
     assert await a.store.budget_add("global", 0, 0, 10) == (50, 10)
 
 
-async def test_two_replicas_share_loop_breaker_answers_and_resets(replicas: tuple[Replica, Replica]) -> None:
-    a, b = replicas
+async def test_two_replicas_share_loop_breaker_answers_and_resets(patient_replicas: tuple[Replica, Replica]) -> None:
+    a, b = patient_replicas
     cfg = LoopBreakerConfig(secret="shared", window_s=0.4)
     la, lb = LoopBreaker(cfg, a.store, time.time), LoopBreaker(cfg, b.store, time.time)
     fp = la.fingerprint("/v1/chat/completions", b'{"model":"m"}', "Bearer k")
@@ -198,8 +198,8 @@ async def test_two_replicas_share_loop_breaker_answers_and_resets(replicas: tupl
     assert not a.fallbacks and not b.fallbacks
 
 
-async def test_every_key_written_has_a_ttl(replicas: tuple[Replica, Replica], redis_server: RedisServer) -> None:
-    a, _ = replicas
+async def test_every_key_written_has_a_ttl(patient_replicas: tuple[Replica, Replica], redis_server: RedisServer) -> None:
+    a, _ = patient_replicas
     await a.store.circuit_fail([("up", "m"), ("up/m", "")], 60)
     await a.store.circuit_open("up/m", time.time() + 30, 60)
     await a.store.budget_add("global", 1, 1, 10)
