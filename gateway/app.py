@@ -58,6 +58,7 @@ def create_app(
             store, u.name, cfg.circuit_breaker, wall,
             distinct_models=cfg.circuit_breaker.models_to_open,
             cache_s=cfg.state.cache_ms / 1000, on_change=_circuit_gauge(telemetry, u.name),
+            has_fallback=bool(u.fallbacks), rand=rand, probe_ttl_s=_probe_ttl_s(cfg),
         )  # fmt: skip
         upstreams[u.name] = UpstreamRuntime(u, circuit)
     budget = SharedBudget(store, cfg.retry.budget, monotonic)
@@ -98,6 +99,13 @@ def create_app(
     app.router.add_route("*", "/v1/{tail:.*}", observed(forward.passthrough), expect_handler=expect_continue)
     app.router.add_route("*", "/{tail:.*}", observed(forward.not_found))
     return app
+
+
+def _probe_ttl_s(cfg: GatewayConfig) -> float:
+    """How long a probe's claim is held: the longest a probe waits for its answer to start
+    (connect, then head or first token), with a margin; longer only if its replica died."""
+    t = cfg.timeouts
+    return t.connect_s + max(t.first_byte_s, t.first_token_s or 0.0) + 30.0
 
 
 def _circuit_gauge(telemetry: Telemetry, upstream: str) -> Callable[[str | None, CircuitState], None]:

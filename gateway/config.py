@@ -138,6 +138,9 @@ class UpstreamConfig(_Model):
     # first match wins; a requested model that matches none is sent as it is. Answers still
     # name the model the client asked for where its API echoes one.
     model_map: tuple[tuple[str, str], ...] = ()
+    # This upstream's own timeouts.first_token_s (a reasoning model thinks longer before its
+    # first token than a small fast one); unset: the global value.
+    first_token_s: float | None = Field(default=None, gt=0)
     # Set by GatewayConfig: with client keys in use, what a client sends in its credential
     # headers is a gateway key, never a provider key, so it must not travel upstream.
     _client_keys_in_use: bool = PrivateAttr(default=False)
@@ -259,7 +262,11 @@ class RetryConfig(_Model):
 
 class CircuitBreakerConfig(_Model):
     failure_threshold: int = Field(default=5, gt=0)
+    # The longest a circuit stays open before a probe (see policy/breaker.open_period_s).
     open_s: float = Field(default=30.0, gt=0)
+    # The first open period, and every one while the upstream has a fallback to carry its
+    # traffic: a recovered primary is back within about this long under steady traffic.
+    probe_interval_s: float = Field(default=5.0, gt=0)
     # Consecutive failures open the circuit of the failing model only; the whole upstream's
     # circuit opens once a failure streak spans this many distinct models (a provider outage).
     models_to_open: int = Field(default=2, ge=1)
@@ -282,6 +289,11 @@ class FallbackConfig(_Model):
 class TimeoutsConfig(_Model):
     connect_s: float = Field(default=10.0, gt=0)
     first_byte_s: float = Field(default=300.0, gt=0)
+    # From sending a streamed request to its first visible event (text, a tool call, thinking;
+    # not the contentless head events or keep-alive pings). As long as first_byte_s by default:
+    # a streamed request may think as long as an unstreamed one may before its head, so slow
+    # reasoning models are not cut, yet a stream that only sends pings is bounded. null: off.
+    first_token_s: float | None = Field(default=300.0, gt=0)
     idle_s: float = Field(default=120.0, gt=0)
 
 

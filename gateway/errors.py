@@ -6,7 +6,7 @@ as one :class:`Classification`. The tree of what maps where::
     upstream reply / transport failure
     ├── budget                 402; 429 insufficient_quota; billing / credit balance; per-day quota
     ├── rate_limit             429 (and provider-specific throttling codes)       retryable
-    ├── provider_unavailable   5xx, 529, connect error, reset, first-byte timeout retryable
+    ├── provider_unavailable   5xx, 529, connect error, reset, first-byte/token timeout retryable
     ├── context_overflow       "context_length_exceeded", "prompt is too long", ...
     ├── auth                   401, 403
     └── unknown                400, 404, 413 byte limits, 422, anything else
@@ -36,9 +36,11 @@ class ErrorType(enum.StrEnum):
 class TransportError(enum.StrEnum):
     """Failures with no upstream response to classify; mapped from aiohttp once, in upstream.py."""
 
-    CONNECT = "connect"  # could not open a connection
+    CONNECT = "connect"  # could not open a connection (refused, unreachable, DNS)
+    CONNECT_TIMEOUT = "connect_timeout"  # no connection within timeouts.connect_s: a silent host
     RESET = "reset"  # connection dropped before the response head arrived
     FIRST_BYTE_TIMEOUT = "first_byte_timeout"  # no response head within timeouts.first_byte_s
+    FIRST_TOKEN_TIMEOUT = "first_token_timeout"  # a stream showed nothing within first_token_s
     IDLE_TIMEOUT = "idle_timeout"  # a stream went silent for timeouts.idle_s
     STREAM_BROKEN = "stream_broken"  # connection dropped in the middle of a body
 

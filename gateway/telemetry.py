@@ -225,6 +225,11 @@ class Telemetry:
             p + "upstream_attempts", "Upstream attempts, by outcome (success or error type).",
             ["upstream", "outcome"], registry,
         )  # fmt: skip
+        self.upstream_timeouts = Counter(
+            p + "upstream_timeouts",
+            "Upstream attempts that timed out before an answer (connect, first byte, first token).",
+            ["upstream", "kind"], registry=registry,
+        )  # fmt: skip
         self.retries = Counter(
             p + "retries", "Retries made, by the error type that caused them.",
             ["upstream", "error_type"], registry=registry,

@@ -275,7 +275,10 @@ class AiohttpSender:
             if deadline.expired():
                 raise UpstreamFailure(TransportError.FIRST_BYTE_TIMEOUT, "no response head") from None
             raise
-        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
+        except aiohttp.ConnectionTimeoutError as e:
+            deadline.close()
+            raise UpstreamFailure(TransportError.CONNECT_TIMEOUT, type(e).__name__) from None
+        except aiohttp.ClientConnectorError as e:
             deadline.close()
             raise UpstreamFailure(TransportError.CONNECT, type(e).__name__) from None
         except aiohttp.ClientError as e:  # resets, malformed heads, anything else on the wire

@@ -8,7 +8,9 @@ so the client never sees a half-started turn.
 
 from __future__ import annotations
 
+import asyncio
 import enum
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +36,8 @@ from gateway.services import Services, UpstreamRuntime
 from gateway.sse import EventSplitter, error_status, event_error_fields
 from gateway.translate import Translation
 from gateway.upstream import UpstreamFailure, UpstreamRequest, UpstreamResponse
+
+log = logging.getLogger("gateway.decisions")
 
 ERROR_BODY_LIMIT = 4 * 1024 * 1024
 SUCCESS_BODY_LIMIT = 256 * 1024 * 1024
@@ -80,11 +84,17 @@ class Call:
 
 async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes) -> Outcome:
     state.attempts += 1
+    left_s = plan.remaining_s()
+    head_s = min(svc.cfg.timeouts.first_byte_s, left_s)
+    token_s = first_token_s(svc, call)
+    if token_s is not None:
+        token_s = min(token_s, left_s)  # a stream showing nothing must not outlive the deadline
     request = UpstreamRequest(
         call.method, call.url, call.headers, body,
-        first_byte_timeout_s=max(0.001, min(svc.cfg.timeouts.first_byte_s, plan.remaining_s())),
+        # A stream's head counts against its first token too: it is not visible either.
+        first_byte_timeout_s=max(0.001, head_s if token_s is None else min(head_s, token_s)),
     )  # fmt: skip
-    outcome = await _exchange(svc, state, request, call)
+    outcome = await _exchange(svc, state, request, call, token_s, token_s is not None and token_s < head_s)
     if call.translation is not None and isinstance(outcome, Failure) and outcome.own is None:
         outcome.foreign = _foreign(call, outcome, len(body))
     if isinstance(outcome, Failure) and plan.unexplained(outcome.classification):
@@ -92,7 +102,24 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
         return outcome
     label = outcome.classification.type.value if isinstance(outcome, Failure) else "success"
     svc.telemetry.upstream_attempts.inc((call.up.cfg.name, label))
+    if isinstance(outcome, Failure) and outcome.classification.provider_code in _TIMEOUTS:
+        svc.telemetry.upstream_timeouts.labels(call.up.cfg.name, outcome.classification.provider_code).inc()
     return outcome
+
+
+# Attempts that ended in a timeout before any answer: counted by kind.
+_TIMEOUTS = frozenset({
+    TransportError.CONNECT_TIMEOUT.value, TransportError.FIRST_BYTE_TIMEOUT.value,
+    TransportError.FIRST_TOKEN_TIMEOUT.value,
+})  # fmt: skip
+
+
+def first_token_s(svc: Services, call: Call) -> float | None:
+    """How long a stream may take to show something: the upstream's own limit, else the global."""
+    if call.mode is not ReadMode.STREAM:
+        return None
+    own = call.up.cfg.first_token_s
+    return own if own is not None else svc.cfg.timeouts.first_token_s
 
 
 def circuit_open(svc: Services, up: UpstreamRuntime, wait: float) -> Failure:
@@ -105,12 +132,19 @@ def circuit_open(svc: Services, up: UpstreamRuntime, wait: float) -> Failure:
     )
 
 
-async def _exchange(svc: Services, state: RequestState, request: UpstreamRequest, call: Call) -> Outcome:
+async def _exchange(
+    svc: Services, state: RequestState, request: UpstreamRequest, call: Call,
+    token_s: float | None, token_first: bool,
+) -> Outcome:  # fmt: skip
+    """``token_s``: a stream's first-token limit (None: none); ``token_first``: it is shorter
+    than the head's own, so a head that does not come in time is a first-token timeout."""
     mode = call.mode
     sent = svc.monotonic()
     try:
         resp = await svc.sender(request)
     except UpstreamFailure as f:
+        if f.kind is TransportError.FIRST_BYTE_TIMEOUT and token_first and token_s is not None:
+            return _first_token_timeout(svc, state, call, token_s)
         return _transport(svc, f.kind)
     state.upstream_head_s = svc.monotonic() - sent
     try:
@@ -124,7 +158,17 @@ async def _exchange(svc: Services, state: RequestState, request: UpstreamRequest
             reader = call.dialect.reader(call.strip_usage)
             if call.track:
                 reader.track()
-            peeked = await _peek_stream(svc, resp, headers, reader)
+            if token_s is None:
+                peeked = await _peek_stream(svc, resp, headers, reader)
+            else:
+                try:
+                    async with asyncio.timeout(max(0.0, token_s - (svc.monotonic() - sent))) as scope:
+                        peeked = await _peek_stream(svc, resp, headers, reader)
+                except TimeoutError:
+                    if not scope.expired():
+                        raise
+                    resp.close()  # abandons the upstream request: it may still be thinking
+                    return _first_token_timeout(svc, state, call, svc.monotonic() - sent)
             if call.translation is not None and isinstance(peeked, Success):
                 peeked.translator = call.translation.stream()
             return peeked
@@ -178,6 +222,13 @@ async def _peek_stream(
         return gateway_failure(502, c, "the upstream answered with an empty stream", EMPTY_STREAM)
     # Clean end before anything visible: the turn produced nothing, so it is worth a retry.
     return _transport(svc, TransportError.STREAM_BROKEN)
+
+
+def _first_token_timeout(svc: Services, state: RequestState, call: Call, after_s: float) -> Failure:
+    log.info({"request_id": state.request_id, "event": "first_token_timeout", "upstream": call.up.cfg.name,
+              "after_s": round(after_s, 3),
+              "reason": "no visible output within timeouts.first_token_s"})  # fmt: skip
+    return _transport(svc, TransportError.FIRST_TOKEN_TIMEOUT)
 
 
 def _stream_error(svc: Services, payload: dict[str, Any]) -> Failure:

@@ -7,6 +7,10 @@ the shared counts, and while another upstream is left to try, one upstream gets 
 ``fallback.retries_per_upstream`` of them before the request moves on. So a permanent
 outage of every upstream costs at most ``1 + max_retries`` attempts plus one per fallback.
 
+A *silent* upstream (no connection, no response head, or no visible output within its
+timeout) gets no retry while a fallback is left: each of its failures costs a whole timeout,
+while a 5xx, 529 or reset is answered fast and is often gone on the next try.
+
 An upstream whose circuit is open, or whose rate limit is known not to reset yet, is
 skipped while a later upstream is left (steering); the last one is always tried, so a
 request without a usable fallback gets the same answer it would have had without any.
@@ -21,7 +25,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gateway.errors import Classification, ErrorType
+from gateway.errors import Classification, ErrorType, TransportError
 from gateway.pipeline.attempt import Call, attempt, circuit_open
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, failure_of
 from gateway.policy.breaker import Admission, Gate, circuit_key
@@ -34,6 +38,12 @@ log = logging.getLogger("gateway.decisions")
 # or hand a long wait back): the client's SDK must not retry on top.
 _SETTLED = frozenset({StopReason.EXHAUSTED, StopReason.BUDGET, StopReason.DEADLINE, StopReason.WAIT_TOO_LONG})
 
+# Failures that cost a whole timeout each: not retried on the same upstream while a fallback is left.
+SILENT = frozenset({
+    TransportError.CONNECT_TIMEOUT.value, TransportError.FIRST_BYTE_TIMEOUT.value,
+    TransportError.FIRST_TOKEN_TIMEOUT.value,
+})  # fmt: skip
+
 
 @dataclass
 class Sent:
@@ -44,7 +54,7 @@ class Sent:
 def new_plan(svc: Services, deadline_s: float | None) -> RetryPlan:
     return RetryPlan(
         svc.cfg.retry, now=svc.monotonic, rand=svc.rand,
-        may_retry=svc.budget.try_acquire_retry, deadline_s=deadline_s,
+        may_retry=svc.budget.hold_retry, deadline_s=deadline_s,  # confirmed in _retry
     )  # fmt: skip
 
 
@@ -144,10 +154,24 @@ async def _retry(
     """The retries after a failed first attempt (most requests never get here)."""
     up = call.up
     here = 0
+    last: list[Failure] = []
 
     def before_retry(outcome: Outcome, wait_s: float) -> None:
-        nonlocal here
         assert isinstance(outcome, Failure)
+        last[:] = [outcome]
+
+    async def wait_then_confirm(wait_s: float) -> None:
+        # The retry budget held this retry from this replica's view; across replicas it is
+        # confirmed after the wait (when the others' counts of this burst have arrived).
+        nonlocal here
+        try:
+            await svc.sleep(wait_s)
+        except BaseException:
+            svc.budget.release_retry()
+            raise
+        if not await svc.budget.confirm_retry():
+            raise _Refused
+        outcome = last[0]
         here += 1
         state.retries += 1
         c = outcome.classification
@@ -167,10 +191,17 @@ async def _retry(
             return False  # a half-open circuit's probe is one attempt
         if next_up is None or retries_cap is None or not _fails_over_class(svc, c, up, next_up):
             return True  # only failures that will move on are cut short
-        return here < retries_cap
+        return c.provider_code not in SILENT and here < retries_cap
 
     plan.hop_cap = may_continue
     try:
-        return await retry_after(first, one, plan, failure_of, svc.sleep, before_retry)
+        return await retry_after(first, one, plan, failure_of, wait_then_confirm, before_retry)
+    except _Refused:
+        plan.stopped = StopReason.BUDGET  # as if the budget had said no before the wait
+        return last[0]
     finally:
         plan.hop_cap = None
+
+
+class _Refused(Exception):
+    """The shared retry budget did not confirm a held retry."""

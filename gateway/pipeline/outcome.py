@@ -128,7 +128,11 @@ _TRANSPORT_MESSAGES = {
     TransportError.CONNECT: (502, "upstream_unreachable", "could not connect to the upstream"),
     TransportError.RESET: (502, "upstream_reset", "the upstream closed the connection before responding"),
     TransportError.STREAM_BROKEN: (502, "upstream_reset", "the upstream connection broke mid-response"),
+    TransportError.CONNECT_TIMEOUT: (504, "upstream_timeout", "could not connect to the upstream in time"),
     TransportError.FIRST_BYTE_TIMEOUT: (504, "upstream_timeout", "the upstream did not respond in time"),
+    TransportError.FIRST_TOKEN_TIMEOUT: (
+        504, "upstream_timeout", "the upstream sent no output within timeouts.first_token_s",
+    ),
     TransportError.IDLE_TIMEOUT: (504, "upstream_timeout", "the upstream stopped sending data"),
 }
 

@@ -33,6 +33,7 @@ class CircuitRecord:
     failures: int = 0  # consecutive provider failures
     open_until: float = 0.0  # epoch seconds; 0 = closed; in the past = half-open (one probe)
     models: frozenset[str] = frozenset()  # distinct models among the failures (upstream-wide)
+    probes: int = 0  # half-open probes that failed in a row since the circuit opened
 
 
 CLOSED = CircuitRecord()
@@ -61,6 +62,8 @@ class Admission:
     gate: Gate
     key: str | None = None  # the circuit this decision is about (the probe's key for PROBE)
     retry_in_s: float = 0.0
+    until: float = 0.0  # PROBE: the open period that ended (each period has one probe to claim)
+    probes: int = 0  # PROBE: the failed probes before this one
 
 
 def admit(upstream_key: str, upstream: CircuitRecord, model_key: str | None,
@@ -72,8 +75,29 @@ def admit(upstream_key: str, upstream: CircuitRecord, model_key: str | None,
             continue
         if rec.open_until > now:
             return Admission(Gate.REFUSE, key, rec.open_until - now)
-        return Admission(Gate.PROBE, key)
+        return Admission(Gate.PROBE, key, until=rec.open_until, probes=rec.probes)
     return Admission(Gate.ALLOW)
+
+
+# How long a circuit stays open before its next probe. A failed probe must not blind the
+# gateway to a recovered upstream for a whole open_s:
+#
+#   with a fallback     every period is probe_interval_s: the fallback carries the traffic, and
+#                       every second on it is a second not on the primary; a probe costs one
+#                       request's detour (one attempt, then the fallback), one at a time.
+#   without a fallback  probe_interval_s, doubled by each failed probe, up to open_s: refused
+#                       requests get a 503 either way, so probing often buys little and a
+#                       long outage should cost the provider little.
+#
+# Jitter shortens each period by up to a fifth, so circuits that opened together (many models
+# of one provider) do not probe in lockstep; it never lengthens one past the schedule.
+JITTER = 0.2
+
+
+def open_period_s(failed_probes: int, interval_s: float, open_s: float, *, has_fallback: bool,
+                  rand: float) -> float:
+    base = interval_s if has_fallback else interval_s * 2.0 ** min(failed_probes, 32)
+    return min(base, open_s) * (1.0 - JITTER * rand)
 
 
 def should_open(rec: CircuitRecord, threshold: int, distinct_models: int | None = None) -> bool:

@@ -120,9 +120,9 @@ class MemoryStore:
             out.append(rec)
         return out
 
-    async def circuit_open(self, key: str, until: float, ttl_s: float) -> None:
+    async def circuit_open(self, key: str, until: float, ttl_s: float, probes: int = 0) -> None:
         rec = self._circuits.get(key) or CLOSED
-        self._circuits.put(key, replace(rec, open_until=until), ttl_s)
+        self._circuits.put(key, replace(rec, open_until=until, probes=probes), ttl_s)
 
     async def circuit_clear(self, keys: Sequence[str]) -> None:
         for k in keys:
@@ -148,6 +148,15 @@ class MemoryStore:
             cur[0] += requests
             cur[1] += retries
         return sum(b[0] for b in buckets.values()), sum(b[1] for b in buckets.values())
+
+    async def budget_reserve(
+        self, key: str, requests: int, retries: int, window_s: float, reserve: float, ratio: float
+    ) -> tuple[bool, int, int]:
+        req, ret = await self.budget_add(key, requests, retries, window_s)
+        if ret + 1 > reserve + ratio * req:
+            return False, req, ret
+        req, ret = await self.budget_add(key, 0, 1, window_s)
+        return True, req, ret
 
     async def reset_set(self, key: str, reset_at_ms: int) -> None:
         ttl = reset_at_ms / 1000 - self._clock()

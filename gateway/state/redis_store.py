@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from gateway.policy.breaker import CLOSED, MAX_TRACKED_MODELS, CircuitRecord
@@ -42,7 +43,12 @@ for i = 0, span - 1 do
   req = req + (tonumber(v[1]) or 0)
   ret = ret + (tonumber(v[2]) or 0)
 end
-return {req, ret}
+if ARGV[5] == nil then return {req, ret} end
+-- A reservation: one more retry, only if the window stays within the budget.
+if ret + 1 > tonumber(ARGV[5]) + tonumber(ARGV[6]) * req then return {req, ret, 0} end
+redis.call('HINCRBY', cur, 't', 1)
+redis.call('EXPIRE', cur, span + 1)
+return {req, ret + 1, 1}
 """
 
 # Counts a repeat only when the answer is still there (HINCRBY alone would resurrect it).
@@ -77,6 +83,7 @@ def _record(raw: dict[bytes, bytes]) -> CircuitRecord:
     return CircuitRecord(
         failures=int(raw.get(b"f", 0)),
         open_until=float(raw.get(b"u", 0)),
+        probes=int(raw.get(b"p", 0)),
         models=frozenset(models),
     )
 
@@ -128,7 +135,15 @@ class RedisStore:
             self._retry_at = now + self._recover_s
         try:
             async with asyncio.timeout(self._timeout_s):
-                result = await remote()
+                try:
+                    result = await remote()
+                except (RedisConnectionError, ConnectionError):
+                    # Most often a pooled connection to a Redis that has since restarted: the
+                    # server is fine, the socket is not, and every idle one is as old. Drop
+                    # those and try once more on a fresh connection, within the same bound.
+                    # (The command never reached the new server, so nothing is counted twice.)
+                    await self._drop_idle_connections()
+                    result = await remote()
         except _FAILURES as e:
             self._went_down(op, e)
             self._on_fallback(self.backend, op)
@@ -138,6 +153,12 @@ class RedisStore:
                       "down_s": round(self._monotonic() - self._down_since, 1)})
             self._down_since = None
         return result
+
+    async def _drop_idle_connections(self) -> None:
+        try:
+            await self._r.connection_pool.disconnect(inuse_connections=False)
+        except _FAILURES:
+            pass  # closing a dead socket may complain; it is closed either way
 
     def _went_down(self, op: str, e: BaseException) -> None:
         now = self._monotonic()
@@ -175,13 +196,13 @@ class RedisStore:
 
         return await self._guard("circuit_fail", remote, lambda: _value(mine))
 
-    async def circuit_open(self, key: str, until: float, ttl_s: float) -> None:
-        await self.local.circuit_open(key, until, ttl_s)
+    async def circuit_open(self, key: str, until: float, ttl_s: float, probes: int = 0) -> None:
+        await self.local.circuit_open(key, until, ttl_s, probes)
 
         async def remote() -> None:
             k = self._p + "c:" + key
             pipe = self._r.pipeline(transaction=True)
-            pipe.hset(k, "u", repr(until))
+            pipe.hset(k, mapping={"u": repr(until), "p": probes})
             pipe.pexpire(k, _ms(ttl_s))
             await pipe.execute()
 
@@ -222,6 +243,20 @@ class RedisStore:
             return int(got[0]), int(got[1])
 
         return await self._guard("budget_add", remote, lambda: _value(mine))
+
+    async def budget_reserve(
+        self, key: str, requests: int, retries: int, window_s: float, reserve: float, ratio: float
+    ) -> tuple[bool, int, int]:
+        mine = await self.local.budget_reserve(key, requests, retries, window_s, reserve, ratio)
+
+        async def remote() -> tuple[bool, int, int]:
+            base = f"{self._p}b:{{{key}}}:"
+            span = max(1, math.ceil(window_s))
+            args: list[int | str] = [int(self._clock()), span, requests, retries, repr(reserve), repr(ratio)]
+            got: Any = await self._budget(keys=[base], args=args)
+            return bool(int(got[2])), int(got[0]), int(got[1])
+
+        return await self._guard("budget_reserve", remote, lambda: _value(mine))
 
     # -- rate-limit resets ---------------------------------------------------------------------
 

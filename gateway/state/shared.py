@@ -12,12 +12,15 @@ Per request, the pipeline calls::
     # or, when the client left before an answer:  await circuit.abandon(adm)
 
     budget.record_request()                   # once per routed request (sync, no I/O)
-    budget.try_acquire_retry()                # before each retry (sync, no I/O)
+    budget.hold_retry()                       # deciding a retry (sync, no I/O)
+    await budget.confirm_retry()              # after its wait, before sending it (shared stores)
+    budget.try_acquire_retry()                # a retry counted at once (a continuation)
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable
 
 from gateway.config import CircuitBreakerConfig, RetryBudgetConfig
@@ -29,12 +32,14 @@ from gateway.policy.breaker import (
     Gate,
     admit,
     circuit_key,
+    open_period_s,
     should_open,
 )
 from gateway.state.store import StateStore
 
 _ALLOW = Admission(Gate.ALLOW)
 _KEY_CACHE_MAX = 1024
+_TAKEN_S = 1.0  # how long a replica believes a probe claim is held before asking the store again
 
 
 class SharedCircuit:
@@ -43,8 +48,11 @@ class SharedCircuit:
     A healthy request costs no store round trip: records are read at most every ``cache_s``
     per key (and re-read at once after this replica changed them). A failure costs two writes,
     a success one write only when there was a failure streak to clear. While a circuit is
-    half-open exactly one request across all replicas is let through (a claim with a TTL of
-    ``probe_ttl_s``, so a replica that dies mid-probe does not wedge the circuit).
+    half-open exactly one request across all replicas is let through: each open period has one
+    probe claim (keyed by the period's end, with a TTL of ``probe_ttl_s`` so that a replica
+    that dies mid-probe does not wedge the circuit). A probe keeps its claim when it is done,
+    so a replica whose cached record still shows the period that just ended cannot probe it
+    again; the next period (``open_period_s``) has a claim of its own.
 
     ``on_change(model, state)`` reports the transitions this replica makes; ``model`` is None
     for the upstream-wide circuit.
@@ -60,6 +68,8 @@ class SharedCircuit:
         distinct_models: int = 2,
         probe_ttl_s: float = 60.0,
         cache_s: float = 0.2,
+        has_fallback: bool = False,
+        rand: Callable[[], float] = random.random,
         on_change: Callable[[str | None, CircuitState], None] = lambda _m, _s: None,
     ) -> None:
         self._store = store
@@ -70,8 +80,11 @@ class SharedCircuit:
         self._probe_ttl_s = probe_ttl_s
         self._cache_s = cache_s
         self._on_change = on_change
+        self._has_fallback = has_fallback
+        self._rand = rand
         self._cache: dict[str, tuple[float, CircuitRecord]] = {}
         self._key_cache: dict[str | None, list[str]] = {}
+        self._taken: dict[str, float] = {}  # probe claims held elsewhere -> when to ask again
         # A failure streak lives a few open periods, then is forgotten rather than left stale.
         self._ttl_s = max(60.0, 4 * cfg.open_s)
 
@@ -122,8 +135,16 @@ class SharedCircuit:
                     recs[1] if model is not None else CLOSED, self._clock())
         if adm.gate is Gate.PROBE:
             assert adm.key is not None
-            if not await self._store.probe_claim(adm.key, self._probe_ttl_s):
-                return Admission(Gate.REFUSE, adm.key, 1.0)  # someone else's probe is in flight
+            claim, now = _claim_key(adm), self._clock()
+            # While a probe is out (a silent upstream's for a whole timeout), the other requests
+            # learn that from this replica's memory, asking the store again once a second.
+            known = self._taken.get(claim, 0.0) > now
+            if known or not await self._store.probe_claim(claim, self._probe_ttl_s):
+                if not known:
+                    if len(self._taken) >= _KEY_CACHE_MAX:
+                        self._taken.clear()
+                    self._taken[claim] = now + _TAKEN_S
+                return Admission(Gate.REFUSE, adm.key, _TAKEN_S)  # someone else's probe is in flight
             self._on_change(self._model_of(adm.key, model), CircuitState.HALF_OPEN)
         return adm
 
@@ -137,13 +158,15 @@ class SharedCircuit:
         if adm.gate is Gate.PROBE:
             assert adm.key is not None
             who = self._model_of(adm.key, model)
+            # The claim is kept either way (it dies with its TTL): the period it names has
+            # ended, and a replica that read that period before this write must not probe it.
             if failed:
-                await self._store.circuit_open(adm.key, now + self._cfg.open_s, self._ttl_s)
+                probes = adm.probes + 1
+                await self._store.circuit_open(adm.key, now + self._period_s(probes), self._ttl_s, probes)
                 self._on_change(who, CircuitState.OPEN)
             else:
                 await self._store.circuit_clear(keys)
                 self._on_change(who, CircuitState.CLOSED)
-            await self._store.probe_release(adm.key)
         elif failed:
             items = [(keys[0], model or "-")] + ([(keys[1], "")] if model is not None else [])
             recs = await self._store.circuit_fail(items, self._ttl_s)
@@ -153,7 +176,7 @@ class SharedCircuit:
                 # itself, so it needs no spread across models to open the upstream circuit.
                 spread = self._distinct if wide and model is not None else None
                 if should_open(rec, self._cfg.failure_threshold, spread):
-                    await self._store.circuit_open(key, now + self._cfg.open_s, self._ttl_s)
+                    await self._store.circuit_open(key, now + self._period_s(0), self._ttl_s)
                     self._on_change(None if wide else model, CircuitState.OPEN)
         elif any(c is not None and c[1].failures for c in map(self._cache.get, keys)):
             await self._store.circuit_clear(keys)
@@ -185,10 +208,21 @@ class SharedCircuit:
     async def abandon(self, adm: Admission) -> None:
         """The client left before an answer: free the probe slot, record nothing."""
         if adm.gate is Gate.PROBE and adm.key is not None:
-            await self._store.probe_release(adm.key)
+            await self._store.probe_release(_claim_key(adm))
+
+    def _period_s(self, failed_probes: int) -> float:
+        cfg = self._cfg
+        return open_period_s(failed_probes, cfg.probe_interval_s, cfg.open_s,
+                             has_fallback=self._has_fallback, rand=self._rand())  # fmt: skip
 
     def _model_of(self, key: str, model: str | None) -> str | None:
         return None if key == circuit_key(self._upstream) else model
+
+
+def _claim_key(adm: Admission) -> str:
+    """One probe per open period: the period's end names its claim (exact, as stored)."""
+    assert adm.key is not None
+    return f"{adm.key}@{adm.until!r}"
 
 
 class SharedBudget:
@@ -196,11 +230,18 @@ class SharedBudget:
     seconds, plus a reserve of ``min_retries_per_s * ttl_s`` so that a quiet gateway can still
     retry (Finagle's retry budget; Envoy's retry_budget in spirit), counted across replicas.
 
-    Both calls stay synchronous and never touch the store: requests and retries are counted
+    Deciding stays synchronous and never touches the store: requests and retries are counted
     locally and pushed, together with a pull of the shared totals, in one store operation at
     most every ``flush_s`` (in the background while traffic flows). A decision therefore sees
-    the other replicas' counts up to ``flush_s`` late, which is what a budget over a
-    ``ttl_s`` window can afford; totals older than the window are ignored.
+    the other replicas' counts up to ``flush_s`` late; totals older than the window are ignored.
+
+    On a shared store that lag would let every replica spend the headroom it last saw (R
+    replicas: up to R times the bound). So a retry of the retry loop is *held*
+    (``hold_retry``, synchronous, from this replica's view) and then *confirmed*
+    (``confirm_retry``) in one atomic store operation after its backoff wait, just before it
+    is sent: the store counts it only if the window's retries stay within the bound, so the
+    bound holds across replicas. A confirmation that finds Redis down is decided locally.
+    ``try_acquire_retry`` (a continuation's one retry) counts at once, with the lag.
     """
 
     def __init__(
@@ -220,6 +261,8 @@ class SharedBudget:
         self._key = key
         self._flush_s = flush_s
         self._pending = [0, 0]  # requests, retries not yet pushed
+        self._held = 0  # retries held, not yet confirmed (shared stores only)
+        self._shared_store = store.backend != "memory"
         self._shared = (0, 0)
         self._shared_at = -float("inf")
         self._task: asyncio.Task[None] | None = None
@@ -237,10 +280,44 @@ class SharedBudget:
         self._schedule()
         return True
 
+    def hold_retry(self) -> bool:
+        """``try_acquire_retry`` for a retry that ``confirm_retry`` confirms before it is sent
+        (or ``release_retry`` gives up). In one process the decision is already exact."""
+        if not self._shared_store:
+            return self.try_acquire_retry()
+        requests, retries = self._view()
+        if retries + 1 > self._reserve + self._ratio * requests:
+            return False
+        self._held += 1
+        return True
+
+    async def confirm_retry(self) -> bool:
+        """Count a held retry in the store, atomically, if the bound allows it there: pushes
+        this replica's counts and pulls everyone's in the same operation."""
+        if not self._shared_store:
+            return True
+        self._held = max(0, self._held - 1)
+        requests, retries = self._pending
+        self._pending = [0, 0]
+        try:
+            ok, req, ret = await self._store.budget_reserve(
+                self._key, requests, retries, self._cfg.ttl_s, self._reserve, self._ratio)  # fmt: skip
+        except BaseException:
+            self._pending[0] += requests
+            self._pending[1] += retries
+            raise
+        self._shared, self._shared_at = (req, ret), self._monotonic()
+        return ok
+
+    def release_retry(self) -> None:
+        """A held retry that will not be sent (the client left during its wait)."""
+        if self._shared_store:
+            self._held = max(0, self._held - 1)
+
     def _view(self) -> tuple[int, int]:
         fresh = self._monotonic() - self._shared_at < self._cfg.ttl_s
         req, ret = self._shared if fresh else (0, 0)
-        return req + self._pending[0], ret + self._pending[1]
+        return req + self._pending[0], ret + self._pending[1] + self._held
 
     async def flush(self) -> None:
         """Push local counts and pull the shared totals (one store operation)."""

@@ -5,8 +5,8 @@ and every replica's fallback) and :class:`~gateway.state.redis_store.RedisStore`
 Everything stored has a time to live, so a replica that dies mid-write leaves nothing that
 outlives its purpose. Times are wall-clock epoch seconds (replicas share no monotonic clock).
 
-    circuits   key -> CircuitRecord        consecutive failures, open-until, failing models
-    probes     key -> claimed              the single half-open probe, across replicas
+    circuits   key -> CircuitRecord        consecutive failures, open-until, failed probes, models
+    probes     key@period -> claimed       the single half-open probe of one open period
     budget     key -> (requests, retries)  counters over a sliding window of whole seconds
     resets     key -> reset-at epoch ms    a rate limit's reset, per upstream / model
     answers    fingerprint -> bytes        the loop breaker's remembered answers, with repeats
@@ -31,7 +31,9 @@ class StateStore(Protocol):
         """Count one failure into each ``(key, model)`` and return the records after it."""
         ...
 
-    async def circuit_open(self, key: str, until: float, ttl_s: float) -> None: ...
+    async def circuit_open(self, key: str, until: float, ttl_s: float, probes: int = 0) -> None:
+        """Open until ``until``; ``probes``: the failed probes in a row so far (the schedule)."""
+        ...
 
     async def circuit_clear(self, keys: Sequence[str]) -> None:
         """Close: forget failures and open-until (a success, or a probe that succeeded)."""
@@ -45,6 +47,13 @@ class StateStore(Protocol):
 
     async def budget_add(self, key: str, requests: int, retries: int, window_s: float) -> tuple[int, int]:
         """Add to the current second's counters; return (requests, retries) over the window."""
+        ...
+
+    async def budget_reserve(
+        self, key: str, requests: int, retries: int, window_s: float, reserve: float, ratio: float
+    ) -> tuple[bool, int, int]:
+        """``budget_add``, then atomically count one more retry if the window's retries stay
+        within ``reserve + ratio * requests``: (whether it was counted, requests, retries)."""
         ...
 
     async def reset_set(self, key: str, reset_at_ms: int) -> None:

@@ -18,6 +18,7 @@ CONTRACT = {
     "llm_gateway_fallbacks_total": ("counter", {"upstream", "fallback", "error_type"}),
     "llm_gateway_continuations_total": ("counter", {"upstream", "outcome"}),
     "llm_gateway_tool_outputs_total": ("counter", {"stage", "outcome", "reason"}),
+    "llm_gateway_upstream_timeouts_total": ("counter", {"upstream", "kind"}),
 }
 # Beyond the contract: the successful attempt's own time to first byte (no retry waits).
 EXTRA = {"llm_gateway_upstream_first_byte_seconds": ("histogram", {"upstream", "model"})}

@@ -9,6 +9,7 @@ from gateway.policy.breaker import (
     Gate,
     admit,
     circuit_key,
+    open_period_s,
     should_open,
 )
 
@@ -26,9 +27,10 @@ STREAK = CircuitRecord(failures=3)
     (CLOSED, OPEN, Admission(Gate.REFUSE, MODEL, 30.0)),
     (OPEN, CLOSED, Admission(Gate.REFUSE, UP, 30.0)),
     (OPEN, HALF, Admission(Gate.REFUSE, UP, 30.0)),          # upstream-wide speaks first
-    (HALF, OPEN, Admission(Gate.PROBE, UP)),                 # its probe is the one request
-    (CLOSED, HALF, Admission(Gate.PROBE, MODEL)),
-    (CircuitRecord(open_until=NOW), CLOSED, Admission(Gate.PROBE, UP)),  # the boundary is half-open
+    (HALF, OPEN, Admission(Gate.PROBE, UP, until=NOW - 1)),  # its probe is the one request
+    (CLOSED, HALF, Admission(Gate.PROBE, MODEL, until=NOW - 1)),
+    (CircuitRecord(open_until=NOW), CLOSED, Admission(Gate.PROBE, UP, until=NOW)),  # the boundary is half-open
+    (CLOSED, CircuitRecord(open_until=NOW - 1, probes=3), Admission(Gate.PROBE, MODEL, until=NOW - 1, probes=3)),
 ])
 def test_admit(upstream: CircuitRecord, model: CircuitRecord, expected: Admission) -> None:
     assert admit(UP, upstream, MODEL, model, NOW) == expected
@@ -57,3 +59,18 @@ def test_keys_are_bounded_and_distinct() -> None:
     assert len(circuit_key("p", long_a)) < 80
     assert circuit_key("p", "gpt-4o") == "p/gpt-4o"
     assert circuit_key("p") not in {circuit_key("p", m) for m in ("", "*", "p")}
+
+
+@pytest.mark.parametrize(("failed_probes", "has_fallback", "period"), [
+    (0, True, 5.0), (1, True, 5.0), (7, True, 5.0),         # a fallback carries the traffic: short, always
+    (0, False, 5.0), (1, False, 10.0), (2, False, 20.0),    # alone: grows with each failed probe ...
+    (3, False, 30.0), (50, False, 30.0),                    # ... up to open_s
+])
+def test_open_period_schedule(failed_probes: int, has_fallback: bool, period: float) -> None:
+    assert open_period_s(failed_probes, 5.0, 30.0, has_fallback=has_fallback, rand=0.0) == period
+    jittered = open_period_s(failed_probes, 5.0, 30.0, has_fallback=has_fallback, rand=1.0)
+    assert jittered == pytest.approx(period * 0.8)  # jitter only ever shortens a period
+
+
+def test_the_interval_never_exceeds_open_s() -> None:
+    assert open_period_s(0, 5.0, 0.5, has_fallback=True, rand=0.0) == 0.5

@@ -6,7 +6,7 @@ from gateway.config import CircuitBreakerConfig, RetryBudgetConfig
 from gateway.policy.breaker import CircuitState, Gate
 from gateway.state import MemoryStore, SharedBudget, SharedCircuit
 
-CFG = CircuitBreakerConfig(failure_threshold=3, open_s=30)
+CFG = CircuitBreakerConfig(failure_threshold=3, open_s=30, probe_interval_s=5)
 
 
 class Clock:
@@ -21,6 +21,7 @@ def replicas(n: int = 2, **kw: object) -> tuple[Clock, list[SharedCircuit], list
     clock = Clock()
     store = MemoryStore(clock)
     changes: list[tuple[str | None, CircuitState]] = []
+    kw.setdefault("rand", lambda: 0.0)  # no jitter: periods are exact
     made = [SharedCircuit(store, "up", CFG, clock, cache_s=0, on_change=lambda m, s: changes.append((m, s)), **kw)  # type: ignore[arg-type]
             for _ in range(n)]
     return clock, made, changes
@@ -56,7 +57,7 @@ async def test_a_provider_outage_opens_the_upstream_after_threshold_failures_acr
     await fail(a, "m3")  # three failures, three models: no model alone reached its threshold
     for model in ("m1", "m4", None):
         adm = await b.admit(model)
-        assert adm.gate is Gate.REFUSE and adm.retry_in_s == 30
+        assert adm.gate is Gate.REFUSE and adm.retry_in_s == 5  # the first period is the probe interval
     assert changes == [(None, CircuitState.OPEN)]
 
 
@@ -74,20 +75,63 @@ async def test_a_single_probe_across_replicas_decides() -> None:
     clock, (a, b), changes = replicas()
     for _ in range(3):
         await fail(a, "m")
-    clock.t += 30
+    clock.t += 5
     probe = await a.admit("m")
     assert probe.gate is Gate.PROBE
     other = await b.admit("m")
     assert other.gate is Gate.REFUSE and other.retry_in_s == 1.0  # the probe is in flight
-    await a.record(probe, "m", failed=True)  # opens again, for a full period
-    assert (await b.admit("m")).retry_in_s == 30
-    clock.t += 30
+    await a.record(probe, "m", failed=True)  # no fallback: the next period is twice as long
+    assert (await b.admit("m")).retry_in_s == 10
+    clock.t += 10
     probe = await b.admit("m")
     assert probe.gate is Gate.PROBE
     await b.record(probe, "m", failed=False)
     assert (await a.admit("m")).gate is Gate.ALLOW
     assert changes == [("m", CircuitState.OPEN), ("m", CircuitState.HALF_OPEN), ("m", CircuitState.OPEN),
                        ("m", CircuitState.HALF_OPEN), ("m", CircuitState.CLOSED)]
+
+
+async def test_without_a_fallback_failed_probes_lengthen_the_period_up_to_open_s() -> None:
+    clock, (a,), _ = replicas(1)
+    for _ in range(3):
+        await fail(a, "m")
+    periods = []
+    for _ in range(5):
+        periods.append((await a.admit("m")).retry_in_s)
+        clock.t += periods[-1]
+        assert await fail(a, "m") is Gate.PROBE
+    assert periods == [5, 10, 20, 30, 30]
+
+
+async def test_with_a_fallback_failed_probes_keep_the_short_period() -> None:
+    clock, (a, b), _ = replicas(has_fallback=True)
+    for _ in range(3):
+        await fail(a, "m")
+    periods = []
+    for r in (a, b, a, b, a, b):  # the schedule is shared: whichever replica probes
+        periods.append((await r.admit("m")).retry_in_s)
+        clock.t += periods[-1]
+        assert await fail(r, "m") is Gate.PROBE
+    assert periods == [5] * 6
+
+
+async def test_a_replica_with_a_stale_record_cannot_probe_the_period_again() -> None:
+    clock = Clock()
+    store = MemoryStore(clock)
+    a = SharedCircuit(store, "up", CFG, clock, cache_s=0, rand=lambda: 0.0, has_fallback=True)
+    b = SharedCircuit(store, "up", CFG, clock, cache_s=1.0, rand=lambda: 0.0, has_fallback=True)
+    for _ in range(3):
+        await fail(a, "m")
+    clock.t += 5
+    probe = await a.admit("m")
+    assert probe.gate is Gate.PROBE
+    assert (await b.admit("m")).gate is Gate.REFUSE  # b now caches the half-open record
+    await a.record(probe, "m", failed=True)
+    clock.t += 0.1
+    # b still sees the period that just ended, but its one probe has been spent.
+    assert (await b.admit("m")).gate is Gate.REFUSE
+    clock.t += 5
+    assert (await b.admit("m")).gate is Gate.PROBE  # the next period has a probe of its own
 
 
 async def test_an_abandoned_probe_frees_the_slot() -> None:
@@ -191,3 +235,45 @@ async def test_distinct_models_to_open_the_upstream_is_tunable(distinct: int) ->
         await fail(a, "only")
     other = await a.admit("other")
     assert other.gate is (Gate.REFUSE if distinct == 1 else Gate.ALLOW)
+
+
+async def test_while_a_probe_is_out_other_requests_ask_the_store_once_a_second() -> None:
+    clock = Clock()
+
+    class Counting(MemoryStore):
+        claims = 0
+
+        async def probe_claim(self, key, ttl_s):  # type: ignore[no-untyped-def]
+            Counting.claims += 1
+            return await super().probe_claim(key, ttl_s)
+
+    store = Counting(clock)
+    a = SharedCircuit(store, "up", CFG, clock, cache_s=0, rand=lambda: 0.0, has_fallback=True)
+    b = SharedCircuit(store, "up", CFG, clock, cache_s=0, rand=lambda: 0.0, has_fallback=True)
+    for _ in range(3):
+        await fail(a, "m")
+    clock.t += 5
+    probe = await a.admit("m")  # a silent upstream: this probe stays out
+    assert probe.gate is Gate.PROBE and Counting.claims == 1
+    for _ in range(50):  # 50 requests in half a second on b: one claim attempt
+        assert (await b.admit("m")).gate is Gate.REFUSE
+        clock.t += 0.01
+    assert Counting.claims == 2
+    clock.t += 0.6
+    assert (await b.admit("m")).gate is Gate.REFUSE and Counting.claims == 3
+    await a.abandon(probe)
+    clock.t += 1.0
+    assert (await b.admit("m")).gate is Gate.PROBE  # an abandoned probe's period is probed after all
+
+
+async def test_in_one_process_a_held_retry_is_counted_at_once_and_needs_no_confirmation() -> None:
+    clock = Clock()
+
+    class NoReserve(MemoryStore):
+        async def budget_reserve(self, *a, **kw):  # type: ignore[no-untyped-def]
+            raise AssertionError("the memory store's view is exact: no store operation per retry")
+
+    budget = SharedBudget(NoReserve(clock), RetryBudgetConfig(ttl_s=10, min_retries_per_s=0.2,
+                                                              percent_can_retry=0), clock)  # fmt: skip
+    assert budget.hold_retry() and await budget.confirm_retry()
+    assert budget.hold_retry() and not budget.hold_retry()  # a reserve of 2 retries
