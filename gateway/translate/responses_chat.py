@@ -1,0 +1,397 @@
+"""OpenAI Responses clients (Codex, the Agents SDK, ``client.responses.create``) on a chat
+completions upstream.
+
+Codex refuses ``wire_api = "chat"``, so on a chat-only server (llama.cpp, vLLM's chat route,
+TGI, most OpenAI-compatible hosts) it works only through this translator. The request half is
+``responses_chat_request``, the tool naming ``responses_chat_tools``, the pieces of a
+``response`` object ``responses_chat_answer``; this module answers buffered bodies and turns a
+chat chunk stream into the Responses event grammar, event by event:
+
+``response.created`` → ``response.in_progress`` → per output item ``output_item.added`` →
+(``content_part.added`` → ``output_text.delta``… → ``output_text.done`` →
+``content_part.done`` | ``function_call_arguments.delta``… → ``function_call_arguments.done``
+| ``reasoning_text.delta``…) → ``output_item.done`` … → ``response.completed`` (or
+``response.incomplete``) with the response id, the whole output and usage; every event with a
+``sequence_number`` counting from 0. Codex reads ``output_item.done`` for tool calls and needs
+``response.completed`` with an ``id`` (codex-rs/codex-api/src/sse/responses.rs), so the
+arguments are complete in ``function_call_arguments.done`` and ``output_item.done`` whatever
+the chunking (LiteLLM #27144), and no item is done without having been added (llm-rosetta #56).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from gateway.apis.base import Ending
+from gateway.sse import EventSplitter, parse_event
+from gateway.translate import responses_chat_answer as A
+from gateway.translate.base import Context, Refusal, Target
+from gateway.translate.responses_chat_request import to_chat
+from gateway.translate.responses_chat_tools import ToolNames, tool_names
+
+
+class ResponsesToChat:
+    client = "responses"
+    upstream = "chat"
+
+    def request(self, payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refusal:
+        return to_chat(payload, target)
+
+    def answer(self, doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
+        created = doc.get("created")
+        out = A.envelope(ctx, created if isinstance(created, int) else 0, "completed")
+        choices = doc.get("choices")
+        choice = _obj(choices[0] if isinstance(choices, list) and choices else None)
+        message = _obj(choice.get("message"))
+        names = tool_names(ctx.request.get("tools"))
+        items: list[dict[str, Any]] = []
+        reasoning = _reasoning_of(message)
+        if reasoning:
+            items.append(A.reasoning_item(ctx, len(items), reasoning))
+        text = _text_of(message.get("content"))
+        if text:
+            items.append(A.message_item(ctx, len(items), [A.text_part(text)]))
+        if isinstance(message.get("refusal"), str) and message["refusal"]:
+            items.append(
+                A.message_item(ctx, len(items), [{"type": "refusal", "refusal": message["refusal"]}])
+            )
+        for n, call in enumerate(message.get("tool_calls") or []):
+            if not isinstance(call, dict):
+                continue
+            fn = _obj(call.get("function"))
+            args = fn.get("arguments")
+            items.append(
+                A.call_item(
+                    ctx,
+                    len(items),
+                    A.call_id_of(ctx, call, n),
+                    names.lookup(str(fn.get("name", ""))),
+                    args if isinstance(args, str) else orjson.dumps(args or {}).decode(),
+                )
+            )
+        A.finish(out, choice.get("finish_reason"))
+        if out["status"] == "incomplete" and items:
+            items[-1]["status"] = "incomplete"
+        out["output"] = items
+        out["usage"] = A.usage(doc.get("usage"))
+        return out
+
+    def stream(self, ctx: Context) -> ResponsesStream:
+        return ResponsesStream(ctx)
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _reasoning_of(delta: Mapping[str, Any]) -> str:
+    """``reasoning_content`` (DeepSeek, llama.cpp, older vLLM) or ``reasoning`` (newer vLLM,
+    OpenRouter)."""
+    for key in ("reasoning_content", "reasoning"):
+        value = delta.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # some servers answer with content parts
+        return "".join(
+            str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text"
+        )
+    return ""
+
+
+@dataclass(slots=True)
+class _Call:
+    """One chat tool call (by its chunk ``index``) as it streams."""
+
+    call_id: str
+    chat_name: str
+    args: list[str] = field(default_factory=list)
+    out_index: int | None = None  # set once its output item was added
+    done: bool = False
+
+
+class ResponsesStream:
+    """One chat chunk stream as one Responses event stream; see the module docstring."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.names: ToolNames = tool_names(ctx.request.get("tools"))
+        self.seq = 0
+        self.started = False
+        self.ended = False
+        self.created = 0
+        self.items: list[dict[str, Any] | None] = []  # by output index; None while open
+        self.open: str | None = None  # "reasoning" | "message" | "call"
+        self.buf: list[str] = []  # text of the open reasoning or message item
+        self.calls: dict[int, _Call] = {}
+        self.open_call: _Call | None = None
+        self.finish_reason: str | None = None
+        self.chat_usage: Any = None
+        self.out: list[bytes] = []
+        self.at: dict[str, Any] = {}  # where the open text item's deltas go
+
+    # -- emitting --------------------------------------------------------------------------
+    def _emit(self, name: str, fields: dict[str, Any]) -> None:
+        doc = {"type": name, "sequence_number": self.seq, **fields}
+        self.seq += 1
+        self.out.append(b"event: " + name.encode() + b"\ndata: " + orjson.dumps(doc) + b"\n\n")
+
+    def _take(self) -> bytes:
+        out, self.out = b"".join(self.out), []
+        return out
+
+    def _start(self) -> None:
+        if self.started:
+            return
+        self.started = True
+        shell = A.envelope(self.ctx, self.created, "in_progress")
+        self._emit("response.created", {"response": shell})
+        self._emit("response.in_progress", {"response": shell})
+
+    # -- items -----------------------------------------------------------------------------
+    def _add(self, item: dict[str, Any]) -> int:
+        index = len(self.items)
+        self.items.append(None)
+        self._emit("response.output_item.added", {"output_index": index, "item": item})
+        return index
+
+    def _status(self) -> str:
+        return "incomplete" if self.finish_reason in ("length", "content_filter") else "completed"
+
+    def _open_text(self, kind: str) -> None:
+        if self.open == kind:
+            return
+        self._close_open()
+        index = len(self.items)
+        if kind == "reasoning":
+            item = {**A.reasoning_item(self.ctx, index, "", "in_progress"), "content": []}
+            part = {"type": "reasoning_text", "text": ""}
+        else:
+            item = A.message_item(self.ctx, index, [], "in_progress")
+            part = A.text_part("")
+        self._add(item)
+        self._emit(
+            "response.content_part.added",
+            {"item_id": item["id"], "output_index": index, "content_index": 0, "part": part},
+        )
+        self.open, self.buf = kind, []
+        self.at = {"item_id": item["id"], "output_index": index, "content_index": 0}
+
+    def _text(self, kind: str, delta: str) -> None:
+        self._open_text(kind)
+        self.buf.append(delta)
+        at = self.at
+        if kind == "reasoning":
+            self._emit("response.reasoning_text.delta", {**at, "delta": delta})
+        else:
+            self._emit("response.output_text.delta", {**at, "delta": delta, "logprobs": []})
+
+    def _close_text(self) -> None:
+        index = len(self.items) - 1
+        text = "".join(self.buf)
+        status = self._status()
+        if self.open == "reasoning":
+            item = A.reasoning_item(self.ctx, index, text, status)
+            at = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            self._emit("response.reasoning_text.done", {**at, "text": text})
+            self._emit("response.content_part.done", {**at, "part": {"type": "reasoning_text", "text": text}})
+        else:
+            item = A.message_item(self.ctx, index, [A.text_part(text)], status)
+            at = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            self._emit("response.output_text.done", {**at, "text": text, "logprobs": []})
+            self._emit("response.content_part.done", {**at, "part": A.text_part(text)})
+        self._done(index, item)
+
+    def _done(self, index: int, item: dict[str, Any]) -> None:
+        self.items[index] = item
+        self._emit("response.output_item.done", {"output_index": index, "item": item})
+
+    def _close_open(self) -> None:
+        if self.open in ("reasoning", "message"):
+            self._close_text()
+        elif self.open == "call" and self.open_call is not None:
+            self._close_call(self.open_call)
+        self.open, self.buf, self.open_call = None, [], None
+
+    def _call_item(self, call: _Call, status: str) -> dict[str, Any]:
+        assert call.out_index is not None
+        return A.call_item(
+            self.ctx,
+            call.out_index,
+            call.call_id,
+            self.names.lookup(call.chat_name),
+            "".join(call.args),
+            status,
+        )
+
+    def _open_call(self, call: _Call) -> None:
+        self._close_open()
+        call.out_index = len(self.items)
+        item = self._call_item(call, "in_progress")
+        item.update({"arguments": ""} if item["type"] == "function_call" else {"input": ""})
+        self._add(item)
+        self.open, self.open_call = "call", call
+        if call.args and item["type"] == "function_call":
+            self._emit(
+                "response.function_call_arguments.delta",
+                {"item_id": item["id"], "output_index": call.out_index, "delta": "".join(call.args)},
+            )
+
+    def _close_call(self, call: _Call) -> None:
+        if call.done or call.out_index is None:
+            return
+        call.done = True
+        item = self._call_item(call, self._status())
+        at = {"item_id": item["id"], "output_index": call.out_index}
+        if item["type"] == "function_call":
+            self._emit("response.function_call_arguments.done", {**at, "arguments": item["arguments"]})
+        else:  # the raw input is only known once the JSON arguments are whole
+            self._emit("response.custom_tool_call_input.delta", {**at, "delta": item["input"]})
+            self._emit("response.custom_tool_call_input.done", {**at, "input": item["input"]})
+        self._done(call.out_index, item)
+
+    def _tool_delta(self, tc: Mapping[str, Any]) -> None:
+        fn = _obj(tc.get("function"))
+        given = tc.get("index")
+        if isinstance(given, int):
+            index = given
+        else:
+            # Servers that leave it out (Mistral) send one call at a time: a new id starts one.
+            last = max(self.calls) if self.calls else -1
+            new = last < 0 or (bool(tc.get("id")) and tc.get("id") != self.calls[last].call_id)
+            index = last + 1 if new else last
+        call = self.calls.get(index)
+        if call is None:
+            call = _Call(A.call_id_of(self.ctx, tc, len(self.calls)), "")
+            self.calls[index] = call
+        if isinstance(fn.get("name"), str) and fn["name"] and call.out_index is None:
+            call.chat_name += fn["name"]
+        args = fn.get("arguments")
+        piece = args if isinstance(args, str) else (orjson.dumps(args).decode() if args is not None else "")
+        if call.out_index is None:
+            call.args.append(piece)
+            if call.chat_name:
+                self._open_call(call)
+            return
+        if not piece:
+            return
+        call.args.append(piece)
+        if call.done:
+            # A delta for a call already closed (servers interleaving parallel calls): kept for
+            # the final output, but its output_item.done went out without it.
+            self.ctx.notes["late_tool_call_delta"] = True
+        if not self.names.lookup(call.chat_name).custom:
+            self._emit(
+                "response.function_call_arguments.delta",
+                {
+                    "item_id": A.item_id(self.ctx, "fc", call.out_index),
+                    "output_index": call.out_index,
+                    "delta": piece,
+                },
+            )
+
+    # -- the StreamTranslator protocol -------------------------------------------------------
+    def event(self, raw: bytes) -> bytes:
+        if self.ended:
+            return b""
+        if raw.count(b"\n\n") > 1 or b"\r" in raw:  # several events handed over at once
+            return b"".join(self._one(e) for e in EventSplitter().feed(raw + b"\n\n"))
+        return self._one(raw)
+
+    def _one(self, raw: bytes) -> bytes:
+        if self.ended:
+            return b""
+        if raw.startswith(b"data: ") and raw.count(b"\n") == 2:
+            # One data line, what every chat server sends: no general SSE parse needed.
+            data = raw[6:].rstrip()
+            if data == b"[DONE]":
+                return self._end()
+            try:
+                doc = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                doc = parse_event(raw).json()  # what orjson refuses and json takes
+        else:
+            ev = parse_event(raw)
+            if ev.data is None:
+                return b""  # comments and keep-alives: nothing to say yet
+            if ev.is_done:
+                return self._end()
+            doc = ev.json()
+        if not isinstance(doc, dict):
+            return b""
+        if not self.started and isinstance(doc.get("created"), int):
+            self.created = doc["created"]
+        self._start()
+        if doc.get("usage"):
+            self.chat_usage = doc["usage"]
+        for choice in doc.get("choices") or []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = _obj(choice.get("delta"))
+            reasoning = _reasoning_of(delta)
+            if reasoning:
+                self._text("reasoning", reasoning)
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                self._text("message", content)
+            refusal = delta.get("refusal")
+            if isinstance(refusal, str) and refusal:
+                self._text("message", refusal)
+            for tc in delta.get("tool_calls") or []:
+                if isinstance(tc, dict):
+                    self._tool_delta(tc)
+            if choice.get("finish_reason"):
+                self.finish_reason = str(choice["finish_reason"])
+                self.ctx.notes["finish_reason"] = self.finish_reason
+                self._close_open()
+        return self._take()
+
+    def _end(self) -> bytes:
+        self._start()
+        self._close_open()
+        for call in self.calls.values():
+            if call.out_index is None:  # never named: still the client's call, under no name
+                self._open_call(call)
+            self._close_call(call)
+        final = A.envelope(self.ctx, self.created, "completed")
+        A.finish(final, self.finish_reason)
+        final["output"] = [item for item in self.items if item is not None]
+        final["usage"] = A.usage(self.chat_usage)
+        if final["usage"] is not None:
+            self.ctx.notes["usage"] = {
+                "prompt": final["usage"]["input_tokens"],
+                "completion": final["usage"]["output_tokens"],
+            }
+        name = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
+        self._emit(name, {"response": final})
+        self.ended = True
+        return self._take()
+
+    def close(self) -> bytes:
+        return b"" if self.ended else self._end()
+
+    def broken(self, ending: Ending) -> bytes:
+        if self.ended:
+            return b""
+        self._start()
+        c = ending.classification
+        failed = A.envelope(self.ctx, self.created, "failed")
+        failed["output"] = [item for item in self.items if item is not None]
+        failed["error"] = {
+            "code": ending.code or c.provider_code or c.type.value,
+            "message": ending.message,
+            "x_llm_error_type": c.type.value,
+            "retryable": c.retryable,
+        }
+        self._emit("response.failed", {"response": failed})
+        self.ended = True
+        return self._take()

@@ -1,0 +1,333 @@
+"""A Responses request as a chat completions request (the request half of ``responses_chat``).
+
+Rules, each with its reason (docs/translation/responses_chat.md has the whole table):
+
+* ``instructions`` and every ``system`` / ``developer`` message become **one** leading system
+  message, in their order. Many chat templates (llama.cpp's and vLLM's Jinja templates for
+  Llama, Qwen, Mistral…) raise on a system message that is not first, and Codex sends
+  developer messages later in a conversation when its settings change; hoisting them keeps
+  their authority and relative order, at the price of their position.
+* Consecutive assistant output (a ``message`` and the ``function_call`` / ``custom_tool_call``
+  items after it) is one assistant message with ``tool_calls``: chat wants one assistant turn
+  per model turn. Its ``content`` is a string, ``""`` when there is no text: llama-cpp-python
+  answers 500 to ``content: null`` (tests/real/NOTES.md).
+* ``function_call_output`` → a ``tool`` message (text). Images in a tool output (Codex's
+  ``view_image``) cannot ride in a chat ``tool`` message (text parts only), so they follow the
+  run of tool messages in one ``user`` message.
+* ``reasoning`` items are dropped: their ``encrypted_content`` only OpenAI can read, and chat
+  servers reject or ignore reasoning in input (DeepSeek answers 400 to ``reasoning_content`` in
+  a request message).
+* Hosted-tool items (``web_search_call``…) are dropped: the server ran them, the assistant
+  text after them carries what they found.
+* Refused: ``previous_response_id`` / ``conversation`` (a stateless chat upstream has no stored
+  conversation to continue), ``background``, stored ``prompt`` templates, ``item_reference``,
+  ``compaction`` items (history encrypted by OpenAI: dropping one would lose that history),
+  ``input_file`` and file-id images (only OpenAI's file store has them), unknown item or part
+  types.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.translate.base import Refusal, Target
+from gateway.translate.responses_chat_tools import (
+    CUSTOM_INPUT,
+    ToolNames,
+    chat_tool_choice,
+    chat_tools,
+    tool_names,
+)
+
+_HOSTED_CALLS = frozenset(
+    {
+        "web_search_call",
+        "file_search_call",
+        "code_interpreter_call",
+        "image_generation_call",
+        "mcp_list_tools",
+        "mcp_call",
+        "mcp_approval_request",
+        "mcp_approval_response",
+        "tool_search_call",
+        "tool_search_output",
+    }
+)
+_NEEDS_STORE = ("previous_response_id", "conversation", "prompt")
+_SYSTEM_ROLES = ("system", "developer")
+
+
+class Untranslatable(Exception):
+    """Raised inside the converters; becomes a ``Refusal``."""
+
+
+def to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refusal:
+    for key in _NEEDS_STORE:
+        if payload.get(key):
+            return Refusal(
+                f"'{key}' needs a conversation stored on the server; this upstream speaks chat "
+                "completions, which keeps none. Send the whole conversation in 'input' instead "
+                "(what Codex does with store: false)."
+            )
+    if payload.get("background"):
+        return Refusal(
+            "'background' responses need a server that stores them; this upstream speaks chat completions"
+        )
+    names = tool_names(payload.get("tools"))
+    try:
+        messages = _messages(payload, names)
+    except Untranslatable as e:
+        return Refusal(str(e))
+    tools, _dropped = chat_tools(payload.get("tools"), names)
+    choice = chat_tool_choice(payload.get("tool_choice"), tools, names)
+    if isinstance(choice, Refusal):
+        return choice
+    tool_choice, tools = choice
+    out: dict[str, Any] = {"model": target.model, "messages": messages}
+    if tools:
+        out["tools"] = tools
+        if tool_choice is not None:
+            out["tool_choice"] = tool_choice
+        if isinstance(payload.get("parallel_tool_calls"), bool):
+            out["parallel_tool_calls"] = payload["parallel_tool_calls"]
+    for key in ("temperature", "top_p"):
+        if isinstance(payload.get(key), (int, float)) and not isinstance(payload.get(key), bool):
+            out[key] = payload[key]
+    if isinstance(payload.get("max_output_tokens"), int):
+        out["max_tokens"] = payload["max_output_tokens"]
+    user = payload.get("user") or payload.get("safety_identifier")
+    if isinstance(user, str) and user:
+        out["user"] = user
+    reasoning = payload.get("reasoning")
+    if isinstance(reasoning, dict) and isinstance(reasoning.get("effort"), str):
+        out["reasoning_effort"] = reasoning["effort"]
+    try:
+        fmt = _response_format(payload.get("text"))
+    except Untranslatable as e:
+        return Refusal(str(e))
+    if fmt is not None:
+        out["response_format"] = fmt
+    if payload.get("stream") is True:
+        out["stream"] = True
+        if target.stream_usage:
+            out["stream_options"] = {"include_usage": True}
+    return out
+
+
+def _response_format(text: Any) -> dict[str, Any] | None:
+    fmt = text.get("format") if isinstance(text, dict) else None
+    if not isinstance(fmt, dict) or fmt.get("type") in (None, "text"):
+        return None
+    if fmt.get("type") == "json_object":
+        return {"type": "json_object"}
+    if fmt.get("type") == "json_schema":
+        schema = {k: fmt[k] for k in ("name", "description", "schema", "strict") if k in fmt}
+        return {"type": "json_schema", "json_schema": schema}
+    raise Untranslatable(f"text.format {fmt.get('type')!r} has no chat completions equivalent")
+
+
+def _text_of(content: Any, where: str) -> str:
+    """The text of a message that chat wants as a plain string (system, assistant)."""
+    if isinstance(content, str):
+        return content
+    texts: list[str] = []
+    for part in content if isinstance(content, list) else []:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("input_text", "output_text", "text"):
+            texts.append(str(part.get("text", "")))
+        elif kind == "refusal":
+            texts.append(str(part.get("refusal", "")))
+        else:
+            raise Untranslatable(
+                f"a {where} message cannot carry a {kind!r} part on a chat completions upstream"
+            )
+    return "\n\n".join(t for t in texts if t) if where == "system" else "".join(texts)
+
+
+def _image_part(part: Mapping[str, Any]) -> dict[str, Any]:
+    url = part.get("image_url")
+    if not isinstance(url, str) or not url:
+        raise Untranslatable(
+            "an input_image given by file_id needs OpenAI's file store; send it as a URL or "
+            "a base64 data URL for a chat completions upstream"
+        )
+    image: dict[str, Any] = {"url": url}
+    if part.get("detail") in ("low", "high", "auto"):
+        image["detail"] = part["detail"]
+    return {"type": "image_url", "image_url": image}
+
+
+def _user_content(content: Any) -> str | list[dict[str, Any]]:
+    """A user message's content: a plain string when it is only text (what every chat server
+    takes), else chat content parts."""
+    if isinstance(content, str):
+        return content
+    parts: list[dict[str, Any]] = []
+    for part in content if isinstance(content, list) else []:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("input_text", "output_text", "text"):
+            parts.append({"type": "text", "text": str(part.get("text", ""))})
+        elif kind == "input_image":
+            parts.append(_image_part(part))
+        elif kind == "input_file":
+            raise Untranslatable(
+                "input_file (a document) cannot be carried to a chat completions upstream: "
+                "the model would answer without it. Send its text as input_text instead."
+            )
+        else:
+            raise Untranslatable(
+                f"a user message cannot carry a {kind!r} part on a chat completions upstream"
+            )
+    if all(p["type"] == "text" for p in parts):
+        return "".join(p["text"] for p in parts)
+    return parts
+
+
+def _tool_output(output: Any) -> tuple[str, list[dict[str, Any]]]:
+    """A function_call_output's text, and the images it returned (carried separately)."""
+    if isinstance(output, str):
+        return output, []
+    texts: list[str] = []
+    images: list[dict[str, Any]] = []
+    for part in output if isinstance(output, list) else []:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("input_text", "output_text", "text"):
+            texts.append(str(part.get("text", "")))
+        elif kind == "input_image":
+            images.append(_image_part(part))
+        else:
+            raise Untranslatable(f"a tool output cannot carry a {kind!r} part on a chat completions upstream")
+    text = "".join(texts)
+    if images and not text:
+        text = f"(the tool returned {len(images)} image(s): attached in the next message)"
+    return text, images
+
+
+class _Builder:
+    """Builds the chat ``messages`` list, merging what chat wants as one message."""
+
+    def __init__(self, names: ToolNames) -> None:
+        self.names = names
+        self.system: list[str] = []
+        self.messages: list[dict[str, Any]] = []
+        self.pending_images: list[dict[str, Any]] = []
+
+    def _flush_images(self) -> None:
+        if self.pending_images:
+            self.messages.append({"role": "user", "content": self.pending_images})
+            self.pending_images = []
+
+    def _assistant(self) -> dict[str, Any]:
+        """The assistant message tool calls join: the last one, if nothing came after it."""
+        last = self.messages[-1] if self.messages else None
+        if last is not None and last["role"] == "assistant" and not self.pending_images:
+            return last
+        self._flush_images()
+        msg: dict[str, Any] = {"role": "assistant", "content": ""}
+        self.messages.append(msg)
+        return msg
+
+    def message(self, item: Mapping[str, Any]) -> None:
+        role = item.get("role", "user")
+        content = item.get("content")
+        if role in _SYSTEM_ROLES:
+            text = _text_of(content, "system")
+            if text:
+                self.system.append(text)
+            return
+        if role == "assistant":
+            text = _text_of(content, "assistant")
+            last = self.messages[-1] if self.messages else None
+            # Text after tool calls is a new turn; text after text (two output messages of one
+            # turn) is joined.
+            if (
+                last is not None
+                and last["role"] == "assistant"
+                and "tool_calls" not in last
+                and not self.pending_images
+            ):
+                last["content"] += text
+            else:
+                self._flush_images()
+                self.messages.append({"role": "assistant", "content": text})
+            return
+        if role != "user":
+            raise Untranslatable(f"message role {role!r} has no chat completions equivalent")
+        self._flush_images()
+        self.messages.append({"role": "user", "content": _user_content(content)})
+
+    def call(self, call_id: str, chat_name: str, arguments: str) -> None:
+        msg = self._assistant()
+        msg.setdefault("tool_calls", []).append(
+            {"id": call_id, "type": "function", "function": {"name": chat_name, "arguments": arguments}}
+        )
+
+    def output(self, call_id: str, text: str, images: list[dict[str, Any]]) -> None:
+        if self.pending_images and self.messages and self.messages[-1]["role"] != "tool":
+            self._flush_images()
+        self.messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
+        self.pending_images += images
+
+    def done(self) -> list[dict[str, Any]]:
+        self._flush_images()
+        head = [{"role": "system", "content": "\n\n".join(self.system)}] if self.system else []
+        return head + self.messages
+
+
+def _call_id(item: Mapping[str, Any]) -> str:
+    call_id = item.get("call_id")
+    if not isinstance(call_id, str) or not call_id:
+        raise Untranslatable(f"a {item.get('type')} item without a call_id cannot be paired with its output")
+    return call_id
+
+
+def _messages(payload: Mapping[str, Any], names: ToolNames) -> list[dict[str, Any]]:
+    b = _Builder(names)
+    instructions = payload.get("instructions")
+    if isinstance(instructions, str) and instructions:
+        b.system.append(instructions)
+    elif isinstance(instructions, list):  # the response object's echo form: input items
+        for item in instructions:
+            if isinstance(item, dict):
+                b.message(item)
+    items = payload.get("input")
+    if isinstance(items, str):
+        items = [{"type": "message", "role": "user", "content": items}]
+    for item in items if isinstance(items, list) else []:
+        kind = item.get("type", "message")
+        if kind == "message":
+            b.message(item)
+        elif kind == "function_call":
+            ns = item.get("namespace") if isinstance(item.get("namespace"), str) else None
+            args = item.get("arguments")
+            b.call(
+                _call_id(item),
+                names.chat_name(str(item.get("name", "")), ns),
+                args if isinstance(args, str) else json.dumps(args or {}),
+            )
+        elif kind == "custom_tool_call":
+            b.call(
+                _call_id(item),
+                names.chat_name(str(item.get("name", ""))),
+                json.dumps({CUSTOM_INPUT: str(item.get("input", ""))}),
+            )
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            text, images = _tool_output(item.get("output"))
+            b.output(_call_id(item), text, images)
+        elif kind == "reasoning" or kind in _HOSTED_CALLS:
+            continue
+        elif kind in ("compaction", "compaction_summary"):
+            raise Untranslatable(
+                "a compaction item holds earlier conversation encrypted by OpenAI; a chat completions "
+                "upstream cannot read it, and dropping it would lose that history"
+            )
+        elif kind == "item_reference":
+            raise Untranslatable(
+                "item_reference points at an item stored on the server; a chat completions "
+                "upstream keeps none. Send the item itself."
+            )
+        else:
+            raise Untranslatable(f"input item type {kind!r} cannot be carried to a chat completions upstream")
+    return b.done()

@@ -1,0 +1,208 @@
+"""Responses tools as chat tools, and the names back (Responses → chat, both ways).
+
+A chat upstream knows one kind of tool, ``{"type": "function", "function": {...}}``, under a
+flat name (OpenAI: ``^[a-zA-Z0-9_-]{1,64}$``). Responses has more:
+
+* flat function tools ``{type: function, name, description, parameters, strict}``;
+* ``namespace`` tools holding functions (Codex 0.169's ``multi_agent_v1``): the model's call
+  names the function *and* its namespace, and Codex dispatches on both (measured: a call
+  named ``close_agent`` without ``namespace: multi_agent_v1`` is answered "unsupported
+  call"). On chat each becomes one function named ``<namespace>__<name>``; the answer gives
+  the client back ``name`` and ``namespace`` separately;
+* ``custom`` tools (freeform text input, optionally under a grammar): on chat a function with
+  one string parameter ``input``; the grammar goes into the description (a chat server cannot
+  enforce it), and the call comes back as a ``custom_tool_call`` with that string;
+* hosted tools (``web_search``, ``file_search``, ``code_interpreter``, ``computer_use``,
+  ``image_generation``, ``mcp``, ``local_shell``, …) run inside OpenAI's servers; a chat server
+  cannot run them, so they are dropped (a ``tool_choice`` forcing one is refused).
+
+The mapping is a pure function of the request's ``tools``, so the answer side rebuilds it
+from the client's request instead of keeping state between request and answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.translate.base import Refusal
+
+SEPARATOR = "__"
+_VALID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_EMPTY_SCHEMA = {"type": "object", "properties": {}}
+CUSTOM_INPUT = "input"  # the one parameter a custom tool gets on chat
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """What a chat function name stands for in the client's Responses request."""
+
+    name: str
+    namespace: str | None = None
+    custom: bool = False
+
+
+@dataclass(slots=True)
+class ToolNames:
+    """Chat name ⇄ Responses (name, namespace), for one request's tools."""
+
+    to_chat: dict[tuple[str | None, str], str] = field(default_factory=dict)
+    origin: dict[str, Origin] = field(default_factory=dict)
+
+    def chat_name(self, name: str, namespace: str | None = None) -> str:
+        """The chat name of a client's tool; a name the request did not declare stays as it
+        is (a call to an unknown tool is the model's business, not ours)."""
+        return self.to_chat.get((namespace or None, name), name)
+
+    def lookup(self, chat_name: str) -> Origin:
+        return self.origin.get(chat_name) or Origin(chat_name)
+
+
+def _chat_name(namespace: str | None, name: str, taken: set[str]) -> str:
+    candidate = f"{namespace}{SEPARATOR}{name}" if namespace else name
+    if candidate in taken or not _VALID.match(candidate):
+        # Too long, odd characters or a clash: a stable short name (the map resolves it back).
+        digest = hashlib.sha1(f"{namespace}\0{name}".encode()).hexdigest()[:8]
+        stem = re.sub(r"[^a-zA-Z0-9_-]", "_", candidate)[:55]
+        candidate = f"{stem}_{digest}"
+    return candidate
+
+
+def tool_names(tools: Any) -> ToolNames:
+    names = ToolNames()
+    if not isinstance(tools, list):
+        return names
+    declared: list[tuple[str | None, str, bool]] = []
+    for tool in tools:
+        if not isinstance(tool, dict):
+            continue
+        kind = tool.get("type")
+        if kind in ("function", "custom") and isinstance(tool.get("name"), str):
+            declared.append((None, tool["name"], kind == "custom"))
+        elif kind == "namespace" and isinstance(tool.get("name"), str):
+            for inner in tool.get("tools") or []:
+                if (
+                    isinstance(inner, dict)
+                    and inner.get("type") in ("function", "custom")
+                    and isinstance(inner.get("name"), str)
+                ):
+                    declared.append((tool["name"], inner["name"], inner.get("type") == "custom"))
+    # Flat names first: they keep their own name whatever a namespace flattens to.
+    taken: set[str] = set()
+    for namespace, name, custom in sorted(declared, key=lambda d: d[0] is not None):
+        chat = _chat_name(namespace, name, taken)
+        taken.add(chat)
+        names.to_chat[(namespace, name)] = chat
+        names.origin[chat] = Origin(name, namespace, custom)
+    return names
+
+
+def _function(tool: Mapping[str, Any], chat_name: str) -> dict[str, Any]:
+    fn: dict[str, Any] = {"name": chat_name}
+    if tool.get("description"):
+        fn["description"] = tool["description"]
+    params = tool.get("parameters")
+    fn["parameters"] = params if isinstance(params, dict) else _EMPTY_SCHEMA
+    if tool.get("strict") is True:
+        fn["strict"] = True
+    return {"type": "function", "function": fn}
+
+
+def _custom(tool: Mapping[str, Any], chat_name: str) -> dict[str, Any]:
+    description = str(tool.get("description") or "")
+    fmt = tool.get("format")
+    if isinstance(fmt, dict) and fmt.get("type") == "grammar" and fmt.get("definition"):
+        description += (
+            f"\n\nFreeform tool: put the raw text in `{CUSTOM_INPUT}`; it must match this "
+            f"{fmt.get('syntax', '')} grammar:\n{fmt['definition']}"
+        )
+    else:
+        description += f"\n\nFreeform tool: put the raw text in `{CUSTOM_INPUT}`."
+    return {
+        "type": "function",
+        "function": {
+            "name": chat_name,
+            "description": description.strip(),
+            "parameters": {
+                "type": "object",
+                "properties": {CUSTOM_INPUT: {"type": "string"}},
+                "required": [CUSTOM_INPUT],
+                "additionalProperties": False,
+            },
+        },
+    }
+
+
+def chat_tools(tools: Any, names: ToolNames) -> tuple[list[dict[str, Any]], list[str]]:
+    """The chat ``tools`` array, and the types of the hosted tools dropped."""
+    out: list[dict[str, Any]] = []
+    dropped: list[str] = []
+    for tool in tools if isinstance(tools, list) else []:
+        if not isinstance(tool, dict):
+            continue
+        kind = tool.get("type")
+        if kind == "function" and isinstance(tool.get("name"), str):
+            out.append(_function(tool, names.chat_name(tool["name"])))
+        elif kind == "custom" and isinstance(tool.get("name"), str):
+            out.append(_custom(tool, names.chat_name(tool["name"])))
+        elif kind == "namespace" and isinstance(tool.get("name"), str):
+            for inner in tool.get("tools") or []:
+                if not isinstance(inner, dict) or not isinstance(inner.get("name"), str):
+                    continue
+                chat = names.chat_name(inner["name"], tool["name"])
+                if inner.get("type") == "custom":
+                    out.append(_custom(inner, chat))
+                elif inner.get("type") == "function":
+                    prefix = str(tool.get("description") or "").strip()
+                    described = {
+                        **inner,
+                        "description": f"{prefix}\n\n{inner.get('description') or ''}".strip(),
+                    }
+                    out.append(_function(described if prefix else inner, chat))
+        else:
+            dropped.append(str(kind))
+    return out, dropped
+
+
+def _named_choice(choice: Mapping[str, Any], names: ToolNames) -> dict[str, Any]:
+    name = choice.get("name")
+    if not isinstance(name, str):
+        fn = choice.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else None
+    ns = choice.get("namespace") if isinstance(choice.get("namespace"), str) else None
+    return {"type": "function", "function": {"name": names.chat_name(str(name), ns)}}
+
+
+def chat_tool_choice(
+    choice: Any, tools: Sequence[dict[str, Any]], names: ToolNames
+) -> tuple[Any, list[dict[str, Any]]] | Refusal:
+    """The chat ``tool_choice`` (None: leave it out) and the tools it leaves callable."""
+    tools = list(tools)
+    if choice is None or choice == "auto":
+        return (None if choice is None else "auto"), tools
+    if choice in ("none", "required"):
+        if choice == "required" and not tools:
+            return Refusal(
+                "tool_choice 'required' cannot be met: the upstream speaks chat completions, "
+                "which cannot run the hosted tools this request offers, and no function tool is left"
+            )
+        return choice, tools
+    if not isinstance(choice, dict):
+        return Refusal(f"unsupported tool_choice {choice!r}")
+    kind = choice.get("type")
+    if kind in ("function", "custom"):
+        return _named_choice(choice, names), tools
+    if kind == "allowed_tools":
+        allowed: set[str] = set()
+        for t in choice.get("tools") or []:
+            if isinstance(t, dict) and t.get("type") in ("function", "custom"):
+                allowed.add(_named_choice(t, names)["function"]["name"])
+        kept = [t for t in tools if t["function"]["name"] in allowed]
+        mode = choice.get("mode", "auto")
+        if mode == "required" and not kept:
+            return Refusal("tool_choice allowed_tools 'required' names no function tool the upstream can run")
+        return (mode if mode in ("auto", "required") else "auto"), kept
+    return Refusal(f"tool_choice {kind!r} forces a hosted tool, which a chat completions upstream cannot run")

@@ -1,0 +1,146 @@
+"""Codex CLI itself (`codex exec`) on a chat-completions-only upstream, through the gateway's
+Responses → chat translation: a shell function-call loop, a namespaced tool, and a plain
+answer. Codex refuses ``wire_api = "chat"``, so this is the only way it reaches such a server.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import RunningGateway, launch_cli
+from tests.e2e.test_codex import codex  # noqa: F401  (the installed CLI, a fixture)
+from tests.fakeupstream import FakeUpstream, Stream, chunk
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def chat_gateway(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
+    gw = launch_cli(fake, tmp_path_factory.mktemp("codexchat"), "",
+                    upstream_yaml=", apis: [chat], model_map: {'gpt-*': qwen}")  # fmt: skip
+    yield gw
+    gw.stop()
+
+
+def call(call_id: str, name: str, args: str) -> Stream:
+    return Stream([
+        chunk({"role": "assistant", "content": None, "tool_calls": [
+            {"index": 0, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": args}}]}),
+        chunk({}, "tool_calls"),
+    ])  # fmt: skip
+
+
+def text(words: tuple[str, ...]) -> Stream:
+    return Stream([chunk({"role": "assistant", "content": ""}), *[chunk({"content": w}) for w in words],
+                   chunk({}, "stop")])  # fmt: skip
+
+
+def run_codex(
+    codex_bin: Path, gw: RunningGateway, tmp: Path, prompt: str
+) -> subprocess.CompletedProcess[str]:
+    home = tmp / "home"
+    codex_home = home / "codex"
+    codex_home.mkdir(parents=True, exist_ok=True)
+    (codex_home / "config.toml").write_text(
+        'model = "gpt-5-codex"\nmodel_provider = "gw"\napproval_policy = "never"\nsandbox_mode = "read-only"\n'
+        f'\n[model_providers.gw]\nname = "gw"\nbase_url = "{gw.base}/v1"\nwire_api = "responses"\n'
+        'env_key = "GW_KEY"\nrequires_openai_auth = false\nrequest_max_retries = 0\nstream_max_retries = 0\n'
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "CODEX_HOME": str(codex_home), "GW_KEY": "dummy"}
+    return subprocess.run([str(codex_bin), "exec", "--skip-git-repo-check", prompt], env=env, cwd=home,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=90)  # fmt: skip
+
+
+def sent(up: FakeUpstream) -> list[dict[str, Any]]:
+    assert all(r.path == "/v1/chat/completions" for r in up.requests), [r.path for r in up.requests]
+    return [r.json() for r in up.requests]
+
+
+def test_codex_runs_a_shell_call_loop_on_a_chat_upstream(
+    codex: Path,  # noqa: F811
+    chat_gateway: RunningGateway,
+    upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    upstream.script(
+        call("call_sh1", "exec_command", '{"cmd":"echo hi-from-shell"}'), text(("It printed ", "hi."))
+    )
+    r = run_codex(codex, chat_gateway, tmp_path, "Run echo hi-from-shell and tell me what it printed")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "It printed hi."
+    first, second = sent(upstream)
+    assert first["model"] == "qwen" and first["messages"][0]["role"] == "system"
+    assistant, tool = second["messages"][-2:]
+    assert assistant["tool_calls"][0]["id"] == "call_sh1" and assistant["content"] == ""
+    assert tool == {**tool, "role": "tool", "tool_call_id": "call_sh1"} and "hi-from-shell" in tool["content"]
+    assert "Process exited with code 0" in tool["content"]  # Codex really ran it
+
+
+def test_codex_dispatches_a_namespaced_call_by_name_and_namespace(
+    codex: Path,  # noqa: F811
+    chat_gateway: RunningGateway,
+    upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    """The chat model calls ``multi_agent_v1__close_agent``; Codex must get ``close_agent`` in
+    namespace ``multi_agent_v1`` (a flat name is answered "unsupported call")."""
+    upstream.script(
+        call("call_ns1", "multi_agent_v1__close_agent", '{"target":"nonexistent"}'), text(("Done.",))
+    )
+    r = run_codex(codex, chat_gateway, tmp_path, "Close the agent named nonexistent")
+    assert r.returncode == 0, r.stderr
+    _, second = sent(upstream)
+    tool = second["messages"][-1]
+    assert tool["role"] == "tool" and tool["tool_call_id"] == "call_ns1"
+    assert "unsupported call" not in tool["content"] and "nonexistent" in tool["content"]
+    assert second["messages"][-2]["tool_calls"][0]["function"]["name"] == "multi_agent_v1__close_agent"
+
+
+def test_a_length_cut_answer_reaches_codex_as_an_incomplete_response(
+    codex: Path,  # noqa: F811
+    chat_gateway: RunningGateway,
+    upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    """finish_reason length → response.incomplete (max_output_tokens), as the Responses API
+    does; Codex 0.169 reports it and does not reconnect."""
+    upstream.script(
+        Stream([chunk({"role": "assistant", "content": "A long"}), chunk({"content": " story"}, "length")])
+    )
+    r = run_codex(codex, chat_gateway, tmp_path, "Tell a story")
+    assert r.returncode != 0
+    assert "Incomplete response returned, reason: max_output_tokens" in r.stderr
+    assert len(upstream.requests) == 1
+
+
+def test_codex_compacts_its_own_history_on_a_chat_upstream(
+    codex: Path,  # noqa: F811
+    chat_gateway: RunningGateway,
+    upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    """Codex compacts before a turn when the usage it was told nears the window; on a
+    non-OpenAI provider that is a plain request with a compaction prompt, and the summary comes
+    back as a user message: both pass through the translation like any turn."""
+    near_full = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "qwen", "choices": [],
+                 "usage": {"prompt_tokens": 989990, "completion_tokens": 10, "total_tokens": 990000}}  # fmt: skip
+    answer = Stream([chunk({"role": "assistant", "content": "Hi there."}), chunk({}, "stop"), near_full])
+    upstream.script(
+        answer, Stream([chunk({"role": "assistant", "content": "SUMMARY-1"}), chunk({}, "stop")]), answer
+    )
+    assert run_codex(codex, chat_gateway, tmp_path, "say hi").returncode == 0
+    home = tmp_path / "home"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "CODEX_HOME": str(home / "codex"), "GW_KEY": "dummy"}
+    r = subprocess.run([str(codex), "exec", "--skip-git-repo-check", "resume", "--last", "again"], env=env, cwd=home,
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=90)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    _, compaction, turn = sent(upstream)
+    assert "COMPACTION" in compaction["messages"][-1]["content"]
+    assert any("SUMMARY-1" in m["content"] for m in turn["messages"] if m["role"] == "user")
+    assert turn["messages"][-1] == {"role": "user", "content": "again"}

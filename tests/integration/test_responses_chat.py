@@ -1,0 +1,120 @@
+"""Responses clients on a chat-only upstream through the whole pipeline (app in-process, fake
+upstream): Codex's real requests (tests/corpus/requests/) go out as chat completions, the
+fake's chat answers come back as Responses objects and streams the openai SDK reads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.fakeupstream import Reply, Stream, chunk, named_events
+from tests.unit.translate.test_responses_chat import check_grammar, codex_reads, sdk_final
+
+CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "requests"
+CHAT_ONLY = ", apis: [chat], model_map: {'gpt-*': qwen}"
+
+
+def codex(name: str) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads((CORPUS / f"{name}.json").read_text())["body"]
+    return body
+
+
+def tool_call_stream(call_id: str, name: str, args: str) -> list[Any]:
+    return [chunk({"role": "assistant", "content": None, "tool_calls": [
+                {"index": 0, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}]}),
+            chunk({"tool_calls": [{"index": 0, "function": {"arguments": args[:4]}}]}),
+            chunk({"tool_calls": [{"index": 0, "function": {"arguments": args[4:]}}]}),
+            chunk({}, "tool_calls"),
+            {"id": "chatcmpl-fake123", "object": "chat.completion.chunk", "created": 1, "model": "qwen",
+             "choices": [], "usage": {"prompt_tokens": 900, "completion_tokens": 12, "total_tokens": 912,
+                                      "prompt_tokens_details": {"cached_tokens": 512}}}]  # fmt: skip
+
+
+async def test_buffered_request_is_answered_as_a_response_object(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY)
+    status, headers, body = await gw.responses(
+        {"model": "gpt-5-codex", "instructions": "Be brief.", "input": "hi"}
+    )
+    doc = json.loads(body)
+    assert status == 200 and headers["x-llm-translated"] == "responses->chat"
+    assert doc["object"] == "response" and doc["model"] == "gpt-5-codex" and doc["status"] == "completed"
+    assert doc["output"][0]["content"][0]["text"] == "Hello from the fake upstream."
+    assert doc["usage"]["input_tokens"] == 12 and doc["usage"]["output_tokens"] == 7
+    [sent] = gw.fake.requests
+    assert sent.path == "/v1/chat/completions"
+    assert sent.json() == {"model": "qwen", "messages": [{"role": "system", "content": "Be brief."},
+                                                         {"role": "user", "content": "hi"}]}  # fmt: skip
+
+
+async def test_codex_turn_with_a_tool_call_then_its_result(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY)
+    gw.fake.script(Stream(tool_call_stream("call_1", "exec_command", '{"cmd":"echo hi"}')))
+    first = codex("codex-0.169-first")
+    status, headers, body = await gw.responses(first)
+    assert status == 200 and headers["content-type"].startswith("text/event-stream")
+    check_grammar(body, named_events(body)[0][1]["response"]["id"])
+    _, items, completed = codex_reads(body)
+    assert [(i["type"], i["name"], i["arguments"], i["call_id"]) for i in items] == [
+        ("function_call", "exec_command", '{"cmd":"echo hi"}', "call_1")]  # fmt: skip
+    assert (
+        completed["usage"]["input_tokens_details"]["cached_tokens"] == 512
+    )  # the usage chunk the gateway asked for
+    sent = gw.fake.requests[0].json()
+    assert (
+        sent["model"] == "qwen"
+        and sent["stream"] is True
+        and sent["stream_options"] == {"include_usage": True}
+    )
+    assert len(sent["tools"]) == 12 and sent["messages"][0]["role"] == "system"
+
+    # Codex's next request carries the call and its output back: a chat tool round.
+    status, _, body = await gw.responses(codex("codex-0.169-exec-result"))
+    assert status == 200
+    text, _, _ = codex_reads(body)
+    assert text == "Hello from fake."
+    sent = gw.fake.requests[1].json()
+    assert [m["role"] for m in sent["messages"][-2:]] == ["assistant", "tool"]
+
+
+async def test_openai_sdk_stream_helper_reads_a_translated_stream(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY)
+    req = {"model": "gpt-5", "input": "hi", "stream": True}
+    status, _, body = await gw.responses(req)
+    assert status == 200
+    final = sdk_final(body, req)
+    assert final.output_text == "Hello from fake." and final.model == "gpt-5"
+
+
+async def test_previous_response_id_is_a_400_in_the_responses_envelope_never_sent(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY)
+    status, _, body = await gw.responses(
+        {"model": "gpt-5", "input": "go on", "previous_response_id": "resp_9"}
+    )
+    err = json.loads(body)["error"]
+    assert status == 400 and "previous_response_id" in err["message"] and "chat completions" in err["message"]
+    assert gw.fake.requests == []
+
+
+async def test_stream_cut_mid_answer_ends_in_one_response_failed(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY)
+    cut = Stream([chunk({"role": "assistant", "content": "Hel"}), chunk({"content": "lo"})], then="drop")
+    gw.fake.script(*[cut] * 10)
+    status, _, body = await gw.responses({"model": "gpt-5", "input": "hi", "stream": True})
+    events = named_events(body)
+    assert status == 200 and events[-1][0] == "response.failed"
+    assert "".join(d["delta"] for n, d in events if n == "response.output_text.delta") == "Hello"
+    assert [d["sequence_number"] for _, d in events] == list(range(len(events)))
+    assert sum(n == "response.failed" for n, _ in events) == 1
+    assert not any(n == "response.completed" for n, _ in events)
+
+
+async def test_an_overflow_carries_context_length_exceeded_for_codex(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY, extra_yaml="compression: {enabled: false}\n")
+    overflow = {"error": {"message": "This model's maximum context length is 4096 tokens. However, your "
+                          "messages resulted in 5000 tokens.", "type": "invalid_request_error",
+                          "param": "messages", "code": "context_length_exceeded"}}  # fmt: skip
+    gw.fake.script(Reply(400, overflow))
+    status, headers, body = await gw.responses({"model": "gpt-5", "input": "hi"})
+    assert status == 400 and headers["x-llm-error-type"] == "context_overflow"
+    assert json.loads(body)["error"]["code"] == "context_length_exceeded"

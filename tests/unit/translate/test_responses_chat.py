@@ -1,0 +1,699 @@
+"""Responses → chat completions (``ResponsesToChat``), from real client requests (Codex 0.169,
+tests/corpus/requests/) and recorded chat answers (tests/corpus/answers/), plus the translation
+bugs users filed against other gateways that apply to this direction, each by name.
+
+Streams are checked three ways: the event grammar itself, the openai SDK's own stream helper
+(``client.responses.stream(...).get_final_response()`` over an httpx2 MockTransport (the SDK's own HTTP client) serving the
+translated bytes) and what Codex's SSE reader needs (codex-rs/codex-api/src/sse/responses.rs:
+``response.created`` with a response, ``output_item.done`` items it can parse, and
+``response.completed`` with an ``id`` and, if any, a complete usage object).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+import openai
+import pytest
+from openai.types.responses import Response
+
+from gateway.apis.base import Ending
+from gateway.errors import Classification, ErrorType
+from gateway.sse import EventSplitter
+from gateway.translate.base import Context, Refusal, Target
+from gateway.translate.responses_chat import ResponsesToChat
+from tests.fakeupstream import named_events
+
+CORPUS = Path(__file__).resolve().parents[2] / "corpus"
+T = ResponsesToChat()
+TARGET = Target("served-model")
+
+
+def codex_request(name: str) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads((CORPUS / "requests" / f"{name}.json").read_text())["body"]
+    return body
+
+
+def answer_case(name: str) -> dict[str, Any]:
+    case: dict[str, Any] = json.loads((CORPUS / "answers" / f"{name}.json").read_text())
+    return case
+
+
+def ctx(request: dict[str, Any] | None = None, model: str = "gpt-5-codex") -> Context:
+    return Context(
+        requested_model=model, request=request or {"model": model, "input": "hi"}, request_id="req1"
+    )
+
+
+def chat(payload: dict[str, Any]) -> dict[str, Any]:
+    out = T.request(payload, TARGET)
+    assert not isinstance(out, Refusal), out
+    return out
+
+
+def refused(payload: dict[str, Any]) -> Refusal:
+    out = T.request(payload, TARGET)
+    assert isinstance(out, Refusal), out
+    return out
+
+
+def raw_events(sse: str) -> list[bytes]:
+    splitter = EventSplitter()
+    return splitter.feed(sse.encode())
+
+
+def run_stream(raws: list[bytes], c: Context) -> bytes:
+    st = T.stream(c)
+    out = b"".join(st.event(raw) for raw in raws)
+    return out + st.close()
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None, usage: dict[str, Any] | None = None) -> bytes:
+    doc: dict[str, Any] = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": "served-model",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    if usage is not None:
+        doc["usage"] = usage
+    return b"data: " + json.dumps(doc).encode() + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+WEATHER_TOOLS = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
+
+
+# ---- request: real Codex requests --------------------------------------------------------
+
+
+def test_codex_first_request() -> None:
+    body = codex_request("codex-0.169-first")
+    out = chat(body)
+    roles = [m["role"] for m in out["messages"]]
+    assert roles == ["system", "user", "user"]  # two developer messages → one leading system
+    developer = [
+        p["text"] for item in body["input"] if item.get("role") == "developer" for p in item["content"]
+    ]
+    assert out["messages"][0]["content"] == "\n\n".join(developer)
+    assert out["messages"][-1] == {
+        "role": "user",
+        "content": "Run echo hi in the shell and tell me what it printed",
+    }
+    assert out["model"] == "served-model" and out["stream"] is True
+    assert out["stream_options"] == {"include_usage": True}
+    names = [t["function"]["name"] for t in out["tools"]]
+    assert "exec_command" in names and "multi_agent_v1__spawn_agent" in names
+    assert len(names) == 7 + 5  # seven flat functions, five in the namespace; web_search dropped
+    assert all(t["type"] == "function" and set(t) == {"type", "function"} for t in out["tools"])
+    assert out["tool_choice"] == "auto" and out["parallel_tool_calls"] is True
+    # Ignored by rule: nothing of these reaches a chat server.
+    for key in (
+        "store",
+        "include",
+        "prompt_cache_key",
+        "client_metadata",
+        "reasoning",
+        "input",
+        "instructions",
+    ):
+        assert key not in out
+    assert "reasoning_effort" not in out  # Codex asked for a summary only, no effort
+
+
+def test_codex_function_call_round_trip() -> None:
+    out = chat(codex_request("codex-0.169-exec-result"))
+    assistant, tool = out["messages"][-2:]
+    assert assistant == {"role": "assistant", "content": "", "tool_calls": [{
+        "id": "call_capture1", "type": "function",
+        "function": {"name": "exec_command", "arguments": '{"cmd": "echo hi"}'}}]}  # fmt: skip
+    assert tool["role"] == "tool" and tool["tool_call_id"] == "call_capture1"
+    assert tool["content"].startswith("Chunk ID:") and tool["content"].endswith("Output:\nhi\n")
+
+
+def test_codex_namespaced_call_is_flattened_the_same_way_as_its_tool() -> None:
+    out = chat(codex_request("codex-0.169-namespace-result"))
+    call = out["messages"][-2]["tool_calls"][0]["function"]
+    assert call["name"] == "multi_agent_v1__close_agent"
+    assert call["name"] in [t["function"]["name"] for t in out["tools"]]
+
+
+def test_codex_images_user_data_url_and_tool_output() -> None:
+    body = codex_request("codex-0.169-image-result")
+    out = chat(body)
+    user = out["messages"][2]
+    image = next(p for p in user["content"] if p["type"] == "image_url")
+    assert (
+        image["image_url"]["url"].startswith("data:image/png;base64,")
+        and image["image_url"]["detail"] == "high"
+    )
+    tool, follow = out["messages"][-2:]
+    assert tool["role"] == "tool" and "1 image" in tool["content"]
+    assert follow["role"] == "user" and follow["content"][0]["type"] == "image_url"
+
+
+# ---- request: each rule ------------------------------------------------------------------
+
+
+def test_input_string_and_instructions() -> None:
+    out = chat({"model": "m", "instructions": "Be brief.", "input": "hello"})
+    assert out["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "hello"},
+    ]
+
+
+def test_late_developer_messages_are_hoisted_into_the_one_leading_system_message() -> None:
+    out = chat({"model": "m", "instructions": "A", "input": [
+        {"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"},
+        {"role": "developer", "content": [{"type": "input_text", "text": "B"}]},
+        {"role": "system", "content": "C"}, {"role": "user", "content": "q2"}]})  # fmt: skip
+    assert [m["role"] for m in out["messages"]] == ["system", "user", "assistant", "user"]
+    assert out["messages"][0]["content"] == "A\n\nB\n\nC"
+
+
+def test_text_then_parallel_calls_is_one_assistant_message_and_reasoning_is_dropped() -> None:
+    out = chat({"model": "m", "tools": WEATHER_TOOLS, "input": [
+        {"role": "user", "content": "weather in Paris and Rome?"},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAA..."},
+        {"type": "message", "role": "assistant", "id": "msg_1", "status": "completed",
+         "content": [{"type": "output_text", "text": "Checking both.", "annotations": []}]},
+        {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "get_weather",
+         "arguments": '{"city":"Paris"}', "status": "completed"},
+        {"type": "function_call", "id": "fc_2", "call_id": "c2", "name": "get_weather",
+         "arguments": '{"city":"Rome"}', "status": "completed"},
+        {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+        {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "rain"}]},
+        {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search"}},
+    ]})  # fmt: skip
+    user, assistant, t1, t2 = out["messages"]
+    assert assistant["content"] == "Checking both."
+    assert [c["id"] for c in assistant["tool_calls"]] == ["c1", "c2"]
+    assert (t1["tool_call_id"], t1["content"], t2["tool_call_id"], t2["content"]) == (
+        "c1",
+        "sunny",
+        "c2",
+        "rain",
+    )
+
+
+def test_assistant_tool_call_content_is_an_empty_string_never_null() -> None:
+    """llama-cpp-python answers 500 "7 validation errors" to content: null (tests/real/NOTES.md)."""
+    out = chat({"model": "m", "tools": WEATHER_TOOLS, "input": [
+        {"role": "user", "content": "x"},
+        {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"}]})  # fmt: skip
+    assert out["messages"][1]["content"] == ""
+
+
+@pytest.mark.parametrize(("part", "expected"), [
+    ({"type": "input_image", "image_url": "https://example.com/a.png"},
+     {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}),
+    ({"type": "input_image", "image_url": "data:image/jpeg;base64,/9j/4AAQ", "detail": "low"},
+     {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,/9j/4AAQ", "detail": "low"}}),
+])  # fmt: skip
+def test_images_url_and_base64(part: dict[str, Any], expected: dict[str, Any]) -> None:
+    out = chat(
+        {"model": "m", "input": [{"role": "user", "content": [{"type": "input_text", "text": "see"}, part]}]}
+    )
+    assert out["messages"][0]["content"] == [{"type": "text", "text": "see"}, expected]
+
+
+@pytest.mark.parametrize(("payload", "says"), [
+    ({"previous_response_id": "resp_1", "input": "go on"}, "previous_response_id"),
+    ({"conversation": "conv_1", "input": "go on"}, "conversation"),
+    ({"prompt": {"id": "pmpt_1"}, "input": "x"}, "prompt"),
+    ({"background": True, "input": "x"}, "background"),
+    ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "item_reference"),
+    ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file-1"}]}]}, "input_file"),
+    ({"input": [{"role": "user", "content": [{"type": "input_file", "file_data": "data:application/pdf;base64,JVBE",
+                                              "filename": "a.pdf"}]}]}, "input_file"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "file-1"}]}]}, "file_id"),
+    ({"input": [{"type": "computer_call", "call_id": "c", "action": {}}]}, "computer_call"),
+    ({"input": [{"type": "compaction", "encrypted_content": "gAAAA"}, {"role": "user", "content": "go"}]},
+     "compaction"),
+    ({"input": "x", "text": {"format": {"type": "grammar"}}}, "text.format"),
+])  # fmt: skip
+def test_refused_with_a_clear_message(payload: dict[str, Any], says: str) -> None:
+    r = refused({"model": "m", **payload})
+    assert says in r.message and r.code == "untranslatable_request"
+
+
+def test_knobs() -> None:
+    out = chat({"model": "m", "input": "x", "max_output_tokens": 300, "temperature": 0.2, "top_p": 0.9,
+                "safety_identifier": "u-1", "reasoning": {"effort": "low", "summary": "auto"},
+                "truncation": "auto", "metadata": {"a": "b"}, "store": True, "top_logprobs": 2,
+                "text": {"format": {"type": "json_schema", "name": "r", "schema": {"type": "object"}, "strict": True},
+                         "verbosity": "low"}})  # fmt: skip
+    assert out == {"model": "served-model", "messages": [{"role": "user", "content": "x"}], "max_tokens": 300,
+                   "temperature": 0.2, "top_p": 0.9, "user": "u-1", "reasoning_effort": "low",
+                   "response_format": {"type": "json_schema",
+                                       "json_schema": {"name": "r", "schema": {"type": "object"}, "strict": True}}}  # fmt: skip
+    assert chat({"model": "m", "input": "x", "user": "a", "safety_identifier": "b"})["user"] == "a"
+    assert chat({"model": "m", "input": "x", "text": {"format": {"type": "json_object"}}})["response_format"] == {
+        "type": "json_object"}  # fmt: skip
+
+
+def test_function_tools_strict_and_defaults() -> None:
+    out = chat({"model": "m", "input": "x", "parallel_tool_calls": False, "tools": [
+        {"type": "function", "name": "a", "description": "A", "parameters": {"type": "object"}, "strict": True},
+        {"type": "function", "name": "b", "strict": False, "parameters": None}]})  # fmt: skip
+    assert out["tools"] == [
+        {"type": "function", "function": {"name": "a", "description": "A", "parameters": {"type": "object"},
+                                          "strict": True}},
+        {"type": "function", "function": {"name": "b", "parameters": {"type": "object", "properties": {}}}}]  # fmt: skip
+    assert out["parallel_tool_calls"] is False and "tool_choice" not in out
+
+
+def test_parallel_tool_calls_and_tool_choice_are_left_out_without_tools() -> None:
+    """OpenAI answers 400 to parallel_tool_calls without tools; Codex's web_search alone is dropped."""
+    out = chat({"model": "m", "input": "x", "tools": [{"type": "web_search"}], "tool_choice": "auto",
+                "parallel_tool_calls": True})  # fmt: skip
+    assert "tools" not in out and "parallel_tool_calls" not in out and "tool_choice" not in out
+
+
+TOOLS = [*WEATHER_TOOLS, {"type": "namespace", "name": "ns", "description": "Group.", "tools": [
+    {"type": "function", "name": "f", "description": "F", "parameters": {"type": "object"}}]},
+    {"type": "web_search"}]  # fmt: skip
+
+
+@pytest.mark.parametrize(("choice", "expected"), [
+    ("auto", "auto"), ("none", "none"), ("required", "required"),
+    ({"type": "function", "name": "get_weather"}, {"type": "function", "function": {"name": "get_weather"}}),
+    ({"type": "function", "name": "f", "namespace": "ns"}, {"type": "function", "function": {"name": "ns__f"}}),
+])  # fmt: skip
+def test_bifrost_3596_tool_choice_is_translated_not_copied(choice: Any, expected: Any) -> None:
+    """Bifrost #3596 (and #6887): a tool_choice copied across APIs unchanged is a 400 or a
+    silently different choice. Responses' flat {type, name} is chat's nested {type, function}."""
+    assert (
+        chat({"model": "m", "input": "x", "tools": TOOLS, "tool_choice": choice})["tool_choice"] == expected
+    )
+
+
+def test_tool_choice_allowed_tools_narrows_the_tools() -> None:
+    out = chat({"model": "m", "input": "x", "tools": TOOLS, "tool_choice": {
+        "type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "get_weather"}]}})  # fmt: skip
+    assert out["tool_choice"] == "required" and [t["function"]["name"] for t in out["tools"]] == [
+        "get_weather"
+    ]
+
+
+@pytest.mark.parametrize("payload", [
+    {"tools": TOOLS, "tool_choice": {"type": "web_search"}},
+    {"tools": [{"type": "web_search"}], "tool_choice": "required"},
+    {"tools": TOOLS, "tool_choice": {"type": "mcp", "server_label": "x"}},
+])  # fmt: skip
+def test_tool_choice_forcing_a_hosted_tool_is_refused(payload: dict[str, Any]) -> None:
+    assert "tool_choice" in refused({"model": "m", "input": "x", **payload}).message
+
+
+def test_namespace_description_and_name_clash_stay_reversible() -> None:
+    tools = [{"type": "function", "name": "ns__f"}, *TOOLS]
+    out = chat({"model": "m", "input": "x", "tools": tools})
+    names = [t["function"]["name"] for t in out["tools"]]
+    assert names[0] == "ns__f" and names[2] != "ns__f" and names[2].startswith("ns__f_")
+    assert out["tools"][2]["function"]["description"] == "Group.\n\nF"
+    # And the answer gives each back under its own name.
+    c = ctx({"model": "m", "input": "x", "tools": tools})
+    doc = {"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": names[0], "arguments": "{}"}},
+        {"id": "c2", "type": "function", "function": {"name": names[2], "arguments": "{}"}}]}}]}  # fmt: skip
+    calls = T.answer(doc, c)["output"]
+    assert [(i["name"], i.get("namespace")) for i in calls] == [("ns__f", None), ("f", "ns")]
+
+
+CUSTOM = {"type": "custom", "name": "apply_patch", "description": "Patch files.",
+          "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}}  # fmt: skip
+
+
+def test_custom_tool_is_a_function_with_one_string_input() -> None:
+    out = chat({"model": "m", "tools": [CUSTOM], "input": [
+        {"role": "user", "content": "patch it"},
+        {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": "*** Begin Patch"},
+        {"type": "custom_tool_call_output", "call_id": "c1", "output": "Done"}]})  # fmt: skip
+    fn = out["tools"][0]["function"]
+    assert fn["name"] == "apply_patch" and fn["parameters"]["required"] == ["input"]
+    assert "lark grammar" in fn["description"] and "start: /.+/" in fn["description"]
+    assert out["messages"][1]["tool_calls"][0]["function"]["arguments"] == '{"input": "*** Begin Patch"}'
+    assert out["messages"][2] == {"role": "tool", "tool_call_id": "c1", "content": "Done"}
+
+
+def test_the_request_is_not_modified() -> None:
+    body = codex_request("codex-0.169-image-result")
+    before = copy.deepcopy(body)
+    chat(body)
+    assert body == before
+
+
+# ---- buffered answers ----------------------------------------------------------------------
+
+
+def test_answer_text_openai() -> None:
+    case = answer_case("chat-openai-gpt-4.1-text")
+    out = T.answer(case["body"], ctx({"model": "gpt-5", "input": "q", "instructions": "I"}, "gpt-5"))
+    Response.model_validate(out)
+    assert out["id"] == "resp_req1" and out["object"] == "response" and out["model"] == "gpt-5"
+    assert out["status"] == "completed" and out["instructions"] == "I"
+    [msg] = out["output"]
+    assert (
+        msg["type"] == "message"
+        and msg["content"][0]["text"] == case["body"]["choices"][0]["message"]["content"]
+    )
+    u = case["body"]["usage"]
+    assert out["usage"] == {"input_tokens": u["prompt_tokens"], "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                            "output_tokens": u["completion_tokens"], "output_tokens_details": {"reasoning_tokens": 0},
+                            "total_tokens": u["total_tokens"]}  # fmt: skip
+
+
+def test_answer_tool_call_openai() -> None:
+    case = answer_case("chat-openai-gpt-4.1-tool-call")
+    out = T.answer(
+        case["body"],
+        ctx({"model": "gpt-5", "input": "q", "tools": [{"type": "function", "name": "read_file"}]}),
+    )
+    Response.model_validate(out)
+    [call] = out["output"]
+    assert call == {"id": "fc_req1_0", "type": "function_call", "status": "completed",
+                    "call_id": "call_KjzAbhiZC6nk81tQzL7pwlpc", "name": "read_file",
+                    "arguments": '{"path":"README.md"}'}  # fmt: skip
+
+
+def test_answer_reasoning_deepseek() -> None:
+    body = answer_case("chat-deepseek-reasoner")["body"]
+    out = T.answer(body, ctx())
+    Response.model_validate(out)
+    rs, msg = out["output"]
+    assert rs["type"] == "reasoning" and rs["summary"] == []
+    assert rs["content"] == [
+        {"type": "reasoning_text", "text": body["choices"][0]["message"]["reasoning_content"]}
+    ]
+    assert msg["content"][0]["text"] == "Hello! How can I help you today?"
+
+
+def test_answer_text_then_tool_deepseek_with_cached_tokens() -> None:
+    body = answer_case("chat-deepseek-chat-text-then-tool")["body"]
+    out = T.answer(
+        body, ctx({"model": "m", "input": "x", "tools": [{"type": "function", "name": "get_weather"}]})
+    )
+    msg, call = out["output"]
+    assert (
+        msg["content"][0]["text"].startswith("I'll check")
+        and call["call_id"] == "call_00_wVp0FIPEgzSN4qfP502y9zG8"
+    )
+    assert json.loads(call["arguments"]) == {"location": "Tokyo"}
+
+
+def test_answer_length_is_incomplete_max_output_tokens() -> None:
+    out = T.answer(answer_case("chat-openrouter-gpt-4o-length")["body"], ctx())
+    Response.model_validate(out)
+    assert out["status"] == "incomplete" and out["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert out["output"][-1]["status"] == "incomplete"
+
+
+def test_answer_custom_tool_call_and_deepseek_cache_hits() -> None:
+    c = ctx({"model": "m", "input": "x", "tools": [CUSTOM]})
+    doc = {"created": 5, "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": None, "tool_calls": [{"id": "c9", "type": "function", "function": {
+            "name": "apply_patch", "arguments": '{"input": "*** Begin Patch\\n"}'}}]}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 2, "prompt_cache_hit_tokens": 8}}  # fmt: skip
+    out = T.answer(doc, c)
+    Response.model_validate(out)
+    assert out["output"] == [{"id": "ctc_req1_0", "type": "custom_tool_call", "status": "completed", "call_id": "c9",
+                              "name": "apply_patch", "input": "*** Begin Patch\n"}]  # fmt: skip
+    assert (
+        out["usage"]["input_tokens_details"] == {"cached_tokens": 8, "cache_write_tokens": 0}
+        and out["usage"]["total_tokens"] == 12
+    )
+    assert out["created_at"] == 5
+
+
+# ---- streams -------------------------------------------------------------------------------
+
+
+def check_grammar(body: bytes, response_id: str = "resp_req1") -> list[tuple[str, dict[str, Any]]]:
+    """The Responses grammar this translator promises, event by event."""
+    events = named_events(body)
+    assert [d["sequence_number"] for _, d in events] == list(range(len(events)))
+    assert all(name == d["type"] for name, d in events)
+    assert [n for n, _ in events[:2]] == ["response.created", "response.in_progress"]
+    final = events[-1]
+    assert final[0] in ("response.completed", "response.incomplete", "response.failed")
+    assert sum(n in ("response.completed", "response.incomplete", "response.failed") for n, _ in events) == 1
+    ids = {d["response"]["id"] for n, d in events if "response" in d}
+    assert ids == {response_id}
+    added = {d["output_index"]: d["item"] for n, d in events if n == "response.output_item.added"}
+    done = {d["output_index"]: d["item"] for n, d in events if n == "response.output_item.done"}
+    assert sorted(added) == list(range(len(added))) and set(done) <= set(added)
+    if final[0] != "response.failed":  # a broken stream may leave its last item open
+        assert set(done) == set(added)
+    for i, item in done.items():
+        assert added[i]["id"] == item["id"] and added[i]["type"] == item["type"]
+        before = [n for n, d in events if d.get("output_index") == i]
+        assert before[0] == "response.output_item.added" and before[-1] == "response.output_item.done"
+    if final[0] != "response.failed":
+        assert final[1]["response"]["output"] == [done[i] for i in sorted(done)]
+    return events
+
+
+def sdk_final(body: bytes, request: dict[str, Any]) -> Any:
+    """The openai SDK's own stream helper reading the translated bytes."""
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    client = openai.OpenAI(api_key="k", base_url="http://gw.test/v1", http_client=httpx.Client(
+        transport=httpx.MockTransport(handler)))  # fmt: skip
+    args = {k: v for k, v in request.items() if k in ("model", "input", "tools", "instructions")}
+    with client.responses.stream(**args) as stream:
+        deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert "".join(deltas) == final.output_text
+    return final
+
+
+def codex_reads(body: bytes) -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
+    """What Codex 0.169's SSE reader takes from the stream: the text deltas, the items of
+    ``output_item.done`` (a function call needs name, string arguments and call_id) and the
+    completed response (an ``id``; usage either null or with every count it requires)."""
+    text, items, completed = "", [], None
+    for name, d in named_events(body):
+        if name == "response.created":
+            assert isinstance(d.get("response"), dict)
+        elif name == "response.output_text.delta":
+            text += d["delta"]
+        elif name == "response.output_item.done":
+            item = d["item"]
+            if item["type"] == "function_call":
+                assert isinstance(item["name"], str) and isinstance(item["arguments"], str)
+                assert isinstance(item["call_id"], str)
+            items.append(item)
+        elif name == "response.completed":
+            completed = d["response"]
+    assert completed is not None and isinstance(completed["id"], str) and completed["id"]
+    u = completed.get("usage")
+    if u is not None:
+        for key in ("input_tokens", "output_tokens", "total_tokens"):
+            assert isinstance(u[key], int)
+        assert isinstance(u["input_tokens_details"]["cached_tokens"], int)
+        assert isinstance(u["output_tokens_details"]["reasoning_tokens"], int)
+    return text, items, completed
+
+
+STREAM_CASES = ["chat-openai-gpt-4.1-text", "chat-openai-gpt-4.1-tool-call", "chat-deepseek-reasoner",
+                "chat-deepseek-chat-text-then-tool", "chat-openrouter-gpt-4o-text-then-tool"]  # fmt: skip
+TOOLS_OF = {"chat-openai-gpt-4.1-tool-call": "read_file", "chat-deepseek-chat-text-then-tool": "get_weather",
+            "chat-openrouter-gpt-4o-text-then-tool": "get_weather"}  # fmt: skip
+
+
+def expected_of(sse: str) -> tuple[str, dict[int, str], Any]:
+    """Text, tool arguments and usage accumulated straight from the chat chunks."""
+    text, args, usage = "", {}, None
+    for raw in raw_events(sse):
+        line = raw.decode().strip()[6:]
+        if line == "[DONE]":
+            continue
+        doc = json.loads(line)
+        usage = doc.get("usage") or usage
+        for ch in doc["choices"]:
+            text += ch["delta"].get("content") or ""
+            for tc in ch["delta"].get("tool_calls") or []:
+                args[tc["index"]] = args.get(tc["index"], "") + (tc["function"].get("arguments") or "")
+    return text, args, usage
+
+
+@pytest.mark.parametrize("name", STREAM_CASES)
+def test_recorded_streams(name: str) -> None:
+    case = answer_case(name)
+    tool = TOOLS_OF.get(name)
+    request = {"model": "gpt-5-codex", "input": "q", "stream": True,
+               "tools": [{"type": "function", "name": tool, "parameters": {"type": "object"}}] if tool else []}  # fmt: skip
+    body = run_stream(raw_events(case["sse"]), ctx(request))
+    events = check_grammar(body)
+    text, args, usage = expected_of(case["sse"])
+    codex_text, items, completed = codex_reads(body)
+    assert codex_text == text
+    calls = [i for i in items if i["type"] == "function_call"]
+    assert [c["arguments"] for c in calls] == [args[i] for i in sorted(args)]
+    assert all(c["name"] == tool for c in calls)
+    assert completed["usage"]["input_tokens"] == usage["prompt_tokens"]
+    assert completed["usage"]["output_tokens"] == usage["completion_tokens"]
+    final = sdk_final(body, request)
+    assert final.output_text == text and final.id == "resp_req1" and final.model == "gpt-5-codex"
+    assert [c.arguments for c in final.output if c.type == "function_call"] == [args[i] for i in sorted(args)]
+    # function_call_arguments.done carries the whole arguments (LiteLLM #27144)
+    done_args = [d["arguments"] for n, d in events if n == "response.function_call_arguments.done"]
+    assert done_args == [args[i] for i in sorted(args)]
+
+
+def test_reasoning_stream_deepseek_carries_reasoning_text_then_the_answer() -> None:
+    case = answer_case("chat-deepseek-reasoner")
+    body = run_stream(raw_events(case["sse"]), ctx())
+    events = check_grammar(body)
+    kinds = [d["item"]["type"] for n, d in events if n == "response.output_item.added"]
+    assert kinds == ["reasoning", "message"]
+    reasoning = "".join(d["delta"] for n, d in events if n == "response.reasoning_text.delta")
+    assert reasoning.startswith("Hmm, the user just said") and reasoning.endswith("welcoming reply.")
+    final = events[-1][1]["response"]
+    assert final["usage"]["output_tokens_details"]["reasoning_tokens"] == 117
+    assert final["output"][0]["content"][0]["text"] == reasoning
+    sdk_final(body, {"model": "m", "input": "q"})
+
+
+def test_litellm_27144_arguments_in_many_pieces_are_whole_when_done() -> None:
+    """LiteLLM #27144: clients reading only the .done events lost the arguments when the
+    translator put them in deltas alone. Here they arrive one character at a time, the name in
+    the first chunk without arguments (OpenAI's way) or in a chunk of its own."""
+    args = '{"location": "Paris, FR", "unit": "celsius"}'
+    first = {
+        "tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather"}}]
+    }
+    pieces = [chunk({"tool_calls": [{"index": 0, "function": {"arguments": ch}}]}) for ch in args]
+    raws = [
+        chunk({"role": "assistant", "content": None}),
+        chunk(first),
+        *pieces,
+        chunk({}, "tool_calls"),
+        DONE,
+    ]
+    body = run_stream(raws, ctx({"model": "m", "input": "x", "tools": WEATHER_TOOLS}))
+    events = check_grammar(body)
+    done = [d for n, d in events if n == "response.function_call_arguments.done"]
+    assert [d["arguments"] for d in done] == [args]
+    assert [d["item"]["arguments"] for n, d in events if n == "response.output_item.done"] == [args]
+    assert "".join(d["delta"] for n, d in events if n == "response.function_call_arguments.delta") == args
+
+
+def test_llm_rosetta_56_completed_has_id_and_every_item_was_added() -> None:
+    """llm-rosetta #56: a response.completed without id, or items without output_item.added,
+    made Codex fail the turn. A tool call that arrives whole in one chunk (vLLM's way) too."""
+    call = {
+        "index": 0,
+        "id": "call_9",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": "{}"},
+    }
+    raws = [chunk({"role": "assistant", "tool_calls": [call]}, "tool_calls"), DONE]
+    body = run_stream(raws, ctx({"model": "m", "input": "x", "tools": WEATHER_TOOLS}))
+    events = check_grammar(body)
+    names = [n for n, _ in events]
+    assert names == ["response.created", "response.in_progress", "response.output_item.added",
+                     "response.function_call_arguments.delta", "response.function_call_arguments.done",
+                     "response.output_item.done", "response.completed"]  # fmt: skip
+    _, items, completed = codex_reads(body)
+    assert completed["id"] == "resp_req1" and items[0]["call_id"] == "call_9"
+
+
+def test_parallel_calls_namespace_and_custom_tool_in_one_stream() -> None:
+    request = {"model": "m", "input": "x", "tools": [*TOOLS, CUSTOM]}
+    calls = [("call_a", "get_weather", '{"city":"Paris"}'), ("call_b", "ns__f", "{}"),
+             ("call_c", "apply_patch", '{"input":"*** Begin Patch\\n*** End Patch"}')]  # fmt: skip
+    raws = [chunk({"role": "assistant", "content": "Doing three things."})]
+    for i, (cid, name, args) in enumerate(calls):
+        raws.append(chunk({"tool_calls": [{"index": i, "id": cid, "type": "function",
+                                           "function": {"name": name, "arguments": ""}}]}))  # fmt: skip
+        raws += [chunk({"tool_calls": [{"index": i, "function": {"arguments": args[:5]}}]}),
+                 chunk({"tool_calls": [{"index": i, "function": {"arguments": args[5:]}}]})]  # fmt: skip
+    raws += [
+        chunk({}, "tool_calls"),
+        chunk({}, None, {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}),
+    ]
+    body = run_stream([*raws, DONE], ctx(request))
+    events = check_grammar(body)
+    output = events[-1][1]["response"]["output"]
+    assert [i["type"] for i in output] == ["message", "function_call", "function_call", "custom_tool_call"]
+    assert (output[2]["name"], output[2]["namespace"]) == ("f", "ns")
+    assert output[3]["input"] == "*** Begin Patch\n*** End Patch"
+    assert [d["input"] for n, d in events if n == "response.custom_tool_call_input.done"] == [
+        output[3]["input"]
+    ]
+    final = sdk_final(body, {k: v for k, v in request.items() if k != "tools"})
+    assert final.output_text == "Doing three things." and final.usage.total_tokens == 13
+
+
+def test_openrouter_duplicate_finish_chunk_closes_items_once() -> None:
+    case = answer_case("chat-openrouter-gpt-4o-text-then-tool")
+    body = run_stream(raw_events(case["sse"]), ctx({"model": "m", "input": "x", "tools": WEATHER_TOOLS}))
+    events = check_grammar(body)
+    assert sum(n == "response.output_item.done" for n, _ in events) == 2
+
+
+def test_length_finish_ends_in_response_incomplete() -> None:
+    raws = [chunk({"role": "assistant", "content": "A long"}), chunk({"content": " story"}, "length"),
+            chunk({}, None, {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}), DONE]  # fmt: skip
+    body = run_stream(raws, ctx())
+    events = check_grammar(body)
+    name, final = events[-1]
+    assert name == "response.incomplete" and final["response"]["status"] == "incomplete"
+    assert final["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert final["response"]["output"][0]["status"] == "incomplete"
+
+
+def test_close_without_done_and_keepalives() -> None:
+    st = T.stream(ctx())
+    assert st.event(b": keep-alive\n\n") == b""
+    out = st.event(chunk({"role": "assistant", "content": "Hi"}))
+    out += st.event(chunk({}, "stop"))
+    out += st.close()
+    assert st.close() == b""  # once
+    events = check_grammar(out)
+    assert events[-1][0] == "response.completed" and events[-1][1]["response"]["usage"] is None
+
+
+def broken_ending() -> Ending:
+    return Ending(Classification.of(ErrorType.PROVIDER_UNAVAILABLE), "upstream stream broke", None)
+
+
+def test_broken_is_one_response_failed_continuing_the_sequence() -> None:
+    st = T.stream(ctx())
+    out = st.event(chunk({"role": "assistant", "content": "Hel"}))
+    last = named_events(out)[-1][1]["sequence_number"]
+    failed = st.broken(broken_ending())
+    [(name, doc)] = named_events(failed)
+    assert name == "response.failed" and doc["sequence_number"] == last + 1
+    assert doc["response"]["id"] == "resp_req1" and doc["response"]["status"] == "failed"
+    assert doc["response"]["error"]["code"] == "provider_unavailable"
+    assert doc["response"]["error"]["message"] == "upstream stream broke"
+    check_grammar(out + failed)
+    assert st.close() == b"" and st.event(DONE) == b""
+
+
+def test_broken_before_anything_still_opens_the_response() -> None:
+    events = named_events(T.stream(ctx()).broken(broken_ending()))
+    assert [n for n, _ in events] == ["response.created", "response.in_progress", "response.failed"]
+
+
+def test_events_are_split_anywhere_the_gateway_splits_them() -> None:
+    """The gateway hands over whole events; held-back leading ones may come together."""
+    case = answer_case("chat-openai-gpt-4.1-tool-call")
+    raws = raw_events(case["sse"])
+    request = {"model": "m", "input": "q", "tools": [{"type": "function", "name": "read_file"}]}
+    one_by_one = run_stream(raws, ctx(request))
+    st = T.stream(ctx(request))
+    together = st.event(b"".join(raws[:3])) + b"".join(st.event(r) for r in raws[3:]) + st.close()
+    assert together == one_by_one
+    check_grammar(together)
