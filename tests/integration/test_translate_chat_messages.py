@@ -114,3 +114,18 @@ async def test_an_upstream_overflow_reads_as_the_chat_apis_overflow(make_gateway
     with pytest.raises(openai.BadRequestError) as raised:
         await clients(gw).chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
     assert raised.value.code == "context_length_exceeded"
+
+
+async def test_a_responses_client_reaches_a_messages_upstream_through_chat(make_gateway, clients) -> None:
+    """Responses → chat → Messages: this translator as the second half of a composed pair."""
+    gw = await make_gateway(upstream_yaml=UPSTREAM)
+    gw.fake.script(stream_of("messages-stream-sdk-text-then-tool"))
+    tools: Any = [{"type": "function", "name": "get_weather", "parameters": {
+        "type": "object", "properties": {"location": {"type": "string"}}}}]  # fmt: skip
+    async with clients(gw).responses.stream(model="gpt-5-codex", input="Weather in Paris?", tools=tools) as s:
+        final = await s.get_final_response()
+    calls = [item for item in final.output if item.type == "function_call"]
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", {"location": "Paris"})]
+    assert "Paris" in final.output_text
+    [sent] = gw.fake.messages_requests()
+    assert sent.json()["tools"][0]["name"] == "get_weather" and sent.json()["model"] == "claude-sonnet-4-5"

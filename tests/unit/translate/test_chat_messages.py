@@ -1,4 +1,4 @@
-"""Chat completions client → Anthropic Messages upstream (``translate/chat_messages.py``).
+"""Chat completions client → Anthropic Messages upstream (``translate/chat_messages/``).
 
 Requests are the real ones the openai SDK and the Vercel AI SDK sent (tests/corpus/requests/
 chat-*.json); answers and streams are real Anthropic ones (tests/corpus/answers/messages-*).
@@ -539,3 +539,16 @@ def test_broken_stream_ends_in_the_chat_error_chunk_without_done() -> None:
     assert doc["choices"] == [{"index": 0, "delta": {}, "finish_reason": "error"}]
     assert doc["error"]["message"] == "upstream went away" and doc["error"]["x_llm_error_type"] == "provider_unavailable"
     assert shown and b"[DONE]" not in shown
+
+
+@pytest.mark.parametrize("raw", [
+    b'event: content_block_delta\r\ndata: {"type":"content_block_delta","index":0,'
+    b'"delta":{"type":"text_delta","text":"Hi"}}\r\n\r\n',
+    b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,\n'
+    b'data: "delta":{"type":"text_delta","text":"Hi"}}\n\n',
+    b'data:{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}\n\n',
+])  # fmt: skip
+def test_any_sse_framing_of_an_event_is_read(raw: bytes) -> None:
+    s = T.stream(ctx())
+    s.event(upstream_events("messages-stream-sdk-text-then-tool")[0])
+    assert parse_event(s.event(raw)).json()["choices"][0]["delta"] == {"content": "Hi"}

@@ -2,7 +2,7 @@
 
 What is carried, dropped or refused, each with its reason, is the table in
 ``docs/translation/chat_messages.md``; this module is that table in code. The answer and the
-stream come back through ``chat_messages_answer.py``.
+stream come back through ``answer.py``.
 
 Facts about the Messages API relied on here (Anthropic API reference, "Create a Message",
 and the extended-thinking guide's "Feature compatibility"):
@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway.translate.base import Context, Refusal, Target
-from gateway.translate.chat_messages_answer import ChatStream, chat_completion
+from gateway.translate.chat_messages.answer import ChatStream, chat_completion
 from gateway.translate.tool_ids import to_anthropic_id
 
 # Upper bounds the client's effort asks for; the budget is also kept below max_tokens.

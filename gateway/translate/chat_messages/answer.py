@@ -17,6 +17,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from gateway.apis.base import Ending
 from gateway.apis.chat.wire import ChatStreamReader
 from gateway.sse import encode_data, parse_event
@@ -30,6 +32,7 @@ FINISH_REASON = {
 }  # fmt: skip
 
 _DONE = b"data: [DONE]\n\n"
+_TAIL = b',"logprobs":null,"finish_reason":null}]}\n\n'
 
 
 def finish_reason(stop_reason: Any) -> str:
@@ -92,6 +95,19 @@ def _chat_id(message_id: Any, ctx: Context) -> str:
     return f"chatcmpl-{message_id if isinstance(message_id, str) and message_id else ctx.request_id}"
 
 
+def _event_doc(raw: bytes) -> Any:
+    """The JSON of an event's one ``data:`` line, parsed straight from the bytes (Anthropic
+    sends one line per event); anything else goes through the full SSE parser."""
+    start = raw.find(b"data:")
+    if start >= 0 and raw.find(b"data:", start + 5) < 0:
+        end = raw.find(b"\n", start)
+        try:
+            return orjson.loads(raw[start + 5 : end if end >= 0 else len(raw)])
+        except orjson.JSONDecodeError:
+            pass
+    return parse_event(raw).json()
+
+
 class ChatStream:
     """One Messages stream as one chat-completions stream (``StreamTranslator``)."""
 
@@ -106,10 +122,18 @@ class ChatStream:
         self.tools: dict[int, int] = {}  # content block index -> tool call index
         self.stop_reason: Any = None
         self.usage: dict[str, Any] = {}
+        self._head: bytes | None = None  # a delta chunk's bytes before its delta
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
-        return encode_data({**self.base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                                                      "finish_reason": finish}]})  # fmt: skip
+        if finish is not None:
+            return encode_data({**self.base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                                          "finish_reason": finish}]})  # fmt: skip
+        # The hot path (one chunk per upstream delta): only the delta is serialised; the
+        # envelope around it is made once per stream.
+        if self._head is None:
+            head = orjson.dumps({**self.base, "choices": [{"index": 0, "delta": None}]})
+            self._head = b"data: " + head[: head.rindex(b"null")]
+        return self._head + orjson.dumps(delta) + _TAIL
 
     def _start(self) -> bytes:
         if self.started:
@@ -118,7 +142,7 @@ class ChatStream:
         return self._chunk({"role": "assistant", "content": ""})
 
     def event(self, raw: bytes) -> bytes:
-        doc = parse_event(raw).json()
+        doc = _event_doc(raw)
         if not isinstance(doc, dict) or self.finished:
             return b""
         kind = doc.get("type")
@@ -128,6 +152,7 @@ class ChatStream:
                 message = {}
             if isinstance(message.get("id"), str):
                 self.base["id"] = _chat_id(message["id"], self.ctx)
+                self._head = None
             self._take_usage(message.get("usage"))
             return self._start()
         if kind == "content_block_start":
