@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.e2e.conftest import RunningGateway
-from tests.e2e.test_claude_code import claude_bin, launch, run_claude, workdir  # noqa: F401 (fixtures)
-from tests.fakeupstream import FakeUpstream, Reply, Stream, chat_completion, chunk
+from tests.e2e.test_claude_code import claude_bin, launch, run_claude, tokens, workdir  # noqa: F401 (fixtures)
+from tests.fakeupstream import FakeUpstream, Reply, Stream, chat_completion, chunk, overflow_error
 
 pytestmark = pytest.mark.e2e
 
@@ -35,11 +36,11 @@ def _usage(prompt: int, completion: int) -> dict[str, Any]:
                                      "total_tokens": prompt + completion}}  # fmt: skip
 
 
-def _tool_call_turn(call_id: str, command: str) -> Stream:
-    """A chat stream calling Bash the way llama.cpp and OpenAI stream it: id and name first,
-    the arguments in pieces."""
-    args = json.dumps({"command": command, "description": "Print a marker"})
-    head = {"index": 0, "id": call_id, "type": "function", "function": {"name": "Bash", "arguments": ""}}
+def _tool_call_turn(call_id: str, command: str, name: str = "Bash", tool_input: dict[str, Any] | None = None) -> Stream:
+    """A chat stream calling a tool the way llama.cpp and OpenAI stream it: id and name
+    first, the arguments in pieces."""
+    args = json.dumps(tool_input or {"command": command, "description": "Print a marker"})
+    head = {"index": 0, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}
     pieces = [args[i : i + 9] for i in range(0, len(args), 9)]
     return Stream([
         chunk({"role": "assistant", "content": None}, model="qwen3-coder"),
@@ -100,3 +101,50 @@ def test_a_chat_stream_cut_mid_answer_reaches_claude_code_as_its_typed_error_and
     assert len(sent) == 2 and sent[0]["stream"] is True and not sent[1].get("stream")
     assert r.rc == 0, (r.out, r.err)
     assert "Forty-two." in r.out
+
+
+@dataclass
+class ChatAgent:
+    """A chat model for a headless Claude Code run: `rounds` Read calls (which Claude Code
+    really executes), then an answer; a request over `window` (the fake's count of the chat
+    body) gets the OpenAI-style overflow 400 a chat server sends."""
+
+    workdir: Path
+    rounds: int
+    window: int
+    asked: int = 0
+    overflowed: list[int] = field(default_factory=list)
+
+    def __call__(self, payload: dict[str, Any]) -> Any:
+        used = tokens(payload)
+        if used > self.window:
+            self.overflowed.append(used)
+            return overflow_error(self.window, used, None)
+        if self.asked < self.rounds and not self.overflowed:
+            self.asked += 1
+            path = str(self.workdir / f"module_{self.asked}.py")
+            return _tool_call_turn(f"call_read_{self.asked}", "", "Read", {"file_path": path})
+        return _answer_turn("Hello from the chat model.")
+
+
+def test_an_overflow_on_a_chat_upstream_is_rescued_once_and_the_tool_pairs_stay_valid(
+    claude_bin: Path, chat_gateway: RunningGateway, upstream: FakeUpstream, workdir: Path  # noqa: F811
+) -> None:
+    """One Read of a big file overflows the chat model's window; the gateway compresses the
+    Messages conversation once, translates it again and the run ends with the answer."""
+    lines = (f"value_1_{n} = compute(1, {n})  # line {n} of module 1\n" for n in range(1500))
+    (workdir / "module_1.py").write_text("".join(lines))
+    agent = ChatAgent(workdir, rounds=1, window=45_000)
+    upstream.script(*[agent] * 20)
+    r = run_claude(claude_bin, chat_gateway, workdir, "Read module_1.py and summarise it.", timeout=90)
+    sizes = [tokens(req.json()) for req in upstream.chat_requests()]
+    assert agent.overflowed, f"the scenario did not overflow: {sizes}"
+    assert r.rc == 0 and "Hello from the chat model." in r.out, (r.rc, r.out, r.err)
+    sent = [req.json() for req in upstream.chat_requests()]
+    k = next(i for i, body in enumerate(sent) if tokens(body) > agent.window)
+    rescued = sent[k + 1]
+    assert tokens(rescued) <= agent.window and len(sent) == k + 2  # one rescue, which answered
+    calls = {c["id"] for m in rescued["messages"] if m["role"] == "assistant" for c in m.get("tool_calls") or []}
+    results = {m["tool_call_id"] for m in rescued["messages"] if m["role"] == "tool"}
+    assert calls == results == {"call_read_1"}  # every tool call still answered, none orphaned
+    assert rescued["messages"][0] == sent[k]["messages"][0] and rescued["tools"] == sent[k]["tools"]

@@ -447,3 +447,30 @@ def test_stream_usage_not_asked_when_the_target_says_so() -> None:
     body = copy.deepcopy(corpus_request(FIRST))
     out = chat(body, Target(model="m", stream_usage=False))
     assert "stream_options" not in out
+
+
+# --- llama-cpp-python, captured here -----------------------------------------------------
+
+
+def test_llama_cpp_python_stream_without_a_usage_chunk_is_estimated_and_said() -> None:
+    """llama-cpp-python 0.3.36 sends no usage chunk even when asked: the final usage is the
+    estimate, flagged for the log line, and the stream still reads back whole."""
+    doc = corpus_answer("llama-cpp-python-0.3.36-text.stream.json")
+    assert doc["request"]["stream_options"] == {"include_usage": True}
+    ctx = ctx_for({"system": "You are brief.", "messages": [{"role": "user", "content": "Name three colours."}]})
+    out = run(T.stream(ctx), wire_stream(doc))
+    check_grammar(out)
+    message = sdk_final_message(out)
+    want = _expected(_chunks(doc))
+    assert [b.text for b in message.content] == [want["text"]] and message.stop_reason == "max_tokens"
+    assert message.usage.input_tokens > 0 and message.usage.output_tokens > 0
+    assert ctx.notes["usage_estimated"] is True
+
+
+def test_llama_cpp_python_buffered_answer() -> None:
+    doc = corpus_answer("llama-cpp-python-0.3.36-text.json")
+    ctx = ctx_for({"messages": [{"role": "user", "content": "Name three colours."}]})
+    message = sdk_message(T.answer(doc["body"], ctx))
+    assert message.content[0].text == doc["body"]["choices"][0]["message"]["content"]
+    assert (message.stop_reason, message.usage.input_tokens, message.usage.output_tokens) == ("max_tokens", 22, 24)
+    assert not ctx.notes
