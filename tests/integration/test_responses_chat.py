@@ -93,6 +93,7 @@ async def test_previous_response_id_is_a_400_in_the_responses_envelope_never_sen
     )
     err = json.loads(body)["error"]
     assert status == 400 and "previous_response_id" in err["message"] and "chat completions" in err["message"]
+    assert err["code"] == "untranslatable_request"
     assert gw.fake.requests == []
 
 
