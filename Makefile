@@ -12,7 +12,7 @@ CONFIG ?= config/gateway.yaml
 FLOCK  := $(shell command -v flock 2>/dev/null)
 LOCKED := $(if $(FLOCK),$(FLOCK) $(VENV).lock) $(MAKE) --no-print-directory
 
-.PHONY: run test test-real lint bench clean venv venv-dev _locked-runtime _locked-dev
+.PHONY: run test test-real test-deploy lint bench clean venv venv-dev _locked-runtime _locked-dev
 
 # The only entry points to set-up; the stamp targets below are built under the lock.
 venv:
@@ -55,6 +55,13 @@ test: venv-dev
 test-real: venv-dev
 	bash scripts/real-deps.sh
 	$(BIN)/python -m pytest tests/real
+
+# The image from deploy/Dockerfile built and run with podman: one container checked as a
+# deployer would, then two replicas and Redis in containers with a real Prometheus scraping
+# both. scripts/deploy-deps.sh installs podman and makes the base images from Debian packages.
+test-deploy: venv-dev
+	bash scripts/deploy-deps.sh
+	$(BIN)/python -m pytest tests/container -p no:cacheprovider --override-ini addopts="--strict-markers -ra" -s
 
 bench: venv-dev
 	$(BIN)/python -m bench

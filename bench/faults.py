@@ -8,7 +8,9 @@ in-process on loopback, the real openai SDK as the client.
              x_llm_error_type): honest, bounded
     FAIL     anything else: a stream that looks finished but is not, a hang, a crash
 
-Run: ``python -m bench.faults`` (a few seconds).
+Then the fallback section (``bench/fallback.py``).
+
+Run: ``python -m bench.faults`` (a few minutes).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import openai
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from bench import fallback
 from gateway.app import create_app
 from gateway.config import parse_config
 from gateway.server import make_runner
@@ -204,6 +207,7 @@ def main(print_: Callable[[str], None] = print) -> None:
             verdicts = [r[col] for r in rows]
             print_(f"{wire}, {label} continuation: {sum(v == 'rescued' for v in verdicts)} rescued, "
                    f"{sum(v == 'safe' for v in verdicts)} safe, {sum(v.startswith('FAIL') for v in verdicts)} failed")
+    fallback.main(print_)  # the same faults and more on the primary of a two-upstream chain
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""``python -m gateway --config PATH`` (also the ``llm-gateway`` console script)."""
+"""``python -m gateway --config PATH`` (also the ``llm-gateway`` console script), and
+``llm-gateway classify ...``, which classifies one upstream error body (see classify_cli.py)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,42 @@ from gateway import __version__
 from gateway.auth import startup_check
 from gateway.config import ConfigError, config_warnings, load_config
 
+DESCRIPTION = """\
+An LLM gateway: point an agent's base URL at it. It serves three wire APIs
+and sends each request to the upstream its model routes to:
+
+  POST /v1/chat/completions   OpenAI chat completions (SDKs, opencode, the AI SDK)
+  POST /v1/messages           Anthropic Messages (Claude Code, the anthropic SDK)
+  POST /v1/responses          OpenAI Responses (Codex, the openai SDK)
+
+It classifies upstream errors (x-llm-error-type), retries per class within one
+deadline, fails over along upstreams[].fallbacks, compresses an overflowing
+conversation once, continues broken streams, and stamps x-llm-* headers.
+GET /metrics (Prometheus), /healthz and /readyz are for operators."""
+
+EPILOG = """\
+examples:
+  llm-gateway --config config/gateway.yaml
+  python -m gateway.fake --port 9000     # a fake upstream to try failures without a provider
+  llm-gateway classify --help            # classify one upstream error body the way the gateway does"""
+
 
 def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in[:1] == ["classify"]:
+        from gateway.classify_cli import main as classify_main
+
+        return classify_main(args_in[1:])
     parser = argparse.ArgumentParser(
-        prog="llm-gateway", description="An LLM gateway for OpenAI-compatible chat completions."
-    )
-    parser.add_argument("--config", required=True, metavar="PATH", help="the gateway YAML file")
+        prog="llm-gateway", description=DESCRIPTION, epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    parser.add_argument(
+        "--config", required=True, metavar="PATH",
+        help="the gateway YAML file (config/gateway.yaml; more in config/examples/)",
+    )  # fmt: skip
     parser.add_argument("--version", action="version", version=f"llm-gateway {__version__}")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(args_in)
     try:
         cfg = load_config(args.config)
     except ConfigError as e:

@@ -100,14 +100,21 @@ def create_app(
 
 
 def _circuit_gauge(telemetry: Telemetry, upstream: str) -> Callable[[str | None, CircuitState], None]:
-    gauge = telemetry.circuit_open.labels(upstream)
+    gauge = telemetry.circuit_open
 
     def on_change(model: str | None, state: CircuitState) -> None:
-        # The gauge is per upstream: a model's own circuit opening counts too, so an operator
-        # sees any refusal; it drops back when whichever circuit changed closes again.
-        gauge.set(1 if state is CircuitState.OPEN else 0)
+        # This replica's own transitions, at once; a scrape re-reads the shared state anyway.
+        gauge.set(upstream, telemetry.circuit_label(model), 1 if state is CircuitState.OPEN else 0)
 
     return on_change
+
+
+async def _read_circuits(svc: Services) -> None:
+    """The circuit gauge from the state store, as of this scrape (see CircuitGauge)."""
+    t = svc.telemetry
+    for name, up in svc.upstreams.items():
+        states = await up.circuit.refusing()
+        t.circuit_open.replace(name, ((t.circuit_label(m), 1.0 if r else 0.0) for m, r in states))
 
 
 def _close_state(budget: SharedBudget, store: StateStore) -> Callable[[web.Application], Awaitable[None]]:
@@ -138,5 +145,7 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = generate_latest(request.app[SERVICES].telemetry.registry)
+    svc = request.app[SERVICES]
+    await _read_circuits(svc)
+    body = generate_latest(svc.telemetry.registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

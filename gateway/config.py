@@ -25,9 +25,11 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 
 
 class ConfigError(Exception):
@@ -118,9 +120,14 @@ class UpstreamConfig(_Model):
     # How this upstream can go on from a partial answer when a stream breaks mid-answer:
     # `prefill` (a trailing assistant turn: Anthropic models that accept it), vLLM's
     # `continue_final_message` (on /v1/responses: vLLM's trailing assistant message marked
-    # `status: in_progress`), or `prefix` (DeepSeek, Mistral prefix completion). Never
-    # assumed: `none` ends a broken stream with one typed error, as without continuation.
-    continuation: Literal["none", "prefill", "continue_final_message", "prefix"] = "none"
+    # `status: in_progress`), `prefix` (DeepSeek, Mistral prefix completion), or, on any
+    # upstream of any API, `replay` (the request sent again, relayed only past the text
+    # already shown; deterministic requests only: temperature 0 or a seed) and `replay_any`
+    # (every request: this upstream's answers repeat). Never assumed: `none` ends a broken
+    # stream with one typed error, as without continuation.
+    continuation: Literal[
+        "none", "prefill", "continue_final_message", "prefix", "replay", "replay_any"
+    ] = "none"
     # The wire APIs this upstream speaks. A request in another API is translated to one of
     # these (the first that has a translator, in this order); the default keeps configs
     # written before translation working: every request goes out in the client's own API.
@@ -161,6 +168,12 @@ class UpstreamConfig(_Model):
     def _blank_key_is_none(cls, v: str | None) -> str | None:
         # `api_key: ${OPENAI_API_KEY:-}` with the variable unset means "forward the client's".
         return v or None
+
+    @field_validator("models", "fallbacks", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        # `models: "gpt-*"` means one pattern, as a YAML writer would expect; a list stays a list.
+        return (v,) if isinstance(v, str) else v
 
     @field_validator("apis", mode="before")
     @classmethod
@@ -217,14 +230,29 @@ class RetryBudgetConfig(_Model):
     percent_can_retry: float = Field(default=20.0, ge=0, le=100)
 
 
+_RETRY_CLASS_DEFAULTS: dict[str, dict[str, float]] = {
+    "rate_limit": {"max_retries": 3, "base_delay_s": 1.0, "max_delay_s": 20.0},
+    "provider_unavailable": {"max_retries": 5, "base_delay_s": 0.5, "max_delay_s": 10.0},
+}
+
+
 class RetryConfig(_Model):
-    rate_limit: RetryClassConfig = RetryClassConfig(max_retries=3, base_delay_s=1.0, max_delay_s=20.0)
-    provider_unavailable: RetryClassConfig = RetryClassConfig(
-        max_retries=5, base_delay_s=0.5, max_delay_s=10.0
+    rate_limit: RetryClassConfig = RetryClassConfig.model_validate(_RETRY_CLASS_DEFAULTS["rate_limit"])
+    provider_unavailable: RetryClassConfig = RetryClassConfig.model_validate(
+        _RETRY_CLASS_DEFAULTS["provider_unavailable"]
     )
     max_retry_after_s: float = Field(default=30.0, ge=0)
     deadline_s: float = Field(default=600.0, gt=0)
     budget: RetryBudgetConfig = RetryBudgetConfig()
+
+    @field_validator("rate_limit", "provider_unavailable", mode="before")
+    @classmethod
+    def _fill_defaults(cls, v: Any, info: ValidationInfo) -> Any:
+        # The two classes have different defaults, so RetryClassConfig cannot carry them:
+        # a partial section (`rate_limit: {max_retries: 1}`) takes the rest from its class.
+        if isinstance(v, Mapping) and info.field_name is not None:
+            return {**_RETRY_CLASS_DEFAULTS[info.field_name], **v}
+        return v
 
 
 class CircuitBreakerConfig(_Model):
@@ -334,15 +362,20 @@ class GatewayConfig(_Model):
     @classmethod
     def _unique_names(cls, v: tuple[UpstreamConfig, ...]) -> tuple[UpstreamConfig, ...]:
         names = [u.name for u in v]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"upstream names must be unique, repeated: {', '.join(dupes)}")
+        problems = []
+        # Each problem on its own line (see _describe): one must not hide another.
         for u in v:
             unknown = [f for f in u.fallbacks if f not in names]
             if unknown:
-                raise ValueError(f"upstream '{u.name}' names unknown fallbacks: {', '.join(unknown)}")
+                problems.append(f"upstream '{u.name}' names unknown fallbacks: {', '.join(unknown)} "
+                                f"(upstream names: {', '.join(dict.fromkeys(names))})")
             if u.name in u.fallbacks:
-                raise ValueError(f"upstream '{u.name}' lists itself as a fallback")
+                problems.append(f"upstream '{u.name}' lists itself as a fallback")
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            problems.append(f"upstream names must be unique, repeated: {', '.join(dupes)}")
+        if problems:
+            raise ValueError("\n".join(problems))
         return v
 
     @model_validator(mode="after")
@@ -368,6 +401,12 @@ def config_warnings(cfg: GatewayConfig) -> list[str]:
                 f"upstreams[{i}] ({u.name}) has no api_key while server.client_keys is set: "
                 "client keys are never forwarded, so this upstream receives no credential"
             )
+    if cfg.state.backend == "redis" and cfg.loop_breaker.enabled and cfg.loop_breaker.secret is None:
+        out.append(
+            "state.backend is redis but loop_breaker.secret is not set: each replica draws its own, "
+            "so replicas never share remembered answers; give every replica the same secret "
+            "(loop_breaker: {secret: ${LOOP_BREAKER_SECRET}})"
+        )
     return out
 
 
@@ -452,10 +491,29 @@ def _unknown_key(loc: tuple[int | str, ...]) -> str:
     return "unknown key"
 
 
+def _unknown_keys_first(errors: list[ErrorDetails]) -> list[ErrorDetails]:
+    """An unknown key goes before the "is required" of the key it is a typo of (`base_ulr`,
+    `base_url`): the typo is the cause, pydantic lists the effect first."""
+    out = [e for e in errors if e["type"] != "extra_forbidden"]
+    for e in (e for e in errors if e["type"] == "extra_forbidden"):
+        loc = tuple(e["loc"])
+        missing = {str(o["loc"][-1]): i for i, o in enumerate(out)
+                   if o["type"] == "missing" and tuple(o["loc"])[:-1] == loc[:-1]}
+        near = difflib.get_close_matches(str(loc[-1]), list(missing), n=1, cutoff=0.6)
+        if near:
+            out.insert(missing[near[0]], e)
+        else:
+            # Where pydantic put it: after the errors that precede it in the original order.
+            before = errors[: errors.index(e)]
+            at = max((out.index(o) + 1 for o in before if o in out), default=0)
+            out.insert(at, e)
+    return out
+
+
 def _describe(err: ValidationError) -> list[str]:
-    errors = err.errors()
+    errors = _unknown_keys_first(list(err.errors()))
     locs = [tuple(e["loc"]) for e in errors]
-    out = []
+    out: list[str] = []
     for e, loc in zip(errors, locs, strict=True):
         if e["type"] == "too_short" and any(other[: len(loc)] == loc and other != loc for other in locs):
             # A list whose only item is invalid is reported as too short as well: noise.
@@ -468,7 +526,7 @@ def _describe(err: ValidationError) -> list[str]:
         elif e["type"] == "too_short":
             msg = f"must have at least {e.get('ctx', {}).get('min_length', 1)} item(s)"
         msg = msg.removeprefix("Value error, ")
-        out.append(f"{_field_path(loc)}: {msg}")
+        out.extend(f"{_field_path(loc)}: {line}" for line in msg.split("\n"))
     return out
 
 

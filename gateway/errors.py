@@ -51,6 +51,7 @@ class Classification:
     reset_at_ms: int | None = None  # epoch ms at which retrying makes sense, when known
     provider_code: str | None = None  # the provider's own code/type, for logs
     message: str | None = None  # the provider's message (may quote limits; never logged)
+    evidence: str | None = None  # what decided the class: a code, numbers, a header, wording; logged
 
     @classmethod
     def of(cls, type_: ErrorType, **kw: object) -> Classification:

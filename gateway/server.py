@@ -12,6 +12,7 @@ import contextlib
 import gc
 import logging
 import signal
+import sys
 from urllib.parse import urlsplit, urlunsplit
 
 from aiohttp import web
@@ -20,6 +21,7 @@ from gateway import __version__
 from gateway.app import create_app
 from gateway.config import GatewayConfig
 from gateway.services import SERVICES
+from gateway.state import StateStore
 
 log = logging.getLogger("gateway.server")
 
@@ -30,6 +32,8 @@ _GEN0_THRESHOLD = 10_000
 async def serve(cfg: GatewayConfig) -> None:
     app = create_app(cfg)
     svc = app[SERVICES]
+    # Before listening, so that /readyz never answers ahead of the started line's facts.
+    state = await _state_check(cfg, svc.store)
     runner = make_runner(app, shutdown_timeout=1.0)
     await runner.setup()
     site = web.TCPSite(runner, cfg.server.host, cfg.server.port, backlog=1024)
@@ -49,7 +53,8 @@ async def serve(cfg: GatewayConfig) -> None:
     # collections in 40k requests. At 10,000 it runs a handful of times per 40k requests,
     # ~1 us per request, same peak RSS; cyclic garbage is still collected, in larger batches.
     gc.set_threshold(_GEN0_THRESHOLD, *gc.get_threshold()[1:])
-    log.info({"event": "started", "version": __version__, "listen": _addresses(runner), **_summary(cfg)})
+    log.info({"event": "started", "version": __version__, "listen": _addresses(runner), **_summary(cfg),
+              "state": state})  # fmt: skip
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -75,6 +80,25 @@ async def serve(cfg: GatewayConfig) -> None:
                 await asyncio.wait_for(idle.wait(), timeout=2.0)
     await runner.cleanup()
     log.info({"event": "stopped"})
+
+
+async def _state_check(cfg: GatewayConfig, store: StateStore) -> dict[str, str]:
+    """Which state backend serves, and whether it answered now. An unreachable Redis is a
+    warning, not a refusal: every replica falls back to its own memory until Redis answers
+    (and goes back to it by itself), so refusing would turn a Redis outage into a gateway
+    outage at the next restart or rollout."""
+    if cfg.state.backend == "memory":
+        return {"backend": "memory", "shared": "no (this process only)"}
+    error = await store.check(cfg.state.timeout_ms / 1000)
+    if error is None:
+        return {"backend": cfg.state.backend, "redis": "answered"}
+    print(
+        f"llm-gateway: WARNING: state.backend is redis but Redis did not answer at start-up ({error} "
+        f"within state.timeout_ms={cfg.state.timeout_ms}); serving from this replica's own memory "
+        "(circuits, retry budget and loop breaker not shared) until it does",
+        file=sys.stderr, flush=True,
+    )  # fmt: skip
+    return {"backend": cfg.state.backend, "redis": f"did not answer ({error}); local state until it does"}
 
 
 def make_runner(app: web.Application, **overrides: object) -> web.AppRunner:

@@ -133,5 +133,17 @@ def error_status(payload: dict[str, Any]) -> int | None:
     return None
 
 
+def event_error_fields(payload: dict[str, Any]) -> tuple[str, str | None]:
+    """The message and code of an error event's payload (``{"error": {...}}``), as text."""
+    message, code = "the upstream reported an error in the stream", None
+    err = payload.get("error")
+    if isinstance(err, dict):
+        if isinstance(err.get("message"), str) and err["message"]:
+            message = err["message"]
+        raw = err.get("code") or err.get("type")
+        code = str(raw) if isinstance(raw, (str, int)) and raw != "" else None
+    return message, code
+
+
 def encode_data(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"

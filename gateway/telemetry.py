@@ -22,7 +22,9 @@ from gateway.errors import ErrorType
 MAX_MODELS = 100
 OTHER = "other"
 NO_ERROR = "none"
-ERROR_TYPES = frozenset({NO_ERROR, *(t.value for t in ErrorType)})
+# A response the gateway itself cut when drain_s ran out (requests_total and the log line only).
+SHUTDOWN = "gateway_shutdown"
+ERROR_TYPES = frozenset({NO_ERROR, SHUTDOWN, *(t.value for t in ErrorType)})
 
 # LLM calls range from tens of milliseconds (cached, tiny) to many minutes (long reasoning).
 LATENCY_BUCKETS = (
@@ -148,6 +150,53 @@ class LoopHistogram:
         yield family
 
 
+WHOLE_UPSTREAM = "*"  # the `model` label of an upstream-wide circuit
+
+
+class CircuitGauge:
+    """``llm_gateway_circuit_open{upstream, model}``: 1 while that circuit refuses requests.
+
+    Circuits are per (upstream, model) plus one upstream-wide (``model="*"``), and they live
+    in the state store, shared by replicas: so the values are read from the store when
+    ``/metrics`` is scraped (:meth:`replace`), and a replica that refuses from another's
+    failures shows it. This replica's own transitions also land at once (:meth:`set`).
+    ``model`` is a bounded label; models that share one (``other``) show the highest value.
+    """
+
+    __slots__ = ("_doc", "_name", "_values")
+    _type = "gauge"
+    _labelnames = ("upstream", "model")
+
+    def __init__(self, name: str, doc: str, registry: CollectorRegistry) -> None:
+        self._name, self._doc = name, doc
+        self._values: dict[str, dict[str, float]] = {}  # upstream -> model label -> 0/1
+        registry.register(self)
+
+    def init_upstream(self, upstream: str) -> None:
+        self._values.setdefault(upstream, {WHOLE_UPSTREAM: 0.0})
+
+    def set(self, upstream: str, model: str, value: float) -> None:
+        self._values.setdefault(upstream, {})[model] = value
+
+    def replace(self, upstream: str, values: Iterable[tuple[str, float]]) -> None:
+        """A fresh read of every circuit of ``upstream`` this replica knows (labels may repeat)."""
+        merged: dict[str, float] = {WHOLE_UPSTREAM: 0.0}
+        for model, value in values:
+            merged[model] = max(value, merged.get(model, 0.0))
+        self._values[upstream] = merged
+
+    def describe(self) -> Iterator[Metric]:
+        yield Metric(self._name, self._doc, "gauge")
+
+    def collect(self) -> Iterator[Metric]:
+        family = Metric(self._name, self._doc, "gauge")
+        for upstream, models in list(self._values.items()):
+            for model, value in list(models.items()):
+                labels = dict(zip(self._labelnames, (upstream, model), strict=True))
+                family.add_sample(self._name, labels, value)
+        yield family
+
+
 class Telemetry:
     def __init__(self, registry: CollectorRegistry, configured_models: Iterable[str]) -> None:
         self.registry = registry
@@ -187,9 +236,10 @@ class Telemetry:
         self.in_flight = Gauge(
             p + "in_flight_requests", "Requests being handled now.", registry=registry,
         )  # fmt: skip
-        self.circuit_open = Gauge(
-            p + "circuit_open", "1 while the upstream's circuit breaker is open.",
-            ["upstream"], registry=registry,
+        self.circuit_open = CircuitGauge(
+            p + "circuit_open",
+            "1 while the circuit of this model (model=\"*\": of the whole upstream) refuses requests.",
+            registry,
         )  # fmt: skip
         self.tokens = LoopCounter(
             p + "tokens", "Tokens reported by upstream usage, by kind (prompt, completion).",
@@ -219,8 +269,15 @@ class Telemetry:
             found = self._children[key] = metric.labels(*labels)
         return found
 
+    def circuit_label(self, model: str | None) -> str:
+        """The ``model`` label of a circuit: ``*`` for the upstream-wide one, never for a model."""
+        if model is None:
+            return WHOLE_UPSTREAM
+        label = self.model_label(model)
+        return OTHER if label == WHOLE_UPSTREAM else label
+
     def init_upstream(self, name: str) -> None:
         """Pre-create per-upstream series so dashboards and alerts see zeros, not absences."""
-        self.circuit_open.labels(name).set(0)
+        self.circuit_open.init_upstream(name)
         for outcome in ("applied", "still_overflow", "not_applicable", "passed_to_client"):
             self.compressions.labels(name, outcome)

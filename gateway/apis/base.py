@@ -19,10 +19,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.errors import Classification
 from gateway.policy.compress import CompressionResult
+
+if TYPE_CHECKING:
+    from gateway.apis.replay import Trim
 
 # Rewrites one raw event of a continuation stream (b"" drops it).
 Splice = Callable[[bytes], bytes]
@@ -159,6 +162,11 @@ class Dialect(Protocol):
     def splicer(self, original: StreamReader, partial: str, mode: str) -> Splice:
         """Rewrites a continuation stream's events into the original stream: same ids and
         indexes, its own start events dropped, the end marked as continued."""
+        ...
+
+    def replay(self, partial: str) -> Trim:
+        """A fresh trim of a replay stream (``apis/replay.py``): checks, event by event,
+        that the replay reproduces ``partial`` before anything of it is relayed."""
         ...
 
     def cap_tool_outputs(self, payload: Mapping[str, Any], max_tokens: int) -> Capped:

@@ -9,7 +9,6 @@ so the client never sees a half-started turn.
 from __future__ import annotations
 
 import enum
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,14 +24,14 @@ from gateway.pipeline.outcome import (
     gateway_failure,
     transport_failure,
 )
-from gateway.policy.classify import classify
+from gateway.policy.classify import RequestFacts, classify, classify_stream_event
 from gateway.policy.overflow_limits import parse_overflow
 from gateway.policy.retry import EMPTY_STREAM, RetryPlan
 from gateway.policy.retry_after import reset_at_ms
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.routing import response_headers
 from gateway.services import Services, UpstreamRuntime
-from gateway.sse import EventSplitter, error_status
+from gateway.sse import EventSplitter, error_status, event_error_fields
 from gateway.translate import Translation
 from gateway.upstream import UpstreamFailure, UpstreamRequest, UpstreamResponse
 
@@ -88,6 +87,9 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
     outcome = await _exchange(svc, state, request, call)
     if call.translation is not None and isinstance(outcome, Failure) and outcome.own is None:
         outcome.foreign = _foreign(call, outcome, len(body))
+    if isinstance(outcome, Failure) and plan.answered_with_nothing(outcome.classification):
+        state.empty_attempts.append(call.up.cfg.name)  # counted once known what it was
+        return outcome
     label = outcome.classification.type.value if isinstance(outcome, Failure) else "success"
     svc.telemetry.upstream_attempts.inc((call.up.cfg.name, label))
     return outcome
@@ -113,7 +115,9 @@ async def _exchange(svc: Services, state: RequestState, request: UpstreamRequest
     state.upstream_head_s = svc.monotonic() - sent
     try:
         if resp.status >= 400:
-            return _upstream_error(svc, resp.status, resp.headers, await resp.read(ERROR_BODY_LIMIT))
+            # The request's own size is evidence when the body only says "too large" (#22).
+            facts = RequestFacts(round(len(request.body) / BYTES_PER_TOKEN), call.up.cfg.context_window)
+            return _upstream_error(svc, resp.status, resp.headers, await resp.read(ERROR_BODY_LIMIT), facts)
         headers = response_headers(resp.headers)
         ctype = resp.headers.get("Content-Type", "")
         if mode is ReadMode.STREAM and ctype.startswith("text/event-stream"):
@@ -177,15 +181,20 @@ async def _peek_stream(
 
 
 def _stream_error(svc: Services, payload: dict[str, Any]) -> Failure:
-    # No byte has reached the client, so the error can still be an ordinary error response.
+    # No byte has reached the client, so the error is answered as an ordinary one, made by
+    # the gateway in the client's own API's envelope (the event is no HTTP body to pass on):
+    # the provider's message and code, the classification, nothing internal.
     status = error_status(payload)
-    body = json.dumps(payload).encode()
-    c = classify(status or 500, {}, body, now_s=svc.wall())
-    return Failure(c, status or _STATUS_FOR_TYPE[c.type], [("Content-Type", "application/json")], body)
+    c = classify_stream_event(payload, now_s=svc.wall())
+    message, code = event_error_fields(payload)
+    code = code or c.provider_code or c.type.value
+    return gateway_failure(status or _STATUS_FOR_TYPE[c.type], c, message, code)
 
 
-def _upstream_error(svc: Services, status: int, headers: Mapping[str, str], body: bytes) -> Failure:
-    c = classify(status, _lower(headers), body, now_s=svc.wall())
+def _upstream_error(
+    svc: Services, status: int, headers: Mapping[str, str], body: bytes, facts: RequestFacts
+) -> Failure:
+    c = classify(status, _lower(headers), body, now_s=svc.wall(), request=facts)
     # Every SDK retries a 429; a budget error answered as 402 is not retried by anyone.
     answer = 402 if c.type is ErrorType.BUDGET else status
     return Failure(c, answer, response_headers(headers), body, upstream_status=status)

@@ -151,10 +151,13 @@ async def _retry(
         here += 1
         state.retries += 1
         c = outcome.classification
-        svc.telemetry.retries.labels(up.cfg.name, c.type.value).inc()
+        if plan.answered_with_nothing(c):
+            state.empty_retries.append(up.cfg.name)  # counted once known what it was (observe)
+        else:
+            svc.telemetry.retries.labels(up.cfg.name, c.type.value).inc()
         log.debug({"request_id": state.request_id, "event": "retry", "upstream": up.cfg.name,
                    "status": outcome.status, "error_type": c.type.value, "code": c.provider_code,
-                   "wait_s": round(wait_s, 3)})  # fmt: skip
+                   "evidence": c.evidence, "wait_s": round(wait_s, 3)})  # fmt: skip
 
     async def one() -> Outcome:
         return await attempt(svc, state, plan, call, body)

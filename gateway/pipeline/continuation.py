@@ -2,26 +2,40 @@
 
 Called by the relay at most once per stream, for a text answer (no tool call started),
 when an upstream of the request's chain declares how it continues (``continuation:``).
-The request goes to that upstream again with the shown text as the start of the answer;
-its stream is spliced into the client's (same ids, no repeated or lost text at the seam),
-within the request's one deadline and the shared retry budget. Any refusal (a 400 from an
-upstream that rejects prefill, an error, no budget left) ends the stream exactly as it
-would have ended without continuation: with the original failure, classified.
+Either the request goes to that upstream again with the shown text as the start of the
+answer (prefill and its kin), or, with ``replay``, it goes again unchanged and its answer is
+held back until it has reproduced exactly the shown text (``apis/replay.py``). Either way
+the new stream is spliced into the client's (same ids, no repeated or lost text at the
+seam), within the request's one deadline and the shared retry budget. Any refusal (a 400
+from an upstream that rejects prefill, an error, a replay that diverges, no budget left)
+ends the stream exactly as it would have ended without continuation: with the original
+failure, classified.
+
+Which upstream is asked: one that continues from the shown text before one that replays (it
+costs only the rest of the answer and cannot diverge); then the one that was streaming
+before the rest of the chain, except after a stall, when any other upstream comes first (the
+one that just went silent is the likeliest to do it again; after a cut it is fine).
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gateway.apis.base import Dialect, Ending, Splice, StreamReader
+from gateway.apis.base import Dialect, Ending, EventKind, Splice, StreamReader
+from gateway.apis.replay import Trim, is_replay
+from gateway.errors import TransportError
 from gateway.pipeline.attempt import Call
 from gateway.pipeline.chain import send_one
 from gateway.pipeline.outcome import Failure, RequestState, Success
 from gateway.policy.retry import RetryPlan
 from gateway.services import Services, UpstreamRuntime
+from gateway.sse import EventSplitter
+from gateway.upstream import UpstreamFailure
 
 log = logging.getLogger("gateway.decisions")
 
@@ -32,6 +46,12 @@ def continuable(chain: list[UpstreamRuntime]) -> bool:
     return any(up.cfg.continuation != "none" for up in chain)
 
 
+def preference(up: UpstreamRuntime, streaming: str, stalled: bool) -> tuple[bool, bool, bool]:
+    """Sort key of the upstreams that may continue (stable: chain order breaks ties)."""
+    same = up.cfg.name == streaming
+    return stalled and same, is_replay(up.cfg.continuation), not same
+
+
 def resumer(
     svc: Services, state: RequestState, plan: RetryPlan, chain: list[UpstreamRuntime],
     call_for: Callable[[UpstreamRuntime], Call | Failure], payload: dict[str, Any],
@@ -40,9 +60,10 @@ def resumer(
         return None
 
     async def resume(reader: StreamReader, end: Ending) -> tuple[Success, Splice] | None:
-        # The upstream that was streaming first, if it can continue; else the chain's next.
+        stalled = end.code == TransportError.IDLE_TIMEOUT.value
+        streaming = state.upstream
         targets = sorted((up for up in chain if up.cfg.continuation != "none"),
-                         key=lambda up: up.cfg.name != state.upstream)  # fmt: skip
+                         key=lambda up: preference(up, streaming, stalled))  # fmt: skip
         counter = svc.telemetry.continuations
         partial = reader.partial()
         streamed = call_for(next(up for up in chain if up.cfg.name == state.upstream))
@@ -55,16 +76,24 @@ def resumer(
             return None
         up, call, body = found
         assert partial is not None
-        log.debug({"request_id": state.request_id, "event": "continue", "upstream": up.cfg.name,
+        mode = up.cfg.continuation
+        log.debug({"request_id": state.request_id, "event": "continue", "upstream": up.cfg.name, "mode": mode,
                    "after": end.code, "shown_bytes": len(partial.encode())})  # fmt: skip
         outcome = await send_one(svc, state, plan, call, json.dumps(body).encode())
         if not isinstance(outcome, Success) or outcome.reader is None:
             counter.labels(up.cfg.name, "failed").inc()
             return None
+        if is_replay(mode):
+            reproduced, why = await _reproduced(plan, outcome, call.dialect.replay(partial))
+            if reproduced is None:
+                counter.labels(up.cfg.name, why).inc()
+                log.debug({"request_id": state.request_id, "event": "replay_" + why, "upstream": up.cfg.name})
+                return None
+            outcome = reproduced
         counter.labels(up.cfg.name, "continued").inc()
         # The stream goes on: it is no longer cut short, unless the continuation breaks too.
         state.continued_after, state.ended_by = state.ended_by or end.code, None
-        return outcome, call.dialect.splicer(reader, partial, up.cfg.continuation)
+        return outcome, call.dialect.splicer(reader, partial, mode)
 
     return resume
 
@@ -73,8 +102,9 @@ def _first_able(
     targets: list[UpstreamRuntime], call_for: Callable[[UpstreamRuntime], Call | Failure],
     payload: dict[str, Any], partial: str, wire: Dialect,
 ) -> tuple[UpstreamRuntime, Call, dict[str, Any]] | None:  # fmt: skip
-    """The first target whose declared mode this wire API can use (``prefix`` is a chat
-    form, ``continue_final_message`` has no Messages form, …), with its request."""
+    """The first target whose declared mode this wire API and request can use (``prefix``
+    is a chat form, ``continue_final_message`` has no Messages form, ``replay`` wants a
+    deterministic request, …), with its request."""
     for up in targets:
         call = call_for(up)
         if isinstance(call, Failure) or call.dialect is not wire:
@@ -84,3 +114,52 @@ def _first_able(
         if body is not None:
             return up, call, body
     return None
+
+
+async def _reproduced(plan: RetryPlan, leg: Success, trim: Trim) -> tuple[Success | None, str]:
+    """Reads a replay until it has reproduced the shown text; nothing of it reaches the
+    client before. Returns the stream from there on (the events read so far held, for the
+    relay to splice), or None and why not: ``diverged`` (it wrote something else first, or
+    ended short) or ``failed`` (an error, a break, the deadline)."""
+    assert leg.reader is not None and leg.response is not None and leg.chunks is not None
+    reader, held, complete = leg.reader, list(leg.held), leg.complete
+    for raw in held:  # already read (and classified) while the attempt peeked
+        trim(raw)
+    splitter = EventSplitter()
+
+    def look(data: bytes) -> tuple[Success | None, str] | None:
+        nonlocal complete
+        events = splitter.feed(data)
+        for i, raw in enumerate(events):
+            kind = reader.kind(raw, committed=True)
+            if kind is EventKind.ERROR:
+                return None, "failed"
+            if kind is EventKind.SKIP:
+                continue
+            complete = complete or kind is EventKind.FINAL
+            held.append(raw)
+            trim(raw)
+            if trim.match.diverged:
+                return None, "diverged"
+            if trim.match.matched:
+                rest = b"".join(events[i + 1 :]) + splitter.pending
+                return dataclasses.replace(leg, held=held, pending=rest, complete=complete), "continued"
+        return None
+
+    if trim.match.matched:
+        return leg, "continued"
+    decided = (None, "diverged") if trim.match.diverged else look(leg.pending)
+    try:
+        async with asyncio.timeout(max(0.001, plan.remaining_s())):
+            if decided is None:
+                async for chunk in leg.chunks:
+                    decided = look(chunk)
+                    if decided is not None:
+                        break  # the chunks after it are the relay's
+    except (UpstreamFailure, TimeoutError):
+        decided = None, "failed"
+    if decided is None:
+        decided = None, "diverged"  # the replay ended short of what the client has
+    if decided[0] is None:
+        leg.response.close()
+    return decided

@@ -112,6 +112,8 @@ def full_pipeline(dialect: Dialect) -> Handler:
             asked = payload if call.translation is None else client_payload
             if inbound.stream and _answered_with_nothing(plan, outcome):
                 outcome = await _probe(svc, state, plan, call, asked, inbound)
+                if isinstance(outcome, Failure):
+                    state.empty_was = outcome.classification.type  # what the empty streams meant
             if isinstance(outcome, Failure) and _overflowed(outcome) and svc.cfg.compression.enabled:
                 outcome = await _overflow(svc, state, request, plan, call, asked, outcome)
         if canonical is not None:
@@ -254,7 +256,7 @@ def _from_memory(svc: Services, state: RequestState, hit: Recalled) -> Failure:
     wait = hit.retry_after_s(svc.wall()) if named else None
     if wait is not None:
         c = Classification(c.type, c.retryable, float(wait), round((svc.wall() + wait) * 1000),
-                           c.provider_code, c.message)  # fmt: skip
+                           c.provider_code, c.message, c.evidence)  # fmt: skip
     return Failure(c, hit.status, list(hit.headers), hit.body, final=True)
 
 

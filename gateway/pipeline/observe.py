@@ -21,15 +21,24 @@ from gateway.pipeline.outcome import STATE, RequestState
 from gateway.pipeline.relay import CLIENT_GONE
 from gateway.pipeline.stamp import stamp
 from gateway.services import SERVICES, Services
-from gateway.telemetry import error_label, status_label
+from gateway.telemetry import SHUTDOWN, error_label, status_label
 
 log = logging.getLogger("gateway.access")
 
 PATH_MAX = 128
-USER_AGENT_MAX = 100
+USER_AGENT_MAX = 160
 # Anything in a User-Agent that looks like a token (long, unbroken, key-like) is masked: a
-# misconfigured client could put its key there, and the log line never carries one.
-_TOKENISH = re.compile(r"[A-Za-z0-9_\-.+/=:]{24,}|(?i:bearer|basic)\s*\S*|(?i:sk-|key-|api[_-]?key)\S*")
+# misconfigured client could put its key there, and the log line never carries one. A long
+# run that is a product token (`ai-sdk/provider-utils/4.0.65`, `runtime/node.js/v20.20.2`,
+# `opencode/0.0.0-dev-202511250012`) is what ordinary clients send and stays readable.
+_TOKENISH = re.compile(
+    r"[A-Za-z0-9_\-.+/=:]{24,}|(?i:bearer|basic)\s*\S*|(?<![A-Za-z0-9])(?i:sk-|key-|api[_-]?key)\S*"
+)
+# name[/name...]/version: short lowercase-or-dashed names, a dotted version, then at most a few
+# short pre-release parts (a key has no dots every few characters; a timestamp is all digits).
+_PRODUCT = re.compile(
+    r"(?:[A-Za-z][A-Za-z0-9_.-]{0,31}/){1,3}v?\d{1,6}(?:\.\d{1,6}){1,3}(?:[-+.](?:[A-Za-z0-9]{1,12}|\d{1,14})){0,3}"
+)
 _USER_AGENTS: dict[str, str] = {}  # clients send few distinct ones: each is cleaned once
 
 # A client's id is echoed in headers and logs, so only a safe, bounded shape is accepted.
@@ -113,11 +122,30 @@ def user_agent_of(given: str | None) -> str | None:
         return None
     clean = _USER_AGENTS.get(given)
     if clean is None:
-        clean = _TOKENISH.sub("[redacted]", given[: USER_AGENT_MAX * 2])[:USER_AGENT_MAX]
+        clean = _TOKENISH.sub(_mask, given[: USER_AGENT_MAX * 2])[:USER_AGENT_MAX]
         clean = "".join(ch if ch.isprintable() else "?" for ch in clean)
         if len(_USER_AGENTS) < 1024:
             _USER_AGENTS[given] = clean
     return clean
+
+
+def _count_empty(svc: Services, state: RequestState) -> None:
+    """Empty-stream attempts and their retries, under what the probe found they were (an
+    overflow, say), else provider_unavailable as classified: so an overflow probed against
+    llama-cpp-python does not feed the provider's attempt and retry-ratio figures."""
+    t, label = svc.telemetry, state.empty_was.value
+    for upstream in state.empty_attempts:
+        t.upstream_attempts.inc((upstream, label))
+    for upstream in state.empty_retries:
+        t.retries.labels(upstream, label).inc()
+
+
+def _mask(m: re.Match[str]) -> str:
+    found = m.group()
+    # A product token reads as one, unless a key hides in it (`tool/1.0-sk-...`).
+    if _PRODUCT.fullmatch(found) and not re.search(r"(?i)(?<![A-Za-z0-9])(sk|key)-", found):
+        return found
+    return "[redacted]"
 
 
 def _account(svc: Services, state: RequestState, status: int) -> None:
@@ -126,8 +154,13 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
     model = t.model_label(state.model)
     c = state.classification
     error_type = c.type if c is not None and (status >= 400 or state.stream_error) else None
+    # A stream the gateway cut itself when drain_s ran out is a rollout, not a provider outage
+    # (the client is still told provider_unavailable, retryable: another replica will serve it).
+    error = SHUTDOWN if state.ended_by == "shutdown" else error_label(error_type)
     series = (state.upstream, model)
-    t.requests.inc((*series, status_label(status), error_label(error_type)))
+    t.requests.inc((*series, status_label(status), error))
+    if state.empty_attempts or state.empty_retries:
+        _count_empty(svc, state)
     duration = now - state.started
     t.request_duration.observe(series, duration)
     ttfb = (state.first_byte_at - state.started) if state.first_byte_at is not None else None
@@ -145,7 +178,7 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
         "upstream": state.upstream,
         "model": model,
         "status": status,
-        "error_type": error_label(error_type),
+        "error_type": error,
         "attempts": state.attempts,
         "retries": state.retries,
         "compressed": state.compressed,
@@ -156,6 +189,8 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
     }
     if c is not None and c.provider_code:
         record["provider_code"] = c.provider_code[:64]
+    if error_type is not None and c is not None and c.evidence:
+        record["evidence"] = c.evidence[:120]  # what decided the class: codes and numbers, never a prompt
     if state.compression is not None:
         record["compression"] = state.compression
     if state.ended_by is not None:

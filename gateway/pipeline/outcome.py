@@ -48,6 +48,12 @@ class RequestState:
     continued_after: str | None = None  # why a stream broke before a continuation completed it
     ended_by: str | None = None  # why a committed response ended early (reset, idle_timeout, shutdown…)
     usage: dict[str, int] = field(default_factory=dict)
+    # Attempts that came back as an empty stream, and the retries they caused (upstream names):
+    # what they were is known only once the probe has asked (an overflow, on llama-cpp-python),
+    # so they are counted when the request ends, under `empty_was` (see observe).
+    empty_attempts: list[str] = field(default_factory=list)
+    empty_retries: list[str] = field(default_factory=list)
+    empty_was: ErrorType = ErrorType.PROVIDER_UNAVAILABLE
     dialect: Dialect = field(default_factory=lambda: OPENAI_CHAT)
 
 

@@ -21,9 +21,9 @@ from gateway.errors import Classification, ErrorType, TransportError
 from gateway.jsonpeek import top_level_member
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success
 from gateway.pipeline.stamp import stamp
-from gateway.policy.classify import classify
+from gateway.policy.classify import classify, classify_stream_event
 from gateway.services import Services
-from gateway.sse import EventSplitter, error_status
+from gateway.sse import EventSplitter
 from gateway.translate.base import StreamTranslator
 from gateway.upstream import UpstreamFailure
 
@@ -265,8 +265,7 @@ def _filter(reader: StreamReader, events: list[bytes], now_s: float) -> tuple[by
 
 
 def _ending_from_event(payload: dict[str, Any], now_s: float) -> Ending:
-    body = json.dumps(payload).encode()
-    c = classify(error_status(payload) or 500, {}, body, now_s=now_s)
+    c = classify_stream_event(payload, now_s=now_s)
     err = payload.get("error")
     message, code = "the upstream reported an error mid-stream", None
     if isinstance(err, dict):

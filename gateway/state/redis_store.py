@@ -134,8 +134,8 @@ class RedisStore:
             self._on_fallback(self.backend, op)
             return await local()
         if self._down_since is not None:
-            log.info("state store redis is back after %.1fs; shared state again",
-                     self._monotonic() - self._down_since)
+            log.info({"event": "state_store_back", "backend": self.backend,
+                      "down_s": round(self._monotonic() - self._down_since, 1)})
             self._down_since = None
         return result
 
@@ -144,9 +144,9 @@ class RedisStore:
         self._retry_at = now + self._recover_s
         if self._down_since is None:
             self._down_since = now
-            # The error text, never the URL: it may carry a password.
-            log.warning("state store redis failed on %s (%s); using local state, retrying every %.1fs",
-                        op, type(e).__name__, self._recover_s)
+            # The error's type, never its text or the URL: either may carry a password.
+            log.warning({"event": "state_store_down", "backend": self.backend, "op": op,
+                         "error": type(e).__name__, "retry_every_s": self._recover_s})  # fmt: skip
 
     # -- circuits ------------------------------------------------------------------------------
 
@@ -268,6 +268,16 @@ class RedisStore:
 
     def holds_answers(self) -> bool:
         return True  # other replicas may have remembered one
+
+    async def check(self, timeout_s: float) -> str | None:
+        """PING once (start-up): None when Redis answered, else the error's type. Changes no
+        state: requests still find out for themselves, each within ``timeout_s`` of the store."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._r.ping()
+        except _FAILURES as e:
+            return type(e).__name__
+        return None
 
     async def close(self) -> None:
         await self._r.aclose()

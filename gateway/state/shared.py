@@ -168,6 +168,20 @@ class SharedCircuit:
         now = self._clock()
         return any(r.open_until > now for r in recs)
 
+    async def refusing(self) -> list[tuple[str | None, bool]]:
+        """Whether each circuit this replica knows of refuses requests now, read from the store
+        (the state that decides, other replicas' failures included) in one round trip: the
+        upstream-wide circuit (None), then every model this replica has routed here. Half-open
+        is not refusing: a probe may go. Decided by the breaker's own ``admit``, so its rules
+        (and any schedule it gains) are what the answer follows."""
+        models = [m for m in self._key_cache if m is not None]
+        up = circuit_key(self._upstream)
+        keys = [up, *(circuit_key(self._upstream, m) for m in models)]
+        recs = await self._store.circuit_get(keys)
+        now = self._clock()
+        return [(model, admit(key, rec, None, CLOSED, now).gate is Gate.REFUSE)
+                for model, key, rec in zip([None, *models], keys, recs, strict=True)]  # fmt: skip
+
     async def abandon(self, adm: Admission) -> None:
         """The client left before an answer: free the probe slot, record nothing."""
         if adm.gate is Gate.PROBE and adm.key is not None:

@@ -63,4 +63,9 @@ class StateStore(Protocol):
         """False only when certain that no answer is stored (no I/O: a shared store says True)."""
         ...
 
+    async def check(self, timeout_s: float) -> str | None:
+        """Whether the store answers now (start-up): None if it did, else why not (an error's
+        type, never its text: a URL in it may carry a password)."""
+        ...
+
     async def close(self) -> None: ...

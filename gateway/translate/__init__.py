@@ -156,9 +156,11 @@ def _builtin() -> dict[tuple[str, str], Translator]:
 
 def _modules() -> list[Translator]:
     # Each direction is one module; listed here so the registry is the only place that knows them.
+    from gateway.translate.chat_messages import ChatToMessages
+    from gateway.translate.messages_chat import MessagesToChat
     from gateway.translate.responses_chat import ResponsesToChat
 
-    return [ResponsesToChat()]
+    return [MessagesToChat(), ResponsesToChat(), ChatToMessages()]
 
 
 def dumps(doc: Mapping[str, Any]) -> bytes:

@@ -100,7 +100,7 @@ def test_dockerfile_is_slim_non_root_and_healthchecked() -> None:
     assert re.search(r"^FROM python:3\.\d+-slim", text, re.M)
     user = re.findall(r"^USER (\S+)", text, re.M)
     assert user and user[-1] not in ("root", "0")
-    assert "HEALTHCHECK" in text and "/healthz" in text
+    assert "HEALTHCHECK" in text and "gateway.healthcheck" in text  # reads the port from the config
     assert not re.search(r"^COPY .*tests", text, re.M)
     ignored = (DEPLOY.parent / ".dockerignore").read_text().split()
     assert "tests" in ignored and ".git" in ignored

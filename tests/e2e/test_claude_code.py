@@ -102,6 +102,13 @@ def prefill_gateway(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
     gw.stop()
 
 
+@pytest.fixture(scope="module")
+def replay_gateway(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
+    gw = launch(fake, tmp_path_factory.mktemp("ccreplay"), upstream_yaml=", continuation: replay_any")
+    yield gw
+    gw.stop()
+
+
 @dataclass
 class Run:
     rc: int | None  # None: killed at the timeout
@@ -207,6 +214,40 @@ def test_with_thinking_on_claude_code_gets_the_typed_error_and_resends_the_turn(
     assert all(m["role"] != "assistant" for m in sent[1]["messages"])  # not a prefill
     assert r.rc == 0, (r.out, r.err)
     assert "Forty-two." in r.out
+
+
+def thinking_then_text(thought: str, texts: list[str], then: str) -> Stream:
+    """Adaptive thinking's shape: a signed thinking block, then the text block (index 1)."""
+    head = anthropic_head("claude-opus-4-8")
+    return Stream([
+        head[0],
+        sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                    "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+        sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                    "delta": {"type": "thinking_delta", "thinking": thought}}),
+        sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                    "delta": {"type": "signature_delta", "signature": "c2lnbmVk"}}),
+        sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        sse("content_block_start", {"type": "content_block_start", "index": 1,
+                                    "content_block": {"type": "text", "text": ""}}),
+        *(text_delta(t, 1) for t in texts),
+        *([t.replace(b'"index": 0', b'"index": 1') for t in anthropic_tail(9)] if then == "eof" else []),
+    ], then=then)  # fmt: skip
+
+
+def test_with_thinking_on_a_cut_answer_is_finished_by_a_replay_and_printed_whole(
+    claude_bin, replay_gateway, upstream: FakeUpstream, workdir
+) -> None:
+    """Prefill cannot serve Claude Code's default requests (adaptive thinking); replay can: the
+    same request again, its thinking dropped (Claude Code has its own), its text relayed only
+    past what was shown."""
+    upstream.script(thinking_then_text("Recall it.", ["The ", "answer is "], "drop"),
+                    thinking_then_text("Recall the answer.", ["The answer", " is forty", "-two."], "eof"))
+    r = run_claude(claude_bin, replay_gateway, workdir, "what is the answer?")
+    assert r.rc == 0, (r.out, r.err)
+    assert r.out.strip() == "The answer is forty-two."
+    first, second = (req.json() for req in upstream.messages_requests())
+    assert first["thinking"]["type"] == "adaptive" and first == second  # one Claude Code request, replayed
 
 
 def test_overloaded_twice_is_absorbed_by_the_gateway(claude_bin, cc_gateway, upstream: FakeUpstream, workdir) -> None:

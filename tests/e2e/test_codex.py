@@ -27,6 +27,7 @@ from tests.fakeupstream import (
     responses_deltas,
     responses_head,
     responses_overflow,
+    responses_stream,
 )
 
 pytestmark = pytest.mark.e2e
@@ -83,6 +84,15 @@ def continuing_gateway(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFact
     """The same, in front of an upstream declared to continue like vLLM's Responses API."""
     gw = launch_cli(fake, tmp_path_factory.mktemp("codexcont"), FAST_RETRIES,
                     upstream_yaml=", continuation: continue_final_message")  # fmt: skip
+    yield gw
+    gw.stop()
+
+
+@pytest.fixture(scope="module")
+def replaying_gateway(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
+    """The same, in front of an upstream that cannot prefill but whose answers repeat."""
+    gw = launch_cli(fake, tmp_path_factory.mktemp("codexreplay"), FAST_RETRIES,
+                    upstream_yaml=", continuation: replay_any")  # fmt: skip
     yield gw
     gw.stop()
 
@@ -202,6 +212,19 @@ def test_stream_cut_mid_answer_is_continued_without_codex_noticing(
     assert r.code == 0, r.stderr
     assert r.stdout.strip() == "Hello world."  # the shown part and the continuation, once each
     assert calls(up) == 2 and "Reconnecting" not in r.stderr  # Codex saw one unbroken stream
+
+
+def test_stream_cut_mid_answer_is_finished_by_a_replay_without_codex_noticing(
+    run_codex, up: FakeUpstream, replaying_gateway: RunningGateway
+) -> None:
+    # The replay's deltas split differently: the seam ("Hello wor") falls inside " world.".
+    up.script(cut_stream(), Stream(responses_stream(words=("Hello", " world.")), then="eof"))
+    r = run_codex(via=replaying_gateway)
+    assert r.code == 0, r.stderr
+    assert r.stdout.strip() == "Hello world."  # the shown part once, then only what followed it
+    first, second = up.responses_requests()
+    assert first.json() == second.json()  # the same request again: nothing asked of the upstream
+    assert "Reconnecting" not in r.stderr  # Codex saw one unbroken stream
 
 
 def test_stream_cut_for_good_ends_with_the_gateways_typed_failure(run_codex, up: FakeUpstream) -> None:

@@ -137,4 +137,4 @@ def test_streams_still_running_when_drain_runs_out_end_with_a_typed_error(fake: 
     assert last["error"]["code"] == "gateway_shutdown" and last["error"]["retryable"] is True
     log = [json.loads(line) for line in gw.log_path.read_text().splitlines() if line.startswith("{")]
     [cut] = [r for r in log if r.get("event") == "request" and r.get("ended_by")]
-    assert cut["ended_by"] == "shutdown" and cut["status"] == 200 and cut["error_type"] == "provider_unavailable"
+    assert cut["ended_by"] == "shutdown" and cut["status"] == 200 and cut["error_type"] == "gateway_shutdown"

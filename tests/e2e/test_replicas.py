@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.conftest import RunningGateway, base_env, free_port, start
 from tests.fakeupstream import FakeUpstream, Reply, Step
@@ -58,6 +59,7 @@ UNAVAILABLE = Reply(
 BAD = Reply(400, {"error": {"message": "Invalid 'messages[0].role'", "type": "invalid_request_error",
                             "code": "invalid_value"}})  # fmt: skip
 _n = itertools.count()
+DOWN, BACK = '"event":"state_store_down"', '"event":"state_store_back"'  # in the JSON log lines
 
 
 class RuleFake(FakeUpstream):
@@ -121,8 +123,14 @@ class Cluster:
         time.sleep(RECOVER_S + 0.2)
         for gw in (self.a, self.b):
             self.chat(gw, "gpt-4o-mini", fresh("probe"))
-            logs = gw.logs_when(lambda t: t.count("state store redis is back") == t.count("state store redis failed"))
-            assert logs.count("state store redis is back") == logs.count("state store redis failed") > 0
+            logs = gw.logs_when(lambda t: t.count(BACK) == t.count(DOWN))
+            assert logs.count(BACK) == logs.count(DOWN) > 0
+
+    def circuits(self, gw: RunningGateway, upstream: str) -> dict[str, float]:
+        """``llm_gateway_circuit_open`` of one upstream on this replica's /metrics, by model."""
+        text = http("GET", gw.base + "/metrics").content.decode()
+        return {s.labels["model"]: s.value for f in text_string_to_metric_families(text) for s in f.samples
+                if s.name == "llm_gateway_circuit_open" and s.labels["upstream"] == upstream}
 
     def fallbacks(self, gw: RunningGateway) -> float:
         text = http("GET", gw.base + "/metrics").content.decode()
@@ -194,6 +202,9 @@ def test_a_storm_through_one_replica_opens_the_circuit_for_the_other(cluster: Cl
     for gw in (cluster.a, cluster.b):
         r, _ = cluster.chat(gw, "gpt-4o-mini", fresh("healthy"))
         assert r.status_code == 200
+    # And both replicas' gauges say so, per model: B read it from Redis, having seen no failure.
+    for gw in (cluster.a, cluster.b):
+        assert cluster.circuits(gw, "primary") == {"*": 0, model: 1, "gpt-4o-mini": 0}
 
 
 def test_a_storm_across_models_opens_the_upstreams_circuit_for_the_other(cluster: Cluster) -> None:
@@ -262,7 +273,7 @@ def test_replicas_keep_serving_when_redis_is_killed(cluster: Cluster) -> None:
         cluster.chat(gw, "gpt-4o-mini", fresh("warm"))
     normal = [cluster.chat(gw, "gpt-4o-mini", fresh("normal"))[1] for _ in range(5) for gw in gws]
     before = [cluster.fallbacks(gw) for gw in gws]
-    went_down = [gw.logs().count("state store redis failed") for gw in gws]
+    went_down = [gw.logs().count(DOWN) for gw in gws]
 
     cluster.redis.stop()  # SIGKILL
     down = []
@@ -276,7 +287,7 @@ def test_replicas_keep_serving_when_redis_is_killed(cluster: Cluster) -> None:
           f"max {max(down) * 1000:.1f} ms; state fallbacks {before} -> {after}")  # fmt: skip
     assert max(down) < max(normal) + 0.5
     assert all(a > b for a, b in zip(after, before, strict=True))
-    failed = [gw.logs_when(lambda t, n=n: t.count("state store redis failed") > n).count("state store redis failed")
+    failed = [gw.logs_when(lambda t, n=n: t.count(DOWN) > n).count(DOWN)
               for gw, n in zip(gws, went_down, strict=True)]
     assert failed == [n + 1 for n in went_down]
     # Each replica still remembers what it saw itself: a repeat through the same replica.

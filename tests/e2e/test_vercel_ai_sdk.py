@@ -88,6 +88,12 @@ def test_generate_text_through_the_gateway(
     assert out["attempts"][0]["headers"]["x-llm-attempts"] == "1"
     sent = upstream.chat_requests()
     assert len(sent) == 1 and sent[0].json()["messages"][-1]["content"] == "Say hello."
+    # The access log names the client readably (its product tokens are not mistaken for keys).
+    agent = sent[0].headers["User-Agent"]
+    assert agent.startswith("ai/") and "ai-sdk/provider-utils/" in agent
+    lines = [json.loads(t) for t in gateway.logs_when(lambda t: '"event":"request"' in t).splitlines()
+             if '"event":"request"' in t]
+    assert lines[-1]["user_agent"] == agent and "[redacted]" not in agent
 
 
 def test_a_permanent_503_costs_the_gateways_attempts_not_three_times_them(

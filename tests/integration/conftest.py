@@ -15,6 +15,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.app import create_app
 from gateway.config import parse_config
@@ -59,6 +60,13 @@ class Gateway:
 
     def metric(self, name: str, **labels: str) -> float:
         return self.registry.get_sample_value(name, labels) or 0.0
+
+    async def scraped(self, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+        """Every sample of ``name`` as ``GET /metrics`` shows it now: sorted labels -> value."""
+        async with self.session.get(self.base + "/metrics") as r:
+            text = (await r.read()).decode()
+        return {tuple(sorted(s.labels.items())): s.value
+                for family in text_string_to_metric_families(text) for s in family.samples if s.name == name}
 
 
 MakeGateway = Callable[..., Awaitable[Gateway]]

@@ -341,3 +341,20 @@ async def test_the_continuation_goes_to_the_first_upstream_whose_mode_fits_the_w
     finally:
         await primary.close()
         await backup.close()
+
+
+@pytest.mark.parametrize("deltas", [["\n    ", "    return 0\n"], ["\n", "        ", "return 0\n"],
+                                    ["\n        return 0\n"], ["\n", " ", "       ", "return", " 0\n"]])
+async def test_a_prefill_continuation_cut_inside_an_indent_repeats_no_whitespace(make_gateway, deltas) -> None:
+    """The issue's case: a code answer cut after ``def area(self):\\n`` and 8 spaces."""
+    gw = await make_gateway(upstream_yaml=", continuation: prefill")
+    shown = ["class Shape:\n", "    def area(self):\n", "        "]
+    gw.fake.script(Stream([*anthropic_head(), *(text_delta(t) for t in shown)], then="drop"),
+                   Stream([*anthropic_head(), *(text_delta(d) for d in deltas), *anthropic_tail()], then="eof"))
+    client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="k", max_retries=0)
+    async with client.messages.stream(model="claude-x", max_tokens=100,
+                                      messages=[{"role": "user", "content": "Write Shape"}]) as s:
+        final = await s.get_final_message()
+    await client.close()
+    assert [b.text for b in final.content] == ["class Shape:\n    def area(self):\n        return 0\n"]
+    assert gw.fake.messages_requests()[1].json()["messages"][-1]["content"] == "class Shape:\n    def area(self):"

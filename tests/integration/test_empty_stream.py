@@ -38,6 +38,8 @@ async def test_repeated_empty_stream_is_probed_and_the_answer_streamed(make_gate
     sent = gw.fake.chat_requests()
     assert len(sent) == 3 and sent[2].json()["stream"] is False and "stream_options" not in sent[2].json()
     assert headers["x-llm-attempts"] == "3"  # two empty streams, one probe: never six
+    # The probe answered: nothing says what the empty streams were, so they stay as classified.
+    assert counts(gw) == ({"provider_unavailable": 2, "success": 1}, {"provider_unavailable": 1})
 
 
 async def test_an_overflowing_stream_that_comes_back_empty_is_rescued(make_gateway) -> None:
@@ -58,6 +60,31 @@ async def test_an_overflowing_stream_that_comes_back_empty_is_rescued(make_gatew
     assert data_events(body)[-1] == "[DONE]"
     kinds = [(r.json()["stream"], estimate_tokens(r.json()) > limit) for r in gw.fake.chat_requests()]
     assert kinds == [(True, True), (True, True), (False, True), (True, False)]
+    # Counted as what they were, an overflow: not a provider failure, not a provider_unavailable
+    # retry (the retry-ratio alert reads those).
+    assert counts(gw) == ({"context_overflow": 3, "success": 1}, {"context_overflow": 1})
+
+
+def counts(gw) -> tuple[dict[str, float], dict[str, float]]:
+    """(upstream attempts by outcome, retries by error type) of the primary upstream, non-zero."""
+    found: tuple[dict[str, float], dict[str, float]] = ({}, {})
+    for family in gw.registry.collect():
+        for sample in family.samples:
+            if sample.labels.get("upstream") == "primary" and sample.value:
+                if sample.name == "llm_gateway_upstream_attempts_total":
+                    found[0][sample.labels["outcome"]] = sample.value
+                elif sample.name == "llm_gateway_retries_total":
+                    found[1][sample.labels["error_type"]] = sample.value
+    return found
+
+
+async def test_an_empty_stream_then_a_stream_is_an_ordinary_provider_failure(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.script(EMPTY)
+    status, headers, _ = await gw.chat({"model": "gpt-4o-mini", "stream": True,
+                                        "messages": [{"role": "user", "content": "hi"}]})
+    assert status == 200 and headers["x-llm-attempts"] == "2"
+    assert counts(gw) == ({"provider_unavailable": 1, "success": 1}, {"provider_unavailable": 1})
 
 
 async def test_messages_and_responses_get_their_own_stream_grammar(make_gateway) -> None:
@@ -117,7 +144,10 @@ async def test_an_empty_stream_for_a_request_bigger_than_the_window_is_probed_at
     # says by how much, one compressed stream.
     assert status == 200 and headers["x-llm-compressed"] == "true" and headers["x-llm-attempts"] == "3"
     assert data_events(body)[-1] == "[DONE]"
+    assert counts(gw) == ({"context_overflow": 2, "success": 1}, {})
     # Not the provider's fault: the circuit (threshold 1) stays closed.
-    assert gw.metric("llm_gateway_circuit_open", upstream="primary") == 0
+    assert await gw.scraped("llm_gateway_circuit_open") == {
+        (("model", "*"), ("upstream", "primary")): 0, (("model", "gpt-4o-mini"), ("upstream", "primary")): 0,
+    }
     status, _, _ = await gw.chat()
     assert status == 200

@@ -34,8 +34,8 @@ async def test_log_line_per_request_without_secrets(make_gateway, caplog: pytest
         "ts": first["ts"], "level": "info", "logger": "gateway.access", "event": "request",
         "request_id": "rid-obs", "method": "POST", "path": "/v1/chat/completions",
         "user_agent": "my-agent/1.0 ([redacted] [redacted])", "upstream": "primary", "model": "gpt-4o-mini", "status": 400,
-        "error_type": "unknown", "attempts": 1, "retries": 0, "compressed": False, "stream": False,
-        "duration_ms": 0, "ttfb_ms": 0,
+        "error_type": "unknown", "evidence": "status:400", "attempts": 1, "retries": 0, "compressed": False,
+        "stream": False, "duration_ms": 0, "ttfb_ms": 0,
     } | ({"provider_code": first["provider_code"]} if "provider_code" in first else {})
 
 

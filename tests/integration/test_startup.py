@@ -3,6 +3,7 @@ bad configs in one go, and `make` set-up that survives `make run` + `make test` 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -46,8 +47,8 @@ def test_every_config_problem_on_its_own_line_exit_2_no_traceback(tmp_path: Path
     assert r.stderr.splitlines() == [
         "llm-gateway: invalid config: server.port: Input should be a valid integer, unable to parse string as an integer",
         "llm-gateway: invalid config: server.prot: unknown key (did you mean 'port'?)",
-        "llm-gateway: invalid config: upstreams[0].base_url: is required",
         "llm-gateway: invalid config: upstreams[0].base_ulr: unknown key (did you mean 'base_url'?)",
+        "llm-gateway: invalid config: upstreams[0].base_url: is required",
     ]
 
 
@@ -70,10 +71,8 @@ def test_refuses_to_serve_the_operators_key_to_the_network(tmp_path: Path) -> No
     assert OPERATOR_KEY not in r.stdout + r.stderr
 
 
-def test_on_loopback_it_starts_with_one_loud_warning_per_risk(tmp_path: Path) -> None:
-    port = free_port()
-    cfg = write(tmp_path, f"server: {{host: 127.0.0.1, port: {port}, drain_s: 0}}\n"
-                          f"upstreams: [{{name: openai, base_url: 'http://127.0.0.1:9', api_key: {OPERATOR_KEY}}}]\n")
+def run_until_ready(cfg: Path, port: int) -> tuple[int, str, str]:
+    """Start the gateway, wait for /readyz, stop it: (exit code, stdout, stderr)."""
     proc = subprocess.Popen([sys.executable, "-m", "gateway", "--config", str(cfg)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -90,7 +89,15 @@ def test_on_loopback_it_starts_with_one_loud_warning_per_risk(tmp_path: Path) ->
     finally:
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0
+    return proc.returncode, out, err
+
+
+def test_on_loopback_it_starts_with_one_loud_warning_per_risk(tmp_path: Path) -> None:
+    port = free_port()
+    cfg = write(tmp_path, f"server: {{host: 127.0.0.1, port: {port}, drain_s: 0}}\n"
+                          f"upstreams: [{{name: openai, base_url: 'http://127.0.0.1:9', api_key: {OPERATOR_KEY}}}]\n")
+    code, out, err = run_until_ready(cfg, port)
+    assert code == 0
     lines = err.splitlines()
     assert len(lines) == 2, err
     assert lines[0].startswith("llm-gateway: warning: upstreams[0].base_url has no path")
@@ -98,6 +105,71 @@ def test_on_loopback_it_starts_with_one_loud_warning_per_risk(tmp_path: Path) ->
     assert lines[1].startswith("llm-gateway: WARNING: no server.client_keys")
     assert OPERATOR_KEY not in out + err
     assert '"client_auth":"off"' in out
+
+
+def _started(out: str) -> dict[str, object]:
+    found = [json.loads(line) for line in out.splitlines() if '"event":"started"' in line]
+    assert len(found) == 1, out
+    return found[0]
+
+
+def test_the_started_line_names_the_memory_backend(tmp_path: Path) -> None:
+    port = free_port()
+    cfg = write(tmp_path, f"server: {{port: {port}, drain_s: 0}}\n"
+                          "upstreams: [{name: a, base_url: 'http://127.0.0.1:9/v1'}]\n")
+    code, out, err = run_until_ready(cfg, port)
+    assert code == 0 and err == ""
+    assert _started(out)["state"] == {"backend": "memory", "shared": "no (this process only)"}
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server (scripts/test-deps.sh)")
+def test_the_started_line_says_whether_redis_answered(tmp_path: Path) -> None:
+    from tests.integration.test_state_redis import RedisServer
+
+    redis = RedisServer(free_port(), tmp_path)
+    secret = "redis-pa55word"
+    base = "upstreams: [{name: a, base_url: 'http://127.0.0.1:9/v1'}]\nloop_breaker: {secret: shared}\n"
+    # Nothing listens on the Redis port yet: the gateway still starts, and says so loudly.
+    port = free_port()
+    url = f"redis://:{secret}@127.0.0.1:{redis.port}/0"
+    cfg = write(tmp_path, f"server: {{port: {port}, drain_s: 0}}\n{base}state: {{backend: redis, url: '{url}'}}\n")
+    code, out, err = run_until_ready(cfg, port)
+    assert code == 0
+    (line,) = err.splitlines()
+    assert line.startswith("llm-gateway: WARNING: state.backend is redis but Redis did not answer at start-up (")
+    assert "within state.timeout_ms=50); serving from this replica's own memory" in line
+    state = _started(out)["state"]
+    assert state["backend"] == "redis" and str(state["redis"]).startswith("did not answer (")  # type: ignore[index]
+    assert secret not in out + err and "127.0.0.1:" + str(redis.port) not in out + err
+    redis.start()
+    try:
+        port = free_port()
+        cfg = write(tmp_path, f"server: {{port: {port}, drain_s: 0}}\n{base}state: {{backend: redis, url: '{redis.url}'}}\n")
+        code, out, err = run_until_ready(cfg, port)
+    finally:
+        redis.stop()
+    assert code == 0 and err == ""
+    assert _started(out)["state"] == {"backend": "redis", "redis": "answered"}
+
+
+def test_redis_without_a_shared_secret_warns_at_start_up(tmp_path: Path) -> None:
+    port = free_port()
+    cfg = write(tmp_path, f"server: {{port: {port}, drain_s: 0}}\n"
+                          "upstreams: [{name: a, base_url: 'http://127.0.0.1:9/v1'}]\n"
+                          f"state: {{backend: redis, url: 'redis://127.0.0.1:{free_port()}/0'}}\n")
+    code, _, err = run_until_ready(cfg, port)
+    assert code == 0
+    assert err.splitlines()[0].startswith(
+        "llm-gateway: warning: state.backend is redis but loop_breaker.secret is not set")
+
+
+def test_help_describes_the_three_apis() -> None:
+    r = subprocess.run([sys.executable, "-m", "gateway", "--help"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0
+    for path in ("/v1/chat/completions", "/v1/messages", "/v1/responses", "python -m gateway.fake"):
+        assert path in r.stdout
+    assert "chat completions." not in r.stdout.splitlines()[2]
 
 
 def test_the_started_log_never_prints_url_userinfo() -> None:

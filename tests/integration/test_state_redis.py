@@ -234,7 +234,9 @@ async def test_an_outage_falls_back_to_local_within_the_bound_and_recovers(
     assert hit is not None and hit.status == 401
     assert (await a.store.circuit_get(["up"]))[0].failures == 3  # this replica's own view
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "local state" in warnings[0].getMessage()
+    assert len(warnings) == 1 and isinstance(warnings[0].msg, dict)
+    # Structured like every other log line: an `event`, not a sentence in `message`.
+    assert warnings[0].msg["event"] == "state_store_down" and warnings[0].msg["backend"] == "redis"
     assert "127.0.0.1" not in warnings[0].getMessage()  # never the URL (it may hold a password)
     total = sum(registry.get_sample_value("llm_gateway_state_fallbacks_total", {"backend": "redis", "op": op}) or 0
                 for op in ("circuit_get", "circuit_fail", "probe_claim", "budget_add", "answer_take", "reset_get"))
@@ -250,8 +252,8 @@ async def test_an_outage_falls_back_to_local_within_the_bound_and_recovers(
         await a.store.circuit_get(["up"])
         await asyncio.sleep(0.05)
     assert a.store.healthy
-    assert [r.getMessage() for r in caplog.records if r.levelno == logging.INFO][-1].startswith(
-        "state store redis is back")
+    back = [r.msg for r in caplog.records if r.levelno == logging.INFO][-1]
+    assert isinstance(back, dict) and back["event"] == "state_store_back" and back["down_s"] >= 0
     before = len(caplog.records)
     await a.store.answer_put("after", b"y", 10)
     assert await a.store.answer_take("after") == (b"y", 1)

@@ -352,7 +352,8 @@ def test_validation_500_is_unknown_not_retried_and_never_opens_the_circuit(
         == unknown + 10
     )
     # The breaker's threshold is 3 here: ten 500s counted as failures would have opened it.
-    assert gateway.metric("llm_gateway_circuit_open", upstream="llama") == 0
+    assert gateway.metric("llm_gateway_circuit_open", upstream="llama", model="*") == 0
+    assert gateway.metric("llm_gateway_circuit_open", upstream="llama", model=MODEL) == 0
     r = client.chat.completions.with_raw_response.create(
         model=MODEL, messages=[{"role": "user", "content": "Say hello."}], max_tokens=8, **SAMPLING
     )
@@ -388,4 +389,5 @@ def test_empty_overflowing_stream_is_rescued_or_classified_within_four_attempts(
             c.choices and c.choices[0].delta.tool_calls for c in chunks
         )
         assert chunks[-1].choices[0].finish_reason in ("stop", "length", "tool_calls")
-    assert gateway.metric("llm_gateway_circuit_open", upstream="llama") == 0
+    assert gateway.metric("llm_gateway_circuit_open", upstream="llama", model="*") == 0
+    assert gateway.metric("llm_gateway_circuit_open", upstream="llama", model=MODEL) == 0

@@ -104,8 +104,9 @@ def test_every_problem_is_shown_one_per_line_with_its_field() -> None:
     assert e.value.problems == (
         "server.port: Input should be a valid integer, unable to parse string as an integer",
         "server.prot: unknown key (did you mean 'port'?)",
-        "upstreams[0].base_url: is required",
+        # The typo first: it is why base_url is missing.
         "upstreams[0].base_ulr: unknown key (did you mean 'base_url'?)",
+        "upstreams[0].base_url: is required",
         "retyr: unknown key (did you mean 'retry'?)",
     )
     assert str(e.value) == "\n".join(e.value.problems)
@@ -214,3 +215,82 @@ def test_client_keys_stop_client_credentials_going_upstream() -> None:
 def test_loopback_hosts(host: str, loopback: bool) -> None:
     cfg = parse_config(f"server: {{host: '{host}'}}\n" + MINIMAL, env={})
     assert cfg.server.is_loopback is loopback
+
+
+def test_a_partial_retry_class_takes_the_rest_from_its_own_defaults() -> None:
+    cfg = parse_config(MINIMAL + "\nretry: {rate_limit: {max_retries: 1}, provider_unavailable: {max_delay_s: 3}}",
+                       env={})
+    assert (cfg.retry.rate_limit.max_retries, cfg.retry.rate_limit.base_delay_s,
+            cfg.retry.rate_limit.max_delay_s) == (1, 1.0, 20.0)
+    assert (cfg.retry.provider_unavailable.max_retries, cfg.retry.provider_unavailable.base_delay_s,
+            cfg.retry.provider_unavailable.max_delay_s) == (5, 0.5, 3.0)
+    # A bad value is still reported by its field.
+    with pytest.raises(ConfigError) as e:
+        parse_config(MINIMAL + "\nretry: {rate_limit: {base_delay_s: 0}}", env={})
+    assert e.value.problems == ("retry.rate_limit.base_delay_s: Input should be greater than 0",)
+
+
+def test_models_and_fallbacks_may_be_one_string() -> None:
+    cfg = parse_config("upstreams: [{name: a, base_url: 'http://x/v1', models: 'gpt-*', fallbacks: b},"
+                       " {name: b, base_url: 'http://y/v1', models: '*'}]", env={})
+    assert cfg.upstreams[0].models == ("gpt-*",) and cfg.upstreams[0].fallbacks == ("b",)
+    assert cfg.upstreams[1].models == ("*",)
+
+
+def test_an_unknown_fallback_is_reported_beside_a_duplicate_name() -> None:
+    text = ("upstreams: [{name: a, base_url: 'http://x/v1', fallbacks: [backup]},"
+            " {name: a, base_url: 'http://y/v1'}]")
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, env={})
+    assert e.value.problems == (
+        "upstreams: upstream 'a' names unknown fallbacks: backup (upstream names: a)",
+        "upstreams: upstream names must be unique, repeated: a",
+    )
+
+
+def test_redis_without_a_loop_breaker_secret_is_a_warning() -> None:
+    redis = MINIMAL + "\nstate: {backend: redis, url: 'redis://127.0.0.1:6379/0'}"
+    warnings = config_warnings(parse_config(redis, env={}))
+    assert [w for w in warnings if "loop_breaker.secret" in w] == [
+        "state.backend is redis but loop_breaker.secret is not set: each replica draws its own, so "
+        "replicas never share remembered answers; give every replica the same secret "
+        "(loop_breaker: {secret: ${LOOP_BREAKER_SECRET}})"
+    ]
+    assert not config_warnings(parse_config(redis + "\nloop_breaker: {secret: shared}", env={}))
+    assert not config_warnings(parse_config(redis + "\nloop_breaker: {enabled: false}", env={}))
+    assert not config_warnings(parse_config(MINIMAL, env={}))
+
+
+def test_the_local_server_example_reads_the_variable_quick_start_teaches() -> None:
+    cfg = load_config(ROOT / "config/examples/local-vllm.yaml", env={"UPSTREAM_BASE_URL": "http://10.0.0.5:8000/v1"})
+    assert cfg.upstreams[0].base_url == "http://10.0.0.5:8000/v1"
+
+
+def test_every_variable_a_shipped_config_reads_is_named_in_the_readme() -> None:
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Configuration"):readme.index("## Performance")]
+    for path in sorted((ROOT / "config").rglob("*.yaml")):
+        for var in re.findall(r"\$\{([A-Z_]+)", path.read_text()):
+            assert f"`{var}`" in section, (path.name, var)
+        assert f"`config/{path.relative_to(ROOT / 'config')}`" in section, path.name
+
+
+def test_the_mixed_example_routes_each_agent_to_an_upstream_of_its_api() -> None:
+    from gateway.routing import pick_upstream
+
+    cfg = load_config(ROOT / "config/examples/mixed.yaml", env={})
+    routed = {m: getattr(pick_upstream(cfg.upstreams, m), "name", None)
+              for m in ("claude-sonnet-4-5", "claude-haiku-4-5", "gpt-5-codex", "o4-mini", "qwen3-coder")}
+    assert routed == {"claude-sonnet-4-5": "anthropic", "claude-haiku-4-5": "anthropic", "gpt-5-codex": "openai",
+                      "o4-mini": "openai", "qwen3-coder": "local"}
+    anthropic = cfg.upstreams[0]
+    assert anthropic.key_header == "x-api-key" and anthropic.base_url.endswith("/v1")
+
+
+def test_the_claude_code_example_sends_anthropic_its_key_its_way() -> None:
+    cfg = load_config(ROOT / "config/examples/claude-code.yaml", env={"ANTHROPIC_API_KEY": "sk-ant-x"})
+    (up,) = cfg.upstreams
+    assert (up.base_url, up.key_header, up.api_key, up.models) == (
+        "https://api.anthropic.com/v1", "x-api-key", "sk-ant-x", ("claude-*",))

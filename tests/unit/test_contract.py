@@ -60,3 +60,42 @@ def test_readme_config_reference_matches_the_models() -> None:
     assert block is not None
     documented = _keys(yaml.safe_load(block.group(1)))
     assert documented == _model_keys(GatewayConfig) | {f"upstreams.{k}" for k in UpstreamConfig.model_fields} - {"upstreams"} | {"upstreams"}
+
+
+def test_the_readme_metrics_table_lists_every_metric_the_app_exposes_with_its_labels() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from gateway.app import create_app
+    from gateway.config import parse_config
+
+    registry = CollectorRegistry()
+    create_app(parse_config("upstreams: [{name: a, base_url: 'http://127.0.0.1:9/v1'}]", env={}), registry=registry)
+    section = README[README.index("### Metrics"):README.index("### Logs")]
+    rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `(llm_gateway_[a-z_]+)` \|.*$", section, re.M)}
+    for family in registry.collect():
+        name = family.name + ("_total" if family.type == "counter" else "")
+        assert name in rows, name
+        labels = {k for s in family.samples for k in s.labels if k != "le"}
+        for label in labels:
+            assert f"`{label}`" in rows[name], (name, label)
+    compressions = {s.labels["outcome"] for f in registry.collect() if f.name == "llm_gateway_compressions"
+                    for s in f.samples}
+    for outcome in compressions:
+        assert f"`{outcome}`" in rows["llm_gateway_compressions_total"], outcome
+
+
+def test_the_agent_snippets_say_what_a_new_user_trips_over() -> None:
+    agents = README[README.index("## Agents"):README.index("## Endpoints")]
+    # A credential is needed even when the gateway checks none (measured: Claude Code says
+    # "Not logged in", Codex "Missing environment variable", the AI SDK AI_LoadAPIKeyError).
+    assert "ANTHROPIC_AUTH_TOKEN=<gateway key, or dummy>" in agents and "GW_KEY=dummy" in agents
+    assert "AI_LoadAPIKeyError" in agents
+    opencode = re.search(r"### opencode.*?```json\n(.*?)```", agents, re.S)
+    assert opencode is not None
+    cfg = yaml.safe_load(opencode.group(1))  # JSON is YAML
+    (provider,) = cfg["provider"].values()
+    assert provider["npm"] == "@ai-sdk/openai-compatible" and provider["options"]["baseURL"].endswith("/v1")
+    assert cfg["model"].split("/", 1)[1] in provider["models"]
+    ai_sdk = agents[agents.index("### Vercel AI SDK"):]
+    assert 'openai.chat("' in ai_sdk and "@ai-sdk/anthropic" in ai_sdk
+    assert re.search(r'createAnthropic\(\{ baseURL: "http://127\.0\.0\.1:8080/v1"', ai_sdk)

@@ -11,7 +11,7 @@ CONTRACT = {
     "llm_gateway_retries_total": ("counter", {"upstream", "error_type"}),
     "llm_gateway_compressions_total": ("counter", {"upstream", "outcome"}),
     "llm_gateway_in_flight_requests": ("gauge", set()),
-    "llm_gateway_circuit_open": ("gauge", {"upstream"}),
+    "llm_gateway_circuit_open": ("gauge", {"upstream", "model"}),
     "llm_gateway_tokens_total": ("counter", {"upstream", "model", "kind"}),
     # Beyond SPEC's table, added by the issues that needed them (listed in README).
     "llm_gateway_client_auth_refusals_total": ("counter", {"reason"}),

@@ -51,9 +51,13 @@ def continuation(payload: Mapping[str, Any], partial: str, mode: str) -> dict[st
     return out
 
 
-def splicer(identity: tuple[str | None, str | None, int | None], partial: str) -> Splice:
+def splicer(
+    identity: tuple[str | None, str | None, int | None], partial: str, *, count_shown: bool = True
+) -> Splice:
+    """``count_shown``: add the broken part's estimated tokens to the usage (a replay's
+    usage counts the whole answer already)."""
     sid, model, created = identity
-    shown_tokens = round(len(partial.encode()) / BYTES_PER_TOKEN)
+    shown_tokens = round(len(partial.encode()) / BYTES_PER_TOKEN) if count_shown else 0
 
     def splice(raw: bytes) -> bytes:
         data = parse_event(raw).data

@@ -24,8 +24,10 @@ from gateway.apis.base import (
     Splice,
     StreamReader,
 )
+from gateway.apis.chat import replay as chat_replay
 from gateway.apis.chat import resume as chat_continue
 from gateway.apis.common import ShownText, admit_messages, overflow_numbers, token_counts, upstream_detail
+from gateway.apis.replay import Trim, is_replay, trimmed
 from gateway.apis.synthesize import chat_stream
 from gateway.errors import Classification, ErrorType
 from gateway.policy.compress import CompressionResult, cap_tool_outputs, compress
@@ -65,12 +67,7 @@ class OpenAIChat:
         return status
 
     def foreign_error(self, e: ForeignError, request_id: str) -> tuple[int, bytes]:
-        status, type_, code, message = openai_error_fields(e)
-        return status, json.dumps({"error": {
-            "message": message, "type": type_, "param": None, "code": code,
-            "x_llm_error_type": e.classification.type.value, "retryable": e.classification.retryable,
-            "x_llm_upstream": upstream_detail(e),
-        }}).encode()  # fmt: skip
+        return openai_foreign_error(e)
 
     def reader(self, strip_usage: bool) -> ChatStreamReader:
         return ChatStreamReader(strip_usage)
@@ -92,12 +89,20 @@ class OpenAIChat:
         return chat_stream(doc, include_usage=asked)
 
     def continuation(self, payload: Mapping[str, Any], partial: str, mode: str) -> dict[str, Any] | None:
+        if is_replay(mode):
+            return chat_replay.request(payload, mode)
         return chat_continue.continuation(payload, partial, mode)
 
     def splicer(self, original: StreamReader, partial: str, mode: str) -> Splice:
         assert isinstance(original, ChatStreamReader)
         sid, model = original.identity or (None, None)
+        if is_replay(mode):
+            splice = chat_continue.splicer((sid, model, original.created), partial, count_shown=False)
+            return trimmed(chat_replay.Trim(partial), splice)
         return chat_continue.splicer((sid, model, original.created), partial)
+
+    def replay(self, partial: str) -> Trim:
+        return chat_replay.Trim(partial)
 
     def cap_tool_outputs(self, payload: Mapping[str, Any], max_tokens: int) -> Capped:
         out, report = cap_tool_outputs(payload, max_tokens)
@@ -268,3 +273,13 @@ def openai_error_fields(e: ForeignError) -> tuple[int, str, str, str]:
         return status, *_OPENAI_CLASS[c.type], message
     type_ = "server_error" if e.status >= 500 else "invalid_request_error"
     return e.status, type_, c.provider_code or type_, message
+
+
+def openai_foreign_error(e: ForeignError) -> tuple[int, bytes]:
+    """An upstream error on a translated request in OpenAI's envelope (chat and Responses)."""
+    status, type_, code, message = openai_error_fields(e)
+    return status, json.dumps({"error": {
+        "message": message, "type": type_, "param": None, "code": code,
+        "x_llm_error_type": e.classification.type.value, "retryable": e.classification.retryable,
+        "x_llm_upstream": upstream_detail(e),
+    }}).encode()  # fmt: skip

@@ -35,8 +35,10 @@ from gateway.apis.base import (
     StreamReader,
 )
 from gateway.apis.common import ShownText, admit_messages, overflow_numbers, upstream_detail
+from gateway.apis.messages import replay as anthropic_replay
 from gateway.apis.messages import resume as anthropic_continue
 from gateway.apis.messages.compress import cap_tool_results, compress_messages
+from gateway.apis.replay import Trim, is_replay, trimmed
 from gateway.apis.synthesize import anthropic_stream
 from gateway.errors import Classification, ErrorType
 from gateway.policy.compress import CompressionResult
@@ -117,13 +119,22 @@ class AnthropicMessages:
         return anthropic_stream(doc)
 
     def continuation(self, payload: Mapping[str, Any], partial: str, mode: str) -> dict[str, Any] | None:
+        if is_replay(mode):
+            return anthropic_replay.request(payload, mode)
         return anthropic_continue.continuation(payload, partial, mode)
 
     def splicer(self, original: StreamReader, partial: str, mode: str) -> Splice:
         assert isinstance(original, AnthropicStreamReader)
+        if is_replay(mode):
+            opened, nxt = original.open_block, original.next_index
+            splice = anthropic_continue.splicer(opened, nxt, 0, partial, prefilled=False)
+            return trimmed(anthropic_replay.Trim(partial), splice)
         # The broken part's own count never arrived (it comes in message_delta): estimate it.
         shown = max(original.usage.get("completion", 0), round(len(partial.encode()) / BYTES_PER_TOKEN))
         return anthropic_continue.splicer(original.open_block, original.next_index, shown, partial)
+
+    def replay(self, partial: str) -> Trim:
+        return anthropic_replay.Trim(partial)
 
     def cap_tool_outputs(self, payload: Mapping[str, Any], max_tokens: int) -> Capped:
         return cap_tool_results(payload, max_tokens)

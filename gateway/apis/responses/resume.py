@@ -135,10 +135,12 @@ def continuation(payload: Mapping[str, Any], partial: str, mode: str) -> dict[st
     return {**payload, "input": [*history, turn]}
 
 
-def splicer(original: StreamState, partial: str) -> Splice:
+def splicer(original: StreamState, partial: str, *, count_shown: bool = True) -> Splice:
     """Numbers the spliced events on from ``original.next_seq`` and keeps that up to date,
-    so a failure after the seam goes on numbering from where the splice stopped."""
-    return _Splicer(original, partial).splice
+    so a failure after the seam goes on numbering from where the splice stopped.
+    ``count_shown``: add the broken part's estimated tokens to the usage (a replay's usage
+    counts the whole answer already)."""
+    return _Splicer(original, partial if count_shown else "").splice
 
 
 class _Splicer:

@@ -32,8 +32,10 @@ from gateway.apis.base import (
     Splice,
     StreamReader,
 )
-from gateway.apis.chat.wire import openai_error_fields
-from gateway.apis.common import admit_fields, token_counts, upstream_detail
+from gateway.apis.chat.wire import openai_foreign_error
+from gateway.apis.common import admit_fields, token_counts
+from gateway.apis.replay import Trim, is_replay, trimmed
+from gateway.apis.responses import replay as responses_replay
 from gateway.apis.responses import resume as responses_continue
 from gateway.apis.responses.compress import cap_outputs, compress_input
 from gateway.apis.synthesize import responses_stream
@@ -80,12 +82,7 @@ class OpenAIResponses:
         return status
 
     def foreign_error(self, e: ForeignError, request_id: str) -> tuple[int, bytes]:
-        status, type_, code, message = openai_error_fields(e)
-        return status, json.dumps({"error": {
-            "message": message, "type": type_, "param": None, "code": code,
-            "x_llm_error_type": e.classification.type.value, "retryable": e.classification.retryable,
-            "x_llm_upstream": upstream_detail(e),
-        }}).encode()  # fmt: skip
+        return openai_foreign_error(e)
 
     def reader(self, strip_usage: bool) -> ResponsesStreamReader:
         return ResponsesStreamReader()
@@ -105,11 +102,19 @@ class OpenAIResponses:
         return responses_stream(doc)
 
     def continuation(self, payload: Mapping[str, Any], partial: str, mode: str) -> dict[str, Any] | None:
+        if is_replay(mode):
+            return responses_replay.request(payload, mode)
         return responses_continue.continuation(payload, partial, mode)
 
     def splicer(self, original: StreamReader, partial: str, mode: str) -> Splice:
         assert isinstance(original, ResponsesStreamReader)
+        if is_replay(mode):
+            splice = responses_continue.splicer(original, partial, count_shown=False)
+            return trimmed(responses_replay.Trim(partial), splice)
         return responses_continue.splicer(original, partial)
+
+    def replay(self, partial: str) -> Trim:
+        return responses_replay.Trim(partial)
 
     def cap_tool_outputs(self, payload: Mapping[str, Any], max_tokens: int) -> Capped:
         return cap_outputs(payload, max_tokens)

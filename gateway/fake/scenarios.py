@@ -1,0 +1,155 @@
+"""Named failures, for watching the gateway work without a provider (``python -m gateway.fake``).
+
+A request picks its scenario by its model name: the whole name or its last ``-`` part
+(``429``, ``gpt-4o-mini-429``, ``claude-sonnet-4-5-overflow``); any other model gets the
+default scenario (``--scenario``, ``ok`` unless given). Every scenario speaks the API the
+request came on (chat completions, Messages, Responses), with that API's own error bodies.
+
+    ok        a normal answer (streamed when the request streams)
+    429       a rate limit asking for a wait (retry-after: --wait-s, 2 s), then a normal answer
+    503       a 503 from an overloaded server, then a normal answer
+    529       Anthropic's 529 overloaded_error, then a normal answer
+    down      a 503, every time (watch the circuit open and refuse)
+    overflow  the API's own context-overflow error for a request over --context-window
+              (estimated) tokens, a normal answer under it: the gateway compresses once
+    cut       a stream cut after its first words (a request that does not stream: the
+              connection closed before any answer), then a normal answer
+    stall     a stream that goes silent after its first words (not streaming: no answer at
+              all), until the client gives up, then a normal answer
+    empty     an empty 200 stream, as llama-cpp-python answers a streamed overflow; a request
+              that does not stream gets a normal answer
+
+"Then a normal answer": the failing scenarios alternate, so the 1st, 3rd, ... request with
+the scenario fails and the next one succeeds. The gateway's own retry is that next one, so a
+client sees the gateway recover (``x-llm-attempts: 2``) where a bare client would see the error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+from gateway.fake.chat import chunk, estimate_tokens, overflow_error
+from gateway.fake.messages import anthropic_error, anthropic_head, anthropic_overflow, text_delta
+from gateway.fake.responses import Seq, responses_deltas, responses_error, responses_head, responses_overflow
+from gateway.fake.steps import Drop, Hang, Reply, Step, Stream
+from gateway.fake.upstream import FakeUpstream
+
+Api = Literal["chat", "messages", "responses"]
+SCENARIOS = ("ok", "429", "503", "529", "down", "overflow", "cut", "stall", "empty")
+_ALTERNATING = frozenset({"429", "503", "529", "cut", "stall"})
+_FIRST_WORDS = ("The answer", " starts")
+
+
+def scenario_of(model: str, default: str) -> str:
+    if model in SCENARIOS:
+        return model
+    last = model.rsplit("-", 1)[-1]
+    return last if last in SCENARIOS else default
+
+
+def _error(api: Api, status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> Reply:
+    if api == "messages":
+        reply = anthropic_error(status, kind, message)
+    else:
+        reply = responses_error(status, message, kind, None)
+    reply.headers.update(headers or {})
+    return reply
+
+
+def _partial_stream(api: Api, model: str, then: str) -> Stream:
+    """A stream that shows its first words, then ``then`` (drop or stall)."""
+    events: list[Any]
+    if api == "messages":
+        events = [*anthropic_head(model or "claude-sonnet-4-5"), *(text_delta(w) for w in _FIRST_WORDS)]
+    elif api == "responses":
+        events = [*responses_head(model or "gpt-5-codex", Seq()), *responses_deltas(_FIRST_WORDS)]
+    else:
+        events = [chunk({"role": "assistant", "content": ""}, model=model or "gpt-4o-mini")]
+        events += [chunk({"content": w}, model=model or "gpt-4o-mini") for w in _FIRST_WORDS]
+    return Stream(events, then=then)
+
+
+class ScenarioUpstream(FakeUpstream):
+    """The fake upstream answering by scenario (see the module docstring); ``log`` gets one
+    line per request saying which scenario answered and how."""
+
+    def __init__(
+        self, default: str = "ok", *, wait_s: float = 2.0, context_window: int = 2000,
+        log: Callable[[str], None] = lambda _line: None,
+    ) -> None:  # fmt: skip
+        super().__init__()
+        if default not in SCENARIOS:
+            raise ValueError(f"unknown scenario {default!r}; known: {', '.join(SCENARIOS)}")
+        self.default = default
+        self.wait_s = wait_s
+        self.window = context_window
+        self.log = log
+        self._seen: dict[str, int] = {}
+
+    def _default(self, payload: dict[str, Any]) -> Step:
+        return self._pick("chat", payload) or super()._default(payload)
+
+    def _default_messages(self, payload: dict[str, Any]) -> Step:
+        return self._pick("messages", payload) or super()._default_messages(payload)
+
+    def _default_responses(self, payload: dict[str, Any]) -> Step:
+        return self._pick("responses", payload) or super()._default_responses(payload)
+
+    def _pick(self, api: Api, payload: dict[str, Any]) -> Step | None:
+        model = str(payload.get("model") or "")
+        name = scenario_of(model, self.default)
+        n = self._seen[name] = self._seen.get(name, 0) + 1
+        fails = name not in _ALTERNATING or n % 2 == 1
+        step = self._failure(api, name, model, payload) if fails else None
+        self.log(f"{api} model={model or '-'} scenario={name} -> {_describe(step)}")
+        return step
+
+    def _failure(self, api: Api, name: str, model: str, payload: dict[str, Any]) -> Step | None:
+        stream = bool(payload.get("stream"))
+        if name == "429":
+            headers = {"retry-after": f"{self.wait_s:g}"}
+            return _error(api, 429, "rate_limit_error" if api == "messages" else "rate_limit_exceeded",
+                          f"Rate limit reached; retry in {self.wait_s:g}s.", headers)  # fmt: skip
+        if name in ("503", "down"):
+            return _error(api, 503, "api_error" if api == "messages" else "server_error",
+                          "The server is overloaded or not ready yet.")  # fmt: skip
+        if name == "529":
+            return _error(api, 529, "overloaded_error", "Overloaded")
+        if name == "overflow":
+            return self._overflow(api, payload)
+        if name == "cut":
+            return _partial_stream(api, model, "drop") if stream else Drop()
+        if name == "stall":
+            return _partial_stream(api, model, "stall") if stream else Hang()
+        if name == "empty" and stream:
+            return Stream([], then="eof")
+        return None
+
+    def _overflow(self, api: Api, payload: dict[str, Any]) -> Step | None:
+        if api == "responses":
+            items = payload.get("input")
+            view = {"messages": items if isinstance(items, list) else [{"content": items}],
+                    "system": payload.get("instructions")}  # fmt: skip
+            return responses_overflow() if estimate_tokens(view) > self.window else None
+        used = estimate_tokens(payload)
+        if used <= self.window:
+            return None
+        if api == "messages":
+            return anthropic_overflow(self.window, used)
+        return overflow_error(self.window, used, payload.get("max_completion_tokens") or payload.get("max_tokens"))
+
+
+def _describe(step: Step | None) -> str:
+    if step is None:
+        return "answer"
+    if isinstance(step, Reply):
+        wait = step.headers.get("retry-after")
+        return f"{step.status}" + (f" (retry-after: {wait})" if wait else "")
+    if isinstance(step, Stream):
+        return "empty stream" if not step.events else f"stream, then {step.then}"
+    if isinstance(step, Drop):
+        return "connection closed"
+    if isinstance(step, Hang):
+        return "no answer"
+    return "scripted"

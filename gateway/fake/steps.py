@@ -1,0 +1,53 @@
+"""What the fake upstream answers a request with: the steps a script queues."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from multidict import CIMultiDict
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: Any = None  # dict/list → JSON; str/bytes → raw
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0  # before the response head: a slow answer
+
+
+@dataclass
+class Stream:
+    events: list[Any]
+    then: str = "done"  # done | drop | stall | eof
+    delay_s: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+    pause_s: float = 0.0  # a silence after the first ``pause_after`` events (a slow first token)
+    pause_after: int = 1
+
+
+@dataclass
+class Drop:
+    pass
+
+
+@dataclass
+class Hang:
+    seconds: float = 3600.0
+
+
+Step = Reply | Stream | Drop | Hang | Callable[[dict[str, Any]], Any]
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    headers: CIMultiDict[str]
+    body: bytes
+    query: str = ""
+
+    def json(self) -> Any:
+        return json.loads(self.body)

@@ -1,0 +1,233 @@
+"""A scriptable OpenAI-compatible upstream on loopback, for tests and for trying the gateway.
+
+Queue what the next chat-completion requests get with ``script(*steps)``; with nothing
+queued, every request gets a normal success (streamed when the request asks), with
+usage. Steps:
+
+* ``Reply(status, body, headers)``: a buffered response.
+* ``Stream(events, then=...)``: an SSE stream of the given events (dicts become
+  ``data: {...}`` chunks, bytes are sent raw), then ``"done"`` (``[DONE]``), ``"drop"``
+  (the connection is cut), ``"stall"`` (silence until the client gives up) or
+  ``"eof"`` (a clean end without ``[DONE]``).
+* ``Drop()``: the connection is closed before any response.
+* ``Hang(seconds)``: no response head for that long (then the connection is closed).
+* a callable ``f(request_json) -> step``: decided from the request.
+
+With ``context_limit`` set, requests whose estimated size exceeds it are answered with
+OpenAI's real overflow error (the wording of the ``context_length_exceeded`` error as
+the OpenAI API returns it), computed from the request.
+
+Use it in-loop (``async with FakeUpstream() as fake``) or from sync code and
+subprocess tests in a thread (``with FakeUpstream.in_thread() as fake``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from aiohttp import web
+from multidict import CIMultiDict
+
+from gateway.fake.chat import chat_completion, estimate_tokens, overflow_error, stream_events
+from gateway.fake.messages import anthropic_message, anthropic_overflow, anthropic_stream
+from gateway.fake.responses import response_object, responses_overflow, responses_stream
+from gateway.fake.steps import Drop, Hang, Recorded, Reply, Step, Stream
+
+
+class FakeUpstream:
+    def __init__(self) -> None:
+        self.steps: collections.deque[Step] = collections.deque()
+        self.always: Step | None = None  # answers every request once the queued steps are used up
+        self.requests: list[Recorded] = []
+        self.context_limit: int | None = None
+        self.models_listing: dict[str, Any] | None = None  # what GET /models answers
+        self.cancelled = 0  # handlers torn down because the gateway went away
+        self._runner: web.AppRunner | None = None
+        self.host, self.port = "127.0.0.1", 0
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/v1"
+
+    def script(self, *steps: Step) -> None:
+        self.steps.extend(steps)
+
+    def chat_requests(self) -> list[Recorded]:
+        return [r for r in self.requests if r.path.endswith("/chat/completions")]
+
+    def responses_requests(self) -> list[Recorded]:
+        return [r for r in self.requests if r.path.endswith("/v1/responses")]
+
+    def messages_requests(self) -> list[Recorded]:
+        return [r for r in self.requests if r.path.endswith("/v1/messages")]
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> FakeUpstream:
+        app = web.Application(client_max_size=512 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
+                                     shutdown_timeout=0.1)  # fmt: skip
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        try:
+            await site.start()
+        except OSError:
+            await self._runner.cleanup()
+            raise
+        self.host, self.port = host, self._runner.addresses[0][1]
+        return self
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def __aenter__(self) -> FakeUpstream:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @classmethod
+    @contextlib.contextmanager
+    def in_thread(cls) -> Iterator[FakeUpstream]:
+        fake = cls()
+        loop = asyncio.new_event_loop()
+        started = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            loop.run_until_complete(fake.start())
+            started.set()
+            loop.run_forever()
+            loop.run_until_complete(fake.close())
+            loop.close()
+
+        thread = threading.Thread(target=run, name="fake-upstream", daemon=True)
+        thread.start()
+        started.wait(10)
+        try:
+            yield fake
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(10)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        self.requests.append(Recorded(request.method, request.path, CIMultiDict(request.headers), body,
+                                      request.query_string))
+        try:
+            return await self._answer(request, body)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+
+    async def _answer(self, request: web.Request, body: bytes) -> web.StreamResponse:
+        path = request.path
+        if path.endswith("/models") and request.method == "GET":
+            return web.json_response(self.models_listing or {"object": "list", "data": [
+                {"id": "gpt-4o-mini", "object": "model", "created": 0, "owned_by": "fake"}]})
+        if path.endswith("/embeddings"):
+            return web.json_response({"object": "list", "model": "text-embedding-3-small",
+                                      "data": [{"object": "embedding", "index": 0,
+                                                "embedding": [0.1, 0.2, 0.3]}],
+                                      "usage": {"prompt_tokens": 3, "total_tokens": 3}})
+        if path.endswith("/messages/count_tokens"):
+            return web.json_response({"input_tokens": estimate_tokens(json.loads(body or b"{}"))})
+        if not path.endswith(("/completions", "/messages", "/responses")):
+            return web.json_response({"error": {"message": f"unknown path {path}",
+                                                "type": "invalid_request_error", "code": None}},
+                                     status=404)  # fmt: skip
+        try:
+            payload = json.loads(body) if body else {}
+        except ValueError:
+            payload = {}
+        step: Any = self.steps.popleft() if self.steps else self.always
+        while callable(step):
+            step = step(payload)
+        if step is None:
+            step = (self._default_messages(payload) if path.endswith("/messages")
+                    else self._default_responses(payload) if path.endswith("/responses")
+                    else self._default(payload))
+        return await self._play(request, step)
+
+    def _default(self, payload: dict[str, Any]) -> Step:
+        model = payload.get("model") or "gpt-4o-mini"
+        if self.context_limit is not None:
+            used = estimate_tokens(payload)
+            completion = payload.get("max_completion_tokens") or payload.get("max_tokens")
+            if used + (completion or 0) > self.context_limit:
+                return overflow_error(self.context_limit, used, completion)
+        if payload.get("stream"):
+            usage = bool((payload.get("stream_options") or {}).get("include_usage"))
+            return Stream(stream_events(model, include_usage=usage))
+        return Reply(200, chat_completion(model))
+
+    def _default_messages(self, payload: dict[str, Any]) -> Step:
+        model = payload.get("model") or "claude-sonnet-4-5"
+        if self.context_limit is not None:
+            used = estimate_tokens(payload)
+            if used + (payload.get("max_tokens") or 0) > self.context_limit:
+                return anthropic_overflow(self.context_limit, used)
+        if payload.get("stream"):
+            return Stream(anthropic_stream(model), then="eof")
+        return Reply(200, anthropic_message(model))
+
+    def _default_responses(self, payload: dict[str, Any]) -> Step:
+        model = payload.get("model") or "gpt-5-codex"
+        if self.context_limit is not None:
+            items = payload.get("input")
+            view = {"messages": items if isinstance(items, list) else [{"content": items}],
+                    "system": payload.get("instructions")}
+            if estimate_tokens(view) > self.context_limit:
+                return responses_overflow()
+        if payload.get("stream"):
+            return Stream(responses_stream(model), then="eof")
+        return Reply(200, response_object(model))
+
+    async def _play(self, request: web.Request, step: Step) -> web.StreamResponse:
+        if isinstance(step, Reply):
+            if step.delay_s:
+                await asyncio.sleep(step.delay_s)
+            body = step.body
+            if isinstance(body, (dict, list)):
+                data, ctype = json.dumps(body).encode(), "application/json"
+            else:
+                data = body.encode() if isinstance(body, str) else (body or b"")
+                ctype = step.headers.get("Content-Type", "application/json")
+            headers = {"Content-Type": ctype, **step.headers}
+            return web.Response(status=step.status, body=data, headers=headers)
+        if isinstance(step, Drop):
+            assert request.transport is not None
+            request.transport.close()
+            raise asyncio.CancelledError  # aiohttp treats this as the handler going away
+        if isinstance(step, Hang):
+            await asyncio.sleep(step.seconds)
+            assert request.transport is not None
+            request.transport.close()
+            raise asyncio.CancelledError
+        assert isinstance(step, Stream)
+        resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream",
+                                                       "Cache-Control": "no-cache", **step.headers})
+        await resp.prepare(request)
+        for n, ev in enumerate(step.events):
+            if step.delay_s:
+                await asyncio.sleep(step.delay_s)
+            if step.pause_s and n == step.pause_after:
+                await asyncio.sleep(step.pause_s)
+            await resp.write(ev if isinstance(ev, bytes) else b"data: " + json.dumps(ev).encode() + b"\n\n")
+        if step.then == "done":
+            await resp.write(b"data: [DONE]\n\n")
+        elif step.then == "drop":
+            assert request.transport is not None
+            request.transport.close()
+            raise asyncio.CancelledError
+        elif step.then == "stall":
+            await asyncio.sleep(3600)
+        await resp.write_eof()
+        return resp

@@ -1,0 +1,109 @@
+"""Families of meaning in error wording, the last evidence the classifier reads.
+
+Each family is the ways providers say one thing (see the cases in ``tests/corpus/``): not one
+phrase per provider, but the words a provider reaches for when it means "this request is too
+long", "your money ran out", "we are full". Codes, numbers, headers and the request itself are
+read first (``classify.py``); wording decides only what they leave open.
+"""
+
+from __future__ import annotations
+
+import re
+
+_I = re.IGNORECASE
+
+# The request does not fit the model's window.
+OVERFLOW = re.compile(
+    r"maximum context length"  # OpenAI, Azure, vLLM, DeepSeek, OpenRouter, Fireworks, SGLang
+    r"|context[ _]length[ _]exceeded"
+    r"|prompt is too long"  # Anthropic (also via Bedrock / Vertex / OpenRouter), Fireworks
+    r"|input is too long"  # Bedrock ValidationException
+    r"|exceeds? (?:the )?(?:available |maximum )?context (?:size|length|window|limit)"  # llama.cpp, OpenAI
+    r"|input exceeds the context window"  # OpenAI Responses
+    r"|exceeds the maximum number of tokens allowed"  # Gemini
+    r"|longer than the maximum model length"  # vLLM (newer)
+    r"|too long to fit into the model"  # vLLM
+    r"|maximum (?:prompt|input) length"  # xAI, vLLM
+    r"|maximum allowed input length"
+    r"|tokens \+ `?max_new_tokens`? must be <="  # TGI / HF endpoints
+    r"|too large for model with \d+ maximum context"  # Mistral
+    r"|context window (?:of this model|exceeded|is exceeded|limit)"
+    r"|reduce the length of the messages"  # Groq's code-less variant
+    r"|the model is loaded with context length of only"  # LM Studio
+    r"|greater than the context length"  # LM Studio
+    r"|exceeded (?:max )?context length"  # Ollama
+    r"|exceeded model token limit"  # Kimi
+    r"|context window exceeds limit"  # MiniMax
+    r"|range of input length should be"  # DashScope / Qwen
+    r"|configured context size is"
+    r"|token count of \d+ exceeds the limit"  # GitHub Copilot
+    r"|longer than the (?:model'?s )?context length"  # Together, SGLang, Ollama
+    r"|number of tokens \(prompt and prediction\) cannot exceed"  # Cohere
+    r"|prompt exceeds max length"  # Zhipu / Z.ai code 1261
+    r"|longer than the specified maximum sequence length"  # IBM watsonx
+    r"|too many tokens in batch"  # Mistral embeddings
+    r"|tokens exceed n_ctx"  # llama-box (GPUStack)
+    r"|context size has been exceeded"  # llama.cpp (as a 500), LM Studio MLX
+    r"|request body too large for .{0,80}? max size: \d+ tokens"  # GitHub Models
+    r"|too many input tokens",  # not bare "too many tokens": Bedrock throttling says that
+    _I,
+)
+# The window named is about the context, so a byte-limit status or code is an overflow after all.
+CONTEXT_WORDS = re.compile(r"context (?:window|length|size)", _I)
+# One request bigger than the whole per-minute window, said in words (OpenAI, Groq).
+WINDOW_OVERFLOW = re.compile(r"request too large for .{0,200}? tokens per min", _I)
+# A limit on request bytes: no compression of messages is what the provider asked for.
+BYTES = re.compile(
+    r"maximum allowed number of bytes|request entity too large|payload too large|string too long"
+    r"|exceeds the maximum size|received message larger than max",
+    _I,
+)
+# An empty account, said outright: outranks a throttle type and counts even on a 5xx.
+BALANCE = re.compile(
+    r"insufficient (?:balance|credits|funds)|credit balance is too low|余额不足|run out of credits"
+    r"|out of extra usage|good standing|overdue|arrear",
+    _I,
+)
+# Money, a plan or a paid allowance is the remedy.
+BUDGET = re.compile(
+    r"exceeded your current quota"  # OpenAI insufficient_quota; Gemini reuses it per minute too
+    r"|credit balance|insufficient (?:credits|balance|funds|quota)|out of credits|no credits|any credits"
+    r"|(?:more|available) credits|purchase credits|spending limit|spend limit|billing details"
+    r"|payment required|plans & billing|余额不足|no resource package|recharge"
+    r"|extra usage|usage limit|free (?:allocated )?quota|free allocation|free[ -]models?[ -]per|free tier"
+    r"|monthly (?:included )?credits|top up|upgrade (?:to|your plan)|subscribe to",
+    _I,
+)
+# The provider is full or failing: waiting helps, and the breaker should hear of it.
+CAPACITY = re.compile(
+    r"overloaded|at capacity|capacity (?:exceeded|exhausted)|no capacity|out of capacity"
+    r"|no more data centers|too busy|server is busy|model busy|temporarily unavailable"
+    r"|queue (?:size|is full)|maximum queue|high demand",
+    _I,
+)
+# A 5xx body that blames the request: pydantic / FastAPI request validation (llama-cpp-python,
+# SGLang), nlohmann JSON errors while reading the request (llama.cpp, llamafile), llama-server's
+# message checks, Jinja's role-order check. Response-side validation is the server failing.
+REQUEST_INVALID = re.compile(
+    r"validation errors? for \w*Request"
+    r"|'loc': \(\s*'body'|\"loc\": ?\[\s*\"body\""
+    r"|json\.exception\.(?:type_error|parse_error)"
+    r"|expected '?content'? to be a string"
+    r"|tools param requires --jinja"
+    r"|response_format type must be"
+    r"|failed to parse tool call arguments"
+    r"|unsupported param"
+    r"|conversation roles must alternate",
+    _I,
+)
+# Only different credentials, a verified account or an allowed place helps.
+AUTH = re.compile(
+    r"api key not valid|invalid api key|incorrect api key|invalid x-api-key"
+    r"|must be verified|verify organization|location is not supported|region,? or territory not supported"
+    r"|has been suspended|caller does not have permission|permission denied",
+    _I,
+)
+# The caller is over its own rate: waiting helps.
+THROTTLE = re.compile(r"rate[ -]?limit|too many (?:requests|tokens)|concurrency|throttl", _I)
+# The body talks about a limit at all: the reset horizon applies only then.
+LIMIT = re.compile(r"\blimit|quota|too many|exceeded|allowance|allocation|使用上限|限额", _I)

@@ -1,0 +1,225 @@
+"""Anthropic Messages answers → OpenAI chat completions, buffered and streamed.
+
+Stream grammar produced (OpenAI API reference, "The chat completion chunk object"): a first
+chunk with ``role``, then ``content`` / ``reasoning_content`` / ``tool_calls`` deltas (a tool
+call's first delta carries its ``index``, ``id``, ``type`` and ``name``, later ones argument
+fragments only), one chunk with the ``finish_reason``, the usage chunk (``choices: []``) when
+the client set ``stream_options.include_usage``, then ``data: [DONE]``. Each Messages event
+becomes its chunks at once: nothing is held back.
+
+A delta is routed by its own type, not by the type its block was opened with: a
+``thinking_delta`` is reasoning even inside a text block (LiteLLM #33224).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from gateway.apis.base import Ending
+from gateway.apis.chat.wire import ChatStreamReader
+from gateway.sse import encode_data, parse_event
+from gateway.translate.base import Context
+from gateway.translate.tool_ids import from_anthropic_id
+
+FINISH_REASON = {
+    "end_turn": "stop", "stop_sequence": "stop", "pause_turn": "stop",
+    "max_tokens": "length", "model_context_window_exceeded": "length",
+    "tool_use": "tool_calls", "refusal": "content_filter",
+}  # fmt: skip
+
+_DONE = b"data: [DONE]\n\n"
+_TAIL = b',"logprobs":null,"finish_reason":null}]}\n\n'
+
+
+def finish_reason(stop_reason: Any) -> str:
+    return FINISH_REASON.get(stop_reason, "stop") if isinstance(stop_reason, str) else "stop"
+
+
+def chat_usage(usage: Any) -> dict[str, Any]:
+    """Chat usage from Messages usage: every input kind is a prompt token (the provider
+    processed and bills all of them); cache reads are the chat API's ``cached_tokens``."""
+    u = usage if isinstance(usage, Mapping) else {}
+
+    def count(key: str) -> int:
+        value = u.get(key)
+        return value if isinstance(value, int) and value >= 0 else 0
+
+    cached = count("cache_read_input_tokens")
+    prompt = count("input_tokens") + count("cache_creation_input_tokens") + cached
+    completion = count("output_tokens")
+    out: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                           "total_tokens": prompt + completion,
+                           "prompt_tokens_details": {"cached_tokens": cached}}  # fmt: skip
+    details = u.get("output_tokens_details")
+    if isinstance(details, Mapping) and isinstance(details.get("thinking_tokens"), int):
+        out["completion_tokens_details"] = {"reasoning_tokens": details["thinking_tokens"]}
+    return out
+
+
+def chat_completion(doc: Mapping[str, Any], ctx: Context, created: int) -> dict[str, Any]:
+    texts: list[str] = []
+    reasoning: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for block in doc.get("content") or []:
+        kind = block.get("type") if isinstance(block, Mapping) else None
+        if kind == "text":
+            texts.append(block.get("text") or "")
+        elif kind == "thinking":
+            reasoning.append(block.get("thinking") or "")
+        elif kind == "tool_use":
+            fn = {"name": block.get("name", ""), "arguments": json.dumps(block.get("input") or {})}
+            call_id = from_anthropic_id(str(block.get("id", "")))
+            calls.append({"id": call_id, "type": "function", "function": fn})
+        # redacted_thinking, server tool blocks: nothing a chat message can hold
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
+    if reasoning:
+        message["reasoning_content"] = "".join(reasoning)
+    if calls:
+        message["tool_calls"] = calls
+    return {
+        "id": _chat_id(doc.get("id"), ctx),
+        "object": "chat.completion",
+        "created": created,
+        "model": ctx.requested_model,
+        "choices": [{"index": 0, "message": message, "logprobs": None,
+                     "finish_reason": finish_reason(doc.get("stop_reason"))}],
+        "usage": chat_usage(doc.get("usage")),
+    }  # fmt: skip
+
+
+def _chat_id(message_id: Any, ctx: Context) -> str:
+    return f"chatcmpl-{message_id if isinstance(message_id, str) and message_id else ctx.request_id}"
+
+
+def _event_doc(raw: bytes) -> Any:
+    """The JSON of an event's one ``data:`` line, parsed straight from the bytes (Anthropic
+    sends one line per event); anything else goes through the full SSE parser."""
+    start = raw.find(b"data:")
+    if start >= 0 and raw.find(b"data:", start + 5) < 0:
+        end = raw.find(b"\n", start)
+        try:
+            return orjson.loads(raw[start + 5 : end if end >= 0 else len(raw)])
+        except orjson.JSONDecodeError:
+            pass
+    return parse_event(raw).json()
+
+
+class ChatStream:
+    """One Messages stream as one chat-completions stream (``StreamTranslator``)."""
+
+    def __init__(self, ctx: Context, created: int) -> None:
+        self.ctx = ctx
+        options = ctx.request.get("stream_options")
+        self.include_usage = isinstance(options, Mapping) and options.get("include_usage") is True
+        self.base: dict[str, Any] = {"id": _chat_id(None, ctx), "object": "chat.completion.chunk",
+                                     "created": created, "model": ctx.requested_model}  # fmt: skip
+        self.started = False
+        self.finished = False
+        self.tools: dict[int, int] = {}  # content block index -> tool call index
+        self.stop_reason: Any = None
+        self.usage: dict[str, Any] = {}
+        self._head: bytes | None = None  # a delta chunk's bytes before its delta
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
+        if finish is not None:
+            return encode_data({**self.base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                                          "finish_reason": finish}]})  # fmt: skip
+        # The hot path (one chunk per upstream delta): only the delta is serialised; the
+        # envelope around it is made once per stream.
+        if self._head is None:
+            head = orjson.dumps({**self.base, "choices": [{"index": 0, "delta": None}]})
+            self._head = b"data: " + head[: head.rindex(b"null")]
+        return self._head + orjson.dumps(delta) + _TAIL
+
+    def _start(self) -> bytes:
+        if self.started:
+            return b""
+        self.started = True
+        return self._chunk({"role": "assistant", "content": ""})
+
+    def event(self, raw: bytes) -> bytes:
+        doc = _event_doc(raw)
+        if not isinstance(doc, dict) or self.finished:
+            return b""
+        kind = doc.get("type")
+        if kind == "message_start":
+            message = doc.get("message")
+            if not isinstance(message, dict):
+                message = {}
+            if isinstance(message.get("id"), str):
+                self.base["id"] = _chat_id(message["id"], self.ctx)
+                self._head = None
+            self._take_usage(message.get("usage"))
+            return self._start()
+        if kind == "content_block_start":
+            return self._start() + self._block_start(doc.get("index"), doc.get("content_block"))
+        if kind == "content_block_delta":
+            return self._start() + self._delta(doc.get("index"), doc.get("delta"))
+        if kind == "message_delta":
+            delta = doc.get("delta")
+            if isinstance(delta, dict) and delta.get("stop_reason") is not None:
+                self.stop_reason = delta["stop_reason"]
+            self._take_usage(doc.get("usage"))
+            return b""
+        if kind == "message_stop":
+            return self.close()
+        return b""  # ping, content_block_stop, anything newer: nothing to show
+
+    def _block_start(self, index: Any, block: Any) -> bytes:
+        if not isinstance(block, dict):
+            return b""
+        kind = block.get("type")
+        if kind == "text" and block.get("text"):
+            return self._chunk({"content": block["text"]})
+        if kind == "thinking" and block.get("thinking"):
+            return self._chunk({"reasoning_content": block["thinking"]})
+        if kind == "tool_use" and isinstance(index, int):
+            self.tools[index] = len(self.tools)
+            arguments = json.dumps(block["input"]) if block.get("input") else ""
+            call_id = from_anthropic_id(str(block.get("id", "")))
+            fn = {"name": block.get("name", ""), "arguments": arguments}
+            return self._chunk({"tool_calls": [{"index": self.tools[index], "id": call_id, "type": "function",
+                                                "function": fn}]})  # fmt: skip
+        return b""
+
+    def _delta(self, index: Any, delta: Any) -> bytes:
+        if not isinstance(delta, dict):
+            return b""
+        kind = delta.get("type")
+        if kind == "text_delta" and delta.get("text"):
+            return self._chunk({"content": delta["text"]})
+        if kind == "thinking_delta" and delta.get("thinking"):
+            return self._chunk({"reasoning_content": delta["thinking"]})
+        if kind == "input_json_delta" and delta.get("partial_json") and index in self.tools:
+            fragment = {"index": self.tools[index], "function": {"arguments": delta["partial_json"]}}
+            return self._chunk({"tool_calls": [fragment]})
+        return b""  # signature_delta, citations_delta, empty fragments
+
+    def _take_usage(self, usage: Any) -> None:
+        # message_delta's counts are cumulative: the latest value of each kind wins.
+        if isinstance(usage, dict):
+            self.usage.update({k: v for k, v in usage.items() if isinstance(v, int | dict)})
+            counts = chat_usage(self.usage)
+            self.ctx.notes["usage"] = {"prompt": counts["prompt_tokens"],
+                                       "completion": counts["completion_tokens"]}  # fmt: skip
+
+    def close(self) -> bytes:
+        if self.finished:
+            return b""
+        out = self._start() + self._chunk({}, finish_reason(self.stop_reason))
+        if self.include_usage:
+            out += encode_data({**self.base, "choices": [], "usage": chat_usage(self.usage)})
+        self.finished = True
+        return out + _DONE
+
+    def broken(self, ending: Ending) -> bytes:
+        """The gateway's own chat broken chunk (``finish_reason: "error"`` with ``error``),
+        made by the chat dialect's reader so both stay one shape; never ``[DONE]``."""
+        self.finished = True
+        reader = ChatStreamReader(strip_usage=False)
+        reader.identity = (self.base["id"], self.ctx.requested_model)
+        return reader.broken(ending, self.ctx.request_id, self.ctx.requested_model)

@@ -1,0 +1,334 @@
+"""OpenAI chat completions client → Anthropic Messages upstream: the request.
+
+What is carried, dropped or refused, each with its reason, is the table in
+``docs/translation/chat_messages.md``; this module is that table in code. The answer and the
+stream come back through ``answer.py``.
+
+Facts about the Messages API relied on here (Anthropic API reference, "Create a Message",
+and the extended-thinking guide's "Feature compatibility"):
+
+* there is no system role in ``messages``: instructions go in the top-level ``system``;
+* consecutive turns of one role are combined into one turn by the API, so merging them here
+  changes nothing; it is done so that tool results land in one user turn, first in it;
+* ``max_tokens`` is required; ``temperature`` ranges 0–1 and newer models refuse it
+  together with ``top_p``;
+* ``tool_use.id`` must match ``^[a-zA-Z0-9_-]+$``;
+* thinking needs ``budget_tokens`` ≥ 1024 and < ``max_tokens``, is incompatible with a
+  changed ``temperature``, with ``top_p`` below 0.95, with a forced ``tool_choice`` and with
+  a prefilled answer, and a final assistant turn that called tools must start with its
+  (signed) thinking block.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gateway.translate.base import Context, Refusal, Target
+from gateway.translate.chat_messages.answer import ChatStream, chat_completion
+from gateway.translate.tool_ids import to_anthropic_id
+
+# Upper bounds the client's effort asks for; the budget is also kept below max_tokens.
+EFFORT_BUDGET = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32768}
+MIN_BUDGET = 1024
+
+# Default max_tokens when the client sets none: the documented maximum output of the model
+# family (Anthropic "Models overview"), its oldest member's where members differ, so that the
+# default is never above what the model accepts. First match in the upstream model name wins.
+DEFAULT_MAX_TOKENS = (
+    ("claude-opus-4", 32000), ("claude-sonnet-4", 64000), ("claude-haiku-4", 64000),
+    ("claude-3-7-sonnet", 64000), ("claude-3-5", 8192), ("claude-3", 4096),
+)  # fmt: skip
+FALLBACK_MAX_TOKENS = 4096
+# Anthropic's SDKs refuse a buffered request above this (it risks an HTTP timeout); a default
+# never pushes a buffered request past it.
+BUFFERED_MAX_TOKENS = 21333
+
+_IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+_DATA_URL = re.compile(r"^data:([\w.+-]+/[\w.+-]+);base64,(.*)$", re.DOTALL)
+
+
+class _Refused(Exception):
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+class ChatToMessages:
+    client = "chat"
+    upstream = "messages"
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+
+    def request(self, payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refusal:
+        try:
+            return _request(payload, target)
+        except _Refused as r:
+            return Refusal(r.message)
+
+    def answer(self, doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
+        return chat_completion(doc, ctx, int(self._clock()))
+
+    def stream(self, ctx: Context) -> ChatStream:
+        return ChatStream(ctx, int(self._clock()))
+
+
+def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
+    _refuse_uncarried(p)
+    system, messages = _conversation(p.get("messages") or [])
+    out: dict[str, Any] = {"model": target.model}
+    if system:
+        out["system"] = system
+    out["messages"] = messages
+    stream = p.get("stream") is True
+    if stream:
+        out["stream"] = True
+    max_tokens = _int(p, "max_completion_tokens") or _int(p, "max_tokens")
+    out["max_tokens"] = max_tokens or default_max_tokens(target.model, stream)
+    tools, choice = _tools(p)
+    if tools:
+        out["tools"] = tools
+        if choice is not None:
+            out["tool_choice"] = choice
+    stop = p.get("stop")
+    if isinstance(stop, str):
+        out["stop_sequences"] = [stop]
+    elif isinstance(stop, list) and stop:
+        out["stop_sequences"] = [s for s in stop if isinstance(s, str)]
+    _sampling(p, out)
+    thinking = _thinking(p, out, messages, choice)
+    if thinking is not None:
+        out["thinking"] = thinking
+        out.pop("temperature", None)  # thinking accepts only the default temperature
+        if out.get("top_p", 1) < 0.95:
+            out.pop("top_p")
+    user = p.get("user") if isinstance(p.get("user"), str) else p.get("safety_identifier")
+    if isinstance(user, str) and user:
+        out["metadata"] = {"user_id": user}
+    fmt = _response_format(p.get("response_format"))
+    if fmt is not None:
+        out["output_config"] = {"format": fmt}
+    return out
+
+
+def default_max_tokens(model: str, stream: bool) -> int:
+    found = next((n for family, n in DEFAULT_MAX_TOKENS if family in model), FALLBACK_MAX_TOKENS)
+    return found if stream else min(found, BUFFERED_MAX_TOKENS)
+
+
+def _refuse_uncarried(p: Mapping[str, Any]) -> None:
+    n = p.get("n")
+    if isinstance(n, int) and n > 1:
+        raise _Refused("'n' > 1 cannot be sent to an Anthropic upstream: it gives one answer per request")
+    if p.get("logprobs") is True or p.get("top_logprobs"):
+        raise _Refused("'logprobs' cannot be sent to an Anthropic upstream: it has no token probabilities")
+    if p.get("audio") or "audio" in (p.get("modalities") or []):
+        raise _Refused("audio output cannot be sent to an Anthropic upstream")
+    if p.get("functions") or p.get("function_call"):
+        raise _Refused(
+            "legacy 'functions' / 'function_call' are not translated: send 'tools' / 'tool_choice'"
+        )
+
+
+def _conversation(items: list[Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The top-level system blocks, and the turns with one role each, tool results first."""
+    system: list[dict[str, Any]] = []
+    turns: list[dict[str, Any]] = []
+    for i, m in enumerate(items):
+        role = m.get("role")
+        if role in ("system", "developer"):
+            # Wherever it stands: Messages has no system turn; it stays an instruction.
+            system += _text_blocks(m.get("content"), f"messages[{i}]")
+            continue
+        if role == "user":
+            role, blocks = "user", _user_blocks(m.get("content"), i)
+        elif role == "assistant":
+            blocks = _assistant_blocks(m, i)
+        elif role == "tool":
+            role, blocks = "user", [_tool_result(m, i)]
+        else:
+            raise _Refused(f"messages[{i}]: role {role!r} cannot be sent to an Anthropic upstream")
+        if not blocks:
+            continue  # an empty turn carries nothing, and Anthropic refuses empty content
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"] += blocks
+        else:
+            turns.append({"role": role, "content": blocks})
+    for turn in turns:
+        if turn["role"] == "user":
+            # Anthropic wants a turn's tool results before any text in it.
+            turn["content"].sort(key=lambda b: b.get("type") != "tool_result")
+    return system, turns
+
+
+def _text_blocks(content: Any, where: str) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    blocks = []
+    for part in content or []:
+        if not isinstance(part, dict) or part.get("type") not in ("text", "refusal"):
+            raise _Refused(f"{where}: only text parts can be carried here")
+        text = part.get("text") if part.get("type") == "text" else part.get("refusal")
+        if isinstance(text, str) and text:
+            block: dict[str, Any] = {"type": "text", "text": text}
+            if isinstance(part.get("cache_control"), dict):
+                # Anthropic's own marker, which clients that know Claude add to chat parts.
+                block["cache_control"] = part["cache_control"]
+            blocks.append(block)
+    return blocks
+
+
+def _user_blocks(content: Any, i: int) -> list[dict[str, Any]]:
+    if isinstance(content, str) or content is None:
+        return _text_blocks(content, f"messages[{i}]")
+    blocks: list[dict[str, Any]] = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        where = f"messages[{i}].content[{j}]"
+        if kind == "text":
+            blocks += _text_blocks([part], where)
+        elif kind == "image_url":
+            blocks.append(_image(part.get("image_url"), where))
+        elif kind == "file":
+            blocks.append(_document(part.get("file"), where))
+        else:
+            raise _Refused(f"{where}: a {kind!r} part cannot be sent to an Anthropic upstream")
+    return blocks
+
+
+def _image(spec: Any, where: str) -> dict[str, Any]:
+    url = spec.get("url") if isinstance(spec, dict) else spec
+    if not isinstance(url, str):
+        raise _Refused(f"{where}: image_url needs a url")
+    found = _DATA_URL.match(url)
+    if found:
+        media_type, data = found.groups()
+        if media_type not in _IMAGE_TYPES:
+            raise _Refused(f"{where}: image type {media_type} is not jpeg, png, gif or webp (Anthropic's)")
+        return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
+    if url.startswith(("http://", "https://")):
+        return {"type": "image", "source": {"type": "url", "url": url}}
+    raise _Refused(f"{where}: an image must be a base64 data URL or an http(s) URL")
+
+
+def _document(spec: Any, where: str) -> dict[str, Any]:
+    data = spec.get("file_data") if isinstance(spec, dict) else None
+    found = _DATA_URL.match(data) if isinstance(data, str) else None
+    if found is None or found.group(1) != "application/pdf":
+        raise _Refused(f"{where}: only a PDF as file_data (a base64 data URL) can be carried, not a file id")
+    source = {"type": "base64", "media_type": "application/pdf", "data": found.group(2)}
+    return {"type": "document", "source": source}
+
+
+def _assistant_blocks(m: Mapping[str, Any], i: int) -> list[dict[str, Any]]:
+    # reasoning_content is not sent back: Anthropic accepts only signed thinking blocks.
+    blocks = _text_blocks(m.get("content"), f"messages[{i}]")
+    for j, call in enumerate(m.get("tool_calls") or []):
+        where = f"messages[{i}].tool_calls[{j}]"
+        fn = call.get("function") if isinstance(call, dict) else None
+        if call.get("type", "function") != "function" or not isinstance(fn, dict):
+            raise _Refused(f"{where}: only function tool calls can be carried")
+        arguments = fn.get("arguments") or "{}"
+        try:
+            args = json.loads(arguments) if isinstance(arguments, str) else arguments
+        except ValueError:
+            raise _Refused(f"{where}: function.arguments is not valid JSON, and Anthropic needs the call's "
+                           f"input as an object: {arguments[:200]!r}") from None  # fmt: skip
+        if not isinstance(args, dict):
+            raise _Refused(f"{where}: function.arguments must be a JSON object for an Anthropic upstream")
+        blocks.append({"type": "tool_use", "id": to_anthropic_id(str(call.get("id", ""))),
+                       "name": fn.get("name", ""), "input": args})  # fmt: skip
+    return blocks
+
+
+def _tool_result(m: Mapping[str, Any], i: int) -> dict[str, Any]:
+    content = m.get("content")
+    call_id = to_anthropic_id(str(m.get("tool_call_id", "")))
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id}
+    if isinstance(content, str):
+        block["content"] = content
+    else:
+        block["content"] = _text_blocks(content, f"messages[{i}]")
+    return block
+
+
+def _tools(p: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    tools = []
+    for j, tool in enumerate(p.get("tools") or []):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if tool.get("type") != "function" or not isinstance(fn, dict):
+            raise _Refused(f"tools[{j}]: only function tools can be sent to an Anthropic upstream")
+        out: dict[str, Any] = {"name": fn.get("name", "")}
+        if fn.get("description"):
+            out["description"] = fn["description"]
+        out["input_schema"] = fn.get("parameters") or {"type": "object", "properties": {}}
+        tools.append(out)
+    choice = p.get("tool_choice")
+    mapped: dict[str, Any] | None
+    if choice is None or choice == "auto":
+        mapped = None if choice is None else {"type": "auto"}
+    elif choice == "none":
+        mapped = {"type": "none"}
+    elif choice == "required":
+        mapped = {"type": "any"}
+    elif isinstance(choice, dict) and choice.get("type") == "function":
+        mapped = {"type": "tool", "name": (choice.get("function") or {}).get("name")}
+    elif isinstance(choice, dict) and choice.get("type") == "allowed_tools":
+        allowed = choice.get("allowed_tools") or {}
+        names = {(t.get("function") or {}).get("name") for t in allowed.get("tools") or []}
+        tools = [t for t in tools if t["name"] in names]
+        mapped = {"type": "any" if allowed.get("mode") == "required" else "auto"}
+    else:
+        raise _Refused(f"tool_choice {json.dumps(choice)[:100]} cannot be sent to an Anthropic upstream")
+    if p.get("parallel_tool_calls") is False and (mapped is None or mapped["type"] != "none"):
+        mapped = {**(mapped or {"type": "auto"}), "disable_parallel_tool_use": True}
+    return tools, mapped
+
+
+def _sampling(p: Mapping[str, Any], out: dict[str, Any]) -> None:
+    temperature, top_p, top_k = p.get("temperature"), p.get("top_p"), p.get("top_k")
+    if isinstance(temperature, int | float) and not isinstance(temperature, bool):
+        out["temperature"] = min(max(float(temperature), 0.0), 1.0)  # OpenAI's 0–2 onto Anthropic's 0–1
+    elif isinstance(top_p, int | float) and not isinstance(top_p, bool):
+        out["top_p"] = top_p  # only without temperature: newer models refuse the pair
+    if isinstance(top_k, int) and not isinstance(top_k, bool):
+        out["top_k"] = top_k
+
+
+def _thinking(
+    p: Mapping[str, Any], out: Mapping[str, Any], turns: list[dict[str, Any]], choice: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    effort = p.get("reasoning_effort")
+    if effort is None or effort == "none":
+        return None
+    if effort not in EFFORT_BUDGET:
+        raise _Refused(f"reasoning_effort {effort!r} is not one of none, {', '.join(EFFORT_BUDGET)}")
+    if choice is not None and choice["type"] in ("any", "tool"):
+        return None  # Anthropic refuses thinking with a forced tool; the forced call is kept
+    if turns and turns[-1]["role"] == "assistant":
+        return None  # a prefilled answer: Anthropic refuses prefill with thinking
+    last = next((t for t in reversed(turns) if t["role"] == "assistant"), None)
+    if last is not None and any(b["type"] == "tool_use" for b in last["content"]):
+        return None  # mid tool loop: that turn's signed thinking block cannot be sent back
+    budget = min(EFFORT_BUDGET[effort], out["max_tokens"] - 1)
+    if budget < MIN_BUDGET:
+        return None  # max_tokens leaves no room for Anthropic's minimum budget
+    return {"type": "enabled", "budget_tokens": budget}
+
+
+def _response_format(fmt: Any) -> dict[str, Any] | None:
+    if not isinstance(fmt, dict) or fmt.get("type") in ("text", "json_object"):
+        return None  # json_object: the prompt already asks for JSON (OpenAI requires it to)
+    if fmt.get("type") == "json_schema":
+        schema = (fmt.get("json_schema") or {}).get("schema")
+        if isinstance(schema, dict):
+            return {"type": "json_schema", "schema": schema}
+    raise _Refused(f"response_format {json.dumps(fmt)[:100]} cannot be sent to an Anthropic upstream")
+
+
+def _int(p: Mapping[str, Any], key: str) -> int | None:
+    value = p.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

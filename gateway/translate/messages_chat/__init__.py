@@ -1,0 +1,34 @@
+"""Anthropic Messages clients (Claude Code, the anthropic SDKs) on an OpenAI chat
+completions upstream (llama.cpp, llama-cpp-python, vLLM, TGI, OpenAI-compatible hosts).
+
+``request.py`` carries the request, ``answer.py`` a buffered answer back, ``stream.py`` a
+stream back event by event. What is carried, dropped or refused, and why:
+docs/translation/messages_chat.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.translate.base import Context, Refusal, Target
+from gateway.translate.messages_chat.answer import answer
+from gateway.translate.messages_chat.request import to_chat
+from gateway.translate.messages_chat.stream import ChatToMessagesStream
+
+
+class MessagesToChat:
+    client = "messages"
+    upstream = "chat"
+
+    def request(self, payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refusal:
+        return to_chat(payload, target)
+
+    def answer(self, doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
+        return answer(doc, ctx)
+
+    def stream(self, ctx: Context) -> ChatToMessagesStream:
+        return ChatToMessagesStream(ctx)
+
+
+__all__ = ["ChatToMessagesStream", "MessagesToChat"]

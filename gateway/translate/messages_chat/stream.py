@@ -1,0 +1,345 @@
+"""A chat completions stream as an Anthropic Messages stream, chunk by chunk.
+
+Grammar kept (Anthropic docs, "Streaming Messages"): ``message_start`` first, then content
+blocks one at a time (``content_block_start`` → deltas → ``content_block_stop``, indexes
+0, 1, 2… in order), then ``message_delta`` (stop_reason, usage) and ``message_stop``.
+
+What the translation has to do that chat does not:
+
+* ``message_start`` carries usage, but chat reports usage only at the end: its
+  ``input_tokens`` is the request's estimate (never 0: LiteLLM #24176, vercel/ai #17326),
+  and the real counts follow in ``message_delta``.
+* reasoning, text and each tool call get their own block; a reasoning delta after text
+  opens a new thinking block, never a ``thinking_delta`` inside a text block (LiteLLM
+  #33224); every delta names a block that was started (LiteLLM #13373).
+* parallel tool calls: chat interleaves them by ``index``; a block cannot be reopened once
+  stopped, so the open tool block is stopped only when its arguments parse as complete
+  JSON. Until then anything for another block waits (in order) and follows at once after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from gateway.apis.base import Ending
+from gateway.apis.messages.wire import AnthropicStreamReader
+from gateway.policy.tokens import BYTES_PER_TOKEN
+from gateway.sse import parse_event
+from gateway.translate.base import Context
+from gateway.translate.messages_chat.answer import (
+    estimate_input_tokens,
+    matched_stop,
+    message_id,
+    reasoning_of,
+    stop_reason,
+    tool_id,
+    usage,
+)
+
+_PING = b'event: ping\ndata: {"type":"ping"}\n\n'
+_STOP = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+_DELTA_HEAD = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
+_DELTA_KEY = {"text": b'"text_delta","text":', "thinking": b'"thinking_delta","thinking":'}
+
+
+def _event(name: str, doc: Mapping[str, Any]) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(doc) + b"\n\n"
+
+
+def _delta(index: int, kind: str, text: str) -> bytes:
+    head = _DELTA_HEAD + str(index).encode() + b',"delta":{"type":' + _DELTA_KEY[kind]
+    return head + orjson.dumps(text) + b"}}\n\n"
+
+
+def _json_delta(index: int, fragment: str) -> bytes:
+    head = _DELTA_HEAD + str(index).encode() + b',"delta":{"type":"input_json_delta","partial_json":'
+    return head + orjson.dumps(fragment) + b"}}\n\n"
+
+
+def _block_stop(index: int) -> bytes:
+    return (
+        b'event: content_block_stop\ndata: {"type":"content_block_stop","index":'
+        + str(index).encode()
+        + b"}\n\n"
+    )
+
+
+class _Tool:
+    __slots__ = ("args", "block", "closed", "id", "name", "pending")
+
+    def __init__(self) -> None:
+        self.id: str | None = None
+        self.name: str | None = None
+        self.block: int | None = None  # its Messages index once started
+        self.closed = False
+        self.args: list[str] = []  # what was sent as input_json_delta
+        self.pending = ""  # arguments that came before the call's name
+
+
+def _data(raw: bytes) -> bytes | str | None:
+    """The data of one event; a fast path for the one-line ``data: …`` every server sends."""
+    if raw.startswith(b"data: ") and raw.endswith(b"\n\n") and b"\n" not in raw[6:-2]:
+        return raw[6:-2]
+    return parse_event(raw).data
+
+
+class ChatToMessagesStream:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.started = False
+        self.done = False
+        self.next_index = 0
+        self.open_kind: str | None = None  # "text", "thinking" or "tool"
+        self.open_index = 0
+        self.open_tool: _Tool | None = None
+        self.tools: dict[int, _Tool] = {}
+        # (kind, tool key or None, text) waiting for the open tool's arguments to complete
+        self.held: list[tuple[str, int | None, str]] = []
+        self.ending = False
+        self.finish: Any = None
+        self.matched: str | None = None
+        self.refused = False
+        self.any_tool = False
+        self.chat_usage: dict[str, Any] | None = None
+        self.shown = 0  # bytes of content sent, for an output estimate when usage never comes
+        self.estimate: int | None = None
+
+    # --- the StreamTranslator protocol -------------------------------------------------
+
+    def event(self, raw: bytes) -> bytes:
+        if self.done:
+            return b""
+        data = _data(raw)
+        out: list[bytes] = []
+        if data is None:  # a comment (keep-alive): keep the client's connection alive too
+            if self.started:
+                out.append(_PING)
+            return b"".join(out)
+        if isinstance(data, str):
+            data = data.encode()
+        if len(data) < 16 and data.strip() == b"[DONE]":
+            if not self.started:
+                out.append(self._start(None))
+            out += self._finish()
+            return b"".join(out)
+        try:
+            doc = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return b""
+        if not isinstance(doc, dict):
+            return b""
+        if isinstance(doc.get("usage"), dict):
+            self.chat_usage = doc["usage"]
+        if not self.started:
+            out.append(self._start(self.chat_usage))
+        choices = doc.get("choices")
+        if isinstance(choices, list):
+            for choice in choices:
+                if isinstance(choice, dict) and choice.get("index", 0) == 0:
+                    self._choice(choice, out)
+                    break
+        return b"".join(out)
+
+    def close(self) -> bytes:
+        if self.done:
+            return b""
+        out = [] if self.started else [self._start(None)]
+        return b"".join(out + self._finish())
+
+    def broken(self, ending: Ending) -> bytes:
+        self.done = True
+        return AnthropicStreamReader().broken(ending, self.ctx.request_id, self.ctx.requested_model)
+
+    # --- chunks -------------------------------------------------------------------------
+
+    def _start(self, chat_usage: dict[str, Any] | None) -> bytes:
+        self.started = True
+        prompt = chat_usage.get("prompt_tokens") if chat_usage else None
+        if not isinstance(prompt, int) or prompt <= 0:
+            prompt = self._estimate()
+        message: dict[str, Any] = {
+            "id": message_id(self.ctx), "type": "message", "role": "assistant",
+            "model": self.ctx.requested_model, "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": prompt, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+                      "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
+                      "output_tokens": 1},
+        }  # fmt: skip
+        return _event("message_start", {"type": "message_start", "message": message})
+
+    def _estimate(self) -> int:
+        if self.estimate is None:
+            self.estimate = estimate_input_tokens(self.ctx.request)
+        return self.estimate
+
+    def _choice(self, choice: dict[str, Any], out: list[bytes]) -> None:
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            reasoning = reasoning_of(delta)
+            if reasoning:
+                self._text("thinking", reasoning, out)
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                self._text("text", content, out)
+            refusal = delta.get("refusal")
+            if isinstance(refusal, str) and refusal:
+                self.refused = True
+                self._text("text", refusal, out)
+            calls = delta.get("tool_calls")
+            if isinstance(calls, list):
+                for position, call in enumerate(calls):
+                    if isinstance(call, dict):
+                        self._call(call, position, out)
+        finish = choice.get("finish_reason")
+        if finish:
+            self.finish = finish
+            self.matched = matched_stop(choice, self.ctx.request)
+
+    def _call(self, call: dict[str, Any], position: int, out: list[bytes]) -> None:
+        given = call.get("index")
+        key = given if isinstance(given, int) else position
+        tool = self.tools.get(key)
+        if tool is None:
+            tool = self.tools[key] = _Tool()
+        if isinstance(call.get("id"), str) and call["id"] and tool.id is None:
+            tool.id = call["id"]
+        function = call.get("function")
+        fragment = ""
+        if isinstance(function, dict):
+            if isinstance(function.get("name"), str) and function["name"] and tool.name is None:
+                tool.name = function["name"]
+            if isinstance(function.get("arguments"), str):
+                fragment = function["arguments"]
+        self._tool(key, tool, fragment, out)
+
+    # --- blocks -------------------------------------------------------------------------
+
+    def _waiting(self) -> bool:
+        """Whether new content must wait: an open tool block whose arguments are not yet a
+        complete JSON value (the same call may still send more)."""
+        tool = self.open_tool
+        if tool is None or self.ending:
+            return False
+        if self.held:
+            return True  # already waiting; the check is redone when the open tool grows
+        return not _complete(tool)
+
+    def _text(self, kind: str, text: str, out: list[bytes]) -> None:
+        if self.open_kind != kind and self._waiting():
+            self.held.append((kind, None, text))
+            return
+        if self.open_kind != kind:
+            self._close(out)
+            index = self._open(kind, None)
+            block = (
+                {"type": "text", "text": ""}
+                if kind == "text"
+                else {"type": "thinking", "thinking": "", "signature": ""}
+            )
+            out.append(
+                _event(
+                    "content_block_start",
+                    {"type": "content_block_start", "index": index, "content_block": block},
+                )
+            )
+        self.shown += len(text)
+        out.append(_delta(self.open_index, kind, text))
+
+    def _tool(self, key: int | None, tool: _Tool, fragment: str, out: list[bytes]) -> None:
+        if tool.closed:
+            self.ctx.notes["tool_fragments_dropped"] = self.ctx.notes.get("tool_fragments_dropped", 0) + 1
+            return
+        if tool is self.open_tool:
+            self._arguments(tool, fragment, out)
+            if self.held and _complete(tool):
+                self._release(out)
+            return
+        if tool.block is None and (self._waiting() or tool.name is None):
+            # Not startable yet: another tool is mid-arguments, or this one has no name yet.
+            if tool.name is None and not self._waiting():
+                tool.pending += fragment
+            else:
+                self.held.append(("tool", key, fragment))
+            return
+        self._close(out)
+        index = self._open("tool", tool)
+        self.any_tool = True
+        block: dict[str, Any] = {
+            "type": "tool_use",
+            "id": tool.id or tool_id(self.ctx, index),
+            "name": tool.name,
+            "input": {},
+        }
+        out.append(
+            _event(
+                "content_block_start", {"type": "content_block_start", "index": index, "content_block": block}
+            )
+        )
+        self._arguments(tool, tool.pending + fragment, out)
+        tool.pending = ""
+
+    def _arguments(self, tool: _Tool, fragment: str, out: list[bytes]) -> None:
+        if fragment and tool.block is not None:
+            tool.args.append(fragment)
+            self.shown += len(fragment)
+            out.append(_json_delta(tool.block, fragment))
+
+    def _open(self, kind: str, tool: _Tool | None) -> int:
+        index = self.next_index
+        self.next_index += 1
+        self.open_kind, self.open_index, self.open_tool = kind, index, tool
+        if tool is not None:
+            tool.block = index
+        return index
+
+    def _close(self, out: list[bytes]) -> None:
+        if self.open_kind is None:
+            return
+        if self.open_tool is not None:
+            self.open_tool.closed = True
+        out.append(_block_stop(self.open_index))
+        self.open_kind, self.open_tool = None, None
+
+    def _release(self, out: list[bytes]) -> None:
+        """The open tool's arguments are complete: what waited goes out, in its order."""
+        held, self.held = self.held, []
+        for kind, key, text in held:
+            if kind == "tool":
+                assert key is not None
+                self._tool(key, self.tools[key], text, out)
+            else:
+                self._text(kind, text, out)
+
+    def _finish(self) -> list[bytes]:
+        out: list[bytes] = []
+        self.ending = True
+        self._release(out)
+        for tool in self.tools.values():
+            if tool.block is None and tool.name is not None:  # held back for want of a switch
+                self._tool(None, tool, "", out)
+        self._close(out)
+        self.done = True
+        reason = stop_reason(self.finish, tools=self.any_tool, refused=self.refused, matched=self.matched)
+        counts, estimated = usage(self.chat_usage, self._estimate(), round(self.shown / BYTES_PER_TOKEN))
+        if estimated:
+            self.ctx.notes["usage_estimated"] = True
+        if self.finish is None:
+            self.ctx.notes["finish_reason_missing"] = True
+        sequence = self.matched if reason == "stop_sequence" else None
+        delta = {"stop_reason": reason, "stop_sequence": sequence}
+        out.append(_event("message_delta", {"type": "message_delta", "delta": delta, "usage": counts}))
+        out.append(_STOP)
+        return out
+
+
+def _complete(tool: _Tool) -> bool:
+    text = "".join(tool.args).strip()
+    if not text.endswith(("}", "]")):
+        return False
+    try:
+        orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return False
+    return True

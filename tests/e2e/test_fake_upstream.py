@@ -1,0 +1,142 @@
+"""The fake upstream as README "Try it without a provider" runs it: ``python -m gateway.fake``
+and the gateway on ``config/examples/fake.yaml``, each a subprocess, driven by the real openai
+and anthropic SDKs (``max_retries=0``, so every recovery seen is the gateway's own) and by raw
+HTTP where a stream's last event is the point. Each scenario, on the APIs it is documented for."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from tests.convo import agent_conversation
+from tests.procs import ROOT, RunningProcess, base_env, free_port, start
+
+pytestmark = pytest.mark.e2e
+
+WAIT_S = 0.3  # the fake's --wait-s: what its 429 asks for
+
+
+@dataclass
+class Demo:
+    fake: RunningProcess
+    gw: RunningProcess
+
+    def fake_lines(self, scenario: str) -> list[str]:
+        """What the fake answered each request of ``scenario`` with (its stdout)."""
+        return re.findall(rf"scenario={scenario} -> (.+)", self.fake.logs())
+
+    def oa(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.gw.base + "/v1", api_key="unused", max_retries=0)
+
+    def an(self) -> anthropic.Anthropic:
+        return anthropic.Anthropic(base_url=self.gw.base, api_key="unused", max_retries=0)
+
+    def stream(self, path: str, payload: dict[str, Any]) -> bytes:
+        req = urllib.request.Request(self.gw.base + path, data=json.dumps({**payload, "stream": True}).encode(),
+                                     headers={"Content-Type": "application/json", "anthropic-version": "2023-06-01"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return bytes(r.read())
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    tmp = tmp_path_factory.mktemp("fakedemo")
+    fake_port, gw_port = free_port(), free_port()
+    fake = start([sys.executable, "-m", "gateway.fake", "--port", str(fake_port), "--wait-s", str(WAIT_S)],
+                 base_env(), fake_port, tmp / "fake.log", ready_path="/v1/models")
+    try:
+        env = base_env(GATEWAY_PORT=str(gw_port), UPSTREAM_BASE_URL=f"http://127.0.0.1:{fake_port}/v1")
+        gw = start([sys.executable, "-m", "gateway", "--config", str(ROOT / "config/examples/fake.yaml")], env,
+                   gw_port, tmp / "gateway.log")
+        try:
+            yield Demo(fake, gw)
+        finally:
+            gw.stop()
+    finally:
+        fake.stop()
+
+
+def test_429_with_a_wait_is_waited_out_and_retried(demo: Demo) -> None:
+    r = demo.oa().chat.completions.with_raw_response.create(
+        model="gpt-4o-mini-429", messages=[{"role": "user", "content": "hi"}])
+    assert r.parse().choices[0].message.content and r.headers["x-llm-attempts"] == "2"
+    assert demo.fake_lines("429") == [f"429 (retry-after: {WAIT_S:g})", "answer"]
+
+
+def test_503_and_529_on_messages_are_retried(demo: Demo) -> None:
+    for model in ("claude-sonnet-4-5-503", "claude-sonnet-4-5-529"):
+        r = demo.an().messages.with_raw_response.create(
+            model=model, max_tokens=16, messages=[{"role": "user", "content": "hi"}])
+        assert r.parse().content[0].type == "text" and r.headers["x-llm-attempts"] == "2"
+    assert demo.fake_lines("503") == ["503", "answer"] and demo.fake_lines("529") == ["529", "answer"]
+
+
+def test_down_opens_the_circuit(demo: Demo) -> None:
+    statuses = []
+    for i in range(4):
+        with pytest.raises(openai.APIStatusError) as e:
+            demo.oa().chat.completions.create(model="down", messages=[{"role": "user", "content": f"turn {i}"}])
+        statuses.append((e.value.status_code, e.value.response.headers["x-llm-attempts"]))
+    # provider_unavailable.max_retries: 2 in the example; the circuit opens after 3 failures.
+    assert statuses == [(503, "3"), (503, "3"), (503, "3"), (503, "0")]
+
+
+@pytest.mark.parametrize("api", ["chat", "messages", "responses"])
+def test_overflow_is_compressed_once_on_every_api(demo: Demo, api: str) -> None:
+    convo = agent_conversation(30)
+    if api == "chat":
+        r: Any = demo.oa().chat.completions.with_raw_response.create(model="gpt-4o-mini-overflow", messages=convo)
+    elif api == "messages":
+        turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"step {i}: " + "log line " * 80}
+                 for i in range(31)]
+        r = demo.an().messages.with_raw_response.create(model="claude-overflow", max_tokens=64, messages=turns)
+    else:
+        items = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"step {i}: " + "log line " * 80}
+                 for i in range(31)]
+        r = demo.oa().responses.with_raw_response.create(model="gpt-5-codex-overflow", input=items)
+    assert r.headers["x-llm-compressed"] == "true" and r.headers["x-llm-attempts"] == "2"
+    assert r.parse() is not None
+
+
+def test_a_cut_stream_ends_with_a_typed_error_and_a_stall_with_a_timeout(demo: Demo) -> None:
+    body = demo.stream("/v1/chat/completions", {"model": "gpt-4o-mini-cut", "messages": [{"role": "user", "content": "a"}]})
+    events = [json.loads(e) for e in re.findall(rb"^data: (\{.*\})$", body, re.M)]
+    assert "".join(e["choices"][0]["delta"].get("content") or "" for e in events) == "The answer starts"
+    assert b"[DONE]" not in body and events[-1]["choices"][0]["finish_reason"] == "error"
+    assert events[-1]["error"]["x_llm_error_type"] == "provider_unavailable"
+    body = demo.stream("/v1/messages", {"model": "claude-stall", "max_tokens": 16,
+                                        "messages": [{"role": "user", "content": "b"}]})
+    names = re.findall(rb"^event: (\S+)$", body, re.M)
+    assert names[-1] == b"error" and b"message_stop" not in names
+    assert demo.fake_lines("cut") == ["stream, then drop"] and demo.fake_lines("stall") == ["stream, then stall"]
+
+
+def test_an_empty_stream_is_probed_and_answered(demo: Demo) -> None:
+    stream = demo.oa().chat.completions.create(model="gpt-4o-mini-empty", stream=True,
+                                               messages=[{"role": "user", "content": "c"}])
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == "Hello from the fake upstream."
+    assert demo.fake_lines("empty") == ["empty stream", "empty stream", "answer"]
+
+
+def test_the_fake_documents_its_scenarios() -> None:
+    import subprocess
+
+    r = subprocess.run([sys.executable, "-m", "gateway.fake", "--help"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0
+    for name in ("429", "503", "529", "overflow", "cut", "stall", "empty", "down"):
+        assert re.search(rf"^    {name} ", r.stdout, re.M), name
+    readme = (ROOT / "README.md").read_text()
+    for name in ("429", "503", "529", "overflow", "cut", "stall"):
+        assert f"`{name}`" in readme, name
+    assert Path(ROOT / "config/examples/fake.yaml").exists()

@@ -1,0 +1,93 @@
+"""The anthropic SDK through the gateway to a chat-completions-only upstream (the fake), with
+the real Messages → chat translator: what the upstream is asked, and what the SDK makes of
+the answer, streamed and buffered, including a stream that breaks."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anthropic
+import pytest
+
+from tests.fakeupstream import Reply, Stream
+from tests.unit.translate.messages_helpers import corpus_answer, wire_stream
+
+UPSTREAM = ", apis: [chat], model_map: {'claude-*': qwen3-coder}"
+WEATHER = {"name": "get_weather", "description": "Weather of a city",
+           "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}  # fmt: skip
+
+
+def _client(gw: Any) -> anthropic.AsyncAnthropic:
+    return anthropic.AsyncAnthropic(api_key="dummy", base_url=gw.base, max_retries=0)
+
+
+def _raw_events(name: str) -> list[bytes]:
+    wire = wire_stream(corpus_answer(name))
+    return [e + b"\n\n" for e in wire.split(b"\n\n") if e and not e.startswith(b"data: [DONE]")]
+
+
+async def test_sdk_stream_with_parallel_tool_calls(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=UPSTREAM)
+    gw.fake.script(Stream(_raw_events("openai-gpt-4o-parallel-tools.stream.json")))
+    async with _client(gw) as client, client.messages.stream(
+        model="claude-opus-4-8", max_tokens=512, tools=[WEATHER], tool_choice={"type": "any"},
+        messages=[{"role": "user", "content": "weather in Edinburgh, and AAPL?"}],
+    ) as stream:  # fmt: skip
+        message = await stream.get_final_message()
+    assert message.model == "claude-opus-4-8" and message.stop_reason == "tool_use"
+    assert [(b.name, b.input) for b in message.content] == [
+        ("GetWeatherArgs", {"city": "Edinburgh", "country": "UK", "units": "c"}),
+        ("get_stock_price", {"ticker": "AAPL", "exchange": "NASDAQ"}),
+    ]  # fmt: skip
+    assert (message.usage.input_tokens, message.usage.output_tokens) == (149, 60)
+    [sent] = gw.fake.chat_requests()
+    body = sent.json()
+    assert body["model"] == "qwen3-coder" and body["tool_choice"] == "required" and body["stream"] is True
+    assert body["tools"][0]["function"]["parameters"] == WEATHER["input_schema"]
+
+
+async def test_sdk_buffered_answer_with_reasoning_and_a_tool_result_turn(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=UPSTREAM)
+    gw.fake.script(Reply(200, corpus_answer("deepseek-reasoner-tool-call.json")["body"]))
+    async with _client(gw) as client:
+        message = await client.messages.create(
+            model="claude-opus-4-8", max_tokens=512, tools=[WEATHER],
+            messages=[
+                {"role": "user", "content": "weather?"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+                                                   "input": {"city": "Oslo"}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "4 C"}]},
+            ],
+        )  # fmt: skip
+    assert [b.type for b in message.content] == ["thinking", "tool_use"]
+    assert message.content[1].input == {"location": "San Francisco"} and message.stop_reason == "tool_use"
+    assert message.usage.cache_read_input_tokens == 320
+    [sent] = gw.fake.chat_requests()
+    roles = [(m["role"], m.get("tool_call_id")) for m in sent.json()["messages"]]
+    assert roles == [("user", None), ("assistant", None), ("tool", "toolu_1")]
+
+
+async def test_a_stream_cut_mid_answer_ends_in_the_typed_error_the_sdk_raises(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=UPSTREAM, extra_yaml="retry: {provider_unavailable: {max_retries: 0, base_delay_s: 0.01, max_delay_s: 0.01}}\n")
+    events = _raw_events("openai-gpt-4o-text.stream.json")
+    gw.fake.script(Stream(events[:10], then="drop"))
+    seen: list[str] = []
+    async with _client(gw) as client:
+        with pytest.raises(anthropic.APIStatusError):
+            async with client.messages.stream(model="claude-opus-4-8", max_tokens=64,
+                                              messages=[{"role": "user", "content": "hi"}]) as stream:  # fmt: skip
+                async for event in stream:
+                    seen.append(event.type)
+    assert seen[0] == "message_start" and "text" in seen  # shown before the cut, then the error
+
+
+async def test_a_hosted_tool_is_refused_before_reaching_the_upstream(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=UPSTREAM)
+    async with _client(gw) as client:
+        with pytest.raises(anthropic.BadRequestError) as info:
+            await client.messages.create(
+                model="claude-opus-4-8", max_tokens=64, messages=[{"role": "user", "content": "search"}],
+                tools=[{"type": "web_search_20250305", "name": "web_search"}],
+            )  # fmt: skip
+    assert "web_search" in json.dumps(info.value.body) and gw.fake.requests == []

@@ -1,0 +1,131 @@
+"""A chat-completions client on an Anthropic-only upstream, through the whole app: the real
+openai SDK (async, stock settings) against the gateway, whose upstream speaks only Messages and
+answers with real Anthropic bodies and streams from tests/corpus/answers/."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from tests.fakeupstream import Reply, Stream, anthropic_overflow
+
+CORPUS = Path(__file__).parents[1] / "corpus"
+UPSTREAM = ", apis: [messages], model_map: {'gpt-*': claude-sonnet-4-5}"
+
+
+def answer(name: str) -> Any:
+    return json.loads((CORPUS / "answers" / f"{name}.json").read_text())["body"]
+
+
+def stream_of(name: str, then: str = "done") -> Stream:
+    events = [e + b"\n\n" for e in answer(name).encode().strip().split(b"\n\n")]
+    return Stream(events, then=then)
+
+
+@pytest.fixture
+async def clients() -> Any:
+    made: list[openai.AsyncOpenAI] = []
+
+    def make(gw: Any) -> openai.AsyncOpenAI:
+        made.append(openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="sk-client"))
+        return made[-1]
+
+    yield make
+    for c in made:
+        await c.close()
+
+
+WEATHER = [{"type": "function", "function": {"name": "weather", "parameters": {
+    "type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}}}]  # fmt: skip
+
+
+async def test_buffered_tool_call_with_reasoning(make_gateway, clients) -> None:
+    gw = await make_gateway(upstream_yaml=UPSTREAM)
+    gw.fake.script(Reply(200, answer("messages-thinking-then-tool-use")))
+    done = await clients(gw).chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=[{"role": "system", "content": "Be brief."},
+                                  {"role": "user", "content": "Weather in Florence?"}],
+        tools=WEATHER, reasoning_effort="medium", max_completion_tokens=4096)  # fmt: skip
+    completion = done.parse()
+    assert done.headers["x-llm-translated"] == "chat->messages"
+    assert completion.model == "gpt-4o" and completion.choices[0].finish_reason == "tool_calls"
+    [tool_call] = completion.choices[0].message.tool_calls or []
+    assert tool_call.function.name == "weather" and json.loads(tool_call.function.arguments) == {
+        "location": "Florence, Italy"}
+    assert completion.usage is not None and completion.usage.prompt_tokens == 424
+    [sent] = gw.fake.messages_requests()
+    body = sent.json()
+    assert body["model"] == "claude-sonnet-4-5" and body["system"] == [{"type": "text", "text": "Be brief."}]
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": 4095} and body["max_tokens"] == 4096
+
+
+async def test_streamed_tool_call_read_by_the_sdk_then_the_result_goes_back(make_gateway, clients) -> None:
+    gw = await make_gateway(upstream_yaml=UPSTREAM)
+    gw.fake.script(stream_of("messages-stream-thinking-then-tool-use"),
+                   stream_of("messages-stream-text-after-tool-result"))
+    messages: list[Any] = [{"role": "user", "content": "Weather in Florence?"}]
+    async with clients(gw).chat.completions.stream(
+        model="gpt-4o", messages=messages, tools=WEATHER, stream_options={"include_usage": True}
+    ) as s:
+        first = await s.get_final_completion()
+    message = first.choices[0].message
+    [call] = message.tool_calls or []
+    assert first.choices[0].finish_reason == "tool_calls" and call.id.startswith("toolu_")
+    assert "Florence" in getattr(message, "reasoning_content", "")
+    assert first.usage is not None and first.usage.completion_tokens > 0
+    messages += [{"role": "assistant", "content": None, "tool_calls": [call.model_dump(include={"id", "type", "function"})]},
+                 {"role": "tool", "tool_call_id": call.id, "content": "40 C"}]  # fmt: skip
+    async with clients(gw).chat.completions.stream(model="gpt-4o", messages=messages, tools=WEATHER) as s:
+        second = await s.get_final_completion()
+    assert second.choices[0].message.content is not None and "40°C" in second.choices[0].message.content
+    sent = gw.fake.messages_requests()[1].json()
+    assert sent["messages"][1]["content"] == [{"type": "tool_use", "id": call.id, "name": "weather",
+                                               "input": {"location": "Florence, Italy"}}]  # fmt: skip
+    assert sent["messages"][2]["content"] == [{"type": "tool_result", "tool_use_id": call.id, "content": "40 C"}]
+
+
+async def test_what_cannot_be_carried_is_a_400_in_the_chat_envelope_never_sent(make_gateway, clients) -> None:
+    gw = await make_gateway(upstream_yaml=UPSTREAM)
+    with pytest.raises(openai.BadRequestError) as raised:
+        await clients(gw).chat.completions.create(
+            model="gpt-4o", n=2, messages=[{"role": "user", "content": "hi"}])
+    assert "'n' > 1" in raised.value.message and gw.fake.requests == []
+
+
+async def test_a_stream_cut_mid_answer_ends_in_the_chat_error_chunk(make_gateway, clients) -> None:
+    gw = await make_gateway(upstream_yaml=UPSTREAM)
+    cut = stream_of("messages-stream-text-after-tool-result", then="drop")
+    cut.events = cut.events[:5]
+    gw.fake.script(cut)
+    status, _, body = await gw.chat({"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "x"}]})
+    chunks = [json.loads(line[6:]) for line in body.decode().splitlines() if line.startswith("data: {")]
+    assert status == 200 and b"[DONE]" not in body
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[:-1]).startswith("The current")
+    assert chunks[-1]["choices"][0]["finish_reason"] == "error" and chunks[-1]["error"]["message"]
+
+
+async def test_an_upstream_overflow_reads_as_the_chat_apis_overflow(make_gateway, clients) -> None:
+    gw = await make_gateway(upstream_yaml=UPSTREAM, extra_yaml="compression: {enabled: false}\n")
+    gw.fake.script(anthropic_overflow(200000, 215000))
+    with pytest.raises(openai.BadRequestError) as raised:
+        await clients(gw).chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    assert raised.value.code == "context_length_exceeded"
+
+
+async def test_a_responses_client_reaches_a_messages_upstream_through_chat(make_gateway, clients) -> None:
+    """Responses → chat → Messages: this translator as the second half of a composed pair."""
+    gw = await make_gateway(upstream_yaml=UPSTREAM)
+    gw.fake.script(stream_of("messages-stream-sdk-text-then-tool"))
+    tools: Any = [{"type": "function", "name": "get_weather", "parameters": {
+        "type": "object", "properties": {"location": {"type": "string"}}}}]  # fmt: skip
+    async with clients(gw).responses.stream(model="gpt-5-codex", input="Weather in Paris?", tools=tools) as s:
+        final = await s.get_final_response()
+    calls = [item for item in final.output if item.type == "function_call"]
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", {"location": "Paris"})]
+    assert "Paris" in final.output_text
+    [sent] = gw.fake.messages_requests()
+    assert sent.json()["tools"][0]["name"] == "get_weather" and sent.json()["model"] == "claude-sonnet-4-5"

@@ -1,0 +1,150 @@
+"""Any agent on any upstream, for real: Claude Code (Anthropic Messages) and Codex (OpenAI
+Responses), stock settings, through the gateway in front of the real llama-cpp-python server,
+which speaks chat completions only; and the anthropic SDK and the openai SDK's Responses API
+on it, streamed and not.
+
+The agents' first requests are large (Claude Code 2.1 ~85 KB, about 21k tokens; Codex 0.169
+~39 KB), so this server gets a 32k window (SmolLM2 runs past its trained length; the answers'
+quality is not the point, their shape and delivery are). Claude Code asks for
+``max_tokens: 64000``, more than the window; llama-cpp-python trims that budget itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import anthropic
+import openai
+import pytest
+
+from tests.procs import ROOT, base_env, free_port, start
+from tests.real.conftest import MODEL, REAL_MODEL, REAL_PYTHON, Gateway, Proc
+
+AGENT_CTX = 32768
+CLAUDE = ROOT / ".cache" / "claude-code" / "node_modules" / ".bin" / "claude"
+CODEX = ROOT / ".cache" / "codex" / "node_modules" / ".bin" / "codex"
+
+
+@pytest.fixture(scope="module")
+def big_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    port = free_port()
+    cmd = [
+        str(REAL_PYTHON), "-m", "llama_cpp.server", "--model", str(REAL_MODEL), "--model_alias", MODEL,
+        "--n_ctx", str(AGENT_CTX), "--host", "127.0.0.1", "--port", str(port),
+        "--n_threads", str(min(2, os.cpu_count() or 1)), "--seed", "0",
+    ]  # fmt: skip
+    server = start(cmd, base_env(), port, tmp_path_factory.mktemp("llama-big") / "server.log",
+                   ready_path="/v1/models", timeout_s=180)  # fmt: skip
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def chat_only_gateway(big_server: Proc, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """The README's configuration for a local chat server: `apis: [chat]` and every requested
+    model mapped to the one the server serves. Defaults otherwise."""
+    tmp = tmp_path_factory.mktemp("gw-agents")
+    port = free_port()
+    config = tmp / "gateway.yaml"
+    config.write_text(json.dumps({
+        "server": {"port": port, "drain_s": 5},
+        "upstreams": [{"name": "llama", "base_url": big_server.base + "/v1", "apis": ["chat"],
+                       "model_map": {"*": MODEL}, "context_window": AGENT_CTX}],
+    }))  # fmt: skip
+    p = start([sys.executable, "-m", "gateway", "--config", str(config)], base_env(), port, tmp / "gateway.log",
+              timeout_s=60)  # fmt: skip
+    gw = Gateway(p.base, p.proc, p.log_path)
+    yield gw
+    gw.stop()
+
+
+def access_lines(gw: Gateway) -> list[dict[str, object]]:
+    lines = []
+    for raw in gw.log_path.read_text().splitlines():
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            continue
+        if doc.get("logger") == "gateway.access":
+            lines.append(doc)
+    return lines
+
+
+@pytest.mark.timeout(600)
+def test_claude_code_prints_an_answer_from_a_chat_only_server(chat_only_gateway: Gateway, tmp_path: Path) -> None:
+    if not os.access(CLAUDE, os.X_OK):
+        pytest.fail("Claude Code is not installed: scripts/test-deps.sh installs it", pytrace=False)
+    home, work = tmp_path / f"home-{uuid.uuid4().hex[:6]}", tmp_path / "project"
+    home.mkdir()
+    work.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "ANTHROPIC_AUTH_TOKEN": "dummy",
+           "ANTHROPIC_BASE_URL": chat_only_gateway.base, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}  # fmt: skip
+    r = subprocess.run([str(CLAUDE), "-p", "Say hello in one short sentence."], cwd=work, env=env,
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=540)  # fmt: skip
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
+    assert r.stdout.strip(), r.stderr[-2000:]
+    turns = [line for line in access_lines(chat_only_gateway) if line.get("path") == "/v1/messages"]
+    assert turns and all(line.get("translated") == "messages->chat" for line in turns)
+    assert any(line.get("status") == 200 for line in turns)
+    print(f"\nClaude Code on llama-cpp-python: {r.stdout.strip()[:200]!r}; gateway lines: "
+          f"{[(t.get('status'), t.get('attempts'), t.get('compressed')) for t in turns]}")
+
+
+@pytest.mark.timeout(600)
+def test_codex_prints_an_answer_from_a_chat_only_server(chat_only_gateway: Gateway, tmp_path: Path) -> None:
+    if not os.access(CODEX, os.X_OK):
+        pytest.fail("Codex is not installed: scripts/test-deps.sh installs it", pytrace=False)
+    home = tmp_path / "home"
+    codex_home = home / ".codex"
+    codex_home.mkdir(parents=True)
+    # README's config.toml, as pasted: stock retries.
+    (codex_home / "config.toml").write_text(
+        'model = "gpt-5-codex"\nmodel_provider = "gw"\n\n[model_providers.gw]\nname = "llm-gateway"\n'
+        f'base_url = "{chat_only_gateway.base}/v1"\nwire_api = "responses"\nenv_key = "GW_KEY"\n'
+        "requires_openai_auth = false\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "CODEX_HOME": str(codex_home), "GW_KEY": "dummy"}
+    r = subprocess.run([str(CODEX), "exec", "--skip-git-repo-check", "Say hello in one short sentence."],
+                       cwd=home, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       timeout=540)  # fmt: skip
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
+    assert r.stdout.strip(), r.stderr[-2000:]
+    turns = [line for line in access_lines(chat_only_gateway) if line.get("path") == "/v1/responses"]
+    assert turns and all(line.get("translated") == "responses->chat" for line in turns)
+    print(f"\nCodex on llama-cpp-python: {r.stdout.strip()[:200]!r}; gateway lines: "
+          f"{[(t.get('status'), t.get('attempts'), t.get('compressed')) for t in turns]}")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_anthropic_sdk_gets_valid_messages(chat_only_gateway: Gateway, stream: bool) -> None:
+    client = anthropic.Anthropic(base_url=chat_only_gateway.base, api_key="dummy", timeout=180)
+    kw = {"model": "claude-sonnet-4-5", "max_tokens": 32, "messages": [{"role": "user", "content": "Hi!"}]}
+    if stream:
+        with client.messages.stream(**kw) as s:  # type: ignore[arg-type]
+            msg = s.get_final_message()
+    else:
+        msg = client.messages.create(**kw)  # type: ignore[call-overload]
+    assert msg.type == "message" and msg.model == "claude-sonnet-4-5" and msg.role == "assistant"
+    assert msg.content and msg.content[0].type == "text" and msg.content[0].text
+    assert msg.stop_reason in ("end_turn", "max_tokens") and msg.usage.output_tokens > 0
+    assert msg.usage.input_tokens > 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_openai_sdk_responses_api_gets_valid_responses(chat_only_gateway: Gateway, stream: bool) -> None:
+    client = openai.OpenAI(base_url=chat_only_gateway.base + "/v1", api_key="dummy", timeout=180)
+    kw = {"model": "gpt-5-codex", "input": "Hi!", "max_output_tokens": 32}
+    if stream:
+        with client.responses.stream(**kw) as s:  # type: ignore[arg-type]
+            resp = s.get_final_response()
+    else:
+        resp = client.responses.create(**kw)  # type: ignore[call-overload]
+    assert resp.object == "response" and resp.model == "gpt-5-codex" and resp.id
+    assert resp.status in ("completed", "incomplete") and resp.output_text
+    assert resp.usage is not None and resp.usage.output_tokens > 0

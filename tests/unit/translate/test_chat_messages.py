@@ -1,0 +1,554 @@
+"""Chat completions client → Anthropic Messages upstream (``translate/chat_messages/``).
+
+Requests are the real ones the openai SDK and the Vercel AI SDK sent (tests/corpus/requests/
+chat-*.json); answers and streams are real Anthropic ones (tests/corpus/answers/messages-*).
+Every translated stream is read back with the openai SDK's own stream accumulation
+(``client.chat.completions.stream`` over an httpx MockTransport serving the bytes) and compared
+with what the anthropic SDK's ``MessageStream`` makes of the upstream stream, translated as a
+buffered answer: the two paths must agree on text, reasoning, tool calls, finish and usage.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx2
+import openai
+import pytest
+
+from gateway.apis.base import Ending
+from gateway.errors import Classification, ErrorType
+from gateway.sse import EventSplitter, parse_event
+from gateway.translate.base import Context, Refusal, Target
+from gateway.translate.chat_messages import BUFFERED_MAX_TOKENS, ChatToMessages, default_max_tokens
+from gateway.translate.tool_ids import from_anthropic_id, to_anthropic_id
+
+CORPUS = Path(__file__).parents[2] / "corpus"
+T = ChatToMessages(clock=lambda: 1_764_000_000)
+TARGET = Target(model="claude-sonnet-4-5-20250929")
+
+
+def corpus(kind: str, name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((CORPUS / kind / f"{name}.json").read_text())
+    assert doc["source"]
+    return doc
+
+
+def client_request(name: str) -> dict[str, Any]:
+    return corpus("requests", name)["body"]
+
+
+def req(payload: dict[str, Any], target: Target = TARGET) -> dict[str, Any]:
+    out = T.request(payload, target)
+    assert not isinstance(out, Refusal), out
+    return out
+
+
+def refused(payload: dict[str, Any]) -> str:
+    out = T.request(payload, TARGET)
+    assert isinstance(out, Refusal), out
+    return out.message
+
+
+def user(text: str = "hi") -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def call(call_id: str, name: str = "get_weather", arguments: str = '{"city": "Paris"}') -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather",
+                                            "parameters": {"type": "object", "properties": {}}}}  # fmt: skip
+
+
+# --- requests from real clients ---------------------------------------------------------------
+
+
+def test_openai_sdk_tools_images_and_results() -> None:
+    out = req(client_request("chat-openai-python-tools-images"))
+    # developer first, the system message from the middle of the conversation after it
+    assert out["system"] == [{"type": "text", "text": "Use tools when asked about weather."},
+                             {"type": "text", "text": "Answer in French."}]  # fmt: skip
+    assert [m["role"] for m in out["messages"]] == ["user", "assistant", "user"]
+    first = out["messages"][0]["content"]
+    assert first[1]["source"]["type"] == "base64" and first[1]["source"]["media_type"] == "image/png"
+    assert first[2]["source"] == {"type": "url", "url": "https://example.com/cat.jpg"}
+    assert out["messages"][1]["content"] == [
+        {"type": "tool_use", "id": "call_a1", "name": "get_weather", "input": {"city": "Paris"}},
+        {"type": "tool_use", "id": "call_b2", "name": "get_weather", "input": {"city": "Rome"}},
+    ]
+    # both tool messages and the following user text in one user turn, results first
+    assert out["messages"][2]["content"] == [
+        {"type": "tool_result", "tool_use_id": "call_a1", "content": "18C, cloudy"},
+        {"type": "tool_result", "tool_use_id": "call_b2", "content": [{"type": "text", "text": "24C, sunny"}]},
+        {"type": "text", "text": "And tomorrow?"},
+    ]
+    assert out["tools"] == [{"name": "get_weather", "description": "Current weather in a city", "input_schema": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]  # fmt: skip
+    assert out["tool_choice"] == {"type": "any", "disable_parallel_tool_use": True}
+    assert out["max_tokens"] == BUFFERED_MAX_TOKENS and "stream" not in out
+
+
+def test_openai_sdk_stream_knobs() -> None:
+    out = req(client_request("chat-openai-python-stream-knobs"))
+    assert out["stream"] is True and out["max_tokens"] == 256
+    assert out["stop_sequences"] == ["\n\n"]
+    assert out["temperature"] == 1.0  # 1.5 clamped to Anthropic's maximum
+    assert "top_p" not in out  # newer Claude models refuse temperature and top_p together
+    assert out["metadata"] == {"user_id": "user-42"}
+    # reasoning_effort "low" with max 256 tokens: no room for the 1024-token minimum budget
+    assert "thinking" not in out
+    for dropped in ("seed", "presence_penalty", "frequency_penalty", "stream_options", "reasoning_effort", "user"):
+        assert dropped not in out
+
+
+def test_openai_sdk_uncarried_fields_are_refused_not_dropped() -> None:
+    payload = client_request("chat-openai-python-uncarried")
+    assert "'n' > 1" in refused(payload)
+    assert "logprobs" in refused({**payload, "n": 1})
+    out = req({k: v for k, v in payload.items() if k not in ("n", "logprobs", "top_logprobs")})
+    assert out["output_config"] == {"format": {"type": "json_schema",
+                                               "schema": payload["response_format"]["json_schema"]["schema"]}}
+    assert out["tool_choice"] == {"type": "tool", "name": "get_weather"}
+
+
+@pytest.mark.parametrize("step", ["chat-ai-sdk-tool-loop-step1", "chat-ai-sdk-tool-loop-step2"])
+def test_ai_sdk_tool_loop(step: str) -> None:
+    payload = client_request(step)
+    out = req(payload)
+    assert out["system"] == [{"type": "text", "text": "You are a weather assistant."}]
+    assert out["stream"] is True and out["max_tokens"] == 64000  # the Sonnet 4 family's default
+    assert out["tools"][0]["input_schema"] == payload["tools"][0]["function"]["parameters"]
+    assert out["tool_choice"] == {"type": "auto"}
+    if step.endswith("step2"):
+        assert out["messages"][1] == {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "call_capture_1", "name": "get_weather", "input": {"city": "Paris"}}]}
+        assert out["messages"][2] == {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "call_capture_1", "content": '{"city":"Paris","celsius":18}'}]}
+
+
+def test_opencode_title_request_merges_its_two_user_messages() -> None:
+    payload = client_request("chat-opencode-title")
+    out = req(payload)
+    assert [m["role"] for m in out["messages"]] == ["user"]
+    assert [b["text"] for b in out["messages"][0]["content"]] == [m["content"] for m in payload["messages"][1:]]
+    assert out["max_tokens"] == 32000 and out["system"][0]["text"] == payload["messages"][0]["content"]
+
+
+def test_opencode_agent_tool_loop() -> None:
+    payload = client_request("chat-opencode-agent-step2")
+    out = req(payload)
+    assert [t["name"] for t in out["tools"]] == [t["function"]["name"] for t in payload["tools"]]
+    assert all(t["input_schema"] == p["function"]["parameters"] for t, p in zip(out["tools"], payload["tools"], strict=True))
+    # opencode sends content "" next to its tool calls: no empty text block reaches Anthropic
+    assert out["messages"][1]["content"] == [{"type": "tool_use", "id": "call_capture_1", "name": "read",
+                                              "input": {"filePath": "/tmp/capture-opencode/opencode.json"}}]
+    assert out["messages"][2]["content"][0]["tool_use_id"] == "call_capture_1"
+    assert out["messages"][2]["content"][0]["content"] == payload["messages"][3]["content"]
+
+
+CAPTURED = sorted(p.stem for p in (CORPUS / "requests").glob("chat-*.json") if "uncarried" not in p.stem)
+
+
+@pytest.mark.parametrize("name", CAPTURED)
+def test_every_captured_request_makes_a_valid_messages_request(name: str) -> None:
+    """What Anthropic checks: alternating turns, no empty text, every tool_result answering a
+    tool_use of the turn before it and standing first in its turn, ids in its alphabet."""
+    out = req(client_request(name))
+    roles = [m["role"] for m in out["messages"]]
+    assert roles[0] == "user" and all(a != b for a, b in itertools.pairwise(roles))
+    for k, turn in enumerate(out["messages"]):
+        kinds = [b["type"] for b in turn["content"]]
+        assert turn["content"] and all(b.get("text") != "" for b in turn["content"])
+        assert kinds == sorted(kinds, key=lambda t: t != "tool_result")
+        asked = {b["id"] for b in out["messages"][k - 1]["content"] if b["type"] == "tool_use"} if k else set()
+        assert {b["tool_use_id"] for b in turn["content"] if b["type"] == "tool_result"} <= asked
+    ids = [b["id"] for m in out["messages"] for b in m["content"] if b["type"] == "tool_use"]
+    assert all(i.replace("-", "").replace("_", "").isalnum() for i in ids)
+    assert 0 < out["max_tokens"] and out["model"] == TARGET.model
+
+
+# --- request mapping tables -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("choice", "parallel", "expected"), [
+    ("auto", None, {"type": "auto"}),
+    ("none", None, {"type": "none"}),
+    ("required", None, {"type": "any"}),
+    ({"type": "function", "function": {"name": "get_weather"}}, None, {"type": "tool", "name": "get_weather"}),
+    (None, None, None),
+    (None, False, {"type": "auto", "disable_parallel_tool_use": True}),
+    ("required", False, {"type": "any", "disable_parallel_tool_use": True}),
+    ("none", False, {"type": "none"}),
+    ("auto", True, {"type": "auto"}),
+])  # fmt: skip
+def test_tool_choice_bifrost_3596(choice: Any, parallel: bool | None, expected: dict[str, Any] | None) -> None:
+    """Bifrost #3596 / #6887: tool_choice mistranslated between the APIs ("required" is
+    Anthropic's "any", a named function its "tool")."""
+    payload: dict[str, Any] = {"model": "m", "messages": [user()], "tools": [WEATHER]}
+    if choice is not None:
+        payload["tool_choice"] = choice
+    if parallel is not None:
+        payload["parallel_tool_calls"] = parallel
+    assert req(payload).get("tool_choice") == expected
+
+
+def test_allowed_tools_and_parallel_tool_calls_are_carried_bifrost_7348() -> None:
+    other = {"type": "function", "function": {"name": "other", "parameters": {"type": "object"}}}
+    out = req({"model": "m", "messages": [user()], "tools": [WEATHER, other], "parallel_tool_calls": False,
+               "tool_choice": {"type": "allowed_tools", "allowed_tools": {
+                   "mode": "required", "tools": [{"type": "function", "function": {"name": "other"}}]}}})  # fmt: skip
+    assert [t["name"] for t in out["tools"]] == ["other"]
+    assert out["tool_choice"] == {"type": "any", "disable_parallel_tool_use": True}
+
+
+def test_no_tools_means_no_tool_choice() -> None:
+    assert "tool_choice" not in req({"model": "m", "messages": [user()], "tool_choice": "auto"})
+
+
+@pytest.mark.parametrize(("effort", "max_tokens", "budget"), [
+    ("minimal", 4000, 1024), ("low", 4000, 2048), ("medium", 4000, 3999), ("high", 20000, 16384),
+    ("xhigh", 40000, 32768), ("medium", 1025, 1024), ("low", 1024, None), ("high", 500, None), ("none", 4000, None),
+])  # fmt: skip
+def test_thinking_budget_is_at_least_1024_and_below_max_tokens_bifrost_1479(
+    effort: str, max_tokens: int, budget: int | None
+) -> None:
+    """Bifrost #1479: a budget under 1024 is refused by Anthropic; never send one."""
+    out = req({"model": "m", "messages": [user()], "reasoning_effort": effort, "max_tokens": max_tokens})
+    if budget is None:
+        assert "thinking" not in out
+    else:
+        assert out["thinking"] == {"type": "enabled", "budget_tokens": budget}
+        assert MIN <= out["thinking"]["budget_tokens"] < out["max_tokens"]
+
+
+MIN = 1024
+
+
+def test_thinking_takes_the_sampling_rules_anthropic_imposes() -> None:
+    base = {"model": "m", "messages": [user()], "reasoning_effort": "low", "max_completion_tokens": 8000}
+    out = req({**base, "temperature": 0.2})
+    assert out["thinking"]["budget_tokens"] == 2048 and "temperature" not in out
+    assert "top_p" not in req({**base, "top_p": 0.5})
+    assert req({**base, "top_p": 0.97})["top_p"] == 0.97
+
+
+def test_no_thinking_with_a_forced_tool_mid_tool_loop_or_with_prefill() -> None:
+    base = {"model": "m", "reasoning_effort": "high", "max_tokens": 32000, "tools": [WEATHER]}
+    assert "thinking" not in req({**base, "messages": [user()], "tool_choice": "required"})
+    loop = [user(), {"role": "assistant", "content": None, "tool_calls": [call("call_1")]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]  # fmt: skip
+    assert "thinking" not in req({**base, "messages": loop})
+    done = [*loop, {"role": "assistant", "content": "It is sunny."}, user("thanks")]
+    assert req({**base, "messages": done})["thinking"]["budget_tokens"] == 16384
+    prefill = [*done, {"role": "assistant", "content": "Sure,"}]
+    assert "thinking" not in req({**base, "messages": prefill})
+
+
+def test_unknown_reasoning_effort_is_refused() -> None:
+    assert "reasoning_effort" in refused({"model": "m", "messages": [user()], "reasoning_effort": "extreme"})
+
+
+@pytest.mark.parametrize(("model", "stream", "expected"), [
+    ("claude-opus-4-1-20250805", True, 32000), ("claude-sonnet-4-5", True, 64000),
+    ("claude-sonnet-4-5", False, BUFFERED_MAX_TOKENS), ("claude-haiku-4-5", True, 64000),
+    ("claude-3-7-sonnet-latest", True, 64000), ("claude-3-5-haiku-latest", True, 8192),
+    ("claude-3-haiku-20240307", False, 4096), ("us.anthropic.claude-sonnet-4-20250514-v1:0", True, 64000),
+    ("my-private-model", True, 4096),
+])  # fmt: skip
+def test_default_max_tokens(model: str, stream: bool, expected: int) -> None:
+    assert default_max_tokens(model, stream) == expected
+    payload = {"model": "x", "messages": [user()], "stream": stream}
+    assert req(payload, Target(model))["max_tokens"] == expected
+
+
+def test_max_completion_tokens_wins_over_max_tokens() -> None:
+    out = req({"model": "m", "messages": [user()], "max_tokens": 100, "max_completion_tokens": 200})
+    assert out["max_tokens"] == 200 and out["model"] == TARGET.model
+
+
+@pytest.mark.parametrize(("stop", "expected"), [("END", ["END"]), (["a", "b"], ["a", "b"]), (None, None)])
+def test_stop(stop: Any, expected: list[str] | None) -> None:
+    assert req({"model": "m", "messages": [user()], "stop": stop}).get("stop_sequences") == expected
+
+
+@pytest.mark.parametrize(("temperature", "expected"), [(0, 0.0), (0.7, 0.7), (1, 1.0), (2, 1.0)])
+def test_temperature_is_clamped_to_anthropics_range(temperature: float, expected: float) -> None:
+    assert req({"model": "m", "messages": [user()], "temperature": temperature})["temperature"] == expected
+
+
+def test_user_and_safety_identifier_become_metadata_user_id() -> None:
+    assert req({"model": "m", "messages": [user()], "user": "u1"})["metadata"] == {"user_id": "u1"}
+    assert req({"model": "m", "messages": [user()], "safety_identifier": "s1"})["metadata"] == {"user_id": "s1"}
+
+
+def test_json_object_is_dropped_and_text_format_ignored() -> None:
+    for fmt in ({"type": "json_object"}, {"type": "text"}):
+        assert "output_config" not in req({"model": "m", "messages": [user()], "response_format": fmt})
+
+
+def test_consecutive_same_role_messages_merge_and_empty_ones_vanish() -> None:
+    out = req({"model": "m", "messages": [
+        user("a"), {"role": "user", "content": [{"type": "text", "text": "b"}]}, {"role": "assistant", "content": ""},
+        {"role": "assistant", "content": "c"}, {"role": "assistant", "content": [{"type": "text", "text": "d"}]},
+    ]})  # fmt: skip
+    assert out["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "c"}, {"type": "text", "text": "d"}]},
+    ]
+
+
+def test_reasoning_content_of_an_earlier_turn_is_not_sent_back() -> None:
+    out = req({"model": "m", "messages": [
+        user(), {"role": "assistant", "content": "4", "reasoning_content": "2+2"}, user("ok")]})  # fmt: skip
+    assert out["messages"][1] == {"role": "assistant", "content": [{"type": "text", "text": "4"}]}
+
+
+def test_cache_control_on_a_text_part_is_anthropics_own_and_carried() -> None:
+    marked = {"type": "text", "text": "long instructions", "cache_control": {"type": "ephemeral"}}
+    out = req({"model": "m", "messages": [{"role": "system", "content": [marked]}, user()]})
+    assert out["system"] == [marked]
+
+
+def test_pdf_file_data_becomes_a_document() -> None:
+    part = {"type": "file", "file": {"filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBERi0x"}}
+    out = req({"model": "m", "messages": [{"role": "user", "content": [part]}]})
+    assert out["messages"][0]["content"] == [
+        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x"}}]
+
+
+@pytest.mark.parametrize(("message", "words"), [
+    ({"role": "assistant", "content": None, "tool_calls": [call("c1", arguments='{"city": "Par')]}, "not valid JSON"),
+    ({"role": "assistant", "content": None, "tool_calls": [call("c1", arguments="[1, 2]")]}, "JSON object"),
+    ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/bmp;base64,Qk0="}}]},
+     "image/bmp"),
+    ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "file:///etc/passwd"}}]}, "http(s)"),
+    ({"role": "user", "content": [{"type": "file", "file": {"file_id": "file-abc"}}]}, "file id"),
+    ({"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}]},
+     "'input_audio'"),
+    ({"role": "function", "name": "f", "content": "x"}, "role 'function'"),
+])  # fmt: skip
+def test_what_cannot_be_carried_is_refused_with_a_clear_message(message: dict[str, Any], words: str) -> None:
+    assert words in refused({"model": "m", "messages": [user(), message]})
+
+
+def test_legacy_functions_and_non_function_tools_are_refused() -> None:
+    assert "tools" in refused({"model": "m", "messages": [user()], "functions": [{"name": "f"}]})
+    assert "tools[0]" in refused({"model": "m", "messages": [user()], "tools": [{"type": "custom", "custom": {}}]})
+
+
+@pytest.mark.parametrize("client_id", ["call_abc123", "functions.get_weather:0", "tool call #1", "gwid_x", ""])
+def test_tool_ids_are_mapped_reversibly_and_consistently(client_id: str) -> None:
+    mapped = to_anthropic_id(client_id)
+    assert from_anthropic_id(mapped) == client_id
+    assert mapped.replace("-", "").replace("_", "").isalnum()
+    out = req({"model": "m", "messages": [
+        user(), {"role": "assistant", "content": None, "tool_calls": [call(client_id)]},
+        {"role": "tool", "tool_call_id": client_id, "content": "ok"}]})  # fmt: skip
+    assert out["messages"][1]["content"][0]["id"] == out["messages"][2]["content"][0]["tool_use_id"] == mapped
+
+
+# --- buffered answers -------------------------------------------------------------------------
+
+
+def ctx(include_usage: bool = False, model: str = "gpt-4o-mini") -> Context:
+    options = {"stream_options": {"include_usage": True}} if include_usage else {}
+    return Context(requested_model=model, request={"model": model, "messages": [], **options}, request_id="req_1")
+
+
+def test_answer_api_reference_example() -> None:
+    doc = corpus("answers", "messages-api-reference-example")["body"]
+    out = T.answer(doc, ctx())
+    assert out == {
+        "id": "chatcmpl-msg_013Zva2CMHLNnXjNJJKqJ2EF", "object": "chat.completion", "created": 1_764_000_000,
+        "model": "gpt-4o-mini",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi! My name is Claude."},
+                     "logprobs": None, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 2095 + 2051 + 2051, "completion_tokens": 503, "total_tokens": 6197 + 503,
+                  "prompt_tokens_details": {"cached_tokens": 2051},
+                  "completion_tokens_details": {"reasoning_tokens": 0}},
+    }  # fmt: skip
+
+
+def test_answer_thinking_and_tool_use() -> None:
+    doc = corpus("answers", "messages-thinking-then-tool-use")["body"]
+    message = T.answer(doc, ctx())["choices"][0]["message"]
+    assert message["content"] is None
+    assert message["reasoning_content"] == doc["content"][0]["thinking"]
+    assert message["tool_calls"] == [{"id": "toolu_014azqsWLU8Djh6RhmBGRC2u", "type": "function", "function": {
+        "name": "weather", "arguments": '{"location": "Florence, Italy"}'}}]  # fmt: skip
+    assert T.answer(doc, ctx())["choices"][0]["finish_reason"] == "tool_calls"
+
+
+@pytest.mark.parametrize(("stop_reason", "finish"), [
+    ("end_turn", "stop"), ("stop_sequence", "stop"), ("max_tokens", "length"), ("tool_use", "tool_calls"),
+    ("refusal", "content_filter"), ("pause_turn", "stop"), ("model_context_window_exceeded", "length"), (None, "stop"),
+])  # fmt: skip
+def test_finish_reasons(stop_reason: str | None, finish: str) -> None:
+    doc = copy.deepcopy(corpus("answers", "messages-text-after-tool-result")["body"])
+    doc["stop_reason"] = stop_reason
+    assert T.answer(doc, ctx())["choices"][0]["finish_reason"] == finish
+
+
+def test_answer_maps_encoded_tool_ids_back() -> None:
+    doc = copy.deepcopy(corpus("answers", "messages-thinking-then-tool-use")["body"])
+    doc["content"][1]["id"] = to_anthropic_id("functions.weather:0")
+    assert T.answer(doc, ctx())["choices"][0]["message"]["tool_calls"][0]["id"] == "functions.weather:0"
+
+
+# --- streams ----------------------------------------------------------------------------------
+
+STREAMS = ["messages-stream-sdk-text-then-tool", "messages-stream-thinking-then-tool-use",
+           "messages-stream-text-after-tool-result", "messages-stream-text-then-two-tools"]  # fmt: skip
+
+
+def upstream_events(name: str) -> list[bytes]:
+    return EventSplitter().feed(corpus("answers", name)["body"].encode().rstrip(b"\n") + b"\n\n")
+
+
+def translate(events: list[bytes], c: Context, *, close: bool = True) -> tuple[list[bytes], bytes]:
+    s = T.stream(c)
+    per_event = [s.event(e) for e in events]
+    return per_event, b"".join(per_event) + (s.close() if close else b"")
+
+
+def _serving(body: bytes) -> httpx2.Client:
+    def reply(_: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    return httpx2.Client(transport=httpx2.MockTransport(reply))
+
+
+def openai_final(body: bytes, include_usage: bool) -> Any:
+    client = openai.OpenAI(api_key="k", base_url="http://gateway/v1", http_client=_serving(body), max_retries=0)
+    options: Any = {"include_usage": True} if include_usage else openai.omit
+    with client.chat.completions.stream(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}],
+                                        stream_options=options) as stream:  # fmt: skip
+        return stream.get_final_completion()
+
+
+def anthropic_final(name: str) -> dict[str, Any]:
+    body = b"".join(upstream_events(name))
+    client = anthropic.Anthropic(api_key="k", base_url="http://up", http_client=_serving(body), max_retries=0)
+    with client.messages.stream(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]) as s:
+        return s.get_final_message().to_dict()
+
+
+@pytest.mark.parametrize("name", STREAMS)
+def test_stream_read_by_the_openai_sdk_agrees_with_the_buffered_translation(name: str) -> None:
+    _, body = translate(upstream_events(name), ctx(include_usage=True))
+    got = openai_final(body, include_usage=True)
+    want = T.answer(anthropic_final(name), ctx())
+    assert got.id == want["id"] and got.model == "gpt-4o-mini"
+    choice, expected = got.choices[0], want["choices"][0]
+    assert choice.finish_reason == expected["finish_reason"]
+    assert (choice.message.content or None) == expected["message"]["content"]
+    assert getattr(choice.message, "reasoning_content", None) == expected["message"].get("reasoning_content")
+    calls = [{"id": c.id, "type": c.type, "function": {"name": c.function.name, "arguments": c.function.arguments}}
+             for c in choice.message.tool_calls or []]  # fmt: skip
+    assert [c["id"] for c in calls] == [c["id"] for c in expected["message"].get("tool_calls", [])]
+    assert [json.loads(c["function"]["arguments"]) for c in calls] == [
+        json.loads(c["function"]["arguments"]) for c in expected["message"].get("tool_calls", [])]
+    assert got.usage is not None and got.usage.model_dump(exclude_none=True) == want["usage"]
+
+
+@pytest.mark.parametrize("name", STREAMS)
+def test_stream_grammar(name: str) -> None:
+    events = upstream_events(name)
+    per_event, body = translate(events, ctx(include_usage=True))
+    chunks = [parse_event(e) for e in EventSplitter().feed(body)]
+    assert chunks[-1].is_done and sum(c.is_done for c in chunks) == 1
+    docs = [c.json() for c in chunks[:-1]]
+    assert docs[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert [d["choices"][0]["finish_reason"] for d in docs if d["choices"]].count(None) == len(docs) - 2
+    assert docs[-1]["choices"] == [] and docs[-1]["usage"]["total_tokens"] > 0  # the usage chunk, last
+    assert all(d["object"] == "chat.completion.chunk" and d["model"] == "gpt-4o-mini" for d in docs)
+    # Unbuffered: every upstream delta that shows something gives its chunk at once.
+    for raw, out in zip(events, per_event, strict=True):
+        doc = parse_event(raw).json()
+        delta = doc.get("delta") if isinstance(doc, dict) else None
+        if isinstance(delta, dict) and (delta.get("text") or delta.get("thinking") or delta.get("partial_json")):
+            assert out, raw
+    # Tool calls: index, id, type and name come first, arguments after.
+    firsts: dict[int, dict[str, Any]] = {}
+    for d in docs[:-1]:
+        for tc in d["choices"][0]["delta"].get("tool_calls", []):
+            if tc["index"] not in firsts:
+                firsts[tc["index"]] = tc
+                assert tc["id"] and tc["type"] == "function" and tc["function"]["name"]
+            else:
+                assert set(tc) == {"index", "function"} and set(tc["function"]) == {"arguments"}
+    assert sorted(firsts) == list(range(len(firsts)))
+
+
+def test_no_usage_chunk_unless_asked_but_usage_noted() -> None:
+    c = ctx(include_usage=False)
+    _, body = translate(upstream_events("messages-stream-sdk-text-then-tool"), c)
+    docs = [e.json() for e in map(parse_event, EventSplitter().feed(body)) if not e.is_done]
+    assert all(d["choices"] for d in docs)
+    assert c.notes["usage"] == {"prompt": 377, "completion": 65}
+    assert openai_final(body, include_usage=False).usage is None
+
+
+def test_thinking_delta_inside_a_text_block_is_reasoning_litellm_33224() -> None:
+    events = upstream_events("messages-stream-text-after-tool-result")
+    stray = (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+             b'"delta":{"type":"thinking_delta","thinking":"hmm"}}\n\n')  # fmt: skip
+    s = T.stream(ctx())
+    for e in events[:3]:
+        s.event(e)
+    out = parse_event(s.event(stray)).json()
+    assert out["choices"][0]["delta"] == {"reasoning_content": "hmm"}
+
+
+def test_encoded_tool_ids_come_back_in_the_stream() -> None:
+    events = upstream_events("messages-stream-sdk-text-then-tool")
+    encoded = to_anthropic_id("functions.get_weather:0")
+    events = [e.replace(b"toolu_01NRLabsLyVHZPKxbKvkfSMn", encoded.encode()) for e in events]
+    _, body = translate(events, ctx())
+    tool_calls = openai_final(body, include_usage=False).choices[0].message.tool_calls
+    assert tool_calls is not None and tool_calls[0].id == "functions.get_weather:0"
+
+
+def test_close_completes_a_stream_once() -> None:
+    events = upstream_events("messages-stream-sdk-text-then-tool")
+    s = T.stream(ctx())
+    body = b"".join(s.event(e) for e in events)
+    assert body.endswith(b"data: [DONE]\n\n") and s.close() == b""
+    s = T.stream(ctx())
+    cut = b"".join(s.event(e) for e in events[:-2]) + s.close()  # no message_delta / message_stop seen
+    final = openai_final(cut, include_usage=False)
+    assert final.choices[0].finish_reason == "stop" and cut.count(b"[DONE]") == 1
+
+
+def test_broken_stream_ends_in_the_chat_error_chunk_without_done() -> None:
+    events = upstream_events("messages-stream-sdk-text-then-tool")
+    s = T.stream(ctx())
+    shown = b"".join(s.event(e) for e in events[:5])
+    ending = Ending(Classification(ErrorType.PROVIDER_UNAVAILABLE, retryable=True), "upstream went away", None)
+    last = s.broken(ending)
+    assert b"[DONE]" not in last and s.event(events[-1]) == b"" and s.close() == b""
+    doc = parse_event(last).json()
+    assert doc["id"] == "chatcmpl-msg_019Q1hrJbZG26Fb9BQhrkHEr" and doc["model"] == "gpt-4o-mini"
+    assert doc["choices"] == [{"index": 0, "delta": {}, "finish_reason": "error"}]
+    assert doc["error"]["message"] == "upstream went away" and doc["error"]["x_llm_error_type"] == "provider_unavailable"
+    assert shown and b"[DONE]" not in shown
+
+
+@pytest.mark.parametrize("raw", [
+    b'event: content_block_delta\r\ndata: {"type":"content_block_delta","index":0,'
+    b'"delta":{"type":"text_delta","text":"Hi"}}\r\n\r\n',
+    b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,\n'
+    b'data: "delta":{"type":"text_delta","text":"Hi"}}\n\n',
+    b'data:{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}\n\n',
+])  # fmt: skip
+def test_any_sse_framing_of_an_event_is_read(raw: bytes) -> None:
+    s = T.stream(ctx())
+    s.event(upstream_events("messages-stream-sdk-text-then-tool")[0])
+    assert parse_event(s.event(raw)).json()["choices"][0]["delta"] == {"content": "Hi"}

@@ -1,0 +1,449 @@
+"""Anthropic Messages clients on a chat completions upstream (gateway/translate/messages_chat).
+
+Requests are Claude Code 2.1.197's own (tests/corpus/requests, captured here) and bodies the
+real anthropic SDK builds; answers and streams are real provider recordings
+(tests/corpus/answers). Every translated stream is checked against the Messages grammar and
+read back through the anthropic SDK's own stream accumulator."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import anthropic
+import pytest
+
+from gateway.apis.base import Ending
+from gateway.errors import Classification, ErrorType
+from gateway.translate.base import Refusal, Target
+from gateway.translate.messages_chat import MessagesToChat
+from gateway.translate.messages_chat.answer import INVALID_ARGUMENTS
+from tests.unit.translate.messages_helpers import (
+    check_grammar,
+    corpus_answer,
+    corpus_request,
+    ctx_for,
+    events,
+    run,
+    sdk_final_message,
+    sdk_message,
+    sdk_request,
+    wire_stream,
+)
+
+T = MessagesToChat()
+TARGET = Target(model="qwen3-coder")
+FIRST = "claude-code-2.1.197-first.json"
+BASH = "claude-code-2.1.197-bash-result.json"
+IMAGE = "claude-code-2.1.197-image-result.json"
+NO_THINKING = "claude-code-2.1.197-thinking-off.json"
+
+
+def chat(payload: dict[str, Any], target: Target = TARGET) -> dict[str, Any]:
+    out = T.request(payload, target)
+    assert not isinstance(out, Refusal), out
+    return out
+
+
+# --- Claude Code's real requests ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [FIRST, BASH, IMAGE, NO_THINKING])
+def test_claude_code_request_becomes_a_plain_chat_request(name: str) -> None:
+    body = corpus_request(name)
+    out = chat(body)
+    text = json.dumps(out)
+    assert out["model"] == "qwen3-coder" and out["max_tokens"] == body["max_tokens"]
+    assert out["stream"] is True and out["stream_options"] == {"include_usage": True}
+    assert out["user"] == body["metadata"]["user_id"]
+    # Dropped by rule: nothing Anthropic-only reaches the chat server.
+    assert set(out) == {"model", "messages", "max_tokens", "user", "tools", "stream", "stream_options"} | (
+        {"reasoning_effort"} if name != NO_THINKING else set())
+    for gone in ('"cache_control"', '"input_schema"', "x-anthropic-billing-header"):
+        assert gone not in text, gone
+    roles = [m["role"] for m in out["messages"]]
+    assert roles[0] == "system" and "system" not in roles[1:]  # only one system message, first
+    assert isinstance(out["messages"][0]["content"], str)
+    assert [t["function"]["name"] for t in out["tools"]] == [t["name"] for t in body["tools"]]
+    assert all(t["type"] == "function" and t["function"]["parameters"]["type"] == "object" for t in out["tools"])
+    # The mid-conversation system message went into the user turn next to it.
+    mid = next(m["content"] for m in body["messages"] if m["role"] == "system")
+    assert f"<system-reminder>\n{mid}\n</system-reminder>" in out["messages"][1]["content"]
+
+
+def test_claude_code_effort_becomes_reasoning_effort_and_thinking_off_sends_none() -> None:
+    assert chat(corpus_request(FIRST))["reasoning_effort"] == "high"  # adaptive + effort high
+    assert "reasoning_effort" not in chat(corpus_request(NO_THINKING))  # disabled, not "none"
+
+
+def test_claude_code_prompt_prefix_stays_the_same_across_turns() -> None:
+    """The second request starts with the first one's messages, byte for byte: a chat server's
+    prefix cache (llama.cpp, vLLM) keeps the ~20k-token prompt instead of reprocessing it."""
+    first, second = chat(corpus_request(FIRST)), chat(corpus_request(BASH))
+    assert second["messages"][: len(first["messages"])] == first["messages"]
+    assert second["tools"] == first["tools"]
+
+
+def test_claude_code_tool_round_becomes_tool_calls_and_a_tool_message() -> None:
+    body = corpus_request(BASH)
+    tool_use = body["messages"][2]["content"][0]
+    out = chat(body)["messages"]
+    assert [m["role"] for m in out] == ["system", "user", "assistant", "tool"]
+    assert out[2] == {"role": "assistant", "content": "", "tool_calls": [{
+        "id": tool_use["id"], "type": "function",
+        "function": {"name": "Bash", "arguments": json.dumps(tool_use["input"])}}]}  # fmt: skip
+    assert out[3] == {"role": "tool", "tool_call_id": tool_use["id"], "content": "hi"}
+
+
+def test_claude_code_image_tool_result_follows_as_a_user_image() -> None:
+    body = corpus_request(IMAGE)
+    result = body["messages"][-1]["content"][0]
+    source = result["content"][0]["source"]
+    out = chat(body)["messages"]
+    assert [m["role"] for m in out] == ["system", "user", "assistant", "tool", "user"]
+    assert out[3]["tool_call_id"] == result["tool_use_id"] and "image" in out[3]["content"]
+    image = out[4]["content"][-1]
+    assert image == {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{source['data']}"}}
+
+
+# --- what the anthropic SDK sends --------------------------------------------------------
+
+WEATHER = {"name": "get_weather", "description": "Weather of a city",
+           "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}  # fmt: skip
+HI = [{"role": "user", "content": "hi"}]
+
+
+@pytest.mark.parametrize(("name", "kwargs", "expected"), [
+    # Bifrost #3596 / #6887: "any" must become "required", never the bare string "any".
+    ("tool_choice any is required", {"tools": [WEATHER], "tool_choice": {"type": "any"}}, {"tool_choice": "required"}),
+    ("tool_choice auto", {"tools": [WEATHER], "tool_choice": {"type": "auto"}}, {"tool_choice": "auto"}),
+    ("tool_choice none", {"tools": [WEATHER], "tool_choice": {"type": "none"}}, {"tool_choice": "none"}),
+    ("tool_choice tool", {"tools": [WEATHER], "tool_choice": {"type": "tool", "name": "get_weather"}},
+     {"tool_choice": {"type": "function", "function": {"name": "get_weather"}}}),
+    ("disable_parallel_tool_use", {"tools": [WEATHER], "tool_choice": {"type": "auto", "disable_parallel_tool_use": True}},
+     {"tool_choice": "auto", "parallel_tool_calls": False}),
+    ("tool_choice without tools is left out", {"tool_choice": {"type": "auto"}}, {"tool_choice": None}),
+    # Bifrost #1479: a budget under Anthropic's own 1,024 floor is not refused on a chat upstream.
+    ("thinking budget under 1024", {"thinking": {"type": "enabled", "budget_tokens": 500}}, {"reasoning_effort": "low"}),
+    ("thinking budget 10k", {"thinking": {"type": "enabled", "budget_tokens": 10000}}, {"reasoning_effort": "medium"}),
+    ("thinking budget 32k", {"thinking": {"type": "enabled", "budget_tokens": 32000}}, {"reasoning_effort": "high"}),
+    ("thinking disabled", {"thinking": {"type": "disabled"}}, {"reasoning_effort": None}),
+    # anthropic SDK 2.14 takes the sampling knobs only through extra_body (AGENT-REQUESTS.md).
+    ("stop sequences and sampling", {"stop_sequences": ["END"], "extra_body": {"temperature": 0.2, "top_p": 0.9, "top_k": 5}},
+     {"stop": ["END"], "temperature": 0.2, "top_p": 0.9, "top_k": None}),
+    ("system string", {"system": "Be brief."}, {"messages": [{"role": "system", "content": "Be brief."},
+                                                             {"role": "user", "content": "hi"}]}),
+    ("user id", {"metadata": {"user_id": "u-42"}}, {"user": "u-42"}),
+    ("not streaming", {}, {"stream": None, "stream_options": None, "max_tokens": 256}),
+])  # fmt: skip
+def test_sdk_request_fields(name: str, kwargs: dict[str, Any], expected: dict[str, Any]) -> None:
+    out = chat(sdk_request(messages=HI, **kwargs))
+    for key, value in expected.items():
+        assert out.get(key) == value, (name, key, out.get(key))
+    if "tools" in kwargs:
+        assert out["tools"] == [{"type": "function", "function": {
+            "name": "get_weather", "description": "Weather of a city", "parameters": WEATHER["input_schema"]}}]  # fmt: skip
+
+
+def test_bifrost_3596_tool_choice_any_is_required_never_the_string_any() -> None:
+    out = chat(sdk_request(messages=HI, tools=[WEATHER], tool_choice={"type": "any"}))
+    assert out["tool_choice"] == "required"
+
+
+def test_bifrost_1479_a_thinking_budget_under_1024_is_carried_not_refused() -> None:
+    out = T.request(sdk_request(messages=HI, thinking={"type": "enabled", "budget_tokens": 512}, max_tokens=600), TARGET)
+    assert not isinstance(out, Refusal) and out["reasoning_effort"] == "low" and out["max_tokens"] == 600
+
+
+def test_images_base64_and_url_become_image_url_parts() -> None:
+    body = sdk_request(messages=[{"role": "user", "content": [
+        {"type": "text", "text": "compare"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "QUJD"}},
+        {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}},
+    ]}])  # fmt: skip
+    assert chat(body)["messages"] == [{"role": "user", "content": [
+        {"type": "text", "text": "compare"},
+        {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,QUJD"}},
+        {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}},
+    ]}]  # fmt: skip
+
+
+def test_parallel_tool_calls_and_results_keep_their_ids_and_is_error_is_said() -> None:
+    body = sdk_request(tools=[WEATHER], messages=[
+        {"role": "user", "content": "weather in Oslo and Rome?"},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "two calls", "signature": "EqQBCkYIARgCKkA"},
+            {"type": "text", "text": "Checking."},
+            {"type": "tool_use", "id": "toolu_01A", "name": "get_weather", "input": {"city": "Oslo"}},
+            {"type": "tool_use", "id": "toolu_01B", "name": "get_weather", "input": {"city": "Rome"}},
+        ]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_01A", "content": [{"type": "text", "text": "4 C"}]},
+            {"type": "tool_result", "tool_use_id": "toolu_01B", "is_error": True, "content": "timeout"},
+            {"type": "text", "text": "and?"},
+        ]},
+    ])  # fmt: skip
+    out = chat(body)["messages"]
+    assert [m["role"] for m in out] == ["user", "assistant", "tool", "tool", "user"]
+    assert out[1]["content"] == "Checking."  # the signed thinking block is dropped
+    assert [c["id"] for c in out[1]["tool_calls"]] == ["toolu_01A", "toolu_01B"]
+    assert [json.loads(c["function"]["arguments"]) for c in out[1]["tool_calls"]] == [{"city": "Oslo"}, {"city": "Rome"}]
+    assert out[2] == {"role": "tool", "tool_call_id": "toolu_01A", "content": "4 C"}
+    assert out[3] == {"role": "tool", "tool_call_id": "toolu_01B", "content": "Error: timeout"}
+    assert out[4] == {"role": "user", "content": "and?"}
+
+
+def test_documents_text_is_carried_and_a_pdf_is_replaced_by_a_note() -> None:
+    body = sdk_request(messages=[{"role": "user", "content": [
+        {"type": "document", "title": "notes", "source": {"type": "text", "media_type": "text/plain", "data": "alpha"}},
+        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x"}},
+        {"type": "text", "text": "summarise"},
+    ]}])  # fmt: skip
+    content = chat(body)["messages"][0]["content"]
+    assert "Document: notes\nalpha" in content and "JVBERi0x" not in content
+    assert "application/pdf) left out" in content and content.endswith("summarise")
+
+
+def test_search_results_are_carried_as_text() -> None:
+    body = sdk_request(messages=[{"role": "user", "content": [
+        {"type": "search_result", "source": "https://docs.example/a", "title": "A",
+         "content": [{"type": "text", "text": "alpha is first"}]},
+        {"type": "text", "text": "what is first?"},
+    ]}])  # fmt: skip
+    assert chat(body)["messages"] == [{"role": "user", "content": "A\nhttps://docs.example/a\n\nalpha is first\n\nwhat is first?"}]
+
+
+@pytest.mark.parametrize(("name", "kwargs", "says"), [
+    ("hosted web search", {"tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 2}]}, "web_search"),
+    ("mcp servers", {"extra_body": {"mcp_servers": [{"type": "url", "url": "https://mcp.example", "name": "x"}]}},
+     "mcp_servers"),
+    ("file image", {"messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "file", "file_id": "file_011"}}]}]}, "Files API"),
+])  # fmt: skip
+def test_what_a_chat_upstream_cannot_do_is_refused(name: str, kwargs: dict[str, Any], says: str) -> None:
+    kwargs.setdefault("messages", HI)
+    out = T.request(sdk_request(**kwargs), TARGET)
+    assert isinstance(out, Refusal) and says in out.message, out
+
+
+def test_mid_conversation_system_after_an_assistant_waits_for_the_next_user_turn() -> None:
+    out = chat({"model": "m", "max_tokens": 5, "messages": [
+        {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+        {"role": "system", "content": "note"},
+    ]})["messages"]  # fmt: skip
+    assert out == [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+                   {"role": "user", "content": "<system-reminder>\nnote\n</system-reminder>"}]  # fmt: skip
+
+
+# --- buffered answers --------------------------------------------------------------------
+
+
+def test_deepseek_tool_call_answer() -> None:
+    doc = corpus_answer("deepseek-reasoner-tool-call.json")["body"]
+    ctx = ctx_for(sdk_request(messages=HI, tools=[WEATHER]))
+    out = T.answer(doc, ctx)
+    message = sdk_message(out)  # the SDK parses it as a Message
+    assert message.id.startswith("msg_") and message.model == "claude-opus-4-8"  # what the client asked for
+    assert [b.type for b in message.content] == ["thinking", "tool_use"]
+    assert message.content[0].thinking == doc["choices"][0]["message"]["reasoning_content"]
+    call = doc["choices"][0]["message"]["tool_calls"][0]
+    assert (message.content[1].id, message.content[1].name) == (call["id"], "weather")
+    assert message.content[1].input == {"location": "San Francisco"}
+    assert message.stop_reason == "tool_use" and message.stop_sequence is None
+    assert (message.usage.input_tokens, message.usage.cache_read_input_tokens, message.usage.output_tokens) == (19, 320, 92)
+    assert not ctx.notes
+
+
+@pytest.mark.parametrize("name", ["deepseek-reasoner-reasoning.json", "groq-qwen3-reasoning.json"])
+def test_reasoning_answers_become_a_thinking_block_before_the_text(name: str) -> None:
+    doc = corpus_answer(name)["body"]
+    message = doc["choices"][0]["message"]
+    out = sdk_message(T.answer(doc, ctx_for(sdk_request(messages=HI))))
+    assert [b.type for b in out.content] == ["thinking", "text"]
+    assert out.content[0].thinking == (message.get("reasoning_content") or message["reasoning"])
+    assert out.content[1].text == message["content"] and out.stop_reason == "end_turn"
+    assert out.usage.output_tokens == doc["usage"]["completion_tokens"]
+
+
+def _completion(message: dict[str, Any], finish: str | None, **choice: Any) -> dict[str, Any]:
+    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "qwen",
+            "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish, **choice}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13}}  # fmt: skip
+
+
+CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'}}
+
+
+@pytest.mark.parametrize(("name", "message", "finish", "choice", "stop", "sequence"), [
+    ("stop", {"content": "hi"}, "stop", {}, "end_turn", None),
+    ("length", {"content": "hi"}, "length", {}, "max_tokens", None),
+    ("tool_calls", {"content": None, "tool_calls": [CALL]}, "tool_calls", {}, "tool_use", None),
+    ("tool call with finish stop (llama.cpp)", {"content": "", "tool_calls": [CALL]}, "stop", {}, "tool_use", None),
+    ("content_filter", {"content": ""}, "content_filter", {}, "refusal", None),
+    ("vLLM names the stop string", {"content": "a"}, "stop", {"stop_reason": "END"}, "stop_sequence", "END"),
+    ("a stop string not asked for", {"content": "a"}, "stop", {"stop_reason": "XYZ"}, "end_turn", None),
+    ("no finish reason", {"content": "a"}, None, {}, "end_turn", None),
+])  # fmt: skip
+def test_stop_reasons(name: str, message: dict[str, Any], finish: str | None, choice: dict[str, Any],
+                      stop: str, sequence: str | None) -> None:  # fmt: skip
+    out = T.answer(_completion(message, finish, **choice), ctx_for(sdk_request(messages=HI, stop_sequences=["END"])))
+    assert (out["stop_reason"], out["stop_sequence"]) == (stop, sequence), name
+
+
+def test_invalid_tool_arguments_reach_the_client_instead_of_vanishing() -> None:
+    bad = {**CALL, "function": {"name": "get_weather", "arguments": '{"city": "Os'}}
+    empty = {"id": "call_2", "type": "function", "function": {"name": "now", "arguments": ""}}
+    out = T.answer(_completion({"content": None, "tool_calls": [bad, empty]}, "tool_calls"), ctx_for({"messages": []}))
+    assert out["content"][0]["input"] == {INVALID_ARGUMENTS: '{"city": "Os'}
+    assert out["content"][1]["input"] == {}
+
+
+def test_missing_usage_is_estimated_and_said() -> None:
+    doc = _completion({"content": "hello there"}, "stop")
+    del doc["usage"]
+    ctx = ctx_for(corpus_request(FIRST))
+    out = T.answer(doc, ctx)
+    assert out["usage"]["input_tokens"] > 10_000 and out["usage"]["output_tokens"] > 0
+    assert ctx.notes["usage_estimated"] is True
+
+
+# --- streams -----------------------------------------------------------------------------
+
+STREAMS = ["openai-gpt-4o-text.stream.json", "openai-gpt-4o-parallel-tools.stream.json",
+           "openai-gpt-4o-length.stream.json", "deepseek-reasoner-tool-call.stream.json"]  # fmt: skip
+
+
+def _chunks(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    wire = wire_stream(doc).decode()
+    return [json.loads(line[6:]) for line in wire.split("\n\n") if line.startswith("data: {")]
+
+
+def _expected(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the chunks add up to, the way a chat client would accumulate them."""
+    text = thinking = ""
+    calls: dict[int, dict[str, str]] = {}
+    finish = usage = None
+    for c in chunks:
+        usage = c.get("usage") or usage
+        for choice in c.get("choices") or []:
+            d = choice.get("delta") or {}
+            text += d.get("content") or ""
+            thinking += d.get("reasoning_content") or ""
+            for tc in d.get("tool_calls") or []:
+                call = calls.setdefault(tc["index"], {"id": "", "name": "", "arguments": ""})
+                call["id"] = tc.get("id") or call["id"]
+                call["name"] = (tc.get("function") or {}).get("name") or call["name"]
+                call["arguments"] += (tc.get("function") or {}).get("arguments") or ""
+            finish = choice.get("finish_reason") or finish
+    return {"text": text, "thinking": thinking, "calls": [calls[i] for i in sorted(calls)], "finish": finish,
+            "usage": usage}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", STREAMS)
+@pytest.mark.parametrize("chunk", [0, 7])  # whole, and cut into 7-byte pieces
+def test_real_streams_read_back_through_the_sdk(name: str, chunk: int) -> None:
+    doc = corpus_answer(name)
+    want = _expected(_chunks(doc))
+    ctx = ctx_for(corpus_request(FIRST))
+    out = run(T.stream(ctx), wire_stream(doc), chunk=chunk)
+    check_grammar(out)
+    message = sdk_final_message(out)
+    assert message.model == "claude-opus-4-8" and message.id == "msg_0123456789abcdef"
+    got_text = "".join(b.text for b in message.content if b.type == "text")
+    got_thinking = "".join(b.thinking for b in message.content if b.type == "thinking")
+    calls = [b for b in message.content if b.type == "tool_use"]
+    assert (got_text, got_thinking) == (want["text"], want["thinking"])
+    assert [(c.id, c.name, c.input) for c in calls] == [
+        (w["id"], w["name"], json.loads(w["arguments"])) for w in want["calls"]]  # fmt: skip
+    assert message.stop_reason == {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}[want["finish"]]
+    cached = (want["usage"].get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+    assert message.usage.input_tokens == want["usage"]["prompt_tokens"] - cached
+    assert message.usage.cache_read_input_tokens == cached
+    assert message.usage.output_tokens == want["usage"]["completion_tokens"]
+    assert not ctx.notes
+
+
+def test_litellm_24176_vercel_17326_message_start_usage_is_the_estimate_never_zero() -> None:
+    """LiteLLM #24176 / vercel/ai #17326: Claude Code reads message_start's usage; chat has
+    none until the end, so it carries the request's estimate, and the real count follows."""
+    ctx = ctx_for(corpus_request(FIRST))
+    out = events(run(T.stream(ctx), wire_stream(corpus_answer("openai-gpt-4o-text.stream.json"))))
+    start = out[0][1]["message"]
+    assert 15_000 < start["usage"]["input_tokens"] < 30_000  # Claude Code's first request is ~21k tokens
+    assert start["content"] == [] and start["stop_reason"] is None and "stop_sequence" in start
+    assert out[-2][1]["usage"]["input_tokens"] == 14  # the upstream's own count replaces it
+
+
+def test_litellm_33224_reasoning_then_text_are_two_blocks_never_a_thinking_delta_in_text() -> None:
+    """LiteLLM #33224: reasoning after text opens a new thinking block."""
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        doc = {"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return b"data: " + json.dumps(doc).encode() + b"\n\n"
+
+    wire = b"".join([chunk({"role": "assistant", "content": ""}), chunk({"reasoning_content": "think"}),
+                     chunk({"content": "Hel"}), chunk({"content": "lo"}), chunk({"reasoning": "more"}),
+                     chunk({"content": "!"}), chunk({}, "stop"), b"data: [DONE]\n\n"])  # fmt: skip
+    ctx = ctx_for({"messages": HI})
+    out = check_grammar(run(T.stream(ctx), wire))
+    starts = [d["content_block"]["type"] for n, d in out if n == "content_block_start"]
+    assert starts == ["thinking", "text", "thinking", "text"]
+    message = sdk_final_message(run(T.stream(ctx_for({"messages": HI})), wire))
+    assert [b.type for b in message.content] == starts
+    assert ctx.notes["usage_estimated"] is True  # no usage chunk came: estimated, and said
+
+
+def _interleaved(doc: dict[str, Any]) -> bytes:
+    """The real parallel-tools stream with the two calls' argument chunks interleaved, as
+    some servers send them (each call's own order kept)."""
+    chunks = _chunks(doc)
+    head, tail = chunks[:1], chunks[-2:]
+    first = [c for c in chunks[1:-2] if c["choices"][0]["delta"]["tool_calls"][0]["index"] == 0]
+    second = [c for c in chunks[1:-2] if c["choices"][0]["delta"]["tool_calls"][0]["index"] == 1]
+    mixed = [first[0], second[0]] + [c for pair in zip(first[1:], second[1:], strict=False) for c in pair]
+    mixed += first[len(second):] + second[len(first):]  # fmt: skip
+    body = head + mixed + tail
+    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in body) + b"data: [DONE]\n\n"
+
+
+def test_litellm_13373_interleaved_parallel_tool_calls_never_address_a_missing_block() -> None:
+    """LiteLLM #13373 ("Content block not found"): chat may interleave two calls' arguments;
+    each tool_use block still gets all and only its own, and no delta names a closed block."""
+    doc = corpus_answer("openai-gpt-4o-parallel-tools.stream.json")
+    out = run(T.stream(ctx_for({"messages": HI})), _interleaved(doc))
+    check_grammar(out)
+    message = sdk_final_message(out)
+    assert [(b.name, b.input) for b in message.content] == [
+        ("GetWeatherArgs", {"city": "Edinburgh", "country": "UK", "units": "c"}),
+        ("get_stock_price", {"ticker": "AAPL", "exchange": "NASDAQ"}),
+    ]  # fmt: skip
+    assert message.stop_reason == "tool_use"
+
+
+def test_keepalive_comments_become_pings_and_close_completes_a_stream_without_done() -> None:
+    doc = corpus_answer("deepseek-reasoner-tool-call.stream.json")  # vercel/ai kept no [DONE]
+    wire = wire_stream(doc)
+    wire = wire[: wire.index(b"\n\n") + 2] + b": keep-alive\n\n" + wire[wire.index(b"\n\n") + 2 :]
+    out = run(T.stream(ctx_for({"messages": HI})), wire)
+    assert [n for n, _ in check_grammar(out)].count("ping") == 1
+    assert sdk_final_message(out).stop_reason == "tool_use"
+
+
+def test_a_broken_stream_ends_in_one_anthropic_error_event() -> None:
+    doc = corpus_answer("openai-gpt-4o-text.stream.json")
+    wire = wire_stream(doc)
+    stream = T.stream(ctx_for({"messages": HI}))
+    shown = run(stream, wire[: len(wire) // 2], close=False)
+    ending = Ending(Classification(ErrorType.PROVIDER_UNAVAILABLE, True, None, None), "upstream reset", "upstream_reset")
+    tail = stream.broken(ending)
+    (name, doc_), = events(tail)
+    assert name == "error" and doc_["error"]["type"] == "api_error" and doc_["request_id"] == "0123456789abcdef"
+    assert stream.close() == b"" and stream.event(b"data: [DONE]\n\n") == b""  # nothing after the error
+    with pytest.raises(anthropic.APIStatusError):
+        sdk_final_message(shown + tail)
+
+
+def test_stream_usage_not_asked_when_the_target_says_so() -> None:
+    body = copy.deepcopy(corpus_request(FIRST))
+    out = chat(body, Target(model="m", stream_usage=False))
+    assert "stream_options" not in out
