@@ -1,4 +1,4 @@
-"""A Responses request as a chat completions request (the request half of ``responses_chat``).
+"""A Responses request as a chat completions request.
 
 Rules, each with its reason (docs/translation/responses_chat.md has the whole table):
 
@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.translate.base import Refusal, Target
-from gateway.translate.responses_chat_tools import (
+from gateway.translate.responses_chat.tools import (
     CUSTOM_INPUT,
     ToolNames,
     chat_tool_choice,
