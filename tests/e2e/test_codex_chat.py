@@ -155,3 +155,27 @@ def test_codex_compacts_its_own_history_on_a_chat_upstream(
     assert "COMPACTION" in compaction["messages"][-1]["content"]
     assert any("SUMMARY-1" in m["content"] for m in turn["messages"] if m["role"] == "user")
     assert turn["messages"][-1] == {"role": "user", "content": "again"}
+
+
+@pytest.fixture(scope="module")
+def messages_gateway(
+    fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningGateway]:
+    gw = launch_cli(fake, tmp_path_factory.mktemp("codexmsg"), "",
+                    upstream_yaml=", apis: [messages], model_map: {'gpt-*': claude-sonnet-4-5}")  # fmt: skip
+    yield gw
+    gw.stop()
+
+
+def test_codex_on_a_messages_only_upstream_through_chat(
+    codex: Path,  # noqa: F811
+    messages_gateway: RunningGateway,
+    upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    """Codex on an Anthropic-only upstream: Responses → chat → Messages, composed."""
+    r = run_codex(codex, messages_gateway, tmp_path, "say hi")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "Hello from fake."
+    [sent] = upstream.requests
+    assert sent.path == "/v1/messages" and sent.json()["model"] == "claude-sonnet-4-5"
