@@ -28,8 +28,11 @@ def chat_gateway(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -
     gw.stop()
 
 
-def call(call_id: str, name: str, args: str) -> Stream:
+def call(call_id: str, name: str, args: str, thinking: str = "") -> Stream:
+    """A chat stream calling one tool, after some ``reasoning_content`` when ``thinking``."""
+    think = [chunk({"role": "assistant", "content": None, "reasoning_content": thinking})] if thinking else []
     return Stream([
+        *think,
         chunk({"role": "assistant", "content": None, "tool_calls": [
             {"index": 0, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}]}),
         chunk({"tool_calls": [{"index": 0, "function": {"arguments": args}}]}),
@@ -70,7 +73,13 @@ def test_codex_runs_a_shell_call_loop_on_a_chat_upstream(
     tmp_path: Path,
 ) -> None:
     upstream.script(
-        call("call_sh1", "exec_command", '{"cmd":"echo hi-from-shell"}'), text(("It printed ", "hi."))
+        call(
+            "call_sh1",
+            "exec_command",
+            '{"cmd":"echo hi-from-shell"}',
+            thinking="The user wants a shell command.",
+        ),
+        text(("It printed ", "hi.")),
     )
     r = run_codex(codex, chat_gateway, tmp_path, "Run echo hi-from-shell and tell me what it printed")
     assert r.returncode == 0, r.stderr
@@ -81,6 +90,8 @@ def test_codex_runs_a_shell_call_loop_on_a_chat_upstream(
     assert assistant["tool_calls"][0]["id"] == "call_sh1" and assistant["content"] == ""
     assert tool == {**tool, "role": "tool", "tool_call_id": "call_sh1"} and "hi-from-shell" in tool["content"]
     assert "Process exited with code 0" in tool["content"]  # Codex really ran it
+    # The reasoning item did not trouble Codex, and reasoning never goes back upstream.
+    assert "The user wants" not in str(second["messages"])
 
 
 def test_codex_dispatches_a_namespaced_call_by_name_and_namespace(
@@ -156,6 +167,16 @@ def rules_gateway(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) 
     gw.stop()
 
 
+@pytest.fixture(scope="module")
+def messages_gateway(
+    fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningGateway]:
+    gw = launch_cli(fake, tmp_path_factory.mktemp("codexmsg"), "",
+                    upstream_yaml=", apis: [messages], model_map: {'gpt-*': claude-sonnet-4-5}")  # fmt: skip
+    yield gw
+    gw.stop()
+
+
 def test_codex_gets_the_structured_result_for_an_oversized_shell_output_and_narrows(
     codex: Path,  # noqa: F811
     rules_gateway: RunningGateway,
@@ -190,3 +211,17 @@ def test_codex_gets_the_structured_result_for_an_oversized_shell_output_and_narr
     assert small["tool_call_id"] == "call_small" and "Process exited with code 0" in small["content"]
     for body in (second, third):
         assert "19999" not in json.dumps(body)  # nothing of the big output reached the upstream
+
+
+def test_codex_on_a_messages_only_upstream_through_chat(
+    codex: Path,  # noqa: F811
+    messages_gateway: RunningGateway,
+    upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    """Codex on an Anthropic-only upstream: Responses → chat → Messages, composed."""
+    r = run_codex(codex, messages_gateway, tmp_path, "say hi")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "Hello from fake."
+    [sent] = upstream.requests
+    assert sent.path == "/v1/messages" and sent.json()["model"] == "claude-sonnet-4-5"

@@ -93,6 +93,7 @@ async def test_previous_response_id_is_a_400_in_the_responses_envelope_never_sen
     )
     err = json.loads(body)["error"]
     assert status == 400 and "previous_response_id" in err["message"] and "chat completions" in err["message"]
+    assert err["code"] == "untranslatable_request"
     assert gw.fake.requests == []
 
 
@@ -118,3 +119,25 @@ async def test_an_overflow_carries_context_length_exceeded_for_codex(make_gatewa
     status, headers, body = await gw.responses({"model": "gpt-5", "input": "hi"})
     assert status == 400 and headers["x-llm-error-type"] == "context_overflow"
     assert json.loads(body)["error"]["code"] == "context_length_exceeded"
+
+
+async def test_responses_reach_a_messages_only_upstream_through_chat(make_gateway) -> None:
+    """No Responses → Messages module: the registry composes this one with chat → Messages."""
+    gw = await make_gateway(upstream_yaml=", apis: [messages], model_map: {'gpt-*': claude-sonnet-4-5}")
+    status, headers, body = await gw.responses({"model": "gpt-5", "instructions": "Be brief.", "input": "hi"})
+    doc = json.loads(body)
+    assert status == 200 and headers["x-llm-translated"] == "responses->messages"
+    assert (
+        doc["model"] == "gpt-5" and doc["output"][0]["content"][0]["text"] == "Hello from the fake upstream."
+    )
+    [sent] = gw.fake.requests
+    assert sent.path == "/v1/messages" and sent.json()["system"] in (
+        "Be brief.",
+        [{"type": "text", "text": "Be brief."}],
+    )
+
+    req = {"model": "gpt-5", "input": "hi", "stream": True}
+    status, _, body = await gw.responses(req)
+    assert status == 200
+    check_grammar(body, named_events(body)[0][1]["response"]["id"])
+    assert sdk_final(body, req).output_text == "Hello from fake."  # the fake's streamed Messages answer

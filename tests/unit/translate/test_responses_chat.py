@@ -157,6 +157,27 @@ def test_codex_images_user_data_url_and_tool_output() -> None:
     assert follow["role"] == "user" and follow["content"][0]["type"] == "image_url"
 
 
+def test_agents_sdk_requests() -> None:
+    """The OpenAI Agents SDK 0.24: instructions, a strict function tool, reasoning effort and
+    text verbosity, buffered; then the call and its output."""
+    first = chat(codex_request("agents-sdk-0.24-first"))
+    assert first == {
+        "model": "served-model",
+        "messages": [{"role": "system", "content": "Answer weather questions with the tool."},
+                     {"role": "user", "content": "What's the weather in Paris?"}],
+        "tools": [{"type": "function", "function": {
+            "name": "get_weather", "description": "Current weather in a city.", "strict": True,
+            "parameters": codex_request("agents-sdk-0.24-first")["tools"][0]["parameters"]}}],
+        "reasoning_effort": "low",
+    }  # fmt: skip
+    second = chat(codex_request("agents-sdk-0.24-tool-result"))
+    assert second["messages"][2:] == [
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "call_capture1", "type": "function", "function": {
+            "name": "get_weather", "arguments": '{"city":"Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "call_capture1", "content": "18C and sunny in Paris"},
+    ]  # fmt: skip
+
+
 # ---- request: each rule ------------------------------------------------------------------
 
 

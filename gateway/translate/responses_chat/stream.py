@@ -1,11 +1,4 @@
-"""OpenAI Responses clients (Codex, the Agents SDK, ``client.responses.create``) on a chat
-completions upstream.
-
-Codex refuses ``wire_api = "chat"``, so on a chat-only server (llama.cpp, vLLM's chat route,
-TGI, most OpenAI-compatible hosts) it works only through this translator. The request half is
-``responses_chat_request``, the tool naming ``responses_chat_tools``, the pieces of a
-``response`` object ``responses_chat_answer``; this module answers buffered bodies and turns a
-chat chunk stream into the Responses event grammar, event by event:
+"""A chat completions chunk stream as a Responses event stream, event by event:
 
 ``response.created`` → ``response.in_progress`` → per output item ``output_item.added`` →
 (``content_part.added`` → ``output_text.delta``… → ``output_text.done`` →
@@ -28,84 +21,21 @@ import orjson
 
 from gateway.apis.base import Ending
 from gateway.sse import EventSplitter, parse_event
-from gateway.translate import responses_chat_answer as A
-from gateway.translate.base import Context, Refusal, Target
-from gateway.translate.responses_chat_request import to_chat
-from gateway.translate.responses_chat_tools import ToolNames, tool_names
-
-
-class ResponsesToChat:
-    client = "responses"
-    upstream = "chat"
-
-    def request(self, payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refusal:
-        return to_chat(payload, target)
-
-    def answer(self, doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
-        created = doc.get("created")
-        out = A.envelope(ctx, created if isinstance(created, int) else 0, "completed")
-        choices = doc.get("choices")
-        choice = _obj(choices[0] if isinstance(choices, list) and choices else None)
-        message = _obj(choice.get("message"))
-        names = tool_names(ctx.request.get("tools"))
-        items: list[dict[str, Any]] = []
-        reasoning = _reasoning_of(message)
-        if reasoning:
-            items.append(A.reasoning_item(ctx, len(items), reasoning))
-        text = _text_of(message.get("content"))
-        if text:
-            items.append(A.message_item(ctx, len(items), [A.text_part(text)]))
-        if isinstance(message.get("refusal"), str) and message["refusal"]:
-            items.append(
-                A.message_item(ctx, len(items), [{"type": "refusal", "refusal": message["refusal"]}])
-            )
-        for n, call in enumerate(message.get("tool_calls") or []):
-            if not isinstance(call, dict):
-                continue
-            fn = _obj(call.get("function"))
-            args = fn.get("arguments")
-            items.append(
-                A.call_item(
-                    ctx,
-                    len(items),
-                    A.call_id_of(ctx, call, n),
-                    names.lookup(str(fn.get("name", ""))),
-                    args if isinstance(args, str) else orjson.dumps(args or {}).decode(),
-                )
-            )
-        A.finish(out, choice.get("finish_reason"))
-        if out["status"] == "incomplete" and items:
-            items[-1]["status"] = "incomplete"
-        out["output"] = items
-        out["usage"] = A.usage(doc.get("usage"))
-        return out
-
-    def stream(self, ctx: Context) -> ResponsesStream:
-        return ResponsesStream(ctx)
-
-
-def _obj(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _reasoning_of(delta: Mapping[str, Any]) -> str:
-    """``reasoning_content`` (DeepSeek, llama.cpp, older vLLM) or ``reasoning`` (newer vLLM,
-    OpenRouter)."""
-    for key in ("reasoning_content", "reasoning"):
-        value = delta.get(key)
-        if isinstance(value, str) and value:
-            return value
-    return ""
-
-
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # some servers answer with content parts
-        return "".join(
-            str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text"
-        )
-    return ""
+from gateway.translate.base import Context
+from gateway.translate.responses_chat.answer import (
+    as_dict,
+    call_id_of,
+    call_item,
+    envelope,
+    finish,
+    item_id,
+    message_item,
+    reasoning_item,
+    reasoning_of,
+    text_part,
+    usage,
+)
+from gateway.translate.responses_chat.tools import ToolNames, tool_names
 
 
 @dataclass(slots=True)
@@ -153,7 +83,7 @@ class ResponsesStream:
         if self.started:
             return
         self.started = True
-        shell = A.envelope(self.ctx, self.created, "in_progress")
+        shell = envelope(self.ctx, self.created, "in_progress")
         self._emit("response.created", {"response": shell})
         self._emit("response.in_progress", {"response": shell})
 
@@ -173,11 +103,11 @@ class ResponsesStream:
         self._close_open()
         index = len(self.items)
         if kind == "reasoning":
-            item = {**A.reasoning_item(self.ctx, index, "", "in_progress"), "content": []}
+            item = {**reasoning_item(self.ctx, index, "", "in_progress"), "content": []}
             part = {"type": "reasoning_text", "text": ""}
         else:
-            item = A.message_item(self.ctx, index, [], "in_progress")
-            part = A.text_part("")
+            item = message_item(self.ctx, index, [], "in_progress")
+            part = text_part("")
         self._add(item)
         self._emit(
             "response.content_part.added",
@@ -200,15 +130,15 @@ class ResponsesStream:
         text = "".join(self.buf)
         status = self._status()
         if self.open == "reasoning":
-            item = A.reasoning_item(self.ctx, index, text, status)
+            item = reasoning_item(self.ctx, index, text, status)
             at = {"item_id": item["id"], "output_index": index, "content_index": 0}
             self._emit("response.reasoning_text.done", {**at, "text": text})
             self._emit("response.content_part.done", {**at, "part": {"type": "reasoning_text", "text": text}})
         else:
-            item = A.message_item(self.ctx, index, [A.text_part(text)], status)
+            item = message_item(self.ctx, index, [text_part(text)], status)
             at = {"item_id": item["id"], "output_index": index, "content_index": 0}
             self._emit("response.output_text.done", {**at, "text": text, "logprobs": []})
-            self._emit("response.content_part.done", {**at, "part": A.text_part(text)})
+            self._emit("response.content_part.done", {**at, "part": text_part(text)})
         self._done(index, item)
 
     def _done(self, index: int, item: dict[str, Any]) -> None:
@@ -224,7 +154,7 @@ class ResponsesStream:
 
     def _call_item(self, call: _Call, status: str) -> dict[str, Any]:
         assert call.out_index is not None
-        return A.call_item(
+        return call_item(
             self.ctx,
             call.out_index,
             call.call_id,
@@ -260,7 +190,7 @@ class ResponsesStream:
         self._done(call.out_index, item)
 
     def _tool_delta(self, tc: Mapping[str, Any]) -> None:
-        fn = _obj(tc.get("function"))
+        fn = as_dict(tc.get("function"))
         given = tc.get("index")
         if isinstance(given, int):
             index = given
@@ -271,7 +201,7 @@ class ResponsesStream:
             index = last + 1 if new else last
         call = self.calls.get(index)
         if call is None:
-            call = _Call(A.call_id_of(self.ctx, tc, len(self.calls)), "")
+            call = _Call(call_id_of(self.ctx, tc, len(self.calls)), "")
             self.calls[index] = call
         if isinstance(fn.get("name"), str) and fn["name"] and call.out_index is None:
             call.chat_name += fn["name"]
@@ -293,7 +223,7 @@ class ResponsesStream:
             self._emit(
                 "response.function_call_arguments.delta",
                 {
-                    "item_id": A.item_id(self.ctx, "fc", call.out_index),
+                    "item_id": item_id(self.ctx, "fc", call.out_index),
                     "output_index": call.out_index,
                     "delta": piece,
                 },
@@ -336,8 +266,8 @@ class ResponsesStream:
         for choice in doc.get("choices") or []:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
-            delta = _obj(choice.get("delta"))
-            reasoning = _reasoning_of(delta)
+            delta = as_dict(choice.get("delta"))
+            reasoning = reasoning_of(delta)
             if reasoning:
                 self._text("reasoning", reasoning)
             content = delta.get("content")
@@ -362,10 +292,10 @@ class ResponsesStream:
             if call.out_index is None:  # never named: still the client's call, under no name
                 self._open_call(call)
             self._close_call(call)
-        final = A.envelope(self.ctx, self.created, "completed")
-        A.finish(final, self.finish_reason)
+        final = envelope(self.ctx, self.created, "completed")
+        finish(final, self.finish_reason)
         final["output"] = [item for item in self.items if item is not None]
-        final["usage"] = A.usage(self.chat_usage)
+        final["usage"] = usage(self.chat_usage)
         if final["usage"] is not None:
             self.ctx.notes["usage"] = {
                 "prompt": final["usage"]["input_tokens"],
@@ -384,7 +314,7 @@ class ResponsesStream:
             return b""
         self._start()
         c = ending.classification
-        failed = A.envelope(self.ctx, self.created, "failed")
+        failed = envelope(self.ctx, self.created, "failed")
         failed["output"] = [item for item in self.items if item is not None]
         failed["error"] = {
             "code": ending.code or c.provider_code or c.type.value,

@@ -1,5 +1,5 @@
-"""Chat completions answers as Responses ``response`` objects: the pieces the buffered answer
-and the stream share (ids, items, usage, the response envelope).
+"""Chat completions answers as Responses ``response`` objects: ``answer`` for a buffered
+``chat.completion``, and the pieces the stream shares with it (ids, items, usage, the envelope).
 
 Ids the gateway makes up carry the request id (``resp_<rid>``, ``msg_<rid>_<n>``…), so they
 are unique per request and the same in every event of one stream. ``model`` is what the
@@ -14,8 +14,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from gateway.translate.base import Context
-from gateway.translate.responses_chat_tools import CUSTOM_INPUT, Origin
+from gateway.translate.responses_chat.tools import CUSTOM_INPUT, Origin, tool_names
 
 # What a Responses object echoes of its request (OpenAI API reference, "The response object").
 _ECHOED = (
@@ -189,3 +191,66 @@ def custom_input(arguments: str) -> str:
 def call_id_of(ctx: Context, call: Mapping[str, Any], index: int) -> str:
     value = call.get("id")
     return value if isinstance(value, str) and value else f"call_{rid(ctx)}_{index}"
+
+
+def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
+    """A buffered ``chat.completion`` as a Responses ``response`` object."""
+    created = doc.get("created")
+    out = envelope(ctx, created if isinstance(created, int) else 0, "completed")
+    choices = doc.get("choices")
+    choice = as_dict(choices[0] if isinstance(choices, list) and choices else None)
+    message = as_dict(choice.get("message"))
+    names = tool_names(ctx.request.get("tools"))
+    items: list[dict[str, Any]] = []
+    reasoning = reasoning_of(message)
+    if reasoning:
+        items.append(reasoning_item(ctx, len(items), reasoning))
+    text = text_of(message.get("content"))
+    if text:
+        items.append(message_item(ctx, len(items), [text_part(text)]))
+    if isinstance(message.get("refusal"), str) and message["refusal"]:
+        items.append(message_item(ctx, len(items), [{"type": "refusal", "refusal": message["refusal"]}]))
+    for n, call in enumerate(message.get("tool_calls") or []):
+        if not isinstance(call, dict):
+            continue
+        fn = as_dict(call.get("function"))
+        args = fn.get("arguments")
+        items.append(
+            call_item(
+                ctx,
+                len(items),
+                call_id_of(ctx, call, n),
+                names.lookup(str(fn.get("name", ""))),
+                args if isinstance(args, str) else orjson.dumps(args or {}).decode(),
+            )
+        )
+    finish(out, choice.get("finish_reason"))
+    if out["status"] == "incomplete" and items:
+        items[-1]["status"] = "incomplete"
+    out["output"] = items
+    out["usage"] = usage(doc.get("usage"))
+    return out
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def reasoning_of(delta: Mapping[str, Any]) -> str:
+    """``reasoning_content`` (DeepSeek, llama.cpp, older vLLM) or ``reasoning`` (newer vLLM,
+    OpenRouter)."""
+    for key in ("reasoning_content", "reasoning"):
+        value = delta.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+def text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # some servers answer with content parts
+        return "".join(
+            str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text"
+        )
+    return ""

@@ -1,4 +1,4 @@
-"""A Responses request as a chat completions request (the request half of ``responses_chat``).
+"""A Responses request as a chat completions request.
 
 Rules, each with its reason (docs/translation/responses_chat.md has the whole table):
 
@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.translate.base import Refusal, Target
-from gateway.translate.responses_chat_tools import (
+from gateway.translate.responses_chat.tools import (
     CUSTOM_INPUT,
     ToolNames,
     chat_tool_choice,
@@ -55,7 +55,11 @@ _HOSTED_CALLS = frozenset(
         "tool_search_output",
     }
 )
-_NEEDS_STORE = ("previous_response_id", "conversation", "prompt")
+_NEEDS_STORE = {
+    "previous_response_id": "continues a response stored on the server",
+    "conversation": "continues a conversation stored on the server",
+    "prompt": "names a prompt template stored at OpenAI",
+}
 _SYSTEM_ROLES = ("system", "developer")
 
 
@@ -64,12 +68,12 @@ class Untranslatable(Exception):
 
 
 def to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refusal:
-    for key in _NEEDS_STORE:
+    for key, what in _NEEDS_STORE.items():
         if payload.get(key):
             return Refusal(
-                f"'{key}' needs a conversation stored on the server; this upstream speaks chat "
-                "completions, which keeps none. Send the whole conversation in 'input' instead "
-                "(what Codex does with store: false)."
+                f"'{key}' {what}; this upstream speaks chat completions, which stores nothing. "
+                "Send the whole conversation in 'instructions' and 'input' instead (what Codex "
+                "does with store: false)."
             )
     if payload.get("background"):
         return Refusal(
@@ -80,7 +84,7 @@ def to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refu
         messages = _messages(payload, names)
     except Untranslatable as e:
         return Refusal(str(e))
-    tools, _dropped = chat_tools(payload.get("tools"), names)
+    tools = chat_tools(payload.get("tools"), names)
     choice = chat_tool_choice(payload.get("tool_choice"), tools, names)
     if isinstance(choice, Refusal):
         return choice

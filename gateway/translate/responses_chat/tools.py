@@ -136,10 +136,9 @@ def _custom(tool: Mapping[str, Any], chat_name: str) -> dict[str, Any]:
     }
 
 
-def chat_tools(tools: Any, names: ToolNames) -> tuple[list[dict[str, Any]], list[str]]:
-    """The chat ``tools`` array, and the types of the hosted tools dropped."""
+def chat_tools(tools: Any, names: ToolNames) -> list[dict[str, Any]]:
+    """The chat ``tools`` array; hosted tools are left out (module docstring)."""
     out: list[dict[str, Any]] = []
-    dropped: list[str] = []
     for tool in tools if isinstance(tools, list) else []:
         if not isinstance(tool, dict):
             continue
@@ -162,9 +161,7 @@ def chat_tools(tools: Any, names: ToolNames) -> tuple[list[dict[str, Any]], list
                         "description": f"{prefix}\n\n{inner.get('description') or ''}".strip(),
                     }
                     out.append(_function(described if prefix else inner, chat))
-        else:
-            dropped.append(str(kind))
-    return out, dropped
+    return out
 
 
 def _named_choice(choice: Mapping[str, Any], names: ToolNames) -> dict[str, Any]:

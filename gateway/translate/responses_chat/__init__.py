@@ -1,0 +1,37 @@
+"""OpenAI Responses clients (Codex, the OpenAI Agents SDK, ``client.responses.create``) on an
+OpenAI chat completions upstream (llama.cpp, llama-cpp-python, vLLM's chat route, TGI, most
+OpenAI-compatible hosts). Codex refuses ``wire_api = "chat"``, so on such a server it works
+only through this translator.
+
+``request.py`` carries the request, ``tools.py`` the tools and their names both ways,
+``answer.py`` a buffered answer back (and the pieces of a ``response`` the stream shares),
+``stream.py`` a stream back event by event. What is carried, dropped or refused, and why:
+docs/translation/responses_chat.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.translate.base import Context, Refusal, Target
+from gateway.translate.responses_chat.answer import answer
+from gateway.translate.responses_chat.request import to_chat
+from gateway.translate.responses_chat.stream import ResponsesStream
+
+
+class ResponsesToChat:
+    client = "responses"
+    upstream = "chat"
+
+    def request(self, payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refusal:
+        return to_chat(payload, target)
+
+    def answer(self, doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
+        return answer(doc, ctx)
+
+    def stream(self, ctx: Context) -> ResponsesStream:
+        return ResponsesStream(ctx)
+
+
+__all__ = ["ResponsesStream", "ResponsesToChat"]
