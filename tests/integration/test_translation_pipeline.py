@@ -143,3 +143,22 @@ async def test_same_api_model_map_renames_the_model_on_the_wire(make_gateway) ->
     status, headers, _ = await gw.chat()
     [sent] = gw.fake.requests
     assert status == 200 and sent.json()["model"] == "local-model" and "x-llm-translated" not in headers
+
+
+async def test_an_upstream_that_cannot_carry_the_request_is_passed_over_for_the_next(make_gateway) -> None:
+    from tests.fakeupstream import FakeUpstream
+
+    local, claude = await FakeUpstream().start(), await FakeUpstream().start()
+    try:
+        gw = await make_gateway(fake=local, upstreams=(
+            f"  - {{name: local, base_url: '{local.url}', apis: [chat], fallbacks: [claude]}}\n"
+            f"  - {{name: claude, base_url: '{claude.url}', apis: [messages]}}\n"
+        ))
+        _use_text_only(gw)  # refuses block content: the chat upstream cannot take this request
+        req = {**MESSAGES_REQ, "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
+        status, headers, body = await gw.messages(req)
+        assert status == 200 and headers["x-llm-upstream"] == "claude" and "x-llm-translated" not in headers
+        assert local.requests == [] and [r.path for r in claude.requests] == ["/v1/messages"]
+    finally:
+        await local.close()
+        await claude.close()
