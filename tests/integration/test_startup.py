@@ -122,6 +122,17 @@ def test_the_started_line_names_the_memory_backend(tmp_path: Path) -> None:
     assert _started(out)["state"] == {"backend": "memory", "shared": "no (this process only)"}
 
 
+def test_the_started_line_names_what_each_upstream_speaks_and_how_models_map(tmp_path: Path) -> None:
+    port = free_port()
+    cfg = write(tmp_path, f"server: {{port: {port}, drain_s: 0}}\n"
+                          "upstreams: [{name: a, base_url: 'http://127.0.0.1:9/v1', apis: [chat],"
+                          " model_map: {'claude-*': qwen}}]\n")
+    code, out, _ = run_until_ready(cfg, port)
+    assert code == 0
+    [up] = _started(out)["upstreams"]  # type: ignore[misc]
+    assert up["apis"] == ["chat"] and up["model_map"] == {"claude-*": "qwen"}
+
+
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server (scripts/test-deps.sh)")
 def test_the_started_line_says_whether_redis_answered(tmp_path: Path) -> None:
     from tests.integration.test_state_redis import RedisServer
