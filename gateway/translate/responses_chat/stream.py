@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from gateway.apis.base import Ending
+from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.sse import EventSplitter, parse_event
 from gateway.translate.base import Context
 from gateway.translate.responses_chat.answer import (
@@ -296,6 +297,11 @@ class ResponsesStream:
         finish(final, self.finish_reason)
         final["output"] = [item for item in self.items if item is not None]
         final["usage"] = usage(self.chat_usage)
+        if final["usage"] is None:
+            # Some servers (llama-cpp-python) send no usage chunk even when asked; Responses
+            # clients (the openai SDK, Codex) expect usage on every completed response.
+            final["usage"] = estimated_usage(self.ctx.request, final["output"])
+            self.ctx.notes["usage_estimated"] = True
         if final["usage"] is not None:
             self.ctx.notes["usage"] = {
                 "prompt": final["usage"]["input_tokens"],
@@ -325,3 +331,30 @@ class ResponsesStream:
         self._emit("response.failed", {"response": failed})
         self.ended = True
         return self._take()
+
+
+def estimated_usage(request: Mapping[str, Any], output: list[Any]) -> dict[str, Any]:
+    """Usage from sizes, at policy/tokens.py's rate: the request for the input, the text and
+    arguments of the output items for the output."""
+    try:
+        asked = len(orjson.dumps(request))
+    except TypeError:
+        asked = len(str(request).encode())
+    shown = 0
+    for item in output:
+        if not isinstance(item, Mapping):
+            continue
+        for key in ("arguments", "input"):
+            if isinstance(item.get(key), str):
+                shown += len(item[key].encode())
+        for part in item.get("content") or item.get("summary") or ():
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                shown += len(part["text"].encode())
+    prompt, completion = max(1, round(asked / BYTES_PER_TOKEN)), round(shown / BYTES_PER_TOKEN)
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": prompt + completion,
+    }

@@ -718,3 +718,17 @@ def test_events_are_split_anywhere_the_gateway_splits_them() -> None:
     together = st.event(b"".join(raws[:3])) + b"".join(st.event(r) for r in raws[3:]) + st.close()
     assert together == one_by_one
     check_grammar(together)
+
+
+def test_a_stream_without_a_usage_chunk_still_completes_with_estimated_usage() -> None:
+    """llama-cpp-python 0.3.36 sends no usage chunk although asked (captured): the completed
+    response still carries usage, estimated from sizes and said so in the notes."""
+    doc = json.loads((Path(__file__).parents[2] / "corpus" / "answers" / "llama-cpp-python-0.3.36-text.stream.json").read_text())
+    c = ctx({"model": "gpt-5-codex", "input": "Name three colours.", "stream": True})
+    out = run_stream(raw_events(doc["stream"]), c)
+    final = [json.loads(e.split(b"data: ", 1)[1]) for e in EventSplitter().feed(out) if b"response.incomplete" in e
+             or b"response.completed" in e][-1]["response"]
+    usage = final["usage"]
+    assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0
+    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+    assert c.notes["usage_estimated"] is True
