@@ -123,13 +123,13 @@ def test_codex_prints_an_answer_from_a_chat_only_server(chat_only_gateway: Gatew
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_the_anthropic_sdk_gets_valid_messages(chat_only_gateway: Gateway, stream: bool) -> None:
-    client = anthropic.Anthropic(base_url=chat_only_gateway.base, api_key="dummy", timeout=180)
     kw = {"model": "claude-opus-4-8", "max_tokens": 32, "messages": [{"role": "user", "content": "Hi!"}]}
-    if stream:
-        with client.messages.stream(**kw) as s:  # type: ignore[arg-type]
-            msg = s.get_final_message()
-    else:
-        msg = client.messages.create(**kw)  # type: ignore[call-overload]
+    with anthropic.Anthropic(base_url=chat_only_gateway.base, api_key="dummy", timeout=180) as client:
+        if stream:
+            with client.messages.stream(**kw) as s:  # type: ignore[arg-type]
+                msg = s.get_final_message()
+        else:
+            msg = client.messages.create(**kw)  # type: ignore[call-overload]
     assert msg.type == "message" and msg.model == "claude-opus-4-8" and msg.role == "assistant"
     assert msg.content and msg.content[0].type == "text" and msg.content[0].text
     assert msg.stop_reason in ("end_turn", "max_tokens") and msg.usage.output_tokens > 0
@@ -138,13 +138,13 @@ def test_the_anthropic_sdk_gets_valid_messages(chat_only_gateway: Gateway, strea
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_the_openai_sdk_responses_api_gets_valid_responses(chat_only_gateway: Gateway, stream: bool) -> None:
-    client = openai.OpenAI(base_url=chat_only_gateway.base + "/v1", api_key="dummy", timeout=180)
     kw = {"model": "gpt-5-codex", "input": "Hi!", "max_output_tokens": 32}
-    if stream:
-        with client.responses.stream(**kw) as s:  # type: ignore[arg-type]
-            resp = s.get_final_response()
-    else:
-        resp = client.responses.create(**kw)  # type: ignore[call-overload]
+    with openai.OpenAI(base_url=chat_only_gateway.base + "/v1", api_key="dummy", timeout=180) as client:
+        if stream:
+            with client.responses.stream(**kw) as s:  # type: ignore[arg-type]
+                resp = s.get_final_response()
+        else:
+            resp = client.responses.create(**kw)  # type: ignore[call-overload]
     assert resp.object == "response" and resp.model == "gpt-5-codex" and resp.id
     assert resp.status in ("completed", "incomplete") and resp.output_text
     assert resp.usage is not None and resp.usage.output_tokens > 0
