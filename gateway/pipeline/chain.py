@@ -32,7 +32,8 @@ log = logging.getLogger("gateway.decisions")
 
 # The gateway settled retrying for these (it retried, or declined to protect the provider
 # or hand a long wait back): the client's SDK must not retry on top.
-_SETTLED = frozenset({StopReason.EXHAUSTED, StopReason.BUDGET, StopReason.DEADLINE, StopReason.WAIT_TOO_LONG})
+_SETTLED = frozenset({StopReason.EXHAUSTED, StopReason.BUDGET, StopReason.DEADLINE, StopReason.WAIT_TOO_LONG,
+                      StopReason.PROBE})  # fmt: skip
 
 
 @dataclass

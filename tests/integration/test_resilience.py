@@ -169,6 +169,35 @@ async def test_loop_breaker_holds_a_long_rate_limit_until_its_reset(make_gateway
     assert len(gw.fake.chat_requests()) == 1
 
 
+async def test_a_repeated_turn_after_its_window_is_one_probe_and_a_recovery_is_used_at_once(make_gateway) -> None:
+    """Whatever the client's backoff: inside the window a repeat is answered from memory,
+    after it one probe attempt goes (never a new round of retries), and once the upstream
+    is back the probe's success is the client's answer and the turn is forgotten."""
+    gw = await make_gateway("loop_breaker: {enabled: true, retryable_window_s: 0.3}\n"
+                            "circuit_breaker: {failure_threshold: 1000}\n")
+    gw.fake.script(*[UNAVAILABLE] * 6)
+    status, headers, _ = await gw.chat()
+    assert status == 503 and headers["x-llm-attempts"] == "6"
+    status, headers, _ = await gw.chat()
+    assert status == 503 and headers["x-llm-from-memory"] == "1" and len(gw.fake.chat_requests()) == 6
+    for probes in (1, 2):
+        await asyncio.sleep(0.35)  # the window ends (a client's later repeat)
+        gw.fake.script(*[UNAVAILABLE] * 6)
+        status, headers, _ = await gw.chat()
+        assert status == 503 and headers["x-llm-attempts"] == "1" and headers["x-should-retry"] == "false"
+        assert len(gw.fake.chat_requests()) == 6 + probes
+    status, headers, _ = await gw.chat()  # a new window began with the failed probe
+    assert "x-llm-from-memory" in headers and len(gw.fake.chat_requests()) == 8
+    gw.fake.steps.clear()  # the upstream recovers
+    await asyncio.sleep(0.35)
+    status, headers, _ = await gw.chat()
+    assert status == 200 and headers["x-llm-attempts"] == "1"
+    gw.fake.script(UNAVAILABLE)  # the turn was forgotten: a later failure is retried afresh
+    status, headers, _ = await gw.chat()
+    assert status == 200 and headers["x-llm-attempts"] == "2"
+    assert gw.metric("llm_gateway_loop_breaker_events_total", event="probed", error_type="provider_unavailable") == 3
+
+
 async def test_the_deadline_never_outlives_the_clients_announced_timeout(make_gateway) -> None:
     gw = await make_gateway(real_sleep=True, extra_yaml=(
         "retry: {provider_unavailable: {max_retries: 50, base_delay_s: 0.5, max_delay_s: 0.5}}\n"))
