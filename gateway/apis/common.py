@@ -72,3 +72,6 @@ class ShownText:
         if not self.tracking or self.tool_started:
             return None
         return "".join(self.texts) or None
+
+    def shown_text(self) -> str:
+        return "".join(self.texts)
