@@ -60,4 +60,16 @@ if command -v npm >/dev/null 2>&1 && ! ai_installed; then
     "ai@$AI_SDK_VERSION" "@ai-sdk/openai-compatible@$AI_SDK_COMPAT_VERSION" "zod@4.6.7" >/dev/null \
     || echo "test-deps: npm install of the Vercel AI SDK failed; tests/e2e/test_vercel_ai_sdk.py will skip" >&2
 fi
+# opencode for tests/e2e/test_retry_loops.py and bench/retry_loops.py, once, into .cache/opencode
+# (pinned: the version README's retry table measured). It runs headless (`opencode run`); the
+# provider package its config names is fetched by opencode itself on first use, into
+# .cache/opencode/xdg-cache.
+OPENCODE_VERSION="${OPENCODE_VERSION:-1.18.33}"
+oc_prefix="$(cd "$(dirname "$0")/.." && pwd)/.cache/opencode"
+if command -v npm >/dev/null 2>&1 && { [ ! -x "$oc_prefix/node_modules/.bin/opencode" ] ||
+    [ "$("$oc_prefix/node_modules/.bin/opencode" --version 2>/dev/null)" != "$OPENCODE_VERSION" ]; }; then
+  mkdir -p "$oc_prefix"
+  npm install --prefix "$oc_prefix" --no-audit --no-fund --loglevel=error "opencode-ai@$OPENCODE_VERSION" >/dev/null \
+    || echo "test-deps: npm install opencode-ai failed; the opencode retry-loop tests will skip" >&2
+fi
 exit 0

@@ -105,9 +105,15 @@ class Recalled:
         return now < self.until
 
     def retry_after_s(self, now: float) -> int | None:
-        """Whole seconds until a retry makes sense, for a retryable answer; else None."""
-        if not self.classification.retryable:
+        """Whole seconds until a retry makes sense, for a retryable answer; else None. The
+        provider's own reset when it named one (even past the window: a client told 3600 s
+        schedules itself, one told the window's 60 s comes back to probe a provider that
+        said it would not recover); else the window's end."""
+        c = self.classification
+        if not c.retryable:
             return None
+        if c.reset_at_ms is not None and c.reset_at_ms / 1000 > now:
+            return math.ceil(c.reset_at_ms / 1000 - now)
         return max(0, math.ceil(self.until - now))
 
 

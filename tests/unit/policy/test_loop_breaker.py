@@ -236,3 +236,15 @@ async def test_a_long_rate_limit_is_answered_for_at_most_max_window_s_then_probe
     clock.t += 2
     hit = await lb.recall("fp")
     assert hit is not None and not hit.answers(clock.t)
+
+
+async def test_a_remembered_long_rate_limit_tells_the_providers_own_wait() -> None:
+    """A client told the window's end would come back just to be probed; told the provider's
+    hour, it schedules itself (the AI SDK waits out a retry-after under 60 s only)."""
+    clock = Clock()
+    lb = LoopBreaker(CFG, MemoryStore(clock), clock)
+    reset = int((NOW + 3600) * 1000)
+    await lb.remember("fp", Answer(429, b"slow"), c(ErrorType.RATE_LIMIT, retry_after_s=3600.0, reset_at_ms=reset))
+    clock.t += 10
+    hit = await lb.recall("fp")
+    assert hit is not None and hit.answers(clock.t) and hit.retry_after_s(clock.t) == 3590
