@@ -111,6 +111,11 @@ async def send_one(
     if adm.gate is Gate.REFUSE:
         state.retries_settled = True
         return circuit_open(svc, up, adm.retry_in_s)
+    # While the model's last request here spent its retries in vain (a failure streak), a
+    # new request is one attempt: an agent's next request of the same turn (opencode's title
+    # and answer, a tool round) must not buy another full round. Any answer ends the streak.
+    probe = plan.probe
+    plan.probe = probe or up.circuit.failing(state.model)
     try:
         outcome = await attempt(svc, state, plan, call, body)
         if failure_of(outcome) is not None:
@@ -118,6 +123,8 @@ async def send_one(
     except BaseException:
         await up.circuit.abandon(adm)
         raise
+    finally:
+        plan.probe = probe
     state.retries_settled = plan.stopped in _SETTLED
     # An empty stream is how some servers fail a request they reject: not the provider's fault.
     failed = (isinstance(outcome, Failure) and outcome.classification.type is ErrorType.PROVIDER_UNAVAILABLE

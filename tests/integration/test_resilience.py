@@ -198,6 +198,24 @@ async def test_a_repeated_turn_after_its_window_is_one_probe_and_a_recovery_is_u
     assert gw.metric("llm_gateway_loop_breaker_events_total", event="probed", error_type="provider_unavailable") == 3
 
 
+async def test_while_a_models_last_request_gave_up_a_new_request_is_one_attempt(make_gateway) -> None:
+    """An agent's turn is often several different requests (opencode: a title, then the
+    answer): the second must not buy another full round of retries. Any answer ends it."""
+    gw = await make_gateway("circuit_breaker: {failure_threshold: 1000}\n")
+    gw.fake.script(*[UNAVAILABLE] * 7)
+    status, headers, _ = await gw.chat({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "title?"}]})
+    assert status == 503 and headers["x-llm-attempts"] == "6"
+    status, headers, _ = await gw.chat({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "answer"}]})
+    assert status == 503 and headers["x-llm-attempts"] == "1" and headers["x-should-retry"] == "false"
+    status, headers, _ = await gw.chat({"model": "other-model", "messages": [{"role": "user", "content": "x"}]})
+    assert status == 200  # another model's requests keep their retries
+    status, headers, _ = await gw.chat({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "again"}]})
+    assert status == 200 and headers["x-llm-attempts"] == "1"  # the one attempt got through
+    gw.fake.script(UNAVAILABLE)
+    status, headers, _ = await gw.chat({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "later"}]})
+    assert status == 200 and headers["x-llm-attempts"] == "2"  # the streak is over: retried as usual
+
+
 async def test_the_deadline_never_outlives_the_clients_announced_timeout(make_gateway) -> None:
     gw = await make_gateway(real_sleep=True, extra_yaml=(
         "retry: {provider_unavailable: {max_retries: 50, base_delay_s: 0.5, max_delay_s: 0.5}}\n"))
