@@ -149,8 +149,12 @@ def run_opencode(root: str, work: Path, cap_s: float) -> ClientRun:
 def run_ai_sdk(root: str, work: Path, cap_s: float) -> ClientRun:
     """The Vercel AI SDK's ``generateText`` at its defaults (maxRetries 2)."""
     node = shutil.which("node") or "node"
-    return _run([node, str(AI_SDK_SCRIPT), str(AI_SDK), f"{root}/v1", "gpt-4o-mini", "say hi"],
-                {"PATH": "/usr/bin:/bin"}, work, cap_s)  # fmt: skip
+    run = _run([node, str(AI_SDK_SCRIPT), str(AI_SDK), f"{root}/v1", "gpt-4o-mini", "say hi"],
+               {"PATH": "/usr/bin:/bin"}, work, cap_s)  # fmt: skip
+    # The script always exits 0; its last line says whether generateText returned.
+    with contextlib.suppress(ValueError, IndexError):
+        run.ok = run.ok and bool(json.loads(run.tail.splitlines()[-1])["ok"])
+    return run
 
 
 _PY_OPENAI = """

@@ -17,6 +17,7 @@ Nothing here runs after a byte reached the client: a stream that has started is 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -119,7 +120,7 @@ async def send_one(
     try:
         outcome = await attempt(svc, state, plan, call, body)
         if failure_of(outcome) is not None:
-            outcome = await _retry(svc, state, plan, call, body, adm, outcome, retries_cap, next_up)
+            outcome = await _retry_or_follow(svc, state, plan, call, body, adm, outcome, retries_cap, next_up)
     except BaseException:
         await up.circuit.abandon(adm)
         raise
@@ -133,6 +134,43 @@ async def send_one(
     if not up.circuit.settled(adm, state.model, failed=failed):
         await up.circuit.record(adm, state.model, failed=failed)
     return outcome
+
+
+async def _retry_or_follow(
+    svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes, adm: Admission,
+    first: Outcome, retries_cap: int | None, next_up: UpstreamRuntime | None,
+) -> Outcome:  # fmt: skip
+    """Retries an outage of a model with one request at a time. Requests of one model that
+    fail together (an agent's turn sent as parallel requests: opencode's title and answer)
+    would each spend a full round on it; instead one retries, and the others wait for its
+    verdict: given up, they give up too (after their one attempt); through, they retry now."""
+    c = failure_of(first)
+    up = call.up
+    if c is None or c.type is not ErrorType.PROVIDER_UNAVAILABLE or plan.probe or adm.gate is Gate.PROBE:
+        return await _retry(svc, state, plan, call, body, adm, first, retries_cap, next_up)
+    key = circuit_key(up.cfg.name, state.model)
+    leader = up.retrying.get(key)
+    if leader is None:
+        verdict: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        up.retrying[key] = verdict
+        gave_up = False
+        try:
+            outcome = await _retry(svc, state, plan, call, body, adm, first, retries_cap, next_up)
+            gave_up = (isinstance(outcome, Failure)
+                       and outcome.classification.type is ErrorType.PROVIDER_UNAVAILABLE)  # fmt: skip
+            return outcome
+        finally:
+            del up.retrying[key]
+            verdict.set_result(gave_up)  # False when cancelled: the others then retry themselves
+    try:
+        gave_up = await asyncio.wait_for(asyncio.shield(leader), plan.remaining_s())
+    except TimeoutError:
+        gave_up = True
+    if not gave_up:
+        return await _retry(svc, state, plan, call, body, adm, first, retries_cap, next_up)
+    log.debug({"request_id": state.request_id, "event": "followed", "upstream": up.cfg.name})
+    plan.stopped = StopReason.PROBE
+    return first
 
 
 async def _retry(

@@ -47,13 +47,16 @@ def run(short: str, failure: str) -> Row:
     client = CLIENTS[SHORT[short]]
     if not available(client):
         pytest.skip(f"!!! {client.name} NOT TESTED: not installed (bash scripts/test-deps.sh) !!!")
-    row = measure(client, failure, "gateway")
+    # A client that honours the provider's hour-long retry-after sleeps it out after one call
+    # (Codex, opencode): 150 s of that show as much as the hour.
+    row = measure(client, failure, "gateway", **({"cap_s": 150.0} if failure == "429" else {}))
     print(f"{row.client} | {failure} | through the gateway: {row.calls} calls, {row.seconds} s")
     return row
 
 
 def check(row: Row, failure: str) -> None:
-    assert not row.killed, f"{row.client} was still retrying after {row.seconds} s:\n{row.tail}"
+    waiting = failure == "429" and row.calls == 1  # sleeping out the retry-after it was told
+    assert not row.killed or waiting, f"{row.client} was still retrying after {row.seconds} s:\n{row.tail}"
     assert not row.ok, row.tail  # the provider never answered: the turn must end in an error
     bound = readme_bound(failure, row.seconds)
     assert GATEWAY_ATTEMPTS[failure] <= row.calls <= bound, (

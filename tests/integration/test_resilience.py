@@ -216,6 +216,32 @@ async def test_while_a_models_last_request_gave_up_a_new_request_is_one_attempt(
     assert status == 200 and headers["x-llm-attempts"] == "2"  # the streak is over: retried as usual
 
 
+async def test_parallel_requests_of_a_failing_model_retry_it_once_between_them(make_gateway) -> None:
+    """opencode sends a turn's title and answer requests together: one retries the outage,
+    the other waits for its verdict and gives up with it, after its own one attempt."""
+    gw = await make_gateway("circuit_breaker: {failure_threshold: 1000}\n"
+                            "retry: {provider_unavailable: {max_retries: 5, base_delay_s: 0.05, max_delay_s: 0.1}}\n",
+                            real_sleep=True)  # fmt: skip
+    gw.fake.script(*[UNAVAILABLE] * 20)
+    answers = await asyncio.gather(*(
+        gw.chat({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": text}]})
+        for text in ("title?", "answer")))  # fmt: skip
+    assert [a[0] for a in answers] == [503, 503]
+    assert sorted(a[1]["x-llm-attempts"] for a in answers) == ["1", "6"]
+    assert all(a[1]["x-should-retry"] == "false" for a in answers)
+    assert len(gw.fake.chat_requests()) == 7  # not 12
+
+
+async def test_a_request_waiting_on_a_model_that_recovers_retries_at_once(make_gateway) -> None:
+    gw = await make_gateway("retry: {provider_unavailable: {max_retries: 5, base_delay_s: 0.05, max_delay_s: 0.1}}\n",
+                            real_sleep=True)
+    gw.fake.script(UNAVAILABLE, UNAVAILABLE, UNAVAILABLE)  # both first attempts and one retry fail
+    answers = await asyncio.gather(*(
+        gw.chat({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": text}]})
+        for text in ("one", "two")))  # fmt: skip
+    assert [a[0] for a in answers] == [200, 200]
+
+
 async def test_the_deadline_never_outlives_the_clients_announced_timeout(make_gateway) -> None:
     gw = await make_gateway(real_sleep=True, extra_yaml=(
         "retry: {provider_unavailable: {max_retries: 50, base_delay_s: 0.5, max_delay_s: 0.5}}\n"))
