@@ -317,8 +317,10 @@ def measure(client: Client, failure: str, via: str, cap_s: float = CLIENT_CAP_S)
 def _cell(row: Row | None) -> str:
     if row is None:
         return "-"
-    killed = f" (still retrying, killed at {row.seconds:.0f} s)" if row.killed else ""
-    return f"{row.calls} calls, {row.seconds:.0f} s{killed}" if killed else f"{row.calls} calls, {row.seconds:.1f} s"
+    calls = f"{row.calls} call{'' if row.calls == 1 else 's'}"
+    if row.killed:
+        return f"{calls}, still running at {row.seconds:.0f} s"
+    return f"{calls}, {row.seconds:.1f} s"
 
 
 def table(rows: list[Row]) -> str:

@@ -6,7 +6,7 @@ whatever the client's backoff.
 
 Nothing is shrunk: each client runs at its defaults (no retry settings or variables, its
 default model; Claude Code also with ``--model claude-sonnet-4-5``, which retries a 529 for
-about four minutes), the gateway with the shipped config/gateway.yaml (``first_byte_s``
+about three minutes), the gateway with the shipped config/gateway.yaml (``first_byte_s``
 shortened for the first-byte timeout case only). The harness is bench/retry_loops.py, which
 also prints the direct-versus-gateway table in README.
 
@@ -27,11 +27,15 @@ pytestmark = pytest.mark.e2e
 # max_retry_after_s goes back at once; circuit_breaker.open_s 30; loop_breaker.max_window_s 60.
 GATEWAY_ATTEMPTS = {"503": 6, "down": 6, "timeout": 6, "429": 1}
 WINDOW_S = {"503": 30, "down": 30, "timeout": 30, "429": 60}
+# Different requests one turn sends (measured): opencode asks for a title alongside the answer.
+REQUESTS_PER_TURN = {"opencode": 2}
 
 
-def readme_bound(failure: str, seconds: float) -> int:
-    """The most calls README allows for one turn that lasted ``seconds``."""
-    return GATEWAY_ATTEMPTS[failure] + int(seconds // WINDOW_S[failure])
+def readme_bound(short: str, failure: str, seconds: float) -> int:
+    """The most calls README allows for one turn that lasted ``seconds``: the gateway's own
+    attempts once, one attempt for each other request of the turn, one probe per window."""
+    others = REQUESTS_PER_TURN.get(short, 1) - 1
+    return GATEWAY_ATTEMPTS[failure] + others + int(seconds // WINDOW_S[failure])
 
 
 FAST = [  # each well under a minute through the gateway
@@ -54,11 +58,12 @@ def run(short: str, failure: str) -> Row:
     return row
 
 
-def check(row: Row, failure: str) -> None:
-    waiting = failure == "429" and row.calls == 1  # sleeping out the retry-after it was told
+def check(row: Row, short: str, failure: str) -> None:
+    # Sleeping out the hour-long retry-after it was told, after one call per request.
+    waiting = failure == "429" and row.calls <= REQUESTS_PER_TURN.get(short, 1)
     assert not row.killed or waiting, f"{row.client} was still retrying after {row.seconds} s:\n{row.tail}"
     assert not row.ok, row.tail  # the provider never answered: the turn must end in an error
-    bound = readme_bound(failure, row.seconds)
+    bound = readme_bound(short, failure, row.seconds)
     assert GATEWAY_ATTEMPTS[failure] <= row.calls <= bound, (
         f"{row.client}, {failure}: {row.calls} upstream calls in {row.seconds} s (README: at most {bound})\n{row.tail}"
     )
@@ -68,7 +73,7 @@ def check(row: Row, failure: str) -> None:
 @pytest.mark.parametrize(("short", "failure"), FAST)
 def test_one_turn_costs_the_gateways_attempts_once(short: str, failure: str) -> None:
     row = run(short, failure)
-    check(row, failure)
+    check(row, short, failure)
 
 
 @pytest.mark.slow
@@ -76,4 +81,4 @@ def test_one_turn_costs_the_gateways_attempts_once(short: str, failure: str) -> 
 @pytest.mark.parametrize(("short", "failure"), SLOW)
 def test_one_turn_costs_the_gateways_attempts_once_whatever_the_backoff(short: str, failure: str) -> None:
     row = run(short, failure)
-    check(row, failure)
+    check(row, short, failure)
