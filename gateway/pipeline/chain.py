@@ -112,11 +112,6 @@ async def send_one(
     if adm.gate is Gate.REFUSE:
         state.retries_settled = True
         return circuit_open(svc, up, adm.retry_in_s)
-    # While the model's last request here spent its retries in vain (a failure streak), a
-    # new request is one attempt: an agent's next request of the same turn (opencode's title
-    # and answer, a tool round) must not buy another full round. Any answer ends the streak.
-    probe = plan.probe
-    plan.probe = probe or up.circuit.failing(state.model)
     try:
         outcome = await attempt(svc, state, plan, call, body)
         if failure_of(outcome) is not None:
@@ -124,8 +119,6 @@ async def send_one(
     except BaseException:
         await up.circuit.abandon(adm)
         raise
-    finally:
-        plan.probe = probe
     state.retries_settled = plan.stopped in _SETTLED
     # An empty stream is how some servers fail a request they reject: not the provider's fault.
     failed = (isinstance(outcome, Failure) and outcome.classification.type is ErrorType.PROVIDER_UNAVAILABLE
@@ -136,32 +129,51 @@ async def send_one(
     return outcome
 
 
+_SPENT = frozenset({StopReason.EXHAUSTED, StopReason.DEADLINE, StopReason.BUDGET})
+_OUTAGE = "outage:"  # store key prefix: a request of this (upstream, model) spent its retries in vain
+
+
 async def _retry_or_follow(
     svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes, adm: Admission,
     first: Outcome, retries_cap: int | None, next_up: UpstreamRuntime | None,
 ) -> Outcome:  # fmt: skip
-    """Retries an outage of a model with one request at a time. Requests of one model that
-    fail together (an agent's turn sent as parallel requests: opencode's title and answer)
-    would each spend a full round on it; instead one retries, and the others wait for its
-    verdict: given up, they give up too (after their one attempt); through, they retry now."""
+    """Retries an outage of a model once between the requests that meet it. An agent's turn
+    is often several requests (opencode sends a title and the answer together; a tool round,
+    the next turn): each spending a full round on an outage multiplies the calls. So for
+    ``open_s`` after a request of the model gave up here, a failed first attempt is final;
+    and of requests that fail together, one retries while the others wait for its verdict:
+    given up, they give up too (after their one attempt); through, they retry now."""
     c = failure_of(first)
     up = call.up
     if c is None or c.type is not ErrorType.PROVIDER_UNAVAILABLE or plan.probe or adm.gate is Gate.PROBE:
         return await _retry(svc, state, plan, call, body, adm, first, retries_cap, next_up)
     key = circuit_key(up.cfg.name, state.model)
+    # Read only on this failure path: a healthy request never pays the store round trip.
+    noted = await svc.store.reset_get(_OUTAGE + key)
+    if noted is not None and noted > svc.wall() * 1000:
+        log.debug({"request_id": state.request_id, "event": "outage_noted", "upstream": up.cfg.name})
+        plan.stopped = StopReason.PROBE
+        return first
     leader = up.retrying.get(key)
     if leader is None:
         verdict: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         up.retrying[key] = verdict
-        gave_up = False
         try:
             outcome = await _retry(svc, state, plan, call, body, adm, first, retries_cap, next_up)
-            gave_up = (isinstance(outcome, Failure)
-                       and outcome.classification.type is ErrorType.PROVIDER_UNAVAILABLE)  # fmt: skip
-            return outcome
+        except BaseException:
+            del up.retrying[key]
+            verdict.set_result(False)  # cancelled: the others retry themselves
+            raise
+        failed = failure_of(outcome)
+        gave_up = failed is not None and failed.type is ErrorType.PROVIDER_UNAVAILABLE
+        try:
+            if gave_up and plan.stopped in _SPENT:
+                until_ms = round((svc.wall() + svc.cfg.circuit_breaker.open_s) * 1000)
+                await svc.store.reset_set(_OUTAGE + key, until_ms)
         finally:
             del up.retrying[key]
-            verdict.set_result(gave_up)  # False when cancelled: the others then retry themselves
+            verdict.set_result(gave_up)
+        return outcome
     try:
         gave_up = await asyncio.wait_for(asyncio.shield(leader), plan.remaining_s())
     except TimeoutError:

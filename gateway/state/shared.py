@@ -106,12 +106,6 @@ class SharedCircuit:
                 return None
         return _ALLOW
 
-    def failing(self, model: str | None) -> bool:
-        """Whether the last request of ``model`` here gave up on this upstream (a failure
-        streak that no answer has cleared yet), as read by the admission just made."""
-        found = self._cache.get(self._keys(model)[-1])
-        return found is not None and found[1].failures > 0
-
     def settled(self, adm: Admission, model: str | None, *, failed: bool) -> bool:
         """Whether ``record`` would do nothing (a success with no failure streak to clear):
         then the caller need not await it."""

@@ -174,7 +174,7 @@ async def test_a_repeated_turn_after_its_window_is_one_probe_and_a_recovery_is_u
     after it one probe attempt goes (never a new round of retries), and once the upstream
     is back the probe's success is the client's answer and the turn is forgotten."""
     gw = await make_gateway("loop_breaker: {enabled: true, retryable_window_s: 0.3}\n"
-                            "circuit_breaker: {failure_threshold: 1000}\n")
+                            "circuit_breaker: {failure_threshold: 1000, open_s: 0.3}\n")
     gw.fake.script(*[UNAVAILABLE] * 6)
     status, headers, _ = await gw.chat()
     assert status == 503 and headers["x-llm-attempts"] == "6"
@@ -198,22 +198,22 @@ async def test_a_repeated_turn_after_its_window_is_one_probe_and_a_recovery_is_u
     assert gw.metric("llm_gateway_loop_breaker_events_total", event="probed", error_type="provider_unavailable") == 3
 
 
-async def test_while_a_models_last_request_gave_up_a_new_request_is_one_attempt(make_gateway) -> None:
-    """An agent's turn is often several different requests (opencode: a title, then the
-    answer): the second must not buy another full round of retries. Any answer ends it."""
-    gw = await make_gateway("circuit_breaker: {failure_threshold: 1000}\n")
+async def test_for_open_s_after_a_request_gave_up_a_new_failure_of_the_model_is_final(make_gateway) -> None:
+    """An agent's turn is often several different requests (a tool round, the next turn): the
+    next one must not buy another full round of retries on the same outage."""
+    gw = await make_gateway("circuit_breaker: {failure_threshold: 1000, open_s: 0.3}\n")
     gw.fake.script(*[UNAVAILABLE] * 7)
-    status, headers, _ = await gw.chat({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "title?"}]})
+    status, headers, _ = await gw.chat({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "one"}]})
     assert status == 503 and headers["x-llm-attempts"] == "6"
-    status, headers, _ = await gw.chat({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "answer"}]})
+    status, headers, _ = await gw.chat({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "two"}]})
     assert status == 503 and headers["x-llm-attempts"] == "1" and headers["x-should-retry"] == "false"
-    status, headers, _ = await gw.chat({"model": "other-model", "messages": [{"role": "user", "content": "x"}]})
-    assert status == 200  # another model's requests keep their retries
-    status, headers, _ = await gw.chat({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "again"}]})
-    assert status == 200 and headers["x-llm-attempts"] == "1"  # the one attempt got through
     gw.fake.script(UNAVAILABLE)
-    status, headers, _ = await gw.chat({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "later"}]})
-    assert status == 200 and headers["x-llm-attempts"] == "2"  # the streak is over: retried as usual
+    status, headers, _ = await gw.chat({"model": "other-model", "messages": [{"role": "user", "content": "x"}]})
+    assert status == 200 and headers["x-llm-attempts"] == "2"  # another model keeps its retries
+    await asyncio.sleep(0.35)  # open_s later
+    gw.fake.script(UNAVAILABLE)
+    status, headers, _ = await gw.chat({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "three"}]})
+    assert status == 200 and headers["x-llm-attempts"] == "2"  # retried as usual again
 
 
 async def test_parallel_requests_of_a_failing_model_retry_it_once_between_them(make_gateway) -> None:
