@@ -1,8 +1,8 @@
 """Stock clients' own retry loops through the gateway, against a provider that fails for good:
 the calls one client turn costs the provider, held to README's rule ("Retries, fallbacks and
-the loop breaker"): the gateway's own attempts once per turn, plus at most one probe per
-window (the circuit's ``open_s``, 30 s, for an outage; the 60 s cap for a long rate limit),
-whatever the client's backoff.
+the loop breaker"): the gateway's own attempts once per turn, one attempt for each other
+request of the turn, plus at most one probe per window (the circuit's ``open_s``, 30 s, for
+an outage; the 60 s cap for a long rate limit), whatever the client's backoff.
 
 Nothing is shrunk: each client runs at its defaults (no retry settings or variables, its
 default model; Claude Code also with ``--model claude-sonnet-4-5``, which retries a 529 for
