@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stock clients' whole retry loops against a provider that fails for good (the slow tests
 # `make test` leaves out), then, with --bench, the direct-versus-gateway table README quotes.
-#   bash scripts/retry-loops.sh            every case of tests/e2e/test_retry_loops.py (~30 min)
+#   bash scripts/retry-loops.sh            every case of tests/e2e/test_retry_loops.py (~25 min)
 #   bash scripts/retry-loops.sh --bench    also python -m bench.retry_loops (~20 min)
 set -euo pipefail
 cd "$(dirname "$0")/.."
