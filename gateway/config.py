@@ -384,8 +384,14 @@ class LoopBreakerConfig(_Model):
     enabled: bool = True
     window_s: float = Field(default=10.0, ge=0)  # unknown, auth, unrescued context_overflow
     budget_window_s: float = Field(default=5.0, ge=0)  # short: must not outlive a top-up by much
-    retryable_window_s: float = Field(default=10.0, ge=0)  # given-up retryable error without a hint
+    # A given-up retryable error without a hint; None: circuit_breaker.open_s.
+    retryable_window_s: float | None = Field(default=None, ge=0)
     max_window_s: float = Field(default=60.0, ge=0)  # cap for reset-at / retry-after / open circuit
+    # After a retryable failure's window, identical repeats are sent as one-attempt probes while
+    # they keep coming: each within turn_idle_s of the last window's end (longer than any
+    # client's gap between two repeats), for at most turn_max_s since the turn first failed.
+    turn_idle_s: float = Field(default=120.0, ge=0)
+    turn_max_s: float = Field(default=900.0, ge=0)
     max_entries: int = Field(default=10_000, gt=0)
     max_body_bytes: int = Field(default=64 * 1024, gt=0)  # a larger answer is not remembered
     max_total_bytes: int = Field(default=64 * 1024 * 1024, gt=0)

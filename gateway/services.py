@@ -36,6 +36,9 @@ class UpstreamRuntime:
     outbound: Outbound = field(init=False)
     # Dialect endpoint path -> its upstream URL (no query string): a handful of entries.
     urls: dict[str, str] = field(init=False, default_factory=dict)
+    # Circuit key -> the verdict of the one request retrying that model here now (True: it
+    # gave up). Other requests of the model that fail meanwhile wait for it (pipeline/chain.py).
+    retrying: dict[str, asyncio.Future[bool]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.outbound = Outbound.of(self.cfg)

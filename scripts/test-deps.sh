@@ -60,15 +60,18 @@ if command -v npm >/dev/null 2>&1 && ! ai_installed; then
     "ai@$AI_SDK_VERSION" "@ai-sdk/openai-compatible@$AI_SDK_COMPAT_VERSION" "zod@4.6.7" >/dev/null \
     || echo "test-deps: npm install of the Vercel AI SDK failed; tests/e2e/test_vercel_ai_sdk.py will skip" >&2
 fi
-# opencode for tests/e2e/test_opencode_on_messages.py (a chat client on an Anthropic-only
-# upstream), once, into .cache/opencode; its npm package carries the native binary. Pinned: the
-# corpus requests in tests/corpus/requests/chat-opencode-*.json were captured with it.
+# opencode, once, into .cache/opencode (its npm package carries the native binary), for
+# tests/e2e/test_opencode_on_messages.py (a chat client on an Anthropic-only upstream),
+# tests/e2e/test_retry_loops.py and bench/retry_loops.py. Pinned: the corpus requests in
+# tests/corpus/requests/chat-opencode-*.json and README's retry table were measured with it.
+# The provider package its config names is fetched by opencode itself on first use, into
+# .cache/opencode/xdg-cache.
 OPENCODE_VERSION="${OPENCODE_VERSION:-1.18.33}"
 oc_prefix="$(cd "$(dirname "$0")/.." && pwd)/.cache/opencode"
 if command -v npm >/dev/null 2>&1 && { [ ! -x "$oc_prefix/node_modules/.bin/opencode" ] ||
     [ "$("$oc_prefix/node_modules/.bin/opencode" --version 2>/dev/null)" != "$OPENCODE_VERSION" ]; }; then
   mkdir -p "$oc_prefix"
   npm install --prefix "$oc_prefix" --no-audit --no-fund --loglevel=error "opencode-ai@$OPENCODE_VERSION" >/dev/null \
-    || echo "test-deps: npm install opencode-ai failed; tests/e2e/test_opencode_on_messages.py will skip" >&2
+    || echo "test-deps: npm install opencode-ai failed; the opencode tests will skip" >&2
 fi
 exit 0

@@ -98,6 +98,15 @@ class StreamReader(Protocol):
         only, no tool call started (its arguments cannot be continued safely); else None."""
         ...
 
+    def shown_text(self) -> str:
+        """All the text tracked so far, whatever else the stream started (for usage)."""
+        ...
+
+    def fresh(self) -> StreamReader:
+        """A new tracking reader of the same kind: re-reading what a broken stream showed
+        gives its text (and so its tokens) without tracking every stream that completes."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class ForeignError:

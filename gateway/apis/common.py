@@ -9,9 +9,12 @@ from gateway.apis.base import ForeignError, Inbound, Rejection
 
 
 def admit_fields(body: bytes, payload: dict[str, Any]) -> Inbound | Rejection:
-    """``model`` a string and ``stream`` a boolean, when present: every API routes by them."""
+    """``model`` a non-empty string (all three APIs require it: without one, the request is
+    the client's mistake, not something to route, send and retry) and ``stream`` a boolean."""
     model = payload.get("model")
-    if model is not None and not isinstance(model, str):
+    if model is None or model == "":
+        return Rejection("'model' is required: the name of the model to use", "missing_model")
+    if not isinstance(model, str):
         return Rejection("'model' must be a string", "invalid_model")
     stream = payload.get("stream", False)
     if stream is not None and not isinstance(stream, bool):
@@ -70,6 +73,9 @@ class ShownText:
         if not self.tracking or self.tool_started:
             return None
         return "".join(self.texts) or None
+
+    def shown_text(self) -> str:
+        return "".join(self.texts)
 
 
 UPSTREAM_BODY_MAX = 4096  # of a non-JSON upstream error body (an HTML page, say)

@@ -21,6 +21,7 @@ Nothing here runs after a byte reached the client: a stream that has started is 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,7 +37,8 @@ log = logging.getLogger("gateway.decisions")
 
 # The gateway settled retrying for these (it retried, or declined to protect the provider
 # or hand a long wait back): the client's SDK must not retry on top.
-_SETTLED = frozenset({StopReason.EXHAUSTED, StopReason.BUDGET, StopReason.DEADLINE, StopReason.WAIT_TOO_LONG})
+_SETTLED = frozenset({StopReason.EXHAUSTED, StopReason.BUDGET, StopReason.DEADLINE, StopReason.WAIT_TOO_LONG,
+                      StopReason.PROBE})  # fmt: skip
 
 # Failures that cost a whole timeout each: not retried on the same upstream while a fallback is left.
 SILENT = frozenset({
@@ -133,7 +135,7 @@ async def send_one(
     try:
         outcome = await attempt(svc, state, plan, call, body)
         if failure_of(outcome) is not None:
-            outcome = await _retry(svc, state, plan, call, body, adm, outcome, retries_cap, next_up)
+            outcome = await _retry_or_follow(svc, state, plan, call, body, adm, outcome, retries_cap, next_up)
     except BaseException:
         await up.circuit.abandon(adm)
         raise
@@ -145,6 +147,65 @@ async def send_one(
     if not up.circuit.settled(adm, state.model, failed=failed):
         await up.circuit.record(adm, state.model, failed=failed)
     return outcome
+
+
+_SPENT = frozenset({StopReason.EXHAUSTED, StopReason.DEADLINE, StopReason.BUDGET})
+_OUTAGE = "outage:"  # store key prefix: a request of this (upstream, model) spent its retries in vain
+
+
+async def _retry_or_follow(
+    svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes, adm: Admission,
+    first: Outcome, retries_cap: int | None, next_up: UpstreamRuntime | None,
+) -> Outcome:  # fmt: skip
+    """Retries an outage of a model once between the requests that meet it. An agent's turn
+    is often several requests (opencode sends a title and the answer together; a tool round,
+    the next turn): each spending a full round on an outage multiplies the calls. So for
+    ``open_s`` after a request of the model gave up here, a failed first attempt is final;
+    and of requests that fail together, one retries while the others wait for its verdict:
+    given up, they give up too (after their one attempt); through, they retry now."""
+    c = failure_of(first)
+    up = call.up
+    # An answer of nothing says nothing about the provider yet (the empty-stream probe will
+    # tell what it was: usually an overflow), so it neither notes an outage nor follows one.
+    if (c is None or c.type is not ErrorType.PROVIDER_UNAVAILABLE or plan.probe or adm.gate is Gate.PROBE
+            or plan.unexplained(c)):  # fmt: skip
+        return await _retry(svc, state, plan, call, body, adm, first, retries_cap, next_up)
+    key = circuit_key(up.cfg.name, state.model)
+    # Read only on this failure path: a healthy request never pays the store round trip.
+    noted = await svc.store.reset_get(_OUTAGE + key)
+    if noted is not None and noted > svc.wall() * 1000:
+        log.debug({"request_id": state.request_id, "event": "outage_noted", "upstream": up.cfg.name})
+        plan.stopped = StopReason.PROBE
+        return first
+    leader = up.retrying.get(key)
+    if leader is None:
+        verdict: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        up.retrying[key] = verdict
+        try:
+            outcome = await _retry(svc, state, plan, call, body, adm, first, retries_cap, next_up)
+        except BaseException:
+            del up.retrying[key]
+            verdict.set_result(False)  # cancelled: the others retry themselves
+            raise
+        failed = failure_of(outcome)
+        gave_up = failed is not None and failed.type is ErrorType.PROVIDER_UNAVAILABLE
+        try:
+            if gave_up and plan.stopped in _SPENT:
+                until_ms = round((svc.wall() + svc.cfg.circuit_breaker.open_s) * 1000)
+                await svc.store.reset_set(_OUTAGE + key, until_ms)
+        finally:
+            del up.retrying[key]
+            verdict.set_result(gave_up)
+        return outcome
+    try:
+        gave_up = await asyncio.wait_for(asyncio.shield(leader), plan.remaining_s())
+    except TimeoutError:
+        gave_up = True
+    if not gave_up:
+        return await _retry(svc, state, plan, call, body, adm, first, retries_cap, next_up)
+    log.debug({"request_id": state.request_id, "event": "followed", "upstream": up.cfg.name})
+    plan.stopped = StopReason.PROBE
+    return first
 
 
 async def _retry(

@@ -76,14 +76,16 @@ def full_pipeline(dialect: Dialect) -> Handler:
         if isinstance(chain, Failure):
             return await relay(request, svc, state, chain)
         canonical = fingerprint = None
+        turn: Recalled | None = None  # a repeat of a turn given up on: sent as a probe
         if svc.loop.enabled:
             # Canonical now, before any stage builds on the payload; the MAC only when needed.
             canonical = _canonical(inbound)
             if svc.loop.may_recall():
                 fingerprint = _fingerprint(svc, request, canonical)
                 remembered = await svc.loop.recall(fingerprint)
-                if remembered is not None:
+                if remembered is not None and remembered.answers(svc.wall()):
                     return await relay(request, svc, state, _from_memory(svc, state, remembered))
+                turn = remembered
 
         client_payload = _cap_tool_outputs(svc, state, dialect, chain[0], inbound.payload)
         payload, strip_usage = dialect.prepare(_with(inbound, client_payload), chain[0].cfg.stream_usage)
@@ -105,6 +107,7 @@ def full_pipeline(dialect: Dialect) -> Handler:
             return _leg_call(state, leg, up, headers, sent, inbound, payload, client_payload)
 
         plan = new_plan(svc, client_deadline_s(request.headers))
+        plan.probe = turn is not None
         window = chain[0].cfg.context_window
         plan.empty_is_final = window is not None and len(direct_body) / BYTES_PER_TOKEN > window
         sent = await send_chain(svc, state, plan, chain, call_for)
@@ -119,7 +122,7 @@ def full_pipeline(dialect: Dialect) -> Handler:
             if isinstance(outcome, Failure) and _overflowed(outcome) and svc.cfg.compression.enabled:
                 outcome = await _overflow(svc, state, request, plan, call, asked, outcome)
         if canonical is not None:
-            await _remember(svc, state, outcome, request, canonical, fingerprint)
+            await _remember(svc, state, outcome, request, canonical, fingerprint, turn)
         return await relay(request, svc, state, outcome, resumer(svc, state, plan, chain, call_for, payload))
 
     return handle
@@ -268,7 +271,7 @@ def _fingerprint(svc: Services, request: web.Request, canonical: bytes) -> str:
 
 async def _remember(
     svc: Services, state: RequestState, outcome: Outcome,
-    request: web.Request, canonical: bytes, fingerprint: str | None,
+    request: web.Request, canonical: bytes, fingerprint: str | None, turn: Recalled | None,
 ) -> None:  # fmt: skip
     # Only answers that cost an upstream call are worth remembering; a stream that started
     # is a Success here, so nothing after a client saw bytes is ever replayed.
@@ -276,7 +279,9 @@ async def _remember(
         status, body = rendered(state, outcome)
         answer = Answer(status, body, tuple(outcome.headers))
         fp = fingerprint if fingerprint is not None else _fingerprint(svc, request, canonical)
-        await svc.loop.remember(fp, answer, outcome.classification)
+        await svc.loop.remember(fp, answer, outcome.classification, turn=turn)
+    elif turn is not None and fingerprint is not None and isinstance(outcome, Success):
+        await svc.loop.forget(fingerprint)  # the probe got through: the turn is over
 
 
 def _cap_tool_outputs(

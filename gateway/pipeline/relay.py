@@ -22,6 +22,7 @@ from gateway.jsonpeek import top_level_member
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success
 from gateway.pipeline.stamp import stamp
 from gateway.policy.classify import classify, classify_stream_event
+from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.services import Services
 from gateway.sse import EventSplitter
 from gateway.translate.base import StreamTranslator
@@ -188,6 +189,43 @@ async def _pump(
     resp: web.StreamResponse, svc: Services, state: RequestState, leg: Success, splice: Splice | None
 ) -> Ending | None:
     """Relays one upstream stream to the end; returns why it broke, or None when it completed."""
+    assert leg.reader is not None
+    relayed: list[bytes] = []  # what this leg showed: re-read only if it breaks
+    broken = True
+    try:
+        end = await _pump_leg(resp, svc, state, leg, splice, relayed)
+        broken = end is not None
+        return end
+    finally:
+        _count_usage(state, leg.reader, relayed if broken else None)
+
+
+def _count_usage(state: RequestState, reader: StreamReader, shown: list[bytes] | None) -> None:
+    """Adds a leg's usage to the request's. A leg that broke (cut, continued, or left by the
+    client) counts at least the tokens of the text it showed: the provider generated them,
+    though its count (if any) comes only in the events that never arrived."""
+    used = reader.usage
+    if shown is not None:
+        tokens = _shown_tokens(reader, shown)
+        if tokens > used.get("completion", 0):
+            used = {**used, "completion": tokens}
+    for kind, n in used.items():
+        state.usage[kind] = state.usage.get(kind, 0) + n
+
+
+def _shown_tokens(reader: StreamReader, shown: list[bytes]) -> int:
+    again = reader.fresh()
+    splitter = EventSplitter()
+    events = splitter.feed(b"".join(shown))
+    for raw in [*events, splitter.pending] if splitter.pending.strip() else events:
+        again.kind(raw, committed=True)
+    return round(len(again.shown_text().encode()) / BYTES_PER_TOKEN)
+
+
+async def _pump_leg(
+    resp: web.StreamResponse, svc: Services, state: RequestState, leg: Success, splice: Splice | None,
+    relayed: list[bytes],
+) -> Ending | None:  # fmt: skip
     assert leg.chunks is not None and leg.response is not None and leg.reader is not None
     reader = leg.reader
     splitter = EventSplitter()
@@ -195,7 +233,9 @@ async def _pump(
     try:
         out, end, fin = _filter(reader, splitter.feed(leg.pending), svc.wall())
         finished = finished or fin
-        await resp.write(_spliced(splice, b"".join(leg.held) + out))
+        first = b"".join(leg.held) + out
+        relayed.append(first)
+        await resp.write(_spliced(splice, first))
         if end is not None:
             return end
         async for chunk in leg.chunks:
@@ -205,6 +245,7 @@ async def _pump(
             out, end, fin = _filter(reader, events, svc.wall())
             if out:
                 finished = finished or fin
+                relayed.append(out)
                 await resp.write(_spliced(splice, out))
             if end is not None:
                 return end
@@ -214,9 +255,8 @@ async def _pump(
         return Ending(c, _TRANSPORT_TEXT[f.kind], f.kind.value)
     finally:
         leg.response.close()  # a stalled upstream's late bytes, if any, are discarded
-        for kind, n in reader.usage.items():
-            state.usage[kind] = state.usage.get(kind, 0) + n
     if splitter.pending.strip():
+        relayed.append(splitter.pending)
         await resp.write(_spliced(splice, splitter.pending))
         finished = finished or reader.kind(splitter.pending, committed=True) is EventKind.FINAL
     if not finished:

@@ -3,34 +3,52 @@
 Agents retry. A malformed, unauthorised, over-budget or over-long request fails the same way
 every time, and a retryable one the gateway already gave up on will not succeed before its
 reset. So the final failure of a request is remembered under its fingerprint, and an
-identical request (same path, body bytes and credential) inside the window gets the same
-answer without reaching the provider: a client's retry loop costs the provider one request.
+identical request (same path, body bytes and credential) gets the same answer without
+reaching the provider: a client's retry loop costs the provider one request.
+
+A retryable failure the gateway gave up on (an outage, a long rate limit) is remembered in two
+phases, because clients keep repeating such a turn for minutes on a schedule of their own
+(Codex 5-20 s apart, Claude Code 20-45 s apart on a non-default model):
+
+    answered   until the provider's wait (reset-at / retry-after) or the open circuit's end,
+               else ``retryable_window_s`` (default: the circuit's ``open_s``): identical
+               repeats are answered from memory, nothing is sent;
+    probing    then, while repeats keep arriving (each within ``turn_idle_s`` of the window's
+               end) and for at most ``turn_max_s`` since the turn first failed: the next
+               identical repeat is sent as a *probe*, one attempt and no retries. Its failure
+               starts a new answered window; its success forgets the turn.
+
+So a permanent failure costs the gateway's own attempts once per client turn plus one probe
+per window, whatever the client's backoff, and a recovered upstream is used again at most
+one window (its retry-after, or the circuit's open time) after it recovered.
 
 How the pipeline wires it::
 
     fp = loop.fingerprint(request.path, canonical_body, credential)  # credential: what the
                                                     # caller presented (its key, or gateway key)
     hit = await loop.recall(fp)
-    if hit is not None:
+    if hit is not None and hit.answers(now):
         # answer hit.status / hit.body / hit.headers, classified as hit.classification,
         # with x-should-retry: false, retry-after: hit.retry_after_s(now) when the provider
         # (or an open circuit) named a wait,
         # and x-llm-attempts: 0 (nothing was sent); hit.repeats says how many times so far.
         ...
-    outcome = ... send, retry, rescue ...
+    outcome = ... send (one attempt per upstream when hit is a probe), retry, rescue ...
     if the final outcome is an error (never for a success, never for a gateway 413/400
     made before sending, never once a stream's first byte reached the client):
-        await loop.remember(fp, Answer(status, body, headers), classification,
-                            circuit_open_until=<epoch s, when the circuit is what stopped it>)
+        await loop.remember(fp, Answer(status, body, headers), classification, turn=hit)
+    elif hit is not None:
+        await loop.forget(fp)                       # the probe got through: the turn is over
 
-How long an answer is remembered (``window_for``):
+How long an answer is answered from memory (``window_for``):
 
     unknown, auth, context_overflow (not rescued)   loop_breaker.window_s          (10 s)
     budget                                          loop_breaker.budget_window_s   (5 s)
     rate_limit, provider_unavailable (given up)     until reset-at, else retry-after, or the
                                                     open circuit's end, whichever is latest;
-                                                    retryable_window_s (2 s) with no hint;
-                                                    never more than max_window_s (60 s)
+                                                    retryable_window_s (circuit open_s, 30 s)
+                                                    with no hint; never more than
+                                                    max_window_s (60 s); then probing
 
 The fingerprint is a keyed BLAKE2b MAC, keyed by ``loop_breaker.secret`` (or a per-process random
 key): neither the credential nor the body can be read back from it. Answers larger than
@@ -57,6 +75,8 @@ class AnswerStore(Protocol):
 
     async def answer_take(self, fingerprint: str) -> tuple[bytes, int] | None: ...
 
+    async def answer_drop(self, fingerprint: str) -> None: ...
+
     def holds_answers(self) -> bool:
         """False only when no answer can be found (then a recall needs no lookup)."""
         ...
@@ -75,14 +95,25 @@ class Recalled:
     body: bytes  # the upstream's body, byte for byte
     headers: tuple[tuple[str, str], ...]  # the relevant ones only (see relevant_headers)
     classification: Classification
-    repeats: int  # times this answer has been given from memory, this one included
-    remembered_at: float  # epoch s
-    until: float  # epoch s at which it is forgotten
+    repeats: int  # times this turn has been recalled, this one included
+    remembered_at: float  # epoch s of the last failure
+    until: float  # epoch s at which the answered window ends (then: probing)
+    first_at: float = 0.0  # epoch s at which the turn first failed
+
+    def answers(self, now: float) -> bool:
+        """True: answer from memory. False: the window is over, send one probe attempt."""
+        return now < self.until
 
     def retry_after_s(self, now: float) -> int | None:
-        """Whole seconds until a retry makes sense, for a retryable answer; else None."""
-        if not self.classification.retryable:
+        """Whole seconds until a retry makes sense, for a retryable answer; else None. The
+        provider's own reset when it named one (even past the window: a client told 3600 s
+        schedules itself, one told the window's 60 s comes back to probe a provider that
+        said it would not recover); else the window's end."""
+        c = self.classification
+        if not c.retryable:
             return None
+        if c.reset_at_ms is not None and c.reset_at_ms / 1000 > now:
+            return math.ceil(c.reset_at_ms / 1000 - now)
         return max(0, math.ceil(self.until - now))
 
 
@@ -94,8 +125,11 @@ def window_for(
     c: Classification,
     now: float,
     circuit_open_until: float | None = None,
+    no_hint_s: float | None = None,
 ) -> float:
-    """Seconds to remember a final failure of class ``c`` (0: do not remember)."""
+    """Seconds to answer a final failure of class ``c`` from memory (0: do not remember).
+    ``no_hint_s``: a given-up retryable failure's window when nothing names a wait
+    (``retryable_window_s``, or when unset the circuit's open time)."""
     if c.type is ErrorType.BUDGET:
         return cfg.budget_window_s
     if c.type in _NON_RETRYABLE:
@@ -107,8 +141,18 @@ def window_for(
         hints.append(c.retry_after_s)
     if circuit_open_until is not None:
         hints.append(circuit_open_until - now)
-    window = max(hints) if hints else cfg.retryable_window_s
+    default = cfg.retryable_window_s if cfg.retryable_window_s is not None else no_hint_s
+    window = max(hints) if hints else (default if default is not None else cfg.window_s)
     return max(0.0, min(window, cfg.max_window_s))
+
+
+def keep_for(cfg: LoopBreakerConfig, c: Classification, now: float, window: float, first_at: float) -> float:
+    """Seconds to keep a remembered failure in the store: its window, plus for a retryable
+    one the probing phase (``turn_idle_s``), never past ``turn_max_s`` after the turn began
+    (nor shorter than the window)."""
+    if not c.retryable or c.type is ErrorType.BUDGET:
+        return window
+    return max(window, min(window + cfg.turn_idle_s, first_at + cfg.turn_max_s - now))
 
 
 # What a replayed answer needs from the upstream's headers: how to read the body, and the
@@ -126,9 +170,11 @@ def relevant_headers(headers: Iterable[tuple[str, str]]) -> tuple[tuple[str, str
 _LEN = struct.Struct(">I")
 
 
-def encode(answer: Answer, c: Classification, remembered_at: float, until: float) -> bytes:
+def encode(answer: Answer, c: Classification, remembered_at: float, until: float,
+           first_at: float | None = None, repeats: int = 0) -> bytes:  # fmt: skip
     meta = {"s": answer.status, "h": relevant_headers(answer.headers), "c": asdict(c),
-            "t": remembered_at, "u": until}  # fmt: skip
+            "t": remembered_at, "u": until, "f": remembered_at if first_at is None else first_at,
+            "r": repeats}  # fmt: skip
     head = json.dumps(meta, separators=(",", ":")).encode()
     return _LEN.pack(len(head)) + head + answer.body
 
@@ -141,8 +187,10 @@ def decode(blob: bytes, repeats: int) -> Recalled | None:
         raw = meta["c"]
         c = Classification(**{**raw, "type": ErrorType(raw["type"])})
         headers = tuple((str(k), str(v)) for k, v in meta["h"])
-        return Recalled(int(meta["s"]), blob[_LEN.size + n :], headers, c, repeats,
-                        float(meta["t"]), float(meta["u"]))  # fmt: skip
+        remembered_at = float(meta["t"])
+        return Recalled(int(meta["s"]), blob[_LEN.size + n :], headers, c,
+                        int(meta.get("r", 0)) + repeats, remembered_at, float(meta["u"]),
+                        float(meta.get("f", remembered_at)))  # fmt: skip
     except (struct.error, ValueError, KeyError, TypeError):
         return None
 
@@ -154,11 +202,15 @@ class LoopBreaker:
         store: AnswerStore,
         clock: Callable[[], float],
         *,
+        no_hint_window_s: float | None = None,
         on_event: Callable[[str, ErrorType], None] = lambda _e, _t: None,
     ) -> None:
         self._cfg = cfg
         self._store = store
         self._clock = clock
+        # A given-up outage with no named wait is answered for one circuit-open period: the
+        # same bound the circuit puts on how long a recovered upstream goes unused.
+        self._no_hint_s = no_hint_window_s
         self._on_event = on_event
         # Replicas only recognise each other's fingerprints when they share the secret.
         # BLAKE2b takes keys of at most 64 bytes: a configured secret of any length is hashed.
@@ -183,7 +235,8 @@ class LoopBreaker:
         return self._cfg.enabled and self._store.holds_answers()
 
     async def recall(self, fingerprint: str) -> Recalled | None:
-        """The remembered answer for an identical request, or None (then send it)."""
+        """The remembered failure of an identical request, or None (then send it). When
+        ``answers(now)`` is False the turn is in its probing phase: send one attempt."""
         if not self._cfg.enabled:
             return None
         found = await self._store.answer_take(fingerprint)
@@ -191,7 +244,8 @@ class LoopBreaker:
             return None
         hit = decode(*found)
         if hit is not None:
-            self._on_event("answered", hit.classification.type)
+            probing = not hit.answers(self._clock())
+            self._on_event("probed" if probing else "answered", hit.classification.type)
         return hit
 
     async def remember(
@@ -201,18 +255,29 @@ class LoopBreaker:
         classification: Classification,
         *,
         circuit_open_until: float | None = None,
+        turn: Recalled | None = None,
     ) -> float:
-        """Remember a request's final failure; returns the window in seconds (0: not kept)."""
+        """Remember a request's final failure; returns the answered window in seconds (0: not
+        kept). ``turn``: what the recall found when this request was a probe of that turn."""
         if not self._cfg.enabled:
             return 0.0
         now = self._clock()
-        window = window_for(self._cfg, classification, now, circuit_open_until)
+        window = window_for(self._cfg, classification, now, circuit_open_until, self._no_hint_s)
         if window <= 0:
             return 0.0
         if len(answer.body) > self._cfg.max_body_bytes:
             self._on_event("skipped", classification.type)
             return 0.0
-        blob = encode(answer, classification, now, now + window)
-        await self._store.answer_put(fingerprint, blob, window)
+        first_at, repeats = now, 0
+        if turn is not None and now - turn.first_at < self._cfg.turn_max_s:
+            first_at, repeats = turn.first_at, turn.repeats
+        keep = keep_for(self._cfg, classification, now, window, first_at)
+        blob = encode(answer, classification, now, now + window, first_at, repeats)
+        await self._store.answer_put(fingerprint, blob, keep)
         self._on_event("remembered", classification.type)
         return window
+
+    async def forget(self, fingerprint: str) -> None:
+        """A probe got through: the turn it repeated is over."""
+        if self._cfg.enabled:
+            await self._store.answer_drop(fingerprint)

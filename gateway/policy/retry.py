@@ -44,6 +44,7 @@ class StopReason(enum.StrEnum):
     DEADLINE = "deadline"
     BUDGET = "budget"  # the cross-request retry budget (or an open circuit) said no
     MOVING_ON = "moving_on"  # this upstream had its share of retries; a fallback is next
+    PROBE = "probe"  # a repeat of a turn the gateway gave up on is one attempt (loop breaker)
 
 
 def backoff_s(cls_cfg: RetryClassConfig, retry_number: int, rand: float) -> float:
@@ -69,6 +70,9 @@ class RetryPlan:
     # answer (servers that fail a stream after its head send nothing), not worth a retry.
     empty_is_final: bool = False
     probing: bool = False  # the pipeline is asking again without streaming after an empty stream
+    # A repeat of a turn the gateway already gave up on (the loop breaker's probe): one
+    # attempt per upstream, the gateway's retries were spent on the turn's first request.
+    probe: bool = False
     retries: dict[ErrorType, int] = field(default_factory=dict)
     stopped: StopReason | None = None
 
@@ -95,6 +99,8 @@ class RetryPlan:
         cls_cfg = self._class_cfg(c.type)
         if cls_cfg is None:
             return self._stop(StopReason.NOT_RETRYABLE)
+        if self.probe:
+            return self._stop(StopReason.PROBE)
         done = self.retries.get(c.type, 0)
         repeated_empty = self.answered_with_nothing(c) and (
             self.empty_is_final or self.last_code == EMPTY_STREAM

@@ -79,6 +79,9 @@ class _Answers:
         self._items.move_to_end(key)
         return blob, taken + 1
 
+    def drop(self, key: str) -> None:
+        self._drop(key)
+
     def _drop(self, key: str) -> None:
         found = self._items.pop(key, None)
         if found is not None:
@@ -172,6 +175,9 @@ class MemoryStore:
 
     async def answer_take(self, fingerprint: str) -> tuple[bytes, int] | None:
         return self.answers.take(fingerprint)
+
+    async def answer_drop(self, fingerprint: str) -> None:
+        self.answers.drop(fingerprint)
 
     def holds_answers(self) -> bool:
         return len(self.answers) > 0

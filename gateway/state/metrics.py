@@ -19,9 +19,9 @@ from gateway.errors import ErrorType
 
 OPS = (
     "circuit_get", "circuit_fail", "circuit_open", "circuit_clear", "probe_claim", "probe_release",
-    "budget_add", "reset_set", "reset_get", "answer_put", "answer_take",
+    "budget_add", "reset_set", "reset_get", "answer_put", "answer_take", "answer_drop",
 )  # fmt: skip
-LOOP_EVENTS = ("remembered", "answered", "skipped")
+LOOP_EVENTS = ("remembered", "answered", "probed", "skipped")
 
 
 class StateMetrics:
@@ -32,7 +32,7 @@ class StateMetrics:
         )  # fmt: skip
         self.loop_breaker = Counter(
             "llm_gateway_loop_breaker_events",
-            "Loop breaker: failed answers remembered, and repeats answered from memory.",
+            "Loop breaker: failed answers remembered, repeats answered from memory or sent as a probe.",
             ["event", "error_type"], registry=registry,
         )  # fmt: skip
         # Series exist from the start, so an alert on a rate sees zeros rather than nothing.

@@ -301,6 +301,14 @@ class RedisStore:
 
         return await self._guard("answer_take", remote, lambda: self.local.answer_take(fingerprint))
 
+    async def answer_drop(self, fingerprint: str) -> None:
+        await self.local.answer_drop(fingerprint)
+
+        async def remote() -> None:
+            await self._r.delete(self._p + "a:" + fingerprint)
+
+        await self._guard("answer_drop", remote, lambda: _value(None))
+
     def holds_answers(self) -> bool:
         return True  # other replicas may have remembered one
 

@@ -132,3 +132,23 @@ async def test_content_encodings_we_cannot_read_get_a_clear_error(make_gateway, 
                                                              "Content-Encoding": encoding})
     assert status_ == status and json.loads(body)["type"] == "error"
     assert (await gw.chat())[0] == 200  # still healthy
+
+
+@pytest.mark.parametrize("model", [None, ""], ids=["absent", "empty"])
+async def test_a_request_without_a_model_is_the_clients_mistake_on_every_api(make_gateway, model) -> None:
+    """Never routed nor sent (with a dead first upstream it used to become a retryable 502):
+    a 400 in each API's own error envelope."""
+    gw = await make_gateway()
+    extra = {} if model is None else {"model": model}
+    hi = [{"role": "user", "content": "hi"}]
+    status, headers, body = await gw.chat({**extra, "messages": hi})
+    assert_gateway_error(status, headers, body, 400, "missing_model")
+    status, headers, body = await gw.messages({**extra, "max_tokens": 16, "messages": hi})
+    doc = json.loads(body)
+    assert status == 400 and doc["type"] == "error" and doc["error"]["type"] == "invalid_request_error"
+    assert "'model' is required" in doc["error"]["message"] and headers["x-should-retry"] == "false"
+    status, headers, body = await gw.responses({**extra, "input": "hi"})
+    err = json.loads(body)["error"]
+    assert status == 400 and err["code"] == "missing_model" and err["type"] == "invalid_request_error"
+    assert headers["x-llm-attempts"] == "0"
+    assert gw.fake.requests == []

@@ -169,6 +169,79 @@ async def test_loop_breaker_holds_a_long_rate_limit_until_its_reset(make_gateway
     assert len(gw.fake.chat_requests()) == 1
 
 
+async def test_a_repeated_turn_after_its_window_is_one_probe_and_a_recovery_is_used_at_once(make_gateway) -> None:
+    """Whatever the client's backoff: inside the window a repeat is answered from memory,
+    after it one probe attempt goes (never a new round of retries), and once the upstream
+    is back the probe's success is the client's answer and the turn is forgotten."""
+    gw = await make_gateway("loop_breaker: {enabled: true, retryable_window_s: 0.3}\n"
+                            "circuit_breaker: {failure_threshold: 1000, open_s: 0.3}\n")
+    gw.fake.script(*[UNAVAILABLE] * 6)
+    status, headers, _ = await gw.chat()
+    assert status == 503 and headers["x-llm-attempts"] == "6"
+    status, headers, _ = await gw.chat()
+    assert status == 503 and headers["x-llm-from-memory"] == "1" and len(gw.fake.chat_requests()) == 6
+    for probes in (1, 2):
+        await asyncio.sleep(0.35)  # the window ends (a client's later repeat)
+        gw.fake.script(*[UNAVAILABLE] * 6)
+        status, headers, _ = await gw.chat()
+        assert status == 503 and headers["x-llm-attempts"] == "1" and headers["x-should-retry"] == "false"
+        assert len(gw.fake.chat_requests()) == 6 + probes
+    status, headers, _ = await gw.chat()  # a new window began with the failed probe
+    assert "x-llm-from-memory" in headers and len(gw.fake.chat_requests()) == 8
+    gw.fake.steps.clear()  # the upstream recovers
+    await asyncio.sleep(0.35)
+    status, headers, _ = await gw.chat()
+    assert status == 200 and headers["x-llm-attempts"] == "1"
+    gw.fake.script(UNAVAILABLE)  # the turn was forgotten: a later failure is retried afresh
+    status, headers, _ = await gw.chat()
+    assert status == 200 and headers["x-llm-attempts"] == "2"
+    assert gw.metric("llm_gateway_loop_breaker_events_total", event="probed", error_type="provider_unavailable") == 3
+
+
+async def test_for_open_s_after_a_request_gave_up_a_new_failure_of_the_model_is_final(make_gateway) -> None:
+    """An agent's turn is often several different requests (a tool round, the next turn): the
+    next one must not buy another full round of retries on the same outage."""
+    gw = await make_gateway("circuit_breaker: {failure_threshold: 1000, open_s: 0.3}\n")
+    gw.fake.script(*[UNAVAILABLE] * 7)
+    status, headers, _ = await gw.chat({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "one"}]})
+    assert status == 503 and headers["x-llm-attempts"] == "6"
+    status, headers, _ = await gw.chat({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "two"}]})
+    assert status == 503 and headers["x-llm-attempts"] == "1" and headers["x-should-retry"] == "false"
+    gw.fake.script(UNAVAILABLE)
+    status, headers, _ = await gw.chat({"model": "other-model", "messages": [{"role": "user", "content": "x"}]})
+    assert status == 200 and headers["x-llm-attempts"] == "2"  # another model keeps its retries
+    await asyncio.sleep(0.35)  # open_s later
+    gw.fake.script(UNAVAILABLE)
+    status, headers, _ = await gw.chat({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "three"}]})
+    assert status == 200 and headers["x-llm-attempts"] == "2"  # retried as usual again
+
+
+async def test_parallel_requests_of_a_failing_model_retry_it_once_between_them(make_gateway) -> None:
+    """opencode sends a turn's title and answer requests together: one retries the outage,
+    the other waits for its verdict and gives up with it, after its own one attempt."""
+    gw = await make_gateway("circuit_breaker: {failure_threshold: 1000}\n"
+                            "retry: {provider_unavailable: {max_retries: 5, base_delay_s: 0.05, max_delay_s: 0.1}}\n",
+                            real_sleep=True)  # fmt: skip
+    gw.fake.script(*[UNAVAILABLE] * 20)
+    answers = await asyncio.gather(*(
+        gw.chat({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": text}]})
+        for text in ("title?", "answer")))  # fmt: skip
+    assert [a[0] for a in answers] == [503, 503]
+    assert sorted(a[1]["x-llm-attempts"] for a in answers) == ["1", "6"]
+    assert all(a[1]["x-should-retry"] == "false" for a in answers)
+    assert len(gw.fake.chat_requests()) == 7  # not 12
+
+
+async def test_a_request_waiting_on_a_model_that_recovers_retries_at_once(make_gateway) -> None:
+    gw = await make_gateway("retry: {provider_unavailable: {max_retries: 5, base_delay_s: 0.05, max_delay_s: 0.1}}\n",
+                            real_sleep=True)
+    gw.fake.script(UNAVAILABLE, UNAVAILABLE, UNAVAILABLE)  # both first attempts and one retry fail
+    answers = await asyncio.gather(*(
+        gw.chat({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": text}]})
+        for text in ("one", "two")))  # fmt: skip
+    assert [a[0] for a in answers] == [200, 200]
+
+
 async def test_the_deadline_never_outlives_the_clients_announced_timeout(make_gateway) -> None:
     gw = await make_gateway(real_sleep=True, extra_yaml=(
         "retry: {provider_unavailable: {max_retries: 50, base_delay_s: 0.5, max_delay_s: 0.5}}\n"))

@@ -153,6 +153,11 @@ class ChatStreamReader(ShownText):
             if isinstance(delta.get("content"), str):
                 self.texts.append(delta["content"])
 
+    def fresh(self) -> ChatStreamReader:
+        again = ChatStreamReader(self.strip_usage)
+        again.track()
+        return again
+
     def kind(self, raw: bytes, *, committed: bool) -> EventKind:
         # Cheap byte checks first: most events are plain deltas and need no JSON parse.
         if b"error" in raw:

@@ -207,6 +207,11 @@ class AnthropicStreamReader(ShownText):
         elif kind == "content_block_stop" and index == self.open_block:
             self.open_block = None
 
+    def fresh(self) -> AnthropicStreamReader:
+        again = AnthropicStreamReader()
+        again.track()
+        return again
+
     def kind(self, raw: bytes, *, committed: bool) -> EventKind:
         if b"error" in raw:
             err = error_payload(parse_event(raw))

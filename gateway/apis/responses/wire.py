@@ -215,6 +215,14 @@ class ResponsesStreamReader:
     def partial(self) -> str | None:
         return self.shown.partial() if self.shown is not None else None
 
+    def shown_text(self) -> str:
+        return "".join(self.shown.texts) if self.shown is not None else ""
+
+    def fresh(self) -> ResponsesStreamReader:
+        again = ResponsesStreamReader()
+        again.track()
+        return again
+
     def broken(self, ending: Ending, request_id: str, model: str | None) -> bytes:
         c = ending.classification
         response = {

@@ -41,7 +41,7 @@ def c(t: ErrorType, **kw: object) -> Classification:
     (c(ErrorType.RATE_LIMIT, reset_at_ms=int((NOW + 3) * 1000), retry_after_s=99.0), None, 3.0),  # reset-at wins
     (c(ErrorType.RATE_LIMIT, retry_after_s=3600.0), None, 60.0),        # capped
     (c(ErrorType.RATE_LIMIT, reset_at_ms=int((NOW - 5) * 1000)), None, 0.0),  # already passed
-    (c(ErrorType.PROVIDER_UNAVAILABLE), None, 10.0),                    # no hint
+    (c(ErrorType.PROVIDER_UNAVAILABLE), None, 10.0),                    # no hint, no circuit: window_s
     (c(ErrorType.PROVIDER_UNAVAILABLE), NOW + 25, 25.0),                # the open circuit's end
     (c(ErrorType.PROVIDER_UNAVAILABLE, retry_after_s=5.0), NOW + 25, 25.0),  # the latest hint
     (c(ErrorType.PROVIDER_UNAVAILABLE), NOW + 500, 60.0),
@@ -83,7 +83,7 @@ def test_encode_decode_round_trip_keeps_only_relevant_headers() -> None:
     assert hit == Recalled(429, answer.body, (
         ("Content-Type", "application/json"), ("Retry-After", "7"),
         ("x-ratelimit-reset-requests", "7s"), ("anthropic-ratelimit-tokens-reset", "t"),
-    ), cl, 3, NOW, NOW + 7)
+    ), cl, 3, NOW, NOW + 7, NOW)
     assert relevant_headers([("Date", "x")]) == ()
 
 
@@ -148,3 +148,103 @@ async def test_memory_is_bounded_by_entries_and_bytes_least_recently_used_first(
     assert len(store.answers) <= 2
     await store.answer_put("huge", b"x" * 101, 60)  # never fits
     assert await store.answer_take("huge") is None
+
+
+def test_a_given_up_outage_without_a_hint_is_answered_for_the_circuits_open_time() -> None:
+    outage = c(ErrorType.PROVIDER_UNAVAILABLE)
+    assert window_for(CFG, outage, NOW, None, no_hint_s=30.0) == 30.0
+    assert window_for(LoopBreakerConfig(retryable_window_s=4), outage, NOW, None, no_hint_s=30.0) == 4.0
+
+
+OUTAGE = Answer(503, b'{"error":{"message":"down"}}')
+
+
+async def test_after_its_window_a_repeated_turn_is_a_probe_while_repeats_keep_coming() -> None:
+    """The client's backoff does not matter: inside the window a repeat is answered, after
+    it (for as long as repeats keep arriving) each repeat is one probe, and each failed
+    probe opens a new window."""
+    clock = Clock()
+    events: list[str] = []
+    lb = LoopBreaker(CFG, MemoryStore(clock), clock, no_hint_window_s=30.0, on_event=lambda e, _t: events.append(e))
+    outage = c(ErrorType.PROVIDER_UNAVAILABLE)
+    assert await lb.remember("fp", OUTAGE, outage) == 30.0
+    sends = 0
+    # Claude Code on a non-default model: repeats at 0.5 s, 1.1 s, then 31, 64, 110, 158 s, ...
+    for at in (0.5, 1.1, 31, 64, 110, 158, 200, 245):
+        clock.t = NOW + at
+        hit = await lb.recall("fp")
+        assert hit is not None, at
+        if not hit.answers(clock.t):
+            sends += 1
+            await lb.remember("fp", OUTAGE, outage, turn=hit)  # the probe failed too
+    assert sends == 6  # one probe per window, never a full round
+    assert events.count("probed") == 6 and events.count("answered") == 2
+    hit = await lb.recall("fp")
+    assert hit is not None and hit.first_at == NOW and hit.repeats == 9
+
+
+async def test_a_probe_that_gets_through_ends_the_turn() -> None:
+    clock = Clock()
+    lb = LoopBreaker(CFG, MemoryStore(clock), clock, no_hint_window_s=30.0)
+    await lb.remember("fp", OUTAGE, c(ErrorType.PROVIDER_UNAVAILABLE))
+    clock.t += 31
+    hit = await lb.recall("fp")
+    assert hit is not None and not hit.answers(clock.t)
+    await lb.forget("fp")
+    assert await lb.recall("fp") is None
+
+
+async def test_the_turn_is_forgotten_when_repeats_stop_or_it_lasts_too_long() -> None:
+    clock = Clock()
+    cfg = LoopBreakerConfig(turn_idle_s=120, turn_max_s=300)
+    lb = LoopBreaker(cfg, MemoryStore(clock), clock, no_hint_window_s=30.0)
+    outage = c(ErrorType.PROVIDER_UNAVAILABLE)
+    await lb.remember("quiet", OUTAGE, outage)
+    clock.t = NOW + 30 + 120
+    assert await lb.recall("quiet") is None  # no repeat within turn_idle_s of the window's end
+    clock.t = NOW
+    await lb.remember("long", OUTAGE, outage)
+    for _ in range(20):  # a probe every 31 s keeps the turn, until turn_max_s since it began
+        clock.t += 31
+        hit = await lb.recall("long")
+        if hit is None:
+            break
+        await lb.remember("long", OUTAGE, outage, turn=hit)
+    assert clock.t - NOW <= 300 + 31 and hit is None
+    # A failure after turn_max_s starts a new turn: the gateway's full attempts again, once.
+    await lb.remember("long", OUTAGE, outage)
+    hit = await lb.recall("long")
+    assert hit is not None and hit.first_at == clock.t
+
+
+async def test_non_retryable_answers_have_no_probing_phase() -> None:
+    clock = Clock()
+    lb = LoopBreaker(CFG, MemoryStore(clock), clock, no_hint_window_s=30.0)
+    for t in (ErrorType.UNKNOWN, ErrorType.AUTH, ErrorType.BUDGET):
+        await lb.remember(t.value, Answer(400, b"bad"), c(t))
+    clock.t += 10.01
+    assert [await lb.recall(t.value) for t in (ErrorType.UNKNOWN, ErrorType.AUTH, ErrorType.BUDGET)] == [None] * 3
+
+
+async def test_a_long_rate_limit_is_answered_for_at_most_max_window_s_then_probed() -> None:
+    clock = Clock()
+    lb = LoopBreaker(CFG, MemoryStore(clock), clock, no_hint_window_s=30.0)
+    assert await lb.remember("fp", Answer(429, b"slow"), c(ErrorType.RATE_LIMIT, retry_after_s=3600.0)) == 60.0
+    clock.t += 59
+    hit = await lb.recall("fp")
+    assert hit is not None and hit.answers(clock.t) and hit.retry_after_s(clock.t) == 1
+    clock.t += 2
+    hit = await lb.recall("fp")
+    assert hit is not None and not hit.answers(clock.t)
+
+
+async def test_a_remembered_long_rate_limit_tells_the_providers_own_wait() -> None:
+    """A client told the window's end would come back just to be probed; told the provider's
+    hour, it schedules itself (the AI SDK waits out a retry-after under 60 s only)."""
+    clock = Clock()
+    lb = LoopBreaker(CFG, MemoryStore(clock), clock)
+    reset = int((NOW + 3600) * 1000)
+    await lb.remember("fp", Answer(429, b"slow"), c(ErrorType.RATE_LIMIT, retry_after_s=3600.0, reset_at_ms=reset))
+    clock.t += 10
+    hit = await lb.recall("fp")
+    assert hit is not None and hit.answers(clock.t) and hit.retry_after_s(clock.t) == 3590

@@ -1,0 +1,79 @@
+"""The usage a broken stream is logged and metered with includes the text the client was
+already shown: the provider generated it, though its count would have come at the end."""
+
+import pytest
+
+from gateway.policy.tokens import BYTES_PER_TOKEN
+from tests.fakeupstream import (
+    Stream,
+    anthropic_head,
+    anthropic_tail,
+    chunk,
+    responses_continuation,
+    responses_deltas,
+    responses_head,
+    text_delta,
+)
+
+SHOWN = ["Once upon a time there was a gateway", " that counted every token it relayed"]
+REST = [" to", " the end."]
+
+
+def tokens(text: str) -> int:
+    return round(len(text.encode()) / BYTES_PER_TOKEN)
+
+
+def completion(gw, model: str) -> float:
+    return gw.metric("llm_gateway_tokens_total", upstream="primary", model=model, kind="completion")
+
+
+MESSAGES = {"model": "claude-x", "max_tokens": 100, "stream": True,
+            "messages": [{"role": "user", "content": "Tell a story"}]}  # fmt: skip
+
+
+async def test_a_messages_stream_cut_after_two_deltas_counts_what_was_shown(make_gateway) -> None:
+    gw = await make_gateway()
+    # message_start says output_tokens: 1; the real count would come in message_delta.
+    gw.fake.script(Stream([*anthropic_head(), *(text_delta(t) for t in SHOWN)], then="drop"))
+    status, _, body = await gw.messages(MESSAGES)
+    assert status == 200 and b"event: error" in body
+    assert completion(gw, "claude-x") == tokens("".join(SHOWN)) > 1
+
+
+async def test_a_continued_messages_stream_counts_the_shown_part_and_the_rest(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", continuation: prefill")
+    gw.fake.script(Stream([*anthropic_head(), *(text_delta(t) for t in SHOWN)], then="drop"),
+                   Stream([*anthropic_head(), *(text_delta(t) for t in REST), *anthropic_tail(output_tokens=4)],
+                          then="eof"))  # fmt: skip
+    status, _, body = await gw.messages(MESSAGES)
+    assert status == 200 and b"message_stop" in body
+    assert completion(gw, "claude-x") == tokens("".join(SHOWN)) + 4
+
+
+@pytest.mark.parametrize("then", ["drop", "stall"])
+async def test_a_cut_chat_stream_counts_what_was_shown(make_gateway, then: str) -> None:
+    gw = await make_gateway()
+    gw.fake.script(Stream([chunk({"role": "assistant", "content": ""}), *(chunk({"content": t}) for t in SHOWN)],
+                          then=then))  # fmt: skip
+    status, _, body = await gw.chat({"model": "gpt-4o-mini", "stream": True,
+                                     "messages": [{"role": "user", "content": "Tell a story"}]})  # fmt: skip
+    assert status == 200 and b'"finish_reason": "error"' in body.replace(b'":"', b'": "')
+    assert completion(gw, "gpt-4o-mini") == tokens("".join(SHOWN))
+
+
+async def test_a_continued_responses_stream_counts_the_shown_part_and_the_rest(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", continuation: continue_final_message")
+    gw.fake.script(Stream([*responses_head("qwen3"), *responses_deltas(tuple(SHOWN))], then="drop"),
+                   Stream(responses_continuation("".join(REST), REST, model="qwen3"), then="eof"))
+    status, _, body = await gw.responses({"model": "qwen3", "stream": True, "input": "Tell a story"})
+    assert status == 200 and b"response.completed" in body
+    rest = completion(gw, "qwen3") - tokens("".join(SHOWN))
+    assert rest > 0  # the continuation's own count, on top of the shown part
+
+
+async def test_a_complete_stream_is_counted_by_the_providers_numbers_alone(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.script(Stream([*anthropic_head(), *(text_delta(t) for t in SHOWN), *anthropic_tail(output_tokens=3)]))
+    status, _, body = await gw.messages(MESSAGES)
+    assert status == 200 and b"message_stop" in body
+    assert completion(gw, "claude-x") == 3  # never an estimate when the provider counted
