@@ -91,6 +91,7 @@ def big_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPro
     server.stop()
 
 
+@pytest.mark.timeout(600)  # a small model on a loaded 2-core host: the suite's 120 s is not enough
 def test_claude_code_bare_answers_through_the_translation(big_gateway: RunningProcess, tmp_path: Path) -> None:
     if not os.access(CLAUDE, os.X_OK):
         pytest.fail(f"{CLAUDE} is missing: `make test` installs Claude Code (scripts/test-deps.sh)", pytrace=False)
