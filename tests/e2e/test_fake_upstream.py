@@ -10,7 +10,7 @@ import re
 import sys
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +35,24 @@ class Demo:
         """What the fake answered each request of ``scenario`` with (its stdout)."""
         return re.findall(rf"scenario={scenario} -> (.+)", self.fake.logs())
 
+    clients: list[openai.OpenAI | anthropic.Anthropic] = field(default_factory=list)
+
+    # One client of each, closed when the module is done: an SDK client left to the garbage
+    # collector closes its sockets at a random later moment, as a ResourceWarning in some
+    # other test (an error under filterwarnings=error).
     def oa(self) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.gw.base + "/v1", api_key="unused", max_retries=0)
+        found = [c for c in self.clients if isinstance(c, openai.OpenAI)]
+        if not found:
+            found = [openai.OpenAI(base_url=self.gw.base + "/v1", api_key="unused", max_retries=0)]
+            self.clients.append(found[0])
+        return found[0]  # type: ignore[return-value]
 
     def an(self) -> anthropic.Anthropic:
-        return anthropic.Anthropic(base_url=self.gw.base, api_key="unused", max_retries=0)
+        found = [c for c in self.clients if isinstance(c, anthropic.Anthropic)]
+        if not found:
+            found = [anthropic.Anthropic(base_url=self.gw.base, api_key="unused", max_retries=0)]
+            self.clients.append(found[0])
+        return found[0]  # type: ignore[return-value]
 
     def stream(self, path: str, payload: dict[str, Any]) -> bytes:
         req = urllib.request.Request(self.gw.base + path, data=json.dumps({**payload, "stream": True}).encode(),
@@ -58,9 +71,12 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
         env = base_env(GATEWAY_PORT=str(gw_port), UPSTREAM_BASE_URL=f"http://127.0.0.1:{fake_port}/v1")
         gw = start([sys.executable, "-m", "gateway", "--config", str(ROOT / "config/examples/fake.yaml")], env,
                    gw_port, tmp / "gateway.log")
+        demo = Demo(fake, gw)
         try:
-            yield Demo(fake, gw)
+            yield demo
         finally:
+            for client in demo.clients:
+                client.close()
             gw.stop()
     finally:
         fake.stop()
