@@ -25,8 +25,9 @@ def gateway(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 
 @pytest.fixture
-def client(gateway: RunningGateway) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gateway.base + "/v1", api_key="sk-client-key", max_retries=0)
+def client(gateway: RunningGateway) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=gateway.base + "/v1", api_key="sk-client-key", max_retries=0) as c:
+        yield c
 
 
 def test_create_buffered(client: openai.OpenAI, upstream: FakeUpstream) -> None:
