@@ -20,6 +20,7 @@ from gateway.policy.loop_breaker import LoopBreaker
 from gateway.routing import Outbound, pick_upstream, upstream_url
 from gateway.state import SharedBudget, SharedCircuit, StateStore
 from gateway.telemetry import Telemetry
+from gateway.tracing import NO_TRACING, Tracing
 from gateway.translate import Leg, NoLeg, Translations, default_translations
 from gateway.upstream import Sender
 
@@ -84,6 +85,7 @@ class Services:
     # is a pure function of the model; clients send few distinct ones.
     chains: dict[str | None, list[UpstreamRuntime] | None] = field(default_factory=dict)
     translations: Translations = field(default_factory=default_translations)
+    tracing: Tracing = NO_TRACING  # no-op hooks unless tracing is on (gateway/tracing/)
 
     def chain_for(self, model: str | None) -> list[UpstreamRuntime] | None:
         """The upstream whose model globs match first, then its fallbacks (read-only list)."""
