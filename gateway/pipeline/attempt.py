@@ -80,13 +80,15 @@ class Call:
 
 async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes) -> Outcome:
     state.attempts += 1
+    headers = svc.tracing.attempt_started(state, call, body)  # the call's own, plus traceparent when on
     request = UpstreamRequest(
-        call.method, call.url, call.headers, body,
+        call.method, call.url, headers, body,
         first_byte_timeout_s=max(0.001, min(svc.cfg.timeouts.first_byte_s, plan.remaining_s())),
     )  # fmt: skip
     outcome = await _exchange(svc, state, request, call)
     if call.translation is not None and isinstance(outcome, Failure) and outcome.own is None:
         outcome.foreign = _foreign(call, outcome, len(body))
+    svc.tracing.attempt_ended(state, call, outcome)
     if isinstance(outcome, Failure) and plan.answered_with_nothing(outcome.classification):
         state.empty_attempts.append(call.up.cfg.name)  # counted once known what it was
         return outcome
