@@ -360,9 +360,9 @@ class TracingConfig(_Model):
     service_name: str | None = None  # else OTEL_SERVICE_NAME, else "llm-gateway"
     sample_ratio: float | None = Field(default=None, ge=0, le=1)  # else OTEL_TRACES_SAMPLER(_ARG)
     # Spans wait here for the exporter's thread; when the collector is down and it is full,
-    # new spans are dropped (and counted by the SDK's log), so memory stays bounded.
-    max_queue_size: int = Field(default=2048, gt=0, le=1_000_000)
-    export_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    # the oldest are dropped (the SDK logs it once), so memory stays bounded.
+    max_queue_size: int | None = Field(default=None, gt=0, le=1_000_000)  # else OTEL_BSP_MAX_QUEUE_SIZE, 2048
+    export_timeout_s: float | None = Field(default=None, gt=0, le=60)  # else OTEL_EXPORTER_OTLP_TIMEOUT, 10
     # Prompts, completions and tool outputs in span attributes (gen_ai.input.messages, ...),
     # key-like strings redacted. Off: spans carry sizes, counts and decisions only.
     capture_content: bool = False

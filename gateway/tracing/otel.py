@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from gateway.policy.retry import StopReason
 
 _W3C = TraceContextTextMapPropagator()
+CLOSE_S = 2.0
 _CONTEXT_HEADERS = frozenset({"traceparent", "tracestate"})
 _API_PATHS = frozenset({"/v1/chat/completions", "/v1/messages", "/v1/responses"})
 
@@ -61,14 +63,29 @@ def otlp_provider(cfg: TracingConfig, env: Mapping[str, str]) -> TracerProvider:
     name = cfg.service_name or env.get("OTEL_SERVICE_NAME") or "llm-gateway"
     resource = Resource.create({SERVICE_NAME: name, "service.version": __version__})
     sampler = ParentBased(TraceIdRatioBased(cfg.sample_ratio)) if cfg.sample_ratio is not None else None
-    provider = TracerProvider(resource=resource, sampler=sampler)
+    # No atexit flush of its own: close() flushes within a bound, a dead collector would hold
+    # the exiting process for the exporter's full timeout.
+    provider = TracerProvider(resource=resource, sampler=sampler, shutdown_on_exit=False)
     endpoint = cfg.endpoint.rstrip("/") + "/v1/traces" if cfg.endpoint else None
-    exporter = OTLPSpanExporter(endpoint=endpoint, timeout=cfg.export_timeout_s)
+    timeout = cfg.export_timeout_s
+    exporter = OTLPSpanExporter(endpoint=endpoint, timeout=timeout)
+    # The SDK refuses a batch larger than the queue (OTEL_BSP_MAX_QUEUE_SIZE=100 alone would
+    # stop the gateway from starting): the batch is capped at the queue instead.
+    queue = cfg.max_queue_size or _int(env.get("OTEL_BSP_MAX_QUEUE_SIZE"), 2048)
+    batch = min(queue, _int(env.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE"), 512))
     provider.add_span_processor(BatchSpanProcessor(
-        exporter, max_queue_size=cfg.max_queue_size,
-        export_timeout_millis=cfg.export_timeout_s * 1000,
+        exporter, max_queue_size=queue, max_export_batch_size=batch,
+        export_timeout_millis=timeout * 1000 if timeout is not None else None,
     ))  # fmt: skip
     return provider
+
+
+def _int(text: str | None, default: int) -> int:
+    try:
+        value = int(text) if text else default
+    except ValueError:
+        return default
+    return value if value > 0 else default
 
 
 @dataclass(slots=True)
@@ -314,11 +331,18 @@ class OtelTracing(Tracing):
             rt.span.set_attributes(attrs)
 
     async def close(self) -> None:
-        # The exporter's last flush runs in a thread: a dead collector cannot hold up shutdown
-        # for longer than the bound (what is left is dropped with the process).
-        loop = asyncio.get_running_loop()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(loop.run_in_executor(None, self.provider.shutdown), 5.0)
+        # The exporter's last flush runs in a daemon thread, waited for at most CLOSE_S: a
+        # dead collector cannot hold up the exit (what is left is dropped with the process).
+        done = threading.Event()
+
+        def shutdown() -> None:
+            try:
+                self.provider.shutdown()
+            finally:
+                done.set()
+
+        threading.Thread(target=shutdown, name="otel-shutdown", daemon=True).start()
+        await asyncio.get_running_loop().run_in_executor(None, done.wait, CLOSE_S)
 
 
 def _sent_model(call: Call, asked: str | None) -> str | None:
