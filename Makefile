@@ -73,6 +73,7 @@ test-deploy: venv-dev
 bench: venv-dev
 	$(BIN)/python -m bench
 	$(BIN)/python -m bench.faults
+	$(BIN)/python -m bench.tracing
 
 clean:
 	rm -rf $(VENV) $(VENV).lock $(VENV)-real .pytest_cache .mypy_cache .ruff_cache

@@ -124,6 +124,7 @@ class OtelTracing(Tracing):
         self.tracer = provider.get_tracer("llm-gateway", __version__)
         self.capture = capture_content
         self._mono = monotonic
+        self._static: dict[tuple[str, str, str], dict[str, Any]] = {}
 
     # The request
 
@@ -171,14 +172,16 @@ class OtelTracing(Tracing):
         return format(ctx.trace_id, "032x"), format(ctx.span_id, "016x")
 
     def _request_attrs(self, rt: _Trace, state: RequestState, status: int) -> dict[str, Any]:
-        a: dict[str, Any] = {
-            "http.response.status_code": status,
-            f"{P}upstream": state.upstream,
-            f"{P}attempts": state.attempts,
-            f"{P}retries": state.retries,
-            f"{P}fallbacks": state.fallbacks,
-            f"{P}stream": state.stream,
-        }
+        # The SDK validates and the exporter encodes every attribute (most of tracing's cost):
+        # counters that are zero and flags that are false are left out.
+        a: dict[str, Any] = {"http.response.status_code": status, f"{P}upstream": state.upstream,
+                             f"{P}attempts": state.attempts}  # fmt: skip
+        if state.retries:
+            a[f"{P}retries"] = state.retries
+        if state.fallbacks:
+            a[f"{P}fallbacks"] = state.fallbacks
+        if state.stream:
+            a[f"{P}stream"] = True
         if state.path in _API_PATHS:
             a["gen_ai.operation.name"] = "chat"
         if state.model is not None:
@@ -210,20 +213,9 @@ class OtelTracing(Tracing):
         kind, rt.kind = rt.kind, "first"
         pending, rt.pending = rt.pending, {}
         model = _sent_model(call, state.model)
-        op = "chat" if call.dialect.path in _API_PATHS and call.method == "POST" else call.method.lower()
-        url = urlsplit(call.url)
-        attrs: dict[str, Any] = {
-            "gen_ai.operation.name": op,
-            "gen_ai.provider.name": provider_name(url.hostname or "", call.dialect.api),
-            "server.address": url.hostname or "",
-            "server.port": url.port or (443 if url.scheme == "https" else 80),
-            "http.request.method": call.method,
-            f"{P}upstream": call.up.cfg.name,
-            f"{P}upstream_api": call.dialect.api,
-            f"{P}attempt.kind": kind,
-            f"{P}attempt.number": state.attempts,
-            **pending,
-        }
+        where = self._where(call)
+        op = where["gen_ai.operation.name"]
+        attrs = {**where, f"{P}attempt.kind": kind, f"{P}attempt.number": state.attempts, **pending}
         if model:
             attrs["gen_ai.request.model"] = model
         if call.translation is not None:
@@ -291,6 +283,25 @@ class OtelTracing(Tracing):
             if state.ended_by is not None or not final:
                 a.span.set_attribute(f"{P}ended_by", state.ended_by or state.continued_after or "broken")
         a.span.end(end_time=a.ended_ns)
+
+    def _where(self, call: Call) -> dict[str, Any]:
+        """What an attempt's span says about its upstream: the same for every call to one URL."""
+        key = (call.url, call.dialect.api, call.method)
+        found = self._static.get(key)
+        if found is None:
+            url = urlsplit(call.url)
+            op = "chat" if call.dialect.path in _API_PATHS and call.method == "POST" else call.method.lower()
+            found = {
+                "gen_ai.operation.name": op,
+                "gen_ai.provider.name": provider_name(url.hostname or "", call.dialect.api),
+                "server.address": url.hostname or "",
+                "server.port": url.port or (443 if url.scheme == "https" else 80),
+                f"{P}upstream": call.up.cfg.name,
+                f"{P}upstream_api": call.dialect.api,
+            }
+            if len(self._static) < 1024:  # passthrough paths come from clients
+                self._static[key] = found
+        return found
 
     # Decisions
 
