@@ -53,6 +53,7 @@ _W3C = TraceContextTextMapPropagator()
 CLOSE_S = 2.0
 _CONTEXT_HEADERS = frozenset({"traceparent", "tracestate"})
 _API_PATHS = frozenset({"/v1/chat/completions", "/v1/messages", "/v1/responses"})
+_NAMED_PATHS = _API_PATHS | {"/v1/models", "/v1/messages/count_tokens", "/api/hello", "/"}
 
 
 def otlp_provider(cfg: TracingConfig, env: Mapping[str, str]) -> TracerProvider:
@@ -130,7 +131,10 @@ class OtelTracing(Tracing):
 
     def begin(self, headers: Mapping[str, str], state: RequestState) -> None:
         parent = _W3C.extract(headers)
-        path = state.path if state.path in _API_PATHS else "/v1/*"
+        # Span names stay few: a route, never a client's arbitrary path.
+        path = state.path
+        if path not in _NAMED_PATHS:
+            path = "/v1/*" if path.startswith("/v1/") else "/*"
         t0 = time.time_ns()
         span = self.tracer.start_span(
             f"{state.method} {path}", context=parent, kind=SpanKind.SERVER, start_time=t0,

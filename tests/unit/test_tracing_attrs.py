@@ -67,3 +67,25 @@ def test_captured_content_has_key_like_strings_masked() -> None:
     text = redact(b'{"content":"use sk-ant-api03-abcdefghijkl and Bearer abcdefghijkl0123, api_key: \\"s3cr3tvalue\\""}')
     assert "sk-ant" not in text and "abcdefghijkl0123" not in text and "s3cr3tvalue" not in text
     assert text.count("[redacted]") == 3
+
+
+def test_a_log_line_written_inside_a_request_names_its_span() -> None:
+    import logging
+
+    from opentelemetry import context, trace
+
+    from gateway.logs import JsonFormatter
+    from tests.spans import in_memory
+
+    tracing, _ = in_memory()
+    record = logging.LogRecord("gateway.decisions", logging.DEBUG, __file__, 1, {"event": "retry"}, None, None)
+    assert "trace_id" not in JsonFormatter().format(record)
+    span = tracing.tracer.start_span("POST /v1/chat/completions")
+    token = context.attach(trace.set_span_in_context(span))
+    try:
+        line = JsonFormatter().format(record)
+    finally:
+        context.detach(token)
+        span.end()
+    ctx = span.get_span_context()
+    assert f'"trace_id":"{ctx.trace_id:032x}","span_id":"{ctx.span_id:016x}"' in line
