@@ -42,6 +42,7 @@ from bench.__main__ import (
 from bench.__main__ import measure as measure_target
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3" if QUICK else "5"))
+PLATEAU_S = 5 if QUICK else 15
 BEFORE, OFF, ON, DEAD = "gateway before tracing", "tracing off", "tracing on (live receiver)", "tracing on (dead collector)"
 SAMPLED = "tracing on, 10 % sampled (live receiver)"
 
@@ -141,6 +142,12 @@ def main() -> None:
             time.sleep(1.0)  # the exporter's last scheduled batch (5 s delay at most: flushed below)
             for name in names:
                 sent[name] = _requests_served(ports[name]) if name != MINIMAL else float("nan")
+            # A collector down for a long time: the queue is bounded, so memory must level off.
+            dead_url = f"http://127.0.0.1:{ports[DEAD]}/v1/chat/completions"
+            plateau = []
+            for _ in range(4):
+                served = load.throughput_and_latency(dead_url, 32, PLATEAU_S)["requests"]
+                plateau.append((served, status_kb(procs[DEAD].pid, "VmRSS") / 1024))
             rows = []
             for name in names:
                 row = median_row(samples[name])
@@ -151,6 +158,8 @@ def main() -> None:
                 procs[name].terminate()
                 procs[name].wait(30)
             report = _report(rows, sent, receiver)
+            report += ("\nDead collector, then 4 more runs of wrk -c32 for " f"{PLATEAU_S} s each: RSS after each "
+                       + ", ".join(f"+{n:,.0f} requests {mb:.1f} MB" for n, mb in plateau) + "\n")
         finally:
             for p in procs.values():
                 if p.poll() is None:
