@@ -7,13 +7,15 @@ secret in them; and a dead collector changes nothing for the client."""
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 
 import openai
 import pytest
 
 from tests.convo import agent_conversation
-from tests.fakeupstream import Reply, Stream, chunk
-from tests.procs import free_port
+from tests.fakeupstream import Reply, Stream, anthropic_error, chunk
+from tests.procs import ROOT, free_port
 from tests.spans import PROMPT, SECRET_KEY, Node, render, roots, secrets_in
 
 pytestmark = pytest.mark.trace
@@ -135,3 +137,37 @@ def test_a_dead_collector_changes_nothing_for_clients_and_its_queue_stays_bounde
     assert gw.gateway.stop() == 0
     assert '"event":"stopped"' in gw.gateway.logs()
     assert log.count('"event":"request"') >= 50 and '"status":200' in log
+
+
+CLAUDE = ROOT / ".cache" / "claude-code" / "node_modules" / ".bin" / "claude"
+
+
+def test_claude_code_through_a_traced_gateway(traced, fake, tmp_path) -> None:
+    """Claude Code as a user runs it (headless, stock settings): its turn, with one 529 the
+    gateway retried, arrives in Phoenix as a Messages request span with its attempts."""
+    if not CLAUDE.exists():
+        pytest.skip("!!! CLAUDE CODE NOT TESTED: not installed (scripts/test-deps.sh installs it) !!!")
+    gw = traced(upstream("primary", fake.url),
+                "retry: {provider_unavailable: {max_retries: 2, base_delay_s: 0.05, max_delay_s: 0.2}}\n")
+    fake.script(anthropic_error(529, "overloaded_error", "Overloaded"))
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "ANTHROPIC_AUTH_TOKEN": SECRET_KEY,
+           "ANTHROPIC_BASE_URL": gw.gateway.base, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+    r = subprocess.run([str(CLAUDE), "-p", "say hi"], cwd=work, env=env, stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-800:]
+    nodes = gw.spans(1)
+    deadline = time.monotonic() + 30
+    while not any(n.name == "POST /v1/messages" and len(n.children) >= 2 for n in roots(nodes)):
+        assert time.monotonic() < deadline, [render(n) for n in roots(nodes)]
+        time.sleep(0.5)
+        nodes = gw.spans(len(nodes) + 1, timeout_s=1)
+    turn = next(n for n in roots(nodes) if n.name == "POST /v1/messages" and len(n.children) >= 2)
+    print(render(turn))
+    first, retry = turn.children[:2]
+    assert first.attributes["error.type"] == "provider_unavailable" and first.attributes["http.response.status_code"] == 529
+    assert first.attributes["llm_gateway.decision"] == "retry" and retry.attributes["llm_gateway.attempt.kind"] == "retry"
+    assert retry.attributes["gen_ai.provider.name"] == "anthropic" and retry.attributes["llm_gateway.upstream_api"] == "messages"
+    assert secrets_in(nodes, SECRET_KEY, "say hi") == []
