@@ -134,6 +134,23 @@ def compression_attrs(report: Mapping[str, Any], status: int | None, detector: s
     return a
 
 
+def tool_output_attrs(report: Mapping[str, Any]) -> dict[str, Any]:
+    """What the per-tool output policy did, per stage (``{"upfront": {"projected": 2, ...}}``,
+    counts only), flattened: ``llm_gateway.tool_outputs.upfront.projected``."""
+    a: dict[str, Any] = {}
+
+    def walk(prefix: str, node: Mapping[str, Any]) -> None:
+        for key, value in node.items():
+            name = f"{prefix}.{key}"
+            if isinstance(value, Mapping):
+                walk(name, value)
+            elif isinstance(value, (int, float)) and not isinstance(value, bool) and value:
+                a[name] = value
+
+    walk(f"{P}tool_outputs", report)
+    return a
+
+
 # Content capture (opt-in)
 
 CONTENT_MAX = 64 * 1024

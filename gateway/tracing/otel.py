@@ -40,6 +40,7 @@ from gateway.tracing.attrs import (
     provider_name,
     response_attrs,
     stream_identity,
+    tool_output_attrs,
     usage_attrs,
 )
 
@@ -196,6 +197,11 @@ class OtelTracing(Tracing):
             a[f"{P}loop_breaker.recalled"] = state.from_memory
         if state.tool_outputs_capped:
             a[f"{P}tool_outputs.capped"] = state.tool_outputs_capped
+        # The per-tool policy's report (projected / excluded / cut per stage), where the
+        # pipeline records one (#23): read by name so either side can land first.
+        report = getattr(state, "tool_outputs", None)
+        if isinstance(report, Mapping):
+            a.update(tool_output_attrs(report))
         if state.compression is not None:
             a.update(compression_attrs(state.compression, status, rt.overflow))
         if state.continued_after is not None:

@@ -89,3 +89,15 @@ def test_a_log_line_written_inside_a_request_names_its_span() -> None:
         span.end()
     ctx = span.get_span_context()
     assert f'"trace_id":"{ctx.trace_id:032x}","span_id":"{ctx.span_id:016x}"' in line
+
+
+def test_the_tool_output_report_is_flattened_counts_only() -> None:
+    from gateway.tracing.attrs import tool_output_attrs
+
+    report = {"upfront": {"projected": 2, "excluded": 1, "cut": 0, "projection_fallbacks": {"not_json": 1}},
+              "rescue": {"projected": 0, "excluded": 3, "cut": 1}}
+    assert tool_output_attrs(report) == {
+        "llm_gateway.tool_outputs.upfront.projected": 2, "llm_gateway.tool_outputs.upfront.excluded": 1,
+        "llm_gateway.tool_outputs.upfront.projection_fallbacks.not_json": 1,
+        "llm_gateway.tool_outputs.rescue.excluded": 3, "llm_gateway.tool_outputs.rescue.cut": 1,
+    }
