@@ -11,7 +11,7 @@ import pytest
 from gateway.services import SERVICES
 from gateway.tracing import NO_TRACING
 from tests.convo import agent_conversation
-from tests.fakeupstream import FakeUpstream, Reply, Stream, chunk
+from tests.fakeupstream import FakeUpstream, Reply, Stream, chunk, estimate_tokens, overflow_error
 from tests.spans import PROMPT, SECRET_KEY, attempts, from_sdk, in_memory, render, roots, secrets_in
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -180,3 +180,39 @@ async def test_an_open_circuit_is_an_event_on_the_request_not_an_attempt(make_ga
     server, _ = the_tree(exporter)
     assert server.children == [] and "llm_gateway.circuit_refused" in server.events
     assert server.attributes["error.type"] == "provider_unavailable"
+
+
+async def test_an_overflow_behind_empty_streams_is_probed_then_compressed(make_gateway) -> None:
+    gw = await make_gateway()
+    exporter = traced(gw)
+    limit = 6000
+
+    def server(payload):
+        # llama-cpp-python's way: an empty stream for a streaming overflow, a 400 otherwise.
+        used = estimate_tokens(payload)
+        if used > limit:
+            return Stream([], then="eof") if payload.get("stream") else overflow_error(limit, used, None)
+        return None
+
+    gw.fake.script(*[server] * 10)
+    status, _, _ = await gw.chat({"model": "gpt-4o-mini", "stream": True, "messages": agent_conversation(30)})
+    assert status == 200
+    server_span, _ = the_tree(exporter)
+    print(render(server_span))
+    kinds = [a["llm_gateway.attempt.kind"] for a in attempts(server_span)]
+    assert kinds[0] == "first" and "probe" in kinds and kinds[-1] == "compress_retry"
+    probe = next(a for a in attempts(server_span) if a["llm_gateway.attempt.kind"] == "probe")
+    assert probe["error.type"] == "context_overflow"
+    assert server_span.attributes["llm_gateway.compression.result"] == "success"
+
+
+async def test_an_answer_from_the_loop_breaker_is_a_request_span_without_attempts(make_gateway) -> None:
+    gw = await make_gateway("loop_breaker: {enabled: true}\n")
+    exporter = traced(gw)
+    gw.fake.script(Reply(401, {"error": {"message": "bad key", "type": "invalid_request_error", "code": "invalid_api_key"}}))
+    assert (await gw.chat())[0] == 401
+    exporter.clear()
+    assert (await gw.chat())[0] == 401
+    server, _ = the_tree(exporter)
+    assert server.children == [] and server.attributes["llm_gateway.loop_breaker.recalled"] >= 1
+    assert server.attributes["error.type"] == "auth"
