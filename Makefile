@@ -12,7 +12,7 @@ CONFIG ?= config/gateway.yaml
 FLOCK  := $(shell command -v flock 2>/dev/null)
 LOCKED := $(if $(FLOCK),$(FLOCK) $(VENV).lock) $(MAKE) --no-print-directory
 
-.PHONY: run test test-real test-deploy lint bench clean venv venv-dev _locked-runtime _locked-dev
+.PHONY: run test test-real test-trace test-deploy lint bench clean venv venv-dev _locked-runtime _locked-dev
 
 # The only entry points to set-up; the stamp targets below are built under the lock.
 venv:
@@ -56,6 +56,13 @@ test-real: venv-dev
 	bash scripts/real-deps.sh
 	$(BIN)/python -m pytest tests/real
 
+# Traces received by a real backend: Arize Phoenix from PyPI (about 1 GB with its
+# dependencies), installed by scripts/trace-deps.sh into .venv-trace, apart from .venv. The
+# in-memory tracing tests (tests/integration/test_tracing.py) are part of `make test`.
+test-trace: venv-dev
+	bash scripts/trace-deps.sh
+	$(BIN)/python -m pytest tests/trace -p no:randomly
+
 # The image from deploy/Dockerfile built and run with podman: one container checked as a
 # deployer would, then two replicas and Redis in containers with a real Prometheus scraping
 # both. scripts/deploy-deps.sh installs podman and makes the base images from Debian packages.
@@ -66,6 +73,7 @@ test-deploy: venv-dev
 bench: venv-dev
 	$(BIN)/python -m bench
 	$(BIN)/python -m bench.faults
+	$(BIN)/python -m bench.tracing
 
 clean:
 	rm -rf $(VENV) $(VENV).lock $(VENV)-real .pytest_cache .mypy_cache .ruff_cache

@@ -30,6 +30,7 @@ from gateway.policy.loop_breaker import LoopBreaker
 from gateway.services import SERVICES, Services, UpstreamRuntime, tool_output_policy
 from gateway.state import SharedBudget, SharedCircuit, StateMetrics, StateStore, build_store
 from gateway.telemetry import Telemetry
+from gateway.tracing import Tracing, build_tracing
 from gateway.upstream import AiohttpSender, Sender, pool_size
 
 
@@ -42,6 +43,7 @@ def create_app(
     monotonic: Callable[[], float] = time.monotonic,
     wall: Callable[[], float] = time.time,
     rand: Callable[[], float] = random.random,
+    tracing: Tracing | None = None,
 ) -> web.Application:
     telemetry = Telemetry(
         registry if registry is not None else CollectorRegistry(),
@@ -77,6 +79,7 @@ def create_app(
         rand=rand,
         auth=ClientAuth.from_config(cfg),
         tool_outputs=tool_output_policy(cfg.tool_outputs),
+        tracing=tracing if tracing is not None else build_tracing(cfg.tracing, monotonic),
     )
 
     telemetry.in_flight.set_function(lambda: svc.in_flight)
@@ -86,6 +89,7 @@ def create_app(
     if own_sender is not None:
         app.cleanup_ctx.append(_sender_lifetime(own_sender))
     app.on_cleanup.append(_close_state(budget, store))
+    app.on_cleanup.append(_close_tracing(svc.tracing))
 
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
@@ -131,6 +135,13 @@ def _close_state(budget: SharedBudget, store: StateStore) -> Callable[[web.Appli
     async def close(app: web.Application) -> None:
         await budget.close()
         await store.close()
+
+    return close
+
+
+def _close_tracing(tracing: Tracing) -> Callable[[web.Application], Awaitable[None]]:
+    async def close(app: web.Application) -> None:
+        await tracing.close()
 
     return close
 

@@ -405,6 +405,27 @@ class LoopBreakerConfig(_Model):
         return v or None  # `${LOOP_BREAKER_SECRET:-}` unset means "draw one per process"
 
 
+class TracingConfig(_Model):
+    """OpenTelemetry traces over OTLP/HTTP (README "Tracing"). Off unless switched on here or
+    by the standard variables: ``enabled`` unset means "on when OTEL_EXPORTER_OTLP_ENDPOINT
+    (or ..._TRACES_ENDPOINT) is set", and OTEL_SDK_DISABLED=true always wins. Every field left
+    unset here takes its OTEL_* variable, then the SDK's default."""
+
+    enabled: bool | None = None
+    # Where spans go: the collector's base URL (``/v1/traces`` is appended), as
+    # OTEL_EXPORTER_OTLP_ENDPOINT is read.
+    endpoint: str | None = None
+    service_name: str | None = None  # else OTEL_SERVICE_NAME, else "llm-gateway"
+    sample_ratio: float | None = Field(default=None, ge=0, le=1)  # else OTEL_TRACES_SAMPLER(_ARG)
+    # Spans wait here for the exporter's thread; when the collector is down and it is full,
+    # the oldest are dropped (the SDK logs it once), so memory stays bounded.
+    max_queue_size: int | None = Field(default=None, gt=0, le=1_000_000)  # else OTEL_BSP_MAX_QUEUE_SIZE, 2048
+    export_timeout_s: float | None = Field(default=None, gt=0, le=60)  # else OTEL_EXPORTER_OTLP_TIMEOUT, 10
+    # Prompts, completions and tool outputs in span attributes (gen_ai.input.messages, ...),
+    # key-like strings redacted. Off: spans carry sizes, counts and decisions only.
+    capture_content: bool = False
+
+
 class GatewayConfig(_Model):
     server: ServerConfig = ServerConfig()
     upstreams: tuple[UpstreamConfig, ...] = Field(min_length=1)
@@ -416,6 +437,7 @@ class GatewayConfig(_Model):
     state: StateConfig = StateConfig()
     loop_breaker: LoopBreakerConfig = LoopBreakerConfig()
     fallback: FallbackConfig = FallbackConfig()
+    tracing: TracingConfig = TracingConfig()
 
     @field_validator("upstreams")
     @classmethod

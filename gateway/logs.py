@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
+from opentelemetry import trace
 
 _json_dumps = json.JSONEncoder(separators=(",", ":"), default=str).encode
 
@@ -80,6 +81,10 @@ class JsonFormatter(logging.Formatter):
             fields = {"message": record.getMessage()}
         if record.exc_info and record.exc_info[0] is not None:
             fields["exception"] = record.exc_info[0].__name__  # the type only: texts can quote input
+        ctx = trace.get_current_span().get_span_context()
+        if ctx.is_valid:  # tracing is on and this line is about a request (its span is attached)
+            fields.setdefault("trace_id", format(ctx.trace_id, "032x"))
+            fields.setdefault("span_id", format(ctx.span_id, "016x"))
         return render(record.created, record.levelname.lower(), record.name, fields)
 
 

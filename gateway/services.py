@@ -21,6 +21,7 @@ from gateway.policy.tool_outputs import ToolOutputPolicy, ToolRule
 from gateway.routing import Outbound, pick_upstream, upstream_url
 from gateway.state import SharedBudget, SharedCircuit, StateStore
 from gateway.telemetry import Telemetry
+from gateway.tracing import NO_TRACING, Tracing
 from gateway.translate import Leg, NoLeg, Translations, default_translations
 from gateway.upstream import Sender
 
@@ -89,6 +90,7 @@ class Services:
     chains: dict[str | None, list[UpstreamRuntime] | None] = field(default_factory=dict)
     translations: Translations = field(default_factory=default_translations)
     tool_outputs: ToolOutputPolicy = field(default_factory=ToolOutputPolicy)
+    tracing: Tracing = NO_TRACING  # no-op hooks unless tracing is on (gateway/tracing/)
 
     def chain_for(self, model: str | None) -> list[UpstreamRuntime] | None:
         """The upstream whose model globs match first, then its fallbacks (read-only list)."""

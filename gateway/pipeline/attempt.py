@@ -89,14 +89,16 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
     token_s = first_token_s(svc, call)
     if token_s is not None:
         token_s = min(token_s, left_s)  # a stream showing nothing must not outlive the deadline
+    headers = svc.tracing.attempt_started(state, call, body)  # the call's own, plus traceparent when on
     request = UpstreamRequest(
-        call.method, call.url, call.headers, body,
+        call.method, call.url, headers, body,
         # A stream's head counts against its first token too: it is not visible either.
         first_byte_timeout_s=max(0.001, head_s if token_s is None else min(head_s, token_s)),
     )  # fmt: skip
     outcome = await _exchange(svc, state, request, call, token_s, token_s is not None and token_s < head_s)
     if call.translation is not None and isinstance(outcome, Failure) and outcome.own is None:
         outcome.foreign = _foreign(call, outcome, len(body))
+    svc.tracing.attempt_ended(state, call, outcome)
     if isinstance(outcome, Failure) and plan.unexplained(outcome.classification):
         state.empty_attempts.append(call.up.cfg.name)  # counted once known what it was
         return outcome

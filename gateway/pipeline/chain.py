@@ -74,10 +74,12 @@ async def send_chain(
         more = hop < len(chain) - 1
         if more and await _steer_past(svc, up, state.model):
             log.debug({"request_id": state.request_id, "event": "steered", "upstream": up.cfg.name})
+            svc.tracing.event(state, "steered", {"upstream": up.cfg.name})
             continue
         call = call_for(up)
         if isinstance(call, Failure):
             log.debug({"request_id": state.request_id, "event": "cannot_carry", "upstream": up.cfg.name})
+            svc.tracing.event(state, "cannot_carry", {"upstream": up.cfg.name})
             refused = refused or call
             if more:
                 continue
@@ -90,6 +92,7 @@ async def send_chain(
             return last
         c = outcome.classification
         state.fallbacks += 1
+        svc.tracing.moving_on(state, nxt.cfg.name)
         svc.telemetry.fallbacks.labels(up.cfg.name, nxt.cfg.name, c.type.value).inc()
         log.debug({"request_id": state.request_id, "event": "fallback", "from": up.cfg.name,
                    "to": nxt.cfg.name, "status": outcome.status, "error_type": c.type.value})  # fmt: skip
@@ -131,11 +134,15 @@ async def send_one(
     adm = up.circuit.admit_now(state.model) or await up.circuit.admit(state.model)
     if adm.gate is Gate.REFUSE:
         state.retries_settled = True
+        svc.tracing.event(state, "circuit_refused", {"upstream": up.cfg.name, "retry_in_s": adm.retry_in_s})
         return circuit_open(svc, up, adm.retry_in_s)
+    if adm.gate is Gate.PROBE:
+        svc.tracing.next_attempt(state, None, {"llm_gateway.circuit": "half_open_probe"})
     try:
         outcome = await attempt(svc, state, plan, call, body)
         if failure_of(outcome) is not None:
             outcome = await _retry_or_follow(svc, state, plan, call, body, adm, outcome, retries_cap, next_up)
+            svc.tracing.settled(state, plan.stopped)
     except BaseException:
         await up.circuit.abandon(adm)
         raise
@@ -240,6 +247,7 @@ async def _retry(
             state.empty_retries.append(up.cfg.name)  # counted once known what it was (observe)
         else:
             svc.telemetry.retries.labels(up.cfg.name, c.type.value).inc()
+        svc.tracing.retrying(state, c, wait_s)
         log.debug({"request_id": state.request_id, "event": "retry", "upstream": up.cfg.name,
                    "status": outcome.status, "error_type": c.type.value, "code": c.provider_code,
                    "evidence": c.evidence, "wait_s": round(wait_s, 3)})  # fmt: skip

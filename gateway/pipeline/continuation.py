@@ -73,24 +73,29 @@ def resumer(
         found = _first_able(targets, call_for, payload, partial, wire) if partial is not None else None
         if found is None or plan.remaining_s() <= 0 or not svc.budget.try_acquire_retry():
             counter.labels(found[0].cfg.name if found else targets[0].cfg.name, "not_continuable").inc()
+            _traced(svc, state, (found[0] if found else targets[0]).cfg.name, "not_continuable")
             return None
         up, call, body = found
         assert partial is not None
         mode = up.cfg.continuation
         log.debug({"request_id": state.request_id, "event": "continue", "upstream": up.cfg.name, "mode": mode,
                    "after": end.code, "shown_bytes": len(partial.encode())})  # fmt: skip
+        svc.tracing.next_attempt(state, "continuation", {"llm_gateway.continuation.mode": mode})
         outcome = await send_one(svc, state, plan, call, json.dumps(body).encode())
         if not isinstance(outcome, Success) or outcome.reader is None:
             counter.labels(up.cfg.name, "failed").inc()
+            _traced(svc, state, up.cfg.name, "failed")
             return None
         if is_replay(mode):
             reproduced, why = await _reproduced(plan, outcome, call.dialect.replay(partial))
             if reproduced is None:
                 counter.labels(up.cfg.name, why).inc()
+                _traced(svc, state, up.cfg.name, why)
                 log.debug({"request_id": state.request_id, "event": "replay_" + why, "upstream": up.cfg.name})
                 return None
             outcome = reproduced
         counter.labels(up.cfg.name, "continued").inc()
+        _traced(svc, state, up.cfg.name, "continued")
         # The stream goes on: it is no longer cut short, unless the continuation breaks too.
         state.continued_after, state.ended_by = state.ended_by or end.code, None
         return outcome, call.dialect.splicer(reader, partial, mode)
@@ -163,3 +168,8 @@ async def _reproduced(plan: RetryPlan, leg: Success, trim: Trim) -> tuple[Succes
     if decided[0] is None:
         leg.response.close()
     return decided
+
+
+def _traced(svc: Services, state: RequestState, upstream: str, outcome: str) -> None:
+    attrs = {"llm_gateway.continuation.upstream": upstream, "llm_gateway.continuation.outcome": outcome}
+    svc.tracing.annotate(state, attrs)

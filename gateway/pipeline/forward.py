@@ -336,6 +336,7 @@ async def _probe(
     # connection the server closed after the empty stream, say), retried as usual.
     streaming = plan.empty_is_final
     plan.empty_is_final, plan.last_code, plan.probing = False, None, True
+    svc.tracing.next_attempt(state, "probe")
     try:
         return await _probe_once(svc, state, plan, call, payload, inbound)
     finally:
@@ -408,6 +409,7 @@ async def _rescue(
     if isinstance(body, Failure):
         counter.labels(up.cfg.name, "not_applicable").inc()
         return overflow
+    svc.tracing.next_attempt(state, "compress_retry")
     outcome = await send_one(svc, state, plan, call, body)
     label = "still_overflow" if _overflowed(outcome) else "applied"
     state.compression["outcome"] = label

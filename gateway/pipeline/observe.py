@@ -70,6 +70,7 @@ def observed(handler: Handler) -> Handler:
         state.method, state.path = request.method, request.path[:PATH_MAX]
         state.user_agent = user_agent_of(request.headers.get("User-Agent"))
         request[STATE] = state
+        svc.tracing.begin(request.headers, state)
         svc.in_flight += 1  # the in-flight gauge reads it at scrape time
         status = 500
         try:
@@ -108,6 +109,7 @@ def observed(handler: Handler) -> Handler:
             return response
         finally:
             svc.in_flight -= 1
+            svc.tracing.end(state, status)
             _account(svc, state, status)
             if svc.in_flight == 0:
                 for wake in svc.idle:
@@ -207,4 +209,7 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
         record["from_memory"] = state.from_memory
     if state.usage:
         record["usage"] = state.usage
+    ids = svc.tracing.ids(state)
+    if ids is not None:
+        record["trace_id"], record["span_id"] = ids
     ACCESS.emit(record)

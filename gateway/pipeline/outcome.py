@@ -57,6 +57,7 @@ class RequestState:
     empty_retries: list[str] = field(default_factory=list)
     empty_was: ErrorType = ErrorType.PROVIDER_UNAVAILABLE
     dialect: Dialect = field(default_factory=lambda: OPENAI_CHAT)
+    trace: Any = None  # the request's spans when tracing is on (gateway/tracing/otel.py)
 
 
 STATE = web.RequestKey("llm_state", RequestState)

@@ -1,0 +1,218 @@
+"""Traces through the real pipeline with the SDK's in-memory exporter: one server span per
+request, one client span per attempt, the client's traceparent as parent, the gateway's
+context sent upstream, and nothing secret in any attribute. tests/trace/ runs the same
+against a real trace backend (make test-trace)."""
+
+import json
+import logging
+
+import pytest
+
+from gateway.services import SERVICES
+from gateway.tracing import NO_TRACING
+from tests.convo import agent_conversation
+from tests.fakeupstream import FakeUpstream, Reply, Stream, chunk, estimate_tokens, overflow_error
+from tests.spans import PROMPT, SECRET_KEY, attempts, from_sdk, in_memory, render, roots, secrets_in
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT = "00f067aa0ba902b7"
+TRACEPARENT = f"00-{TRACE_ID}-{PARENT}-01"
+UNAVAILABLE = Reply(503, {"error": {"message": "overloaded", "type": "server_error"}})
+
+
+def traced(gw, capture_content: bool = False):
+    tracing, exporter = in_memory(capture_content)
+    gw.app[SERVICES].tracing = tracing
+    return exporter
+
+
+def the_tree(exporter):
+    nodes = from_sdk(exporter.get_finished_spans())
+    (server,) = roots(nodes)
+    return server, nodes
+
+
+async def test_tracing_is_off_by_default_and_a_client_traceparent_passes_through(make_gateway) -> None:
+    gw = await make_gateway()
+    assert gw.app[SERVICES].tracing is NO_TRACING
+    status, _, _ = await gw.chat(headers={"traceparent": TRACEPARENT})
+    assert status == 200
+    assert gw.fake.chat_requests()[0].headers["traceparent"] == TRACEPARENT
+
+
+async def test_a_retried_request_is_one_server_span_with_two_attempt_spans_under_the_client_trace(
+    make_gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway")
+    gw = await make_gateway(upstream_yaml=f", api_key: '{SECRET_KEY}'")
+    exporter = traced(gw)
+    gw.fake.script(UNAVAILABLE)
+    payload = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": PROMPT}]}
+    status, _, _ = await gw.chat(payload, headers={"traceparent": TRACEPARENT, "tracestate": "vendor=1"})
+    assert status == 200
+    server, nodes = the_tree(exporter)
+    print(render(server))
+    assert server.kind == "SERVER" and server.trace_id == TRACE_ID and server.parent_id == PARENT
+    assert server.name == "POST /v1/chat/completions"
+    a = server.attributes
+    assert a["http.response.status_code"] == 200 and a["gen_ai.request.model"] == "gpt-4o-mini"
+    assert a["llm_gateway.attempts"] == 2 and a["llm_gateway.retries"] == 1
+    assert a["gen_ai.usage.input_tokens"] > 0 and a["gen_ai.usage.output_tokens"] > 0
+    first, retry = server.children
+    assert [first.kind, retry.kind] == ["CLIENT", "CLIENT"] and first.name == "chat gpt-4o-mini"
+    assert first.attributes["llm_gateway.attempt.kind"] == "first"
+    assert first.attributes["error.type"] == "provider_unavailable"
+    assert first.attributes["llm_gateway.error.retryable"] is True
+    assert first.attributes["http.response.status_code"] == 503
+    assert first.attributes["llm_gateway.decision"] == "retry"
+    assert first.attributes["llm_gateway.retry.wait_source"] == "backoff"
+    assert first.attributes["llm_gateway.retry.wait_s"] == round(gw.slept[0], 3)
+    assert "llm_gateway.first_byte" in first.events
+    r = retry.attributes
+    assert r["llm_gateway.attempt.kind"] == "retry" and "error.type" not in r
+    assert r["gen_ai.provider.name"] == "openai" and r["server.address"] == "127.0.0.1"
+    assert r["gen_ai.response.id"] == "chatcmpl-fake123" and list(r["gen_ai.response.finish_reasons"]) == ["stop"]
+    # Each attempt sent its own span as the upstream's parent, in the client's trace.
+    sent = [req.headers["traceparent"] for req in gw.fake.chat_requests()]
+    assert sent == [f"00-{TRACE_ID}-{first.span_id}-01", f"00-{TRACE_ID}-{retry.span_id}-01"]
+    assert gw.fake.chat_requests()[0].headers["tracestate"] == "vendor=1"
+    assert secrets_in(nodes, SECRET_KEY, PROMPT, "hunter2") == []
+    # The request's log line leads to its trace.
+    (line,) = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
+    assert line["trace_id"] == TRACE_ID and line["span_id"] == server.span_id
+
+
+async def test_a_fallback_is_a_span_per_upstream_with_the_decision_on_the_one_left(make_gateway) -> None:
+    backup = await FakeUpstream().start()
+    try:
+        primary = await FakeUpstream().start()
+        gw = await make_gateway(
+            "fallback: {retries_per_upstream: 0}\n", fake=primary,
+            upstreams=(f"  - {{name: primary, base_url: '{primary.url}', fallbacks: [backup]}}\n"
+                       f"  - {{name: backup, base_url: '{backup.url}', models: ['never'], apis: [messages]}}\n"),
+        )  # fmt: skip
+        exporter = traced(gw)
+        primary.script(UNAVAILABLE)
+        status, _, _ = await gw.chat(headers={"traceparent": TRACEPARENT})
+        assert status == 200
+        server, _ = the_tree(exporter)
+        print(render(server))
+        first, fallback = attempts(server)
+        assert first["llm_gateway.upstream"] == "primary" and first["llm_gateway.decision"] == "fallback"
+        assert first["llm_gateway.fallback.to"] == "backup" and first["llm_gateway.stop_reason"] == "moving_on"
+        assert fallback["llm_gateway.attempt.kind"] == "fallback" and fallback["llm_gateway.upstream"] == "backup"
+        assert fallback["llm_gateway.translated"] == "chat->messages"
+        assert fallback["gen_ai.provider.name"] == "anthropic" and fallback["llm_gateway.upstream_api"] == "messages"
+        assert server.attributes["llm_gateway.fallbacks"] == 1
+        assert server.attributes["llm_gateway.translated"] == "chat->messages"
+        await primary.close()
+    finally:
+        await backup.close()
+
+
+async def test_a_compress_and_retry_says_what_detected_it_how_much_and_how_it_ended(make_gateway) -> None:
+    gw = await make_gateway()
+    exporter = traced(gw)
+    gw.fake.context_limit = 16000
+    payload = {"model": "gpt-4o-mini", "messages": agent_conversation(40), "max_tokens": 1000}
+    status, _, _ = await gw.chat(payload)
+    assert status == 200
+    server, nodes = the_tree(exporter)
+    print(render(server))
+    first, rescue = attempts(server)
+    assert first["error.type"] == "context_overflow" and first["llm_gateway.error.evidence"]
+    assert rescue["llm_gateway.attempt.kind"] == "compress_retry"
+    assert rescue["llm_gateway.compression.detector"] == first["llm_gateway.error.evidence"]
+    s = server.attributes
+    assert s["llm_gateway.compression.result"] == "success" and s["llm_gateway.compression.outcome"] == "applied"
+    assert s["llm_gateway.compression.tokens_before"] > 16000 > s["llm_gateway.compression.tokens_after"]
+    # The conversation never leaves the gateway in a span.
+    texts = [m["content"] for m in payload["messages"] if isinstance(m.get("content"), str) and len(m["content"]) > 20]
+    assert secrets_in(nodes, *texts[:5]) == []
+
+
+async def test_a_continued_stream_has_the_broken_attempt_and_the_continuation(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", continuation: prefix")
+    exporter = traced(gw)
+    words = ["Once", " upon", " a"]
+    gw.fake.script(
+        Stream([chunk({"role": "assistant", "content": ""}), *(chunk({"content": w}) for w in words)], then="drop"),
+        Stream([chunk({"role": "assistant", "content": ""}), chunk({"content": " time."}), chunk({}, "stop")]),
+    )
+    req = {"model": "gpt-4o-mini", "stream": True, "messages": [{"role": "user", "content": "Tell a story"}]}
+    status, _, body = await gw.chat(req)
+    assert status == 200 and b"error" not in body
+    server, _ = the_tree(exporter)
+    print(render(server))
+    first, cont = server.children
+    assert "llm_gateway.first_visible_token" in first.events and "llm_gateway.first_byte" in first.events
+    assert first.attributes["llm_gateway.ended_by"] == "stream_broken"
+    assert first.attributes["gen_ai.response.id"] == "chatcmpl-fake123"
+    assert cont.attributes["llm_gateway.attempt.kind"] == "continuation"
+    assert cont.attributes["llm_gateway.continuation.mode"] == "prefix"
+    s = server.attributes
+    assert s["llm_gateway.continuation.outcome"] == "continued" and s["llm_gateway.continuation.after"] == "stream_broken"
+    assert "llm_gateway.first_byte_to_client" in server.events
+
+
+async def test_content_is_captured_only_when_asked_and_keys_are_masked_even_then(make_gateway) -> None:
+    gw = await make_gateway()
+    exporter = traced(gw, capture_content=True)
+    said = f"{PROMPT} and my key is {SECRET_KEY}"
+    status, _, _ = await gw.chat({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": said}]})
+    assert status == 200
+    server, nodes = the_tree(exporter)
+    (attempt,) = attempts(server)
+    assert PROMPT in attempt["gen_ai.input.messages"] and "[redacted]" in attempt["gen_ai.input.messages"]
+    assert json.loads(attempt["gen_ai.output.messages"])["choices"]
+    assert secrets_in(nodes, SECRET_KEY) == []
+
+
+async def test_an_open_circuit_is_an_event_on_the_request_not_an_attempt(make_gateway) -> None:
+    gw = await make_gateway("circuit_breaker: {failure_threshold: 1, open_s: 60}\n"
+                            "retry: {provider_unavailable: {max_retries: 0}}\n")
+    exporter = traced(gw)
+    gw.fake.script(UNAVAILABLE)
+    await gw.chat()
+    exporter.clear()
+    status, _, _ = await gw.chat()
+    assert status == 503
+    server, _ = the_tree(exporter)
+    assert server.children == [] and "llm_gateway.circuit_refused" in server.events
+    assert server.attributes["error.type"] == "provider_unavailable"
+
+
+async def test_an_overflow_behind_empty_streams_is_probed_then_compressed(make_gateway) -> None:
+    gw = await make_gateway()
+    exporter = traced(gw)
+    limit = 6000
+
+    def server(payload):
+        # llama-cpp-python's way: an empty stream for a streaming overflow, a 400 otherwise.
+        used = estimate_tokens(payload)
+        if used > limit:
+            return Stream([], then="eof") if payload.get("stream") else overflow_error(limit, used, None)
+        return None
+
+    gw.fake.script(*[server] * 10)
+    status, _, _ = await gw.chat({"model": "gpt-4o-mini", "stream": True, "messages": agent_conversation(30)})
+    assert status == 200
+    server_span, _ = the_tree(exporter)
+    print(render(server_span))
+    kinds = [a["llm_gateway.attempt.kind"] for a in attempts(server_span)]
+    assert kinds[0] == "first" and "probe" in kinds and kinds[-1] == "compress_retry"
+    probe = next(a for a in attempts(server_span) if a["llm_gateway.attempt.kind"] == "probe")
+    assert probe["error.type"] == "context_overflow"
+    assert server_span.attributes["llm_gateway.compression.result"] == "success"
+
+
+async def test_an_answer_from_the_loop_breaker_is_a_request_span_without_attempts(make_gateway) -> None:
+    gw = await make_gateway("loop_breaker: {enabled: true}\n")
+    exporter = traced(gw)
+    gw.fake.script(Reply(401, {"error": {"message": "bad key", "type": "invalid_request_error", "code": "invalid_api_key"}}))
+    assert (await gw.chat())[0] == 401
+    exporter.clear()
+    assert (await gw.chat())[0] == 401
+    server, _ = the_tree(exporter)
+    assert server.children == [] and server.attributes["llm_gateway.loop_breaker.recalled"] >= 1
+    assert server.attributes["error.type"] == "auth"

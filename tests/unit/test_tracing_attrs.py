@@ -1,0 +1,103 @@
+"""Tracing's switch and its pure attribute builders."""
+
+from gateway.config import TracingConfig
+from gateway.tracing import NO_TRACING, build_tracing, wanted
+from gateway.tracing.attrs import compression_attrs, provider_name, redact, response_attrs, stream_identity
+
+
+def test_off_unless_config_or_an_otlp_endpoint_says_on() -> None:
+    off = TracingConfig()
+    assert not wanted(off, {})
+    assert wanted(off, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"})
+    assert wanted(off, {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"})
+    assert not wanted(off, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_EXPORTER": "none"})
+    assert wanted(TracingConfig(enabled=True), {})
+    assert not wanted(TracingConfig(enabled=False), {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"})
+    # The standard kill switch wins over everything.
+    assert not wanted(TracingConfig(enabled=True), {"OTEL_SDK_DISABLED": "true"})
+    assert build_tracing(off, lambda: 0.0, {}) is NO_TRACING
+
+
+def test_on_builds_an_sdk_tracer_with_the_service_name_from_config_or_env() -> None:
+    t = build_tracing(TracingConfig(enabled=True, endpoint="http://127.0.0.1:1"), lambda: 0.0, {})
+    assert t.enabled
+    assert t.provider.resource.attributes["service.name"] == "llm-gateway"  # type: ignore[attr-defined]
+    t2 = build_tracing(TracingConfig(enabled=True), lambda: 0.0,
+                       {"OTEL_SERVICE_NAME": "edge-gw", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"})
+    assert t2.provider.resource.attributes["service.name"] == "edge-gw"  # type: ignore[attr-defined]
+    t.provider.shutdown()  # type: ignore[attr-defined]
+    t2.provider.shutdown()  # type: ignore[attr-defined]
+
+
+def test_provider_is_the_host_when_known_else_the_api_spoken() -> None:
+    assert provider_name("api.anthropic.com", "messages") == "anthropic"
+    assert provider_name("api.openai.com", "chat") == "openai"
+    assert provider_name("myres.openai.azure.com", "chat") == "azure.ai.openai"
+    assert provider_name("127.0.0.1", "messages") == "anthropic"
+    assert provider_name("vllm.internal", "chat") == "openai"
+
+
+def test_response_identity_and_finish_reasons_in_all_three_apis() -> None:
+    chat = b'{"id":"c1","model":"m","choices":[{"finish_reason":"length"}]}'
+    assert response_attrs(chat) == {"gen_ai.response.id": "c1", "gen_ai.response.model": "m",
+                                    "gen_ai.response.finish_reasons": ["length"]}
+    msg = b'{"id":"msg_1","type":"message","model":"claude","stop_reason":"end_turn"}'
+    assert response_attrs(msg)["gen_ai.response.finish_reasons"] == ["end_turn"]
+    resp = b'{"id":"resp_1","object":"response","model":"gpt-5","status":"completed"}'
+    assert response_attrs(resp)["gen_ai.response.finish_reasons"] == ["completed"]
+    assert response_attrs(b"not json") == {}
+    start = b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_2","model":"claude"}}\n\n'
+    assert stream_identity([start]) == {"gen_ai.response.id": "msg_2", "gen_ai.response.model": "claude"}
+    created = b'event: response.created\ndata: {"type":"response.created","response":{"id":"resp_2","model":"g"}}\n\n'
+    assert stream_identity([created])["gen_ai.response.id"] == "resp_2"
+
+
+def test_compression_result_is_known_once_the_request_is_answered() -> None:
+    report = {"outcome": "applied", "estimated_before": 20000, "estimated_after": 9000, "messages_removed": 12}
+    a = compression_attrs(report, 200, "numbers:requested 20000 > window 16000")
+    assert a["llm_gateway.compression.result"] == "success"
+    assert a["llm_gateway.compression.tokens_before"] == 20000 and a["llm_gateway.compression.tokens_after"] == 9000
+    assert a["llm_gateway.compression.detector"].startswith("numbers:")
+    assert compression_attrs({"outcome": "still_overflow"}, 400, None)["llm_gateway.compression.result"] == "second_overflow"
+    assert compression_attrs(report, 503, None)["llm_gateway.compression.result"] == "other_error"
+    assert "llm_gateway.compression.result" not in compression_attrs(report, None, None)
+
+
+def test_captured_content_has_key_like_strings_masked() -> None:
+    text = redact(b'{"content":"use sk-ant-api03-abcdefghijkl and Bearer abcdefghijkl0123, api_key: \\"s3cr3tvalue\\""}')
+    assert "sk-ant" not in text and "abcdefghijkl0123" not in text and "s3cr3tvalue" not in text
+    assert text.count("[redacted]") == 3
+
+
+def test_a_log_line_written_inside_a_request_names_its_span() -> None:
+    import logging
+
+    from opentelemetry import context, trace
+
+    from gateway.logs import JsonFormatter
+    from tests.spans import in_memory
+
+    tracing, _ = in_memory()
+    record = logging.LogRecord("gateway.decisions", logging.DEBUG, __file__, 1, {"event": "retry"}, None, None)
+    assert "trace_id" not in JsonFormatter().format(record)
+    span = tracing.tracer.start_span("POST /v1/chat/completions")
+    token = context.attach(trace.set_span_in_context(span))
+    try:
+        line = JsonFormatter().format(record)
+    finally:
+        context.detach(token)
+        span.end()
+    ctx = span.get_span_context()
+    assert f'"trace_id":"{ctx.trace_id:032x}","span_id":"{ctx.span_id:016x}"' in line
+
+
+def test_the_tool_output_report_is_flattened_counts_only() -> None:
+    from gateway.tracing.attrs import tool_output_attrs
+
+    report = {"upfront": {"projected": 2, "excluded": 1, "cut": 0, "projection_fallbacks": {"not_json": 1}},
+              "rescue": {"projected": 0, "excluded": 3, "cut": 1}}
+    assert tool_output_attrs(report) == {
+        "llm_gateway.tool_outputs.upfront.projected": 2, "llm_gateway.tool_outputs.upfront.excluded": 1,
+        "llm_gateway.tool_outputs.upfront.projection_fallbacks.not_json": 1,
+        "llm_gateway.tool_outputs.rescue.excluded": 3, "llm_gateway.tool_outputs.rescue.cut": 1,
+    }
