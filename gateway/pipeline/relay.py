@@ -193,19 +193,21 @@ async def _pump(
     splitter = EventSplitter()
     finished = leg.complete  # the held events end with the first visible one: maybe the last
     try:
-        out, end, fin = _filter(reader, splitter.feed(leg.pending), svc.wall())
+        # A splice keeps state (a continuation's renumbered blocks): events go through it in order.
+        held = b"".join(leg.held if splice is None else [splice(raw) for raw in leg.held])
+        out, end, fin = _filter(reader, splitter.feed(leg.pending), svc.wall(), splice)
         finished = finished or fin
-        await resp.write(_spliced(splice, b"".join(leg.held) + out))
+        await resp.write(held + out)
         if end is not None:
             return end
         async for chunk in leg.chunks:
             events = splitter.feed(chunk)
             if not events:
                 continue
-            out, end, fin = _filter(reader, events, svc.wall())
+            out, end, fin = _filter(reader, events, svc.wall(), splice)
             if out:
                 finished = finished or fin
-                await resp.write(_spliced(splice, out))
+                await resp.write(out)
             if end is not None:
                 return end
     except UpstreamFailure as f:
@@ -247,8 +249,11 @@ _TRANSPORT_TEXT = {
 }
 
 
-def _filter(reader: StreamReader, events: list[bytes], now_s: float) -> tuple[bytes, Ending | None, bool]:
-    """The bytes to forward, the reason to end the stream if an error event came, and
+def _filter(
+    reader: StreamReader, events: list[bytes], now_s: float, splice: Splice | None = None
+) -> tuple[bytes, Ending | None, bool]:
+    """The bytes to forward (each event through ``splice`` when there is one: already whole
+    events, so not split again), the reason to end the stream if an error event came, and
     whether the dialect's end marker passed."""
     kept: list[bytes] = []
     finished = False
@@ -260,7 +265,7 @@ def _filter(reader: StreamReader, events: list[bytes], now_s: float) -> tuple[by
         if kind is EventKind.SKIP:
             continue
         finished = finished or kind is EventKind.FINAL
-        kept.append(raw)
+        kept.append(raw if splice is None else splice(raw))
     return b"".join(kept), None, finished
 
 
