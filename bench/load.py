@@ -26,7 +26,8 @@ def have_wrk() -> bool:
 
 def _script(body: str) -> str:
     path = Path(tempfile.gettempdir()) / f"llm-gateway-bench-{zlib.crc32(body.encode()):08x}.lua"
-    path.write_text(f"wrk.method = 'POST'\nwrk.body = '{body}'\nwrk.headers['Content-Type'] = 'application/json'\n")
+    # A Lua long string: real agent requests hold quotes and backslashes.
+    path.write_text(f"wrk.method = 'POST'\nwrk.body = [==[{body}]==]\nwrk.headers['Content-Type'] = 'application/json'\n")
     return str(path)
 
 

@@ -54,9 +54,18 @@ class Case:
     path: str
     upstream: str  # the API the translated twin is sent in
     model: str  # routes the translated twin
+    corpus: str | None = None  # a real agent request (tests/corpus/requests) instead of one line
+
+    @property
+    def label(self) -> str:
+        return self.client if self.corpus is None else f"{self.client}: {CORPUS_LABEL[self.corpus]}"
 
     def body(self, model: str, stream: bool) -> str:
         doc: dict[str, object] = {"model": model}
+        if self.corpus is not None:
+            real = json.loads((CORPUS / self.corpus).read_text())["body"]
+            doc = {**real, "model": model, "stream": stream}
+            return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
         if self.client == "messages":
             doc |= {"max_tokens": 256, "messages": [{"role": "user", "content": PROMPT}]}
         elif self.client == "responses":
@@ -68,10 +77,15 @@ class Case:
         return json.dumps(doc, separators=(",", ":"))
 
 
+CORPUS = Path(__file__).resolve().parents[1] / "tests" / "corpus" / "requests"
+CORPUS_LABEL = {"claude-code-2.1.197-first.json": "Claude Code's first request (82 KB, 24 tools)",
+                "codex-0.169-first.json": "Codex's first request (45 KB)"}
 CASES = [
     Case("messages", "/v1/messages", "chat", ON_CHAT),
     Case("responses", "/v1/responses", "chat", ON_CHAT),
     Case("chat", "/v1/chat/completions", "messages", ON_MESSAGES),
+    Case("messages", "/v1/messages", "chat", ON_CHAT, "claude-code-2.1.197-first.json"),
+    Case("responses", "/v1/responses", "chat", ON_CHAT, "codex-0.169-first.json"),
 ]
 
 
@@ -183,7 +197,7 @@ def table(keys: list[tuple[Case, bool]], samples: dict[tuple[Case, bool, str], l
             ttfc_abs = (f"{_median([n['ttfc_ms'] for n in nat]):.3f} / "
                         f"{_median([t['ttfc_ms'] for t in tr]):.3f} ms")
         lines.append(
-            f"| {case.client} | {case.upstream} | {'stream' if stream else 'buffered'} | {tput:.2f}x | {cpu:.2f}x "
+            f"| {case.label} | {case.upstream} | {'stream' if stream else 'buffered'} | {tput:.2f}x | {cpu:.2f}x "
             f"| {ttfc} | {_median([n['rps'] for n in nat]):.0f} / {_median([t['rps'] for t in tr]):.0f} "
             f"| {_median([n['cpu_us'] for n in nat]):.0f} / {_median([t['cpu_us'] for t in tr]):.0f} "
             f"| {ttfc_abs} | {errors:.0f} |"
