@@ -413,7 +413,9 @@ def _leg_call(
     translated = leg.request(client_payload, inbound.model, up.cfg.stream_usage)
     if isinstance(translated, Refusal):
         return bad_request(translated.message, translated.code)
-    translation = Translation(leg.translator, Context(inbound.model or "", client_payload, state.request_id))
+    size = len(inbound.body) if client_payload is inbound.payload else None  # unchanged: its own bytes
+    ctx = Context(inbound.model or "", client_payload, state.request_id, size)
+    translation = Translation(leg.translator, ctx)
     body = jsonbody.dumps(translated, lenient=isinstance(inbound.payload, Lenient))
     return Call(up, "POST", url, headers, how.mode, wire, False, how.track, translation,
                 body=body, wire_payload=translated)  # fmt: skip
