@@ -39,7 +39,10 @@ async def relay(
         status, body = rendered(state, outcome)
         return web.Response(status=status, body=body, headers=outcome.headers)
     if outcome.chunks is None:
-        _count_usage_in_body(state, outcome.body)
+        if outcome.usage is not None:
+            state.usage.update(outcome.usage)
+        else:
+            _count_usage_in_body(state, outcome.body)
         return web.Response(status=outcome.status, body=outcome.body, headers=outcome.headers)
     if outcome.sse:
         return await _relay_sse(request, svc, state, outcome, resume)

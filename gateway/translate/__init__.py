@@ -56,16 +56,18 @@ class Translation:
     translator: Translator
     ctx: Context
 
-    def answer(self, body: bytes) -> bytes | None:
-        """A buffered 2xx body in the client's API; None when it is not a JSON object (relayed
-        as it came: there is nothing to translate)."""
+    def answer(self, body: bytes) -> tuple[bytes, dict[str, Any]] | None:
+        """A buffered 2xx body in the client's API, and the document it was written from (its
+        usage is read there, not peeked at again in the bytes); None when it is not a JSON
+        object (relayed as it came: there is nothing to translate)."""
         try:
             doc, lenient = jsonbody.loads(body)
         except ValueError:
             return None
         if not isinstance(doc, dict):
             return None
-        return jsonbody.dumps(self.translator.answer(doc, self.ctx), lenient=lenient)
+        out = self.translator.answer(doc, self.ctx)
+        return jsonbody.dumps(out, lenient=lenient), out
 
     def stream(self) -> StreamTranslator:
         return self.translator.stream(self.ctx)
