@@ -1,6 +1,8 @@
 """`python -m bench` (or `make bench`): the upstream directly, a minimal aiohttp proxy and the
-gateway, measured side by side in one run; then how the cost grows (thousands of open
-streams, a long mixed soak) and the compression benchmark.
+gateway, measured side by side in one run (the gateway also with its state in a real Redis,
+when redis-server is installed, and translating the chat client to a Messages-only upstream);
+then how the cost grows (thousands of open streams, a long mixed soak) and the compression
+benchmark. `make bench` then runs `bench.faults` and `bench.translation`.
 
 Each server runs in its own process; the load generator is one more. On a 2-core machine
 they share cores, so absolute numbers mean little: read the ratios against the minimal
