@@ -84,3 +84,27 @@ def time_to_first_chunk(url: str, n: int, body: str = STREAM_BODY) -> dict[str, 
     samples = asyncio.run(_first_chunk(url, n, body))
     q = statistics.quantiles(samples, n=100)
     return {"ttfc_p50_ms": q[49], "ttfc_p99_ms": q[98]}
+
+
+async def _first_chunk_pairs(url: str, bodies: tuple[str, str], n: int) -> tuple[list[float], list[float]]:
+    out: tuple[list[float], list[float]] = ([], [])
+    async with aiohttp.ClientSession() as s:
+        for i in range(n + 20):
+            for side in ((0, 1) if i % 2 == 0 else (1, 0)):
+                t0 = time.perf_counter()
+                async with s.post(url, data=bodies[side], headers={"Content-Type": "application/json"}) as r:
+                    await r.content.readany()
+                    first = (time.perf_counter() - t0) * 1000
+                    await r.read()
+                if i >= 20:  # warm-up
+                    out[side].append(first)
+    return out
+
+
+def first_chunk_delta(url: str, bodies: tuple[str, str], n: int) -> dict[str, float]:
+    """Time to the first chunk of two requests taken in turns on one connection (the order
+    alternating), so that both see the same moments of a noisy host: the medians of each and
+    the median of the per-pair differences (second minus first)."""
+    a, b = asyncio.run(_first_chunk_pairs(url, bodies, n))
+    return {"a_ms": statistics.median(a), "b_ms": statistics.median(b),
+            "delta_ms": statistics.median(y - x for x, y in zip(a, b, strict=True))}
