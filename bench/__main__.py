@@ -1,6 +1,8 @@
 """`python -m bench` (or `make bench`): the upstream directly, a minimal aiohttp proxy and the
-gateway, measured side by side in one run; then how the cost grows (thousands of open
-streams, a long mixed soak) and the compression benchmark.
+gateway, measured side by side in one run (the gateway also with its state in a real Redis,
+when redis-server is installed, and translating the chat client to a Messages-only upstream);
+then how the cost grows (thousands of open streams, a long mixed soak) and the compression
+benchmark. `make bench` then runs `bench.faults` and `bench.translation`.
 
 Each server runs in its own process; the load generator is one more. On a 2-core machine
 they share cores, so absolute numbers mean little: read the ratios against the minimal
@@ -48,6 +50,9 @@ SOAK = int(os.environ.get("BENCH_SOAK", "10000" if QUICK else "100000"))
 POOL = 12_000  # both proxies: enough upstream connections for every open stream
 
 MINIMAL, GATEWAY, DIRECT = "minimal aiohttp proxy", "llm-gateway", "upstream directly"
+# The same gateway with its state in a real Redis (Debian's redis-server, when installed), and
+# with the chat client translated to an upstream that speaks only Anthropic Messages.
+ON_REDIS, TRANSLATED = "llm-gateway, state: redis", "llm-gateway, translated (chat → Messages upstream)"
 
 
 def free_port() -> int:
@@ -266,6 +271,22 @@ def run_loop(loop: str, tmp: Path, fd_limit: int, growth: bool) -> str:
                       "retry: {budget: {percent_can_retry: 50}}\n")
     # Both proxies run on the same event loop; the upstream always on asyncio's own.
     on = ["-m", "bench.on_uvloop"] if loop == "uvloop" else ["-m"]
+    variants: dict[str, tuple[int, Path]] = {}
+    redis: subprocess.Popen[bytes] | None = None
+    if shutil.which("redis-server"):
+        redis_port, port = free_port(), free_port()
+        redis = subprocess.Popen([*pinned(0), "redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
+                                  "--save", "", "--appendonly", "no", "--dir", str(tmp)],
+                                 stdout=subprocess.DEVNULL)  # fmt: skip
+        cfg = tmp / f"gateway-{loop}-redis.yaml"
+        cfg.write_text(config.read_text().replace(f"port: {gw_port},", f"port: {port},")
+                       + f"state: {{backend: redis, url: 'redis://127.0.0.1:{redis_port}/0'}}\n")
+        variants[ON_REDIS] = (port, cfg)
+    port = free_port()
+    cfg = tmp / f"gateway-{loop}-translated.yaml"
+    cfg.write_text(config.read_text().replace(f"port: {gw_port},", f"port: {port},")
+                   .replace("max_connections:", "apis: [messages], max_connections:"))
+    variants[TRANSLATED] = (port, cfg)
     # The gateway's access log goes to a real file, as it would to a log shipper's pipe.
     with open(tmp / f"gateway-{loop}.log", "wb") as gw_log:
         procs = {
@@ -274,6 +295,9 @@ def run_loop(loop: str, tmp: Path, fd_limit: int, growth: bool) -> str:
             GATEWAY: spawn([*on, "gateway", "--config", str(config)], gw_port, "/healthz", stdout=gw_log),
         }
         ports = {DIRECT: up_port, MINIMAL: min_port, GATEWAY: gw_port}
+        for name, (port, cfg) in variants.items():
+            procs[name] = spawn([*on, "gateway", "--config", str(cfg)], port, "/healthz", stdout=gw_log)
+            ports[name] = port
         try:
             # Targets take turns, round after round: a noisy stretch of the shared host then
             # hits all three alike, and the medians compare like with like.
@@ -322,6 +346,9 @@ def run_loop(loop: str, tmp: Path, fd_limit: int, growth: bool) -> str:
             for p in procs.values():
                 p.terminate()
                 p.wait(10)
+            if redis is not None:
+                redis.terminate()
+                redis.wait(10)
     return report + "\n"
 
 

@@ -10,6 +10,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+import zlib
 from pathlib import Path
 
 import aiohttp
@@ -23,16 +24,17 @@ def have_wrk() -> bool:
     return shutil.which("wrk") is not None
 
 
-def _script() -> str:
-    path = Path(tempfile.gettempdir()) / "llm-gateway-bench.lua"
-    path.write_text(f"wrk.method = 'POST'\nwrk.body = '{BODY}'\nwrk.headers['Content-Type'] = 'application/json'\n")
+def _script(body: str) -> str:
+    path = Path(tempfile.gettempdir()) / f"llm-gateway-bench-{zlib.crc32(body.encode()):08x}.lua"
+    # A Lua long string: real agent requests hold quotes and backslashes.
+    path.write_text(f"wrk.method = 'POST'\nwrk.body = [==[{body}]==]\nwrk.headers['Content-Type'] = 'application/json'\n")
     return str(path)
 
 
-def wrk(url: str, connections: int, seconds: int) -> dict[str, float]:
+def wrk(url: str, connections: int, seconds: int, body: str = BODY) -> dict[str, float]:
     pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
     out = subprocess.run(
-        [*pin, "wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", _script(), url],
+        [*pin, "wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", _script(body), url],
         capture_output=True, text=True, check=True,
     ).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
@@ -43,14 +45,14 @@ def wrk(url: str, connections: int, seconds: int) -> dict[str, float]:
             "errors": float(errors.group(1)) if errors else 0.0}
 
 
-async def _python_load(url: str, connections: int, seconds: float) -> dict[str, float]:
+async def _python_load(url: str, connections: int, seconds: float, body: str = BODY) -> dict[str, float]:
     latencies: list[float] = []
     stop = time.perf_counter() + seconds
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=connections)) as s:
         async def worker() -> None:
             while time.perf_counter() < stop:
                 t0 = time.perf_counter()
-                async with s.post(url, data=BODY, headers={"Content-Type": "application/json"}) as r:
+                async with s.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
                     await r.read()
                 latencies.append((time.perf_counter() - t0) * 1000)
         await asyncio.gather(*(worker() for _ in range(connections)))
@@ -58,18 +60,18 @@ async def _python_load(url: str, connections: int, seconds: float) -> dict[str, 
     return {"rps": len(latencies) / seconds, "requests": float(len(latencies)), "p50_ms": q[49], "p99_ms": q[98], "errors": 0.0}
 
 
-def throughput_and_latency(url: str, connections: int, seconds: int) -> dict[str, float]:
+def throughput_and_latency(url: str, connections: int, seconds: int, body: str = BODY) -> dict[str, float]:
     if have_wrk():
-        return wrk(url, connections, seconds)
-    return asyncio.run(_python_load(url, connections, seconds))
+        return wrk(url, connections, seconds, body)
+    return asyncio.run(_python_load(url, connections, seconds, body))
 
 
-async def _first_chunk(url: str, n: int) -> list[float]:
+async def _first_chunk(url: str, n: int, body: str = STREAM_BODY) -> list[float]:
     out: list[float] = []
     async with aiohttp.ClientSession() as s:
         for i in range(n + 20):
             t0 = time.perf_counter()
-            async with s.post(url, data=STREAM_BODY, headers={"Content-Type": "application/json"}) as r:
+            async with s.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
                 await r.content.readany()
                 first = (time.perf_counter() - t0) * 1000
                 await r.read()
@@ -78,7 +80,31 @@ async def _first_chunk(url: str, n: int) -> list[float]:
     return out
 
 
-def time_to_first_chunk(url: str, n: int) -> dict[str, float]:
-    samples = asyncio.run(_first_chunk(url, n))
+def time_to_first_chunk(url: str, n: int, body: str = STREAM_BODY) -> dict[str, float]:
+    samples = asyncio.run(_first_chunk(url, n, body))
     q = statistics.quantiles(samples, n=100)
     return {"ttfc_p50_ms": q[49], "ttfc_p99_ms": q[98]}
+
+
+async def _first_chunk_pairs(url: str, bodies: tuple[str, str], n: int) -> tuple[list[float], list[float]]:
+    out: tuple[list[float], list[float]] = ([], [])
+    async with aiohttp.ClientSession() as s:
+        for i in range(n + 20):
+            for side in ((0, 1) if i % 2 == 0 else (1, 0)):
+                t0 = time.perf_counter()
+                async with s.post(url, data=bodies[side], headers={"Content-Type": "application/json"}) as r:
+                    await r.content.readany()
+                    first = (time.perf_counter() - t0) * 1000
+                    await r.read()
+                if i >= 20:  # warm-up
+                    out[side].append(first)
+    return out
+
+
+def first_chunk_delta(url: str, bodies: tuple[str, str], n: int) -> dict[str, float]:
+    """Time to the first chunk of two requests taken in turns on one connection (the order
+    alternating), so that both see the same moments of a noisy host: the medians of each and
+    the median of the per-pair differences (second minus first)."""
+    a, b = asyncio.run(_first_chunk_pairs(url, bodies, n))
+    return {"a_ms": statistics.median(a), "b_ms": statistics.median(b),
+            "delta_ms": statistics.median(y - x for x, y in zip(a, b, strict=True))}

@@ -1,5 +1,9 @@
 """A fast, fixed OpenAI-compatible upstream: the bench measures the proxies, not this.
 
+It also answers `/v1/messages` and `/v1/responses` with the same text, in those APIs' own
+shapes and stream grammars (the translation bench compares a client on its own API with the
+same client translated to chat).
+
 Two request headers change its answer (both proxies forward them untouched):
 
 * ``x-bench-trickle: COUNT,INTERVAL_S`` streams COUNT one-token chunks, one every
@@ -70,7 +74,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
             return web.Response(status=429, body=RATE_LIMITED, content_type="application/json",
                                 headers={"retry-after-ms": "1"})
         _limited.discard(rid)
-    if b'"stream": true' in body or b'"stream":true' in body:
+    if _wants_stream(body):
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         await resp.write(STREAM)
@@ -79,9 +83,124 @@ async def chat(request: web.Request) -> web.StreamResponse:
     return web.Response(body=COMPLETION, content_type="application/json")
 
 
+# The same answer in Anthropic Messages and OpenAI Responses, as those providers send it
+# (event grammars: Anthropic "Streaming Messages", OpenAI "Responses streaming events"), so
+# that a client on its own API and the same client translated to chat read the same text.
+WORDS = ("Hello", "!", " How", " can", " I", " help", " today", "?")  # streamed, as the chat stream
+TEXT = "Hello! How can I help you today?"  # buffered, as the chat completion
+STREAMED = "".join(WORDS)
+
+
+def _sse(name: str, doc: dict[str, object]) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + json.dumps(doc).encode() + b"\n\n"
+
+
+MESSAGE = {"id": "msg_bench", "type": "message", "role": "assistant", "model": "claude-bench",
+           "content": [{"type": "text", "text": TEXT}], "stop_reason": "end_turn", "stop_sequence": None,
+           "usage": {"input_tokens": 9, "output_tokens": 9}}
+MESSAGES_BODY = json.dumps(MESSAGE).encode()
+MESSAGES_STREAM = (
+    _sse("message_start", {"type": "message_start", "message": {
+        **MESSAGE, "content": [], "stop_reason": None, "usage": {"input_tokens": 9, "output_tokens": 1}}})
+    + _sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                   "content_block": {"type": "text", "text": ""}})
+    + _sse("ping", {"type": "ping"})
+    + b"".join(_sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                            "delta": {"type": "text_delta", "text": w}}) for w in WORDS)
+    + _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
+    + _sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                             "usage": {"output_tokens": 9}})
+    + _sse("message_stop", {"type": "message_stop"})
+)
+
+_ITEM = {"id": "msg_bench", "type": "message", "status": "completed", "role": "assistant",
+         "content": [{"type": "output_text", "text": TEXT, "annotations": []}]}
+RESPONSE = {"id": "resp_bench", "object": "response", "created_at": 1700000000, "status": "completed",
+            "model": "gpt-bench", "output": [_ITEM], "incomplete_details": None, "error": None,
+            "usage": {"input_tokens": 9, "output_tokens": 9, "total_tokens": 18,
+                      "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}}}
+RESPONSES_BODY = json.dumps(RESPONSE).encode()
+
+
+def _responses_stream(echo: dict[str, object] | None = None) -> bytes:
+    item = {**_ITEM, "content": [{"type": "output_text", "text": STREAMED, "annotations": []}]}
+    started = {**RESPONSE, "status": "in_progress", "output": [], "usage": None, **(echo or {})}
+    open_item = {**_ITEM, "status": "in_progress", "content": []}
+    part = {"type": "output_text", "text": "", "annotations": []}
+    events: list[tuple[str, dict[str, object]]] = [
+        ("response.created", {"response": started}),
+        ("response.in_progress", {"response": started}),
+        ("response.output_item.added", {"output_index": 0, "item": open_item}),
+        ("response.content_part.added", {"item_id": "msg_bench", "output_index": 0, "content_index": 0, "part": part}),
+        *(("response.output_text.delta", {"item_id": "msg_bench", "output_index": 0, "content_index": 0, "delta": w})
+          for w in WORDS),
+        ("response.output_text.done", {"item_id": "msg_bench", "output_index": 0, "content_index": 0, "text": STREAMED}),
+        ("response.content_part.done", {"item_id": "msg_bench", "output_index": 0, "content_index": 0,
+                                        "part": {**part, "text": STREAMED}}),
+        ("response.output_item.done", {"output_index": 0, "item": item}),
+        ("response.completed", {"response": {**RESPONSE, "output": [item], **(echo or {})}}),
+    ]
+    return b"".join(_sse(name, {"type": name, "sequence_number": i, **doc}) for i, (name, doc) in enumerate(events))
+
+
+RESPONSES_STREAM = _responses_stream()
+
+
+def _wants_stream(body: bytes) -> bool:
+    return b'"stream": true' in body or b'"stream":true' in body
+
+
+async def _fixed(request: web.Request, body: bytes, stream: bytes) -> web.StreamResponse:
+    if _wants_stream(await request.read()):
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(stream)
+        await resp.write_eof()
+        return resp
+    return web.Response(body=body, content_type="application/json")
+
+
+async def messages(request: web.Request) -> web.StreamResponse:
+    return await _fixed(request, MESSAGES_BODY, MESSAGES_STREAM)
+
+
+# OpenAI's response object echoes these request fields (API reference, "The response object"),
+# in response.created, response.in_progress and response.completed too: a real agent's 17 KB of
+# tools travel back three times, natively as well as translated.
+_ECHOED = ("instructions", "max_output_tokens", "parallel_tool_calls", "temperature", "tool_choice", "tools",
+           "top_p", "truncation")
+_echoes: dict[bytes, tuple[bytes, bytes]] = {}
+
+
+def _echoing(body: bytes) -> tuple[bytes, bytes]:
+    """The answer and the stream for this request, with its echoed fields (cached: the bench
+    sends the same bytes again and again, and the upstream's time is not what is measured)."""
+    if b'"tools"' not in body and b'"instructions"' not in body:
+        return RESPONSES_BODY, RESPONSES_STREAM
+    if (hit := _echoes.get(body)) is None:
+        req = json.loads(body)
+        echo = {k: req[k] for k in _ECHOED if k in req}
+        hit = _echoes[body] = (json.dumps({**RESPONSE, **echo}).encode(), _responses_stream(echo))
+    return hit
+
+
+async def responses(request: web.Request) -> web.StreamResponse:
+    sent = await request.read()
+    body, stream = _echoing(sent)
+    if _wants_stream(sent):
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(stream)
+        await resp.write_eof()
+        return resp
+    return web.Response(body=body, content_type="application/json")
+
+
 def main() -> None:
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_post("/v1/messages", messages)
+    app.router.add_post("/v1/responses", responses)
     web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
 
 

@@ -361,7 +361,9 @@ class StateConfig(_Model):
     # replica falls back to its own memory until the store answers again.
     timeout_ms: int = Field(default=50, gt=0, le=10_000)
     recover_s: float = Field(default=1.0, gt=0)  # how long to stay local after a store failure
-    cache_ms: int = Field(default=200, ge=0, le=10_000)  # circuit state may be this stale per replica
+    # Circuit state, and whether any replica remembers a loop-breaker answer, may be this
+    # stale per replica (each costs a Redis round trip at most once per cache_ms, not per request).
+    cache_ms: int = Field(default=200, ge=0, le=10_000)
 
     @field_validator("url")
     @classmethod

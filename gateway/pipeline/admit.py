@@ -16,6 +16,7 @@ import orjson
 from aiohttp import web
 
 from gateway.encodings import EncodingProblem, decode_body
+from gateway.jsonbody import Lenient
 from gateway.pipeline.outcome import Failure, bad_request
 from gateway.services import SERVICES
 
@@ -84,6 +85,8 @@ def parse_json_object(body: bytes) -> dict[str, Any] | Failure:
     try:
         if doc is None:
             doc = json.loads(body)
+            if isinstance(doc, dict):
+                doc = Lenient(doc)  # a translation writes it back with json, as it was read
     except UnicodeDecodeError:
         return bad_request("the request body is not valid UTF-8", "invalid_json")
     except RecursionError:

@@ -177,8 +177,9 @@ async def _exchange(
         if mode is ReadMode.RAW:
             return Success(resp.status, headers, response=resp, chunks=resp.iter_chunks())
         body = await resp.read(SUCCESS_BODY_LIMIT)
-        if call.translation is not None:
-            body = call.translation.answer(body) or body
+        if call.translation is not None and (translated := call.translation.answer(body)) is not None:
+            body, doc = translated
+            return Success(resp.status, headers, body=body, usage=state.dialect.body_usage(doc))
         return Success(resp.status, headers, body=body)
     except UpstreamFailure as f:
         resp.close()

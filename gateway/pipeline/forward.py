@@ -26,10 +26,12 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from gateway import jsonbody
 from gateway.apis import api_of_path, dialect_for_errors
 from gateway.apis.base import Dialect, Inbound, Rejection
 from gateway.auth import WWW_AUTHENTICATE
 from gateway.errors import Classification, ErrorType
+from gateway.jsonbody import Lenient
 from gateway.pipeline.admit import model_of, parse_json_object, read_body
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.chain import new_plan, send_chain, send_one
@@ -465,8 +467,10 @@ def _leg_call(
     translated = leg.request(client_payload, inbound.model, up.cfg.stream_usage)
     if isinstance(translated, Refusal):
         return bad_request(translated.message, translated.code)
-    translation = Translation(leg.translator, Context(inbound.model or "", client_payload, state.request_id))
-    body = json.dumps(translated, ensure_ascii=False).encode()
+    size = len(inbound.body) if client_payload is inbound.payload else None  # unchanged: its own bytes
+    ctx = Context(inbound.model or "", client_payload, state.request_id, size)
+    translation = Translation(leg.translator, ctx)
+    body = jsonbody.dumps(translated, lenient=isinstance(inbound.payload, Lenient))
     return Call(up, "POST", url, headers, how.mode, wire, False, how.track, translation,
                 body=body, wire_payload=translated)  # fmt: skip
 

@@ -76,6 +76,7 @@ class Success:
     reader: StreamReader | None = None  # the dialect's reader that peeked at the stream
     complete: bool = False  # the peeked events already include the stream's end marker
     translator: StreamTranslator | None = None  # the upstream speaks another API than the client
+    usage: dict[str, int] | None = None  # ``body``'s usage when already known (a translated answer)
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,10 @@ async def relay(
         status, body = rendered(state, outcome)
         return web.Response(status=status, body=body, headers=outcome.headers)
     if outcome.chunks is None:
-        _count_usage_in_body(state, outcome.body)
+        if outcome.usage is not None:
+            state.usage.update(outcome.usage)
+        else:
+            _count_usage_in_body(state, outcome.body)
         return web.Response(status=outcome.status, body=outcome.body, headers=outcome.headers)
     if outcome.sse:
         return await _relay_sse(request, svc, state, outcome, resume)
@@ -231,22 +234,22 @@ async def _pump_leg(
     splitter = EventSplitter()
     finished = leg.complete  # the held events end with the first visible one: maybe the last
     try:
-        out, end, fin = _filter(reader, splitter.feed(leg.pending), svc.wall())
+        # A splice keeps state (a continuation's renumbered blocks): events go through it in order.
+        held = b"".join(leg.held if splice is None else [splice(raw) for raw in leg.held])
+        relayed.extend(leg.held)
+        out, end, fin = _filter(reader, splitter.feed(leg.pending), svc.wall(), splice, relayed)
         finished = finished or fin
-        first = b"".join(leg.held) + out
-        relayed.append(first)
-        await resp.write(_spliced(splice, first))
+        await resp.write(held + out)
         if end is not None:
             return end
         async for chunk in leg.chunks:
             events = splitter.feed(chunk)
             if not events:
                 continue
-            out, end, fin = _filter(reader, events, svc.wall())
+            out, end, fin = _filter(reader, events, svc.wall(), splice, relayed)
             if out:
                 finished = finished or fin
-                relayed.append(out)
-                await resp.write(_spliced(splice, out))
+                await resp.write(out)
             if end is not None:
                 return end
     except UpstreamFailure as f:
@@ -287,9 +290,14 @@ _TRANSPORT_TEXT = {
 }
 
 
-def _filter(reader: StreamReader, events: list[bytes], now_s: float) -> tuple[bytes, Ending | None, bool]:
-    """The bytes to forward, the reason to end the stream if an error event came, and
-    whether the dialect's end marker passed."""
+def _filter(
+    reader: StreamReader, events: list[bytes], now_s: float, splice: Splice | None = None,
+    shown: list[bytes] | None = None,
+) -> tuple[bytes, Ending | None, bool]:  # fmt: skip
+    """The bytes to forward (each event through ``splice`` when there is one: already whole
+    events, so not split again), the reason to end the stream if an error event came, and
+    whether the dialect's end marker passed. ``shown`` collects the upstream's own events that
+    were forwarded (re-read for usage if the stream breaks)."""
     kept: list[bytes] = []
     finished = False
     for raw in events:
@@ -300,7 +308,9 @@ def _filter(reader: StreamReader, events: list[bytes], now_s: float) -> tuple[by
         if kind is EventKind.SKIP:
             continue
         finished = finished or kind is EventKind.FINAL
-        kept.append(raw)
+        if shown is not None:
+            shown.append(raw)
+        kept.append(raw if splice is None else splice(raw))
     return b"".join(kept), None, finished
 
 

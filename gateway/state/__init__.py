@@ -43,5 +43,6 @@ def build_store(
         prefix=cfg.state.key_prefix,
         timeout_s=timeout_s,
         recover_s=cfg.state.recover_s,
+        answers_cache_s=cfg.state.cache_ms / 1000,
         on_fallback=on_fallback,
     )

@@ -52,10 +52,18 @@ return {req, ret + 1, 1}
 """
 
 # Counts a repeat only when the answer is still there (HINCRBY alone would resurrect it).
+# Without one, says whether any answer is remembered at all (KEYS[2], the marker below), so
+# that a replica can skip the lookups while none is.
 _TAKE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return nil end
+if redis.call('EXISTS', KEYS[1]) == 0 then return redis.call('EXISTS', KEYS[2]) end
 local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
 return {redis.call('HGET', KEYS[1], 'b'), n}
+"""
+
+# The marker lives as long as the longest-lived remembered answer: extended, never shortened.
+_MARK = """
+local ms = tonumber(ARGV[1])
+if redis.call('PTTL', KEYS[1]) < ms then redis.call('SET', KEYS[1], '1', 'PX', ms) end
 """
 
 _FAILURES = (RedisError, OSError, TimeoutError)
@@ -105,6 +113,7 @@ class RedisStore:
         prefix: str = "llm-gateway:",
         timeout_s: float = 0.05,
         recover_s: float = 1.0,
+        answers_cache_s: float = 0.2,
         on_fallback: Callable[[str, str], None] = lambda _b, _op: None,
     ) -> None:
         self._r = client
@@ -119,6 +128,13 @@ class RedisStore:
         self._retry_at = 0.0
         self._budget = client.register_script(_BUDGET)
         self._take = client.register_script(_TAKE)
+        self._mark = client.register_script(_MARK)
+        self._answers = prefix + "a:"
+        self._any_answer = prefix + "a-any"  # exists while any replica remembers an answer
+        # Until when (monotonic) this replica may take it that no replica remembers an answer:
+        # learnt from a lookup, believed for ``answers_cache_s`` (as circuits are cached).
+        self._answers_cache_s = answers_cache_s
+        self._none_remembered_until = -math.inf
 
     @property
     def healthy(self) -> bool:
@@ -285,19 +301,25 @@ class RedisStore:
         await self.local.answer_put(fingerprint, blob, ttl_s)
 
         async def remote() -> None:
-            k = self._p + "a:" + fingerprint
+            k = self._answers + fingerprint
             pipe = self._r.pipeline(transaction=True)
             pipe.delete(k)
             pipe.hset(k, mapping={"b": blob, "n": 0})
             pipe.pexpire(k, _ms(ttl_s))
+            await self._mark(keys=[self._any_answer], args=[_ms(ttl_s)], client=pipe)
             await pipe.execute()
 
         await self._guard("answer_put", remote, lambda: _value(None))
 
     async def answer_take(self, fingerprint: str) -> tuple[bytes, int] | None:
         async def remote() -> tuple[bytes, int] | None:
-            got: Any = await self._take(keys=[self._p + "a:" + fingerprint])
-            return None if got is None else (bytes(got[0]), int(got[1]))
+            got: Any = await self._take(keys=[self._answers + fingerprint, self._any_answer])
+            if isinstance(got, int):  # not there; 0: no answer is remembered at all
+                none = got == 0
+                self._none_remembered_until = self._monotonic() + self._answers_cache_s if none else -math.inf
+                return None
+            self._none_remembered_until = -math.inf
+            return bytes(got[0]), int(got[1])
 
         return await self._guard("answer_take", remote, lambda: self.local.answer_take(fingerprint))
 
@@ -310,7 +332,10 @@ class RedisStore:
         await self._guard("answer_drop", remote, lambda: _value(None))
 
     def holds_answers(self) -> bool:
-        return True  # other replicas may have remembered one
+        # Other replicas may have remembered one, unless a lookup just showed that none has:
+        # then a plain request skips the lookup (one Redis round trip) for answers_cache_s.
+        # This replica's own answers are in its local memory too and always looked up.
+        return self.local.holds_answers() or self._monotonic() >= self._none_remembered_until
 
     async def check(self, timeout_s: float) -> str | None:
         """PING once (start-up): None when Redis answered, else the error's type. Changes no

@@ -8,11 +8,11 @@ question the pipeline asks: how does a request in this API reach that upstream?
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gateway import jsonbody
 from gateway.apis import DIALECT_FOR_API
 from gateway.apis.base import Dialect, Ending
 from gateway.config import UpstreamConfig
@@ -56,14 +56,18 @@ class Translation:
     translator: Translator
     ctx: Context
 
-    def answer(self, body: bytes) -> bytes | None:
-        """A buffered 2xx body in the client's API; None when it is not a JSON object (relayed
-        as it came: there is nothing to translate)."""
+    def answer(self, body: bytes) -> tuple[bytes, dict[str, Any]] | None:
+        """A buffered 2xx body in the client's API, and the document it was written from (its
+        usage is read there, not peeked at again in the bytes); None when it is not a JSON
+        object (relayed as it came: there is nothing to translate)."""
         try:
-            doc = json.loads(body)
+            doc, lenient = jsonbody.loads(body)
         except ValueError:
             return None
-        return dumps(self.translator.answer(doc, self.ctx)) if isinstance(doc, dict) else None
+        if not isinstance(doc, dict):
+            return None
+        out = self.translator.answer(doc, self.ctx)
+        return jsonbody.dumps(out, lenient=lenient), out
 
     def stream(self) -> StreamTranslator:
         return self.translator.stream(self.ctx)
@@ -162,6 +166,3 @@ def _modules() -> list[Translator]:
 
     return [MessagesToChat(), ResponsesToChat(), ChatToMessages()]
 
-
-def dumps(doc: Mapping[str, Any]) -> bytes:
-    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()

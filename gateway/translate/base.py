@@ -48,6 +48,9 @@ class Context:
     requested_model: str  # what the client asked for: echoed where the client's API echoes it
     request: Mapping[str, Any]  # the client's payload as the client sent it
     request_id: str  # for ids the gateway has to make up (``msg_…``, ``resp_…``)
+    # The size of ``request`` as the client sent it, when known: an estimate of the prompt
+    # then needs no re-encoding of the whole request (~100 µs for Claude Code's first one).
+    request_bytes: int | None = None
     # Set by the stream translator while it runs, for the log line and usage accounting.
     notes: dict[str, Any] = field(default_factory=dict)
 

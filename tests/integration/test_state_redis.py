@@ -198,6 +198,33 @@ async def test_two_replicas_share_loop_breaker_answers_and_resets(patient_replic
     assert not a.fallbacks and not b.fallbacks
 
 
+async def test_a_plain_request_skips_the_answer_lookup_while_no_replica_remembers_one(
+    redis_server: RedisServer,
+) -> None:
+    stores = [
+        RedisStore(connect(redis_server.url, TIMEOUT_S), MemoryStore(time.time), clock=time.time,
+                   monotonic=time.monotonic, prefix="m:", timeout_s=TIMEOUT_S, answers_cache_s=cache_s)
+        for cache_s in (0.3, 30.0)
+    ]  # fmt: skip
+    a, b = stores
+    try:
+        assert a.holds_answers() and b.holds_answers()  # nothing known yet: look
+        assert await b.answer_take("fp") is None
+        assert not b.holds_answers()  # none remembered anywhere: the next request skips the lookup
+        await a.answer_put("fp", b"x", 0.2)
+        assert a.holds_answers()  # its own answer, in its local memory too
+        assert not b.holds_answers()  # b believes its lookup for answers_cache_s (30 s here)
+        assert await b.answer_take("fp") == (b"x", 1)  # a lookup still finds it
+        assert await b.answer_take("other") is None
+        assert b.holds_answers()  # the marker said: some answer is remembered, keep looking
+        await asyncio.sleep(0.35)  # the answer's TTL and a's cache both ran out
+        assert await a.answer_take("other") is None
+        assert not a.local.holds_answers() or await a.local.answer_take("fp") is None
+    finally:
+        for s in stores:
+            await s.close()
+
+
 async def test_every_key_written_has_a_ttl(patient_replicas: tuple[Replica, Replica], redis_server: RedisServer) -> None:
     a, _ = patient_replicas
     await a.store.circuit_fail([("up", "m"), ("up/m", "")], 60)
@@ -209,7 +236,7 @@ async def test_every_key_written_has_a_ttl(patient_replicas: tuple[Replica, Repl
     client = connect(redis_server.url, 1.0)
     try:
         keys = await client.keys("t:*")
-        assert len(keys) == 6
+        assert len(keys) == 7  # the six above and the marker that some answer is remembered
         for k in keys:
             assert await client.pttl(k) > 0, k
     finally:

@@ -65,6 +65,15 @@ async def test_a_translated_request_goes_out_in_the_upstreams_api_and_comes_back
     assert headers["x-llm-translated"] == "messages->chat"
 
 
+async def test_a_translated_answers_usage_is_counted_from_the_document_it_was_written_from(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", apis: [chat]")
+    _use_text_only(gw)
+    status, _, _ = await gw.messages(MESSAGES_REQ)
+    assert status == 200
+    for kind in ("prompt", "completion"):  # the translated body's own counts (1 and 1), in the client's API
+        assert gw.metric("llm_gateway_tokens_total", upstream="primary", model="claude-sonnet-4-5", kind=kind) == 1
+
+
 async def test_a_request_the_translator_refuses_is_a_400_never_sent(make_gateway) -> None:
     gw = await make_gateway(upstream_yaml=", apis: [chat]")
     _use_text_only(gw)

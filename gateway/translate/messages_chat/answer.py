@@ -95,13 +95,15 @@ def usage(chat: Any, estimated_input: int, estimated_output: int = 0) -> tuple[d
     }, estimated
 
 
-def estimate_input_tokens(request: Mapping[str, Any]) -> int:
+def estimate_input_tokens(request: Mapping[str, Any], size: int | None = None) -> int:
     """The prompt size a chat upstream does not report before its last chunk: the request's
-    bytes at policy/tokens.py's rate, with each base64 image counted as one image."""
-    try:
-        size = len(orjson.dumps(request))
-    except TypeError:
-        size = len(json.dumps(request, default=str))
+    bytes (``size`` when the caller knows them) at policy/tokens.py's rate, with each base64
+    image counted as one image."""
+    if size is None:
+        try:
+            size = len(orjson.dumps(request))
+        except TypeError:
+            size = len(json.dumps(request, default=str))
     images = 0
     messages = request.get("messages")
     for message in messages if isinstance(messages, list) else ():
@@ -157,7 +159,7 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
     tools = any(b["type"] == "tool_use" for b in content)
     matched = matched_stop(choice, ctx.request)
     out_usage, estimated = usage(
-        doc.get("usage"), estimate_input_tokens(ctx.request), _output_estimate(content)
+        doc.get("usage"), estimate_input_tokens(ctx.request, ctx.request_bytes), _output_estimate(content)
     )
     if estimated:
         ctx.notes["usage_estimated"] = True

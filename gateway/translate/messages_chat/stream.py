@@ -171,7 +171,7 @@ class ChatToMessagesStream:
 
     def _estimate(self) -> int:
         if self.estimate is None:
-            self.estimate = estimate_input_tokens(self.ctx.request)
+            self.estimate = estimate_input_tokens(self.ctx.request, self.ctx.request_bytes)
         return self.estimate
 
     def _choice(self, choice: dict[str, Any], out: list[bytes]) -> None:

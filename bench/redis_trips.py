@@ -1,0 +1,84 @@
+"""`python -m bench.redis_trips`: the Redis commands a plain successful request costs with
+`state: {backend: redis}`, counted by Redis itself (INFO commandstats, and MONITOR for the
+keys) around 200 requests back to back and 10 requests 0.3 s apart (longer than the 200 ms
+caches). Needs Debian's redis-server; starts its own on a free loopback port.
+
+Commands run inside a Lua script (EVALSHA) are listed as well but are no round trip of their
+own; the two HGETALLs of a circuit read are one pipelined round trip.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+from bench.__main__ import free_port, spawn
+
+BODY = b'{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}'
+
+
+def _cli(port: int, *args: str) -> str:
+    return subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True, text=True).stdout
+
+
+def _post(port: int) -> None:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=BODY,
+                                 headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(req).read()
+
+
+def _monitored(rport: int, gw: int, n: int, pause: float) -> tuple[list[str], Counter[str]]:
+    _cli(rport, "CONFIG", "RESETSTAT")
+    mon = subprocess.Popen(["redis-cli", "-p", str(rport), "MONITOR"], stdout=subprocess.PIPE, text=True)
+    time.sleep(0.3)
+    for _ in range(n):
+        _post(gw)
+        time.sleep(pause)
+    time.sleep(0.3)
+    mon.terminate()
+    out = mon.stdout.read() if mon.stdout else ""
+    stats = [line.split(",usec=")[0] for line in _cli(rport, "INFO", "commandstats").splitlines()
+             if line.startswith("cmdstat_") and "monitor" not in line and "config" not in line]
+    seen: Counter[str] = Counter()
+    for line in out.splitlines()[1:]:
+        parts = line.split('"')
+        if len(parts) > 1:  # the command, and the kind of key (llm-gateway:<kind>:...)
+            key = parts[3].split(":")[1] if len(parts) > 3 and ":" in parts[3] else ""
+            seen[f"{parts[1]} {key}"] += 1
+    return stats, seen
+
+
+def main() -> None:
+    rport, up, gw = free_port(), free_port(), free_port()
+    tmp = Path(tempfile.mkdtemp())
+    redis = subprocess.Popen(["redis-server", "--port", str(rport), "--bind", "127.0.0.1", "--save", "",
+                              "--appendonly", "no", "--dir", str(tmp)], stdout=subprocess.DEVNULL)
+    time.sleep(0.5)
+    cfg = tmp / "gateway.yaml"
+    cfg.write_text(f"server: {{port: {gw}}}\nstate: {{backend: redis, url: 'redis://127.0.0.1:{rport}/0'}}\n"
+                   f"upstreams: [{{name: bench, base_url: 'http://127.0.0.1:{up}/v1'}}]\n")
+    upstream = spawn(["-m", "bench.upstream", str(up)], up, core=0)
+    gateway = spawn(["-m", "gateway", "--config", str(cfg)], gw, "/healthz")
+    try:
+        for _ in range(5):
+            _post(gw)
+        time.sleep(1.5)
+        for label, n, pause in (("back to back", 200, 0.0), ("0.3 s apart", 10, 0.3)):
+            stats, seen = _monitored(rport, gw, n, pause)
+            print(f"== {n} successful requests, {label}")
+            for line in stats:
+                print("  ", line)
+            for what, count in seen.most_common():
+                print(f"   {count / n:.2f}/request  {what}")
+    finally:
+        for p in (gateway, upstream, redis):
+            p.terminate()
+            p.wait(10)
+
+
+if __name__ == "__main__":
+    main()

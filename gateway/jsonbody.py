@@ -1,0 +1,40 @@
+"""JSON bodies the gateway writes itself (translated requests and answers): orjson, ~25x
+faster than json on an agent-sized request (a Claude Code request: 451 → 16 µs), except
+where only Python's json is exact.
+
+orjson reads strictly and writes strictly: it refuses NaN/Infinity, integers beyond 64 bits
+and lone surrogates on reading (admission re-judges a refused body with json), and on
+writing refuses the last two but writes a non-finite float as ``null``, which would change
+what the client sent. So a document that only json could read is marked (``Lenient``) and
+written back by json, as it was read; everything else goes through orjson.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+
+class Lenient(dict[str, Any]):
+    """A JSON object only Python's json reads (it may hold NaN or Infinity): write it with json."""
+
+
+def dumps(doc: Mapping[str, Any], *, lenient: bool = False) -> bytes:
+    if not lenient:
+        try:
+            return orjson.dumps(doc)
+        except TypeError:  # orjson.JSONEncodeError: a huge int, a lone surrogate, a non-str key
+            pass
+    # ASCII escapes: a lone surrogate (which json reads from "\ud800") cannot be UTF-8 encoded.
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def loads(body: bytes) -> tuple[Any, bool]:
+    """The document and whether only json could read it (``ValueError`` when neither can)."""
+    try:
+        return orjson.loads(body), False
+    except orjson.JSONDecodeError:
+        return json.loads(body), True

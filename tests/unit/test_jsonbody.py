@@ -1,0 +1,44 @@
+"""The writer of translated bodies: orjson's bytes where they say what json's would."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from gateway import jsonbody
+from gateway.jsonbody import Lenient
+from gateway.pipeline.admit import parse_json_object
+
+
+def test_a_strict_document_is_written_compact_and_reads_back_equal() -> None:
+    doc = {"model": "m", "messages": [{"role": "user", "content": "héllo ☃ \u2028"}], "temperature": 0.5}
+    out = jsonbody.dumps(doc)
+    assert json.loads(out) == doc
+    assert b" " not in out.replace(b"h\xc3\xa9llo \xe2\x98\x83 ", b"")  # compact, UTF-8 not escaped
+    assert "héllo".encode() in out
+
+
+def test_what_orjson_refuses_to_write_is_written_by_json() -> None:
+    big = {"seed": 2**70}
+    assert json.loads(jsonbody.dumps(big)) == big
+    surrogate = {"text": "\ud800"}
+    assert json.loads(jsonbody.dumps(surrogate)) == surrogate
+
+
+def test_a_body_only_json_reads_is_marked_and_written_back_with_its_non_finite_numbers() -> None:
+    doc = parse_json_object(b'{"model": "m", "temperature": NaN, "top_p": Infinity}')
+    assert isinstance(doc, Lenient)
+    out = jsonbody.dumps({**doc}, lenient=True)
+    assert b"NaN" in out and b"Infinity" in out  # orjson would have written null: not what was sent
+    again, lenient = jsonbody.loads(out)
+    assert lenient and math.isnan(again["temperature"])
+
+
+def test_a_strict_body_is_not_marked() -> None:
+    doc = parse_json_object(b'{"model": "m"}')
+    assert type(doc) is dict
+    assert jsonbody.loads(b'{"a": 1}') == ({"a": 1}, False)
+    with pytest.raises(ValueError):
+        jsonbody.loads(b"{nope")
