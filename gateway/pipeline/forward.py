@@ -3,7 +3,9 @@
     authenticate  only holders of a gateway key (when keys are configured)
     admit         read the body (bounded), reject bad input with a clear 4xx
     recall        an identical request that just failed is answered from memory
-    route         the first upstream whose model globs match, then its fallbacks
+    route         the first upstream whose model globs match, then its fallbacks; each is
+                  reached in the client's API or, where it speaks another, translated
+                  (``translate/``, ``legs.py``)
     send          attempt → classify → wait, retry or move on   (policy/retry.py, chain.py)
     probe         a stream that keeps coming back empty is asked once without streaming
     rescue        on context_overflow: compress once, send once  (the dialect's compression)
@@ -11,7 +13,7 @@
     relay         buffered error, buffered body, raw passthrough or SSE stream; a stream
                   broken mid-answer is continued once where an upstream declares how
 
-Everything that differs between wire APIs is the request's dialect (``dialects/``).
+Everything that differs between wire APIs is the request's dialect (``apis/``).
 ``observe`` (outside) times and logs it; ``stamp`` (on prepare) adds the header contract.
 """
 
@@ -20,22 +22,20 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from aiohttp import web
 
-from gateway import jsonbody
 from gateway.apis import api_of_path, dialect_for_errors
 from gateway.apis.base import Dialect, Inbound, Rejection
 from gateway.auth import WWW_AUTHENTICATE
 from gateway.errors import Classification, ErrorType
-from gateway.jsonbody import Lenient
 from gateway.pipeline.admit import model_of, parse_json_object, read_body
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.chain import new_plan, send_chain, send_one
 from gateway.pipeline.continuation import continuable, resumer
+from gateway.pipeline.legs import Sending, body_for, leg_call
 from gateway.pipeline.models import list_models
 from gateway.pipeline.outcome import (
     STATE,
@@ -55,8 +55,7 @@ from gateway.policy.tokens import BYTES_PER_TOKEN, content_tokens, request_token
 from gateway.policy.tool_outputs import Stage, Tally
 from gateway.routing import UnsafePath, request_headers, upstream_url
 from gateway.services import SERVICES, Services, UpstreamRuntime
-from gateway.translate import Leg, NoLeg, Translation
-from gateway.translate.base import Context, Refusal, Target
+from gateway.translate import NoLeg
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -105,8 +104,8 @@ def full_pipeline(dialect: Dialect) -> Handler:
             if leg.translator is None and leg.model is None:
                 url = up.url_for(dialect.path, request.query_string)
                 return Call(up, "POST", url, headers, mode, dialect, strip_usage, track, body=direct_body)
-            sent = _Sent(mode, strip_usage, track, request.query_string)
-            return _leg_call(state, leg, up, headers, sent, inbound, payload, client_payload)
+            sent = Sending(mode, strip_usage, track, request.query_string)
+            return leg_call(state, leg, up, headers, sent, inbound, payload, client_payload)
 
         plan = new_plan(svc, client_deadline_s(request.headers))
         plan.probe = turn is not None
@@ -349,7 +348,7 @@ async def _probe_once(
     svc: Services, state: RequestState, plan: RetryPlan, call: Call, payload: dict[str, Any], inbound: Inbound
 ) -> Outcome:
     dialect = state.dialect  # the client's: answers are translated back before they get here
-    body = _body_for(call, dialect.without_stream(payload))
+    body = body_for(call, dialect.without_stream(payload))
     if isinstance(body, Failure):
         return body
     outcome = await send_one(svc, state, plan, dataclasses.replace(call, mode=ReadMode.BUFFER), body)
@@ -407,7 +406,7 @@ async def _rescue(
         counter.labels(up.cfg.name, "not_applicable").inc()
         return overflow
     state.compressed = True
-    body = _body_for(call, retry)
+    body = body_for(call, retry)
     if isinstance(body, Failure):
         counter.labels(up.cfg.name, "not_applicable").inc()
         return overflow
@@ -437,59 +436,6 @@ def _exclude_oversized(
 
 def _with(inbound: Inbound, payload: dict[str, Any]) -> Inbound:
     return inbound if payload is inbound.payload else dataclasses.replace(inbound, payload=payload)
-
-
-@dataclass(frozen=True, slots=True)
-class _Sent:
-    """How this request is sent, whichever upstream it goes to."""
-
-    mode: ReadMode
-    strip_usage: bool
-    track: bool
-    query_string: str
-
-
-def _leg_call(
-    state: RequestState, leg: Leg, up: UpstreamRuntime, headers: dict[str, str], how: _Sent,
-    inbound: Inbound, payload: dict[str, Any], client_payload: dict[str, Any],
-) -> Call | Failure:  # fmt: skip
-    """A call on an upstream that speaks another API than the client, or another model name."""
-    wire = leg.wire
-    if leg.translator is None:  # the client's API, under the upstream's name for the model
-        url = up.url_for(wire.path, how.query_string)
-        sent = leg.request(payload, inbound.model, up.cfg.stream_usage)
-        assert isinstance(sent, dict)
-        return Call(up, "POST", url, headers, how.mode, wire, how.strip_usage, how.track,
-                    body=json.dumps(sent).encode(), wire_payload=sent)  # fmt: skip
-    # The client's query string belongs to its own API (Claude Code's ?beta=true): not sent on.
-    url = up.url_for(wire.path, "")
-    state.translated = f"{leg.client.api}->{wire.api}"
-    translated = leg.request(client_payload, inbound.model, up.cfg.stream_usage)
-    if isinstance(translated, Refusal):
-        return bad_request(translated.message, translated.code)
-    size = len(inbound.body) if client_payload is inbound.payload else None  # unchanged: its own bytes
-    ctx = Context(inbound.model or "", client_payload, state.request_id, size)
-    translation = Translation(leg.translator, ctx)
-    body = jsonbody.dumps(translated, lenient=isinstance(inbound.payload, Lenient))
-    return Call(up, "POST", url, headers, how.mode, wire, False, how.track, translation,
-                body=body, wire_payload=translated)  # fmt: skip
-
-
-def _body_for(call: Call, payload: dict[str, Any]) -> bytes | Failure:
-    """A changed client payload (compressed, asked without streaming) as this call sends it."""
-    if call.translation is None:
-        model = call.wire_payload.get("model") if call.wire_payload is not None else None
-        sent = payload if model is None else {**payload, "model": model}
-        return json.dumps(sent, ensure_ascii=False).encode()
-    translated = call.translation.translator.request(payload, _target_of(call))
-    if isinstance(translated, Refusal):
-        return bad_request(translated.message, translated.code)
-    return json.dumps(translated, ensure_ascii=False).encode()
-
-
-def _target_of(call: Call) -> Target:
-    model = call.wire_payload.get("model") if call.wire_payload is not None else None
-    return Target(model if isinstance(model, str) else "", call.up.cfg.stream_usage)
 
 
 def _encode(payload: dict[str, Any], inbound: Inbound) -> bytes:
