@@ -48,17 +48,21 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
             "(scripts/real-deps.sh)",
             pytrace=False,
         )
+    server = start_llama(N_CTX, tmp_path_factory.mktemp("llama"))
+    yield server
+    server.stop()
+
+
+def start_llama(n_ctx: int, tmp: Path) -> Proc:
+    """The llama-cpp-python chat server on a free port with an ``n_ctx``-token window."""
     port = free_port()
     cmd = [
         str(REAL_PYTHON), "-m", "llama_cpp.server",
         "--model", str(REAL_MODEL), "--model_alias", MODEL,
-        "--n_ctx", str(N_CTX), "--host", "127.0.0.1", "--port", str(port),
+        "--n_ctx", str(n_ctx), "--host", "127.0.0.1", "--port", str(port),
         "--n_threads", str(min(2, os.cpu_count() or 1)), "--seed", "0",
     ]  # fmt: skip
-    server = start(cmd, base_env(), port, tmp_path_factory.mktemp("llama") / "server.log",
-                   ready_path="/v1/models", timeout_s=180)  # fmt: skip
-    yield server
-    server.stop()
+    return start(cmd, base_env(), port, tmp / "server.log", ready_path="/v1/models", timeout_s=180)
 
 
 @dataclass

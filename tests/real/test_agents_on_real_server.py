@@ -24,7 +24,7 @@ import openai
 import pytest
 
 from tests.procs import ROOT, base_env, free_port, start
-from tests.real.conftest import MODEL, REAL_MODEL, REAL_PYTHON, Gateway, Proc
+from tests.real.conftest import MODEL, Gateway, Proc, start_llama
 
 AGENT_CTX = 32768
 CLAUDE = ROOT / ".cache" / "claude-code" / "node_modules" / ".bin" / "claude"
@@ -33,14 +33,7 @@ CODEX = ROOT / ".cache" / "codex" / "node_modules" / ".bin" / "codex"
 
 @pytest.fixture(scope="module")
 def big_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
-    port = free_port()
-    cmd = [
-        str(REAL_PYTHON), "-m", "llama_cpp.server", "--model", str(REAL_MODEL), "--model_alias", MODEL,
-        "--n_ctx", str(AGENT_CTX), "--host", "127.0.0.1", "--port", str(port),
-        "--n_threads", str(min(2, os.cpu_count() or 1)), "--seed", "0",
-    ]  # fmt: skip
-    server = start(cmd, base_env(), port, tmp_path_factory.mktemp("llama-big") / "server.log",
-                   ready_path="/v1/models", timeout_s=180)  # fmt: skip
+    server = start_llama(AGENT_CTX, tmp_path_factory.mktemp("llama-big"))
     yield server
     server.stop()
 

@@ -20,7 +20,7 @@ import anthropic
 import pytest
 
 from tests.procs import ROOT, RunningProcess, base_env, free_port, start
-from tests.real.conftest import MODEL, N_CTX, REAL_MODEL, REAL_PYTHON, Proc
+from tests.real.conftest import MODEL, N_CTX, Proc, start_llama
 
 CLAUDE = ROOT / ".cache" / "claude-code" / "node_modules" / ".bin" / "claude"
 BIG_CTX = 4096
@@ -80,11 +80,7 @@ def test_anthropic_sdk_stream_reads_back_whole(sdk: anthropic.Anthropic) -> None
 @pytest.fixture(scope="module")
 def big_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProcess]:
     tmp = tmp_path_factory.mktemp("llama4k")
-    port = free_port()
-    cmd = [str(REAL_PYTHON), "-m", "llama_cpp.server", "--model", str(REAL_MODEL), "--model_alias", MODEL,
-           "--n_ctx", str(BIG_CTX), "--host", "127.0.0.1", "--port", str(port),
-           "--n_threads", str(min(2, os.cpu_count() or 1)), "--seed", "0"]  # fmt: skip
-    server = start(cmd, base_env(), port, tmp / "server.log", ready_path="/v1/models", timeout_s=180)
+    server = start_llama(BIG_CTX, tmp)
     gw = _chat_gateway(server, BIG_CTX, tmp)
     yield gw
     gw.stop()
