@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 
 from gateway import __version__
 from gateway.auth import startup_check
 from gateway.config import ConfigError, config_warnings, load_config
+from gateway.workers.seat import WorkerSeat, worker_config
 
 DESCRIPTION = """\
 An LLM gateway: point an agent's base URL at it. It serves three wire APIs
@@ -55,21 +57,30 @@ def main(argv: list[str] | None = None) -> int:
         for problem in e.problems:
             print(f"llm-gateway: invalid config: {problem}", file=sys.stderr)
         return 2
-    for warning in config_warnings(cfg):
-        print(f"llm-gateway: warning: {warning}", file=sys.stderr)
-    verdict = startup_check(cfg)
-    if verdict.warning:
-        print(f"llm-gateway: {verdict.warning}", file=sys.stderr)
-    if verdict.refusal:
-        print(f"llm-gateway: {verdict.refusal}", file=sys.stderr)
-        return 2
+    seat = WorkerSeat.from_env(os.environ)
+    if seat is None:  # a worker's supervisor has said all this already
+        for warning in config_warnings(cfg):
+            print(f"llm-gateway: warning: {warning}", file=sys.stderr)
+        verdict = startup_check(cfg)
+        if verdict.warning:
+            print(f"llm-gateway: {verdict.warning}", file=sys.stderr)
+        if verdict.refusal:
+            print(f"llm-gateway: {verdict.refusal}", file=sys.stderr)
+            return 2
 
     from gateway import logs
+
+    # Workers share the supervisor's stdout: each write holds whole lines only.
+    logs.configure(cfg.server.log_level, whole_lines=cfg.server.worker_count > 1)
+    if seat is None and cfg.server.worker_count > 1:
+        from gateway.workers.supervisor import supervise
+
+        return supervise(cfg, args.config)
+
     from gateway.server import serve
 
-    logs.configure(cfg.server.log_level)
     try:
-        asyncio.run(serve(cfg))
+        asyncio.run(serve(cfg if seat is None else worker_config(cfg, seat), seat))
     except KeyboardInterrupt:
         pass
     return 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -32,6 +32,9 @@ from gateway.state import SharedBudget, SharedCircuit, StateMetrics, StateStore,
 from gateway.telemetry import Telemetry
 from gateway.tracing import Tracing, build_tracing
 from gateway.upstream import AiohttpSender, Sender, pool_size
+from gateway.workers import metrics as workers_metrics
+
+PEERS = web.AppKey("peers", tuple[str, ...])
 
 
 def create_app(
@@ -44,7 +47,10 @@ def create_app(
     wall: Callable[[], float] = time.time,
     rand: Callable[[], float] = random.random,
     tracing: Tracing | None = None,
+    peers: Sequence[str] = (),
 ) -> web.Application:
+    """``peers``: the private sockets of the other workers of this machine (server.workers),
+    whose metrics ``/metrics`` adds to this process's own."""
     telemetry = Telemetry(
         registry if registry is not None else CollectorRegistry(),
         configured_models=[m for u in cfg.upstreams for m in u.models],
@@ -86,6 +92,7 @@ def create_app(
     # aiohttp's own cap sits above ours so that our reader, not aiohttp, answers the 413.
     app = web.Application(client_max_size=cfg.server.max_body_bytes + 1)
     app[SERVICES] = svc
+    app[PEERS] = tuple(peers)
     if own_sender is not None:
         app.cleanup_ctx.append(_sender_lifetime(own_sender))
     app.on_cleanup.append(_close_state(budget, store))
@@ -166,7 +173,26 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    svc = request.app[SERVICES]
-    await _read_circuits(svc)
-    body = generate_latest(svc.telemetry.registry)
+    body = await _own_metrics(request.app)
+    peers = request.app[PEERS]
+    if peers:
+        others = await workers_metrics.gather(peers)
+        body = workers_metrics.merge([body.decode(), *others], reporting=1 + len(others))
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def _own_metrics(app: web.Application) -> bytes:
+    svc = app[SERVICES]
+    await _read_circuits(svc)
+    return generate_latest(svc.telemetry.registry)
+
+
+def private_app(app: web.Application) -> web.Application:
+    """What a worker serves to the other workers of its machine, on its unix socket only."""
+
+    async def local_metrics(request: web.Request) -> web.Response:
+        return web.Response(body=await _own_metrics(app), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    private = web.Application()
+    private.router.add_get("/metrics/local", local_metrics)
+    return private

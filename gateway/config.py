@@ -64,6 +64,22 @@ class ServerConfig(_Model):
     # Serving the operator's provider key to anyone who reaches a non-loopback port must
     # be a deliberate choice, never the default (see gateway.auth.startup_check).
     allow_unauthenticated: bool = False
+    # Processes serving the port (SO_REUSEPORT, one listening socket each; see
+    # gateway/workers/). "auto": one per core this process may run on.
+    workers: int | Literal["auto"] = 1
+
+    @field_validator("workers")
+    @classmethod
+    def _workers_range(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and not 1 <= v <= 256:
+            raise ValueError("must be between 1 and 256, or auto")
+        return v
+
+    @property
+    def worker_count(self) -> int:
+        if self.workers == "auto":
+            return max(1, len(os.sched_getaffinity(0)))
+        return self.workers
 
     @field_validator("client_keys", mode="before")
     @classmethod
@@ -489,6 +505,13 @@ def config_warnings(cfg: GatewayConfig) -> list[str]:
             "state.backend is redis but loop_breaker.secret is not set: each replica draws its own, "
             "so replicas never share remembered answers; give every replica the same secret "
             "(loop_breaker: {secret: ${LOOP_BREAKER_SECRET}})"
+        )
+    workers = cfg.server.worker_count
+    if workers > 1 and cfg.state.backend == "memory":
+        out.append(
+            f"server.workers is {workers} with state.backend memory: each worker keeps its own circuits, "
+            "loop-breaker memory and rate-limit resets (a retry that lands on another worker is sent "
+            "again; an outage is learnt once per worker); state: {backend: redis} shares them"
         )
     return out
 

@@ -17,6 +17,7 @@ import atexit
 import json
 import logging
 import os
+import select
 import sys
 import threading
 import time
@@ -106,8 +107,10 @@ class LineWriter:
         flush_s: float = 0.05,
         batch_lines: int = 256,
         max_lines: int = 100_000,
+        atomic_bytes: int | None = None,
     ) -> None:
         self._fd = fd
+        self._atomic = atomic_bytes
         self._flush_s = flush_s
         self._batch = batch_lines
         self._max = max_lines
@@ -130,14 +133,32 @@ class LineWriter:
             if len(lines) >= self._batch and not self._wake.is_set():
                 self._wake.set()
 
-    def _take(self) -> bytes:
+    def _take(self) -> list[bytes]:
         lines = self._lines
         out = [lines.popleft() for _ in range(len(lines))]
         if self.dropped:
             dropped, self.dropped = self.dropped, 0
             gap = {"event": "log_lines_dropped", "count": dropped}
             out.append(line(time.time(), "warning", "gateway.logs", gap))
-        return b"".join(out)
+        return out
+
+    def _write_lines(self, lines: list[bytes]) -> None:
+        limit = self._atomic
+        if limit is None:
+            self._write_all(b"".join(lines))
+            return
+        # A pipe write of at most PIPE_BUF bytes is never interleaved with another process's
+        # (POSIX), so with several writers each write is whole lines up to that size.
+        batch: list[bytes] = []
+        size = 0
+        for one in lines:
+            if batch and size + len(one) > limit:
+                self._write_all(b"".join(batch))
+                batch, size = [], 0
+            batch.append(one)
+            size += len(one)
+        if batch:
+            self._write_all(b"".join(batch))
 
     def _write_all(self, data: bytes) -> None:
         view = memoryview(data)
@@ -155,12 +176,12 @@ class LineWriter:
             self._wake.wait(self._flush_s)
             self._wake.clear()
             if self._lines or self.dropped:
-                self._write_all(self._take())
+                self._write_lines(self._take())
 
     def flush(self) -> None:
         """Write what is pending now, from the calling thread (tests, shutdown)."""
         if self._lines or self.dropped:
-            self._write_all(self._take())
+            self._write_lines(self._take())
 
     def close(self, timeout_s: float = 2.0) -> None:
         """Stop the thread and write what is left; never waits more than ``timeout_s``."""
@@ -212,12 +233,14 @@ class AccessLog:
 ACCESS = AccessLog()
 
 
-def configure(level: str, fd: int | None = None) -> LineWriter:
-    """JSON lines on stdout (or ``fd``) for every logger; the access log's fast path on."""
+def configure(level: str, fd: int | None = None, *, whole_lines: bool = False) -> LineWriter:
+    """JSON lines on stdout (or ``fd``) for every logger; the access log's fast path on.
+    ``whole_lines``: other processes write to the same descriptor (server.workers), so no
+    write may split a line (see :class:`LineWriter`)."""
     if fd is None:
         sys.stdout.flush()
         fd = sys.stdout.fileno()
-    writer = LineWriter(fd)
+    writer = LineWriter(fd, atomic_bytes=select.PIPE_BUF if whole_lines else None)
     atexit.register(writer.close)
     handler = _WriterHandler(writer)
     handler.setFormatter(JsonFormatter())

@@ -11,17 +11,20 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
+import socket
 import sys
 from urllib.parse import urlsplit, urlunsplit
 
 from aiohttp import web
 
 from gateway import __version__
-from gateway.app import create_app
+from gateway.app import create_app, private_app
 from gateway.config import GatewayConfig
 from gateway.services import SERVICES
 from gateway.state import StateStore
+from gateway.workers.seat import WorkerSeat
 
 log = logging.getLogger("gateway.server")
 
@@ -29,16 +32,26 @@ log = logging.getLogger("gateway.server")
 _GEN0_THRESHOLD = 10_000
 
 
-async def serve(cfg: GatewayConfig) -> None:
-    app = create_app(cfg)
+async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None) -> None:
+    """Serves until SIGTERM/SIGINT, then drains. ``seat``: this process is one of
+    ``server.workers`` started by gateway/workers/supervisor.py, on the sockets it was given."""
+    app = create_app(cfg, peers=seat.peers() if seat is not None else ())
     svc = app[SERVICES]
     # Before listening, so that /readyz never answers ahead of the started line's facts.
     state = await _state_check(cfg, svc.store)
     runner = make_runner(app, shutdown_timeout=1.0)
     await runner.setup()
-    site = web.TCPSite(runner, cfg.server.host, cfg.server.port, backlog=1024)
+    private = None
+    if seat is None:
+        sites: list[web.BaseSite] = [web.TCPSite(runner, cfg.server.host, cfg.server.port, backlog=1024)]
+    else:
+        sites = [web.SockSite(runner, socket.socket(fileno=fd), backlog=1024) for fd in seat.fds]
+        private = make_runner(private_app(app), shutdown_timeout=1.0)
+        await private.setup()
+        sites.append(web.UnixSite(private, seat.socket_path(seat.index)))
     try:
-        await site.start()
+        for site in sites:
+            await site.start()
     except OSError as e:
         await runner.cleanup()
         where = f"{cfg.server.host}:{cfg.server.port}"
@@ -53,14 +66,19 @@ async def serve(cfg: GatewayConfig) -> None:
     # collections in 40k requests. At 10,000 it runs a handful of times per 40k requests,
     # ~1 us per request, same peak RSS; cyclic garbage is still collected, in larger batches.
     gc.set_threshold(_GEN0_THRESHOLD, *gc.get_threshold()[1:])
-    log.info({"event": "started", "version": __version__, "listen": _addresses(runner), **_summary(cfg),
-              "state": state})  # fmt: skip
+    listen: dict[str, object] = {"listen": _addresses(runner)}
+    if seat is not None:
+        listen["worker"], listen["pid"] = seat.name, os.getpid()
+    log.info({"event": "started", "version": __version__, **listen, **_summary(cfg), "state": state})
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    orphan_watch = asyncio.create_task(_drain_if_orphaned(stop)) if seat is not None else None
     await stop.wait()
+    if orphan_watch is not None:
+        orphan_watch.cancel()
 
     svc.draining = True
     log.info({"event": "draining", "in_flight": svc.in_flight, "drain_s": cfg.server.drain_s})
@@ -79,7 +97,19 @@ async def serve(cfg: GatewayConfig) -> None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(idle.wait(), timeout=2.0)
     await runner.cleanup()
+    if private is not None:
+        await private.cleanup()
     log.info({"event": "stopped"})
+
+
+async def _drain_if_orphaned(stop: asyncio.Event, every_s: float = 1.0) -> None:
+    """A worker whose supervisor died without passing a signal (SIGKILL, OOM) drains and exits
+    rather than serving on alone with nobody to stop or restart it."""
+    parent = os.getppid()
+    while os.getppid() == parent:  # noqa: ASYNC110 (no event tells a process its parent died)
+        await asyncio.sleep(every_s)
+    log.warning({"event": "supervisor_gone", "pid": os.getpid()})
+    stop.set()
 
 
 async def _state_check(cfg: GatewayConfig, store: StateStore) -> dict[str, str]:

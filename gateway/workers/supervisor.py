@@ -1,0 +1,191 @@
+"""``server.workers: N``: N processes serving one port, so one machine uses all its cores.
+
+The supervisor binds N listening sockets to the same address with SO_REUSEPORT (the kernel
+spreads new connections over them evenly) and starts N workers, each a fresh
+``llm-gateway --config PATH`` that inherits one socket. Measured against one socket shared by
+all workers in bench/RESULTS.md. The supervisor serves no traffic itself:
+
+- it holds the sockets, so a worker that dies is restarted on the same socket and the
+  connections queued on it meanwhile are served, not refused;
+- it checks that nothing else listens on the port first (SO_REUSEPORT would otherwise let a
+  second gateway join the first one's port without a word);
+- SIGTERM/SIGINT are passed to every worker, each drains as a single gateway does
+  (``server.drain_s``), and the supervisor exits 0 once all have;
+- a worker that exits on its own is restarted after a second; one that keeps dying within
+  seconds of its start (a crash loop) stops the whole gateway with exit status 1, so an
+  orchestrator sees the failure instead of a half-serving machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+
+from gateway import __version__
+from gateway.config import GatewayConfig
+from gateway.workers.seat import ENV, WorkerSeat
+
+log = logging.getLogger("gateway.workers")
+
+RESTART_DELAY_S = 1.0
+# A worker that exits this soon after starting, this many times in a row, is a crash loop.
+EARLY_EXIT_S = 10.0
+EARLY_EXITS_TO_GIVE_UP = 3
+
+
+class ListenError(Exception):
+    pass
+
+
+def bind_sockets(host: str, port: int, count: int) -> list[list[socket.socket]]:
+    """``count`` groups of listening sockets, one per address ``host`` resolves to, all on one
+    port (the first bound decides it when ``port`` is 0)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise ListenError(f"cannot resolve {host}: {e.strerror}") from None
+    addresses = list(dict.fromkeys((info[0], info[4]) for info in infos))
+    groups: list[list[socket.socket]] = [[] for _ in range(count)]
+    try:
+        for family, sockaddr in addresses:
+            if port != 0:
+                _refuse_if_taken(family, sockaddr)
+            for group in groups:
+                s = socket.socket(family, socket.SOCK_STREAM)
+                group.append(s)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                if family == socket.AF_INET6:
+                    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                s.bind(sockaddr)
+                if port == 0:  # the rest of the group, and the other addresses, join this port
+                    port = s.getsockname()[1]
+                    sockaddr = (sockaddr[0], port, *sockaddr[2:])
+                s.listen(1024)
+                s.set_inheritable(True)
+    except OSError as e:
+        for group in groups:
+            for s in group:
+                s.close()
+        raise ListenError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    return groups
+
+
+def _refuse_if_taken(family: int, sockaddr: tuple[object, ...]) -> None:
+    # Without SO_REUSEPORT this bind fails if anything listens there, a SO_REUSEPORT group included.
+    probe = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        probe.bind(sockaddr)
+    finally:
+        probe.close()
+
+
+class Worker:
+    def __init__(self, seat: WorkerSeat) -> None:
+        self.seat = seat
+        self.proc: asyncio.subprocess.Process | None = None
+        self.started_at = 0.0
+        self.early_exits = 0
+
+
+def supervise(cfg: GatewayConfig, config_path: str, argv0: Sequence[str] | None = None) -> int:
+    """Runs the workers until a signal stops them; the process's exit status."""
+    count = cfg.server.worker_count
+    try:
+        groups = bind_sockets(cfg.server.host, cfg.server.port, count)
+    except ListenError as e:
+        print(f"llm-gateway: {e}", file=sys.stderr)
+        return 1
+    run_dir = tempfile.mkdtemp(prefix="llm-gateway-workers-")
+    os.chmod(run_dir, 0o700)  # the metrics sockets are for these workers only
+    secret = None if cfg.loop_breaker.secret else secrets.token_hex(32)
+    command = list(argv0) if argv0 is not None else [sys.executable, "-m", "gateway"]
+    workers = [
+        Worker(WorkerSeat(i, count, tuple(s.fileno() for s in group), run_dir, secret))
+        for i, group in enumerate(groups)
+    ]
+    listen = sorted({_url(s.getsockname()) for s in groups[0]})
+    try:
+        return asyncio.run(_run(workers, [*command, "--config", config_path], listen))
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        for group in groups:
+            for s in group:
+                s.close()
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+async def _run(workers: list[Worker], command: list[str], listen: list[str]) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, _forwarder(workers, stop, sig))
+    log.info({"event": "workers_started", "version": __version__, "workers": len(workers),
+              "listen": listen, "pid": os.getpid(), "metrics_sockets": workers[0].seat.run_dir})  # fmt: skip
+    failed = asyncio.Event()
+    tasks = [asyncio.create_task(_keep(w, command, stop, failed)) for w in workers]
+    waiter = asyncio.create_task(failed.wait())
+    await asyncio.wait([waiter, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+    if failed.is_set() and not stop.is_set():
+        stop.set()
+        _signal_all(workers, signal.SIGTERM)
+    await asyncio.gather(*tasks)
+    waiter.cancel()
+    log.info({"event": "workers_stopped", "status": 1 if failed.is_set() else 0})
+    return 1 if failed.is_set() else 0
+
+
+def _forwarder(workers: list[Worker], stop: asyncio.Event, sig: signal.Signals) -> Callable[[], None]:
+    def forward() -> None:
+        stop.set()
+        _signal_all(workers, sig)
+
+    return forward
+
+
+def _signal_all(workers: list[Worker], sig: signal.Signals) -> None:
+    for w in workers:
+        if w.proc is not None and w.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                w.proc.send_signal(sig)
+
+
+async def _keep(w: Worker, command: list[str], stop: asyncio.Event, failed: asyncio.Event) -> None:
+    """Runs one worker, restarting it when it exits on its own, until ``stop``."""
+    while not stop.is_set():
+        w.started_at = time.monotonic()
+        w.proc = await asyncio.create_subprocess_exec(
+            *command, pass_fds=w.seat.fds, env={**os.environ, ENV: w.seat.to_env()},
+        )  # fmt: skip
+        status = await w.proc.wait()
+        if stop.is_set():
+            return
+        lived_s = time.monotonic() - w.started_at
+        w.early_exits = w.early_exits + 1 if lived_s < EARLY_EXIT_S else 0
+        restart = w.early_exits < EARLY_EXITS_TO_GIVE_UP
+        log.error({"event": "worker_exited", "worker": w.seat.name, "pid": w.proc.pid, "status": status,
+                   "lived_s": round(lived_s, 1), "restart": restart})  # fmt: skip
+        if w.early_exits >= EARLY_EXITS_TO_GIVE_UP:
+            failed.set()
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), RESTART_DELAY_S)
+
+
+def _url(sockaddr: tuple[object, ...]) -> str:
+    host, port = str(sockaddr[0]), sockaddr[1]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

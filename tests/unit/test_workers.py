@@ -1,0 +1,131 @@
+"""The pure parts of server.workers: one exposition out of every worker's, what a worker's
+config changes, and how a seat travels to a worker process."""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.config import GatewayConfig
+from gateway.errors import ErrorType
+from gateway.logs import LineWriter
+from gateway.telemetry import Telemetry
+from gateway.workers.metrics import merge
+from gateway.workers.seat import ENV, WorkerSeat, worker_config
+
+
+def _worker(requests: int, in_flight: int, circuit: float, latencies: list[float]) -> tuple[str, Telemetry]:
+    t = Telemetry(CollectorRegistry(), ["gpt-4o"])
+    t.init_upstream("primary")
+    for _ in range(requests):
+        t.requests.inc(("primary", "gpt-4o", "200", "none"))
+    for s in latencies:
+        t.request_duration.observe(("primary", "gpt-4o"), s)
+    t.retries.labels("primary", ErrorType.RATE_LIMIT.value).inc(requests)
+    t.in_flight.set(in_flight)
+    t.circuit_open.set("primary", "gpt-4o", circuit)
+    return generate_latest(t.registry).decode(), t
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}  # fmt: skip
+
+
+def test_merged_exposition_adds_counters_histograms_and_in_flight_and_takes_the_open_circuit() -> None:
+    a, _ = _worker(3, 2, 0.0, [0.02, 7.0])
+    b, _ = _worker(5, 1, 1.0, [0.02, 0.3, 700.0])
+    merged = _samples(merge([a, b], reporting=2).decode())
+    req = ("llm_gateway_requests_total",
+           (("error_type", "none"), ("model", "gpt-4o"), ("status", "200"), ("upstream", "primary")))  # fmt: skip
+    assert merged[req] == 8
+    assert merged[("llm_gateway_retries_total", (("error_type", "rate_limit"), ("upstream", "primary")))] == 8
+    assert merged[("llm_gateway_in_flight_requests", ())] == 3
+    assert merged[("llm_gateway_circuit_open", (("model", "gpt-4o"), ("upstream", "primary")))] == 1
+    assert merged[("llm_gateway_circuit_open", (("model", "*"), ("upstream", "primary")))] == 0
+    dur = (("model", "gpt-4o"), ("upstream", "primary"))
+    assert merged[("llm_gateway_request_duration_seconds_count", dur)] == 5
+    assert merged[("llm_gateway_request_duration_seconds_sum", dur)] == 0.02 + 7.0 + 0.02 + 0.3 + 700.0
+    assert merged[("llm_gateway_request_duration_seconds_bucket", (("le", "0.025"), *dur))] == 2
+    assert merged[("llm_gateway_request_duration_seconds_bucket", (("le", "10.0"), *dur))] == 4
+    assert merged[("llm_gateway_request_duration_seconds_bucket", (("le", "+Inf"), *dur))] == 5
+    assert merged[("llm_gateway_workers_reporting", ())] == 2
+
+
+def test_created_is_the_earliest_and_series_only_one_worker_has_are_kept() -> None:
+    a, ta = _worker(1, 0, 0.0, [])
+    b, tb = _worker(1, 0, 0.0, [])
+    tb.requests.inc(("primary", "gpt-4o", "429", "rate_limit"))
+    key = ("primary", "gpt-4o", "200", "none")
+    ta.requests._values[key][1] = 100.0
+    tb.requests._values[key][1] = 50.0
+    a, b = generate_latest(ta.registry).decode(), generate_latest(tb.registry).decode()
+    merged = _samples(merge([a, b]).decode())
+    labels = (("error_type", "none"), ("model", "gpt-4o"), ("status", "200"), ("upstream", "primary"))
+    assert merged[("llm_gateway_requests_created", labels)] == 50.0
+    limited = (("error_type", "rate_limit"), ("model", "gpt-4o"), ("status", "429"), ("upstream", "primary"))
+    assert merged[("llm_gateway_requests_total", limited)] == 1
+    assert ("llm_gateway_workers_reporting", ()) not in merged
+
+
+def test_one_exposition_merges_to_itself() -> None:
+    a, _ = _worker(4, 1, 1.0, [0.5])
+    assert _samples(merge([a]).decode()) == _samples(a)
+    # and the text keeps the metric families' order, HELP and TYPE lines
+    assert [line for line in merge([a]).decode().splitlines() if line.startswith("# TYPE")] == [
+        line for line in a.splitlines() if line.startswith("# TYPE")
+    ]
+
+
+CFG = GatewayConfig.model_validate({"upstreams": [{"name": "p", "base_url": "http://127.0.0.1:9/v1"}]})
+
+
+def test_a_worker_on_local_state_gets_its_share_of_the_retry_floor_and_the_supervisors_secret() -> None:
+    seat = WorkerSeat(1, 4, (5,), "/tmp/x", "ab" * 32)
+    cfg = worker_config(CFG, seat)
+    assert cfg.retry.budget.min_retries_per_s == CFG.retry.budget.min_retries_per_s / 4
+    assert cfg.retry.budget.percent_can_retry == CFG.retry.budget.percent_can_retry
+    assert cfg.loop_breaker.secret == "ab" * 32
+    assert cfg.upstreams == CFG.upstreams
+
+
+def test_a_worker_on_redis_keeps_the_shared_budget_and_a_configured_secret() -> None:
+    redis = CFG.model_copy(update={
+        "state": CFG.state.model_copy(update={"backend": "redis", "url": "redis://127.0.0.1:6379"}),
+        "loop_breaker": CFG.loop_breaker.model_copy(update={"secret": "configured"}),
+    })  # fmt: skip
+    cfg = worker_config(redis, WorkerSeat(0, 2, (5,), "/tmp/x", "ab" * 32))
+    assert cfg.retry.budget == redis.retry.budget
+    assert cfg.loop_breaker.secret == "configured"
+
+
+def test_a_seat_travels_through_the_environment() -> None:
+    seat = WorkerSeat(2, 3, (7, 8), "/tmp/run", None)
+    assert WorkerSeat.from_env({ENV: seat.to_env()}) == seat
+    assert WorkerSeat.from_env({}) is None
+    assert seat.name == "3/3" and seat.peers() == ["/tmp/run/w0.sock", "/tmp/run/w1.sock"]
+
+
+def test_workers_auto_is_one_per_usable_core() -> None:
+    cfg = GatewayConfig.model_validate({**CFG.model_dump(), "server": {"workers": "auto"}})
+    assert cfg.server.worker_count == len(os.sched_getaffinity(0))
+
+
+def test_with_other_writers_each_write_is_whole_lines_of_at_most_pipe_buf() -> None:
+    r, w = os.pipe()
+    writer = LineWriter(w, flush_s=60, atomic_bytes=512)
+    lines = [(b"x" * n) + b"\n" for n in (100, 300, 200, 700, 50, 50)]
+    writes: list[bytes] = []
+    writer._write_all = writes.append  # type: ignore[method-assign]
+    for line in lines:
+        writer.write(line)
+    writer.flush()
+    writer.close()
+    os.close(r)
+    os.close(w)
+    assert b"".join(writes) == b"".join(lines)
+    assert all(chunk.endswith(b"\n") for chunk in writes)
+    assert all(len(chunk) <= 512 for chunk in writes if chunk.count(b"\n") > 1)
+    assert [len(c) for c in writes] == [402, 201, 701, 102]  # 101+301 | 201 | 701 (alone: longer than the limit) | 51+51
