@@ -75,6 +75,7 @@ bench: venv-dev
 	$(BIN)/python -m bench.faults
 	$(BIN)/python -m bench.tracing
 	$(BIN)/python -m bench.translation
+	$(BIN)/python -m bench.workers
 
 clean:
 	rm -rf $(VENV) $(VENV).lock $(VENV)-real .pytest_cache .mypy_cache .ruff_cache
