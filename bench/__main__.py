@@ -1,6 +1,7 @@
 """`python -m bench` (or `make bench`): the upstream directly, a minimal aiohttp proxy and the
 gateway, measured side by side in one run (the gateway also with its state in a real Redis,
-when redis-server is installed, and translating the chat client to a Messages-only upstream);
+when redis-server is installed, translating the chat client to a Messages-only upstream, and
+translating a Messages and a Responses client to a chat-only upstream);
 then how the cost grows (thousands of open streams, a long mixed soak) and the compression
 benchmark. `make bench` then runs `bench.faults` and `bench.translation`.
 
@@ -21,6 +22,7 @@ one; uvloop only when installed - it is a dev extra), BENCH_QUICK.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import resource
@@ -53,6 +55,15 @@ MINIMAL, GATEWAY, DIRECT = "minimal aiohttp proxy", "llm-gateway", "upstream dir
 # The same gateway with its state in a real Redis (Debian's redis-server, when installed), and
 # with the chat client translated to an upstream that speaks only Anthropic Messages.
 ON_REDIS, TRANSLATED = "llm-gateway, state: redis", "llm-gateway, translated (chat → Messages upstream)"
+# Agents' own APIs on a chat-only upstream: Claude Code's and Codex's path to a local server.
+FROM_MESSAGES = "llm-gateway, translated (Messages client → chat upstream)"
+FROM_RESPONSES = "llm-gateway, translated (Responses client → chat upstream)"
+PROMPT = [{"role": "user", "content": "Hello, how are you?"}]
+# What each target is sent (path, body, streamed body); every other target the chat request.
+REQUESTS = {
+    FROM_MESSAGES: ("/v1/messages", {"model": "gpt-4o-mini", "max_tokens": 256, "messages": PROMPT}),
+    FROM_RESPONSES: ("/v1/responses", {"model": "gpt-4o-mini", "input": PROMPT[0]["content"]}),
+}
 
 
 def free_port() -> int:
@@ -112,13 +123,17 @@ def cpu_s(pid: int) -> float:
 
 
 def measure(name: str, base: str, pid: int) -> dict[str, float | str]:
-    url = base + "/v1/chat/completions"
-    load.throughput_and_latency(url, 8, 1)  # warm-up: connections, caches
+    path, body, stream_body = "/v1/chat/completions", load.BODY, load.STREAM_BODY
+    if name in REQUESTS:
+        path, doc = REQUESTS[name]
+        body, stream_body = json.dumps(doc), json.dumps({**doc, "stream": True})
+    url = base + path
+    load.throughput_and_latency(url, 8, 1, body)  # warm-up: connections, caches
     c0 = cpu_s(pid)
-    tput = load.throughput_and_latency(url, 32, SECONDS)
+    tput = load.throughput_and_latency(url, 32, SECONDS, body)
     cpu_us = (cpu_s(pid) - c0) / max(tput["requests"], 1) * 1e6
-    single = load.throughput_and_latency(url, 1, SECONDS)
-    ttfc = load.time_to_first_chunk(url, TTFC_N)
+    single = load.throughput_and_latency(url, 1, SECONDS, body)
+    ttfc = load.time_to_first_chunk(url, TTFC_N, stream_body)
     return {"name": name, "rps_32": tput["rps"], "cpu_us": cpu_us, "p50_ms": single["p50_ms"],
             "p99_ms": single["p99_ms"], "errors": tput["errors"] + single["errors"], **ttfc}
 
@@ -287,6 +302,12 @@ def run_loop(loop: str, tmp: Path, fd_limit: int, growth: bool) -> str:
     cfg.write_text(config.read_text().replace(f"port: {gw_port},", f"port: {port},")
                    .replace("max_connections:", "apis: [messages], max_connections:"))
     variants[TRANSLATED] = (port, cfg)
+    for name in (FROM_MESSAGES, FROM_RESPONSES):
+        port = free_port()
+        cfg = tmp / f"gateway-{loop}-{port}.yaml"
+        cfg.write_text(config.read_text().replace(f"port: {gw_port},", f"port: {port},")
+                       .replace("max_connections:", "apis: [chat], max_connections:"))
+        variants[name] = (port, cfg)
     # The gateway's access log goes to a real file, as it would to a log shipper's pipe.
     with open(tmp / f"gateway-{loop}.log", "wb") as gw_log:
         procs = {
