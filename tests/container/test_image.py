@@ -141,3 +141,39 @@ def test_size_and_start_up_are_reported(image: Built, running: tuple[Container, 
     print(f"\nimage: {image.size_bytes / 1e6:.0f} MB, built in {image.seconds:.1f} s; "
           f"start to /healthz 200: {started_s:.2f} s")
     assert image.size_bytes > 0 and started_s > 0
+
+
+def test_two_workers_in_one_container_serve_count_and_stop_cleanly(image: Built, tmp_path: Path) -> None:
+    """server.workers in the image as shipped: the supervisor is the container's PID 1 and
+    non-root, so it must find a writable place for the workers' metrics sockets, pass
+    `podman stop`'s SIGTERM on, and exit 0 once both workers have drained."""
+    with FakeUpstream.in_thread() as fake:
+        port = free_port()
+        config = gateway_config(tmp_path, port, fake.url).read_text().replace("drain_s: 20,", "drain_s: 20, workers: 2,")
+        (tmp_path / "gateway.yaml").write_text(config)
+        c = run_container(image.image, port, config=tmp_path / "gateway.yaml",
+                          env={"OPENAI_API_KEY": SECRET, "GATEWAY_CLIENT_KEYS": CLIENT_KEY})  # fmt: skip
+        try:
+            wait_healthy(c)
+            deadline = time.monotonic() + 30
+            while c.logs().count('"event":"started"') < 2 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert c.logs().count('"event":"started"') == 2, c.logs()[-2000:]
+            statuses = []
+            for _ in range(30):  # urllib: a connection per request, spread over both workers
+                statuses.append(post(c.base, {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]})[0])
+            assert statuses == [200] * 30
+            with urllib.request.urlopen(c.base + "/metrics", timeout=10) as r:
+                text = r.read().decode()
+            assert "llm_gateway_workers_reporting 2.0" in text
+            total = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                        if line.startswith("llm_gateway_requests_total{"))  # fmt: skip
+            assert total == 30
+            stopped = podman("stop", "-t", "30", c.name, timeout=60)
+            assert stopped.returncode == 0
+            assert c.state()["ExitCode"] == 0, c.logs()[-2000:]
+            logs = c.logs()
+            assert logs.count('"event":"stopped"') == 2 and '"event":"workers_stopped","status":0' in logs
+            assert SECRET not in logs and CLIENT_KEY not in logs
+        finally:
+            remove(c)
