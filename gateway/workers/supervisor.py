@@ -171,6 +171,9 @@ async def _keep(w: Worker, command: list[str], stop: asyncio.Event, failed: asyn
         w.proc = await asyncio.create_subprocess_exec(
             *command, pass_fds=w.seat.fds, env={**os.environ, ENV: w.seat.to_env()},
         )  # fmt: skip
+        if stop.is_set():  # the signal came while it was being started: it never got it
+            with contextlib.suppress(ProcessLookupError):
+                w.proc.send_signal(signal.SIGTERM)
         status = await w.proc.wait()
         if stop.is_set():
             return
