@@ -76,17 +76,16 @@ def full_pipeline(dialect: Dialect) -> Handler:
         chain = _route(svc, state, inbound.model)
         if isinstance(chain, Failure):
             return await relay(request, svc, state, chain)
-        canonical = fingerprint = None
+        fingerprint: str | None = None
         turn: Recalled | None = None  # a repeat of a turn given up on: sent as a probe
-        if svc.loop.enabled:
-            # Canonical now, before any stage builds on the payload; the MAC only when needed.
-            canonical = _canonical(inbound)
-            if svc.loop.may_recall():
-                fingerprint = _fingerprint(svc, request, canonical)
-                remembered = await svc.loop.recall(fingerprint)
-                if remembered is not None and remembered.answers(svc.wall()):
-                    return await relay(request, svc, state, _from_memory(svc, state, remembered))
-                turn = remembered
+        if svc.loop.may_recall():
+            # Only when something is remembered: otherwise a success never needs the canonical
+            # encoding (every key sorted, the whole body re-encoded); a failure makes it then.
+            fingerprint = _fingerprint(svc, request, inbound)
+            remembered = await svc.loop.recall(fingerprint)
+            if remembered is not None and remembered.answers(svc.wall()):
+                return await relay(request, svc, state, _from_memory(svc, state, remembered))
+            turn = remembered
 
         client_payload = _cap_tool_outputs(svc, state, dialect, chain[0], inbound.payload)
         payload, strip_usage = dialect.prepare(_with(inbound, client_payload), chain[0].cfg.stream_usage)
@@ -122,8 +121,8 @@ def full_pipeline(dialect: Dialect) -> Handler:
                     state.empty_was = outcome.classification.type  # what the empty streams meant
             if isinstance(outcome, Failure) and _overflowed(outcome) and svc.cfg.compression.enabled:
                 outcome = await _overflow(svc, state, request, plan, call, asked, outcome)
-        if canonical is not None:
-            await _remember(svc, state, outcome, request, canonical, fingerprint, turn)
+        if svc.loop.enabled:
+            await _remember(svc, state, outcome, request, inbound, fingerprint, turn)
         return await relay(request, svc, state, outcome, resumer(svc, state, plan, chain, call_for, payload))
 
     return handle
@@ -266,20 +265,23 @@ def _from_memory(svc: Services, state: RequestState, hit: Recalled) -> Failure:
     return Failure(c, hit.status, list(hit.headers), hit.body, final=True)
 
 
-def _fingerprint(svc: Services, request: web.Request, canonical: bytes) -> str:
-    return svc.loop.fingerprint(request.path, canonical, _credential(request))
+def _fingerprint(svc: Services, request: web.Request, inbound: Inbound) -> str:
+    # Of the admitted payload, whenever it is made: the stages after admission build their
+    # own payloads and never change the admitted one in place (copy on write), so a failure
+    # fingerprinted after them matches the repeat fingerprinted before them.
+    return svc.loop.fingerprint(request.path, _canonical(inbound), _credential(request))
 
 
 async def _remember(
     svc: Services, state: RequestState, outcome: Outcome,
-    request: web.Request, canonical: bytes, fingerprint: str | None, turn: Recalled | None,
+    request: web.Request, inbound: Inbound, fingerprint: str | None, turn: Recalled | None,
 ) -> None:  # fmt: skip
     # Only answers that cost an upstream call are worth remembering; a stream that started
     # is a Success here, so nothing after a client saw bytes is ever replayed.
     if isinstance(outcome, Failure) and state.attempts > 0:
         status, body = rendered(state, outcome)
         answer = Answer(status, body, tuple(outcome.headers))
-        fp = fingerprint if fingerprint is not None else _fingerprint(svc, request, canonical)
+        fp = fingerprint if fingerprint is not None else _fingerprint(svc, request, inbound)
         await svc.loop.remember(fp, answer, outcome.classification, turn=turn)
     elif turn is not None and fingerprint is not None and isinstance(outcome, Success):
         await svc.loop.forget(fingerprint)  # the probe got through: the turn is over
