@@ -27,10 +27,12 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from gateway import jsonbody
 from gateway.apis import api_of_path, dialect_for_errors
 from gateway.apis.base import Dialect, Inbound, Rejection
 from gateway.auth import WWW_AUTHENTICATE
 from gateway.errors import Classification, ErrorType
+from gateway.jsonbody import Lenient
 from gateway.pipeline.admit import model_of, parse_json_object, read_body
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.chain import new_plan, send_chain, send_one
@@ -92,7 +94,13 @@ def full_pipeline(dialect: Dialect) -> Handler:
         mode = ReadMode.STREAM if inbound.stream else ReadMode.BUFFER
 
         track = inbound.stream and continuable(chain)
-        direct_body = _encode(payload, inbound)
+        encoded: list[bytes] = []
+
+        def direct_body() -> bytes:
+            # Encoded once, and only if sent as it is: a translated call writes its own.
+            if not encoded:
+                encoded.append(_encode(payload, inbound))
+            return encoded[0]
 
         def call_for(up: UpstreamRuntime) -> Call | Failure:
             leg = up.leg_for(svc.translations, dialect, inbound.model)
@@ -102,14 +110,14 @@ def full_pipeline(dialect: Dialect) -> Handler:
             state.translated = None  # until a translated call is made (a fallback's, say)
             if leg.translator is None and leg.model is None:
                 url = up.url_for(dialect.path, request.query_string)
-                return Call(up, "POST", url, headers, mode, dialect, strip_usage, track, body=direct_body)
+                return Call(up, "POST", url, headers, mode, dialect, strip_usage, track, body=direct_body())
             sent = Sending(mode, strip_usage, track, request.query_string)
             return leg_call(state, leg, up, headers, sent, inbound, payload, client_payload)
 
         plan = new_plan(svc, client_deadline_s(request.headers))
         plan.probe = turn is not None
         window = chain[0].cfg.context_window
-        plan.empty_is_final = window is not None and len(direct_body) / BYTES_PER_TOKEN > window
+        plan.empty_is_final = window is not None and len(direct_body()) / BYTES_PER_TOKEN > window
         sent = await send_chain(svc, state, plan, chain, call_for)
         outcome, call = sent.outcome, sent.call
         if call is not None:
@@ -441,5 +449,8 @@ def _with(inbound: Inbound, payload: dict[str, Any]) -> Inbound:
 
 
 def _encode(payload: dict[str, Any], inbound: Inbound) -> bytes:
-    # Unchanged requests go upstream byte for byte.
-    return inbound.body if payload is inbound.payload else json.dumps(payload).encode()
+    # Unchanged requests go upstream byte for byte; a changed one (a stream asked for its
+    # usage, tool outputs capped) is written as translated requests are.
+    if payload is inbound.payload:
+        return inbound.body
+    return jsonbody.dumps(payload, lenient=isinstance(inbound.payload, Lenient))
