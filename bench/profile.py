@@ -13,11 +13,14 @@ under the same load, one profile per case, summarised as shares of samples:
   with any frame of aiohttp's client on the stack.
 
 Cases: the bench's one-line chat request buffered and streamed, and Claude Code's first
-request (82 KB, ``tests/corpus/requests``) on an upstream of its own API. py-spy must be
+request (82 KB, ``tests/corpus/requests``) on an upstream of its own API. The minimal proxy
+is profiled too (the chat cases; it forwards nothing else), for its share inside aiohttp's
+client: the least an aiohttp proxy spends there. py-spy must be
 installed (``.venv/bin/pip install py-spy``); it needs ptrace rights over the gateway.
 
 Environment: BENCH_ROUNDS (CPU rounds, default 5), BENCH_SECONDS (per wrk run, default 3),
-PROFILE_OUT (a file to write the summary to as well), PROFILE_RAW (a directory to keep
+PROFILE_OUT (a file to write the summary to as well), PROFILE_BASELINE (another checkout,
+e.g. ``git archive main``: its gateway joins the CPU rounds, for before/after), PROFILE_RAW (a directory to keep
 py-spy's raw stacks in). `python -m bench.profile --summarise RAW` summarises a kept file.
 """
 
@@ -35,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import load
-from bench.__main__ import cpu_s, free_port, spawn
+from bench.__main__ import cpu_s, free_port, pinned, spawn, wait_port
 from bench.translation import CORPUS
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
@@ -132,40 +135,43 @@ def summarise(raw: str, top: int = 25) -> str:
 
 
 def cpu_rounds(bases: dict[str, tuple[str, int]]) -> str:
+    """CPU per request of every target, round after round (a noisy stretch of the shared host
+    hits all alike); the minimal proxy serves only the chat cases."""
     samples: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
-    for case in CASES:
-        for name, (base, _pid) in bases.items():
-            if case.minimal or name == "gateway":
-                load.throughput_and_latency(base + case.path, 8, 1, case.body)  # warm-up
+    rps: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
+    runs = [(case, name) for case in CASES for name in bases if case.minimal or name != "minimal"]
+    for case, name in runs:
+        load.throughput_and_latency(bases[name][0] + case.path, 8, 1, case.body)  # warm-up
     for _ in range(ROUNDS):
-        for case in CASES:
-            for name, (base, pid) in bases.items():
-                if not case.minimal and name != "gateway":
-                    continue
-                c0 = cpu_s(pid)
-                r = load.throughput_and_latency(base + case.path, 32, SECONDS, case.body)
-                samples[(case.name, name)].append((cpu_s(pid) - c0) / max(r["requests"], 1) * 1e6)
-                samples[(case.name, name + " req/s")].append(r["rps"])
-    lines = [f"CPU per request (µs, /proc, wrk -t1 -c32, medians of {ROUNDS} interleaved rounds of {SECONDS}s)", "",
-             "| case | minimal | gateway | gateway/minimal | req/s minimal / gateway |",
-             "| --- | ---: | ---: | ---: | ---: |"]
+        for case, name in runs:
+            base, pid = bases[name]
+            c0 = cpu_s(pid)
+            r = load.throughput_and_latency(base + case.path, 32, SECONDS, case.body)
+            samples[(case.name, name)].append((cpu_s(pid) - c0) / max(r["requests"], 1) * 1e6)
+            rps[(case.name, name)].append(r["rps"])
+    names = list(bases)
+    lines = [f"CPU per request (µs, /proc, wrk -t1 -c32, medians of {ROUNDS} interleaved rounds of {SECONDS}s; "
+             "in brackets: vs the minimal proxy)", "",
+             "| case | " + " | ".join(names) + " | req/s " + " / ".join(names) + " |",
+             "| --- |" + " ---: |" * (len(names) + 1)]
     for case in CASES:
-        gw = statistics.median(samples[(case.name, "gateway")])
-        rps_gw = statistics.median(samples[(case.name, "gateway req/s")])
-        if case.minimal:
-            mn = statistics.median(samples[(case.name, "minimal")])
-            rps_mn = statistics.median(samples[(case.name, "minimal req/s")])
-            lines.append(f"| {case.name} | {mn:.0f} | {gw:.0f} | {gw / mn:.2f}x | {rps_mn:.0f} / {rps_gw:.0f} |")
-        else:
-            lines.append(f"| {case.name} | – | {gw:.0f} | – | – / {rps_gw:.0f} |")
+        cpu = {n: statistics.median(samples[(case.name, n)]) for n in names if samples[(case.name, n)]}
+        speed = {n: statistics.median(rps[(case.name, n)]) for n in names if rps[(case.name, n)]}
+        mn = cpu.get("minimal")
+        cells = [("–" if n not in cpu else f"{cpu[n]:.0f}" + (f" ({cpu[n] / mn:.2f}x)" if mn and n != "minimal" else ""))
+                 for n in names]
+        lines.append(f"| {case.name} | " + " | ".join(cells) + " | "
+                     + " / ".join(f"{speed[n]:.0f}" if n in speed else "–" for n in names) + " |")
     return "\n".join(lines)
 
 
-def profile(base: str, pid: int, tmp: Path, seconds: int) -> str:
+def profile(base: str, pid: int, tmp: Path, seconds: int, who: str = "gateway") -> str:
     if PY_SPY is None:
         return "py-spy not installed: no profile"
     out = []
     for case in CASES:
+        if who != "gateway" and not case.minimal:
+            continue
         raw = tmp / "spy.txt"
         spy = subprocess.Popen([PY_SPY, "record", "-r", "250", "-f", "raw", "--nolineno", "-o", str(raw),
                                 "-d", str(seconds), "-p", str(pid)],
@@ -174,8 +180,11 @@ def profile(base: str, pid: int, tmp: Path, seconds: int) -> str:
         load.throughput_and_latency(base + case.path, 32, seconds, case.body)
         spy.wait()
         if os.environ.get("PROFILE_RAW"):  # a directory to keep py-spy's raw stacks in
-            (Path(os.environ["PROFILE_RAW"]) / f"spy-{len(out)}.txt").write_text(raw.read_text())
-        out.append(f"## {case.name}\n\n{summarise(raw.read_text())}\n")
+            (Path(os.environ["PROFILE_RAW"]) / f"spy-{who.split()[0]}-{len(out)}.txt").write_text(raw.read_text())
+        summary = summarise(raw.read_text())
+        if who != "gateway":  # the baseline: how much of it is aiohttp's client
+            summary = summary.split("\n\nby innermost frame")[0]
+        out.append(f"## {who}: {case.name}\n\n{summary}\n")
     return "\n".join(out)
 
 
@@ -183,7 +192,7 @@ def main() -> None:
     if sys.argv[1:2] == ["--summarise"]:
         print(summarise(Path(sys.argv[2]).read_text()))
         return
-    seconds = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+    seconds = int(sys.argv[1]) if len(sys.argv) > 1 else 10  # 0: the CPU rounds only
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         up_port, min_port, gw_port = free_port(), free_port(), free_port()
@@ -198,11 +207,27 @@ def main() -> None:
             try:
                 bases = {"minimal": (f"http://127.0.0.1:{min_port}", procs[1].pid),
                          "gateway": (f"http://127.0.0.1:{gw_port}", procs[2].pid)}
+                if os.environ.get("PROFILE_BASELINE"):
+                    # Another checkout's gateway (say, main's) in the same rounds: before/after
+                    # figures that one noisy stretch of the host cannot skew one way.
+                    port = free_port()
+                    other = tmp / "baseline.yaml"
+                    other.write_text(cfg.read_text().replace(f"port: {gw_port},", f"port: {port},"))
+                    procs.append(subprocess.Popen([*pinned(1), sys.executable, "-m", "gateway", "--config", str(other)],
+                                                  cwd=os.environ["PROFILE_BASELINE"], stdout=log,
+                                                  stderr=subprocess.STDOUT))  # fmt: skip
+                    wait_port(port, "/healthz")
+                    bases = {"minimal": bases["minimal"], "baseline gateway": (f"http://127.0.0.1:{port}", procs[-1].pid),
+                             "gateway": bases["gateway"]}
                 report = cpu_rounds(bases) + "\n\n"
                 print(report, flush=True)
-                part = profile(bases["gateway"][0], procs[2].pid, tmp, seconds)
-                print(part, flush=True)
-                report += part
+                if seconds > 0:
+                    part = profile(bases["gateway"][0], procs[2].pid, tmp, seconds)
+                    print(part, flush=True)
+                    report += part + "\n"
+                    part = profile(bases["minimal"][0], procs[1].pid, tmp, seconds, "minimal proxy")
+                    print(part, flush=True)
+                    report += part
             finally:
                 for p in procs:
                     p.terminate()
