@@ -8,7 +8,7 @@ than the bytes of the event in progress.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -59,29 +59,44 @@ def _next_boundary(buf: bytes, start: int) -> tuple[int, int]:
     return best, best_len
 
 
+_UNPARSED: Any = object()
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
     raw: bytes
     name: str | None  # the `event:` field
     data: str | None  # the joined `data:` lines; None for comment-only events
+    # The data's JSON, once read: a reader asks several questions of one event (malformed?
+    # whose stream? visible?), and each would otherwise parse it again. Read-only by
+    # convention: a caller that edits a document parses its own event.
+    _doc: Any = field(default=_UNPARSED, init=False, repr=False, compare=False)
 
     @property
     def is_done(self) -> bool:
         return self.data is not None and self.data.strip() == "[DONE]"
 
     def json(self) -> Any:
-        if self.data is None:
-            return None
-        try:
-            # orjson is ~4x faster per event; it refuses a little that json accepts (NaN,
-            # integers beyond 64 bits, lone surrogates), and json re-judges exactly that.
-            return orjson.loads(self.data)
-        except orjson.JSONDecodeError:
-            pass
-        try:
-            return json.loads(self.data)
-        except ValueError:
-            return None
+        doc = self._doc
+        if doc is _UNPARSED:
+            doc = _loads(self.data)
+            object.__setattr__(self, "_doc", doc)  # frozen to everyone else
+        return doc
+
+
+def _loads(data: str | None) -> Any:
+    if data is None:
+        return None
+    try:
+        # orjson is ~4x faster per event; it refuses a little that json accepts (NaN,
+        # integers beyond 64 bits, lone surrogates), and json re-judges exactly that.
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
 
 
 def parse_event(raw: bytes) -> Event:

@@ -61,3 +61,31 @@ def test_usage_chunk_is_found() -> None:
     doc = usage_of(parse_event(ev({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}})))
     assert doc is not None and doc["usage"]["completion_tokens"] == 4
     assert usage_of(parse_event(delta({"content": "the word usage"}))) is None
+
+
+def test_an_event_is_parsed_once_whatever_the_reader_asks_of_it(monkeypatch) -> None:
+    from gateway import sse
+    from gateway.apis.base import EventKind
+    from gateway.apis.chat.wire import ChatStreamReader
+
+    parsed: list[str] = []
+    real = sse.orjson.loads
+
+    class Counting:
+        JSONDecodeError = sse.orjson.JSONDecodeError
+
+        @staticmethod
+        def loads(data: str) -> object:
+            parsed.append(data)
+            return real(data)
+
+    monkeypatch.setattr(sse, "orjson", Counting)
+    reader = ChatStreamReader(strip_usage=False)
+    reader.track()  # continuation tracking reads every event too
+    role = b'data: {"id":"c1","model":"m","choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n'
+    text = b'data: {"id":"c1","model":"m","choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'
+    assert reader.kind(role, committed=False) is EventKind.CONTENTLESS  # malformed? whose? visible?
+    assert reader.kind(text, committed=False) is EventKind.VISIBLE
+    assert len(parsed) == 2 and reader.identity == ("c1", "m") and reader.shown_text() == "Hi"
+    event = parse_event(text)
+    assert event.json() is event.json() and event == parse_event(text)
