@@ -164,13 +164,16 @@ class ChatStreamReader(ShownText):
 
     def kind(self, raw: bytes, *, committed: bool) -> EventKind:
         # Cheap byte checks first: most events are plain deltas and need no JSON parse.
+        event: Event | None = None  # parsed once, when a question needs it
         if b"error" in raw:
-            err = error_payload(parse_event(raw))
+            event = parse_event(raw)
+            err = error_payload(event)
             if err is not None:
                 self.error = err
                 return EventKind.ERROR
         if b'"usage"' in raw:
-            doc = usage_doc(parse_event(raw))
+            event = event or parse_event(raw)
+            doc = usage_doc(event)
             if doc is not None:
                 self.usage.update(chat_usage(doc["usage"]))
                 if not doc.get("choices"):
@@ -178,9 +181,8 @@ class ChatStreamReader(ShownText):
         # A malformed chunk would crash the client's parser (the openai SDK raises a
         # JSONDecodeError): it ends the stream like any other break. Every chunk is one JSON
         # object, so a cheap look at its last byte spares the parse for all the others.
-        event: Event | None = None
         if self.tracking or not raw.rstrip().endswith((b"}", b"[DONE]")):
-            event = parse_event(raw)
+            event = event or parse_event(raw)
             if _malformed(event):
                 self.error = {"error": {"message": "the upstream sent a malformed stream event",
                                         "code": "malformed_event", "status": 502}}
