@@ -43,6 +43,7 @@ from bench.translation import CORPUS
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
 SECONDS = int(os.environ.get("BENCH_SECONDS", "3"))
+TTFC_N = 100
 PY_SPY = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
 
 
@@ -139,6 +140,7 @@ def cpu_rounds(bases: dict[str, tuple[str, int]]) -> str:
     hits all alike); the minimal proxy serves only the chat cases."""
     samples: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
     rps: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
+    ttfc: dict[str, list[float]] = collections.defaultdict(list)
     runs = [(case, name) for case in CASES for name in bases if case.minimal or name != "minimal"]
     for case, name in runs:
         load.throughput_and_latency(bases[name][0] + case.path, 8, 1, case.body)  # warm-up
@@ -149,6 +151,8 @@ def cpu_rounds(bases: dict[str, tuple[str, int]]) -> str:
             r = load.throughput_and_latency(base + case.path, 32, SECONDS, case.body)
             samples[(case.name, name)].append((cpu_s(pid) - c0) / max(r["requests"], 1) * 1e6)
             rps[(case.name, name)].append(r["rps"])
+        for name, (base, _pid) in bases.items():  # one connection, sequential: latency, not load
+            ttfc[name].append(load.time_to_first_chunk(base + "/v1/chat/completions", TTFC_N)["ttfc_p50_ms"])
     names = list(bases)
     lines = [f"CPU per request (µs, /proc, wrk -t1 -c32, medians of {ROUNDS} interleaved rounds of {SECONDS}s; "
              "in brackets: vs the minimal proxy)", "",
@@ -162,6 +166,11 @@ def cpu_rounds(bases: dict[str, tuple[str, int]]) -> str:
                  for n in names]
         lines.append(f"| {case.name} | " + " | ".join(cells) + " | "
                      + " / ".join(f"{speed[n]:.0f}" if n in speed else "–" for n in names) + " |")
+    mn_ttfc = statistics.median(ttfc["minimal"])
+    lines += ["", f"Stream time to first chunk, p50 of {TTFC_N} sequential requests per round, median of rounds: "
+              + ", ".join(f"{n} {statistics.median(ttfc[n]):.3f} ms"
+                          + (f" ({statistics.median(ttfc[n]) - mn_ttfc:+.3f} ms)" if n != "minimal" else "")
+                          for n in names)]
     return "\n".join(lines)
 
 
