@@ -100,18 +100,27 @@ def _loads(data: str | None) -> Any:
 
 
 def parse_event(raw: bytes) -> Event:
+    # Lines end at CR, LF or CRLF only (the SSE grammar): str.splitlines would also break a
+    # JSON string at U+2028, U+2029 or NEL, which a provider may send unescaped, and turn a
+    # valid event into a malformed one. Splitting the bytes also spares decoding all but data.
+    if b"\r" in raw:
+        raw_lines = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+    else:
+        raw_lines = raw.split(b"\n")
     name: str | None = None
-    data_lines: list[str] = []
-    for line in raw.decode("utf-8", "replace").splitlines():
-        if not line or line.startswith(":"):
+    data_lines: list[bytes] = []
+    for line in raw_lines:
+        if not line or line.startswith(b":"):
             continue
-        field, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if field == "data":
+        field, _, value = line.partition(b":")
+        if value.startswith(b" "):
+            value = value[1:]
+        if field == b"data":
             data_lines.append(value)
-        elif field == "event":
-            name = value
-    return Event(raw, name, "\n".join(data_lines) if data_lines else None)
+        elif field == b"event":
+            name = value.decode("utf-8", "replace")
+    data = b"\n".join(data_lines).decode("utf-8", "replace") if data_lines else None
+    return Event(raw, name, data)
 
 
 def error_payload(event: Event) -> dict[str, Any] | None:

@@ -89,3 +89,28 @@ def test_an_event_is_parsed_once_whatever_the_reader_asks_of_it(monkeypatch) -> 
     assert len(parsed) == 2 and reader.identity == ("c1", "m") and reader.shown_text() == "Hi"
     event = parse_event(text)
     assert event.json() is event.json() and event == parse_event(text)
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\u0085"])
+def test_line_separators_inside_a_json_string_do_not_end_the_line(separator: str) -> None:
+    # JSON allows them unescaped (serde_json and pydantic write them so); SSE lines end at
+    # CR, LF or CRLF only. Read as line ends, they made a valid event malformed.
+    from gateway.apis.base import EventKind
+    from gateway.apis.chat.wire import ChatStreamReader
+    from gateway.apis.responses.wire import ResponsesStreamReader
+
+    text = f"one{separator}two"
+    chunk = ('data: {"id":"c1","model":"m","choices":[{"index":0,"delta":{"content":"' + text + '"}}]}\n\n').encode()
+    assert parse_event(chunk).json()["choices"][0]["delta"]["content"] == text
+    assert parse_event(chunk.replace(b"\n", b"\r\n")).json()["choices"][0]["delta"]["content"] == text
+    reader = ChatStreamReader(strip_usage=False)
+    reader.track()  # continuation on: every event is checked for being well-formed
+    assert reader.kind(chunk, committed=True) is EventKind.VISIBLE and reader.error is None
+    assert reader.partial() == text
+    done = {"type": "response.completed", "sequence_number": 5, "response": {
+        "id": "resp_1", "status": "completed", "output": [{"type": "message", "content": [
+            {"type": "output_text", "text": text}]}], "usage": {"input_tokens": 3, "output_tokens": 2}}}
+    raw = ("event: response.completed\ndata: " + json.dumps(done, ensure_ascii=False) + "\n\n").encode()
+    responses = ResponsesStreamReader()
+    assert responses.kind(raw, committed=True) is EventKind.FINAL  # not a stream cut short
+    assert responses.usage == {"prompt": 3, "completion": 2}
