@@ -13,10 +13,11 @@ under the same load, one profile per case, summarised as shares of samples:
   with any frame of aiohttp's client on the stack.
 
 Cases: the bench's one-line chat request buffered and streamed, and Claude Code's first
-request (82 KB, ``tests/corpus/requests``) on an upstream of its own API. The minimal proxy
-is profiled too (the chat cases; it forwards nothing else), for its share inside aiohttp's
-client: the least an aiohttp proxy spends there. py-spy must be
-installed (``.venv/bin/pip install py-spy``); it needs ptrace rights over the gateway.
+request (82 KB, ``tests/corpus/requests``) and Codex's (45 KB, streamed) on an upstream of
+their own API. The minimal proxy is profiled too (the chat cases; it forwards nothing
+else), for its share inside aiohttp's client: the least an aiohttp proxy spends there.
+py-spy must be installed (``.venv/bin/pip install py-spy``); it needs ptrace rights over
+the gateway.
 
 Environment: BENCH_ROUNDS (CPU rounds, default 5), BENCH_SECONDS (per wrk run, default 3),
 PROFILE_OUT (a file to write the summary to as well), PROFILE_BASELINE (another checkout,
@@ -27,6 +28,7 @@ py-spy's raw stacks in). `python -m bench.profile --summarise RAW` summarises a 
 from __future__ import annotations
 
 import collections
+import json
 import os
 import shutil
 import statistics
@@ -55,17 +57,19 @@ class Case:
     minimal: bool  # the minimal proxy serves it too (it forwards only chat)
 
 
-def _claude_code() -> str:
-    import json
-
-    real = json.loads((CORPUS / "claude-code-2.1.197-first.json").read_text())["body"]
-    return json.dumps({**real, "stream": False}, ensure_ascii=False, separators=(",", ":"))
+def _real(name: str, stream: bool) -> str:
+    real = json.loads((CORPUS / name).read_text())["body"]
+    return json.dumps({**real, "stream": stream}, ensure_ascii=False, separators=(",", ":"))
 
 
 CASES = [
     Case("chat, one line, buffered", "/v1/chat/completions", load.BODY, True),
     Case("chat, one line, stream", "/v1/chat/completions", load.STREAM_BODY, True),
-    Case("messages: Claude Code's first request (82 KB), buffered", "/v1/messages", _claude_code(), False),
+    Case("messages: Claude Code's first request (82 KB), buffered", "/v1/messages",
+         _real("claude-code-2.1.197-first.json", False), False),
+    # Its answer echoes the request's tools in response.created, in_progress and completed.
+    Case("responses: Codex's first request (45 KB), stream", "/v1/responses",
+         _real("codex-0.169-first.json", True), False),
 ]
 
 # Each sample goes to the innermost frame on its stack that belongs to one of these (the
