@@ -19,13 +19,27 @@ _SEPARATORS = (b"\n\n", b"\r\n\r\n", b"\r\r")
 class EventSplitter:
     """Feeds arbitrary byte chunks in, gets complete raw events (with their separator) out."""
 
-    __slots__ = ("_buf",)
+    __slots__ = ("_buf", "_more")
 
     def __init__(self) -> None:
         self._buf = b""
+        self._more: list[bytes] = []  # chunks after ``_buf`` with no line end: joined once
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        buf = self._buf + chunk if self._buf else chunk
+        if b"\n" not in chunk and b"\r" not in chunk:
+            # It cannot complete an event (separators are made of line ends only): kept aside
+            # rather than copied onto the buffer and rescanned, chunk after chunk, while a
+            # large event (a Responses answer echoing the request's tools) arrives in pieces.
+            if self._buf:
+                self._more.append(chunk)
+            else:
+                self._buf = chunk
+            return []
+        if self._more:
+            buf = b"".join((self._buf, *self._more, chunk))
+            self._more = []
+        else:
+            buf = self._buf + chunk if self._buf else chunk
         events: list[bytes] = []
         start = 0
         if b"\r" not in buf:
@@ -47,6 +61,9 @@ class EventSplitter:
 
     @property
     def pending(self) -> bytes:
+        if self._more:
+            self._buf = b"".join((self._buf, *self._more))
+            self._more = []
         return self._buf
 
 

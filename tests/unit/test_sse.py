@@ -23,6 +23,19 @@ def test_splitter_reassembles_events_across_arbitrary_chunks() -> None:
         assert s.pending == b""
 
 
+def test_a_large_event_in_many_pieces_comes_out_whole_and_what_is_pending_stays_readable() -> None:
+    big = ev({"type": "response.created", "tools": ["x" * 100] * 200})  # no line end inside its data
+    stream = ev({"a": 1}) + big + b"data: [DONE]\r\n\r\n" + b"data: {\"tail\":"
+    for size in (1, 5, 999, 4096):
+        s = EventSplitter()
+        out: list[bytes] = []
+        for i in range(0, len(stream), size):
+            out += s.feed(stream[i : i + size])
+            assert b"".join(out) + s.pending == stream[: i + size]  # pending may be read at any time
+        assert out == [ev({"a": 1}), big, b"data: [DONE]\r\n\r\n"]
+        assert s.pending == b'data: {"tail":'
+
+
 def delta(d: dict, finish: str | None = None) -> bytes:
     return ev({"id": "x", "choices": [{"index": 0, "delta": d, "finish_reason": finish}]})
 
