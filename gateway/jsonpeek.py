@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
+
 _decoder = json.JSONDecoder()
 _WS = b" \t\n\r"
 
@@ -45,6 +47,12 @@ def top_level_member(body: bytes, key: str) -> dict[str, Any] | None:
     rest = body[at + len(needle) :].lstrip(_WS)
     if not rest.startswith(b":"):
         return None
+    try:
+        # The usual case in one C call: the member and what follows it at depth 1, read as
+        # one object (a later duplicate then wins, as in the full decode).
+        return {key: orjson.loads(b"{" + body[at:])[key]}
+    except orjson.JSONDecodeError:
+        pass  # not that shape, or what only json reads (NaN, huge ints): json decides below
     try:
         text = rest[1:].decode()
         value, end = _decoder.raw_decode(text, len(text) - len(text.lstrip()))

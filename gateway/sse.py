@@ -8,7 +8,7 @@ than the bytes of the event in progress.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -19,13 +19,27 @@ _SEPARATORS = (b"\n\n", b"\r\n\r\n", b"\r\r")
 class EventSplitter:
     """Feeds arbitrary byte chunks in, gets complete raw events (with their separator) out."""
 
-    __slots__ = ("_buf",)
+    __slots__ = ("_buf", "_more")
 
     def __init__(self) -> None:
         self._buf = b""
+        self._more: list[bytes] = []  # chunks after ``_buf`` with no line end: joined once
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        buf = self._buf + chunk if self._buf else chunk
+        if b"\n" not in chunk and b"\r" not in chunk:
+            # It cannot complete an event (separators are made of line ends only): kept aside
+            # rather than copied onto the buffer and rescanned, chunk after chunk, while a
+            # large event (a Responses answer echoing the request's tools) arrives in pieces.
+            if self._buf:
+                self._more.append(chunk)
+            else:
+                self._buf = chunk
+            return []
+        if self._more:
+            buf = b"".join((self._buf, *self._more, chunk))
+            self._more = []
+        else:
+            buf = self._buf + chunk if self._buf else chunk
         events: list[bytes] = []
         start = 0
         if b"\r" not in buf:
@@ -47,6 +61,9 @@ class EventSplitter:
 
     @property
     def pending(self) -> bytes:
+        if self._more:
+            self._buf = b"".join((self._buf, *self._more))
+            self._more = []
         return self._buf
 
 
@@ -59,44 +76,68 @@ def _next_boundary(buf: bytes, start: int) -> tuple[int, int]:
     return best, best_len
 
 
+_UNPARSED: Any = object()
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
     raw: bytes
     name: str | None  # the `event:` field
     data: str | None  # the joined `data:` lines; None for comment-only events
+    # The data's JSON, once read: a reader asks several questions of one event (malformed?
+    # whose stream? visible?), and each would otherwise parse it again. Read-only by
+    # convention: a caller that edits a document parses its own event.
+    _doc: Any = field(default=_UNPARSED, init=False, repr=False, compare=False)
 
     @property
     def is_done(self) -> bool:
         return self.data is not None and self.data.strip() == "[DONE]"
 
     def json(self) -> Any:
-        if self.data is None:
-            return None
-        try:
-            # orjson is ~4x faster per event; it refuses a little that json accepts (NaN,
-            # integers beyond 64 bits, lone surrogates), and json re-judges exactly that.
-            return orjson.loads(self.data)
-        except orjson.JSONDecodeError:
-            pass
-        try:
-            return json.loads(self.data)
-        except ValueError:
-            return None
+        doc = self._doc
+        if doc is _UNPARSED:
+            doc = _loads(self.data)
+            object.__setattr__(self, "_doc", doc)  # frozen to everyone else
+        return doc
+
+
+def _loads(data: str | None) -> Any:
+    if data is None:
+        return None
+    try:
+        # orjson is ~4x faster per event; it refuses a little that json accepts (NaN,
+        # integers beyond 64 bits, lone surrogates), and json re-judges exactly that.
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
 
 
 def parse_event(raw: bytes) -> Event:
+    # Lines end at CR, LF or CRLF only (the SSE grammar): str.splitlines would also break a
+    # JSON string at U+2028, U+2029 or NEL, which a provider may send unescaped, and turn a
+    # valid event into a malformed one. Splitting the bytes also spares decoding all but data.
+    if b"\r" in raw:
+        raw_lines = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+    else:
+        raw_lines = raw.split(b"\n")
     name: str | None = None
-    data_lines: list[str] = []
-    for line in raw.decode("utf-8", "replace").splitlines():
-        if not line or line.startswith(":"):
+    data_lines: list[bytes] = []
+    for line in raw_lines:
+        if not line or line.startswith(b":"):
             continue
-        field, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if field == "data":
+        field, _, value = line.partition(b":")
+        if value.startswith(b" "):
+            value = value[1:]
+        if field == b"data":
             data_lines.append(value)
-        elif field == "event":
-            name = value
-    return Event(raw, name, "\n".join(data_lines) if data_lines else None)
+        elif field == b"event":
+            name = value.decode("utf-8", "replace")
+    data = b"\n".join(data_lines).decode("utf-8", "replace") if data_lines else None
+    return Event(raw, name, data)
 
 
 def error_payload(event: Event) -> dict[str, Any] | None:

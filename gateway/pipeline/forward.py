@@ -27,10 +27,12 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from gateway import jsonbody
 from gateway.apis import api_of_path, dialect_for_errors
 from gateway.apis.base import Dialect, Inbound, Rejection
 from gateway.auth import WWW_AUTHENTICATE
 from gateway.errors import Classification, ErrorType
+from gateway.jsonbody import Lenient
 from gateway.pipeline.admit import model_of, parse_json_object, read_body
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.chain import new_plan, send_chain, send_one
@@ -76,24 +78,29 @@ def full_pipeline(dialect: Dialect) -> Handler:
         chain = _route(svc, state, inbound.model)
         if isinstance(chain, Failure):
             return await relay(request, svc, state, chain)
-        canonical = fingerprint = None
+        fingerprint: str | None = None
         turn: Recalled | None = None  # a repeat of a turn given up on: sent as a probe
-        if svc.loop.enabled:
-            # Canonical now, before any stage builds on the payload; the MAC only when needed.
-            canonical = _canonical(inbound)
-            if svc.loop.may_recall():
-                fingerprint = _fingerprint(svc, request, canonical)
-                remembered = await svc.loop.recall(fingerprint)
-                if remembered is not None and remembered.answers(svc.wall()):
-                    return await relay(request, svc, state, _from_memory(svc, state, remembered))
-                turn = remembered
+        if svc.loop.may_recall():
+            # Only when something is remembered: otherwise a success never needs the canonical
+            # encoding (every key sorted, the whole body re-encoded); a failure makes it then.
+            fingerprint = _fingerprint(svc, request, inbound)
+            remembered = await svc.loop.recall(fingerprint)
+            if remembered is not None and remembered.answers(svc.wall()):
+                return await relay(request, svc, state, _from_memory(svc, state, remembered))
+            turn = remembered
 
         client_payload = _cap_tool_outputs(svc, state, dialect, chain[0], inbound.payload)
         payload, strip_usage = dialect.prepare(_with(inbound, client_payload), chain[0].cfg.stream_usage)
         mode = ReadMode.STREAM if inbound.stream else ReadMode.BUFFER
 
         track = inbound.stream and continuable(chain)
-        direct_body = _encode(payload, inbound)
+        encoded: list[bytes] = []
+
+        def direct_body() -> bytes:
+            # Encoded once, and only if sent as it is: a translated call writes its own.
+            if not encoded:
+                encoded.append(_encode(payload, inbound))
+            return encoded[0]
 
         def call_for(up: UpstreamRuntime) -> Call | Failure:
             leg = up.leg_for(svc.translations, dialect, inbound.model)
@@ -103,14 +110,14 @@ def full_pipeline(dialect: Dialect) -> Handler:
             state.translated = None  # until a translated call is made (a fallback's, say)
             if leg.translator is None and leg.model is None:
                 url = up.url_for(dialect.path, request.query_string)
-                return Call(up, "POST", url, headers, mode, dialect, strip_usage, track, body=direct_body)
+                return Call(up, "POST", url, headers, mode, dialect, strip_usage, track, body=direct_body())
             sent = Sending(mode, strip_usage, track, request.query_string)
             return leg_call(state, leg, up, headers, sent, inbound, payload, client_payload)
 
         plan = new_plan(svc, client_deadline_s(request.headers))
         plan.probe = turn is not None
         window = chain[0].cfg.context_window
-        plan.empty_is_final = window is not None and len(direct_body) / BYTES_PER_TOKEN > window
+        plan.empty_is_final = window is not None and len(direct_body()) / BYTES_PER_TOKEN > window
         sent = await send_chain(svc, state, plan, chain, call_for)
         outcome, call = sent.outcome, sent.call
         if call is not None:
@@ -122,8 +129,8 @@ def full_pipeline(dialect: Dialect) -> Handler:
                     state.empty_was = outcome.classification.type  # what the empty streams meant
             if isinstance(outcome, Failure) and _overflowed(outcome) and svc.cfg.compression.enabled:
                 outcome = await _overflow(svc, state, request, plan, call, asked, outcome)
-        if canonical is not None:
-            await _remember(svc, state, outcome, request, canonical, fingerprint, turn)
+        if svc.loop.enabled:
+            await _remember(svc, state, outcome, request, inbound, fingerprint, turn)
         return await relay(request, svc, state, outcome, resumer(svc, state, plan, chain, call_for, payload))
 
     return handle
@@ -266,20 +273,23 @@ def _from_memory(svc: Services, state: RequestState, hit: Recalled) -> Failure:
     return Failure(c, hit.status, list(hit.headers), hit.body, final=True)
 
 
-def _fingerprint(svc: Services, request: web.Request, canonical: bytes) -> str:
-    return svc.loop.fingerprint(request.path, canonical, _credential(request))
+def _fingerprint(svc: Services, request: web.Request, inbound: Inbound) -> str:
+    # Of the admitted payload, whenever it is made: the stages after admission build their
+    # own payloads and never change the admitted one in place (copy on write), so a failure
+    # fingerprinted after them matches the repeat fingerprinted before them.
+    return svc.loop.fingerprint(request.path, _canonical(inbound), _credential(request))
 
 
 async def _remember(
     svc: Services, state: RequestState, outcome: Outcome,
-    request: web.Request, canonical: bytes, fingerprint: str | None, turn: Recalled | None,
+    request: web.Request, inbound: Inbound, fingerprint: str | None, turn: Recalled | None,
 ) -> None:  # fmt: skip
     # Only answers that cost an upstream call are worth remembering; a stream that started
     # is a Success here, so nothing after a client saw bytes is ever replayed.
     if isinstance(outcome, Failure) and state.attempts > 0:
         status, body = rendered(state, outcome)
         answer = Answer(status, body, tuple(outcome.headers))
-        fp = fingerprint if fingerprint is not None else _fingerprint(svc, request, canonical)
+        fp = fingerprint if fingerprint is not None else _fingerprint(svc, request, inbound)
         await svc.loop.remember(fp, answer, outcome.classification, turn=turn)
     elif turn is not None and fingerprint is not None and isinstance(outcome, Success):
         await svc.loop.forget(fingerprint)  # the probe got through: the turn is over
@@ -439,5 +449,8 @@ def _with(inbound: Inbound, payload: dict[str, Any]) -> Inbound:
 
 
 def _encode(payload: dict[str, Any], inbound: Inbound) -> bytes:
-    # Unchanged requests go upstream byte for byte.
-    return inbound.body if payload is inbound.payload else json.dumps(payload).encode()
+    # Unchanged requests go upstream byte for byte; a changed one (a stream asked for its
+    # usage, tool outputs capped) is written as translated requests are.
+    if payload is inbound.payload:
+        return inbound.body
+    return jsonbody.dumps(payload, lenient=isinstance(inbound.payload, Lenient))

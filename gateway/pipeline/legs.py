@@ -38,8 +38,9 @@ def leg_call(
         url = up.url_for(wire.path, how.query_string)
         sent = leg.request(payload, inbound.model, up.cfg.stream_usage)
         assert isinstance(sent, dict)
+        body = jsonbody.dumps(sent, lenient=isinstance(inbound.payload, Lenient))
         return Call(up, "POST", url, headers, how.mode, wire, how.strip_usage, how.track,
-                    body=json.dumps(sent).encode(), wire_payload=sent)  # fmt: skip
+                    body=body, wire_payload=sent)  # fmt: skip
     # The client's query string belongs to its own API (Claude Code's ?beta=true): not sent on.
     url = up.url_for(wire.path, "")
     state.translated = f"{leg.client.api}->{wire.api}"

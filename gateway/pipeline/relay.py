@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Iterator
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -83,7 +83,7 @@ async def _relay_raw(
     resp = web.StreamResponse(status=outcome.status, headers=outcome.headers)
     state.stream = any(k.lower() == "content-type" and "event-stream" in v for k, v in outcome.headers)
     try:
-        with _cut_on_shutdown(svc):
+        with _CutOnShutdown(svc):
             stamp(state, resp, svc.monotonic())
             await resp.prepare(request)
             async for chunk in outcome.chunks:
@@ -111,23 +111,30 @@ class _ShutdownCut(Exception):
     """The drain period ran out while this response was still being relayed."""
 
 
-@contextlib.contextmanager
-def _cut_on_shutdown(svc: Services) -> Iterator[None]:
+class _CutOnShutdown:
     """Registers the relaying task so that shutdown can end it cleanly: when ``drain_s``
     runs out, the server cancels it, and the cancellation arrives here as ``_ShutdownCut``
-    so the relay can still end the stream with its typed error event."""
-    task = asyncio.current_task()
-    assert task is not None
-    svc.relaying.add(task)
-    try:
-        yield
-    except asyncio.CancelledError:
-        if not svc.shutting_down:
-            raise
-        task.uncancel()
-        raise _ShutdownCut from None
-    finally:
-        svc.relaying.discard(task)
+    so the relay can still end the stream with its typed error event. (A class, not a
+    generator: entered once per stream, at less than half the cost.)"""
+
+    __slots__ = ("_svc", "_task")
+
+    def __init__(self, svc: Services) -> None:
+        self._svc = svc
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+
+    def __enter__(self) -> None:
+        self._svc.relaying.add(self._task)
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._svc.relaying.discard(self._task)
+        if kind is not None and issubclass(kind, asyncio.CancelledError) and self._svc.shutting_down:
+            self._task.uncancel()
+            raise _ShutdownCut from None
 
 
 async def _relay_sse(
@@ -142,7 +149,7 @@ async def _relay_sse(
     leg: Success = outcome
     splice: Splice | None = None if translator is None else translator.event
     try:
-        with _cut_on_shutdown(svc):
+        with _CutOnShutdown(svc):
             stamp(state, resp, svc.monotonic())
             await resp.prepare(request)
             while True:

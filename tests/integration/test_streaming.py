@@ -5,6 +5,8 @@ import asyncio
 import contextlib
 import json
 
+import pytest
+
 from tests.fakeupstream import Reply, Stream, chunk, data_events, stream_events
 
 STREAM_REQ = {"model": "gpt-4o-mini", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
@@ -113,6 +115,22 @@ async def test_usage_is_counted_and_the_extra_chunk_stripped(make_gateway) -> No
     assert sent["stream_options"] == {"include_usage": True}
     assert not any('"usage"' in e and '"choices": []' in e for e in data_events(body))
     assert gw.metric("llm_gateway_tokens_total", upstream="primary", model="gpt-4o-mini", kind="completion") == 3
+
+
+@pytest.mark.parametrize("served", ["gpt-4o-mini", "served-name"])  # sent as it is, or renamed
+async def test_a_stream_asked_for_its_usage_keeps_what_only_json_reads_and_the_rest_of_the_request(
+    make_gateway, served: str
+) -> None:
+    gw = await make_gateway(upstream_yaml="" if served == "gpt-4o-mini" else f", model_map: {{'gpt-4o-mini': {served}}}")
+    body = (b'{"model": "gpt-4o-mini", "stream": true, "temperature": NaN, "seed": 123456789012345678901234,'
+            b' "messages": [{"role": "user", "content": "h\\u00e9llo \\ud83d\\ude00"}]}')
+    status, _, _ = await gw.chat(data=body, headers={"Content-Type": "application/json"})
+    assert status == 200
+    raw = gw.fake.chat_requests()[-1].body
+    assert b"NaN" in raw  # written back as sent, not as null
+    sent = json.loads(raw)
+    assert sent["stream_options"] == {"include_usage": True} and sent["model"] == served
+    assert sent["seed"] == 123456789012345678901234 and sent["messages"][0]["content"] == "héllo 😀"
 
 
 async def test_usage_chunk_kept_for_a_client_that_asked(make_gateway) -> None:

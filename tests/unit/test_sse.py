@@ -23,6 +23,19 @@ def test_splitter_reassembles_events_across_arbitrary_chunks() -> None:
         assert s.pending == b""
 
 
+def test_a_large_event_in_many_pieces_comes_out_whole_and_what_is_pending_stays_readable() -> None:
+    big = ev({"type": "response.created", "tools": ["x" * 100] * 200})  # no line end inside its data
+    stream = ev({"a": 1}) + big + b"data: [DONE]\r\n\r\n" + b"data: {\"tail\":"
+    for size in (1, 5, 999, 4096):
+        s = EventSplitter()
+        out: list[bytes] = []
+        for i in range(0, len(stream), size):
+            out += s.feed(stream[i : i + size])
+            assert b"".join(out) + s.pending == stream[: i + size]  # pending may be read at any time
+        assert out == [ev({"a": 1}), big, b"data: [DONE]\r\n\r\n"]
+        assert s.pending == b'data: {"tail":'
+
+
 def delta(d: dict, finish: str | None = None) -> bytes:
     return ev({"id": "x", "choices": [{"index": 0, "delta": d, "finish_reason": finish}]})
 
@@ -61,3 +74,56 @@ def test_usage_chunk_is_found() -> None:
     doc = usage_of(parse_event(ev({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}})))
     assert doc is not None and doc["usage"]["completion_tokens"] == 4
     assert usage_of(parse_event(delta({"content": "the word usage"}))) is None
+
+
+def test_an_event_is_parsed_once_whatever_the_reader_asks_of_it(monkeypatch) -> None:
+    from gateway import sse
+    from gateway.apis.base import EventKind
+    from gateway.apis.chat.wire import ChatStreamReader
+
+    parsed: list[str] = []
+    real = sse.orjson.loads
+
+    class Counting:
+        JSONDecodeError = sse.orjson.JSONDecodeError
+
+        @staticmethod
+        def loads(data: str) -> object:
+            parsed.append(data)
+            return real(data)
+
+    monkeypatch.setattr(sse, "orjson", Counting)
+    reader = ChatStreamReader(strip_usage=False)
+    reader.track()  # continuation tracking reads every event too
+    role = b'data: {"id":"c1","model":"m","choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n'
+    text = b'data: {"id":"c1","model":"m","choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'
+    assert reader.kind(role, committed=False) is EventKind.CONTENTLESS  # malformed? whose? visible?
+    assert reader.kind(text, committed=False) is EventKind.VISIBLE
+    assert len(parsed) == 2 and reader.identity == ("c1", "m") and reader.shown_text() == "Hi"
+    event = parse_event(text)
+    assert event.json() is event.json() and event == parse_event(text)
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\u0085"])
+def test_line_separators_inside_a_json_string_do_not_end_the_line(separator: str) -> None:
+    # JSON allows them unescaped (serde_json and pydantic write them so); SSE lines end at
+    # CR, LF or CRLF only. Read as line ends, they made a valid event malformed.
+    from gateway.apis.base import EventKind
+    from gateway.apis.chat.wire import ChatStreamReader
+    from gateway.apis.responses.wire import ResponsesStreamReader
+
+    text = f"one{separator}two"
+    chunk = ('data: {"id":"c1","model":"m","choices":[{"index":0,"delta":{"content":"' + text + '"}}]}\n\n').encode()
+    assert parse_event(chunk).json()["choices"][0]["delta"]["content"] == text
+    assert parse_event(chunk.replace(b"\n", b"\r\n")).json()["choices"][0]["delta"]["content"] == text
+    reader = ChatStreamReader(strip_usage=False)
+    reader.track()  # continuation on: every event is checked for being well-formed
+    assert reader.kind(chunk, committed=True) is EventKind.VISIBLE and reader.error is None
+    assert reader.partial() == text
+    done = {"type": "response.completed", "sequence_number": 5, "response": {
+        "id": "resp_1", "status": "completed", "output": [{"type": "message", "content": [
+            {"type": "output_text", "text": text}]}], "usage": {"input_tokens": 3, "output_tokens": 2}}}
+    raw = ("event: response.completed\ndata: " + json.dumps(done, ensure_ascii=False) + "\n\n").encode()
+    responses = ResponsesStreamReader()
+    assert responses.kind(raw, committed=True) is EventKind.FINAL  # not a stream cut short
+    assert responses.usage == {"prompt": 3, "completion": 2}

@@ -36,7 +36,11 @@ from gateway.policy.compress import CompressionResult, cap_tool_outputs, compres
 from gateway.policy.tool_outputs import Stage, ToolOutputPolicy
 from gateway.sse import Event, encode_data, error_payload, parse_event
 
-_FINISHED = (b'"finish_reason":"', b'"finish_reason": "', b"[DONE]")
+
+def _finished(raw: bytes) -> bool:
+    # Three `in` tests rather than any() over a tuple: this runs on every relayed event, and
+    # the generator cost more than the searches (1.5 vs 0.6 µs per event).
+    return b'"finish_reason":"' in raw or b'"finish_reason": "' in raw or b"[DONE]" in raw
 
 
 class OpenAIChat:
@@ -160,13 +164,16 @@ class ChatStreamReader(ShownText):
 
     def kind(self, raw: bytes, *, committed: bool) -> EventKind:
         # Cheap byte checks first: most events are plain deltas and need no JSON parse.
+        event: Event | None = None  # parsed once, when a question needs it
         if b"error" in raw:
-            err = error_payload(parse_event(raw))
+            event = parse_event(raw)
+            err = error_payload(event)
             if err is not None:
                 self.error = err
                 return EventKind.ERROR
         if b'"usage"' in raw:
-            doc = usage_doc(parse_event(raw))
+            event = event or parse_event(raw)
+            doc = usage_doc(event)
             if doc is not None:
                 self.usage.update(chat_usage(doc["usage"]))
                 if not doc.get("choices"):
@@ -174,9 +181,8 @@ class ChatStreamReader(ShownText):
         # A malformed chunk would crash the client's parser (the openai SDK raises a
         # JSONDecodeError): it ends the stream like any other break. Every chunk is one JSON
         # object, so a cheap look at its last byte spares the parse for all the others.
-        event: Event | None = None
         if self.tracking or not raw.rstrip().endswith((b"}", b"[DONE]")):
-            event = parse_event(raw)
+            event = event or parse_event(raw)
             if _malformed(event):
                 self.error = {"error": {"message": "the upstream sent a malformed stream event",
                                         "code": "malformed_event", "status": 502}}
@@ -184,14 +190,14 @@ class ChatStreamReader(ShownText):
             if self.tracking:
                 self._track(event)
         if committed:
-            return EventKind.FINAL if any(f in raw for f in _FINISHED) else EventKind.VISIBLE
+            return EventKind.FINAL if _finished(raw) else EventKind.VISIBLE
         if event is None:
             event = parse_event(raw)
         if self.identity is None and event.data is not None:
             self.identity = _identity(event.json())
         if not is_visible(event):
             return EventKind.CONTENTLESS
-        return EventKind.FINAL if any(f in raw for f in _FINISHED) else EventKind.VISIBLE
+        return EventKind.FINAL if _finished(raw) else EventKind.VISIBLE
 
     def broken(self, ending: Ending, request_id: str, model: str | None) -> bytes:
         c = ending.classification

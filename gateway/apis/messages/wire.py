@@ -46,7 +46,7 @@ from gateway.errors import Classification, ErrorType
 from gateway.policy.compress import CompressionResult
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.policy.tool_outputs import Stage, ToolOutputPolicy
-from gateway.sse import error_payload, parse_event
+from gateway.sse import Event, error_payload, parse_event
 
 _TYPE_FOR_STATUS = {
     400: "invalid_request_error",
@@ -213,20 +213,24 @@ class AnthropicStreamReader(ShownText):
         return again
 
     def kind(self, raw: bytes, *, committed: bool) -> EventKind:
+        event: Event | None = None  # parsed once, when a question needs it
         if b"error" in raw:
-            err = error_payload(parse_event(raw))
+            event = parse_event(raw)
+            err = error_payload(event)
             if err is not None:
                 self.error = err
                 return EventKind.ERROR
         if b"usage" in raw and (b"message_start" in raw or b"message_delta" in raw):
-            self._take_usage(raw)
+            event = event or parse_event(raw)
+            self._take_usage(event.json())
         if self.tracking and b"content_block" in raw:
-            tracked = parse_event(raw).json()
+            event = event or parse_event(raw)
+            tracked = event.json()
             if isinstance(tracked, dict):
                 self._track(tracked)
         if committed and b"message_stop" not in raw:
             return EventKind.VISIBLE
-        event = parse_event(raw)
+        event = event or parse_event(raw)
         name = event.name
         doc = event.json()
         if name is None and isinstance(doc, dict) and isinstance(doc.get("type"), str):
@@ -241,8 +245,7 @@ class AnthropicStreamReader(ShownText):
             return EventKind.CONTENTLESS
         return EventKind.VISIBLE
 
-    def _take_usage(self, raw: bytes) -> None:
-        doc = parse_event(raw).json()
+    def _take_usage(self, doc: Any) -> None:
         if not isinstance(doc, dict):
             return
         if doc.get("type") == "message_start":

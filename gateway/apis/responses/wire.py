@@ -44,7 +44,7 @@ from gateway.apis.synthesize import responses_stream
 from gateway.errors import Classification
 from gateway.policy.compress import CompressionResult
 from gateway.policy.tool_outputs import Stage, ToolOutputPolicy
-from gateway.sse import parse_event
+from gateway.sse import Event, parse_event
 
 _CONTENTLESS = frozenset({"response.created", "response.in_progress", "response.queued"})
 _FINAL = frozenset({"response.completed", "response.incomplete"})
@@ -149,6 +149,9 @@ class ResponsesStreamReader:
         # A malformed event would crash the client's parser (the openai SDK raises a
         # JSONDecodeError): it ends the stream like any other break. Every event's data is
         # one JSON object, so its last byte spares the parse for all the others.
+        # Parsed once, when a question needs it: the response object's "error": null puts
+        # every response.created/in_progress/completed (tools echoed: ~17 KB for Codex) here.
+        event: Event | None = None
         if not raw.rstrip().endswith(b"}"):
             event = parse_event(raw)
             if event.data is not None and not isinstance(event.json(), dict):
@@ -156,17 +159,20 @@ class ResponsesStreamReader:
                                         "code": "malformed_event", "status": 502}}  # fmt: skip
                 return EventKind.ERROR
         if b"response.failed" in raw or b"error" in raw:
-            err = self._error_of(raw)
+            event = event or parse_event(raw)
+            err = self._error_of(event.json())
             if err is not None:
                 self.error = err
                 return EventKind.ERROR
         if self.shown is not None and (b"output_" in raw or b"content_part" in raw or b"refusal" in raw):
-            tracked = parse_event(raw).json()
+            event = event or parse_event(raw)
+            tracked = event.json()
             if isinstance(tracked, dict):
                 self.shown.see(tracked)
         if committed and not any(f in raw for f in _FINAL_BYTES):
             return EventKind.VISIBLE
-        doc = parse_event(raw).json()
+        event = event or parse_event(raw)
+        doc = event.json()
         name = doc.get("type") if isinstance(doc, dict) else None
         if name in _FINAL:
             assert isinstance(doc, dict)
@@ -176,7 +182,7 @@ class ResponsesStreamReader:
             return EventKind.FINAL
         if committed:
             return EventKind.VISIBLE
-        if doc is None and parse_event(raw).data is None:
+        if doc is None and event.data is None:
             return EventKind.CONTENTLESS  # comments, keep-alives
         if name in _CONTENTLESS:
             assert isinstance(doc, dict)
@@ -188,10 +194,9 @@ class ResponsesStreamReader:
             return EventKind.CONTENTLESS
         return EventKind.VISIBLE
 
-    def _error_of(self, raw: bytes) -> dict[str, Any] | None:
+    def _error_of(self, doc: Any) -> dict[str, Any] | None:
         """An ``{"error": {...}}`` payload (with the status the code stands for) when the
         event reports a failure, in the shape the classifier reads."""
-        doc = parse_event(raw).json()
         if not isinstance(doc, dict):
             return None
         kind = doc.get("type")

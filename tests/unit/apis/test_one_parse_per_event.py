@@ -1,0 +1,92 @@
+"""Each stream reader parses an upstream event at most once, however many questions it asks
+of it (an error? usage? malformed? whose stream? visible? the end?), continuation tracking on
+or off: real provider streams from tests/corpus/answers, and a Responses stream whose
+response object says ``"error": null`` as OpenAI's does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gateway import sse
+from gateway.apis import DIALECT_FOR_API
+from gateway.apis.base import EventKind
+from gateway.sse import EventSplitter
+
+ANSWERS = Path(__file__).resolve().parents[2] / "corpus" / "answers"
+STREAMS = sorted(p.name for p in ANSWERS.glob("*.json") if json.loads(p.read_text()).get("stream"))
+
+
+def _stream(case: dict) -> tuple[str, bytes]:
+    """(api, body) of a corpus stream: files hold it as ``body`` (with ``stream: true``) or,
+    for chat recordings, as the ``stream`` text itself."""
+    if isinstance(case["stream"], str):
+        return "chat", case["stream"].encode()
+    return case["api"], case["body"].encode()
+
+# OpenAI's Responses streaming events (platform.openai.com/docs/api-reference/responses-streaming):
+# the response object in created / in_progress / completed carries "error": null.
+_RESPONSE = {"id": "resp_1", "object": "response", "status": "in_progress", "error": None, "model": "m",
+             "output": [], "usage": None}
+RESPONSES_STREAM = "".join(f"event: {name}\ndata: {json.dumps({'type': name, **doc})}\n\n" for name, doc in [
+    ("response.created", {"sequence_number": 0, "response": _RESPONSE}),
+    ("response.in_progress", {"sequence_number": 1, "response": _RESPONSE}),
+    ("response.output_item.added", {"sequence_number": 2, "output_index": 0,
+                                    "item": {"id": "msg_1", "type": "message", "role": "assistant", "content": []}}),
+    ("response.output_text.delta", {"sequence_number": 3, "item_id": "msg_1", "output_index": 0,
+                                    "content_index": 0, "delta": "Hi"}),
+    ("response.completed", {"sequence_number": 4, "response": {**_RESPONSE, "status": "completed",
+                                                               "usage": {"input_tokens": 3, "output_tokens": 1}}}),
+]).encode()
+
+
+def _count_parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    parsed: list[str] = []
+    real = sse.orjson.loads
+
+    class Counting:
+        JSONDecodeError = sse.orjson.JSONDecodeError
+
+        @staticmethod
+        def loads(data: str) -> object:
+            parsed.append(data)
+            return real(data)
+
+    monkeypatch.setattr(sse, "orjson", Counting)
+    return parsed
+
+
+def _read(api: str, body: bytes, tracking: bool, parsed: list[str]) -> tuple[list[int], list[EventKind]]:
+    """Each event's kind as the relay asks it (held back until the first visible one), and
+    how many JSON parses each took."""
+    reader = DIALECT_FOR_API[api].reader(strip_usage=api == "chat")
+    if tracking:
+        reader.track()
+    splitter = EventSplitter()
+    events = splitter.feed(body) + ([splitter.pending] if splitter.pending.strip() else [])
+    kinds: list[EventKind] = []
+    parses: list[int] = []
+    for raw in events:
+        before = len(parsed)
+        kinds.append(reader.kind(raw, committed=any(k in (EventKind.VISIBLE, EventKind.FINAL) for k in kinds)))
+        parses.append(len(parsed) - before)
+    return parses, kinds
+
+
+@pytest.mark.parametrize("tracking", [False, True], ids=["plain", "tracking"])
+@pytest.mark.parametrize("name", STREAMS)
+def test_a_corpus_stream_is_parsed_at_most_once_per_event(monkeypatch, name: str, tracking: bool) -> None:
+    case = json.loads((ANSWERS / name).read_text())
+    parses, kinds = _read(*_stream(case), tracking, _count_parses(monkeypatch))
+    assert EventKind.ERROR not in kinds and EventKind.FINAL in kinds
+    assert max(parses) == 1, parses
+
+
+@pytest.mark.parametrize("tracking", [False, True], ids=["plain", "tracking"])
+def test_a_responses_stream_whose_response_says_error_null_is_parsed_once_per_event(monkeypatch, tracking) -> None:
+    parses, kinds = _read("responses", RESPONSES_STREAM, tracking, _count_parses(monkeypatch))
+    assert kinds == [EventKind.CONTENTLESS, EventKind.CONTENTLESS, EventKind.CONTENTLESS,
+                     EventKind.VISIBLE, EventKind.FINAL]
+    assert max(parses) == 1, parses
