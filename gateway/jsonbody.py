@@ -25,7 +25,11 @@ class Lenient(dict[str, Any]):
 def dumps(doc: Mapping[str, Any], *, lenient: bool = False) -> bytes:
     if not lenient:
         try:
-            return orjson.dumps(doc)
+            # orjson hands back its whole write buffer as the bytes object (4.8 KB for a 7-byte
+            # document, 312 KB for Claude Code's 76 KB request, by tracemalloc), and a request
+            # body lives as long as its request (a held-open stream, a retry): an exact copy
+            # costs 0.2 µs small, 6 µs at 76 KB.
+            return bytes(memoryview(orjson.dumps(doc)))
         except TypeError:  # orjson.JSONEncodeError: a huge int, a lone surrogate, a non-str key
             pass
     # ASCII escapes: a lone surrogate (which json reads from "\ud800") cannot be UTF-8 encoded.

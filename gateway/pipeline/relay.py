@@ -200,7 +200,7 @@ async def _pump(
 ) -> Ending | None:
     """Relays one upstream stream to the end; returns why it broke, or None when it completed."""
     assert leg.reader is not None
-    relayed: list[bytes] = []  # what this leg showed: re-read only if it breaks
+    relayed = Shown()  # what this leg showed: re-read only if it breaks
     broken = True
     try:
         end = await _pump_leg(resp, svc, state, leg, splice, relayed)
@@ -210,31 +210,60 @@ async def _pump(
         _count_usage(state, leg.reader, relayed if broken else None)
 
 
-def _count_usage(state: RequestState, reader: StreamReader, shown: list[bytes] | None) -> None:
+def _count_usage(state: RequestState, reader: StreamReader, shown: Shown | None) -> None:
     """Adds a leg's usage to the request's. A leg that broke (cut, continued, or left by the
-    client) counts at least the tokens of the text it showed: the provider generated them,
-    though its count (if any) comes only in the events that never arrived."""
+    client) counts the tokens of the text it showed: the provider generated them, though its
+    count (if any) comes only in the events that never arrived."""
     used = reader.usage
     if shown is not None:
-        tokens = _shown_tokens(reader, shown)
+        tokens = shown.tokens(reader)
         if tokens > used.get("completion", 0):
             used = {**used, "completion": tokens}
     for kind, n in used.items():
         state.usage[kind] = state.usage.get(kind, 0) + n
 
 
-def _shown_tokens(reader: StreamReader, shown: list[bytes]) -> int:
-    again = reader.fresh()
-    splitter = EventSplitter()
-    events = splitter.feed(b"".join(shown))
-    for raw in [*events, splitter.pending] if splitter.pending.strip() else events:
-        again.kind(raw, committed=True)
-    return round(len(again.shown_text().encode()) / BYTES_PER_TOKEN)
+class Shown:
+    """The upstream events a leg relayed, kept only to count their text if the leg breaks.
+
+    Keeping them all made a held-open stream's memory grow with its answer (~150 bytes an
+    event, every event, for the stream's life); only the first ``SAMPLE_BYTES`` are kept, and
+    the text of the rest is taken to be in the same proportion to its bytes as the sample's.
+    """
+
+    SAMPLE_BYTES = 4096
+    __slots__ = ("_events", "_sampled", "_total")
+
+    def __init__(self) -> None:
+        self._events: list[bytes] = []
+        self._sampled = 0
+        self._total = 0
+
+    def append(self, raw: bytes) -> None:
+        self._total += len(raw)
+        if self._sampled < self.SAMPLE_BYTES:
+            self._events.append(raw)
+            self._sampled += len(raw)
+
+    def extend(self, events: list[bytes]) -> None:
+        for raw in events:
+            self.append(raw)
+
+    def tokens(self, reader: StreamReader) -> int:
+        again = reader.fresh()
+        splitter = EventSplitter()
+        events = splitter.feed(b"".join(self._events))
+        for raw in [*events, splitter.pending] if splitter.pending.strip() else events:
+            again.kind(raw, committed=True)
+        text_bytes = len(again.shown_text().encode())
+        if self._total > self._sampled > 0:
+            text_bytes = text_bytes * self._total // self._sampled
+        return round(text_bytes / BYTES_PER_TOKEN)
 
 
 async def _pump_leg(
     resp: web.StreamResponse, svc: Services, state: RequestState, leg: Success, splice: Splice | None,
-    relayed: list[bytes],
+    relayed: Shown,
 ) -> Ending | None:  # fmt: skip
     assert leg.chunks is not None and leg.response is not None and leg.reader is not None
     reader = leg.reader
@@ -299,7 +328,7 @@ _TRANSPORT_TEXT = {
 
 def _filter(
     reader: StreamReader, events: list[bytes], now_s: float, splice: Splice | None = None,
-    shown: list[bytes] | None = None,
+    shown: Shown | None = None,
 ) -> tuple[bytes, Ending | None, bool]:  # fmt: skip
     """The bytes to forward (each event through ``splice`` when there is one: already whole
     events, so not split again), the reason to end the stream if an error event came, and

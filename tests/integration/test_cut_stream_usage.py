@@ -77,3 +77,30 @@ async def test_a_complete_stream_is_counted_by_the_providers_numbers_alone(make_
     status, _, body = await gw.messages(MESSAGES)
     assert status == 200 and b"message_stop" in body
     assert completion(gw, "claude-x") == 3  # never an estimate when the provider counted
+
+
+async def test_a_long_cut_stream_counts_its_text_from_a_bounded_sample(make_gateway) -> None:
+    # 400 deltas (~60 KB of events): the relay keeps only the first few KB of them to count
+    # from, the rest by their size; the count stays within a few percent of the text shown.
+    from gateway.pipeline.relay import Shown
+
+    gw = await make_gateway()
+    words = [f" word{i % 10}" for i in range(400)]
+    gw.fake.script(Stream([chunk({"role": "assistant", "content": ""}), *(chunk({"content": w}) for w in words)],
+                          then="drop"))  # fmt: skip
+    status, _, body = await gw.chat({"model": "gpt-4o-mini", "stream": True,
+                                     "messages": [{"role": "user", "content": "Count"}]})  # fmt: skip
+    assert status == 200 and all(w.encode() in body for w in words[-3:])
+    shown = tokens("".join(words))
+    assert len(b"".join(c for c in body.split(b"\n\n"))) > 10 * Shown.SAMPLE_BYTES  # the sample is a part
+    assert abs(completion(gw, "gpt-4o-mini") - shown) <= 0.05 * shown
+
+
+def test_the_sample_of_shown_events_stays_bounded() -> None:
+    from gateway.pipeline.relay import Shown
+
+    shown = Shown()
+    event = b'data: {"choices":[{"delta":{"content":" word"}}]}\n\n'
+    for _ in range(10_000):
+        shown.append(event)
+    assert len(shown._events) * len(event) < Shown.SAMPLE_BYTES + len(event)

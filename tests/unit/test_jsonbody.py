@@ -42,3 +42,19 @@ def test_a_strict_body_is_not_marked() -> None:
     assert jsonbody.loads(b'{"a": 1}') == ({"a": 1}, False)
     with pytest.raises(ValueError):
         jsonbody.loads(b"{nope")
+
+
+def test_a_written_body_holds_only_its_own_bytes() -> None:
+    # orjson's own result keeps its whole write buffer (~4 KB for this one); a request body is
+    # held as long as its request, so thousands of open streams would each carry it.
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        bodies = [jsonbody.dumps({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}], "n": i})
+                  for i in range(100)]  # fmt: skip
+        per_body = (tracemalloc.get_traced_memory()[0] - before) / len(bodies)
+    finally:
+        tracemalloc.stop()
+    assert per_body < 2 * len(bodies[0]) + 100
