@@ -77,22 +77,11 @@ def test_usage_chunk_is_found() -> None:
 
 
 def test_an_event_is_parsed_once_whatever_the_reader_asks_of_it(monkeypatch) -> None:
-    from gateway import sse
     from gateway.apis.base import EventKind
     from gateway.apis.chat.wire import ChatStreamReader
+    from tests.parse_count import count_parses
 
-    parsed: list[str] = []
-    real = sse.orjson.loads
-
-    class Counting:
-        JSONDecodeError = sse.orjson.JSONDecodeError
-
-        @staticmethod
-        def loads(data: str) -> object:
-            parsed.append(data)
-            return real(data)
-
-    monkeypatch.setattr(sse, "orjson", Counting)
+    parsed = count_parses(monkeypatch)
     reader = ChatStreamReader(strip_usage=False)
     reader.track()  # continuation tracking reads every event too
     role = b'data: {"id":"c1","model":"m","choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n'

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway import sse
 from gateway.apis import DIALECT_FOR_API
 from gateway.apis.base import EventKind
 from gateway.sse import EventSplitter
+from tests.parse_count import count_parses
 
 ANSWERS = Path(__file__).resolve().parents[2] / "corpus" / "answers"
 STREAMS = sorted(p.name for p in ANSWERS.glob("*.json") if json.loads(p.read_text()).get("stream"))
@@ -42,22 +42,6 @@ RESPONSES_STREAM = "".join(f"event: {name}\ndata: {json.dumps({'type': name, **d
 ]).encode()
 
 
-def _count_parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    parsed: list[str] = []
-    real = sse.orjson.loads
-
-    class Counting:
-        JSONDecodeError = sse.orjson.JSONDecodeError
-
-        @staticmethod
-        def loads(data: str) -> object:
-            parsed.append(data)
-            return real(data)
-
-    monkeypatch.setattr(sse, "orjson", Counting)
-    return parsed
-
-
 def _read(api: str, body: bytes, tracking: bool, parsed: list[str]) -> tuple[list[int], list[EventKind]]:
     """Each event's kind as the relay asks it (held back until the first visible one), and
     how many JSON parses each took."""
@@ -79,14 +63,14 @@ def _read(api: str, body: bytes, tracking: bool, parsed: list[str]) -> tuple[lis
 @pytest.mark.parametrize("name", STREAMS)
 def test_a_corpus_stream_is_parsed_at_most_once_per_event(monkeypatch, name: str, tracking: bool) -> None:
     case = json.loads((ANSWERS / name).read_text())
-    parses, kinds = _read(*_stream(case), tracking, _count_parses(monkeypatch))
+    parses, kinds = _read(*_stream(case), tracking, count_parses(monkeypatch))
     assert EventKind.ERROR not in kinds and EventKind.FINAL in kinds
     assert max(parses) == 1, parses
 
 
 @pytest.mark.parametrize("tracking", [False, True], ids=["plain", "tracking"])
 def test_a_responses_stream_whose_response_says_error_null_is_parsed_once_per_event(monkeypatch, tracking) -> None:
-    parses, kinds = _read("responses", RESPONSES_STREAM, tracking, _count_parses(monkeypatch))
+    parses, kinds = _read("responses", RESPONSES_STREAM, tracking, count_parses(monkeypatch))
     assert kinds == [EventKind.CONTENTLESS, EventKind.CONTENTLESS, EventKind.CONTENTLESS,
                      EventKind.VISIBLE, EventKind.FINAL]
     assert max(parses) == 1, parses
