@@ -79,6 +79,13 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None) -> None:
     await stop.wait()
     if orphan_watch is not None:
         orphan_watch.cancel()
+        # A signal sent to the whole process group (Ctrl-C, kill -- -PGID) reaches a worker
+        # twice: directly and passed on by its supervisor. Once draining, the second must not
+        # find the default action (the loop restores it on closing) and end the process
+        # before its last log lines are written.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, signal.SIG_IGN)
 
     svc.draining = True
     log.info({"event": "draining", "in_flight": svc.in_flight, "drain_s": cfg.server.drain_s})

@@ -168,8 +168,11 @@ async def _keep(w: Worker, command: list[str], stop: asyncio.Event, failed: asyn
     """Runs one worker, restarting it when it exits on its own, until ``stop``."""
     while not stop.is_set():
         w.started_at = time.monotonic()
+        # A process group of its own: a signal sent to the supervisor's group (Ctrl-C in a
+        # terminal, kill -- -PGID) reaches the worker once, passed on by the supervisor, not
+        # twice (a second one could find the default action once the worker's loop has closed).
         w.proc = await asyncio.create_subprocess_exec(
-            *command, pass_fds=w.seat.fds, env={**os.environ, ENV: w.seat.to_env()},
+            *command, pass_fds=w.seat.fds, env={**os.environ, ENV: w.seat.to_env()}, process_group=0,
         )  # fmt: skip
         if stop.is_set():  # the signal came while it was being started: it never got it
             with contextlib.suppress(ProcessLookupError):

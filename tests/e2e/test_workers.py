@@ -49,7 +49,9 @@ def workers(upstream: FakeUpstream, tmp_path: Path) -> Iterator[RunningProcess]:
 
 
 def _lines(text: str) -> list[dict[str, object]]:
-    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    # A line being written while the test reads the file may be there only in part.
+    complete = text[: text.rfind("\n") + 1]
+    return [json.loads(line) for line in complete.splitlines() if line.startswith("{")]
 
 
 def _started(text: str) -> list[dict[str, object]]:
