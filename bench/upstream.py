@@ -74,13 +74,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
             return web.Response(status=429, body=RATE_LIMITED, content_type="application/json",
                                 headers={"retry-after-ms": "1"})
         _limited.discard(rid)
-    if _wants_stream(body):
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        await resp.write(STREAM)
-        await resp.write_eof()
-        return resp
-    return web.Response(body=COMPLETION, content_type="application/json")
+    return await _answer(request, _wants_stream(body), COMPLETION, STREAM)
 
 
 # The same answer in Anthropic Messages and OpenAI Responses, as those providers send it
@@ -150,8 +144,9 @@ def _wants_stream(body: bytes) -> bool:
     return b'"stream": true' in body or b'"stream":true' in body
 
 
-async def _fixed(request: web.Request, body: bytes, stream: bytes) -> web.StreamResponse:
-    if _wants_stream(await request.read()):
+async def _answer(request: web.Request, streamed: bool, body: bytes, stream: bytes) -> web.StreamResponse:
+    """``stream`` as an event stream when the request asked for one, else ``body`` as JSON."""
+    if streamed:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         await resp.write(stream)
@@ -161,7 +156,7 @@ async def _fixed(request: web.Request, body: bytes, stream: bytes) -> web.Stream
 
 
 async def messages(request: web.Request) -> web.StreamResponse:
-    return await _fixed(request, MESSAGES_BODY, MESSAGES_STREAM)
+    return await _answer(request, _wants_stream(await request.read()), MESSAGES_BODY, MESSAGES_STREAM)
 
 
 # OpenAI's response object echoes these request fields (API reference, "The response object"),
@@ -187,13 +182,7 @@ def _echoing(body: bytes) -> tuple[bytes, bytes]:
 async def responses(request: web.Request) -> web.StreamResponse:
     sent = await request.read()
     body, stream = _echoing(sent)
-    if _wants_stream(sent):
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        await resp.write(stream)
-        await resp.write_eof()
-        return resp
-    return web.Response(body=body, content_type="application/json")
+    return await _answer(request, _wants_stream(sent), body, stream)
 
 
 def main() -> None:
