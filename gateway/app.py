@@ -31,7 +31,8 @@ from gateway.services import SERVICES, Services, UpstreamRuntime, tool_output_po
 from gateway.state import SharedBudget, SharedCircuit, StateMetrics, StateStore, build_store
 from gateway.telemetry import Telemetry
 from gateway.tracing import Tracing, build_tracing
-from gateway.upstream import AiohttpSender, Sender, pool_size
+from gateway.upstream import Sender, pool_size
+from gateway.upstream.aiohttp_sender import AiohttpSender
 from gateway.workers import metrics as workers_metrics
 
 PEERS = web.AppKey("peers", tuple[str, ...])

@@ -34,7 +34,7 @@ class ErrorType(enum.StrEnum):
 
 
 class TransportError(enum.StrEnum):
-    """Failures with no upstream response to classify; mapped from aiohttp once, in upstream.py."""
+    """Failures with no upstream response to classify; mapped once, by each sender (gateway/upstream/)."""
 
     CONNECT = "connect"  # could not open a connection (refused, unreachable, DNS)
     CONNECT_TIMEOUT = "connect_timeout"  # no connection within timeouts.connect_s: a silent host

@@ -9,7 +9,9 @@ from aiohttp import web
 
 from gateway.config import TimeoutsConfig
 from gateway.errors import TransportError
-from gateway.upstream import AiohttpSender, UpstreamFailure, UpstreamRequest, _Deadline
+from gateway.upstream import UpstreamFailure, UpstreamRequest
+from gateway.upstream.aiohttp_sender import AiohttpSender
+from gateway.upstream.deadline import Deadline as _Deadline
 
 
 async def test_expiry_while_armed_is_a_timeout_and_the_task_is_uncancelled() -> None:

@@ -1,64 +1,18 @@
-"""The only place that talks to upstreams: one pooled aiohttp ClientSession, timeouts,
-and aiohttp's exceptions mapped once into :class:`TransportError`.
-
-Everything above this module sees the :class:`Sender` protocol, so tests can inject a
-sender that never opens a socket.
-"""
+"""The upstream sender on aiohttp's client: one pooled ClientSession, timeouts, and
+aiohttp's exceptions mapped once into :class:`TransportError`."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Protocol
 
 import aiohttp
 from multidict import CIMultiDict
 
-from gateway.config import GatewayConfig, TimeoutsConfig
+from gateway.config import TimeoutsConfig
 from gateway.errors import TransportError
-
-
-class UpstreamFailure(Exception):
-    """Raised for failures that left us without a usable response (or body)."""
-
-    def __init__(self, kind: TransportError, detail: str = "") -> None:
-        super().__init__(f"{kind.value}: {detail}" if detail else kind.value)
-        self.kind = kind
-
-
-@dataclass(slots=True)  # not frozen: one per attempt, never changed (see apis.base.Inbound)
-class UpstreamRequest:
-    method: str
-    url: str  # already encoded; sent as is
-    headers: Mapping[str, str]
-    body: bytes
-    first_byte_timeout_s: float  # the smaller of timeouts.first_byte_s and what the deadline leaves
-
-
-class UpstreamResponse(Protocol):
-    @property
-    def status(self) -> int: ...
-
-    @property
-    def headers(self) -> Mapping[str, str]: ...
-
-    async def read(self, limit: int) -> bytes:
-        """The whole body (at most ``limit`` bytes kept); raises UpstreamFailure."""
-        ...
-
-    def iter_chunks(self) -> AsyncIterator[bytes]:
-        """Body chunks as they arrive; raises UpstreamFailure on reset or idle timeout."""
-        ...
-
-    def close(self) -> None:
-        """Abort the exchange (drops the connection if the body was not read to the end)."""
-        ...
-
-
-class Sender(Protocol):
-    async def __call__(self, request: UpstreamRequest) -> UpstreamResponse: ...
-
+from gateway.upstream import UpstreamFailure, UpstreamRequest, UpstreamResponse
+from gateway.upstream.deadline import Deadline
 
 _RESET_ERRORS: tuple[type[BaseException], ...] = (
     aiohttp.ServerDisconnectedError,
@@ -69,74 +23,10 @@ _RESET_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-class _Deadline:
-    """One timer for a whole upstream exchange, in place of an ``asyncio.timeout`` scope
-    per await (each of those schedules and cancels its own timer).
-
-    ``arm(s)`` sets the deadline ``s`` from now. The timer is only rescheduled when the new
-    deadline is earlier than the one pending; a later one is picked up lazily when the
-    pending timer fires and finds it has not expired yet. So re-arming per chunk costs
-    a clock read, and waits that never suspend cost nothing. When it expires while armed
-    it cancels the task, and :meth:`expired` turns that cancellation into a timeout,
-    exactly as ``asyncio.timeout`` does (a cancellation from elsewhere stays one).
-    """
-
-    __slots__ = ("_at", "_cancelling", "_fired", "_handle", "_loop", "_task")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        # The sender passes its loop: asyncio.get_running_loop() costs a getpid(2) in 3.11.
-        self._loop = loop if loop is not None else asyncio.get_running_loop()
-        self._task: asyncio.Task[object] | None = None
-        self._handle: asyncio.TimerHandle | None = None
-        self._at: float | None = None
-        self._fired = False
-        self._cancelling = 0
-
-    def arm(self, seconds: float) -> None:
-        at = self._loop.time() + seconds
-        self._at = at
-        self._task = task = asyncio.current_task(self._loop)
-        self._cancelling = task.cancelling() if task is not None else 0
-        handle = self._handle
-        if handle is None or handle.when() > at:
-            if handle is not None:
-                handle.cancel()
-            self._handle = self._loop.call_at(at, self._check)
-
-    def disarm(self) -> None:
-        self._at = None  # the pending timer, if any, finds nothing to do
-
-    def _check(self) -> None:
-        self._handle = None
-        at = self._at
-        if at is None or self._task is None:
-            return
-        if self._loop.time() >= at:
-            self._at = None
-            self._fired = True
-            self._task.cancel()
-        else:
-            self._handle = self._loop.call_at(at, self._check)
-
-    def expired(self) -> bool:
-        """Called on CancelledError: was it ours? Then the task is uncancelled."""
-        if not self._fired:
-            return False
-        self._fired = False
-        assert self._task is not None
-        return self._task.uncancel() <= self._cancelling
-
-    def close(self) -> None:
-        self._at = None
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-
-
 class _AiohttpResponse:
     __slots__ = ("_deadline", "_idle_s", "_resp")
 
-    def __init__(self, resp: aiohttp.ClientResponse, idle_s: float, deadline: _Deadline) -> None:
+    def __init__(self, resp: aiohttp.ClientResponse, idle_s: float, deadline: Deadline) -> None:
         self._resp = resp
         self._idle_s = idle_s
         self._deadline = deadline
@@ -259,7 +149,7 @@ class AiohttpSender:
 
     async def __call__(self, request: UpstreamRequest) -> UpstreamResponse:
         assert self._session is not None, "AiohttpSender.start() was not awaited"
-        deadline = _Deadline(self._loop)
+        deadline = Deadline(self._loop)
         deadline.arm(request.first_byte_timeout_s)
         try:
             resp = await self._session.request(
@@ -289,7 +179,3 @@ class AiohttpSender:
             raise
         deadline.disarm()  # the body's reads re-arm it with idle_s
         return _AiohttpResponse(resp, self._timeouts.idle_s, deadline)
-
-
-def pool_size(cfg: GatewayConfig) -> int:
-    return sum(u.max_connections for u in cfg.upstreams)

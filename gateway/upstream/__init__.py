@@ -1,0 +1,61 @@
+"""The only place that talks to upstreams, behind one small seam.
+
+Everything above this package sees the :class:`Sender` protocol (an :class:`UpstreamRequest`
+in, an :class:`UpstreamResponse` out, every transport failure an :class:`UpstreamFailure`
+naming its :class:`TransportError`), so tests can inject a sender that never opens a
+socket, and the HTTP client behind it is a choice (``aiohttp_sender.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from gateway.config import GatewayConfig
+from gateway.errors import TransportError
+
+
+class UpstreamFailure(Exception):
+    """Raised for failures that left us without a usable response (or body)."""
+
+    def __init__(self, kind: TransportError, detail: str = "") -> None:
+        super().__init__(f"{kind.value}: {detail}" if detail else kind.value)
+        self.kind = kind
+
+
+@dataclass(slots=True)  # not frozen: one per attempt, never changed (see apis.base.Inbound)
+class UpstreamRequest:
+    method: str
+    url: str  # already encoded; sent as is
+    headers: Mapping[str, str]
+    body: bytes
+    first_byte_timeout_s: float  # the smaller of timeouts.first_byte_s and what the deadline leaves
+
+
+class UpstreamResponse(Protocol):
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    async def read(self, limit: int) -> bytes:
+        """The whole body (at most ``limit`` bytes kept); raises UpstreamFailure."""
+        ...
+
+    def iter_chunks(self) -> AsyncIterator[bytes]:
+        """Body chunks as they arrive; raises UpstreamFailure on reset or idle timeout."""
+        ...
+
+    def close(self) -> None:
+        """Abort the exchange (drops the connection if the body was not read to the end)."""
+        ...
+
+
+class Sender(Protocol):
+    async def __call__(self, request: UpstreamRequest) -> UpstreamResponse: ...
+
+
+def pool_size(cfg: GatewayConfig) -> int:
+    return sum(u.max_connections for u in cfg.upstreams)
