@@ -31,8 +31,7 @@ from gateway.services import SERVICES, Services, UpstreamRuntime, tool_output_po
 from gateway.state import SharedBudget, SharedCircuit, StateMetrics, StateStore, build_store
 from gateway.telemetry import Telemetry
 from gateway.tracing import Tracing, build_tracing
-from gateway.upstream import Sender, pool_size
-from gateway.upstream.aiohttp_sender import AiohttpSender
+from gateway.upstream import Sender, StartableSender, new_sender
 from gateway.workers import metrics as workers_metrics
 
 PEERS = web.AppKey("peers", tuple[str, ...])
@@ -56,7 +55,7 @@ def create_app(
         registry if registry is not None else CollectorRegistry(),
         configured_models=[m for u in cfg.upstreams for m in u.models],
     )
-    own_sender = AiohttpSender(cfg.timeouts, pool_size(cfg)) if sender is None else None
+    own_sender = new_sender(cfg) if sender is None else None
     state_metrics = StateMetrics(telemetry.registry, cfg.state.backend)
     # Circuits and remembered answers are shared by replicas, so they run on wall-clock time.
     store = build_store(cfg, clock=wall, monotonic=monotonic, on_fallback=state_metrics.fallback)
@@ -154,7 +153,7 @@ def _close_tracing(tracing: Tracing) -> Callable[[web.Application], Awaitable[No
     return close
 
 
-def _sender_lifetime(sender: AiohttpSender) -> Callable[[web.Application], AsyncIterator[None]]:
+def _sender_lifetime(sender: StartableSender) -> Callable[[web.Application], AsyncIterator[None]]:
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
         await sender.start()
         yield

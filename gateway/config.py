@@ -67,6 +67,10 @@ class ServerConfig(_Model):
     # Processes serving the port (SO_REUSEPORT, one listening socket each; see
     # gateway/workers/). "auto": one per core this process may run on.
     workers: int | Literal["auto"] = 1
+    # The HTTP client upstream requests go out on (gateway/upstream/): "h1", the gateway's
+    # own HTTP/1.1 client (a third of aiohttp's CPU per request, bench/RESULTS.md), or
+    # "aiohttp", aiohttp's client. Both pass one conformance suite (tests/conformance/).
+    upstream_client: Literal["h1", "aiohttp"] = "h1"
 
     @field_validator("workers")
     @classmethod

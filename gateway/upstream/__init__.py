@@ -57,5 +57,24 @@ class Sender(Protocol):
     async def __call__(self, request: UpstreamRequest) -> UpstreamResponse: ...
 
 
+class StartableSender(Sender, Protocol):
+    """A sender that owns a connection pool: started and closed with the app."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
 def pool_size(cfg: GatewayConfig) -> int:
     return sum(u.max_connections for u in cfg.upstreams)
+
+
+def new_sender(cfg: GatewayConfig) -> StartableSender:
+    """The HTTP client ``server.upstream_client`` names."""
+    if cfg.server.upstream_client == "aiohttp":
+        from gateway.upstream.aiohttp_sender import AiohttpSender
+
+        return AiohttpSender(cfg.timeouts, pool_size(cfg))
+    from gateway.upstream.h1 import H1Sender
+
+    return H1Sender(cfg.timeouts, pool_size(cfg))

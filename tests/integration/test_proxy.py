@@ -54,8 +54,9 @@ async def test_client_request_id_is_kept_and_sent_upstream(make_gateway) -> None
 
 
 async def test_the_upstream_sees_the_clients_user_agent_and_never_aiohttps(make_gateway) -> None:
-    """The sender drops aiohttp's own User-Agent (gateway/upstream.py: _Request) and keeps
-    its other defaults; this pins what reaches the provider across aiohttp versions."""
+    """Neither sender adds a User-Agent of its own (the aiohttp one drops aiohttp's, see
+    aiohttp_sender.py: _Request); both keep aiohttp's other defaults (Accept, Accept-Encoding).
+    This pins what reaches the provider, whichever client and aiohttp version."""
     gw = await make_gateway()
     await gw.chat(headers={"User-Agent": "my-agent/1.0"})
     payload = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
@@ -66,7 +67,7 @@ async def test_the_upstream_sees_the_clients_user_agent_and_never_aiohttps(make_
     assert with_ua.headers["User-Agent"] == "my-agent/1.0"
     assert "User-Agent" not in without_ua.headers
     for sent in (with_ua, without_ua):
-        assert "gzip" in sent.headers["Accept-Encoding"]  # aiohttp's default; bodies reach clients decoded
+        assert "gzip" in sent.headers["Accept-Encoding"]  # bodies reach clients decoded
         assert sent.headers["Content-Type"] == "application/json"
 
 

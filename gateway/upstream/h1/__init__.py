@@ -1,0 +1,87 @@
+"""The gateway's own HTTP/1.1 client for upstreams (``server.upstream_client: h1``).
+
+Purpose-built for what the gateway sends: one request head written with its body in one
+``write``, answers parsed by llhttp (``httptools``), connections pooled per host. It does
+less than aiohttp's client (no cookies, redirects, proxies, HTTP/1.0 requests or client-side
+tracing: the gateway uses none of them) and costs a fraction of its CPU per request
+(``bench/RESULTS.md``). ``tests/conformance/`` holds both clients to one contract.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway.config import TimeoutsConfig
+from gateway.errors import TransportError
+from gateway.upstream import UpstreamFailure, UpstreamRequest, UpstreamResponse
+from gateway.upstream.deadline import Deadline
+from gateway.upstream.h1.codec import TargetCache, request_head
+from gateway.upstream.h1.connection import H1Response
+from gateway.upstream.h1.pool import Pool
+
+# Up to this size the body is copied into the head's buffer: one write, one segment.
+_JOIN_BELOW = 1 << 16
+
+
+class H1Sender:
+    """Sends upstream requests over pooled HTTP/1.1 connections (at most
+    ``max_connections`` in use at once)."""
+
+    def __init__(self, timeouts: TimeoutsConfig, max_connections: int) -> None:
+        self._timeouts = timeouts
+        self._max_connections = max_connections
+        self._targets = TargetCache()
+        self._pool: Pool | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._pool = Pool(self._loop, self._max_connections, self._timeouts.connect_s)
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+
+    async def __call__(self, request: UpstreamRequest) -> UpstreamResponse:
+        pool, loop = self._pool, self._loop
+        assert pool is not None and loop is not None, "H1Sender.start() was not awaited"
+        target = self._targets(request.url)
+        body = request.body
+        length = len(body) if body or request.method != "GET" else None
+        head = request_head(request.method, target, request.headers, length)
+        deadline = Deadline(loop)
+        deadline.arm(request.first_byte_timeout_s)  # the pool's queue and the connect included
+        response: H1Response | None = None
+        try:
+            conn = await pool.acquire(target.key)
+            response = H1Response(conn, pool, self._timeouts.idle_s, deadline, loop, request.method == "HEAD")
+            conn.exchange = response
+            transport = conn.transport
+            assert transport is not None
+            if len(body) < _JOIN_BELOW:
+                transport.write(head + body if body else head)
+            else:
+                transport.write(head)
+                transport.write(body)
+            while not response.head_done and response.failure is None:
+                await response.wait()
+        except asyncio.CancelledError:
+            _abandon(response, deadline)
+            if deadline.expired():
+                raise UpstreamFailure(TransportError.FIRST_BYTE_TIMEOUT, "no response head") from None
+            raise
+        except BaseException:
+            _abandon(response, deadline)
+            raise
+        if response.failure is not None:
+            _abandon(response, deadline)
+            raise response.failure
+        deadline.disarm()  # the body's reads re-arm it with idle_s
+        return response
+
+
+def _abandon(response: H1Response | None, deadline: Deadline) -> None:
+    """No answer to hand over: the socket goes (it may still carry the unread one)."""
+    deadline.close()
+    if response is not None:
+        response.discard()

@@ -1,0 +1,145 @@
+"""Connections kept open per (scheme, host, port), at most ``limit`` in use at once.
+
+The limit counts connections lent out or being opened, as aiohttp's connector does; a
+request over it waits its turn, first come first served, and is handed the slot of the
+exchange that ends (so a newcomer never overtakes a waiter). Idle connections are reused
+newest first and closed after ``keepalive_s`` unused, or as soon as the server closes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections import deque
+
+from gateway.errors import TransportError
+from gateway.upstream import UpstreamFailure
+from gateway.upstream.h1.connection import Connection
+
+Key = tuple[str, str, int]
+
+
+class Pool:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, limit: int, connect_s: float, keepalive_s: float = 30.0,
+    ) -> None:  # fmt: skip
+        self._loop = loop
+        self._limit = limit
+        self._connect_s = connect_s
+        self._keepalive_s = keepalive_s
+        self._busy = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._idle: dict[Key, list[Connection]] = {}
+        self._open: set[Connection] = set()
+        self._ssl: ssl.SSLContext | None = None
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    @property
+    def in_use(self) -> int:
+        return self._busy
+
+    async def acquire(self, key: Key) -> Connection:
+        if self._closed:
+            raise UpstreamFailure(TransportError.CONNECT, "client closed")
+        if self._busy < self._limit and not self._waiters:
+            self._busy += 1
+        else:
+            await self._turn()
+        try:
+            idle = self._idle.get(key)
+            if idle:
+                now = self._loop.time()
+                while idle:
+                    conn = idle.pop()
+                    if not conn.closed and now - conn.idle_since < self._keepalive_s:
+                        return conn
+                    conn.abort()
+            return await self._connect(key)
+        except BaseException:
+            self._hand_on()
+            raise
+
+    def release(self, conn: Connection, reusable: bool) -> None:
+        if reusable and not self._closed:
+            conn.idle_since = self._loop.time()
+            self._idle.setdefault(conn.key, []).append(conn)
+            if self._sweeper is None:
+                self._sweeper = self._loop.call_later(self._keepalive_s / 2, self._sweep)
+        else:
+            conn.abort()
+        self._hand_on()
+
+    def close(self) -> None:
+        self._closed = True
+        for conn in list(self._open):
+            conn.abort()
+        self._idle.clear()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(UpstreamFailure(TransportError.CONNECT, "client closed"))
+
+    async def _turn(self) -> None:
+        waiter = self._loop.create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self._hand_on()  # handed the slot just as it gave up: pass it on
+            raise
+
+    def _hand_on(self) -> None:
+        """A slot is free: to the first waiter still waiting, else back to the count."""
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._busy -= 1
+
+    async def _connect(self, key: Key) -> Connection:
+        scheme, host, port = key
+        context = self._context() if scheme == "https" else None
+        try:
+            async with asyncio.timeout(self._connect_s):
+                _, conn = await self._loop.create_connection(
+                    lambda: Connection(key, self._gone), host, port,
+                    ssl=context, server_hostname=host if context is not None else None,
+                    happy_eyeballs_delay=0.25,
+                )  # fmt: skip
+        except TimeoutError:
+            raise UpstreamFailure(TransportError.CONNECT_TIMEOUT, "TimeoutError") from None
+        except OSError as e:  # refused, unreachable, DNS, TLS (SSLError is an OSError)
+            raise UpstreamFailure(TransportError.CONNECT, type(e).__name__) from None
+        if self._closed:
+            conn.abort()
+            raise UpstreamFailure(TransportError.CONNECT, "client closed")
+        self._open.add(conn)
+        return conn
+
+    def _context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            self._ssl = ssl.create_default_context()  # the system's CAs, as aiohttp uses
+        return self._ssl
+
+    def _gone(self, conn: Connection) -> None:
+        self._open.discard(conn)
+        idle = self._idle.get(conn.key)
+        if idle and conn in idle:
+            idle.remove(conn)
+
+    def _sweep(self) -> None:
+        self._sweeper = None
+        cutoff = self._loop.time() - self._keepalive_s
+        for idle in self._idle.values():
+            for conn in [c for c in idle if c.idle_since <= cutoff]:
+                idle.remove(conn)
+                conn.abort()
+        if any(self._idle.values()):
+            self._sweeper = self._loop.call_later(self._keepalive_s / 2, self._sweep)

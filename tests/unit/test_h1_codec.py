@@ -1,0 +1,139 @@
+"""The h1 client's pure parts: URL targets, request heads, body decoders."""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+
+import brotli
+import pytest
+from backports.zstd import ZstdCompressor
+
+from gateway.upstream.h1.codec import (
+    ACCEPT_ENCODING,
+    BadRequestHead,
+    DecodeError,
+    TargetCache,
+    decoder_for,
+    parse_target,
+    request_head,
+)
+
+
+@pytest.mark.parametrize(
+    ("url", "key", "target", "host"),
+    [
+        ("http://127.0.0.1:8080/v1/chat/completions", ("http", "127.0.0.1", 8080), "/v1/chat/completions",
+         "127.0.0.1:8080"),
+        ("https://api.openai.com/v1/responses?x=1", ("https", "api.openai.com", 443), "/v1/responses?x=1",
+         "api.openai.com"),
+        ("HTTP://Example.COM:80", ("http", "example.com", 80), "/", "example.com"),
+        ("http://[::1]:9000/v1/a%2Fb?q=%20", ("http", "::1", 9000), "/v1/a%2Fb?q=%20", "[::1]:9000"),
+    ],
+)  # fmt: skip
+def test_targets_keep_the_encoded_path_and_name_the_host(
+    url: str, key: tuple, target: str, host: str
+) -> None:
+    t = parse_target(url)
+    assert (t.key, t.target, t.host_header) == (key, target, host)
+
+
+@pytest.mark.parametrize("url", ["ftp://x/y", "http:///nohost", "unix:/tmp/s"])
+def test_a_url_the_client_cannot_reach_is_refused(url: str) -> None:
+    with pytest.raises(BadRequestHead):
+        parse_target(url)
+
+
+def test_the_target_cache_stays_bounded() -> None:
+    cache = TargetCache(max_entries=4)
+    for i in range(10):
+        assert cache(f"http://h/{i}").target == f"/{i}"
+    assert len(cache._known) <= 4
+
+
+def test_the_head_carries_host_length_and_the_given_headers_in_order() -> None:
+    t = parse_target("http://127.0.0.1:9/v1/messages")
+    head = request_head(
+        "POST", t, {"content-type": "application/json", "x-api-key": "k", "X-Request-Id": "r"}, 12
+    )
+    assert head == (
+        b"POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1:9\r\ncontent-type: application/json\r\n"
+        b"x-api-key: k\r\nX-Request-Id: r\r\nAccept: */*\r\nAccept-Encoding: " + ACCEPT_ENCODING.encode()
+        + b"\r\nContent-Length: 12\r\n\r\n"
+    )  # fmt: skip
+    assert b"User-Agent" not in head
+
+
+def test_framing_headers_are_the_clients_own_and_given_accepts_are_kept() -> None:
+    t = parse_target("http://h/x")
+    given = {"Host": "evil", "Content-Length": "999", "Transfer-Encoding": "chunked", "Connection": "close",
+             "Accept": "text/event-stream", "Accept-Encoding": "identity"}  # fmt: skip
+    head = request_head("GET", t, given, None).decode()
+    assert head.count("Host:") == 1 and "Host: h\r\n" in head
+    assert "999" not in head and "chunked" not in head and "Connection" not in head
+    assert "Content-Length" not in head  # a GET without a body says nothing of one
+    assert "Accept: text/event-stream\r\n" in head and "Accept-Encoding: identity\r\n" in head
+    assert "*/*" not in head
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{"x-a": "1\r\nx-injected: 2"}, {"x-a": "1\nx-b: 2"}, {"x-a\r\nx-b": "1"}, {"x:a": "1"}],
+)
+def test_a_header_that_would_split_the_head_is_refused(headers: dict[str, str]) -> None:
+    with pytest.raises(BadRequestHead):
+        request_head("POST", parse_target("http://h/x"), headers, 0)
+
+
+BODY = b'{"id":"chatcmpl-1","choices":[{"message":{"content":"hi"}}]}' * 50
+
+
+def _feed(encoding: str, data: bytes, pieces: int = 7) -> bytes:
+    decode = decoder_for(encoding)
+    assert decode is not None
+    step = max(1, len(data) // pieces)
+    return b"".join(decode(data[i : i + step]) for i in range(0, len(data), step))
+
+
+@pytest.mark.parametrize(
+    ("encoding", "encode"),
+    [
+        ("gzip", gzip.compress),
+        ("x-gzip", gzip.compress),
+        ("deflate", zlib.compress),  # RFC 1950 zlib-wrapped, as the RFC says
+        ("deflate", lambda b: zlib.compress(b)[2:-4]),  # raw deflate, as some servers send it
+        ("br", brotli.compress),
+        ("zstd", lambda b: ZstdCompressor().compress(b, ZstdCompressor.FLUSH_FRAME)),
+        ("GZIP ", gzip.compress),
+    ],
+)
+def test_bodies_decode_whatever_the_pieces_they_arrive_in(encoding: str, encode: object) -> None:
+    encoded = encode(BODY)  # type: ignore[operator]
+    assert _feed(encoding, encoded) == BODY
+    assert _feed(encoding, encoded, pieces=len(encoded)) == BODY  # one byte at a time
+
+
+def test_gzip_members_one_after_another_decode_as_one_body() -> None:
+    assert _feed("gzip", gzip.compress(b"first ") + gzip.compress(b"second")) == b"first second"
+
+
+def test_identity_needs_no_decoder() -> None:
+    assert decoder_for(None) is None and decoder_for("identity") is None and decoder_for("") is None
+
+
+@pytest.mark.parametrize("encoding", ["compress", "exi", "gzip, br"])
+def test_an_encoding_the_client_cannot_decode_is_refused(encoding: str) -> None:
+    with pytest.raises(DecodeError):
+        decoder_for(encoding)
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "br", "zstd"])
+def test_a_corrupt_body_is_a_decode_error(encoding: str) -> None:
+    decode = decoder_for(encoding)
+    assert decode is not None
+    with pytest.raises(DecodeError):
+        decode(b"\xff\xfe this is not compressed data at all \x00" * 4)
+
+
+def test_every_encoding_the_client_decodes_is_advertised() -> None:
+    assert ACCEPT_ENCODING == "gzip, deflate, br, zstd"
