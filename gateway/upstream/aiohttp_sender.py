@@ -4,6 +4,7 @@ aiohttp's exceptions mapped once into :class:`TransportError`."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator, Iterable, Mapping
 
 import aiohttp
@@ -121,9 +122,13 @@ class _Request(aiohttp.ClientRequest):
 class AiohttpSender:
     """Sends upstream requests over one shared, bounded connection pool."""
 
-    def __init__(self, timeouts: TimeoutsConfig, max_connections: int) -> None:
+    def __init__(
+        self, timeouts: TimeoutsConfig, max_connections: int, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
+        """``ssl_context``: whom https upstreams are verified against; the system's CAs when None."""
         self._timeouts = timeouts
         self._max_connections = max_connections
+        self._ssl_context = ssl_context
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -134,6 +139,7 @@ class AiohttpSender:
             limit_per_host=self._max_connections,
             keepalive_timeout=30,
             enable_cleanup_closed=True,
+            ssl=self._ssl_context if self._ssl_context is not None else True,
         )
         self._session = aiohttp.ClientSession(
             connector=connector,

@@ -38,6 +38,14 @@ def test_targets_keep_the_encoded_path_and_name_the_host(
     assert (t.key, t.target, t.host_header) == (key, target, host)
 
 
+def test_credentials_in_the_url_become_basic_auth_as_aiohttp_makes_them() -> None:
+    t = parse_target("https://us%40er:p%3Ass@h.example/v1")
+    assert t.authorization == "Basic dXNAZXI6cDpzcw=="  # base64("us@er:p:ss")
+    head = request_head("POST", t, {"Authorization": "Bearer other"}, 0).decode()
+    assert "Authorization: Basic dXNAZXI6cDpzcw==\r\n" in head and "Bearer" not in head
+    assert "us%40er" not in head and parse_target("http://h/").authorization is None
+
+
 @pytest.mark.parametrize("url", ["ftp://x/y", "http:///nohost", "unix:/tmp/s"])
 def test_a_url_the_client_cannot_reach_is_refused(url: str) -> None:
     with pytest.raises(BadRequestHead):

@@ -10,6 +10,7 @@ tracing: the gateway uses none of them) and costs a fraction of its CPU per requ
 from __future__ import annotations
 
 import asyncio
+import ssl
 
 from gateway.config import TimeoutsConfig
 from gateway.errors import TransportError
@@ -27,16 +28,21 @@ class H1Sender:
     """Sends upstream requests over pooled HTTP/1.1 connections (at most
     ``max_connections`` in use at once)."""
 
-    def __init__(self, timeouts: TimeoutsConfig, max_connections: int) -> None:
+    def __init__(
+        self, timeouts: TimeoutsConfig, max_connections: int, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
+        """``ssl_context``: whom https upstreams are verified against; the system's CAs when None."""
         self._timeouts = timeouts
         self._max_connections = max_connections
+        self._ssl_context = ssl_context
         self._targets = TargetCache()
         self._pool: Pool | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._pool = Pool(self._loop, self._max_connections, self._timeouts.connect_s)
+        connect_s = self._timeouts.connect_s
+        self._pool = Pool(self._loop, self._max_connections, connect_s, ssl_context=self._ssl_context)
 
     async def close(self) -> None:
         if self._pool is not None:

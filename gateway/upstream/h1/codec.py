@@ -5,10 +5,11 @@ Pure functions and small objects, no I/O; ``connection.py`` drives them.
 
 from __future__ import annotations
 
+import base64
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 try:  # the same optional decoders aiohttp uses, so either client accepts the same bodies
     import brotli  # type: ignore[import-untyped]
@@ -37,6 +38,9 @@ class Target:
     key: tuple[str, str, int]  # (scheme, host, port): one pool of connections each
     target: str
     host_header: str
+    # Credentials in the URL (``http://user:pass@host``) become Basic auth, replacing any
+    # Authorization header given, as aiohttp does with them.
+    authorization: str | None = None
 
 
 def parse_target(url: str) -> Target:
@@ -52,7 +56,11 @@ def parse_target(url: str) -> Target:
     shown = f"[{host}]" if ":" in host else host
     host_header = shown if port == default else f"{shown}:{port}"
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    return Target((scheme, host, port), target, host_header)
+    authorization = None
+    if parts.username is not None:
+        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+        authorization = "Basic " + base64.b64encode(pair).decode("ascii")
+    return Target((scheme, host, port), target, host_header, authorization)
 
 
 class TargetCache:
@@ -79,12 +87,14 @@ def request_head(method: str, target: Target, headers: Mapping[str, str], body_l
     and the framing are ours; like aiohttp the client adds ``Accept: */*`` and the encodings
     it decodes when not given, and no User-Agent (the client's, if any, is the one sent)."""
     lines = [f"{method} {target.target} HTTP/1.1\r\nHost: {target.host_header}\r\n"]
+    if target.authorization is not None:
+        lines.append(f"Authorization: {target.authorization}\r\n")
     accept = encoding = False
     for name, value in headers.items():
         if "\r" in value or "\n" in value or "\r" in name or "\n" in name or ":" in name:
             raise BadRequestHead(f"header {name[:64]!r} has a line break or colon in it")
         lower = name.lower()
-        if lower in _OURS:
+        if lower in _OURS or (lower == "authorization" and target.authorization is not None):
             continue
         accept = accept or lower == "accept"
         encoding = encoding or lower == "accept-encoding"

@@ -22,6 +22,7 @@ Key = tuple[str, str, int]
 class Pool:
     def __init__(
         self, loop: asyncio.AbstractEventLoop, limit: int, connect_s: float, keepalive_s: float = 30.0,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:  # fmt: skip
         self._loop = loop
         self._limit = limit
@@ -31,7 +32,7 @@ class Pool:
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._idle: dict[Key, list[Connection]] = {}
         self._open: set[Connection] = set()
-        self._ssl: ssl.SSLContext | None = None
+        self._ssl = ssl_context
         self._sweeper: asyncio.TimerHandle | None = None
         self._closed = False
 

@@ -1,0 +1,121 @@
+"""Both upstream clients over TLS (a throwaway CA from trustme) and with credentials in the URL."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import pytest
+import trustme
+
+from gateway.config import TimeoutsConfig
+from gateway.errors import TransportError
+from gateway.upstream import UpstreamFailure, UpstreamRequest
+from gateway.upstream.aiohttp_sender import AiohttpSender
+from gateway.upstream.h1 import H1Sender
+
+CLIENTS = {"aiohttp": AiohttpSender, "h1": H1Sender}
+TIMEOUTS = TimeoutsConfig(connect_s=2, first_byte_s=2, idle_s=2)
+ANSWER = b'{"ok":true}'
+
+
+@dataclass
+class Server:
+    port: int
+    heads: list[bytes] = field(default_factory=list)
+    connections: int = 0
+
+
+async def _serve(ssl_context: ssl.SSLContext | None) -> tuple[Server, asyncio.Server]:
+    server = Server(0)
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        server.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                server.heads.append(head)
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)  # fmt: skip
+                await reader.readexactly(length)
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(ANSWER), ANSWER))  # fmt: skip
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+            pass
+        finally:
+            writer.close()
+
+    srv = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=ssl_context)
+    server.port = srv.sockets[0].getsockname()[1]
+    return server, srv
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture
+async def tls_server(ca: trustme.CA) -> AsyncIterator[Server]:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("localhost", "127.0.0.1").configure_cert(context)
+    server, srv = await _serve(context)
+    yield server
+    srv.close()
+
+
+def _request(url: str, headers: dict[str, str] | None = None) -> UpstreamRequest:
+    return UpstreamRequest("POST", url, headers or {"Content-Type": "application/json"}, b'{"q":1}', 2.0)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_an_https_upstream_is_verified_and_its_connection_kept(
+    client: str, ca: trustme.CA, tls_server
+) -> None:
+    trusted = ssl.create_default_context()
+    ca.configure_trust(trusted)
+    sender = CLIENTS[client](TIMEOUTS, 4, ssl_context=trusted)
+    await sender.start()
+    try:
+        for host in ("localhost", "localhost", "127.0.0.1"):
+            resp = await sender(_request(f"https://{host}:{tls_server.port}/v1/chat/completions"))
+            assert resp.status == 200 and await resp.read(1 << 20) == ANSWER
+    finally:
+        await sender.close()
+    assert len(tls_server.heads) == 3
+    assert tls_server.connections == 2  # one per host name: the pool is per (scheme, host, port)
+    assert tls_server.heads[0].startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_an_upstream_whose_certificate_is_not_trusted_is_a_connect_failure(
+    client: str, tls_server
+) -> None:
+    sender = CLIENTS[client](TIMEOUTS, 4)  # the system's CAs: the throwaway CA is not among them
+    await sender.start()
+    try:
+        with pytest.raises(UpstreamFailure) as e:
+            await sender(_request(f"https://localhost:{tls_server.port}/v1/chat/completions"))
+        assert e.value.kind is TransportError.CONNECT
+        assert tls_server.heads == []  # nothing was sent over the unverified connection
+    finally:
+        await sender.close()
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_credentials_in_the_url_are_sent_as_basic_auth_by_both(client: str) -> None:
+    server, srv = await _serve(None)
+    sender = CLIENTS[client](TIMEOUTS, 4)
+    await sender.start()
+    try:
+        resp = await sender(_request(f"http://us%40er:p%3Ass@127.0.0.1:{server.port}/v1/x"))
+        assert resp.status == 200 and await resp.read(1 << 20) == ANSWER
+    finally:
+        await sender.close()
+        srv.close()
+    head = server.heads[0].decode()
+    assert "Authorization: Basic dXNAZXI6cDpzcw==\r\n" in head  # base64("us@er:p:ss")
+    assert "us%40er" not in head
