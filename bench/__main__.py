@@ -1,7 +1,8 @@
 """`python -m bench` (or `make bench`): the upstream directly, a minimal aiohttp proxy and the
 gateway, measured side by side in one run (the gateway also with its state in a real Redis,
 when redis-server is installed, translating the chat client to a Messages-only upstream, and
-translating a Messages and a Responses client to a chat-only upstream);
+translating a Messages and a Responses client to a chat-only upstream, and on aiohttp's client
+instead of its own);
 then how the cost grows (thousands of open streams, a long mixed soak) and the compression
 benchmark. `make bench` then runs `bench.faults` and `bench.translation`.
 
@@ -55,6 +56,7 @@ MINIMAL, GATEWAY, DIRECT = "minimal aiohttp proxy", "llm-gateway", "upstream dir
 # The same gateway with its state in a real Redis (Debian's redis-server, when installed), and
 # with the chat client translated to an upstream that speaks only Anthropic Messages.
 ON_REDIS, TRANSLATED = "llm-gateway, state: redis", "llm-gateway, translated (chat → Messages upstream)"
+ON_AIOHTTP = "llm-gateway, upstream_client: aiohttp"
 # Agents' own APIs on a chat-only upstream: Claude Code's and Codex's path to a local server.
 FROM_MESSAGES = "llm-gateway, translated (Messages client → chat upstream)"
 FROM_RESPONSES = "llm-gateway, translated (Responses client → chat upstream)"
@@ -287,6 +289,12 @@ def run_loop(loop: str, tmp: Path, fd_limit: int, growth: bool) -> str:
     # Both proxies run on the same event loop; the upstream always on asyncio's own.
     on = ["-m", "bench.on_uvloop"] if loop == "uvloop" else ["-m"]
     variants: dict[str, tuple[int, Path]] = {}
+    # The same gateway on aiohttp's client (server.upstream_client: aiohttp): what the h1 client saves.
+    port = free_port()
+    cfg = tmp / f"gateway-{loop}-aiohttp-client.yaml"
+    cfg.write_text(config.read_text().replace(f"port: {gw_port},", f"port: {port},")
+                   .replace("log_level: info}", "log_level: info, upstream_client: aiohttp}"))
+    variants[ON_AIOHTTP] = (port, cfg)
     redis: subprocess.Popen[bytes] | None = None
     if shutil.which("redis-server"):
         redis_port, port = free_port(), free_port()
