@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,6 +70,18 @@ def access_lines(gw: Gateway) -> list[dict[str, object]]:
     return lines
 
 
+def turns_on(gw: Gateway, path: str, wait_s: float = 5.0) -> list[dict[str, object]]:
+    """The access lines of ``path``. A request's line is written after its answer (and flushed
+    by the log thread within 50 ms), so an agent that exits on the answer can be faster than
+    its line: wait for the line of a finished turn rather than read once."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        turns = [line for line in access_lines(gw) if line.get("path") == path]
+        if any(line.get("status") == 200 for line in turns) or time.monotonic() > deadline:
+            return turns
+        time.sleep(0.05)
+
+
 @pytest.mark.timeout(600)
 def test_claude_code_prints_an_answer_from_a_chat_only_server(chat_only_gateway: Gateway, tmp_path: Path) -> None:
     if not os.access(CLAUDE, os.X_OK):
@@ -82,7 +95,7 @@ def test_claude_code_prints_an_answer_from_a_chat_only_server(chat_only_gateway:
                        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=540)  # fmt: skip
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
     assert r.stdout.strip(), r.stderr[-2000:]
-    turns = [line for line in access_lines(chat_only_gateway) if line.get("path") == "/v1/messages"]
+    turns = turns_on(chat_only_gateway, "/v1/messages")
     assert turns and all(line.get("translated") == "messages->chat" for line in turns)
     assert any(line.get("status") == 200 for line in turns)
     print(f"\nClaude Code on llama-cpp-python: {r.stdout.strip()[:200]!r}; gateway lines: "
@@ -108,7 +121,7 @@ def test_codex_prints_an_answer_from_a_chat_only_server(chat_only_gateway: Gatew
                        timeout=540)  # fmt: skip
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
     assert r.stdout.strip(), r.stderr[-2000:]
-    turns = [line for line in access_lines(chat_only_gateway) if line.get("path") == "/v1/responses"]
+    turns = turns_on(chat_only_gateway, "/v1/responses")
     assert turns and all(line.get("translated") == "responses->chat" for line in turns)
     print(f"\nCodex on llama-cpp-python: {r.stdout.strip()[:200]!r}; gateway lines: "
           f"{[(t.get('status'), t.get('attempts'), t.get('compressed')) for t in turns]}")
