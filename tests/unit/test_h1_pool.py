@@ -116,3 +116,21 @@ async def _until(condition, timeout_s: float = 2.0) -> None:  # type: ignore[no-
     async with asyncio.timeout(timeout_s):
         while not condition():  # noqa: ASYNC110
             await asyncio.sleep(0.005)
+
+
+async def test_an_exchange_dropped_unfinished_gives_its_slot_back(server) -> None:
+    """A response nobody read nor closed (a code path that forgot it) frees its pool slot
+    when it is dropped, instead of holding it for good."""
+    from gateway.upstream.deadline import Deadline
+    from gateway.upstream.h1.connection import H1Response
+
+    port, _ = server
+    loop = asyncio.get_running_loop()
+    pool = Pool(loop, limit=1, connect_s=1)
+    conn = await pool.acquire(("http", "127.0.0.1", port))
+    conn.begin(loop, head_only=False)
+    response = H1Response(conn, pool, 1.0, Deadline(loop))
+    assert pool.in_use == 1
+    del response  # the last reference: freed at once (nothing refers back to it)
+    assert pool.in_use == 0 and conn.closed  # an unfinished exchange's socket is not reused
+    pool.close()

@@ -60,8 +60,8 @@ class H1Sender:
         response: H1Response | None = None
         try:
             conn = await pool.acquire(target.key)
-            response = H1Response(conn, pool, self._timeouts.idle_s, deadline, loop, request.method == "HEAD")
-            conn.exchange = response
+            conn.begin(loop, head_only=request.method == "HEAD")
+            response = H1Response(conn, pool, self._timeouts.idle_s, deadline)
             transport = conn.transport
             assert transport is not None
             if len(body) < _JOIN_BELOW:
@@ -69,8 +69,7 @@ class H1Sender:
             else:
                 transport.write(head)
                 transport.write(body)
-            while not response.head_done and response.failure is None:
-                await response.wait()
+            await response.head()
         except asyncio.CancelledError:
             _abandon(response, deadline)
             if deadline.expired():
@@ -79,9 +78,6 @@ class H1Sender:
         except BaseException:
             _abandon(response, deadline)
             raise
-        if response.failure is not None:
-            _abandon(response, deadline)
-            raise response.failure
         deadline.disarm()  # the body's reads re-arm it with idle_s
         return response
 
@@ -90,4 +86,4 @@ def _abandon(response: H1Response | None, deadline: Deadline) -> None:
     """No answer to hand over: the socket goes (it may still carry the unread one)."""
     deadline.close()
     if response is not None:
-        response.discard()
+        response.close()  # unfinished: the socket is dropped, the slot handed on

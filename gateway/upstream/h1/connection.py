@@ -1,9 +1,14 @@
 """One HTTP/1.1 connection, and the response of the one exchange on it at a time.
 
-The connection is an asyncio protocol: bytes from the socket go to the current
-exchange's llhttp parser (``httptools``: the parser Node.js uses, in C), whose callbacks
-fill in the :class:`H1Response`. A small answer usually arrives whole in one read, so the
-head, the body and the end are all known before anyone awaits anything.
+The connection is an asyncio protocol whose bytes go to its llhttp parser (``httptools``:
+the parser Node.js uses, in C); the parser's callbacks fill in the exchange under way. A
+small answer usually arrives whole in one read, so the head, the body and its end are all
+known before anyone awaits anything.
+
+Only :class:`H1Response` (what the pipeline holds) refers to the connection, never the other
+way round: a response dropped without being read or closed is freed at once and gives its
+pool slot back (``__del__``), where a reference from the connection would keep it, and its
+slot, for as long as the socket stayed open.
 """
 
 from __future__ import annotations
@@ -24,76 +29,35 @@ if TYPE_CHECKING:
     from gateway.upstream.h1.pool import Pool
 
 # A body the reader does not keep up with stops the socket being read past this much
-# (the upstream then waits on TCP), and reading resumes once it is down to the low mark.
+# (the upstream then waits on TCP), and reading resumes once the reader has taken it.
 HIGH_WATER = 1 << 20
-LOW_WATER = 1 << 18
 # Far more than any real response head; aiohttp's limit is 8,190 bytes per line.
 MAX_HEAD_BYTES = 1 << 16
 
 _EMPTY: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
-# A finished exchange swaps its parser for this one: the parser holds the exchange's bound
-# callbacks, so keeping it would leave a reference cycle per request for the cyclic garbage
-# collector, whose full passes then stall the loop for milliseconds (seen at p99).
-_SPENT = httptools.HttpResponseParser(object())
 _NO_BODY_STATUSES = frozenset({204, 304})
 
 
 class Connection(asyncio.Protocol):
-    """A socket to one (scheme, host, port), reused for one exchange after another."""
+    """A socket to one (scheme, host, port), carrying one exchange after another.
+
+    The exchange's state lives here, reset by :meth:`begin`; failures are data until
+    someone reads (a reset after the last byte a reader wanted harms nobody).
+    """
 
     def __init__(self, key: tuple[str, str, int], gone: Callable[[Connection], None]) -> None:
         self.key = key
         self.transport: asyncio.Transport | None = None
-        self.exchange: H1Response | None = None
         self.closed = False
         self.idle_since = 0.0
         self._gone = gone
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        exchange = self.exchange
-        if exchange is None:
-            self.abort()  # bytes nobody asked for: what follows on this socket cannot be trusted
-            return
-        exchange.feed(data)
-
-    def eof_received(self) -> bool | None:
-        return None  # the transport closes; connection_lost tells the exchange
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        exchange = self.exchange
-        if exchange is not None:
-            exchange.lost()
-        self._gone(self)
-
-    def abort(self) -> None:
-        self.closed = True
-        if self.transport is not None:
-            self.transport.abort()
-
-
-class H1Response:
-    """The answer to one request: status and headers once the head is in, then the body.
-
-    The parser calls ``on_*`` as bytes arrive; the reader takes what has queued up. Failures
-    are data until someone reads: a reset after the last byte a reader wanted harms nobody.
-    """
-
-    def __init__(
-        self, conn: Connection, pool: Pool, idle_s: float, deadline: Deadline,
-        loop: asyncio.AbstractEventLoop, head_only: bool,
-    ) -> None:  # fmt: skip
-        self._conn = conn
-        self._pool = pool
-        self._idle_s = idle_s
-        self._deadline = deadline
-        self._loop = loop
-        self._head_only = head_only  # a HEAD request: its answer has no body whatever it says
         self._parser = httptools.HttpResponseParser(self)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.busy = False
+        self._reset(False)
+
+    def _reset(self, head_only: bool) -> None:
+        self._head_only = head_only  # a HEAD request: its answer has no body whatever it says
         self._raw: list[tuple[bytes, bytes]] = []
         self._head_bytes = 0
         self.status = 0
@@ -101,27 +65,89 @@ class H1Response:
         self.head_done = False
         self._informational = False
         self._decoder: Decoder | None = None
-        self._until_close = False  # no length, not chunked: the body ends when the socket does
-        self._chunks: list[bytes] = []
+        self.until_close = False  # no length, not chunked: the body ends when the socket does
+        self.chunks: list[bytes] = []
         self._queued = 0
         self._paused = False
-        self._complete = False
+        self.complete = False
         self._keep_alive = False
         self._after_end = False  # bytes after the end of the answer: the socket is not reused
         self.failure: UpstreamFailure | None = None
         self._waiter: asyncio.Future[None] | None = None
-        self._finished = False
+
+    def begin(self, loop: asyncio.AbstractEventLoop, head_only: bool) -> None:
+        """A new exchange on this connection (the last one ended cleanly)."""
+        self._loop = loop
+        self.busy = True
+        self._reset(head_only)
+
+    def end(self) -> bool:
+        """The exchange is over; whether the socket can carry another."""
+        self.busy = False
+        reusable = (
+            self.complete and self._keep_alive and self.failure is None
+            and not self._after_end and not self.until_close and not self.closed
+        )  # fmt: skip
+        self.chunks = []
+        self._waiter = None
+        if reusable and self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+        return reusable
+
+    # asyncio's protocol callbacks.
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        if not self.busy:
+            self.abort()  # bytes nobody asked for: what follows on this socket cannot be trusted
+            return
+        if not self.head_done:
+            self._head_bytes += len(data)
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(TransportError.RESET, "unexpected protocol upgrade")
+        except httptools.HttpParserError:
+            if self.failure is None:  # not a failure a callback already recorded
+                kind = TransportError.STREAM_BROKEN if self.head_done else TransportError.RESET
+                self._fail(kind, "malformed response" if self.head_done else "malformed response head")
+        if not self.head_done and self._head_bytes > MAX_HEAD_BYTES and self.failure is None:
+            self._fail(TransportError.RESET, "response head too large")
+
+    def eof_received(self) -> bool | None:
+        return None  # the transport closes; connection_lost ends the exchange
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.busy and not self.complete and self.failure is None:
+            if self.head_done and self.until_close:
+                self.complete = True  # the socket's end is the body's end
+                self._wake()
+            elif self.head_done:
+                self._fail(TransportError.STREAM_BROKEN, "ServerDisconnectedError")
+            else:
+                self._fail(TransportError.RESET, "ServerDisconnectedError")
+        self._gone(self)
+
+    def abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
 
     # The parser's callbacks (httptools calls them by name).
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self._complete:
+        if self.complete:
             self._after_end = True
             return
         self._raw.append((name, value))
 
     def on_headers_complete(self) -> None:
-        if self._complete:
+        if self.complete:
             self._after_end = True
             return
         status = self._parser.get_status_code()
@@ -145,16 +171,16 @@ class H1Response:
         if self._head_only:
             # llhttp knows 204 and 304 have no body, but not that this one answers a HEAD:
             # the answer ends here and the socket, whose parser may still expect a body, goes.
-            self._complete = True
+            self.complete = True
         elif status not in _NO_BODY_STATUSES:
             chunked = "chunked" in headers.get("Transfer-Encoding", "").lower()
-            self._until_close = not chunked and "Content-Length" not in headers
+            self.until_close = not chunked and "Content-Length" not in headers
         self._wake()
 
     def on_body(self, body: bytes) -> None:
         if self.failure is not None:
             return
-        if self._complete:
+        if self.complete:
             self._after_end = True
             return
         if self._decoder is not None:
@@ -165,11 +191,11 @@ class H1Response:
                 return
             if not body:
                 return
-        self._chunks.append(body)
+        self.chunks.append(body)
         self._queued += len(body)
-        if self._queued > HIGH_WATER and not self._paused and self._conn.transport is not None:
+        if self._queued > HIGH_WATER and not self._paused and self.transport is not None:
             self._paused = True
-            self._conn.transport.pause_reading()
+            self.transport.pause_reading()
         self._wake()
 
     def on_message_complete(self) -> None:
@@ -178,44 +204,19 @@ class H1Response:
             return
         if self.failure is not None:
             return
-        if self._complete:
+        if self.complete:
             self._after_end = True
             return
-        self._complete = True
+        self.complete = True
         self._keep_alive = self._parser.should_keep_alive()
         self._wake()
 
-    # Driven by the connection.
-
-    def feed(self, data: bytes) -> None:
-        if not self.head_done:
-            self._head_bytes += len(data)
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._fail(TransportError.RESET, "unexpected protocol upgrade")
-        except httptools.HttpParserError:
-            if self.failure is None:  # not a failure a callback already recorded
-                kind = TransportError.STREAM_BROKEN if self.head_done else TransportError.RESET
-                self._fail(kind, "malformed response" if self.head_done else "malformed response head")
-        if not self.head_done and self._head_bytes > MAX_HEAD_BYTES and self.failure is None:
-            self._fail(TransportError.RESET, "response head too large")
-
-    def lost(self) -> None:
-        if self._complete or self.failure is not None:
-            return
-        if self.head_done and self._until_close:
-            self._complete = True  # the socket's end is the body's end
-            self._wake()
-        elif self.head_done:
-            self._fail(TransportError.STREAM_BROKEN, "ServerDisconnectedError")
-        else:
-            self._fail(TransportError.RESET, "ServerDisconnectedError")
+    # For the response.
 
     def _fail(self, kind: TransportError, detail: str) -> None:
         if self.failure is None:
             self.failure = UpstreamFailure(kind, detail)
-        self._conn.abort()  # whatever the socket says next is not to be believed
+        self.abort()  # whatever the socket says next is not to be believed
         self._wake()
 
     def _wake(self) -> None:
@@ -225,29 +226,54 @@ class H1Response:
 
     async def wait(self) -> None:
         """Until the parser has more to say (the head, body bytes, the end or a failure)."""
+        assert self._loop is not None
         waiter = self._waiter = self._loop.create_future()
         try:
             await waiter
         finally:
             self._waiter = None
 
-    # What the pipeline reads (the UpstreamResponse protocol).
-
-    def _take(self) -> bytes:
-        chunks = self._chunks
+    def take(self) -> bytes:
+        chunks = self.chunks
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         chunks.clear()
         self._queued = 0
-        if self._paused and self._conn.transport is not None:
+        if self._paused and self.transport is not None:
             self._paused = False
-            self._conn.transport.resume_reading()
+            self.transport.resume_reading()
         return data
+
+
+class H1Response:
+    """The answer to one request (the UpstreamResponse protocol): status and headers, then
+    the body as it arrives. It holds the connection's pool slot until read to the end,
+    closed, or dropped."""
+
+    __slots__ = ("_conn", "_deadline", "_finished", "_idle_s", "_pool", "headers", "status")
+
+    def __init__(self, conn: Connection, pool: Pool, idle_s: float, deadline: Deadline) -> None:
+        self._conn = conn
+        self._pool = pool
+        self._idle_s = idle_s
+        self._deadline = deadline
+        self._finished = False
+        self.status = 0
+        self.headers: CIMultiDictProxy[str] = _EMPTY
+
+    async def head(self) -> None:
+        """Until the head is in; raises what broke the exchange before it."""
+        conn = self._conn
+        while not conn.head_done and conn.failure is None:
+            await conn.wait()
+        if conn.failure is not None:
+            raise conn.failure
+        self.status, self.headers = conn.status, conn.headers
 
     async def _more(self) -> None:
         deadline = self._deadline
         deadline.arm(self._idle_s)
         try:
-            await self.wait()
+            await self._conn.wait()
         except asyncio.CancelledError:
             if deadline.expired():
                 raise UpstreamFailure(TransportError.IDLE_TIMEOUT, "no data within idle_s") from None
@@ -256,18 +282,19 @@ class H1Response:
             deadline.disarm()
 
     async def read(self, limit: int) -> bytes:
+        conn = self._conn
         parts: list[bytes] = []
         kept = 0
         try:
             while True:
-                if self.failure is not None:
-                    raise self.failure  # what arrived before it is no answer
-                if self._chunks:
-                    chunk = self._take()
+                if conn.failure is not None:
+                    raise conn.failure  # what arrived before it is no answer
+                if conn.chunks:
+                    chunk = conn.take()
                     if kept < limit:
                         parts.append(chunk[: limit - kept])
                         kept += len(parts[-1])
-                elif self._complete:
+                elif conn.complete:
                     break
                 else:
                     await self._more()
@@ -276,14 +303,15 @@ class H1Response:
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def iter_chunks(self) -> AsyncIterator[bytes]:
+        conn = self._conn
         try:
             while True:
-                if self._chunks:
-                    yield self._take()
-                elif self._complete:
+                if conn.chunks:
+                    yield conn.take()  # what arrived before a failure is still the client's
+                elif conn.complete:
                     return
-                elif self.failure is not None:
-                    raise self.failure
+                elif conn.failure is not None:
+                    raise conn.failure
                 else:
                     await self._more()
         finally:
@@ -292,11 +320,14 @@ class H1Response:
     def close(self) -> None:
         self._finish()
 
-    def discard(self) -> None:
-        """The exchange is abandoned before its head was handed over: the socket goes."""
-        if self.failure is None:
-            self.failure = UpstreamFailure(TransportError.RESET, "abandoned")
-        self._finish()
+    def __del__(self) -> None:
+        # Dropped unfinished (a path that neither read nor closed it): the slot must not be
+        # held for good, or after max_connections of those every request would wait.
+        if not self._finished:
+            try:
+                self._finish()
+            except RuntimeError:
+                pass  # the loop is already closed (interpreter exit): nothing left to free
 
     def _finish(self) -> None:
         """The exchange is over: the socket back to the pool if it can carry another."""
@@ -304,14 +335,5 @@ class H1Response:
             return
         self._finished = True
         self._deadline.close()
-        keep_alive = self._complete and self._keep_alive
-        self._parser = _SPENT
         conn = self._conn
-        conn.exchange = None
-        reusable = (
-            keep_alive and self.failure is None
-            and not self._after_end and not self._until_close and not conn.closed
-        )  # fmt: skip
-        if self._paused and reusable and conn.transport is not None:
-            conn.transport.resume_reading()
-        self._pool.release(conn, reusable)
+        self._pool.release(conn, conn.end())
