@@ -97,6 +97,7 @@ class ScriptedServer:
     open_now: int = 0
     max_open: int = 0
     request_seen: asyncio.Event = field(default_factory=asyncio.Event)
+    conn_closed: asyncio.Event = field(default_factory=asyncio.Event)  # set as each one ends
     port: int = 0
     _server: asyncio.Server | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -133,8 +134,15 @@ class ScriptedServer:
                 raise
         finally:
             self.open_now -= 1
+            self.conn_closed.set()
             writer.close()
             self._tasks.discard(task)
+
+    async def all_closed(self) -> None:
+        """Until the client has let go of every connection."""
+        while self.open_now:
+            self.conn_closed.clear()
+            await self.conn_closed.wait()
 
     async def stop(self) -> None:
         assert self._server is not None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gzip
 import random
 import socket
@@ -193,6 +194,28 @@ async def test_close_mid_body_drops_the_connection(sender: Sender, serve: Serve)
     assert [r.conn_id for r in server.requests] == [1, 2]
 
 
+async def test_stream_abandoned_by_consumer_drops_the_connection(sender: Sender, serve: Serve) -> None:
+    # The gateway's client went away mid-stream: the consumer stops iterating. The upstream
+    # is still sending, so that connection must not be reused.
+    server = await serve(per_request(reply(chunked_head() + chunk(b"first"))))
+    resp = await sender(req(server))
+    it = resp.iter_chunks()
+    assert await anext(it) == b"first"
+    await it.aclose()  # type: ignore[attr-defined]
+    await ok_after(sender, server)
+    assert [r.conn_id for r in server.requests] == [1, 2]
+
+
+async def test_sender_close_closes_pooled_connections(make_sender: MakeSender, serve: Serve) -> None:
+    sender = await make_sender()
+    server = await serve(per_request())
+    await ok_after(sender, server)
+    assert server.open_now == 1  # kept alive in the pool
+    await sender.close()  # type: ignore[attr-defined]
+    async with asyncio.timeout(5):
+        await server.all_closed()
+
+
 @pytest.mark.parametrize("kind", ["connection-close", "http/1.0"])
 async def test_no_reuse_after_connection_close_or_http10(sender: Sender, serve: Serve, kind: str) -> None:
     # The server keeps the connection open after answering: a client that reused it anyway
@@ -255,7 +278,7 @@ async def test_pool_limit_holds_under_concurrency(make_sender: MakeSender, serve
 ENCODERS: dict[str, Callable[[bytes], bytes]] = {
     "gzip": gzip.compress,
     "deflate": zlib.compress,  # RFC 9110 "deflate" is the zlib format
-    "br": brotli.compress,
+    "br": functools.partial(brotli.compress, quality=5),  # the default, 11, takes 0.3 s here
     "zstd": zstd.compress,
 }
 
@@ -566,10 +589,11 @@ async def _bad_chunk_size_kind(sender: Sender, serve: Serve) -> TransportError:
     return e.value.kind
 
 
-async def test_bad_chunk_size_is_stream_broken(sender: Sender, serve: Serve, sender_name: str,
+async def test_bad_chunk_size_is_stream_broken(make_sender: MakeSender, serve: Serve, sender_name: str,
                                                request: pytest.FixtureRequest) -> None:
     deviates(request, sender_name, {"aiohttp"},
              "aiohttp drops the framing error and the body waits for idle_s (recorded below)")
+    sender = await make_sender(idle_s=0.2)
     assert await _bad_chunk_size_kind(sender, serve) is TransportError.STREAM_BROKEN
 
 
@@ -753,7 +777,8 @@ async def test_no_content_statuses_have_no_body(sender: Sender, serve: Serve, st
 
 
 @pytest.mark.parametrize("informational", [b"HTTP/1.1 100 Continue\r\n\r\n",
-                                           b"HTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n\r\n"])
+                                           b"HTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n\r\n"],
+                         ids=["100", "103"])
 async def test_informational_response_is_skipped(sender: Sender, serve: Serve, informational: bytes) -> None:
     """Recorded: aiohttp skips 1xx responses it did not ask for and returns the final one."""
     server = await serve(per_request(reply(informational + response(200, b"final"))))
