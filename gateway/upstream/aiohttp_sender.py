@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 
 import aiohttp
 from multidict import CIMultiDict
+from yarl import URL
 
 from gateway.config import TimeoutsConfig
 from gateway.errors import TransportError
@@ -160,7 +161,7 @@ class AiohttpSender:
         try:
             resp = await self._session.request(
                 request.method,
-                request.url,
+                URL(request.url, encoded=True),  # sent as given: yarl would re-quote %2F in a query
                 headers=request.headers,
                 data=request.body if request.body or request.method != "GET" else None,
                 allow_redirects=False,

@@ -31,7 +31,7 @@ except ImportError:
 
 from gateway.errors import TransportError
 from gateway.upstream import Sender, UpstreamFailure, UpstreamRequest, UpstreamResponse
-from tests.conformance.conftest import MakeSender, deviates
+from tests.conformance.conftest import AIOHTTP_ONLY, MakeSender, deviates
 from tests.conformance.scripted_upstream import (
     LAST_CHUNK,
     Conn,
@@ -329,7 +329,23 @@ async def test_accept_encoding_given_by_caller_is_sent_as_is(sender: Sender, ser
     assert server.requests[0].values("accept-encoding") == ["identity"]
 
 
-async def test_unknown_content_encoding_passed_through_raw(sender: Sender, serve: Serve) -> None:
+async def test_unknown_content_encoding_is_refused_never_passed_on_as_decoded(
+    sender: Sender, serve: Serve, sender_name: str, request: pytest.FixtureRequest
+) -> None:
+    """A coding the client never offered and cannot decode (``compress``) fails the head
+    (RESET): the gateway's client leg is identity by contract and drops Content-Encoding,
+    so raw bytes handed on would reach the client mislabelled."""
+    deviates(request, sender_name, {"aiohttp"}, "aiohttp passes the raw body on (recorded below)")
+    raw = b"\x1f\x9d\x90not really lzw"
+    server = await serve(per_request(reply(response(200, raw, [("Content-Encoding", "compress")]))))
+    with pytest.raises(UpstreamFailure) as e:
+        await (await sender(req(server))).read(BIG)
+    assert e.value.kind is TransportError.RESET
+    await ok_after(sender, server)
+
+
+@AIOHTTP_ONLY
+async def test_unknown_content_encoding_as_aiohttp_passes_it(sender: Sender, serve: Serve) -> None:
     """Recorded: aiohttp does not decode a coding it does not know (``compress``); the
     body arrives as sent, with its Content-Encoding header, and is no failure."""
     raw = b"\x1f\x9d\x90not really lzw"
@@ -381,29 +397,14 @@ async def test_request_user_agent_given_is_sent(sender: Sender, serve: Serve) ->
     assert server.requests[0].values("user-agent") == ["claude-cli/1.0"]
 
 
-async def test_request_target_sent_byte_for_byte(sender: Sender, serve: Serve, sender_name: str,
-                                                request: pytest.FixtureRequest) -> None:
-    """UpstreamRequest.url is "already encoded; sent as is". aiohttp (yarl) does not keep
-    that: it decodes %2F in the query, %3A in the path, and %7E anywhere, and
-    upper-cases lower-case escapes (recorded below)."""
-    deviates(request, sender_name, {"aiohttp"}, "yarl re-quotes the URL: ?k=%2F becomes ?k=/")
+async def test_request_target_sent_byte_for_byte(sender: Sender, serve: Serve) -> None:
+    """UpstreamRequest.url is "already encoded; sent as is". Left to itself yarl re-quotes it
+    (%2F in the query decoded, which a server may split on; %3A in the path, %7E anywhere;
+    lower-case escapes upper-cased): the aiohttp sender passes it as an encoded URL."""
     server = await serve(per_request())
     path = "/p/a%2Fb%3Ac%7e?k=%2F%20%3D&k2=a+b&t=%7E&empty="
     await (await sender(req(server, path, method="GET", body=b""))).read(BIG)
     assert server.requests[0].target == path
-
-
-async def test_request_target_as_aiohttp_requotes_it(sender: Sender, serve: Serve, sender_name: str,
-                                                     request: pytest.FixtureRequest) -> None:
-    """Recorded: what aiohttp actually puts on the wire for the URL above. Equivalent for
-    most servers (RFC 3986 6.2.2 normalisation) except %2F in a query, which a
-    server may split on; a sender that keeps the bytes as given fails this, as it should."""
-    if sender_name != "aiohttp":
-        pytest.skip("records aiohttp's own re-quoting")
-    server = await serve(per_request())
-    await (await sender(req(server, "/p/a%2Fb%3Ac%7e?k=%2F%20%3D&k2=a+b&t=%7E&empty=", method="GET",
-                            body=b""))).read(BIG)
-    assert server.requests[0].target == "/p/a%2Fb:c~?k=/%20%3D&k2=a+b&t=~&empty="
 
 
 async def test_get_with_empty_body_has_no_body(sender: Sender, serve: Serve) -> None:
@@ -600,13 +601,11 @@ async def test_bad_chunk_size_is_stream_broken(make_sender: MakeSender, serve: S
     assert await _bad_chunk_size_kind(sender, serve) is TransportError.STREAM_BROKEN
 
 
-async def test_bad_chunk_size_as_aiohttp_reports_it(make_sender: MakeSender, serve: Serve,
-                                                    sender_name: str) -> None:
+@AIOHTTP_ONLY
+async def test_bad_chunk_size_as_aiohttp_reports_it(make_sender: MakeSender, serve: Serve) -> None:
     """Recorded: after a chunk-size line that is not hex, aiohttp's body neither ends nor
     fails; the read waits until the idle timer fires. The failure is still an
     UpstreamFailure the gateway retries, only idle_s later than it could be."""
-    if sender_name != "aiohttp":
-        pytest.skip("records aiohttp's own behaviour")
     sender = await make_sender(idle_s=0.2)
     assert await _bad_chunk_size_kind(sender, serve) is TransportError.IDLE_TIMEOUT
 

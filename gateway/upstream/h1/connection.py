@@ -161,17 +161,21 @@ class Connection(asyncio.Protocol):
             (n.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape")) for n, v in self._raw
         )
         self._raw = []
-        self.headers = CIMultiDictProxy(headers)
-        self.head_done = True
         try:
             self._decoder = decoder_for(headers.get("Content-Encoding"))
         except DecodeError:
-            self._fail(TransportError.RESET, "undecodable Content-Encoding")
+            self._fail(TransportError.RESET, "undecodable Content-Encoding")  # the head is refused
             return
+        self.headers = CIMultiDictProxy(headers)
+        self.head_done = True
         if self._head_only:
-            # llhttp knows 204 and 304 have no body, but not that this one answers a HEAD:
-            # the answer ends here and the socket, whose parser may still expect a body, goes.
+            # llhttp knows 204 and 304 have no body, but not that this one answers a HEAD: the
+            # answer ends here, and the next one is read by a fresh parser (this one would
+            # take it for the announced body; if anything else follows, it does, and the
+            # socket goes).
             self.complete = True
+            self._keep_alive = self._parser.should_keep_alive()
+            self._parser = httptools.HttpResponseParser(self)
         elif status not in _NO_BODY_STATUSES:
             chunked = "chunked" in headers.get("Transfer-Encoding", "").lower()
             self.until_close = not chunked and "Content-Length" not in headers
@@ -265,8 +269,11 @@ class H1Response:
         conn = self._conn
         while not conn.head_done and conn.failure is None:
             await conn.wait()
-        if conn.failure is not None:
+        if not conn.head_done:
+            assert conn.failure is not None
             raise conn.failure
+        # A failure after the head (a body that does not decode, a cut) is the body's: the
+        # reader meets it, after whatever arrived before it.
         self.status, self.headers = conn.status, conn.headers
 
     async def _more(self) -> None:
