@@ -93,6 +93,11 @@ class Event:
     def is_done(self) -> bool:
         return self.data is not None and self.data.strip() == "[DONE]"
 
+    def decoded_object(self) -> dict[str, Any] | None:
+        """The data's JSON object if it has been decoded already (this never decodes)."""
+        doc = self._doc
+        return doc if isinstance(doc, dict) else None
+
     def json(self) -> Any:
         doc = self._doc
         if doc is _UNPARSED:
@@ -114,6 +119,34 @@ def _loads(data: str | None) -> Any:
         return json.loads(data)
     except ValueError:
         return None
+
+
+class ParsedEvents:
+    """The events a stream reader parsed lately, handed on to the translator after it: an
+    upstream event is then decoded once, not once by each (issue 24: one parse per body).
+
+    Keyed by the identity of the raw bytes: each kept event holds its bytes, so the id
+    cannot be reused while it is here; a few at most (the leading events a reader holds
+    before the first visible one), each given away once.
+    """
+
+    __slots__ = ("_recent",)
+    KEEP = 4
+
+    def __init__(self) -> None:
+        self._recent: dict[int, Event] = {}
+
+    def parse(self, raw: bytes) -> Event:
+        event = parse_event(raw)
+        recent = self._recent
+        if len(recent) >= self.KEEP:
+            del recent[next(iter(recent))]
+        recent[id(raw)] = event
+        return event
+
+    def take(self, raw: bytes) -> dict[str, Any] | None:
+        event = self._recent.pop(id(raw), None)
+        return event.decoded_object() if event is not None and event.raw is raw else None
 
 
 def parse_event(raw: bytes) -> Event:

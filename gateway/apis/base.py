@@ -89,6 +89,11 @@ class StreamReader(Protocol):
         """The single event that ends a broken stream, never mistaken for completion."""
         ...
 
+    def parsed(self, raw: bytes) -> dict[str, Any] | None:
+        """The JSON object of ``raw`` if this reader decoded it lately (given away once), so
+        a translator after it need not decode the same event again."""
+        ...
+
     def track(self) -> None:
         """Also collect the visible text from now on, so a broken stream can be continued."""
         ...

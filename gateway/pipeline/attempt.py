@@ -172,7 +172,7 @@ async def _exchange(
                     resp.close()  # abandons the upstream request: it may still be thinking
                     return _first_token_timeout(svc, state, call, svc.monotonic() - sent)
             if call.translation is not None and isinstance(peeked, Success):
-                peeked.translator = call.translation.stream()
+                peeked.translator = call.translation.stream(reader.parsed)
             return peeked
         if mode is ReadMode.RAW:
             return Success(resp.status, headers, response=resp, chunks=resp.iter_chunks())

@@ -17,7 +17,7 @@ from gateway.apis import DIALECT_FOR_API
 from gateway.apis.base import Dialect, Ending
 from gateway.config import UpstreamConfig
 from gateway.sse import EventSplitter
-from gateway.translate.base import Context, Refusal, StreamTranslator, Target, Translator
+from gateway.translate.base import Context, Known, Refusal, StreamTranslator, Target, Translator
 
 HUB = "chat"
 
@@ -69,8 +69,9 @@ class Translation:
         out = self.translator.answer(doc, self.ctx)
         return jsonbody.dumps(out, lenient=lenient), out
 
-    def stream(self) -> StreamTranslator:
-        return self.translator.stream(self.ctx)
+    def stream(self, known: Known | None = None) -> StreamTranslator:
+        """``known``: the upstream reader's decoded events (``StreamReader.parsed``)."""
+        return self.translator.stream(self.ctx, known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +99,9 @@ class Composed:
     def answer(self, doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
         return self.first.answer(self.second.answer(doc, self._inner(ctx)), ctx)
 
-    def stream(self, ctx: Context) -> StreamTranslator:
-        return _ComposedStream(self.first.stream(ctx), self.second.stream(self._inner(ctx)))
+    def stream(self, ctx: Context, known: Known | None = None) -> StreamTranslator:
+        # Only the upstream's events were read by the reader: the second one meets them.
+        return _ComposedStream(self.first.stream(ctx), self.second.stream(self._inner(ctx), known))
 
 
 class _ComposedStream:

@@ -18,7 +18,7 @@ never sent upstream: a request is never silently garbled.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -53,6 +53,11 @@ class Context:
     request_bytes: int | None = None
     # Set by the stream translator while it runs, for the log line and usage accounting.
     notes: dict[str, Any] = field(default_factory=dict)
+
+
+# What a stream's reader already decoded, by raw event (``StreamReader.parsed``): the
+# translator after it takes a document from there before decoding the event itself.
+Known = Callable[[bytes], "dict[str, Any] | None"]
 
 
 class StreamTranslator(Protocol):
@@ -91,4 +96,4 @@ class Translator(Protocol):
         """A buffered upstream success body in the client's API."""
         ...
 
-    def stream(self, ctx: Context) -> StreamTranslator: ...
+    def stream(self, ctx: Context, known: Known | None = None) -> StreamTranslator: ...

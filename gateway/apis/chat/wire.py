@@ -34,7 +34,7 @@ from gateway.apis.synthesize import chat_stream
 from gateway.errors import Classification, ErrorType
 from gateway.policy.compress import CompressionResult, cap_tool_outputs, compress
 from gateway.policy.tool_outputs import Stage, ToolOutputPolicy
-from gateway.sse import Event, encode_data, error_payload, parse_event
+from gateway.sse import Event, ParsedEvents, encode_data, error_payload
 
 
 def _finished(raw: bytes) -> bool:
@@ -127,11 +127,12 @@ def chat_usage(usage: Any) -> dict[str, int]:
 
 
 class ChatStreamReader(ShownText):
-    __slots__ = ("created", "error", "identity", "strip_usage", "usage")
+    __slots__ = ("created", "error", "identity", "parsed_events", "strip_usage", "usage")
 
     def __init__(self, strip_usage: bool) -> None:
         super().__init__()
         self.strip_usage = strip_usage
+        self.parsed_events = ParsedEvents()
         self.usage: dict[str, int] = {}
         self.error: dict[str, Any] | None = None
         self.identity: tuple[str | None, str | None] | None = None  # (id, model) of the stream
@@ -166,13 +167,13 @@ class ChatStreamReader(ShownText):
         # Cheap byte checks first: most events are plain deltas and need no JSON parse.
         event: Event | None = None  # parsed once, when a question needs it
         if b"error" in raw:
-            event = parse_event(raw)
+            event = self.parsed_events.parse(raw)
             err = error_payload(event)
             if err is not None:
                 self.error = err
                 return EventKind.ERROR
         if b'"usage"' in raw:
-            event = event or parse_event(raw)
+            event = event or self.parsed_events.parse(raw)
             doc = usage_doc(event)
             if doc is not None:
                 self.usage.update(chat_usage(doc["usage"]))
@@ -182,7 +183,7 @@ class ChatStreamReader(ShownText):
         # JSONDecodeError): it ends the stream like any other break. Every chunk is one JSON
         # object, so a cheap look at its last byte spares the parse for all the others.
         if self.tracking or not raw.rstrip().endswith((b"}", b"[DONE]")):
-            event = event or parse_event(raw)
+            event = event or self.parsed_events.parse(raw)
             if _malformed(event):
                 self.error = {"error": {"message": "the upstream sent a malformed stream event",
                                         "code": "malformed_event", "status": 502}}
@@ -192,12 +193,15 @@ class ChatStreamReader(ShownText):
         if committed:
             return EventKind.FINAL if _finished(raw) else EventKind.VISIBLE
         if event is None:
-            event = parse_event(raw)
+            event = self.parsed_events.parse(raw)
         if self.identity is None and event.data is not None:
             self.identity = _identity(event.json())
         if not is_visible(event):
             return EventKind.CONTENTLESS
         return EventKind.FINAL if _finished(raw) else EventKind.VISIBLE
+
+    def parsed(self, raw: bytes) -> dict[str, Any] | None:
+        return self.parsed_events.take(raw)
 
     def broken(self, ending: Ending, request_id: str, model: str | None) -> bytes:
         c = ending.classification

@@ -46,7 +46,7 @@ from gateway.errors import Classification, ErrorType
 from gateway.policy.compress import CompressionResult
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.policy.tool_outputs import Stage, ToolOutputPolicy
-from gateway.sse import Event, error_payload, parse_event
+from gateway.sse import Event, ParsedEvents, error_payload
 
 _TYPE_FOR_STATUS = {
     400: "invalid_request_error",
@@ -179,10 +179,11 @@ def anthropic_usage(usage: Any) -> dict[str, int]:
 
 
 class AnthropicStreamReader(ShownText):
-    __slots__ = ("error", "next_index", "open_block", "usage")
+    __slots__ = ("error", "next_index", "open_block", "parsed_events", "usage")
 
     def __init__(self) -> None:
         super().__init__()
+        self.parsed_events = ParsedEvents()
         self.usage: dict[str, int] = {}
         self.error: dict[str, Any] | None = None
         self.open_block: int | None = None  # the text block the client has open
@@ -215,22 +216,22 @@ class AnthropicStreamReader(ShownText):
     def kind(self, raw: bytes, *, committed: bool) -> EventKind:
         event: Event | None = None  # parsed once, when a question needs it
         if b"error" in raw:
-            event = parse_event(raw)
+            event = self.parsed_events.parse(raw)
             err = error_payload(event)
             if err is not None:
                 self.error = err
                 return EventKind.ERROR
         if b"usage" in raw and (b"message_start" in raw or b"message_delta" in raw):
-            event = event or parse_event(raw)
+            event = event or self.parsed_events.parse(raw)
             self._take_usage(event.json())
         if self.tracking and b"content_block" in raw:
-            event = event or parse_event(raw)
+            event = event or self.parsed_events.parse(raw)
             tracked = event.json()
             if isinstance(tracked, dict):
                 self._track(tracked)
         if committed and b"message_stop" not in raw:
             return EventKind.VISIBLE
-        event = event or parse_event(raw)
+        event = event or self.parsed_events.parse(raw)
         name = event.name
         doc = event.json()
         if name is None and isinstance(doc, dict) and isinstance(doc.get("type"), str):
@@ -244,6 +245,9 @@ class AnthropicStreamReader(ShownText):
         if name == "content_block_start" and isinstance(doc, dict) and _empty_block(doc.get("content_block")):
             return EventKind.CONTENTLESS
         return EventKind.VISIBLE
+
+    def parsed(self, raw: bytes) -> dict[str, Any] | None:
+        return self.parsed_events.take(raw)
 
     def _take_usage(self, doc: Any) -> None:
         if not isinstance(doc, dict):

@@ -44,7 +44,7 @@ from gateway.apis.synthesize import responses_stream
 from gateway.errors import Classification
 from gateway.policy.compress import CompressionResult
 from gateway.policy.tool_outputs import Stage, ToolOutputPolicy
-from gateway.sse import Event, parse_event
+from gateway.sse import Event, ParsedEvents
 
 _CONTENTLESS = frozenset({"response.created", "response.in_progress", "response.queued"})
 _FINAL = frozenset({"response.completed", "response.incomplete"})
@@ -134,9 +134,10 @@ def responses_usage(usage: Any) -> dict[str, int]:
 
 
 class ResponsesStreamReader:
-    __slots__ = ("error", "next_seq", "response", "shown", "usage")
+    __slots__ = ("error", "next_seq", "parsed_events", "response", "shown", "usage")
 
     def __init__(self) -> None:
+        self.parsed_events = ParsedEvents()
         self.usage: dict[str, int] = {}
         self.error: dict[str, Any] | None = None
         self.response: dict[str, Any] = {}  # id, model, created_at from response.created
@@ -153,25 +154,25 @@ class ResponsesStreamReader:
         # every response.created/in_progress/completed (tools echoed: ~17 KB for Codex) here.
         event: Event | None = None
         if not raw.rstrip().endswith(b"}"):
-            event = parse_event(raw)
+            event = self.parsed_events.parse(raw)
             if event.data is not None and not isinstance(event.json(), dict):
                 self.error = {"error": {"message": "the upstream sent a malformed stream event",
                                         "code": "malformed_event", "status": 502}}  # fmt: skip
                 return EventKind.ERROR
         if b"response.failed" in raw or b"error" in raw:
-            event = event or parse_event(raw)
+            event = event or self.parsed_events.parse(raw)
             err = self._error_of(event.json())
             if err is not None:
                 self.error = err
                 return EventKind.ERROR
         if self.shown is not None and (b"output_" in raw or b"content_part" in raw or b"refusal" in raw):
-            event = event or parse_event(raw)
+            event = event or self.parsed_events.parse(raw)
             tracked = event.json()
             if isinstance(tracked, dict):
                 self.shown.see(tracked)
         if committed and not any(f in raw for f in _FINAL_BYTES):
             return EventKind.VISIBLE
-        event = event or parse_event(raw)
+        event = event or self.parsed_events.parse(raw)
         doc = event.json()
         name = doc.get("type") if isinstance(doc, dict) else None
         if name in _FINAL:
@@ -193,6 +194,9 @@ class ResponsesStreamReader:
         if isinstance(doc, dict) and _opens_empty(doc):
             return EventKind.CONTENTLESS
         return EventKind.VISIBLE
+
+    def parsed(self, raw: bytes) -> dict[str, Any] | None:
+        return self.parsed_events.take(raw)
 
     def _error_of(self, doc: Any) -> dict[str, Any] | None:
         """An ``{"error": {...}}`` payload (with the status the code stands for) when the

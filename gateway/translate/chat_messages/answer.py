@@ -22,7 +22,7 @@ import orjson
 from gateway.apis.base import Ending
 from gateway.apis.chat.wire import ChatStreamReader
 from gateway.sse import encode_data, parse_event
-from gateway.translate.base import Context
+from gateway.translate.base import Context, Known
 from gateway.translate.tool_ids import from_anthropic_id
 
 FINISH_REASON = {
@@ -119,8 +119,9 @@ def _chat_id(message_id: Any, ctx: Context) -> str:
 class ChatStream:
     """One Messages stream as one chat-completions stream (``StreamTranslator``)."""
 
-    def __init__(self, ctx: Context, created: int) -> None:
+    def __init__(self, ctx: Context, created: int, known: Known | None = None) -> None:
         self.ctx = ctx
+        self.known = known
         options = ctx.request.get("stream_options")
         self.include_usage = isinstance(options, Mapping) and options.get("include_usage") is True
         self.base: dict[str, Any] = {"id": _chat_id(None, ctx), "object": "chat.completion.chunk",
@@ -150,7 +151,9 @@ class ChatStream:
         return self._chunk({"role": "assistant", "content": ""})
 
     def event(self, raw: bytes) -> bytes:
-        doc = _json_of(raw)
+        doc = self.known(raw) if self.known is not None else None  # decoded by the reader before us
+        if doc is None:
+            doc = _json_of(raw)
         if not isinstance(doc, dict) or self.finished:
             return b""
         kind = doc.get("type")

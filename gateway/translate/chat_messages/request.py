@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gateway.translate.base import Context, Refusal, Target
+from gateway.translate.base import Context, Known, Refusal, Target
 from gateway.translate.chat_messages.answer import ChatStream, chat_completion
 from gateway.translate.tool_ids import to_anthropic_id
 
@@ -72,8 +72,8 @@ class ChatToMessages:
     def answer(self, doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
         return chat_completion(doc, ctx, int(self._clock()))
 
-    def stream(self, ctx: Context) -> ChatStream:
-        return ChatStream(ctx, int(self._clock()))
+    def stream(self, ctx: Context, known: Known | None = None) -> ChatStream:
+        return ChatStream(ctx, int(self._clock()), known)
 
 
 def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.translate.base import Context, Refusal, Target
+from gateway.translate.base import Context, Known, Refusal, Target
 from gateway.translate.messages_chat.answer import answer
 from gateway.translate.messages_chat.request import to_chat
 from gateway.translate.messages_chat.stream import ChatToMessagesStream
@@ -27,8 +27,8 @@ class MessagesToChat:
     def answer(self, doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
         return answer(doc, ctx)
 
-    def stream(self, ctx: Context) -> ChatToMessagesStream:
-        return ChatToMessagesStream(ctx)
+    def stream(self, ctx: Context, known: Known | None = None) -> ChatToMessagesStream:
+        return ChatToMessagesStream(ctx, known)
 
 
 __all__ = ["ChatToMessagesStream", "MessagesToChat"]

@@ -28,7 +28,7 @@ from gateway.apis.base import Ending
 from gateway.apis.messages.wire import AnthropicStreamReader
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.sse import parse_event
-from gateway.translate.base import Context
+from gateway.translate.base import Context, Known
 from gateway.translate.messages_chat.answer import (
     estimate_input_tokens,
     matched_stop,
@@ -87,8 +87,9 @@ def _data(raw: bytes) -> bytes | str | None:
 
 
 class ChatToMessagesStream:
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, known: Known | None = None) -> None:
         self.ctx = ctx
+        self.known = known
         self.started = False
         self.done = False
         self.next_index = 0
@@ -125,10 +126,12 @@ class ChatToMessagesStream:
                 out.append(self._start(None))
             out += self._finish()
             return b"".join(out)
-        try:
-            doc = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return b""
+        doc = self.known(raw) if self.known is not None else None  # decoded by the reader before us
+        if doc is None:
+            try:
+                doc = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                return b""
         if not isinstance(doc, dict):
             return b""
         if isinstance(doc.get("usage"), dict):

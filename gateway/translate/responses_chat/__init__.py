@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.translate.base import Context, Refusal, Target
+from gateway.translate.base import Context, Known, Refusal, Target
 from gateway.translate.responses_chat.answer import answer
 from gateway.translate.responses_chat.request import to_chat
 from gateway.translate.responses_chat.stream import ResponsesStream
@@ -30,8 +30,8 @@ class ResponsesToChat:
     def answer(self, doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
         return answer(doc, ctx)
 
-    def stream(self, ctx: Context) -> ResponsesStream:
-        return ResponsesStream(ctx)
+    def stream(self, ctx: Context, known: Known | None = None) -> ResponsesStream:
+        return ResponsesStream(ctx, known)
 
 
 __all__ = ["ResponsesStream", "ResponsesToChat"]

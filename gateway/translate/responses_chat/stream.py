@@ -22,7 +22,7 @@ import orjson
 from gateway.apis.base import Ending
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.sse import EventSplitter, parse_event
-from gateway.translate.base import Context
+from gateway.translate.base import Context, Known
 from gateway.translate.responses_chat.answer import (
     as_dict,
     call_id_of,
@@ -53,8 +53,9 @@ class _Call:
 class ResponsesStream:
     """One chat chunk stream as one Responses event stream; see the module docstring."""
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, known: Known | None = None) -> None:
         self.ctx = ctx
+        self.known = known
         self.names: ToolNames = tool_names(ctx.request.get("tools"))
         self.seq = 0
         self.started = False
@@ -241,7 +242,8 @@ class ResponsesStream:
     def _one(self, raw: bytes) -> bytes:
         if self.ended:
             return b""
-        if raw.startswith(b"data: ") and raw.count(b"\n") == 2:
+        doc = self.known(raw) if self.known is not None else None  # decoded by the reader before us
+        if doc is None and raw.startswith(b"data: ") and raw.count(b"\n") == 2:
             # One data line, what every chat server sends: no general SSE parse needed.
             data = raw[6:].rstrip()
             if data == b"[DONE]":
@@ -250,7 +252,7 @@ class ResponsesStream:
                 doc = orjson.loads(data)
             except orjson.JSONDecodeError:
                 doc = parse_event(raw).json()  # what orjson refuses and json takes
-        else:
+        elif doc is None:
             ev = parse_event(raw)
             if ev.data is None:
                 return b""  # comments and keep-alives: nothing to say yet

@@ -8,11 +8,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import orjson
 import pytest
 
 from gateway.apis import DIALECT_FOR_API
 from gateway.apis.base import EventKind
 from gateway.sse import EventSplitter
+from gateway.translate import Composed, Translation, default_translations
+from gateway.translate.base import Context
 from tests.parse_count import count_parses
 
 ANSWERS = Path(__file__).resolve().parents[2] / "corpus" / "answers"
@@ -74,3 +77,54 @@ def test_a_responses_stream_whose_response_says_error_null_is_parsed_once_per_ev
     assert kinds == [EventKind.CONTENTLESS, EventKind.CONTENTLESS, EventKind.CONTENTLESS,
                      EventKind.VISIBLE, EventKind.FINAL]
     assert max(parses) == 1, parses
+
+
+# A translated stream: the upstream's reader judges each event, then the translator writes it
+# in the client's API. The translator takes what the reader decoded (StreamReader.parsed), so
+# an upstream event is decoded once by both together, not once by each. (A composed direction,
+# Responses client on a Messages upstream, decodes the intermediate chat event it wrote too.)
+_TABLE = default_translations().table
+TRANSLATED = [(client, upstream, name) for name in STREAMS
+              for upstream in [_stream(json.loads((ANSWERS / name).read_text()))[0]]
+              for client in ("chat", "messages", "responses")
+              if not isinstance(_TABLE.get((client, upstream)), (Composed, type(None)))]
+
+
+@pytest.mark.parametrize(("client", "upstream", "name"), TRANSLATED)
+def test_a_translated_corpus_stream_is_decoded_once_per_event(monkeypatch, client: str, upstream: str,
+                                                              name: str) -> None:
+    case = json.loads((ANSWERS / name).read_text())
+    _, body = _stream(case)
+    request = {"model": "m", "stream": True, "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
+    if client == "responses":
+        request = {"model": "m", "stream": True, "input": "hi"}
+    translation = Translation(_TABLE[client, upstream], Context("m", request, "req1"))
+    decoded: list[object] = []
+    real = orjson.loads
+
+    def counting(data: object) -> object:
+        decoded.append(data)
+        return real(data)
+
+    monkeypatch.setattr(orjson, "loads", counting)  # the reader's and the translator's decodes alike
+    reader = DIALECT_FOR_API[upstream].reader(strip_usage=False)
+    translate = translation.stream(reader.parsed)
+    splitter = EventSplitter()
+    events = splitter.feed(body) + ([splitter.pending] if splitter.pending.strip() else [])
+    held: list[bytes] = []
+    committed = False
+    out: list[bytes] = []
+    for raw in events:  # as the relay goes: held until the first visible event, then one by one
+        kind = reader.kind(raw, committed=committed)
+        if committed:
+            out.append(translate.event(raw))
+            continue
+        held.append(raw)
+        if kind in (EventKind.VISIBLE, EventKind.FINAL):
+            committed = True
+            out += [translate.event(e) for e in held]
+            held = []
+    out.append(translate.close())
+    assert committed and b"".join(out)
+    # Held events are decoded when judged and translated later: count the stream as a whole.
+    assert len(decoded) <= len(events), f"{len(decoded)} decodes for {len(events)} events"
