@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -98,8 +98,8 @@ class Connection(asyncio.Protocol):
     # asyncio's protocol callbacks.
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport whichever loop made it (uvloop's is no asyncio.Transport subclass).
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         if not self.busy:

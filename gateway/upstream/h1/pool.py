@@ -9,6 +9,7 @@ newest first and closed after ``keepalive_s`` unused, or as soon as the server c
 from __future__ import annotations
 
 import asyncio
+import inspect
 import ssl
 from collections import deque
 
@@ -35,6 +36,9 @@ class Pool:
         self._ssl = ssl_context
         self._sweeper: asyncio.TimerHandle | None = None
         self._closed = False
+        # Happy eyeballs (RFC 8305: a host with a broken IPv6 route still connects at once
+        # over IPv4) where the loop has it; uvloop's create_connection has no such argument.
+        self._happy_eyeballs = "happy_eyeballs_delay" in inspect.signature(loop.create_connection).parameters
 
     @property
     def in_use(self) -> int:
@@ -105,15 +109,10 @@ class Pool:
         self._busy -= 1
 
     async def _connect(self, key: Key) -> Connection:
-        scheme, host, port = key
-        context = self._context() if scheme == "https" else None
+        context = self._context() if key[0] == "https" else None
         try:
             async with asyncio.timeout(self._connect_s):
-                _, conn = await self._loop.create_connection(
-                    lambda: Connection(key, self._gone), host, port,
-                    ssl=context, server_hostname=host if context is not None else None,
-                    happy_eyeballs_delay=0.25,
-                )  # fmt: skip
+                _, conn = await self._open_socket(key, context)
         except TimeoutError:
             raise UpstreamFailure(TransportError.CONNECT_TIMEOUT, "TimeoutError") from None
         except OSError as e:  # refused, unreachable, DNS, TLS (SSLError is an OSError)
@@ -123,6 +122,21 @@ class Pool:
             raise UpstreamFailure(TransportError.CONNECT, "client closed")
         self._open.add(conn)
         return conn
+
+    async def _open_socket(
+        self, key: Key, context: ssl.SSLContext | None
+    ) -> tuple[asyncio.Transport, Connection]:
+        _, host, port = key
+        hostname = host if context is not None else None
+
+        def factory() -> Connection:
+            return Connection(key, self._gone)
+
+        if self._happy_eyeballs:
+            return await self._loop.create_connection(
+                factory, host, port, ssl=context, server_hostname=hostname, happy_eyeballs_delay=0.25
+            )
+        return await self._loop.create_connection(factory, host, port, ssl=context, server_hostname=hostname)
 
     def _context(self) -> ssl.SSLContext:
         if self._ssl is None:
