@@ -77,6 +77,7 @@ CASES = [
 # whoever wrote); stacks with none of them are the event loop's own.
 AIOHTTP_CLIENT = ("aiohttp/client.py", "aiohttp/client_reqrep.py", "aiohttp/connector.py", "aiohttp/client_proto.py")
 AIOHTTP_SERVER = ("aiohttp/web_", "aiohttp/base_protocol.py")
+H1_CLIENT = ("gateway/upstream/h1/", "httptools/")
 NOT_OURS = ("gateway/__main__.py", "gateway/server.py")  # at the root of every stack
 IDLE = ("Condition.wait (threading.py)", "wait (threading.py)")  # the log writer thread, waiting
 
@@ -85,6 +86,8 @@ def _component(files: list[str]) -> str:
     for f in reversed(files):
         if any(x in f for x in AIOHTTP_CLIENT):
             return "aiohttp client (session, request, connector, response parse)"
+        if any(x in f for x in H1_CLIENT):
+            return "h1 client (gateway/upstream/h1: pool, connection, llhttp)"
         if any(x in f for x in AIOHTTP_SERVER):
             return "aiohttp server (protocol, request, response)"
         if "gateway/" in f and not any(x in f for x in NOT_OURS):
@@ -112,11 +115,13 @@ def summarise(raw: str, top: int = 25) -> str:
     inner: collections.Counter[str] = collections.Counter()
     ours: collections.Counter[str] = collections.Counter()
     parts: collections.Counter[str] = collections.Counter()
-    total = idle = in_client = 0
+    total = idle = in_client = in_h1 = 0
     for line in raw.splitlines():
         if not line.strip():
             continue
         frames, n = _parse(line)
+        if not frames:
+            continue  # a thread py-spy caught between frames
         fns = [_function(f) for f in frames]
         if fns[-1] in IDLE:
             idle += n
@@ -128,8 +133,10 @@ def summarise(raw: str, top: int = 25) -> str:
         files = [_file(f) for f in frames]
         parts[_component(files)] += n
         in_client += n if any(any(x in f for x in AIOHTTP_CLIENT) for f in files) else 0
+        in_h1 += n if any(any(x in f for x in H1_CLIENT) for f in files) else 0
     out = [f"samples: {total} (and {idle} of the log writer thread waiting, left out)", "",
-           f"inside aiohttp's client (any of its frames on the stack): {100 * in_client / total:.1f} %", "",
+           f"inside aiohttp's client (any of its frames on the stack): {100 * in_client / total:.1f} %",
+           f"inside the h1 client (gateway/upstream/h1 or httptools on the stack): {100 * in_h1 / total:.1f} %", "",
            "by component (the innermost frame of aiohttp's client, its server or the gateway on the stack):"]
     out += [f"  {100 * v / total:5.1f} %  {k}" for k, v in parts.most_common()]
     out += ["", f"by innermost frame (top {top}):"]
