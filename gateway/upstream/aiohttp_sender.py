@@ -49,16 +49,9 @@ class _AiohttpResponse:
             chunk = content.read_nowait()  # what has arrived already needs no timer
             if chunk or content.at_eof():
                 return chunk
-            deadline = self._deadline
-            deadline.arm(self._idle_s)
-            try:
-                return await content.readany()
-            except asyncio.CancelledError:
-                if deadline.expired():
-                    raise UpstreamFailure(TransportError.IDLE_TIMEOUT, "no data within idle_s") from None
-                raise
-            finally:
-                deadline.disarm()
+            return await self._deadline.within(
+                self._idle_s, content.readany(), TransportError.IDLE_TIMEOUT, "no data within idle_s"
+            )
         except _RESET_ERRORS as e:
             raise UpstreamFailure(TransportError.STREAM_BROKEN, type(e).__name__) from None
 

@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from gateway.errors import TransportError
+from gateway.upstream import UpstreamFailure
+
+T = TypeVar("T")
 
 
 class Deadline:
@@ -67,3 +74,15 @@ class Deadline:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+
+    async def within(self, seconds: float, waiting: Awaitable[T], kind: TransportError, detail: str) -> T:
+        """``waiting``, given ``seconds`` from now; past them an UpstreamFailure of ``kind``."""
+        self.arm(seconds)
+        try:
+            return await waiting
+        except asyncio.CancelledError:
+            if self.expired():
+                raise UpstreamFailure(kind, detail) from None
+            raise
+        finally:
+            self.disarm()

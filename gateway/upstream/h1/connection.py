@@ -277,16 +277,9 @@ class H1Response:
         self.status, self.headers = conn.status, conn.headers
 
     async def _more(self) -> None:
-        deadline = self._deadline
-        deadline.arm(self._idle_s)
-        try:
-            await self._conn.wait()
-        except asyncio.CancelledError:
-            if deadline.expired():
-                raise UpstreamFailure(TransportError.IDLE_TIMEOUT, "no data within idle_s") from None
-            raise
-        finally:
-            deadline.disarm()
+        await self._deadline.within(
+            self._idle_s, self._conn.wait(), TransportError.IDLE_TIMEOUT, "no data within idle_s"
+        )
 
     async def read(self, limit: int) -> bytes:
         conn = self._conn
