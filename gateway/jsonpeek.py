@@ -12,12 +12,14 @@ body whose end looks right still yields the member.)
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import orjson
 
 _decoder = json.JSONDecoder()
 _WS = b" \t\n\r"
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")  # 2**63 has 19 digits
 
 def top_level_member(body: bytes, key: str) -> dict[str, Any] | None:
     """``{key: value}`` for the last ``"key":`` member of the top-level object, or None.
@@ -47,12 +49,16 @@ def top_level_member(body: bytes, key: str) -> dict[str, Any] | None:
     rest = body[at + len(needle) :].lstrip(_WS)
     if not rest.startswith(b":"):
         return None
+    member = body[at:]
     try:
         # The usual case in one C call: the member and what follows it at depth 1, read as
-        # one object (a later duplicate then wins, as in the full decode).
-        return {key: orjson.loads(b"{" + body[at:])[key]}
+        # one object (a later duplicate then wins, as in the full decode). orjson reads an
+        # integer beyond 64 bits as a float (found by the property test: -2**63 - 1), so a
+        # member with such a long digit run is left to json.
+        if not _LONG_DIGITS.search(member):
+            return {key: orjson.loads(b"{" + member)[key]}
     except orjson.JSONDecodeError:
-        pass  # not that shape, or what only json reads (NaN, huge ints): json decides below
+        pass  # not that shape, or what only json reads (NaN): json decides below
     try:
         text = rest[1:].decode()
         value, end = _decoder.raw_decode(text, len(text) - len(text.lstrip()))

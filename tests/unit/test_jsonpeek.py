@@ -41,3 +41,13 @@ def test_nested_or_absent_keys_are_not_taken_for_top_level_ones() -> None:
     assert top_level_member(b'[{"usage": 1}]', "usage") is None
     assert top_level_member(b'{"usage": 1, "\\u0075sage": 2}', "usage") == {"usage": 2}  # the later one, as json
     assert top_level_member(b'{"usage": {"p": 1}', "usage") is None  # truncated
+
+
+def test_integers_beyond_64_bits_stay_exact() -> None:
+    """orjson reads them as floats; the full decode keeps them exact (hypothesis found
+    -2**63 - 1 in a usage member)."""
+    for n in (-(2**63) - 1, 2**64, 10**30):
+        body = json.dumps({"id": "x", "usage": n}).encode()
+        assert top_level_member(body, "usage") == {"usage": n}
+        body = json.dumps({"usage": {"prompt_tokens": n}, "z": 1}).encode()
+        assert top_level_member(body, "usage") == {"usage": {"prompt_tokens": n}}
