@@ -127,21 +127,24 @@ class ParsedEvents:
 
     Keyed by the identity of the raw bytes: each kept event holds its bytes, so the id
     cannot be reused while it is here; a few at most (the leading events a reader holds
-    before the first visible one), each given away once.
+    before the first visible one), each given away once. Nothing is kept unless ``keep`` is
+    set: only a translated stream has anyone to give them to.
     """
 
-    __slots__ = ("_recent",)
+    __slots__ = ("_recent", "keep")
     KEEP = 4
 
     def __init__(self) -> None:
         self._recent: dict[int, Event] = {}
+        self.keep = False
 
     def parse(self, raw: bytes) -> Event:
         event = parse_event(raw)
-        recent = self._recent
-        if len(recent) >= self.KEEP:
-            del recent[next(iter(recent))]
-        recent[id(raw)] = event
+        if self.keep:
+            recent = self._recent
+            if len(recent) >= self.KEEP:
+                del recent[next(iter(recent))]
+            recent[id(raw)] = event
         return event
 
     def take(self, raw: bytes) -> dict[str, Any] | None:

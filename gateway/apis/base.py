@@ -27,6 +27,7 @@ from gateway.policy.tool_outputs import Stage, Tally, ToolOutputPolicy
 
 if TYPE_CHECKING:
     from gateway.apis.replay import Trim
+    from gateway.sse import ParsedEvents
 
 # Rewrites one raw event of a continuation stream (b"" drops it).
 Splice = Callable[[bytes], bytes]
@@ -79,6 +80,9 @@ class StreamReader(Protocol):
 
     usage: dict[str, int]  # "prompt" / "completion" token counts seen so far
     error: dict[str, Any] | None  # the payload of the last ERROR event
+    # The events it decoded, kept (``keep``) for a translator after it, which then takes
+    # each document from here instead of decoding the same event again.
+    parsed_events: ParsedEvents
 
     def kind(self, raw: bytes, *, committed: bool) -> EventKind:
         """Classify one raw event. Before the stream is committed the full visibility
@@ -89,10 +93,6 @@ class StreamReader(Protocol):
         """The single event that ends a broken stream, never mistaken for completion."""
         ...
 
-    def parsed(self, raw: bytes) -> dict[str, Any] | None:
-        """The JSON object of ``raw`` if this reader decoded it lately (given away once), so
-        a translator after it need not decode the same event again."""
-        ...
 
     def track(self) -> None:
         """Also collect the visible text from now on, so a broken stream can be continued."""

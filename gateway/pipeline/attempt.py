@@ -158,6 +158,7 @@ async def _exchange(
         ctype = resp.headers.get("Content-Type", "")
         if mode is ReadMode.STREAM and ctype.startswith("text/event-stream"):
             reader = call.dialect.reader(call.strip_usage)
+            reader.parsed_events.keep = call.translation is not None
             if call.track:
                 reader.track()
             if token_s is None:
@@ -172,7 +173,7 @@ async def _exchange(
                     resp.close()  # abandons the upstream request: it may still be thinking
                     return _first_token_timeout(svc, state, call, svc.monotonic() - sent)
             if call.translation is not None and isinstance(peeked, Success):
-                peeked.translator = call.translation.stream(reader.parsed)
+                peeked.translator = call.translation.stream(reader.parsed_events.take)
             return peeked
         if mode is ReadMode.RAW:
             return Success(resp.status, headers, response=resp, chunks=resp.iter_chunks())

@@ -70,7 +70,7 @@ class Translation:
         return jsonbody.dumps(out, lenient=lenient), out
 
     def stream(self, known: Known | None = None) -> StreamTranslator:
-        """``known``: the upstream reader's decoded events (``StreamReader.parsed``)."""
+        """``known``: the upstream reader's decoded events (``ParsedEvents.take``)."""
         return self.translator.stream(self.ctx, known)
 
 

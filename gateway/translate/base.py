@@ -55,7 +55,7 @@ class Context:
     notes: dict[str, Any] = field(default_factory=dict)
 
 
-# What a stream's reader already decoded, by raw event (``StreamReader.parsed``): the
+# What a stream's reader already decoded, by raw event (``ParsedEvents.take``): the
 # translator after it takes a document from there before decoding the event itself.
 Known = Callable[[bytes], "dict[str, Any] | None"]
 

@@ -200,9 +200,6 @@ class ChatStreamReader(ShownText):
             return EventKind.CONTENTLESS
         return EventKind.FINAL if _finished(raw) else EventKind.VISIBLE
 
-    def parsed(self, raw: bytes) -> dict[str, Any] | None:
-        return self.parsed_events.take(raw)
-
     def broken(self, ending: Ending, request_id: str, model: str | None) -> bytes:
         c = ending.classification
         sid, smodel = self.identity or (None, None)

@@ -246,9 +246,6 @@ class AnthropicStreamReader(ShownText):
             return EventKind.CONTENTLESS
         return EventKind.VISIBLE
 
-    def parsed(self, raw: bytes) -> dict[str, Any] | None:
-        return self.parsed_events.take(raw)
-
     def _take_usage(self, doc: Any) -> None:
         if not isinstance(doc, dict):
             return

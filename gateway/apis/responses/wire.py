@@ -195,9 +195,6 @@ class ResponsesStreamReader:
             return EventKind.CONTENTLESS
         return EventKind.VISIBLE
 
-    def parsed(self, raw: bytes) -> dict[str, Any] | None:
-        return self.parsed_events.take(raw)
-
     def _error_of(self, doc: Any) -> dict[str, Any] | None:
         """An ``{"error": {...}}`` payload (with the status the code stands for) when the
         event reports a failure, in the shape the classifier reads."""

@@ -108,7 +108,8 @@ def test_a_translated_corpus_stream_is_decoded_once_per_event(monkeypatch, clien
 
     monkeypatch.setattr(orjson, "loads", counting)  # the reader's and the translator's decodes alike
     reader = DIALECT_FOR_API[upstream].reader(strip_usage=False)
-    translate = translation.stream(reader.parsed)
+    reader.parsed_events.keep = True
+    translate = translation.stream(reader.parsed_events.take)
     splitter = EventSplitter()
     events = splitter.feed(body) + ([splitter.pending] if splitter.pending.strip() else [])
     held: list[bytes] = []
