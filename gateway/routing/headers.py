@@ -1,4 +1,4 @@
-"""Where a request goes and which headers travel with it. Pure functions, no I/O."""
+"""Which headers travel with a request each way, and the upstream URL it goes to. Pure, no I/O."""
 
 from __future__ import annotations
 
