@@ -2,6 +2,8 @@
 deployments, and which headers travel with it. Pure decisions, no I/O.
 
     headers.py    what is forwarded each way, the credential an upstream gets, safe URLs
+    headroom.py   a deployment's rate-limit headroom, read from its answers' headers
+    affinity.py   which conversation a request belongs to, for prompt-cache affinity
 """
 
 from gateway.routing.headers import (
