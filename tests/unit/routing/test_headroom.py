@@ -1,5 +1,6 @@
-"""Rate-limit headroom from real header sets (tests/corpus/ratelimit_headers.json) and from
-garbage: every field parses on its own, and nothing raises."""
+"""Rate-limit headroom from real header sets and from garbage: every field parses on its
+own, and nothing raises. The header sets live in tests/corpus/ratelimit/headers.json, not in
+tests/corpus/ itself, whose *.json files the error corpus loads as error bodies."""
 
 import json
 from dataclasses import asdict
@@ -11,7 +12,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from gateway.routing.headroom import Headroom, headroom_of
 
-CORPUS = Path(__file__).parents[2] / "corpus" / "ratelimit_headers.json"
+CORPUS = Path(__file__).parents[2] / "corpus" / "ratelimit" / "headers.json"
 CASES: list[dict[str, Any]] = json.loads(CORPUS.read_text())["cases"]
 NOW = 1_700_000_000.0
 
