@@ -27,8 +27,10 @@ from gateway.pipeline.admit import expect_continue
 from gateway.pipeline.observe import observed
 from gateway.policy.breaker import CircuitState
 from gateway.policy.loop_breaker import LoopBreaker
-from gateway.services import SERVICES, Services, UpstreamRuntime, tool_output_policy
+from gateway.services import SERVICES, PoolRuntime, Services, UpstreamRuntime, tool_output_policy
 from gateway.state import SharedBudget, SharedCircuit, StateMetrics, StateStore, build_store
+from gateway.state.affinity import AffinityTable
+from gateway.state.pools import PoolState
 from gateway.telemetry import Telemetry
 from gateway.tracing import Tracing, build_tracing
 from gateway.upstream import Sender, StartableSender, new_sender
@@ -62,13 +64,23 @@ def create_app(
     upstreams = {}
     for u in cfg.upstreams:
         telemetry.init_upstream(u.name)
+        pool = cfg.pool_of(u.name)
         circuit = SharedCircuit(
             store, u.name, cfg.circuit_breaker, wall,
             distinct_models=cfg.circuit_breaker.models_to_open,
             cache_s=cfg.state.cache_ms / 1000, on_change=_circuit_gauge(telemetry, u.name),
-            has_fallback=bool(u.fallbacks), rand=rand, probe_ttl_s=_probe_ttl_s(cfg),
+            # Siblings carry a pool deployment's traffic as a fallback would.
+            has_fallback=bool(u.fallbacks) or (pool is not None and (len(pool.deployments) > 1 or bool(pool.fallbacks))),
+            rand=rand, probe_ttl_s=_probe_ttl_s(cfg),
         )  # fmt: skip
         upstreams[u.name] = UpstreamRuntime(u, circuit)
+    pools = {
+        p.name: PoolRuntime(
+            p, tuple(upstreams[d] for d in p.deployments),
+            AffinityTable(p.affinity.max_entries, p.affinity.idle_s, monotonic) if p.affinity.enabled else None,
+        )  # fmt: skip
+        for p in cfg.pools
+    }
     budget = SharedBudget(store, cfg.retry.budget, monotonic)
     svc = Services(
         cfg=cfg,
@@ -86,6 +98,8 @@ def create_app(
         auth=ClientAuth.from_config(cfg),
         tool_outputs=tool_output_policy(cfg.tool_outputs),
         tracing=tracing if tracing is not None else build_tracing(cfg.tracing, monotonic),
+        pools=pools,
+        pool_state=PoolState(store, wall, monotonic, cache_s=cfg.state.cache_ms / 1000) if pools else None,
     )
 
     telemetry.in_flight.set_function(lambda: svc.in_flight)

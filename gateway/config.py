@@ -123,6 +123,13 @@ class ServerConfig(_Model):
 ApiName = Literal["chat", "messages", "responses"]
 
 
+class DeploymentLimits(_Model):
+    """A deployment's own rate limits, as its provider set them for its key."""
+
+    requests_per_minute: int | None = Field(default=None, gt=0)
+    tokens_per_minute: int | None = Field(default=None, gt=0)
+
+
 class UpstreamConfig(_Model):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     base_url: str
@@ -136,8 +143,8 @@ class UpstreamConfig(_Model):
     # Which header carries api_key: `Authorization: Bearer <key>` (OpenAI and most
     # compatibles), `x-api-key: <key>` (Anthropic) or `api-key: <key>` (Azure OpenAI).
     key_header: Literal["authorization", "x-api-key", "api-key"] = "authorization"
-    # Upstreams (same wire API) that serve this one's requests when it cannot: tried in order,
-    # within the same deadline and retry counts (see `fallback:`). Not followed recursively.
+    # Upstreams or pools (any wire API) that serve this one's requests when it cannot: tried in
+    # order, within the same deadline and retry counts (see `fallback:`). Not followed recursively.
     fallbacks: tuple[str, ...] = ()
     # How this upstream can go on from a partial answer when a stream breaks mid-answer:
     # `prefill` (a trailing assistant turn: Anthropic models that accept it), vLLM's
@@ -161,6 +168,11 @@ class UpstreamConfig(_Model):
     # This upstream's own timeouts.first_token_s (a reasoning model thinks longer before its
     # first token than a small fast one); unset: the global value.
     first_token_s: float | None = Field(default=None, gt=0)
+    # As a deployment of a pool (`pools:`): its share of new conversations under the
+    # `weighted` strategy, and the limits its key has when its answers carry no rate-limit
+    # headers (per model it serves, per minute; shared across replicas through `state`).
+    weight: float = Field(default=1.0, gt=0, le=1_000_000)
+    limits: DeploymentLimits | None = None
     # Set by GatewayConfig: with client keys in use, what a client sends in its credential
     # headers is a gateway key, never a provider key, so it must not travel upstream.
     _client_keys_in_use: bool = PrivateAttr(default=False)
@@ -304,6 +316,70 @@ class FallbackConfig(_Model):
     retries_per_upstream: int = Field(default=1, ge=0)
     # Try a fallback with a larger context_window before compressing an overflow.
     context_overflow: bool = False
+
+
+PoolStrategy = Literal["weighted", "least_busy", "latency", "headroom"]
+
+
+class CooldownsConfig(_Model):
+    """How long a deployment of a pool sits out after an answer that says its key cannot serve."""
+
+    # A rate limit whose answer names no reset (else: until the reset it names).
+    rate_limit_s: float = Field(default=5.0, gt=0)
+    # An exhausted key (budget), unless its answer names a reset: top-ups are rarely instant.
+    budget_s: float = Field(default=300.0, gt=0)
+    # A key the provider refused (401/403 on the operator's own key): revoked keys stay revoked,
+    # so one request an hour asks again rather than one a turn.
+    auth_s: float = Field(default=3600.0, gt=0)
+
+
+class AffinityConfig(_Model):
+    """Prompt-cache affinity: a conversation stays on the deployment that served it."""
+
+    enabled: bool = True
+    # Conversations remembered per pool and process (least recently used go first), and how
+    # long an idle one is kept: longer than the providers' longest prompt-cache lifetime (1 h).
+    max_entries: int = Field(default=10_000, gt=0, le=10_000_000)
+    idle_s: float = Field(default=3600.0, gt=0)
+
+
+class PoolConfig(_Model):
+    """Several deployments (upstreams) serving the same models; a strategy picks among them."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    models: tuple[str, ...] = ("*",)
+    deployments: tuple[str, ...] = Field(min_length=1)
+    strategy: PoolStrategy = "weighted"
+    # Upstreams or pools tried, in order, once no deployment of this pool can serve.
+    fallbacks: tuple[str, ...] = ()
+    affinity: AffinityConfig = AffinityConfig()
+    cooldowns: CooldownsConfig = CooldownsConfig()
+
+    @field_validator("models", "deployments", "fallbacks", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return (v,) if isinstance(v, str) else v
+
+    @field_validator("models")
+    @classmethod
+    def _non_empty(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if not v:
+            raise ValueError("must list at least one model pattern")
+        return v
+
+    @field_validator("deployments")
+    @classmethod
+    def _distinct(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        dupes = sorted({n for n in v if v.count(n) > 1})
+        if dupes:
+            raise ValueError(f"lists a deployment twice: {', '.join(dupes)}")
+        return v
+
+
+def patterns_overlap(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    """Whether some model name could match a pattern of both (each pattern tried as a name
+    against the other: `*` overlaps everything, `claude-*` overlaps `claude-sonnet-*`)."""
+    return any(fnmatchcase(p, q) or fnmatchcase(q, p) for p in a for q in b)
 
 
 class TimeoutsConfig(_Model):
@@ -460,26 +536,62 @@ class GatewayConfig(_Model):
     loop_breaker: LoopBreakerConfig = LoopBreakerConfig()
     fallback: FallbackConfig = FallbackConfig()
     tracing: TracingConfig = TracingConfig()
+    # Several deployments (upstreams) serving the same models (README "Pools").
+    pools: tuple[PoolConfig, ...] = ()
 
     @field_validator("upstreams")
     @classmethod
     def _unique_names(cls, v: tuple[UpstreamConfig, ...]) -> tuple[UpstreamConfig, ...]:
-        names = [u.name for u in v]
+        return v
+
+    @model_validator(mode="after")
+    def _references(self) -> Self:
+        """Names that point elsewhere (fallbacks, deployments) and names that collide, every
+        problem on its own line, each naming its section (see _describe): one must not hide
+        another."""
+        ups = [u.name for u in self.upstreams]
+        pools = [p.name for p in self.pools]
+        targets = ups + pools
         problems = []
-        # Each problem on its own line (see _describe): one must not hide another.
-        for u in v:
-            unknown = [f for f in u.fallbacks if f not in names]
+        members: dict[str, str] = {}
+        for p in self.pools:
+            if p.name in ups:
+                problems.append(f"pools: pool '{p.name}' has an upstream's name; a pool needs a name of its own")
+            missing = [d for d in p.deployments if d not in ups]
+            if missing:
+                problems.append(f"pools: pool '{p.name}' names deployments that are no upstream: {', '.join(missing)} "
+                                f"(upstream names: {', '.join(ups)})")
+            for d in p.deployments:
+                members.setdefault(d, p.name)
+        known = "upstream and pool names" if pools else "upstream names"
+        for kind, name, fallbacks in [*(("upstream", u.name, u.fallbacks) for u in self.upstreams),
+                                      *(("pool", p.name, p.fallbacks) for p in self.pools)]:
+            unknown = [f for f in fallbacks if f not in targets]
+            section = f"{kind}s: {kind} '{name}'"
             if unknown:
-                problems.append(f"upstream '{u.name}' names unknown fallbacks: {', '.join(unknown)} "
-                                f"(upstream names: {', '.join(dict.fromkeys(names))})")
-            if u.name in u.fallbacks:
-                problems.append(f"upstream '{u.name}' lists itself as a fallback")
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            problems.append(f"upstream names must be unique, repeated: {', '.join(dupes)}")
+                problems.append(f"{section} names unknown fallbacks: {', '.join(unknown)} "
+                                f"({known}: {', '.join(dict.fromkeys(targets))})")
+            if name in fallbacks:
+                problems.append(f"{section} lists itself as a fallback")
+        for u in self.upstreams:
+            if u.name in members and u.fallbacks:
+                problems.append(f"upstreams: upstream '{u.name}' is a deployment of pool '{members[u.name]}', "
+                                f"where its fallbacks go (pools[].fallbacks)")
+        for what, names in (("upstream", ups), ("pool", pools)):
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                problems.append(f"{what}s: {what} names must be unique, repeated: {', '.join(dupes)}")
+        for i, a in enumerate(self.pools):
+            for b in self.pools[i + 1 :]:
+                if patterns_overlap(a.models, b.models):
+                    problems.append(f"pools: pools '{a.name}' and '{b.name}' both claim models matching "
+                                    f"{', '.join(a.models)} / {', '.join(b.models)}; a model has one pool")
         if problems:
             raise ValueError("\n".join(problems))
-        return v
+        return self
+
+    def pool_of(self, upstream: str) -> PoolConfig | None:
+        return next((p for p in self.pools if upstream in p.deployments), None)
 
     @model_validator(mode="after")
     def _mark_client_keys(self) -> Self:
@@ -636,7 +748,9 @@ def _describe(err: ValidationError) -> list[str]:
         elif e["type"] == "too_short":
             msg = f"must have at least {e.get('ctx', {}).get('min_length', 1)} item(s)"
         msg = msg.removeprefix("Value error, ")
-        out.extend(f"{_field_path(loc)}: {line}" for line in msg.split("\n"))
+        # A problem across sections (GatewayConfig's own validators) names its section itself.
+        where = f"{_field_path(loc)}: " if loc else ""
+        out.extend(f"{where}{line}" for line in msg.split("\n"))
     return out
 
 

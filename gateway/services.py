@@ -9,17 +9,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Any
 
 from aiohttp import web
 
 from gateway.apis.base import Dialect
 from gateway.auth import ClientAuth
-from gateway.config import GatewayConfig, ToolOutputsConfig, UpstreamConfig
+from gateway.config import GatewayConfig, PoolConfig, ToolOutputsConfig, UpstreamConfig
 from gateway.policy.loop_breaker import LoopBreaker
 from gateway.policy.tool_outputs import ToolOutputPolicy, ToolRule
 from gateway.routing import Outbound, pick_upstream, upstream_url
 from gateway.state import SharedBudget, SharedCircuit, StateStore
+from gateway.state.affinity import AffinityTable
+from gateway.state.pools import PoolState
 from gateway.telemetry import Telemetry
 from gateway.tracing import NO_TRACING, Tracing
 from gateway.translate import Leg, NoLeg, Translations, default_translations
@@ -64,6 +67,52 @@ class UpstreamRuntime:
             url = self.urls[path] = upstream_url(self.cfg.base_url, path, "")
         return url
 
+    # A deployment of a pool: its answers' rate-limit headers and what is sent there are
+    # counted (gateway/state/pools.py). Set by the pools that list it.
+    pooled: bool = field(init=False, default=False)
+
+
+@dataclass
+class PoolRuntime:
+    cfg: PoolConfig
+    members: tuple[UpstreamRuntime, ...]
+    affinity: AffinityTable | None  # None: affinity is off for this pool
+    member_cfgs: tuple[UpstreamConfig, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.member_cfgs = tuple(m.cfg for m in self.members)
+        for m in self.members:
+            m.pooled = True
+
+
+@dataclass(frozen=True, slots=True)
+class Hop:
+    """One step of a route: a plain upstream, or a pool whose deployments are picked per request."""
+
+    members: tuple[UpstreamRuntime, ...]
+    pool: PoolRuntime | None = None
+
+    @property
+    def name(self) -> str:
+        return self.pool.cfg.name if self.pool is not None else self.members[0].cfg.name
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where a model's requests go: its pool or upstream, then its fallbacks, in order."""
+
+    hops: tuple[Hop, ...]
+    # Every upstream the request may reach, in route order (a pool's in config order): what
+    # applies to the whole route (continuation, the first upstream's window) reads these.
+    upstreams: tuple[UpstreamRuntime, ...]
+
+    affinity: bool  # some pool of the route keeps conversations on their deployment
+
+    @classmethod
+    def of(cls, hops: list[Hop]) -> Route:
+        affinity = any(h.pool is not None and h.pool.affinity is not None for h in hops)
+        return cls(tuple(hops), tuple(m for h in hops for m in h.members), affinity)
+
 
 @dataclass
 class Services:
@@ -85,24 +134,46 @@ class Services:
     models_cache: dict[str, tuple[float, bytes]] = field(default_factory=dict)  # GET /v1/models
     in_flight: int = 0
     idle: list[Callable[[], None]] = field(default_factory=list)
-    # model -> its upstream chain (None: no upstream serves it). Config is frozen, so routing
-    # is a pure function of the model; clients send few distinct ones.
-    chains: dict[str | None, list[UpstreamRuntime] | None] = field(default_factory=dict)
+    # model -> its route (None: nothing serves it). Config is frozen, so routing is a pure
+    # function of the model; clients send few distinct ones.
+    chains: dict[str | None, Route | None] = field(default_factory=dict)
+    pools: dict[str, PoolRuntime] = field(default_factory=dict)
+    pool_state: PoolState | None = None  # set when the config has pools
     translations: Translations = field(default_factory=default_translations)
     tool_outputs: ToolOutputPolicy = field(default_factory=ToolOutputPolicy)
     tracing: Tracing = NO_TRACING  # no-op hooks unless tracing is on (gateway/tracing/)
 
-    def chain_for(self, model: str | None) -> list[UpstreamRuntime] | None:
-        """The upstream whose model globs match first, then its fallbacks (read-only list)."""
+    def chain_for(self, model: str | None) -> Route | None:
+        """The first pool whose model globs match, else the first upstream outside every pool
+        whose globs match; then its fallbacks, each an upstream or a pool."""
         if model in self.chains:
             return self.chains[model]
-        cfg = pick_upstream(self.cfg.upstreams, model)
-        chain = None
-        if cfg is not None:
-            chain = [self.upstreams[cfg.name], *(self.upstreams[name] for name in cfg.fallbacks)]
+        route = None
+        pool = self._pool_for(model)
+        if pool is not None:
+            route = Route.of([self._hop(pool.cfg.name), *map(self._hop, pool.cfg.fallbacks)])
+        else:
+            pooled = {d for p in self.cfg.pools for d in p.deployments}
+            cfg = pick_upstream((u for u in self.cfg.upstreams if u.name not in pooled), model)
+            if cfg is not None:
+                route = Route.of([self._hop(cfg.name), *map(self._hop, cfg.fallbacks)])
         if len(self.chains) < _CHAINS_MAX:  # model names come from clients
-            self.chains[model] = chain
-        return chain
+            self.chains[model] = route
+        return route
+
+    def _pool_for(self, model: str | None) -> PoolRuntime | None:
+        if not self.pools:
+            return None
+        if not model:  # the first upstream, as without pools, unless every upstream is pooled
+            pooled = {d for p in self.cfg.pools for d in p.deployments}
+            return None if any(u.name not in pooled for u in self.cfg.upstreams) else next(iter(self.pools.values()))
+        return next((p for p in self.pools.values() if any(fnmatchcase(model, g) for g in p.cfg.models)), None)
+
+    def _hop(self, name: str) -> Hop:
+        pool = self.pools.get(name)
+        if pool is not None:
+            return Hop(pool.members, pool)
+        return Hop((self.upstreams[name],))
 
 
 

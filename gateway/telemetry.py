@@ -268,6 +268,32 @@ class Telemetry:
             p + "fallbacks", "Requests handed from one upstream to its fallback, by the reason.",
             ["upstream", "fallback", "error_type"], registry=registry,
         )  # fmt: skip
+        # Pools (README "Pools"): deployments are upstreams, so the per-upstream series above
+        # (requests, attempts, circuits) are per deployment already.
+        self.pool_picks = Counter(
+            p + "pool_picks", "Deployments picked for a request, by why: affinity (the conversation's "
+            "own), the pool's strategy, moved (a sibling failed first), circuit_open (every circuit was).",
+            ["pool", "deployment", "reason"], registry=registry,
+        )  # fmt: skip
+        self.pool_moves = Counter(
+            p + "pool_moves", "Requests moved from a deployment to a sibling, by the error that moved them.",
+            ["pool", "deployment", "error_type"], registry=registry,
+        )  # fmt: skip
+        self.sit_outs = Counter(
+            p + "deployment_sit_outs", "Deployments taken out of their pool for a while (cooldowns), "
+            "by why: rate_limit (until its reset), budget (key out of credit), auth (key refused).",
+            ["pool", "deployment", "reason"], registry=registry,
+        )  # fmt: skip
+        self.affinity_breaks = Counter(
+            p + "affinity_breaks", "Conversations served away from the deployment that holds their "
+            "prompt cache, by why: failed, rate_limit, headroom, budget, auth, circuit_open.",
+            ["pool", "reason"], registry=registry,
+        )  # fmt: skip
+        self.headroom = Gauge(
+            p + "deployment_headroom_ratio", "The share of a deployment's rate limit left, as its last "
+            "answer's rate-limit headers said, by kind (requests, tokens).",
+            ["deployment", "kind"], registry=registry,
+        )  # fmt: skip
 
         # labels() takes a lock and builds a key on every call; the label sets are bounded,
         # so their children are cached here once.

@@ -95,7 +95,14 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
         # A stream's head counts against its first token too: it is not visible either.
         first_byte_timeout_s=max(0.001, head_s if token_s is None else min(head_s, token_s)),
     )  # fmt: skip
+    pooled = call.up.pooled and svc.pool_state is not None
+    if pooled:
+        svc.pool_state.sent(call.up.cfg, state.model, round(len(body) / BYTES_PER_TOKEN))  # type: ignore[union-attr]
+        t0 = svc.monotonic()
     outcome = await _exchange(svc, state, request, call, token_s, token_s is not None and token_s < head_s)
+    if pooled and isinstance(outcome, Success):
+        # Time to the first visible event of a stream, to the whole answer otherwise.
+        svc.pool_state.timed(call.up.cfg.name, svc.monotonic() - t0)  # type: ignore[union-attr]
     if call.translation is not None and isinstance(outcome, Failure) and outcome.own is None:
         outcome.foreign = _foreign(call, outcome, len(body))
     svc.tracing.attempt_ended(state, call, outcome)
@@ -149,6 +156,8 @@ async def _exchange(
             return _first_token_timeout(svc, state, call, token_s)
         return _transport(svc, f.kind)
     state.upstream_head_s = svc.monotonic() - sent
+    if call.up.pooled and svc.pool_state is not None:
+        _headroom(svc, call, state.model, resp.headers)
     try:
         if resp.status >= 400:
             # The request's own size is evidence when the body only says "too large" (#22).
@@ -226,6 +235,19 @@ async def _peek_stream(
         return gateway_failure(502, c, "the upstream answered with an empty stream", EMPTY_STREAM)
     # Clean end before anything visible: the turn produced nothing, so it is worth a retry.
     return _transport(svc, TransportError.STREAM_BROKEN)
+
+
+def _headroom(svc: Services, call: Call, model: str | None, headers: Mapping[str, str]) -> None:
+    """Every answer of a pool deployment tells its headroom (when it carries the headers)."""
+    assert svc.pool_state is not None
+    room = svc.pool_state.observe(call.up.cfg, model, headers)
+    if room is None:
+        return
+    name = call.up.cfg.name
+    for kind, left, limit in (("requests", room.requests_remaining, room.requests_limit),
+                              ("tokens", room.tokens_remaining, room.tokens_limit)):  # fmt: skip
+        if left is not None and limit:
+            svc.telemetry.child(svc.telemetry.headroom, name, kind).set(max(0.0, left / limit))
 
 
 def _first_token_timeout(svc: Services, state: RequestState, call: Call, after_s: float) -> Failure:

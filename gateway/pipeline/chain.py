@@ -1,4 +1,4 @@
-"""Sending one request over its upstream chain: the primary, then its fallbacks.
+"""Sending one request along its route: its pool or upstream, then its fallbacks.
 
 The multiplication rule: one request has one deadline, one set of per-class retry counts
 and one claim on the cross-request retry budget, whatever number of upstreams it visits.
@@ -6,6 +6,8 @@ A fallback never resets them. Each upstream gets one first attempt; retries come
 the shared counts, and while another upstream is left to try, one upstream gets at most
 ``fallback.retries_per_upstream`` of them before the request moves on. So a permanent
 outage of every upstream costs at most ``1 + max_retries`` attempts plus one per fallback.
+A pool's deployments count as fallbacks of each other (pipeline/pool.py): one first attempt
+each, moving on at once.
 
 A *silent* upstream (no connection, no response head, or no visible output within its
 timeout) gets no retry while a fallback is left: each of its failures costs a whole timeout,
@@ -21,97 +23,88 @@ Nothing here runs after a byte reached the client: a stream that has started is 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from gateway.errors import Classification, ErrorType, TransportError
-from gateway.pipeline.attempt import Call, attempt, circuit_open
-from gateway.pipeline.outcome import Failure, Outcome, RequestState, failure_of
-from gateway.policy.breaker import Admission, Gate, circuit_key
-from gateway.policy.retry import RetryPlan, StopReason, retry_after
-from gateway.services import Services, UpstreamRuntime
+from gateway.errors import Classification, ErrorType
+from gateway.pipeline.attempt import Call
+from gateway.pipeline.outcome import Failure, RequestState
+from gateway.pipeline.pool import send_pool
+from gateway.pipeline.send import Sent, fails_over, fails_over_class, send_one
+from gateway.policy.breaker import circuit_key
+from gateway.policy.retry import RetryPlan
+from gateway.services import Route, Services, UpstreamRuntime
 
 log = logging.getLogger("gateway.decisions")
 
-# The gateway settled retrying for these (it retried, or declined to protect the provider
-# or hand a long wait back): the client's SDK must not retry on top.
-_SETTLED = frozenset({StopReason.EXHAUSTED, StopReason.BUDGET, StopReason.DEADLINE, StopReason.WAIT_TOO_LONG,
-                      StopReason.PROBE})  # fmt: skip
-
-# Failures that cost a whole timeout each: not retried on the same upstream while a fallback is left.
-SILENT = frozenset({
-    TransportError.CONNECT_TIMEOUT.value, TransportError.FIRST_BYTE_TIMEOUT.value,
-    TransportError.FIRST_TOKEN_TIMEOUT.value,
-})  # fmt: skip
-
-
-@dataclass
-class Sent:
-    outcome: Outcome
-    call: Call | None  # the upstream that gave the outcome (a rescue goes back to it); None: none was asked
-
-
-def new_plan(svc: Services, deadline_s: float | None) -> RetryPlan:
-    return RetryPlan(
-        svc.cfg.retry, now=svc.monotonic, rand=svc.rand,
-        may_retry=svc.budget.hold_retry, deadline_s=deadline_s,  # confirmed in _retry
-    )  # fmt: skip
-
 
 async def send_chain(
-    svc: Services, state: RequestState, plan: RetryPlan, chain: list[UpstreamRuntime],
-    call_for: Callable[[UpstreamRuntime], Call | Failure],
+    svc: Services, state: RequestState, plan: RetryPlan, route: Route,
+    call_for: Callable[[UpstreamRuntime], Call | Failure], conversation: str | None = None,
 ) -> Sent:  # fmt: skip
     """``call_for`` says how the request goes to an upstream (its API, its body), or why it
     cannot go there at all (no translation, a request that API cannot carry): such an
-    upstream is passed over for the next, and answers only when it is the last."""
+    upstream is passed over for the next, and answers only when it is the last. A pool's hop
+    picks among its deployments (pipeline/pool.py); ``conversation`` keys its affinity."""
     fallback = svc.cfg.fallback
     last: Sent | None = None
     refused: Failure | None = None
-    for hop, up in enumerate(chain):
-        more = hop < len(chain) - 1
-        if more and await _steer_past(svc, up, state.model):
-            log.debug({"request_id": state.request_id, "event": "steered", "upstream": up.cfg.name})
-            svc.tracing.event(state, "steered", {"upstream": up.cfg.name})
-            continue
-        call = call_for(up)
-        if isinstance(call, Failure):
-            log.debug({"request_id": state.request_id, "event": "cannot_carry", "upstream": up.cfg.name})
-            svc.tracing.event(state, "cannot_carry", {"upstream": up.cfg.name})
-            refused = refused or call
-            if more:
+    hops = route.hops
+    for h, hop in enumerate(hops):
+        nxt = hops[h + 1].members[0] if h + 1 < len(hops) else None
+        if hop.pool is not None:
+            pooled = await send_pool(svc, state, plan, hop.pool, call_for, conversation, nxt)
+            if pooled is None:  # no deployment could take it now, and a later hop is left
+                log.debug({"request_id": state.request_id, "event": "steered", "upstream": hop.name})
+                svc.tracing.event(state, "steered", {"upstream": hop.name})
                 continue
-            return Sent(last.outcome if last is not None else refused, last.call if last else None)
-        nxt = chain[hop + 1] if more else None
-        outcome = await send_one(svc, state, plan, call, call.body,
-                                 retries_cap=fallback.retries_per_upstream, next_up=nxt)  # fmt: skip
-        last = Sent(outcome, call)
-        if nxt is None or not isinstance(outcome, Failure) or not _fails_over(svc, outcome, up, nxt):
-            return last
+            if isinstance(pooled, Failure):
+                refused = refused or pooled
+                if nxt is not None:
+                    continue
+                return Sent(last.outcome if last is not None else refused, last.call if last else None)
+            sent = pooled
+        else:
+            up = hop.members[0]
+            if nxt is not None and await _steer_past(svc, up, state.model):
+                log.debug({"request_id": state.request_id, "event": "steered", "upstream": up.cfg.name})
+                svc.tracing.event(state, "steered", {"upstream": up.cfg.name})
+                continue
+            call = call_for(up)
+            if isinstance(call, Failure):
+                log.debug({"request_id": state.request_id, "event": "cannot_carry", "upstream": up.cfg.name})
+                svc.tracing.event(state, "cannot_carry", {"upstream": up.cfg.name})
+                refused = refused or call
+                if nxt is not None:
+                    continue
+                return Sent(last.outcome if last is not None else refused, last.call if last else None)
+            moves = None if nxt is None else _mover(svc, up, nxt)
+            outcome = await send_one(svc, state, plan, call, call.body,
+                                     retries_cap=fallback.retries_per_upstream, moves_on=moves)  # fmt: skip
+            sent = Sent(outcome, call)
+        last = sent
+        outcome = sent.outcome
+        if nxt is None or not isinstance(outcome, Failure):
+            return sent
+        here = sent.call.up if sent.call is not None else hop.members[-1]
+        if not fails_over(svc, outcome, here, nxt):
+            return sent
         c = outcome.classification
         state.fallbacks += 1
-        svc.tracing.moving_on(state, nxt.cfg.name)
-        svc.telemetry.fallbacks.labels(up.cfg.name, nxt.cfg.name, c.type.value).inc()
-        log.debug({"request_id": state.request_id, "event": "fallback", "from": up.cfg.name,
-                   "to": nxt.cfg.name, "status": outcome.status, "error_type": c.type.value})  # fmt: skip
-        if c.type is ErrorType.RATE_LIMIT and c.reset_at_ms is not None:
-            await svc.store.reset_set(circuit_key(up.cfg.name, state.model), c.reset_at_ms)
-    assert last is not None  # the last upstream is never skipped
+        svc.tracing.moving_on(state, hops[h + 1].name)
+        svc.telemetry.fallbacks.labels(hop.name, hops[h + 1].name, c.type.value).inc()
+        log.debug({"request_id": state.request_id, "event": "fallback", "from": hop.name,
+                   "to": hops[h + 1].name, "status": outcome.status, "error_type": c.type.value})  # fmt: skip
+        if hop.pool is None and c.type is ErrorType.RATE_LIMIT and c.reset_at_ms is not None:
+            await svc.store.reset_set(circuit_key(here.cfg.name, state.model), c.reset_at_ms)
+    if last is None:  # every hop was passed over: the last one's refusal answers
+        assert refused is not None
+        return Sent(refused, None)
     return last
 
 
-def _fails_over(svc: Services, failure: Failure, up: UpstreamRuntime, nxt: UpstreamRuntime) -> bool:
-    return _fails_over_class(svc, failure.classification, up, nxt)
-
-
-def _fails_over_class(svc: Services, c: Classification, up: UpstreamRuntime, nxt: UpstreamRuntime) -> bool:
-    t = c.type
-    if t is ErrorType.CONTEXT_OVERFLOW:
-        bigger = (nxt.cfg.context_window or 0) > (up.cfg.context_window or 0)
-        return svc.cfg.fallback.context_overflow and bigger
-    return t.value in svc.cfg.fallback.when
+def _mover(svc: Services, up: UpstreamRuntime, nxt: UpstreamRuntime) -> Callable[[Classification], bool]:
+    return lambda c: fails_over_class(svc, c, up, nxt)
 
 
 async def _steer_past(svc: Services, up: UpstreamRuntime, model: str | None) -> bool:
@@ -122,155 +115,3 @@ async def _steer_past(svc: Services, up: UpstreamRuntime, model: str | None) -> 
     return reset_at_ms is not None and reset_at_ms > svc.wall() * 1000
 
 
-async def send_one(
-    svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes,
-    *, retries_cap: int | None = None, next_up: UpstreamRuntime | None = None,
-) -> Outcome:  # fmt: skip
-    """Send to one upstream with retries. Its circuit counts whole requests, not attempts:
-    one request's own retries are the retry policy's business, and a permanent 503 must
-    cost exactly 1 + max_retries attempts. A half-open circuit's probe is one attempt."""
-    up = call.up
-    state.upstream = up.cfg.name
-    adm = up.circuit.admit_now(state.model) or await up.circuit.admit(state.model)
-    if adm.gate is Gate.REFUSE:
-        state.retries_settled = True
-        svc.tracing.event(state, "circuit_refused", {"upstream": up.cfg.name, "retry_in_s": adm.retry_in_s})
-        return circuit_open(svc, up, adm.retry_in_s)
-    if adm.gate is Gate.PROBE:
-        svc.tracing.next_attempt(state, None, {"llm_gateway.circuit": "half_open_probe"})
-    try:
-        outcome = await attempt(svc, state, plan, call, body)
-        if failure_of(outcome) is not None:
-            outcome = await _retry_or_follow(svc, state, plan, call, body, adm, outcome, retries_cap, next_up)
-            svc.tracing.settled(state, plan.stopped)
-    except BaseException:
-        await up.circuit.abandon(adm)
-        raise
-    state.retries_settled = plan.stopped in _SETTLED
-    # An empty stream is how some servers fail a request they reject: not the provider's fault.
-    failed = (isinstance(outcome, Failure) and outcome.classification.type is ErrorType.PROVIDER_UNAVAILABLE
-              and not plan.answered_with_nothing(outcome.classification))  # fmt: skip
-    # Any answer, even a 4xx, shows the provider is up.
-    if not up.circuit.settled(adm, state.model, failed=failed):
-        await up.circuit.record(adm, state.model, failed=failed)
-    return outcome
-
-
-_SPENT = frozenset({StopReason.EXHAUSTED, StopReason.DEADLINE, StopReason.BUDGET})
-_OUTAGE = "outage:"  # store key prefix: a request of this (upstream, model) spent its retries in vain
-
-
-async def _retry_or_follow(
-    svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes, adm: Admission,
-    first: Outcome, retries_cap: int | None, next_up: UpstreamRuntime | None,
-) -> Outcome:  # fmt: skip
-    """Retries an outage of a model once between the requests that meet it. An agent's turn
-    is often several requests (opencode sends a title and the answer together; a tool round,
-    the next turn): each spending a full round on an outage multiplies the calls. So for
-    ``open_s`` after a request of the model gave up here, a failed first attempt is final;
-    and of requests that fail together, one retries while the others wait for its verdict:
-    given up, they give up too (after their one attempt); through, they retry now."""
-    c = failure_of(first)
-    up = call.up
-    # An answer of nothing says nothing about the provider yet (the empty-stream probe will
-    # tell what it was: usually an overflow), so it neither notes an outage nor follows one.
-    if (c is None or c.type is not ErrorType.PROVIDER_UNAVAILABLE or plan.probe or adm.gate is Gate.PROBE
-            or plan.unexplained(c)):  # fmt: skip
-        return await _retry(svc, state, plan, call, body, adm, first, retries_cap, next_up)
-    key = circuit_key(up.cfg.name, state.model)
-    # Read only on this failure path: a healthy request never pays the store round trip.
-    noted = await svc.store.reset_get(_OUTAGE + key)
-    if noted is not None and noted > svc.wall() * 1000:
-        log.debug({"request_id": state.request_id, "event": "outage_noted", "upstream": up.cfg.name})
-        plan.stopped = StopReason.PROBE
-        return first
-    leader = up.retrying.get(key)
-    if leader is None:
-        verdict: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        up.retrying[key] = verdict
-        try:
-            outcome = await _retry(svc, state, plan, call, body, adm, first, retries_cap, next_up)
-        except BaseException:
-            del up.retrying[key]
-            verdict.set_result(False)  # cancelled: the others retry themselves
-            raise
-        failed = failure_of(outcome)
-        gave_up = failed is not None and failed.type is ErrorType.PROVIDER_UNAVAILABLE
-        try:
-            if gave_up and plan.stopped in _SPENT:
-                until_ms = round((svc.wall() + svc.cfg.circuit_breaker.open_s) * 1000)
-                await svc.store.reset_set(_OUTAGE + key, until_ms)
-        finally:
-            del up.retrying[key]
-            verdict.set_result(gave_up)
-        return outcome
-    try:
-        gave_up = await asyncio.wait_for(asyncio.shield(leader), plan.remaining_s())
-    except TimeoutError:
-        gave_up = True
-    if not gave_up:
-        return await _retry(svc, state, plan, call, body, adm, first, retries_cap, next_up)
-    log.debug({"request_id": state.request_id, "event": "followed", "upstream": up.cfg.name})
-    plan.stopped = StopReason.PROBE
-    return first
-
-
-async def _retry(
-    svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes, adm: Admission,
-    first: Outcome, retries_cap: int | None, next_up: UpstreamRuntime | None,
-) -> Outcome:  # fmt: skip
-    """The retries after a failed first attempt (most requests never get here)."""
-    up = call.up
-    here = 0
-    last: list[Failure] = []
-
-    def before_retry(outcome: Outcome, wait_s: float) -> None:
-        assert isinstance(outcome, Failure)
-        last[:] = [outcome]
-
-    async def wait_then_confirm(wait_s: float) -> None:
-        # The retry budget held this retry from this replica's view; across replicas it is
-        # confirmed after the wait (when the others' counts of this burst have arrived).
-        nonlocal here
-        try:
-            await svc.sleep(wait_s)
-        except BaseException:
-            svc.budget.release_retry()
-            raise
-        if not await svc.budget.confirm_retry():
-            raise _Refused
-        outcome = last[0]
-        here += 1
-        state.retries += 1
-        c = outcome.classification
-        if plan.unexplained(c):
-            state.empty_retries.append(up.cfg.name)  # counted once known what it was (observe)
-        else:
-            svc.telemetry.retries.labels(up.cfg.name, c.type.value).inc()
-        svc.tracing.retrying(state, c, wait_s)
-        log.debug({"request_id": state.request_id, "event": "retry", "upstream": up.cfg.name,
-                   "status": outcome.status, "error_type": c.type.value, "code": c.provider_code,
-                   "evidence": c.evidence, "wait_s": round(wait_s, 3)})  # fmt: skip
-
-    async def one() -> Outcome:
-        return await attempt(svc, state, plan, call, body)
-
-    def may_continue(c: Classification) -> bool:
-        if adm.gate is Gate.PROBE:
-            return False  # a half-open circuit's probe is one attempt
-        if next_up is None or retries_cap is None or not _fails_over_class(svc, c, up, next_up):
-            return True  # only failures that will move on are cut short
-        return c.provider_code not in SILENT and here < retries_cap
-
-    plan.hop_cap = may_continue
-    try:
-        return await retry_after(first, one, plan, failure_of, wait_then_confirm, before_retry)
-    except _Refused:
-        plan.stopped = StopReason.BUDGET  # as if the budget had said no before the wait
-        return last[0]
-    finally:
-        plan.hop_cap = None
-
-
-class _Refused(Exception):
-    """The shared retry budget did not confirm a held retry."""

@@ -23,15 +23,15 @@ import asyncio
 import dataclasses
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from gateway.apis.base import Dialect, Ending, EventKind, Splice, StreamReader
 from gateway.apis.replay import Trim, is_replay
 from gateway.errors import TransportError
 from gateway.pipeline.attempt import Call
-from gateway.pipeline.chain import send_one
 from gateway.pipeline.outcome import Failure, RequestState, Success
+from gateway.pipeline.send import send_one
 from gateway.policy.retry import RetryPlan
 from gateway.services import Services, UpstreamRuntime
 from gateway.sse import EventSplitter
@@ -42,7 +42,7 @@ log = logging.getLogger("gateway.decisions")
 Resume = Callable[[StreamReader, Ending], Awaitable[tuple[Success, Splice] | None]]
 
 
-def continuable(chain: list[UpstreamRuntime]) -> bool:
+def continuable(chain: Sequence[UpstreamRuntime]) -> bool:
     return any(up.cfg.continuation != "none" for up in chain)
 
 
@@ -53,7 +53,7 @@ def preference(up: UpstreamRuntime, streaming: str, stalled: bool) -> tuple[bool
 
 
 def resumer(
-    svc: Services, state: RequestState, plan: RetryPlan, chain: list[UpstreamRuntime],
+    svc: Services, state: RequestState, plan: RetryPlan, chain: Sequence[UpstreamRuntime],
     call_for: Callable[[UpstreamRuntime], Call | Failure], payload: dict[str, Any],
 ) -> Resume | None:  # fmt: skip
     if not continuable(chain):

@@ -3,10 +3,11 @@
     authenticate  only holders of a gateway key (when keys are configured)
     admit         read the body (bounded), reject bad input with a clear 4xx
     recall        an identical request that just failed is answered from memory
-    route         the first upstream whose model globs match, then its fallbacks; each is
+    route         the pool or upstream whose model globs match, then its fallbacks; each is
                   reached in the client's API or, where it speaks another, translated
                   (``translate/``, ``legs.py``)
-    send          attempt → classify → wait, retry or move on   (policy/retry.py, chain.py)
+    send          pick a pool's deployment (affinity, strategy), attempt → classify → wait,
+                  retry or move on (to a sibling, a fallback)   (pool.py, send.py, chain.py)
     probe         a stream that keeps coming back empty is asked once without streaming
     rescue        on context_overflow: compress once, send once  (the dialect's compression)
     remember      a final failure, for the loop breaker
@@ -35,7 +36,7 @@ from gateway.errors import Classification, ErrorType
 from gateway.jsonbody import Lenient
 from gateway.pipeline.admit import model_of, parse_json_object, read_body
 from gateway.pipeline.attempt import Call, ReadMode
-from gateway.pipeline.chain import new_plan, send_chain, send_one
+from gateway.pipeline.chain import send_chain
 from gateway.pipeline.continuation import continuable, resumer
 from gateway.pipeline.legs import Sending, body_for, leg_call
 from gateway.pipeline.models import list_models
@@ -49,6 +50,7 @@ from gateway.pipeline.outcome import (
     gateway_failure,
 )
 from gateway.pipeline.relay import relay, rendered
+from gateway.pipeline.send import new_plan, send_one
 from gateway.policy.clients import client_deadline_s, compacts_itself
 from gateway.policy.loop_breaker import Answer, Recalled
 from gateway.policy.overflow_limits import parse_overflow
@@ -56,7 +58,8 @@ from gateway.policy.retry import RetryPlan
 from gateway.policy.tokens import BYTES_PER_TOKEN, content_tokens, request_tokens
 from gateway.policy.tool_outputs import Stage, Tally
 from gateway.routing import UnsafePath, request_headers, upstream_url
-from gateway.services import SERVICES, Services, UpstreamRuntime
+from gateway.routing.affinity import conversation_key
+from gateway.services import SERVICES, Route, Services, UpstreamRuntime
 from gateway.translate import NoLeg
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -75,9 +78,10 @@ def full_pipeline(dialect: Dialect) -> Handler:
         if isinstance(inbound, Failure):
             return await relay(request, svc, state, inbound)
         state.model, state.stream = inbound.model, inbound.stream
-        chain = _route(svc, state, inbound.model)
-        if isinstance(chain, Failure):
-            return await relay(request, svc, state, chain)
+        route = _route(svc, state, inbound.model)
+        if isinstance(route, Failure):
+            return await relay(request, svc, state, route)
+        primary = route.upstreams[0]
         fingerprint: str | None = None
         turn: Recalled | None = None  # a repeat of a turn given up on: sent as a probe
         if svc.loop.may_recall():
@@ -89,11 +93,11 @@ def full_pipeline(dialect: Dialect) -> Handler:
                 return await relay(request, svc, state, _from_memory(svc, state, remembered))
             turn = remembered
 
-        client_payload = _cap_tool_outputs(svc, state, dialect, chain[0], inbound.payload)
-        payload, strip_usage = dialect.prepare(_with(inbound, client_payload), chain[0].cfg.stream_usage)
+        client_payload = _cap_tool_outputs(svc, state, dialect, primary, inbound.payload)
+        payload, strip_usage = dialect.prepare(_with(inbound, client_payload), primary.cfg.stream_usage)
         mode = ReadMode.STREAM if inbound.stream else ReadMode.BUFFER
 
-        track = inbound.stream and continuable(chain)
+        track = inbound.stream and continuable(route.upstreams)
         encoded: list[bytes] = []
 
         def direct_body() -> bytes:
@@ -116,9 +120,11 @@ def full_pipeline(dialect: Dialect) -> Handler:
 
         plan = new_plan(svc, client_deadline_s(request.headers))
         plan.probe = turn is not None
-        window = chain[0].cfg.context_window
+        window = primary.cfg.context_window
         plan.empty_is_final = window is not None and len(direct_body()) / BYTES_PER_TOKEN > window
-        sent = await send_chain(svc, state, plan, chain, call_for)
+        # Which conversation this is, for a pool's prompt-cache affinity (only asked when one keeps it).
+        conversation = conversation_key(dialect.api, request.headers, inbound.payload) if route.affinity else None
+        sent = await send_chain(svc, state, plan, route, call_for, conversation)
         outcome, call = sent.outcome, sent.call
         if call is not None:
             # What the client asked, in its API: a translated call translates it again.
@@ -131,7 +137,7 @@ def full_pipeline(dialect: Dialect) -> Handler:
                 outcome = await _overflow(svc, state, request, plan, call, asked, outcome)
         if svc.loop.enabled:
             await _remember(svc, state, outcome, request, inbound, fingerprint, turn)
-        return await relay(request, svc, state, outcome, resumer(svc, state, plan, chain, call_for, payload))
+        return await relay(request, svc, state, outcome, resumer(svc, state, plan, route.upstreams, call_for, payload))
 
     return handle
 
@@ -155,10 +161,10 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     if isinstance(body, Failure):
         return await relay(request, svc, state, body)
     state.model = model_of(body, request.headers.get("Content-Type", ""))
-    chain = _route(svc, state, state.model)
-    if isinstance(chain, Failure):
-        return await relay(request, svc, state, chain)
-    up = chain[0]
+    route = _route(svc, state, state.model)
+    if isinstance(route, Failure):
+        return await relay(request, svc, state, route)
+    up = route.upstreams[0]
     api = api_of_path(request.path)
     if api is not None and api not in up.cfg.apis:
         return await relay(request, svc, state, _not_spoken(up, api, request, body))
@@ -227,9 +233,9 @@ async def _admit(request: web.Request, svc: Services, dialect: Dialect) -> Inbou
     return bad_request(inbound.message, inbound.code) if isinstance(inbound, Rejection) else inbound
 
 
-def _route(svc: Services, state: RequestState, model: str | None) -> list[UpstreamRuntime] | Failure:
-    chain = svc.chain_for(model)
-    if chain is None:
+def _route(svc: Services, state: RequestState, model: str | None) -> Route | Failure:
+    route = svc.chain_for(model)
+    if route is None:
         patterns = ", ".join(p for u in svc.cfg.upstreams for p in u.models)
         shown = (model or "")[:128]
         return bad_request(
@@ -237,9 +243,9 @@ def _route(svc: Services, state: RequestState, model: str | None) -> list[Upstre
             "model_not_found",
             status=404,
         )
-    state.upstream = chain[0].cfg.name
+    state.upstream = route.upstreams[0].cfg.name
     svc.budget.record_request()
-    return chain
+    return route
 
 
 def _canonical(inbound: Inbound) -> bytes:

@@ -19,9 +19,9 @@ from typing import Any
 from aiohttp import web
 
 from gateway.pipeline.attempt import Call, ReadMode, attempt
-from gateway.pipeline.chain import new_plan
 from gateway.pipeline.outcome import STATE, Failure, Outcome, Success
 from gateway.pipeline.relay import relay
+from gateway.pipeline.send import new_plan
 from gateway.policy.retry import RetryPlan
 from gateway.routing import pick_upstream, request_headers
 from gateway.services import SERVICES, Services, UpstreamRuntime

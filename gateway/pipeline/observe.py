@@ -109,6 +109,8 @@ def observed(handler: Handler) -> Handler:
             return response
         finally:
             svc.in_flight -= 1
+            if state.holding is not None and svc.pool_state is not None:
+                svc.pool_state.release(state.holding)
             svc.tracing.end(state, status)
             _account(svc, state, status)
             if svc.in_flight == 0:
@@ -203,6 +205,8 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
         record["continued_after"] = state.continued_after
     if state.fallbacks:
         record["fallbacks"] = state.fallbacks
+    if state.pool is not None:
+        record["pool"], record["picked"] = state.pool, state.picked  # the deployment is "upstream"
     if state.translated is not None:
         record["translated"] = state.translated  # "messages->chat": client API -> upstream API
     if state.from_memory:

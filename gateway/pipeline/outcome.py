@@ -30,6 +30,9 @@ class RequestState:
     attempts: int = 0
     retries: int = 0
     fallbacks: int = 0  # upstreams left behind for the next one in the chain
+    pool: str | None = None  # the pool whose deployment answered, if any
+    picked: str | None = None  # why that deployment: affinity, the strategy's name, moved, ...
+    holding: str | None = None  # the pool deployment this request counts as in flight on
     from_memory: int = 0  # answered by the loop breaker: the repeats it has seen, else 0
     compressed: bool = False
     translated: str | None = None  # "messages->chat": the client's API and the upstream's

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Generic, TypeVar
 
@@ -106,6 +106,7 @@ class MemoryStore:
         self._probes: _Expiring[bool] = _Expiring(clock)
         self._resets: _Expiring[int] = _Expiring(clock)
         self._budgets: dict[str, dict[int, list[int]]] = {}
+        self._records: _Expiring[dict[str, float]] = _Expiring(clock)
         self.answers = _Answers(clock, max_answers, max_answer_bytes)
 
     async def circuit_get(self, keys: Sequence[str]) -> list[CircuitRecord]:
@@ -168,6 +169,21 @@ class MemoryStore:
 
     async def reset_get(self, key: str) -> int | None:
         return self._resets.get(key)
+
+    async def records_sync(
+        self,
+        reads: Sequence[str],
+        writes: Sequence[tuple[str, Mapping[str, float], float]] = (),
+        adds: Sequence[tuple[str, Mapping[str, int], float]] = (),
+    ) -> list[dict[str, float]]:
+        for key, fields, ttl_s in writes:
+            self._records.put(key, {**(self._records.get(key) or {}), **fields}, ttl_s)
+        for key, counts, ttl_s in adds:
+            rec = dict(self._records.get(key) or {})
+            for name, n in counts.items():
+                rec[name] = rec.get(name, 0) + n
+            self._records.put(key, rec, ttl_s)
+        return [dict(self._records.get(k) or {}) for k in reads]
 
     async def answer_put(self, fingerprint: str, blob: bytes, ttl_s: float) -> None:
         if ttl_s > 0:

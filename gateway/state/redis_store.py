@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from redis.asyncio import Redis
@@ -292,6 +292,36 @@ class RedisStore:
             return int(raw) if raw is not None else None
 
         return await self._guard("reset_get", remote, lambda: self.local.reset_get(key))
+
+    # -- pool deployments' records ------------------------------------------------------------
+
+    async def records_sync(
+        self,
+        reads: Sequence[str],
+        writes: Sequence[tuple[str, Mapping[str, float], float]] = (),
+        adds: Sequence[tuple[str, Mapping[str, int], float]] = (),
+    ) -> list[dict[str, float]]:
+        # Mirrored locally, so a replica that loses Redis still knows what it saw itself.
+        mine = await self.local.records_sync(reads, writes, adds)
+        p = self._p + "d:"
+
+        async def remote() -> list[dict[str, float]]:
+            pipe = self._r.pipeline(transaction=False)
+            for key, fields, ttl_s in writes:
+                pipe.hset(p + key, mapping={k: repr(v) for k, v in fields.items()})
+                pipe.pexpire(p + key, _ms(ttl_s))
+            for key, counts, ttl_s in adds:
+                for name, n in counts.items():
+                    pipe.hincrby(p + key, name, n)
+                pipe.pexpire(p + key, _ms(ttl_s))
+            for key in reads:
+                pipe.hgetall(p + key)
+            got = await pipe.execute()
+            return [{k.decode(): float(v) for k, v in raw.items()} for raw in got[len(got) - len(reads) :]]
+
+        if not reads and not writes and not adds:
+            return []
+        return await self._guard("records_sync", remote, lambda: _value(mine))
 
     # -- remembered answers --------------------------------------------------------------------
 

@@ -10,11 +10,12 @@ outlives its purpose. Times are wall-clock epoch seconds (replicas share no mono
     budget     key -> (requests, retries)  counters over a sliding window of whole seconds
     resets     key -> reset-at epoch ms    a rate limit's reset, per upstream / model
     answers    fingerprint -> bytes        the loop breaker's remembered answers, with repeats
+    records    key -> {field: number}      a pool deployment's sit-outs, headroom and usage
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from gateway.policy.breaker import CircuitRecord
@@ -61,6 +62,17 @@ class StateStore(Protocol):
         ...
 
     async def reset_get(self, key: str) -> int | None: ...
+
+    async def records_sync(
+        self,
+        reads: Sequence[str],
+        writes: Sequence[tuple[str, Mapping[str, float], float]] = (),
+        adds: Sequence[tuple[str, Mapping[str, int], float]] = (),
+    ) -> list[dict[str, float]]:
+        """In one round trip: merge each write's fields into its record (with its TTL in
+        seconds), add each ``adds`` increment into its record's counters (atomically, with its
+        TTL), then read ``reads`` (an empty dict for an absent record)."""
+        ...
 
     async def answer_put(self, fingerprint: str, blob: bytes, ttl_s: float) -> None: ...
 

@@ -1,0 +1,257 @@
+"""One hop of a route that is a pool: pick a deployment, move to a sibling when its key cannot
+serve, and apply the rate-limit rule only when every sibling is sitting out.
+
+    pick      the conversation's deployment when it may serve (affinity), else the pool's
+              strategy over those that may: not sitting out (a rate limit until its reset,
+              headroom predicted gone, an exhausted or refused key), circuit not open
+    send      one first attempt; a failure another key would not meet (rate_limit, budget,
+              provider_unavailable, auth on the operator's key) sits that deployment out as
+              long as it says and moves to the next at once: no backoff, one deadline
+    all out   with no later hop, a rate limit waits for the earliest sibling's reset when
+              that is within ``max_retry_after_s`` (one retry of the class), else goes back
+              with that reset; with a later hop, the request moves on there
+
+Request errors never move; an overflow moves only to a sibling with a larger window (with
+``fallback.context_overflow``). Siblings count as fallbacks in the multiplication rule: each
+costs one first attempt, the class's retries are spent on the last one tried.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+
+from gateway.errors import Classification, ErrorType
+from gateway.pipeline.attempt import Call
+from gateway.pipeline.outcome import Failure, RequestState, Success, gateway_failure
+from gateway.pipeline.send import SETTLED, Sent, fails_over_class, send_one
+from gateway.policy.retry import RetryPlan
+from gateway.policy.retry_after import reset_at_ms
+from gateway.routing.pools import Deployment, SitOut, moves_to_sibling, order, sit_out
+from gateway.services import PoolRuntime, Services, UpstreamRuntime
+
+log = logging.getLogger("gateway.decisions")
+
+
+async def send_pool(
+    svc: Services, state: RequestState, plan: RetryPlan, pool: PoolRuntime,
+    call_for: Callable[[UpstreamRuntime], Call | Failure], conversation: str | None,
+    nxt: UpstreamRuntime | None,
+) -> Sent | Failure | None:  # fmt: skip
+    """The pool's answer; a Failure: no deployment can carry the request (no translation);
+    None: none may serve now and ``nxt`` (a later hop) is left."""
+    ps = svc.pool_state
+    assert ps is not None
+    cfg, members, model = pool.cfg, pool.members, state.model
+    tried: set[str] = set()
+    last: Sent | None = None
+    refused: Failure | None = None
+    bound = pool.affinity.get(conversation) if pool.affinity is not None and conversation else None
+    first = True
+    while True:
+        if not ps.fresh(cfg.name, model):
+            await ps.refresh(cfg.name, pool.member_cfgs, model)
+        now_ms = svc.wall() * 1000
+        views = [ps.view(i, up.cfg, model, now_ms) for i, up in enumerate(members)]
+        ready = [v for v in views if v.serves_at(now_ms) and v.name not in tried
+                 and not await members[v.index].circuit.is_open(model)]  # fmt: skip
+        if ready:
+            ranked, why = _rank(svc, pool, ready, bound if first else None, conversation)
+            up = members[ranked[0].index]
+            call = call_for(up)
+            if isinstance(call, Failure):
+                tried.add(up.cfg.name)
+                refused = refused or call
+                continue
+            _picked(svc, state, pool, up, why if first else "moved")
+            first = False
+            siblings_left = len(ranked) > 1
+            outcome = await _send(svc, state, plan, call, siblings_left, nxt)
+            last = Sent(outcome, call)
+            if not isinstance(outcome, Failure):
+                if pool.affinity is not None and conversation:
+                    _bind(svc, pool, conversation, bound, up.cfg.name, views, tried)
+                return last
+            c = outcome.classification
+            await _sit_out(svc, state, pool, up, c)
+            bigger = any((m.cfg.context_window or 0) > (up.cfg.context_window or 0) for m in members)
+            if not moves_to_sibling(c, own_key=up.cfg.api_key is not None, bigger_window=bigger,
+                                    overflow_moves=svc.cfg.fallback.context_overflow):  # fmt: skip
+                return last
+            tried.add(up.cfg.name)
+            if siblings_left:
+                svc.telemetry.pool_moves.labels(cfg.name, up.cfg.name, c.type.value).inc()
+                log.debug({"request_id": state.request_id, "event": "sibling", "pool": cfg.name,
+                           "from": up.cfg.name, "status": outcome.status, "error_type": c.type.value})  # fmt: skip
+                continue
+        # No deployment is left to try.
+        if last is None and refused is not None:
+            return refused
+        if nxt is not None:
+            return last  # None when none was tried: the route steers past the pool
+        now_ms = svc.wall() * 1000
+        if last is None and not any(v.out_until_ms > now_ms for v in views):
+            # Every circuit is open: the first deployment refuses (or probes) as an upstream does.
+            up = members[0]
+            call = call_for(up)
+            if isinstance(call, Failure):
+                return call
+            _picked(svc, state, pool, up, "circuit_open")
+            return Sent(await send_one(svc, state, plan, call, call.body), call)
+        answered = await _all_sitting_out(svc, state, plan, pool, last, tried)
+        if answered is not None:
+            return answered
+        first = False  # waited for the earliest reset: it may serve again
+
+
+async def _send(svc: Services, state: RequestState, plan: RetryPlan, call: Call,
+                siblings_left: bool, nxt: UpstreamRuntime | None) -> Failure | Success:  # fmt: skip
+    up = call.up
+    moves: Callable[[Classification], bool] | None = None
+    cap: int | None = None
+    if siblings_left:  # a failure that moves goes to the sibling at once, without a wait
+        moves, cap = _always, 0
+    elif nxt is not None:
+        moves, cap = _mover(svc, up, nxt), svc.cfg.fallback.retries_per_upstream
+    ps = svc.pool_state
+    assert ps is not None
+    ps.hold(up.cfg.name)
+    released = True
+    try:
+        outcome = await send_one(svc, state, plan, call, call.body, retries_cap=cap, moves_on=moves)
+        if isinstance(outcome, Success):
+            state.holding, released = up.cfg.name, False  # released when the answer is done (observe)
+        return outcome
+    finally:
+        if released:
+            ps.release(up.cfg.name)
+
+
+def _always(c: Classification) -> bool:
+    return True
+
+
+def _mover(svc: Services, up: UpstreamRuntime, nxt: UpstreamRuntime) -> Callable[[Classification], bool]:
+    return lambda c: fails_over_class(svc, c, up, nxt)
+
+
+def _rank(svc: Services, pool: PoolRuntime, ready: list[Deployment], bound: str | None,
+          conversation: str | None) -> tuple[list[Deployment], str]:  # fmt: skip
+    """The order to try ``ready`` in, and why the first (a log field and a metric label)."""
+    strategy = pool.cfg.strategy
+    if bound is not None:
+        first = next((d for d in ready if d.name == bound), None)
+        if first is not None:
+            return [first, *(d for d in order(strategy, ready, svc.rand) if d is not first)], "affinity"
+    first_pick = conversation if strategy == "weighted" else None
+    return order(strategy, ready, svc.rand, first_pick), strategy
+
+
+def _bind(svc: Services, pool: PoolRuntime, conversation: str, bound: str | None, served: str,
+          views: list[Deployment], tried: set[str]) -> None:  # fmt: skip
+    """The conversation stays where it was served; a move away from its deployment is a break,
+    counted by why that deployment could not serve it."""
+    assert pool.affinity is not None
+    if bound is not None and bound != served:
+        view = next((v for v in views if v.name == bound), None)
+        if bound in tried:
+            reason = "failed"
+        elif view is None:
+            reason = "removed"  # no longer a deployment of the pool
+        else:
+            reason = view.out_why.value if view.out_why is not None else "circuit_open"
+        svc.telemetry.affinity_breaks.labels(pool.cfg.name, reason).inc()
+    pool.affinity.bind(conversation, served)
+
+
+def _picked(svc: Services, state: RequestState, pool: PoolRuntime, up: UpstreamRuntime, why: str) -> None:
+    state.pool, state.picked = pool.cfg.name, why
+    svc.telemetry.pool_picks.labels(pool.cfg.name, up.cfg.name, why).inc()
+    svc.tracing.event(state, "deployment_picked", {"pool": pool.cfg.name, "deployment": up.cfg.name, "why": why})
+
+
+async def _sit_out(svc: Services, state: RequestState, pool: PoolRuntime, up: UpstreamRuntime,
+                   c: Classification) -> None:  # fmt: skip
+    cd = pool.cfg.cooldowns
+    now_ms = round(svc.wall() * 1000)
+    out = sit_out(c, now_ms, rate_limit_s=cd.rate_limit_s, budget_s=cd.budget_s, auth_s=cd.auth_s,
+                  own_key=up.cfg.api_key is not None)  # fmt: skip
+    if out is None:
+        return
+    until_ms, why = out
+    # A rate limit is the model's; credit and credentials are the whole key's.
+    model = state.model if why is SitOut.RATE_LIMIT else None
+    assert svc.pool_state is not None
+    await svc.pool_state.sit_out(up.cfg.name, model, until_ms, why)
+    svc.telemetry.sit_outs.labels(pool.cfg.name, up.cfg.name, why.value).inc()
+    record = {"request_id": state.request_id, "event": "deployment_sits_out", "pool": pool.cfg.name,
+              "deployment": up.cfg.name, "reason": why.value, "until_ms": until_ms}  # fmt: skip
+    if why is SitOut.AUTH:
+        # An operator must replace the key: said once per sit-out, at warning level.
+        log.warning({**record, "message": f"the provider refused deployment '{up.cfg.name}''s key; it "
+                     f"serves no requests for {cd.auth_s:g} s (pools[].cooldowns.auth_s)"})  # fmt: skip
+    else:
+        log.info(record)
+
+
+async def _all_sitting_out(
+    svc: Services, state: RequestState, plan: RetryPlan, pool: PoolRuntime, last: Sent | None, tried: set[str],
+) -> Sent | None:  # fmt: skip
+    """No sibling is left to try, nor a later hop. The rate-limit rule applies to the earliest
+    reset among the siblings sitting out: waited for when within ``max_retry_after_s`` (one
+    retry of the class; None: try again now), else the answer goes back stamped with it."""
+    assert svc.pool_state is not None
+    now_ms = svc.wall() * 1000
+    views = [svc.pool_state.view(i, up.cfg, state.model, now_ms) for i, up in enumerate(pool.members)]
+    waiting = [v for v in views if v.out_why in (SitOut.RATE_LIMIT, SitOut.HEADROOM) and v.out_until_ms > now_ms]
+    answer = last.outcome if last is not None else None
+    if not waiting or (isinstance(answer, Failure) and answer.classification.type is not ErrorType.RATE_LIMIT):
+        if last is not None:
+            return last
+        return Sent(_every_key_out(svc, pool, views, now_ms), None)
+    earliest = min(waiting, key=lambda v: v.out_until_ms)
+    wait_s = (earliest.out_until_ms - now_ms) / 1000
+    c = Classification(ErrorType.RATE_LIMIT, True, wait_s, reset_at_ms(wait_s, svc.wall()),
+                       answer.classification.provider_code if isinstance(answer, Failure) else "pool_rate_limited",
+                       answer.classification.message if isinstance(answer, Failure) else None,
+                       f"earliest reset in pool '{pool.cfg.name}': {earliest.name}")  # fmt: skip
+    wait = plan.next_wait(c)
+    if wait is not None:
+        try:
+            await svc.sleep(wait)
+        except BaseException:
+            svc.budget.release_retry()
+            raise
+        if await svc.budget.confirm_retry():
+            state.retries += 1
+            svc.telemetry.retries.labels(earliest.name, c.type.value).inc()
+            svc.tracing.retrying(state, c, wait)
+            tried.difference_update(v.name for v in waiting if v.out_until_ms <= svc.wall() * 1000 + 1)
+            tried.discard(earliest.name)
+            return None
+    state.retries_settled = plan.stopped in SETTLED
+    if isinstance(answer, Failure):
+        return Sent(replace(answer, classification=c), last.call if last is not None else None)
+    failure = gateway_failure(
+        429, c, f"every deployment of pool '{pool.cfg.name}' is rate limited; the earliest resets in "
+        f"{max(1, round(wait_s))} s", "pool_rate_limited", final=True,
+    )  # fmt: skip
+    state.retries_settled = True
+    return Sent(failure, None)
+
+
+def _every_key_out(svc: Services, pool: PoolRuntime, views: list[Deployment], now_ms: float) -> Failure:
+    """No deployment may serve and none waits for a rate-limit reset: their keys are out of
+    credit or refused. Answered by the gateway, in the class of the soonest to return."""
+    out = [v for v in views if v.out_until_ms > now_ms]
+    soonest = min(out, key=lambda v: v.out_until_ms)
+    wait_s = (soonest.out_until_ms - now_ms) / 1000
+    if any(v.out_why is SitOut.BUDGET for v in out):
+        kind, status, what = ErrorType.BUDGET, 402, "out of credit"
+    else:
+        kind, status, what = ErrorType.AUTH, 401, "refused by the provider (revoked keys?)"
+    c = Classification(kind, False, None, reset_at_ms(wait_s, svc.wall()), f"pool_{kind.value}", None,
+                       f"every deployment of pool '{pool.cfg.name}' sits out")  # fmt: skip
+    return gateway_failure(status, c, f"every deployment of pool '{pool.cfg.name}' is {what}",
+                           f"pool_{kind.value}", final=True)  # fmt: skip

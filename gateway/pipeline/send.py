@@ -1,0 +1,217 @@
+"""Sending one request to one upstream: the first attempt, then the retries its class allows.
+
+One request has one deadline, one set of per-class retry counts and one claim on the
+cross-request retry budget (pipeline/chain.py walks the route within them). Of the requests
+of one model that meet an outage together, one retries while the others follow its verdict;
+for ``open_s`` after one gave up, a failed first attempt is final (the loop breaker's outage
+note). A failure that will move the request elsewhere gets at most ``retries_cap`` retries
+here, and none when the upstream was silent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gateway.errors import Classification, ErrorType, TransportError
+from gateway.pipeline.attempt import Call, attempt, circuit_open
+from gateway.pipeline.outcome import Failure, Outcome, RequestState, failure_of
+from gateway.policy.breaker import Admission, Gate, circuit_key
+from gateway.policy.retry import RetryPlan, StopReason, retry_after
+from gateway.services import Services, UpstreamRuntime
+
+log = logging.getLogger("gateway.decisions")
+
+# The gateway settled retrying for these (it retried, or declined to protect the provider
+# or hand a long wait back): the client's SDK must not retry on top.
+SETTLED = frozenset({StopReason.EXHAUSTED, StopReason.BUDGET, StopReason.DEADLINE, StopReason.WAIT_TOO_LONG,
+                      StopReason.PROBE})  # fmt: skip
+
+# Failures that cost a whole timeout each: not retried on the same upstream while a fallback is left.
+SILENT = frozenset({
+    TransportError.CONNECT_TIMEOUT.value, TransportError.FIRST_BYTE_TIMEOUT.value,
+    TransportError.FIRST_TOKEN_TIMEOUT.value,
+})  # fmt: skip
+
+
+@dataclass
+class Sent:
+    outcome: Outcome
+    call: Call | None  # the upstream that gave the outcome (a rescue goes back to it); None: none was asked
+
+
+def new_plan(svc: Services, deadline_s: float | None) -> RetryPlan:
+    return RetryPlan(
+        svc.cfg.retry, now=svc.monotonic, rand=svc.rand,
+        may_retry=svc.budget.hold_retry, deadline_s=deadline_s,  # confirmed in _retry
+    )  # fmt: skip
+
+
+def fails_over(svc: Services, failure: Failure, up: UpstreamRuntime, nxt: UpstreamRuntime) -> bool:
+    return fails_over_class(svc, failure.classification, up, nxt)
+
+
+def fails_over_class(svc: Services, c: Classification, up: UpstreamRuntime, nxt: UpstreamRuntime) -> bool:
+    t = c.type
+    if t is ErrorType.CONTEXT_OVERFLOW:
+        bigger = (nxt.cfg.context_window or 0) > (up.cfg.context_window or 0)
+        return svc.cfg.fallback.context_overflow and bigger
+    return t.value in svc.cfg.fallback.when
+
+
+async def send_one(
+    svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes,
+    *, retries_cap: int | None = None, moves_on: Callable[[Classification], bool] | None = None,
+) -> Outcome:  # fmt: skip
+    """Send to one upstream with retries. Its circuit counts whole requests, not attempts:
+    one request's own retries are the retry policy's business, and a permanent 503 must
+    cost exactly 1 + max_retries attempts. A half-open circuit's probe is one attempt.
+    ``moves_on``: whether a failure will take the request elsewhere (a sibling deployment or
+    a fallback); such failures get at most ``retries_cap`` retries here first."""
+    up = call.up
+    state.upstream = up.cfg.name
+    adm = up.circuit.admit_now(state.model) or await up.circuit.admit(state.model)
+    if adm.gate is Gate.REFUSE:
+        state.retries_settled = True
+        svc.tracing.event(state, "circuit_refused", {"upstream": up.cfg.name, "retry_in_s": adm.retry_in_s})
+        return circuit_open(svc, up, adm.retry_in_s)
+    if adm.gate is Gate.PROBE:
+        svc.tracing.next_attempt(state, None, {"llm_gateway.circuit": "half_open_probe"})
+    try:
+        outcome = await attempt(svc, state, plan, call, body)
+        if failure_of(outcome) is not None:
+            outcome = await _retry_or_follow(svc, state, plan, call, body, adm, outcome, retries_cap, moves_on)
+            svc.tracing.settled(state, plan.stopped)
+    except BaseException:
+        await up.circuit.abandon(adm)
+        raise
+    state.retries_settled = plan.stopped in SETTLED
+    # An empty stream is how some servers fail a request they reject: not the provider's fault.
+    failed = (isinstance(outcome, Failure) and outcome.classification.type is ErrorType.PROVIDER_UNAVAILABLE
+              and not plan.answered_with_nothing(outcome.classification))  # fmt: skip
+    # Any answer, even a 4xx, shows the provider is up.
+    if not up.circuit.settled(adm, state.model, failed=failed):
+        await up.circuit.record(adm, state.model, failed=failed)
+    return outcome
+
+
+_SPENT = frozenset({StopReason.EXHAUSTED, StopReason.DEADLINE, StopReason.BUDGET})
+_OUTAGE = "outage:"  # store key prefix: a request of this (upstream, model) spent its retries in vain
+
+
+async def _retry_or_follow(
+    svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes, adm: Admission,
+    first: Outcome, retries_cap: int | None, moves_on: Callable[[Classification], bool] | None,
+) -> Outcome:  # fmt: skip
+    """Retries an outage of a model once between the requests that meet it. An agent's turn
+    is often several requests (opencode sends a title and the answer together; a tool round,
+    the next turn): each spending a full round on an outage multiplies the calls. So for
+    ``open_s`` after a request of the model gave up here, a failed first attempt is final;
+    and of requests that fail together, one retries while the others wait for its verdict:
+    given up, they give up too (after their one attempt); through, they retry now."""
+    c = failure_of(first)
+    up = call.up
+    # An answer of nothing says nothing about the provider yet (the empty-stream probe will
+    # tell what it was: usually an overflow), so it neither notes an outage nor follows one.
+    if (c is None or c.type is not ErrorType.PROVIDER_UNAVAILABLE or plan.probe or adm.gate is Gate.PROBE
+            or plan.unexplained(c)):  # fmt: skip
+        return await _retry(svc, state, plan, call, body, adm, first, retries_cap, moves_on)
+    key = circuit_key(up.cfg.name, state.model)
+    # Read only on this failure path: a healthy request never pays the store round trip.
+    noted = await svc.store.reset_get(_OUTAGE + key)
+    if noted is not None and noted > svc.wall() * 1000:
+        log.debug({"request_id": state.request_id, "event": "outage_noted", "upstream": up.cfg.name})
+        plan.stopped = StopReason.PROBE
+        return first
+    leader = up.retrying.get(key)
+    if leader is None:
+        verdict: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        up.retrying[key] = verdict
+        try:
+            outcome = await _retry(svc, state, plan, call, body, adm, first, retries_cap, moves_on)
+        except BaseException:
+            del up.retrying[key]
+            verdict.set_result(False)  # cancelled: the others retry themselves
+            raise
+        failed = failure_of(outcome)
+        gave_up = failed is not None and failed.type is ErrorType.PROVIDER_UNAVAILABLE
+        try:
+            if gave_up and plan.stopped in _SPENT:
+                until_ms = round((svc.wall() + svc.cfg.circuit_breaker.open_s) * 1000)
+                await svc.store.reset_set(_OUTAGE + key, until_ms)
+        finally:
+            del up.retrying[key]
+            verdict.set_result(gave_up)
+        return outcome
+    try:
+        gave_up = await asyncio.wait_for(asyncio.shield(leader), plan.remaining_s())
+    except TimeoutError:
+        gave_up = True
+    if not gave_up:
+        return await _retry(svc, state, plan, call, body, adm, first, retries_cap, moves_on)
+    log.debug({"request_id": state.request_id, "event": "followed", "upstream": up.cfg.name})
+    plan.stopped = StopReason.PROBE
+    return first
+
+
+async def _retry(
+    svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes, adm: Admission,
+    first: Outcome, retries_cap: int | None, moves_on: Callable[[Classification], bool] | None,
+) -> Outcome:  # fmt: skip
+    """The retries after a failed first attempt (most requests never get here)."""
+    up = call.up
+    here = 0
+    last: list[Failure] = []
+
+    def before_retry(outcome: Outcome, wait_s: float) -> None:
+        assert isinstance(outcome, Failure)
+        last[:] = [outcome]
+
+    async def wait_then_confirm(wait_s: float) -> None:
+        # The retry budget held this retry from this replica's view; across replicas it is
+        # confirmed after the wait (when the others' counts of this burst have arrived).
+        nonlocal here
+        try:
+            await svc.sleep(wait_s)
+        except BaseException:
+            svc.budget.release_retry()
+            raise
+        if not await svc.budget.confirm_retry():
+            raise _Refused
+        outcome = last[0]
+        here += 1
+        state.retries += 1
+        c = outcome.classification
+        if plan.unexplained(c):
+            state.empty_retries.append(up.cfg.name)  # counted once known what it was (observe)
+        else:
+            svc.telemetry.retries.labels(up.cfg.name, c.type.value).inc()
+        svc.tracing.retrying(state, c, wait_s)
+        log.debug({"request_id": state.request_id, "event": "retry", "upstream": up.cfg.name,
+                   "status": outcome.status, "error_type": c.type.value, "code": c.provider_code,
+                   "evidence": c.evidence, "wait_s": round(wait_s, 3)})  # fmt: skip
+
+    async def one() -> Outcome:
+        return await attempt(svc, state, plan, call, body)
+
+    def may_continue(c: Classification) -> bool:
+        if adm.gate is Gate.PROBE:
+            return False  # a half-open circuit's probe is one attempt
+        if moves_on is None or retries_cap is None or not moves_on(c):
+            return True  # only failures that will move on are cut short
+        return c.provider_code not in SILENT and here < retries_cap
+
+    plan.hop_cap = may_continue
+    try:
+        return await retry_after(first, one, plan, failure_of, wait_then_confirm, before_retry)
+    except _Refused:
+        plan.stopped = StopReason.BUDGET  # as if the budget had said no before the wait
+        return last[0]
+    finally:
+        plan.hop_cap = None
+
+
+class _Refused(Exception):
+    """The shared retry budget did not confirm a held retry."""

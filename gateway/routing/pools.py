@@ -1,0 +1,149 @@
+"""Which deployment of a pool serves a request: pure pickers over a snapshot, no I/O.
+
+A pool's deployments are each seen as a :class:`Deployment` as of one instant: its weight,
+what this process has in flight there, its recent time to first token, its headroom (from
+the rate-limit headers its answers carry, else from its configured limits) and whether it
+sits out (a cooldown after a rate limit, an exhausted or refused key, or a prediction that
+its headroom is gone until a reset). :func:`order` ranks the ones that may serve, best
+first; the pipeline walks that order, moving to the next on a failure that another key
+would not meet.
+
+    weighted    a random pick in proportion to the weights; a conversation's first pick is
+                a weighted rendezvous hash of its key, so replicas agree without sharing
+    least_busy  fewest requests in flight here (ties: weighted)
+    latency     lowest decayed time to first token; a deployment not measured yet first
+    headroom    the largest share of requests and tokens left (the scarcer of the two);
+                a deployment that reports nothing counts as full (ties: weighted)
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from gateway.errors import Classification, ErrorType
+
+
+class SitOut(enum.StrEnum):
+    """Why a deployment does not take new requests for now (a metric label)."""
+
+    RATE_LIMIT = "rate_limit"  # answered 429: until the reset it named
+    HEADROOM = "headroom"  # its headers said nothing is left until a reset
+    BUDGET = "budget"  # its key is out of credit
+    AUTH = "auth"  # its key was refused
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """One deployment of a pool as of one pick. ``index`` is its place in the pool's config."""
+
+    index: int
+    name: str
+    weight: float = 1.0
+    in_flight: int = 0
+    latency_s: float | None = None  # decayed time to first token; None: not measured yet
+    requests_left: float | None = None  # share of its request limit left, 0..1; None: unknown
+    tokens_left: float | None = None
+    out_until_ms: int = 0  # epoch ms; sits out while in the future
+    out_why: SitOut | None = None
+
+    def serves_at(self, now_ms: float) -> bool:
+        return self.out_until_ms <= now_ms
+
+    @property
+    def room(self) -> float:
+        """The scarcer of its request and token shares left; unknown counts as full."""
+        shares = [s for s in (self.requests_left, self.tokens_left) if s is not None]
+        return min(shares) if shares else 1.0
+
+
+def order(strategy: str, ready: Sequence[Deployment], rand: Callable[[], float],
+          conversation: str | None = None) -> list[Deployment]:  # fmt: skip
+    """``ready`` (deployments that may serve now) best first, by ``strategy``. ``conversation``:
+    the request's conversation key when it has none bound yet (affinity's first pick)."""
+    if len(ready) < 2:
+        return list(ready)
+    if strategy == "least_busy":
+        ranked = _weighted(ready, rand)
+        return sorted(ranked, key=lambda d: d.in_flight)  # stable: weighted order breaks ties
+    if strategy == "latency":
+        ranked = _weighted(ready, rand)
+        return sorted(ranked, key=lambda d: -1.0 if d.latency_s is None else d.latency_s)
+    if strategy == "headroom":
+        ranked = _weighted(ready, rand)
+        return sorted(ranked, key=lambda d: -d.room)
+    if conversation is not None:
+        return _rendezvous(ready, conversation)
+    return _weighted(ready, rand)
+
+
+def _weighted(ready: Sequence[Deployment], rand: Callable[[], float]) -> list[Deployment]:
+    """A weighted random order without replacement (pools are small: a few deployments)."""
+    left = list(ready)
+    out = []
+    while len(left) > 1:
+        total = sum(d.weight for d in left)
+        x = rand() * total
+        for i, d in enumerate(left):
+            x -= d.weight
+            if x < 0 or i == len(left) - 1:
+                out.append(left.pop(i))
+                break
+    out.extend(left)
+    return out
+
+
+def _rendezvous(ready: Sequence[Deployment], conversation: str) -> list[Deployment]:
+    """Weighted rendezvous hashing: each deployment scores ``-weight / ln(u)`` for a uniform
+    ``u`` drawn from (conversation, deployment). The highest wins, each in proportion to its
+    weight over many conversations, and every replica computes the same order."""
+
+    def score(d: Deployment) -> float:
+        digest = hashlib.blake2b(f"{conversation}\0{d.name}".encode(), digest_size=8).digest()
+        u = (int.from_bytes(digest, "big") + 1) / (2**64 + 2)  # strictly inside (0, 1)
+        return -d.weight / math.log(u)
+
+    return sorted(ready, key=score, reverse=True)
+
+
+def sit_out(c: Classification, now_ms: int, *, rate_limit_s: float, budget_s: float, auth_s: float,
+            own_key: bool) -> tuple[int, SitOut] | None:  # fmt: skip
+    """How long a deployment sits out after the failure ``c``, and why; None: it does not
+    (the failure says nothing about its key). A refused key only counts when it is the
+    operator's own: a client's forwarded credential being refused says nothing about the key."""
+    t = c.type
+    if t is ErrorType.RATE_LIMIT:
+        return _until(c, now_ms, rate_limit_s), SitOut.RATE_LIMIT
+    if t is ErrorType.BUDGET:
+        return _until(c, now_ms, budget_s), SitOut.BUDGET
+    if t is ErrorType.AUTH and own_key:
+        return now_ms + round(auth_s * 1000), SitOut.AUTH
+    return None
+
+
+def _until(c: Classification, now_ms: int, default_s: float) -> int:
+    if c.reset_at_ms is not None and c.reset_at_ms > now_ms:
+        return c.reset_at_ms
+    if c.retry_after_s is not None and c.retry_after_s > 0:
+        return now_ms + round(c.retry_after_s * 1000)
+    return now_ms + round(default_s * 1000)
+
+
+# A failure moves the request to a sibling deployment when another key or deployment may not
+# meet it: its key's limits and credit are its own, and so is its server's health. A request
+# error (400, 404, 422) would meet every sibling the same way.
+_MOVES = frozenset({ErrorType.RATE_LIMIT, ErrorType.BUDGET, ErrorType.PROVIDER_UNAVAILABLE})
+
+
+def moves_to_sibling(c: Classification, *, own_key: bool, bigger_window: bool, overflow_moves: bool) -> bool:
+    t = c.type
+    if t in _MOVES:
+        return True
+    if t is ErrorType.AUTH:
+        return own_key
+    if t is ErrorType.CONTEXT_OVERFLOW:
+        return overflow_moves and bigger_window
+    return False

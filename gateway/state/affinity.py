@@ -1,0 +1,47 @@
+"""Which deployment a conversation is bound to: one bounded table per pool, in this process.
+
+Bounded by entries (least recently used go first) and by idleness (``idle_s``, longer than
+the providers' longest prompt-cache lifetime, after which the cache is cold anyway). Each
+entry is a conversation key (at most ~40 characters, hashed from what the client sent) and a
+deployment name: about 200 bytes, so the default 10,000 entries hold about 2 MB.
+
+Not shared across replicas: under the default ``weighted`` strategy a conversation's first
+pick is a rendezvous hash of its key (gateway/routing/pools.py), the same on every replica,
+so replicas agree without a round trip; only a break (the deployment failed or sat out) can
+make two replicas bind a conversation to different siblings until one of them breaks too.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+
+
+class AffinityTable:
+    def __init__(self, max_entries: int, idle_s: float, clock: Callable[[], float]) -> None:
+        self._max = max_entries
+        self._idle_s = idle_s
+        self._clock = clock
+        self._items: OrderedDict[str, tuple[str, float]] = OrderedDict()
+
+    def get(self, conversation: str) -> str | None:
+        found = self._items.get(conversation)
+        if found is None:
+            return None
+        deployment, used = found
+        now = self._clock()
+        if now - used > self._idle_s:
+            del self._items[conversation]
+            return None
+        self._items[conversation] = (deployment, now)
+        self._items.move_to_end(conversation)
+        return deployment
+
+    def bind(self, conversation: str, deployment: str) -> None:
+        self._items[conversation] = (deployment, self._clock())
+        self._items.move_to_end(conversation)
+        while len(self._items) > self._max:
+            self._items.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._items)

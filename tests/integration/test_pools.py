@@ -1,0 +1,311 @@
+"""Pools (issue #34): several deployments serve one model; a key that cannot serve is routed
+around at once, and a conversation stays on the deployment whose prompt cache holds it.
+
+Each deployment is its own fake upstream, so calls are counted per deployment. Sleeps are
+recorded, not slept: a wait the gateway would make shows up in ``gw.slept``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from tests.fakeupstream import FakeUpstream, Reply
+from tests.integration.conftest import Gateway
+
+# OpenAI's per-minute wording (tests/corpus/openai.json); the wait comes from retry-after. An
+# hour's wait without per-minute wording would read as a quota (budget), as it should.
+RATE_LIMITED = {"error": {"message": "Rate limit reached for gpt-4o-mini in organization org-x on requests per "
+                          "min (RPM): Limit 3, Used 3, Requested 1. Please try again in 20s.", "type": "requests",
+                          "param": None, "code": "rate_limit_exceeded"}}  # fmt: skip
+INVALID_KEY = {"error": {"message": "Incorrect API key provided: sk-xxxx.", "type": "invalid_request_error",
+                         "param": None, "code": "invalid_api_key"}}  # fmt: skip
+NO_QUOTA = {"error": {"message": "You exceeded your current quota, please check your plan and billing details.",
+                      "type": "insufficient_quota", "param": None, "code": "insufficient_quota"}}  # fmt: skip
+UNAVAILABLE = {"error": {"message": "The server is overloaded", "type": "server_error", "code": None}}
+
+Pool = tuple[Gateway, dict[str, FakeUpstream]]
+MakePool = Callable[..., Awaitable[Pool]]
+
+
+@pytest.fixture
+async def make_pool(make_gateway) -> AsyncIterator[MakePool]:  # type: ignore[no-untyped-def]
+    fakes: list[FakeUpstream] = []
+
+    async def make(pool_yaml: str = "", extra: str = "", names: tuple[str, ...] = ("a", "b", "c"),
+                   member_extra: dict[str, str] | None = None, more_upstreams: str = "") -> Pool:  # fmt: skip
+        by_name = {}
+        lines = []
+        for n in names:
+            fake = await FakeUpstream().start()
+            fakes.append(fake)
+            by_name[n] = fake
+            lines.append(f"  - {{name: {n}, base_url: '{fake.url}', api_key: key-{n}, models: ['gpt-*']"
+                         f"{(member_extra or {}).get(n, '')}}}\n")  # fmt: skip
+        pools = f"pools:\n  - {{name: gpt, models: ['gpt-*'], deployments: [{', '.join(names)}]{pool_yaml}}}\n"
+        gw = await make_gateway(pools + extra, fake=by_name[names[0]], upstreams="".join(lines) + more_upstreams)
+        return gw, by_name
+
+    yield make
+    for fake in fakes:
+        await fake.close()
+
+
+def _calls(fakes: dict[str, FakeUpstream]) -> dict[str, int]:
+    return {n: len(f.chat_requests()) for n, f in fakes.items()}
+
+
+def _turn(i: int, session: str = "s-1") -> tuple[dict[str, Any], dict[str, str]]:
+    msgs = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "fix the bug"}]
+    for k in range(i):
+        msgs += [{"role": "assistant", "content": f"step {k}"}, {"role": "user", "content": f"ok {k}"}]
+    return {"model": "gpt-4o-mini", "messages": msgs}, {"session-id": session}
+
+
+async def test_a_rate_limited_key_is_routed_around_at_once_and_not_called_again_before_its_reset(
+    make_pool: MakePool,
+) -> None:
+    gw, fakes = await make_pool()
+    fakes["b"].always = Reply(429, RATE_LIMITED, {"retry-after": "3600"})
+    fakes["a"].always = fakes["c"].always = None
+    for i in range(30):
+        status, headers, _ = await gw.chat(_chat(f"conversation {i}"))
+        assert status == 200
+        assert headers["x-llm-upstream"] in ("a", "b", "c")
+        assert headers["x-llm-upstream"] != "b"
+    assert gw.slept == []  # no backoff: the sibling took it at once
+    assert _calls(fakes)["b"] <= 1  # once to learn; never again within the hour
+    assert _calls(fakes)["a"] > 0 and _calls(fakes)["c"] > 0
+    assert gw.metric("llm_gateway_deployment_sit_outs_total", pool="gpt", deployment="b", reason="rate_limit") == 1
+
+
+def _chat(text: str) -> dict[str, Any]:
+    return {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": text}]}
+
+
+async def test_the_attempt_that_met_the_limit_counts_and_the_answer_names_the_sibling(make_pool: MakePool) -> None:
+    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", strategy: least_busy")
+    fakes["a"].script(Reply(429, RATE_LIMITED, {"retry-after": "60"}))
+    fakes["b"].script()
+    # least_busy with nothing in flight breaks ties by weight: make a first by weight.
+    status, headers, _ = await gw.chat()
+    if headers["x-llm-upstream"] == "a":  # pragma: no cover - the tie went to a and a answered
+        pytest.fail("a was scripted to answer 429")
+    if _calls(fakes)["a"] == 1:
+        assert headers["x-llm-attempts"] == "2"
+    assert status == 200 and headers["x-llm-upstream"] == "b"
+
+
+async def test_with_every_key_limited_the_client_gets_the_earliest_reset_and_no_call_is_made_after(
+    make_pool: MakePool,
+) -> None:
+    gw, fakes = await make_pool()
+    for name, wait in (("a", "3600"), ("b", "600"), ("c", "1200")):
+        fakes[name].always = Reply(429, RATE_LIMITED, {"retry-after": wait})
+    before = time.time()
+    status, headers, body = await gw.chat()
+    assert status == 429
+    assert headers["x-llm-error-type"] == "rate_limit"
+    assert 599 <= int(headers["retry-after"]) <= 600
+    assert abs(int(headers["x-llm-error-reset-at"]) - (before + 600) * 1000) < 5000
+    assert headers["x-llm-attempts"] == "3"
+    assert headers["x-should-retry"] == "false"
+    assert gw.slept == []
+    assert json.loads(body)["error"]["code"] == "rate_limit_exceeded"  # the provider's own body
+    # Every key is known to be limited: the next requests are answered without a call.
+    for _ in range(5):
+        status, headers, body = await gw.chat(_chat("again"))
+        assert status == 429 and 599 <= int(headers["retry-after"]) <= 600
+        assert headers["x-llm-attempts"] == "0"
+    assert sum(_calls(fakes).values()) == 3
+
+
+async def test_with_every_key_limited_briefly_the_gateway_waits_for_the_earliest_reset(make_pool: MakePool) -> None:
+    gw, fakes = await make_pool(names=("a", "b"))
+    fakes["a"].script(Reply(429, RATE_LIMITED, {"retry-after": "20"}))
+    fakes["b"].script(Reply(429, RATE_LIMITED, {"retry-after": "4"}))
+    status, headers, _ = await gw.chat()
+    # The wait is recorded, not slept, so b's sit-out is still on the clock when the wait
+    # "ends": the gateway tries b at once after it, as the reset would have come.
+    assert gw.slept and 3.5 <= gw.slept[0] <= 4.0
+    assert sum(_calls(fakes).values()) >= 2
+
+
+async def test_a_revoked_key_is_dropped_after_one_401_with_a_log_line(
+    make_pool: MakePool, caplog: pytest.LogCaptureFixture
+) -> None:
+    gw, fakes = await make_pool()
+    fakes["a"].always = Reply(401, INVALID_KEY)
+    with caplog.at_level(logging.WARNING, logger="gateway.decisions"):
+        for i in range(20):
+            status, headers, _ = await gw.chat(_chat(f"c{i}"))
+            assert status == 200 and headers["x-llm-upstream"] != "a"
+    assert _calls(fakes)["a"] == 1
+    warnings = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("reason") == "auth"]
+    assert len(warnings) == 1 and warnings[0]["deployment"] == "a"
+    assert "key-a" not in caplog.text
+    assert gw.metric("llm_gateway_deployment_sit_outs_total", pool="gpt", deployment="a", reason="auth") == 1
+
+
+async def test_an_exhausted_key_moves_to_a_sibling_and_stays_out(make_pool: MakePool) -> None:
+    gw, fakes = await make_pool(names=("a", "b"))
+    fakes["a"].always = Reply(429, NO_QUOTA)
+    for i in range(10):
+        status, headers, _ = await gw.chat(_chat(f"c{i}"))
+        assert status == 200 and headers["x-llm-upstream"] == "b"
+    assert _calls(fakes)["a"] <= 1
+
+
+async def test_every_key_exhausted_answers_budget_402(make_pool: MakePool) -> None:
+    gw, fakes = await make_pool(names=("a", "b"))
+    fakes["a"].always = fakes["b"].always = Reply(429, NO_QUOTA)
+    status, headers, _ = await gw.chat()
+    assert status == 402 and headers["x-llm-error-type"] == "budget"
+    status, headers, _ = await gw.chat(_chat("later"))  # known: no call
+    assert status == 402 and headers["x-llm-attempts"] == "0"
+    assert headers["x-llm-error-retryable"] == "false"
+    assert sum(_calls(fakes).values()) == 2
+
+
+async def test_a_request_error_never_moves(make_pool: MakePool) -> None:
+    gw, fakes = await make_pool()
+    bad = {"error": {"message": "Invalid value for 'temperature'", "type": "invalid_request_error",
+                     "param": "temperature", "code": None}}  # fmt: skip
+    for f in fakes.values():
+        f.always = Reply(400, bad)
+    status, headers, _ = await gw.chat()
+    assert status == 400 and headers["x-llm-attempts"] == "1"
+    assert sum(_calls(fakes).values()) == 1
+
+
+async def test_an_outage_of_every_deployment_costs_one_attempt_each_plus_the_retries(make_pool: MakePool) -> None:
+    gw, fakes = await make_pool()
+    for f in fakes.values():
+        f.always = Reply(503, UNAVAILABLE)
+    status, headers, _ = await gw.chat()
+    assert status == 503
+    # 1 + provider_unavailable.max_retries (5), plus one first attempt per other deployment.
+    assert sum(_calls(fakes).values()) == 3 + 5 == int(headers["x-llm-attempts"])
+
+
+async def test_a_twenty_turn_session_stays_on_one_deployment(make_pool: MakePool) -> None:
+    for strategy in ("weighted", "least_busy", "latency", "headroom"):
+        gw, fakes = await make_pool(pool_yaml=f", strategy: {strategy}")
+        served = set()
+        for i in range(20):
+            payload, headers = _turn(i)
+            status, h, _ = await gw.chat(payload, headers=headers)
+            assert status == 200
+            served.add(h["x-llm-upstream"])
+        assert len(served) == 1, strategy
+        assert gw.metric("llm_gateway_pool_picks_total", pool="gpt", deployment=served.pop(),
+                         reason="affinity") == 19  # fmt: skip
+
+
+async def test_many_conversations_spread_over_the_pool_by_weight(make_pool: MakePool) -> None:
+    gw, fakes = await make_pool(member_extra={"a": ", weight: 3"})
+    for i in range(200):
+        payload, headers = _turn(0, session=f"s-{i}")
+        assert (await gw.chat(payload, headers=headers))[0] == 200
+    calls = _calls(fakes)
+    assert calls["a"] > calls["b"] and calls["a"] > calls["c"] and min(calls.values()) > 10
+
+
+async def test_a_conversation_moves_only_when_its_deployment_cannot_serve_and_the_break_is_counted(
+    make_pool: MakePool,
+) -> None:
+    gw, fakes = await make_pool()
+    payload, headers = _turn(0)
+    first = (await gw.chat(payload, headers=headers))[1]["x-llm-upstream"]
+    fakes[first].script(Reply(429, RATE_LIMITED, {"retry-after": "3600"}))
+    payload, headers = _turn(1)
+    status, h, _ = await gw.chat(payload, headers=headers)
+    moved_to = h["x-llm-upstream"]
+    assert status == 200 and moved_to != first
+    assert gw.metric("llm_gateway_affinity_breaks_total", pool="gpt", reason="failed") == 1
+    for i in range(2, 8):
+        payload, headers = _turn(i)
+        assert (await gw.chat(payload, headers=headers))[1]["x-llm-upstream"] == moved_to
+
+
+async def test_headroom_picks_the_key_with_most_left_and_skips_one_predicted_empty(make_pool: MakePool) -> None:
+    gw, fakes = await make_pool(pool_yaml=", strategy: headroom, affinity: {enabled: false}")
+    left = {"a": "5", "b": "900", "c": "0"}
+    for n, f in fakes.items():
+        f.always = Reply(200, _completion(), {"x-ratelimit-limit-requests": "1000",
+                                              "x-ratelimit-remaining-requests": left[n],
+                                              "x-ratelimit-reset-requests": "6m0s"})  # fmt: skip
+    # Learn every deployment's headroom once (a fresh pool knows none: all count as full).
+    for _ in range(12):
+        await gw.chat()
+        await _expire_cache(gw)
+    assert _calls(fakes)["c"] <= 1  # answered with remaining 0: predicted empty until its reset
+    before = _calls(fakes)
+    for _ in range(10):
+        h = (await gw.chat())[1]
+        assert h["x-llm-upstream"] == "b"
+    assert _calls(fakes)["b"] == before["b"] + 10
+    assert gw.metric("llm_gateway_deployment_headroom_ratio", deployment="b", kind="requests") == 0.9
+
+
+async def test_configured_limits_keep_a_deployment_without_headers_under_them(make_pool: MakePool) -> None:
+    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
+                                member_extra={"a": ", limits: {requests_per_minute: 3}, weight: 1000"})  # fmt: skip
+    for _ in range(10):
+        assert (await gw.chat())[0] == 200
+    assert _calls(fakes)["a"] <= 3 + 1  # the cached view may be one request behind
+    assert _calls(fakes)["b"] >= 6
+
+
+async def test_a_fallback_may_name_a_pool(make_gateway) -> None:  # type: ignore[no-untyped-def]
+    solo, a, b = FakeUpstream(), FakeUpstream(), FakeUpstream()
+    for f in (solo, a, b):
+        await f.start()
+    try:
+        solo.always = Reply(503, UNAVAILABLE)
+        gw = await make_gateway(
+            "pools:\n  - {name: backup, models: ['never'], deployments: [a, b]}\n", fake=solo, upstreams=(
+                f"  - {{name: solo, base_url: '{solo.url}', fallbacks: [backup]}}\n"
+                f"  - {{name: a, base_url: '{a.url}', api_key: ka}}\n"
+                f"  - {{name: b, base_url: '{b.url}', api_key: kb}}\n"))  # fmt: skip
+        status, headers, _ = await gw.chat()
+        assert status == 200 and headers["x-llm-upstream"] in ("a", "b")
+        assert headers["x-llm-fallbacks"] == "1"
+        assert gw.metric("llm_gateway_fallbacks_total", upstream="solo", fallback="backup",
+                         error_type="provider_unavailable") == 1  # fmt: skip
+    finally:
+        for f in (solo, a, b):
+            await f.close()
+
+
+async def test_the_log_line_names_pool_deployment_and_why(make_pool: MakePool, caplog: pytest.LogCaptureFixture) -> None:
+    gw, fakes = await make_pool()
+    with caplog.at_level(logging.INFO, logger="gateway.access"):
+        payload, headers = _turn(0)
+        await gw.chat(payload, headers=headers)
+        payload, headers = _turn(1)
+        await gw.chat(payload, headers=headers)
+    lines = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
+    assert [ln["pool"] for ln in lines] == ["gpt", "gpt"]
+    assert [ln["picked"] for ln in lines] == ["weighted", "affinity"]
+    assert lines[0]["upstream"] == lines[1]["upstream"] in fakes
+
+
+def _completion() -> dict[str, Any]:
+    return {"id": "c", "object": "chat.completion", "created": 0, "model": "gpt-4o-mini",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}  # fmt: skip
+
+
+async def _expire_cache(gw: Gateway) -> None:
+    """The pool's records are read at most every state.cache_ms: forget when they were read."""
+    from gateway.services import SERVICES
+
+    ps = gw.app[SERVICES].pool_state
+    assert ps is not None
+    ps._read_at.clear()
