@@ -11,7 +11,8 @@ import aiohttp
 import pytest
 
 from gateway.errors import ErrorType
-from gateway.fake import FakeUpstream, Reply
+from gateway.fake import FakeUpstream, Reply, ScenarioUpstream
+from gateway.fake.__main__ import _limits
 from gateway.policy.classify import classify
 from gateway.policy.retry_after import go_duration_s, rfc3339_wait_s
 
@@ -194,3 +195,28 @@ async def test_scripted_headers_win_and_scripted_usage_is_charged(http: aiohttp.
     assert r.headers["x-ratelimit-remaining-requests"] == "7" and r.headers["x-ratelimit-limit-requests"] == "10"
     assert r.headers["x-ratelimit-remaining-tokens"] == "98"
 
+
+async def test_the_scenario_fake_logs_which_key_answered_and_refused(http: aiohttp.ClientSession) -> None:
+    lines: list[str] = []
+    async with ScenarioUpstream(log=lines.append) as fake:
+        fake.keys.set(*_limits("k1=1"))
+        fake.keys.revoke("k2")
+        for key in ("k1", "k1", "k2"):
+            await call(http, fake, "chat", key)
+    assert lines[0] == "chat key=k1 model=gpt-4o-mini scenario=ok -> answer"
+    assert lines[1].startswith("chat key=k1 refused -> 429 (retry-after: ") and lines[1].endswith(" requests")
+    assert lines[2] == "chat key=k2 refused -> 401 invalid_request_error"
+
+
+@pytest.mark.parametrize(("text", "parsed"), [("k1=3", ("k1", 3, None)), ("k=60,40000", ("k", 60, 40000)),
+                                              ("k=,500", ("k", None, 500))])  # fmt: skip
+def test_limits_flag_parses(text: str, parsed: tuple[str, int | None, int | None]) -> None:
+    assert _limits(text) == parsed
+
+
+@pytest.mark.parametrize("text", ["k1", "=3", "k=", "k=x", "k=0", "k=,", "k=1,2,3"])
+def test_limits_flag_refuses_garbage(text: str) -> None:
+    import argparse
+
+    with pytest.raises(argparse.ArgumentTypeError):
+        _limits(text)
