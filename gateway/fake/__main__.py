@@ -60,7 +60,7 @@ def _limits(text: str) -> tuple[str, int | None, int | None]:
 
 def _keys(fake: ScenarioUpstream, args: argparse.Namespace) -> None:
     for key, rpm, tpm in args.limits:
-        fake.keys.set(key, rpm, tpm)
+        fake.keys.limit(key, rpm, tpm)
         _say(f"key {key}: {rpm or 'unlimited'} requests/min, {tpm or 'unlimited'} tokens/min")
     for key in args.limited:
         fake.keys.limited_until(key, time.time() + 3600)

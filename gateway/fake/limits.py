@@ -87,7 +87,7 @@ class KeyLimits:
     exhausted: set[str] = field(default_factory=set)
     calls: Counter[str | None] = field(default_factory=Counter)
 
-    def set(self, key: str, rpm: int | None = None, tpm: int | None = None) -> None:
+    def limit(self, key: str, rpm: int | None = None, tpm: int | None = None) -> None:
         """Give ``key`` these limits (either may be None: that dimension is unlimited), full."""
         now = self.clock()
         self.buckets[key] = Snapshot(Bucket(rpm, at=now) if rpm else None, Bucket(tpm, at=now) if tpm else None)

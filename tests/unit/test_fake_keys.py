@@ -69,8 +69,8 @@ async def call(http: aiohttp.ClientSession, fake: FakeUpstream, api: str, key: s
 async def test_openai_headers_count_down_per_key_and_their_resets_parse(
     http: aiohttp.ClientSession, fake: FakeUpstream, api: str
 ) -> None:
-    fake.keys.set("a", rpm=3, tpm=1000)
-    fake.keys.set("b", rpm=5, tpm=1000)
+    fake.keys.limit("a", rpm=3, tpm=1000)
+    fake.keys.limit("b", rpm=5, tpm=1000)
     seen = [(await call(http, fake, api, k)).headers for k in ("a", "a", "b")]
     assert [h["x-ratelimit-remaining-requests"] for h in seen] == ["2", "1", "4"]
     assert {h["x-ratelimit-limit-requests"] for h in seen[:2]} == {"3"} and seen[2]["x-ratelimit-limit-requests"] == "5"
@@ -83,7 +83,7 @@ async def test_openai_headers_count_down_per_key_and_their_resets_parse(
 
 
 async def test_anthropic_headers_count_down_streams_included(http: aiohttp.ClientSession, fake: FakeUpstream) -> None:
-    fake.keys.set("a", rpm=50, tpm=400)
+    fake.keys.limit("a", rpm=50, tpm=400)
     plain = await call(http, fake, "messages", "a")
     streamed = await call(http, fake, "messages", "a", stream=True)
     assert plain.status == streamed.status == 200 and b"message_stop" in streamed.raw
@@ -99,7 +99,7 @@ async def test_anthropic_headers_count_down_streams_included(http: aiohttp.Clien
 async def test_past_the_rpm_the_apis_own_429_with_retry_after(
     http: aiohttp.ClientSession, fake: FakeUpstream, api: str
 ) -> None:
-    fake.keys.set("a", rpm=2)
+    fake.keys.limit("a", rpm=2)
     for _ in range(2):
         assert (await call(http, fake, api, "a")).status == 200
     over = await call(http, fake, api, "a")
@@ -115,12 +115,12 @@ async def test_past_the_rpm_the_apis_own_429_with_retry_after(
 
 
 async def test_past_the_tpm_and_a_request_bigger_than_the_tpm(http: aiohttp.ClientSession, fake: FakeUpstream) -> None:
-    fake.keys.set("a", tpm=30)
+    fake.keys.limit("a", tpm=30)
     assert (await call(http, fake, "chat", "a")).status == 200  # 19 of 30 used
     over = await call(http, fake, "chat", "a")
     assert over.status == 429 and b"tokens per min (TPM): Limit 30, Used 19, Requested " in over.raw
     assert over.kind()[0] is ErrorType.RATE_LIMIT
-    fake.keys.set("b", tpm=3)
+    fake.keys.limit("b", tpm=3)
     huge = await call(http, fake, "chat", "b")
     assert huge.status == 429 and b"Request too large" in huge.raw and "retry-after" not in huge.headers
     assert huge.kind()[0] is ErrorType.CONTEXT_OVERFLOW  # waiting never makes it fit
@@ -143,7 +143,7 @@ async def test_limited_until_refuses_every_request_until_then(
 
 @pytest.mark.parametrize("api", ["chat", "messages", "responses"])
 async def test_a_revoked_key_gets_the_apis_401(http: aiohttp.ClientSession, fake: FakeUpstream, api: str) -> None:
-    fake.keys.set("sk-revoked-0001", rpm=10)
+    fake.keys.limit("sk-revoked-0001", rpm=10)
     fake.keys.revoke("sk-revoked-0001")
     r = await call(http, fake, api, "sk-revoked-0001")
     assert r.status == 401 and r.kind()[0] is ErrorType.AUTH
@@ -188,7 +188,7 @@ async def test_strict_mode_refuses_what_the_real_apis_refuse(
 
 
 async def test_scripted_headers_win_and_scripted_usage_is_charged(http: aiohttp.ClientSession, fake: FakeUpstream) -> None:
-    fake.keys.set("a", rpm=10, tpm=100)
+    fake.keys.limit("a", rpm=10, tpm=100)
     fake.script(Reply(200, {"usage": {"prompt_tokens": 1, "completion_tokens": 1}},
                       headers={"x-ratelimit-remaining-requests": "7"}))  # fmt: skip
     r = await call(http, fake, "chat", "a")
@@ -199,7 +199,7 @@ async def test_scripted_headers_win_and_scripted_usage_is_charged(http: aiohttp.
 async def test_the_scenario_fake_logs_which_key_answered_and_refused(http: aiohttp.ClientSession) -> None:
     lines: list[str] = []
     async with ScenarioUpstream(log=lines.append) as fake:
-        fake.keys.set(*_limits("k1=1"))
+        fake.keys.limit(*_limits("k1=1"))
         fake.keys.revoke("k2")
         for key in ("k1", "k1", "k2"):
             await call(http, fake, "chat", key)

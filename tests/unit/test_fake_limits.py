@@ -71,8 +71,8 @@ def test_a_bucket_refills_continuously_and_resets_when_full(clock: Clock) -> Non
 
 def test_requests_are_counted_per_key_independently(clock: Clock) -> None:
     keys = KeyLimits(clock)
-    keys.set("a", rpm=3)
-    keys.set("b", rpm=5)
+    keys.limit("a", rpm=3)
+    keys.limit("b", rpm=5)
     for _ in range(2):
         assert keys.admit("a", 10) is None
     assert keys.admit("b", 10) is None
@@ -84,7 +84,7 @@ def test_requests_are_counted_per_key_independently(clock: Clock) -> None:
 
 def test_past_the_rpm_a_request_is_refused_with_the_wait_for_one_request(clock: Clock) -> None:
     keys = KeyLimits(clock)
-    keys.set("a", rpm=3)
+    keys.limit("a", rpm=3)
     for _ in range(3):
         assert keys.admit("a", 1) is None
     v = keys.admit("a", 1)
@@ -95,7 +95,7 @@ def test_past_the_rpm_a_request_is_refused_with_the_wait_for_one_request(clock: 
 
 def test_tokens_are_charged_from_usage_and_refused_past_the_tpm(clock: Clock) -> None:
     keys = KeyLimits(clock)
-    keys.set("a", tpm=100)
+    keys.limit("a", tpm=100)
     assert keys.admit("a", 30) is None
     keys.charge("a", 90)
     v = keys.admit("a", 30)
@@ -121,7 +121,7 @@ def test_states_come_before_limits_and_limited_ends_on_time(clock: Clock) -> Non
 
 def test_headers_parse_back_to_the_waits_they_state(clock: Clock) -> None:
     keys = KeyLimits(clock)
-    keys.set("a", rpm=10, tpm=1000)
+    keys.limit("a", rpm=10, tpm=1000)
     keys.admit("a", 0)
     keys.charge("a", 250)
     oa = rate_headers("openai", keys.snapshot("a"), clock.now)
