@@ -2,10 +2,16 @@
 
     python -m gateway.fake --port 9000               # every request: a normal answer
     python -m gateway.fake --port 9000 --scenario 429
+    python -m gateway.fake --limits k1=3 --limits k2=60,40000 --limited k3 --revoked k4   # a pool
 
 Point an upstream's base_url at ``http://127.0.0.1:9000/v1`` (config/examples/fake.yaml does)
 and pick a scenario per request by the model name (``gpt-4o-mini-429``); the scenarios are
 listed in :mod:`gateway.fake.scenarios` and by ``--help``. One line per request on stdout.
+
+A pool's deployments are told apart by their key (``Authorization: Bearer``, ``x-api-key``,
+``api-key``): ``--limits`` gives a key requests/tokens per minute (its answers then carry the
+API's real rate-limit headers; past a limit, the API's real 429), ``--limited`` keeps a key
+rate-limited for an hour, ``--revoked`` makes it a wrong key (401), ``--exhausted`` out of credit.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import asyncio
 import contextlib
 import signal
 import sys
+import time
 
 from gateway.fake import scenarios
 from gateway.fake.scenarios import SCENARIOS, ScenarioUpstream
@@ -26,6 +33,7 @@ def _say(line: str) -> None:
 
 async def _serve(args: argparse.Namespace) -> None:
     fake = ScenarioUpstream(args.scenario, wait_s=args.wait_s, context_window=args.context_window, log=_say)
+    _keys(fake, args)
     await fake.start(args.host, args.port)
     _say(f"listening on {fake.url} (chat completions, Messages, Responses); default scenario "
          f"{args.scenario}; pick one per request with the model name, e.g. gpt-4o-mini-429")  # fmt: skip
@@ -35,6 +43,35 @@ async def _serve(args: argparse.Namespace) -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     await fake.close()
+
+
+def _limits(text: str) -> tuple[str, int | None, int | None]:
+    """``KEY=RPM[,TPM]`` (either number may be left empty: that one is unlimited)."""
+    key, eq, spec = text.partition("=")
+    rpm, _, tpm = spec.partition(",")
+    try:
+        numbers = [int(n) if n.strip() else None for n in (rpm, tpm)]
+    except ValueError:
+        numbers = []
+    if not key or not eq or len(numbers) != 2 or not any(numbers) or any(n is not None and n < 1 for n in numbers):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=RPM[,TPM], e.g. k1=3 or k2=60,40000")
+    return key, numbers[0], numbers[1]
+
+
+def _keys(fake: ScenarioUpstream, args: argparse.Namespace) -> None:
+    for key, rpm, tpm in args.limits:
+        fake.keys.limit(key, rpm, tpm)
+        _say(f"key {key}: {rpm or 'unlimited'} requests/min, {tpm or 'unlimited'} tokens/min")
+    for key in args.limited:
+        fake.keys.limited_until(key, time.time() + 3600)
+        _say(f"key {key}: rate-limited for an hour (429)")
+    for key in args.revoked:
+        fake.keys.revoke(key)
+        _say(f"key {key}: revoked (401)")
+    for key in args.exhausted:
+        fake.keys.exhaust(key)
+        _say(f"key {key}: out of credit")
+    fake.require_key, fake.strict_headers = args.require_key, args.strict_headers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,6 +90,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait-s", type=float, default=2.0, help="the wait a 429 asks for (default: 2)")
     parser.add_argument("--context-window", type=int, default=2000,
                         help="overflow: the limit in estimated tokens (default: 2000)")  # fmt: skip
+    pool = parser.add_argument_group("a pool of keys (deployments told apart by their credential)")
+    pool.add_argument("--limits", type=_limits, action="append", default=[], metavar="KEY=RPM[,TPM]",
+                      help="limit KEY to RPM requests and TPM tokens a minute (repeatable)")  # fmt: skip
+    for flag, what in (("limited", "rate-limited (429) for an hour"), ("revoked", "a revoked key (401)"),
+                       ("exhausted", "out of credit (OpenAI 429 insufficient_quota, Anthropic 400)")):
+        pool.add_argument(f"--{flag}", action="append", default=[], metavar="KEY", help=f"KEY is {what}")
+    pool.add_argument("--require-key", action="store_true", help="refuse a request with no key (401)")
+    pool.add_argument("--strict-headers", action="store_true",
+                      help="refuse a Messages request without anthropic-version (400)")  # fmt: skip
     args = parser.parse_args(argv)
     with contextlib.suppress(KeyboardInterrupt):
         try:

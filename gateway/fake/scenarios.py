@@ -96,13 +96,20 @@ class ScenarioUpstream(FakeUpstream):
     def _default_responses(self, payload: dict[str, Any]) -> Step:
         return self._pick("responses", payload) or super()._default_responses(payload)
 
+    def _refused(self, path: str, key: str | None, reply: Reply) -> None:
+        api = "messages" if "/messages" in path else "responses" if path.endswith("/responses") else "chat"
+        error = reply.body.get("error") if isinstance(reply.body, dict) else None
+        kind = f" {error.get('type')}" if isinstance(error, dict) else ""
+        self.log(f"{api} key={key or '-'} refused -> {_describe(reply)}{kind}")
+
     def _pick(self, api: Api, payload: dict[str, Any]) -> Step | None:
         model = str(payload.get("model") or "")
         name = scenario_of(model, self.default)
         n = self._seen[name] = self._seen.get(name, 0) + 1
         fails = name not in _ALTERNATING or n % 2 == 1
         step = self._failure(api, name, model, payload) if fails else None
-        self.log(f"{api} model={model or '-'} scenario={name} -> {_describe(step)}")
+        key = f" key={self._key}" if self._key else ""
+        self.log(f"{api}{key} model={model or '-'} scenario={name} -> {_describe(step)}")
         return step
 
     def _failure(self, api: Api, name: str, model: str, payload: dict[str, Any]) -> Step | None:

@@ -17,6 +17,14 @@ With ``context_limit`` set, requests whose estimated size exceeds it are answere
 OpenAI's real overflow error (the wording of the ``context_length_exceeded`` error as
 the OpenAI API returns it), computed from the request.
 
+Several deployments: the fake tells them apart by the credential (``Authorization: Bearer``,
+``x-api-key``, ``api-key``). ``fake.keys`` (:class:`gateway.fake.limits.KeyLimits`) gives a
+key rpm/tpm limits (then every answer to it carries the API's real rate-limit headers, and a
+request past a limit gets the API's real 429), or a state: ``limited_until``, ``revoke``,
+``exhaust``; ``calls_by_key()`` counts what reached each key. ``require_key`` and
+``strict_headers`` refuse, as the real APIs do, a request with no credential and a Messages
+request without ``anthropic-version``; both off by default (see gateway/fake/gate.py).
+
 Use it in-loop (``async with FakeUpstream() as fake``) or from sync code and
 subprocess tests in a thread (``with FakeUpstream.in_thread() as fake``).
 """
@@ -34,7 +42,10 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict
 
+from gateway.fake import gate
 from gateway.fake.chat import chat_completion, estimate_tokens, overflow_error, stream_events
+from gateway.fake.keyed import credential_of
+from gateway.fake.limits import KeyLimits
 from gateway.fake.messages import anthropic_message, anthropic_overflow, anthropic_stream
 from gateway.fake.responses import response_object, responses_overflow, responses_stream
 from gateway.fake.steps import Drop, Hang, Recorded, Reply, Step, Stream
@@ -48,6 +59,10 @@ class FakeUpstream:
         self.context_limit: int | None = None
         self.models_listing: dict[str, Any] | None = None  # what GET /models answers
         self.cancelled = 0  # handlers torn down because the gateway went away
+        self.keys = KeyLimits()  # per-credential limits and states
+        self.require_key = False  # True: a request with no credential gets the API's 401
+        self.strict_headers = False  # True: a Messages request without anthropic-version gets a 400
+        self._key: str | None = None  # the credential of the request being answered, for logs
         self._runner: web.AppRunner | None = None
         self.host, self.port = "127.0.0.1", 0
 
@@ -67,6 +82,10 @@ class FakeUpstream:
 
     def messages_requests(self) -> list[Recorded]:
         return [r for r in self.requests if r.path.endswith("/v1/messages")]
+
+    def calls_by_key(self) -> dict[str | None, int]:
+        """Requests received per credential (None: none), refused ones included."""
+        return dict(self.keys.calls)
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> FakeUpstream:
         app = web.Application(client_max_size=512 * 1024 * 1024)
@@ -121,6 +140,7 @@ class FakeUpstream:
         body = await request.read()
         self.requests.append(Recorded(request.method, request.path, CIMultiDict(request.headers), body,
                                       request.query_string))
+        self.keys.calls[credential_of(request.headers)] += 1
         try:
             return await self._answer(request, body)
         except asyncio.CancelledError:
@@ -129,6 +149,16 @@ class FakeUpstream:
 
     async def _answer(self, request: web.Request, body: bytes) -> web.StreamResponse:
         path = request.path
+        try:
+            payload = json.loads(body) if body else {}
+        except ValueError:
+            payload = {}
+        refused = gate.screen(self.keys, path, request.headers, payload, require_key=self.require_key,
+                              strict_headers=self.strict_headers)  # fmt: skip
+        self._key = credential_of(request.headers)  # read by subclasses' logs before the next await
+        if refused is not None:
+            self._refused(path, self._key, refused)
+            return await self._play(request, refused)
         if path.endswith("/models") and request.method == "GET":
             return web.json_response(self.models_listing or {"object": "list", "data": [
                 {"id": "gpt-4o-mini", "object": "model", "created": 0, "owned_by": "fake"}]})
@@ -143,10 +173,6 @@ class FakeUpstream:
             return web.json_response({"error": {"message": f"unknown path {path}",
                                                 "type": "invalid_request_error", "code": None}},
                                      status=404)  # fmt: skip
-        try:
-            payload = json.loads(body) if body else {}
-        except ValueError:
-            payload = {}
         step: Any = self.steps.popleft() if self.steps else self.always
         while callable(step):
             step = step(payload)
@@ -154,7 +180,10 @@ class FakeUpstream:
             step = (self._default_messages(payload) if path.endswith("/messages")
                     else self._default_responses(payload) if path.endswith("/responses")
                     else self._default(payload))
-        return await self._play(request, step)
+        return await self._play(request, gate.stamp(self.keys, path, request.headers, payload, step))
+
+    def _refused(self, path: str, key: str | None, reply: Reply) -> None:
+        """Told of each request refused for its credential or headers (ScenarioUpstream logs them)."""
 
     def _default(self, payload: dict[str, Any]) -> Step:
         model = payload.get("model") or "gpt-4o-mini"

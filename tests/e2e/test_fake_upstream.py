@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -158,3 +159,31 @@ def test_the_fake_documents_its_scenarios() -> None:
     for name in ("429", "503", "529", "overflow", "cut", "stall"):
         assert f"`{name}`" in readme, name
     assert Path(ROOT / "config/examples/fake.yaml").exists()
+
+
+def test_the_fake_plays_a_pool_of_keys(tmp_path: Path) -> None:
+    port = free_port()
+    fake = start([sys.executable, "-m", "gateway.fake", "--port", str(port), "--limits", "k1=2,1000",
+                  "--limited", "k3", "--revoked", "k2"], base_env(), port, tmp_path / "fake.log",
+                 ready_path="/v1/models")
+
+    def post(key: str) -> tuple[int, Any]:
+        req = urllib.request.Request(fake.base + "/v1/chat/completions", headers={
+            "Content-Type": "application/json", "Authorization": f"Bearer {key}"},
+            data=json.dumps({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}).encode())
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, r.headers
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers
+
+    try:
+        answers = [post(k) for k in ("k1", "k1", "k1", "k2", "k3")]
+        assert [status for status, _ in answers] == [200, 200, 429, 401, 429]
+        assert [h["x-ratelimit-remaining-requests"] for _, h in answers[:3]] == ["1", "0", "0"]
+        assert answers[0][1]["x-ratelimit-limit-tokens"] == "1000" and answers[2][1]["retry-after"] == "30"
+        assert 3590 <= int(answers[4][1]["retry-after"]) <= 3600
+        logs = fake.logs()
+        assert "key k1: 2 requests/min, 1000 tokens/min" in logs and "chat key=k2 refused -> 401" in logs
+    finally:
+        fake.stop()

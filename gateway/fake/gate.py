@@ -1,0 +1,104 @@
+"""Where the fake upstream consults its keys: before it picks an answer, and on the answer.
+
+``screen`` runs before a scripted step is taken from the queue, so a request refused for its
+key leaves the script to the requests that get through (a real provider refuses before any
+model runs). ``stamp`` counts the answer's tokens and puts the rate-limit headers on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.fake.keyed import (
+    NOMINAL_RPM,
+    credential_of,
+    dialect_of,
+    missing_key,
+    missing_version,
+    rate_headers,
+    refusal,
+    request_tokens,
+)
+from gateway.fake.limits import KeyLimits
+from gateway.fake.steps import Reply, Step, Stream
+
+API_PATHS = ("/completions", "/messages", "/responses")
+
+
+def screen(keys: KeyLimits, path: str, headers: Mapping[str, str], payload: dict[str, Any], *,
+           require_key: bool, strict_headers: bool) -> Reply | None:  # fmt: skip
+    """The refusal this request gets before any answer is chosen, or None to go on."""
+    dialect, key = dialect_of(path), credential_of(headers)
+    if key is None and require_key:
+        return missing_key(dialect)
+    # Anthropic refuses a Messages call without the version header; off by default because
+    # older tests post to the fake without it (see FakeUpstream.strict_headers).
+    if strict_headers and dialect == "anthropic" and not headers.get("anthropic-version"):
+        return missing_version()
+    verdict = keys.check(key)
+    if verdict is not None and verdict.reason == "revoked":
+        return refusal(dialect, verdict, key, "", None)  # no rate-limit headers: no account behind it
+    if not path.endswith(API_PATHS):
+        return None
+    verdict = verdict or keys.admit(key, request_tokens(payload))
+    if verdict is None:
+        return None
+    snap = keys.snapshot(key)
+    if verdict.reason in ("tokens", "too_large"):
+        limit = snap.tokens.capacity if snap is not None and snap.tokens is not None else None
+    else:
+        limit = snap.requests.capacity if snap is not None and snap.requests is not None else NOMINAL_RPM
+    model = str(payload.get("model") or ("claude-sonnet-4-5" if dialect == "anthropic" else "gpt-4o-mini"))
+    reply = refusal(dialect, verdict, key, model, limit)
+    limited_s = verdict.wait_s if verdict.reason == "limited" else 0.0
+    reply.headers.update(rate_headers(dialect, snap, keys.clock(), limited_s, NOMINAL_RPM))
+    return reply
+
+
+def stamp(keys: KeyLimits, path: str, headers: Mapping[str, str], payload: dict[str, Any], step: Step) -> Step:
+    """``step`` with its key's rate-limit headers (the step's own headers win), its tokens counted."""
+    key = credential_of(headers)
+    if not path.endswith(API_PATHS) or keys.snapshot(key) is None or not isinstance(step, (Reply, Stream)):
+        return step
+    if isinstance(step, Reply):
+        used, failed = answer_tokens([step.body]), step.status >= 400
+    else:
+        used, failed = answer_tokens(step.events), False
+    # An answer without usage numbers costs what the fake estimates its input at; an error, nothing.
+    keys.charge(key, used if used is not None else (0 if failed else request_tokens(payload)))
+    rate = rate_headers(dialect_of(path), keys.snapshot(key), keys.clock())
+    return dataclasses.replace(step, headers={**rate, **step.headers})
+
+
+def answer_tokens(events: list[Any]) -> int | None:
+    """Input plus output tokens of an answer (a body, or a stream's events): the input from
+    the first usage that states it (Anthropic's message_start), the output from the last
+    (its message_delta is cumulative); None when no usage is stated."""
+    n_in: int | None = None
+    n_out: int | None = None
+    for ev in events:
+        data = ev if isinstance(ev, dict) else _sse_data(ev)
+        for holder in (data, data.get("message"), data.get("response")) if isinstance(data, dict) else ():
+            u = holder.get("usage") if isinstance(holder, dict) else None
+            if not isinstance(u, dict):
+                continue
+            got_in = u.get("prompt_tokens", u.get("input_tokens"))
+            got_out = u.get("completion_tokens", u.get("output_tokens"))
+            n_in = got_in if n_in is None and isinstance(got_in, int) else n_in
+            n_out = got_out if isinstance(got_out, int) else n_out
+    return None if n_in is None and n_out is None else (n_in or 0) + (n_out or 0)
+
+
+def _sse_data(raw: Any) -> Any:
+    if not isinstance(raw, bytes):
+        return None
+    for line in raw.splitlines():
+        if line.startswith(b"data: "):
+            try:
+                return json.loads(line[6:])
+            except ValueError:
+                return None
+    return None
