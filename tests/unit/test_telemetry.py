@@ -19,6 +19,11 @@ CONTRACT = {
     "llm_gateway_continuations_total": ("counter", {"upstream", "outcome"}),
     "llm_gateway_tool_outputs_total": ("counter", {"stage", "outcome", "reason"}),
     "llm_gateway_upstream_timeouts_total": ("counter", {"upstream", "kind"}),
+    "llm_gateway_pool_picks_total": ("counter", {"pool", "deployment", "reason"}),
+    "llm_gateway_pool_moves_total": ("counter", {"pool", "deployment", "error_type"}),
+    "llm_gateway_deployment_sit_outs_total": ("counter", {"pool", "deployment", "reason"}),
+    "llm_gateway_deployment_headroom_ratio": ("gauge", {"deployment", "kind"}),
+    "llm_gateway_affinity_breaks_total": ("counter", {"pool", "reason"}),
 }
 # Beyond the contract: the successful attempt's own time to first byte (no retry waits).
 EXTRA = {"llm_gateway_upstream_first_byte_seconds": ("histogram", {"upstream", "model"})}
