@@ -158,7 +158,9 @@ class Outbound:
 
     @classmethod
     def of(cls, upstream: UpstreamConfig) -> Outbound:
-        drop = _REQUEST_DROP | {"x-request-id"}
+        # The client's cookies and addresses (config.WITHHELD_CLIENT_HEADERS) stay here unless
+        # server.forward_client_headers names them.
+        drop = _REQUEST_DROP | {"x-request-id"} | upstream.withheld_client_headers
         if not upstream.forwards_client_credentials:
             drop |= CREDENTIAL_HEADERS
         key = None
