@@ -15,7 +15,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
-from aiohttp import web
+from aiohttp import web, web_response
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
@@ -38,6 +38,13 @@ from gateway.workers import metrics as workers_metrics
 
 PEERS = web.AppKey("peers", tuple[str, ...])
 
+# What every response's Server header says. aiohttp's default, `Python/3.11 aiohttp/3.14.5`,
+# tells anyone which versions' known flaws to try. aiohttp sets it on every response it sends
+# (web_response.StreamResponse._prepare_headers: setdefault(Server, SERVER_SOFTWARE), read per
+# response), streams and its own 400s and 500s included: replacing that module constant once
+# costs nothing per request and reaches responses no hook of ours sees (malformed HTTP).
+SERVER = "llm-gateway"
+
 
 def create_app(
     cfg: GatewayConfig,
@@ -53,6 +60,7 @@ def create_app(
 ) -> web.Application:
     """``peers``: the private sockets of the other workers of this machine (server.workers),
     whose metrics ``/metrics`` adds to this process's own."""
+    web_response.SERVER_SOFTWARE = SERVER  # type: ignore[attr-defined]  # imported there from aiohttp.http
     telemetry = Telemetry(
         registry if registry is not None else CollectorRegistry(),
         configured_models=[m for u in cfg.upstreams for m in u.models],

@@ -50,6 +50,18 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# Client headers that describe the client's own connection, withheld from providers unless
+# server.forward_client_headers names them. The gateway is the provider's client, on a
+# connection of its own: a cookie is the client's credential for whatever site set it (the
+# gateway's host, or a proxy in front of it), never for the provider, and the forwarding
+# headers (RFC 7239 Forwarded and the de-facto X-Forwarded-*, X-Real-IP) carry end users'
+# addresses and internal host names that are personal data or topology a provider has no use for.
+WITHHELD_CLIENT_HEADERS = frozenset({
+    "cookie", "forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto",
+    "x-forwarded-port", "x-real-ip",
+})  # fmt: skip
+
+
 class ServerConfig(_Model):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
@@ -71,6 +83,9 @@ class ServerConfig(_Model):
     # own HTTP/1.1 client (a third of aiohttp's CPU per request, bench/RESULTS.md), or
     # "aiohttp", aiohttp's client. Both pass one conformance suite (tests/conformance/).
     upstream_client: Literal["h1", "aiohttp"] = "h1"
+    # Client headers the provider does not get unless named here (any of WITHHELD_CLIENT_HEADERS,
+    # case-insensitive): the client's cookies and its addresses as proxies recorded them.
+    forward_client_headers: tuple[str, ...] = ()
 
     @field_validator("workers")
     @classmethod
@@ -84,6 +99,19 @@ class ServerConfig(_Model):
         if self.workers == "auto":
             return max(1, len(os.sched_getaffinity(0)))
         return self.workers
+
+    @field_validator("forward_client_headers")
+    @classmethod
+    def _withheld_only(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        names = tuple(dict.fromkeys(n.strip().lower() for n in v))
+        other = [n for n in names if n not in WITHHELD_CLIENT_HEADERS]
+        if other:
+            raise ValueError(
+                f"{', '.join(other)} cannot be named here: only withheld headers can be forwarded "
+                f"({', '.join(sorted(WITHHELD_CLIENT_HEADERS))}); every other client header is "
+                "forwarded already, except credentials and hop-by-hop headers, which never are"
+            )
+        return names
 
     @field_validator("client_keys", mode="before")
     @classmethod
@@ -176,6 +204,8 @@ class UpstreamConfig(_Model):
     # Set by GatewayConfig: with client keys in use, what a client sends in its credential
     # headers is a gateway key, never a provider key, so it must not travel upstream.
     _client_keys_in_use: bool = PrivateAttr(default=False)
+    # Set by GatewayConfig from server.forward_client_headers.
+    _forwarded_client_headers: tuple[str, ...] = PrivateAttr(default=())
 
     @field_validator("base_url")
     @classmethod
@@ -199,6 +229,11 @@ class UpstreamConfig(_Model):
     def forwards_client_credentials(self) -> bool:
         """Whether the client's Authorization / x-api-key / api-key go upstream as they came."""
         return self.api_key is None and not self._client_keys_in_use
+
+    @property
+    def withheld_client_headers(self) -> frozenset[str]:
+        """The client's headers (lower-case) this upstream does not get (WITHHELD_CLIENT_HEADERS)."""
+        return WITHHELD_CLIENT_HEADERS.difference(self._forwarded_client_headers)
 
     @field_validator("api_key")
     @classmethod
@@ -595,9 +630,9 @@ class GatewayConfig(_Model):
 
     @model_validator(mode="after")
     def _mark_client_keys(self) -> Self:
-        if self.server.client_keys:
-            for u in self.upstreams:
-                u._client_keys_in_use = True
+        for u in self.upstreams:
+            u._client_keys_in_use = bool(self.server.client_keys)
+            u._forwarded_client_headers = self.server.forward_client_headers
         return self
 
 

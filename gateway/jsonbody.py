@@ -3,10 +3,11 @@ faster than json on an agent-sized request (a Claude Code request: 451 → 16 µ
 where only Python's json is exact.
 
 orjson reads strictly and writes strictly: it refuses NaN/Infinity and lone surrogates on
-reading (admission re-judges a refused body with json), and on writing refuses lone
-surrogates and integers beyond 64 bits but writes a non-finite float as ``null``, which would
-change what the client sent. So a document that only json could read is marked
-(``Lenient``) and written back by json, as it was read; everything else goes through orjson.
+reading (admission re-judges a refused body with json, refusing NaN/Infinity as orjson does:
+they are not JSON), and on writing refuses lone surrogates and integers beyond 64 bits but
+writes a non-finite float (in an upstream's answer) as ``null``, which would change what was
+sent. So a document that only json could read is marked (``Lenient``) and written back by
+json, as it was read; everything else goes through orjson.
 A known limit: orjson reads an integer beyond 64 bits (past -2**63 or 2**64 - 1) as a float,
 without an error, so a body carrying one that the gateway rewrites (stream usage asked for,
 translated) sends it on as a float; unchanged bodies go upstream byte for byte. Detecting it
@@ -23,7 +24,8 @@ import orjson
 
 
 class Lenient(dict[str, Any]):
-    """A JSON object only Python's json reads (it may hold NaN or Infinity): write it with json."""
+    """A JSON object only Python's json reads (a lone surrogate; in an upstream's answer, NaN or
+    Infinity too): write it with json."""
 
 
 def dumps(doc: Mapping[str, Any], *, lenient: bool = False) -> bytes:

@@ -2,8 +2,8 @@
 
 Bad input gets a clear 4xx in the dialect's error shape and is never forwarded: a body
 over ``server.max_body_bytes`` (refused without reading it into memory), a client too
-slow to send its body, invalid JSON, a body that is not an object, ``messages`` that is
-not a list, ``model`` / ``stream`` of the wrong type.
+slow to send its body, invalid JSON (NaN and Infinity included), a body that is not an
+object, ``messages`` that is not a list, ``model`` / ``stream`` of the wrong type.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def parse_json_object(body: bytes) -> dict[str, Any] | Failure:
         doc = None
     try:
         if doc is None:
-            doc = json.loads(body)
+            doc = json.loads(body, parse_constant=_not_json)
             if isinstance(doc, dict):
                 doc = Lenient(doc)  # a translation writes it back with json, as it was read
     except UnicodeDecodeError:
@@ -96,6 +96,13 @@ def parse_json_object(body: bytes) -> dict[str, Any] | Failure:
     if not isinstance(doc, dict):
         return bad_request("the request body must be a JSON object", "invalid_body")
     return doc
+
+
+def _not_json(constant: str) -> Any:
+    # RFC 8259 §6: "Numeric values that cannot be represented in the grammar below (such as
+    # Infinity and NaN) are not permitted." Python's json reads them (orjson does not): a
+    # provider may refuse them, or read them as something the client did not mean.
+    raise ValueError(f"{constant} is not a JSON number (RFC 8259 §6)")
 
 
 def _short(e: ValueError) -> str:

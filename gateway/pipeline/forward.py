@@ -57,9 +57,14 @@ from gateway.policy.overflow_limits import parse_overflow
 from gateway.policy.retry import RetryPlan
 from gateway.policy.tokens import BYTES_PER_TOKEN, content_tokens, request_tokens
 from gateway.policy.tool_outputs import Stage, Tally
+<<<<<<< HEAD
 from gateway.routing import UnsafePath, request_headers, upstream_url
 from gateway.routing.affinity import conversation_key
 from gateway.services import SERVICES, Route, Services, UpstreamRuntime
+=======
+from gateway.routing import UnsafePath, request_headers, required_for, upstream_url
+from gateway.services import SERVICES, Services, UpstreamRuntime
+>>>>>>> conf36
 from gateway.translate import NoLeg
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -169,6 +174,8 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     if api is not None and api not in up.cfg.apis:
         return await relay(request, svc, state, _not_spoken(up, api, request, body))
     headers = request_headers(request.headers.items(), up.outbound, state.request_id)
+    if api is None:  # /v1/models, say: what the upstream's one API requires, if it speaks one
+        headers = required_for(headers, up.cfg)
     call = Call(up, request.method, up.cfg.base_url + url_for, headers, ReadMode.RAW)
     plan = new_plan(svc, client_deadline_s(request.headers))
     outcome = await send_one(svc, state, plan, call, body)

@@ -13,6 +13,7 @@ from gateway.apis.base import Inbound
 from gateway.jsonbody import Lenient
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.outcome import Failure, RequestState, bad_request
+from gateway.routing import in_api
 from gateway.services import UpstreamRuntime
 from gateway.translate import Leg, Translation
 from gateway.translate.base import Context, Refusal, Target
@@ -34,6 +35,7 @@ def leg_call(
 ) -> Call | Failure:  # fmt: skip
     """A call on an upstream that speaks another API than the client, or another model name."""
     wire = leg.wire
+    headers = in_api(headers, wire.api)  # the body is the gateway's, in the upstream's API
     if leg.translator is None:  # the client's API, under the upstream's name for the model
         url = up.url_for(wire.path, how.query_string)
         sent = leg.request(payload, inbound.model, up.cfg.stream_usage)

@@ -23,7 +23,7 @@ from gateway.pipeline.outcome import STATE, Failure, Outcome, Success
 from gateway.pipeline.relay import relay
 from gateway.pipeline.send import new_plan
 from gateway.policy.retry import RetryPlan
-from gateway.routing import pick_upstream, request_headers
+from gateway.routing import pick_upstream, request_headers, required_for
 from gateway.services import SERVICES, Services, UpstreamRuntime
 
 CACHE_S = 30.0
@@ -73,7 +73,7 @@ async def list_models(request: web.Request) -> web.StreamResponse | None:
 
 async def _fetch(svc: Services, request: web.Request, up: UpstreamRuntime, plan: RetryPlan) -> Outcome:
     state = request[STATE]
-    headers = request_headers(request.headers.items(), up.outbound, state.request_id)
+    headers = required_for(request_headers(request.headers.items(), up.outbound, state.request_id), up.cfg)
     call = Call(up, "GET", up.cfg.base_url + "/models", headers, ReadMode.BUFFER)
     return await attempt(svc, state, plan, call, b"")
 

@@ -65,6 +65,74 @@ def upstream_url(base_url: str, raw_path: str, query_string: str) -> str:
     return f"{url}?{query_string}" if query_string else url
 
 
+# What each wire API asks of a request's headers besides its credential (``Outbound.key``),
+# by the names config uses in ``upstreams[].apis``. Applied where the gateway, not the
+# client, made the request what it is (``in_api``: a body the gateway wrote, translated or
+# under the upstream's model name; ``required_for``: a path of no API on an upstream that
+# speaks one). A client calling an API as it is sends what that API needs, or hears the
+# provider say what is missing.
+#
+# Messages: "you must send an anthropic-version request header"
+# (https://docs.anthropic.com/en/api/versioning); the client's own version goes when it
+# sent one, else 2023-06-01, the version whose request and event shapes translate/ writes
+# and reads. The credential is x-api-key and bodies go as content-type: application/json
+# (https://docs.anthropic.com/en/api/getting-started).
+# Chat completions and Responses: the credential only, `Authorization: Bearer`; OpenAI-
+# Organization and OpenAI-Project are optional (https://platform.openai.com/docs/api-reference/authentication).
+ANTHROPIC_VERSION = "2023-06-01"
+
+
+@dataclass(frozen=True, slots=True)
+class ApiHeaders:
+    required: tuple[tuple[str, str], ...]  # (lower-case name, value when the client sent none)
+    own: tuple[str, ...]  # lower-case prefixes of the headers that belong to this API alone
+
+
+API_HEADERS: dict[str, ApiHeaders] = {
+    "messages": ApiHeaders((("anthropic-version", ANTHROPIC_VERSION),), ("anthropic-",)),
+    "chat": ApiHeaders((), ("openai-",)),
+    "responses": ApiHeaders((), ("openai-",)),
+}
+# Every API here takes JSON bodies; one the gateway wrote is labelled so, whatever type the
+# client's body was sent as (curl -d says application/x-www-form-urlencoded).
+JSON_BODY = ("Content-Type", "application/json")
+# By API: the prefixes of the headers that belong to the other APIs only.
+_FOREIGN = {
+    api: tuple(p for other in API_HEADERS.values() for p in other.own if p not in rules.own)
+    for api, rules in API_HEADERS.items()
+}
+
+
+def in_api(headers: dict[str, str], api: str) -> dict[str, str]:
+    """``headers`` (from ``request_headers``, changed in place) for a body the gateway wrote in
+    ``api``: labelled JSON, with what ``api`` requires, without what belongs to another API
+    (an OpenAI organization id is nothing Anthropic should learn, nor Anthropic's betas OpenAI)."""
+    foreign = _FOREIGN[api]
+    for k in list(headers):
+        lk = k.lower()
+        if lk == "content-type" or lk.startswith(foreign):
+            del headers[k]
+    headers[JSON_BODY[0]] = JSON_BODY[1]
+    return _required(headers, API_HEADERS[api].required)
+
+
+def required_for(headers: dict[str, str], upstream: UpstreamConfig) -> dict[str, str]:
+    """``headers`` for a path that belongs to no API (``/v1/models``) on ``upstream``: what its
+    API requires when it speaks only one (an Anthropic upstream wants its version everywhere)."""
+    if len(upstream.apis) != 1:
+        return headers
+    return _required(headers, API_HEADERS[upstream.apis[0]].required)
+
+
+def _required(headers: dict[str, str], required: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    if required:
+        sent = {k.lower() for k in headers}
+        for name, value in required:
+            if name not in sent:
+                headers[name] = value
+    return headers
+
+
 # Every header a client may use to send a credential. When the gateway supplies the
 # upstream's key, or the client's credential is a gateway key (server.client_keys), none
 # of them may travel upstream: a leftover `x-api-key` next to our `Authorization` would
@@ -90,7 +158,9 @@ class Outbound:
 
     @classmethod
     def of(cls, upstream: UpstreamConfig) -> Outbound:
-        drop = _REQUEST_DROP | {"x-request-id"}
+        # The client's cookies and addresses (config.WITHHELD_CLIENT_HEADERS) stay here unless
+        # server.forward_client_headers names them.
+        drop = _REQUEST_DROP | {"x-request-id"} | upstream.withheld_client_headers
         if not upstream.forwards_client_credentials:
             drop |= CREDENTIAL_HEADERS
         key = None

@@ -152,3 +152,26 @@ async def test_a_request_without_a_model_is_the_clients_mistake_on_every_api(mak
     assert status == 400 and err["code"] == "missing_model" and err["type"] == "invalid_request_error"
     assert headers["x-llm-attempts"] == "0"
     assert gw.fake.requests == []
+
+
+@pytest.mark.parametrize("constant", [b"NaN", b"Infinity", b"-Infinity"])
+async def test_non_finite_numbers_are_not_json_and_are_never_forwarded(make_gateway, constant: bytes) -> None:
+    """RFC 8259 §6: "Numeric values that cannot be represented in the grammar below (such as
+    Infinity and NaN) are not permitted". Python's json reads them; a provider may not, or may
+    read them as something the client did not mean. A 400 in each API's own envelope."""
+    gw = await make_gateway()
+    hi = b'[{"role": "user", "content": "hi"}]'
+    ctype = {"Content-Type": "application/json"}
+    status, headers, body = await gw.chat(
+        data=b'{"model": "gpt-4o-mini", "temperature": ' + constant + b', "messages": ' + hi + b"}", headers=ctype)
+    assert_gateway_error(status, headers, body, 400, "invalid_json")
+    assert constant.decode().lstrip("-") in json.loads(body)["error"]["message"]
+    status, _, body = await gw.messages(
+        data=b'{"model": "claude-sonnet-4-5", "max_tokens": 16, "top_p": ' + constant + b', "messages": ' + hi + b"}",
+        headers=ctype)  # fmt: skip
+    doc = json.loads(body)
+    assert status == 400 and doc["type"] == "error" and doc["error"]["type"] == "invalid_request_error"
+    status, _, body = await gw.responses(
+        data=b'{"model": "gpt-5-codex", "input": "hi", "metadata": {"x": [' + constant + b"]}}", headers=ctype)
+    assert status == 400 and json.loads(body)["error"]["code"] == "invalid_json"
+    assert gw.fake.requests == []

@@ -121,6 +121,23 @@ async def test_two_upstreams_routed_by_glob(make_gateway) -> None:
         assert headers["x-llm-error-type"] == "unknown"
 
 
+async def test_a_model_named_twice_is_routed_on_the_last_and_a_rewritten_body_names_it_once(make_gateway) -> None:
+    """The decision README states (Endpoints): every reader in the gateway takes the last of a
+    repeated key, as RFC 8259 §4 says many do; a body the gateway writes (a model_map name, a
+    translation) has one. Refusing instead would need a scan of every body, costing about half
+    of orjson's parse, and agents' bodies name "model" in nested objects too (Claude Code's
+    tool schemas), so no cheaper first test rules it out."""
+    async with FakeUpstream() as a, FakeUpstream() as b:
+        gw = await make_gateway(fake=a, upstreams=(
+            f"  - {{name: a, base_url: '{a.url}', models: ['gpt-*'], model_map: {{'gpt-*': served}}}}\n"
+            f"  - {{name: b, base_url: '{b.url}', models: ['llama*']}}\n"))
+        raw = b'{"model": "llama3", "messages": [], "model": "gpt-4o"}'
+        status, headers, _ = await gw.chat(data=raw, headers={"Content-Type": "application/json"})
+        assert status == 200 and headers["x-llm-upstream"] == "a" and b.requests == []
+        [sent] = a.chat_requests()
+        assert sent.body.count(b'"model"') == 1 and sent.json()["model"] == "served"
+
+
 async def test_upstream_unreachable_is_502_classified(make_gateway) -> None:
     fake = FakeUpstream()
     fake.port = 9  # discard port: nothing listens there on loopback

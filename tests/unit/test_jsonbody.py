@@ -10,6 +10,7 @@ import pytest
 from gateway import jsonbody
 from gateway.jsonbody import Lenient
 from gateway.pipeline.admit import parse_json_object
+from gateway.pipeline.outcome import Failure
 
 
 def test_a_strict_document_is_written_compact_and_reads_back_equal() -> None:
@@ -27,10 +28,25 @@ def test_what_orjson_refuses_to_write_is_written_by_json() -> None:
     assert json.loads(jsonbody.dumps(surrogate)) == surrogate
 
 
-def test_a_body_only_json_reads_is_marked_and_written_back_with_its_non_finite_numbers() -> None:
-    doc = parse_json_object(b'{"model": "m", "temperature": NaN, "top_p": Infinity}')
+def test_a_body_only_json_reads_is_marked_and_written_back_as_it_came() -> None:
+    doc = parse_json_object(b'{"model": "m", "user": "\\ud800", "seed": 123456789012345678901234}')
     assert isinstance(doc, Lenient)
     out = jsonbody.dumps({**doc}, lenient=True)
+    assert b'"\\ud800"' in out and b"123456789012345678901234" in out  # orjson: refused, and a float
+
+
+def test_a_client_body_with_non_finite_numbers_is_refused() -> None:
+    # Not JSON (RFC 8259 §6), though Python's json reads them.
+    for constant in (b"NaN", b"Infinity", b"-Infinity"):
+        refused = parse_json_object(b'{"model": "m", "temperature": ' + constant + b"}")
+        assert isinstance(refused, Failure) and refused.status == 400
+
+
+def test_an_answer_with_non_finite_numbers_is_written_back_with_them() -> None:
+    # An upstream's answer is relayed, not judged: a translated one keeps what it said.
+    doc, lenient = jsonbody.loads(b'{"temperature": NaN, "top_p": Infinity}')
+    assert lenient
+    out = jsonbody.dumps(doc, lenient=True)
     assert b"NaN" in out and b"Infinity" in out  # orjson would have written null: not what was sent
     again, lenient = jsonbody.loads(out)
     assert lenient and math.isnan(again["temperature"])

@@ -3,8 +3,10 @@ import pytest
 from gateway.config import UpstreamConfig, parse_config
 from gateway.routing import (
     UnsafePath,
+    in_api,
     pick_upstream,
     request_headers,
+    required_for,
     response_headers,
     upstream_url,
 )
@@ -117,3 +119,18 @@ def test_with_client_keys_a_keyless_upstream_gets_no_client_credential() -> None
     out = {k.lower() for k in request_headers(CLIENT_CREDS, cfg.upstreams[0], "r")}
     assert not out & {"authorization", "x-api-key", "api-key"}
     assert "accept" in out
+
+
+def test_a_body_written_in_messages_gets_the_version_unless_the_client_sent_one() -> None:
+    sent = in_api({"content-type": "text/plain", "OpenAI-Organization": "org-1", "Accept": "*/*"}, "messages")
+    assert sent == {"Accept": "*/*", "Content-Type": "application/json", "anthropic-version": "2023-06-01"}
+    theirs = in_api({"Anthropic-Version": "2023-01-01", "anthropic-beta": "b"}, "messages")
+    assert theirs == {"Anthropic-Version": "2023-01-01", "anthropic-beta": "b", "Content-Type": "application/json"}
+    assert in_api({"anthropic-beta": "b", "OpenAI-Beta": "x"}, "chat") == {
+        "OpenAI-Beta": "x", "Content-Type": "application/json"}
+
+
+def test_a_path_of_no_api_gets_the_version_only_on_an_upstream_that_speaks_only_messages() -> None:
+    only = UpstreamConfig(name="a", base_url="http://x/v1", apis=("messages",))
+    assert required_for({}, only) == {"anthropic-version": "2023-06-01"}
+    assert required_for({}, B) == {}  # every API by default: an OpenAI upstream is not told Anthropic's
