@@ -21,7 +21,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.apis import DIALECTS
 from gateway.auth import ClientAuth
-from gateway.config import GatewayConfig
+from gateway.config import GatewayConfig, PoolConfig
 from gateway.pipeline import forward
 from gateway.pipeline.admit import expect_continue
 from gateway.pipeline.observe import observed
@@ -78,17 +78,12 @@ def create_app(
             distinct_models=cfg.circuit_breaker.models_to_open,
             cache_s=cfg.state.cache_ms / 1000, on_change=_circuit_gauge(telemetry, u.name),
             # Siblings carry a pool deployment's traffic as a fallback would.
-            has_fallback=bool(u.fallbacks) or (pool is not None and (len(pool.deployments) > 1 or bool(pool.fallbacks))),
+            has_fallback=bool(u.fallbacks or (pool and (len(pool.deployments) > 1 or pool.fallbacks))),
             rand=rand, probe_ttl_s=_probe_ttl_s(cfg),
         )  # fmt: skip
         upstreams[u.name] = UpstreamRuntime(u, circuit)
-    pools = {
-        p.name: PoolRuntime(
-            p, tuple(upstreams[d] for d in p.deployments),
-            AffinityTable(p.affinity.max_entries, p.affinity.idle_s, monotonic) if p.affinity.enabled else None,
-        )  # fmt: skip
-        for p in cfg.pools
-    }
+    pools = {p.name: PoolRuntime(p, tuple(upstreams[d] for d in p.deployments), _affinity(p, monotonic))
+             for p in cfg.pools}  # fmt: skip
     budget = SharedBudget(store, cfg.retry.budget, monotonic)
     svc = Services(
         cfg=cfg,
@@ -133,6 +128,11 @@ def create_app(
     app.router.add_route("*", "/v1/{tail:.*}", observed(forward.passthrough), expect_handler=expect_continue)
     app.router.add_route("*", "/{tail:.*}", observed(forward.not_found))
     return app
+
+
+def _affinity(pool: PoolConfig, clock: Callable[[], float]) -> AffinityTable | None:
+    a = pool.affinity
+    return AffinityTable(a.max_entries, a.idle_s, clock) if a.enabled else None
 
 
 def _probe_ttl_s(cfg: GatewayConfig) -> float:

@@ -591,11 +591,11 @@ class GatewayConfig(_Model):
         members: dict[str, str] = {}
         for p in self.pools:
             if p.name in ups:
-                problems.append(f"pools: pool '{p.name}' has an upstream's name; a pool needs a name of its own")
+                problems.append(f"pools: pool '{p.name}' has an upstream's name; a pool needs its own")
             missing = [d for d in p.deployments if d not in ups]
             if missing:
-                problems.append(f"pools: pool '{p.name}' names deployments that are no upstream: {', '.join(missing)} "
-                                f"(upstream names: {', '.join(ups)})")
+                problems.append(f"pools: pool '{p.name}' names deployments that are no upstream: "
+                                f"{', '.join(missing)} (upstream names: {', '.join(ups)})")
             for d in p.deployments:
                 members.setdefault(d, p.name)
         known = "upstream and pool names" if pools else "upstream names"
@@ -610,8 +610,8 @@ class GatewayConfig(_Model):
                 problems.append(f"{section} lists itself as a fallback")
         for u in self.upstreams:
             if u.name in members and u.fallbacks:
-                problems.append(f"upstreams: upstream '{u.name}' is a deployment of pool '{members[u.name]}', "
-                                f"where its fallbacks go (pools[].fallbacks)")
+                problems.append(f"upstreams: upstream '{u.name}' is a deployment of pool "
+                                f"'{members[u.name]}', where its fallbacks go (pools[].fallbacks)")
         for what, names in (("upstream", ups), ("pool", pools)):
             dupes = sorted({n for n in names if names.count(n) > 1})
             if dupes:

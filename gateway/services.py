@@ -166,8 +166,11 @@ class Services:
             return None
         if not model:  # the first upstream, as without pools, unless every upstream is pooled
             pooled = {d for p in self.cfg.pools for d in p.deployments}
-            return None if any(u.name not in pooled for u in self.cfg.upstreams) else next(iter(self.pools.values()))
-        return next((p for p in self.pools.values() if any(fnmatchcase(model, g) for g in p.cfg.models)), None)
+            if any(u.name not in pooled for u in self.cfg.upstreams):
+                return None
+            return next(iter(self.pools.values()))
+        matches = (p for p in self.pools.values() if any(fnmatchcase(model, g) for g in p.cfg.models))
+        return next(matches, None)
 
     def _hop(self, name: str) -> Hop:
         pool = self.pools.get(name)

@@ -57,14 +57,9 @@ from gateway.policy.overflow_limits import parse_overflow
 from gateway.policy.retry import RetryPlan
 from gateway.policy.tokens import BYTES_PER_TOKEN, content_tokens, request_tokens
 from gateway.policy.tool_outputs import Stage, Tally
-<<<<<<< HEAD
-from gateway.routing import UnsafePath, request_headers, upstream_url
+from gateway.routing import UnsafePath, request_headers, required_for, upstream_url
 from gateway.routing.affinity import conversation_key
 from gateway.services import SERVICES, Route, Services, UpstreamRuntime
-=======
-from gateway.routing import UnsafePath, request_headers, required_for, upstream_url
-from gateway.services import SERVICES, Services, UpstreamRuntime
->>>>>>> conf36
 from gateway.translate import NoLeg
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -127,8 +122,10 @@ def full_pipeline(dialect: Dialect) -> Handler:
         plan.probe = turn is not None
         window = primary.cfg.context_window
         plan.empty_is_final = window is not None and len(direct_body()) / BYTES_PER_TOKEN > window
-        # Which conversation this is, for a pool's prompt-cache affinity (only asked when one keeps it).
-        conversation = conversation_key(dialect.api, request.headers, inbound.payload) if route.affinity else None
+        # Which conversation this is, for a pool's prompt-cache affinity (asked only if one keeps it).
+        conversation = None
+        if route.affinity:
+            conversation = conversation_key(dialect.api, request.headers, inbound.payload)
         sent = await send_chain(svc, state, plan, route, call_for, conversation)
         outcome, call = sent.outcome, sent.call
         if call is not None:
@@ -142,7 +139,8 @@ def full_pipeline(dialect: Dialect) -> Handler:
                 outcome = await _overflow(svc, state, request, plan, call, asked, outcome)
         if svc.loop.enabled:
             await _remember(svc, state, outcome, request, inbound, fingerprint, turn)
-        return await relay(request, svc, state, outcome, resumer(svc, state, plan, route.upstreams, call_for, payload))
+        resume = resumer(svc, state, plan, route.upstreams, call_for, payload)
+        return await relay(request, svc, state, outcome, resume)
 
     return handle
 

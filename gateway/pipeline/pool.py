@@ -33,6 +33,8 @@ from gateway.services import PoolRuntime, Services, UpstreamRuntime
 
 log = logging.getLogger("gateway.decisions")
 
+_RESETS = (SitOut.RATE_LIMIT, SitOut.HEADROOM)  # sit-outs that end at a rate limit's reset
+
 
 async def send_pool(
     svc: Services, state: RequestState, plan: RetryPlan, pool: PoolRuntime,
@@ -83,7 +85,8 @@ async def send_pool(
             if siblings_left:
                 svc.telemetry.pool_moves.labels(cfg.name, up.cfg.name, c.type.value).inc()
                 log.debug({"request_id": state.request_id, "event": "sibling", "pool": cfg.name,
-                           "from": up.cfg.name, "status": outcome.status, "error_type": c.type.value})  # fmt: skip
+                           "from": up.cfg.name, "status": outcome.status,
+                           "error_type": c.type.value})  # fmt: skip
                 continue
         # No deployment is left to try.
         if last is None and refused is not None:
@@ -168,7 +171,8 @@ def _bind(svc: Services, pool: PoolRuntime, conversation: str, bound: str | None
 def _picked(svc: Services, state: RequestState, pool: PoolRuntime, up: UpstreamRuntime, why: str) -> None:
     state.pool, state.picked = pool.cfg.name, why
     svc.telemetry.pool_picks.labels(pool.cfg.name, up.cfg.name, why).inc()
-    svc.tracing.event(state, "deployment_picked", {"pool": pool.cfg.name, "deployment": up.cfg.name, "why": why})
+    svc.tracing.event(state, "deployment_picked",
+                      {"pool": pool.cfg.name, "deployment": up.cfg.name, "why": why})  # fmt: skip
 
 
 async def _sit_out(svc: Services, state: RequestState, pool: PoolRuntime, up: UpstreamRuntime,
@@ -196,7 +200,8 @@ async def _sit_out(svc: Services, state: RequestState, pool: PoolRuntime, up: Up
 
 
 async def _all_sitting_out(
-    svc: Services, state: RequestState, plan: RetryPlan, pool: PoolRuntime, last: Sent | None, tried: set[str],
+    svc: Services, state: RequestState, plan: RetryPlan, pool: PoolRuntime, last: Sent | None,
+    tried: set[str],
 ) -> Sent | None:  # fmt: skip
     """No sibling is left to try, nor a later hop. The rate-limit rule applies to the earliest
     reset among the siblings sitting out: waited for when within ``max_retry_after_s`` (one
@@ -204,17 +209,18 @@ async def _all_sitting_out(
     assert svc.pool_state is not None
     now_ms = svc.wall() * 1000
     views = [svc.pool_state.view(i, up.cfg, state.model, now_ms) for i, up in enumerate(pool.members)]
-    waiting = [v for v in views if v.out_why in (SitOut.RATE_LIMIT, SitOut.HEADROOM) and v.out_until_ms > now_ms]
+    waiting = [v for v in views if v.out_why in _RESETS and v.out_until_ms > now_ms]
     answer = last.outcome if last is not None else None
-    if not waiting or (isinstance(answer, Failure) and answer.classification.type is not ErrorType.RATE_LIMIT):
+    failed = answer.classification if isinstance(answer, Failure) else None
+    if not waiting or (failed is not None and failed.type is not ErrorType.RATE_LIMIT):
         if last is not None:
             return last
         return Sent(_every_key_out(svc, pool, views, now_ms), None)
     earliest = min(waiting, key=lambda v: v.out_until_ms)
     wait_s = (earliest.out_until_ms - now_ms) / 1000
     c = Classification(ErrorType.RATE_LIMIT, True, wait_s, reset_at_ms(wait_s, svc.wall()),
-                       answer.classification.provider_code if isinstance(answer, Failure) else "pool_rate_limited",
-                       answer.classification.message if isinstance(answer, Failure) else None,
+                       failed.provider_code if failed is not None else "pool_rate_limited",
+                       failed.message if failed is not None else None,
                        f"earliest reset in pool '{pool.cfg.name}': {earliest.name}")  # fmt: skip
     wait = plan.next_wait(c)
     if wait is not None:

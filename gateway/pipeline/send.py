@@ -82,7 +82,8 @@ async def send_one(
     try:
         outcome = await attempt(svc, state, plan, call, body)
         if failure_of(outcome) is not None:
-            outcome = await _retry_or_follow(svc, state, plan, call, body, adm, outcome, retries_cap, moves_on)
+            outcome = await _retry_or_follow(
+                svc, state, plan, call, body, adm, outcome, retries_cap, moves_on)
             svc.tracing.settled(state, plan.stopped)
     except BaseException:
         await up.circuit.abandon(adm)
