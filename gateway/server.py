@@ -173,6 +173,10 @@ def _summary(cfg: GatewayConfig) -> dict[str, object]:
                         "forwarded-from-client" if u.forwards_client_credentials else "none"}
             for u in cfg.upstreams
         ],
+        **({"pools": [{"name": p.name, "models": list(p.models), "deployments": list(p.deployments),
+                       "strategy": p.strategy, "affinity": p.affinity.enabled,
+                       **({"fallbacks": list(p.fallbacks)} if p.fallbacks else {})} for p in cfg.pools]}
+           if cfg.pools else {}),
         "client_auth": f"required ({len(cfg.server.client_keys)} keys)" if cfg.server.client_keys else "off",
         "compression": cfg.compression.enabled,
         "deadline_s": cfg.retry.deadline_s,

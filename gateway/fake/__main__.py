@@ -71,7 +71,7 @@ def _keys(fake: ScenarioUpstream, args: argparse.Namespace) -> None:
     for key in args.exhausted:
         fake.keys.exhaust(key)
         _say(f"key {key}: out of credit")
-    fake.require_key, fake.strict_headers = args.require_key, args.strict_headers
+    fake.require_key, fake.strict_headers = args.require_key, not args.lax_headers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
                        ("exhausted", "out of credit (OpenAI 429 insufficient_quota, Anthropic 400)")):
         pool.add_argument(f"--{flag}", action="append", default=[], metavar="KEY", help=f"KEY is {what}")
     pool.add_argument("--require-key", action="store_true", help="refuse a request with no key (401)")
-    pool.add_argument("--strict-headers", action="store_true",
-                      help="refuse a Messages request without anthropic-version (400)")  # fmt: skip
+    pool.add_argument("--lax-headers", action="store_true",
+                      help="accept a Messages request without anthropic-version (Anthropic answers 400)")  # fmt: skip
     args = parser.parse_args(argv)
     with contextlib.suppress(KeyboardInterrupt):
         try:

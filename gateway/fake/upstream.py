@@ -23,7 +23,9 @@ key rpm/tpm limits (then every answer to it carries the API's real rate-limit he
 request past a limit gets the API's real 429), or a state: ``limited_until``, ``revoke``,
 ``exhaust``; ``calls_by_key()`` counts what reached each key. ``require_key`` and
 ``strict_headers`` refuse, as the real APIs do, a request with no credential and a Messages
-request without ``anthropic-version``; both off by default (see gateway/fake/gate.py).
+request without ``anthropic-version``: ``strict_headers`` is on by default (a gateway that
+forgets the header must fail here as it would against Anthropic), ``require_key`` off (a
+keyless local server takes requests without one); see gateway/fake/gate.py.
 
 Use it in-loop (``async with FakeUpstream() as fake``) or from sync code and
 subprocess tests in a thread (``with FakeUpstream.in_thread() as fake``).
@@ -61,7 +63,7 @@ class FakeUpstream:
         self.cancelled = 0  # handlers torn down because the gateway went away
         self.keys = KeyLimits()  # per-credential limits and states
         self.require_key = False  # True: a request with no credential gets the API's 401
-        self.strict_headers = False  # True: a Messages request without anthropic-version gets a 400
+        self.strict_headers = True  # a Messages request without anthropic-version gets a 400, as the real API answers
         self._key: str | None = None  # the credential of the request being answered, for logs
         self._runner: web.AppRunner | None = None
         self.host, self.port = "127.0.0.1", 0

@@ -49,6 +49,7 @@ from gateway.pipeline.outcome import (
     bad_request,
     gateway_failure,
 )
+from gateway.pipeline.pool import any_deployment
 from gateway.pipeline.relay import relay, rendered
 from gateway.pipeline.send import new_plan, send_one
 from gateway.policy.clients import client_deadline_s, compacts_itself
@@ -167,7 +168,8 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     route = _route(svc, state, state.model)
     if isinstance(route, Failure):
         return await relay(request, svc, state, route)
-    up = route.upstreams[0]
+    pool = route.hops[0].pool
+    up = route.upstreams[0] if pool is None else await any_deployment(svc, pool, state.model)
     api = api_of_path(request.path)
     if api is not None and api not in up.cfg.apis:
         return await relay(request, svc, state, _not_spoken(up, api, request, body))

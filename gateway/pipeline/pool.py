@@ -108,6 +108,20 @@ async def send_pool(
         first = False  # waited for the earliest reset: it may serve again
 
 
+async def any_deployment(svc: Services, pool: PoolRuntime, model: str | None) -> UpstreamRuntime:
+    """The deployment the pool's strategy would pick now, for a request that is not retried
+    along the pool (counting tokens, listing models): the first when none may serve."""
+    ps = svc.pool_state
+    assert ps is not None
+    if not ps.fresh(pool.cfg.name, model):
+        await ps.refresh(pool.cfg.name, pool.member_cfgs, model)
+    now_ms = svc.wall() * 1000
+    views = [ps.view(i, up.cfg, model, now_ms) for i, up in enumerate(pool.members)]
+    ready = [v for v in views if v.serves_at(now_ms)]
+    ranked = order(pool.cfg.strategy, ready, svc.rand)
+    return pool.members[ranked[0].index] if ranked else pool.members[0]
+
+
 async def _send(svc: Services, state: RequestState, plan: RetryPlan, call: Call,
                 siblings_left: bool, nxt: UpstreamRuntime | None) -> Failure | Success:  # fmt: skip
     up = call.up
@@ -215,7 +229,7 @@ async def _all_sitting_out(
     if not waiting or (failed is not None and failed.type is not ErrorType.RATE_LIMIT):
         if last is not None:
             return last
-        return Sent(_every_key_out(svc, pool, views, now_ms), None)
+        return Sent(_every_key_out(svc, state, pool, views, now_ms), None)
     earliest = min(waiting, key=lambda v: v.out_until_ms)
     wait_s = (earliest.out_until_ms - now_ms) / 1000
     c = Classification(ErrorType.RATE_LIMIT, True, wait_s, reset_at_ms(wait_s, svc.wall()),
@@ -239,6 +253,7 @@ async def _all_sitting_out(
     state.retries_settled = plan.stopped in SETTLED
     if isinstance(answer, Failure):
         return Sent(replace(answer, classification=c), last.call if last is not None else None)
+    state.upstream = pool.cfg.name  # no deployment was asked: the pool answered
     failure = gateway_failure(
         429, c, f"every deployment of pool '{pool.cfg.name}' is rate limited; the earliest resets in "
         f"{max(1, round(wait_s))} s", "pool_rate_limited", final=True,
@@ -247,7 +262,8 @@ async def _all_sitting_out(
     return Sent(failure, None)
 
 
-def _every_key_out(svc: Services, pool: PoolRuntime, views: list[Deployment], now_ms: float) -> Failure:
+def _every_key_out(svc: Services, state: RequestState, pool: PoolRuntime, views: list[Deployment],
+                   now_ms: float) -> Failure:  # fmt: skip
     """No deployment may serve and none waits for a rate-limit reset: their keys are out of
     credit or refused. Answered by the gateway, in the class of the soonest to return."""
     out = [v for v in views if v.out_until_ms > now_ms]
@@ -257,6 +273,7 @@ def _every_key_out(svc: Services, pool: PoolRuntime, views: list[Deployment], no
         kind, status, what = ErrorType.BUDGET, 402, "out of credit"
     else:
         kind, status, what = ErrorType.AUTH, 401, "refused by the provider (revoked keys?)"
+    state.upstream = pool.cfg.name  # no deployment was asked: the pool answered
     c = Classification(kind, False, None, reset_at_ms(wait_s, svc.wall()), f"pool_{kind.value}", None,
                        f"every deployment of pool '{pool.cfg.name}' sits out")  # fmt: skip
     return gateway_failure(status, c, f"every deployment of pool '{pool.cfg.name}' is {what}",

@@ -1,0 +1,241 @@
+"""Pools with the real clients at stock settings (issue #34): Claude Code (`claude -p`), Codex
+(`codex exec`), the `anthropic` and `openai` SDKs, through the gateway started as README says,
+in front of one fake upstream that plays three keys of one provider (it tells deployments
+apart by the credential, with each key's own limits and states: gateway/fake/limits.py).
+
+Held here, counting the calls that reach each key:
+- one key of three limited for an hour: every turn answered at once by the others, and no call
+  reaches the limited key after the one that told the gateway;
+- every key limited: the client gets the earliest reset, one call per key;
+- a revoked key: dropped after one 401;
+- a 20-turn Claude Code session (a tool loop) stays on one key.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from tests.e2e.conftest import RunningGateway, base_env, free_port, start
+from tests.e2e.test_claude_code import claude_bin, run_claude, tool_use_turn
+from tests.e2e.test_codex import codex
+from tests.fakeupstream import FakeUpstream
+
+pytestmark = pytest.mark.e2e
+__all__ = ["claude_bin", "codex"]  # fixtures shared with the agents' own test modules
+
+CLAUDE_KEYS = ("sk-ant-a", "sk-ant-b", "sk-ant-c")
+OPENAI_KEYS = ("sk-a", "sk-b", "sk-c")
+
+
+@pytest.fixture(scope="module")
+def keys() -> Iterator[FakeUpstream]:
+    with FakeUpstream.in_thread() as f:
+        f.require_key = True  # a request without a key is refused, as the real APIs refuse it
+        yield f
+
+
+@pytest.fixture
+def fake(keys: FakeUpstream) -> FakeUpstream:
+    keys.steps.clear()
+    keys.requests.clear()
+    keys.always = None
+    for k in (*CLAUDE_KEYS, *OPENAI_KEYS):
+        keys.keys.restore(k)
+    keys.keys.calls.clear()
+    return keys
+
+
+def _config(fake: FakeUpstream, port: int, strategy: str) -> str:
+    lines = [f"server: {{port: {port}, drain_s: 2}}", "upstreams:"]
+    for k in CLAUDE_KEYS:
+        lines.append(f"  - {{name: anthropic-{k[-1]}, base_url: '{fake.url}', api_key: {k}, "
+                     "key_header: x-api-key, apis: [messages]}")  # fmt: skip
+    for k in OPENAI_KEYS:
+        lines.append(f"  - {{name: openai-{k[-1]}, base_url: '{fake.url}', api_key: {k}, apis: [chat, responses]}}")
+    lines += [
+        "pools:",
+        f"  - {{name: claude, models: ['claude-*'], strategy: {strategy}, "
+        "deployments: [anthropic-a, anthropic-b, anthropic-c]}",
+        f"  - {{name: gpt, models: ['gpt-*'], strategy: {strategy}, deployments: [openai-a, openai-b, openai-c]}}",
+        "timeouts: {connect_s: 2, first_byte_s: 20, idle_s: 20}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _launch(fake: FakeUpstream, tmp: Path, strategy: str) -> RunningGateway:
+    port = free_port()
+    config = tmp / "gateway.yaml"
+    config.write_text(_config(fake, port, strategy))
+    return start([sys.executable, "-m", "gateway", "--config", str(config)], base_env(), port, tmp / "gateway.log")
+
+
+# A gateway per test: what one learnt of the keys (sit-outs) must not decide the next.
+@pytest.fixture
+def gateway(keys: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
+    gw = _launch(keys, tmp_path_factory.mktemp("poolgw"), "weighted")
+    yield gw
+    gw.stop()
+
+
+@pytest.fixture
+def headroom_gateway(keys: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
+    gw = _launch(keys, tmp_path_factory.mktemp("poolhr"), "headroom")
+    yield gw
+    gw.stop()
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    d = tmp_path / "project"
+    d.mkdir()
+    return d
+
+
+def _access(gw: RunningGateway, since: int = 0) -> list[dict[str, Any]]:
+    out = []
+    for line in gw.logs().splitlines()[since:]:
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and doc.get("event") == "request":
+            out.append(doc)
+    return out
+
+
+def _lines(gw: RunningGateway) -> int:
+    return len(gw.logs().splitlines())
+
+
+def test_claude_code_with_one_key_limited_for_an_hour_is_answered_by_the_others(
+    claude_bin: Path, gateway: RunningGateway, fake: FakeUpstream, workdir: Path
+) -> None:
+    fake.keys.limited_until("sk-ant-b", time.time() + 3600)
+    for _ in range(4):
+        r = run_claude(claude_bin, gateway, workdir)
+        assert r.rc == 0, (r.out, r.err)
+        assert "Hello from fake." in r.out
+        assert r.seconds < 30
+    calls = fake.calls_by_key()
+    assert calls.get("sk-ant-b", 0) <= 1  # the one that told the gateway, if it was picked at all
+    assert calls.get("sk-ant-a", 0) + calls.get("sk-ant-c", 0) >= 4
+
+
+def test_claude_code_with_every_key_limited_gets_the_earliest_reset(
+    claude_bin: Path, gateway: RunningGateway, fake: FakeUpstream, workdir: Path
+) -> None:
+    now = time.time()
+    for key, wait in zip(CLAUDE_KEYS, (3600, 600, 1200), strict=True):
+        fake.keys.limited_until(key, now + wait)
+    since = _lines(gateway)
+    r = run_claude(claude_bin, gateway, workdir, timeout=120)
+    assert r.rc != 0
+    answered = [a for a in _access(gateway, since) if a["path"] == "/v1/messages"]
+    assert answered and all(a["status"] == 429 and a["error_type"] == "rate_limit" for a in answered)
+    calls = fake.calls_by_key()
+    assert sum(calls.get(k, 0) for k in CLAUDE_KEYS) == 3  # one per key, then known: no more calls
+    # The earliest reset is what the client is told (the anthropic SDK shows the headers).
+    client = anthropic.Anthropic(base_url=gateway.base, api_key="dummy")  # stock: max_retries=2
+    try:
+        with pytest.raises(anthropic.RateLimitError) as e:
+            client.messages.create(model="claude-opus-4-8", max_tokens=64,
+                                   messages=[{"role": "user", "content": "hi there"}])  # fmt: skip
+    finally:
+        client.close()
+    h = e.value.response.headers
+    assert 590 <= int(h["retry-after"]) <= 600
+    assert abs(int(h["x-llm-error-reset-at"]) / 1000 - (now + 600)) < 15
+    assert h["x-should-retry"] == "false"
+    assert sum(fake.calls_by_key().get(k, 0) for k in CLAUDE_KEYS) == 3  # the SDK's own call reached no key
+
+
+def test_a_revoked_key_is_dropped_after_one_401(
+    claude_bin: Path, gateway: RunningGateway, fake: FakeUpstream, workdir: Path
+) -> None:
+    fake.keys.revoke("sk-ant-c")
+    for _ in range(3):
+        r = run_claude(claude_bin, gateway, workdir)
+        assert r.rc == 0, (r.out, r.err)
+    assert fake.calls_by_key().get("sk-ant-c", 0) <= 1
+    assert '"reason":"auth"' in gateway.logs() or fake.calls_by_key().get("sk-ant-c", 0) == 0
+
+
+@pytest.mark.parametrize("strategy", ["weighted", "headroom"])
+def test_a_twenty_turn_claude_code_session_stays_on_one_key(
+    claude_bin: Path, keys: FakeUpstream, fake: FakeUpstream, workdir: Path, strategy: str,
+    tmp_path: Path, request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    gw = _launch(keys, tmp_path, strategy)
+    request.addfinalizer(gw.stop)
+    turns = 20
+
+    def loop(payload: dict[str, Any]) -> Any:
+        done = sum(1 for m in payload.get("messages", []) for b in (m.get("content") or [])
+                   if isinstance(b, dict) and b.get("type") == "tool_result")  # fmt: skip
+        if done < turns - 1:
+            return tool_use_turn(done + 1, "Bash", {"command": f"echo step {done + 1}", "description": "a step"})
+        return None  # the fake's own answer ends the run
+
+    fake.always = loop
+    r = run_claude(claude_bin, gw, workdir, "run the steps", timeout=240)
+    assert r.rc == 0, (r.out, r.err[-2000:])
+    sent = fake.messages_requests()
+    assert len(sent) >= turns
+    used = {req.headers.get("x-api-key") for req in sent}
+    sessions = {req.headers.get("x-claude-code-session-id") for req in sent}
+    assert len(sessions) == 1
+    assert len(used) == 1, fake.calls_by_key()
+
+
+def test_codex_with_one_key_limited_and_one_revoked_is_answered_by_the_third(
+    codex: Path, gateway: RunningGateway, fake: FakeUpstream, tmp_path: Path
+) -> None:
+    fake.keys.limited_until("sk-a", time.time() + 3600)
+    fake.keys.revoke("sk-b")
+    for i in range(3):
+        r = _codex(codex, gateway, tmp_path / f"run{i}")
+        assert r.returncode == 0, (r.stdout, r.stderr[-2000:])
+        assert "Hello from fake." in r.stdout
+    calls = fake.calls_by_key()
+    assert calls.get("sk-a", 0) <= 1 and calls.get("sk-b", 0) <= 1
+    assert calls.get("sk-c", 0) >= 3
+
+
+def _codex(codex: Path, gw: RunningGateway, home: Path) -> subprocess.CompletedProcess[str]:
+    """`codex exec` at its stock retry settings, pointed at the gateway by a provider entry."""
+    codex_home = home / "codex"
+    codex_home.mkdir(parents=True)
+    (codex_home / "config.toml").write_text(
+        'model = "gpt-5-codex"\nmodel_provider = "gw"\napproval_policy = "never"\nsandbox_mode = "read-only"\n'
+        f'[model_providers.gw]\nname = "gw"\nbase_url = "{gw.base}/v1"\nwire_api = "responses"\n'
+        'env_key = "GW_KEY"\nrequires_openai_auth = false\n'
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "CODEX_HOME": str(codex_home), "GW_KEY": "dummy"}
+    return subprocess.run([str(codex), "exec", "--skip-git-repo-check", "say hi"], env=env, cwd=home,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+def test_the_openai_sdk_sees_one_answer_and_every_attempt_counted(gateway: RunningGateway, fake: FakeUpstream) -> None:
+    fake.keys.limited_until("sk-a", time.time() + 3600)
+    fake.keys.limited_until("sk-b", time.time() + 3600)
+    client = openai.OpenAI(base_url=gateway.base + "/v1", api_key="dummy")  # stock settings
+    try:
+        for i in range(6):
+            raw = client.chat.completions.with_raw_response.create(
+                model="gpt-4o-mini", messages=[{"role": "user", "content": f"question {i}"}])
+            assert raw.headers["x-llm-upstream"] == "openai-c"
+            assert raw.parse().choices[0].message.content
+    finally:
+        client.close()
+    calls = fake.calls_by_key()
+    assert calls.get("sk-a", 0) <= 1 and calls.get("sk-b", 0) <= 1 and calls.get("sk-c", 0) == 6
