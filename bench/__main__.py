@@ -57,6 +57,9 @@ MINIMAL, GATEWAY, DIRECT = "minimal aiohttp proxy", "llm-gateway", "upstream dir
 # with the chat client translated to an upstream that speaks only Anthropic Messages.
 ON_REDIS, TRANSLATED = "llm-gateway, state: redis", "llm-gateway, translated (chat → Messages upstream)"
 ON_AIOHTTP = "llm-gateway, upstream_client: aiohttp"
+# A pool of three deployments (three keys of the one upstream, whose answers carry rate-limit
+# headers for them), picked by each strategy that reads something different.
+POOL_WEIGHTED, POOL_HEADROOM = "llm-gateway, pool of 3 (weighted)", "llm-gateway, pool of 3 (headroom)"
 # Agents' own APIs on a chat-only upstream: Claude Code's and Codex's path to a local server.
 FROM_MESSAGES = "llm-gateway, translated (Messages client → chat upstream)"
 FROM_RESPONSES = "llm-gateway, translated (Responses client → chat upstream)"
@@ -305,6 +308,15 @@ def run_loop(loop: str, tmp: Path, fd_limit: int, growth: bool) -> str:
         cfg.write_text(config.read_text().replace(f"port: {gw_port},", f"port: {port},")
                        + f"state: {{backend: redis, url: 'redis://127.0.0.1:{redis_port}/0'}}\n")
         variants[ON_REDIS] = (port, cfg)
+    for name, strategy in ((POOL_WEIGHTED, "weighted"), (POOL_HEADROOM, "headroom")):
+        port = free_port()
+        cfg = tmp / f"gateway-{loop}-pool-{strategy}.yaml"
+        members = "".join(f"  - {{name: key-{k}, base_url: '{upstream}', api_key: bench-rl-{k}, "
+                          f"max_connections: {POOL}}}\n" for k in "abc")  # fmt: skip
+        cfg.write_text(f"server: {{port: {port}, log_level: info}}\nupstreams:\n{members}"
+                       "retry: {budget: {percent_can_retry: 50}}\n"
+                       f"pools: [{{name: bench, deployments: [key-a, key-b, key-c], strategy: {strategy}}}]\n")
+        variants[name] = (port, cfg)
     port = free_port()
     cfg = tmp / f"gateway-{loop}-translated.yaml"
     cfg.write_text(config.read_text().replace(f"port: {gw_port},", f"port: {port},")

@@ -1,7 +1,9 @@
 """`python -m bench.redis_trips`: the Redis commands a plain successful request costs with
 `state: {backend: redis}`, counted by Redis itself (INFO commandstats, and MONITOR for the
 keys) around 200 requests back to back and 10 requests 0.3 s apart (longer than the 200 ms
-caches). Needs Debian's redis-server; starts its own on a free loopback port.
+caches), for one upstream and then for a pool of three deployments whose answers carry
+rate-limit headers (the pool's records: one pipelined round trip per cache period).
+Needs Debian's redis-server; starts its own on a free loopback port.
 
 Commands run inside a Lua script (EVALSHA) are listed as well but are no round trip of their
 own; the two HGETALLs of a circuit read are one pipelined round trip.
@@ -31,6 +33,22 @@ def _post(port: int) -> None:
     urllib.request.urlopen(req).read()
 
 
+def _trips(monitor: str) -> int:
+    """Round trips in a MONITOR capture: a client's commands that Redis ran back to back (within
+    0.2 ms, the commands of one pipeline or one script) are one trip."""
+    last: dict[str, float] = {}
+    trips = 0
+    for line in monitor.splitlines()[1:]:
+        head = line.split('"', 1)[0].split()
+        if len(head) < 3 or head[2].startswith("lua"):
+            continue  # a script's own commands ran inside its EVALSHA
+        at, client = float(head[0]), head[2].rstrip("]")
+        if at - last.get(client, -1.0) > 0.0002:
+            trips += 1
+        last[client] = at
+    return trips
+
+
 def _monitored(rport: int, gw: int, n: int, pause: float) -> tuple[list[str], Counter[str]]:
     _cli(rport, "CONFIG", "RESETSTAT")
     mon = subprocess.Popen(["redis-cli", "-p", str(rport), "MONITOR"], stdout=subprocess.PIPE, text=True)
@@ -43,7 +61,7 @@ def _monitored(rport: int, gw: int, n: int, pause: float) -> tuple[list[str], Co
     out = mon.stdout.read() if mon.stdout else ""
     stats = [line.split(",usec=")[0] for line in _cli(rport, "INFO", "commandstats").splitlines()
              if line.startswith("cmdstat_") and "monitor" not in line and "config" not in line]
-    seen: Counter[str] = Counter()
+    seen: Counter[str] = Counter({"round trips": _trips(out)})
     for line in out.splitlines()[1:]:
         parts = line.split('"')
         if len(parts) > 1:  # the command, and the kind of key (llm-gateway:<kind>:...)
@@ -58,24 +76,36 @@ def main() -> None:
     redis = subprocess.Popen(["redis-server", "--port", str(rport), "--bind", "127.0.0.1", "--save", "",
                               "--appendonly", "no", "--dir", str(tmp)], stdout=subprocess.DEVNULL)
     time.sleep(0.5)
-    cfg = tmp / "gateway.yaml"
-    cfg.write_text(f"server: {{port: {gw}}}\nstate: {{backend: redis, url: 'redis://127.0.0.1:{rport}/0'}}\n"
-                   f"upstreams: [{{name: bench, base_url: 'http://127.0.0.1:{up}/v1'}}]\n")
+    state = f"state: {{backend: redis, url: 'redis://127.0.0.1:{rport}/0'}}\n"
+    base = f"http://127.0.0.1:{up}/v1"
+    configs = {
+        "one upstream": f"upstreams: [{{name: bench, base_url: '{base}'}}]\n",
+        "a pool of three (headroom)": "upstreams:\n" + "".join(
+            f"  - {{name: key-{k}, base_url: '{base}', api_key: bench-rl-{k}}}\n" for k in "abc")
+        + "pools: [{name: bench, deployments: [key-a, key-b, key-c], strategy: headroom}]\n",
+    }  # fmt: skip
     upstream = spawn(["-m", "bench.upstream", str(up)], up, core=0)
-    gateway = spawn(["-m", "gateway", "--config", str(cfg)], gw, "/healthz")
     try:
-        for _ in range(5):
-            _post(gw)
-        time.sleep(1.5)
-        for label, n, pause in (("back to back", 200, 0.0), ("0.3 s apart", 10, 0.3)):
-            stats, seen = _monitored(rport, gw, n, pause)
-            print(f"== {n} successful requests, {label}")
-            for line in stats:
-                print("  ", line)
-            for what, count in seen.most_common():
-                print(f"   {count / n:.2f}/request  {what}")
+        for what, upstreams in configs.items():
+            cfg = tmp / "gateway.yaml"
+            cfg.write_text(f"server: {{port: {gw}}}\n{state}{upstreams}")
+            gateway = spawn(["-m", "gateway", "--config", str(cfg)], gw, "/healthz")
+            try:
+                for _ in range(5):
+                    _post(gw)
+                time.sleep(1.5)
+                for label, n, pause in (("back to back", 200, 0.0), ("0.3 s apart", 10, 0.3)):
+                    stats, seen = _monitored(rport, gw, n, pause)
+                    print(f"== {what}: {n} successful requests, {label}")
+                    for line in stats:
+                        print("  ", line)
+                    for kind, count in seen.most_common():
+                        print(f"   {count / n:.2f}/request  {kind}")
+            finally:
+                gateway.terminate()
+                gateway.wait(10)
     finally:
-        for p in (gateway, upstream, redis):
+        for p in (upstream, redis):
             p.terminate()
             p.wait(10)
 

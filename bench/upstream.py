@@ -10,6 +10,10 @@ Two request headers change its answer (both proxies forward them untouched):
   INTERVAL_S, then the finish chunk and ``[DONE]`` (the concurrent-streams bench);
 * ``x-bench-429: 1`` answers 429 (``retry-after-ms: 1``) the first time it sees a
   request id (``X-Request-Id``, the same on the gateway's retry) and succeeds the next.
+
+A request whose key starts ``bench-rl-`` (the pool rows' deployments) is answered with
+OpenAI's rate-limit headers for that key, as a provider's answers carry them, so the pool's
+``headroom`` strategy has them to read; other requests get none.
 """
 
 from __future__ import annotations
@@ -144,15 +148,30 @@ def _wants_stream(body: bytes) -> bool:
     return b'"stream": true' in body or b'"stream":true' in body
 
 
+_sent_by_key: dict[str, int] = {}
+
+
+def _rate_limit_headers(request: web.Request) -> dict[str, str]:
+    key = request.headers.get("Authorization", "").removeprefix("Bearer ")
+    if not key.startswith("bench-rl-"):
+        return {}
+    n = _sent_by_key[key] = _sent_by_key.get(key, 0) + 1
+    # OpenAI's names and formats (its rate-limits guide): a limit no bench run reaches.
+    return {"x-ratelimit-limit-requests": "100000000", "x-ratelimit-remaining-requests": str(100000000 - n),
+            "x-ratelimit-reset-requests": "6m0s", "x-ratelimit-limit-tokens": "1000000000",
+            "x-ratelimit-remaining-tokens": str(1000000000 - 18 * n), "x-ratelimit-reset-tokens": "1ms"}
+
+
 async def _answer(request: web.Request, streamed: bool, body: bytes, stream: bytes) -> web.StreamResponse:
     """``stream`` as an event stream when the request asked for one, else ``body`` as JSON."""
+    limits = _rate_limit_headers(request)
     if streamed:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", **limits})
         await resp.prepare(request)
         await resp.write(stream)
         await resp.write_eof()
         return resp
-    return web.Response(body=body, content_type="application/json")
+    return web.Response(body=body, content_type="application/json", headers=limits)
 
 
 async def messages(request: web.Request) -> web.StreamResponse:

@@ -53,14 +53,14 @@ async def send_pool(
     first = True
     while True:
         if not ps.fresh(cfg.name, model):
-            await ps.refresh(cfg.name, pool.member_cfgs, model)
+            await ps.refresh(cfg.name, pool.member_cfgs, model, pool.circuits)
         now_ms = svc.wall() * 1000
         views = [ps.view(i, up.cfg, model, now_ms) for i, up in enumerate(members)]
         ready = [v for v in views if v.serves_at(now_ms) and v.name not in tried
-                 and not await members[v.index].circuit.is_open(model)]  # fmt: skip
+                 and not await _refusing(members[v.slot], model)]  # fmt: skip
         if ready:
-            ranked, why = _rank(svc, pool, ready, bound if first else None, conversation)
-            up = members[ranked[0].index]
+            pick, why = _pick(svc, pool, ready, bound if first else None, conversation)
+            up = members[pick.slot]
             call = call_for(up)
             if isinstance(call, Failure):
                 tried.add(up.cfg.name)
@@ -68,7 +68,7 @@ async def send_pool(
                 continue
             _picked(svc, state, pool, up, why if first else "moved")
             first = False
-            siblings_left = len(ranked) > 1
+            siblings_left = len(ready) > 1  # re-ranked after a failure, without the one that failed
             outcome = await _send(svc, state, plan, call, siblings_left, nxt)
             last = Sent(outcome, call)
             if not isinstance(outcome, Failure):
@@ -114,12 +114,12 @@ async def any_deployment(svc: Services, pool: PoolRuntime, model: str | None) ->
     ps = svc.pool_state
     assert ps is not None
     if not ps.fresh(pool.cfg.name, model):
-        await ps.refresh(pool.cfg.name, pool.member_cfgs, model)
+        await ps.refresh(pool.cfg.name, pool.member_cfgs, model, pool.circuits)
     now_ms = svc.wall() * 1000
     views = [ps.view(i, up.cfg, model, now_ms) for i, up in enumerate(pool.members)]
     ready = [v for v in views if v.serves_at(now_ms)]
     ranked = order(pool.cfg.strategy, ready, svc.rand)
-    return pool.members[ranked[0].index] if ranked else pool.members[0]
+    return pool.members[ranked[0].slot] if ranked else pool.members[0]
 
 
 async def _send(svc: Services, state: RequestState, plan: RetryPlan, call: Call,
@@ -153,16 +153,23 @@ def _mover(svc: Services, up: UpstreamRuntime, nxt: UpstreamRuntime) -> Callable
     return lambda c: fails_over_class(svc, c, up, nxt)
 
 
-def _rank(svc: Services, pool: PoolRuntime, ready: list[Deployment], bound: str | None,
-          conversation: str | None) -> tuple[list[Deployment], str]:  # fmt: skip
-    """The order to try ``ready`` in, and why the first (a log field and a metric label)."""
+async def _refusing(up: UpstreamRuntime, model: str | None) -> bool:
+    # Decided from this replica's fresh cache when it can (nearly always: closed), without a
+    # store round trip; else as the circuit decides.
+    return up.circuit.admit_now(model) is None and await up.circuit.is_open(model)
+
+
+def _pick(svc: Services, pool: PoolRuntime, ready: list[Deployment], bound: str | None,
+          conversation: str | None) -> tuple[Deployment, str]:  # fmt: skip
+    """The deployment to try first, and why (a log field and a metric label). Only the first:
+    after a failure the rest are ranked again, as they are then."""
     strategy = pool.cfg.strategy
     if bound is not None:
-        first = next((d for d in ready if d.name == bound), None)
-        if first is not None:
-            return [first, *(d for d in order(strategy, ready, svc.rand) if d is not first)], "affinity"
+        for d in ready:
+            if d.name == bound:
+                return d, "affinity"
     first_pick = conversation if strategy == "weighted" else None
-    return order(strategy, ready, svc.rand, first_pick), strategy
+    return order(strategy, ready, svc.rand, first_pick)[0], strategy
 
 
 def _bind(svc: Services, pool: PoolRuntime, conversation: str, bound: str | None, served: str,

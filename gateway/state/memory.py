@@ -175,7 +175,8 @@ class MemoryStore:
         reads: Sequence[str],
         writes: Sequence[tuple[str, Mapping[str, float], float]] = (),
         adds: Sequence[tuple[str, Mapping[str, int], float]] = (),
-    ) -> list[dict[str, float]]:
+        circuits: Sequence[str] = (),
+    ) -> tuple[list[dict[str, float]], list[CircuitRecord]]:
         for key, fields, ttl_s in writes:
             self._records.put(key, {**(self._records.get(key) or {}), **fields}, ttl_s)
         for key, counts, ttl_s in adds:
@@ -183,7 +184,7 @@ class MemoryStore:
             for name, n in counts.items():
                 rec[name] = rec.get(name, 0) + n
             self._records.put(key, rec, ttl_s)
-        return [dict(self._records.get(k) or {}) for k in reads]
+        return [dict(self._records.get(k) or {}) for k in reads], await self.circuit_get(circuits)
 
     async def answer_put(self, fingerprint: str, blob: bytes, ttl_s: float) -> None:
         if ttl_s > 0:

@@ -18,8 +18,7 @@ empty before its provider has to say so with a 429.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -27,6 +26,7 @@ from gateway.config import UpstreamConfig
 from gateway.policy.breaker import circuit_key
 from gateway.routing.headroom import Headroom, headroom_of
 from gateway.routing.pools import Deployment, SitOut
+from gateway.state.shared import SharedCircuit
 from gateway.state.store import StateStore
 
 K = TypeVar("K")
@@ -48,6 +48,9 @@ class _Local:
     pending_tokens: int = 0
 
 
+_NONE_SENT = _Local()  # read-only stand-in for a deployment this process sent nothing to
+
+
 @dataclass
 class PoolState:
     store: StateStore
@@ -60,6 +63,7 @@ class PoolState:
     _read_at: dict[tuple[str, str | None], float] = field(default_factory=dict)
     _local: dict[str, _Local] = field(default_factory=dict)
     _writes: dict[str, tuple[dict[str, float], float]] = field(default_factory=dict)
+    _keys: dict[tuple[str, str | None], tuple[str, str, str, str]] = field(default_factory=dict)
 
     # -- this process -------------------------------------------------------------------------
 
@@ -117,10 +121,15 @@ class PoolState:
         at = self._read_at.get((pool, model))
         return at is not None and self.monotonic() - at < self.cache_s
 
-    async def refresh(self, pool: str, members: tuple[UpstreamConfig, ...], model: str | None) -> None:
-        """One round trip: what this process saw goes out, what every replica saw comes in."""
+    async def refresh(self, pool: str, members: tuple[UpstreamConfig, ...], model: str | None,
+                      circuits: Sequence[SharedCircuit] = ()) -> None:  # fmt: skip
+        """One round trip: what this process saw goes out, what every replica saw comes in, and
+        the deployments' ``circuits`` with it (so a pick asks the store nothing more)."""
         minute = self._minute()
-        reads = [k for up in members for k in _keys(up, model, minute)]
+        reads = []
+        for up in members:
+            out_dep, out_model, hkey, nkey = _keys(up.name, model)
+            reads += [out_dep, out_model, hkey] + ([f"{nkey}#{minute}"] if up.limits is not None else [])
         writes = [(k, f, ttl) for k, (f, ttl) in self._writes.items()]
         self._writes.clear()
         adds = []
@@ -132,7 +141,12 @@ class PoolState:
                 adds.append((_key("n", up.name, model) + f"#{minute}",
                              {"n": local.pending_requests, "k": local.pending_tokens}, 120.0))  # fmt: skip
                 local.pending_requests = local.pending_tokens = 0
-        got = await self.store.records_sync(reads, writes, adds)
+        circuit_keys = [c.keys(model) for c in circuits]
+        got, recs = await self.store.records_sync(reads, writes, adds, [k for ks in circuit_keys for k in ks])
+        at = 0
+        for circuit, ks in zip(circuits, circuit_keys, strict=True):
+            circuit.prime(ks, recs[at : at + len(ks)])
+            at += len(ks)
         records = _bounded(self._records)
         for key, rec in zip(reads, got, strict=True):
             records[key] = rec
@@ -140,56 +154,44 @@ class PoolState:
 
     def view(self, index: int, up: UpstreamConfig, model: str | None, now_ms: float) -> Deployment:
         """``up`` as of now, from the records last read plus this process's counts since."""
+        keys = self._keys.get((up.name, model))
+        if keys is None:
+            keys = _bounded(self._keys)[(up.name, model)] = _keys(up.name, model)
+        out_dep, out_model, hkey, nkey = keys
+        records = self._records
         out_until, why = 0, None
-        for key in (_key("o", up.name, None), _key("o", up.name, model)):
-            rec = self._records.get(key)
+        for key in (out_dep, out_model):
+            rec = records.get(key)
             if rec and rec.get("u", 0) > max(now_ms, out_until):
                 out_until, why = int(rec["u"]), _WHY[int(rec.get("w", 0)) % len(_WHY)]
         requests_left = tokens_left = None
-        hkey = _key("h", up.name, model)
-        local = self._local.get(hkey) or _Local()
-        room = self._records.get(hkey)
+        local = self._local.get(hkey) or _NONE_SENT
+        room = records.get(hkey)
         if room:
-            if local.seen_at != room.get("at", -1.0):  # another replica's newer observation
+            at = room.get("at", -1.0)
+            if local.seen_at != at and local is not _NONE_SENT:  # another replica's newer observation
                 local.requests = local.tokens = 0
-                local.seen_at = room.get("at", -1.0)
-            for left_key, limit_key, reset_key, used in (("rr", "rl", "rt", local.requests),
-                                                          ("tr", "tl", "tt", local.tokens)):  # fmt: skip
-                if left_key not in room or room.get(reset_key, math.inf) <= now_ms:
-                    continue  # not said, or reset since: assume full
-                left = room[left_key] - used
-                limit = room.get(limit_key)
-                share = max(0.0, left / limit) if limit else (1.0 if left > 0 else 0.0)
-                if left_key == "rr":
-                    requests_left = share
-                else:
-                    tokens_left = share
-                reset = room.get(reset_key)
-                if left <= 0 and reset is not None and reset > max(now_ms, out_until):
-                    out_until, why = int(reset), SitOut.HEADROOM
+                local.seen_at = at
+            if "rr" in room:
+                requests_left, out_until, why = _left(room["rr"] - local.requests, room.get("rl"),
+                                                      room.get("rt"), now_ms, out_until, why)  # fmt: skip
+            if "tr" in room:
+                tokens_left, out_until, why = _left(room["tr"] - local.tokens, room.get("tl"),
+                                                    room.get("tt"), now_ms, out_until, why)  # fmt: skip
         elif up.limits is not None:
             minute = self._minute()
-            usage = self._records.get(_key("n", up.name, model) + f"#{minute}") or {}
-            n = usage.get("n", 0.0) + local.pending_requests
-            k = usage.get("k", 0.0) + local.pending_tokens
+            usage = records.get(f"{nkey}#{minute}") or {}
             ends = (minute + 1) * 60_000
-            limits: tuple[tuple[int | None, float, bool], ...] = (
-                (up.limits.requests_per_minute, n, True), (up.limits.tokens_per_minute, k, False))
-            for cap, spent, is_requests in limits:
-                if cap is None:
-                    continue
-                share = max(0.0, 1.0 - spent / cap)
-                if is_requests:
-                    requests_left = share
-                else:
-                    tokens_left = share
-                if spent >= cap and ends > max(now_ms, out_until):
-                    out_until, why = ends, SitOut.HEADROOM
-        return Deployment(
-            index=index, name=up.name, weight=up.weight, in_flight=self.in_flight.get(up.name, 0),
-            latency_s=self.latency_s.get(up.name), requests_left=requests_left, tokens_left=tokens_left,
-            out_until_ms=out_until, out_why=why,
-        )  # fmt: skip
+            rpm, tpm = up.limits.requests_per_minute, up.limits.tokens_per_minute
+            if rpm is not None:
+                requests_left, out_until, why = _left(rpm - usage.get("n", 0.0) - local.pending_requests, rpm,
+                                                      ends, now_ms, out_until, why)  # fmt: skip
+            if tpm is not None:
+                tokens_left, out_until, why = _left(tpm - usage.get("k", 0.0) - local.pending_tokens, tpm,
+                                                    ends, now_ms, out_until, why)  # fmt: skip
+        name = up.name
+        return Deployment(index, name, up.weight, self.in_flight.get(name, 0), self.latency_s.get(name),
+                          requests_left, tokens_left, out_until, why)  # fmt: skip
 
     def _minute(self) -> int:
         return int(self.wall() // 60)
@@ -202,6 +204,18 @@ class PoolState:
 
 
 
+def _left(left: float, limit: float | None, reset: float | None, now_ms: float, out_until: int,
+          why: SitOut | None) -> tuple[float | None, int, SitOut | None]:
+    """The share of a limit left, and the sit-out it predicts: nothing left before its reset
+    sits the deployment out until then. A reset already past says nothing: assume full."""
+    if reset is not None and reset <= now_ms:
+        return None, out_until, why
+    share = max(0.0, left / limit) if limit else (1.0 if left > 0 else 0.0)
+    if left <= 0 and reset is not None and reset > max(now_ms, out_until):
+        return share, int(reset), SitOut.HEADROOM
+    return share, out_until, why
+
+
 def _bounded(d: dict[K, V]) -> dict[K, V]:
     if len(d) >= _CACHE_MAX:
         d.clear()
@@ -212,8 +226,7 @@ def _key(kind: str, deployment: str, model: str | None) -> str:
     return f"{kind}:{circuit_key(deployment, model)}"
 
 
-def _keys(up: UpstreamConfig, model: str | None, minute: int) -> list[str]:
-    keys = [_key("o", up.name, None), _key("o", up.name, model), _key("h", up.name, model)]
-    if up.limits is not None:
-        keys.append(_key("n", up.name, model) + f"#{minute}")
-    return keys
+def _keys(deployment: str, model: str | None) -> tuple[str, str, str, str]:
+    """Its sit-outs (all models, this model), its headroom, its usage (+ ``#minute``)."""
+    return (_key("o", deployment, None), _key("o", deployment, model), _key("h", deployment, model),
+            _key("n", deployment, model))

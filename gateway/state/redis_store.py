@@ -300,12 +300,13 @@ class RedisStore:
         reads: Sequence[str],
         writes: Sequence[tuple[str, Mapping[str, float], float]] = (),
         adds: Sequence[tuple[str, Mapping[str, int], float]] = (),
-    ) -> list[dict[str, float]]:
+        circuits: Sequence[str] = (),
+    ) -> tuple[list[dict[str, float]], list[CircuitRecord]]:
         # Mirrored locally, so a replica that loses Redis still knows what it saw itself.
-        mine = await self.local.records_sync(reads, writes, adds)
+        mine = await self.local.records_sync(reads, writes, adds, circuits)
         p = self._p + "d:"
 
-        async def remote() -> list[dict[str, float]]:
+        async def remote() -> tuple[list[dict[str, float]], list[CircuitRecord]]:
             pipe = self._r.pipeline(transaction=False)
             for key, fields, ttl_s in writes:
                 pipe.hset(p + key, mapping={k: repr(v) for k, v in fields.items()})
@@ -316,11 +317,15 @@ class RedisStore:
                 pipe.pexpire(p + key, _ms(ttl_s))
             for key in reads:
                 pipe.hgetall(p + key)
+            for key in circuits:
+                pipe.hgetall(self._p + "c:" + key)
             got = await pipe.execute()
-            return [{k.decode(): float(v) for k, v in raw.items()} for raw in got[len(got) - len(reads) :]]
+            read = got[len(got) - len(reads) - len(circuits) : len(got) - len(circuits)]
+            return ([{k.decode(): float(v) for k, v in raw.items()} for raw in read],
+                    [_record(raw) for raw in got[len(got) - len(circuits) :]])  # fmt: skip
 
-        if not reads and not writes and not adds:
-            return []
+        if not reads and not writes and not adds and not circuits:
+            return [], []
         return await self._guard("records_sync", remote, lambda: _value(mine))
 
     # -- remembered answers --------------------------------------------------------------------

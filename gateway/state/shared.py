@@ -107,6 +107,17 @@ class SharedCircuit:
                 self._key_cache[model] = keys
         return keys
 
+    def keys(self, model: str | None) -> list[str]:
+        """The store keys of the circuits a request for ``model`` passes (upstream-wide first)."""
+        return self._keys(model)
+
+    def prime(self, keys: list[str], records: list[CircuitRecord]) -> None:
+        """Records read by someone else's round trip (a pool reads its deployments' circuits
+        with its own records), cached as if read here."""
+        now = self._clock()
+        for k, r in zip(keys, records, strict=True):
+            self._cache[k] = (now, r)
+
     def admit_now(self, model: str | None) -> Admission | None:
         """``admit`` without a store round trip or an await, when this replica's cached
         records decide it: both fresh and closed, as for nearly every request. None: the

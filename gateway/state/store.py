@@ -68,10 +68,12 @@ class StateStore(Protocol):
         reads: Sequence[str],
         writes: Sequence[tuple[str, Mapping[str, float], float]] = (),
         adds: Sequence[tuple[str, Mapping[str, int], float]] = (),
-    ) -> list[dict[str, float]]:
+        circuits: Sequence[str] = (),
+    ) -> tuple[list[dict[str, float]], list[CircuitRecord]]:
         """In one round trip: merge each write's fields into its record (with its TTL in
         seconds), add each ``adds`` increment into its record's counters (atomically, with its
-        TTL), then read ``reads`` (an empty dict for an absent record)."""
+        TTL), then read ``reads`` (an empty dict for an absent record) and the ``circuits``
+        (as ``circuit_get``: a pool's deployments' circuits come with its records)."""
         ...
 
     async def answer_put(self, fingerprint: str, blob: bytes, ttl_s: float) -> None: ...
