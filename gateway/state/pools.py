@@ -199,7 +199,9 @@ class PoolState:
     def _local_of(self, key: str) -> _Local:
         local = self._local.get(key)
         if local is None:
-            local = _bounded(self._local)[key] = _Local()
+            # Counting from the headroom known now: what is sent from here on comes off it.
+            seen = (self._records.get(key) or {}).get("at", -1.0)
+            local = _bounded(self._local)[key] = _Local(seen_at=seen)
         return local
 
 

@@ -1,0 +1,107 @@
+"""The pure pool decisions: strategies over snapshots, sit-outs and moves from classifications."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from gateway.errors import Classification, ErrorType
+from gateway.routing.pools import Deployment, SitOut, moves_to_sibling, order, sit_out
+
+NOW_MS = 1_800_000_000_000
+
+
+def dep(slot: int, **kw: object) -> Deployment:
+    return Deployment(slot, "abcdef"[slot], **kw)  # type: ignore[arg-type]
+
+
+def test_weighted_first_picks_follow_the_weights() -> None:
+    rand = random.Random(1).random
+    pool = [dep(0, weight=1.0), dep(1, weight=3.0), dep(2, weight=6.0)]
+    firsts = Counter(order("weighted", pool, rand)[0].name for _ in range(20_000))
+    assert firsts["a"] / 20_000 == pytest.approx(0.1, abs=0.015)
+    assert firsts["b"] / 20_000 == pytest.approx(0.3, abs=0.015)
+    assert firsts["c"] / 20_000 == pytest.approx(0.6, abs=0.015)
+
+
+def test_every_order_holds_each_ready_deployment_once() -> None:
+    pool = [dep(i, in_flight=i, latency_s=0.1 * i, requests_left=0.5) for i in range(4)]
+    for strategy in ("weighted", "least_busy", "latency", "headroom"):
+        ranked = order(strategy, pool, random.Random(2).random, "id:conv")
+        assert sorted(d.name for d in ranked) == ["a", "b", "c", "d"], strategy
+
+
+def test_a_conversation_gets_the_same_first_pick_everywhere_spread_by_weight() -> None:
+    pool = [dep(0, weight=1.0), dep(1, weight=1.0), dep(2, weight=2.0)]
+    first = {f"id:{i}": order("weighted", pool, random.random, f"id:{i}")[0].name for i in range(4000)}
+    # Replicas draw other random numbers: the pick of a conversation does not depend on them.
+    assert all(order("weighted", pool, random.Random(9).random, k)[0].name == v for k, v in first.items())
+    share = Counter(first.values())
+    assert share["c"] / 4000 == pytest.approx(0.5, abs=0.04)
+    # A deployment gone moves only its own conversations (rendezvous hashing).
+    without_b = {k: order("weighted", [pool[0], pool[2]], random.random, k)[0].name for k in first}
+    assert all(without_b[k] == v for k, v in first.items() if v != "b")
+
+
+def test_least_busy_picks_the_fewest_in_flight() -> None:
+    pool = [dep(0, in_flight=5), dep(1, in_flight=1), dep(2, in_flight=3)]
+    assert [d.name for d in order("least_busy", pool, random.random)] == ["b", "c", "a"]
+
+
+def test_latency_tries_an_unmeasured_deployment_first_then_the_fastest() -> None:
+    pool = [dep(0, latency_s=0.8), dep(1, latency_s=0.2), dep(2)]
+    assert [d.name for d in order("latency", pool, random.random)] == ["c", "b", "a"]
+
+
+def test_headroom_ranks_by_the_scarcer_share_and_unknown_counts_as_full() -> None:
+    pool = [dep(0, requests_left=0.9, tokens_left=0.05), dep(1, requests_left=0.4, tokens_left=0.5), dep(2)]
+    assert [d.name for d in order("headroom", pool, random.random)] == ["c", "b", "a"]
+
+
+def test_a_deployment_sitting_out_does_not_serve_until_its_end() -> None:
+    d = dep(0, out_until_ms=NOW_MS + 1000, out_why=SitOut.RATE_LIMIT)
+    assert not d.serves_at(NOW_MS) and d.serves_at(NOW_MS + 1000)
+
+
+def _c(t: ErrorType, retry_after_s: float | None = None, reset_at_ms: int | None = None) -> Classification:
+    return Classification(t, t.retryable, retry_after_s, reset_at_ms)
+
+
+CD = {"rate_limit_s": 5.0, "budget_s": 300.0, "auth_s": 3600.0}
+
+
+@pytest.mark.parametrize(("c", "own_key", "expected"), [
+    (_c(ErrorType.RATE_LIMIT, reset_at_ms=NOW_MS + 42_000), True, (NOW_MS + 42_000, SitOut.RATE_LIMIT)),
+    (_c(ErrorType.RATE_LIMIT, retry_after_s=7), True, (NOW_MS + 7000, SitOut.RATE_LIMIT)),
+    (_c(ErrorType.RATE_LIMIT), True, (NOW_MS + 5000, SitOut.RATE_LIMIT)),  # no reset named: the default
+    (_c(ErrorType.RATE_LIMIT, reset_at_ms=NOW_MS - 1), True, (NOW_MS + 5000, SitOut.RATE_LIMIT)),  # stale
+    (_c(ErrorType.BUDGET), True, (NOW_MS + 300_000, SitOut.BUDGET)),
+    (_c(ErrorType.BUDGET, reset_at_ms=NOW_MS + 86_400_000), True, (NOW_MS + 86_400_000, SitOut.BUDGET)),
+    (_c(ErrorType.AUTH), True, (NOW_MS + 3_600_000, SitOut.AUTH)),
+    (_c(ErrorType.AUTH), False, None),  # the client's own credential was refused: not the key's fault
+    (_c(ErrorType.PROVIDER_UNAVAILABLE), True, None),  # the circuit's business
+    (_c(ErrorType.UNKNOWN), True, None),
+    (_c(ErrorType.CONTEXT_OVERFLOW), True, None),
+])  # fmt: skip
+def test_what_sits_a_deployment_out_and_for_how_long(
+    c: Classification, own_key: bool, expected: tuple[int, SitOut] | None
+) -> None:
+    assert sit_out(c, NOW_MS, own_key=own_key, **CD) == expected
+
+
+@pytest.mark.parametrize(("t", "own_key", "bigger", "overflow_moves", "moves"), [
+    (ErrorType.RATE_LIMIT, True, False, False, True),
+    (ErrorType.BUDGET, True, False, False, True),
+    (ErrorType.PROVIDER_UNAVAILABLE, False, False, False, True),
+    (ErrorType.AUTH, True, False, False, True),
+    (ErrorType.AUTH, False, False, False, False),  # every sibling would refuse the client's credential too
+    (ErrorType.UNKNOWN, True, True, True, False),  # a request error meets every sibling alike
+    (ErrorType.CONTEXT_OVERFLOW, True, True, True, True),
+    (ErrorType.CONTEXT_OVERFLOW, True, False, True, False),
+    (ErrorType.CONTEXT_OVERFLOW, True, True, False, False),
+])  # fmt: skip
+def test_which_failures_move_to_a_sibling(t: ErrorType, own_key: bool, bigger: bool, overflow_moves: bool,
+                                          moves: bool) -> None:  # fmt: skip
+    assert moves_to_sibling(_c(t), own_key=own_key, bigger_window=bigger, overflow_moves=overflow_moves) is moves

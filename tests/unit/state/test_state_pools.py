@@ -1,0 +1,137 @@
+"""What replicas know of pool deployments (gateway/state/pools.py), over the memory store: two
+PoolStates on one store play two replicas; the clock is a list the test moves."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from multidict import CIMultiDict
+
+from gateway.config import parse_config
+from gateway.routing.pools import SitOut
+from gateway.state.memory import MemoryStore
+from gateway.state.pools import PoolState
+
+T0 = 1_800_000_000.0
+MODEL = "gpt-4o-mini"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class CountingStore(MemoryStore):
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(clock)
+        self.syncs = 0
+
+    async def records_sync(self, *a: Any, **kw: Any) -> Any:
+        self.syncs += 1
+        return await super().records_sync(*a, **kw)
+
+
+def members(extra: str = "") -> Any:
+    cfg = parse_config("upstreams:\n" + "".join(
+        f"  - {{name: {k}, base_url: 'http://127.0.0.1:9/v1', api_key: {k}{extra}}}\n" for k in "abc")
+        + "pools: [{name: p, deployments: [a, b, c]}]\n", env={})  # fmt: skip
+    return cfg.upstreams
+
+
+def replicas(clock: Clock) -> tuple[PoolState, PoolState, CountingStore]:
+    store = CountingStore(clock)
+    return PoolState(store, clock, clock), PoolState(store, clock, clock), store
+
+
+def openai_headers(remaining: int, limit: int = 100, reset: str = "30s") -> CIMultiDict[str]:
+    return CIMultiDict({"x-ratelimit-limit-requests": str(limit), "x-ratelimit-remaining-requests": str(remaining),
+                        "x-ratelimit-reset-requests": reset})  # fmt: skip
+
+
+async def test_a_sit_out_written_by_one_replica_is_read_by_the_other_in_one_round_trip() -> None:
+    clock = Clock()
+    a, b, store = replicas(clock)
+    ups = members()
+    await a.sit_out("b", MODEL, round((T0 + 60) * 1000), SitOut.RATE_LIMIT)
+    syncs = store.syncs
+    await b.refresh("p", ups, MODEL)
+    assert store.syncs == syncs + 1
+    views = [b.view(i, up, MODEL, T0 * 1000) for i, up in enumerate(ups)]
+    assert [v.serves_at(T0 * 1000) for v in views] == [True, False, True]
+    assert views[1].out_why is SitOut.RATE_LIMIT
+    assert b.view(1, ups[1], "another-model", T0 * 1000).serves_at(T0 * 1000)  # a rate limit is per model
+    assert b.view(1, ups[1], MODEL, (T0 + 60) * 1000).serves_at((T0 + 60) * 1000)  # until its reset
+
+
+async def test_a_refused_key_sits_out_for_every_model() -> None:
+    clock = Clock()
+    a, b, _ = replicas(clock)
+    ups = members()
+    await a.sit_out("c", None, round((T0 + 3600) * 1000), SitOut.AUTH)
+    await b.refresh("p", ups, "any-model")
+    assert b.view(2, ups[2], "any-model", T0 * 1000).out_why is SitOut.AUTH
+
+
+async def test_headroom_from_headers_is_shared_and_counted_down_by_what_was_sent_since() -> None:
+    clock = Clock()
+    a, b, _ = replicas(clock)
+    ups = members()
+    a.observe(ups[0], MODEL, openai_headers(remaining=3))
+    await a.refresh("p", ups, MODEL)  # the observation goes out with the next round trip
+    await b.refresh("p", ups, MODEL)
+    assert b.view(0, ups[0], MODEL, T0 * 1000).requests_left == 0.03
+    for _ in range(3):
+        b.sent(ups[0], MODEL, 10)
+    v = b.view(0, ups[0], MODEL, T0 * 1000)
+    # Predicted empty before the provider says 429: sits out until the reset it stated.
+    assert v.requests_left == 0.0 and v.out_why is SitOut.HEADROOM and v.out_until_ms == (T0 + 30) * 1000
+    clock.now = T0 + 31
+    assert b.view(0, ups[0], MODEL, clock.now * 1000).serves_at(clock.now * 1000)  # reset: full again
+
+
+async def test_configured_limits_count_what_every_replica_sent_this_minute() -> None:
+    clock = Clock()
+    a, b, _ = replicas(clock)
+    ups = members(", limits: {requests_per_minute: 4}")
+    for _ in range(2):
+        a.sent(ups[0], MODEL, 100)
+        b.sent(ups[0], MODEL, 100)
+    await a.refresh("p", ups, MODEL)
+    await b.refresh("p", ups, MODEL)
+    await a.refresh("p", ups, MODEL)
+    for replica in (a, b):
+        v = replica.view(0, ups[0], MODEL, clock.now * 1000)
+        assert v.requests_left == 0.0 and v.out_why is SitOut.HEADROOM
+        assert v.out_until_ms == (int(T0 // 60) + 1) * 60_000  # the minute's end
+    clock.now = (int(T0 // 60) + 1) * 60 + 1
+    await a.refresh("p", ups, MODEL)
+    assert a.view(0, ups[0], MODEL, clock.now * 1000).requests_left == 1.0
+
+
+async def test_a_fresh_view_asks_the_store_nothing() -> None:
+    clock = Clock()
+    a, _, store = replicas(clock)
+    a.monotonic = lambda: 0.0
+    ups = members()
+    await a.refresh("p", ups, MODEL)
+    assert a.fresh("p", MODEL)
+    a.monotonic = lambda: 0.5  # past cache_s (0.2)
+    assert not a.fresh("p", MODEL)
+    assert store.syncs == 1
+
+
+def test_in_flight_and_latency_are_this_process_own() -> None:
+    clock = Clock()
+    a, b, _ = replicas(clock)
+    ups = members()
+    a.hold("a")
+    a.hold("a")
+    a.release("a")
+    a.timed("a", 1.0)
+    a.timed("a", 0.0)
+    v = a.view(0, ups[0], MODEL, T0 * 1000)
+    assert v.in_flight == 1 and v.latency_s == 0.7
+    assert b.view(0, ups[0], MODEL, T0 * 1000).in_flight == 0
