@@ -312,3 +312,50 @@ async def _expire_cache(gw: Gateway) -> None:
     ps = gw.app[SERVICES].pool_state
     assert ps is not None
     ps._read_at.clear()
+
+
+async def test_a_pool_may_mix_an_anthropic_key_with_a_chat_deployment(make_gateway) -> None:  # type: ignore[no-untyped-def]
+    anthropic, relay = FakeUpstream(), FakeUpstream()
+    for f in (anthropic, relay):
+        await f.start()
+    try:
+        gw = await make_gateway(
+            "pools:\n  - {name: sonnet, models: ['claude-*'], deployments: [anthropic, relay]}\n",
+            fake=anthropic, upstreams=(
+                f"  - {{name: anthropic, base_url: '{anthropic.url}', api_key: sk-ant, key_header: x-api-key, "
+                "apis: [messages], weight: 1000000}\n"
+                f"  - {{name: relay, base_url: '{relay.url}', api_key: sk-or, apis: [chat], "
+                "model_map: {'claude-*': anthropic/claude-sonnet-4.5}}\n"))  # fmt: skip
+        status, headers, body = await gw.messages()
+        assert status == 200 and headers["x-llm-upstream"] == "anthropic" and "x-llm-translated" not in headers
+        anthropic.always = Reply(429, {"type": "error", "error": {
+            "type": "rate_limit_error", "message": "Number of request tokens has exceeded your per-minute rate limit"}},
+            {"retry-after": "30"})  # fmt: skip
+        status, headers, body = await gw.messages(headers={"x-claude-code-session-id": "other"})
+        assert status == 200 and headers["x-llm-upstream"] == "relay"
+        assert headers["x-llm-translated"] == "messages->chat"
+        assert json.loads(body)["type"] == "message"  # the client's own API
+        [sent] = relay.chat_requests()
+        assert sent.json()["model"] == "anthropic/claude-sonnet-4.5"
+        assert sent.headers["Authorization"] == "Bearer sk-or"
+        assert "anthropic-version" not in sent.headers  # an Anthropic header has no place at a chat API
+    finally:
+        for f in (anthropic, relay):
+            await f.close()
+
+
+def test_the_readme_pool_examples_load_as_printed() -> None:
+    import re
+    from pathlib import Path
+
+    from gateway.config import parse_config
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("## Pools"):readme.index("## Retries, fallbacks")]
+    blocks = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    assert len(blocks) == 2
+    env = {k: "k" for k in ("ANTHROPIC_KEY_A", "ANTHROPIC_KEY_B", "ANTHROPIC_KEY_C", "ANTHROPIC_API_KEY",
+                             "OPENROUTER_API_KEY")}  # fmt: skip
+    for block in blocks:
+        cfg = parse_config(block, env=env)
+        assert len(cfg.pools) == 1 and len(cfg.pools[0].deployments) >= 2
