@@ -30,6 +30,7 @@ from gateway.policy.retry import RetryPlan
 from gateway.policy.retry_after import reset_at_ms
 from gateway.routing.pools import Deployment, SitOut, moves_to_sibling, order, sit_out
 from gateway.services import PoolRuntime, Services, UpstreamRuntime
+from gateway.tracing.attrs import P
 
 log = logging.getLogger("gateway.decisions")
 
@@ -192,8 +193,9 @@ def _bind(svc: Services, pool: PoolRuntime, conversation: str, bound: str | None
 def _picked(svc: Services, state: RequestState, pool: PoolRuntime, up: UpstreamRuntime, why: str) -> None:
     state.pool, state.picked = pool.cfg.name, why
     svc.telemetry.pool_picks.labels(pool.cfg.name, up.cfg.name, why).inc()
-    svc.tracing.event(state, "deployment_picked",
-                      {"pool": pool.cfg.name, "deployment": up.cfg.name, "why": why})  # fmt: skip
+    # On the attempt span this pick makes (the span names the deployment as its upstream).
+    svc.tracing.next_attempt(state, "sibling" if why == "moved" else None,
+                             {f"{P}pool": pool.cfg.name, f"{P}pool.pick": why})  # fmt: skip
 
 
 async def _sit_out(svc: Services, state: RequestState, pool: PoolRuntime, up: UpstreamRuntime,

@@ -216,3 +216,27 @@ async def test_an_answer_from_the_loop_breaker_is_a_request_span_without_attempt
     server, _ = the_tree(exporter)
     assert server.children == [] and server.attributes["llm_gateway.loop_breaker.recalled"] >= 1
     assert server.attributes["error.type"] == "auth"
+
+
+async def test_a_pool_attempt_says_which_deployment_and_why_and_a_move_is_a_sibling_attempt(make_gateway) -> None:
+    a, b = await FakeUpstream().start(), await FakeUpstream().start()
+    try:
+        gw = await make_gateway(
+            "pools: [{name: p, deployments: [a, b], affinity: {enabled: false}}]\n", fake=a,
+            upstreams=(f"  - {{name: a, base_url: '{a.url}', api_key: ka, weight: 1000000}}\n"
+                       f"  - {{name: b, base_url: '{b.url}', api_key: kb}}\n"),
+        )  # fmt: skip
+        exporter = traced(gw)
+        a.script(Reply(429, {"error": {"message": "Rate limit reached for gpt-4o-mini on requests per min (RPM)",
+                                       "type": "requests", "code": "rate_limit_exceeded"}}, {"retry-after": "20"}))
+        status, _, _ = await gw.chat(headers={"traceparent": TRACEPARENT})
+        assert status == 200
+        server, _ = the_tree(exporter)
+        first, moved = attempts(server)
+        assert first["llm_gateway.upstream"] == "a" and first["llm_gateway.pool"] == "p"
+        assert first["llm_gateway.pool.pick"] == "weighted"
+        assert moved["llm_gateway.upstream"] == "b" and moved["llm_gateway.pool.pick"] == "moved"
+        assert moved["llm_gateway.attempt.kind"] == "sibling"
+    finally:
+        await a.close()
+        await b.close()
