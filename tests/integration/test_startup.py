@@ -133,6 +133,21 @@ def test_the_started_line_names_what_each_upstream_speaks_and_how_models_map(tmp
     assert up["apis"] == ["chat"] and up["model_map"] == {"claude-*": "qwen"}
 
 
+def test_the_started_line_lists_the_pools(tmp_path: Path) -> None:
+    port = free_port()
+    cfg = write(tmp_path, f"server: {{port: {port}, drain_s: 0}}\n"
+                          "upstreams: [{name: a, base_url: 'http://127.0.0.1:9/v1', api_key: ka},"
+                          " {name: b, base_url: 'http://127.0.0.1:9/v1', api_key: kb},"
+                          " {name: local, base_url: 'http://127.0.0.1:9/v1'}]\n"
+                          "pools: [{name: gpt, models: ['gpt-*'], deployments: [a, b], strategy: headroom,"
+                          " fallbacks: [local]}]\n")
+    code, out, _ = run_until_ready(cfg, port)
+    assert code == 0
+    assert _started(out)["pools"] == [{"name": "gpt", "models": ["gpt-*"], "deployments": ["a", "b"],
+                                       "strategy": "headroom", "affinity": True, "fallbacks": ["local"]}]
+    assert "ka" not in out.replace("gateway", "")  # keys never, only whether one is set
+
+
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server (scripts/test-deps.sh)")
 def test_the_started_line_says_whether_redis_answered(tmp_path: Path) -> None:
     from tests.integration.test_state_redis import RedisServer

@@ -248,6 +248,60 @@ def test_an_unknown_fallback_is_reported_beside_a_duplicate_name() -> None:
     )
 
 
+POOL_UPSTREAMS = ("upstreams: [{name: a, base_url: 'http://x/v1', api_key: ka},"
+                  " {name: b, base_url: 'http://y/v1', api_key: kb}]\n")
+
+
+def test_a_pool_takes_deployments_with_weights_and_limits() -> None:
+    cfg = parse_config(
+        "upstreams: [{name: a, base_url: 'http://x/v1', weight: 3, limits: {requests_per_minute: 50}},"
+        " {name: b, base_url: 'http://y/v1'}]\n"
+        "pools: [{name: p, models: 'gpt-*', deployments: [a, b], strategy: least_busy}]\n", env={})
+    (pool,) = cfg.pools
+    assert pool.models == ("gpt-*",) and pool.strategy == "least_busy" and pool.affinity.enabled
+    assert cfg.upstreams[0].weight == 3 and cfg.upstreams[0].limits is not None
+    assert cfg.upstreams[0].limits.requests_per_minute == 50 and cfg.upstreams[1].weight == 1
+    assert cfg.pool_of("b") is pool and cfg.pool_of("c") is None
+
+
+def test_pool_problems_are_reported_together_each_naming_its_section() -> None:
+    text = POOL_UPSTREAMS + (
+        "pools:\n"
+        "  - {name: p, models: ['claude-*'], deployments: [a, ghost], fallbacks: [nowhere]}\n"
+        "  - {name: q, models: ['claude-sonnet-*'], deployments: [b]}\n"
+        "  - {name: a, models: ['gpt-*'], deployments: [b]}\n")
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, env={})
+    assert e.value.problems == (
+        "pools: pool 'p' names deployments that are no upstream: ghost (upstream names: a, b)",
+        "pools: pool 'a' has an upstream's name; a pool needs its own",
+        "pools: pool 'p' names unknown fallbacks: nowhere (upstream and pool names: a, b, p, q)",
+        "pools: pools 'p' and 'q' both claim models matching claude-* / claude-sonnet-*; a model has one pool",
+    )
+
+
+def test_a_pool_deployment_keeps_no_fallbacks_of_its_own_and_a_pool_lists_a_deployment_once() -> None:
+    with pytest.raises(ConfigError) as e:
+        parse_config("upstreams: [{name: a, base_url: 'http://x/v1', fallbacks: [b]}, {name: b, base_url: 'http://y/v1'}]\n"
+                     "pools: [{name: p, deployments: [a, a]}]\n", env={})
+    assert e.value.problems == ("pools[0].deployments: lists a deployment twice: a",)
+    with pytest.raises(ConfigError) as e:
+        parse_config("upstreams: [{name: a, base_url: 'http://x/v1', fallbacks: [b]}, {name: b, base_url: 'http://y/v1'}]\n"
+                     "pools: [{name: p, models: 'gpt-*', deployments: [a]}]\n", env={})
+    assert e.value.problems == (
+        "upstreams: upstream 'a' is a deployment of pool 'p', where its fallbacks go (pools[].fallbacks)",)
+
+
+def test_an_upstream_may_fall_back_to_a_pool_and_a_pool_to_itself_not() -> None:
+    cfg = parse_config(POOL_UPSTREAMS.replace("api_key: ka}", "api_key: ka, models: ['x'], fallbacks: [p]}")
+                       .replace("{name: b,", "{name: c, base_url: 'http://z/v1'}, {name: b,")
+                       + "pools: [{name: p, models: 'gpt-*', deployments: [b, c]}]\n", env={})
+    assert cfg.upstreams[0].fallbacks == ("p",)
+    with pytest.raises(ConfigError) as e:
+        parse_config(POOL_UPSTREAMS + "pools: [{name: p, deployments: [a, b], fallbacks: [p]}]\n", env={})
+    assert e.value.problems == ("pools: pool 'p' lists itself as a fallback",)
+
+
 def test_redis_without_a_loop_breaker_secret_is_a_warning() -> None:
     redis = MINIMAL + "\nstate: {backend: redis, url: 'redis://127.0.0.1:6379/0'}"
     warnings = config_warnings(parse_config(redis, env={}))
