@@ -187,3 +187,38 @@ def test_the_fake_plays_a_pool_of_keys(tmp_path: Path) -> None:
         assert "key k1: 2 requests/min, 1000 tokens/min" in logs and "chat key=k2 refused -> 401" in logs
     finally:
         fake.stop()
+
+
+def test_the_pool_tour_as_printed(tmp_path: Path) -> None:
+    """README's pool tour: the fake with one key limited, the gateway on fake-pool.yaml, and the
+    curl loop exactly as printed (run by bash), with the ports the test was given."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme[readme.index("A pool (see Pools) can be tried"):]
+    script = re.search(r"```sh\n(.*?)```", block, re.S)
+    assert script is not None
+    lines = script.group(1).split("\n")
+    assert lines[0].startswith(".venv/bin/python -m gateway.fake --limited fake-key-b")
+    assert lines[1].startswith("make run CONFIG=config/examples/fake-pool.yaml")
+    loop = "\n".join(lines[2:])
+    fake_port, gw_port = free_port(), free_port()
+    fake = start([sys.executable, "-m", "gateway.fake", "--port", str(fake_port), "--limited", "fake-key-b"],
+                 base_env(), fake_port, tmp_path / "fake.log", ready_path="/v1/models")
+    try:
+        env = base_env(GATEWAY_PORT=str(gw_port), UPSTREAM_BASE_URL=f"http://127.0.0.1:{fake_port}/v1")
+        gw = start([sys.executable, "-m", "gateway", "--config", str(ROOT / "config/examples/fake-pool.yaml")],
+                   env, gw_port, tmp_path / "gateway.log")
+        try:
+            import subprocess
+
+            out = subprocess.run(["bash", "-c", loop.replace("127.0.0.1:8080", f"127.0.0.1:{gw_port}")],
+                                 capture_output=True, text=True, timeout=60).stdout.lower()
+        finally:
+            gw.stop()
+    finally:
+        fake.stop()
+    upstreams = re.findall(r"x-llm-upstream: (\S+)", out)
+    attempts = re.findall(r"x-llm-attempts: (\d+)", out)
+    assert len(upstreams) == len(attempts) == 6
+    assert set(upstreams) <= {"key-a", "key-c"}
+    assert attempts.count("2") <= 1 and set(attempts) <= {"1", "2"}
+    assert fake.logs().count("fake-key-b") <= 2  # the fake's line for the one call, if any
