@@ -76,6 +76,7 @@ bench: venv-dev
 	$(BIN)/python -m bench.tracing
 	$(BIN)/python -m bench.translation
 	$(BIN)/python -m bench.workers
+	$(BIN)/python -m bench.pool_pick
 
 clean:
 	rm -rf $(VENV) $(VENV).lock $(VENV)-real .pytest_cache .mypy_cache .ruff_cache

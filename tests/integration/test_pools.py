@@ -359,3 +359,16 @@ def test_the_readme_pool_examples_load_as_printed() -> None:
     for block in blocks:
         cfg = parse_config(block, env=env)
         assert len(cfg.pools) == 1 and len(cfg.pools[0].deployments) >= 2
+
+
+async def test_an_overflow_goes_to_the_sibling_with_the_larger_window_first(make_pool: MakePool) -> None:
+    gw, fakes = await make_pool(
+        pool_yaml=", affinity: {enabled: false}", extra="fallback: {context_overflow: true}\n",
+        member_extra={"a": ", context_window: 8000, weight: 1000000", "b": ", context_window: 4000",
+                      "c": ", context_window: 128000"})  # fmt: skip
+    fakes["a"].context_limit = 8000
+    big = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "word " * 12000}]}
+    status, headers, _ = await gw.chat(big)
+    assert status == 200 and headers["x-llm-upstream"] == "c"
+    assert _calls(fakes) == {"a": 1, "b": 0, "c": 1}
+    assert "x-llm-compressed" not in headers
