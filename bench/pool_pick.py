@@ -1,7 +1,7 @@
 """`python -m bench.pool_pick`: what picking a pool's deployment costs per request, in µs (the
 goal of issue #34: at most 10 µs), in-process, three deployments, timeit's best of 5 repeats.
 
-    order          the strategy alone over three views
+    order          the strategy ranking all three views (a pick needs only the first: ``first``)
     pick           what a request pays before its first attempt: the freshness check of the
                    pool's records, a view of each deployment (sit-outs, headroom from headers
                    and from the request counts since, configured limits), the affinity table's
@@ -20,7 +20,7 @@ from multidict import CIMultiDict
 
 from gateway.config import parse_config
 from gateway.routing.headroom import headroom_of
-from gateway.routing.pools import order
+from gateway.routing.pools import first, order
 from gateway.state.affinity import AffinityTable
 from gateway.state.memory import MemoryStore
 from gateway.state.pools import PoolState
@@ -60,8 +60,7 @@ def run() -> str:
         bound = table.get(conversation) if conversation else None
         if bound is not None and any(d.name == bound for d in ready):
             return
-        ranked = order(strategy, ready, rand, conversation if strategy == "weighted" else None)
-        assert ranked
+        assert first(strategy, ready, rand, conversation if strategy == "weighted" else None)
 
     lines = ["| what | µs |", "| --- | ---: |"]
     for strategy in ("weighted", "least_busy", "latency", "headroom"):

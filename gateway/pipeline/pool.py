@@ -28,7 +28,7 @@ from gateway.pipeline.outcome import Failure, RequestState, Success, gateway_fai
 from gateway.pipeline.send import SETTLED, Sent, fails_over_class, send_one
 from gateway.policy.retry import RetryPlan
 from gateway.policy.retry_after import reset_at_ms
-from gateway.routing.pools import Deployment, SitOut, moves_to_sibling, order, sit_out
+from gateway.routing.pools import Deployment, SitOut, first, moves_to_sibling, order, sit_out
 from gateway.services import PoolRuntime, Services, UpstreamRuntime
 from gateway.tracing.attrs import P
 
@@ -173,8 +173,7 @@ def _pick(svc: Services, pool: PoolRuntime, ready: list[Deployment], bound: str 
         for d in ready:
             if d.name == bound:
                 return d, "affinity"
-    first_pick = conversation if strategy == "weighted" else None
-    return order(strategy, ready, svc.rand, first_pick)[0], strategy
+    return first(strategy, ready, svc.rand, conversation if strategy == "weighted" else None), strategy
 
 
 def _bind(svc: Services, pool: PoolRuntime, conversation: str, bound: str | None, served: str,
@@ -196,7 +195,7 @@ def _bind(svc: Services, pool: PoolRuntime, conversation: str, bound: str | None
 
 def _picked(svc: Services, state: RequestState, pool: PoolRuntime, up: UpstreamRuntime, why: str) -> None:
     state.pool, state.picked = pool.cfg.name, why
-    svc.telemetry.pool_picks.labels(pool.cfg.name, up.cfg.name, why).inc()
+    svc.telemetry.child(svc.telemetry.pool_picks, pool.cfg.name, up.cfg.name, why).inc()
     # On the attempt span this pick makes (the span names the deployment as its upstream).
     svc.tracing.next_attempt(state, "sibling" if why == "moved" else None,
                              {f"{P}pool": pool.cfg.name, f"{P}pool.pick": why})  # fmt: skip

@@ -81,6 +81,41 @@ def order(strategy: str, ready: Sequence[Deployment], rand: Callable[[], float],
     return _weighted(ready, rand)
 
 
+def first(strategy: str, ready: Sequence[Deployment], rand: Callable[[], float],
+          conversation: str | None = None) -> Deployment:
+    """``order(...)[0]`` without ranking the rest: a request needs only its first pick (after a
+    failure the others are ranked again, as they are then)."""
+    if len(ready) == 1:
+        return ready[0]
+    if strategy == "least_busy":
+        least = min(d.in_flight for d in ready)
+        return _draw([d for d in ready if d.in_flight == least], rand)
+    if strategy == "latency":
+        unmeasured = [d for d in ready if d.latency_s is None]
+        if unmeasured:
+            return _draw(unmeasured, rand)
+        return min(ready, key=lambda d: d.latency_s or 0.0)
+    if strategy == "headroom":
+        rooms = [d.room for d in ready]
+        most = max(rooms)
+        return _draw([d for d, r in zip(ready, rooms, strict=True) if r == most], rand)
+    if conversation is not None:
+        return _rendezvous(ready, conversation)[0]
+    return _draw(ready, rand)
+
+
+def _draw(ready: Sequence[Deployment], rand: Callable[[], float]) -> Deployment:
+    """One deployment at random in proportion to the weights."""
+    if len(ready) == 1:
+        return ready[0]
+    x = rand() * sum(d.weight for d in ready)
+    for d in ready:
+        x -= d.weight
+        if x < 0:
+            return d
+    return ready[-1]
+
+
 def _weighted(ready: Sequence[Deployment], rand: Callable[[], float]) -> list[Deployment]:
     """A weighted random order without replacement (pools are small: a few deployments)."""
     left = list(ready)

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from gateway.errors import Classification, ErrorType
-from gateway.routing.pools import Deployment, SitOut, moves_to_sibling, order, sit_out
+from gateway.routing.pools import Deployment, SitOut, first, moves_to_sibling, order, sit_out
 
 NOW_MS = 1_800_000_000_000
 
@@ -105,3 +105,19 @@ def test_what_sits_a_deployment_out_and_for_how_long(
 def test_which_failures_move_to_a_sibling(t: ErrorType, own_key: bool, bigger: bool, overflow_moves: bool,
                                           moves: bool) -> None:  # fmt: skip
     assert moves_to_sibling(_c(t), own_key=own_key, bigger_window=bigger, overflow_moves=overflow_moves) is moves
+
+
+def test_the_first_pick_alone_is_what_a_full_order_would_put_first() -> None:
+    pools = [
+        [dep(0, weight=1.0), dep(1, weight=3.0), dep(2, weight=6.0)],
+        [dep(0, in_flight=2), dep(1, in_flight=0, weight=2), dep(2, in_flight=0)],
+        [dep(0, latency_s=0.3), dep(1, latency_s=0.1), dep(2, latency_s=0.2)],
+        [dep(0, requests_left=0.2), dep(1, tokens_left=0.9, requests_left=0.95), dep(2, requests_left=0.9)],
+    ]
+    for strategy, pool in zip(("weighted", "least_busy", "latency", "headroom"), pools, strict=True):
+        for conversation in (None, "id:abc"):
+            firsts = Counter(first(strategy, pool, random.Random(i).random, conversation).name for i in range(3000))
+            ordered = Counter(order(strategy, pool, random.Random(i).random, conversation)[0].name
+                              for i in range(3000))  # fmt: skip
+            for name in "abc":
+                assert firsts[name] / 3000 == pytest.approx(ordered[name] / 3000, abs=0.04), (strategy, name)
