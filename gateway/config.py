@@ -25,6 +25,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
     PrivateAttr,
     ValidationError,
     ValidationInfo,
@@ -149,6 +150,19 @@ class ServerConfig(_Model):
 # The wire APIs by the names config uses: OpenAI chat completions, Anthropic Messages,
 # OpenAI Responses.
 ApiName = Literal["chat", "messages", "responses"]
+ALL_APIS: tuple[ApiName, ...] = ("chat", "messages", "responses")
+
+# What the providers at well-known hosts serve, for an upstream whose `apis` is not given.
+# OpenAI's API has chat completions and Responses, no Messages (platform.openai.com/docs/
+# api-reference). Anthropic's has Messages; its chat completions endpoint is a compatibility
+# layer "primarily intended to test and compare model capabilities" without prompt caching
+# or thinking output (docs.claude.com/en/api/openai-sdk), so chat clients are better served
+# translated to Messages. Any other host keeps all three: every request goes out in the
+# client's own API, as configs written before translation expect.
+APIS_BY_HOST: dict[str, tuple[ApiName, ...]] = {
+    "api.openai.com": ("chat", "responses"),
+    "api.anthropic.com": ("messages",),
+}
 
 
 class DeploymentLimits(_Model):
@@ -186,9 +200,9 @@ class UpstreamConfig(_Model):
         "none", "prefill", "continue_final_message", "prefix", "replay", "replay_any"
     ] = "none"
     # The wire APIs this upstream speaks. A request in another API is translated to one of
-    # these (the first that has a translator, in this order); the default keeps configs
-    # written before translation working: every request goes out in the client's own API.
-    apis: tuple[ApiName, ...] = ("chat", "messages", "responses")
+    # these (the first that has a translator, in this order). Not given (or blank: an unset
+    # variable), what its host is known to serve (APIS_BY_HOST), else all three.
+    apis: tuple[ApiName, ...] = ALL_APIS
     # The model the upstream is asked for, by the model the client requested: glob → name,
     # first match wins; a requested model that matches none is sent as it is. Answers still
     # name the model the client asked for where its API echoes one.
@@ -206,6 +220,23 @@ class UpstreamConfig(_Model):
     _client_keys_in_use: bool = PrivateAttr(default=False)
     # Set by GatewayConfig from server.forward_client_headers.
     _forwarded_client_headers: tuple[str, ...] = PrivateAttr(default=())
+    # Where `apis` came from, for the start-up line: "config", "host <name>" or "default".
+    _apis_from: str = PrivateAttr(default="config")
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _apis_by_host(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        if not isinstance(data, dict) or data.get("apis") not in (None, ""):
+            return handler(data)
+        host = _hostname(data.get("base_url"))
+        known = APIS_BY_HOST.get(host)
+        up = handler({**data, "apis": known or ALL_APIS})
+        up._apis_from = f"host {host}" if known else "default"
+        return up
+
+    @property
+    def apis_from(self) -> str:
+        return self._apis_from
 
     @field_validator("base_url")
     @classmethod
@@ -288,6 +319,13 @@ class UpstreamConfig(_Model):
         if not v:
             raise ValueError("must list at least one model pattern")
         return v
+
+
+def _hostname(url: Any) -> str:
+    try:
+        return (urlsplit(url).hostname or "") if isinstance(url, str) else ""
+    except ValueError:
+        return ""  # base_url's own validator says what is wrong with it
 
 
 class RetryClassConfig(_Model):

@@ -166,8 +166,10 @@ def _summary(cfg: GatewayConfig) -> dict[str, object]:
     return {
         "upstreams": [
             {"name": u.name, "base_url": _without_userinfo(u.base_url), "models": list(u.models),
-             # What it speaks: requests in other APIs reach it translated.
-             "apis": list(u.apis), **({"model_map": dict(u.model_map)} if u.model_map else {}),
+             # What it speaks: requests in other APIs reach it translated. Unless configured,
+             # said to be the host's known APIs ("host api.openai.com") or all three ("default").
+             "apis": list(u.apis), **({"apis_from": u.apis_from} if u.apis_from != "config" else {}),
+             **({"model_map": dict(u.model_map)} if u.model_map else {}),
              **({"fallbacks": list(u.fallbacks)} if u.fallbacks else {}),
              "api_key": f"set ({u.key_header})" if u.api_key else
                         "forwarded-from-client" if u.forwards_client_credentials else "none"}

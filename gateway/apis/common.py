@@ -32,6 +32,18 @@ def admit_messages(body: bytes, payload: dict[str, Any]) -> Inbound | Rejection:
     return admit_fields(body, payload)
 
 
+# The code of the error event a reader makes of an event it cannot decode (JSON cut or garbled):
+# relayed, it would crash the client's parser (the openai and anthropic SDKs raise a
+# JSONDecodeError), so it ends the stream like any other break, and continuation.py asks
+# another upstream first.
+MALFORMED_EVENT = "malformed_event"
+
+
+def malformed_event_error() -> dict[str, Any]:
+    return {"error": {"message": "the upstream sent a malformed stream event", "code": MALFORMED_EVENT,
+                      "status": 502}}  # fmt: skip
+
+
 def token_counts(usage: Any, prompt_key: str, completion_key: str) -> dict[str, int]:
     """``{"prompt": n, "completion": m}`` from a usage object, skipping what is not a count."""
     out: dict[str, int] = {}

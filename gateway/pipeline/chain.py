@@ -16,6 +16,10 @@ while a 5xx, 529 or reset is answered fast and is often gone on the next try.
 An upstream whose circuit is open, or whose rate limit is known not to reset yet, is
 skipped while a later upstream is left (steering); the last one is always tried, so a
 request without a usable fallback gets the same answer it would have had without any.
+Steering past a hop is a fallback like any other (``x-llm-fallbacks``, the fallbacks
+metric), in the class it would have refused with: an open circuit is
+``provider_unavailable``, an unreset limit ``rate_limit``; a pool says why none of its
+deployments may serve.
 
 Nothing here runs after a byte reached the client: a stream that has started is a
 ``Success``, and only failures move along the chain.
@@ -54,9 +58,8 @@ async def send_chain(
         nxt = hops[h + 1].members[0] if h + 1 < len(hops) else None
         if hop.pool is not None:
             pooled = await send_pool(svc, state, plan, hop.pool, call_for, conversation, nxt)
-            if pooled is None:  # no deployment could take it now, and a later hop is left
-                log.debug({"request_id": state.request_id, "event": "steered", "upstream": hop.name})
-                svc.tracing.event(state, "steered", {"upstream": hop.name})
+            if isinstance(pooled, ErrorType):  # no deployment could take it now, and a later hop is left
+                _steered(svc, state, hop.name, hops[h + 1].name, pooled)
                 continue
             if isinstance(pooled, Failure):
                 refused = refused or pooled
@@ -66,9 +69,9 @@ async def send_chain(
             sent = pooled
         else:
             up = hop.members[0]
-            if nxt is not None and await _steer_past(svc, up, state.model):
-                log.debug({"request_id": state.request_id, "event": "steered", "upstream": up.cfg.name})
-                svc.tracing.event(state, "steered", {"upstream": up.cfg.name})
+            why = await _steer_past(svc, up, state.model) if nxt is not None else None
+            if why is not None:
+                _steered(svc, state, hop.name, hops[h + 1].name, why)
                 continue
             call = call_for(up)
             if isinstance(call, Failure):
@@ -107,11 +110,20 @@ def _mover(svc: Services, up: UpstreamRuntime, nxt: UpstreamRuntime) -> Callable
     return lambda c: fails_over_class(svc, c, up, nxt)
 
 
-async def _steer_past(svc: Services, up: UpstreamRuntime, model: str | None) -> bool:
-    """Skip an upstream that would refuse: its circuit is open or its rate limit has not reset."""
+async def _steer_past(svc: Services, up: UpstreamRuntime, model: str | None) -> ErrorType | None:
+    """Why to skip an upstream that would refuse: its circuit is open or its rate limit has
+    not reset; None: it may be asked."""
     if await up.circuit.is_open(model):
-        return True
+        return ErrorType.PROVIDER_UNAVAILABLE
     reset_at_ms = await svc.store.reset_get(circuit_key(up.cfg.name, model))
-    return reset_at_ms is not None and reset_at_ms > svc.wall() * 1000
+    return ErrorType.RATE_LIMIT if reset_at_ms is not None and reset_at_ms > svc.wall() * 1000 else None
+
+
+def _steered(svc: Services, state: RequestState, frm: str, to: str, why: ErrorType) -> None:
+    state.fallbacks += 1
+    svc.telemetry.fallbacks.labels(frm, to, why.value).inc()
+    log.debug({"request_id": state.request_id, "event": "steered", "upstream": frm, "to": to,
+               "error_type": why.value})  # fmt: skip
+    svc.tracing.event(state, "steered", {"upstream": frm, "error_type": why.value})
 
 

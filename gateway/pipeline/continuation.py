@@ -13,8 +13,9 @@ failure, classified.
 
 Which upstream is asked: one that continues from the shown text before one that replays (it
 costs only the rest of the answer and cannot diverge); then the one that was streaming
-before the rest of the chain, except after a stall, when any other upstream comes first (the
-one that just went silent is the likeliest to do it again; after a cut it is fine).
+before the rest of the chain, except after a stall or a malformed event, when any other
+upstream comes first (the one that just went silent or wrote garbage is the likeliest to do it
+again; after a cut it is fine).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from gateway.apis.base import Dialect, Ending, EventKind, Splice, StreamReader
+from gateway.apis.common import MALFORMED_EVENT
 from gateway.apis.replay import Trim, is_replay
 from gateway.errors import TransportError
 from gateway.pipeline.attempt import Call
@@ -46,10 +48,14 @@ def continuable(chain: Sequence[UpstreamRuntime]) -> bool:
     return any(up.cfg.continuation != "none" for up in chain)
 
 
-def preference(up: UpstreamRuntime, streaming: str, stalled: bool) -> tuple[bool, bool, bool]:
+# How a stream ended when the upstream that streamed it is the last to ask to continue it.
+_UNTRUSTED_AFTER = frozenset({TransportError.IDLE_TIMEOUT.value, MALFORMED_EVENT})
+
+
+def preference(up: UpstreamRuntime, streaming: str, untrusted: bool) -> tuple[bool, bool, bool]:
     """Sort key of the upstreams that may continue (stable: chain order breaks ties)."""
     same = up.cfg.name == streaming
-    return stalled and same, is_replay(up.cfg.continuation), not same
+    return untrusted and same, is_replay(up.cfg.continuation), not same
 
 
 def resumer(
@@ -60,10 +66,10 @@ def resumer(
         return None
 
     async def resume(reader: StreamReader, end: Ending) -> tuple[Success, Splice] | None:
-        stalled = end.code == TransportError.IDLE_TIMEOUT.value
+        untrusted = end.code in _UNTRUSTED_AFTER
         streaming = state.upstream
         targets = sorted((up for up in chain if up.cfg.continuation != "none"),
-                         key=lambda up: preference(up, streaming, stalled))  # fmt: skip
+                         key=lambda up: preference(up, streaming, untrusted))  # fmt: skip
         counter = svc.telemetry.continuations
         partial = reader.partial()
         streamed = call_for(next(up for up in chain if up.cfg.name == state.upstream))

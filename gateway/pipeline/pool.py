@@ -41,9 +41,9 @@ async def send_pool(
     svc: Services, state: RequestState, plan: RetryPlan, pool: PoolRuntime,
     call_for: Callable[[UpstreamRuntime], Call | Failure], conversation: str | None,
     nxt: UpstreamRuntime | None,
-) -> Sent | Failure | None:  # fmt: skip
+) -> Sent | Failure | ErrorType:  # fmt: skip
     """The pool's answer; a Failure: no deployment can carry the request (no translation);
-    None: none may serve now and ``nxt`` (a later hop) is left."""
+    an ErrorType: none may serve now, for that reason, and ``nxt`` (a later hop) is left."""
     ps = svc.pool_state
     assert ps is not None
     cfg, members, model = pool.cfg, pool.members, state.model
@@ -96,8 +96,8 @@ async def send_pool(
         # No deployment is left to try.
         if last is None and refused is not None:
             return refused
-        if nxt is not None:
-            return last  # None when none was tried: the route steers past the pool
+        if nxt is not None:  # none tried: the route steers past the pool
+            return last if last is not None else _why_none_serves(views, now_ms)
         now_ms = svc.wall() * 1000
         if last is None and not any(v.out_until_ms > now_ms for v in views):
             # Every circuit is open: the first deployment refuses (or probes) as an upstream does.
@@ -111,6 +111,17 @@ async def send_pool(
         if answered is not None:
             return answered
         first = False  # waited for the earliest reset: it may serve again
+
+
+def _why_none_serves(views: list[Deployment], now_ms: float) -> ErrorType:
+    """The class a pool none of whose deployments may serve would refuse in: a rate limit
+    while one waits for a reset, else its keys' trouble, else (every circuit open) unavailable."""
+    out = {v.out_why for v in views if v.out_until_ms > now_ms}
+    if out & set(_RESETS):
+        return ErrorType.RATE_LIMIT
+    if SitOut.BUDGET in out:
+        return ErrorType.BUDGET
+    return ErrorType.AUTH if SitOut.AUTH in out else ErrorType.PROVIDER_UNAVAILABLE
 
 
 async def any_deployment(svc: Services, pool: PoolRuntime, model: str | None) -> UpstreamRuntime:

@@ -97,6 +97,7 @@ class _Attempt:
     m0: float  # the pipeline's monotonic clock at the start
     head_before: float | None  # state.upstream_head_s before this attempt
     ended_ns: int | None = None  # when its exchange ended; None while a body is still read
+    answered: bool = False  # a success: the request's usage is this attempt's
 
 
 @dataclass(slots=True)
@@ -269,6 +270,7 @@ class OtelTracing(Tracing):
             a.ended_ns = _at(a.t0_ns, a.m0, now_m)
             return
         span.set_attribute("http.response.status_code", outcome.status)
+        a.answered = True
         if outcome.sse:
             span.add_event(f"{P}first_visible_token", timestamp=_at(a.t0_ns, a.m0, now_m))
             span.set_attributes(stream_identity(outcome.held))
@@ -285,12 +287,14 @@ class OtelTracing(Tracing):
         if a is None:
             return
         rt.attempt = None
-        if a.ended_ns is None and a.span.is_recording():
+        if a.span.is_recording():
+            # The answer's usage is counted as the relay writes it: for an unstreamed answer,
+            # after the end time its span already has.
+            if final and (a.answered or a.ended_ns is None):
+                a.span.set_attributes(usage_attrs(state.usage))
             # A body still being read when the request ended (a relayed stream) or when the next
             # attempt started (a stream broken mid-answer, now continued).
-            if final:
-                a.span.set_attributes(usage_attrs(state.usage))
-            if state.ended_by is not None or not final:
+            if a.ended_ns is None and (state.ended_by is not None or not final):
                 a.span.set_attribute(f"{P}ended_by", state.ended_by or state.continued_after or "broken")
         a.span.end(end_time=a.ended_ns)
 

@@ -176,6 +176,31 @@ def test_claude_code_answers_through_the_gateway(claude_bin, cc_gateway, upstrea
     assert body["stream"] is True and len(body["tools"]) > 5 and body["messages"][0]["role"] == "user"
 
 
+def test_claude_codes_model_discovery_lists_the_gateways_models(
+    claude_bin, cc_gateway, upstream: FakeUpstream, workdir
+) -> None:
+    """Claude Code's model discovery (its LLM-gateway docs: CLAUDE_CODE_ENABLE_GATEWAY_MODEL_DISCOVERY=1)
+    asks `GET /v1/models?limit=1000` with `anthropic-version` at start-up, and caches the
+    claude*/anthropic* ids in <config dir>/cache/gateway-models.json, where its /model picker
+    reads them ("From gateway"). It runs only with nonessential traffic allowed. The upstream
+    here answers in OpenAI's shape, as an OpenAI-compatible provider does."""
+    upstream.models_listing = {"object": "list", "data": [
+        {"id": "claude-opus-4-8", "object": "model", "created": 1767225600, "owned_by": "fake"},
+        {"id": "gpt-4o-mini", "object": "model", "created": 0, "owned_by": "fake"}]}  # fmt: skip
+    try:
+        r = run_claude(claude_bin, cc_gateway, workdir, CLAUDE_CODE_ENABLE_GATEWAY_MODEL_DISCOVERY="1",
+                       CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="", DISABLE_TELEMETRY="1")  # fmt: skip
+    finally:
+        upstream.models_listing = None
+    assert r.rc == 0, (r.out, r.err)
+    [listed] = [q for q in upstream.requests if q.path == "/v1/models"]
+    assert listed.query == "limit=1000" and listed.headers["Authorization"] == "Bearer dummy"
+    [cached] = workdir.parent.glob("home-*/.claude/cache/gateway-models.json")
+    doc = json.loads(cached.read_text())
+    assert doc["baseUrl"] == cc_gateway.base
+    assert doc["models"] == [{"id": "claude-opus-4-8", "display_name": "claude-opus-4-8"}]
+
+
 def cut_answer() -> Stream:
     return Stream([*anthropic_head("claude-opus-4-8"), text_delta("The "), text_delta("answer is ")], then="drop")
 

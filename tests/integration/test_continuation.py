@@ -358,3 +358,42 @@ async def test_a_prefill_continuation_cut_inside_an_indent_repeats_no_whitespace
     await client.close()
     assert [b.text for b in final.content] == ["class Shape:\n    def area(self):\n        return 0\n"]
     assert gw.fake.messages_requests()[1].json()["messages"][-1]["content"] == "class Shape:\n    def area(self):"
+
+
+# A chunk the upstream never finished writing: JSON cut mid-string, then the stream goes on.
+TRUNCATED_CHAT = b'data: {"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [{"delta": {"content": " ti\n\n'
+TRUNCATED_MESSAGES = b'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 0, "delta": {"te\n\n'
+
+
+@pytest.mark.parametrize("api", ["chat", "messages"])
+async def test_after_a_malformed_event_another_upstream_continues_first_as_after_a_stall(make_gateway, api) -> None:
+    """The upstream that just wrote an undecodable event is the likeliest to do it again, as
+    one that went silent is: another upstream that can continue is asked first."""
+    mode = "prefix" if api == "chat" else "prefill"
+    primary, backup = await FakeUpstream().start(), await FakeUpstream().start()
+    try:
+        gw = await make_gateway(fake=primary, upstreams=(
+            f"  - {{name: primary, base_url: '{primary.url}', fallbacks: [backup], continuation: {mode}}}\n"
+            f"  - {{name: backup, base_url: '{backup.url}', models: ['never-routed-here'], continuation: {mode}}}\n"))  # fmt: skip
+        if api == "chat":
+            primary.script(Stream([chunk({"role": "assistant", "content": ""}), *(chunk({"content": w}) for w in FIRST),
+                                   TRUNCATED_CHAT, chunk({}, "stop")]))  # fmt: skip
+            backup.script(continued_chat())
+            _, _, body = await gw.chat(REQ)
+            assert text_of(body) == "".join(FIRST + REST) and data_events(body)[-1] == "[DONE]"
+            sent = backup.chat_requests()[0].json()["messages"][-1]
+        else:
+            primary.script(Stream([*anthropic_head(), text_delta("Once"), text_delta(" upon a "), TRUNCATED_MESSAGES,
+                                   *anthropic_tail(output_tokens=4)], then="eof"))  # fmt: skip
+            backup.script(continued_messages())
+            _, _, body = await gw.messages({"model": "claude-x", "max_tokens": 100, "stream": True,
+                                            "messages": [{"role": "user", "content": "Tell a story"}]})  # fmt: skip
+            names = [n for n, _ in named_events(body)]
+            assert "error" not in names and names[-1] == "message_stop" and b'{"te' not in body
+            sent = backup.messages_requests()[0].json()["messages"][-1]
+        assert sent["role"] == "assistant" and sent["content"] == "Once upon a"
+        assert len(primary.requests) == 1
+        assert gw.metric("llm_gateway_continuations_total", upstream="backup", outcome="continued") == 1
+    finally:
+        await primary.close()
+        await backup.close()

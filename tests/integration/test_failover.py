@@ -226,3 +226,51 @@ async def test_a_stream_that_shows_nothing_does_not_outlive_the_deadline(make_ga
     assert status == 504 and b"upstream_timeout" in body and b"late" not in body
     assert headers["x-llm-error-type"] == "provider_unavailable" and len(gw.fake.chat_requests()) == 1
     assert gw.metric("llm_gateway_upstream_timeouts_total", upstream="primary", kind="first_token_timeout") == 1
+
+
+def _asked(n: int) -> dict[str, object]:
+    return {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": f"request {n}"}]}
+
+
+def _fallbacks(gw: Gateway, error_type: str, frm: str = "primary") -> float:
+    return gw.metric("llm_gateway_fallbacks_total", upstream=frm, fallback="backup", error_type=error_type)
+
+
+async def test_traffic_steered_past_an_open_circuit_counts_as_a_fallback(make_pair: MakePair) -> None:
+    gw, primary, backup = await make_pair("circuit_breaker: {failure_threshold: 1, open_s: 60}\n"
+                                          "fallback: {when: [rate_limit, budget]}\n")  # fmt: skip
+    primary.script(UNAVAILABLE, UNAVAILABLE, UNAVAILABLE, UNAVAILABLE, UNAVAILABLE, UNAVAILABLE)
+    assert (await gw.chat(_asked(0)))[0] == 503  # not a class that falls over here: the circuit opens
+    for n in (1, 2):
+        status, headers, _ = await gw.chat(_asked(n))
+        assert status == 200 and headers["x-llm-upstream"] == "backup" and headers["x-llm-fallbacks"] == "1"
+    assert _fallbacks(gw, "provider_unavailable") == 2
+
+
+async def test_traffic_steered_past_a_known_rate_limit_reset_counts_as_a_fallback(make_pair: MakePair) -> None:
+    gw, primary, backup = await make_pair()
+    primary.script(Reply(429, {"error": {"message": "Rate limit reached", "type": "requests",
+                                         "code": "rate_limit_exceeded"}}, {"retry-after": "120"}))  # fmt: skip
+    await gw.chat(_asked(0))  # falls over, and the reset is remembered
+    assert _fallbacks(gw, "rate_limit") == 1
+    status, headers, _ = await gw.chat(_asked(1))
+    assert status == 200 and headers["x-llm-upstream"] == "backup" and headers["x-llm-fallbacks"] == "1"
+    assert len(primary.chat_requests()) == 1 and _fallbacks(gw, "rate_limit") == 2
+
+
+async def test_a_pool_passed_over_because_no_deployment_may_serve_counts_as_a_fallback(make_gateway) -> None:  # type: ignore[no-untyped-def]
+    a, backup = await FakeUpstream().start(), await FakeUpstream().start()
+    try:
+        a.always = Reply(429, {"error": {"message": "Rate limit reached for gpt-4o-mini on requests per min (RPM)",
+                                         "type": "requests", "code": "rate_limit_exceeded"}}, {"retry-after": "600"})
+        gw = await make_gateway(
+            "pools:\n  - {name: gpt, models: ['gpt-*'], deployments: [a], fallbacks: [backup]}\n", fake=a, upstreams=(
+                f"  - {{name: a, base_url: '{a.url}', api_key: ka}}\n"
+                f"  - {{name: backup, base_url: '{backup.url}', models: ['never-routed-here']}}\n"))  # fmt: skip
+        await gw.chat(_asked(0))  # the key sits out until its reset
+        status, headers, _ = await gw.chat(_asked(1))
+        assert status == 200 and headers["x-llm-upstream"] == "backup" and headers["x-llm-fallbacks"] == "1"
+        assert len(a.chat_requests()) == 1 and _fallbacks(gw, "rate_limit", frm="gpt") == 2
+    finally:
+        await a.close()
+        await backup.close()

@@ -224,9 +224,12 @@ async def test_overflow_the_gateway_cannot_fix_reaches_the_client_unchanged(make
 
 
 async def test_claude_codes_startup_probe_is_answered_locally(make_gateway) -> None:
+    """`HEAD /api/hello` (older Claude Code) and `HEAD /` (Claude Code 2.1.197 warms its
+    connection with a HEAD on ANTHROPIC_BASE_URL itself, read from its bundle), never forwarded."""
     gw = await make_gateway()
-    async with gw.session.head(gw.base + "/api/hello") as r:
-        assert r.status == 200
+    for path in ("/api/hello", "/"):
+        async with gw.session.head(gw.base + path) as r:
+            assert r.status == 200
     assert gw.fake.requests == []
 
 

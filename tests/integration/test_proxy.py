@@ -199,12 +199,54 @@ async def test_models_from_every_upstream_are_merged_each_listed_once(make_gatew
             doc = await r.json()
         assert r.status == 200 and doc["object"] == "list"
         assert [m["id"] for m in doc["data"]] == ["gpt-4o-mini", "gpt-4.1", "claude-sonnet-4-5"]
+        assert doc["data"][2] == {"id": "claude-sonnet-4-5", "object": "model", "created": 0, "owned_by": "claude"}
         async with gw.session.get(gw.base + "/v1/models") as r:
             assert (await r.json()) == doc  # from the short cache: no second round of calls
         assert len([q for q in other.requests if q.path.endswith("/models")]) == 1
     finally:
         await primary.close()
         await other.close()
+
+
+# The example answer of Anthropic's Models API reference (docs.claude.com/en/api/models-list).
+ANTHROPIC_MODELS = {"data": [{"created_at": "2025-02-19T00:00:00Z", "display_name": "Claude 3.7 Sonnet",
+                              "id": "claude-3-7-sonnet-20250219", "type": "model"}],
+                    "first_id": "claude-3-7-sonnet-20250219", "has_more": False,
+                    "last_id": "claude-3-7-sonnet-20250219"}  # fmt: skip
+
+
+async def test_an_anthropic_client_gets_the_model_list_in_anthropics_shape(make_gateway) -> None:
+    """What Claude Code's model discovery sends (CLAUDE_CODE_ENABLE_GATEWAY_MODEL_DISCOVERY=1,
+    read from Claude Code 2.1.197's bundle), here to an upstream answering in OpenAI's shape."""
+    import anthropic
+
+    gw = await make_gateway()
+    async with gw.session.get(gw.base + "/v1/models?limit=1000", headers={
+            "anthropic-version": "2023-06-01", "Authorization": "Bearer dummy"}) as r:  # fmt: skip
+        assert r.status == 200 and r.headers["x-llm-upstream"] == "primary"
+        doc = await r.json()
+    assert doc == {"data": [{"type": "model", "id": "gpt-4o-mini", "display_name": "gpt-4o-mini",
+                             "created_at": "1970-01-01T00:00:00Z"}],  # the fake's created: 0
+                   "has_more": False, "first_id": "gpt-4o-mini", "last_id": "gpt-4o-mini"}  # fmt: skip
+    assert gw.fake.requests[-1].query == "limit=1000"
+    client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="k", max_retries=0)
+    page = await client.models.list()
+    assert [(m.type, m.id, m.created_at.year) for m in page.data] == [("model", "gpt-4o-mini", 1970)]
+    await client.close()
+
+
+async def test_an_openai_client_gets_an_anthropic_upstreams_list_in_openais_shape(make_gateway) -> None:
+    import openai
+
+    gw = await make_gateway()
+    gw.fake.models_listing = ANTHROPIC_MODELS
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="k", max_retries=0)
+    [model] = [m async for m in client.models.list()]
+    await client.close()
+    assert (model.id, model.object, model.created, model.owned_by) == (
+        "claude-3-7-sonnet-20250219", "model", 1739923200, "primary")  # owned_by: the upstream serving it
+    async with gw.session.get(gw.base + "/v1/models", headers={"anthropic-version": "2023-06-01"}) as r:
+        assert await r.json() == ANTHROPIC_MODELS  # in its own shape: as it came
 
 
 async def test_model_not_found_names_the_model_and_the_patterns(make_gateway) -> None:

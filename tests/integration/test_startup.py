@@ -148,6 +148,20 @@ def test_the_started_line_lists_the_pools(tmp_path: Path) -> None:
     assert "ka" not in out.replace("gateway", "")  # keys never, only whether one is set
 
 
+def test_the_started_line_says_where_apis_left_out_came_from(tmp_path: Path) -> None:
+    port = free_port()
+    cfg = write(tmp_path, f"server: {{port: {port}, drain_s: 0}}\n"
+                          "upstreams: [{name: o, base_url: 'https://api.openai.com/v1', models: ['gpt-*']},"
+                          " {name: l, base_url: 'http://127.0.0.1:9/v1'},"
+                          " {name: c, base_url: 'https://api.anthropic.com/v1', apis: [chat]}]\n")
+    code, out, _ = run_until_ready(cfg, port)
+    assert code == 0
+    o, local, c = _started(out)["upstreams"]  # type: ignore[misc]
+    assert (o["apis"], o["apis_from"]) == (["chat", "responses"], "host api.openai.com")
+    assert (local["apis"], local["apis_from"]) == (["chat", "messages", "responses"], "default")
+    assert c["apis"] == ["chat"] and "apis_from" not in c  # as configured
+
+
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server (scripts/test-deps.sh)")
 def test_the_started_line_says_whether_redis_answered(tmp_path: Path) -> None:
     from tests.integration.test_state_redis import RedisServer

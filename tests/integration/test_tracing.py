@@ -82,6 +82,24 @@ async def test_a_retried_request_is_one_server_span_with_two_attempt_spans_under
     assert line["trace_id"] == TRACE_ID and line["span_id"] == server.span_id
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_attempt_that_answered_carries_the_usage_streamed_or_not(make_gateway, stream: bool) -> None:
+    """README (Tracing): gen_ai.usage.* on the request span and on the attempt that answered;
+    an unstreamed answer's attempt ends before its body is counted, and had none."""
+    gw = await make_gateway()
+    exporter = traced(gw)
+    gw.fake.script(UNAVAILABLE)
+    payload = {"model": "gpt-4o-mini", "stream": stream, "messages": [{"role": "user", "content": "hi"}]}
+    status, _, _ = await gw.chat(payload)
+    assert status == 200
+    server, _ = the_tree(exporter)
+    failed, answered = attempts(server)
+    usage = {k: v for k, v in server.attributes.items() if k.startswith("gen_ai.usage.")}
+    assert usage.keys() == {"gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"}
+    assert {k: answered.get(k) for k in usage} == usage
+    assert not any(k.startswith("gen_ai.usage.") for k in failed)
+
+
 async def test_a_fallback_is_a_span_per_upstream_with_the_decision_on_the_one_left(make_gateway) -> None:
     backup = await FakeUpstream().start()
     try:

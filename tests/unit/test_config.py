@@ -348,3 +348,16 @@ def test_the_claude_code_example_sends_anthropic_its_key_its_way() -> None:
     (up,) = cfg.upstreams
     assert (up.base_url, up.key_header, up.api_key, up.models) == (
         "https://api.anthropic.com/v1", "x-api-key", "sk-ant-x", ("claude-*",))
+
+
+@pytest.mark.parametrize(("base_url", "apis", "said"), [
+    ("https://api.openai.com/v1", ("chat", "responses"), "host api.openai.com"),  # no /v1/messages there
+    ("https://API.Anthropic.com/v1", ("messages",), "host api.anthropic.com"),
+    ("http://127.0.0.1:8000/v1", ("chat", "messages", "responses"), "default"),
+])  # fmt: skip
+def test_apis_left_out_are_what_a_well_known_host_serves(base_url: str, apis: tuple[str, ...], said: str) -> None:
+    for given in ("", ", apis: ''", ", apis: '${UPSTREAM_APIS:-}'"):  # an unset variable says nothing either
+        (up,) = parse_config(f"upstreams: [{{name: a, base_url: '{base_url}'{given}}}]", env={}).upstreams
+        assert (up.apis, up.apis_from) == (apis, said)
+    (up,) = parse_config(f"upstreams: [{{name: a, base_url: '{base_url}', apis: [chat]}}]", env={}).upstreams
+    assert (up.apis, up.apis_from) == (("chat",), "config")

@@ -28,7 +28,14 @@ from gateway.apis.base import (
 from gateway.apis.chat import replay as chat_replay
 from gateway.apis.chat import resume as chat_continue
 from gateway.apis.chat.tool_outputs import apply_tool_policy
-from gateway.apis.common import ShownText, admit_messages, overflow_numbers, token_counts, upstream_detail
+from gateway.apis.common import (
+    ShownText,
+    admit_messages,
+    malformed_event_error,
+    overflow_numbers,
+    token_counts,
+    upstream_detail,
+)
 from gateway.apis.replay import Trim, is_replay, trimmed
 from gateway.apis.synthesize import chat_stream
 from gateway.errors import Classification, ErrorType
@@ -185,8 +192,7 @@ class ChatStreamReader(ShownText):
         if self.tracking or not raw.rstrip().endswith((b"}", b"[DONE]")):
             event = event or self.parsed_events.parse(raw)
             if _malformed(event):
-                self.error = {"error": {"message": "the upstream sent a malformed stream event",
-                                        "code": "malformed_event", "status": 502}}
+                self.error = malformed_event_error()
                 return EventKind.ERROR
             if self.tracking:
                 self._track(event)

@@ -35,7 +35,13 @@ from gateway.apis.base import (
     Splice,
     StreamReader,
 )
-from gateway.apis.common import ShownText, admit_messages, overflow_numbers, upstream_detail
+from gateway.apis.common import (
+    ShownText,
+    admit_messages,
+    malformed_event_error,
+    overflow_numbers,
+    upstream_detail,
+)
 from gateway.apis.messages import replay as anthropic_replay
 from gateway.apis.messages import resume as anthropic_continue
 from gateway.apis.messages.compress import cap_tool_results, compress_messages
@@ -215,8 +221,15 @@ class AnthropicStreamReader(ShownText):
 
     def kind(self, raw: bytes, *, committed: bool) -> EventKind:
         event: Event | None = None  # parsed once, when a question needs it
-        if b"error" in raw:
+        # Every event's data is one JSON object: its last byte spares the parse for the others.
+        # (A `[DONE]` after message_stop, as some compatible servers send, is no break.)
+        if not raw.rstrip().endswith(b"}"):
             event = self.parsed_events.parse(raw)
+            if event.data is not None and not event.is_done and not isinstance(event.json(), dict):
+                self.error = malformed_event_error()
+                return EventKind.ERROR
+        if b"error" in raw:
+            event = event or self.parsed_events.parse(raw)
             err = error_payload(event)
             if err is not None:
                 self.error = err

@@ -34,7 +34,7 @@ from gateway.apis.base import (
     StreamReader,
 )
 from gateway.apis.chat.wire import openai_foreign_error
-from gateway.apis.common import admit_fields, token_counts
+from gateway.apis.common import admit_fields, malformed_event_error, token_counts
 from gateway.apis.replay import Trim, is_replay, trimmed
 from gateway.apis.responses import replay as responses_replay
 from gateway.apis.responses import resume as responses_continue
@@ -156,8 +156,7 @@ class ResponsesStreamReader:
         if not raw.rstrip().endswith(b"}"):
             event = self.parsed_events.parse(raw)
             if event.data is not None and not isinstance(event.json(), dict):
-                self.error = {"error": {"message": "the upstream sent a malformed stream event",
-                                        "code": "malformed_event", "status": 502}}  # fmt: skip
+                self.error = malformed_event_error()
                 return EventKind.ERROR
         if b"response.failed" in raw or b"error" in raw:
             event = event or self.parsed_events.parse(raw)

@@ -14,9 +14,12 @@ Rules, each with its reason (docs/translation/responses_chat.md has the whole ta
 * ``function_call_output`` → a ``tool`` message (text). Images in a tool output (Codex's
   ``view_image``) cannot ride in a chat ``tool`` message (text parts only), so they follow the
   run of tool messages in one ``user`` message.
-* ``reasoning`` items are dropped: their ``encrypted_content`` only OpenAI can read, and chat
-  servers reject or ignore reasoning in input (DeepSeek answers 400 to ``reasoning_content`` in
-  a request message).
+* A ``reasoning`` item's ``content`` (``reasoning_text`` parts: the raw reasoning, as this
+  translator, vLLM and Ollama answer it) becomes ``reasoning_content`` of the assistant message
+  its turn's output lands in: clients replay the items they got, and DeepSeek's thinking mode
+  answers 400 when a turn that called tools comes back without it. Summaries and
+  ``encrypted_content`` (only OpenAI can read it) are dropped, as is reasoning with no
+  assistant output after it in its turn.
 * Hosted-tool items (``web_search_call``…) are dropped: the server ran them, the assistant
   text after them carries what they found.
 * Refused: ``previous_response_id`` / ``conversation`` (a stateless chat upstream has no stored
@@ -217,6 +220,7 @@ class _Builder:
         self.system: list[str] = []
         self.messages: list[dict[str, Any]] = []
         self.pending_images: list[dict[str, Any]] = []
+        self.reasoning: list[str] = []  # reasoning items' text, for the turn's next assistant output
 
     def _flush_images(self) -> None:
         if self.pending_images:
@@ -232,6 +236,21 @@ class _Builder:
         msg: dict[str, Any] = {"role": "assistant", "content": ""}
         self.messages.append(msg)
         return msg
+
+    def think(self, item: Mapping[str, Any]) -> None:
+        content = item.get("content")
+        parts = content if isinstance(content, list) else []
+        text = "".join(p["text"] for p in parts if isinstance(p, dict) and p.get("type") == "reasoning_text"
+                       and isinstance(p.get("text"), str))  # fmt: skip
+        if text:
+            self.reasoning.append(text)
+
+    def _reasoned(self, msg: dict[str, Any]) -> None:
+        """``msg`` carries the reasoning that came before this output of its turn."""
+        if self.reasoning:
+            before = [msg["reasoning_content"]] if "reasoning_content" in msg else []
+            msg["reasoning_content"] = "\n\n".join(before + self.reasoning)
+            self.reasoning = []
 
     def message(self, item: Mapping[str, Any]) -> None:
         role = item.get("role", "user")
@@ -256,9 +275,11 @@ class _Builder:
             else:
                 self._flush_images()
                 self.messages.append({"role": "assistant", "content": text})
+            self._reasoned(self.messages[-1])
             return
         if role != "user":
             raise Untranslatable(f"message role {role!r} has no chat completions equivalent")
+        self.reasoning = []
         self._flush_images()
         self.messages.append({"role": "user", "content": _user_content(content)})
 
@@ -267,10 +288,12 @@ class _Builder:
         msg.setdefault("tool_calls", []).append(
             {"id": call_id, "type": "function", "function": {"name": chat_name, "arguments": arguments}}
         )
+        self._reasoned(msg)
 
     def output(self, call_id: str, text: str, images: list[dict[str, Any]]) -> None:
         if self.pending_images and self.messages and self.messages[-1]["role"] != "tool":
             self._flush_images()
+        self.reasoning = []
         self.messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
         self.pending_images += images
 
@@ -320,7 +343,9 @@ def _messages(payload: Mapping[str, Any], names: ToolNames) -> list[dict[str, An
         elif kind in ("function_call_output", "custom_tool_call_output"):
             text, images = _tool_output(item.get("output"))
             b.output(_call_id(item), text, images)
-        elif kind == "reasoning" or kind in _HOSTED_CALLS:
+        elif kind == "reasoning":
+            b.think(item)
+        elif kind in _HOSTED_CALLS:
             continue
         elif kind in ("compaction", "compaction_summary"):
             raise Untranslatable(

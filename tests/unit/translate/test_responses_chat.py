@@ -223,6 +223,42 @@ def test_text_then_parallel_calls_is_one_assistant_message_and_reasoning_is_drop
     )
 
 
+def test_reasoning_text_in_a_reasoning_item_goes_back_as_the_turns_reasoning_content() -> None:
+    """The Responses spec lets a reasoning item carry the raw reasoning as ``content``
+    ``reasoning_text`` parts (what this translator, vLLM and Ollama answer open models'
+    reasoning with), and clients replay the items they got. Chat's form is the assistant
+    message's ``reasoning_content``, which DeepSeek's thinking mode requires back on a turn
+    that called tools (api-docs.deepseek.com/guides/thinking_mode: else a 400)."""
+    out = chat({"model": "m", "tools": WEATHER_TOOLS, "input": [
+        {"role": "user", "content": "weather in Paris?"},
+        {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Need a tool."}],
+         "content": [{"type": "reasoning_text", "text": "The user wants "},
+                     {"type": "reasoning_text", "text": "the weather."}]},
+        {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city":"Paris"}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+        {"type": "reasoning", "id": "rs_2", "summary": [], "encrypted_content": "gAAAA...",
+         "content": [{"type": "reasoning_text", "text": "Sunny: say so."}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Sunny."}]},
+        # Reasoning with no output after it in its turn has no assistant message to ride on.
+        {"type": "reasoning", "id": "rs_3", "summary": [], "content": [{"type": "reasoning_text", "text": "x"}]},
+        {"role": "user", "content": "thanks"},
+    ]})  # fmt: skip
+    user, called, tool, answered, thanks = out["messages"]
+    assert called["reasoning_content"] == "The user wants the weather." and called["tool_calls"]
+    assert answered == {"role": "assistant", "content": "Sunny.", "reasoning_content": "Sunny: say so."}
+    assert thanks == {"role": "user", "content": "thanks"}
+
+
+def test_an_answers_reasoning_replayed_by_the_client_round_trips() -> None:
+    body = answer_case("chat-deepseek-reasoner")["body"]
+    output = T.answer(body, ctx())["output"]
+    out = chat({"model": "m", "input": [{"role": "user", "content": "hi"}, *output,
+                                        {"role": "user", "content": "and?"}]})  # fmt: skip
+    sent = body["choices"][0]["message"]
+    assert out["messages"][1] == {"role": "assistant", "content": sent["content"],
+                                  "reasoning_content": sent["reasoning_content"]}  # fmt: skip
+
+
 def test_assistant_tool_call_content_is_an_empty_string_never_null() -> None:
     """llama-cpp-python answers 500 "7 validation errors" to content: null (tests/real/NOTES.md)."""
     out = chat({"model": "m", "tools": WEATHER_TOOLS, "input": [

@@ -1,0 +1,62 @@
+"""``GET /v1/models`` in the two shapes clients parse: OpenAI's and Anthropic's.
+
+OpenAI (platform.openai.com/docs/api-reference/models/list): ``{"object": "list", "data":
+[{"id", "object": "model", "created": <unix seconds>, "owned_by"}]}``.
+Anthropic (docs.claude.com/en/api/models-list): ``{"data": [{"type": "model", "id",
+"display_name", "created_at": <RFC 3339>}], "has_more", "first_id", "last_id"}``, where
+``created_at`` "may be set to an epoch value if the release date is unknown".
+
+A client gets its own shape whatever its upstreams answered in: Claude Code's model discovery
+and the ``anthropic`` SDK read Anthropic's, Codex and the ``openai`` SDK OpenAI's. An entry
+already in the wanted shape is passed on as it came (with whatever else its provider said).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+_EPOCH = "1970-01-01T00:00:00Z"
+
+
+def entry(model: dict[str, Any], anthropic: bool, owner: str) -> dict[str, Any]:
+    """``model`` (an entry of either shape, its ``id`` a string) in the wanted shape;
+    ``owner``: who serves it (OpenAI's ``owned_by`` when the entry names none)."""
+    mid = model["id"]
+    if anthropic:
+        if model.get("type") == "model":
+            return model
+        name = model.get("display_name")
+        return {"type": "model", "id": mid, "display_name": name if isinstance(name, str) and name else mid,
+                "created_at": _rfc3339(model.get("created"))}  # fmt: skip
+    if model.get("object") == "model":
+        return model
+    owned = model.get("owned_by")
+    return {"id": mid, "object": "model", "created": _unix(model.get("created_at")),
+            "owned_by": owned if isinstance(owned, str) and owned else owner}  # fmt: skip
+
+
+def listing(data: list[dict[str, Any]], anthropic: bool, has_more: bool) -> dict[str, Any]:
+    if not anthropic:
+        return {"object": "list", "data": data}
+    first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
+    return {"data": data, "has_more": has_more, "first_id": first, "last_id": last}
+
+
+def _rfc3339(created: Any) -> str:
+    if not isinstance(created, int | float) or isinstance(created, bool):
+        return _EPOCH
+    try:
+        return datetime.fromtimestamp(created, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return _EPOCH
+
+
+def _unix(created_at: Any) -> int:
+    if not isinstance(created_at, str):
+        return 0
+    try:
+        when = datetime.fromisoformat(created_at.replace("Z", "+00:00"))
+    except ValueError:
+        return 0
+    return int(when.timestamp()) if when.tzinfo is not None else int(when.replace(tzinfo=UTC).timestamp())
