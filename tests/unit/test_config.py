@@ -248,6 +248,61 @@ def test_an_unknown_fallback_is_reported_beside_a_duplicate_name() -> None:
     )
 
 
+def test_a_bad_value_from_a_variable_names_the_variable_and_its_value() -> None:
+    text = ("server: {port: '${GATEWAY_PORT:-8080}'}\n"
+            "upstreams: [{name: a, base_url: '${UPSTREAM_BASE_URL}'}, {name: b, base_url: '${UPSTREAM_TOKEN}'},"
+            " {name: c, base_url: 'http://x/v1', context_window: '${CTX}'}]\n"
+            "state: {backend: redis, url: '${REDIS_URL}'}")
+    env = {"GATEWAY_PORT": "abc", "UPSTREAM_BASE_URL": "ftp://h/v1", "UPSTREAM_TOKEN": "tok-5ecret",
+           "CTX": "lots", "REDIS_URL": "http://:pa55@r:6379"}
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, env=env)
+    assert e.value.problems == (
+        "server.port: GATEWAY_PORT=abc: Input should be a valid integer, unable to parse string as an integer",
+        "upstreams[0].base_url: UPSTREAM_BASE_URL=ftp://h/v1: must be an absolute http:// or https:// URL",
+        # A variable named like a credential is never printed, nor a URL's password.
+        "upstreams[1].base_url: UPSTREAM_TOKEN=<hidden>: must be an absolute http:// or https:// URL",
+        "upstreams[2].context_window: CTX=lots: Input should be a valid integer, unable to parse string as an integer",
+        "state.url: REDIS_URL=http://***@r:6379: must be a redis://, rediss:// or unix:// URL",
+    )
+    # A default that is wrong is in the file for all to see: no variable to name.
+    with pytest.raises(ConfigError) as e:
+        parse_config("server: {port: '${GATEWAY_PORT:-abc}'}\n" + MINIMAL, env={})
+    assert e.value.problems[0].startswith("server.port: Input should be a valid integer")
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "257", "-1", "[1]"])
+def test_workers_out_of_range_or_not_a_number_is_one_line(value: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        parse_config(f"server: {{workers: {value}}}\n" + MINIMAL, env={})
+    assert e.value.problems == ("server.workers: must be an integer between 1 and 256, or auto",)
+    with pytest.raises(ConfigError) as e:
+        parse_config("server: {workers: '${GATEWAY_WORKERS}'}\n" + MINIMAL, env={"GATEWAY_WORKERS": "many"})
+    assert e.value.problems == ("server.workers: GATEWAY_WORKERS=many: must be an integer between 1 and 256, or auto",)
+    assert parse_config("server: {workers: '${GATEWAY_WORKERS}'}\n" + MINIMAL, env={"GATEWAY_WORKERS": "4"}
+                        ).server.workers == 4
+
+
+def test_cross_section_problems_are_reported_with_field_errors() -> None:
+    text = ("server: {port: x}\n"
+            "upstreams: [{name: a, base_url: 'http://x/v1', fallbacks: backup}, {name: a, base_url: 'http://y/v1'},"
+            " {name: c, base_url: 'http://z/v1', fallbacks: [c], max_connections: 0}]\n"
+            "pools: [{name: p, deployments: [a, ghost]}, {name: q, deployments: [c], models: [bad]}]")
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, env={})
+    assert e.value.problems == (
+        "server.port: Input should be a valid integer, unable to parse string as an integer",
+        "upstreams[2].max_connections: Input should be greater than 0",
+        "pools: pool 'p' names deployments that are no upstream: ghost (upstream names: a, a, c)",
+        "upstreams: upstream 'a' names unknown fallbacks: backup (upstream and pool names: a, c, p, q)",
+        "upstreams: upstream 'c' lists itself as a fallback",
+        "upstreams: upstream 'a' is a deployment of pool 'p', where its fallbacks go (pools[].fallbacks)",
+        "upstreams: upstream 'c' is a deployment of pool 'q', where its fallbacks go (pools[].fallbacks)",
+        "upstreams: upstream names must be unique, repeated: a",
+        "pools: pools 'p' and 'q' both claim models matching * / bad; a model has one pool",
+    )
+
+
 def test_redis_without_a_loop_breaker_secret_is_a_warning() -> None:
     redis = MINIMAL + "\nstate: {backend: redis, url: 'redis://127.0.0.1:6379/0'}"
     warnings = config_warnings(parse_config(redis, env={}))
