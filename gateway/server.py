@@ -22,6 +22,7 @@ from aiohttp import web
 from gateway import __version__
 from gateway.app import create_app, private_app
 from gateway.config import GatewayConfig
+from gateway.listening import cannot_listen
 from gateway.services import SERVICES
 from gateway.state import StateStore
 from gateway.workers.seat import WorkerSeat
@@ -54,8 +55,7 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None) -> None:
             await site.start()
     except OSError as e:
         await runner.cleanup()
-        where = f"{cfg.server.host}:{cfg.server.port}"
-        raise SystemExit(f"llm-gateway: cannot listen on {where}: {e.strerror}") from None
+        raise cannot_listen(cfg.server.host, cfg.server.port, e) from None
     # Everything made at start-up (config, modules, metrics, aiohttp's tables) lives as long
     # as the process: frozen out of the collector's reach, full collections stop re-walking it.
     gc.collect()

@@ -52,6 +52,17 @@ def test_every_config_problem_on_its_own_line_exit_2_no_traceback(tmp_path: Path
     ]
 
 
+def test_a_port_in_use_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cfg = write(tmp_path, f"server: {{port: {port}}}\nupstreams: [{{name: a, base_url: 'http://127.0.0.1:9/v1'}}]\n")
+        r = gateway(cfg)
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == [f"llm-gateway: cannot listen on 127.0.0.1:{port}: address already in use"]
+
+
 def test_a_password_in_base_url_is_refused_without_printing_it(tmp_path: Path) -> None:
     cfg = write(tmp_path, "upstreams: [{name: a, base_url: 'https://user:pw-5ecret@api.example.com/v1'}]\n")
     r = gateway(cfg)
