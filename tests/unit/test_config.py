@@ -70,6 +70,28 @@ def test_env_expansion_with_defaults() -> None:
     assert cfg.upstreams[0].base_url == "http://h:1/v1"
 
 
+def test_a_required_variable_refuses_unset_and_empty_alike() -> None:
+    text = "upstreams: [{name: a, base_url: 'http://x/v1', api_key: '${KEY:?set it to your key}'}]"
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, env={})
+    assert e.value.problems == ("environment variable KEY is not set: set it to your key",)
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, env={"KEY": ""})
+    assert e.value.problems == ("environment variable KEY is empty: set it to your key",)
+    assert parse_config(text, env={"KEY": "sk-1"}).upstreams[0].api_key == "sk-1"
+    with pytest.raises(ConfigError, match="environment variable KEY is empty .it must not be empty."):
+        parse_config(text.replace(":?set it to your key", ":?"), env={"KEY": ""})
+
+
+def test_the_openai_example_takes_the_port_and_refuses_an_empty_key() -> None:
+    path = ROOT / "config/examples/openai.yaml"
+    cfg = load_config(path, env={"OPENAI_API_KEY": "sk-1", "GATEWAY_PORT": "9099"})
+    assert cfg.server.port == 9099 and cfg.upstreams[0].api_key == "sk-1"
+    for env in ({}, {"OPENAI_API_KEY": ""}):
+        with pytest.raises(ConfigError, match="environment variable OPENAI_API_KEY is"):
+            load_config(path, env=env)
+
+
 def test_unset_variable_without_default_is_an_error() -> None:
     with pytest.raises(ConfigError, match="environment variable NOPE is not set"):
         parse_config("upstreams: [{name: a, base_url: '${NOPE}'}]", env={})
