@@ -79,7 +79,7 @@ def test_a_required_variable_refuses_unset_and_empty_alike() -> None:
         parse_config(text, env={"KEY": ""})
     assert e.value.problems == ("environment variable KEY is empty: set it to your key",)
     assert parse_config(text, env={"KEY": "sk-1"}).upstreams[0].api_key == "sk-1"
-    with pytest.raises(ConfigError, match="environment variable KEY is empty .it must not be empty."):
+    with pytest.raises(ConfigError, match=r"environment variable KEY is empty \(it must not be empty\)"):
         parse_config(text.replace(":?set it to your key", ":?"), env={"KEY": ""})
 
 
