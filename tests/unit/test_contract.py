@@ -109,3 +109,13 @@ def test_readme_commands_run_one_way() -> None:
     commands = [line.strip() for block in blocks for line in block.splitlines()]
     commands += re.findall(r"`((?:\.venv/bin/)?(?:python|llm-gateway) [^`]*)`", README)
     assert commands and not [c for c in commands if c.startswith(".venv/bin/")]
+
+
+def test_the_license_is_an_spdx_expression_setuptools_reads() -> None:
+    # A {text = ...} table is deprecated (setuptools' notice sets 2027-02-18); a string is an SPDX
+    # expression from setuptools 77 on, which the build must then require.
+    import tomllib
+
+    meta = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    assert meta["project"]["license"] == "Apache-2.0"
+    assert "setuptools>=77" in meta["build-system"]["requires"]
