@@ -670,8 +670,11 @@ def config_warnings(cfg: GatewayConfig) -> list[str]:
             )
     if cfg.state.backend == "redis" and cfg.loop_breaker.enabled and cfg.loop_breaker.secret is None:
         out.append(
-            "state.backend is redis but loop_breaker.secret is not set: each replica draws its own, "
-            "so replicas never share remembered answers; give every replica the same secret "
+            # One gateway's workers share the secret their supervisor draws (gateway/workers/seat.py):
+            # only separate gateways (other machines, other containers) end up with different ones.
+            "state.backend is redis but loop_breaker.secret is not set: each replica draws its own "
+            "(the workers of one replica share their supervisor's), so separate replicas never share "
+            "remembered answers; give every replica the same secret "
             "(loop_breaker: {secret: ${LOOP_BREAKER_SECRET}})"
         )
     workers = cfg.server.worker_count

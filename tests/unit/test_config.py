@@ -329,9 +329,9 @@ def test_redis_without_a_loop_breaker_secret_is_a_warning() -> None:
     redis = MINIMAL + "\nstate: {backend: redis, url: 'redis://127.0.0.1:6379/0'}"
     warnings = config_warnings(parse_config(redis, env={}))
     assert [w for w in warnings if "loop_breaker.secret" in w] == [
-        "state.backend is redis but loop_breaker.secret is not set: each replica draws its own, so "
-        "replicas never share remembered answers; give every replica the same secret "
-        "(loop_breaker: {secret: ${LOOP_BREAKER_SECRET}})"
+        "state.backend is redis but loop_breaker.secret is not set: each replica draws its own "
+        "(the workers of one replica share their supervisor's), so separate replicas never share "
+        "remembered answers; give every replica the same secret (loop_breaker: {secret: ${LOOP_BREAKER_SECRET}})"
     ]
     assert not config_warnings(parse_config(redis + "\nloop_breaker: {secret: shared}", env={}))
     assert not config_warnings(parse_config(redis + "\nloop_breaker: {enabled: false}", env={}))
