@@ -25,6 +25,7 @@ from gateway.config import GatewayConfig
 from gateway.listening import cannot_listen
 from gateway.services import SERVICES
 from gateway.state import StateStore
+from gateway.tracing import summary as tracing_summary
 from gateway.workers.seat import WorkerSeat
 
 log = logging.getLogger("gateway.server")
@@ -179,6 +180,8 @@ def _summary(cfg: GatewayConfig) -> dict[str, object]:
            if cfg.pools else {}),
         "client_auth": f"required ({len(cfg.server.client_keys)} keys)" if cfg.server.client_keys else "off",
         "compression": cfg.compression.enabled,
+        # "off", or where spans go and the sampled share (never the exporter's headers).
+        "tracing": tracing_summary(cfg.tracing, os.environ),
         "deadline_s": cfg.retry.deadline_s,
         "drain_s": cfg.server.drain_s,
     }  # fmt: skip

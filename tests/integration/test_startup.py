@@ -144,6 +144,22 @@ def test_the_started_line_names_what_each_upstream_speaks_and_how_models_map(tmp
     assert up["apis"] == ["chat"] and up["model_map"] == {"claude-*": "qwen"}
 
 
+def test_the_started_line_says_whether_tracing_is_on_and_where_to(tmp_path: Path) -> None:
+    port = free_port()
+    cfg = write(tmp_path, f"server: {{port: {port}, drain_s: 0}}\n"
+                          "upstreams: [{name: a, base_url: 'http://127.0.0.1:9/v1'}]\n")
+    code, out, _ = run_until_ready(cfg, port)
+    assert code == 0 and _started(out)["tracing"] == "off"
+    cfg = write(tmp_path, f"server: {{port: {port}, drain_s: 0}}\n"
+                          "upstreams: [{name: a, base_url: 'http://127.0.0.1:9/v1'}]\n"
+                          f"tracing: {{enabled: true, endpoint: 'http://u:pw-5ecret@127.0.0.1:{free_port()}', sample_ratio: 0.1}}\n")
+    code, out, err = run_until_ready(cfg, port)
+    assert code == 0
+    tracing = _started(out)["tracing"]
+    assert tracing["sample_ratio"] == 0.1 and tracing["endpoint"].startswith("http://127.0.0.1:")  # type: ignore[index]
+    assert "5ecret" not in out + err
+
+
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server (scripts/test-deps.sh)")
 def test_the_started_line_says_whether_redis_answered(tmp_path: Path) -> None:
     from tests.integration.test_state_redis import RedisServer
