@@ -47,9 +47,8 @@ OVERFLOW = re.compile(
     r"|request body too large for .{0,80}? max size: \d+ tokens"  # GitHub Models
     r"|too many input tokens"  # not bare "too many tokens": Bedrock throttling says that
     # Worded without "context": the prompt the server must keep is over its window (LM Studio's
-    # n_keep >= n_ctx), or over the request's own max_prompt_tokens.
-    r"|cannot truncate (?:the )?prompt|n_keep \(\d+\) >= n_ctx"
-    r"|exceeds? (?:the )?max(?:imum)?[ _]prompt[ _]tokens",
+    # n_keep >= n_ctx).
+    r"|cannot truncate (?:the )?prompt|n_keep \(\d+\) >= n_ctx",
     _I,
 )
 # The window named is about the context, so a byte-limit status or code is an overflow after all.
