@@ -77,12 +77,16 @@ def main(argv: list[str] | None = None) -> int:
 
         return supervise(cfg, args.config)
 
+    from gateway.listening import ListenError
     from gateway.server import serve
 
     try:
         asyncio.run(serve(cfg if seat is None else worker_config(cfg, seat), seat))
     except KeyboardInterrupt:
         pass
+    except ListenError as e:  # a port in use is the operator's to fix: one line, no traceback
+        print(f"llm-gateway: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

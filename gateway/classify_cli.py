@@ -42,6 +42,7 @@ def main(argv: list[str], *, stdin: TextIO | None = None, stdout: TextIO | None 
                         help="the wire API the body came on (default chat)")  # fmt: skip
     parser.add_argument("--request-tokens", type=int, help="the failed request's size in tokens, if known")
     parser.add_argument("--context-window", type=int, help="the upstream's context window, if known")
+    parser.add_argument("--host", help="the upstream's host name (from base_url), as the gateway passes it")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
 
@@ -66,7 +67,7 @@ def main(argv: list[str], *, stdin: TextIO | None = None, stdout: TextIO | None 
         c = classify_stream_event(payload, now_s=now)
     else:
         assert args.status is not None
-        facts = RequestFacts(args.request_tokens, args.context_window)
+        facts = RequestFacts(args.request_tokens, args.context_window, args.host)
         c = classify(args.status, headers, body, now_s=now, request=facts)
     out.write(_render(c, as_json=args.json))
     return 0

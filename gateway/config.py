@@ -12,10 +12,10 @@ import os
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Literal, Self
 from urllib.parse import urlsplit
 
 import jmespath
@@ -78,8 +78,9 @@ class ServerConfig(_Model):
     # be a deliberate choice, never the default (see gateway.auth.startup_check).
     allow_unauthenticated: bool = False
     # Processes serving the port (SO_REUSEPORT, one listening socket each; see
-    # gateway/workers/). "auto": one per core this process may run on.
-    workers: int | Literal["auto"] = 1
+    # gateway/workers/). "auto": one per core this process may run on. The range sits in the
+    # type, so a bad value is worded from it in one line (see _union_wording).
+    workers: Annotated[int, Field(ge=1, le=256)] | Literal["auto"] = 1
     # The HTTP client upstream requests go out on (gateway/upstream/): "h1", the gateway's
     # own HTTP/1.1 client (a third of aiohttp's CPU per request, bench/RESULTS.md), or
     # "aiohttp", aiohttp's client. Both pass one conformance suite (tests/conformance/).
@@ -87,13 +88,6 @@ class ServerConfig(_Model):
     # Client headers the provider does not get unless named here (any of WITHHELD_CLIENT_HEADERS,
     # case-insensitive): the client's cookies and its addresses as proxies recorded them.
     forward_client_headers: tuple[str, ...] = ()
-
-    @field_validator("workers")
-    @classmethod
-    def _workers_range(cls, v: int | str) -> int | str:
-        if isinstance(v, int) and not 1 <= v <= 256:
-            raise ValueError("must be between 1 and 256, or auto")
-        return v
 
     @property
     def worker_count(self) -> int:
@@ -455,6 +449,64 @@ def patterns_overlap(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
     return any(fnmatchcase(p, q) or fnmatchcase(q, p) for p in a for q in b)
 
 
+def _names(raw: Any) -> tuple[str, ...]:
+    """The strings of a list that may be written as one string; anything else counts as none
+    (pydantic reports it)."""
+    items = (raw,) if isinstance(raw, str) else raw if isinstance(raw, list | tuple) else ()
+    return tuple(i for i in items if isinstance(i, str))
+
+
+def reference_problems(upstreams: Sequence[Any], pools: Sequence[Any]) -> list[str]:
+    """Names that point elsewhere (fallbacks, deployments) and names that collide, every
+    problem on its own line, each naming its section (see _describe): one must not hide another.
+
+    Takes the sections as mappings, not models, so that parse_config can run it on what was
+    written when some field is invalid (GatewayConfig's own validators do not run then), and
+    an operator learns of an unknown fallback in the same round as a bad port."""
+    ups = [u["name"] for u in upstreams if isinstance(u, Mapping) and isinstance(u.get("name"), str)]
+    pool_list = [p for p in pools if isinstance(p, Mapping) and isinstance(p.get("name"), str)]
+    pool_names = [p["name"] for p in pool_list]
+    targets = ups + pool_names
+    problems = []
+    members: dict[str, str] = {}
+    for p in pool_list:
+        if p["name"] in ups:
+            problems.append(f"pools: pool '{p['name']}' has an upstream's name; a pool needs its own")
+        deployments = _names(p.get("deployments"))
+        missing = [d for d in deployments if d not in ups]
+        if missing:
+            problems.append(f"pools: pool '{p['name']}' names deployments that are no upstream: "
+                            f"{', '.join(missing)} (upstream names: {', '.join(ups)})")
+        for d in deployments:
+            members.setdefault(d, p["name"])
+    known = "upstream and pool names" if pool_names else "upstream names"
+    named = [("upstream", u) for u in upstreams if isinstance(u, Mapping) and isinstance(u.get("name"), str)]
+    for kind, section in [*named, *(("pool", p) for p in pool_list)]:
+        name, fallbacks = section["name"], _names(section.get("fallbacks"))
+        unknown = [f for f in fallbacks if f not in targets]
+        where = f"{kind}s: {kind} '{name}'"
+        if unknown:
+            problems.append(f"{where} names unknown fallbacks: {', '.join(unknown)} "
+                            f"({known}: {', '.join(dict.fromkeys(targets))})")
+        if name in fallbacks:
+            problems.append(f"{where} lists itself as a fallback")
+    for _, u in named:
+        if u["name"] in members and _names(u.get("fallbacks")):
+            problems.append(f"upstreams: upstream '{u['name']}' is a deployment of pool "
+                            f"'{members[u['name']]}', where its fallbacks go (pools[].fallbacks)")
+    for what, names in (("upstream", ups), ("pool", pool_names)):
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            problems.append(f"{what}s: {what} names must be unique, repeated: {', '.join(dupes)}")
+    models = [(p["name"], _names(p.get("models", ("*",)))) for p in pool_list]
+    for i, (a, a_models) in enumerate(models):
+        for b, b_models in models[i + 1 :]:
+            if patterns_overlap(a_models, b_models):
+                problems.append(f"pools: pools '{a}' and '{b}' both claim models matching "
+                                f"{', '.join(a_models)} / {', '.join(b_models)}; a model has one pool")
+    return problems  # fmt: skip
+
+
 class TimeoutsConfig(_Model):
     connect_s: float = Field(default=10.0, gt=0)
     first_byte_s: float = Field(default=300.0, gt=0)
@@ -619,46 +671,11 @@ class GatewayConfig(_Model):
 
     @model_validator(mode="after")
     def _references(self) -> Self:
-        """Names that point elsewhere (fallbacks, deployments) and names that collide, every
-        problem on its own line, each naming its section (see _describe): one must not hide
-        another."""
-        ups = [u.name for u in self.upstreams]
-        pools = [p.name for p in self.pools]
-        targets = ups + pools
-        problems = []
-        members: dict[str, str] = {}
-        for p in self.pools:
-            if p.name in ups:
-                problems.append(f"pools: pool '{p.name}' has an upstream's name; a pool needs its own")
-            missing = [d for d in p.deployments if d not in ups]
-            if missing:
-                problems.append(f"pools: pool '{p.name}' names deployments that are no upstream: "
-                                f"{', '.join(missing)} (upstream names: {', '.join(ups)})")
-            for d in p.deployments:
-                members.setdefault(d, p.name)
-        known = "upstream and pool names" if pools else "upstream names"
-        for kind, name, fallbacks in [*(("upstream", u.name, u.fallbacks) for u in self.upstreams),
-                                      *(("pool", p.name, p.fallbacks) for p in self.pools)]:
-            unknown = [f for f in fallbacks if f not in targets]
-            section = f"{kind}s: {kind} '{name}'"
-            if unknown:
-                problems.append(f"{section} names unknown fallbacks: {', '.join(unknown)} "
-                                f"({known}: {', '.join(dict.fromkeys(targets))})")
-            if name in fallbacks:
-                problems.append(f"{section} lists itself as a fallback")
-        for u in self.upstreams:
-            if u.name in members and u.fallbacks:
-                problems.append(f"upstreams: upstream '{u.name}' is a deployment of pool "
-                                f"'{members[u.name]}', where its fallbacks go (pools[].fallbacks)")
-        for what, names in (("upstream", ups), ("pool", pools)):
-            dupes = sorted({n for n in names if names.count(n) > 1})
-            if dupes:
-                problems.append(f"{what}s: {what} names must be unique, repeated: {', '.join(dupes)}")
-        for i, a in enumerate(self.pools):
-            for b in self.pools[i + 1 :]:
-                if patterns_overlap(a.models, b.models):
-                    problems.append(f"pools: pools '{a.name}' and '{b.name}' both claim models matching "
-                                    f"{', '.join(a.models)} / {', '.join(b.models)}; a model has one pool")
+        problems = reference_problems(
+            [{"name": u.name, "fallbacks": u.fallbacks} for u in self.upstreams],
+            [{"name": p.name, "fallbacks": p.fallbacks, "deployments": p.deployments, "models": p.models}
+             for p in self.pools],
+        )  # fmt: skip
         if problems:
             raise ValueError("\n".join(problems))
         return self
@@ -691,8 +708,11 @@ def config_warnings(cfg: GatewayConfig) -> list[str]:
             )
     if cfg.state.backend == "redis" and cfg.loop_breaker.enabled and cfg.loop_breaker.secret is None:
         out.append(
-            "state.backend is redis but loop_breaker.secret is not set: each replica draws its own, "
-            "so replicas never share remembered answers; give every replica the same secret "
+            # One gateway's workers share the secret their supervisor draws (gateway/workers/seat.py):
+            # only separate gateways (other machines, other containers) end up with different ones.
+            "state.backend is redis but loop_breaker.secret is not set: each replica draws its own "
+            "(the workers of one replica share their supervisor's), so separate replicas never share "
+            "remembered answers; give every replica the same secret "
             "(loop_breaker: {secret: ${LOOP_BREAKER_SECRET}})"
         )
     workers = cfg.server.worker_count
@@ -705,28 +725,42 @@ def config_warnings(cfg: GatewayConfig) -> list[str]:
     return out
 
 
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([-?])([^}]*))?\}")
 
 
-def expand_env(text: str, env: Mapping[str, str], unset: list[str] | None = None) -> str:
-    """Replace ``${VAR}`` and ``${VAR:-default}``; an unset ``${VAR}`` without default is an error.
+Used = list[tuple[str, str]]  # (variable, value) pairs that went into a text
 
-    With ``unset`` given, unset names are appended to it instead of raising, so that
-    every missing variable can be reported at once.
+
+def expand_env(text: str, env: Mapping[str, str], unset: list[str] | None = None, used: Used | None = None,
+               ) -> str:  # fmt: skip
+    """Replace ``${VAR}``, ``${VAR:-default}`` and ``${VAR:?why}``. An unset ``${VAR}`` is an
+    error, and so is an unset or empty ``${VAR:?why}`` (a key that must not be blank: an empty
+    api_key would mean "forward the client's credential").
+
+    With ``unset`` given, each problem is appended to it as a line instead of raising, so that
+    every missing variable can be reported at once; with ``used`` given, each variable whose
+    value went into the text is appended as (name, value).
     """
 
     def sub(m: re.Match[str]) -> str:
-        name, default = m.group(1), m.group(2)
+        name, op, arg = m.group(1), m.group(2), m.group(3)
         value = env.get(name)
         if value:
+            if used is not None:
+                used.append((name, value))
             return value
-        if default is not None:
-            return default
-        if name in env:
+        if op == "-":
+            return arg
+        if op == "?":
+            problem = f"environment variable {name} is {'empty' if name in env else 'not set'}"
+            problem += f": {arg}" if arg else " (it must not be empty)"
+        elif name in env:
             return ""
+        else:
+            problem = _unset_message(name)
         if unset is None:
-            raise ConfigError(_unset_message(name))
-        unset.append(name)
+            raise ConfigError(problem)
+        unset.append(problem)
         return ""
 
     return _VAR.sub(sub, text)
@@ -736,15 +770,47 @@ def _unset_message(name: str) -> str:
     return f"environment variable {name} is not set (use ${{{name}:-default}})"
 
 
-def _expand_tree(node: Any, env: Mapping[str, str], unset: list[str]) -> Any:
+Loc = tuple[int | str, ...]
+
+
+def _expand_tree(node: Any, env: Mapping[str, str], unset: list[str], origins: dict[Loc, Used],
+                 loc: Loc = ()) -> Any:  # fmt: skip
+    """``node`` with its variables expanded; ``origins`` learns which variables filled which
+    field, so that an error on that field can name them (the file only says ``${VAR}``)."""
     # Expanding after YAML parsing keeps a secret containing ':' or '#' from changing the YAML.
     if isinstance(node, str):
-        return expand_env(node, env, unset)
+        used: Used = []
+        out = expand_env(node, env, unset, used)
+        if used:
+            origins[loc] = used
+        return out
     if isinstance(node, list):
-        return [_expand_tree(x, env, unset) for x in node]
+        return [_expand_tree(x, env, unset, origins, (*loc, i)) for i, x in enumerate(node)]
     if isinstance(node, dict):
-        return {k: _expand_tree(v, env, unset) for k, v in node.items()}
+        return {k: _expand_tree(v, env, unset, origins, (*loc, k)) for k, v in node.items()}
     return node
+
+
+# A variable or field so named holds a credential: its value is never printed.
+_SECRET_WORDS = ("KEY", "SECRET", "TOKEN", "PASSW", "CREDENTIAL", "AUTH")
+
+
+def _from_env(loc: Loc, origins: Mapping[Loc, Used]) -> str:
+    """``NAME=value, ...: `` for the variables that filled the field at ``loc`` (or the field
+    it is part of: `client_keys` is split into items after expansion); empty when none did."""
+    for n in range(len(loc), 0, -1):
+        if loc[:n] in origins:
+            field = str(loc[n - 1]).upper() if isinstance(loc[n - 1], str) else ""
+            shown = []
+            for name, value in origins[loc[:n]]:
+                if any(w in name.upper() or w in field for w in _SECRET_WORDS):
+                    value = "<hidden>"
+                else:
+                    # A URL's user:password@ is a credential whatever the variable is called.
+                    value = re.sub(r"//[^/@\s]*@", "//***@", value)
+                shown.append(f"{name}={value}")
+            return ", ".join(shown) + ": "
+    return ""
 
 
 def _field_path(loc: tuple[int | str, ...]) -> str:
@@ -805,16 +871,73 @@ def _unknown_keys_first(errors: list[ErrorDetails]) -> list[ErrorDetails]:
     return out
 
 
-def _describe(err: ValidationError) -> list[str]:
+def _options(tp: Any) -> list[Any]:
+    """The types a union allows besides None; ``[tp]`` for anything else."""
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        return [a for a in typing.get_args(tp) if a is not type(None)]
+    return [tp]
+
+
+def _union_at(loc: Loc) -> tuple[int, Any] | None:
+    """Where ``loc`` enters a branch of a union (pydantic reports every branch that failed:
+    `server.workers.int`, `server.workers.literal['auto']`): that part's index, and the union."""
+    tp: Any = GatewayConfig
+    for i, part in enumerate(loc):
+        options = _options(tp)
+        if len(options) > 1:
+            return i, tp
+        tp = options[0]
+        if typing.get_origin(tp) is Annotated:
+            tp = typing.get_args(tp)[0]
+        if isinstance(part, int):
+            args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+            tp = args[0] if args else None
+        elif isinstance(tp, type) and issubclass(tp, BaseModel) and part in tp.model_fields:
+            tp = tp.model_fields[part].annotation
+        else:
+            return None
+    return None
+
+
+def _wording(tp: Any) -> str:
+    """One option of a union in words: "an integer between 1 and 256", "auto"."""
+    bounds: dict[str, object] = {}
+    if typing.get_origin(tp) is Annotated:
+        tp, *meta = typing.get_args(tp)
+        for m in meta:
+            for c in [m, *getattr(m, "metadata", ())]:
+                bounds.update({k: getattr(c, k) for k in ("ge", "le") if getattr(c, k, None) is not None})
+    if typing.get_origin(tp) is Literal:
+        return " or ".join(str(a) for a in typing.get_args(tp))
+    noun = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp)
+    if noun is None:
+        noun = "a section" if isinstance(tp, type) and issubclass(tp, BaseModel) else "a list"
+    if "ge" in bounds and "le" in bounds:
+        return f"{noun} between {bounds['ge']} and {bounds['le']}"
+    if bounds:
+        return f"{noun} of at {'least' if 'ge' in bounds else 'most'} {bounds.get('ge', bounds.get('le'))}"
+    return noun
+
+
+def _describe(err: ValidationError, origins: Mapping[Loc, Used] | None = None) -> list[str]:
     errors = _unknown_keys_first(list(err.errors()))
     locs = [tuple(e["loc"]) for e in errors]
     out: list[str] = []
+    unions: set[Loc] = set()
     for e, loc in zip(errors, locs, strict=True):
         if e["type"] == "too_short" and any(other[: len(loc)] == loc and other != loc for other in locs):
             # A list whose only item is invalid is reported as too short as well: noise.
             continue
         msg = e["msg"]
-        if e["type"] == "extra_forbidden":
+        union = _union_at(loc)
+        if union is not None:
+            # One line for the field, not one per type it could have been.
+            loc = loc[: union[0]]
+            if loc in unions:
+                continue
+            unions.add(loc)
+            msg = "must be " + ", or ".join(_wording(o) for o in _options(union[1]))
+        elif e["type"] == "extra_forbidden":
             msg = _unknown_key(loc)
         elif e["type"] == "missing":
             msg = "is required"
@@ -822,7 +945,7 @@ def _describe(err: ValidationError) -> list[str]:
             msg = f"must have at least {e.get('ctx', {}).get('min_length', 1)} item(s)"
         msg = msg.removeprefix("Value error, ")
         # A problem across sections (GatewayConfig's own validators) names its section itself.
-        where = f"{_field_path(loc)}: " if loc else ""
+        where = f"{_field_path(loc)}: {_from_env(loc, origins or {})}" if loc else ""
         out.extend(f"{where}{line}" for line in msg.split("\n"))
     return out
 
@@ -840,12 +963,18 @@ def parse_config(text: str, env: Mapping[str, str] | None = None, source: str = 
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of sections")
     unset: list[str] = []
-    data = _expand_tree(data, os.environ if env is None else env, unset)
-    problems = [_unset_message(name) for name in dict.fromkeys(unset)]
+    origins: dict[Loc, Used] = {}
+    data = _expand_tree(data, os.environ if env is None else env, unset, origins)
+    problems = list(dict.fromkeys(unset))
     try:
         cfg = GatewayConfig.model_validate(data)
     except ValidationError as e:
-        problems += _describe(e)
+        problems += _describe(e, origins)
+        # GatewayConfig's cross-section checks do not run once a field fails: run them on what
+        # was written, so that an unknown fallback is not learnt one restart after a bad port.
+        sections = [data.get(k) for k in ("upstreams", "pools")]
+        crossed = reference_problems(*(s if isinstance(s, list) else [] for s in sections))
+        problems += [p for p in crossed if p not in problems]
     if problems:
         raise ConfigError(*problems) from None
     return cfg

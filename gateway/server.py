@@ -22,8 +22,10 @@ from aiohttp import web
 from gateway import __version__
 from gateway.app import create_app, private_app
 from gateway.config import GatewayConfig
+from gateway.listening import cannot_listen
 from gateway.services import SERVICES
 from gateway.state import StateStore
+from gateway.tracing import summary as tracing_summary
 from gateway.workers.seat import WorkerSeat
 
 log = logging.getLogger("gateway.server")
@@ -54,8 +56,7 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None) -> None:
             await site.start()
     except OSError as e:
         await runner.cleanup()
-        where = f"{cfg.server.host}:{cfg.server.port}"
-        raise SystemExit(f"llm-gateway: cannot listen on {where}: {e.strerror}") from None
+        raise cannot_listen(cfg.server.host, cfg.server.port, e) from None
     # Everything made at start-up (config, modules, metrics, aiohttp's tables) lives as long
     # as the process: frozen out of the collector's reach, full collections stop re-walking it.
     gc.collect()
@@ -181,6 +182,8 @@ def _summary(cfg: GatewayConfig) -> dict[str, object]:
            if cfg.pools else {}),
         "client_auth": f"required ({len(cfg.server.client_keys)} keys)" if cfg.server.client_keys else "off",
         "compression": cfg.compression.enabled,
+        # "off", or where spans go and the sampled share (never the exporter's headers).
+        "tracing": tracing_summary(cfg.tracing, os.environ),
         "deadline_s": cfg.retry.deadline_s,
         "drain_s": cfg.server.drain_s,
     }  # fmt: skip

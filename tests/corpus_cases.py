@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.errors import Classification
-from gateway.policy.classify import classify, classify_stream_event
+from gateway.policy.classify import RequestFacts, classify, classify_stream_event
 from gateway.stream_error import first_error_event
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -45,4 +45,6 @@ def classify_case(case: dict[str, Any]) -> Classification:
         assert payload is not None, f"{case['name']}: the {api_of(case)} reader finds no error event"
         return classify_stream_event(payload, now_s=NOW)
     headers = {k.lower(): v for k, v in case["headers"].items()}
-    return classify(case["status"], headers, body, now_s=NOW)
+    # A case that names its upstream's host is classified knowing it, as the gateway does.
+    facts = RequestFacts(host=case["host"]) if case.get("host") else None
+    return classify(case["status"], headers, body, now_s=NOW, request=facts)

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from gateway.apis import OPENAI_CHAT
 from gateway.apis.base import Dialect, EventKind, ForeignError, StreamReader
@@ -160,8 +161,10 @@ async def _exchange(
         _headroom(svc, call, state.model, resp.headers)
     try:
         if resp.status >= 400:
-            # The request's own size is evidence when the body only says "too large" (#22).
-            facts = RequestFacts(round(len(request.body) / BYTES_PER_TOKEN), call.up.cfg.context_window)
+            # The request's own size is evidence when the body only says "too large" (#22), and
+            # the host says whose documentation applies to borrowed wording (#36).
+            facts = RequestFacts(round(len(request.body) / BYTES_PER_TOKEN), call.up.cfg.context_window,
+                                 urlsplit(call.up.cfg.base_url).hostname)  # fmt: skip
             return _upstream_error(svc, resp.status, resp.headers, await resp.read(ERROR_BODY_LIMIT), facts)
         headers = response_headers(resp.headers)
         ctype = resp.headers.get("Content-Type", "")

@@ -292,12 +292,13 @@ def _every_key_out(svc: Services, state: RequestState, pool: PoolRuntime, views:
     out = [v for v in views if v.out_until_ms > now_ms]
     soonest = min(out, key=lambda v: v.out_until_ms)
     wait_s = (soonest.out_until_ms - now_ms) / 1000
+    # The codes are written out whole: README's error contract is checked against the literals.
     if any(v.out_why is SitOut.BUDGET for v in out):
-        kind, status, what = ErrorType.BUDGET, 402, "out of credit"
+        kind, status, what, code = ErrorType.BUDGET, 402, "out of credit", "pool_budget"
     else:
-        kind, status, what = ErrorType.AUTH, 401, "refused by the provider (revoked keys?)"
+        kind, status, what, code = ErrorType.AUTH, 401, "refused by the provider (revoked keys?)", "pool_auth"
     state.upstream = pool.cfg.name  # no deployment was asked: the pool answered
-    c = Classification(kind, False, None, reset_at_ms(wait_s, svc.wall()), f"pool_{kind.value}", None,
+    c = Classification(kind, False, None, reset_at_ms(wait_s, svc.wall()), code, None,
                        f"every deployment of pool '{pool.cfg.name}' sits out")  # fmt: skip
-    return gateway_failure(status, c, f"every deployment of pool '{pool.cfg.name}' is {what}",
-                           f"pool_{kind.value}", final=True)  # fmt: skip
+    message = f"every deployment of pool '{pool.cfg.name}' is {what}"
+    return gateway_failure(status, c, message, code, final=True)

@@ -58,7 +58,7 @@ _BUDGET_CODES = {
     "insufficient_quota", "billing_hard_limit_reached", "billing_not_active", "insufficient_balance",
     "servicequotaexceededexception", "payment_required", "insufficient_credits", "usage_limit_reached",
     "arrearage", "exceeded_current_quota_error", "free_quota_exceeded", "quota_exceeded",
-    "monthly_request_count", "3036",
+    "monthly_request_count", "3036", "budget_exceeded",
 }  # fmt: skip
 # Not "credit_limit": Together sends it with "Your rate limit is 60 queries per minute".
 _AUTH_CODES = {
@@ -90,6 +90,14 @@ class RequestFacts:
 
     estimated_tokens: int | None = None
     context_window: int | None = None
+    host: str | None = None  # the upstream's host name: whose documentation applies (_HOST_QUOTA_IS_RATE)
+
+
+# Hosts that answer their per-minute limits with OpenAI's quota wording, and document them as
+# such: there a 429 "insufficient quota" is a rate limit, not money. Scaleway Generative APIs:
+# 429 "You are exceeding your current quota ... calculated in requests [tokens] per minute"
+# (scaleway.com/en/docs/generative-apis/api-cli/understanding-errors/), body "INSUFFICIENT QUOTA".
+_HOST_QUOTA_IS_RATE = ("api.scaleway.ai",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +148,23 @@ def classify_stream_event(payload: dict[str, Any], *, now_s: float) -> Classific
 
 
 def _decide(e: _Evidence, request: RequestFacts | None) -> tuple[ErrorType, str]:
+    kind, evidence = _by_evidence(e, request)
+    host = request.host if request is not None else None
+    if kind is BUDGET and e.status == 429 and host and _is_host(host, _HOST_QUOTA_IS_RATE):
+        if not words.BALANCE.search(e.f.text):  # an empty balance said outright is money anywhere
+            return RATE, f"host:{host} documents its quota 429 as a per-minute limit ({evidence})"
+    return kind, evidence
+
+
+def _by_evidence(e: _Evidence, request: RequestFacts | None) -> tuple[ErrorType, str]:
     if e.status == 402:
         return BUDGET, "status:402"
+    # Said in words that outrank any code: a refusal of this request's content (not the key's
+    # fault, nor money's), and a caller's place not served (whatever the status).
+    if 400 <= e.status < 500 and words.MODERATION.search(e.f.text):
+        return UNKNOWN, "wording:content refused"
+    if e.status >= 400 and words.REGION.search(e.f.text):
+        return AUTH, "wording:place not served"
     for step in (_by_code, _by_numbers, _by_headers):
         verdict = step(e)
         if verdict is not None:
@@ -149,6 +172,11 @@ def _decide(e: _Evidence, request: RequestFacts | None) -> tuple[ErrorType, str]
     if request is not None and (verdict := _by_request(e, request)) is not None:
         return verdict
     return _by_wording(e) or _by_weak_code(e) or _by_status(e.status)
+
+
+def _is_host(host: str, domains: tuple[str, ...]) -> bool:
+    host = host.lower().rstrip(".")
+    return any(host == d or host.endswith("." + d) for d in domains)
 
 
 def _by_code(e: _Evidence) -> tuple[ErrorType, str] | None:
@@ -167,6 +195,10 @@ def _by_code(e: _Evidence) -> tuple[ErrorType, str] | None:
     if (status >= 500 or status in (408, 429)) and (hit := codes & _CAPACITY_CODES):
         return UNAVAILABLE, f"code:{_one(hit)}"
     if 400 <= status < 500 and (hit := codes & _AUTH_CODES):
+        # Anthropic-style APIs send permission_error with every 403, a plan gate or a spent
+        # cap included: there the wording names the remedy, and it is money.
+        if words.PLAN_GATE.search(e.f.text) or words.SPEND_CAP.search(e.f.text):
+            return BUDGET, f"wording:plan or spending cap over code:{_one(hit)}"
         return AUTH, f"code:{_one(hit)}"
     if status < 500 and (hit := codes & _NOT_FOUND_CODES):
         return UNKNOWN, f"code:{_one(hit)}"
@@ -235,6 +267,8 @@ def _by_wording(e: _Evidence) -> tuple[ErrorType, str] | None:
         return UNKNOWN, "wording:5xx blames the request"
     if (status >= 500 or status in (408, 429)) and words.CAPACITY.search(text):
         return UNAVAILABLE, "wording:capacity"
+    if 400 <= status < 500 and (words.SPEND_CAP.search(text) or words.PLAN_GATE.search(text)):
+        return BUDGET, "wording:spending cap or plan gate"
     if 400 <= status < 500 and words.BUDGET.search(text):
         return BUDGET, "wording:money or plan"
     if 400 <= status < 500 and words.AUTH.search(text):

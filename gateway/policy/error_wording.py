@@ -45,7 +45,10 @@ OVERFLOW = re.compile(
     r"|tokens exceed n_ctx"  # llama-box (GPUStack)
     r"|context size has been exceeded"  # llama.cpp (as a 500), LM Studio MLX
     r"|request body too large for .{0,80}? max size: \d+ tokens"  # GitHub Models
-    r"|too many input tokens",  # not bare "too many tokens": Bedrock throttling says that
+    r"|too many input tokens"  # not bare "too many tokens": Bedrock throttling says that
+    # Worded without "context": the prompt the server must keep is over its window (LM Studio's
+    # n_keep >= n_ctx).
+    r"|cannot truncate (?:the )?prompt|n_keep \(\d+\) >= n_ctx",
     _I,
 )
 # The window named is about the context, so a byte-limit status or code is an overflow after all.
@@ -62,6 +65,17 @@ BYTES = re.compile(
 BALANCE = re.compile(
     r"insufficient (?:balance|credits|funds)|credit balance is too low|余额不足|run out of credits"
     r"|out of extra usage|good standing|overdue|arrear",
+    _I,
+)
+# A spending cap someone set on a key, team or deployment (OpenRouter's key limit, LiteLLM's
+# budgets): money, or a higher cap, is the remedy, whatever the status and type say.
+SPEND_CAP = re.compile(
+    r"key limit exceeded|budget has been exceeded|(?:exceeded|crossed|over) (?:the |your )?budget", _I
+)
+# A model gated behind a plan: a subscription is the remedy, though the provider answers 403.
+PLAN_GATE = re.compile(
+    r"requires? (?:a |an )?(?:paid |pro |active )?subscription|subscription (?:is )?required"
+    r"|upgrade for access",
     _I,
 )
 # Money, a plan or a paid allowance is the remedy.
@@ -99,10 +113,21 @@ REQUEST_INVALID = re.compile(
 # Only different credentials, a verified account or an allowed place helps.
 AUTH = re.compile(
     r"api key not valid|invalid api key|incorrect api key|invalid x-api-key"
-    r"|must be verified|verify organization|location is not supported|region,? or territory not supported"
-    r"|has been suspended|caller does not have permission|permission denied",
+    r"|must be verified|verify organization"
+    r"|has been suspended|caller does not have permission|permission denied"
+    # A credential of a kind this use does not take (a subscription's OAuth token on the API).
+    r"|credential is only authorized for",
     _I,
 )
+# The caller's place is not served: only calling from elsewhere helps, whatever the status (Bedrock
+# says it in a 400 ValidationException, a model proxy with 451).
+REGION = re.compile(
+    r"location is not supported|region,? or territory not supported|unsupported countr(?:y|ies)"
+    r"|not (?:available|supported|allowed) (?:in|from) your (?:country|region|location)",
+    _I,
+)
+# A refusal of this request's content: no other key or upstream takes it either, nor money.
+MODERATION = re.compile(r"content violates|input was flagged|requires moderation", _I)
 # The caller is over its own rate: waiting helps.
 THROTTLE = re.compile(r"rate[ -]?limit|too many (?:requests|tokens)|concurrency|throttl", _I)
 # The body talks about a limit at all: the reset horizon applies only then.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from gateway.config import TracingConfig
 
@@ -86,6 +87,51 @@ def wanted(cfg: TracingConfig, env: Mapping[str, str]) -> bool:
     if env.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
         return False
     return bool(env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+
+
+def summary(cfg: TracingConfig, env: Mapping[str, str]) -> dict[str, object] | str:
+    """What the started line says of tracing: "off", or where spans go and which share of
+    requests is sampled, resolved the way the SDK resolves them (config, then OTEL_*, then the
+    SDK's defaults). The endpoint is shown without credentials or query: a collector URL may
+    carry a token (OTEL_EXPORTER_OTLP_HEADERS, which usually does, is never shown)."""
+    if not wanted(cfg, env):
+        return "off"
+    base = cfg.endpoint or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    if cfg.endpoint or not env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        # A base URL: the traces path is appended (the OTLP/HTTP exporter's default base else).
+        endpoint = _without_credentials(base or "http://localhost:4318").rstrip("/") + "/v1/traces"
+    else:
+        endpoint = _without_credentials(env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"])  # used as it is
+    return {"endpoint": endpoint, "sample_ratio": _sample_ratio(cfg, env)}
+
+
+def _sample_ratio(cfg: TracingConfig, env: Mapping[str, str]) -> float | str:
+    """The share of new traces sampled (a child follows its parent's decision either way)."""
+    if cfg.sample_ratio is not None:
+        return cfg.sample_ratio
+    sampler = env.get("OTEL_TRACES_SAMPLER", "parentbased_always_on").strip().lower()
+    if sampler.endswith("always_on"):
+        return 1.0
+    if sampler.endswith("always_off"):
+        return 0.0
+    if sampler.endswith("traceidratio"):
+        try:
+            ratio = float(env.get("OTEL_TRACES_SAMPLER_ARG") or 1.0)
+        except ValueError:
+            return 1.0  # the SDK's fallback for an unreadable argument
+        return ratio if 0.0 <= ratio <= 1.0 else 1.0
+    return sampler  # a sampler the SDK finds by name (an entry point): named, not guessed
+
+
+def _without_credentials(url: str) -> str:
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "(not a URL)"
+    host = f"[{host}]" if ":" in host else host
+    return urlunsplit((parts.scheme, host + port, parts.path, "", ""))
 
 
 def build_tracing(

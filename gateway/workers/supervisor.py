@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 
 from gateway import __version__
 from gateway.config import GatewayConfig
+from gateway.listening import ListenError, cannot_listen
 from gateway.workers.seat import ENV, WorkerSeat
 
 log = logging.getLogger("gateway.workers")
@@ -41,10 +42,6 @@ RESTART_DELAY_S = 1.0
 # A worker that exits this soon after starting, this many times in a row, is a crash loop.
 EARLY_EXIT_S = 10.0
 EARLY_EXITS_TO_GIVE_UP = 3
-
-
-class ListenError(Exception):
-    pass
 
 
 def bind_sockets(host: str, port: int, count: int) -> list[list[socket.socket]]:
@@ -77,7 +74,7 @@ def bind_sockets(host: str, port: int, count: int) -> list[list[socket.socket]]:
         for group in groups:
             for s in group:
                 s.close()
-        raise ListenError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+        raise cannot_listen(host, port, e) from None
     return groups
 
 
@@ -108,7 +105,7 @@ def supervise(cfg: GatewayConfig, config_path: str, argv0: Sequence[str] | None 
         groups = bind_sockets(cfg.server.host, cfg.server.port, count)
     except ListenError as e:
         print(f"llm-gateway: {e}", file=sys.stderr)
-        return 1
+        return 2
     run_dir = tempfile.mkdtemp(prefix="llm-gateway-workers-")
     os.chmod(run_dir, 0o700)  # the metrics sockets are for these workers only
     secret = None if cfg.loop_breaker.secret else secrets.token_hex(32)

@@ -157,8 +157,9 @@ def test_a_port_already_served_is_refused(upstream: FakeUpstream, workers: Runni
     config.write_text(f"server: {{port: {port}, workers: 2}}\nupstreams: [{{name: p, base_url: '{upstream.url}'}}]\n")
     second = subprocess.run([sys.executable, "-m", "gateway", "--config", str(config)], env=base_env(),
                             capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert second.returncode == 1
-    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in second.stderr
+    assert second.returncode == 2
+    assert second.stderr.splitlines()[-1] == f"llm-gateway: cannot listen on 127.0.0.1:{port}: address already in use"
+    assert "Traceback" not in second.stderr
     assert post(workers, CHAT)[0] == 200
 
 

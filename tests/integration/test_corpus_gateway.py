@@ -53,10 +53,12 @@ async def test_every_corpus_body_through_the_gateway(make_gateway) -> None:
         gw.fake.always = _reply(case)
         status, headers = await _send(gw, case)
         stamped = headers.get("x-llm-error-type")
-        direct = classify_case(case).type.value
+        # The fake upstream is not the host a case names (test_classify pins what a host changes).
+        as_sent = {k: v for k, v in case.items() if k != "host"}
+        direct = classify_case(as_sent).type.value
         if status < 400 or stamped != direct:
             wrong.append(f"{case['name']}: HTTP {status}, stamped {stamped}, classify() gives {direct}")
-        elif case in IN_SAMPLE and stamped != case["expected"]["type"]:
+        elif case in IN_SAMPLE and "host" not in case and stamped != case["expected"]["type"]:
             wrong.append(f"{case['name']}: stamped {stamped}, expected {case['expected']['type']}")
     assert not wrong, "\n".join(wrong)
     streamed = [c for c in IN_SAMPLE + HELD_OUT if c.get("stream")]

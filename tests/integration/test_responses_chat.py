@@ -118,7 +118,11 @@ async def test_an_overflow_carries_context_length_exceeded_for_codex(make_gatewa
     gw.fake.script(Reply(400, overflow))
     status, headers, body = await gw.responses({"model": "gpt-5", "input": "hi"})
     assert status == 400 and headers["x-llm-error-type"] == "context_overflow"
-    assert json.loads(body)["error"]["code"] == "context_length_exceeded"
+    error = json.loads(body)["error"]
+    assert error["code"] == "context_length_exceeded"
+    # Said once: the provider's own words are under x_llm_upstream, not repeated after it.
+    assert error["message"] == "This model's maximum context length is 4096 tokens. However, your messages resulted in 5000 tokens."
+    assert error["x_llm_upstream"]["body"] == overflow
 
 
 async def test_responses_reach_a_messages_only_upstream_through_chat(make_gateway) -> None:

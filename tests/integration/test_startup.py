@@ -52,6 +52,17 @@ def test_every_config_problem_on_its_own_line_exit_2_no_traceback(tmp_path: Path
     ]
 
 
+def test_a_port_in_use_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cfg = write(tmp_path, f"server: {{port: {port}}}\nupstreams: [{{name: a, base_url: 'http://127.0.0.1:9/v1'}}]\n")
+        r = gateway(cfg)
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == [f"llm-gateway: cannot listen on 127.0.0.1:{port}: address already in use"]
+
+
 def test_a_password_in_base_url_is_refused_without_printing_it(tmp_path: Path) -> None:
     cfg = write(tmp_path, "upstreams: [{name: a, base_url: 'https://user:pw-5ecret@api.example.com/v1'}]\n")
     r = gateway(cfg)
@@ -160,6 +171,22 @@ def test_the_started_line_says_where_apis_left_out_came_from(tmp_path: Path) -> 
     assert (o["apis"], o["apis_from"]) == (["chat", "responses"], "host api.openai.com")
     assert (local["apis"], local["apis_from"]) == (["chat", "messages", "responses"], "default")
     assert c["apis"] == ["chat"] and "apis_from" not in c  # as configured
+
+
+def test_the_started_line_says_whether_tracing_is_on_and_where_to(tmp_path: Path) -> None:
+    port = free_port()
+    cfg = write(tmp_path, f"server: {{port: {port}, drain_s: 0}}\n"
+                          "upstreams: [{name: a, base_url: 'http://127.0.0.1:9/v1'}]\n")
+    code, out, _ = run_until_ready(cfg, port)
+    assert code == 0 and _started(out)["tracing"] == "off"
+    cfg = write(tmp_path, f"server: {{port: {port}, drain_s: 0}}\n"
+                          "upstreams: [{name: a, base_url: 'http://127.0.0.1:9/v1'}]\n"
+                          f"tracing: {{enabled: true, endpoint: 'http://u:pw-5ecret@127.0.0.1:{free_port()}', sample_ratio: 0.1}}\n")
+    code, out, err = run_until_ready(cfg, port)
+    assert code == 0
+    tracing = _started(out)["tracing"]
+    assert tracing["sample_ratio"] == 0.1 and tracing["endpoint"].startswith("http://127.0.0.1:")  # type: ignore[index]
+    assert "5ecret" not in out + err
 
 
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server (scripts/test-deps.sh)")

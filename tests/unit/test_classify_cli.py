@@ -53,6 +53,12 @@ def test_request_size_is_optional_evidence() -> None:
     assert json.loads(out)["type"] == "context_overflow"
 
 
+def test_the_host_is_optional_evidence() -> None:
+    body = '{"status":429,"error":"INSUFFICIENT QUOTA","message":"You exceeded your current limit of concurrent requests."}'
+    _, out = run(["--status", "429", "--host", "api.scaleway.ai", "--json"], stdin=body)
+    assert json.loads(out)["type"] == "rate_limit"
+
+
 def test_wired_as_a_subcommand_of_the_console_script() -> None:
     # The real entry point, as an operator runs it; `--config PATH` keeps starting the server.
     proc = subprocess.run(

@@ -70,6 +70,28 @@ def test_env_expansion_with_defaults() -> None:
     assert cfg.upstreams[0].base_url == "http://h:1/v1"
 
 
+def test_a_required_variable_refuses_unset_and_empty_alike() -> None:
+    text = "upstreams: [{name: a, base_url: 'http://x/v1', api_key: '${KEY:?set it to your key}'}]"
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, env={})
+    assert e.value.problems == ("environment variable KEY is not set: set it to your key",)
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, env={"KEY": ""})
+    assert e.value.problems == ("environment variable KEY is empty: set it to your key",)
+    assert parse_config(text, env={"KEY": "sk-1"}).upstreams[0].api_key == "sk-1"
+    with pytest.raises(ConfigError, match=r"environment variable KEY is empty \(it must not be empty\)"):
+        parse_config(text.replace(":?set it to your key", ":?"), env={"KEY": ""})
+
+
+def test_the_openai_example_takes_the_port_and_refuses_an_empty_key() -> None:
+    path = ROOT / "config/examples/openai.yaml"
+    cfg = load_config(path, env={"OPENAI_API_KEY": "sk-1", "GATEWAY_PORT": "9099"})
+    assert cfg.server.port == 9099 and cfg.upstreams[0].api_key == "sk-1"
+    for env in ({}, {"OPENAI_API_KEY": ""}):
+        with pytest.raises(ConfigError, match="environment variable OPENAI_API_KEY is"):
+            load_config(path, env=env)
+
+
 def test_unset_variable_without_default_is_an_error() -> None:
     with pytest.raises(ConfigError, match="environment variable NOPE is not set"):
         parse_config("upstreams: [{name: a, base_url: '${NOPE}'}]", env={})
@@ -284,7 +306,10 @@ def test_a_pool_deployment_keeps_no_fallbacks_of_its_own_and_a_pool_lists_a_depl
     with pytest.raises(ConfigError) as e:
         parse_config("upstreams: [{name: a, base_url: 'http://x/v1', fallbacks: [b]}, {name: b, base_url: 'http://y/v1'}]\n"
                      "pools: [{name: p, deployments: [a, a]}]\n", env={})
-    assert e.value.problems == ("pools[0].deployments: lists a deployment twice: a",)
+    assert e.value.problems == (  # both, in one pass
+        "pools[0].deployments: lists a deployment twice: a",
+        "upstreams: upstream 'a' is a deployment of pool 'p', where its fallbacks go (pools[].fallbacks)",
+    )
     with pytest.raises(ConfigError) as e:
         parse_config("upstreams: [{name: a, base_url: 'http://x/v1', fallbacks: [b]}, {name: b, base_url: 'http://y/v1'}]\n"
                      "pools: [{name: p, models: 'gpt-*', deployments: [a]}]\n", env={})
@@ -302,13 +327,68 @@ def test_an_upstream_may_fall_back_to_a_pool_and_a_pool_to_itself_not() -> None:
     assert e.value.problems == ("pools: pool 'p' lists itself as a fallback",)
 
 
+def test_a_bad_value_from_a_variable_names_the_variable_and_its_value() -> None:
+    text = ("server: {port: '${GATEWAY_PORT:-8080}'}\n"
+            "upstreams: [{name: a, base_url: '${UPSTREAM_BASE_URL}'}, {name: b, base_url: '${UPSTREAM_TOKEN}'},"
+            " {name: c, base_url: 'http://x/v1', context_window: '${CTX}'}]\n"
+            "state: {backend: redis, url: '${REDIS_URL}'}")
+    env = {"GATEWAY_PORT": "abc", "UPSTREAM_BASE_URL": "ftp://h/v1", "UPSTREAM_TOKEN": "tok-5ecret",
+           "CTX": "lots", "REDIS_URL": "http://:pa55@r:6379"}
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, env=env)
+    assert e.value.problems == (
+        "server.port: GATEWAY_PORT=abc: Input should be a valid integer, unable to parse string as an integer",
+        "upstreams[0].base_url: UPSTREAM_BASE_URL=ftp://h/v1: must be an absolute http:// or https:// URL",
+        # A variable named like a credential is never printed, nor a URL's password.
+        "upstreams[1].base_url: UPSTREAM_TOKEN=<hidden>: must be an absolute http:// or https:// URL",
+        "upstreams[2].context_window: CTX=lots: Input should be a valid integer, unable to parse string as an integer",
+        "state.url: REDIS_URL=http://***@r:6379: must be a redis://, rediss:// or unix:// URL",
+    )
+    # A default that is wrong is in the file for all to see: no variable to name.
+    with pytest.raises(ConfigError) as e:
+        parse_config("server: {port: '${GATEWAY_PORT:-abc}'}\n" + MINIMAL, env={})
+    assert e.value.problems[0].startswith("server.port: Input should be a valid integer")
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "257", "-1", "[1]"])
+def test_workers_out_of_range_or_not_a_number_is_one_line(value: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        parse_config(f"server: {{workers: {value}}}\n" + MINIMAL, env={})
+    assert e.value.problems == ("server.workers: must be an integer between 1 and 256, or auto",)
+    with pytest.raises(ConfigError) as e:
+        parse_config("server: {workers: '${GATEWAY_WORKERS}'}\n" + MINIMAL, env={"GATEWAY_WORKERS": "many"})
+    assert e.value.problems == ("server.workers: GATEWAY_WORKERS=many: must be an integer between 1 and 256, or auto",)
+    assert parse_config("server: {workers: '${GATEWAY_WORKERS}'}\n" + MINIMAL, env={"GATEWAY_WORKERS": "4"}
+                        ).server.workers == 4
+
+
+def test_cross_section_problems_are_reported_with_field_errors() -> None:
+    text = ("server: {port: x}\n"
+            "upstreams: [{name: a, base_url: 'http://x/v1', fallbacks: backup}, {name: a, base_url: 'http://y/v1'},"
+            " {name: c, base_url: 'http://z/v1', fallbacks: [c], max_connections: 0}]\n"
+            "pools: [{name: p, deployments: [a, ghost]}, {name: q, deployments: [c], models: [bad]}]")
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, env={})
+    assert e.value.problems == (
+        "server.port: Input should be a valid integer, unable to parse string as an integer",
+        "upstreams[2].max_connections: Input should be greater than 0",
+        "pools: pool 'p' names deployments that are no upstream: ghost (upstream names: a, a, c)",
+        "upstreams: upstream 'a' names unknown fallbacks: backup (upstream and pool names: a, c, p, q)",
+        "upstreams: upstream 'c' lists itself as a fallback",
+        "upstreams: upstream 'a' is a deployment of pool 'p', where its fallbacks go (pools[].fallbacks)",
+        "upstreams: upstream 'c' is a deployment of pool 'q', where its fallbacks go (pools[].fallbacks)",
+        "upstreams: upstream names must be unique, repeated: a",
+        "pools: pools 'p' and 'q' both claim models matching * / bad; a model has one pool",
+    )
+
+
 def test_redis_without_a_loop_breaker_secret_is_a_warning() -> None:
     redis = MINIMAL + "\nstate: {backend: redis, url: 'redis://127.0.0.1:6379/0'}"
     warnings = config_warnings(parse_config(redis, env={}))
     assert [w for w in warnings if "loop_breaker.secret" in w] == [
-        "state.backend is redis but loop_breaker.secret is not set: each replica draws its own, so "
-        "replicas never share remembered answers; give every replica the same secret "
-        "(loop_breaker: {secret: ${LOOP_BREAKER_SECRET}})"
+        "state.backend is redis but loop_breaker.secret is not set: each replica draws its own "
+        "(the workers of one replica share their supervisor's), so separate replicas never share "
+        "remembered answers; give every replica the same secret (loop_breaker: {secret: ${LOOP_BREAKER_SECRET}})"
     ]
     assert not config_warnings(parse_config(redis + "\nloop_breaker: {secret: shared}", env={}))
     assert not config_warnings(parse_config(redis + "\nloop_breaker: {enabled: false}", env={}))

@@ -99,3 +99,23 @@ def test_the_agent_snippets_say_what_a_new_user_trips_over() -> None:
     ai_sdk = agents[agents.index("### Vercel AI SDK"):]
     assert 'openai.chat("' in ai_sdk and "@ai-sdk/anthropic" in ai_sdk
     assert re.search(r'createAnthropic\(\{ baseURL: "http://127\.0\.0\.1:8080/v1"', ai_sdk)
+
+
+def test_readme_commands_run_one_way() -> None:
+    # Said once (activate .venv or prefix .venv/bin/), then every command is written bare: a
+    # reader who activated the venv can paste any of them, and none looks different from the rest.
+    assert "`. .venv/bin/activate`" in README
+    blocks = re.findall(r"```(?:sh|bash)\n(.*?)```", README, re.S)
+    commands = [line.strip() for block in blocks for line in block.splitlines()]
+    commands += re.findall(r"`((?:\.venv/bin/)?(?:python|llm-gateway) [^`]*)`", README)
+    assert commands and not [c for c in commands if c.startswith(".venv/bin/")]
+
+
+def test_the_license_is_an_spdx_expression_setuptools_reads() -> None:
+    # A {text = ...} table is deprecated (setuptools' notice sets 2027-02-18); a string is an SPDX
+    # expression from setuptools 77 on, which the build must then require.
+    import tomllib
+
+    meta = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    assert meta["project"]["license"] == "Apache-2.0"
+    assert "setuptools>=77" in meta["build-system"]["requires"]

@@ -1,7 +1,7 @@
 """Tracing's switch and its pure attribute builders."""
 
 from gateway.config import TracingConfig
-from gateway.tracing import NO_TRACING, build_tracing, wanted
+from gateway.tracing import NO_TRACING, build_tracing, summary, wanted
 from gateway.tracing.attrs import compression_attrs, provider_name, redact, response_attrs, stream_identity
 
 
@@ -16,6 +16,21 @@ def test_off_unless_config_or_an_otlp_endpoint_says_on() -> None:
     # The standard kill switch wins over everything.
     assert not wanted(TracingConfig(enabled=True), {"OTEL_SDK_DISABLED": "true"})
     assert build_tracing(off, lambda: 0.0, {}) is NO_TRACING
+
+
+def test_the_started_line_says_where_spans_go_and_how_many_without_credentials() -> None:
+    off = TracingConfig()
+    assert summary(off, {}) == "off"
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "https://user:t0ken@collector.example:4318/?api_key=t0ken"}
+    assert summary(off, env) == {"endpoint": "https://collector.example:4318/v1/traces", "sample_ratio": 1.0}
+    env = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://[::1]:4318/custom", "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+           "OTEL_TRACES_SAMPLER_ARG": "0.1", "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer t0ken"}
+    assert summary(off, env) == {"endpoint": "http://[::1]:4318/custom", "sample_ratio": 0.1}
+    assert summary(off, {**env, "OTEL_TRACES_SAMPLER": "always_off"})["sample_ratio"] == 0.0  # type: ignore[index]
+    on = TracingConfig(enabled=True, endpoint="http://c:4318/", sample_ratio=0.25)
+    assert summary(on, env) == {"endpoint": "http://c:4318/v1/traces", "sample_ratio": 0.25}
+    assert summary(TracingConfig(enabled=True), {}) == {"endpoint": "http://localhost:4318/v1/traces", "sample_ratio": 1.0}
+    assert "t0ken" not in repr([summary(off, e) for e in (env,)])
 
 
 def test_on_builds_an_sdk_tracer_with_the_service_name_from_config_or_env() -> None:

@@ -291,9 +291,11 @@ def openai_error_fields(e: ForeignError) -> tuple[int, str, str, str]:
     c = e.classification
     message = c.message or f"the upstream answered {e.upstream_status}"
     if c.type is ErrorType.CONTEXT_OVERFLOW:
+        # OpenAI's own sentence and nothing after it: the provider's words, which say the same
+        # numbers again, are in x_llm_upstream for whoever wants them.
         prompt, limit = overflow_numbers(e)
         message = (f"This model's maximum context length is {limit} tokens. However, your messages "
-                   f"resulted in {prompt} tokens. (upstream: {message})")  # fmt: skip
+                   f"resulted in {prompt} tokens.")  # fmt: skip
         return 400, *_OPENAI_CLASS[c.type], message
     if c.type in _OPENAI_CLASS:
         status = 401 if c.type is ErrorType.AUTH and e.status not in (401, 403) else e.status

@@ -71,7 +71,7 @@ CASES = IN_SAMPLE  # the rules were written against these
 ALL_CASES = CASES + HELD_OUT  # held-out bodies are measured in test_heldout.py
 # Every field a case may carry is explained in tests/corpus/README.md ("file" is added on load).
 DOCUMENTED_FIELDS = {
-    "name", "provider", "origin", "status", "api", "stream", "headers", "body", "expected", "source", "file",
+    "name", "provider", "origin", "host", "status", "api", "stream", "headers", "body", "expected", "source", "file",
 }  # fmt: skip
 
 
@@ -267,3 +267,19 @@ def test_a_spent_window_header_does_not_make_a_400_a_rate_limit() -> None:
     # ... and a 403 about access, with every window to spare, stays auth.
     fresh = {"x-ratelimit-remaining-requests": "499", "x-ratelimit-reset-requests": "6m0s"}
     assert classify(403, fresh, b'{"error": {"message": "Project does not have access"}}', now_s=NOW).type is ErrorType.AUTH
+
+
+SCALEWAY_429 = b'{"status":429,"error":"INSUFFICIENT QUOTA","message":"You exceeded your current limit of concurrent requests."}'
+
+
+@pytest.mark.parametrize(
+    ("host", "expected"),
+    [(None, ErrorType.BUDGET), ("api.openai.com", ErrorType.BUDGET), ("api.scaleway.ai", ErrorType.RATE_LIMIT),
+     ("API.Scaleway.ai.", ErrorType.RATE_LIMIT)],
+)
+def test_a_hosts_own_documentation_outweighs_borrowed_quota_wording(host: str | None, expected: ErrorType) -> None:
+    c = classify(429, {}, SCALEWAY_429, now_s=NOW, request=RequestFacts(host=host))
+    assert c.type is expected
+    # An empty balance said outright is money on any host.
+    broke = b'{"error":{"message":"Insufficient balance","code":"insufficient_quota"}}'
+    assert classify(429, {}, broke, now_s=NOW, request=RequestFacts(host=host)).type is ErrorType.BUDGET
