@@ -153,14 +153,14 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     refused = _authenticate(svc, request)
     if refused is not None:
         return await relay(request, svc, state, refused)
+    try:  # first: an absolute-URI target (``GET http://169.254.169.254/v1/models``) is refused
+        url_for = upstream_url("", request.raw_path.split("?", 1)[0], request.query_string)
+    except UnsafePath as e:
+        return await relay(request, svc, state, bad_request(str(e), "invalid_path"))
     if request.method == "GET" and request.path == "/v1/models":
         merged = await list_models(request)
         if merged is not None:
             return merged
-    try:
-        url_for = upstream_url("", request.raw_path.split("?", 1)[0], request.query_string)
-    except UnsafePath as e:
-        return await relay(request, svc, state, bad_request(str(e), "invalid_path"))
     body = await read_body(request, svc.cfg.server.max_body_bytes, svc.cfg.timeouts.idle_s)
     if isinstance(body, Failure):
         return await relay(request, svc, state, body)

@@ -197,7 +197,7 @@ def test_the_pool_tour_as_printed(tmp_path: Path) -> None:
     script = re.search(r"```sh\n(.*?)```", block, re.S)
     assert script is not None
     lines = script.group(1).split("\n")
-    assert lines[0].startswith(".venv/bin/python -m gateway.fake --limited fake-key-b")
+    assert lines[0].startswith("python -m gateway.fake --limited fake-key-b")
     assert lines[1].startswith("make run CONFIG=config/examples/fake-pool.yaml")
     loop = "\n".join(lines[2:])
     fake_port, gw_port = free_port(), free_port()

@@ -102,8 +102,9 @@ def made_codes() -> dict[str, set[int | None]]:
         # Error payloads a reader makes up for an upstream's broken stream (`"code": "..."`).
         for d in (n for n in ast.walk(tree) if isinstance(n, ast.Dict)):
             pairs = {k.value: v for k, v in zip(d.keys, d.values, strict=True) if isinstance(k, ast.Constant)}
-            if isinstance(pairs.get("code"), ast.Constant) and isinstance(pairs["status"], ast.Constant):
-                codes.setdefault(pairs["code"].value, set()).add(pairs["status"].value)  # type: ignore[union-attr]
+            if "code" in pairs and isinstance(pairs.get("status"), ast.Constant):
+                for c in _strings(pairs["code"], [tree, constants]) or ():  # a literal, or a constant's
+                    codes.setdefault(c, set()).add(pairs["status"].value)  # type: ignore[union-attr]
     for status, code, _ in outcome._TRANSPORT_MESSAGES.values():
         codes.setdefault(code, set()).add(status)
     for kind in relay._TRANSPORT_TEXT:  # a stream under way ends with the transport failure's name
