@@ -35,6 +35,8 @@ from gateway.tracing.attrs import P
 log = logging.getLogger("gateway.decisions")
 
 _RESETS = (SitOut.RATE_LIMIT, SitOut.HEADROOM)  # sit-outs that end at a rate limit's reset
+# Failures of a deployment's key (it sits out), as opposed to the provider's or the request's.
+_SAT_OUT = frozenset({ErrorType.RATE_LIMIT, ErrorType.BUDGET, ErrorType.AUTH})
 
 
 async def send_pool(
@@ -240,16 +242,18 @@ async def _all_sitting_out(
     svc: Services, state: RequestState, plan: RetryPlan, pool: PoolRuntime, last: Sent | None,
     tried: set[str],
 ) -> Sent | None:  # fmt: skip
-    """No sibling is left to try, nor a later hop. The rate-limit rule applies to the earliest
-    reset among the siblings sitting out: waited for when within ``max_retry_after_s`` (one
-    retry of the class; None: try again now), else the answer goes back stamped with it."""
+    """No sibling is left to try, nor a later hop. When some sibling waits for a rate limit's
+    reset, the pool serves again at the earliest one, whatever the others sit out for (an
+    exhausted key, a refused one): the rate-limit rule applies to it, waited for when within
+    ``max_retry_after_s`` (one retry of the class; None: try again now), else the answer goes
+    back stamped with it. A request that met an outage (or a request error) keeps its answer."""
     assert svc.pool_state is not None
     now_ms = svc.wall() * 1000
     views = [svc.pool_state.view(i, up.cfg, state.model, now_ms) for i, up in enumerate(pool.members)]
     waiting = [v for v in views if v.out_why in _RESETS and v.out_until_ms > now_ms]
     answer = last.outcome if last is not None else None
     failed = answer.classification if isinstance(answer, Failure) else None
-    if not waiting or (failed is not None and failed.type is not ErrorType.RATE_LIMIT):
+    if not waiting or (failed is not None and failed.type not in _SAT_OUT):
         if last is not None:
             return last
         return Sent(_every_key_out(svc, state, pool, views, now_ms), None)
@@ -274,7 +278,8 @@ async def _all_sitting_out(
             tried.discard(earliest.name)
             return None
     state.retries_settled = plan.stopped in SETTLED
-    if isinstance(answer, Failure):
+    if isinstance(answer, Failure) and failed is not None and failed.type is ErrorType.RATE_LIMIT:
+        # The provider's own 429, with the pool's earliest reset.
         return Sent(replace(answer, classification=c), last.call if last is not None else None)
     state.upstream = pool.cfg.name  # no deployment was asked: the pool answered
     failure = gateway_failure(

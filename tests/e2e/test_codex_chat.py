@@ -90,8 +90,11 @@ def test_codex_runs_a_shell_call_loop_on_a_chat_upstream(
     assert assistant["tool_calls"][0]["id"] == "call_sh1" and assistant["content"] == ""
     assert tool == {**tool, "role": "tool", "tool_call_id": "call_sh1"} and "hi-from-shell" in tool["content"]
     assert "Process exited with code 0" in tool["content"]  # Codex really ran it
-    # The reasoning item did not trouble Codex, and reasoning never goes back upstream.
-    assert "The user wants" not in str(second["messages"])
+    # The reasoning item did not trouble Codex; Codex replays it and it goes back as that turn's
+    # reasoning (issue #36: DeepSeek's thinking mode requires it on a tool-call turn), never as text.
+    assert assistant.get("reasoning_content") == "The user wants a shell command."
+    assert "The user wants" not in str([{k: v for k, v in m.items() if k != "reasoning_content"}
+                                        for m in second["messages"]])
 
 
 def test_codex_dispatches_a_namespaced_call_by_name_and_namespace(

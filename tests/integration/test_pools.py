@@ -372,3 +372,15 @@ async def test_an_overflow_goes_to_the_sibling_with_the_larger_window_first(make
     assert status == 200 and headers["x-llm-upstream"] == "c"
     assert _calls(fakes) == {"a": 1, "b": 0, "c": 1}
     assert "x-llm-compressed" not in headers
+
+
+async def test_a_key_out_of_credit_last_does_not_hide_a_sibling_back_in_ten_minutes(make_pool: MakePool) -> None:
+    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
+                                member_extra={"a": ", weight: 1000000"})  # fmt: skip
+    fakes["a"].always = Reply(429, RATE_LIMITED, {"retry-after": "600"})
+    fakes["b"].always = Reply(429, NO_QUOTA)
+    status, headers, body = await gw.chat()
+    # b is out of credit, but a serves again in 10 minutes: a rate limit with a's reset, not a 402.
+    assert status == 429 and headers["x-llm-error-type"] == "rate_limit"
+    assert 599 <= int(headers["retry-after"]) <= 600
+    assert json.loads(body)["error"]["code"] == "pool_rate_limited"

@@ -1,0 +1,121 @@
+"""Who is calling: the gateway keys a team hands out, each with a name and its own rules.
+
+A key is kept only as its SHA-256 digest (the config may hold the digest itself, or the key
+through ``${ENV}``), and looked up by digest. A lookup's timing can tell at most something
+about the digest of what was sent, which the sender cannot steer toward a real key's: unlike
+comparing key bytes, it leaks nothing about any configured key.
+
+A key is accepted in each agent's own header: ``Authorization: Bearer`` (the OpenAI SDKs,
+Codex, opencode), ``x-api-key`` (Claude Code, the anthropic SDK), ``api-key`` (Azure
+clients) and ``x-goog-api-key`` (Gemini CLI, google-genai). A request that presents several
+is let in when any of them is a key, since SDKs add their own header next to a custom one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+
+from gateway.keys.periods import Period
+
+CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key", "x-goog-api-key")
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    usd: float
+    period: Period
+
+
+@dataclass(frozen=True, slots=True)
+class KeySpec:
+    """One key's name and rules; what logs and metrics show of it is ``name`` alone."""
+
+    name: str
+    team: str | None = None
+    models: tuple[str, ...] = ("*",)
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    parallel: int | None = None
+    budget: Budget | None = None
+    team_budget: Budget | None = None
+    admin: bool = False
+    _allowed: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
+
+    def allows(self, model: str | None) -> bool:
+        if self.models == ("*",):
+            return True
+        if not model:
+            return True  # a request without a model (a listing) names nothing to refuse
+        found = self._allowed.get(model)
+        if found is None:
+            found = any(fnmatchcase(model, g) for g in self.models)
+            if len(self._allowed) < 1024:  # model names come from clients
+                self._allowed[model] = found
+        return found
+
+    @property
+    def limited(self) -> bool:
+        """Whether anything about this key is counted (else the accounting is skipped)."""
+        return any(v is not None for v in (self.requests_per_minute, self.tokens_per_minute, self.parallel,
+                                           self.budget, self.team_budget))  # fmt: skip
+
+
+def digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8", "surrogateescape")).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class Identified:
+    outcome: str  # "not_required" | "ok" | "missing" | "invalid"
+    key: KeySpec | None = None
+
+
+_NOT_REQUIRED = Identified("not_required")
+_MISSING = Identified("missing")
+_INVALID = Identified("invalid")
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRing:
+    """Every accepted key by digest. Empty: the gateway asks no key of anyone."""
+
+    by_digest: Mapping[bytes, KeySpec] = field(default_factory=dict)
+
+    @property
+    def required(self) -> bool:
+        return bool(self.by_digest)
+
+    def identify(self, headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> Identified:
+        if not self.by_digest:
+            return _NOT_REQUIRED
+        presented = credentials(headers)
+        if not presented:
+            return _MISSING
+        for candidate in presented:
+            spec = self.by_digest.get(digest(candidate))
+            if spec is not None:
+                return Identified("ok", spec)
+        return _INVALID
+
+    def names(self) -> list[str]:
+        return sorted({s.name for s in self.by_digest.values()})
+
+    def __repr__(self) -> str:
+        return f"KeyRing(keys={len(self.by_digest)})"
+
+
+def credentials(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> list[str]:
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    out = []
+    for name, value in items:
+        lname = name.lower()
+        if lname == "authorization":
+            scheme, _, token = value.strip().partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                out.append(token.strip())
+        elif lname in CREDENTIAL_HEADERS and value.strip():
+            out.append(value.strip())
+    return out

@@ -1,0 +1,66 @@
+"""Prices and costs (gateway/keys/prices.py): the shipped table, overrides, usage to dollars."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.keys.prices import SHIPPED, Cost, Price, PriceTable, cost_of, worst_case
+
+
+@pytest.mark.parametrize(("model", "expected"), [
+    ("claude-sonnet-4-5", Price(3.0, 15.0, 0.30, 3.75)),
+    ("claude-sonnet-4-5-20250929", Price(3.0, 15.0, 0.30, 3.75)),
+    ("claude-opus-4-8", Price(5.0, 25.0, 0.50, 6.25)),
+    ("claude-opus-4-1-20250805", Price(15.0, 75.0, 1.50, 18.75)),
+    ("claude-haiku-4-5", Price(1.0, 5.0, 0.10, 1.25)),
+    ("gpt-5-codex", Price(1.25, 10.0, 0.125)),
+    ("gpt-5-mini", Price(0.25, 2.0, 0.025)),
+    ("gpt-4o-mini-2024-07-18", Price(0.15, 0.60, 0.075)),
+    ("gpt-4o", Price(2.50, 10.0, 1.25)),
+    ("gpt-4.1-nano", Price(0.10, 0.40, 0.025)),
+    ("o4-mini", Price(1.10, 4.40, 0.275)),
+    ("qwen3-coder", None),
+    (None, None),
+])  # fmt: skip
+def test_the_shipped_table_picks_the_most_specific_price(model: str | None, expected: Price | None) -> None:
+    assert PriceTable().price_for(model) == expected
+
+
+def test_every_shipped_glob_is_reachable() -> None:
+    """No glob is shadowed by an earlier, broader one (the table is ordered specific first)."""
+    table = PriceTable()
+    for pattern, price in SHIPPED:
+        assert table.price_for(pattern.rstrip("*") + "x") is price or table.price_for(pattern.rstrip("*")) is price, pattern
+
+
+def test_an_operator_price_comes_before_the_shipped_one() -> None:
+    table = PriceTable.of({"gpt-4o*": Price(1.0, 2.0), "my-local-*": Price(0.0, 0.0)})
+    assert table.price_for("gpt-4o-mini") == Price(1.0, 2.0)
+    assert table.price_for("my-local-model") == Price(0.0, 0.0)
+    assert table.price_for("claude-haiku-4-5") == Price(1.0, 5.0, 0.10, 1.25)
+
+
+def test_cost_splits_the_prompt_into_fresh_cached_and_written_tokens() -> None:
+    sonnet = Price(3.0, 15.0, 0.30, 3.75)
+    # Claude Code's second turn: 1,000 fresh, 20,000 read from the cache, 2,000 written, 500 out.
+    usage = {"prompt": 23_000, "cache_read": 20_000, "cache_write": 2_000, "completion": 500}
+    expected = (1_000 * 3.0 + 20_000 * 0.30 + 2_000 * 3.75 + 500 * 15.0) / 1e6
+    assert cost_of(sonnet, usage) == Cost(pytest.approx(expected), True)  # type: ignore[arg-type]
+    # OpenAI: no cache-write price, cached input at its own.
+    mini = Price(0.15, 0.60, 0.075)
+    assert cost_of(mini, {"prompt": 1_000, "cache_read": 600, "completion": 100}).usd == pytest.approx(
+        (400 * 0.15 + 600 * 0.075 + 100 * 0.60) / 1e6)
+
+
+def test_a_model_without_a_price_costs_nothing_and_says_so() -> None:
+    assert cost_of(None, {"prompt": 10, "completion": 10}) == Cost(0.0, False)
+    assert worst_case(None, 1000, 1000) == 0.0
+
+
+def test_inconsistent_counts_are_clamped_never_negative() -> None:
+    p = Price(1.0, 1.0, 0.5, 2.0)
+    assert cost_of(p, {"prompt": 10, "cache_read": 50, "cache_write": 50}).usd == pytest.approx(10 * 0.5 / 1e6)
+
+
+def test_the_worst_case_is_the_whole_prompt_uncached_and_every_output_token() -> None:
+    assert worst_case(Price(3.0, 15.0, 0.30, 3.75), 20_000, 64_000) == pytest.approx((20_000 * 3 + 64_000 * 15) / 1e6)
