@@ -110,6 +110,17 @@ def test_down_opens_the_circuit(demo: Demo) -> None:
     assert statuses == [(503, "3"), (503, "1"), (503, "1"), (503, "0")]
 
 
+def test_down_on_two_models_leaves_the_other_models_answered(demo: Demo) -> None:
+    # A newcomer trying `down` on two models: fake.yaml keeps the upstream's own circuit shut
+    # (models_to_open), so `ok` still answers; only each down model's circuit opens.
+    for i, model in enumerate(["gpt-4o-mini-down", "claude-sonnet-4-5-down"] * 2):
+        with pytest.raises(openai.APIStatusError):
+            demo.oa().chat.completions.create(model=model, messages=[{"role": "user", "content": f"try {i}"}])
+    r = demo.oa().chat.completions.with_raw_response.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": "still there?"}])
+    assert r.parse().choices[0].message.content and r.headers["x-llm-attempts"] == "1"
+
+
 @pytest.mark.parametrize("api", ["chat", "messages", "responses"])
 def test_overflow_is_compressed_once_on_every_api(demo: Demo, api: str) -> None:
     convo = agent_conversation(30)
