@@ -693,7 +693,7 @@ class GatewayConfig(_Model):
 
 def config_warnings(cfg: GatewayConfig) -> list[str]:
     """Settings that are valid but almost certainly not what was meant, one line each."""
-    out = []
+    out = _shadowed(cfg)
     for i, u in enumerate(cfg.upstreams):
         if urlsplit(u.base_url).path in ("", "/"):
             # /v1/<rest> maps onto base_url + /<rest>, so a bare host loses the /v1.
@@ -723,6 +723,40 @@ def config_warnings(cfg: GatewayConfig) -> list[str]:
             "again; an outage is learnt once per worker); state: {backend: redis} shares them"
         )
     return out
+
+
+def _shadowed(cfg: GatewayConfig) -> list[str]:
+    """Upstreams no model is routed to: routing tries pools, then the upstreams outside them in
+    order, first match wins, so one whose every pattern an earlier one covers never gets a turn."""
+    pooled = {d for p in cfg.pools for d in p.deployments}
+    fallbacks = {f for u in cfg.upstreams for f in u.fallbacks} | {f for p in cfg.pools for f in p.fallbacks}
+    earlier = [(f"pools[{i}] ({p.name})", p.models) for i, p in enumerate(cfg.pools)]
+    out, first = [], True
+    for i, u in enumerate(cfg.upstreams):
+        if u.name in pooled:  # a deployment is picked by its pool, never by its own models
+            continue
+        if not first and all(any(_covers(q, p) for _, qs in earlier for q in qs) for p in u.models):
+            by = [name for name, qs in earlier if any(_covers(q, p) for q in qs for p in u.models)]
+            # A spare kept for fallbacks is a fine setup: say so, rather than call it unused.
+            role, fix = ", nor anyone's fallback", "list it first or narrow their models"
+            if u.name in fallbacks:
+                role, fix = "; reached only as a fallback", "fine for a spare"
+            out.append(f"upstreams[{i}] ({u.name}) is never chosen for any model{role}: every model it "
+                       f"matches ({', '.join(u.models)}) goes to {', '.join(by)} first (the first match "
+                       f"wins); {fix}")  # fmt: skip
+        # The first upstream outside the pools also serves requests that name no model.
+        first = False
+        earlier.append((f"upstreams[{i}] ({u.name})", u.models))
+    return out
+
+
+def _covers(earlier: str, later: str) -> bool:
+    """Whether glob ``earlier`` matches every name glob ``later`` does. Matching the later
+    pattern's text is exact while ``earlier`` has only ``*`` wildcards; a ``?`` or ``[..]`` in it
+    could match one of ``later``'s wildcards as if it were a letter (``?`` against ``*``)."""
+    if set(earlier) & set("?[") and set(later) & set("*?["):
+        return False
+    return fnmatchcase(later, earlier)
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([-?])([^}]*))?\}")

@@ -76,17 +76,23 @@ def _keys(fake: ScenarioUpstream, args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     doc = scenarios.__doc__ or ""
+    # Plain text at 80 columns: the raw formatter keeps the docstring's own line breaks, and
+    # colour (argparse's default on a terminal from Python 3.14) is off, so --help reads the
+    # same piped, in a log or on a dumb terminal.
+    plain = {"color": False} if sys.version_info >= (3, 14) else {}
     parser = argparse.ArgumentParser(
         prog="python -m gateway.fake",
-        description="A fake LLM upstream speaking OpenAI chat completions, Anthropic Messages and "
-        "OpenAI Responses, with named failures to watch the gateway handle.",
-        epilog="scenarios:\n" + doc[doc.index("    ok") : doc.index('"Then')].rstrip() + "\n\n" + doc[doc.index('"Then') :],
+        description="A fake LLM upstream speaking OpenAI chat completions, Anthropic Messages\n"
+        "and OpenAI Responses, with named failures to watch the gateway handle.",
+        epilog="scenarios, picked per request by the model name (gpt-4o-mini-429, claude-tool):\n"
+        + doc[doc.index("    ok") : doc.index('"Then')].rstrip() + "\n\n" + doc[doc.index('"Then') :],
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        **plain,  # type: ignore[arg-type]
     )  # fmt: skip
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9000)
-    parser.add_argument("--scenario", default="ok", choices=SCENARIOS,
-                        help="for requests whose model names none (default: ok)")  # fmt: skip
+    parser.add_argument("--scenario", default="ok", choices=SCENARIOS, metavar="NAME",
+                        help="the scenario (below) of requests whose model names none (default: ok)")  # fmt: skip
     parser.add_argument("--wait-s", type=float, default=2.0, help="the wait a 429 asks for (default: 2)")
     parser.add_argument("--context-window", type=int, default=2000,
                         help="overflow: the limit in estimated tokens (default: 2000)")  # fmt: skip

@@ -1,27 +1,34 @@
-"""Named failures, for watching the gateway work without a provider (``python -m gateway.fake``).
+"""Named failures, for watching the gateway work without a provider (python -m gateway.fake).
 
-A request picks its scenario by its model name: the whole name or its last ``-`` part
-(``429``, ``gpt-4o-mini-429``, ``claude-sonnet-4-5-overflow``); any other model gets the
-default scenario (``--scenario``, ``ok`` unless given). Every scenario speaks the API the
-request came on (chat completions, Messages, Responses), with that API's own error bodies.
+A request picks its scenario by its model name: the whole name or its last "-" part
+(429, gpt-4o-mini-429, claude-sonnet-4-5-overflow); any other model gets the default
+scenario (--scenario, ok unless given). Every scenario speaks the API the request came on
+(chat completions, Messages, Responses), with that API's own bodies and errors.
 
     ok        a normal answer (streamed when the request streams)
-    429       a rate limit asking for a wait (retry-after: --wait-s, 2 s), then a normal answer
+    tool      a call of a shell tool the request declares (Claude Code's Bash,
+              Codex's exec_command, else its first function); once the request
+              carries the tool's result, an answer quoting it
+    429       a rate limit asking for a wait (retry-after: --wait-s, 2 s),
+              then a normal answer
     503       a 503 from an overloaded server, then a normal answer
     529       Anthropic's 529 overloaded_error, then a normal answer
     down      a 503, every time (watch the circuit open and refuse)
-    overflow  the API's own context-overflow error for a request over --context-window
-              (estimated) tokens, a normal answer under it: the gateway compresses once
-    cut       a stream cut after its first words (a request that does not stream: the
-              connection closed before any answer), then a normal answer
-    stall     a stream that goes silent after its first words (not streaming: no answer at
-              all), until the client gives up, then a normal answer
-    empty     an empty 200 stream, as llama-cpp-python answers a streamed overflow; a request
-              that does not stream gets a normal answer
+    overflow  the API's own context-overflow error for a request over
+              --context-window (estimated) tokens, a normal answer under it:
+              the gateway compresses once
+    cut       a stream cut after its first words (a request that does not
+              stream: the connection closed before any answer), then a normal
+              answer
+    stall     a stream that goes silent after its first words (not streaming:
+              no answer at all) until the client gives up, then a normal answer
+    empty     an empty 200 stream, as llama-cpp-python answers a streamed
+              overflow; a request that does not stream gets a normal answer
 
-"Then a normal answer": the failing scenarios alternate, so the 1st, 3rd, ... request with
-the scenario fails and the next one succeeds. The gateway's own retry is that next one, so a
-client sees the gateway recover (``x-llm-attempts: 2``) where a bare client would see the error.
+"Then a normal answer": a failing scenario alternates per model and API, so the
+1st, 3rd, ... request of one model on one API fails and the next one succeeds.
+The gateway's own retry is that next one, so a client sees the gateway recover
+(x-llm-attempts: 2) where a bare client would see the error.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
+from gateway.fake import tool_call
 from gateway.fake.chat import chunk, estimate_tokens, overflow_error
 from gateway.fake.messages import anthropic_error, anthropic_head, anthropic_overflow, text_delta
 from gateway.fake.responses import Seq, responses_deltas, responses_error, responses_head, responses_overflow
@@ -36,7 +44,7 @@ from gateway.fake.steps import Drop, Hang, Reply, Step, Stream
 from gateway.fake.upstream import FakeUpstream
 
 Api = Literal["chat", "messages", "responses"]
-SCENARIOS = ("ok", "429", "503", "529", "down", "overflow", "cut", "stall", "empty")
+SCENARIOS = ("ok", "tool", "429", "503", "529", "down", "overflow", "cut", "stall", "empty")
 _ALTERNATING = frozenset({"429", "503", "529", "cut", "stall"})
 _FIRST_WORDS = ("The answer", " starts")
 
@@ -85,7 +93,7 @@ class ScenarioUpstream(FakeUpstream):
         self.wait_s = wait_s
         self.window = context_window
         self.log = log
-        self._seen: dict[str, int] = {}
+        self._seen: dict[tuple[str, str, Api], int] = {}
 
     def _default(self, payload: dict[str, Any]) -> Step:
         return self._pick("chat", payload) or super()._default(payload)
@@ -105,10 +113,16 @@ class ScenarioUpstream(FakeUpstream):
     def _pick(self, api: Api, payload: dict[str, Any]) -> Step | None:
         model = str(payload.get("model") or "")
         name = scenario_of(model, self.default)
-        n = self._seen[name] = self._seen.get(name, 0) + 1
+        key = f" key={self._key}" if self._key else ""
+        if name == "tool":
+            step, said = tool_call.answer(api, payload, model)
+            self.log(f"{api}{key} model={model or '-'} scenario={name} -> {said}")
+            return step
+        # Per model and API: two clients trying one scenario each see it fail first.
+        seen = (name, model, api)
+        n = self._seen[seen] = self._seen.get(seen, 0) + 1
         fails = name not in _ALTERNATING or n % 2 == 1
         step = self._failure(api, name, model, payload) if fails else None
-        key = f" key={self._key}" if self._key else ""
         self.log(f"{api}{key} model={model or '-'} scenario={name} -> {_describe(step)}")
         return step
 

@@ -314,7 +314,7 @@ def _cap_tool_outputs(
     """Before anything is sent: the per-tool projections (whenever a rule has one), the
     per-tool limits (when ``tool_outputs.upfront``), then the opt-in cap on every output."""
     policy = svc.tool_outputs
-    if policy.rules:
+    if policy.rules or policy.upfront:
         upfront = policy.upfront
         stage = Stage("upfront", project=True, cut=upfront, exclude=upfront, window=up.cfg.context_window)
         handled, tally = dialect.tool_outputs(payload, policy, stage)

@@ -57,6 +57,9 @@ class ToolRule:
         return cls(pattern, jmespath.compile(project) if project else None, oversized, max_tokens, max_share)
 
 
+_NO_RULE = ToolRule("*")  # the section's own limits, cut to head and tail
+
+
 @dataclass(frozen=True, slots=True)
 class ToolOutputPolicy:
     rules: tuple[ToolRule, ...] = ()
@@ -128,9 +131,9 @@ def handle(
 ) -> Handled:
     """One tool output's content after its tool's rule; ``names`` are the tool's names
     (empty when the call it answers is not in the request)."""
-    rule = policy.rule_for(names or ("",))
-    if rule is None:
-        return Handled(content)
+    # A tool no rule names is still held to the section's limits (up front only with
+    # ``upfront``; the rescue cuts nothing here): "every tool output", rules refine per tool.
+    rule = policy.rule_for(names or ("",)) or _NO_RULE
     before = content_tokens(content)
     out = content
     if stage.project and rule.expression is not None:

@@ -20,6 +20,8 @@ import openai
 import pytest
 
 from tests.convo import agent_conversation
+from tests.e2e.test_claude_code import claude_bin  # noqa: F401  (the installed CLI, a fixture)
+from tests.e2e.test_codex import codex  # noqa: F401  (the installed CLI, a fixture)
 from tests.procs import ROOT, RunningProcess, base_env, free_port, start
 
 pytestmark = pytest.mark.e2e
@@ -108,6 +110,17 @@ def test_down_opens_the_circuit(demo: Demo) -> None:
     # ones meet the noted outage and get one attempt each (README, "the loop breaker"); the
     # circuit opens after 3 failed requests.
     assert statuses == [(503, "3"), (503, "1"), (503, "1"), (503, "0")]
+
+
+def test_down_on_two_models_leaves_the_other_models_answered(demo: Demo) -> None:
+    # A newcomer trying `down` on two models: fake.yaml keeps the upstream's own circuit shut
+    # (models_to_open), so `ok` still answers; only each down model's circuit opens.
+    for i, model in enumerate(["gpt-4o-mini-down", "claude-sonnet-4-5-down"] * 2):
+        with pytest.raises(openai.APIStatusError):
+            demo.oa().chat.completions.create(model=model, messages=[{"role": "user", "content": f"try {i}"}])
+    r = demo.oa().chat.completions.with_raw_response.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": "still there?"}])
+    assert r.parse().choices[0].message.content and r.headers["x-llm-attempts"] == "1"
 
 
 @pytest.mark.parametrize("api", ["chat", "messages", "responses"])
@@ -222,3 +235,76 @@ def test_the_pool_tour_as_printed(tmp_path: Path) -> None:
     assert set(upstreams) <= {"key-a", "key-c"}
     assert attempts.count("2") <= 1 and set(attempts) <= {"1", "2"}
     assert fake.logs().count("fake-key-b") <= 2  # the fake's line for the one call, if any
+
+
+@pytest.fixture(scope="module")
+def chat_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    """README's tool loop: the fake as it ships, the gateway on the default config with
+    UPSTREAM_APIS=chat (`make run`'s command, on the ports the test was given)."""
+    tmp = tmp_path_factory.mktemp("faketool")
+    fake_port, gw_port = free_port(), free_port()
+    fake = start([sys.executable, "-m", "gateway.fake", "--port", str(fake_port)], base_env(), fake_port,
+                 tmp / "fake.log", ready_path="/v1/models")  # fmt: skip
+    try:
+        env = base_env(GATEWAY_PORT=str(gw_port), UPSTREAM_BASE_URL=f"http://127.0.0.1:{fake_port}/v1",
+                       UPSTREAM_APIS="chat")  # fmt: skip
+        gw = start([sys.executable, "-m", "gateway", "--config", str(ROOT / "config/gateway.yaml")], env, gw_port,
+                   tmp / "gateway.log")  # fmt: skip
+        try:
+            yield Demo(fake, gw)
+        finally:
+            gw.stop()
+    finally:
+        fake.stop()
+
+
+def _tool_lines(demo: Demo, since: int) -> list[tuple[str, str]]:
+    """(API, what the fake answered) of each `tool` request it logged after offset ``since``."""
+    return re.findall(r"^fake: (\w+)(?: key=\S+)? model=\S+ scenario=tool -> (.+)$", demo.fake.logs()[since:], re.M)
+
+
+def test_claude_code_runs_the_tool_scenario_on_a_chat_only_upstream_as_printed(
+    claude_bin: Path, chat_only: Demo, tmp_path: Path  # noqa: F811
+) -> None:
+    import subprocess
+
+    readme = (ROOT / "README.md").read_text()
+    [line] = re.findall(r"^ANTHROPIC_BASE_URL=\S+ ANTHROPIC_AUTH_TOKEN=dummy claude --model \S+-tool .*$", readme, re.M)
+    assert "`UPSTREAM_APIS=chat make run`" in readme
+    home = tmp_path / "home"
+    home.mkdir()
+    since = len(chat_only.fake.logs())
+    env = {"PATH": f"{claude_bin.parent}:/usr/bin:/bin", "HOME": str(home)}  # a fresh user, no login
+    r = subprocess.run(["bash", "-c", line.replace("http://127.0.0.1:8080", chat_only.gw.base)], cwd=tmp_path,
+                       env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert "The tool answered: hello from a shell tool" in r.stdout
+    lines = _tool_lines(chat_only, since)
+    assert ("chat", "tool call Bash") in lines, lines  # translated: the fake spoke chat only
+    assert ("chat", "answer (tool result came back: 'hello from a shell tool')") in lines, lines
+
+
+def test_codex_runs_the_tool_scenario_on_a_chat_only_upstream(
+    codex: Path, chat_only: Demo, tmp_path: Path  # noqa: F811
+) -> None:
+    import subprocess
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### Codex"):]
+    toml = re.search(r"```toml\n(.*?)```", section, re.S)
+    assert toml is not None
+    home = tmp_path / "home"
+    (home / "codex").mkdir(parents=True)
+    config = toml.group(1).replace('"gpt-5-codex"', '"gpt-5-codex-tool"')  # as README's sentence says
+    (home / "codex" / "config.toml").write_text(config.replace("http://127.0.0.1:8080", chat_only.gw.base))
+    since = len(chat_only.fake.logs())
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "CODEX_HOME": str(home / "codex"), "GW_KEY": "dummy"}
+    r = subprocess.run([str(codex), "exec", "--skip-git-repo-check", "run a command"], env=env, cwd=home,
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    # The fake's answer quotes the result it got: Codex's exec_command output, the echo within.
+    answer = r.stdout[r.stdout.index("The tool answered: "):]
+    assert "hello from a shell tool" in answer and "exited with code 0" in answer
+    lines = _tool_lines(chat_only, since)
+    assert ("chat", "tool call exec_command") in lines, lines
+    assert any(said.startswith("answer (tool result came back: ") for api, said in lines if api == "chat"), lines

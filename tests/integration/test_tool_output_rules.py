@@ -135,8 +135,8 @@ async def test_a_translated_request_is_handled_in_the_clients_api(make_gateway) 
     assert json.loads(tools["c3"].removeprefix("Error: "))["status"] == "oversized"
 
 
-async def test_no_rules_change_nothing_byte_for_byte(make_gateway) -> None:
-    gw = await make_gateway("tool_outputs: {upfront: true, max_tokens: 100}\n")
+async def test_limits_not_enforced_up_front_change_nothing_byte_for_byte(make_gateway) -> None:
+    gw = await make_gateway("tool_outputs: {upfront: false, max_tokens: 100}\n")
     body = json.dumps(chat_payload(CALLS)).encode()
     status, _, _ = await gw.chat(data=body, headers={"Content-Type": "application/json"})
     assert status == 200 and gw.fake.chat_requests()[0].body == body
@@ -152,3 +152,22 @@ async def test_the_log_line_has_the_counts_and_reasons_and_no_content(make_gatew
     assert record["tool_outputs"] == {"upfront": {"projected": 1, "excluded": 1, "cut": 0,
                                                   "projection_fallbacks": {"not_json": 1}}}  # fmt: skip
     assert SECRET not in "\n".join(lines) and "plain text" not in "\n".join(lines)
+
+
+@pytest.mark.parametrize("api", list(API))
+async def test_the_readme_application_example_limits_a_tool_no_rule_names(make_gateway: Any, api: str) -> None:
+    # README's promise, "limits enforced on every request", as printed: a file read no rule
+    # names is held to the section's max_tokens like any other.
+    from tests.unit.policy.test_tool_output_policy import readme_example
+
+    build, outputs, requests = API[api]
+    gw = await make_gateway(readme_example("application with API tools:"))
+    read = "".join(f"line {i:05d} of a long file\n" for i in range(2000))[:50_000]
+    status, headers, body = await send(gw, api, build([("r1", "read_file", read), ("c4", "shell", "ok")]))
+    assert status == 200, body
+    [sent] = getattr(gw.fake, requests)()
+    got = by_id(outputs(sent.json()))
+    text = got["r1"][0] if isinstance(got["r1"][0], str) else "".join(p["text"] for p in got["r1"][0])
+    assert "truncated by llm-gateway" in text and len(text) < 20_000  # 4,000 tokens, head and tail
+    assert text.startswith("line 00000") and got["c4"][0] in ("ok", [{"type": "text", "text": "ok"}])
+    assert headers["x-llm-tool-outputs-capped"] == "1"

@@ -1,0 +1,179 @@
+"""The scenario fake (gateway/fake/scenarios.py, tool_call.py) over HTTP: the `tool` scenario in
+each API's own shape, streamed and not; failing scenarios alternating per model and API; and
+`--help` in plain text."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gateway.fake import ScenarioUpstream
+from gateway.fake.tool_call import COMMAND
+
+ROOT = Path(__file__).resolve().parents[2]
+PATHS = {"chat": "/chat/completions", "messages": "/messages", "responses": "/responses"}
+HEADERS = {"anthropic-version": "2023-06-01"}
+FN = {"type": "object", "properties": {"q": {"type": "string"}, "n": {"type": "integer"}}, "required": ["q", "n"]}
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[tuple[ScenarioUpstream, list[str], aiohttp.ClientSession]]:
+    lines: list[str] = []
+    f = ScenarioUpstream(log=lines.append)
+    await f.start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            yield f, lines, http
+    finally:
+        await f.close()
+
+
+async def post(http: aiohttp.ClientSession, fake: ScenarioUpstream, api: str, body: dict[str, Any]) -> Any:
+    """The JSON answer, or a streamed one's events (data lines) as a list."""
+    async with http.post(fake.url + PATHS[api], json=body, headers=HEADERS) as r:
+        if not body.get("stream"):
+            return {"status": r.status, **(await r.json())}
+        text = await r.text()
+    return [json.loads(d) for d in re.findall(r"^data: (.*)$", text, re.M) if d != "[DONE]"]
+
+
+def tools(api: str, names: list[str]) -> list[dict[str, Any]]:
+    if api == "chat":
+        return [{"type": "function", "function": {"name": n, "parameters": FN}} for n in names]
+    if api == "messages":
+        return [{"type": "web_search_20250305", "name": "web_search"}, *({"name": n, "input_schema": FN} for n in names)]
+    return [{"type": "web_search"}, *({"type": "function", "name": n, "parameters": FN} for n in names)]
+
+
+def request(api: str, model: str, names: list[str], stream: bool, result: str | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "stream": stream, "tools": tools(api, names)}
+    if api == "responses":
+        body["input"] = [{"type": "message", "role": "user", "content": "list files"}]
+        if result is not None:
+            body["input"] += [{"type": "function_call", "call_id": "c1", "name": names[0], "arguments": "{}"},
+                              {"type": "function_call_output", "call_id": "c1", "output": result}]  # fmt: skip
+        return body
+    body["messages"] = [{"role": "user", "content": "list files"}]
+    if api == "messages":
+        body["max_tokens"] = 64
+        if result is not None:
+            body["messages"] += [
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": names[0], "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                              "content": [{"type": "text", "text": result}]}]},
+            ]  # fmt: skip
+    elif result is not None:
+        body["messages"] += [
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": names[0], "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": result},
+        ]  # fmt: skip
+    return body
+
+
+def the_call(api: str, answer: Any) -> tuple[str, dict[str, Any]]:
+    """(tool name, arguments) of the one call an answer makes, checked in its API's shape."""
+    if api == "chat" and isinstance(answer, dict):
+        choice = answer["choices"][0]
+        assert choice["finish_reason"] == "tool_calls"
+        [call] = choice["message"]["tool_calls"]
+        return call["function"]["name"], json.loads(call["function"]["arguments"])
+    if api == "chat":
+        assert answer[-1]["choices"][0]["finish_reason"] == "tool_calls"
+        head = answer[0]["choices"][0]["delta"]["tool_calls"][0]
+        args = "".join(c["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"]
+                       for c in answer if c["choices"] and "tool_calls" in c["choices"][0]["delta"])  # fmt: skip
+        assert head["id"].startswith("call_")
+        return head["function"]["name"], json.loads(args)
+    if api == "messages" and isinstance(answer, dict):
+        assert answer["stop_reason"] == "tool_use"
+        [block] = answer["content"]
+        assert block["type"] == "tool_use"
+        return block["name"], block["input"]
+    if api == "messages":
+        assert [e["type"] for e in answer] == ["message_start", "content_block_start", "content_block_delta",
+                                               "content_block_stop", "message_delta", "message_stop"]  # fmt: skip
+        assert answer[4]["delta"]["stop_reason"] == "tool_use"
+        return answer[1]["content_block"]["name"], json.loads(answer[2]["delta"]["partial_json"])
+    if isinstance(answer, dict):
+        [item] = answer["output"]
+    else:
+        assert [e["sequence_number"] for e in answer] == list(range(len(answer)))
+        assert answer[-1]["type"] == "response.completed"
+        [item] = answer[-1]["response"]["output"]
+        assert next(e for e in answer if e["type"] == "response.function_call_arguments.done")["arguments"] \
+            == item["arguments"]  # fmt: skip
+    assert item["type"] == "function_call" and item["call_id"]
+    return item["name"], json.loads(item["arguments"])
+
+
+def text_of(api: str, answer: Any) -> str:
+    if isinstance(answer, dict):
+        if api == "chat":
+            return str(answer["choices"][0]["message"]["content"])
+        if api == "messages":
+            return str(answer["content"][0]["text"])
+        return str(answer["output"][0]["content"][0]["text"])
+    if api == "chat":
+        return "".join(c["choices"][0]["delta"].get("content") or "" for c in answer if c["choices"])
+    kind = "text_delta" if api == "messages" else "response.output_text.delta"
+    if api == "messages":
+        return "".join(e["delta"]["text"] for e in answer if e.get("delta", {}).get("type") == kind)
+    return "".join(e["delta"] for e in answer if e["type"] == kind)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["buffered", "streamed"])
+@pytest.mark.parametrize(("api", "names", "called", "args"), [
+    ("chat", ["Read", "Bash"], "Bash", {"command": COMMAND, "description": "Print a greeting"}),  # Claude Code, translated
+    ("messages", ["Read", "Bash"], "Bash", {"command": COMMAND, "description": "Print a greeting"}),  # Claude Code
+    ("responses", ["update_plan", "exec_command"], "exec_command", {"cmd": COMMAND}),  # Codex
+    ("chat", ["lookup", "other"], "lookup", {"q": COMMAND}),  # no shell: the first function, its required text filled
+])  # fmt: skip
+async def test_the_tool_scenario_calls_a_declared_shell_then_answers_with_its_result(
+    fake: Any, api: str, names: list[str], called: str, args: dict[str, Any], stream: bool
+) -> None:
+    f, lines, http = fake
+    model = "claude-sonnet-4-5-tool" if api == "messages" else "gpt-4o-mini-tool"
+    first = await post(http, f, api, request(api, model, names, stream))
+    assert the_call(api, first) == (called, args)
+    second = await post(http, f, api, request(api, model, names, stream, result="README.md\nsrc"))
+    assert text_of(api, second) == "The tool answered: README.md\nsrc"
+    assert lines[0].endswith(f"scenario=tool -> tool call {called}")
+    assert lines[1].endswith("-> answer (tool result came back: 'README.md\\nsrc')")
+
+
+async def test_a_request_declaring_no_tool_gets_a_normal_answer(fake: Any) -> None:
+    f, lines, http = fake
+    answer = await post(http, f, "messages", {**request("messages", "claude-tool", [], False), "tools": []})
+    assert answer["content"][0]["text"] == "Hello from the fake upstream."
+    assert lines == ["messages model=claude-tool scenario=tool -> answer (no tool declared)"]
+
+
+async def test_failing_scenarios_alternate_per_model_and_api(fake: Any) -> None:
+    f, lines, http = fake
+    hi = [{"role": "user", "content": "hi"}]
+    asked = [("chat", "gpt-4o-mini-503"), ("chat", "gpt-4.1-503"), ("messages", "gpt-4o-mini-503"),
+             ("chat", "gpt-4o-mini-503"), ("chat", "gpt-4.1-503"), ("messages", "gpt-4o-mini-503")]  # fmt: skip
+    statuses = [(await post(http, f, api, {"model": m, "max_tokens": 8, "messages": hi}))["status"] for api, m in asked]
+    # Each model on each API fails first, then answers: two people trying 503 both see it work.
+    assert statuses == [503, 503, 503, 200, 200, 200]
+
+
+def test_help_is_plain_text_in_80_columns() -> None:
+    env = {**os.environ, "COLUMNS": "80", "FORCE_COLOR": "1", "PYTHON_COLORS": "1"}
+    r = subprocess.run([sys.executable, "-m", "gateway.fake", "--help"], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=30)  # fmt: skip
+    assert r.returncode == 0 and r.stderr == ""
+    assert "\x1b" not in r.stdout and "``" not in r.stdout and ":mod:" not in r.stdout
+    assert [line for line in r.stdout.splitlines() if len(line) > 80] == []
+    assert re.search(r"^    tool      a call of a shell tool", r.stdout, re.M)
+    assert "alternates per model and API" in r.stdout
