@@ -23,7 +23,10 @@ def bounds(period: Period, now_s: float) -> tuple[str, float]:
         year, week, _ = start.isocalendar()
         return f"{year}-W{week:02d}", (start + timedelta(days=7)).timestamp()
     start = day.replace(day=1)
-    end = start.replace(year=start.year + 1, month=1) if start.month == 12 else start.replace(month=start.month + 1)
+    if start.month == 12:
+        end = start.replace(year=start.year + 1, month=1)
+    else:
+        end = start.replace(month=start.month + 1)
     return start.strftime("%Y-%m"), end.timestamp()
 
 
