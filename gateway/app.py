@@ -22,7 +22,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from gateway.apis import DIALECTS
 from gateway.auth import ClientAuth
 from gateway.config import GatewayConfig, PoolConfig
-from gateway.pipeline import forward
+from gateway.keys.ledger import Accounts
+from gateway.keys.prices import Price, PriceTable
+from gateway.pipeline import forward, key_info
 from gateway.pipeline.admit import expect_continue
 from gateway.pipeline.observe import observed
 from gateway.policy.breaker import CircuitState
@@ -102,6 +104,7 @@ def create_app(
         tool_outputs=tool_output_policy(cfg.tool_outputs),
         tracing=tracing if tracing is not None else build_tracing(cfg.tracing, monotonic),
         pools=pools,
+        accounts=_accounts(cfg, store, wall) if cfg.keys else None,
         pool_state=PoolState(store, wall, monotonic, cache_s=cfg.state.cache_ms / 1000) if pools else None,
     )
 
@@ -125,9 +128,18 @@ def create_app(
         app.router.add_post(dialect.path, handler, expect_handler=expect_continue)
     app.router.add_route("HEAD", "/api/hello", observed(forward.hello))
     app.router.add_route("HEAD", "/", observed(forward.hello))  # what current Claude Code probes instead
+    app.router.add_get("/v1/gateway/key", observed(key_info.own_key))
+    app.router.add_get("/v1/gateway/keys", observed(key_info.all_keys))
     app.router.add_route("*", "/v1/{tail:.*}", observed(forward.passthrough), expect_handler=expect_continue)
     app.router.add_route("*", "/{tail:.*}", observed(forward.not_found))
     return app
+
+
+def _accounts(cfg: GatewayConfig, store: StateStore, wall: Callable[[], float]) -> Accounts:
+    prices = PriceTable.of({glob: Price(p.input, p.output, p.cache_read, p.cache_write)
+                            for glob, p in cfg.prices.items()})  # fmt: skip
+    return Accounts(store, prices, wall, default_max_tokens=cfg.accounting.default_max_tokens,
+                    closed_when_store_down=cfg.accounting.when_store_down == "closed")  # fmt: skip
 
 
 def _affinity(pool: PoolConfig, clock: Callable[[], float]) -> AffinityTable | None:

@@ -1,36 +1,36 @@
-"""Who may use the gateway: client keys (``server.client_keys``) and the start-up guard.
+"""Who may use the gateway: client keys (``server.client_keys`` and the named ``keys:``) and
+the start-up guard.
 
 Pure, no I/O. The pipeline calls :meth:`ClientAuth.check` with the request headers and,
 when the result is not ``ok``, answers 401 in the request's dialect with
-``result.message``; it never needs (or gets) a key.
-
-Keys are kept only as SHA-256 digests and compared with :func:`hmac.compare_digest`
-against every configured key, with no early exit: how long a check takes says nothing
-about which key, or which prefix of a key, came close. Digests also make every
-comparison the same length, so a key's length does not leak either.
+``result.message``; it never needs (or gets) a key. Keys are kept only as SHA-256 digests
+(gateway/keys/registry.py); a named key's rules (models, limits, budget) come back with it.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from gateway.config import GatewayConfig
+from gateway.config import BudgetConfig, ClientKeyConfig, GatewayConfig
+from gateway.keys.registry import Budget, KeyRing, KeySpec, digest
 
 AuthOutcome = Literal["not_required", "ok", "missing", "invalid"]
 
 # Sent with a 401 so that clients and curl users see which scheme is expected.
 WWW_AUTHENTICATE = 'Bearer realm="llm-gateway"'
 
+# The flat ``server.client_keys``: every holder is the same, nothing is counted.
+FLAT_KEY_NAME = "client_keys"
+
 
 @dataclass(frozen=True, slots=True)
 class AuthResult:
-    """The outcome of one check; safe to log (it never holds a key)."""
+    """The outcome of one check; safe to log (it never holds a key, only a key's name)."""
 
     outcome: AuthOutcome
+    key: KeySpec | None = None
 
     @property
     def ok(self) -> bool:
@@ -52,68 +52,58 @@ class AuthResult:
         return ""
 
 
-_NOT_REQUIRED = AuthResult("not_required")  # every request of a gateway without keys
-
-
 @dataclass(frozen=True, slots=True)
 class ClientAuth:
     """The configured client keys, as digests. Build once at start-up, share freely."""
 
-    _digests: tuple[bytes, ...]
+    ring: KeyRing
 
     @classmethod
     def from_config(cls, cfg: GatewayConfig) -> ClientAuth:
-        return cls.from_keys(cfg.server.client_keys)
+        teams = {t.name: t.budget for t in cfg.teams}
+        by_digest: dict[bytes, KeySpec] = {}
+        flat = KeySpec(FLAT_KEY_NAME)
+        for flat_key in cfg.server.client_keys:
+            by_digest[digest(flat_key)] = flat
+        for named in cfg.keys:
+            by_digest[_digest_of(named)] = _spec(named, teams)
+        return cls(KeyRing(by_digest))
 
     @classmethod
     def from_keys(cls, keys: Iterable[str]) -> ClientAuth:
-        return cls(tuple(_digest(k) for k in keys if k))
+        flat = KeySpec(FLAT_KEY_NAME)
+        return cls(KeyRing({digest(k): flat for k in keys if k}))
 
     @property
     def required(self) -> bool:
         """Whether requests must carry a client key (at least one is configured)."""
-        return bool(self._digests)
+        return self.ring.required
 
     def check(self, headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> AuthResult:
-        """Whether these request headers carry a configured key.
-
-        Accepted: ``Authorization: Bearer <key>``, ``x-api-key: <key>``, ``api-key: <key>``
-        (header names in any case). A request that presents several is let in when any
-        one of them matches, since SDKs add their own header next to a custom one.
-        """
-        if not self._digests:
-            return _NOT_REQUIRED
-        presented = _credentials(headers)
-        if not presented:
-            return AuthResult("missing")
-        matched = False
-        for candidate in presented:
-            d = _digest(candidate)
-            for key in self._digests:
-                # `|` rather than `or`: every key is compared, whatever matched before.
-                matched = hmac.compare_digest(d, key) | matched
-        return AuthResult("ok" if matched else "invalid")
+        """Whether these request headers carry a configured key: in ``Authorization: Bearer``,
+        ``x-api-key``, ``api-key`` or ``x-goog-api-key`` (names in any case). A request that
+        presents several is let in when any one of them matches, since SDKs add their own
+        header next to a custom one."""
+        found = self.ring.identify(headers)
+        return AuthResult(found.outcome, found.key)  # type: ignore[arg-type]
 
     def __repr__(self) -> str:
-        return f"ClientAuth(keys={len(self._digests)})"
+        return f"ClientAuth(keys={len(self.ring.by_digest)})"
 
 
-def _digest(key: str) -> bytes:
-    return hashlib.sha256(key.encode("utf-8", "surrogateescape")).digest()
+def _digest_of(k: ClientKeyConfig) -> bytes:
+    return bytes.fromhex(k.key_sha256) if k.key_sha256 else digest(k.key or "")
 
 
-def _credentials(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> list[str]:
-    items = headers.items() if isinstance(headers, Mapping) else headers
-    out = []
-    for name, value in items:
-        lname = name.lower()
-        if lname == "authorization":
-            scheme, _, token = value.strip().partition(" ")
-            if scheme.lower() == "bearer" and token.strip():
-                out.append(token.strip())
-        elif lname in ("x-api-key", "api-key") and value.strip():
-            out.append(value.strip())
-    return out
+def _spec(k: ClientKeyConfig, teams: Mapping[str, BudgetConfig | None]) -> KeySpec:
+    def budget(b: BudgetConfig | None) -> Budget | None:
+        return Budget(b.usd, b.period) if b is not None else None
+
+    return KeySpec(
+        name=k.name, team=k.team, models=k.models, requests_per_minute=k.requests_per_minute,
+        tokens_per_minute=k.tokens_per_minute, parallel=k.parallel, budget=budget(k.budget),
+        team_budget=budget(teams.get(k.team)) if k.team else None, admin=k.admin,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +124,7 @@ def startup_check(cfg: GatewayConfig) -> StartupVerdict:
     private network or an authenticating proxy in front).
     """
     keyed = [u.name for u in cfg.upstreams if u.api_key is not None]
-    if cfg.server.client_keys or not keyed:
+    if cfg.uses_client_keys or not keyed:
         return StartupVerdict()
     where = f"{cfg.server.host}:{cfg.server.port}"
     names = ", ".join(keyed)

@@ -7,6 +7,7 @@ are errors: a typo must not be silently ignored.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import ipaddress
 import os
 import re
@@ -649,6 +650,72 @@ class TracingConfig(_Model):
     capture_content: bool = False
 
 
+class BudgetConfig(_Model):
+    """A spend cap per period, in USD; periods are UTC (a day, a week from Monday, a month)."""
+
+    usd: float = Field(gt=0)
+    period: Literal["day", "week", "month"] = "month"
+
+
+class ClientKeyConfig(_Model):
+    """A gateway key for a person, a CI job or an agent (README "Keys and budgets")."""
+
+    # What logs, metrics and answers show of the key; never the key itself.
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")
+    key: str | None = Field(default=None, repr=False)  # e.g. ${ALICE_GATEWAY_KEY}
+    key_sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$")  # or its digest only
+    team: str | None = None  # a team of `teams:`, whose budget its keys share
+    models: tuple[str, ...] = ("*",)  # the models it may use (globs)
+    requests_per_minute: int | None = Field(default=None, gt=0)
+    tokens_per_minute: int | None = Field(default=None, gt=0)  # prompt and completion
+    parallel: int | None = Field(default=None, gt=0)  # requests in flight at once
+    budget: BudgetConfig | None = None
+    # May read every key's state (GET /v1/gateway/keys), not only its own.
+    admin: bool = False
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return (v,) if isinstance(v, str) else v
+
+    @field_validator("key")
+    @classmethod
+    def _printable(cls, v: str | None) -> str | None:
+        if v is not None and (not v or any(c.isspace() or not c.isprintable() for c in v) or not v.isascii()):
+            raise ValueError("must be printable ASCII without spaces")  # never echo the key
+        return v or None
+
+    @model_validator(mode="after")
+    def _one_credential(self) -> Self:
+        if (self.key is None) == (self.key_sha256 is None):
+            raise ValueError(f"key '{self.name}' needs exactly one of key, key_sha256")
+        return self
+
+
+class TeamConfig(_Model):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")
+    budget: BudgetConfig | None = None
+
+
+class PriceConfig(_Model):
+    """USD per million tokens; a cache price left out is the input price."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cache_read: float | None = Field(default=None, ge=0)
+    cache_write: float | None = Field(default=None, ge=0)
+
+
+class AccountingConfig(_Model):
+    """How keys' limits and budgets are counted (README "Keys and budgets")."""
+
+    # The state store is down: serve, counting in this process's memory only (open), or
+    # refuse keys with limits or budgets (closed) with a 503.
+    when_store_down: Literal["open", "closed"] = "open"
+    # A request that names no output limit is reserved as if it asked for this many tokens.
+    default_max_tokens: int = Field(default=4096, gt=0)
+
+
 class GatewayConfig(_Model):
     server: ServerConfig = ServerConfig()
     upstreams: tuple[UpstreamConfig, ...] = Field(min_length=1)
@@ -663,6 +730,11 @@ class GatewayConfig(_Model):
     tracing: TracingConfig = TracingConfig()
     # Several deployments (upstreams) serving the same models (README "Pools").
     pools: tuple[PoolConfig, ...] = ()
+    # Named gateway keys with their limits and budgets, teams, prices (README "Keys and budgets").
+    keys: tuple[ClientKeyConfig, ...] = ()
+    teams: tuple[TeamConfig, ...] = ()
+    prices: dict[str, PriceConfig] = Field(default_factory=dict)  # model glob -> price, before the shipped
+    accounting: AccountingConfig = AccountingConfig()
 
     @field_validator("upstreams")
     @classmethod
@@ -680,15 +752,43 @@ class GatewayConfig(_Model):
             raise ValueError("\n".join(problems))
         return self
 
+    @model_validator(mode="after")
+    def _keys_and_teams(self) -> Self:
+        problems = []
+        for what, names in (("key", [k.name for k in self.keys]), ("team", [t.name for t in self.teams])):
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                problems.append(f"{what}s: {what} names must be unique, repeated: {', '.join(dupes)}")
+        teams = {t.name for t in self.teams}
+        for k in self.keys:
+            if k.team is not None and k.team not in teams:
+                problems.append(f"keys: key '{k.name}' names team '{k.team}', which `teams:` does not list")
+        digests = [k.key_sha256.lower() if k.key_sha256 else _sha256(k.key or "") for k in self.keys]
+        digests += [_sha256(k) for k in self.server.client_keys]
+        if len(set(digests)) != len(digests):
+            problems.append("keys: two keys (in keys: or server.client_keys) are the same key")
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    @property
+    def uses_client_keys(self) -> bool:
+        """Whether clients must present a gateway key (flat client_keys or named keys)."""
+        return bool(self.server.client_keys or self.keys)
+
     def pool_of(self, upstream: str) -> PoolConfig | None:
         return next((p for p in self.pools if upstream in p.deployments), None)
 
     @model_validator(mode="after")
     def _mark_client_keys(self) -> Self:
         for u in self.upstreams:
-            u._client_keys_in_use = bool(self.server.client_keys)
+            u._client_keys_in_use = self.uses_client_keys
             u._forwarded_client_headers = self.server.forward_client_headers
         return self
+
+
+def _sha256(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def config_warnings(cfg: GatewayConfig) -> list[str]:
@@ -701,7 +801,7 @@ def config_warnings(cfg: GatewayConfig) -> list[str]:
                 f"upstreams[{i}].base_url has no path, so /v1/chat/completions is sent to "
                 f"{u.base_url}/chat/completions; did you mean {u.base_url}/v1?"
             )
-        if cfg.server.client_keys and u.api_key is None:
+        if cfg.uses_client_keys and u.api_key is None:
             out.append(
                 f"upstreams[{i}] ({u.name}) has no api_key while server.client_keys is set: "
                 "client keys are never forwarded, so this upstream receives no credential"

@@ -104,6 +104,8 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None) -> None:
                 task.cancel()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(idle.wait(), timeout=2.0)
+    if svc.settling:  # keys' spend still being written: a budget must not forget it
+        await asyncio.wait(list(svc.settling), timeout=2.0)
     await runner.cleanup()
     if private is not None:
         await private.cleanup()
@@ -180,7 +182,8 @@ def _summary(cfg: GatewayConfig) -> dict[str, object]:
                        "strategy": p.strategy, "affinity": p.affinity.enabled,
                        **({"fallbacks": list(p.fallbacks)} if p.fallbacks else {})} for p in cfg.pools]}
            if cfg.pools else {}),
-        "client_auth": f"required ({len(cfg.server.client_keys)} keys)" if cfg.server.client_keys else "off",
+        "client_auth": (f"required ({len(cfg.server.client_keys) + len(cfg.keys)} keys)"
+                        if cfg.uses_client_keys else "off"),
         "compression": cfg.compression.enabled,
         # "off", or where spans go and the sampled share (never the exporter's headers).
         "tracing": tracing_summary(cfg.tracing, os.environ),

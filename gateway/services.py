@@ -17,6 +17,7 @@ from aiohttp import web
 from gateway.apis.base import Dialect
 from gateway.auth import ClientAuth
 from gateway.config import GatewayConfig, PoolConfig, ToolOutputsConfig, UpstreamConfig
+from gateway.keys.ledger import Accounts
 from gateway.policy.loop_breaker import LoopBreaker
 from gateway.policy.tool_outputs import ToolOutputPolicy, ToolRule
 from gateway.routing import Outbound, pick_upstream, upstream_url
@@ -140,6 +141,8 @@ class Services:
     # function of the model; clients send few distinct ones.
     chains: dict[str | None, Route | None] = field(default_factory=dict)
     pools: dict[str, PoolRuntime] = field(default_factory=dict)
+    accounts: Accounts | None = None  # set when named keys are configured (keys:)
+    settling: set[asyncio.Task[Any]] = field(default_factory=set)  # keys' spend being written
     pool_state: PoolState | None = None  # set when the config has pools
     translations: Translations = field(default_factory=default_translations)
     tool_outputs: ToolOutputPolicy = field(default_factory=ToolOutputPolicy)

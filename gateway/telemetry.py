@@ -289,6 +289,21 @@ class Telemetry:
             "prompt cache, by why: failed, rate_limit, headroom, budget, auth, circuit_open.",
             ["pool", "reason"], registry=registry,
         )  # fmt: skip
+        # Keys (README "Keys and budgets"): names come from config only.
+        self.key_spend = Counter(
+            p + "key_spend_usd", "What each gateway key spent, in USD at the price table's prices, by model.",
+            ["key", "team", "model"], registry=registry,
+        )  # fmt: skip
+        self.key_tokens = Counter(
+            p + "key_tokens", "Tokens each gateway key used, by model and kind (prompt, completion, and of "
+            "the prompt cache_read, cache_write); priced=false: the model has no price, spend unknown.",
+            ["key", "model", "kind", "priced"], registry=registry,
+        )  # fmt: skip
+        self.key_refusals = Counter(
+            p + "key_refusals", "Requests the gateway answered for a key's own rules, never sent: model (not "
+            "allowed), rpm, tpm, parallel, budget, team_budget, store_down.",
+            ["key", "reason"], registry=registry,
+        )  # fmt: skip
         self.headroom = Gauge(
             p + "deployment_headroom_ratio", "The share of a deployment's rate limit left, as its last "
             "answer's rate-limit headers said, by kind (requests, tokens).",

@@ -45,13 +45,21 @@ def malformed_event_error() -> dict[str, Any]:
 
 
 def token_counts(usage: Any, prompt_key: str, completion_key: str) -> dict[str, int]:
-    """``{"prompt": n, "completion": m}`` from a usage object, skipping what is not a count."""
+    """``{"prompt": n, "completion": m}`` from an OpenAI usage object, and ``cache_read``: the
+    prompt tokens read from the provider's cache (``prompt_tokens_details.cached_tokens`` in
+    chat completions, ``input_tokens_details.cached_tokens`` in Responses), which cost less.
+    What is not a count is skipped."""
     out: dict[str, int] = {}
     if isinstance(usage, dict):
         for kind, key in (("prompt", prompt_key), ("completion", completion_key)):
             value = usage.get(key)
             if isinstance(value, int) and value >= 0:
                 out[kind] = value
+        details = usage.get(prompt_key.removesuffix("s") + "s_details")
+        if isinstance(details, dict):
+            cached = details.get("cached_tokens")
+            if isinstance(cached, int) and cached > 0:
+                out["cache_read"] = cached
     return out
 
 

@@ -34,6 +34,8 @@ from gateway.apis.base import Dialect, Inbound, Rejection
 from gateway.auth import WWW_AUTHENTICATE
 from gateway.errors import Classification, ErrorType
 from gateway.jsonbody import Lenient
+from gateway.keys.attribution import session_of
+from gateway.pipeline import accounting
 from gateway.pipeline.admit import model_of, parse_json_object, read_body
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.chain import send_chain
@@ -72,13 +74,18 @@ def full_pipeline(dialect: Dialect) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
         svc, state = request.app[SERVICES], request[STATE]
         state.dialect = dialect
-        refused = _authenticate(svc, request)
+        refused = authenticate(svc, request)
         if refused is not None:
             return await relay(request, svc, state, refused)
         inbound = await _admit(request, svc, dialect)
         if isinstance(inbound, Failure):
             return await relay(request, svc, state, inbound)
         state.model, state.stream = inbound.model, inbound.stream
+        if state.key is not None:
+            state.session = session_of(request.headers, inbound.payload)
+            refused = await accounting.admit(svc, state, request.headers, inbound)
+            if refused is not None:
+                return await relay(request, svc, state, refused)
         route = _route(svc, state, inbound.model)
         if isinstance(route, Failure):
             return await relay(request, svc, state, route)
@@ -150,7 +157,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     """Any other ``/v1/...`` path: routed, retried and stamped, never compressed."""
     svc, state = request.app[SERVICES], request[STATE]
     state.dialect = dialect_for_errors(request.path, "anthropic-version" in request.headers)
-    refused = _authenticate(svc, request)
+    refused = authenticate(svc, request)
     if refused is not None:
         return await relay(request, svc, state, refused)
     try:  # first: an absolute-URI target (``GET http://169.254.169.254/v1/models``) is refused
@@ -217,10 +224,11 @@ async def not_found(request: web.Request) -> web.StreamResponse:
     return await relay(request, svc, state, failure)
 
 
-def _authenticate(svc: Services, request: web.Request) -> Failure | None:
+def authenticate(svc: Services, request: web.Request) -> Failure | None:
     """Only holders of a gateway key may spend the operator's provider keys."""
     result = svc.auth.check(request.headers)
     if result.ok:
+        request[STATE].key = result.key
         return None
     svc.telemetry.client_auth_refusals.labels(result.outcome).inc()
     code = "missing_client_key" if result.outcome == "missing" else "invalid_client_key"

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from gateway.errors import Classification, ErrorType
 from gateway.logs import ACCESS
+from gateway.pipeline import accounting
 from gateway.pipeline.outcome import STATE, RequestState
 from gateway.pipeline.relay import CLIENT_GONE
 from gateway.pipeline.stamp import stamp
@@ -111,6 +112,8 @@ def observed(handler: Handler) -> Handler:
             svc.in_flight -= 1
             if state.holding is not None and svc.pool_state is not None:
                 svc.pool_state.release(state.holding)
+            if state.key is not None:
+                accounting.settle(svc, state)
             svc.tracing.end(state, status)
             _account(svc, state, status)
             if svc.in_flight == 0:
@@ -205,6 +208,16 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
         record["continued_after"] = state.continued_after
     if state.fallbacks:
         record["fallbacks"] = state.fallbacks
+    if state.key is not None:
+        record["key"] = state.key.name
+        if state.key.team:
+            record["team"] = state.key.team
+        if state.cost_usd is not None:
+            record["cost_usd"] = round(state.cost_usd, 6)
+            if not state.priced:
+                record["priced"] = False  # no price for the model: the cost is unknown, not zero
+    if state.session is not None:
+        record["session"] = state.session
     if state.pool is not None:
         record["pool"], record["picked"] = state.pool, state.picked  # the deployment is "upstream"
     if state.translated is not None:

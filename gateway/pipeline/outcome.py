@@ -16,6 +16,8 @@ from aiohttp import web
 from gateway.apis import OPENAI_CHAT
 from gateway.apis.base import Dialect, ForeignError, StreamReader
 from gateway.errors import Classification, ErrorType, TransportError
+from gateway.keys.ledger import Reservation
+from gateway.keys.registry import KeySpec
 from gateway.translate.base import StreamTranslator
 from gateway.upstream import UpstreamResponse
 
@@ -33,6 +35,11 @@ class RequestState:
     pool: str | None = None  # the pool whose deployment answered, if any
     picked: str | None = None  # why that deployment: affinity, the strategy's name, moved, ...
     holding: str | None = None  # the pool deployment this request counts as in flight on
+    key: KeySpec | None = None  # the gateway key the caller presented (its name, its rules)
+    reservation: Reservation | None = None  # what the key's limits and budget hold for it
+    cost_usd: float | None = None  # what the provider's usage cost, at the model's price
+    priced: bool = True  # False: no price is known for the model (the cost is not zero, unknown)
+    session: str | None = None  # the agent's session, for attribution (never a prompt)
     from_memory: int = 0  # answered by the loop breaker: the repeats it has seen, else 0
     compressed: bool = False
     translated: str | None = None  # "messages->chat": the client's API and the upstream's

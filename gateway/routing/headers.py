@@ -137,7 +137,7 @@ def _required(headers: dict[str, str], required: tuple[tuple[str, str], ...]) ->
 # upstream's key, or the client's credential is a gateway key (server.client_keys), none
 # of them may travel upstream: a leftover `x-api-key` next to our `Authorization` would
 # reach the provider, and the provider may even prefer it.
-CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key"})
+CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "x-goog-api-key"})
 
 # How each `key_header` carries the configured key.
 _KEY_HEADER: dict[str, tuple[str, str]] = {

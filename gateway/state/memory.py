@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Generic, TypeVar
 
 from gateway.policy.breaker import CLOSED, MAX_TRACKED_MODELS, CircuitRecord
+from gateway.state.ledger_ops import LedgerAdmit, LedgerSettle, LedgerState
 
 V = TypeVar("V")
 
@@ -107,6 +108,9 @@ class MemoryStore:
         self._resets: _Expiring[int] = _Expiring(clock)
         self._budgets: dict[str, dict[int, list[int]]] = {}
         self._records: _Expiring[dict[str, float]] = _Expiring(clock)
+        self._windows: _Expiring[list[int]] = _Expiring(clock)  # key:minute -> [requests, tokens]
+        self._slots: dict[str, dict[str, int]] = {}  # key -> slot -> expiry (epoch ms)
+        self._spend: _Expiring[list[float]] = _Expiring(clock)  # budget key -> [spent, reserved]
         self.answers = _Answers(clock, max_answers, max_answer_bytes)
 
     async def circuit_get(self, keys: Sequence[str]) -> list[CircuitRecord]:
@@ -185,6 +189,48 @@ class MemoryStore:
                 rec[name] = rec.get(name, 0) + n
             self._records.put(key, rec, ttl_s)
         return [dict(self._records.get(k) or {}) for k in reads], await self.circuit_get(circuits)
+
+    async def ledger_admit(self, a: LedgerAdmit) -> tuple[str, float]:
+        wkey = f"{a.key}:{a.minute}"
+        n, k = self._windows.get(wkey) or [0, 0]
+        if a.requests_per_minute is not None and n + 1 > a.requests_per_minute:
+            return "rpm", 0.0
+        # A request bigger than the whole limit still gets a minute of its own.
+        if a.tokens_per_minute is not None and k > 0 and k + a.tokens > a.tokens_per_minute:
+            return "tpm", 0.0
+        slots = self._slots.setdefault(a.key, {})
+        if a.parallel is not None:
+            for s in [s for s, until in slots.items() if until <= a.now_ms]:
+                del slots[s]
+            if len(slots) >= a.parallel:
+                return "parallel", 0.0
+        for i, (bkey, limit) in enumerate(a.budgets):
+            spent, held = self._spend.get(bkey) or [0.0, 0.0]
+            if spent + held >= limit:
+                return f"budget{i}", spent
+        self._windows.put(wkey, [n + 1, k + a.tokens], 120.0)
+        if a.parallel is not None:
+            slots[a.slot] = a.now_ms + a.slot_ttl_ms
+        for bkey, _ in a.budgets:
+            spent, held = self._spend.get(bkey) or [0.0, 0.0]
+            self._spend.put(bkey, [spent, held + a.reserve_usd], a.budget_ttl_s)
+        return "ok", 0.0
+
+    async def ledger_settle(self, s: LedgerSettle) -> None:
+        wkey = f"{s.key}:{s.minute}"
+        window = self._windows.get(wkey)
+        if window is not None and s.token_delta:
+            window[1] = max(0, window[1] + s.token_delta)
+        self._slots.get(s.key, {}).pop(s.slot, None)
+        for bkey in s.budgets:
+            spent, held = self._spend.get(bkey) or [0.0, 0.0]
+            self._spend.put(bkey, [spent + s.cost_usd, max(0.0, held - s.reserve_usd)], s.budget_ttl_s)
+
+    async def ledger_read(self, key: str, minute: int, now_ms: int, budgets: Sequence[str]) -> LedgerState:
+        n, k = self._windows.get(f"{key}:{minute}") or [0, 0]
+        in_flight = sum(1 for until in self._slots.get(key, {}).values() if until > now_ms)
+        spend = [tuple(self._spend.get(b) or [0.0, 0.0]) for b in budgets]
+        return n, k, in_flight, spend  # type: ignore[return-value]
 
     async def answer_put(self, fingerprint: str, blob: bytes, ttl_s: float) -> None:
         if ttl_s > 0:

@@ -24,6 +24,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from gateway.policy.breaker import CLOSED, MAX_TRACKED_MODELS, CircuitRecord
+from gateway.state.ledger_ops import LedgerAdmit, LedgerSettle, LedgerState
 from gateway.state.memory import MemoryStore
 
 T = TypeVar("T")
@@ -64,6 +65,56 @@ return {redis.call('HGET', KEYS[1], 'b'), n}
 _MARK = """
 local ms = tonumber(ARGV[1])
 if redis.call('PTTL', KEYS[1]) < ms then redis.call('SET', KEYS[1], '1', 'PX', ms) end
+"""
+
+# A gateway key's admission, atomically: every limit checked before anything is counted, so a
+# refused request leaves no trace. KEYS: the minute's window, the slots in flight, then one
+# hash per budget. ARGV: rpm, tpm, tokens, parallel, slot, now_ms, slot_ttl_ms, reserve,
+# budget_ttl_s, then each budget's limit. 0 means "no such limit".
+_LEDGER_ADMIT = """
+local w = KEYS[1]
+local rpm, tpm, tokens = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local n = tonumber(redis.call('HGET', w, 'n') or '0')
+local k = tonumber(redis.call('HGET', w, 'k') or '0')
+if rpm > 0 and n + 1 > rpm then return {'rpm', '0'} end
+if tpm > 0 and k > 0 and k + tokens > tpm then return {'tpm', '0'} end
+local par, slot, now, ttl = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+if par > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  if redis.call('ZCARD', KEYS[2]) >= par then return {'parallel', '0'} end
+end
+for i = 3, #KEYS do
+  local spent = tonumber(redis.call('HGET', KEYS[i], 's') or '0')
+  local held = tonumber(redis.call('HGET', KEYS[i], 'r') or '0')
+  if spent + held >= tonumber(ARGV[7 + i]) then return {'budget' .. (i - 3), tostring(spent)} end
+end
+redis.call('HINCRBY', w, 'n', 1)
+redis.call('HINCRBY', w, 'k', tokens)
+redis.call('EXPIRE', w, 120)
+if par > 0 then
+  redis.call('ZADD', KEYS[2], now + ttl, slot)
+  redis.call('PEXPIRE', KEYS[2], ttl)
+end
+for i = 3, #KEYS do
+  redis.call('HINCRBYFLOAT', KEYS[i], 'r', ARGV[8])
+  redis.call('EXPIRE', KEYS[i], ARGV[9])
+end
+return {'ok', '0'}
+"""
+
+# Settling: the slot back, the reservation turned into what was spent. ARGV: token_delta,
+# slot, reserve, cost, budget_ttl_s.
+_LEDGER_SETTLE = """
+if tonumber(ARGV[1]) ~= 0 and redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('HINCRBY', KEYS[1], 'k', ARGV[1])
+end
+redis.call('ZREM', KEYS[2], ARGV[2])
+for i = 3, #KEYS do
+  redis.call('HINCRBYFLOAT', KEYS[i], 'r', -tonumber(ARGV[3]))
+  redis.call('HINCRBYFLOAT', KEYS[i], 's', ARGV[4])
+  redis.call('EXPIRE', KEYS[i], ARGV[5])
+end
+return 1
 """
 
 _FAILURES = (RedisError, OSError, TimeoutError)
@@ -129,6 +180,8 @@ class RedisStore:
         self._budget = client.register_script(_BUDGET)
         self._take = client.register_script(_TAKE)
         self._mark = client.register_script(_MARK)
+        self._ledger_admit = client.register_script(_LEDGER_ADMIT)
+        self._ledger_settle = client.register_script(_LEDGER_SETTLE)
         self._answers = prefix + "a:"
         self._any_answer = prefix + "a-any"  # exists while any replica remembers an answer
         # Until when (monotonic) this replica may take it that no replica remembers an answer:
@@ -327,6 +380,53 @@ class RedisStore:
         if not reads and not writes and not adds and not circuits:
             return [], []
         return await self._guard("records_sync", remote, lambda: _value(mine))
+
+    # -- gateway keys' ledger -----------------------------------------------------------------
+
+    def _ledger_keys(self, key: str, minute: int, budgets: Sequence[str]) -> list[str]:
+        p = self._p + "l:"
+        return [f"{p}w:{key}:{minute}", f"{p}p:{key}", *(f"{p}b:{b}" for b in budgets)]
+
+    async def ledger_admit(self, a: LedgerAdmit) -> tuple[str, float]:
+        keys = self._ledger_keys(a.key, a.minute, [b for b, _ in a.budgets])
+        args: list[str | int] = [
+            a.requests_per_minute or 0, a.tokens_per_minute or 0, a.tokens, a.parallel or 0, a.slot,
+            a.now_ms, a.slot_ttl_ms, repr(a.reserve_usd), max(1, math.ceil(a.budget_ttl_s)),
+            *(repr(limit) for _, limit in a.budgets),
+        ]  # fmt: skip
+
+        async def remote() -> tuple[str, float]:
+            verdict, value = await self._ledger_admit(keys=keys, args=args)
+            return verdict.decode() if isinstance(verdict, bytes) else str(verdict), float(value)
+
+        return await self._guard("ledger_admit", remote, lambda: self.local.ledger_admit(a))
+
+    async def ledger_settle(self, s: LedgerSettle) -> None:
+        keys = self._ledger_keys(s.key, s.minute, s.budgets)
+        ttl = max(1, math.ceil(s.budget_ttl_s))
+        args: list[str | int] = [s.token_delta, s.slot, repr(s.reserve_usd), repr(s.cost_usd), ttl]
+
+        async def remote() -> None:
+            await self._ledger_settle(keys=keys, args=args)
+
+        await self._guard("ledger_settle", remote, lambda: self.local.ledger_settle(s))
+
+    async def ledger_read(self, key: str, minute: int, now_ms: int, budgets: Sequence[str]) -> LedgerState:
+        keys = self._ledger_keys(key, minute, budgets)
+
+        async def remote() -> LedgerState:
+            pipe = self._r.pipeline(transaction=False)
+            pipe.hmget(keys[0], "n", "k")
+            pipe.zcount(keys[1], now_ms + 1, "+inf")
+            for b in keys[2:]:
+                pipe.hmget(b, "s", "r")
+            got = await pipe.execute()
+            n, k = (int(v or 0) for v in got[0])
+            spend = [(float(s or 0), max(0.0, float(r or 0))) for s, r in got[2:]]
+            return n, k, int(got[1]), spend
+
+        return await self._guard("ledger_read", remote,
+                                 lambda: self.local.ledger_read(key, minute, now_ms, budgets))  # fmt: skip
 
     # -- remembered answers --------------------------------------------------------------------
 

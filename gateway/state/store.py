@@ -11,6 +11,8 @@ outlives its purpose. Times are wall-clock epoch seconds (replicas share no mono
     resets     key -> reset-at epoch ms    a rate limit's reset, per upstream / model
     answers    fingerprint -> bytes        the loop breaker's remembered answers, with repeats
     records    key -> {field: number}      a pool deployment's sit-outs, headroom and usage
+    ledger     key -> counts and dollars   a gateway key's requests and tokens this minute, its
+                                           requests in flight, its and its team's spend per period
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from gateway.policy.breaker import CircuitRecord
+from gateway.state.ledger_ops import LedgerAdmit, LedgerSettle, LedgerState
 
 
 class StateStore(Protocol):
@@ -74,6 +77,20 @@ class StateStore(Protocol):
         seconds), add each ``adds`` increment into its record's counters (atomically, with its
         TTL), then read ``reads`` (an empty dict for an absent record) and the ``circuits``
         (as ``circuit_get``: a pool's deployments' circuits come with its records)."""
+        ...
+
+    async def ledger_admit(self, a: LedgerAdmit) -> tuple[str, float]:
+        """Atomically: refuse when a limit would be passed (``"rpm"``, ``"tpm"``, ``"parallel"``,
+        ``"budget<i>"`` with the spend of ``a.budgets[i]``), else count the request, take its
+        slot and reserve ``a.reserve_usd`` against every budget: ``("ok", 0.0)``."""
+        ...
+
+    async def ledger_settle(self, s: LedgerSettle) -> None:
+        """Give the slot back and turn the reservation into what was spent."""
+        ...
+
+    async def ledger_read(self, key: str, minute: int, now_ms: int, budgets: Sequence[str]) -> LedgerState:
+        """(requests, tokens) of ``minute``, requests in flight, (spent, reserved) per budget."""
         ...
 
     async def answer_put(self, fingerprint: str, blob: bytes, ttl_s: float) -> None: ...

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import hmac
+import hashlib
 
 import pytest
 from multidict import CIMultiDict
 
-from gateway import auth
-from gateway.auth import AuthResult, ClientAuth, startup_check
+from gateway.auth import ClientAuth, startup_check
 from gateway.config import parse_config
 
 KEYS = "server: {client_keys: 'gk-alpha-0001,gk-beta-0002'}\n"
@@ -42,7 +41,8 @@ def test_no_client_keys_means_nothing_is_required() -> None:
 )
 def test_a_configured_key_in_any_accepted_header_is_let_in(headers: dict[str, str]) -> None:
     result = client_auth().check(headers)
-    assert result == AuthResult("ok") and result.ok and result.required and result.message == ""
+    assert result.outcome == "ok" and result.ok and result.required and result.message == ""
+    assert result.key is not None and result.key.name == "client_keys"  # the flat list: one holder
 
 
 def test_works_on_aiohttp_style_case_insensitive_headers_and_pairs() -> None:
@@ -71,27 +71,40 @@ def test_missing_or_wrong_keys_are_refused(headers: dict[str, str], outcome: str
     assert result.message and "gk-" not in result.message
 
 
-def test_every_key_is_compared_with_no_early_exit(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[tuple[bytes, bytes]] = []
-    real = hmac.compare_digest
-
-    def spy(a: bytes, b: bytes) -> bool:
-        calls.append((a, b))
-        return real(a, b)
-
-    monkeypatch.setattr(auth.hmac, "compare_digest", spy)
+def test_keys_are_looked_up_by_digest_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing compares key bytes: what is sent is hashed and looked up by its SHA-256 digest,
+    which a sender cannot steer toward a configured key's (gateway/keys/registry.py)."""
     a = ClientAuth.from_keys(["k1-aaaa", "k2-bbbb", "k3-cccc"])
-    assert a.check({"x-api-key": "k1-aaaa"}).ok  # the first key matches ...
-    assert len(calls) == 3  # ... and the other two are still compared
-    # Same-length digests: the key's length does not change the comparison either.
-    assert {len(x) for pair in calls for x in pair} == {32}
+    assert set(a.ring.by_digest) == {hashlib.sha256(k.encode()).digest() for k in ("k1-aaaa", "k2-bbbb", "k3-cccc")}
+    assert a.check({"x-api-key": "k3-cccc"}).ok and not a.check({"x-api-key": "k3-ccc"}).ok
 
 
 def test_keys_are_never_kept_or_shown() -> None:
     a = client_auth()
     assert "gk-alpha" not in repr(a)
-    assert not any(b"gk-alpha" in d for d in a._digests)
+    assert not any(b"gk-alpha" in d for d in a.ring.by_digest)
     assert "gk-" not in repr(a.check({"x-api-key": "gk-alpha-0001"}))
+
+
+def test_named_keys_come_back_with_their_rules_and_are_accepted_in_every_agents_header() -> None:
+    cfg = parse_config(KEYED_UP + (
+        "keys:\n"
+        "  - {name: alice, key: gk-alice-1, team: web, models: ['claude-*'], requests_per_minute: 60,"
+        "     budget: {usd: 50, period: day}}\n"
+        f"  - {{name: ci-bot, key_sha256: {hashlib.sha256(b'gk-ci-2').hexdigest()}, parallel: 2}}\n"
+        "teams: [{name: web, budget: {usd: 500}}]\n"), env={})
+    a = ClientAuth.from_config(cfg)
+    for header, value in (("Authorization", "Bearer gk-alice-1"), ("x-api-key", "gk-alice-1"),
+                          ("api-key", "gk-alice-1"), ("x-goog-api-key", "gk-alice-1")):  # fmt: skip
+        r = a.check({header: value})
+        assert r.ok and r.key is not None and r.key.name == "alice", header
+    alice = a.check({"x-api-key": "gk-alice-1"}).key
+    assert alice is not None and alice.team == "web" and alice.requests_per_minute == 60
+    assert alice.budget is not None and (alice.budget.usd, alice.budget.period) == (50, "day")
+    assert alice.team_budget is not None and alice.team_budget.usd == 500
+    assert alice.allows("claude-sonnet-4-5") and not alice.allows("gpt-4o")
+    ci = a.check({"Authorization": "Bearer gk-ci-2"}).key
+    assert ci is not None and ci.name == "ci-bot" and ci.parallel == 2 and ci.allows("anything")
 
 
 def test_startup_refuses_an_open_gateway_with_the_operators_key_off_loopback() -> None:

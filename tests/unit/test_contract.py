@@ -5,7 +5,7 @@ from pathlib import Path
 
 import yaml
 
-from gateway.config import GatewayConfig, UpstreamConfig
+from gateway.config import GatewayConfig, PriceConfig, UpstreamConfig
 from gateway.errors import ErrorType
 from tests.unit.test_telemetry import CONTRACT
 
@@ -59,7 +59,11 @@ def test_readme_config_reference_matches_the_models() -> None:
     block = re.search(r"## Configuration.*?```yaml\n(.*?)```", README, re.S)
     assert block is not None
     documented = _keys(yaml.safe_load(block.group(1)))
-    assert documented == _model_keys(GatewayConfig) | {f"upstreams.{k}" for k in UpstreamConfig.model_fields} - {"upstreams"} | {"upstreams"}
+    # `prices` maps a model glob to a price: its example glob stands for any, its fields are the price's.
+    example = {k for k in documented if k.startswith("prices.")}
+    assert {k.split(".", 2)[2] for k in example if k.count(".") == 2} == set(PriceConfig.model_fields)
+    documented -= example
+    assert documented == (_model_keys(GatewayConfig) - {f"prices.{f}" for f in PriceConfig.model_fields}) | {f"upstreams.{k}" for k in UpstreamConfig.model_fields} - {"upstreams"} | {"upstreams"}
 
 
 def test_the_readme_metrics_table_lists_every_metric_the_app_exposes_with_its_labels() -> None:

@@ -24,6 +24,9 @@ CONTRACT = {
     "llm_gateway_deployment_sit_outs_total": ("counter", {"pool", "deployment", "reason"}),
     "llm_gateway_deployment_headroom_ratio": ("gauge", {"deployment", "kind"}),
     "llm_gateway_affinity_breaks_total": ("counter", {"pool", "reason"}),
+    "llm_gateway_key_spend_usd_total": ("counter", {"key", "team", "model"}),
+    "llm_gateway_key_tokens_total": ("counter", {"key", "model", "kind", "priced"}),
+    "llm_gateway_key_refusals_total": ("counter", {"key", "reason"}),
 }
 # Beyond the contract: the successful attempt's own time to first byte (no retry waits).
 EXTRA = {"llm_gateway_upstream_first_byte_seconds": ("histogram", {"upstream", "model"})}

@@ -181,6 +181,12 @@ def anthropic_usage(usage: Any) -> dict[str, int]:
     output = usage.get("output_tokens")
     if isinstance(output, int) and output >= 0:
         out["completion"] = output
+    # Of the prompt: what was read from the cache and written to it (priced apart).
+    for kind, key in (("cache_read", "cache_read_input_tokens"),
+                      ("cache_write", "cache_creation_input_tokens")):  # fmt: skip
+        value = usage.get(key)
+        if isinstance(value, int) and value > 0:
+            out[kind] = value
     return out
 
 

@@ -45,10 +45,10 @@ def test_usage_counts_cache_tokens_as_prompt_and_takes_the_last_cumulative_outpu
     r = D.reader(False)
     for raw in [*anthropic_head(input_tokens=10, cache_read=1000), text_delta("x"), *anthropic_tail(output_tokens=42)]:
         r.kind(raw, committed=False)
-    assert r.usage == {"prompt": 1010, "completion": 42}
+    assert r.usage == {"prompt": 1010, "completion": 42, "cache_read": 1000}  # of the prompt, priced apart
     body = {"usage": {"input_tokens": 5, "cache_creation_input_tokens": 7, "cache_read_input_tokens": 0,
                       "output_tokens": 3}}
-    assert D.body_usage(body) == {"prompt": 12, "completion": 3}
+    assert D.body_usage(body) == {"prompt": 12, "completion": 3, "cache_write": 7}
 
 
 def test_broken_stream_event_is_one_anthropic_error_with_our_fields() -> None:

@@ -1,0 +1,168 @@
+"""A gateway key's limits and budgets, counted in the state store: reserve, then settle.
+
+Before a request is sent, one atomic store operation checks every limit the key has and,
+when none would be passed, counts the request in its minute, takes a slot among its requests
+in flight and *reserves* the request's worst case (its prompt uncached plus every output
+token it may ask for, at the model's price) against the key's budget and its team's. After
+the answer, the reservation is *settled* to what the provider's usage says was spent. So
+concurrent requests at the edge of a budget see each other's reservations: a budget is
+refused once spent plus reserved reaches it, and the most it can be overspent is the last
+request admitted below it, never one request per replica or per connection.
+
+With Redis the operations are Lua scripts, shared by every replica; in memory, this process.
+When Redis does not answer, the store serves the operation from this process's memory (the
+limits then hold per replica); ``accounting.when_store_down: closed`` refuses instead.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.keys.periods import bounds, iso
+from gateway.keys.prices import Cost, Price, PriceTable, cost_of, worst_case
+from gateway.keys.registry import KeySpec
+from gateway.state.ledger_ops import LedgerAdmit, LedgerSettle
+from gateway.state.store import StateStore
+
+SLOT_TTL_MS = 3_600_000  # a slot a dead replica held is freed after an hour at most
+_BUDGET_KEEP_S = 7 * 86_400.0  # a finished period's spend stays readable a week
+
+
+@dataclass(frozen=True, slots=True)
+class LimitHit:
+    """Why a key may not send this request now, in words its holder can act on."""
+
+    kind: str  # rpm | tpm | parallel | budget | team_budget | store_down
+    message: str
+    retry_after_s: float | None  # when trying again makes sense (None: not before a reset)
+    reset_at_s: float | None  # epoch seconds
+
+
+@dataclass(slots=True)
+class Reservation:
+    """What admitting a request took, to be settled when it is done."""
+
+    key: KeySpec
+    minute: int
+    slot: str
+    tokens: int
+    reserve_usd: float
+    budgets: tuple[str, ...]
+    price: Price | None
+    settled: bool = False
+
+
+@dataclass
+class Accounts:
+    store: StateStore
+    prices: PriceTable
+    wall: Callable[[], float]
+    default_max_tokens: int = 4096
+    closed_when_store_down: bool = False
+    _ids: itertools.count[int] = field(default_factory=itertools.count)
+    _prefix: str = field(default_factory=lambda: os.urandom(4).hex())
+
+    def price_for(self, model: str | None) -> Price | None:
+        return self.prices.price_for(model)
+
+    def cost(self, model: str | None, usage: Mapping[str, int]) -> Cost:
+        return cost_of(self.prices.price_for(model), usage)
+
+    async def admit(self, key: KeySpec, model: str | None, prompt_tokens: float,
+                    max_tokens: int | None) -> Reservation | LimitHit:  # fmt: skip
+        now = self.wall()
+        minute = int(now // 60)
+        price = self.prices.price_for(model)
+        budgets = self._budgets(key, now)
+        reserve = worst_case(price, prompt_tokens, max_tokens or self.default_max_tokens) if budgets else 0.0
+        slot = f"{self._prefix}-{next(self._ids)}"
+        admit = LedgerAdmit(
+            key=key.name, minute=minute, requests_per_minute=key.requests_per_minute,
+            tokens_per_minute=key.tokens_per_minute, tokens=round(prompt_tokens), parallel=key.parallel,
+            slot=slot, now_ms=round(now * 1000), slot_ttl_ms=SLOT_TTL_MS,
+            budgets=tuple((b, limit) for b, limit, _, _ in budgets), reserve_usd=reserve,
+            budget_ttl_s=_BUDGET_KEEP_S + max((end for *_, end in budgets), default=now) - now,
+        )  # fmt: skip
+        verdict, spent = await self.store.ledger_admit(admit)
+        held = tuple(b for b, *_ in budgets)
+        reservation = Reservation(key, minute, slot, admit.tokens, reserve, held, price)
+        if verdict == "ok":
+            if self.closed_when_store_down and not getattr(self.store, "healthy", True):
+                await self.settle(reservation, {})  # undo what this replica's memory counted
+                return LimitHit("store_down", "the gateway cannot check this key's limits and budget now "
+                               "(its state store is down); try again shortly", 5.0, now + 5)  # fmt: skip
+            return reservation
+        return _refusal(key, verdict, spent, now, budgets)
+
+    async def settle(self, r: Reservation, usage: Mapping[str, int]) -> Cost:
+        """Once per reservation: the slot back, the spend as the usage says."""
+        cost = cost_of(r.price, usage)
+        if r.settled:
+            return cost
+        r.settled = True
+        used = usage.get("prompt", 0) + usage.get("completion", 0)
+        await self.store.ledger_settle(LedgerSettle(
+            key=r.key.name, minute=r.minute, token_delta=used - r.tokens if used else 0, slot=r.slot,
+            budgets=r.budgets, reserve_usd=r.reserve_usd, cost_usd=cost.usd,
+            budget_ttl_s=_BUDGET_KEEP_S + 32 * 86_400.0,
+        ))  # fmt: skip
+        return cost
+
+    async def state_of(self, key: KeySpec) -> dict[str, Any]:
+        """What ``GET /v1/gateway/key`` answers: the key's limits and where it stands."""
+        now = self.wall()
+        minute = int(now // 60)
+        budgets = self._budgets(key, now)
+        n, k, in_flight, spend = await self.store.ledger_read(key.name, minute, round(now * 1000),
+                                                              [b for b, *_ in budgets])  # fmt: skip
+        out: dict[str, Any] = {
+            "name": key.name, "team": key.team, "models": list(key.models),
+            "limits": {"requests_per_minute": key.requests_per_minute,
+                       "tokens_per_minute": key.tokens_per_minute, "parallel": key.parallel},
+            "this_minute": {"requests": n, "tokens": k, "resets_at": iso((minute + 1) * 60)},
+            "in_flight": in_flight,
+        }  # fmt: skip
+        for (bkey, limit, period, end), (spent, held) in zip(budgets, spend, strict=True):
+            field_name = "team_budget" if bkey.startswith("team:") else "budget"
+            out[field_name] = {"usd": limit, "period": period, "spent_usd": round(spent, 6),
+                               "reserved_usd": round(held, 6), "left_usd": round(max(0.0, limit - spent), 6),
+                               "resets_at": iso(end)}  # fmt: skip
+        return out
+
+    def _budgets(self, key: KeySpec, now: float) -> list[tuple[str, float, str, float]]:
+        """(store key, USD limit, period, period end) of the key's budget, then its team's."""
+        out: list[tuple[str, float, str, float]] = []
+        for owner, budget in ((f"key:{key.name}", key.budget), (f"team:{key.team}", key.team_budget)):
+            if budget is not None:
+                name, end = bounds(budget.period, now)
+                out.append((f"{owner}:{name}", budget.usd, budget.period, end))
+        return out
+
+
+_PERIOD_WORD = {"day": "daily", "week": "weekly", "month": "monthly"}
+
+
+def _refusal(key: KeySpec, verdict: str, spent: float, now: float,
+             budgets: list[tuple[str, float, str, float]]) -> LimitHit:  # fmt: skip
+    minute_end = (int(now // 60) + 1) * 60
+    if verdict == "rpm":
+        return LimitHit("rpm", f"key '{key.name}' sent its {key.requests_per_minute} requests of this "
+                        f"minute; the minute resets at {iso(minute_end)}", minute_end - now, minute_end)  # fmt: skip
+    if verdict == "tpm":
+        return LimitHit("tpm", f"key '{key.name}' used its {key.tokens_per_minute} tokens of this minute; "
+                       f"the minute resets at {iso(minute_end)}", minute_end - now, minute_end)  # fmt: skip
+    if verdict == "parallel":
+        return LimitHit("parallel", f"key '{key.name}' has its {key.parallel} requests in flight at once; "
+                       "try again when one has finished", 1.0, now + 1)  # fmt: skip
+    index = int(verdict.removeprefix("budget")) if verdict.startswith("budget") else 0
+    bkey, limit, period, end = budgets[min(index, len(budgets) - 1)]
+    team = bkey.startswith("team:")
+    who = f"team '{key.team}'" if team else f"key '{key.name}'"
+    return LimitHit("team_budget" if team else "budget",
+                   f"{who} spent ${spent:,.2f} of its ${limit:,.2f} {_PERIOD_WORD[period]} budget; "
+                   f"resets {iso(end)}", None, end)  # fmt: skip
+

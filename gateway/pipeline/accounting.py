@@ -1,0 +1,122 @@
+"""A gateway key's rules on a request: the models it may use, its limits and its budget.
+
+    admit   after the body is read: a model the key may not use is refused (403 auth); a key
+            with limits or a budget reserves the request's worst case (gateway/keys/ledger.py)
+            or is answered by the gateway, never sent: 429 rate_limit for a limit, 402 budget
+            for a spent budget, each in the client's API's envelope with the reset
+    settle  when the request is done (observe): the cost from the provider's usage, for the
+            log line and the metrics, and the reservation turned into that spend
+
+Codex stops at once only on a 429 whose error is ``usage_limit_reached`` with ``resets_at``
+(measured with Codex 0.169: it retries a 402 and a 403 five times), so Codex is answered a
+spent budget in that shape; every other client gets the 402 it stops on. The classification
+headers (``budget``, not retryable, the reset) are the same for all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.apis.base import Inbound
+from gateway.errors import Classification, ErrorType
+from gateway.keys.ledger import LimitHit, Reservation
+from gateway.keys.periods import iso
+from gateway.pipeline.outcome import Failure, RequestState, gateway_failure
+from gateway.policy.retry_after import reset_at_ms
+from gateway.policy.tokens import BYTES_PER_TOKEN
+from gateway.services import Services
+
+log = logging.getLogger("gateway.keys")
+
+_CODEX = ("codex_cli_rs", "codex_exec")
+
+
+async def admit(svc: Services, state: RequestState, headers: Mapping[str, str],
+                inbound: Inbound) -> Failure | None:  # fmt: skip
+    key = state.key
+    if key is None:
+        return None
+    if not key.allows(inbound.model):
+        svc.telemetry.child(svc.telemetry.key_refusals, key.name, "model").inc()
+        shown = (inbound.model or "")[:128]
+        c = Classification.of(ErrorType.AUTH)
+        return gateway_failure(403, c, f"key '{key.name}' may not use model '{shown}'; it may use: "
+                               f"{', '.join(key.models)}", "model_not_allowed", final=True)  # fmt: skip
+    if not key.limited or svc.accounts is None:
+        return None
+    prompt = len(inbound.body) / BYTES_PER_TOKEN
+    got = await svc.accounts.admit(key, inbound.model, prompt, _max_output(inbound.payload))
+    if isinstance(got, Reservation):
+        state.reservation = got
+        return None
+    svc.telemetry.child(svc.telemetry.key_refusals, key.name, got.kind).inc()
+    log.info({"request_id": state.request_id, "event": "key_refused", "key": key.name, "reason": got.kind})
+    return _refused(svc, state, headers, got)
+
+
+def settle(svc: Services, state: RequestState) -> None:
+    """At the end of a request: its cost now (the log line carries it), the store later."""
+    key = state.key
+    accounts = svc.accounts
+    if key is None or accounts is None:
+        return
+    cost = accounts.cost(state.model, state.usage)
+    state.cost_usd, state.priced = cost.usd, cost.priced
+    t = svc.telemetry
+    model = t.model_label(state.model)
+    if cost.usd:
+        t.child(t.key_spend, key.name, key.team or "", model).inc(cost.usd)
+    for kind, n in state.usage.items():
+        t.child(t.key_tokens, key.name, model, kind, "true" if cost.priced else "false").inc(n)
+    reservation = state.reservation
+    if reservation is not None and not reservation.settled:
+        usage = dict(state.usage)
+        # Off the request's path: its answer is out; shutdown waits for these (server.py).
+        task = asyncio.get_running_loop().create_task(accounts.settle(reservation, usage))
+        svc.settling.add(task)
+        task.add_done_callback(svc.settling.discard)
+
+
+def _max_output(payload: Mapping[str, Any]) -> int | None:
+    """The most output tokens a request asks for, in any of the three APIs' fields."""
+    for field in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+        value = payload.get(field)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def _refused(svc: Services, state: RequestState, headers: Mapping[str, str], r: LimitHit) -> Failure:
+    now = svc.wall()
+    if r.kind in ("budget", "team_budget"):
+        reset = r.reset_at_s or now
+        c = Classification(ErrorType.BUDGET, False, None, round(reset * 1000), "budget_exhausted", r.message,
+                           f"key '{state.key.name if state.key else ''}' {r.kind}")  # fmt: skip
+        state.retries_settled = True
+        if headers.get("originator", "") in _CODEX or headers.get("user-agent", "").startswith(_CODEX):
+            return _codex_usage_limit(c, r.message, reset)
+        return gateway_failure(402, c, r.message, "budget_exhausted", final=True)
+    wait = r.retry_after_s or 1.0
+    if r.kind == "store_down":
+        c = Classification(ErrorType.PROVIDER_UNAVAILABLE, True, wait, reset_at_ms(wait, now),
+                           "accounting_unavailable", r.message)  # fmt: skip
+        return gateway_failure(503, c, r.message, "accounting_unavailable", final=True)
+    c = Classification(ErrorType.RATE_LIMIT, True, wait, reset_at_ms(wait, now), r.kind, r.message)
+    if r.kind == "parallel":
+        return gateway_failure(429, c, r.message, "key_parallel_limit", final=True)
+    if r.kind == "tpm":
+        return gateway_failure(429, c, r.message, "key_tokens_per_minute", final=True)
+    return gateway_failure(429, c, r.message, "key_requests_per_minute", final=True)
+
+
+def _codex_usage_limit(c: Classification, message: str, reset_s: float) -> Failure:
+    """Codex's own usage-limit error (its ``usage_limit_reached`` with ``resets_at``, epoch
+    seconds): Codex stops at once on it and tells its user when the limit resets."""
+    body = {"error": {"type": "usage_limit_reached", "code": "budget_exhausted",
+                      "message": f"{message} (at {iso(reset_s)})", "resets_at": int(reset_s)}}  # fmt: skip
+    return Failure(c, 429, [("Content-Type", "application/json")], json.dumps(body).encode(), final=True)
+

@@ -1,0 +1,253 @@
+"""Keys for people and agents (issue #35): per-key models, limits, spend and budgets, answered by
+the gateway in each API's envelope and never sent; spend exact against the fake's usage.
+
+Prices here are made up to make the arithmetic plain: `gpt-4o-mini` at $1 per input token and
+$2 per output token (`prices:` overrides the shipped table).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from tests.fakeupstream import Reply, Stream, chat_completion, chunk
+from tests.integration.conftest import Gateway, MakeGateway
+
+PRICES = "prices: {'gpt-4o-mini*': {input: 1000000, output: 2000000, cache_read: 100000}}\n"
+ALICE = {"Authorization": "Bearer gk-alice"}
+
+
+def keys_yaml(**alice: Any) -> str:
+    extra = "".join(f", {k}: {json.dumps(v)}" for k, v in alice.items())
+    return (PRICES + "keys:\n"
+            f"  - {{name: alice, key: gk-alice, team: web{extra}}}\n"
+            "  - {name: root, key: gk-root, admin: true}\n"
+            "teams: [{name: web}]\n")  # fmt: skip
+
+
+async def key_state(gw: Gateway, headers: dict[str, str] = ALICE) -> dict[str, Any]:
+    async with gw.session.get(gw.base + "/v1/gateway/key", headers=headers) as r:
+        assert r.status == 200
+        return dict(await r.json())
+
+
+async def settled(gw: Gateway) -> dict[str, Any]:
+    """The key's state once every reservation is settled (settling runs after the answer)."""
+    for _ in range(100):
+        state = await key_state(gw)
+        if state.get("budget", {}).get("reserved_usd", 0) == 0 and state["in_flight"] == 0:
+            return state
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"never settled: {state}")
+
+
+async def test_a_model_the_key_may_not_use_is_refused_in_each_apis_envelope(make_gateway: MakeGateway) -> None:
+    gw = await make_gateway(keys_yaml(models=["claude-*"]))
+    status, headers, body = await gw.chat(headers=ALICE)
+    assert status == 403 and headers["x-llm-error-type"] == "auth" and headers["x-llm-error-retryable"] == "false"
+    err = json.loads(body)["error"]
+    assert err["code"] == "model_not_allowed"
+    assert err["message"] == "key 'alice' may not use model 'gpt-4o-mini'; it may use: claude-*"
+    status, _, body = await gw.responses(headers=ALICE)
+    assert status == 403 and json.loads(body)["error"]["code"] == "model_not_allowed"
+    status, _, body = await gw.messages(
+        {"model": "gpt-4o-mini", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}, headers=ALICE)
+    assert status == 403 and json.loads(body)["type"] == "error"
+    assert gw.fake.requests == []
+    assert (await gw.messages(headers=ALICE))[0] == 200  # claude-sonnet-4-5 is allowed
+    assert gw.metric("llm_gateway_key_refusals_total", key="alice", reason="model") == 3
+
+
+async def test_requests_per_minute_are_answered_by_the_gateway_with_the_minutes_end(make_gateway: MakeGateway) -> None:
+    gw = await make_gateway(keys_yaml(requests_per_minute=2))
+    for _ in range(2):
+        assert (await gw.chat(headers=ALICE))[0] == 200
+    status, headers, body = await gw.chat(headers=ALICE)
+    assert status == 429 and headers["x-llm-error-type"] == "rate_limit"
+    minute_end = (int(time.time() // 60) + 1) * 60
+    assert 0 < int(headers["retry-after"]) <= 60
+    assert abs(int(headers["x-llm-error-reset-at"]) / 1000 - minute_end) <= 1
+    err = json.loads(body)["error"]
+    assert err["code"] == "key_requests_per_minute" and "key 'alice' sent its 2 requests of this minute" in err["message"]
+    assert len(gw.fake.chat_requests()) == 2
+    # Another key is not held to alice's limit.
+    assert (await gw.chat(headers={"Authorization": "Bearer gk-root"}))[0] == 200
+
+
+async def test_parallel_requests_past_the_limit_are_refused_while_the_first_runs(make_gateway: MakeGateway) -> None:
+    gw = await make_gateway(keys_yaml(parallel=1))
+    gw.fake.script(Reply(200, chat_completion(), delay_s=0.4))
+    first = asyncio.create_task(gw.chat(headers=ALICE))
+    await asyncio.sleep(0.15)
+    status, headers, body = await gw.chat(headers=ALICE)
+    assert status == 429 and json.loads(body)["error"]["code"] == "key_parallel_limit"
+    assert headers["retry-after"] == "1"
+    assert (await first)[0] == 200
+    await settled_slots(gw)
+    assert (await gw.chat(headers=ALICE))[0] == 200  # the slot came back
+
+
+async def settled_slots(gw: Gateway) -> None:
+    for _ in range(100):
+        if (await key_state(gw))["in_flight"] == 0:
+            return
+        await asyncio.sleep(0.02)
+
+
+async def test_spend_is_exact_against_the_providers_usage(make_gateway: MakeGateway) -> None:
+    gw = await make_gateway(keys_yaml(budget={"usd": 1000000, "period": "day"}))
+    # Buffered: 12 prompt + 7 completion tokens.
+    assert (await gw.chat(headers=ALICE))[0] == 200
+    assert (await settled(gw))["budget"]["spent_usd"] == 12 * 1 + 7 * 2
+    # Cached: 100 prompt tokens of which 80 from the cache ($0.10 each), 5 out.
+    usage = {"prompt_tokens": 100, "completion_tokens": 5, "total_tokens": 105,
+             "prompt_tokens_details": {"cached_tokens": 80}}  # fmt: skip
+    gw.fake.script(Reply(200, {**chat_completion(), "usage": usage}))
+    assert (await gw.chat(headers=ALICE))[0] == 200
+    assert (await settled(gw))["budget"]["spent_usd"] == pytest.approx(26 + 20 + 80 * 0.1 + 5 * 2)
+    # Streamed: the gateway asks for the usage chunk (11 prompt tokens, one per word out).
+    events = [chunk({"role": "assistant", "content": ""}), chunk({"content": "one two three"}),
+              chunk({}, "stop"), {**chunk({}), "choices": [],
+              "usage": {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}}]  # fmt: skip
+    gw.fake.script(Stream(events))
+    payload = {"model": "gpt-4o-mini", "stream": True, "messages": [{"role": "user", "content": "count"}]}
+    async with gw.session.post(gw.base + "/v1/chat/completions", json=payload, headers=ALICE) as r:
+        assert r.status == 200
+        await r.read()
+    assert (await settled(gw))["budget"]["spent_usd"] == pytest.approx(64 + 11 + 3 * 2)
+    # Translated: a Messages client on this chat upstream, the answer's usage as the fake sent it.
+    status, _, _ = await gw.messages(
+        {"model": "gpt-4o-mini", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}, headers=ALICE)
+    assert status == 200
+    assert (await settled(gw))["budget"]["spent_usd"] == pytest.approx(81 + 12 + 7 * 2)
+    assert gw.metric("llm_gateway_key_spend_usd_total", key="alice", team="web", model="gpt-4o-mini") == (
+        pytest.approx(81 + 26))
+
+
+async def test_a_rescued_request_costs_what_the_provider_answered(make_gateway: MakeGateway) -> None:
+    gw = await make_gateway(keys_yaml(budget={"usd": 1000000, "period": "day"}),
+                            upstream_yaml=", context_window: 2000")  # fmt: skip
+    gw.fake.context_limit = 2000
+    msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"step {i}: " + "log line " * 80}
+            for i in range(31)]  # fmt: skip
+    status, headers, _ = await gw.chat({"model": "gpt-4o-mini", "messages": msgs}, headers=ALICE)
+    assert status == 200 and headers["x-llm-compressed"] == "true"
+    # The overflow answered no usage; the rescue's answer did (12 + 7 tokens).
+    assert (await settled(gw))["budget"]["spent_usd"] == 12 + 7 * 2
+
+
+async def test_a_spent_budget_is_402_with_the_periods_end_and_never_sent(make_gateway: MakeGateway) -> None:
+    gw = await make_gateway(keys_yaml(budget={"usd": 20, "period": "day"}))
+    assert (await gw.chat(headers=ALICE))[0] == 200  # $26 of $20: admitted below the budget
+    await settled(gw)
+    status, headers, body = await gw.chat(headers=ALICE)
+    assert status == 402 and headers["x-llm-error-type"] == "budget"
+    assert headers["x-llm-error-retryable"] == "false" and headers["x-should-retry"] == "false"
+    midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
+    assert int(headers["x-llm-error-reset-at"]) == int(midnight.timestamp()) * 1000
+    err = json.loads(body)["error"]
+    assert err["code"] == "budget_exhausted"
+    assert err["message"] == (f"key 'alice' spent $26.00 of its $20.00 daily budget; resets "
+                              f"{midnight.strftime('%Y-%m-%dT%H:%M:%SZ')}")  # fmt: skip
+    assert len(gw.fake.chat_requests()) == 1
+    # Messages clients get it in Anthropic's envelope.
+    status, _, body = await gw.messages(
+        {"model": "gpt-4o-mini", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}, headers=ALICE)
+    assert status == 402 and json.loads(body)["type"] == "error"
+
+
+async def test_codex_gets_the_usage_limit_it_stops_on(make_gateway: MakeGateway) -> None:
+    gw = await make_gateway(keys_yaml(budget={"usd": 1, "period": "week"}))
+    assert (await gw.chat(headers=ALICE))[0] == 200
+    await settled(gw)
+    codex = {**ALICE, "originator": "codex_exec", "User-Agent": "codex_exec/0.169.0"}
+    status, headers, body = await gw.responses(headers=codex)
+    assert status == 429 and headers["x-llm-error-type"] == "budget"
+    assert headers["x-llm-error-retryable"] == "false"
+    err = json.loads(body)["error"]
+    assert err["type"] == "usage_limit_reached" and err["resets_at"] == int(headers["x-llm-error-reset-at"]) // 1000
+
+
+async def test_a_team_budget_is_shared_by_its_keys(make_gateway: MakeGateway) -> None:
+    text = (PRICES + "keys:\n  - {name: alice, key: gk-alice, team: web}\n  - {name: bob, key: gk-bob, team: web}\n"
+            "teams: [{name: web, budget: {usd: 30, period: month}}]\n")  # fmt: skip
+    gw = await make_gateway(text)
+    assert (await gw.chat(headers=ALICE))[0] == 200  # $26
+    await settled(gw)
+    assert (await gw.chat(headers={"x-api-key": "gk-bob"}))[0] == 200  # $52: admitted below $30
+    await asyncio.sleep(0.1)
+    status, _, body = await gw.chat(headers=ALICE)
+    assert status == 402 and "team 'web' spent $52.00 of its $30.00 monthly budget" in json.loads(body)["error"]["message"]
+
+
+async def test_fifty_parallel_requests_at_the_edge_overspend_by_one_reservation_at_most(
+    make_gateway: MakeGateway,
+) -> None:
+    gw = await make_gateway(keys_yaml(budget={"usd": 100, "period": "day"}))
+    for _ in range(3):  # $78 spent: the edge is one request away
+        assert (await gw.chat(headers=ALICE))[0] == 200
+    assert (await settled(gw))["budget"]["spent_usd"] == 78
+    gw.fake.always = Reply(200, chat_completion(), delay_s=0.3)  # every one in flight at once
+    payload = {"model": "gpt-4o-mini", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
+    answers = await asyncio.gather(*(gw.chat(payload, headers=ALICE) for _ in range(50)))
+    statuses = [a[0] for a in answers]
+    state = await settled(gw)
+    admitted = statuses.count(200)
+    assert admitted >= 1 and statuses.count(402) == 50 - admitted
+    # Each admitted reserved its worst case (its ~17-token prompt and 10 tokens out: about $37);
+    # spent plus reserved reached the budget after the first, so it alone went over.
+    assert admitted == 1 and state["budget"]["spent_usd"] == 78 + 26
+    assert len(gw.fake.chat_requests()) == 3 + admitted
+
+
+async def test_the_key_endpoint_tells_a_key_its_state_and_an_admin_every_keys(make_gateway: MakeGateway) -> None:
+    gw = await make_gateway(keys_yaml(requests_per_minute=10, budget={"usd": 50, "period": "month"}))
+    assert (await gw.chat(headers=ALICE))[0] == 200
+    state = await settled(gw)
+    assert state["name"] == "alice" and state["team"] == "web" and state["models"] == ["*"]
+    assert state["limits"] == {"requests_per_minute": 10, "tokens_per_minute": None, "parallel": None}
+    assert state["this_minute"]["requests"] == 1
+    assert state["budget"]["usd"] == 50 and state["budget"]["spent_usd"] == 26 and state["budget"]["left_usd"] == 24
+    assert state["budget"]["resets_at"].endswith("T00:00:00Z") and state["budget"]["resets_at"][8:10] == "01"
+    async with gw.session.get(gw.base + "/v1/gateway/keys", headers=ALICE) as r:
+        assert r.status == 403 and (await r.json())["error"]["code"] == "admin_required"
+    async with gw.session.get(gw.base + "/v1/gateway/keys", headers={"x-api-key": "gk-root"}) as r:
+        assert r.status == 200
+        listed = (await r.json())["keys"]
+    assert [k["name"] for k in listed] == ["alice", "root"]
+    assert "gk-" not in json.dumps(listed)
+    async with gw.session.get(gw.base + "/v1/gateway/key") as r:
+        assert r.status == 401
+
+
+async def test_the_log_line_attributes_key_team_cost_and_session_and_says_when_unpriced(
+    make_gateway: MakeGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    gw = await make_gateway(keys_yaml())
+    with caplog.at_level(logging.INFO, logger="gateway.access"):
+        await gw.chat(headers={**ALICE, "session-id": "019a-codex-session"})
+        await gw.chat({"model": "qwen3-coder", "messages": [{"role": "user", "content": "hi"}]}, headers=ALICE)
+    lines = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
+    priced, unpriced = lines
+    assert priced["key"] == "alice" and priced["team"] == "web" and priced["cost_usd"] == 26
+    assert priced["session"] == "019a-codex-session" and "priced" not in priced
+    assert unpriced["cost_usd"] == 0 and unpriced["priced"] is False
+    assert gw.metric("llm_gateway_key_tokens_total", key="alice", model="qwen3-coder", kind="prompt",
+                     priced="false") == 12  # fmt: skip
+    assert "gk-alice" not in caplog.text
+
+
+async def test_flat_client_keys_keep_working_beside_named_keys(make_gateway: MakeGateway) -> None:
+    gw = await make_gateway("server: {client_keys: 'gk-old-1'}\n" + keys_yaml())
+    assert (await gw.chat(headers={"Authorization": "Bearer gk-old-1"}))[0] == 200
+    assert (await gw.chat(headers={"x-goog-api-key": "gk-alice"}))[0] == 200
+    assert (await gw.chat(headers={"Authorization": "Bearer gk-nobody"}))[0] == 401
+    sent = gw.fake.chat_requests()[-1]
+    assert "x-goog-api-key" not in sent.headers and "Authorization" not in sent.headers  # never upstream
+
