@@ -150,8 +150,9 @@ def _refusal(key: KeySpec, verdict: str, spent: float, now: float,
              budgets: list[tuple[str, float, str, float]]) -> LimitHit:  # fmt: skip
     minute_end = (int(now // 60) + 1) * 60
     if verdict == "rpm":
-        return LimitHit("rpm", f"key '{key.name}' sent its {key.requests_per_minute} requests of this "
-                        f"minute; the minute resets at {iso(minute_end)}", minute_end - now, minute_end)  # fmt: skip
+        message = (f"key '{key.name}' sent its {key.requests_per_minute} requests of this minute; "
+                   f"the minute resets at {iso(minute_end)}")  # fmt: skip
+        return LimitHit("rpm", message, minute_end - now, minute_end)
     if verdict == "tpm":
         return LimitHit("tpm", f"key '{key.name}' used its {key.tokens_per_minute} tokens of this minute; "
                        f"the minute resets at {iso(minute_end)}", minute_end - now, minute_end)  # fmt: skip
