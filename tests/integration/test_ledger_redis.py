@@ -1,0 +1,68 @@
+"""The keys' ledger (gateway/keys/ledger.py) on a real redis-server, two stores playing two
+replicas: limits and budgets hold across them, reservations included (issue #35)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from gateway.keys.ledger import Accounts, LimitHit, Reservation
+from gateway.keys.prices import Price, PriceTable
+from gateway.keys.registry import Budget, KeySpec
+from tests.integration.test_state_redis import REDIS, Replica, patient_replicas, redis_server
+
+pytestmark = pytest.mark.skipif(REDIS is None, reason="needs redis-server (scripts/test-deps.sh)")
+__all__ = ["patient_replicas", "redis_server"]  # fixtures
+
+# $1 per token in and out: a 20-token prompt with 10 out reserves $30; the fake answer costs $19.
+PRICES = PriceTable.of({"m": Price(1_000_000, 1_000_000)})
+USAGE = {"prompt": 12, "completion": 7}
+
+
+def accounts(r: Replica) -> Accounts:
+    return Accounts(r.store, PRICES, time.time)
+
+
+async def test_a_budget_holds_across_replicas_with_every_reservation_seen(
+    patient_replicas: tuple[Replica, Replica],
+) -> None:
+    a, b = (accounts(r) for r in patient_replicas)
+    key = KeySpec("alice", budget=Budget(100.0, "day"))
+    got = await asyncio.gather(*(acc.admit(key, "m", 20, 10) for acc in (a, b) for _ in range(25)))
+    admitted = [g for g in got if isinstance(g, Reservation)]
+    # Admitted while spent + reserved < $100: 0, 30, 60, 90 -> four, whichever replica asked.
+    assert len(admitted) == 4
+    assert all(isinstance(g, LimitHit) and g.kind == "budget" for g in got if not isinstance(g, Reservation))
+    for r in admitted:
+        await a.settle(r, USAGE)
+    state = await b.state_of(key)
+    assert state["budget"]["spent_usd"] == 4 * 19 and state["budget"]["reserved_usd"] == 0
+    assert not any(r.fallbacks for r in patient_replicas)  # all of it in Redis, none local
+
+
+async def test_requests_per_minute_and_parallel_slots_are_shared(patient_replicas: tuple[Replica, Replica]) -> None:
+    a, b = (accounts(r) for r in patient_replicas)
+    key = KeySpec("ci", requests_per_minute=3, parallel=2)
+    first = await a.admit(key, "m", 10, 10)
+    second = await b.admit(key, "m", 10, 10)
+    assert isinstance(first, Reservation) and isinstance(second, Reservation)
+    third = await a.admit(key, "m", 10, 10)
+    assert isinstance(third, LimitHit) and third.kind == "parallel"  # two in flight, on two replicas
+    await b.settle(first, USAGE)  # a slot comes back, wherever it was taken
+    fourth = await b.admit(key, "m", 10, 10)
+    assert isinstance(fourth, Reservation)
+    fifth = await a.admit(key, "m", 10, 10)
+    assert isinstance(fifth, LimitHit) and fifth.kind in ("rpm", "parallel")
+    state = await a.state_of(key)
+    assert state["this_minute"]["requests"] == 3 and state["in_flight"] == 2
+
+
+async def test_a_refused_request_leaves_no_trace(patient_replicas: tuple[Replica, Replica]) -> None:
+    a, _ = (accounts(r) for r in patient_replicas)
+    key = KeySpec("bob", requests_per_minute=1, budget=Budget(1000.0, "month"))
+    assert isinstance(await a.admit(key, "m", 10, 10), Reservation)
+    assert isinstance(await a.admit(key, "m", 10, 10), LimitHit)
+    state = await a.state_of(key)
+    assert state["this_minute"]["requests"] == 1 and state["budget"]["reserved_usd"] == 20
