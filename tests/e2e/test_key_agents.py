@@ -1,0 +1,131 @@
+"""A spent budget stops the real clients at once (issue #35), at stock settings: Claude Code
+(`claude -p`), Codex (`codex exec`), the `openai` and `anthropic` SDKs. Each is counted: how
+many requests it sent the gateway for one turn, and that none reached the provider.
+
+The gateway runs as README says (`python -m gateway --config`) with one named key whose daily
+budget the first request spends (prices made up: $1 a token), in front of the fake upstream.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from tests.e2e.conftest import RunningGateway, base_env, free_port, start
+from tests.e2e.test_claude_code import claude_bin, run_claude
+from tests.e2e.test_codex import codex
+from tests.fakeupstream import FakeUpstream
+
+pytestmark = pytest.mark.e2e
+__all__ = ["claude_bin", "codex"]  # fixtures shared with the agents' own test modules
+
+KEY = "gk-alice-0123456789"
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeUpstream]:
+    with FakeUpstream.in_thread() as f:
+        yield f
+
+
+@pytest.fixture
+def spent(fake: FakeUpstream, tmp_path: Path) -> Iterator[RunningGateway]:
+    """A gateway whose key has spent its budget: one request of $26 against $20 a day."""
+    port = free_port()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        f"server: {{port: {port}, drain_s: 1}}\n"
+        f"upstreams: [{{name: fake, base_url: '{fake.url}', api_key: sk-operator}}]\n"
+        "prices: {'*': {input: 1000000, output: 2000000}}\n"
+        f"keys: [{{name: alice, key: {KEY}, budget: {{usd: 20, period: day}}}}]\n"
+    )
+    gw = start([sys.executable, "-m", "gateway", "--config", str(config)], base_env(), port, tmp_path / "gw.log")
+    try:
+        body = json.dumps({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "spend"}]}).encode()
+        req = urllib.request.Request(gw.base + "/v1/chat/completions", data=body, method="POST",
+                                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert r.status == 200
+        for _ in range(100):  # settled once the reservation is gone
+            state = _state(gw)
+            if state["budget"]["reserved_usd"] == 0:
+                break
+            time.sleep(0.02)
+        assert state["budget"]["spent_usd"] >= 20
+        fake.requests.clear()
+        yield gw
+    finally:
+        gw.stop()
+
+
+def _state(gw: RunningGateway) -> dict[str, Any]:
+    req = urllib.request.Request(gw.base + "/v1/gateway/key", headers={"x-api-key": KEY})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return dict(json.loads(r.read()))
+
+
+def _refused(gw: RunningGateway) -> list[dict[str, Any]]:
+    """The access lines of requests the budget refused (written within 50 ms of the answer)."""
+    time.sleep(0.2)
+    lines = [json.loads(ln) for ln in gw.logs().splitlines() if ln.startswith("{")]
+    return [ln for ln in lines if ln.get("event") == "request" and ln.get("error_type") == "budget"]
+
+
+def test_claude_code_stops_at_once_on_a_spent_budget(claude_bin: Path, spent: RunningGateway, fake: FakeUpstream,
+                                                     tmp_path: Path) -> None:  # fmt: skip
+    workdir = tmp_path / "project"
+    workdir.mkdir()
+    r = run_claude(claude_bin, spent, workdir, ANTHROPIC_AUTH_TOKEN=KEY, timeout=120)
+    assert r.rc != 0
+    assert "budget" in (r.out + r.err).lower()
+    refused = _refused(spent)
+    assert [ln["status"] for ln in refused] == [402]  # one call: Claude Code did not retry it
+    assert fake.requests == []
+
+
+def test_codex_stops_at_once_and_says_its_usage_limit_was_hit(codex: Path, spent: RunningGateway,
+                                                              fake: FakeUpstream, tmp_path: Path) -> None:  # fmt: skip
+    home = tmp_path / "home"
+    (home / "codex").mkdir(parents=True)
+    (home / "codex" / "config.toml").write_text(
+        'model = "gpt-5-codex"\nmodel_provider = "gw"\napproval_policy = "never"\nsandbox_mode = "read-only"\n'
+        f'[model_providers.gw]\nname = "gw"\nbase_url = "{spent.base}/v1"\nwire_api = "responses"\n'
+        'env_key = "GW_KEY"\nrequires_openai_auth = false\n'
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "CODEX_HOME": str(home / "codex"), "GW_KEY": KEY}
+    t0 = time.monotonic()
+    r = subprocess.run([str(codex), "exec", "--skip-git-repo-check", "say hi"], env=env, cwd=home,
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode != 0
+    assert "usage limit" in (r.stdout + r.stderr).lower(), r.stderr[-2000:]
+    refused = _refused(spent)
+    assert [ln["status"] for ln in refused] == [429]  # one call: no retry, no reconnect
+    assert time.monotonic() - t0 < 30
+    assert fake.requests == []
+
+
+def test_the_sdks_stop_at_once(spent: RunningGateway, fake: FakeUpstream) -> None:
+    oa = openai.OpenAI(base_url=spent.base + "/v1", api_key=KEY)  # stock: max_retries=2
+    an = anthropic.Anthropic(base_url=spent.base, api_key=KEY)
+    try:
+        with pytest.raises(openai.APIStatusError) as e:
+            oa.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+        assert e.value.status_code == 402 and "spent $26.00 of its $20.00 daily budget" in str(e.value)
+        with pytest.raises(anthropic.APIStatusError) as f:
+            an.messages.create(model="claude-opus-4-8", max_tokens=16, messages=[{"role": "user", "content": "hi"}])
+        assert f.value.status_code == 402
+    finally:
+        oa.close()
+        an.close()
+    assert [ln["status"] for ln in _refused(spent)] == [402, 402]
+    assert fake.requests == []
