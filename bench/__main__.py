@@ -60,6 +60,11 @@ ON_AIOHTTP = "llm-gateway, upstream_client: aiohttp"
 # A pool of three deployments (three keys of the one upstream, whose answers carry rate-limit
 # headers for them), picked by each strategy that reads something different.
 POOL_WEIGHTED, POOL_HEADROOM = "llm-gateway, pool of 3 (weighted)", "llm-gateway, pool of 3 (headroom)"
+# A named key with limits and a budget on every request (reserve, then settle), state in this
+# process or in Redis: what accounting costs against the same gateway without keys.
+KEYED, KEYED_REDIS = "llm-gateway, a key with limits and a budget", "llm-gateway, a key with limits and a budget, state: redis"
+KEY_YAML = (f"keys: [{{name: bench, key: {load.KEY}, requests_per_minute: 100000000, "
+            "tokens_per_minute: 10000000000, parallel: 100000, budget: {usd: 1000000000, period: month}}]\n")
 # Agents' own APIs on a chat-only upstream: Claude Code's and Codex's path to a local server.
 FROM_MESSAGES = "llm-gateway, translated (Messages client → chat upstream)"
 FROM_RESPONSES = "llm-gateway, translated (Responses client → chat upstream)"
@@ -308,6 +313,15 @@ def run_loop(loop: str, tmp: Path, fd_limit: int, growth: bool) -> str:
         cfg.write_text(config.read_text().replace(f"port: {gw_port},", f"port: {port},")
                        + f"state: {{backend: redis, url: 'redis://127.0.0.1:{redis_port}/0'}}\n")
         variants[ON_REDIS] = (port, cfg)
+        port = free_port()
+        cfg = tmp / f"gateway-{loop}-keyed-redis.yaml"
+        cfg.write_text(config.read_text().replace(f"port: {gw_port},", f"port: {port},") + KEY_YAML
+                       + f"state: {{backend: redis, url: 'redis://127.0.0.1:{redis_port}/1'}}\n")
+        variants[KEYED_REDIS] = (port, cfg)
+    port = free_port()
+    cfg = tmp / f"gateway-{loop}-keyed.yaml"
+    cfg.write_text(config.read_text().replace(f"port: {gw_port},", f"port: {port},") + KEY_YAML)
+    variants[KEYED] = (port, cfg)
     for name, strategy in ((POOL_WEIGHTED, "weighted"), (POOL_HEADROOM, "headroom")):
         port = free_port()
         cfg = tmp / f"gateway-{loop}-pool-{strategy}.yaml"

@@ -18,6 +18,10 @@ import aiohttp
 BODY = '{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Hello, how are you?"}]}'
 STREAM_BODY = BODY[:-1] + ',"stream":true}'
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0}
+# Every request carries a gateway key, as an agent's does: the rows with named keys (keys:)
+# count it against its limits and budget; every other target passes it on or ignores it.
+KEY = "gk-bench-0123456789abcdef"
+HEADERS = {"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"}
 
 
 def have_wrk() -> bool:
@@ -27,7 +31,8 @@ def have_wrk() -> bool:
 def _script(body: str) -> str:
     path = Path(tempfile.gettempdir()) / f"llm-gateway-bench-{zlib.crc32(body.encode()):08x}.lua"
     # A Lua long string: real agent requests hold quotes and backslashes.
-    path.write_text(f"wrk.method = 'POST'\nwrk.body = [==[{body}]==]\nwrk.headers['Content-Type'] = 'application/json'\n")
+    path.write_text(f"wrk.method = 'POST'\nwrk.body = [==[{body}]==]\nwrk.headers['Content-Type'] = 'application/json'\n"
+                    f"wrk.headers['Authorization'] = 'Bearer {KEY}'\n")
     return str(path)
 
 
@@ -52,7 +57,7 @@ async def _python_load(url: str, connections: int, seconds: float, body: str = B
         async def worker() -> None:
             while time.perf_counter() < stop:
                 t0 = time.perf_counter()
-                async with s.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+                async with s.post(url, data=body, headers=HEADERS) as r:
                     await r.read()
                 latencies.append((time.perf_counter() - t0) * 1000)
         await asyncio.gather(*(worker() for _ in range(connections)))
@@ -71,7 +76,7 @@ async def _first_chunk(url: str, n: int, body: str = STREAM_BODY) -> list[float]
     async with aiohttp.ClientSession() as s:
         for i in range(n + 20):
             t0 = time.perf_counter()
-            async with s.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+            async with s.post(url, data=body, headers=HEADERS) as r:
                 await r.content.readany()
                 first = (time.perf_counter() - t0) * 1000
                 await r.read()
@@ -92,7 +97,7 @@ async def _first_chunk_pairs(url: str, bodies: tuple[str, str], n: int) -> tuple
         for i in range(n + 20):
             for side in ((0, 1) if i % 2 == 0 else (1, 0)):
                 t0 = time.perf_counter()
-                async with s.post(url, data=bodies[side], headers={"Content-Type": "application/json"}) as r:
+                async with s.post(url, data=bodies[side], headers=HEADERS) as r:
                     await r.content.readany()
                     first = (time.perf_counter() - t0) * 1000
                     await r.read()
