@@ -29,6 +29,7 @@ from gateway.pipeline.outcome import Failure, RequestState, gateway_failure
 from gateway.policy.retry_after import reset_at_ms
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.services import Services
+from gateway.tracing.attrs import P
 
 log = logging.getLogger("gateway.keys")
 
@@ -66,6 +67,11 @@ def settle(svc: Services, state: RequestState) -> None:
         return
     cost = accounts.cost(state.model, state.usage)
     state.cost_usd, state.priced = cost.usd, cost.priced
+    attrs: dict[str, str | float | bool] = {f"{P}key": key.name, f"{P}cost_usd": round(cost.usd, 6),
+                                           f"{P}cost_priced": cost.priced}  # fmt: skip
+    if key.team:
+        attrs[f"{P}team"] = key.team
+    svc.tracing.annotate(state, attrs)  # on the request's span, before it ends
     t = svc.telemetry
     model = t.model_label(state.model)
     if cost.usd:

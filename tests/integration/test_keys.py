@@ -251,3 +251,37 @@ async def test_flat_client_keys_keep_working_beside_named_keys(make_gateway: Mak
     sent = gw.fake.chat_requests()[-1]
     assert "x-goog-api-key" not in sent.headers and "Authorization" not in sent.headers  # never upstream
 
+
+
+async def test_the_request_span_carries_the_key_and_its_cost(make_gateway: MakeGateway) -> None:
+    from gateway.services import SERVICES
+    from tests.spans import in_memory
+
+    gw = await make_gateway(keys_yaml())
+    tracing, exporter = in_memory()
+    gw.app[SERVICES].tracing = tracing
+    assert (await gw.chat(headers=ALICE))[0] == 200
+    (server,) = [s for s in exporter.get_finished_spans() if s.parent is None or s.kind.name == "SERVER"]
+    attrs = dict(server.attributes or {})
+    assert attrs["llm_gateway.key"] == "alice" and attrs["llm_gateway.team"] == "web"
+    assert attrs["llm_gateway.cost_usd"] == 26 and attrs["llm_gateway.cost_priced"] is True
+    assert "gk-alice" not in json.dumps({k: str(v) for k, v in attrs.items()})
+
+
+@pytest.mark.parametrize("mode", ["open", "closed"])
+async def test_a_state_store_that_does_not_answer_fails_open_or_closed_as_configured(
+    make_gateway: MakeGateway, mode: str
+) -> None:
+    dead = "redis://127.0.0.1:1/0"  # nothing listens there: every operation falls back at once
+    gw = await make_gateway(keys_yaml(budget={"usd": 100, "period": "day"}) +
+                            f"state: {{backend: redis, url: '{dead}', timeout_ms: 50}}\n"
+                            f"accounting: {{when_store_down: {mode}}}\n")  # fmt: skip
+    status, headers, body = await gw.chat(headers=ALICE)
+    if mode == "open":
+        assert status == 200  # counted in this process's memory meanwhile
+        assert (await key_state(gw))["budget"]["spent_usd"] in (0, 26)
+    else:
+        assert status == 503 and json.loads(body)["error"]["code"] == "accounting_unavailable"
+        assert headers["x-llm-error-type"] == "provider_unavailable" and "retry-after" in headers
+        assert gw.fake.requests == []
+    assert gw.metric("llm_gateway_state_fallbacks_total", backend="redis", op="ledger_admit") >= 1
