@@ -28,7 +28,7 @@ from gateway.pipeline.outcome import Failure, RequestState, Success, gateway_fai
 from gateway.pipeline.send import SETTLED, Sent, fails_over_class, send_one
 from gateway.policy.retry import RetryPlan
 from gateway.policy.retry_after import reset_at_ms
-from gateway.routing.pools import Deployment, SitOut, first, moves_to_sibling, order, sit_out
+from gateway.routing.pools import Deployment, SitOut, first, moves_to_sibling, sit_out
 from gateway.services import PoolRuntime, Services, UpstreamRuntime
 from gateway.tracing.attrs import P
 
@@ -53,7 +53,7 @@ async def send_pool(
     last: Sent | None = None
     refused: Failure | None = None
     bound = pool.affinity.get(conversation) if pool.affinity is not None and conversation else None
-    first = True
+    opening = True  # the request's first pick: affinity may decide it
     while True:
         if not ps.fresh(cfg.name, model):
             await ps.refresh(cfg.name, pool.member_cfgs, model, pool.circuits)
@@ -62,15 +62,15 @@ async def send_pool(
         ready = [v for v in views if v.serves_at(now_ms) and v.name not in tried
                  and not await _refusing(members[v.slot], model)]  # fmt: skip
         if ready:
-            pick, why = _pick(svc, pool, ready, bound if first else None, conversation)
+            pick, why = _pick(svc, pool, ready, bound if opening else None, conversation)
             up = members[pick.slot]
             call = call_for(up)
             if isinstance(call, Failure):
                 tried.add(up.cfg.name)
                 refused = refused or call
                 continue
-            _picked(svc, state, pool, up, why if first else "moved")
-            first = False
+            _picked(svc, state, pool, up, why if opening else "moved")
+            opening = False
             siblings_left = len(ready) > 1  # re-ranked after a failure, without the one that failed
             outcome = await _send(svc, state, plan, call, siblings_left, nxt)
             last = Sent(outcome, call)
@@ -90,7 +90,7 @@ async def send_pool(
                 tried.update(m.cfg.name for m in members if (m.cfg.context_window or 0) <= window)
                 siblings_left = any(m.cfg.name not in tried for m in members)
             if siblings_left:
-                svc.telemetry.pool_moves.labels(cfg.name, up.cfg.name, c.type.value).inc()
+                svc.telemetry.child(svc.telemetry.pool_moves, cfg.name, up.cfg.name, c.type.value).inc()
                 log.debug({"request_id": state.request_id, "event": "sibling", "pool": cfg.name,
                            "from": up.cfg.name, "status": outcome.status,
                            "error_type": c.type.value})  # fmt: skip
@@ -112,7 +112,7 @@ async def send_pool(
         answered = await _all_sitting_out(svc, state, plan, pool, last, tried)
         if answered is not None:
             return answered
-        first = False  # waited for the earliest reset: it may serve again
+        opening = False  # waited for the earliest reset: it may serve again
 
 
 def _why_none_serves(views: list[Deployment], now_ms: float) -> ErrorType:
@@ -136,8 +136,7 @@ async def any_deployment(svc: Services, pool: PoolRuntime, model: str | None) ->
     now_ms = svc.wall() * 1000
     views = [ps.view(i, up.cfg, model, now_ms) for i, up in enumerate(pool.members)]
     ready = [v for v in views if v.serves_at(now_ms)]
-    ranked = order(pool.cfg.strategy, ready, svc.rand)
-    return pool.members[ranked[0].slot] if ranked else pool.members[0]
+    return pool.members[first(pool.cfg.strategy, ready, svc.rand).slot] if ready else pool.members[0]
 
 
 async def _send(svc: Services, state: RequestState, plan: RetryPlan, call: Call,
