@@ -64,6 +64,8 @@ class Accounts:
     default_max_tokens: int = 4096
     closed_when_store_down: bool = False
     _ids: itertools.count[int] = field(default_factory=itertools.count)
+    # period -> (name, end, when worked out): valid from then until its end.
+    _periods: dict[str, tuple[str, float, float]] = field(default_factory=dict)
     _prefix: str = field(default_factory=lambda: os.urandom(4).hex())
 
     def price_for(self, model: str | None) -> Price | None:
@@ -133,12 +135,20 @@ class Accounts:
                                "resets_at": iso(end)}  # fmt: skip
         return out
 
+    def _period(self, period: str, now: float) -> tuple[str, float]:
+        """The current period's name and end, worked out again only once it has ended."""
+        known = self._periods.get(period)
+        if known is None or not known[2] <= now < known[1]:
+            name, end = bounds(period, now)  # type: ignore[arg-type]
+            known = self._periods[period] = (name, end, now)
+        return known[0], known[1]
+
     def _budgets(self, key: KeySpec, now: float) -> list[tuple[str, float, str, float]]:
         """(store key, USD limit, period, period end) of the key's budget, then its team's."""
         out: list[tuple[str, float, str, float]] = []
         for owner, budget in ((f"key:{key.name}", key.budget), (f"team:{key.team}", key.team_budget)):
             if budget is not None:
-                name, end = bounds(budget.period, now)
+                name, end = self._period(budget.period, now)
                 out.append((f"{owner}:{name}", budget.usd, budget.period, end))
         return out
 

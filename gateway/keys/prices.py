@@ -20,7 +20,7 @@ Sources, read 2026-11-28:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
 
@@ -73,10 +73,12 @@ SHIPPED: tuple[tuple[str, Price], ...] = (
 
 @dataclass(frozen=True, slots=True)
 class PriceTable:
-    """The operator's prices, then the shipped ones; a lookup per distinct model is cached."""
+    """The operator's prices, then the shipped ones; a lookup per distinct model is cached
+    (a few dozen globs tried per request cost more than the rest of the accounting)."""
 
     overrides: tuple[tuple[str, Price], ...] = ()
     shipped: tuple[tuple[str, Price], ...] = SHIPPED
+    _found: dict[str, Price | None] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, overrides: Mapping[str, Price] | Iterable[tuple[str, Price]]) -> PriceTable:
@@ -86,10 +88,13 @@ class PriceTable:
     def price_for(self, model: str | None) -> Price | None:
         if not model:
             return None
-        for pattern, price in (*self.overrides, *self.shipped):
-            if fnmatchcase(model, pattern):
-                return price
-        return None
+        if model in self._found:
+            return self._found[model]
+        tables = (*self.overrides, *self.shipped)
+        found = next((price for pattern, price in tables if fnmatchcase(model, pattern)), None)
+        if len(self._found) < 1024:  # model names come from clients
+            self._found[model] = found
+        return found
 
 
 @dataclass(frozen=True, slots=True)
