@@ -23,7 +23,7 @@ from gateway import __version__
 from gateway.app import create_app, private_app
 from gateway.config import GatewayConfig
 from gateway.listening import cannot_listen
-from gateway.services import SERVICES
+from gateway.live import LIVE
 from gateway.state import StateStore
 from gateway.tracing import summary as tracing_summary
 from gateway.workers.seat import WorkerSeat
@@ -38,9 +38,9 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None) -> None:
     """Serves until SIGTERM/SIGINT, then drains. ``seat``: this process is one of
     ``server.workers`` started by gateway/workers/supervisor.py, on the sockets it was given."""
     app = create_app(cfg, peers=seat.peers() if seat is not None else ())
-    svc = app[SERVICES]
+    live = app[LIVE]
     # Before listening, so that /readyz never answers ahead of the started line's facts.
-    state = await _state_check(cfg, svc.store)
+    state = await _state_check(cfg, live.services.store)
     runner = make_runner(app, shutdown_timeout=1.0)
     await runner.setup()
     private = None
@@ -88,24 +88,27 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None) -> None:
             loop.remove_signal_handler(sig)
             signal.signal(sig, signal.SIG_IGN)
 
-    svc.draining = True
-    log.info({"event": "draining", "in_flight": svc.in_flight, "drain_s": cfg.server.drain_s})
+    life = live.life
+    life.draining = True
+    drain_s = live.services.cfg.server.drain_s  # as the last reload left it
+    log.info({"event": "draining", "in_flight": life.in_flight, "drain_s": drain_s})
     idle = asyncio.Event()
-    svc.idle.append(idle.set)
-    if svc.in_flight > 0:
+    life.idle.append(idle.set)
+    if life.in_flight > 0:
         try:
-            await asyncio.wait_for(idle.wait(), timeout=cfg.server.drain_s)
+            await asyncio.wait_for(idle.wait(), timeout=drain_s)
         except TimeoutError:
-            log.warning({"event": "drain_timeout", "in_flight": svc.in_flight, "cutting": len(svc.relaying)})
+            cutting = len(life.relaying)
+            log.warning({"event": "drain_timeout", "in_flight": life.in_flight, "cutting": cutting})
             # Responses still relaying end with their dialect's typed error event, never a cut
             # that could pass for a finished answer; then the rest is closed.
-            svc.shutting_down = True
-            for task in list(svc.relaying):
+            life.shutting_down = True
+            for task in list(life.relaying):
                 task.cancel()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(idle.wait(), timeout=2.0)
-    if svc.settling:  # keys' spend still being written: a budget must not forget it
-        await asyncio.wait(list(svc.settling), timeout=2.0)
+    if life.settling:  # keys' spend still being written: a budget must not forget it
+        await asyncio.wait(list(life.settling), timeout=2.0)
     await runner.cleanup()
     if private is not None:
         await private.cleanup()
