@@ -3,6 +3,9 @@
 SIGTERM (or SIGINT) starts draining: ``/readyz`` answers 503 at once so load balancers
 stop sending, requests that still arrive are served, and in-flight requests and streams
 get up to ``server.drain_s`` to finish before the process exits 0.
+
+SIGHUP, and a change of the file with ``server.watch_config`` on, reload the config
+(gateway/reload/); a draining process reloads nothing.
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ from gateway.app import create_app, private_app
 from gateway.config import GatewayConfig
 from gateway.listening import cannot_listen
 from gateway.live import LIVE
+from gateway.reload.reloader import Reloader
+from gateway.reload.watch import watch
 from gateway.state import StateStore
 from gateway.tracing import summary as tracing_summary
-from gateway.workers.seat import WorkerSeat
+from gateway.workers.seat import WorkerSeat, worker_config
 
 log = logging.getLogger("gateway.server")
 
@@ -34,9 +39,10 @@ log = logging.getLogger("gateway.server")
 _GEN0_THRESHOLD = 10_000
 
 
-async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None) -> None:
+async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path: str | None = None) -> None:
     """Serves until SIGTERM/SIGINT, then drains. ``seat``: this process is one of
-    ``server.workers`` started by gateway/workers/supervisor.py, on the sockets it was given."""
+    ``server.workers`` started by gateway/workers/supervisor.py, on the sockets it was given.
+    ``config_path``: the file SIGHUP reloads (None: no reloads)."""
     app = create_app(cfg, peers=seat.peers() if seat is not None else ())
     live = app[LIVE]
     # Before listening, so that /readyz never answers ahead of the started line's facts.
@@ -77,7 +83,24 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     orphan_watch = asyncio.create_task(_drain_if_orphaned(stop)) if seat is not None else None
+    reloader = file_watch = None
+    if config_path is not None:
+        reloader = Reloader(
+            config_path, live, log=log, summarize=_summary,
+            adapt=(lambda c: worker_config(c, seat)) if seat is not None else (lambda c: c),
+            context={"worker": seat.name, "pid": os.getpid()} if seat is not None else None,
+        )  # fmt: skip
+        loop.add_signal_handler(signal.SIGHUP, reloader.trigger, "SIGHUP")
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})  # held since __main__ (one waiting: now)
+        file_watch = asyncio.create_task(watch(reloader, lambda: live.services.cfg.server.watch_config))
     await stop.wait()
+    if reloader is not None:
+        if file_watch is not None:
+            file_watch.cancel()
+        # Ignored rather than left to its default action, which would end the process.
+        loop.remove_signal_handler(signal.SIGHUP)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        await reloader.close()
     if orphan_watch is not None:
         orphan_watch.cancel()
         # A signal sent to the whole process group (Ctrl-C, kill -- -PGID) reaches a worker
