@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import sys
 
 from gateway import __version__
@@ -49,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument("--version", action="version", version=f"llm-gateway {__version__}")
     args = parser.parse_args(args_in)
+    # SIGHUP reloads the config once serving (server.py); until then its default action would
+    # end the process, so it is held back (blocked, not lost) until the handler is in place.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
     try:
         cfg = load_config(args.config)
     except ConfigError as e:
@@ -81,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     from gateway.server import serve
 
     try:
-        asyncio.run(serve(cfg if seat is None else worker_config(cfg, seat), seat))
+        asyncio.run(serve(cfg if seat is None else worker_config(cfg, seat), seat, args.config))
     except KeyboardInterrupt:
         pass
     except ListenError as e:  # a port in use is the operator's to fix: one line, no traceback

@@ -6,6 +6,9 @@
 
 Clocks, sleep, randomness, the metrics registry and the upstream sender are all
 injectable: tests pass fakes instead of monkeypatching.
+
+Each config gets a Services of its own (``_generation``); a reload (gateway/reload/) builds
+the next one from the running one and swaps it in (gateway/live.py).
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
 from aiohttp import web, web_response
 from prometheus_client import CollectorRegistry
@@ -24,18 +28,19 @@ from gateway.auth import ClientAuth
 from gateway.config import GatewayConfig, PoolConfig
 from gateway.keys.ledger import Accounts
 from gateway.keys.prices import Price, PriceTable
+from gateway.live import LIVE, Build, Closable, Live
 from gateway.pipeline import forward, key_info
 from gateway.pipeline.admit import expect_continue
 from gateway.pipeline.observe import observed
 from gateway.policy.breaker import CircuitState
 from gateway.policy.loop_breaker import LoopBreaker
-from gateway.services import SERVICES, PoolRuntime, Services, UpstreamRuntime, tool_output_policy
+from gateway.services import Lifecycle, PoolRuntime, Services, UpstreamRuntime, tool_output_policy
 from gateway.state import SharedBudget, SharedCircuit, StateMetrics, StateStore, build_store
 from gateway.state.affinity import AffinityTable
 from gateway.state.pools import PoolState
 from gateway.telemetry import Telemetry
 from gateway.tracing import Tracing, build_tracing
-from gateway.upstream import Sender, StartableSender, new_sender
+from gateway.upstream import Sender, StartableSender, new_sender, pool_size
 from gateway.workers import metrics as workers_metrics
 
 PEERS = web.AppKey("peers", tuple[str, ...])
@@ -67,56 +72,20 @@ def create_app(
         registry if registry is not None else CollectorRegistry(),
         configured_models=[m for u in cfg.upstreams for m in u.models],
     )
-    own_sender = new_sender(cfg) if sender is None else None
     state_metrics = StateMetrics(telemetry.registry, cfg.state.backend)
     # Circuits and remembered answers are shared by replicas, so they run on wall-clock time.
     store = build_store(cfg, clock=wall, monotonic=monotonic, on_fallback=state_metrics.fallback)
-    upstreams = {}
-    for u in cfg.upstreams:
-        telemetry.init_upstream(u.name)
-        pool = cfg.pool_of(u.name)
-        circuit = SharedCircuit(
-            store, u.name, cfg.circuit_breaker, wall,
-            distinct_models=cfg.circuit_breaker.models_to_open,
-            cache_s=cfg.state.cache_ms / 1000, on_change=_circuit_gauge(telemetry, u.name),
-            # Siblings carry a pool deployment's traffic as a fallback would.
-            has_fallback=bool(u.fallbacks or (pool and (len(pool.deployments) > 1 or pool.fallbacks))),
-            rand=rand, probe_ttl_s=_probe_ttl_s(cfg),
-        )  # fmt: skip
-        upstreams[u.name] = UpstreamRuntime(u, circuit)
-    pools = {p.name: PoolRuntime(p, tuple(upstreams[d] for d in p.deployments), _affinity(p, monotonic))
-             for p in cfg.pools}  # fmt: skip
-    budget = SharedBudget(store, cfg.retry.budget, monotonic)
-    svc = Services(
-        cfg=cfg,
-        sender=sender if sender is not None else own_sender,  # type: ignore[arg-type]
-        telemetry=telemetry,
-        budget=budget,
-        store=store,
-        loop=LoopBreaker(cfg.loop_breaker, store, wall, no_hint_window_s=cfg.circuit_breaker.open_s,
-                         on_event=state_metrics.loop_event),
-        upstreams=upstreams,
-        monotonic=monotonic,
-        wall=wall,
-        sleep=sleep,
-        rand=rand,
-        auth=ClientAuth.from_config(cfg),
-        tool_outputs=tool_output_policy(cfg.tool_outputs),
-        tracing=tracing if tracing is not None else build_tracing(cfg.tracing, monotonic),
-        pools=pools,
-        accounts=_accounts(cfg, store, wall) if cfg.keys else None,
-        pool_state=PoolState(store, wall, monotonic, cache_s=cfg.state.cache_ms / 1000) if pools else None,
-    )
-
-    telemetry.in_flight.set_function(lambda: svc.in_flight)
+    kit = _Kit(telemetry, store, state_metrics, Lifecycle(), monotonic, wall, sleep, rand, sender, tracing)
+    svc, owned, fresh = _generation(cfg, kit, None)
+    live = Live(svc, owned, _next_generation(kit))
+    telemetry.in_flight.set_function(lambda: kit.life.in_flight)
     # aiohttp's own cap sits above ours so that our reader, not aiohttp, answers the 413.
     app = web.Application(client_max_size=cfg.server.max_body_bytes + 1)
-    app[SERVICES] = svc
+    app[LIVE] = live
     app[PEERS] = tuple(peers)
-    if own_sender is not None:
-        app.cleanup_ctx.append(_sender_lifetime(own_sender))
-    app.on_cleanup.append(_close_state(budget, store))
-    app.on_cleanup.append(_close_tracing(svc.tracing))
+    if fresh is not None:
+        app.on_startup.append(_start(fresh))
+    app.on_cleanup.append(_close(live, store))
 
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
@@ -135,6 +104,116 @@ def create_app(
     return app
 
 
+@dataclass(frozen=True)
+class _Kit:
+    """What every Services of the process shares, whatever a reload changes: the metrics
+    (series go on), the state store (spend, limits, circuits), the lifecycle, the clocks."""
+
+    telemetry: Telemetry
+    store: StateStore
+    state_metrics: StateMetrics
+    life: Lifecycle
+    monotonic: Callable[[], float]
+    wall: Callable[[], float]
+    sleep: Callable[[float], Awaitable[None]]
+    rand: Callable[[], float]
+    sender: Sender | None  # the caller's (tests): every Services', never closed here
+    tracing: Tracing | None  # the caller's, else built from the config
+
+
+def _generation(
+    cfg: GatewayConfig, kit: _Kit, previous: Services | None
+) -> tuple[Services, list[Closable], StartableSender | None]:
+    """The Services of ``cfg``; what it owns (to close once no Services uses it); a sender
+    built for it, to start before it serves. From ``previous``, what the new config would build
+    the same is kept: the connection pool, the retry budget's counts, the loop breaker's key,
+    the tracer, pools' affinity and load."""
+    telemetry, store = kit.telemetry, kit.store
+    telemetry.configure(cfg.upstreams)
+    fresh = None
+    if kit.sender is not None:
+        sender: Sender = kit.sender
+    elif previous is not None and _sender_fit(previous.cfg) == _sender_fit(cfg):
+        sender = previous.sender
+    else:
+        sender = fresh = new_sender(cfg)
+    upstreams = {}
+    for u in cfg.upstreams:
+        pool = cfg.pool_of(u.name)
+        circuit = SharedCircuit(
+            store, u.name, cfg.circuit_breaker, kit.wall,
+            distinct_models=cfg.circuit_breaker.models_to_open,
+            cache_s=cfg.state.cache_ms / 1000, on_change=_circuit_gauge(telemetry, u.name),
+            # Siblings carry a pool deployment's traffic as a fallback would.
+            has_fallback=bool(u.fallbacks or (pool and (len(pool.deployments) > 1 or pool.fallbacks))),
+            rand=kit.rand, probe_ttl_s=_probe_ttl_s(cfg),
+        )  # fmt: skip
+        upstreams[u.name] = UpstreamRuntime(u, circuit)
+    pools = {p.name: PoolRuntime(p, tuple(upstreams[d] for d in p.deployments),
+                                 _affinity(p, kit.monotonic, previous)) for p in cfg.pools}  # fmt: skip
+    if previous is not None and previous.cfg.retry.budget == cfg.retry.budget:
+        budget = previous.budget
+    else:
+        budget = SharedBudget(store, cfg.retry.budget, kit.monotonic)
+    if previous is not None and _loop_fit(previous.cfg) == _loop_fit(cfg):
+        loop = previous.loop
+    else:
+        loop = LoopBreaker(cfg.loop_breaker, store, kit.wall, no_hint_window_s=cfg.circuit_breaker.open_s,
+                           on_event=kit.state_metrics.loop_event)  # fmt: skip
+    if kit.tracing is not None:
+        tracing = kit.tracing
+    elif previous is not None and previous.cfg.tracing == cfg.tracing:
+        tracing = previous.tracing
+    else:
+        tracing = build_tracing(cfg.tracing, kit.monotonic)
+    pool_state = previous.pool_state if previous is not None else None
+    if pool_state is None and pools:
+        pool_state = PoolState(store, kit.wall, kit.monotonic, cache_s=cfg.state.cache_ms / 1000)
+    svc = Services(
+        cfg=cfg,
+        sender=sender,
+        telemetry=telemetry,
+        budget=budget,
+        store=store,
+        loop=loop,
+        upstreams=upstreams,
+        monotonic=kit.monotonic,
+        wall=kit.wall,
+        sleep=kit.sleep,
+        rand=kit.rand,
+        auth=ClientAuth.from_config(cfg),
+        life=kit.life,
+        tool_outputs=tool_output_policy(cfg.tool_outputs),
+        tracing=tracing,
+        pools=pools,
+        accounts=_accounts(cfg, store, kit.wall) if cfg.keys else None,
+        pool_state=pool_state,
+    )
+    owned: list[Closable] = [budget, tracing]
+    if kit.sender is None:
+        owned.append(sender)  # type: ignore[arg-type]  # new_sender's, so a StartableSender
+    return svc, owned, fresh
+
+
+def _next_generation(kit: _Kit) -> Build:
+    async def build(cfg: GatewayConfig, previous: Services) -> tuple[Services, Sequence[Closable]]:
+        svc, owned, fresh = _generation(cfg, kit, previous)
+        if fresh is not None:
+            await fresh.start()  # before any request can reach it
+        return svc, owned
+
+    return build
+
+
+def _sender_fit(cfg: GatewayConfig) -> object:
+    """What a sender is built from: equal, the running one serves the new config as well."""
+    return cfg.server.upstream_client, cfg.timeouts, pool_size(cfg)
+
+
+def _loop_fit(cfg: GatewayConfig) -> object:
+    return cfg.loop_breaker, cfg.circuit_breaker.open_s
+
+
 def _accounts(cfg: GatewayConfig, store: StateStore, wall: Callable[[], float]) -> Accounts:
     prices = PriceTable.of({glob: Price(p.input, p.output, p.cache_read, p.cache_write)
                             for glob, p in cfg.prices.items()})  # fmt: skip
@@ -142,8 +221,13 @@ def _accounts(cfg: GatewayConfig, store: StateStore, wall: Callable[[], float]) 
                     closed_when_store_down=cfg.accounting.when_store_down == "closed")  # fmt: skip
 
 
-def _affinity(pool: PoolConfig, clock: Callable[[], float]) -> AffinityTable | None:
+def _affinity(
+    pool: PoolConfig, clock: Callable[[], float], previous: Services | None
+) -> AffinityTable | None:
     a = pool.affinity
+    before = previous.pools.get(pool.name) if previous is not None else None
+    if before is not None and before.cfg.affinity == a and before.cfg.deployments == pool.deployments:
+        return before.affinity  # conversations stay on the deployment that holds their cache
     return AffinityTable(a.max_entries, a.idle_s, clock) if a.enabled else None
 
 
@@ -172,28 +256,19 @@ async def _read_circuits(svc: Services) -> None:
         t.circuit_open.replace(name, ((t.circuit_label(m), 1.0 if r else 0.0) for m, r in states))
 
 
-def _close_state(budget: SharedBudget, store: StateStore) -> Callable[[web.Application], Awaitable[None]]:
+def _start(sender: StartableSender) -> Callable[[web.Application], Awaitable[None]]:
+    async def start(app: web.Application) -> None:
+        await sender.start()
+
+    return start
+
+
+def _close(live: Live, store: StateStore) -> Callable[[web.Application], Awaitable[None]]:
     async def close(app: web.Application) -> None:
-        await budget.close()
+        await live.close()  # senders, retry budgets (their last flush), tracers
         await store.close()
 
     return close
-
-
-def _close_tracing(tracing: Tracing) -> Callable[[web.Application], Awaitable[None]]:
-    async def close(app: web.Application) -> None:
-        await tracing.close()
-
-    return close
-
-
-def _sender_lifetime(sender: StartableSender) -> Callable[[web.Application], AsyncIterator[None]]:
-    async def lifetime(app: web.Application) -> AsyncIterator[None]:
-        await sender.start()
-        yield
-        await sender.close()
-
-    return lifetime
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -201,7 +276,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    if request.app[SERVICES].draining:
+    if request.app[LIVE].life.draining:
         return web.json_response({"status": "draining"}, status=503)
     return web.json_response({"status": "ready"})
 
@@ -216,7 +291,7 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def _own_metrics(app: web.Application) -> bytes:
-    svc = app[SERVICES]
+    svc = app[LIVE].services
     await _read_circuits(svc)
     return generate_latest(svc.telemetry.registry)
 

@@ -89,6 +89,9 @@ class ServerConfig(_Model):
     # Client headers the provider does not get unless named here (any of WITHHELD_CLIENT_HEADERS,
     # case-insensitive): the client's cookies and its addresses as proxies recorded them.
     forward_client_headers: tuple[str, ...] = ()
+    # Reload when the file's content changes (checked every second), as on SIGHUP; off by
+    # default: an editor's half-saved file must not be tried unless the operator asks for it.
+    watch_config: bool = False
 
     @property
     def worker_count(self) -> int:
@@ -1115,13 +1118,17 @@ def parse_config(text: str, env: Mapping[str, str] | None = None, source: str = 
 
 
 def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> GatewayConfig:
+    return parse_config(read_config_text(path), env, source=str(Path(path)))
+
+
+def read_config_text(path: str | Path) -> str:
+    """The file's text; a reload reads it once, both to parse and to know what it has seen."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {p}") from None
     except IsADirectoryError:
         raise ConfigError(f"config path is a directory, not a file: {p}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"cannot read config file {p}: {e}") from None
-    return parse_config(text, env, source=str(p))

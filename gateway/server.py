@@ -3,6 +3,9 @@
 SIGTERM (or SIGINT) starts draining: ``/readyz`` answers 503 at once so load balancers
 stop sending, requests that still arrive are served, and in-flight requests and streams
 get up to ``server.drain_s`` to finish before the process exits 0.
+
+SIGHUP, and a change of the file with ``server.watch_config`` on, reload the config
+(gateway/reload/); a draining process reloads nothing.
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ from gateway import __version__
 from gateway.app import create_app, private_app
 from gateway.config import GatewayConfig
 from gateway.listening import cannot_listen
-from gateway.services import SERVICES
+from gateway.live import LIVE
+from gateway.reload.reloader import Reloader
+from gateway.reload.watch import watch
 from gateway.state import StateStore
 from gateway.tracing import summary as tracing_summary
-from gateway.workers.seat import WorkerSeat
+from gateway.workers.seat import WorkerSeat, worker_config
 
 log = logging.getLogger("gateway.server")
 
@@ -34,13 +39,14 @@ log = logging.getLogger("gateway.server")
 _GEN0_THRESHOLD = 10_000
 
 
-async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None) -> None:
+async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path: str | None = None) -> None:
     """Serves until SIGTERM/SIGINT, then drains. ``seat``: this process is one of
-    ``server.workers`` started by gateway/workers/supervisor.py, on the sockets it was given."""
+    ``server.workers`` started by gateway/workers/supervisor.py, on the sockets it was given.
+    ``config_path``: the file SIGHUP reloads (None: no reloads)."""
     app = create_app(cfg, peers=seat.peers() if seat is not None else ())
-    svc = app[SERVICES]
+    live = app[LIVE]
     # Before listening, so that /readyz never answers ahead of the started line's facts.
-    state = await _state_check(cfg, svc.store)
+    state = await _state_check(cfg, live.services.store)
     runner = make_runner(app, shutdown_timeout=1.0)
     await runner.setup()
     private = None
@@ -77,7 +83,24 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     orphan_watch = asyncio.create_task(_drain_if_orphaned(stop)) if seat is not None else None
+    reloader = file_watch = None
+    if config_path is not None:
+        reloader = Reloader(
+            config_path, live, log=log, summarize=_summary,
+            adapt=(lambda c: worker_config(c, seat)) if seat is not None else (lambda c: c),
+            context={"worker": seat.name, "pid": os.getpid()} if seat is not None else None,
+        )  # fmt: skip
+        loop.add_signal_handler(signal.SIGHUP, reloader.trigger, "SIGHUP")
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})  # held since __main__ (one waiting: now)
+        file_watch = asyncio.create_task(watch(reloader, lambda: live.services.cfg.server.watch_config))
     await stop.wait()
+    if reloader is not None:
+        if file_watch is not None:
+            file_watch.cancel()
+        # Ignored rather than left to its default action, which would end the process.
+        loop.remove_signal_handler(signal.SIGHUP)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        await reloader.close()
     if orphan_watch is not None:
         orphan_watch.cancel()
         # A signal sent to the whole process group (Ctrl-C, kill -- -PGID) reaches a worker
@@ -88,24 +111,27 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None) -> None:
             loop.remove_signal_handler(sig)
             signal.signal(sig, signal.SIG_IGN)
 
-    svc.draining = True
-    log.info({"event": "draining", "in_flight": svc.in_flight, "drain_s": cfg.server.drain_s})
+    life = live.life
+    life.draining = True
+    drain_s = live.services.cfg.server.drain_s  # as the last reload left it
+    log.info({"event": "draining", "in_flight": life.in_flight, "drain_s": drain_s})
     idle = asyncio.Event()
-    svc.idle.append(idle.set)
-    if svc.in_flight > 0:
+    life.idle.append(idle.set)
+    if life.in_flight > 0:
         try:
-            await asyncio.wait_for(idle.wait(), timeout=cfg.server.drain_s)
+            await asyncio.wait_for(idle.wait(), timeout=drain_s)
         except TimeoutError:
-            log.warning({"event": "drain_timeout", "in_flight": svc.in_flight, "cutting": len(svc.relaying)})
+            cutting = len(life.relaying)
+            log.warning({"event": "drain_timeout", "in_flight": life.in_flight, "cutting": cutting})
             # Responses still relaying end with their dialect's typed error event, never a cut
             # that could pass for a finished answer; then the rest is closed.
-            svc.shutting_down = True
-            for task in list(svc.relaying):
+            life.shutting_down = True
+            for task in list(life.relaying):
                 task.cancel()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(idle.wait(), timeout=2.0)
-    if svc.settling:  # keys' spend still being written: a budget must not forget it
-        await asyncio.wait(list(svc.settling), timeout=2.0)
+    if life.settling:  # keys' spend still being written: a budget must not forget it
+        await asyncio.wait(list(life.settling), timeout=2.0)
     await runner.cleanup()
     if private is not None:
         await private.cleanup()

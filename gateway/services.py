@@ -1,4 +1,7 @@
-"""The long-lived collaborators of one gateway process, built once by ``create_app``.
+"""The collaborators of one gateway process: one :class:`Services` per config, built by
+``create_app`` and again at each reload (gateway/reload/), and the :class:`Lifecycle` they all
+share. A request takes the Services of its start once (``request[SERVICES]``, set by observe),
+so it finishes on that config whatever a reload swaps in meanwhile.
 
 Nothing here is a module-level global: tests build their own with fake clocks,
 sleeps and senders.
@@ -118,6 +121,19 @@ class Route:
 
 
 @dataclass
+class Lifecycle:
+    """What belongs to the process rather than to one config, so a reload keeps it: the
+    requests in flight, and the shutdown that drains them (server.py)."""
+
+    draining: bool = False
+    shutting_down: bool = False  # drain_s ran out: responses still relaying are being ended
+    relaying: set[asyncio.Task[Any]] = field(default_factory=set)
+    in_flight: int = 0
+    idle: list[Callable[[], None]] = field(default_factory=list)
+    settling: set[asyncio.Task[Any]] = field(default_factory=set)  # keys' spend being written
+
+
+@dataclass
 class Services:
     cfg: GatewayConfig
     sender: Sender
@@ -131,18 +147,17 @@ class Services:
     sleep: Callable[[float], Awaitable[None]]
     rand: Callable[[], float]
     auth: ClientAuth
-    draining: bool = False
-    shutting_down: bool = False  # drain_s ran out: responses still relaying are being ended
-    relaying: set[asyncio.Task[Any]] = field(default_factory=set)
+    life: Lifecycle = field(default_factory=Lifecycle)
+    # Requests that started on this config and are not done; once a reload has replaced it,
+    # ``retired`` is called when the last one ends (its own connections may then be closed).
+    serving: int = 0
+    retired: Callable[[], None] | None = None
     models_cache: dict[str, tuple[float, bytes]] = field(default_factory=dict)  # GET /v1/models
-    in_flight: int = 0
-    idle: list[Callable[[], None]] = field(default_factory=list)
     # model -> its route (None: nothing serves it). Config is frozen, so routing is a pure
     # function of the model; clients send few distinct ones.
     chains: dict[str | None, Route | None] = field(default_factory=dict)
     pools: dict[str, PoolRuntime] = field(default_factory=dict)
     accounts: Accounts | None = None  # set when named keys are configured (keys:)
-    settling: set[asyncio.Task[Any]] = field(default_factory=set)  # keys' spend being written
     pool_state: PoolState | None = None  # set when the config has pools
     translations: Translations = field(default_factory=default_translations)
     tool_outputs: ToolOutputPolicy = field(default_factory=ToolOutputPolicy)
@@ -191,4 +206,5 @@ def tool_output_policy(cfg: ToolOutputsConfig) -> ToolOutputPolicy:
     return ToolOutputPolicy(rules, cfg.upfront, cfg.max_share, cfg.max_tokens)
 
 
-SERVICES = web.AppKey("llm_services", Services)
+# The Services a request started on (set by observe); the app's current ones: app[LIVE].
+SERVICES = web.RequestKey("llm_services", Services)

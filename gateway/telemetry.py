@@ -17,6 +17,7 @@ from prometheus_client import metrics as _prometheus_metrics
 from prometheus_client.core import Metric
 from prometheus_client.utils import floatToGoString
 
+from gateway.config import UpstreamConfig
 from gateway.errors import ErrorType
 
 MAX_MODELS = 100
@@ -40,6 +41,10 @@ class ModelLabels:
         self._known = {m for m in configured if not any(c in m for c in "*?[")}
         self._seen: set[str] = set()
         self._limit = limit
+
+    def know(self, configured: Iterable[str]) -> None:
+        """Names a reloaded config adds (the ones it drops keep their label: series go on)."""
+        self._known.update(m for m in configured if not any(c in m for c in "*?["))
 
     def __call__(self, model: str | None) -> str:
         if not model:
@@ -177,6 +182,12 @@ class CircuitGauge:
 
     def set(self, upstream: str, model: str, value: float) -> None:
         self._values.setdefault(upstream, {})[model] = value
+
+    def retain(self, upstreams: Iterable[str]) -> None:
+        """Only these upstreams' series: one a reload removed must not stay open forever."""
+        keep = set(upstreams)
+        for gone in [u for u in self._values if u not in keep]:
+            del self._values[gone]
 
     def replace(self, upstream: str, values: Iterable[tuple[str, float]]) -> None:
         """A fresh read of every circuit of ``upstream`` this replica knows (labels may repeat)."""
@@ -327,6 +338,14 @@ class Telemetry:
             return WHOLE_UPSTREAM
         label = self.model_label(model)
         return OTHER if label == WHOLE_UPSTREAM else label
+
+    def configure(self, upstreams: Iterable[UpstreamConfig]) -> None:
+        """The upstreams of the config in force (at start-up and at each reload)."""
+        ups = list(upstreams)
+        self.circuit_open.retain(u.name for u in ups)
+        for u in ups:
+            self.init_upstream(u.name)
+        self.model_label.know(m for u in ups for m in u.models)
 
     def init_upstream(self, name: str) -> None:
         """Pre-create per-upstream series so dashboards and alerts see zeros, not absences."""

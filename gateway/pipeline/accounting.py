@@ -83,8 +83,8 @@ def settle(svc: Services, state: RequestState) -> None:
         usage = dict(state.usage)
         # Off the request's path: its answer is out; shutdown waits for these (server.py).
         task = asyncio.get_running_loop().create_task(accounts.settle(reservation, usage))
-        svc.settling.add(task)
-        task.add_done_callback(svc.settling.discard)
+        svc.life.settling.add(task)
+        task.add_done_callback(svc.life.settling.discard)
 
 
 def _max_output(payload: Mapping[str, Any]) -> int | None:

@@ -17,14 +17,15 @@ from aiohttp import web
 
 from gateway.encodings import EncodingProblem, decode_body
 from gateway.jsonbody import Lenient
+from gateway.live import LIVE
 from gateway.pipeline.outcome import Failure, bad_request
-from gateway.services import SERVICES
 
 
 async def expect_continue(request: web.Request) -> None:
     """Answer ``Expect: 100-continue`` only for bodies we will accept: a client announcing
     an oversized body gets the 413 from the handler without uploading it first."""
-    limit = request.app[SERVICES].cfg.server.max_body_bytes
+    # Before observe: the config new requests get (the handler's own check reads its request's).
+    limit = request.app[LIVE].services.cfg.server.max_body_bytes
     declared = request.content_length
     if request.headers.get("Expect", "").lower() != "100-continue":
         return  # an unknown expectation is ignored, as RFC 9110 §10.1.1 allows

@@ -72,7 +72,7 @@ def full_pipeline(dialect: Dialect) -> Handler:
     """The handler of a dialect's own endpoint: every guarantee applies."""
 
     async def handle(request: web.Request) -> web.StreamResponse:
-        svc, state = request.app[SERVICES], request[STATE]
+        svc, state = request[SERVICES], request[STATE]
         state.dialect = dialect
         refused = authenticate(svc, request)
         if refused is not None:
@@ -155,7 +155,7 @@ def full_pipeline(dialect: Dialect) -> Handler:
 
 async def passthrough(request: web.Request) -> web.StreamResponse:
     """Any other ``/v1/...`` path: routed, retried and stamped, never compressed."""
-    svc, state = request.app[SERVICES], request[STATE]
+    svc, state = request[SERVICES], request[STATE]
     state.dialect = dialect_for_errors(request.path, "anthropic-version" in request.headers)
     refused = authenticate(svc, request)
     if refused is not None:
@@ -214,7 +214,7 @@ async def hello(request: web.Request) -> web.StreamResponse:
 
 
 async def not_found(request: web.Request) -> web.StreamResponse:
-    svc, state = request.app[SERVICES], request[STATE]
+    svc, state = request[SERVICES], request[STATE]
     state.dialect = dialect_for_errors(request.path, "anthropic-version" in request.headers)
     failure = bad_request(
         "no such endpoint; the gateway serves /v1/... and /healthz, /readyz, /metrics",

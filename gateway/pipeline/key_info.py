@@ -14,7 +14,7 @@ from gateway.services import SERVICES
 
 
 async def own_key(request: web.Request) -> web.StreamResponse:
-    svc, state = request.app[SERVICES], request[STATE]
+    svc, state = request[SERVICES], request[STATE]
     refused = authenticate(svc, request)
     if refused is not None:
         return await relay(request, svc, state, refused)
@@ -29,7 +29,7 @@ async def own_key(request: web.Request) -> web.StreamResponse:
 
 
 async def all_keys(request: web.Request) -> web.StreamResponse:
-    svc, state = request.app[SERVICES], request[STATE]
+    svc, state = request[SERVICES], request[STATE]
     refused = authenticate(svc, request)
     if refused is not None:
         return await relay(request, svc, state, refused)

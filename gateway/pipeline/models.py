@@ -37,7 +37,7 @@ CACHE_ENTRIES = 1000  # one per distinct caller credential, query and shape
 async def list_models(request: web.Request) -> web.StreamResponse | None:
     """The listing; None when no upstream answered with a list, nor failed (the plain
     passthrough then relays what the upstream did say)."""
-    svc, state = request.app[SERVICES], request[STATE]
+    svc, state = request[SERVICES], request[STATE]
     anthropic = "anthropic-version" in request.headers
     query = request.rel_url.raw_query_string
     asked = [request.headers.get(h, "") for h in ("Authorization", "x-api-key", "api-key")]

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from gateway.errors import Classification, ErrorType
+from gateway.live import LIVE
 from gateway.logs import ACCESS
 from gateway.pipeline import accounting
 from gateway.pipeline.outcome import STATE, RequestState
@@ -64,15 +65,18 @@ def observed(handler: Handler) -> Handler:
     and a partial per request): every request reaches some route, the last catches all."""
 
     async def observe(request: web.Request) -> web.StreamResponse:
-        svc = request.app[SERVICES]
         if request.path in _OPS_PATHS:
             return await handler(request)  # health, readiness and metrics are not API traffic
+        # Read once: the request runs to its end on this config, whatever a reload swaps in.
+        svc = request[SERVICES] = request.app[LIVE].services
+        life = svc.life
         state = RequestState(request_id=request_id_of(request), started=svc.monotonic())
         state.method, state.path = request.method, request.path[:PATH_MAX]
         state.user_agent = user_agent_of(request.headers.get("User-Agent"))
         request[STATE] = state
         svc.tracing.begin(request.headers, state)
-        svc.in_flight += 1  # the in-flight gauge reads it at scrape time
+        life.in_flight += 1  # the in-flight gauge reads it at scrape time
+        svc.serving += 1
         status = 500
         try:
             response = await handler(request)
@@ -109,15 +113,18 @@ def observed(handler: Handler) -> Handler:
             stamp(state, response, None)  # aiohttp sends it, after the accounting below
             return response
         finally:
-            svc.in_flight -= 1
+            life.in_flight -= 1
+            svc.serving -= 1
             if state.holding is not None and svc.pool_state is not None:
                 svc.pool_state.release(state.holding)
             if state.key is not None:
                 accounting.settle(svc, state)
             svc.tracing.end(state, status)
             _account(svc, state, status)
-            if svc.in_flight == 0:
-                for wake in svc.idle:
+            if svc.serving == 0 and svc.retired is not None:
+                svc.retired()  # the last request of a replaced config
+            if life.in_flight == 0:
+                for wake in life.idle:
                     wake()
 
     return observe

@@ -126,13 +126,13 @@ class _CutOnShutdown:
         self._task = task
 
     def __enter__(self) -> None:
-        self._svc.relaying.add(self._task)
+        self._svc.life.relaying.add(self._task)
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._svc.relaying.discard(self._task)
-        if kind is not None and issubclass(kind, asyncio.CancelledError) and self._svc.shutting_down:
+        self._svc.life.relaying.discard(self._task)
+        if kind is not None and issubclass(kind, asyncio.CancelledError) and self._svc.life.shutting_down:
             self._task.uncancel()
             raise _ShutdownCut from None
 

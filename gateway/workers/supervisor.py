@@ -11,6 +11,8 @@ all workers in bench/RESULTS.md. The supervisor serves no traffic itself:
   second gateway join the first one's port without a word);
 - SIGTERM/SIGINT are passed to every worker, each drains as a single gateway does
   (``server.drain_s``), and the supervisor exits 0 once all have;
+- SIGHUP is passed to every worker, each reloads the config on its own (gateway/reload/);
+  the supervisor keeps the sockets it bound, so host, port and workers need a restart;
 - a worker that exits on its own is restarted after a second; one that keeps dying within
   seconds of its start (a crash loop) stops the whole gateway with exit status 1, so an
   orchestrator sees the failure instead of a half-serving machine.
@@ -131,6 +133,8 @@ async def _run(workers: list[Worker], command: list[str], listen: list[str]) -> 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, _forwarder(workers, stop, sig))
+    loop.add_signal_handler(signal.SIGHUP, _signal_all, workers, signal.SIGHUP)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})  # held since __main__
     log.info({"event": "workers_started", "version": __version__, "workers": len(workers),
               "listen": listen, "pid": os.getpid(), "metrics_sockets": workers[0].seat.run_dir})  # fmt: skip
     failed = asyncio.Event()
@@ -168,9 +172,16 @@ async def _keep(w: Worker, command: list[str], stop: asyncio.Event, failed: asyn
         # A process group of its own: a signal sent to the supervisor's group (Ctrl-C in a
         # terminal, kill -- -PGID) reaches the worker once, passed on by the supervisor, not
         # twice (a second one could find the default action once the worker's loop has closed).
-        w.proc = await asyncio.create_subprocess_exec(
-            *command, pass_fds=w.seat.fds, env={**os.environ, ENV: w.seat.to_env()}, process_group=0,
-        )  # fmt: skip
+        # SIGHUP blocked in the worker from its first instruction (the mask is inherited) until
+        # its handler is in place: passed on meanwhile, it waits instead of ending the worker.
+        # The fork happens before the first suspension, right after this task blocked it.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+        try:
+            w.proc = await asyncio.create_subprocess_exec(
+                *command, pass_fds=w.seat.fds, env={**os.environ, ENV: w.seat.to_env()}, process_group=0,
+            )  # fmt: skip
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
         if stop.is_set():  # the signal came while it was being started: it never got it
             with contextlib.suppress(ProcessLookupError):
                 w.proc.send_signal(signal.SIGTERM)

@@ -53,12 +53,12 @@ async def test_the_circuit_gauge_is_per_model_as_the_circuits_are(make_gateway) 
 async def test_the_circuit_gauge_reads_the_shared_state_at_scrape_time(make_gateway) -> None:
     """What another replica wrote to the shared store (here: written to the store directly)
     is what this replica enforces, so it is what its gauge shows, without a transition here."""
+    from gateway.live import LIVE
     from gateway.policy.breaker import circuit_key
-    from gateway.services import SERVICES
 
     gw = await make_gateway("circuit_breaker: {failure_threshold: 2, open_s: 30}\n")
     assert (await gw.chat({"model": "m", "messages": []}))[0] == 200
-    svc = gw.app[SERVICES]
+    svc = gw.app[LIVE].services
     await svc.store.circuit_open(circuit_key("primary", "m"), svc.wall() + 30, 60)
     assert (await gw.scraped("llm_gateway_circuit_open"))[circuit("primary", "m")] == 1
     await asyncio.sleep(0.25)  # past state.cache_ms: this replica reads the store again

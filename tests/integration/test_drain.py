@@ -5,14 +5,14 @@ failure, while the client is still told to retry (elsewhere)."""
 import asyncio
 import json
 
-from gateway.services import SERVICES
+from gateway.live import LIVE
 from tests.fakeupstream import Stream, chunk, data_events
 
 
 async def test_a_stream_cut_at_drain_timeout_is_not_a_provider_failure(make_gateway) -> None:
     gw = await make_gateway(real_sleep=True)
     gw.fake.script(Stream([chunk({"content": f"w{i}"}) for i in range(40)] + [chunk({}, "stop")], delay_s=0.05))
-    svc = gw.app[SERVICES]
+    life = gw.app[LIVE].life
 
     async def client() -> bytes:
         return (await gw.chat({"model": "gpt-4o-mini", "stream": True,
@@ -20,13 +20,13 @@ async def test_a_stream_cut_at_drain_timeout_is_not_a_provider_failure(make_gate
 
     reading = asyncio.create_task(client())
     for _ in range(500):  # until the relay has registered itself (polled: it offers no event)
-        if svc.relaying:
+        if life.relaying:
             break
         await asyncio.sleep(0.01)
-    assert svc.relaying
+    assert life.relaying
     # What serve() does once drain_s has run out.
-    svc.shutting_down = True
-    for task in list(svc.relaying):
+    life.shutting_down = True
+    for task in list(life.relaying):
         task.cancel()
     body = await reading
     last = json.loads(data_events(body)[-1])

@@ -307,9 +307,9 @@ def _completion() -> dict[str, Any]:
 
 async def _expire_cache(gw: Gateway) -> None:
     """The pool's records are read at most every state.cache_ms: forget when they were read."""
-    from gateway.services import SERVICES
+    from gateway.live import LIVE
 
-    ps = gw.app[SERVICES].pool_state
+    ps = gw.app[LIVE].services.pool_state
     assert ps is not None
     ps._read_at.clear()
 

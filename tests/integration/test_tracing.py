@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from gateway.services import SERVICES
+from gateway.live import LIVE
 from gateway.tracing import NO_TRACING
 from tests.convo import agent_conversation
 from tests.fakeupstream import FakeUpstream, Reply, Stream, chunk, estimate_tokens, overflow_error
@@ -22,7 +22,7 @@ UNAVAILABLE = Reply(503, {"error": {"message": "overloaded", "type": "server_err
 
 def traced(gw, capture_content: bool = False):
     tracing, exporter = in_memory(capture_content)
-    gw.app[SERVICES].tracing = tracing
+    gw.app[LIVE].services.tracing = tracing
     return exporter
 
 
@@ -34,7 +34,7 @@ def the_tree(exporter):
 
 async def test_tracing_is_off_by_default_and_a_client_traceparent_passes_through(make_gateway) -> None:
     gw = await make_gateway()
-    assert gw.app[SERVICES].tracing is NO_TRACING
+    assert gw.app[LIVE].services.tracing is NO_TRACING
     status, _, _ = await gw.chat(headers={"traceparent": TRACEPARENT})
     assert status == 200
     assert gw.fake.chat_requests()[0].headers["traceparent"] == TRACEPARENT

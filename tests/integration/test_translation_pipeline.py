@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.services import SERVICES
+from gateway.live import LIVE
 from gateway.translate import Translations
 from gateway.translate.base import Context, Refusal, StreamTranslator, Target
 from tests.fakeupstream import Reply, anthropic_error
@@ -40,12 +40,12 @@ class _TextOnly:
 
 
 def _use_text_only(gw: Any) -> None:
-    gw.app[SERVICES].translations = Translations({("messages", "chat"): _TextOnly()})
+    gw.app[LIVE].services.translations = Translations({("messages", "chat"): _TextOnly()})
 
 
 async def test_no_translation_is_a_clear_error_in_the_clients_envelope(make_gateway) -> None:
     gw = await make_gateway(upstream_yaml=", apis: [chat]")
-    gw.app[SERVICES].translations = Translations({})
+    gw.app[LIVE].services.translations = Translations({})
     status, headers, body = await gw.messages(MESSAGES_REQ)
     doc = json.loads(body)
     assert status == 400 and doc["type"] == "error"

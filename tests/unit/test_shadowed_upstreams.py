@@ -9,7 +9,7 @@ import pytest
 
 from gateway.app import create_app
 from gateway.config import config_warnings, parse_config
-from gateway.services import SERVICES
+from gateway.live import LIVE
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
@@ -25,7 +25,7 @@ def _translation_example() -> str:
 def test_the_translation_example_routes_each_model_to_its_upstream(model: str, upstream: str) -> None:
     cfg = parse_config(_translation_example(), env={"ANTHROPIC_API_KEY": "sk-ant"})
     app = create_app(cfg, sender=object())  # type: ignore[arg-type]  # routing sends nothing
-    route = app[SERVICES].chain_for(model)
+    route = app[LIVE].services.chain_for(model)
     assert route is not None and route.upstreams[0].cfg.name == upstream
     assert config_warnings(cfg) == []
 

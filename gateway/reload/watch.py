@@ -1,0 +1,71 @@
+"""``server.watch_config``: the file is looked at every second, and a change of its content
+reloads it as SIGHUP does.
+
+The file's mtime, size and inode say whether it may have changed (a ConfigMap's symlink swap
+gives a new inode); only then is it read, and its digest, compared with what the last reload
+read, says whether it did: a touch, or an editor writing the same bytes, reloads nothing. A
+file that cannot be read (removed while an editor replaces it) is reported once, by the
+reload it triggers, not once a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+
+from gateway.config import ConfigError, read_config_text
+from gateway.reload.reloader import Reloader, digest
+
+EVERY_S = 1.0
+
+Stamp = tuple[int, int, int, int] | None  # mtime_ns, size, inode, device; None: no file
+
+
+class FileLook:
+    """The digest of the file's content, read again only when its stat changed."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._stamp: Stamp = None
+        self._digest: str | None = None
+
+    def digest(self) -> str | None:
+        stamp = _stamp(self._path)
+        if stamp is None:
+            self._stamp = self._digest = None
+        elif stamp != self._stamp:
+            self._stamp = stamp
+            try:
+                self._digest = digest(read_config_text(self._path))
+            except ConfigError:
+                self._digest = None
+        return self._digest
+
+
+def _stamp(path: str) -> Stamp:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size, st.st_ino, st.st_dev
+
+
+async def watch(
+    reloader: Reloader,
+    enabled: Callable[[], bool],
+    *,
+    every_s: float = EVERY_S,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> None:
+    """Runs until cancelled. ``enabled``: whether the config in force watches (a reload may
+    turn it on or off)."""
+    look = FileLook(reloader.path)
+    while True:
+        await sleep(every_s)
+        if not enabled():
+            continue
+        found = look.digest()
+        if found != reloader.seen:
+            # The first look finds the file the process started from: nothing to say then.
+            await reloader.reload("file", quiet_if_same=reloader.seen is None)
