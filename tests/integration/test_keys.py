@@ -254,12 +254,12 @@ async def test_flat_client_keys_keep_working_beside_named_keys(make_gateway: Mak
 
 
 async def test_the_request_span_carries_the_key_and_its_cost(make_gateway: MakeGateway) -> None:
-    from gateway.services import SERVICES
+    from gateway.live import LIVE
     from tests.spans import in_memory
 
     gw = await make_gateway(keys_yaml())
     tracing, exporter = in_memory()
-    gw.app[SERVICES].tracing = tracing
+    gw.app[LIVE].services.tracing = tracing
     assert (await gw.chat(headers=ALICE))[0] == 200
     (server,) = [s for s in exporter.get_finished_spans() if s.parent is None or s.kind.name == "SERVER"]
     attrs = dict(server.attributes or {})
