@@ -1,6 +1,6 @@
 """The pieces of a reload (issue #35 item 7): what only a restart changes, what the log line
 says, the one-at-a-time swap of Services and the closing of what a replaced one alone used, the
-file watch. The whole of it against a running app is tests/integration/test_reload.py."""
+file watch. The whole of it against a running app is tests/integration/test_reload_app.py."""
 
 from __future__ import annotations
 
