@@ -29,7 +29,7 @@ from gateway.config import GatewayConfig, PoolConfig
 from gateway.keys.ledger import Accounts
 from gateway.keys.prices import Price, PriceTable
 from gateway.live import LIVE, Build, Closable, Live
-from gateway.pipeline import forward, key_info
+from gateway.pipeline import forward, gemini_extras, key_info
 from gateway.pipeline.admit import expect_continue
 from gateway.pipeline.observe import observed
 from gateway.policy.breaker import CircuitState
@@ -94,9 +94,19 @@ def create_app(
     # one catches every path, so no request escapes it.
     for dialect in DIALECTS:
         handler = observed(forward.full_pipeline(dialect))
-        app.router.add_post(dialect.path, handler, expect_handler=expect_continue)
+        for path in dialect.paths:
+            app.router.add_post(path, handler, expect_handler=expect_continue)
     app.router.add_route("HEAD", "/api/hello", observed(forward.hello))
     app.router.add_route("HEAD", "/", observed(forward.hello))  # what current Claude Code probes instead
+    for path in gemini_extras.COUNT_PATHS:
+        app.router.add_post(path, observed(gemini_extras.count_tokens), expect_handler=expect_continue)
+    app.router.add_get("/v1beta/models", observed(gemini_extras.list_gemini_models))
+    app.router.add_get("/v1beta/models/{model}", observed(gemini_extras.get_gemini_model))
+    # OpenAI's paths too: a caller with a Gemini key (the google-genai SDK) gets Gemini's answer.
+    app.router.add_get("/v1/models", observed(gemini_extras.gemini_or(forward.passthrough,
+                                                                      gemini_extras.list_gemini_models)))
+    app.router.add_get("/v1/models/{model}", observed(gemini_extras.gemini_or(forward.passthrough,
+                                                                              gemini_extras.get_gemini_model)))
     app.router.add_get("/v1/gateway/key", observed(key_info.own_key))
     app.router.add_get("/v1/gateway/keys", observed(key_info.all_keys))
     app.router.add_route("*", "/v1/{tail:.*}", observed(forward.passthrough), expect_handler=expect_continue)

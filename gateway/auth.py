@@ -79,12 +79,15 @@ class ClientAuth:
         """Whether requests must carry a client key (at least one is configured)."""
         return self.ring.required
 
-    def check(self, headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> AuthResult:
+    def check(
+        self, headers: Mapping[str, str] | Iterable[tuple[str, str]], query_key: str | None = None
+    ) -> AuthResult:
         """Whether these request headers carry a configured key: in ``Authorization: Bearer``,
-        ``x-api-key``, ``api-key`` or ``x-goog-api-key`` (names in any case). A request that
-        presents several is let in when any one of them matches, since SDKs add their own
-        header next to a custom one."""
-        found = self.ring.identify(headers)
+        ``x-api-key``, ``api-key`` or ``x-goog-api-key`` (names in any case), or ``query_key``
+        (Gemini's ``?key=``, passed only on the routes of an API that takes one). A request
+        that presents several is let in when any one of them matches, since SDKs add their
+        own header next to a custom one."""
+        found = self.ring.identify(headers, query_key)
         return AuthResult(found.outcome, found.key)  # type: ignore[arg-type]
 
     def __repr__(self) -> str:

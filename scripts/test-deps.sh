@@ -74,4 +74,23 @@ if command -v npm >/dev/null 2>&1 && { [ ! -x "$oc_prefix/node_modules/.bin/open
   npm install --prefix "$oc_prefix" --no-audit --no-fund --loglevel=error "opencode-ai@$OPENCODE_VERSION" >/dev/null \
     || echo "test-deps: npm install opencode-ai failed; the opencode tests will skip" >&2
 fi
+# Gemini CLI, once, into .cache/gemini-cli, for tests/e2e/test_gemini_cli.py (Gemini API clients
+# on a chat upstream). Pinned: the corpus requests tests/corpus/requests/gemini-cli-0.61-*.json
+# were captured with it.
+GEMINI_CLI_VERSION="${GEMINI_CLI_VERSION:-0.61.0}"
+gemini_prefix="$(cd "$(dirname "$0")/.." && pwd)/.cache/gemini-cli"
+if command -v npm >/dev/null 2>&1 && { [ ! -x "$gemini_prefix/node_modules/.bin/gemini" ] ||
+    [ "$("$gemini_prefix/node_modules/.bin/gemini" --version 2>/dev/null)" != "$GEMINI_CLI_VERSION" ]; }; then
+  mkdir -p "$gemini_prefix"
+  npm install --prefix "$gemini_prefix" --no-audit --no-fund --loglevel=error "@google/gemini-cli@$GEMINI_CLI_VERSION" >/dev/null \
+    || echo "test-deps: npm install @google/gemini-cli failed; the Gemini CLI tests will skip" >&2
+fi
+# The google-genai SDK in a venv of its own (.venv-genai: no dependency of the gateway), for
+# tests/e2e/test_google_genai.py. Pinned: tests/corpus/requests/genai-3.6-*.json were captured with it.
+GENAI_VERSION="${GENAI_VERSION:-3.6.1}"
+genai_venv="$(cd "$(dirname "$0")/.." && pwd)/.venv-genai"
+if ! "$genai_venv/bin/python" -c "import google.genai, sys; sys.exit(google.genai.__version__ != '$GENAI_VERSION')" >/dev/null 2>&1; then
+  { python3 -m venv "$genai_venv" && "$genai_venv/bin/pip" install -q "google-genai==$GENAI_VERSION" >/dev/null; } \
+    || echo "test-deps: pip install google-genai failed; the google-genai tests will skip" >&2
+fi
 exit 0

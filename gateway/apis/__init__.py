@@ -4,22 +4,30 @@ from __future__ import annotations
 
 from gateway.apis.base import Dialect
 from gateway.apis.chat.wire import OpenAIChat
+from gateway.apis.gemini.wire import GeminiGenerate
 from gateway.apis.messages.wire import AnthropicMessages
 from gateway.apis.responses.wire import OpenAIResponses
 
 OPENAI_CHAT: Dialect = OpenAIChat()
 ANTHROPIC_MESSAGES: Dialect = AnthropicMessages()
 OPENAI_RESPONSES: Dialect = OpenAIResponses()
+GEMINI: Dialect = GeminiGenerate()
 
 # Each gets the full pipeline at its path.
-DIALECTS: tuple[Dialect, ...] = (OPENAI_CHAT, ANTHROPIC_MESSAGES, OPENAI_RESPONSES)
+DIALECTS: tuple[Dialect, ...] = (OPENAI_CHAT, ANTHROPIC_MESSAGES, OPENAI_RESPONSES, GEMINI)
 
 
-def dialect_for_errors(path: str, headers_have_anthropic_version: bool) -> Dialect:
+def dialect_for_errors(
+    path: str, headers_have_anthropic_version: bool, gemini_caller: bool = False
+) -> Dialect:
     """Which envelope a gateway-made error takes on a path without a full dialect:
-    Anthropic clients always send ``anthropic-version``, and read only Anthropic's shape."""
+    Anthropic clients always send ``anthropic-version``, and read only Anthropic's shape;
+    ``/v1beta/`` is the Gemini API's alone, and so is a caller with a Gemini key
+    (``x-goog-api-key`` or ``?key=``) on ``/v1/models``, a path OpenAI's API has too."""
     if path.startswith("/v1/messages") or headers_have_anthropic_version:
         return ANTHROPIC_MESSAGES
+    if path.startswith("/v1beta/") or gemini_caller:
+        return GEMINI
     return OPENAI_CHAT
 
 

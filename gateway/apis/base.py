@@ -51,6 +51,19 @@ class Inbound:
 
 
 @dataclass(frozen=True, slots=True)
+class Where:
+    """What a request's URL says besides the body: the variables of the route it matched
+    (Gemini names the model and the method in the path) and the query (Gemini's ``alt=sse``).
+    Empty for the APIs that say everything in the body."""
+
+    params: Mapping[str, str]
+    query: Mapping[str, str]
+
+
+NOWHERE = Where({}, {})
+
+
+@dataclass(frozen=True, slots=True)
 class Rejection:
     """Why a body was not admitted; rendered in the dialect's error shape with status 400."""
 
@@ -130,10 +143,16 @@ class ForeignError:
 class Dialect(Protocol):
     name: str  # for logs
     api: str  # the name config uses in ``upstreams[].apis``
-    path: str  # the endpoint that gets the full pipeline
+    path: str  # the endpoint an upstream that speaks this API is sent requests at
+    # The routes (aiohttp patterns) that get the full pipeline: ``(path,)`` for an API whose
+    # body says everything, more where the path carries the model and method (Gemini).
+    paths: tuple[str, ...]
+    # The query parameter this API's clients may send their key in (Gemini's ``key``), else
+    # None. Accepted as a gateway key like the credential headers; never logged nor forwarded.
+    key_param: str | None
 
-    def admit(self, body: bytes, payload: dict[str, Any]) -> Inbound | Rejection:
-        """Check a parsed JSON object; ``body`` is its bytes."""
+    def admit(self, body: bytes, payload: dict[str, Any], where: Where = NOWHERE) -> Inbound | Rejection:
+        """Check a parsed JSON object; ``body`` is its bytes, ``where`` what its URL says."""
         ...
 
     def prepare(self, inbound: Inbound, stream_usage: bool) -> tuple[dict[str, Any], bool]:

@@ -1,10 +1,14 @@
-"""``GET /v1/models`` in the two shapes clients parse: OpenAI's and Anthropic's.
+"""``GET /v1/models`` in the shapes clients parse: OpenAI's, Anthropic's and Google's.
 
 OpenAI (platform.openai.com/docs/api-reference/models/list): ``{"object": "list", "data":
 [{"id", "object": "model", "created": <unix seconds>, "owned_by"}]}``.
 Anthropic (docs.claude.com/en/api/models-list): ``{"data": [{"type": "model", "id",
 "display_name", "created_at": <RFC 3339>}], "has_more", "first_id", "last_id"}``, where
 ``created_at`` "may be set to an epoch value if the release date is unknown".
+
+Google (https://ai.google.dev/api/models#method:-models.list): ``{"models": [{"name":
+"models/<id>", "baseModelId", "version", "displayName", "supportedGenerationMethods", …}],
+"nextPageToken"}``; the google-genai SDKs and Gemini CLI read ``name`` and strip ``models/``.
 
 A client gets its own shape whatever its upstreams answered in: Claude Code's model discovery
 and the ``anthropic`` SDK read Anthropic's, Codex and the ``openai`` SDK OpenAI's. An entry
@@ -19,11 +23,30 @@ from typing import Any
 _EPOCH = "1970-01-01T00:00:00Z"
 
 
-def entry(model: dict[str, Any], anthropic: bool, owner: str) -> dict[str, Any]:
-    """``model`` (an entry of either shape, its ``id`` a string) in the wanted shape;
+OPENAI, ANTHROPIC, GOOGLE = "openai", "anthropic", "google"
+# What the gateway serves of the Gemini API for every model (all of it translated).
+GEMINI_METHODS = ("generateContent", "streamGenerateContent", "countTokens")
+
+
+def gemini_model(mid: str, input_limit: int | None = None) -> dict[str, Any]:
+    """A Gemini API ``Model`` for a model the gateway routes; ``inputTokenLimit`` only when
+    the upstream's context_window says it."""
+    out: dict[str, Any] = {
+        "name": f"models/{mid}", "baseModelId": mid, "version": "gateway", "displayName": mid,
+        "supportedGenerationMethods": list(GEMINI_METHODS),
+    }  # fmt: skip
+    if input_limit:
+        out["inputTokenLimit"] = input_limit
+    return out
+
+
+def entry(model: dict[str, Any], shape: str, owner: str) -> dict[str, Any]:
+    """``model`` (an OpenAI or Anthropic entry, its ``id`` a string) in the wanted shape;
     ``owner``: who serves it (OpenAI's ``owned_by`` when the entry names none)."""
     mid = model["id"]
-    if anthropic:
+    if shape == GOOGLE:
+        return gemini_model(mid)
+    if shape == ANTHROPIC:
         if model.get("type") == "model":
             return model
         name = model.get("display_name")
@@ -36,8 +59,10 @@ def entry(model: dict[str, Any], anthropic: bool, owner: str) -> dict[str, Any]:
             "owned_by": owned if isinstance(owned, str) and owned else owner}  # fmt: skip
 
 
-def listing(data: list[dict[str, Any]], anthropic: bool, has_more: bool) -> dict[str, Any]:
-    if not anthropic:
+def listing(data: list[dict[str, Any]], shape: str, has_more: bool) -> dict[str, Any]:
+    if shape == GOOGLE:
+        return {"models": data}
+    if shape == OPENAI:
         return {"object": "list", "data": data}
     first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
     return {"data": data, "has_more": has_more, "first_id": first, "last_id": last}

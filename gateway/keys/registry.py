@@ -7,7 +7,8 @@ comparing key bytes, it leaks nothing about any configured key.
 
 A key is accepted in each agent's own header: ``Authorization: Bearer`` (the OpenAI SDKs,
 Codex, opencode), ``x-api-key`` (Claude Code, the anthropic SDK), ``api-key`` (Azure
-clients) and ``x-goog-api-key`` (Gemini CLI, google-genai). A request that presents several
+clients) and ``x-goog-api-key`` (Gemini CLI, google-genai), and, on the Gemini API's routes
+only, the ``?key=`` query parameter its REST examples use. A request that presents several
 is let in when any of them is a key, since SDKs add their own header next to a custom one.
 """
 
@@ -88,10 +89,17 @@ class KeyRing:
     def required(self) -> bool:
         return bool(self.by_digest)
 
-    def identify(self, headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> Identified:
+    def identify(
+        self, headers: Mapping[str, str] | Iterable[tuple[str, str]], query_key: str | None = None
+    ) -> Identified:
+        """``query_key``: a key sent in the URL (the Gemini API's ``?key=``). It is only
+        compared here: the access log writes the path without its query, and a translated
+        request goes upstream without the client's query."""
         if not self.by_digest:
             return _NOT_REQUIRED
         presented = credentials(headers)
+        if query_key and query_key.strip():
+            presented.append(query_key.strip())
         if not presented:
             return _MISSING
         for candidate in presented:

@@ -88,9 +88,12 @@ def settle(svc: Services, state: RequestState) -> None:
 
 
 def _max_output(payload: Mapping[str, Any]) -> int | None:
-    """The most output tokens a request asks for, in any of the three APIs' fields."""
-    for field in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
-        value = payload.get(field)
+    """The most output tokens a request asks for, in any of the APIs' fields (Gemini's is
+    ``generationConfig.maxOutputTokens``)."""
+    config = payload.get("generationConfig") or payload.get("generation_config")
+    nested = config if isinstance(config, dict) else {}
+    for value in (*(payload.get(f) for f in ("max_tokens", "max_completion_tokens", "max_output_tokens")),
+                  nested.get("maxOutputTokens"), nested.get("max_output_tokens")):  # fmt: skip
         if isinstance(value, int) and value > 0:
             return value
     return None

@@ -24,13 +24,14 @@ import dataclasses
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlencode
 
 import orjson
 from aiohttp import web
 
 from gateway import jsonbody
 from gateway.apis import api_of_path, dialect_for_errors
-from gateway.apis.base import Dialect, Inbound, Rejection
+from gateway.apis.base import Dialect, Inbound, Rejection, Where
 from gateway.auth import WWW_AUTHENTICATE
 from gateway.errors import Classification, ErrorType
 from gateway.jsonbody import Lenient
@@ -41,7 +42,7 @@ from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.chain import send_chain
 from gateway.pipeline.continuation import continuable, resumer
 from gateway.pipeline.legs import Sending, body_for, leg_call
-from gateway.pipeline.models import list_models
+from gateway.pipeline.models import gemini_caller, list_models
 from gateway.pipeline.outcome import (
     STATE,
     Failure,
@@ -106,6 +107,7 @@ def full_pipeline(dialect: Dialect) -> Handler:
         mode = ReadMode.STREAM if inbound.stream else ReadMode.BUFFER
 
         track = inbound.stream and continuable(route.upstreams)
+        query = forwarded_query(request, dialect)
         encoded: list[bytes] = []
 
         def direct_body() -> bytes:
@@ -121,9 +123,9 @@ def full_pipeline(dialect: Dialect) -> Handler:
             headers = request_headers(request.headers.items(), up.outbound, state.request_id)
             state.translated = None  # until a translated call is made (a fallback's, say)
             if leg.translator is None and leg.model is None:
-                url = up.url_for(dialect.path, request.query_string)
+                url = up.url_for(dialect.path, query)
                 return Call(up, "POST", url, headers, mode, dialect, strip_usage, track, body=direct_body())
-            sent = Sending(mode, strip_usage, track, request.query_string)
+            sent = Sending(mode, strip_usage, track, query)
             return leg_call(state, leg, up, headers, sent, inbound, payload, client_payload)
 
         plan = new_plan(svc, client_deadline_s(request.headers))
@@ -156,12 +158,12 @@ def full_pipeline(dialect: Dialect) -> Handler:
 async def passthrough(request: web.Request) -> web.StreamResponse:
     """Any other ``/v1/...`` path: routed, retried and stamped, never compressed."""
     svc, state = request[SERVICES], request[STATE]
-    state.dialect = dialect_for_errors(request.path, "anthropic-version" in request.headers)
+    state.dialect = _errors_dialect(request)
     refused = authenticate(svc, request)
     if refused is not None:
         return await relay(request, svc, state, refused)
     try:  # first: an absolute-URI target (``GET http://169.254.169.254/v1/models``) is refused
-        url_for = upstream_url("", request.raw_path.split("?", 1)[0], request.query_string)
+        url_for = upstream_url("", request.raw_path.split("?", 1)[0], forwarded_query(request, state.dialect))
     except UnsafePath as e:
         return await relay(request, svc, state, bad_request(str(e), "invalid_path"))
     if request.method == "GET" and request.path == "/v1/models":
@@ -215,7 +217,7 @@ async def hello(request: web.Request) -> web.StreamResponse:
 
 async def not_found(request: web.Request) -> web.StreamResponse:
     svc, state = request[SERVICES], request[STATE]
-    state.dialect = dialect_for_errors(request.path, "anthropic-version" in request.headers)
+    state.dialect = _errors_dialect(request)
     failure = bad_request(
         "no such endpoint; the gateway serves /v1/... and /healthz, /readyz, /metrics",
         "not_found",
@@ -224,9 +226,24 @@ async def not_found(request: web.Request) -> web.StreamResponse:
     return await relay(request, svc, state, failure)
 
 
+def _errors_dialect(request: web.Request) -> Dialect:
+    return dialect_for_errors(request.path, "anthropic-version" in request.headers, gemini_caller(request))
+
+
+def forwarded_query(request: web.Request, dialect: Dialect) -> str:
+    """The client's query string as it goes upstream: without the key parameter its API takes
+    (Gemini's ``?key=``), which is a credential for the gateway, never for the provider."""
+    param = dialect.key_param
+    if param is None or param not in request.query:
+        return request.query_string
+    return urlencode([(k, v) for k, v in request.query.items() if k != param])
+
+
 def authenticate(svc: Services, request: web.Request) -> Failure | None:
-    """Only holders of a gateway key may spend the operator's provider keys."""
-    result = svc.auth.check(request.headers)
+    """Only holders of a gateway key may spend the operator's provider keys: in a credential
+    header, or in the query parameter the request's API takes a key in (Gemini's ``key``)."""
+    param = request[STATE].dialect.key_param
+    result = svc.auth.check(request.headers, request.query.get(param) if param else None)
     if result.ok:
         request[STATE].key = result.key
         return None
@@ -244,7 +261,7 @@ async def _admit(request: web.Request, svc: Services, dialect: Dialect) -> Inbou
     doc = parse_json_object(body)
     if isinstance(doc, Failure):
         return doc
-    inbound = dialect.admit(body, doc)
+    inbound = dialect.admit(body, doc, Where(request.match_info, request.query))
     return bad_request(inbound.message, inbound.code) if isinstance(inbound, Rejection) else inbound
 
 

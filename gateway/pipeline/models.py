@@ -5,7 +5,9 @@ Each upstream's list is fetched (concurrently, with its own credentials, with th
 query: Claude Code asks ``?limit=1000``, and Anthropic lists 20 without), a model is kept
 only if routing would send it to that upstream (the first whose ``models`` globs match), and
 the list is written in Anthropic's shape for a client that sends ``anthropic-version``
-(Claude Code's model discovery, the ``anthropic`` SDK), else in OpenAI's (apis/model_list.py),
+(Claude Code's model discovery, the ``anthropic`` SDK), in Google's for one that sends a Gemini
+key (``x-goog-api-key`` or ``?key=``: the google-genai SDK lists at ``/v1/models`` too), else
+in OpenAI's (apis/model_list.py),
 whichever shape each upstream answered in. Answers are cached briefly per caller credential,
 query and shape, since agents list models at every start.
 """
@@ -34,14 +36,18 @@ CACHE_S = 30.0
 CACHE_ENTRIES = 1000  # one per distinct caller credential, query and shape
 
 
-async def list_models(request: web.Request) -> web.StreamResponse | None:
+async def list_models(request: web.Request, shape: str | None = None) -> web.StreamResponse | None:
     """The listing; None when no upstream answered with a list, nor failed (the plain
     passthrough then relays what the upstream did say)."""
     svc, state = request[SERVICES], request[STATE]
-    anthropic = "anthropic-version" in request.headers
-    query = request.rel_url.raw_query_string
-    asked = [request.headers.get(h, "") for h in ("Authorization", "x-api-key", "api-key")]
-    key = hashlib.sha256("\n".join([*asked, query, str(anthropic)]).encode()).hexdigest()
+    shape = shape or shape_of(request)
+    google = shape == model_list.GOOGLE
+    # Google's paging parameters (and its ?key=) mean nothing to the upstreams asked.
+    query = "" if google else request.rel_url.raw_query_string
+    asked = [request.headers.get(h, "") for h in ("Authorization", "x-api-key", "api-key", "x-goog-api-key")]
+    if google:
+        asked.append(request.query.get("key", ""))
+    key = hashlib.sha256("\n".join([*asked, query, shape]).encode()).hexdigest()
     hit = svc.models_cache.get(key)
     if hit is not None and hit[0] > svc.monotonic():
         return web.Response(body=hit[1], content_type="application/json")
@@ -67,16 +73,30 @@ async def list_models(request: web.Request) -> web.StreamResponse | None:
             served_by = pick_upstream(svc.cfg.upstreams, mid)
             if served_by is not None and served_by.name == up.cfg.name:
                 seen.add(mid)
-                merged.append(model_list.entry(model, anthropic, up.cfg.name))
+                merged.append(model_list.entry(model, shape, up.cfg.name))
     if not answered:
         failure = next((o for o in outcomes if isinstance(o, Failure)), None)
         return await relay(request, svc, state, failure) if failure is not None else None
-    body = json.dumps(model_list.listing(merged, anthropic, has_more)).encode()
+    body = json.dumps(model_list.listing(merged, shape, has_more)).encode()
     svc.models_cache[key] = (svc.monotonic() + CACHE_S, body)
     while len(svc.models_cache) > CACHE_ENTRIES:
         svc.models_cache.pop(next(iter(svc.models_cache)))
     state.upstream = ups[0].cfg.name if len(ups) == 1 else "all"
     return web.Response(body=body, content_type="application/json")
+
+
+def shape_of(request: web.Request) -> str:
+    if "anthropic-version" in request.headers:
+        return model_list.ANTHROPIC
+    if gemini_caller(request):
+        return model_list.GOOGLE
+    return model_list.OPENAI
+
+
+def gemini_caller(request: web.Request) -> bool:
+    """A Gemini API client: it sends its key as ``x-goog-api-key`` or ``?key=``, as no other
+    API's clients do (``GET /v1/models`` and ``/v1/models/{id}`` are OpenAI's paths too)."""
+    return "x-goog-api-key" in request.headers or "key" in request.query
 
 
 async def _fetch(

@@ -129,6 +129,8 @@ def _opening(api: str, payload: Mapping[str, Any]) -> tuple[list[str], list[str]
         turns = payload.get("input")
         if isinstance(turns, str):
             return system, [turns]
+    elif api == "gemini":
+        return _gemini_opening(payload)
     else:
         turns = payload.get("messages")
     if not isinstance(turns, list):
@@ -139,6 +141,17 @@ def _opening(api: str, payload: Mapping[str, Any]) -> tuple[list[str], list[str]
         system.extend(_texts(item.get("content")))
     user = next((item for item in turns if _role(item) == "user"), None)
     return system, list(_texts(user.get("content"))) if user is not None else []
+
+
+def _gemini_opening(payload: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """A Gemini request's ``systemInstruction`` (either spelling, a Content or a string) and
+    its first user turn's text parts (Gemini CLI's session context, then the prompt)."""
+    instruction = payload.get("systemInstruction") or payload.get("system_instruction")
+    system = list(_texts(instruction.get("parts") if isinstance(instruction, Mapping) else instruction))
+    contents = payload.get("contents")
+    turns = contents if isinstance(contents, list) else []
+    user = next((c for c in turns if isinstance(c, Mapping) and c.get("role", "user") == "user"), None)
+    return system, list(_texts(user.get("parts"))) if user is not None else []
 
 
 def _opening_key(api: str, payload: Mapping[str, Any]) -> str | None:
@@ -160,7 +173,7 @@ def _opening_key(api: str, payload: Mapping[str, Any]) -> str | None:
 def conversation_key(api: str, headers: Mapping[str, str], payload: Mapping[str, Any]) -> str | None:
     """The same short key for every turn of one conversation, and another for each other
     conversation; None when the request carries nothing to tell. ``api`` is "chat",
-    "messages" or "responses"; a header id decides without reading the body."""
+    "messages", "responses" or "gemini"; a header id decides without reading the body."""
     for name in _SESSION_HEADERS:
         value = headers.get(name)
         if value and (value := value.strip()):

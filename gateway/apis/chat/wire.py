@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.apis.base import (
+    NOWHERE,
     Applied,
     Capped,
     Ending,
@@ -24,6 +25,7 @@ from gateway.apis.base import (
     Rejection,
     Splice,
     StreamReader,
+    Where,
 )
 from gateway.apis.chat import replay as chat_replay
 from gateway.apis.chat import resume as chat_continue
@@ -54,8 +56,10 @@ class OpenAIChat:
     name = "openai_chat"
     api = "chat"
     path = "/v1/chat/completions"
+    paths: tuple[str, ...] = ("/v1/chat/completions",)
+    key_param: str | None = None
 
-    def admit(self, body: bytes, payload: dict[str, Any]) -> Inbound | Rejection:
+    def admit(self, body: bytes, payload: dict[str, Any], where: Where = NOWHERE) -> Inbound | Rejection:
         return admit_messages(body, payload)
 
     def prepare(self, inbound: Inbound, stream_usage: bool) -> tuple[dict[str, Any], bool]:

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.apis.base import (
+    NOWHERE,
     Applied,
     Capped,
     Ending,
@@ -34,6 +35,7 @@ from gateway.apis.base import (
     Rejection,
     Splice,
     StreamReader,
+    Where,
 )
 from gateway.apis.common import (
     ShownText,
@@ -85,8 +87,10 @@ class AnthropicMessages:
     name = "anthropic_messages"
     api = "messages"
     path = "/v1/messages"
+    paths: tuple[str, ...] = ("/v1/messages",)
+    key_param: str | None = None
 
-    def admit(self, body: bytes, payload: dict[str, Any]) -> Inbound | Rejection:
+    def admit(self, body: bytes, payload: dict[str, Any], where: Where = NOWHERE) -> Inbound | Rejection:
         return admit_messages(body, payload)
 
     def prepare(self, inbound: Inbound, stream_usage: bool) -> tuple[dict[str, Any], bool]:

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.apis.base import (
+    NOWHERE,
     Applied,
     Capped,
     Ending,
@@ -32,6 +33,7 @@ from gateway.apis.base import (
     Rejection,
     Splice,
     StreamReader,
+    Where,
 )
 from gateway.apis.chat.wire import openai_foreign_error
 from gateway.apis.common import admit_fields, malformed_event_error, token_counts
@@ -63,8 +65,10 @@ class OpenAIResponses:
     name = "openai_responses"
     api = "responses"
     path = "/v1/responses"
+    paths: tuple[str, ...] = ("/v1/responses",)
+    key_param: str | None = None
 
-    def admit(self, body: bytes, payload: dict[str, Any]) -> Inbound | Rejection:
+    def admit(self, body: bytes, payload: dict[str, Any], where: Where = NOWHERE) -> Inbound | Rejection:
         items = payload.get("input")
         if items is not None and not isinstance(items, (str, list)):
             return Rejection("'input' must be a string or a list of input items", "invalid_input")

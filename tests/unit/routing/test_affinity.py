@@ -24,7 +24,9 @@ def _load(name: str) -> dict[str, Any]:
 
 def _request(name: str) -> tuple[str, CIMultiDict[str], dict[str, Any]]:
     data = _load(name)
-    return APIS[data["path"].split("?")[0]], CIMultiDict(data.get("headers") or {}), data["body"]
+    path = data["path"].split("?")[0]
+    api = "gemini" if path.startswith(("/v1beta/models/", "/v1/models/")) else APIS[path]
+    return api, CIMultiDict(data.get("headers") or {}), data["body"]
 
 
 def _key(name: str) -> str | None:

@@ -1,0 +1,1 @@
+"""The Gemini API (``generateContent``): Gemini CLI and the google-genai SDKs."""

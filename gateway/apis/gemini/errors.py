@@ -1,0 +1,109 @@
+"""Errors in Google's envelope (google.rpc.Status as JSON, https://ai.google.dev/gemini-api/docs/troubleshooting
+and https://cloud.google.com/apis/design/errors):
+
+    {"error": {"code": <HTTP status>, "message": "...", "status": "<canonical code>",
+               "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", ...},
+                           {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "30s"}]}}
+
+What Google's clients act on: the google-genai SDKs raise ``APIError`` from ``code``, ``message``
+and ``status`` (an ``{"error": …}`` event inside a stream too); Gemini CLI waits what
+``RetryInfo.retryDelay`` says on a 429 or 503 and retries, gives up on a 429 whose message
+says ``limit: 0`` or whose QuotaFailure is per day, and reports a 404 as a missing model.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gateway.apis.base import ForeignError
+from gateway.apis.common import overflow_numbers, upstream_detail
+from gateway.errors import Classification, ErrorType
+
+# HTTP status → canonical code (google/rpc/code.proto's HTTP mapping). The statuses the gateway
+# answers that Google never does get the code that means the same: a budget (402) is an
+# exhausted resource, a gateway 502 an unavailable upstream, 529 (shed load) the same.
+_STATUS = {
+    400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 402: "RESOURCE_EXHAUSTED", 403: "PERMISSION_DENIED",
+    404: "NOT_FOUND", 408: "DEADLINE_EXCEEDED", 409: "ABORTED", 413: "INVALID_ARGUMENT",
+    415: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 499: "CANCELLED", 500: "INTERNAL",
+    501: "UNIMPLEMENTED", 502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED",
+    529: "UNAVAILABLE",
+}  # fmt: skip
+
+ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
+RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
+DOMAIN = "llm-gateway"
+
+
+def status_name(status: int) -> str:
+    return _STATUS.get(status) or ("INTERNAL" if status >= 500 else "INVALID_ARGUMENT")
+
+
+def retry_delay(seconds: float) -> str:
+    """A google.protobuf.Duration in its JSON form: seconds with an ``s`` (``"30s"``, ``"1.5s"``)."""
+    return f"{max(0.0, round(seconds, 3)):g}s"
+
+
+def google_error(
+    status: int,
+    message: str,
+    code: str,
+    c: Classification,
+    request_id: str,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The envelope; ``code`` (the gateway's or the provider's) goes in an ErrorInfo
+    ``reason``, upper-cased as ErrorInfo asks, and the wait in a RetryInfo where there is one."""
+    details: list[dict[str, Any]] = [{
+        "@type": ERROR_INFO, "reason": _reason(code), "domain": DOMAIN,
+        "metadata": {"code": code, "x_llm_error_type": c.type.value, "request_id": request_id},
+    }]  # fmt: skip
+    if c.retry_after_s is not None:
+        details.append({"@type": RETRY_INFO, "retryDelay": retry_delay(c.retry_after_s)})
+    err: dict[str, Any] = {
+        "code": status, "message": message, "status": status_name(status), "details": details,
+        "x_llm_error_type": c.type.value, "retryable": c.retryable,
+    }  # fmt: skip
+    if extra:
+        err.update(extra)
+    return {"error": err}
+
+
+def gemini_error(status: int, message: str, code: str, c: Classification, request_id: str) -> bytes:
+    return json.dumps(google_error(status, message, code, c, request_id)).encode()
+
+
+def foreign_error(e: ForeignError, request_id: str) -> tuple[int, bytes]:
+    """An upstream's error on a translated request, worded the way the Gemini API says it."""
+    status, message = _terms(e)
+    c = e.classification
+    doc = google_error(status, message, c.provider_code or c.type.value, c, request_id,
+                       {"x_llm_upstream": upstream_detail(e)})  # fmt: skip
+    return status, json.dumps(doc).encode()
+
+
+def _terms(e: ForeignError) -> tuple[int, str]:
+    c = e.classification
+    message = c.message or f"the upstream answered {e.upstream_status}"
+    if c.type is ErrorType.CONTEXT_OVERFLOW:
+        # The Gemini API's own overflow wording (a 400 INVALID_ARGUMENT).
+        prompt, limit = overflow_numbers(e)
+        return (
+            400,
+            f"The input token count ({prompt}) exceeds the maximum number of tokens allowed ({limit}).",
+        )
+    if c.type is ErrorType.RATE_LIMIT:
+        return 429, message
+    if c.type is ErrorType.BUDGET:
+        return 402, message  # not 429: every Gemini client retries a 429
+    if c.type is ErrorType.AUTH:
+        return (403, message) if e.status == 403 else (401, message)
+    if c.type is ErrorType.PROVIDER_UNAVAILABLE:
+        return 503, message
+    return e.status, message
+
+
+def _reason(code: str) -> str:
+    out = "".join(ch if ch.isalnum() else "_" for ch in code.upper()).strip("_")
+    return out or "UNKNOWN"

@@ -1,0 +1,243 @@
+"""The Gemini API's content generation (``models.generateContent`` and
+``models.streamGenerateContent``): Gemini CLI and the google-genai SDKs.
+
+Facts this module relies on (Gemini API reference, https://ai.google.dev/api/generate-content;
+the requests in tests/corpus/requests/gemini-cli-*.json and genai-*.json):
+
+* the model and the method are in the path, not the body:
+  ``POST /v1beta/models/{model}:generateContent`` and ``…:streamGenerateContent``; Gemini CLI
+  0.61 calls ``/v1beta``, google-genai 3.6 ``/v1`` (its default API version), both with
+  ``x-goog-api-key``; the REST API also takes the key as ``?key=``;
+* a stream with ``?alt=sse`` is server-sent events, each ``data:`` one whole
+  GenerateContentResponse (``candidates[0].content.parts``, ``role: "model"``), the last one
+  with ``finishReason`` and ``usageMetadata``; no end marker follows. Without ``alt=sse`` the
+  answer is one JSON array written as it grows, which this gateway does not write yet (both
+  clients ask for SSE): such a request is refused with a 400 saying to add ``alt=sse``;
+* an error, over HTTP and inside a stream alike, is ``{"error": {"code", "message", "status",
+  "details"}}`` (``errors.py``);
+* usage: ``usageMetadata.{promptTokenCount, candidatesTokenCount, thoughtsTokenCount,
+  cachedContentTokenCount, totalTokenCount}``; the prompt count includes the cached part, and
+  thoughts are billed as output.
+
+The path's facts travel with the payload: ``model`` (GenerateContentRequest's own field) and
+``stream`` (the gateway's: the translators and the empty-stream probe read it there, as they
+read the other APIs' ``stream``). No upstream speaks this API yet (``apis`` in config has no
+``gemini``): every request is translated through chat completions (``translate/gemini_chat``),
+so neither field ever reaches a Gemini server.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.apis.base import (
+    NOWHERE,
+    Applied,
+    Capped,
+    Ending,
+    EventKind,
+    ForeignError,
+    Inbound,
+    Rejection,
+    Splice,
+    StreamReader,
+    Where,
+)
+from gateway.apis.common import ShownText, malformed_event_error
+from gateway.apis.gemini import errors
+from gateway.apis.gemini.fields import field
+from gateway.apis.gemini.tool_outputs import apply_tool_policy, cap_outputs
+from gateway.apis.replay import Trim
+from gateway.errors import Classification, ErrorType
+from gateway.policy.compress import CompressionResult
+from gateway.policy.tool_outputs import Stage, ToolOutputPolicy
+from gateway.sse import ParsedEvents
+
+GENERATE = "generateContent"
+STREAM = "streamGenerateContent"
+# The routes, under both API versions the clients use; ``method`` is one of the two above.
+PATHS = tuple(f"/{v}/models/{{model}}:{{method:{GENERATE}|{STREAM}}}" for v in ("v1beta", "v1"))
+
+
+class GeminiGenerate:
+    name = "gemini"
+    api = "gemini"
+    path = "/v1beta/models/{model}:generateContent"
+    paths: tuple[str, ...] = PATHS
+    key_param: str | None = "key"
+
+    def admit(self, body: bytes, payload: dict[str, Any], where: Where = NOWHERE) -> Inbound | Rejection:
+        model = where.params.get("model", "")
+        if not model:
+            return Rejection("the model is named in the path: /v1beta/models/{model}:generateContent",
+                             "missing_model")  # fmt: skip
+        stream = where.params.get("method") == STREAM
+        if stream and where.query.get("alt") != "sse":
+            return Rejection(
+                "this gateway streams Gemini answers as server-sent events only: add '?alt=sse' "
+                "to the streamGenerateContent URL (as Gemini CLI and the google-genai SDKs do)",
+                "unsupported_stream_format",
+            )
+        contents = payload.get("contents")
+        if not isinstance(contents, list) or not all(isinstance(c, dict) for c in contents):
+            return Rejection("'contents' must be a list of Content objects", "invalid_contents")
+        return Inbound(body, {**payload, "model": model, "stream": stream}, model, stream)
+
+    def prepare(self, inbound: Inbound, stream_usage: bool) -> tuple[dict[str, Any], bool]:
+        return inbound.payload, False  # the last chunk of a stream always carries usageMetadata
+
+    def error_body(self, status: int, message: str, code: str, c: Classification, request_id: str) -> bytes:
+        return errors.gemini_error(status, message, code, c, request_id)
+
+    def error_status(self, status: int, code: str) -> int:
+        return 503 if status == 529 else status  # 529 is no status Google's clients know
+
+    def foreign_error(self, e: ForeignError, request_id: str) -> tuple[int, bytes]:
+        return errors.foreign_error(e, request_id)
+
+    def reader(self, strip_usage: bool) -> GeminiStreamReader:
+        return GeminiStreamReader()
+
+    def body_usage(self, doc: Mapping[str, Any]) -> dict[str, int]:
+        return gemini_usage(field(doc, "usageMetadata"))
+
+    def compress(
+        self,
+        payload: Mapping[str, Any],
+        *,
+        error_message: str | None,
+        context_window: int | None,
+        removed_tokens: float = 0.0,
+    ) -> CompressionResult:
+        # Not yet: an overflow is answered in Google's own words (errors.py), which Gemini CLI
+        # reads as a full context; its own compression then shortens the conversation.
+        reason = {"reason": "gemini requests are not compressed by the gateway yet"}
+        return CompressionResult(None, "not_applicable", 0, 0, 0, reason)
+
+    def tool_outputs(self, payload: Mapping[str, Any], policy: ToolOutputPolicy, stage: Stage) -> Applied:
+        return apply_tool_policy(payload, policy, stage)
+
+    def without_stream(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+        return {**payload, "stream": False}
+
+    def replay_as_stream(self, doc: dict[str, Any], client_payload: Mapping[str, Any]) -> bytes:
+        # One event holding the whole answer is a whole stream: each event is a complete
+        # GenerateContentResponse, and the last one carries finishReason and usage.
+        return sse_event(doc)
+
+    def continuation(self, payload: Mapping[str, Any], partial: str, mode: str) -> dict[str, Any] | None:
+        return None  # a Gemini upstream's stream is not continued (none is served yet)
+
+    def splicer(self, original: StreamReader, partial: str, mode: str) -> Splice:
+        raise NotImplementedError("continuation() declines every Gemini stream")
+
+    def replay(self, partial: str) -> Trim:
+        raise NotImplementedError("continuation() declines every Gemini stream")
+
+    def cap_tool_outputs(self, payload: Mapping[str, Any], max_tokens: int) -> Capped:
+        return cap_outputs(payload, max_tokens)
+
+
+def sse_event(doc: Mapping[str, Any]) -> bytes:
+    # CRLF pairs, as the Gemini API separates its events.
+    return b"data: " + json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode() + b"\r\n\r\n"
+
+
+def gemini_usage(usage: Any) -> dict[str, int]:
+    """``prompt`` (cached part included, as Google counts it), ``completion`` (answer and
+    thoughts: both are billed as output) and ``cache_read``."""
+    out: dict[str, int] = {}
+    if not isinstance(usage, dict):
+        return out
+    prompt = field(usage, "promptTokenCount")
+    if isinstance(prompt, int) and prompt >= 0:
+        out["prompt"] = prompt
+    answer, thoughts = field(usage, "candidatesTokenCount"), field(usage, "thoughtsTokenCount")
+    counted = [v for v in (answer, thoughts) if isinstance(v, int) and v >= 0]
+    if counted:
+        out["completion"] = sum(counted)
+    cached = field(usage, "cachedContentTokenCount")
+    if isinstance(cached, int) and cached > 0:
+        out["cache_read"] = cached
+    return out
+
+
+class GeminiStreamReader(ShownText):
+    """Reads a Gemini SSE stream: every event one GenerateContentResponse, an ``{"error"}``
+    event an upstream error, the event whose candidate has a ``finishReason`` the end."""
+
+    __slots__ = ("error", "parsed_events", "usage")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parsed_events = ParsedEvents()
+        self.usage: dict[str, int] = {}
+        self.error: dict[str, Any] | None = None
+
+    def kind(self, raw: bytes, *, committed: bool) -> EventKind:
+        event = self.parsed_events.parse(raw)
+        if event.data is None:
+            return EventKind.VISIBLE if committed else EventKind.CONTENTLESS  # comments
+        doc = event.json()
+        if not isinstance(doc, dict):
+            self.error = malformed_event_error()
+            return EventKind.ERROR
+        if isinstance(doc.get("error"), dict):
+            self.error = doc
+            return EventKind.ERROR
+        usage = field(doc, "usageMetadata")
+        if usage is not None:
+            self.usage.update(gemini_usage(usage))
+        candidate = _first_candidate(doc)
+        parts = _parts(candidate)
+        if self.tracking:
+            self._track(parts)
+        if candidate is not None and field(candidate, "finishReason"):
+            return EventKind.FINAL
+        if committed or parts:
+            return EventKind.VISIBLE
+        return EventKind.CONTENTLESS
+
+    def _track(self, parts: list[dict[str, Any]]) -> None:
+        for part in parts:
+            if isinstance(part.get("text"), str) and not part.get("thought"):
+                self.texts.append(part["text"])
+            elif field(part, "functionCall") is not None:
+                self.tool_started = True
+
+    def fresh(self) -> GeminiStreamReader:
+        again = GeminiStreamReader()
+        again.track()
+        return again
+
+    def broken(self, ending: Ending, request_id: str, model: str | None) -> bytes:
+        return broken_event(ending, request_id)
+
+
+def broken_event(ending: Ending, request_id: str) -> bytes:
+    """A broken stream ends with an ``{"error": …}`` event, the way the Gemini API reports an
+    error mid-stream: the google-genai SDKs raise APIError on a chunk that starts with it."""
+    c = ending.classification
+    status = _status_for(c)
+    code = ending.code or c.provider_code or c.type.value
+    return sse_event(errors.google_error(status, ending.message, code, c, request_id))
+
+
+def _status_for(c: Classification) -> int:
+    return {ErrorType.RATE_LIMIT: 429, ErrorType.BUDGET: 402, ErrorType.CONTEXT_OVERFLOW: 400,
+            ErrorType.AUTH: 401, ErrorType.PROVIDER_UNAVAILABLE: 503}.get(c.type, 500)  # fmt: skip
+
+
+def _first_candidate(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+    candidates = doc.get("candidates")
+    if isinstance(candidates, list) and candidates and isinstance(candidates[0], dict):
+        return candidates[0]
+    return None
+
+
+def _parts(candidate: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    content = candidate.get("content") if candidate is not None else None
+    parts = content.get("parts") if isinstance(content, dict) else None
+    return [p for p in parts if isinstance(p, dict) and p] if isinstance(parts, list) else []

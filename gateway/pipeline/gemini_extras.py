@@ -1,0 +1,118 @@
+"""The Gemini API's endpoints besides content generation, which the full pipeline serves
+(``apis/gemini``): ``models.countTokens``, ``models.list`` and ``models.get``.
+
+No upstream speaks the Gemini API here (every Gemini request is translated), so none can
+count a Gemini request or describe a Gemini model: ``countTokens`` is answered from the
+gateway's own estimate of the translated request (``x-llm-estimated: true``, as Messages'
+count_tokens is answered on an upstream that cannot count), the model list from the
+upstreams' own lists in Google's shape (``pipeline/models.py``), and one model from routing.
+
+Gemini CLI asks ``countTokens`` before it compresses a long conversation; google-genai's
+``client.models.count_tokens`` and ``client.models.list`` call these.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from gateway.apis import GEMINI, model_list
+from gateway.apis.gemini.fields import field
+from gateway.pipeline.admit import parse_json_object, read_body
+from gateway.pipeline.forward import Handler, authenticate
+from gateway.pipeline.models import gemini_caller, list_models
+from gateway.pipeline.outcome import STATE, Failure, Success, bad_request
+from gateway.pipeline.relay import relay
+from gateway.policy.tokens import request_tokens, text_tokens
+from gateway.services import SERVICES, Services
+from gateway.translate.base import Refusal, Target
+from gateway.translate.gemini_chat.request import to_chat
+
+# The routes, under both API versions the clients use.
+COUNT_PATHS = ("/v1beta/models/{model}:countTokens", "/v1/models/{model}:countTokens")
+
+
+async def count_tokens(request: web.Request) -> web.StreamResponse:
+    svc, state = request[SERVICES], request[STATE]
+    state.dialect = GEMINI
+    refused = authenticate(svc, request)
+    if refused is not None:
+        return await relay(request, svc, state, refused)
+    state.model = model = request.match_info["model"]
+    unknown = _unrouted(svc, model)
+    if unknown is not None:
+        return await relay(request, svc, state, unknown)
+    body = await read_body(request, svc.cfg.server.max_body_bytes, svc.cfg.timeouts.idle_s)
+    if isinstance(body, Failure):
+        return await relay(request, svc, state, body)
+    doc = parse_json_object(body)
+    if isinstance(doc, Failure):
+        return await relay(request, svc, state, doc)
+    # CountTokensRequest: ``contents`` alone, or a whole ``generateContentRequest`` (with its
+    # system instruction and tools, which count too).
+    asked = field(doc, "generateContentRequest")
+    asked = asked if isinstance(asked, dict) else doc
+    total = estimate(asked)
+    headers = [("Content-Type", "application/json"), ("x-llm-estimated", "true")]
+    answer = Success(200, headers, body=json.dumps({"totalTokens": total}).encode())
+    return await relay(request, svc, state, answer)
+
+
+def estimate(request: dict[str, Any]) -> int:
+    """The prompt tokens of a Gemini request, as the gateway estimates any prompt: of the chat
+    request it is translated to (messages, tools); of its bytes when it cannot be translated."""
+    chat = to_chat({**request, "stream": False}, Target(""))
+    if isinstance(chat, Refusal):
+        return max(1, round(text_tokens(json.dumps(request))))
+    return max(1, round(request_tokens(chat)))
+
+
+async def list_gemini_models(request: web.Request) -> web.StreamResponse:
+    """``GET /v1beta/models``: the upstreams' models in Google's shape, else the configured
+    model names (those without a glob) when no upstream answers with a list."""
+    svc, state = request[SERVICES], request[STATE]
+    state.dialect = GEMINI
+    refused = authenticate(svc, request)
+    if refused is not None:
+        return await relay(request, svc, state, refused)
+    listed = await list_models(request, shape=model_list.GOOGLE)
+    if listed is not None:
+        return listed
+    named = [m for u in svc.cfg.upstreams for m in u.models if not any(c in m for c in "*?[")]
+    models = [model_list.gemini_model(m) for m in dict.fromkeys(named)]
+    return web.json_response(model_list.listing(models, model_list.GOOGLE, False))
+
+
+async def get_gemini_model(request: web.Request) -> web.StreamResponse:
+    """``GET /v1beta/models/{model}``: the model as the Gemini API describes one, when routed."""
+    svc, state = request[SERVICES], request[STATE]
+    state.dialect = GEMINI
+    refused = authenticate(svc, request)
+    if refused is not None:
+        return await relay(request, svc, state, refused)
+    state.model = model = request.match_info["model"]
+    unknown = _unrouted(svc, model)
+    if unknown is not None:
+        return await relay(request, svc, state, unknown)
+    route = svc.chain_for(model)
+    window = route.upstreams[0].cfg.context_window if route is not None else None
+    return web.json_response(model_list.gemini_model(model, window))
+
+
+def gemini_or(other: Handler, gemini: Handler) -> Handler:
+    """``GET /v1/models`` and ``/v1/models/{id}`` are OpenAI's paths and the google-genai
+    SDK's: a caller with a Gemini key gets the Gemini answer, anyone else ``other``."""
+
+    async def either(request: web.Request) -> web.StreamResponse:
+        return await (gemini if gemini_caller(request) else other)(request)
+
+    return either
+
+
+def _unrouted(svc: Services, model: str) -> Failure | None:
+    if svc.chain_for(model) is not None:
+        return None
+    return bad_request(f"models/{model[:128]} is not found: no upstream is configured for it",
+                       "model_not_found", status=404)  # fmt: skip

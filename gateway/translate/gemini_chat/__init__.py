@@ -1,0 +1,34 @@
+"""Gemini API clients (Gemini CLI, the google-genai SDKs) on an OpenAI chat completions
+upstream, and through chat on every other API the gateway translates to.
+
+``request.py`` carries the request, ``answer.py`` a buffered answer back, ``stream.py`` a
+stream back event by event. What is carried, dropped or refused, and why:
+docs/translation/gemini_chat.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.translate.base import Context, Known, Refusal, Target
+from gateway.translate.gemini_chat.answer import answer
+from gateway.translate.gemini_chat.request import to_chat
+from gateway.translate.gemini_chat.stream import GeminiStream
+
+
+class GeminiToChat:
+    client = "gemini"
+    upstream = "chat"
+
+    def request(self, payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refusal:
+        return to_chat(payload, target)
+
+    def answer(self, doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
+        return answer(doc, ctx)
+
+    def stream(self, ctx: Context, known: Known | None = None) -> GeminiStream:
+        return GeminiStream(ctx, known)
+
+
+__all__ = ["GeminiStream", "GeminiToChat"]

@@ -1,0 +1,128 @@
+"""A chat completion as a Gemini GenerateContentResponse, and the pieces the stream shares.
+
+Parts come in the order a chat answer implies (it has one field of each): thoughts (from
+``reasoning_content`` or ``reasoning``, as ``{"text", "thought": true}`` parts, only when the
+request asked ``thinkingConfig.includeThoughts``: the Gemini API shows thoughts only then),
+text, then one ``functionCall`` part per tool call, its ``id`` the upstream's (Gemini CLI sends
+it back on the ``functionResponse``, so the next request pairs them exactly).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from gateway.apis.gemini.fields import field
+from gateway.policy.tokens import BYTES_PER_TOKEN, IMAGE_TOKENS
+from gateway.translate.base import Context
+from gateway.translate.messages_chat.answer import reasoning_of, tool_input
+
+# chat finish_reason → Gemini finishReason. A tool call ends with STOP, as the Gemini API
+# ends a functionCall turn; chat's content_filter is Gemini's SAFETY.
+_FINISH = {"stop": "STOP", "length": "MAX_TOKENS", "tool_calls": "STOP", "function_call": "STOP",
+           "content_filter": "SAFETY"}  # fmt: skip
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def response_id(ctx: Context) -> str:
+    return _UNSAFE.sub("", ctx.request_id)[:48] or "gateway"
+
+
+def finish_reason(finish: Any) -> str:
+    return _FINISH.get(finish, "STOP") if isinstance(finish, str) else "STOP"
+
+
+def shows_thoughts(request: Mapping[str, Any]) -> bool:
+    config = field(request, "generationConfig")
+    thinking = field(config, "thinkingConfig") if isinstance(config, dict) else None
+    return isinstance(thinking, dict) and field(thinking, "includeThoughts") is True
+
+
+def function_call(call_id: str | None, name: str, arguments: Any) -> dict[str, Any]:
+    call: dict[str, Any] = {"name": name, "args": tool_input(arguments)}
+    if call_id:
+        call["id"] = call_id
+    return {"functionCall": call}
+
+
+def usage_metadata(chat: Any, estimated_input: int, estimated_output: int = 0) -> tuple[dict[str, Any], bool]:
+    """Gemini usage from chat usage (estimates where it is missing), and whether any number
+    is an estimate. Chat's ``completion_tokens`` include reasoning; Gemini counts thoughts
+    apart (``thoughtsTokenCount``) from the answer (``candidatesTokenCount``)."""
+    chat = chat if isinstance(chat, dict) else {}
+    prompt, completion = chat.get("prompt_tokens"), chat.get("completion_tokens")
+    estimated = not isinstance(prompt, int) or not isinstance(completion, int)
+    prompt = prompt if isinstance(prompt, int) else estimated_input
+    completion = completion if isinstance(completion, int) else estimated_output
+    details = chat.get("completion_tokens_details")
+    thoughts = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    thoughts = min(max(thoughts, 0), completion) if isinstance(thoughts, int) else 0
+    cached_of = chat.get("prompt_tokens_details")
+    cached = cached_of.get("cached_tokens") if isinstance(cached_of, dict) else None
+    out: dict[str, Any] = {"promptTokenCount": prompt, "candidatesTokenCount": completion - thoughts,
+                           "totalTokenCount": prompt + completion}  # fmt: skip
+    if isinstance(cached, int) and cached > 0:
+        out["cachedContentTokenCount"] = min(cached, prompt)
+    if thoughts:
+        out["thoughtsTokenCount"] = thoughts
+    return out, estimated
+
+
+def estimate_input_tokens(request: Mapping[str, Any], size: int | None = None) -> int:
+    """The prompt size when the upstream does not report it: the request's bytes at
+    policy/tokens.py's rate, each inline image counted as one image, not as its base64."""
+    if size is None:
+        try:
+            size = len(orjson.dumps(request))
+        except TypeError:
+            size = len(json.dumps(request, default=str))
+    images = 0
+    for content in request.get("contents") or ():
+        for part in (content.get("parts") or ()) if isinstance(content, dict) else ():
+            blob = field(part, "inlineData") if isinstance(part, dict) else None
+            if isinstance(blob, dict) and isinstance(blob.get("data"), str):
+                size -= len(blob["data"])
+                images += 1
+    return max(1, round(size / BYTES_PER_TOKEN) + images * IMAGE_TOKENS)
+
+
+def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
+    choices = doc.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else None
+    choice: Mapping[str, Any] = first if isinstance(first, dict) else {}
+    found = choice.get("message")
+    message: Mapping[str, Any] = found if isinstance(found, dict) else {}
+    parts: list[dict[str, Any]] = []
+    thinking = reasoning_of(message)
+    if thinking and shows_thoughts(ctx.request):
+        parts.append({"text": thinking, "thought": True})
+    text = message.get("content")
+    if isinstance(text, list):  # a few servers answer with content parts
+        text = "".join(
+            p.get("text", "") for p in text if isinstance(p, dict) and isinstance(p.get("text"), str)
+        )
+    if isinstance(text, str) and text:
+        parts.append({"text": text})
+    refusal = message.get("refusal")
+    if isinstance(refusal, str) and refusal:
+        parts.append({"text": refusal})
+    calls = message.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict) and isinstance(function.get("name"), str):
+            parts.append(function_call(call.get("id"), function["name"], function.get("arguments")))
+    if not parts:
+        parts.append({"text": ""})  # a candidate always has content; an empty answer is empty text
+    shown = sum(len(json.dumps(p)) for p in parts)
+    usage, estimated = usage_metadata(doc.get("usage"), estimate_input_tokens(ctx.request, ctx.request_bytes),
+                                      round(shown / BYTES_PER_TOKEN))  # fmt: skip
+    if estimated:
+        ctx.notes["usage_estimated"] = True
+    finish = finish_reason(choice.get("finish_reason"))
+    candidate = {"content": {"role": "model", "parts": parts}, "finishReason": finish, "index": 0}
+    return {"candidates": [candidate], "usageMetadata": usage, "modelVersion": ctx.requested_model,
+            "responseId": response_id(ctx)}  # fmt: skip

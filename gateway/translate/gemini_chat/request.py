@@ -1,0 +1,419 @@
+"""A Gemini ``generateContent`` request as an OpenAI chat completions request.
+
+Rules (each with its reason in docs/translation/gemini_chat.md):
+
+* ``systemInstruction`` (a Content, whatever its ``role``: google-genai sends ``"user"``, or a
+  bare string) becomes the first ``system`` message, its text parts one per paragraph.
+* ``contents``: ``user`` turns become user messages (text, ``inlineData`` images as data URLs),
+  ``model`` turns assistant messages (text, ``functionCall`` parts as ``tool_calls``);
+  ``functionResponse`` parts become ``tool`` messages right after the call they answer.
+* Call ids are kept (Gemini CLI sends one on every call and echoes it on the response). A call
+  without one (google-genai sends none) gets ``call_<turn>_<part>``, and a response without
+  one answers the first call of that name the previous model turn left unanswered: the Gemini
+  API pairs them by name and order.
+* Thoughts (``thought: true`` parts) and ``thoughtSignature`` are dropped from history: chat
+  has no input field for reasoning, and a signature only a Gemini model can check means
+  nothing to another one.
+* Everything that needs Google's servers (hosted tools, ``cachedContent``, Files-API
+  ``fileData``, image or audio output) is refused; sampling knobs chat lacks (``topK``,
+  ``safetySettings``) are dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.apis.gemini.fields import field, has, snake
+from gateway.translate.base import Refusal, Target
+
+# thinkingBudget → reasoning_effort: the thresholds messages_chat uses for Anthropic's
+# budget_tokens, so one budget means the same effort from either client.
+_LOW, _MEDIUM = 4096, 16384
+# thinkingLevel → reasoning_effort: the three values every chat server that takes the field
+# accepts (vLLM validates exactly these).
+_LEVEL = {"minimal": "low", "low": "low", "medium": "medium", "high": "high"}
+_MODE = {"AUTO": "auto", "ANY": "required", "NONE": "none", "VALIDATED": "auto"}
+# Tools that run inside Google's servers; a chat server cannot run them.
+_HOSTED = ("googleSearch", "googleSearchRetrieval", "codeExecution", "urlContext", "retrieval",
+           "googleMaps", "computerUse", "fileSearch", "enterpriseWebSearch", "mcpServers")  # fmt: skip
+# Google's Schema (an OpenAPI 3.0 subset) keys that are JSON Schema keys under the same name.
+_SCHEMA_KEYS = ("format", "title", "description", "enum", "maxItems", "minItems", "required",
+                "minProperties", "maxProperties", "minLength", "maxLength", "pattern", "default",
+                "minimum", "maximum", "example")  # fmt: skip
+NOTE = "[{what} ({mime}) left out: this model cannot read it]"
+
+
+class Untranslatable(Exception):
+    """Raised inside the walk; becomes a ``Refusal``."""
+
+
+def to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refusal:
+    try:
+        return _request(payload, target)
+    except Untranslatable as e:
+        return Refusal(str(e))
+
+
+def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
+    if field(payload, "cachedContent"):
+        raise Untranslatable("'cachedContent' names a cache kept by Google's API; a chat completions "
+                             "upstream cannot read it")  # fmt: skip
+    messages: list[dict[str, Any]] = []
+    system = _system(field(payload, "systemInstruction"))
+    if system:
+        messages.append({"role": "system", "content": system})
+    contents = payload.get("contents")
+    if not isinstance(contents, list):
+        raise Untranslatable("'contents' must be a list of Content objects")
+    messages += _messages(contents)
+    out: dict[str, Any] = {"model": target.model, "messages": messages}
+    config = field(payload, "generationConfig")
+    if isinstance(config, dict):
+        _generation(config, out)
+    tools = _tools(payload.get("tools"))
+    tool_config = field(payload, "toolConfig")
+    calling = field(tool_config, "functionCallingConfig") if isinstance(tool_config, dict) else None
+    if tools and isinstance(calling, dict):
+        tools = _choice(calling, tools, out)
+    if tools:
+        out["tools"] = tools
+    if payload.get("stream") is True:
+        out["stream"] = True
+        if target.stream_usage:
+            out["stream_options"] = {"include_usage": True}
+    return out
+
+
+# --- system and contents --------------------------------------------------------------
+
+
+def _system(instruction: Any) -> str:
+    if instruction is None:
+        return ""
+    if isinstance(instruction, str):
+        return instruction
+    parts = instruction.get("parts") if isinstance(instruction, dict) else instruction
+    if not isinstance(parts, list):
+        raise Untranslatable("'systemInstruction' must be a Content with text parts")
+    texts = []
+    for part in parts:
+        if not isinstance(part, dict) or not isinstance(part.get("text"), str):
+            raise Untranslatable("'systemInstruction' may hold only text parts")
+        texts.append(part["text"])
+    return "\n\n".join(texts)
+
+
+class _Convo:
+    """Chat messages as they are built, with the calls still waiting for their response."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self.open_calls: list[tuple[str, str]] = []  # (name, id) of the last model turn, unanswered
+
+    def user(self, parts: list[dict[str, Any]]) -> None:
+        if not parts:
+            return
+        last = self.messages[-1] if self.messages else None
+        if last is not None and last["role"] == "user":
+            last["content"] = _content(_parts_of(last["content"]) + parts)  # consecutive user turns merge
+        else:
+            self.messages.append({"role": "user", "content": _content(parts)})
+
+    def answer_id(self, name: str, given: Any) -> str:
+        if isinstance(given, str) and given:
+            self.open_calls = [c for c in self.open_calls if c[1] != given]
+            return given
+        for i, (call_name, call_id) in enumerate(self.open_calls):
+            if call_name == name:
+                del self.open_calls[i]
+                return call_id
+        return f"call_{len(self.messages)}_{name}"  # answers no call the request shows
+
+
+def _messages(contents: list[Any]) -> list[dict[str, Any]]:
+    convo = _Convo()
+    for i, content in enumerate(contents):
+        if not isinstance(content, dict):
+            raise Untranslatable(f"contents[{i}] must be a Content object")
+        parts = content.get("parts")
+        if not isinstance(parts, list):
+            raise Untranslatable(f"contents[{i}].parts must be a list of Part objects")
+        role = content.get("role") or "user"
+        if role == "model":
+            _model_turn(convo, parts, i)
+        elif role in ("user", "function", "tool"):
+            _user_turn(convo, parts, i)
+        else:
+            raise Untranslatable(f"contents[{i}].role must be 'user' or 'model', not {role!r}")
+    return convo.messages
+
+
+def _model_turn(convo: _Convo, parts: list[Any], i: int) -> None:
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    convo.open_calls = []
+    for j, part in enumerate(parts):
+        if not isinstance(part, dict):
+            raise Untranslatable(f"contents[{i}].parts[{j}] must be an object")
+        if part.get("thought") is True:
+            continue  # reasoning history: no chat field takes it
+        call = field(part, "functionCall")
+        if isinstance(call, dict):
+            name = call.get("name")
+            if not isinstance(name, str) or not name:
+                raise Untranslatable(f"contents[{i}].parts[{j}].functionCall needs a name")
+            given = call.get("id")
+            call_id = given if isinstance(given, str) and given else f"call_{i}_{j}"
+            args = call.get("args")
+            calls.append(
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(args if args is not None else {})},
+                }
+            )
+            convo.open_calls.append((name, call_id))
+        elif isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif _only_metadata(part):
+            continue
+        else:
+            raise Untranslatable(
+                f"contents[{i}].parts[{j}]: a model turn's {_kind(part)} part cannot be carried to a chat "
+                "completions upstream"
+            )
+    # content "", not null, beside tool calls: llama-cpp-python answers 500 to null (tests/real/NOTES.md).
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
+    if calls:
+        message["tool_calls"] = calls
+    if calls or texts:
+        convo.messages.append(message)
+
+
+def _user_turn(convo: _Convo, parts: list[Any], i: int) -> None:
+    chat_parts: list[dict[str, Any]] = []
+    images_after: list[dict[str, Any]] = []
+    for j, part in enumerate(parts):
+        if not isinstance(part, dict):
+            raise Untranslatable(f"contents[{i}].parts[{j}] must be an object")
+        response = field(part, "functionResponse")
+        if isinstance(response, dict):
+            call_id, text, images = _function_response(convo, response, i, j)
+            convo.messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
+            images_after += images
+        elif isinstance(part.get("text"), str):
+            if part.get("thought") is not True:
+                chat_parts.append({"type": "text", "text": part["text"]})
+        elif has(part, "inlineData"):
+            chat_parts.append(_inline(field(part, "inlineData"), f"contents[{i}].parts[{j}]"))
+        elif has(part, "fileData"):
+            raise Untranslatable(f"contents[{i}].parts[{j}].fileData names a file kept by Google's API; "
+                                 "a chat completions upstream cannot fetch it")  # fmt: skip
+        elif _only_metadata(part):
+            continue
+        else:
+            raise Untranslatable(
+                f"contents[{i}].parts[{j}]: a user turn's {_kind(part)} part cannot be carried to a chat "
+                "completions upstream"
+            )
+    if images_after:
+        # A chat tool message carries text only: the images a function returned follow it.
+        convo.user([{"type": "text", "text": "Images returned by the function calls above:"}, *images_after])
+    convo.user(chat_parts)
+
+
+def _function_response(
+    convo: _Convo, fr: dict[str, Any], i: int, j: int
+) -> tuple[str, str, list[dict[str, Any]]]:
+    name = fr.get("name")
+    if not isinstance(name, str):
+        raise Untranslatable(f"contents[{i}].parts[{j}].functionResponse needs a name")
+    call_id = convo.answer_id(name, fr.get("id"))
+    response = fr.get("response")
+    if isinstance(response, dict) and set(response) == {"output"} and isinstance(response["output"], str):
+        text = response["output"]  # Gemini CLI's shape: the output as the model would read it
+    elif isinstance(response, dict) and set(response) == {"error"} and isinstance(response["error"], str):
+        text = "Error: " + response["error"]  # chat has no error flag; the model must still know
+    else:
+        text = json.dumps(response, ensure_ascii=False)
+    images = []
+    for k, inner in enumerate(fr.get("parts") or ()):
+        if isinstance(inner, dict) and has(inner, "inlineData"):
+            images.append(
+                _inline(field(inner, "inlineData"), f"contents[{i}].parts[{j}].functionResponse.parts[{k}]")
+            )
+    return call_id, text, images
+
+
+def _inline(blob: Any, where: str) -> dict[str, Any]:
+    if not isinstance(blob, dict) or not isinstance(blob.get("data"), str):
+        raise Untranslatable(f"{where}.inlineData needs base64 'data'")
+    mime = field(blob, "mimeType")
+    mime = mime if isinstance(mime, str) and mime else "application/octet-stream"
+    if mime.startswith("image/"):
+        # Protobuf's JSON bytes may be URL-safe base64 (google-genai 3.6 writes it so); a data
+        # URL is standard base64, which is all some servers decode.
+        data = blob["data"].replace("-", "+").replace("_", "/")
+        return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}}
+    # Chat servers read images only. Refusing would fail every later turn of a session that
+    # once read a PDF; a note tells the model instead of letting it guess.
+    return {"type": "text", "text": NOTE.format(what="inline data", mime=mime)}
+
+
+def _only_metadata(part: dict[str, Any]) -> bool:
+    """A part with nothing to carry: a thoughtSignature alone, or a video's offsets."""
+    return all(snake(k) in ("thought_signature", "thought", "part_metadata", "video_metadata") for k in part)
+
+
+def _kind(part: dict[str, Any]) -> str:
+    return next((k for k in part if k not in ("thoughtSignature", "thought_signature")), "empty")
+
+
+def _parts_of(content: Any) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+
+
+def _content(parts: list[dict[str, Any]]) -> Any:
+    """A string when every part is text (what every chat server and template takes),
+    parts only when an image is there."""
+    if all(p["type"] == "text" for p in parts):
+        return "\n\n".join(p["text"] for p in parts)
+    return parts
+
+
+# --- generation config -----------------------------------------------------------------
+
+
+def _generation(config: dict[str, Any], out: dict[str, Any]) -> None:
+    count = field(config, "candidateCount")
+    if isinstance(count, int) and count > 1:
+        raise Untranslatable("'candidateCount' above 1 is not carried: the answer would hold one candidate")
+    for name, chat in (("temperature", "temperature"), ("topP", "top_p"), ("maxOutputTokens", "max_tokens"),
+                       ("presencePenalty", "presence_penalty"), ("frequencyPenalty", "frequency_penalty"),
+                       ("seed", "seed")):  # fmt: skip
+        value = field(config, name)
+        if value is not None:
+            out[chat] = value
+    stops = field(config, "stopSequences")
+    if isinstance(stops, list) and stops:
+        out["stop"] = list(stops)
+    modalities = field(config, "responseModalities")
+    if isinstance(modalities, list) and any(str(m).upper() != "TEXT" for m in modalities):
+        raise Untranslatable("'responseModalities' other than TEXT need a Gemini model; a chat completions "
+                             "upstream answers in text")  # fmt: skip
+    fmt = _response_format(config)
+    if fmt is not None:
+        out["response_format"] = fmt
+    thinking = field(config, "thinkingConfig")
+    effort = _effort(thinking) if isinstance(thinking, dict) else None
+    if effort:
+        out["reasoning_effort"] = effort
+
+
+def _response_format(config: dict[str, Any]) -> dict[str, Any] | None:
+    schema = field(config, "responseJsonSchema")
+    if schema is None:
+        schema = config.get("_responseJsonSchema")
+    if schema is None:
+        google = field(config, "responseSchema")
+        schema = json_schema(google) if google is not None else None
+    if schema is not None:
+        return {"type": "json_schema", "json_schema": {"name": "response", "schema": schema}}
+    if field(config, "responseMimeType") == "application/json":
+        return {"type": "json_object"}
+    return None
+
+
+def _effort(thinking: dict[str, Any]) -> str | None:
+    level = field(thinking, "thinkingLevel")
+    if isinstance(level, str) and level.lower() in _LEVEL:
+        return _LEVEL[level.lower()]
+    budget = field(thinking, "thinkingBudget")
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0:
+        return None  # 0: thinking off; -1: the model decides; both are the server's default here
+    return "low" if budget < _LOW else "medium" if budget < _MEDIUM else "high"
+
+
+# --- tools ---------------------------------------------------------------------------------
+
+
+def _tools(tools: Any) -> list[dict[str, Any]]:
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise Untranslatable("'tools' must be a list of Tool objects")
+    out: list[dict[str, Any]] = []
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise Untranslatable(f"tools[{i}] must be an object")
+        hosted = [k for k in _HOSTED if has(tool, k)]
+        if hosted:
+            raise Untranslatable(
+                f"tools[{i}].{hosted[0]} runs inside Google's API; a chat completions upstream cannot run it"
+            )
+        for j, decl in enumerate(field(tool, "functionDeclarations") or ()):
+            out.append(_function(decl, f"tools[{i}].functionDeclarations[{j}]"))
+    return out
+
+
+def _function(decl: Any, where: str) -> dict[str, Any]:
+    if not isinstance(decl, dict) or not isinstance(decl.get("name"), str):
+        raise Untranslatable(f"{where} needs a name")
+    params = field(decl, "parametersJsonSchema")
+    if params is None:
+        google = decl.get("parameters")
+        params = json_schema(google) if google is not None else None
+    function: dict[str, Any] = {"name": decl["name"]}
+    if isinstance(decl.get("description"), str):
+        function["description"] = decl["description"]
+    function["parameters"] = params if isinstance(params, dict) else {"type": "object", "properties": {}}
+    return {"type": "function", "function": function}
+
+
+def _choice(
+    calling: dict[str, Any], tools: list[dict[str, Any]], out: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """``functionCallingConfig`` → ``tool_choice``; ``allowedFunctionNames`` keeps only those
+    tools (chat has no list of allowed names; a tool the model is not shown cannot be called)."""
+    allowed = field(calling, "allowedFunctionNames")
+    if isinstance(allowed, list) and allowed:
+        tools = [t for t in tools if t["function"]["name"] in allowed]
+    mode = str(calling.get("mode") or "AUTO").upper()
+    choice = _MODE.get(mode)
+    if choice is None:
+        raise Untranslatable(f"functionCallingConfig.mode {mode!r} is not one of AUTO, ANY, NONE, VALIDATED")
+    if choice == "required" and len(tools) == 1:
+        choice = {"type": "function", "function": {"name": tools[0]["function"]["name"]}}  # type: ignore[assignment]
+    if tools:
+        out["tool_choice"] = choice
+    return tools
+
+
+def json_schema(schema: Any) -> Any:
+    """Google's Schema (an OpenAPI 3.0 subset: upper-case ``type``, ``nullable``,
+    ``propertyOrdering``, either spelling of each key) as JSON Schema."""
+    if isinstance(schema, list):
+        return [json_schema(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    kind = schema.get("type")
+    if isinstance(kind, str) and kind.upper() != "TYPE_UNSPECIFIED":
+        out["type"] = kind.lower()
+    if field(schema, "nullable") is True and "type" in out:
+        out["type"] = [out["type"], "null"]
+    for key in _SCHEMA_KEYS:
+        value = field(schema, key)
+        if value is not None:
+            out[key] = value
+    props = schema.get("properties")
+    if isinstance(props, dict):
+        out["properties"] = {k: json_schema(v) for k, v in props.items()}
+    if schema.get("items") is not None:
+        out["items"] = json_schema(schema["items"])
+    any_of = field(schema, "anyOf")
+    if isinstance(any_of, list):
+        out["anyOf"] = json_schema(any_of)
+    return out

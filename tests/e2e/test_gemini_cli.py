@@ -1,0 +1,108 @@
+"""Gemini CLI itself (``gemini -p``, headless) on a chat-completions-only upstream, through the
+gateway's Gemini → chat translation: a plain answer, and a function-call loop with a real
+tool (``list_directory``) whose result goes back with the call's id.
+
+Set up as README's Agents entry says: ``GOOGLE_GEMINI_BASE_URL`` at the gateway,
+``GEMINI_API_KEY``, a settings.json selecting ``gemini-api-key`` auth, the workspace trusted,
+and ``-m`` naming the model (no routing call first). The CLI comes from
+``.cache/gemini-cli`` (scripts/test-deps.sh) or ``GEMINI_CLI_BIN``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import ROOT, RunningGateway, launch_cli
+from tests.e2e.test_codex_chat import call, text
+from tests.fakeupstream import FakeUpstream, Reply
+
+pytestmark = pytest.mark.e2e
+
+GEMINI_BIN = Path(os.environ.get("GEMINI_CLI_BIN") or ROOT / ".cache" / "gemini-cli" / "node_modules" / ".bin" / "gemini")
+MODEL = "gemini-2.5-flash"
+
+
+@pytest.fixture(scope="module")
+def gemini() -> Path:
+    if not GEMINI_BIN.exists():
+        pytest.skip(f"Gemini CLI is not installed at {GEMINI_BIN} (scripts/test-deps.sh installs it)")
+    return GEMINI_BIN
+
+
+@pytest.fixture(scope="module")
+def gemini_gateway(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
+    gw = launch_cli(fake, tmp_path_factory.mktemp("geminichat"), "",
+                    upstream_yaml=", apis: [chat], model_map: {'gemini-*': qwen}")  # fmt: skip
+    yield gw
+    gw.stop()
+
+
+def run_gemini(gemini: Path, gw: RunningGateway, tmp: Path, prompt: str) -> subprocess.CompletedProcess[str]:
+    home, work = tmp / "home", tmp / "work"
+    (home / ".gemini").mkdir(parents=True, exist_ok=True)
+    work.mkdir(exist_ok=True)
+    (work / "notes.txt").write_text("hello\n")
+    settings = {"security": {"auth": {"selectedType": "gemini-api-key"}}}
+    (home / ".gemini" / "settings.json").write_text(json.dumps(settings))
+    env = {
+        "PATH": os.environ["PATH"], "HOME": str(home), "GEMINI_CLI_HOME": str(home),
+        "GOOGLE_GEMINI_BASE_URL": gw.base, "GEMINI_API_KEY": "dummy",
+        "GEMINI_CLI_TRUST_WORKSPACE": "true", "NO_COLOR": "1", "CI": "1",
+    }  # fmt: skip
+    return subprocess.run([str(gemini), "-p", prompt, "-m", MODEL, "--output-format", "text"], env=env, cwd=work,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180)  # fmt: skip
+
+
+def sent(up: FakeUpstream) -> list[dict[str, Any]]:
+    assert all(r.path == "/v1/chat/completions" for r in up.requests), [r.path for r in up.requests]
+    return [r.json() for r in up.requests]
+
+
+def test_gemini_cli_answers_through_a_chat_upstream(
+    gemini: Path, gemini_gateway: RunningGateway, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    upstream.script(text(("Hi", " from", " qwen.")))
+    done = run_gemini(gemini, gemini_gateway, tmp_path, "say hi")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Hi from qwen." in done.stdout
+    [chat] = sent(upstream)
+    assert chat["model"] == "qwen" and chat["stream"] is True
+    assert chat["messages"][0]["role"] == "system" and chat["messages"][-1]["content"].endswith("say hi")
+    assert {t["function"]["name"] for t in chat["tools"]} >= {"list_directory", "read_file"}
+
+
+def test_gemini_cli_runs_a_function_call_loop_with_the_ids_kept(
+    gemini: Path, gemini_gateway: RunningGateway, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    upstream.script(call("call_ls1", "list_directory", json.dumps({"dir_path": str(work)})),
+                    text(("There", " is", " notes.txt.")))  # fmt: skip
+    done = run_gemini(gemini, gemini_gateway, tmp_path, "List the files here, then say what you found")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "There is notes.txt." in done.stdout
+    first, second = sent(upstream)
+    assistant, tool = second["messages"][-2:]
+    assert assistant["tool_calls"][0]["id"] == "call_ls1" == tool["tool_call_id"]
+    assert assistant["tool_calls"][0]["function"]["name"] == "list_directory"
+    assert "notes.txt" in tool["content"]
+
+
+def test_gemini_cli_reports_a_spent_budget_without_retrying(
+    gemini: Path, gemini_gateway: RunningGateway, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """A provider's exhausted credit (a 402 in Google's envelope, RESOURCE_EXHAUSTED) ends the
+    run at once with the provider's words: the CLI does not retry it as it would a 429."""
+    error = {"error": {"message": "Insufficient credits: add more to continue", "type": "billing",
+                       "code": "insufficient_quota"}}  # fmt: skip
+    upstream.script(*[Reply(402, error)] * 5)
+    done = run_gemini(gemini, gemini_gateway, tmp_path, "say hi")
+    assert done.returncode != 0
+    assert "Insufficient credits" in done.stdout + done.stderr
+    assert len(upstream.requests) == 1

@@ -1,0 +1,153 @@
+"""The google-genai Python SDK itself through the gateway to a chat-completions-only upstream:
+buffered, streamed, a function call and its response, count_tokens, the model list, and an
+upstream rate limit the SDK raises as ``APIError`` 429 RESOURCE_EXHAUSTED.
+
+The SDK is no dependency of the gateway: it runs in its own interpreter (``GENAI_PYTHON``, else
+``.venv-genai/bin/python``, which scripts/test-deps.sh makes), driven by ``DRIVER`` below,
+which prints one JSON document of what the SDK returned; the test reads it and what the
+upstream was sent. google-genai 3.6 calls ``/v1/models/...`` with ``x-goog-api-key``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import ROOT, RunningGateway, launch_cli
+from tests.e2e.test_codex_chat import text
+from tests.fakeupstream import FakeUpstream, Reply, chat_completion
+
+pytestmark = pytest.mark.e2e
+
+GENAI_PYTHON = Path(os.environ.get("GENAI_PYTHON") or ROOT / ".venv-genai" / "bin" / "python")
+
+DRIVER = r"""
+import json, sys
+from google import genai
+from google.genai import types, errors
+
+base, scenario = sys.argv[1], sys.argv[2]
+client = genai.Client(api_key="dummy", http_options=types.HttpOptions(base_url=base))
+out = {}
+if scenario == "basic":
+    r = client.models.generate_content(model="gemini-2.5-flash", contents="say hi",
+                                       config=types.GenerateContentConfig(system_instruction="Be brief."))
+    out["text"] = r.text
+    out["finish"] = r.candidates[0].finish_reason.value
+    out["usage"] = r.usage_metadata.model_dump(exclude_none=True)
+    chunks = list(client.models.generate_content_stream(model="gemini-2.5-flash", contents="say hi"))
+    out["stream"] = [c.text for c in chunks]
+    out["stream_finish"] = chunks[-1].candidates[0].finish_reason.value
+    out["count"] = client.models.count_tokens(model="gemini-2.5-flash", contents="How many tokens?").total_tokens
+    out["models"] = [m.name for m in client.models.list()]
+elif scenario == "tools":
+    weather = types.FunctionDeclaration(
+        name="get_weather", description="Weather of a city",
+        parameters=types.Schema(type="OBJECT", properties={"city": types.Schema(type="STRING")}, required=["city"]))
+    config = types.GenerateContentConfig(
+        tools=[types.Tool(function_declarations=[weather])],
+        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True))
+    first = types.Content(role="user", parts=[types.Part.from_text(text="Weather in Paris?")])
+    r1 = client.models.generate_content(model="gemini-2.5-flash", contents=[first], config=config)
+    fc = r1.function_calls[0]
+    out["call"] = {"id": fc.id, "name": fc.name, "args": fc.args}
+    answer = types.Part.from_function_response(name=fc.name, response={"output": "sunny, 21C"})
+    answer.function_response.id = fc.id
+    r2 = client.models.generate_content(
+        model="gemini-2.5-flash", config=config,
+        contents=[first, r1.candidates[0].content, types.Content(role="user", parts=[answer])])
+    out["text"] = r2.text
+elif scenario == "error":
+    try:
+        client.models.generate_content(model="gemini-2.5-flash", contents="say hi")
+    except errors.APIError as e:
+        out = {"code": e.code, "status": e.status, "message": e.message, "details": e.details}
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def genai_python() -> Path:
+    if not GENAI_PYTHON.exists():
+        pytest.skip(f"no interpreter with google-genai at {GENAI_PYTHON} (scripts/test-deps.sh makes one)")
+    found = subprocess.run([str(GENAI_PYTHON), "-c", "import google.genai"], capture_output=True, check=False)
+    if found.returncode != 0:
+        pytest.skip(f"google-genai is not importable by {GENAI_PYTHON}")
+    return GENAI_PYTHON
+
+
+@pytest.fixture(scope="module")
+def genai_gateway(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
+    gw = launch_cli(fake, tmp_path_factory.mktemp("genaichat"), "retry: {rate_limit: {max_retries: 0}}\n",
+                    upstream_yaml=", apis: [chat], model_map: {'gemini-*': qwen}")  # fmt: skip
+    yield gw
+    gw.stop()
+
+
+def tool_completion(call_id: str, name: str, args: str) -> Reply:
+    doc = chat_completion(model="qwen", content="")
+    doc["choices"][0]["message"]["tool_calls"] = [
+        {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+    ]
+    doc["choices"][0]["finish_reason"] = "tool_calls"
+    return Reply(200, doc)
+
+
+def drive(python: Path, gw: RunningGateway, scenario: str) -> dict[str, Any]:
+    done = subprocess.run([str(python), "-c", DRIVER, gw.base, scenario], capture_output=True, text=True,
+                          timeout=120, env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")})  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_sdk_buffered_streamed_counted_and_listed(
+    genai_python: Path, genai_gateway: RunningGateway, upstream: FakeUpstream
+) -> None:
+    upstream.script(Reply(200, chat_completion(model="qwen", content="Hi there.")), text(("Hel", "lo!")))
+    out = drive(genai_python, genai_gateway, "basic")
+    assert out["text"] == "Hi there." and out["finish"] == "STOP"
+    assert out["usage"]["total_token_count"] == out["usage"]["prompt_token_count"] + out["usage"][
+        "candidates_token_count"
+    ]
+    assert "".join(t or "" for t in out["stream"]) == "Hello!" and out["stream_finish"] == "STOP"
+    assert out["count"] > 0
+    assert isinstance(out["models"], list)
+    first, second = (r.json() for r in upstream.requests if r.path == "/v1/chat/completions")
+    assert first["messages"][0] == {"role": "system", "content": "Be brief."} and "stream" not in first
+    assert second["stream"] is True
+
+
+def test_sdk_function_call_and_response_keep_the_upstreams_call_id(
+    genai_python: Path, genai_gateway: RunningGateway, upstream: FakeUpstream
+) -> None:
+    upstream.script(tool_completion("call_w1", "get_weather", '{"city": "Paris"}'),
+                    Reply(200, chat_completion(model="qwen", content="Sunny.")))  # fmt: skip
+    out = drive(genai_python, genai_gateway, "tools")
+    assert out["call"] == {"id": "call_w1", "name": "get_weather", "args": {"city": "Paris"}}
+    assert out["text"] == "Sunny."
+    second = upstream.requests[-1].json()
+    assistant, tool = second["messages"][-2:]
+    assert assistant["tool_calls"][0]["id"] == tool["tool_call_id"] == "call_w1"
+    assert tool["content"] == "sunny, 21C"
+    assert second["tools"][0]["function"]["parameters"] == {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]
+    }  # fmt: skip
+
+
+def test_sdk_raises_an_upstream_rate_limit_as_resource_exhausted_with_retry_info(
+    genai_python: Path, genai_gateway: RunningGateway, upstream: FakeUpstream
+) -> None:
+    error = {"error": {"message": "Rate limit reached, try again in 7s", "type": "requests",
+                       "code": "rate_limit_exceeded"}}  # fmt: skip
+    upstream.script(*[Reply(429, error, headers={"retry-after": "7"})] * 3)
+    out = drive(genai_python, genai_gateway, "error")
+    assert out["code"] == 429 and out["status"] == "RESOURCE_EXHAUSTED"
+    details = out["details"]["error"]["details"]
+    assert {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "7s"} in details

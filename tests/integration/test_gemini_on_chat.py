@@ -1,0 +1,180 @@
+"""Gemini API clients on a chat-only upstream through the whole pipeline (app in-process, fake
+upstream): Gemini CLI's and google-genai's real requests (tests/corpus/requests/) go out as
+chat completions, the fake's chat answers come back as GenerateContentResponses and
+``alt=sse`` streams; errors in Google's envelope; countTokens and the model list answered."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.fakeupstream import Reply, Stream, chunk
+from tests.integration.test_responses_chat import tool_call_stream
+
+CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "requests"
+CHAT_ONLY = ", apis: [chat], model_map: {'gemini-*': qwen}"
+FAST_429 = "retry: {rate_limit: {max_retries: 0}}\n"
+
+
+def corpus(name: str) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads((CORPUS / f"{name}.json").read_text())["body"]
+    return body
+
+
+async def post(gw: Any, path: str, body: Any, headers: dict[str, str] | None = None) -> tuple[int, Any, bytes]:
+    hdrs = {"x-goog-api-key": "dummy", **(headers or {})}
+    async with gw.session.post(gw.base + path, json=body, headers=hdrs) as r:
+        return r.status, r.headers, await r.read()
+
+
+def sse_docs(body: bytes) -> list[dict[str, Any]]:
+    """Every event's data, as the google-genai SDK splits them (blank line, CRLF or LF)."""
+    text = body.decode().replace("\r\n", "\n")
+    docs = []
+    for event in text.split("\n\n"):
+        if event.strip():
+            assert event.startswith("data: "), event
+            docs.append(json.loads(event[len("data: ") :]))
+    return docs
+
+
+def texts(docs: list[dict[str, Any]]) -> str:
+    return "".join(p.get("text", "") for d in docs for p in d["candidates"][0]["content"]["parts"])
+
+
+async def test_google_genai_buffered_request_goes_out_as_chat_and_comes_back_as_gemini(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY)
+    status, headers, body = await post(gw, "/v1/models/gemini-2.5-flash:generateContent",
+                                       corpus("genai-3.6-knobs-image"))  # fmt: skip
+    doc = json.loads(body)
+    assert status == 200, body
+    assert headers["x-llm-translated"] == "gemini->chat"
+    [candidate] = doc["candidates"]
+    assert candidate["content"]["role"] == "model" and candidate["finishReason"] == "STOP"
+    assert candidate["content"]["parts"] == [{"text": "Hello from the fake upstream."}]
+    assert doc["modelVersion"] == "gemini-2.5-flash"
+    usage = doc["usageMetadata"]
+    assert usage["totalTokenCount"] == usage["promptTokenCount"] + usage["candidatesTokenCount"]
+    [sent] = gw.fake.chat_requests()
+    chat = sent.json()
+    assert chat["model"] == "qwen" and "stream" not in chat
+    assert chat["messages"][0] == {"role": "system", "content": "You are terse."}
+    assert chat["tools"][0]["function"]["parameters"]["type"] == "object"
+    assert sent.query == ""  # the client's query belongs to its own API
+
+
+async def test_gemini_cli_stream_is_gemini_sse_with_finish_and_usage_last(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY)
+    status, headers, body = await post(gw, "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+                                       corpus("gemini-cli-0.61-first"))  # fmt: skip
+    assert status == 200 and headers["Content-Type"].startswith("text/event-stream"), body
+    docs = sse_docs(body)
+    assert texts(docs) == "Hello from fake."
+    assert all(d["candidates"][0]["content"]["role"] == "model" for d in docs)
+    assert [d["candidates"][0].get("finishReason") for d in docs][-1] == "STOP"
+    assert all("finishReason" not in d["candidates"][0] for d in docs[:-1])
+    assert "usageMetadata" in docs[-1]
+    [sent] = gw.fake.chat_requests()
+    chat = sent.json()
+    assert chat["stream"] is True and chat["stream_options"] == {"include_usage": True}
+    assert chat["reasoning_effort"] == "medium" and "top_k" not in chat
+
+
+async def test_a_function_call_round_trip_keeps_the_call_id(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY)
+    gw.fake.script(Stream(tool_call_stream("call_9", "list_directory", '{"dir_path": "/tmp"}')))
+    status, _, body = await post(gw, "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+                                 corpus("gemini-cli-0.61-first"))  # fmt: skip
+    docs = sse_docs(body)
+    assert status == 200
+    last = docs[-1]["candidates"][0]
+    assert last["finishReason"] == "STOP"
+    assert last["content"]["parts"] == [
+        {"functionCall": {"id": "call_9", "name": "list_directory", "args": {"dir_path": "/tmp"}}}
+    ]
+    assert docs[-1]["usageMetadata"] == {"promptTokenCount": 900, "candidatesTokenCount": 12,
+                                         "totalTokenCount": 912, "cachedContentTokenCount": 512}  # fmt: skip
+    # The CLI's next request answers the call with its functionResponse (captured with the id
+    # the CLI made up, since the captured answer had none): the same id reaches chat.
+    await post(gw, "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+               corpus("gemini-cli-0.61-tool-result"))  # fmt: skip
+    chat = gw.fake.chat_requests()[-1].json()
+    assistant, tool = chat["messages"][-2:]
+    assert assistant["tool_calls"][0]["id"] == tool["tool_call_id"] == "list_directory_1795829156636_0"
+    assert tool["content"].startswith("Directory listing for")
+
+
+async def test_an_upstream_429_is_answered_in_googles_envelope_with_retry_info(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY, extra_yaml=FAST_429)
+    error = {"error": {"message": "Rate limit reached, try again in 20s", "type": "requests",
+                       "code": "rate_limit_exceeded"}}  # fmt: skip
+    gw.fake.script(Reply(429, error, headers={"retry-after": "20"}))
+    status, _, body = await post(gw, "/v1beta/models/gemini-2.5-flash:generateContent", corpus("gemini-cli-0.61-first"))
+    err = json.loads(body)["error"]
+    assert status == 429 and err["code"] == 429 and err["status"] == "RESOURCE_EXHAUSTED"
+    assert err["message"]
+    retry = [d for d in err["details"] if d["@type"] == "type.googleapis.com/google.rpc.RetryInfo"]
+    assert retry == [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "20s"}]
+    assert err["x_llm_upstream"]["api"] == "chat" and err["x_llm_upstream"]["status"] == 429
+
+
+async def test_count_tokens_is_answered_from_the_gateways_estimate(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY)
+    status, headers, body = await post(gw, "/v1/models/gemini-2.5-flash:countTokens", corpus("genai-3.6-count-tokens"))
+    assert status == 200 and headers["x-llm-estimated"] == "true"
+    assert json.loads(body)["totalTokens"] > 0
+    big = {"generateContentRequest": corpus("gemini-cli-0.61-first")}
+    _, _, body2 = await post(gw, "/v1beta/models/gemini-2.5-flash:countTokens", big)
+    assert json.loads(body2)["totalTokens"] > 5000  # Gemini CLI's system prompt and tools count
+    assert gw.fake.chat_requests() == []
+
+
+async def test_a_stream_without_alt_sse_is_refused_in_googles_envelope(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY)
+    status, _, body = await post(gw, "/v1beta/models/gemini-2.5-flash:streamGenerateContent",
+                                 corpus("genai-3.6-stream-json-schema"))  # fmt: skip
+    err = json.loads(body)["error"]
+    assert status == 400 and err["status"] == "INVALID_ARGUMENT" and "alt=sse" in err["message"]
+    assert gw.fake.chat_requests() == []
+
+
+async def test_a_gateway_key_in_the_query_is_accepted_and_never_sent_upstream(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY, extra_yaml="server: {client_keys: [gw-secret-key]}\n")
+    path = "/v1beta/models/gemini-2.5-flash:generateContent"
+    async with gw.session.post(gw.base + path + "?key=gw-secret-key", json=corpus("genai-3.6-count-tokens")) as r:
+        assert r.status == 200, await r.read()
+    async with gw.session.post(gw.base + path + "?key=wrong", json=corpus("genai-3.6-count-tokens")) as r:
+        err = (await r.json())["error"]
+        assert r.status == 401 and err["status"] == "UNAUTHENTICATED"
+    [sent] = gw.fake.chat_requests()
+    assert "gw-secret-key" not in sent.query + sent.path + json.dumps(dict(sent.headers))
+
+
+async def test_model_list_and_model_in_googles_shape(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", apis: [chat], models: ['gemini-2.5-flash', 'gemini-*']")
+    async with gw.session.get(gw.base + "/v1beta/models/gemini-2.5-flash", headers={"x-goog-api-key": "k"}) as r:
+        assert r.status == 200 and (await r.json())["name"] == "models/gemini-2.5-flash"
+    async with gw.session.get(gw.base + "/v1/models", headers={"x-goog-api-key": "k"}) as r:
+        listed = await r.json()
+    assert r.status == 200 and "models" in listed
+    async with gw.session.get(gw.base + "/v1beta/models/claude-x", headers={"x-goog-api-key": "k"}) as r:
+        assert r.status == 404 and (await r.json())["error"]["status"] == "NOT_FOUND"
+
+
+async def test_an_unknown_path_under_v1beta_gets_googles_envelope(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY)
+    status, _, body = await post(gw, "/v1beta/models/gemini-2.5-flash:embedContent", {})
+    assert status == 404 and json.loads(body)["error"]["status"] == "NOT_FOUND"
+
+
+async def test_a_chat_delta_stream_becomes_one_event_per_delta(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY)
+    gw.fake.script(Stream([chunk({"role": "assistant", "reasoning_content": "Think."}),
+                           chunk({"content": "A"}), chunk({"content": "B"}), chunk({}, "length")]))  # fmt: skip
+    body = {**corpus("genai-3.6-knobs-image")}
+    status, _, raw = await post(gw, "/v1/models/gemini-2.5-flash:streamGenerateContent?alt=sse", body)
+    docs = sse_docs(raw)
+    parts = [d["candidates"][0]["content"]["parts"] for d in docs]
+    assert status == 200 and parts[:3] == [[{"text": "Think.", "thought": True}], [{"text": "A"}], [{"text": "B"}]]
+    assert docs[-1]["candidates"][0]["finishReason"] == "MAX_TOKENS"

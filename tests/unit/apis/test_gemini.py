@@ -1,0 +1,114 @@
+"""The Gemini dialect (``apis/gemini``): admission from the path, Google's error envelope,
+the SSE reader a Gemini-speaking upstream's stream would go through, and the tool-output
+policy on ``functionResponse`` parts."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gateway.apis import GEMINI, dialect_for_errors
+from gateway.apis.base import EventKind, ForeignError, Inbound, Rejection, Where
+from gateway.apis.gemini.wire import GeminiStreamReader
+from gateway.errors import Classification, ErrorType
+from gateway.keys.registry import KeyRing, KeySpec, digest
+from gateway.policy.tool_outputs import Stage, ToolOutputPolicy, ToolRule
+
+BODY = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+
+
+def admit(method: str, query: dict[str, str] | None = None, body: Any = None) -> Inbound | Rejection:
+    where = Where({"model": "gemini-2.5-flash", "method": method}, query or {})
+    return GEMINI.admit(b"{}", body if body is not None else dict(BODY), where)
+
+
+def test_the_model_and_the_stream_flag_come_from_the_path() -> None:
+    got = admit("generateContent")
+    assert isinstance(got, Inbound) and (got.model, got.stream) == ("gemini-2.5-flash", False)
+    assert got.payload == {**BODY, "model": "gemini-2.5-flash", "stream": False}
+    streamed = admit("streamGenerateContent", {"alt": "sse"})
+    assert isinstance(streamed, Inbound) and streamed.stream and streamed.payload["stream"] is True
+    # The path wins over a body that says otherwise.
+    body = {**BODY, "model": "models/other", "stream": True}
+    said = admit("generateContent", body=body)
+    assert isinstance(said, Inbound) and (said.model, said.stream) == ("gemini-2.5-flash", False)
+
+
+def test_a_json_array_stream_and_bad_contents_are_refused() -> None:
+    array = admit("streamGenerateContent")
+    assert isinstance(array, Rejection) and "alt=sse" in array.message
+    bad = admit("generateContent", body={"contents": "hi"})
+    assert isinstance(bad, Rejection) and bad.code == "invalid_contents"
+
+
+def test_gateway_errors_take_googles_envelope_with_retry_info() -> None:
+    c = Classification(ErrorType.RATE_LIMIT, True, 2.5, None, "rate_limit_exceeded")
+    doc = json.loads(GEMINI.error_body(429, "slow down", "rate_limit_exceeded", c, "req1"))
+    err = doc["error"]
+    assert (err["code"], err["status"], err["message"]) == (429, "RESOURCE_EXHAUSTED", "slow down")
+    info, retry = err["details"]
+    assert info["@type"] == "type.googleapis.com/google.rpc.ErrorInfo" and info["reason"] == "RATE_LIMIT_EXCEEDED"
+    assert retry == {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "2.5s"}
+    assert GEMINI.error_status(529, "circuit_open") == 503
+
+
+def test_an_upstream_overflow_reads_as_geminis_own() -> None:
+    c = Classification.of(ErrorType.CONTEXT_OVERFLOW)
+    e = ForeignError(400, c, "chat", 400, b'{"error": {"message": "too long"}}', 150000, 131072)
+    status, body = GEMINI.foreign_error(e, "req1")
+    err = json.loads(body)["error"]
+    assert status == 400 and err["status"] == "INVALID_ARGUMENT"
+    assert err["message"] == "The input token count (150000) exceeds the maximum number of tokens allowed (131072)."
+    assert err["x_llm_upstream"] == {"api": "chat", "status": 400, "body": {"error": {"message": "too long"}}}
+
+
+def test_v1beta_and_gemini_callers_get_googles_envelope() -> None:
+    assert dialect_for_errors("/v1beta/models/x:embedContent", False) is GEMINI
+    assert dialect_for_errors("/v1/models", False, gemini_caller=True) is GEMINI
+    assert dialect_for_errors("/v1/models", False) is not GEMINI
+
+
+def test_reader_of_a_gemini_stream() -> None:
+    r = GeminiStreamReader()
+    r.track()
+    first = b'data: {"candidates":[{"content":{"role":"model","parts":[{"text":"Hi"}]},"index":0}]}\r\n\r\n'
+    last = (b'data: {"candidates":[{"content":{"role":"model","parts":[{"text":"!"}]},"finishReason":"STOP"}],'
+            b'"usageMetadata":{"promptTokenCount":10,"candidatesTokenCount":3,"thoughtsTokenCount":2,'
+            b'"cachedContentTokenCount":4,"totalTokenCount":15}}\r\n\r\n')  # fmt: skip
+    assert r.kind(first, committed=False) is EventKind.VISIBLE
+    assert r.kind(last, committed=True) is EventKind.FINAL
+    assert r.usage == {"prompt": 10, "completion": 5, "cache_read": 4}
+    assert r.partial() == "Hi!"
+    error = b'data: {"error":{"code":429,"message":"quota","status":"RESOURCE_EXHAUSTED"}}\r\n\r\n'
+    assert r.kind(error, committed=True) is EventKind.ERROR and r.error is not None
+    assert r.kind(b"data: {not json\r\n\r\n", committed=True) is EventKind.ERROR
+
+
+def test_tool_output_cap_cuts_function_response_output_and_keeps_the_pair() -> None:
+    big = "line\n" * 20000
+    payload = {"contents": [
+        {"role": "model", "parts": [{"functionCall": {"id": "c1", "name": "read_file", "args": {}}}]},
+        {"role": "user", "parts": [{"functionResponse": {"id": "c1", "name": "read_file", "response": {"output": big}}}]},
+    ]}  # fmt: skip
+    capped, count = GEMINI.cap_tool_outputs(payload, 500)
+    assert count == 1 and capped is not None
+    fr = capped["contents"][1]["parts"][0]["functionResponse"]
+    assert (fr["id"], fr["name"]) == ("c1", "read_file") and len(fr["response"]["output"]) < len(big) // 5
+    assert payload["contents"][1]["parts"][0]["functionResponse"]["response"]["output"] is big  # untouched
+
+
+def test_tool_output_policy_excludes_by_the_responses_own_name() -> None:
+    payload = {"contents": [{"role": "user", "parts": [
+        {"functionResponse": {"name": "grep_search", "response": {"output": "x" * 40000}}}]}]}  # fmt: skip
+    policy = ToolOutputPolicy((ToolRule.of("grep_search", max_tokens=100, oversized="exclude"),))
+    out, tally = GEMINI.tool_outputs(payload, policy, Stage("upfront", project=True, cut=True, exclude=True, window=None))
+    assert out is not None and tally.excluded == 1
+    response = out["contents"][0]["parts"][0]["functionResponse"]["response"]
+    assert list(response) == ["error"] and "grep_search" in response["error"]
+
+
+def test_a_key_in_the_query_is_a_credential() -> None:
+    ring = KeyRing({digest("gw-key"): KeySpec("team-a")})
+    assert ring.identify({}, "gw-key").outcome == "ok"
+    assert ring.identify({}, "other").outcome == "invalid"
+    assert ring.identify({}).outcome == "missing"

@@ -1,0 +1,283 @@
+"""Gemini → chat completions (``GeminiToChat``), from real client requests (Gemini CLI 0.61 and
+google-genai 3.6, tests/corpus/requests/) and recorded chat answers (tests/corpus/answers/).
+
+Streams are checked against the grammar Gemini's clients read: every event ``data: {…}`` and a
+blank line, one whole GenerateContentResponse each, ``role: "model"``, ``finishReason`` and
+``usageMetadata`` on the last event only (Gemini CLI retries a stream whose last event has no
+finishReason), function calls whole (``args`` an object).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.apis.base import Ending
+from gateway.errors import Classification, ErrorType
+from gateway.translate.base import Context, Refusal, Target
+from gateway.translate.gemini_chat import GeminiToChat
+from gateway.translate.gemini_chat.request import json_schema
+from tests.unit.translate.messages_helpers import corpus_answer, wire_stream
+
+CORPUS = Path(__file__).resolve().parents[2] / "corpus" / "requests"
+T = GeminiToChat()
+TARGET = Target("served-model")
+
+
+def client_request(name: str, stream: bool = False) -> dict[str, Any]:
+    """A captured body as the dialect admits it: with the path's model and stream flag."""
+    body: dict[str, Any] = json.loads((CORPUS / f"{name}.json").read_text())["body"]
+    return {**body, "model": "gemini-2.5-flash", "stream": stream}
+
+
+def chat(payload: dict[str, Any]) -> dict[str, Any]:
+    out = T.request(payload, TARGET)
+    assert not isinstance(out, Refusal), out
+    return out
+
+
+def refused(payload: dict[str, Any]) -> Refusal:
+    out = T.request(payload, TARGET)
+    assert isinstance(out, Refusal), out
+    return out
+
+
+def ctx(request: dict[str, Any] | None = None) -> Context:
+    req = request or {"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "model": "gemini-2.5-flash"}
+    return Context(requested_model="gemini-2.5-flash", request=req, request_id="req1")
+
+
+def events(raw: bytes) -> list[dict[str, Any]]:
+    """Split as the google-genai SDK does (a blank line ends an event), checking the framing."""
+    assert raw.endswith(b"\r\n\r\n")
+    docs = []
+    for event in raw.split(b"\r\n\r\n")[:-1]:
+        assert event.startswith(b"data: ") and b"\n" not in event, event
+        docs.append(json.loads(event[len(b"data: ") :]))
+    return docs
+
+
+def run_stream(chat_sse: bytes, c: Context) -> list[dict[str, Any]]:
+    st = T.stream(c)
+    out = b"".join(st.event(e + b"\n\n") for e in chat_sse.split(b"\n\n") if e.strip())
+    out += st.close()
+    return events(out)
+
+
+def check_grammar(docs: list[dict[str, Any]]) -> None:
+    assert docs
+    for d in docs:
+        [candidate] = d["candidates"]
+        assert candidate["content"]["role"] == "model" and candidate["index"] == 0
+        assert d["modelVersion"] == "gemini-2.5-flash" and d["responseId"] == "req1"
+    assert all("finishReason" not in d["candidates"][0] and "usageMetadata" not in d for d in docs[:-1])
+    assert docs[-1]["candidates"][0]["finishReason"] and "usageMetadata" in docs[-1]
+
+
+# --- requests, from real clients ---------------------------------------------------------
+
+
+def test_gemini_cli_first_request() -> None:
+    out = chat(client_request("gemini-cli-0.61-first", stream=True))
+    system, user = out["messages"]
+    assert system["role"] == "system" and system["content"].startswith("You are a non-interactive CLI agent")
+    # The CLI's session context and the prompt are two parts of one turn: one user message.
+    assert user == {"role": "user", "content": user["content"]} and user["content"].endswith("\n\nsay hi")
+    assert out["stream"] is True and out["stream_options"] == {"include_usage": True}
+    assert (out["temperature"], out["top_p"], out["reasoning_effort"]) == (1, 0.95, "medium")  # budget 8192
+    assert "top_k" not in out and "topK" not in json.dumps(out)
+    names = [t["function"]["name"] for t in out["tools"]]
+    assert {"list_directory", "read_file", "grep_search"} <= set(names)  # headless: read-only tools only
+    ls = next(t["function"] for t in out["tools"] if t["function"]["name"] == "list_directory")
+    assert ls["parameters"]["properties"]["dir_path"]["type"] == "string"  # parametersJsonSchema as it came
+
+
+def test_gemini_cli_tool_result_keeps_its_ids_and_drops_the_thought_signature() -> None:
+    out = chat(client_request("gemini-cli-0.61-tool-result", stream=True))
+    assistant, tool = out["messages"][-2:]
+    call_id = "list_directory_1795829156636_0"
+    assert assistant["content"] == "" and assistant["tool_calls"] == [{
+        "id": call_id, "type": "function",
+        "function": {"name": "list_directory", "arguments": assistant["tool_calls"][0]["function"]["arguments"]},
+    }]  # fmt: skip
+    assert json.loads(assistant["tool_calls"][0]["function"]["arguments"])["dir_path"].startswith("/tmp/")
+    assert tool["role"] == "tool" and tool["tool_call_id"] == call_id
+    assert tool["content"].startswith("Directory listing for")  # response.output, as text
+    assert "thoughtSignature" not in json.dumps(out) and "skip_thought_signature" not in json.dumps(out)
+
+
+def test_google_genai_knobs_image_and_schema_types() -> None:
+    out = chat(client_request("genai-3.6-knobs-image"))
+    # google-genai sends the system instruction with role "user".
+    assert out["messages"][0] == {"role": "system", "content": "You are terse."}
+    text, image = out["messages"][1]["content"]
+    assert text == {"type": "text", "text": "What is the weather in Paris? Here is a picture of the sky."}
+    url = image["image_url"]["url"]
+    assert url.startswith("data:image/png;base64,iVBOR") and "_" not in url and "-" not in url  # url-safe → standard
+    assert (out["temperature"], out["top_p"], out["max_tokens"], out["stop"]) == (0.2, 0.9, 256, ["END"])
+    assert out["reasoning_effort"] == "low"  # snake_case thinking_budget 1024
+    assert out["tool_choice"] == "auto" and "stream" not in out
+    assert out["tools"] == [{"type": "function", "function": {
+        "name": "get_weather", "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    }}]  # fmt: skip
+
+
+def test_google_genai_function_response_without_ids_pairs_by_name_and_order() -> None:
+    out = chat(client_request("genai-3.6-function-response"))
+    assistant, tool = out["messages"][-2:]
+    made_up = assistant["tool_calls"][0]["id"]
+    assert made_up == tool["tool_call_id"] == "call_1_0"
+    assert tool["content"] == '{"result": "sunny, 21C"}'  # not Gemini CLI's {"output"}: the JSON itself
+
+
+def test_google_genai_response_schema_becomes_json_schema() -> None:
+    out = chat(client_request("genai-3.6-stream-json-schema", stream=True))
+    assert out["response_format"] == {"type": "json_schema", "json_schema": {
+        "name": "response", "schema": {"type": "object", "properties": {"answer": {"type": "string"}}}}}  # fmt: skip
+
+
+# --- request rules -------------------------------------------------------------------------
+
+
+def base(**extra: Any) -> dict[str, Any]:
+    return {"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "model": "m", "stream": False, **extra}
+
+
+@pytest.mark.parametrize(("config", "expected"), [
+    ({"mode": "ANY"}, "required"),
+    ({"mode": "NONE"}, "none"),
+    ({"mode": "AUTO"}, "auto"),
+    ({"mode": "ANY", "allowedFunctionNames": ["b"]}, {"type": "function", "function": {"name": "b"}}),
+    ({"mode": "ANY", "allowed_function_names": ["a", "b"]}, "required"),
+])  # fmt: skip
+def test_function_calling_config(config: dict[str, Any], expected: Any) -> None:
+    decls = [{"name": n, "parametersJsonSchema": {"type": "object"}} for n in ("a", "b", "c")]
+    out = chat(base(tools=[{"functionDeclarations": decls}], toolConfig={"functionCallingConfig": config}))
+    assert out["tool_choice"] == expected
+    allowed = config.get("allowedFunctionNames") or config.get("allowed_function_names") or ["a", "b", "c"]
+    assert [t["function"]["name"] for t in out["tools"]] == allowed
+
+
+@pytest.mark.parametrize(("thinking", "effort"), [
+    ({"thinkingBudget": 0}, None), ({"thinkingBudget": -1}, None), ({"thinkingBudget": 1024}, "low"),
+    ({"thinkingBudget": 20000}, "high"), ({"thinkingLevel": "HIGH"}, "high"), ({"thinking_level": "minimal"}, "low"),
+])  # fmt: skip
+def test_thinking_config_to_reasoning_effort(thinking: dict[str, Any], effort: str | None) -> None:
+    out = chat(base(generationConfig={"thinkingConfig": thinking}))
+    assert out.get("reasoning_effort") == effort
+
+
+def test_google_schema_to_json_schema() -> None:
+    schema = {"type": "OBJECT", "propertyOrdering": ["a"], "properties": {
+        "a": {"type": "ARRAY", "items": {"type": "STRING", "enum": ["x"]}, "max_items": 3},
+        "b": {"type": "INTEGER", "nullable": True, "minimum": 0},
+        "c": {"any_of": [{"type": "STRING"}, {"type": "NUMBER"}]}}}  # fmt: skip
+    assert json_schema(schema) == {"type": "object", "properties": {
+        "a": {"type": "array", "maxItems": 3, "items": {"type": "string", "enum": ["x"]}},
+        "b": {"type": ["integer", "null"], "minimum": 0},
+        "c": {"anyOf": [{"type": "string"}, {"type": "number"}]}}}  # fmt: skip
+
+
+def test_thoughts_in_history_are_dropped_and_a_pdf_becomes_a_note() -> None:
+    out = chat(base(contents=[
+        {"role": "user", "parts": [{"text": "read"}, {"inlineData": {"mimeType": "application/pdf", "data": "JVBE"}}]},
+        {"role": "model", "parts": [{"text": "thinking...", "thought": True}, {"text": "done", "thoughtSignature": "s"}]},
+    ]))  # fmt: skip
+    user, model = out["messages"]
+    assert user["content"] == "read\n\n[inline data (application/pdf) left out: this model cannot read it]"
+    assert model == {"role": "assistant", "content": "done"}
+
+
+@pytest.mark.parametrize(("extra", "says"), [
+    ({"tools": [{"googleSearch": {}}]}, "googleSearch"),
+    ({"tools": [{"code_execution": {}}]}, "codeExecution"),
+    ({"cachedContent": "cachedContents/1"}, "cachedContent"),
+    ({"contents": [{"role": "user", "parts": [{"fileData": {"fileUri": "https://x/files/1"}}]}]}, "fileData"),
+    ({"generationConfig": {"candidateCount": 2}}, "candidateCount"),
+    ({"generationConfig": {"responseModalities": ["IMAGE"]}}, "responseModalities"),
+])  # fmt: skip
+def test_what_needs_googles_servers_is_refused(extra: dict[str, Any], says: str) -> None:
+    assert says in refused(base(**extra)).message
+
+
+def test_safety_settings_and_top_k_are_dropped() -> None:
+    out = chat(base(safetySettings=[{"category": "HARM_CATEGORY_HARASSMENT", "threshold": "BLOCK_NONE"}],
+                    generationConfig={"topK": 40}))  # fmt: skip
+    assert set(out) == {"model", "messages"}
+
+
+# --- answers ------------------------------------------------------------------------------
+
+
+def test_buffered_tool_call_answer_from_a_recorded_chat_completion() -> None:
+    body = corpus_answer("deepseek-reasoner-tool-call.json")["body"]
+    doc = T.answer(body, ctx())
+    [candidate] = doc["candidates"]
+    parts = candidate["content"]["parts"]
+    assert [list(p) for p in parts] == [["functionCall"]]  # thoughts only when includeThoughts
+    call = parts[0]["functionCall"]
+    assert call["name"] == "weather" and call["args"] == {"location": "San Francisco"} and call["id"]
+    assert candidate["finishReason"] == "STOP"
+    usage = doc["usageMetadata"]
+    chat_usage = body["usage"]
+    assert usage["promptTokenCount"] == chat_usage["prompt_tokens"]
+    assert usage["totalTokenCount"] == chat_usage["prompt_tokens"] + chat_usage["completion_tokens"]
+    assert usage["cachedContentTokenCount"] == 320
+    assert usage["thoughtsTokenCount"] + usage["candidatesTokenCount"] == chat_usage["completion_tokens"]
+
+
+def test_buffered_answer_shows_thoughts_when_asked() -> None:
+    body = corpus_answer("deepseek-reasoner-tool-call.json")["body"]
+    request = {**client_request("gemini-cli-0.61-first")}  # includeThoughts: true
+    parts = T.answer(body, ctx(request))["candidates"][0]["content"]["parts"]
+    assert parts[0]["thought"] is True and parts[0]["text"]
+
+
+@pytest.mark.parametrize(("finish", "gemini"), [("stop", "STOP"), ("length", "MAX_TOKENS"),
+                                                ("tool_calls", "STOP"), ("content_filter", "SAFETY")])  # fmt: skip
+def test_finish_reasons(finish: str, gemini: str) -> None:
+    body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": finish}]}
+    doc = T.answer(body, ctx())
+    assert doc["candidates"][0]["finishReason"] == gemini
+    assert doc["usageMetadata"]["promptTokenCount"] > 0  # estimated when the upstream says nothing
+
+
+# --- streams ------------------------------------------------------------------------------
+
+
+def test_recorded_text_stream() -> None:
+    wire = wire_stream(corpus_answer("openai-gpt-4o-text.stream.json"))
+    docs = run_stream(wire, ctx())
+    check_grammar(docs)
+    text = "".join(p.get("text", "") for d in docs for p in d["candidates"][0]["content"]["parts"])
+    assert text and docs[-1]["candidates"][0]["finishReason"] == "STOP"
+
+
+def test_recorded_parallel_tool_calls_come_whole_in_the_last_event() -> None:
+    wire = wire_stream(corpus_answer("openai-gpt-4o-parallel-tools.stream.json"))
+    docs = run_stream(wire, ctx())
+    check_grammar(docs)
+    parts = docs[-1]["candidates"][0]["content"]["parts"]
+    assert [(p["functionCall"]["name"], p["functionCall"]["args"]) for p in parts] == [
+        ("GetWeatherArgs", {"city": "Edinburgh", "country": "UK", "units": "c"}),
+        ("get_stock_price", {"ticker": "AAPL", "exchange": "NASDAQ"}),
+    ]  # fmt: skip
+    assert all(p["functionCall"]["id"] for p in parts)
+    assert docs[-1]["usageMetadata"]["promptTokenCount"] == 149
+
+
+def test_a_broken_stream_ends_with_an_error_event_the_sdk_raises() -> None:
+    st = T.stream(ctx())
+    first = st.event(b'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n')
+    ending = Ending(Classification.of(ErrorType.PROVIDER_UNAVAILABLE), "the upstream stream ended early", "cut")
+    last = st.broken(ending)
+    assert st.close() == b""
+    docs = events(first + last)
+    assert docs[0]["candidates"][0]["content"]["parts"] == [{"text": "Hi"}]
+    err = docs[1]["error"]
+    assert list(docs[1]) == ["error"]  # google-genai raises on a chunk that starts with {"error":
+    assert (err["code"], err["status"], err["message"]) == (503, "UNAVAILABLE", "the upstream stream ended early")
