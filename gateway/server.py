@@ -210,7 +210,7 @@ def _summary(cfg: GatewayConfig) -> dict[str, object]:
            if cfg.pools else {}),
         "client_auth": (f"required ({len(cfg.server.client_keys) + len(cfg.keys)} keys)"
                         if cfg.uses_client_keys else "off"),
-        **({"keys": [k.name for k in cfg.keys]} if cfg.keys else {}),  # names only, never a key
+        **({"named_keys": [k.name for k in cfg.keys]} if cfg.keys else {}),  # names only, never a key
         "compression": cfg.compression.enabled,
         # "off", or where spans go and the sampled share (never the exporter's headers).
         "tracing": tracing_summary(cfg.tracing, os.environ),
