@@ -132,6 +132,10 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path:
                 await asyncio.wait_for(idle.wait(), timeout=2.0)
     if life.settling:  # keys' spend still being written: a budget must not forget it
         await asyncio.wait(list(life.settling), timeout=2.0)
+    accounts = live.services.accounts
+    if accounts is not None:  # a settle that came after the last flush began
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(accounts.flush(), timeout=2.0)
     await runner.cleanup()
     if private is not None:
         await private.cleanup()

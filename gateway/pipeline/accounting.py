@@ -23,7 +23,7 @@ from typing import Any
 
 from gateway.apis.base import Inbound
 from gateway.errors import Classification, ErrorType
-from gateway.keys.ledger import LimitHit, Reservation
+from gateway.keys.ledger import Accounts, LimitHit, Reservation
 from gateway.keys.periods import iso
 from gateway.pipeline.outcome import Failure, RequestState, gateway_failure
 from gateway.policy.retry_after import reset_at_ms
@@ -34,6 +34,7 @@ from gateway.tracing.attrs import P
 log = logging.getLogger("gateway.keys")
 
 _CODEX = ("codex_cli_rs", "codex_exec")
+FLUSH_AFTER_S = 0.005  # settles of requests that end this close together share one round trip
 
 
 async def admit(svc: Services, state: RequestState, headers: Mapping[str, str],
@@ -80,11 +81,19 @@ def settle(svc: Services, state: RequestState) -> None:
         t.child(t.key_tokens, key.name, model, kind, "true" if cost.priced else "false").inc(n)
     reservation = state.reservation
     if reservation is not None and not reservation.settled:
-        usage = dict(state.usage)
-        # Off the request's path: its answer is out; shutdown waits for these (server.py).
-        task = asyncio.get_running_loop().create_task(accounts.settle(reservation, usage))
-        svc.life.settling.add(task)
-        task.add_done_callback(svc.life.settling.discard)
+        accounts.settle_later(reservation, state.usage)
+        if accounts.flusher is None or accounts.flusher.done():
+            # Off the request's path, a few milliseconds later with whatever else has ended
+            # by then; shutdown waits for it (server.py).
+            task = asyncio.get_running_loop().create_task(_flush_soon(accounts))
+            accounts.flusher = task
+            svc.life.settling.add(task)
+            task.add_done_callback(svc.life.settling.discard)
+
+
+async def _flush_soon(accounts: Accounts) -> None:
+    await asyncio.sleep(FLUSH_AFTER_S)
+    await accounts.flush()
 
 
 def _max_output(payload: Mapping[str, Any]) -> int | None:

@@ -216,7 +216,11 @@ class MemoryStore:
             self._spend.put(bkey, [spent, held + a.reserve_usd], a.budget_ttl_s)
         return "ok", 0.0
 
-    async def ledger_settle(self, s: LedgerSettle) -> None:
+    async def ledger_settle_many(self, settles: Sequence[LedgerSettle]) -> None:
+        for s in settles:
+            self._settle(s)
+
+    def _settle(self, s: LedgerSettle) -> None:
         wkey = f"{s.key}:{s.minute}"
         window = self._windows.get(wkey)
         if window is not None and s.token_delta:

@@ -401,15 +401,20 @@ class RedisStore:
 
         return await self._guard("ledger_admit", remote, lambda: self.local.ledger_admit(a))
 
-    async def ledger_settle(self, s: LedgerSettle) -> None:
-        keys = self._ledger_keys(s.key, s.minute, s.budgets)
-        ttl = max(1, math.ceil(s.budget_ttl_s))
-        args: list[str | int] = [s.token_delta, s.slot, repr(s.reserve_usd), repr(s.cost_usd), ttl]
+    async def ledger_settle_many(self, settles: Sequence[LedgerSettle]) -> None:
+        calls = []
+        for s in settles:
+            ttl = max(1, math.ceil(s.budget_ttl_s))
+            args: list[str | int] = [s.token_delta, s.slot, repr(s.reserve_usd), repr(s.cost_usd), ttl]
+            calls.append((self._ledger_keys(s.key, s.minute, s.budgets), args))
 
         async def remote() -> None:
-            await self._ledger_settle(keys=keys, args=args)
+            pipe = self._r.pipeline(transaction=False)
+            for keys, args in calls:
+                await self._ledger_settle(keys=keys, args=args, client=pipe)
+            await pipe.execute()
 
-        await self._guard("ledger_settle", remote, lambda: self.local.ledger_settle(s))
+        await self._guard("ledger_settle", remote, lambda: self.local.ledger_settle_many(settles))
 
     async def ledger_read(self, key: str, minute: int, now_ms: int, budgets: Sequence[str]) -> LedgerState:
         keys = self._ledger_keys(key, minute, budgets)

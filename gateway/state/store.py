@@ -85,8 +85,9 @@ class StateStore(Protocol):
         slot and reserve ``a.reserve_usd`` against every budget: ``("ok", 0.0)``."""
         ...
 
-    async def ledger_settle(self, s: LedgerSettle) -> None:
-        """Give the slot back and turn the reservation into what was spent."""
+    async def ledger_settle_many(self, settles: Sequence[LedgerSettle]) -> None:
+        """For each: give the slot back and turn the reservation into what was spent (one
+        round trip for all)."""
         ...
 
     async def ledger_read(self, key: str, minute: int, now_ms: int, budgets: Sequence[str]) -> LedgerState:

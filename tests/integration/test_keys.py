@@ -41,7 +41,8 @@ async def settled(gw: Gateway) -> dict[str, Any]:
     """The key's state once every reservation is settled (settling runs after the answer)."""
     for _ in range(100):
         state = await key_state(gw)
-        if state.get("budget", {}).get("reserved_usd", 0) == 0 and state["in_flight"] == 0:
+        held = sum(state.get(b, {}).get("reserved_usd", 0) for b in ("budget", "team_budget"))
+        if held == 0 and state["in_flight"] == 0:
             return state
         await asyncio.sleep(0.02)
     raise AssertionError(f"never settled: {state}")
