@@ -286,3 +286,16 @@ async def test_a_state_store_that_does_not_answer_fails_open_or_closed_as_config
         assert headers["x-llm-error-type"] == "provider_unavailable" and "retry-after" in headers
         assert gw.fake.requests == []
     assert gw.metric("llm_gateway_state_fallbacks_total", backend="redis", op="ledger_admit") >= 1
+
+
+async def test_a_stream_the_client_left_settles_what_was_relayed(make_gateway: MakeGateway) -> None:
+    gw = await make_gateway(keys_yaml(budget={"usd": 1000000, "period": "day"}), real_sleep=True)
+    words = [chunk({"role": "assistant", "content": ""})] + [chunk({"content": f" word{i}"}) for i in range(5)]
+    gw.fake.script(Stream(words, then="stall"))  # the answer goes on; the client does not wait
+    payload = {"model": "gpt-4o-mini", "stream": True, "messages": [{"role": "user", "content": "go"}]}
+    async with gw.session.post(gw.base + "/v1/chat/completions", json=payload, headers=ALICE) as r:
+        assert r.status == 200
+        await r.content.readuntil(b"word4")
+    # The client left mid-answer: the words it was shown were generated, and are paid for.
+    state = await settled(gw)
+    assert state["budget"]["spent_usd"] > 0 and state["in_flight"] == 0
