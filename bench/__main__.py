@@ -290,7 +290,8 @@ def run_loop(loop: str, tmp: Path, fd_limit: int, growth: bool) -> str:
     up_port, min_port, gw_port = free_port(), free_port(), free_port()
     upstream = f"http://127.0.0.1:{up_port}/v1"
     config = tmp / f"gateway-{loop}.yaml"
-    config.write_text(f"server: {{port: {gw_port}, log_level: info}}\n"
+    # Both proxies on the row's loop: the gateway's own choice (server.event_loop) set to it.
+    config.write_text(f"server: {{port: {gw_port}, event_loop: {loop}, log_level: info}}\n"
                       f"upstreams: [{{name: bench, base_url: '{upstream}', max_connections: {POOL}}}]\n"
                       # The soak sends 25 % 429s: let every one be retried (the default budget is 20 %).
                       "retry: {budget: {percent_can_retry: 50}}\n")
@@ -327,7 +328,7 @@ def run_loop(loop: str, tmp: Path, fd_limit: int, growth: bool) -> str:
         cfg = tmp / f"gateway-{loop}-pool-{strategy}.yaml"
         members = "".join(f"  - {{name: key-{k}, base_url: '{upstream}', api_key: bench-rl-{k}, "
                           f"max_connections: {POOL}}}\n" for k in "abc")  # fmt: skip
-        cfg.write_text(f"server: {{port: {port}, log_level: info}}\nupstreams:\n{members}"
+        cfg.write_text(f"server: {{port: {port}, event_loop: {loop}, log_level: info}}\nupstreams:\n{members}"
                        "retry: {budget: {percent_can_retry: 50}}\n"
                        f"pools: [{{name: bench, deployments: [key-a, key-b, key-c], strategy: {strategy}}}]\n")
         variants[name] = (port, cfg)

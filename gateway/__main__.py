@@ -8,6 +8,7 @@ import asyncio
 import os
 import signal
 import sys
+from collections.abc import Callable
 
 from gateway import __version__
 from gateway.auth import startup_check
@@ -32,6 +33,19 @@ examples:
   llm-gateway --config config/gateway.yaml
   python -m gateway.fake --port 9000     # a fake upstream to try failures without a provider
   llm-gateway classify --help            # classify one upstream error body the way the gateway does"""
+
+
+def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop when asked for and installed; None: asyncio's own."""
+    if name != "uvloop":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        print("llm-gateway: warning: server.event_loop is uvloop but uvloop is not installed: "
+              "running on asyncio's loop", file=sys.stderr)  # fmt: skip
+        return None
+    return uvloop.new_event_loop
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     from gateway.server import serve
 
     try:
-        asyncio.run(serve(cfg if seat is None else worker_config(cfg, seat), seat, args.config))
+        with asyncio.Runner(loop_factory=loop_factory(cfg.server.event_loop)) as runner:
+            runner.run(serve(cfg if seat is None else worker_config(cfg, seat), seat, args.config))
     except KeyboardInterrupt:
         pass
     except ListenError as e:  # a port in use is the operator's to fix: one line, no traceback

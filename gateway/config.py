@@ -86,6 +86,9 @@ class ServerConfig(_Model):
     # own HTTP/1.1 client (a third of aiohttp's CPU per request, bench/RESULTS.md), or
     # "aiohttp", aiohttp's client. Both pass one conformance suite (tests/conformance/).
     upstream_client: Literal["h1", "aiohttp"] = "h1"
+    # The event loop the server runs on: uvloop (libuv; the default where it is installed, which
+    # the package's dependencies make everywhere but Windows) or asyncio's own.
+    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
     # Client headers the provider does not get unless named here (any of WITHHELD_CLIENT_HEADERS,
     # case-insensitive): the client's cookies and its addresses as proxies recorded them.
     forward_client_headers: tuple[str, ...] = ()

@@ -76,7 +76,9 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path:
     listen: dict[str, object] = {"listen": _addresses(runner)}
     if seat is not None:
         listen["worker"], listen["pid"] = seat.name, os.getpid()
-    log.info({"event": "started", "version": __version__, **listen, **_summary(cfg), "state": state})
+    running = "uvloop" if type(asyncio.get_running_loop()).__module__.startswith("uvloop") else "asyncio"
+    log.info({"event": "started", "version": __version__, **listen, **_summary(cfg), "event_loop": running,
+              "state": state})  # fmt: skip
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -340,3 +340,13 @@ def test_compose_publishes_on_loopback_and_passes_client_keys() -> None:
     gw = yaml.safe_load((ROOT / "deploy" / "compose.yaml").read_text())["services"]["gateway"]
     assert gw["ports"] == ["127.0.0.1:8080:8080"]
     assert gw["environment"]["GATEWAY_CLIENT_KEYS"] == "${GATEWAY_CLIENT_KEYS:-}"
+
+
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_the_gateway_runs_on_the_event_loop_it_is_told_uvloop_by_default(tmp_path: Path, loop: str) -> None:
+    port = free_port()
+    chosen = "" if loop == "uvloop" else ", event_loop: asyncio"
+    cfg = write(tmp_path, f"server: {{port: {port}, drain_s: 0{chosen}}}\n"
+                          "upstreams: [{name: a, base_url: 'http://127.0.0.1:9/v1'}]\n")
+    code, out, _ = run_until_ready(cfg, port)
+    assert code == 0 and _started(out)["event_loop"] == loop
