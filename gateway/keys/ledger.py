@@ -71,9 +71,6 @@ class Accounts:
     _periods: dict[str, tuple[str, float, float]] = field(default_factory=dict)
     _prefix: str = field(default_factory=lambda: os.urandom(4).hex())
 
-    def price_for(self, model: str | None) -> Price | None:
-        return self.prices.price_for(model)
-
     def cost(self, model: str | None, usage: Mapping[str, int]) -> Cost:
         return cost_of(self.prices.price_for(model), usage)
 

@@ -108,9 +108,6 @@ class KeyRing:
                 return Identified("ok", spec)
         return _INVALID
 
-    def names(self) -> list[str]:
-        return sorted({s.name for s in self.by_digest.values()})
-
     def __repr__(self) -> str:
         return f"KeyRing(keys={len(self.by_digest)})"
 
