@@ -25,7 +25,7 @@ from dataclasses import replace
 from gateway.errors import Classification, ErrorType
 from gateway.pipeline.attempt import Call
 from gateway.pipeline.outcome import Failure, RequestState, Success, gateway_failure
-from gateway.pipeline.send import SETTLED, Sent, fails_over_class, send_one
+from gateway.pipeline.send import SETTLED, Sent, fails_over_class, send_one, waited_and_confirmed
 from gateway.policy.retry import RetryPlan
 from gateway.policy.retry_after import reset_at_ms
 from gateway.routing.pools import Deployment, SitOut, first, moves_to_sibling, sit_out
@@ -264,12 +264,7 @@ async def _all_sitting_out(
                        f"earliest reset in pool '{pool.cfg.name}': {earliest.name}")  # fmt: skip
     wait = plan.next_wait(c)
     if wait is not None:
-        try:
-            await svc.sleep(wait)
-        except BaseException:
-            svc.budget.release_retry()
-            raise
-        if await svc.budget.confirm_retry():
+        if await waited_and_confirmed(svc, wait):
             state.retries += 1
             svc.telemetry.retries.labels(earliest.name, c.type.value).inc()
             svc.tracing.retrying(state, c, wait)

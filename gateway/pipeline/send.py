@@ -171,15 +171,8 @@ async def _retry(
         last[:] = [outcome]
 
     async def wait_then_confirm(wait_s: float) -> None:
-        # The retry budget held this retry from this replica's view; across replicas it is
-        # confirmed after the wait (when the others' counts of this burst have arrived).
         nonlocal here
-        try:
-            await svc.sleep(wait_s)
-        except BaseException:
-            svc.budget.release_retry()
-            raise
-        if not await svc.budget.confirm_retry():
+        if not await waited_and_confirmed(svc, wait_s):
             raise _Refused
         outcome = last[0]
         here += 1
@@ -212,6 +205,18 @@ async def _retry(
         return last[0]
     finally:
         plan.hop_cap = None
+
+
+async def waited_and_confirmed(svc: Services, wait_s: float) -> bool:
+    """Sleeps out the wait of a retry the shared budget held, then asks it to confirm: across
+    replicas it is confirmed after the wait, when the others' counts of the burst have arrived.
+    A wait cut short (cancelled) gives the held retry back."""
+    try:
+        await svc.sleep(wait_s)
+    except BaseException:
+        svc.budget.release_retry()
+        raise
+    return await svc.budget.confirm_retry()
 
 
 class _Refused(Exception):
