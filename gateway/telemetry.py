@@ -321,6 +321,12 @@ class Telemetry:
             ["deployment", "kind"], registry=registry,
         )  # fmt: skip
 
+        self.config_reloads = Counter(
+            p + "config_reloads", "Config reloads (SIGHUP or server.watch_config), by result: applied, "
+            "unchanged (the file says what runs already), refused (the running config stays in force).",
+            ["result"], registry=registry,
+        )  # fmt: skip
+
         # labels() takes a lock and builds a key on every call; the label sets are bounded,
         # so their children are cached here once.
         self._children: dict[tuple[object, ...], Any] = {}

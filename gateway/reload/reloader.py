@@ -97,6 +97,7 @@ class Reloader:
             return self._refuse(trigger, (verdict.refusal,))
         if cfg == running:
             if not quiet_if_same:
+                self._count("unchanged")
                 self._log.info({"event": "config_reloaded", "trigger": trigger, "changed": [],
                                 **self._context, **_restart(restart_needed)})  # fmt: skip
             return True
@@ -104,6 +105,7 @@ class Reloader:
             await self.live.replace(cfg)
         except Exception as e:  # a bug, not the file: the type only, its text may quote the config
             return self._refuse(trigger, (f"building the new config failed: {type(e).__name__}",))
+        self._count("applied")
         warnings = config_warnings(cfg) + ([verdict.warning] if verdict.warning else [])
         self._log.info({
             "event": "config_reloaded", "trigger": trigger, **self._context,
@@ -112,7 +114,12 @@ class Reloader:
         })  # fmt: skip
         return True
 
+    def _count(self, result: str) -> None:
+        # Metrics outlive reloads (the same registry): the Services now in force has them.
+        self.live.services.telemetry.config_reloads.labels(result).inc()
+
     def _refuse(self, trigger: str, problems: tuple[str, ...]) -> bool:
+        self._count("refused")
         self._log.error({"event": "config_reload_refused", "trigger": trigger, **self._context,
                          "problems": list(problems), "in_force": "the running config"})  # fmt: skip
         return False

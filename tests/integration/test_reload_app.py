@@ -150,3 +150,19 @@ async def test_an_invalid_file_keeps_the_running_config_and_logs_every_problem_o
     assert problems[0].startswith("server.prot: unknown key")
     assert any(p.startswith("upstreams[0].base_url") for p in problems)
     assert any(p.startswith("retry.deadline_s") for p in problems)
+
+
+async def test_each_reload_is_counted_by_its_result(make_gateway: MakeGateway, tmp_path: Path) -> None:
+    """Operators alert on a refused reload (a file edited into an invalid state would otherwise
+    be noticed only at the next restart, which then fails)."""
+    async with FakeUpstream() as old:
+        gw, reloader, path = await start(make_gateway, tmp_path, old)
+        assert gw.metric("llm_gateway_config_reloads_total", result="unchanged") == 0  # the quiet first look
+        assert await reloader.reload("SIGHUP")
+        path.write_text(file_text(old.url, "alice"))
+        assert await reloader.reload("SIGHUP")
+        path.write_text("upstreams: []\nserver: {prot: 1}\n")
+        assert not await reloader.reload("SIGHUP")
+        assert gw.metric("llm_gateway_config_reloads_total", result="unchanged") == 1
+        assert gw.metric("llm_gateway_config_reloads_total", result="applied") == 1
+        assert gw.metric("llm_gateway_config_reloads_total", result="refused") == 1
