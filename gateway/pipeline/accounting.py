@@ -66,6 +66,12 @@ def settle(svc: Services, state: RequestState) -> None:
     accounts = svc.accounts
     if key is None or accounts is None:
         return
+    reservation = state.reservation
+    if reservation is not None and state.usage.get("completion") and not state.usage.get("prompt"):
+        # An answer cut before the provider counted it (chat and Responses streams count the
+        # prompt only at their end): the prompt was read all the same. Estimated as admitting
+        # estimated it; the key would otherwise pay only for the words it was shown.
+        state.usage["prompt"] = reservation.tokens
     cost = accounts.cost(state.model, state.usage)
     state.cost_usd, state.priced = cost.usd, cost.priced
     attrs: dict[str, str | float | bool] = {f"{P}key": key.name, f"{P}cost_usd": round(cost.usd, 6),
@@ -79,7 +85,6 @@ def settle(svc: Services, state: RequestState) -> None:
         t.child(t.key_spend, key.name, key.team or "", model).inc(cost.usd)
     for kind, n in state.usage.items():
         t.child(t.key_tokens, key.name, model, kind, "true" if cost.priced else "false").inc(n)
-    reservation = state.reservation
     if reservation is not None and not reservation.settled:
         accounts.settle_later(reservation, state.usage)
         if accounts.flusher is None or accounts.flusher.done():

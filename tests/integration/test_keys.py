@@ -299,3 +299,6 @@ async def test_a_stream_the_client_left_settles_what_was_relayed(make_gateway: M
     # The client left mid-answer: the words it was shown were generated, and are paid for.
     state = await settled(gw)
     assert state["budget"]["spent_usd"] > 0 and state["in_flight"] == 0
+    # and so was the prompt, though the provider's count never came: estimated from its size.
+    assert gw.metric("llm_gateway_key_tokens_total", key="alice", model="gpt-4o-mini", kind="prompt",
+                     priced="true") > 0  # fmt: skip
