@@ -180,11 +180,9 @@ def _together(stmt: ast.Assign | None) -> dict[str, ast.expr]:
             if isinstance(t, ast.Name)}  # fmt: skip
 
 
-def _module_constants(package: Path) -> ast.Module:
+def _module_constants(trees: dict[Path, ast.Module]) -> ast.Module:
     """Every module-level ``NAME = "..."`` of the gateway, as one module to look names up in."""
-    body: list[ast.stmt] = []
-    for path in sorted(package.rglob("*.py")):
-        body += [s for s in ast.parse(path.read_text()).body if isinstance(s, ast.Assign)]
+    body: list[ast.stmt] = [s for tree in trees.values() for s in tree.body if isinstance(s, ast.Assign)]
     return ast.Module(body=body, type_ignores=[])
 
 
@@ -197,13 +195,13 @@ def _arg(call: ast.Call, at: int | None, keyword: str) -> ast.expr | None:
 def made_codes(package: Path = PACKAGE) -> dict[str, Made]:
     """Each code the gateway makes, with what its source says of it."""
     codes: dict[str, Made] = {}
-    constants = _module_constants(package)
-    for path in sorted(package.rglob("*.py")):
+    trees = {path: ast.parse(path.read_text()) for path in sorted(package.rglob("*.py"))}
+    constants = _module_constants(trees)
+    for path, tree in trees.items():
         module = path.relative_to(package.parent).as_posix()
         parts = path.relative_to(package).parts
         if "fake" in parts or "docs_gen" in parts:
             continue  # the fake upstream plays providers, its errors are theirs; this package makes none
-        tree = ast.parse(path.read_text())
         functions = [f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)]
         for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
             if _name(call.func) in MAKERS:
