@@ -65,36 +65,71 @@ WITHHELD_CLIENT_HEADERS = frozenset({
 
 
 class ServerConfig(_Model):
-    host: str = "127.0.0.1"
-    port: int = Field(default=8080, ge=0, le=65535)
-    max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
-    drain_s: float = Field(default=30.0, ge=0)
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    # Keys clients must present (Authorization: Bearer, x-api-key or api-key) to use the
-    # gateway. One string may hold several comma-separated keys, so a single environment
-    # variable (`client_keys: ${GATEWAY_CLIENT_KEYS:-}`) can carry them all; empty means
-    # no client authentication.
-    client_keys: tuple[str, ...] = Field(default=(), repr=False)
+    host: str = Field(
+        default="127.0.0.1",
+        description="Address to listen on. On an address other than loopback the gateway refuses to start "
+        "when an upstream injects an `api_key` and no client key is configured (see "
+        "`allow_unauthenticated`).",
+    )
+    port: int = Field(default=8080, ge=0, le=65535, description="TCP port to listen on.")
+    max_body_bytes: int = Field(
+        default=32 * 1024 * 1024, gt=0,
+        description="Largest request body accepted, in bytes, before or after decoding its Content-Encoding; "
+        "a larger one is refused with 413 `request_too_large` before it is read.",
+    )  # fmt: skip
+    drain_s: float = Field(
+        default=30.0, ge=0,
+        description="Seconds that requests in flight get to finish after SIGTERM; a stream still open then "
+        "ends with a `gateway_shutdown` error event.",
+    )  # fmt: skip
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="Lowest level of log line written."
+    )
+    # One string may hold several comma-separated keys, so a single environment variable
+    # (`client_keys: ${GATEWAY_CLIENT_KEYS:-}`) can carry them all.
+    client_keys: tuple[str, ...] = Field(
+        default=(), repr=False,
+        description="Keys clients must present (`Authorization: Bearer`, `x-api-key` or `api-key`) to use "
+        "the gateway; one string may hold several, comma-separated. Empty: no client authentication "
+        "(unless `keys` names some).",
+    )  # fmt: skip
     # Serving the operator's provider key to anyone who reaches a non-loopback port must
     # be a deliberate choice, never the default (see gateway.auth.startup_check).
-    allow_unauthenticated: bool = False
-    # Processes serving the port (SO_REUSEPORT, one listening socket each; see
-    # gateway/workers/). "auto": one per core this process may run on. The range sits in the
-    # type, so a bad value is worded from it in one line (see _union_wording).
-    workers: Annotated[int, Field(ge=1, le=256)] | Literal["auto"] = 1
-    # The HTTP client upstream requests go out on (gateway/upstream/): "h1", the gateway's
-    # own HTTP/1.1 client (a third of aiohttp's CPU per request, bench/RESULTS.md), or
-    # "aiohttp", aiohttp's client. Both pass one conformance suite (tests/conformance/).
-    upstream_client: Literal["h1", "aiohttp"] = "h1"
-    # The event loop the server runs on: uvloop (libuv; the default where it is installed, which
-    # the package's dependencies make everywhere but Windows) or asyncio's own.
-    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
-    # Client headers the provider does not get unless named here (any of WITHHELD_CLIENT_HEADERS,
-    # case-insensitive): the client's cookies and its addresses as proxies recorded them.
-    forward_client_headers: tuple[str, ...] = ()
-    # Reload when the file's content changes (checked every second), as on SIGHUP; off by
-    # default: an editor's half-saved file must not be tried unless the operator asks for it.
-    watch_config: bool = False
+    allow_unauthenticated: bool = Field(
+        default=False,
+        description="Start on an address other than loopback although an upstream injects an `api_key` and "
+        "no client key is configured (a private network, or an authenticating proxy in front); a warning "
+        "is logged instead of a refusal.",
+    )
+    # SO_REUSEPORT, one listening socket each (gateway/workers/). The range sits in the type, so a
+    # bad value is worded from it in one line (see _union_wording).
+    workers: Annotated[int, Field(ge=1, le=256)] | Literal["auto"] = Field(
+        default=1,
+        description="Processes serving the port, 1 to 256; `auto`: one per core this process may run on.",
+    )
+    # "h1" is a third of aiohttp's CPU per request (bench/RESULTS.md); both pass one conformance
+    # suite (tests/conformance/).
+    upstream_client: Literal["h1", "aiohttp"] = Field(
+        default="h1",
+        description="HTTP client for upstream requests: `h1`, the gateway's own HTTP/1.1 client, or "
+        "`aiohttp`, aiohttp's client.",
+    )
+    event_loop: Literal["uvloop", "asyncio"] = Field(
+        default="uvloop",
+        description="Event loop the server runs on: `uvloop` (installed with the gateway everywhere but "
+        "Windows) or `asyncio`'s own.",
+    )
+    forward_client_headers: tuple[str, ...] = Field(
+        default=(),
+        description="Client headers that are withheld from providers unless named here (case-insensitive): "
+        "`cookie`, `forwarded`, `x-forwarded-for`, `x-forwarded-host`, `x-forwarded-proto`, "
+        "`x-forwarded-port`, `x-real-ip`. No other header can be named.",
+    )
+    # Off by default: an editor's half-saved file must not be tried unless the operator asks for it.
+    watch_config: bool = Field(
+        default=False,
+        description="Reload when the config file's content changes (checked every second), as on SIGHUP.",
+    )
 
     @property
     def worker_count(self) -> int:
@@ -169,53 +204,99 @@ APIS_BY_HOST: dict[str, tuple[ApiName, ...]] = {
 class DeploymentLimits(_Model):
     """A deployment's own rate limits, as its provider set them for its key."""
 
-    requests_per_minute: int | None = Field(default=None, gt=0)
-    tokens_per_minute: int | None = Field(default=None, gt=0)
+    requests_per_minute: int | None = Field(
+        default=None, gt=0,
+        description="Requests a minute this deployment's key may make, per model it serves."
+    )
+    tokens_per_minute: int | None = Field(
+        default=None, gt=0, description="Tokens a minute this deployment's key may use, per model it serves."
+    )
 
 
 class UpstreamConfig(_Model):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
-    base_url: str
-    api_key: str | None = Field(default=None, repr=False)
-    models: tuple[str, ...] = ("*",)
-    context_window: int | None = Field(default=None, gt=0)
-    max_connections: int = Field(default=256, gt=0)
-    # Ask streams for their usage chunk (stream_options.include_usage) to count tokens;
-    # turn off for a server that rejects the option.
-    stream_usage: bool = True
-    # Which header carries api_key: `Authorization: Bearer <key>` (OpenAI and most
-    # compatibles), `x-api-key: <key>` (Anthropic) or `api-key: <key>` (Azure OpenAI).
-    key_header: Literal["authorization", "x-api-key", "api-key"] = "authorization"
-    # Upstreams or pools (any wire API) that serve this one's requests when it cannot: tried in
-    # order, within the same deadline and retry counts (see `fallback:`). Not followed recursively.
-    fallbacks: tuple[str, ...] = ()
-    # How this upstream can go on from a partial answer when a stream breaks mid-answer:
-    # `prefill` (a trailing assistant turn: Anthropic models that accept it), vLLM's
-    # `continue_final_message` (on /v1/responses: vLLM's trailing assistant message marked
-    # `status: in_progress`), `prefix` (DeepSeek, Mistral prefix completion), or, on any
-    # upstream of any API, `replay` (the request sent again, relayed only past the text
-    # already shown; deterministic requests only: temperature 0 or a seed) and `replay_any`
-    # (every request: this upstream's answers repeat). Never assumed: `none` ends a broken
-    # stream with one typed error, as without continuation.
+    name: str = Field(
+        min_length=1, pattern=r"^[A-Za-z0-9_.-]+$",
+        description="The upstream's name (letters, digits, `_`, `.`, `-`): used in logs, metric labels, "
+        "`fallbacks` and pool `deployments`. Required; unique.",
+    )  # fmt: skip
+    base_url: str = Field(
+        description="Absolute `http://` or `https://` URL that `/v1/<rest>` maps onto as `<base_url>/<rest>` "
+        "(so usually ends in `/v1`); no credentials, query or fragment. Required."
+    )
+    api_key: str | None = Field(
+        default=None, repr=False,
+        description="The provider key sent upstream. Unset or empty: the client's own credential is "
+        "forwarded, unless client keys are configured (then none is sent).",
+    )  # fmt: skip
+    models: tuple[str, ...] = Field(
+        default=("*",),
+        description="Glob patterns of the model names this upstream serves. Outside pools, the first "
+        "upstream whose pattern matches the requested model serves it.",
+    )
+    context_window: int | None = Field(
+        default=None, gt=0,
+        description="The model's context window, in tokens: used to recognise an overflow from the request's "
+        "size, to size compression and tool-output shares, and to pick a larger fallback.",
+    )  # fmt: skip
+    max_connections: int = Field(
+        default=256, gt=0,
+        description="Most connections open to this upstream at once (kept alive and reused)."
+    )
+    stream_usage: bool = Field(
+        default=True,
+        description="Ask chat-completions streams for their usage chunk (`stream_options.include_usage`) "
+        "to count tokens; turn off for a server that rejects the option.",
+    )
+    key_header: Literal["authorization", "x-api-key", "api-key"] = Field(
+        default="authorization",
+        description="The header that carries `api_key`: `authorization` (`Bearer <key>`: OpenAI and most "
+        "compatibles), `x-api-key` (Anthropic) or `api-key` (Azure OpenAI).",
+    )
+    fallbacks: tuple[str, ...] = Field(
+        default=(),
+        description="Upstreams or pools (any wire API) that serve this one's requests when it cannot, tried "
+        "in order within the same deadline and retry counts (see `fallback`); not followed recursively.",
+    )
+    # Never assumed: `none` ends a broken stream with one typed error, as without continuation.
     continuation: Literal[
         "none", "prefill", "continue_final_message", "prefix", "replay", "replay_any"
-    ] = "none"
-    # The wire APIs this upstream speaks. A request in another API is translated to one of
-    # these (the first that has a translator, in this order). Not given (or blank: an unset
-    # variable), what its host is known to serve (APIS_BY_HOST), else all three.
-    apis: tuple[ApiName, ...] = ALL_APIS
-    # The model the upstream is asked for, by the model the client requested: glob → name,
-    # first match wins; a requested model that matches none is sent as it is. Answers still
-    # name the model the client asked for where its API echoes one.
-    model_map: tuple[tuple[str, str], ...] = ()
-    # This upstream's own timeouts.first_token_s (a reasoning model thinks longer before its
-    # first token than a small fast one); unset: the global value.
-    first_token_s: float | None = Field(default=None, gt=0)
-    # As a deployment of a pool (`pools:`): its share of new conversations under the
-    # `weighted` strategy, and the limits its key has when its answers carry no rate-limit
-    # headers (per model it serves, per minute; shared across replicas through `state`).
-    weight: float = Field(default=1.0, gt=0, le=1_000_000)
-    limits: DeploymentLimits | None = None
+    ] = Field(
+        default="none",
+        description="How a stream broken mid-answer is continued on this upstream: `prefill` (a trailing "
+        "assistant turn; Anthropic models that accept it), `continue_final_message` (vLLM's trailing "
+        "assistant message; on `/v1/responses` one marked `status: in_progress`), `prefix` "
+        "(DeepSeek, Mistral prefix completion), `replay` (the request sent again and relayed past the text "
+        "already shown; deterministic requests only: temperature 0 or a seed), `replay_any` (replay for "
+        "every request: this upstream's answers repeat), or `none` (the stream ends with one typed error).",
+    )
+    apis: tuple[ApiName, ...] = Field(
+        default=ALL_APIS,
+        description="The wire APIs this upstream speaks; a request in another API is translated to the first "
+        "of these that has a translator. Unset or blank: what its host is known to serve (`api.openai.com`: "
+        "chat and responses; `api.anthropic.com`: messages), else all three. One string may list several, "
+        "comma-separated.",
+    )
+    model_map: tuple[tuple[str, str], ...] = Field(
+        default=(),
+        description="The model the upstream is asked for, by the requested model: a mapping of glob to name, "
+        "first match wins; a model that matches none is sent as requested. Answers still name the "
+        "requested model where the API echoes one.",
+    )
+    first_token_s: float | None = Field(
+        default=None, gt=0,
+        description="This upstream's own `timeouts.first_token_s`, in seconds (a reasoning model thinks "
+        "longer before its first token than a small fast one); unset: the global value.",
+    )  # fmt: skip
+    weight: float = Field(
+        default=1.0, gt=0, le=1_000_000,
+        description="As a deployment of a pool: its share of new conversations under the `weighted` "
+        "strategy, relative to its siblings' weights.",
+    )  # fmt: skip
+    limits: DeploymentLimits | None = Field(
+        default=None,
+        description="As a deployment of a pool: the limits of its key, used when its answers carry no "
+        "rate-limit headers; shared across replicas through `state`.",
+    )
     # Set by GatewayConfig: with client keys in use, what a client sends in its credential
     # headers is a gateway key, never a provider key, so it must not travel upstream.
     _client_keys_in_use: bool = PrivateAttr(default=False)
@@ -330,15 +411,30 @@ def _hostname(url: Any) -> str:
 
 
 class RetryClassConfig(_Model):
-    max_retries: int = Field(ge=0, le=100)
-    base_delay_s: float = Field(gt=0)
-    max_delay_s: float = Field(gt=0)
+    max_retries: int = Field(ge=0, le=100, description="Retries after the first attempt, 0 to 100.")
+    base_delay_s: float = Field(
+        gt=0,
+        description="Backoff base, in seconds: without a wait named by the upstream, the wait before retry n "
+        "is between half and all of `min(max_delay_s, base_delay_s × 2^(n-1))`.",
+    )
+    max_delay_s: float = Field(gt=0, description="Cap of the backoff wait between two attempts, in seconds.")
 
 
 class RetryBudgetConfig(_Model):
-    ttl_s: float = Field(default=10.0, gt=0)
-    min_retries_per_s: float = Field(default=10.0, ge=0)
-    percent_can_retry: float = Field(default=20.0, ge=0, le=100)
+    ttl_s: float = Field(
+        default=10.0, gt=0,
+        description="Length of the window retries are counted in, in seconds.",
+    )
+    min_retries_per_s: float = Field(
+        default=10.0, ge=0,
+        description="Retries a second always allowed, however few requests there were: "
+        "`min_retries_per_s × ttl_s` retries per window on top of the percentage.",
+    )  # fmt: skip
+    percent_can_retry: float = Field(
+        default=20.0, ge=0, le=100,
+        description="Across requests, retries may be at most this percentage of the requests of the last "
+        "`ttl_s` seconds (plus the minimum above); shared by replicas through `state`.",
+    )  # fmt: skip
 
 
 _RETRY_CLASS_DEFAULTS: dict[str, dict[str, float]] = {
@@ -348,13 +444,30 @@ _RETRY_CLASS_DEFAULTS: dict[str, dict[str, float]] = {
 
 
 class RetryConfig(_Model):
-    rate_limit: RetryClassConfig = RetryClassConfig.model_validate(_RETRY_CLASS_DEFAULTS["rate_limit"])
-    provider_unavailable: RetryClassConfig = RetryClassConfig.model_validate(
-        _RETRY_CLASS_DEFAULTS["provider_unavailable"]
+    rate_limit: RetryClassConfig = Field(
+        default=RetryClassConfig.model_validate(_RETRY_CLASS_DEFAULTS["rate_limit"]),
+        description="Retries of `rate_limit` errors; a key left out keeps this class's default.",
     )
-    max_retry_after_s: float = Field(default=30.0, ge=0)
-    deadline_s: float = Field(default=600.0, gt=0)
-    budget: RetryBudgetConfig = RetryBudgetConfig()
+    provider_unavailable: RetryClassConfig = Field(
+        default=RetryClassConfig.model_validate(_RETRY_CLASS_DEFAULTS["provider_unavailable"]),
+        description="Retries of `provider_unavailable` errors (5xx, 529, connection failures, timeouts); a "
+        "key left out keeps this class's default.",
+    )
+    max_retry_after_s: float = Field(
+        default=30.0, ge=0,
+        description="A wait the upstream asks for (`retry-after`, a reset time) longer than this many "
+        "seconds is not waited out: the error is answered at once.",
+    )  # fmt: skip
+    deadline_s: float = Field(
+        default=600.0, gt=0,
+        description="Seconds that all attempts of one request, on every upstream of its chain, may take "
+        "together.",
+    )  # fmt: skip
+    budget: RetryBudgetConfig = Field(
+        default=RetryBudgetConfig(),
+        description="The cross-request retry budget: a bound on retries as a share "
+        "of recent requests, so an outage does not multiply the load.",
+    )
 
     @field_validator("rate_limit", "provider_unavailable", mode="before")
     @classmethod
@@ -367,29 +480,47 @@ class RetryConfig(_Model):
 
 
 class CircuitBreakerConfig(_Model):
-    failure_threshold: int = Field(default=5, gt=0)
-    # The longest a circuit stays open before a probe (see policy/breaker.open_period_s).
-    open_s: float = Field(default=30.0, gt=0)
-    # The first open period, and every one while the upstream has a fallback to carry its
-    # traffic: a recovered primary is back within about this long under steady traffic.
-    probe_interval_s: float = Field(default=5.0, gt=0)
-    # Consecutive failures open the circuit of the failing model only; the whole upstream's
-    # circuit opens once a failure streak spans this many distinct models (a provider outage).
-    models_to_open: int = Field(default=2, ge=1)
+    failure_threshold: int = Field(
+        default=5, gt=0,
+        description="Consecutive requests of one model that failed as `provider_unavailable` (after their "
+        "retries) that open that model's circuit.",
+    )  # fmt: skip
+    # See policy/breaker.open_period_s.
+    open_s: float = Field(
+        default=30.0, gt=0,
+        description="The longest a circuit stays open before a probe, in seconds: without a fallback, each "
+        "failed probe doubles the open period up to this.",
+    )  # fmt: skip
+    probe_interval_s: float = Field(
+        default=5.0, gt=0,
+        description="The first open period, in seconds, and every one while the upstream has a fallback to "
+        "carry its traffic: a recovered upstream is back within about this long under steady traffic.",
+    )  # fmt: skip
+    models_to_open: int = Field(
+        default=2, ge=1,
+        description="The whole upstream's circuit opens once a failure streak spans this many distinct "
+        "models (a provider outage rather than one model's).",
+    )  # fmt: skip
 
 
 class FallbackConfig(_Model):
     """When a request moves on to the next upstream of its chain."""
 
-    # The classes that fail over. Auth and request errors never do: another upstream would
-    # refuse the same request for the same reason.
-    when: tuple[Literal["provider_unavailable", "rate_limit", "budget"], ...] = (
-        "provider_unavailable", "rate_limit", "budget",
-    )  # fmt: skip
-    # Retries on one upstream before moving on, when a fallback is left to try.
-    retries_per_upstream: int = Field(default=1, ge=0)
-    # Try a fallback with a larger context_window before compressing an overflow.
-    context_overflow: bool = False
+    # Auth and request errors never fail over: another upstream would refuse the same request
+    # for the same reason.
+    when: tuple[Literal["provider_unavailable", "rate_limit", "budget"], ...] = Field(
+        default=("provider_unavailable", "rate_limit", "budget"),
+        description="The error classes that move a request on to the next upstream of its chain.",
+    )
+    retries_per_upstream: int = Field(
+        default=1, ge=0,
+        description="Retries on one upstream before moving on, while a fallback is left to try."
+    )
+    context_overflow: bool = Field(
+        default=False,
+        description="On a context overflow, try a fallback with a larger `context_window` before "
+        "compressing.",
+    )
 
 
 PoolStrategy = Literal["weighted", "least_busy", "latency", "headroom"]
@@ -398,36 +529,76 @@ PoolStrategy = Literal["weighted", "least_busy", "latency", "headroom"]
 class CooldownsConfig(_Model):
     """How long a deployment of a pool sits out after an answer that says its key cannot serve."""
 
-    # A rate limit whose answer names no reset (else: until the reset it names).
-    rate_limit_s: float = Field(default=5.0, gt=0)
-    # An exhausted key (budget), unless its answer names a reset: top-ups are rarely instant.
-    budget_s: float = Field(default=300.0, gt=0)
-    # A key the provider refused (401/403 on the operator's own key): revoked keys stay revoked,
-    # so one request an hour asks again rather than one a turn.
-    auth_s: float = Field(default=3600.0, gt=0)
+    rate_limit_s: float = Field(
+        default=5.0, gt=0,
+        description="Seconds a deployment sits out after a rate limit whose answer names no reset (one that "
+        "names it: until that reset).",
+    )  # fmt: skip
+    # Top-ups are rarely instant.
+    budget_s: float = Field(
+        default=300.0, gt=0,
+        description="Seconds a deployment sits out when its key is out of credit and the answer names no "
+        "reset.",
+    )  # fmt: skip
+    # Revoked keys stay revoked, so one request an hour asks again rather than one a turn.
+    auth_s: float = Field(
+        default=3600.0, gt=0,
+        description="Seconds a deployment sits out after the provider refused its key (401 or 403).",
+    )  # fmt: skip
 
 
 class AffinityConfig(_Model):
     """Prompt-cache affinity: a conversation stays on the deployment that served it."""
 
-    enabled: bool = True
-    # Conversations remembered per pool and process (least recently used go first), and how
-    # long an idle one is kept: longer than the providers' longest prompt-cache lifetime (1 h).
-    max_entries: int = Field(default=10_000, gt=0, le=10_000_000)
-    idle_s: float = Field(default=3600.0, gt=0)
+    enabled: bool = Field(
+        default=True, description="Keep each conversation on the deployment that holds its prompt cache."
+    )
+    max_entries: int = Field(
+        default=10_000, gt=0, le=10_000_000,
+        description="Conversations remembered per pool and process; the least recently used are "
+        "forgotten first.",
+    )  # fmt: skip
+    # Longer than the providers' longest prompt-cache lifetime (1 h).
+    idle_s: float = Field(
+        default=3600.0, gt=0, description="Seconds a conversation is remembered after its last turn."
+    )
 
 
 class PoolConfig(_Model):
     """Several deployments (upstreams) serving the same models; a strategy picks among them."""
 
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
-    models: tuple[str, ...] = ("*",)
-    deployments: tuple[str, ...] = Field(min_length=1)
-    strategy: PoolStrategy = "weighted"
-    # Upstreams or pools tried, in order, once no deployment of this pool can serve.
-    fallbacks: tuple[str, ...] = ()
-    affinity: AffinityConfig = AffinityConfig()
-    cooldowns: CooldownsConfig = CooldownsConfig()
+    name: str = Field(
+        min_length=1, pattern=r"^[A-Za-z0-9_.-]+$",
+        description="The pool's name (letters, digits, `_`, `.`, `-`), not an upstream's; a metric label and "
+        "a possible fallback target. Required; unique.",
+    )  # fmt: skip
+    models: tuple[str, ...] = Field(
+        default=("*",),
+        description="Glob patterns of the models the pool serves; a request for one goes to the pool before "
+        "any upstream outside it. No two pools may claim the same model.",
+    )
+    deployments: tuple[str, ...] = Field(
+        min_length=1,
+        description="Names of the upstreams the pool picks among; they serve only through the pool. "
+        "Required.",
+    )
+    strategy: PoolStrategy = Field(
+        default="weighted",
+        description="How a deployment is picked: `weighted` (at random in proportion to `weight`), "
+        "`least_busy` (fewest requests in flight here), `latency` (lowest recent time to first token) or "
+        "`headroom` (the largest share of its rate limit left).",
+    )
+    fallbacks: tuple[str, ...] = Field(
+        default=(),
+        description="Upstreams or pools tried, in order, once no deployment of this pool can serve."
+    )
+    affinity: AffinityConfig = Field(
+        default=AffinityConfig(), description="Prompt-cache affinity: a conversation stays on its deployment."
+    )
+    cooldowns: CooldownsConfig = Field(
+        default=CooldownsConfig(),
+        description="How long a deployment sits out after an answer that says its key cannot serve.",
+    )
 
     @field_validator("models", "deployments", "fallbacks", mode="before")
     @classmethod
@@ -515,43 +686,77 @@ def reference_problems(upstreams: Sequence[Any], pools: Sequence[Any]) -> list[s
 
 
 class TimeoutsConfig(_Model):
-    connect_s: float = Field(default=10.0, gt=0)
-    first_byte_s: float = Field(default=300.0, gt=0)
-    # From sending a streamed request to its first visible event (text, a tool call, thinking;
-    # not the contentless head events or keep-alive pings). As long as first_byte_s by default:
-    # a streamed request may think as long as an unstreamed one may before its head, so slow
-    # reasoning models are not cut, yet a stream that only sends pings is bounded. null: off.
-    first_token_s: float | None = Field(default=300.0, gt=0)
-    idle_s: float = Field(default=120.0, gt=0)
+    connect_s: float = Field(default=10.0, gt=0, description="Seconds to open a connection to an upstream.")
+    first_byte_s: float = Field(
+        default=300.0, gt=0,
+        description="Seconds from sending a request upstream to its response head arriving.",
+    )  # fmt: skip
+    # As long as first_byte_s by default: a streamed request may think as long as an unstreamed
+    # one may before its head, so slow reasoning models are not cut, yet a stream that only sends
+    # pings is bounded.
+    first_token_s: float | None = Field(
+        default=300.0, gt=0,
+        description="Seconds from sending a streamed request to its first visible event (text, a tool call, "
+        "thinking; not head events or keep-alive pings); null: no limit. `upstreams[].first_token_s` "
+        "overrides it per upstream.",
+    )  # fmt: skip
+    idle_s: float = Field(
+        default=120.0, gt=0,
+        description="Seconds a response may go silent mid-body; also bounds each wait for more of a "
+        "client's request body (408 `request_timeout`).",
+    )  # fmt: skip
 
 
 class CompressionConfig(_Model):
-    enabled: bool = True
-    # Clients that summarise their own conversation (Claude Code, Codex) are rescued like any
-    # other by default: Claude Code only summarises when it has enough history (a short run
-    # that overflows just dies), and the rescued answer's usage reports a nearly full window,
-    # which is what triggers their own compaction on the next turn, so history stays bounded.
-    # `pass_through` hands them the provider's overflow untouched instead.
-    self_compacting_clients: Literal["rescue", "pass_through"] = "rescue"
-    # Opt-in, before the first send on every API: any single tool output above this many
-    # tokens is cut to head + tail. Either a number, or a share of the upstream's
-    # context_window (for upstreams that declare one); with both, the smaller wins.
-    max_tool_output_tokens: int | None = Field(default=None, ge=64)
-    max_tool_output_share: float | None = Field(default=None, gt=0, le=0.5)
+    enabled: bool = Field(
+        default=True,
+        description="On a context overflow, compress the conversation and retry once (compress-and-retry).",
+    )
+    # Claude Code only summarises when it has enough history (a short run that overflows just dies),
+    # and the rescued answer's usage reports a nearly full window, which is what triggers their own
+    # compaction on the next turn, so history stays bounded.
+    self_compacting_clients: Literal["rescue", "pass_through"] = Field(
+        default="rescue",
+        description="Clients that summarise their own conversation (Claude Code, Codex): `rescue` compresses "
+        "and retries as for any client; `pass_through` hands them the provider's overflow untouched.",
+    )
+    max_tool_output_tokens: int | None = Field(
+        default=None, ge=64,
+        description="Opt-in: before the first send, on every API, any single tool output above this many "
+        "tokens is cut to head and tail. With `max_tool_output_share` too, the smaller limit wins.",
+    )  # fmt: skip
+    max_tool_output_share: float | None = Field(
+        default=None, gt=0, le=0.5,
+        description="Opt-in: as `max_tool_output_tokens`, as a share (up to 0.5) of the upstream's "
+        "`context_window`, for upstreams that declare one.",
+    )  # fmt: skip
 
 
 class ToolRuleConfig(_Model):
     """What to do with the outputs of the tools whose name matches ``tool`` (a glob)."""
 
-    tool: str = Field(min_length=1)
-    # A JMESPath expression applied to the output's JSON before any cut or cap; the raw
-    # output is kept when it is not JSON or the expression fails or selects nothing.
-    project: str | None = None
-    # An output still above the limit: cut to head + tail, or replaced by a structured
-    # "oversized" result the model can act on.
-    oversized: Literal["cut", "exclude"] = "cut"
-    max_tokens: int | None = Field(default=None, ge=64)  # this tool's limit (else tool_outputs')
-    max_share: float | None = Field(default=None, gt=0, le=1)
+    tool: str = Field(
+        min_length=1,
+        description="Glob on the tool's name (found from the call the output answers). Required.",
+    )
+    project: str | None = Field(
+        default=None,
+        description="A JMESPath expression applied to the output's JSON before any cut; the raw output is "
+        "kept when it is not JSON or the expression fails or selects nothing.",
+    )
+    oversized: Literal["cut", "exclude"] = Field(
+        default="cut",
+        description="An output still above the limit: `cut` to head and tail, or `exclude`d, replaced by a "
+        "structured \"oversized\" result the model can act on.",
+    )
+    max_tokens: int | None = Field(
+        default=None, ge=64, description="This tool's own limit, in tokens; unset: `tool_outputs.max_tokens`."
+    )
+    max_share: float | None = Field(
+        default=None, gt=0, le=1,
+        description="This tool's own limit as a share of the upstream's `context_window`; unset: "
+        "`tool_outputs.max_share`.",
+    )  # fmt: skip
 
     @field_validator("project")
     @classmethod
@@ -568,30 +773,61 @@ class ToolRuleConfig(_Model):
 
 
 class ToolOutputsConfig(_Model):
-    """Per-tool projection and oversized-output policy (README "Tool outputs")."""
+    """Per-tool projection and oversized-output policy."""
 
-    # Enforce the limits before the first send too; off: only when the provider said the
-    # conversation is too long (projections are applied up front whenever a rule has one).
-    upfront: bool = False
-    max_share: float = Field(default=0.3, gt=0, le=1)  # of the upstream's context_window
-    max_tokens: int | None = Field(default=None, ge=64)  # with both, the smaller wins
-    rules: tuple[ToolRuleConfig, ...] = ()  # first match wins; unmatched tools: cut, as always
+    # Projections are applied up front whenever a rule has one, whatever this says.
+    upfront: bool = Field(
+        default=False,
+        description="Enforce the limits before the first send too; off: only once the provider said the "
+        "conversation is too long.",
+    )
+    max_share: float = Field(
+        default=0.3, gt=0, le=1,
+        description="An output above this share of the upstream's `context_window` is oversized.",
+    )  # fmt: skip
+    max_tokens: int | None = Field(
+        default=None, ge=64,
+        description="An output above this many tokens is oversized; with `max_share` too, the smaller wins.",
+    )  # fmt: skip
+    rules: tuple[ToolRuleConfig, ...] = Field(
+        default=(),
+        description="Per-tool rules; the first whose glob matches the tool's name wins. Tools no rule "
+        "matches are cut.",
+    )
 
 
 class StateConfig(_Model):
     """Where cross-request state lives: ``memory`` (this process) or ``redis`` (shared by replicas)."""
 
-    backend: Literal["memory", "redis"] = "memory"
-    # repr=False: a redis URL may carry a password.
-    url: str | None = Field(default=None, repr=False)
-    key_prefix: str = Field(default="llm-gateway:", max_length=64)
-    # A request never waits on the shared store longer than this per operation; past it the
-    # replica falls back to its own memory until the store answers again.
-    timeout_ms: int = Field(default=50, gt=0, le=10_000)
-    recover_s: float = Field(default=1.0, gt=0)  # how long to stay local after a store failure
-    # Circuit state, and whether any replica remembers a loop-breaker answer, may be this
-    # stale per replica (each costs a Redis round trip at most once per cache_ms, not per request).
-    cache_ms: int = Field(default=200, ge=0, le=10_000)
+    backend: Literal["memory", "redis"] = Field(
+        default="memory",
+        description="Where cross-request state lives (circuits, retry budget, rate-limit resets, pool state, "
+        "remembered answers, key accounting): `memory` (this process) or `redis` (shared by every replica "
+        "and worker).",
+    )
+    url: str | None = Field(
+        default=None, repr=False,
+        description="The Redis URL (`redis://`, `rediss://` or `unix://`); required when `backend` is "
+        "`redis`.",
+    )  # fmt: skip
+    key_prefix: str = Field(
+        default="llm-gateway:", max_length=64, description="Prefix of every Redis key the gateway writes."
+    )
+    # Past it the replica falls back to its own memory until the store answers again.
+    timeout_ms: int = Field(
+        default=50, gt=0, le=10_000,
+        description="Longest a request waits on the shared store per operation, in milliseconds; past it "
+        "the replica uses its own memory.",
+    )  # fmt: skip
+    recover_s: float = Field(
+        default=1.0, gt=0, description="Seconds the replica stays on its own memory after a store failure."
+    )
+    # Each costs a Redis round trip at most once per cache_ms, not per request.
+    cache_ms: int = Field(
+        default=200, ge=0, le=10_000,
+        description="How stale, in milliseconds, a replica's view of circuit state and of remembered "
+        "loop-breaker answers may be.",
+    )  # fmt: skip
 
     @field_validator("url")
     @classmethod
@@ -611,23 +847,55 @@ class LoopBreakerConfig(_Model):
     """How long a failed request's answer is replayed to an identical request (same path,
     body and credential) instead of sending it again."""
 
-    enabled: bool = True
-    window_s: float = Field(default=10.0, ge=0)  # unknown, auth, unrescued context_overflow
-    budget_window_s: float = Field(default=5.0, ge=0)  # short: must not outlive a top-up by much
-    # A given-up retryable error without a hint; None: circuit_breaker.open_s.
-    retryable_window_s: float | None = Field(default=None, ge=0)
-    max_window_s: float = Field(default=60.0, ge=0)  # cap for reset-at / retry-after / open circuit
-    # After a retryable failure's window, identical repeats are sent as one-attempt probes while
-    # they keep coming: each within turn_idle_s of the last window's end (longer than any
-    # client's gap between two repeats), for at most turn_max_s since the turn first failed.
-    turn_idle_s: float = Field(default=120.0, ge=0)
-    turn_max_s: float = Field(default=900.0, ge=0)
-    max_entries: int = Field(default=10_000, gt=0)
-    max_body_bytes: int = Field(default=64 * 1024, gt=0)  # a larger answer is not remembered
-    max_total_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
-    # Keys the fingerprint (a keyed BLAKE2b MAC). Replicas share answers only if they share it; when unset,
-    # each process draws a random one.
-    secret: str | None = Field(default=None, repr=False)
+    enabled: bool = Field(
+        default=True,
+        description="Answer a request identical to one that just failed (same path, body and credential) "
+        "from memory instead of sending it again.",
+    )
+    window_s: float = Field(
+        default=10.0, ge=0,
+        description="Seconds an `unknown`, `auth` or unrescued `context_overflow` failure is answered from "
+        "memory.",
+    )  # fmt: skip
+    # Short: must not outlive a top-up by much.
+    budget_window_s: float = Field(
+        default=5.0, ge=0, description="Seconds a `budget` failure is answered from memory."
+    )
+    retryable_window_s: float | None = Field(
+        default=None, ge=0,
+        description="Seconds a retryable failure the gateway gave up on is answered from memory when the "
+        "provider named no wait; unset: `circuit_breaker.open_s`.",
+    )  # fmt: skip
+    max_window_s: float = Field(
+        default=60.0, ge=0,
+        description="Cap, in seconds, on a window taken from a reset time, a `retry-after` or an open "
+        "circuit.",
+    )  # fmt: skip
+    # Longer than any client's gap between two repeats.
+    turn_idle_s: float = Field(
+        default=120.0, ge=0,
+        description="After a retryable failure's window, identical repeats are sent as one-attempt probes "
+        "while each comes within this many seconds of the last window's end.",
+    )  # fmt: skip
+    turn_max_s: float = Field(
+        default=900.0, ge=0,
+        description="Probing of a failed turn stops this many seconds after the turn first failed.",
+    )  # fmt: skip
+    max_entries: int = Field(
+        default=10_000, gt=0, description="Most answers remembered; the least recently used go first."
+    )
+    max_body_bytes: int = Field(
+        default=64 * 1024, gt=0, description="An answer with a larger body, in bytes, is not remembered."
+    )
+    max_total_bytes: int = Field(
+        default=64 * 1024 * 1024, gt=0,
+        description="Most bytes of remembered answers in all; the least recently used go first.",
+    )  # fmt: skip
+    secret: str | None = Field(
+        default=None, repr=False,
+        description="Key of the fingerprint (a keyed BLAKE2b MAC). Replicas share remembered answers only if "
+        "they share it; unset or empty: each gateway draws a random one (its workers share it).",
+    )  # fmt: skip
 
     @field_validator("secret")
     @classmethod
@@ -636,48 +904,97 @@ class LoopBreakerConfig(_Model):
 
 
 class TracingConfig(_Model):
-    """OpenTelemetry traces over OTLP/HTTP (README "Tracing"). Off unless switched on here or
-    by the standard variables: ``enabled`` unset means "on when OTEL_EXPORTER_OTLP_ENDPOINT
-    (or ..._TRACES_ENDPOINT) is set", and OTEL_SDK_DISABLED=true always wins. Every field left
-    unset here takes its OTEL_* variable, then the SDK's default."""
+    """OpenTelemetry traces over OTLP/HTTP. Off unless switched on here or by the standard
+    variables: ``enabled`` unset means "on when OTEL_EXPORTER_OTLP_ENDPOINT (or
+    ..._TRACES_ENDPOINT) is set", and OTEL_SDK_DISABLED=true always wins. Every field left unset
+    here takes its OTEL_* variable, then the SDK's default."""
 
-    enabled: bool | None = None
-    # Where spans go: the collector's base URL (``/v1/traces`` is appended), as
-    # OTEL_EXPORTER_OTLP_ENDPOINT is read.
-    endpoint: str | None = None
-    service_name: str | None = None  # else OTEL_SERVICE_NAME, else "llm-gateway"
-    sample_ratio: float | None = Field(default=None, ge=0, le=1)  # else OTEL_TRACES_SAMPLER(_ARG)
-    # Spans wait here for the exporter's thread; when the collector is down and it is full,
-    # the oldest are dropped (the SDK logs it once), so memory stays bounded.
-    max_queue_size: int | None = Field(default=None, gt=0, le=1_000_000)  # else OTEL_BSP_MAX_QUEUE_SIZE, 2048
-    export_timeout_s: float | None = Field(default=None, gt=0, le=60)  # else OTEL_EXPORTER_OTLP_TIMEOUT, 10
-    # Prompts, completions and tool outputs in span attributes (gen_ai.input.messages, ...),
-    # key-like strings redacted. Off: spans carry sizes, counts and decisions only.
-    capture_content: bool = False
+    enabled: bool | None = Field(
+        default=None,
+        description="Export traces. Unset: on when `OTEL_EXPORTER_OTLP_ENDPOINT` (or "
+        "`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set; `OTEL_SDK_DISABLED=true` always turns them off.",
+    )
+    endpoint: str | None = Field(
+        default=None,
+        description="The OTLP/HTTP collector's base URL (`/v1/traces` is appended); unset: "
+        "`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT`.",
+    )
+    service_name: str | None = Field(
+        default=None,
+        description="`service.name` of the spans; unset: `OTEL_SERVICE_NAME`, else `llm-gateway`."
+    )
+    sample_ratio: float | None = Field(
+        default=None, ge=0, le=1,
+        description="Share of new traces sampled, 0 to 1 (a child follows its parent's decision); unset: "
+        "`OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`, else every trace.",
+    )  # fmt: skip
+    # When the collector is down and the queue is full the oldest are dropped (the SDK logs it
+    # once), so memory stays bounded.
+    max_queue_size: int | None = Field(
+        default=None, gt=0, le=1_000_000,
+        description="Spans waiting for export; when full, the oldest are dropped. Unset: "
+        "`OTEL_BSP_MAX_QUEUE_SIZE`, else 2048.",
+    )  # fmt: skip
+    export_timeout_s: float | None = Field(
+        default=None, gt=0, le=60,
+        description="Bound on one export, in seconds (in the exporter's own thread); unset: "
+        "`OTEL_EXPORTER_OTLP_TIMEOUT`, else 10.",
+    )  # fmt: skip
+    capture_content: bool = Field(
+        default=False,
+        description="Put prompts, completions and tool outputs in span attributes (`gen_ai.input.messages`, "
+        "...), with key-like strings redacted. Off: spans carry sizes, counts and decisions only.",
+    )
 
 
 class BudgetConfig(_Model):
     """A spend cap per period, in USD; periods are UTC (a day, a week from Monday, a month)."""
 
-    usd: float = Field(gt=0)
-    period: Literal["day", "week", "month"] = "month"
+    usd: float = Field(gt=0, description="The most that may be spent per period, in USD. Required.")
+    period: Literal["day", "week", "month"] = Field(
+        default="month",
+        description="The period the cap applies to, in UTC: `day`, `week` (from Monday) or `month`.",
+    )
 
 
 class ClientKeyConfig(_Model):
-    """A gateway key for a person, a CI job or an agent (README "Keys and budgets")."""
+    """A gateway key for a person, a CI job or an agent."""
 
-    # What logs, metrics and answers show of the key; never the key itself.
-    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")
-    key: str | None = Field(default=None, repr=False)  # e.g. ${ALICE_GATEWAY_KEY}
-    key_sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$")  # or its digest only
-    team: str | None = None  # a team of `teams:`, whose budget its keys share
-    models: tuple[str, ...] = ("*",)  # the models it may use (globs)
-    requests_per_minute: int | None = Field(default=None, gt=0)
-    tokens_per_minute: int | None = Field(default=None, gt=0)  # prompt and completion
-    parallel: int | None = Field(default=None, gt=0)  # requests in flight at once
-    budget: BudgetConfig | None = None
-    # May read every key's state (GET /v1/gateway/keys), not only its own.
-    admin: bool = False
+    name: str = Field(
+        min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$",
+        description="What logs, metrics and answers show of the key, never the key itself (letters, digits, "
+        "`_`, `.`, `@`, `-`; up to 64). Required; unique.",
+    )  # fmt: skip
+    key: str | None = Field(
+        default=None, repr=False,
+        description="The key itself, printable ASCII without spaces (e.g. `${ALICE_GATEWAY_KEY}`). Exactly "
+        "one of `key` and `key_sha256` is given.",
+    )  # fmt: skip
+    key_sha256: str | None = Field(
+        default=None, pattern=r"^[0-9a-fA-F]{64}$",
+        description="The key's SHA-256 digest in hex, instead of the key itself.",
+    )  # fmt: skip
+    team: str | None = Field(default=None, description="A team of `teams`, whose budget its keys share.")
+    models: tuple[str, ...] = Field(
+        default=("*",),
+        description="Glob patterns of the models the key may use; another is refused with 403."
+    )
+    requests_per_minute: int | None = Field(
+        default=None, gt=0, description="Requests a minute the key may make; past it, 429."
+    )
+    tokens_per_minute: int | None = Field(
+        default=None, gt=0,
+        description="Tokens (prompt and completion) a minute the key may use; past it, 429."
+    )
+    parallel: int | None = Field(
+        default=None, gt=0, description="Requests the key may have in flight at once; past it, 429."
+    )
+    budget: BudgetConfig | None = Field(
+        default=None, description="The key's own spend cap; once spent, requests are refused with 402."
+    )
+    admin: bool = Field(
+        default=False, description="May read every key's state (`GET /v1/gateway/keys`), not only its own."
+    )
 
     @field_validator("models", mode="before")
     @classmethod
@@ -699,48 +1016,103 @@ class ClientKeyConfig(_Model):
 
 
 class TeamConfig(_Model):
-    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")
-    budget: BudgetConfig | None = None
+    name: str = Field(
+        min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$",
+        description="The team's name, as keys' `team` names it. Required; unique.",
+    )  # fmt: skip
+    budget: BudgetConfig | None = Field(
+        default=None, description="A spend cap the team's keys share; once spent, they are refused with 402."
+    )
 
 
 class PriceConfig(_Model):
     """USD per million tokens; a cache price left out is the input price."""
 
-    input: float = Field(ge=0)
-    output: float = Field(ge=0)
-    cache_read: float | None = Field(default=None, ge=0)
-    cache_write: float | None = Field(default=None, ge=0)
+    input: float = Field(
+        ge=0, description="USD per million prompt tokens not read from or written to a cache. Required."
+    )
+    output: float = Field(
+        ge=0,
+        description="USD per million completion tokens (reasoning included). Required.",
+    )
+    cache_read: float | None = Field(
+        default=None, ge=0, description="USD per million prompt tokens read from the cache; unset: `input`."
+    )
+    cache_write: float | None = Field(
+        default=None, ge=0, description="USD per million prompt tokens written to the cache; unset: `input`."
+    )
 
 
 class AccountingConfig(_Model):
-    """How keys' limits and budgets are counted (README "Keys and budgets")."""
+    """How keys' limits and budgets are counted."""
 
-    # The state store is down: serve, counting in this process's memory only (open), or
-    # refuse keys with limits or budgets (closed) with a 503.
-    when_store_down: Literal["open", "closed"] = "open"
-    # A request that names no output limit is reserved as if it asked for this many tokens.
-    default_max_tokens: int = Field(default=4096, gt=0)
+    when_store_down: Literal["open", "closed"] = Field(
+        default="open",
+        description="When the state store does not answer: `open` serves, counting in this process's memory "
+        "only; `closed` refuses keys with limits or budgets with 503 `accounting_unavailable`.",
+    )
+    default_max_tokens: int = Field(
+        default=4096, gt=0,
+        description="Output tokens reserved against limits and budgets for a request that names no output "
+        "limit.",
+    )  # fmt: skip
 
 
 class GatewayConfig(_Model):
-    server: ServerConfig = ServerConfig()
-    upstreams: tuple[UpstreamConfig, ...] = Field(min_length=1)
-    retry: RetryConfig = RetryConfig()
-    circuit_breaker: CircuitBreakerConfig = CircuitBreakerConfig()
-    timeouts: TimeoutsConfig = TimeoutsConfig()
-    compression: CompressionConfig = CompressionConfig()
-    tool_outputs: ToolOutputsConfig = ToolOutputsConfig()
-    state: StateConfig = StateConfig()
-    loop_breaker: LoopBreakerConfig = LoopBreakerConfig()
-    fallback: FallbackConfig = FallbackConfig()
-    tracing: TracingConfig = TracingConfig()
-    # Several deployments (upstreams) serving the same models (README "Pools").
-    pools: tuple[PoolConfig, ...] = ()
-    # Named gateway keys with their limits and budgets, teams, prices (README "Keys and budgets").
-    keys: tuple[ClientKeyConfig, ...] = ()
-    teams: tuple[TeamConfig, ...] = ()
-    prices: dict[str, PriceConfig] = Field(default_factory=dict)  # model glob -> price, before the shipped
-    accounting: AccountingConfig = AccountingConfig()
+    server: ServerConfig = Field(
+        default=ServerConfig(), description="The listening side: address, limits, client keys, processes."
+    )
+    upstreams: tuple[UpstreamConfig, ...] = Field(
+        min_length=1,
+        description="The LLM APIs requests go to. A request goes to the pool whose `models` match, else to "
+        "the first upstream outside every pool whose `models` match. At least one is required.",
+    )
+    retry: RetryConfig = Field(
+        default=RetryConfig(),
+        description="Retries per error class, and their bounds.",
+    )
+    circuit_breaker: CircuitBreakerConfig = Field(
+        default=CircuitBreakerConfig(),
+        description="Per-model and per-upstream circuits that fail fast while an upstream is failing.",
+    )
+    timeouts: TimeoutsConfig = Field(default=TimeoutsConfig(), description="Timeouts of upstream requests.")
+    compression: CompressionConfig = Field(
+        default=CompressionConfig(),
+        description="Compress-and-retry on context overflow, and tool-output caps."
+    )
+    tool_outputs: ToolOutputsConfig = Field(
+        default=ToolOutputsConfig(), description="Per-tool projection and oversized-output policy."
+    )
+    state: StateConfig = Field(
+        default=StateConfig(),
+        description="Where cross-request state lives: this process, or Redis shared by replicas."
+    )
+    loop_breaker: LoopBreakerConfig = Field(
+        default=LoopBreakerConfig(),
+        description="Identical repeats of a failed request answered from memory instead of sent again.",
+    )
+    fallback: FallbackConfig = Field(
+        default=FallbackConfig(), description="When a request moves on to the next upstream of its chain."
+    )
+    tracing: TracingConfig = Field(
+        default=TracingConfig(),
+        description="OpenTelemetry traces over OTLP/HTTP.",
+    )
+    pools: tuple[PoolConfig, ...] = Field(
+        default=(),
+        description="Several deployments (upstreams) serving the same models; a strategy picks one."
+    )
+    keys: tuple[ClientKeyConfig, ...] = Field(
+        default=(), description="Named gateway keys, each with its own models, limits and budget."
+    )
+    teams: tuple[TeamConfig, ...] = Field(default=(), description="Teams whose keys share a budget.")
+    prices: dict[str, PriceConfig] = Field(
+        default_factory=dict,
+        description="Prices by model glob, consulted before the shipped price table, to count keys' spend.",
+    )
+    accounting: AccountingConfig = Field(
+        default=AccountingConfig(), description="How keys' limits and budgets are counted."
+    )
 
     @field_validator("upstreams")
     @classmethod

@@ -1,0 +1,381 @@
+"""The error codes the gateway makes, gathered from its source, and the page that lists them.
+
+The codes are gathered the way a reader would grep for them: the literal in the code position of
+each call that makes an error (``gateway_failure``, ``bad_request``, ``Rejection``, ``Refusal``,
+``EncodingProblem``, ``Ending``, ``error_body``), a local or module-level name bound to literals,
+the defaults of those, the error payloads a stream reader makes up (a dict with ``code`` and
+``status``), and the transport tables. A code built at run time (an f-string) cannot be gathered
+this way and is refused: write each one out. With each code go the statuses it is sent with,
+its class (the ``x-llm-error-type`` it is stamped with) and the messages the source gives it.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import gateway
+from gateway.apis import DIALECTS
+from gateway.docs_gen.markdown import cell, generated_header
+from gateway.errors import ErrorType
+from gateway.pipeline import outcome, relay
+from gateway.policy.classify import classify
+from gateway.translate.base import Refusal
+
+PACKAGE = Path(gateway.__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Maker:
+    """Where a maker's arguments sit: positions of the code, status, classification, message."""
+
+    code: int
+    status: int | None
+    cls: int | None
+    message: int
+
+
+MAKERS = {
+    "gateway_failure": Maker(3, 0, 1, 2), "bad_request": Maker(1, None, None, 0),
+    "Rejection": Maker(1, None, None, 0), "Refusal": Maker(1, None, None, 0),
+    "EncodingProblem": Maker(2, 0, None, 1), "Ending": Maker(2, None, 0, 1), "error_body": Maker(2, 0, 3, 1),
+}  # fmt: skip
+# Answered with one status whatever the call says (their docstrings: "answered 400").
+FIXED_STATUS = {"bad_request": 400, "Rejection": 400, "Refusal": 400}
+# These carry no classification: bad_request makes one (an `unknown`), and every Rejection,
+# Refusal and EncodingProblem is answered through bad_request (see pipeline/forward.py, legs.py,
+# admit.py), so their class is bad_request's.
+_BAD_REQUEST_CLASS = outcome.bad_request("").classification.type.value
+FIXED_CLASS = dict.fromkeys(("bad_request", "Rejection", "Refusal", "EncodingProblem"), _BAD_REQUEST_CLASS)
+
+
+@dataclass
+class Made:
+    """One code: what the source says of it."""
+
+    statuses: set[int | None] = field(default_factory=set)  # None: in a stream already under way
+    classes: set[str] = field(default_factory=set)
+    messages: list[str] = field(default_factory=list)  # in source order, each once
+    modules: set[str] = field(default_factory=set)
+
+    def add(self, status: int | None, classes: set[str], message: str | None, module: str) -> None:
+        self.statuses.add(status)
+        self.classes |= classes
+        if message and message not in self.messages:
+            self.messages.append(message)
+        self.modules.add(module)
+
+
+def _name(func: ast.expr) -> str:
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+
+
+Binding = tuple[str, ast.Assign | None]  # a string, and the tuple assignment that bound it with others
+
+
+def _strings(node: ast.expr, scopes: Sequence[ast.AST]) -> list[Binding] | None:
+    """The literal strings ``node`` can be, looking names up in the enclosing scopes; None when
+    it is something else (a field of another object: its maker is collected on its own)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [(node.value, None)]
+    if isinstance(node, ast.JoinedStr):
+        raise ValueError(f"line {node.lineno}: a code built at run time; write each one out")
+    if isinstance(node, ast.IfExp):
+        branches = [_strings(b, scopes) for b in (node.body, node.orelse)]
+        return [s for b in branches if b is not None for s in b]
+    if isinstance(node, ast.Name):
+        found = [s for scope in scopes for s in _bound(node.id, scope, scopes)]
+        return found or None
+    return None
+
+
+def _bound(name: str, scope: ast.AST, scopes: Sequence[ast.AST]) -> Iterator[Binding]:
+    for stmt in ast.walk(scope):
+        if not isinstance(stmt, ast.Assign):
+            continue
+        for target in stmt.targets:
+            if isinstance(target, ast.Name) and target.id == name:
+                yield from _strings(stmt.value, scopes) or ()
+            elif isinstance(target, ast.Tuple) and isinstance(stmt.value, ast.Tuple):
+                for t, v in zip(target.elts, stmt.value.elts, strict=False):
+                    if isinstance(t, ast.Name) and t.id == name:
+                        yield from ((s, stmt) for s, _ in _strings(v, scopes) or ())
+
+
+def _error_type(node: ast.expr) -> str | None:
+    """``ErrorType.X`` as its value."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "ErrorType":
+        return ErrorType[node.attr].value
+    return None
+
+
+def _classes(node: ast.expr, scopes: Sequence[ast.AST], before: int, depth: int = 0) -> set[str]:
+    """The error types a classification expression can carry: ``Classification(ErrorType.X,
+    ...)``, ``Classification.of(ErrorType.X)``, a name assigned one (the last assignment before
+    line ``before`` in the innermost scope that has one), or a call to a function of the module
+    whose returns are such expressions. Empty when the source does not say."""
+    if depth > 4:
+        return set()
+    if (found := _error_type(node)) is not None:
+        return {found}
+    if isinstance(node, ast.Call):
+        callee = node.func
+        if _name(callee) == "Classification" or (
+            isinstance(callee, ast.Attribute) and callee.attr == "of"
+            and _name(callee.value) == "Classification"
+        ):
+            typed = (k.value for k in node.keywords if k.arg == "type")
+            first = node.args[0] if node.args else next(typed, None)
+            return _classes(first, scopes, before, depth + 1) if first is not None else set()
+        module = scopes[-2] if len(scopes) >= 2 else None  # the module's own tree (before the constants)
+        defs = [f for f in ast.walk(module) if isinstance(f, ast.FunctionDef) and f.name == _name(callee)] \
+            if module is not None else []  # fmt: skip
+        out: set[str] = set()
+        for f in defs:
+            for ret in (r for r in ast.walk(f) if isinstance(r, ast.Return) and r.value is not None):
+                out |= _classes(ret.value, [f, *scopes], ret.lineno + 1, depth + 1)  # type: ignore[arg-type]
+        return out
+    if isinstance(node, ast.Name):
+        for scope in scopes:
+            assigns = [s for s in ast.walk(scope) if isinstance(s, ast.Assign) and s.lineno < before
+                       and any(isinstance(t, ast.Name) and t.id == node.id for t in s.targets)]  # fmt: skip
+            if assigns:
+                last = max(assigns, key=lambda s: s.lineno)
+                return _classes(last.value, scopes, last.lineno, depth + 1)
+    return set()
+
+
+def message_text(node: ast.expr | None, scopes: Sequence[ast.AST]) -> str | None:
+    """A message as the source writes it, with ``…`` where an f-string puts a value; None when
+    it is not written there (a variable, an exception's text)."""
+    if node is None:
+        return None
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else "…" for v in node.values)  # type: ignore[misc]
+    if isinstance(node, ast.Name):  # the last assignment of that name in the innermost scope
+        for scope in scopes:
+            assigns = [s for s in ast.walk(scope) if isinstance(s, ast.Assign)
+                       and any(isinstance(t, ast.Name) and t.id == node.id for t in s.targets)]  # fmt: skip
+            if assigns:
+                return message_text(max(assigns, key=lambda s: s.lineno).value, [])
+        return None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = message_text(node.left, scopes), message_text(node.right, scopes)
+        return left + right if left is not None and right is not None else None
+    return None
+
+
+def _together(stmt: ast.Assign | None) -> dict[str, ast.expr]:
+    """The names a tuple assignment binds, each to its value."""
+    if stmt is None or not isinstance(stmt.value, ast.Tuple):
+        return {}
+    return {t.id: v for target in stmt.targets if isinstance(target, ast.Tuple)
+            for t, v in zip(target.elts, stmt.value.elts, strict=False)
+            if isinstance(t, ast.Name)}  # fmt: skip
+
+
+def _module_constants(trees: dict[Path, ast.Module]) -> ast.Module:
+    """Every module-level ``NAME = "..."`` of the gateway, as one module to look names up in."""
+    body: list[ast.stmt] = [s for tree in trees.values() for s in tree.body if isinstance(s, ast.Assign)]
+    return ast.Module(body=body, type_ignores=[])
+
+
+def _arg(call: ast.Call, at: int | None, keyword: str) -> ast.expr | None:
+    if at is not None and len(call.args) > at:
+        return call.args[at]
+    return next((k.value for k in call.keywords if k.arg == keyword), None)
+
+
+def made_codes(package: Path = PACKAGE) -> dict[str, Made]:
+    """Each code the gateway makes, with what its source says of it."""
+    codes: dict[str, Made] = {}
+    trees = {path: ast.parse(path.read_text()) for path in sorted(package.rglob("*.py"))}
+    constants = _module_constants(trees)
+    for path, tree in trees.items():
+        module = path.relative_to(package.parent).as_posix()
+        parts = path.relative_to(package).parts
+        if "fake" in parts or "docs_gen" in parts:
+            continue  # the fake upstream plays providers, its errors are theirs; this package makes none
+        functions = [f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)]
+        for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+            if _name(call.func) in MAKERS:
+                _add_call(codes, call, tree, functions, constants, module)
+        # Error payloads a reader makes up for an upstream's broken stream (`"code": "..."`): the
+        # gateway classifies them as any error event, by the status they carry.
+        for d in (n for n in ast.walk(tree) if isinstance(n, ast.Dict)):
+            pairs = {k.value: v for k, v in zip(d.keys, d.values, strict=True) if isinstance(k, ast.Constant)}
+            number = _int(pairs.get("status"))
+            if "code" in pairs and number is not None:
+                text = message_text(pairs.get("message"), [])
+                for c, _ in _strings(pairs["code"], [tree, constants]) or ():  # a literal, or a constant's
+                    payload = json.dumps({"error": {"code": c, "message": text, "status": number}})
+                    kind = classify(number, {}, payload.encode(), now_s=0.0).type.value
+                    codes.setdefault(c, Made()).add(number, {kind}, text, module)
+    table = "gateway/pipeline/outcome.py"
+    for transport, (number, c, text) in outcome._TRANSPORT_MESSAGES.items():
+        kind = classify(None, {}, b"", now_s=0.0, transport_error=transport).type.value
+        codes.setdefault(c, Made()).add(number, {kind}, text, table)
+    for transport, text in relay._TRANSPORT_TEXT.items():  # a stream under way ends with its name
+        kind = classify(None, {}, b"", now_s=0.0, transport_error=transport).type.value
+        codes.setdefault(transport.value, Made()).add(None, {kind}, text, "gateway/pipeline/relay.py")
+    return codes
+
+
+def _int(node: ast.expr | None) -> int | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value
+    return None
+
+
+def _add_call(codes: dict[str, Made], call: ast.Call, tree: ast.Module,
+              functions: list[ast.FunctionDef | ast.AsyncFunctionDef], constants: ast.Module,
+              module: str) -> None:  # fmt: skip
+    """The codes one maker call makes, with their statuses, classes and message."""
+    name = _name(call.func)
+    maker = MAKERS[name]
+    code = _arg(call, maker.code, "code")
+    if code is None:  # the maker's default
+        default = inspect.signature(outcome.bad_request).parameters["code"].default
+        code = ast.Constant(Refusal("").code if name == "Refusal" else default)
+    status = _arg(call, maker.status, "status")
+    number = FIXED_STATUS[name] if name in FIXED_STATUS and status is None else _int(status)
+    # Innermost first: a name is looked up where it is used before where it is defined.
+    around = (f for f in functions if f.lineno <= call.lineno <= (f.end_lineno or 0))
+    inner = sorted(around, key=lambda f: -f.lineno)
+    scopes: list[ast.AST] = [*inner, tree, constants]
+    cls_node = _arg(call, maker.cls, "c")
+    if name in FIXED_CLASS:
+        classes = {FIXED_CLASS[name]}
+    else:
+        classes = _classes(cls_node, scopes, call.lineno) if cls_node is not None else set()
+    message = message_text(_arg(call, maker.message, "message"), [*inner, tree])
+    for c, together in _strings(code, scopes) or ():
+        # A code bound in one tuple with its class and status (`kind, status, code =
+        # ErrorType.BUDGET, 402, "..."`): those are its own, whatever other branches bind.
+        bound = _together(together)
+        paired = {t for e in bound.values() if (t := _error_type(e))}
+        own = _int(bound.get(status.id)) if isinstance(status, ast.Name) else None
+        sent = own if own is not None else number
+        codes.setdefault(c, Made()).add(sent, paired or classes, message, module)
+
+
+def status_text(status: int | None, code: str) -> str:
+    """The status as a reader needs it: where an API answers another one, which."""
+    if status is None:
+        return "mid-stream"
+    answered = {(d.error_status(status, code), d.api) for d in DIALECTS}
+    others = sorted(answered - {(status, d.api) for d in DIALECTS})
+    if not others:
+        return str(status)
+    return f"{status} ({', '.join(f'{s} on {api}' for s, api in others)})"
+
+
+# What each code means, in a sentence: the one part of the page the source cannot say. A code
+# made without an entry here, or an entry for a code no longer made, fails the page's render.
+MEANINGS = {
+    "invalid_json": "The request body is not a JSON document (empty, not UTF-8, nested too deeply or "
+    "not valid JSON); never forwarded.",
+    "invalid_body": "The request body is JSON but not an object.",
+    "invalid_messages": "`messages` is not a list of message objects.",
+    "invalid_input": "A Responses request's `input` is not a string or a list of input item objects.",
+    "invalid_contents": "A Gemini request's `contents` is not a list of Content objects.",
+    "missing_model": "The request names no model.",
+    "invalid_model": "`model` is not a string.",
+    "invalid_stream": "`stream` is not true or false.",
+    "invalid_path": "The path cannot be forwarded safely (it would leave the upstream's base path).",
+    "invalid_content_encoding": "The body does not decode with its `Content-Encoding`, or has too many "
+    "encoding layers.",
+    "unsupported_content_encoding": "A request `Content-Encoding` other than gzip, deflate or identity.",
+    "unsupported_stream_format": "A Gemini `:streamGenerateContent` without `?alt=sse` (the JSON-array "
+    "stream "
+    "is not served).",
+    "untranslatable_request": "A translated request uses something the upstream's API has no equivalent for.",
+    "no_translation": "The upstream speaks no API the request can be translated to (`upstreams[].apis`); "
+    "404 for a path of an API it does not speak.",
+    "missing_client_key": "Client keys are configured and the request carries none.",
+    "invalid_client_key": "Client keys are configured and the one the request carries matches none.",
+    "budget_exhausted": "The key's (or its team's) budget for the period is spent; `x-llm-error-reset-at` "
+    "is the period's end. Codex gets its own 429 `usage_limit_reached` instead.",
+    "model_not_allowed": "The key may not use the requested model (`keys[].models`).",
+    "admin_required": "`GET /v1/gateway/keys` without a key that has `admin: true`.",
+    "no_client_key": "`GET /v1/gateway/key` on a gateway that asks no key.",
+    "key_requests_per_minute": "The key's `requests_per_minute` is used up; `retry-after` is the "
+    "minute's end.",
+    "key_tokens_per_minute": "The key's `tokens_per_minute` is used up; `retry-after` is the minute's end.",
+    "key_parallel_limit": "The key has `parallel` requests in flight already; `retry-after` is 1 s.",
+    "accounting_unavailable": "`accounting.when_store_down: closed` and the state store does not answer.",
+    "pool_auth": "No deployment of the pool can serve: the provider refused every key.",
+    "pool_budget": "No deployment of the pool can serve: keys out of credit (the rest refused).",
+    "pool_rate_limited": "Every deployment of the pool is rate limited and the earliest reset is too far "
+    "to wait for (with `retry-after`).",
+    "not_found": "No such endpoint.",
+    "model_not_found": "No upstream or pool is configured for the requested model.",
+    "request_timeout": "The client did not send its body within `timeouts.idle_s`.",
+    "request_too_large": "The body is over `server.max_body_bytes`, before or after decoding; refused "
+    "before it is read.",
+    "internal_error": "A bug in the gateway (logged as `unhandled_error`).",
+    "upstream_unreachable": "The gateway could not connect to the upstream.",
+    "upstream_reset": "The upstream closed the connection before its answer was complete.",
+    "upstream_timeout": "No connection, response head or first output within `timeouts` (or the deadline).",
+    "empty_stream": "The upstream answered a streamed request with no event at all.",
+    "malformed_event": "A stream event that is not valid JSON.",
+    "circuit_open": "The upstream's circuit is open (with `retry-after`).",
+    "stream_broken": "A stream under way ended before its end marker.",
+    "reset": "The connection of a stream under way was reset.",
+    "connect": "The connection of a stream under way was lost.",
+    "idle_timeout": "A stream under way sent no data within `timeouts.idle_s`.",
+    "first_byte_timeout": "The upstream did not answer a stream under way in time.",
+    "gateway_shutdown": "`server.drain_s` ran out while the stream was under way; retryable.",
+}
+
+
+def _order(item: tuple[str, Made]) -> tuple[int, int, str]:
+    """By status (mid-stream codes last), then code."""
+    code, made = item
+    numbers = [s for s in made.statuses if s is not None]
+    return (0 if numbers else 1, min(numbers, default=0), code)
+
+
+def render() -> str:
+    codes = made_codes()
+    unexplained = sorted(set(codes) - set(MEANINGS))
+    stale = sorted(set(MEANINGS) - set(codes))
+    unclassed = sorted(c for c, m in codes.items() if not m.classes)
+    if unexplained or stale or unclassed:
+        raise ValueError(
+            f"gateway/docs_gen/errors.py: codes without a meaning in MEANINGS: {unexplained}; "
+            f"meanings of codes no longer made: {stale}; "
+            f"codes whose class the source does not say: {unclassed}"
+        )
+    out = [
+        generated_header(),
+        "# Error codes",
+        "",
+        "Every code the gateway puts in an error it makes itself, gathered from its source. Such an error "
+        "comes in the request's API's own envelope, with the code in the error object and its class "
+        "in the `x-llm-error-type` header; errors passed on from an upstream keep the provider's own "
+        "code. *mid-stream*: the error event that ends a stream already under way, whose status was "
+        "sent before.",
+        "",
+        "| code | status | class | meaning |",
+        "| --- | --- | --- | --- |",
+    ]
+    ordered = sorted(codes.items(), key=_order)
+    for code, made in ordered:
+        statuses = ", ".join(status_text(s, code) for s in sorted(made.statuses, key=lambda s: s or 1000))
+        classes = ", ".join(f"`{c}`" for c in sorted(made.classes))
+        out.append(f"| [`{code}`](#{code}) | {statuses} | {classes} | {cell(MEANINGS[code])} |")
+    out += ["", "## What each says", "",
+            "The messages the source gives each code (`…` where it fills in a value), and where it is made."]
+    for code, made in ordered:
+        out += ["", f"### `{code}`", ""]
+        said = [f"- `` {m} ``" if "`" in m else f"- `{m}`" for m in made.messages]
+        out += said or ["- (a message built at run time)"]
+        out.append(f"- made in {', '.join(f'`{m}`' for m in sorted(made.modules))}")
+    return "\n".join(out) + "\n"
