@@ -19,11 +19,12 @@ the requests in tests/corpus/requests/gemini-cli-*.json and genai-*.json):
   cachedContentTokenCount, totalTokenCount}``; the prompt count includes the cached part, and
   thoughts are billed as output.
 
-The path's facts travel with the payload: ``model`` (GenerateContentRequest's own field) and
-``stream`` (the gateway's: the translators and the empty-stream probe read it there, as they
-read the other APIs' ``stream``). No upstream speaks this API yet (``apis`` in config has no
-``gemini``): every request is translated through chat completions (``translate/gemini_chat``),
-so neither field ever reaches a Gemini server.
+The path's facts travel with the payload inside the gateway: ``model`` and ``stream`` (the
+translators, the model map and the empty-stream probe read and change them there, as they do
+the other APIs' fields). Neither is sent to a Gemini server, which refuses a field it does not
+know ("Invalid JSON payload received. Unknown name ..."): ``address`` puts them back in the
+URL, ``/v1/models/{model}:generateContent`` or ``:streamGenerateContent?alt=sse`` under the
+upstream's base_url (``https://generativelanguage.googleapis.com/v1beta``).
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
 from gateway.apis.base import (
     NOWHERE,
+    Address,
     Applied,
     Capped,
     Ending,
@@ -88,6 +91,9 @@ class GeminiGenerate:
     def prepare(self, inbound: Inbound, stream_usage: bool) -> tuple[dict[str, Any], bool]:
         return inbound.payload, False  # the last chunk of a stream always carries usageMetadata
 
+    def address(self, payload: Mapping[str, Any]) -> Address:
+        return address(payload)
+
     def error_body(self, status: int, message: str, code: str, c: Classification, request_id: str) -> bytes:
         return errors.gemini_error(status, message, code, c, request_id)
 
@@ -138,6 +144,22 @@ class GeminiGenerate:
 
     def cap_tool_outputs(self, payload: Mapping[str, Any], max_tokens: int) -> Capped:
         return cap_outputs(payload, max_tokens)
+
+
+# What the gateway keeps in a Gemini payload that the Gemini API has in the URL instead.
+INTERNAL = ("model", "stream")
+
+
+def address(payload: Mapping[str, Any]) -> Address:
+    """The model's method under ``/v1/models/`` (base_url ends in ``/v1beta``), the stream as
+    server-sent events (the only stream format the gateway reads); the body without
+    ``INTERNAL``. A model named ``models/x`` (the resource name) is ``x``."""
+    model = payload.get("model")
+    name = model.removeprefix("models/") if isinstance(model, str) else ""
+    stream = payload.get("stream") is True
+    path = f"/v1/models/{quote(name, safe='-._~@')}:{STREAM if stream else GENERATE}"
+    body = {k: v for k, v in payload.items() if k not in INTERNAL}
+    return Address(path, "alt=sse" if stream else "", body)
 
 
 def sse_event(doc: Mapping[str, Any]) -> bytes:

@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gateway.apis import GEMINI, dialect_for_errors
+import pytest
+
+from gateway.apis import ANTHROPIC_MESSAGES, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, dialect_for_errors
 from gateway.apis.base import EventKind, ForeignError, Inbound, Rejection, Where
 from gateway.apis.gemini.wire import GeminiStreamReader
 from gateway.errors import Classification, ErrorType
@@ -32,6 +34,26 @@ def test_the_model_and_the_stream_flag_come_from_the_path() -> None:
     body = {**BODY, "model": "models/other", "stream": True}
     said = admit("generateContent", body=body)
     assert isinstance(said, Inbound) and (said.model, said.stream) == ("gemini-2.5-flash", False)
+
+
+@pytest.mark.parametrize(("model", "stream", "path", "query"), [
+    ("gemini-2.5-flash", False, "/v1/models/gemini-2.5-flash:generateContent", ""),
+    ("gemini-2.5-flash", True, "/v1/models/gemini-2.5-flash:streamGenerateContent", "alt=sse"),
+    ("models/gemini-2.5-pro", False, "/v1/models/gemini-2.5-pro:generateContent", ""),  # the resource name
+    ("gemini 2?x", False, "/v1/models/gemini%202%3Fx:generateContent", ""),  # quoted, never a query
+])  # fmt: skip
+def test_an_upstream_is_addressed_by_model_and_method_without_the_gateways_fields(
+    model: str, stream: bool, path: str, query: str
+) -> None:
+    address = GEMINI.address({**BODY, "model": model, "stream": stream})
+    assert address is not None and (address.path, address.query) == (path, query)
+    assert address.payload == BODY  # Google refuses unknown fields: model and stream stay here
+
+
+def test_the_apis_that_say_everything_in_the_body_are_not_addressed() -> None:
+    payload = {"model": "m", "stream": True, "messages": []}
+    assert OPENAI_CHAT.address(payload) is None and ANTHROPIC_MESSAGES.address(payload) is None
+    assert OPENAI_RESPONSES.address(payload) is None
 
 
 def test_a_json_array_stream_and_bad_contents_are_refused() -> None:
