@@ -50,6 +50,7 @@ from gateway.apis.base import (
 )
 from gateway.apis.common import ShownText, malformed_event_error
 from gateway.apis.gemini import errors
+from gateway.apis.gemini.compress import compress_gemini
 from gateway.apis.gemini.fields import field
 from gateway.apis.gemini.tool_outputs import apply_tool_policy, cap_outputs
 from gateway.apis.replay import Trim
@@ -117,10 +118,8 @@ class GeminiGenerate:
         context_window: int | None,
         removed_tokens: float = 0.0,
     ) -> CompressionResult:
-        # Not yet: an overflow is answered in Google's own words (errors.py), which Gemini CLI
-        # reads as a full context; its own compression then shortens the conversation.
-        reason = {"reason": "gemini requests are not compressed by the gateway yet"}
-        return CompressionResult(None, "not_applicable", 0, 0, 0, reason)
+        return compress_gemini(payload, error_message=error_message, context_window=context_window,
+                               removed_tokens=removed_tokens)  # fmt: skip
 
     def tool_outputs(self, payload: Mapping[str, Any], policy: ToolOutputPolicy, stage: Stage) -> Applied:
         return apply_tool_policy(payload, policy, stage)
@@ -134,7 +133,9 @@ class GeminiGenerate:
         return sse_event(doc)
 
     def continuation(self, payload: Mapping[str, Any], partial: str, mode: str) -> dict[str, Any] | None:
-        return None  # a Gemini upstream's stream is not continued (none is served yet)
+        # Not yet: a broken stream from a Gemini upstream ends with its one typed error event
+        # (``broken_event``), as on an upstream that declares no continuation.
+        return None
 
     def splicer(self, original: StreamReader, partial: str, mode: str) -> Splice:
         raise NotImplementedError("continuation() declines every Gemini stream")
