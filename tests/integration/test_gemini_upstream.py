@@ -119,7 +119,7 @@ async def test_a_gemini_client_is_passed_through_with_the_key_in_the_header(make
 
 async def test_a_gemini_stream_is_passed_through_and_model_map_renames_the_path(make_gateway, gemini) -> None:
     gw = await make_gateway(upstreams=upstream(gemini, ", model_map: {'gemini-*': gemini-2.5-pro}"))
-    raw = answer("gemini-pro-text.stream")["stream"].encode()
+    raw = answer("gemini-pro-text.stream")["body"].encode()
     gemini.replies.append(lambda body: raw)
     status, headers, body = await post_gemini(gw, "/v1/models/gemini-flash-latest:streamGenerateContent?alt=sse",
                                               HELLO)  # fmt: skip
@@ -164,7 +164,7 @@ async def test_an_openai_chat_client_on_a_gemini_upstream(make_gateway, gemini) 
 
 async def test_an_openai_chat_stream_from_a_gemini_stream(make_gateway, gemini) -> None:
     gw = await make_gateway(upstreams=upstream(gemini))
-    raw = answer("gemini-pro-text.stream")["stream"].encode()
+    raw = answer("gemini-pro-text.stream")["body"].encode()
     gemini.replies.append(lambda body: raw)
     client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="sk-client")
     try:

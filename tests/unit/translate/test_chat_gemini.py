@@ -235,7 +235,7 @@ def run_stream(raw: bytes, request: dict[str, Any]) -> list[Any]:
 
 
 def test_the_live_apis_stream_as_chat_chunks() -> None:
-    raw = answer_file("gemini-pro-text.stream.json")["stream"].encode()
+    raw = answer_file("gemini-pro-text.stream.json")["body"].encode()
     request = {"model": "gpt-4o", "messages": [USER], "stream": True, "stream_options": {"include_usage": True}}
     out = run_stream(raw, request)
     assert out[-1] == "[DONE]"
