@@ -66,6 +66,10 @@ class StrictGemini:
         if unknown:
             message = f'Invalid JSON payload received. Unknown name "{unknown[0]}": Cannot find field.'
             return web.json_response(google_error(400, "INVALID_ARGUMENT", message), status=400)
+        if method == "countTokens":
+            # CountTokensResponse (Gemini API reference, models.countTokens): totalTokens.
+            reply = self.replies.pop(0)(body) if self.replies else {"totalTokens": 31}
+            return reply if isinstance(reply, web.StreamResponse) else web.json_response(reply)
         if method not in ("generateContent", "streamGenerateContent") or not model:
             return web.json_response(google_error(404, "NOT_FOUND", "not found"), status=404)
         reply = self.replies.pop(0)(body) if self.replies else answer("gemini-text-usage")["body"]
@@ -258,3 +262,12 @@ async def test_a_chat_request_that_cannot_be_carried_is_refused_in_chats_envelop
     status, _, body = await gw.chat({"model": "gpt-4o", "n": 2, "messages": [{"role": "user", "content": "hi"}]})
     assert status == 400 and json.loads(body)["error"]["code"] == "untranslatable_request"
     assert gemini.seen == []
+
+
+async def test_count_tokens_is_asked_of_a_gemini_upstream(make_gateway, gemini) -> None:
+    gw = await make_gateway(upstreams=upstream(gemini, ", model_map: {'gemini-*': gemini-2.5-pro}"))
+    status, headers, body = await post_gemini(gw, "/v1beta/models/gemini-flash-latest:countTokens", HELLO)
+    assert status == 200 and json.loads(body) == {"totalTokens": 31}
+    assert "x-llm-estimated" not in headers  # the provider's own count
+    [seen] = gemini.seen
+    assert seen.path == "/v1beta/models/gemini-2.5-pro:countTokens" and seen.body == HELLO

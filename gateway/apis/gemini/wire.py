@@ -156,11 +156,15 @@ def address(payload: Mapping[str, Any]) -> Address:
     server-sent events (the only stream format the gateway reads); the body without
     ``INTERNAL``. A model named ``models/x`` (the resource name) is ``x``."""
     model = payload.get("model")
-    name = model.removeprefix("models/") if isinstance(model, str) else ""
     stream = payload.get("stream") is True
-    path = f"/v1/models/{quote(name, safe='-._~@')}:{STREAM if stream else GENERATE}"
     body = {k: v for k, v in payload.items() if k not in INTERNAL}
-    return Address(path, "alt=sse" if stream else "", body)
+    return Address(model_path(model if isinstance(model, str) else "", STREAM if stream else GENERATE),
+                   "alt=sse" if stream else "", body)  # fmt: skip
+
+
+def model_path(model: str, method: str) -> str:
+    """``/v1/models/{model}:{method}``, the model quoted (it is a path segment, never a query)."""
+    return f"/v1/models/{quote(model.removeprefix('models/'), safe='-._~@')}:{method}"
 
 
 def sse_event(doc: Mapping[str, Any]) -> bytes:
