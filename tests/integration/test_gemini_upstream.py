@@ -271,3 +271,21 @@ async def test_count_tokens_is_asked_of_a_gemini_upstream(make_gateway, gemini) 
     assert "x-llm-estimated" not in headers  # the provider's own count
     [seen] = gemini.seen
     assert seen.path == "/v1beta/models/gemini-2.5-pro:countTokens" and seen.body == HELLO
+
+
+async def test_a_gemini_client_on_a_chat_upstream_is_compressed_in_geminis_shape_too(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", apis: [chat], model_map: {'gemini-*': qwen}")
+    gw.fake.context_limit = 30000  # the fake answers OpenAI's own overflow above it
+    history: list[dict[str, Any]] = [{"role": "user", "parts": [{"text": "fix the bug"}]}]
+    for i in range(6):
+        history += [{"role": "model", "parts": [{"functionCall": {"name": "read", "args": {"n": i}, "id": f"c{i}"}}]},
+                    {"role": "user", "parts": [{"functionResponse": {"name": "read", "id": f"c{i}",
+                                                                     "response": {"output": "z" * 40000}}}]}]
+    history.append({"role": "user", "parts": [{"text": "and now?"}]})
+    status, _, body = await post_gemini(gw, "/v1beta/models/gemini-2.5-flash:generateContent", {"contents": history})
+    assert status == 200, body
+    first, retried = gw.fake.chat_requests()
+    assert len(retried.body) < len(first.body)
+    messages = retried.json()["messages"]
+    calls = {c["id"] for m in messages for c in m.get("tool_calls") or ()}
+    assert calls == {m["tool_call_id"] for m in messages if m["role"] == "tool"}  # no orphan on either side
