@@ -184,8 +184,11 @@ class ServerConfig(_Model):
 
 
 # The wire APIs by the names config uses: OpenAI chat completions, Anthropic Messages,
-# OpenAI Responses.
-ApiName = Literal["chat", "messages", "responses"]
+# OpenAI Responses, the Gemini API (generateContent).
+ApiName = Literal["chat", "messages", "responses", "gemini"]
+# What an upstream speaks when neither `apis` nor its host says: the three OpenAI-compatible
+# servers commonly offer. Gemini is spoken by Google's endpoint alone, so it is never assumed
+# (a Gemini client on such a server is translated to chat, as before Gemini upstreams existed).
 ALL_APIS: tuple[ApiName, ...] = ("chat", "messages", "responses")
 
 # What the providers at well-known hosts serve, for an upstream whose `apis` is not given.
@@ -198,6 +201,9 @@ ALL_APIS: tuple[ApiName, ...] = ("chat", "messages", "responses")
 APIS_BY_HOST: dict[str, tuple[ApiName, ...]] = {
     "api.openai.com": ("chat", "responses"),
     "api.anthropic.com": ("messages",),
+    # Google AI Studio's Gemini API (https://ai.google.dev/api): generateContent. Its OpenAI
+    # compatibility layer (/v1beta/openai/) is a chat upstream of its own: say `apis: [chat]`.
+    "generativelanguage.googleapis.com": ("gemini",),
 }
 
 
@@ -221,7 +227,7 @@ class UpstreamConfig(_Model):
     )  # fmt: skip
     base_url: str = Field(
         description="Absolute `http://` or `https://` URL that `/v1/<rest>` maps onto as `<base_url>/<rest>` "
-        "(so usually ends in `/v1`); no credentials, query or fragment. Required."
+        "(so usually ends in `/v1`, or `/v1beta` for the Gemini API); no credentials, query or fragment. Required."
     )
     api_key: str | None = Field(
         default=None, repr=False,
@@ -247,10 +253,12 @@ class UpstreamConfig(_Model):
         description="Ask chat-completions streams for their usage chunk (`stream_options.include_usage`) "
         "to count tokens; turn off for a server that rejects the option.",
     )
-    key_header: Literal["authorization", "x-api-key", "api-key"] = Field(
+    key_header: Literal["authorization", "x-api-key", "api-key", "x-goog-api-key"] = Field(
         default="authorization",
         description="The header that carries `api_key`: `authorization` (`Bearer <key>`: OpenAI and most "
-        "compatibles), `x-api-key` (Anthropic) or `api-key` (Azure OpenAI).",
+        "compatibles), `x-api-key` (Anthropic), `api-key` (Azure OpenAI) or `x-goog-api-key` (the Gemini "
+        "API). Not given: `x-goog-api-key` for an upstream that speaks only Gemini (Google also takes "
+        "`?key=`, which would land in access logs), else `authorization`.",
     )
     fallbacks: tuple[str, ...] = Field(
         default=(),
@@ -308,11 +316,13 @@ class UpstreamConfig(_Model):
     @model_validator(mode="wrap")
     @classmethod
     def _apis_by_host(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
-        if not isinstance(data, dict) or data.get("apis") not in (None, ""):
+        if not isinstance(data, dict):
             return handler(data)
+        if data.get("apis") not in (None, ""):
+            return handler(_gemini_key_header(data))
         host = _hostname(data.get("base_url"))
         known = APIS_BY_HOST.get(host)
-        up = handler({**data, "apis": known or ALL_APIS})
+        up = handler(_gemini_key_header({**data, "apis": known or ALL_APIS}))
         up._apis_from = f"host {host}" if known else "default"
         return up
 
@@ -370,7 +380,7 @@ class UpstreamConfig(_Model):
     @classmethod
     def _some_api(cls, v: tuple[ApiName, ...]) -> tuple[ApiName, ...]:
         if not v:
-            raise ValueError("must list at least one of chat, messages, responses")
+            raise ValueError("must list at least one of chat, messages, responses, gemini")
         return tuple(dict.fromkeys(v))
 
     @field_validator("model_map", mode="before")
@@ -401,6 +411,13 @@ class UpstreamConfig(_Model):
         if not v:
             raise ValueError("must list at least one model pattern")
         return v
+
+
+def _gemini_key_header(data: dict[str, Any]) -> dict[str, Any]:
+    """An upstream that speaks only Gemini takes its key in x-goog-api-key unless told otherwise."""
+    apis = data.get("apis")
+    only = apis in ("gemini", ["gemini"], ("gemini",))
+    return {**data, "key_header": "x-goog-api-key"} if only and data.get("key_header") is None else data
 
 
 def _hostname(url: Any) -> str:
@@ -1175,10 +1192,16 @@ def config_warnings(cfg: GatewayConfig) -> list[str]:
     for i, u in enumerate(cfg.upstreams):
         if urlsplit(u.base_url).path in ("", "/"):
             # /v1/<rest> maps onto base_url + /<rest>, so a bare host loses the /v1.
-            out.append(
-                f"upstreams[{i}].base_url has no path, so /v1/chat/completions is sent to "
-                f"{u.base_url}/chat/completions; did you mean {u.base_url}/v1?"
-            )
+            if u.apis == ("gemini",):  # Google serves the Gemini API under /v1beta
+                out.append(
+                    f"upstreams[{i}].base_url has no path, so a generateContent request is sent to "
+                    f"{u.base_url}/models/...; did you mean {u.base_url}/v1beta?"
+                )
+            else:
+                out.append(
+                    f"upstreams[{i}].base_url has no path, so /v1/chat/completions is sent to "
+                    f"{u.base_url}/chat/completions; did you mean {u.base_url}/v1?"
+                )
         if cfg.uses_client_keys and u.api_key is None:
             out.append(
                 f"upstreams[{i}] ({u.name}) has no api_key while server.client_keys is set: "

@@ -64,6 +64,17 @@ NOWHERE = Where({}, {})
 
 
 @dataclass(frozen=True, slots=True)
+class Address:
+    """Where one request goes on an upstream of an API that names the model and the method in
+    the URL (Gemini), and the body it is sent there: the payload without the fields the
+    gateway keeps in it for itself (``model``, ``stream``)."""
+
+    path: str  # ``/v1/...``, mapped onto the upstream's base_url as every upstream path is
+    query: str  # the whole query string (the client's own is not sent on)
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class Rejection:
     """Why a body was not admitted; rendered in the dialect's error shape with status 400."""
 
@@ -157,6 +168,11 @@ class Dialect(Protocol):
 
     def prepare(self, inbound: Inbound, stream_usage: bool) -> tuple[dict[str, Any], bool]:
         """The payload to send, and whether the stream reader must drop usage it asked for."""
+        ...
+
+    def address(self, payload: Mapping[str, Any]) -> Address | None:
+        """Where an upstream that speaks this API is sent ``payload``, and in which body; None
+        for an API whose body says everything: at ``path``, the payload as it is."""
         ...
 
     def error_body(self, status: int, message: str, code: str, c: Classification, request_id: str) -> bytes:

@@ -41,7 +41,7 @@ from gateway.pipeline.admit import model_of, parse_json_object, read_body
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.chain import send_chain
 from gateway.pipeline.continuation import continuable, resumer
-from gateway.pipeline.legs import Sending, body_for, leg_call
+from gateway.pipeline.legs import Sending, leg_call, resent
 from gateway.pipeline.models import gemini_caller, list_models
 from gateway.pipeline.outcome import (
     STATE,
@@ -122,7 +122,7 @@ def full_pipeline(dialect: Dialect) -> Handler:
                 return bad_request(leg.message, "no_translation")
             headers = request_headers(request.headers.items(), up.outbound, state.request_id)
             state.translated = None  # until a translated call is made (a fallback's, say)
-            if leg.translator is None and leg.model is None:
+            if leg.translator is None and leg.model is None and dialect.address(payload) is None:
                 url = up.url_for(dialect.path, query)
                 return Call(up, "POST", url, headers, mode, dialect, strip_usage, track, body=direct_body())
             sent = Sending(mode, strip_usage, track, query)
@@ -396,10 +396,11 @@ async def _probe_once(
     svc: Services, state: RequestState, plan: RetryPlan, call: Call, payload: dict[str, Any], inbound: Inbound
 ) -> Outcome:
     dialect = state.dialect  # the client's: answers are translated back before they get here
-    body = body_for(call, dialect.without_stream(payload))
-    if isinstance(body, Failure):
-        return body
-    outcome = await send_one(svc, state, plan, dataclasses.replace(call, mode=ReadMode.BUFFER), body)
+    again = resent(call, dialect.without_stream(payload))
+    if isinstance(again, Failure):
+        return again
+    buffered, body = again
+    outcome = await send_one(svc, state, plan, dataclasses.replace(buffered, mode=ReadMode.BUFFER), body)
     if isinstance(outcome, Failure):
         return outcome
     try:
@@ -454,12 +455,12 @@ async def _rescue(
         counter.labels(up.cfg.name, "not_applicable").inc()
         return overflow
     state.compressed = True
-    body = body_for(call, retry)
-    if isinstance(body, Failure):
+    again = resent(call, retry)
+    if isinstance(again, Failure):
         counter.labels(up.cfg.name, "not_applicable").inc()
         return overflow
     svc.tracing.next_attempt(state, "compress_retry")
-    outcome = await send_one(svc, state, plan, call, body)
+    outcome = await send_one(svc, state, plan, *again)
     label = "still_overflow" if _overflowed(outcome) else "applied"
     state.compression["outcome"] = label
     counter.labels(up.cfg.name, label).inc()

@@ -1,11 +1,12 @@
 """The Gemini API's endpoints besides content generation, which the full pipeline serves
 (``apis/gemini``): ``models.countTokens``, ``models.list`` and ``models.get``.
 
-No upstream speaks the Gemini API here (every Gemini request is translated), so none can
-count a Gemini request or describe a Gemini model: ``countTokens`` is answered from the
-gateway's own estimate of the translated request (``x-llm-estimated: true``, as Messages'
-count_tokens is answered on an upstream that cannot count), the model list from the
-upstreams' own lists in Google's shape (``pipeline/models.py``), and one model from routing.
+``countTokens`` goes to the routed upstream when it speaks Gemini (its count is exact; the
+body as the client sent it, at the upstream's name for the model); on any other upstream it
+is answered from the gateway's own estimate of the translated request
+(``x-llm-estimated: true``, as Messages' count_tokens is answered on an upstream that cannot
+count). The model list comes from the upstreams' own lists in Google's shape
+(``pipeline/models.py``), and one model from routing.
 
 Gemini CLI asks ``countTokens`` before it compresses a long conversation; google-genai's
 ``client.models.count_tokens`` and ``client.models.list`` call these.
@@ -20,12 +21,18 @@ from aiohttp import web
 
 from gateway.apis import GEMINI, model_list
 from gateway.apis.gemini.fields import field
+from gateway.apis.gemini.wire import model_path
 from gateway.pipeline.admit import parse_json_object, read_body
+from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.forward import Handler, authenticate
 from gateway.pipeline.models import gemini_caller, list_models
-from gateway.pipeline.outcome import STATE, Failure, Success, bad_request
+from gateway.pipeline.outcome import STATE, Failure, Outcome, RequestState, Success, bad_request
+from gateway.pipeline.pool import any_deployment
 from gateway.pipeline.relay import relay
+from gateway.pipeline.send import new_plan, send_one
+from gateway.policy.clients import client_deadline_s
 from gateway.policy.tokens import request_tokens, text_tokens
+from gateway.routing import UnsafePath, in_api, request_headers
 from gateway.services import SERVICES, Services
 from gateway.translate.base import Refusal, Target
 from gateway.translate.gemini_chat.request import to_chat
@@ -50,6 +57,9 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
     doc = parse_json_object(body)
     if isinstance(doc, Failure):
         return await relay(request, svc, state, doc)
+    counted = await _counted_upstream(request, svc, state, model, body)
+    if counted is not None:
+        return await relay(request, svc, state, counted)
     # CountTokensRequest: ``contents`` alone, or a whole ``generateContentRequest`` (with its
     # system instruction and tools, which count too).
     asked = field(doc, "generateContentRequest")
@@ -58,6 +68,28 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
     headers = [("Content-Type", "application/json"), ("x-llm-estimated", "true")]
     answer = Success(200, headers, body=json.dumps({"totalTokens": total}).encode())
     return await relay(request, svc, state, answer)
+
+
+async def _counted_upstream(
+    request: web.Request, svc: Services, state: RequestState, model: str, body: bytes
+) -> Outcome | None:
+    """A Gemini upstream counts the request itself (its own tokenizer, the exact number);
+    None when the model is routed to an upstream of another API (the estimate answers)."""
+    route = svc.chain_for(model)
+    if route is None:
+        return None
+    pool = route.hops[0].pool
+    up = route.upstreams[0] if pool is None else await any_deployment(svc, pool, model)
+    if "gemini" not in up.cfg.apis:
+        return None
+    name = up.cfg.upstream_model(model) if up.cfg.model_map else model
+    try:
+        url = up.url_for(model_path(name, "countTokens"), "")
+    except UnsafePath:
+        return None
+    headers = in_api(request_headers(request.headers.items(), up.outbound, state.request_id), "gemini")
+    call = Call(up, "POST", url, headers, ReadMode.BUFFER, GEMINI)
+    return await send_one(svc, state, new_plan(svc, client_deadline_s(request.headers)), call, body)
 
 
 def estimate(request: dict[str, Any]) -> int:

@@ -4,16 +4,17 @@ builds the plain call itself (the hot path) and asks here for the others."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
 
 from gateway import jsonbody
-from gateway.apis.base import Inbound
+from gateway.apis.base import Dialect, Inbound
 from gateway.jsonbody import Lenient
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.outcome import Failure, RequestState, bad_request
-from gateway.routing import in_api
+from gateway.routing import UnsafePath, in_api
 from gateway.services import UpstreamRuntime
 from gateway.translate import Leg, Translation
 from gateway.translate.base import Context, Refusal, Target
@@ -33,40 +34,73 @@ def leg_call(
     state: RequestState, leg: Leg, up: UpstreamRuntime, headers: dict[str, str], how: Sending,
     inbound: Inbound, payload: dict[str, Any], client_payload: dict[str, Any],
 ) -> Call | Failure:  # fmt: skip
-    """A call on an upstream that speaks another API than the client, or another model name."""
+    """A call on an upstream that speaks another API than the client, under another model
+    name, or in an API that names the model in the URL (Gemini)."""
     wire = leg.wire
     headers = in_api(headers, wire.api)  # the body is the gateway's, in the upstream's API
+    lenient = isinstance(inbound.payload, Lenient)
     if leg.translator is None:  # the client's API, under the upstream's name for the model
-        url = up.url_for(wire.path, how.query_string)
         sent = leg.request(payload, inbound.model, up.cfg.stream_usage)
         assert isinstance(sent, dict)
-        body = jsonbody.dumps(sent, lenient=isinstance(inbound.payload, Lenient))
+        where = addressed(up, wire, sent, how.query_string)
+        if isinstance(where, Failure):
+            return where
+        url, body_payload = where
+        # Unchanged, the client's own bytes go (a Gemini client's body has no model or stream).
+        body = inbound.body if sent is inbound.payload else jsonbody.dumps(body_payload, lenient=lenient)
         return Call(up, "POST", url, headers, how.mode, wire, how.strip_usage, how.track,
                     body=body, wire_payload=sent)  # fmt: skip
-    # The client's query string belongs to its own API (Claude Code's ?beta=true): not sent on.
-    url = up.url_for(wire.path, "")
     state.translated = f"{leg.client.api}->{wire.api}"
     translated = leg.request(client_payload, inbound.model, up.cfg.stream_usage)
     if isinstance(translated, Refusal):
         return bad_request(translated.message, translated.code)
+    # The client's query string belongs to its own API (Claude Code's ?beta=true): not sent on.
+    where = addressed(up, wire, translated, "")
+    if isinstance(where, Failure):
+        return where
+    url, body_payload = where
     size = len(inbound.body) if client_payload is inbound.payload else None  # unchanged: its own bytes
     ctx = Context(inbound.model or "", client_payload, state.request_id, size)
     translation = Translation(leg.translator, ctx)
-    body = jsonbody.dumps(translated, lenient=isinstance(inbound.payload, Lenient))
+    body = jsonbody.dumps(body_payload, lenient=lenient)
     return Call(up, "POST", url, headers, how.mode, wire, False, how.track, translation,
                 body=body, wire_payload=translated)  # fmt: skip
 
 
-def body_for(call: Call, payload: dict[str, Any]) -> bytes | Failure:
-    """A changed client payload (compressed, asked without streaming) as this call sends it."""
+def addressed(
+    up: UpstreamRuntime, wire: Dialect, payload: dict[str, Any], query: str
+) -> tuple[str, dict[str, Any]] | Failure:
+    """The URL ``payload`` goes to on ``up`` in ``wire``'s API, and the body it is sent."""
+    address = wire.address(payload)
+    if address is None:
+        return up.url_for(wire.path, query), payload
+    try:
+        return up.url_for(address.path, address.query), address.payload
+    except UnsafePath:  # a model name with a slash: no path segment can hold it
+        return bad_request(f"the model name {str(payload.get('model'))[:128]!r} cannot be put in a "
+                           f"{wire.api} URL", "invalid_model")  # fmt: skip
+
+
+def resent(call: Call, payload: dict[str, Any]) -> tuple[Call, bytes] | Failure:
+    """A changed client payload (compressed, asked without streaming) as this call sends it,
+    and the call at the URL that payload goes to (Gemini's method follows the stream flag)."""
     if call.translation is None:
         model = call.wire_payload.get("model") if call.wire_payload is not None else None
         sent = payload if model is None else {**payload, "model": model}
-        return json.dumps(sent, ensure_ascii=False).encode()
-    translated = call.translation.translator.request(payload, target_of(call))
-    if isinstance(translated, Refusal):
-        return bad_request(translated.message, translated.code)
-    return json.dumps(translated, ensure_ascii=False).encode()
+    else:
+        translated = call.translation.translator.request(payload, target_of(call))
+        if isinstance(translated, Refusal):
+            return bad_request(translated.message, translated.code)
+        sent = translated
+    address = call.dialect.address(sent)
+    if address is None:
+        return call, json.dumps(sent, ensure_ascii=False).encode()
+    where = addressed(call.up, call.dialect, sent, "")
+    if isinstance(where, Failure):
+        return where
+    url, body_payload = where
+    body = json.dumps(body_payload, ensure_ascii=False).encode()
+    return dataclasses.replace(call, url=url, wire_payload=sent), body
 
 
 def target_of(call: Call) -> Target:

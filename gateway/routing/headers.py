@@ -92,6 +92,9 @@ API_HEADERS: dict[str, ApiHeaders] = {
     "messages": ApiHeaders((("anthropic-version", ANTHROPIC_VERSION),), ("anthropic-",)),
     "chat": ApiHeaders((), ("openai-",)),
     "responses": ApiHeaders((), ("openai-",)),
+    # The Gemini API: the credential only (x-goog-api-key, https://ai.google.dev/api#authentication);
+    # x-goog-api-client is the Google SDKs' own telemetry header.
+    "gemini": ApiHeaders((), ("x-goog-api-client",)),
 }
 # Every API here takes JSON bodies; one the gateway wrote is labelled so, whatever type the
 # client's body was sent as (curl -d says application/x-www-form-urlencoded).
@@ -144,6 +147,7 @@ _KEY_HEADER: dict[str, tuple[str, str]] = {
     "authorization": ("Authorization", "Bearer {}"),
     "x-api-key": ("x-api-key", "{}"),
     "api-key": ("api-key", "{}"),
+    "x-goog-api-key": ("x-goog-api-key", "{}"),
 }
 
 

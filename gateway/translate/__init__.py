@@ -162,10 +162,11 @@ def _builtin() -> dict[tuple[str, str], Translator]:
 
 def _modules() -> list[Translator]:
     # Each direction is one module; listed here so the registry is the only place that knows them.
+    from gateway.translate.chat_gemini import ChatToGemini
     from gateway.translate.chat_messages import ChatToMessages
     from gateway.translate.gemini_chat import GeminiToChat
     from gateway.translate.messages_chat import MessagesToChat
     from gateway.translate.responses_chat import ResponsesToChat
 
-    return [MessagesToChat(), ResponsesToChat(), ChatToMessages(), GeminiToChat()]
+    return [MessagesToChat(), ResponsesToChat(), ChatToMessages(), GeminiToChat(), ChatToGemini()]
 

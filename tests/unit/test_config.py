@@ -433,7 +433,8 @@ def test_the_claude_code_example_sends_anthropic_its_key_its_way() -> None:
 @pytest.mark.parametrize(("base_url", "apis", "said"), [
     ("https://api.openai.com/v1", ("chat", "responses"), "host api.openai.com"),  # no /v1/messages there
     ("https://API.Anthropic.com/v1", ("messages",), "host api.anthropic.com"),
-    ("http://127.0.0.1:8000/v1", ("chat", "messages", "responses"), "default"),
+    ("https://generativelanguage.googleapis.com/v1beta", ("gemini",), "host generativelanguage.googleapis.com"),
+    ("http://127.0.0.1:8000/v1", ("chat", "messages", "responses"), "default"),  # never gemini unless said
 ])  # fmt: skip
 def test_apis_left_out_are_what_a_well_known_host_serves(base_url: str, apis: tuple[str, ...], said: str) -> None:
     for given in ("", ", apis: ''", ", apis: '${UPSTREAM_APIS:-}'"):  # an unset variable says nothing either
@@ -441,3 +442,21 @@ def test_apis_left_out_are_what_a_well_known_host_serves(base_url: str, apis: tu
         assert (up.apis, up.apis_from) == (apis, said)
     (up,) = parse_config(f"upstreams: [{{name: a, base_url: '{base_url}', apis: [chat]}}]", env={}).upstreams
     assert (up.apis, up.apis_from) == (("chat",), "config")
+
+
+@pytest.mark.parametrize(("extra", "header"), [
+    ("", "x-goog-api-key"),  # Google's endpoint: apis from the host, the key the way Google takes it
+    (", apis: [gemini]", "x-goog-api-key"),
+    (", apis: gemini", "x-goog-api-key"),
+    (", apis: [gemini], key_header: authorization", "authorization"),  # said: kept
+    (", apis: [gemini, chat]", "authorization"),  # not Gemini alone: the usual default
+])  # fmt: skip
+def test_a_gemini_only_upstream_takes_its_key_in_x_goog_api_key(extra: str, header: str) -> None:
+    text = f"upstreams: [{{name: g, base_url: 'https://generativelanguage.googleapis.com/v1beta'{extra}}}]"
+    (up,) = parse_config(text, env={}).upstreams
+    assert up.key_header == header
+
+
+def test_a_bare_gemini_host_is_told_about_v1beta() -> None:
+    cfg = parse_config("upstreams: [{name: g, base_url: 'https://generativelanguage.googleapis.com'}]", env={})
+    assert any("did you mean https://generativelanguage.googleapis.com/v1beta?" in w for w in config_warnings(cfg))

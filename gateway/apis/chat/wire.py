@@ -16,6 +16,7 @@ from typing import Any
 
 from gateway.apis.base import (
     NOWHERE,
+    Address,
     Applied,
     Capped,
     Ending,
@@ -61,6 +62,9 @@ class OpenAIChat:
 
     def admit(self, body: bytes, payload: dict[str, Any], where: Where = NOWHERE) -> Inbound | Rejection:
         return admit_messages(body, payload)
+
+    def address(self, payload: Mapping[str, Any]) -> Address | None:
+        return None  # always at ``path``, the body as it is
 
     def prepare(self, inbound: Inbound, stream_usage: bool) -> tuple[dict[str, Any], bool]:
         """For token accounting, ask a stream for its usage chunk when the client did not,

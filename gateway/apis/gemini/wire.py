@@ -19,11 +19,12 @@ the requests in tests/corpus/requests/gemini-cli-*.json and genai-*.json):
   cachedContentTokenCount, totalTokenCount}``; the prompt count includes the cached part, and
   thoughts are billed as output.
 
-The path's facts travel with the payload: ``model`` (GenerateContentRequest's own field) and
-``stream`` (the gateway's: the translators and the empty-stream probe read it there, as they
-read the other APIs' ``stream``). No upstream speaks this API yet (``apis`` in config has no
-``gemini``): every request is translated through chat completions (``translate/gemini_chat``),
-so neither field ever reaches a Gemini server.
+The path's facts travel with the payload inside the gateway: ``model`` and ``stream`` (the
+translators, the model map and the empty-stream probe read and change them there, as they do
+the other APIs' fields). Neither is sent to a Gemini server, which refuses a field it does not
+know ("Invalid JSON payload received. Unknown name ..."): ``address`` puts them back in the
+URL, ``/v1/models/{model}:generateContent`` or ``:streamGenerateContent?alt=sse`` under the
+upstream's base_url (``https://generativelanguage.googleapis.com/v1beta``).
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
 from gateway.apis.base import (
     NOWHERE,
+    Address,
     Applied,
     Capped,
     Ending,
@@ -47,6 +50,7 @@ from gateway.apis.base import (
 )
 from gateway.apis.common import ShownText, malformed_event_error
 from gateway.apis.gemini import errors
+from gateway.apis.gemini.compress import compress_gemini
 from gateway.apis.gemini.fields import field
 from gateway.apis.gemini.tool_outputs import apply_tool_policy, cap_outputs
 from gateway.apis.replay import Trim
@@ -88,6 +92,9 @@ class GeminiGenerate:
     def prepare(self, inbound: Inbound, stream_usage: bool) -> tuple[dict[str, Any], bool]:
         return inbound.payload, False  # the last chunk of a stream always carries usageMetadata
 
+    def address(self, payload: Mapping[str, Any]) -> Address:
+        return address(payload)
+
     def error_body(self, status: int, message: str, code: str, c: Classification, request_id: str) -> bytes:
         return errors.gemini_error(status, message, code, c, request_id)
 
@@ -111,10 +118,8 @@ class GeminiGenerate:
         context_window: int | None,
         removed_tokens: float = 0.0,
     ) -> CompressionResult:
-        # Not yet: an overflow is answered in Google's own words (errors.py), which Gemini CLI
-        # reads as a full context; its own compression then shortens the conversation.
-        reason = {"reason": "gemini requests are not compressed by the gateway yet"}
-        return CompressionResult(None, "not_applicable", 0, 0, 0, reason)
+        return compress_gemini(payload, error_message=error_message, context_window=context_window,
+                               removed_tokens=removed_tokens)  # fmt: skip
 
     def tool_outputs(self, payload: Mapping[str, Any], policy: ToolOutputPolicy, stage: Stage) -> Applied:
         return apply_tool_policy(payload, policy, stage)
@@ -128,7 +133,9 @@ class GeminiGenerate:
         return sse_event(doc)
 
     def continuation(self, payload: Mapping[str, Any], partial: str, mode: str) -> dict[str, Any] | None:
-        return None  # a Gemini upstream's stream is not continued (none is served yet)
+        # Not yet: a broken stream from a Gemini upstream ends with its one typed error event
+        # (``broken_event``), as on an upstream that declares no continuation.
+        return None
 
     def splicer(self, original: StreamReader, partial: str, mode: str) -> Splice:
         raise NotImplementedError("continuation() declines every Gemini stream")
@@ -138,6 +145,26 @@ class GeminiGenerate:
 
     def cap_tool_outputs(self, payload: Mapping[str, Any], max_tokens: int) -> Capped:
         return cap_outputs(payload, max_tokens)
+
+
+# What the gateway keeps in a Gemini payload that the Gemini API has in the URL instead.
+INTERNAL = ("model", "stream")
+
+
+def address(payload: Mapping[str, Any]) -> Address:
+    """The model's method under ``/v1/models/`` (base_url ends in ``/v1beta``), the stream as
+    server-sent events (the only stream format the gateway reads); the body without
+    ``INTERNAL``. A model named ``models/x`` (the resource name) is ``x``."""
+    model = payload.get("model")
+    stream = payload.get("stream") is True
+    body = {k: v for k, v in payload.items() if k not in INTERNAL}
+    return Address(model_path(model if isinstance(model, str) else "", STREAM if stream else GENERATE),
+                   "alt=sse" if stream else "", body)  # fmt: skip
+
+
+def model_path(model: str, method: str) -> str:
+    """``/v1/models/{model}:{method}``, the model quoted (it is a path segment, never a query)."""
+    return f"/v1/models/{quote(model.removeprefix('models/'), safe='-._~@')}:{method}"
 
 
 def sse_event(doc: Mapping[str, Any]) -> bytes:

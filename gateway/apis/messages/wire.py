@@ -26,6 +26,7 @@ from typing import Any
 
 from gateway.apis.base import (
     NOWHERE,
+    Address,
     Applied,
     Capped,
     Ending,
@@ -92,6 +93,9 @@ class AnthropicMessages:
 
     def admit(self, body: bytes, payload: dict[str, Any], where: Where = NOWHERE) -> Inbound | Rejection:
         return admit_messages(body, payload)
+
+    def address(self, payload: Mapping[str, Any]) -> Address | None:
+        return None  # always at ``path``, the body as it is
 
     def prepare(self, inbound: Inbound, stream_usage: bool) -> tuple[dict[str, Any], bool]:
         return inbound.payload, False  # usage is always in the stream; nothing to ask for

@@ -24,6 +24,7 @@ from typing import Any
 
 from gateway.apis.base import (
     NOWHERE,
+    Address,
     Applied,
     Capped,
     Ending,
@@ -75,6 +76,9 @@ class OpenAIResponses:
         if isinstance(items, list) and not all(isinstance(i, dict) for i in items):
             return Rejection("every item of 'input' must be an object", "invalid_input")
         return admit_fields(body, payload)
+
+    def address(self, payload: Mapping[str, Any]) -> Address | None:
+        return None  # always at ``path``, the body as it is
 
     def prepare(self, inbound: Inbound, stream_usage: bool) -> tuple[dict[str, Any], bool]:
         return inbound.payload, False  # response.completed always carries usage

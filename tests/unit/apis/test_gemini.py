@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gateway.apis import GEMINI, dialect_for_errors
+import pytest
+
+from gateway.apis import ANTHROPIC_MESSAGES, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, dialect_for_errors
 from gateway.apis.base import EventKind, ForeignError, Inbound, Rejection, Where
 from gateway.apis.gemini.wire import GeminiStreamReader
 from gateway.errors import Classification, ErrorType
@@ -32,6 +34,26 @@ def test_the_model_and_the_stream_flag_come_from_the_path() -> None:
     body = {**BODY, "model": "models/other", "stream": True}
     said = admit("generateContent", body=body)
     assert isinstance(said, Inbound) and (said.model, said.stream) == ("gemini-2.5-flash", False)
+
+
+@pytest.mark.parametrize(("model", "stream", "path", "query"), [
+    ("gemini-2.5-flash", False, "/v1/models/gemini-2.5-flash:generateContent", ""),
+    ("gemini-2.5-flash", True, "/v1/models/gemini-2.5-flash:streamGenerateContent", "alt=sse"),
+    ("models/gemini-2.5-pro", False, "/v1/models/gemini-2.5-pro:generateContent", ""),  # the resource name
+    ("gemini 2?x", False, "/v1/models/gemini%202%3Fx:generateContent", ""),  # quoted, never a query
+])  # fmt: skip
+def test_an_upstream_is_addressed_by_model_and_method_without_the_gateways_fields(
+    model: str, stream: bool, path: str, query: str
+) -> None:
+    address = GEMINI.address({**BODY, "model": model, "stream": stream})
+    assert address is not None and (address.path, address.query) == (path, query)
+    assert address.payload == BODY  # Google refuses unknown fields: model and stream stay here
+
+
+def test_the_apis_that_say_everything_in_the_body_are_not_addressed() -> None:
+    payload = {"model": "m", "stream": True, "messages": []}
+    assert OPENAI_CHAT.address(payload) is None and ANTHROPIC_MESSAGES.address(payload) is None
+    assert OPENAI_RESPONSES.address(payload) is None
 
 
 def test_a_json_array_stream_and_bad_contents_are_refused() -> None:
@@ -112,3 +134,57 @@ def test_a_key_in_the_query_is_a_credential() -> None:
     assert ring.identify({}, "gw-key").outcome == "ok"
     assert ring.identify({}, "other").outcome == "invalid"
     assert ring.identify({}).outcome == "missing"
+
+
+def _loop(turns: int, output: str, ask: str = "fix the bug", first: int = 0) -> list[dict[str, Any]]:
+    """A Gemini CLI-shaped tool loop: each step a signed call and its answered output."""
+    contents: list[dict[str, Any]] = [{"role": "user", "parts": [{"text": ask}]}]
+    for i in range(first, first + turns):
+        call = {"functionCall": {"name": "read_file", "args": {"path": f"f{i}.py"}, "id": f"c{i}"},
+                "thoughtSignature": f"sig{i}"}  # fmt: skip
+        answer = {"functionResponse": {"name": "read_file", "id": f"c{i}", "response": {"output": output}}}
+        contents += [{"role": "model", "parts": [call]}, {"role": "user", "parts": [answer]}]
+    return contents
+
+
+def _pairs_valid(contents: list[dict[str, Any]]) -> bool:
+    """Every functionCall turn is followed by the turn answering each of its ids, and back."""
+    for i, content in enumerate(contents):
+        calls = [p["functionCall"]["id"] for p in content["parts"] if "functionCall" in p]
+        if calls:
+            nxt = contents[i + 1]["parts"] if i + 1 < len(contents) else []
+            if [p["functionResponse"]["id"] for p in nxt if "functionResponse" in p] != calls:
+                return False
+        answers = [p for p in content["parts"] if "functionResponse" in p]
+        if answers and (i == 0 or not any("functionCall" in p for p in contents[i - 1]["parts"])):
+            return False
+    return True
+
+
+def test_an_overflowing_gemini_request_is_compressed_in_its_own_shape() -> None:
+    contents = _loop(12, "x" * 20000) + _loop(2, "ok", "now the tests", first=12)
+    payload = {"systemInstruction": {"parts": [{"text": "You are Gemini CLI."}]}, "contents": contents,
+               "generationConfig": {"temperature": 0}, "model": "gemini-2.5-pro", "stream": True}  # fmt: skip
+    message = "The input token count (80000) exceeds the maximum number of tokens allowed (40000)."
+    result = GEMINI.compress(payload, error_message=message, context_window=None)
+    assert result.outcome == "applied" and result.payload is not None, result.report
+    out = result.payload
+    assert out["systemInstruction"] == payload["systemInstruction"]  # instructions untouched
+    assert out["model"] == "gemini-2.5-pro" and out["stream"] is True and out["generationConfig"] == {"temperature": 0}
+    kept = out["contents"]
+    assert len(kept) < len(contents) and _pairs_valid(kept)
+    assert kept[0]["role"] == "user"  # the note about what was removed opens the conversation
+    # The current step comes back verbatim, its signature with it; the first request is left alone.
+    assert kept[-5:] == contents[-5:] and contents[:25] == _loop(12, "x" * 20000)
+    assert result.estimated_after < result.estimated_before
+
+
+def test_one_huge_output_in_the_current_step_is_cut_not_dropped() -> None:
+    contents = _loop(1, "line\n" * 60000)
+    result = GEMINI.compress({"contents": contents}, error_message=None, context_window=20000)
+    assert result.payload is not None, result.report
+    kept = result.payload["contents"]
+    assert _pairs_valid(kept)
+    output = kept[-1]["parts"][0]["functionResponse"]["response"]["output"]
+    assert "truncated by llm-gateway" in output and len(output) < 300000
+    assert kept[-2] == contents[-2]  # the call, its args and its signature unchanged

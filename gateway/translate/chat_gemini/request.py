@@ -1,0 +1,314 @@
+"""OpenAI chat completions client → Gemini API upstream: the request.
+
+What is carried, dropped or refused, each with its reason, is the table in
+``docs/translation/chat_gemini.md``; this module is that table in code.
+
+Facts about the Gemini API relied on here (Gemini API reference, "Generating content" and
+"Caching"; the function-calling and thought-signatures guides):
+
+* instructions go in ``systemInstruction``; ``contents`` alternate ``user`` and ``model``;
+* a function's answer is a ``functionResponse`` part (``name``, ``id``, ``response`` an
+  object) in the user turn right after the model turn that called it, one per call;
+* tools are ``functionDeclarations``; ``parametersJsonSchema`` takes JSON Schema as it is
+  (``parameters`` wants Google's OpenAPI subset);
+* ``generationConfig`` holds the sampling knobs, ``responseMimeType`` / ``responseJsonSchema``
+  and ``thinkingConfig`` (``thinkingBudget``, which Gemini 2.5 and 3 both take, and
+  ``includeThoughts``);
+* the model and the method are in the URL: ``model`` and ``stream`` stay in the payload for the
+  gateway, and ``GeminiGenerate.address`` takes them out.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.translate.base import Refusal, Target
+from gateway.translate.chat_gemini import signature
+
+# reasoning_effort → thinkingBudget: what Gemini 2.5 Flash and Pro both accept (128–24576 on
+# Flash, 128–32768 on Pro), so one effort means the same on either; Gemini 3 takes budgets too.
+EFFORT_BUDGET = {"minimal": 512, "low": 1024, "medium": 8192, "high": 24576, "xhigh": 24576}
+_DATA_URL = re.compile(r"^data:([\w.+-]+/[\w.+-]+);base64,(.*)$", re.DOTALL)
+_AUDIO = {"wav": "audio/wav", "mp3": "audio/mp3"}
+_MODE = {"auto": "AUTO", "none": "NONE", "required": "ANY"}
+
+
+class Refused(Exception):
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+def to_gemini(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refusal:
+    try:
+        return _request(payload, target)
+    except Refused as r:
+        return Refusal(r.message)
+
+
+def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
+    _refuse_uncarried(p, target.model)
+    system, contents = _conversation(p.get("messages") or [])
+    out: dict[str, Any] = {"model": target.model, "contents": contents}
+    if system:
+        out["systemInstruction"] = {"parts": [{"text": t} for t in system]}
+    tools, config = _tools(p)
+    if tools:
+        out["tools"] = [{"functionDeclarations": tools}]
+        if config is not None:
+            out["toolConfig"] = {"functionCallingConfig": config}
+    generation = _generation(p)
+    if generation:
+        out["generationConfig"] = generation
+    if p.get("stream") is True:
+        out["stream"] = True  # the method in the URL; usage always comes on the last chunk
+    return out
+
+
+def _refuse_uncarried(p: Mapping[str, Any], model: str) -> None:
+    if "/" in model.removeprefix("models/"):
+        raise Refused(f"the model name {model[:128]!r} cannot be put in a Gemini API URL")
+    n = p.get("n")
+    if isinstance(n, int) and n > 1:
+        raise Refused("'n' > 1 is not carried to a Gemini upstream: the answer would hold one choice")
+    if p.get("logprobs") is True or p.get("top_logprobs"):
+        raise Refused("'logprobs' is not carried to a Gemini upstream")
+    if p.get("audio") or "audio" in (p.get("modalities") or []):
+        raise Refused("audio output cannot be asked of a Gemini upstream through chat completions")
+    if p.get("functions") or p.get("function_call"):
+        raise Refused("legacy 'functions' / 'function_call' are not translated: send 'tools' / 'tool_choice'")
+
+
+# --- the conversation ----------------------------------------------------------------------
+
+
+class _Turns:
+    """Gemini contents as they are built: one role per turn, tool results first in theirs."""
+
+    def __init__(self) -> None:
+        self.contents: list[dict[str, Any]] = []
+        self.names: dict[str, str] = {}  # chat tool call id → function name (tool messages lack it)
+
+    def add(self, role: str, parts: list[dict[str, Any]]) -> None:
+        if not parts:
+            return
+        last = self.contents[-1] if self.contents else None
+        if last is not None and last["role"] == role:
+            last["parts"] += parts
+        else:
+            self.contents.append({"role": role, "parts": parts})
+
+
+def _conversation(items: list[Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    system: list[str] = []
+    turns = _Turns()
+    for i, m in enumerate(items):
+        if not isinstance(m, dict):
+            raise Refused(f"messages[{i}] must be an object")
+        role = m.get("role")
+        if role in ("system", "developer"):
+            # Wherever it stands: Gemini has no system turn; it stays an instruction.
+            system += [t for t in _texts(m.get("content"), f"messages[{i}]") if t]
+        elif role == "user":
+            turns.add("user", _user_parts(m.get("content"), i))
+        elif role == "assistant":
+            turns.add("model", _model_parts(m, i, turns))
+        elif role == "tool":
+            turns.add("user", [_function_response(m, i, turns)])
+        else:
+            raise Refused(f"messages[{i}]: role {role!r} cannot be sent to a Gemini upstream")
+    for content in turns.contents:
+        if content["role"] == "user":
+            # A call's answers open the turn that follows it; text the user added comes after.
+            content["parts"].sort(key=lambda part: "functionResponse" not in part)
+    return system, turns.contents
+
+
+def _texts(content: Any, where: str) -> list[str]:
+    if isinstance(content, str):
+        return [content]
+    out = []
+    for j, part in enumerate(content or []):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            out.append(part["text"])
+        elif kind == "refusal" and isinstance(part.get("refusal"), str):
+            out.append(part["refusal"])
+        else:
+            raise Refused(f"{where}.content[{j}]: only text parts can be carried here")
+    return out
+
+
+def _user_parts(content: Any, i: int) -> list[dict[str, Any]]:
+    if isinstance(content, str) or content is None:
+        return [{"text": content}] if content else []
+    parts: list[dict[str, Any]] = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        where = f"messages[{i}].content[{j}]"
+        if kind == "text":
+            if isinstance(part.get("text"), str) and part["text"]:
+                parts.append({"text": part["text"]})
+        elif kind == "image_url":
+            parts.append(_inline(part.get("image_url"), where, "image_url"))
+        elif kind == "file":
+            file = part.get("file")
+            data = file.get("file_data") if isinstance(file, dict) else None
+            parts.append(_inline({"url": data}, where, "file"))
+        elif kind == "input_audio":
+            parts.append(_audio(part.get("input_audio"), where))
+        else:
+            raise Refused(f"{where}: a {kind!r} part cannot be sent to a Gemini upstream")
+    return parts
+
+
+def _inline(spec: Any, where: str, kind: str) -> dict[str, Any]:
+    url = spec.get("url") if isinstance(spec, dict) else spec
+    found = _DATA_URL.match(url) if isinstance(url, str) else None
+    if found is None:
+        # fileData takes only files uploaded to Google's Files API, which a chat client has not.
+        raise Refused(f"{where}: a {kind} must be a base64 data URL for a Gemini upstream (an http(s) URL or "
+                      "a file id is not fetched)")  # fmt: skip
+    mime, data = found.groups()
+    return {"inlineData": {"mimeType": mime, "data": data}}
+
+
+def _audio(spec: Any, where: str) -> dict[str, Any]:
+    data = spec.get("data") if isinstance(spec, dict) else None
+    mime = _AUDIO.get(str(spec.get("format"))) if isinstance(spec, dict) else None
+    if not isinstance(data, str) or mime is None:
+        raise Refused(f"{where}: input_audio needs base64 'data' and a 'format' of wav or mp3")
+    return {"inlineData": {"mimeType": mime, "data": data}}
+
+
+def _model_parts(m: Mapping[str, Any], i: int, turns: _Turns) -> list[dict[str, Any]]:
+    # reasoning_content is not sent back: Gemini takes thoughts back only as signed parts.
+    parts: list[dict[str, Any]] = [{"text": t} for t in _texts(m.get("content"), f"messages[{i}]") if t]
+    calls: list[dict[str, Any]] = []
+    for j, call in enumerate(m.get("tool_calls") or []):
+        where = f"messages[{i}].tool_calls[{j}]"
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or call.get("type", "function") != "function":
+            raise Refused(f"{where}: only function tool calls can be carried")
+        name = fn.get("name")
+        if not isinstance(name, str) or not name:
+            raise Refused(f"{where}: function.name is required")
+        arguments = fn.get("arguments") or "{}"
+        try:
+            args = json.loads(arguments) if isinstance(arguments, str) else arguments
+        except ValueError:
+            raise Refused(f"{where}: function.arguments is not valid JSON, and Gemini needs the call's "
+                          f"args as an object: {arguments[:200]!r}") from None  # fmt: skip
+        if not isinstance(args, dict):
+            raise Refused(f"{where}: function.arguments must be a JSON object for a Gemini upstream")
+        chat_id = str(call.get("id") or "")
+        call_id, signed = signature.of_tool_call(call)
+        turns.names[chat_id] = name
+        function_call: dict[str, Any] = {"name": name, "args": args}
+        if call_id:
+            function_call["id"] = call_id
+        part: dict[str, Any] = {"functionCall": function_call}
+        if signed:
+            part["thoughtSignature"] = signed
+        calls.append(part)
+    if calls and not any("thoughtSignature" in c for c in calls):
+        # No Gemini model signed these calls (another upstream made them): Google's stand-in,
+        # on the first call of the step as a signature would be, so Gemini 3 takes the history.
+        calls[0]["thoughtSignature"] = signature.SKIP
+    return parts + calls
+
+
+def _function_response(m: Mapping[str, Any], i: int, turns: _Turns) -> dict[str, Any]:
+    chat_id = str(m.get("tool_call_id") or "")
+    name = turns.names.get(chat_id)
+    if name is None:
+        raise Refused(f"messages[{i}]: tool_call_id {chat_id[:64]!r} answers no tool call of an earlier "
+                      "assistant message, and Gemini names a function's answer by its call")  # fmt: skip
+    text = "".join(_texts(m.get("content"), f"messages[{i}]"))
+    response: dict[str, Any] = {"name": name, "response": {"output": text}}
+    call_id, _ = signature.split(chat_id)
+    if call_id:
+        response["id"] = call_id
+    return {"functionResponse": response}
+
+
+# --- tools and generation -------------------------------------------------------------------
+
+
+def _tools(p: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    declarations = []
+    for j, tool in enumerate(p.get("tools") or []):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(fn, dict):
+            raise Refused(f"tools[{j}]: only function tools can be sent to a Gemini upstream")
+        if not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise Refused(f"tools[{j}].function.name is required")
+        out: dict[str, Any] = {"name": fn["name"]}
+        if isinstance(fn.get("description"), str) and fn["description"]:
+            out["description"] = fn["description"]
+        if isinstance(fn.get("parameters"), dict):
+            out["parametersJsonSchema"] = fn["parameters"]
+        declarations.append(out)
+    choice = p.get("tool_choice")
+    if not declarations or choice is None:
+        return declarations, None
+    if isinstance(choice, str) and choice in _MODE:
+        return declarations, {"mode": _MODE[choice]}
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        name = (choice.get("function") or {}).get("name")
+        return declarations, {"mode": "ANY", "allowedFunctionNames": [name]}
+    if isinstance(choice, dict) and choice.get("type") == "allowed_tools":
+        allowed = choice.get("allowed_tools") or {}
+        listed = [t for t in allowed.get("tools") or [] if isinstance(t, dict)]
+        names = [(t.get("function") or {}).get("name") for t in listed]
+        mode = "ANY" if allowed.get("mode") == "required" else "AUTO"
+        return declarations, {"mode": mode, "allowedFunctionNames": [n for n in names if isinstance(n, str)]}
+    raise Refused(f"tool_choice {json.dumps(choice)[:100]} cannot be sent to a Gemini upstream")
+
+
+def _generation(p: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for chat, gemini in (("temperature", "temperature"), ("top_p", "topP"), ("top_k", "topK"),
+                         ("presence_penalty", "presencePenalty"), ("frequency_penalty", "frequencyPenalty"),
+                         ("seed", "seed")):  # fmt: skip
+        value = p.get(chat)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[gemini] = value
+    limit = _positive(p, "max_completion_tokens") or _positive(p, "max_tokens")
+    if limit:
+        out["maxOutputTokens"] = limit
+    stop = p.get("stop")
+    if isinstance(stop, str) and stop:
+        out["stopSequences"] = [stop]
+    elif isinstance(stop, list) and stop:
+        out["stopSequences"] = [s for s in stop if isinstance(s, str)]
+    _response_format(p.get("response_format"), out)
+    effort = p.get("reasoning_effort")
+    if effort is not None and effort != "none":
+        if effort not in EFFORT_BUDGET:
+            raise Refused(f"reasoning_effort {effort!r} is not one of none, {', '.join(EFFORT_BUDGET)}")
+        # Thoughts shown, so that reasoning_content can carry them back.
+        out["thinkingConfig"] = {"thinkingBudget": EFFORT_BUDGET[effort], "includeThoughts": True}
+    return out
+
+
+def _response_format(fmt: Any, out: dict[str, Any]) -> None:
+    if fmt is None or (isinstance(fmt, dict) and fmt.get("type") == "text"):
+        return
+    if isinstance(fmt, dict) and fmt.get("type") == "json_object":
+        out["responseMimeType"] = "application/json"
+        return
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        schema = (fmt.get("json_schema") or {}).get("schema")
+        if isinstance(schema, dict):
+            out["responseMimeType"] = "application/json"
+            out["responseJsonSchema"] = schema
+            return
+    raise Refused(f"response_format {json.dumps(fmt)[:100]} cannot be sent to a Gemini upstream")
+
+
+def _positive(p: Mapping[str, Any], key: str) -> int | None:
+    value = p.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

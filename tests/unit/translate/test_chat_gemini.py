@@ -1,0 +1,283 @@
+"""Chat completions → Gemini (``translate/chat_gemini``): the request from tables, answers and
+streams from the Gemini API's own bodies (tests/corpus/answers/gemini-*.json, printed by
+Google's cookbook against the live API), the thoughtSignature round trip, the refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.apis import GEMINI
+from gateway.apis.base import Ending
+from gateway.errors import Classification, ErrorType
+from gateway.sse import EventSplitter
+from gateway.translate import default_translations
+from gateway.translate.base import Context, Refusal, Target
+from gateway.translate.chat_gemini import ChatToGemini, signature
+
+ANSWERS = Path(__file__).resolve().parents[2] / "corpus" / "answers"
+T = ChatToGemini(clock=lambda: 1700000000)
+USER = {"role": "user", "content": "hi"}
+
+
+def answer_file(name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((ANSWERS / name).read_text())
+    return doc
+
+
+def req(**fields: Any) -> dict[str, Any]:
+    out = T.request({"model": "gemini-2.5-flash", "messages": [USER], **fields}, Target("gemini-2.5-flash"))
+    assert not isinstance(out, Refusal), out
+    return out
+
+
+def ctx(request: dict[str, Any] | None = None) -> Context:
+    return Context("gpt-4o", request or {"model": "gpt-4o", "messages": [USER]}, "req1")
+
+
+def test_a_plain_request_and_the_fields_the_url_takes() -> None:
+    out = req()
+    assert out == {"model": "gemini-2.5-flash", "contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    streamed = req(stream=True, stream_options={"include_usage": True})
+    assert streamed["stream"] is True and "stream_options" not in streamed
+    address = GEMINI.address(streamed)
+    assert address is not None and address.path == "/v1/models/gemini-2.5-flash:streamGenerateContent"
+    assert "model" not in address.payload and "stream" not in address.payload
+
+
+@pytest.mark.parametrize(("fields", "config"), [
+    ({"temperature": 0.2, "top_p": 0.9, "max_tokens": 100}, {"temperature": 0.2, "topP": 0.9, "maxOutputTokens": 100}),
+    ({"max_completion_tokens": 50, "max_tokens": 100}, {"maxOutputTokens": 50}),
+    ({"stop": "END"}, {"stopSequences": ["END"]}),
+    ({"stop": ["a", "b"], "seed": 7, "top_k": 40}, {"stopSequences": ["a", "b"], "seed": 7, "topK": 40}),
+    ({"presence_penalty": 0.5, "frequency_penalty": 0.1}, {"presencePenalty": 0.5, "frequencyPenalty": 0.1}),
+    ({"response_format": {"type": "json_object"}}, {"responseMimeType": "application/json"}),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}},
+     {"responseMimeType": "application/json", "responseJsonSchema": {"type": "object"}}),
+    ({"response_format": {"type": "text"}}, None),
+    ({"reasoning_effort": "low"}, {"thinkingConfig": {"thinkingBudget": 1024, "includeThoughts": True}}),
+    ({"reasoning_effort": "high"}, {"thinkingConfig": {"thinkingBudget": 24576, "includeThoughts": True}}),
+    ({"reasoning_effort": "none"}, None),  # the model's default: not every Gemini can stop thinking
+    ({"user": "u1", "parallel_tool_calls": False, "store": True}, None),  # dropped
+])  # fmt: skip
+def test_generation_config_from_chat_knobs(fields: dict[str, Any], config: dict[str, Any] | None) -> None:
+    assert req(**fields).get("generationConfig") == config
+
+
+def test_system_messages_become_the_instruction_wherever_they_stand() -> None:
+    out = req(messages=[{"role": "system", "content": "Be terse."}, USER,
+                        {"role": "developer", "content": [{"type": "text", "text": "Use tools."}]}])  # fmt: skip
+    assert out["systemInstruction"] == {"parts": [{"text": "Be terse."}, {"text": "Use tools."}]}
+    assert out["contents"] == [{"role": "user", "parts": [{"text": "hi"}]}]
+
+
+def test_images_audio_and_pdfs_go_inline() -> None:
+    content = [{"type": "text", "text": "what is this"},
+               {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low"}},
+               {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+               {"type": "file", "file": {"file_data": "data:application/pdf;base64,JVBERi0="}}]  # fmt: skip
+    parts = req(messages=[{"role": "user", "content": content}])["contents"][0]["parts"]
+    assert parts == [{"text": "what is this"}, {"inlineData": {"mimeType": "image/png", "data": "iVBORw0KGgo="}},
+                     {"inlineData": {"mimeType": "audio/wav", "data": "UklGRg=="}},
+                     {"inlineData": {"mimeType": "application/pdf", "data": "JVBERi0="}}]  # fmt: skip
+
+
+def test_tools_and_tool_choice() -> None:
+    tool = {"type": "function", "function": {"name": "ls", "description": "list", "parameters": {"type": "object"}}}
+    out = req(tools=[tool], tool_choice="required")
+    assert out["tools"] == [{"functionDeclarations": [
+        {"name": "ls", "description": "list", "parametersJsonSchema": {"type": "object"}}]}]  # fmt: skip
+    assert out["toolConfig"] == {"functionCallingConfig": {"mode": "ANY"}}
+    forced = req(tools=[tool], tool_choice={"type": "function", "function": {"name": "ls"}})
+    assert forced["toolConfig"] == {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["ls"]}}
+    for choice, mode in (("auto", "AUTO"), ("none", "NONE")):
+        assert req(tools=[tool], tool_choice=choice)["toolConfig"]["functionCallingConfig"] == {"mode": mode}
+    assert "toolConfig" not in req(tools=[tool]) and "tools" not in req(tool_choice="auto")
+
+
+def test_a_tool_loop_pairs_calls_and_answers_by_id_and_name() -> None:
+    messages = [
+        USER,
+        {"role": "assistant", "content": "Looking.", "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": '{"dir": "/"}'}},
+            {"id": "call_2", "type": "function", "function": {"name": "cat", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_2", "content": "file body"},
+        {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "a b"}]},
+        {"role": "user", "content": "and?"},
+    ]  # fmt: skip
+    contents = req(messages=messages)["contents"]
+    assert [c["role"] for c in contents] == ["user", "model", "user"]
+    model = contents[1]["parts"]
+    assert model[0] == {"text": "Looking."}
+    assert model[1] == {"functionCall": {"name": "ls", "args": {"dir": "/"}, "id": "call_1"},
+                        "thoughtSignature": signature.SKIP}  # unsigned history: Google's stand-in, first call only
+    assert model[2] == {"functionCall": {"name": "cat", "args": {}, "id": "call_2"}}
+    assert contents[2]["parts"] == [
+        {"functionResponse": {"name": "cat", "response": {"output": "file body"}, "id": "call_2"}},
+        {"functionResponse": {"name": "ls", "response": {"output": "a b"}, "id": "call_1"}},
+        {"text": "and?"},
+    ]
+
+
+def test_a_thought_signature_survives_the_round_trip_through_a_chat_client() -> None:
+    signed = "CiQBjz1rX+/signed==" * 3
+    doc = {"candidates": [{"content": {"role": "model", "parts": [
+        {"functionCall": {"name": "ls", "args": {"dir": "/tmp"}, "id": "fc_1"}, "thoughtSignature": signed},
+        {"functionCall": {"name": "ls", "args": {"dir": "/var"}, "id": "fc_2"}}]},
+        "finishReason": "STOP", "index": 0}]}  # fmt: skip
+    message = T.answer(doc, ctx())["choices"][0]["message"]
+    first, second = message["tool_calls"]
+    assert first["extra_content"] == {"google": {"thought_signature": signed}}
+    assert all(c.isalnum() or c in "_-" for c in first["id"])  # an id every API's alphabet takes
+    assert second["id"] == "fc_2" and "extra_content" not in second
+    # A client that keeps only ids (most rebuild the call): the id alone brings it back.
+    bare = [{"id": c["id"], "type": "function", "function": c["function"]} for c in message["tool_calls"]]
+    history = [USER, {"role": "assistant", "content": None, "tool_calls": bare},
+               {"role": "tool", "tool_call_id": first["id"], "content": "x"},
+               {"role": "tool", "tool_call_id": "fc_2", "content": "y"}]  # fmt: skip
+    contents = req(messages=history)["contents"]
+    assert contents[1]["parts"] == [
+        {"functionCall": {"name": "ls", "args": {"dir": "/tmp"}, "id": "fc_1"}, "thoughtSignature": signed},
+        {"functionCall": {"name": "ls", "args": {"dir": "/var"}, "id": "fc_2"}},
+    ]
+    assert [p["functionResponse"]["id"] for p in contents[2]["parts"]] == ["fc_1", "fc_2"]
+
+
+@pytest.mark.parametrize(("fields", "words"), [
+    ({"n": 2}, "'n' > 1"),
+    ({"logprobs": True}, "logprobs"),
+    ({"modalities": ["text", "audio"]}, "audio"),
+    ({"functions": [{"name": "f"}]}, "legacy"),
+    ({"tools": [{"type": "custom", "custom": {"name": "x"}}]}, "only function tools"),
+    ({"response_format": {"type": "grammar"}}, "response_format"),
+    ({"reasoning_effort": "max"}, "reasoning_effort"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x/y.png"}}]}]},
+     "base64 data URL"),
+    ({"messages": [{"role": "tool", "tool_call_id": "nope", "content": "x"}]}, "answers no tool call"),
+    ({"messages": [USER, {"role": "assistant", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{not json"}}]}]}, "not valid JSON"),
+])  # fmt: skip
+def test_what_cannot_be_carried_is_refused(fields: dict[str, Any], words: str) -> None:
+    out = T.request({"model": "g", "messages": [USER], **fields}, Target("gemini-2.5-flash"))
+    assert isinstance(out, Refusal) and words in out.message, out
+    assert isinstance(T.request({"messages": [USER]}, Target("tunedModels/x")), Refusal)
+
+
+def test_a_buffered_function_call_answer_from_the_live_api() -> None:
+    doc = answer_file("gemini-pro-function-call.json")["body"]
+    out = T.answer(doc, ctx())
+    choice = out["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"  # Gemini ends a calling turn with STOP
+    [call] = choice["message"]["tool_calls"]
+    assert call["id"] == "call_req1_0" and call["type"] == "function"  # this model gives no call id
+    assert call["function"]["name"] == "find_theaters"
+    assert json.loads(call["function"]["arguments"]) == {"movie": "Barbie", "location": "Mountain View, CA"}
+    assert choice["message"]["content"] is None
+    assert out["object"] == "chat.completion" and out["model"] == "gpt-4o" and out["created"] == 1700000000
+
+
+def test_a_buffered_text_answer_and_its_usage_from_the_live_api() -> None:
+    doc = answer_file("gemini-text-usage.json")["body"]
+    out = T.answer(doc, ctx())
+    assert out["choices"][0]["message"]["content"].startswith("```python")
+    assert out["choices"][0]["finish_reason"] == "stop"
+    assert out["usage"]["prompt_tokens"] == 9 and out["usage"]["completion_tokens"] == 87
+    assert out["usage"]["total_tokens"] == 96
+
+
+@pytest.mark.parametrize(("usage", "chat"), [
+    # UsageMetadata (Gemini API reference): the prompt includes the cached part; thoughts apart.
+    ({"promptTokenCount": 900, "cachedContentTokenCount": 512, "candidatesTokenCount": 12,
+      "thoughtsTokenCount": 30, "totalTokenCount": 942},
+     {"prompt_tokens": 900, "completion_tokens": 42, "total_tokens": 942,
+      "prompt_tokens_details": {"cached_tokens": 512}, "completion_tokens_details": {"reasoning_tokens": 30}}),
+    (None, {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0,
+            "prompt_tokens_details": {"cached_tokens": 0}, "completion_tokens_details": {"reasoning_tokens": 0}}),
+])  # fmt: skip
+def test_usage_metadata_as_chat_usage(usage: Any, chat: dict[str, Any]) -> None:
+    doc = {"candidates": [{"content": {"role": "model", "parts": [{"text": "x"}]}, "finishReason": "STOP"}]}
+    if usage is not None:
+        doc["usageMetadata"] = usage
+    assert T.answer(doc, ctx())["usage"] == chat
+
+
+@pytest.mark.parametrize(("reason", "finish"), [
+    ("STOP", "stop"), ("MAX_TOKENS", "length"), ("SAFETY", "content_filter"), ("RECITATION", "content_filter"),
+    ("PROHIBITED_CONTENT", "content_filter"), ("MALFORMED_FUNCTION_CALL", "stop"), ("OTHER", "stop"),
+])  # fmt: skip
+def test_finish_reasons(reason: str, finish: str) -> None:
+    doc = {"candidates": [{"content": {"role": "model", "parts": [{"text": "x"}]}, "finishReason": reason}]}
+    assert T.answer(doc, ctx())["choices"][0]["finish_reason"] == finish
+
+
+def test_thoughts_are_reasoning_content() -> None:
+    doc = {"candidates": [{"content": {"role": "model", "parts": [
+        {"text": "Let me think.", "thought": True}, {"text": "Four."}]}, "finishReason": "STOP"}]}  # fmt: skip
+    message = T.answer(doc, ctx())["choices"][0]["message"]
+    assert message["reasoning_content"] == "Let me think." and message["content"] == "Four."
+
+
+def chunks(body: bytes) -> list[Any]:
+    out = []
+    for line in body.decode().split("\n"):
+        if line.startswith("data: "):
+            out.append(line[6:] if line[6:] == "[DONE]" else json.loads(line[6:]))
+    return out
+
+
+def run_stream(raw: bytes, request: dict[str, Any]) -> list[Any]:
+    stream = T.stream(ctx(request))
+    body = b"".join(stream.event(e) for e in EventSplitter().feed(raw)) + stream.close()
+    return chunks(body)
+
+
+def test_the_live_apis_stream_as_chat_chunks() -> None:
+    raw = answer_file("gemini-pro-text.stream.json")["body"].encode()
+    request = {"model": "gpt-4o", "messages": [USER], "stream": True, "stream_options": {"include_usage": True}}
+    out = run_stream(raw, request)
+    assert out[-1] == "[DONE]"
+    assert out[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in out[:-1] if c["choices"])
+    assert text.startswith("In the quaint, sunlit cottage") and text.endswith("stronger than ever.")
+    finishes = [c["choices"][0]["finish_reason"] for c in out[:-1] if c["choices"]]
+    assert finishes[-1] == "stop" and not any(finishes[:-1])  # one finish, though every event said STOP
+    assert out[-2]["choices"] == [] and "usage" in out[-2]
+    assert len({c["id"] for c in out[:-1]}) == 1
+
+
+def test_a_streamed_call_is_one_whole_tool_call_delta_with_its_signature() -> None:
+    events = [
+        {"candidates": [{"content": {"role": "model", "parts": [{"text": "Sure.", "thought": True}]}}],
+         "responseId": "r1"},
+        {"candidates": [{"content": {"role": "model", "parts": [
+            {"functionCall": {"name": "ls", "args": {"dir": "/"}, "id": "fc_1"}, "thoughtSignature": "c2ln"}]},
+            "finishReason": "STOP"}],
+         "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5, "thoughtsTokenCount": 3}},
+    ]  # fmt: skip
+    raw = b"".join(b"data: " + json.dumps(e).encode() + b"\r\n\r\n" for e in events)
+    out = run_stream(raw, {"model": "gpt-4o", "messages": [USER], "stream": True})
+    deltas = [c["choices"][0]["delta"] for c in out[:-1]]
+    assert deltas[1] == {"reasoning_content": "Sure."}
+    [call] = deltas[2]["tool_calls"]
+    assert call["index"] == 0 and call["function"] == {"name": "ls", "arguments": '{"dir": "/"}'}
+    assert signature.split(call["id"]) == ("fc_1", "c2ln")
+    assert out[-2]["choices"][0]["finish_reason"] == "tool_calls" and out[0]["id"] == "chatcmpl-r1"
+    assert not any("usage" in c for c in out[:-1])  # the client did not ask for the usage chunk
+
+
+def test_a_broken_stream_ends_with_the_chat_error_chunk_never_done() -> None:
+    stream = T.stream(ctx({"model": "gpt-4o", "messages": [USER], "stream": True}))
+    stream.event(b'data: {"candidates": [{"content": {"parts": [{"text": "Hel"}], "role": "model"}}]}\r\n\r\n')
+    end = stream.broken(Ending(Classification.of(ErrorType.PROVIDER_UNAVAILABLE), "cut", "stream_broken"))
+    assert b"[DONE]" not in end and b'"finish_reason":"error"' in end.replace(b" ", b"")
+    assert stream.close() == b""
+
+
+@pytest.mark.parametrize("client", ["messages", "responses"])
+def test_messages_and_responses_clients_reach_gemini_through_chat(client: str) -> None:
+    table = default_translations().table
+    composed = table[client, "gemini"]
+    assert composed.client == client and composed.upstream == "gemini"
