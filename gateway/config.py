@@ -227,7 +227,8 @@ class UpstreamConfig(_Model):
     )  # fmt: skip
     base_url: str = Field(
         description="Absolute `http://` or `https://` URL that `/v1/<rest>` maps onto as `<base_url>/<rest>` "
-        "(so usually ends in `/v1`, or `/v1beta` for the Gemini API); no credentials, query or fragment. Required."
+        "(so usually ends in `/v1`, or `/v1beta` for the Gemini API); no credentials, query or fragment. "
+        "Required."
     )
     api_key: str | None = Field(
         default=None, repr=False,
@@ -281,8 +282,8 @@ class UpstreamConfig(_Model):
         default=ALL_APIS,
         description="The wire APIs this upstream speaks; a request in another API is translated to the first "
         "of these that has a translator. Unset or blank: what its host is known to serve (`api.openai.com`: "
-        "chat and responses; `api.anthropic.com`: messages), else all three. One string may list several, "
-        "comma-separated.",
+        "chat and responses; `api.anthropic.com`: messages; `generativelanguage.googleapis.com`: gemini), "
+        "else chat, messages and responses (never gemini). One string may list several, comma-separated.",
     )
     model_map: tuple[tuple[str, str], ...] = Field(
         default=(),
