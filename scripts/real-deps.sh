@@ -23,7 +23,13 @@ fi
 
 # The library is compiled for this CPU (-march=native: several times faster on 2 cores), so
 # the cached wheel is keyed by the CPU's feature flags as well as by the version and options.
-CMAKE_ARGS=${CMAKE_ARGS:-"-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_NATIVE=ON"}
+# AMX is left out: on a CPU that has it (Sapphire Rapids and later) -march=native compiles
+# ggml's AMX kernels in, and a virtual machine that does not hand the tile state to guests
+# kills the server with a general protection fault on `ldtilecfg` at its first completion
+# (seen here: dmesg, libggml-cpu.so, ggml_backend_amx_mul_mat). Explicit -mno-amx-* win over
+# what -march=native implies, whatever their order.
+NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+CMAKE_ARGS=${CMAKE_ARGS:-"-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_NATIVE=ON -DCMAKE_C_FLAGS='$NO_AMX' -DCMAKE_CXX_FLAGS='$NO_AMX'"}
 cpu_flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || uname -m)
 key=$(printf '%s\n%s\n%s\n' "$LLAMA_CPP_VERSION" "$CMAKE_ARGS" "$cpu_flags" | sha256sum | cut -c1-12)
 wheels="$CACHE/wheels/llama-cpp-python-$LLAMA_CPP_VERSION-$key"
@@ -41,8 +47,10 @@ if ! ls "$wheels"/llama_cpp_python-*.whl >/dev/null 2>&1; then
   tmp=$(mktemp -d "$CACHE/wheels/.build.XXXXXX")
   start=$(date +%s)
   # --no-binary: always this machine's compile, never a foreign wheel for the same version.
+  # --no-cache-dir: pip's own wheel cache is keyed by the sdist alone, so with it a change of
+  # CMAKE_ARGS would silently get the earlier build back.
   CMAKE_ARGS="$CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc 2>/dev/null || echo 2)" \
-    "$PYTHON" -m pip wheel -q --no-deps --no-binary llama-cpp-python -w "$tmp" \
+    "$PYTHON" -m pip wheel -q --no-cache-dir --no-deps --no-binary llama-cpp-python -w "$tmp" \
     "llama-cpp-python==$LLAMA_CPP_VERSION"
   rm -rf "$wheels"
   mv "$tmp" "$wheels"  # only a finished build becomes the cache
