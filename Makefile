@@ -12,7 +12,7 @@ CONFIG ?= config/gateway.yaml
 FLOCK  := $(shell command -v flock 2>/dev/null)
 LOCKED := $(if $(FLOCK),$(FLOCK) $(VENV).lock) $(MAKE) --no-print-directory
 
-.PHONY: run test test-real test-trace test-deploy lint bench clean venv venv-dev _locked-runtime _locked-dev
+.PHONY: run test test-real test-trace test-deploy lint bench bench-public clean venv venv-dev _locked-runtime _locked-dev
 
 # The only entry points to set-up; the stamp targets below are built under the lock.
 venv:
@@ -77,6 +77,11 @@ bench: venv-dev
 	$(BIN)/python -m bench.translation
 	$(BIN)/python -m bench.workers
 	$(BIN)/python -m bench.pool_pick
+	$(BIN)/python -m bench.public
+
+# The published gateway benchmark's method alone (bench/public.py), a few minutes.
+bench-public: venv-dev
+	$(BIN)/python -m bench.public --quick
 
 clean:
 	rm -rf $(VENV) $(VENV).lock $(VENV)-real .pytest_cache .mypy_cache .ruff_cache

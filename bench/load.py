@@ -28,26 +28,35 @@ def have_wrk() -> bool:
     return shutil.which("wrk") is not None
 
 
-def _script(body: str) -> str:
-    path = Path(tempfile.gettempdir()) / f"llm-gateway-bench-{zlib.crc32(body.encode()):08x}.lua"
+def _script(body: str, headers: dict[str, str] | None = None) -> str:
+    extra = "".join(f"wrk.headers['{k}'] = '{v}'\n" for k, v in (headers or {}).items())
+    tag = zlib.crc32((body + extra).encode())
+    path = Path(tempfile.gettempdir()) / f"llm-gateway-bench-{tag:08x}.lua"
     # A Lua long string: real agent requests hold quotes and backslashes.
     path.write_text(f"wrk.method = 'POST'\nwrk.body = [==[{body}]==]\nwrk.headers['Content-Type'] = 'application/json'\n"
-                    f"wrk.headers['Authorization'] = 'Bearer {KEY}'\n")
+                    f"wrk.headers['Authorization'] = 'Bearer {KEY}'\n{extra}")
     return str(path)
 
 
-def wrk(url: str, connections: int, seconds: int, body: str = BODY) -> dict[str, float]:
-    pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
+def wrk(url: str, connections: int, seconds: int, body: str = BODY, *, threads: int = 1, cores: str = "0",
+        headers: dict[str, str] | None = None, timeout_s: float | None = None) -> dict[str, float]:
+    """One wrk run pinned to ``cores``: req/s, p50/p99 (ms), non-2xx answers and socket errors
+    (connect, read, write, timeout) counted together as ``errors``."""
+    pin = ["taskset", "-c", cores] if shutil.which("taskset") and cores else []
+    more = ["--timeout", f"{timeout_s}s"] if timeout_s else []
     out = subprocess.run(
-        [*pin, "wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", _script(body), url],
+        [*pin, "wrk", f"-t{max(1, min(threads, connections))}", f"-c{connections}", f"-d{seconds}s", "--latency",
+         *more, "-s", _script(body, headers), url],
         capture_output=True, text=True, check=True,
     ).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
     lat = {p: float(v) * _UNITS[u] for p, v, u in re.findall(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s)$", out, re.M)}
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     done = re.search(r"(\d+) requests in", out)
     return {"rps": rps, "requests": float(done.group(1)) if done else rps * seconds, "p50_ms": lat.get("50", float("nan")), "p99_ms": lat.get("99", float("nan")),
-            "errors": float(errors.group(1)) if errors else 0.0}
+            "errors": float(errors.group(1)) if errors else 0.0,
+            "socket_errors": float(sum(int(x) for x in sock.groups())) if sock else 0.0}
 
 
 async def _python_load(url: str, connections: int, seconds: float, body: str = BODY) -> dict[str, float]:

@@ -4,10 +4,12 @@ It also answers `/v1/messages` and `/v1/responses` with the same text, in those 
 shapes and stream grammars (the translation bench compares a client on its own API with the
 same client translated to chat).
 
-Two request headers change its answer (both proxies forward them untouched):
+Three request headers change its answer (both proxies forward them untouched):
 
 * ``x-bench-trickle: COUNT,INTERVAL_S`` streams COUNT one-token chunks, one every
   INTERVAL_S, then the finish chunk and ``[DONE]`` (the concurrent-streams bench);
+* ``x-bench-delay-ms: MS`` waits MS milliseconds before answering (``bench.public``'s 20 ms
+  mock, and its long-held requests for the memory figures);
 * ``x-bench-429: 1`` answers 429 (``retry-after-ms: 1``) the first time it sees a
   request id (``X-Request-Id``, the same on the gateway's retry) and succeeds the next.
 
@@ -66,8 +68,14 @@ async def trickle(request: web.Request, spec: str) -> web.StreamResponse:
     return resp
 
 
+async def _delay(request: web.Request) -> None:
+    if (ms := request.headers.get("x-bench-delay-ms")) is not None:
+        await asyncio.sleep(float(ms) / 1000)
+
+
 async def chat(request: web.Request) -> web.StreamResponse:
     body = await request.read()
+    await _delay(request)
     if (spec := request.headers.get("x-bench-trickle")) is not None:
         return await trickle(request, spec)
     if request.headers.get("x-bench-429"):
@@ -175,7 +183,9 @@ async def _answer(request: web.Request, streamed: bool, body: bytes, stream: byt
 
 
 async def messages(request: web.Request) -> web.StreamResponse:
-    return await _answer(request, _wants_stream(await request.read()), MESSAGES_BODY, MESSAGES_STREAM)
+    sent = await request.read()
+    await _delay(request)
+    return await _answer(request, _wants_stream(sent), MESSAGES_BODY, MESSAGES_STREAM)
 
 
 # OpenAI's response object echoes these request fields (API reference, "The response object"),
@@ -200,16 +210,19 @@ def _echoing(body: bytes) -> tuple[bytes, bytes]:
 
 async def responses(request: web.Request) -> web.StreamResponse:
     sent = await request.read()
+    await _delay(request)
     body, stream = _echoing(sent)
     return await _answer(request, _wants_stream(sent), body, stream)
 
 
 def main() -> None:
+    # argv: PORT [--reuse-port]: several processes on one port (bench.public's mock on its own cores).
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/v1/messages", messages)
     app.router.add_post("/v1/responses", responses)
-    web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
+    web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None,
+                reuse_port="--reuse-port" in sys.argv[2:], backlog=4096)
 
 
 if __name__ == "__main__":

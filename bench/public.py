@@ -1,0 +1,512 @@
+"""`python -m bench.public`: the published gateway benchmark's method ("On the Bench",
+GetBusbar/benchmarking, 2026-07-25, as issue #38 quotes it), run here side by side with the
+minimal aiohttp proxy (`bench/minimal_proxy.py`) and the upstream directly.
+
+The method: the gateway pinned to N cores (``--cores``; ``server.workers: N``), the mock and
+the load generator (wrk) on other cores;
+
+- added p50 and p99 at concurrency 1: each target's percentile minus the direct-to-mock
+  one, taken in the same round (rounds interleave the targets; the median of the per-round
+  differences is reported);
+- sustained req/s against a 20 ms mock (``x-bench-delay-ms: 20``): the concurrency steps
+  up (16, 32, 64, ...) until p99 reaches 1 s or errors (non-2xx and socket errors) reach
+  0.1 %; the best step within the rule counts. Unless ``--to-the-break``, stepping also stops
+  once two steps in a row add under 3 % (past saturation more clients only queue);
+- added time to first token on streams (the Python client, paired with the upstream
+  directly on the client's own API);
+- the same with a translated path: a Messages client on a chat-only upstream (its
+  baseline: the mock's own ``/v1/messages``);
+- memory: a fresh process of each proxy, RSS idle and under 1,500 concurrent 150 KB
+  requests held by the mock for a few seconds ((RSS under load - idle RSS) / 1,500 per
+  in-flight request), and per idle open stream (1,500 streams that send a token every few
+  seconds).
+
+Throughput is reported per pinned core (the minimal proxy is one process on one core). On a
+machine with fewer than 8 cores it still runs, with one core each (the load and the mock
+sharing one) and says that the figures are not comparable with the published table: read
+the ratios against the minimal proxy there.
+
+    python -m bench.public --quick          a few minutes
+    python -m bench.public --cores 4        the published layout (needs ~8+ cores)
+
+Writes ``bench/results/public-latest.md`` and ``bench/results/public-<UTC time>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from bench import load, streams
+from bench.__main__ import RESULTS, free_port, raise_fd_limit, status_kb, wait_port
+
+MINIMAL, GATEWAY, TRANSLATED = "minimal aiohttp proxy", "llm-gateway", "llm-gateway, Messages client → chat upstream"
+DIRECT, DIRECT_MESSAGES = "mock directly (chat)", "mock directly (Messages)"
+CHAT, MESSAGES = "/v1/chat/completions", "/v1/messages"
+MESSAGES_BODY = '{"model":"gpt-4o-mini","max_tokens":256,"messages":[{"role":"user","content":"Hello, how are you?"}]}'
+MESSAGES_STREAM_BODY = MESSAGES_BODY[:-1] + ',"stream":true}'
+# Each proxied target, the mock path it is compared with, and what its client sends.
+PATHS = {MINIMAL: (DIRECT, CHAT, load.BODY, load.STREAM_BODY),
+         GATEWAY: (DIRECT, CHAT, load.BODY, load.STREAM_BODY),
+         TRANSLATED: (DIRECT_MESSAGES, MESSAGES, MESSAGES_BODY, MESSAGES_STREAM_BODY)}
+BASELINES = {DIRECT: (CHAT, load.BODY, load.STREAM_BODY), DIRECT_MESSAGES: (MESSAGES, MESSAGES_BODY, MESSAGES_STREAM_BODY)}
+POOL = 12_000  # upstream connections: enough for every held request and stream
+MOCK_MS = 20
+P99_LIMIT_MS, ERROR_LIMIT = 1000.0, 0.001
+
+# The published figures (added p99 at c=1, gateway on 4 cores), as issue #38 quotes them.
+PUBLISHED = [("LiteLLM's Rust core", 107), ("Busbar", 116), ("agentgateway", 186), ("GoModel", 282),
+             ("APISIX", 436), ("Helicone", 444), ("Bifrost", 939), ("Kong", 1277), ("Portkey", 3262),
+             ("Python LiteLLM", 7996)]
+
+
+@dataclass(frozen=True)
+class Layout:
+    load: str  # taskset lists
+    mock: list[str]  # one mock process per entry
+    proxy: str
+    proxy_cores: int
+    comparable: bool
+    note: str
+
+
+def layout(ncpu: int, cores: int) -> Layout:
+    """Which cores run what: the proxies on the last ``cores`` (they take turns, so they
+    share them), the load generator and the mock split what is left. Below 8 cores,
+    one core each, the load and the mock together when need be."""
+    if ncpu >= cores + 4 and ncpu >= 8:
+        rest = ncpu - cores
+        n_load = min(4, rest // 2)
+        return Layout(load=f"0-{n_load - 1}", mock=[str(c) for c in range(n_load, rest)],
+                      proxy=f"{rest}-{ncpu - 1}", proxy_cores=cores, comparable=True,
+                      note=f"{ncpu} cores: load on {n_load}, the mock on {rest - n_load}, the proxies on {cores}")
+    if ncpu >= 3:
+        return Layout(load="0", mock=["1"], proxy="2", proxy_cores=1, comparable=False,
+                      note=f"{ncpu} cores: one each (load, mock, proxy); NOT comparable with the published table")
+    if ncpu == 2:
+        return Layout(load="0", mock=["0"], proxy="1", proxy_cores=1, comparable=False,
+                      note="2 cores: the load and the mock share core 0, the proxy on core 1; "
+                           "NOT comparable with the published table: read the ratios")
+    return Layout(load="", mock=[""], proxy="", proxy_cores=1, comparable=False,
+                  note="1 core: nothing pinned; NOT comparable with the published table")
+
+
+def pin(cores: str) -> list[str]:
+    return ["taskset", "-c", cores] if cores else []
+
+
+def spawn(cores: str, args: list[str], port: int, ready: str, log: Path) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen([*pin(cores), sys.executable, *args], cwd=Path(__file__).resolve().parents[1],
+                            stdout=log.open("ab"), stderr=subprocess.STDOUT)
+    wait_port(port, ready)
+    return proc
+
+
+def children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+def family_cpu_s(pid: int) -> float:
+    """CPU seconds of a process and its children (the gateway's workers)."""
+    def one(p: int) -> float:
+        f = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    return one(pid) + sum(one(c) for c in children(pid))
+
+
+def family_rss_kb(pid: int) -> int:
+    return status_kb(pid, "VmRSS") + sum(status_kb(c, "VmRSS") for c in children(pid))
+
+
+@dataclass
+class Run:
+    """What the run needs to reach each target."""
+    args: argparse.Namespace
+    lay: Layout
+    tmp: Path
+    upstream: str
+    procs: dict[str, subprocess.Popen[bytes]]
+    urls: dict[str, str]  # target -> base URL
+
+
+def _on(loop: str) -> list[str]:
+    return ["-m", "bench.on_uvloop"] if loop == "uvloop" else ["-m"]
+
+
+def start_proxy(run: Run, name: str, workers: int) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    log = run.tmp / f"{name.split(',')[0].replace(' ', '-')}.log"
+    if name == MINIMAL:
+        # One process: pinned to the first of the proxies' cores.
+        proc = spawn(run.lay.proxy.split("-")[0], [*_on(run.args.loop), "bench.minimal_proxy", str(port),
+                                                   run.upstream, str(POOL)], port, "/", log)
+        return proc, f"http://127.0.0.1:{port}"
+    apis = "apis: [chat], " if name == TRANSLATED else ""
+    cfg = run.tmp / f"gateway-{port}.yaml"
+    cfg.write_text(f"server: {{host: 127.0.0.1, port: {port}, workers: {workers}, event_loop: {run.args.loop}, "
+                   "log_level: info}\n"
+                   f"upstreams: [{{name: bench, base_url: '{run.upstream}', {apis}max_connections: {POOL}}}]\n")
+    # The access log goes to a real file, as it would to a log shipper's pipe.
+    proc = spawn(run.lay.proxy, ["-m", "gateway", "--config", str(cfg)], port, "/healthz", log)
+    if workers > 1:
+        end = time.monotonic() + 30
+        while len(children(proc.pid)) < workers and time.monotonic() < end:
+            time.sleep(0.2)
+        time.sleep(1.0)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def _wrk(run: Run, url: str, conns: int, secs: int, body: str, headers: dict[str, str] | None = None) -> dict[str, float]:
+    threads = 1 if conns == 1 else max(1, len(cpu_list(run.lay.load)))
+    return load.wrk(url, conns, secs, body, threads=threads, cores=run.lay.load, headers=headers, timeout_s=5)
+
+
+def cpu_list(cores: str) -> list[int]:
+    if not cores:
+        return [0]
+    lo, _, hi = cores.partition("-")
+    return list(range(int(lo), int(hi or lo) + 1))
+
+
+def target_request(name: str) -> tuple[str, str, str]:
+    """(path, body, streamed body) that ``name``'s client sends."""
+    if name in BASELINES:
+        return BASELINES[name]
+    _, path, body, stream_body = PATHS[name]
+    return path, body, stream_body
+
+
+def latency_at_c1(run: Run, names: list[str]) -> dict[str, list[dict[str, float]]]:
+    """wrk -c1 on each target in turns, round after round (a noisy stretch hits all alike)."""
+    out: dict[str, list[dict[str, float]]] = {n: [] for n in names}
+    for n in names:
+        path, body, _ = target_request(n)
+        _wrk(run, run.urls[n] + path, 8, 1, body)  # warm-up: connections, caches
+    for _ in range(run.args.rounds):
+        for n in names:
+            path, body, _ = target_request(n)
+            pid = run.procs[n].pid
+            c0 = family_cpu_s(pid)
+            r = _wrk(run, run.urls[n] + path, 1, run.args.duration, body)
+            r["cpu_us"] = (family_cpu_s(pid) - c0) / max(r["requests"], 1) * 1e6
+            out[n].append(r)
+    return out
+
+
+def passes(r: dict[str, float]) -> bool:
+    bad = r["errors"] + r["socket_errors"]
+    return r["p99_ms"] < P99_LIMIT_MS and bad / max(r["requests"], 1) < ERROR_LIMIT
+
+
+def sustained(run: Run, name: str) -> dict[str, object]:
+    """Steps the concurrency up against the 20 ms mock until the rule breaks (or the
+    throughput stops growing); the best step within the rule."""
+    path, body, _ = target_request(name)
+    url, pid = run.urls[name] + path, run.procs[name].pid
+    headers = {"x-bench-delay-ms": str(MOCK_MS)}
+    steps: list[dict[str, float]] = []
+    best: dict[str, float] | None = None
+    flat = 0
+    conns = 16
+    _wrk(run, url, 16, 1, body, headers)
+    while conns <= run.args.max_conns:
+        c0 = family_cpu_s(pid)
+        r = _wrk(run, url, conns, run.args.duration, body, headers)
+        r["cpu_us"] = (family_cpu_s(pid) - c0) / max(r["requests"], 1) * 1e6
+        r["conns"] = conns
+        r["ok"] = float(passes(r))
+        steps.append(r)
+        if not r["ok"]:
+            break
+        if best is not None and r["rps"] < best["rps"] * 1.03:
+            flat += 1
+        else:
+            flat = 0
+        if best is None or r["rps"] > best["rps"]:
+            best = r
+        if flat >= 2 and not run.args.to_the_break:
+            break
+        conns *= 2
+    return {"best": best, "steps": steps}
+
+
+def ttft(run: Run, names: list[str]) -> dict[str, list[float]]:
+    """Median time to the first streamed chunk, per target, in interleaved rounds."""
+    out: dict[str, list[float]] = {n: [] for n in names}
+    for _ in range(run.args.rounds):
+        for n in names:
+            path, _, stream_body = target_request(n)
+            out[n].append(load.time_to_first_chunk(run.urls[n] + path, run.args.ttft_n, stream_body)["ttfc_p50_ms"])
+    return out
+
+
+# -- memory ---------------------------------------------------------------------------------
+
+def big_chat_body(kb: int) -> str:
+    """A chat request of about ``kb`` KB: a long conversation, as an agent's later turns are."""
+    turn = "The quick brown fox jumps over the lazy dog while the build runs again. " * 50  # ~3.6 KB
+    messages: list[dict[str, str]] = [{"role": "system", "content": "You are a careful coding agent."}]
+    while len(json.dumps(messages)) < kb * 1000:
+        messages.append({"role": "user" if len(messages) % 2 else "assistant", "content": turn})
+    return json.dumps({"model": "gpt-4o-mini", "messages": messages}, separators=(",", ":"))
+
+
+class _Held(asyncio.Protocol):
+    """One request on its own connection (``Connection: close``): done when the server
+    closes it; a 200 status line counts as answered."""
+
+    def __init__(self, done: asyncio.Future[bool]) -> None:
+        self.done, self.head = done, b""
+
+    def data_received(self, data: bytes) -> None:
+        if len(self.head) < 12:
+            self.head += data[:12]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            self.done.set_result(self.head.startswith(b"HTTP/1.1 200"))
+
+
+async def hold_requests(port: int, n: int, body: bytes, hold_ms: int, sample: object) -> dict[str, float]:
+    """Sends ``n`` requests at once (ramped, so that the listen backlog holds), each held by
+    the mock for ``hold_ms``; ``sample()`` (the proxy's RSS) is read every 50 ms meanwhile,
+    its peak kept."""
+    loop = asyncio.get_running_loop()
+    request = (f"POST {CHAT} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+               f"Authorization: Bearer {load.KEY}\r\nConnection: close\r\nx-bench-delay-ms: {hold_ms}\r\n"
+               f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    waits: list[asyncio.Future[bool]] = []
+    peak = 0
+    stop = asyncio.Event()
+
+    async def watch() -> None:
+        nonlocal peak
+        while not stop.is_set():
+            peak = max(peak, sample())  # type: ignore[operator]
+            await asyncio.sleep(0.05)
+
+    watcher = asyncio.create_task(watch())
+    t0 = time.monotonic()
+    for i in range(n):
+        done: asyncio.Future[bool] = loop.create_future()
+        transport, _ = await loop.create_connection(lambda d=done: _Held(d), "127.0.0.1", port)
+        transport.write(request)
+        waits.append(done)
+        if i % 250 == 249:
+            await asyncio.sleep(0.05)
+    sent_s = time.monotonic() - t0
+    answered = await asyncio.gather(*waits)
+    stop.set()
+    await watcher
+    return {"peak_rss_kb": float(peak), "ok": float(sum(answered)), "sent_s": sent_s}
+
+
+def memory(run: Run, name: str) -> dict[str, float]:
+    """A fresh process: idle RSS after a warm-up, peak RSS under ``--inflight`` held 150 KB
+    requests, then (in another fresh process) RSS per idle open stream."""
+    a = run.args
+    body = big_chat_body(a.body_kb).encode()
+    out: dict[str, float] = {"body_bytes": float(len(body))}
+    proc, base = start_proxy(run, name, 1)
+    try:
+        port = int(base.rsplit(":", 1)[1])
+        load.wrk(base + CHAT, 8, 1, body.decode(), cores=run.lay.load)  # warm-up: the big body's path too
+        time.sleep(0.5)
+        out["idle_rss_kb"] = float(status_kb(proc.pid, "VmRSS"))
+        # Held long enough that every request is in flight at once, after the ramp.
+        hold_ms = int(1500 + a.inflight * 2)
+        r = asyncio.run(hold_requests(port, a.inflight, body, hold_ms, lambda: status_kb(proc.pid, "VmRSS")))
+        out.update(r)
+        out["per_inflight_kib"] = (r["peak_rss_kb"] - out["idle_rss_kb"]) / a.inflight
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    proc, base = start_proxy(run, name, 1)
+    try:
+        port = int(base.rsplit(":", 1)[1])
+        load.wrk(base + CHAT, 8, 1, cores=run.lay.load)
+        time.sleep(0.5)
+        before = status_kb(proc.pid, "VmRSS")
+        # Idle streams: a token every 2 s, open for 8 s, RSS sampled once all are open.
+        stats, during = streams.run(port, a.inflight, 4, 2.0, lambda: {"rss_kb": status_kb(proc.pid, "VmRSS")})
+        out["stream_idle_rss_kb"] = float(before)
+        out["stream_rss_kb"] = float(during["rss_kb"])
+        out["streams_complete"] = float(stats.complete)
+        out["per_stream_kib"] = (during["rss_kb"] - before) / max(stats.opened, 1)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    return out
+
+
+# -- report ---------------------------------------------------------------------------------
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def summarise(run: Run, c1: dict[str, list[dict[str, float]]], thr: dict[str, dict[str, object]],
+              first: dict[str, list[float]], mem: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    rows: dict[str, dict[str, float]] = {}
+    for name, (base, *_rest) in PATHS.items():
+        pairs = list(zip(c1[name], c1[base], strict=True))
+        best = thr[name]["best"] or {}
+        cores = 1 if name == MINIMAL else run.lay.proxy_cores
+        rows[name] = {
+            "added_p50_us": med([(t["p50_ms"] - d["p50_ms"]) * 1000 for t, d in pairs]),
+            "added_p99_us": med([(t["p99_ms"] - d["p99_ms"]) * 1000 for t, d in pairs]),
+            "p50_us": med([t["p50_ms"] * 1000 for t, _ in pairs]),
+            "p99_us": med([t["p99_ms"] * 1000 for t, _ in pairs]),
+            "cpu_us_c1": med([t["cpu_us"] for t, _ in pairs]),
+            "added_ttft_us": med([(t - d) * 1000 for t, d in zip(first[name], first[base], strict=True)]),
+            "sustained_rps": float(best.get("rps", float("nan"))),  # type: ignore[union-attr]
+            "sustained_conns": float(best.get("conns", float("nan"))),  # type: ignore[union-attr]
+            "sustained_p99_ms": float(best.get("p99_ms", float("nan"))),  # type: ignore[union-attr]
+            "cpu_us_sustained": float(best.get("cpu_us", float("nan"))),  # type: ignore[union-attr]
+            "cores": float(cores),
+            **{k: v for k, v in mem.get(name, {}).items()},
+        }
+        rows[name]["rps_per_core"] = rows[name]["sustained_rps"] / cores
+    for base in BASELINES:
+        rows[base] = {"p50_us": med([d["p50_ms"] * 1000 for d in c1[base]]),
+                      "p99_us": med([d["p99_ms"] * 1000 for d in c1[base]]),
+                      "sustained_rps": float((thr.get(base, {}).get("best") or {}).get("rps", float("nan")))}  # type: ignore[union-attr]
+    return rows
+
+
+def markdown(run: Run, rows: dict[str, dict[str, float]]) -> str:
+    a, lay = run.args, run.lay
+    m = rows[MINIMAL]
+    head = (f"{os.cpu_count()} cores, Python {platform.python_version()}, event loop {a.loop}, "
+            f"wrk; {lay.note}. c=1: medians of {a.rounds} interleaved rounds of {a.duration}s; sustained: "
+            f"{MOCK_MS} ms mock, concurrency doubled from 16 while p99 < 1 s and errors < 0.1 %"
+            f"{'' if a.to_the_break else ' (or until two steps add < 3 %)'}, {a.duration}s a step.")
+    lines = [head, ""]
+    if not lay.comparable:
+        lines += ["**Not comparable with the published table** (too few cores to partition): "
+                  "absolute figures only from a quiet many-core run; here, read the ratios.", ""]
+    lines += ["| target | added p50 @c=1 | added p99 @c=1 | added TTFT p50 | CPU/request @c=1 | sustained req/s "
+              "(at c) | cores | req/s per core | per core vs minimal |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name in PATHS:
+        r = rows[name]
+        lines.append(f"| {name} | {r['added_p50_us']:+.0f} µs | {r['added_p99_us']:+.0f} µs | {r['added_ttft_us']:+.0f} µs | "
+                     f"{r['cpu_us_c1']:.0f} µs | {r['sustained_rps']:.0f} ({r['sustained_conns']:.0f}) | {r['cores']:.0f} | "
+                     f"{r['rps_per_core']:.0f} | {r['rps_per_core'] / m['rps_per_core']:.2f}x |")
+    for base in BASELINES:
+        lines.append(f"| {base} (p50 / p99 @c=1) | {rows[base]['p50_us']:.0f} µs | {rows[base]['p99_us']:.0f} µs | | | | | | |")
+    lines += ["", f"Memory, one process each: {a.inflight:,} concurrent requests of "
+              f"{rows[GATEWAY].get('body_bytes', 0) / 1000:.0f} KB held in flight by the mock; {a.inflight:,} open streams "
+              "idle between tokens (one every 2 s)", "",
+              "| target | idle RSS | peak RSS, requests in flight | answered | per in-flight request | "
+              "per idle open stream | vs minimal (request / stream) |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name in (MINIMAL, GATEWAY):
+        r = rows[name]
+        if "per_inflight_kib" not in r:
+            continue
+        lines.append(f"| {name} | {r['idle_rss_kb'] / 1024:.1f} MiB | {r['peak_rss_kb'] / 1024:.1f} MiB | "
+                     f"{r['ok']:.0f} / {a.inflight} | {r['per_inflight_kib'] / 1024:.3f} MiB | {r['per_stream_kib']:.1f} KiB | "
+                     f"{r['per_inflight_kib'] / m['per_inflight_kib']:.2f}x / {r['per_stream_kib'] / m['per_stream_kib']:.2f}x |")
+    lines += ["", "The published table (gateway on 4 cores, quiet host), added p99 at c=1, next to ours:", "",
+              "| gateway | added p99 @c=1 |", "| --- | ---: |"]
+    ours = [(f"**{n} (this run{'' if lay.comparable else ', not comparable'})**", rows[n]["added_p99_us"])
+            for n in (GATEWAY, TRANSLATED, MINIMAL)]
+    for label, us in sorted([*PUBLISHED, *ours], key=lambda x: x[1]):
+        lines.append(f"| {label} | {us:,.0f} µs |")
+    return "\n".join(lines) + "\n"
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.public", description=__doc__.split("\n\n")[0])
+    p.add_argument("--cores", type=int, default=None, help="cores (and workers) of the gateway; default 4 where "
+                   "the machine has 8 or more, else 1")
+    p.add_argument("--quick", action="store_true", help="shorter runs: 2 s a step, 3 rounds, fewer streams")
+    p.add_argument("--duration", type=int, default=None, help="seconds per wrk run (default 5; --quick 2)")
+    p.add_argument("--rounds", type=int, default=None, help="interleaved rounds at c=1 (default 5; --quick 3)")
+    p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop", help="both proxies' event loop")
+    p.add_argument("--max-conns", type=int, default=4096)
+    p.add_argument("--to-the-break", action="store_true", help="step until the rule breaks, past saturation")
+    p.add_argument("--inflight", type=int, default=1500, help="concurrent requests (and streams) for the memory figures")
+    p.add_argument("--body-kb", type=int, default=150)
+    p.add_argument("--no-memory", action="store_true")
+    p.add_argument("--out", type=Path, default=RESULTS)
+    a = p.parse_args(argv)
+    a.duration = a.duration or (2 if a.quick else 5)
+    a.rounds = a.rounds or (3 if a.quick else 5)
+    a.ttft_n = 60 if a.quick else 150
+    ncpu = os.cpu_count() or 1
+    a.cores = a.cores or (4 if ncpu >= 8 else 1)
+    return a
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = parse(argv)
+    if not load.have_wrk():
+        sys.exit("bench.public needs wrk (Debian: apt-get install wrk)")
+    raise_fd_limit()
+    lay = layout(os.cpu_count() or 1, a.cores)
+    if lay.load:  # this process is the Python load client (time to first token, held requests)
+        os.sched_setaffinity(0, cpu_list(lay.load))
+    print(lay.note, flush=True)
+    with tempfile.TemporaryDirectory() as tmp_s:
+        tmp = Path(tmp_s)
+        up_port = free_port()
+        procs: dict[str, subprocess.Popen[bytes]] = {}
+        mocks = [spawn(core, ["-m", "bench.upstream", str(up_port), "--reuse-port"], up_port, "/", tmp / "mock.log")
+                 for core in lay.mock]
+        run = Run(a, lay, tmp, f"http://127.0.0.1:{up_port}/v1", procs, {})
+        try:
+            for base in BASELINES:
+                procs[base], run.urls[base] = mocks[0], f"http://127.0.0.1:{up_port}"
+            for name in PATHS:
+                procs[name], run.urls[name] = start_proxy(run, name, 1 if name == MINIMAL else lay.proxy_cores)
+            names = [*BASELINES, *PATHS]
+            print("added latency at c=1 ...", flush=True)
+            c1 = latency_at_c1(run, names)
+            print("sustained req/s against a 20 ms mock ...", flush=True)
+            thr = {n: sustained(run, n) for n in [DIRECT, *PATHS]}
+            print("time to first token ...", flush=True)
+            first = ttft(run, names)
+        finally:
+            for name in PATHS:
+                if name in procs:
+                    procs[name].terminate()
+                    procs[name].wait(10)
+        mem: dict[str, dict[str, float]] = {}
+        try:
+            if not a.no_memory:
+                print("memory ...", flush=True)
+                mem = {n: memory(run, n) for n in (MINIMAL, GATEWAY)}
+        finally:
+            for p in mocks:
+                p.terminate()
+                p.wait(10)
+    rows = summarise(run, c1, thr, first, mem)
+    text = markdown(run, rows)
+    print(text)
+    a.out.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    (a.out / "public-latest.md").write_text(text)
+    (a.out / f"public-{stamp}.json").write_text(json.dumps({
+        "method": "On the Bench (GetBusbar/benchmarking, 2026-07-25), as issue #38 quotes it",
+        "cpu_count": os.cpu_count(), "python": platform.python_version(), "layout": asdict(lay),
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
+        "rows": rows, "c1": c1, "sustained": thr, "ttft_p50_ms": first}, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
