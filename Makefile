@@ -84,7 +84,8 @@ docs-serve: venv-dev
 DOCS_CHECK_OUT ?= /tmp/llm-gateway-docs-check
 docs-check: venv-dev
 	bash scripts/docs-deps.sh
-	$(BIN)/python -m pytest tests/browser -p no:randomly --basetemp=$(DOCS_CHECK_OUT) -o addopts="--strict-markers -ra"
+	$(BIN)/python -m pytest tests/browser --basetemp=$(DOCS_CHECK_OUT) -o addopts="--strict-markers -ra"
+	@echo "screenshots: $(DOCS_CHECK_OUT)/test_the_site_in_chromium0/screenshots"
 
 bench: venv-dev
 	$(BIN)/python -m bench
