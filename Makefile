@@ -12,7 +12,7 @@ CONFIG ?= config/gateway.yaml
 FLOCK  := $(shell command -v flock 2>/dev/null)
 LOCKED := $(if $(FLOCK),$(FLOCK) $(VENV).lock) $(MAKE) --no-print-directory
 
-.PHONY: run test test-real test-trace test-deploy lint bench bench-public clean venv venv-dev _locked-runtime _locked-dev
+.PHONY: run test test-real test-trace test-deploy lint bench bench-public clean venv venv-dev _locked-runtime _locked-dev docs docs-gen docs-serve docs-check
 
 # The only entry points to set-up; the stamp targets below are built under the lock.
 venv:
@@ -70,6 +70,28 @@ test-deploy: venv-dev
 	bash scripts/deploy-deps.sh
 	$(BIN)/python -m pytest tests/container -p no:cacheprovider --override-ini addopts="--strict-markers -ra" -s
 
+# The documentation site (mkdocs.yml, docs/), strictly: a broken link or anchor fails the build.
+# The mkdocs packages are in the dev extra, so `make test` builds it too (tests/docs/).
+# NO_MKDOCS_2_WARNING: Material's notice about its successor, printed on every build.
+docs: venv-dev
+	$(BIN)/python -m gateway.docs_gen --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
+
+# Rewrites docs/reference/ (configuration, metrics, errors) from the source.
+docs-gen: venv
+	$(BIN)/python -m gateway.docs_gen
+
+docs-serve: venv-dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs serve --strict --dev-addr 127.0.0.1:8000
+
+# The built site in a real headless Chromium (Debian's, installed by scripts/docs-deps.sh):
+# search, navigation, code copy; screenshots under $(DOCS_CHECK_OUT), not in the repo.
+DOCS_CHECK_OUT ?= /tmp/llm-gateway-docs-check
+docs-check: venv-dev
+	bash scripts/docs-deps.sh
+	$(BIN)/python -m pytest tests/browser --basetemp=$(DOCS_CHECK_OUT) -o addopts="--strict-markers -ra"
+	@echo "screenshots: $(DOCS_CHECK_OUT)/test_the_site_in_chromium0/screenshots"
+
 bench: venv-dev
 	$(BIN)/python -m bench
 	$(BIN)/python -m bench.faults
@@ -84,4 +106,4 @@ bench-public: venv-dev
 	$(BIN)/python -m bench.public --quick
 
 clean:
-	rm -rf $(VENV) $(VENV).lock $(VENV)-real .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VENV).lock $(VENV)-real .pytest_cache .mypy_cache .ruff_cache site

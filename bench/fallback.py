@@ -1,5 +1,5 @@
 """Faults on the primary of a two-upstream chain, as a new user meets them: `fallbacks:
-[backup]` on the primary, the README's defaults otherwise (timeouts shortened so the run
+[backup]` on the primary, the documented defaults otherwise (timeouts shortened so the run
 takes minutes, not hours; they are printed), streamed and buffered chat completions from the
 real `openai` SDK at its stock settings. The backup declares `continuation: replay` (it
 cannot prefill) and the requests ask for `temperature: 0`.

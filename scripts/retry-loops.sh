@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Stock clients' whole retry loops against a provider that fails for good (the slow tests
-# `make test` leaves out), then, with --bench, the direct-versus-gateway table README quotes.
+# `make test` leaves out), then, with --bench, the direct-versus-gateway table docs/errors/loop-breaker.md quotes.
 #   bash scripts/retry-loops.sh            every case of tests/e2e/test_retry_loops.py (~25 min)
 #   bash scripts/retry-loops.sh --bench    also python -m bench.retry_loops (~20 min)
 set -euo pipefail

@@ -63,7 +63,7 @@ fi
 # opencode, once, into .cache/opencode (its npm package carries the native binary), for
 # tests/e2e/test_opencode_on_messages.py (a chat client on an Anthropic-only upstream),
 # tests/e2e/test_retry_loops.py and bench/retry_loops.py. Pinned: the corpus requests in
-# tests/corpus/requests/chat-opencode-*.json and README's retry table were measured with it.
+# tests/corpus/requests/chat-opencode-*.json and the loop breaker page's retry table (docs/errors/loop-breaker.md) were measured with it.
 # The provider package its config names is fetched by opencode itself on first use, into
 # .cache/opencode/xdg-cache.
 OPENCODE_VERSION="${OPENCODE_VERSION:-1.18.33}"

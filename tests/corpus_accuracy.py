@@ -1,6 +1,6 @@
 """In-sample and held-out accuracy of the classifier on the corpus, by class.
 
-``python -m tests.corpus_accuracy`` prints the table the README shows (between its
+``python -m tests.corpus_accuracy`` prints the table docs/errors/taxonomy.md shows (between its
 ``accuracy:start`` / ``accuracy:end`` markers) and rewrites it there with ``--write``.
 Only counts are printed for the held-out bodies: which of them fail is never shown, so
 the rules cannot be tuned on them by accident (see tests/corpus/README.md).
@@ -16,7 +16,7 @@ from typing import Any
 from gateway.errors import ErrorType
 from tests.corpus_cases import HELD_OUT, IN_SAMPLE, classify_case
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "errors" / "taxonomy.md"
 START, END = "<!-- accuracy:start -->", "<!-- accuracy:end -->"
 
 
@@ -53,10 +53,10 @@ def readme_section(text: str) -> str:
 
 
 def _write() -> None:
-    text = README.read_text()
+    text = PAGE.read_text()
     head, _, rest = text.partition(START)
     _, _, tail = rest.partition(END)
-    README.write_text(f"{head}{START}\n{table()}\n{END}{tail}")
+    PAGE.write_text(f"{head}{START}\n{table()}\n{END}{tail}")
 
 
 if __name__ == "__main__":

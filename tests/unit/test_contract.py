@@ -1,4 +1,5 @@
-"""The public contract is listed in README and pinned here: headers, metric names, config keys."""
+"""The public contract is listed in the docs (README and docs/) and pinned here: headers, metric names,
+config keys."""
 
 import re
 from pathlib import Path
@@ -9,7 +10,10 @@ from gateway.config import GatewayConfig, PriceConfig, UpstreamConfig
 from gateway.errors import ErrorType
 from tests.unit.test_telemetry import CONTRACT
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+# What a reader can find: README plus every page of the documentation site.
+README = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))])
 
 HEADERS = ["x-llm-error-type", "x-llm-error-retryable", "x-llm-error-reset-at", "retry-after",
            "x-should-retry", "x-request-id", "x-llm-attempts", "x-llm-compressed", "x-llm-upstream",
@@ -56,7 +60,7 @@ def _model_keys(model: type, prefix: str = "") -> set[str]:
 
 
 def test_readme_config_reference_matches_the_models() -> None:
-    block = re.search(r"## Configuration.*?```yaml\n(.*?)```", README, re.S)
+    block = re.search(r"# Configuration.*?```yaml\n(.*?)```", (DOCS / "configuration.md").read_text(), re.S)
     assert block is not None
     documented = _keys(yaml.safe_load(block.group(1)))
     # `prices` maps a model glob to a price: its example glob stands for any, its fields are the price's.
@@ -74,7 +78,7 @@ def test_the_readme_metrics_table_lists_every_metric_the_app_exposes_with_its_la
 
     registry = CollectorRegistry()
     create_app(parse_config("upstreams: [{name: a, base_url: 'http://127.0.0.1:9/v1'}]", env={}), registry=registry)
-    section = README[README.index("### Metrics"):README.index("### Logs")]
+    section = (DOCS / "reference" / "metrics.md").read_text()
     rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `(llm_gateway_[a-z_]+)` \|.*$", section, re.M)}
     for family in registry.collect():
         name = family.name + ("_total" if family.type == "counter" else "")
@@ -89,18 +93,18 @@ def test_the_readme_metrics_table_lists_every_metric_the_app_exposes_with_its_la
 
 
 def test_the_agent_snippets_say_what_a_new_user_trips_over() -> None:
-    agents = README[README.index("## Agents"):README.index("## Endpoints")]
+    agents = "\n".join(p.read_text() for p in sorted((DOCS / "agents").glob("*.md")))
     # A credential is needed even when the gateway checks none (measured: Claude Code says
     # "Not logged in", Codex "Missing environment variable", the AI SDK AI_LoadAPIKeyError).
     assert "ANTHROPIC_AUTH_TOKEN=<gateway key, or dummy>" in agents and "GW_KEY=dummy" in agents
     assert "AI_LoadAPIKeyError" in agents
-    opencode = re.search(r"### opencode.*?```json\n(.*?)```", agents, re.S)
+    opencode = re.search(r"```json\n(.*?)```", (DOCS / "agents" / "opencode.md").read_text(), re.S)
     assert opencode is not None
     cfg = yaml.safe_load(opencode.group(1))  # JSON is YAML
     (provider,) = cfg["provider"].values()
     assert provider["npm"] == "@ai-sdk/openai-compatible" and provider["options"]["baseURL"].endswith("/v1")
     assert cfg["model"].split("/", 1)[1] in provider["models"]
-    ai_sdk = agents[agents.index("### Vercel AI SDK"):]
+    ai_sdk = (DOCS / "agents" / "vercel-ai-sdk.md").read_text()
     assert 'openai.chat("' in ai_sdk and "@ai-sdk/anthropic" in ai_sdk
     assert re.search(r'createAnthropic\(\{ baseURL: "http://127\.0\.0\.1:8080/v1"', ai_sdk)
 
@@ -109,7 +113,7 @@ def test_readme_commands_run_one_way() -> None:
     # Said once (activate .venv or prefix .venv/bin/), then every command is written bare: a
     # reader who activated the venv can paste any of them, and none looks different from the rest.
     assert "`. .venv/bin/activate`" in README
-    blocks = re.findall(r"```(?:sh|bash)\n(.*?)```", README, re.S)
+    blocks = re.findall(r"```(?:sh|bash)[^\n]*\n(.*?)```", README, re.S)
     commands = [line.strip() for block in blocks for line in block.splitlines()]
     commands += re.findall(r"`((?:\.venv/bin/)?(?:python|llm-gateway) [^`]*)`", README)
     assert commands and not [c for c in commands if c.startswith(".venv/bin/")]
@@ -120,6 +124,6 @@ def test_the_license_is_an_spdx_expression_setuptools_reads() -> None:
     # expression from setuptools 77 on, which the build must then require.
     import tomllib
 
-    meta = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert meta["project"]["license"] == "Apache-2.0"
     assert "setuptools>=77" in meta["build-system"]["requires"]

@@ -1,5 +1,5 @@
 """An upstream listed after one whose ``models`` cover all of its own is never routed to:
-README's Translation example once did this, so the example is routed here as printed, and
+The Translation page's example once did this, so the example is routed here as printed, and
 start-up names any such upstream."""
 
 import re
@@ -11,12 +11,11 @@ from gateway.app import create_app
 from gateway.config import config_warnings, parse_config
 from gateway.live import LIVE
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+TRANSLATION = Path(__file__).resolve().parents[2] / "docs" / "translation" / "index.md"
 
 
 def _translation_example() -> str:
-    section = README[README.index("## Translation: any agent"):README.index("## Endpoints")]
-    (block,) = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    (block,) = re.findall(r"```yaml[^\n]*\n(.*?)```", TRANSLATION.read_text(), re.S)
     return str(block)
 
 

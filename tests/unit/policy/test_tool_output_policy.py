@@ -93,10 +93,11 @@ def test_config_builds_the_policy_and_rejects_a_bad_expression() -> None:
 
 
 def readme_example(first_line: str) -> str:
-    """One of README's "Tool outputs" example configs, by the comment it starts with."""
-    from tests.unit.test_contract import README
+    """One of the "Tool outputs" page's example configs, by the comment it starts with."""
+    from tests.unit.test_contract import DOCS
 
-    found = re.search(r"```yaml\n(# " + re.escape(first_line) + r".*?)```", README, re.S)
+    page = (DOCS / "tool-outputs.md").read_text()
+    found = re.search(r"```yaml[^\n]*\n(# " + re.escape(first_line) + r".*?)```", page, re.S)
     assert found is not None, first_line
     return found.group(1)
 
