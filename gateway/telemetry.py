@@ -215,7 +215,7 @@ class Telemetry:
         p = "llm_gateway_"
         # Every request touches these: they are the lock-free kind (LoopCounter, LoopHistogram).
         self.requests = LoopCounter(
-            p + "requests", "Requests answered, by final status and error type.",
+            p + "requests", "Requests answered, by final status and error type (none on success).",
             ["upstream", "model", "status", "error_type"], registry,
         )  # fmt: skip
         self.request_duration = LoopHistogram(
@@ -233,12 +233,13 @@ class Telemetry:
             ["upstream", "model"], LATENCY_BUCKETS, registry,
         )  # fmt: skip
         self.upstream_attempts = LoopCounter(
-            p + "upstream_attempts", "Upstream attempts, by outcome (success or error type).",
+            p + "upstream_attempts", "Upstream attempts, by outcome (success or the error type).",
             ["upstream", "outcome"], registry,
         )  # fmt: skip
         self.upstream_timeouts = Counter(
             p + "upstream_timeouts",
-            "Upstream attempts that timed out before an answer (connect, first byte, first token).",
+            "Upstream attempts that timed out before an answer, by kind: connect_timeout, "
+            "first_byte_timeout, first_token_timeout.",
             ["upstream", "kind"], registry=registry,
         )  # fmt: skip
         self.retries = Counter(
@@ -246,7 +247,8 @@ class Telemetry:
             ["upstream", "error_type"], registry=registry,
         )  # fmt: skip
         self.compressions = Counter(
-            p + "compressions", "Compress-and-retry results by outcome.",
+            p + "compressions", "Compress-and-retry results by outcome: applied, still_overflow, "
+            "not_applicable, passed_to_client (a self-compacting client got the overflow).",
             ["upstream", "outcome"], registry=registry,
         )  # fmt: skip
         self.in_flight = Gauge(
@@ -258,15 +260,17 @@ class Telemetry:
             registry,
         )  # fmt: skip
         self.tokens = LoopCounter(
-            p + "tokens", "Tokens reported by upstream usage, by kind (prompt, completion).",
+            p + "tokens", "Tokens reported by upstream usage, by kind: prompt, completion, and of the prompt "
+            "cache_read, cache_write when the provider says.",
             ["upstream", "model", "kind"], registry,
         )  # fmt: skip
         self.client_auth_refusals = Counter(
-            p + "client_auth_refusals", "Requests refused for a missing or invalid gateway key.",
+            p + "client_auth_refusals", "Requests refused for a gateway key, by reason: missing, invalid.",
             ["reason"], registry=registry,
         )  # fmt: skip
         self.continuations = Counter(
-            p + "continuations", "Streams broken mid-answer that were continued, or could not be.",
+            p + "continuations", "Streams broken mid-answer, by outcome: continued, failed, diverged "
+            "(a replay wrote something else), not_continuable.",
             ["upstream", "outcome"], registry=registry,
         )  # fmt: skip
         self.tool_outputs = Counter(

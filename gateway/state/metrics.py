@@ -27,12 +27,15 @@ LOOP_EVENTS = ("remembered", "answered", "probed", "skipped")
 class StateMetrics:
     def __init__(self, registry: CollectorRegistry, backend: str) -> None:
         self.fallbacks = Counter(
-            "llm_gateway_state_fallbacks", "Shared-state operations served locally (store slow or down).",
+            "llm_gateway_state_fallbacks",
+            "Shared-state operations served from local memory because the store (Redis) did not answer "
+            "in time, by backend and operation.",
             ["backend", "op"], registry=registry,
         )  # fmt: skip
         self.loop_breaker = Counter(
             "llm_gateway_loop_breaker_events",
-            "Loop breaker: failed answers remembered, repeats answered from memory or sent as a probe.",
+            "Loop breaker events, by error type: remembered (a failed answer), answered (a repeat answered "
+            "from memory), probed (a repeat sent upstream as a probe), skipped (too big to remember).",
             ["event", "error_type"], registry=registry,
         )  # fmt: skip
         # Series exist from the start, so an alert on a rate sees zeros rather than nothing.
