@@ -234,9 +234,11 @@ class FakeUpstream:
             used = gemini.estimate_tokens(call.payload)
             if used > self.context_limit:
                 return gemini.overflow(used, self.context_limit)
+        text = gemini.json_answer(call.payload)
         if call.stream:
-            return gemini.stream(gemini.stream_chunks(call.model), call.framing)
-        return Reply(200, gemini.answer(call.model))
+            words = (text,) if text is not None else ("Hello", " from", " fake.")
+            return gemini.stream(gemini.stream_chunks(call.model, words), call.framing)
+        return Reply(200, gemini.answer(call.model) if text is None else gemini.answer(call.model, text))
 
     def _gemini_models(self, path: str) -> dict[str, Any]:
         names = [m["id"] for m in (self.models_listing or {}).get("data", [])] or [gemini.MODEL]

@@ -238,3 +238,19 @@ async def test_the_model_list_in_googles_shape_for_a_google_caller(fake: Any) ->
     assert listed["models"][0]["name"] == "models/gemini-2.5-flash"
     async with http.get(f"{root(f)}/v1/models") as r:  # no Google key: OpenAI's list
         assert (await r.json())["object"] == "list"
+
+
+async def test_a_request_for_json_gets_the_smallest_document_its_schema_allows(fake: Any) -> None:
+    """As Gemini CLI's model router asks (responseJsonSchema), and google-genai's responseSchema."""
+    f, _, http = fake
+    router = {"type": "object", "properties": {"reasoning": {"type": "string"},
+                                               "model_choice": {"type": "string", "enum": ["flash", "pro"]}},
+              "required": ["reasoning", "model_choice"]}  # fmt: skip
+    body = {**SAY_HI, "generationConfig": {"responseMimeType": "application/json", "responseJsonSchema": router}}
+    status, _, doc = await call(http, f, "gemini-2.5-flash-lite", body=body)
+    assert status == 200 and json.loads(doc["candidates"][0]["content"]["parts"][0]["text"]) == {
+        "reasoning": "fake", "model_choice": "flash"}  # fmt: skip
+    listed = {"type": "ARRAY", "items": {"type": "STRING"}}
+    body = {**SAY_HI, "generation_config": {"response_mime_type": "application/json", "response_schema": listed}}
+    _, _, chunks = await call(http, f, "gemini-2.5-flash", "streamGenerateContent", body, query="?alt=sse")
+    assert json.loads(chunks[-1]["candidates"][0]["content"]["parts"][0]["text"]) == []
