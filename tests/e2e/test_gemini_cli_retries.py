@@ -9,10 +9,10 @@ a ``:generateContent`` routing call to a flash-lite model, then, once that has g
 answer's ``:streamGenerateContent`` on the model the CLI falls back to.
 
 Directly, against the fake's Gemini API (``gemini.unavailable()``, Google's 503 UNAVAILABLE),
-a turn cost 15 calls over 277 s. Through the gateway (shipped config/gateway.yaml,
+a turn cost 15 calls over 277 s (15 over 271 s in a second run). Through the gateway (shipped config/gateway.yaml,
 ``provider_unavailable.max_retries: 5``, circuit ``open_s: 30``) to a chat-completions fake
-answering 503 (no upstream speaks Gemini yet): 21 calls over 332 s, and 17 over 285 s in a
-second run, whose gateway log shows the rule at work per request: the routing model's first
+answering 503 (no upstream speaks Gemini yet): 21 calls over 332 s, 17 over 302 s and 17 over
+285 s in two more runs, the last one's gateway log shows the rule at work per request: the routing model's first
 request spent the gateway's 6 attempts, its repeats were answered from memory (``attempts
 0``) with a one-attempt probe per 30 s window (6 + 1); then the answer's model spent 6 again
 (6 + 4 probes), because a noted outage is per model (README,
