@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m gateway.fake",
         description="A fake LLM upstream speaking OpenAI chat completions, Anthropic Messages,\n"
-        "OpenAI Responses and the Gemini API, with named failures to watch the gateway handle.",
+        "OpenAI Responses and the Gemini API, with named failures to watch the gateway\nhandle.",
         epilog="scenarios, picked per request by the model name (gpt-4o-mini-429, claude-tool):\n"
         + doc[doc.index("    ok") : doc.index('"Then')].rstrip() + "\n\n" + doc[doc.index('"Then') :],
         formatter_class=argparse.RawDescriptionHelpFormatter,
