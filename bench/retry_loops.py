@@ -7,7 +7,8 @@ retry environment variables, its default model (Claude Code also with a non-defa
 ``--model claude-sonnet-4-5``: it retries a 529 for minutes then). The provider is the
 scriptable fake upstream (tests/fakeupstream.py), failing the same way on every call:
 
-    503      503 server_error (OpenAI APIs) / 529 overloaded_error (Messages)
+    503      503 server_error (OpenAI APIs) / 529 overloaded_error (Messages) / 503 UNAVAILABLE
+             (Gemini)
     down     every connection is reset as soon as it is accepted (counted; a refused
              connection could not be)
     429      429 with ``retry-after: 3600`` (a long rate limit)
@@ -16,6 +17,9 @@ scriptable fake upstream (tests/fakeupstream.py), failing the same way on every 
 
 The gateway is ``python -m gateway`` with the shipped config/gateway.yaml (defaults:
 ``provider_unavailable`` 5 retries, ``rate_limit`` 3, circuit ``failure_threshold: 5``, ``open_s: 30``).
+A client whose API no upstream speaks yet (Gemini CLI) reaches, through the gateway, a
+provider in the API it is translated to (``Client.upstream_api``: chat completions), and
+directly the fake's own Gemini API.
 
     python -m bench.retry_loops                               the whole matrix (about 20 minutes)
     python -m bench.retry_loops --clients codex --failures 503 --via gateway
@@ -43,6 +47,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from gateway.fake import gemini
 from tests.fakeupstream import FakeUpstream, Hang, Reply
 from tests.procs import ROOT, RunningProcess, base_env, free_port, start
 
@@ -52,6 +57,7 @@ CODEX = CACHE / "codex" / "node_modules" / ".bin" / "codex"
 OPENCODE = CACHE / "opencode" / "node_modules" / ".bin" / "opencode"
 AI_SDK = CACHE / "ai-sdk"
 AI_SDK_SCRIPT = ROOT / "tests" / "e2e" / "node" / "generate_text.cjs"
+GEMINI_CLI = CACHE / "gemini-cli" / "node_modules" / ".bin" / "gemini"
 GATEWAY_CONFIG = ROOT / "config" / "gateway.yaml"
 FIRST_BYTE_S = 5  # the gateway's timeouts.first_byte_s for the "timeout" failure
 
@@ -169,6 +175,18 @@ c.messages.create(model="claude-sonnet-4-5", max_tokens=64, messages=[{"role": "
 """
 
 
+def run_gemini_cli(root: str, work: Path, cap_s: float) -> ClientRun:
+    """``gemini -p`` headless at its stock model ("auto") and settings, but for the two a base
+    URL needs (README's Agents entry): ``gemini-api-key`` auth and a trusted workspace."""
+    home = _home(work)
+    (home / ".gemini").mkdir(exist_ok=True)
+    (home / ".gemini" / "settings.json").write_text(json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}}))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "GEMINI_CLI_HOME": str(home),
+           "GOOGLE_GEMINI_BASE_URL": root, "GEMINI_API_KEY": "dummy", "GEMINI_CLI_TRUST_WORKSPACE": "true",
+           "NO_COLOR": "1"}  # fmt: skip
+    return _run([str(GEMINI_CLI), "-p", "say hi", "--output-format", "text"], env, home, cap_s)
+
+
 def python_sdk_runner(code: str) -> Callable[[str, Path, float], ClientRun]:
     def run(root: str, work: Path, cap_s: float) -> ClientRun:
         env = {k: v for k, v in base_env().items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
@@ -183,6 +201,7 @@ class Client:
     api: str  # chat | messages | responses: where it sends a turn
     run: Callable[[str, Path, float], ClientRun]
     binary: Path | None = None  # must exist for the client to be measured
+    upstream_api: str | None = None  # the API the gateway reaches the provider in (None: ``api``)
 
 
 CLIENTS = {c.name: c for c in (
@@ -193,9 +212,11 @@ CLIENTS = {c.name: c for c in (
     Client("ai-sdk", "chat", run_ai_sdk, AI_SDK / "node_modules" / "ai"),
     Client("openai-python", "chat", python_sdk_runner(_PY_OPENAI)),
     Client("anthropic-python", "messages", python_sdk_runner(_PY_ANTHROPIC)),
+    Client("gemini-cli", "gemini", run_gemini_cli, GEMINI_CLI, upstream_api="chat"),
 )}  # fmt: skip
 SHORT = {"codex": "codex", "claude": "claude-code", "claude-sonnet": "claude-code --model claude-sonnet-4-5",
-         "opencode": "opencode", "ai-sdk": "ai-sdk", "openai": "openai-python", "anthropic": "anthropic-python"}  # fmt: skip
+         "opencode": "opencode", "ai-sdk": "ai-sdk", "openai": "openai-python", "anthropic": "anthropic-python",
+         "gemini": "gemini-cli"}  # fmt: skip
 FAILURES = ("503", "down", "429", "timeout")
 
 
@@ -242,6 +263,8 @@ def failing_step(api: str, failure: str) -> Reply | Hang:
     if failure == "timeout":
         return Hang(3600)
     anthropic = api == "messages"
+    if api == "gemini":  # Google's words: a 503 UNAVAILABLE, a 429 whose RetryInfo asks for the hour
+        return gemini.unavailable() if failure == "503" else gemini.rate_limited(gemini.MODEL, 3600)
     if failure == "503":
         return Reply(529, ANTHROPIC_529) if anthropic else Reply(503, OPENAI_503)
     if failure == "429":
@@ -261,14 +284,19 @@ def failing_upstream(api: str, failure: str) -> Iterator[tuple[str, Callable[[],
         return
     with FakeUpstream.in_thread() as fake:
         fake.script(*[failing_step(api, failure)] * 10_000)
+        if api == "gemini":  # generateContent and streamGenerateContent alike (not countTokens)
+            yield (f"http://127.0.0.1:{fake.port}", lambda: sum(
+                1 for r in fake.requests if (gemini.method_of(r.path) or ("", "", "countTokens"))[2] != "countTokens"))
+            return
         path = {"chat": "/chat/completions", "messages": "/v1/messages", "responses": "/v1/responses"}[api]
         yield (f"http://127.0.0.1:{fake.port}",
                lambda: sum(1 for r in fake.requests if r.method == "POST" and r.path.endswith(path)))
 
 
 @contextlib.contextmanager
-def gateway(upstream_root: str, failure: str, work: Path) -> Iterator[RunningProcess]:
-    """``python -m gateway`` with the shipped config (first_byte_s shortened for "timeout")."""
+def gateway(upstream_root: str, failure: str, work: Path, apis: str | None = None) -> Iterator[RunningProcess]:
+    """``python -m gateway`` with the shipped config (first_byte_s shortened for "timeout");
+    ``apis``: the upstream's (UPSTREAM_APIS), when it speaks only another API than the client's."""
     text = GATEWAY_CONFIG.read_text()
     if failure == "timeout":
         text = text.replace("first_byte_s: 300", f"first_byte_s: {FIRST_BYTE_S}")
@@ -276,7 +304,7 @@ def gateway(upstream_root: str, failure: str, work: Path) -> Iterator[RunningPro
     config = work / "gateway.yaml"
     config.write_text(text)
     port = free_port()
-    env = base_env(GATEWAY_PORT=str(port), UPSTREAM_BASE_URL=upstream_root + "/v1")
+    env = base_env(GATEWAY_PORT=str(port), UPSTREAM_BASE_URL=upstream_root + "/v1", **({"UPSTREAM_APIS": apis} if apis else {}))
     gw = start([sys.executable, "-m", "gateway", "--config", str(config)], env, port, work / "gateway.log")
     try:
         yield gw
@@ -302,11 +330,12 @@ class Row:
 def measure(client: Client, failure: str, via: str, cap_s: float = CLIENT_CAP_S) -> Row:
     with tempfile.TemporaryDirectory(prefix="retry-loops-") as tmp:
         work = Path(tmp)
-        with failing_upstream(client.api, failure) as (root, calls):
+        api = client.api if via == "direct" else client.upstream_api or client.api
+        with failing_upstream(api, failure) as (root, calls):
             if via == "direct":
                 run = client.run(root, work, cap_s)
             else:
-                with gateway(root, failure, work) as gw:
+                with gateway(root, failure, work, client.upstream_api) as gw:
                     run = client.run(gw.base, work, cap_s)
             return Row(client.name, failure, via, calls(), round(run.seconds, 1), run.ok, run.killed, run.tail)
 

@@ -23,7 +23,7 @@ from aiohttp import web, web_response
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from gateway.apis import DIALECTS
+from gateway.apis import DIALECTS, GEMINI
 from gateway.auth import ClientAuth
 from gateway.config import GatewayConfig, PoolConfig
 from gateway.keys.ledger import Accounts
@@ -93,7 +93,8 @@ def create_app(
     # Every route below is observed (request id, timing, metrics, the log line); the last
     # one catches every path, so no request escapes it.
     for dialect in DIALECTS:
-        handler = observed(forward.full_pipeline(dialect))
+        pipeline = forward.full_pipeline(dialect)
+        handler = observed(gemini_extras.json_array_or(pipeline) if dialect is GEMINI else pipeline)
         for path in dialect.paths:
             app.router.add_post(path, handler, expect_handler=expect_continue)
     app.router.add_route("HEAD", "/api/hello", observed(forward.hello))

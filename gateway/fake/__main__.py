@@ -7,9 +7,11 @@
 Point an upstream's base_url at ``http://127.0.0.1:9000/v1`` (config/examples/fake.yaml does)
 and pick a scenario per request by the model name (``gpt-4o-mini-429``); the scenarios are
 listed in :mod:`gateway.fake.scenarios` and by ``--help``. One line per request on stdout.
+It answers the Gemini API too (``/v1beta/models/{model}:generateContent`` and
+``:streamGenerateContent``, ``:countTokens``), with a key in ``x-goog-api-key`` or ``?key=``.
 
 A pool's deployments are told apart by their key (``Authorization: Bearer``, ``x-api-key``,
-``api-key``): ``--limits`` gives a key requests/tokens per minute (its answers then carry the
+``api-key``, ``x-goog-api-key``): ``--limits`` gives a key requests/tokens per minute (its answers then carry the
 API's real rate-limit headers; past a limit, the API's real 429), ``--limited`` keeps a key
 rate-limited for an hour, ``--revoked`` makes it a wrong key (401), ``--exhausted`` out of credit.
 """
@@ -35,7 +37,7 @@ async def _serve(args: argparse.Namespace) -> None:
     fake = ScenarioUpstream(args.scenario, wait_s=args.wait_s, context_window=args.context_window, log=_say)
     _keys(fake, args)
     await fake.start(args.host, args.port)
-    _say(f"listening on {fake.url} (chat completions, Messages, Responses); default scenario "
+    _say(f"listening on {fake.url} (chat completions, Messages, Responses, Gemini); default scenario "
          f"{args.scenario}; pick one per request with the model name, e.g. gpt-4o-mini-429")  # fmt: skip
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -82,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     plain = {"color": False} if sys.version_info >= (3, 14) else {}
     parser = argparse.ArgumentParser(
         prog="python -m gateway.fake",
-        description="A fake LLM upstream speaking OpenAI chat completions, Anthropic Messages\n"
-        "and OpenAI Responses, with named failures to watch the gateway handle.",
+        description="A fake LLM upstream speaking OpenAI chat completions, Anthropic Messages,\n"
+        "OpenAI Responses and the Gemini API, with named failures to watch the gateway\nhandle.",
         epilog="scenarios, picked per request by the model name (gpt-4o-mini-429, claude-tool):\n"
         + doc[doc.index("    ok") : doc.index('"Then')].rstrip() + "\n\n" + doc[doc.index('"Then') :],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -104,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         pool.add_argument(f"--{flag}", action="append", default=[], metavar="KEY", help=f"KEY is {what}")
     pool.add_argument("--require-key", action="store_true", help="refuse a request with no key (401)")
     pool.add_argument("--lax-headers", action="store_true",
-                      help="accept a Messages request without anthropic-version (Anthropic answers 400)")  # fmt: skip
+                      help="accept a Messages request without anthropic-version (Anthropic answers 400) "
+                           "and a Gemini request without a key (Google answers 403)")  # fmt: skip
     args = parser.parse_args(argv)
     with contextlib.suppress(KeyboardInterrupt):
         try:

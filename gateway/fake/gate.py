@@ -12,8 +12,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.fake import gemini
 from gateway.fake.keyed import (
     NOMINAL_RPM,
+    bearer,
     credential_of,
     dialect_of,
     missing_key,
@@ -25,14 +27,19 @@ from gateway.fake.keyed import (
 from gateway.fake.limits import KeyLimits
 from gateway.fake.steps import Reply, Step, Stream
 
-API_PATHS = ("/completions", "/messages", "/responses")
+API_PATHS = ("/completions", "/messages", "/responses", ":generateContent", ":streamGenerateContent")
 
 
 def screen(keys: KeyLimits, path: str, headers: Mapping[str, str], payload: dict[str, Any], *,
-           require_key: bool, strict_headers: bool) -> Reply | None:  # fmt: skip
+           require_key: bool, strict_headers: bool, query: Mapping[str, str] | None = None) -> Reply | None:  # fmt: skip
     """The refusal this request gets before any answer is chosen, or None to go on."""
-    dialect, key = dialect_of(path), credential_of(headers)
-    if key is None and require_key:
+    dialect, key = dialect_of(path), credential_of(headers, query)
+    if dialect == "google" and bearer(headers) is not None:
+        # Google reads any Authorization header as an OAuth token, a valid key beside it or not.
+        return gemini.bearer_refused()
+    # The Gemini API has no keyless calls; a local server speaking it does not exist, so only
+    # ``strict_headers`` (the real APIs' header rules) turns this off.
+    if key is None and (require_key or (strict_headers and dialect == "google")):
         return missing_key(dialect)
     # Anthropic refuses a Messages call without the version header; off by default because
     # older tests post to the fake without it (see FakeUpstream.strict_headers).
@@ -51,16 +58,19 @@ def screen(keys: KeyLimits, path: str, headers: Mapping[str, str], payload: dict
         limit = snap.tokens.capacity if snap is not None and snap.tokens is not None else None
     else:
         limit = snap.requests.capacity if snap is not None and snap.requests is not None else NOMINAL_RPM
-    model = str(payload.get("model") or ("claude-sonnet-4-5" if dialect == "anthropic" else "gpt-4o-mini"))
+    named = gemini.method_of(path)
+    default = {"anthropic": "claude-sonnet-4-5", "google": gemini.MODEL}.get(dialect, "gpt-4o-mini")
+    model = named[1] if named is not None else str(payload.get("model") or default)
     reply = refusal(dialect, verdict, key, model, limit)
     limited_s = verdict.wait_s if verdict.reason == "limited" else 0.0
     reply.headers.update(rate_headers(dialect, snap, keys.clock(), limited_s, NOMINAL_RPM))
     return reply
 
 
-def stamp(keys: KeyLimits, path: str, headers: Mapping[str, str], payload: dict[str, Any], step: Step) -> Step:
+def stamp(keys: KeyLimits, path: str, headers: Mapping[str, str], payload: dict[str, Any], step: Step,
+          query: Mapping[str, str] | None = None) -> Step:  # fmt: skip
     """``step`` with its key's rate-limit headers (the step's own headers win), its tokens counted."""
-    key = credential_of(headers)
+    key = credential_of(headers, query)
     if not path.endswith(API_PATHS) or keys.snapshot(key) is None or not isinstance(step, (Reply, Stream)):
         return step
     if isinstance(step, Reply):
@@ -87,6 +97,12 @@ def answer_tokens(events: list[Any]) -> int | None:
                 continue
             got_in = u.get("prompt_tokens", u.get("input_tokens"))
             got_out = u.get("completion_tokens", u.get("output_tokens"))
+            n_in = got_in if n_in is None and isinstance(got_in, int) else n_in
+            n_out = got_out if isinstance(got_out, int) else n_out
+        google = data.get("usageMetadata") if isinstance(data, dict) else None
+        if isinstance(google, dict):  # Gemini: the last chunk's counts are the answer's
+            got_in = google.get("promptTokenCount")
+            got_out = (google.get("candidatesTokenCount") or 0) + (google.get("thoughtsTokenCount") or 0)
             n_in = got_in if n_in is None and isinstance(got_in, int) else n_in
             n_out = got_out if isinstance(got_out, int) else n_out
     return None if n_in is None and n_out is None else (n_in or 0) + (n_out or 0)

@@ -7,6 +7,8 @@ reset}`` (resets as RFC 3339 instants: Anthropic's rate-limit docs), on every an
 adds ``retry-after`` in whole seconds. Bodies are the real ones, as tests/corpus quotes them
 with their sources: OpenAI's ``rate_limit_exceeded`` / ``insufficient_quota`` /
 ``invalid_api_key``, Anthropic's ``rate_limit_error`` / credit balance / ``invalid x-api-key``.
+The Gemini API sends no rate-limit headers at all; its 429 says the wait in a RetryInfo
+``retryDelay`` and the quota in a QuotaFailure (bodies in :mod:`gateway.fake.gemini`).
 """
 
 from __future__ import annotations
@@ -16,22 +18,30 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from gateway.fake import gemini
 from gateway.fake.chat import estimate_tokens
 from gateway.fake.limits import Snapshot, Verdict
 from gateway.fake.messages import anthropic_error
 from gateway.fake.responses import responses_error
 from gateway.fake.steps import Reply
 
-Dialect = Literal["openai", "anthropic"]
+Dialect = Literal["openai", "anthropic", "google"]
 ORG = "org-fakeupstream0000000000"  # OpenAI names the organization in its rate-limit messages
 NOMINAL_RPM = 60  # what a 429 states as the limit of a key limited by hand but given no rpm
 
 
-def credential_of(headers: Mapping[str, str]) -> str | None:
-    """The key a request carries: Anthropic's ``x-api-key``, Azure's ``api-key`` or a bearer token."""
-    for name in ("x-api-key", "api-key"):
+def credential_of(headers: Mapping[str, str], query: Mapping[str, str] | None = None) -> str | None:
+    """The key a request carries: Anthropic's ``x-api-key``, Azure's ``api-key``, Google's
+    ``x-goog-api-key`` or ``?key=``, or a bearer token."""
+    for name in ("x-api-key", "api-key", "x-goog-api-key"):
         if value := headers.get(name, "").strip():
             return value
+    if query and (key := query.get("key", "").strip()):
+        return key
+    return bearer(headers)
+
+
+def bearer(headers: Mapping[str, str]) -> str | None:
     auth = headers.get("Authorization", "")
     if auth[:7].lower() == "bearer " and auth[7:].strip():
         return auth[7:].strip()
@@ -39,11 +49,15 @@ def credential_of(headers: Mapping[str, str]) -> str | None:
 
 
 def dialect_of(path: str) -> Dialect:
+    if gemini.method_of(path) is not None:
+        return "google"
     return "anthropic" if path.endswith(("/messages", "/messages/count_tokens")) else "openai"
 
 
 def request_tokens(payload: dict[str, Any]) -> int:
-    """The fake's estimate of a request's input, for chat, Messages and Responses alike."""
+    """The fake's estimate of a request's input, for chat, Messages, Responses and Gemini alike."""
+    if "contents" in payload and "messages" not in payload:
+        return gemini.estimate_tokens(payload)
     if "input" in payload and "messages" not in payload:
         items = payload.get("input")
         payload = {"messages": items if isinstance(items, list) else [{"content": items}],
@@ -83,6 +97,8 @@ def rate_headers(dialect: Dialect, snap: Snapshot | None, now: float, limited_s:
         rows.append(("requests", rpm, 0, limited_s))
     if snap is not None and snap.tokens is not None:
         rows.append(("tokens", snap.tokens.capacity, snap.tokens.remaining(), snap.tokens.full_in()))
+    if dialect == "google":
+        return out
     for kind, limit, remaining, full_in in rows:
         if dialect == "anthropic":
             if limit is not None:
@@ -106,6 +122,8 @@ def refusal(dialect: Dialect, v: Verdict, key: str | None, model: str, limit: in
     """The answer a refused request gets (without the rate-limit headers, added by the caller)."""
     wait = max(1, math.ceil(v.wait_s - 1e-6))  # retry-after is whole seconds; 0 would mean "now"
     headers = {"retry-after": str(wait)} if v.reason in ("limited", "requests", "tokens") else {}
+    if dialect == "google":
+        return _google_refusal(v, model, limit)
     if dialect == "anthropic":
         if v.reason == "revoked":
             reply = anthropic_error(401, "authentication_error", "invalid x-api-key")
@@ -142,7 +160,21 @@ def refusal(dialect: Dialect, v: Verdict, key: str | None, model: str, limit: in
     return reply
 
 
+def _google_refusal(v: Verdict, model: str, limit: int | None) -> Reply:
+    """Google's words: no retry-after header, the wait in RetryInfo (none for a request that
+    never fits the tokens limit, however long one waits)."""
+    if v.reason == "revoked":
+        return gemini.invalid_key()
+    if v.reason == "exhausted":
+        return gemini.out_of_quota(model)
+    tokens = v.reason in ("tokens", "too_large")
+    wait = 0.0 if v.reason == "too_large" else v.wait_s
+    return gemini.rate_limited(model, wait, limit, "tokens" if tokens else "requests")
+
+
 def missing_key(dialect: Dialect) -> Reply:
+    if dialect == "google":
+        return gemini.missing_key()
     if dialect == "anthropic":  # as quoted in n8n-io/n8n#37930
         return anthropic_error(401, "authentication_error", "x-api-key header is required")
     return responses_error(401, "You didn't provide an API key. You need to provide your API key in an "

@@ -1,18 +1,20 @@
 """Named failures, for watching the gateway work without a provider (python -m gateway.fake).
 
 A request picks its scenario by its model name: the whole name or its last "-" part
-(429, gpt-4o-mini-429, claude-sonnet-4-5-overflow); any other model gets the default
-scenario (--scenario, ok unless given). Every scenario speaks the API the request came on
-(chat completions, Messages, Responses), with that API's own bodies and errors.
+(429, gpt-4o-mini-429, claude-sonnet-4-5-overflow, gemini-2.5-flash-503: on the Gemini
+API the model is in the path); any other model gets the default scenario (--scenario, ok
+unless given). Every scenario speaks the API the request came on (chat completions,
+Messages, Responses, Gemini), with that API's own bodies and errors.
 
     ok        a normal answer (streamed when the request streams)
     tool      a call of a shell tool the request declares (Claude Code's Bash,
               Codex's exec_command, else its first function); once the request
               carries the tool's result, an answer quoting it
-    429       a rate limit asking for a wait (retry-after: --wait-s, 2 s),
-              then a normal answer
+    429       a rate limit asking for a wait (retry-after: --wait-s, 2 s;
+              Gemini: RetryInfo retryDelay), then a normal answer
     503       a 503 from an overloaded server, then a normal answer
-    529       Anthropic's 529 overloaded_error, then a normal answer
+    529       Anthropic's 529 overloaded_error (Gemini: its 503, it sends no
+              529), then a normal answer
     down      a 503, every time (watch the circuit open and refuse)
     overflow  the API's own context-overflow error for a request over
               --context-window (estimated) tokens, a normal answer under it:
@@ -36,14 +38,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-from gateway.fake import tool_call
+from gateway.fake import gemini, gemini_tool, tool_call
 from gateway.fake.chat import chunk, estimate_tokens, overflow_error
 from gateway.fake.messages import anthropic_error, anthropic_head, anthropic_overflow, text_delta
 from gateway.fake.responses import Seq, responses_deltas, responses_error, responses_head, responses_overflow
 from gateway.fake.steps import Drop, Hang, Reply, Step, Stream
-from gateway.fake.upstream import FakeUpstream
+from gateway.fake.upstream import FakeUpstream, GeminiCall
 
-Api = Literal["chat", "messages", "responses"]
+Api = Literal["chat", "messages", "responses", "gemini"]
 SCENARIOS = ("ok", "tool", "429", "503", "529", "down", "overflow", "cut", "stall", "empty")
 _ALTERNATING = frozenset({"429", "503", "529", "cut", "stall"})
 _FIRST_WORDS = ("The answer", " starts")
@@ -57,6 +59,8 @@ def scenario_of(model: str, default: str) -> str:
 
 
 def _error(api: Api, status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> Reply:
+    if api == "gemini":
+        return gemini.unavailable() if status in (503, 529) else gemini.error(status, message)
     if api == "messages":
         reply = anthropic_error(status, kind, message)
     else:
@@ -65,9 +69,11 @@ def _error(api: Api, status: int, kind: str, message: str, headers: dict[str, st
     return reply
 
 
-def _partial_stream(api: Api, model: str, then: str) -> Stream:
+def _partial_stream(api: Api, model: str, then: str, framing: str = "sse-crlf") -> Stream:
     """A stream that shows its first words, then ``then`` (drop or stall)."""
     events: list[Any]
+    if api == "gemini":
+        return gemini.stream(gemini.stream_chunks(model or gemini.MODEL, _FIRST_WORDS, finish=False), framing, then)
     if api == "messages":
         events = [*anthropic_head(model or "claude-sonnet-4-5"), *(text_delta(w) for w in _FIRST_WORDS)]
     elif api == "responses":
@@ -104,30 +110,45 @@ class ScenarioUpstream(FakeUpstream):
     def _default_responses(self, payload: dict[str, Any]) -> Step:
         return self._pick("responses", payload) or super()._default_responses(payload)
 
+    def _default_gemini(self, call: GeminiCall) -> Step:
+        return self._pick("gemini", call.payload, call) or super()._default_gemini(call)
+
     def _refused(self, path: str, key: str | None, reply: Reply) -> None:
-        api = "messages" if "/messages" in path else "responses" if path.endswith("/responses") else "chat"
-        error = reply.body.get("error") if isinstance(reply.body, dict) else None
-        kind = f" {error.get('type')}" if isinstance(error, dict) else ""
+        api = ("gemini" if gemini.method_of(path) else "messages" if "/messages" in path
+               else "responses" if path.endswith("/responses") else "chat")  # fmt: skip
+        body = reply.body[0] if isinstance(reply.body, list) and reply.body else reply.body
+        error = body.get("error") if isinstance(body, dict) else None
+        kind = f" {error.get('type') or error.get('status')}" if isinstance(error, dict) else ""
         self.log(f"{api} key={key or '-'} refused -> {_describe(reply)}{kind}")
 
-    def _pick(self, api: Api, payload: dict[str, Any]) -> Step | None:
-        model = str(payload.get("model") or "")
+    def _pick(self, api: Api, payload: dict[str, Any], call: GeminiCall | None = None) -> Step | None:
+        model = call.model if call is not None else str(payload.get("model") or "")
         name = scenario_of(model, self.default)
         key = f" key={self._key}" if self._key else ""
         if name == "tool":
-            step, said = tool_call.answer(api, payload, model)
+            if call is not None:
+                step, said, made = gemini_tool.answer(call, call.stream)
+                if made is not None:
+                    self.gemini_calls.add(made)
+            else:
+                assert api != "gemini"
+                step, said = tool_call.answer(api, payload, model)
             self.log(f"{api}{key} model={model or '-'} scenario={name} -> {said}")
             return step
         # Per model and API: two clients trying one scenario each see it fail first.
         seen = (name, model, api)
         n = self._seen[seen] = self._seen.get(seen, 0) + 1
         fails = name not in _ALTERNATING or n % 2 == 1
-        step = self._failure(api, name, model, payload) if fails else None
+        step = self._failure(api, name, model, payload, call) if fails else None
         self.log(f"{api}{key} model={model or '-'} scenario={name} -> {_describe(step)}")
         return step
 
-    def _failure(self, api: Api, name: str, model: str, payload: dict[str, Any]) -> Step | None:
-        stream = bool(payload.get("stream"))
+    def _failure(self, api: Api, name: str, model: str, payload: dict[str, Any],
+                 call: GeminiCall | None = None) -> Step | None:  # fmt: skip
+        stream = call.stream if call is not None else bool(payload.get("stream"))
+        framing = call.framing if call is not None else "sse"
+        if name == "429" and api == "gemini":
+            return gemini.rate_limited(model, self.wait_s)
         if name == "429":
             headers = {"retry-after": f"{self.wait_s:g}"}
             return _error(api, 429, "rate_limit_error" if api == "messages" else "rate_limit_exceeded",
@@ -140,14 +161,17 @@ class ScenarioUpstream(FakeUpstream):
         if name == "overflow":
             return self._overflow(api, payload)
         if name == "cut":
-            return _partial_stream(api, model, "drop") if stream else Drop()
+            return _partial_stream(api, model, "drop", framing) if stream else Drop()
         if name == "stall":
-            return _partial_stream(api, model, "stall") if stream else Hang()
+            return _partial_stream(api, model, "stall", framing) if stream else Hang()
         if name == "empty" and stream:
-            return Stream([], then="eof")
+            return Stream([], then="eof") if call is None else gemini.stream([], framing)
         return None
 
     def _overflow(self, api: Api, payload: dict[str, Any]) -> Step | None:
+        if api == "gemini":
+            used = gemini.estimate_tokens(payload)
+            return gemini.overflow(used, self.window) if used > self.window else None
         if api == "responses":
             items = payload.get("input")
             view = {"messages": items if isinstance(items, list) else [{"content": items}],
@@ -166,7 +190,10 @@ def _describe(step: Step | None) -> str:
         return "answer"
     if isinstance(step, Reply):
         wait = step.headers.get("retry-after")
-        return f"{step.status}" + (f" (retry-after: {wait})" if wait else "")
+        if wait:
+            return f"{step.status} (retry-after: {wait})"
+        delay = _retry_delay(step.body)
+        return f"{step.status}" + (f" (retryDelay: {delay})" if delay else "")
     if isinstance(step, Stream):
         return "empty stream" if not step.events else f"stream, then {step.then}"
     if isinstance(step, Drop):
@@ -174,3 +201,12 @@ def _describe(step: Step | None) -> str:
     if isinstance(step, Hang):
         return "no answer"
     return "scripted"
+
+
+def _retry_delay(body: Any) -> str | None:
+    """A Google error's RetryInfo wait, for the log line."""
+    error = body.get("error") if isinstance(body, dict) else None
+    for detail in (error.get("details") or ()) if isinstance(error, dict) else ():
+        if isinstance(detail, dict) and detail.get("@type") == gemini.RETRY:
+            return str(detail.get("retryDelay"))
+    return None

@@ -26,6 +26,10 @@ class Stream:
     headers: dict[str, str] = field(default_factory=dict)
     pause_s: float = 0.0  # a silence after the first ``pause_after`` events (a slow first token)
     pause_after: int = 1
+    # How events go on the wire: "sse" (``data: …`` + LF pairs, dict events as JSON), "sse-crlf"
+    # (CRLF pairs, as the Gemini API separates its events) or "json-array" (Gemini without
+    # ``alt=sse``: ``[`` then the events as array elements, ``]`` only on a clean end).
+    framing: str = "sse"
 
 
 @dataclass

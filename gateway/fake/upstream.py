@@ -27,6 +27,13 @@ request without ``anthropic-version``: ``strict_headers`` is on by default (a ga
 forgets the header must fail here as it would against Anthropic), ``require_key`` off (a
 keyless local server takes requests without one); see gateway/fake/gate.py.
 
+Gemini API paths (``/v1beta/models/{model}:generateContent``, ``:streamGenerateContent``,
+``:countTokens``, and ``/v1/``) take the same steps: a scripted ``Stream`` of
+GenerateContentResponse dicts goes out as the request asked (SSE with ``alt=sse``, else a
+JSON array), a buffered error on a JSON-array request wrapped in an array. Before any step,
+the body is held to what the real API refuses (gateway/fake/gemini_rules.py); the key is
+``x-goog-api-key`` or ``?key=``, and an ``Authorization`` header is refused (gate.py).
+
 Use it in-loop (``async with FakeUpstream() as fake``) or from sync code and
 subprocess tests in a thread (``with FakeUpstream.in_thread() as fake``).
 """
@@ -36,15 +43,17 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 from multidict import CIMultiDict
 
-from gateway.fake import gate
+from gateway.fake import gate, gemini, gemini_rules
 from gateway.fake.chat import chat_completion, estimate_tokens, overflow_error, stream_events
 from gateway.fake.keyed import credential_of
 from gateway.fake.limits import KeyLimits
@@ -65,6 +74,9 @@ class FakeUpstream:
         self.require_key = False  # True: a request with no credential gets the API's 401
         self.strict_headers = True  # a Messages request without anthropic-version gets a 400, as the real API answers
         self._key: str | None = None  # the credential of the request being answered, for logs
+        # The ids of the function calls the fake answered Gemini requests with: replayed without
+        # their thoughtSignature, Gemini 3 refuses them (gemini_rules.py).
+        self.gemini_calls: set[str] = set()
         self._runner: web.AppRunner | None = None
         self.host, self.port = "127.0.0.1", 0
 
@@ -142,7 +154,7 @@ class FakeUpstream:
         body = await request.read()
         self.requests.append(Recorded(request.method, request.path, CIMultiDict(request.headers), body,
                                       request.query_string))
-        self.keys.calls[credential_of(request.headers)] += 1
+        self.keys.calls[credential_of(request.headers, request.query)] += 1
         try:
             return await self._answer(request, body)
         except asyncio.CancelledError:
@@ -156,11 +168,16 @@ class FakeUpstream:
         except ValueError:
             payload = {}
         refused = gate.screen(self.keys, path, request.headers, payload, require_key=self.require_key,
-                              strict_headers=self.strict_headers)  # fmt: skip
-        self._key = credential_of(request.headers)  # read by subclasses' logs before the next await
+                              strict_headers=self.strict_headers, query=request.query)  # fmt: skip
+        self._key = credential_of(request.headers, request.query)  # read by subclasses' logs before the next await
+        named = gemini.method_of(path)
         if refused is not None:
             self._refused(path, self._key, refused)
-            return await self._play(request, refused)
+            return await self._play(request, gemini_framed(refused, named, request.query))
+        if named is not None:
+            return await self._gemini(request, payload, body, *named)
+        if request.method == "GET" and gemini_listing(path, request.headers):
+            return web.json_response(self._gemini_models(path))
         if path.endswith("/models") and request.method == "GET":
             return web.json_response(self.models_listing or {"object": "list", "data": [
                 {"id": "gpt-4o-mini", "object": "model", "created": 0, "owned_by": "fake"}]})
@@ -183,6 +200,54 @@ class FakeUpstream:
                     else self._default_responses(payload) if path.endswith("/responses")
                     else self._default(payload))
         return await self._play(request, gate.stamp(self.keys, path, request.headers, payload, step))
+
+    async def _gemini(self, request: web.Request, payload: dict[str, Any], body: bytes, version: str,
+                      model: str, method: str) -> web.StreamResponse:  # fmt: skip
+        """A Gemini API method: its body checked as Google checks it, then the script's step
+        or the default answer, in the framing the request asked for."""
+        named = (version, model, method)
+        if not isinstance(payload, dict) or (body and not isinstance(_json_or_none(body), dict)):
+            return await self._play(request, gemini_framed(gemini.error(400, "Invalid JSON payload received."),
+                                                           named, request.query))  # fmt: skip
+        if method == "countTokens":
+            refused = gemini_rules.unknown_field(payload, gemini_rules.COUNT_FIELDS)
+            inner = payload.get("generateContentRequest") or payload.get("generate_content_request")
+            counted = inner if isinstance(inner, dict) else payload
+            answer = refused or Reply(200, gemini.count(gemini.estimate_tokens(counted)))
+            return await self._play(request, answer)
+        refused = gemini_rules.refusal(payload, self.gemini_calls)
+        if refused is not None:
+            self._refused(request.path, self._key, refused)
+            return await self._play(request, gemini_framed(refused, named, request.query))
+        call = GeminiCall(model, method == "streamGenerateContent",
+                          "sse-crlf" if request.query.get("alt") == "sse" else "json-array", payload)  # fmt: skip
+        step: Any = self.steps.popleft() if self.steps else self.always
+        while callable(step):
+            step = step(payload)
+        if step is None:
+            step = self._default_gemini(call)
+        step = gate.stamp(self.keys, request.path, request.headers, payload, step, request.query)
+        return await self._play(request, gemini_framed(step, named, request.query))
+
+    def _default_gemini(self, call: GeminiCall) -> Step:
+        if self.context_limit is not None:
+            used = gemini.estimate_tokens(call.payload)
+            if used > self.context_limit:
+                return gemini.overflow(used, self.context_limit)
+        text = gemini.json_answer(call.payload)
+        if call.stream:
+            words = (text,) if text is not None else ("Hello", " from", " fake.")
+            return gemini.stream(gemini.stream_chunks(call.model, words), call.framing)
+        return Reply(200, gemini.answer(call.model) if text is None else gemini.answer(call.model, text))
+
+    def _gemini_models(self, path: str) -> dict[str, Any]:
+        names = [m["id"] for m in (self.models_listing or {}).get("data", [])] or [gemini.MODEL]
+        if path.endswith("/models"):
+            return {"models": [gemini.model_entry(n) for n in names]}
+        return gemini.model_entry(path.rsplit("/", 1)[-1])
+
+    def gemini_requests(self) -> list[Recorded]:
+        return [r for r in self.requests if gemini.method_of(r.path) is not None]
 
     def _refused(self, path: str, key: str | None, reply: Reply) -> None:
         """Told of each request refused for its credential or headers (ScenarioUpstream logs them)."""
@@ -246,13 +311,20 @@ class FakeUpstream:
         resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream",
                                                        "Cache-Control": "no-cache", **step.headers})
         await resp.prepare(request)
+        array = step.framing == "json-array"
+        end = b"\r\n\r\n" if step.framing == "sse-crlf" else b"\n\n"
         for n, ev in enumerate(step.events):
             if step.delay_s:
                 await asyncio.sleep(step.delay_s)
             if step.pause_s and n == step.pause_after:
                 await asyncio.sleep(step.pause_s)
-            await resp.write(ev if isinstance(ev, bytes) else b"data: " + json.dumps(ev).encode() + b"\n\n")
-        if step.then == "done":
+            if array:  # Google's separators: "[{…}" then ",\r\n{…}", each element written as it comes
+                await resp.write((b"," if n else b"[") + json.dumps(ev, indent=2).encode() + b"\r\n")
+            else:
+                await resp.write(ev if isinstance(ev, bytes) else b"data: " + json.dumps(ev).encode() + end)
+        if array and step.then in ("done", "eof"):
+            await resp.write(b"]" if step.events else b"[]")
+        elif step.then == "done":
             await resp.write(b"data: [DONE]\n\n")
         elif step.then == "drop":
             assert request.transport is not None
@@ -262,3 +334,47 @@ class FakeUpstream:
             await asyncio.sleep(3600)
         await resp.write_eof()
         return resp
+
+
+@dataclass(frozen=True)
+class GeminiCall:
+    """A Gemini request as the answer is chosen for it: the path's model and method, and how a
+    stream is framed ("sse-crlf" with ``alt=sse``, else "json-array")."""
+
+    model: str
+    stream: bool
+    framing: str
+    payload: dict[str, Any]
+
+
+def gemini_framed(step: Step, named: tuple[str, str, str] | None, query: Mapping[str, str]) -> Step:
+    """An error answered on a JSON-array stream request comes wrapped in an array, as Google
+    answers one (the ``[{"error": …}]`` bodies quoted in google-gemini/gemini-cli#4504)."""
+    if named is None:
+        return step
+    array = named[2] == "streamGenerateContent" and query.get("alt") != "sse"
+    if isinstance(step, Stream) and step.framing == "sse":
+        # A scripted stream of GenerateContentResponse dicts goes out as this request asked,
+        # and never with a [DONE]: the Gemini API has no end marker.
+        framing = "json-array" if array else "sse-crlf"
+        headers = {"Content-Type": "application/json" if array else "text/event-stream", **step.headers}
+        return dataclasses.replace(step, framing=framing, headers=headers,
+                                   then="eof" if step.then == "done" else step.then)  # fmt: skip
+    if array and isinstance(step, Reply) and step.status >= 400 and isinstance(step.body, dict):
+        return dataclasses.replace(step, body=[step.body])
+    return step
+
+
+def gemini_listing(path: str, headers: Mapping[str, str]) -> bool:
+    """``GET /v1beta/models[/{id}]``, or ``/v1/models[/{id}]`` from a caller with a Google key
+    (the google-genai SDK: the same path is OpenAI's model list)."""
+    if path.startswith("/v1beta/models"):
+        return True
+    return path.startswith("/v1/models") and "x-goog-api-key" in headers
+
+
+def _json_or_none(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None

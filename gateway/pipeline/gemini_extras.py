@@ -1,5 +1,6 @@
 """The Gemini API's endpoints besides content generation, which the full pipeline serves
-(``apis/gemini``): ``models.countTokens``, ``models.list`` and ``models.get``.
+(``apis/gemini``): ``models.countTokens``, ``models.list`` and ``models.get``; and the
+JSON-array framing of a ``streamGenerateContent`` asked without ``alt=sse`` (``json_array_or``).
 
 ``countTokens`` goes to the routed upstream when it speaks Gemini (its count is exact; the
 body as the client sent it, at the upstream's name for the model); on any other upstream it
@@ -20,6 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway.apis import GEMINI, model_list
+from gateway.apis.gemini.array import JsonArrayStream, as_array, wants_array
 from gateway.apis.gemini.fields import field
 from gateway.apis.gemini.wire import model_path
 from gateway.pipeline.admit import parse_json_object, read_body
@@ -139,6 +141,25 @@ def gemini_or(other: Handler, gemini: Handler) -> Handler:
 
     async def either(request: web.Request) -> web.StreamResponse:
         return await (gemini if gemini_caller(request) else other)(request)
+
+    return either
+
+
+def json_array_or(sse: Handler) -> Handler:
+    """The content-generation handler, with a stream asked without ``alt=sse`` framed as the
+    JSON array Google answers it with: a stream through :class:`JsonArrayStream` (element by
+    element, as the events come), an answer written at once (an error, a replayed stream)
+    rewritten before it is sent (the observing wrapper sends what is not yet prepared)."""
+
+    async def either(request: web.Request) -> web.StreamResponse:
+        if not wants_array(request.match_info.get("method", ""), request.query.get("alt")):
+            return await sse(request)
+        request[STATE].stream_response = JsonArrayStream
+        response = await sse(request)
+        if isinstance(response, web.Response) and not response.prepared and isinstance(response.body, bytes):
+            response.body = as_array(response.body, response.content_type)
+            response.content_type = "application/json"
+        return response
 
     return either
 

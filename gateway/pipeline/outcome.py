@@ -67,6 +67,9 @@ class RequestState:
     empty_retries: list[str] = field(default_factory=list)
     empty_was: ErrorType = ErrorType.PROVIDER_UNAVAILABLE
     dialect: Dialect = field(default_factory=lambda: OPENAI_CHAT)
+    # What a stream is written through: another framing of the same events where the client
+    # asked for one (a Gemini JSON-array stream, gateway/apis/gemini/array.py).
+    stream_response: type[web.StreamResponse] = web.StreamResponse
     trace: Any = None  # the request's spans when tracing is on (gateway/tracing/otel.py)
 
 

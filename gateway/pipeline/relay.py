@@ -145,7 +145,7 @@ async def _relay_sse(
     # Speaks the client's API when the upstream speaks another; kept across a continuation,
     # whose events are spliced into the first stream before they are translated.
     translator = outcome.translator
-    resp = web.StreamResponse(status=outcome.status, headers=outcome.headers)
+    resp = state.stream_response(status=outcome.status, headers=outcome.headers)
     leg: Success = outcome
     splice: Splice | None = None if translator is None else translator.event
     try:

@@ -130,15 +130,6 @@ async def test_count_tokens_is_answered_from_the_gateways_estimate(make_gateway)
     assert gw.fake.chat_requests() == []
 
 
-async def test_a_stream_without_alt_sse_is_refused_in_googles_envelope(make_gateway) -> None:
-    gw = await make_gateway(upstream_yaml=CHAT_ONLY)
-    status, _, body = await post(gw, "/v1beta/models/gemini-2.5-flash:streamGenerateContent",
-                                 corpus("genai-3.6-stream-json-schema"))  # fmt: skip
-    err = json.loads(body)["error"]
-    assert status == 400 and err["status"] == "INVALID_ARGUMENT" and "alt=sse" in err["message"]
-    assert gw.fake.chat_requests() == []
-
-
 async def test_a_gateway_key_in_the_query_is_accepted_and_never_sent_upstream(make_gateway) -> None:
     gw = await make_gateway(upstream_yaml=CHAT_ONLY, extra_yaml="server: {client_keys: [gw-secret-key]}\n")
     path = "/v1beta/models/gemini-2.5-flash:generateContent"

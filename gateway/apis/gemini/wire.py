@@ -11,8 +11,8 @@ the requests in tests/corpus/requests/gemini-cli-*.json and genai-*.json):
 * a stream with ``?alt=sse`` is server-sent events, each ``data:`` one whole
   GenerateContentResponse (``candidates[0].content.parts``, ``role: "model"``), the last one
   with ``finishReason`` and ``usageMetadata``; no end marker follows. Without ``alt=sse`` the
-  answer is one JSON array written as it grows, which this gateway does not write yet (both
-  clients ask for SSE): such a request is refused with a 400 saying to add ``alt=sse``;
+  answer is one JSON array written as it grows: the same stream, framed on the way out
+  (``array.py``, set up by ``pipeline/gemini_extras.json_array_or``);
 * an error, over HTTP and inside a stream alike, is ``{"error": {"code", "message", "status",
   "details"}}`` (``errors.py``);
 * usage: ``usageMetadata.{promptTokenCount, candidatesTokenCount, thoughtsTokenCount,
@@ -78,12 +78,6 @@ class GeminiGenerate:
             return Rejection("the model is named in the path: /v1beta/models/{model}:generateContent",
                              "missing_model")  # fmt: skip
         stream = where.params.get("method") == STREAM
-        if stream and where.query.get("alt") != "sse":
-            return Rejection(
-                "this gateway streams Gemini answers as server-sent events only: add '?alt=sse' "
-                "to the streamGenerateContent URL (as Gemini CLI and the google-genai SDKs do)",
-                "unsupported_stream_format",
-            )
         contents = payload.get("contents")
         if not isinstance(contents, list) or not all(isinstance(c, dict) for c in contents):
             return Rejection("'contents' must be a list of Content objects", "invalid_contents")

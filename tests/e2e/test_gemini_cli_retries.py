@@ -1,0 +1,62 @@
+"""Gemini CLI's own retry loop against a provider that fails for good (a permanent 503): the
+calls one ``gemini -p`` turn costs the provider, directly and through the gateway.
+
+Gemini CLI 0.61 as a user runs it (bench/retry_loops.py ``run_gemini_cli``): its stock model
+("auto") and retry settings, only the auth settings a base URL needs. What it does on a 503
+(its bundle's ``retryWithBackoff``): up to 10 attempts of a request, 5 s doubling to 30 s
+apart (±30 % jitter), a 5xx always retried. With "auto" a turn is two requests of two models:
+a ``:generateContent`` routing call to a flash-lite model, then, once that has given up, the
+answer's ``:streamGenerateContent`` on the model the CLI falls back to.
+
+Directly, against the fake's Gemini API (``gemini.unavailable()``, Google's 503 UNAVAILABLE),
+a turn cost 15 calls over 277 s (15 over 271 s in a second run). Through the gateway (shipped config/gateway.yaml,
+``provider_unavailable.max_retries: 5``, circuit ``open_s: 30``) to a chat-completions fake
+answering 503 (no upstream speaks Gemini yet): 21 calls over 332 s, 17 over 302 s and 17 over
+285 s in two more runs, the last one's gateway log shows the rule at work per request: the routing model's first
+request spent the gateway's 6 attempts, its repeats were answered from memory (``attempts
+0``) with a one-attempt probe per 30 s window (6 + 1); then the answer's model spent 6 again
+(6 + 4 probes), because a noted outage is per model (README,
+"A noted outage"), and was held to one probe per window the same way. So a turn costs the
+gateway's attempts once **per model of the turn** (2 × 6) plus one probe per window: README's
+"one attempt for each other request of the turn" does not hold when that other request names
+another model, which every "auto" turn of Gemini CLI does.
+
+Minutes long: marked ``slow``; scripts/retry-loops.sh runs it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.retry_loops import CLIENTS, available, measure
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+GATEWAY_ATTEMPTS = 6  # 1 + provider_unavailable.max_retries in config/gateway.yaml
+MODELS_PER_TURN = 2  # "auto": the flash-lite routing call, then the answer's model
+WINDOW_S = 30  # circuit_breaker.open_s: at most one probe per window
+CLI_ATTEMPTS = 10  # Gemini CLI's DEFAULT_MAX_ATTEMPTS for the answer's request
+
+
+def gemini_cli() -> object:
+    client = CLIENTS["gemini-cli"]
+    if not available(client):
+        pytest.skip(f"!!! {client.name} NOT TESTED: not installed (bash scripts/test-deps.sh) !!!")
+    return client
+
+
+@pytest.mark.timeout(900)
+def test_directly_gemini_cli_retries_a_503_about_ten_times_per_request() -> None:
+    row = measure(gemini_cli(), "503", "direct")  # type: ignore[arg-type]
+    print(f"{row.client} | 503 | direct: {row.calls} calls, {row.seconds} s")
+    assert not row.ok and not row.killed, row.tail
+    assert CLI_ATTEMPTS <= row.calls <= CLI_ATTEMPTS * MODELS_PER_TURN, row.tail
+
+
+@pytest.mark.timeout(900)
+def test_through_the_gateway_a_turn_costs_its_attempts_once_per_model_plus_one_probe_per_window() -> None:
+    row = measure(gemini_cli(), "503", "gateway")  # type: ignore[arg-type]
+    print(f"{row.client} | 503 | through the gateway: {row.calls} calls, {row.seconds} s")
+    assert not row.ok and not row.killed, row.tail
+    bound = GATEWAY_ATTEMPTS * MODELS_PER_TURN + int(row.seconds // WINDOW_S)
+    assert GATEWAY_ATTEMPTS <= row.calls <= bound, f"{row.calls} calls in {row.seconds} s (at most {bound})\n{row.tail}"

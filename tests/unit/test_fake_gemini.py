@@ -1,0 +1,256 @@
+"""The fake upstream's Gemini API over HTTP (gateway/fake/gemini.py, gemini_rules.py,
+gemini_tool.py): Google's shapes buffered, as SSE and as a JSON-array stream; every scenario;
+the refusals the real API makes (the key's place, unknown fields, unpaired function responses,
+a replayed call without its thoughtSignature); per-key limits in Google's words."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gateway.fake import ScenarioUpstream
+from gateway.fake.gemini import RETRY
+
+KEY = {"x-goog-api-key": "k1"}
+SAY_HI = {"contents": [{"role": "user", "parts": [{"text": "say hi"}]}]}
+SHELL = {"functionDeclarations": [{"name": "run_shell_command", "description": "Runs a command",
+                                   "parametersJsonSchema": {"type": "object", "properties": {
+                                       "command": {"type": "string"}}, "required": ["command"]}}]}  # fmt: skip
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[tuple[ScenarioUpstream, list[str], aiohttp.ClientSession]]:
+    lines: list[str] = []
+    f = ScenarioUpstream(log=lines.append, context_window=200)
+    await f.start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            yield f, lines, http
+    finally:
+        await f.close()
+
+
+def root(f: ScenarioUpstream) -> str:
+    return f.url.removesuffix("/v1")
+
+
+async def call(http: aiohttp.ClientSession, f: ScenarioUpstream, model: str, method: str = "generateContent",
+               body: dict[str, Any] | None = None, headers: dict[str, str] | None = None, query: str = "",
+               version: str = "v1beta") -> tuple[int, str, Any]:  # fmt: skip
+    """(status, content type, the JSON answer, or a stream's chunks as a list)."""
+    url = f"{root(f)}/{version}/models/{model}:{method}{query}"
+    async with http.post(url, json=SAY_HI if body is None else body, headers=KEY if headers is None else headers) as r:
+        text = await r.text()
+        ctype = r.headers.get("Content-Type", "")
+    if "event-stream" in ctype:
+        assert "\r\n\r\n" in text or not text  # Google separates its events with CRLF pairs
+        return r.status, ctype, [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+    return r.status, ctype, json.loads(text)
+
+
+async def test_a_buffered_answer_in_googles_shape(fake: Any) -> None:
+    f, _, http = fake
+    status, _, doc = await call(http, f, "gemini-2.5-flash")
+    assert status == 200
+    [candidate] = doc["candidates"]
+    assert candidate["content"]["role"] == "model" and candidate["content"]["parts"][0]["text"]
+    assert candidate["finishReason"] == "STOP"
+    u = doc["usageMetadata"]
+    assert u["totalTokenCount"] == u["promptTokenCount"] + u["candidatesTokenCount"]
+    assert doc["modelVersion"] == "gemini-2.5-flash" and doc["responseId"]
+    assert f.gemini_requests()[0].path == "/v1beta/models/gemini-2.5-flash:generateContent"
+
+
+async def test_an_sse_stream_has_usage_and_finish_on_its_last_chunk_only(fake: Any) -> None:
+    f, _, http = fake
+    status, ctype, chunks = await call(http, f, "gemini-2.5-flash", "streamGenerateContent", query="?alt=sse")
+    assert status == 200 and ctype.startswith("text/event-stream") and len(chunks) == 3
+    assert all("usageMetadata" not in c and "finishReason" not in c["candidates"][0] for c in chunks[:-1])
+    assert chunks[-1]["candidates"][0]["finishReason"] == "STOP" and chunks[-1]["usageMetadata"]["totalTokenCount"]
+    assert "".join(c["candidates"][0]["content"]["parts"][0]["text"] for c in chunks) == "Hello from fake."
+
+
+async def test_without_alt_sse_the_stream_is_one_json_array_written_as_it_grows(fake: Any) -> None:
+    f, _, http = fake
+    url = f"{root(f)}/v1/models/gemini-2.5-flash:streamGenerateContent"
+    async with http.post(url, json=SAY_HI, headers=KEY) as r:
+        raw = await r.read()
+        assert r.headers["Content-Type"].startswith("application/json")
+    assert raw.startswith(b"[{") and b"\r\n,{" in raw and raw.endswith(b"]")
+    chunks = json.loads(raw)
+    assert len(chunks) == 3 and chunks[-1]["usageMetadata"]["promptTokenCount"] > 0
+
+
+async def test_count_tokens(fake: Any) -> None:
+    f, _, http = fake
+    status, _, doc = await call(http, f, "gemini-2.5-flash", "countTokens")
+    assert status == 200 and doc["totalTokens"] > 0
+    status, _, doc = await call(http, f, "gemini-2.5-flash", "countTokens", {"generateContentRequest": {
+        "model": "models/gemini-2.5-flash", **SAY_HI}})  # fmt: skip
+    assert status == 200 and doc["totalTokens"] > 0
+
+
+@pytest.mark.parametrize("headers", [{"Authorization": "Bearer k1"}, {"Authorization": "Bearer k1", **KEY}])
+async def test_a_key_as_a_bearer_token_is_refused_as_google_refuses_it(fake: Any, headers: dict[str, str]) -> None:
+    f, _, http = fake
+    status, _, doc = await call(http, f, "gemini-2.5-flash", headers=headers)
+    assert status == 401 and doc["error"]["status"] == "UNAUTHENTICATED"
+    assert doc["error"]["message"].startswith("Request had invalid authentication credentials")
+
+
+async def test_the_key_goes_in_the_header_or_the_query_and_none_is_refused(fake: Any) -> None:
+    f, _, http = fake
+    assert (await call(http, f, "gemini-2.5-flash", headers={}, query="?key=k1"))[0] == 200
+    status, _, doc = await call(http, f, "gemini-2.5-flash", headers={})
+    assert status == 403 and doc["error"]["status"] == "PERMISSION_DENIED"
+    assert f.calls_by_key() == {"k1": 1, None: 1}
+
+
+async def test_unknown_body_fields_are_refused_with_googles_words(fake: Any) -> None:
+    f, _, http = fake
+    status, _, doc = await call(http, f, "gemini-2.5-flash", body={**SAY_HI, "model": "gemini-2.5-flash",
+                                                                   "stream": True})  # fmt: skip
+    assert status == 400 and doc["error"]["status"] == "INVALID_ARGUMENT"
+    assert doc["error"]["message"].split("\n")[0] == 'Invalid JSON payload received. Unknown name "model": Cannot find field.'
+    assert doc["error"]["details"][0]["@type"].endswith("google.rpc.BadRequest")
+    # Both spellings of a real field are taken, as Google's JSON parser takes them.
+    both = {**SAY_HI, "system_instruction": {"parts": [{"text": "Be brief."}]}, "generationConfig": {}}
+    assert (await call(http, f, "gemini-2.5-flash", body=both))[0] == 200
+
+
+async def test_a_refusal_on_a_json_array_stream_is_wrapped_in_an_array(fake: Any) -> None:
+    f, _, http = fake
+    status, _, doc = await call(http, f, "gemini-2.5-flash", "streamGenerateContent", {**SAY_HI, "model": "x"})
+    assert status == 400 and doc[0]["error"]["code"] == 400
+
+
+def turns(*contents: dict[str, Any]) -> dict[str, Any]:
+    return {"contents": [SAY_HI["contents"][0], *contents], "tools": [SHELL]}
+
+
+async def test_a_function_response_must_answer_the_calls_just_before_it(fake: Any) -> None:
+    f, _, http = fake
+    answer = {"role": "user", "parts": [{"functionResponse": {"name": "run_shell_command", "response": {"output": "x"}}}]}
+    status, _, doc = await call(http, f, "gemini-2.5-flash", body=turns(answer))
+    assert status == 400 and "function response turn comes immediately after a function call turn" in doc["error"]["message"]
+    asked = {"role": "model", "parts": [{"functionCall": {"name": "run_shell_command", "args": {}}}] * 2}
+    status, _, doc = await call(http, f, "gemini-2.5-flash", body=turns(asked, answer))
+    assert status == 400 and "number of function response parts is equal" in doc["error"]["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_tool_scenario_calls_then_answers_and_holds_the_replay_to_its_signature(
+    fake: Any, stream: bool
+) -> None:
+    f, lines, http = fake
+    method, query = ("streamGenerateContent", "?alt=sse") if stream else ("generateContent", "")
+    status, _, got = await call(http, f, "gemini-2.5-flash-tool", method, turns(), query=query)
+    doc = got[-1] if stream else got
+    [part] = doc["candidates"][0]["content"]["parts"]
+    fc = part["functionCall"]
+    assert status == 200 and fc["name"] == "run_shell_command" and fc["id"] and part["thoughtSignature"]
+    assert fc["args"]["command"].startswith("echo")
+    answer = {"role": "user", "parts": [{"functionResponse": {"id": fc["id"], "name": fc["name"],
+                                                              "response": {"output": "hello from a shell tool"}}}]}  # fmt: skip
+    unsigned = {"role": "model", "parts": [{"functionCall": fc}]}
+    status, _, refused = await call(http, f, "gemini-2.5-flash-tool", body=turns(unsigned, answer))
+    assert status == 400
+    assert refused["error"]["message"].startswith("Function call is missing a thought_signature in functionCall parts.")
+    assert "`default_api:run_shell_command` , position 2." in refused["error"]["message"]
+    # Replayed as Gemini CLI does (its placeholder signature): accepted, and the result quoted.
+    placeholder = {"role": "model", "parts": [{"functionCall": fc, "thoughtSignature": "skip_thought_signature_validator"}]}
+    status, _, done = await call(http, f, "gemini-2.5-flash-tool", body=turns(placeholder, answer))
+    assert status == 200 and "hello from a shell tool" in done["candidates"][0]["content"]["parts"][0]["text"]
+    assert any("tool call run_shell_command" in line for line in lines)
+
+
+async def test_429_says_its_wait_in_retry_info_then_answers(fake: Any) -> None:
+    f, lines, http = fake
+    status, _, doc = await call(http, f, "gemini-2.5-flash-429")
+    assert status == 429 and doc["error"]["status"] == "RESOURCE_EXHAUSTED"
+    retry = [d for d in doc["error"]["details"] if d["@type"] == RETRY]
+    assert retry == [{"@type": RETRY, "retryDelay": "2s"}]
+    assert "PerMinute" in doc["error"]["details"][0]["violations"][0]["quotaId"]  # a rate limit, not a budget
+    assert (await call(http, f, "gemini-2.5-flash-429"))[0] == 200
+    assert "gemini key=k1 model=gemini-2.5-flash-429 scenario=429 -> 429 (retryDelay: 2s)" in lines
+
+
+@pytest.mark.parametrize(("scenario", "retries"), [("503", True), ("529", True), ("down", False)])
+async def test_unavailable_scenarios_answer_googles_503(fake: Any, scenario: str, retries: bool) -> None:
+    f, _, http = fake
+    status, _, doc = await call(http, f, f"gemini-2.5-flash-{scenario}")
+    assert status == 503 and doc["error"] == {"code": 503, "message": "The model is overloaded. Please try again later.",
+                                               "status": "UNAVAILABLE"}  # fmt: skip
+    assert (await call(http, f, f"gemini-2.5-flash-{scenario}"))[0] == (200 if retries else 503)
+
+
+async def test_overflow_answers_googles_400_over_the_window_only(fake: Any) -> None:
+    f, _, http = fake
+    assert (await call(http, f, "gemini-2.5-flash-overflow"))[0] == 200
+    long = {"contents": [{"role": "user", "parts": [{"text": "word " * 400}]}]}
+    status, _, doc = await call(http, f, "gemini-2.5-flash-overflow", body=long)
+    assert status == 400 and doc["error"]["status"] == "INVALID_ARGUMENT"
+    assert doc["error"]["message"].endswith("exceeds the maximum number of tokens allowed (200).")
+
+
+@pytest.mark.parametrize("query", ["?alt=sse", ""])
+async def test_cut_shows_first_words_then_drops_the_connection(fake: Any, query: str) -> None:
+    f, _, http = fake
+    url = f"{root(f)}/v1beta/models/gemini-2.5-flash-cut:streamGenerateContent{query}"
+    got = b""
+    with pytest.raises(aiohttp.ClientPayloadError):
+        async with http.post(url, json=SAY_HI, headers=KEY) as r:
+            async for piece in r.content.iter_any():
+                got += piece
+    assert b"The answer" in got and b"finishReason" not in got and not got.rstrip().endswith(b"]")
+
+
+async def test_empty_is_an_empty_200_stream(fake: Any) -> None:
+    f, _, http = fake
+    status, _, chunks = await call(http, f, "gemini-2.5-flash-empty", "streamGenerateContent", query="?alt=sse")
+    assert status == 200 and chunks == []
+
+
+async def test_per_key_limits_in_googles_words(fake: Any) -> None:
+    f, _, http = fake
+    f.keys.limit("k1", rpm=1)
+    assert (await call(http, f, "gemini-2.5-flash"))[0] == 200
+    status, _, doc = await call(http, f, "gemini-2.5-flash")
+    assert status == 429 and doc["error"]["status"] == "RESOURCE_EXHAUSTED"
+    [retry] = [d for d in doc["error"]["details"] if d["@type"] == RETRY]
+    assert retry["retryDelay"].endswith("s") and int(retry["retryDelay"][:-1]) >= 1
+    f.keys.revoke("k2")
+    status, _, doc = await call(http, f, "gemini-2.5-flash", headers={"x-goog-api-key": "k2"})
+    assert status == 400 and doc["error"]["message"] == "API key not valid. Please pass a valid API key."
+    f.keys.exhaust("k3")
+    status, _, doc = await call(http, f, "gemini-2.5-flash", headers={"x-goog-api-key": "k3"})
+    assert status == 429 and "PerDay" in doc["error"]["details"][0]["violations"][0]["quotaId"]
+
+
+async def test_the_model_list_in_googles_shape_for_a_google_caller(fake: Any) -> None:
+    f, _, http = fake
+    async with http.get(f"{root(f)}/v1beta/models", headers=KEY) as r:
+        listed = await r.json()
+    assert listed["models"][0]["name"] == "models/gemini-2.5-flash"
+    async with http.get(f"{root(f)}/v1/models") as r:  # no Google key: OpenAI's list
+        assert (await r.json())["object"] == "list"
+
+
+async def test_a_request_for_json_gets_the_smallest_document_its_schema_allows(fake: Any) -> None:
+    """As Gemini CLI's model router asks (responseJsonSchema), and google-genai's responseSchema."""
+    f, _, http = fake
+    router = {"type": "object", "properties": {"reasoning": {"type": "string"},
+                                               "model_choice": {"type": "string", "enum": ["flash", "pro"]}},
+              "required": ["reasoning", "model_choice"]}  # fmt: skip
+    body = {**SAY_HI, "generationConfig": {"responseMimeType": "application/json", "responseJsonSchema": router}}
+    status, _, doc = await call(http, f, "gemini-2.5-flash-lite", body=body)
+    assert status == 200 and json.loads(doc["candidates"][0]["content"]["parts"][0]["text"]) == {
+        "reasoning": "fake", "model_choice": "flash"}  # fmt: skip
+    listed = {"type": "ARRAY", "items": {"type": "STRING"}}
+    body = {**SAY_HI, "generation_config": {"response_mime_type": "application/json", "response_schema": listed}}
+    _, _, chunks = await call(http, f, "gemini-2.5-flash", "streamGenerateContent", body, query="?alt=sse")
+    assert json.loads(chunks[-1]["candidates"][0]["content"]["parts"][0]["text"]) == []
