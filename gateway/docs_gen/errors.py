@@ -292,9 +292,6 @@ MEANINGS = {
     "invalid_content_encoding": "The body does not decode with its `Content-Encoding`, or has too many "
     "encoding layers.",
     "unsupported_content_encoding": "A request `Content-Encoding` other than gzip, deflate or identity.",
-    "unsupported_stream_format": "A Gemini `:streamGenerateContent` without `?alt=sse` (the JSON-array "
-    "stream "
-    "is not served).",
     "untranslatable_request": "A translated request uses something the upstream's API has no equivalent for.",
     "no_translation": "The upstream speaks no API the request can be translated to (`upstreams[].apis`); "
     "404 for a path of an API it does not speak.",
