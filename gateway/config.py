@@ -89,8 +89,9 @@ class ServerConfig(_Model):
     # (`client_keys: ${GATEWAY_CLIENT_KEYS:-}`) can carry them all.
     client_keys: tuple[str, ...] = Field(
         default=(), repr=False,
-        description="Keys clients must present (`Authorization: Bearer`, `x-api-key` or `api-key`) to use "
-        "the gateway; one string may hold several, comma-separated. Empty: no client authentication "
+        description="Keys clients must present (`Authorization: Bearer`, `x-api-key`, `api-key` or "
+        "`x-goog-api-key`, or a Gemini client's `?key=`) to use the gateway; one string may hold several, "
+        "comma-separated. Empty: no client authentication "
         "(unless `keys` names some).",
     )  # fmt: skip
     # Serving the operator's provider key to anyone who reaches a non-loopback port must

@@ -283,7 +283,7 @@ class Telemetry:
             p + "fallbacks", "Requests handed from one upstream to its fallback, by the reason.",
             ["upstream", "fallback", "error_type"], registry=registry,
         )  # fmt: skip
-        # Pools (README "Pools"): deployments are upstreams, so the per-upstream series above
+        # Pools (docs/pools.md): deployments are upstreams, so the per-upstream series above
         # (requests, attempts, circuits) are per deployment already.
         self.pool_picks = Counter(
             p + "pool_picks", "Deployments picked for a request, by why: affinity (the conversation's "
@@ -304,7 +304,7 @@ class Telemetry:
             "prompt cache, by why: failed, rate_limit, headroom, budget, auth, circuit_open.",
             ["pool", "reason"], registry=registry,
         )  # fmt: skip
-        # Keys (README "Keys and budgets"): names come from config only.
+        # Keys (docs/keys.md): names come from config only.
         self.key_spend = Counter(
             p + "key_spend_usd", "What each gateway key spent, in USD at the price table's prices, by model.",
             ["key", "team", "model"], registry=registry,

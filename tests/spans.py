@@ -1,5 +1,5 @@
 """Traces for the tests: the gateway's real tracer with an in-memory exporter (the SDK's own),
-and the span tree written out the way README "Tracing" shows it."""
+and the span tree written out the way docs/operations/tracing.md shows it."""
 
 from __future__ import annotations
 

@@ -162,10 +162,16 @@ def render() -> str:
     for section, rows in sections.items():
         top = rows[0]
         out += ["", f"## `{section}`", "", top.description, ""]
-        out += ["| key | type | default | description |", "| --- | --- | --- | --- |"]
+        # Two columns, the type and default under the key: four columns left the descriptions,
+        # the longest text, a narrow strip (docs/stylesheets/extra.css keeps the key unbroken).
+        out += ["| key, type, default | description |", "| --- | --- |"]
         for k in rows:
             if k.path == section and k.type == "section":
                 continue  # the heading and its paragraph say it
-            default = f"`{k.default}`" if k.default and k.default != REQUIRED else k.default
-            out.append(f"| `{k.path}` | {cell(k.type)} | {cell(default)} | {cell(k.description)} |")
+            under = [cell(k.type)]
+            if k.default == REQUIRED:
+                under.append(REQUIRED)
+            elif k.default:
+                under.append(cell(f"default `{k.default}`"))
+            out.append(f"| `{k.path}`<br>{'<br>'.join(under)} | {cell(k.description)} |")
     return "\n".join(out) + "\n"

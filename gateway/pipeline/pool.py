@@ -291,7 +291,7 @@ def _every_key_out(svc: Services, state: RequestState, pool: PoolRuntime, views:
     out = [v for v in views if v.out_until_ms > now_ms]
     soonest = min(out, key=lambda v: v.out_until_ms)
     wait_s = (soonest.out_until_ms - now_ms) / 1000
-    # The codes are written out whole: README's error contract is checked against the literals.
+    # The codes are written out whole: docs/reference/errors.md is generated from the literals.
     if any(v.out_why is SitOut.BUDGET for v in out):
         kind, status, what, code = ErrorType.BUDGET, 402, "out of credit", "pool_budget"
     else:

@@ -1,5 +1,5 @@
 """OpenTelemetry traces of the pipeline: one server span per request, one client span per
-upstream attempt (README "Tracing" has the tree and the attribute table).
+upstream attempt (docs/operations/tracing.md has the tree and the attribute table).
 
 The pipeline calls a few methods of :class:`Tracing` at fixed points. With tracing off (the
 default) ``Services.tracing`` is a plain :class:`Tracing`, whose methods do nothing, so the

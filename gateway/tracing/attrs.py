@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-P = "llm_gateway."  # the prefix of every attribute that is the gateway's own (README "Tracing")
+P = "llm_gateway."  # the prefix of every attribute that is the gateway's own (docs/operations/tracing.md)
 
 # Hosts whose provider is known; any other host is named by the API it is spoken to in
 # (what the GenAI conventions ask of a compatible server: the client-side flavour).

@@ -1,8 +1,9 @@
 """Translation between wire APIs: which translator carries a client's API to an upstream.
 
-Each direction is one module (``messages_chat.py``, ``responses_chat.py``,
-``chat_messages.py``); a pair without its own module is composed through chat completions,
-the hub (Responses → Messages is Responses → chat → Messages). ``leg_for`` is the one
+Each direction is one package (``messages_chat``, ``responses_chat``, ``chat_messages``,
+``gemini_chat``, ``chat_gemini``); a pair without its own is composed through chat completions,
+the hub (Responses → Messages is Responses → chat → Messages, Messages → Gemini is
+Messages → chat → Gemini). ``leg_for`` is the one
 question the pipeline asks: how does a request in this API reach that upstream?
 """
 

@@ -137,7 +137,7 @@ def test_sigterm_lets_an_in_flight_stream_finish(image: Built, tmp_path: Path) -
 
 def test_size_and_start_up_are_reported(image: Built, running: tuple[Container, FakeUpstream, float]) -> None:
     _, _, started_s = running
-    # Figures for README ("Deploying"); printed so `make test-deploy -s` shows them.
+    # Figures for docs/operations/deploying.md; printed so `make test-deploy -s` shows them.
     print(f"\nimage: {image.size_bytes / 1e6:.0f} MB, built in {image.seconds:.1f} s; "
           f"start to /healthz 200: {started_s:.2f} s")
     assert image.size_bytes > 0 and started_s > 0

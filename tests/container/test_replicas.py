@@ -1,4 +1,4 @@
-"""The replica deployment README recommends, run for real: two gateway containers and a Redis
+"""The replica deployment docs/operations/deploying.md recommends, run for real: two gateway containers and a Redis
 container sharing state, and a real Prometheus scraping both with the shipped rules loaded.
 
 A circuit opened through one replica is seen by the other (it refuses without calling the

@@ -87,7 +87,7 @@ def drive_traffic(gw: RunningGateway, fake: FakeUpstream) -> int:
     fake.script(Reply(503, "down"), Reply(503, "down"))
     assert post(gw.base, {"model": "gpt-4o-mini", "messages": msgs()}) == 503
     # A second drive within circuit_breaker.open_s of the first finds the outage noted and
-    # does not retry it (README, the loop breaker): its unused 503 must not answer the next.
+    # does not retry it (docs/errors/loop-breaker.md): its unused 503 must not answer the next.
     fake.steps.clear()
     fake.script(Reply(429, {"error": {"message": "You exceeded your current quota", "type": "insufficient_quota",
                                       "code": "insufficient_quota"}}))

@@ -293,7 +293,7 @@ def test_permanent_overload_is_bounded_and_ends_the_run(claude_bin, cc_gateway, 
     # Claude Code makes 3 calls on a 529 whatever `x-should-retry` says (measured). The gateway's
     # memory of an identical request that just failed (SPEC, "Default retry rules") answers its
     # repeats for one window (here the circuit's open_s, 1 s), then lets one probe through per
-    # window (README): one gateway request's worth plus the probes, not 3x that.
+    # window (docs/errors/loop-breaker.md): one gateway request's worth plus the probes, not 3x that.
     probes = int(r.seconds // 1)
     assert calls <= 1 + GATEWAY_RETRIES + probes, f"{calls} upstream calls for one Claude Code turn"
 

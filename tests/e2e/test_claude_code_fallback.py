@@ -1,6 +1,6 @@
 """A chain that crosses APIs, with Claude Code itself: its Anthropic upstream is down (529 on
 every request), the gateway falls over to a chat-completions-only upstream serving another
-model, and Claude Code prints that upstream's answer as if nothing happened. README's
+model, and Claude Code prints that upstream's answer as if nothing happened. The
 defaults otherwise (retries, fallback rules), stock Claude Code."""
 
 from __future__ import annotations

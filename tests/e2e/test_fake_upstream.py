@@ -1,4 +1,4 @@
-"""The fake upstream as README "Try it without a provider" runs it: ``python -m gateway.fake``
+"""The fake upstream as docs/quick-start.md "Try it without a provider" runs it: ``python -m gateway.fake``
 and the gateway on ``config/examples/fake.yaml``, each a subprocess, driven by the real openai
 and anthropic SDKs (``max_retries=0``, so every recovery seen is the gateway's own) and by raw
 HTTP where a stream's last event is the point. Each scenario, on the APIs it is documented for."""
@@ -107,7 +107,7 @@ def test_down_opens_the_circuit(demo: Demo) -> None:
             demo.oa().chat.completions.create(model="down", messages=[{"role": "user", "content": f"turn {i}"}])
         statuses.append((e.value.status_code, e.value.response.headers["x-llm-attempts"]))
     # provider_unavailable.max_retries: 2 in the example, spent by the first request; the next
-    # ones meet the noted outage and get one attempt each (README, "the loop breaker"); the
+    # ones meet the noted outage and get one attempt each (docs/errors/loop-breaker.md); the
     # circuit opens after 3 failed requests.
     assert statuses == [(503, "3"), (503, "1"), (503, "1"), (503, "0")]
 

@@ -2,7 +2,7 @@
 gateway's Gemini → chat translation: a plain answer, and a function-call loop with a real
 tool (``list_directory``) whose result goes back with the call's id.
 
-Set up as README's Agents entry says: ``GOOGLE_GEMINI_BASE_URL`` at the gateway,
+Set up as docs/agents/gemini-cli.md says: ``GOOGLE_GEMINI_BASE_URL`` at the gateway,
 ``GEMINI_API_KEY``, a settings.json selecting ``gemini-api-key`` auth, the workspace trusted,
 and ``-m`` naming the model (no routing call first). The CLI comes from
 ``.cache/gemini-cli`` (scripts/test-deps.sh) or ``GEMINI_CLI_BIN``.

@@ -2,7 +2,7 @@
 (`claude -p`), Codex (`codex exec`), the `openai` and `anthropic` SDKs. Each is counted: how
 many requests it sent the gateway for one turn, and that none reached the provider.
 
-The gateway runs as README says (`python -m gateway --config`) with one named key whose daily
+The gateway runs as docs/quick-start.md says (`python -m gateway --config`) with one named key whose daily
 budget the first request spends (prices made up: $1 a token), in front of the fake upstream.
 """
 

@@ -190,7 +190,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 def test_a_storm_through_one_replica_opens_the_circuit_for_the_other(cluster: Cluster) -> None:
     model = "down-storm"
     # Once a request gave up, the outage is noted for open_s: the next requests of the model
-    # are one attempt each (README, the loop breaker), until the circuit opens.
+    # are one attempt each (docs/errors/loop-breaker.md), until the circuit opens.
     for i in range(THRESHOLD):
         r, _ = cluster.chat(cluster.a, model, fresh("storm"))
         assert r.status_code == 503 and r.headers["x-llm-attempts"] == str(1 + MAX_RETRIES if i == 0 else 1)
@@ -353,7 +353,7 @@ def _failures(gw: RunningGateway) -> list[str]:
 
 def test_a_storm_split_over_two_replicas_stays_within_the_shared_retry_budget(cluster: Cluster, tmp_path: Path) -> None:
     """The issue's storm: 40 permanently failing requests at once, half through each replica,
-    `budget: {ttl_s: 30, min_retries_per_s: 0.2, percent_can_retry: 10}`: README's bound is
+    `budget: {ttl_s: 30, min_retries_per_s: 0.2, percent_can_retry: 10}`: docs/errors/retries.md's bound is
     40 + (6 + 4) = 50 attempts. Each retry is confirmed in Redis before it is sent."""
     retry = ("  provider_unavailable: {max_retries: 5, base_delay_s: 0.05, max_delay_s: 0.2}\n"
              "  budget: {ttl_s: 30, min_retries_per_s: 0.2, percent_can_retry: 10}\n")

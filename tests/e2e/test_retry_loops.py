@@ -1,14 +1,14 @@
 """Stock clients' own retry loops through the gateway, against a provider that fails for good:
-the calls one client turn costs the provider, held to README's rule ("Retries, fallbacks and
-the loop breaker"): the gateway's own attempts once per turn, one attempt for each other
-request of the turn, plus at most one probe per window (the circuit's ``open_s``, 30 s, for
-an outage; the 60 s cap for a long rate limit), whatever the client's backoff.
+the calls one client turn costs the provider, held to the rule of docs/errors/loop-breaker.md:
+the gateway's own attempts once per turn, one attempt for each other request of the turn, plus
+at most one probe per window (the circuit's ``open_s``, 30 s, for an outage; the 60 s cap for a
+long rate limit), whatever the client's backoff.
 
 Nothing is shrunk: each client runs at its defaults (no retry settings or variables, its
 default model; Claude Code also with ``--model claude-sonnet-4-5``, which retries a 529 for
 about three minutes), the gateway with the shipped config/gateway.yaml (``first_byte_s``
 shortened for the first-byte timeout case only). The harness is bench/retry_loops.py, which
-also prints the direct-versus-gateway table in README.
+also prints the direct-versus-gateway table in docs/errors/loop-breaker.md.
 
 Most runs take minutes: they are marked ``slow`` and left out of ``make test``;
 ``scripts/retry-loops.sh`` runs them all. The fast, telling ones run in ``make test``.
@@ -32,7 +32,7 @@ REQUESTS_PER_TURN = {"opencode": 2}
 
 
 def readme_bound(short: str, failure: str, seconds: float) -> int:
-    """The most calls README allows for one turn that lasted ``seconds``: the gateway's own
+    """The most calls docs/errors/loop-breaker.md allows for one turn that lasted ``seconds``: the gateway's own
     attempts once, one attempt for each other request of the turn, one probe per window."""
     others = REQUESTS_PER_TURN.get(short, 1) - 1
     return GATEWAY_ATTEMPTS[failure] + others + int(seconds // WINDOW_S[failure])
@@ -66,7 +66,7 @@ def check(row: Row, short: str, failure: str) -> None:
     assert not row.ok, row.tail  # the provider never answered: the turn must end in an error
     bound = readme_bound(short, failure, row.seconds)
     assert GATEWAY_ATTEMPTS[failure] <= row.calls <= bound, (
-        f"{row.client}, {failure}: {row.calls} upstream calls in {row.seconds} s (README: at most {bound})\n{row.tail}"
+        f"{row.client}, {failure}: {row.calls} upstream calls in {row.seconds} s (docs/errors/loop-breaker.md: at most {bound})\n{row.tail}"
     )
 
 

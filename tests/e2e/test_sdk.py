@@ -126,7 +126,7 @@ def test_permanent_529_costs_six_attempts_not_eighteen(sdk, readme_gateway, upst
 
 def test_connection_dropped_before_response(sdk, readme_gateway, upstream: FakeUpstream) -> None:
     upstream.script(Drop())
-    # A model of its own: gpt-4o-mini's outage in the test before is noted for open_s (README),
+    # A model of its own: gpt-4o-mini's outage in the test before is noted for open_s (docs/errors/loop-breaker.md),
     # and a noted outage is not retried.
     out = sdk(readme_gateway, max_retries=0).chat.completions.create(model="gpt-4o-mini-drop", messages=msg())
     assert out.choices[0].message.content and len(upstream.chat_requests()) == 2

@@ -1,4 +1,4 @@
-"""README's "application with API tools" config, run as written, with the real `openai` SDK
+"""docs/tool-outputs.md's "application with API tools" config, run as written, with the real `openai` SDK
 sending a tool loop's second step: the search result projected to the fields the rule
 names, the CRM error body projected, the oversized SQL result excluded with the
 structured result; what the upstream received, and /metrics."""

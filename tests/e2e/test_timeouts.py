@@ -40,7 +40,7 @@ def test_stalled_stream_raises_instead_of_hanging(sdk, fast_gateway, upstream: F
 
 def test_circuit_opens_and_recovers(sdk, fast_gateway, upstream: FakeUpstream) -> None:
     c = sdk(fast_gateway, max_retries=0)
-    # 6 attempts, then the outage is noted (README, the loop breaker): 1 attempt each.
+    # 6 attempts, then the outage is noted (docs/errors/loop-breaker.md): 1 attempt each.
     upstream.script(*[Reply(503, "down")] * 8)
     for _ in range(3):
         with pytest.raises(openai.InternalServerError):

@@ -179,7 +179,7 @@ async def _gateway_on(clock: Clock, primary: FakeUpstream, backup: FakeUpstream)
         "upstreams:\n"
         f"  - {{name: primary, base_url: '{primary.url}', fallbacks: [backup]}}\n"
         f"  - {{name: backup, base_url: '{backup.url}', models: ['never-routed-here']}}\n"
-        "loop_breaker: {enabled: false}\n", env={})  # README defaults otherwise: threshold 5, open_s 30, interval 5
+        "loop_breaker: {enabled: false}\n", env={})  # the defaults otherwise (docs/reference/configuration.md): threshold 5, open_s 30, interval 5
     registry = CollectorRegistry()
 
     async def no_sleep(_s: float) -> None:

@@ -122,7 +122,7 @@ async def test_two_upstreams_routed_by_glob(make_gateway) -> None:
 
 
 async def test_a_model_named_twice_is_routed_on_the_last_and_a_rewritten_body_names_it_once(make_gateway) -> None:
-    """The decision README states (Endpoints): every reader in the gateway takes the last of a
+    """The decision docs/endpoints.md states: every reader in the gateway takes the last of a
     repeated key, as RFC 8259 §4 says many do; a body the gateway writes (a model_map name, a
     translation) has one. Refusing instead would need a scan of every body, costing about half
     of orjson's parse, and agents' bodies name "model" in nested objects too (Claude Code's

@@ -396,7 +396,7 @@ async def test_the_retry_budget_holds_its_bound_across_replicas(patient_replicas
         (ba if i % 2 else bb).record_request()
     for budget in (ba, bb, ba):
         await budget.flush()
-    limit = 10  # 0.2/s x 30 s + 10 % of 40 requests: README's bound of 40 + 10 = 50 attempts
+    limit = 10  # 0.2/s x 30 s + 10 % of 40 requests: docs/errors/retries.md's bound of 40 + 10 = 50 attempts
     held = [sum(budget.hold_retry() for _ in range(30)) for budget in (ba, bb)]
     assert held == [limit, limit]  # neither sees the other's holds: 2x the bound, so far only held
     confirmed = await asyncio.gather(*(budget.confirm_retry() for budget in (ba, bb) for _ in range(limit)))

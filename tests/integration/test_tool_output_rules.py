@@ -156,7 +156,7 @@ async def test_the_log_line_has_the_counts_and_reasons_and_no_content(make_gatew
 
 @pytest.mark.parametrize("api", list(API))
 async def test_the_readme_application_example_limits_a_tool_no_rule_names(make_gateway: Any, api: str) -> None:
-    # README's promise, "limits enforced on every request", as printed: a file read no rule
+    # docs/tool-outputs.md's promise, "limits enforced on every request", as printed: a file read no rule
     # names is held to the section's max_tokens like any other.
     from tests.unit.policy.test_tool_output_policy import readme_example
 

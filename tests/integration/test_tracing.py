@@ -84,7 +84,7 @@ async def test_a_retried_request_is_one_server_span_with_two_attempt_spans_under
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_the_attempt_that_answered_carries_the_usage_streamed_or_not(make_gateway, stream: bool) -> None:
-    """README (Tracing): gen_ai.usage.* on the request span and on the attempt that answered;
+    """docs/operations/tracing.md: gen_ai.usage.* on the request span and on the attempt that answered;
     an unstreamed answer's attempt ends before its body is counted, and had none."""
     gw = await make_gateway()
     exporter = traced(gw)

@@ -41,7 +41,7 @@ def big_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
 
 @pytest.fixture(scope="module")
 def chat_only_gateway(big_server: Proc, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    """The README's configuration for a local chat server: `apis: [chat]` and every requested
+    """The configuration docs/agents/claude-code.md gives for a local chat server: `apis: [chat]` and every requested
     model mapped to the one the server serves. Defaults otherwise."""
     tmp = tmp_path_factory.mktemp("gw-agents")
     port = free_port()
@@ -109,7 +109,7 @@ def test_codex_prints_an_answer_from_a_chat_only_server(chat_only_gateway: Gatew
     home = tmp_path / "home"
     codex_home = home / ".codex"
     codex_home.mkdir(parents=True)
-    # README's config.toml, as pasted: stock retries.
+    # docs/agents/codex.md's config.toml, as pasted: stock retries.
     (codex_home / "config.toml").write_text(
         'model = "gpt-5-codex"\nmodel_provider = "gw"\n\n[model_providers.gw]\nname = "llm-gateway"\n'
         f'base_url = "{chat_only_gateway.base}/v1"\nwire_api = "responses"\nenv_key = "GW_KEY"\n'

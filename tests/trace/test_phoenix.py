@@ -1,7 +1,7 @@
 """The gateway's traces as a real backend (Arize Phoenix) receives them over OTLP, with tracing
 switched on the way operators do it (OTEL_EXPORTER_OTLP_ENDPOINT), driven by the openai SDK
 carrying an agent's traceparent: a retry, a fallback, a compress-and-retry and a continued
-stream each arrive as the tree README "Tracing" shows, under the agent's span, with nothing
+stream each arrive as the tree docs/operations/tracing.md shows, under the agent's span, with nothing
 secret in them; and a dead collector changes nothing for the client."""
 
 from __future__ import annotations

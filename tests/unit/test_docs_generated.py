@@ -75,10 +75,10 @@ def test_every_config_field_is_on_the_configuration_page_with_its_description(pa
             assert cell(field.description or "") in page, f"{model.__name__}.{name}'s description"
     for key in keys:
         assert f"`{key.path}`" in page or key.path in page.split("## ", 1)[1], key.path
-    assert "| `upstreams[].apis` |" in page and "| `prices.<glob>.input` |" in page
-    assert "| `retry.rate_limit.max_retries` | int, ≥ 0, ≤ 100 | `3` |" in page  # the section's own default
-    assert "| `server.drain_s` | seconds (float), ≥ 0 | `30.0` |" in page
-    assert "| `upstreams[].name` | string, at least 1 | required |" in page
+    assert "| `upstreams[].apis`<br>" in page and "| `prices.<glob>.input`<br>" in page
+    assert "| `retry.rate_limit.max_retries`<br>int, ≥ 0, ≤ 100<br>default `3` |" in page  # the section's own default
+    assert "| `server.drain_s`<br>seconds (float), ≥ 0<br>default `30.0` |" in page
+    assert "| `upstreams[].name`<br>string, at least 1<br>required |" in page
 
 
 def test_every_section_has_its_heading(pages: dict[str, str]) -> None:

@@ -13,7 +13,7 @@ CONTRACT = {
     "llm_gateway_in_flight_requests": ("gauge", set()),
     "llm_gateway_circuit_open": ("gauge", {"upstream", "model"}),
     "llm_gateway_tokens_total": ("counter", {"upstream", "model", "kind"}),
-    # Beyond SPEC's table, added by the issues that needed them (listed in README).
+    # Beyond SPEC's table, added by the issues that needed them (listed in docs/reference/metrics.md).
     "llm_gateway_client_auth_refusals_total": ("counter", {"reason"}),
     "llm_gateway_fallbacks_total": ("counter", {"upstream", "fallback", "error_type"}),
     "llm_gateway_continuations_total": ("counter", {"upstream", "outcome"}),
