@@ -168,9 +168,9 @@ def test_the_fake_documents_its_scenarios() -> None:
     assert r.returncode == 0
     for name in ("429", "503", "529", "overflow", "cut", "stall", "empty", "down"):
         assert re.search(rf"^    {name} ", r.stdout, re.M), name
-    readme = (ROOT / "README.md").read_text()
+    page = (ROOT / "docs" / "quick-start.md").read_text()
     for name in ("429", "503", "529", "overflow", "cut", "stall"):
-        assert f"`{name}`" in readme, name
+        assert f"`{name}`" in page, name
     assert Path(ROOT / "config/examples/fake.yaml").exists()
 
 
@@ -203,10 +203,10 @@ def test_the_fake_plays_a_pool_of_keys(tmp_path: Path) -> None:
 
 
 def test_the_pool_tour_as_printed(tmp_path: Path) -> None:
-    """README's pool tour: the fake with one key limited, the gateway on fake-pool.yaml, and the
+    """The quick start's pool tour: the fake with one key limited, the gateway on fake-pool.yaml, and the
     curl loop exactly as printed (run by bash), with the ports the test was given."""
-    readme = (ROOT / "README.md").read_text()
-    block = readme[readme.index("A pool (see Pools) can be tried"):]
+    page = (ROOT / "docs" / "quick-start.md").read_text()
+    block = page[page.index("A pool (see [Pools](pools.md)) can be tried"):]
     script = re.search(r"```sh\n(.*?)```", block, re.S)
     assert script is not None
     lines = script.group(1).split("\n")
@@ -239,7 +239,7 @@ def test_the_pool_tour_as_printed(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def chat_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
-    """README's tool loop: the fake as it ships, the gateway on the default config with
+    """The quick start's tool loop: the fake as it ships, the gateway on the default config with
     UPSTREAM_APIS=chat (`make run`'s command, on the ports the test was given)."""
     tmp = tmp_path_factory.mktemp("faketool")
     fake_port, gw_port = free_port(), free_port()
@@ -268,9 +268,9 @@ def test_claude_code_runs_the_tool_scenario_on_a_chat_only_upstream_as_printed(
 ) -> None:
     import subprocess
 
-    readme = (ROOT / "README.md").read_text()
-    [line] = re.findall(r"^ANTHROPIC_BASE_URL=\S+ ANTHROPIC_AUTH_TOKEN=dummy claude --model \S+-tool .*$", readme, re.M)
-    assert "`UPSTREAM_APIS=chat make run`" in readme
+    page = (ROOT / "docs" / "quick-start.md").read_text()
+    [line] = re.findall(r"^ANTHROPIC_BASE_URL=\S+ ANTHROPIC_AUTH_TOKEN=dummy claude --model \S+-tool .*$", page, re.M)
+    assert "`UPSTREAM_APIS=chat make run`" in page
     home = tmp_path / "home"
     home.mkdir()
     since = len(chat_only.fake.logs())
@@ -289,13 +289,12 @@ def test_codex_runs_the_tool_scenario_on_a_chat_only_upstream(
 ) -> None:
     import subprocess
 
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("### Codex"):]
+    section = (ROOT / "docs" / "agents" / "codex.md").read_text()
     toml = re.search(r"```toml\n(.*?)```", section, re.S)
     assert toml is not None
     home = tmp_path / "home"
     (home / "codex").mkdir(parents=True)
-    config = toml.group(1).replace('"gpt-5-codex"', '"gpt-5-codex-tool"')  # as README's sentence says
+    config = toml.group(1).replace('"gpt-5-codex"', '"gpt-5-codex-tool"')  # as the quick start's sentence says
     (home / "codex" / "config.toml").write_text(config.replace("http://127.0.0.1:8080", chat_only.gw.base))
     since = len(chat_only.fake.logs())
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "CODEX_HOME": str(home / "codex"), "GW_KEY": "dummy"}
