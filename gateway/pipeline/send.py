@@ -99,19 +99,23 @@ async def send_one(
 
 
 _SPENT = frozenset({StopReason.EXHAUSTED, StopReason.DEADLINE, StopReason.BUDGET})
-_OUTAGE = "outage:"  # store key prefix: a request of this (upstream, model) spent its retries in vain
+_OUTAGE = "outage:"  # store key prefix: a request on this upstream spent its retries in vain
 
 
 async def _retry_or_follow(
     svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes, adm: Admission,
     first: Outcome, retries_cap: int | None, moves_on: Callable[[Classification], bool] | None,
 ) -> Outcome:  # fmt: skip
-    """Retries an outage of a model once between the requests that meet it. An agent's turn
-    is often several requests (opencode sends a title and the answer together; a tool round,
-    the next turn): each spending a full round on an outage multiplies the calls. So for
-    ``open_s`` after a request of the model gave up here, a failed first attempt is final;
-    and of requests that fail together, one retries while the others wait for its verdict:
-    given up, they give up too (after their one attempt); through, they retry now."""
+    """Retries an outage once between the requests that meet it. An agent's turn is often
+    several requests (opencode sends a title and the answer together; a tool round, the next
+    turn), and often of two models (Gemini CLI's routing call to a flash-lite model, then the
+    answer's model): each spending a full round on an outage multiplies the calls. So for
+    ``open_s`` after a request gave up on this upstream, a failed first attempt of any model
+    on it is final (failures that span models are the upstream's, as its upstream-wide
+    circuit reads them; the client's own retry is what a model that only hiccupped meanwhile
+    gets); and of requests of a model that fail together, one retries while the others wait
+    for its verdict: given up, they give up too (after their one attempt); through, they
+    retry now."""
     c = failure_of(first)
     up = call.up
     # An answer of nothing says nothing about the provider yet (the empty-stream probe will
@@ -121,7 +125,7 @@ async def _retry_or_follow(
         return await _retry(svc, state, plan, call, body, adm, first, retries_cap, moves_on)
     key = circuit_key(up.cfg.name, state.model)
     # Read only on this failure path: a healthy request never pays the store round trip.
-    noted = await svc.store.reset_get(_OUTAGE + key)
+    noted = await svc.store.reset_get(_OUTAGE + up.cfg.name)
     if noted is not None and noted > svc.wall() * 1000:
         log.debug({"request_id": state.request_id, "event": "outage_noted", "upstream": up.cfg.name})
         plan.stopped = StopReason.PROBE
@@ -141,7 +145,7 @@ async def _retry_or_follow(
         try:
             if gave_up and plan.stopped in _SPENT:
                 until_ms = round((svc.wall() + svc.cfg.circuit_breaker.open_s) * 1000)
-                await svc.store.reset_set(_OUTAGE + key, until_ms)
+                await svc.store.reset_set(_OUTAGE + up.cfg.name, until_ms)
         finally:
             del up.retrying[key]
             verdict.set_result(gave_up)

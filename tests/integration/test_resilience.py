@@ -198,9 +198,10 @@ async def test_a_repeated_turn_after_its_window_is_one_probe_and_a_recovery_is_u
     assert gw.metric("llm_gateway_loop_breaker_events_total", event="probed", error_type="provider_unavailable") == 3
 
 
-async def test_for_open_s_after_a_request_gave_up_a_new_failure_of_the_model_is_final(make_gateway) -> None:
-    """An agent's turn is often several different requests (a tool round, the next turn): the
-    next one must not buy another full round of retries on the same outage."""
+async def test_for_open_s_after_a_request_gave_up_a_new_failure_on_the_upstream_is_final(make_gateway) -> None:
+    """An agent's turn is often several different requests (a tool round, the next turn), of
+    two models (Gemini CLI's routing call, then the answer): the next one must not buy another
+    full round of retries on the same outage."""
     gw = await make_gateway("circuit_breaker: {failure_threshold: 1000, open_s: 0.3}\n")
     gw.fake.script(*[UNAVAILABLE] * 7)
     status, headers, _ = await gw.chat({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "one"}]})
@@ -209,7 +210,9 @@ async def test_for_open_s_after_a_request_gave_up_a_new_failure_of_the_model_is_
     assert status == 503 and headers["x-llm-attempts"] == "1" and headers["x-should-retry"] == "false"
     gw.fake.script(UNAVAILABLE)
     status, headers, _ = await gw.chat({"model": "other-model", "messages": [{"role": "user", "content": "x"}]})
-    assert status == 200 and headers["x-llm-attempts"] == "2"  # another model keeps its retries
+    assert status == 503 and headers["x-llm-attempts"] == "1"  # the same upstream: its outage too
+    status, headers, _ = await gw.chat({"model": "other-model", "messages": [{"role": "user", "content": "y"}]})
+    assert status == 200 and headers["x-llm-attempts"] == "1"  # failures only end retries, never answers
     await asyncio.sleep(0.35)  # open_s later
     gw.fake.script(UNAVAILABLE)
     status, headers, _ = await gw.chat({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "three"}]})
