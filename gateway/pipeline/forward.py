@@ -54,7 +54,7 @@ from gateway.pipeline.outcome import (
 )
 from gateway.pipeline.pool import any_deployment
 from gateway.pipeline.relay import relay, rendered
-from gateway.pipeline.send import new_plan, send_one
+from gateway.pipeline.send import new_plan, note_outage, send_one
 from gateway.policy.clients import client_deadline_s, compacts_itself
 from gateway.policy.loop_breaker import Answer, Recalled
 from gateway.policy.overflow_limits import parse_overflow
@@ -99,6 +99,8 @@ def full_pipeline(dialect: Dialect) -> Handler:
             fingerprint = _fingerprint(svc, request, inbound)
             remembered = await svc.loop.recall(fingerprint)
             if remembered is not None and remembered.answers(svc.wall()):
+                if remembered.classification.type is ErrorType.PROVIDER_UNAVAILABLE:
+                    await note_outage(svc, primary)  # the client's turn is still failing on it
                 return await relay(request, svc, state, _from_memory(svc, state, remembered))
             turn = remembered
 

@@ -120,14 +120,17 @@ async def _retry_or_follow(
     up = call.up
     # An answer of nothing says nothing about the provider yet (the empty-stream probe will
     # tell what it was: usually an overflow), so it neither notes an outage nor follows one.
-    if (c is None or c.type is not ErrorType.PROVIDER_UNAVAILABLE or plan.probe or adm.gate is Gate.PROBE
-            or plan.unexplained(c)):  # fmt: skip
+    if c is None or c.type is not ErrorType.PROVIDER_UNAVAILABLE or plan.unexplained(c):
+        return await _retry(svc, state, plan, call, body, adm, first, retries_cap, moves_on)
+    if plan.probe or adm.gate is Gate.PROBE:  # one attempt, failed: the outage goes on
+        await note_outage(svc, up)
         return await _retry(svc, state, plan, call, body, adm, first, retries_cap, moves_on)
     key = circuit_key(up.cfg.name, state.model)
     # Read only on this failure path: a healthy request never pays the store round trip.
     noted = await svc.store.reset_get(_OUTAGE + up.cfg.name)
     if noted is not None and noted > svc.wall() * 1000:
         log.debug({"request_id": state.request_id, "event": "outage_noted", "upstream": up.cfg.name})
+        await note_outage(svc, up)
         plan.stopped = StopReason.PROBE
         return first
     leader = up.retrying.get(key)
@@ -144,8 +147,7 @@ async def _retry_or_follow(
         gave_up = failed is not None and failed.type is ErrorType.PROVIDER_UNAVAILABLE
         try:
             if gave_up and plan.stopped in _SPENT:
-                until_ms = round((svc.wall() + svc.cfg.circuit_breaker.open_s) * 1000)
-                await svc.store.reset_set(_OUTAGE + up.cfg.name, until_ms)
+                await note_outage(svc, up)
         finally:
             del up.retrying[key]
             verdict.set_result(gave_up)
@@ -159,6 +161,17 @@ async def _retry_or_follow(
     log.debug({"request_id": state.request_id, "event": "followed", "upstream": up.cfg.name})
     plan.stopped = StopReason.PROBE
     return first
+
+
+async def note_outage(svc: Services, up: UpstreamRuntime) -> None:
+    """Notes an outage of the upstream for the circuit's ``open_s``, or extends it on fresh
+    evidence that a client's turn is still failing on it: a failed probe, a first attempt made
+    final by the note, a repeat answered from memory (forward.py). Gemini CLI's stock turn
+    spends about 70 s retrying its routing call before it asks the answer's model, longer
+    than the circuit's 30 s; while it keeps failing, the note lasts. A note refuses nothing:
+    a first attempt still goes, and only its failure is final."""
+    until_ms = round((svc.wall() + svc.cfg.circuit_breaker.open_s) * 1000)
+    await svc.store.reset_set(_OUTAGE + up.cfg.name, until_ms)
 
 
 async def _retry(

@@ -269,3 +269,25 @@ async def test_one_failing_model_does_not_open_the_circuit_for_another(make_gate
     assert status == 503 and headers["x-llm-attempts"] == "0"  # its own circuit is open
     status, _, _ = await gw.chat({"model": "healthy", "messages": [{"role": "user", "content": "x"}]})
     assert status == 200
+
+
+async def test_a_turn_still_failing_keeps_the_outage_noted_for_its_next_model(make_gateway) -> None:
+    """Gemini CLI's stock turn retries its routing call (a flash-lite model) for about 70 s, past
+    the circuit's open_s, before it asks the answer's model: while the turn keeps failing (its
+    repeats answered from memory, its probes failing), the outage stays noted, so the second
+    model's first failure is final instead of buying the gateway's attempts again."""
+    gw = await make_gateway("loop_breaker: {enabled: true, retryable_window_s: 1.0}\n"
+                            "circuit_breaker: {failure_threshold: 1000, open_s: 0.5}\n", real_sleep=True)
+    router = {"model": "router-lite", "messages": [{"role": "user", "content": "route this"}]}
+    gw.fake.script(*[UNAVAILABLE] * 6)
+    status, headers, _ = await gw.chat(router)
+    assert status == 503 and headers["x-llm-attempts"] == "6"
+    for _ in range(2):  # the client's repeats, answered from memory, past open_s
+        await asyncio.sleep(0.3)
+        status, headers, _ = await gw.chat(router)
+        assert status == 503 and "x-llm-from-memory" in headers
+    await asyncio.sleep(0.3)  # 0.9 s after the give-up; 0.3 s after the last repeat
+    gw.fake.script(*[UNAVAILABLE] * 6)
+    status, headers, _ = await gw.chat({"model": "answer-pro", "messages": [{"role": "user", "content": "go"}]})
+    assert status == 503 and headers["x-llm-attempts"] == "1" and headers["x-should-retry"] == "false"
+    assert len(gw.fake.chat_requests()) == 7
