@@ -237,8 +237,8 @@ def _median(xs: list[float]) -> float:
 
 def table(keys: list[tuple[Case, bool]], samples: dict[tuple[Case, bool, str], list[dict[str, float]]]) -> str:
     header = (
-        f"Translation: the same client request on an upstream of its own API (native) and on one of "
-        f"another API (translated), one gateway process. {os.cpu_count()} cores, Python "
+        f"Translation: the same client request on an upstream of its own API (native; for a Gemini client, "
+        f"a chat client asking the same on a chat upstream) and on one of another API (translated), one gateway process. {os.cpu_count()} cores, Python "
         f"{platform.python_version()}, {'quick mode, ' if QUICK else ''}load: "
         f"{'wrk -t1 -c32' if load.have_wrk() else 'python aiohttp client, 32 connections'}, "
         f"{ROUNDS} interleaved rounds of {SECONDS}s, medians of per-round ratios; "
