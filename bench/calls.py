@@ -1,4 +1,4 @@
-"""`python -m bench.calls [N]`: Python calls per request (cProfile, deterministic), native vs
+"""`python -m bench.calls [N [TOP]]`: Python calls per request (cProfile, deterministic), native vs
 translated, for each case of ``bench.translation``; then the functions the translated
 requests call that the native ones do not (or call more often), per request.
 
@@ -50,6 +50,7 @@ async def measure(n: int) -> list[tuple[Case, bool, float, float, float, Counter
     up_app.router.add_post("/v1/chat/completions", fake.chat)
     up_app.router.add_post("/v1/messages", fake.messages)
     up_app.router.add_post("/v1/responses", fake.responses)
+    up_app.router.add_post("/v1beta/models/{rest}", fake.gemini)
     up_runner, up_port = await _serve(up_app)
     cfg = parse_config(config(0, f"http://127.0.0.1:{up_port}/v1"))
     gw_runner, gw_port = await _serve(create_app(cfg), make_runner(create_app(cfg)))
@@ -57,9 +58,10 @@ async def measure(n: int) -> list[tuple[Case, bool, float, float, float, Counter
     out = []
     async with aiohttp.ClientSession() as s:
         async def run(case: Case, model: str, stream: bool, count: int) -> None:
-            body = case.body(model, stream)
+            body, url = case.body(model, stream), case.url(base, model, stream)
+            headers = {"Content-Type": "application/json", **case.credential(model)}
             for _ in range(count):
-                async with s.post(base + case.path, data=body, headers={"Content-Type": "application/json"}) as r:
+                async with s.post(url, data=body, headers=headers) as r:
                     await r.read()
                     assert r.status == 200, r.status
 
@@ -95,11 +97,11 @@ def main() -> None:
           "| Δ CPU µs/request (one process, no profiler) |")
     print("| --- | --- | --- | ---: | ---: | ---: | ---: |")
     for case, stream, nat, tr, diff, _, _ in rows:
-        print(f"| {case.label} | {case.upstream} | {'stream' if stream else 'buffered'} "
+        print(f"| {case.label} | {case.upstream_label} | {'stream' if stream else 'buffered'} "
               f"| {nat:.0f} | {tr:.0f} | {tr - nat:+.0f} | {diff:+.0f} |")
     for case, stream, _, _, _, natc, trc in rows:
         more: dict[str, Any] = {k: (v - natc.get(k, 0)) / n for k, v in trc.items() if v > natc.get(k, 0)}
-        print(f"\n{case.label} -> {case.upstream} {'stream' if stream else 'buffered'}: calls per request "
+        print(f"\n{case.label} -> {case.upstream_label} {'stream' if stream else 'buffered'}: calls per request "
               "the translated path makes beyond the native one")
         for k, v in sorted(more.items(), key=lambda kv: -kv[1])[:top]:
             print(f"  {v:6.1f}  {k}")

@@ -1,8 +1,9 @@
 """A fast, fixed OpenAI-compatible upstream: the bench measures the proxies, not this.
 
-It also answers `/v1/messages` and `/v1/responses` with the same text, in those APIs' own
-shapes and stream grammars (the translation bench compares a client on its own API with the
-same client translated to chat).
+It also answers `/v1/messages`, `/v1/responses` and the Gemini API's
+`/v1beta/models/{model}:generateContent` and `:streamGenerateContent?alt=sse` with the same
+text, in those APIs' own shapes and stream grammars (the translation bench compares a client
+on its own API with the same client translated to chat).
 
 Three request headers change its answer (both proxies forward them untouched):
 
@@ -215,12 +216,50 @@ async def responses(request: web.Request) -> web.StreamResponse:
     return await _answer(request, _wants_stream(sent), body, stream)
 
 
+# The same answer as the Gemini API gives it (GenerateContentResponse, Gemini API reference;
+# the shapes of Google's bodies in tests/corpus/answers/gemini-*.json): one document buffered;
+# streamed, one document per event, events separated by CRLF pairs, and finishReason and
+# usageMetadata on the last one.
+_GEMINI_USAGE = {"promptTokenCount": 9, "candidatesTokenCount": 9, "totalTokenCount": 18}
+
+
+def _gemini(text: str, last: bool) -> dict[str, object]:
+    candidate: dict[str, object] = {"content": {"parts": [{"text": text}], "role": "model"}, "index": 0}
+    doc: dict[str, object] = {"candidates": [candidate], "modelVersion": "gemini-bench", "responseId": "bench"}
+    if last:
+        candidate["finishReason"] = "STOP"
+        doc["usageMetadata"] = _GEMINI_USAGE
+    return doc
+
+
+GEMINI_BODY = json.dumps(_gemini(TEXT, True)).encode()
+GEMINI_STREAM = b"".join(b"data: " + json.dumps(_gemini(w, i == len(WORDS) - 1)).encode() + b"\r\n\r\n"
+                         for i, w in enumerate(WORDS))
+
+
+def _google_error(status: int, state: str, message: str) -> web.Response:
+    return web.json_response({"error": {"code": status, "message": message, "status": state}}, status=status)
+
+
+async def gemini(request: web.Request) -> web.StreamResponse:
+    await request.read()
+    await _delay(request)
+    model, _, method = request.match_info["rest"].partition(":")
+    if not model or method not in ("generateContent", "streamGenerateContent"):
+        return _google_error(404, "NOT_FOUND", f"{method or 'method'} is not found")
+    # Without alt=sse Google streams one JSON array, which the gateway never asks for.
+    if method == "streamGenerateContent" and request.query.get("alt") != "sse":
+        return _google_error(400, "INVALID_ARGUMENT", "this mock streams only alt=sse")
+    return await _answer(request, method == "streamGenerateContent", GEMINI_BODY, GEMINI_STREAM)
+
+
 def main() -> None:
     # argv: PORT [--reuse-port]: several processes on one port (bench.public's mock on its own cores).
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/v1/messages", messages)
     app.router.add_post("/v1/responses", responses)
+    app.router.add_post("/v1beta/models/{rest}", gemini)
     web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None,
                 reuse_port="--reuse-port" in sys.argv[2:], backlog=4096)
 

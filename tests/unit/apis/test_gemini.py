@@ -11,8 +11,9 @@ import pytest
 
 from gateway.apis import ANTHROPIC_MESSAGES, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, dialect_for_errors
 from gateway.apis.base import EventKind, ForeignError, Inbound, Rejection, Where
-from gateway.apis.gemini.wire import GeminiStreamReader
+from gateway.apis.gemini.wire import GeminiStreamReader, sse_event
 from gateway.errors import Classification, ErrorType
+from gateway.jsonbody import Lenient
 from gateway.keys.registry import KeyRing, KeySpec, digest
 from gateway.policy.tool_outputs import Stage, ToolOutputPolicy, ToolRule
 
@@ -105,6 +106,17 @@ def test_reader_of_a_gemini_stream() -> None:
     error = b'data: {"error":{"code":429,"message":"quota","status":"RESOURCE_EXHAUSTED"}}\r\n\r\n'
     assert r.kind(error, committed=True) is EventKind.ERROR and r.error is not None
     assert r.kind(b"data: {not json\r\n\r\n", committed=True) is EventKind.ERROR
+
+
+def test_an_event_is_compact_utf8_json_between_crlf_pairs_whatever_its_text_holds() -> None:
+    doc = {"candidates": [{"content": {"role": "model", "parts": [{"text": "héllo ✓"}]}, "index": 0}]}
+    assert sse_event(doc) == b"data: " + json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode() + b"\r\n\r\n"
+    # A lone surrogate (json reads "\ud800") has no UTF-8 form: written escaped, not a crash.
+    odd = {"candidates": [{"content": {"parts": [{"text": "a\ud800"}]}}]}
+    assert json.loads(sse_event(odd)[6:]) == odd
+    # An answer only json could read (NaN) is written back as it was read, not as null.
+    lenient = Lenient({"usageMetadata": {"x": float("nan")}})
+    assert b"NaN" in sse_event(lenient)
 
 
 def test_tool_output_cap_cuts_function_response_output_and_keeps_the_pair() -> None:
