@@ -1,9 +1,11 @@
 """The ``tool`` scenario on the Gemini API: a call of a tool the request declares, then an
 answer quoting its result (as :mod:`gateway.fake.tool_call` does for the other APIs).
 
-Gemini CLI's shell tool is ``run_shell_command``; headless it often declares none (its
-capture, tests/corpus/requests/gemini-cli-0.61-first.json), so ``list_directory`` of the
-working folder comes next, then the first function declared. The call carries an ``id`` and
+Gemini CLI's shell tool is ``run_shell_command``; a client translated onto the Gemini API
+declares its own (Claude Code's ``Bash``, Codex's ``exec_command``), called as
+:mod:`gateway.fake.tool_call` calls them on the other APIs. Gemini CLI headless often declares
+no shell (its capture, tests/corpus/requests/gemini-cli-0.61-first.json), so
+``list_directory`` of the working folder comes next, then the first function declared. The call carries an ``id`` and
 a ``thoughtSignature``, as Gemini 3 answers; its id is returned so the fake can hold the
 replay to the signature rule (gemini_rules.py).
 """
@@ -14,10 +16,11 @@ from typing import Any
 
 from gateway.fake import gemini
 from gateway.fake.steps import Reply, Step
-from gateway.fake.tool_call import COMMAND
+from gateway.fake.tool_call import COMMAND, SHELLS
 
 _PREFERRED: dict[str, dict[str, Any]] = {
     "run_shell_command": {"command": COMMAND, "description": "Print a greeting"},
+    **{name: args(COMMAND) for name, args in SHELLS.items()},
     "list_directory": {"dir_path": "."},
 }
 

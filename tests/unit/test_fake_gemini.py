@@ -168,6 +168,22 @@ async def test_the_tool_scenario_calls_then_answers_and_holds_the_replay_to_its_
     assert any("tool call run_shell_command" in line for line in lines)
 
 
+@pytest.mark.parametrize(("name", "args"), [("Bash", {"command": "echo hello from a shell tool",
+                                                       "description": "Print a greeting"}),
+                                             ("exec_command", {"cmd": "echo hello from a shell tool"})])
+async def test_the_tool_scenario_calls_a_translated_agents_shell_not_its_first_tool(
+    fake: Any, name: str, args: dict[str, Any]
+) -> None:
+    """Claude Code and Codex on a Gemini upstream declare their shells among others (Claude
+    Code's first is ``Agent``): the shell is called, as on the other APIs."""
+    f, _, http = fake
+    tools = [{"functionDeclarations": [{"name": n, "parametersJsonSchema": {"type": "object"}}
+                                       for n in ("Agent", "list_directory", name)]}]  # fmt: skip
+    status, _, doc = await call(http, f, "gemini-2.5-flash-tool", body={**SAY_HI, "tools": tools})
+    fc = doc["candidates"][0]["content"]["parts"][0]["functionCall"]
+    assert status == 200 and (fc["name"], fc["args"]) == (name, args)
+
+
 async def test_429_says_its_wait_in_retry_info_then_answers(fake: Any) -> None:
     f, lines, http = fake
     status, _, doc = await call(http, f, "gemini-2.5-flash-429")
