@@ -110,6 +110,17 @@ async def test_the_key_goes_in_the_header_or_the_query_and_none_is_refused(fake:
     assert f.calls_by_key() == {"k1": 1, None: 1}
 
 
+async def test_the_log_says_what_a_gemini_body_held_and_where_its_key_was(fake: Any) -> None:
+    f, lines, http = fake
+    body = {"systemInstruction": {"parts": [{"text": "Be brief."}]}, **turns(), "generationConfig": {}}
+    await call(http, f, "gemini-2.5-flash", body=body, headers={}, query="?key=k1")
+    await call(http, f, "gemini-2.5-flash", body=body, query="?key=k2")
+    assert [line.rsplit(" [", 1)[1] for line in lines[-2:]] == [
+        "sent: systemInstruction contents[1] tools[1] generationConfig; key in ?key=]",
+        "sent: systemInstruction contents[1] tools[1] generationConfig; key in x-goog-api-key, ?key=]",
+    ]
+
+
 async def test_unknown_body_fields_are_refused_with_googles_words(fake: Any) -> None:
     f, _, http = fake
     status, _, doc = await call(http, f, "gemini-2.5-flash", body={**SAY_HI, "model": "gemini-2.5-flash",
@@ -192,7 +203,8 @@ async def test_429_says_its_wait_in_retry_info_then_answers(fake: Any) -> None:
     assert retry == [{"@type": RETRY, "retryDelay": "2s"}]
     assert "PerMinute" in doc["error"]["details"][0]["violations"][0]["quotaId"]  # a rate limit, not a budget
     assert (await call(http, f, "gemini-2.5-flash-429"))[0] == 200
-    assert "gemini key=k1 model=gemini-2.5-flash-429 scenario=429 -> 429 (retryDelay: 2s)" in lines
+    assert ("gemini key=k1 model=gemini-2.5-flash-429 scenario=429 -> 429 (retryDelay: 2s) "
+            "[sent: contents[1]; key in x-goog-api-key]") in lines  # fmt: skip
 
 
 @pytest.mark.parametrize(("scenario", "retries"), [("503", True), ("529", True), ("down", False)])
