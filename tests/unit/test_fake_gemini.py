@@ -176,7 +176,8 @@ async def test_the_tool_scenario_calls_then_answers_and_holds_the_replay_to_its_
     placeholder = {"role": "model", "parts": [{"functionCall": fc, "thoughtSignature": "skip_thought_signature_validator"}]}
     status, _, done = await call(http, f, "gemini-2.5-flash-tool", body=turns(placeholder, answer))
     assert status == 200 and "hello from a shell tool" in done["candidates"][0]["content"]["parts"][0]["text"]
-    assert any("tool call run_shell_command" in line for line in lines)
+    assert any(f"tool call run_shell_command {fc['id']} [sent:" in line for line in lines)
+    assert any(f"to call {fc['id']} [sent:" in line for line in lines)  # the result, to the call it answers
 
 
 @pytest.mark.parametrize(("name", "args"), [("Bash", {"command": "echo hello from a shell tool",
