@@ -149,6 +149,23 @@ def _instance(schema: dict[str, Any]) -> Any:
     return {"array": [], "boolean": False, "null": None}.get(kind, "fake")
 
 
+def sketch(payload: dict[str, Any]) -> str:
+    """A request body's fields in the order sent, for the log: ``contents[N]`` and
+    ``tools[N]`` with how many turns and function declarations, so a reader of the log sees
+    what a client sent (or what a gateway left of it) without its text."""
+    out = []
+    for name, value in payload.items():
+        if name == "contents" and isinstance(value, list):
+            out.append(f"{name}[{len(value)}]")
+        elif name == "tools" and isinstance(value, list):
+            decls = sum(len(t.get("functionDeclarations") or t.get("function_declarations") or ())
+                        for t in value if isinstance(t, dict))  # fmt: skip
+            out.append(f"{name}[{decls}]")
+        else:
+            out.append(name)
+    return " ".join(out)
+
+
 def count(total: int) -> dict[str, Any]:
     return {"totalTokens": total, "promptTokensDetails": [{"modality": "TEXT", "tokenCount": total}]}
 

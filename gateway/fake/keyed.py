@@ -41,6 +41,17 @@ def credential_of(headers: Mapping[str, str], query: Mapping[str, str] | None = 
     return bearer(headers)
 
 
+def key_places(headers: Mapping[str, str], query: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """Where a request carried a key, for the log: a client (or gateway) that puts Google's
+    key in the URL, where proxies and access logs keep it, shows as ``?key=``."""
+    places = [name for name in ("x-api-key", "api-key", "x-goog-api-key") if headers.get(name, "").strip()]
+    if query and query.get("key", "").strip():
+        places.append("?key=")
+    if bearer(headers) is not None:
+        places.append("Authorization")
+    return tuple(places)
+
+
 def bearer(headers: Mapping[str, str]) -> str | None:
     auth = headers.get("Authorization", "")
     if auth[:7].lower() == "bearer " and auth[7:].strip():

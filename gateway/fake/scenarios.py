@@ -133,15 +133,22 @@ class ScenarioUpstream(FakeUpstream):
             else:
                 assert api != "gemini"
                 step, said = tool_call.answer(api, payload, model)
-            self.log(f"{api}{key} model={model or '-'} scenario={name} -> {said}")
+            self.log(f"{api}{key} model={model or '-'} scenario={name} -> {said}{self._sent(call)}")
             return step
         # Per model and API: two clients trying one scenario each see it fail first.
         seen = (name, model, api)
         n = self._seen[seen] = self._seen.get(seen, 0) + 1
         fails = name not in _ALTERNATING or n % 2 == 1
         step = self._failure(api, name, model, payload, call) if fails else None
-        self.log(f"{api}{key} model={model or '-'} scenario={name} -> {_describe(step)}")
+        self.log(f"{api}{key} model={model or '-'} scenario={name} -> {_describe(step)}{self._sent(call)}")
         return step
+
+    def _sent(self, call: GeminiCall | None) -> str:
+        """On the Gemini API, what came: the body's fields and where the key was (which the
+        other APIs' lines need not say: their key has one place)."""
+        if call is None:
+            return ""
+        return f" [sent: {gemini.sketch(call.payload)}; key in {', '.join(self._key_in) or 'none'}]"
 
     def _failure(self, api: Api, name: str, model: str, payload: dict[str, Any],
                  call: GeminiCall | None = None) -> Step | None:  # fmt: skip

@@ -24,7 +24,7 @@ from gateway.fake.steps import Reply, Step, Stream
 Api = Literal["chat", "messages", "responses"]
 COMMAND = "echo hello from a shell tool"
 # The agents' shell tools and the arguments each reads.
-_SHELLS: dict[str, Callable[[str], dict[str, Any]]] = {
+SHELLS: dict[str, Callable[[str], dict[str, Any]]] = {
     "Bash": lambda cmd: {"command": cmd, "description": "Print a greeting"},  # Claude Code
     "exec_command": lambda cmd: {"cmd": cmd},  # Codex
     "shell": lambda cmd: {"command": ["bash", "-lc", cmd]},  # older Codex
@@ -66,7 +66,7 @@ def _declared(api: Api, payload: dict[str, Any]) -> list[tuple[str, dict[str, An
 
 def _pick_tool(api: Api, payload: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     declared = _declared(api, payload)
-    for name, args in _SHELLS.items():
+    for name, args in SHELLS.items():
         if any(n == name for n, _ in declared):
             return name, args(COMMAND)
     if not declared:

@@ -55,7 +55,7 @@ from multidict import CIMultiDict
 
 from gateway.fake import gate, gemini, gemini_rules
 from gateway.fake.chat import chat_completion, estimate_tokens, overflow_error, stream_events
-from gateway.fake.keyed import credential_of
+from gateway.fake.keyed import credential_of, key_places
 from gateway.fake.limits import KeyLimits
 from gateway.fake.messages import anthropic_message, anthropic_overflow, anthropic_stream
 from gateway.fake.responses import response_object, responses_overflow, responses_stream
@@ -74,6 +74,7 @@ class FakeUpstream:
         self.require_key = False  # True: a request with no credential gets the API's 401
         self.strict_headers = True  # a Messages request without anthropic-version gets a 400, as the real API answers
         self._key: str | None = None  # the credential of the request being answered, for logs
+        self._key_in: tuple[str, ...] = ()  # where that request carried it (key_places), for logs
         # The ids of the function calls the fake answered Gemini requests with: replayed without
         # their thoughtSignature, Gemini 3 refuses them (gemini_rules.py).
         self.gemini_calls: set[str] = set()
@@ -170,6 +171,7 @@ class FakeUpstream:
         refused = gate.screen(self.keys, path, request.headers, payload, require_key=self.require_key,
                               strict_headers=self.strict_headers, query=request.query)  # fmt: skip
         self._key = credential_of(request.headers, request.query)  # read by subclasses' logs before the next await
+        self._key_in = key_places(request.headers, request.query)
         named = gemini.method_of(path)
         if refused is not None:
             self._refused(path, self._key, refused)

@@ -154,3 +154,39 @@ def test_the_openai_sdk_responses_api_gets_valid_responses(chat_only_gateway: Ga
     assert resp.object == "response" and resp.model == "gpt-5-codex" and resp.id
     assert resp.status in ("completed", "incomplete") and resp.output_text
     assert resp.usage is not None and resp.usage.output_tokens > 0
+
+
+GEMINI = ROOT / ".cache" / "gemini-cli" / "node_modules" / ".bin" / "gemini"
+
+
+@pytest.mark.timeout(600)
+def test_gemini_cli_prints_an_answer_from_a_chat_only_server(chat_only_gateway: Gateway, tmp_path: Path) -> None:
+    """``gemini -p`` with its stock model ("auto") and settings but the auth settings
+    docs/agents/gemini-cli.md gives, pointed at the gateway by ``GOOGLE_GEMINI_BASE_URL``:
+    each turn (the routing call, then the answer) translated ``gemini->chat``."""
+    if not os.access(GEMINI, os.X_OK):
+        pytest.fail("Gemini CLI is not installed: scripts/test-deps.sh installs it", pytrace=False)
+    home, work = tmp_path / "home", tmp_path / "project"
+    (home / ".gemini").mkdir(parents=True)
+    work.mkdir()
+    (home / ".gemini" / "settings.json").write_text(json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}}))
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "GEMINI_CLI_HOME": str(home),
+           "GOOGLE_GEMINI_BASE_URL": chat_only_gateway.base, "GEMINI_API_KEY": "dummy",
+           "GEMINI_CLI_TRUST_WORKSPACE": "true", "NO_COLOR": "1", "CI": "1"}  # fmt: skip
+    t0 = time.monotonic()
+    r = subprocess.run([str(GEMINI), "-p", "Say hello in one short sentence.", "--output-format", "text"], cwd=work,
+                       env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=540)  # fmt: skip
+    seconds = time.monotonic() - t0
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
+    assert r.stdout.strip(), r.stderr[-2000:]
+    turns = [line for line in access_lines(chat_only_gateway) if str(line.get("path", "")).startswith("/v1beta/models/")]
+    # Every call that reached the server was translated (a repeat answered from the gateway's
+    # memory of a failure, attempts 0, reached none). The routing call asks for JSON
+    # (responseJsonSchema → response_format json_schema), which llama-cpp-python 0.3 refuses
+    # with a 500 ("Input should be 'text' or 'json_object'"): the CLI retries it, then answers
+    # on its default model, as it does when the router fails.
+    sent = [line for line in turns if line.get("attempts")]
+    assert sent and all(line.get("translated") == "gemini->chat" for line in sent), turns
+    assert any(str(t["path"]).endswith(":streamGenerateContent") and t.get("status") == 200 for t in turns), turns
+    print(f"\nGemini CLI on llama-cpp-python ({seconds:.0f} s): {r.stdout.strip()[:200]!r}; gateway lines: "
+          f"{[(str(t.get('path')).rsplit(':', 1)[-1], t.get('status'), t.get('attempts'), t.get('duration_ms')) for t in turns]}")

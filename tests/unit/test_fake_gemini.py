@@ -110,6 +110,17 @@ async def test_the_key_goes_in_the_header_or_the_query_and_none_is_refused(fake:
     assert f.calls_by_key() == {"k1": 1, None: 1}
 
 
+async def test_the_log_says_what_a_gemini_body_held_and_where_its_key_was(fake: Any) -> None:
+    f, lines, http = fake
+    body = {"systemInstruction": {"parts": [{"text": "Be brief."}]}, **turns(), "generationConfig": {}}
+    await call(http, f, "gemini-2.5-flash", body=body, headers={}, query="?key=k1")
+    await call(http, f, "gemini-2.5-flash", body=body, query="?key=k2")
+    assert [line.rsplit(" [", 1)[1] for line in lines[-2:]] == [
+        "sent: systemInstruction contents[1] tools[1] generationConfig; key in ?key=]",
+        "sent: systemInstruction contents[1] tools[1] generationConfig; key in x-goog-api-key, ?key=]",
+    ]
+
+
 async def test_unknown_body_fields_are_refused_with_googles_words(fake: Any) -> None:
     f, _, http = fake
     status, _, doc = await call(http, f, "gemini-2.5-flash", body={**SAY_HI, "model": "gemini-2.5-flash",
@@ -165,7 +176,24 @@ async def test_the_tool_scenario_calls_then_answers_and_holds_the_replay_to_its_
     placeholder = {"role": "model", "parts": [{"functionCall": fc, "thoughtSignature": "skip_thought_signature_validator"}]}
     status, _, done = await call(http, f, "gemini-2.5-flash-tool", body=turns(placeholder, answer))
     assert status == 200 and "hello from a shell tool" in done["candidates"][0]["content"]["parts"][0]["text"]
-    assert any("tool call run_shell_command" in line for line in lines)
+    assert any(f"tool call run_shell_command {fc['id']} [sent:" in line for line in lines)
+    assert any(f"to call {fc['id']} [sent:" in line for line in lines)  # the result, to the call it answers
+
+
+@pytest.mark.parametrize(("name", "args"), [("Bash", {"command": "echo hello from a shell tool",
+                                                       "description": "Print a greeting"}),
+                                             ("exec_command", {"cmd": "echo hello from a shell tool"})])
+async def test_the_tool_scenario_calls_a_translated_agents_shell_not_its_first_tool(
+    fake: Any, name: str, args: dict[str, Any]
+) -> None:
+    """Claude Code and Codex on a Gemini upstream declare their shells among others (Claude
+    Code's first is ``Agent``): the shell is called, as on the other APIs."""
+    f, _, http = fake
+    tools = [{"functionDeclarations": [{"name": n, "parametersJsonSchema": {"type": "object"}}
+                                       for n in ("Agent", "list_directory", name)]}]  # fmt: skip
+    status, _, doc = await call(http, f, "gemini-2.5-flash-tool", body={**SAY_HI, "tools": tools})
+    fc = doc["candidates"][0]["content"]["parts"][0]["functionCall"]
+    assert status == 200 and (fc["name"], fc["args"]) == (name, args)
 
 
 async def test_429_says_its_wait_in_retry_info_then_answers(fake: Any) -> None:
@@ -176,7 +204,8 @@ async def test_429_says_its_wait_in_retry_info_then_answers(fake: Any) -> None:
     assert retry == [{"@type": RETRY, "retryDelay": "2s"}]
     assert "PerMinute" in doc["error"]["details"][0]["violations"][0]["quotaId"]  # a rate limit, not a budget
     assert (await call(http, f, "gemini-2.5-flash-429"))[0] == 200
-    assert "gemini key=k1 model=gemini-2.5-flash-429 scenario=429 -> 429 (retryDelay: 2s)" in lines
+    assert ("gemini key=k1 model=gemini-2.5-flash-429 scenario=429 -> 429 (retryDelay: 2s) "
+            "[sent: contents[1]; key in x-goog-api-key]") in lines  # fmt: skip
 
 
 @pytest.mark.parametrize(("scenario", "retries"), [("503", True), ("529", True), ("down", False)])
