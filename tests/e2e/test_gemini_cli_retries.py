@@ -9,17 +9,14 @@ a ``:generateContent`` routing call to a flash-lite model, then, once that has g
 answer's ``:streamGenerateContent`` on the model the CLI falls back to.
 
 Directly, against the fake's Gemini API (``gemini.unavailable()``, Google's 503 UNAVAILABLE),
-a turn cost 15 calls over 277 s (15 over 271 s in a second run). Through the gateway (shipped config/gateway.yaml,
-``provider_unavailable.max_retries: 5``, circuit ``open_s: 30``) to a chat-completions fake
-answering 503 (no upstream speaks Gemini yet): 21 calls over 332 s, 17 over 302 s and 17 over
-285 s in two more runs, the last one's gateway log shows the rule at work per request: the routing model's first
-request spent the gateway's 6 attempts, its repeats were answered from memory (``attempts
-0``) with a one-attempt probe per 30 s window (6 + 1); then the answer's model spent 6 again
-(6 + 4 probes), because a noted outage is per model (README,
-"A noted outage"), and was held to one probe per window the same way. So a turn costs the
-gateway's attempts once **per model of the turn** (2 × 6) plus one probe per window: README's
-"one attempt for each other request of the turn" does not hold when that other request names
-another model, which every "auto" turn of Gemini CLI does.
+a turn cost 15 calls over 277 s (15 over 271 s in a second run). Through the gateway (shipped
+config/gateway.yaml, ``provider_unavailable.max_retries: 5``, circuit ``open_s: 30``) to a
+chat-completions fake answering 503: 14 calls over 320 s. Its log: the routing model's first
+request spent the gateway's 6 attempts; its repeats were answered from memory, with a
+one-attempt probe when a window ended; the answer's model, asked ~70 s later, had its first
+failure made final by the noted outage (1 attempt), which the still-failing turn had kept
+alive; then memory and one probe per window. Before the note was the upstream's and lasted
+while the turn failed, the answer's model spent 6 again (17-21 calls).
 
 Minutes long: marked ``slow``; scripts/retry-loops.sh runs it.
 """
@@ -54,9 +51,9 @@ def test_directly_gemini_cli_retries_a_503_about_ten_times_per_request() -> None
 
 
 @pytest.mark.timeout(900)
-def test_through_the_gateway_a_turn_costs_its_attempts_once_per_model_plus_one_probe_per_window() -> None:
+def test_through_the_gateway_a_turn_costs_its_attempts_once_plus_one_per_other_request_and_probe_window() -> None:
     row = measure(gemini_cli(), "503", "gateway")  # type: ignore[arg-type]
     print(f"{row.client} | 503 | through the gateway: {row.calls} calls, {row.seconds} s")
     assert not row.ok and not row.killed, row.tail
-    bound = GATEWAY_ATTEMPTS * MODELS_PER_TURN + int(row.seconds // WINDOW_S)
+    bound = GATEWAY_ATTEMPTS + (MODELS_PER_TURN - 1) + int(row.seconds // WINDOW_S)
     assert GATEWAY_ATTEMPTS <= row.calls <= bound, f"{row.calls} calls in {row.seconds} s (at most {bound})\n{row.tail}"
