@@ -10,6 +10,7 @@ import time
 import openai
 import pytest
 
+from tests.e2e.conftest import launch_cli
 from tests.fakeupstream import Drop, FakeUpstream, Reply, Stream, chunk
 
 pytestmark = pytest.mark.e2e
@@ -124,12 +125,16 @@ def test_permanent_529_costs_six_attempts_not_eighteen(sdk, readme_gateway, upst
     assert len(upstream.chat_requests()) == 6
 
 
-def test_connection_dropped_before_response(sdk, readme_gateway, upstream: FakeUpstream) -> None:
-    upstream.script(Drop())
-    # A model of its own: gpt-4o-mini's outage in the test before is noted for open_s (docs/errors/loop-breaker.md),
-    # and a noted outage is not retried.
-    out = sdk(readme_gateway, max_retries=0).chat.completions.create(model="gpt-4o-mini-drop", messages=msg())
-    assert out.choices[0].message.content and len(upstream.chat_requests()) == 2
+def test_connection_dropped_before_response(sdk, upstream: FakeUpstream, tmp_path) -> None:
+    # A gateway of its own: the outage of the test before is noted on the shared one's upstream
+    # for open_s (docs/errors/loop-breaker.md), and a first failure there is then final.
+    gw = launch_cli(upstream, tmp_path)
+    try:
+        upstream.script(Drop())
+        out = sdk(gw, max_retries=0).chat.completions.create(model="gpt-4o-mini", messages=msg())
+        assert out.choices[0].message.content and len(upstream.chat_requests()) == 2
+    finally:
+        gw.stop()
 
 
 def test_stream_dropped_after_two_chunks_raises(sdk, readme_gateway, upstream: FakeUpstream) -> None:

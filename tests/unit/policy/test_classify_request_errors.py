@@ -107,8 +107,9 @@ def test_request_blame_rule_table(status: int, body: object, expected: ErrorType
     assert classify(status, {}, json.dumps(body).encode(), now_s=NOW).type is expected
 
 
-# Words, not punctuation: random words cannot spell a request complaint by accident.
-noise = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789 ", max_size=60)
+# Words, not punctuation, from letters no classifier word is spelt with alone: random words of
+# the whole alphabet did spell one (hypothesis found "arrear", a budget word, in CI).
+noise = st.text(alphabet="qxzj0123456789 ", max_size=60)
 
 
 @settings(max_examples=200, deadline=None)
