@@ -110,6 +110,7 @@ def full_pipeline(dialect: Dialect) -> Handler:
 
         track = inbound.stream and continuable(route.upstreams)
         query = forwarded_query(request, dialect)
+        query_key = request.query.get(dialect.key_param) if dialect.key_param else None
         encoded: list[bytes] = []
 
         def direct_body() -> bytes:
@@ -127,7 +128,7 @@ def full_pipeline(dialect: Dialect) -> Handler:
             if leg.translator is None and leg.model is None and dialect.address(payload) is None:
                 url = up.url_for(dialect.path, query)
                 return Call(up, "POST", url, headers, mode, dialect, strip_usage, track, body=direct_body())
-            sent = Sending(mode, strip_usage, track, query)
+            sent = Sending(mode, strip_usage, track, query, query_key)
             return leg_call(state, leg, up, headers, sent, inbound, payload, client_payload)
 
         plan = new_plan(svc, client_deadline_s(request.headers))

@@ -14,7 +14,7 @@ from gateway.apis.base import Dialect, Inbound
 from gateway.jsonbody import Lenient
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.outcome import Failure, RequestState, bad_request
-from gateway.routing import UnsafePath, in_api
+from gateway.routing import UnsafePath, credential_moved, in_api
 from gateway.services import UpstreamRuntime
 from gateway.translate import Leg, Translation
 from gateway.translate.base import Context, Refusal, Target
@@ -28,6 +28,7 @@ class Sending:
     strip_usage: bool
     track: bool
     query_string: str
+    query_key: str | None = None  # the credential a Gemini client sent as ``?key=``
 
 
 def leg_call(
@@ -38,6 +39,9 @@ def leg_call(
     name, or in an API that names the model in the URL (Gemini)."""
     wire = leg.wire
     headers = in_api(headers, wire.api)  # the body is the gateway's, in the upstream's API
+    moves_to = up.outbound.moves_to
+    if moves_to is not None and (leg.translator is not None or how.query_key is not None):
+        headers = credential_moved(headers, moves_to, how.query_key)
     lenient = isinstance(inbound.payload, Lenient)
     if leg.translator is None:  # the client's API, under the upstream's name for the model
         sent = leg.request(payload, inbound.model, up.cfg.stream_usage)

@@ -14,6 +14,7 @@ from gateway.routing.headers import (
     HOP_BY_HOP,
     Outbound,
     UnsafePath,
+    credential_moved,
     in_api,
     pick_upstream,
     request_headers,
@@ -23,6 +24,6 @@ from gateway.routing.headers import (
 )
 
 __all__ = [
-    "API_HEADERS", "CREDENTIAL_HEADERS", "HOP_BY_HOP", "Outbound", "UnsafePath", "in_api", "pick_upstream",
-    "request_headers", "required_for", "response_headers", "upstream_url",
+    "API_HEADERS", "CREDENTIAL_HEADERS", "HOP_BY_HOP", "Outbound", "UnsafePath", "credential_moved", "in_api",
+    "pick_upstream", "request_headers", "required_for", "response_headers", "upstream_url",
 ]  # fmt: skip

@@ -159,6 +159,9 @@ class Outbound:
 
     drop: frozenset[str]  # lower-case names never forwarded to this upstream
     key: tuple[str, str] | None  # the configured credential header, if any
+    # Where a client credential forwarded to this upstream goes when it arrived in another
+    # API's place (a translated request, a Gemini ``?key=``); None: none is forwarded.
+    moves_to: tuple[str, str] | None = None
 
     @classmethod
     def of(cls, upstream: UpstreamConfig) -> Outbound:
@@ -171,7 +174,8 @@ class Outbound:
         if upstream.api_key is not None:
             name, template = _KEY_HEADER[upstream.key_header]
             key = (name, template.format(upstream.api_key))
-        return cls(frozenset(drop), key)
+        moves_to = _KEY_HEADER[upstream.key_header] if upstream.forwards_client_credentials else None
+        return cls(frozenset(drop), key, moves_to)
 
 
 def request_headers(
@@ -206,6 +210,26 @@ def request_headers(
         out[plan.key[0]] = plan.key[1]
     out["X-Request-Id"] = request_id
     return out
+
+
+def credential_moved(headers: dict[str, str], to: tuple[str, str], query_key: str | None) -> dict[str, str]:
+    """``headers`` (changed in place) with the client's own credential in the header the
+    upstream takes one in (``to``: its ``key_header``): a request translated to another API
+    carries the credential where the client's API puts it (an OpenAI client's
+    ``Authorization: Bearer``, which Google refuses), and a Gemini client may have sent it as
+    ``?key=``, which is never forwarded as given. One already in ``to`` goes as it came."""
+    name, template = to
+    taken = {k.lower(): headers.pop(k) for k in [k for k in headers if k.lower() in CREDENTIAL_HEADERS]}
+    if name.lower() in taken:
+        headers[name] = taken[name.lower()]
+        return headers
+    value = query_key
+    for lk, v in taken.items():
+        value = v[7:].strip() if lk == "authorization" and v[:7].lower() == "bearer " else v
+        break
+    if value:
+        headers[name] = template.format(value)
+    return headers
 
 
 def response_headers(upstream: Mapping[str, str] | Iterable[tuple[str, str]]) -> list[tuple[str, str]]:

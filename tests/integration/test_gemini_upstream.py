@@ -289,3 +289,30 @@ async def test_a_gemini_client_on_a_chat_upstream_is_compressed_in_geminis_shape
     messages = retried.json()["messages"]
     calls = {c["id"] for m in messages for c in m.get("tool_calls") or ()}
     assert calls == {m["tool_call_id"] for m in messages if m["role"] == "tool"}  # no orphan on either side
+
+
+def forwarding(server: StrictGemini) -> str:
+    """An upstream with no key of its own: each client's credential is forwarded."""
+    return (f"  - {{name: google, base_url: '{server.url}', apis: [gemini], "
+            f"model_map: {{'gpt-*': gemini-2.5-flash}}}}\n")  # fmt: skip
+
+
+async def test_a_forwarded_client_key_reaches_google_in_its_header_whatever_the_client_sent(
+    make_gateway, gemini
+) -> None:
+    """An OpenAI client's key arrives as Authorization: Bearer and a Gemini client's may arrive as
+    ?key=: Google takes neither from the gateway (the strict server refuses both), so the
+    credential goes in x-goog-api-key."""
+    gw = await make_gateway(upstreams=forwarding(gemini))
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key=KEY)
+    try:
+        completion = await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+        assert completion.choices[0].message.content
+    finally:
+        await client.close()
+    async with gw.session.post(gw.base + f"/v1beta/models/gemini-2.5-flash:generateContent?key={KEY}",
+                               json=HELLO) as r:  # fmt: skip
+        assert r.status == 200, await r.text()
+    for seen in gemini.seen:
+        assert seen.headers["x-goog-api-key"] == KEY and "Authorization" not in seen.headers
+        assert "key" not in seen.query
