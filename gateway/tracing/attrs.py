@@ -28,7 +28,13 @@ _HOSTS = (
     ("x.ai", "x_ai"),
     ("amazonaws.com", "aws.bedrock"),
 )
-_API_PROVIDER = {"chat": "openai", "responses": "openai", "messages": "anthropic"}
+_API_PROVIDER = {"chat": "openai", "responses": "openai", "messages": "anthropic", "gemini": "gcp.gemini"}
+
+
+def operation_name(api: str) -> str:
+    """``gen_ai.operation.name`` of a call in ``api`` (OpenTelemetry GenAI conventions: the
+    Gemini API's is ``generate_content``, the others' ``chat``)."""
+    return "generate_content" if api == "gemini" else "chat"
 
 
 def provider_name(host: str, api: str) -> str:

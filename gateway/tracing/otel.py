@@ -36,6 +36,7 @@ from gateway.tracing.attrs import (
     P,
     compression_attrs,
     input_content,
+    operation_name,
     output_content,
     provider_name,
     response_attrs,
@@ -54,6 +55,7 @@ _W3C = TraceContextTextMapPropagator()
 CLOSE_S = 2.0
 _CONTEXT_HEADERS = frozenset({"traceparent", "tracestate"})
 _API_PATHS = frozenset({"/v1/chat/completions", "/v1/messages", "/v1/responses"})
+_GEMINI_METHODS = (":generateContent", ":streamGenerateContent")
 _NAMED_PATHS = _API_PATHS | {"/v1/models", "/v1/messages/count_tokens", "/api/hello", "/"}
 
 
@@ -188,8 +190,8 @@ class OtelTracing(Tracing):
             a[f"{P}fallbacks"] = state.fallbacks
         if state.stream:
             a[f"{P}stream"] = True
-        if state.path in _API_PATHS:
-            a["gen_ai.operation.name"] = "chat"
+        if state.path in _API_PATHS or state.path.endswith(_GEMINI_METHODS):
+            a["gen_ai.operation.name"] = operation_name(state.dialect.api)
         if state.model is not None:
             a["gen_ai.request.model"] = state.model
         if state.translated is not None:
@@ -304,7 +306,10 @@ class OtelTracing(Tracing):
         found = self._static.get(key)
         if found is None:
             url = urlsplit(call.url)
-            op = "chat" if call.dialect.path in _API_PATHS and call.method == "POST" else call.method.lower()
+            generates = call.method == "POST" and (
+                call.dialect.path in _API_PATHS or call.dialect.api == "gemini"
+            )
+            op = operation_name(call.dialect.api) if generates else call.method.lower()
             found = {
                 "gen_ai.operation.name": op,
                 "gen_ai.provider.name": provider_name(url.hostname or "", call.dialect.api),

@@ -316,3 +316,27 @@ async def test_a_forwarded_client_key_reaches_google_in_its_header_whatever_the_
     for seen in gemini.seen:
         assert seen.headers["x-goog-api-key"] == KEY and "Authorization" not in seen.headers
         assert "key" not in seen.query
+
+
+async def test_traces_name_the_gemini_operation_and_provider(make_gateway, gemini) -> None:
+    """OpenTelemetry's GenAI conventions: the Gemini API's operation is generate_content and its
+    provider gcp.gemini, on the request span of a Gemini client and on an attempt sent to a
+    Gemini upstream (a translated chat client's)."""
+    from gateway.live import LIVE
+    from tests.spans import attempts, from_sdk, in_memory, roots
+
+    gw = await make_gateway(upstreams=upstream(gemini))
+    tracing, exporter = in_memory()
+    gw.app[LIVE].services.tracing = tracing
+    status, _, body = await post_gemini(gw, "/v1beta/models/gemini-2.5-flash:generateContent", HELLO)
+    assert status == 200, body
+    async with gw.session.post(gw.base + "/v1/chat/completions", headers={"Authorization": "Bearer sk"},
+                               json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}) as r:
+        assert r.status == 200, await r.text()
+    native, translated = roots(from_sdk(exporter.get_finished_spans()))
+    assert native.attributes["gen_ai.operation.name"] == "generate_content"
+    assert translated.attributes["gen_ai.operation.name"] == "chat"  # the client's operation
+    for server in (native, translated):
+        [attempt] = attempts(server)
+        assert attempt["gen_ai.operation.name"] == "generate_content"
+        assert attempt["gen_ai.provider.name"] == "gcp.gemini"
