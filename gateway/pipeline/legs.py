@@ -11,7 +11,6 @@ from typing import Any
 
 from gateway import jsonbody
 from gateway.apis.base import Dialect, Inbound
-from gateway.jsonbody import Lenient
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.outcome import Failure, RequestState, bad_request
 from gateway.routing import UnsafePath, in_api
@@ -38,7 +37,7 @@ def leg_call(
     name, or in an API that names the model in the URL (Gemini)."""
     wire = leg.wire
     headers = in_api(headers, wire.api)  # the body is the gateway's, in the upstream's API
-    lenient = isinstance(inbound.payload, Lenient)
+    lenient = inbound.lenient
     if leg.translator is None:  # the client's API, under the upstream's name for the model
         sent = leg.request(payload, inbound.model, up.cfg.stream_usage)
         assert isinstance(sent, dict)
