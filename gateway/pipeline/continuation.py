@@ -122,7 +122,8 @@ def _first_able(
         call = call_for(up)
         if isinstance(call, Failure) or call.dialect is not wire:
             continue  # a continuation is spliced into the stream in the API it was read in
-        asked = call.wire_payload if call.wire_payload is not None else payload()
+        sent = call.wire_payload()
+        asked = sent if sent is not None else payload()
         body = call.dialect.continuation(asked, partial, up.cfg.continuation)
         if body is not None:
             return up, call, body
