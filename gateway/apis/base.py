@@ -52,7 +52,7 @@ class Inbound:
     empty-stream probe, a fallback, the loop breaker's fingerprint) read it again from the
     bytes: the same bytes parse into an equal document (~85 us per 76 KB)."""
 
-    body: bytes  # as the client sent it (forwarded byte for byte when unchanged)
+    body: bytes  # as the client sent it (forwarded byte for byte when unchanged); see ``hand_over``
     held: dict[str, Any] | None  # the document; None once dropped (``payload`` reads it again)
     model: str | None
     stream: bool
@@ -60,12 +60,16 @@ class Inbound:
     # model and the stream flag its path names); None: the body's document as it is.
     shape: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     dropped_lenient: bool = False  # whether the dropped document was a ``Lenient`` one
+    added: tuple[str, ...] = ()  # members ``body`` has that the client's had not (``hand_over``)
+    extra: int = 0  # and the bytes they take
 
     @property
     def payload(self) -> dict[str, Any]:
         doc = self.held
         if doc is None:
             doc, lenient = loads(self.body)
+            for name in self.added:
+                del doc[name]
             if lenient:
                 doc = Lenient(doc)
             if self.shape is not None:
@@ -78,6 +82,18 @@ class Inbound:
         """Only Python's json reads it (``jsonbody``): a rewrite of it is written by json too."""
         held = self.held
         return self.dropped_lenient if held is None else isinstance(held, Lenient)
+
+    @property
+    def size(self) -> int:
+        """The bytes of the body as the client sent it."""
+        return len(self.body) - self.extra
+
+    def hand_over(self, sent: bytes, added: tuple[str, ...]) -> None:
+        """``sent`` is the client's bytes with the top-level members ``added`` (none of them the
+        client's) written in before the closing brace: it stands for them from now on, so one
+        body, not two, lives while the upstream works; a re-read takes the members out."""
+        self.extra += len(sent) - len(self.body)
+        self.body, self.added = sent, self.added + added
 
     def drop(self) -> None:
         """Nothing reads the document for now: only the bytes stay (``payload`` re-reads)."""

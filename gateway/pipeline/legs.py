@@ -58,7 +58,7 @@ def leg_call(
     if isinstance(where, Failure):
         return where
     url, body_payload = where
-    size = len(inbound.body) if client_payload is inbound.held else None  # unchanged: its own bytes
+    size = inbound.size if client_payload is inbound.held else None  # unchanged: its own bytes
     ctx = held_context(leg.translator, inbound.model or "", client_payload, state.request_id, size)
     translation = Translation(leg.translator, ctx)
     body = jsonbody.dumps(body_payload, lenient=lenient)
