@@ -152,7 +152,15 @@ def full_pipeline(dialect: Dialect) -> Handler:
         if svc.loop.enabled:
             await _remember(svc, state, outcome, request, inbound, fingerprint, turn)
             inbound.drop()
-        resume = resumer(svc, state, plan, route.upstreams, call_for, asked.payload)
+
+        def read_once() -> dict[str, Any]:
+            # A continuation writes its request from it; the stream goes on without it.
+            try:
+                return asked.payload()
+            finally:
+                asked.drop()
+
+        resume = resumer(svc, state, plan, route.upstreams, call_for, read_once)
         return await relay(request, svc, state, outcome, resume)
 
     return handle

@@ -10,9 +10,11 @@ from gateway.apis import GEMINI, OPENAI_CHAT
 from gateway.apis.base import Inbound, Where
 from gateway.jsonbody import Lenient
 from gateway.pipeline.admit import parse_json_object
-from gateway.pipeline.asked import Asked
+from gateway.pipeline.asked import SPLICE_FROM, Asked
 
-CHAT = b'{"model": "m", "messages": [{"role": "user", "content": "hi \\u00e9"}], "n": 1, "seed": 18446744073709551617}\n'
+LONG = "a long conversation " * 500  # above SPLICE_FROM: a body worth not keeping twice
+CHAT = (b'{"model": "m", "messages": [{"role": "user", "content": "hi \\u00e9 %s"}], "n": 1, '
+        b'"seed": 18446744073709551617}\n' % LONG.encode())
 
 
 def _admit(body: bytes, dialect=OPENAI_CHAT, where: Where | None = None) -> Inbound:
@@ -52,8 +54,16 @@ def test_a_stream_asked_for_its_usage_sends_the_clients_bytes_with_the_member_an
     assert asked.body() is sent
 
 
+def test_a_small_stream_is_written_again() -> None:
+    body = b'{"model": "m", "messages": [], "stream": true}'
+    inbound = _admit(body)
+    sent = Asked(inbound, OPENAI_CHAT, stream_usage=True, client=inbound.payload).body()
+    assert sent == b'{"model":"m","messages":[],"stream":true,"stream_options":{"include_usage":true}}'
+    assert inbound.body is body and len(body) < SPLICE_FROM
+
+
 def test_a_stream_whose_options_are_null_is_written_again_not_spliced() -> None:
-    body = b'{"model": "m", "messages": [], "stream": true, "stream_options": null}'
+    body = b'{"model": "m", "messages": [], "stream": true, "stream_options": null, "user": "%s"}' % LONG.encode()
     inbound = _admit(body)
     asked = Asked(inbound, OPENAI_CHAT, stream_usage=True, client=inbound.payload)
     sent = asked.body()
