@@ -408,19 +408,7 @@ def markdown(run: Run, rows: dict[str, dict[str, float]]) -> str:
                      f"{r['rps_per_core']:.0f} | {r['rps_per_core'] / m['rps_per_core']:.2f}x |")
     for base in BASELINES:
         lines.append(f"| {base} (p50 / p99 @c=1) | {rows[base]['p50_us']:.0f} µs | {rows[base]['p99_us']:.0f} µs | | | | | | |")
-    lines += ["", f"Memory, one process each: {a.inflight:,} concurrent requests of "
-              f"{rows[GATEWAY].get('body_bytes', 0) / 1000:.0f} KB held in flight by the mock; {a.inflight:,} open streams "
-              "idle between tokens (one every 2 s)", "",
-              "| target | idle RSS | peak RSS, requests in flight | answered | per in-flight request | "
-              "per idle open stream | vs minimal (request / stream) |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for name in (MINIMAL, GATEWAY):
-        r = rows[name]
-        if "per_inflight_kib" not in r:
-            continue
-        lines.append(f"| {name} | {r['idle_rss_kb'] / 1024:.1f} MiB | {r['peak_rss_kb'] / 1024:.1f} MiB | "
-                     f"{r['ok']:.0f} / {a.inflight} | {r['per_inflight_kib'] / 1024:.3f} MiB | {r['per_stream_kib']:.1f} KiB | "
-                     f"{r['per_inflight_kib'] / m['per_inflight_kib']:.2f}x / {r['per_stream_kib'] / m['per_stream_kib']:.2f}x |")
+    lines += ["", *memory_lines(a, rows)]
     lines += ["", "The published table (gateway on 4 cores, quiet host), added p99 at c=1, next to ours:", "",
               "| gateway | added p99 @c=1 |", "| --- | ---: |"]
     ours = [(f"**{n} (this run{'' if lay.comparable else ', not comparable'})**", rows[n]["added_p99_us"])
@@ -428,6 +416,24 @@ def markdown(run: Run, rows: dict[str, dict[str, float]]) -> str:
     for label, us in sorted([*PUBLISHED, *ours], key=lambda x: x[1]):
         lines.append(f"| {label} | {us:,.0f} µs |")
     return "\n".join(lines) + "\n"
+
+
+def memory_lines(a: argparse.Namespace, rows: dict[str, dict[str, float]]) -> list[str]:
+    m = rows[MINIMAL]
+    lines = [f"Memory, one process each: {a.inflight:,} concurrent requests of "
+             f"{rows[GATEWAY].get('body_bytes', 0) / 1000:.0f} KB held in flight by the mock; {a.inflight:,} open streams "
+             "idle between tokens (one every 2 s)", "",
+             "| target | idle RSS | peak RSS, requests in flight | answered | per in-flight request | "
+             "per idle open stream | vs minimal (request / stream) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name in (MINIMAL, GATEWAY):
+        r = rows[name]
+        if "per_inflight_kib" not in r:
+            continue
+        lines.append(f"| {name} | {r['idle_rss_kb'] / 1024:.1f} MiB | {r['peak_rss_kb'] / 1024:.1f} MiB | "
+                     f"{r['ok']:.0f} / {a.inflight} | {r['per_inflight_kib'] / 1024:.3f} MiB | {r['per_stream_kib']:.1f} KiB | "
+                     f"{r['per_inflight_kib'] / m['per_inflight_kib']:.2f}x / {r['per_stream_kib'] / m['per_stream_kib']:.2f}x |")
+    return lines
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -443,6 +449,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--inflight", type=int, default=1500, help="concurrent requests (and streams) for the memory figures")
     p.add_argument("--body-kb", type=int, default=150)
     p.add_argument("--no-memory", action="store_true")
+    p.add_argument("--memory-only", action="store_true", help="only the memory figures (a few minutes)")
     p.add_argument("--out", type=Path, default=RESULTS)
     a = p.parse_args(argv)
     a.duration = a.duration or (2 if a.quick else 5)
@@ -469,6 +476,18 @@ def main(argv: list[str] | None = None) -> None:
         mocks = [spawn(core, ["-m", "bench.upstream", str(up_port), "--reuse-port"], up_port, "/", tmp / "mock.log")
                  for core in lay.mock]
         run = Run(a, lay, tmp, f"http://127.0.0.1:{up_port}/v1", procs, {})
+        if a.memory_only:
+            try:
+                mem = {n: memory(run, n) for n in (MINIMAL, GATEWAY)}
+            finally:
+                for p in mocks:
+                    p.terminate()
+                    p.wait(10)
+            print("\n".join(memory_lines(a, mem)))
+            a.out.mkdir(exist_ok=True)
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            (a.out / f"public-memory-{stamp}.json").write_text(json.dumps({"layout": asdict(lay), "memory": mem}, indent=1))
+            return
         try:
             for base in BASELINES:
                 procs[base], run.urls[base] = mocks[0], f"http://127.0.0.1:{up_port}"

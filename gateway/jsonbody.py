@@ -9,8 +9,9 @@ writes a non-finite float (in an upstream's answer) as ``null``, which would cha
 sent. So a document that only json could read is marked (``Lenient``) and written back by
 json, as it was read; everything else goes through orjson.
 A known limit: orjson reads an integer beyond 64 bits (past -2**63 or 2**64 - 1) as a float,
-without an error, so a body carrying one that the gateway rewrites (stream usage asked for,
-translated) sends it on as a float; unchanged bodies go upstream byte for byte. Detecting it
+without an error, so a body carrying one that the gateway rewrites (translated, tool outputs
+cut) sends it on as a float; unchanged bodies go upstream byte for byte, and so does a chat
+stream asked for its usage (the member is written into the client's bytes: pipeline/asked.py). Detecting it
 with a scan costs ~100 µs per 7 KB (a regex), too much for every request.
 """
 

@@ -50,7 +50,7 @@ async def admit(svc: Services, state: RequestState, headers: Mapping[str, str],
                                f"{', '.join(key.models)}", "model_not_allowed", final=True)  # fmt: skip
     if not key.limited or svc.accounts is None:
         return None
-    prompt = len(inbound.body) / BYTES_PER_TOKEN
+    prompt = inbound.size / BYTES_PER_TOKEN
     got = await svc.accounts.admit(key, inbound.model, prompt, _max_output(inbound.payload))
     if isinstance(got, Reservation):
         state.reservation = got

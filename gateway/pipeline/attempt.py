@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from gateway import jsonbody
 from gateway.apis import OPENAI_CHAT
 from gateway.apis.base import Dialect, EventKind, ForeignError, StreamReader
 from gateway.errors import Classification, ErrorType, TransportError
@@ -80,7 +81,21 @@ class Call:
     # and its errors rendered in the client's API. ``dialect`` is then the upstream's.
     translation: Translation | None = None
     body: bytes = b""  # the request as first sent to this upstream
-    wire_payload: dict[str, Any] | None = None  # a translated request, as sent
+    # The model named upstream when the gateway wrote the body (translated, or under the
+    # upstream's name for the model): a resent request names it again. None: the client's.
+    wire_model: str | None = None
+    rewritten: bool = False  # the body is the gateway's (``wire_payload`` reads it back)
+
+    def wire_payload(self) -> dict[str, Any] | None:
+        """The request as sent, when the gateway wrote it: read back from ``body`` (only the
+        continuation of a broken stream asks; the document is not held while the upstream
+        works). An API that names the model in the URL (Gemini) gets it put back."""
+        if not self.rewritten:
+            return None
+        doc, _ = jsonbody.loads(self.body)
+        if self.wire_model is not None and "model" not in doc:
+            doc["model"] = self.wire_model
+        return doc  # type: ignore[no-any-return]
 
 
 async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes) -> Outcome:

@@ -60,8 +60,10 @@ def preference(up: UpstreamRuntime, streaming: str, untrusted: bool) -> tuple[bo
 
 def resumer(
     svc: Services, state: RequestState, plan: RetryPlan, chain: Sequence[UpstreamRuntime],
-    call_for: Callable[[UpstreamRuntime], Call | Failure], payload: dict[str, Any],
+    call_for: Callable[[UpstreamRuntime], Call | Failure], payload: Callable[[], dict[str, Any]],
 ) -> Resume | None:  # fmt: skip
+    """``payload``: the request as prepared in the client's API (read when a continuation is
+    built: the document is not held while the stream runs)."""
     if not continuable(chain):
         return None
 
@@ -111,7 +113,7 @@ def resumer(
 
 def _first_able(
     targets: list[UpstreamRuntime], call_for: Callable[[UpstreamRuntime], Call | Failure],
-    payload: dict[str, Any], partial: str, wire: Dialect,
+    payload: Callable[[], dict[str, Any]], partial: str, wire: Dialect,
 ) -> tuple[UpstreamRuntime, Call, dict[str, Any]] | None:  # fmt: skip
     """The first target whose declared mode this wire API and request can use (``prefix``
     is a chat form, ``continue_final_message`` has no Messages form, ``replay`` wants a
@@ -120,7 +122,8 @@ def _first_able(
         call = call_for(up)
         if isinstance(call, Failure) or call.dialect is not wire:
             continue  # a continuation is spliced into the stream in the API it was read in
-        asked = call.wire_payload if call.wire_payload is not None else payload
+        sent = call.wire_payload()
+        asked = sent if sent is not None else payload()
         body = call.dialect.continuation(asked, partial, up.cfg.continuation)
         if body is not None:
             return up, call, body

@@ -29,15 +29,14 @@ from urllib.parse import urlencode
 import orjson
 from aiohttp import web
 
-from gateway import jsonbody
 from gateway.apis import api_of_path, dialect_for_errors
 from gateway.apis.base import Dialect, Inbound, Rejection, Where
 from gateway.auth import WWW_AUTHENTICATE
 from gateway.errors import Classification, ErrorType
-from gateway.jsonbody import Lenient
 from gateway.keys.attribution import session_of
 from gateway.pipeline import accounting
 from gateway.pipeline.admit import model_of, parse_json_object, read_body
+from gateway.pipeline.asked import Asked
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.chain import send_chain
 from gateway.pipeline.continuation import continuable, resumer
@@ -104,37 +103,40 @@ def full_pipeline(dialect: Dialect) -> Handler:
                 return await relay(request, svc, state, _from_memory(svc, state, remembered))
             turn = remembered
 
-        client_payload = _cap_tool_outputs(svc, state, dialect, primary, inbound.payload)
-        payload, strip_usage = dialect.prepare(_with(inbound, client_payload), primary.cfg.stream_usage)
+        capped = _cap_tool_outputs(svc, state, dialect, primary, inbound.payload)
+        asked = Asked(inbound, dialect, primary.cfg.stream_usage, capped)
+        del capped  # held by ``asked`` when it differs; else re-read from the bytes when needed
         mode = ReadMode.STREAM if inbound.stream else ReadMode.BUFFER
 
         track = inbound.stream and continuable(route.upstreams)
         query = forwarded_query(request, dialect)
         query_key = request.query.get(dialect.key_param) if dialect.key_param else None
-        encoded: list[bytes] = []
-
-        def direct_body() -> bytes:
-            # Encoded once, and only if sent as it is: a translated call writes its own.
-            if not encoded:
-                encoded.append(_encode(payload, inbound))
-            return encoded[0]
 
         def call_for(up: UpstreamRuntime) -> Call | Failure:
+            try:
+                return _call_for(up)
+            finally:
+                # The upstream works next: nothing reads the document meanwhile (the stages
+                # after the send read it again from the bytes).
+                asked.drop()
+
+        def _call_for(up: UpstreamRuntime) -> Call | Failure:
             leg = up.leg_for(svc.translations, dialect, inbound.model)
             if isinstance(leg, NoLeg):
                 return bad_request(leg.message, "no_translation")
             headers = request_headers(request.headers.items(), up.outbound, state.request_id)
             state.translated = None  # until a translated call is made (a fallback's, say)
-            if leg.translator is None and leg.model is None and dialect.address(payload) is None:
+            if leg.translator is None and leg.model is None and dialect.address(asked.payload()) is None:
                 url = up.url_for(dialect.path, query)
-                return Call(up, "POST", url, headers, mode, dialect, strip_usage, track, body=direct_body())
-            sent = Sending(mode, strip_usage, track, query, query_key)
-            return leg_call(state, leg, up, headers, sent, inbound, payload, client_payload)
+                strip = asked.strip_usage
+                return Call(up, "POST", url, headers, mode, dialect, strip, track, body=asked.body())
+            sent = Sending(mode, asked.strip_usage, track, query, query_key)
+            return leg_call(state, leg, up, headers, sent, inbound, asked.payload(), asked.client())
 
         plan = new_plan(svc, client_deadline_s(request.headers))
         plan.probe = turn is not None
         window = primary.cfg.context_window
-        plan.empty_is_final = window is not None and len(direct_body()) / BYTES_PER_TOKEN > window
+        plan.empty_is_final = window is not None and len(asked.body()) / BYTES_PER_TOKEN > window
         # Which conversation this is, for a pool's prompt-cache affinity (asked only if one keeps it).
         conversation = None
         if route.affinity:
@@ -142,17 +144,26 @@ def full_pipeline(dialect: Dialect) -> Handler:
         sent = await send_chain(svc, state, plan, route, call_for, conversation)
         outcome, call = sent.outcome, sent.call
         if call is not None:
-            # What the client asked, in its API: a translated call translates it again.
-            asked = payload if call.translation is None else client_payload
             if inbound.stream and _answered_with_nothing(plan, outcome):
-                outcome = await _probe(svc, state, plan, call, asked, inbound)
+                # What the client asked, in its API: a translated call translates it again.
+                outcome = await _probe(svc, state, plan, call, _asked_of(asked, call), inbound)
                 if isinstance(outcome, Failure):
                     state.empty_was = outcome.classification.type  # what the empty streams meant
             if isinstance(outcome, Failure) and _overflowed(outcome) and svc.cfg.compression.enabled:
-                outcome = await _overflow(svc, state, request, plan, call, asked, outcome)
+                outcome = await _overflow(svc, state, request, plan, call, _asked_of(asked, call), outcome)
+            asked.drop()
         if svc.loop.enabled:
             await _remember(svc, state, outcome, request, inbound, fingerprint, turn)
-        resume = resumer(svc, state, plan, route.upstreams, call_for, payload)
+            inbound.drop()
+
+        def read_once() -> dict[str, Any]:
+            # A continuation writes its request from it; the stream goes on without it.
+            try:
+                return asked.payload()
+            finally:
+                asked.drop()
+
+        resume = resumer(svc, state, plan, route.upstreams, call_for, read_once)
         return await relay(request, svc, state, outcome, resume)
 
     return handle
@@ -486,13 +497,5 @@ def _exclude_oversized(
     return handled, tally.tokens_removed if handled is not None else 0.0
 
 
-def _with(inbound: Inbound, payload: dict[str, Any]) -> Inbound:
-    return inbound if payload is inbound.payload else dataclasses.replace(inbound, payload=payload)
-
-
-def _encode(payload: dict[str, Any], inbound: Inbound) -> bytes:
-    # Unchanged requests go upstream byte for byte; a changed one (a stream asked for its
-    # usage, tool outputs capped) is written as translated requests are.
-    if payload is inbound.payload:
-        return inbound.body
-    return jsonbody.dumps(payload, lenient=isinstance(inbound.payload, Lenient))
+def _asked_of(asked: Asked, call: Call) -> dict[str, Any]:
+    return asked.payload() if call.translation is None else asked.client()

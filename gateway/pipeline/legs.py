@@ -11,13 +11,12 @@ from typing import Any
 
 from gateway import jsonbody
 from gateway.apis.base import Dialect, Inbound
-from gateway.jsonbody import Lenient
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.outcome import Failure, RequestState, bad_request
 from gateway.routing import UnsafePath, credential_moved, in_api
 from gateway.services import UpstreamRuntime
-from gateway.translate import Leg, Translation
-from gateway.translate.base import Context, Refusal, Target
+from gateway.translate import Leg, Translation, held_context
+from gateway.translate.base import Refusal, Target
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +41,7 @@ def leg_call(
     moves_to = up.outbound.moves_to
     if moves_to is not None and (leg.translator is not None or how.query_key is not None):
         headers = credential_moved(headers, moves_to, how.query_key)
-    lenient = isinstance(inbound.payload, Lenient)
+    lenient = inbound.lenient
     if leg.translator is None:  # the client's API, under the upstream's name for the model
         sent = leg.request(payload, inbound.model, up.cfg.stream_usage)
         assert isinstance(sent, dict)
@@ -51,9 +50,9 @@ def leg_call(
             return where
         url, body_payload = where
         # Unchanged, the client's own bytes go (a Gemini client's body has no model or stream).
-        body = inbound.body if sent is inbound.payload else jsonbody.dumps(body_payload, lenient=lenient)
+        body = inbound.body if sent is inbound.held else jsonbody.dumps(body_payload, lenient=lenient)
         return Call(up, "POST", url, headers, how.mode, wire, how.strip_usage, how.track,
-                    body=body, wire_payload=sent)  # fmt: skip
+                    body=body, wire_model=_model(sent), rewritten=sent is not inbound.held)  # fmt: skip
     state.translated = f"{leg.client.api}->{wire.api}"
     translated = leg.request(client_payload, inbound.model, up.cfg.stream_usage)
     if isinstance(translated, Refusal):
@@ -63,12 +62,12 @@ def leg_call(
     if isinstance(where, Failure):
         return where
     url, body_payload = where
-    size = len(inbound.body) if client_payload is inbound.payload else None  # unchanged: its own bytes
-    ctx = Context(inbound.model or "", client_payload, state.request_id, size)
+    size = inbound.size if client_payload is inbound.held else None  # unchanged: its own bytes
+    ctx = held_context(leg.translator, inbound.model or "", client_payload, state.request_id, size)
     translation = Translation(leg.translator, ctx)
     body = jsonbody.dumps(body_payload, lenient=lenient)
     return Call(up, "POST", url, headers, how.mode, wire, False, how.track, translation,
-                body=body, wire_payload=translated)  # fmt: skip
+                body=body, wire_model=_model(translated), rewritten=True)  # fmt: skip
 
 
 def addressed(
@@ -89,7 +88,7 @@ def resent(call: Call, payload: dict[str, Any]) -> tuple[Call, bytes] | Failure:
     """A changed client payload (compressed, asked without streaming) as this call sends it,
     and the call at the URL that payload goes to (Gemini's method follows the stream flag)."""
     if call.translation is None:
-        model = call.wire_payload.get("model") if call.wire_payload is not None else None
+        model = call.wire_model
         sent = payload if model is None else {**payload, "model": model}
     else:
         translated = call.translation.translator.request(payload, target_of(call))
@@ -104,9 +103,13 @@ def resent(call: Call, payload: dict[str, Any]) -> tuple[Call, bytes] | Failure:
         return where
     url, body_payload = where
     body = json.dumps(body_payload, ensure_ascii=False).encode()
-    return dataclasses.replace(call, url=url, wire_payload=sent), body
+    return dataclasses.replace(call, url=url, wire_model=_model(sent), rewritten=True), body
 
 
 def target_of(call: Call) -> Target:
-    model = call.wire_payload.get("model") if call.wire_payload is not None else None
-    return Target(model if isinstance(model, str) else "", call.up.cfg.stream_usage)
+    return Target(call.wire_model or "", call.up.cfg.stream_usage)
+
+
+def _model(payload: dict[str, Any]) -> str | None:
+    model = payload.get("model")
+    return model if isinstance(model, str) else None

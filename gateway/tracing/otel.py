@@ -376,8 +376,7 @@ class OtelTracing(Tracing):
 
 
 def _sent_model(call: Call, asked: str | None) -> str | None:
-    sent = call.wire_payload.get("model") if call.wire_payload is not None else None
-    return sent if isinstance(sent, str) else asked
+    return call.wire_model if call.wire_model is not None else asked
 
 
 def _failure_attrs(c: Classification, f: Failure) -> dict[str, Any]:

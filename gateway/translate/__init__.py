@@ -75,6 +75,17 @@ class Translation:
         return self.translator.stream(self.ctx, known)
 
 
+def held_context(
+    translator: Translator, requested_model: str, payload: Mapping[str, Any], request_id: str,
+    size: int | None,
+) -> Context:
+    """The context a translated call keeps for its answer while the upstream works.
+    ``size``: the bytes of ``payload`` as the client sent them; None when a stage changed the
+    payload, which the request then holds whole anyway (and which has no size of its own)."""
+    ctx = Context(requested_model, payload, request_id, size)
+    return ctx if size is None else translator.held(ctx)
+
+
 @dataclass(frozen=True, slots=True)
 class NoLeg:
     """The upstream speaks none of the APIs this request could be carried in."""
@@ -93,7 +104,14 @@ class Composed:
         mid = self.first.request(payload, target)
         return mid if isinstance(mid, Refusal) else self.second.request(mid, target)
 
+    def held(self, ctx: Context) -> Context:
+        outer = self.first.held(ctx)
+        outer.inner = self.second.held(self._inner(ctx))
+        return outer
+
     def _inner(self, ctx: Context) -> Context:
+        if ctx.inner is not None:
+            return ctx.inner
         mid = self.first.request(ctx.request, Target(ctx.requested_model))
         return Context(ctx.requested_model, mid if isinstance(mid, dict) else {}, ctx.request_id)
 

@@ -53,6 +53,28 @@ class Context:
     request_bytes: int | None = None
     # Set by the stream translator while it runs, for the log line and usage accounting.
     notes: dict[str, Any] = field(default_factory=dict)
+    # The translator's estimate of the prompt's tokens, made before the send (``held``):
+    # ``request`` then no longer holds the conversation it was counted from. None: count
+    # from ``request`` when needed.
+    input_tokens: int | None = None
+    # What a composed translator's second half reads of the middle (chat) request, made
+    # before the send; None: translated again from ``request`` when needed.
+    inner: Context | None = None
+
+
+def held(ctx: Context, unread: frozenset[str], input_tokens: int | None = None) -> Context:
+    """``ctx`` without the top-level fields of the client's request that answer translation
+    never reads (the conversation, its tools): they are most of a request's memory, and the
+    context lives as long as the request does (a stream held open for minutes)."""
+    request = {k: v for k, v in ctx.request.items() if k not in unread}
+    return Context(ctx.requested_model, request, ctx.request_id, ctx.request_bytes, ctx.notes,
+                   input_tokens, ctx.inner)  # fmt: skip
+
+
+def input_tokens(ctx: Context, estimate: Callable[[Mapping[str, Any], int | None], int]) -> int:
+    """The prompt estimate: made before the send where the context was held, else now."""
+    known = ctx.input_tokens
+    return known if known is not None else estimate(ctx.request, ctx.request_bytes)
 
 
 # What a stream's reader already decoded, by raw event (``ParsedEvents.take``): the
@@ -97,3 +119,8 @@ class Translator(Protocol):
         ...
 
     def stream(self, ctx: Context, known: Known | None = None) -> StreamTranslator: ...
+
+    def held(self, ctx: Context) -> Context:
+        """What answers need of ``ctx`` while the upstream works: its request without the
+        fields they never read, what they would count from those counted now (``held``)."""
+        ...

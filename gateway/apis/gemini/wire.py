@@ -81,7 +81,10 @@ class GeminiGenerate:
         contents = payload.get("contents")
         if not isinstance(contents, list) or not all(isinstance(c, dict) for c in contents):
             return Rejection("'contents' must be a list of Content objects", "invalid_contents")
-        return Inbound(body, {**payload, "model": model, "stream": stream}, model, stream)
+        def shape(doc: dict[str, Any]) -> dict[str, Any]:
+            return {**doc, "model": model, "stream": stream}
+
+        return Inbound(body, shape(payload), model, stream, shape)
 
     def prepare(self, inbound: Inbound, stream_usage: bool) -> tuple[dict[str, Any], bool]:
         return inbound.payload, False  # the last chunk of a stream always carries usageMetadata

@@ -12,9 +12,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gateway.translate.base import Context, Known, Refusal, Target
+from gateway.translate.base import Context, Known, Refusal, Target, held
 from gateway.translate.chat_gemini.answer import ChatStream, chat_completion
 from gateway.translate.chat_gemini.request import to_gemini
+
+# The chat request's fields that no answer translated back to chat reads.
+UNREAD = frozenset({"messages", "tools", "functions"})
 
 
 class ChatToGemini:
@@ -32,6 +35,9 @@ class ChatToGemini:
 
     def stream(self, ctx: Context, known: Known | None = None) -> ChatStream:
         return ChatStream(ctx, int(self._clock()), known)
+
+    def held(self, ctx: Context) -> Context:
+        return held(ctx, UNREAD)  # its answers read ``stream_options`` only
 
 
 __all__ = ["ChatStream", "ChatToGemini"]

@@ -27,9 +27,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gateway.translate.base import Context, Known, Refusal, Target
+from gateway.translate.base import Context, Known, Refusal, Target, held
 from gateway.translate.chat_messages.answer import ChatStream, chat_completion
 from gateway.translate.tool_ids import to_anthropic_id
+
+# The chat request's fields that no answer translated back to chat reads.
+UNREAD = frozenset({"messages", "tools", "functions"})
 
 # Upper bounds the client's effort asks for; the budget is also kept below max_tokens.
 EFFORT_BUDGET = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32768}
@@ -74,6 +77,9 @@ class ChatToMessages:
 
     def stream(self, ctx: Context, known: Known | None = None) -> ChatStream:
         return ChatStream(ctx, int(self._clock()), known)
+
+    def held(self, ctx: Context) -> Context:
+        return held(ctx, UNREAD)  # its answers read ``stream_options`` only
 
 
 def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:

@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.translate.base import Context, Known, Refusal, Target
-from gateway.translate.gemini_chat.answer import answer
+from gateway.translate.base import Context, Known, Refusal, Target, held
+from gateway.translate.gemini_chat.answer import answer, estimate_input_tokens
 from gateway.translate.gemini_chat.request import to_chat
 from gateway.translate.gemini_chat.stream import GeminiStream
+
+UNREAD = frozenset({"contents", "systemInstruction", "system_instruction", "tools"})
 
 
 class GeminiToChat:
@@ -29,6 +31,10 @@ class GeminiToChat:
 
     def stream(self, ctx: Context, known: Known | None = None) -> GeminiStream:
         return GeminiStream(ctx, known)
+
+    def held(self, ctx: Context) -> Context:
+        # Its answers read ``generationConfig`` and the prompt estimate, made now.
+        return held(ctx, UNREAD, estimate_input_tokens(ctx.request, ctx.request_bytes))
 
 
 __all__ = ["GeminiStream", "GeminiToChat"]

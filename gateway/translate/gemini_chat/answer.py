@@ -18,7 +18,7 @@ import orjson
 
 from gateway.apis.gemini.fields import field
 from gateway.policy.tokens import BYTES_PER_TOKEN, IMAGE_TOKENS
-from gateway.translate.base import Context
+from gateway.translate.base import Context, input_tokens
 from gateway.translate.messages_chat.answer import reasoning_of, tool_input
 
 # chat finish_reason → Gemini finishReason. A tool call ends with STOP, as the Gemini API
@@ -118,7 +118,7 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
     if not parts:
         parts.append({"text": ""})  # a candidate always has content; an empty answer is empty text
     shown = sum(len(json.dumps(p)) for p in parts)
-    usage, estimated = usage_metadata(doc.get("usage"), estimate_input_tokens(ctx.request, ctx.request_bytes),
+    usage, estimated = usage_metadata(doc.get("usage"), input_tokens(ctx, estimate_input_tokens),
                                       round(shown / BYTES_PER_TOKEN))  # fmt: skip
     if estimated:
         ctx.notes["usage_estimated"] = True

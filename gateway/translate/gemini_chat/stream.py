@@ -26,7 +26,7 @@ from gateway.apis.base import Ending
 from gateway.apis.gemini.wire import broken_event, sse_event
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.sse import parse_event
-from gateway.translate.base import Context, Known
+from gateway.translate.base import Context, Known, input_tokens
 from gateway.translate.gemini_chat.answer import (
     estimate_input_tokens,
     finish_reason,
@@ -141,7 +141,7 @@ class GeminiStream:
         self.shown += sum(len("".join(c.args)) for c in self.calls.values())
         if self.finish is None:
             self.ctx.notes["finish_reason_missing"] = True
-        estimate = estimate_input_tokens(self.ctx.request, self.ctx.request_bytes)
+        estimate = input_tokens(self.ctx, estimate_input_tokens)
         usage, estimated = usage_metadata(self.chat_usage, estimate, round(self.shown / BYTES_PER_TOKEN))
         if estimated:
             self.ctx.notes["usage_estimated"] = True

@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.translate.base import Context, Known, Refusal, Target
-from gateway.translate.messages_chat.answer import answer
+from gateway.translate.base import Context, Known, Refusal, Target, held
+from gateway.translate.messages_chat.answer import answer, estimate_input_tokens
 from gateway.translate.messages_chat.request import to_chat
 from gateway.translate.messages_chat.stream import ChatToMessagesStream
+
+UNREAD = frozenset({"messages", "system", "tools"})
 
 
 class MessagesToChat:
@@ -29,6 +31,10 @@ class MessagesToChat:
 
     def stream(self, ctx: Context, known: Known | None = None) -> ChatToMessagesStream:
         return ChatToMessagesStream(ctx, known)
+
+    def held(self, ctx: Context) -> Context:
+        # Its answers read ``stop_sequences`` and the prompt estimate, made now.
+        return held(ctx, UNREAD, estimate_input_tokens(ctx.request, ctx.request_bytes))
 
 
 __all__ = ["ChatToMessagesStream", "MessagesToChat"]

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from gateway.policy.tokens import BYTES_PER_TOKEN, IMAGE_TOKENS
-from gateway.translate.base import Context
+from gateway.translate.base import Context, input_tokens
 
 # The key a tool_use input gets when the model's arguments are not a JSON object, so the
 # client's tool validation reports the bad call back to the model instead of it vanishing.
@@ -159,7 +159,7 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
     tools = any(b["type"] == "tool_use" for b in content)
     matched = matched_stop(choice, ctx.request)
     out_usage, estimated = usage(
-        doc.get("usage"), estimate_input_tokens(ctx.request, ctx.request_bytes), _output_estimate(content)
+        doc.get("usage"), input_tokens(ctx, estimate_input_tokens), _output_estimate(content)
     )
     if estimated:
         ctx.notes["usage_estimated"] = True

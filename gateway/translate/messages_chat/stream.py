@@ -28,7 +28,7 @@ from gateway.apis.base import Ending
 from gateway.apis.messages.wire import AnthropicStreamReader
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.sse import parse_event
-from gateway.translate.base import Context, Known
+from gateway.translate.base import Context, Known, input_tokens
 from gateway.translate.messages_chat.answer import (
     estimate_input_tokens,
     matched_stop,
@@ -174,7 +174,7 @@ class ChatToMessagesStream:
 
     def _estimate(self) -> int:
         if self.estimate is None:
-            self.estimate = estimate_input_tokens(self.ctx.request, self.ctx.request_bytes)
+            self.estimate = input_tokens(self.ctx, estimate_input_tokens)
         return self.estimate
 
     def _choice(self, choice: dict[str, Any], out: list[bytes]) -> None:

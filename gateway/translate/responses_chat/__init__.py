@@ -14,10 +14,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.translate.base import Context, Known, Refusal, Target
+from gateway.translate.base import Context, Known, Refusal, Target, held
 from gateway.translate.responses_chat.answer import answer
 from gateway.translate.responses_chat.request import to_chat
 from gateway.translate.responses_chat.stream import ResponsesStream
+
+UNREAD = frozenset({"input"})
 
 
 class ResponsesToChat:
@@ -32,6 +34,11 @@ class ResponsesToChat:
 
     def stream(self, ctx: Context, known: Known | None = None) -> ResponsesStream:
         return ResponsesStream(ctx, known)
+
+    def held(self, ctx: Context) -> Context:
+        # Its answers echo the request's settings (``instructions``, ``tools``...) and
+        # estimate a missing usage from ``request_bytes``: the conversation is not read.
+        return held(ctx, UNREAD)
 
 
 __all__ = ["ResponsesStream", "ResponsesToChat"]

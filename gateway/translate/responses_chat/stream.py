@@ -302,7 +302,7 @@ class ResponsesStream:
         if final["usage"] is None:
             # Some servers (llama-cpp-python) send no usage chunk even when asked; Responses
             # clients (the openai SDK, Codex) expect usage on every completed response.
-            final["usage"] = estimated_usage(self.ctx.request, final["output"])
+            final["usage"] = estimated_usage(self.ctx, final["output"])
             self.ctx.notes["usage_estimated"] = True
         if final["usage"] is not None:
             self.ctx.notes["usage"] = {
@@ -335,13 +335,16 @@ class ResponsesStream:
         return self._take()
 
 
-def estimated_usage(request: Mapping[str, Any], output: list[Any]) -> dict[str, Any]:
-    """Usage from sizes, at policy/tokens.py's rate: the request for the input, the text and
-    arguments of the output items for the output."""
-    try:
-        asked = len(orjson.dumps(request))
-    except TypeError:
-        asked = len(str(request).encode())
+def estimated_usage(ctx: Context, output: list[Any]) -> dict[str, Any]:
+    """Usage from sizes, at policy/tokens.py's rate: the request for the input (its bytes as
+    the client sent them, when known), the text and arguments of the output items for the
+    output."""
+    asked = ctx.request_bytes
+    if asked is None:
+        try:
+            asked = len(orjson.dumps(ctx.request))
+        except TypeError:
+            asked = len(str(ctx.request).encode())
     shown = 0
     for item in output:
         if not isinstance(item, Mapping):
