@@ -107,17 +107,24 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         fake.stop()
 
 
-def access(gw: RunningGateway, since: int) -> list[dict[str, Any]]:
-    gw.logs_when(lambda t: '"method":"POST"' in "\n".join(t.splitlines()[since:]))
-    out = []
-    for line in gw.logs().splitlines()[since:]:
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(doc, dict) and doc.get("event") == "request" and doc.get("method") == "POST":
-            out.append(doc)  # the model calls (Claude Code also sends a HEAD / first)
-    return out
+def access(gw: RunningGateway, since: int, part: str) -> list[dict[str, Any]]:
+    """The model calls (Claude Code also sends a HEAD / first) on paths that hold ``part``, logged
+    after line ``since``: a line is written after its answer, so the test before's last one
+    may land after this test's mark; its path tells it apart."""
+    def ours(text: str) -> list[dict[str, Any]]:
+        out = []
+        for line in text.splitlines()[since:]:
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue
+            if (isinstance(doc, dict) and doc.get("event") == "request" and doc.get("method") == "POST"
+                    and part in str(doc.get("path", ""))):  # fmt: skip
+                out.append(doc)
+        return out
+
+    gw.logs_when(lambda t: bool(ours(t)))
+    return ours(gw.logs())
 
 
 def assert_all_in_header(seen: list[Seen]) -> None:
@@ -145,7 +152,7 @@ def test_claude_code_answers_on_a_gemini_upstream(claude_bin: Path, setup: Setup
     assert_all_in_header(seen)
     assert [s.model for s in seen] == ["gemini-2.5-flash"] and seen[0].what == "answer"
     assert seen[0].fields == ["contents", "systemInstruction", "tools", "generationConfig"], seen
-    [line] = access(setup.gw, since[1])
+    [line] = access(setup.gw, since[1], "/v1/messages")
     assert (line["path"], line["translated"], line["attempts"]) == ("/v1/messages", "messages->gemini", 1)
     print(f"claude code plain: {len(seen)} call(s), {r.seconds:.1f} s")
 
@@ -194,7 +201,7 @@ def test_codex_answers_on_a_gemini_upstream(codex: Path, setup: Setup, tmp_path:
     assert [s.model for s in seen] == ["gemini-2.5-flash"] and seen[0].what == "answer"
     # Its instructions, tools and tool_choice "auto", in Gemini's names (no sampling settings sent).
     assert seen[0].fields == ["contents", "systemInstruction", "tools", "toolConfig"], seen
-    [line] = access(setup.gw, since[1])
+    [line] = access(setup.gw, since[1], "/v1/responses")
     assert (line["path"], line["translated"], line["attempts"]) == ("/v1/responses", "responses->gemini", 1)
     print(f"codex plain: {len(seen)} call(s), {seconds:.1f} s")
 
@@ -245,7 +252,7 @@ def test_gemini_cli_is_passed_through_to_a_gemini_upstream(gemini: Path, setup: 
     routing, answer = seen
     assert "flash-lite" in routing.model and routing.fields == ["contents", "systemInstruction", "generationConfig"]
     assert answer.fields == CLI_FIELDS, (answer.fields, CLI_FIELDS)
-    lines = access(setup.gw, since[1])
+    lines = access(setup.gw, since[1], "/models/")
     assert [(a["path"].rsplit(":", 1)[-1], a["status"], a["attempts"], "translated" in a) for a in lines] == [
         ("generateContent", 200, 1, False), ("streamGenerateContent", 200, 1, False)]  # fmt: skip
     print(f"gemini cli plain: {len(seen)} calls, {seconds:.1f} s")
@@ -330,7 +337,7 @@ def test_genai_sdk_buffered_streamed_and_counted_on_a_gemini_upstream(
     seen = setup.seen(since)  # countTokens is answered without a scenario line
     assert_all_in_header(seen)
     assert [s.fields for s in seen] == [["contents", "systemInstruction", "generationConfig"], ["contents"]]
-    paths = [a["path"] for a in access(setup.gw, since[1])]
+    paths = [a["path"] for a in access(setup.gw, since[1], "/models/")]
     assert [p.rsplit(":", 1)[-1] for p in paths] == ["generateContent", "streamGenerateContent", "countTokens"]
 
 
@@ -353,7 +360,7 @@ def test_genai_sdk_gets_the_answer_after_the_gateway_waits_out_a_429(
     out = drive(genai_python, setup.gw, "429")
     assert out["text"] == "Hello from the fake upstream."
     assert [s.what for s in setup.seen(since)] == ["429 (retryDelay: 1s)", "answer"]
-    [line] = access(setup.gw, since[1])
+    [line] = access(setup.gw, since[1], "/models/")
     assert (line["status"], line["attempts"], line["retries"]) == (200, 2, 1)
     assert out["seconds"] >= 0.9  # the RetryInfo wait was kept
     print(f"genai 429: {out['seconds']:.2f} s, 2 upstream calls")
