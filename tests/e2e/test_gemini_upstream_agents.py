@@ -275,50 +275,11 @@ def test_gemini_cli_runs_a_function_call_loop_on_a_gemini_upstream(
 
 # --- The SDKs ----------------------------------------------------------------------------------
 
-DRIVER = r"""
-import json, sys, time
-from google import genai
-from google.genai import types
-
-base, scenario = sys.argv[1], sys.argv[2]
-client = genai.Client(api_key="dummy", http_options=types.HttpOptions(base_url=base))
-out = {}
-if scenario == "basic":
-    r = client.models.generate_content(model="gemini-2.5-flash", contents="say hi",
-                                       config=types.GenerateContentConfig(system_instruction="Be brief."))
-    out["text"], out["finish"] = r.text, r.candidates[0].finish_reason.value
-    out["usage"] = r.usage_metadata.model_dump(exclude_none=True)
-    chunks = list(client.models.generate_content_stream(model="gemini-2.5-flash", contents="say hi"))
-    out["stream"] = [c.text for c in chunks]
-    out["count"] = client.models.count_tokens(model="gemini-2.5-flash", contents="How many tokens?").total_tokens
-elif scenario == "tools":
-    weather = types.FunctionDeclaration(
-        name="get_weather", description="Weather of a city",
-        parameters=types.Schema(type="OBJECT", properties={"city": types.Schema(type="STRING")}, required=["city"]))
-    config = types.GenerateContentConfig(
-        tools=[types.Tool(function_declarations=[weather])],
-        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True))
-    first = types.Content(role="user", parts=[types.Part.from_text(text="Weather in Paris?")])
-    r1 = client.models.generate_content(model="gemini-2.5-flash-tool", contents=[first], config=config)
-    fc = r1.function_calls[0]
-    out["call"] = {"id": fc.id, "name": fc.name, "args": fc.args,
-                   "signed": bool(r1.candidates[0].content.parts[0].thought_signature)}
-    answer = types.Part.from_function_response(name=fc.name, response={"output": "sunny, 21C"})
-    answer.function_response.id = fc.id
-    r2 = client.models.generate_content(
-        model="gemini-2.5-flash-tool", config=config,
-        contents=[first, r1.candidates[0].content, types.Content(role="user", parts=[answer])])
-    out["text"] = r2.text
-elif scenario == "429":
-    t0 = time.monotonic()
-    out["text"] = client.models.generate_content(model="gemini-2.5-flash-429", contents="say hi").text
-    out["seconds"] = time.monotonic() - t0
-print(json.dumps(out))
-"""
+DRIVER = Path(__file__).with_name("genai_driver.py")
 
 
-def drive(python: Path, gw: RunningGateway, scenario: str) -> dict[str, Any]:
-    done = subprocess.run([str(python), "-c", DRIVER, gw.base, scenario], capture_output=True, text=True,
+def drive(python: Path, gw: RunningGateway, scenario: str, *model: str) -> dict[str, Any]:
+    done = subprocess.run([str(python), str(DRIVER), gw.base, scenario, *model], capture_output=True, text=True,
                           timeout=120, env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")})  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -345,7 +306,7 @@ def test_genai_sdk_function_call_round_trip_keeps_the_id_and_signature(
     genai_python: Path, setup: Setup  # noqa: F811
 ) -> None:
     since = setup.mark()
-    out = drive(genai_python, setup.gw, "tools")
+    out = drive(genai_python, setup.gw, "tools", "gemini-2.5-flash-tool")
     assert out["call"]["name"] == "get_weather" and out["call"]["id"].startswith("fc_") and out["call"]["signed"]
     assert out["text"] == "The tool answered: sunny, 21C"
     seen = setup.seen(since)
@@ -357,7 +318,7 @@ def test_genai_sdk_gets_the_answer_after_the_gateway_waits_out_a_429(
     genai_python: Path, setup: Setup  # noqa: F811
 ) -> None:
     since = setup.mark()
-    out = drive(genai_python, setup.gw, "429")
+    out = drive(genai_python, setup.gw, "timed", "gemini-2.5-flash-429")
     assert out["text"] == "Hello from the fake upstream."
     assert [s.what for s in setup.seen(since)] == ["429 (retryDelay: 1s)", "answer"]
     [line] = access(setup.gw, since[1], "/models/")

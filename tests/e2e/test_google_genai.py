@@ -27,49 +27,7 @@ pytestmark = pytest.mark.e2e
 
 GENAI_PYTHON = Path(os.environ.get("GENAI_PYTHON") or ROOT / ".venv-genai" / "bin" / "python")
 
-DRIVER = r"""
-import json, sys
-from google import genai
-from google.genai import types, errors
-
-base, scenario = sys.argv[1], sys.argv[2]
-client = genai.Client(api_key="dummy", http_options=types.HttpOptions(base_url=base))
-out = {}
-if scenario == "basic":
-    r = client.models.generate_content(model="gemini-2.5-flash", contents="say hi",
-                                       config=types.GenerateContentConfig(system_instruction="Be brief."))
-    out["text"] = r.text
-    out["finish"] = r.candidates[0].finish_reason.value
-    out["usage"] = r.usage_metadata.model_dump(exclude_none=True)
-    chunks = list(client.models.generate_content_stream(model="gemini-2.5-flash", contents="say hi"))
-    out["stream"] = [c.text for c in chunks]
-    out["stream_finish"] = chunks[-1].candidates[0].finish_reason.value
-    out["count"] = client.models.count_tokens(model="gemini-2.5-flash", contents="How many tokens?").total_tokens
-    out["models"] = [m.name for m in client.models.list()]
-elif scenario == "tools":
-    weather = types.FunctionDeclaration(
-        name="get_weather", description="Weather of a city",
-        parameters=types.Schema(type="OBJECT", properties={"city": types.Schema(type="STRING")}, required=["city"]))
-    config = types.GenerateContentConfig(
-        tools=[types.Tool(function_declarations=[weather])],
-        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True))
-    first = types.Content(role="user", parts=[types.Part.from_text(text="Weather in Paris?")])
-    r1 = client.models.generate_content(model="gemini-2.5-flash", contents=[first], config=config)
-    fc = r1.function_calls[0]
-    out["call"] = {"id": fc.id, "name": fc.name, "args": fc.args}
-    answer = types.Part.from_function_response(name=fc.name, response={"output": "sunny, 21C"})
-    answer.function_response.id = fc.id
-    r2 = client.models.generate_content(
-        model="gemini-2.5-flash", config=config,
-        contents=[first, r1.candidates[0].content, types.Content(role="user", parts=[answer])])
-    out["text"] = r2.text
-elif scenario == "error":
-    try:
-        client.models.generate_content(model="gemini-2.5-flash", contents="say hi")
-    except errors.APIError as e:
-        out = {"code": e.code, "status": e.status, "message": e.message, "details": e.details}
-print(json.dumps(out))
-"""
+DRIVER = Path(__file__).with_name("genai_driver.py")
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +57,8 @@ def tool_completion(call_id: str, name: str, args: str) -> Reply:
     return Reply(200, doc)
 
 
-def drive(python: Path, gw: RunningGateway, scenario: str) -> dict[str, Any]:
-    done = subprocess.run([str(python), "-c", DRIVER, gw.base, scenario], capture_output=True, text=True,
+def drive(python: Path, gw: RunningGateway, scenario: str, *model: str) -> dict[str, Any]:
+    done = subprocess.run([str(python), str(DRIVER), gw.base, scenario, *model], capture_output=True, text=True,
                           timeout=120, env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")})  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -111,7 +69,7 @@ def test_sdk_buffered_streamed_counted_and_listed(
     genai_python: Path, genai_gateway: RunningGateway, upstream: FakeUpstream
 ) -> None:
     upstream.script(Reply(200, chat_completion(model="qwen", content="Hi there.")), text(("Hel", "lo!")))
-    out = drive(genai_python, genai_gateway, "basic")
+    out = drive(genai_python, genai_gateway, "listed")
     assert out["text"] == "Hi there." and out["finish"] == "STOP"
     assert out["usage"]["total_token_count"] == out["usage"]["prompt_token_count"] + out["usage"][
         "candidates_token_count"
