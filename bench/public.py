@@ -253,6 +253,49 @@ def ttft(run: Run, names: list[str]) -> dict[str, list[float]]:
     return out
 
 
+def scaling(run: Run) -> dict[int, dict[str, float]]:
+    """The gateway's req/s with 1, 2, 4, ... workers, each on as many of the proxies' cores,
+    at c=256 against the mock without delay (its ceiling, not the 20 ms rule): the
+    workers' scaling, read against N x the one-worker figure."""
+    path, body, _ = target_request(GATEWAY)
+    first = cpu_list(run.lay.proxy)[0]
+    out: dict[int, dict[str, float]] = {}
+    workers = 1
+    while workers <= run.lay.proxy_cores:
+        lay = Layout(run.lay.load, run.lay.mock, f"{first}-{first + workers - 1}", workers, run.lay.comparable, run.lay.note)
+        sub = Run(run.args, lay, run.tmp, run.upstream, run.procs, run.urls)
+        proc, base = start_proxy(sub, GATEWAY, workers)
+        try:
+            _wrk(run, base + path, 64, 1, body)
+            kids = children(proc.pid) if workers > 1 else [proc.pid]
+            c0 = family_cpu_s(proc.pid)
+            k0 = [family_cpu_s(k) for k in kids]
+            t0 = time.monotonic()
+            r = _wrk(run, base + path, 256, run.args.duration, body)
+            busy = [(family_cpu_s(k) - b) / (time.monotonic() - t0) for k, b in zip(kids, k0, strict=True)]
+            r["cpu_us"] = (family_cpu_s(proc.pid) - c0) / max(r["requests"], 1) * 1e6
+            # Each worker's share of a core: SO_REUSEPORT spreads wrk's fixed 256 connections by
+            # hash, so one worker can be full while another idles.
+            r["busiest"], r["idlest"] = max(busy), min(busy)
+            out[workers] = r
+        finally:
+            proc.terminate()
+            proc.wait(10)
+        workers *= 2
+    return out
+
+
+def scaling_lines(sc: dict[int, dict[str, float]]) -> list[str]:
+    one = sc[1]["rps"]
+    lines = ["The gateway's workers, each on its own core, c=256 against the mock without delay:", "",
+             "| workers | req/s | vs N x one worker | CPU/request | busiest / idlest worker (share of a core) |",
+             "| ---: | ---: | ---: | ---: | ---: |"]
+    for w, r in sc.items():
+        lines.append(f"| {w} | {r['rps']:.0f} | {r['rps'] / (one * w):.2f} | {r['cpu_us']:.0f} µs | "
+                     f"{r['busiest']:.0%} / {r['idlest']:.0%} |")
+    return lines
+
+
 # -- memory ---------------------------------------------------------------------------------
 
 def big_chat_body(kb: int) -> str:
@@ -408,7 +451,8 @@ def markdown(run: Run, rows: dict[str, dict[str, float]]) -> str:
                      f"{r['rps_per_core']:.0f} | {r['rps_per_core'] / m['rps_per_core']:.2f}x |")
     for base in BASELINES:
         lines.append(f"| {base} (p50 / p99 @c=1) | {rows[base]['p50_us']:.0f} µs | {rows[base]['p99_us']:.0f} µs | | | | | | |")
-    lines += ["", *memory_lines(a, rows)]
+    if "per_inflight_kib" in rows[GATEWAY]:
+        lines += ["", *memory_lines(a, rows)]
     lines += ["", "The published table (gateway on 4 cores, quiet host), added p99 at c=1, next to ours:", "",
               "| gateway | added p99 @c=1 |", "| --- | ---: |"]
     ours = [(f"**{n} (this run{'' if lay.comparable else ', not comparable'})**", rows[n]["added_p99_us"])
@@ -449,6 +493,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--inflight", type=int, default=1500, help="concurrent requests (and streams) for the memory figures")
     p.add_argument("--body-kb", type=int, default=150)
     p.add_argument("--no-memory", action="store_true")
+    p.add_argument("--scaling", action="store_true", help="also the workers' scaling: 1, 2, 4, ... workers up to --cores")
     p.add_argument("--memory-only", action="store_true", help="only the memory figures (a few minutes)")
     p.add_argument("--out", type=Path, default=RESULTS)
     a = p.parse_args(argv)
@@ -506,7 +551,11 @@ def main(argv: list[str] | None = None) -> None:
                     procs[name].terminate()
                     procs[name].wait(10)
         mem: dict[str, dict[str, float]] = {}
+        sc: dict[int, dict[str, float]] = {}
         try:
+            if a.scaling:
+                print("workers' scaling ...", flush=True)
+                sc = scaling(run)
             if not a.no_memory:
                 print("memory ...", flush=True)
                 mem = {n: memory(run, n) for n in (MINIMAL, GATEWAY)}
@@ -515,7 +564,7 @@ def main(argv: list[str] | None = None) -> None:
                 p.terminate()
                 p.wait(10)
     rows = summarise(run, c1, thr, first, mem)
-    text = markdown(run, rows)
+    text = markdown(run, rows) + ("\n" + "\n".join(scaling_lines(sc)) + "\n" if sc else "")
     print(text)
     a.out.mkdir(exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -524,7 +573,7 @@ def main(argv: list[str] | None = None) -> None:
         "method": "On the Bench (GetBusbar/benchmarking, 2026-07-25), as issue #38 quotes it",
         "cpu_count": os.cpu_count(), "python": platform.python_version(), "layout": asdict(lay),
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
-        "rows": rows, "c1": c1, "sustained": thr, "ttft_p50_ms": first}, indent=1, default=str))
+        "rows": rows, "c1": c1, "sustained": thr, "ttft_p50_ms": first, "scaling": sc}, indent=1, default=str))
 
 
 if __name__ == "__main__":
