@@ -494,6 +494,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--body-kb", type=int, default=150)
     p.add_argument("--no-memory", action="store_true")
     p.add_argument("--scaling", action="store_true", help="also the workers' scaling: 1, 2, 4, ... workers up to --cores")
+    p.add_argument("--scaling-only", action="store_true", help="only the workers' scaling (a minute)")
     p.add_argument("--memory-only", action="store_true", help="only the memory figures (a few minutes)")
     p.add_argument("--out", type=Path, default=RESULTS)
     a = p.parse_args(argv)
@@ -521,6 +522,14 @@ def main(argv: list[str] | None = None) -> None:
         mocks = [spawn(core, ["-m", "bench.upstream", str(up_port), "--reuse-port"], up_port, "/", tmp / "mock.log")
                  for core in lay.mock]
         run = Run(a, lay, tmp, f"http://127.0.0.1:{up_port}/v1", procs, {})
+        if a.scaling_only:
+            try:
+                print("\n".join(scaling_lines(scaling(run))))
+            finally:
+                for p in mocks:
+                    p.terminate()
+                    p.wait(10)
+            return
         if a.memory_only:
             try:
                 mem = {n: memory(run, n) for n in (MINIMAL, GATEWAY)}
