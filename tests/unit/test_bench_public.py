@@ -23,3 +23,21 @@ def test_a_step_passes_under_one_second_p99_and_a_tenth_of_a_percent_errors() ->
     assert passes(ok)
     assert not passes({**ok, "socket_errors": 10.0})  # 0.1 % breaks the rule
     assert not passes({**ok, "p99_ms": 1000.0})
+
+
+def test_goal_lines_judge_each_goal_from_the_rows() -> None:
+    from bench.public import GATEWAY, MINIMAL, TRANSLATED, goal_lines
+
+    rows = {
+        MINIMAL: {"rps_per_core": 3000.0},
+        GATEWAY: {"added_p99_us": 250.0, "rps_per_core": 4000.0, "sustained_rps": 16000.0, "cpu_us_sustained": 200.0,
+                  "per_inflight_kib": 171.0},
+        TRANSLATED: {"sustained_rps": 12000.0, "cpu_us_sustained": 260.0},
+    }
+    scaling = {1: {"rps": 5000.0}, 2: {"rps": 9800.0}, 4: {"rps": 19000.0}}
+    table = "\n".join(goal_lines(rows, scaling))
+    assert "| added p99 at c=1 ≤ 300 µs | +250 µs | yes |" in table
+    assert "| one process ≥ 1.3× the minimal proxy (req/s per core) | 1.33× | yes |" in table
+    assert "| translated ≥ 0.9× native (sustained req/s) | 0.75× (CPU/request 1.30× at its best step) | no |" in table
+    assert "| memory per in-flight request ≤ 0.2 MiB | 0.167 MiB | yes |" in table
+    assert "| workers scale ≥ 0.9 × N (N = 4) | 0.95 | yes |" in table
