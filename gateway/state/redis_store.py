@@ -26,6 +26,7 @@ from redis.exceptions import RedisError
 from gateway.policy.breaker import CLOSED, MAX_TRACKED_MODELS, CircuitRecord
 from gateway.state.ledger_ops import LedgerAdmit, LedgerSettle, LedgerState
 from gateway.state.memory import MemoryStore
+from gateway.state.turn_batch import TurnBatch, run_pipelined
 
 T = TypeVar("T")
 log = logging.getLogger("gateway.state")
@@ -182,6 +183,7 @@ class RedisStore:
         self._mark = client.register_script(_MARK)
         self._ledger_admit = client.register_script(_LEDGER_ADMIT)
         self._ledger_settle = client.register_script(_LEDGER_SETTLE)
+        self._admits = TurnBatch(client, self._ledger_admit)
         self._answers = prefix + "a:"
         self._any_answer = prefix + "a-any"  # exists while any replica remembers an answer
         # Until when (monotonic) this replica may take it that no replica remembers an answer:
@@ -396,7 +398,7 @@ class RedisStore:
         ]  # fmt: skip
 
         async def remote() -> tuple[str, float]:
-            verdict, value = await self._ledger_admit(keys=keys, args=args)
+            verdict, value = await self._admits(keys, args)
             return verdict.decode() if isinstance(verdict, bytes) else str(verdict), float(value)
 
         return await self._guard("ledger_admit", remote, lambda: self.local.ledger_admit(a))
@@ -409,10 +411,9 @@ class RedisStore:
             calls.append((self._ledger_keys(s.key, s.minute, s.budgets), args))
 
         async def remote() -> None:
-            pipe = self._r.pipeline(transaction=False)
-            for keys, args in calls:
-                await self._ledger_settle(keys=keys, args=args, client=pipe)
-            await pipe.execute()
+            for result in await run_pipelined(self._r, self._ledger_settle, calls):
+                if isinstance(result, Exception):
+                    raise result
 
         await self._guard("ledger_settle", remote, lambda: self.local.ledger_settle_many(settles))
 
