@@ -57,7 +57,7 @@ def request_id_of(request: web.Request) -> str:
         return given
     # 128 random bits as 32 hex digits. An id is no secret, so the process's seeded generator
     # (reseeded in a forked child) serves: os.urandom is a getrandom(2) call per request, one
-    # of ~6 syscalls on the plain path and dear where syscalls are (gVisor, seccomp sandboxes).
+    # of ~6 syscalls on the plain path, and syscalls are dear in the VMs and sandboxes gateways run in.
     return f"{random.getrandbits(128):032x}"
 
 

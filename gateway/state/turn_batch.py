@@ -1,11 +1,11 @@
 """Calls of one Lua script made in the same event-loop turn, sent to Redis together.
 
 Under load many requests ask for their key's admission at nearly the same moment. One
-``EVALSHA`` each costs a client call, a write and a read apiece (about 40 µs of redis-py per
-call, most of a keyed request's extra CPU); the calls of one loop turn sent as one pipeline
-pay that once. Nothing is waited for: the batch leaves at the end of the turn in which its
-first call was made. Each script still runs atomically on the server, in the order asked,
-so a batch admits exactly what the same calls one by one would have.
+``EVALSHA`` each costs a client call, a write and a read apiece (about 40 µs of redis-py
+per call); the calls of one loop turn sent as one pipeline share them. Nothing is waited
+for: the batch leaves at the end of the turn in which its first call was made. Each script
+still runs atomically on the server, in the order asked, so a batch admits exactly what the
+same calls one by one would have.
 
 A lone call goes as a plain ``EVALSHA``, which is cheaper than a pipeline of one.
 """
