@@ -63,16 +63,14 @@ class TurnBatch:
         done: asyncio.Future[Any] = loop.create_future()
         self._waiting.append((keys, args, done))
         if len(self._waiting) == 1:
-            loop.call_soon(self._send)
+            # Its first step runs after what is ready in this turn: the calls made meanwhile join.
+            task = loop.create_task(self._send())
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
         return await done
 
-    def _send(self) -> None:
+    async def _send(self) -> None:
         batch, self._waiting = self._waiting, []
-        task = asyncio.get_running_loop().create_task(self._run(batch))
-        self._sending.add(task)
-        task.add_done_callback(self._sending.discard)
-
-    async def _run(self, batch: list[tuple[Keys, Args, asyncio.Future[Any]]]) -> None:
         try:
             if len(batch) == 1:
                 keys, args, _ = batch[0]
