@@ -51,6 +51,9 @@ cd "$(dirname "$0")/.."
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/bench-kit-site .bench-kit/whl/*.whl || exit 1
 export PYTHONPATH=/tmp/bench-kit-site:$PWD PATH=$PWD/.bench-kit:$PATH LD_LIBRARY_PATH=$PWD/.bench-kit/lib PYTHONUNBUFFERED=1
 echo "kernel $(uname -r), $(nproc) cores, $(python3 --version)"
+# A clock without vDSO support makes every clock read a system call (~10 per request here).
+echo "clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null || echo unknown)," \
+  "time.monotonic() $(python3 -m timeit -s 'from time import monotonic' 'monotonic()' | sed 's/.*: //')"
 out="${OUT:-bench/results}"
 mkdir -p "$out"
 [ $# -gt 0 ] || set -- --cores 4 --scaling
