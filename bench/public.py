@@ -16,6 +16,8 @@ the load generator (wrk) on other cores;
   directly on the client's own API);
 - the same with a translated path: a Messages client on a chat-only upstream (its
   baseline: the mock's own ``/v1/messages``);
+- with ``--scaling``: the gateway's req/s with 1, 2, 4, ... workers on as many cores, and
+  each worker's share of its core (``--scaling-only``: that alone);
 - memory: a fresh process of each proxy, RSS idle and under 1,500 concurrent 150 KB
   requests held by the mock for a few seconds ((RSS under load - idle RSS) / 1,500 per
   in-flight request), and per idle open stream (1,500 streams that send a token every few
@@ -29,7 +31,9 @@ the ratios against the minimal proxy there.
     python -m bench.public --quick          a few minutes
     python -m bench.public --cores 4        the published layout (needs ~8+ cores)
 
-Writes ``bench/results/public-latest.md`` and ``bench/results/public-<UTC time>.json``.
+Writes ``bench/results/public-latest.md`` and ``bench/results/public-<UTC time>.json``; the
+run ends with issue #38's goals judged against its figures. On a many-core machine without
+network, ``scripts/bench-kit.sh`` packs what it needs.
 """
 
 from __future__ import annotations
