@@ -31,7 +31,7 @@ from aiohttp import web
 
 from bench import load
 from bench.__main__ import free_port, raise_fd_limit, wait_port
-from bench.public import big_chat_body
+from bench.public import HeldRequest, big_chat_body
 
 PATHS = {"chat": "/v1/chat/completions", "messages": "/v1/messages"}
 
@@ -46,19 +46,6 @@ def body_for(kind: str, kb: int) -> bytes:
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
-class _Held(asyncio.Protocol):
-    def __init__(self, done: asyncio.Future[bool]) -> None:
-        self.done, self.head = done, b""
-
-    def data_received(self, data: bytes) -> None:
-        if len(self.head) < 12:
-            self.head += data[:12]
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.done.done():
-            self.done.set_result(self.head.startswith(b"HTTP/1.1 200"))
-
-
 async def client(port: int, path: str, n: int, body: bytes, headers: str) -> None:
     """Run in its own process: ``n`` requests at once, each on its own connection."""
     loop = asyncio.get_running_loop()
@@ -68,7 +55,7 @@ async def client(port: int, path: str, n: int, body: bytes, headers: str) -> Non
     waits = []
     for i in range(n):
         done: asyncio.Future[bool] = loop.create_future()
-        transport, _ = await loop.create_connection(lambda d=done: _Held(d), "127.0.0.1", port)
+        transport, _ = await loop.create_connection(lambda d=done: HeldRequest(d), "127.0.0.1", port)
         transport.write(request)
         waits.append(done)
         if i % 100 == 99:

@@ -52,7 +52,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench import load, streams
-from bench.__main__ import RESULTS, free_port, raise_fd_limit, status_kb, wait_port
+from bench.__main__ import RESULTS, cpu_s, free_port, raise_fd_limit, status_kb, wait_port
 
 MINIMAL, GATEWAY, TRANSLATED = "minimal aiohttp proxy", "llm-gateway", "llm-gateway, Messages client → chat upstream"
 DIRECT, DIRECT_MESSAGES = "mock directly (chat)", "mock directly (Messages)"
@@ -125,10 +125,7 @@ def children(pid: int) -> list[int]:
 
 def family_cpu_s(pid: int) -> float:
     """CPU seconds of a process and its children (the gateway's workers)."""
-    def one(p: int) -> float:
-        f = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
-    return one(pid) + sum(one(c) for c in children(pid))
+    return cpu_s(pid) + sum(cpu_s(c) for c in children(pid))
 
 
 def family_rss_kb(pid: int) -> int:
@@ -316,7 +313,7 @@ def big_chat_body(kb: int) -> str:
     return json.dumps({"model": "gpt-4o-mini", "messages": messages}, separators=(",", ":"))
 
 
-class _Held(asyncio.Protocol):
+class HeldRequest(asyncio.Protocol):
     """One request on its own connection (``Connection: close``): done when the server
     closes it; a 200 status line counts as answered."""
 
@@ -354,7 +351,7 @@ async def hold_requests(port: int, n: int, body: bytes, hold_ms: int, sample: ob
     t0 = time.monotonic()
     for i in range(n):
         done: asyncio.Future[bool] = loop.create_future()
-        transport, _ = await loop.create_connection(lambda d=done: _Held(d), "127.0.0.1", port)
+        transport, _ = await loop.create_connection(lambda d=done: HeldRequest(d), "127.0.0.1", port)
         transport.write(request)
         waits.append(done)
         if i % 250 == 249:

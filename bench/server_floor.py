@@ -17,14 +17,12 @@ per request (issue #38: bench/RESULTS.md).
 
 from __future__ import annotations
 
-import os
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 
 from bench import load
-from bench.__main__ import free_port, pinned, wait_port
+from bench.__main__ import cpu_s, free_port, pinned, wait_port
 
 ANSWER = b'{"ok":true}'
 
@@ -84,11 +82,6 @@ uvloop.run(main())
 TARGETS = {"aiohttp web.Application (one route)": [SERVER, "application"],
            "aiohttp web.Server (low level)": [SERVER, "server"],
            "asyncio.Protocol on httptools (bare)": [BARE]}
-
-
-def cpu_s(pid: int) -> float:
-    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
