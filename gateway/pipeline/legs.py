@@ -13,7 +13,7 @@ from gateway import jsonbody
 from gateway.apis.base import Dialect, Inbound
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.outcome import Failure, RequestState, bad_request
-from gateway.routing import UnsafePath, credential_moved, in_api
+from gateway.routing import UnsafePath, in_api
 from gateway.services import UpstreamRuntime
 from gateway.translate import Leg, Translation, held_context
 from gateway.translate.base import Refusal, Target
@@ -37,10 +37,10 @@ def leg_call(
     """A call on an upstream that speaks another API than the client, under another model
     name, or in an API that names the model in the URL (Gemini)."""
     wire = leg.wire
-    headers = in_api(headers, wire.api)  # the body is the gateway's, in the upstream's API
-    moves_to = up.outbound.moves_to
-    if moves_to is not None and (leg.translator is not None or how.query_key is not None):
-        headers = credential_moved(headers, moves_to, how.query_key)
+    # The body is the gateway's, in the upstream's API; the client's credential moves to where
+    # that API takes one when the API changes or it came as Gemini's ?key=.
+    moves_to = up.outbound.moves_to if leg.translator is not None or how.query_key is not None else None
+    headers = in_api(headers, wire.api, moves_to, how.query_key)
     lenient = inbound.lenient
     if leg.translator is None:  # the client's API, under the upstream's name for the model
         sent = leg.request(payload, inbound.model, up.cfg.stream_usage)

@@ -106,17 +106,37 @@ _FOREIGN = {
 }
 
 
-def in_api(headers: dict[str, str], api: str) -> dict[str, str]:
-    """``headers`` (from ``request_headers``, changed in place) for a body the gateway wrote in
-    ``api``: labelled JSON, with what ``api`` requires, without what belongs to another API
-    (an OpenAI organization id is nothing Anthropic should learn, nor Anthropic's betas OpenAI)."""
+def in_api(
+    headers: dict[str, str], api: str, moves_to: tuple[str, str] | None = None, query_key: str | None = None
+) -> dict[str, str]:
+    """``headers`` (from ``request_headers``) for a body the gateway wrote in ``api``: labelled
+    JSON, with what ``api`` requires, without what belongs to another API (an OpenAI
+    organization id is nothing Anthropic should learn, nor Anthropic's betas OpenAI). With
+    ``moves_to``, the client's credential goes where that upstream takes one
+    (``credential_moved``), in the same pass over the headers: this runs for every
+    translated request (issue #38)."""
     foreign = _FOREIGN[api]
-    for k in list(headers):
+    out: dict[str, str] = {}
+    sent: set[str] = set()
+    taken: dict[str, str] | None = None
+    for k, v in headers.items():
         lk = k.lower()
         if lk == "content-type" or lk.startswith(foreign):
-            del headers[k]
-    headers[JSON_BODY[0]] = JSON_BODY[1]
-    return _required(headers, API_HEADERS[api].required)
+            continue
+        if moves_to is not None and lk in CREDENTIAL_HEADERS:
+            if taken is None:
+                taken = {}
+            taken[lk] = v
+            continue
+        out[k] = v
+        sent.add(lk)
+    out[JSON_BODY[0]] = JSON_BODY[1]
+    for name, value in API_HEADERS[api].required:
+        if name not in sent:
+            out[name] = value
+    if moves_to is not None:
+        _move_credential(out, taken or {}, moves_to, query_key)
+    return out
 
 
 def required_for(headers: dict[str, str], upstream: UpstreamConfig) -> dict[str, str]:
@@ -218,18 +238,25 @@ def credential_moved(headers: dict[str, str], to: tuple[str, str], query_key: st
     carries the credential where the client's API puts it (an OpenAI client's
     ``Authorization: Bearer``, which Google refuses), and a Gemini client may have sent it as
     ``?key=``, which is never forwarded as given. One already in ``to`` goes as it came."""
-    name, template = to
     taken = {k.lower(): headers.pop(k) for k in [k for k in headers if k.lower() in CREDENTIAL_HEADERS]}
+    _move_credential(headers, taken, to, query_key)
+    return headers
+
+
+def _move_credential(
+    headers: dict[str, str], taken: dict[str, str], to: tuple[str, str], query_key: str | None
+) -> None:
+    """``taken``: the client's credential headers (lower-case names), already out of ``headers``."""
+    name, template = to
     if name.lower() in taken:
         headers[name] = taken[name.lower()]
-        return headers
+        return
     value = query_key
     for lk, v in taken.items():
         value = v[7:].strip() if lk == "authorization" and v[:7].lower() == "bearer " else v
         break
     if value:
         headers[name] = template.format(value)
-    return headers
 
 
 def response_headers(upstream: Mapping[str, str] | Iterable[tuple[str, str]]) -> list[tuple[str, str]]:

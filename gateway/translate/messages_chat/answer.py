@@ -26,7 +26,10 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
 def message_id(ctx: Context) -> str:
-    return "msg_" + (_UNSAFE.sub("", ctx.request_id)[:48] or "gateway")
+    rid = ctx.request_id
+    if not (rid.isascii() and rid.isalnum()):  # the gateway's own ids are hex: nothing to strip
+        rid = _UNSAFE.sub("", rid)
+    return "msg_" + (rid[:48] or "gateway")
 
 
 def tool_id(ctx: Context, index: int) -> str:
@@ -158,9 +161,13 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
                         "input": tool_input(function.get("arguments"))})  # fmt: skip
     tools = any(b["type"] == "tool_use" for b in content)
     matched = matched_stop(choice, ctx.request)
+    reported = doc.get("usage")
+    # The output estimate (each block's text encoded) only where the upstream gave no count.
+    completion = reported.get("completion_tokens") if isinstance(reported, dict) else None
     out_usage, estimated = usage(
-        doc.get("usage"), input_tokens(ctx, estimate_input_tokens), _output_estimate(content)
-    )
+        reported, input_tokens(ctx, estimate_input_tokens),
+        0 if isinstance(completion, int) else _output_estimate(content),
+    )  # fmt: skip
     if estimated:
         ctx.notes["usage_estimated"] = True
     return {

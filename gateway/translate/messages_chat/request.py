@@ -58,6 +58,8 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
     messages += _messages(raw)
     out: dict[str, Any] = {"model": target.model, "messages": messages}
 
+    # Each optional field's rule runs only when the field is there: most requests carry few
+    # of them, and this runs for every translated request (issue #38).
     max_tokens = payload.get("max_tokens")
     if max_tokens is not None:
         # max_tokens, not max_completion_tokens: llama.cpp, llama-cpp-python, vLLM and TGI
@@ -69,25 +71,28 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
     stops = payload.get("stop_sequences")
     if isinstance(stops, list) and stops:
         out["stop"] = list(stops)
-    user = _user(payload.get("metadata"))
-    if user:
-        out["user"] = user
-    effort = _reasoning_effort(payload.get("thinking"), payload.get("output_config"))
-    if effort:
-        out["reasoning_effort"] = effort
-    fmt = _response_format(payload.get("output_config"), payload.get("output_format"))
-    if fmt:
-        out["response_format"] = fmt
+    if "metadata" in payload:
+        user = _user(payload["metadata"])
+        if user:
+            out["user"] = user
+    if "thinking" in payload or "output_config" in payload or "output_format" in payload:
+        effort = _reasoning_effort(payload.get("thinking"), payload.get("output_config"))
+        if effort:
+            out["reasoning_effort"] = effort
+        fmt = _response_format(payload.get("output_config"), payload.get("output_format"))
+        if fmt:
+            out["response_format"] = fmt
 
     tools = _tools(payload.get("tools"))
     if tools:
         out["tools"] = tools
-    choice, parallel = _tool_choice(payload.get("tool_choice"))
-    # OpenAI answers 400 to tool_choice or parallel_tool_calls without tools.
-    if tools and choice is not None:
-        out["tool_choice"] = choice
-    if tools and parallel is False:
-        out["parallel_tool_calls"] = False
+    if "tool_choice" in payload:
+        choice, parallel = _tool_choice(payload["tool_choice"])
+        # OpenAI answers 400 to tool_choice or parallel_tool_calls without tools.
+        if tools and choice is not None:
+            out["tool_choice"] = choice
+        if tools and parallel is False:
+            out["parallel_tool_calls"] = False
     if payload.get("mcp_servers"):
         raise Untranslatable(
             "'mcp_servers' are run by Anthropic's API; a chat completions upstream cannot reach them"
@@ -305,6 +310,12 @@ def _blocks(content: Any, i: int) -> list[dict[str, Any]]:
 
 
 def _user_turn(convo: _Convo, content: Any, i: int) -> None:
+    if isinstance(content, str) and content and not convo.notes:
+        last = convo.out[-1] if convo.out else None
+        if last is None or last["role"] != "user":
+            # The common turn (a user's typed line): what the walk below makes of it, directly.
+            convo.out.append({"role": "user", "content": content})
+            return
     parts: list[dict[str, Any]] = []
     tool_images: list[dict[str, Any]] = []
     for block in _blocks(content, i):
