@@ -124,14 +124,15 @@ def full_pipeline(dialect: Dialect) -> Handler:
             leg = up.leg_for(svc.translations, dialect, inbound.model)
             if isinstance(leg, NoLeg):
                 return bad_request(leg.message, "no_translation")
-            headers = request_headers(request.headers.items(), up.outbound, state.request_id)
             state.translated = None  # until a translated call is made (a fallback's, say)
             if leg.translator is None and leg.model is None and dialect.address(asked.payload()) is None:
+                headers = request_headers(request.headers.items(), up.outbound, state.request_id)
                 url = up.url_for(dialect.path, query)
                 strip = asked.strip_usage
                 return Call(up, "POST", url, headers, mode, dialect, strip, track, body=asked.body())
             sent = Sending(mode, asked.strip_usage, track, query, query_key)
-            return leg_call(state, leg, up, headers, sent, inbound, asked.payload(), asked.client())
+            client_headers = request.headers.items()
+            return leg_call(state, leg, up, client_headers, sent, inbound, asked.payload(), asked.client())
 
         plan = new_plan(svc, client_deadline_s(request.headers))
         plan.probe = turn is not None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +14,7 @@ from gateway import jsonbody
 from gateway.apis.base import Dialect, Inbound
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.outcome import Failure, RequestState, bad_request
-from gateway.routing import UnsafePath, in_api
+from gateway.routing import UnsafePath, request_headers
 from gateway.services import UpstreamRuntime
 from gateway.translate import Leg, Translation, held_context
 from gateway.translate.base import Refusal, Target
@@ -31,16 +32,17 @@ class Sending:
 
 
 def leg_call(
-    state: RequestState, leg: Leg, up: UpstreamRuntime, headers: dict[str, str], how: Sending,
-    inbound: Inbound, payload: dict[str, Any], client_payload: dict[str, Any],
+    state: RequestState, leg: Leg, up: UpstreamRuntime, client_headers: Iterable[tuple[str, str]],
+    how: Sending, inbound: Inbound, payload: dict[str, Any], client_payload: dict[str, Any],
 ) -> Call | Failure:  # fmt: skip
     """A call on an upstream that speaks another API than the client, under another model
     name, or in an API that names the model in the URL (Gemini)."""
     wire = leg.wire
     # The body is the gateway's, in the upstream's API; the client's credential moves to where
     # that API takes one when the API changes or it came as Gemini's ?key=.
-    moves_to = up.outbound.moves_to if leg.translator is not None or how.query_key is not None else None
-    headers = in_api(headers, wire.api, moves_to, how.query_key)
+    outbound = up.outbound
+    moves_to = outbound.moves_to if leg.translator is not None or how.query_key is not None else None
+    headers = request_headers(client_headers, outbound, state.request_id, wire.api, moves_to, how.query_key)
     lenient = inbound.lenient
     if leg.translator is None:  # the client's API, under the upstream's name for the model
         sent = leg.request(payload, inbound.model, up.cfg.stream_usage)
