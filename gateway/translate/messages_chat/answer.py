@@ -138,9 +138,12 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
     found = choice.get("message")
     message: Mapping[str, Any] = found if isinstance(found, dict) else {}
     content: list[dict[str, Any]] = []
-    thinking = reasoning_of(message)
-    if thinking:
-        content.append({"type": "thinking", "thinking": thinking, "signature": ""})
+    # Each rule below runs only when its field is there: this runs for every translated
+    # answer, and most carry text alone (issue #38).
+    if "reasoning_content" in message or "reasoning" in message:
+        thinking = reasoning_of(message)
+        if thinking:
+            content.append({"type": "thinking", "thinking": thinking, "signature": ""})
     text = message.get("content")
     if isinstance(text, list):  # a few servers answer with content parts
         text = "".join(
@@ -152,6 +155,7 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
     refused = isinstance(refusal, str) and bool(refusal)
     if refused:
         content.append({"type": "text", "text": refusal})
+    tools = False
     calls = message.get("tool_calls")
     for i, call in enumerate(calls if isinstance(calls, list) else ()):
         function = call.get("function") if isinstance(call, dict) else None
@@ -159,8 +163,8 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
             continue
         content.append({"type": "tool_use", "id": call.get("id") or tool_id(ctx, i), "name": function["name"],
                         "input": tool_input(function.get("arguments"))})  # fmt: skip
-    tools = any(b["type"] == "tool_use" for b in content)
-    matched = matched_stop(choice, ctx.request)
+        tools = True
+    matched = matched_stop(choice, ctx.request) if "stop_reason" in choice else None
     reported = doc.get("usage")
     # The output estimate (each block's text encoded) only where the upstream gave no count.
     completion = reported.get("completion_tokens") if isinstance(reported, dict) else None
