@@ -132,6 +132,19 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def children(pid: int) -> list[int]:
+    """The pids of a process's children (the gateway's workers), from /proc."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+def family_cpu_s(pid: int) -> float:
+    """CPU seconds of a process and its children."""
+    return cpu_s(pid) + sum(cpu_s(c) for c in children(pid))
+
+
 def measure(name: str, base: str, pid: int) -> dict[str, float | str]:
     path, body, stream_body = "/v1/chat/completions", load.BODY, load.STREAM_BODY
     if name in REQUESTS:

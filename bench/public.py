@@ -52,7 +52,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench import load, streams
-from bench.__main__ import RESULTS, cpu_s, free_port, raise_fd_limit, status_kb, wait_port
+from bench.__main__ import RESULTS, children, family_cpu_s, free_port, raise_fd_limit, status_kb, wait_port
 
 MINIMAL, GATEWAY, TRANSLATED = "minimal aiohttp proxy", "llm-gateway", "llm-gateway, Messages client → chat upstream"
 DIRECT, DIRECT_MESSAGES = "mock directly (chat)", "mock directly (Messages)"
@@ -114,18 +114,6 @@ def spawn(cores: str, args: list[str], port: int, ready: str, log: Path) -> subp
                             stdout=log.open("ab"), stderr=subprocess.STDOUT)
     wait_port(port, ready)
     return proc
-
-
-def children(pid: int) -> list[int]:
-    out: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        out += [int(c) for c in (task / "children").read_text().split()]
-    return out
-
-
-def family_cpu_s(pid: int) -> float:
-    """CPU seconds of a process and its children (the gateway's workers)."""
-    return cpu_s(pid) + sum(cpu_s(c) for c in children(pid))
 
 
 def family_rss_kb(pid: int) -> int:

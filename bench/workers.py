@@ -24,22 +24,10 @@ import urllib.request
 from pathlib import Path
 
 from bench import load
-from bench.__main__ import QUICK, ROOT, ROUNDS, SECONDS, cpu_s, free_port, wait_port
+from bench.__main__ import QUICK, ROOT, ROUNDS, SECONDS, children, family_cpu_s, free_port, wait_port
 
 CORES = len(os.sched_getaffinity(0))
 CONNECTIONS = 64
-
-
-def children(pid: int) -> list[int]:
-    out = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        text = (task / "children").read_text().split()
-        out.extend(int(c) for c in text)
-    return out
-
-
-def family_cpu_s(pid: int) -> float:
-    return cpu_s(pid) + sum(cpu_s(c) for c in children(pid))
 
 
 def spawn(args: list[str], port: int, ready: str, log: Path | None = None) -> subprocess.Popen[bytes]:
