@@ -114,20 +114,36 @@ def in_api(
     organization id is nothing Anthropic should learn, nor Anthropic's betas OpenAI). With
     ``moves_to``, the client's credential goes where that upstream takes one
     (``credential_moved``). ``request_headers(..., api=...)`` does both in its own pass."""
-    foreign = _FOREIGN[api]
-    out: dict[str, str] = {}
-    taken: dict[str, str] | None = None
-    for k, v in headers.items():
-        lk = k.lower()
-        if lk == "content-type" or lk.startswith(foreign):
-            continue
-        if moves_to is not None and lk in CREDENTIAL_HEADERS:
-            if taken is None:
-                taken = {}
-            taken[lk] = v
-            continue
-        out[k] = v
+    out, _, taken = _filtered(headers.items(), frozenset(), _FOREIGN[api], moves_to is not None)
     return _in_api_tail(out, api, taken, moves_to, query_key)
+
+
+def _filtered(
+    items: Iterable[tuple[str, str]], drop: frozenset[str], foreign: tuple[str, ...] | None, moving: bool
+) -> tuple[dict[str, str], str | None, dict[str, str] | None]:
+    """One pass over headers: those not in ``drop`` (the ``Connection`` values among them
+    joined, for the caller to apply), and with ``foreign`` (an API's ``_FOREIGN``) not
+    ``Content-Type`` nor another API's; ``moving``: the credential headers apart, by
+    lower-case name."""
+    out: dict[str, str] = {}
+    connection: str | None = None
+    taken: dict[str, str] | None = None
+    for k, v in items:
+        lk = k.lower()
+        if lk in drop:
+            if lk == "connection":
+                connection = v if connection is None else f"{connection},{v}"
+            continue
+        if foreign is not None:
+            if lk == "content-type" or lk.startswith(foreign):
+                continue
+            if moving and lk in CREDENTIAL_HEADERS:
+                if taken is None:
+                    taken = {}
+                taken[lk] = v
+                continue
+        out[k] = v
+    return out, connection, taken
 
 
 def _in_api_tail(
@@ -227,26 +243,8 @@ def request_headers(
     # usual argument) costs ~0.3 µs a call, and this runs for every request.
     items = client.items() if hasattr(client, "items") else client
     plan = upstream if isinstance(upstream, Outbound) else Outbound.of(upstream)
-    drop = plan.drop
     foreign = _FOREIGN[api] if api is not None else None
-    out: dict[str, str] = {}
-    connection: str | None = None
-    taken: dict[str, str] | None = None
-    for k, v in items:
-        lk = k.lower()
-        if lk in drop:
-            if lk == "connection":
-                connection = v if connection is None else f"{connection},{v}"
-            continue
-        if foreign is not None:
-            if lk == "content-type" or lk.startswith(foreign):
-                continue
-            if moves_to is not None and lk in CREDENTIAL_HEADERS:
-                if taken is None:
-                    taken = {}
-                taken[lk] = v
-                continue
-        out[k] = v
+    out, connection, taken = _filtered(items, plan.drop, foreign, moves_to is not None)
     if connection is not None:
         # Headers named in Connection are hop-by-hop too (RFC 9110 §7.6.1).
         tokens = {t.strip().lower() for t in connection.split(",")}
