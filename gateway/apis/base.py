@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from gateway.errors import Classification
 from gateway.jsonbody import Lenient, loads
@@ -103,11 +103,11 @@ class Inbound:
             self.held = None
 
 
-@dataclass(frozen=True, slots=True)
-class Where:
+class Where(NamedTuple):
     """What a request's URL says besides the body: the variables of the route it matched
     (Gemini names the model and the method in the path) and the query (Gemini's ``alt=sse``).
-    Empty for the APIs that say everything in the body."""
+    Empty for the APIs that say everything in the body. (A NamedTuple: made for every
+    request; see ``translate.base.Target``.)"""
 
     params: Mapping[str, str]
     query: Mapping[str, str]

@@ -7,8 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from gateway import jsonbody
 from gateway.apis.base import Dialect, Inbound
@@ -20,9 +19,9 @@ from gateway.translate import Leg, Translation, held_context
 from gateway.translate.base import Refusal, Target
 
 
-@dataclass(frozen=True, slots=True)
-class Sending:
-    """How this request is sent, whichever upstream it goes to."""
+class Sending(NamedTuple):
+    """How this request is sent, whichever upstream it goes to. (A NamedTuple: made for every
+    translated request; see ``Target``.)"""
 
     mode: ReadMode
     strip_usage: bool

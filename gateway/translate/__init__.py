@@ -75,6 +75,13 @@ class Translation:
         return self.translator.stream(self.ctx, known)
 
 
+# Below this many bytes a translated request is kept whole while the upstream works: what
+# dropping its conversation would save is a few KB, and what answers need of it (the prompt
+# estimate) is then made only if one asks (a buffered answer with its usage never does),
+# instead of before every send (issue #38).
+HOLD_WHOLE_BELOW = 4096
+
+
 def held_context(
     translator: Translator, requested_model: str, payload: Mapping[str, Any], request_id: str,
     size: int | None,
@@ -83,7 +90,7 @@ def held_context(
     ``size``: the bytes of ``payload`` as the client sent them; None when a stage changed the
     payload, which the request then holds whole anyway (and which has no size of its own)."""
     ctx = Context(requested_model, payload, request_id, size)
-    return ctx if size is None else translator.held(ctx)
+    return ctx if size is None or size < HOLD_WHOLE_BELOW else translator.held(ctx)
 
 
 @dataclass(frozen=True, slots=True)

@@ -117,9 +117,12 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
             parts.append(function_call(call.get("id"), function["name"], function.get("arguments")))
     if not parts:
         parts.append({"text": ""})  # a candidate always has content; an empty answer is empty text
-    shown = sum(len(json.dumps(p)) for p in parts)
-    usage, estimated = usage_metadata(doc.get("usage"), input_tokens(ctx, estimate_input_tokens),
-                                      round(shown / BYTES_PER_TOKEN))  # fmt: skip
+    reported = doc.get("usage")
+    # Estimates (the prompt's, the answer's) only where the upstream gave no count.
+    counts = reported if isinstance(reported, dict) else {}
+    prompt = 0 if isinstance(counts.get("prompt_tokens"), int) else input_tokens(ctx, estimate_input_tokens)
+    shown = 0 if isinstance(counts.get("completion_tokens"), int) else sum(len(json.dumps(p)) for p in parts)
+    usage, estimated = usage_metadata(reported, prompt, round(shown / BYTES_PER_TOKEN))
     if estimated:
         ctx.notes["usage_estimated"] = True
     finish = finish_reason(choice.get("finish_reason"))

@@ -166,11 +166,12 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
         tools = True
     matched = matched_stop(choice, ctx.request) if "stop_reason" in choice else None
     reported = doc.get("usage")
-    # The output estimate (each block's text encoded) only where the upstream gave no count.
-    completion = reported.get("completion_tokens") if isinstance(reported, dict) else None
+    # Estimates (the prompt's, the answer's) only where the upstream gave no count.
+    counts = reported if isinstance(reported, dict) else {}
     out_usage, estimated = usage(
-        reported, input_tokens(ctx, estimate_input_tokens),
-        0 if isinstance(completion, int) else _output_estimate(content),
+        reported,
+        0 if isinstance(counts.get("prompt_tokens"), int) else input_tokens(ctx, estimate_input_tokens),
+        0 if isinstance(counts.get("completion_tokens"), int) else _output_estimate(content),
     )  # fmt: skip
     if estimated:
         ctx.notes["usage_estimated"] = True

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from gateway.sse import EventSplitter
-from gateway.translate import Translations
+from gateway.translate import HOLD_WHOLE_BELOW, Translations, held_context
 from gateway.translate.base import Context
 from gateway.translate.chat_gemini import ChatToGemini
 from gateway.translate.chat_messages import ChatToMessages
@@ -100,3 +100,20 @@ def test_the_held_context_keeps_neither_the_conversation_nor_the_tools(client: s
     if client != "responses":  # Responses answers echo the tools the request declared
         assert "tools" not in held.request
     assert held.request_bytes == len(json.dumps(request).encode())
+
+
+def test_a_small_request_is_kept_whole_and_a_large_one_without_its_conversation() -> None:
+    """``held_context``: below HOLD_WHOLE_BELOW bytes holding the conversation costs little, and
+    its prompt estimate is then made only if an answer asks (the answers are the same either
+    way: the test above)."""
+    translator = TABLE["messages", "chat"]
+    small = REQUESTS["messages"]
+    size = len(json.dumps(small).encode())
+    assert size < HOLD_WHOLE_BELOW
+    whole = held_context(translator, "m", small, "req1", size)
+    assert whole.request is small and whole.input_tokens is None
+    large = {**small, "messages": [{"role": "user", "content": "x" * HOLD_WHOLE_BELOW}]}
+    held = held_context(translator, "m", large, "req1", len(json.dumps(large).encode()))
+    assert "messages" not in held.request and held.input_tokens is not None
+    changed = held_context(translator, "m", large, "req1", None)  # a stage rewrote it: no size
+    assert changed.request is large
