@@ -246,6 +246,21 @@ def test_finish_reasons(finish: str, gemini: str) -> None:
     assert doc["usageMetadata"]["promptTokenCount"] > 0  # estimated when the upstream says nothing
 
 
+@pytest.mark.parametrize("missing", ["prompt_tokens", "completion_tokens"])
+def test_only_the_count_the_upstream_left_out_is_estimated(missing: str) -> None:
+    reported = {"prompt_tokens": 7, "completion_tokens": 5}
+    usage = {k: v for k, v in reported.items() if k != missing}
+    body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "a longer answer " * 8},
+                         "finish_reason": "stop"}], "usage": usage}  # fmt: skip
+    context = ctx()
+    meta = T.answer(body, context)["usageMetadata"]
+    if missing == "prompt_tokens":
+        assert meta["promptTokenCount"] > 0 and meta["candidatesTokenCount"] == 5
+    else:
+        assert meta["promptTokenCount"] == 7 and meta["candidatesTokenCount"] > 5  # 128 bytes of text
+    assert context.notes["usage_estimated"] is True
+
+
 # --- streams ------------------------------------------------------------------------------
 
 

@@ -308,6 +308,20 @@ def test_missing_usage_is_estimated_and_said() -> None:
     assert ctx.notes["usage_estimated"] is True
 
 
+@pytest.mark.parametrize("missing", ["prompt_tokens", "completion_tokens"])
+def test_only_the_count_the_upstream_left_out_is_estimated(missing: str) -> None:
+    doc = _completion({"content": "hello there"}, "stop")
+    reported = dict(doc["usage"])
+    del doc["usage"][missing]
+    ctx = ctx_for(corpus_request(FIRST))
+    usage = T.answer(doc, ctx)["usage"]
+    if missing == "prompt_tokens":
+        assert usage["input_tokens"] > 10_000 and usage["output_tokens"] == reported["completion_tokens"]
+    else:
+        assert usage["input_tokens"] == reported["prompt_tokens"] and usage["output_tokens"] > 0
+    assert ctx.notes["usage_estimated"] is True
+
+
 # --- streams -----------------------------------------------------------------------------
 
 STREAMS = ["openai-gpt-4o-text.stream.json", "openai-gpt-4o-parallel-tools.stream.json",
