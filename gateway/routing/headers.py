@@ -152,12 +152,7 @@ def _in_api_tail(
 ) -> dict[str, str]:
     """What ``in_api`` adds once the foreign headers are out and the credentials ``taken``."""
     out[JSON_BODY[0]] = JSON_BODY[1]
-    required = API_HEADERS[api].required
-    if required:
-        sent = {k.lower() for k in out}
-        for name, value in required:
-            if name not in sent:
-                out[name] = value
+    _required(out, API_HEADERS[api].required)
     if moves_to is not None:
         _move_credential(out, taken or {}, moves_to, query_key)
     return out

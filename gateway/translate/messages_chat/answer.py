@@ -138,12 +138,9 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
     found = choice.get("message")
     message: Mapping[str, Any] = found if isinstance(found, dict) else {}
     content: list[dict[str, Any]] = []
-    # Each rule below runs only when its field is there: this runs for every translated
-    # answer, and most carry text alone (issue #38).
-    if "reasoning_content" in message or "reasoning" in message:
-        thinking = reasoning_of(message)
-        if thinking:
-            content.append({"type": "thinking", "thinking": thinking, "signature": ""})
+    thinking = reasoning_of(message)
+    if thinking:
+        content.append({"type": "thinking", "thinking": thinking, "signature": ""})
     text = message.get("content")
     if isinstance(text, list):  # a few servers answer with content parts
         text = "".join(
