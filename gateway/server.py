@@ -25,6 +25,7 @@ from aiohttp import web
 from gateway import __version__
 from gateway.app import create_app, private_app
 from gateway.config import GatewayConfig
+from gateway.exact_routes import ExactFirstRunner
 from gateway.listening import cannot_listen
 from gateway.live import LIVE
 from gateway.reload.reloader import Reloader
@@ -185,7 +186,7 @@ def make_runner(app: web.Application, **overrides: object) -> web.AppRunner:
         "auto_decompress": False,
         **overrides,
     }
-    return web.AppRunner(app, **options)  # type: ignore[arg-type]
+    return ExactFirstRunner(app, **options)  # type: ignore[arg-type]
 
 
 def _addresses(runner: web.AppRunner) -> list[str]:
