@@ -87,6 +87,8 @@ class ClientAuth:
         (Gemini's ``?key=``, passed only on the routes of an API that takes one). A request
         that presents several is let in when any one of them matches, since SDKs add their
         own header next to a custom one."""
+        if not self.ring.by_digest:
+            return _NOT_REQUIRED  # every request asks this: no keys, nothing to look at
         found = self.ring.identify(headers, query_key)
         return AuthResult(found.outcome, found.key)  # type: ignore[arg-type]
 
@@ -107,6 +109,9 @@ def _spec(k: ClientKeyConfig, teams: Mapping[str, BudgetConfig | None]) -> KeySp
         tokens_per_minute=k.tokens_per_minute, parallel=k.parallel, budget=budget(k.budget),
         team_budget=budget(teams.get(k.team)) if k.team else None, admin=k.admin,
     )  # fmt: skip
+
+
+_NOT_REQUIRED = AuthResult("not_required")
 
 
 @dataclass(frozen=True, slots=True)

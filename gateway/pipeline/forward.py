@@ -257,10 +257,11 @@ def forwarded_query(request: web.Request, dialect: Dialect) -> str:
 def authenticate(svc: Services, request: web.Request) -> Failure | None:
     """Only holders of a gateway key may spend the operator's provider keys: in a credential
     header, or in the query parameter the request's API takes a key in (Gemini's ``key``)."""
-    param = request[STATE].dialect.key_param
+    state = request[STATE]
+    param = state.dialect.key_param
     result = svc.auth.check(request.headers, request.query.get(param) if param else None)
     if result.ok:
-        request[STATE].key = result.key
+        state.key = result.key
         return None
     svc.telemetry.client_auth_refusals.labels(result.outcome).inc()
     code = "missing_client_key" if result.outcome == "missing" else "invalid_client_key"

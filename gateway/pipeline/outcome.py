@@ -22,8 +22,11 @@ from gateway.translate.base import StreamTranslator
 from gateway.upstream import UpstreamResponse
 
 
-@dataclass
+@dataclass(init=False)
 class RequestState:
+    """Every field but the mutable ones reads its class-level default until a stage writes it:
+    made per request, the generated ``__init__`` stored all 39 (1.04 µs warm, 2.3 in place)."""
+
     request_id: str
     started: float  # monotonic
     upstream: str = "none"
@@ -66,11 +69,18 @@ class RequestState:
     empty_attempts: list[str] = field(default_factory=list)
     empty_retries: list[str] = field(default_factory=list)
     empty_was: ErrorType = ErrorType.PROVIDER_UNAVAILABLE
-    dialect: Dialect = field(default_factory=lambda: OPENAI_CHAT)
+    dialect: Dialect = OPENAI_CHAT
     # What a stream is written through: another framing of the same events where the client
     # asked for one (a Gemini JSON-array stream, gateway/apis/gemini/array.py).
     stream_response: type[web.StreamResponse] = web.StreamResponse
     trace: Any = None  # the request's spans when tracing is on (gateway/tracing/otel.py)
+
+    def __init__(self, request_id: str, started: float) -> None:
+        self.request_id = request_id
+        self.started = started
+        self.usage = {}
+        self.empty_attempts = []
+        self.empty_retries = []
 
 
 STATE = web.RequestKey("llm_state", RequestState)

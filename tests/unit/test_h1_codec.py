@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import zlib
 
@@ -91,6 +92,18 @@ def test_framing_headers_are_the_clients_own_and_given_accepts_are_kept() -> Non
 def test_a_header_that_would_split_the_head_is_refused(headers: dict[str, str]) -> None:
     with pytest.raises(BadRequestHead):
         request_head("POST", parse_target("http://h/x"), headers, 0)
+
+
+def test_a_line_break_is_refused_wherever_it_would_land_and_named_when_a_header_holds_it() -> None:
+    with pytest.raises(BadRequestHead, match="x-a"):
+        request_head("POST", parse_target("http://h/x"), {"ok": "1", "x-a": "1\r\nx-b: 2"}, 0)
+    # The host header comes from the configured URL: a CR there would split the head too.
+    target = dataclasses.replace(parse_target("http://h/x"), host_header="h\r\nx-b: 2")
+    with pytest.raises(BadRequestHead, match="request line"):
+        request_head("POST", target, {"ok": "1"}, 0)
+    # A framing header is never sent, so what it holds cannot reach the upstream.
+    head = request_head("POST", parse_target("http://h/x"), {"Connection": "close\r\nx-b: 2"}, 0)
+    assert b"x-b" not in head
 
 
 BODY = b'{"id":"chatcmpl-1","choices":[{"message":{"content":"hi"}}]}' * 50

@@ -91,7 +91,7 @@ def request_head(method: str, target: Target, headers: Mapping[str, str], body_l
         lines.append(f"Authorization: {target.authorization}\r\n")
     accept = encoding = False
     for name, value in headers.items():
-        if "\r" in value or "\n" in value or "\r" in name or "\n" in name or ":" in name:
+        if ":" in name:
             raise BadRequestHead(f"header {name[:64]!r} has a line break or colon in it")
         lower = name.lower()
         if lower in _OURS or (lower == "authorization" and target.authorization is not None):
@@ -106,7 +106,20 @@ def request_head(method: str, target: Target, headers: Mapping[str, str], body_l
     if body_length is not None:
         lines.append(f"Content-Length: {body_length}\r\n")
     lines.append("\r\n")
-    return "".join(lines).encode("utf-8", "surrogateescape")
+    head = "".join(lines)
+    # Every line above ends in the one CRLF it was written with (the first holds two): a CR or
+    # LF inside a header would split it and smuggle what follows as another. One count over
+    # the head instead of four searches per header (~0.6 µs a request, issue #38).
+    if head.count("\r") + head.count("\n") != 2 * (len(lines) + 1):
+        raise BadRequestHead(_split_by(headers))
+    return head.encode("utf-8", "surrogateescape")
+
+
+def _split_by(headers: Mapping[str, str]) -> str:
+    for name, value in headers.items():
+        if any(c in name or c in value for c in "\r\n"):
+            return f"header {name[:64]!r} has a line break or colon in it"
+    return "the request line or its Host header has a line break in it"
 
 
 # The framing is the client's to write: a caller's would contradict the body it sends.
