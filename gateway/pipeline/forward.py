@@ -156,6 +156,8 @@ def full_pipeline(dialect: Dialect) -> Handler:
         if svc.loop.enabled:
             await _remember(svc, state, outcome, request, inbound, fingerprint, turn)
             inbound.drop()
+        if not inbound.stream:
+            return await relay(request, svc, state, outcome)  # only a stream is ever continued
 
         def read_once() -> dict[str, Any]:
             # A continuation writes its request from it; the stream goes on without it.

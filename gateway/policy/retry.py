@@ -52,9 +52,13 @@ def backoff_s(cls_cfg: RetryClassConfig, retry_number: int, rand: float) -> floa
     return cap / 2 + rand * cap / 2
 
 
-@dataclass
+@dataclass(init=False)
 class RetryPlan:
-    """The retry decisions for one request. Pure: clock, randomness and budget are passed in."""
+    """The retry decisions for one request. Pure: clock, randomness and budget are passed in.
+
+    One is made per request: its ``__init__`` sets what is given and the one mutable field,
+    and every other field reads its class-level default until the plan writes it (the
+    generated one stored all fourteen; issue #38)."""
 
     cfg: RetryConfig
     now: Callable[[], float]  # monotonic seconds
@@ -76,8 +80,13 @@ class RetryPlan:
     retries: dict[ErrorType, int] = field(default_factory=dict)
     stopped: StopReason | None = None
 
-    def __post_init__(self) -> None:
-        self.started_at = self.now()
+    def __init__(
+        self, cfg: RetryConfig, now: Callable[[], float], rand: Callable[[], float],
+        may_retry: Callable[[], bool], deadline_s: float | None = None,
+    ) -> None:  # fmt: skip
+        self.cfg, self.now, self.rand, self.may_retry, self.deadline_s = cfg, now, rand, may_retry, deadline_s
+        self.retries = {}
+        self.started_at = now()
 
     @property
     def deadline_at(self) -> float:
