@@ -104,6 +104,9 @@ def test_a_line_break_is_refused_wherever_it_would_land_and_named_when_a_header_
     # A framing header is never sent, so what it holds cannot reach the upstream.
     head = request_head("POST", parse_target("http://h/x"), {"Connection": "close\r\nx-b: 2"}, 0)
     assert b"x-b" not in head
+    # ... nor is it the one named when a header that is sent splits the head.
+    with pytest.raises(BadRequestHead, match="x-a"):
+        request_head("POST", parse_target("http://h/x"), {"Connection": "a\nb", "x-a": "1\nx-b: 2"}, 0)
 
 
 BODY = b'{"id":"chatcmpl-1","choices":[{"message":{"content":"hi"}}]}' * 50
