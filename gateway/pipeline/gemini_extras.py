@@ -34,7 +34,7 @@ from gateway.pipeline.relay import relay
 from gateway.pipeline.send import new_plan, send_one
 from gateway.policy.clients import client_deadline_s
 from gateway.policy.tokens import request_tokens, text_tokens
-from gateway.routing import UnsafePath, in_api, request_headers
+from gateway.routing import UnsafePath, request_headers
 from gateway.services import SERVICES, Services
 from gateway.translate.base import Refusal, Target
 from gateway.translate.gemini_chat.request import to_chat
@@ -89,7 +89,7 @@ async def _counted_upstream(
         url = up.url_for(model_path(name, "countTokens"), "")
     except UnsafePath:
         return None
-    headers = in_api(request_headers(request.headers.items(), up.outbound, state.request_id), "gemini")
+    headers = request_headers(request.headers.items(), up.outbound, state.request_id, "gemini")
     call = Call(up, "POST", url, headers, ReadMode.BUFFER, GEMINI)
     return await send_one(svc, state, new_plan(svc, client_deadline_s(request.headers)), call, body)
 
