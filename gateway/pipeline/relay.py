@@ -19,6 +19,7 @@ from aiohttp import web
 from gateway.apis.base import Ending, EventKind, Splice, StreamReader
 from gateway.errors import Classification, ErrorType, TransportError
 from gateway.jsonpeek import top_level_member
+from gateway.one_write import OneWriteResponse
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success
 from gateway.pipeline.stamp import stamp
 from gateway.policy.classify import classify, classify_stream_event
@@ -38,13 +39,13 @@ async def relay(
     if isinstance(outcome, Failure):
         state.classification = outcome.classification
         status, body = rendered(state, outcome)
-        return web.Response(status=status, body=body, headers=outcome.headers)
+        return OneWriteResponse(status=status, body=body, headers=outcome.headers)
     if outcome.chunks is None:
         if outcome.usage is not None:
             state.usage.update(outcome.usage)
         else:
             _count_usage_in_body(state, outcome.body)
-        return web.Response(status=outcome.status, body=outcome.body, headers=outcome.headers)
+        return OneWriteResponse(status=outcome.status, body=outcome.body, headers=outcome.headers)
     if outcome.sse:
         return await _relay_sse(request, svc, state, outcome, resume)
     return await _relay_raw(request, svc, state, outcome)
