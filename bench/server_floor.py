@@ -31,13 +31,17 @@ import asyncio, sys, uvloop
 from aiohttp import web
 ANSWER = b'{"ok":true}'
 mode, port = sys.argv[1], int(sys.argv[2])
+if mode.endswith("-one"):
+    from gateway.one_write import OneWriteResponse as Answer
+else:
+    Answer = web.Response
 
 async def answer(request):
     await request.read()
-    return web.Response(body=ANSWER, content_type="application/json")
+    return Answer(body=ANSWER, content_type="application/json")
 
 async def main():
-    if mode == "application":
+    if mode.startswith("application"):
         app = web.Application()
         app.router.add_post("/v1/chat/completions", answer)
         runner = web.AppRunner(app, access_log=None)
@@ -80,6 +84,7 @@ uvloop.run(main())
 '''
 
 TARGETS = {"aiohttp web.Application (one route)": [SERVER, "application"],
+           "the same, answered with the gateway's one-write response": [SERVER, "application-one"],
            "aiohttp web.Server (low level)": [SERVER, "server"],
            "asyncio.Protocol on httptools (bare)": [BARE]}
 

@@ -12,26 +12,27 @@ HTTP/1.0, ``HEAD`` and ``CONNECT``, 1xx/204/304, a connection to be closed, cook
 non-bytes body, an app with ``on_response_prepare`` handlers, or an aiohttp without the
 attributes it reads (checked once, at import).
 
-What it keeps from aiohttp: the headers a response would get (Content-Length,
-Content-Type's default, Date from aiohttp's per-second cache, Server from the module
-constant the gateway sets), their order, UTF-8 on the wire, the refusal of any control
-character but HTAB in the head (raised before anything is written, as aiohttp's serialiser
-raises it), the ``ConnectionResetError`` for a closing transport and the drain when the
-client reads slowly. tests/unit/test_one_write.py holds its bytes to aiohttp's for each case.
+What it keeps from aiohttp: the headers a response gets (Content-Length, Content-Type's
+default, Date from aiohttp's per-second cache, Server from the module constant the gateway
+sets), added to ``response.headers`` in aiohttp's order; the head made by aiohttp's own
+serialiser, so the same bytes and the same ``ValueError`` for a control character (raised
+before anything is written); a ``ConnectionResetError`` for a closing transport; the drain
+while the client reads slowly. tests/unit/test_one_write.py holds its bytes to aiohttp's for
+each case.
 """
 
 from __future__ import annotations
-
-import re
 
 from aiohttp import hdrs, web, web_response
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import HttpVersion11
 
-# RFC 9110 §5.5: no CTL but HTAB in a field value; CR and LF are counted separately below,
-# as exactly one CRLF ends each line (aiohttp refuses the same set, _http_writer.pyx).
-_CONTROL_BUT_CRLF = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+try:  # aiohttp's own head serialiser: C where its extensions are built, its Python twin elsewhere
+    from aiohttp.http_writer import _serialize_headers
+except ImportError:  # pragma: no cover - an aiohttp that moved it: every answer through aiohttp
+    _serialize_headers = None  # type: ignore[assignment]
+
 _NO_BODY_STATUS = frozenset({204, 304})
 _NO_BODY_METHODS = frozenset({hdrs.METH_HEAD, hdrs.METH_CONNECT})  # CONNECT: its 2xx carry none
 _ATTRIBUTES = (
@@ -44,14 +45,10 @@ _ATTRIBUTES = (
 def _supported() -> bool:
     """Whether this aiohttp's responses carry every attribute the fast path reads or sets."""
     probe = web.Response(body=b"")
-    return all(hasattr(probe, name) for name in _ATTRIBUTES)
+    return _serialize_headers is not None and all(hasattr(probe, name) for name in _ATTRIBUTES)
 
 
 SUPPORTED = _supported()
-
-
-class HeadRefused(ValueError):
-    """A header name or value holds a control character: nothing was written."""
 
 
 class OneWriteResponse(web.Response):
@@ -99,22 +96,18 @@ def _head(resp: OneWriteResponse, request: web.BaseRequest) -> bytes | None:
     ):
         return None
     match_info = getattr(request, "_match_info", None)
-    if match_info is not None and any(app.on_response_prepare for app in match_info.apps):
-        return None
+    if match_info is not None:
+        for app in match_info.apps:
+            if app.on_response_prepare:
+                return None  # aiohttp runs the app's handlers between the head and its write
     headers = resp._headers
-    lines = [f"HTTP/1.1 {status} {resp._reason}"]
-    lines += [f"{name}: {value}" for name, value in headers.items()]
     if hdrs.CONTENT_LENGTH not in headers:
-        lines.append(f"Content-Length: {len(body)}")
+        headers[hdrs.CONTENT_LENGTH] = str(len(body))
     if body and hdrs.CONTENT_TYPE not in headers:
-        lines.append("Content-Type: application/octet-stream")
+        headers[hdrs.CONTENT_TYPE] = "application/octet-stream"
     if hdrs.DATE not in headers:
-        lines.append(f"Date: {rfc822_formatted_time()}")
+        headers[hdrs.DATE] = rfc822_formatted_time()
     if hdrs.SERVER not in headers:
-        lines.append(f"Server: {web_response.SERVER_SOFTWARE}")  # type: ignore[attr-defined]
-    text = "\r\n".join(lines)
-    breaks = len(lines) - 1
-    if text.count("\r") != breaks or text.count("\n") != breaks or _CONTROL_BUT_CRLF.search(text):
-        raise HeadRefused("a response header holds a control character")
-    # aiohttp's serialiser drops lone surrogates; "ignore" does the same.
-    return text.encode("utf-8", "ignore") + b"\r\n\r\n"
+        headers[hdrs.SERVER] = web_response.SERVER_SOFTWARE  # type: ignore[attr-defined]
+    # aiohttp's own serialiser (C): the same bytes, and its ValueError for a control character.
+    return _serialize_headers(f"HTTP/1.1 {status} {resp._reason}", headers)
