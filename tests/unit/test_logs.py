@@ -13,16 +13,31 @@ from gateway import logs
 from gateway.logs import ACCESS, JsonFormatter, LineWriter
 
 
+class PipeLines:
+    """The JSON lines arriving on a pipe, whole: a read can end inside a line (the writer's
+    batch is larger than the pipe), and that part waits for the rest of its line."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._rest = b""
+        os.set_blocking(fd, False)
+
+    def read(self, want: int, timeout_s: float = 5) -> list[dict]:
+        got: list[dict] = []
+        deadline = time.monotonic() + timeout_s
+        while len(got) < want and time.monotonic() < deadline:
+            try:
+                chunk = os.read(self._fd, 1 << 16)
+            except BlockingIOError:
+                time.sleep(0.005)
+                continue
+            *whole, self._rest = (self._rest + chunk).split(b"\n")
+            got += [json.loads(x) for x in whole if x]
+        return got
+
+
 def read_lines(fd: int, want: int, timeout_s: float = 5) -> list[dict]:
-    buf = b""
-    deadline = time.monotonic() + timeout_s
-    os.set_blocking(fd, False)
-    while buf.count(b"\n") < want and time.monotonic() < deadline:
-        try:
-            buf += os.read(fd, 1 << 16)
-        except BlockingIOError:
-            time.sleep(0.005)
-    return [json.loads(x) for x in buf.splitlines()]
+    return PipeLines(fd).read(want, timeout_s)
 
 
 def test_formatter_and_fast_path_render_the_same_line() -> None:
@@ -64,10 +79,11 @@ def test_a_stuck_stdout_never_blocks_and_drops_are_counted() -> None:
             writer.write(logs.line(time.time(), "info", "t", {"i": i, "pad": "x" * 200}))
         assert time.perf_counter() - start < 1.0
         assert writer.dropped > 0
-        got = read_lines(r, 200, timeout_s=3)
+        pipe = PipeLines(r)
+        got = pipe.read(200, timeout_s=3)
         deadline = time.monotonic() + 3
         while not any(d.get("event") == "log_lines_dropped" for d in got) and time.monotonic() < deadline:
-            got += read_lines(r, 1, timeout_s=0.2)
+            got += pipe.read(1, timeout_s=0.2)
         gap = next(d for d in got if d.get("event") == "log_lines_dropped")
         assert gap["count"] > 0 and gap["level"] == "warning"
     finally:
