@@ -1,8 +1,5 @@
-"""Answers whose head leaves in the same write as what follows it.
-
-:class:`OneWriteResponse`, a buffered answer: its head and body in one write, made without
-aiohttp's response machinery. :class:`EventStreamResponse`, an event stream: its head with
-its first events.
+"""A buffered answer whose head and body leave in one write, made without aiohttp's response
+machinery.
 
 For a ``web.Response`` aiohttp runs, per answer: ``prepare`` → ``_start`` (Content-Length)
 → ``_prepare_headers`` (keep-alive, chunking, Date, Server, Connection) → the app's
@@ -114,15 +111,3 @@ def _head(resp: OneWriteResponse, request: web.BaseRequest) -> bytes | None:
         headers[hdrs.SERVER] = web_response.SERVER_SOFTWARE  # type: ignore[attr-defined]
     # aiohttp's own serialiser (C): the same bytes, and its ValueError for a control character.
     return _serialize_headers(f"HTTP/1.1 {status} {resp._reason}", headers)
-
-
-class EventStreamResponse(web.StreamResponse):
-    """A streamed answer whose head leaves with its first events, in one write.
-
-    aiohttp's ``StreamResponse`` writes its head the moment it is prepared; the relay
-    prepares an event stream only once it holds the stream's first visible event and writes
-    that at once, so the head waits for nothing by riding along (aiohttp's ``Response`` buffers
-    its head the same way). On an aiohttp without the switch the head leaves on its own, as before.
-    """
-
-    _send_headers_immediately = False

@@ -18,7 +18,6 @@ from gateway.apis.base import Dialect, ForeignError, StreamReader
 from gateway.errors import Classification, ErrorType, TransportError
 from gateway.keys.ledger import Reservation
 from gateway.keys.registry import KeySpec
-from gateway.one_write import EventStreamResponse
 from gateway.translate.base import StreamTranslator
 from gateway.upstream import UpstreamResponse
 
@@ -73,7 +72,7 @@ class RequestState:
     dialect: Dialect = OPENAI_CHAT
     # What a stream is written through: another framing of the same events where the client
     # asked for one (a Gemini JSON-array stream, gateway/apis/gemini/array.py).
-    stream_response: type[web.StreamResponse] = EventStreamResponse
+    stream_response: type[web.StreamResponse] = web.StreamResponse
     trace: Any = None  # the request's spans when tracing is on (gateway/tracing/otel.py)
 
     def __init__(self, request_id: str, started: float) -> None:

@@ -11,11 +11,10 @@ from unittest import mock
 
 import pytest
 from aiohttp import web
-from aiohttp.http_writer import StreamWriter
 from aiohttp.test_utils import TestServer, make_mocked_request
 
 from gateway import one_write
-from gateway.one_write import EventStreamResponse, OneWriteResponse
+from gateway.one_write import OneWriteResponse
 
 JSON = b'{"id":"chatcmpl-1","choices":[]}'
 
@@ -211,23 +210,3 @@ async def test_one_write_then_a_drain_and_a_second_prepare_or_eof_writes_nothing
     await response.prepare(request)
     await response.write_eof()
     assert transport.write.call_count == 1
-
-
-async def test_an_event_streams_head_leaves_with_its_first_events_in_one_write() -> None:
-    sent: dict[type, list[bytes]] = {}
-    for cls in (web.StreamResponse, EventStreamResponse):
-        transport = mock.Mock()
-        transport.is_closing.return_value = False
-        request = make_mocked_request("POST", "/v1/chat/completions", transport=transport)
-        request.protocol._paused = False  # the client reads: no drain waits
-        request._payload_writer = StreamWriter(request.protocol, asyncio.get_running_loop())
-        response = cls(status=200, headers={"Content-Type": "text/event-stream", "Date": "-"})
-        await response.prepare(request)
-        await response.write(b"data: {}\n\n")
-        await response.write(b"data: [DONE]\n\n")
-        await response.write_eof()
-        sent[cls] = [call.args[0] for call in transport.write.call_args_list]
-    plain, one = sent[web.StreamResponse], sent[EventStreamResponse]
-    assert b"".join(one) == b"".join(plain)
-    assert len(one) == len(plain) - 1  # the head went with the first event, not on its own
-    assert one[0].startswith(b"HTTP/1.1 200 OK\r\n") and one[0].endswith(b"\r\n\r\na\r\ndata: {}\n\n\r\n")
