@@ -5,7 +5,7 @@ For a ``web.Response`` aiohttp runs, per answer: ``prepare`` → ``_start`` (Con
 → ``_prepare_headers`` (keep-alive, chunking, Date, Server, Connection) → the app's
 ``on_response_prepare`` hook → ``_write_headers`` (status line, serialised into a buffer) and
 then ``write_eof`` through three classes down to ``StreamWriter``, which joins that buffer
-with the body for its one write: nine coroutines and a dozen multidict operations for a head
+with the body for its one write: about ten coroutines and a dozen multidict operations for a head
 that, for the gateway's answers, is always the same shape. :class:`OneWriteResponse` writes
 the same bytes itself in the common case and hands every other case to aiohttp unchanged:
 HTTP/1.0, ``HEAD`` and ``CONNECT``, 1xx/204/304, a connection to be closed, cookies, compression, a
@@ -37,8 +37,7 @@ _NO_BODY_STATUS = frozenset({204, 304})
 _NO_BODY_METHODS = frozenset({hdrs.METH_HEAD, hdrs.METH_CONNECT})  # CONNECT: its 2xx carry none
 _ATTRIBUTES = (
     "_eof_sent", "_payload_writer", "_status", "_reason", "_headers", "_cookies",
-    "_compression", "_chunked", "_keep_alive", "_body", "_body_length", "_req",
-    "_must_be_empty_body",
+    "_compression", "_chunked", "_keep_alive", "_body", "_body_length", "_must_be_empty_body",
 )  # fmt: skip
 
 
