@@ -15,7 +15,7 @@ import ssl
 from gateway.config import TimeoutsConfig
 from gateway.errors import TransportError
 from gateway.upstream import UpstreamFailure, UpstreamRequest, UpstreamResponse
-from gateway.upstream.deadline import Deadline
+from gateway.upstream.deadline import Deadline, SharedTimer, shared_timer
 from gateway.upstream.h1.codec import TargetCache, request_head
 from gateway.upstream.h1.connection import H1Response
 from gateway.upstream.h1.pool import Pool
@@ -38,9 +38,11 @@ class H1Sender:
         self._targets = TargetCache()
         self._pool: Pool | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: SharedTimer | None = None
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._timer = shared_timer(self._loop)
         connect_s = self._timeouts.connect_s
         self._pool = Pool(self._loop, self._max_connections, connect_s, ssl_context=self._ssl_context)
 
@@ -55,7 +57,7 @@ class H1Sender:
         body = request.body
         length = len(body) if body or request.method != "GET" else None
         head = request_head(request.method, target, request.headers, length)
-        deadline = Deadline(loop)
+        deadline = Deadline(loop, self._timer)
         deadline.arm(request.first_byte_timeout_s)  # the pool's queue and the connect included
         response: H1Response | None = None
         try:
