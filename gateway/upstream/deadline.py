@@ -17,7 +17,7 @@ T = TypeVar("T")
 class SharedTimer:
     """One loop timer, set for the earliest armed deadline of its loop.
 
-    A loop timer per exchange cost ~4.5 µs a request in place on uvloop (a libuv timer made,
+    A loop timer per exchange cost 4–5 µs a request in place on uvloop (a libuv timer made,
     started, stopped and closed each time: issue #38). Exchanges mostly share a timeout, so a
     new deadline is later than one already pending and needs no timer of its own: it joins
     the armed set. When the timer fires it expires what is due and sets itself for the
@@ -26,7 +26,7 @@ class SharedTimer:
     is armed, and once per firing.
     """
 
-    __slots__ = ("__weakref__", "_armed", "_handle", "_loop", "_when")
+    __slots__ = ("_armed", "_handle", "_loop", "_when")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
