@@ -1,10 +1,11 @@
 """`python -m bench.server_floor`: what the server side of a request costs, before any proxying.
 
-The same one-line JSON answer to the bench's chat request from three servers on uvloop, each
+The same one-line JSON answer to the bench's chat request from four servers on uvloop, each
 pinned to core 1 with wrk (``-c32``) on core 0, CPU per request from /proc, in interleaved
 rounds:
 
 - an aiohttp ``web.Application`` with one route (what the gateway runs on);
+- the same, answering with the gateway's ``OneWriteResponse`` (gateway/one_write.py);
 - aiohttp's low-level ``web.Server`` (no router, no application);
 - a bare ``asyncio.Protocol`` on httptools: parse, answer, nothing else (the floor; it has
   none of what a real server needs: limits, streamed bodies, errors, drain).
