@@ -25,6 +25,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.apis import DIALECTS, GEMINI
 from gateway.auth import ClientAuth
+from gateway.busy_poll import busy_poll
 from gateway.config import GatewayConfig, PoolConfig
 from gateway.keys.ledger import Accounts
 from gateway.keys.prices import Price, PriceTable
@@ -177,6 +178,12 @@ def _generation(
         tracing = previous.tracing
     else:
         tracing = build_tracing(cfg.tracing, kit.monotonic)
+    if previous is not None and previous.cfg.server.busy_poll_us == cfg.server.busy_poll_us:
+        polling = previous.busy_poll  # its window, adapted to the traffic so far, carries on
+    else:
+        # On the real clock, not kit.monotonic: it times the loop itself, and a test's frozen
+        # clock would keep it polling for ever.
+        polling = busy_poll(cfg.server.busy_poll_us)
     pool_state = previous.pool_state if previous is not None else None
     if pool_state is None and pools:
         pool_state = PoolState(store, kit.wall, kit.monotonic, cache_s=cfg.state.cache_ms / 1000)
@@ -199,6 +206,7 @@ def _generation(
         pools=pools,
         accounts=_accounts(cfg, store, kit.wall) if cfg.keys else None,
         pool_state=pool_state,
+        busy_poll=polling,
     )
     owned: list[Closable] = [budget, tracing]
     if kit.sender is None:

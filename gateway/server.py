@@ -78,8 +78,9 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path:
     if seat is not None:
         listen["worker"], listen["pid"] = seat.name, os.getpid()
     running = "uvloop" if type(asyncio.get_running_loop()).__module__.startswith("uvloop") else "asyncio"
+    polls = {"busy_poll_us": cfg.server.busy_poll_us} if cfg.server.busy_poll_us else {}
     log.info({"event": "started", "version": __version__, **listen, **_summary(cfg), "event_loop": running,
-              "state": state})  # fmt: skip
+              **polls, "state": state})  # fmt: skip
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

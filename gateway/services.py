@@ -19,6 +19,7 @@ from aiohttp import web
 
 from gateway.apis.base import Dialect
 from gateway.auth import ClientAuth
+from gateway.busy_poll import NO_BUSY_POLL, BusyPoll, NoBusyPoll
 from gateway.config import GatewayConfig, PoolConfig, ToolOutputsConfig, UpstreamConfig
 from gateway.keys.ledger import Accounts
 from gateway.policy.loop_breaker import LoopBreaker
@@ -162,6 +163,7 @@ class Services:
     translations: Translations = field(default_factory=default_translations)
     tool_outputs: ToolOutputPolicy = field(default_factory=ToolOutputPolicy)
     tracing: Tracing = NO_TRACING  # no-op hooks unless tracing is on (gateway/tracing/)
+    busy_poll: BusyPoll | NoBusyPoll = NO_BUSY_POLL  # server.busy_poll_us (gateway/busy_poll.py)
 
     def chain_for(self, model: str | None) -> Route | None:
         """The first pool whose model globs match, else the first upstream outside every pool

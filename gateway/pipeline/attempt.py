@@ -166,12 +166,14 @@ async def _exchange(
     than the head's own, so a head that does not come in time is a first-token timeout."""
     mode = call.mode
     sent = svc.monotonic()
+    svc.busy_poll.touch()  # the sender writes, then the loop waits for the answer
     try:
         resp = await svc.sender(request)
     except UpstreamFailure as f:
         if f.kind is TransportError.FIRST_BYTE_TIMEOUT and token_first and token_s is not None:
             return _first_token_timeout(svc, state, call, token_s)
         return _transport(svc, f.kind)
+    svc.busy_poll.touch()
     state.upstream_head_s = svc.monotonic() - sent
     if call.up.pooled and svc.pool_state is not None:
         _headroom(svc, call, state.model, resp.headers)

@@ -71,6 +71,7 @@ def observed(handler: Handler) -> Handler:
             return await handler(request)  # health, readiness and metrics are not API traffic
         # Read once: the request runs to its end on this config, whatever a reload swaps in.
         svc = request[SERVICES] = request.app[LIVE].services
+        svc.busy_poll.touch()
         life = svc.life
         state = RequestState(request_id=request_id_of(request), started=svc.monotonic())
         state.method, state.path = request.method, request.path[:PATH_MAX]
@@ -128,6 +129,7 @@ def observed(handler: Handler) -> Handler:
             if life.in_flight == 0:
                 for wake in life.idle:
                     wake()
+            svc.busy_poll.touch()  # the answer is out: the client's next request may come soon
 
     return observe
 

@@ -350,3 +350,12 @@ def test_the_gateway_runs_on_the_event_loop_it_is_told_uvloop_by_default(tmp_pat
                           "upstreams: [{name: a, base_url: 'http://127.0.0.1:9/v1'}]\n")
     code, out, _ = run_until_ready(cfg, port)
     assert code == 0 and _started(out)["event_loop"] == loop
+    assert "busy_poll_us" not in _started(out)  # off unless asked
+
+
+def test_the_started_line_says_the_loop_busy_polls_when_asked(tmp_path: Path) -> None:
+    port = free_port()
+    cfg = write(tmp_path, f"server: {{port: {port}, drain_s: 0, busy_poll_us: 300}}\n"
+                          "upstreams: [{name: a, base_url: 'http://127.0.0.1:9/v1'}]\n")
+    code, out, _ = run_until_ready(cfg, port)
+    assert code == 0 and _started(out)["busy_poll_us"] == 300
