@@ -55,6 +55,7 @@ from bench import load, streams
 from bench.__main__ import RESULTS, children, family_cpu_s, free_port, raise_fd_limit, status_kb, wait_port
 
 MINIMAL, GATEWAY, TRANSLATED = "minimal aiohttp proxy", "llm-gateway", "llm-gateway, Messages client → chat upstream"
+POLLING = "llm-gateway, busy polling"  # server.busy_poll_us (--busy-poll-us; 0 leaves it out)
 DIRECT, DIRECT_MESSAGES = "mock directly (chat)", "mock directly (Messages)"
 CHAT, MESSAGES = "/v1/chat/completions", "/v1/messages"
 MESSAGES_BODY = '{"model":"gpt-4o-mini","max_tokens":256,"messages":[{"role":"user","content":"Hello, how are you?"}]}'
@@ -62,7 +63,8 @@ MESSAGES_STREAM_BODY = MESSAGES_BODY[:-1] + ',"stream":true}'
 # Each proxied target, the mock path it is compared with, and what its client sends.
 PATHS = {MINIMAL: (DIRECT, CHAT, load.BODY, load.STREAM_BODY),
          GATEWAY: (DIRECT, CHAT, load.BODY, load.STREAM_BODY),
-         TRANSLATED: (DIRECT_MESSAGES, MESSAGES, MESSAGES_BODY, MESSAGES_STREAM_BODY)}
+         TRANSLATED: (DIRECT_MESSAGES, MESSAGES, MESSAGES_BODY, MESSAGES_STREAM_BODY),
+         POLLING: (DIRECT, CHAT, load.BODY, load.STREAM_BODY)}
 BASELINES = {DIRECT: (CHAT, load.BODY, load.STREAM_BODY), DIRECT_MESSAGES: (MESSAGES, MESSAGES_BODY, MESSAGES_STREAM_BODY)}
 POOL = 12_000  # upstream connections: enough for every held request and stream
 MOCK_MS = 20
@@ -144,9 +146,10 @@ def start_proxy(run: Run, name: str, workers: int) -> tuple[subprocess.Popen[byt
                                                    run.upstream, str(POOL)], port, "/", log)
         return proc, f"http://127.0.0.1:{port}"
     apis = "apis: [chat], " if name == TRANSLATED else ""
+    polls = f", busy_poll_us: {run.args.busy_poll_us}" if name == POLLING else ""
     cfg = run.tmp / f"gateway-{port}.yaml"
     cfg.write_text(f"server: {{host: 127.0.0.1, port: {port}, workers: {workers}, event_loop: {run.args.loop}, "
-                   "log_level: info}\n"
+                   f"log_level: info{polls}}}\n"
                    f"upstreams: [{{name: bench, base_url: '{run.upstream}', {apis}max_connections: {POOL}}}]\n")
     # The access log goes to a real file, as it would to a log shipper's pipe.
     proc = spawn(run.lay.proxy, ["-m", "gateway", "--config", str(cfg)], port, "/healthz", log)
@@ -395,10 +398,16 @@ def med(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
+def targets(a: argparse.Namespace) -> list[str]:
+    """The proxied targets of this run (busy polling only when asked for a window)."""
+    return [n for n in PATHS if n != POLLING or a.busy_poll_us > 0]
+
+
 def summarise(run: Run, c1: dict[str, list[dict[str, float]]], thr: dict[str, dict[str, object]],
               first: dict[str, list[float]], mem: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
     rows: dict[str, dict[str, float]] = {}
-    for name, (base, *_rest) in PATHS.items():
+    for name in targets(run.args):
+        base = PATHS[name][0]
         pairs = list(zip(c1[name], c1[base], strict=True))
         best = thr[name]["best"] or {}
         cores = 1 if name == MINIMAL else run.lay.proxy_cores
@@ -430,7 +439,9 @@ def markdown(run: Run, rows: dict[str, dict[str, float]]) -> str:
     head = (f"{os.cpu_count()} cores, Python {platform.python_version()}, event loop {a.loop}, "
             f"wrk; {lay.note}. c=1: medians of {a.rounds} interleaved rounds of {a.duration}s; sustained: "
             f"{MOCK_MS} ms mock, the targets in turns at each step, concurrency doubled from 16 while p99 < 1 s and errors < 0.1 %"
-            f"{'' if a.to_the_break else ' (or until two steps add < 3 %)'}, {a.duration}s a step.")
+            f"{'' if a.to_the_break else ' (or until two steps add < 3 %)'}, {a.duration}s a step."
+            + (f" Busy polling: the gateway with server.busy_poll_us: {a.busy_poll_us} (off by default)."
+               if a.busy_poll_us else ""))
     lines = [head, ""]
     if not lay.comparable:
         lines += ["**Not comparable with the published table** (too few cores to partition): "
@@ -438,7 +449,7 @@ def markdown(run: Run, rows: dict[str, dict[str, float]]) -> str:
     lines += ["| target | added p50 @c=1 | added p99 @c=1 | added TTFT p50 | CPU/request @c=1 | sustained req/s "
               "(at c) | cores | req/s per core | per core vs minimal |",
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for name in PATHS:
+    for name in targets(a):
         r = rows[name]
         lines.append(f"| {name} | {r['added_p50_us']:+.0f} µs | {r['added_p99_us']:+.0f} µs | {r['added_ttft_us']:+.0f} µs | "
                      f"{r['cpu_us_c1']:.0f} µs | {r['sustained_rps']:.0f} ({r['sustained_conns']:.0f}) | {r['cores']:.0f} | "
@@ -450,7 +461,7 @@ def markdown(run: Run, rows: dict[str, dict[str, float]]) -> str:
     lines += ["", "The published table (gateway on 4 cores, quiet host), added p99 at c=1, next to ours:", "",
               "| gateway | added p99 @c=1 |", "| --- | ---: |"]
     ours = [(f"**{n} (this run{'' if lay.comparable else ', not comparable'})**", rows[n]["added_p99_us"])
-            for n in (GATEWAY, TRANSLATED, MINIMAL)]
+            for n in (GATEWAY, TRANSLATED, MINIMAL, POLLING) if n in rows]
     for label, us in sorted([*PUBLISHED, *ours], key=lambda x: x[1]):
         lines.append(f"| {label} | {us:,.0f} µs |")
     return "\n".join(lines) + "\n"
@@ -459,7 +470,15 @@ def markdown(run: Run, rows: dict[str, dict[str, float]]) -> str:
 def goal_lines(rows: dict[str, dict[str, float]], sc: dict[int, dict[str, float]] | None = None) -> list[str]:
     """Issue #38's goals against this run's figures."""
     g, t, m = rows[GATEWAY], rows[TRANSLATED], rows[MINIMAL]
-    checks = [("added p99 at c=1 ≤ 300 µs", f"{g['added_p99_us']:+.0f} µs", g["added_p99_us"] <= 300),
+    p99 = f"{g['added_p99_us']:+.0f} µs"
+    met = "yes" if g["added_p99_us"] <= 300 else "no"
+    if POLLING in rows:
+        polled = rows[POLLING]["added_p99_us"]
+        p99 += f" (busy polling {polled:+.0f} µs)"
+        if met == "no" and polled <= 300:
+            met = "with busy polling"
+    checks: list[tuple[str, str, bool | str]] = [
+             ("added p99 at c=1 ≤ 300 µs", p99, met),
               ("one process ≥ 1.3× the minimal proxy (req/s per core)", f"{g['rps_per_core'] / m['rps_per_core']:.2f}×",
                g["rps_per_core"] >= 1.3 * m["rps_per_core"]),
               ("translated ≥ 0.9× native (sustained req/s)", f"{t['sustained_rps'] / g['sustained_rps']:.2f}× "
@@ -473,7 +492,7 @@ def goal_lines(rows: dict[str, dict[str, float]], sc: dict[int, dict[str, float]
         ratio = sc[top]["rps"] / (sc[1]["rps"] * top)
         checks.append((f"workers scale ≥ 0.9 × N (N = {top})", f"{ratio:.2f}", ratio >= 0.9))
     return ["| goal (issue #38) | this run | met |", "| --- | ---: | :---: |",
-            *(f"| {goal} | {value} | {'yes' if ok else 'no'} |" for goal, value, ok in checks)]
+            *(f"| {goal} | {value} | {ok if isinstance(ok, str) else 'yes' if ok else 'no'} |" for goal, value, ok in checks)]
 
 
 def memory_lines(a: argparse.Namespace, rows: dict[str, dict[str, float]]) -> list[str]:
@@ -503,6 +522,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds at c=1 (default 5; --quick 3)")
     p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop", help="both proxies' event loop")
     p.add_argument("--max-conns", type=int, default=4096)
+    p.add_argument("--busy-poll-us", type=int, default=300, help="also the gateway with server.busy_poll_us at "
+                   "this window (default 300; 0: not)")
     p.add_argument("--to-the-break", action="store_true", help="step until the rule breaks, past saturation")
     p.add_argument("--inflight", type=int, default=1500, help="concurrent requests (and streams) for the memory figures")
     p.add_argument("--body-kb", type=int, default=150)
@@ -559,17 +580,17 @@ def main(argv: list[str] | None = None) -> None:
         try:
             for base in BASELINES:
                 procs[base], run.urls[base] = mocks[0], f"http://127.0.0.1:{up_port}"
-            for name in PATHS:
+            for name in targets(a):
                 procs[name], run.urls[name] = start_proxy(run, name, 1 if name == MINIMAL else lay.proxy_cores)
-            names = [*BASELINES, *PATHS]
+            names = [*BASELINES, *targets(a)]
             print("added latency at c=1 ...", flush=True)
             c1 = latency_at_c1(run, names)
             print("sustained req/s against a 20 ms mock ...", flush=True)
-            thr = sustained(run, [DIRECT, *PATHS])
+            thr = sustained(run, [DIRECT, *targets(a)])
             print("time to first token ...", flush=True)
             first = ttft(run, names)
         finally:
-            for name in PATHS:
+            for name in targets(a):
                 if name in procs:
                     procs[name].terminate()
                     procs[name].wait(10)
