@@ -93,8 +93,10 @@ class LineWriter:
     """Writes whole lines to a file descriptor from a background thread.
 
     ``write`` only appends to a deque (no lock, no syscall), so the event loop never waits
-    on the descriptor. The thread wakes every ``flush_s`` (or once ``batch_lines`` are
-    pending), joins what is pending and writes it with one ``os.write``. If the descriptor
+    on the descriptor. While lines come, the thread wakes every ``flush_s`` (or once
+    ``batch_lines`` are pending), joins what is pending and writes it with one ``os.write``.
+    A wake that finds nothing puts it to sleep until the next line, which then sets one event
+    (a syscall only after a quiet spell): an idle gateway does not wake 20 times a second. If the descriptor
     stops draining and ``max_lines`` wait, new lines are dropped and counted; a line saying
     how many follows once it drains again. ``close`` writes whatever is left (bounded by a
     timeout) and stops the thread.
@@ -117,7 +119,9 @@ class LineWriter:
         self._lines: deque[bytes] = deque()  # append and popleft are atomic: no lock needed
         self.dropped = 0
         self._wake = threading.Event()
+        self._idle = False  # the thread sleeps until a line comes (no timeout)
         self._closed = False
+        self.sleeps = 0  # how often it went to sleep idle: for tests
         self._thread = threading.Thread(target=self._run, name="log-writer", daemon=True)
         self._thread.start()
 
@@ -130,7 +134,10 @@ class LineWriter:
             self.dropped += 1
         else:
             lines.append(line)
-            if len(lines) >= self._batch and not self._wake.is_set():
+            if self._idle:
+                self._idle = False
+                self._wake.set()  # the first line after a quiet spell: flush_s from now
+            elif len(lines) >= self._batch and not self._wake.is_set():
                 self._wake.set()
 
     def _take(self) -> list[bytes]:
@@ -173,6 +180,16 @@ class LineWriter:
 
     def _run(self) -> None:
         while not self._closed:
+            if not self._lines and not self.dropped:
+                self._idle = True
+                # Checked again once idle is published: a line appended before that was seen
+                # here, one appended after it sets the event.
+                if not self._lines:
+                    self.sleeps += 1
+                    self._wake.wait()
+                self._idle = False
+                self._wake.clear()
+                continue  # closed, or a line came: gather for flush_s before writing
             self._wake.wait(self._flush_s)
             self._wake.clear()
             if self._lines or self.dropped:

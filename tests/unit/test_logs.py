@@ -69,6 +69,22 @@ def test_lines_arrive_in_order_soon_and_whole() -> None:
         os.close(w)
 
 
+def test_an_idle_writer_sleeps_until_a_line_comes() -> None:
+    r, w = os.pipe()
+    writer = LineWriter(w, flush_s=0.01)
+    pipe = PipeLines(r)
+    try:
+        for burst in range(3):
+            time.sleep(0.2)  # twenty flush periods with nothing to write: one sleep, no wake-ups
+            assert writer.sleeps == burst + 1
+            writer.write(logs.line(time.time(), "info", "t", {"burst": burst}))
+            assert [d["burst"] for d in pipe.read(1)] == [burst]  # written within flush_s or so
+    finally:
+        writer.close()
+        os.close(r)
+        os.close(w)
+
+
 def test_a_stuck_stdout_never_blocks_and_drops_are_counted() -> None:
     r, w = os.pipe()
     fcntl.fcntl(w, 1031, 4096)  # F_SETPIPE_SZ: a small pipe that fills at once
