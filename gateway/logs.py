@@ -95,8 +95,9 @@ class LineWriter:
     ``write`` only appends to a deque (no lock, no syscall), so the event loop never waits
     on the descriptor. While lines come, the thread wakes every ``flush_s`` (or once
     ``batch_lines`` are pending), joins what is pending and writes it with one ``os.write``.
-    A wake that finds nothing puts it to sleep until the next line, which then sets one event
-    (a syscall only after a quiet spell): an idle gateway does not wake 20 times a second. If the descriptor
+    Two periods in a row with nothing to write put it to sleep until the next line, which sets
+    one event (a syscall only after a quiet spell) and is written at once: an idle gateway does
+    not wake 20 times a second, and a lone request's line is not held back. If the descriptor
     stops draining and ``max_lines`` wait, new lines are dropped and counted; a line saying
     how many follows once it drains again. ``close`` writes whatever is left (bounded by a
     timeout) and stops the thread.
@@ -136,7 +137,7 @@ class LineWriter:
             lines.append(line)
             if self._idle:
                 self._idle = False
-                self._wake.set()  # the first line after a quiet spell: flush_s from now
+                self._wake.set()  # the first line after a quiet spell
             elif len(lines) >= self._batch and not self._wake.is_set():
                 self._wake.set()
 
@@ -179,21 +180,25 @@ class LineWriter:
             view = view[n:]
 
     def _run(self) -> None:
+        quiet = True  # the last period found nothing to write (at start: nothing yet)
         while not self._closed:
-            if not self._lines and not self.dropped:
+            if self._lines or self.dropped:
+                self._write_lines(self._take())
+                quiet = False
+            elif quiet:
                 self._idle = True
-                # Checked again once idle is published: a line appended before that was seen
+                # Checked again once idle is published: a line appended before that is seen
                 # here, one appended after it sets the event.
                 if not self._lines:
                     self.sleeps += 1
                     self._wake.wait()
                 self._idle = False
                 self._wake.clear()
-                continue  # closed, or a line came: gather for flush_s before writing
+                continue  # the line that woke it is written at once (or the writer is closed)
+            else:
+                quiet = True
             self._wake.wait(self._flush_s)
             self._wake.clear()
-            if self._lines or self.dropped:
-                self._write_lines(self._take())
 
     def flush(self) -> None:
         """Write what is pending now, from the calling thread (tests, shutdown)."""

@@ -78,7 +78,23 @@ def test_an_idle_writer_sleeps_until_a_line_comes() -> None:
             time.sleep(0.2)  # twenty flush periods with nothing to write: one sleep, no wake-ups
             assert writer.sleeps == burst + 1
             writer.write(logs.line(time.time(), "info", "t", {"burst": burst}))
-            assert [d["burst"] for d in pipe.read(1)] == [burst]  # written within flush_s or so
+            assert [d["burst"] for d in pipe.read(1)] == [burst]
+    finally:
+        writer.close()
+        os.close(r)
+        os.close(w)
+
+
+def test_the_first_line_after_a_quiet_spell_is_written_at_once() -> None:
+    r, w = os.pipe()
+    writer = LineWriter(w, flush_s=60)  # a period far longer than the wait below
+    pipe = PipeLines(r)
+    try:
+        deadline = time.monotonic() + 5
+        while writer.sleeps == 0 and time.monotonic() < deadline:  # 2 x flush_s would be 2 minutes
+            time.sleep(0.01)
+        writer.write(logs.line(time.time(), "info", "t", {"i": 1}))
+        assert [d["i"] for d in pipe.read(1, timeout_s=2)] == [1]
     finally:
         writer.close()
         os.close(r)
