@@ -10,8 +10,8 @@ governor polls up to 200 µs by default before halting) where the host allows it
 in the process, where it is not. The price is CPU: the window's polling counts as the
 process's own time (and against a container's CPU quota), which is why it is off unless asked.
 
-How: a ``touch`` marks activity (the pipeline calls it when a request starts, before an
-upstream call is sent and when a request ends). While less than the window has passed since
+How: a ``touch`` marks activity (the pipeline calls it when a request starts, when its
+upstream call is sent and answered, and when it ends). While less than the window has passed since
 the last touch, one callback keeps re-scheduling itself with ``call_soon``, and a loop with a
 ready callback polls with a zero timeout instead of sleeping. The window adapts like
 haltpoll's: a gap between touches that the window missed but the maximum would have caught
@@ -100,5 +100,6 @@ class NoBusyPoll:
 NO_BUSY_POLL = NoBusyPoll()
 
 
-def busy_poll(max_us: int, clock: Callable[[], float] = time.perf_counter) -> BusyPoll | NoBusyPoll:
-    return BusyPoll(max_us / 1e6, clock) if max_us > 0 else NO_BUSY_POLL
+def busy_poll(max_us: int) -> BusyPoll | NoBusyPoll:
+    """``server.busy_poll_us``'s polling, on the real clock (it times the loop itself)."""
+    return BusyPoll(max_us / 1e6) if max_us > 0 else NO_BUSY_POLL
