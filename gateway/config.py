@@ -255,6 +255,12 @@ class UpstreamConfig(_Model):
         description="The model's context window, in tokens: used to recognise an overflow from the request's "
         "size, to size compression and tool-output shares, and to pick a larger fallback.",
     )  # fmt: skip
+    max_output_tokens: int | None = Field(
+        default=None, gt=0,
+        description="The most output tokens an answer from this upstream may have: a request asking for "
+        "more, or naming no limit, is sent asking for this many. Unset: the client's own budget, lowered "
+        "only when the provider refuses it and states the model's limit (learned per model for the process).",
+    )  # fmt: skip
     max_connections: int = Field(
         default=256, gt=0,
         description="Most connections open to this upstream at once (kept alive and reused)."

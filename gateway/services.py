@@ -23,6 +23,7 @@ from gateway.busy_poll import NO_BUSY_POLL, BusyPoll, NoBusyPoll
 from gateway.config import GatewayConfig, PoolConfig, ToolOutputsConfig, UpstreamConfig
 from gateway.keys.ledger import Accounts
 from gateway.policy.loop_breaker import LoopBreaker
+from gateway.policy.output_limit import OutputLimits
 from gateway.policy.tool_outputs import ToolOutputPolicy, ToolRule
 from gateway.routing import Outbound, pick_upstream, upstream_url
 from gateway.state import SharedBudget, SharedCircuit, StateStore
@@ -164,6 +165,8 @@ class Services:
     tool_outputs: ToolOutputPolicy = field(default_factory=ToolOutputPolicy)
     tracing: Tracing = NO_TRACING  # no-op hooks unless tracing is on (gateway/tracing/)
     busy_poll: BusyPoll | NoBusyPoll = NO_BUSY_POLL  # server.busy_poll_us (gateway/busy_poll.py)
+    # Each (upstream, model)'s output limit, configured or stated (gateway/pipeline/output_cap.py).
+    output_limits: OutputLimits = field(default_factory=OutputLimits)
 
     def chain_for(self, model: str | None) -> Route | None:
         """The first pool whose model globs match, else the first upstream outside every pool

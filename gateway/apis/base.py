@@ -261,6 +261,13 @@ class Dialect(Protocol):
         """The same request, asking for a buffered answer (the empty-stream probe)."""
         ...
 
+    def lower_output(
+        self, payload: Mapping[str, Any], limit: int, name_if_absent: bool = False
+    ) -> dict[str, Any] | None:
+        """The same request with its output budget at most ``limit`` (named where it names
+        none, with ``name_if_absent``); None when it already was (``output_budget.py``)."""
+        ...
+
     def replay_as_stream(self, doc: dict[str, Any], client_payload: Mapping[str, Any]) -> bytes:
         """A buffered success body as this API's stream, for a client that asked to stream."""
         ...

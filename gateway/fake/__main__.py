@@ -35,6 +35,7 @@ def _say(line: str) -> None:
 
 async def _serve(args: argparse.Namespace) -> None:
     fake = ScenarioUpstream(args.scenario, wait_s=args.wait_s, context_window=args.context_window, log=_say)
+    fake.output_limit = args.output_limit
     _keys(fake, args)
     await fake.start(args.host, args.port)
     _say(f"listening on {fake.url} (chat completions, Messages, Responses, Gemini); default scenario "
@@ -98,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait-s", type=float, default=2.0, help="the wait a 429 asks for (default: 2)")
     parser.add_argument("--context-window", type=int, default=2000,
                         help="overflow: the limit in estimated tokens (default: 2000)")  # fmt: skip
+    parser.add_argument("--output-limit", type=int, default=None, metavar="TOKENS",
+                        help="refuse a chat or Messages request asking for more output tokens, as "
+                             "OpenAI and Anthropic refuse it (default: no limit)")  # fmt: skip
     pool = parser.add_argument_group("a pool of keys (deployments told apart by their credential)")
     pool.add_argument("--limits", type=_limits, action="append", default=[], metavar="KEY=RPM[,TPM]",
                       help="limit KEY to RPM requests and TPM tokens a minute (repeatable)")  # fmt: skip

@@ -15,7 +15,8 @@ usage. Steps:
 
 With ``context_limit`` set, requests whose estimated size exceeds it are answered with
 OpenAI's real overflow error (the wording of the ``context_length_exceeded`` error as
-the OpenAI API returns it), computed from the request.
+the OpenAI API returns it), computed from the request. With ``output_limit`` set, a chat or
+Messages request asking for a larger output budget gets the API's real refusal (output.py).
 
 Several deployments: the fake tells them apart by the credential (``Authorization: Bearer``,
 ``x-api-key``, ``api-key``). ``fake.keys`` (:class:`gateway.fake.limits.KeyLimits`) gives a
@@ -53,7 +54,7 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict
 
-from gateway.fake import gate, gemini, gemini_rules
+from gateway.fake import gate, gemini, gemini_rules, output
 from gateway.fake.chat import chat_completion, estimate_tokens, overflow_error, stream_events
 from gateway.fake.keyed import credential_of, key_places
 from gateway.fake.limits import KeyLimits
@@ -68,6 +69,7 @@ class FakeUpstream:
         self.always: Step | None = None  # answers every request once the queued steps are used up
         self.requests: list[Recorded] = []
         self.context_limit: int | None = None
+        self.output_limit: int | None = None  # a larger output budget gets the API's 400 (output.py)
         self.models_listing: dict[str, Any] | None = None  # what GET /models answers
         self.cancelled = 0  # handlers torn down because the gateway went away
         self.keys = KeyLimits()  # per-credential limits and states
@@ -194,6 +196,10 @@ class FakeUpstream:
             return web.json_response({"error": {"message": f"unknown path {path}",
                                                 "type": "invalid_request_error", "code": None}},
                                      status=404)  # fmt: skip
+        limited = output.refusal(self.output_limit, path, payload)
+        if limited is not None:
+            self._refused(path, self._key, limited)
+            return await self._play(request, limited)
         step: Any = self.steps.popleft() if self.steps else self.always
         while callable(step):
             step = step(payload)

@@ -9,6 +9,7 @@
     send          pick a pool's deployment (affinity, strategy), attempt → classify → wait,
                   retry or move on (to a sibling, a fallback)   (pool.py, send.py, chain.py)
     probe         a stream that keeps coming back empty is asked once without streaming
+    lower         a budget the model's output limit refuses: lowered to it, sent once (output_cap.py)
     rescue        on context_overflow: compress once, send once  (the dialect's compression)
     remember      a final failure, for the loop breaker
     relay         buffered error, buffered body, raw passthrough or SSE stream; a stream
@@ -29,12 +30,13 @@ from urllib.parse import urlencode
 import orjson
 from aiohttp import web
 
+from gateway import jsonbody
 from gateway.apis import api_of_path, dialect_for_errors
 from gateway.apis.base import Dialect, Inbound, Rejection, Where
 from gateway.auth import WWW_AUTHENTICATE
 from gateway.errors import Classification, ErrorType
 from gateway.keys.attribution import session_of
-from gateway.pipeline import accounting
+from gateway.pipeline import accounting, output_cap
 from gateway.pipeline.admit import model_of, parse_json_object, read_body
 from gateway.pipeline.asked import Asked
 from gateway.pipeline.attempt import Call, ReadMode
@@ -125,14 +127,22 @@ def full_pipeline(dialect: Dialect) -> Handler:
             if isinstance(leg, NoLeg):
                 return bad_request(leg.message, "no_translation")
             state.translated = None  # until a translated call is made (a fallback's, say)
-            if leg.translator is None and leg.model is None and dialect.address(asked.payload()) is None:
+            model = leg.model or inbound.model
+            prepared = asked.payload()
+            payload = output_cap.capped(svc, state, dialect, up.cfg, model, prepared)
+            if leg.translator is None and leg.model is None and dialect.address(payload) is None:
                 headers = request_headers(request.headers.items(), up.outbound, state.request_id)
                 url = up.url_for(dialect.path, query)
                 strip = asked.strip_usage
-                return Call(up, "POST", url, headers, mode, dialect, strip, track, body=asked.body())
+                lenient = inbound.lenient
+                body = asked.body() if payload is prepared else jsonbody.dumps(payload, lenient=lenient)
+                return Call(up, "POST", url, headers, mode, dialect, strip, track, body=body)
             sent = Sending(mode, asked.strip_usage, track, query, query_key)
             client_headers = request.headers.items()
-            return leg_call(state, leg, up, client_headers, sent, inbound, asked.payload(), asked.client())
+            client = asked.client()
+            if payload is not prepared:
+                client = output_cap.capped(svc, state, dialect, up.cfg, model, client)
+            return leg_call(state, leg, up, client_headers, sent, inbound, payload, client)
 
         plan = new_plan(svc, client_deadline_s(request.headers))
         plan.probe = turn is not None
@@ -150,6 +160,8 @@ def full_pipeline(dialect: Dialect) -> Handler:
                 outcome = await _probe(svc, state, plan, call, _asked_of(asked, call), inbound)
                 if isinstance(outcome, Failure):
                     state.empty_was = outcome.classification.type  # what the empty streams meant
+            if isinstance(outcome, Failure):  # a refusal of the output budget that states the model's
+                outcome = await output_cap.rescue(svc, state, plan, call, _asked_of(asked, call), outcome)
             if isinstance(outcome, Failure) and _overflowed(outcome) and svc.cfg.compression.enabled:
                 outcome = await _overflow(svc, state, request, plan, call, _asked_of(asked, call), outcome)
             asked.drop()

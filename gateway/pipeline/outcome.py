@@ -49,6 +49,9 @@ class RequestState:
     tool_outputs_capped: int = 0  # by the opt-in proactive cap, before the first send
     tool_outputs: dict[str, Any] | None = None  # what the per-tool policy did, per stage (counts)
     compression: dict[str, Any] | None = None
+    # The output budget the answer was asked with when the gateway lowered the client's: the
+    # limit, what was asked and why (``pipeline/output_cap.py``).
+    output_capped: dict[str, Any] | None = None
     classification: Classification | None = None  # the final error, if the answer is one
     # The gateway settled retrying for this request (it retried, or declined because of the
     # budget, deadline or an open circuit): the client's SDK must not retry on top.

@@ -30,6 +30,7 @@ def upstream(fake: FakeUpstream) -> FakeUpstream:
     fake.steps.clear()
     fake.requests.clear()
     fake.context_limit = None
+    fake.output_limit = None
     return fake
 
 

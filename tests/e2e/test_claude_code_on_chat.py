@@ -103,6 +103,29 @@ def test_a_chat_stream_cut_mid_answer_reaches_claude_code_as_its_typed_error_and
     assert "Forty-two." in r.out
 
 
+def test_claude_codes_64000_token_budget_is_lowered_to_what_the_model_writes(
+    claude_bin: Path, fake: FakeUpstream, upstream: FakeUpstream, workdir: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """On a model that writes at most 16,384 tokens and refuses a larger budget as OpenAI does
+    (gpt-4o), stock Claude Code's first turn costs two upstream calls (the refusal, then the
+    lowered request) and every later turn one."""
+    gw = launch(fake, tmp_path, upstream_yaml=", apis: [chat], model_map: {'claude-*': gpt-4o}")
+    upstream.output_limit = 16384
+    try:
+        upstream.script(_answer_turn("Hello from a smaller model."), _answer_turn("Hello again."))
+        first = run_claude(claude_bin, gw, workdir, "say hello", timeout=90)
+        assert first.rc == 0, (first.out, first.err)
+        assert "Hello from a smaller model." in first.out
+        second = run_claude(claude_bin, gw, workdir, "say hello again", timeout=90)
+        assert second.rc == 0, (second.out, second.err)
+        assert "Hello again." in second.out
+    finally:
+        gw.stop()
+    asked = [req.json()["max_tokens"] for req in upstream.chat_requests()]
+    assert asked == [64000, 16384, 16384]
+
+
 @dataclass
 class ChatAgent:
     """A chat model for a headless Claude Code run: `rounds` Read calls (which Claude Code

@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.apis import output_budget
 from gateway.apis.base import (
     NOWHERE,
     Address,
@@ -110,6 +111,11 @@ class OpenAIChat:
 
     def without_stream(self, payload: Mapping[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in payload.items() if k != "stream_options"} | {"stream": False}
+
+    def lower_output(
+        self, payload: Mapping[str, Any], limit: int, name_if_absent: bool = False
+    ) -> dict[str, Any] | None:
+        return output_budget.chat(payload, limit, name_if_absent)
 
     def replay_as_stream(self, doc: dict[str, Any], client_payload: Mapping[str, Any]) -> bytes:
         options = client_payload.get("stream_options")

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
+from gateway.apis import output_budget
 from gateway.apis.base import (
     NOWHERE,
     Address,
@@ -123,6 +124,11 @@ class GeminiGenerate:
 
     def without_stream(self, payload: Mapping[str, Any]) -> dict[str, Any]:
         return {**payload, "stream": False}
+
+    def lower_output(
+        self, payload: Mapping[str, Any], limit: int, name_if_absent: bool = False
+    ) -> dict[str, Any] | None:
+        return output_budget.gemini(payload, limit, name_if_absent)
 
     def replay_as_stream(self, doc: dict[str, Any], client_payload: Mapping[str, Any]) -> bytes:
         # One event holding the whole answer is a whole stream: each event is a complete

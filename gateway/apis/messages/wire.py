@@ -24,6 +24,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.apis import output_budget
 from gateway.apis.base import (
     NOWHERE,
     Address,
@@ -137,6 +138,11 @@ class AnthropicMessages:
 
     def without_stream(self, payload: Mapping[str, Any]) -> dict[str, Any]:
         return {**payload, "stream": False}
+
+    def lower_output(
+        self, payload: Mapping[str, Any], limit: int, name_if_absent: bool = False
+    ) -> dict[str, Any] | None:
+        return output_budget.messages(payload, limit, name_if_absent)
 
     def replay_as_stream(self, doc: dict[str, Any], client_payload: Mapping[str, Any]) -> bytes:
         return anthropic_stream(doc)

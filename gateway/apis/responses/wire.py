@@ -22,6 +22,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.apis import output_budget
 from gateway.apis.base import (
     NOWHERE,
     Address,
@@ -114,6 +115,11 @@ class OpenAIResponses:
 
     def without_stream(self, payload: Mapping[str, Any]) -> dict[str, Any]:
         return {**payload, "stream": False}
+
+    def lower_output(
+        self, payload: Mapping[str, Any], limit: int, name_if_absent: bool = False
+    ) -> dict[str, Any] | None:
+        return output_budget.responses(payload, limit, name_if_absent)
 
     def replay_as_stream(self, doc: dict[str, Any], client_payload: Mapping[str, Any]) -> bytes:
         return responses_stream(doc)

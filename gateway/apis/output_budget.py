@@ -1,0 +1,75 @@
+"""An answer's output budget in each wire API, held to a limit.
+
+Each function returns the request with every output budget it names at most ``limit``, or
+None when none was above it. With ``name_if_absent`` a request that names no budget gets
+one of ``limit``: the operator's cap (``upstreams[].max_output_tokens``) bounds those too, and a
+provider that refused a budget the client never named refused the one a translation added,
+which the translation takes from the client's request when there is one.
+
+A budget that is not a positive integer is left as it is: the provider judges it as the
+client sent it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.apis.gemini.fields import has
+
+# Anthropic: thinking needs ``budget_tokens`` of at least 1024 and below ``max_tokens``
+# (docs.anthropic.com, "Extended thinking"), or the request is refused.
+THINKING_MIN = 1024
+
+
+def _over(value: Any, limit: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > limit
+
+
+def chat(payload: Mapping[str, Any], limit: int, name_if_absent: bool = False) -> dict[str, Any] | None:
+    keys = [k for k in ("max_completion_tokens", "max_tokens") if k in payload]
+    if not keys:
+        # max_tokens, the name every chat server knows (llama.cpp, vLLM and TGI as well).
+        return {**payload, "max_tokens": limit} if name_if_absent else None
+    over = [k for k in keys if _over(payload[k], limit)]
+    if not over:
+        return None
+    return {**payload, **dict.fromkeys(over, limit)}
+
+
+def messages(payload: Mapping[str, Any], limit: int, name_if_absent: bool = False) -> dict[str, Any] | None:
+    asked = payload.get("max_tokens")
+    if not (_over(asked, limit) or (asked is None and name_if_absent)):
+        return None
+    out = {**payload, "max_tokens": limit}
+    thinking = payload.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") == "enabled":
+        budget = thinking.get("budget_tokens")
+        if isinstance(budget, int) and budget >= limit:
+            if limit - 1 >= THINKING_MIN:
+                out["thinking"] = {**thinking, "budget_tokens": limit - 1}
+            else:  # no room left for the least thinking Anthropic takes: answer without it
+                del out["thinking"]
+    return out
+
+
+def responses(payload: Mapping[str, Any], limit: int, name_if_absent: bool = False) -> dict[str, Any] | None:
+    asked = payload.get("max_output_tokens")
+    if _over(asked, limit) or (asked is None and name_if_absent):
+        return {**payload, "max_output_tokens": limit}
+    return None
+
+
+def gemini(payload: Mapping[str, Any], limit: int, name_if_absent: bool = False) -> dict[str, Any] | None:
+    configs = "generation_config" if "generation_config" in payload and "generationConfig" not in payload \
+        else "generationConfig"  # fmt: skip
+    config = payload.get(configs)
+    if config is not None and not isinstance(config, dict):
+        return None
+    config = config or {}
+    key = "max_output_tokens" if "max_output_tokens" in config and "maxOutputTokens" not in config \
+        else "maxOutputTokens"  # fmt: skip
+    asked = config.get(key)
+    if _over(asked, limit) or (not has(config, "maxOutputTokens") and name_if_absent):
+        return {**payload, configs: {**config, key: limit}}
+    return None
