@@ -160,7 +160,7 @@ def full_pipeline(dialect: Dialect) -> Handler:
                 outcome = await _probe(svc, state, plan, call, _asked_of(asked, call), inbound)
                 if isinstance(outcome, Failure):
                     state.empty_was = outcome.classification.type  # what the empty streams meant
-            if isinstance(outcome, Failure):  # a refusal of the output budget that states the model's
+            if isinstance(outcome, Failure):  # a refused output budget, when the refusal states the limit
                 outcome = await output_cap.rescue(svc, state, plan, call, _asked_of(asked, call), outcome)
             if isinstance(outcome, Failure) and _overflowed(outcome) and svc.cfg.compression.enabled:
                 outcome = await _overflow(svc, state, request, plan, call, _asked_of(asked, call), outcome)
