@@ -128,8 +128,9 @@ def full_pipeline(dialect: Dialect) -> Handler:
                 return bad_request(leg.message, "no_translation")
             state.translated = None  # until a translated call is made (a fallback's, say)
             model = leg.model or inbound.model
-            prepared = asked.payload()
-            payload = output_cap.capped(svc, state, dialect, up.cfg, model, prepared)
+            prepared = payload = asked.payload()
+            if up.cfg.max_output_tokens is not None or svc.output_limits.learned:  # mostly neither: no call
+                payload = output_cap.capped(svc, state, dialect, up.cfg, model, prepared)
             if leg.translator is None and leg.model is None and dialect.address(payload) is None:
                 headers = request_headers(request.headers.items(), up.outbound, state.request_id)
                 url = up.url_for(dialect.path, query)

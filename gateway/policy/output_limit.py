@@ -72,15 +72,16 @@ class OutputLimits:
     limits live as long as the config they were learned under (a reload starts afresh: the
     upstream a name stands for may have changed)."""
 
-    __slots__ = ("_learned",)
+    __slots__ = ("_learned", "learned")
 
     def __init__(self) -> None:
         self._learned: dict[tuple[str, str], int] = {}
+        self.learned = False  # any limit learned yet: read before every send, so a plain attribute
 
     def of(self, up: UpstreamConfig, model: str | None) -> tuple[int, str] | None:
         """The limit and where it comes from (``config``, or ``learned`` from a refusal), or None."""
         configured = up.max_output_tokens
-        learned = self._learned.get((up.name, model or "")) if self._learned else None
+        learned = self._learned.get((up.name, model or "")) if self.learned else None
         if learned is not None and (configured is None or learned < configured):
             return learned, "learned"
         return (configured, "config") if configured is not None else None
@@ -89,3 +90,4 @@ class OutputLimits:
         key = (upstream, model or "")
         if key in self._learned or len(self._learned) < LEARNED_MAX:
             self._learned[key] = limit
+            self.learned = True
