@@ -24,6 +24,7 @@ from gateway.config import GatewayConfig, PoolConfig, ToolOutputsConfig, Upstrea
 from gateway.keys.ledger import Accounts
 from gateway.policy.loop_breaker import LoopBreaker
 from gateway.policy.output_limit import OutputLimits
+from gateway.policy.refused_param import ParamFixes
 from gateway.policy.tool_outputs import ToolOutputPolicy, ToolRule
 from gateway.routing import Outbound, pick_upstream, upstream_url
 from gateway.state import SharedBudget, SharedCircuit, StateStore
@@ -167,6 +168,8 @@ class Services:
     busy_poll: BusyPoll | NoBusyPoll = NO_BUSY_POLL  # server.busy_poll_us (gateway/busy_poll.py)
     # Each (upstream, model)'s output limit, configured or stated (gateway/pipeline/output_cap.py).
     output_limits: OutputLimits = field(default_factory=OutputLimits)
+    # The parameters each (upstream, model) refused and can do without (gateway/pipeline/param_fix.py).
+    param_fixes: ParamFixes = field(default_factory=ParamFixes)
 
     def chain_for(self, model: str | None) -> Route | None:
         """The first pool whose model globs match, else the first upstream outside every pool

@@ -36,6 +36,7 @@ def _say(line: str) -> None:
 async def _serve(args: argparse.Namespace) -> None:
     fake = ScenarioUpstream(args.scenario, wait_s=args.wait_s, context_window=args.context_window, log=_say)
     fake.output_limit = args.output_limit
+    fake.refused_params = frozenset(args.refuse_param)
     _keys(fake, args)
     await fake.start(args.host, args.port)
     _say(f"listening on {fake.url} (chat completions, Messages, Responses, Gemini); default scenario "
@@ -102,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-limit", type=int, default=None, metavar="TOKENS",
                         help="refuse a chat or Messages request asking for more output tokens, as "
                              "OpenAI and Anthropic refuse it (default: no limit)")  # fmt: skip
+    parser.add_argument("--refuse-param", action="append", default=[], metavar="NAME",
+                        help="refuse a chat or Messages request carrying this top-level parameter, as "
+                             "gpt-4o refuses reasoning_effort (repeatable)")  # fmt: skip
     pool = parser.add_argument_group("a pool of keys (deployments told apart by their credential)")
     pool.add_argument("--limits", type=_limits, action="append", default=[], metavar="KEY=RPM[,TPM]",
                       help="limit KEY to RPM requests and TPM tokens a minute (repeatable)")  # fmt: skip

@@ -1,9 +1,11 @@
-"""A model's output limit, refused as the real APIs refuse a larger budget.
+"""What a model does not take, refused as the real APIs refuse it.
 
 With ``FakeUpstream.output_limit`` set, a request whose output budget is above it gets the
-API's own 400 before anything else answers it: the real APIs check the budget before they
-look at the conversation. The wordings are the providers' (``output_limit`` cases in
-tests/corpus/: OpenAI's and Anthropic's).
+API's own 400 before anything else answers it; with ``refused_params``, a request carrying one
+of those top-level parameters does: the real APIs check both before they look at the
+conversation. The wordings are the providers' (``output_limit`` and ``refused_param`` cases in
+tests/corpus/): OpenAI's (gpt-4o's "Unrecognized request argument supplied", a reasoning
+model's "Use 'max_completion_tokens' instead") and Anthropic's.
 """
 
 from __future__ import annotations
@@ -12,6 +14,23 @@ from typing import Any
 
 from gateway.fake.messages import anthropic_error
 from gateway.fake.steps import Reply
+
+
+def param_refusal(refused: frozenset[str], path: str, payload: Any) -> Reply | None:
+    if not refused or not isinstance(payload, dict):
+        return None
+    name = next((k for k in payload if k in refused), None)
+    if name is None:
+        return None
+    if path.endswith("/messages"):
+        return anthropic_error(400, "invalid_request_error", f"`{name}` is deprecated for this model.")
+    if name == "max_tokens":
+        message = ("Unsupported parameter: 'max_tokens' is not supported with this model. "
+                   "Use 'max_completion_tokens' instead.")  # fmt: skip
+        return Reply(400, {"error": {"message": message, "type": "invalid_request_error", "param": name,
+                                     "code": "unsupported_parameter"}})  # fmt: skip
+    return Reply(400, {"error": {"message": f"Unrecognized request argument supplied: {name}",
+                                 "type": "invalid_request_error", "param": None, "code": None}})  # fmt: skip
 
 
 def refusal(limit: int | None, path: str, payload: Any) -> Reply | None:

@@ -16,7 +16,8 @@ usage. Steps:
 With ``context_limit`` set, requests whose estimated size exceeds it are answered with
 OpenAI's real overflow error (the wording of the ``context_length_exceeded`` error as
 the OpenAI API returns it), computed from the request. With ``output_limit`` set, a chat or
-Messages request asking for a larger output budget gets the API's real refusal (output.py).
+Messages request asking for a larger output budget gets the API's real refusal, and with
+``refused_params`` one carrying such a parameter (output.py).
 
 Several deployments: the fake tells them apart by the credential (``Authorization: Bearer``,
 ``x-api-key``, ``api-key``). ``fake.keys`` (:class:`gateway.fake.limits.KeyLimits`) gives a
@@ -70,6 +71,7 @@ class FakeUpstream:
         self.requests: list[Recorded] = []
         self.context_limit: int | None = None
         self.output_limit: int | None = None  # a larger output budget gets the API's 400 (output.py)
+        self.refused_params: frozenset[str] = frozenset()  # top-level parameters answered with a 400
         self.models_listing: dict[str, Any] | None = None  # what GET /models answers
         self.cancelled = 0  # handlers torn down because the gateway went away
         self.keys = KeyLimits()  # per-credential limits and states
@@ -196,7 +198,8 @@ class FakeUpstream:
             return web.json_response({"error": {"message": f"unknown path {path}",
                                                 "type": "invalid_request_error", "code": None}},
                                      status=404)  # fmt: skip
-        limited = output.refusal(self.output_limit, path, payload)
+        limited = output.param_refusal(self.refused_params, path, payload) or output.refusal(
+            self.output_limit, path, payload)
         if limited is not None:
             self._refused(path, self._key, limited)
             return await self._play(request, limited)

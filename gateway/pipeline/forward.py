@@ -9,7 +9,8 @@
     send          pick a pool's deployment (affinity, strategy), attempt → classify → wait,
                   retry or move on (to a sibling, a fallback)   (pool.py, send.py, chain.py)
     probe         a stream that keeps coming back empty is asked once without streaming
-    lower         a budget the model's output limit refuses: lowered to it, sent once (output_cap.py)
+    fix           what the model refuses as asked: a budget above its output limit, lowered
+                  once (output_cap.py); a parameter it does not take, left out (param_fix.py)
     rescue        on context_overflow: compress once, send once  (the dialect's compression)
     remember      a final failure, for the loop breaker
     relay         buffered error, buffered body, raw passthrough or SSE stream; a stream
@@ -36,7 +37,7 @@ from gateway.apis.base import Dialect, Inbound, Rejection, Where
 from gateway.auth import WWW_AUTHENTICATE
 from gateway.errors import Classification, ErrorType
 from gateway.keys.attribution import session_of
-from gateway.pipeline import accounting, output_cap
+from gateway.pipeline import accounting, output_cap, param_fix
 from gateway.pipeline.admit import model_of, parse_json_object, read_body
 from gateway.pipeline.asked import Asked
 from gateway.pipeline.attempt import Call, ReadMode
@@ -161,8 +162,7 @@ def full_pipeline(dialect: Dialect) -> Handler:
                 outcome = await _probe(svc, state, plan, call, _asked_of(asked, call), inbound)
                 if isinstance(outcome, Failure):
                     state.empty_was = outcome.classification.type  # what the empty streams meant
-            if isinstance(outcome, Failure):  # a refused output budget, when the refusal states the limit
-                outcome = await output_cap.rescue(svc, state, plan, call, _asked_of(asked, call), outcome)
+            outcome = await _refused_as_sent(svc, state, plan, call, asked, outcome)
             if isinstance(outcome, Failure) and _overflowed(outcome) and svc.cfg.compression.enabled:
                 outcome = await _overflow(svc, state, request, plan, call, _asked_of(asked, call), outcome)
             asked.drop()
@@ -443,6 +443,24 @@ async def _probe_once(
     state.usage.update(dialect.body_usage(doc))
     headers = [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")]
     return Success(200, headers, body=dialect.replay_as_stream(doc, inbound.payload))
+
+
+async def _refused_as_sent(
+    svc: Services, state: RequestState, plan: RetryPlan, call: Call, asked: Asked, outcome: Outcome
+) -> Outcome:
+    """A request the model refuses for what it asks rather than for what it says, sent again
+    fixed: an output budget above the limit the refusal states (once), a parameter the model
+    does not take (up to three). A model that refuses two things answers one at a time."""
+    for _ in range(1 + param_fix.MAX_FIXES):
+        if not isinstance(outcome, Failure):
+            return outcome
+        again = await output_cap.rescue(svc, state, plan, call, _asked_of(asked, call), outcome)
+        if again is outcome:
+            again = await param_fix.rescue(svc, state, plan, call, outcome)
+        if again is outcome:
+            return outcome
+        outcome = again
+    return outcome
 
 
 def _client_compacts(svc: Services, request: web.Request) -> bool:

@@ -213,6 +213,8 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
         record["compression"] = state.compression
     if state.tool_outputs is not None:
         record["tool_outputs"] = state.tool_outputs
+    if state.params_dropped:
+        record["params_dropped"] = state.params_dropped  # field names, never values
     if state.output_capped is not None:
         record["output_capped"] = state.output_capped  # numbers and a source, never content
     if state.ended_by is not None:

@@ -52,6 +52,9 @@ class RequestState:
     # The output budget the answer was asked with when the gateway lowered the client's: the
     # limit, what was asked and why (``pipeline/output_cap.py``).
     output_capped: dict[str, Any] | None = None
+    # Parameters left out (or renamed, ``max_tokens->max_completion_tokens``) because the model
+    # refuses them (``pipeline/param_fix.py``).
+    params_dropped: list[str] | None = None
     classification: Classification | None = None  # the final error, if the answer is one
     # The gateway settled retrying for this request (it retried, or declined because of the
     # budget, deadline or an open circuit): the client's SDK must not retry on top.

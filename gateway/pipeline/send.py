@@ -72,6 +72,8 @@ async def send_one(
     a fallback); such failures get at most ``retries_cap`` retries here first."""
     up = call.up
     state.upstream = up.cfg.name
+    if svc.param_fixes.learned:  # what this model refused before is left out before it is sent
+        body = param_fixed(svc, state, call, body)
     adm = up.circuit.admit_now(state.model) or await up.circuit.admit(state.model)
     if adm.gate is Gate.REFUSE:
         state.retries_settled = True
@@ -238,3 +240,12 @@ async def waited_and_confirmed(svc: Services, wait_s: float) -> bool:
 
 class _Refused(Exception):
     """The shared retry budget did not confirm a held retry."""
+
+
+def param_fixed(svc: Services, state: RequestState, call: Call, body: bytes) -> bytes:
+    """``body`` without the parameters the upstream's model refused before (param_fix.py)."""
+    body, done = svc.param_fixes.applied(call.up.cfg.name, call.wire_model or state.model, body)
+    if done:
+        noted = state.params_dropped or []
+        state.params_dropped = noted + [label for label in done if label not in noted]
+    return body

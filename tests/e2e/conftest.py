@@ -31,6 +31,7 @@ def upstream(fake: FakeUpstream) -> FakeUpstream:
     fake.requests.clear()
     fake.context_limit = None
     fake.output_limit = None
+    fake.refused_params = frozenset()
     return fake
 
 

@@ -103,15 +103,16 @@ def test_a_chat_stream_cut_mid_answer_reaches_claude_code_as_its_typed_error_and
     assert "Forty-two." in r.out
 
 
-def test_claude_codes_64000_token_budget_is_lowered_to_what_the_model_writes(
+def test_claude_code_runs_on_a_model_that_refuses_its_effort_and_its_budget(
     claude_bin: Path, fake: FakeUpstream, upstream: FakeUpstream, workdir: Path,  # noqa: F811
     tmp_path: Path,
 ) -> None:  # fmt: skip
-    """On a model that writes at most 16,384 tokens and refuses a larger budget as OpenAI does
-    (gpt-4o), stock Claude Code's first turn costs two upstream calls (the refusal, then the
-    lowered request) and every later turn one."""
+    """On a chat model that refuses ``reasoning_effort`` and any budget above 16,384 tokens, as
+    OpenAI's gpt-4o does, stock Claude Code's first turn costs three upstream calls (its effort
+    refused, then its 64000-token budget, then the fixed request) and every later turn one."""
     gw = launch(fake, tmp_path, upstream_yaml=", apis: [chat], model_map: {'claude-*': gpt-4o}")
     upstream.output_limit = 16384
+    upstream.refused_params = frozenset({"reasoning_effort"})
     try:
         upstream.script(_answer_turn("Hello from a smaller model."), _answer_turn("Hello again."))
         first = run_claude(claude_bin, gw, workdir, "say hello", timeout=90)
@@ -122,8 +123,8 @@ def test_claude_codes_64000_token_budget_is_lowered_to_what_the_model_writes(
         assert "Hello again." in second.out
     finally:
         gw.stop()
-    asked = [req.json()["max_tokens"] for req in upstream.chat_requests()]
-    assert asked == [64000, 16384, 16384]
+    asked = [(req.json()["max_tokens"], "reasoning_effort" in req.json()) for req in upstream.chat_requests()]
+    assert asked == [(64000, True), (64000, False), (16384, False), (16384, False)]
 
 
 @dataclass

@@ -17,7 +17,8 @@ README = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted(DOCS.rglo
 
 HEADERS = ["x-llm-error-type", "x-llm-error-retryable", "x-llm-error-reset-at", "retry-after",
            "x-should-retry", "x-request-id", "x-llm-attempts", "x-llm-compressed", "x-llm-upstream",
-           "x-llm-fallbacks", "x-llm-from-memory", "x-llm-tool-outputs-capped", "x-llm-output-capped"]
+           "x-llm-fallbacks", "x-llm-from-memory", "x-llm-tool-outputs-capped", "x-llm-output-capped",
+           "x-llm-params-dropped"]
 
 
 def test_error_types_are_the_header_values() -> None:

@@ -1,0 +1,46 @@
+"""A parameter the model refuses, left out: once after the refusal, then before every send.
+
+After a refusal that names a parameter the gateway may do without (``policy/refused_param.py``:
+a sampling knob, an effort, a storage hint, or ``max_tokens`` that a reasoning model takes as
+``max_completion_tokens``), the fix is learned for the (upstream, model) and the request is
+sent again with it applied (``send_one`` applies every learned fix to every body it sends).
+At most ``MAX_FIXES`` parameters per request: each costs one more call. The client is told
+with ``x-llm-params-dropped`` and the log line's ``params_dropped``.
+"""
+
+from __future__ import annotations
+
+from gateway import jsonbody
+from gateway.pipeline.attempt import Call
+from gateway.pipeline.outcome import Failure, Outcome, RequestState
+from gateway.pipeline.send import send_one
+from gateway.policy.refused_param import refused_param
+from gateway.policy.retry import RetryPlan
+from gateway.services import Services
+
+MAX_FIXES = 3
+
+
+async def rescue(
+    svc: Services, state: RequestState, plan: RetryPlan, call: Call, refused: Failure
+) -> Outcome:
+    fix = refused_param(refused.classification.message)
+    done = state.params_dropped or []
+    if fix is None or fix.label in done or len(done) >= MAX_FIXES:
+        return refused
+    try:
+        doc, lenient = jsonbody.loads(call.body)
+    except ValueError:
+        return refused
+    if not isinstance(doc, dict) or fix.apply(doc) is None:
+        return refused  # not in what was sent, or not one to leave out: the refusal stands
+    svc.param_fixes.learn(call.up.cfg.name, call.wire_model or state.model, fix)
+    body = call.body
+    capped = state.output_capped
+    if capped is not None:
+        # A budget lowered by an earlier rescue was sent in another body: lower this one too.
+        lowered = call.dialect.lower_output(doc, capped["to"])
+        if lowered is not None:
+            body = jsonbody.dumps(lowered, lenient=lenient)
+    svc.tracing.next_attempt(state, "param_retry")
+    return await send_one(svc, state, plan, call, body)  # which applies the fix just learned

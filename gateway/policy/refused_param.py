@@ -1,0 +1,177 @@
+"""A request parameter the model refuses, as the provider names it, and whether the gateway may
+leave it out.
+
+Agents send what their own provider's models take: Claude Code's effort becomes chat's
+``reasoning_effort``, which gpt-4o refuses ("Unrecognized request argument supplied:
+reasoning_effort"); a chat client's ``max_tokens`` is refused by OpenAI's reasoning models
+("Use 'max_completion_tokens' instead"); newer Claude models refuse ``temperature`` with
+``top_p``. Each wording below is a provider's own (the ``refused_param`` cases in
+``tests/corpus/``). The gateway drops the field, or carries its value under the name the
+provider gives, only where the request then means the same: sampling knobs and effort
+(the model's default applies), storage and routing hints. A field that carries the request's
+meaning (``tools``, ``response_format``, ``n``, ``logprobs``) is never touched: its refusal
+reaches the client as it came.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gateway import jsonbody
+from gateway.apis.gemini.fields import snake
+
+# Fields whose absence leaves the answer's meaning: the model's own default applies.
+DROPPABLE = frozenset({
+    "temperature", "top_p", "top_k", "presence_penalty", "frequency_penalty", "seed",
+    "reasoning_effort", "reasoning", "thinking", "verbosity",
+    "store", "service_tier", "parallel_tool_calls", "prompt_cache_key", "safety_identifier",
+})  # fmt: skip
+# A nested field refused on its own: what is dropped for it (its parent's other members kept).
+NESTED = {"reasoning.effort": ("reasoning", "effort"), "output_config.effort": ("output_config", "effort")}
+# The two names of chat's output budget: one refused is carried under the other, never dropped.
+BUDGETS = {"max_tokens": "max_completion_tokens", "max_completion_tokens": "max_tokens"}
+
+_F = r"[`'\"]?([A-Za-z_][A-Za-z0-9_.]{0,63})[`'\"]?"
+
+# Each pattern's first group names the field; a second, where there is one, names its replacement.
+_REFUSED: tuple[re.Pattern[str], ...] = tuple(
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        # OpenAI, Azure: "Unsupported parameter: 'max_tokens' is not supported with this model.
+        # Use 'max_completion_tokens' instead."; Responses: "... 'reasoning.effort' ..."
+        rf"Unsupported parameter: {_F} is not supported with this model\.(?: Use {_F} instead)?",
+        # OpenAI: "Unsupported value: 'temperature' does not support 0.2 with this model. Only
+        # the default (1) value is supported."
+        rf"Unsupported value: {_F} does not support .{{1,40}}? with this model\. Only the default",
+        # OpenAI (gpt-4o, gpt-4o-mini): "Unrecognized request argument supplied: reasoning_effort"
+        rf"Unrecognized request argument supplied: {_F}",
+        # Azure (o1-mini): "Unknown parameter: 'reasoning_effort'."
+        rf"Unknown parameter: {_F}\.",
+        # Anthropic (Opus 4.7 and later): "`temperature` is deprecated for this model."
+        rf"{_F} is deprecated for this model",
+        # DeepSeek: "deepseek-reasoner does not support the parameter `presence_penalty`"
+        rf"does not support the parameter {_F}",
+        # xAI: "Model grok-4-latest does not support parameter reasoningEffort."
+        rf"does not support parameter {_F}",
+        # xAI: "Argument not supported on this model: presencePenalty"
+        rf"Argument not supported on this model: {_F}",
+        # Gemini's OpenAI-compatible endpoint: 'Unknown name "reasoning_effort": Cannot find field.'
+        rf"Unknown name {_F}: Cannot find field",
+    )
+)
+# Anthropic (Claude 4.5 and later): "`temperature` and `top_p` cannot both be specified for this
+# model. Please use only one." The second is left out (the client's temperature is kept).
+_EITHER = re.compile(rf"{_F} and {_F} cannot both be specified", re.IGNORECASE)
+# Anthropic: "'claude-3-5-sonnet-20241022' does not support thinking."; "This model does not
+# support the effort parameter."
+_NO_THINKING = re.compile(r"does not support thinking\.", re.IGNORECASE)
+_NO_EFFORT = re.compile(r"does not support the effort parameter", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class ParamFix:
+    field: str  # as the provider named it, snake_case (xAI names them in camelCase)
+    rename: str | None = None  # carry the value under this name instead
+
+    @property
+    def label(self) -> str:
+        return self.field if self.rename is None else f"{self.field}->{self.rename}"
+
+    def apply(self, doc: Mapping[str, Any]) -> dict[str, Any] | None:
+        """``doc`` without the field (or with it renamed); None when the fix does not apply:
+        the field is absent, or leaving it out would change what the request means."""
+        nested = NESTED.get(self.field)
+        if nested is not None:
+            parent, member = nested
+            inner = doc.get(parent)
+            if not isinstance(inner, dict) or member not in inner:
+                return None
+            rest = {k: v for k, v in inner.items() if k != member}
+            out = {k: v for k, v in doc.items() if k != parent}
+            if rest:
+                out[parent] = rest
+            return out
+        if self.field not in doc:
+            return None
+        if self.field in BUDGETS:  # carried under its other name (kept if the client sent both)
+            out = {k: v for k, v in doc.items() if k != self.field}
+            out.setdefault(BUDGETS[self.field], doc[self.field])
+            return out
+        if self.field not in DROPPABLE:
+            return None
+        return {k: v for k, v in doc.items() if k != self.field}
+
+
+def refused_param(message: str | None) -> ParamFix | None:
+    """The field a refusal names, when it names one the gateway knows how to leave out."""
+    if not message:
+        return None
+    m = _EITHER.search(message)
+    if m is not None:
+        return _fix(m.group(2), None)
+    if _NO_THINKING.search(message):
+        return ParamFix("thinking")
+    if _NO_EFFORT.search(message):
+        return ParamFix("output_config.effort")
+    for pattern in _REFUSED:
+        m = pattern.search(message)
+        if m is not None:
+            groups = m.groups()
+            return _fix(groups[0], groups[1] if len(groups) > 1 else None)
+    return None
+
+
+def _fix(field: str, rename: str | None) -> ParamFix | None:
+    field = field.rstrip(".")  # a sentence's full stop after an unquoted name
+    field = snake(field) if "." not in field else field
+    rename = snake(rename.rstrip(".")) if rename else None
+    if field in NESTED or field in DROPPABLE:
+        return ParamFix(field)
+    if field in BUDGETS and (rename is None or rename == BUDGETS[field]):
+        return ParamFix(field, BUDGETS[field])
+    return None
+
+
+# Model names come from clients: the table stops growing here (a miss costs one refused call).
+LEARNED_MAX = 4096
+
+
+class ParamFixes:
+    """The fixes each (upstream, model) needed, learned from its refusals for the life of the
+    config, applied to every request sent to it afterwards."""
+
+    __slots__ = ("_learned", "learned")
+
+    def __init__(self) -> None:
+        self._learned: dict[tuple[str, str], tuple[ParamFix, ...]] = {}
+        self.learned = False  # any fix learned yet: read before every send, so a plain attribute
+
+    def learn(self, upstream: str, model: str | None, fix: ParamFix) -> None:
+        key = (upstream, model or "")
+        known = self._learned.get(key, ())
+        if fix not in known and (known or len(self._learned) < LEARNED_MAX):
+            self._learned[key] = (*known, fix)
+            self.learned = True
+
+    def applied(self, upstream: str, model: str | None, body: bytes) -> tuple[bytes, list[str]]:
+        """``body`` with the (upstream, model)'s learned fixes, and their labels (none: the
+        body unchanged)."""
+        fixes = self._learned.get((upstream, model or ""))
+        if not fixes:
+            return body, []
+        try:
+            doc, lenient = jsonbody.loads(body)
+        except ValueError:
+            return body, []
+        if not isinstance(doc, dict):
+            return body, []
+        done = []
+        for fix in fixes:
+            fixed = fix.apply(doc)
+            if fixed is not None:
+                doc = fixed
+                done.append(fix.label)
+        return (jsonbody.dumps(doc, lenient=lenient), done) if done else (body, [])

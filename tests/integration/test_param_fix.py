@@ -1,0 +1,96 @@
+"""A parameter the model does not take: left out (or renamed) once after the refusal, then before
+every send to that (upstream, model). Claude Code's own first request on a chat upstream that
+refuses as gpt-4o does: its effort (``reasoning_effort``) and its 64000-token budget."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+from gateway.fake.steps import Reply
+
+CORPUS = Path(__file__).parent.parent / "corpus" / "requests"
+HI = [{"role": "user", "content": "hi"}]
+
+
+def claude_code_first() -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((CORPUS / "claude-code-2.1.197-first.json").read_text())["body"]
+    return {**doc, "stream": False}
+
+
+async def test_claude_code_on_a_gpt_4o_like_upstream_needs_three_calls_once_then_one(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", apis: [chat]")
+    gw.fake.refused_params = frozenset({"reasoning_effort"})
+    gw.fake.output_limit = 16384
+    status, headers, body = await gw.messages(claude_code_first())
+    assert status == 200, body
+    assert headers["x-llm-attempts"] == "3"
+    assert headers["x-llm-params-dropped"] == "reasoning_effort" and headers["x-llm-output-capped"] == "16384"
+    sent = [r.json() for r in gw.fake.chat_requests()]
+    assert [("reasoning_effort" in s, s["max_tokens"]) for s in sent] == [(True, 64000), (False, 64000),
+                                                                          (False, 16384)]  # fmt: skip
+    status, headers, _ = await gw.messages(claude_code_first())
+    assert status == 200 and headers["x-llm-attempts"] == "1"
+    assert headers["x-llm-params-dropped"] == "reasoning_effort"
+    last = gw.fake.chat_requests()[-1].json()
+    assert "reasoning_effort" not in last and last["max_tokens"] == 16384
+
+
+async def test_a_reasoning_models_max_tokens_is_carried_as_max_completion_tokens(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.refused_params = frozenset({"max_tokens"})
+    payload = {"model": "o3", "max_tokens": 500, "temperature": 1, "messages": HI}
+    status, headers, _ = await gw.chat(payload)
+    assert status == 200 and headers["x-llm-params-dropped"] == "max_tokens->max_completion_tokens"
+    first, second = (r.json() for r in gw.fake.chat_requests())
+    assert first["max_tokens"] == 500 and "max_completion_tokens" not in first
+    assert "max_tokens" not in second and second["max_completion_tokens"] == 500 and second["temperature"] == 1
+    status, headers, _ = await gw.chat(payload)
+    assert status == 200 and headers["x-llm-attempts"] == "1"
+
+
+async def test_a_native_messages_request_loses_a_deprecated_sampling_knob(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.refused_params = frozenset({"temperature"})
+    payload = {"model": "claude-opus-4-8", "max_tokens": 100, "temperature": 0.2, "messages": HI}
+    status, headers, _ = await gw.messages(payload)
+    assert status == 200 and headers["x-llm-params-dropped"] == "temperature"
+    first, second = (r.json() for r in gw.fake.messages_requests())
+    assert first["temperature"] == 0.2 and "temperature" not in second
+    assert {k: v for k, v in first.items() if k != "temperature"} == second
+
+
+async def test_a_parameter_that_carries_meaning_is_never_left_out(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.refused_params = frozenset({"response_format"})
+    payload = {"model": "gpt-4o", "response_format": {"type": "json_object"}, "messages": HI}
+    status, headers, body = await gw.chat(payload)
+    assert status == 400 and headers["x-llm-error-type"] == "unknown" and headers["x-llm-attempts"] == "1"
+    assert b"Unrecognized request argument supplied: response_format" in body
+    assert "x-llm-params-dropped" not in headers and len(gw.fake.chat_requests()) == 1
+
+
+async def test_a_budget_lowered_first_stays_lowered_when_a_parameter_is_refused_after_it(make_gateway) -> None:
+    gw = await make_gateway()
+    too_large = ("max_tokens is too large: 64000. This model supports at most 16384 completion tokens, "
+                 "whereas you provided 64000.")  # fmt: skip
+    gw.fake.script(
+        Reply(400, {"error": {"message": too_large, "type": "invalid_request_error", "param": "max_tokens",
+                              "code": "invalid_value"}}),
+        Reply(400, {"error": {"message": "Unrecognized request argument supplied: reasoning_effort",
+                              "type": "invalid_request_error", "param": None, "code": None}}),
+    )  # fmt: skip
+    payload = {"model": "gpt-4o", "max_tokens": 64000, "reasoning_effort": "high", "messages": HI}
+    status, headers, _ = await gw.chat(payload)
+    assert status == 200 and headers["x-llm-attempts"] == "3"
+    sent = [r.json() for r in gw.fake.chat_requests()]
+    assert [(s["max_tokens"], "reasoning_effort" in s) for s in sent] == [(64000, True), (16384, True),
+                                                                          (16384, False)]  # fmt: skip
+
+
+async def test_the_same_refusal_twice_is_answered(make_gateway) -> None:
+    gw = await make_gateway()
+    refusal = Reply(400, {"error": {"message": "Unrecognized request argument supplied: seed",
+                                    "type": "invalid_request_error", "param": None, "code": None}})  # fmt: skip
+    gw.fake.always = refusal  # refuses whatever it is sent
+    status, headers, _ = await gw.chat({"model": "gpt-4o", "seed": 7, "messages": HI})
+    assert status == 400 and headers["x-llm-attempts"] == "2" and len(gw.fake.chat_requests()) == 2

@@ -1,0 +1,83 @@
+"""The parameter a refusal names, read from the corpus's real bodies (the message the classifier
+keeps), applied only where leaving it out keeps the request's meaning; no other body names one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gateway.policy.refused_param import LEARNED_MAX, ParamFix, ParamFixes, refused_param
+from tests.corpus_cases import HELD_OUT, IN_SAMPLE, classify_case
+
+NAMING = [c for c in IN_SAMPLE if "refused_param" in c["expected"]]
+
+
+def test_the_corpus_has_refusals_from_the_providers_agents_meet() -> None:
+    providers = {c["provider"] for c in NAMING}
+    assert {"OpenAI", "Azure OpenAI", "Anthropic", "DeepSeek", "xAI"} <= providers
+
+
+@pytest.mark.parametrize("case", NAMING, ids=[c["name"] for c in NAMING])
+def test_the_refused_parameter_is_read_from_the_message_the_gateway_keeps(case: dict[str, Any]) -> None:
+    fix = refused_param(classify_case(case).message)
+    assert fix is not None and fix.label == case["expected"]["refused_param"]
+
+
+def test_no_other_body_in_the_corpus_names_one() -> None:
+    named = [c["name"] for c in IN_SAMPLE + HELD_OUT
+             if "refused_param" not in c["expected"] and refused_param(classify_case(c).message) is not None]
+    assert named == []
+
+
+@pytest.mark.parametrize("message", [
+    None, "",
+    "Unsupported parameter: 'tools' is not supported with this model.",  # meaning: never left out
+    "Unrecognized request argument supplied: response_format",
+    "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'foo' instead.",
+    "property 'store' is unsupported, did you mean 'stop'?",  # Groq's spelling guess: not read
+])  # fmt: skip
+def test_refusals_left_to_the_client(message: str | None) -> None:
+    assert refused_param(message) is None
+
+
+@pytest.mark.parametrize(("fix", "doc", "fixed"), [
+    (ParamFix("reasoning_effort"), {"model": "m", "reasoning_effort": "high"}, {"model": "m"}),
+    (ParamFix("reasoning_effort"), {"model": "m"}, None),  # not sent: nothing to fix
+    (ParamFix("max_tokens", "max_completion_tokens"), {"max_tokens": 9}, {"max_completion_tokens": 9}),
+    # Both sent: the one the model takes is kept as the client set it.
+    (ParamFix("max_tokens", "max_completion_tokens"), {"max_tokens": 9, "max_completion_tokens": 5},
+     {"max_completion_tokens": 5}),
+    (ParamFix("reasoning.effort"), {"reasoning": {"effort": "high", "summary": "auto"}},
+     {"reasoning": {"summary": "auto"}}),
+    (ParamFix("reasoning.effort"), {"reasoning": {"effort": "high"}, "input": "x"}, {"input": "x"}),
+    (ParamFix("output_config.effort"), {"output_config": {"effort": "high", "format": {"type": "json_schema"}}},
+     {"output_config": {"format": {"type": "json_schema"}}}),
+    (ParamFix("tools"), {"tools": []}, None),  # meaning: never left out
+])  # fmt: skip
+def test_a_fix_leaves_out_only_what_it_names(fix: ParamFix, doc: dict[str, Any], fixed: dict[str, Any] | None) -> None:
+    before = repr(doc)
+    assert fix.apply(doc) == fixed
+    assert repr(doc) == before  # the document itself is not changed
+
+
+def test_learned_fixes_apply_per_upstream_and_model_to_the_bytes_sent() -> None:
+    fixes = ParamFixes()
+    body = b'{"model":"gpt-4o","reasoning_effort":"high","temperature":0.2}'
+    assert fixes.applied("u", "gpt-4o", body) == (body, []) and not fixes.learned
+    fixes.learn("u", "gpt-4o", ParamFix("reasoning_effort"))
+    fixes.learn("u", "gpt-4o", ParamFix("temperature"))
+    fixes.learn("u", "gpt-4o", ParamFix("temperature"))  # once
+    out, done = fixes.applied("u", "gpt-4o", body)
+    assert out == b'{"model":"gpt-4o"}' and done == ["reasoning_effort", "temperature"]
+    assert fixes.applied("u", "gpt-4.1", body) == (body, []) and fixes.applied("v", "gpt-4o", body) == (body, [])
+    assert fixes.applied("u", "gpt-4o", b"not json") == (b"not json", [])
+
+
+def test_the_learned_table_is_bounded() -> None:
+    fixes = ParamFixes()
+    for i in range(LEARNED_MAX + 5):
+        fixes.learn("u", f"m{i}", ParamFix("seed"))
+    assert fixes.applied("u", f"m{LEARNED_MAX + 1}", b'{"seed":1}') == (b'{"seed":1}', [])
+    fixes.learn("u", "m0", ParamFix("top_p"))  # a known entry still grows
+    assert fixes.applied("u", "m0", b'{"seed":1,"top_p":1}') == (b"{}", ["seed", "top_p"])
