@@ -15,7 +15,7 @@ NAMING = [c for c in IN_SAMPLE if "refused_param" in c["expected"]]
 
 def test_the_corpus_has_refusals_from_the_providers_agents_meet() -> None:
     providers = {c["provider"] for c in NAMING}
-    assert {"OpenAI", "Azure OpenAI", "Anthropic", "DeepSeek", "xAI"} <= providers
+    assert {"OpenAI", "Azure OpenAI", "Anthropic", "DeepSeek", "xAI", "Google Gemini (OpenAI-compatible)"} <= providers
 
 
 @pytest.mark.parametrize("case", NAMING, ids=[c["name"] for c in NAMING])
