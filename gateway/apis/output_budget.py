@@ -73,3 +73,17 @@ def gemini(payload: Mapping[str, Any], limit: int, name_if_absent: bool = False)
     if _over(asked, limit) or (not has(config, "maxOutputTokens") and name_if_absent):
         return {**payload, configs: {**config, key: limit}}
     return None
+
+
+def asked(payload: Mapping[str, Any]) -> int | None:
+    """The budget a request names in any of the four APIs, for the log (None: it names none)."""
+    for key in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
+        value = payload.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    config = payload.get("generationConfig") or payload.get("generation_config")
+    if isinstance(config, dict):
+        value = config.get("maxOutputTokens", config.get("max_output_tokens"))
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.apis import output_budget
 from gateway.apis.base import Dialect
 from gateway.config import UpstreamConfig
 from gateway.pipeline.attempt import Call
@@ -69,18 +70,4 @@ async def rescue(
 
 
 def _note(state: RequestState, payload: dict[str, Any], limit: int, source: str) -> None:
-    state.output_capped = {"to": limit, "asked": asked_budget(payload), "source": source}
-
-
-def asked_budget(payload: dict[str, Any]) -> int | None:
-    """The budget the client named, for the log (None when it named none)."""
-    for key in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
-        value = payload.get(key)
-        if isinstance(value, int):
-            return value
-    config = payload.get("generationConfig") or payload.get("generation_config")
-    if isinstance(config, dict):
-        value = config.get("maxOutputTokens", config.get("max_output_tokens"))
-        if isinstance(value, int):
-            return value
-    return None
+    state.output_capped = {"to": limit, "asked": output_budget.asked(payload), "source": source}

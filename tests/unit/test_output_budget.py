@@ -89,3 +89,15 @@ def test_every_dialect_lowers_its_own_budget() -> None:
     assert OpenAIResponses().lower_output({"max_output_tokens": 9}, 5) == {"max_output_tokens": 5}
     assert GeminiGenerate().lower_output({"generationConfig": {"maxOutputTokens": 9}}, 5) == {
         "generationConfig": {"maxOutputTokens": 5}}
+
+
+@pytest.mark.parametrize(("payload", "budget"), [
+    ({"max_tokens": 64000}, 64000),
+    ({"max_completion_tokens": 500, "max_tokens": 100}, 500),  # the one a reasoning model reads
+    ({"max_output_tokens": 32000}, 32000),
+    ({"generation_config": {"max_output_tokens": 8192}}, 8192),
+    ({"max_tokens": True}, None),
+    ({"messages": MSG}, None),
+])  # fmt: skip
+def test_the_budget_a_request_names_for_the_log(payload: dict[str, Any], budget: int | None) -> None:
+    assert output_budget.asked(payload) == budget
