@@ -128,6 +128,9 @@ def full_pipeline(dialect: Dialect) -> Handler:
             if isinstance(leg, NoLeg):
                 return bad_request(leg.message, "no_translation")
             state.translated = None  # until a translated call is made (a fallback's, say)
+            capped = state.output_capped
+            if capped is not None and capped["source"] != "refused":
+                state.output_capped = None  # noted for another upstream of the chain
             model = leg.model or inbound.model
             prepared = payload = asked.payload()
             if up.cfg.max_output_tokens is not None or svc.output_limits.learned:  # mostly neither: no call

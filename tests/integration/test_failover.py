@@ -274,3 +274,12 @@ async def test_a_pool_passed_over_because_no_deployment_may_serve_counts_as_a_fa
     finally:
         await a.close()
         await backup.close()
+
+
+async def test_a_fallback_without_the_primarys_output_cap_is_not_said_to_be_capped(make_pair: MakePair) -> None:
+    gw, primary, backup = await make_pair(primary_extra=", max_output_tokens: 4096")
+    primary.script(UNAVAILABLE, UNAVAILABLE)
+    status, headers, _ = await gw.chat({"model": "gpt-4o-mini", "max_tokens": 30000, "messages": PROMPT})
+    assert status == 200 and headers["x-llm-upstream"] == "backup" and "x-llm-output-capped" not in headers
+    assert [r.json()["max_tokens"] for r in primary.chat_requests()] == [4096, 4096]
+    assert backup.chat_requests()[0].json()["max_tokens"] == 30000
