@@ -17,7 +17,7 @@ import aiohttp
 
 BODY = '{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Hello, how are you?"}]}'
 STREAM_BODY = BODY[:-1] + ',"stream":true}'
-_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0}
+_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0, "m": 60_000.0, "h": 3_600_000.0}
 # Every request carries a gateway key, as an agent's does: the rows with named keys (keys:)
 # count it against its limits and budget; every other target passes it on or ignores it.
 KEY = "gk-bench-0123456789abcdef"
@@ -55,13 +55,20 @@ def wrk(url: str, connections: int, seconds: int, body: str = BODY, *, threads: 
         capture_output=True, text=True, check=True,
     ).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-    lat = {p: float(v) * _UNITS[u] for p, v, u in re.findall(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s)$", out, re.M)}
+    lat = percentiles_ms(out)
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     done = re.search(r"(\d+) requests in", out)
     return {"rps": rps, "requests": float(done.group(1)) if done else rps * seconds, "p50_ms": lat.get("50", float("nan")), "p99_ms": lat.get("99", float("nan")),
             "errors": float(errors.group(1)) if errors else 0.0,
             "socket_errors": float(sum(int(x) for x in sock.groups())) if sock else 0.0}
+
+
+def percentiles_ms(out: str) -> dict[str, float]:
+    """wrk's ``--latency`` p50 and p99 in ms. wrk pads a one-letter unit with a space
+    ("1.23s "), so a latency of a second or more ends in one."""
+    found = re.findall(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s|m|h)\s*$", out, re.M)
+    return {p: float(v) * _UNITS[u] for p, v, u in found}
 
 
 async def _python_load(url: str, connections: int, seconds: float, body: str = BODY,

@@ -58,3 +58,31 @@ def test_busy_polling_is_a_target_of_its_own_and_judged_beside_the_default() -> 
     assert "| added p99 at c=1 ≤ 300 µs | +420 µs (busy polling +280 µs) | with busy polling |" in table
     rows[GATEWAY]["added_p99_us"] = 290.0
     assert "| added p99 at c=1 ≤ 300 µs | +290 µs (busy polling +280 µs) | yes |" in "\n".join(goal_lines(rows))
+
+
+# wrk 4.1.0's --latency block (Debian's wrk), as it printed it here against the bench mock
+# holding each request 1.2 s, and one of the device run's steps: a unit of one letter is
+# padded with a space, which once read every p99 of a second or more as missing.
+WRK_SECONDS = (
+    "  Latency Distribution\n"
+    "     50%    1.23s \n"
+    "     75%    1.23s \n"
+    "     90%    1.23s \n"
+    "     99%    1.23s \n"
+    "  8 requests in 3.02s, 3.68KB read\n"
+)
+WRK_MILLIS = """  Latency Distribution
+     50%   36.19ms
+     75%   60.01ms
+     90%  120.55ms
+     99%  200.74ms
+"""
+
+
+def test_wrk_percentiles_read_seconds_as_well_as_milliseconds() -> None:
+    from bench.load import percentiles_ms
+
+    assert percentiles_ms(WRK_SECONDS) == {"50": 1230.0, "99": 1230.0}
+    assert percentiles_ms(WRK_MILLIS) == {"50": 36.19, "99": 200.74}
+    assert not passes({"p99_ms": percentiles_ms(WRK_SECONDS)["99"], "errors": 0.0, "socket_errors": 0.0,
+                       "requests": 8.0})
