@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import os
 import signal
@@ -22,7 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from aiohttp import web
 
-from gateway import __version__
+from gateway import __version__, collector
 from gateway.app import create_app, private_app
 from gateway.config import GatewayConfig
 from gateway.exact_routes import ExactFirstRunner
@@ -35,9 +34,6 @@ from gateway.tracing import summary as tracing_summary
 from gateway.workers.seat import WorkerSeat, worker_config
 
 log = logging.getLogger("gateway.server")
-
-
-_GEN0_THRESHOLD = 10_000
 
 
 async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path: str | None = None) -> None:
@@ -64,16 +60,7 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path:
     except OSError as e:
         await runner.cleanup()
         raise cannot_listen(cfg.server.host, cfg.server.port, e) from None
-    # Everything made at start-up (config, modules, metrics, aiohttp's tables) lives as long
-    # as the process: frozen out of the collector's reach, full collections stop re-walking it.
-    gc.collect()
-    gc.freeze()
-    # Requests free their objects by reference counting; only cycles need the collector.
-    # With the default gen-0 threshold (700) the objects of ~30 requests in flight cross it
-    # every few requests and each crossing walks them all: ~12 us of CPU per request, 1,653
-    # collections in 40k requests. At 10,000 it runs a handful of times per 40k requests,
-    # ~1 us per request, same peak RSS; cyclic garbage is still collected, in larger batches.
-    gc.set_threshold(_GEN0_THRESHOLD, *gc.get_threshold()[1:])
+    collector.settle_after_start()
     listen: dict[str, object] = {"listen": _addresses(runner)}
     if seat is not None:
         listen["worker"], listen["pid"] = seat.name, os.getpid()
@@ -87,6 +74,7 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     orphan_watch = asyncio.create_task(_drain_if_orphaned(stop)) if seat is not None else None
+    gc_pace = asyncio.create_task(collector.follow_in_flight(live.life))
     reloader = file_watch = None
     if config_path is not None:
         reloader = Reloader(
@@ -115,6 +103,7 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path:
             loop.remove_signal_handler(sig)
             signal.signal(sig, signal.SIG_IGN)
 
+    gc_pace.cancel()
     life = live.life
     life.draining = True
     drain_s = live.services.cfg.server.drain_s  # as the last reload left it
