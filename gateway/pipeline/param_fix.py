@@ -14,7 +14,7 @@ from gateway import jsonbody
 from gateway.pipeline.attempt import Call
 from gateway.pipeline.outcome import Failure, Outcome, RequestState
 from gateway.pipeline.send import send_one
-from gateway.policy.refused_param import refused_param
+from gateway.policy.refused_param import refusal_fix
 from gateway.policy.retry import RetryPlan
 from gateway.services import Services
 
@@ -24,7 +24,7 @@ MAX_FIXES = 3
 async def rescue(
     svc: Services, state: RequestState, plan: RetryPlan, call: Call, refused: Failure
 ) -> Outcome:
-    fix = refused_param(refused.classification.message)
+    fix = refusal_fix(refused.classification.message, refused.body)
     done = state.params_dropped or []
     if fix is None or fix.label in done or len(done) >= MAX_FIXES:
         return refused

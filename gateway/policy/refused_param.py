@@ -15,6 +15,7 @@ reaches the client as it came.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ DROPPABLE = frozenset({
 NESTED = {"reasoning.effort": ("reasoning", "effort"), "output_config.effort": ("output_config", "effort")}
 # The two names of chat's output budget: one refused is carried under the other, never dropped.
 BUDGETS = {"max_tokens": "max_completion_tokens", "max_completion_tokens": "max_tokens"}
+_PARSE_LIMIT = 64 * 1024  # a validation error listing unknown fields is a few hundred bytes
 
 _F = r"[`'\"]?([A-Za-z_][A-Za-z0-9_.]{0,63})[`'\"]?"
 
@@ -60,6 +62,10 @@ _REFUSED: tuple[re.Pattern[str], ...] = tuple(
         rf"Argument not supported on this model: {_F}",
         # Gemini's OpenAI-compatible endpoint: 'Unknown name "reasoning_effort": Cannot find field.'
         rf"Unknown name {_F}: Cannot find field",
+        # Groq: "property 'reasoning_effort' is unsupported, did you mean 'reasoning_format'?" (its
+        # guess is not taken). Anchored: a message's own field is refused as "'messages.0' : for
+        # 'role:user' the following must be satisfied[('messages.0' : property 'id' is unsupported)]".
+        rf"^property {_F} is unsupported",
     )
 )
 # Anthropic (Claude 4.5 and later): "`temperature` and `top_p` cannot both be specified for this
@@ -105,6 +111,12 @@ class ParamFix:
         return {k: v for k, v in doc.items() if k != self.field}
 
 
+def refusal_fix(message: str | None, body: bytes) -> ParamFix | None:
+    """What to leave out after a refusal: the field its message names (``refused_param``), or
+    one its validation details name (``extra_input``)."""
+    return refused_param(message) or extra_input(body)
+
+
 def refused_param(message: str | None) -> ParamFix | None:
     """The field a refusal names, when it names one the gateway knows how to leave out."""
     if not message:
@@ -122,6 +134,55 @@ def refused_param(message: str | None) -> ParamFix | None:
             groups = m.groups()
             return _fix(groups[0], groups[1] if len(groups) > 1 else None)
     return None
+
+
+def extra_input(body: bytes) -> ParamFix | None:
+    """The field a validation error refuses as an unknown input, when every error it lists is
+    such a field the gateway may leave out (else the request fails however many are left out).
+
+    Mistral answers a field it does not take with pydantic's error, not a sentence:
+    ``{"detail": [{"type": "extra_forbidden", "loc": ["body", "max_completion_tokens"], "msg":
+    "Extra inputs are not permitted", ...}]}``, under ``message``, as that document in a string,
+    or as the body's own ``detail``; one error per unknown field."""
+    if b"extra_forbidden" not in body:  # most refusals: no second parse
+        return None
+    try:
+        doc = json.loads(body[:_PARSE_LIMIT])
+    except (ValueError, RecursionError):
+        return None
+    errors = _validation_errors(doc, 3)
+    fixes = [_extra_field(e) for e in errors]
+    if not fixes or any(f is None for f in fixes):
+        return None
+    return fixes[0]
+
+
+def _validation_errors(doc: Any, depth: int) -> list[dict[str, Any]]:
+    if depth == 0 or not isinstance(doc, dict):
+        return []
+    out: list[dict[str, Any]] = []
+    for key in ("detail", "message"):
+        value = doc.get(key)
+        if isinstance(value, str) and value.startswith("{"):
+            try:
+                value = json.loads(value)
+            except (ValueError, RecursionError):
+                continue
+        if isinstance(value, list):
+            out += [e for e in value if isinstance(e, dict) and "loc" in e]
+        elif isinstance(value, dict):
+            out += _validation_errors(value, depth - 1)
+        if out:
+            return out  # Mistral repeats the list under both keys
+    return out
+
+
+def _extra_field(error: dict[str, Any]) -> ParamFix | None:
+    loc = error.get("loc")
+    if error.get("type") != "extra_forbidden" or not isinstance(loc, list) or len(loc) != 2:
+        return None  # another kind of error, or a field inside a message or a tool
+    where, field = loc
+    return _fix(field, None) if where == "body" and isinstance(field, str) else None
 
 
 def _fix(field: str, rename: str | None) -> ParamFix | None:

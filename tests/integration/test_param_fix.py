@@ -94,3 +94,48 @@ async def test_the_same_refusal_twice_is_answered(make_gateway) -> None:
     gw.fake.always = refusal  # refuses whatever it is sent
     status, headers, _ = await gw.chat({"model": "gpt-4o", "seed": 7, "messages": HI})
     assert status == 400 and headers["x-llm-attempts"] == "2" and len(gw.fake.chat_requests()) == 2
+
+
+# Mistral's 422 for a field it does not take (editor-code-assistant/eca#231, verbatim; in
+# tests/corpus/hosted_more.json): a validation error, not a sentence.
+MISTRAL_EXTRA = {"object": "error", "message": {"detail": [{
+    "type": "extra_forbidden", "loc": ["body", "max_completion_tokens"], "msg": "Extra inputs are not permitted",
+    "input": 32000}]}, "type": "invalid_request_error", "param": None, "code": None}  # fmt: skip
+
+
+async def test_mistrals_validation_error_names_the_field_to_carry_under_its_other_name(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.script(lambda p: Reply(422, MISTRAL_EXTRA) if "max_completion_tokens" in p else None)
+    payload = {"model": "devstral-small", "max_completion_tokens": 32000, "messages": HI}
+    status, headers, _ = await gw.chat(payload)
+    assert status == 200 and headers["x-llm-params-dropped"] == "max_completion_tokens->max_tokens"
+    first, second = (r.json() for r in gw.fake.chat_requests())
+    assert first["max_completion_tokens"] == 32000 and "max_tokens" not in first
+    assert second["max_tokens"] == 32000 and "max_completion_tokens" not in second
+
+
+async def test_a_validation_error_about_a_messages_field_reaches_the_client_as_it_came(make_gateway) -> None:
+    gw = await make_gateway()
+    # Mistral refusing a message's fields (nomtek/mistralai_client_dart#44, verbatim in the corpus).
+    refusal = {"object": "error", "message": {"detail": [{
+        "type": "extra_forbidden", "loc": ["body", "messages", 0, "user", "name"],
+        "msg": "Extra inputs are not permitted", "input": None}]}, "type": "invalid_request_error",
+        "param": None, "code": None}  # fmt: skip
+    gw.fake.script(Reply(422, refusal))
+    status, headers, body = await gw.chat({"model": "mistral-small", "seed": 7, "messages": HI})
+    assert status == 422 and json.loads(body) == refusal
+    assert "x-llm-params-dropped" not in headers and len(gw.fake.chat_requests()) == 1
+
+
+async def test_groqs_refusal_of_the_effort_claude_code_sends(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", apis: [chat]")
+    # Groq's words for it (CherryHQ/cherry-studio#1099); its body shape as in fanenr/chatbot#21.
+    message = "property 'reasoning_effort' is unsupported, did you mean 'reasoning_format'?"
+    gw.fake.script(lambda p: Reply(400, {"error": {"message": message, "type": "invalid_request_error"}})
+                   if "reasoning_effort" in p else None)  # fmt: skip
+    payload = {"model": "llama-3.3-70b-versatile", "max_tokens": 100, "messages": HI,
+               "output_config": {"effort": "high"}}  # fmt: skip
+    status, headers, _ = await gw.messages(payload)
+    assert status == 200 and headers["x-llm-params-dropped"] == "reasoning_effort"
+    first, second = (r.json() for r in gw.fake.chat_requests())
+    assert first["reasoning_effort"] == "high" and "reasoning_effort" not in second

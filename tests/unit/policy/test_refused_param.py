@@ -1,32 +1,42 @@
 """The parameter a refusal names, read from the corpus's real bodies (the message the classifier
-keeps), applied only where leaving it out keeps the request's meaning; no other body names one."""
+keeps, or the body's validation errors), applied only where leaving it out keeps the request's
+meaning; no other body names one."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
-from gateway.policy.refused_param import LEARNED_MAX, ParamFix, ParamFixes, refused_param
-from tests.corpus_cases import HELD_OUT, IN_SAMPLE, classify_case
+from gateway.policy.refused_param import (
+    LEARNED_MAX,
+    ParamFix,
+    ParamFixes,
+    extra_input,
+    refusal_fix,
+    refused_param,
+)
+from tests.corpus_cases import HELD_OUT, IN_SAMPLE, body_bytes, classify_case
 
 NAMING = [c for c in IN_SAMPLE if "refused_param" in c["expected"]]
 
 
 def test_the_corpus_has_refusals_from_the_providers_agents_meet() -> None:
     providers = {c["provider"] for c in NAMING}
-    assert {"OpenAI", "Azure OpenAI", "Anthropic", "DeepSeek", "xAI", "Google Gemini (OpenAI-compatible)"} <= providers
+    assert {"OpenAI", "Azure OpenAI", "Anthropic", "DeepSeek", "xAI", "Google Gemini (OpenAI-compatible)", "Groq",
+            "Mistral"} <= providers
 
 
 @pytest.mark.parametrize("case", NAMING, ids=[c["name"] for c in NAMING])
-def test_the_refused_parameter_is_read_from_the_message_the_gateway_keeps(case: dict[str, Any]) -> None:
-    fix = refused_param(classify_case(case).message)
+def test_the_refused_parameter_is_read_as_the_pipeline_reads_it(case: dict[str, Any]) -> None:
+    fix = refusal_fix(classify_case(case).message, body_bytes(case["body"]))
     assert fix is not None and fix.label == case["expected"]["refused_param"]
 
 
 def test_no_other_body_in_the_corpus_names_one() -> None:
-    named = [c["name"] for c in IN_SAMPLE + HELD_OUT
-             if "refused_param" not in c["expected"] and refused_param(classify_case(c).message) is not None]
+    named = [c["name"] for c in IN_SAMPLE + HELD_OUT if "refused_param" not in c["expected"]
+             and refusal_fix(classify_case(c).message, body_bytes(c["body"])) is not None]
     assert named == []
 
 
@@ -35,10 +45,43 @@ def test_no_other_body_in_the_corpus_names_one() -> None:
     "Unsupported parameter: 'tools' is not supported with this model.",  # meaning: never left out
     "Unrecognized request argument supplied: response_format",
     "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'foo' instead.",
-    "property 'store' is unsupported, did you mean 'stop'?",  # Groq's spelling guess: not read
+    # Groq refusing a field of a message (SimonSchubert/Kai#265): the request's own fields only.
+    "'messages.2' : for 'role: assistant' the following must be satisfied[('messages.2' : property "
+    "'reasoning_content' is unsupported)]",
 ])  # fmt: skip
 def test_refusals_left_to_the_client(message: str | None) -> None:
     assert refused_param(message) is None
+
+
+def test_groq_names_the_field_but_its_guess_at_another_is_not_taken() -> None:
+    # The message as CherryHQ/cherry-studio#1099 quotes it (Claude Code's effort, translated).
+    fix = refused_param("property 'reasoning_effort' is unsupported, did you mean 'reasoning_format'?")
+    assert fix == ParamFix("reasoning_effort")
+
+
+def _detail(*errors: dict[str, Any]) -> bytes:
+    return json.dumps({"detail": list(errors)}).encode()
+
+
+EXTRA = {"type": "extra_forbidden", "msg": "Extra inputs are not permitted"}
+
+
+@pytest.mark.parametrize(("body", "label"), [
+    (_detail({**EXTRA, "loc": ["body", "seed"]}), "seed"),
+    # Every unknown field one the gateway may leave out: the first goes now, the next on its refusal.
+    (_detail({**EXTRA, "loc": ["body", "seed"]}, {**EXTRA, "loc": ["body", "top_p"]}), "seed"),
+    # One it may not leave out, or another error beside it: the request fails whatever is left out.
+    (_detail({**EXTRA, "loc": ["body", "seed"]}, {**EXTRA, "loc": ["body", "tools"]}), None),
+    (_detail({**EXTRA, "loc": ["body", "seed"]}, {"type": "missing", "loc": ["body", "model"]}), None),
+    (_detail({**EXTRA, "loc": ["body", "messages", 0, "user", "name"]}), None),
+    (_detail({**EXTRA, "loc": ["query", "seed"]}), None),
+    (b'{"detail": "extra_forbidden"}', None),
+    (b"extra_forbidden but not JSON", None),
+    (b'{"message": "not this one"}', None),
+])  # fmt: skip
+def test_validation_errors_name_a_field_only_when_leaving_out_fixes_the_request(body: bytes, label: str | None) -> None:
+    fix = extra_input(body)
+    assert (fix.label if fix is not None else None) == label
 
 
 @pytest.mark.parametrize(("fix", "doc", "fixed"), [
