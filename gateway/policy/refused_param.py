@@ -23,6 +23,7 @@ from typing import Any
 
 from gateway import jsonbody
 from gateway.apis.gemini.fields import snake
+from gateway.policy.error_fields import parse
 
 # Fields whose absence leaves the answer's meaning: the model's own default applies.
 DROPPABLE = frozenset({
@@ -34,7 +35,6 @@ DROPPABLE = frozenset({
 NESTED = {"reasoning.effort": ("reasoning", "effort"), "output_config.effort": ("output_config", "effort")}
 # The two names of chat's output budget: one refused is carried under the other, never dropped.
 BUDGETS = {"max_tokens": "max_completion_tokens", "max_completion_tokens": "max_tokens"}
-_PARSE_LIMIT = 64 * 1024  # a validation error listing unknown fields is a few hundred bytes
 
 _F = r"[`'\"]?([A-Za-z_][A-Za-z0-9_.]{0,63})[`'\"]?"
 
@@ -146,11 +146,7 @@ def extra_input(body: bytes) -> ParamFix | None:
     or as the body's own ``detail``; one error per unknown field."""
     if b"extra_forbidden" not in body:  # most refusals: no second parse
         return None
-    try:
-        doc = json.loads(body[:_PARSE_LIMIT])
-    except (ValueError, RecursionError):
-        return None
-    errors = _validation_errors(doc, 3)
+    errors = _validation_errors(parse(body), 3)
     fixes = [_extra_field(e) for e in errors]
     if not fixes or any(f is None for f in fixes):
         return None
