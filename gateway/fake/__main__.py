@@ -25,7 +25,7 @@ import signal
 import sys
 import time
 
-from gateway.fake import scenarios
+from gateway.fake import output, scenarios
 from gateway.fake.scenarios import SCENARIOS, ScenarioUpstream
 
 
@@ -37,6 +37,7 @@ async def _serve(args: argparse.Namespace) -> None:
     fake = ScenarioUpstream(args.scenario, wait_s=args.wait_s, context_window=args.context_window, log=_say)
     fake.output_limit = args.output_limit
     fake.refused_params = frozenset(args.refuse_param)
+    fake.refusal_style = args.refusal_style
     _keys(fake, args)
     await fake.start(args.host, args.port)
     _say(f"listening on {fake.url} (chat completions, Messages, Responses, Gemini); default scenario "
@@ -106,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--refuse-param", action="append", default=[], metavar="NAME",
                         help="refuse a chat or Messages request carrying this top-level parameter, as "
                              "gpt-4o refuses reasoning_effort (repeatable)")  # fmt: skip
+    parser.add_argument("--refusal-style", default="openai", choices=output.STYLES,
+                        help="whose words refuse a chat request's parameter: OpenAI's 400, Groq's 400 or "
+                             "Mistral's 422 (default: openai)")  # fmt: skip
     pool = parser.add_argument_group("a pool of keys (deployments told apart by their credential)")
     pool.add_argument("--limits", type=_limits, action="append", default=[], metavar="KEY=RPM[,TPM]",
                       help="limit KEY to RPM requests and TPM tokens a minute (repeatable)")  # fmt: skip

@@ -72,6 +72,7 @@ class FakeUpstream:
         self.context_limit: int | None = None
         self.output_limit: int | None = None  # a larger output budget gets the API's 400 (output.py)
         self.refused_params: frozenset[str] = frozenset()  # top-level parameters answered with a 400
+        self.refusal_style = "openai"  # whose words refuse them on chat: openai, groq, mistral (output.py)
         self.models_listing: dict[str, Any] | None = None  # what GET /models answers
         self.cancelled = 0  # handlers torn down because the gateway went away
         self.keys = KeyLimits()  # per-credential limits and states
@@ -198,7 +199,7 @@ class FakeUpstream:
             return web.json_response({"error": {"message": f"unknown path {path}",
                                                 "type": "invalid_request_error", "code": None}},
                                      status=404)  # fmt: skip
-        limited = output.param_refusal(self.refused_params, path, payload) or output.refusal(
+        limited = output.param_refusal(self.refused_params, path, payload, self.refusal_style) or output.refusal(
             self.output_limit, path, payload)
         if limited is not None:
             self._refused(path, self._key, limited)

@@ -32,6 +32,7 @@ def upstream(fake: FakeUpstream) -> FakeUpstream:
     fake.context_limit = None
     fake.output_limit = None
     fake.refused_params = frozenset()
+    fake.refusal_style = "openai"
     return fake
 
 

@@ -103,16 +103,19 @@ def test_a_chat_stream_cut_mid_answer_reaches_claude_code_as_its_typed_error_and
     assert "Forty-two." in r.out
 
 
+@pytest.mark.parametrize("style", ["openai", "groq", "mistral"])
 def test_claude_code_runs_on_a_model_that_refuses_its_effort_and_its_budget(
     claude_bin: Path, fake: FakeUpstream, upstream: FakeUpstream, workdir: Path,  # noqa: F811
-    tmp_path: Path,
+    tmp_path: Path, style: str,
 ) -> None:  # fmt: skip
     """On a chat model that refuses ``reasoning_effort`` and any budget above 16,384 tokens, as
     OpenAI's gpt-4o does, stock Claude Code's first turn costs three upstream calls (its effort
-    refused, then its 64000-token budget, then the fixed request) and every later turn one."""
+    refused, then its 64000-token budget, then the fixed request) and every later turn one. The
+    effort refused in Groq's words (a 400) or Mistral's (a 422 validation error) costs the same."""
     gw = launch(fake, tmp_path, upstream_yaml=", apis: [chat], model_map: {'claude-*': gpt-4o}")
     upstream.output_limit = 16384
     upstream.refused_params = frozenset({"reasoning_effort"})
+    upstream.refusal_style = style
     try:
         upstream.script(_answer_turn("Hello from a smaller model."), _answer_turn("Hello again."))
         first = run_claude(claude_bin, gw, workdir, "say hello", timeout=90)
