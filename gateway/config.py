@@ -268,7 +268,8 @@ class UpstreamConfig(_Model):
     stream_usage: bool = Field(
         default=True,
         description="Ask chat-completions streams for their usage chunk (`stream_options.include_usage`) "
-        "to count tokens; turn off for a server that rejects the option.",
+        "to count tokens. A server that refuses the option as an unknown input gets it left out after its "
+        "first refusal (`x-llm-params-dropped: stream_options`); turning this off spares that one call.",
     )
     key_header: Literal["authorization", "x-api-key", "api-key", "x-goog-api-key"] = Field(
         default="authorization",

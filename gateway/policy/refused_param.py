@@ -26,10 +26,15 @@ from gateway.apis.gemini.fields import snake
 from gateway.policy.error_fields import parse
 
 # Fields whose absence leaves the answer's meaning: the model's own default applies.
+# ``stream_options`` only asks for a stream's usage chunk (the gateway adds it for accounting,
+# ``upstreams[].stream_usage``); a server with a strict schema refuses it as an unknown input
+# (vLLM behind GPUStack, gpustack/gpustack#429; Fireworks, FlowiseAI/Flowise#2866): the
+# stream then comes without that chunk rather than not at all.
 DROPPABLE = frozenset({
     "temperature", "top_p", "top_k", "presence_penalty", "frequency_penalty", "seed",
     "reasoning_effort", "reasoning", "thinking", "verbosity",
     "store", "service_tier", "parallel_tool_calls", "prompt_cache_key", "safety_identifier",
+    "stream_options",
 })  # fmt: skip
 # A nested field refused on its own: what is dropped for it (its parent's other members kept).
 NESTED = {"reasoning.effort": ("reasoning", "effort"), "output_config.effort": ("output_config", "effort")}

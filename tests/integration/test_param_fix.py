@@ -139,3 +139,17 @@ async def test_groqs_refusal_of_the_effort_claude_code_sends(make_gateway) -> No
     assert status == 200 and headers["x-llm-params-dropped"] == "reasoning_effort"
     first, second = (r.json() for r in gw.fake.chat_requests())
     assert first["reasoning_effort"] == "high" and "reasoning_effort" not in second
+
+
+async def test_a_stream_whose_usage_option_a_strict_server_refuses_streams_without_it(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.refused_params = frozenset({"stream_options"})
+    gw.fake.refusal_style = "mistral"  # a pydantic schema's 422, as vLLM behind GPUStack answered
+    payload = {"model": "gpt-4o-mini", "stream": True, "messages": HI}  # the gateway asks for usage
+    status, headers, body = await gw.chat(payload)
+    assert status == 200 and headers["x-llm-params-dropped"] == "stream_options"
+    assert b"data: [DONE]" in body
+    first, second = (r.json() for r in gw.fake.chat_requests())
+    assert first["stream_options"] == {"include_usage": True} and "stream_options" not in second
+    status, headers, _ = await gw.chat(payload)
+    assert status == 200 and headers["x-llm-attempts"] == "1"
