@@ -8,9 +8,9 @@ reasoning_effort"); a chat client's ``max_tokens`` is refused by OpenAI's reason
 ``top_p``. Each wording below is a provider's own (the ``refused_param`` cases in
 ``tests/corpus/``). The gateway drops the field, or carries its value under the name the
 provider gives, only where the request then means the same: sampling knobs and effort
-(the model's default applies), storage and routing hints. A field that carries the request's
-meaning (``tools``, ``response_format``, ``n``, ``logprobs``) is never touched: its refusal
-reaches the client as it came.
+(the model's default applies), storage and routing hints, ``n`` while it is 1. A field that
+carries the request's meaning (``tools``, ``response_format``, ``n`` above 1, ``logprobs``) is
+never touched: its refusal reaches the client as it came.
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ DROPPABLE = frozenset({
     "store", "service_tier", "parallel_tool_calls", "prompt_cache_key", "safety_identifier",
     "stream_options",
 })  # fmt: skip
+# Fields left out only while they hold the API's own default: the request then means the same
+# (LangChain's ChatOpenAI sends ``n: 1``, which Mistral refuses as an unknown input).
+AT_DEFAULT: dict[str, object] = {"n": 1}
 # A nested field refused on its own: what is dropped for it (its parent's other members kept).
 NESTED = {"reasoning.effort": ("reasoning", "effort"), "output_config.effort": ("output_config", "effort")}
 # The two names of chat's output budget: one refused is carried under the other, never dropped.
@@ -111,7 +114,11 @@ class ParamFix:
             out = {k: v for k, v in doc.items() if k != self.field}
             out.setdefault(BUDGETS[self.field], doc[self.field])
             return out
-        if self.field not in DROPPABLE:
+        if self.field in AT_DEFAULT:
+            value = doc[self.field]  # the same type too: True == 1 in Python, not in JSON
+            if type(value) is not type(AT_DEFAULT[self.field]) or value != AT_DEFAULT[self.field]:
+                return None
+        elif self.field not in DROPPABLE:
             return None
         return {k: v for k, v in doc.items() if k != self.field}
 
@@ -190,7 +197,7 @@ def _fix(field: str, rename: str | None) -> ParamFix | None:
     field = field.rstrip(".")  # a sentence's full stop after an unquoted name
     field = snake(field) if "." not in field else field
     rename = snake(rename.rstrip(".")) if rename else None
-    if field in NESTED or field in DROPPABLE:
+    if field in NESTED or field in DROPPABLE or field in AT_DEFAULT:
         return ParamFix(field)
     if field in BUDGETS and (rename is None or rename == BUDGETS[field]):
         return ParamFix(field, BUDGETS[field])

@@ -153,3 +153,15 @@ async def test_a_stream_whose_usage_option_a_strict_server_refuses_streams_witho
     assert first["stream_options"] == {"include_usage": True} and "stream_options" not in second
     status, headers, _ = await gw.chat(payload)
     assert status == 200 and headers["x-llm-attempts"] == "1"
+
+
+async def test_a_default_n_a_strict_server_refuses_is_left_out_and_two_answers_are_not(make_gateway) -> None:
+    gw = await make_gateway()
+    gw.fake.refused_params = frozenset({"n"})
+    gw.fake.refusal_style = "mistral"  # crewAIInc/crewAI#60: Mistral's 422 for LangChain's n: 1
+    status, headers, _ = await gw.chat({"model": "mistral-small", "n": 1, "messages": HI})
+    assert status == 200 and headers["x-llm-params-dropped"] == "n"
+    status, headers, _ = await gw.chat({"model": "mistral-small", "n": 2, "messages": HI})
+    assert status == 422 and "x-llm-params-dropped" not in headers
+    sent = [r.json().get("n") for r in gw.fake.chat_requests()]
+    assert sent == [1, None, 2]  # the learned fix does not apply to n: 2, which goes as asked

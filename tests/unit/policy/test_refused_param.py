@@ -99,6 +99,9 @@ def test_validation_errors_name_a_field_only_when_leaving_out_fixes_the_request(
     (ParamFix("output_config.effort"), {"output_config": {"effort": "high", "format": {"type": "json_schema"}}},
      {"output_config": {"format": {"type": "json_schema"}}}),
     (ParamFix("tools"), {"tools": []}, None),  # meaning: never left out
+    (ParamFix("n"), {"n": 1, "model": "m"}, {"model": "m"}),  # the default: the same request without it
+    (ParamFix("n"), {"n": 2}, None),  # two answers asked for: never left out
+    (ParamFix("n"), {"n": True}, None),
 ])  # fmt: skip
 def test_a_fix_leaves_out_only_what_it_names(fix: ParamFix, doc: dict[str, Any], fixed: dict[str, Any] | None) -> None:
     before = repr(doc)
