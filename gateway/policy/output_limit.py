@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 
 from gateway.config import UpstreamConfig
+from gateway.policy.learned import Learned
 
 _N = r"(\d[\d,]*)"
 
@@ -62,32 +63,18 @@ def stated_output_limit(message: str | None) -> int | None:
     return None
 
 
-# Model names come from clients: the learned table stops growing here (a miss costs one
-# refused call, never a wrong answer).
-LEARNED_MAX = 4096
+class OutputLimits(Learned[int]):
+    """Each (upstream, model)'s output limit: configured, or stated by its provider."""
 
-
-class OutputLimits:
-    """Each (upstream, model)'s output limit: configured, or stated by its provider. Learned
-    limits live as long as the config they were learned under (a reload starts afresh: the
-    upstream a name stands for may have changed)."""
-
-    __slots__ = ("_learned", "learned")
-
-    def __init__(self) -> None:
-        self._learned: dict[tuple[str, str], int] = {}
-        self.learned = False  # any limit learned yet: read before every send, so a plain attribute
+    __slots__ = ()
 
     def of(self, up: UpstreamConfig, model: str | None) -> tuple[int, str] | None:
         """The limit and where it comes from (``config``, or ``learned`` from a refusal), or None."""
         configured = up.max_output_tokens
-        learned = self._learned.get((up.name, model or "")) if self.learned else None
+        learned = self._get(up.name, model)
         if learned is not None and (configured is None or learned < configured):
             return learned, "learned"
         return (configured, "config") if configured is not None else None
 
     def learn(self, upstream: str, model: str | None, limit: int) -> None:
-        key = (upstream, model or "")
-        if key in self._learned or len(self._learned) < LEARNED_MAX:
-            self._learned[key] = limit
-            self.learned = True
+        self._put(upstream, model, limit)

@@ -24,6 +24,7 @@ from typing import Any
 from gateway import jsonbody
 from gateway.apis.gemini.fields import snake
 from gateway.policy.error_fields import parse
+from gateway.policy.learned import Learned
 
 # Fields whose absence leaves the answer's meaning: the model's own default applies.
 # ``stream_options`` only asks for a stream's usage chunk (the gateway adds it for accounting,
@@ -204,31 +205,21 @@ def _fix(field: str, rename: str | None) -> ParamFix | None:
     return None
 
 
-# Model names come from clients: the table stops growing here (a miss costs one refused call).
-LEARNED_MAX = 4096
+class ParamFixes(Learned[tuple[ParamFix, ...]]):
+    """The fixes each (upstream, model) needed, learned from its refusals, applied to every
+    request sent to it afterwards."""
 
-
-class ParamFixes:
-    """The fixes each (upstream, model) needed, learned from its refusals for the life of the
-    config, applied to every request sent to it afterwards."""
-
-    __slots__ = ("_learned", "learned")
-
-    def __init__(self) -> None:
-        self._learned: dict[tuple[str, str], tuple[ParamFix, ...]] = {}
-        self.learned = False  # any fix learned yet: read before every send, so a plain attribute
+    __slots__ = ()
 
     def learn(self, upstream: str, model: str | None, fix: ParamFix) -> None:
-        key = (upstream, model or "")
-        known = self._learned.get(key, ())
-        if fix not in known and (known or len(self._learned) < LEARNED_MAX):
-            self._learned[key] = (*known, fix)
-            self.learned = True
+        known = self._get(upstream, model) or ()
+        if fix not in known:
+            self._put(upstream, model, (*known, fix))
 
     def applied(self, upstream: str, model: str | None, body: bytes) -> tuple[bytes, list[str]]:
         """``body`` with the (upstream, model)'s learned fixes, and their labels (none: the
         body unchanged)."""
-        fixes = self._learned.get((upstream, model or ""))
+        fixes = self._get(upstream, model)
         if not fixes:
             return body, []
         try:

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from gateway.config import UpstreamConfig
-from gateway.policy.output_limit import LEARNED_MAX, OutputLimits, stated_output_limit
+from gateway.policy.learned import LEARNED_MAX
+from gateway.policy.output_limit import OutputLimits, stated_output_limit
 from tests.corpus_cases import HELD_OUT, IN_SAMPLE, classify_case
 
 STATING = [c for c in IN_SAMPLE if "output_limit" in c["expected"]]

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from gateway.policy.learned import LEARNED_MAX
 from gateway.policy.refused_param import (
-    LEARNED_MAX,
     ParamFix,
     ParamFixes,
     extra_input,
