@@ -11,19 +11,23 @@ rounds:
   none of what a real server needs: limits, streamed bodies, errors, drain).
 
 The gap between the first and the last bounds what a purpose-built server side could save
-per request (issue #38: bench/RESULTS.md).
+per request (issue #38: bench/RESULTS.md). Read the user-space column for that: the bare
+server answers faster than one wrk core asks, so its req/s is the load's and its kernel time
+per request is lower partly because its reads and writes come in batches.
 
     python -m bench.server_floor [ROUNDS] [SECONDS]
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 from bench import load
-from bench.__main__ import cpu_s, free_port, pinned, wait_port
+from bench.__main__ import free_port, pinned, wait_port
 
 ANSWER = b'{"ok":true}'
 
@@ -90,6 +94,13 @@ TARGETS = {"aiohttp web.Application (one route)": [SERVER, "application"],
            "asyncio.Protocol on httptools (bare)": [BARE]}
 
 
+def cpu_split(pid: int) -> tuple[float, float]:
+    """A process's user and kernel CPU seconds so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
 def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     seconds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
@@ -102,22 +113,28 @@ def main() -> None:
             proc = subprocess.Popen([*pinned(1), sys.executable, "-c", code, *args, str(port)])
             procs[name] = proc, f"http://127.0.0.1:{port}/v1/chat/completions"
             wait_port(port, "/v1/chat/completions")
-        cpu: dict[str, list[float]] = {n: [] for n in procs}
+        cpu: dict[str, list[tuple[float, float, float]]] = {n: [] for n in procs}  # user, kernel, req/s
         for _, url in procs.values():
             load.wrk(url, 32, 1)  # warm-up
         for _ in range(rounds):
             for name, (proc, url) in procs.items():
-                c0 = cpu_s(proc.pid)
+                u0, k0 = cpu_split(proc.pid)
                 r = load.wrk(url, 32, seconds)
-                cpu[name].append((cpu_s(proc.pid) - c0) / max(r["requests"], 1) * 1e6)
+                u1, k1 = cpu_split(proc.pid)
+                n = max(r["requests"], 1)
+                cpu[name].append(((u1 - u0) / n * 1e6, (k1 - k0) / n * 1e6, r["requests"] / seconds))
     finally:
         for proc, _ in procs.values():
             proc.terminate()
             proc.wait(10)
     print(f"One-line JSON answer, uvloop, wrk -c32, server on core 1; median of {rounds} rounds of {seconds}s\n")
-    print("| server | CPU per request |\n| --- | ---: |")
+    print("| server | CPU per request | of it user space | of it kernel | req/s |\n| --- | ---: | ---: | ---: | ---: |")
     for name, xs in cpu.items():
-        print(f"| {name} | {statistics.median(xs):.1f} µs |")
+        total = statistics.median(u + k for u, k, _ in xs)
+        user = statistics.median(u for u, _, _ in xs)
+        kernel = statistics.median(k for _, k, _ in xs)
+        rps = statistics.median(r for _, _, r in xs)
+        print(f"| {name} | {total:.1f} µs | {user:.1f} µs | {kernel:.1f} µs | {rps:,.0f} |")
 
 
 if __name__ == "__main__":
