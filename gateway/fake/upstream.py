@@ -57,11 +57,14 @@ from multidict import CIMultiDict
 
 from gateway.fake import gate, gemini, gemini_rules, output
 from gateway.fake.chat import chat_completion, estimate_tokens, overflow_error, stream_events
-from gateway.fake.keyed import credential_of, key_places
+from gateway.fake.keyed import credential_of, dialect_of, key_places, not_json
 from gateway.fake.limits import KeyLimits
 from gateway.fake.messages import anthropic_message, anthropic_overflow, anthropic_stream
 from gateway.fake.responses import response_object, responses_overflow, responses_stream
 from gateway.fake.steps import Drop, Hang, Recorded, Reply, Step, Stream
+
+# The endpoints whose body the real APIs read as a JSON object (Gemini's methods check their own).
+_JSON_PATHS = ("/completions", "/messages", "/messages/count_tokens", "/responses", "/embeddings")
 
 
 class FakeUpstream:
@@ -169,11 +172,13 @@ class FakeUpstream:
 
     async def _answer(self, request: web.Request, body: bytes) -> web.StreamResponse:
         path = request.path
+        problem: str | None = None  # why the body is not JSON, if it is not
         try:
             payload = json.loads(body) if body else {}
-        except ValueError:
-            payload = {}
-        refused = gate.screen(self.keys, path, request.headers, payload, require_key=self.require_key,
+        except ValueError as e:
+            payload, problem = {}, str(e)
+        screened = payload if isinstance(payload, dict) else {}  # an array is refused below, after the key
+        refused = gate.screen(self.keys, path, request.headers, screened, require_key=self.require_key,
                               strict_headers=self.strict_headers, query=request.query)  # fmt: skip
         self._key = credential_of(request.headers, request.query)  # read by subclasses' logs before the next await
         self._key_in = key_places(request.headers, request.query)
@@ -183,6 +188,9 @@ class FakeUpstream:
             return await self._play(request, gemini_framed(refused, named, request.query))
         if named is not None:
             return await self._gemini(request, payload, body, *named)
+        if request.method == "POST" and path.endswith(_JSON_PATHS) and (problem is not None or not isinstance(payload, dict)):
+            # The real APIs parse the body before anything else: nothing further is answered.
+            return await self._play(request, not_json(dialect_of(path), problem))
         if request.method == "GET" and gemini_listing(path, request.headers):
             return web.json_response(self._gemini_models(path))
         if path.endswith("/models") and request.method == "GET":

@@ -189,6 +189,26 @@ async def test_strict_mode_refuses_what_the_real_apis_refuse(
         assert r.status == 200
 
 
+@pytest.mark.parametrize(("path", "marker"), [
+    ("/chat/completions", b'"We could not parse the JSON body of your request.'),
+    ("/embeddings", b'"We could not parse the JSON body of your request.'),
+    ("/responses", b'"We could not parse the JSON body of your request.'),
+    ("/messages", b'"The request body is not valid JSON: Expecting'),
+    ("/messages/count_tokens", b'"The request body is not valid JSON: Expecting'),
+])  # fmt: skip
+async def test_a_body_that_is_not_a_json_object_is_refused_as_the_apis_refuse_it(
+    http: aiohttp.ClientSession, fake: FakeUpstream, path: str, marker: bytes
+) -> None:
+    # The real APIs answer 400 invalid_request_error before anything else; a lax fake read the
+    # body as {} and answered (count_tokens even answered 500, which the gateway retried).
+    headers = {"anthropic-version": "2023-06-01", "Content-Type": "application/json"}
+    for body, want in ((b"{", marker), (b"[]", b'"The request body must be a JSON object"')):
+        async with http.post(fake.url + path, data=body, headers=headers) as r:
+            raw = await r.read()
+        assert r.status == 400 and want in raw and b'"invalid_request_error"' in raw, (path, body, raw)
+        assert classify(r.status, dict(r.headers), raw, now_s=T0).type is not ErrorType.PROVIDER_UNAVAILABLE
+
+
 async def test_scripted_headers_win_and_scripted_usage_is_charged(http: aiohttp.ClientSession, fake: FakeUpstream) -> None:
     fake.keys.limit("a", rpm=10, tpm=100)
     fake.script(Reply(200, {"usage": {"prompt_tokens": 1, "completion_tokens": 1}},
