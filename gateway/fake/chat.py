@@ -47,7 +47,13 @@ def estimate_tokens(payload: dict[str, Any]) -> int:
     """The fake's 'tokenizer': deliberately not the gateway's estimator (3.5 chars/token)."""
     messages = payload.get("messages", [])
     text = json.dumps(messages) + (json.dumps(payload["system"]) if payload.get("system") else "")
-    return int(len(text) / 3.5) + 3 * len(messages)
+    return int(len(text) / 3.5) + 3 * (len(messages) if isinstance(messages, list) else 0)
+
+
+def wants_usage(payload: dict[str, Any]) -> bool:
+    """Whether a chat stream asks for its usage chunk (``stream_options.include_usage``)."""
+    options = payload.get("stream_options")
+    return isinstance(options, dict) and bool(options.get("include_usage"))
 
 
 def overflow_error(limit: int, used: int, completion: int | None) -> Reply:

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Literal
 
-from gateway.fake.chat import chat_completion, chunk, stream_events
+from gateway.fake.chat import chat_completion, chunk, stream_events, wants_usage
 from gateway.fake.messages import anthropic_message, anthropic_stream, sse
 from gateway.fake.responses import Seq, response_object, responses_stream
 from gateway.fake.steps import Reply, Step, Stream
@@ -111,7 +111,7 @@ def _text(api: Api, payload: dict[str, Any], model: str, text: str) -> Step:
                 if api == "messages" else response_object(model, text))  # fmt: skip
         return Reply(200, body)
     if api == "chat":
-        usage = bool((payload.get("stream_options") or {}).get("include_usage"))
+        usage = wants_usage(payload)
         return Stream(stream_events(model, words, include_usage=usage))
     return Stream(anthropic_stream(model, words) if api == "messages" else responses_stream(model, words), then="eof")
 
@@ -140,7 +140,7 @@ def _chat_call(payload: dict[str, Any], model: str, call_id: str, name: str, arg
         chunk({"tool_calls": [{"index": 0, "function": {"arguments": arguments}}]}, model=model),
         chunk({}, "tool_calls", model=model),
     ]
-    if (payload.get("stream_options") or {}).get("include_usage"):
+    if wants_usage(payload):
         events.append({"id": "chatcmpl-fake123", "object": "chat.completion.chunk", "created": int(time.time()),
                        "model": model, "choices": [],
                        "usage": {"prompt_tokens": 11, "completion_tokens": 9, "total_tokens": 20}})  # fmt: skip

@@ -56,7 +56,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from gateway.fake import gate, gemini, gemini_rules, output
-from gateway.fake.chat import chat_completion, estimate_tokens, overflow_error, stream_events
+from gateway.fake.chat import chat_completion, estimate_tokens, overflow_error, stream_events, wants_usage
 from gateway.fake.keyed import credential_of, dialect_of, key_places, not_json
 from gateway.fake.limits import KeyLimits
 from gateway.fake.messages import anthropic_message, anthropic_overflow, anthropic_stream
@@ -280,7 +280,7 @@ class FakeUpstream:
             if used + (completion or 0) > self.context_limit:
                 return overflow_error(self.context_limit, used, completion)
         if payload.get("stream"):
-            usage = bool((payload.get("stream_options") or {}).get("include_usage"))
+            usage = wants_usage(payload)
             return Stream(stream_events(model, include_usage=usage))
         return Reply(200, chat_completion(model))
 

@@ -209,6 +209,19 @@ async def test_a_body_that_is_not_a_json_object_is_refused_as_the_apis_refuse_it
         assert classify(r.status, dict(r.headers), raw, now_s=T0).type is not ErrorType.PROVIDER_UNAVAILABLE
 
 
+async def test_odd_field_types_never_make_the_fake_fail(http: aiohttp.ClientSession, fake: FakeUpstream) -> None:
+    # Found by fuzzing through the gateway: these raised inside the fake, whose bare 500 the
+    # gateway then retried as an outage. A fake that crashes on a field's type reads as a
+    # provider incident in every test that happens to send one.
+    headers = {"anthropic-version": "2023-06-01"}
+    stream = {**BODIES["chat"], "stream": True, "stream_options": "x"}
+    async with http.post(fake.url + "/chat/completions", json=stream, headers=headers) as r:
+        raw = await r.read()
+    assert r.status == 200 and b"data: [DONE]" in raw and b'"usage"' not in raw
+    async with http.post(fake.url + "/messages/count_tokens", json={"messages": False}, headers=headers) as r:
+        assert r.status == 200 and isinstance((await r.json())["input_tokens"], int)
+
+
 async def test_scripted_headers_win_and_scripted_usage_is_charged(http: aiohttp.ClientSession, fake: FakeUpstream) -> None:
     fake.keys.limit("a", rpm=10, tpm=100)
     fake.script(Reply(200, {"usage": {"prompt_tokens": 1, "completion_tokens": 1}},
