@@ -20,6 +20,8 @@ from collections.abc import Awaitable, Callable
 from aiohttp import hdrs, web
 from aiohttp.web_urldispatcher import UrlMappingMatchInfo
 
+from gateway.bad_http import QuietServer
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -69,4 +71,4 @@ class ExactFirstRunner(web.AppRunner):
         server = await super()._make_server()
         # The app's request factory makes web.Request objects, as _handle itself expects.
         server.request_handler = exact_first(self.app, server.request_handler)  # type: ignore[assignment]
-        return server
+        return QuietServer.like(server)  # malformed HTTP answered without quoting it (bad_http.py)
