@@ -201,7 +201,6 @@ def missing_version() -> Reply:
     return anthropic_error(400, "invalid_request_error", "anthropic-version: header is required")
 
 
-
 # OpenAI's answer to a body that does not parse, as quoted in ChatGPTNextWeb/NextChat#4064 and
 # chatboxai/chatbox#812 (400, type invalid_request_error, param and code null).
 OPENAI_UNPARSEABLE = (
@@ -213,7 +212,8 @@ OPENAI_UNPARSEABLE = (
 
 
 def not_json(dialect: Dialect, problem: str | None) -> Reply:
-    """A body that is not a JSON object, refused with a 400 as the API refuses it. ``problem``:
+    """A body that is not a JSON object, refused with a 400 as the API refuses it (a Gemini
+    method checks its body itself: ``FakeUpstream._gemini``). ``problem``:
     the parser's complaint, None when the body parsed but is not an object (an array, say),
     whose wording here is the fake's own; the status and error type are the APIs'."""
     if dialect == "anthropic":
@@ -221,7 +221,5 @@ def not_json(dialect: Dialect, problem: str | None) -> Reply:
         # (char 54840)", as quoted in a Claude Code bug report (okik25/claude-code#37).
         detail = f"The request body is not valid JSON: {problem}" if problem else "The request body must be a JSON object"
         return anthropic_error(400, "invalid_request_error", detail)
-    if dialect == "google":
-        return gemini.error(400, "Invalid JSON payload received.")
     return responses_error(400, OPENAI_UNPARSEABLE if problem else "The request body must be a JSON object",
                            "invalid_request_error", None)  # fmt: skip

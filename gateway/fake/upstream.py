@@ -202,7 +202,7 @@ class FakeUpstream:
                                                 "embedding": [0.1, 0.2, 0.3]}],
                                       "usage": {"prompt_tokens": 3, "total_tokens": 3}})
         if path.endswith("/messages/count_tokens"):
-            return web.json_response({"input_tokens": estimate_tokens(json.loads(body or b"{}"))})
+            return web.json_response({"input_tokens": estimate_tokens(payload)})
         if not path.endswith(("/completions", "/messages", "/responses")):
             return web.json_response({"error": {"message": f"unknown path {path}",
                                                 "type": "invalid_request_error", "code": None}},
