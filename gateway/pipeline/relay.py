@@ -208,13 +208,17 @@ async def _pump(
         broken = end is not None
         return end
     finally:
-        _count_usage(state, leg.reader, relayed if broken else None)
+        # A leg that broke, or a server that counts nothing (llama-cpp-python sends no usage
+        # chunk, asked or not), is counted from the text it showed.
+        uncounted = broken or "completion" not in leg.reader.usage
+        _count_usage(state, leg.reader, relayed if uncounted else None)
 
 
 def _count_usage(state: RequestState, reader: StreamReader, shown: Shown | None) -> None:
     """Adds a leg's usage to the request's. A leg that broke (cut, continued, or left by the
     client) counts the tokens of the text it showed: the provider generated them, though its
-    count (if any) comes only in the events that never arrived."""
+    count (if any) comes only in the events that never arrived. So does a leg whose server
+    sent no count at all."""
     used = reader.usage
     if shown is not None:
         tokens = shown.tokens(reader)

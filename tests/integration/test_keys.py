@@ -302,3 +302,31 @@ async def test_a_stream_the_client_left_settles_what_was_relayed(make_gateway: M
     # and so was the prompt, though the provider's count never came: estimated from its size.
     assert gw.metric("llm_gateway_key_tokens_total", key="alice", model="gpt-4o-mini", kind="prompt",
                      priced="true") > 0  # fmt: skip
+
+
+async def test_a_stream_whose_server_counts_nothing_is_paid_for_all_the_same(make_gateway: MakeGateway) -> None:
+    # llama-cpp-python 0.3 and other servers send no usage chunk, asked or not (tests/real/NOTES.md):
+    # the stream ended well, and without an estimate the key paid nothing for it.
+    gw = await make_gateway(keys_yaml(budget={"usd": 1000000, "period": "day"}), upstream_yaml=", apis: [chat]")
+    words = [chunk({"role": "assistant", "content": ""}), chunk({"content": "one two three four five six"}),
+             chunk({}, "stop")]  # fmt: skip
+    payload = {"model": "gpt-4o-mini", "stream": True, "messages": [{"role": "user", "content": "count"}]}
+    gw.fake.script(Stream(words))
+    async with gw.session.post(gw.base + "/v1/chat/completions", json=payload, headers=ALICE) as r:
+        assert r.status == 200
+        assert b"six" in await r.read()
+    state = await settled(gw)
+    shown = round(len(" one two three four five six".strip()) / 3.5)  # the relayed text, at the estimator's rate
+    prompt = gw.metric("llm_gateway_key_tokens_total", key="alice", model="gpt-4o-mini", kind="prompt", priced="true")
+    assert prompt > 0
+    assert gw.metric("llm_gateway_key_tokens_total", key="alice", model="gpt-4o-mini", kind="completion",
+                     priced="true") == shown  # fmt: skip
+    assert state["budget"]["spent_usd"] == pytest.approx(prompt * 1 + shown * 2)
+    # Translated the same way: a Messages client's stream on this chat upstream.
+    gw.fake.script(Stream(words))
+    async with gw.session.post(gw.base + "/v1/messages", headers={**ALICE, "anthropic-version": "2023-06-01"}, json={
+            "model": "gpt-4o-mini", "max_tokens": 64, "stream": True, "messages": [{"role": "user", "content": "count"}]}) as r:  # fmt: skip
+        assert r.status == 200
+        assert b"message_stop" in await r.read()
+    after = await settled(gw)
+    assert after["budget"]["spent_usd"] > state["budget"]["spent_usd"] + shown * 2
