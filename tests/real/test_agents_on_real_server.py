@@ -107,10 +107,12 @@ def test_claude_code_prints_an_answer_from_a_chat_only_server(chat_only_gateway:
     # Its 64000-token turns went out capped (the module's gateway also serves other tests' lines).
     capped = [t for t in turns if (t.get("output_capped") or {}).get("to") == OUTPUT_CAP]  # type: ignore[attr-defined]
     assert capped
-    if any((t.get("usage") or {}).get("completion", 0) >= OUTPUT_CAP for t in capped):  # type: ignore[attr-defined]
+    if "output token maximum" in r.stdout:
         # SmolLM2 wrote up to the cap: a whole stream ending in stop_reason max_tokens, which
-        # Claude Code reports as its own limit reached (it asked for 64000) and exits 1.
-        assert "output token maximum" in r.stdout, (r.stdout[-2000:], r.stderr[-2000:])
+        # Claude Code reports as its own limit reached (it asked for 64000) and exits 1. The
+        # log cannot show the count: llama-cpp-python sends no usage chunk in a stream (NOTES.md),
+        # so an earlier check on the logged usage never saw the cap and failed such a run.
+        assert r.returncode == 1, (r.stdout[-2000:], r.stderr[-2000:])
     else:
         assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
         assert r.stdout.strip(), r.stderr[-2000:]
