@@ -65,7 +65,7 @@ _WORDS = re.compile(r"[A-Za-z][A-Za-z ,-]{2,60}")
 
 def _reason(exc: HttpProcessingError) -> str | None:
     first = str(exc.message).split(":", 1)[0].strip()
-    return first if _WORDS.fullmatch(first) and not first.startswith("Got more than") else None
+    return first if _WORDS.fullmatch(first) else None
 
 
 def quiet_body(exc: HttpProcessingError) -> bytes:
