@@ -18,7 +18,11 @@ rounds:
   none of what a real server needs: limits, streamed bodies, errors, drain).
 
 The gap between the first and the last bounds what a purpose-built server side could save
-per request (issue #38: bench/RESULTS.md). Read the user-space column for that: the bare
+per request (issue #38: bench/RESULTS.md). It bounds, it does not predict: the lean servers
+lack what a real connection adds back (a streamed body, a task and context per request, limits,
+the idle timer). A full connection handler on httptools built from the lean protocol (branch
+``experiment/h1-server``) cost the same as aiohttp's on this bench with a real request's
+headers, and more in the gateway (RESULTS.md, ninth pass). Read the user-space column for that: the bare
 server answers faster than one wrk core asks, so its req/s is the load's and its kernel time
 per request is lower partly because its reads and writes come in batches.
 
