@@ -252,7 +252,7 @@ async def not_found(request: web.Request) -> web.StreamResponse:
     svc, state = request[SERVICES], request[STATE]
     state.dialect = _errors_dialect(request)
     failure = bad_request(
-        "no such endpoint; the gateway serves /v1/... and /healthz, /readyz, /metrics",
+        "no such endpoint; the gateway serves /v1/..., Gemini's /v1beta/..., and /healthz, /readyz, /metrics",
         "not_found",
         status=404,
     )

@@ -26,7 +26,7 @@ from gateway.apis.gemini.fields import field
 from gateway.apis.gemini.wire import model_path
 from gateway.pipeline.admit import parse_json_object, read_body
 from gateway.pipeline.attempt import Call, ReadMode
-from gateway.pipeline.forward import Handler, authenticate
+from gateway.pipeline.forward import Handler, authenticate, not_found
 from gateway.pipeline.models import gemini_caller, list_models
 from gateway.pipeline.outcome import STATE, Failure, Outcome, RequestState, Success, bad_request
 from gateway.pipeline.pool import any_deployment
@@ -49,7 +49,10 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
     refused = authenticate(svc, request)
     if refused is not None:
         return await relay(request, svc, state, refused)
-    state.model = model = request.match_info["model"]
+    model = request.match_info["model"]
+    if ":" in model:  # a method's path (models/m:generateContent) asked with GET: no such endpoint
+        return await not_found(request)
+    state.model = model
     unknown = _unrouted(svc, model)
     if unknown is not None:
         return await relay(request, svc, state, unknown)
@@ -126,7 +129,10 @@ async def get_gemini_model(request: web.Request) -> web.StreamResponse:
     refused = authenticate(svc, request)
     if refused is not None:
         return await relay(request, svc, state, refused)
-    state.model = model = request.match_info["model"]
+    model = request.match_info["model"]
+    if ":" in model:  # a method's path (models/m:generateContent) asked with GET: no such endpoint
+        return await not_found(request)
+    state.model = model
     unknown = _unrouted(svc, model)
     if unknown is not None:
         return await relay(request, svc, state, unknown)

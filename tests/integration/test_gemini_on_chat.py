@@ -151,6 +151,12 @@ async def test_model_list_and_model_in_googles_shape(make_gateway) -> None:
     assert r.status == 200 and "models" in listed
     async with gw.session.get(gw.base + "/v1beta/models/claude-x", headers={"x-goog-api-key": "k"}) as r:
         assert r.status == 404 and (await r.json())["error"]["status"] == "NOT_FOUND"
+    # A method's path asked with GET is no model (it was described as "gemini-2.5-flash:generateContent").
+    async with gw.session.get(gw.base + "/v1beta/models/gemini-2.5-flash:generateContent",
+                              headers={"x-goog-api-key": "k"}) as r:  # fmt: skip
+        err = (await r.json())["error"]
+        assert r.status == 404 and err["status"] == "NOT_FOUND" and "no such endpoint" in err["message"]
+    assert [r.path for r in gw.fake.requests] == ["/v1/models"]  # the listing's, and no other
 
 
 async def test_an_unknown_path_under_v1beta_gets_googles_envelope(make_gateway) -> None:
