@@ -211,6 +211,25 @@ OPENAI_UNPARSEABLE = (
 )
 
 
+# OpenAI's POST endpoints and what another method on them gets. GET on chat completions lists
+# the stored ones (the OpenAPI spec's ChatCompletionList: object, data, first_id, last_id,
+# has_more); anything else is a 404 "Invalid URL (GET /v1/chat/completions)", as quoted in
+# bug reports of clients that sent a POST as a GET (orcarouter's base_url note: a 302 turning
+# the POST into a GET "triggering 'Invalid URL (GET /v1/chat/completions)' 404").
+OPENAI_POST_ONLY = ("/chat/completions", "/completions", "/responses", "/embeddings")
+
+
+def wrong_method(method: str, path: str) -> Reply | None:
+    """OpenAI's answer to ``method`` on one of its POST endpoints; None for a POST, or for a
+    path that is not one of them."""
+    if method == "POST" or not path.endswith(OPENAI_POST_ONLY):
+        return None
+    if method == "GET" and path.endswith("/chat/completions"):
+        return Reply(200, {"object": "list", "data": [], "first_id": None, "last_id": None, "has_more": False})
+    return Reply(404, {"error": {"message": f"Invalid URL ({method} {path})", "type": "invalid_request_error",
+                                 "param": None, "code": None}})  # fmt: skip
+
+
 def not_json(dialect: Dialect, problem: str | None) -> Reply:
     """A body that is not a JSON object, refused with a 400 as the API refuses it (a Gemini
     method checks its body itself: ``FakeUpstream._gemini``). ``problem``:

@@ -57,7 +57,7 @@ from multidict import CIMultiDict
 
 from gateway.fake import gate, gemini, gemini_rules, output
 from gateway.fake.chat import chat_completion, estimate_tokens, overflow_error, stream_events, wants_usage
-from gateway.fake.keyed import credential_of, dialect_of, key_places, not_json
+from gateway.fake.keyed import credential_of, dialect_of, key_places, not_json, wrong_method
 from gateway.fake.limits import KeyLimits
 from gateway.fake.messages import anthropic_message, anthropic_overflow, anthropic_stream
 from gateway.fake.responses import response_object, responses_overflow, responses_stream
@@ -188,6 +188,9 @@ class FakeUpstream:
             return await self._play(request, gemini_framed(refused, named, request.query))
         if named is not None:
             return await self._gemini(request, payload, body, *named)
+        method_refused = wrong_method(request.method, path)
+        if method_refused is not None:
+            return await self._play(request, method_refused)
         if request.method == "POST" and path.endswith(_JSON_PATHS) and (problem is not None or not isinstance(payload, dict)):
             # The real APIs parse the body before anything else: nothing further is answered.
             return await self._play(request, not_json(dialect_of(path), problem))

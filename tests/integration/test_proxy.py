@@ -108,6 +108,21 @@ async def test_other_v1_paths_are_forwarded(make_gateway) -> None:
         assert r.status == 404 and r.headers["x-llm-error-type"] == "unknown"
 
 
+async def test_other_methods_on_api_paths_reach_the_provider_and_its_answer_comes_back(make_gateway) -> None:
+    # GET /v1/chat/completions is OpenAI's list of stored completions; DELETE there is no
+    # endpoint (OpenAI: 404 "Invalid URL"). The gateway forwards both once and relays the
+    # answer; the fake answers as OpenAI does rather than with a completion.
+    gw = await make_gateway()
+    async with gw.session.get(gw.base + "/v1/chat/completions") as r:
+        assert r.status == 200 and (await r.json())["object"] == "list"
+    async with gw.session.delete(gw.base + "/v1/chat/completions") as r:
+        err = (await r.json())["error"]
+        assert r.status == 404 and err["message"] == "Invalid URL (DELETE /v1/chat/completions)"
+        assert r.headers["x-llm-error-type"] == "unknown" and r.headers["x-llm-attempts"] == "1"
+    assert [(q.method, q.path) for q in gw.fake.requests] == [("GET", "/v1/chat/completions"),
+                                                             ("DELETE", "/v1/chat/completions")]
+
+
 async def test_two_upstreams_routed_by_glob(make_gateway) -> None:
     async with FakeUpstream() as a, FakeUpstream() as b:
         gw = await make_gateway(fake=a, upstreams=(
