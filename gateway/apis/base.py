@@ -247,6 +247,11 @@ class Dialect(Protocol):
         """Token counts of a buffered success body."""
         ...
 
+    def answer_text(self, doc: Mapping[str, Any]) -> str:
+        """What a buffered success body generated, as text (gateway/apis/answer_text.py): counted
+        when the body carries no usage of its own."""
+        ...
+
     def compress(
         self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None,
         removed_tokens: float = 0.0,

@@ -23,7 +23,7 @@ from gateway.one_write import OneWriteResponse
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success
 from gateway.pipeline.stamp import stamp
 from gateway.policy.classify import classify, classify_stream_event
-from gateway.policy.tokens import BYTES_PER_TOKEN
+from gateway.policy.tokens import BYTES_PER_TOKEN, text_tokens
 from gateway.services import Services
 from gateway.sse import EventSplitter
 from gateway.translate.base import StreamTranslator
@@ -45,6 +45,8 @@ async def relay(
             state.usage.update(outcome.usage)
         else:
             _count_usage_in_body(state, outcome.body)
+        if not state.usage and state.model is not None and 200 <= outcome.status < 300:
+            _count_answer_text(state, outcome.body)
         return OneWriteResponse(status=outcome.status, body=outcome.body, headers=outcome.headers)
     if outcome.sse:
         return await _relay_sse(request, svc, state, outcome, resume)
@@ -75,6 +77,22 @@ def _count_usage_in_body(state: RequestState, body: bytes) -> None:
             return
     if isinstance(doc, dict):
         state.usage.update(state.dialect.body_usage(doc))
+
+
+def _count_answer_text(state: RequestState, body: bytes) -> None:
+    """A model's success that states no usage at all (a server that omits ``usage``) is counted
+    from the text it generated, as a stream without a count is: a key never pays $0 for an
+    answer. Rare, so the body is parsed here only then; a passthrough (no model) or an answer
+    with any count (an embedding's prompt tokens) is never parsed for it."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        return
+    if not isinstance(doc, dict):
+        return
+    tokens = round(text_tokens(state.dialect.answer_text(doc)))
+    if tokens > 0:
+        state.usage["completion"] = tokens
 
 
 async def _relay_raw(

@@ -304,6 +304,34 @@ async def test_a_stream_the_client_left_settles_what_was_relayed(make_gateway: M
                      priced="true") > 0  # fmt: skip
 
 
+async def test_a_buffered_answer_without_usage_is_paid_for_all_the_same(make_gateway: MakeGateway) -> None:
+    # An answer with no usage member (tests/corpus/answers/gemini-pro-function-call.json is one
+    # Google sent) cost its key $0 on a native route: nothing counted its output.
+    gw = await make_gateway(keys_yaml(budget={"usd": 1000000, "period": "day"}), upstream_yaml=", apis: [chat]")
+    text = "one two three four five six"
+    answer = {k: v for k, v in chat_completion(content=text).items() if k != "usage"}
+    payload = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "count"}]}
+    gw.fake.script(Reply(200, answer))
+    async with gw.session.post(gw.base + "/v1/chat/completions", json=payload, headers=ALICE) as r:
+        assert r.status == 200
+        assert "usage" not in await r.json()  # the answer goes as it came
+    state = await settled(gw)
+    generated = round(len(text) / 3.5)  # the answer's text, at the estimator's rate
+    prompt = gw.metric("llm_gateway_key_tokens_total", key="alice", model="gpt-4o-mini", kind="prompt", priced="true")
+    assert prompt > 0  # as admission estimated it
+    assert gw.metric("llm_gateway_key_tokens_total", key="alice", model="gpt-4o-mini", kind="completion",
+                     priced="true") == generated  # fmt: skip
+    assert state["budget"]["spent_usd"] == pytest.approx(prompt * 1 + generated * 2)
+    # An answer that is only a tool call is counted from its arguments.
+    call = {"id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": '{"path":"README.md"}'}}
+    gw.fake.script(Reply(200, {**answer, "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": None, "tool_calls": [call]}}]}))  # fmt: skip
+    async with gw.session.post(gw.base + "/v1/chat/completions", json=payload, headers=ALICE) as r:
+        assert r.status == 200
+    after = await settled(gw)
+    assert after["budget"]["spent_usd"] >= state["budget"]["spent_usd"] + round(20 / 3.5) * 2
+
+
 async def test_a_stream_whose_server_counts_nothing_is_paid_for_all_the_same(make_gateway: MakeGateway) -> None:
     # llama-cpp-python 0.3 and other servers send no usage chunk, asked or not (tests/real/NOTES.md):
     # the stream ended well, and without an estimate the key paid nothing for it.

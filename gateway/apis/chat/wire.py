@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.apis import output_budget
+from gateway.apis.answer_text import chat_text
 from gateway.apis.base import (
     NOWHERE,
     Address,
@@ -97,6 +98,9 @@ class OpenAIChat:
 
     def body_usage(self, doc: Mapping[str, Any]) -> dict[str, int]:
         return chat_usage(doc.get("usage"))
+
+    def answer_text(self, doc: Mapping[str, Any]) -> str:
+        return chat_text(doc)
 
     def compress(
         self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None,

@@ -34,6 +34,7 @@ from typing import Any
 from urllib.parse import quote
 
 from gateway.apis import output_budget
+from gateway.apis.answer_text import gemini_text
 from gateway.apis.base import (
     NOWHERE,
     Address,
@@ -107,6 +108,9 @@ class GeminiGenerate:
 
     def body_usage(self, doc: Mapping[str, Any]) -> dict[str, int]:
         return gemini_usage(field(doc, "usageMetadata"))
+
+    def answer_text(self, doc: Mapping[str, Any]) -> str:
+        return gemini_text(doc)
 
     def compress(
         self,

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.apis import output_budget
+from gateway.apis.answer_text import messages_text
 from gateway.apis.base import (
     NOWHERE,
     Address,
@@ -124,6 +125,9 @@ class AnthropicMessages:
 
     def body_usage(self, doc: Mapping[str, Any]) -> dict[str, int]:
         return anthropic_usage(doc.get("usage"))
+
+    def answer_text(self, doc: Mapping[str, Any]) -> str:
+        return messages_text(doc)
 
     def compress(
         self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None,

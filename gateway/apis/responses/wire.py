@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.apis import output_budget
+from gateway.apis.answer_text import responses_text
 from gateway.apis.base import (
     NOWHERE,
     Address,
@@ -101,6 +102,9 @@ class OpenAIResponses:
 
     def body_usage(self, doc: Mapping[str, Any]) -> dict[str, int]:
         return responses_usage(doc.get("usage"))
+
+    def answer_text(self, doc: Mapping[str, Any]) -> str:
+        return responses_text(doc)
 
     def compress(
         self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None,
