@@ -109,6 +109,12 @@ def observed(handler: Handler) -> Handler:
                 "exception": type(e).__name__, "at": f"{where.filename}:{where.lineno}",
             })  # fmt: skip
             state.classification = c = Classification.of(ErrorType.UNKNOWN)
+            if state.first_byte_at is not None and request.transport is not None:
+                # A streamed answer had begun: a 500 written after it reads as garbage in the
+                # stream, or as nothing while the client waits for the stream's end (it hung
+                # until its own timeout). Cut instead: the client sees a broken answer at once.
+                state.ended_by = "internal_error"
+                request.transport.close()
             body = state.dialect.error_body(
                 500, "internal gateway error", "internal_error", c, state.request_id
             )

@@ -185,3 +185,35 @@ async def test_a_client_that_leaves_mid_stream_is_a_499_never_a_500(make_gateway
     assert gw.metric("llm_gateway_requests_total", status="500", **labels) == 0
     assert gw.metric("llm_gateway_requests_total", status="499", **labels) == 5
     assert gw.metric("llm_gateway_in_flight_requests") == 0
+
+
+@pytest.mark.parametrize("then", ["drop", "eof"])
+async def test_a_gateway_fault_mid_stream_cuts_the_stream_at_once(
+    make_gateway, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, then: str
+) -> None:
+    # A bug that raises once a stream's head left (here: counting its usage) was answered with a
+    # 500 written after the head: garbage inside the stream, or, after an upstream drop,
+    # nothing at all while the client waited for the stream's end until its own timeout.
+    import aiohttp
+
+    from gateway.pipeline import relay
+
+    def fault(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a fault in the gateway")
+
+    monkeypatch.setattr(relay, "_count_usage", fault)
+    caplog.set_level("INFO", logger="gateway")
+    gw = await make_gateway()
+    events = [chunk({"role": "assistant", "content": ""}), chunk({"content": "Hi"})]
+    gw.fake.script(Stream(events if then == "drop" else [*events, chunk({}, "stop")], then=then))
+    payload = {"model": "gpt-4o-mini", "stream": True, "messages": [{"role": "user", "content": "x"}]}
+    with pytest.raises(aiohttp.ClientPayloadError):  # a broken answer, at once: never a hang
+        async with gw.session.post(gw.base + "/v1/chat/completions", json=payload,
+                                   timeout=aiohttp.ClientTimeout(total=5)) as r:  # fmt: skip
+            assert r.status == 200
+            await r.read()
+    monkeypatch.undo()
+    assert (await gw.chat())[0] == 200  # the gateway is healthy
+    lines = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
+    assert lines[0]["status"] == 500 and lines[0]["ended_by"] == "internal_error"
+    assert not any("a fault in the gateway" in str(r.msg) for r in caplog.records)  # never the text
