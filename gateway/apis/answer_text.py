@@ -1,18 +1,28 @@
-"""What a buffered answer generated, as text, in each API: its message text, its reasoning
-and its tool calls' arguments. A provider bills all of them as output; the gateway counts
-them (3.5 bytes a token, gateway/policy/tokens.py) only when an answer carries no count of
-its own, so that a key's spend never reads $0 for an answer that was generated.
+"""What an answer generated, as text, in each API: its message text, its reasoning and its
+tool calls' arguments, from a buffered answer or from one stream event. A provider bills all
+of them as output; the gateway counts them (3.5 bytes a token, gateway/policy/tokens.py)
+only when an answer carries no count of its own (a server that omits usage, a stream cut
+before its count), so that a key's spend never misses what was generated: an agent's turn is
+often mostly a tool call's arguments (a file it writes).
 
 Where each API puts them (its answer's reference shape):
 
 - chat completions: ``choices[].message``: ``content`` (a string, or parts with ``text``),
-  ``reasoning_content`` / ``reasoning`` (DeepSeek, vLLM, OpenRouter), ``tool_calls[].function
-  .arguments``, the legacy ``function_call.arguments``;
-- Messages: ``content[]`` blocks: ``text``, ``thinking``, ``tool_use.input``;
+  ``reasoning_content`` / ``reasoning`` (DeepSeek, vLLM, OpenRouter), ``tool_calls[].function``'s
+  ``name`` and ``arguments``, the legacy ``function_call``'s;
+- Messages: ``content[]`` blocks: ``text``, ``thinking``, ``tool_use``'s ``name`` and ``input``;
 - Responses: ``output[]`` items: ``message`` content parts' ``text`` (``output_text``,
-  ``refusal``), ``function_call.arguments``, ``custom_tool_call.input``, ``reasoning``'s
-  ``summary[].text``;
-- Gemini: ``candidates[].content.parts[]``: ``text`` (thoughts included), ``functionCall.args``.
+  ``refusal``), ``function_call``'s ``name`` and ``arguments``, ``custom_tool_call``'s ``name``
+  and ``input``, ``reasoning``'s ``summary[].text``;
+- Gemini: ``candidates[].content.parts[]``: ``text`` (thoughts included), ``functionCall``'s
+  ``name`` and ``args``.
+
+And in their streams: a chat chunk's ``choices[].delta`` (the same fields, arguments in
+pieces); Messages' ``content_block_delta`` (``text_delta``, ``thinking_delta``,
+``input_json_delta``'s ``partial_json``) and a tool call's name in its ``content_block_start``;
+the Responses events ``response.*.delta`` of output text, refusals, function-call arguments,
+custom tool input and reasoning, and a tool call's name in ``response.output_item.added``; a
+Gemini stream's chunks, each shaped as a whole answer.
 """
 
 from __future__ import annotations
@@ -40,9 +50,46 @@ def gemini_text(doc: Mapping[str, Any]) -> str:
     return "".join(_gemini(doc))
 
 
-def _chat(doc: Mapping[str, Any]) -> Iterator[str]:
+def chat_event_text(doc: Mapping[str, Any]) -> str:
+    return "".join(_chat(doc, "delta"))
+
+
+def messages_event_text(doc: Mapping[str, Any]) -> str:
+    if doc.get("type") == "content_block_start":  # a tool call's name comes whole at its start
+        block = doc.get("content_block")
+        name = block.get("name") if isinstance(block, dict) else None
+        return name if isinstance(name, str) else ""
+    if doc.get("type") != "content_block_delta":
+        return ""
+    delta = doc.get("delta")
+    if not isinstance(delta, dict):
+        return ""
+    for name in ("text", "thinking", "partial_json"):
+        value = delta.get(name)
+        if isinstance(value, str):
+            return value
+    return ""
+
+
+_RESPONSES_DELTAS = frozenset({
+    "response.output_text.delta", "response.refusal.delta", "response.function_call_arguments.delta",
+    "response.custom_tool_call_input.delta", "response.reasoning_summary_text.delta",
+    "response.reasoning_text.delta",
+})  # fmt: skip
+
+
+def responses_event_text(doc: Mapping[str, Any]) -> str:
+    if doc.get("type") == "response.output_item.added":  # a tool call's name comes whole at its start
+        item = doc.get("item")
+        name = item.get("name") if isinstance(item, dict) else None
+        return name if isinstance(name, str) else ""
+    delta = doc.get("delta")
+    return delta if doc.get("type") in _RESPONSES_DELTAS and isinstance(delta, str) else ""
+
+
+def _chat(doc: Mapping[str, Any], member: str = "message") -> Iterator[str]:
     for choice in _dicts(doc.get("choices")):
-        message = choice.get("message")
+        message = choice.get(member)
         if not isinstance(message, dict):
             continue
         yield from _text_or_parts(message.get("content"))
@@ -51,9 +98,11 @@ def _chat(doc: Mapping[str, Any]) -> Iterator[str]:
         for call in _dicts(message.get("tool_calls")):
             function = call.get("function")
             if isinstance(function, dict):
+                yield from _strings(function.get("name"))
                 yield from _strings(function.get("arguments"))
         legacy = message.get("function_call")
         if isinstance(legacy, dict):
+            yield from _strings(legacy.get("name"))
             yield from _strings(legacy.get("arguments"))
 
 
@@ -65,6 +114,7 @@ def _messages(doc: Mapping[str, Any]) -> Iterator[str]:
         elif kind == "thinking":
             yield from _strings(block.get("thinking"))
         elif kind in ("tool_use", "server_tool_use"):
+            yield from _strings(block.get("name"))
             yield _json(block.get("input"))
 
 
@@ -76,8 +126,10 @@ def _responses(doc: Mapping[str, Any]) -> Iterator[str]:
                 yield from _strings(part.get("text"))
                 yield from _strings(part.get("refusal"))
         elif kind == "function_call":
+            yield from _strings(item.get("name"))
             yield from _strings(item.get("arguments"))
         elif kind == "custom_tool_call":
+            yield from _strings(item.get("name"))
             yield from _strings(item.get("input"))
         elif kind == "reasoning":
             for part in _dicts(item.get("summary")):
@@ -93,6 +145,7 @@ def _gemini(doc: Mapping[str, Any]) -> Iterator[str]:
             yield from _strings(part.get("text"))
             call = field(part, "functionCall")
             if isinstance(call, dict):
+                yield from _strings(call.get("name"))
                 yield _json(call.get("args"))
 
 

@@ -184,9 +184,9 @@ class StreamReader(Protocol):
         """All the text tracked so far, whatever else the stream started (for usage)."""
         ...
 
-    def fresh(self) -> StreamReader:
-        """A new tracking reader of the same kind: re-reading what a broken stream showed
-        gives its text (and so its tokens) without tracking every stream that completes."""
+    def event_text(self, doc: Mapping[str, Any]) -> str:
+        """What one of this API's stream events generated, as text (gateway/apis/answer_text.py):
+        counted for a stream that broke before its usage came, or whose server sends none."""
         ...
 
 

@@ -25,7 +25,7 @@ from gateway.pipeline.stamp import stamp
 from gateway.policy.classify import classify, classify_stream_event
 from gateway.policy.tokens import BYTES_PER_TOKEN, text_tokens
 from gateway.services import Services
-from gateway.sse import EventSplitter
+from gateway.sse import EventSplitter, parse_event
 from gateway.translate.base import StreamTranslator
 from gateway.upstream import UpstreamFailure
 
@@ -273,12 +273,14 @@ class Shown:
             self.append(raw)
 
     def tokens(self, reader: StreamReader) -> int:
-        again = reader.fresh()
+        """The tokens the relayed events generated: text, reasoning and tool-call arguments."""
         splitter = EventSplitter()
         events = splitter.feed(b"".join(self._events))
+        text_bytes = 0
         for raw in [*events, splitter.pending] if splitter.pending.strip() else events:
-            again.kind(raw, committed=True)
-        text_bytes = len(again.shown_text().encode())
+            doc = parse_event(raw).json()
+            if isinstance(doc, dict):
+                text_bytes += len(reader.event_text(doc).encode())
         if self._total > self._sampled > 0:
             text_bytes = text_bytes * self._total // self._sampled
         return round(text_bytes / BYTES_PER_TOKEN)

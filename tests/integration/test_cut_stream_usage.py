@@ -104,3 +104,18 @@ def test_the_sample_of_shown_events_stays_bounded() -> None:
     for _ in range(10_000):
         shown.append(event)
     assert len(shown._events) * len(event) < Shown.SAMPLE_BYTES + len(event)
+
+
+async def test_a_chat_stream_cut_inside_a_tool_call_counts_its_name_and_arguments(make_gateway) -> None:
+    # An agent's turn is often mostly a tool call (a file it writes): counting only visible text
+    # let a cut turn cost nothing but its prompt.
+    gw = await make_gateway()
+    args = ['{"path": "notes.md", ', '"content": "a long file the model was writing']
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "write_file", "arguments": ""}}
+    gw.fake.script(Stream([chunk({"role": "assistant", "content": None, "tool_calls": [call]}),
+                           *(chunk({"tool_calls": [{"index": 0, "function": {"arguments": a}}]}) for a in args)],
+                          then="drop"))  # fmt: skip
+    status, _, body = await gw.chat({"model": "gpt-4o-mini", "stream": True,
+                                     "messages": [{"role": "user", "content": "Write notes"}]})  # fmt: skip
+    assert status == 200 and b"write_file" in body
+    assert completion(gw, "gpt-4o-mini") == tokens("write_file" + "".join(args)) > 10

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.apis import output_budget
-from gateway.apis.answer_text import chat_text
+from gateway.apis.answer_text import chat_event_text, chat_text
 from gateway.apis.base import (
     NOWHERE,
     Address,
@@ -183,10 +183,8 @@ class ChatStreamReader(ShownText):
             if isinstance(delta.get("content"), str):
                 self.texts.append(delta["content"])
 
-    def fresh(self) -> ChatStreamReader:
-        again = ChatStreamReader(self.strip_usage)
-        again.track()
-        return again
+    def event_text(self, doc: Mapping[str, Any]) -> str:
+        return chat_event_text(doc)
 
     def kind(self, raw: bytes, *, committed: bool) -> EventKind:
         # Cheap byte checks first: most events are plain deltas and need no JSON parse.

@@ -243,10 +243,8 @@ class GeminiStreamReader(ShownText):
             elif field(part, "functionCall") is not None:
                 self.tool_started = True
 
-    def fresh(self) -> GeminiStreamReader:
-        again = GeminiStreamReader()
-        again.track()
-        return again
+    def event_text(self, doc: Mapping[str, Any]) -> str:
+        return gemini_text(doc)
 
     def broken(self, ending: Ending, request_id: str, model: str | None) -> bytes:
         return broken_event(ending, request_id)

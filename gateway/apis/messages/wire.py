@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.apis import output_budget
-from gateway.apis.answer_text import messages_text
+from gateway.apis.answer_text import messages_event_text, messages_text
 from gateway.apis.base import (
     NOWHERE,
     Address,
@@ -238,10 +238,8 @@ class AnthropicStreamReader(ShownText):
         elif kind == "content_block_stop" and index == self.open_block:
             self.open_block = None
 
-    def fresh(self) -> AnthropicStreamReader:
-        again = AnthropicStreamReader()
-        again.track()
-        return again
+    def event_text(self, doc: Mapping[str, Any]) -> str:
+        return messages_event_text(doc)
 
     def kind(self, raw: bytes, *, committed: bool) -> EventKind:
         event: Event | None = None  # parsed once, when a question needs it

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.apis import output_budget
-from gateway.apis.answer_text import responses_text
+from gateway.apis.answer_text import responses_event_text, responses_text
 from gateway.apis.base import (
     NOWHERE,
     Address,
@@ -241,10 +241,8 @@ class ResponsesStreamReader:
     def shown_text(self) -> str:
         return "".join(self.shown.texts) if self.shown is not None else ""
 
-    def fresh(self) -> ResponsesStreamReader:
-        again = ResponsesStreamReader()
-        again.track()
-        return again
+    def event_text(self, doc: Mapping[str, Any]) -> str:
+        return responses_event_text(doc)
 
     def broken(self, ending: Ending, request_id: str, model: str | None) -> bytes:
         c = ending.classification
