@@ -46,8 +46,6 @@ _USER_AGENTS: dict[str, str] = {}  # clients send few distinct ones: each is cle
 # A client's id is echoed in headers and logs, so only a safe, bounded shape is accepted.
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:/+=-]{1,128}$")
 
-_OPS_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
-
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -67,8 +65,7 @@ def observed(handler: Handler) -> Handler:
     and a partial per request): every request reaches some route, the last catches all."""
 
     async def observe(request: web.Request) -> web.StreamResponse:
-        if request.path in _OPS_PATHS:
-            return await handler(request)  # health, readiness and metrics are not API traffic
+        # Health, readiness and metrics are not API traffic: their routes are not observed.
         # Read once: the request runs to its end on this config, whatever a reload swaps in.
         svc = request[SERVICES] = request.app[LIVE].services
         svc.busy_poll.touch()

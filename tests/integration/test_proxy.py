@@ -187,6 +187,20 @@ async def test_readyz_healthz_metrics(make_gateway) -> None:
     await asyncio.sleep(0)
 
 
+async def test_another_method_on_an_ops_path_is_a_404_not_a_crash(make_gateway) -> None:
+    # A CORS preflight or a stray POST on /healthz reached the catch-all with none of what it
+    # reads set up: a KeyError, answered 500.
+    gw = await make_gateway()
+    for method in ("OPTIONS", "POST", "DELETE"):
+        for path in ("/healthz", "/readyz", "/metrics"):
+            async with gw.session.request(method, gw.base + path) as r:
+                assert r.status == 404, (method, path, await r.text())
+                assert (await r.json())["error"]["code"] == "not_found"
+    async with gw.session.get(gw.base + "/healthz") as r:
+        assert r.status == 200
+    assert gw.fake.requests == []
+
+
 async def test_gzip_request_body_is_decoded_before_forwarding(make_gateway) -> None:
     import gzip
     gw = await make_gateway()
