@@ -60,7 +60,7 @@ def upstream_url(base_url: str, raw_path: str, query_string: str) -> str:
         if "%" in decoded and decoded != unquote(decoded):
             raise UnsafePath("path is encoded too many times")
         if decoded in (".", "..") or "/" in decoded or "\\" in decoded or "\x00" in decoded:
-            raise UnsafePath("path segments may not be '.', '..' or contain slashes")
+            raise UnsafePath("path segments may not be '.' or '..', nor hold a slash, a backslash or a NUL")
     url = base_url + rest
     return f"{url}?{query_string}" if query_string else url
 
