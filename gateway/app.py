@@ -111,6 +111,8 @@ def create_app(
                                                                               gemini_extras.get_gemini_model)))
     app.router.add_get("/v1/gateway/key", observed(key_info.own_key))
     app.router.add_get("/v1/gateway/keys", observed(key_info.all_keys))
+    # The gateway's own namespace: another method or path under it is never a provider's.
+    app.router.add_route("*", "/v1/gateway/{tail:.*}", observed(forward.not_found))
     app.router.add_route("*", "/v1/{tail:.*}", observed(forward.passthrough), expect_handler=expect_continue)
     app.router.add_route("*", "/{tail:.*}", observed(forward.not_found))
     return app

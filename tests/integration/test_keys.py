@@ -225,6 +225,13 @@ async def test_the_key_endpoint_tells_a_key_its_state_and_an_admin_every_keys(ma
     assert "gk-" not in json.dumps(listed)
     async with gw.session.get(gw.base + "/v1/gateway/key") as r:
         assert r.status == 401
+    # The gateway's own namespace is never a provider's: another method or path under it was
+    # forwarded upstream, key and all.
+    sent = len(gw.fake.requests)
+    for method, path in (("POST", "/v1/gateway/key"), ("DELETE", "/v1/gateway/keys"), ("GET", "/v1/gateway/x")):
+        async with gw.session.request(method, gw.base + path, headers={"x-api-key": "gk-root"}) as r:
+            assert r.status == 404 and (await r.json())["error"]["code"] == "not_found"
+    assert len(gw.fake.requests) == sent
 
 
 async def test_the_log_line_attributes_key_team_cost_and_session_and_says_when_unpriced(
