@@ -62,10 +62,10 @@ def request_id_of(request: web.Request) -> str:
 def observed(handler: Handler) -> Handler:
     """``handler`` wrapped in the outermost stage. Wrapping each route's handler, rather
     than installing a middleware, spares aiohttp's middleware chain (two more coroutines
-    and a partial per request): every request reaches some route, the last catches all."""
+    and a partial per request): every request reaches some route, the last catches all. Health,
+    readiness and metrics are not API traffic: their routes are not observed."""
 
     async def observe(request: web.Request) -> web.StreamResponse:
-        # Health, readiness and metrics are not API traffic: their routes are not observed.
         # Read once: the request runs to its end on this config, whatever a reload swaps in.
         svc = request[SERVICES] = request.app[LIVE].services
         svc.busy_poll.touch()
