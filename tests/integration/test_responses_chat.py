@@ -145,3 +145,14 @@ async def test_responses_reach_a_messages_only_upstream_through_chat(make_gatewa
     assert status == 200
     check_grammar(body, named_events(body)[0][1]["response"]["id"])
     assert sdk_final(body, req).output_text == "Hello from fake."  # the fake's streamed Messages answer
+
+
+async def test_an_empty_conversation_gets_the_providers_refusal_in_the_responses_shape(make_gateway) -> None:
+    # input [] and no instructions become a chat request with no messages, which OpenAI (and
+    # the fake, in its words) refuses; the client reads it as a Responses error, sent once.
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY)
+    status, headers, body = await gw.responses({"model": "gpt-5-codex", "input": []})
+    err = json.loads(body)["error"]
+    assert status == 400 and err["message"] == "[] is too short - 'messages'"
+    assert headers["x-llm-error-type"] == "unknown" and headers["x-llm-attempts"] == "1"
+    assert len(gw.fake.chat_requests()) == 1
