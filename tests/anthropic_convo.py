@@ -11,6 +11,11 @@ from typing import Any
 SYSTEM = [{"type": "text", "text": "You are Claude Code, a coding agent.", "cache_control": {"type": "ephemeral"}}]
 
 
+# Claude Code names this beta and then sends `role: "system"` turns mid-conversation
+# (../shared/AGENT-REQUESTS.md); Anthropic, and the fake, refuse such turns without it.
+CLAUDE_CODE_BETA = {"anthropic-beta": "mid-conversation-system-2026-04-07"}
+
+
 def messages_conversation(rounds: int = 30, output_bytes: int = 2000) -> list[dict[str, Any]]:
     msgs: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": "Fix the failing test."}]}]
     for i in range(rounds):

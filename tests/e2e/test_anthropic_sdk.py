@@ -15,7 +15,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from tests.anthropic_convo import SYSTEM, assert_valid_messages, messages_conversation
+from tests.anthropic_convo import CLAUDE_CODE_BETA, SYSTEM, assert_valid_messages, messages_conversation
 from tests.e2e.conftest import RunningGateway
 from tests.fakeupstream import (
     FakeUpstream,
@@ -223,7 +223,9 @@ def test_overflowing_agent_conversation_is_rescued_in_one_retry(claude, readme_g
     used = estimate_tokens(payload)
     limit = used * 6 // 10  # Anthropic's own 400, computed from what the fake actually received
     upstream.context_limit = limit
-    with claude(readme_gateway).messages.with_streaming_response.create(**payload, stream=True) as r:
+    # The conversation has Claude Code's mid-conversation system turns, and so its beta header.
+    with claude(readme_gateway).messages.with_streaming_response.create(**payload, stream=True,
+                                                                         extra_headers=CLAUDE_CODE_BETA) as r:
         assert r.headers["x-llm-compressed"] == "true" and r.headers["x-llm-attempts"] == "2"
         kinds = [json.loads(line[6:])["type"] for line in r.iter_lines() if line.startswith("data: ")]
     assert kinds[-1] == "message_stop"

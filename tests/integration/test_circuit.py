@@ -38,13 +38,13 @@ async def test_the_circuit_gauge_is_per_model_as_the_circuits_are(make_gateway) 
         "retry: {provider_unavailable: {max_retries: 0, base_delay_s: 0.1, max_delay_s: 0.1}}\n"
     )
     gw.fake.script(lambda p: Reply(503, "down") if p["model"] == "down-model" else None)
-    assert (await gw.chat({"model": "ok-model", "messages": []}))[0] == 200
+    assert (await gw.chat({"model": "ok-model", "messages": [{"role": "user", "content": "hi"}]}))[0] == 200
     gw.fake.script(*[lambda p: Reply(503, "down") if p["model"] == "down-model" else None] * 10)
     for _ in range(2):
-        assert (await gw.chat({"model": "down-model", "messages": []}))[0] == 503
-    status, headers, _ = await gw.chat({"model": "down-model", "messages": []})
+        assert (await gw.chat({"model": "down-model", "messages": [{"role": "user", "content": "hi"}]}))[0] == 503
+    status, headers, _ = await gw.chat({"model": "down-model", "messages": [{"role": "user", "content": "hi"}]})
     assert status == 503 and headers["x-llm-attempts"] == "0"  # refused: its circuit is open
-    assert (await gw.chat({"model": "ok-model", "messages": []}))[0] == 200  # the upstream serves others
+    assert (await gw.chat({"model": "ok-model", "messages": [{"role": "user", "content": "hi"}]}))[0] == 200  # the upstream serves others
     assert await gw.scraped("llm_gateway_circuit_open") == {
         circuit("primary", "*"): 0, circuit("primary", "down-model"): 1, circuit("primary", "ok-model"): 0,
     }
@@ -57,12 +57,12 @@ async def test_the_circuit_gauge_reads_the_shared_state_at_scrape_time(make_gate
     from gateway.policy.breaker import circuit_key
 
     gw = await make_gateway("circuit_breaker: {failure_threshold: 2, open_s: 30}\n")
-    assert (await gw.chat({"model": "m", "messages": []}))[0] == 200
+    assert (await gw.chat({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))[0] == 200
     svc = gw.app[LIVE].services
     await svc.store.circuit_open(circuit_key("primary", "m"), svc.wall() + 30, 60)
     assert (await gw.scraped("llm_gateway_circuit_open"))[circuit("primary", "m")] == 1
     await asyncio.sleep(0.25)  # past state.cache_ms: this replica reads the store again
-    status, headers, _ = await gw.chat({"model": "m", "messages": []})
+    status, headers, _ = await gw.chat({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
     assert status == 503 and headers["x-llm-attempts"] == "0"
     # The other replica's record ends (its open period passed): half-open is not refusing.
     await svc.store.circuit_open(circuit_key("primary", "m"), svc.wall() - 1, 60)

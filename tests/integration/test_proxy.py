@@ -129,9 +129,9 @@ async def test_two_upstreams_routed_by_glob(make_gateway) -> None:
             f"  - {{name: a, base_url: '{a.url}', models: ['gpt-*']}}\n"
             f"  - {{name: b, base_url: '{b.url}', models: ['llama*']}}\n"))
         for model, fake in (("gpt-4o", a), ("llama3", b)):
-            status, _, _ = await gw.chat({"model": model, "messages": []})
+            status, _, _ = await gw.chat({"model": model, "messages": [{"role": "user", "content": "hi"}]})
             assert status == 200 and len(fake.chat_requests()) == 1
-        status, headers, body = await gw.chat({"model": "claude-x", "messages": []})
+        status, headers, body = await gw.chat({"model": "claude-x", "messages": [{"role": "user", "content": "hi"}]})
         assert status == 404 and json.loads(body)["error"]["code"] == "model_not_found"
         assert headers["x-llm-error-type"] == "unknown"
 
@@ -146,7 +146,7 @@ async def test_a_model_named_twice_is_routed_on_the_last_and_a_rewritten_body_na
         gw = await make_gateway(fake=a, upstreams=(
             f"  - {{name: a, base_url: '{a.url}', models: ['gpt-*'], model_map: {{'gpt-*': served}}}}\n"
             f"  - {{name: b, base_url: '{b.url}', models: ['llama*']}}\n"))
-        raw = b'{"model": "llama3", "messages": [], "model": "gpt-4o"}'
+        raw = b'{"model": "llama3", "messages": [{"role": "user", "content": "hi"}], "model": "gpt-4o"}'
         status, headers, _ = await gw.chat(data=raw, headers={"Content-Type": "application/json"})
         assert status == 200 and headers["x-llm-upstream"] == "a" and b.requests == []
         [sent] = a.chat_requests()
