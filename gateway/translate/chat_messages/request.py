@@ -85,6 +85,12 @@ class ChatToMessages:
 def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
     _refuse_uncarried(p)
     system, messages = _conversation(p.get("messages") or [])
+    if not messages:
+        # Empty messages vanish in translation (Anthropic refuses an empty text block); with
+        # nothing left, Anthropic refuses the request ("messages: at least one message is
+        # required"), so it is refused here, before any call, in words that say why.
+        raise _Refused("the conversation has no content to send: an Anthropic upstream needs at least one "
+                       "message with text, an image or a tool call or result")  # fmt: skip
     out: dict[str, Any] = {"model": target.model}
     if system:
         out["system"] = system

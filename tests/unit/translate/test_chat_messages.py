@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import pytest
 
 from gateway.apis.base import Ending
 from gateway.errors import Classification, ErrorType
+from gateway.fake import messages_rules
 from gateway.sse import EventSplitter, parse_event
 from gateway.translate.base import Context, Refusal, Target
 from gateway.translate.chat_messages import BUFFERED_MAX_TOKENS, ChatToMessages, default_max_tokens
@@ -552,3 +554,54 @@ def test_any_sse_framing_of_an_event_is_read(raw: bytes) -> None:
     s = T.stream(ctx())
     s.event(upstream_events("messages-stream-sdk-text-then-tool")[0])
     assert parse_event(s.event(raw)).json()["choices"][0]["delta"] == {"content": "Hi"}
+
+
+# --- every chat conversation the chat API takes becomes one the Messages API takes ------------
+
+
+def _chat_conversation(r: random.Random) -> list[dict[str, Any]]:
+    """A conversation OpenAI's chat API takes: tool rounds answered in any order, empty
+    contents, consecutive turns of one role, system and developer turns anywhere."""
+    empty_parts = [{"type": "text", "text": ""}]
+    msgs: list[dict[str, Any]] = []
+    if r.random() < 0.5:
+        msgs.append({"role": "system", "content": r.choice(["be brief", "", [{"type": "text", "text": "sys"}]])})
+    msgs.append({"role": "user", "content": r.choice(["hi", "", [{"type": "text", "text": "hey"}]])})
+    for _ in range(r.randint(0, 6)):
+        kind = r.choice(["user", "assistant", "tool_round", "system", "developer"])
+        if kind == "user":
+            msgs.append({"role": "user", "content": r.choice(["hi", "", empty_parts, [*empty_parts, {"type": "text", "text": "x"}]])})
+        elif kind == "assistant":
+            msgs.append({"role": "assistant", "content": r.choice(["ok", "", None, empty_parts])})
+        elif kind == "tool_round":
+            calls = [{"id": f"call_{r.randint(0, 99999)}", "type": "function",
+                      "function": {"name": "f", "arguments": r.choice(['{"a":1}', "", "{}"])}}
+                     for _ in range(r.randint(1, 3))]  # fmt: skip
+            msgs.append({"role": "assistant", "content": r.choice([None, "", "calling", empty_parts]), "tool_calls": calls})
+            for c in r.sample(calls, len(calls)):
+                msgs.append({"role": "tool", "tool_call_id": c["id"], "content": r.choice(["res", "", empty_parts])})
+        else:
+            msgs.append({"role": kind, "content": r.choice(["mid", ""])})
+    return msgs
+
+
+@pytest.mark.parametrize("seed", range(0, 4000, 500))
+def test_a_conversation_the_chat_api_takes_is_sent_as_one_anthropic_takes_or_refused(seed: int) -> None:
+    """Held to Anthropic's rules on a conversation's shape (gateway/fake/messages_rules.py): a
+    request the real API would refuse must never leave the gateway translated."""
+    for k in range(seed, seed + 500):
+        r = random.Random(k)
+        payload: dict[str, Any] = {"model": "gpt-4o", "messages": _chat_conversation(r)}
+        if r.random() < 0.5:
+            payload["tools"] = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+        out = T.request(payload, TARGET)
+        if isinstance(out, Refusal):
+            assert "no content" in out.message, (k, out.message)
+            continue
+        assert messages_rules.refusal("/v1/messages", out, {}) is None, (k, payload["messages"], out["messages"])
+
+
+def test_a_conversation_with_nothing_in_it_is_refused_before_any_call() -> None:
+    # Its empty messages vanish, and Anthropic refuses a request with none left.
+    message = refused({"model": "gpt-4o", "messages": [{"role": "user", "content": ""}, {"role": "assistant", "content": ""}]})
+    assert "no content" in message
