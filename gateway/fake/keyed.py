@@ -230,16 +230,6 @@ def wrong_method(method: str, path: str) -> Reply | None:
                                  "param": None, "code": None}})  # fmt: skip
 
 
-def empty_messages(path: str, payload: dict[str, Any]) -> Reply | None:
-    """OpenAI's 400 for a chat request whose ``messages`` is empty: "[] is too short -
-    'messages'", type invalid_request_error, param and code null (as quoted in llama.cpp and
-    Ollama's compatibility notes and their tests, which copy OpenAI's wording)."""
-    if not path.endswith("/chat/completions") or payload.get("messages") != []:
-        return None
-    return Reply(400, {"error": {"message": "[] is too short - 'messages'", "type": "invalid_request_error",
-                                 "param": None, "code": None}})  # fmt: skip
-
-
 def not_json(dialect: Dialect, problem: str | None) -> Reply:
     """A body that is not a JSON object, refused with a 400 as the API refuses it (a Gemini
     method checks its body itself: ``FakeUpstream._gemini``). ``problem``:

@@ -55,9 +55,9 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict
 
-from gateway.fake import gate, gemini, gemini_rules, messages_rules, output
+from gateway.fake import chat_rules, gate, gemini, gemini_rules, messages_rules, output
 from gateway.fake.chat import chat_completion, estimate_tokens, overflow_error, stream_events, wants_usage
-from gateway.fake.keyed import credential_of, dialect_of, empty_messages, key_places, not_json, wrong_method
+from gateway.fake.keyed import credential_of, dialect_of, key_places, not_json, wrong_method
 from gateway.fake.limits import KeyLimits
 from gateway.fake.messages import anthropic_message, anthropic_overflow, anthropic_stream
 from gateway.fake.responses import response_object, responses_overflow, responses_stream
@@ -210,7 +210,7 @@ class FakeUpstream:
             return web.json_response({"error": {"message": f"unknown path {path}",
                                                 "type": "invalid_request_error", "code": None}},
                                      status=404)  # fmt: skip
-        limited = (empty_messages(path, payload) or messages_rules.refusal(path, payload, request.headers)
+        limited = (chat_rules.refusal(path, payload) or messages_rules.refusal(path, payload, request.headers)
                    or output.param_refusal(self.refused_params, path, payload, self.refusal_style)
                    or output.refusal(self.output_limit, path, payload))  # fmt: skip
         if limited is not None:

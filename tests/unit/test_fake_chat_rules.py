@@ -1,0 +1,137 @@
+"""The fake's chat endpoint refuses what OpenAI refuses in a conversation's shape, in OpenAI's
+words (gateway/fake/chat_rules.py), and takes what OpenAI takes; and the translations to chat
+(Messages and Responses clients on a chat-only server) never send what it refuses."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from gateway.fake import chat_rules, messages_rules
+from gateway.translate import default_translations
+from gateway.translate.base import Refusal, Target
+
+PATH = "/v1/chat/completions"
+
+
+def calls(*ids: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": None,
+            "tool_calls": [{"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}} for i in ids]}
+
+
+def tool(i: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": i, "content": "ok"}
+
+
+USER = {"role": "user", "content": "hi"}
+
+
+def refused(messages: list[dict[str, Any]]) -> tuple[str, str | None] | None:
+    reply = chat_rules.refusal(PATH, {"model": "m", "messages": messages})
+    if reply is None:
+        return None
+    assert reply.status == 400 and reply.body["error"]["type"] == "invalid_request_error"
+    return reply.body["error"]["message"], reply.body["error"]["param"]
+
+
+UNANSWERED = ("An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+              "'tool_call_id'. The following tool_call_ids did not have response messages: ")  # fmt: skip
+ORPHAN = "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'."
+
+
+@pytest.mark.parametrize(("messages", "expected"), [
+    ([], ("[] is too short - 'messages'", None)),
+    ([USER, calls("call_1")], (UNANSWERED + "call_1", "messages")),
+    ([USER, calls("call_1", "call_2"), tool("call_2"), USER], (UNANSWERED + "call_1", "messages")),
+    ([USER, tool("call_9")], (ORPHAN, "messages.[1].role")),
+    ([USER, calls("call_1"), tool("call_1"), USER, tool("call_1")], (ORPHAN, "messages.[4].role")),
+])  # fmt: skip
+def test_what_openai_refuses(messages: list[dict[str, Any]], expected: tuple[str, str | None]) -> None:
+    assert refused(messages) == expected
+
+
+@pytest.mark.parametrize("messages", [
+    [USER],
+    [USER, calls("call_1", "call_2"), tool("call_2"), tool("call_1"), {"role": "assistant", "content": "done"}],
+    [{"role": "system", "content": "s"}, USER, USER, {"role": "assistant", "content": "a"}],
+])  # fmt: skip
+def test_what_openai_takes(messages: list[dict[str, Any]]) -> None:
+    assert refused(messages) is None
+
+
+def test_other_paths_are_not_judged_here() -> None:
+    assert chat_rules.refusal("/v1/messages", {"messages": []}) is None
+
+
+TRANSLATIONS = default_translations().table
+TARGET = Target(model="qwen")
+CLAUDE_CODE_BETA = {"anthropic-beta": "mid-conversation-system-2026-04-07"}
+
+
+def _messages_conversation(r: random.Random) -> list[dict[str, Any]]:
+    """What Anthropic takes: tool rounds answered in any order (with errors and text after the
+    results), thinking, Claude Code's system turns."""
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": r.choice(["hi", [{"type": "text", "text": "hey"}]])}]
+    for _ in range(r.randint(0, 7)):
+        kind = r.choice(["user", "assistant", "round", "system"])
+        if kind == "user":
+            msgs.append({"role": "user", "content": "more"})
+        elif kind == "assistant":
+            msgs.append({"role": "assistant", "content": r.choice(["ok", [
+                {"type": "thinking", "thinking": "t", "signature": "s"}, {"type": "text", "text": "a"}]])})
+        elif kind == "system":
+            msgs.append({"role": "system", "content": "<reminder>"})
+        else:
+            ids = [f"toolu_{r.randint(0, 99999)}" for _ in range(r.randint(1, 3))]
+            lead = [{"type": "text", "text": "calling"}] if r.random() < 0.5 else []
+            msgs.append({"role": "assistant", "content": [*lead, *({"type": "tool_use", "id": t, "name": "Bash",
+                                                                    "input": {"c": "ls"}} for t in ids)]})
+            results: list[dict[str, Any]] = [
+                {"type": "tool_result", "tool_use_id": t, "content": r.choice(["ok", "", [{"type": "text", "text": "r"}]]),
+                 **({"is_error": True} if r.random() < 0.2 else {})} for t in r.sample(ids, len(ids))]
+            if r.random() < 0.3:
+                results.append({"type": "text", "text": "also this"})
+            msgs.append({"role": "user", "content": results})
+    return msgs
+
+
+def _responses_conversation(r: random.Random) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}]
+    for _ in range(r.randint(0, 6)):
+        kind = r.choice(["user", "assistant", "round", "reasoning"])
+        if kind == "user":
+            items.append({"type": "message", "role": "user", "content": "more"})
+        elif kind == "assistant":
+            items.append({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]})
+        elif kind == "reasoning":
+            items.append({"type": "reasoning", "summary": [{"type": "summary_text", "text": "t"}]})
+        else:
+            made = [{"type": "function_call", "call_id": f"call_{r.randint(0, 99999)}", "name": "f", "arguments": "{}"}
+                    for _ in range(r.randint(1, 3))]  # fmt: skip
+            items.extend(made)
+            items.extend({"type": "function_call_output", "call_id": c["call_id"], "output": "res"}
+                         for c in r.sample(made, len(made)))  # fmt: skip
+    return items
+
+
+@pytest.mark.parametrize("seed", range(0, 2000, 500))
+def test_a_conversation_anthropic_takes_is_sent_as_one_openai_takes(seed: int) -> None:
+    translate = TRANSLATIONS["messages", "chat"]
+    for k in range(seed, seed + 500):
+        r = random.Random(k)
+        payload = {"model": "claude-x", "max_tokens": 100, "messages": _messages_conversation(r)}
+        assert messages_rules.refusal("/v1/messages", payload, CLAUDE_CODE_BETA) is None, k  # the generator's
+        out = translate.request(payload, TARGET)
+        assert not isinstance(out, Refusal), (k, out)
+        assert chat_rules.refusal(PATH, out) is None, (k, payload["messages"], out["messages"])
+
+
+@pytest.mark.parametrize("seed", range(0, 2000, 500))
+def test_a_responses_conversation_is_sent_as_one_openai_takes(seed: int) -> None:
+    translate = TRANSLATIONS["responses", "chat"]
+    for k in range(seed, seed + 500):
+        out = translate.request({"model": "m", "input": _responses_conversation(random.Random(k))}, TARGET)
+        assert not isinstance(out, Refusal), (k, out)
+        assert chat_rules.refusal(PATH, out) is None, (k, out["messages"])
