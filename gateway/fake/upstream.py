@@ -55,7 +55,7 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict
 
-from gateway.fake import chat_rules, gate, gemini, gemini_rules, messages_rules, output
+from gateway.fake import chat_rules, gate, gemini, gemini_rules, messages_rules, output, responses_rules
 from gateway.fake.chat import chat_completion, estimate_tokens, overflow_error, stream_events, wants_usage
 from gateway.fake.keyed import credential_of, dialect_of, key_places, not_json, wrong_method
 from gateway.fake.limits import KeyLimits
@@ -211,6 +211,7 @@ class FakeUpstream:
                                                 "type": "invalid_request_error", "code": None}},
                                      status=404)  # fmt: skip
         limited = (chat_rules.refusal(path, payload) or messages_rules.refusal(path, payload, request.headers)
+                   or responses_rules.refusal(path, payload)
                    or output.param_refusal(self.refused_params, path, payload, self.refusal_style)
                    or output.refusal(self.output_limit, path, payload))  # fmt: skip
         if limited is not None:

@@ -1,0 +1,55 @@
+"""The fake's Responses endpoint refuses a tool call and its output out of pair, as OpenAI does
+and in its words (gateway/fake/responses_rules.py), and takes what OpenAI takes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gateway.fake.responses_rules import refusal
+
+USER = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
+
+
+def call(i: str, kind: str = "function_call") -> dict[str, Any]:
+    return {"type": kind, "call_id": i, "name": "f", **({"input": "x"} if kind == "custom_tool_call" else {"arguments": "{}"})}
+
+
+def output(i: str, kind: str = "function_call_output") -> dict[str, Any]:
+    return {"type": kind, "call_id": i, "output": "ok"}
+
+
+def refused(items: list[dict[str, Any]], **payload: Any) -> str | None:
+    reply = refusal("/v1/responses", {"model": "m", "input": items, **payload})
+    if reply is None:
+        return None
+    assert reply.status == 400 and reply.body["error"]["param"] == "input"
+    return str(reply.body["error"]["message"])
+
+
+@pytest.mark.parametrize(("items", "words"), [
+    ([USER, output("call_1")], "No tool call found for function call output with call_id call_1."),
+    ([USER, output("call_1"), call("call_1")], "No tool call found for function call output with call_id call_1."),
+    ([USER, call("call_1")], "No tool output found for function call call_1."),
+    ([USER, call("call_1"), call("call_2"), output("call_2")], "No tool output found for function call call_1."),
+    ([USER, call("c", "custom_tool_call")], "No tool output found for function call c."),
+])  # fmt: skip
+def test_what_openai_refuses(items: list[dict[str, Any]], words: str) -> None:
+    assert refused(items) == words
+
+
+@pytest.mark.parametrize("items", [
+    [USER],
+    [USER, call("call_1"), call("call_2"), output("call_2"), output("call_1"), USER],
+    [USER, call("c", "custom_tool_call"), output("c", "custom_tool_call_output")],
+])  # fmt: skip
+def test_what_openai_takes(items: list[dict[str, Any]]) -> None:
+    assert refused(items) is None
+
+
+def test_an_input_that_continues_a_stored_response_is_not_judged() -> None:
+    # The call can be in the stored part.
+    assert refused([output("call_1")], previous_response_id="resp_1") is None
+    assert refused([output("call_1")], conversation="conv_1") is None
+    assert refusal("/v1/responses", {"model": "m", "input": "hi"}) is None
