@@ -1,6 +1,6 @@
 """The fake's chat endpoint refuses what OpenAI refuses in a conversation's shape, in OpenAI's
 words (gateway/fake/chat_rules.py), and takes what OpenAI takes; and the translations to chat
-(Messages and Responses clients on a chat-only server) never send what it refuses."""
+(Messages, Responses and Gemini clients on a chat-only server) never send what it refuses."""
 
 from __future__ import annotations
 
@@ -133,5 +133,34 @@ def test_a_responses_conversation_is_sent_as_one_openai_takes(seed: int) -> None
     translate = TRANSLATIONS["responses", "chat"]
     for k in range(seed, seed + 500):
         out = translate.request({"model": "m", "input": _responses_conversation(random.Random(k))}, TARGET)
+        assert not isinstance(out, Refusal), (k, out)
+        assert chat_rules.refusal(PATH, out) is None, (k, out["messages"])
+
+
+def _gemini_contents(r: random.Random) -> list[dict[str, Any]]:
+    """Google's pairing: a model turn's functionCalls answered by the next turn's
+    functionResponses, by name and in order (role user or function), text around them."""
+    contents: list[dict[str, Any]] = [{"role": "user", "parts": [{"text": "hi"}]}]
+    for _ in range(r.randint(0, 6)):
+        kind = r.choice(["user", "model", "round"])
+        if kind == "user":
+            contents.append({"role": "user", "parts": [{"text": "more"}]})
+        elif kind == "model":
+            contents.append({"role": "model", "parts": [{"text": "ok"}]})
+        else:
+            names = [r.choice("fgh") for _ in range(r.randint(1, 3))]
+            lead = [{"text": "calling"}] if r.random() < 0.5 else []
+            contents.append({"role": "model", "parts": [*lead, *({"functionCall": {"name": n, "args": {"i": i}}}
+                                                                 for i, n in enumerate(names))]})  # fmt: skip
+            answers = [{"functionResponse": {"name": n, "response": {"r": i}}} for i, n in enumerate(names)]
+            contents.append({"role": r.choice(["user", "function"]), "parts": answers})
+    return contents
+
+
+@pytest.mark.parametrize("seed", range(0, 2000, 500))
+def test_a_gemini_conversation_is_sent_as_one_openai_takes(seed: int) -> None:
+    translate = TRANSLATIONS["gemini", "chat"]
+    for k in range(seed, seed + 500):
+        out = translate.request({"contents": _gemini_contents(random.Random(k))}, TARGET)
         assert not isinstance(out, Refusal), (k, out)
         assert chat_rules.refusal(PATH, out) is None, (k, out["messages"])
