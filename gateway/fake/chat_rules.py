@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.fake.responses import responses_error
 from gateway.fake.steps import Reply
 
 
@@ -27,8 +28,7 @@ def refusal(path: str, payload: dict[str, Any]) -> Reply | None:
     if found is None:
         return None
     message, param = found
-    return Reply(400, {"error": {"message": message, "type": "invalid_request_error", "param": param,
-                                 "code": None}})  # fmt: skip
+    return responses_error(400, message, "invalid_request_error", None, param)
 
 
 def _why(messages: Any) -> tuple[str, str | None] | None:

@@ -226,8 +226,7 @@ def wrong_method(method: str, path: str) -> Reply | None:
         return None
     if method == "GET" and path.endswith("/chat/completions"):
         return Reply(200, {"object": "list", "data": [], "first_id": None, "last_id": None, "has_more": False})
-    return Reply(404, {"error": {"message": f"Invalid URL ({method} {path})", "type": "invalid_request_error",
-                                 "param": None, "code": None}})  # fmt: skip
+    return responses_error(404, f"Invalid URL ({method} {path})", "invalid_request_error", None)
 
 
 def not_json(dialect: Dialect, problem: str | None) -> Reply:

@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.fake.messages import anthropic_error
 from gateway.fake.steps import Reply
 
 MID_CONVERSATION_SYSTEM = "mid-conversation-system"
@@ -45,8 +46,7 @@ def refusal(path: str, payload: dict[str, Any], headers: Mapping[str, str]) -> R
     why = _why(payload, MID_CONVERSATION_SYSTEM in headers.get("anthropic-beta", ""))
     if why is None:
         return None
-    return Reply(400, {"type": "error", "error": {"type": "invalid_request_error", "message": why},
-                       "request_id": "req_fake_rules"})  # fmt: skip
+    return anthropic_error(400, "invalid_request_error", why)
 
 
 def _why(payload: dict[str, Any], system_turns: bool) -> str | None:

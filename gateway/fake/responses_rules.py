@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.fake.responses import responses_error
 from gateway.fake.steps import Reply
 
 _CALLS = frozenset({"function_call", "custom_tool_call"})
@@ -49,4 +50,4 @@ def refusal(path: str, payload: dict[str, Any]) -> Reply | None:
 
 
 def _refused(message: str) -> Reply:
-    return Reply(400, {"error": {"message": message, "type": "invalid_request_error", "param": "input", "code": None}})
+    return responses_error(400, message, "invalid_request_error", None, "input")
