@@ -13,14 +13,24 @@ and the extended-thinking guide's "Feature compatibility"):
 * ``max_tokens`` is required; ``temperature`` ranges 0–1 and newer models refuse it
   together with ``top_p``;
 * ``tool_use.id`` must match ``^[a-zA-Z0-9_-]+$``;
-* thinking needs ``budget_tokens`` ≥ 1024 and < ``max_tokens``, is incompatible with a
-  changed ``temperature``, with ``top_p`` below 0.95, with a forced ``tool_choice`` and with
-  a prefilled answer, and a final assistant turn that called tools must start with its
-  (signed) thinking block.
+* thinking needs ``budget_tokens`` ≥ 1024 and < ``max_tokens`` (or, on the newer models, is
+  asked as ``adaptive`` with an effort: ``claude_models.py``), is incompatible with a changed
+  ``temperature`` or ``top_k``, with ``top_p`` below 0.95, with a forced ``tool_choice`` and
+  with a prefilled answer, and a final assistant turn that called tools must start with its
+  (signed) thinking block;
+* a text block must hold more than whitespace ("messages: text content blocks must contain
+  non-whitespace text"), a prefilled answer must not end in whitespace ("messages: final
+  assistant content cannot end with trailing whitespace"), and so must each stop sequence
+  ("stop_sequences: each stop sequence must contain non-whitespace");
+* ``metadata.user_id`` must be opaque: an email address in it is a 400 ("user_id appears to
+  contain an email address"), and it is at most 256 characters;
+* structured outputs want every object schema closed (``additionalProperties: false``,
+  "For 'object' type, 'additionalProperties' must be explicitly set to false").
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
@@ -29,6 +39,7 @@ from typing import Any
 
 from gateway.translate.base import Context, Known, Refusal, Target, held
 from gateway.translate.chat_messages.answer import ChatStream, chat_completion
+from gateway.translate.chat_messages.claude_models import thinking_for
 from gateway.translate.tool_ids import to_anthropic_id
 
 # The chat request's fields that no answer translated back to chat reads.
@@ -37,6 +48,10 @@ UNREAD = frozenset({"messages", "tools", "functions"})
 # Upper bounds the client's effort asks for; the budget is also kept below max_tokens.
 EFFORT_BUDGET = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32768}
 MIN_BUDGET = 1024
+# The same efforts on a model that thinks adaptively: Anthropic's levels start at low, and
+# xhigh falls back to high on a model without it.
+ADAPTIVE_EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "xhigh"}
+USER_ID_MAX = 256
 
 # Default max_tokens when the client sets none: the documented maximum output of the model
 # family (Anthropic "Models overview"), its oldest member's where members differ, so that the
@@ -91,6 +106,7 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
         # required"), so it is refused here, before any call, in words that say why.
         raise _Refused("the conversation has no content to send: an Anthropic upstream needs at least one "
                        "message with text, an image or a tool call or result")  # fmt: skip
+    _trim_prefill(messages)
     out: dict[str, Any] = {"model": target.model}
     if system:
         out["system"] = system
@@ -106,24 +122,55 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
         if choice is not None:
             out["tool_choice"] = choice
     stop = p.get("stop")
-    if isinstance(stop, str):
-        out["stop_sequences"] = [stop]
-    elif isinstance(stop, list) and stop:
-        out["stop_sequences"] = [s for s in stop if isinstance(s, str)]
+    stops = [stop] if isinstance(stop, str) else stop if isinstance(stop, list) else []
+    # A blank stop sequence ("\n", common with completion-style clients) is a 400 from
+    # Anthropic; it is dropped, and the answer then runs on past where it would have stopped.
+    stops = [s for s in stops if isinstance(s, str) and s.strip()]
+    if stops:
+        out["stop_sequences"] = stops
     _sampling(p, out)
+    output_config: dict[str, Any] = {}
     thinking = _thinking(p, out, messages, choice)
     if thinking is not None:
-        out["thinking"] = thinking
+        out["thinking"], effort = thinking
+        if effort is not None:
+            output_config["effort"] = effort
         out.pop("temperature", None)  # thinking accepts only the default temperature
+        out.pop("top_k", None)  # nor a changed top_k
         if out.get("top_p", 1) < 0.95:
             out.pop("top_p")
     user = p.get("user") if isinstance(p.get("user"), str) else p.get("safety_identifier")
     if isinstance(user, str) and user:
-        out["metadata"] = {"user_id": user}
+        out["metadata"] = {"user_id": _opaque_user(user)}
     fmt = _response_format(p.get("response_format"))
     if fmt is not None:
-        out["output_config"] = {"format": fmt}
+        output_config["format"] = fmt
+    if output_config:
+        out["output_config"] = output_config
     return out
+
+
+def _opaque_user(user: str) -> str:
+    """The user as Anthropic takes it: an email address or an over-long id becomes its
+    SHA-256, which tells users apart as well and names no one."""
+    if "@" in user or len(user) > USER_ID_MAX:
+        return hashlib.sha256(user.encode()).hexdigest()
+    return user
+
+
+def _trim_prefill(turns: list[dict[str, Any]]) -> None:
+    """A prefilled answer (the conversation ends on the assistant) loses its trailing
+    whitespace, which Anthropic refuses there; a prefill that was only whitespace goes."""
+    last = turns[-1]
+    if last["role"] != "assistant" or last["content"][-1]["type"] != "text":
+        return
+    block = last["content"][-1]
+    block["text"] = block["text"].rstrip()
+    if block["text"]:
+        return
+    last["content"].pop()
+    if not last["content"]:
+        turns.pop()
 
 
 def default_max_tokens(model: str, stream: bool) -> int:
@@ -177,14 +224,16 @@ def _conversation(items: list[Any]) -> tuple[list[dict[str, Any]], list[dict[str
 
 
 def _text_blocks(content: Any, where: str) -> list[dict[str, Any]]:
+    # Whitespace-only text is dropped as empty text is: Anthropic refuses both, and a model
+    # loses nothing by it ("\n\n" before a tool call is how many chat models answer).
     if isinstance(content, str):
-        return [{"type": "text", "text": content}] if content else []
+        return [{"type": "text", "text": content}] if content.strip() else []
     blocks = []
     for part in content or []:
         if not isinstance(part, dict) or part.get("type") not in ("text", "refusal"):
             raise _Refused(f"{where}: only text parts can be carried here")
         text = part.get("text") if part.get("type") == "text" else part.get("refusal")
-        if isinstance(text, str) and text:
+        if isinstance(text, str) and text.strip():
             block: dict[str, Any] = {"type": "text", "text": text}
             if isinstance(part.get("cache_control"), dict):
                 # Anthropic's own marker, which clients that know Claude add to chat parts.
@@ -312,7 +361,8 @@ def _sampling(p: Mapping[str, Any], out: dict[str, Any]) -> None:
 
 def _thinking(
     p: Mapping[str, Any], out: Mapping[str, Any], turns: list[dict[str, Any]], choice: dict[str, Any] | None
-) -> dict[str, Any] | None:
+) -> tuple[dict[str, Any], str | None] | None:
+    """The ``thinking`` to send and the ``output_config.effort`` with it, or None: no thinking."""
     effort = p.get("reasoning_effort")
     if effort is None or effort == "none":
         return None
@@ -325,10 +375,14 @@ def _thinking(
     last = next((t for t in reversed(turns) if t["role"] == "assistant"), None)
     if last is not None and any(b["type"] == "tool_use" for b in last["content"]):
         return None  # mid tool loop: that turn's signed thinking block cannot be sent back
+    model = thinking_for(out["model"])
+    if model.adaptive:
+        level = ADAPTIVE_EFFORT[effort]
+        return {"type": "adaptive"}, level if level in model.efforts else "high"
     budget = min(EFFORT_BUDGET[effort], out["max_tokens"] - 1)
     if budget < MIN_BUDGET:
         return None  # max_tokens leaves no room for Anthropic's minimum budget
-    return {"type": "enabled", "budget_tokens": budget}
+    return {"type": "enabled", "budget_tokens": budget}, None
 
 
 def _response_format(fmt: Any) -> dict[str, Any] | None:
@@ -337,10 +391,37 @@ def _response_format(fmt: Any) -> dict[str, Any] | None:
     if fmt.get("type") == "json_schema":
         schema = (fmt.get("json_schema") or {}).get("schema")
         if isinstance(schema, dict):
-            return {"type": "json_schema", "schema": schema}
+            return {"type": "json_schema", "schema": closed(schema)}
     raise _Refused(f"response_format {json.dumps(fmt)[:100]} cannot be sent to an Anthropic upstream")
 
 
 def _int(p: Mapping[str, Any], key: str) -> int | None:
     value = p.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+# Where JSON Schema nests schemas: a map of them, a list of them, or one.
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SCHEMA_ONE = ("items", "additionalItems", "not", "if", "then", "else", "contains")
+
+
+def closed(schema: Any) -> Any:
+    """A copy of ``schema`` with every object schema closed (``additionalProperties: false``),
+    as Anthropic's structured outputs require of each (an open or unsaid one is a 400). An
+    open object then holds only its named properties: the one thing lost."""
+    if isinstance(schema, list):
+        return [closed(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for key in _SCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {name: closed(s) for name, s in out[key].items()}
+    for key in (*_SCHEMA_LISTS, *_SCHEMA_ONE):
+        if key in out:
+            out[key] = closed(out[key])
+    kind = out.get("type")
+    if kind == "object" or (isinstance(kind, list) and "object" in kind) or "properties" in out:
+        out["additionalProperties"] = False
+    return out

@@ -11,6 +11,7 @@ buffered answer: the two paths must agree on text, reasoning, tool calls, finish
 from __future__ import annotations
 
 import copy
+import hashlib
 import itertools
 import json
 import random
@@ -100,7 +101,8 @@ def test_openai_sdk_tools_images_and_results() -> None:
 def test_openai_sdk_stream_knobs() -> None:
     out = req(client_request("chat-openai-python-stream-knobs"))
     assert out["stream"] is True and out["max_tokens"] == 256
-    assert out["stop_sequences"] == ["\n\n"]
+    # stop ["\n\n"]: Anthropic refuses a blank stop sequence (LiteLLM #3286), so it goes
+    assert "stop_sequences" not in out
     assert out["temperature"] == 1.0  # 1.5 clamped to Anthropic's maximum
     assert "top_p" not in out  # newer Claude models refuse temperature and top_p together
     assert out["metadata"] == {"user_id": "user-42"}
@@ -235,8 +237,10 @@ MIN = 1024
 
 def test_thinking_takes_the_sampling_rules_anthropic_imposes() -> None:
     base = {"model": "m", "messages": [user()], "reasoning_effort": "low", "max_completion_tokens": 8000}
-    out = req({**base, "temperature": 0.2})
+    out = req({**base, "temperature": 0.2, "top_k": 40})
     assert out["thinking"]["budget_tokens"] == 2048 and "temperature" not in out
+    assert "top_k" not in out  # "thinking isn't compatible with temperature or top_k modifications"
+    assert req({**base, "reasoning_effort": "none", "top_k": 40})["top_k"] == 40
     assert "top_p" not in req({**base, "top_p": 0.5})
     assert req({**base, "top_p": 0.97})["top_p"] == 0.97
 
@@ -275,7 +279,11 @@ def test_max_completion_tokens_wins_over_max_tokens() -> None:
     assert out["max_tokens"] == 200 and out["model"] == TARGET.model
 
 
-@pytest.mark.parametrize(("stop", "expected"), [("END", ["END"]), (["a", "b"], ["a", "b"]), (None, None)])
+@pytest.mark.parametrize(("stop", "expected"), [
+    ("END", ["END"]), (["a", "b"], ["a", "b"]), (None, None),
+    # "stop_sequences: each stop sequence must contain non-whitespace" (LiteLLM #3286)
+    ("\n", None), ("", None), (["\n\n", "END", " "], ["END"]), (["\t"], None), ([" x "], [" x "]),
+])  # fmt: skip
 def test_stop(stop: Any, expected: list[str] | None) -> None:
     assert req({"model": "m", "messages": [user()], "stop": stop}).get("stop_sequences") == expected
 
@@ -288,6 +296,90 @@ def test_temperature_is_clamped_to_anthropics_range(temperature: float, expected
 def test_user_and_safety_identifier_become_metadata_user_id() -> None:
     assert req({"model": "m", "messages": [user()], "user": "u1"})["metadata"] == {"user_id": "u1"}
     assert req({"model": "m", "messages": [user()], "safety_identifier": "s1"})["metadata"] == {"user_id": "s1"}
+
+
+@pytest.mark.parametrize("who", ["alice@example.com", "x" * 257])
+def test_a_user_anthropic_would_refuse_is_sent_as_its_digest_litellm_10106(who: str) -> None:
+    """Anthropic refuses an email address in metadata.user_id ("user_id appears to contain an
+    email address", LiteLLM #10106) and allows 256 characters: the SHA-256 tells users apart
+    as well and names no one."""
+    sent = req({"model": "m", "messages": [user()], "user": who})["metadata"]["user_id"]
+    assert sent == hashlib.sha256(who.encode()).hexdigest()
+    assert messages_rules.refusal("/v1/messages", req({"model": "m", "messages": [user()], "user": who}), {}) is None
+
+
+@pytest.mark.parametrize("blank", [" ", "\n\n", "\t \n"])
+def test_whitespace_only_text_is_dropped_as_empty_text_is_claude_code_23440(blank: str) -> None:
+    """Anthropic: "messages: text content blocks must contain non-whitespace text"
+    (anthropics/claude-code #23440). Chat models often answer "\n\n" before a tool call."""
+    out = req({"model": "m", "tools": [WEATHER], "messages": [
+        {"role": "system", "content": blank}, user("weather?"),
+        {"role": "assistant", "content": blank, "tool_calls": [call("call_1")]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        {"role": "user", "content": [{"type": "text", "text": blank}, {"type": "text", "text": "thanks"}]},
+    ]})  # fmt: skip
+    assert "system" not in out
+    assert [b["type"] for b in out["messages"][1]["content"]] == ["tool_use"]
+    assert out["messages"][2]["content"] == [
+        {"type": "tool_result", "tool_use_id": "call_1", "content": "sunny"}, {"type": "text", "text": "thanks"}]
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+
+
+def test_a_prefill_loses_its_trailing_whitespace_forgecode_1872() -> None:
+    """Anthropic: "messages: final assistant content cannot end with trailing whitespace"."""
+    out = req({"model": "m", "messages": [user(), {"role": "assistant", "content": "Here is the JSON:\n"}]})
+    assert out["messages"][-1] == {"role": "assistant", "content": [{"type": "text", "text": "Here is the JSON:"}]}
+    # Whitespace inside the conversation is the conversation's: only the final answer's end is trimmed.
+    out = req({"model": "m", "messages": [user(), {"role": "assistant", "content": "a \n"}, user("b ")]})
+    assert out["messages"][1]["content"][0]["text"] == "a \n" and out["messages"][2]["content"][0]["text"] == "b "
+
+
+def test_every_object_of_a_structured_output_schema_is_closed_veryfront_3918() -> None:
+    """Anthropic's structured outputs: "For 'object' type, 'additionalProperties' must be
+    explicitly set to false" (veryfront-code #3918); `true` is refused too (LiteLLM #35808)."""
+    schema = {"type": "object", "properties": {
+        "a": {"type": "string"},
+        "b": {"type": "object", "properties": {"c": {"type": "integer"}}, "additionalProperties": True},
+        "d": {"type": "array", "items": {"type": "object", "properties": {"e": {"type": "string"}}}},
+        "f": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/g"}]},
+    }, "$defs": {"g": {"type": ["object", "null"], "properties": {"h": {"type": "string"}}}}}  # fmt: skip
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    sent = req({"model": "m", "messages": [user()], "response_format": fmt})["output_config"]["format"]["schema"]
+    assert sent["additionalProperties"] is False
+    assert sent["properties"]["b"]["additionalProperties"] is False
+    assert sent["properties"]["d"]["items"]["additionalProperties"] is False
+    assert sent["$defs"]["g"]["additionalProperties"] is False
+    assert "additionalProperties" not in sent["properties"]["a"] and sent["properties"]["f"] == schema["properties"]["f"]
+    assert schema["properties"]["b"]["additionalProperties"] is True  # the client's document is not changed
+
+
+@pytest.mark.parametrize(("model", "effort", "expected"), [
+    ("claude-opus-4-7", "high", "high"), ("claude-opus-4-8-20260501", "xhigh", "xhigh"),
+    ("us.anthropic.claude-opus-4-7-v1:0", "minimal", "low"), ("anthropic/claude-opus-4.7", "medium", "medium"),
+    ("claude-sonnet-4-6", "xhigh", "high"), ("claude-opus-4-6", "low", "low"), ("claude-sonnet-5", "xhigh", "xhigh"),
+    ("claude-fable-5", "high", "high"), ("claude-mythos-preview", "low", "low"),
+])  # fmt: skip
+def test_newer_models_think_adaptively_with_an_effort_pi_3297(model: str, effort: str, expected: str) -> None:
+    """Opus 4.7 on refuses `thinking: {type: enabled}` ("\"thinking.type.enabled\" is not
+    supported for this model. Use \"thinking.type.adaptive\" and \"output_config.effort\"",
+    jetbrains-cc-gui #1003; AWS Bedrock's "Adaptive thinking" guide); 4.6 takes both, adaptive
+    preferred; xhigh arrived with 4.7."""
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
+    out = req({"model": "x", "messages": [user()], "reasoning_effort": effort, "max_tokens": 4000, "top_k": 5,
+               "temperature": 0.3, "response_format": fmt}, Target(model))  # fmt: skip
+    assert out["thinking"] == {"type": "adaptive"}
+    assert out["output_config"] == {"effort": expected, "format": {"type": "json_schema", "schema": {
+        "type": "object", "additionalProperties": False}}}  # fmt: skip
+    assert "top_k" not in out and "temperature" not in out
+
+
+@pytest.mark.parametrize("model", [
+    "claude-sonnet-4-5-20250929", "claude-opus-4-1-20250805", "claude-haiku-4-5", "claude-3-7-sonnet-latest",
+    "us.anthropic.claude-sonnet-4-20250514-v1:0", "claude-opus-4-20250514", "qwen3-coder",
+])  # fmt: skip
+def test_older_models_and_other_names_think_on_a_budget(model: str) -> None:
+    out = req({"model": "x", "messages": [user()], "reasoning_effort": "low", "max_tokens": 4000}, Target(model))
+    assert out["thinking"] == {"type": "enabled", "budget_tokens": 2048} and "output_config" not in out
 
 
 def test_json_object_is_dropped_and_text_format_ignored() -> None:
@@ -560,9 +652,10 @@ def test_any_sse_framing_of_an_event_is_read(raw: bytes) -> None:
 
 
 def _chat_conversation(r: random.Random) -> list[dict[str, Any]]:
-    """A conversation OpenAI's chat API takes: tool rounds answered in any order, empty
-    contents, consecutive turns of one role, system and developer turns anywhere."""
-    empty_parts = [{"type": "text", "text": ""}]
+    """A conversation OpenAI's chat API takes: tool rounds answered in any order, empty and
+    blank contents, consecutive turns of one role, system and developer turns anywhere, an
+    answer ending in whitespace."""
+    empty_parts = [{"type": "text", "text": r.choice(["", " ", "\n\n"])}]
     msgs: list[dict[str, Any]] = []
     if r.random() < 0.5:
         msgs.append({"role": "system", "content": r.choice(["be brief", "", [{"type": "text", "text": "sys"}]])})
@@ -572,12 +665,13 @@ def _chat_conversation(r: random.Random) -> list[dict[str, Any]]:
         if kind == "user":
             msgs.append({"role": "user", "content": r.choice(["hi", "", empty_parts, [*empty_parts, {"type": "text", "text": "x"}]])})
         elif kind == "assistant":
-            msgs.append({"role": "assistant", "content": r.choice(["ok", "", None, empty_parts])})
+            msgs.append({"role": "assistant", "content": r.choice(["ok", "", None, empty_parts, "\n\n", "ok \n"])})
         elif kind == "tool_round":
             calls = [{"id": f"call_{r.randint(0, 99999)}", "type": "function",
                       "function": {"name": "f", "arguments": r.choice(['{"a":1}', "", "{}"])}}
                      for _ in range(r.randint(1, 3))]  # fmt: skip
-            msgs.append({"role": "assistant", "content": r.choice([None, "", "calling", empty_parts]), "tool_calls": calls})
+            msgs.append({"role": "assistant", "content": r.choice([None, "", "calling", empty_parts, "\n\n"]),
+                         "tool_calls": calls})  # fmt: skip
             for c in r.sample(calls, len(calls)):
                 msgs.append({"role": "tool", "tool_call_id": c["id"], "content": r.choice(["res", "", empty_parts])})
         else:
@@ -594,7 +688,11 @@ def test_a_conversation_the_chat_api_takes_is_sent_as_one_anthropic_takes_or_ref
         payload: dict[str, Any] = {"model": "gpt-4o", "messages": _chat_conversation(r)}
         if r.random() < 0.5:
             payload["tools"] = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-        out = T.request(payload, TARGET)
+        # The request's knobs Anthropic also holds to rules: blank stops, thinking with sampling.
+        payload |= r.choice([{}, {"stop": ["\n"]}, {"stop": [" ", "END"]}, {"user": "a@b.co"}])
+        payload |= r.choice([{}, {"reasoning_effort": "high", "max_tokens": 20000, "top_k": 3, "top_p": 0.5}])
+        model = r.choice([TARGET, Target("claude-opus-4-8")])
+        out = T.request(payload, model)
         if isinstance(out, Refusal):
             assert "no content" in out.message, (k, out.message)
             continue
