@@ -20,6 +20,7 @@ Rules (each with its reason in docs/translation/messages_chat.md):
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -31,7 +32,10 @@ NOTE_OPEN, NOTE_CLOSE = "<system-reminder>\n", "\n</system-reminder>"
 
 # Anthropic effort (output_config.effort) → chat reasoning_effort: the three values every
 # chat server that takes the field accepts (vLLM validates exactly these).
-_EFFORT = {"low": "low", "medium": "medium", "high": "high", "max": "high"}
+_EFFORT = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
+# OpenAI refuses a longer `user` ("Invalid 'user': string too long. Expected a string with
+# maximum length 64", LiteLLM #37623); Claude Code's metadata.user_id is ~120 characters of JSON.
+USER_MAX = 64
 
 _TOOL_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
 
@@ -135,8 +139,11 @@ def _system_text(system: Any) -> str:
 
 
 def _user(metadata: Any) -> str | None:
+    """metadata.user_id as chat's ``user``: an id over OpenAI's 64 characters is sent as its
+    SHA-256 (64 hex digits), which tells users apart as well."""
     if isinstance(metadata, dict) and isinstance(metadata.get("user_id"), str) and metadata["user_id"]:
-        return str(metadata["user_id"])
+        user = str(metadata["user_id"])
+        return user if len(user) <= USER_MAX else hashlib.sha256(user.encode()).hexdigest()
     return None
 
 
@@ -168,7 +175,37 @@ def _response_format(output_config: Any, output_format: Any) -> dict[str, Any] |
         or not isinstance(fmt.get("schema"), dict)
     ):
         return None
-    return {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt["schema"], "strict": True}}
+    schema = fmt["schema"]
+    return {"type": "json_schema",
+            "json_schema": {"name": "output", "schema": schema, "strict": strict_ok(schema)}}  # fmt: skip
+
+
+# Where JSON Schema nests schemas: a map of them, a list of them, or one.
+_SCHEMA_MAPS = ("properties", "$defs", "definitions")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SCHEMA_ONE = ("items", "not")
+
+
+def strict_ok(schema: Any) -> bool:
+    """Whether OpenAI's strict mode takes ``schema``: each object closed with every property
+    required (OpenAI: "'required' is required to be supplied and to be an array including
+    every key in properties"). Anthropic takes optional properties; a schema with them is sent
+    without ``strict``, a best effort, rather than refused."""
+    if isinstance(schema, list):
+        return all(strict_ok(s) for s in schema)
+    if not isinstance(schema, dict):
+        return True
+    props = schema.get("properties")
+    if isinstance(props, dict) or schema.get("type") == "object":
+        names = set(props) if isinstance(props, dict) else set()
+        required = schema.get("required")
+        if schema.get("additionalProperties") is not False:
+            return False
+        if names and not (isinstance(required, list) and names <= set(required)):
+            return False
+    nested = [v for key in _SCHEMA_MAPS if isinstance(schema.get(key), dict) for v in schema[key].values()]
+    nested += [schema[key] for key in (*_SCHEMA_LISTS, *_SCHEMA_ONE) if key in schema]
+    return all(strict_ok(s) for s in nested)
 
 
 def _tools(tools: Any) -> list[dict[str, Any]]:
@@ -191,8 +228,8 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
             function["description"] = tool["description"]
         schema = tool.get("input_schema")
         function["parameters"] = schema if isinstance(schema, dict) else {"type": "object", "properties": {}}
-        if tool.get("strict") is True:
-            function["strict"] = True
+        if tool.get("strict") is True and strict_ok(function["parameters"]):
+            function["strict"] = True  # only where OpenAI's stricter rules hold: else it is a 400
         out.append({"type": "function", "function": function})
     return out
 

@@ -8,6 +8,7 @@ read back through the anthropic SDK's own stream accumulator."""
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from typing import Any
 
@@ -56,7 +57,10 @@ def test_claude_code_request_becomes_a_plain_chat_request(name: str) -> None:
     text = json.dumps(out)
     assert out["model"] == "qwen3-coder" and out["max_tokens"] == body["max_tokens"]
     assert out["stream"] is True and out["stream_options"] == {"include_usage": True}
-    assert out["user"] == body["metadata"]["user_id"]
+    # Claude Code's user_id is ~120 characters of JSON; OpenAI refuses a `user` over 64
+    # (LiteLLM #37623): its SHA-256 goes instead, the same for every request of the session.
+    assert len(body["metadata"]["user_id"]) > 64
+    assert out["user"] == hashlib.sha256(body["metadata"]["user_id"].encode()).hexdigest()
     # Dropped by rule: nothing Anthropic-only reaches the chat server.
     assert set(out) == {"model", "messages", "max_tokens", "user", "tools", "stream", "stream_options"} | (
         {"reasoning_effort"} if name != NO_THINKING else set())
@@ -135,6 +139,9 @@ HI = [{"role": "user", "content": "hi"}]
     ("system string", {"system": "Be brief."}, {"messages": [{"role": "system", "content": "Be brief."},
                                                              {"role": "user", "content": "hi"}]}),
     ("user id", {"metadata": {"user_id": "u-42"}}, {"user": "u-42"}),
+    ("user id of 64", {"metadata": {"user_id": "u" * 64}}, {"user": "u" * 64}),
+    ("effort xhigh", {"thinking": {"type": "adaptive"}, "output_config": {"effort": "xhigh"}}, {"reasoning_effort": "high"}),
+    ("effort max", {"thinking": {"type": "adaptive"}, "output_config": {"effort": "max"}}, {"reasoning_effort": "high"}),
     ("not streaming", {}, {"stream": None, "stream_options": None, "max_tokens": 256}),
 ])  # fmt: skip
 def test_sdk_request_fields(name: str, kwargs: dict[str, Any], expected: dict[str, Any]) -> None:
@@ -488,3 +495,25 @@ def test_llama_cpp_python_buffered_answer() -> None:
     assert message.content[0].text == doc["body"]["choices"][0]["message"]["content"]
     assert (message.stop_reason, message.usage.input_tokens, message.usage.output_tokens) == ("max_tokens", 22, 24)
     assert not ctx.notes
+
+
+@pytest.mark.parametrize(("schema", "strict"), [
+    ({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"], "additionalProperties": False}, True),
+    # Optional properties: Anthropic takes them, OpenAI's strict mode refuses them.
+    ({"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}}, "required": ["a"],
+      "additionalProperties": False}, False),
+    ({"type": "object", "properties": {"a": {"type": "object", "properties": {"c": {"type": "integer"}},
+      "required": ["c"]}}, "required": ["a"], "additionalProperties": False}, False),
+    ({"type": "object", "properties": {"a": {"type": "array", "items": {"type": "object", "properties": {
+      "c": {"type": "integer"}}, "required": ["c"], "additionalProperties": False}}}, "required": ["a"],
+      "additionalProperties": False}, True),
+])  # fmt: skip
+def test_structured_output_is_strict_only_where_openai_takes_it_strict(schema: dict[str, Any], strict: bool) -> None:
+    """Anthropic's structured outputs take optional properties; OpenAI's strict mode answers
+    400 to them ("'required' is required to be supplied and to be an array including every key
+    in properties"): such a schema is sent without strict, not refused."""
+    out = chat(sdk_request(messages=HI, output_config={"format": {"type": "json_schema", "schema": schema}}))
+    assert out["response_format"] == {"type": "json_schema", "json_schema": {
+        "name": "output", "schema": schema, "strict": strict}}  # fmt: skip
+    tool = {"name": "t", "input_schema": schema, "strict": True}
+    assert chat(sdk_request(messages=HI, tools=[tool]))["tools"][0]["function"].get("strict", False) is strict
