@@ -13,10 +13,13 @@ from typing import Any
 
 from gateway.translate.base import Context, Known, Refusal, Target, held
 from gateway.translate.gemini_chat.answer import answer, estimate_input_tokens
+from gateway.translate.gemini_chat.names import names_for
 from gateway.translate.gemini_chat.request import to_chat
 from gateway.translate.gemini_chat.stream import GeminiStream
 
 UNREAD = frozenset({"contents", "systemInstruction", "system_instruction", "tools"})
+# The tools stay for the answer only when it has names to give back (gemini_chat/names.py).
+UNREAD_NAMED = UNREAD - {"tools"}
 
 
 class GeminiToChat:
@@ -34,7 +37,8 @@ class GeminiToChat:
 
     def held(self, ctx: Context) -> Context:
         # Its answers read ``generationConfig`` and the prompt estimate, made now.
-        return held(ctx, UNREAD, estimate_input_tokens(ctx.request, ctx.request_bytes))
+        unread = UNREAD_NAMED if names_for(ctx.request.get("tools")).mapped else UNREAD
+        return held(ctx, unread, estimate_input_tokens(ctx.request, ctx.request_bytes))
 
 
 __all__ = ["GeminiStream", "GeminiToChat"]

@@ -19,6 +19,7 @@ import orjson
 from gateway.apis.gemini.fields import field
 from gateway.policy.tokens import BYTES_PER_TOKEN, IMAGE_TOKENS
 from gateway.translate.base import Context, input_tokens
+from gateway.translate.gemini_chat.names import NONE, names_for
 from gateway.translate.messages_chat.answer import reasoning_of, tool_input
 
 # chat finish_reason → Gemini finishReason. A tool call ends with STOP, as the Gemini API
@@ -111,10 +112,12 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
     if isinstance(refusal, str) and refusal:
         parts.append({"text": refusal})
     calls = message.get("tool_calls")
+    names = names_for(ctx.request.get("tools")) if calls else NONE
     for call in calls if isinstance(calls, list) else ():
         function = call.get("function") if isinstance(call, dict) else None
         if isinstance(function, dict) and isinstance(function.get("name"), str):
-            parts.append(function_call(call.get("id"), function["name"], function.get("arguments")))
+            name = names.gemini(function["name"])
+            parts.append(function_call(call.get("id"), name, function.get("arguments")))
     if not parts:
         parts.append({"text": ""})  # a candidate always has content; an empty answer is empty text
     reported = doc.get("usage")

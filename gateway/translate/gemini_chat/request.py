@@ -27,6 +27,7 @@ from typing import Any
 
 from gateway.apis.gemini.fields import field, has, snake
 from gateway.translate.base import Refusal, Target
+from gateway.translate.gemini_chat.names import Names, names_for
 
 # thinkingBudget → reasoning_effort: the thresholds messages_chat uses for Anthropic's
 # budget_tokens, so one budget means the same effort from either client.
@@ -67,16 +68,17 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
     contents = payload.get("contents")
     if not isinstance(contents, list):
         raise Untranslatable("'contents' must be a list of Content objects")
-    messages += _messages(contents)
+    names = names_for(payload.get("tools"))
+    messages += _messages(contents, names)
     out: dict[str, Any] = {"model": target.model, "messages": messages}
     config = field(payload, "generationConfig")
     if isinstance(config, dict):
         _generation(config, out)
-    tools = _tools(payload.get("tools"))
+    tools = _tools(payload.get("tools"), names)
     tool_config = field(payload, "toolConfig")
     calling = field(tool_config, "functionCallingConfig") if isinstance(tool_config, dict) else None
     if tools and isinstance(calling, dict):
-        tools = _choice(calling, tools, out)
+        tools = _choice(calling, tools, out, names)
     if tools:
         out["tools"] = tools
     if payload.get("stream") is True:
@@ -108,7 +110,8 @@ def _system(instruction: Any) -> str:
 class _Convo:
     """Chat messages as they are built, with the calls still waiting for their response."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: Names) -> None:
+        self.names = names
         self.messages: list[dict[str, Any]] = []
         self.open_calls: list[tuple[str, str]] = []  # (name, id) of the last model turn, unanswered
 
@@ -132,8 +135,8 @@ class _Convo:
         return f"call_{len(self.messages)}_{name}"  # answers no call the request shows
 
 
-def _messages(contents: list[Any]) -> list[dict[str, Any]]:
-    convo = _Convo()
+def _messages(contents: list[Any], names: Names) -> list[dict[str, Any]]:
+    convo = _Convo(names)
     for i, content in enumerate(contents):
         if not isinstance(content, dict):
             raise Untranslatable(f"contents[{i}] must be a Content object")
@@ -171,7 +174,8 @@ def _model_turn(convo: _Convo, parts: list[Any], i: int) -> None:
                 {
                     "id": call_id,
                     "type": "function",
-                    "function": {"name": name, "arguments": json.dumps(args if args is not None else {})},
+                    "function": {"name": convo.names.chat(name),
+                                 "arguments": json.dumps(args if args is not None else {})},
                 }
             )
             convo.open_calls.append((name, call_id))
@@ -339,7 +343,7 @@ def _effort(thinking: dict[str, Any]) -> str | None:
 # --- tools ---------------------------------------------------------------------------------
 
 
-def _tools(tools: Any) -> list[dict[str, Any]]:
+def _tools(tools: Any, names: Names) -> list[dict[str, Any]]:
     if tools is None:
         return []
     if not isinstance(tools, list):
@@ -354,18 +358,18 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
                 f"tools[{i}].{hosted[0]} runs inside Google's API; a chat completions upstream cannot run it"
             )
         for j, decl in enumerate(field(tool, "functionDeclarations") or ()):
-            out.append(_function(decl, f"tools[{i}].functionDeclarations[{j}]"))
+            out.append(_function(decl, f"tools[{i}].functionDeclarations[{j}]", names))
     return out
 
 
-def _function(decl: Any, where: str) -> dict[str, Any]:
+def _function(decl: Any, where: str, names: Names) -> dict[str, Any]:
     if not isinstance(decl, dict) or not isinstance(decl.get("name"), str):
         raise Untranslatable(f"{where} needs a name")
     params = field(decl, "parametersJsonSchema")
     if params is None:
         google = decl.get("parameters")
         params = json_schema(google) if google is not None else None
-    function: dict[str, Any] = {"name": decl["name"]}
+    function: dict[str, Any] = {"name": names.chat(decl["name"])}
     if isinstance(decl.get("description"), str):
         function["description"] = decl["description"]
     function["parameters"] = params if isinstance(params, dict) else {"type": "object", "properties": {}}
@@ -373,13 +377,14 @@ def _function(decl: Any, where: str) -> dict[str, Any]:
 
 
 def _choice(
-    calling: dict[str, Any], tools: list[dict[str, Any]], out: dict[str, Any]
+    calling: dict[str, Any], tools: list[dict[str, Any]], out: dict[str, Any], names: Names
 ) -> list[dict[str, Any]]:
     """``functionCallingConfig`` → ``tool_choice``; ``allowedFunctionNames`` keeps only those
     tools (chat has no list of allowed names; a tool the model is not shown cannot be called)."""
     allowed = field(calling, "allowedFunctionNames")
     if isinstance(allowed, list) and allowed:
-        tools = [t for t in tools if t["function"]["name"] in allowed]
+        chat_names = {names.chat(n) for n in allowed if isinstance(n, str)}
+        tools = [t for t in tools if t["function"]["name"] in chat_names]
     mode = str(calling.get("mode") or "AUTO").upper()
     choice = _MODE.get(mode)
     if choice is None:

@@ -35,6 +35,7 @@ from gateway.translate.gemini_chat.answer import (
     shows_thoughts,
     usage_metadata,
 )
+from gateway.translate.gemini_chat.names import NONE, names_for
 from gateway.translate.messages_chat.answer import reasoning_of
 
 
@@ -137,7 +138,9 @@ class GeminiStream:
         if self.done:
             return b""
         self.done = True
-        parts = [function_call(c.id, c.name, "".join(c.args)) for c in self.calls.values() if c.name]
+        names = names_for(self.ctx.request.get("tools")) if self.calls else NONE
+        parts = [function_call(c.id, names.gemini(c.name), "".join(c.args))
+                 for c in self.calls.values() if c.name]  # fmt: skip
         self.shown += sum(len("".join(c.args)) for c in self.calls.values())
         if self.finish is None:
             self.ctx.notes["finish_reason_missing"] = True

@@ -296,3 +296,40 @@ def test_a_broken_stream_ends_with_an_error_event_the_sdk_raises() -> None:
     err = docs[1]["error"]
     assert list(docs[1]) == ["error"]  # google-genai raises on a chunk that starts with {"error":
     assert (err["code"], err["status"], err["message"]) == (503, "UNAVAILABLE", "the upstream stream ended early")
+
+
+def test_a_function_name_chat_refuses_goes_as_a_valid_one_and_comes_back_as_declared() -> None:
+    """Gemini takes dots and colons in a name; OpenAI (^[a-zA-Z0-9_-]{1,64}$) and Anthropic
+    ("tools.0.custom.name: String should match pattern", netclaw #1133) refuse them."""
+    tools = [{"functionDeclarations": [{"name": "files.read", "parameters": {"type": "OBJECT"}},
+                                       {"name": "files_read"}, {"name": "mcp:search"}]}]  # fmt: skip
+    request = {"model": "gemini-2.5-flash", "tools": tools, "toolConfig": {"functionCallingConfig": {
+        "mode": "ANY", "allowedFunctionNames": ["files.read"]}}, "contents": [
+        {"role": "user", "parts": [{"text": "read it"}]},
+        {"role": "model", "parts": [{"functionCall": {"name": "mcp:search", "args": {}, "id": "c1"}}]},
+        {"role": "user", "parts": [{"functionResponse": {"name": "mcp:search", "id": "c1", "response": {"output": "x"}}}]},
+    ]}  # fmt: skip
+    out = chat(request)
+    [tool] = out["tools"]  # only the allowed one
+    sent = tool["function"]["name"]
+    assert sent.startswith("files_read_") and sent != "files_read"
+    assert out["tool_choice"] == {"type": "function", "function": {"name": sent}}
+    history = out["messages"][1]["tool_calls"][0]["function"]["name"]
+    assert history.startswith("mcp_search_")
+    for name in (sent, history):
+        assert all(c.isalnum() or c in "_-" for c in name) and len(name) <= 64
+    # Unchanged where valid: the common case costs nothing.
+    plain = chat({**request, "tools": [{"functionDeclarations": [{"name": "files_read"}]}], "toolConfig": {}})
+    assert plain["tools"][0]["function"]["name"] == "files_read"
+
+    held = T.held(Context("gemini-2.5-flash", request, "req1"))
+    answer = {"choices": [{"message": {"role": "assistant", "tool_calls": [
+        {"id": "c2", "type": "function", "function": {"name": sent, "arguments": "{}"}},
+        {"id": "c3", "type": "function", "function": {"name": "files_read", "arguments": "{}"}}]},
+        "finish_reason": "tool_calls"}]}  # fmt: skip
+    parts = T.answer(answer, held)["candidates"][0]["content"]["parts"]
+    assert [p["functionCall"]["name"] for p in parts] == ["files.read", "files_read"]
+    delta = {"index": 0, "id": "c2", "type": "function", "function": {"name": history, "arguments": "{}"}}
+    wire = b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": [delta]}}]}).encode()
+    docs = run_stream(wire + b"\n\ndata: [DONE]\n\n", held)
+    assert docs[-1]["candidates"][0]["content"]["parts"][0]["functionCall"]["name"] == "mcp:search"
