@@ -2,8 +2,9 @@
 
 ``response.created`` → ``response.in_progress`` → per output item ``output_item.added`` →
 (``content_part.added`` → ``output_text.delta``… → ``output_text.done`` →
-``content_part.done`` | ``function_call_arguments.delta``… → ``function_call_arguments.done``
-| ``reasoning_text.delta``…) → ``output_item.done`` … → ``response.completed`` (or
+``content_part.done`` | ``refusal.delta``… → ``refusal.done`` → ``content_part.done`` |
+``function_call_arguments.delta``… → ``function_call_arguments.done`` |
+``reasoning_text.delta``…) → ``output_item.done`` … → ``response.completed`` (or
 ``response.incomplete``) with the response id, the whole output and usage; every event with a
 ``sequence_number`` counting from 0. Codex reads ``output_item.done`` for tool calls and needs
 ``response.completed`` with an ``id`` (codex-rs/codex-api/src/sse/responses.rs), so the
@@ -62,7 +63,7 @@ class ResponsesStream:
         self.ended = False
         self.created = 0
         self.items: list[dict[str, Any] | None] = []  # by output index; None while open
-        self.open: str | None = None  # "reasoning" | "message" | "call"
+        self.open: str | None = None  # "reasoning" | "message" | "refusal" | "call"
         self.buf: list[str] = []  # text of the open reasoning or message item
         self.calls: dict[int, _Call] = {}
         self.open_call: _Call | None = None
@@ -107,6 +108,10 @@ class ResponsesStream:
         if kind == "reasoning":
             item = {**reasoning_item(self.ctx, index, "", "in_progress"), "content": []}
             part = {"type": "reasoning_text", "text": ""}
+        elif kind == "refusal":
+            # Its own message item, as the buffered answer gives it (answer.py).
+            item = message_item(self.ctx, index, [], "in_progress")
+            part = {"type": "refusal", "refusal": ""}
         else:
             item = message_item(self.ctx, index, [], "in_progress")
             part = text_part("")
@@ -124,6 +129,8 @@ class ResponsesStream:
         at = self.at
         if kind == "reasoning":
             self._emit("response.reasoning_text.delta", {**at, "delta": delta})
+        elif kind == "refusal":
+            self._emit("response.refusal.delta", {**at, "delta": delta})
         else:
             self._emit("response.output_text.delta", {**at, "delta": delta, "logprobs": []})
 
@@ -136,6 +143,12 @@ class ResponsesStream:
             at = {"item_id": item["id"], "output_index": index, "content_index": 0}
             self._emit("response.reasoning_text.done", {**at, "text": text})
             self._emit("response.content_part.done", {**at, "part": {"type": "reasoning_text", "text": text}})
+        elif self.open == "refusal":
+            part = {"type": "refusal", "refusal": text}
+            item = message_item(self.ctx, index, [part], status)
+            at = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            self._emit("response.refusal.done", {**at, "refusal": text})
+            self._emit("response.content_part.done", {**at, "part": part})
         else:
             item = message_item(self.ctx, index, [text_part(text)], status)
             at = {"item_id": item["id"], "output_index": index, "content_index": 0}
@@ -148,7 +161,7 @@ class ResponsesStream:
         self._emit("response.output_item.done", {"output_index": index, "item": item})
 
     def _close_open(self) -> None:
-        if self.open in ("reasoning", "message"):
+        if self.open in ("reasoning", "message", "refusal"):
             self._close_text()
         elif self.open == "call" and self.open_call is not None:
             self._close_call(self.open_call)
@@ -278,7 +291,7 @@ class ResponsesStream:
                 self._text("message", content)
             refusal = delta.get("refusal")
             if isinstance(refusal, str) and refusal:
-                self._text("message", refusal)
+                self._text("refusal", refusal)
             for tc in delta.get("tool_calls") or []:
                 if isinstance(tc, dict):
                     self._tool_delta(tc)

@@ -26,6 +26,7 @@ from gateway.errors import Classification, ErrorType
 from gateway.sse import EventSplitter
 from gateway.translate.base import Context, Refusal, Target
 from gateway.translate.responses_chat import ResponsesToChat
+from gateway.translate.responses_chat.answer import text_part
 from tests.fakeupstream import named_events
 
 CORPUS = Path(__file__).resolve().parents[2] / "corpus"
@@ -805,3 +806,26 @@ def test_tool_lists_declaring_other_names_get_their_own_mapping() -> None:
     one = chat({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f", "description": "one"}]})
     two = chat({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f", "description": "two"}]})
     assert [t["function"]["description"] for t in (*one["tools"], *two["tools"])] == ["one", "two"]
+
+
+def test_a_streamed_refusal_is_a_refusal_part_as_the_buffered_one_is() -> None:
+    """A chat stream's delta.refusal is Responses' refusal part (``response.refusal.delta`` /
+    ``.done``), in its own message item, as the buffered translation gives it; not output text."""
+    raws = [chunk({"role": "assistant", "content": "Well,"}), chunk({"refusal": "I can't"}),
+            chunk({"refusal": " help with that."}, "stop"),
+            chunk({}, None, {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}), DONE]  # fmt: skip
+    body = run_stream(raws, ctx())
+    events = check_grammar(body)
+    names = [n for n, _ in events]
+    assert [d["delta"] for n, d in events if n == "response.refusal.delta"] == ["I can't", " help with that."]
+    assert [d["refusal"] for n, d in events if n == "response.refusal.done"] == ["I can't help with that."]
+    assert "".join(d["delta"] for n, d in events if n == "response.output_text.delta") == "Well,"
+    added = [d["part"] for n, d in events if n == "response.content_part.added"]
+    assert added == [text_part(""), {"type": "refusal", "refusal": ""}]
+    assert names.index("response.refusal.delta") > names.index("response.output_text.done")
+    buffered = T.answer({"choices": [{"message": {"role": "assistant", "content": "Well,",
+                         "refusal": "I can't help with that."}, "finish_reason": "stop"}]}, ctx())  # fmt: skip
+    streamed = events[-1][1]["response"]["output"]
+    assert [i["content"] for i in streamed] == [i["content"] for i in buffered["output"]]
+    final = sdk_final(body, {"model": "gpt-5-codex", "input": "x"})
+    assert final.output[1].content[0].type == "refusal" and final.output[1].content[0].refusal == "I can't help with that."
