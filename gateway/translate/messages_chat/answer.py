@@ -53,12 +53,14 @@ def stop_reason(finish: Any, *, tools: bool, refused: bool, matched: str | None)
     """Chat ``finish_reason`` → Messages ``stop_reason``.
 
     A tool call with finish ``stop`` (llama.cpp and vLLM parsers sometimes say so) is still a
-    tool_use turn: agent loops run tools only on ``tool_use``."""
+    tool_use turn: agent loops run tools only on ``tool_use``. And ``tool_calls`` with no call
+    in the answer (a server whose tool-call parser gave up) is not one: ``tool_use`` without a
+    tool_use block leaves an agent with nothing to run and nothing to show."""
     if refused or finish == "content_filter":
         return "refusal"
     if finish == "length":
         return "max_tokens"
-    if tools or finish in ("tool_calls", "function_call"):
+    if tools:
         return "tool_use"
     if matched is not None:
         return "stop_sequence"

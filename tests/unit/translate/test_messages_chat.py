@@ -287,6 +287,8 @@ CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", 
     ("length", {"content": "hi"}, "length", {}, "max_tokens", None),
     ("tool_calls", {"content": None, "tool_calls": [CALL]}, "tool_calls", {}, "tool_use", None),
     ("tool call with finish stop (llama.cpp)", {"content": "", "tool_calls": [CALL]}, "stop", {}, "tool_use", None),
+    # A parser that gave up says tool_calls with no call: tool_use would leave an agent nothing to run.
+    ("tool_calls without a call", {"content": "Let me look."}, "tool_calls", {}, "end_turn", None),
     ("content_filter", {"content": ""}, "content_filter", {}, "refusal", None),
     ("vLLM names the stop string", {"content": "a"}, "stop", {"stop_reason": "END"}, "stop_sequence", "END"),
     ("a stop string not asked for", {"content": "a"}, "stop", {"stop_reason": "XYZ"}, "end_turn", None),
