@@ -39,19 +39,27 @@ FLUSH_AFTER_S = 0.005  # settles of requests that end this close together share 
 
 async def admit(svc: Services, state: RequestState, headers: Mapping[str, str],
                 inbound: Inbound) -> Failure | None:  # fmt: skip
+    return await admit_request(svc, state, headers, inbound.model, inbound.size, inbound.payload)
+
+
+async def admit_request(svc: Services, state: RequestState, headers: Mapping[str, str], model: str | None,
+                        size: int, payload: Mapping[str, Any]) -> Failure | None:  # fmt: skip
+    """``admit`` for any request: one of a dialect's own, or one forwarded as it is
+    (``/v1/embeddings``, ``/v1/responses/compact``, ``/v1/completions``…), which spends the
+    operator's provider keys as much and is held to the same rules."""
     key = state.key
     if key is None:
         return None
-    if not key.allows(inbound.model):
+    if not key.allows(model):
         svc.telemetry.child(svc.telemetry.key_refusals, key.name, "model").inc()
-        shown = (inbound.model or "")[:128]
+        shown = (model or "")[:128]
         c = Classification.of(ErrorType.AUTH)
         return gateway_failure(403, c, f"key '{key.name}' may not use model '{shown}'; it may use: "
                                f"{', '.join(key.models)}", "model_not_allowed", final=True)  # fmt: skip
     if not key.limited or svc.accounts is None:
         return None
-    prompt = inbound.size / BYTES_PER_TOKEN
-    got = await svc.accounts.admit(key, inbound.model, prompt, _max_output(inbound.payload))
+    prompt = size / BYTES_PER_TOKEN
+    got = await svc.accounts.admit(key, model, prompt, _max_output(payload))
     if isinstance(got, Reservation):
         state.reservation = got
         return None
@@ -67,10 +75,12 @@ def settle(svc: Services, state: RequestState) -> None:
     if key is None or accounts is None:
         return
     reservation = state.reservation
-    if reservation is not None and state.usage.get("completion") and not state.usage.get("prompt"):
+    if (reservation is not None and not state.usage.get("prompt")
+            and (state.usage.get("completion") or state.left_waiting)):  # fmt: skip
         # An answer cut before the provider counted it (chat and Responses streams count the
-        # prompt only at their end): the prompt was read all the same. Estimated as admitting
-        # estimated it; the key would otherwise pay only for the words it was shown.
+        # prompt only at their end), or left by its client before its first words: the prompt
+        # was read all the same. Estimated as admitting estimated it; the key would otherwise
+        # pay only for the words it was shown, or nothing.
         state.usage["prompt"] = reservation.tokens
     cost = accounts.cost(state.model, state.usage)
     state.cost_usd, state.priced = cost.usd, cost.priced

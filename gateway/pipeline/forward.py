@@ -207,6 +207,13 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     if isinstance(body, Failure):
         return await relay(request, svc, state, body)
     state.model = model_of(body, request.headers.get("Content-Type", ""))
+    if state.key is not None:
+        json_body = body and "json" in request.headers.get("Content-Type", "")
+        doc = parse_json_object(body) if json_body else {}
+        payload = doc if isinstance(doc, dict) else {}
+        refused = await accounting.admit_request(svc, state, request.headers, state.model, len(body), payload)
+        if refused is not None:
+            return await relay(request, svc, state, refused)
     route = _route(svc, state, state.model)
     if isinstance(route, Failure):
         return await relay(request, svc, state, route)

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from gateway.apis.base import Ending, EventKind, Splice, StreamReader
+from gateway.apis import DIALECT_FOR_API, api_of_path
+from gateway.apis.base import Dialect, Ending, EventKind, Splice, StreamReader
 from gateway.errors import Classification, ErrorType, TransportError
 from gateway.jsonpeek import top_level_member
 from gateway.one_write import OneWriteResponse
@@ -66,7 +67,7 @@ def rendered(state: RequestState, failure: Failure) -> tuple[int, bytes]:
     return status, body
 
 
-def _count_usage_in_body(state: RequestState, body: bytes) -> None:
+def _count_usage_in_body(state: RequestState, body: bytes, dialect: Dialect | None = None) -> None:
     if b'"usage"' not in body:
         return
     doc = top_level_member(body, "usage")  # the usage object alone, not the whole body
@@ -76,7 +77,7 @@ def _count_usage_in_body(state: RequestState, body: bytes) -> None:
         except ValueError:
             return
     if isinstance(doc, dict):
-        state.usage.update(state.dialect.body_usage(doc))
+        state.usage.update((dialect or state.dialect).body_usage(doc))
 
 
 def _count_answer_text(state: RequestState, body: bytes) -> None:
@@ -100,13 +101,24 @@ async def _relay_raw(
 ) -> web.StreamResponse:
     assert outcome.chunks is not None and outcome.response is not None
     resp = web.StreamResponse(status=outcome.status, headers=outcome.headers)
-    state.stream = any(k.lower() == "content-type" and "event-stream" in v for k, v in outcome.headers)
+    kind = next((v for k, v in outcome.headers if k.lower() == "content-type"), "")
+    state.stream = "event-stream" in kind
+    # A key pays for what it asked of a path relayed as it is (an embedding, Codex's
+    # compaction): a JSON answer is kept, up to a bound, to read its usage at the end.
+    kept: list[bytes] | None = [] if state.key is not None and "json" in kind else None
+    size = 0
     try:
         with _CutOnShutdown(svc):
             stamp(state, resp, svc.monotonic())
             await resp.prepare(request)
             async for chunk in outcome.chunks:
                 await resp.write(chunk)
+                if kept is not None:
+                    size += len(chunk)
+                    if size <= RAW_USAGE_BYTES:
+                        kept.append(chunk)
+                    else:
+                        kept = None
     except (UpstreamFailure, _ShutdownCut) as e:
         # Bytes already left and this body's grammar is unknown: the only honest signal left
         # is an unterminated body; the log line and metrics still say what happened.
@@ -119,8 +131,15 @@ async def _relay_raw(
         return resp
     finally:
         outcome.response.close()
+    if kept and 200 <= outcome.status < 300:
+        # In the path's API's words (Codex's /v1/responses/compact counts input_tokens).
+        api = api_of_path(request.path)
+        _count_usage_in_body(state, b"".join(kept), DIALECT_FOR_API[api] if api else None)
     await resp.write_eof()
     return resp
+
+
+RAW_USAGE_BYTES = 4 * 1024 * 1024  # an answer past this (a large embedding batch) is not read for usage
 
 
 CLIENT_GONE = "client_gone"  # ended_by when the client closed the connection mid-response
