@@ -191,23 +191,27 @@ async def _exchange(
             reader.parsed_events.keep = call.translation is not None
             if call.track:
                 reader.track()
-            if token_s is None:
-                peeked = await _peek_stream(svc, resp, headers, reader)
-            else:
-                # A Deadline, not an asyncio.timeout scope: the scope costs ~4.4 µs per stream
-                # on Python 3.11 (a Timeout, a timer, a getpid(2) for the running loop), this
-                # one timer ~1 µs (issue #38). Its expiry cancels the task as the scope would.
-                deadline = Deadline()
-                deadline.arm(max(0.0, token_s - (svc.monotonic() - sent)))
-                try:
+            try:
+                if token_s is None:
                     peeked = await _peek_stream(svc, resp, headers, reader)
-                except asyncio.CancelledError:
-                    if not deadline.expired():
-                        raise
-                    resp.close()  # abandons the upstream request: it may still be thinking
-                    return _first_token_timeout(svc, state, call, svc.monotonic() - sent)
-                finally:
-                    deadline.close()
+                else:
+                    # A Deadline, not an asyncio.timeout scope: the scope costs ~4.4 µs per stream
+                    # on Python 3.11 (a Timeout, a timer, a getpid(2) for the running loop), this
+                    # one timer ~1 µs (issue #38). Its expiry cancels the task as the scope would.
+                    deadline = Deadline()
+                    deadline.arm(max(0.0, token_s - (svc.monotonic() - sent)))
+                    try:
+                        peeked = await _peek_stream(svc, resp, headers, reader)
+                    except asyncio.CancelledError:
+                        if not deadline.expired():
+                            raise
+                        resp.close()  # abandons the upstream request: it may still be thinking
+                        return _first_token_timeout(svc, state, call, svc.monotonic() - sent)
+                    finally:
+                        deadline.close()
+            except asyncio.CancelledError:
+                _left_waiting(state, reader)
+                raise
             if call.translation is not None and isinstance(peeked, Success):
                 peeked.translator = call.translation.stream(reader.parsed_events.take)
             return peeked
@@ -224,6 +228,16 @@ async def _exchange(
     except BaseException:
         resp.close()  # the client left, or we are shutting down: do not leak the connection
         raise
+
+
+def _left_waiting(state: RequestState, reader: StreamReader) -> None:
+    """The client left while the stream's first words were awaited: the provider took the
+    request (a 2xx head) and read its prompt all the same. What its events counted so far
+    (Anthropic's ``message_start`` counts the prompt) is the request's; the settle estimates
+    a prompt nothing counted."""
+    for kind, n in reader.usage.items():
+        state.usage[kind] = state.usage.get(kind, 0) + n
+    state.left_waiting = True
 
 
 async def _peek_stream(

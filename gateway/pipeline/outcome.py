@@ -68,6 +68,7 @@ class RequestState:
     continued_after: str | None = None  # why a stream broke before a continuation completed it
     ended_by: str | None = None  # why a committed response ended early (reset, idle_timeout, shutdown…)
     usage: dict[str, int] = field(default_factory=dict)
+    left_waiting: bool = False  # the client left once the provider had taken the request (2xx)
     # Attempts that came back as an empty stream (and the probe's cut of the connection the
     # server closed after one), and the retries they caused, by upstream name: what they were is
     # known only once the probe is answered (an overflow, on llama-cpp-python), so they are

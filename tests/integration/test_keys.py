@@ -14,9 +14,10 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import aiohttp
 import pytest
 
-from tests.fakeupstream import Reply, Stream, chat_completion, chunk
+from tests.fakeupstream import Reply, Stream, anthropic_head, chat_completion, chunk
 from tests.integration.conftest import Gateway, MakeGateway
 
 PRICES = "prices: {'gpt-4o-mini*': {input: 1000000, output: 2000000, cache_read: 100000}}\n"
@@ -365,3 +366,58 @@ async def test_a_stream_whose_server_counts_nothing_is_paid_for_all_the_same(mak
         assert b"message_stop" in await r.read()
     after = await settled(gw)
     assert after["budget"]["spent_usd"] > state["budget"]["spent_usd"] + shown * 2
+
+
+async def test_paths_relayed_as_they_are_are_held_to_the_keys_rules_and_paid_for(make_gateway: MakeGateway) -> None:
+    """/v1/completions, /v1/embeddings, Codex's /v1/responses/compact and the like spend the
+    operator's provider keys as much as chat does: the key's models, limits and budget apply,
+    and a JSON answer's usage is its cost."""
+    gw = await make_gateway(keys_yaml(models=["gpt-4o-mini*"], budget={"usd": 30, "period": "day"}))
+    for path in ("/v1/completions", "/v1/embeddings", "/v1/chat/completions/", "/v1/responses/compact"):
+        async with gw.session.post(gw.base + path, json={"model": "claude-sonnet-4-5", "prompt": "hi"},
+                                   headers=ALICE) as r:  # fmt: skip
+            assert r.status == 403, path
+            assert (await r.json())["error"]["code"] == "model_not_allowed"
+    assert gw.fake.requests == []
+    completion = {"id": "cmpl-1", "object": "text_completion", "model": "gpt-4o-mini",
+                  "choices": [{"index": 0, "text": "hello", "finish_reason": "stop"}],
+                  "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}  # fmt: skip
+    for _ in range(2):
+        gw.fake.script(Reply(200, completion))
+        async with gw.session.post(gw.base + "/v1/completions", json={"model": "gpt-4o-mini", "prompt": "x"},
+                                   headers=ALICE) as r:  # fmt: skip
+            assert r.status == 200 and (await r.json())["id"] == "cmpl-1"
+        state = await settled(gw)
+        assert state["budget"]["spent_usd"] in (20, 40)  # its usage at the key's prices, each time
+    async with gw.session.post(gw.base + "/v1/embeddings", json={"model": "gpt-4o-mini", "input": "x"},
+                               headers=ALICE) as r:  # fmt: skip
+        assert r.status == 402 and (await r.json())["error"]["code"] == "budget_exhausted"  # $40 of $30
+    assert len(gw.fake.requests) == 2
+
+
+async def test_a_stream_left_before_its_first_words_pays_for_the_prompt_the_provider_read(
+    make_gateway: MakeGateway,
+) -> None:
+    """The gateway holds a stream's contentless head back until its first words; a client that
+    leaves then still had its prompt read by the provider (Anthropic's message_start counts
+    it): the key pays for it, not $0."""
+    gw = await make_gateway(keys_yaml(budget={"usd": 1000000, "period": "day"}), real_sleep=True)
+    gw.fake.script(Stream(anthropic_head("gpt-4o-mini", input_tokens=5000), then="stall"))
+    payload = {"model": "gpt-4o-mini", "max_tokens": 64, "stream": True,
+               "messages": [{"role": "user", "content": "go"}]}  # fmt: skip
+    with pytest.raises(asyncio.TimeoutError):
+        async with gw.session.post(gw.base + "/v1/messages", json=payload,
+                                   headers={**ALICE, "anthropic-version": "2023-06-01"},
+                                   timeout=aiohttp.ClientTimeout(total=0.5)) as r:  # fmt: skip
+            await r.read()
+    state = await settled(gw)
+    assert state["budget"]["spent_usd"] == 5000 * 1 + 1 * 2  # as message_start counted it (output_tokens: 1)
+    # A chat stream counts its prompt only at the end: the estimate stands in for it.
+    gw.fake.script(Stream([chunk({"role": "assistant", "content": ""})], then="stall"))
+    chat = {"model": "gpt-4o-mini", "stream": True, "messages": [{"role": "user", "content": "go " * 100}]}
+    with pytest.raises(asyncio.TimeoutError):
+        async with gw.session.post(gw.base + "/v1/chat/completions", json=chat, headers=ALICE,
+                                   timeout=aiohttp.ClientTimeout(total=0.5)) as r:  # fmt: skip
+            await r.read()
+    after = await settled(gw)
+    assert after["budget"]["spent_usd"] > state["budget"]["spent_usd"] + 50
