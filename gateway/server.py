@@ -128,7 +128,7 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path:
     accounts = live.services.accounts
     if accounts is not None:  # a settle that came after the last flush began
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(accounts.flush(), timeout=2.0)
+            await asyncio.wait_for(accounts.flush(final=True), timeout=2.0)
     await runner.cleanup()
     if private is not None:
         await private.cleanup()

@@ -126,11 +126,14 @@ class Accounts:
         ))  # fmt: skip
         return cost
 
-    async def flush(self) -> None:
-        """Write every settle waiting (one store round trip); shutdown calls it last."""
+    async def flush(self, final: bool = False) -> None:
+        """Write every settle waiting (one store round trip); shutdown calls it last, ``final``:
+        then also what the store could not write before (a Redis that did not answer)."""
         while self._pending:
             batch, self._pending = self._pending, []
             await self.store.ledger_settle_many(batch)
+        if final:
+            await self.store.ledger_settle_many([])
 
     async def state_of(self, key: KeySpec) -> dict[str, Any]:
         """What ``GET /v1/gateway/key`` answers: the key's limits and where it stands."""

@@ -199,18 +199,16 @@ class MemoryStore:
         if a.tokens_per_minute is not None and k > 0 and k + a.tokens > a.tokens_per_minute:
             return "tpm", 0.0
         slots = self._slots.setdefault(a.key, {})
-        if a.parallel is not None:
-            for s in [s for s, until in slots.items() if until <= a.now_ms]:
-                del slots[s]
-            if len(slots) >= a.parallel:
-                return "parallel", 0.0
+        for s in [s for s, until in slots.items() if until <= a.now_ms]:
+            del slots[s]
+        if a.parallel is not None and len(slots) >= a.parallel:
+            return "parallel", 0.0
         for i, (bkey, limit) in enumerate(a.budgets):
             spent, held = self._spend.get(bkey) or [0.0, 0.0]
             if spent + held >= limit:
                 return f"budget{i}", spent
         self._windows.put(wkey, [n + 1, k + a.tokens], 120.0)
-        if a.parallel is not None:
-            slots[a.slot] = a.now_ms + a.slot_ttl_ms
+        slots[a.slot] = a.now_ms + a.slot_ttl_ms  # every request in flight, as Redis keeps them
         for bkey, _ in a.budgets:
             spent, held = self._spend.get(bkey) or [0.0, 0.0]
             self._spend.put(bkey, [spent, held + a.reserve_usd], a.budget_ttl_s)

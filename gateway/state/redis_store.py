@@ -80,10 +80,8 @@ local k = tonumber(redis.call('HGET', w, 'k') or '0')
 if rpm > 0 and n + 1 > rpm then return {'rpm', '0'} end
 if tpm > 0 and k > 0 and k + tokens > tpm then return {'tpm', '0'} end
 local par, slot, now, ttl = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
-if par > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-  if redis.call('ZCARD', KEYS[2]) >= par then return {'parallel', '0'} end
-end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+if par > 0 and redis.call('ZCARD', KEYS[2]) >= par then return {'parallel', '0'} end
 for i = 3, #KEYS do
   local spent = tonumber(redis.call('HGET', KEYS[i], 's') or '0')
   local held = tonumber(redis.call('HGET', KEYS[i], 'r') or '0')
@@ -92,10 +90,8 @@ end
 redis.call('HINCRBY', w, 'n', 1)
 redis.call('HINCRBY', w, 'k', tokens)
 redis.call('EXPIRE', w, 120)
-if par > 0 then
-  redis.call('ZADD', KEYS[2], now + ttl, slot)
-  redis.call('PEXPIRE', KEYS[2], ttl)
-end
+redis.call('ZADD', KEYS[2], now + ttl, slot)
+redis.call('PEXPIRE', KEYS[2], ttl)
 for i = 3, #KEYS do
   redis.call('HINCRBYFLOAT', KEYS[i], 'r', ARGV[8])
   redis.call('EXPIRE', KEYS[i], ARGV[9])
@@ -104,12 +100,14 @@ return {'ok', '0'}
 """
 
 # Settling: the slot back, the reservation turned into what was spent. ARGV: token_delta,
-# slot, reserve, cost, budget_ttl_s.
+# slot, reserve, cost, budget_ttl_s. Once per slot, and only for a slot this Redis admitted:
+# a settle sent again (its answer was lost) or one for an admit that never ran here changes
+# nothing.
 _LEDGER_SETTLE = """
+if redis.call('ZREM', KEYS[2], ARGV[2]) == 0 then return 0 end
 if tonumber(ARGV[1]) ~= 0 and redis.call('EXISTS', KEYS[1]) == 1 then
   redis.call('HINCRBY', KEYS[1], 'k', ARGV[1])
 end
-redis.call('ZREM', KEYS[2], ARGV[2])
 for i = 3, #KEYS do
   redis.call('HINCRBYFLOAT', KEYS[i], 'r', -tonumber(ARGV[3]))
   redis.call('HINCRBYFLOAT', KEYS[i], 's', ARGV[4])
@@ -119,6 +117,9 @@ return 1
 """
 
 _FAILURES = (RedisError, OSError, TimeoutError)
+# Settles kept for a Redis that does not answer: a long outage at high traffic would otherwise
+# grow them without bound (each is ~300 bytes); past it, the oldest wait for their slots' TTL.
+MAX_UNSETTLED = 100_000
 
 
 def connect(url: str, timeout_s: float) -> Redis:
@@ -184,6 +185,9 @@ class RedisStore:
         self._ledger_admit = client.register_script(_LEDGER_ADMIT)
         self._ledger_settle = client.register_script(_LEDGER_SETTLE)
         self._admits = TurnBatch(client, self._ledger_admit)
+        # Reservations are settled where they were made (_ledger_keys' comment says why).
+        self._local_slots: set[str] = set()
+        self._unsettled: list[tuple[list[str], list[str | int]]] = []
         self._answers = prefix + "a:"
         self._any_answer = prefix + "a-any"  # exists while any replica remembers an answer
         # Until when (monotonic) this replica may take it that no replica remembers an answer:
@@ -385,6 +389,15 @@ class RedisStore:
 
     # -- gateway keys' ledger -----------------------------------------------------------------
 
+    # A reservation is settled where it was made, however long Redis takes to answer. One made
+    # in this process's memory while Redis did not answer is settled there; one made in Redis
+    # is settled in Redis: a settle Redis did not take is kept and sent again with the next
+    # ones (the script applies a slot's settle once). Settling a Redis reservation in memory
+    # instead left it held in Redis until its period ended, the key refused as if spent, while
+    # memory subtracted what it never reserved. And an admit Redis did not answer in time may
+    # still have run there (a paused server runs what it was sent when it resumes): the
+    # request is served from memory, and Redis is sent a settle of nothing for its slot, which
+    # frees what the admit took there if it ran, and does nothing if it did not.
     def _ledger_keys(self, key: str, minute: int, budgets: Sequence[str]) -> list[str]:
         p = self._p + "l:"
         return [f"{p}w:{key}:{minute}", f"{p}p:{key}", *(f"{p}b:{b}" for b in budgets)]
@@ -397,25 +410,61 @@ class RedisStore:
             *(repr(limit) for _, limit in a.budgets),
         ]  # fmt: skip
 
+        sent = False
+
         async def remote() -> tuple[str, float]:
+            nonlocal sent
+            sent = True
             verdict, value = await self._admits(keys, args)
             return verdict.decode() if isinstance(verdict, bytes) else str(verdict), float(value)
 
-        return await self._guard("ledger_admit", remote, lambda: self.local.ledger_admit(a))
+        async def local() -> tuple[str, float]:
+            if sent:  # it may have run in Redis all the same: undone there if it did
+                ttl = max(1, math.ceil(a.budget_ttl_s))
+                self._keep_unsettled([(keys, [0, a.slot, repr(a.reserve_usd), repr(0.0), ttl])])
+            verdict, spent = await self.local.ledger_admit(a)
+            if verdict == "ok":
+                self._local_slots.add(a.slot)
+            return verdict, spent
+
+        return await self._guard("ledger_admit", remote, local)
 
     async def ledger_settle_many(self, settles: Sequence[LedgerSettle]) -> None:
-        calls = []
+        """Also sends again what Redis did not take before: ``settles`` may be empty."""
+        mine = {s.slot for s in settles if s.slot in self._local_slots}
+        if mine:
+            self._local_slots -= mine
+            await self.local.ledger_settle_many([s for s in settles if s.slot in mine])
+        calls, self._unsettled = self._unsettled, []
         for s in settles:
-            ttl = max(1, math.ceil(s.budget_ttl_s))
-            args: list[str | int] = [s.token_delta, s.slot, repr(s.reserve_usd), repr(s.cost_usd), ttl]
-            calls.append((self._ledger_keys(s.key, s.minute, s.budgets), args))
+            if s.slot not in mine:
+                ttl = max(1, math.ceil(s.budget_ttl_s))
+                args: list[str | int] = [s.token_delta, s.slot, repr(s.reserve_usd), repr(s.cost_usd), ttl]
+                calls.append((self._ledger_keys(s.key, s.minute, s.budgets), args))
+        if not calls:
+            return
 
         async def remote() -> None:
             for result in await run_pipelined(self._r, self._ledger_settle, calls):
                 if isinstance(result, Exception):
                     raise result
 
-        await self._guard("ledger_settle", remote, lambda: self.local.ledger_settle_many(settles))
+        async def later() -> None:
+            self._keep_unsettled(calls)
+
+        await self._guard("ledger_settle", remote, later)
+
+    def _keep_unsettled(self, calls: list[tuple[list[str], list[str | int]]]) -> None:
+        self._unsettled = calls + self._unsettled
+        if len(self._unsettled) > MAX_UNSETTLED:
+            dropped = len(self._unsettled) - MAX_UNSETTLED
+            del self._unsettled[MAX_UNSETTLED:]
+            log.warning({"event": "ledger_settles_dropped", "backend": self.backend, "count": dropped})
+
+    @property
+    def unsettled(self) -> int:
+        """Settles Redis has not taken yet (sent again with the next)."""
+        return len(self._unsettled)
 
     async def ledger_read(self, key: str, minute: int, now_ms: int, budgets: Sequence[str]) -> LedgerState:
         keys = self._ledger_keys(key, minute, budgets)

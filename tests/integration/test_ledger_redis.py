@@ -5,16 +5,25 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 
 from gateway.keys.ledger import Accounts, LimitHit, Reservation
 from gateway.keys.prices import Price, PriceTable
 from gateway.keys.registry import Budget, KeySpec
-from tests.integration.test_state_redis import REDIS, Replica, patient_replicas, redis_server
+from gateway.state.redis_store import RedisStore
+from tests.integration.test_state_redis import (
+    REDIS,
+    RedisServer,
+    Replica,
+    patient_replicas,
+    redis_server,
+    replicas,
+)
 
 pytestmark = pytest.mark.skipif(REDIS is None, reason="needs redis-server (scripts/test-deps.sh)")
-__all__ = ["patient_replicas", "redis_server"]  # fixtures
+__all__ = ["patient_replicas", "redis_server", "replicas"]  # fixtures
 
 # $1 per token in and out: a 20-token prompt with 10 out reserves $30; the fake answer costs $19.
 PRICES = PriceTable.of({"m": Price(1_000_000, 1_000_000)})
@@ -66,3 +75,59 @@ async def test_a_refused_request_leaves_no_trace(patient_replicas: tuple[Replica
     assert isinstance(await a.admit(key, "m", 10, 10), LimitHit)
     state = await a.state_of(key)
     assert state["this_minute"]["requests"] == 1 and state["budget"]["reserved_usd"] == 20
+
+
+async def _eventually_settled(acc: Accounts, store: RedisStore, key: KeySpec) -> dict[str, Any]:
+    """Once the store has sent again what Redis did not take (after its recovery wait)."""
+    state: dict[str, Any] = {}
+    for _ in range(100):
+        await acc.flush(final=True)
+        state = await acc.state_of(key)
+        if store.unsettled == 0 and store.healthy:
+            return state
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never settled in Redis: {state}")
+
+
+async def test_a_settle_redis_did_not_take_in_time_is_sent_again_never_applied_twice(
+    replicas: tuple[Replica, Replica], redis_server: RedisServer,
+) -> None:
+    """A Redis too slow for one settle (the helper found 50 ms was enough under load) left the
+    reservation held in Redis until the period's end, the key refused as if spent: it is now
+    kept and sent again, and a settle whose answer was lost is applied once."""
+    a_replica, b_replica = replicas
+    a, b = accounts(a_replica), accounts(b_replica)
+    key = KeySpec("carol", parallel=1, budget=Budget(100.0, "day"))
+    got = await a.admit(key, "m", 20, 10)
+    assert isinstance(got, Reservation)
+    redis_server.freeze()
+    try:
+        await a.settle(got, USAGE)  # not answered within the bound: kept, not settled in memory
+    finally:
+        redis_server.thaw()  # the frozen server now runs what it was sent: the settle did land
+    assert a_replica.store.unsettled == 1
+    state = await _eventually_settled(a, a_replica.store, key)
+    assert state["budget"]["spent_usd"] == 19 and state["budget"]["reserved_usd"] == 0
+    assert state["in_flight"] == 0  # the parallel slot is back
+    seen = await b.state_of(key)  # every replica sees it: it is in Redis, not in a's memory
+    assert seen["budget"]["spent_usd"] == 19 and seen["in_flight"] == 0
+
+
+async def test_an_admit_redis_ran_after_it_was_given_up_on_is_undone(
+    replicas: tuple[Replica, Replica], redis_server: RedisServer,
+) -> None:
+    a_replica, b_replica = replicas
+    a, b = accounts(a_replica), accounts(b_replica)
+    key = KeySpec("dave", parallel=1, budget=Budget(100.0, "day"))
+    redis_server.freeze()
+    try:
+        got = await a.admit(key, "m", 20, 10)  # given up on: admitted in this replica's memory
+    finally:
+        redis_server.thaw()  # ... and Redis runs it all the same
+    assert isinstance(got, Reservation)
+    await a.settle(got, USAGE)  # where it was admitted: memory
+    await _eventually_settled(a, a_replica.store, key)
+    seen = await b.state_of(key)
+    # What the late admit took in Redis is given back: no slot or reservation left held there.
+    assert seen["in_flight"] == 0 and seen["budget"]["reserved_usd"] == 0
+    assert isinstance(await b.admit(key, "m", 20, 10), Reservation)  # parallel 1: the slot is free
