@@ -50,11 +50,12 @@ class Reservation:
     key: KeySpec
     minute: int
     slot: str
-    tokens: int
+    tokens: int  # the prompt, as admission estimated it
     reserve_usd: float
     budgets: tuple[str, ...]
     price: Price | None
     settled: bool = False
+    minute_tokens: int = 0  # what the minute's token count took: the prompt and the output asked for
 
 
 @dataclass
@@ -75,16 +76,22 @@ class Accounts:
         return cost_of(self.prices.price_for(model), usage)
 
     async def admit(self, key: KeySpec, model: str | None, prompt_tokens: float,
-                    max_tokens: int | None) -> Reservation | LimitHit:  # fmt: skip
+                    max_tokens: int | None, answers: int = 1) -> Reservation | LimitHit:  # fmt: skip
+        """``answers``: how many the request asks for (chat's ``n``), each up to ``max_tokens``.
+        The minute's tokens take the output asked for too (as OpenAI counts a request against
+        its own tokens-per-minute limit), so concurrent requests cannot pass the limit between
+        them; the settle puts the minute's count right."""
         now = self.wall()
         minute = int(now // 60)
         price = self.prices.price_for(model)
         budgets = self._budgets(key, now)
-        reserve = worst_case(price, prompt_tokens, max_tokens or self.default_max_tokens) if budgets else 0.0
+        output = (max_tokens or self.default_max_tokens) * max(1, answers)
+        reserve = worst_case(price, prompt_tokens, output) if budgets else 0.0
+        minute_tokens = round(prompt_tokens) + (output if key.tokens_per_minute is not None else 0)
         slot = f"{self._prefix}-{next(self._ids)}"
         admit = LedgerAdmit(
             key=key.name, minute=minute, requests_per_minute=key.requests_per_minute,
-            tokens_per_minute=key.tokens_per_minute, tokens=round(prompt_tokens), parallel=key.parallel,
+            tokens_per_minute=key.tokens_per_minute, tokens=minute_tokens, parallel=key.parallel,
             slot=slot, now_ms=round(now * 1000), slot_ttl_ms=SLOT_TTL_MS,
             budgets=tuple((b, limit) for b, limit, _, _ in budgets), reserve_usd=reserve,
             budget_ttl_s=_BUDGET_KEEP_S + max((end for *_, end in budgets), default=now) - now,
@@ -96,7 +103,8 @@ class Accounts:
             await self.flush()
             verdict, spent = await self.store.ledger_admit(admit)
         held = tuple(b for b, *_ in budgets)
-        reservation = Reservation(key, minute, slot, admit.tokens, reserve, held, price)
+        reservation = Reservation(key, minute, slot, round(prompt_tokens), reserve, held, price,
+                                  minute_tokens=minute_tokens)  # fmt: skip
         if verdict == "ok":
             if self.closed_when_store_down and not getattr(self.store, "healthy", True):
                 await self.settle(reservation, {})  # undo what this replica's memory counted
@@ -119,8 +127,10 @@ class Accounts:
             return cost
         r.settled = True
         used = usage.get("prompt", 0) + usage.get("completion", 0)
+        # What the request used (its prompt estimate when nothing says): the minute takes that
+        # in place of what admission counted.
         self._pending.append(LedgerSettle(
-            key=r.key.name, minute=r.minute, token_delta=used - r.tokens if used else 0, slot=r.slot,
+            key=r.key.name, minute=r.minute, token_delta=(used or r.tokens) - r.minute_tokens, slot=r.slot,
             budgets=r.budgets, reserve_usd=r.reserve_usd, cost_usd=cost.usd,
             budget_ttl_s=_BUDGET_KEEP_S + 32 * 86_400.0,
         ))  # fmt: skip
@@ -137,22 +147,32 @@ class Accounts:
 
     async def state_of(self, key: KeySpec) -> dict[str, Any]:
         """What ``GET /v1/gateway/key`` answers: the key's limits and where it stands."""
+        head: dict[str, Any] = {
+            "name": key.name, "team": key.team, "models": list(key.models),
+            "limits": {"requests_per_minute": key.requests_per_minute,
+                       "tokens_per_minute": key.tokens_per_minute, "parallel": key.parallel},
+            "counted": key.limited,
+        }  # fmt: skip
+        if not key.limited:
+            # Nothing to hold it to, so nothing is counted here (its spend is in the metrics
+            # and log lines): zeros would read as "unused".
+            return head
         now = self.wall()
         minute = int(now // 60)
         budgets = self._budgets(key, now)
         n, k, in_flight, spend = await self.store.ledger_read(key.name, minute, round(now * 1000),
                                                               [b for b, *_ in budgets])  # fmt: skip
         out: dict[str, Any] = {
-            "name": key.name, "team": key.team, "models": list(key.models),
-            "limits": {"requests_per_minute": key.requests_per_minute,
-                       "tokens_per_minute": key.tokens_per_minute, "parallel": key.parallel},
+            **head,
             "this_minute": {"requests": n, "tokens": k, "resets_at": iso((minute + 1) * 60)},
             "in_flight": in_flight,
         }  # fmt: skip
         for (bkey, limit, period, end), (spent, held) in zip(budgets, spend, strict=True):
             field_name = "team_budget" if bkey.startswith("team:") else "budget"
             out[field_name] = {"usd": limit, "period": period, "spent_usd": round(spent, 6),
-                               "reserved_usd": round(held, 6), "left_usd": round(max(0.0, limit - spent), 6),
+                               "reserved_usd": round(held, 6),
+                               # What a new request may still take: in-flight requests hold theirs.
+                               "left_usd": round(max(0.0, limit - spent - held), 6),
                                "resets_at": iso(end)}  # fmt: skip
         return out
 

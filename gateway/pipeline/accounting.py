@@ -59,7 +59,7 @@ async def admit_request(svc: Services, state: RequestState, headers: Mapping[str
     if not key.limited or svc.accounts is None:
         return None
     prompt = size / BYTES_PER_TOKEN
-    got = await svc.accounts.admit(key, model, prompt, _max_output(payload))
+    got = await svc.accounts.admit(key, model, prompt, _max_output(payload), _answers(payload))
     if isinstance(got, Reservation):
         state.reservation = got
         return None
@@ -83,7 +83,8 @@ def settle(svc: Services, state: RequestState) -> None:
         # pay only for the words it was shown, or nothing.
         state.usage["prompt"] = reservation.tokens
     cost = accounts.cost(state.model, state.usage)
-    state.cost_usd, state.priced = cost.usd, cost.priced
+    # Nothing used (a listing, a refused request) has nothing to price: not "unpriced".
+    state.cost_usd, state.priced = cost.usd, cost.priced or not any(state.usage.values())
     attrs: dict[str, str | float | bool] = {f"{P}key": key.name, f"{P}cost_usd": round(cost.usd, 6),
                                            f"{P}cost_priced": cost.priced}  # fmt: skip
     if key.team:
@@ -121,6 +122,17 @@ def _max_output(payload: Mapping[str, Any]) -> int | None:
         if isinstance(value, int) and value > 0:
             return value
     return None
+
+
+def _answers(payload: Mapping[str, Any]) -> int:
+    """How many answers a request asks for (chat's ``n``, Gemini's ``candidateCount``): each
+    may use every output token asked for."""
+    config = payload.get("generationConfig") or payload.get("generation_config")
+    nested = config if isinstance(config, dict) else {}
+    for value in (payload.get("n"), nested.get("candidateCount"), nested.get("candidate_count")):
+        if isinstance(value, int) and not isinstance(value, bool) and value > 1:
+            return min(value, 128)  # OpenAI's own bound on n
+    return 1
 
 
 def _refused(svc: Services, state: RequestState, headers: Mapping[str, str], r: LimitHit) -> Failure:

@@ -208,6 +208,31 @@ async def test_fifty_parallel_requests_at_the_edge_overspend_by_one_reservation_
     assert len(gw.fake.chat_requests()) == 3 + admitted
 
 
+async def test_a_request_for_n_answers_reserves_n_answers_worth(make_gateway: MakeGateway) -> None:
+    """`n: 10` asks for ten answers of up to max_tokens each: reserving one let 7 such requests
+    spend $7.07 of a $1 budget (measured). Ten answers' worth is reserved now."""
+    gw = await make_gateway(keys_yaml(budget={"usd": 500, "period": "day"}))
+    gw.fake.always = Reply(200, chat_completion(), delay_s=0.3)
+    payload = {"model": "gpt-4o-mini", "max_tokens": 10, "n": 10, "messages": [{"role": "user", "content": "hi"}]}
+    answers = await asyncio.gather(*(gw.chat(payload, headers=ALICE) for _ in range(5)))
+    # ~17 prompt tokens at $1 and 10 x 10 out at $2: ~$217 each; $500 admits the first three.
+    assert [a[0] for a in answers].count(200) == 3
+
+
+async def test_tokens_per_minute_hold_under_concurrency(make_gateway: MakeGateway) -> None:
+    """The minute counts the output a request asks for at admission (as OpenAI counts it), then
+    what it used: 50 requests at once no longer all pass a limit each fits under."""
+    gw = await make_gateway(keys_yaml(tokens_per_minute=500))
+    gw.fake.always = Reply(200, chat_completion(), delay_s=0.3)
+    payload = {"model": "gpt-4o-mini", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
+    answers = await asyncio.gather(*(gw.chat(payload, headers=ALICE) for _ in range(50)))
+    statuses = [a[0] for a in answers]
+    # ~130 tokens each at admission (a ~30-token prompt estimate and 100 out): three fit in 500.
+    assert statuses.count(200) == 3 and statuses.count(429) == 47
+    state = await settled(gw)
+    assert state["this_minute"]["tokens"] == 3 * (12 + 7)  # then what the fake's usage says they used
+
+
 async def test_the_key_endpoint_tells_a_key_its_state_and_an_admin_every_keys(make_gateway: MakeGateway) -> None:
     gw = await make_gateway(keys_yaml(requests_per_minute=10, budget={"usd": 50, "period": "month"}))
     assert (await gw.chat(headers=ALICE))[0] == 200

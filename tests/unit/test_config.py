@@ -459,3 +459,18 @@ def test_a_gemini_only_upstream_takes_its_key_in_x_goog_api_key(extra: str, head
 def test_a_bare_gemini_host_is_told_about_v1beta() -> None:
     cfg = parse_config("upstreams: [{name: g, base_url: 'https://generativelanguage.googleapis.com'}]", env={})
     assert any("did you mean https://generativelanguage.googleapis.com/v1beta?" in w for w in config_warnings(cfg))
+
+
+def test_key_limits_on_workers_without_shared_state_are_refused() -> None:
+    """Each worker is a process with its own memory: a $1 budget on 2 workers let a key spend
+    $2.20 (measured). Such a config is refused, saying why and what to do."""
+    keys = ("\nkeys:\n  - {name: alice, key: gk-alice, budget: {usd: 1, period: day}}\n"
+            "  - {name: bob, key: gk-bob}\n")  # fmt: skip
+    with pytest.raises(ConfigError, match=r"key 'alice' has limits or budgets, and server.workers is 2 with "
+                                          r"state.backend memory: each worker would count its own"):  # fmt: skip
+        parse_config((MINIMAL + "\nserver: {workers: 2}") + keys, env={})
+    parse_config(MINIMAL + keys, env={})  # one worker: counted once
+    unlimited = "\nkeys:\n  - {name: bob, key: gk-bob}\n"
+    parse_config((MINIMAL + "\nserver: {workers: 2}") + unlimited, env={})  # nothing counted
+    redis = "\nstate: {backend: redis, url: 'redis://127.0.0.1:6379/0'}"
+    parse_config((MINIMAL + "\nserver: {workers: 2}") + keys + redis, env={})  # shared
