@@ -175,7 +175,8 @@ async def _exchange(
         return _transport(svc, f.kind)
     svc.busy_poll.touch()
     state.upstream_head_s = svc.monotonic() - sent
-    if call.up.pooled and svc.pool_state is not None:
+    if call.up.pooled and svc.pool_state is not None and call.up.cfg.api_key is not None:
+        # (A forwarded client credential's headers tell that client's headroom, not the key's.)
         _headroom(svc, call, state.model, resp.headers)
     try:
         if resp.status >= 400:

@@ -54,7 +54,7 @@ from gateway.pipeline.outcome import (
     bad_request,
     gateway_failure,
 )
-from gateway.pipeline.pool import any_deployment
+from gateway.pipeline.pool import send_across
 from gateway.pipeline.relay import relay, rendered
 from gateway.pipeline.send import new_plan, note_outage, send_one
 from gateway.policy.clients import client_deadline_s, compacts_itself
@@ -217,17 +217,22 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     route = _route(svc, state, state.model)
     if isinstance(route, Failure):
         return await relay(request, svc, state, route)
-    pool = route.hops[0].pool
-    up = route.upstreams[0] if pool is None else await any_deployment(svc, pool, state.model)
     api = api_of_path(request.path)
-    if api is not None and api not in up.cfg.apis:
-        return await relay(request, svc, state, _not_spoken(up, api, request, body))
-    headers = request_headers(request.headers.items(), up.outbound, state.request_id)
-    if api is None:  # /v1/models, say: what the upstream's one API requires, if it speaks one
-        headers = required_for(headers, up.cfg)
-    call = Call(up, request.method, up.cfg.base_url + url_for, headers, ReadMode.RAW)
+
+    def call_for(up: UpstreamRuntime) -> Call | Outcome:
+        if api is not None and api not in up.cfg.apis:
+            return _not_spoken(up, api, request, body)
+        headers = request_headers(request.headers.items(), up.outbound, state.request_id)
+        if api is None:  # /v1/models, say: what the upstream's one API requires, if it speaks one
+            headers = required_for(headers, up.cfg)
+        return Call(up, request.method, up.cfg.base_url + url_for, headers, ReadMode.RAW, body=body)
+
     plan = new_plan(svc, client_deadline_s(request.headers))
-    outcome = await send_one(svc, state, plan, call, body)
+    pool = route.hops[0].pool
+    if pool is not None:
+        return await relay(request, svc, state, await send_across(svc, state, plan, pool, call_for))
+    call = call_for(route.upstreams[0])
+    outcome = await send_one(svc, state, plan, call, body) if isinstance(call, Call) else call
     return await relay(request, svc, state, outcome)
 
 

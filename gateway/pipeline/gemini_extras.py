@@ -29,13 +29,13 @@ from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.forward import Handler, authenticate, not_found
 from gateway.pipeline.models import gemini_caller, list_models
 from gateway.pipeline.outcome import STATE, Failure, Outcome, RequestState, Success, bad_request
-from gateway.pipeline.pool import any_deployment
+from gateway.pipeline.pool import send_across
 from gateway.pipeline.relay import relay
 from gateway.pipeline.send import new_plan, send_one
 from gateway.policy.clients import client_deadline_s
 from gateway.policy.tokens import request_tokens, text_tokens
 from gateway.routing import UnsafePath, request_headers
-from gateway.services import SERVICES, Services
+from gateway.services import SERVICES, Services, UpstreamRuntime
 from gateway.translate.base import Refusal, Target
 from gateway.translate.gemini_chat.request import to_chat
 
@@ -84,7 +84,26 @@ async def _counted_upstream(
     if route is None:
         return None
     pool = route.hops[0].pool
-    up = route.upstreams[0] if pool is None else await any_deployment(svc, pool, model)
+    plan = new_plan(svc, client_deadline_s(request.headers))
+    if pool is not None:
+        if not any("gemini" in up.cfg.apis for up in pool.members):
+            return None
+        # A deployment that does not count (another API, a path it refuses) answers with the
+        # estimate's "not counted here": None below.
+        outcome = await send_across(
+            svc, state, plan, pool, lambda up: _count_call(request, state, up, model, body) or _NOT_COUNTED
+        )
+        return None if outcome is _NOT_COUNTED else outcome
+    call = _count_call(request, state, route.upstreams[0], model, body)
+    return None if call is None else await send_one(svc, state, plan, call, body)
+
+
+# send_across's answer for a deployment that cannot count: the caller then estimates.
+_NOT_COUNTED = Success(204, [])
+
+
+def _count_call(request: web.Request, state: RequestState, up: UpstreamRuntime, model: str,
+                body: bytes) -> Call | None:  # fmt: skip
     if "gemini" not in up.cfg.apis:
         return None
     name = up.cfg.upstream_model(model) if up.cfg.model_map else model
@@ -93,8 +112,7 @@ async def _counted_upstream(
     except UnsafePath:
         return None
     headers = request_headers(request.headers.items(), up.outbound, state.request_id, "gemini")
-    call = Call(up, "POST", url, headers, ReadMode.BUFFER, GEMINI)
-    return await send_one(svc, state, new_plan(svc, client_deadline_s(request.headers)), call, body)
+    return Call(up, "POST", url, headers, ReadMode.BUFFER, GEMINI, body=body)
 
 
 def estimate(request: dict[str, Any]) -> int:

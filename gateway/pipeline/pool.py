@@ -24,7 +24,7 @@ from dataclasses import replace
 
 from gateway.errors import Classification, ErrorType
 from gateway.pipeline.attempt import Call
-from gateway.pipeline.outcome import Failure, RequestState, Success, gateway_failure
+from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success, gateway_failure
 from gateway.pipeline.send import SETTLED, Sent, fails_over_class, send_one, waited_and_confirmed
 from gateway.policy.retry import RetryPlan
 from gateway.policy.retry_after import reset_at_ms
@@ -51,6 +51,7 @@ async def send_pool(
     cfg, members, model = pool.cfg, pool.members, state.model
     tried: set[str] = set()
     last: Sent | None = None
+    limited: Sent | None = None  # the last provider 429 of this request: what a client is shown
     refused: Failure | None = None
     bound = pool.affinity.get(conversation) if pool.affinity is not None and conversation else None
     opening = True  # the request's first pick: affinity may decide it
@@ -79,6 +80,8 @@ async def send_pool(
                     _bind(svc, pool, conversation, bound, up.cfg.name, views, tried)
                 return last
             c = outcome.classification
+            if c.type is ErrorType.RATE_LIMIT:
+                limited = last
             await _sit_out(svc, state, pool, up, c)
             bigger = any((m.cfg.context_window or 0) > (up.cfg.context_window or 0) for m in members)
             if not moves_to_sibling(c, own_key=up.cfg.api_key is not None, bigger_window=bigger,
@@ -109,7 +112,7 @@ async def send_pool(
                 return call
             _picked(svc, state, pool, up, "circuit_open")
             return Sent(await send_one(svc, state, plan, call, call.body), call)
-        answered = await _all_sitting_out(svc, state, plan, pool, last, tried)
+        answered = await _all_sitting_out(svc, state, plan, pool, last, tried, limited)
         if answered is not None:
             return answered
         opening = False  # waited for the earliest reset: it may serve again
@@ -126,17 +129,50 @@ def _why_none_serves(views: list[Deployment], now_ms: float) -> ErrorType:
     return ErrorType.AUTH if SitOut.AUTH in out else ErrorType.PROVIDER_UNAVAILABLE
 
 
-async def any_deployment(svc: Services, pool: PoolRuntime, model: str | None) -> UpstreamRuntime:
-    """The deployment the pool's strategy would pick now, for a request that is not retried
-    along the pool (counting tokens, listing models): the first when none may serve."""
+async def any_deployment(
+    svc: Services, pool: PoolRuntime, model: str | None, tried: frozenset[str] | set[str] = frozenset()
+) -> UpstreamRuntime | None:
+    """The deployment the pool's strategy would pick now among those not ``tried``, for a
+    request that is not retried along the pool: the first when none may serve (None: when
+    that one was tried too)."""
     ps = svc.pool_state
     assert ps is not None
     if not ps.fresh(pool.cfg.name, model):
         await ps.refresh(pool.cfg.name, pool.member_cfgs, model, pool.circuits)
     now_ms = svc.wall() * 1000
     views = [ps.view(i, up.cfg, model, now_ms) for i, up in enumerate(pool.members)]
-    ready = [v for v in views if v.serves_at(now_ms)]
-    return pool.members[first(pool.cfg.strategy, ready, svc.rand).slot] if ready else pool.members[0]
+    ready = [v for v in views if v.serves_at(now_ms) and v.name not in tried]
+    if ready:
+        return pool.members[first(pool.cfg.strategy, ready, svc.rand).slot]
+    return None if pool.members[0].cfg.name in tried else pool.members[0]
+
+
+async def send_across(
+    svc: Services, state: RequestState, plan: RetryPlan, pool: PoolRuntime,
+    call_for: Callable[[UpstreamRuntime], Call | Outcome],
+) -> Outcome:  # fmt: skip
+    """A request that is not retried along the pool (counting tokens, an embedding, any path
+    relayed as it is): one deployment as the strategy picks it, and on a failure of its key
+    (a rate limit, no credit, the operator's key refused) that deployment sits out, as it
+    would for the pool's own requests, and the next is tried; each once. ``call_for`` may
+    answer instead of sending (a path its API has no translation for)."""
+    tried: set[str] = set()
+    outcome: Outcome | None = None
+    while (up := await any_deployment(svc, pool, state.model, tried)) is not None:
+        call = call_for(up)
+        if not isinstance(call, Call):
+            return call
+        _picked(svc, state, pool, up, pool.cfg.strategy if not tried else "moved")
+        outcome = await send_one(svc, state, plan, call, call.body)
+        if not isinstance(outcome, Failure):
+            return outcome
+        await _sit_out(svc, state, pool, up, outcome.classification)
+        tried.add(up.cfg.name)
+        if not moves_to_sibling(outcome.classification, own_key=up.cfg.api_key is not None,
+                                bigger_window=False, overflow_moves=False):  # fmt: skip
+            return outcome
+    assert outcome is not None  # the first deployment is always tried
+    return outcome
 
 
 async def _send(svc: Services, state: RequestState, plan: RetryPlan, call: Call,
@@ -239,7 +275,7 @@ async def _sit_out(svc: Services, state: RequestState, pool: PoolRuntime, up: Up
 
 async def _all_sitting_out(
     svc: Services, state: RequestState, plan: RetryPlan, pool: PoolRuntime, last: Sent | None,
-    tried: set[str],
+    tried: set[str], limited: Sent | None = None,
 ) -> Sent | None:  # fmt: skip
     """No sibling is left to try, nor a later hop. When some sibling waits for a rate limit's
     reset, the pool serves again at the earliest one, whatever the others sit out for (an
@@ -272,9 +308,14 @@ async def _all_sitting_out(
             tried.discard(earliest.name)
             return None
     state.retries_settled = plan.stopped in SETTLED
-    if isinstance(answer, Failure) and failed is not None and failed.type is ErrorType.RATE_LIMIT:
-        # The provider's own 429, with the pool's earliest reset.
-        return Sent(replace(answer, classification=c), last.call if last is not None else None)
+    if limited is not None and isinstance(limited.outcome, Failure):
+        # The provider's own 429 (the last one of this request, whatever failed after it: a
+        # refused or exhausted sibling), with the pool's earliest reset.
+        c = replace(c, provider_code=limited.outcome.classification.provider_code,
+                    message=limited.outcome.classification.message)  # fmt: skip
+        if limited.call is not None:
+            state.upstream = limited.call.up.cfg.name  # whose 429 it is
+        return Sent(replace(limited.outcome, classification=c), limited.call)
     state.upstream = pool.cfg.name  # no deployment was asked: the pool answered
     failure = gateway_failure(
         429, c, f"every deployment of pool '{pool.cfg.name}' is rate limited; the earliest resets in "

@@ -148,14 +148,17 @@ def _rendezvous(ready: Sequence[Deployment], conversation: str) -> list[Deployme
 def sit_out(c: Classification, now_ms: int, *, rate_limit_s: float, budget_s: float, auth_s: float,
             own_key: bool) -> tuple[int, SitOut] | None:  # fmt: skip
     """How long a deployment sits out after the failure ``c``, and why; None: it does not
-    (the failure says nothing about its key). A refused key only counts when it is the
-    operator's own: a client's forwarded credential being refused says nothing about the key."""
+    (the failure says nothing about its key). Only a failure of the operator's own key counts:
+    a client's forwarded credential that is rate limited, out of credit or refused is that
+    client's, and sitting the deployment out for it took the pool from every other client."""
+    if not own_key:
+        return None
     t = c.type
     if t is ErrorType.RATE_LIMIT:
         return _until(c, now_ms, rate_limit_s), SitOut.RATE_LIMIT
     if t is ErrorType.BUDGET:
         return _until(c, now_ms, budget_s), SitOut.BUDGET
-    if t is ErrorType.AUTH and own_key:
+    if t is ErrorType.AUTH:
         return now_ms + round(auth_s * 1000), SitOut.AUTH
     return None
 

@@ -382,4 +382,64 @@ async def test_a_key_out_of_credit_last_does_not_hide_a_sibling_back_in_ten_minu
     # b is out of credit, but a serves again in 10 minutes: a rate limit with a's reset, not a 402.
     assert status == 429 and headers["x-llm-error-type"] == "rate_limit"
     assert 599 <= int(headers["retry-after"]) <= 600
-    assert json.loads(body)["error"]["code"] == "pool_rate_limited"
+    # a's own 429 (a provider answered one in this request), not the gateway's pool_rate_limited.
+    assert json.loads(body)["error"]["code"] == "rate_limit_exceeded" and headers["x-llm-upstream"] == "a"
+
+
+async def test_a_clients_own_forwarded_key_failing_takes_no_deployment_from_other_clients(
+    make_gateway,  # type: ignore[no-untyped-def]
+) -> None:
+    """Deployments without an api_key forward each client's credential: one client's rate limit
+    or empty credit is that client's. Sitting the deployments out for it answered every other
+    client 429 pool_rate_limited for an hour, with no call made (measured)."""
+    fakes = [FakeUpstream(), FakeUpstream(), FakeUpstream()]
+    for f in fakes:
+        await f.start()
+        f.keys.limited_until("client-limited", time.time() + 3600)
+        f.keys.exhaust("client-poor")
+    try:
+        gw = await make_gateway(
+            "pools:\n  - {name: gpt, models: ['gpt-*'], deployments: [a, b, c]}\n", fake=fakes[0], upstreams="".join(
+                f"  - {{name: {n}, base_url: '{f.url}'}}\n" for n, f in zip("abc", fakes, strict=True)))  # fmt: skip
+        status, _, _ = await gw.chat(headers={"Authorization": "Bearer client-limited"})
+        assert status == 429  # the client's own key, on every deployment it was tried on
+        status, _, _ = await gw.chat(headers={"Authorization": "Bearer client-poor"})
+        assert status in (402, 429)
+        before = sum(len(f.chat_requests()) for f in fakes)
+        for _ in range(6):
+            status, headers, _ = await gw.chat(headers={"Authorization": "Bearer client-good"})
+            assert status == 200 and headers["x-llm-attempts"] == "1"
+        assert sum(len(f.chat_requests()) for f in fakes) == before + 6
+        assert gw.metric("llm_gateway_pool_sit_outs_total") in (None, 0)
+    finally:
+        for f in fakes:
+            await f.close()
+
+
+async def test_counting_tokens_and_embeddings_route_around_a_refused_key(make_pool: MakePool) -> None:
+    """Paths relayed as they are (count_tokens, embeddings) picked a deployment and kept calling a
+    revoked key; its 401 now sits it out, as a chat request's does, and the next is tried."""
+    gw, fakes = await make_pool(names=("a", "b"))
+    fakes["a"].keys.revoke("key-a")
+    fakes["b"].keys.revoke("nobody")
+    for _ in range(6):
+        async with gw.session.post(gw.base + "/v1/embeddings", json={"model": "gpt-4o-mini", "input": "x"}) as r:
+            assert r.status == 200 and r.headers["x-llm-upstream"] == "b"
+    refused = [r for r in fakes["a"].requests if r.path.endswith("/embeddings")]
+    assert len(refused) <= 1  # one call at most, then it sits out
+
+
+async def test_every_key_out_after_a_provider_429_answers_that_429_whatever_failed_after_it(
+    make_pool: MakePool,
+) -> None:
+    """pools.md: the provider's body when one answered in this request; the gateway's own 429
+    only when no call was made. It depended on which key was tried last (measured)."""
+    for order in range(6):
+        gw, fakes = await make_pool()
+        fakes["a"].always = Reply(429, RATE_LIMITED, {"retry-after": "3600"})
+        fakes["b"].always = Reply(401, INVALID_KEY)
+        fakes["c"].always = Reply(429, NO_QUOTA)
+        status, headers, body = await gw.chat(_chat(f"conversation {order}"))
+        assert status == 429, order
+        assert json.loads(body) == RATE_LIMITED and headers["x-llm-upstream"] == "a"
+        assert headers["x-llm-attempts"] == "3"
