@@ -1,6 +1,6 @@
-"""What OpenAI's chat completions API refuses in a conversation's shape, refused by the fake in
-its words: the mirror of messages_rules.py for requests translated to chat (Claude Code and
-Codex on a chat-only server). Each rule, as OpenAI words it (400 ``invalid_request_error``):
+"""What OpenAI's chat completions API refuses in a request's shape, refused by the fake in its
+words: the mirror of messages_rules.py for requests translated to chat (Claude Code and Codex on
+a chat-only server). Each rule, as OpenAI words it (400 ``invalid_request_error``):
 
 - "[] is too short - 'messages'": no messages at all (quoted in llama.cpp's and Ollama's
   compatibility notes and tests, which copy OpenAI's wording);
@@ -9,31 +9,61 @@ Codex on a chat-only server). Each rule, as OpenAI words it (400 ``invalid_reque
   ``messages``): quoted in many agents' reports with OpenAI's full error object;
 - "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with
   'tool_calls'." (param ``messages.[N].role``; the misspelling is OpenAI's): a tool result whose
-  call is not in the assistant turn right before it.
+  call is not in the assistant turn right before it;
+- "Invalid 'user': string too long. Expected a string with maximum length 64, but got a string
+  with length N instead." (param ``user``, code ``string_above_max_length``): Claude Code's
+  ``metadata.user_id``, a JSON object of ~150 characters, passed on as ``user``. The limit is
+  https://github.com/maximhq/bifrost/pull/1000's; the words are OpenAI's answer for any string
+  too long, with that param and code (https://github.com/BerriAI/litellm/issues/4735, for a
+  tool's description), and quoted for ``user`` itself in LiteLLM's tests of its error mapping;
+- a function tool's name (param ``tools[N].function.name``) longer than 64: the same words
+  (https://github.com/ravitemer/mcphub.nvim/pull/243, with the code); or with other characters
+  than letters, digits, ``_`` and ``-``, as MCP servers name theirs: "Invalid
+  'tools[N].function.name': string does not match pattern. Expected a string that matches the
+  pattern '^[a-zA-Z0-9_-]+$'." (code ``invalid_value``: https://github.com/brekkylab/ailoy/pull/109,
+  https://github.com/Vortiago/mcp-azure-devops/pull/30). An empty name is answered with the
+  pattern's words, the fake's choice;
+- a ``strict`` json_schema ``response_format`` whose schema has an object, at any depth, that is
+  not closed or does not require all its properties: "Invalid schema for response_format
+  '<name>': In context=<path>, 'additionalProperties' is required to be supplied and to be
+  false." (https://github.com/moeru-ai/xsai/issues/202, https://github.com/google/adk-python/pull/4039)
+  and "… 'required' is required to be supplied and to be an array including every key in
+  properties. Missing '<key>'." (https://github.com/vercel/ai/issues/6484), param
+  ``response_format``. Where an object breaks both, the first is answered, and of the keys
+  missing the first, as the quoted answers name one: the fake's choices.
+
+Where a request breaks more than one rule, the order they are checked in is the fake's own.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from gateway.fake.responses import responses_error
+from gateway.fake.schemas import objects
 from gateway.fake.steps import Reply
+
+Fault = tuple[str, str | None, str | None]  # message, param, code
+
+_FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]+")
 
 
 def refusal(path: str, payload: dict[str, Any]) -> Reply | None:
     """OpenAI's 400 for this chat request, or None when OpenAI takes it."""
     if not path.endswith("/chat/completions"):
         return None
-    found = _why(payload.get("messages"))
+    found = (_user(payload.get("user")) or _tool_names(payload.get("tools"))
+             or _strict_schema(payload.get("response_format")) or _why(payload.get("messages")))  # fmt: skip
     if found is None:
         return None
-    message, param = found
-    return responses_error(400, message, "invalid_request_error", None, param)
+    message, param, code = found
+    return responses_error(400, message, "invalid_request_error", code, param)
 
 
-def _why(messages: Any) -> tuple[str, str | None] | None:
+def _why(messages: Any) -> Fault | None:
     if messages == []:
-        return "[] is too short - 'messages'", None
+        return "[] is too short - 'messages'", None, None
     if not isinstance(messages, list):
         return None
     window: set[str] = set()  # the calls of the assistant turn the tool messages now answer
@@ -45,7 +75,7 @@ def _why(messages: Any) -> tuple[str, str | None] | None:
             call = message.get("tool_call_id")
             if call not in window:
                 return ("Invalid parameter: messages with role 'tool' must be a response to a preceeding message "
-                        "with 'tool_calls'.", f"messages.[{i}].role")  # fmt: skip
+                        "with 'tool_calls'.", f"messages.[{i}].role", None)  # fmt: skip
             if call in waiting:
                 waiting.remove(call)
             continue
@@ -57,7 +87,61 @@ def _why(messages: Any) -> tuple[str, str | None] | None:
     return _unanswered(waiting) if waiting else None
 
 
-def _unanswered(ids: list[str]) -> tuple[str, str]:
+def _unanswered(ids: list[str]) -> Fault:
     return ("An assistant message with 'tool_calls' must be followed by tool messages responding to each "
             f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(ids)}",
-            "messages")  # fmt: skip
+            "messages", None)  # fmt: skip
+
+
+def _user(user: Any) -> Fault | None:
+    if isinstance(user, str) and len(user) > 64:
+        return _too_long("user", 64, len(user))
+    return None
+
+
+def _tool_names(tools: Any) -> Fault | None:
+    if not isinstance(tools, list):
+        return None
+    for i, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(name, str):
+            continue  # not a function tool, or one the fake's other checks answer
+        param = f"tools[{i}].function.name"
+        if len(name) > 64:
+            return _too_long(param, 64, len(name))
+        if not _FUNCTION_NAME.fullmatch(name):
+            return (f"Invalid '{param}': string does not match pattern. Expected a string that matches the "
+                    "pattern '^[a-zA-Z0-9_-]+$'.", param, "invalid_value")  # fmt: skip
+    return None
+
+
+def _too_long(param: str, limit: int, length: int) -> Fault:
+    return (f"Invalid '{param}': string too long. Expected a string with maximum length {limit}, but got a "
+            f"string with length {length} instead.", param, "string_above_max_length")  # fmt: skip
+
+
+def _strict_schema(response_format: Any) -> Fault | None:
+    if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
+        return None
+    spec = response_format.get("json_schema")
+    if not isinstance(spec, dict) or spec.get("strict") is not True:
+        return None  # without strict, OpenAI takes any schema
+    for where, obj in objects(spec.get("schema")):
+        why = _unclosed(obj)
+        if why is not None:
+            return (f"Invalid schema for response_format '{spec.get('name')}': In context={where!r}, {why}",
+                    "response_format", None)  # fmt: skip
+    return None
+
+
+def _unclosed(obj: dict[str, Any]) -> str | None:
+    if obj.get("additionalProperties") is not False:
+        return "'additionalProperties' is required to be supplied and to be false."
+    properties, required = obj.get("properties"), obj.get("required")
+    listed = required if isinstance(required, list) else []
+    missing = [key for key in properties if key not in listed] if isinstance(properties, dict) else []
+    if missing:
+        return ("'required' is required to be supplied and to be an array including every key in properties. "
+                f"Missing '{missing[0]}'.")  # fmt: skip
+    return None

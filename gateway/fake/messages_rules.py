@@ -17,6 +17,16 @@ Anthropic. Each rule here is one Anthropic applies, worded as it words it (400
   Claude Code's own "API Error: 400" with its request id (``req_011CSYUdcAcsufaZUQ4uDqv8``);
 - "messages: text content blocks must be non-empty": quoted by agents that strip empty blocks
   before sending;
+- "messages: text content blocks must contain non-whitespace text": a text block (or a turn's
+  string content) of whitespace alone, which agents that pad empty blocks with " " or keep a
+  reply of two newlines send (https://github.com/anthropics/claude-code/issues/23440 with its
+  request id, https://github.com/nick1udwig/kibitz/issues/78,
+  https://github.com/anomalyco/opencode/issues/31259). Judged in ``messages`` only: no answer
+  quoted shows it for ``system``;
+- "messages: final assistant content cannot end with trailing whitespace": a prefill (the last
+  turn the assistant's) whose text ends in a space or a newline
+  (https://github.com/tailcallhq/forgecode/issues/1872 with its request id,
+  https://github.com/anomalyco/opencode/issues/1295);
 - "messages.N.role: Input should be 'user' or 'assistant'": a ``system`` turn inside
   ``messages`` (Anthropic takes the system prompt apart), as Messages-compatible servers word it;
   unless the request names the beta ``mid-conversation-system-…`` in ``anthropic-beta``, as
@@ -24,19 +34,90 @@ Anthropic. Each rule here is one Anthropic applies, worded as it words it (400
   stand between the others: a tool call's result is looked for in the next turn past them;
 - "messages: at least one message is required": the empty conversation.
 
+And on the rest of the request:
+
+- "tools.N.custom.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'": a client tool
+  (no ``type``, or ``custom``) named with a dot, a slash or a space, as MCP servers name theirs
+  (https://github.com/netclaw-dev/netclaw/issues/1133,
+  https://github.com/modelcontextprotocol/modelcontextprotocol/issues/1345; before the limit
+  was raised the same words said ``{1,64}``). Anthropic's server tools (``web_search_20250305``,
+  ``bash_20250124``) carry a ``type`` and names of its own, and are not judged;
+- "stop_sequences: each stop sequence must contain non-whitespace": ``stop: ["\\n"]`` carried
+  over from chat (https://github.com/BerriAI/litellm/issues/3286, fixed for every kind of
+  whitespace in https://github.com/BerriAI/litellm/pull/7484);
+- "metadata.user_id: user_id appears to contain an email address.": an end user's address
+  passed on as the user id (https://github.com/BerriAI/litellm/issues/10106). Anthropic's
+  answer goes on ("Please send a uuid or hash value in …") past where that quote is cut; the
+  fake stops at the quoted sentence;
+- ``"thinking.type.enabled" is not supported for this model. Use "thinking.type.adaptive" and
+  "output_config.effort" to control thinking behavior.``: a thinking budget sent to a model
+  that only thinks adaptively
+  (https://github.com/zhukunpenglinyutong/jetbrains-cc-gui/issues/1003, request id
+  ``req_011CaUUB15WGRCpQ2TQoFS2c``; measured on claude-opus-5, claude-fable-5, claude-opus-4-8
+  and claude-sonnet-5 in https://github.com/handochan/aelix-ai/issues/258);
+- "adaptive thinking is not supported on this model": adaptive thinking sent to a model before
+  4.6 (measured on claude-opus-4-5, claude-sonnet-4-5 and claude-haiku-4-5 in
+  https://github.com/askalf/dario/pull/273; https://github.com/vellum-ai/vellum-assistant/pull/37276).
+  Which model takes which is ``thinking_types`` below, from Anthropic's thinking guide
+  (https://platform.claude.com/docs/en/build-with-claude/thinking) and Bedrock's
+  (https://docs.aws.amazon.com/bedrock/latest/userguide/claude-messages-adaptive-thinking.html);
+- with thinking on (``enabled`` or ``adaptive``), what the thinking guide's "Feature
+  compatibility" rules out, each in the words of one quoted answer:
+  "`temperature` may only be set to 1 when thinking is enabled or in adaptive mode. Please
+  consult our documentation at https://platform.claude.com/docs/en/build-with-claude/extended-thinking"
+  (https://github.com/dotCipher/opencode-claude-bridge/pull/1, checked there against the API;
+  the whole answer with its request id ``req_011CeGW3dHhfESHqMhHXtABt`` in a probe record);
+  "`top_p` must be greater than or equal to 0.95 or unset when thinking is enabled. Please
+  consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking#important-considerations-when-using-extended-thinking"
+  (https://errs.dmxapi.cn/detail.php?id=2069, relayed from claude-sonnet-4-6);
+  "`top_k` must be unset when thinking is enabled. Please consult our documentation at
+  https://docs.claude.com/en/docs/build-with-claude/extended-thinking#important-considerations-when-using-extended-thinking"
+  (https://github.com/quarkiverse/quarkus-langchain4j/issues/1812; later answers are quoted, in
+  gateways' code only, as "… when thinking is enabled or in adaptive mode");
+  "Thinking may not be enabled when tool_choice forces tool use." (``tool_choice`` ``any`` or
+  ``tool``: https://github.com/mastra-ai/mastra/issues/7507,
+  https://github.com/can1357/oh-my-pi/issues/341);
+- "A maximum of 4 blocks with cache_control may be provided. Found N.": breakpoints counted over
+  the tools, the system blocks and the messages' blocks (https://github.com/Wei-Shaw/sub2api/issues/176,
+  https://github.com/tghamm/Anthropic.SDK/issues/50);
+- "output_config.format.schema: For 'object' type, 'additionalProperties' must be explicitly set
+  to false": structured output whose schema leaves an object, at any depth, open
+  (https://github.com/veryfront/veryfront-code/issues/3918, and as ``output_format.schema``, the
+  beta's field, https://github.com/ax-llm/ax/issues/458); with ``"additionalProperties": true``,
+  "For 'object' type, 'additionalProperties: true' is not supported. Please set
+  'additionalProperties' to false" (https://github.com/BerriAI/litellm/issues/35808).
+
+The order the rules are checked in, where a request breaks more than one, is the fake's own.
 What the same measurements found Anthropic accepts is accepted here too: two assistant turns
 in a row, and one ``tool_use`` id used twice.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from gateway.fake.messages import anthropic_error
+from gateway.fake.schemas import objects
 from gateway.fake.steps import Reply
 
 MID_CONVERSATION_SYSTEM = "mid-conversation-system"
+
+ENABLED = frozenset({"enabled"})
+BOTH = frozenset({"enabled", "adaptive"})
+ADAPTIVE = frozenset({"adaptive"})
+
+# "claude-opus-4-8-20260501", "claude-sonnet-4-20250514" (4.0: the date is no minor version),
+# "us.anthropic.claude-haiku-4-5-20251001-v1:0", "claude-fable-5", "claude-mythos-preview";
+# and the older order, "claude-3-7-sonnet-20250219".
+_NAMED = re.compile(r"claude-(?P<family>opus|sonnet|haiku|fable|mythos)"
+                    r"(?:-(?P<major>\d+)(?!\d)(?:-(?P<minor>\d{1,2})(?!\d))?)?")  # fmt: skip
+_NUMBERED = re.compile(r"claude-(?P<major>\d+)(?:-(?P<minor>\d))?-(?:opus|sonnet|haiku)")
+_CUSTOM_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
+_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
+_DOCS = ("Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
+         "#important-considerations-when-using-extended-thinking")  # fmt: skip
 
 
 def refusal(path: str, payload: dict[str, Any], headers: Mapping[str, str]) -> Reply | None:
@@ -49,12 +130,35 @@ def refusal(path: str, payload: dict[str, Any], headers: Mapping[str, str]) -> R
     return anthropic_error(400, "invalid_request_error", why)
 
 
+def thinking_types(model: Any) -> frozenset[str] | None:
+    """The ``thinking.type`` values Anthropic takes on this model besides "disabled", or None for
+    a model the fake does not know (not judged): Opus 4.7 and later, Claude 5 and the Fable and
+    Mythos families think adaptively only, Opus and Sonnet 4.6 both ways, older models with a
+    budget only."""
+    if not isinstance(model, str):
+        return None
+    named = _NAMED.search(model)
+    if named is not None and named["family"] in ("fable", "mythos"):
+        return ADAPTIVE
+    found = named if named is not None and named["major"] else _NUMBERED.search(model)
+    if found is None:
+        return None
+    version = (int(found["major"]), int(found["minor"] or 0))
+    return ADAPTIVE if version >= (4, 7) else BOTH if version == (4, 6) else ENABLED
+
+
 def _why(payload: dict[str, Any], system_turns: bool) -> str | None:
     if "max_tokens" not in payload:
         return "max_tokens: Field required"
     messages = payload.get("messages")
     if not isinstance(messages, list):
         return None  # the fake's other checks answer a body of the wrong shape
+    return (_tool_name(payload.get("tools")) or _stop_sequences(payload.get("stop_sequences"))
+            or _user_id(payload.get("metadata")) or _conversation(messages, system_turns)
+            or _thinking(payload) or _breakpoints(payload, messages) or _output_schema(payload))  # fmt: skip
+
+
+def _conversation(messages: list[Any], system_turns: bool) -> str | None:
     if not messages:
         return "messages: at least one message is required"
     roles = ("user", "assistant", "system") if system_turns else ("user", "assistant")
@@ -63,8 +167,9 @@ def _why(payload: dict[str, Any], system_turns: bool) -> str | None:
             continue
         if message.get("role") not in roles:
             return f"messages.{i}.role: Input should be 'user' or 'assistant'"
-        if any(b.get("type") == "text" and b.get("text") == "" for b in _blocks(message)):
-            return "messages: text content blocks must be non-empty"
+        blank = next((why for b in _blocks(message) if (why := _blank_text(b))), None)
+        if blank is not None:
+            return blank
     turns = [(i, m) for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") != "system"]
     for k, (i, message) in enumerate(turns):
         if message.get("role") == "assistant":
@@ -85,6 +190,113 @@ def _why(payload: dict[str, Any], system_turns: bool) -> str | None:
                     return (f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: "
                             f"{block.get('tool_use_id')}. Each `tool_result` block must have a corresponding "
                             "`tool_use` block in the previous message.")  # fmt: skip
+    return _trailing_whitespace(messages[-1])
+
+
+def _blank_text(block: dict[str, Any]) -> str | None:
+    text = block.get("text")
+    if block.get("type") != "text" or not isinstance(text, str):
+        return None
+    if text == "":
+        return "messages: text content blocks must be non-empty"
+    if text.isspace():
+        return "messages: text content blocks must contain non-whitespace text"
+    return None
+
+
+def _trailing_whitespace(last: Any) -> str | None:
+    # Only the turn the model is to continue: earlier assistant turns may end as they like.
+    if not isinstance(last, dict) or last.get("role") != "assistant":
+        return None
+    blocks = _blocks(last)
+    text = blocks[-1].get("text") if blocks and blocks[-1].get("type") == "text" else None
+    if isinstance(text, str) and text[-1:].isspace():
+        return "messages: final assistant content cannot end with trailing whitespace"
+    return None
+
+
+def _tool_name(tools: Any) -> str | None:
+    if not isinstance(tools, list):
+        return None
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict) or tool.get("type", "custom") not in ("custom", None):
+            continue  # a server tool: its name is Anthropic's
+        name = tool.get("name")
+        if isinstance(name, str) and not _CUSTOM_TOOL_NAME.fullmatch(name):
+            return f"tools.{i}.custom.name: String should match pattern '^[a-zA-Z0-9_-]{{1,128}}$'"
+    return None
+
+
+def _stop_sequences(stops: Any) -> str | None:
+    if isinstance(stops, list) and any(isinstance(s, str) and not s.strip() for s in stops):
+        return "stop_sequences: each stop sequence must contain non-whitespace"
+    return None
+
+
+def _user_id(metadata: Any) -> str | None:
+    user_id = metadata.get("user_id") if isinstance(metadata, dict) else None
+    if isinstance(user_id, str) and _EMAIL.search(user_id):
+        return "metadata.user_id: user_id appears to contain an email address."
+    return None
+
+
+def _thinking(payload: dict[str, Any]) -> str | None:
+    thinking = payload.get("thinking")
+    kind = thinking.get("type") if isinstance(thinking, dict) else None
+    if kind not in ("enabled", "adaptive"):
+        return None
+    takes = thinking_types(payload.get("model"))
+    if takes is not None and kind not in takes:
+        if kind == "enabled":
+            return ('"thinking.type.enabled" is not supported for this model. Use "thinking.type.adaptive" '
+                    'and "output_config.effort" to control thinking behavior.')  # fmt: skip
+        return "adaptive thinking is not supported on this model"
+    return _with_thinking(payload)
+
+
+def _with_thinking(payload: dict[str, Any]) -> str | None:
+    temperature, top_p, choice = payload.get("temperature"), payload.get("top_p"), payload.get("tool_choice")
+    if _number(temperature) and temperature != 1:
+        return ("`temperature` may only be set to 1 when thinking is enabled or in adaptive mode. "
+                "Please consult our documentation at "
+                "https://platform.claude.com/docs/en/build-with-claude/extended-thinking")  # fmt: skip
+    if _number(top_p) and top_p < 0.95:
+        return f"`top_p` must be greater than or equal to 0.95 or unset when thinking is enabled. {_DOCS}"
+    if payload.get("top_k") is not None:
+        return f"`top_k` must be unset when thinking is enabled. {_DOCS}"
+    if isinstance(choice, dict) and choice.get("type") in ("any", "tool"):
+        return "Thinking may not be enabled when tool_choice forces tool use."
+    return None
+
+
+def _number(value: Any) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _breakpoints(payload: dict[str, Any], messages: list[Any]) -> str | None:
+    tools, system = payload.get("tools"), payload.get("system")
+    blocks = [*(tools if isinstance(tools, list) else []), *(system if isinstance(system, list) else []),
+              *(b for m in messages if isinstance(m, dict) for b in _blocks(m))]  # fmt: skip
+    found = sum(1 for b in blocks if isinstance(b, dict) and b.get("cache_control") is not None)
+    if found > 4:
+        return f"A maximum of 4 blocks with cache_control may be provided. Found {found}."
+    return None
+
+
+def _output_schema(payload: dict[str, Any]) -> str | None:
+    config = payload.get("output_config")
+    formats = {"output_config.format": config.get("format") if isinstance(config, dict) else None,
+               "output_format": payload.get("output_format")}  # fmt: skip
+    for field, form in formats.items():
+        if not isinstance(form, dict) or form.get("type") != "json_schema":
+            continue
+        for _, obj in objects(form.get("schema")):
+            if obj.get("additionalProperties") is True:
+                return (f"{field}.schema: For 'object' type, 'additionalProperties: true' is not supported. "
+                        "Please set 'additionalProperties' to false")  # fmt: skip
+            if obj.get("additionalProperties") is not False:
+                return (f"{field}.schema: For 'object' type, 'additionalProperties' must be explicitly set "
+                        "to false")  # fmt: skip
     return None
 
 

@@ -219,7 +219,7 @@ def _blocks(m: dict[str, Any]) -> list[dict[str, Any]]:
 def test_overflowing_agent_conversation_is_rescued_in_one_retry(claude, readme_gateway, upstream: FakeUpstream) -> None:
     convo = messages_conversation(rounds=30, output_bytes=2000)
     payload: dict[str, Any] = {"model": MODEL, "max_tokens": 2048, "system": SYSTEM, "messages": convo,
-                               "thinking": {"type": "enabled", "budget_tokens": 1024}}  # fmt: skip
+                               "thinking": {"type": "adaptive"}}  # fmt: skip  (Opus 4.8 thinks adaptively only)
     used = estimate_tokens(payload)
     limit = used * 6 // 10  # Anthropic's own 400, computed from what the fake actually received
     upstream.context_limit = limit

@@ -65,6 +65,87 @@ def test_other_paths_are_not_judged_here() -> None:
     assert chat_rules.refusal("/v1/messages", {"messages": []}) is None
 
 
+def refused_with(**payload: Any) -> tuple[str, str | None, str | None] | None:
+    reply = chat_rules.refusal(PATH, {"model": "m", "messages": [USER], **payload})
+    if reply is None:
+        return None
+    assert reply.status == 400 and reply.body["error"]["type"] == "invalid_request_error"
+    return reply.body["error"]["message"], reply.body["error"]["param"], reply.body["error"]["code"]
+
+
+# Claude Code's metadata.user_id, as a translation to chat might pass it on.
+CLAUDE_CODE_USER = '{"device_id":"' + "d" * 64 + '","account_uuid":"","session_id":"' + "s" * 36 + '"}'
+
+
+def test_user_is_at_most_64_characters() -> None:
+    assert refused_with(user="u" * 64) is None
+    assert refused_with(user=CLAUDE_CODE_USER) == (
+        f"Invalid 'user': string too long. Expected a string with maximum length 64, but got a string with length "
+        f"{len(CLAUDE_CODE_USER)} instead.", "user", "string_above_max_length")
+
+
+def function(name: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": {}}}}
+
+
+PATTERN = ("Invalid 'tools[1].function.name': string does not match pattern. Expected a string that matches the "
+           "pattern '^[a-zA-Z0-9_-]+$'.", "tools[1].function.name", "invalid_value")  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("todoist/find-tasks", PATTERN),
+    ("mcp.search", PATTERN),
+    ("get weather", PATTERN),
+    ("", PATTERN),
+    ("a" * 71, ("Invalid 'tools[1].function.name': string too long. Expected a string with maximum length 64, but "
+                "got a string with length 71 instead.", "tools[1].function.name", "string_above_max_length")),
+    ("mcp__todoist__find-tasks", None),
+    ("a" * 64, None),
+])  # fmt: skip
+def test_function_names(name: str, expected: tuple[str, str, str] | None) -> None:
+    assert refused_with(tools=[function("Bash"), function(name)]) == expected
+
+
+def response_format(schema: dict[str, Any], strict: bool = True) -> dict[str, Any]:
+    return {"type": "json_schema", "json_schema": {"name": "answer", "strict": strict, "schema": schema}}
+
+
+def closed(**properties: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
+
+
+STRING = {"type": "string"}
+REQUIRED = "'required' is required to be supplied and to be an array including every key in properties. Missing 'b'."
+CLOSED = "'additionalProperties' is required to be supplied and to be false."
+
+
+@pytest.mark.parametrize(("schema", "context", "why"), [
+    ({**closed(a=STRING, b=STRING), "required": ["a"]}, "()", REQUIRED),
+    ({**closed(a=STRING, b=STRING), "required": None}, "()", "'required' is required to be supplied and to be an "
+     "array including every key in properties. Missing 'a'."),
+    ({"type": "object", "properties": {"a": STRING}, "required": ["a"]}, "()", CLOSED),
+    (closed(user={"type": "object", "properties": {"a": STRING}, "required": ["a"]}), "('properties', 'user')", CLOSED),
+    (closed(rows={"type": "array", "items": {**closed(a=STRING, b=STRING), "required": ["a"]}}),
+     "('properties', 'rows', 'items')", REQUIRED),
+    (closed(pick={"anyOf": [STRING, {**closed(b=STRING), "additionalProperties": True}]}),
+     "('properties', 'pick', 'anyOf', 1)", CLOSED),
+    ({**closed(user={"$ref": "#/$defs/User"}), "$defs": {"User": {**closed(a=STRING, b=STRING), "required": ["a"]}}},
+     "('$defs', 'User')", REQUIRED),
+])  # fmt: skip
+def test_a_strict_schema_closes_and_requires_every_object(schema: dict[str, Any], context: str, why: str) -> None:
+    assert refused_with(response_format=response_format(schema)) == (
+        f"Invalid schema for response_format 'answer': In context={context}, {why}", "response_format", None)
+
+
+@pytest.mark.parametrize("payload", [
+    {"response_format": response_format(closed(a=STRING, user=closed(b=STRING), rows={"type": "array", "items": closed(c=STRING)}))},
+    {"response_format": response_format({"type": "object", "properties": {"a": STRING}}, strict=False)},
+    {"response_format": {"type": "json_object"}},
+])  # fmt: skip
+def test_schemas_openai_takes(payload: dict[str, Any]) -> None:
+    assert refused_with(**payload) is None
+
+
 TRANSLATIONS = default_translations().table
 TARGET = Target(model="qwen")
 CLAUDE_CODE_BETA = {"anthropic-beta": "mid-conversation-system-2026-04-07"}

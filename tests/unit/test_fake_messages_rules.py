@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.fake.messages_rules import refusal
+from gateway.fake.messages_rules import ADAPTIVE, BOTH, ENABLED, refusal, thinking_types
 
 PATH = "/v1/messages"
 BETA = {"anthropic-beta": "claude-code-20250219,mid-conversation-system-2026-04-07"}
@@ -86,3 +86,182 @@ def test_claude_codes_system_turns_with_its_beta() -> None:
 def test_other_paths_are_not_judged_here() -> None:
     assert refusal("/v1/messages/count_tokens", {"messages": []}, {}) is None
     assert refusal("/v1/chat/completions", {"messages": []}, {}) is None
+
+
+@pytest.mark.parametrize(("messages", "words"), [
+    ([user(text(" \n\t"))], "messages: text content blocks must contain non-whitespace text"),
+    ([{"role": "user", "content": "\n\n"}], "messages: text content blocks must contain non-whitespace text"),
+    ([user(text("hi")), assistant(text("\n\n"), call("toolu_1")), user(result("toolu_1"))],
+     "messages: text content blocks must contain non-whitespace text"),
+    ([user(text("hi")), assistant(text("The answer is "))],
+     "messages: final assistant content cannot end with trailing whitespace"),
+    ([user(text("hi")), {"role": "assistant", "content": "Sure:\n"}],
+     "messages: final assistant content cannot end with trailing whitespace"),
+])  # fmt: skip
+def test_blank_text_and_a_prefill_ending_in_whitespace(messages: list[dict[str, Any]], words: str) -> None:
+    assert refused(messages) == words
+
+
+@pytest.mark.parametrize("messages", [
+    [user(text(" hi "))],  # whitespace around text is text
+    [user(text("hi")), assistant(text("The answer is"))],  # a prefill ending in a word
+    [user(text("hi")), assistant(text("Done.\n")), user(text("thanks"))],  # only the last turn's end counts
+    [user(text("hi")), assistant(text("a "), text("b"))],  # the last block is the content's end
+])  # fmt: skip
+def test_text_anthropic_takes(messages: list[dict[str, Any]]) -> None:
+    assert refused(messages) is None
+
+
+def tool(name: str, **more: Any) -> dict[str, Any]:
+    return {"name": name, "input_schema": {"type": "object"}, **more}
+
+
+HI = [user(text("hi"))]
+NAME = "tools.1.custom.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'"
+EMAIL = "metadata.user_id: user_id appears to contain an email address."
+STOP = "stop_sequences: each stop sequence must contain non-whitespace"
+
+
+@pytest.mark.parametrize(("payload", "words"), [
+    ({"tools": [tool("Bash"), tool("todoist/find-tasks")]}, NAME),
+    ({"tools": [tool("Bash"), tool("a" * 129)]}, NAME),
+    ({"tools": [tool("Bash"), tool("mcp.search", type="custom")]}, NAME),
+    ({"stop_sequences": ["END", "\n"]}, STOP),
+    ({"stop_sequences": [""]}, STOP),
+    ({"metadata": {"user_id": "jane.doe@example.com"}}, EMAIL),
+    ({"metadata": {"user_id": '{"email": "jane@example.com"}'}}, EMAIL),
+])  # fmt: skip
+def test_fields_anthropic_refuses(payload: dict[str, Any], words: str) -> None:
+    assert refused(HI, **payload) == words
+
+
+@pytest.mark.parametrize("payload", [
+    {"tools": [tool("mcp__todoist__find-tasks"), tool("a" * 128)]},
+    {"tools": [{"type": "web_search_20250305", "name": "web_search"},
+               {"type": "bash_20250124", "name": "bash"}, {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"}]},
+    {"stop_sequences": ["END", " \nObservation:"]},
+    {"metadata": {"user_id": "user_3f1c_account_9e2d_session_77ab"}},
+    {"metadata": {"user_id": "jane at example"}},
+])  # fmt: skip
+def test_fields_anthropic_takes(payload: dict[str, Any]) -> None:
+    assert refused(HI, **payload) is None
+
+
+@pytest.mark.parametrize(("model", "types"), [
+    ("claude-3-7-sonnet-20250219", ENABLED),
+    ("claude-3-5-haiku-20241022", ENABLED),
+    ("claude-3-opus-20240229", ENABLED),
+    ("claude-sonnet-4-20250514", ENABLED),
+    ("claude-opus-4-1-20250805", ENABLED),
+    ("claude-opus-4-1@20250805", ENABLED),
+    ("claude-sonnet-4-5", ENABLED),
+    ("us.anthropic.claude-haiku-4-5-20251001-v1:0", ENABLED),
+    ("claude-opus-4-6", BOTH),
+    ("claude-sonnet-4-6", BOTH),
+    ("claude-opus-4-7", ADAPTIVE),
+    ("claude-opus-4-8-20260501", ADAPTIVE),
+    ("claude-opus-5", ADAPTIVE),
+    ("claude-sonnet-5", ADAPTIVE),
+    ("claude-fable-5", ADAPTIVE),
+    ("claude-mythos-preview", ADAPTIVE),
+    ("claude-mythos-5", ADAPTIVE),
+    ("claude-x", None),
+    ("gpt-4o", None),
+    (None, None),
+])  # fmt: skip
+def test_which_thinking_each_model_takes(model: Any, types: frozenset[str] | None) -> None:
+    assert thinking_types(model) == types
+
+
+BUDGET = {"type": "enabled", "budget_tokens": 1024}
+ONLY_ADAPTIVE = ('"thinking.type.enabled" is not supported for this model. Use "thinking.type.adaptive" and '
+                 '"output_config.effort" to control thinking behavior.')  # fmt: skip
+NOT_ADAPTIVE = "adaptive thinking is not supported on this model"
+
+
+@pytest.mark.parametrize(("model", "thinking", "words"), [
+    ("claude-opus-4-8", BUDGET, ONLY_ADAPTIVE),
+    ("claude-sonnet-5", BUDGET, ONLY_ADAPTIVE),
+    ("claude-sonnet-4-5", {"type": "adaptive"}, NOT_ADAPTIVE),
+    ("claude-3-7-sonnet-20250219", {"type": "adaptive"}, NOT_ADAPTIVE),
+    ("claude-opus-4-8", {"type": "adaptive"}, None),
+    ("claude-opus-4-6", BUDGET, None),
+    ("claude-opus-4-6", {"type": "adaptive"}, None),
+    ("claude-sonnet-4-5", BUDGET, None),
+    ("claude-sonnet-4-5", {"type": "disabled"}, None),
+    ("claude-x", BUDGET, None),  # a model the fake does not know is not judged
+])  # fmt: skip
+def test_thinking_the_model_does_not_take(model: str, thinking: dict[str, Any], words: str | None) -> None:
+    assert refused(HI, model=model, thinking=thinking) == words
+
+
+DOCS = ("Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
+        "#important-considerations-when-using-extended-thinking")  # fmt: skip
+TEMPERATURE = ("`temperature` may only be set to 1 when thinking is enabled or in adaptive mode. Please consult our "
+               "documentation at https://platform.claude.com/docs/en/build-with-claude/extended-thinking")  # fmt: skip
+TOP_P = f"`top_p` must be greater than or equal to 0.95 or unset when thinking is enabled. {DOCS}"
+TOP_K = f"`top_k` must be unset when thinking is enabled. {DOCS}"
+FORCED = "Thinking may not be enabled when tool_choice forces tool use."
+
+
+@pytest.mark.parametrize(("payload", "words"), [
+    ({"thinking": BUDGET, "temperature": 0.2}, TEMPERATURE),
+    ({"thinking": {"type": "adaptive"}, "temperature": 0}, TEMPERATURE),
+    ({"thinking": BUDGET, "top_p": 0.9}, TOP_P),
+    ({"thinking": {"type": "adaptive"}, "top_k": 40}, TOP_K),
+    ({"thinking": BUDGET, "tools": [tool("Bash")], "tool_choice": {"type": "any"}}, FORCED),
+    ({"thinking": BUDGET, "tools": [tool("Bash")], "tool_choice": {"type": "tool", "name": "Bash"}}, FORCED),
+    ({"thinking": BUDGET, "temperature": 1, "top_p": 0.95},  None),
+    ({"thinking": BUDGET, "tools": [tool("Bash")], "tool_choice": {"type": "auto"}}, None),
+    ({"thinking": {"type": "disabled"}, "temperature": 0.2, "top_p": 0.5, "top_k": 5,
+      "tools": [tool("Bash")], "tool_choice": {"type": "any"}}, None),
+    ({"temperature": 0.2, "top_k": 5}, None),
+])  # fmt: skip
+def test_what_thinking_is_not_compatible_with(payload: dict[str, Any], words: str | None) -> None:
+    assert refused(HI, **payload) == words
+
+
+def cached(block: dict[str, Any]) -> dict[str, Any]:
+    return {**block, "cache_control": {"type": "ephemeral"}}
+
+
+def test_at_most_four_cache_breakpoints_over_tools_system_and_messages() -> None:
+    system = [cached(text("You are terse.")), cached(text("Project notes."))]
+    convo = [user(cached(text("hi"))), assistant(text("ok")), user(text("more"), cached(text("and more")))]
+    assert refused(convo, system=system, tools=[tool("Bash")]) is None  # four
+    assert refused(convo, system=system, tools=[cached(tool("Bash"))]) == (
+        "A maximum of 4 blocks with cache_control may be provided. Found 5.")
+
+
+def json_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"output_config": {"format": {"type": "json_schema", "schema": schema}}}
+
+
+def closed(**properties: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
+
+
+MUST = "output_config.format.schema: For 'object' type, 'additionalProperties' must be explicitly set to false"
+TRUE = ("output_config.format.schema: For 'object' type, 'additionalProperties: true' is not supported. "
+        "Please set 'additionalProperties' to false")  # fmt: skip
+OPEN = {"type": "object", "properties": {"x": {"type": "string"}}}
+
+
+@pytest.mark.parametrize(("schema", "words"), [
+    (OPEN, MUST),
+    ({**OPEN, "additionalProperties": True}, TRUE),
+    (closed(user=OPEN), MUST),
+    (closed(users={"type": "array", "items": OPEN}), MUST),
+    (closed(pick={"anyOf": [{"type": "string"}, OPEN]}), MUST),
+    ({**closed(user={"$ref": "#/$defs/User"}), "$defs": {"User": OPEN}}, MUST),
+    ({**closed(user={"$ref": "#/definitions/User"}), "definitions": {"User": {**OPEN, "type": ["object", "null"]}}},
+     MUST),
+    (closed(user=closed(name={"type": "string"}), tags={"type": "array", "items": {"type": "string"}}), None),
+])  # fmt: skip
+def test_structured_output_objects_must_be_closed(schema: dict[str, Any], words: str | None) -> None:
+    assert refused(HI, **json_schema(schema)) == words
+
+
+def test_the_betas_output_format_is_held_to_the_same() -> None:
+    words = refused(HI, output_format={"type": "json_schema", "schema": OPEN})
+    assert words == "output_format.schema: For 'object' type, 'additionalProperties' must be explicitly set to false"
