@@ -246,10 +246,15 @@ def _affinity(
     pool: PoolConfig, clock: Callable[[], float], previous: Services | None
 ) -> AffinityTable | None:
     a = pool.affinity
+    if not a.enabled:
+        return None
     before = previous.pools.get(pool.name) if previous is not None else None
-    if before is not None and before.cfg.affinity == a and before.cfg.deployments == pool.deployments:
-        return before.affinity  # conversations stay on the deployment that holds their cache
-    return AffinityTable(a.max_entries, a.idle_s, clock) if a.enabled else None
+    if before is None or before.affinity is None:
+        return AffinityTable(a.max_entries, a.idle_s, clock)
+    # Conversations stay on the deployment that holds their cache across a reload, a key added
+    # to the pool included; one whose deployment was removed moves, and the break is counted
+    # ("removed").
+    return before.affinity if before.cfg.affinity == a else before.affinity.resized(a.max_entries, a.idle_s)
 
 
 def _probe_ttl_s(cfg: GatewayConfig) -> float:

@@ -45,3 +45,11 @@ class AffinityTable:
 
     def __len__(self) -> int:
         return len(self._items)
+
+    def resized(self, max_entries: int, idle_s: float) -> AffinityTable:
+        """The same conversations under new bounds (a reload that changed them): the most
+        recent ``max_entries`` are kept, and each still ages from its last turn."""
+        table = AffinityTable(max_entries, idle_s, self._clock)
+        for conversation, entry in list(self._items.items())[-max_entries:]:
+            table._items[conversation] = entry
+        return table

@@ -132,6 +132,27 @@ async def test_create_app_keeps_what_the_new_config_would_build_the_same() -> No
     await live.close()
 
 
+async def test_a_reload_that_changes_a_pool_keeps_its_conversations_where_their_cache_is() -> None:
+    """Adding a key to a pool (or changing its affinity bounds) forgot every conversation's
+    deployment: half of them moved at the next turn, no break counted (measured)."""
+    members = "".join(f"  - {{name: {n}, base_url: 'http://127.0.0.1:9/v1', api_key: k{n}}}\n" for n in "abc")
+    pooled = "upstreams:\n" + members + "pools: [{name: p, models: ['gpt-*'], deployments: [a, b]}]\n"
+    live = create_app(cfg(pooled), registry=CollectorRegistry())[LIVE]
+    table = live.services.pools["p"].affinity
+    assert table is not None
+    table.bind("conversation-1", "b")
+    await live.replace(cfg(pooled.replace("deployments: [a, b]", "deployments: [a, b, c]")))
+    kept = live.services.pools["p"].affinity
+    assert kept is table and kept.get("conversation-1") == "b"
+    await live.replace(cfg(pooled.replace("deployments: [a, b]", "deployments: [a, b, c], "
+                                          "affinity: {max_entries: 5}")))  # fmt: skip
+    resized = live.services.pools["p"].affinity
+    assert resized is not None and resized is not table and resized.get("conversation-1") == "b"
+    await live.replace(cfg(pooled.replace("deployments: [a, b]", "deployments: [a, b], affinity: {enabled: false}")))
+    assert live.services.pools["p"].affinity is None
+    await live.close()
+
+
 # --- Reloader -----------------------------------------------------------------------------
 
 
