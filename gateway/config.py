@@ -35,6 +35,8 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from gateway.policy import globs
+
 
 class ConfigError(Exception):
     """Config problems, each worded as one line that names the field.
@@ -657,9 +659,9 @@ class PoolConfig(_Model):
 
 
 def patterns_overlap(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
-    """Whether some model name could match a pattern of both (each pattern tried as a name
-    against the other: `*` overlaps everything, `claude-*` overlaps `claude-sonnet-*`)."""
-    return any(fnmatchcase(p, q) or fnmatchcase(q, p) for p in a for q in b)
+    """Whether some model name could match a pattern of both (`*-mini` and `gpt-*` do:
+    `gpt-4o-mini`)."""
+    return any(globs.overlap(p, q) for p in a for q in b)
 
 
 def _names(raw: Any) -> tuple[str, ...]:

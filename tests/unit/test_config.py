@@ -474,3 +474,13 @@ def test_key_limits_on_workers_without_shared_state_are_refused() -> None:
     parse_config((MINIMAL + "\nserver: {workers: 2}") + unlimited, env={})  # nothing counted
     redis = "\nstate: {backend: redis, url: 'redis://127.0.0.1:6379/0'}"
     parse_config((MINIMAL + "\nserver: {workers: 2}") + keys + redis, env={})  # shared
+
+
+def test_pools_whose_globs_share_a_name_are_refused_though_neither_matches_the_other() -> None:
+    text = POOL_UPSTREAMS + ("pools:\n  - {name: p, models: ['*-mini'], deployments: [a]}\n"
+                             "  - {name: q, models: ['gpt-*'], deployments: [b]}\n")  # fmt: skip
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, env={})
+    assert e.value.problems == (
+        "pools: pools 'p' and 'q' both claim models matching *-mini / gpt-*; a model has one pool",)
+    parse_config(text.replace("'*-mini'", "'claude-*'"), env={})
