@@ -36,6 +36,7 @@ from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.routing import response_headers
 from gateway.services import Services, UpstreamRuntime
 from gateway.sse import EventSplitter, error_status, event_error_fields
+from gateway.state.pools import Mark
 from gateway.translate import Translation
 from gateway.upstream import UpstreamFailure, UpstreamRequest, UpstreamResponse
 from gateway.upstream.deadline import Deadline
@@ -113,10 +114,12 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
         first_byte_timeout_s=max(0.001, head_s if token_s is None else min(head_s, token_s)),
     )  # fmt: skip
     pooled = call.up.pooled and svc.pool_state is not None
+    mark: Mark | None = None
     if pooled:
-        svc.pool_state.sent(call.up.cfg, state.model, round(len(body) / BYTES_PER_TOKEN))  # type: ignore[union-attr]
+        mark = svc.pool_state.sent(call.up.cfg, state.model, round(len(body) / BYTES_PER_TOKEN))  # type: ignore[union-attr]
         t0 = svc.monotonic()
-    outcome = await _exchange(svc, state, request, call, token_s, token_s is not None and token_s < head_s)
+    token_first = token_s is not None and token_s < head_s
+    outcome = await _exchange(svc, state, request, call, token_s, token_first, mark)
     if pooled and isinstance(outcome, Success):
         # Time to the first visible event of a stream, to the whole answer otherwise.
         svc.pool_state.timed(call.up.cfg.name, svc.monotonic() - t0)  # type: ignore[union-attr]
@@ -160,7 +163,7 @@ def circuit_open(svc: Services, up: UpstreamRuntime, wait: float) -> Failure:
 
 async def _exchange(
     svc: Services, state: RequestState, request: UpstreamRequest, call: Call,
-    token_s: float | None, token_first: bool,
+    token_s: float | None, token_first: bool, mark: Mark | None = None,
 ) -> Outcome:  # fmt: skip
     """``token_s``: a stream's first-token limit (None: none); ``token_first``: it is shorter
     than the head's own, so a head that does not come in time is a first-token timeout."""
@@ -177,7 +180,7 @@ async def _exchange(
     state.upstream_head_s = svc.monotonic() - sent
     if call.up.pooled and svc.pool_state is not None and call.up.cfg.api_key is not None:
         # (A forwarded client credential's headers tell that client's headroom, not the key's.)
-        _headroom(svc, call, state.model, resp.headers)
+        _headroom(svc, call, state.model, resp.headers, mark)
     try:
         if resp.status >= 400:
             # The request's own size is evidence when the body only says "too large" (#22), and
@@ -279,10 +282,11 @@ async def _peek_stream(
     return _transport(svc, TransportError.STREAM_BROKEN)
 
 
-def _headroom(svc: Services, call: Call, model: str | None, headers: Mapping[str, str]) -> None:
+def _headroom(svc: Services, call: Call, model: str | None, headers: Mapping[str, str],
+              mark: Mark | None) -> None:  # fmt: skip
     """Every answer of a pool deployment tells its headroom (when it carries the headers)."""
     assert svc.pool_state is not None
-    room = svc.pool_state.observe(call.up.cfg, model, headers)
+    room = svc.pool_state.observe(call.up.cfg, model, headers, mark)
     if room is None:
         return
     name = call.up.cfg.name

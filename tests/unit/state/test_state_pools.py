@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from multidict import CIMultiDict
 
 from gateway.config import parse_config
@@ -86,10 +87,48 @@ async def test_headroom_from_headers_is_shared_and_counted_down_by_what_was_sent
     for _ in range(3):
         b.sent(ups[0], MODEL, 10)
     v = b.view(0, ups[0], MODEL, T0 * 1000)
-    # Predicted empty before the provider says 429: sits out until the reset it stated.
-    assert v.requests_left == 0.0 and v.out_why is SitOut.HEADROOM and v.out_until_ms == (T0 + 30) * 1000
+    # Predicted empty before the provider says 429: sits out until one request has refilled
+    # (97 come back in the 30 s to the stated reset: one every 309 ms).
+    assert v.requests_left == 0.0 and v.out_why is SitOut.HEADROOM and v.out_until_ms == T0 * 1000 + 309
     clock.now = T0 + 31
     assert b.view(0, ups[0], MODEL, clock.now * 1000).serves_at(clock.now * 1000)  # reset: full again
+
+
+async def test_an_answer_read_leaves_counted_what_was_sent_after_its_request() -> None:
+    """Headers count what the provider had received up to their request: requests this process
+    sent after it are still to come off them. Counting them as nothing overestimated the
+    headroom under concurrency (5 sent, the first answer "4 left": 4, not 0)."""
+    clock = Clock()
+    a, _, _ = replicas(clock)
+    ups = members()
+    marks = [a.sent(ups[0], MODEL, 10) for _ in range(5)]
+    a.observe(ups[0], MODEL, openai_headers(remaining=5, limit=6), marks[0])  # the first one's answer
+    v = a.view(0, ups[0], MODEL, clock.now * 1000)
+    assert v.requests_left == 1 / 6  # 5 left after the first, less the 4 sent after it
+    clock.now += 1  # past the reading interval
+    a.observe(ups[0], MODEL, openai_headers(remaining=1, limit=6), marks[4])  # the last one's answer
+    assert a.view(0, ups[0], MODEL, clock.now * 1000).requests_left == 1 / 6  # nothing sent after it
+
+
+async def test_past_its_reset_a_bucket_sent_to_since_is_not_full_again() -> None:
+    """A reading of 5 of 6 left, full in 10 s, then 5 sent: at 10.5 s one request is left,
+    not six (the pool once released six waiting requests there, into 429s)."""
+    clock = Clock()
+    a, _, _ = replicas(clock)
+    ups = members()
+    a.observe(ups[0], MODEL, openai_headers(remaining=5, limit=6, reset="10s"))
+    for _ in range(5):
+        a.sent(ups[0], MODEL, 10)
+    v = a.view(0, ups[0], MODEL, clock.now * 1000)
+    assert v.requests_left == 0.0 and v.out_until_ms == T0 * 1000 + 10_000  # one refills in 10 s
+    now = (T0 + 10.5) * 1000
+    v = a.view(0, ups[0], MODEL, now)
+    # The bucket is full by now as if nothing had been sent, less the 5 sent: the cautious side
+    # of where the sends fell in time.
+    assert v.serves_at(now) and v.requests_left == pytest.approx(1 / 6)
+    a.sent(ups[0], MODEL, 10)
+    v = a.view(0, ups[0], MODEL, now)
+    assert not v.serves_at(now) and v.out_until_ms == round(now + 10_000)  # the next one's refill
 
 
 async def test_configured_limits_count_what_every_replica_sent_this_minute() -> None:
