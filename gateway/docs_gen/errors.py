@@ -306,6 +306,8 @@ MEANINGS = {
     "minute's end.",
     "key_tokens_per_minute": "The key's `tokens_per_minute` is used up; `retry-after` is the minute's end.",
     "key_parallel_limit": "The key has `parallel` requests in flight already; `retry-after` is 1 s.",
+    "key_budget_held": "The key's (or its team's) budget is not spent, but requests in flight hold the rest "
+    "at what they may cost at most until they end; `retry-after` is 2 s.",
     "accounting_unavailable": "`accounting.when_store_down: closed` and the state store does not answer.",
     "pool_auth": "No deployment of the pool can serve: the provider refused every key.",
     "pool_budget": "No deployment of the pool can serve: keys out of credit (the rest refused).",

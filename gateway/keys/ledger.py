@@ -30,6 +30,7 @@ from gateway.state.ledger_ops import LedgerAdmit, LedgerSettle
 from gateway.state.store import StateStore
 
 SLOT_TTL_MS = 3_600_000  # a slot a dead replica held is freed after an hour at most
+HELD_RETRY_S = 2.0  # a budget full of in-flight reservations: when to ask again
 _BUDGET_KEEP_S = 7 * 86_400.0  # a finished period's spend stays readable a week
 
 
@@ -37,7 +38,7 @@ _BUDGET_KEEP_S = 7 * 86_400.0  # a finished period's spend stays readable a week
 class LimitHit:
     """Why a key may not send this request now, in words its holder can act on."""
 
-    kind: str  # rpm | tpm | parallel | budget | team_budget | store_down
+    kind: str  # rpm | tpm | parallel | budget | team_budget | budget_held | store_down
     message: str
     retry_after_s: float | None  # when trying again makes sense (None: not before a reset)
     reset_at_s: float | None  # epoch seconds
@@ -111,7 +112,14 @@ class Accounts:
                 return LimitHit("store_down", "the gateway cannot check this key's limits and budget now "
                                "(its state store is down); try again shortly", 5.0, now + 5)  # fmt: skip
             return reservation
-        return _refusal(key, verdict, spent, now, budgets)
+        in_flight = 0.0
+        if verdict.startswith("budget"):
+            # What requests in flight hold of it (read again: refusals are rare), so that "spent
+            # $0.00 of its $1.00" is not all a person is told while reservations fill it.
+            index = min(int(verdict.removeprefix("budget") or 0), len(budgets) - 1)
+            *_, spend = await self.store.ledger_read(key.name, minute, round(now * 1000), [budgets[index][0]])
+            in_flight = spend[0][1] if spend else 0.0
+        return _refusal(key, verdict, spent, now, budgets, in_flight)
 
     async def settle(self, r: Reservation, usage: Mapping[str, int]) -> Cost:
         """Once per reservation: the slot back, the spend as the usage says, now."""
@@ -198,7 +206,7 @@ _PERIOD_WORD = {"day": "daily", "week": "weekly", "month": "monthly"}
 
 
 def _refusal(key: KeySpec, verdict: str, spent: float, now: float,
-             budgets: list[tuple[str, float, str, float]]) -> LimitHit:  # fmt: skip
+             budgets: list[tuple[str, float, str, float]], in_flight: float = 0.0) -> LimitHit:  # fmt: skip
     minute_end = (int(now // 60) + 1) * 60
     if verdict == "rpm":
         message = (f"key '{key.name}' sent its {key.requests_per_minute} requests of this minute; "
@@ -214,7 +222,13 @@ def _refusal(key: KeySpec, verdict: str, spent: float, now: float,
     bkey, limit, period, end = budgets[min(index, len(budgets) - 1)]
     team = bkey.startswith("team:")
     who = f"team '{key.team}'" if team else f"key '{key.name}'"
+    budget = f"its ${limit:,.2f} {_PERIOD_WORD[period]} budget"
+    if spent < limit:
+        # Not spent: held by requests in flight at what they may cost at most, settled (and the
+        # rest given back) as they end. Worth trying again shortly, not a reason to stop.
+        return LimitHit("budget_held", f"{who} spent ${spent:,.2f} of {budget}, and requests in flight "
+                        f"hold ${in_flight:,.2f} of it until they end; try again when one has ended",
+                        HELD_RETRY_S, now + HELD_RETRY_S)  # fmt: skip
     return LimitHit("team_budget" if team else "budget",
-                   f"{who} spent ${spent:,.2f} of its ${limit:,.2f} {_PERIOD_WORD[period]} budget; "
-                   f"resets {iso(end)}", None, end)  # fmt: skip
+                   f"{who} spent ${spent:,.2f} of {budget}; resets {iso(end)}", None, end)  # fmt: skip
 

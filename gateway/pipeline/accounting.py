@@ -153,6 +153,8 @@ def _refused(svc: Services, state: RequestState, headers: Mapping[str, str], r: 
     c = Classification(ErrorType.RATE_LIMIT, True, wait, reset_at_ms(wait, now), r.kind, r.message)
     if r.kind == "parallel":
         return gateway_failure(429, c, r.message, "key_parallel_limit", final=True)
+    if r.kind == "budget_held":
+        return gateway_failure(429, c, r.message, "key_budget_held", final=True)
     if r.kind == "tpm":
         return gateway_failure(429, c, r.message, "key_tokens_per_minute", final=True)
     return gateway_failure(429, c, r.message, "key_requests_per_minute", final=True)

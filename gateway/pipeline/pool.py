@@ -311,11 +311,11 @@ async def _all_sitting_out(
     if limited is not None and isinstance(limited.outcome, Failure):
         # The provider's own 429 (the last one of this request, whatever failed after it: a
         # refused or exhausted sibling), with the pool's earliest reset.
-        c = replace(c, provider_code=limited.outcome.classification.provider_code,
-                    message=limited.outcome.classification.message)  # fmt: skip
+        theirs = replace(c, provider_code=limited.outcome.classification.provider_code,
+                         message=limited.outcome.classification.message)  # fmt: skip
         if limited.call is not None:
             state.upstream = limited.call.up.cfg.name  # whose 429 it is
-        return Sent(replace(limited.outcome, classification=c), limited.call)
+        return Sent(replace(limited.outcome, classification=theirs), limited.call)
     state.upstream = pool.cfg.name  # no deployment was asked: the pool answered
     failure = gateway_failure(
         429, c, f"every deployment of pool '{pool.cfg.name}' is rate limited; the earliest resets in "

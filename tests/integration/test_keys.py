@@ -201,11 +201,17 @@ async def test_fifty_parallel_requests_at_the_edge_overspend_by_one_reservation_
     statuses = [a[0] for a in answers]
     state = await settled(gw)
     admitted = statuses.count(200)
-    assert admitted >= 1 and statuses.count(402) == 50 - admitted
     # Each admitted reserved its worst case (its ~17-token prompt and 10 tokens out: about $37);
     # spent plus reserved reached the budget after the first, so it alone went over.
     assert admitted == 1 and state["budget"]["spent_usd"] == 78 + 26
     assert len(gw.fake.chat_requests()) == 3 + admitted
+    # The rest were refused while the budget was held, not spent: asked to try again shortly
+    # (429 key_budget_held), not told to stop. Now it is spent: 402, stop.
+    refused = [json.loads(a[2])["error"] for a in answers if a[0] != 200]
+    assert {e["code"] for e in refused} == {"key_budget_held"} and len(refused) == 49
+    assert "requests in flight hold $" in refused[0]["message"]
+    status, headers, body = await gw.chat(payload, headers=ALICE)
+    assert status == 402 and json.loads(body)["error"]["code"] == "budget_exhausted"
 
 
 async def test_a_request_for_n_answers_reserves_n_answers_worth(make_gateway: MakeGateway) -> None:

@@ -43,7 +43,8 @@ async def test_a_budget_holds_across_replicas_with_every_reservation_seen(
     admitted = [g for g in got if isinstance(g, Reservation)]
     # Admitted while spent + reserved < $100: 0, 30, 60, 90 -> four, whichever replica asked.
     assert len(admitted) == 4
-    assert all(isinstance(g, LimitHit) and g.kind == "budget" for g in got if not isinstance(g, Reservation))
+    # Refused while the reservations hold the budget (not yet spent): to be tried again shortly.
+    assert all(isinstance(g, LimitHit) and g.kind == "budget_held" for g in got if not isinstance(g, Reservation))
     for r in admitted:
         await a.settle(r, USAGE)
     state = await b.state_of(key)
