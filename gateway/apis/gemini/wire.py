@@ -232,6 +232,12 @@ class GeminiStreamReader(ShownText):
             self._track(parts)
         if candidate is not None and field(candidate, "finishReason"):
             return EventKind.FINAL
+        feedback = field(doc, "promptFeedback") if candidate is None else None
+        if isinstance(feedback, dict) and field(feedback, "blockReason"):
+            # A blocked prompt: Google streams it as one event with no candidate
+            # ({"promptFeedback": {"blockReason": ...}}). The stream's whole answer, not a break:
+            # sending it again is blocked again (it was retried six times into a 502).
+            return EventKind.FINAL
         if committed or parts:
             return EventKind.VISIBLE
         return EventKind.CONTENTLESS

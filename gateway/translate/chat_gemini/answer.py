@@ -28,6 +28,8 @@ from gateway.apis.gemini.fields import field
 from gateway.sse import encode_data, parse_event
 from gateway.translate.base import Context, Known
 from gateway.translate.chat_gemini import signature
+from gateway.translate.chat_gemini.request import function_names
+from gateway.translate.names import NONE, Names
 
 # Gemini finishReason → chat finish_reason (a turn that called functions ends with STOP in
 # Gemini; chat says tool_calls). Every reason a filter gave is content_filter.
@@ -76,9 +78,9 @@ def parts_of(candidate: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [p for p in parts if isinstance(p, Mapping)] if isinstance(parts, list) else []
 
 
-def tool_call(part: Mapping[str, Any], fallback_id: str) -> dict[str, Any] | None:
+def tool_call(part: Mapping[str, Any], fallback_id: str, functions: Names = NONE) -> dict[str, Any] | None:
     """A functionCall part as a chat tool call: its id (Gemini's, else ``fallback_id``) with
-    the part's thoughtSignature carried (``signature.py``)."""
+    the part's thoughtSignature carried (``signature.py``), under the name the client declared."""
     call = field(part, "functionCall")
     if not isinstance(call, Mapping) or not isinstance(call.get("name"), str):
         return None
@@ -87,7 +89,7 @@ def tool_call(part: Mapping[str, Any], fallback_id: str) -> dict[str, Any] | Non
     signed = field(part, "thoughtSignature")
     signed = signed if isinstance(signed, str) and signed else None
     args = call.get("args")
-    function = {"name": call["name"], "arguments": json.dumps(args or {})}
+    function = {"name": functions.client(call["name"]), "arguments": json.dumps(args or {})}
     out: dict[str, Any] = {"id": signature.carry(call_id, signed), "type": "function", "function": function}
     if signed:
         out["extra_content"] = signature.extra_content(signed)
@@ -99,12 +101,13 @@ def chat_completion(doc: Mapping[str, Any], ctx: Context, created: int) -> dict[
     texts: list[str] = []
     reasoning: list[str] = []
     calls: list[dict[str, Any]] = []
+    functions = function_names(ctx.request.get("tools"))
     for part in parts_of(candidate):
         text = part.get("text")
         if isinstance(text, str):
             (reasoning if part.get("thought") is True else texts).append(text)
             continue
-        call = tool_call(part, f"call_{ctx.request_id}_{len(calls)}")
+        call = tool_call(part, f"call_{ctx.request_id}_{len(calls)}", functions)
         if call is not None:
             calls.append(call)
         # inlineData (an image the model made), executableCode, …: nothing a chat message holds
@@ -114,7 +117,7 @@ def chat_completion(doc: Mapping[str, Any], ctx: Context, created: int) -> dict[
     if calls:
         message["tool_calls"] = calls
     reason = field(candidate, "finishReason")
-    if not candidate and isinstance(field(doc, "promptFeedback"), Mapping):
+    if not candidate and _blocked(doc):
         reason = "SAFETY"  # the prompt was blocked: no candidate at all
     return {
         "id": _chat_id(doc, ctx),
@@ -125,6 +128,11 @@ def chat_completion(doc: Mapping[str, Any], ctx: Context, created: int) -> dict[
                      "finish_reason": finish_reason(reason, bool(calls))}],
         "usage": chat_usage(field(doc, "usageMetadata")),
     }  # fmt: skip
+
+
+def _blocked(doc: Mapping[str, Any]) -> bool:
+    feedback = field(doc, "promptFeedback")
+    return isinstance(feedback, Mapping) and bool(field(feedback, "blockReason"))
 
 
 def _chat_id(doc: Mapping[str, Any] | None, ctx: Context) -> str:
@@ -154,6 +162,7 @@ class ChatStream:
         self.calls = 0
         self.reason: Any = None
         self.usage: Any = None
+        self.functions = function_names(ctx.request.get("tools"))
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
         return _data({**self.base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
@@ -180,13 +189,15 @@ class ChatStream:
                     key = "reasoning_content" if part.get("thought") is True else "content"
                     out.append(self._chunk({key: text}))
                 continue
-            call = tool_call(part, f"call_{self.ctx.request_id}_{self.calls}")
+            call = tool_call(part, f"call_{self.ctx.request_id}_{self.calls}", self.functions)
             if call is not None:
                 out.append(self._chunk({"tool_calls": [{"index": self.calls, **call}]}))
                 self.calls += 1
         reason = field(candidate, "finishReason")
         if reason:
             self.reason = reason
+        elif not candidate and _blocked(doc):
+            self.reason = "SAFETY"  # the prompt was blocked: no candidate at all, as buffered
         usage = field(doc, "usageMetadata")
         if isinstance(usage, Mapping):
             self.usage = usage

@@ -25,8 +25,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.translate import names
 from gateway.translate.base import Refusal, Target
 from gateway.translate.chat_gemini import signature
+from gateway.translate.names import Names
 
 # reasoning_effort → thinkingBudget: what Gemini 2.5 Flash and Pro both accept (128–24576 on
 # Flash, 128–32768 on Pro), so one effort means the same on either; Gemini 3 takes budgets too.
@@ -50,11 +52,17 @@ def to_gemini(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Re
 
 def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
     _refuse_uncarried(p, target.model)
-    system, contents = _conversation(p.get("messages") or [])
+    functions = function_names(p.get("tools"))
+    system, contents = _conversation(p.get("messages") or [], functions)
+    if not contents:
+        # Google refuses it ("GenerateContentRequest.contents: contents is not specified"):
+        # refused here, before any call, in words that say why.
+        raise Refused("the conversation has no content to send: a Gemini upstream needs at least one "
+                      "message with text, an image or a tool call or result")  # fmt: skip
     out: dict[str, Any] = {"model": target.model, "contents": contents}
     if system:
         out["systemInstruction"] = {"parts": [{"text": t} for t in system]}
-    tools, config = _tools(p)
+    tools, config = _tools(p, functions)
     if tools:
         out["tools"] = [{"functionDeclarations": tools}]
         if config is not None:
@@ -87,7 +95,8 @@ def _refuse_uncarried(p: Mapping[str, Any], model: str) -> None:
 class _Turns:
     """Gemini contents as they are built: one role per turn, tool results first in theirs."""
 
-    def __init__(self) -> None:
+    def __init__(self, functions: Names) -> None:
+        self.functions = functions  # the tools' names as Gemini takes them
         self.contents: list[dict[str, Any]] = []
         self.names: dict[str, str] = {}  # chat tool call id → function name (tool messages lack it)
 
@@ -101,9 +110,9 @@ class _Turns:
             self.contents.append({"role": role, "parts": parts})
 
 
-def _conversation(items: list[Any]) -> tuple[list[str], list[dict[str, Any]]]:
+def _conversation(items: list[Any], functions: Names) -> tuple[list[str], list[dict[str, Any]]]:
     system: list[str] = []
-    turns = _Turns()
+    turns = _Turns(functions)
     for i, m in enumerate(items):
         if not isinstance(m, dict):
             raise Refused(f"messages[{i}] must be an object")
@@ -172,7 +181,20 @@ def _inline(spec: Any, where: str, kind: str) -> dict[str, Any]:
         raise Refused(f"{where}: a {kind} must be a base64 data URL for a Gemini upstream (an http(s) URL or "
                       "a file id is not fetched)")  # fmt: skip
     mime, data = found.groups()
+    mime = _MIME_ALIAS.get(mime, mime)
+    if mime.startswith("image/") and mime not in _IMAGE_TYPES:
+        # Google refuses it ("Unsupported MIME type: image/gif") on every later turn of the
+        # conversation too; Anthropic and OpenAI take GIFs, so a history may hold one.
+        return {"text": f"[an image ({mime}) left out: this model reads PNG, JPEG, WEBP, HEIC and HEIF]"}
     return {"inlineData": {"mimeType": mime, "data": data}}
+
+
+# Google's image types (Gemini API, "Image understanding": supported formats); "image/jpg" is
+# refused by name ("Unsupported MIME type: image/jpg") though it means JPEG.
+_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/webp", "image/heic", "image/heif"})
+_MIME_ALIAS = {"image/jpg": "image/jpeg"}
+# "the number of stop_sequences must not exceed 5" (Gemini API, GenerationConfig).
+MAX_STOPS = 5
 
 
 def _audio(spec: Any, where: str) -> dict[str, Any]:
@@ -206,7 +228,7 @@ def _model_parts(m: Mapping[str, Any], i: int, turns: _Turns) -> list[dict[str, 
         chat_id = str(call.get("id") or "")
         call_id, signed = signature.of_tool_call(call)
         turns.names[chat_id] = name
-        function_call: dict[str, Any] = {"name": name, "args": args}
+        function_call: dict[str, Any] = {"name": turns.functions.upstream(name), "args": args}
         if call_id:
             function_call["id"] = call_id
         part: dict[str, Any] = {"functionCall": function_call}
@@ -227,7 +249,7 @@ def _function_response(m: Mapping[str, Any], i: int, turns: _Turns) -> dict[str,
         raise Refused(f"messages[{i}]: tool_call_id {chat_id[:64]!r} answers no tool call of an earlier "
                       "assistant message, and Gemini names a function's answer by its call")  # fmt: skip
     text = "".join(_texts(m.get("content"), f"messages[{i}]"))
-    response: dict[str, Any] = {"name": name, "response": {"output": text}}
+    response: dict[str, Any] = {"name": turns.functions.upstream(name), "response": {"output": text}}
     call_id, _ = signature.split(chat_id)
     if call_id:
         response["id"] = call_id
@@ -237,7 +259,15 @@ def _function_response(m: Mapping[str, Any], i: int, turns: _Turns) -> dict[str,
 # --- tools and generation -------------------------------------------------------------------
 
 
-def _tools(p: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+def function_names(tools: Any) -> Names:
+    """The chat tools' names as the Gemini API takes them (``translate/names.py``)."""
+    declared = tuple(fn["name"] for t in tools if isinstance(t, dict)
+                     and isinstance(fn := t.get("function"), dict) and isinstance(fn.get("name"), str)
+                     ) if isinstance(tools, list) else ()  # fmt: skip
+    return names.names_for(declared, names.GEMINI)
+
+
+def _tools(p: Mapping[str, Any], functions: Names) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     declarations = []
     for j, tool in enumerate(p.get("tools") or []):
         fn = tool.get("function") if isinstance(tool, dict) else None
@@ -245,7 +275,7 @@ def _tools(p: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any] |
             raise Refused(f"tools[{j}]: only function tools can be sent to a Gemini upstream")
         if not isinstance(fn.get("name"), str) or not fn["name"]:
             raise Refused(f"tools[{j}].function.name is required")
-        out: dict[str, Any] = {"name": fn["name"]}
+        out: dict[str, Any] = {"name": functions.upstream(fn["name"])}
         if isinstance(fn.get("description"), str) and fn["description"]:
             out["description"] = fn["description"]
         if isinstance(fn.get("parameters"), dict):
@@ -258,13 +288,17 @@ def _tools(p: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any] |
         return declarations, {"mode": _MODE[choice]}
     if isinstance(choice, dict) and choice.get("type") == "function":
         name = (choice.get("function") or {}).get("name")
-        return declarations, {"mode": "ANY", "allowedFunctionNames": [name]}
+        return declarations, {"mode": "ANY", "allowedFunctionNames": [functions.upstream(str(name))]}
     if isinstance(choice, dict) and choice.get("type") == "allowed_tools":
         allowed = choice.get("allowed_tools") or {}
         listed = [t for t in allowed.get("tools") or [] if isinstance(t, dict)]
-        names = [(t.get("function") or {}).get("name") for t in listed]
-        mode = "ANY" if allowed.get("mode") == "required" else "AUTO"
-        return declarations, {"mode": mode, "allowedFunctionNames": [n for n in names if isinstance(n, str)]}
+        asked = [(t.get("function") or {}).get("name") for t in listed]
+        named = [functions.upstream(n) for n in asked if isinstance(n, str)]
+        if allowed.get("mode") == "required":
+            return declarations, {"mode": "ANY", "allowedFunctionNames": named}
+        # Google takes allowedFunctionNames with ANY only ("should only be set when the Mode is
+        # ANY"): for auto, the model is shown only the allowed tools instead.
+        return [d for d in declarations if d["name"] in named], {"mode": "AUTO"}
     raise Refused(f"tool_choice {json.dumps(choice)[:100]} cannot be sent to a Gemini upstream")
 
 
@@ -283,7 +317,7 @@ def _generation(p: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(stop, str) and stop:
         out["stopSequences"] = [stop]
     elif isinstance(stop, list) and stop:
-        out["stopSequences"] = [s for s in stop if isinstance(s, str)]
+        out["stopSequences"] = [s for s in stop if isinstance(s, str)][:MAX_STOPS]
     _response_format(p.get("response_format"), out)
     effort = p.get("reasoning_effort")
     if effort is not None and effort != "none":

@@ -116,7 +116,7 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
     for call in calls if isinstance(calls, list) else ():
         function = call.get("function") if isinstance(call, dict) else None
         if isinstance(function, dict) and isinstance(function.get("name"), str):
-            name = names.gemini(function["name"])
+            name = names.client(function["name"])
             parts.append(function_call(call.get("id"), name, function.get("arguments")))
     if not parts:
         parts.append({"text": ""})  # a candidate always has content; an empty answer is empty text

@@ -174,7 +174,7 @@ def _model_turn(convo: _Convo, parts: list[Any], i: int) -> None:
                 {
                     "id": call_id,
                     "type": "function",
-                    "function": {"name": convo.names.chat(name),
+                    "function": {"name": convo.names.upstream(name),
                                  "arguments": json.dumps(args if args is not None else {})},
                 }
             )
@@ -369,7 +369,7 @@ def _function(decl: Any, where: str, names: Names) -> dict[str, Any]:
     if params is None:
         google = decl.get("parameters")
         params = json_schema(google) if google is not None else None
-    function: dict[str, Any] = {"name": names.chat(decl["name"])}
+    function: dict[str, Any] = {"name": names.upstream(decl["name"])}
     if isinstance(decl.get("description"), str):
         function["description"] = decl["description"]
     function["parameters"] = params if isinstance(params, dict) else {"type": "object", "properties": {}}
@@ -383,7 +383,7 @@ def _choice(
     tools (chat has no list of allowed names; a tool the model is not shown cannot be called)."""
     allowed = field(calling, "allowedFunctionNames")
     if isinstance(allowed, list) and allowed:
-        chat_names = {names.chat(n) for n in allowed if isinstance(n, str)}
+        chat_names = {names.upstream(n) for n in allowed if isinstance(n, str)}
         tools = [t for t in tools if t["function"]["name"] in chat_names]
     mode = str(calling.get("mode") or "AUTO").upper()
     choice = _MODE.get(mode)

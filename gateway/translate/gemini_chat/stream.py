@@ -139,7 +139,7 @@ class GeminiStream:
             return b""
         self.done = True
         names = names_for(self.ctx.request.get("tools")) if self.calls else NONE
-        parts = [function_call(c.id, names.gemini(c.name), "".join(c.args))
+        parts = [function_call(c.id, names.client(c.name), "".join(c.args))
                  for c in self.calls.values() if c.name]  # fmt: skip
         self.shown += sum(len("".join(c.args)) for c in self.calls.values())
         if self.finish is None:

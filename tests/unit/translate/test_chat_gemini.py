@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gateway.apis import GEMINI
-from gateway.apis.base import Ending
+from gateway.apis.base import Ending, EventKind
 from gateway.errors import Classification, ErrorType
 from gateway.sse import EventSplitter
 from gateway.translate import default_translations
@@ -281,3 +281,81 @@ def test_messages_and_responses_clients_reach_gemini_through_chat(client: str) -
     table = default_translations().table
     composed = table[client, "gemini"]
     assert composed.client == client and composed.upstream == "gemini"
+
+
+def test_function_names_gemini_refuses_go_as_valid_ones_and_come_back_as_declared() -> None:
+    """Gemini: "Invalid function name. Must start with a letter or an underscore. Must be
+    alphameric (a-z, A-Z, 0-9), underscores (_), dots (.), colons (:), or dashes (-), with a
+    maximum length of 64" (gemini-cli #7869); Claude Code's MCP tools run past 64."""
+    long = "mcp__" + "x" * 100
+    tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+             for n in (long, "1st-tool", "ls", "files.read")]  # fmt: skip
+    call = {"id": "call_1", "type": "function", "function": {"name": long, "arguments": "{}"}}
+    out = req(tools=tools, tool_choice={"type": "function", "function": {"name": "1st-tool"}}, messages=[
+        USER, {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "done"}])  # fmt: skip
+    sent = [d["name"] for d in out["tools"][0]["functionDeclarations"]]
+    assert sent[2:] == ["ls", "files.read"]  # valid on Gemini: as they are
+    for name in sent[:2]:
+        assert len(name) <= 64 and (name[0].isalpha() or name[0] == "_") and name not in (long, "1st-tool")
+    assert out["toolConfig"]["functionCallingConfig"] == {"mode": "ANY", "allowedFunctionNames": [sent[1]]}
+    parts = [p for c in out["contents"] for p in c["parts"]]
+    assert parts[1]["functionCall"]["name"] == sent[0] and parts[2]["functionResponse"]["name"] == sent[0]
+    request = {"model": "gpt-4o", "messages": [USER], "tools": tools}
+    held = T.held(ctx(request))
+    answer = {"candidates": [{"content": {"role": "model", "parts": [
+        {"functionCall": {"name": sent[0], "args": {}}}, {"functionCall": {"name": "ls", "args": {}}}]},
+        "finishReason": "STOP"}]}  # fmt: skip
+    calls = T.answer(answer, held)["choices"][0]["message"]["tool_calls"]
+    assert [c["function"]["name"] for c in calls] == [long, "ls"]
+    raw = b"data: " + json.dumps(answer).encode() + b"\r\n\r\n"
+    streamed = run_stream(raw, {**request, "stream": True})
+    assert streamed[1]["choices"][0]["delta"]["tool_calls"][0]["function"]["name"] == long
+
+
+def test_allowed_tools_on_auto_show_the_model_only_those_as_google_takes_names_only_with_any() -> None:
+    tools = [{"type": "function", "function": {"name": n}} for n in ("a", "b", "c")]
+    choice = {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [
+        {"type": "function", "function": {"name": "b"}}]}}  # fmt: skip
+    out = req(tools=tools, tool_choice=choice)
+    assert [d["name"] for d in out["tools"][0]["functionDeclarations"]] == ["b"]
+    assert out["toolConfig"] == {"functionCallingConfig": {"mode": "AUTO"}}
+    required = {"type": "allowed_tools", "allowed_tools": {**choice["allowed_tools"], "mode": "required"}}
+    assert req(tools=tools, tool_choice=required)["toolConfig"] == {"functionCallingConfig": {
+        "mode": "ANY", "allowedFunctionNames": ["b"]}}  # fmt: skip
+
+
+def test_an_empty_conversation_is_refused_before_any_call() -> None:
+    # Google: "GenerateContentRequest.contents: contents is not specified".
+    for messages in ([{"role": "system", "content": "Say hi"}], [{"role": "user", "content": ""}]):
+        out = T.request({"model": "m", "messages": messages}, Target("gemini-2.5-flash"))
+        assert isinstance(out, Refusal) and "no content" in out.message
+
+
+def test_images_google_refuses_by_type_are_named_not_sent_and_jpg_is_jpeg() -> None:
+    def image(mime: str) -> dict[str, Any]:
+        return {"role": "user", "content": [{"type": "image_url", "image_url": {"url": f"data:{mime};base64,AAAA"}}]}
+
+    assert req(messages=[image("image/jpg")])["contents"][0]["parts"] == [
+        {"inlineData": {"mimeType": "image/jpeg", "data": "AAAA"}}]  # fmt: skip
+    [part] = req(messages=[image("image/gif")])["contents"][0]["parts"]
+    assert "inlineData" not in part and "image/gif" in part["text"]
+
+
+def test_at_most_five_stop_sequences_as_google_takes() -> None:
+    # "the number of stop_sequences must not exceed 5"
+    assert req(stop=list("abcdef"))["generationConfig"]["stopSequences"] == list("abcde")
+
+
+def test_a_blocked_prompt_streamed_ends_the_stream_as_a_content_filter() -> None:
+    """Google streams a blocked prompt as one event without a candidate; it ended nothing, so
+    the stream read as broken: retried six times, then a retryable 502."""
+    event = {"promptFeedback": {"blockReason": "PROHIBITED_CONTENT"},
+             "usageMetadata": {"promptTokenCount": 8, "totalTokenCount": 8}}  # fmt: skip
+    raw = b"data: " + json.dumps(event).encode() + b"\r\n\r\n"
+    assert GEMINI.reader(False).kind(raw, committed=False) is EventKind.FINAL
+    out = run_stream(raw, {"model": "gpt-4o", "messages": [USER], "stream": True})
+    assert out[-2]["choices"][0]["finish_reason"] == "content_filter" and out[-1] == "[DONE]"
+    # A first event with feedback but no block (and no candidate yet) ends nothing.
+    calm = b"data: " + json.dumps({"promptFeedback": {"safetyRatings": []}}).encode() + b"\r\n\r\n"
+    assert GEMINI.reader(False).kind(calm, committed=False) is not EventKind.FINAL
