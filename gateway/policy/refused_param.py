@@ -41,7 +41,9 @@ DROPPABLE = frozenset({
 # (LangChain's ChatOpenAI sends ``n: 1``, which Mistral refuses as an unknown input).
 AT_DEFAULT: dict[str, object] = {"n": 1}
 # A nested field refused on its own: what is dropped for it (its parent's other members kept).
-NESTED = {"reasoning.effort": ("reasoning", "effort"), "output_config.effort": ("output_config", "effort")}
+NESTED = {"reasoning.effort": ("reasoning", "effort"), "output_config.effort": ("output_config", "effort"),
+          # A Gemini request's thinking (in either spelling the API takes, see ``apply``).
+          "thinking_config": ("generationConfig", "thinkingConfig")}  # fmt: skip
 # The two names of chat's output budget: one refused is carried under the other, never dropped.
 BUDGETS = {"max_tokens": "max_completion_tokens", "max_completion_tokens": "max_tokens"}
 
@@ -83,6 +85,10 @@ _EITHER = re.compile(rf"{_F} and {_F} cannot both be specified", re.IGNORECASE)
 # Anthropic: "'claude-3-5-sonnet-20241022' does not support thinking."; "This model does not
 # support the effort parameter."
 _NO_THINKING = re.compile(r"does not support thinking\.", re.IGNORECASE)
+# Gemini 2.0 (the Gemini API): "thinking_config is not supported."; an image model: "Thinking is
+# not enabled for models/gemini-2.5-flash-image-preview" (Claude Code's thinking, translated).
+_NO_GEMINI_THINKING = re.compile(r"^thinking_config is not supported\.|^Thinking is not enabled for models/",
+                                 re.IGNORECASE)  # fmt: skip
 _NO_EFFORT = re.compile(r"does not support the effort parameter", re.IGNORECASE)
 
 
@@ -101,7 +107,11 @@ class ParamFix:
         nested = NESTED.get(self.field)
         if nested is not None:
             parent, member = nested
+            if parent not in doc and snake(parent) in doc:  # Gemini's fields come in both spellings
+                parent = snake(parent)
             inner = doc.get(parent)
+            if isinstance(inner, dict) and member not in inner and snake(member) in inner:
+                member = snake(member)
             if not isinstance(inner, dict) or member not in inner:
                 return None
             rest = {k: v for k, v in inner.items() if k != member}
@@ -139,6 +149,8 @@ def refused_param(message: str | None) -> ParamFix | None:
         return _fix(m.group(2), None)
     if _NO_THINKING.search(message):
         return ParamFix("thinking")
+    if _NO_GEMINI_THINKING.search(message):
+        return ParamFix("thinking_config")
     if _NO_EFFORT.search(message):
         return ParamFix("output_config.effort")
     for pattern in _REFUSED:

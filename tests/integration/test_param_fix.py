@@ -165,3 +165,19 @@ async def test_a_default_n_a_strict_server_refuses_is_left_out_and_two_answers_a
     assert status == 422 and "x-llm-params-dropped" not in headers
     sent = [r.json().get("n") for r in gw.fake.chat_requests()]
     assert sent == [1, None, 2]  # the learned fix does not apply to n: 2, which goes as asked
+
+
+async def test_claude_codes_thinking_on_a_gemini_model_without_it_is_left_out_once_learnt(make_gateway) -> None:
+    """Gemini 2.0 answers "thinking_config is not supported." (immersive-translate #2976) to the
+    thinkingConfig Claude Code's thinking becomes: every turn failed; now once, then never."""
+    gw = await make_gateway(upstream_yaml=", apis: [gemini], api_key: k-gemini, model_map: {'claude-*': gemini-2.0-flash}")
+    refusal = {"error": {"code": 400, "message": "thinking_config is not supported.", "status": "INVALID_ARGUMENT"}}
+    gw.fake.script(Reply(400, refusal))
+    status, headers, body = await gw.messages(claude_code_first())
+    assert status == 200, body
+    assert headers["x-llm-attempts"] == "2" and headers["x-llm-params-dropped"] == "thinking_config"
+    sent = [r.json() for r in gw.fake.requests]
+    assert "thinkingConfig" in sent[0]["generationConfig"] and "thinkingConfig" not in sent[1]["generationConfig"]
+    status, headers, _ = await gw.messages(claude_code_first())
+    assert status == 200 and headers["x-llm-attempts"] == "1"
+    assert "thinkingConfig" not in gw.fake.requests[-1].json()["generationConfig"]
