@@ -39,6 +39,15 @@ FINISH_REASON = {
     "IMAGE_SAFETY": "content_filter", "LANGUAGE": "content_filter",
 }  # fmt: skip
 _DONE = b"data: [DONE]\n\n"
+# Gemini's own words for a turn that failed to call a function: no chat finish_reason says it,
+# and an empty "stop" ended agents' turns in silence (Claude Code and Codex show nothing). The
+# model is told nothing either way; the person is, and may ask again (Gemini CLI retries these).
+FAILED_CALL = {"MALFORMED_FUNCTION_CALL": "was malformed", "UNEXPECTED_TOOL_CALL": "named no declared tool"}
+
+
+def failed_call_text(reason: Any) -> str | None:
+    says = FAILED_CALL.get(reason) if isinstance(reason, str) else None
+    return f"[the model's function call {says} (Gemini finishReason {reason}); ask again]" if says else None
 
 
 def finish_reason(reason: Any, called: bool) -> str:
@@ -111,6 +120,9 @@ def chat_completion(doc: Mapping[str, Any], ctx: Context, created: int) -> dict[
         if call is not None:
             calls.append(call)
         # inlineData (an image the model made), executableCode, …: nothing a chat message holds
+    failed = None if calls else failed_call_text(field(candidate, "finishReason"))
+    if failed is not None:
+        texts.append(("\n\n" if texts else "") + failed)
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
     if reasoning:
         message["reasoning_content"] = "".join(reasoning)
@@ -213,6 +225,9 @@ class ChatStream:
         if not self.started:
             self.started = True
             out = self._chunk({"role": "assistant", "content": ""})
+        failed = None if self.calls else failed_call_text(self.reason)
+        if failed is not None:
+            out += self._chunk({"content": failed})
         out += self._chunk({}, finish_reason(self.reason, self.calls > 0))
         if self.include_usage:
             out += _data({**self.base, "choices": [], "usage": chat_usage(self.usage)})

@@ -359,3 +359,15 @@ def test_a_blocked_prompt_streamed_ends_the_stream_as_a_content_filter() -> None
     # A first event with feedback but no block (and no candidate yet) ends nothing.
     calm = b"data: " + json.dumps({"promptFeedback": {"safetyRatings": []}}).encode() + b"\r\n\r\n"
     assert GEMINI.reader(False).kind(calm, committed=False) is not EventKind.FINAL
+
+
+@pytest.mark.parametrize("reason", ["MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL"])
+def test_a_turn_that_failed_to_call_a_function_says_so_instead_of_ending_empty(reason: str) -> None:
+    """Gemini ends such a turn with no content (pydantic-ai #631 shows the candidate); an empty
+    "stop" ended Claude Code's and Codex's turns in silence."""
+    doc = {"candidates": [{"finishReason": reason, "index": 0}], "usageMetadata": {"promptTokenCount": 9}}
+    message = T.answer(doc, ctx())["choices"][0]["message"]
+    assert reason in message["content"] and "ask again" in message["content"]
+    raw = b"data: " + json.dumps(doc).encode() + b"\r\n\r\n"
+    out = run_stream(raw, {"model": "gpt-4o", "messages": [USER], "stream": True})
+    assert reason in "".join(c["choices"][0]["delta"].get("content", "") for c in out[:-1] if c["choices"])
