@@ -16,12 +16,14 @@ from gateway.config import ConfigError, config_warnings, load_config
 from gateway.workers.seat import WorkerSeat, worker_config
 
 DESCRIPTION = """\
-An LLM gateway: point an agent's base URL at it. It serves three wire APIs
+An LLM gateway: point an agent's base URL at it. It serves four wire APIs
 and sends each request to the upstream its model routes to:
 
   POST /v1/chat/completions   OpenAI chat completions (SDKs, opencode, the AI SDK)
   POST /v1/messages           Anthropic Messages (Claude Code, the anthropic SDK)
   POST /v1/responses          OpenAI Responses (Codex, the openai SDK)
+  POST /v1beta/models/{model}:generateContent, :streamGenerateContent
+                              the Gemini API (Gemini CLI, the google-genai SDK)
 
 It classifies upstream errors (x-llm-error-type), retries per class within one
 deadline, fails over along upstreams[].fallbacks, compresses an overflowing

@@ -28,7 +28,7 @@ from gateway.pipeline.outcome import STATE, Failure, Outcome, RequestState, Succ
 from gateway.pipeline.relay import relay
 from gateway.pipeline.send import new_plan, send_one
 from gateway.policy.retry import RetryPlan
-from gateway.routing import pick_upstream, request_headers, required_for
+from gateway.routing import credential_moved, pick_upstream, request_headers, required_for
 from gateway.services import SERVICES, Services, UpstreamRuntime
 
 Send = Callable[[Services, RequestState, RetryPlan, Call, bytes], Awaitable[Outcome]]
@@ -104,6 +104,12 @@ async def _fetch(
 ) -> Outcome:
     state = request[STATE]
     headers = required_for(request_headers(request.headers.items(), up.outbound, state.request_id), up.cfg)
+    if up.outbound.moves_to is not None:
+        # A forwarded client credential goes where this upstream takes one, as on a translated
+        # request: a Gemini caller's x-goog-api-key or ?key= (never forwarded as a query) on a
+        # chat upstream went as it came, or not at all.
+        given = request.query.get("key") if gemini_caller(request) else None
+        credential_moved(headers, up.outbound.moves_to, given)
     url = up.cfg.base_url + "/models" + (f"?{query}" if query else "")
     call = Call(up, "GET", url, headers, ReadMode.BUFFER)
     return await send(svc, state, plan, call, b"")

@@ -37,9 +37,11 @@ _TOKENISH = re.compile(
     r"[A-Za-z0-9_\-.+/=:]{24,}|(?i:bearer|basic)\s*\S*|(?<![A-Za-z0-9])(?i:sk-|key-|api[_-]?key)\S*"
 )
 # name[/name...]/version: short lowercase-or-dashed names, a dotted version, then at most a few
-# short pre-release parts (a key has no dots every few characters; a timestamp is all digits).
+# short pre-release parts (a key has no dots every few characters; a timestamp is all digits),
+# and a model's name after it, as Gemini CLI adds ("GeminiCLI/0.61.0/gemini-2.5-flash").
 _PRODUCT = re.compile(
     r"(?:[A-Za-z][A-Za-z0-9_.-]{0,31}/){1,3}v?\d{1,6}(?:\.\d{1,6}){1,3}(?:[-+.](?:[A-Za-z0-9]{1,12}|\d{1,14})){0,3}"
+    r"(?:/[a-z][a-z0-9]{0,15}(?:[-.][a-z0-9]{1,15}){0,6})?"  # short parts: no key reads as a model
 )
 _USER_AGENTS: dict[str, str] = {}  # clients send few distinct ones: each is cleaned once
 

@@ -175,3 +175,17 @@ async def test_a_chat_delta_stream_becomes_one_event_per_delta(make_gateway) -> 
     parts = [d["candidates"][0]["content"]["parts"] for d in docs]
     assert status == 200 and parts[:3] == [[{"text": "Think.", "thought": True}], [{"text": "A"}], [{"text": "B"}]]
     assert docs[-1]["candidates"][0]["finishReason"] == "MAX_TOKENS"
+
+
+async def test_a_gemini_callers_key_reaches_a_chat_upstream_where_it_takes_one_on_a_listing(make_gateway) -> None:
+    """docs/security.md: a Gemini caller's key (x-goog-api-key, ?key=) is moved into the
+    upstream's key_header. generateContent did; the model listing sent x-goog-api-key to an
+    OpenAI-style server, and ?key= not at all."""
+    gw = await make_gateway(upstream_yaml=", apis: [chat], models: ['gemini-*']")
+    async with gw.session.get(gw.base + "/v1beta/models", headers={"x-goog-api-key": "GKEY"}) as r:
+        assert r.status == 200
+    async with gw.session.get(gw.base + "/v1beta/models?key=QKEY&pageSize=5") as r:
+        assert r.status == 200
+    first, second = gw.fake.requests
+    assert first.headers.get("Authorization") == "Bearer GKEY" and "x-goog-api-key" not in first.headers
+    assert second.headers.get("Authorization") == "Bearer QKEY" and "QKEY" not in second.query

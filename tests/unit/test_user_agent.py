@@ -21,6 +21,8 @@ from gateway.pipeline.observe import user_agent_of
         "AsyncOpenAI/Python 2.54.0",
         "curl/8.5.0",
         "task-runner/1.0",
+        # Gemini CLI 0.61.0 names its model after its version (measured: it was logged masked).
+        "GeminiCLI/0.61.0/gemini-2.5-flash (linux; x64; terminal)",
     ],
 )
 def test_ordinary_clients_are_logged_as_they_are(agent: str) -> None:
@@ -40,6 +42,9 @@ def test_ordinary_clients_are_logged_as_they_are(agent: str) -> None:
         ("tool/1.0.0-sk-abcdef", "tool/1.0.0-[redacted]"),
         ("tool/1.0.0-sk-abcdefghijklmnopqrstu", "[redacted]"),
         ("x api_key=abc", "x [redacted]"),
+        ("tool/1.0.0/AKIAIOSFODNN7SECRETSECRETSECRETSECRETSECRET12", "[redacted]"),
+        ("tool/1.0.0/sk-abcdefghijklmnopqrstu", "[redacted]"),
+        ("tool/1.0.0/abcdef0123456789abcdef0123456789", "[redacted]"),
     ],
 )
 def test_key_like_parts_are_masked(agent: str, logged: str) -> None:
