@@ -5,6 +5,44 @@
   with a BadRequest fieldViolation, as quoted in Alishahryar1/free-claude-code#542. The model
   is in the path; the body's fields are those of https://ai.google.dev/api/generate-content,
   under their JSON (camelCase) or proto (snake_case) names, which Google accepts alike.
+* Fields out of bounds, each a line "* GenerateContentRequest.FIELD: WHY\n", every one the
+  request has in one message, as Google lists them (here in the order contents, tools,
+  tool_config, generation_config):
+
+  - no ``contents``: "* GenerateContentRequest.contents: contents is not specified\n"
+    (ikechan8370/chatgpt-plugin#733; Gemini clients' own tests stub it with these words);
+  - a Content with no parts: "* GenerateContentRequest.contents[N].parts: contents.parts must
+    not be empty.\n" (egoist/chatwise-releases#250, QuantumNous/new-api#1060);
+  - a function declaration's name that does not start with a letter or an underscore, has a
+    character other than a-z, A-Z, 0-9, ``_ . : -`` or is longer than 64:
+    "* GenerateContentRequest.tools[I].function_declarations[J].name: Invalid function name.
+    Must start with a letter or an underscore. Must be alphameric (a-z, A-Z, 0-9), underscores
+    (_), dots (.), colons (:), or dashes (-), with a maximum length of 64.\n", a line for each
+    (google-gemini/gemini-cli#9535, maximhq/bifrost#1979; gemini-cli#7869 and #2966 quote the
+    older wording, from before colons were allowed). Declarations only: no report shows a
+    ``functionCall`` name in the history refused;
+  - ``toolConfig.functionCallingConfig.allowedFunctionNames`` with a mode other than ANY or
+    VALIDATED (none is AUTO): "* GenerateContentRequest.tool_config.function_calling_config.
+    allowed_function_names: allowed_function_names should only be set when the Mode is ANY or
+    VALIDATED.\n", the fake's own words: no report quotes Google's. The rule is the v1beta
+    proto's ("This should only be set when the Mode is ANY or VALIDATED", as published in
+    https://pub.dev/documentation/google_cloud_ai_generativelanguage_v1beta/latest/generativelanguage/FunctionCallingConfig/allowedFunctionNames.html;
+    ANY alone before VALIDATED came), and clients switch to ANY when they send the names "to
+    prevent errors" (tensorzero/tensorzero#4875);
+  - more than 5 ``generationConfig.stopSequences``: "* GenerateContentRequest.generation_config.
+    stop_sequences: the number of stop_sequences must not exceed 5.\n" (BerriAI/litellm#18921;
+    continuedev/continue#2702 quotes it in its title).
+* A Content whose role is not one Gemini takes: "Please use a valid role: user, model."
+  (dreeveapp/dreeve#894; "system" in thomwebb/gac#47, "phase" in lijunzh/koda#312). No role is
+  taken (Content.role is optional, and one-turn requests leave it out), and so are "function"
+  and "tool", which Google's own examples sent function responses under (the function-calling
+  guide's, quoted in spring-projects/spring-ai#866; google-genai's README, ``role='tool'``).
+* ``inlineData`` of an image type Gemini does not read: "Unsupported MIME type: image/gif"
+  (worded as quoted for image/jpg, the name Google refuses for JPEG, in
+  ogkalu2/comic-translate#399; Mai-with-u/MaiBot#1435 reports it for image/gif). Gemini reads
+  image/png, image/jpeg, image/webp, image/heic and image/heif
+  (https://ai.google.dev/gemini-api/docs/image-understanding); PDFs, audio, video and text
+  are not held to this rule.
 * A turn of ``functionResponse`` parts that does not come right after a turn of
   ``functionCall`` parts: "Please ensure that function response turn comes immediately after a
   function call turn." (langchain-ai/langchain#27799); as many responses as calls, else
@@ -16,14 +54,15 @@
   manthanabc/paws#103 and csells/dartantic#86). Which position the API counts is not
   documented; here it is the 1-based index of the content holding the call, which gives the
   "position 2" those reports show for a [user, model call, function response] conversation.
-* No ``contents``: "* GenerateContentRequest.contents: contents is not specified\n", the
-  wording public reports of that 400 quote (and Gemini clients' own tests stub it with).
   Any signature is accepted, placeholders too (Gemini CLI replays calls with
   ``skip_thought_signature_validator``, which Google's thought-signatures page allows).
+
+The checks run in the order listed; which of two refusals Google gives first is not documented.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from typing import Any
 
@@ -33,6 +72,14 @@ from gateway.fake.steps import Reply
 _FIELDS = ("contents", "tools", "toolConfig", "safetySettings", "systemInstruction", "generationConfig",
            "cachedContent")  # fmt: skip
 _COUNT_FIELDS = ("contents", "generateContentRequest")
+# A letter or an underscore, then letters, digits and _ . : -, at most 64 in all.
+_FUNCTION_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_.:-]{0,63}")
+_BAD_NAME = ("Invalid function name. Must start with a letter or an underscore. Must be alphameric (a-z, A-Z, "
+             "0-9), underscores (_), dots (.), colons (:), or dashes (-), with a maximum length of 64.")  # fmt: skip
+MAX_STOPS = 5
+_NAMES_MODES = frozenset({"ANY", "VALIDATED"})  # the modes allowedFunctionNames is read in
+_ROLES = frozenset({"user", "model", "function", "tool"})
+_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/webp", "image/heic", "image/heif"})
 
 
 def _snake(name: str) -> str:
@@ -43,7 +90,9 @@ GENERATE_FIELDS = frozenset(_FIELDS) | {_snake(f) for f in _FIELDS}
 COUNT_FIELDS = frozenset(_COUNT_FIELDS) | {_snake(f) for f in _COUNT_FIELDS}
 
 
-def _get(obj: dict[str, Any], name: str) -> Any:
+def _get(obj: Any, name: str) -> Any:
+    if not isinstance(obj, dict):
+        return None
     value = obj.get(name)
     return obj.get(_snake(name)) if value is None else value
 
@@ -64,15 +113,77 @@ def _parts(content: Any, kind: str) -> list[dict[str, Any]]:
     return [p for p in parts if isinstance(p, dict) and isinstance(_get(p, kind), dict)]
 
 
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _contents_violations(contents: Any) -> list[str]:
+    if not isinstance(contents, list) or not contents:
+        return ["contents: contents is not specified"]
+    # A missing parts list is an empty one to the proto.
+    return [f"contents[{n}].parts: contents.parts must not be empty." for n, content in enumerate(contents)
+            if isinstance(content, dict) and not _list(content.get("parts"))]  # fmt: skip
+
+
+def _name_violations(tools: Any) -> list[str]:
+    out = []
+    for i, tool in enumerate(_list(tools)):
+        for j, declaration in enumerate(_list(_get(tool, "functionDeclarations"))):
+            name = declaration.get("name") if isinstance(declaration, dict) else None
+            if isinstance(name, str) and not _FUNCTION_NAME.fullmatch(name):
+                out.append(f"tools[{i}].function_declarations[{j}].name: {_BAD_NAME}")
+    return out
+
+
+def _allowed_names_violations(tool_config: Any) -> list[str]:
+    calling = _get(tool_config, "functionCallingConfig")
+    if not _list(_get(calling, "allowedFunctionNames")) or calling.get("mode") in _NAMES_MODES:
+        return []
+    return ["tool_config.function_calling_config.allowed_function_names: allowed_function_names should only "
+            "be set when the Mode is ANY or VALIDATED."]  # fmt: skip
+
+
+def _stop_violations(generation_config: Any) -> list[str]:
+    if len(_list(_get(generation_config, "stopSequences"))) <= MAX_STOPS:
+        return []
+    return [f"generation_config.stop_sequences: the number of stop_sequences must not exceed {MAX_STOPS}."]
+
+
+def _field_refusal(payload: dict[str, Any]) -> Reply | None:
+    found = (_contents_violations(payload.get("contents")) + _name_violations(payload.get("tools"))
+             + _allowed_names_violations(_get(payload, "toolConfig"))
+             + _stop_violations(_get(payload, "generationConfig")))  # fmt: skip
+    if not found:
+        return None
+    return error(400, "".join(f"* GenerateContentRequest.{v}\n" for v in found))
+
+
+def _bad_role(contents: list[Any]) -> Reply | None:
+    roles = [c.get("role") for c in contents if isinstance(c, dict)]
+    if all(not role or role in _ROLES for role in roles):
+        return None
+    return error(400, "Please use a valid role: user, model.")
+
+
+def _bad_image(contents: list[Any]) -> Reply | None:
+    for content in contents:
+        for part in _parts(content, "inlineData"):
+            mime = _get(_get(part, "inlineData"), "mimeType")
+            if isinstance(mime, str) and mime.startswith("image/") and mime not in _IMAGE_TYPES:
+                return error(400, f"Unsupported MIME type: {mime}")
+    return None
+
+
 def refusal(payload: dict[str, Any], issued: Collection[str] = ()) -> Reply | None:
     """Why the Gemini API would refuse this generateContent body, or None. ``issued``: the ids
     of the calls the fake answered with (only those must come back signed)."""
-    refused = unknown_field(payload, GENERATE_FIELDS)
+    refused = unknown_field(payload, GENERATE_FIELDS) or _field_refusal(payload)
     if refused is not None:
         return refused
-    contents = payload.get("contents")
-    if not isinstance(contents, list) or not contents:
-        return error(400, "* GenerateContentRequest.contents: contents is not specified\n")
+    contents: list[Any] = payload["contents"]  # a list with turns: _field_refusal saw to it
+    refused = _bad_role(contents) or _bad_image(contents)
+    if refused is not None:
+        return refused
     for n, content in enumerate(contents):
         calls = _parts(content, "functionCall")
         for part in calls:

@@ -1,7 +1,8 @@
 """The fake upstream's Gemini API over HTTP (gateway/fake/gemini.py, gemini_rules.py,
 gemini_tool.py): Google's shapes buffered, as SSE and as a JSON-array stream; every scenario;
 the refusals the real API makes (the key's place, unknown fields, unpaired function responses,
-a replayed call without its thoughtSignature); per-key limits in Google's words."""
+a replayed call without its thoughtSignature, out-of-bounds fields, roles, image types); per-key
+limits in Google's words."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.fake import ScenarioUpstream
+from gateway.fake import ScenarioUpstream, gemini_rules
 from gateway.fake.gemini import RETRY
 
 KEY = {"x-goog-api-key": "k1"}
@@ -151,6 +152,136 @@ async def test_a_function_response_must_answer_the_calls_just_before_it(fake: An
     asked = {"role": "model", "parts": [{"functionCall": {"name": "run_shell_command", "args": {}}}] * 2}
     status, _, doc = await call(http, f, "gemini-2.5-flash", body=turns(asked, answer))
     assert status == 400 and "number of function response parts is equal" in doc["error"]["message"]
+
+
+BAD_NAME = ("Invalid function name. Must start with a letter or an underscore. Must be alphameric (a-z, A-Z, 0-9), "
+            "underscores (_), dots (.), colons (:), or dashes (-), with a maximum length of 64.")
+
+
+def refused(body: dict[str, Any]) -> str | None:
+    """The message gemini_rules refuses ``body`` with (a 400 INVALID_ARGUMENT), or None."""
+    reply = gemini_rules.refusal(body)
+    if reply is None:
+        return None
+    assert reply.status == 400 and reply.body["error"]["status"] == "INVALID_ARGUMENT"
+    return str(reply.body["error"]["message"])
+
+
+def declared(*names: str, key: str = "functionDeclarations") -> dict[str, Any]:
+    return {**SAY_HI, "tools": [{key: [{"name": n} for n in names]}]}
+
+
+@pytest.mark.parametrize("contents", [None, []])
+def test_no_contents_is_refused_as_not_specified(contents: Any) -> None:
+    body = {} if contents is None else {"contents": contents}
+    assert refused(body) == "* GenerateContentRequest.contents: contents is not specified\n"
+    assert refused(SAY_HI) is None
+
+
+def test_a_content_without_parts_is_refused() -> None:
+    empty = {"contents": [SAY_HI["contents"][0], {"role": "model", "parts": []}, {"role": "user"}]}
+    assert refused(empty) == ("* GenerateContentRequest.contents[1].parts: contents.parts must not be empty.\n"
+                              "* GenerateContentRequest.contents[2].parts: contents.parts must not be empty.\n")
+    assert refused({"contents": [SAY_HI["contents"][0], {"role": "model", "parts": [{"text": "hi"}]}]}) is None
+
+
+@pytest.mark.parametrize("name", ["1st_tool", "mcp__server__read file", "tool/run", "-dash", "", "a" * 65])
+def test_a_function_declared_under_a_name_google_refuses(name: str) -> None:
+    assert refused(declared("run_shell_command", name)) == (
+        f"* GenerateContentRequest.tools[0].function_declarations[1].name: {BAD_NAME}\n")
+
+
+def test_every_refused_function_name_is_a_line_of_its_own() -> None:
+    body = {**SAY_HI, "tools": [{"functionDeclarations": [{"name": "ok"}]},
+                                {"function_declarations": [{"name": "9a"}, {"name": "b"}, {"name": "c d"}]}]}
+    assert refused(body) == (f"* GenerateContentRequest.tools[1].function_declarations[0].name: {BAD_NAME}\n"
+                             f"* GenerateContentRequest.tools[1].function_declarations[2].name: {BAD_NAME}\n")
+
+
+@pytest.mark.parametrize("name", ["_private", "files.read", "default_api:run", "mcp-server-tool", "a" * 64])
+def test_function_names_google_takes(name: str) -> None:
+    assert refused(declared(name)) is None
+    assert refused(declared(name, key="function_declarations")) is None
+
+
+def test_a_refused_name_in_the_history_alone_is_not_held_to_the_rule() -> None:
+    """Only declarations are: no report shows Google refusing a functionCall's name."""
+    asked = {"role": "model", "parts": [{"functionCall": {"name": "1st tool", "args": {}}}]}
+    answer = {"role": "user", "parts": [{"functionResponse": {"name": "1st tool", "response": {}}}]}
+    assert refused({"contents": [SAY_HI["contents"][0], asked, answer]}) is None
+
+
+def test_more_than_five_stop_sequences_are_refused() -> None:
+    six = {**SAY_HI, "generationConfig": {"stopSequences": list("abcdef")}}
+    assert refused(six) == ("* GenerateContentRequest.generation_config.stop_sequences: the number of "
+                            "stop_sequences must not exceed 5.\n")
+    assert refused({**SAY_HI, "generation_config": {"stop_sequences": list("abcdef")}}) == refused(six)
+    assert refused({**SAY_HI, "generationConfig": {"stopSequences": list("abcde")}}) is None
+
+
+@pytest.mark.parametrize("mode", [None, "AUTO", "NONE"])
+def test_allowed_function_names_are_refused_outside_any_and_validated(mode: str | None) -> None:
+    calling: dict[str, Any] = {"allowedFunctionNames": ["run_shell_command"]}
+    if mode is not None:
+        calling["mode"] = mode
+    body = {**declared("run_shell_command"), "toolConfig": {"functionCallingConfig": calling}}
+    assert refused(body) == ("* GenerateContentRequest.tool_config.function_calling_config.allowed_function_names: "
+                             "allowed_function_names should only be set when the Mode is ANY or VALIDATED.\n")
+
+
+@pytest.mark.parametrize("calling", [{"mode": "ANY", "allowedFunctionNames": ["run_shell_command"]},
+                                     {"mode": "VALIDATED", "allowed_function_names": ["run_shell_command"]},
+                                     {"mode": "AUTO"}, {"mode": "AUTO", "allowedFunctionNames": []}])
+def test_allowed_function_names_google_takes(calling: dict[str, Any]) -> None:
+    assert refused({**declared("run_shell_command"), "tool_config": {"function_calling_config": calling}}) is None
+
+
+def test_all_out_of_bounds_fields_are_listed_in_one_message() -> None:
+    body = {"contents": [{"role": "user", "parts": []}], "tools": [{"functionDeclarations": [{"name": "a b"}]}],
+            "generationConfig": {"stopSequences": list("abcdef")}}
+    assert refused(body) == ("* GenerateContentRequest.contents[0].parts: contents.parts must not be empty.\n"
+                             f"* GenerateContentRequest.tools[0].function_declarations[0].name: {BAD_NAME}\n"
+                             "* GenerateContentRequest.generation_config.stop_sequences: the number of "
+                             "stop_sequences must not exceed 5.\n")
+
+
+@pytest.mark.parametrize("role", ["assistant", "system", "phase", "USER"])
+def test_a_role_gemini_does_not_take_is_refused(role: str) -> None:
+    body = {"contents": [SAY_HI["contents"][0], {"role": role, "parts": [{"text": "hi"}]}]}
+    assert refused(body) == "Please use a valid role: user, model."
+
+
+@pytest.mark.parametrize("role", ["user", "model", "function", "tool", None, ""])
+def test_roles_gemini_takes(role: str | None) -> None:
+    content: dict[str, Any] = {"parts": [{"text": "hi"}]}
+    if role is not None:
+        content["role"] = role
+    assert refused({"contents": [content]}) is None
+
+
+@pytest.mark.parametrize("mime", ["image/gif", "image/jpg", "image/bmp", "image/tiff"])
+def test_an_image_type_gemini_does_not_read_is_refused(mime: str) -> None:
+    image = {"inlineData": {"mimeType": mime, "data": "R0lGODlh"}}
+    assert refused({"contents": [{"role": "user", "parts": [{"text": "what is this?"}, image]}]}) == (
+        f"Unsupported MIME type: {mime}")
+    snake = {"inline_data": {"mime_type": mime, "data": "R0lGODlh"}}
+    assert refused({"contents": [{"role": "user", "parts": [snake]}]}) == f"Unsupported MIME type: {mime}"
+
+
+@pytest.mark.parametrize("mime", ["image/png", "image/jpeg", "image/webp", "image/heic", "image/heif",
+                                  "application/pdf", "audio/wav", "video/mp4", "text/plain"])
+def test_image_types_gemini_reads_and_other_media_are_taken(mime: str) -> None:
+    part = {"inlineData": {"mimeType": mime, "data": "AAAA"}}
+    assert refused({"contents": [{"role": "user", "parts": [part]}]}) is None
+
+
+async def test_a_refused_function_name_over_http(fake: Any) -> None:
+    f, lines, http = fake
+    status, _, doc = await call(http, f, "gemini-2.5-flash", body=declared("mcp__github__create issue"))
+    assert status == 400 and doc["error"] == {
+        "code": 400, "status": "INVALID_ARGUMENT",
+        "message": f"* GenerateContentRequest.tools[0].function_declarations[0].name: {BAD_NAME}\n"}  # fmt: skip
+    assert (await call(http, f, "gemini-2.5-flash", body=declared("mcp__github__create_issue")))[0] == 200
 
 
 @pytest.mark.parametrize("stream", [False, True])
