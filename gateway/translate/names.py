@@ -59,12 +59,12 @@ class Names:
 NONE = Names(MappingProxyType({}), MappingProxyType({}))
 
 
-def names_for(declared: tuple[str, ...], rule: Rule) -> Names:
-    return NONE if all(rule.valid.fullmatch(n) for n in declared) else _names(declared, rule)
-
-
 @functools.lru_cache(maxsize=256)
-def _names(declared: tuple[str, ...], rule: Rule) -> Names:
+def names_for(declared: tuple[str, ...], rule: Rule) -> Names:
+    """Cached whole (an agent declares the same tools every turn: a hit costs the tuple's hash,
+    not a pattern match per name)."""
+    if all(rule.valid.fullmatch(n) for n in declared):
+        return NONE
     to_upstream: dict[str, str] = {}
     taken = {n for n in declared if rule.valid.fullmatch(n)}
     for name in declared:

@@ -13,10 +13,12 @@ from typing import Any
 
 from gateway.translate.base import Context, Known, Refusal, Target, held
 from gateway.translate.messages_chat.answer import answer, estimate_input_tokens
-from gateway.translate.messages_chat.request import to_chat
+from gateway.translate.messages_chat.request import function_names, to_chat
 from gateway.translate.messages_chat.stream import ChatToMessagesStream
 
 UNREAD = frozenset({"messages", "system", "tools"})
+# The tools stay for the answer only when it has names to give back (translate/names.py).
+UNREAD_NAMED = UNREAD - {"tools"}
 
 
 class MessagesToChat:
@@ -34,7 +36,8 @@ class MessagesToChat:
 
     def held(self, ctx: Context) -> Context:
         # Its answers read ``stop_sequences`` and the prompt estimate, made now.
-        return held(ctx, UNREAD, estimate_input_tokens(ctx.request, ctx.request_bytes))
+        unread = UNREAD_NAMED if function_names(ctx.request.get("tools")).mapped else UNREAD
+        return held(ctx, unread, estimate_input_tokens(ctx.request, ctx.request_bytes))
 
 
 __all__ = ["ChatToMessagesStream", "MessagesToChat"]

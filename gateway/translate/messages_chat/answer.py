@@ -17,6 +17,8 @@ import orjson
 
 from gateway.policy.tokens import BYTES_PER_TOKEN, IMAGE_TOKENS
 from gateway.translate.base import Context, input_tokens
+from gateway.translate.messages_chat.request import function_names
+from gateway.translate.names import NONE
 
 # The key a tool_use input gets when the model's arguments are not a JSON object, so the
 # client's tool validation reports the bad call back to the model instead of it vanishing.
@@ -156,11 +158,13 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
         content.append({"type": "text", "text": refusal})
     tools = False
     calls = message.get("tool_calls")
+    functions = function_names(ctx.request.get("tools")) if calls else NONE
     for i, call in enumerate(calls if isinstance(calls, list) else ()):
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
             continue
-        content.append({"type": "tool_use", "id": call.get("id") or tool_id(ctx, i), "name": function["name"],
+        content.append({"type": "tool_use", "id": call.get("id") or tool_id(ctx, i),
+                        "name": functions.client(function["name"]),
                         "input": tool_input(function.get("arguments"))})  # fmt: skip
         tools = True
     matched = matched_stop(choice, ctx.request) if "stop_reason" in choice else None

@@ -25,7 +25,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.translate import names
 from gateway.translate.base import Refusal, Target
+from gateway.translate.names import NONE, Names
 
 BILLING_PREFIX = "x-anthropic-billing-header:"
 NOTE_OPEN, NOTE_CLOSE = "<system-reminder>\n", "\n</system-reminder>"
@@ -59,7 +61,8 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
     raw = payload.get("messages")
     if not isinstance(raw, list):
         raise Untranslatable("'messages' must be a list of message objects")
-    messages += _messages(raw)
+    functions = function_names(payload.get("tools"))
+    messages += _messages(raw, functions)
     out: dict[str, Any] = {"model": target.model, "messages": messages}
 
     # Each optional field's rule runs only when the field is there: most requests carry few
@@ -87,11 +90,11 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
         if fmt:
             out["response_format"] = fmt
 
-    tools = _tools(payload.get("tools"))
+    tools = _tools(payload.get("tools"), functions)
     if tools:
         out["tools"] = tools
     if "tool_choice" in payload:
-        choice, parallel = _tool_choice(payload["tool_choice"])
+        choice, parallel = _tool_choice(payload["tool_choice"], functions)
         # OpenAI answers 400 to tool_choice or parallel_tool_calls without tools.
         if tools and choice is not None:
             out["tool_choice"] = choice
@@ -208,7 +211,16 @@ def strict_ok(schema: Any) -> bool:
     return all(strict_ok(s) for s in nested)
 
 
-def _tools(tools: Any) -> list[dict[str, Any]]:
+def function_names(tools: Any) -> Names:
+    """The tools' names as a chat upstream takes them (``translate/names.py``): Anthropic takes
+    128 characters, OpenAI 64, and Claude Code's ``mcp__<server>__<tool>`` names run past 64."""
+    if not isinstance(tools, list) or not tools:
+        return NONE
+    declared = tuple(t["name"] for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str))
+    return names.names_for(declared, names.CHAT)
+
+
+def _tools(tools: Any, functions: Names) -> list[dict[str, Any]]:
     if not tools:
         return []
     if not isinstance(tools, list):
@@ -223,7 +235,7 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
                 f"tool {tool['name']!r} is Anthropic's {kind!r} tool, run or defined by Anthropic's API; "
                 "a chat completions upstream has no such tool (give it as a custom tool with an input_schema)"
             )
-        function: dict[str, Any] = {"name": tool["name"]}
+        function: dict[str, Any] = {"name": functions.upstream(tool["name"])}
         if isinstance(tool.get("description"), str):
             function["description"] = tool["description"]
         schema = tool.get("input_schema")
@@ -234,7 +246,7 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _tool_choice(choice: Any) -> tuple[Any, bool | None]:
+def _tool_choice(choice: Any, functions: Names) -> tuple[Any, bool | None]:
     """(chat ``tool_choice`` or None, ``parallel_tool_calls`` or None)."""
     if not isinstance(choice, dict):
         return None, None
@@ -243,7 +255,7 @@ def _tool_choice(choice: Any) -> tuple[Any, bool | None]:
     if kind in _TOOL_CHOICE:
         return _TOOL_CHOICE[kind], parallel
     if kind == "tool" and isinstance(choice.get("name"), str):
-        return {"type": "function", "function": {"name": choice["name"]}}, parallel
+        return {"type": "function", "function": {"name": functions.upstream(choice["name"])}}, parallel
     raise Untranslatable(f"unknown tool_choice type {kind!r}")
 
 
@@ -254,7 +266,8 @@ class _Convo:
     """Builds the chat message list; keeps the notes (mid-conversation system text) that
     wait for the next user turn."""
 
-    def __init__(self) -> None:
+    def __init__(self, functions: Names) -> None:
+        self.functions = functions
         self.out: list[dict[str, Any]] = []
         self.notes: list[str] = []
 
@@ -317,8 +330,8 @@ def _append_parts(message: dict[str, Any], parts: list[dict[str, Any]]) -> None:
     message["content"] = _content(have + parts)
 
 
-def _messages(raw: list[Any]) -> list[dict[str, Any]]:
-    convo = _Convo()
+def _messages(raw: list[Any], functions: Names) -> list[dict[str, Any]]:
+    convo = _Convo(functions)
     for i, message in enumerate(raw):
         if not isinstance(message, dict):
             raise Untranslatable(f"messages[{i}] must be an object")
@@ -482,7 +495,7 @@ def _assistant_turn(convo: _Convo, content: Any, i: int) -> None:
             if not isinstance(block.get("name"), str):
                 raise Untranslatable(f"messages[{i}]: a tool_use block needs a 'name'")
             arguments = json.dumps(block.get("input", {}), ensure_ascii=False)
-            function = {"name": block["name"], "arguments": arguments}
+            function = {"name": convo.functions.upstream(block["name"]), "arguments": arguments}
             calls.append({"id": str(block.get("id", "")), "type": "function", "function": function})
         elif kind in ("thinking", "redacted_thinking", "server_tool_use", "web_search_tool_result"):
             continue  # see the module doc: no chat field carries them

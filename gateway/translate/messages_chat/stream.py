@@ -38,6 +38,8 @@ from gateway.translate.messages_chat.answer import (
     tool_id,
     usage,
 )
+from gateway.translate.messages_chat.request import function_names
+from gateway.translate.names import Names
 
 _PING = b'event: ping\ndata: {"type":"ping"}\n\n'
 _STOP = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
@@ -97,6 +99,7 @@ class ChatToMessagesStream:
         self.open_index = 0
         self.open_tool: _Tool | None = None
         self.tools: dict[int, _Tool] = {}
+        self.functions: Names | None = None  # the declared tools' names, read at the first call
         # (kind, tool key or None, text) waiting for the open tool's arguments to complete
         self.held: list[tuple[str, int | None, str]] = []
         self.ending = False
@@ -269,10 +272,12 @@ class ChatToMessagesStream:
         self._close(out)
         index = self._open("tool", tool)
         self.any_tool = True
+        if self.functions is None:
+            self.functions = function_names(self.ctx.request.get("tools"))
         block: dict[str, Any] = {
             "type": "tool_use",
             "id": tool.id or tool_id(self.ctx, index),
-            "name": tool.name,
+            "name": self.functions.client(tool.name or ""),
             "input": {},
         }
         out.append(

@@ -519,3 +519,32 @@ def test_structured_output_is_strict_only_where_openai_takes_it_strict(schema: d
         "name": "output", "schema": schema, "strict": strict}}  # fmt: skip
     tool = {"name": "t", "input_schema": schema, "strict": True}
     assert chat(sdk_request(messages=HI, tools=[tool]))["tools"][0]["function"].get("strict", False) is strict
+
+
+def test_claude_codes_long_mcp_tool_names_go_within_openais_64_and_come_back_as_declared() -> None:
+    """OpenAI takes function names of at most 64 characters; Anthropic 128, and Claude Code
+    names MCP tools mcp__<server>__<tool>. A longer one is sent shortened (a digest keeps it
+    apart) and every call under it comes back under the declared name."""
+    long = "mcp__github-enterprise-internal__create_pull_request_review_comment_reply"
+    assert len(long) > 64
+    tools = [{"name": long, "input_schema": {"type": "object"}}, WEATHER]
+    history = [{"role": "user", "content": "review"}, {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "toolu_1", "name": long, "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}]}]  # fmt: skip
+    request = sdk_request(messages=history, tools=tools, tool_choice={"type": "tool", "name": long})
+    out = chat(request)
+    sent = out["tools"][0]["function"]["name"]
+    assert len(sent) <= 64 and sent != long and out["tools"][1]["function"]["name"] == "get_weather"
+    assert out["tool_choice"] == {"type": "function", "function": {"name": sent}}
+    assert out["messages"][1]["tool_calls"][0]["function"]["name"] == sent
+    ctx = T.held(ctx_for(request))
+    call = {"id": "call_9", "type": "function", "function": {"name": sent, "arguments": "{}"}}
+    buffered = T.answer(_completion({"content": None, "tool_calls": [call]}, "tool_calls"), ctx)
+    assert [b["name"] for b in buffered["content"] if b["type"] == "tool_use"] == [long]
+    wire = b"".join(b"data: " + json.dumps(d).encode() + b"\n\n" for d in (
+        {"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant",
+         "tool_calls": [{"index": 0, **call}]}, "finish_reason": None}]},
+        {"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {},
+         "finish_reason": "tool_calls"}]})) + b"data: [DONE]\n\n"  # fmt: skip
+    streamed = sdk_final_message(run(T.stream(T.held(ctx_for(request))), wire))
+    assert [b.name for b in streamed.content if b.type == "tool_use"] == [long]
