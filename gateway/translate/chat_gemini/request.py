@@ -259,6 +259,7 @@ def _function_response(m: Mapping[str, Any], i: int, turns: _Turns) -> dict[str,
 # --- tools and generation -------------------------------------------------------------------
 
 
+@names.per_tools
 def function_names(tools: Any) -> Names:
     """The chat tools' names as the Gemini API takes them (``translate/names.py``)."""
     declared = tuple(fn["name"] for t in tools if isinstance(t, dict)

@@ -22,5 +22,6 @@ def declared(tools: Any) -> tuple[str, ...]:
     return tuple(found)
 
 
+@names.per_tools
 def names_for(tools: Any) -> Names:
     return names.names_for(declared(tools), names.CHAT)

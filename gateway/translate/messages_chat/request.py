@@ -211,6 +211,7 @@ def strict_ok(schema: Any) -> bool:
     return all(strict_ok(s) for s in nested)
 
 
+@names.per_tools
 def function_names(tools: Any) -> Names:
     """The tools' names as a chat upstream takes them (``translate/names.py``): Anthropic takes
     128 characters, OpenAI 64, and Claude Code's ``mcp__<server>__<tool>`` names run past 64."""
