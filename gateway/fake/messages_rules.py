@@ -27,6 +27,12 @@ Anthropic. Each rule here is one Anthropic applies, worded as it words it (400
   turn the assistant's) whose text ends in a space or a newline
   (https://github.com/tailcallhq/forgecode/issues/1872 with its request id,
   https://github.com/anomalyco/opencode/issues/1295);
+- "This model does not support assistant message prefill. The conversation must end with a
+  user message.": any prefill on the 4.6 generation and later (Claude 4.6 "What's new",
+  breaking changes; quoted with request ids in
+  https://github.com/Tarquinen/opencode-dynamic-context-pruning/issues/520 and
+  https://github.com/smallmain/vscode-unify-chat-provider/issues/249). Told apart from older
+  models as the thinking rule below tells them;
 - "messages.N.role: Input should be 'user' or 'assistant'": a ``system`` turn inside
   ``messages`` (Anthropic takes the system prompt apart), as Messages-compatible servers word it;
   unless the request names the beta ``mid-conversation-system-…`` in ``anthropic-beta``, as
@@ -155,7 +161,8 @@ def _why(payload: dict[str, Any], system_turns: bool) -> str | None:
         return None  # the fake's other checks answer a body of the wrong shape
     return (_tool_name(payload.get("tools")) or _stop_sequences(payload.get("stop_sequences"))
             or _user_id(payload.get("metadata")) or _conversation(messages, system_turns)
-            or _thinking(payload) or _breakpoints(payload, messages) or _output_schema(payload))  # fmt: skip
+            or _prefill(payload.get("model"), messages) or _thinking(payload) or _breakpoints(payload, messages)
+            or _output_schema(payload))  # fmt: skip
 
 
 def _conversation(messages: list[Any], system_turns: bool) -> str | None:
@@ -191,6 +198,15 @@ def _conversation(messages: list[Any], system_turns: bool) -> str | None:
                             f"{block.get('tool_use_id')}. Each `tool_result` block must have a corresponding "
                             "`tool_use` block in the previous message.")  # fmt: skip
     return _trailing_whitespace(messages[-1])
+
+
+def _prefill(model: Any, messages: list[Any]) -> str | None:
+    last = messages[-1] if messages else None
+    if not isinstance(last, dict) or last.get("role") != "assistant":
+        return None
+    if thinking_types(model) in (BOTH, ADAPTIVE):  # the 4.6 generation and later
+        return "This model does not support assistant message prefill. The conversation must end with a user message."
+    return None
 
 
 def _blank_text(block: dict[str, Any]) -> str | None:

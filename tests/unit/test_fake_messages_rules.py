@@ -265,3 +265,17 @@ def test_structured_output_objects_must_be_closed(schema: dict[str, Any], words:
 def test_the_betas_output_format_is_held_to_the_same() -> None:
     words = refused(HI, output_format={"type": "json_schema", "schema": OPEN})
     assert words == "output_format.schema: For 'object' type, 'additionalProperties' must be explicitly set to false"
+
+
+@pytest.mark.parametrize(("model", "is_refused"), [
+    ("claude-opus-4-8", True), ("claude-sonnet-4-6", True), ("claude-fable-5", True),
+    ("claude-sonnet-4-5-20250929", False), ("claude-3-7-sonnet-latest", False), ("local-model", False),
+])  # fmt: skip
+def test_a_prefill_is_refused_from_the_4_6_generation_on(model: str, is_refused: bool) -> None:
+    payload = {"model": model, "max_tokens": 64, "messages": [
+        {"role": "user", "content": "JSON please"}, {"role": "assistant", "content": "{"}]}  # fmt: skip
+    reply = refusal(PATH, payload, {})
+    if is_refused:
+        assert reply is not None and "does not support assistant message prefill" in str(reply.body)
+    else:
+        assert reply is None

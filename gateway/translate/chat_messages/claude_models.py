@@ -38,6 +38,14 @@ _ADAPTIVE_46 = Thinking(adaptive=True, efforts=frozenset({"low", "medium", "high
 _ADAPTIVE = Thinking(adaptive=True, efforts=frozenset({"low", "medium", "high", "xhigh", "max"}))
 
 
+def takes_prefill(model: str) -> bool:
+    """Whether the model continues a conversation that ends on the assistant (a prefill).
+    From the 4.6 generation on it refuses it: "This model does not support assistant message
+    prefill. The conversation must end with a user message." (Claude 4.6 "What's new",
+    breaking changes; quoted with request ids in opencode-dynamic-context-pruning #520)."""
+    return not thinking_for(model).adaptive
+
+
 def thinking_for(model: str) -> Thinking:
     found = _NAMED.search(model.lower())
     if found is None:

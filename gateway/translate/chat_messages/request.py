@@ -39,7 +39,7 @@ from typing import Any
 
 from gateway.translate.base import Context, Known, Refusal, Target, held
 from gateway.translate.chat_messages.answer import ChatStream, chat_completion
-from gateway.translate.chat_messages.claude_models import thinking_for
+from gateway.translate.chat_messages.claude_models import takes_prefill, thinking_for
 from gateway.translate.tool_ids import to_anthropic_id
 
 # The chat request's fields that no answer translated back to chat reads.
@@ -52,6 +52,7 @@ MIN_BUDGET = 1024
 # xhigh falls back to high on a model without it.
 ADAPTIVE_EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "xhigh"}
 USER_ID_MAX = 256
+CONTINUE = "Continue."  # the user turn a conversation ending on the assistant gets (no prefill)
 
 # Default max_tokens when the client sets none: the documented maximum output of the model
 # family (Anthropic "Models overview"), its oldest member's where members differ, so that the
@@ -107,6 +108,10 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
         raise _Refused("the conversation has no content to send: an Anthropic upstream needs at least one "
                        "message with text, an image or a tool call or result")  # fmt: skip
     _trim_prefill(messages)
+    if messages[-1]["role"] == "assistant" and not takes_prefill(target.model):
+        # A chat conversation may end on the assistant (OpenAI answers with the next turn);
+        # Claude 4.6 and later refuse that as a prefill: asked to go on instead.
+        messages.append({"role": "user", "content": [{"type": "text", "text": CONTINUE}]})
     out: dict[str, Any] = {"model": target.model}
     if system:
         out["system"] = system

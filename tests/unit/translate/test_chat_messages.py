@@ -703,3 +703,15 @@ def test_a_conversation_with_nothing_in_it_is_refused_before_any_call() -> None:
     # Its empty messages vanish, and Anthropic refuses a request with none left.
     message = refused({"model": "gpt-4o", "messages": [{"role": "user", "content": ""}, {"role": "assistant", "content": ""}]})
     assert "no content" in message
+
+
+def test_a_conversation_ending_on_the_assistant_asks_the_newer_models_to_go_on() -> None:
+    """Claude 4.6 and later refuse a prefill ("This model does not support assistant message
+    prefill. The conversation must end with a user message.", opencode-dynamic-context-pruning
+    #520); a chat conversation may end on the assistant, which OpenAI answers with the next turn."""
+    convo = [user("write JSON"), {"role": "assistant", "content": "{"}]
+    out = req({"model": "x", "messages": convo}, Target("claude-opus-4-8"))
+    assert out["messages"][-1] == {"role": "user", "content": [{"type": "text", "text": "Continue."}]}
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+    older = req({"model": "x", "messages": convo}, Target("claude-sonnet-4-5"))
+    assert older["messages"][-1]["role"] == "assistant"  # a prefill it continues
