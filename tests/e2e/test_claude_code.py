@@ -201,8 +201,13 @@ def test_claude_codes_model_discovery_lists_the_gateways_models(
     assert doc["models"] == [{"id": "claude-opus-4-8", "display_name": "claude-opus-4-8"}]
 
 
-def cut_answer() -> Stream:
-    return Stream([*anthropic_head("claude-opus-4-8"), text_delta("The "), text_delta("answer is ")], then="drop")
+def cut_answer(model: str = "claude-opus-4-8") -> Stream:
+    return Stream([*anthropic_head(model), text_delta("The "), text_delta("answer is ")], then="drop")
+
+
+# A model that takes a prefill: Claude 4.6 and later refuse any ("This model does not support
+# assistant message prefill"), Claude Code's default claude-opus-4-8 among them.
+PREFILL_MODEL = "claude-sonnet-4-5"
 
 
 def test_a_stream_cut_mid_answer_is_continued_and_claude_code_prints_it_whole(
@@ -211,12 +216,13 @@ def test_a_stream_cut_mid_answer_is_continued_and_claude_code_prints_it_whole(
     def continuation(payload: dict[str, Any]) -> Stream:
         last = payload["messages"][-1]
         assert last == {"role": "assistant", "content": "The answer is"}, last  # trailing space left out
-        return Stream([*anthropic_head("claude-opus-4-8"), text_delta(" forty-two."), *anthropic_tail(4)],
+        return Stream([*anthropic_head(PREFILL_MODEL), text_delta(" forty-two."), *anthropic_tail(4)],
                       then="eof")  # fmt: skip
 
-    upstream.script(cut_answer(), continuation)
+    upstream.script(cut_answer(PREFILL_MODEL), continuation)
     # Thinking off: the API refuses prefill with extended thinking, so the gateway would not ask.
-    r = run_claude(claude_bin, prefill_gateway, workdir, "what is the answer?", MAX_THINKING_TOKENS="0")
+    r = run_claude(claude_bin, prefill_gateway, workdir, "what is the answer?", MAX_THINKING_TOKENS="0",
+                   ANTHROPIC_MODEL=PREFILL_MODEL)  # fmt: skip
     assert r.rc == 0, (r.out, r.err)
     assert r.out.strip() == "The answer is forty-two."
     assert len(upstream.messages_requests()) == 2  # Claude Code itself sent one request

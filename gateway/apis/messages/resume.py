@@ -6,8 +6,9 @@ cannot end in whitespace, so trailing whitespace is left out of it and the model
 whitespace again: the continuation's leading whitespace, however its deltas split it, is held
 until its first other character, and only what goes beyond the whitespace the client already
 has is shown (an indent is never doubled; see ``Seam``). Extended thinking
-cannot be combined with prefill, and recent models refuse prefill outright (400: the
-conversation must end with a user message): upstreams declare the mode, and a refusal
+cannot be combined with prefill, and Claude 4.6 and later refuse prefill outright ("This model
+does not support assistant message prefill. The conversation must end with a user message."):
+known by the model's name (``claude_models.py``), those are not asked; a refusal from any other
 ends the stream with the original error instead.
 
 The continuation's events are rewritten into the original stream: its ``message_start``
@@ -24,6 +25,7 @@ from typing import Any
 
 from gateway.apis.base import Splice
 from gateway.apis.common import add_shown_tokens
+from gateway.apis.messages.claude_models import takes_prefill
 from gateway.sse import parse_event
 
 
@@ -34,6 +36,9 @@ def continuation(payload: Mapping[str, Any], partial: str, mode: str) -> dict[st
         return None
     if isinstance(thinking, dict) and thinking.get("type") not in (None, "disabled"):
         return None
+    model = payload.get("model")
+    if isinstance(model, str) and not takes_prefill(model):
+        return None  # Claude 4.6 and later refuse any prefill: a call spent on a sure 400
     history = list(messages)
     text = partial
     last = history[-1] if history else None

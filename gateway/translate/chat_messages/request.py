@@ -14,7 +14,7 @@ and the extended-thinking guide's "Feature compatibility"):
   together with ``top_p``;
 * ``tool_use.id`` must match ``^[a-zA-Z0-9_-]+$``;
 * thinking needs ``budget_tokens`` ≥ 1024 and < ``max_tokens`` (or, on the newer models, is
-  asked as ``adaptive`` with an effort: ``claude_models.py``), is incompatible with a changed
+  asked as ``adaptive`` with an effort: ``apis/messages/claude_models.py``), is incompatible with a changed
   ``temperature`` or ``top_k``, with ``top_p`` below 0.95, with a forced ``tool_choice`` and
   with a prefilled answer, and a final assistant turn that called tools must start with its
   (signed) thinking block;
@@ -37,9 +37,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gateway.apis.messages.claude_models import takes_prefill, thinking_for
 from gateway.translate.base import Context, Known, Refusal, Target, held
 from gateway.translate.chat_messages.answer import ChatStream, chat_completion
-from gateway.translate.chat_messages.claude_models import takes_prefill, thinking_for
 from gateway.translate.tool_ids import to_anthropic_id
 
 # The chat request's fields that no answer translated back to chat reads.

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from gateway.apis.messages.resume import Seam, splicer
+from gateway.apis.messages.resume import Seam, continuation, splicer
 from tests.fakeupstream import anthropic_head, anthropic_tail, text_delta
 
 CODE = "class Shape:\n    def area(self):\n        "  # cut right after the indent
@@ -60,3 +60,18 @@ def test_a_block_that_ends_in_whitespace_keeps_what_is_new() -> None:
 
 def test_without_trailing_whitespace_nothing_is_touched() -> None:
     assert spliced_text("Once upon a", [" ", "time"]) == " time"
+
+
+@pytest.mark.parametrize(("model", "asked"), [
+    ("claude-sonnet-4-5-20250929", True), ("claude-3-7-sonnet-latest", True), ("qwen3-coder", True),
+    # "This model does not support assistant message prefill. The conversation must end with a
+    # user message." (Claude 4.6 and later): a continuation would be a call spent on a sure 400.
+    ("claude-opus-4-8", False), ("claude-sonnet-4-6", False), ("us.anthropic.claude-opus-4-7-v1:0", False),
+])  # fmt: skip
+def test_a_prefill_continuation_is_asked_only_of_models_that_take_prefill(model: str, asked: bool) -> None:
+    payload = {"model": model, "max_tokens": 100, "messages": [{"role": "user", "content": "what is the answer?"}]}
+    body = continuation(payload, "The answer is ", "prefill")
+    if asked:
+        assert body is not None and body["messages"][-1] == {"role": "assistant", "content": "The answer is"}
+    else:
+        assert body is None
