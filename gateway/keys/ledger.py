@@ -97,12 +97,12 @@ class Accounts:
             budgets=tuple((b, limit) for b, limit, _, _ in budgets), reserve_usd=reserve,
             budget_ttl_s=_BUDGET_KEEP_S + max((end for *_, end in budgets), default=now) - now,
         )  # fmt: skip
-        verdict, spent = await self.store.ledger_admit(admit)
+        verdict, spent = await self._admitted(admit)
         if verdict.startswith("budget") and self._pending:
             # This process's own requests that just ended may still hold their worst case:
             # settled, they may leave room (a client's next turn comes that fast).
             await self.flush()
-            verdict, spent = await self.store.ledger_admit(admit)
+            verdict, spent = await self._admitted(admit)
         held = tuple(b for b, *_ in budgets)
         reservation = Reservation(key, minute, slot, round(prompt_tokens), reserve, held, price,
                                   minute_tokens=minute_tokens)  # fmt: skip
@@ -120,6 +120,29 @@ class Accounts:
             *_, spend = await self.store.ledger_read(key.name, minute, round(now * 1000), [budgets[index][0]])
             in_flight = spend[0][1] if spend else 0.0
         return _refusal(key, verdict, spent, now, budgets, in_flight)
+
+    async def _admitted(self, admit: LedgerAdmit) -> tuple[str, float]:
+        """The store's verdict. A request cancelled while it waits (its client left: the server
+        cancels the handler) would leave what the store admitted held, a slot for an hour and
+        the reservation for the period, since nothing would settle it: the admit runs on,
+        shielded, and once it answers, what it took is given back."""
+        running = asyncio.ensure_future(self.store.ledger_admit(admit))
+        try:
+            return await asyncio.shield(running)
+        except asyncio.CancelledError:
+            running.add_done_callback(lambda done: self._undo(done, admit))
+            raise
+
+    def _undo(self, done: asyncio.Future[tuple[str, float]], admit: LedgerAdmit) -> None:
+        if done.cancelled() or done.exception() is not None or done.result()[0] != "ok":
+            return
+        self._pending.append(LedgerSettle(
+            key=admit.key, minute=admit.minute, token_delta=-admit.tokens, slot=admit.slot,
+            budgets=tuple(b for b, _ in admit.budgets), reserve_usd=admit.reserve_usd, cost_usd=0.0,
+            budget_ttl_s=_BUDGET_KEEP_S + 32 * 86_400.0,
+        ))  # fmt: skip
+        if self.flusher is None or self.flusher.done():
+            self.flusher = asyncio.get_running_loop().create_task(self.flush())
 
     async def settle(self, r: Reservation, usage: Mapping[str, int]) -> Cost:
         """Once per reservation: the slot back, the spend as the usage says, now."""
