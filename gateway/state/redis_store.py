@@ -80,6 +80,18 @@ local k = tonumber(redis.call('HGET', w, 'k') or '0')
 if rpm > 0 and n + 1 > rpm then return {'rpm', '0'} end
 if tpm > 0 and k > 0 and k + tokens > tpm then return {'tpm', '0'} end
 local par, slot, now, ttl = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+local held_by = KEYS[2] .. ':r'
+for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
+  local entry = redis.call('HGET', held_by, gone)
+  if entry then
+    local reserve = nil
+    for part in string.gmatch(entry, '[^|]+') do
+      if reserve == nil then reserve = tonumber(part)
+      elseif redis.call('EXISTS', part) == 1 then redis.call('HINCRBYFLOAT', part, 'r', -reserve) end
+    end
+    redis.call('HDEL', held_by, gone)
+  end
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 if par > 0 and redis.call('ZCARD', KEYS[2]) >= par then return {'parallel', '0'} end
 for i = 3, #KEYS do
@@ -91,7 +103,14 @@ redis.call('HINCRBY', w, 'n', 1)
 redis.call('HINCRBY', w, 'k', tokens)
 redis.call('EXPIRE', w, 120)
 redis.call('ZADD', KEYS[2], now + ttl, slot)
-redis.call('PEXPIRE', KEYS[2], ttl)
+if #KEYS > 2 then
+  -- Kept as long as the budgets: an expired slot must still be there to give its reserve back.
+  redis.call('HSET', held_by, slot, ARGV[8] .. '|' .. table.concat(KEYS, '|', 3))
+  redis.call('EXPIRE', held_by, ARGV[9])
+  redis.call('EXPIRE', KEYS[2], ARGV[9])
+else
+  redis.call('PEXPIRE', KEYS[2], ttl)
+end
 for i = 3, #KEYS do
   redis.call('HINCRBYFLOAT', KEYS[i], 'r', ARGV[8])
   redis.call('EXPIRE', KEYS[i], ARGV[9])
@@ -99,12 +118,18 @@ end
 return {'ok', '0'}
 """
 
+# A slot that expires (its replica died mid-request: nothing will settle it) gives its
+# reservation back to the budgets it was made on, at the next admit of its key: the slot's
+# reserve and budget keys are kept beside it (``<slots>:r``), so a crashed replica holds a key's
+# budget for the slot's hour, not the rest of the period.
+
 # Settling: the slot back, the reservation turned into what was spent. ARGV: token_delta,
 # slot, reserve, cost, budget_ttl_s. Once per slot, and only for a slot this Redis admitted:
 # a settle sent again (its answer was lost) or one for an admit that never ran here changes
 # nothing.
 _LEDGER_SETTLE = """
 if redis.call('ZREM', KEYS[2], ARGV[2]) == 0 then return 0 end
+redis.call('HDEL', KEYS[2] .. ':r', ARGV[2])
 if tonumber(ARGV[1]) ~= 0 and redis.call('EXISTS', KEYS[1]) == 1 then
   redis.call('HINCRBY', KEYS[1], 'k', ARGV[1])
 end

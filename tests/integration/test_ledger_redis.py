@@ -177,3 +177,28 @@ async def test_the_same_in_memory() -> None:
     await acc.flush()
     state = await acc.state_of(key)
     assert state["in_flight"] == 0 and state["budget"]["reserved_usd"] == 0
+
+
+async def test_a_slot_whose_replica_died_gives_its_reservation_back_when_it_expires(
+    patient_replicas: tuple[Replica, Replica],
+) -> None:
+    """A replica killed mid-request never settles: its slot expired after SLOT_TTL_MS but its
+    reserve stayed held on the budget for the rest of the period (a small daily budget locked
+    for the day). The slot's reserve now goes back with it, at the key's next admit."""
+    from gateway.state.ledger_ops import LedgerAdmit
+
+    dead, alive = patient_replicas
+
+    def admit(slot: str, ttl_ms: int) -> LedgerAdmit:
+        now = time.time()
+        return LedgerAdmit(key="gina", minute=int(now // 60), requests_per_minute=None, tokens_per_minute=None,
+                           tokens=10, parallel=None, slot=slot, now_ms=round(now * 1000), slot_ttl_ms=ttl_ms,
+                           budgets=(("key:gina:d", 10.0),), reserve_usd=10.0, budget_ttl_s=3600)  # fmt: skip
+
+    assert (await dead.store.ledger_admit(admit("dead-1", 50)))[0] == "ok"  # then the replica dies
+    assert (await alive.store.ledger_admit(admit("alive-1", 60_000)))[0].startswith("budget")  # $10 held of $10
+    await asyncio.sleep(0.1)  # the dead replica's slot expires
+    assert (await alive.store.ledger_admit(admit("alive-2", 60_000)))[0] == "ok"  # its $10 came back
+    *_, spend = await alive.store.ledger_read("gina", int(time.time() // 60), round(time.time() * 1000),
+                                              ["key:gina:d"])  # fmt: skip
+    assert spend == [(0.0, 10.0)]  # only the live request's reserve
