@@ -310,6 +310,10 @@ def _generation(p: Mapping[str, Any]) -> dict[str, Any]:
                          ("seed", "seed")):  # fmt: skip
         value = p.get(chat)
         if isinstance(value, int | float) and not isinstance(value, bool):
+            if chat.endswith("_penalty") and value == 0:
+                # OpenAI's default, sent by clients that fill every knob in: left out, since a
+                # Gemini 2.5 model refuses any penalty ("Penalty is not enabled for models/…").
+                continue
             out[gemini] = value
     limit = _positive(p, "max_completion_tokens") or _positive(p, "max_tokens")
     if limit:

@@ -54,6 +54,8 @@ def test_a_plain_request_and_the_fields_the_url_takes() -> None:
     ({"stop": "END"}, {"stopSequences": ["END"]}),
     ({"stop": ["a", "b"], "seed": 7, "top_k": 40}, {"stopSequences": ["a", "b"], "seed": 7, "topK": 40}),
     ({"presence_penalty": 0.5, "frequency_penalty": 0.1}, {"presencePenalty": 0.5, "frequencyPenalty": 0.1}),
+    # OpenAI's default 0 left out: Gemini 2.5 refuses any penalty ("Penalty is not enabled for models/...").
+    ({"presence_penalty": 0, "frequency_penalty": 0.0, "temperature": 1}, {"temperature": 1}),
     ({"response_format": {"type": "json_object"}}, {"responseMimeType": "application/json"}),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}},
      {"responseMimeType": "application/json", "responseJsonSchema": {"type": "object"}}),
