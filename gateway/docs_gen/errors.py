@@ -299,7 +299,8 @@ MEANINGS = {
     "invalid_client_key": "Client keys are configured and the one the request carries matches none.",
     "budget_exhausted": "The key's (or its team's) budget for the period is spent; `x-llm-error-reset-at` "
     "is the period's end. Codex gets its own 429 `usage_limit_reached` instead.",
-    "model_not_allowed": "The key may not use the requested model (`keys[].models`).",
+    "model_not_allowed": "The key may not use the requested model (`keys[].models`); 403, and 400 to Codex, "
+    "which stops on a 400 but retries a 403 five times.",
     "admin_required": "`GET /v1/gateway/keys` without a key that has `admin: true`.",
     "no_client_key": "`GET /v1/gateway/key` on a gateway that asks no key.",
     "key_requests_per_minute": "The key's `requests_per_minute` is used up; `retry-after` is the "

@@ -129,3 +129,37 @@ def test_the_sdks_stop_at_once(spent: RunningGateway, fake: FakeUpstream) -> Non
         an.close()
     assert [ln["status"] for ln in _refused(spent)] == [402, 402]
     assert fake.requests == []
+
+
+def test_codex_stops_at_once_on_a_model_its_key_may_not_use(codex: Path, fake: FakeUpstream, tmp_path: Path) -> None:
+    """Codex retries a 403 five times (measured: 6 requests, 7 s) and stops at once on a 400:
+    a key limited to other models answers Codex a 400 with the same words."""
+    port = free_port()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        f"server: {{port: {port}, drain_s: 1}}\n"
+        f"upstreams: [{{name: fake, base_url: '{fake.url}', api_key: sk-operator}}]\n"
+        f"keys: [{{name: alice, key: {KEY}, models: ['claude-*']}}]\n"
+    )
+    gw = start([sys.executable, "-m", "gateway", "--config", str(config)], base_env(), port, tmp_path / "gw.log")
+    try:
+        home = tmp_path / "home"
+        (home / "codex").mkdir(parents=True)
+        (home / "codex" / "config.toml").write_text(
+            'model = "gpt-5-codex"\nmodel_provider = "gw"\napproval_policy = "never"\nsandbox_mode = "read-only"\n'
+            f'[model_providers.gw]\nname = "gw"\nbase_url = "{gw.base}/v1"\nwire_api = "responses"\n'
+            'env_key = "GW_KEY"\nrequires_openai_auth = false\n'
+        )
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "CODEX_HOME": str(home / "codex"), "GW_KEY": KEY}
+        fake.requests.clear()
+        r = subprocess.run([str(codex), "exec", "--skip-git-repo-check", "say hi"], env=env, cwd=home,
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert r.returncode != 0
+        assert "may not use model 'gpt-5-codex'" in r.stdout + r.stderr, r.stderr[-2000:]
+        time.sleep(0.2)
+        lines = [json.loads(ln) for ln in gw.logs().splitlines() if ln.startswith("{")]
+        refused = [ln["status"] for ln in lines if ln.get("event") == "request" and ln.get("error_type") == "auth"]
+        assert refused == [400]  # one request: Codex did not retry it
+        assert fake.requests == []
+    finally:
+        gw.stop()

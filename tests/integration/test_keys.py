@@ -64,6 +64,10 @@ async def test_a_model_the_key_may_not_use_is_refused_in_each_apis_envelope(make
     assert gw.fake.requests == []
     assert (await gw.messages(headers=ALICE))[0] == 200  # claude-sonnet-4-5 is allowed
     assert gw.metric("llm_gateway_key_refusals_total", key="alice", reason="model") == 3
+    # Codex stops at once on a 400 and retries a 403 five times: it gets the refusal as a 400.
+    status, headers, body = await gw.responses(headers={**ALICE, "originator": "codex_exec"})
+    assert status == 400 and json.loads(body)["error"]["code"] == "model_not_allowed"
+    assert headers["x-llm-error-type"] == "auth" and headers["x-llm-error-retryable"] == "false"
 
 
 async def test_requests_per_minute_are_answered_by_the_gateway_with_the_minutes_end(make_gateway: MakeGateway) -> None:
