@@ -206,11 +206,14 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     body = await read_body(request, svc.cfg.server.max_body_bytes, svc.cfg.timeouts.idle_s)
     if isinstance(body, Failure):
         return await relay(request, svc, state, body)
-    state.model = model_of(body, request.headers.get("Content-Type", ""))
-    if state.key is not None:
-        json_body = body and "json" in request.headers.get("Content-Type", "")
-        doc = parse_json_object(body) if json_body else {}
+    ctype = request.headers.get("Content-Type", "")
+    if state.key is None:
+        state.model = model_of(body, ctype)
+    else:  # the key's rules read the document: parsed once, the model taken from it
+        doc = parse_json_object(body) if body and "json" in ctype else {}
         payload = doc if isinstance(doc, dict) else {}
+        model = payload.get("model")
+        state.model = model if isinstance(model, str) else None
         refused = await accounting.admit_request(svc, state, request.headers, state.model, len(body), payload)
         if refused is not None:
             return await relay(request, svc, state, refused)

@@ -81,6 +81,18 @@ def _refused(gw: RunningGateway) -> list[dict[str, Any]]:
     return [ln for ln in lines if ln.get("event") == "request" and ln.get("error_type") == "budget"]
 
 
+def codex_home(tmp_path: Path, gw: RunningGateway) -> tuple[Path, dict[str, str]]:
+    """A fresh HOME whose Codex (stock settings but the provider) talks to ``gw`` with the key."""
+    home = tmp_path / "home"
+    (home / "codex").mkdir(parents=True)
+    (home / "codex" / "config.toml").write_text(
+        'model = "gpt-5-codex"\nmodel_provider = "gw"\napproval_policy = "never"\nsandbox_mode = "read-only"\n'
+        f'[model_providers.gw]\nname = "gw"\nbase_url = "{gw.base}/v1"\nwire_api = "responses"\n'
+        'env_key = "GW_KEY"\nrequires_openai_auth = false\n'
+    )
+    return home, {"PATH": "/usr/bin:/bin", "HOME": str(home), "CODEX_HOME": str(home / "codex"), "GW_KEY": KEY}
+
+
 def test_claude_code_stops_at_once_on_a_spent_budget(claude_bin: Path, spent: RunningGateway, fake: FakeUpstream,
                                                      tmp_path: Path) -> None:  # fmt: skip
     workdir = tmp_path / "project"
@@ -95,14 +107,7 @@ def test_claude_code_stops_at_once_on_a_spent_budget(claude_bin: Path, spent: Ru
 
 def test_codex_stops_at_once_and_says_its_usage_limit_was_hit(codex: Path, spent: RunningGateway,
                                                               fake: FakeUpstream, tmp_path: Path) -> None:  # fmt: skip
-    home = tmp_path / "home"
-    (home / "codex").mkdir(parents=True)
-    (home / "codex" / "config.toml").write_text(
-        'model = "gpt-5-codex"\nmodel_provider = "gw"\napproval_policy = "never"\nsandbox_mode = "read-only"\n'
-        f'[model_providers.gw]\nname = "gw"\nbase_url = "{spent.base}/v1"\nwire_api = "responses"\n'
-        'env_key = "GW_KEY"\nrequires_openai_auth = false\n'
-    )
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "CODEX_HOME": str(home / "codex"), "GW_KEY": KEY}
+    home, env = codex_home(tmp_path, spent)
     t0 = time.monotonic()
     r = subprocess.run([str(codex), "exec", "--skip-git-repo-check", "say hi"], env=env, cwd=home,
                        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)  # fmt: skip
@@ -143,14 +148,7 @@ def test_codex_stops_at_once_on_a_model_its_key_may_not_use(codex: Path, fake: F
     )
     gw = start([sys.executable, "-m", "gateway", "--config", str(config)], base_env(), port, tmp_path / "gw.log")
     try:
-        home = tmp_path / "home"
-        (home / "codex").mkdir(parents=True)
-        (home / "codex" / "config.toml").write_text(
-            'model = "gpt-5-codex"\nmodel_provider = "gw"\napproval_policy = "never"\nsandbox_mode = "read-only"\n'
-            f'[model_providers.gw]\nname = "gw"\nbase_url = "{gw.base}/v1"\nwire_api = "responses"\n'
-            'env_key = "GW_KEY"\nrequires_openai_auth = false\n'
-        )
-        env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "CODEX_HOME": str(home / "codex"), "GW_KEY": KEY}
+        home, env = codex_home(tmp_path, gw)
         fake.requests.clear()
         r = subprocess.run([str(codex), "exec", "--skip-git-repo-check", "say hi"], env=env, cwd=home,
                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)  # fmt: skip

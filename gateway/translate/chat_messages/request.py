@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway.apis.messages.claude_models import takes_prefill, thinking_for
+from gateway.translate import json_schema
 from gateway.translate.base import Context, Known, Refusal, Target, held
 from gateway.translate.chat_messages.answer import ChatStream, chat_completion
 from gateway.translate.tool_ids import to_anthropic_id
@@ -405,12 +406,6 @@ def _int(p: Mapping[str, Any], key: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-# Where JSON Schema nests schemas: a map of them, a list of them, or one.
-_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")
-_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-_SCHEMA_ONE = ("items", "additionalItems", "not", "if", "then", "else", "contains")
-
-
 def closed(schema: Any) -> Any:
     """A copy of ``schema`` with every object schema closed (``additionalProperties: false``),
     as Anthropic's structured outputs require of each (an open or unsaid one is a 400). An
@@ -419,14 +414,7 @@ def closed(schema: Any) -> Any:
         return [closed(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = dict(schema)
-    for key in _SCHEMA_MAPS:
-        if isinstance(out.get(key), dict):
-            out[key] = {name: closed(s) for name, s in out[key].items()}
-    for key in (*_SCHEMA_LISTS, *_SCHEMA_ONE):
-        if key in out:
-            out[key] = closed(out[key])
-    kind = out.get("type")
-    if kind == "object" or (isinstance(kind, list) and "object" in kind) or "properties" in out:
+    out = json_schema.with_nested(schema, closed)
+    if json_schema.is_object(out):
         out["additionalProperties"] = False
     return out

@@ -25,7 +25,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.translate import names
+from gateway.translate import json_schema, names
 from gateway.translate.base import Refusal, Target
 from gateway.translate.names import NONE, Names
 
@@ -183,12 +183,6 @@ def _response_format(output_config: Any, output_format: Any) -> dict[str, Any] |
             "json_schema": {"name": "output", "schema": schema, "strict": strict_ok(schema)}}  # fmt: skip
 
 
-# Where JSON Schema nests schemas: a map of them, a list of them, or one.
-_SCHEMA_MAPS = ("properties", "$defs", "definitions")
-_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-_SCHEMA_ONE = ("items", "not")
-
-
 def strict_ok(schema: Any) -> bool:
     """Whether OpenAI's strict mode takes ``schema``: each object closed with every property
     required (OpenAI: "'required' is required to be supplied and to be an array including
@@ -198,17 +192,15 @@ def strict_ok(schema: Any) -> bool:
         return all(strict_ok(s) for s in schema)
     if not isinstance(schema, dict):
         return True
-    props = schema.get("properties")
-    if isinstance(props, dict) or schema.get("type") == "object":
+    if json_schema.is_object(schema):
+        props = schema.get("properties")
         names = set(props) if isinstance(props, dict) else set()
         required = schema.get("required")
         if schema.get("additionalProperties") is not False:
             return False
         if names and not (isinstance(required, list) and names <= set(required)):
             return False
-    nested = [v for key in _SCHEMA_MAPS if isinstance(schema.get(key), dict) for v in schema[key].values()]
-    nested += [schema[key] for key in (*_SCHEMA_LISTS, *_SCHEMA_ONE) if key in schema]
-    return all(strict_ok(s) for s in nested)
+    return all(strict_ok(s) for s in json_schema.nested(schema))
 
 
 @names.per_tools
