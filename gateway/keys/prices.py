@@ -14,7 +14,9 @@ Sources, read 2026-11-28:
   counted at the 5-minute price.
 - OpenAI: "Pricing", developers.openai.com/api/docs/pricing (input, cached input, output;
   standard tier, not batch or flex), as quoted by copies of that page dated 2026-03 to 2026-06.
-  OpenAI has no cache-write price: a cache write costs the input price.
+  OpenAI has no cache-write price: a cache write costs the input price. gpt-5.2 and o3-pro,
+  read 2026-11-29 from copies of that page (nicolalazzari.ai/articles/openai-api-pricing-explained-2026,
+  evolink.ai/blog/gpt-5-2-api-guide-pricing-setup-vs-gpt-5-4; modelpedia.dev/openai/o3-pro).
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ SHIPPED: tuple[tuple[str, Price], ...] = (
     ("gpt-5.4-mini*", Price(0.75, 4.50, 0.075)),
     ("gpt-5.4-nano*", Price(0.20, 1.25, 0.02)),
     ("gpt-5.4*", Price(2.50, 15.0, 0.25)),
+    ("gpt-5.2-pro*", Price(21.0, 168.0)),
+    ("gpt-5.2*", Price(1.75, 14.0, 0.175)),
     ("gpt-5-pro*", Price(15.0, 120.0)),
     ("gpt-5-mini*", Price(0.25, 2.0, 0.025)),
     ("gpt-5-nano*", Price(0.05, 0.40, 0.005)),
@@ -67,6 +71,7 @@ SHIPPED: tuple[tuple[str, Price], ...] = (
     ("gpt-4o*", Price(2.50, 10.0, 1.25)),
     ("o4-mini*", Price(1.10, 4.40, 0.275)),
     ("o3-mini*", Price(1.10, 4.40, 0.55)),
+    ("o3-pro*", Price(20.0, 80.0)),
     ("o3*", Price(2.0, 8.0, 0.50)),
 )
 

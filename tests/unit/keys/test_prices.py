@@ -19,6 +19,10 @@ from gateway.keys.prices import SHIPPED, Cost, Price, PriceTable, cost_of, worst
     ("gpt-4o", Price(2.50, 10.0, 1.25)),
     ("gpt-4.1-nano", Price(0.10, 0.40, 0.025)),
     ("o4-mini", Price(1.10, 4.40, 0.275)),
+    ("gpt-5.2-2025-12-11", Price(1.75, 14.0, 0.175)),
+    ("gpt-5.2-pro", Price(21.0, 168.0)),
+    ("o3-pro-2025-06-10", Price(20.0, 80.0)),
+    ("o3", Price(2.0, 8.0, 0.50)),
     ("qwen3-coder", None),
     (None, None),
 ])  # fmt: skip
