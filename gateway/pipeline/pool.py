@@ -19,8 +19,9 @@ costs one first attempt, the class's retries are spent on the last one tried.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from typing import TypeVar
 
 from gateway.errors import Classification, ErrorType
 from gateway.pipeline.attempt import Call
@@ -33,6 +34,7 @@ from gateway.services import PoolRuntime, Services, UpstreamRuntime
 from gateway.tracing.attrs import P
 
 log = logging.getLogger("gateway.decisions")
+AnOutcome = TypeVar("AnOutcome", bound=Outcome)
 
 _RESETS = (SitOut.RATE_LIMIT, SitOut.HEADROOM)  # sit-outs that end at a rate limit's reset
 # Failures of a deployment's key (it sits out), as opposed to the provider's or the request's.
@@ -163,7 +165,7 @@ async def send_across(
         if not isinstance(call, Call):
             return call
         _picked(svc, state, pool, up, pool.cfg.strategy if not tried else "moved")
-        outcome = await send_one(svc, state, plan, call, call.body)
+        outcome = await _held(svc, state, up, send_one(svc, state, plan, call, call.body))
         if not isinstance(outcome, Failure):
             return outcome
         await _sit_out(svc, state, pool, up, outcome.classification)
@@ -184,12 +186,21 @@ async def _send(svc: Services, state: RequestState, plan: RetryPlan, call: Call,
         moves, cap = _always, 0
     elif nxt is not None:
         moves, cap = _mover(svc, up, nxt), svc.cfg.fallback.retries_per_upstream
+    sending = send_one(svc, state, plan, call, call.body, retries_cap=cap, moves_on=moves)
+    return await _held(svc, state, up, sending)
+
+
+async def _held(
+    svc: Services, state: RequestState, up: UpstreamRuntime, sending: Awaitable[AnOutcome]
+) -> AnOutcome:
+    """``sending``, counted among the deployment's requests in flight (least_busy ranks by it)
+    until its answer is done: a success stays held until observe has relayed it."""
     ps = svc.pool_state
     assert ps is not None
     ps.hold(up.cfg.name)
     released = True
     try:
-        outcome = await send_one(svc, state, plan, call, call.body, retries_cap=cap, moves_on=moves)
+        outcome = await sending
         if isinstance(outcome, Success):
             state.holding, released = up.cfg.name, False  # released when the answer is done (observe)
         return outcome

@@ -7,6 +7,7 @@ recorded, not slept: a wait the gateway would make shows up in ``gw.slept``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -443,3 +444,23 @@ async def test_every_key_out_after_a_provider_429_answers_that_429_whatever_fail
         assert status == 429, order
         assert json.loads(body) == RATE_LIMITED and headers["x-llm-upstream"] == "a"
         assert headers["x-llm-attempts"] == "3"
+
+
+async def test_a_relayed_request_in_flight_counts_toward_least_busy(make_pool: MakePool) -> None:
+    """A legacy completion (a path relayed as it is) held a deployment without counting in it:
+    a least_busy pool sent the next request to the same busy key."""
+    gw, fakes = await make_pool(", strategy: least_busy", names=("a", "b"), real_sleep=True)
+    for fake in fakes.values():
+        fake.script(Reply(200, {"object": "text_completion", "choices": []}, delay_s=1.0))
+    legacy = {"model": "gpt-4o-mini", "prompt": "x"}
+    slow = asyncio.create_task(gw.session.post(gw.base + "/v1/completions", json=legacy))
+    await asyncio.sleep(0.3)
+    busy = [n for n, f in fakes.items() if f.requests]
+    assert len(busy) == 1 and not slow.done()
+    for fake in fakes.values():
+        fake.steps.clear()  # the idle one answers at once
+    for _ in range(3):  # a coin would pick the busy one once in eight
+        status, headers, _ = await gw.chat(_chat("while the completion is out"))
+        assert status == 200 and headers["x-llm-upstream"] != busy[0]
+    async with await slow as r:
+        assert r.status == 200 and r.headers["x-llm-upstream"] == busy[0]
