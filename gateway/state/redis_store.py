@@ -72,6 +72,12 @@ if redis.call('PTTL', KEYS[1]) < ms then redis.call('SET', KEYS[1], '1', 'PX', m
 # refused request leaves no trace. KEYS: the minute's window, the slots in flight, then one
 # hash per budget. ARGV: rpm, tpm, tokens, parallel, slot, now_ms, slot_ttl_ms, reserve,
 # budget_ttl_s, then each budget's limit. 0 means "no such limit".
+#
+# Each budget keeps its own reservations beside it (``<budget>:h``, slot -> expiry, and
+# ``<budget>:hr``, slot -> reserve) and gives back the expired ones before it is checked: a
+# slot expires only when its replica died mid-request (nothing will settle it), and its
+# reserve then comes back at the next admit on that budget by any key (a team's), not only at
+# the next admit of the key that made it, which may never come.
 _LEDGER_ADMIT = """
 local w = KEYS[1]
 local rpm, tpm, tokens = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -80,21 +86,22 @@ local k = tonumber(redis.call('HGET', w, 'k') or '0')
 if rpm > 0 and n + 1 > rpm then return {'rpm', '0'} end
 if tpm > 0 and k > 0 and k + tokens > tpm then return {'tpm', '0'} end
 local par, slot, now, ttl = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
-local held_by = KEYS[2] .. ':r'
-for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
-  local entry = redis.call('HGET', held_by, gone)
-  if entry then
-    local reserve = nil
-    for part in string.gmatch(entry, '[^|]+') do
-      if reserve == nil then reserve = tonumber(part)
-      elseif redis.call('EXISTS', part) == 1 then redis.call('HINCRBYFLOAT', part, 'r', -reserve) end
-    end
-    redis.call('HDEL', held_by, gone)
-  end
-end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 if par > 0 and redis.call('ZCARD', KEYS[2]) >= par then return {'parallel', '0'} end
 for i = 3, #KEYS do
+  local holds, reserves = KEYS[i] .. ':h', KEYS[i] .. ':hr'
+  local gone = redis.call('ZRANGEBYSCORE', holds, '-inf', now)
+  if #gone > 0 then
+    local back = 0
+    for _, s in ipairs(gone) do
+      back = back + tonumber(redis.call('HGET', reserves, s) or '0')
+      redis.call('HDEL', reserves, s)
+    end
+    redis.call('ZREMRANGEBYSCORE', holds, '-inf', now)
+    if back > 0 and redis.call('EXISTS', KEYS[i]) == 1 then
+      redis.call('HINCRBYFLOAT', KEYS[i], 'r', -back)
+    end
+  end
   local spent = tonumber(redis.call('HGET', KEYS[i], 's') or '0')
   local held = tonumber(redis.call('HGET', KEYS[i], 'r') or '0')
   if spent + held >= tonumber(ARGV[7 + i]) then return {'budget' .. (i - 3), tostring(spent)} end
@@ -103,38 +110,33 @@ redis.call('HINCRBY', w, 'n', 1)
 redis.call('HINCRBY', w, 'k', tokens)
 redis.call('EXPIRE', w, 120)
 redis.call('ZADD', KEYS[2], now + ttl, slot)
-if #KEYS > 2 then
-  -- Kept as long as the budgets: an expired slot must still be there to give its reserve back.
-  redis.call('HSET', held_by, slot, ARGV[8] .. '|' .. table.concat(KEYS, '|', 3))
-  redis.call('EXPIRE', held_by, ARGV[9])
-  redis.call('EXPIRE', KEYS[2], ARGV[9])
-else
-  redis.call('PEXPIRE', KEYS[2], ttl)
-end
+redis.call('PEXPIRE', KEYS[2], ttl)
 for i = 3, #KEYS do
   redis.call('HINCRBYFLOAT', KEYS[i], 'r', ARGV[8])
   redis.call('EXPIRE', KEYS[i], ARGV[9])
+  redis.call('ZADD', KEYS[i] .. ':h', now + ttl, slot)
+  redis.call('HSET', KEYS[i] .. ':hr', slot, ARGV[8])
+  redis.call('EXPIRE', KEYS[i] .. ':h', ARGV[9])
+  redis.call('EXPIRE', KEYS[i] .. ':hr', ARGV[9])
 end
 return {'ok', '0'}
 """
 
-# A slot that expires (its replica died mid-request: nothing will settle it) gives its
-# reservation back to the budgets it was made on, at the next admit of its key: the slot's
-# reserve and budget keys are kept beside it (``<slots>:r``), so a crashed replica holds a key's
-# budget for the slot's hour, not the rest of the period.
-
 # Settling: the slot back, the reservation turned into what was spent. ARGV: token_delta,
 # slot, reserve, cost, budget_ttl_s. Once per slot, and only for a slot this Redis admitted:
 # a settle sent again (its answer was lost) or one for an admit that never ran here changes
-# nothing.
+# nothing. A budget that already gave the reservation back (the slot outlived its expiry)
+# takes the cost only.
 _LEDGER_SETTLE = """
 if redis.call('ZREM', KEYS[2], ARGV[2]) == 0 then return 0 end
-redis.call('HDEL', KEYS[2] .. ':r', ARGV[2])
 if tonumber(ARGV[1]) ~= 0 and redis.call('EXISTS', KEYS[1]) == 1 then
   redis.call('HINCRBY', KEYS[1], 'k', ARGV[1])
 end
 for i = 3, #KEYS do
-  redis.call('HINCRBYFLOAT', KEYS[i], 'r', -tonumber(ARGV[3]))
+  if redis.call('ZREM', KEYS[i] .. ':h', ARGV[2]) == 1 then
+    redis.call('HDEL', KEYS[i] .. ':hr', ARGV[2])
+    redis.call('HINCRBYFLOAT', KEYS[i], 'r', -tonumber(ARGV[3]))
+  end
   redis.call('HINCRBYFLOAT', KEYS[i], 's', ARGV[4])
   redis.call('EXPIRE', KEYS[i], ARGV[5])
 end
