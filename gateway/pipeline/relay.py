@@ -327,8 +327,10 @@ async def _pump_leg(
             if not events:
                 continue
             out, end, fin = _filter(reader, events, svc.wall(), splice, relayed)
+            # The end marker counts even when its event showed nothing to the client (a
+            # Gemini finish without parts, a chat finish chunk a translation holds back).
+            finished = finished or fin
             if out:
-                finished = finished or fin
                 await resp.write(out)
             if end is not None:
                 return end

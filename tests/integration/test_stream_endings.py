@@ -1,0 +1,104 @@
+"""A translated stream whose end marker comes in an event of its own, which the translation
+turns into nothing visible: the stream is complete, and the client must see a normal end.
+
+The shapes are the providers' own: a Gemini stream's last event may carry only
+``finishReason`` and usage, with no parts (pydantic/pydantic-ai#2631: "Sending a 'STOP'
+finish_reason for Gemini without the content having any parts at all is actually expected
+behavior"; agentjido/req_llm#638, after a tool call: su-kaka/gcli2api#407), or an empty text
+part with a ``thoughtSignature`` (Gemini 3, BerriAI/litellm#17403). The end was read only when
+the translation wrote something for the read that carried it, so when that event arrived in a
+read of its own the clean close looked like a cut: every such answer ended in an error
+(measured with the openai and anthropic SDKs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+import openai
+
+from tests.fakeupstream import Stream, chunk
+
+USAGE = {"promptTokenCount": 9, "candidatesTokenCount": 3, "totalTokenCount": 12}
+
+
+def gemini_event(parts: list[dict[str, Any]] | None, finish: str | None = None, usage: bool = False) -> dict[str, Any]:
+    candidate: dict[str, Any] = {"content": {"role": "model", **({"parts": parts} if parts is not None else {})},
+                                 "index": 0}  # fmt: skip
+    if finish:
+        candidate["finishReason"] = finish
+    return {"candidates": [candidate], **({"usageMetadata": USAGE} if usage else {}), "modelVersion": "gemini-2.5-flash"}
+
+
+TEXT = [gemini_event([{"text": "Hello"}]), gemini_event([{"text": " world."}])]
+ENDINGS = {
+    "finish only": gemini_event(None, "STOP", usage=True),
+    "empty text with a signature": gemini_event([{"text": "", "thoughtSignature": "c2lnbmF0dXJl"}], "STOP", usage=True),
+}
+GEMINI = ", apis: [gemini], api_key: k, model_map: {'*': gemini-2.5-flash}"
+
+
+def gemini_upstream(fake_url: str) -> str:
+    return f"  - {{name: google, base_url: '{fake_url.removesuffix('/v1')}/v1beta'{GEMINI}}}\n"
+
+
+async def test_a_chat_client_sees_a_gemini_stream_end_normally(make_gateway: Any) -> None:
+    for name, ending in ENDINGS.items():
+        gw = await make_gateway()
+        gw = await make_gateway(upstreams=gemini_upstream(gw.fake.url), fake=gw.fake)
+        gw.fake.script(Stream([*TEXT, ending], delay_s=0.02))  # each event a read of its own
+        client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="dummy")
+        try:
+            stream = await client.chat.completions.create(
+                model="gpt-4o", messages=[{"role": "user", "content": "hi"}], stream=True,
+                stream_options={"include_usage": True})  # fmt: skip
+            text, finishes, usage = "", [], None
+            async for c in stream:
+                for choice in c.choices:
+                    text += choice.delta.content or ""
+                    finishes.append(choice.finish_reason)
+                usage = c.usage or usage
+            assert text == "Hello world." and [f for f in finishes if f] == ["stop"], name
+            assert usage is not None and usage.prompt_tokens == 9, name
+        finally:
+            await client.close()
+
+
+async def test_a_tool_call_then_a_finish_of_its_own_reaches_a_messages_client_as_tool_use(make_gateway: Any) -> None:
+    gw = await make_gateway()
+    gw = await make_gateway(upstreams=gemini_upstream(gw.fake.url), fake=gw.fake)
+    call = gemini_event([{"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}}])
+    gw.fake.script(Stream([call, gemini_event(None, "STOP", usage=True)], delay_s=0.02))
+    client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="dummy")
+    try:
+        async with client.messages.stream(
+            model="claude-sonnet-4-6", max_tokens=256, messages=[{"role": "user", "content": "weather?"}],
+            tools=[{"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}],
+        ) as stream:  # fmt: skip
+            message = await stream.get_final_message()
+        assert message.stop_reason == "tool_use"
+        assert [(b.type, getattr(b, "input", None)) for b in message.content] == [("tool_use", {"city": "Paris"})]
+    finally:
+        await client.close()
+
+
+async def test_a_chat_stream_closed_after_its_finish_without_done_ends_normally_for_a_messages_client(
+    make_gateway: Any,
+) -> None:
+    """Servers that send no ``[DONE]`` (ikawrakow/ik_llama.cpp#467): the finish chunk and the
+    usage chunk came, then a clean close."""
+    gw = await make_gateway(upstream_yaml=", apis: [chat]")
+    usage = {**chunk({}), "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}}
+    gw.fake.script(Stream([chunk({"role": "assistant", "content": "Hi"}), chunk({"content": " there"}),
+                           chunk({}, "stop"), usage], then="eof", delay_s=0.02))  # fmt: skip
+    client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="dummy")
+    try:
+        async with client.messages.stream(
+            model="claude-sonnet-4-6", max_tokens=256, messages=[{"role": "user", "content": "hi"}]
+        ) as stream:
+            message = await stream.get_final_message()
+        assert message.stop_reason == "end_turn" and message.content[0].text == "Hi there"  # type: ignore[union-attr]
+        assert message.usage.output_tokens == 2
+    finally:
+        await client.close()
