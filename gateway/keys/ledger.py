@@ -17,6 +17,7 @@ limits then hold per replica); ``accounting.when_store_down: closed`` refuses in
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 from collections.abc import Callable, Mapping
@@ -29,6 +30,10 @@ from gateway.keys.registry import KeySpec
 from gateway.state.ledger_ops import LedgerAdmit, LedgerSettle
 from gateway.state.store import StateStore
 
+# How long a request refused for its key's parallel limit waits for one of this process's
+# requests of that key to end first: one that has written its last bytes ends within a few
+# event-loop turns, and the client that read them may already be sending the next.
+ENDING_S = 0.05
 SLOT_TTL_MS = 3_600_000  # a slot a dead replica held is freed after an hour at most
 HELD_RETRY_S = 2.0  # a budget full of in-flight reservations: when to ask again
 _BUDGET_KEEP_S = 7 * 86_400.0  # a finished period's spend stays readable a week
@@ -72,6 +77,9 @@ class Accounts:
     # period -> (name, end, when worked out): valid from then until its end.
     _periods: dict[str, tuple[str, float, float]] = field(default_factory=dict)
     _prefix: str = field(default_factory=lambda: os.urandom(4).hex())
+    _open: dict[str, int] = field(default_factory=dict)  # key -> its reservations made here, unsettled
+    _ended: asyncio.Event | None = None  # set when one is settled
+    _written: int = 0  # settles written to the store so far
 
     def cost(self, model: str | None, usage: Mapping[str, int]) -> Cost:
         return cost_of(self.prices.price_for(model), usage)
@@ -97,16 +105,25 @@ class Accounts:
             budgets=tuple((b, limit) for b, limit, _, _ in budgets), reserve_usd=reserve,
             budget_ttl_s=_BUDGET_KEEP_S + max((end for *_, end in budgets), default=now) - now,
         )  # fmt: skip
+        written = self._written
         verdict, spent = await self._admitted(admit)
-        if verdict.startswith("budget") and self._pending:
-            # This process's own requests that just ended may still hold their worst case:
-            # settled, they may leave room (a client's next turn comes that fast).
+        if verdict not in ("ok", "rpm"):
+            # This process's own requests that just ended may still hold their slot, their
+            # worst case and the output they asked for: settled, they may leave room. A client
+            # sends its next request as soon as it has read the last answer, which may be
+            # before the request that wrote it has finished, or its settle been written.
+            if verdict == "parallel" and not self._pending and self._open.get(key.name):
+                await self._one_ends(ENDING_S)
             await self.flush()
-            verdict, spent = await self._admitted(admit)
+            if self.flusher is not None and not self.flusher.done():
+                await asyncio.shield(self.flusher)  # settles it took to write before these
+            if self._written != written:
+                verdict, spent = await self._admitted(admit)
         held = tuple(b for b, *_ in budgets)
         reservation = Reservation(key, minute, slot, round(prompt_tokens), reserve, held, price,
                                   minute_tokens=minute_tokens)  # fmt: skip
         if verdict == "ok":
+            self._open[key.name] = self._open.get(key.name, 0) + 1
             if self.closed_when_store_down and not getattr(self.store, "healthy", True):
                 await self.settle(reservation, {})  # undo what this replica's memory counted
                 return LimitHit("store_down", "the gateway cannot check this key's limits and budget now "
@@ -144,6 +161,14 @@ class Accounts:
         if self.flusher is None or self.flusher.done():
             self.flusher = asyncio.get_running_loop().create_task(self.flush())
 
+    async def _one_ends(self, within_s: float) -> None:
+        """Until one of this process's requests is settled, for ``within_s`` at most."""
+        if self._ended is None:
+            self._ended = asyncio.Event()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(within_s):
+                await self._ended.wait()
+
     async def settle(self, r: Reservation, usage: Mapping[str, int]) -> Cost:
         """Once per reservation: the slot back, the spend as the usage says, now."""
         cost = self.settle_later(r, usage)
@@ -157,6 +182,14 @@ class Accounts:
         if r.settled:
             return cost
         r.settled = True
+        left = self._open.get(r.key.name, 0) - 1
+        if left > 0:
+            self._open[r.key.name] = left
+        else:
+            self._open.pop(r.key.name, None)
+        if self._ended is not None:
+            self._ended.set()
+            self._ended = None
         used = usage.get("prompt", 0) + usage.get("completion", 0)
         # What the request used (its prompt estimate when nothing says): the minute takes that
         # in place of what admission counted.
@@ -173,6 +206,7 @@ class Accounts:
         while self._pending:
             batch, self._pending = self._pending, []
             await self.store.ledger_settle_many(batch)
+            self._written += len(batch)
         if final:
             await self.store.ledger_settle_many([])
 

@@ -192,6 +192,20 @@ async def test_a_team_budget_is_shared_by_its_keys(make_gateway: MakeGateway) ->
     assert status == 402 and "team 'web' spent $52.00 of its $30.00 monthly budget" in json.loads(body)["error"]["message"]
 
 
+async def test_a_clients_requests_one_after_another_never_meet_a_parallel_limit_of_one(
+    make_gateway: MakeGateway,
+) -> None:
+    """A request's slot came back only when its settle was written, a few milliseconds after
+    its answer: a client sending its next request at once was refused (the openai SDK, stock,
+    took 8 s over ten calls, sleeping its retry-after on eight refusals; measured)."""
+    gw = await make_gateway(keys_yaml(parallel=1))
+    statuses = [(await gw.chat(headers=ALICE))[0] for _ in range(15)]
+    statuses += [(await gw.chat({"model": "gpt-4o-mini", "stream": True,
+                                 "messages": [{"role": "user", "content": "hi"}]}, headers=ALICE))[0]
+                 for _ in range(15)]  # fmt: skip
+    assert statuses == [200] * 30
+
+
 async def test_fifty_parallel_requests_at_the_edge_overspend_by_one_reservation_at_most(
     make_gateway: MakeGateway,
 ) -> None:
