@@ -215,6 +215,7 @@ class RedisStore:
         # Reservations are settled where they were made (_ledger_keys' comment says why).
         self._local_slots: set[str] = set()
         self._unsettled: list[tuple[list[str], list[str | int]]] = []
+        self._resender: asyncio.Task[None] | None = None
         self._answers = prefix + "a:"
         self._any_answer = prefix + "a-any"  # exists while any replica remembers an answer
         # Until when (monotonic) this replica may take it that no replica remembers an answer:
@@ -487,6 +488,16 @@ class RedisStore:
             dropped = len(self._unsettled) - MAX_UNSETTLED
             del self._unsettled[MAX_UNSETTLED:]
             log.warning({"event": "ledger_settles_dropped", "backend": self.backend, "count": dropped})
+        if self._resender is None or self._resender.done():
+            self._resender = asyncio.get_running_loop().create_task(self._resend())
+
+    async def _resend(self) -> None:
+        """Sends what Redis did not take again, every ``recover_s`` until it has: waiting for
+        the next settle instead left a slot or a reservation held on every replica for as long
+        as this one had no limited key's request to settle (an hour at most)."""
+        while self._unsettled:
+            await asyncio.sleep(self._recover_s)
+            await self.ledger_settle_many([])
 
     @property
     def unsettled(self) -> int:
@@ -565,4 +576,6 @@ class RedisStore:
         return None
 
     async def close(self) -> None:
+        if self._resender is not None:
+            self._resender.cancel()
         await self._r.aclose()

@@ -236,3 +236,29 @@ async def test_a_dead_replicas_reservation_on_a_team_budget_comes_back_to_the_te
     assert (await alive.store.ledger_admit(admit("gina", "alive-3", 60_000)))[0] == "ok"
     *_, spend = await alive.store.ledger_read("gina", int(now // 60), round(now * 1000), ["key:gina:d", "team:web:m"])
     assert spend == [(0.0, 10.0), (4.0, 10.0)]  # the dead slot given back once, not twice
+
+
+async def test_what_redis_did_not_take_is_sent_when_it_answers_again_without_another_request(
+    replicas: tuple[Replica, Replica], redis_server: RedisServer,
+) -> None:
+    """An admit given up on during a pause and settled before Redis answered again was undone
+    only with this replica's next settle of a limited key: until then (an hour at most) every
+    replica saw the key's one parallel slot taken and refused it. It is sent again on its own."""
+    a_replica, b_replica = replicas
+    a, b = accounts(a_replica), accounts(b_replica)
+    key = KeySpec("erin", parallel=1, budget=Budget(100.0, "day"))
+    redis_server.freeze()
+    try:
+        got = await a.admit(key, "m", 20, 10)  # given up on: admitted in this replica's memory
+        assert isinstance(got, Reservation)
+        await a.settle(got, USAGE)  # in memory; Redis still paused
+    finally:
+        redis_server.thaw()  # the paused admit runs now
+    assert a_replica.store.unsettled == 1
+    for _ in range(60):  # nothing else is asked of replica a
+        await asyncio.sleep(0.05)
+        if a_replica.store.unsettled == 0:
+            break
+    seen = await b.state_of(key)
+    assert a_replica.store.unsettled == 0 and seen["in_flight"] == 0 and seen["budget"]["reserved_usd"] == 0
+    assert isinstance(await b.admit(key, "m", 20, 10), Reservation)
