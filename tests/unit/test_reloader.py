@@ -281,3 +281,29 @@ async def test_the_watch_reloads_on_a_change_of_content_only_while_enabled(tmp_p
     assert ticks[0] == 1.0
     assert [d["event"] for d in lines] == ["config_reloaded"]  # the edit, not the touch, nor while off
     assert lines[0]["trigger"] == "file" and lines[0]["keys"] == {"changed": ["bob"]}
+
+
+async def test_the_watch_loads_a_change_only_once_it_has_stayed_for_a_look(tmp_path: Path, logged: Any) -> None:
+    """An editor writing in place, caught halfway: the half before ``keys:`` parsed and was
+    served for a moment, every key gone (on loopback, a warning only)."""
+    log, lines = logged
+    reloader, path, live = await reloader_for(tmp_path, log)
+    half = BASE[: BASE.index("keys:")]
+    steps = [
+        lambda: None,  # first look
+        lambda: path.write_text(half),  # the first write of two
+        lambda: path.write_text(BASE.replace("gk-bob", "gk-bob2")),  # the whole file, a look later
+        lambda: None,  # the same for a look: loaded
+    ]
+    ticks: list[float] = []
+
+    async def sleep(s: float) -> None:
+        ticks.append(s)
+        if len(ticks) > len(steps):
+            raise asyncio.CancelledError
+        steps[len(ticks) - 1]()
+
+    with pytest.raises(asyncio.CancelledError):
+        await watch(reloader, lambda: True, sleep=sleep)
+    assert [d["event"] for d in lines] == ["config_reloaded"]
+    assert lines[0]["keys"] == {"changed": ["bob"]}  # never the half: no key was removed
