@@ -31,6 +31,7 @@ from gateway.policy.retry import RetryPlan
 from gateway.policy.retry_after import reset_at_ms
 from gateway.routing.pools import Deployment, SitOut, first, moves_to_sibling, sit_out
 from gateway.services import PoolRuntime, Services, UpstreamRuntime
+from gateway.state.pools import key_id
 from gateway.tracing.attrs import P
 
 log = logging.getLogger("gateway.decisions")
@@ -272,7 +273,7 @@ async def _sit_out(svc: Services, state: RequestState, pool: PoolRuntime, up: Up
     # A rate limit is the model's; credit and credentials are the whole key's.
     model = state.model if why is SitOut.RATE_LIMIT else None
     assert svc.pool_state is not None
-    await svc.pool_state.sit_out(up.cfg.name, model, until_ms, why)
+    await svc.pool_state.sit_out(up.cfg.name, model, until_ms, why, key_id(up.cfg))
     svc.telemetry.sit_outs.labels(pool.cfg.name, up.cfg.name, why.value).inc()
     record = {"request_id": state.request_id, "event": "deployment_sits_out", "pool": pool.cfg.name,
               "deployment": up.cfg.name, "reason": why.value, "until_ms": until_ms}  # fmt: skip

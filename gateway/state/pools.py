@@ -18,6 +18,7 @@ empty before its provider has to say so with a 429.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -143,13 +144,18 @@ class PoolState:
         _bounded(self._writes)[key] = (fields, _HEADROOM_TTL_S)
         return room
 
-    async def sit_out(self, deployment: str, model: str | None, until_ms: int, why: SitOut) -> None:
-        """Written at once: the other replicas must stop sending there (the failure path)."""
-        key = _key("o", deployment, model)
+    async def sit_out(self, deployment: str, model: str | None, until_ms: int, why: SitOut,
+                      key: float | None = None) -> None:  # fmt: skip
+        """Written at once: the other replicas must stop sending there (the failure path).
+        ``key``: the deployment's credential (``key_id``) when the sit-out is that key's own
+        (refused, out of credit), so that a new key in the config ends it."""
+        key_name = _key("o", deployment, model)
         fields = {"u": float(until_ms), "w": float(_WHY.index(why))}
-        _bounded(self._records)[key] = fields
+        if key is not None and why in _KEYS_OWN:
+            fields["k"] = key
+        _bounded(self._records)[key_name] = fields
         ttl_s = max(1.0, until_ms / 1000 - self.wall() + 1.0)
-        await self.store.records_sync((), [(key, fields, ttl_s)])
+        await self.store.records_sync((), [(key_name, fields, ttl_s)])
 
     # -- picking ------------------------------------------------------------------------------
 
@@ -199,6 +205,8 @@ class PoolState:
         for key in (out_dep, out_model):
             rec = records.get(key)
             if rec and rec.get("u", 0) > max(now_ms, out_until):
+                if "k" in rec and rec["k"] != key_id(up):
+                    continue  # the key that was refused has since been replaced in the config
                 out_until, why = int(rec["u"]), _WHY[int(rec.get("w", 0)) % len(_WHY)]
         requests_left = tokens_left = None
         local = self._local.get(hkey) or _NONE_SENT
@@ -273,6 +281,18 @@ def _left(left: float, limit: float | None, reset: float | None, now_ms: float, 
     if left <= 0 and reset is not None and reset > max(now_ms, out_until):
         return share, int(reset), SitOut.HEADROOM
     return share, out_until, why
+
+
+_KEYS_OWN = (SitOut.AUTH, SitOut.BUDGET)
+
+
+def key_id(up: UpstreamConfig) -> float | None:
+    """The deployment's own credential as a number a record can hold (48 bits of its SHA-256,
+    exact in a float), never the key itself; None when it forwards its clients' keys. Worked
+    out only while such a sit-out is in force (rare), so not cached."""
+    if up.api_key is None:
+        return None
+    return float(int(hashlib.sha256(up.api_key.encode()).hexdigest()[:12], 16))
 
 
 def _bounded(d: dict[K, V]) -> dict[K, V]:

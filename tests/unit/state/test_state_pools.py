@@ -11,7 +11,7 @@ from multidict import CIMultiDict
 from gateway.config import parse_config
 from gateway.routing.pools import SitOut
 from gateway.state.memory import MemoryStore
-from gateway.state.pools import PoolState
+from gateway.state.pools import PoolState, key_id
 
 T0 = 1_800_000_000.0
 MODEL = "gpt-4o-mini"
@@ -74,6 +74,25 @@ async def test_a_refused_key_sits_out_for_every_model() -> None:
     await a.sit_out("c", None, round((T0 + 3600) * 1000), SitOut.AUTH)
     await b.refresh("p", ups, "any-model")
     assert b.view(2, ups[2], "any-model", T0 * 1000).out_why is SitOut.AUTH
+
+
+async def test_a_refused_key_replaced_in_the_config_serves_at_once_on_every_replica_that_has_the_new_one() -> None:
+    """A deployment whose key was refused sat out for auth_s (an hour) whatever key the config
+    gave it since: the record was the deployment's, not its key's. A rate limit stays (it is
+    the account's, which a new key of the same account shares)."""
+    clock = Clock()
+    a, b, _ = replicas(clock)
+    old = members()
+    await a.sit_out("c", None, round((T0 + 3600) * 1000), SitOut.AUTH, key_id(old[2]))
+    await a.sit_out("b", MODEL, round((T0 + 60) * 1000), SitOut.RATE_LIMIT, key_id(old[1]))
+    rotated = parse_config("upstreams:\n" + "".join(
+        f"  - {{name: {k}, base_url: 'http://127.0.0.1:9/v1', api_key: {k}-new}}\n" for k in "abc")
+        + "pools: [{name: p, deployments: [a, b, c]}]\n", env={}).upstreams  # fmt: skip
+    await b.refresh("p", rotated, MODEL)
+    assert b.view(2, rotated[2], MODEL, T0 * 1000).serves_at(T0 * 1000)  # the new key is not the refused one
+    assert b.view(1, rotated[1], MODEL, T0 * 1000).out_why is SitOut.RATE_LIMIT
+    await a.refresh("p", old, MODEL)
+    assert a.view(2, old[2], MODEL, T0 * 1000).out_why is SitOut.AUTH  # a replica still on the old key
 
 
 async def test_headroom_from_headers_is_shared_and_counted_down_by_what_was_sent_since() -> None:
