@@ -59,8 +59,8 @@ def deployment(image: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     # compose.yaml's redis service command, on its own port (the containers share the host's network).
     podman("run", "-d", "--name", redis, "--network", "host", "--ulimit", "nofile=4096:4096",
            "--ulimit", "nproc=4096:4096", "docker.io/library/redis:7.4-alpine",
-           "redis-server", "--port", str(redis_port), "--save", "", "--appendonly", "no",
-           "--maxmemory", "256mb", "--maxmemory-policy", "allkeys-lru")  # fmt: skip
+           "redis-server", "--port", str(redis_port), "--save", "", "--appendonly", "yes", "--appendfsync",
+           "everysec", "--maxmemory", "256mb", "--maxmemory-policy", "volatile-ttl")  # fmt: skip
     with FakeUpstream.in_thread() as fake:
         pa, pb = free_port(), free_port()
         env = {"LOOP_BREAKER_SECRET": SECRET}

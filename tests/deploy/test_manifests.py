@@ -155,11 +155,17 @@ def test_gateway_and_redis_pods_are_never_confused() -> None:
     assert [selects(f["podSelector"]["matchLabels"], gateway_pod) for f in rule["from"]] == [True]
 
 
-def test_redis_keeps_no_data_and_runs_locked_down() -> None:
+def test_redis_keeps_the_keys_spend_through_a_restart_and_runs_locked_down() -> None:
+    """Keys' spend lives in Redis for a budget's period: without persistence a Redis restart
+    started every budget over, and allkeys-lru evicted idle keys' spend first (measured)."""
     spec = kind("Deployment", "llm-gateway-redis")["spec"]["template"]["spec"]
     (container,) = spec["containers"]
     args = container["args"]
-    assert args[args.index("--save") + 1] == "" and args[args.index("--appendonly") + 1] == "no"
+    assert args[args.index("--appendonly") + 1] == "yes" and args[args.index("--maxmemory-policy") + 1] == "volatile-ttl"
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == "/data")
+    volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+    claim = kind("PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"])
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"] and spec["securityContext"]["fsGroup"] == 999
     assert "--maxmemory" in args and container["resources"]["limits"]["memory"]
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
@@ -176,9 +182,11 @@ def test_compose_gateway_shares_state_through_the_redis_service() -> None:
     url = urlsplit(cfg.state.url or "")
     assert url.hostname == "redis" and url.port == 6379
     assert "redis" in gateway["depends_on"] and "LOOP_BREAKER_SECRET" in gateway["environment"]
-    # Passwordless Redis stays on compose's own network; it keeps no data.
+    # Passwordless Redis stays on compose's own network; the keys' spend survives a restart.
     assert "ports" not in redis and redis["image"].startswith("redis:")
-    assert redis["command"][redis["command"].index("--save") + 1] == ""
+    command = redis["command"]
+    assert command[command.index("--appendonly") + 1] == "yes" and "redis-data:/data" in redis["volumes"]
+    assert command[command.index("--maxmemory-policy") + 1] == "volatile-ttl"
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed: `kubectl kustomize` not checked")
@@ -189,4 +197,5 @@ def test_kustomize_builds_the_gateway_and_its_redis() -> None:
     names = {(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(built.stdout) if d}
     assert names == {("ConfigMap", "llm-gateway"), ("Deployment", "llm-gateway"), ("Service", "llm-gateway"),
                      ("PodDisruptionBudget", "llm-gateway"), ("Deployment", "llm-gateway-redis"),
-                     ("Service", "llm-gateway-redis"), ("NetworkPolicy", "llm-gateway-redis")}  # fmt: skip
+                     ("Service", "llm-gateway-redis"), ("NetworkPolicy", "llm-gateway-redis"),
+                     ("PersistentVolumeClaim", "llm-gateway-redis-data")}  # fmt: skip
