@@ -214,6 +214,8 @@ class Dialect(Protocol):
     # The query parameter this API's clients may send their key in (Gemini's ``key``), else
     # None. Accepted as a gateway key like the credential headers; never logged nor forwarded.
     key_param: str | None
+    # The top-level member of a buffered success that holds its token counts.
+    usage_member: str
 
     def admit(self, body: bytes, payload: dict[str, Any], where: Where = NOWHERE) -> Inbound | Rejection:
         """Check a parsed JSON object; ``body`` is its bytes, ``where`` what its URL says."""

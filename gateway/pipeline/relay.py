@@ -68,16 +68,18 @@ def rendered(state: RequestState, failure: Failure) -> tuple[int, bytes]:
 
 
 def _count_usage_in_body(state: RequestState, body: bytes, dialect: Dialect | None = None) -> None:
-    if b'"usage"' not in body:
+    d = dialect or state.dialect
+    member = d.usage_member  # Gemini's is usageMetadata: looking for "usage" counted nothing
+    if f'"{member}"'.encode() not in body:
         return
-    doc = top_level_member(body, "usage")  # the usage object alone, not the whole body
+    doc = top_level_member(body, member)  # the usage object alone, not the whole body
     if doc is None:
         try:
             doc = json.loads(body)
         except ValueError:
             return
     if isinstance(doc, dict):
-        state.usage.update((dialect or state.dialect).body_usage(doc))
+        state.usage.update(d.body_usage(doc))
 
 
 def _count_answer_text(state: RequestState, body: bytes) -> None:

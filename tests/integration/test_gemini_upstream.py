@@ -119,6 +119,11 @@ async def test_a_gemini_client_is_passed_through_with_the_key_in_the_header(make
     [seen] = gemini.seen
     assert seen.path == "/v1beta/models/gemini-2.5-flash:generateContent" and seen.query == {}
     assert seen.body == HELLO  # no model, no stream: Google would refuse them
+    # Counted from Google's usageMetadata (a buffered answer was read for "usage" only: its
+    # prompt went uncounted, its output estimated from the text).
+    tokens = {kind: gw.metric("llm_gateway_tokens_total", upstream="google", model="gemini-2.5-flash", kind=kind)
+              for kind in ("prompt", "completion")}  # fmt: skip
+    assert tokens == {"prompt": 9, "completion": 87}
 
 
 async def test_a_gemini_stream_is_passed_through_and_model_map_renames_the_path(make_gateway, gemini) -> None:

@@ -61,6 +61,7 @@ class OpenAIChat:
     path = "/v1/chat/completions"
     paths: tuple[str, ...] = ("/v1/chat/completions",)
     key_param: str | None = None
+    usage_member = "usage"
 
     def admit(self, body: bytes, payload: dict[str, Any], where: Where = NOWHERE) -> Inbound | Rejection:
         return admit_messages(body, payload)

@@ -73,6 +73,7 @@ class GeminiGenerate:
     path = "/v1beta/models/{model}:generateContent"
     paths: tuple[str, ...] = PATHS
     key_param: str | None = "key"
+    usage_member = "usageMetadata"
 
     def admit(self, body: bytes, payload: dict[str, Any], where: Where = NOWHERE) -> Inbound | Rejection:
         model = where.params.get("model", "")

@@ -92,6 +92,7 @@ class AnthropicMessages:
     path = "/v1/messages"
     paths: tuple[str, ...] = ("/v1/messages",)
     key_param: str | None = None
+    usage_member = "usage"
 
     def admit(self, body: bytes, payload: dict[str, Any], where: Where = NOWHERE) -> Inbound | Rejection:
         return admit_messages(body, payload)

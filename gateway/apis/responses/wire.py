@@ -70,6 +70,7 @@ class OpenAIResponses:
     path = "/v1/responses"
     paths: tuple[str, ...] = ("/v1/responses",)
     key_param: str | None = None
+    usage_member = "usage"
 
     def admit(self, body: bytes, payload: dict[str, Any], where: Where = NOWHERE) -> Inbound | Rejection:
         items = payload.get("input")
