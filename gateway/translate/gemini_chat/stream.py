@@ -20,12 +20,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
-
 from gateway.apis.base import Ending
 from gateway.apis.gemini.wire import broken_event, sse_event
 from gateway.policy.tokens import BYTES_PER_TOKEN
-from gateway.sse import parse_event
+from gateway.sse import loads_event, parse_event
 from gateway.translate.base import Context, Known, input_tokens
 from gateway.translate.gemini_chat.answer import (
     estimate_input_tokens,
@@ -79,10 +77,7 @@ class GeminiStream:
             return self._finish()
         doc = self.known(raw) if self.known is not None else None  # decoded by the reader before us
         if doc is None:
-            try:
-                doc = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                return b""
+            doc = loads_event(data)
         if not isinstance(doc, dict):
             return b""
         if isinstance(doc.get("usage"), dict):

@@ -27,7 +27,7 @@ import orjson
 from gateway.apis.base import Ending
 from gateway.apis.messages.wire import AnthropicStreamReader
 from gateway.policy.tokens import BYTES_PER_TOKEN
-from gateway.sse import parse_event
+from gateway.sse import loads_event, parse_event
 from gateway.translate.base import Context, Known, input_tokens
 from gateway.translate.messages_chat.answer import (
     estimate_input_tokens,
@@ -131,10 +131,7 @@ class ChatToMessagesStream:
             return b"".join(out)
         doc = self.known(raw) if self.known is not None else None  # decoded by the reader before us
         if doc is None:
-            try:
-                doc = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                return b""
+            doc = loads_event(data)
         if not isinstance(doc, dict):
             return b""
         if isinstance(doc.get("usage"), dict):

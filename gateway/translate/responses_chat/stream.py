@@ -22,7 +22,7 @@ import orjson
 
 from gateway.apis.base import Ending
 from gateway.policy.tokens import BYTES_PER_TOKEN
-from gateway.sse import EventSplitter, parse_event
+from gateway.sse import EventSplitter, loads_event, parse_event
 from gateway.translate.base import Context, Known
 from gateway.translate.responses_chat.answer import (
     as_dict,
@@ -261,10 +261,7 @@ class ResponsesStream:
             data = raw[6:].rstrip()
             if data == b"[DONE]":
                 return self._end()
-            try:
-                doc = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                doc = parse_event(raw).json()  # what orjson refuses and json takes
+            doc = loads_event(data)
         elif doc is None:
             ev = parse_event(raw)
             if ev.data is None:
