@@ -14,6 +14,7 @@ the next one from the running one and swaps it in (gateway/live.py).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -173,7 +174,7 @@ def _generation(
         loop = previous.loop
     else:
         loop = LoopBreaker(cfg.loop_breaker, store, kit.wall, no_hint_window_s=cfg.circuit_breaker.open_s,
-                           on_event=kit.state_metrics.loop_event)  # fmt: skip
+                           on_event=kit.state_metrics.loop_event, routes=_routes_digest(cfg))  # fmt: skip
     if kit.tracing is not None:
         tracing = kit.tracing
     elif previous is not None and previous.cfg.tracing == cfg.tracing:
@@ -232,7 +233,15 @@ def _sender_fit(cfg: GatewayConfig) -> object:
 
 
 def _loop_fit(cfg: GatewayConfig) -> object:
-    return cfg.loop_breaker, cfg.circuit_breaker.open_s
+    return cfg.loop_breaker, cfg.circuit_breaker.open_s, _routes_digest(cfg)
+
+
+def _routes_digest(cfg: GatewayConfig) -> bytes:
+    """Where requests go and with what credentials: a remembered failure is the answer of one
+    such setup, and a reload that changes it (the operator's fix for that failure) must not be
+    answered from memory. The same on every replica that loaded the same file."""
+    parts = [u.model_dump_json() for u in cfg.upstreams] + [p.model_dump_json() for p in cfg.pools]
+    return hashlib.sha256("\n".join(parts).encode()).digest()
 
 
 def _accounts(cfg: GatewayConfig, store: StateStore, wall: Callable[[], float]) -> Accounts:

@@ -204,6 +204,7 @@ class LoopBreaker:
         *,
         no_hint_window_s: float | None = None,
         on_event: Callable[[str, ErrorType], None] = lambda _e, _t: None,
+        routes: bytes = b"",
     ) -> None:
         self._cfg = cfg
         self._store = store
@@ -212,9 +213,10 @@ class LoopBreaker:
         # same bound the circuit puts on how long a recovered upstream goes unused.
         self._no_hint_s = no_hint_window_s
         self._on_event = on_event
-        # Replicas only recognise each other's fingerprints when they share the secret.
+        # Replicas only recognise each other's fingerprints when they share the secret (and
+        # ``routes``: the upstreams a failure came from; a changed one remembers nothing).
         # BLAKE2b takes keys of at most 64 bytes: a configured secret of any length is hashed.
-        self._key = hashlib.sha256(cfg.secret.encode()).digest() if cfg.secret else os.urandom(32)
+        self._key = hashlib.sha256(cfg.secret.encode() + routes).digest() if cfg.secret else os.urandom(32)
 
     @property
     def enabled(self) -> bool:

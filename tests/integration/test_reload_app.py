@@ -166,3 +166,30 @@ async def test_each_reload_is_counted_by_its_result(make_gateway: MakeGateway, t
         assert gw.metric("llm_gateway_config_reloads_total", result="unchanged") == 1
         assert gw.metric("llm_gateway_config_reloads_total", result="applied") == 1
         assert gw.metric("llm_gateway_config_reloads_total", result="refused") == 1
+
+
+async def test_a_failure_remembered_before_a_reload_that_fixes_the_upstream_is_not_answered_after_it(
+    make_gateway: MakeGateway, tmp_path: Path
+) -> None:
+    """The loop breaker answered the identical request from memory after the operator had
+    replaced the refused upstream key (measured: the old 401, x-llm-attempts: 0, for the
+    remembered window). A failure is the answer of one set of upstreams; a new one asks again."""
+    async with FakeUpstream() as fake:
+        fake.require_key = True
+        fake.keys.revoke("sk-old")
+        remembered = "loop_breaker: {enabled: true, secret: shared}\n"
+        gw = await make_gateway(remembered, fake=fake,
+                                upstreams=f"  - {{name: primary, base_url: '{fake.url}', api_key: sk-old}}\n")  # fmt: skip
+        path = tmp_path / "gateway.yaml"
+        text = "upstreams:\n  - {name: primary, base_url: '" + fake.url + "', api_key: KEY}\n" + remembered
+        path.write_text(text.replace("KEY", "sk-old"))
+        reloader = Reloader(str(path), gw.app[LIVE], log=logging.getLogger("tests.integration.reload"), env={})
+        assert await reloader.reload("SIGHUP", quiet_if_same=True)
+        asked = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "the same"}]}
+        assert (await gw.chat(asked))[0] == 401
+        status, headers, _ = await gw.chat(asked)
+        assert status == 401 and headers["x-llm-attempts"] == "0"  # from memory, as it should be
+        path.write_text(text.replace("KEY", "sk-new"))
+        assert await reloader.reload("SIGHUP")
+        status, headers, _ = await gw.chat(asked)
+        assert status == 200 and headers["x-llm-attempts"] == "1"
