@@ -189,6 +189,17 @@ class Services:
             self.chains[model] = route
         return route
 
+    def chain_speaking(self, api: str) -> Route | None:
+        """For a request that names no model (a stored response fetched by id, a GET on a
+        path that only takes POST): the first upstream outside every pool that speaks ``api``,
+        else what ``chain_for(None)`` picks. Sent to the first upstream whatever it spoke, a
+        Responses path met a Messages upstream and was told to add the API to it."""
+        pooled = {d for p in self.cfg.pools for d in p.deployments}
+        for u in self.cfg.upstreams:
+            if u.name not in pooled and api in u.apis:
+                return Route.of([self._hop(u.name), *map(self._hop, u.fallbacks)])
+        return self.chain_for(None)
+
     def _pool_for(self, model: str | None) -> PoolRuntime | None:
         if not self.pools:
             return None

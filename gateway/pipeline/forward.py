@@ -217,10 +217,10 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         refused = await accounting.admit_request(svc, state, request.headers, state.model, len(body), payload)
         if refused is not None:
             return await relay(request, svc, state, refused)
-    route = _route(svc, state, state.model)
+    api = api_of_path(request.path)
+    route = _route(svc, state, state.model, api)
     if isinstance(route, Failure):
         return await relay(request, svc, state, route)
-    api = api_of_path(request.path)
 
     def call_for(up: UpstreamRuntime) -> Call | Outcome:
         if api is not None and api not in up.cfg.apis:
@@ -314,8 +314,8 @@ async def _admit(request: web.Request, svc: Services, dialect: Dialect) -> Inbou
     return bad_request(inbound.message, inbound.code) if isinstance(inbound, Rejection) else inbound
 
 
-def _route(svc: Services, state: RequestState, model: str | None) -> Route | Failure:
-    route = svc.chain_for(model)
+def _route(svc: Services, state: RequestState, model: str | None, api: str | None = None) -> Route | Failure:
+    route = svc.chain_speaking(api) if model is None and api is not None else svc.chain_for(model)
     if route is None:
         patterns = ", ".join(p for u in svc.cfg.upstreams for p in u.models)
         shown = (model or "")[:128]

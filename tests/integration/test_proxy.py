@@ -123,6 +123,18 @@ async def test_other_methods_on_api_paths_reach_the_provider_and_its_answer_come
                                                              ("DELETE", "/v1/chat/completions")]
 
 
+async def test_a_request_naming_no_model_goes_to_the_first_upstream_speaking_its_api(make_gateway) -> None:
+    """GET /v1/chat/completions (the stored completions) went to the first upstream, a
+    Messages one, and was told to add 'chat' to it."""
+    async with FakeUpstream() as a, FakeUpstream() as b:
+        gw = await make_gateway(fake=a, upstreams=(
+            f"  - {{name: claude, base_url: '{a.url}', apis: [messages], models: ['claude-*']}}\n"
+            f"  - {{name: openai, base_url: '{b.url}', apis: [chat, responses]}}\n"))  # fmt: skip
+        async with gw.session.get(gw.base + "/v1/chat/completions") as r:
+            assert r.status == 200 and r.headers["x-llm-upstream"] == "openai"
+        assert [q.path for q in b.requests] == ["/v1/chat/completions"] and not a.requests
+
+
 async def test_two_upstreams_routed_by_glob(make_gateway) -> None:
     async with FakeUpstream() as a, FakeUpstream() as b:
         gw = await make_gateway(fake=a, upstreams=(
