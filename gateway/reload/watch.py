@@ -1,5 +1,5 @@
 """``server.watch_config``: the file is looked at every second, and a change of its content
-reloads it as SIGHUP does.
+reloads it as SIGHUP does, once the new content has stayed the same for a look.
 
 The file's mtime, size and inode say whether it may have changed (a ConfigMap's symlink swap
 gives a new inode); only then is it read, and its digest, compared with what the last reload
@@ -61,11 +61,21 @@ async def watch(
     """Runs until cancelled. ``enabled``: whether the config in force watches (a reload may
     turn it on or off)."""
     look = FileLook(reloader.path)
+    changed_to: list[str | None] = []  # a new content seen at the last look, not loaded yet
     while True:
         await sleep(every_s)
         if not enabled():
+            changed_to.clear()
             continue
         found = look.digest()
-        if found != reloader.seen:
+        if found == reloader.seen:
+            changed_to.clear()
+        elif reloader.seen is None or changed_to == [found]:
             # The first look finds the file the process started from: nothing to say then.
+            changed_to.clear()
             await reloader.reload("file", quiet_if_same=reloader.seen is None)
+        else:
+            # Loaded only once it has stayed the same for a look: an editor writing in place
+            # may be caught halfway, and a half that parses (a file cut before its keys:)
+            # would be served for a moment.
+            changed_to[:] = [found]

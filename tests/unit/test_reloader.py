@@ -288,7 +288,7 @@ async def test_the_watch_loads_a_change_only_once_it_has_stayed_for_a_look(tmp_p
     served for a moment, every key gone (on loopback, a warning only)."""
     log, lines = logged
     reloader, path, live = await reloader_for(tmp_path, log)
-    half = BASE[: BASE.index("keys:")]
+    half = BASE[: BASE.index("\nkeys:") + 1]
     steps = [
         lambda: None,  # first look
         lambda: path.write_text(half),  # the first write of two
