@@ -216,9 +216,19 @@ _ANTHROPIC_STATUS = {
 }  # fmt: skip
 
 
+# OpenAI's error codes and 429 types carry no status in a stream either; the statuses its
+# HTTP answers give them ("Error codes" guide; the bodies in tests/corpus/openai.json). Read
+# as a 500, a rate limit in a chat stream's first chunk was retried as an outage (six calls
+# and 12.6 s, then a 503, measured).
+_OPENAI_STATUS = {
+    "rate_limit_exceeded": 429, "insufficient_quota": 429, "requests": 429, "tokens": 429,
+    "invalid_api_key": 401, "context_length_exceeded": 400,
+}  # fmt: skip
+
+
 def error_status(payload: dict[str, Any]) -> int | None:
     """The HTTP status an error event carries in ``error.status`` or a numeric ``error.code``,
-    or the one its Anthropic ``error.type`` stands for."""
+    or the one its Anthropic ``error.type`` or OpenAI ``error.code`` / 429 type stands for."""
     err = payload.get("error")
     if isinstance(err, dict):
         for key in ("status", "code"):
@@ -227,6 +237,10 @@ def error_status(payload: dict[str, Any]) -> int | None:
                 return value
         if payload.get("type") == "error" and isinstance(err.get("type"), str):
             return _ANTHROPIC_STATUS.get(err["type"])
+        for key in ("code", "type"):
+            value = err.get(key)
+            if isinstance(value, str) and value in _OPENAI_STATUS:
+                return _OPENAI_STATUS[value]
     return None
 
 

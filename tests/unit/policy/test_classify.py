@@ -258,6 +258,17 @@ def test_stream_events_are_classified_by_the_same_rules_and_say_so() -> None:
     assert (c.type, c.evidence) == (ErrorType.PROVIDER_UNAVAILABLE, "stream code:overloaded_error")
 
 
+def test_openais_errors_in_a_stream_keep_the_class_their_http_status_gives_them() -> None:
+    """A chat stream's error chunk carries OpenAI's body without its status: read as a 500,
+    a rate limit was retried as an outage. The bodies are OpenAI's own (tests/corpus/openai.json)."""
+    cases = {c["name"]: c for c in IN_SAMPLE}
+    for name, expected in (("openai-429-tpm-rate-limit", ErrorType.RATE_LIMIT),
+                           ("openai-429-insufficient-quota-is-budget", ErrorType.BUDGET),
+                           ("openai-overflow", ErrorType.CONTEXT_OVERFLOW)):  # fmt: skip
+        payload = json.loads(body_bytes(cases[name]["body"]))
+        assert classify_stream_event(payload, now_s=NOW).type is expected, name
+
+
 def test_a_spent_window_header_does_not_make_a_400_a_rate_limit() -> None:
     # Window headers ride on every OpenAI response: only a 403/429 is read as that limit.
     headers = {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "2h0m0s"}
