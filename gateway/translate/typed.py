@@ -15,12 +15,13 @@ turns that into a ``Refusal`` worded for its client (``refusal``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from gateway.translate.base import Refusal
 
 Path = tuple[str | int, ...]
+T = TypeVar("T")
 
 
 class WrongType(Exception):
@@ -46,6 +47,11 @@ def json_type(value: Any) -> str:
     return "array" if isinstance(value, list) else "object"
 
 
+def top(payload: Mapping[str, Any], key: str, read: Callable[[Any, Path], T]) -> T:
+    """A top-level field of the request, read by one of the readers below."""
+    return read(payload.get(key), (key,))
+
+
 def wrong(value: Any, path: Path, *expected: str) -> WrongType:
     """For a union the readers below do not cover: ``raise wrong(v, path, "string", "array")``."""
     return WrongType(path, expected, value)
@@ -63,6 +69,39 @@ def items(value: Any, path: Path) -> list[Any]:
     if value is None:
         return []
     raise WrongType(path, ("array",), value)
+
+
+def objects(value: Any, path: Path) -> list[dict[str, Any]]:
+    """A list of objects (messages, parts, tools); an empty one when absent or null."""
+    found = items(value, path)
+    for k, item in enumerate(found):
+        if not isinstance(item, dict):
+            raise WrongType((*path, k), ("object",), item)
+    return found
+
+
+def strings(value: Any, path: Path, one: bool = False) -> list[str]:
+    """A list of strings (an empty one when absent or null); with ``one``, a lone string
+    stands for a list of it (chat's ``stop``)."""
+    if one and isinstance(value, str):
+        return [value]
+    if not isinstance(value, list | None):
+        raise WrongType(path, ("string", "array") if one else ("array",), value)
+    found = value or []
+    for k, item in enumerate(found):
+        if not isinstance(item, str):
+            raise WrongType((*path, k), ("string",), item)
+    return found
+
+
+def content(value: Any, path: Path) -> str | list[dict[str, Any]] | None:
+    """A message's content as chat completions, Messages and Responses all have it: a string,
+    or a list of objects (parts, blocks)."""
+    if value is None or isinstance(value, str):
+        return value
+    if not isinstance(value, list):
+        raise WrongType(path, ("string", "array"), value)
+    return objects(value, path)
 
 
 def obj(value: Any, path: Path) -> dict[str, Any] | None:
