@@ -293,6 +293,8 @@ MEANINGS = {
     "encoding layers.",
     "unsupported_content_encoding": "A request `Content-Encoding` other than gzip, deflate or identity.",
     "untranslatable_request": "A translated request uses something the upstream's API has no equivalent for.",
+    "invalid_type": "A field of a translated request has a JSON type its API does not allow there (a number "
+    "where a list belongs, say); the message names the field as the client's API does, never its value.",
     "no_translation": "The upstream speaks no API the request can be translated to (`upstreams[].apis`); "
     "404 for a path of an API it does not speak.",
     "missing_client_key": "Client keys are configured and the request carries none.",

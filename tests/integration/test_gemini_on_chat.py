@@ -189,3 +189,17 @@ async def test_a_gemini_callers_key_reaches_a_chat_upstream_where_it_takes_one_o
     first, second = gw.fake.requests
     assert first.headers.get("Authorization") == "Bearer GKEY" and "x-goog-api-key" not in first.headers
     assert second.headers.get("Authorization") == "Bearer QKEY" and "QKEY" not in second.query
+
+
+async def test_a_field_of_the_wrong_json_type_is_a_400_in_googles_envelope_never_sent(make_gateway) -> None:
+    """`functionDeclarations: 5` was a 500 internal_error (a crash reading the tools' names)."""
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY)
+    body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "tools": [{"functionDeclarations": 5}]}
+    status, _, answer = await post(gw, "/v1beta/models/gemini-2.5-flash:generateContent", body)
+    err = json.loads(answer)["error"]
+    assert status == 400 and err["code"] == 400 and err["status"] == "INVALID_ARGUMENT"
+    assert err["message"] == "Invalid value at 'tools[0].functionDeclarations': expected an array, got an integer"
+    # countTokens estimates a request it cannot translate from its bytes instead
+    status, _, counted = await post(gw, "/v1beta/models/gemini-2.5-flash:countTokens", body)
+    assert status == 200 and json.loads(counted)["totalTokens"] > 0
+    assert gw.fake.requests == []

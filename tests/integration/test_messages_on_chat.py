@@ -91,3 +91,15 @@ async def test_a_hosted_tool_is_refused_before_reaching_the_upstream(make_gatewa
                 tools=[{"type": "web_search_20250305", "name": "web_search"}],
             )  # fmt: skip
     assert "web_search" in json.dumps(info.value.body) and gw.fake.requests == []
+
+
+async def test_a_field_of_the_wrong_json_type_is_a_400_in_anthropics_envelope_never_sent(make_gateway) -> None:
+    """`tool_choice: {"type": [5]}` was a 500 internal_error (a crash in the translator)."""
+    gw = await make_gateway(upstream_yaml=UPSTREAM)
+    status, _, body = await gw.messages({"model": "claude-sonnet-4-5", "max_tokens": 64, "tools": [WEATHER],
+                                         "messages": [{"role": "user", "content": "hi"}],
+                                         "tool_choice": {"type": [5]}})  # fmt: skip
+    error = json.loads(body)["error"]
+    assert status == 400 and error["type"] == "invalid_request_error" and error["code"] == "invalid_type"
+    assert error["message"] == "tool_choice.type: Input should be a valid string"
+    assert gw.fake.requests == []

@@ -96,6 +96,28 @@ async def test_what_cannot_be_carried_is_a_400_in_the_chat_envelope_never_sent(m
     assert "'n' > 1" in raised.value.message and gw.fake.requests == []
 
 
+@pytest.mark.parametrize(("field", "value", "named"), [
+    ("messages", [{"role": "user", "content": 5}], "'messages[0].content'"),
+    ("tools", "x", "'tools'"),
+    ("response_format", {"type": "json_schema", "json_schema": "x"}, "'response_format.json_schema'"),
+])  # fmt: skip
+async def test_a_field_of_the_wrong_json_type_is_a_400_in_the_chat_envelope_never_sent(
+    make_gateway, clients, field: str, value: Any, named: str
+) -> None:
+    """It was a 500 internal_error (a crash in the translator), which the openai SDK retries."""
+    gw = await make_gateway(upstream_yaml=UPSTREAM)
+    payload = {"model": "gpt-4o", "messages": [{"role": "user", "content": "my secret prompt"}], field: value}
+    status, headers, body = await gw.chat(payload)
+    assert status == 400 and headers["x-llm-error-type"] == "unknown" and headers["x-should-retry"] == "false"
+    error = json.loads(body)["error"]
+    assert error["type"] == "invalid_request_error" and error["code"] == "invalid_type"
+    assert error["message"].startswith(f"Invalid type for {named}: expected ")
+    assert gw.fake.requests == [] and b"secret" not in body
+    with pytest.raises(openai.BadRequestError):  # the SDK's own reading: a 400, not retried
+        await clients(gw).chat.completions.create(**payload)
+    assert gw.fake.requests == []
+
+
 async def test_a_stream_cut_mid_answer_ends_in_the_chat_error_chunk(make_gateway, clients) -> None:
     gw = await make_gateway(upstream_yaml=UPSTREAM)
     cut = stream_of("messages-stream-text-after-tool-result", then="drop")

@@ -25,10 +25,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.translate import names
+from gateway.translate import names, typed
 from gateway.translate.base import Refusal, Target
 from gateway.translate.chat_gemini import signature
 from gateway.translate.names import Names
+from gateway.translate.typed import WrongType
 
 # reasoning_effort → thinkingBudget: what Gemini 2.5 Flash and Pro both accept (128–24576 on
 # Flash, 128–32768 on Pro), so one effort means the same on either; Gemini 3 takes budgets too.
@@ -48,12 +49,14 @@ def to_gemini(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Re
         return _request(payload, target)
     except Refused as r:
         return Refusal(r.message)
+    except WrongType as e:
+        return typed.refusal(e, "chat")
 
 
 def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
     _refuse_uncarried(p, target.model)
     functions = function_names(p.get("tools"))
-    system, contents = _conversation(p.get("messages") or [], functions)
+    system, contents = _conversation(typed.objects(p.get("messages"), ("messages",)), functions)
     if not contents:
         # Google refuses it ("GenerateContentRequest.contents: contents is not specified"):
         # refused here, before any call, in words that say why.
@@ -78,12 +81,12 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
 def _refuse_uncarried(p: Mapping[str, Any], model: str) -> None:
     if "/" in model.removeprefix("models/"):
         raise Refused(f"the model name {model[:128]!r} cannot be put in a Gemini API URL")
-    n = p.get("n")
-    if isinstance(n, int) and n > 1:
+    n = typed.top(p, "n", typed.integer)
+    if n is not None and n > 1:
         raise Refused("'n' > 1 is not carried to a Gemini upstream: the answer would hold one choice")
-    if p.get("logprobs") is True or p.get("top_logprobs"):
+    if typed.top(p, "logprobs", typed.flag) or typed.top(p, "top_logprobs", typed.integer):
         raise Refused("'logprobs' is not carried to a Gemini upstream")
-    if p.get("audio") or "audio" in (p.get("modalities") or []):
+    if typed.top(p, "audio", typed.obj) or "audio" in typed.top(p, "modalities", typed.items):
         raise Refused("audio output cannot be asked of a Gemini upstream through chat completions")
     if p.get("functions") or p.get("function_call"):
         raise Refused("legacy 'functions' / 'function_call' are not translated: send 'tools' / 'tool_choice'")
@@ -110,16 +113,14 @@ class _Turns:
             self.contents.append({"role": role, "parts": parts})
 
 
-def _conversation(items: list[Any], functions: Names) -> tuple[list[str], list[dict[str, Any]]]:
+def _conversation(items: list[dict[str, Any]], functions: Names) -> tuple[list[str], list[dict[str, Any]]]:
     system: list[str] = []
     turns = _Turns(functions)
     for i, m in enumerate(items):
-        if not isinstance(m, dict):
-            raise Refused(f"messages[{i}] must be an object")
-        role = m.get("role")
+        role = typed.text(m.get("role"), ("messages", i, "role"))
         if role in ("system", "developer"):
             # Wherever it stands: Gemini has no system turn; it stays an instruction.
-            system += [t for t in _texts(m.get("content"), f"messages[{i}]") if t]
+            system += [t for t in _texts(m.get("content"), i) if t]
         elif role == "user":
             turns.add("user", _user_parts(m.get("content"), i))
         elif role == "assistant":
@@ -135,31 +136,35 @@ def _conversation(items: list[Any], functions: Names) -> tuple[list[str], list[d
     return system, turns.contents
 
 
-def _texts(content: Any, where: str) -> list[str]:
+def _texts(content: Any, i: int) -> list[str]:
+    """The text of a message that Gemini takes as text only (system, assistant, tool)."""
+    content = typed.content(content, ("messages", i, "content"))
     if isinstance(content, str):
         return [content]
     out = []
-    for j, part in enumerate(content or []):
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind == "text" and isinstance(part.get("text"), str):
-            out.append(part["text"])
-        elif kind == "refusal" and isinstance(part.get("refusal"), str):
-            out.append(part["refusal"])
-        else:
-            raise Refused(f"{where}.content[{j}]: only text parts can be carried here")
+    for j, part in enumerate(content or ()):
+        kind = typed.text(part.get("type"), ("messages", i, "content", j, "type"))
+        if kind not in ("text", "refusal"):
+            raise Refused(f"messages[{i}].content[{j}]: only text parts can be carried here")
+        text = part.get(kind)
+        if not isinstance(text, str):
+            raise typed.wrong(text, ("messages", i, "content", j, kind), "string")
+        out.append(text)
     return out
 
 
 def _user_parts(content: Any, i: int) -> list[dict[str, Any]]:
+    content = typed.content(content, ("messages", i, "content"))
     if isinstance(content, str) or content is None:
         return [{"text": content}] if content else []
     parts: list[dict[str, Any]] = []
     for j, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
+        kind = typed.text(part.get("type"), ("messages", i, "content", j, "type"))
         where = f"messages[{i}].content[{j}]"
         if kind == "text":
-            if isinstance(part.get("text"), str) and part["text"]:
-                parts.append({"text": part["text"]})
+            text = typed.text(part.get("text"), ("messages", i, "content", j, "text"))
+            if text:
+                parts.append({"text": text})
         elif kind == "image_url":
             parts.append(_inline(part.get("image_url"), where, "image_url"))
         elif kind == "file":
@@ -207,16 +212,17 @@ def _audio(spec: Any, where: str) -> dict[str, Any]:
 
 def _model_parts(m: Mapping[str, Any], i: int, turns: _Turns) -> list[dict[str, Any]]:
     # reasoning_content is not sent back: Gemini takes thoughts back only as signed parts.
-    parts: list[dict[str, Any]] = [{"text": t} for t in _texts(m.get("content"), f"messages[{i}]") if t]
+    parts: list[dict[str, Any]] = [{"text": t} for t in _texts(m.get("content"), i) if t]
     calls: list[dict[str, Any]] = []
-    for j, call in enumerate(m.get("tool_calls") or []):
+    for j, call in enumerate(typed.objects(m.get("tool_calls"), ("messages", i, "tool_calls"))):
         where = f"messages[{i}].tool_calls[{j}]"
-        fn = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(fn, dict) or call.get("type", "function") != "function":
+        fn = typed.obj(call.get("function"), ("messages", i, "tool_calls", j, "function"))
+        if fn is None or call.get("type", "function") != "function":
             raise Refused(f"{where}: only function tool calls can be carried")
-        name = fn.get("name")
-        if not isinstance(name, str) or not name:
+        name = typed.text(fn.get("name"), ("messages", i, "tool_calls", j, "function", "name"))
+        if not name:
             raise Refused(f"{where}: function.name is required")
+        typed.text(call.get("id"), ("messages", i, "tool_calls", j, "id"))
         arguments = fn.get("arguments") or "{}"
         try:
             args = json.loads(arguments) if isinstance(arguments, str) else arguments
@@ -243,12 +249,12 @@ def _model_parts(m: Mapping[str, Any], i: int, turns: _Turns) -> list[dict[str, 
 
 
 def _function_response(m: Mapping[str, Any], i: int, turns: _Turns) -> dict[str, Any]:
-    chat_id = str(m.get("tool_call_id") or "")
+    chat_id = typed.text(m.get("tool_call_id"), ("messages", i, "tool_call_id")) or ""
     name = turns.names.get(chat_id)
     if name is None:
         raise Refused(f"messages[{i}]: tool_call_id {chat_id[:64]!r} answers no tool call of an earlier "
                       "assistant message, and Gemini names a function's answer by its call")  # fmt: skip
-    text = "".join(_texts(m.get("content"), f"messages[{i}]"))
+    text = "".join(_texts(m.get("content"), i))
     response: dict[str, Any] = {"name": turns.functions.upstream(name), "response": {"output": text}}
     call_id, _ = signature.split(chat_id)
     if call_id:
@@ -269,31 +275,23 @@ def function_names(tools: Any) -> Names:
 
 
 def _tools(p: Mapping[str, Any], functions: Names) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    declarations = []
-    for j, tool in enumerate(p.get("tools") or []):
-        fn = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(fn, dict):
-            raise Refused(f"tools[{j}]: only function tools can be sent to a Gemini upstream")
-        if not isinstance(fn.get("name"), str) or not fn["name"]:
-            raise Refused(f"tools[{j}].function.name is required")
-        out: dict[str, Any] = {"name": functions.upstream(fn["name"])}
-        if isinstance(fn.get("description"), str) and fn["description"]:
-            out["description"] = fn["description"]
-        if isinstance(fn.get("parameters"), dict):
-            out["parametersJsonSchema"] = fn["parameters"]
-        declarations.append(out)
+    tools = typed.objects(p.get("tools"), ("tools",))
+    declarations = [_declaration(tool, j, functions) for j, tool in enumerate(tools)]
     choice = p.get("tool_choice")
     if not declarations or choice is None:
         return declarations, None
-    if isinstance(choice, str) and choice in _MODE:
-        return declarations, {"mode": _MODE[choice]}
-    if isinstance(choice, dict) and choice.get("type") == "function":
-        name = (choice.get("function") or {}).get("name")
+    if isinstance(choice, str):
+        if choice in _MODE:
+            return declarations, {"mode": _MODE[choice]}
+    elif not isinstance(choice, dict):
+        raise typed.wrong(choice, ("tool_choice",), "string", "object")
+    elif (kind := typed.text(choice.get("type"), ("tool_choice", "type"))) == "function":
+        name = _chosen(choice, ("tool_choice",))
         return declarations, {"mode": "ANY", "allowedFunctionNames": [functions.upstream(str(name))]}
-    if isinstance(choice, dict) and choice.get("type") == "allowed_tools":
-        allowed = choice.get("allowed_tools") or {}
-        listed = [t for t in allowed.get("tools") or [] if isinstance(t, dict)]
-        asked = [(t.get("function") or {}).get("name") for t in listed]
+    elif kind == "allowed_tools":
+        allowed = typed.obj(choice.get("allowed_tools"), ("tool_choice", "allowed_tools")) or {}
+        listed = typed.objects(allowed.get("tools"), ("tool_choice", "allowed_tools", "tools"))
+        asked = [_chosen(t, ("tool_choice", "allowed_tools", "tools", k)) for k, t in enumerate(listed)]
         named = [functions.upstream(n) for n in asked if isinstance(n, str)]
         if allowed.get("mode") == "required":
             return declarations, {"mode": "ANY", "allowedFunctionNames": named}
@@ -303,28 +301,50 @@ def _tools(p: Mapping[str, Any], functions: Names) -> tuple[list[dict[str, Any]]
     raise Refused(f"tool_choice {json.dumps(choice)[:100]} cannot be sent to a Gemini upstream")
 
 
+def _declaration(tool: dict[str, Any], j: int, functions: Names) -> dict[str, Any]:
+    fn = typed.obj(tool.get("function"), ("tools", j, "function"))
+    if tool.get("type") != "function" or fn is None:
+        raise Refused(f"tools[{j}]: only function tools can be sent to a Gemini upstream")
+    name = typed.text(fn.get("name"), ("tools", j, "function", "name"))
+    if not name:
+        raise Refused(f"tools[{j}].function.name is required")
+    out: dict[str, Any] = {"name": functions.upstream(name)}
+    description = typed.text(fn.get("description"), ("tools", j, "function", "description"))
+    if description:
+        out["description"] = description
+    parameters = typed.obj(fn.get("parameters"), ("tools", j, "function", "parameters"))
+    if parameters is not None:
+        out["parametersJsonSchema"] = parameters
+    return out
+
+
+def _chosen(choice: dict[str, Any], at: typed.Path) -> str | None:
+    """The function name a tool choice (or an allowed tool) gives."""
+    fn = typed.obj(choice.get("function"), (*at, "function")) or {}
+    return typed.text(fn.get("name"), (*at, "function", "name"))
+
+
 def _generation(p: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for chat, gemini in (("temperature", "temperature"), ("top_p", "topP"), ("top_k", "topK"),
                          ("presence_penalty", "presencePenalty"), ("frequency_penalty", "frequencyPenalty"),
                          ("seed", "seed")):  # fmt: skip
-        value = p.get(chat)
-        if isinstance(value, int | float) and not isinstance(value, bool):
+        value = (typed.integer if chat in ("top_k", "seed") else typed.number)(p.get(chat), (chat,))
+        if value is not None:
             if chat.endswith("_penalty") and value == 0:
                 # OpenAI's default, sent by clients that fill every knob in: left out, since a
                 # Gemini 2.5 model refuses any penalty ("Penalty is not enabled for models/…").
                 continue
             out[gemini] = value
-    limit = _positive(p, "max_completion_tokens") or _positive(p, "max_tokens")
+    newer, older = _positive(p, "max_completion_tokens"), _positive(p, "max_tokens")
+    limit = newer or older
     if limit:
         out["maxOutputTokens"] = limit
-    stop = p.get("stop")
-    if isinstance(stop, str) and stop:
-        out["stopSequences"] = [stop]
-    elif isinstance(stop, list) and stop:
-        out["stopSequences"] = [s for s in stop if isinstance(s, str)][:MAX_STOPS]
+    stops = [s for s in typed.strings(p.get("stop"), ("stop",), one=True) if s]
+    if stops:
+        out["stopSequences"] = stops[:MAX_STOPS]
     _response_format(p.get("response_format"), out)
-    effort = p.get("reasoning_effort")
+    effort = typed.text(p.get("reasoning_effort"), ("reasoning_effort",))
     if effort is not None and effort != "none":
         if effort not in EFFORT_BUDGET:
             raise Refused(f"reasoning_effort {effort!r} is not one of none, {', '.join(EFFORT_BUDGET)}")
@@ -334,14 +354,20 @@ def _generation(p: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _response_format(fmt: Any, out: dict[str, Any]) -> None:
-    if fmt is None or (isinstance(fmt, dict) and fmt.get("type") == "text"):
+    if fmt is None:
         return
-    if isinstance(fmt, dict) and fmt.get("type") == "json_object":
+    if not isinstance(fmt, dict):
+        raise typed.wrong(fmt, ("response_format",), "object")
+    kind = typed.text(fmt.get("type"), ("response_format", "type"))
+    if kind == "text":
+        return
+    if kind == "json_object":
         out["responseMimeType"] = "application/json"
         return
-    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
-        schema = (fmt.get("json_schema") or {}).get("schema")
-        if isinstance(schema, dict):
+    if kind == "json_schema":
+        spec = typed.obj(fmt.get("json_schema"), ("response_format", "json_schema")) or {}
+        schema = typed.obj(spec.get("schema"), ("response_format", "json_schema", "schema"))
+        if schema is not None:
             out["responseMimeType"] = "application/json"
             out["responseJsonSchema"] = schema
             return
@@ -349,5 +375,5 @@ def _response_format(fmt: Any, out: dict[str, Any]) -> None:
 
 
 def _positive(p: Mapping[str, Any], key: str) -> int | None:
-    value = p.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    value = typed.integer(p.get(key), (key,))
+    return value if value is not None and value > 0 else None

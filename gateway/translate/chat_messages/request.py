@@ -38,10 +38,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway.apis.messages.claude_models import takes_prefill, thinking_for
-from gateway.translate import json_schema
+from gateway.translate import json_schema, typed
 from gateway.translate.base import Context, Known, Refusal, Target, held
 from gateway.translate.chat_messages.answer import ChatStream, chat_completion
 from gateway.translate.tool_ids import to_anthropic_id
+from gateway.translate.typed import WrongType
 
 # The chat request's fields that no answer translated back to chat reads.
 UNREAD = frozenset({"messages", "tools", "functions"})
@@ -88,6 +89,8 @@ class ChatToMessages:
             return _request(payload, target)
         except _Refused as r:
             return Refusal(r.message)
+        except WrongType as e:
+            return typed.refusal(e, "chat")
 
     def answer(self, doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
         return chat_completion(doc, ctx, int(self._clock()))
@@ -101,7 +104,7 @@ class ChatToMessages:
 
 def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
     _refuse_uncarried(p)
-    system, messages = _conversation(p.get("messages") or [])
+    system, messages = _conversation(typed.objects(p.get("messages"), ("messages",)))
     if not messages:
         # Empty messages vanish in translation (Anthropic refuses an empty text block); with
         # nothing left, Anthropic refuses the request ("messages: at least one message is
@@ -120,18 +123,18 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
     stream = p.get("stream") is True
     if stream:
         out["stream"] = True
-    max_tokens = _int(p, "max_completion_tokens") or _int(p, "max_tokens")
+    newer, older = _int(p, "max_completion_tokens"), _int(p, "max_tokens")
+    max_tokens = newer or older
     out["max_tokens"] = max_tokens or default_max_tokens(target.model, stream)
     tools, choice = _tools(p)
     if tools:
         out["tools"] = tools
         if choice is not None:
             out["tool_choice"] = choice
-    stop = p.get("stop")
-    stops = [stop] if isinstance(stop, str) else stop if isinstance(stop, list) else []
+    stops = typed.strings(p.get("stop"), ("stop",), one=True)
     # A blank stop sequence ("\n", common with completion-style clients) is a 400 from
     # Anthropic; it is dropped, and the answer then runs on past where it would have stopped.
-    stops = [s for s in stops if isinstance(s, str) and s.strip()]
+    stops = [s for s in stops if s.strip()]
     if stops:
         out["stop_sequences"] = stops
     _sampling(p, out)
@@ -145,8 +148,9 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
         out.pop("top_k", None)  # nor a changed top_k
         if out.get("top_p", 1) < 0.95:
             out.pop("top_p")
-    user = p.get("user") if isinstance(p.get("user"), str) else p.get("safety_identifier")
-    if isinstance(user, str) and user:
+    user, safety = typed.top(p, "user", typed.text), typed.top(p, "safety_identifier", typed.text)
+    user = user or safety
+    if user:
         out["metadata"] = {"user_id": _opaque_user(user)}
     fmt = _response_format(p.get("response_format"))
     if fmt is not None:
@@ -185,12 +189,12 @@ def default_max_tokens(model: str, stream: bool) -> int:
 
 
 def _refuse_uncarried(p: Mapping[str, Any]) -> None:
-    n = p.get("n")
-    if isinstance(n, int) and n > 1:
+    n = typed.top(p, "n", typed.integer)
+    if n is not None and n > 1:
         raise _Refused("'n' > 1 cannot be sent to an Anthropic upstream: it gives one answer per request")
-    if p.get("logprobs") is True or p.get("top_logprobs"):
+    if typed.top(p, "logprobs", typed.flag) or typed.top(p, "top_logprobs", typed.integer):
         raise _Refused("'logprobs' cannot be sent to an Anthropic upstream: it has no token probabilities")
-    if p.get("audio") or "audio" in (p.get("modalities") or []):
+    if typed.top(p, "audio", typed.obj) or "audio" in typed.top(p, "modalities", typed.items):
         raise _Refused("audio output cannot be sent to an Anthropic upstream")
     if p.get("functions") or p.get("function_call"):
         raise _Refused(
@@ -198,15 +202,15 @@ def _refuse_uncarried(p: Mapping[str, Any]) -> None:
         )
 
 
-def _conversation(items: list[Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _conversation(items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The top-level system blocks, and the turns with one role each, tool results first."""
     system: list[dict[str, Any]] = []
     turns: list[dict[str, Any]] = []
     for i, m in enumerate(items):
-        role = m.get("role")
+        role = typed.text(m.get("role"), ("messages", i, "role"))
         if role in ("system", "developer"):
             # Wherever it stands: Messages has no system turn; it stays an instruction.
-            system += _text_blocks(m.get("content"), f"messages[{i}]")
+            system += _text_blocks(m.get("content"), i)
             continue
         if role == "user":
             role, blocks = "user", _user_blocks(m.get("content"), i)
@@ -229,34 +233,44 @@ def _conversation(items: list[Any]) -> tuple[list[dict[str, Any]], list[dict[str
     return system, turns
 
 
-def _text_blocks(content: Any, where: str) -> list[dict[str, Any]]:
+def _text_blocks(content: Any, i: int) -> list[dict[str, Any]]:
+    """The text of a message that Anthropic takes as text only (system, assistant, tool)."""
+    content = typed.content(content, ("messages", i, "content"))
     # Whitespace-only text is dropped as empty text is: Anthropic refuses both, and a model
     # loses nothing by it ("\n\n" before a tool call is how many chat models answer).
     if isinstance(content, str):
         return [{"type": "text", "text": content}] if content.strip() else []
     blocks = []
-    for part in content or []:
-        if not isinstance(part, dict) or part.get("type") not in ("text", "refusal"):
-            raise _Refused(f"{where}: only text parts can be carried here")
-        text = part.get("text") if part.get("type") == "text" else part.get("refusal")
-        if isinstance(text, str) and text.strip():
-            block: dict[str, Any] = {"type": "text", "text": text}
-            if isinstance(part.get("cache_control"), dict):
-                # Anthropic's own marker, which clients that know Claude add to chat parts.
-                block["cache_control"] = part["cache_control"]
-            blocks.append(block)
+    for j, part in enumerate(content or ()):
+        kind = typed.text(part.get("type"), ("messages", i, "content", j, "type"))
+        if kind not in ("text", "refusal"):
+            raise _Refused(f"messages[{i}]: only text parts can be carried here")
+        blocks += _text_block(part, kind, ("messages", i, "content", j))
     return blocks
 
 
+def _text_block(part: dict[str, Any], kind: str, at: typed.Path) -> list[dict[str, Any]]:
+    """A text (or refusal) part as a text block; none when blank."""
+    text = typed.text(part.get(kind), (*at, kind))
+    if not text or not text.strip():
+        return []
+    block: dict[str, Any] = {"type": "text", "text": text}
+    if isinstance(part.get("cache_control"), dict):
+        # Anthropic's own marker, which clients that know Claude add to chat parts.
+        block["cache_control"] = part["cache_control"]
+    return [block]
+
+
 def _user_blocks(content: Any, i: int) -> list[dict[str, Any]]:
+    content = typed.content(content, ("messages", i, "content"))
     if isinstance(content, str) or content is None:
-        return _text_blocks(content, f"messages[{i}]")
+        return _text_blocks(content, i)
     blocks: list[dict[str, Any]] = []
     for j, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
+        kind = typed.text(part.get("type"), ("messages", i, "content", j, "type"))
         where = f"messages[{i}].content[{j}]"
         if kind == "text":
-            blocks += _text_blocks([part], where)
+            blocks += _text_block(part, kind, ("messages", i, "content", j))
         elif kind == "image_url":
             blocks.append(_image(part.get("image_url"), where))
         elif kind == "file":
@@ -292,11 +306,11 @@ def _document(spec: Any, where: str) -> dict[str, Any]:
 
 def _assistant_blocks(m: Mapping[str, Any], i: int) -> list[dict[str, Any]]:
     # reasoning_content is not sent back: Anthropic accepts only signed thinking blocks.
-    blocks = _text_blocks(m.get("content"), f"messages[{i}]")
-    for j, call in enumerate(m.get("tool_calls") or []):
+    blocks = _text_blocks(m.get("content"), i)
+    for j, call in enumerate(typed.objects(m.get("tool_calls"), ("messages", i, "tool_calls"))):
         where = f"messages[{i}].tool_calls[{j}]"
-        fn = call.get("function") if isinstance(call, dict) else None
-        if call.get("type", "function") != "function" or not isinstance(fn, dict):
+        fn = typed.obj(call.get("function"), ("messages", i, "tool_calls", j, "function"))
+        if call.get("type", "function") != "function" or fn is None:
             raise _Refused(f"{where}: only function tool calls can be carried")
         arguments = fn.get("arguments") or "{}"
         try:
@@ -306,34 +320,27 @@ def _assistant_blocks(m: Mapping[str, Any], i: int) -> list[dict[str, Any]]:
                            f"input as an object: {arguments[:200]!r}") from None  # fmt: skip
         if not isinstance(args, dict):
             raise _Refused(f"{where}: function.arguments must be a JSON object for an Anthropic upstream")
-        blocks.append({"type": "tool_use", "id": to_anthropic_id(str(call.get("id", ""))),
-                       "name": fn.get("name", ""), "input": args})  # fmt: skip
+        call_id = typed.text(call.get("id"), ("messages", i, "tool_calls", j, "id")) or ""
+        name = typed.text(fn.get("name"), ("messages", i, "tool_calls", j, "function", "name")) or ""
+        blocks.append({"type": "tool_use", "id": to_anthropic_id(call_id), "name": name, "input": args})
     return blocks
 
 
 def _tool_result(m: Mapping[str, Any], i: int) -> dict[str, Any]:
     content = m.get("content")
-    call_id = to_anthropic_id(str(m.get("tool_call_id", "")))
+    call_id = to_anthropic_id(typed.text(m.get("tool_call_id"), ("messages", i, "tool_call_id")) or "")
     block: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id}
     if isinstance(content, str):
         block["content"] = content
     else:
-        block["content"] = _text_blocks(content, f"messages[{i}]")
+        block["content"] = _text_blocks(content, i)
     return block
 
 
 def _tools(p: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    tools = []
-    for j, tool in enumerate(p.get("tools") or []):
-        fn = tool.get("function") if isinstance(tool, dict) else None
-        if tool.get("type") != "function" or not isinstance(fn, dict):
-            raise _Refused(f"tools[{j}]: only function tools can be sent to an Anthropic upstream")
-        out: dict[str, Any] = {"name": fn.get("name", "")}
-        if fn.get("description"):
-            out["description"] = fn["description"]
-        out["input_schema"] = fn.get("parameters") or {"type": "object", "properties": {}}
-        tools.append(out)
+    tools = [_tool(tool, j) for j, tool in enumerate(typed.objects(p.get("tools"), ("tools",)))]
     choice = p.get("tool_choice")
+    kind = typed.text(choice.get("type"), ("tool_choice", "type")) if isinstance(choice, dict) else None
     mapped: dict[str, Any] | None
     if choice is None or choice == "auto":
         mapped = None if choice is None else {"type": "auto"}
@@ -341,27 +348,53 @@ def _tools(p: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any] |
         mapped = {"type": "none"}
     elif choice == "required":
         mapped = {"type": "any"}
-    elif isinstance(choice, dict) and choice.get("type") == "function":
-        mapped = {"type": "tool", "name": (choice.get("function") or {}).get("name")}
-    elif isinstance(choice, dict) and choice.get("type") == "allowed_tools":
-        allowed = choice.get("allowed_tools") or {}
-        names = {(t.get("function") or {}).get("name") for t in allowed.get("tools") or []}
+    elif not isinstance(choice, str | dict):
+        raise typed.wrong(choice, ("tool_choice",), "string", "object")
+    elif isinstance(choice, dict) and kind == "function":
+        mapped = {"type": "tool", "name": _chosen(choice, ("tool_choice",))}
+    elif isinstance(choice, dict) and kind == "allowed_tools":
+        allowed = typed.obj(choice.get("allowed_tools"), ("tool_choice", "allowed_tools")) or {}
+        listed = typed.objects(allowed.get("tools"), ("tool_choice", "allowed_tools", "tools"))
+        names = {_chosen(t, ("tool_choice", "allowed_tools", "tools", k)) for k, t in enumerate(listed)}
         tools = [t for t in tools if t["name"] in names]
         mapped = {"type": "any" if allowed.get("mode") == "required" else "auto"}
     else:
         raise _Refused(f"tool_choice {json.dumps(choice)[:100]} cannot be sent to an Anthropic upstream")
-    if p.get("parallel_tool_calls") is False and (mapped is None or mapped["type"] != "none"):
+    if typed.flag(p.get("parallel_tool_calls"), ("parallel_tool_calls",)) is False and (
+        mapped is None or mapped["type"] != "none"
+    ):
         mapped = {**(mapped or {"type": "auto"}), "disable_parallel_tool_use": True}
     return tools, mapped
 
 
+def _tool(tool: dict[str, Any], j: int) -> dict[str, Any]:
+    fn = typed.obj(tool.get("function"), ("tools", j, "function"))
+    if tool.get("type") != "function" or fn is None:
+        raise _Refused(f"tools[{j}]: only function tools can be sent to an Anthropic upstream")
+    out: dict[str, Any] = {"name": typed.text(fn.get("name"), ("tools", j, "function", "name")) or ""}
+    description = typed.text(fn.get("description"), ("tools", j, "function", "description"))
+    if description:
+        out["description"] = description
+    parameters = typed.obj(fn.get("parameters"), ("tools", j, "function", "parameters"))
+    out["input_schema"] = parameters or {"type": "object", "properties": {}}
+    return out
+
+
+def _chosen(choice: dict[str, Any], at: typed.Path) -> str | None:
+    """The function name a tool choice (or an allowed tool) gives."""
+    fn = typed.obj(choice.get("function"), (*at, "function")) or {}
+    return typed.text(fn.get("name"), (*at, "function", "name"))
+
+
 def _sampling(p: Mapping[str, Any], out: dict[str, Any]) -> None:
-    temperature, top_p, top_k = p.get("temperature"), p.get("top_p"), p.get("top_k")
-    if isinstance(temperature, int | float) and not isinstance(temperature, bool):
+    temperature = typed.number(p.get("temperature"), ("temperature",))
+    top_p = typed.number(p.get("top_p"), ("top_p",))
+    top_k = typed.integer(p.get("top_k"), ("top_k",))
+    if temperature is not None:
         out["temperature"] = min(max(float(temperature), 0.0), 1.0)  # OpenAI's 0–2 onto Anthropic's 0–1
-    elif isinstance(top_p, int | float) and not isinstance(top_p, bool):
+    elif top_p is not None:
         out["top_p"] = top_p  # only without temperature: newer models refuse the pair
-    if isinstance(top_k, int) and not isinstance(top_k, bool):
+    if top_k is not None:
         out["top_k"] = top_k
 
 
@@ -369,7 +402,7 @@ def _thinking(
     p: Mapping[str, Any], out: Mapping[str, Any], turns: list[dict[str, Any]], choice: dict[str, Any] | None
 ) -> tuple[dict[str, Any], str | None] | None:
     """The ``thinking`` to send and the ``output_config.effort`` with it, or None: no thinking."""
-    effort = p.get("reasoning_effort")
+    effort = typed.text(p.get("reasoning_effort"), ("reasoning_effort",))
     if effort is None or effort == "none":
         return None
     if effort not in EFFORT_BUDGET:
@@ -392,18 +425,21 @@ def _thinking(
 
 
 def _response_format(fmt: Any) -> dict[str, Any] | None:
-    if not isinstance(fmt, dict) or fmt.get("type") in ("text", "json_object"):
+    fmt = typed.obj(fmt, ("response_format",))
+    kind = typed.text(fmt.get("type"), ("response_format", "type")) if fmt is not None else None
+    if fmt is None or kind in ("text", "json_object"):
         return None  # json_object: the prompt already asks for JSON (OpenAI requires it to)
-    if fmt.get("type") == "json_schema":
-        schema = (fmt.get("json_schema") or {}).get("schema")
-        if isinstance(schema, dict):
+    if kind == "json_schema":
+        spec = typed.obj(fmt.get("json_schema"), ("response_format", "json_schema")) or {}
+        schema = typed.obj(spec.get("schema"), ("response_format", "json_schema", "schema"))
+        if schema is not None:
             return {"type": "json_schema", "schema": closed(schema)}
     raise _Refused(f"response_format {json.dumps(fmt)[:100]} cannot be sent to an Anthropic upstream")
 
 
 def _int(p: Mapping[str, Any], key: str) -> int | None:
-    value = p.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    value = typed.integer(p.get(key), (key,))
+    return value if value is not None and value > 0 else None
 
 
 def closed(schema: Any) -> Any:

@@ -16,7 +16,10 @@ __all__ = ["NONE", "Names", "declared", "names_for"]
 def declared(tools: Any) -> tuple[str, ...]:
     found: list[str] = []
     for tool in tools if isinstance(tools, list) else ():
-        for decl in (field(tool, "functionDeclarations") or ()) if isinstance(tool, dict) else ():
+        decls = field(tool, "functionDeclarations") if isinstance(tool, dict) else None
+        # Read before the request is checked (and by answers): a wrong type is the request
+        # translator's to refuse, so it is skipped here.
+        for decl in decls if isinstance(decls, list) else ():
             if isinstance(decl, dict) and isinstance(decl.get("name"), str):
                 found.append(decl["name"])
     return tuple(found)

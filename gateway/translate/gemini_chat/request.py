@@ -22,12 +22,14 @@ Rules (each with its reason in docs/translation/gemini_chat.md):
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from gateway.apis.gemini.fields import field, has, snake
+from gateway.translate import typed
 from gateway.translate.base import Refusal, Target
 from gateway.translate.gemini_chat.names import Names, names_for
+from gateway.translate.typed import WrongType
 
 # thinkingBudget → reasoning_effort: the thresholds messages_chat uses for Anthropic's
 # budget_tokens, so one budget means the same effort from either client.
@@ -44,6 +46,13 @@ _SCHEMA_KEYS = ("format", "title", "description", "enum", "maxItems", "minItems"
                 "minProperties", "maxProperties", "minLength", "maxLength", "pattern", "default",
                 "minimum", "maximum", "example")  # fmt: skip
 NOTE = "[{what} ({mime}) left out: this model cannot read it]"
+# generationConfig's sampling knobs chat has too: (Gemini's name, chat's, the JSON type).
+_KNOBS: tuple[tuple[str, str, Callable[[Any, typed.Path], int | float | None]], ...] = (
+    ("temperature", "temperature", typed.number), ("topP", "top_p", typed.number),
+    ("maxOutputTokens", "max_tokens", typed.integer), ("presencePenalty", "presence_penalty", typed.number),
+    ("frequencyPenalty", "frequency_penalty", typed.number), ("seed", "seed", typed.integer),
+)  # fmt: skip
+T = TypeVar("T")
 
 
 class Untranslatable(Exception):
@@ -55,6 +64,8 @@ def to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refu
         return _request(payload, target)
     except Untranslatable as e:
         return Refusal(str(e))
+    except WrongType as e:
+        return typed.refusal(e, "gemini")
 
 
 def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
@@ -71,13 +82,13 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
     names = names_for(payload.get("tools"))
     messages += _messages(contents, names)
     out: dict[str, Any] = {"model": target.model, "messages": messages}
-    config = field(payload, "generationConfig")
-    if isinstance(config, dict):
+    config = typed.obj(field(payload, "generationConfig"), ("generationConfig",))
+    if config is not None:
         _generation(config, out)
     tools = _tools(payload.get("tools"), names)
-    tool_config = field(payload, "toolConfig")
-    calling = field(tool_config, "functionCallingConfig") if isinstance(tool_config, dict) else None
-    if tools and isinstance(calling, dict):
+    tool_config = typed.obj(field(payload, "toolConfig"), ("toolConfig",)) or {}
+    calling = typed.obj(field(tool_config, "functionCallingConfig"), ("toolConfig", "functionCallingConfig"))
+    if tools and calling is not None:
         tools = _choice(calling, tools, out, names)
     if tools:
         out["tools"] = tools
@@ -96,14 +107,18 @@ def _system(instruction: Any) -> str:
         return ""
     if isinstance(instruction, str):
         return instruction
-    parts = instruction.get("parts") if isinstance(instruction, dict) else instruction
+    if not isinstance(instruction, dict | list):
+        raise typed.wrong(instruction, ("systemInstruction",), "object")
+    parts, at = (instruction.get("parts"), ("systemInstruction", "parts")) if isinstance(instruction, dict) \
+        else (instruction, ("systemInstruction",))  # fmt: skip
     if not isinstance(parts, list):
-        raise Untranslatable("'systemInstruction' must be a Content with text parts")
+        raise typed.wrong(parts, at, "array")
     texts = []
-    for part in parts:
-        if not isinstance(part, dict) or not isinstance(part.get("text"), str):
+    for k, part in enumerate(typed.objects(parts, at)):
+        text = typed.text(part.get("text"), (*at, k, "text"))
+        if text is None:
             raise Untranslatable("'systemInstruction' may hold only text parts")
-        texts.append(part["text"])
+        texts.append(text)
     return "\n\n".join(texts)
 
 
@@ -139,11 +154,12 @@ def _messages(contents: list[Any], names: Names) -> list[dict[str, Any]]:
     convo = _Convo(names)
     for i, content in enumerate(contents):
         if not isinstance(content, dict):
-            raise Untranslatable(f"contents[{i}] must be a Content object")
+            raise typed.wrong(content, ("contents", i), "object")
         parts = content.get("parts")
         if not isinstance(parts, list):
-            raise Untranslatable(f"contents[{i}].parts must be a list of Part objects")
-        role = content.get("role") or "user"
+            raise typed.wrong(parts, ("contents", i, "parts"), "array")
+        typed.objects(parts, ("contents", i, "parts"))
+        role = typed.text(content.get("role"), ("contents", i, "role")) or "user"
         if role == "model":
             _model_turn(convo, parts, i)
         elif role in ("user", "function", "tool"):
@@ -153,23 +169,22 @@ def _messages(contents: list[Any], names: Names) -> list[dict[str, Any]]:
     return convo.messages
 
 
-def _model_turn(convo: _Convo, parts: list[Any], i: int) -> None:
+def _model_turn(convo: _Convo, parts: list[dict[str, Any]], i: int) -> None:
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
     convo.open_calls = []
     for j, part in enumerate(parts):
-        if not isinstance(part, dict):
-            raise Untranslatable(f"contents[{i}].parts[{j}] must be an object")
-        if part.get("thought") is True:
+        at = ("contents", i, "parts", j)
+        if typed.flag(part.get("thought"), (*at, "thought")):
             continue  # reasoning history: no chat field takes it
-        call = field(part, "functionCall")
-        if isinstance(call, dict):
-            name = call.get("name")
-            if not isinstance(name, str) or not name:
+        call = typed.obj(field(part, "functionCall"), (*at, "functionCall"))
+        text = typed.text(part.get("text"), (*at, "text"))
+        if call is not None:
+            name = typed.text(call.get("name"), (*at, "functionCall", "name"))
+            if not name:
                 raise Untranslatable(f"contents[{i}].parts[{j}].functionCall needs a name")
-            given = call.get("id")
-            call_id = given if isinstance(given, str) and given else f"call_{i}_{j}"
-            args = call.get("args")
+            call_id = typed.text(call.get("id"), (*at, "functionCall", "id")) or f"call_{i}_{j}"
+            args = typed.obj(call.get("args"), (*at, "functionCall", "args"))
             calls.append(
                 {
                     "id": call_id,
@@ -179,8 +194,8 @@ def _model_turn(convo: _Convo, parts: list[Any], i: int) -> None:
                 }
             )
             convo.open_calls.append((name, call_id))
-        elif isinstance(part.get("text"), str):
-            texts.append(part["text"])
+        elif text is not None:
+            texts.append(text)
         elif _only_metadata(part):
             continue
         else:
@@ -196,22 +211,22 @@ def _model_turn(convo: _Convo, parts: list[Any], i: int) -> None:
         convo.messages.append(message)
 
 
-def _user_turn(convo: _Convo, parts: list[Any], i: int) -> None:
+def _user_turn(convo: _Convo, parts: list[dict[str, Any]], i: int) -> None:
     chat_parts: list[dict[str, Any]] = []
     images_after: list[dict[str, Any]] = []
     for j, part in enumerate(parts):
-        if not isinstance(part, dict):
-            raise Untranslatable(f"contents[{i}].parts[{j}] must be an object")
-        response = field(part, "functionResponse")
-        if isinstance(response, dict):
-            call_id, text, images = _function_response(convo, response, i, j)
-            convo.messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
+        at = ("contents", i, "parts", j)
+        response = typed.obj(field(part, "functionResponse"), (*at, "functionResponse"))
+        text = typed.text(part.get("text"), (*at, "text"))
+        if response is not None:
+            call_id, said, images = _function_response(convo, response, i, j)
+            convo.messages.append({"role": "tool", "tool_call_id": call_id, "content": said})
             images_after += images
-        elif isinstance(part.get("text"), str):
-            if part.get("thought") is not True:
-                chat_parts.append({"type": "text", "text": part["text"]})
+        elif text is not None:
+            if not typed.flag(part.get("thought"), (*at, "thought")):
+                chat_parts.append({"type": "text", "text": text})
         elif has(part, "inlineData"):
-            chat_parts.append(_inline(field(part, "inlineData"), f"contents[{i}].parts[{j}]"))
+            chat_parts.append(_inline(field(part, "inlineData"), at))
         elif has(part, "fileData"):
             raise Untranslatable(f"contents[{i}].parts[{j}].fileData names a file kept by Google's API; "
                                  "a chat completions upstream cannot fetch it")  # fmt: skip
@@ -231,11 +246,12 @@ def _user_turn(convo: _Convo, parts: list[Any], i: int) -> None:
 def _function_response(
     convo: _Convo, fr: dict[str, Any], i: int, j: int
 ) -> tuple[str, str, list[dict[str, Any]]]:
-    name = fr.get("name")
-    if not isinstance(name, str):
+    at = ("contents", i, "parts", j, "functionResponse")
+    name = typed.text(fr.get("name"), (*at, "name"))
+    if name is None:
         raise Untranslatable(f"contents[{i}].parts[{j}].functionResponse needs a name")
-    call_id = convo.answer_id(name, fr.get("id"))
-    response = fr.get("response")
+    call_id = convo.answer_id(name, typed.text(fr.get("id"), (*at, "id")))
+    response = typed.obj(fr.get("response"), (*at, "response"))
     if isinstance(response, dict) and set(response) == {"output"} and isinstance(response["output"], str):
         text = response["output"]  # Gemini CLI's shape: the output as the model would read it
     elif isinstance(response, dict) and set(response) == {"error"} and isinstance(response["error"], str):
@@ -243,19 +259,18 @@ def _function_response(
     else:
         text = json.dumps(response, ensure_ascii=False)
     images = []
-    for k, inner in enumerate(fr.get("parts") or ()):
-        if isinstance(inner, dict) and has(inner, "inlineData"):
+    for k, inner in enumerate(typed.objects(fr.get("parts"), (*at, "parts"))):
+        if has(inner, "inlineData"):
             images.append(
-                _inline(field(inner, "inlineData"), f"contents[{i}].parts[{j}].functionResponse.parts[{k}]")
+                _inline(field(inner, "inlineData"), (*at, "parts", k))
             )
     return call_id, text, images
 
 
-def _inline(blob: Any, where: str) -> dict[str, Any]:
+def _inline(blob: Any, at: typed.Path) -> dict[str, Any]:
     if not isinstance(blob, dict) or not isinstance(blob.get("data"), str):
-        raise Untranslatable(f"{where}.inlineData needs base64 'data'")
-    mime = field(blob, "mimeType")
-    mime = mime if isinstance(mime, str) and mime else "application/octet-stream"
+        raise Untranslatable(f"{typed.bracketed(at)}.inlineData needs base64 'data'")
+    mime = typed.text(field(blob, "mimeType"), (*at, "inlineData", "mimeType")) or "application/octet-stream"
     if mime.startswith("image/"):
         # Protobuf's JSON bytes may be URL-safe base64 (google-genai 3.6 writes it so); a data
         # URL is standard base64, which is all some servers decode.
@@ -290,52 +305,58 @@ def _content(parts: list[dict[str, Any]]) -> Any:
 # --- generation config -----------------------------------------------------------------
 
 
+def _config(config: dict[str, Any], name: str, read: Callable[[Any, typed.Path], T]) -> T:
+    """A generationConfig field, under either spelling."""
+    return read(field(config, name), ("generationConfig", name))
+
+
 def _generation(config: dict[str, Any], out: dict[str, Any]) -> None:
-    count = field(config, "candidateCount")
-    if isinstance(count, int) and count > 1:
+    count = _config(config, "candidateCount", typed.integer)
+    if count is not None and count > 1:
         raise Untranslatable("'candidateCount' above 1 is not carried: the answer would hold one candidate")
-    for name, chat in (("temperature", "temperature"), ("topP", "top_p"), ("maxOutputTokens", "max_tokens"),
-                       ("presencePenalty", "presence_penalty"), ("frequencyPenalty", "frequency_penalty"),
-                       ("seed", "seed")):  # fmt: skip
-        value = field(config, name)
+    for name, chat, read in _KNOBS:
+        value = _config(config, name, read)
         if value is not None:
             out[chat] = value
-    stops = field(config, "stopSequences")
-    if isinstance(stops, list) and stops:
+    stops = _config(config, "stopSequences", typed.strings)
+    if stops:
         out["stop"] = list(stops)
-    modalities = field(config, "responseModalities")
-    if isinstance(modalities, list) and any(str(m).upper() != "TEXT" for m in modalities):
+    modalities = _config(config, "responseModalities", typed.strings)
+    if any(m.upper() != "TEXT" for m in modalities):
         raise Untranslatable("'responseModalities' other than TEXT need a Gemini model; a chat completions "
                              "upstream answers in text")  # fmt: skip
     fmt = _response_format(config)
     if fmt is not None:
         out["response_format"] = fmt
-    thinking = field(config, "thinkingConfig")
-    effort = _effort(thinking) if isinstance(thinking, dict) else None
+    thinking = _config(config, "thinkingConfig", typed.obj)
+    effort = _effort(thinking) if thinking is not None else None
     if effort:
         out["reasoning_effort"] = effort
 
 
 def _response_format(config: dict[str, Any]) -> dict[str, Any] | None:
-    schema = field(config, "responseJsonSchema")
-    if schema is None:
-        schema = config.get("_responseJsonSchema")
-    if schema is None:
-        google = field(config, "responseSchema")
-        schema = json_schema(google) if google is not None else None
+    given = _config(config, "responseJsonSchema", typed.obj)
+    hidden = _config(config, "_responseJsonSchema", typed.obj)
+    google = _config(config, "responseSchema", typed.obj)
+    mime = _config(config, "responseMimeType", typed.text)
+    schema = given if given is not None else hidden
+    if schema is None and google is not None:
+        schema = json_schema(google)
     if schema is not None:
         return {"type": "json_schema", "json_schema": {"name": "response", "schema": schema}}
-    if field(config, "responseMimeType") == "application/json":
+    if mime == "application/json":
         return {"type": "json_object"}
     return None
 
 
 def _effort(thinking: dict[str, Any]) -> str | None:
-    level = field(thinking, "thinkingLevel")
-    if isinstance(level, str) and level.lower() in _LEVEL:
+    at = ("generationConfig", "thinkingConfig")
+    typed.flag(field(thinking, "includeThoughts"), (*at, "includeThoughts"))  # what answers read
+    level = typed.text(field(thinking, "thinkingLevel"), (*at, "thinkingLevel"))
+    if level is not None and level.lower() in _LEVEL:
         return _LEVEL[level.lower()]
-    budget = field(thinking, "thinkingBudget")
-    if not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0:
+    budget = typed.integer(field(thinking, "thinkingBudget"), (*at, "thinkingBudget"))
+    if budget is None or budget <= 0:
         return None  # 0: thinking off; -1: the model decides; both are the server's default here
     return "low" if budget < _LOW else "medium" if budget < _MEDIUM else "high"
 
@@ -344,34 +365,31 @@ def _effort(thinking: dict[str, Any]) -> str | None:
 
 
 def _tools(tools: Any, names: Names) -> list[dict[str, Any]]:
-    if tools is None:
-        return []
-    if not isinstance(tools, list):
-        raise Untranslatable("'tools' must be a list of Tool objects")
     out: list[dict[str, Any]] = []
-    for i, tool in enumerate(tools):
-        if not isinstance(tool, dict):
-            raise Untranslatable(f"tools[{i}] must be an object")
+    for i, tool in enumerate(typed.objects(tools, ("tools",))):
         hosted = [k for k in _HOSTED if has(tool, k)]
         if hosted:
             raise Untranslatable(
                 f"tools[{i}].{hosted[0]} runs inside Google's API; a chat completions upstream cannot run it"
             )
-        for j, decl in enumerate(field(tool, "functionDeclarations") or ()):
-            out.append(_function(decl, f"tools[{i}].functionDeclarations[{j}]", names))
+        at = ("tools", i, "functionDeclarations")
+        decls = typed.objects(field(tool, "functionDeclarations"), at)
+        out += [_function(decl, (*at, j), names) for j, decl in enumerate(decls)]
     return out
 
 
-def _function(decl: Any, where: str, names: Names) -> dict[str, Any]:
-    if not isinstance(decl, dict) or not isinstance(decl.get("name"), str):
-        raise Untranslatable(f"{where} needs a name")
-    params = field(decl, "parametersJsonSchema")
+def _function(decl: dict[str, Any], at: typed.Path, names: Names) -> dict[str, Any]:
+    name = typed.text(decl.get("name"), (*at, "name"))
+    if name is None:
+        raise Untranslatable(f"{typed.bracketed(at)} needs a name")
+    params = typed.obj(field(decl, "parametersJsonSchema"), (*at, "parametersJsonSchema"))
     if params is None:
-        google = decl.get("parameters")
+        google = typed.obj(decl.get("parameters"), (*at, "parameters"))
         params = json_schema(google) if google is not None else None
-    function: dict[str, Any] = {"name": names.upstream(decl["name"])}
-    if isinstance(decl.get("description"), str):
-        function["description"] = decl["description"]
+    function: dict[str, Any] = {"name": names.upstream(name)}
+    description = typed.text(decl.get("description"), (*at, "description"))
+    if description is not None:
+        function["description"] = description
     function["parameters"] = params if isinstance(params, dict) else {"type": "object", "properties": {}}
     return {"type": "function", "function": function}
 
@@ -381,11 +399,12 @@ def _choice(
 ) -> list[dict[str, Any]]:
     """``functionCallingConfig`` → ``tool_choice``; ``allowedFunctionNames`` keeps only those
     tools (chat has no list of allowed names; a tool the model is not shown cannot be called)."""
-    allowed = field(calling, "allowedFunctionNames")
-    if isinstance(allowed, list) and allowed:
-        chat_names = {names.upstream(n) for n in allowed if isinstance(n, str)}
+    at = ("toolConfig", "functionCallingConfig")
+    allowed = typed.strings(field(calling, "allowedFunctionNames"), (*at, "allowedFunctionNames"))
+    if allowed:
+        chat_names = {names.upstream(n) for n in allowed}
         tools = [t for t in tools if t["function"]["name"] in chat_names]
-    mode = str(calling.get("mode") or "AUTO").upper()
+    mode = (typed.text(calling.get("mode"), (*at, "mode")) or "AUTO").upper()
     choice = _MODE.get(mode)
     if choice is None:
         raise Untranslatable(f"functionCallingConfig.mode {mode!r} is not one of AUTO, ANY, NONE, VALIDATED")

@@ -25,9 +25,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.translate import json_schema, names
+from gateway.translate import json_schema, names, typed
 from gateway.translate.base import Refusal, Target
 from gateway.translate.names import NONE, Names
+from gateway.translate.typed import WrongType
 
 BILLING_PREFIX = "x-anthropic-billing-header:"
 NOTE_OPEN, NOTE_CLOSE = "<system-reminder>\n", "\n</system-reminder>"
@@ -51,6 +52,8 @@ def to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refu
         return _request(payload, target)
     except Untranslatable as e:
         return Refusal(str(e))
+    except WrongType as e:
+        return typed.refusal(e, "messages")
 
 
 def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
@@ -67,26 +70,28 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
 
     # Each optional field's rule runs only when the field is there: most requests carry few
     # of them, and this runs for every translated request (issue #38).
-    max_tokens = payload.get("max_tokens")
+    max_tokens = typed.integer(payload.get("max_tokens"), ("max_tokens",))
     if max_tokens is not None:
         # max_tokens, not max_completion_tokens: llama.cpp, llama-cpp-python, vLLM and TGI
         # all read it; only OpenAI's reasoning models insist on the newer name.
         out["max_tokens"] = max_tokens
     for key in ("temperature", "top_p"):
-        if payload.get(key) is not None:
+        if typed.number(payload.get(key), (key,)) is not None:
             out[key] = payload[key]
-    stops = payload.get("stop_sequences")
-    if isinstance(stops, list) and stops:
+    stops = typed.strings(payload.get("stop_sequences"), ("stop_sequences",))
+    if stops:
         out["stop"] = list(stops)
     if "metadata" in payload:
         user = _user(payload["metadata"])
         if user:
             out["user"] = user
     if "thinking" in payload or "output_config" in payload or "output_format" in payload:
-        effort = _reasoning_effort(payload.get("thinking"), payload.get("output_config"))
+        thinking = typed.obj(payload.get("thinking"), ("thinking",))
+        config = typed.obj(payload.get("output_config"), ("output_config",))
+        effort = _reasoning_effort(thinking, config)
         if effort:
             out["reasoning_effort"] = effort
-        fmt = _response_format(payload.get("output_config"), payload.get("output_format"))
+        fmt = _response_format(config, typed.obj(payload.get("output_format"), ("output_format",)))
         if fmt:
             out["response_format"] = fmt
 
@@ -112,73 +117,72 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
     return out
 
 
-def _text_of(blocks: Any, where: str) -> str:
-    if isinstance(blocks, str):
-        return blocks
-    if not isinstance(blocks, list):
-        raise Untranslatable(f"{where} must be a string or a list of text blocks")
-    parts = []
-    for block in blocks:
-        if (
-            not isinstance(block, dict)
-            or block.get("type") != "text"
-            or not isinstance(block.get("text"), str)
-        ):
+def _texts_of(blocks: Any, at: typed.Path, where: str) -> list[str]:
+    """The texts of a string or a list of text blocks (system text)."""
+    found = typed.content(blocks, at)
+    if found is None:
+        raise typed.wrong(blocks, at, "string", "array")
+    if isinstance(found, str):
+        return [found]
+    texts = []
+    for k, block in enumerate(found):
+        if block.get("type") != "text":
             raise Untranslatable(f"{where} may hold only text blocks")
-        parts.append(block["text"])
-    return "\n\n".join(parts)
+        text = block.get("text")
+        if not isinstance(text, str):
+            raise typed.wrong(text, (*at, k, "text"), "string")
+        texts.append(text)
+    return texts
 
 
 def _system_text(system: Any) -> str:
     if system is None:
         return ""
-    if isinstance(system, list):
-        system = [
-            b
-            for b in system
-            if not (isinstance(b, dict) and str(b.get("text", "")).startswith(BILLING_PREFIX))
-        ]
-    return _text_of(system, "'system'")
+    texts = _texts_of(system, ("system",), "'system'")
+    return "\n\n".join(t for t in texts if not t.startswith(BILLING_PREFIX))
 
 
 def _user(metadata: Any) -> str | None:
     """metadata.user_id as chat's ``user``: an id over OpenAI's 64 characters is sent as its
     SHA-256 (64 hex digits), which tells users apart as well."""
-    if isinstance(metadata, dict) and isinstance(metadata.get("user_id"), str) and metadata["user_id"]:
-        user = str(metadata["user_id"])
+    found = typed.obj(metadata, ("metadata",)) or {}
+    user = typed.text(found.get("user_id"), ("metadata", "user_id"))
+    if user:
         return user if len(user) <= USER_MAX else hashlib.sha256(user.encode()).hexdigest()
     return None
 
 
-def _reasoning_effort(thinking: Any, output_config: Any) -> str | None:
+def _reasoning_effort(thinking: dict[str, Any] | None, output_config: dict[str, Any] | None) -> str | None:
     """``thinking`` and ``output_config.effort`` → ``reasoning_effort``.
 
     A budget maps by size; it is never refused for being under Anthropic's 1,024 minimum
     (that floor is Anthropic's, not the chat upstream's: Bifrost #1479 refused it)."""
-    kind = thinking.get("type") if isinstance(thinking, dict) else None
+    thinking = thinking or {}
+    kind = typed.text(thinking.get("type"), ("thinking", "type"))
+    budget = typed.integer(thinking.get("budget_tokens"), ("thinking", "budget_tokens"))
+    effort = typed.text((output_config or {}).get("effort"), ("output_config", "effort"))
     if kind == "disabled":
         return None  # omitted, not "none": vLLM and older OpenAI models reject "none"
-    effort = output_config.get("effort") if isinstance(output_config, dict) else None
-    if isinstance(effort, str) and effort in _EFFORT:
+    if effort in _EFFORT:
         return _EFFORT[effort]
     if kind == "enabled":
-        budget = thinking.get("budget_tokens") if isinstance(thinking, dict) else None
-        if not isinstance(budget, int) or isinstance(budget, bool):
+        if budget is None:
             return "medium"
         return "low" if budget < 4096 else "medium" if budget < 16384 else "high"
     return None  # adaptive without an effort: the server's default
 
 
-def _response_format(output_config: Any, output_format: Any) -> dict[str, Any] | None:
-    fmt = output_config.get("format") if isinstance(output_config, dict) else None
-    fmt = fmt if isinstance(fmt, dict) else output_format
-    if (
-        not isinstance(fmt, dict)
-        or fmt.get("type") != "json_schema"
-        or not isinstance(fmt.get("schema"), dict)
-    ):
+def _response_format(
+    output_config: dict[str, Any] | None, output_format: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    at: typed.Path = ("output_config", "format")
+    fmt = typed.obj((output_config or {}).get("format"), at)
+    if fmt is None:
+        fmt, at = output_format, ("output_format",)
+    kind = typed.text(fmt.get("type"), (*at, "type")) if fmt is not None else None
+    schema = typed.obj(fmt.get("schema"), (*at, "schema")) if fmt is not None else None
+    if kind != "json_schema" or schema is None:
         return None
-    schema = fmt["schema"]
     return {"type": "json_schema",
             "json_schema": {"name": "output", "schema": schema, "strict": strict_ok(schema)}}  # fmt: skip
 
@@ -214,41 +218,43 @@ def function_names(tools: Any) -> Names:
 
 
 def _tools(tools: Any, functions: Names) -> list[dict[str, Any]]:
-    if not tools:
-        return []
-    if not isinstance(tools, list):
-        raise Untranslatable("'tools' must be a list")
-    out = []
-    for tool in tools:
-        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
-            raise Untranslatable("every tool needs a 'name'")
-        kind = tool.get("type")
-        if kind not in (None, "custom"):
-            raise Untranslatable(
-                f"tool {tool['name']!r} is Anthropic's {kind!r} tool, run or defined by Anthropic's API; "
-                "a chat completions upstream has no such tool (give it as a custom tool with an input_schema)"
-            )
-        function: dict[str, Any] = {"name": functions.upstream(tool["name"])}
-        if isinstance(tool.get("description"), str):
-            function["description"] = tool["description"]
-        schema = tool.get("input_schema")
-        function["parameters"] = schema if isinstance(schema, dict) else {"type": "object", "properties": {}}
-        if tool.get("strict") is True and strict_ok(function["parameters"]):
-            function["strict"] = True  # only where OpenAI's stricter rules hold: else it is a 400
-        out.append({"type": "function", "function": function})
-    return out
+    return [_tool(tool, k, functions) for k, tool in enumerate(typed.objects(tools, ("tools",)))]
+
+
+def _tool(tool: dict[str, Any], k: int, functions: Names) -> dict[str, Any]:
+    name = typed.text(tool.get("name"), ("tools", k, "name"))
+    if name is None:
+        raise Untranslatable("every tool needs a 'name'")
+    kind = typed.text(tool.get("type"), ("tools", k, "type"))
+    if kind not in (None, "custom"):
+        raise Untranslatable(
+            f"tool {name!r} is Anthropic's {kind!r} tool, run or defined by Anthropic's API; "
+            "a chat completions upstream has no such tool (give it as a custom tool with an input_schema)"
+        )
+    function: dict[str, Any] = {"name": functions.upstream(name)}
+    description = typed.text(tool.get("description"), ("tools", k, "description"))
+    if description is not None:
+        function["description"] = description
+    schema = typed.obj(tool.get("input_schema"), ("tools", k, "input_schema"))
+    function["parameters"] = schema if schema is not None else {"type": "object", "properties": {}}
+    if typed.flag(tool.get("strict"), ("tools", k, "strict")) and strict_ok(function["parameters"]):
+        function["strict"] = True  # only where OpenAI's stricter rules hold: else it is a 400
+    return {"type": "function", "function": function}
 
 
 def _tool_choice(choice: Any, functions: Names) -> tuple[Any, bool | None]:
     """(chat ``tool_choice`` or None, ``parallel_tool_calls`` or None)."""
-    if not isinstance(choice, dict):
+    choice = typed.obj(choice, ("tool_choice",))
+    if choice is None:
         return None, None
-    parallel = False if choice.get("disable_parallel_tool_use") is True else None
-    kind = choice.get("type")
+    no_parallel = "disable_parallel_tool_use"
+    parallel = False if typed.flag(choice.get(no_parallel), ("tool_choice", no_parallel)) else None
+    kind = typed.text(choice.get("type"), ("tool_choice", "type"))
+    name = typed.text(choice.get("name"), ("tool_choice", "name"))
     if kind in _TOOL_CHOICE:
         return _TOOL_CHOICE[kind], parallel
-    if kind == "tool" and isinstance(choice.get("name"), str):
-        return {"type": "function", "function": {"name": functions.upstream(choice["name"])}}, parallel
+    if kind == "tool" and name is not None:
+        return {"type": "function", "function": {"name": functions.upstream(name)}}, parallel
     raise Untranslatable(f"unknown tool_choice type {kind!r}")
 
 
@@ -327,10 +333,11 @@ def _messages(raw: list[Any], functions: Names) -> list[dict[str, Any]]:
     convo = _Convo(functions)
     for i, message in enumerate(raw):
         if not isinstance(message, dict):
-            raise Untranslatable(f"messages[{i}] must be an object")
-        role, content = message.get("role"), message.get("content")
+            raise typed.wrong(message, ("messages", i), "object")
+        role = typed.text(message.get("role"), ("messages", i, "role"))
+        content = message.get("content")
         if role == "system":
-            text = _text_of(content, f"messages[{i}] (system)")
+            text = "\n\n".join(_texts_of(content, ("messages", i, "content"), f"messages[{i}] (system)"))
             if text:
                 convo.note(text)
         elif role == "user":
@@ -345,11 +352,10 @@ def _messages(raw: list[Any], functions: Names) -> list[dict[str, Any]]:
 
 
 def _blocks(content: Any, i: int) -> list[dict[str, Any]]:
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}]
-    if not isinstance(content, list) or not all(isinstance(b, dict) for b in content):
-        raise Untranslatable(f"messages[{i}].content must be a string or a list of content blocks")
-    return content
+    found = typed.content(content, ("messages", i, "content"))
+    if found is None:
+        raise typed.wrong(content, ("messages", i, "content"), "string", "array")
+    return [{"type": "text", "text": found}] if isinstance(found, str) else found
 
 
 def _user_turn(convo: _Convo, content: Any, i: int) -> None:
@@ -361,65 +367,59 @@ def _user_turn(convo: _Convo, content: Any, i: int) -> None:
             return
     parts: list[dict[str, Any]] = []
     tool_images: list[dict[str, Any]] = []
-    for block in _blocks(content, i):
-        kind = block.get("type")
+    for k, block in enumerate(_blocks(content, i)):
+        at = ("messages", i, "content", k)
+        kind = typed.text(block.get("type"), (*at, "type"))
         if kind == "tool_result":
-            text, images = _tool_result(block, i)
-            convo.out.append(
-                {"role": "tool", "tool_call_id": str(block.get("tool_use_id", "")), "content": text}
-            )
+            call_id = typed.text(block.get("tool_use_id"), (*at, "tool_use_id")) or ""
+            text, images = _tool_result(block, i, at)
+            convo.out.append({"role": "tool", "tool_call_id": call_id, "content": text})
             if images:
-                tool_images.append(
-                    {"type": "text", "text": f"Images returned by tool call {block.get('tool_use_id')}:"}
-                )
+                tool_images.append({"type": "text", "text": f"Images returned by tool call {call_id}:"})
                 tool_images += images
         else:
-            parts += _part(block, i)
+            parts += _part(block, i, at)
     convo.user(tool_images + parts)
 
 
-def _tool_result(block: dict[str, Any], i: int) -> tuple[str, list[dict[str, Any]]]:
-    content = block.get("content")
+def _tool_result(block: dict[str, Any], i: int, at: typed.Path) -> tuple[str, list[dict[str, Any]]]:
+    content = typed.content(block.get("content"), (*at, "content"))
     texts: list[str] = []
     images: list[dict[str, Any]] = []
     if isinstance(content, str):
         texts.append(content)
-    elif isinstance(content, list):
-        for inner in content:
-            if not isinstance(inner, dict):
-                raise Untranslatable(f"messages[{i}]: a tool_result's content blocks must be objects")
-            for part in _part(inner, i):
-                if part["type"] == "text":
-                    texts.append(part["text"])
-                else:
-                    images.append(part)
-    elif content is not None:
-        raise Untranslatable(f"messages[{i}]: a tool_result's content must be a string or a list of blocks")
+    for j, inner in enumerate(content if isinstance(content, list) else ()):
+        for part in _part(inner, i, (*at, "content", j)):
+            if part["type"] == "text":
+                texts.append(part["text"])
+            else:
+                images.append(part)
     text = "\n\n".join(texts)
     if images:
         text = _join(text, f"[{len(images)} image(s): in the next user message]")
-    if block.get("is_error") is True:
+    if typed.flag(block.get("is_error"), (*at, "is_error")):
         # Chat has no error flag on a tool message; the model still has to know it failed.
         text = "Error: " + text
     return text, images
 
 
-def _part(block: dict[str, Any], i: int) -> list[dict[str, Any]]:
-    """One user-side content block as chat content parts (none when dropped by rule)."""
-    kind = block.get("type")
+def _part(block: dict[str, Any], i: int, at: typed.Path) -> list[dict[str, Any]]:
+    """One user-side content block (at ``at``) as chat content parts (none when dropped by rule)."""
+    kind = typed.text(block.get("type"), (*at, "type"))
     if kind == "text":
         text = block.get("text")
         if not isinstance(text, str):
-            raise Untranslatable(f"messages[{i}]: a text block needs a string 'text'")
+            raise typed.wrong(text, (*at, "text"), "string")
         return [{"type": "text", "text": text}] if text else []
     if kind == "image":
         return [{"type": "image_url", "image_url": {"url": _image_url(block.get("source"), i)}}]
     if kind == "document":
-        return _document(block, i)
+        return _document(block, i, at)
     if kind == "search_result":
         # Search results the client supplies (RAG): their text is what the model needs.
         head = "\n".join(str(block[k]) for k in ("title", "source") if isinstance(block.get(k), str))
-        inner = [p for b in block.get("content") or [] if isinstance(b, dict) for p in _part(b, i)]
+        inner = [p for j, b in enumerate(typed.objects(block.get("content"), (*at, "content")))
+                 for p in _part(b, i, (*at, "content", j))]  # fmt: skip
         return [
             {
                 "type": "text",
@@ -447,7 +447,7 @@ def _image_url(source: Any, i: int) -> str:
     raise Untranslatable(f"messages[{i}]: an image block needs a base64 or url source")
 
 
-def _document(block: dict[str, Any], i: int) -> list[dict[str, Any]]:
+def _document(block: dict[str, Any], i: int, at: typed.Path) -> list[dict[str, Any]]:
     """Plain-text documents are carried as text; a PDF (base64, url or file) is replaced by a
     note saying it was left out, so the model knows rather than guesses (see the doc)."""
     source = block.get("source")
@@ -461,9 +461,9 @@ def _document(block: dict[str, Any], i: int) -> list[dict[str, Any]]:
         and isinstance(source.get("content"), list)
     ):
         parts: list[dict[str, Any]] = [{"type": "text", "text": head}] if head else []
-        for inner in source["content"]:
+        for j, inner in enumerate(source["content"]):
             if isinstance(inner, dict):
-                parts += _part(inner, i)
+                parts += _part(inner, i, (*at, "source", "content", j))
         return parts
     what = source.get("media_type") if isinstance(source, dict) else None
     name = f" {title!r}" if title else ""
@@ -476,20 +476,18 @@ def _assistant_turn(convo: _Convo, content: Any, i: int) -> None:
     text = ""
     apart = False  # a non-text block since the last text: the next text is a new paragraph
     calls: list[dict[str, Any]] = []
-    for block in _blocks(content, i):
-        kind = block.get("type")
+    for k, block in enumerate(_blocks(content, i)):
+        at = ("messages", i, "content", k)
+        kind = typed.text(block.get("type"), (*at, "type"))
         if kind == "text":
-            if isinstance(block.get("text"), str) and block["text"]:
-                text = _join(text, block["text"]) if apart else text + block["text"]
+            said = typed.text(block.get("text"), (*at, "text"))
+            if said:
+                text = _join(text, said) if apart else text + said
                 apart = False
             continue
         apart = True
         if kind == "tool_use":
-            if not isinstance(block.get("name"), str):
-                raise Untranslatable(f"messages[{i}]: a tool_use block needs a 'name'")
-            arguments = json.dumps(block.get("input", {}), ensure_ascii=False)
-            function = {"name": convo.functions.upstream(block["name"]), "arguments": arguments}
-            calls.append({"id": str(block.get("id", "")), "type": "function", "function": function})
+            calls.append(_call(block, i, at, convo.functions))
         elif kind in ("thinking", "redacted_thinking", "server_tool_use", "web_search_tool_result"):
             continue  # see the module doc: no chat field carries them
         else:
@@ -497,3 +495,13 @@ def _assistant_turn(convo: _Convo, content: Any, i: int) -> None:
                 f"messages[{i}]: an assistant {kind!r} block cannot be sent to a chat completions upstream"
             )
     convo.assistant(text, calls)
+
+
+def _call(block: dict[str, Any], i: int, at: typed.Path, functions: Names) -> dict[str, Any]:
+    """A tool_use block as a chat tool call."""
+    name = typed.text(block.get("name"), (*at, "name"))
+    if name is None:
+        raise Untranslatable(f"messages[{i}]: a tool_use block needs a 'name'")
+    arguments = json.dumps(typed.obj(block.get("input"), (*at, "input")) or {}, ensure_ascii=False)
+    function = {"name": functions.upstream(name), "arguments": arguments}
+    return {"id": typed.text(block.get("id"), (*at, "id")) or "", "type": "function", "function": function}

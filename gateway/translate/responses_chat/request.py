@@ -35,6 +35,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.translate import typed
 from gateway.translate.base import Refusal, Target
 from gateway.translate.responses_chat.tools import (
     CUSTOM_INPUT,
@@ -43,6 +44,7 @@ from gateway.translate.responses_chat.tools import (
     chat_tools,
     tool_names,
 )
+from gateway.translate.typed import WrongType
 
 _HOSTED_CALLS = frozenset(
     {
@@ -64,6 +66,10 @@ _NEEDS_STORE = {
     "prompt": "names a prompt template stored at OpenAI",
 }
 _SYSTEM_ROLES = ("system", "developer")
+# What a json_schema text format carries to chat's json_schema, with each member's JSON type.
+_SCHEMA_FORMAT = (
+    ("name", typed.text), ("description", typed.text), ("schema", typed.obj), ("strict", typed.flag),
+)  # fmt: skip
 
 
 class Untranslatable(Exception):
@@ -71,6 +77,13 @@ class Untranslatable(Exception):
 
 
 def to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refusal:
+    try:
+        return _to_chat(payload, target)
+    except WrongType as e:
+        return typed.refusal(e, "responses")
+
+
+def _to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refusal:
     for key, what in _NEEDS_STORE.items():
         if payload.get(key):
             return Refusal(
@@ -97,19 +110,24 @@ def to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refu
         out["tools"] = tools
         if tool_choice is not None:
             out["tool_choice"] = tool_choice
-        if isinstance(payload.get("parallel_tool_calls"), bool):
-            out["parallel_tool_calls"] = payload["parallel_tool_calls"]
+        parallel = typed.top(payload, "parallel_tool_calls", typed.flag)
+        if parallel is not None:
+            out["parallel_tool_calls"] = parallel
     for key in ("temperature", "top_p"):
-        if isinstance(payload.get(key), (int, float)) and not isinstance(payload.get(key), bool):
-            out[key] = payload[key]
-    if isinstance(payload.get("max_output_tokens"), int):
-        out["max_tokens"] = payload["max_output_tokens"]
-    user = payload.get("user") or payload.get("safety_identifier")
-    if isinstance(user, str) and user:
+        value = typed.top(payload, key, typed.number)
+        if value is not None:
+            out[key] = value
+    max_tokens = typed.top(payload, "max_output_tokens", typed.integer)
+    if max_tokens is not None:
+        out["max_tokens"] = max_tokens
+    user, safety = typed.top(payload, "user", typed.text), typed.top(payload, "safety_identifier", typed.text)
+    user = user or safety
+    if user:
         out["user"] = user
-    reasoning = payload.get("reasoning")
-    if isinstance(reasoning, dict) and isinstance(reasoning.get("effort"), str):
-        out["reasoning_effort"] = reasoning["effort"]
+    reasoning = typed.top(payload, "reasoning", typed.obj) or {}
+    effort = typed.text(reasoning.get("effort"), ("reasoning", "effort"))
+    if effort is not None:
+        out["reasoning_effort"] = effort
     try:
         fmt = _response_format(payload.get("text"))
     except Untranslatable as e:
@@ -124,28 +142,37 @@ def to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refu
 
 
 def _response_format(text: Any) -> dict[str, Any] | None:
-    fmt = text.get("format") if isinstance(text, dict) else None
-    if not isinstance(fmt, dict) or fmt.get("type") in (None, "text"):
+    fmt = typed.obj((typed.obj(text, ("text",)) or {}).get("format"), ("text", "format"))
+    kind = typed.text(fmt.get("type"), ("text", "format", "type")) if fmt is not None else None
+    if fmt is None or kind in (None, "text"):
         return None
-    if fmt.get("type") == "json_object":
+    if kind == "json_object":
         return {"type": "json_object"}
-    if fmt.get("type") == "json_schema":
-        schema = {k: fmt[k] for k in ("name", "description", "schema", "strict") if k in fmt}
+    if kind == "json_schema":
+        for key, read in _SCHEMA_FORMAT:
+            read(fmt.get(key), ("text", "format", key))
+        schema = {k: fmt[k] for k, _ in _SCHEMA_FORMAT if k in fmt}
         return {"type": "json_schema", "json_schema": schema}
     raise Untranslatable(f"text.format {fmt.get('type')!r} has no chat completions equivalent")
 
 
-def _text_of(content: Any, where: str) -> str:
+def _said(part: Mapping[str, Any], key: str, at: typed.Path) -> str:
+    """The text of a content part (``at``), "" when it has none."""
+    return typed.text(part.get(key), (*at, key)) or ""
+
+
+def _text_of(content: Any, where: str, at: typed.Path) -> str:
     """The text of a message that chat wants as a plain string (system, assistant)."""
+    content = typed.content(content, (*at, "content"))
     if isinstance(content, str):
         return content
     texts: list[str] = []
-    for part in content if isinstance(content, list) else []:
-        kind = part.get("type") if isinstance(part, dict) else None
+    for j, part in enumerate(content or ()):
+        kind = typed.text(part.get("type"), (*at, "content", j, "type"))
         if kind in ("input_text", "output_text", "text"):
-            texts.append(str(part.get("text", "")))
+            texts.append(_said(part, "text", (*at, "content", j)))
         elif kind == "refusal":
-            texts.append(str(part.get("refusal", "")))
+            texts.append(_said(part, "refusal", (*at, "content", j)))
         else:
             raise Untranslatable(
                 f"a {where} message cannot carry a {kind!r} part on a chat completions upstream"
@@ -166,16 +193,17 @@ def _image_part(part: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "image_url", "image_url": image}
 
 
-def _user_content(content: Any) -> str | list[dict[str, Any]]:
+def _user_content(content: Any, at: typed.Path) -> str | list[dict[str, Any]]:
     """A user message's content: a plain string when it is only text (what every chat server
     takes), else chat content parts."""
+    content = typed.content(content, (*at, "content"))
     if isinstance(content, str):
         return content
     parts: list[dict[str, Any]] = []
-    for part in content if isinstance(content, list) else []:
-        kind = part.get("type") if isinstance(part, dict) else None
+    for j, part in enumerate(content or ()):
+        kind = typed.text(part.get("type"), (*at, "content", j, "type"))
         if kind in ("input_text", "output_text", "text"):
-            parts.append({"type": "text", "text": str(part.get("text", ""))})
+            parts.append({"type": "text", "text": _said(part, "text", (*at, "content", j))})
         elif kind == "input_image":
             parts.append(_image_part(part))
         elif kind == "input_file":
@@ -192,16 +220,17 @@ def _user_content(content: Any) -> str | list[dict[str, Any]]:
     return parts
 
 
-def _tool_output(output: Any) -> tuple[str, list[dict[str, Any]]]:
+def _tool_output(output: Any, at: typed.Path) -> tuple[str, list[dict[str, Any]]]:
     """A function_call_output's text, and the images it returned (carried separately)."""
+    output = typed.content(output, (*at, "output"))
     if isinstance(output, str):
         return output, []
     texts: list[str] = []
     images: list[dict[str, Any]] = []
-    for part in output if isinstance(output, list) else []:
-        kind = part.get("type") if isinstance(part, dict) else None
+    for j, part in enumerate(output or ()):
+        kind = typed.text(part.get("type"), (*at, "output", j, "type"))
         if kind in ("input_text", "output_text", "text"):
-            texts.append(str(part.get("text", "")))
+            texts.append(_said(part, "text", (*at, "output", j)))
         elif kind == "input_image":
             images.append(_image_part(part))
         else:
@@ -252,16 +281,16 @@ class _Builder:
             msg["reasoning_content"] = "\n\n".join(before + self.reasoning)
             self.reasoning = []
 
-    def message(self, item: Mapping[str, Any]) -> None:
-        role = item.get("role", "user")
+    def message(self, item: Mapping[str, Any], at: typed.Path) -> None:
+        role = typed.text(item.get("role"), (*at, "role")) or "user"
         content = item.get("content")
         if role in _SYSTEM_ROLES:
-            text = _text_of(content, "system")
+            text = _text_of(content, "system", at)
             if text:
                 self.system.append(text)
             return
         if role == "assistant":
-            text = _text_of(content, "assistant")
+            text = _text_of(content, "assistant", at)
             last = self.messages[-1] if self.messages else None
             # Text after tool calls is a new turn; text after text (two output messages of one
             # turn) is joined.
@@ -281,7 +310,7 @@ class _Builder:
             raise Untranslatable(f"message role {role!r} has no chat completions equivalent")
         self.reasoning = []
         self._flush_images()
-        self.messages.append({"role": "user", "content": _user_content(content)})
+        self.messages.append({"role": "user", "content": _user_content(content, at)})
 
     def call(self, call_id: str, chat_name: str, arguments: str) -> None:
         msg = self._assistant()
@@ -303,9 +332,9 @@ class _Builder:
         return head + self.messages
 
 
-def _call_id(item: Mapping[str, Any]) -> str:
-    call_id = item.get("call_id")
-    if not isinstance(call_id, str) or not call_id:
+def _call_id(item: Mapping[str, Any], at: typed.Path) -> str:
+    call_id = typed.text(item.get("call_id"), (*at, "call_id"))
+    if not call_id:
         raise Untranslatable(f"a {item.get('type')} item without a call_id cannot be paired with its output")
     return call_id
 
@@ -313,36 +342,39 @@ def _call_id(item: Mapping[str, Any]) -> str:
 def _messages(payload: Mapping[str, Any], names: ToolNames) -> list[dict[str, Any]]:
     b = _Builder(names)
     instructions = payload.get("instructions")
-    if isinstance(instructions, str) and instructions:
-        b.system.append(instructions)
-    elif isinstance(instructions, list):  # the response object's echo form: input items
-        for item in instructions:
-            if isinstance(item, dict):
-                b.message(item)
+    if isinstance(instructions, str):
+        if instructions:
+            b.system.append(instructions)
+    elif instructions is not None:  # the response object's echo form: input items
+        if not isinstance(instructions, list):
+            raise typed.wrong(instructions, ("instructions",), "string", "array")
+        for k, item in enumerate(typed.objects(instructions, ("instructions",))):
+            b.message(item, ("instructions", k))
     items = payload.get("input")
     if isinstance(items, str):
         items = [{"type": "message", "role": "user", "content": items}]
-    for item in items if isinstance(items, list) else []:
-        kind = item.get("type", "message")
+    for k, item in enumerate(typed.objects(items, ("input",))):
+        at = ("input", k)
+        kind = typed.text(item.get("type"), (*at, "type")) or "message"
         if kind == "message":
-            b.message(item)
+            b.message(item, at)
         elif kind == "function_call":
             ns = item.get("namespace") if isinstance(item.get("namespace"), str) else None
             args = item.get("arguments")
             b.call(
-                _call_id(item),
-                names.chat_name(str(item.get("name", "")), ns),
+                _call_id(item, at),
+                names.chat_name(typed.text(item.get("name"), (*at, "name")) or "", ns),
                 args if isinstance(args, str) else json.dumps(args or {}),
             )
         elif kind == "custom_tool_call":
             b.call(
-                _call_id(item),
-                names.chat_name(str(item.get("name", ""))),
-                json.dumps({CUSTOM_INPUT: str(item.get("input", ""))}),
+                _call_id(item, at),
+                names.chat_name(typed.text(item.get("name"), (*at, "name")) or ""),
+                json.dumps({CUSTOM_INPUT: typed.text(item.get("input"), (*at, "input")) or ""}),
             )
         elif kind in ("function_call_output", "custom_tool_call_output"):
-            text, images = _tool_output(item.get("output"))
-            b.output(_call_id(item), text, images)
+            text, images = _tool_output(item.get("output"), at)
+            b.output(_call_id(item, at), text, images)
         elif kind == "reasoning":
             b.think(item)
         elif kind in _HOSTED_CALLS:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from gateway.translate import typed
 from gateway.translate.base import Refusal
 
 SEPARATOR = "__"
@@ -99,7 +100,10 @@ def _declared(tools: Any) -> Declared:
         if kind in ("function", "custom") and isinstance(tool.get("name"), str):
             declared.append((None, tool["name"], kind == "custom"))
         elif kind == "namespace" and isinstance(tool.get("name"), str):
-            for inner in tool.get("tools") or []:
+            inners = tool.get("tools")
+            # Read before the request is checked (and by answers): a wrong type is chat_tools'
+            # to refuse, so it is skipped here.
+            for inner in inners if isinstance(inners, list) else ():
                 if (
                     isinstance(inner, dict)
                     and inner.get("type") in ("function", "custom")
@@ -123,21 +127,25 @@ def _names_for(declared: Declared) -> ToolNames:
     return ToolNames(MappingProxyType(to_chat), MappingProxyType(origin))
 
 
-def _function(tool: Mapping[str, Any], chat_name: str) -> dict[str, Any]:
+def _function(tool: Mapping[str, Any], chat_name: str, at: typed.Path, prefix: str = "") -> dict[str, Any]:
+    """A function tool; ``prefix``: its namespace's description, said before its own."""
     fn: dict[str, Any] = {"name": chat_name}
-    if tool.get("description"):
-        fn["description"] = tool["description"]
-    params = tool.get("parameters")
-    fn["parameters"] = params if isinstance(params, dict) else _EMPTY_SCHEMA
-    if tool.get("strict") is True:
+    description = typed.text(tool.get("description"), (*at, "description")) or ""
+    if prefix:
+        description = f"{prefix}\n\n{description}".strip()
+    if description:
+        fn["description"] = description
+    params = typed.obj(tool.get("parameters"), (*at, "parameters"))
+    fn["parameters"] = params if params is not None else _EMPTY_SCHEMA
+    if typed.flag(tool.get("strict"), (*at, "strict")):
         fn["strict"] = True
     return {"type": "function", "function": fn}
 
 
-def _custom(tool: Mapping[str, Any], chat_name: str) -> dict[str, Any]:
-    description = str(tool.get("description") or "")
-    fmt = tool.get("format")
-    if isinstance(fmt, dict) and fmt.get("type") == "grammar" and fmt.get("definition"):
+def _custom(tool: Mapping[str, Any], chat_name: str, at: typed.Path) -> dict[str, Any]:
+    description = typed.text(tool.get("description"), (*at, "description")) or ""
+    fmt = typed.obj(tool.get("format"), (*at, "format"))
+    if fmt is not None and fmt.get("type") == "grammar" and fmt.get("definition"):
         description += (
             f"\n\nFreeform tool: put the raw text in `{CUSTOM_INPUT}`; it must match this "
             f"{fmt.get('syntax', '')} grammar:\n{fmt['definition']}"
@@ -162,36 +170,46 @@ def _custom(tool: Mapping[str, Any], chat_name: str) -> dict[str, Any]:
 def chat_tools(tools: Any, names: ToolNames) -> list[dict[str, Any]]:
     """The chat ``tools`` array; hosted tools are left out (module docstring)."""
     out: list[dict[str, Any]] = []
-    for tool in tools if isinstance(tools, list) else []:
-        if not isinstance(tool, dict):
+    for k, tool in enumerate(typed.objects(tools, ("tools",))):
+        kind = typed.text(tool.get("type"), ("tools", k, "type"))
+        if kind not in ("function", "custom", "namespace"):
+            continue  # a hosted tool: left out (module docstring)
+        name = typed.text(tool.get("name"), ("tools", k, "name"))
+        if name is None:
             continue
-        kind = tool.get("type")
-        if kind == "function" and isinstance(tool.get("name"), str):
-            out.append(_function(tool, names.chat_name(tool["name"])))
-        elif kind == "custom" and isinstance(tool.get("name"), str):
-            out.append(_custom(tool, names.chat_name(tool["name"])))
-        elif kind == "namespace" and isinstance(tool.get("name"), str):
-            for inner in tool.get("tools") or []:
-                if not isinstance(inner, dict) or not isinstance(inner.get("name"), str):
-                    continue
-                chat = names.chat_name(inner["name"], tool["name"])
-                if inner.get("type") == "custom":
-                    out.append(_custom(inner, chat))
-                elif inner.get("type") == "function":
-                    prefix = str(tool.get("description") or "").strip()
-                    described = {
-                        **inner,
-                        "description": f"{prefix}\n\n{inner.get('description') or ''}".strip(),
-                    }
-                    out.append(_function(described if prefix else inner, chat))
+        if kind == "function":
+            out.append(_function(tool, names.chat_name(name), ("tools", k)))
+        elif kind == "custom":
+            out.append(_custom(tool, names.chat_name(name), ("tools", k)))
+        elif kind == "namespace":
+            out += _namespace(tool, name, ("tools", k), names)
     return out
 
 
-def _named_choice(choice: Mapping[str, Any], names: ToolNames) -> dict[str, Any]:
-    name = choice.get("name")
-    if not isinstance(name, str):
-        fn = choice.get("function")
-        name = fn.get("name") if isinstance(fn, dict) else None
+def _namespace(
+    tool: Mapping[str, Any], namespace: str, at: typed.Path, names: ToolNames
+) -> list[dict[str, Any]]:
+    """A namespace's functions, each under its flattened chat name."""
+    out = []
+    prefix = (typed.text(tool.get("description"), (*at, "description")) or "").strip()
+    for k, inner in enumerate(typed.objects(tool.get("tools"), (*at, "tools"))):
+        name = typed.text(inner.get("name"), (*at, "tools", k, "name"))
+        kind = typed.text(inner.get("type"), (*at, "tools", k, "type"))
+        if name is None:
+            continue
+        chat = names.chat_name(name, namespace)
+        if kind == "custom":
+            out.append(_custom(inner, chat, (*at, "tools", k)))
+        elif kind == "function":
+            out.append(_function(inner, chat, (*at, "tools", k), prefix))
+    return out
+
+
+def _named_choice(choice: Mapping[str, Any], names: ToolNames, at: typed.Path) -> dict[str, Any]:
+    name = typed.text(choice.get("name"), (*at, "name"))
+    if name is None:
+        fn = typed.obj(choice.get("function"), (*at, "function"))
+        name = typed.text(fn.get("name"), (*at, "function", "name")) if fn is not None else None
     ns = choice.get("namespace") if isinstance(choice.get("namespace"), str) else None
     return {"type": "function", "function": {"name": names.chat_name(str(name), ns)}}
 
@@ -210,18 +228,20 @@ def chat_tool_choice(
                 "which cannot run the hosted tools this request offers, and no function tool is left"
             )
         return choice, tools
+    if isinstance(choice, str):
+        return Refusal(f"unsupported tool_choice {choice[:64]!r}")
     if not isinstance(choice, dict):
-        return Refusal(f"unsupported tool_choice {choice!r}")
-    kind = choice.get("type")
+        raise typed.wrong(choice, ("tool_choice",), "string", "object")
+    kind = typed.text(choice.get("type"), ("tool_choice", "type"))
     if kind in ("function", "custom"):
-        return _named_choice(choice, names), tools
+        return _named_choice(choice, names, ("tool_choice",)), tools
     if kind == "allowed_tools":
         allowed: set[str] = set()
-        for t in choice.get("tools") or []:
-            if isinstance(t, dict) and t.get("type") in ("function", "custom"):
-                allowed.add(_named_choice(t, names)["function"]["name"])
+        for k, t in enumerate(typed.objects(choice.get("tools"), ("tool_choice", "tools"))):
+            if t.get("type") in ("function", "custom"):
+                allowed.add(_named_choice(t, names, ("tool_choice", "tools", k))["function"]["name"])
         kept = [t for t in tools if t["function"]["name"] in allowed]
-        mode = choice.get("mode", "auto")
+        mode = typed.text(choice.get("mode"), ("tool_choice", "mode")) or "auto"
         if mode == "required" and not kept:
             return Refusal("tool_choice allowed_tools 'required' names no function tool the upstream can run")
         return (mode if mode in ("auto", "required") else "auto"), kept

@@ -17,6 +17,7 @@ from gateway.sse import EventSplitter
 from gateway.translate import default_translations
 from gateway.translate.base import Context, Refusal, Target
 from gateway.translate.chat_gemini import ChatToGemini, signature
+from tests.unit.translate.wrong_types import CHAT, mutated
 
 ANSWERS = Path(__file__).resolve().parents[2] / "corpus" / "answers"
 T = ChatToGemini(clock=lambda: 1700000000)
@@ -373,3 +374,45 @@ def test_a_turn_that_failed_to_call_a_function_says_so_instead_of_ending_empty(r
     raw = b"data: " + json.dumps(doc).encode() + b"\r\n\r\n"
     out = run_stream(raw, {"model": "gpt-4o", "messages": [USER], "stream": True})
     assert reason in "".join(c["choices"][0]["delta"].get("content", "") for c in out[:-1] if c["choices"])
+
+
+# The audit fuzz's crashes on this direction (each a 500 internal_error), one per site, and the
+# other fields it reads: a 400 naming the field as OpenAI does. The sweep over every field and
+# type is tests/unit/translate/test_wrong_types.py.
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("messages.0.content", 5, "Invalid type for 'messages[0].content': expected one of a string or an array, "
+                              "but got an integer instead."),
+    ("messages.1.content", True, "'messages[1].content': expected one of a string or an array, but got a boolean"),
+    ("messages.1.content.0", "hi", "'messages[1].content[0]': expected an object, but got a string"),
+    ("messages.1.content.0.text", 5, "'messages[1].content[0].text': expected a string, but got an integer"),
+    ("messages.2.tool_calls", 5, "'messages[2].tool_calls': expected an array, but got an integer"),
+    ("messages.2.tool_calls.0.function", [5], "'messages[2].tool_calls[0].function': expected an object"),
+    ("messages.3.content", 1.5, "'messages[3].content': expected one of a string or an array, but got a number"),
+    ("tools", 5, "'tools': expected an array, but got an integer"),
+    ("tools.0.function.parameters", "x", "'tools[0].function.parameters': expected an object, but got a string"),
+    ("tool_choice", 5, "'tool_choice': expected one of a string or an object, but got an integer"),
+    ("tool_choice.function", "f", "'tool_choice.function': expected an object, but got a string"),
+    ("reasoning_effort", [5], "'reasoning_effort': expected a string, but got an array"),
+    ("response_format", {"type": "json_schema", "json_schema": "x"},
+     "'response_format.json_schema': expected an object, but got a string"),
+    ("response_format.json_schema.schema", "x", "'response_format.json_schema.schema': expected an object"),
+    ("modalities", 5, "'modalities': expected an array, but got an integer"),
+    ("stop", [5], "'stop[0]': expected a string, but got an integer"),
+    ("temperature", "0.5", "'temperature': expected a number, but got a string"),
+    ("max_tokens", True, "'max_tokens': expected an integer, but got a boolean"),
+    ("n", 2.0, "'n': expected an integer, but got a number"),
+    ("logprobs", "yes", "'logprobs': expected a boolean, but got a string"),
+])  # fmt: skip
+def test_a_field_of_the_wrong_json_type_is_a_400_naming_it_as_openai_does(field: str, value: Any, says: str) -> None:
+    out = T.request(mutated(CHAT, field, value), Target("gemini-2.5-flash"))
+    assert isinstance(out, Refusal) and out.code == "invalid_type" and says in out.message, out
+
+
+def test_the_audits_request_is_refused_without_quoting_the_prompt() -> None:
+    out = T.request({"model": "gemini-2.5-flash", "messages": [{"role": "user", "content": 5}]},
+                    Target("gemini-2.5-flash"))  # fmt: skip
+    assert isinstance(out, Refusal) and out.message == (
+        "Invalid type for 'messages[0].content': expected one of a string or an array, but got an integer instead.")
+    secret = {"role": "user", "content": {"text": "my card is 4111 1111"}}
+    out = T.request({"model": "g", "messages": [secret]}, Target("gemini-2.5-flash"))
+    assert isinstance(out, Refusal) and "4111" not in out.message and "'messages[0].content'" in out.message

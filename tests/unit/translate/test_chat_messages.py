@@ -30,6 +30,7 @@ from gateway.sse import EventSplitter, parse_event
 from gateway.translate.base import Context, Refusal, Target
 from gateway.translate.chat_messages import BUFFERED_MAX_TOKENS, ChatToMessages, default_max_tokens
 from gateway.translate.tool_ids import from_anthropic_id, to_anthropic_id
+from tests.unit.translate.wrong_types import CHAT, mutated
 
 CORPUS = Path(__file__).parents[2] / "corpus"
 T = ChatToMessages(clock=lambda: 1_764_000_000)
@@ -715,3 +716,35 @@ def test_a_conversation_ending_on_the_assistant_asks_the_newer_models_to_go_on()
     assert messages_rules.refusal("/v1/messages", out, {}) is None
     older = req({"model": "x", "messages": convo}, Target("claude-sonnet-4-5"))
     assert older["messages"][-1]["role"] == "assistant"  # a prefill it continues
+
+
+# The audit fuzz's crashes on this direction (each a 500 internal_error), one per site, and the
+# other fields it reads: a 400 naming the field as OpenAI does. The sweep over every field and
+# type is tests/unit/translate/test_wrong_types.py.
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("messages.0.content", 5, "Invalid type for 'messages[0].content': expected one of a string or an array, "
+                              "but got an integer instead."),
+    ("messages.1.content", -1, "'messages[1].content': expected one of a string or an array, but got an integer"),
+    ("messages.1.content.0.text", {"a": 1}, "'messages[1].content[0].text': expected a string, but got an object"),
+    ("messages.2.tool_calls", True, "'messages[2].tool_calls': expected an array, but got a boolean"),
+    ("messages.2.tool_calls.0", 5, "'messages[2].tool_calls[0]': expected an object, but got an integer"),
+    ("messages.2.tool_calls.0.function.name", 5, "'messages[2].tool_calls[0].function.name': expected a string"),
+    ("messages.3.content", {"a": 1}, "'messages[3].content': expected one of a string or an array, but got an object"),
+    ("tools", "x", "'tools': expected an array, but got a string"),
+    ("tools.0", [5], "'tools[0]': expected an object, but got an array"),
+    ("tools.0.function.parameters", "x", "'tools[0].function.parameters': expected an object, but got a string"),
+    ("tool_choice.function", 5, "'tool_choice.function': expected an object, but got an integer"),
+    ("reasoning_effort", {"a": 1}, "'reasoning_effort': expected a string, but got an object"),
+    ("response_format", {"type": "json_schema", "json_schema": "x"},
+     "'response_format.json_schema': expected an object, but got a string"),
+    ("response_format", "json", "'response_format': expected an object, but got a string"),
+    ("modalities", 1.5, "'modalities': expected an array, but got a number"),
+    ("stop", 5, "'stop': expected one of a string or an array, but got an integer"),
+    ("top_p", [1], "'top_p': expected a number, but got an array"),
+    ("max_completion_tokens", "20", "'max_completion_tokens': expected an integer, but got a string"),
+    ("user", 5, "'user': expected a string, but got an integer"),
+    ("parallel_tool_calls", "no", "'parallel_tool_calls': expected a boolean, but got a string"),
+])  # fmt: skip
+def test_a_field_of_the_wrong_json_type_is_a_400_naming_it_as_openai_does(field: str, value: Any, says: str) -> None:
+    out = T.request(mutated(CHAT, field, value), TARGET)
+    assert isinstance(out, Refusal) and out.code == "invalid_type" and says in out.message, out

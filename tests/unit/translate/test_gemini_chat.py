@@ -21,6 +21,7 @@ from gateway.translate.base import Context, Refusal, Target
 from gateway.translate.gemini_chat import GeminiToChat
 from gateway.translate.gemini_chat.request import json_schema
 from tests.unit.translate.messages_helpers import corpus_answer, wire_stream
+from tests.unit.translate.wrong_types import GEMINI, mutated
 
 CORPUS = Path(__file__).resolve().parents[2] / "corpus" / "requests"
 T = GeminiToChat()
@@ -333,3 +334,32 @@ def test_a_function_name_chat_refuses_goes_as_a_valid_one_and_comes_back_as_decl
     wire = b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": [delta]}}]}).encode()
     docs = run_stream(wire + b"\n\ndata: [DONE]\n\n", held)
     assert docs[-1]["candidates"][0]["content"]["parts"][0]["functionCall"]["name"] == "mcp:search"
+
+
+# The audit fuzz's crash on this direction (a 500 internal_error: the tools' names were read
+# before anything checked them) and the other fields it reads: a 400 naming the field as
+# Google does. The sweep over every field and type is tests/unit/translate/test_wrong_types.py.
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("tools", [{"functionDeclarations": 5}],
+     "Invalid value at 'tools[0].functionDeclarations': expected an array, got an integer"),
+    ("tools.0.functionDeclarations.0.parameters", "x",
+     "Invalid value at 'tools[0].functionDeclarations[0].parameters': expected an object, got a string"),
+    ("systemInstruction", 5, "Invalid value at 'systemInstruction': expected an object, got an integer"),
+    ("contents.0.parts", {"text": "hi"}, "Invalid value at 'contents[0].parts': expected an array, got an object"),
+    ("contents.0.parts.0.text", 5, "Invalid value at 'contents[0].parts[0].text': expected a string, got an integer"),
+    ("contents.1.parts.0.functionCall.args", "{}",
+     "Invalid value at 'contents[1].parts[0].functionCall.args': expected an object, got a string"),
+    ("contents.2.parts.0.functionResponse.parts", 5,
+     "Invalid value at 'contents[2].parts[0].functionResponse.parts': expected an array, got an integer"),
+    ("toolConfig.functionCallingConfig.allowedFunctionNames", "f",
+     "Invalid value at 'toolConfig.functionCallingConfig.allowedFunctionNames': expected an array, got a string"),
+    ("generationConfig", [5], "Invalid value at 'generationConfig': expected an object, got an array"),
+    ("generationConfig.temperature", "0.5", "Invalid value at 'generationConfig.temperature': expected a number"),
+    ("generationConfig.stopSequences", [5], "Invalid value at 'generationConfig.stopSequences[0]': expected a string"),
+    ("generationConfig.responseSchema", "x", "Invalid value at 'generationConfig.responseSchema': expected an object"),
+    ("generationConfig.thinkingConfig.thinkingBudget", 1.5,
+     "Invalid value at 'generationConfig.thinkingConfig.thinkingBudget': expected an integer, got a number"),
+])  # fmt: skip
+def test_a_field_of_the_wrong_json_type_is_a_400_naming_it_as_google_does(field: str, value: Any, says: str) -> None:
+    out = T.request(mutated(GEMINI, field, value), TARGET)
+    assert isinstance(out, Refusal) and out.code == "invalid_type" and says in out.message, out

@@ -32,6 +32,7 @@ from tests.unit.translate.messages_helpers import (
     sdk_request,
     wire_stream,
 )
+from tests.unit.translate.wrong_types import MESSAGES, mutated
 
 T = MessagesToChat()
 TARGET = Target(model="qwen3-coder")
@@ -548,3 +549,33 @@ def test_claude_codes_long_mcp_tool_names_go_within_openais_64_and_come_back_as_
          "finish_reason": "tool_calls"}]})) + b"data: [DONE]\n\n"  # fmt: skip
     streamed = sdk_final_message(run(T.stream(T.held(ctx_for(request))), wire))
     assert [b.name for b in streamed.content if b.type == "tool_use"] == [long]
+
+
+# The audit fuzz's crash on this direction (a 500 internal_error) and the other fields it reads:
+# a 400 naming the field as Anthropic's validation does. The sweep over every field and type is
+# tests/unit/translate/test_wrong_types.py.
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("tool_choice", {"type": [5]}, "tool_choice.type: Input should be a valid string"),
+    ("tool_choice", "auto", "tool_choice: Input should be a valid dictionary"),
+    ("tool_choice.name", 5, "tool_choice.name: Input should be a valid string"),
+    ("system", 5, "system: Input should be a valid string or list"),
+    ("system.0.text", None, "system.0.text: Input should be a valid string"),
+    ("messages.0.content", 5, "messages.0.content: Input should be a valid string or list"),
+    ("messages.0.content.0", "hi", "messages.0.content.0: Input should be a valid dictionary"),
+    ("messages.0.content.0.text", [5], "messages.0.content.0.text: Input should be a valid string"),
+    ("messages.1.content.0.input", "x", "messages.1.content.0.input: Input should be a valid dictionary"),
+    ("messages.2.content.0.content", 5, "messages.2.content.0.content: Input should be a valid string or list"),
+    ("tools", {"a": 1}, "tools: Input should be a valid list"),
+    ("tools.0.input_schema", "x", "tools.0.input_schema: Input should be a valid dictionary"),
+    ("stop_sequences", "x", "stop_sequences: Input should be a valid list"),
+    ("temperature", "0.5", "temperature: Input should be a valid number"),
+    ("max_tokens", 1.5, "max_tokens: Input should be a valid integer"),
+    ("metadata", "u", "metadata: Input should be a valid dictionary"),
+    ("thinking.budget_tokens", "1024", "thinking.budget_tokens: Input should be a valid integer"),
+    ("output_config.format.schema", "x", "output_config.format.schema: Input should be a valid dictionary"),
+])  # fmt: skip
+def test_a_field_of_the_wrong_json_type_is_a_400_naming_it_as_anthropic_does(
+    field: str, value: Any, says: str
+) -> None:
+    out = T.request(mutated(MESSAGES, field, value), TARGET)
+    assert isinstance(out, Refusal) and out.code == "invalid_type" and out.message == says, out

@@ -28,6 +28,7 @@ from gateway.translate.base import Context, Refusal, Target
 from gateway.translate.responses_chat import ResponsesToChat
 from gateway.translate.responses_chat.answer import text_part
 from tests.fakeupstream import named_events
+from tests.unit.translate.wrong_types import RESPONSES, mutated
 
 CORPUS = Path(__file__).resolve().parents[2] / "corpus"
 T = ResponsesToChat()
@@ -829,3 +830,24 @@ def test_a_streamed_refusal_is_a_refusal_part_as_the_buffered_one_is() -> None:
     assert [i["content"] for i in streamed] == [i["content"] for i in buffered["output"]]
     final = sdk_final(body, {"model": "gpt-5-codex", "input": "x"})
     assert final.output[1].content[0].type == "refusal" and final.output[1].content[0].refusal == "I can't help with that."
+
+
+# The audit fuzz found no crash here through the app (admission checks 'input'), but the walk
+# raised on an item type it could not hash and took a wrong type for no text: a 400 naming the
+# field as OpenAI does. The sweep over every field and type is tests/unit/translate/test_wrong_types.py.
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("input.1.type", [5], "'input[1].type': expected a string, but got an array"),
+    ("input.0.content", 5, "'input[0].content': expected one of a string or an array, but got an integer"),
+    ("input.0.content.0.text", 5, "'input[0].content[0].text': expected a string, but got an integer"),
+    ("input.2.output", {"a": 1}, "'input[2].output': expected one of a string or an array, but got an object"),
+    ("instructions", 5, "'instructions': expected one of a string or an array, but got an integer"),
+    ("tools.0.parameters", "x", "'tools[0].parameters': expected an object, but got a string"),
+    ("tool_choice", 5, "'tool_choice': expected one of a string or an object, but got an integer"),
+    ("text.format.schema", "x", "'text.format.schema': expected an object, but got a string"),
+    ("reasoning.effort", 5, "'reasoning.effort': expected a string, but got an integer"),
+    ("temperature", "0.5", "'temperature': expected a number, but got a string"),
+    ("max_output_tokens", 1.5, "'max_output_tokens': expected an integer, but got a number"),
+])  # fmt: skip
+def test_a_field_of_the_wrong_json_type_is_a_400_naming_it_as_openai_does(field: str, value: Any, says: str) -> None:
+    out = T.request(mutated(RESPONSES, field, value), TARGET)
+    assert isinstance(out, Refusal) and out.code == "invalid_type" and says in out.message, out
