@@ -124,3 +124,10 @@ class Translator(Protocol):
         """What answers need of ``ctx`` while the upstream works: its request without the
         fields they never read, what they would count from those counted now (``held``)."""
         ...
+
+
+def option_kind(option: Any) -> str:
+    """An option's ``type``, to name it in a refusal without quoting the request (a schema or
+    a tool's description is the client's text)."""
+    kind = option.get("type") if isinstance(option, dict) else option
+    return repr(kind[:40]) if isinstance(kind, str) else "(none)"

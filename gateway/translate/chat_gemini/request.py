@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.translate import names, typed
-from gateway.translate.base import Refusal, Target
+from gateway.translate.base import Refusal, Target, option_kind
 from gateway.translate.chat_gemini import signature
 from gateway.translate.names import Names
 from gateway.translate.typed import WrongType
@@ -227,8 +227,9 @@ def _model_parts(m: Mapping[str, Any], i: int, turns: _Turns) -> list[dict[str, 
         try:
             args = json.loads(arguments) if isinstance(arguments, str) else arguments
         except ValueError:
+            # The arguments are the conversation's text: never quoted back (nor into a log).
             raise Refused(f"{where}: function.arguments is not valid JSON, and Gemini needs the call's "
-                          f"args as an object: {arguments[:200]!r}") from None  # fmt: skip
+                          "args as an object") from None
         if not isinstance(args, dict):
             raise Refused(f"{where}: function.arguments must be a JSON object for a Gemini upstream")
         chat_id = str(call.get("id") or "")
@@ -298,7 +299,7 @@ def _tools(p: Mapping[str, Any], functions: Names) -> tuple[list[dict[str, Any]]
         # Google takes allowedFunctionNames with ANY only ("should only be set when the Mode is
         # ANY"): for auto, the model is shown only the allowed tools instead.
         return [d for d in declarations if d["name"] in named], {"mode": "AUTO"}
-    raise Refused(f"tool_choice {json.dumps(choice)[:100]} cannot be sent to a Gemini upstream")
+    raise Refused(f"tool_choice of type {option_kind(choice)} cannot be sent to a Gemini upstream")
 
 
 def _declaration(tool: dict[str, Any], j: int, functions: Names) -> dict[str, Any]:
@@ -371,7 +372,7 @@ def _response_format(fmt: Any, out: dict[str, Any]) -> None:
             out["responseMimeType"] = "application/json"
             out["responseJsonSchema"] = schema
             return
-    raise Refused(f"response_format {json.dumps(fmt)[:100]} cannot be sent to a Gemini upstream")
+    raise Refused(f"response_format of type {option_kind(fmt)} cannot be sent to a Gemini upstream")
 
 
 def _positive(p: Mapping[str, Any], key: str) -> int | None:

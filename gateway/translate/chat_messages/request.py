@@ -39,7 +39,7 @@ from typing import Any
 
 from gateway.apis.messages.claude_models import takes_prefill, thinking_for
 from gateway.translate import json_schema, typed
-from gateway.translate.base import Context, Known, Refusal, Target, held
+from gateway.translate.base import Context, Known, Refusal, Target, held, option_kind
 from gateway.translate.chat_messages.answer import ChatStream, chat_completion
 from gateway.translate.tool_ids import to_anthropic_id
 from gateway.translate.typed import WrongType
@@ -316,8 +316,9 @@ def _assistant_blocks(m: Mapping[str, Any], i: int) -> list[dict[str, Any]]:
         try:
             args = json.loads(arguments) if isinstance(arguments, str) else arguments
         except ValueError:
+            # The arguments are the conversation's text: never quoted back (nor into a log).
             raise _Refused(f"{where}: function.arguments is not valid JSON, and Anthropic needs the call's "
-                           f"input as an object: {arguments[:200]!r}") from None  # fmt: skip
+                           "input as an object") from None
         if not isinstance(args, dict):
             raise _Refused(f"{where}: function.arguments must be a JSON object for an Anthropic upstream")
         call_id = typed.text(call.get("id"), ("messages", i, "tool_calls", j, "id")) or ""
@@ -359,7 +360,7 @@ def _tools(p: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any] |
         tools = [t for t in tools if t["name"] in names]
         mapped = {"type": "any" if allowed.get("mode") == "required" else "auto"}
     else:
-        raise _Refused(f"tool_choice {json.dumps(choice)[:100]} cannot be sent to an Anthropic upstream")
+        raise _Refused(f"tool_choice of type {option_kind(choice)} cannot be sent to an Anthropic upstream")
     if typed.flag(p.get("parallel_tool_calls"), ("parallel_tool_calls",)) is False and (
         mapped is None or mapped["type"] != "none"
     ):
@@ -434,7 +435,7 @@ def _response_format(fmt: Any) -> dict[str, Any] | None:
         schema = typed.obj(spec.get("schema"), ("response_format", "json_schema", "schema"))
         if schema is not None:
             return {"type": "json_schema", "schema": closed(schema)}
-    raise _Refused(f"response_format {json.dumps(fmt)[:100]} cannot be sent to an Anthropic upstream")
+    raise _Refused(f"response_format of type {option_kind(fmt)} cannot be sent to an Anthropic upstream")
 
 
 def _int(p: Mapping[str, Any], key: str) -> int | None:
