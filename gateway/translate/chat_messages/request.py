@@ -157,7 +157,22 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
         output_config["format"] = fmt
     if output_config:
         out["output_config"] = output_config
+    if not _marked(out):
+        # OpenAI caches every long prompt by itself; Anthropic only where asked. Asked at the
+        # top level, it puts the breakpoint on the last block and moves it on as the
+        # conversation grows ("automatic caching", Anthropic's prompt-caching guide), so an
+        # agent on a translated Claude reads its history at a tenth of the input price
+        # instead of paying all of it every turn. A client's own breakpoints are left alone.
+        out["cache_control"] = {"type": "ephemeral"}
     return out
+
+
+def _marked(out: Mapping[str, Any]) -> bool:
+    """Whether the client placed a cache breakpoint itself (carried from its content parts)."""
+    system = out.get("system")
+    blocks = [*(system if isinstance(system, list) else []), *out.get("tools", ())]
+    blocks += [b for turn in out["messages"] for b in turn["content"]]
+    return any("cache_control" in b for b in blocks)
 
 
 def _opaque_user(user: str) -> str:

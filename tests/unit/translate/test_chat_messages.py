@@ -748,3 +748,17 @@ def test_a_conversation_ending_on_the_assistant_asks_the_newer_models_to_go_on()
 def test_a_field_of_the_wrong_json_type_is_a_400_naming_it_as_openai_does(field: str, value: Any, says: str) -> None:
     out = T.request(mutated(CHAT, field, value), TARGET)
     assert isinstance(out, Refusal) and out.code == "invalid_type" and says in out.message, out
+
+
+def test_a_conversation_is_cached_automatically_unless_the_client_placed_its_own_breakpoint() -> None:
+    """OpenAI caches long prompts itself; Anthropic only where asked: an agent's history went
+    at the full input price every turn. Asked at the top level (Anthropic's automatic caching);
+    a client's own cache_control (carried from its content parts) is left as the only one."""
+    out = req(client_request("chat-opencode-agent-step2"))
+    assert out["cache_control"] == {"type": "ephemeral"}
+    marked = {"model": "gpt-4o", "messages": [
+        {"role": "system", "content": [{"type": "text", "text": "Long rules.", "cache_control": {"type": "ephemeral"}}]},
+        user()]}  # fmt: skip
+    out = req(marked)
+    assert "cache_control" not in out and out["system"][0]["cache_control"] == {"type": "ephemeral"}
+    assert messages_rules.refusal("/v1/messages", req(client_request("chat-opencode-agent-step2")), {}) is None
