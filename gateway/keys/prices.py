@@ -125,8 +125,11 @@ def cost_of(price: Price | None, usage: Mapping[str, int]) -> Cost:
 
 
 def worst_case(price: Price | None, prompt_tokens: float, max_output_tokens: int) -> float:
-    """What a request may cost at most: its prompt uncached, and every output token it may
-    generate. Reserved before sending, so that concurrent requests cannot overspend."""
+    """What a request may cost at most: its whole prompt at the dearer of the input and the
+    cache-write price (a prompt written to Anthropic's cache costs 1.25× the input price), and
+    every output token it may generate. Reserved before sending, so that concurrent requests
+    cannot overspend."""
     if price is None:
         return 0.0
-    return (prompt_tokens * price.input + max_output_tokens * price.output) / 1_000_000
+    per_prompt_token = max(price.input, price.cache_write or 0.0)
+    return (prompt_tokens * per_prompt_token + max_output_tokens * price.output) / 1_000_000

@@ -66,5 +66,8 @@ def test_inconsistent_counts_are_clamped_never_negative() -> None:
     assert cost_of(p, {"prompt": 10, "cache_read": 50, "cache_write": 50}).usd == pytest.approx(10 * 0.5 / 1e6)
 
 
-def test_the_worst_case_is_the_whole_prompt_uncached_and_every_output_token() -> None:
-    assert worst_case(Price(3.0, 15.0, 0.30, 3.75), 20_000, 64_000) == pytest.approx((20_000 * 3 + 64_000 * 15) / 1e6)
+def test_the_worst_case_is_the_whole_prompt_written_to_the_cache_and_every_output_token() -> None:
+    # A prompt written to Anthropic's cache costs 1.25x the input price: reserved at that,
+    # so that a budget's reservations hold what a turn that writes its history can cost.
+    assert worst_case(Price(3.0, 15.0, 0.30, 3.75), 20_000, 64_000) == pytest.approx((20_000 * 3.75 + 64_000 * 15) / 1e6)
+    assert worst_case(Price(2.5, 10.0, 1.25), 20_000, 1_000) == pytest.approx((20_000 * 2.5 + 1_000 * 10) / 1e6)
