@@ -10,7 +10,7 @@ import pytest
 def assert_gateway_error(status: int, headers, body: bytes, expected_status: int, code: str) -> None:
     assert status == expected_status
     err = json.loads(body)["error"]
-    assert set(err) == {"message", "type", "code", "x_llm_error_type", "retryable"} and err["code"] == code
+    assert set(err) == {"message", "type", "param", "code", "x_llm_error_type", "retryable"} and err["code"] == code
     assert err["x_llm_error_type"] == "unknown" and err["retryable"] is False
     assert headers["x-llm-error-type"] == "unknown"
     assert headers["x-llm-error-retryable"] == "false"
