@@ -310,7 +310,11 @@ MEANINGS = {
     "key_budget_held": "The key's (or its team's) budget is not spent, but requests in flight hold the rest "
     "at what they may cost at most until they end; `retry-after` is 2 s.",
     "accounting_unavailable": "`accounting.when_store_down: closed` and the state store does not answer.",
-    "pool_auth": "No deployment of the pool can serve: the provider refused every key.",
+    "pool_auth": "No deployment of the pool can serve: the provider refused every key (the gateway's, so "
+    "not a 401, which would tell the client its own key is bad).",
+    "upstream_auth": "The provider refused the credentials the gateway sent (an upstream's `api_key`, or "
+    "none where clients hold gateway keys); the provider's body, which may quote part of the key, is not "
+    "passed on.",
     "pool_budget": "No deployment of the pool can serve: keys out of credit (the rest refused).",
     "pool_rate_limited": "Every deployment of the pool is rate limited and the earliest reset is too far "
     "to wait for (with `retry-after`).",

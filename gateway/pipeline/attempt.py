@@ -120,6 +120,9 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
         t0 = svc.monotonic()
     token_first = token_s is not None and token_s < head_s
     outcome = await _exchange(svc, state, request, call, token_s, token_first, mark)
+    if isinstance(outcome, Failure) and outcome.classification.type is ErrorType.AUTH \
+            and not call.up.cfg.forwards_client_credentials:  # fmt: skip
+        outcome = operator_key_refused(call.up, outcome)
     if pooled and isinstance(outcome, Success):
         # Time to the first visible event of a stream, to the whole answer otherwise.
         svc.pool_state.timed(call.up.cfg.name, svc.monotonic() - t0)  # type: ignore[union-attr]
@@ -323,6 +326,26 @@ def _upstream_error(
     if c.type is ErrorType.CONTEXT_OVERFLOW and (status == 429 or status >= 500):
         answer = 400  # a request too big for the window fails the same way every time
     return Failure(c, answer, response_headers(headers), body, upstream_status=status)
+
+
+def operator_key_refused(up: UpstreamRuntime, failure: Failure) -> Failure:
+    """The provider refused the credential the gateway sent (the operator's ``api_key``, or none
+    at all where clients hold gateway keys): the client's own key is fine and only the operator
+    can act. A 401 or 403 would tell the client's SDK and agent that theirs is bad (Claude Code
+    asks the user to log in again), so it is a 502 made by the gateway; the
+    provider's body stays out, since it quotes part of the refused key ("Incorrect API key
+    provided: sk-abc***xyz"). The class stays ``auth`` (not retried; a pool sits the key out)."""
+    was = failure.classification
+    c = Classification(ErrorType.AUTH, False, None, None, was.provider_code, None, was.evidence)
+    status = failure.upstream_status or failure.status
+    out = gateway_failure(
+        502, c, f"the provider refused the gateway's own credentials for upstream '{up.cfg.name}' "
+        f"({status}), not yours: the gateway's operator must fix its api_key",
+        "upstream_auth",
+    )  # fmt: skip
+    out.upstream_status = failure.upstream_status
+    out.headers.extend((k, v) for k, v in failure.headers if k.lower() == "x-upstream-request-id")
+    return out
 
 
 def _transport(svc: Services, kind: TransportError) -> Failure:

@@ -3,7 +3,10 @@ the exception class, the status, the envelope's ``type`` and code, and the reque
 
 from __future__ import annotations
 
+import anthropic
 import openai
+
+from tests.fakeupstream import FakeUpstream
 
 KEYED = "keys:\n  - {name: k1, key: ck-1, requests_per_minute: 1}\n"
 
@@ -52,3 +55,81 @@ async def test_an_unreachable_upstream_is_openais_server_error(make_gateway) -> 
         assert e.response.headers["x-should-retry"] == "false"  # the gateway retried already
     finally:
         await client.close()
+
+
+# --- credentials the gateway sent, refused by the provider ----------------------------------
+
+
+def _no_key_in(body: bytes) -> None:
+    # The fake quotes a refused key as OpenAI does ("Incorrect API key provided: fak***-s1").
+    assert b"***" not in body and b"Incorrect API key" not in body and b"fak" not in body
+
+
+async def test_an_upstream_refusing_the_operators_key_is_a_502_without_the_providers_body(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", api_key: fake-key-s1")
+    gw.fake.keys.revoke("fake-key-s1")
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="k")
+    try:
+        await client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+        raise AssertionError("expected an error")
+    except openai.InternalServerError as e:
+        assert e.status_code == 502 and e.type == "server_error" and e.code == "upstream_auth"
+        assert e.response.headers["x-llm-error-type"] == "auth" and e.response.headers["x-should-retry"] == "false"
+        _no_key_in(e.response.content)
+    finally:
+        await client.close()
+    assert len(gw.fake.chat_requests()) == 1  # neither the gateway nor the SDK tried again
+
+    anthropic_client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="k")
+    try:
+        await anthropic_client.messages.create(model="claude-sonnet-4-6", max_tokens=10,
+                                               messages=[{"role": "user", "content": "hi"}])
+        raise AssertionError("expected an error")
+    except anthropic.InternalServerError as e:
+        assert e.status_code == 502 and e.type == "api_error" and isinstance(e.body, dict)
+        assert e.body["error"]["code"] == "upstream_auth"
+        _no_key_in(e.response.content)
+    finally:
+        await anthropic_client.close()
+
+
+async def test_a_clients_own_key_refused_keeps_the_providers_401(make_gateway) -> None:
+    gw = await make_gateway()  # no api_key, no gateway keys: the client's key goes upstream
+    gw.fake.keys.revoke("sk-client-own")
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="sk-client-own")
+    try:
+        await client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+        raise AssertionError("expected an error")
+    except openai.AuthenticationError as e:
+        assert e.status_code == 401 and e.code == "invalid_api_key"  # the provider's own
+    finally:
+        await client.close()
+
+
+async def test_a_pool_whose_every_key_is_refused_answers_502_not_401(make_gateway) -> None:
+    fakes = [await FakeUpstream().start() for _ in range(2)]
+    try:
+        ups = "".join(f"  - {{name: r{i}, base_url: '{f.url}', api_key: fake-key-r{i}, models: ['gpt-*']}}\n"
+                      for i, f in enumerate(fakes))  # fmt: skip
+        for i, f in enumerate(fakes):
+            f.keys.revoke(f"fake-key-r{i}")
+        gw = await make_gateway("pools:\n  - {name: revp, models: ['gpt-*'], deployments: [r0, r1]}\n",
+                                fake=fakes[0], upstreams=ups)
+        client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="k")
+        codes = []
+        for _ in range(2):  # the first call finds the keys refused, the second is answered without one
+            try:
+                await client.chat.completions.create(model="gpt-4o-mini",
+                                                     messages=[{"role": "user", "content": "hi"}])
+                raise AssertionError("expected an error")
+            except openai.InternalServerError as e:
+                assert e.status_code == 502 and e.type == "server_error"
+                assert e.response.headers["x-llm-error-type"] == "auth"
+                _no_key_in(e.response.content)
+                codes.append(e.code)
+        await client.close()
+        assert codes == ["upstream_auth", "pool_auth"]
+        assert sum(len(f.chat_requests()) for f in fakes) == 2
+    finally:
+        for f in fakes:
+            await f.close()
