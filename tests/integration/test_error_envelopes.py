@@ -6,7 +6,7 @@ from __future__ import annotations
 import anthropic
 import openai
 
-from tests.fakeupstream import FakeUpstream
+from tests.fakeupstream import FakeUpstream, Reply, anthropic_message
 
 KEYED = "keys:\n  - {name: k1, key: ck-1, requests_per_minute: 1}\n"
 
@@ -87,7 +87,7 @@ async def test_an_upstream_refusing_the_operators_key_is_a_502_without_the_provi
         raise AssertionError("expected an error")
     except anthropic.InternalServerError as e:
         assert e.status_code == 502 and e.type == "api_error" and isinstance(e.body, dict)
-        assert e.body["error"]["code"] == "upstream_auth"
+        assert e.body["error"]["code"] == "upstream_auth" and e.request_id == e.body["request_id"]
         _no_key_in(e.response.content)
     finally:
         await anthropic_client.close()
@@ -133,3 +133,32 @@ async def test_a_pool_whose_every_key_is_refused_answers_502_not_401(make_gatewa
     finally:
         for f in fakes:
             await f.close()
+
+
+# --- Messages: the request id in Anthropic's header ----------------------------------------
+
+
+async def test_messages_answers_carry_anthropics_request_id_header(make_gateway) -> None:
+    gw = await make_gateway()
+    client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="k")
+    try:
+        try:
+            await client.messages.create(model="claude-sonnet-4-6", max_tokens=10, messages="hi")  # type: ignore[arg-type]
+            raise AssertionError("expected an error")
+        except anthropic.BadRequestError as e:  # made by the gateway: messages is not a list
+            assert e.body["error"]["code"] == "invalid_messages"  # type: ignore[index]
+            assert e.request_id and e.request_id == e.body["request_id"] == e.response.headers["x-request-id"]  # type: ignore[index]
+        message = await client.messages.create(model="claude-sonnet-4-6", max_tokens=10,
+                                               messages=[{"role": "user", "content": "hi"}])
+        assert message._request_id and len(message._request_id) == 32  # the gateway's: the fake sends none
+        gw.fake.script(Reply(200, anthropic_message(), {"request-id": "req_011upstream"}))
+        message = await client.messages.create(model="claude-sonnet-4-6", max_tokens=10,
+                                               messages=[{"role": "user", "content": "hi"}])
+        assert message._request_id == "req_011upstream"  # Anthropic's own, passed on
+        counted = await client.messages.with_raw_response.count_tokens(
+            model="claude-sonnet-4-6", messages=[{"role": "user", "content": "hi"}])
+        assert counted.request_id == counted.headers["x-request-id"]
+    finally:
+        await client.close()
+    status, headers, _ = await gw.chat()
+    assert status == 200 and "request-id" not in headers  # OpenAI's clients read x-request-id
