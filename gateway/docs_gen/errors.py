@@ -290,8 +290,10 @@ MEANINGS = {
     "invalid_stream": "`stream` is not true or false.",
     "invalid_path": "The path cannot be forwarded safely (it would leave the upstream's base path).",
     "invalid_content_encoding": "The body does not decode with its `Content-Encoding`, or has too many "
-    "encoding layers.",
-    "unsupported_content_encoding": "A request `Content-Encoding` other than gzip, deflate or identity.",
+    "encoding layers (on messages with Anthropic's `error.details.error_code` "
+    "`request_body_encoding_invalid`).",
+    "unsupported_content_encoding": "A request `Content-Encoding` other than gzip, deflate or identity (on "
+    "messages a 400 with Anthropic's `error.details.error_code` `request_body_encoding_unsupported`).",
     "untranslatable_request": "A translated request uses something the upstream's API has no equivalent for.",
     "no_translation": "The upstream speaks no API the request can be translated to (`upstreams[].apis`); "
     "404 for a path of an API it does not speak.",
@@ -320,7 +322,8 @@ MEANINGS = {
     "to wait for (with `retry-after`).",
     "not_found": "No such endpoint.",
     "model_not_found": "No upstream or pool is configured for the requested model.",
-    "request_timeout": "The client did not send its body within `timeouts.idle_s`.",
+    "request_timeout": "The client did not send its body within `timeouts.idle_s` (on messages a 400 with "
+    "Anthropic's `error.details.error_code` `request_body_timeout`).",
     "request_too_large": "The body is over `server.max_body_bytes`, before or after decoding; refused "
     "before it is read.",
     "internal_error": "A bug in the gateway (logged as `unhandled_error`).",

@@ -3,8 +3,15 @@ the exception class, the status, the envelope's ``type`` and code, and the reque
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+
 import anthropic
 import openai
+import pytest
+from anthropic._error_classes import ERROR_CLASSES
+from anthropic.types.beta_request_body_timeout_error import BetaRequestBodyTimeoutError
+from anthropic.types.shared import RequestBodyEncodingInvalidError, RequestBodyEncodingUnsupportedError
 
 from tests.fakeupstream import FakeUpstream, Reply, anthropic_message
 
@@ -162,3 +169,48 @@ async def test_messages_answers_carry_anthropics_request_id_header(make_gateway)
         await client.close()
     status, headers, _ = await gw.chat()
     assert status == 200 and "request-id" not in headers  # OpenAI's clients read x-request-id
+
+
+# --- Messages: a body the gateway cannot read, answered as Anthropic answers it -------------
+
+
+@pytest.mark.parametrize(("encoding", "raised", "error_code"), [
+    ("br", RequestBodyEncodingUnsupportedError, "request_body_encoding_unsupported"),
+    ("gzip", RequestBodyEncodingInvalidError, "request_body_encoding_invalid"),  # the body is not gzip
+])  # fmt: skip
+async def test_a_body_in_an_encoding_the_gateway_cannot_read_is_anthropics_400(
+    make_gateway, encoding: str, raised: type[anthropic.BadRequestError], error_code: str
+) -> None:
+    gw = await make_gateway()
+    client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="k")
+    try:
+        await client.messages.create(model="claude-sonnet-4-6", max_tokens=10, messages=[
+            {"role": "user", "content": "hi"}], extra_headers={"Content-Encoding": encoding})
+        raise AssertionError("expected a refusal")
+    except raised as e:
+        assert e.status_code == 400 and e.type == "invalid_request_error" and e.error_code == error_code
+        assert e.request_id == e.response.headers["x-request-id"]
+    finally:
+        await client.close()
+    assert gw.fake.messages_requests() == []
+
+
+async def test_a_body_too_slow_to_arrive_is_anthropics_400_request_body_timeout(make_gateway) -> None:
+    gw = await make_gateway()  # idle_s is 1 s in the harness
+
+    async def trickle() -> AsyncIterator[bytes]:
+        yield b'{"model": "claude-sonnet-4-6", '
+        await asyncio.sleep(2)
+        yield b'"max_tokens": 10, "messages": []}'
+
+    async with gw.session.post(gw.base + "/v1/messages", data=trickle(), headers={
+            "Content-Type": "application/json", "anthropic-version": "2023-06-01"}) as r:  # fmt: skip
+        doc = await r.json()
+        assert r.status == 400 and r.headers["request-id"] == doc["request_id"]
+    assert doc["error"]["type"] == "invalid_request_error" and doc["error"]["code"] == "request_timeout"
+    assert doc["error"]["details"] == {"error_code": "request_body_timeout"}
+    # The class the SDK raises for it (the upload cannot be made slow through the SDK itself).
+    assert ERROR_CLASSES[(400, doc["error"]["details"]["error_code"])] is BetaRequestBodyTimeoutError
+    async with gw.session.post(gw.base + "/v1/chat/completions", data=trickle(),
+                               headers={"Content-Type": "application/json"}) as r:  # fmt: skip
+        assert r.status == 408  # OpenAI's clients keep the gateway's 408

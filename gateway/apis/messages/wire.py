@@ -82,6 +82,18 @@ _TYPE_FOR_CLASS = {
     ErrorType.UNKNOWN: "api_error",
 }
 
+# A body Anthropic cannot read is a 400 whose ``error.details.error_code`` says why, which the
+# anthropic SDKs map to their own exception classes (2.14: ``_error_classes.ERROR_CLASSES``,
+# RequestBodyEncodingUnsupportedError, RequestBodyEncodingInvalidError,
+# BetaRequestBodyTimeoutError); the gateway's 415 and 408 for the same were a bare
+# APIStatusError and a RequestTimeoutError, which code written against Anthropic's answers
+# does not catch. Keyed by the gateway's own code.
+_BODY_UNREADABLE = {
+    "unsupported_content_encoding": "request_body_encoding_unsupported",
+    "invalid_content_encoding": "request_body_encoding_invalid",
+    "request_timeout": "request_body_timeout",
+}
+
 # Events that never show the user anything; held back so an early failure can be replayed.
 _CONTENTLESS = frozenset({"message_start", "ping"})
 
@@ -106,7 +118,9 @@ class AnthropicMessages:
         return anthropic_error(self.error_status(status, code), message, code, c, request_id)
 
     def error_status(self, status: int, code: str) -> int:
-        return 529 if code == "circuit_open" else status
+        if code == "circuit_open":
+            return 529
+        return 400 if code in _BODY_UNREADABLE else status
 
     def foreign_error(self, e: ForeignError, request_id: str) -> tuple[int, bytes]:
         status, type_, message = _anthropic_terms(e)
@@ -175,14 +189,13 @@ class AnthropicMessages:
 
 def anthropic_error(status: int, message: str, code: str, c: Classification, request_id: str) -> bytes:
     type_ = _TYPE_FOR_STATUS.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
-    return json.dumps({
-        "type": "error",
-        "error": {
-            "type": type_, "message": message, "code": code,
-            "x_llm_error_type": c.type.value, "retryable": c.retryable,
-        },
-        "request_id": request_id,
-    }).encode()  # fmt: skip
+    err: dict[str, Any] = {
+        "type": type_, "message": message, "code": code,
+        "x_llm_error_type": c.type.value, "retryable": c.retryable,
+    }  # fmt: skip
+    if code in _BODY_UNREADABLE:
+        err["details"] = {"error_code": _BODY_UNREADABLE[code]}
+    return json.dumps({"type": "error", "error": err, "request_id": request_id}).encode()
 
 
 def anthropic_usage(usage: Any) -> dict[str, int]:

@@ -81,6 +81,22 @@ def test_gateway_errors_use_anthropics_envelope(status: int, code: str, answer: 
                    "request_id": "req-1"}
 
 
+@pytest.mark.parametrize(("status", "code", "error_code"), [
+    (415, "unsupported_content_encoding", "request_body_encoding_unsupported"),
+    (400, "invalid_content_encoding", "request_body_encoding_invalid"),
+    (408, "request_timeout", "request_body_timeout"),
+])  # fmt: skip
+def test_a_body_the_gateway_cannot_read_is_anthropics_400_with_its_error_code(
+    status: int, code: str, error_code: str
+) -> None:
+    """Anthropic's own answers, as the anthropic SDK maps them (``(400, error_code)`` in its
+    ``_error_classes.ERROR_CLASSES``): read from ``error.details.error_code``."""
+    answer = D.error_status(status, code)
+    doc = json.loads(D.error_body(answer, "why", code, Classification.of(ErrorType.UNKNOWN), "req-1"))
+    assert answer == 400 and doc["error"]["type"] == "invalid_request_error"
+    assert doc["error"]["details"] == {"error_code": error_code} and doc["error"]["code"] == code
+
+
 def test_admission() -> None:
     ok = D.admit(b"{}", {"model": "claude-x", "messages": [], "stream": True})
     assert isinstance(ok, Inbound) and ok.stream and ok.model == "claude-x"
