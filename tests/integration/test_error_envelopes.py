@@ -214,3 +214,37 @@ async def test_a_body_too_slow_to_arrive_is_anthropics_400_request_body_timeout(
     async with gw.session.post(gw.base + "/v1/chat/completions", data=trickle(),
                                headers={"Content-Type": "application/json"}) as r:  # fmt: skip
         assert r.status == 408  # OpenAI's clients keep the gateway's 408
+
+
+# --- Gemini: Google's code and status, and how a Gemini client sends its key ---------------
+
+GENERATE = "/v1beta/models/gemini-2.5-pro:generateContent"
+
+
+async def test_gemini_clients_get_googles_pairs_and_their_own_way_to_send_a_key(make_gateway) -> None:
+    gw = await make_gateway("server: {client_keys: [gk-1], max_body_bytes: 2000}\n")
+    hi = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    async with gw.session.post(gw.base + GENERATE, json=hi) as r:
+        err = (await r.json())["error"]
+        assert (r.status, err["code"], err["status"]) == (401, 401, "UNAUTHENTICATED")
+        assert "x-goog-api-key" in err["message"] and "?key=" in err["message"]
+    big = {"contents": [{"role": "user", "parts": [{"text": "x" * 4000}]}]}
+    async with gw.session.post(gw.base + GENERATE + "?key=gk-1", json=big) as r:
+        err = (await r.json())["error"]
+        # Google's answer to a payload over its limit: 400 INVALID_ARGUMENT, not 413.
+        assert (r.status, err["code"], err["status"]) == (400, 400, "INVALID_ARGUMENT")
+        assert err["details"][0]["metadata"]["code"] == "request_too_large"
+    async with gw.session.post(gw.base + GENERATE, data=b"{}", headers={
+            "x-goog-api-key": "gk-1", "Content-Encoding": "br", "Content-Type": "application/json"}) as r:  # fmt: skip
+        err = (await r.json())["error"]
+        assert (r.status, err["code"], err["status"]) == (400, 400, "INVALID_ARGUMENT")
+    assert gw.fake.requests == []
+
+
+async def test_a_gemini_client_whose_upstream_is_unreachable_gets_503_unavailable(make_gateway) -> None:
+    gw = await make_gateway(upstreams="  - {name: gone, base_url: 'http://127.0.0.1:9', apis: [gemini]}\n")
+    async with gw.session.post(gw.base + GENERATE, json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
+                               headers={"x-goog-api-key": "k"}) as r:  # fmt: skip
+        err = (await r.json())["error"]
+        assert (r.status, err["code"], err["status"]) == (503, 503, "UNAVAILABLE")
+        assert err["details"][0]["metadata"]["code"] == "upstream_unreachable"
