@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from gateway import jsonbody
 from gateway.apis import OPENAI_CHAT
 from gateway.apis.base import Dialect, EventKind, ForeignError, StreamReader
-from gateway.errors import Classification, ErrorType, TransportError
+from gateway.errors import EVENT_STATUS, Classification, ErrorType, TransportError
 from gateway.pipeline.outcome import (
     Failure,
     Outcome,
@@ -52,15 +52,6 @@ class ReadMode(enum.Enum):
     STREAM = "stream"  # an SSE stream is expected: peek to the first visible event
     RAW = "raw"  # relay the success body untouched as it arrives (other /v1 paths)
 
-
-_STATUS_FOR_TYPE = {
-    ErrorType.RATE_LIMIT: 429,
-    ErrorType.BUDGET: 402,
-    ErrorType.CONTEXT_OVERFLOW: 400,
-    ErrorType.AUTH: 401,
-    ErrorType.PROVIDER_UNAVAILABLE: 503,
-    ErrorType.UNKNOWN: 502,
-}
 
 
 def _lower(headers: Mapping[str, str]) -> dict[str, str]:
@@ -314,7 +305,7 @@ def _stream_error(svc: Services, payload: dict[str, Any]) -> Failure:
     c = classify_stream_event(payload, now_s=svc.wall())
     message, code = event_error_fields(payload)
     code = code or c.provider_code or c.type.value
-    return gateway_failure(status or _STATUS_FOR_TYPE[c.type], c, message, code)
+    return gateway_failure(status or EVENT_STATUS[c.type], c, message, code)
 
 
 def _upstream_error(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import anthropic
 import openai
@@ -13,7 +14,7 @@ from anthropic._error_classes import ERROR_CLASSES
 from anthropic.types.beta_request_body_timeout_error import BetaRequestBodyTimeoutError
 from anthropic.types.shared import RequestBodyEncodingInvalidError, RequestBodyEncodingUnsupportedError
 
-from tests.fakeupstream import FakeUpstream, Reply, anthropic_message
+from tests.fakeupstream import FakeUpstream, Reply, Stream, anthropic_message, chunk
 
 KEYED = "keys:\n  - {name: k1, key: ck-1, requests_per_minute: 1}\n"
 
@@ -248,3 +249,59 @@ async def test_a_gemini_client_whose_upstream_is_unreachable_gets_503_unavailabl
         err = (await r.json())["error"]
         assert (r.status, err["code"], err["status"]) == (503, 503, "UNAVAILABLE")
         assert err["details"][0]["metadata"]["code"] == "upstream_unreachable"
+
+
+# --- Messages: an upstream's error in another API's terms, in Anthropic's -------------------
+
+
+async def _messages_stream_error(gw: Any) -> anthropic.APIStatusError:
+    client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="k")
+    try:
+        async with client.messages.stream(model="claude-sonnet-4-6", max_tokens=64,
+                                          messages=[{"role": "user", "content": "hi"}]) as stream:  # fmt: skip
+            async for _ in stream:
+                pass
+    except anthropic.APIStatusError as e:
+        return e
+    finally:
+        await client.close()
+    raise AssertionError("expected the stream's error")
+
+
+async def test_a_chat_upstreams_server_error_mid_stream_reaches_the_anthropic_sdk_in_anthropics_terms(
+    make_gateway,
+) -> None:
+    gw = await make_gateway(upstream_yaml=", apis: [chat], model_map: {'claude-*': qwen3-coder}")
+    gw.fake.script(Stream([chunk({"role": "assistant", "content": "Hel"}),
+                           {"error": {"message": "The server had an error", "type": "server_error", "code": None}}],
+                          then="eof"))  # fmt: skip
+    e = await _messages_stream_error(gw)
+    assert e.type == "overloaded_error" and isinstance(e.body, dict)  # Anthropic's word for an outage
+    assert e.body["error"]["code"] == "server_error" and e.body["error"]["x_llm_error_type"] == "provider_unavailable"
+
+
+async def test_a_gemini_503_mid_stream_is_overloaded_error_for_the_anthropic_sdk(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", apis: [gemini]")
+    overloaded = {"error": {"code": 503, "message": "The model is overloaded. Please try again later.",
+                            "status": "UNAVAILABLE"}}  # fmt: skip
+    gw.fake.script(Stream([{"candidates": [{"content": {"role": "model", "parts": [{"text": "Hel"}]}, "index": 0}]},
+                           overloaded], then="eof"))  # fmt: skip
+    e = await _messages_stream_error(gw)
+    assert e.type == "overloaded_error" and isinstance(e.body, dict)
+    assert e.body["error"]["message"] == "The model is overloaded. Please try again later."
+
+
+async def test_a_gemini_503_before_anything_visible_is_anthropics_529_overloaded_error(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", apis: [gemini]")
+    overloaded = {"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}}
+    gw.fake.always = Stream([overloaded], then="eof")  # every attempt, the retries included
+    client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="k")
+    try:
+        await client.messages.create(model="claude-sonnet-4-6", max_tokens=64, stream=True,
+                                     messages=[{"role": "user", "content": "hi"}])
+        raise AssertionError("expected an error")
+    except anthropic.OverloadedError as e:
+        assert e.status_code == 529 and e.type == "overloaded_error"
+        assert e.request_id == e.response.headers["x-request-id"] and e.response.headers["x-should-retry"] == "false"
+    finally:
+        await client.close()
