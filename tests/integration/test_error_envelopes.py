@@ -305,3 +305,26 @@ async def test_a_gemini_503_before_anything_visible_is_anthropics_529_overloaded
         assert e.request_id == e.response.headers["x-request-id"] and e.response.headers["x-should-retry"] == "false"
     finally:
         await client.close()
+
+
+# --- chat: the chunk that ends a broken stream ----------------------------------------------
+
+
+async def test_a_chat_stream_cut_after_its_first_words_raises_in_the_openai_sdk_with_openais_type(
+    make_gateway,
+) -> None:
+    gw = await make_gateway()
+    gw.fake.script(Stream([chunk({"role": "assistant", "content": "Hel"})], then="eof"))  # no finish, no [DONE]
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="k")
+    seen = []
+    try:
+        stream = await client.chat.completions.create(model="gpt-4o-mini", stream=True,
+                                                      messages=[{"role": "user", "content": "hi"}])
+        async for part in stream:
+            seen.append(part.choices[0].finish_reason if part.choices else None)
+        raise AssertionError("expected the stream's error")
+    except openai.APIError as e:  # raised at the error chunk: its finish_reason "error" is never read
+        assert isinstance(e.body, dict) and e.body["type"] == "server_error" and e.body["code"] == "stream_broken"
+    finally:
+        await client.close()
+    assert "error" not in seen and "stop" not in seen

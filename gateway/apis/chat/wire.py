@@ -220,6 +220,13 @@ class ChatStreamReader(ShownText):
         return EventKind.FINAL if _finished(raw) else EventKind.VISIBLE
 
     def broken(self, ending: Ending, request_id: str, model: str | None) -> bytes:
+        # finish_reason "error" is none of OpenAI's (stop, length, tool_calls, content_filter,
+        # function_call), on purpose: no client may read this end as a finished answer. The
+        # openai SDKs raise APIError on any chunk carrying "error" before they look at a
+        # choice; @ai-sdk/openai-compatible (chunk schema a loose object) sees "error" and
+        # ends with finishReason "error", and where a version strips the unknown member it
+        # maps an unknown finish_reason to "other", never to "stop". A "stop" here would
+        # read as a whole answer to anything that looks only at the choice.
         c = ending.classification
         sid, smodel = self.identity or (None, None)
         return encode_data({
