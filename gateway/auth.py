@@ -3,7 +3,7 @@ the start-up guard.
 
 Pure, no I/O. The pipeline calls :meth:`ClientAuth.check` with the request headers and,
 when the result is not ``ok``, answers 401 in the request's dialect with
-``result.message``; it never needs (or gets) a key. Keys are kept only as SHA-256 digests
+``result.message_for(api)``; it never needs (or gets) a key. Keys are kept only as SHA-256 digests
 (gateway/keys/registry.py); a named key's rules (models, limits, budget) come back with it.
 """
 
@@ -24,6 +24,14 @@ WWW_AUTHENTICATE = 'Bearer realm="llm-gateway"'
 # The flat ``server.client_keys``: every holder is the same, nothing is counted.
 FLAT_KEY_NAME = "client_keys"
 
+# How a client is told to send its key, in the way its own API takes one: Google's clients
+# (google-genai, Gemini CLI) send ``x-goog-api-key``, or ``?key=`` on the REST API, and have no
+# setting for an Authorization header.
+_SEND_KEY = {
+    None: "'Authorization: Bearer <key>' or 'x-api-key: <key>'",
+    "gemini": "'x-goog-api-key: <key>' or '?key=<key>'",
+}
+
 
 @dataclass(frozen=True, slots=True)
 class AuthResult:
@@ -43,10 +51,12 @@ class AuthResult:
 
     @property
     def message(self) -> str:
-        """What to tell the client in the 401 body (empty when ``ok``)."""
+        return self.message_for(None)
+
+    def message_for(self, api: str | None) -> str:
+        """What to tell a client of ``api`` in the 401 body (empty when ``ok``)."""
         if self.outcome == "missing":
-            return ("this gateway requires a key: send 'Authorization: Bearer <key>' "
-                    "or 'x-api-key: <key>'")
+            return f"this gateway requires a key: send {_SEND_KEY.get(api) or _SEND_KEY[None]}"
         if self.outcome == "invalid":
             return "the gateway key is not valid"
         return ""

@@ -45,6 +45,18 @@ class TransportError(enum.StrEnum):
     STREAM_BROKEN = "stream_broken"  # connection dropped in the middle of a body
 
 
+# The status an upstream's error event stands for when it states none (a chat error chunk, an
+# Anthropic event of a type it does not document): the one its class is answered with.
+EVENT_STATUS = {
+    ErrorType.RATE_LIMIT: 429,
+    ErrorType.BUDGET: 402,
+    ErrorType.CONTEXT_OVERFLOW: 400,
+    ErrorType.AUTH: 401,
+    ErrorType.PROVIDER_UNAVAILABLE: 503,
+    ErrorType.UNKNOWN: 502,
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Classification:
     type: ErrorType

@@ -150,6 +150,9 @@ class Ending:
     classification: Classification
     message: str
     code: str | None
+    # The status the upstream's error event stands for (its own, else its class's: errors.py
+    # EVENT_STATUS); None where the gateway ended the stream itself (a reset, a stall).
+    status: int | None = None
 
 
 class StreamReader(Protocol):

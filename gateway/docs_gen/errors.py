@@ -290,8 +290,10 @@ MEANINGS = {
     "invalid_stream": "`stream` is not true or false.",
     "invalid_path": "The path cannot be forwarded safely (it would leave the upstream's base path).",
     "invalid_content_encoding": "The body does not decode with its `Content-Encoding`, or has too many "
-    "encoding layers.",
-    "unsupported_content_encoding": "A request `Content-Encoding` other than gzip, deflate or identity.",
+    "encoding layers (on messages with Anthropic's `error.details.error_code` "
+    "`request_body_encoding_invalid`).",
+    "unsupported_content_encoding": "A request `Content-Encoding` other than gzip, deflate or identity (on "
+    "messages a 400 with Anthropic's `error.details.error_code` `request_body_encoding_unsupported`).",
     "untranslatable_request": "A translated request uses something the upstream's API has no equivalent for.",
     "invalid_type": "A field of a translated request has a JSON type its API does not allow there (a number "
     "where a list belongs, say); the message names the field as the client's API does, never its value.",
@@ -312,13 +314,18 @@ MEANINGS = {
     "key_budget_held": "The key's (or its team's) budget is not spent, but requests in flight hold the rest "
     "at what they may cost at most until they end; `retry-after` is 2 s.",
     "accounting_unavailable": "`accounting.when_store_down: closed` and the state store does not answer.",
-    "pool_auth": "No deployment of the pool can serve: the provider refused every key.",
+    "pool_auth": "No deployment of the pool can serve: the provider refused every key (the gateway's, so "
+    "not a 401, which would tell the client its own key is bad).",
+    "upstream_auth": "The provider refused the credentials the gateway sent (an upstream's `api_key`, or "
+    "none where clients hold gateway keys); the provider's body, which may quote part of the key, is not "
+    "passed on.",
     "pool_budget": "No deployment of the pool can serve: keys out of credit (the rest refused).",
     "pool_rate_limited": "Every deployment of the pool is rate limited and the earliest reset is too far "
     "to wait for (with `retry-after`).",
     "not_found": "No such endpoint.",
     "model_not_found": "No upstream or pool is configured for the requested model.",
-    "request_timeout": "The client did not send its body within `timeouts.idle_s`.",
+    "request_timeout": "The client did not send its body within `timeouts.idle_s` (on messages a 400 with "
+    "Anthropic's `error.details.error_code` `request_body_timeout`).",
     "request_too_large": "The body is over `server.max_body_bytes`, before or after decoding; refused "
     "before it is read.",
     "internal_error": "A bug in the gateway (logged as `unhandled_error`).",

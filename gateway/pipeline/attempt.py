@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from gateway import jsonbody
 from gateway.apis import OPENAI_CHAT
 from gateway.apis.base import Dialect, EventKind, ForeignError, StreamReader
-from gateway.errors import Classification, ErrorType, TransportError
+from gateway.errors import EVENT_STATUS, Classification, ErrorType, TransportError
 from gateway.pipeline.outcome import (
     Failure,
     Outcome,
@@ -52,15 +52,6 @@ class ReadMode(enum.Enum):
     STREAM = "stream"  # an SSE stream is expected: peek to the first visible event
     RAW = "raw"  # relay the success body untouched as it arrives (other /v1 paths)
 
-
-_STATUS_FOR_TYPE = {
-    ErrorType.RATE_LIMIT: 429,
-    ErrorType.BUDGET: 402,
-    ErrorType.CONTEXT_OVERFLOW: 400,
-    ErrorType.AUTH: 401,
-    ErrorType.PROVIDER_UNAVAILABLE: 503,
-    ErrorType.UNKNOWN: 502,
-}
 
 
 def _lower(headers: Mapping[str, str]) -> dict[str, str]:
@@ -120,6 +111,9 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
         t0 = svc.monotonic()
     token_first = token_s is not None and token_s < head_s
     outcome = await _exchange(svc, state, request, call, token_s, token_first, mark)
+    if isinstance(outcome, Failure) and outcome.classification.type is ErrorType.AUTH \
+            and not call.up.cfg.forwards_client_credentials:  # fmt: skip
+        outcome = operator_key_refused(call.up, outcome)
     if pooled and isinstance(outcome, Success):
         # Time to the first visible event of a stream, to the whole answer otherwise.
         svc.pool_state.timed(call.up.cfg.name, svc.monotonic() - t0)  # type: ignore[union-attr]
@@ -311,7 +305,7 @@ def _stream_error(svc: Services, payload: dict[str, Any]) -> Failure:
     c = classify_stream_event(payload, now_s=svc.wall())
     message, code = event_error_fields(payload)
     code = code or c.provider_code or c.type.value
-    return gateway_failure(status or _STATUS_FOR_TYPE[c.type], c, message, code)
+    return gateway_failure(status or EVENT_STATUS[c.type], c, message, code)
 
 
 def _upstream_error(
@@ -323,6 +317,26 @@ def _upstream_error(
     if c.type is ErrorType.CONTEXT_OVERFLOW and (status == 429 or status >= 500):
         answer = 400  # a request too big for the window fails the same way every time
     return Failure(c, answer, response_headers(headers), body, upstream_status=status)
+
+
+def operator_key_refused(up: UpstreamRuntime, failure: Failure) -> Failure:
+    """The provider refused the credential the gateway sent (the operator's ``api_key``, or none
+    at all where clients hold gateway keys): the client's own key is fine and only the operator
+    can act. A 401 or 403 would tell the client's SDK and agent that theirs is bad (Claude Code
+    asks the user to log in again), so it is a 502 made by the gateway; the
+    provider's body stays out, since it quotes part of the refused key ("Incorrect API key
+    provided: sk-abc***xyz"). The class stays ``auth`` (not retried; a pool sits the key out)."""
+    was = failure.classification
+    c = Classification(ErrorType.AUTH, False, None, None, was.provider_code, None, was.evidence)
+    status = failure.upstream_status or failure.status
+    out = gateway_failure(
+        502, c, f"the provider refused the gateway's own credentials for upstream '{up.cfg.name}' "
+        f"({status}), not yours: the gateway's operator must fix its api_key",
+        "upstream_auth",
+    )  # fmt: skip
+    out.upstream_status = failure.upstream_status
+    out.headers.extend((k, v) for k, v in failure.headers if k.lower() == "x-upstream-request-id")
+    return out
 
 
 def _transport(svc: Services, kind: TransportError) -> Failure:

@@ -298,7 +298,8 @@ def authenticate(svc: Services, request: web.Request) -> Failure | None:
         return None
     svc.telemetry.client_auth_refusals.labels(result.outcome).inc()
     code = "missing_client_key" if result.outcome == "missing" else "invalid_client_key"
-    failure = gateway_failure(401, Classification.of(ErrorType.AUTH), result.message, code, final=True)
+    message = result.message_for(state.dialect.api)
+    failure = gateway_failure(401, Classification.of(ErrorType.AUTH), message, code, final=True)
     failure.headers.append(("WWW-Authenticate", WWW_AUTHENTICATE))
     return failure
 

@@ -348,7 +348,10 @@ def _every_key_out(svc: Services, state: RequestState, pool: PoolRuntime, views:
     if any(v.out_why is SitOut.BUDGET for v in out):
         kind, status, what, code = ErrorType.BUDGET, 402, "out of credit", "pool_budget"
     else:
-        kind, status, what, code = ErrorType.AUTH, 401, "refused by the provider (revoked keys?)", "pool_auth"
+        # Not a 401: the keys refused are the gateway's, and a 401 tells the client's agent that
+        # its own is (the same answer as one upstream's refused key, attempt.operator_key_refused).
+        kind, status, what, code = (ErrorType.AUTH, 502, "refused by the provider (revoked keys? the "
+                                    "gateway's, not yours: its operator must replace them)", "pool_auth")
     state.upstream = pool.cfg.name  # no deployment was asked: the pool answered
     c = Classification(kind, False, None, reset_at_ms(wait_s, svc.wall()), code, None,
                        f"every deployment of pool '{pool.cfg.name}' sits out")  # fmt: skip

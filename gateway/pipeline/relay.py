@@ -18,7 +18,7 @@ from aiohttp import web
 
 from gateway.apis import DIALECT_FOR_API, api_of_path
 from gateway.apis.base import Dialect, Ending, EventKind, Splice, StreamReader
-from gateway.errors import Classification, ErrorType, TransportError
+from gateway.errors import EVENT_STATUS, Classification, ErrorType, TransportError
 from gateway.jsonpeek import top_level_member
 from gateway.one_write import OneWriteResponse
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success
@@ -26,7 +26,7 @@ from gateway.pipeline.stamp import stamp
 from gateway.policy.classify import classify, classify_stream_event
 from gateway.policy.tokens import BYTES_PER_TOKEN, text_tokens
 from gateway.services import Services
-from gateway.sse import EventSplitter, parse_event
+from gateway.sse import EventSplitter, error_status, parse_event
 from gateway.translate.base import StreamTranslator
 from gateway.upstream import UpstreamFailure
 
@@ -407,7 +407,7 @@ def _ending_from_event(payload: dict[str, Any], now_s: float) -> Ending:
             message = err["message"]
         raw_code = err.get("code") or err.get("type")
         code = str(raw_code) if raw_code is not None else None
-    return Ending(c, message, code)
+    return Ending(c, message, code, error_status(payload) or EVENT_STATUS[c.type])
 
 
 async def _end_with_error(

@@ -22,6 +22,11 @@ def stamp(state: RequestState, response: web.StreamResponse, now: float | None) 
     sends after the request was accounted for."""
     h = response.headers
     h["x-request-id"] = state.request_id
+    if state.dialect.api == "messages" and "request-id" not in h:
+        # Anthropic sends its id as ``request-id`` on every answer, and the anthropic SDKs read
+        # it from there (``request_id`` of a message or an error), not from the body; an
+        # Anthropic upstream's own, passed on, is left as it is.
+        h["request-id"] = state.request_id
     h["x-llm-attempts"] = str(state.attempts)
     if state.compressed:
         h["x-llm-compressed"] = "true"

@@ -10,7 +10,7 @@ import pytest
 def assert_gateway_error(status: int, headers, body: bytes, expected_status: int, code: str) -> None:
     assert status == expected_status
     err = json.loads(body)["error"]
-    assert set(err) == {"message", "type", "code", "x_llm_error_type", "retryable"} and err["code"] == code
+    assert set(err) == {"message", "type", "param", "code", "x_llm_error_type", "retryable"} and err["code"] == code
     assert err["x_llm_error_type"] == "unknown" and err["retryable"] is False
     assert headers["x-llm-error-type"] == "unknown"
     assert headers["x-llm-error-retryable"] == "false"
@@ -117,12 +117,15 @@ async def test_absolute_uri_request_target_is_not_proxied(make_gateway) -> None:
     assert gw.fake.requests == []
 
 
-@pytest.mark.parametrize(("encoding", "data", "status", "code"), [
-    ("br", b"\x8b\x02\x80hello\x03", 415, "unsupported_content_encoding"),
-    ("zstd", b"(\xb5/\xfd\x00Xhello", 415, "unsupported_content_encoding"),
-    ("gzip", b'{"model": "gpt-4o-mini", "messages": []}', 400, "invalid_content_encoding"),
-])
-async def test_content_encodings_we_cannot_read_get_a_clear_error(make_gateway, encoding, data, status, code) -> None:
+@pytest.mark.parametrize(("encoding", "data", "status", "code", "anthropic_code"), [
+    ("br", b"\x8b\x02\x80hello\x03", 415, "unsupported_content_encoding", "request_body_encoding_unsupported"),
+    ("zstd", b"(\xb5/\xfd\x00Xhello", 415, "unsupported_content_encoding", "request_body_encoding_unsupported"),
+    ("gzip", b'{"model": "gpt-4o-mini", "messages": []}', 400, "invalid_content_encoding",
+     "request_body_encoding_invalid"),
+])  # fmt: skip
+async def test_content_encodings_we_cannot_read_get_a_clear_error(
+    make_gateway, encoding, data, status, code, anthropic_code
+) -> None:
     gw = await make_gateway()
     status_, headers, body = await gw.chat(data=data, headers={"Content-Type": "application/json",
                                                                 "Content-Encoding": encoding})
@@ -130,7 +133,10 @@ async def test_content_encodings_we_cannot_read_get_a_clear_error(make_gateway, 
     assert gw.fake.chat_requests() == []
     status_, _, body = await gw.messages(data=data, headers={"Content-Type": "application/json",
                                                              "Content-Encoding": encoding})
-    assert status_ == status and json.loads(body)["type"] == "error"
+    # Anthropic's own answer to a body it cannot read: a 400 naming why in details.error_code.
+    doc = json.loads(body)
+    assert status_ == 400 and doc["type"] == "error" and doc["error"]["type"] == "invalid_request_error"
+    assert doc["error"]["details"] == {"error_code": anthropic_code} and doc["error"]["code"] == code
     assert (await gw.chat())[0] == 200  # still healthy
 
 

@@ -26,7 +26,7 @@ async def test_a_responses_stream_failing_every_time_ends_in_the_responses_envel
         await client.responses.create(model="gpt-5-codex", input="hi", stream=True)
         raise AssertionError("expected an error")
     except openai.InternalServerError as e:
-        assert e.status_code == 500 and e.type == "gateway_error" and e.code == "server_error"
+        assert e.status_code == 500 and e.type == "server_error" and e.code == "server_error"
         err = e.body if isinstance(e.body, dict) else {}
         assert set(err) >= {"message", "type", "param", "code"} and "status" not in err
         assert err["message"] == "An error occurred."
@@ -47,7 +47,7 @@ async def test_a_responses_error_event_every_time_ends_in_the_responses_envelope
         await client.responses.create(model="gpt-5-codex", input="hi", stream=True)
         raise AssertionError("expected an error")
     except openai.RateLimitError as e:
-        assert e.type is not None and e.code == "rate_limit_exceeded" and isinstance(e.body, dict)
+        assert e.type == "requests" and e.code == "rate_limit_exceeded" and isinstance(e.body, dict)
         assert e.body["x_llm_error_type"] == "rate_limit" and "status" not in e.body
     finally:
         await client.close()
@@ -65,7 +65,7 @@ async def test_a_chat_stream_failing_every_time_ends_in_the_chat_envelope(make_g
                                              messages=[{"role": "user", "content": "hi"}])
         raise AssertionError("expected an error")
     except openai.APIStatusError as e:
-        assert e.status_code == 502 and e.type == "gateway_error"
+        assert e.status_code == 502 and e.type == "server_error"
         assert isinstance(e.body, dict) and e.body["message"] == "Provider returned error"
         assert e.body["x_llm_error_type"] == "provider_unavailable" and e.body["retryable"] is True
     finally:
@@ -79,7 +79,7 @@ async def test_a_malformed_first_event_every_time_leaks_no_internal_status(make_
                                      "messages": [{"role": "user", "content": "hi"}]})
     err = json.loads(body)["error"]
     assert status == 502 and err["code"] == "malformed_event" and "status" not in err
-    assert err["type"] == "gateway_error" and err["x_llm_error_type"] == "provider_unavailable"
+    assert err["type"] == "server_error" and err["x_llm_error_type"] == "provider_unavailable"
 
 
 async def test_a_messages_stream_overloaded_every_time_ends_in_the_messages_envelope(make_gateway) -> None:

@@ -86,7 +86,9 @@ async def test_configured_key_replaces_the_clients_and_never_leaks(make_gateway)
                                          "code": "invalid_api_key"}}))
     status, headers, body = await gw.chat(headers={"Authorization": "Bearer sk-client"})
     assert gw.fake.chat_requests()[-1].headers["Authorization"] == "Bearer sk-gateway-secret"
-    assert status == 401 and headers["x-llm-error-type"] == "auth"
+    # The gateway's own key refused: not the client's 401 to see (docs/errors, upstream_auth).
+    assert status == 502 and headers["x-llm-error-type"] == "auth"
+    assert json.loads(body)["error"]["code"] == "upstream_auth"
     assert b"sk-gateway-secret" not in body and "sk-gateway-secret" not in str(dict(headers))
 
 

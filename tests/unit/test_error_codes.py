@@ -30,7 +30,7 @@ def test_the_collector_finds_the_codes_it_is_meant_to(codes: dict[str, errors.Ma
     assert codes["invalid_json"].statuses == {400} and codes["request_timeout"].statuses == {408}
     # Bound in one tuple with their status and class, branch by branch (pipeline/pool.py).
     assert codes["pool_budget"].statuses == {402} and codes["pool_budget"].classes == {"budget"}
-    assert codes["pool_auth"].statuses == {401} and codes["pool_auth"].classes == {"auth"}
+    assert codes["pool_auth"].statuses == {502} and codes["pool_auth"].classes == {"auth"}
     assert codes["circuit_open"].classes == {"provider_unavailable"}  # through attempt._unavailable
     assert codes["stream_broken"].statuses == {None}  # ends a stream under way
     assert {"missing_client_key", "invalid_client_key", "circuit_open", "empty_stream", "untranslatable_request",

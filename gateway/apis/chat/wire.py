@@ -83,10 +83,7 @@ class OpenAIChat:
         return {**payload, "stream_options": {**(options or {}), "include_usage": True}}, True
 
     def error_body(self, status: int, message: str, code: str, c: Classification, request_id: str) -> bytes:
-        return json.dumps({"error": {
-            "message": message, "type": "gateway_error" if status >= 500 else "invalid_request_error",
-            "code": code, "x_llm_error_type": c.type.value, "retryable": c.retryable,
-        }}).encode()  # fmt: skip
+        return openai_error_body(status, message, code, c)
 
     def error_status(self, status: int, code: str) -> int:
         return status
@@ -224,6 +221,13 @@ class ChatStreamReader(ShownText):
         return EventKind.FINAL if _finished(raw) else EventKind.VISIBLE
 
     def broken(self, ending: Ending, request_id: str, model: str | None) -> bytes:
+        # finish_reason "error" is none of OpenAI's (stop, length, tool_calls, content_filter,
+        # function_call), on purpose: no client may read this end as a finished answer. The
+        # openai SDKs raise APIError on any chunk carrying "error" before they look at a
+        # choice; @ai-sdk/openai-compatible (chunk schema a loose object) sees "error" and
+        # ends with finishReason "error", and where a version strips the unknown member it
+        # maps an unknown finish_reason to "other", never to "stop". A "stop" here would
+        # read as a whole answer to anything that looks only at the choice.
         c = ending.classification
         sid, smodel = self.identity or (None, None)
         return encode_data({
@@ -234,7 +238,7 @@ class ChatStreamReader(ShownText):
             "choices": [{"index": 0, "delta": {}, "finish_reason": "error"}],
             "error": {
                 "message": ending.message,
-                "type": "upstream_error" if c.type is not ErrorType.UNKNOWN else "gateway_error",
+                "type": openai_type(None, c, ending.code or "", ending.message),
                 "code": ending.code or c.provider_code or c.type.value,
                 "x_llm_error_type": c.type.value,
                 "retryable": c.retryable,
@@ -290,16 +294,46 @@ def usage_doc(event: Event) -> dict[str, Any] | None:
     return None
 
 
-# OpenAI's own (type, code) per class, as its API and SDK users match on them: an overflow is
-# code `context_length_exceeded` (Codex and the Agents SDK look for it), a quota error
-# `insufficient_quota`, a rate limit `rate_limit_exceeded` (OpenAI API reference, "Error codes").
-_OPENAI_CLASS = {
-    ErrorType.CONTEXT_OVERFLOW: ("invalid_request_error", "context_length_exceeded"),
-    ErrorType.RATE_LIMIT: ("rate_limit_exceeded", "rate_limit_exceeded"),
-    ErrorType.BUDGET: ("insufficient_quota", "insufficient_quota"),
-    ErrorType.AUTH: ("invalid_request_error", "invalid_api_key"),
-    ErrorType.PROVIDER_UNAVAILABLE: ("server_error", "server_error"),
+# OpenAI's own code per class, as its API and SDK users match on them: an overflow is code
+# `context_length_exceeded` (Codex and the Agents SDK look for it), a quota error
+# `insufficient_quota`, a rate limit `rate_limit_exceeded` (OpenAI API reference, "Error codes";
+# the bodies in tests/corpus/openai.json). The type goes with the class: see ``openai_type``.
+_OPENAI_CODE = {
+    ErrorType.CONTEXT_OVERFLOW: "context_length_exceeded",
+    ErrorType.RATE_LIMIT: "rate_limit_exceeded",
+    ErrorType.BUDGET: "insufficient_quota",
+    ErrorType.AUTH: "invalid_api_key",
+    ErrorType.PROVIDER_UNAVAILABLE: "server_error",
 }
+
+
+def openai_type(status: int | None, c: Classification, code: str, message: str) -> str:
+    """The ``type`` OpenAI gives an error of this class and status (``None``: a stream under
+    way, whose status went out before). OpenAI names a rate limit by what ran out, ``requests``
+    or ``tokens``, and a spent quota ``insufficient_quota`` (the 429s in
+    tests/corpus/openai.json); a 5xx is ``server_error``; the rest ``invalid_request_error``, 401
+    included. A code that names what ran out (``key_tokens_per_minute``) says which; else the
+    message does, as the provider's own does ("on tokens per min (TPM)")."""
+    if c.type is ErrorType.RATE_LIMIT:
+        named = code.lower()
+        said = named if "token" in named or "request" in named else message.lower()
+        return "tokens" if "token" in said else "requests"
+    if c.type is ErrorType.BUDGET:
+        return "insufficient_quota"
+    if status is None:  # the stream's status said nothing: the class alone decides
+        the_request = c.type in (ErrorType.AUTH, ErrorType.CONTEXT_OVERFLOW)
+        return "invalid_request_error" if the_request else "server_error"
+    server = status >= 500 or c.type is ErrorType.PROVIDER_UNAVAILABLE
+    return "server_error" if server else "invalid_request_error"
+
+
+def openai_error_body(status: int, message: str, code: str, c: Classification) -> bytes:
+    """A gateway-made error in OpenAI's envelope (chat completions and Responses alike): every
+    member OpenAI's has (``message``, ``type``, ``param``, ``code``), the gateway's own code."""
+    return json.dumps({"error": {
+        "message": message, "type": openai_type(status, c, code, message), "param": None, "code": code,
+        "x_llm_error_type": c.type.value, "retryable": c.retryable,
+    }}).encode()  # fmt: skip
 
 
 def openai_error_fields(e: ForeignError) -> tuple[int, str, str, str]:
@@ -313,11 +347,11 @@ def openai_error_fields(e: ForeignError) -> tuple[int, str, str, str]:
         prompt, limit = overflow_numbers(e)
         message = (f"This model's maximum context length is {limit} tokens. However, your messages "
                    f"resulted in {prompt} tokens.")  # fmt: skip
-        return 400, *_OPENAI_CLASS[c.type], message
-    if c.type in _OPENAI_CLASS:
+        return 400, "invalid_request_error", _OPENAI_CODE[c.type], message
+    if c.type in _OPENAI_CODE:
         status = 401 if c.type is ErrorType.AUTH and e.status not in (401, 403) else e.status
-        return status, *_OPENAI_CLASS[c.type], message
-    type_ = "server_error" if e.status >= 500 else "invalid_request_error"
+        return status, openai_type(status, c, "", message), _OPENAI_CODE[c.type], message
+    type_ = openai_type(e.status, c, "", message)
     return e.status, type_, c.provider_code or type_, message
 
 

@@ -20,16 +20,30 @@ from gateway.apis.base import ForeignError
 from gateway.apis.common import overflow_numbers, upstream_detail
 from gateway.errors import Classification, ErrorType
 
-# HTTP status → canonical code (google/rpc/code.proto's HTTP mapping). The statuses the gateway
-# answers that Google never does get the code that means the same: a budget (402) is an
-# exhausted resource, a gateway 502 an unavailable upstream, 529 (shed load) the same.
+# HTTP status -> canonical code, as google/rpc/code.proto maps them ("HTTP Mapping" of each
+# code; googleapis-common-protos). Every error in Google's envelope is answered with one of
+# these statuses (``google_status``), so that ``code`` and ``status`` agree as in Google's own
+# answers, save two the gateway keeps on purpose:
+# * 402, a spent budget, as RESOURCE_EXHAUSTED: not 429, which every Gemini client retries;
+# * 408, a body that did not arrive in time, as DEADLINE_EXCEEDED (what happened; no code maps
+#   to 408): 504 would say the server timed out, and google-genai retries a 408 as it is
+#   (``_api_client._RETRY_HTTP_STATUS_CODES``: 408, 429, 500, 502, 503, 504).
 _STATUS = {
     400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 402: "RESOURCE_EXHAUSTED", 403: "PERMISSION_DENIED",
-    404: "NOT_FOUND", 408: "DEADLINE_EXCEEDED", 409: "ABORTED", 413: "INVALID_ARGUMENT",
-    415: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 499: "CANCELLED", 500: "INTERNAL",
-    501: "UNIMPLEMENTED", 502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED",
-    529: "UNAVAILABLE",
+    404: "NOT_FOUND", 408: "DEADLINE_EXCEEDED", 409: "ABORTED", 429: "RESOURCE_EXHAUSTED", 499: "CANCELLED",
+    500: "INTERNAL", 501: "UNIMPLEMENTED", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED",
 }  # fmt: skip
+# The rest, as Google answers the same: a payload over its limit is a 400 INVALID_ARGUMENT
+# ("Request payload size exceeds the limit: N bytes.", not 413), a body it cannot read one too;
+# an upstream that failed (the gateway's 502) or shed load (529) is a 503 UNAVAILABLE.
+_AS_GOOGLE = {413: 400, 415: 400, 502: 503, 529: 503}
+
+
+def google_status(status: int) -> int:
+    """The status an error with ``status`` is answered with in Google's envelope."""
+    if status in _STATUS:
+        return status
+    return _AS_GOOGLE.get(status) or (500 if status >= 500 else 400)
 
 ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
@@ -37,7 +51,7 @@ DOMAIN = "llm-gateway"
 
 
 def status_name(status: int) -> str:
-    return _STATUS.get(status) or ("INTERNAL" if status >= 500 else "INVALID_ARGUMENT")
+    return _STATUS[google_status(status)]
 
 
 def retry_delay(seconds: float) -> str:
@@ -77,6 +91,7 @@ def gemini_error(status: int, message: str, code: str, c: Classification, reques
 def foreign_error(e: ForeignError, request_id: str) -> tuple[int, bytes]:
     """An upstream's error on a translated request, worded the way the Gemini API says it."""
     status, message = _terms(e)
+    status = google_status(status)
     c = e.classification
     doc = google_error(status, message, c.provider_code or c.type.value, c, request_id,
                        {"x_llm_upstream": upstream_detail(e)})  # fmt: skip

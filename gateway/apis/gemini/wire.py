@@ -99,7 +99,7 @@ class GeminiGenerate:
         return errors.gemini_error(status, message, code, c, request_id)
 
     def error_status(self, status: int, code: str) -> int:
-        return 503 if status == 529 else status  # 529 is no status Google's clients know
+        return errors.google_status(status)
 
     def foreign_error(self, e: ForeignError, request_id: str) -> tuple[int, bytes]:
         return errors.foreign_error(e, request_id)

@@ -73,13 +73,27 @@ _TYPE_FOR_STATUS = {
     529: "overloaded_error",
 }
 
+# The types an Anthropic client knows (its SDK's ErrorType; "Errors" in Anthropic's docs): an
+# upstream's own one of these is kept, anything else is put in these terms.
+_ANTHROPIC_TYPES = frozenset({*_TYPE_FOR_STATUS.values(), "api_error"})
+# A class that says what kind of error it is, whatever the status.
 _TYPE_FOR_CLASS = {
     ErrorType.RATE_LIMIT: "rate_limit_error",
     ErrorType.BUDGET: "billing_error",
     ErrorType.AUTH: "authentication_error",
     ErrorType.CONTEXT_OVERFLOW: "invalid_request_error",
-    ErrorType.PROVIDER_UNAVAILABLE: "api_error",
-    ErrorType.UNKNOWN: "api_error",
+}
+
+# A body Anthropic cannot read is a 400 whose ``error.details.error_code`` says why, which the
+# anthropic SDKs map to their own exception classes (2.14: ``_error_classes.ERROR_CLASSES``,
+# RequestBodyEncodingUnsupportedError, RequestBodyEncodingInvalidError,
+# BetaRequestBodyTimeoutError); the gateway's 415 and 408 for the same were a bare
+# APIStatusError and a RequestTimeoutError, which code written against Anthropic's answers
+# does not catch. Keyed by the gateway's own code.
+_BODY_UNREADABLE = {
+    "unsupported_content_encoding": "request_body_encoding_unsupported",
+    "invalid_content_encoding": "request_body_encoding_invalid",
+    "request_timeout": "request_body_timeout",
 }
 
 # Events that never show the user anything; held back so an early failure can be replayed.
@@ -107,7 +121,11 @@ class AnthropicMessages:
         return anthropic_error(self.error_status(status, code), message, code, c, request_id)
 
     def error_status(self, status: int, code: str) -> int:
-        return 529 if code == "circuit_open" else status
+        # Anthropic has no 503: its "temporarily unavailable" is 529 overloaded_error, which
+        # Claude Code backs off on (an open circuit, a store down, an upstream's 503 event).
+        if status == 503:
+            return 529
+        return 400 if code in _BODY_UNREADABLE else status
 
     def foreign_error(self, e: ForeignError, request_id: str) -> tuple[int, bytes]:
         status, type_, message = _anthropic_terms(e)
@@ -176,14 +194,13 @@ class AnthropicMessages:
 
 def anthropic_error(status: int, message: str, code: str, c: Classification, request_id: str) -> bytes:
     type_ = _TYPE_FOR_STATUS.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
-    return json.dumps({
-        "type": "error",
-        "error": {
-            "type": type_, "message": message, "code": code,
-            "x_llm_error_type": c.type.value, "retryable": c.retryable,
-        },
-        "request_id": request_id,
-    }).encode()  # fmt: skip
+    err: dict[str, Any] = {
+        "type": type_, "message": message, "code": code,
+        "x_llm_error_type": c.type.value, "retryable": c.retryable,
+    }  # fmt: skip
+    if code in _BODY_UNREADABLE:
+        err["details"] = {"error_code": _BODY_UNREADABLE[code]}
+    return json.dumps({"type": "error", "error": err, "request_id": request_id}).encode()
 
 
 def anthropic_usage(usage: Any) -> dict[str, int]:
@@ -296,8 +313,7 @@ class AnthropicStreamReader(ShownText):
     def broken(self, ending: Ending, request_id: str, model: str | None) -> bytes:
         c = ending.classification
         code = ending.code or c.provider_code or c.type.value
-        # Keep the provider's own Anthropic error type when it sent one (e.g. overloaded_error).
-        type_ = code if code.endswith("_error") else _TYPE_FOR_CLASS[c.type]
+        type_ = anthropic_type(c, ending.status, code)
         doc = {
             "type": "error",
             "error": {
@@ -319,6 +335,24 @@ def _empty_block(block: Any) -> bool:
     if kind == "thinking":
         return not block.get("thinking")
     return False
+
+
+def anthropic_type(c: Classification, status: int | None, given: str | None = None) -> str:
+    """The Anthropic error type of an error event ending a stream: the upstream's own when it is
+    one of Anthropic's (an Anthropic upstream's ``overloaded_error``), else the type Anthropic
+    gives that class or the status the event stands for: a chat upstream's ``server_error``
+    read as a type would be one no Anthropic client knows, and a Gemini 503 UNAVAILABLE is what
+    Anthropic calls ``overloaded_error`` (its 529). ``status`` None: the gateway cut the stream
+    (a reset, a stall), which stays ``api_error``."""
+    if given in _ANTHROPIC_TYPES:
+        return given
+    if c.type in _TYPE_FOR_CLASS:
+        return "permission_error" if c.type is ErrorType.AUTH and status == 403 else _TYPE_FOR_CLASS[c.type]
+    if status is None:
+        return "api_error"
+    if c.type is ErrorType.PROVIDER_UNAVAILABLE and status in (429, 503, 529):
+        return "overloaded_error"
+    return _TYPE_FOR_STATUS.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
 
 
 def _anthropic_terms(e: ForeignError) -> tuple[int, str, str]:

@@ -38,7 +38,7 @@ from gateway.apis.base import (
     StreamReader,
     Where,
 )
-from gateway.apis.chat.wire import openai_foreign_error
+from gateway.apis.chat.wire import openai_error_body, openai_foreign_error
 from gateway.apis.common import admit_fields, malformed_event_error, token_counts
 from gateway.apis.replay import Trim, is_replay, trimmed
 from gateway.apis.responses import replay as responses_replay
@@ -87,10 +87,7 @@ class OpenAIResponses:
         return inbound.payload, False  # response.completed always carries usage
 
     def error_body(self, status: int, message: str, code: str, c: Classification, request_id: str) -> bytes:
-        return json.dumps({"error": {
-            "message": message, "type": "gateway_error" if status >= 500 else "invalid_request_error",
-            "param": None, "code": code, "x_llm_error_type": c.type.value, "retryable": c.retryable,
-        }}).encode()  # fmt: skip
+        return openai_error_body(status, message, code, c)
 
     def error_status(self, status: int, code: str) -> int:
         return status

@@ -63,6 +63,37 @@ def test_broken_stream_event_is_one_anthropic_error_with_our_fields() -> None:
     assert json.loads(overloaded.split(b"data: ", 1)[1])["error"]["type"] == "overloaded_error"
 
 
+@pytest.mark.parametrize(("kind", "code", "status", "type_"), [
+    # An Anthropic upstream's own type is kept.
+    (ErrorType.PROVIDER_UNAVAILABLE, "overloaded_error", 529, "overloaded_error"),
+    (ErrorType.UNKNOWN, "invalid_request_error", 400, "invalid_request_error"),
+    # Another API's error event, in Anthropic's terms: by class, else by the status it stands for.
+    (ErrorType.PROVIDER_UNAVAILABLE, "server_error", 503, "overloaded_error"),  # chat: no status, its class's
+    (ErrorType.PROVIDER_UNAVAILABLE, "503", 503, "overloaded_error"),  # Gemini UNAVAILABLE
+    (ErrorType.PROVIDER_UNAVAILABLE, "server_error", 500, "api_error"),  # Responses response.failed
+    (ErrorType.PROVIDER_UNAVAILABLE, "malformed_event", 502, "api_error"),
+    (ErrorType.PROVIDER_UNAVAILABLE, "DEADLINE_EXCEEDED", 504, "timeout_error"),
+    (ErrorType.RATE_LIMIT, "rate_limit_exceeded", 429, "rate_limit_error"),
+    (ErrorType.RATE_LIMIT, "429", 429, "rate_limit_error"),
+    (ErrorType.BUDGET, "insufficient_quota", 402, "billing_error"),
+    (ErrorType.AUTH, "invalid_api_key", 401, "authentication_error"),
+    (ErrorType.AUTH, "403", 403, "permission_error"),
+    (ErrorType.CONTEXT_OVERFLOW, "context_length_exceeded", 400, "invalid_request_error"),
+    (ErrorType.UNKNOWN, "400", 400, "invalid_request_error"),
+    (ErrorType.UNKNOWN, "404", 404, "not_found_error"),
+    (ErrorType.UNKNOWN, "server_error", 500, "api_error"),
+    # The gateway cut the stream itself: no status to go by.
+    (ErrorType.PROVIDER_UNAVAILABLE, "stream_broken", None, "api_error"),
+    (ErrorType.PROVIDER_UNAVAILABLE, "idle_timeout", None, "api_error"),
+])  # fmt: skip
+def test_an_error_event_ending_a_stream_is_typed_as_anthropic_types_it(
+    kind: ErrorType, code: str, status: int | None, type_: str
+) -> None:
+    raw = D.reader(False).broken(Ending(Classification.of(kind), "why", code, status), "rid", None)
+    doc = json.loads(raw.split(b"data: ", 1)[1])
+    assert doc["error"]["type"] == type_ and doc["error"]["code"] == code
+
+
 @pytest.mark.parametrize(("status", "code", "answer", "type_"), [
     (400, "invalid_json", 400, "invalid_request_error"),
     (401, "invalid_client_key", 401, "authentication_error"),
@@ -71,6 +102,8 @@ def test_broken_stream_event_is_one_anthropic_error_with_our_fields() -> None:
     (502, "upstream_unreachable", 502, "api_error"),
     (504, "upstream_timeout", 504, "timeout_error"),
     (503, "circuit_open", 529, "overloaded_error"),
+    (503, "accounting_unavailable", 529, "overloaded_error"),  # Anthropic has no 503
+    (503, "503", 529, "overloaded_error"),  # a Gemini UNAVAILABLE event before anything was shown
 ])  # fmt: skip
 def test_gateway_errors_use_anthropics_envelope(status: int, code: str, answer: int, type_: str) -> None:
     c = Classification.of(ErrorType.UNKNOWN)
@@ -79,6 +112,22 @@ def test_gateway_errors_use_anthropics_envelope(status: int, code: str, answer: 
     assert doc == {"type": "error", "error": {"type": type_, "message": "why", "code": code,
                                               "x_llm_error_type": "unknown", "retryable": False},
                    "request_id": "req-1"}
+
+
+@pytest.mark.parametrize(("status", "code", "error_code"), [
+    (415, "unsupported_content_encoding", "request_body_encoding_unsupported"),
+    (400, "invalid_content_encoding", "request_body_encoding_invalid"),
+    (408, "request_timeout", "request_body_timeout"),
+])  # fmt: skip
+def test_a_body_the_gateway_cannot_read_is_anthropics_400_with_its_error_code(
+    status: int, code: str, error_code: str
+) -> None:
+    """Anthropic's own answers, as the anthropic SDK maps them (``(400, error_code)`` in its
+    ``_error_classes.ERROR_CLASSES``): read from ``error.details.error_code``."""
+    answer = D.error_status(status, code)
+    doc = json.loads(D.error_body(answer, "why", code, Classification.of(ErrorType.UNKNOWN), "req-1"))
+    assert answer == 400 and doc["error"]["type"] == "invalid_request_error"
+    assert doc["error"]["details"] == {"error_code": error_code} and doc["error"]["code"] == code
 
 
 def test_admission() -> None:
