@@ -172,7 +172,7 @@ async def test_a_failure_remembered_before_a_reload_that_fixes_the_upstream_is_n
     make_gateway: MakeGateway, tmp_path: Path
 ) -> None:
     """The loop breaker answered the identical request from memory after the operator had
-    replaced the refused upstream key (measured: the old 401, x-llm-attempts: 0, for the
+    replaced the refused upstream key (measured: the old refusal, x-llm-attempts: 0, for the
     remembered window). A failure is the answer of one set of upstreams; a new one asks again."""
     async with FakeUpstream() as fake:
         fake.require_key = True
@@ -186,9 +186,10 @@ async def test_a_failure_remembered_before_a_reload_that_fixes_the_upstream_is_n
         reloader = Reloader(str(path), gw.app[LIVE], log=logging.getLogger("tests.integration.reload"), env={})
         assert await reloader.reload("SIGHUP", quiet_if_same=True)
         asked = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "the same"}]}
-        assert (await gw.chat(asked))[0] == 401
+        # The provider refused the gateway's own key: 502 upstream_auth (the client's is fine).
+        assert (await gw.chat(asked))[0] == 502
         status, headers, _ = await gw.chat(asked)
-        assert status == 401 and headers["x-llm-attempts"] == "0"  # from memory, as it should be
+        assert status == 502 and headers["x-llm-attempts"] == "0"  # from memory, as it should be
         path.write_text(text.replace("KEY", "sk-new"))
         assert await reloader.reload("SIGHUP")
         status, headers, _ = await gw.chat(asked)
