@@ -15,7 +15,16 @@ import pytest
 
 from tests.e2e.conftest import RunningGateway, launch_cli
 from tests.e2e.test_codex import codex  # noqa: F401  (the installed CLI, a fixture)
-from tests.fakeupstream import FakeUpstream, Stream, chunk
+from tests.fakeupstream import (
+    FakeUpstream,
+    Stream,
+    anthropic_head,
+    anthropic_stream,
+    anthropic_tail,
+    chunk,
+    sse,
+    text_delta,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -228,3 +237,46 @@ def test_codex_on_a_messages_only_upstream_through_chat(
     assert r.stdout.strip() == "Hello from fake."
     [sent] = upstream.requests
     assert sent.path == "/v1/messages" and sent.json()["model"] == "claude-sonnet-4-5"
+
+
+def messages_call(tool_id: str, name: str, args: str) -> Stream:
+    """An Anthropic stream calling one tool, its input in one fragment."""
+    head = anthropic_head()[0]  # message_start
+    return Stream([
+        head,
+        sse("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {
+            "type": "tool_use", "id": tool_id, "name": name, "input": {}}}),
+        sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {
+            "type": "input_json_delta", "partial_json": args}}),
+        *anthropic_tail(stop_reason="tool_use"),
+    ])  # fmt: skip
+
+
+def test_codex_compacts_a_session_that_ran_a_tool_on_a_messages_upstream(
+    codex: Path,  # noqa: F811
+    messages_gateway: RunningGateway,
+    upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    """Codex's compaction request replays the session's tool rounds with ``tools: []``, which
+    Anthropic refuses ("Requests which include `tool_use` or `tool_result` blocks must define
+    tools.", and the fake with it): Codex then ended in "Failed to run pre-sampling compact"."""
+    near_full = [*anthropic_head(input_tokens=989990), text_delta("It printed hi."), *anthropic_tail()]
+    upstream.script(
+        messages_call("toolu_01A", "exec_command", '{"cmd": "echo hi"}'),
+        Stream(near_full),
+        Stream(anthropic_stream(words=("SUMMARY-1",))),
+        Stream(anthropic_stream(words=("Again.",))),
+    )
+    assert run_codex(codex, messages_gateway, tmp_path, "Run echo hi").returncode == 0
+    home = tmp_path / "home"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "CODEX_HOME": str(home / "codex"), "GW_KEY": "dummy"}
+    r = subprocess.run([str(codex), "exec", "--skip-git-repo-check", "resume", "--last", "again"], env=env, cwd=home,
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=90)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "Again."
+    _, _, compaction, turn = [q.json() for q in upstream.requests]
+    assert "COMPACTION" in json.dumps(compaction["messages"][-1])
+    assert [t["name"] for t in compaction["tools"]] == ["exec_command"]
+    assert compaction["tool_choice"] == {"type": "none"}
+    assert "SUMMARY-1" in json.dumps(turn["messages"])

@@ -123,6 +123,8 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
     max_tokens = _int(p, "max_completion_tokens") or _int(p, "max_tokens")
     out["max_tokens"] = max_tokens or default_max_tokens(target.model, stream)
     tools, choice = _tools(p)
+    if not tools and any(b["type"] == "tool_use" for t in messages for b in t["content"]):
+        tools, choice = _called_before(messages), {"type": "none"}
     if tools:
         out["tools"] = tools
         if choice is not None:
@@ -353,6 +355,18 @@ def _tools(p: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any] |
     if p.get("parallel_tool_calls") is False and (mapped is None or mapped["type"] != "none"):
         mapped = {**(mapped or {"type": "auto"}), "disable_parallel_tool_use": True}
     return tools, mapped
+
+
+def _called_before(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tools for the names the conversation called, none of them callable now: Anthropic
+    refuses tool blocks in a request that declares no tools ("Requests which include
+    `tool_use` or `tool_result` blocks must define tools."), which is what an agent's summary
+    request is (Codex's compaction sends ``tools: []``). Sent with ``tool_choice: none``,
+    the client's own word that no tool may be called; the rounds stay structured, where
+    flattened into text they teach the model to write calls as text."""
+    names = dict.fromkeys(b["name"] for t in turns for b in t["content"] if b["type"] == "tool_use")
+    return [{"name": name, "description": "Called earlier in this conversation; not offered now.",
+             "input_schema": {"type": "object", "properties": {}}} for name in names]  # fmt: skip
 
 
 def _sampling(p: Mapping[str, Any], out: dict[str, Any]) -> None:

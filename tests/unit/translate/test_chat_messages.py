@@ -216,6 +216,36 @@ def test_no_tools_means_no_tool_choice() -> None:
     assert "tool_choice" not in req({"model": "m", "messages": [user()], "tool_choice": "auto"})
 
 
+SUMMARIZE = [user("weather?"), {"role": "assistant", "content": None, "tool_calls": [call("call_1"), call("call_2")]},
+             {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+             {"role": "tool", "tool_call_id": "call_2", "content": "warm"},
+             {"role": "assistant", "content": "Sunny and warm."}, user("Summarize this conversation.")]  # fmt: skip
+
+
+@pytest.mark.parametrize("payload", [
+    {},  # an agent's summary request: its history, no tools
+    {"tools": [], "tool_choice": "auto", "parallel_tool_calls": False},  # Codex's compaction, through chat
+    {"tools": [WEATHER], "tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": []}}},
+])  # fmt: skip
+def test_tool_history_without_tools_declares_the_called_ones_uncallable_sdk_python_494(
+    payload: dict[str, Any],
+) -> None:
+    """Anthropic refuses tool blocks in a request that declares no tools ("Requests which
+    include `tool_use` or `tool_result` blocks must define tools.", anthropic-sdk-python #494):
+    the names called are declared, and ``tool_choice: none`` keeps them uncallable, as the
+    client asked by offering none."""
+    out = req({"model": "m", "messages": SUMMARIZE, **payload})
+    assert out["tools"] == [{"name": "get_weather", "description": "Called earlier in this conversation; not "
+                             "offered now.", "input_schema": {"type": "object", "properties": {}}}]  # fmt: skip
+    assert out["tool_choice"] == {"type": "none"}
+    assert [b["type"] for b in out["messages"][1]["content"]] == ["tool_use", "tool_use"]  # the rounds as they were
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+    # Thinking stays possible: Anthropic refuses it only with a forced tool.
+    thought = req({"model": "m", "messages": SUMMARIZE, "reasoning_effort": "low", "max_tokens": 4000, **payload})
+    assert thought["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert messages_rules.refusal("/v1/messages", thought, {}) is None
+
+
 @pytest.mark.parametrize(("effort", "max_tokens", "budget"), [
     ("minimal", 4000, 1024), ("low", 4000, 2048), ("medium", 4000, 3999), ("high", 20000, 16384),
     ("xhigh", 40000, 32768), ("medium", 1025, 1024), ("low", 1024, None), ("high", 500, None), ("none", 4000, None),
