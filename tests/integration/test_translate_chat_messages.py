@@ -183,3 +183,42 @@ async def test_a_chat_summary_request_without_tools_reaches_an_anthropic_upstrea
         {"role": "user", "content": "Summarize the conversation."}])  # fmt: skip
     assert done.choices[0].finish_reason == "stop" and done.choices[0].message.content
     assert gw.fake.messages_requests()[0].json()["tool_choice"] == {"type": "none"}
+
+
+def no_argument_call() -> Stream:
+    """Claude calling a tool without parameters: ``input: {}`` at the block's start and one
+    empty ``input_json_delta``."""
+    events = [
+        {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+         "model": "claude-sonnet-4-5", "content": [], "stop_reason": None,
+         "usage": {"input_tokens": 50, "output_tokens": 1}}},
+        {"type": "content_block_start", "index": 0,
+         "content_block": {"type": "tool_use", "id": "toolu_01N", "name": "noargs", "input": {}}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": ""}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 30}},
+        {"type": "message_stop"},
+    ]  # fmt: skip
+    return Stream([f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events])
+
+
+async def test_a_streamed_call_without_arguments_reaches_responses_and_chat_clients_as_an_empty_object(
+    make_gateway, clients
+) -> None:
+    """The openai SDK's ``responses.stream()`` parses a strict tool's arguments: it raised
+    JSONDecodeError on the "" the stream gave (the buffered answer gave "{}")."""
+    gw = await make_gateway(upstream_yaml=UPSTREAM)
+    gw.fake.script(no_argument_call(), no_argument_call())
+    tools: Any = [{"type": "function", "name": "noargs", "strict": True,
+                   "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}]  # fmt: skip
+    async with clients(gw).responses.stream(model="gpt-5-codex", input="Call noargs.", tools=tools) as s:
+        final = await s.get_final_response()
+    [call] = final.output
+    assert call.type == "function_call" and call.arguments == "{}" and call.parsed_arguments == {}
+    chat_tools: Any = [{"type": "function", "function": {"name": "noargs", "parameters": {"type": "object"}}}]
+    async with clients(gw).chat.completions.stream(
+        model="gpt-4o", messages=[{"role": "user", "content": "Call noargs."}], tools=chat_tools
+    ) as cs:
+        completion = await cs.get_final_completion()
+    [chat_call] = completion.choices[0].message.tool_calls or []
+    assert chat_call.function.arguments == "{}"

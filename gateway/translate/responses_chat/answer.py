@@ -169,7 +169,10 @@ def call_item(
         "status": status,
         "call_id": call_id,
         "name": origin.name,
-        "arguments": arguments,
+        # A call that got no argument text (a tool without parameters, streamed by some
+        # servers as nothing) is ``{}``: clients parse arguments as JSON, and the openai SDK's
+        # ``responses.stream()`` raises on "" for a strict tool.
+        "arguments": arguments or "{}",
     }
     if origin.namespace:
         item["namespace"] = origin.namespace

@@ -185,10 +185,11 @@ class ResponsesStream:
         item.update({"arguments": ""} if item["type"] == "function_call" else {"input": ""})
         self._add(item)
         self.open, self.open_call = "call", call
-        if call.args and item["type"] == "function_call":
+        given = "".join(call.args)
+        if given and item["type"] == "function_call":
             self._emit(
                 "response.function_call_arguments.delta",
-                {"item_id": item["id"], "output_index": call.out_index, "delta": "".join(call.args)},
+                {"item_id": item["id"], "output_index": call.out_index, "delta": given},
             )
 
     def _close_call(self, call: _Call) -> None:
@@ -198,6 +199,8 @@ class ResponsesStream:
         item = self._call_item(call, self._status())
         at = {"item_id": item["id"], "output_index": call.out_index}
         if item["type"] == "function_call":
+            if not any(call.args):  # no text came: the deltas add up to the "{}" it is given
+                self._emit("response.function_call_arguments.delta", {**at, "delta": item["arguments"]})
             self._emit("response.function_call_arguments.done", {**at, "arguments": item["arguments"]})
         else:  # the raw input is only known once the JSON arguments are whole
             self._emit("response.custom_tool_call_input.delta", {**at, "delta": item["input"]})

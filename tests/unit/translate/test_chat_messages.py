@@ -640,6 +640,40 @@ def test_encoded_tool_ids_come_back_in_the_stream() -> None:
     assert tool_calls is not None and tool_calls[0].id == "functions.get_weather:0"
 
 
+def _messages_sse(*events: dict[str, Any]) -> list[bytes]:
+    return [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events]
+
+
+def _no_argument_call(*, empty_fragment: bool, block_stop: bool) -> list[bytes]:
+    """A call to a tool without parameters as Anthropic streams it: ``input: {}`` at the
+    block's start, then one empty ``input_json_delta`` or none."""
+    start = {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+             "model": "m", "content": [], "stop_reason": None, "usage": {"input_tokens": 5, "output_tokens": 1}}}
+    begin = {"type": "content_block_start", "index": 0,
+             "content_block": {"type": "tool_use", "id": "toolu_N", "name": "noargs", "input": {}}}
+    fragment = {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": ""}}
+    end = [{"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 3}},
+           {"type": "message_stop"}]  # fmt: skip
+    return _messages_sse(start, begin, *([fragment] if empty_fragment else []),
+                         *([{"type": "content_block_stop", "index": 0}] if block_stop else []), *end)  # fmt: skip
+
+
+@pytest.mark.parametrize(("empty_fragment", "block_stop"), [(False, True), (True, True), (False, False)])
+def test_a_streamed_call_without_arguments_ends_with_an_empty_object(empty_fragment: bool, block_stop: bool) -> None:
+    """The buffered answer gives ``{}``; the stream gave ``""``, which clients parsing the
+    arguments as JSON (the openai SDK's ``responses.stream()`` with a strict tool) raise on."""
+    _, body = translate(_no_argument_call(empty_fragment=empty_fragment, block_stop=block_stop), ctx())
+    [call] = openai_final(body, include_usage=False).choices[0].message.tool_calls
+    assert call.function.name == "noargs" and call.function.arguments == "{}"
+    fragments = [tc["function"].get("arguments") for d in data_chunks(body) for ch in d["choices"]
+                 for tc in ch["delta"].get("tool_calls") or []]  # fmt: skip
+    assert fragments == ["", "{}"]  # named first, as every call; the empty object once
+
+
+def data_chunks(body: bytes) -> list[dict[str, Any]]:
+    return [json.loads(line[6:]) for line in body.decode().split("\n") if line.startswith("data: {")]
+
+
 def test_close_completes_a_stream_once() -> None:
     events = upstream_events("messages-stream-sdk-text-then-tool")
     s = T.stream(ctx())

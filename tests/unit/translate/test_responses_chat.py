@@ -666,6 +666,37 @@ def test_llm_rosetta_56_completed_has_id_and_every_item_was_added() -> None:
     assert completed["id"] == "resp_req1" and items[0]["call_id"] == "call_9"
 
 
+NOARGS_TOOLS = [{"type": "function", "name": "noargs", "strict": True,
+                 "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}]  # fmt: skip
+
+
+@pytest.mark.parametrize("args", [[""], [], ["", ""]])
+def test_a_call_that_got_no_argument_text_ends_as_an_empty_object(args: list[str]) -> None:
+    """A call to a tool without parameters, its arguments never given or given as "" (as the
+    chat → Messages stream did for Claude's no-argument calls): ``{}`` as the buffered answer
+    gives it, and no empty delta. The openai SDK's ``responses.stream()`` parses a strict
+    tool's arguments and raised JSONDecodeError on ""."""
+    named = {"index": 0, "id": "call_n", "type": "function", "function": {"name": "noargs"}}
+    if args:
+        named["function"]["arguments"] = args[0]
+    raws = [chunk({"role": "assistant", "tool_calls": [named]}),
+            *[chunk({"tool_calls": [{"index": 0, "function": {"arguments": a}}]}) for a in args[1:]],
+            chunk({}, "tool_calls"), DONE]  # fmt: skip
+    request = {"model": "m", "input": "x", "tools": NOARGS_TOOLS}
+    body = run_stream(raws, ctx(request))
+    events = check_grammar(body)
+    deltas = [d["delta"] for n, d in events if n == "response.function_call_arguments.delta"]
+    assert deltas == ["{}"]
+    assert [d["arguments"] for n, d in events if n == "response.function_call_arguments.done"] == ["{}"]
+    [call] = [i for i in codex_reads(body)[1] if i["type"] == "function_call"]
+    assert call["arguments"] == "{}"
+    final = sdk_final(body, request)
+    assert [(o.name, o.arguments, o.parsed_arguments) for o in final.output] == [("noargs", "{}", {})]
+    buffered = T.answer({"choices": [{"message": {"role": "assistant", "tool_calls": [named]},
+                                      "finish_reason": "tool_calls"}]}, ctx(request))  # fmt: skip
+    assert buffered["output"][0]["arguments"] == "{}"
+
+
 def test_parallel_calls_namespace_and_custom_tool_in_one_stream() -> None:
     request = {"model": "m", "input": "x", "tools": [*TOOLS, CUSTOM]}
     calls = [("call_a", "get_weather", '{"city":"Paris"}'), ("call_b", "ns__f", "{}"),
