@@ -15,6 +15,11 @@ SYSTEM = [{"type": "text", "text": "You are Claude Code, a coding agent.", "cach
 # (../shared/AGENT-REQUESTS.md); Anthropic, and the fake, refuse such turns without it.
 CLAUDE_CODE_BETA = {"anthropic-beta": "mid-conversation-system-2026-04-07"}
 
+# The tool ``messages_conversation`` calls: Anthropic refuses tool blocks in a request that
+# declares no tools.
+TOOLS = [{"name": "Bash", "description": "Run a shell command.",
+          "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}}]
+
 
 def messages_conversation(rounds: int = 30, output_bytes: int = 2000) -> list[dict[str, Any]]:
     msgs: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": "Fix the failing test."}]}]

@@ -37,7 +37,9 @@ def messages_payload(calls: list[tuple[str, str, str]]) -> dict[str, Any]:
     # Claude Code's shape: text parts inside the result, cache_control on the last one only
     # (Anthropic takes at most 4 breakpoints: "A maximum of 4 blocks with cache_control").
     msgs[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
-    return {"model": "claude", "max_tokens": 100, "messages": msgs}
+    # Anthropic refuses tool blocks in a request that declares no tools.
+    tools = [{"name": n, "input_schema": {"type": "object"}} for n in dict.fromkeys(c[1] for c in calls)]
+    return {"model": "claude", "max_tokens": 100, "messages": msgs, "tools": tools}
 
 
 def messages_outputs(payload: dict[str, Any]) -> list[tuple[str, str, Any, bool]]:

@@ -38,7 +38,17 @@ Anthropic. Each rule here is one Anthropic applies, worded as it words it (400
   unless the request names the beta ``mid-conversation-system-…`` in ``anthropic-beta``, as
   Claude Code 2.1.197 does and then sends such turns (../shared/AGENT-REQUESTS.md). Those turns
   stand between the others: a tool call's result is looked for in the next turn past them;
-- "messages: at least one message is required": the empty conversation.
+- "messages: at least one message is required": the empty conversation;
+- "Requests which include `tool_use` or `tool_result` blocks must define tools.": a
+  conversation holding a tool call or result sent without ``tools`` (or with ``tools: []``),
+  what an agent's summary or compaction request is (``tool_choice: none`` with the tools still
+  declared is how it is asked instead). The words are quoted with their envelope in
+  https://github.com/anthropics/anthropic-sdk-python/issues/494; Bedrock's twin ("The
+  toolConfig field must be defined when using toolUse and toolResult content blocks") is
+  reported for compaction requests in 2026 (https://github.com/anomalyco/opencode/issues/10259,
+  https://github.com/aws-samples/bedrock-access-gateway/pull/239), and agents written for
+  the Claude 5 models still guard against the Anthropic one. Judged after a conversation's
+  pairing of calls and results, whose words a request breaking both is answered with here.
 
 And on the rest of the request:
 
@@ -161,7 +171,7 @@ def _why(payload: dict[str, Any], system_turns: bool) -> str | None:
         return None  # the fake's other checks answer a body of the wrong shape
     return (_tool_name(payload.get("tools")) or _stop_sequences(payload.get("stop_sequences"))
             or _user_id(payload.get("metadata")) or _conversation(messages, system_turns)
-            or _prefill(payload.get("model"), messages) or _thinking(payload) or _breakpoints(payload, messages)
+            or _undeclared_tools(payload.get("tools"), messages) or _prefill(payload.get("model"), messages) or _thinking(payload) or _breakpoints(payload, messages)
             or _output_schema(payload))  # fmt: skip
 
 
@@ -198,6 +208,15 @@ def _conversation(messages: list[Any], system_turns: bool) -> str | None:
                             f"{block.get('tool_use_id')}. Each `tool_result` block must have a corresponding "
                             "`tool_use` block in the previous message.")  # fmt: skip
     return _trailing_whitespace(messages[-1])
+
+
+def _undeclared_tools(tools: Any, messages: list[Any]) -> str | None:
+    if tools:
+        return None
+    kinds = {b.get("type") for m in messages if isinstance(m, dict) for b in _blocks(m)}
+    if kinds & {"tool_use", "tool_result"}:
+        return "Requests which include `tool_use` or `tool_result` blocks must define tools."
+    return None
 
 
 def _prefill(model: Any, messages: list[Any]) -> str | None:

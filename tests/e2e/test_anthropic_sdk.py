@@ -15,7 +15,13 @@ from typing import Any
 import anthropic
 import pytest
 
-from tests.anthropic_convo import CLAUDE_CODE_BETA, SYSTEM, assert_valid_messages, messages_conversation
+from tests.anthropic_convo import (
+    CLAUDE_CODE_BETA,
+    SYSTEM,
+    TOOLS,
+    assert_valid_messages,
+    messages_conversation,
+)
 from tests.e2e.conftest import RunningGateway
 from tests.fakeupstream import (
     FakeUpstream,
@@ -218,7 +224,7 @@ def _blocks(m: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_overflowing_agent_conversation_is_rescued_in_one_retry(claude, readme_gateway, upstream: FakeUpstream) -> None:
     convo = messages_conversation(rounds=30, output_bytes=2000)
-    payload: dict[str, Any] = {"model": MODEL, "max_tokens": 2048, "system": SYSTEM, "messages": convo,
+    payload: dict[str, Any] = {"model": MODEL, "max_tokens": 2048, "system": SYSTEM, "messages": convo, "tools": TOOLS,
                                "thinking": {"type": "adaptive"}}  # fmt: skip  (Opus 4.8 thinks adaptively only)
     used = estimate_tokens(payload)
     limit = used * 6 // 10  # Anthropic's own 400, computed from what the fake actually received

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,16 @@ import pytest
 
 from tests.e2e.conftest import RunningGateway, launch_cli
 from tests.e2e.test_codex import codex  # noqa: F401  (the installed CLI, a fixture)
-from tests.fakeupstream import FakeUpstream, Stream, chunk
+from tests.fakeupstream import (
+    FakeUpstream,
+    Stream,
+    anthropic_head,
+    anthropic_stream,
+    anthropic_tail,
+    chunk,
+    sse,
+    text_delta,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -46,15 +56,16 @@ def text(words: tuple[str, ...]) -> Stream:
 
 
 def run_codex(
-    codex_bin: Path, gw: RunningGateway, tmp: Path, prompt: str
+    codex_bin: Path, gw: RunningGateway, tmp: Path, prompt: str, model: str = "gpt-5-codex", more: str = ""
 ) -> subprocess.CompletedProcess[str]:
+    """``more``: further config.toml tables (an MCP server)."""
     home = tmp / "home"
     codex_home = home / "codex"
     codex_home.mkdir(parents=True, exist_ok=True)
     (codex_home / "config.toml").write_text(
-        'model = "gpt-5-codex"\nmodel_provider = "gw"\napproval_policy = "never"\nsandbox_mode = "read-only"\n'
+        f'model = "{model}"\nmodel_provider = "gw"\napproval_policy = "never"\nsandbox_mode = "read-only"\n'
         f'\n[model_providers.gw]\nname = "gw"\nbase_url = "{gw.base}/v1"\nwire_api = "responses"\n'
-        'env_key = "GW_KEY"\nrequires_openai_auth = false\nrequest_max_retries = 0\nstream_max_retries = 0\n'
+        'env_key = "GW_KEY"\nrequires_openai_auth = false\nrequest_max_retries = 0\nstream_max_retries = 0\n' + more
     )
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "CODEX_HOME": str(codex_home), "GW_KEY": "dummy"}
     return subprocess.run([str(codex_bin), "exec", "--skip-git-repo-check", prompt], env=env, cwd=home,
@@ -228,3 +239,100 @@ def test_codex_on_a_messages_only_upstream_through_chat(
     assert r.stdout.strip() == "Hello from fake."
     [sent] = upstream.requests
     assert sent.path == "/v1/messages" and sent.json()["model"] == "claude-sonnet-4-5"
+
+
+def messages_call(tool_id: str, name: str, args: str) -> Stream:
+    """An Anthropic stream calling one tool, its input in one fragment."""
+    head = anthropic_head()[0]  # message_start
+    return Stream([
+        head,
+        sse("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {
+            "type": "tool_use", "id": tool_id, "name": name, "input": {}}}),
+        sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {
+            "type": "input_json_delta", "partial_json": args}}),
+        *anthropic_tail(stop_reason="tool_use"),
+    ])  # fmt: skip
+
+
+def test_codex_compacts_a_session_that_ran_a_tool_on_a_messages_upstream(
+    codex: Path,  # noqa: F811
+    messages_gateway: RunningGateway,
+    upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    """Codex's compaction request replays the session's tool rounds with ``tools: []``, which
+    Anthropic refuses ("Requests which include `tool_use` or `tool_result` blocks must define
+    tools.", and the fake with it): Codex then ended in "Failed to run pre-sampling compact"."""
+    near_full = [*anthropic_head(input_tokens=989990), text_delta("It printed hi."), *anthropic_tail()]
+    upstream.script(
+        messages_call("toolu_01A", "exec_command", '{"cmd": "echo hi"}'),
+        Stream(near_full),
+        Stream(anthropic_stream(words=("SUMMARY-1",))),
+        Stream(anthropic_stream(words=("Again.",))),
+    )
+    assert run_codex(codex, messages_gateway, tmp_path, "Run echo hi").returncode == 0
+    home = tmp_path / "home"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "CODEX_HOME": str(home / "codex"), "GW_KEY": "dummy"}
+    r = subprocess.run([str(codex), "exec", "--skip-git-repo-check", "resume", "--last", "again"], env=env, cwd=home,
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=90)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "Again."
+    _, _, compaction, turn = [q.json() for q in upstream.requests]
+    assert "COMPACTION" in json.dumps(compaction["messages"][-1])
+    assert [t["name"] for t in compaction["tools"]] == ["exec_command"]
+    assert compaction["tool_choice"] == {"type": "none"}
+    assert "SUMMARY-1" in json.dumps(turn["messages"])
+
+
+def test_codex_finds_an_mcp_tool_with_its_client_tool_search_on_a_chat_upstream(
+    codex: Path,  # noqa: F811
+    chat_gateway: RunningGateway,
+    upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    """On a model slug it knows (gpt-5.5) Codex defers its MCP tools behind its client-executed
+    ``tool_search``: the chat model searches, Codex runs the search, and the tool it loaded is
+    called by its namespace and name (it was dropped as a hosted tool: no MCP tool was
+    reachable)."""
+    mcp = tmp_path / "mcp.py"
+    mcp.write_text(MCP_SERVER)
+    upstream.script(
+        call("call_ts1", "tool_search", '{"query": "support ticket"}'),
+        call("call_lk1", "mcp__demo__lookup_ticket", '{"id": "42"}'),
+        text(("Ticket 42 is open.",)),
+    )
+    r = run_codex(codex, chat_gateway, tmp_path, "Look up support ticket 42", model="gpt-5.5",
+                  more=f'\n[mcp_servers.demo]\ncommand = "{sys.executable}"\nargs = ["{mcp}"]\n'
+                  'default_tools_approval_mode = "approve"\n')  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "Ticket 42 is open."
+    first, second, third = sent(upstream)
+    assert "tool_search" in [t["function"]["name"] for t in first["tools"]]
+    found = second["messages"][-1]
+    assert found["role"] == "tool" and found["tool_call_id"] == "call_ts1"
+    assert json.loads(found["content"])["loaded_tools"][0]["name"] == "mcp__demo__lookup_ticket"
+    assert "mcp__demo__lookup_ticket" in [t["function"]["name"] for t in second["tools"]]
+    answered = third["messages"][-1]
+    assert answered["tool_call_id"] == "call_lk1" and "ticket 42 is OPEN" in answered["content"]
+
+
+# A stdio MCP server with one tool that answers "ticket <id> is OPEN".
+MCP_SERVER = """
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" not in m:
+        continue
+    if m["method"] == "initialize":
+        result = {"protocolVersion": m["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "demo", "version": "1"}}
+    elif m["method"] == "tools/list":
+        result = {"tools": [{"name": "lookup_ticket", "description": "Look up a support ticket by id",
+                             "inputSchema": {"type": "object", "properties": {"id": {"type": "string"}},
+                                             "required": ["id"]}}]}
+    elif m["method"] == "tools/call":
+        result = {"content": [{"type": "text", "text": "ticket " + m["params"]["arguments"]["id"] + " is OPEN"}]}
+    else:
+        result = {}
+    print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": result}), flush=True)
+"""

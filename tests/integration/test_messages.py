@@ -7,7 +7,13 @@ import json
 
 from yarl import URL
 
-from tests.anthropic_convo import CLAUDE_CODE_BETA, SYSTEM, assert_valid_messages, messages_conversation
+from tests.anthropic_convo import (
+    CLAUDE_CODE_BETA,
+    SYSTEM,
+    TOOLS,
+    assert_valid_messages,
+    messages_conversation,
+)
 from tests.fakeupstream import (
     Drop,
     Stream,
@@ -202,7 +208,7 @@ async def test_long_agent_conversation_is_rescued_once_with_a_valid_structure(ma
     gw = await make_gateway()
     gw.fake.context_limit = 30000
     msgs = messages_conversation(rounds=40, output_bytes=4000)
-    payload = {"model": "claude-sonnet-4-5", "max_tokens": 8000, "system": SYSTEM, "messages": msgs,
+    payload = {"model": "claude-sonnet-4-5", "max_tokens": 8000, "system": SYSTEM, "messages": msgs, "tools": TOOLS,
                "thinking": {"type": "enabled", "budget_tokens": 4000}, "stream": True}
     status, headers, body = await gw.messages(payload, headers=CLAUDE_CODE_BETA)
     assert status == 200 and headers["x-llm-compressed"] == "true"
@@ -254,7 +260,8 @@ async def test_passthrough_errors_for_anthropic_clients_use_anthropics_envelope(
 async def test_claude_code_can_be_given_the_overflow_to_compact_itself(make_gateway) -> None:
     gw = await make_gateway("compression: {self_compacting_clients: pass_through}\n")
     gw.fake.context_limit = 30000
-    payload = {"model": "claude-sonnet-4-5", "max_tokens": 8000, "messages": messages_conversation(40, 4000)}
+    payload = {"model": "claude-sonnet-4-5", "max_tokens": 8000, "messages": messages_conversation(40, 4000),
+               "tools": TOOLS}
     status, headers, body = await gw.messages(payload, headers={"x-claude-code-session-id": "s-1", **CLAUDE_CODE_BETA,
                                                                 "user-agent": "claude-cli/2.0.14 (external, sdk-cli)"})
     assert status == 400 and "prompt is too long" in json.loads(body)["error"]["message"]
@@ -266,6 +273,7 @@ async def test_claude_code_can_be_given_the_overflow_to_compact_itself(make_gate
 async def test_self_compacting_clients_are_rescued_by_default(make_gateway) -> None:
     gw = await make_gateway()
     gw.fake.context_limit = 30000
-    payload = {"model": "claude-sonnet-4-5", "max_tokens": 8000, "messages": messages_conversation(40, 4000)}
+    payload = {"model": "claude-sonnet-4-5", "max_tokens": 8000, "messages": messages_conversation(40, 4000),
+               "tools": TOOLS}
     status, headers, _ = await gw.messages(payload, headers={"x-claude-code-session-id": "s-1", **CLAUDE_CODE_BETA})
     assert status == 200 and headers["x-llm-compressed"] == "true"

@@ -156,3 +156,41 @@ async def test_an_empty_conversation_gets_the_providers_refusal_in_the_responses
     assert status == 400 and err["message"] == "[] is too short - 'messages'"
     assert headers["x-llm-error-type"] == "unknown" and headers["x-llm-attempts"] == "1"
     assert len(gw.fake.chat_requests()) == 1
+
+
+async def test_codex_tool_search_round_then_a_call_of_the_tool_it_loaded(make_gateway) -> None:
+    """Codex's captured request after its client tool search (gpt-5.5, an MCP server): the
+    model calls the loaded tool by its chat name, and Codex gets it back by namespace and name;
+    big enough that the request is held without its conversation while the upstream works."""
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY)
+    gw.fake.script(Stream(tool_call_stream("call_l1", "mcp__demo__lookup_ticket", '{"id": "42"}')))
+    status, _, body = await gw.responses(codex("codex-0.169-tool-search-result"))
+    assert status == 200
+    _, items, _ = codex_reads(body)
+    assert [(i["type"], i["namespace"], i["name"], i["arguments"]) for i in items] == [
+        ("function_call", "mcp__demo", "lookup_ticket", '{"id": "42"}')]  # fmt: skip
+    sent = gw.fake.requests[0].json()
+    assert "mcp__demo__lookup_ticket" in [t["function"]["name"] for t in sent["tools"]]
+
+
+async def test_a_client_tool_search_read_by_the_openai_sdk(make_gateway) -> None:
+    """The model's search reaches the openai SDK (stock settings) as a ``tool_search_call``."""
+    import openai
+
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY)
+    gw.fake.script(Stream(tool_call_stream("call_s1", "tool_search", '{"query": "calendar"}')),
+                   Reply(200, {"id": "c", "object": "chat.completion", "created": 1, "model": "qwen", "choices": [{
+                       "index": 0, "message": {"role": "assistant", "content": None, "tool_calls": [{
+                           "id": "call_s2", "type": "function", "function": {
+                               "name": "tool_search", "arguments": '{"query": "mail"}'}}]},
+                       "finish_reason": "tool_calls"}]}))  # fmt: skip
+    search: Any = {"type": "tool_search", "execution": "client", "description": "Find tools.",
+                   "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}  # fmt: skip
+    async with openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="sk-client") as client:
+        async with client.responses.stream(model="gpt-5.5", input="Book a meeting.", tools=[search]) as s:
+            streamed = await s.get_final_response()
+        buffered = await client.responses.create(model="gpt-5.5", input="Mail Bob.", tools=[search])
+    for response, query, call_id in ((streamed, "calendar", "call_s1"), (buffered, "mail", "call_s2")):
+        [item] = response.output
+        assert item.type == "tool_search_call" and item.execution == "client"
+        assert item.call_id == call_id and item.arguments == {"query": query}

@@ -3,7 +3,7 @@ the first send, on every dialect; nothing else in the request changes."""
 
 import json
 
-from tests.anthropic_convo import CLAUDE_CODE_BETA, messages_conversation
+from tests.anthropic_convo import CLAUDE_CODE_BETA, TOOLS, messages_conversation
 from tests.convo import agent_conversation
 from tests.responses_convo import responses_conversation
 
@@ -26,7 +26,7 @@ async def test_chat_tool_outputs_are_capped_before_the_first_send(make_gateway) 
 async def test_messages_tool_results_are_capped_one_by_one(make_gateway) -> None:
     gw = await make_gateway(CAP)
     msgs = messages_conversation(rounds=4, output_bytes=BIG)
-    status, headers, _ = await gw.messages({"model": "claude-x", "max_tokens": 100, "messages": msgs},
+    status, headers, _ = await gw.messages({"model": "claude-x", "max_tokens": 100, "messages": msgs, "tools": TOOLS},
                                            headers=CLAUDE_CODE_BETA)
     assert status == 200 and headers["x-llm-tool-outputs-capped"] == "4"  # one per round
     sent = gw.fake.messages_requests()[0].json()["messages"]

@@ -11,7 +11,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.fakeupstream import Reply, Stream, anthropic_overflow
+from tests.fakeupstream import Reply, Stream, anthropic_overflow, named_events
 
 CORPUS = Path(__file__).parents[1] / "corpus"
 UPSTREAM = ", apis: [messages], model_map: {'gpt-*': claude-sonnet-4-5}"
@@ -151,3 +151,96 @@ async def test_a_responses_client_reaches_a_messages_upstream_through_chat(make_
     assert "Paris" in final.output_text
     [sent] = gw.fake.messages_requests()
     assert sent.json()["tools"][0]["name"] == "get_weather" and sent.json()["model"] == "claude-sonnet-4-5"
+
+
+def codex_compaction() -> dict[str, Any]:
+    """Codex 0.169's compaction request as it sends it on a provider without remote compaction
+    (seen through a recording proxy): its history as it was (here the captured exec round),
+    ``tools: []``, no parallel calls, and the compaction prompt as the last user message."""
+    body: dict[str, Any] = json.loads((CORPUS / "requests" / "codex-0.169-exec-result.json").read_text())["body"]
+    body["input"].append({"type": "message", "role": "assistant", "content": [
+        {"type": "output_text", "text": "It printed hi.", "annotations": []}]})  # fmt: skip
+    body["input"].append({"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "You are performing a CONTEXT CHECKPOINT COMPACTION."}]})  # fmt: skip
+    return {**body, "tools": [], "parallel_tool_calls": False}
+
+
+async def test_codex_compaction_after_a_tool_round_reaches_an_anthropic_upstream(make_gateway) -> None:
+    """Anthropic refuses tool blocks in a request that declares no tools ("Requests which include
+    `tool_use` or `tool_result` blocks must define tools.", anthropic-sdk-python #494), and the
+    fake as well: Codex failed "pre-sampling compact" on every session that had run a tool."""
+    gw = await make_gateway(upstream_yaml=UPSTREAM)
+    status, _, body = await gw.responses(codex_compaction())
+    names = [n for n, _ in named_events(body)]
+    assert status == 200 and names[-1] == "response.completed", body[-300:]
+    [sent] = gw.fake.messages_requests()
+    doc = sent.json()
+    assert [t["name"] for t in doc["tools"]] == ["exec_command"] and doc["tool_choice"] == {"type": "none"}
+    assert any(b["type"] == "tool_use" for m in doc["messages"] for b in m["content"])
+
+
+async def test_function_call_history_beside_hosted_tools_only_reaches_an_anthropic_upstream(
+    make_gateway, clients
+) -> None:
+    """Hosted tools are dropped on the way (a chat or Messages server cannot run them), which
+    left a request with function_call history and no tools."""
+    gw = await make_gateway(upstream_yaml=UPSTREAM)
+    done = await clients(gw).responses.create(model="gpt-5-codex", tools=[{"type": "web_search"}], input=[
+        {"role": "user", "content": "Weather?"},
+        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city":"Paris"}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
+        {"role": "user", "content": "Summarize."}])  # fmt: skip
+    assert done.status == "completed" and done.output_text
+    doc = gw.fake.messages_requests()[0].json()
+    assert [t["name"] for t in doc["tools"]] == ["get_weather"] and doc["tool_choice"] == {"type": "none"}
+
+
+async def test_a_chat_summary_request_without_tools_reaches_an_anthropic_upstream(make_gateway, clients) -> None:
+    gw = await make_gateway(upstream_yaml=UPSTREAM)
+    done = await clients(gw).chat.completions.create(model="gpt-4o", messages=[
+        {"role": "user", "content": "Weather in Florence?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"location":"Florence"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "40 C"},
+        {"role": "user", "content": "Summarize the conversation."}])  # fmt: skip
+    assert done.choices[0].finish_reason == "stop" and done.choices[0].message.content
+    assert gw.fake.messages_requests()[0].json()["tool_choice"] == {"type": "none"}
+
+
+def no_argument_call() -> Stream:
+    """Claude calling a tool without parameters: ``input: {}`` at the block's start and one
+    empty ``input_json_delta``."""
+    events = [
+        {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+         "model": "claude-sonnet-4-5", "content": [], "stop_reason": None,
+         "usage": {"input_tokens": 50, "output_tokens": 1}}},
+        {"type": "content_block_start", "index": 0,
+         "content_block": {"type": "tool_use", "id": "toolu_01N", "name": "noargs", "input": {}}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": ""}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 30}},
+        {"type": "message_stop"},
+    ]  # fmt: skip
+    return Stream([f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events])
+
+
+async def test_a_streamed_call_without_arguments_reaches_responses_and_chat_clients_as_an_empty_object(
+    make_gateway, clients
+) -> None:
+    """The openai SDK's ``responses.stream()`` parses a strict tool's arguments: it raised
+    JSONDecodeError on the "" the stream gave (the buffered answer gave "{}")."""
+    gw = await make_gateway(upstream_yaml=UPSTREAM)
+    gw.fake.script(no_argument_call(), no_argument_call())
+    tools: Any = [{"type": "function", "name": "noargs", "strict": True,
+                   "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}]  # fmt: skip
+    async with clients(gw).responses.stream(model="gpt-5-codex", input="Call noargs.", tools=tools) as s:
+        final = await s.get_final_response()
+    [call] = final.output
+    assert call.type == "function_call" and call.arguments == "{}" and call.parsed_arguments == {}
+    chat_tools: Any = [{"type": "function", "function": {"name": "noargs", "parameters": {"type": "object"}}}]
+    async with clients(gw).chat.completions.stream(
+        model="gpt-4o", messages=[{"role": "user", "content": "Call noargs."}], tools=chat_tools
+    ) as cs:
+        completion = await cs.get_final_completion()
+    [chat_call] = completion.choices[0].message.tool_calls or []
+    assert chat_call.function.arguments == "{}"

@@ -202,7 +202,8 @@ def test_a_conversation_anthropic_takes_is_sent_as_one_openai_takes(seed: int) -
     translate = TRANSLATIONS["messages", "chat"]
     for k in range(seed, seed + 500):
         r = random.Random(k)
-        payload = {"model": "claude-x", "max_tokens": 100, "messages": _messages_conversation(r)}
+        payload = {"model": "claude-x", "max_tokens": 100, "messages": _messages_conversation(r),
+                   "tools": [{"name": "Bash", "input_schema": {"type": "object"}}]}  # the rounds' tool
         assert messages_rules.refusal("/v1/messages", payload, CLAUDE_CODE_BETA) is None, k  # the generator's
         out = translate.request(payload, TARGET)
         assert not isinstance(out, Refusal), (k, out)

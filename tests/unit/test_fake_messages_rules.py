@@ -33,6 +33,9 @@ def result(i: str) -> dict[str, Any]:
     return {"type": "tool_result", "tool_use_id": i, "content": "ok"}
 
 
+BASH = [{"name": "Bash", "input_schema": {"type": "object"}}]  # the tool ``call`` calls
+
+
 def refused(messages: list[dict[str, Any]], headers: dict[str, str] | None = None, **payload: Any) -> str | None:
     reply = refusal(PATH, {"model": "claude-x", "max_tokens": 10, "messages": messages, **payload}, headers or {})
     if reply is None:
@@ -71,7 +74,23 @@ def test_max_tokens_is_required() -> None:
      assistant(call("toolu_1")), user(result("toolu_1"))],  # an id used twice: accepted (measured)
 ])  # fmt: skip
 def test_what_anthropic_takes(messages: list[dict[str, Any]]) -> None:
-    assert refused(messages) is None
+    assert refused(messages, tools=BASH) is None
+
+
+UNDECLARED = "Requests which include `tool_use` or `tool_result` blocks must define tools."
+
+
+@pytest.mark.parametrize("tools", [None, []])
+def test_a_conversation_with_tool_blocks_must_declare_tools(tools: list[Any] | None) -> None:
+    """An agent's summary request (Codex's compaction, ``tools: []``) replays its tool rounds."""
+    rounds = [user(text("hi")), assistant(call("toolu_1")), user(result("toolu_1")), assistant(text("done")),
+              user(text("summarize"))]  # fmt: skip
+    assert refused(rounds, **({} if tools is None else {"tools": tools})) == UNDECLARED
+    assert refused(rounds, tools=BASH, tool_choice={"type": "none"}) is None
+    # A server tool declares tools as well as a client one does.
+    assert refused(rounds, tools=[{"type": "web_search_20250305", "name": "web_search"}]) is None
+    # A call left without its result is answered for that first.
+    assert refused(rounds[:2] + rounds[3:]).startswith("messages.1: `tool_use` ids were found")
 
 
 def test_claude_codes_system_turns_with_its_beta() -> None:
@@ -79,8 +98,8 @@ def test_claude_codes_system_turns_with_its_beta() -> None:
     # result is looked for past them.
     convo = [user(text("hi")), assistant(call("toolu_1")), {"role": "system", "content": "<reminder>"},
              user(result("toolu_1"))]  # fmt: skip
-    assert refused(convo, BETA) is None
-    assert refused(convo) == "messages.2.role: Input should be 'user' or 'assistant'"
+    assert refused(convo, BETA, tools=BASH) is None
+    assert refused(convo, tools=BASH) == "messages.2.role: Input should be 'user' or 'assistant'"
 
 
 def test_other_paths_are_not_judged_here() -> None:

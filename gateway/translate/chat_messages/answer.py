@@ -129,6 +129,7 @@ class ChatStream:
         self.started = False
         self.finished = False
         self.tools: dict[int, int] = {}  # content block index -> tool call index
+        self.bare: set[int] = set()  # tool blocks no argument text has been sent for yet
         self.stop_reason: Any = None
         self.usage: dict[str, Any] = {}
         self._head: bytes | None = None  # a delta chunk's bytes before its delta
@@ -176,9 +177,11 @@ class ChatStream:
                 self.stop_reason = delta["stop_reason"]
             self._take_usage(doc.get("usage"))
             return b""
+        if kind == "content_block_stop":
+            return self._no_arguments(doc.get("index"))
         if kind == "message_stop":
             return self.close()
-        return b""  # ping, content_block_stop, anything newer: nothing to show
+        return b""  # ping, anything newer: nothing to show
 
     def _block_start(self, index: Any, block: Any) -> bytes:
         if not isinstance(block, dict):
@@ -191,6 +194,8 @@ class ChatStream:
         if kind == "tool_use" and isinstance(index, int):
             self.tools[index] = len(self.tools)
             arguments = json.dumps(block["input"]) if block.get("input") else ""
+            if not arguments:
+                self.bare.add(index)
             call_id = from_anthropic_id(str(block.get("id", "")))
             fn = {"name": block.get("name", ""), "arguments": arguments}
             return self._chunk({"tool_calls": [{"index": self.tools[index], "id": call_id, "type": "function",
@@ -206,9 +211,19 @@ class ChatStream:
         if kind == "thinking_delta" and delta.get("thinking"):
             return self._chunk({"reasoning_content": delta["thinking"]})
         if kind == "input_json_delta" and delta.get("partial_json") and index in self.tools:
+            self.bare.discard(index)
             fragment = {"index": self.tools[index], "function": {"arguments": delta["partial_json"]}}
             return self._chunk({"tool_calls": [fragment]})
         return b""  # signature_delta, citations_delta, empty fragments
+
+    def _no_arguments(self, index: Any) -> bytes:
+        """``{}`` for a call to a tool without parameters, whose input Anthropic streams as
+        nothing (or one empty fragment): the buffered answer gives ``{}``, and clients parse
+        the arguments as JSON (the openai SDK's ``responses.stream()`` raises on ``""``)."""
+        if index not in self.bare:
+            return b""
+        self.bare.discard(index)
+        return self._chunk({"tool_calls": [{"index": self.tools[index], "function": {"arguments": "{}"}}]})
 
     def _take_usage(self, usage: Any) -> None:
         # message_delta's counts are cumulative: the latest value of each kind wins.
@@ -221,7 +236,8 @@ class ChatStream:
     def close(self) -> bytes:
         if self.finished:
             return b""
-        out = self._start() + self._chunk({}, finish_reason(self.stop_reason))
+        out = self._start() + b"".join(self._no_arguments(i) for i in sorted(self.bare))
+        out += self._chunk({}, finish_reason(self.stop_reason))
         if self.include_usage:
             out += _data({**self.base, "choices": [], "usage": chat_usage(self.usage)})
         self.finished = True

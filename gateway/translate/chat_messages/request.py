@@ -127,6 +127,8 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
     max_tokens = newer or older
     out["max_tokens"] = max_tokens or default_max_tokens(target.model, stream)
     tools, choice = _tools(p)
+    if not tools and any(b["type"] == "tool_use" for t in messages for b in t["content"]):
+        tools, choice = _called_before(messages), {"type": "none"}
     if tools:
         out["tools"] = tools
         if choice is not None:
@@ -400,6 +402,18 @@ def _chosen(choice: dict[str, Any], at: typed.Path) -> str | None:
     """The function name a tool choice (or an allowed tool) gives."""
     fn = typed.obj(choice.get("function"), (*at, "function")) or {}
     return typed.text(fn.get("name"), (*at, "function", "name"))
+
+
+def _called_before(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tools for the names the conversation called, none of them callable now: Anthropic
+    refuses tool blocks in a request that declares no tools ("Requests which include
+    `tool_use` or `tool_result` blocks must define tools."), which is what an agent's summary
+    request is (Codex's compaction sends ``tools: []``). Sent with ``tool_choice: none``,
+    the client's own word that no tool may be called; the rounds stay structured, where
+    flattened into text they teach the model to write calls as text."""
+    names = dict.fromkeys(b["name"] for t in turns for b in t["content"] if b["type"] == "tool_use")
+    return [{"name": name, "description": "Called earlier in this conversation; not offered now.",
+             "input_schema": {"type": "object", "properties": {}}} for name in names]  # fmt: skip
 
 
 def _sampling(p: Mapping[str, Any], out: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.translate.base import Context, Known, Refusal, Target, held
+from gateway.translate.responses_chat import tool_search
 from gateway.translate.responses_chat.answer import answer
 from gateway.translate.responses_chat.request import to_chat
 from gateway.translate.responses_chat.stream import ResponsesStream
@@ -37,8 +38,15 @@ class ResponsesToChat:
 
     def held(self, ctx: Context) -> Context:
         # Its answers echo the request's settings (``instructions``, ``tools``...) and
-        # estimate a missing usage from ``request_bytes``: the conversation is not read.
-        return held(ctx, UNREAD)
+        # estimate a missing usage from ``request_bytes``: the conversation is not read, but
+        # for the client's tool searches, whose loaded tools the answer's calls are named by.
+        kept = held(ctx, UNREAD)
+        items = ctx.request.get("input")
+        if tool_search.client_search(ctx.request.get("tools")) is None or not isinstance(items, list):
+            return kept
+        outputs = [i for i in items if isinstance(i, dict) and i.get("type") == "tool_search_output"]
+        kept.request = {**kept.request, "input": outputs}
+        return kept
 
 
 __all__ = ["ResponsesStream", "ResponsesToChat"]

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from gateway.translate.base import Context
+from gateway.translate.responses_chat import tool_search
 from gateway.translate.responses_chat.tools import CUSTOM_INPUT, Origin, tool_names
 
 # What a Responses object echoes of its request (OpenAI API reference, "The response object").
@@ -153,7 +154,10 @@ def call_item(
     ctx: Context, index: int, call_id: str, origin: Origin, arguments: str, status: str = "completed"
 ) -> dict[str, Any]:
     """A chat tool call as the Responses item the client's tool knows: a ``function_call``
-    with its own name and namespace, or a ``custom_tool_call`` with its raw input."""
+    with its own name and namespace, a ``custom_tool_call`` with its raw input, or the
+    ``tool_search_call`` of a client-executed search."""
+    if tool_search.is_search(origin, ctx.request.get("tools")):
+        return tool_search.call_item(item_id(ctx, "tsc", index), call_id, arguments, status)
     if origin.custom:
         return {
             "id": item_id(ctx, "ctc", index),
@@ -169,7 +173,10 @@ def call_item(
         "status": status,
         "call_id": call_id,
         "name": origin.name,
-        "arguments": arguments,
+        # A call that got no argument text (a tool without parameters, streamed by some
+        # servers as nothing) is ``{}``: clients parse arguments as JSON, and the openai SDK's
+        # ``responses.stream()`` raises on "" for a strict tool.
+        "arguments": arguments or "{}",
     }
     if origin.namespace:
         item["namespace"] = origin.namespace
@@ -200,7 +207,7 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
     choices = doc.get("choices")
     choice = as_dict(choices[0] if isinstance(choices, list) and choices else None)
     message = as_dict(choice.get("message"))
-    names = tool_names(ctx.request.get("tools"))
+    names = tool_names(tool_search.effective_tools(ctx.request))
     items: list[dict[str, Any]] = []
     reasoning = reasoning_of(message)
     if reasoning:

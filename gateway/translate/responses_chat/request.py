@@ -21,7 +21,8 @@ Rules, each with its reason (docs/translation/responses_chat.md has the whole ta
   ``encrypted_content`` (only OpenAI can read it) are dropped, as is reasoning with no
   assistant output after it in its turn.
 * Hosted-tool items (``web_search_call``…) are dropped: the server ran them, the assistant
-  text after them carries what they found.
+  text after them carries what they found. A client-executed tool search is no hosted tool:
+  its call and output are a function call and its result (``tool_search.py``).
 * Refused: ``previous_response_id`` / ``conversation`` (a stateless chat upstream has no stored
   conversation to continue), ``background``, stored ``prompt`` templates, ``item_reference``,
   ``compaction`` items (history encrypted by OpenAI: dropping one would lose that history),
@@ -37,6 +38,7 @@ from typing import Any
 
 from gateway.translate import typed
 from gateway.translate.base import Refusal, Target
+from gateway.translate.responses_chat import tool_search
 from gateway.translate.responses_chat.tools import (
     CUSTOM_INPUT,
     ToolNames,
@@ -95,12 +97,16 @@ def _to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Ref
         return Refusal(
             "'background' responses need a server that stores them; this upstream speaks chat completions"
         )
-    names = tool_names(payload.get("tools"))
+    if tool_search.clashes(payload.get("tools")):
+        return Refusal("a function tool named 'tool_search' beside the client-executed tool_search tool: "
+                       "on a chat completions upstream both would be one function 'tool_search'")  # fmt: skip
+    declared = tool_search.effective_tools(payload)
+    names = tool_names(declared)
     try:
         messages = _messages(payload, names)
     except Untranslatable as e:
         return Refusal(str(e))
-    tools = chat_tools(payload.get("tools"), names)
+    tools = chat_tools(declared, names)
     choice = chat_tool_choice(payload.get("tool_choice"), tools, names)
     if isinstance(choice, Refusal):
         return choice
@@ -377,6 +383,12 @@ def _messages(payload: Mapping[str, Any], names: ToolNames) -> list[dict[str, An
             b.output(_call_id(item, at), text, images)
         elif kind == "reasoning":
             b.think(item)
+        elif kind == "tool_search_call" and tool_search.is_client(item):
+            args = item.get("arguments")
+            b.call(_call_id(item), names.chat_name(tool_search.NAME),
+                   args if isinstance(args, str) else json.dumps(args or {}))  # fmt: skip
+        elif kind == "tool_search_output" and tool_search.is_client(item):
+            b.output(_call_id(item), tool_search.output_text(item, names), [])
         elif kind in _HOSTED_CALLS:
             continue
         elif kind in ("compaction", "compaction_summary"):

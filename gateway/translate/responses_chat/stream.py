@@ -24,6 +24,7 @@ from gateway.apis.base import Ending
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.sse import EventSplitter, loads_event, parse_event
 from gateway.translate.base import Context, Known
+from gateway.translate.responses_chat import tool_search
 from gateway.translate.responses_chat.answer import (
     as_dict,
     call_id_of,
@@ -39,6 +40,11 @@ from gateway.translate.responses_chat.answer import (
 )
 from gateway.translate.responses_chat.tools import ToolNames, tool_names
 
+# What a call item holds when it is added, before its arguments come: a search call's
+# arguments are an object, known once whole (no event streams them).
+_OPENING: dict[str, dict[str, Any]] = {"function_call": {"arguments": ""}, "custom_tool_call": {"input": ""},
+                                       "tool_search_call": {"arguments": {}}}  # fmt: skip
+
 
 @dataclass(slots=True)
 class _Call:
@@ -48,6 +54,7 @@ class _Call:
     chat_name: str
     args: list[str] = field(default_factory=list)
     out_index: int | None = None  # set once its output item was added
+    kind: str = ""  # its item's type, once added
     done: bool = False
 
 
@@ -57,7 +64,7 @@ class ResponsesStream:
     def __init__(self, ctx: Context, known: Known | None = None) -> None:
         self.ctx = ctx
         self.known = known
-        self.names: ToolNames = tool_names(ctx.request.get("tools"))
+        self.names: ToolNames = tool_names(tool_search.effective_tools(ctx.request))
         self.seq = 0
         self.started = False
         self.ended = False
@@ -182,13 +189,15 @@ class ResponsesStream:
         self._close_open()
         call.out_index = len(self.items)
         item = self._call_item(call, "in_progress")
-        item.update({"arguments": ""} if item["type"] == "function_call" else {"input": ""})
+        item.update(_OPENING[item["type"]])
+        call.kind = item["type"]
         self._add(item)
         self.open, self.open_call = "call", call
-        if call.args and item["type"] == "function_call":
+        given = "".join(call.args)
+        if given and item["type"] == "function_call":
             self._emit(
                 "response.function_call_arguments.delta",
-                {"item_id": item["id"], "output_index": call.out_index, "delta": "".join(call.args)},
+                {"item_id": item["id"], "output_index": call.out_index, "delta": given},
             )
 
     def _close_call(self, call: _Call) -> None:
@@ -198,8 +207,10 @@ class ResponsesStream:
         item = self._call_item(call, self._status())
         at = {"item_id": item["id"], "output_index": call.out_index}
         if item["type"] == "function_call":
+            if not any(call.args):  # no text came: the deltas add up to the "{}" it is given
+                self._emit("response.function_call_arguments.delta", {**at, "delta": item["arguments"]})
             self._emit("response.function_call_arguments.done", {**at, "arguments": item["arguments"]})
-        else:  # the raw input is only known once the JSON arguments are whole
+        elif item["type"] == "custom_tool_call":  # the raw input is only known once the JSON is whole
             self._emit("response.custom_tool_call_input.delta", {**at, "delta": item["input"]})
             self._emit("response.custom_tool_call_input.done", {**at, "input": item["input"]})
         self._done(call.out_index, item)
@@ -234,7 +245,7 @@ class ResponsesStream:
             # A delta for a call already closed (servers interleaving parallel calls): kept for
             # the final output, but its output_item.done went out without it.
             self.ctx.notes["late_tool_call_delta"] = True
-        if not self.names.lookup(call.chat_name).custom:
+        if call.kind == "function_call":
             self._emit(
                 "response.function_call_arguments.delta",
                 {

@@ -5,13 +5,16 @@ the credential) and answers with a scripted Responses stream: the first answer i
 ``function_call`` so that the second request carries a real ``function_call`` /
 ``function_call_output`` round, the second answer is plain text and ends the turn.
 
-    .venv/bin/python tests/corpus/requests/capture_codex.py OUT_DIR exec|namespace|image
+    .venv/bin/python tests/corpus/requests/capture_codex.py OUT_DIR exec|namespace|image|tool_search
 
 ``exec`` calls ``exec_command`` (``echo hi``); ``namespace`` calls ``close_agent`` inside
 Codex's ``multi_agent_v1`` namespace tool (the item carries ``namespace``, as the Responses
 API sends it); ``image`` attaches a 1x1 PNG with ``codex exec -i`` and calls ``view_image``
-on it. Codex runs headless the way tests/e2e/test_codex.py runs it (clean environment, fresh
-CODEX_HOME, ``wire_api = "responses"``, ``GW_KEY=dummy``).
+on it; ``tool_search`` runs Codex on ``gpt-5.5`` (a slug Codex knows, so it offers its
+client-executed ``tool_search`` and defers its MCP tools) with a one-tool MCP server, and
+answers with a ``tool_search_call``, which Codex runs and sends back with its
+``tool_search_output``. Codex runs headless the way tests/e2e/test_codex.py runs it (clean
+environment, fresh CODEX_HOME, ``wire_api = "responses"``, ``GW_KEY=dummy``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,26 @@ from aiohttp import web
 
 ROOT = Path(__file__).resolve().parents[3]
 CODEX = ROOT / ".cache" / "codex" / "node_modules" / ".bin" / "codex"
+# A stdio MCP server with one tool, for the tool_search scenario.
+MCP_SERVER = """
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" not in m:
+        continue
+    if m["method"] == "initialize":
+        result = {"protocolVersion": m["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "demo", "version": "1"}}
+    elif m["method"] == "tools/list":
+        result = {"tools": [{"name": "lookup_ticket", "description": "Look up a support ticket by id",
+                             "inputSchema": {"type": "object", "properties": {"id": {"type": "string"}},
+                                             "required": ["id"]}}]}
+    elif m["method"] == "tools/call":
+        result = {"content": [{"type": "text", "text": "ticket is OPEN"}]}
+    else:
+        result = {}
+    print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": result}), flush=True)
+"""
 USAGE = {"input_tokens": 100, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 10,
          "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 110}  # fmt: skip
 
@@ -62,7 +85,10 @@ def _answer(n: int, call: dict[str, Any]) -> bytes:
     shell = {"id": f"resp_capture{n}", "object": "response", "created_at": int(time.time()),
              "status": "in_progress", "model": "gpt-5-codex", "output": [], "usage": None}  # fmt: skip
     ev("response.created", response=shell)
-    if n == 0:
+    if n == 0 and "item" in call:
+        done = call["item"]
+        ev("response.output_item.added", output_index=0, item={**done, "status": "in_progress"})
+    elif n == 0:
         item = {"id": "fc_capture1", "type": "function_call", "status": "in_progress", "call_id": "call_capture1",
                 "arguments": "", **call}  # fmt: skip
         args = item.pop("args")
@@ -118,16 +144,25 @@ async def capture(scenario: str) -> list[dict[str, Any]]:
         home = Path(tmp, "home")
         codex_home = home / "codex"
         codex_home.mkdir(parents=True)
+        model, mcp = "gpt-5-codex", ""
+        if scenario == "tool_search":
+            (home / "mcp.py").write_text(MCP_SERVER)
+            model, mcp = "gpt-5.5", f'\n[mcp_servers.demo]\ncommand = "{sys.executable}"\nargs = ["{home / "mcp.py"}"]\n'
         (codex_home / "config.toml").write_text(
-            'model = "gpt-5-codex"\nmodel_provider = "gw"\napproval_policy = "never"\nsandbox_mode = "read-only"\n'
+            f'model = "{model}"\nmodel_provider = "gw"\napproval_policy = "never"\nsandbox_mode = "read-only"\n'
             f'\n[model_providers.gw]\nname = "gw"\nbase_url = "http://127.0.0.1:{port}/v1"\nwire_api = "responses"\n'
-            'env_key = "GW_KEY"\nrequires_openai_auth = false\nrequest_max_retries = 0\nstream_max_retries = 0\n'
+            'env_key = "GW_KEY"\nrequires_openai_auth = false\nrequest_max_retries = 0\nstream_max_retries = 0\n' + mcp
         )
         args = [str(CODEX), "exec", "--skip-git-repo-check"]
         if scenario == "image":
             (home / "dot.png").write_bytes(_png())
             call.update(name="view_image", args=json.dumps({"path": str(home / "dot.png")}))
             args += ["What colour is this image? Look at dot.png too.", "-i", str(home / "dot.png")]
+        elif scenario == "tool_search":
+            call.update(item={"id": "tsc_capture1", "type": "tool_search_call", "status": "completed",
+                              "execution": "client", "call_id": "call_capture1",
+                              "arguments": {"query": "support ticket"}})  # fmt: skip
+            args += ["Look up support ticket 42"]
         elif scenario == "namespace":
             call.update(
                 name="close_agent", namespace="multi_agent_v1", args=json.dumps({"target": "nonexistent"})

@@ -217,6 +217,36 @@ def test_no_tools_means_no_tool_choice() -> None:
     assert "tool_choice" not in req({"model": "m", "messages": [user()], "tool_choice": "auto"})
 
 
+SUMMARIZE = [user("weather?"), {"role": "assistant", "content": None, "tool_calls": [call("call_1"), call("call_2")]},
+             {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+             {"role": "tool", "tool_call_id": "call_2", "content": "warm"},
+             {"role": "assistant", "content": "Sunny and warm."}, user("Summarize this conversation.")]  # fmt: skip
+
+
+@pytest.mark.parametrize("payload", [
+    {},  # an agent's summary request: its history, no tools
+    {"tools": [], "tool_choice": "auto", "parallel_tool_calls": False},  # Codex's compaction, through chat
+    {"tools": [WEATHER], "tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": []}}},
+])  # fmt: skip
+def test_tool_history_without_tools_declares_the_called_ones_uncallable_sdk_python_494(
+    payload: dict[str, Any],
+) -> None:
+    """Anthropic refuses tool blocks in a request that declares no tools ("Requests which
+    include `tool_use` or `tool_result` blocks must define tools.", anthropic-sdk-python #494):
+    the names called are declared, and ``tool_choice: none`` keeps them uncallable, as the
+    client asked by offering none."""
+    out = req({"model": "m", "messages": SUMMARIZE, **payload})
+    assert out["tools"] == [{"name": "get_weather", "description": "Called earlier in this conversation; not "
+                             "offered now.", "input_schema": {"type": "object", "properties": {}}}]  # fmt: skip
+    assert out["tool_choice"] == {"type": "none"}
+    assert [b["type"] for b in out["messages"][1]["content"]] == ["tool_use", "tool_use"]  # the rounds as they were
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+    # Thinking stays possible: Anthropic refuses it only with a forced tool.
+    thought = req({"model": "m", "messages": SUMMARIZE, "reasoning_effort": "low", "max_tokens": 4000, **payload})
+    assert thought["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert messages_rules.refusal("/v1/messages", thought, {}) is None
+
+
 @pytest.mark.parametrize(("effort", "max_tokens", "budget"), [
     ("minimal", 4000, 1024), ("low", 4000, 2048), ("medium", 4000, 3999), ("high", 20000, 16384),
     ("xhigh", 40000, 32768), ("medium", 1025, 1024), ("low", 1024, None), ("high", 500, None), ("none", 4000, None),
@@ -609,6 +639,40 @@ def test_encoded_tool_ids_come_back_in_the_stream() -> None:
     _, body = translate(events, ctx())
     tool_calls = openai_final(body, include_usage=False).choices[0].message.tool_calls
     assert tool_calls is not None and tool_calls[0].id == "functions.get_weather:0"
+
+
+def _messages_sse(*events: dict[str, Any]) -> list[bytes]:
+    return [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events]
+
+
+def _no_argument_call(*, empty_fragment: bool, block_stop: bool) -> list[bytes]:
+    """A call to a tool without parameters as Anthropic streams it: ``input: {}`` at the
+    block's start, then one empty ``input_json_delta`` or none."""
+    start = {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+             "model": "m", "content": [], "stop_reason": None, "usage": {"input_tokens": 5, "output_tokens": 1}}}
+    begin = {"type": "content_block_start", "index": 0,
+             "content_block": {"type": "tool_use", "id": "toolu_N", "name": "noargs", "input": {}}}
+    fragment = {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": ""}}
+    end = [{"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 3}},
+           {"type": "message_stop"}]  # fmt: skip
+    return _messages_sse(start, begin, *([fragment] if empty_fragment else []),
+                         *([{"type": "content_block_stop", "index": 0}] if block_stop else []), *end)  # fmt: skip
+
+
+@pytest.mark.parametrize(("empty_fragment", "block_stop"), [(False, True), (True, True), (False, False)])
+def test_a_streamed_call_without_arguments_ends_with_an_empty_object(empty_fragment: bool, block_stop: bool) -> None:
+    """The buffered answer gives ``{}``; the stream gave ``""``, which clients parsing the
+    arguments as JSON (the openai SDK's ``responses.stream()`` with a strict tool) raise on."""
+    _, body = translate(_no_argument_call(empty_fragment=empty_fragment, block_stop=block_stop), ctx())
+    [call] = openai_final(body, include_usage=False).choices[0].message.tool_calls
+    assert call.function.name == "noargs" and call.function.arguments == "{}"
+    fragments = [tc["function"].get("arguments") for d in data_chunks(body) for ch in d["choices"]
+                 for tc in ch["delta"].get("tool_calls") or []]  # fmt: skip
+    assert fragments == ["", "{}"]  # named first, as every call; the empty object once
+
+
+def data_chunks(body: bytes) -> list[dict[str, Any]]:
+    return [json.loads(line[6:]) for line in body.decode().split("\n") if line.startswith("data: {")]
 
 
 def test_close_completes_a_stream_once() -> None:

@@ -145,6 +145,77 @@ def test_codex_namespaced_call_is_flattened_the_same_way_as_its_tool() -> None:
     assert call["name"] in [t["function"]["name"] for t in out["tools"]]
 
 
+def test_codex_client_tool_search_is_a_function_and_what_it_loaded_becomes_callable() -> None:
+    """Codex 0.169 on a model slug it knows (gpt-5.5) offers a client-executed ``tool_search``
+    and keeps its MCP tools out of ``tools``: the search is a chat function, the call and its
+    output one tool round, and the loaded namespace's tools join the chat tools under the
+    names the output tells the model."""
+    body = codex_request("codex-0.169-tool-search-result")
+    out = chat(body)
+    tools = {t["function"]["name"]: t["function"] for t in out["tools"]}
+    [search] = [t for t in body["tools"] if t["type"] == "tool_search"]
+    assert tools["tool_search"] == {"name": "tool_search", "description": search["description"],
+                                    "parameters": search["parameters"]}  # fmt: skip
+    assert tools["mcp__demo__lookup_ticket"]["parameters"]["required"] == ["id"]
+    assert "Look up a support ticket by id" in tools["mcp__demo__lookup_ticket"]["description"]
+    assistant, tool = out["messages"][-2:]
+    assert assistant["tool_calls"] == [{"id": "call_capture1", "type": "function", "function": {
+        "name": "tool_search", "arguments": '{"query": "support ticket"}'}}]  # fmt: skip
+    assert tool["role"] == "tool" and tool["tool_call_id"] == "call_capture1"
+    assert json.loads(tool["content"]) == {"loaded_tools": [{
+        "name": "mcp__demo__lookup_ticket",
+        "description": "Tools in the mcp__demo namespace.\n\nLook up a support ticket by id"}]}  # fmt: skip
+
+
+def test_the_models_tool_search_comes_back_as_the_item_codex_runs_and_a_loaded_tool_by_its_namespace() -> None:
+    request = codex_request("codex-0.169-tool-search-result")
+    searched = {"role": "assistant", "content": None, "tool_calls": [{"id": "call_s2", "type": "function",
+                "function": {"name": "tool_search", "arguments": '{"query": "tickets", "limit": 3}'}}]}  # fmt: skip
+    called = {"role": "assistant", "content": None, "tool_calls": [{"id": "call_l1", "type": "function",
+              "function": {"name": "mcp__demo__lookup_ticket", "arguments": '{"id": "42"}'}}]}  # fmt: skip
+    for message, item in [
+        (searched, {"type": "tool_search_call", "status": "completed", "execution": "client", "call_id": "call_s2",
+                    "arguments": {"query": "tickets", "limit": 3}}),
+        (called, {"type": "function_call", "status": "completed", "call_id": "call_l1", "name": "lookup_ticket",
+                  "namespace": "mcp__demo", "arguments": '{"id": "42"}'}),
+    ]:  # fmt: skip
+        doc = {"choices": [{"message": message, "finish_reason": "tool_calls"}]}
+        for c in (ctx(request), T.held(ctx(request))):  # the answer reads no more than it keeps
+            [out] = T.answer(doc, c)["output"]
+            assert {k: v for k, v in out.items() if k != "id"} == item
+        # Streamed: added with empty arguments, done whole; no argument events for a search.
+        fn = message["tool_calls"][0]["function"]
+        raws = [chunk({"role": "assistant", "tool_calls": [{**message["tool_calls"][0], "index": 0,
+                                                            "function": {"name": fn["name"], "arguments": ""}}]}),
+                chunk({"tool_calls": [{"index": 0, "function": {"arguments": fn["arguments"]}}]}),
+                chunk({}, "tool_calls"), DONE]  # fmt: skip
+        events = check_grammar(run_stream(raws, T.held(ctx(request))))
+        [done] = [d["item"] for n, d in events if n == "response.output_item.done"]
+        assert {k: v for k, v in done.items() if k != "id"} == item
+        if item["type"] == "tool_search_call":
+            [added] = [d["item"] for n, d in events if n == "response.output_item.added"]
+            assert added["arguments"] == {} and added["status"] == "in_progress"
+            assert not [n for n, _ in events if "arguments" in n]
+
+
+def test_tool_search_without_the_search_tool_loads_nothing_and_a_server_search_stays_hosted() -> None:
+    body = codex_request("codex-0.169-tool-search-result")
+    # Codex's compaction: the same history, tools: [] (nothing may be called).
+    out = chat({**body, "tools": []})
+    assert "tools" not in out
+    assert out["messages"][-2]["tool_calls"][0]["function"]["name"] == "tool_search"
+    hosted = [{**i, "execution": "server"} if i["type"].startswith("tool_search") else i for i in body["input"]]
+    server = chat({**body, "input": hosted, "tools": [{"type": "tool_search"}, *WEATHER_TOOLS]})
+    assert [t["function"]["name"] for t in server["tools"]] == ["get_weather"]
+    assert all(m["role"] != "tool" for m in server["messages"])
+    # A namespace loaded twice is declared once, and a tool the request declares is not again.
+    again = [*body["input"], body["input"][-2], {**body["input"][-1], "call_id": "call_capture1"}]
+    tools = [t["function"]["name"] for t in chat({**body, "input": again})["tools"]]
+    assert tools.count("mcp__demo__lookup_ticket") == 1 and tools.count("tool_search") == 1
+    clash = refused({**body, "tools": [*body["tools"], {"type": "function", "name": "tool_search"}]})
+    assert "tool_search" in clash.message
+
+
 def test_codex_images_user_data_url_and_tool_output() -> None:
     body = codex_request("codex-0.169-image-result")
     out = chat(body)
@@ -665,6 +736,37 @@ def test_llm_rosetta_56_completed_has_id_and_every_item_was_added() -> None:
                      "response.output_item.done", "response.completed"]  # fmt: skip
     _, items, completed = codex_reads(body)
     assert completed["id"] == "resp_req1" and items[0]["call_id"] == "call_9"
+
+
+NOARGS_TOOLS = [{"type": "function", "name": "noargs", "strict": True,
+                 "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}]  # fmt: skip
+
+
+@pytest.mark.parametrize("args", [[""], [], ["", ""]])
+def test_a_call_that_got_no_argument_text_ends_as_an_empty_object(args: list[str]) -> None:
+    """A call to a tool without parameters, its arguments never given or given as "" (as the
+    chat → Messages stream did for Claude's no-argument calls): ``{}`` as the buffered answer
+    gives it, and no empty delta. The openai SDK's ``responses.stream()`` parses a strict
+    tool's arguments and raised JSONDecodeError on ""."""
+    named = {"index": 0, "id": "call_n", "type": "function", "function": {"name": "noargs"}}
+    if args:
+        named["function"]["arguments"] = args[0]
+    raws = [chunk({"role": "assistant", "tool_calls": [named]}),
+            *[chunk({"tool_calls": [{"index": 0, "function": {"arguments": a}}]}) for a in args[1:]],
+            chunk({}, "tool_calls"), DONE]  # fmt: skip
+    request = {"model": "m", "input": "x", "tools": NOARGS_TOOLS}
+    body = run_stream(raws, ctx(request))
+    events = check_grammar(body)
+    deltas = [d["delta"] for n, d in events if n == "response.function_call_arguments.delta"]
+    assert deltas == ["{}"]
+    assert [d["arguments"] for n, d in events if n == "response.function_call_arguments.done"] == ["{}"]
+    [call] = [i for i in codex_reads(body)[1] if i["type"] == "function_call"]
+    assert call["arguments"] == "{}"
+    final = sdk_final(body, request)
+    assert [(o.name, o.arguments, o.parsed_arguments) for o in final.output] == [("noargs", "{}", {})]
+    buffered = T.answer({"choices": [{"message": {"role": "assistant", "tool_calls": [named]},
+                                      "finish_reason": "tool_calls"}]}, ctx(request))  # fmt: skip
+    assert buffered["output"][0]["arguments"] == "{}"
 
 
 def test_parallel_calls_namespace_and_custom_tool_in_one_stream() -> None:
