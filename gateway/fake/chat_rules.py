@@ -30,7 +30,16 @@ a chat-only server). Each rule, as OpenAI words it (400 ``invalid_request_error`
   and "… 'required' is required to be supplied and to be an array including every key in
   properties. Missing '<key>'." (https://github.com/vercel/ai/issues/6484), param
   ``response_format``. Where an object breaks both, the first is answered, and of the keys
-  missing the first, as the quoted answers name one: the fake's choices.
+  missing the first, as the quoted answers name one: the fake's choices;
+- a function tool whose parameters hold a ``type`` JSON Schema does not have (Google's upper-case
+  ``"OBJECT"``, at any depth): "Invalid schema for function '<name>': '<TYPE>' is not valid under
+  any of the given schemas." (param ``tools[N].function.parameters``, code
+  ``invalid_function_parameters``). The frame, param and code are OpenAI's answer to a schema its
+  check refuses ("Invalid schema for function 'generate_simple_list': 'items' is not of type
+  'array'.", https://community.openai.com/t/quirk-in-openai-s-function-call-schema-single-property-schemas-fail-to-execute/1062703);
+  the clause after the colon is what that check, a JSON Schema validator, says of a type name
+  outside the draft's list, and what Anthropic's answer to the same schema ends with
+  (messages_rules.py). No answer quoted for this very schema was found: the words are the fake's.
 
 Where a request breaks more than one rule, the order they are checked in is the fake's own.
 """
@@ -41,7 +50,7 @@ import re
 from typing import Any
 
 from gateway.fake.responses import responses_error
-from gateway.fake.schemas import objects
+from gateway.fake.schemas import TYPES, mistyped, objects
 from gateway.fake.steps import Reply
 
 Fault = tuple[str, str | None, str | None]  # message, param, code
@@ -53,7 +62,7 @@ def refusal(path: str, payload: dict[str, Any]) -> Reply | None:
     """OpenAI's 400 for this chat request, or None when OpenAI takes it."""
     if not path.endswith("/chat/completions"):
         return None
-    found = (_user(payload.get("user")) or _tool_names(payload.get("tools"))
+    found = (_user(payload.get("user")) or _tool_names(payload.get("tools")) or _parameters(payload.get("tools"))
              or _strict_schema(payload.get("response_format")) or _why(payload.get("messages")))  # fmt: skip
     if found is None:
         return None
@@ -113,6 +122,20 @@ def _tool_names(tools: Any) -> Fault | None:
         if not _FUNCTION_NAME.fullmatch(name):
             return (f"Invalid '{param}': string does not match pattern. Expected a string that matches the "
                     "pattern '^[a-zA-Z0-9_-]+$'.", param, "invalid_value")  # fmt: skip
+    return None
+
+
+def _parameters(tools: Any) -> Fault | None:
+    for i, tool in enumerate(tools if isinstance(tools, list) else ()):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict):
+            continue
+        wrong = mistyped(function.get("parameters"))
+        if wrong is not None:
+            kinds = wrong["type"] if isinstance(wrong["type"], list) else [wrong["type"]]
+            bad = next(k for k in kinds if k not in TYPES)
+            return (f"Invalid schema for function '{function.get('name')}': {bad!r} is not valid under any of the "
+                    "given schemas.", f"tools[{i}].function.parameters", "invalid_function_parameters")  # fmt: skip
     return None
 
 

@@ -48,6 +48,15 @@ And on the rest of the request:
   https://github.com/modelcontextprotocol/modelcontextprotocol/issues/1345; before the limit
   was raised the same words said ``{1,64}``). Anthropic's server tools (``web_search_20250305``,
   ``bash_20250124``) carry a ``type`` and names of its own, and are not judged;
+- "tools.N.custom.input_schema.type: Input should be 'object'": a client tool whose schema's top
+  ``type`` is anything else (an array, ``["object", "null"]``, Google's ``"OBJECT"``), with request
+  ids in https://github.com/Joouis/agent-maestro/issues/163; and "tools.N.custom.input_schema: JSON
+  schema is invalid. It must match JSON Schema draft 2020-12 (https://json-schema.org/draft/2020-12).
+  Learn more about tool use at https://platform.claude.com/docs/en/agents-and-tools/tool-use/overview.":
+  one whose nested schema does not (https://github.com/anthropics/claude-code/issues/86664 with its
+  request id; before that the link read https://docs.claude.com/en/docs/tool-use,
+  https://github.com/anthropics/claude-code/issues/54439). Judged here: a ``type`` that is no JSON
+  Schema type name, at any depth;
 - "stop_sequences: each stop sequence must contain non-whitespace": ``stop: ["\\n"]`` carried
   over from chat (https://github.com/BerriAI/litellm/issues/3286, fixed for every kind of
   whitespace in https://github.com/BerriAI/litellm/pull/7484);
@@ -91,7 +100,13 @@ And on the rest of the request:
   (https://github.com/veryfront/veryfront-code/issues/3918, and as ``output_format.schema``, the
   beta's field, https://github.com/ax-llm/ax/issues/458); with ``"additionalProperties": true``,
   "For 'object' type, 'additionalProperties: true' is not supported. Please set
-  'additionalProperties' to false" (https://github.com/BerriAI/litellm/issues/35808).
+  'additionalProperties' to false" (https://github.com/BerriAI/litellm/issues/35808). Judged
+  before those, a schema with a ``type`` JSON Schema does not have, Google's upper-case ``"OBJECT"``:
+  "output_config.format.schema: Invalid JSON Schema in output format: {'type': 'OBJECT', …} is not
+  valid under any of the given schemas", the schema as Python prints it
+  (https://github.com/hugomossberg/Babel/issues/12, every call of a Gemini-style schema refused).
+  Where several nested schemas are mistyped, the fake names the outermost: its choice, as the one
+  quoted answer does not tell.
 
 The order the rules are checked in, where a request breaks more than one, is the fake's own.
 What the same measurements found Anthropic accepts is accepted here too: two assistant turns
@@ -105,7 +120,7 @@ from collections.abc import Mapping
 from typing import Any, TypeGuard
 
 from gateway.fake.messages import anthropic_error
-from gateway.fake.schemas import objects
+from gateway.fake.schemas import mistyped, objects
 from gateway.fake.steps import Reply
 
 MID_CONVERSATION_SYSTEM = "mid-conversation-system"
@@ -121,6 +136,8 @@ _NAMED = re.compile(r"claude-(?P<family>opus|sonnet|haiku|fable|mythos)"
                     r"(?:-(?P<major>\d+)(?!\d)(?:-(?P<minor>\d{1,2})(?!\d))?)?")  # fmt: skip
 _NUMBERED = re.compile(r"claude-(?P<major>\d+)(?:-(?P<minor>\d))?-(?:opus|sonnet|haiku)")
 _CUSTOM_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
+_DRAFT = ("JSON schema is invalid. It must match JSON Schema draft 2020-12 (https://json-schema.org/draft/2020-12). "
+          "Learn more about tool use at https://platform.claude.com/docs/en/agents-and-tools/tool-use/overview.")  # fmt: skip
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 _DOCS = ("Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
          "#important-considerations-when-using-extended-thinking")  # fmt: skip
@@ -159,7 +176,8 @@ def _why(payload: dict[str, Any], system_turns: bool) -> str | None:
     messages = payload.get("messages")
     if not isinstance(messages, list):
         return None  # the fake's other checks answer a body of the wrong shape
-    return (_tool_name(payload.get("tools")) or _stop_sequences(payload.get("stop_sequences"))
+    return (_tool_name(payload.get("tools")) or _input_schema(payload.get("tools"))
+            or _stop_sequences(payload.get("stop_sequences"))
             or _user_id(payload.get("metadata")) or _conversation(messages, system_turns)
             or _prefill(payload.get("model"), messages) or _thinking(payload) or _breakpoints(payload, messages)
             or _output_schema(payload))  # fmt: skip
@@ -243,6 +261,20 @@ def _tool_name(tools: Any) -> str | None:
     return None
 
 
+def _input_schema(tools: Any) -> str | None:
+    for i, tool in enumerate(tools if isinstance(tools, list) else ()):
+        if not isinstance(tool, dict) or tool.get("type", "custom") not in ("custom", None):
+            continue
+        schema = tool.get("input_schema")
+        if not isinstance(schema, dict):
+            continue  # the fake's other checks answer a body of the wrong shape
+        if "type" in schema and schema["type"] != "object":
+            return f"tools.{i}.custom.input_schema.type: Input should be 'object'"
+        if mistyped(schema) is not None:
+            return f"tools.{i}.custom.input_schema: {_DRAFT}"
+    return None
+
+
 def _stop_sequences(stops: Any) -> str | None:
     if isinstance(stops, list) and any(isinstance(s, str) and not s.strip() for s in stops):
         return "stop_sequences: each stop sequence must contain non-whitespace"
@@ -306,6 +338,10 @@ def _output_schema(payload: dict[str, Any]) -> str | None:
     for field, form in formats.items():
         if not isinstance(form, dict) or form.get("type") != "json_schema":
             continue
+        wrong = mistyped(form.get("schema"))
+        if wrong is not None:
+            return (f"{field}.schema: Invalid JSON Schema in output format: {wrong!r} is not valid under any of "
+                    "the given schemas")  # fmt: skip
         for _, obj in objects(form.get("schema")):
             if obj.get("additionalProperties") is True:
                 return (f"{field}.schema: For 'object' type, 'additionalProperties: true' is not supported. "

@@ -105,6 +105,19 @@ async def test_a_function_call_round_trip_keeps_the_call_id(make_gateway) -> Non
     assert tool["content"].startswith("Directory listing for")
 
 
+async def test_gemini_cli_routing_call_asks_for_its_schema_in_json_schemas_type_names(make_gateway) -> None:
+    """llama-cpp-python answered the schema as Gemini CLI spells it (OBJECT, STRING) with a 500:
+    its grammar builder knows only JSON Schema's names."""
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY)
+    status, _, body = await post(gw, "/v1beta/models/gemini-3.5-flash-lite:generateContent",
+                                 corpus("gemini-cli-0.61-route"))  # fmt: skip
+    assert status == 200, body
+    [sent] = gw.fake.chat_requests()
+    schema = sent.json()["response_format"]["json_schema"]["schema"]
+    assert schema["type"] == "object"
+    assert {p["type"] for p in schema["properties"].values()} == {"string", "integer"}
+
+
 async def test_an_upstream_429_is_answered_in_googles_envelope_with_retry_info(make_gateway) -> None:
     gw = await make_gateway(upstream_yaml=CHAT_ONLY, extra_yaml=FAST_429)
     error = {"error": {"message": "Rate limit reached, try again in 20s", "type": "requests",

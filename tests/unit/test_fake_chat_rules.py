@@ -106,6 +106,14 @@ def test_function_names(name: str, expected: tuple[str, str, str] | None) -> Non
     assert refused_with(tools=[function("Bash"), function(name)]) == expected
 
 
+def test_function_parameters_with_a_type_json_schema_does_not_have() -> None:
+    mistyped = {"type": "function", "function": {"name": "route", "parameters": {
+        "type": "object", "properties": {"n": {"type": "array", "items": {"type": "INTEGER"}}}}}}  # fmt: skip
+    assert refused_with(tools=[function("Bash"), mistyped]) == (
+        "Invalid schema for function 'route': 'INTEGER' is not valid under any of the given schemas.",
+        "tools[1].function.parameters", "invalid_function_parameters")
+
+
 def response_format(schema: dict[str, Any], strict: bool = True) -> dict[str, Any]:
     return {"type": "json_schema", "json_schema": {"name": "answer", "strict": strict, "schema": schema}}
 

@@ -262,6 +262,36 @@ def test_structured_output_objects_must_be_closed(schema: dict[str, Any], words:
     assert refused(HI, **json_schema(schema)) == words
 
 
+def test_a_structured_output_type_json_schema_does_not_have_is_refused() -> None:
+    route = {"type": "OBJECT", "properties": {"score": {"type": "INTEGER"}}, "additionalProperties": False}
+    assert refused(HI, **json_schema(route)) == (
+        "output_config.format.schema: Invalid JSON Schema in output format: {'type': 'OBJECT', 'properties': "
+        "{'score': {'type': 'INTEGER'}}, 'additionalProperties': False} is not valid under any of the given schemas")
+    nested = closed(score={"type": "INTEGER"})
+    assert refused(HI, **json_schema(nested)) == (
+        "output_config.format.schema: Invalid JSON Schema in output format: {'type': 'INTEGER'} is not valid under "
+        "any of the given schemas")
+    assert refused(HI, **json_schema(closed(score={"type": ["integer", "null"]}))) is None
+
+
+DRAFT = ("JSON schema is invalid. It must match JSON Schema draft 2020-12 (https://json-schema.org/draft/2020-12). "
+         "Learn more about tool use at https://platform.claude.com/docs/en/agents-and-tools/tool-use/overview.")
+
+
+@pytest.mark.parametrize(("schema", "words"), [
+    ({"type": "OBJECT", "properties": {}}, "tools.1.custom.input_schema.type: Input should be 'object'"),
+    ({"type": ["object", "null"], "properties": {}}, "tools.1.custom.input_schema.type: Input should be 'object'"),
+    ({"type": "array", "items": {"type": "string"}}, "tools.1.custom.input_schema.type: Input should be 'object'"),
+    ({"type": "object", "properties": {"n": {"type": "INTEGER"}}}, f"tools.1.custom.input_schema: {DRAFT}"),
+    ({"type": "object", "properties": {"l": {"type": "array", "items": {"type": "STRING"}}}},
+     f"tools.1.custom.input_schema: {DRAFT}"),
+    ({"type": "object", "properties": {"n": {"type": ["integer", "null"]}}}, None),
+    ({"properties": {}}, None),
+])  # fmt: skip
+def test_a_tools_input_schema(schema: dict[str, Any], words: str | None) -> None:
+    assert refused(HI, tools=[tool("Bash"), {"name": "f", "input_schema": schema}]) == words
+
+
 def test_the_betas_output_format_is_held_to_the_same() -> None:
     words = refused(HI, output_format={"type": "json_schema", "schema": OPEN})
     assert words == "output_format.schema: For 'object' type, 'additionalProperties' must be explicitly set to false"

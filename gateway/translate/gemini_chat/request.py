@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.apis.gemini.fields import field, has, snake
+from gateway.translate import json_schema as nesting
 from gateway.translate.base import Refusal, Target
 from gateway.translate.gemini_chat.names import Names, names_for
 
@@ -43,6 +44,12 @@ _HOSTED = ("googleSearch", "googleSearchRetrieval", "codeExecution", "urlContext
 _SCHEMA_KEYS = ("format", "title", "description", "enum", "maxItems", "minItems", "required",
                 "minProperties", "maxProperties", "minLength", "maxLength", "pattern", "default",
                 "minimum", "maximum", "example")  # fmt: skip
+# JSON Schema's type names; Google spells the same names upper-case, in its Schema and, as
+# Gemini takes them, in the JSON Schema fields too (Gemini CLI's routing call: "OBJECT").
+_JSON_TYPES = frozenset({"string", "number", "integer", "boolean", "array", "object", "null"})
+# JSON Schema keys holding one schema that ``json_schema.with_nested`` leaves alone (it serves
+# the walks that close objects, which set ``additionalProperties`` themselves).
+_MORE_NESTED = ("additionalProperties", "propertyNames", "unevaluatedProperties", "unevaluatedItems")
 NOTE = "[{what} ({mime}) left out: this model cannot read it]"
 
 
@@ -320,7 +327,9 @@ def _response_format(config: dict[str, Any]) -> dict[str, Any] | None:
     schema = field(config, "responseJsonSchema")
     if schema is None:
         schema = config.get("_responseJsonSchema")
-    if schema is None:
+    if schema is not None:
+        schema = lowered(schema)
+    else:
         google = field(config, "responseSchema")
         schema = json_schema(google) if google is not None else None
     if schema is not None:
@@ -366,7 +375,9 @@ def _function(decl: Any, where: str, names: Names) -> dict[str, Any]:
     if not isinstance(decl, dict) or not isinstance(decl.get("name"), str):
         raise Untranslatable(f"{where} needs a name")
     params = field(decl, "parametersJsonSchema")
-    if params is None:
+    if params is not None:
+        params = lowered(params)
+    else:
         google = decl.get("parameters")
         params = json_schema(google) if google is not None else None
     function: dict[str, Any] = {"name": names.upstream(decl["name"])}
@@ -394,6 +405,36 @@ def _choice(
     if tools:
         out["tool_choice"] = choice
     return tools
+
+
+def lowered(schema: Any) -> Any:
+    """A JSON Schema (``responseJsonSchema``, ``parametersJsonSchema``) with Google's upper-case
+    type names written as JSON Schema's. Gemini takes either; Anthropic refuses ``"OBJECT"``
+    ("Invalid JSON Schema in output format") and llama-cpp-python fails to build its grammar
+    ("Unrecognized schema"). A valid JSON Schema comes back equal: only ``type`` changes."""
+    if isinstance(schema, list):
+        return [lowered(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = nesting.with_nested(schema, lowered)
+    for key in _MORE_NESTED:
+        if isinstance(out.get(key), dict):
+            out[key] = lowered(out[key])
+    if isinstance(out.get("dependentSchemas"), dict):
+        out["dependentSchemas"] = {k: lowered(v) for k, v in out["dependentSchemas"].items()}
+    kind = out.get("type")
+    if isinstance(kind, str) and kind.upper() == "TYPE_UNSPECIFIED":
+        del out["type"]
+    elif isinstance(kind, str):
+        out["type"] = _json_type(kind)
+    elif isinstance(kind, list):
+        out["type"] = [_json_type(k) if isinstance(k, str) else k for k in kind]
+    return out
+
+
+def _json_type(name: str) -> str:
+    lower = name.lower()
+    return lower if lower in _JSON_TYPES else name
 
 
 def json_schema(schema: Any) -> Any:

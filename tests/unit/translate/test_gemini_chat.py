@@ -17,14 +17,19 @@ import pytest
 
 from gateway.apis.base import Ending
 from gateway.errors import Classification, ErrorType
+from gateway.fake import chat_rules, messages_rules
+from gateway.translate import default_translations
 from gateway.translate.base import Context, Refusal, Target
 from gateway.translate.gemini_chat import GeminiToChat
-from gateway.translate.gemini_chat.request import json_schema
+from gateway.translate.gemini_chat.request import json_schema, lowered
 from tests.unit.translate.messages_helpers import corpus_answer, wire_stream
 
 CORPUS = Path(__file__).resolve().parents[2] / "corpus" / "requests"
 T = GeminiToChat()
 TARGET = Target("served-model")
+# Gemini → chat → Messages, as the gateway composes it for an Anthropic upstream.
+ON_MESSAGES = default_translations().table["gemini", "messages"]
+CLAUDE = Target("claude-sonnet-4-5")
 
 
 def client_request(name: str, stream: bool = False) -> dict[str, Any]:
@@ -126,6 +131,32 @@ def test_google_genai_knobs_image_and_schema_types() -> None:
     }}]  # fmt: skip
 
 
+ROUTE_SCHEMA = {"type": "object", "properties": {
+    "complexity_reasoning": {"type": "string", "description": "Brief explanation for the score."},
+    "complexity_score": {"type": "integer", "description": "Complexity score from 1-100."}},
+    "required": ["complexity_reasoning", "complexity_score"]}  # fmt: skip
+
+
+def test_gemini_cli_routing_call_sends_its_schema_in_json_schemas_type_names() -> None:
+    """Every prompt on the stock model starts with this call; its responseJsonSchema spells
+    OBJECT / STRING / INTEGER, which Gemini takes and no chat server or Anthropic does."""
+    payload = client_request("gemini-cli-0.61-route")
+    out = chat(payload)
+    assert out["response_format"] == {"type": "json_schema", "json_schema": {"name": "response", "schema": ROUTE_SCHEMA}}
+    assert chat_rules.refusal("/v1/chat/completions", out) is None
+    on_claude = ON_MESSAGES.request(payload, CLAUDE)
+    assert not isinstance(on_claude, Refusal), on_claude
+    assert on_claude["output_config"]["format"]["schema"] == {**ROUTE_SCHEMA, "additionalProperties": False}
+    assert messages_rules.refusal("/v1/messages", on_claude, {}) is None
+
+
+def test_gemini_cli_requests_are_sent_as_anthropic_takes_them() -> None:
+    for name in ("gemini-cli-0.61-first", "gemini-cli-0.61-tool-result", "gemini-cli-0.61-route"):
+        out = ON_MESSAGES.request(client_request(name, stream=True), CLAUDE)
+        assert not isinstance(out, Refusal), (name, out)
+        assert messages_rules.refusal("/v1/messages", out, {}) is None, name
+
+
 def test_google_genai_function_response_without_ids_pairs_by_name_and_order() -> None:
     out = chat(client_request("genai-3.6-function-response"))
     assistant, tool = out["messages"][-2:]
@@ -180,6 +211,32 @@ def test_google_schema_to_json_schema() -> None:
         "a": {"type": "array", "maxItems": 3, "items": {"type": "string", "enum": ["x"]}},
         "b": {"type": ["integer", "null"], "minimum": 0},
         "c": {"anyOf": [{"type": "string"}, {"type": "number"}]}}}  # fmt: skip
+
+
+def test_json_schema_fields_get_json_schemas_type_names_and_nothing_else_changes() -> None:
+    google_spelled = {"type": "OBJECT", "properties": {
+        "OBJECT": {"type": "STRING", "enum": ["STRING", "OBJECT"], "default": "OBJECT"},
+        "list": {"type": "ARRAY", "items": {"$ref": "#/$defs/Item"}, "prefixItems": [{"type": "BOOLEAN"}]},
+        "either": {"anyOf": [{"type": ["NUMBER", "NULL"]}, {"not": {"type": "INTEGER"}}]},
+        "map": {"type": "OBJECT", "additionalProperties": {"type": "STRING"}},
+        "free": {"type": "TYPE_UNSPECIFIED", "description": "anything"}},
+        "$defs": {"Item": {"type": "OBJECT", "properties": {}}}}  # fmt: skip
+    assert lowered(google_spelled) == {"type": "object", "properties": {
+        "OBJECT": {"type": "string", "enum": ["STRING", "OBJECT"], "default": "OBJECT"},
+        "list": {"type": "array", "items": {"$ref": "#/$defs/Item"}, "prefixItems": [{"type": "boolean"}]},
+        "either": {"anyOf": [{"type": ["number", "null"]}, {"not": {"type": "integer"}}]},
+        "map": {"type": "object", "additionalProperties": {"type": "string"}},
+        "free": {"description": "anything"}},
+        "$defs": {"Item": {"type": "object", "properties": {}}}}  # fmt: skip
+    valid = {"type": "object", "properties": {"a": {"type": ["string", "null"], "format": "date"}, "b": True},
+             "additionalProperties": False, "required": ["a"]}  # fmt: skip
+    assert lowered(valid) == valid
+
+
+def test_parameters_json_schema_gets_json_schemas_type_names() -> None:
+    decl = {"name": "f", "parametersJsonSchema": {"type": "OBJECT", "properties": {"n": {"type": "INTEGER"}}}}
+    out = chat(base(tools=[{"functionDeclarations": [decl]}]))
+    assert out["tools"][0]["function"]["parameters"] == {"type": "object", "properties": {"n": {"type": "integer"}}}
 
 
 def test_thoughts_in_history_are_dropped_and_a_pdf_becomes_a_note() -> None:
