@@ -38,7 +38,11 @@ Anthropic. Each rule here is one Anthropic applies, worded as it words it (400
   unless the request names the beta ``mid-conversation-system-…`` in ``anthropic-beta``, as
   Claude Code 2.1.197 does and then sends such turns (../shared/AGENT-REQUESTS.md). Those turns
   stand between the others: a tool call's result is looked for in the next turn past them;
-- "messages: at least one message is required": the empty conversation.
+- "messages: at least one message is required": the empty conversation;
+- "messages.N.content.M.image.source.base64.media_type: Input should be 'image/jpeg', 'image/png',
+  'image/gif' or 'image/webp'": an image of another type (HEIC, or JPEG named ``image/jpg``), and
+  "messages.N.content.M.tool_result.content.K.image.source…" for one inside a tool result
+  (https://github.com/anthropics/claude-code/issues/5955).
 
 And on the rest of the request:
 
@@ -136,6 +140,8 @@ _NAMED = re.compile(r"claude-(?P<family>opus|sonnet|haiku|fable|mythos)"
                     r"(?:-(?P<major>\d+)(?!\d)(?:-(?P<minor>\d{1,2})(?!\d))?)?")  # fmt: skip
 _NUMBERED = re.compile(r"claude-(?P<major>\d+)(?:-(?P<minor>\d))?-(?:opus|sonnet|haiku)")
 _CUSTOM_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
+_IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+_IMAGE_WORDS = "Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'"
 _DRAFT = ("JSON schema is invalid. It must match JSON Schema draft 2020-12 (https://json-schema.org/draft/2020-12). "
           "Learn more about tool use at https://platform.claude.com/docs/en/agents-and-tools/tool-use/overview.")  # fmt: skip
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
@@ -195,6 +201,9 @@ def _conversation(messages: list[Any], system_turns: bool) -> str | None:
         blank = next((why for b in _blocks(message) if (why := _blank_text(b))), None)
         if blank is not None:
             return blank
+        image = _image_type(message, f"messages.{i}.content")
+        if image is not None:
+            return image
     turns = [(i, m) for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") != "system"]
     for k, (i, message) in enumerate(turns):
         if message.get("role") == "assistant":
@@ -236,6 +245,22 @@ def _blank_text(block: dict[str, Any]) -> str | None:
     if text.isspace():
         return "messages: text content blocks must contain non-whitespace text"
     return None
+
+
+def _image_type(message: dict[str, Any], where: str) -> str | None:
+    for j, block in enumerate(_blocks(message)):
+        inner = block.get("content") if block.get("type") == "tool_result" else None
+        for k, part in enumerate(inner if isinstance(inner, list) else ()):
+            if isinstance(part, dict) and _unreadable(part):
+                return f"{where}.{j}.tool_result.content.{k}.image.source.base64.media_type: {_IMAGE_WORDS}"
+        if _unreadable(block):
+            return f"{where}.{j}.image.source.base64.media_type: {_IMAGE_WORDS}"
+    return None
+
+
+def _unreadable(block: dict[str, Any]) -> bool:
+    source = block.get("source") if block.get("type") == "image" else None
+    return isinstance(source, dict) and source.get("type") == "base64" and source.get("media_type") not in _IMAGE_TYPES
 
 
 def _trailing_whitespace(last: Any) -> str | None:

@@ -118,6 +118,21 @@ async def test_gemini_cli_routing_call_asks_for_its_schema_in_json_schemas_type_
     assert {p["type"] for p in schema["properties"].values()} == {"string", "integer"}
 
 
+async def test_a_heic_photo_goes_to_a_chat_server_as_a_note(make_gateway) -> None:
+    """OpenAI refuses a HEIC image ("You uploaded an unsupported image"), as the self-hosted
+    servers' decoders fail on one; Gemini CLI sends it after reading a phone's photo."""
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY)
+    body = corpus("gemini-cli-0.61-tool-result")
+    last = body["contents"][-1]
+    heic = {"inlineData": {"mimeType": "image/heic", "data": "AAAAGGZ0eXBoZWljAAAAAG1pZjFoZWlj"}}
+    body["contents"][-1] = {**last, "parts": [*last["parts"], heic]}
+    status, _, raw = await post(gw, "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", body)
+    assert status == 200, raw
+    [sent] = gw.fake.chat_requests()
+    assert sent.json()["messages"][-1] == {"role": "user",
+                                           "content": "[image (image/heic) left out: this model cannot read it]"}
+
+
 async def test_an_upstream_429_is_answered_in_googles_envelope_with_retry_info(make_gateway) -> None:
     gw = await make_gateway(upstream_yaml=CHAT_ONLY, extra_yaml=FAST_429)
     error = {"error": {"message": "Rate limit reached, try again in 20s", "type": "requests",

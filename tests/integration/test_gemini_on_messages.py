@@ -5,6 +5,7 @@ Anthropic refuses (gateway/fake/messages_rules.py), and its answers come back in
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from tests.integration.test_gemini_on_chat import corpus, post
 
@@ -24,3 +25,26 @@ async def test_gemini_cli_routing_call_reaches_claude_with_json_schemas_type_nam
     schema = sent.json()["output_config"]["format"]["schema"]
     assert schema["type"] == "object" and schema["additionalProperties"] is False
     assert {p["type"] for p in schema["properties"].values()} == {"string", "integer"}
+
+
+def with_file_read(mime: str, data: str) -> dict[str, Any]:
+    """Gemini CLI's tool-result request with a file its tool read after the functionResponse, in
+    the same turn, as Gemini CLI 0.61 sends read_file's answer on a binary file."""
+    body = corpus("gemini-cli-0.61-tool-result")
+    last = body["contents"][-1]
+    body["contents"][-1] = {**last, "parts": [*last["parts"], {"inlineData": {"mimeType": mime, "data": data}}]}
+    return body
+
+
+async def test_a_heic_photo_in_the_history_no_longer_fails_every_turn(make_gateway) -> None:
+    """Gemini takes HEIC, Anthropic does not: the whole request was refused, then every later
+    one, the photo staying in the history. It goes as a note; a JPEG named image/jpg as an image."""
+    gw = await make_gateway(upstream_yaml=ON_CLAUDE)
+    path = "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+    status, _, body = await post(gw, path, with_file_read("image/heic", "AAAAGGZ0eXBoZWljAAAAAG1pZjFoZWlj"))
+    assert status == 200, body
+    status, _, body = await post(gw, path, with_file_read("image/jpg", "/9j/4AAQ"))
+    assert status == 200, body
+    heic, jpg = (r.json()["messages"][-1]["content"] for r in gw.fake.messages_requests())
+    assert heic[-1] == {"type": "text", "text": "[image (image/heic) left out: this model cannot read it]"}
+    assert jpg[-1]["type"] == "image" and jpg[-1]["source"]["media_type"] == "image/jpeg"

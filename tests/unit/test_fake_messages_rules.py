@@ -58,6 +58,25 @@ def test_what_anthropic_refuses(messages: list[dict[str, Any]], words: str) -> N
     assert refused(messages) == words
 
 
+def image(media_type: str) -> dict[str, Any]:
+    return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": "AAAA"}}
+
+
+IMAGE_TYPES = "Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'"
+
+
+@pytest.mark.parametrize(("messages", "words"), [
+    ([user(text("look"), image("image/heic"))], f"messages.0.content.1.image.source.base64.media_type: {IMAGE_TYPES}"),
+    ([user(text("hi")), assistant(call("toolu_1")),
+      user({"type": "tool_result", "tool_use_id": "toolu_1", "content": [text("shot"), image("image/jpg")]})],
+     f"messages.2.content.0.tool_result.content.1.image.source.base64.media_type: {IMAGE_TYPES}"),
+    ([user(image("image/jpeg"), image("image/png"), image("image/gif"), image("image/webp"))], None),
+    ([user(text("see"), {"type": "image", "source": {"type": "url", "url": "https://x/y.heic"}})], None),
+])  # fmt: skip
+def test_image_types_anthropic_reads(messages: list[dict[str, Any]], words: str | None) -> None:
+    assert refused(messages) == words
+
+
 def test_max_tokens_is_required() -> None:
     reply = refusal(PATH, {"model": "claude-x", "messages": [user(text("hi"))]}, {})
     assert reply is not None and reply.body["error"]["message"] == "max_tokens: Field required"

@@ -51,6 +51,11 @@ _JSON_TYPES = frozenset({"string", "number", "integer", "boolean", "array", "obj
 # the walks that close objects, which set ``additionalProperties`` themselves).
 _MORE_NESTED = ("additionalProperties", "propertyNames", "unevaluatedProperties", "unevaluatedItems")
 NOTE = "[{what} ({mime}) left out: this model cannot read it]"
+# The image types both OpenAI ("png, jpeg, gif, webp") and Anthropic (jpeg, png, gif, webp)
+# read. Gemini also takes HEIC and HEIF, which neither does.
+_IMAGES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+# Gemini takes "image/jpg" for JPEG; Anthropic takes only the registered name.
+_ALIASES = {"image/jpg": "image/jpeg"}
 
 
 class Untranslatable(Exception):
@@ -263,14 +268,17 @@ def _inline(blob: Any, where: str) -> dict[str, Any]:
         raise Untranslatable(f"{where}.inlineData needs base64 'data'")
     mime = field(blob, "mimeType")
     mime = mime if isinstance(mime, str) and mime else "application/octet-stream"
-    if mime.startswith("image/"):
+    mime = _ALIASES.get(mime, mime)
+    if mime in _IMAGES:
         # Protobuf's JSON bytes may be URL-safe base64 (google-genai 3.6 writes it so); a data
         # URL is standard base64, which is all some servers decode.
         data = blob["data"].replace("-", "+").replace("_", "/")
         return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}}
-    # Chat servers read images only. Refusing would fail every later turn of a session that
-    # once read a PDF; a note tells the model instead of letting it guess.
-    return {"type": "text", "text": NOTE.format(what="inline data", mime=mime)}
+    # Chat servers read those images only. Refusing would fail every later turn of a session
+    # that once read a PDF or a phone's photo (the part stays in its history); a note tells the
+    # model instead of letting it guess.
+    what = "image" if mime.startswith("image/") else "inline data"
+    return {"type": "text", "text": NOTE.format(what=what, mime=mime)}
 
 
 def _only_metadata(part: dict[str, Any]) -> bool:

@@ -239,6 +239,49 @@ def test_parameters_json_schema_gets_json_schemas_type_names() -> None:
     assert out["tools"][0]["function"]["parameters"] == {"type": "object", "properties": {"n": {"type": "integer"}}}
 
 
+def read_file_turns(mime: str, data: str) -> list[dict[str, Any]]:
+    """Gemini CLI 0.61 after ``read_file`` on a binary file (as it sends it on gemini-2.5-flash):
+    the functionResponse, then the file as an inlineData part of the same turn."""
+    return [
+        {"role": "user", "parts": [{"text": "Describe it"}]},
+        {"role": "model", "parts": [{"functionCall": {"id": "read_file_1", "name": "read_file",
+                                                      "args": {"file_path": "/work/photo"}}}]},
+        {"role": "user", "parts": [
+            {"functionResponse": {"id": "read_file_1", "name": "read_file",
+                                  "response": {"output": "Binary content provided (1 item(s))."}}},
+            {"inlineData": {"mimeType": mime, "data": data}}]},
+    ]  # fmt: skip
+
+
+HEIC = "AAAAGGZ0eXBoZWljAAAAAG1pZjFoZWlj"  # the first bytes of a HEIC file: ftyp heic
+
+
+@pytest.mark.parametrize("mime", ["image/heic", "image/heif"])
+def test_an_image_type_no_chat_server_nor_claude_reads_becomes_a_note(mime: str) -> None:
+    """Gemini takes HEIC and HEIF; Anthropic refused the whole request, and as the image stays in
+    the history, every later turn of the session."""
+    payload = base(contents=read_file_turns(mime, HEIC))
+    note = f"[image ({mime}) left out: this model cannot read it]"
+    out = chat(payload)
+    assert out["messages"][-1] == {"role": "user", "content": note}
+    assert chat_rules.refusal("/v1/chat/completions", out) is None
+    on_claude = ON_MESSAGES.request(payload, CLAUDE)
+    assert not isinstance(on_claude, Refusal), on_claude
+    assert on_claude["messages"][-1]["content"][-1] == {"type": "text", "text": note}
+    assert messages_rules.refusal("/v1/messages", on_claude, {}) is None
+
+
+def test_jpeg_named_image_jpg_is_sent_as_image_jpeg() -> None:
+    payload = base(contents=read_file_turns("image/jpg", "/9j/4AAQ"))
+    out = chat(payload)
+    assert out["messages"][-1]["content"] == [{"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,/9j/4AAQ"}}]
+    on_claude = ON_MESSAGES.request(payload, CLAUDE)
+    assert not isinstance(on_claude, Refusal), on_claude
+    assert on_claude["messages"][-1]["content"][-1] == {
+        "type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "/9j/4AAQ"}}
+    assert messages_rules.refusal("/v1/messages", on_claude, {}) is None
+
+
 def test_thoughts_in_history_are_dropped_and_a_pdf_becomes_a_note() -> None:
     out = chat(base(contents=[
         {"role": "user", "parts": [{"text": "read"}, {"inlineData": {"mimeType": "application/pdf", "data": "JVBE"}}]},
