@@ -48,3 +48,16 @@ async def test_a_heic_photo_in_the_history_no_longer_fails_every_turn(make_gatew
     heic, jpg = (r.json()["messages"][-1]["content"] for r in gw.fake.messages_requests())
     assert heic[-1] == {"type": "text", "text": "[image (image/heic) left out: this model cannot read it]"}
     assert jpg[-1]["type"] == "image" and jpg[-1]["source"]["media_type"] == "image/jpeg"
+
+
+async def test_a_pdf_gemini_cli_read_reaches_claude_as_a_document(make_gateway) -> None:
+    """It became "[inline data (application/pdf) left out: this model cannot read it]" whatever the
+    upstream, though Claude reads PDFs."""
+    gw = await make_gateway(upstream_yaml=ON_CLAUDE)
+    pdf = "JVBERi0xLjQKMSAwIG9iajw8L1R5cGUvQ2F0YWxvZz4+ZW5kb2JqCnRyYWlsZXI8PC9Sb290IDEgMCBSPj4KJSVFT0YK"
+    status, _, body = await post(gw, "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+                                 with_file_read("application/pdf", pdf))  # fmt: skip
+    assert status == 200, body
+    [sent] = gw.fake.messages_requests()
+    assert sent.json()["messages"][-1]["content"][-1] == {
+        "type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": pdf}}

@@ -81,7 +81,7 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
     if not isinstance(contents, list):
         raise Untranslatable("'contents' must be a list of Content objects")
     names = names_for(payload.get("tools"))
-    messages += _messages(contents, names)
+    messages += _messages(contents, names, files=target.onward == "messages")
     out: dict[str, Any] = {"model": target.model, "messages": messages}
     config = field(payload, "generationConfig")
     if isinstance(config, dict):
@@ -122,8 +122,9 @@ def _system(instruction: Any) -> str:
 class _Convo:
     """Chat messages as they are built, with the calls still waiting for their response."""
 
-    def __init__(self, names: Names) -> None:
+    def __init__(self, names: Names, files: bool) -> None:
         self.names = names
+        self.files = files  # a PDF may go as a chat file part: it goes on to a Messages upstream
         self.messages: list[dict[str, Any]] = []
         self.open_calls: list[tuple[str, str]] = []  # (name, id) of the last model turn, unanswered
 
@@ -147,8 +148,8 @@ class _Convo:
         return f"call_{len(self.messages)}_{name}"  # answers no call the request shows
 
 
-def _messages(contents: list[Any], names: Names) -> list[dict[str, Any]]:
-    convo = _Convo(names)
+def _messages(contents: list[Any], names: Names, files: bool) -> list[dict[str, Any]]:
+    convo = _Convo(names, files)
     for i, content in enumerate(contents):
         if not isinstance(content, dict):
             raise Untranslatable(f"contents[{i}] must be a Content object")
@@ -223,7 +224,7 @@ def _user_turn(convo: _Convo, parts: list[Any], i: int) -> None:
             if part.get("thought") is not True:
                 chat_parts.append({"type": "text", "text": part["text"]})
         elif has(part, "inlineData"):
-            chat_parts.append(_inline(field(part, "inlineData"), f"contents[{i}].parts[{j}]"))
+            chat_parts.append(_inline(field(part, "inlineData"), f"contents[{i}].parts[{j}]", convo.files))
         elif has(part, "fileData"):
             raise Untranslatable(f"contents[{i}].parts[{j}].fileData names a file kept by Google's API; "
                                  "a chat completions upstream cannot fetch it")  # fmt: skip
@@ -257,26 +258,32 @@ def _function_response(
     images = []
     for k, inner in enumerate(fr.get("parts") or ()):
         if isinstance(inner, dict) and has(inner, "inlineData"):
-            images.append(
-                _inline(field(inner, "inlineData"), f"contents[{i}].parts[{j}].functionResponse.parts[{k}]")
-            )
+            where = f"contents[{i}].parts[{j}].functionResponse.parts[{k}]"
+            images.append(_inline(field(inner, "inlineData"), where, convo.files))
     return call_id, text, images
 
 
-def _inline(blob: Any, where: str) -> dict[str, Any]:
+def _inline(blob: Any, where: str, files: bool) -> dict[str, Any]:
     if not isinstance(blob, dict) or not isinstance(blob.get("data"), str):
         raise Untranslatable(f"{where}.inlineData needs base64 'data'")
     mime = field(blob, "mimeType")
     mime = mime if isinstance(mime, str) and mime else "application/octet-stream"
     mime = _ALIASES.get(mime, mime)
+    # Protobuf's JSON bytes may be URL-safe base64 (google-genai 3.6 writes it so); a data URL
+    # is standard base64, which is all some servers decode.
+    data = blob["data"].replace("-", "+").replace("_", "/")
     if mime in _IMAGES:
-        # Protobuf's JSON bytes may be URL-safe base64 (google-genai 3.6 writes it so); a data
-        # URL is standard base64, which is all some servers decode.
-        data = blob["data"].replace("-", "+").replace("_", "/")
         return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}}
-    # Chat servers read those images only. Refusing would fail every later turn of a session
-    # that once read a PDF or a phone's photo (the part stays in its history); a note tells the
-    # model instead of letting it guess.
+    if mime == "application/pdf" and files:
+        # Claude reads PDFs: chat_messages makes this part a document block.
+        file: dict[str, Any] = {"file_data": f"data:{mime};base64,{data}"}
+        name = field(blob, "displayName")
+        if isinstance(name, str) and name:
+            file["filename"] = name
+        return {"type": "file", "file": file}
+    # Chat servers read those images only (a PDF reaches Claude alone). Refusing would fail every
+    # later turn of a session that once read a PDF or a phone's photo (the part stays in its
+    # history); a note tells the model instead of letting it guess.
     what = "image" if mime.startswith("image/") else "inline data"
     return {"type": "text", "text": NOTE.format(what=what, mime=mime)}
 

@@ -292,6 +292,38 @@ def test_thoughts_in_history_are_dropped_and_a_pdf_becomes_a_note() -> None:
     assert model == {"role": "assistant", "content": "done"}
 
 
+PDF = "JVBERi0xLjQKMSAwIG9iajw8L1R5cGUvQ2F0YWxvZz4+ZW5kb2JqCnRyYWlsZXI8PC9Sb290IDEgMCBSPj4KJSVFT0YK"
+
+
+def test_a_pdf_on_its_way_to_claude_is_a_chat_file_part_and_reaches_claude_as_a_document() -> None:
+    """Claude reads PDFs; a chat server reads none (the note above)."""
+    payload = base(contents=read_file_turns("application/pdf", PDF))
+    out = T.request(payload, Target("claude-sonnet-4-5", onward="messages"))
+    assert not isinstance(out, Refusal), out
+    assert out["messages"][-1] == {"role": "user", "content": [
+        {"type": "file", "file": {"file_data": f"data:application/pdf;base64,{PDF}"}}]}  # fmt: skip
+    on_claude = ON_MESSAGES.request(payload, CLAUDE)
+    assert not isinstance(on_claude, Refusal), on_claude
+    call_id = on_claude["messages"][-2]["content"][0]["id"]
+    assert on_claude["messages"][-1]["content"] == [
+        {"type": "tool_result", "tool_use_id": call_id, "content": "Binary content provided (1 item(s))."},
+        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": PDF}}]
+    assert messages_rules.refusal("/v1/messages", on_claude, {}) is None
+
+
+def test_a_pdf_a_function_returned_and_its_display_name_go_on_to_claude() -> None:
+    response = {"name": "fetch", "response": {"output": "ok"},
+                "parts": [{"inlineData": {"mimeType": "application/pdf", "data": "JVBE", "displayName": "a.pdf"}}]}
+    payload = base(contents=[{"role": "user", "parts": [{"text": "get it"}]},
+                             {"role": "model", "parts": [{"functionCall": {"name": "fetch", "args": {}}}]},
+                             {"role": "user", "parts": [{"functionResponse": response}]}])  # fmt: skip
+    out = T.request(payload, Target("claude-sonnet-4-5", onward="messages"))
+    assert not isinstance(out, Refusal), out
+    assert out["messages"][-1]["content"][-1] == {
+        "type": "file", "file": {"file_data": "data:application/pdf;base64,JVBE", "filename": "a.pdf"}}
+    assert "left out" in json.dumps(chat(payload)["messages"][-1])
+
+
 @pytest.mark.parametrize(("extra", "says"), [
     ({"tools": [{"googleSearch": {}}]}, "googleSearch"),
     ({"tools": [{"code_execution": {}}]}, "codeExecution"),
