@@ -60,7 +60,8 @@ And on the rest of the request:
   one whose nested schema does not (https://github.com/anthropics/claude-code/issues/86664 with its
   request id; before that the link read https://docs.claude.com/en/docs/tool-use,
   https://github.com/anthropics/claude-code/issues/54439). Judged here: a ``type`` that is no JSON
-  Schema type name, at any depth;
+  Schema type name, or a count (``minItems``, ``maxLength``…) that is no non-negative integer
+  (``"1"``), at any depth;
 - "stop_sequences: each stop sequence must contain non-whitespace": ``stop: ["\\n"]`` carried
   over from chat (https://github.com/BerriAI/litellm/issues/3286, fixed for every kind of
   whitespace in https://github.com/BerriAI/litellm/pull/7484);
@@ -124,7 +125,7 @@ from collections.abc import Mapping
 from typing import Any, TypeGuard
 
 from gateway.fake.messages import anthropic_error
-from gateway.fake.schemas import mistyped, objects
+from gateway.fake.schemas import miscounted, mistyped, objects
 from gateway.fake.steps import Reply
 
 MID_CONVERSATION_SYSTEM = "mid-conversation-system"
@@ -295,7 +296,7 @@ def _input_schema(tools: Any) -> str | None:
             continue  # the fake's other checks answer a body of the wrong shape
         if "type" in schema and schema["type"] != "object":
             return f"tools.{i}.custom.input_schema.type: Input should be 'object'"
-        if mistyped(schema) is not None:
+        if mistyped(schema) is not None or miscounted(schema) is not None:
             return f"tools.{i}.custom.input_schema: {_DRAFT}"
     return None
 

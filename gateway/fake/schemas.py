@@ -16,6 +16,7 @@ _NAMED = ("properties", "$defs", "definitions")
 _LISTED = ("anyOf", "allOf", "oneOf")
 # JSON Schema's type names (draft 2020-12, "simpleTypes"): the only values ``type`` may hold.
 TYPES = frozenset({"array", "boolean", "integer", "null", "number", "object", "string"})
+COUNTS = ("minItems", "maxItems", "minLength", "maxLength", "minProperties", "maxProperties")
 
 
 def objects(schema: Any, path: Path = ()) -> Iterator[tuple[Path, dict[str, Any]]]:
@@ -33,6 +34,17 @@ def mistyped(schema: Any) -> dict[str, Any] | None:
         kinds = kind if isinstance(kind, list) else [] if kind is None else [kind]
         if any(k not in TYPES for k in kinds):
             return sub
+    return None
+
+
+def miscounted(schema: Any) -> dict[str, Any] | None:
+    """The outermost (sub)schema with a count (``minItems``, ``maxLength``…) that is no
+    non-negative integer (``"1"``: draft 2020-12 requires one), or None."""
+    for _, sub in schemas(schema):
+        for key in COUNTS:
+            value = sub.get(key)
+            if key in sub and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                return sub
     return None
 
 

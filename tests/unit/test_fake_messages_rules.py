@@ -304,7 +304,10 @@ DRAFT = ("JSON schema is invalid. It must match JSON Schema draft 2020-12 (https
     ({"type": "object", "properties": {"n": {"type": "INTEGER"}}}, f"tools.1.custom.input_schema: {DRAFT}"),
     ({"type": "object", "properties": {"l": {"type": "array", "items": {"type": "STRING"}}}},
      f"tools.1.custom.input_schema: {DRAFT}"),
+    ({"type": "object", "properties": {"l": {"type": "array", "minItems": "1"}}}, f"tools.1.custom.input_schema: {DRAFT}"),
+    ({"type": "object", "properties": {"s": {"type": "string", "maxLength": -1}}}, f"tools.1.custom.input_schema: {DRAFT}"),
     ({"type": "object", "properties": {"n": {"type": ["integer", "null"]}}}, None),
+    ({"type": "object", "minProperties": 1, "properties": {"l": {"type": "array", "maxItems": 3}}}, None),
     ({"properties": {}}, None),
 ])  # fmt: skip
 def test_a_tools_input_schema(schema: dict[str, Any], words: str | None) -> None:

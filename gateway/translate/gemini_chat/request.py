@@ -22,6 +22,7 @@ Rules (each with its reason in docs/translation/gemini_chat.md):
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,6 +45,9 @@ _HOSTED = ("googleSearch", "googleSearchRetrieval", "codeExecution", "urlContext
 _SCHEMA_KEYS = ("format", "title", "description", "enum", "maxItems", "minItems", "required",
                 "minProperties", "maxProperties", "minLength", "maxLength", "pattern", "default",
                 "minimum", "maximum", "example")  # fmt: skip
+# Google's Schema counts are int64, which protobuf's JSON writes as strings (the google-genai JS
+# SDK types them so); JSON Schema wants integers.
+_COUNTS = ("maxItems", "minItems", "minProperties", "maxProperties", "minLength", "maxLength")
 # JSON Schema's type names; Google spells the same names upper-case, in its Schema and, as
 # Gemini takes them, in the JSON Schema fields too (Gemini CLI's routing call: "OBJECT").
 _JSON_TYPES = frozenset({"string", "number", "integer", "boolean", "array", "object", "null"})
@@ -398,8 +402,17 @@ def _function(decl: Any, where: str, names: Names) -> dict[str, Any]:
     function: dict[str, Any] = {"name": names.upstream(decl["name"])}
     if isinstance(decl.get("description"), str):
         function["description"] = decl["description"]
-    function["parameters"] = params if isinstance(params, dict) else {"type": "object", "properties": {}}
+    if not isinstance(params, dict):
+        params = {"type": "object", "properties": {}}
+    function["parameters"] = _object(params)
     return {"type": "function", "function": function}
+
+
+def _object(params: dict[str, Any]) -> dict[str, Any]:
+    """A function's arguments are an object, whatever ``nullable`` says: Anthropic refuses any
+    other top ``type`` ("input_schema.type: Input should be 'object'"), ``["object", "null"]`` too."""
+    kind = params.get("type")
+    return {**params, "type": "object"} if isinstance(kind, list) and "object" in kind else params
 
 
 def _choice(
@@ -463,12 +476,25 @@ def json_schema(schema: Any) -> Any:
     kind = schema.get("type")
     if isinstance(kind, str) and kind.upper() != "TYPE_UNSPECIFIED":
         out["type"] = kind.lower()
-    if field(schema, "nullable") is True and "type" in out:
-        out["type"] = [out["type"], "null"]
     for key in _SCHEMA_KEYS:
         value = field(schema, key)
         if value is not None:
             out[key] = value
+    for key in _COUNTS:
+        if isinstance(out.get(key), str) and out[key].isdigit():
+            out[key] = int(out[key])
+    if out.get("format") == "enum":
+        del out["format"]  # Google's mark of an enum, which ``enum`` says; JSON Schema has no such format
+    if out.get("type") in ("integer", "number") and isinstance(out.get("enum"), list):
+        # Google's enum is a list of strings whatever the type ({type: INTEGER, format: enum,
+        # enum: ["101", "201"]}); as JSON Schema no integer would match a string.
+        numbers = _numbers(out["enum"], integer=out["type"] == "integer")
+        if numbers is not None:
+            out["enum"] = numbers
+        else:
+            del out["type"]  # values that are no numbers: the listed values are what may be given
+    if field(schema, "nullable") is True and "type" in out:
+        out["type"] = [out["type"], "null"]
     props = schema.get("properties")
     if isinstance(props, dict):
         out["properties"] = {k: json_schema(v) for k, v in props.items()}
@@ -477,4 +503,27 @@ def json_schema(schema: Any) -> Any:
     any_of = field(schema, "anyOf")
     if isinstance(any_of, list):
         out["anyOf"] = json_schema(any_of)
+    return out
+
+
+def _numbers(values: list[Any], integer: bool) -> list[int | float] | None:
+    out: list[int | float] = []
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            return None
+        if not isinstance(value, str):
+            out.append(value)
+            continue
+        try:
+            out.append(int(value))
+            continue
+        except ValueError:
+            pass
+        try:
+            number = float(value)
+        except ValueError:
+            return None
+        if integer or not math.isfinite(number):
+            return None
+        out.append(number)
     return out

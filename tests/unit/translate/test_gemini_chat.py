@@ -213,6 +213,36 @@ def test_google_schema_to_json_schema() -> None:
         "c": {"anyOf": [{"type": "string"}, {"type": "number"}]}}}  # fmt: skip
 
 
+def test_google_schema_counts_and_enums_as_json_schema_reads_them() -> None:
+    """google-genai JS types counts as strings (int64 in Google's proto); an enum is strings
+    whatever the type, so an INTEGER enum of strings would match no integer."""
+    schema = {"type": "OBJECT", "minProperties": "1", "properties": {
+        "tags": {"type": "ARRAY", "minItems": "1", "maxItems": "5", "items": {"type": "STRING", "maxLength": "20"}},
+        "code": {"type": "INTEGER", "format": "enum", "enum": ["101", "201"]},
+        "ratio": {"type": "NUMBER", "enum": ["0.5", "1"]},
+        "odd": {"type": "INTEGER", "enum": ["one", "2"]},
+        "color": {"type": "STRING", "format": "enum", "enum": ["red", "blue"]}}}  # fmt: skip
+    assert json_schema(schema) == {"type": "object", "minProperties": 1, "properties": {
+        "tags": {"type": "array", "minItems": 1, "maxItems": 5, "items": {"type": "string", "maxLength": 20}},
+        "code": {"type": "integer", "enum": [101, 201]},
+        "ratio": {"type": "number", "enum": [0.5, 1]},
+        "odd": {"enum": ["one", "2"]},
+        "color": {"type": "string", "enum": ["red", "blue"]}}}  # fmt: skip
+
+
+def test_nullable_function_parameters_stay_an_object() -> None:
+    """Anthropic refuses any top type but "object" ("input_schema.type: Input should be 'object'")."""
+    decl = {"name": "f", "parameters": {"type": "OBJECT", "nullable": True,
+                                        "properties": {"n": {"type": "INTEGER", "nullable": True}}}}  # fmt: skip
+    payload = base(tools=[{"functionDeclarations": [decl]}])
+    assert chat(payload)["tools"][0]["function"]["parameters"] == {
+        "type": "object", "properties": {"n": {"type": ["integer", "null"]}}}
+    on_claude = ON_MESSAGES.request(payload, CLAUDE)
+    assert not isinstance(on_claude, Refusal), on_claude
+    assert on_claude["tools"][0]["input_schema"]["type"] == "object"
+    assert messages_rules.refusal("/v1/messages", on_claude, {}) is None
+
+
 def test_json_schema_fields_get_json_schemas_type_names_and_nothing_else_changes() -> None:
     google_spelled = {"type": "OBJECT", "properties": {
         "OBJECT": {"type": "STRING", "enum": ["STRING", "OBJECT"], "default": "OBJECT"},
