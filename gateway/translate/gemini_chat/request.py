@@ -16,7 +16,7 @@ Rules (each with its reason in docs/translation/gemini_chat.md):
   nothing to another one.
 * Everything that needs Google's servers (hosted tools, ``cachedContent``, Files-API
   ``fileData``, image or audio output) is refused; sampling knobs chat lacks (``topK``,
-  ``safetySettings``) are dropped.
+  ``safetySettings``) are dropped, but ``topK`` goes on to Messages, which has ``top_k``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from typing import Any
 from gateway.apis.gemini.fields import field, has, snake
 from gateway.translate import json_schema as nesting
 from gateway.translate.base import Refusal, Target
+from gateway.translate.chat_messages.request import EFFORT_BUDGET
 from gateway.translate.gemini_chat.names import Names, names_for
 
 # thinkingBudget → reasoning_effort: the thresholds messages_chat uses for Anthropic's
@@ -37,7 +38,8 @@ _LOW, _MEDIUM = 4096, 16384
 # thinkingLevel → reasoning_effort: the three values every chat server that takes the field
 # accepts (vLLM validates exactly these).
 _LEVEL = {"minimal": "low", "low": "low", "medium": "medium", "high": "high"}
-_MODE = {"AUTO": "auto", "ANY": "required", "NONE": "none", "VALIDATED": "auto"}
+# MODE_UNSPECIFIED is a value of Google's enum: the default, AUTO.
+_MODE = {"AUTO": "auto", "ANY": "required", "NONE": "none", "VALIDATED": "auto", "MODE_UNSPECIFIED": "auto"}
 # Tools that run inside Google's servers; a chat server cannot run them.
 _HOSTED = ("googleSearch", "googleSearchRetrieval", "codeExecution", "urlContext", "retrieval",
            "googleMaps", "computerUse", "fileSearch", "enterpriseWebSearch", "mcpServers")  # fmt: skip
@@ -89,7 +91,7 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
     out: dict[str, Any] = {"model": target.model, "messages": messages}
     config = field(payload, "generationConfig")
     if isinstance(config, dict):
-        _generation(config, out)
+        _generation(config, out, target.onward)
     tools = _tools(payload.get("tools"), names)
     tool_config = field(payload, "toolConfig")
     calling = field(tool_config, "functionCallingConfig") if isinstance(tool_config, dict) else None
@@ -316,7 +318,7 @@ def _content(parts: list[dict[str, Any]]) -> Any:
 # --- generation config -----------------------------------------------------------------
 
 
-def _generation(config: dict[str, Any], out: dict[str, Any]) -> None:
+def _generation(config: dict[str, Any], out: dict[str, Any], onward: str) -> None:
     count = field(config, "candidateCount")
     if isinstance(count, int) and count > 1:
         raise Untranslatable("'candidateCount' above 1 is not carried: the answer would hold one candidate")
@@ -326,6 +328,10 @@ def _generation(config: dict[str, Any], out: dict[str, Any]) -> None:
         value = field(config, name)
         if value is not None:
             out[chat] = value
+    top_k = field(config, "topK")
+    if onward == "messages" and isinstance(top_k, int | float) and not isinstance(top_k, bool) and top_k >= 1:
+        # Anthropic's top_k; chat_messages drops it again with thinking on, which refuses it.
+        out["top_k"] = int(top_k)
     stops = field(config, "stopSequences")
     if isinstance(stops, list) and stops:
         out["stop"] = list(stops)
@@ -337,7 +343,7 @@ def _generation(config: dict[str, Any], out: dict[str, Any]) -> None:
     if fmt is not None:
         out["response_format"] = fmt
     thinking = field(config, "thinkingConfig")
-    effort = _effort(thinking) if isinstance(thinking, dict) else None
+    effort = _effort(thinking, onward) if isinstance(thinking, dict) else None
     if effort:
         out["reasoning_effort"] = effort
 
@@ -358,13 +364,17 @@ def _response_format(config: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _effort(thinking: dict[str, Any]) -> str | None:
+def _effort(thinking: dict[str, Any], onward: str) -> str | None:
     level = field(thinking, "thinkingLevel")
     if isinstance(level, str) and level.lower() in _LEVEL:
         return _LEVEL[level.lower()]
     budget = field(thinking, "thinkingBudget")
     if not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0:
         return None  # 0: thinking off; -1: the model decides; both are the server's default here
+    if onward == "messages":
+        # chat_messages gives each effort a budget (1,024 the least, Anthropic's minimum): the
+        # least effort whose budget covers the one asked, so Claude thinks at least as long.
+        return next((effort for effort, tokens in EFFORT_BUDGET.items() if tokens >= budget), "xhigh")
     return "low" if budget < _LOW else "medium" if budget < _MEDIUM else "high"
 
 
@@ -423,7 +433,12 @@ def _choice(
     allowed = field(calling, "allowedFunctionNames")
     if isinstance(allowed, list) and allowed:
         chat_names = {names.upstream(n) for n in allowed if isinstance(n, str)}
-        tools = [t for t in tools if t["function"]["name"] in chat_names]
+        kept = [t for t in tools if t["function"]["name"] in chat_names]
+        if not kept:
+            # Sent without them, the model would answer as if it had no tools at all.
+            raise Untranslatable(f"functionCallingConfig.allowedFunctionNames {allowed!r} names no function "
+                                 "in 'tools'; each must be a functionDeclarations[].name")  # fmt: skip
+        tools = kept
     mode = str(calling.get("mode") or "AUTO").upper()
     choice = _MODE.get(mode)
     if choice is None:

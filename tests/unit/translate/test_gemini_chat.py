@@ -184,13 +184,23 @@ def base(**extra: Any) -> dict[str, Any]:
     ({"mode": "AUTO"}, "auto"),
     ({"mode": "ANY", "allowedFunctionNames": ["b"]}, {"type": "function", "function": {"name": "b"}}),
     ({"mode": "ANY", "allowed_function_names": ["a", "b"]}, "required"),
+    ({"mode": "MODE_UNSPECIFIED"}, "auto"),  # a value of Google's enum: the default
+    ({"mode": "ANY", "allowedFunctionNames": ["b", "gone"]}, {"type": "function", "function": {"name": "b"}}),
 ])  # fmt: skip
 def test_function_calling_config(config: dict[str, Any], expected: Any) -> None:
     decls = [{"name": n, "parametersJsonSchema": {"type": "object"}} for n in ("a", "b", "c")]
     out = chat(base(tools=[{"functionDeclarations": decls}], toolConfig={"functionCallingConfig": config}))
     assert out["tool_choice"] == expected
     allowed = config.get("allowedFunctionNames") or config.get("allowed_function_names") or ["a", "b", "c"]
-    assert [t["function"]["name"] for t in out["tools"]] == allowed
+    assert [t["function"]["name"] for t in out["tools"]] == [n for n in allowed if n in "abc"]
+
+
+def test_allowed_function_names_naming_no_declared_function_is_refused() -> None:
+    """Sent without its tools, the model would answer as if it had none."""
+    decls = [{"name": "a", "parametersJsonSchema": {"type": "object"}}]
+    calling = {"mode": "ANY", "allowedFunctionNames": ["read_file"]}
+    says = refused(base(tools=[{"functionDeclarations": decls}], toolConfig={"functionCallingConfig": calling}))
+    assert "allowedFunctionNames ['read_file'] names no function in 'tools'" in says.message
 
 
 @pytest.mark.parametrize(("thinking", "effort"), [
@@ -200,6 +210,25 @@ def test_function_calling_config(config: dict[str, Any], expected: Any) -> None:
 def test_thinking_config_to_reasoning_effort(thinking: dict[str, Any], effort: str | None) -> None:
     out = chat(base(generationConfig={"thinkingConfig": thinking}))
     assert out.get("reasoning_effort") == effort
+
+
+@pytest.mark.parametrize(("budget", "claude"), [
+    (500, 1024), (1024, 1024), (1500, 2048), (8192, 8192), (9000, 16384), (24576, 32768), (50000, 32768),
+])  # fmt: skip
+def test_a_thinking_budget_reaches_claude_at_least_as_asked(budget: int, claude: int) -> None:
+    """Anthropic's least budget is 1,024; 500 was sent as 2,048 (low), 3,000 as 2,048."""
+    payload = base(generationConfig={"thinkingConfig": {"thinkingBudget": budget}, "maxOutputTokens": 40000})
+    out = ON_MESSAGES.request(payload, CLAUDE)
+    assert not isinstance(out, Refusal), out
+    assert out["thinking"] == {"type": "enabled", "budget_tokens": claude}
+
+
+def test_top_k_reaches_claude_unless_it_thinks() -> None:
+    out = ON_MESSAGES.request(base(generationConfig={"topK": 40, "temperature": 0.5}), CLAUDE)
+    assert not isinstance(out, Refusal) and out["top_k"] == 40
+    thinking = {"topK": 40.0, "thinkingConfig": {"thinkingBudget": 2048}}
+    out = ON_MESSAGES.request(base(generationConfig=thinking), CLAUDE)
+    assert not isinstance(out, Refusal) and "top_k" not in out and "thinking" in out
 
 
 def test_google_schema_to_json_schema() -> None:
