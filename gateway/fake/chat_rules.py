@@ -30,7 +30,22 @@ a chat-only server). Each rule, as OpenAI words it (400 ``invalid_request_error`
   and "… 'required' is required to be supplied and to be an array including every key in
   properties. Missing '<key>'." (https://github.com/vercel/ai/issues/6484), param
   ``response_format``. Where an object breaks both, the first is answered, and of the keys
-  missing the first, as the quoted answers name one: the fake's choices.
+  missing the first, as the quoted answers name one: the fake's choices;
+- a function tool whose parameters hold a ``type`` JSON Schema does not have (Google's upper-case
+  ``"OBJECT"``, at any depth): "Invalid schema for function '<name>': '<TYPE>' is not valid under
+  any of the given schemas." (param ``tools[N].function.parameters``, code
+  ``invalid_function_parameters``). The frame, param and code are OpenAI's answer to a schema its
+  check refuses ("Invalid schema for function 'generate_simple_list': 'items' is not of type
+  'array'.", https://community.openai.com/t/quirk-in-openai-s-function-call-schema-single-property-schemas-fail-to-execute/1062703);
+  the clause after the colon is what that check, a JSON Schema validator, says of a type name
+  outside the draft's list, and what Anthropic's answer to the same schema ends with
+  (messages_rules.py). No answer quoted for this very schema was found: the words are the fake's;
+- an image whose data URL names a type other than PNG, JPEG, GIF or WebP (HEIC, which Gemini
+  clients send): "You uploaded an unsupported image. Please make sure your image has of one the
+  following formats: ['png', 'jpeg', 'gif', 'webp']." (code ``invalid_image_format``, no param;
+  https://github.com/marketing-factory/ai-filemetadata/issues/18 for an AVIF, with the code in
+  clients' recorded answers). ``image/jpg`` is not judged: no answer says whether OpenAI reads
+  the name.
 
 Where a request breaks more than one rule, the order they are checked in is the fake's own.
 """
@@ -41,20 +56,23 @@ import re
 from typing import Any
 
 from gateway.fake.responses import responses_error
-from gateway.fake.schemas import objects
+from gateway.fake.schemas import TYPES, mistyped, objects
 from gateway.fake.steps import Reply
 
 Fault = tuple[str, str | None, str | None]  # message, param, code
 
 _FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]+")
+_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/jpg", "image/gif", "image/webp"})
+_DATA_URL = re.compile(r"data:([^;,]+)[;,]")
 
 
 def refusal(path: str, payload: dict[str, Any]) -> Reply | None:
     """OpenAI's 400 for this chat request, or None when OpenAI takes it."""
     if not path.endswith("/chat/completions"):
         return None
-    found = (_user(payload.get("user")) or _tool_names(payload.get("tools"))
-             or _strict_schema(payload.get("response_format")) or _why(payload.get("messages")))  # fmt: skip
+    found = (_user(payload.get("user")) or _tool_names(payload.get("tools")) or _parameters(payload.get("tools"))
+             or _strict_schema(payload.get("response_format")) or _why(payload.get("messages"))
+             or _images(payload.get("messages")))  # fmt: skip
     if found is None:
         return None
     message, param, code = found
@@ -113,6 +131,33 @@ def _tool_names(tools: Any) -> Fault | None:
         if not _FUNCTION_NAME.fullmatch(name):
             return (f"Invalid '{param}': string does not match pattern. Expected a string that matches the "
                     "pattern '^[a-zA-Z0-9_-]+$'.", param, "invalid_value")  # fmt: skip
+    return None
+
+
+def _parameters(tools: Any) -> Fault | None:
+    for i, tool in enumerate(tools if isinstance(tools, list) else ()):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict):
+            continue
+        wrong = mistyped(function.get("parameters"))
+        if wrong is not None:
+            kinds = wrong["type"] if isinstance(wrong["type"], list) else [wrong["type"]]
+            bad = next(k for k in kinds if k not in TYPES)
+            return (f"Invalid schema for function '{function.get('name')}': {bad!r} is not valid under any of the "
+                    "given schemas.", f"tools[{i}].function.parameters", "invalid_function_parameters")  # fmt: skip
+    return None
+
+
+def _images(messages: Any) -> Fault | None:
+    for message in messages if isinstance(messages, list) else ():
+        content = message.get("content") if isinstance(message, dict) else None
+        for part in content if isinstance(content, list) else ():
+            spec = part.get("image_url") if isinstance(part, dict) and part.get("type") == "image_url" else None
+            url = spec.get("url") if isinstance(spec, dict) else spec
+            found = _DATA_URL.match(url) if isinstance(url, str) else None
+            if found is not None and found.group(1).lower() not in _IMAGE_TYPES:
+                return ("You uploaded an unsupported image. Please make sure your image has of one the following "
+                        "formats: ['png', 'jpeg', 'gif', 'webp'].", None, "invalid_image_format")  # fmt: skip
     return None
 
 

@@ -49,6 +49,10 @@ Anthropic. Each rule here is one Anthropic applies, worded as it words it (400
   https://github.com/aws-samples/bedrock-access-gateway/pull/239), and agents written for
   the Claude 5 models still guard against the Anthropic one. Judged after a conversation's
   pairing of calls and results, whose words a request breaking both is answered with here.
+- "messages.N.content.M.image.source.base64.media_type: Input should be 'image/jpeg', 'image/png',
+  'image/gif' or 'image/webp'": an image of another type (HEIC, or JPEG named ``image/jpg``), and
+  "messages.N.content.M.tool_result.content.K.image.source…" for one inside a tool result
+  (https://github.com/anthropics/claude-code/issues/5955).
 
 And on the rest of the request:
 
@@ -58,6 +62,16 @@ And on the rest of the request:
   https://github.com/modelcontextprotocol/modelcontextprotocol/issues/1345; before the limit
   was raised the same words said ``{1,64}``). Anthropic's server tools (``web_search_20250305``,
   ``bash_20250124``) carry a ``type`` and names of its own, and are not judged;
+- "tools.N.custom.input_schema.type: Input should be 'object'": a client tool whose schema's top
+  ``type`` is anything else (an array, ``["object", "null"]``, Google's ``"OBJECT"``), with request
+  ids in https://github.com/Joouis/agent-maestro/issues/163; and "tools.N.custom.input_schema: JSON
+  schema is invalid. It must match JSON Schema draft 2020-12 (https://json-schema.org/draft/2020-12).
+  Learn more about tool use at https://platform.claude.com/docs/en/agents-and-tools/tool-use/overview.":
+  one whose nested schema does not (https://github.com/anthropics/claude-code/issues/86664 with its
+  request id; before that the link read https://docs.claude.com/en/docs/tool-use,
+  https://github.com/anthropics/claude-code/issues/54439). Judged here: a ``type`` that is no JSON
+  Schema type name, or a count (``minItems``, ``maxLength``…) that is no non-negative integer
+  (``"1"``), at any depth;
 - "stop_sequences: each stop sequence must contain non-whitespace": ``stop: ["\\n"]`` carried
   over from chat (https://github.com/BerriAI/litellm/issues/3286, fixed for every kind of
   whitespace in https://github.com/BerriAI/litellm/pull/7484);
@@ -101,7 +115,13 @@ And on the rest of the request:
   (https://github.com/veryfront/veryfront-code/issues/3918, and as ``output_format.schema``, the
   beta's field, https://github.com/ax-llm/ax/issues/458); with ``"additionalProperties": true``,
   "For 'object' type, 'additionalProperties: true' is not supported. Please set
-  'additionalProperties' to false" (https://github.com/BerriAI/litellm/issues/35808).
+  'additionalProperties' to false" (https://github.com/BerriAI/litellm/issues/35808). Judged
+  before those, a schema with a ``type`` JSON Schema does not have, Google's upper-case ``"OBJECT"``:
+  "output_config.format.schema: Invalid JSON Schema in output format: {'type': 'OBJECT', …} is not
+  valid under any of the given schemas", the schema as Python prints it
+  (https://github.com/hugomossberg/Babel/issues/12, every call of a Gemini-style schema refused).
+  Where several nested schemas are mistyped, the fake names the outermost: its choice, as the one
+  quoted answer does not tell.
 
 The order the rules are checked in, where a request breaks more than one, is the fake's own.
 What the same measurements found Anthropic accepts is accepted here too: two assistant turns
@@ -115,7 +135,7 @@ from collections.abc import Mapping
 from typing import Any, TypeGuard
 
 from gateway.fake.messages import anthropic_error
-from gateway.fake.schemas import objects
+from gateway.fake.schemas import miscounted, mistyped, objects
 from gateway.fake.steps import Reply
 
 MID_CONVERSATION_SYSTEM = "mid-conversation-system"
@@ -131,6 +151,10 @@ _NAMED = re.compile(r"claude-(?P<family>opus|sonnet|haiku|fable|mythos)"
                     r"(?:-(?P<major>\d+)(?!\d)(?:-(?P<minor>\d{1,2})(?!\d))?)?")  # fmt: skip
 _NUMBERED = re.compile(r"claude-(?P<major>\d+)(?:-(?P<minor>\d))?-(?:opus|sonnet|haiku)")
 _CUSTOM_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
+_IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+_IMAGE_WORDS = "Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'"
+_DRAFT = ("JSON schema is invalid. It must match JSON Schema draft 2020-12 (https://json-schema.org/draft/2020-12). "
+          "Learn more about tool use at https://platform.claude.com/docs/en/agents-and-tools/tool-use/overview.")  # fmt: skip
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 _DOCS = ("Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
          "#important-considerations-when-using-extended-thinking")  # fmt: skip
@@ -169,7 +193,8 @@ def _why(payload: dict[str, Any], system_turns: bool) -> str | None:
     messages = payload.get("messages")
     if not isinstance(messages, list):
         return None  # the fake's other checks answer a body of the wrong shape
-    return (_tool_name(payload.get("tools")) or _stop_sequences(payload.get("stop_sequences"))
+    return (_tool_name(payload.get("tools")) or _input_schema(payload.get("tools"))
+            or _stop_sequences(payload.get("stop_sequences"))
             or _user_id(payload.get("metadata")) or _conversation(messages, system_turns)
             or _undeclared_tools(payload.get("tools"), messages) or _prefill(payload.get("model"), messages) or _thinking(payload) or _breakpoints(payload, messages)
             or _output_schema(payload))  # fmt: skip
@@ -187,6 +212,9 @@ def _conversation(messages: list[Any], system_turns: bool) -> str | None:
         blank = next((why for b in _blocks(message) if (why := _blank_text(b))), None)
         if blank is not None:
             return blank
+        image = _image_type(message, f"messages.{i}.content")
+        if image is not None:
+            return image
     turns = [(i, m) for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") != "system"]
     for k, (i, message) in enumerate(turns):
         if message.get("role") == "assistant":
@@ -239,6 +267,22 @@ def _blank_text(block: dict[str, Any]) -> str | None:
     return None
 
 
+def _image_type(message: dict[str, Any], where: str) -> str | None:
+    for j, block in enumerate(_blocks(message)):
+        inner = block.get("content") if block.get("type") == "tool_result" else None
+        for k, part in enumerate(inner if isinstance(inner, list) else ()):
+            if isinstance(part, dict) and _unreadable(part):
+                return f"{where}.{j}.tool_result.content.{k}.image.source.base64.media_type: {_IMAGE_WORDS}"
+        if _unreadable(block):
+            return f"{where}.{j}.image.source.base64.media_type: {_IMAGE_WORDS}"
+    return None
+
+
+def _unreadable(block: dict[str, Any]) -> bool:
+    source = block.get("source") if block.get("type") == "image" else None
+    return isinstance(source, dict) and source.get("type") == "base64" and source.get("media_type") not in _IMAGE_TYPES
+
+
 def _trailing_whitespace(last: Any) -> str | None:
     # Only the turn the model is to continue: earlier assistant turns may end as they like.
     if not isinstance(last, dict) or last.get("role") != "assistant":
@@ -259,6 +303,20 @@ def _tool_name(tools: Any) -> str | None:
         name = tool.get("name")
         if isinstance(name, str) and not _CUSTOM_TOOL_NAME.fullmatch(name):
             return f"tools.{i}.custom.name: String should match pattern '^[a-zA-Z0-9_-]{{1,128}}$'"
+    return None
+
+
+def _input_schema(tools: Any) -> str | None:
+    for i, tool in enumerate(tools if isinstance(tools, list) else ()):
+        if not isinstance(tool, dict) or tool.get("type", "custom") not in ("custom", None):
+            continue
+        schema = tool.get("input_schema")
+        if not isinstance(schema, dict):
+            continue  # the fake's other checks answer a body of the wrong shape
+        if "type" in schema and schema["type"] != "object":
+            return f"tools.{i}.custom.input_schema.type: Input should be 'object'"
+        if mistyped(schema) is not None or miscounted(schema) is not None:
+            return f"tools.{i}.custom.input_schema: {_DRAFT}"
     return None
 
 
@@ -325,6 +383,10 @@ def _output_schema(payload: dict[str, Any]) -> str | None:
     for field, form in formats.items():
         if not isinstance(form, dict) or form.get("type") != "json_schema":
             continue
+        wrong = mistyped(form.get("schema"))
+        if wrong is not None:
+            return (f"{field}.schema: Invalid JSON Schema in output format: {wrong!r} is not valid under any of "
+                    "the given schemas")  # fmt: skip
         for _, obj in objects(form.get("schema")):
             if obj.get("additionalProperties") is True:
                 return (f"{field}.schema: For 'object' type, 'additionalProperties: true' is not supported. "

@@ -108,7 +108,7 @@ class Composed:
         self.client, self.upstream = first.client, second.upstream
 
     def request(self, payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refusal:
-        mid = self.first.request(payload, target)
+        mid = self.first.request(payload, target._replace(onward=self.upstream))
         return mid if isinstance(mid, Refusal) else self.second.request(mid, target)
 
     def held(self, ctx: Context) -> Context:
@@ -119,7 +119,7 @@ class Composed:
     def _inner(self, ctx: Context) -> Context:
         if ctx.inner is not None:
             return ctx.inner
-        mid = self.first.request(ctx.request, Target(ctx.requested_model))
+        mid = self.first.request(ctx.request, Target(ctx.requested_model, onward=self.upstream))
         return Context(ctx.requested_model, mid if isinstance(mid, dict) else {}, ctx.request_id)
 
     def answer(self, doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:

@@ -39,6 +39,10 @@ class Target(NamedTuple):
 
     model: str  # the upstream's own model name (after the route's model_map)
     stream_usage: bool = True  # a chat upstream may be asked for its usage chunk
+    # The API a composed translation carries the request on to from the hub ("messages" for
+    # Gemini → chat → Messages), "" when the request is sent as this translator makes it: a
+    # field or part the next translator carries may be written though a chat server takes none.
+    onward: str = ""
 
 
 @dataclass(slots=True)

@@ -105,6 +105,34 @@ async def test_a_function_call_round_trip_keeps_the_call_id(make_gateway) -> Non
     assert tool["content"].startswith("Directory listing for")
 
 
+async def test_gemini_cli_routing_call_asks_for_its_schema_in_json_schemas_type_names(make_gateway) -> None:
+    """llama-cpp-python answered the schema as Gemini CLI spells it (OBJECT, STRING) with a 500:
+    its grammar builder knows only JSON Schema's names."""
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY)
+    status, _, body = await post(gw, "/v1beta/models/gemini-3.5-flash-lite:generateContent",
+                                 corpus("gemini-cli-0.61-route"))  # fmt: skip
+    assert status == 200, body
+    [sent] = gw.fake.chat_requests()
+    schema = sent.json()["response_format"]["json_schema"]["schema"]
+    assert schema["type"] == "object"
+    assert {p["type"] for p in schema["properties"].values()} == {"string", "integer"}
+
+
+async def test_a_heic_photo_goes_to_a_chat_server_as_a_note(make_gateway) -> None:
+    """OpenAI refuses a HEIC image ("You uploaded an unsupported image"), as the self-hosted
+    servers' decoders fail on one; Gemini CLI sends it after reading a phone's photo."""
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY)
+    body = corpus("gemini-cli-0.61-tool-result")
+    last = body["contents"][-1]
+    heic = {"inlineData": {"mimeType": "image/heic", "data": "AAAAGGZ0eXBoZWljAAAAAG1pZjFoZWlj"}}
+    body["contents"][-1] = {**last, "parts": [*last["parts"], heic]}
+    status, _, raw = await post(gw, "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", body)
+    assert status == 200, raw
+    [sent] = gw.fake.chat_requests()
+    assert sent.json()["messages"][-1] == {"role": "user",
+                                           "content": "[image (image/heic) left out: this model cannot read it]"}
+
+
 async def test_an_upstream_429_is_answered_in_googles_envelope_with_retry_info(make_gateway) -> None:
     gw = await make_gateway(upstream_yaml=CHAT_ONLY, extra_yaml=FAST_429)
     error = {"error": {"message": "Rate limit reached, try again in 20s", "type": "requests",

@@ -106,6 +106,34 @@ def test_function_names(name: str, expected: tuple[str, str, str] | None) -> Non
     assert refused_with(tools=[function("Bash"), function(name)]) == expected
 
 
+def test_function_parameters_with_a_type_json_schema_does_not_have() -> None:
+    mistyped = {"type": "function", "function": {"name": "route", "parameters": {
+        "type": "object", "properties": {"n": {"type": "array", "items": {"type": "INTEGER"}}}}}}  # fmt: skip
+    assert refused_with(tools=[function("Bash"), mistyped]) == (
+        "Invalid schema for function 'route': 'INTEGER' is not valid under any of the given schemas.",
+        "tools[1].function.parameters", "invalid_function_parameters")
+
+
+def picture(url: str) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": url}}]}
+
+
+@pytest.mark.parametrize(("url", "is_refused"), [
+    ("data:image/heic;base64,AAAA", True), ("data:image/heif;base64,AAAA", True), ("data:image/avif;base64,AAAA", True),
+    ("data:image/png;base64,iVBO", False), ("data:image/jpeg;base64,/9j/", False), ("data:image/jpg;base64,/9j/", False),
+    ("data:image/webp;base64,UklG", False), ("data:image/gif;base64,R0lG", False), ("https://x/y.heic", False),
+])  # fmt: skip
+def test_image_types_openai_reads(url: str, is_refused: bool) -> None:
+    reply = chat_rules.refusal(PATH, {"model": "m", "messages": [picture(url)]})
+    if not is_refused:
+        assert reply is None
+        return
+    assert reply is not None and reply.status == 400
+    assert reply.body["error"] == {"message": "You uploaded an unsupported image. Please make sure your image has of one "
+                                   "the following formats: ['png', 'jpeg', 'gif', 'webp'].",
+                                   "type": "invalid_request_error", "param": None, "code": "invalid_image_format"}
+
+
 def response_format(schema: dict[str, Any], strict: bool = True) -> dict[str, Any]:
     return {"type": "json_schema", "json_schema": {"name": "answer", "strict": strict, "schema": schema}}
 
@@ -226,7 +254,7 @@ def _gemini_contents(r: random.Random) -> list[dict[str, Any]]:
     for _ in range(r.randint(0, 6)):
         kind = r.choice(["user", "model", "round"])
         if kind == "user":
-            contents.append({"role": "user", "parts": [{"text": "more"}]})
+            contents.append({"role": "user", "parts": [{"text": "more"}, *_inline(r)]})
         elif kind == "model":
             contents.append({"role": "model", "parts": [{"text": "ok"}]})
         else:
@@ -235,8 +263,15 @@ def _gemini_contents(r: random.Random) -> list[dict[str, Any]]:
             contents.append({"role": "model", "parts": [*lead, *({"functionCall": {"name": n, "args": {"i": i}}}
                                                                  for i, n in enumerate(names))]})  # fmt: skip
             answers = [{"functionResponse": {"name": n, "response": {"r": i}}} for i, n in enumerate(names)]
-            contents.append({"role": r.choice(["user", "function"]), "parts": answers})
+            contents.append({"role": r.choice(["user", "function"]), "parts": [*answers, *_inline(r)]})
     return contents
+
+
+def _inline(r: random.Random) -> list[dict[str, Any]]:
+    """A file Gemini reads (Gemini CLI's read_file sends one after its functionResponse), or none."""
+    mime = r.choice([None, None, "image/png", "image/jpeg", "image/jpg", "image/webp", "image/heic", "image/heif",
+                     "application/pdf"])  # fmt: skip
+    return [] if mime is None else [{"inlineData": {"mimeType": mime, "data": "AAAA"}}]
 
 
 @pytest.mark.parametrize("seed", range(0, 2000, 500))
@@ -246,3 +281,12 @@ def test_a_gemini_conversation_is_sent_as_one_openai_takes(seed: int) -> None:
         out = translate.request({"contents": _gemini_contents(random.Random(k))}, TARGET)
         assert not isinstance(out, Refusal), (k, out)
         assert chat_rules.refusal(PATH, out) is None, (k, out["messages"])
+
+
+@pytest.mark.parametrize("seed", range(0, 2000, 500))
+def test_a_gemini_conversation_is_sent_as_one_anthropic_takes(seed: int) -> None:
+    translate = TRANSLATIONS["gemini", "messages"]
+    for k in range(seed, seed + 500):
+        out = translate.request({"contents": _gemini_contents(random.Random(k))}, Target("claude-sonnet-4-5"))
+        assert not isinstance(out, Refusal), (k, out)
+        assert messages_rules.refusal("/v1/messages", out, {}) is None, (k, out["messages"])

@@ -61,6 +61,25 @@ def test_what_anthropic_refuses(messages: list[dict[str, Any]], words: str) -> N
     assert refused(messages) == words
 
 
+def image(media_type: str) -> dict[str, Any]:
+    return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": "AAAA"}}
+
+
+IMAGE_TYPES = "Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'"
+
+
+@pytest.mark.parametrize(("messages", "words"), [
+    ([user(text("look"), image("image/heic"))], f"messages.0.content.1.image.source.base64.media_type: {IMAGE_TYPES}"),
+    ([user(text("hi")), assistant(call("toolu_1")),
+      user({"type": "tool_result", "tool_use_id": "toolu_1", "content": [text("shot"), image("image/jpg")]})],
+     f"messages.2.content.0.tool_result.content.1.image.source.base64.media_type: {IMAGE_TYPES}"),
+    ([user(image("image/jpeg"), image("image/png"), image("image/gif"), image("image/webp"))], None),
+    ([user(text("see"), {"type": "image", "source": {"type": "url", "url": "https://x/y.heic"}})], None),
+])  # fmt: skip
+def test_image_types_anthropic_reads(messages: list[dict[str, Any]], words: str | None) -> None:
+    assert refused(messages) == words
+
+
 def test_max_tokens_is_required() -> None:
     reply = refusal(PATH, {"model": "claude-x", "messages": [user(text("hi"))]}, {})
     assert reply is not None and reply.body["error"]["message"] == "max_tokens: Field required"
@@ -279,6 +298,39 @@ OPEN = {"type": "object", "properties": {"x": {"type": "string"}}}
 ])  # fmt: skip
 def test_structured_output_objects_must_be_closed(schema: dict[str, Any], words: str | None) -> None:
     assert refused(HI, **json_schema(schema)) == words
+
+
+def test_a_structured_output_type_json_schema_does_not_have_is_refused() -> None:
+    route = {"type": "OBJECT", "properties": {"score": {"type": "INTEGER"}}, "additionalProperties": False}
+    assert refused(HI, **json_schema(route)) == (
+        "output_config.format.schema: Invalid JSON Schema in output format: {'type': 'OBJECT', 'properties': "
+        "{'score': {'type': 'INTEGER'}}, 'additionalProperties': False} is not valid under any of the given schemas")
+    nested = closed(score={"type": "INTEGER"})
+    assert refused(HI, **json_schema(nested)) == (
+        "output_config.format.schema: Invalid JSON Schema in output format: {'type': 'INTEGER'} is not valid under "
+        "any of the given schemas")
+    assert refused(HI, **json_schema(closed(score={"type": ["integer", "null"]}))) is None
+
+
+DRAFT = ("JSON schema is invalid. It must match JSON Schema draft 2020-12 (https://json-schema.org/draft/2020-12). "
+         "Learn more about tool use at https://platform.claude.com/docs/en/agents-and-tools/tool-use/overview.")
+
+
+@pytest.mark.parametrize(("schema", "words"), [
+    ({"type": "OBJECT", "properties": {}}, "tools.1.custom.input_schema.type: Input should be 'object'"),
+    ({"type": ["object", "null"], "properties": {}}, "tools.1.custom.input_schema.type: Input should be 'object'"),
+    ({"type": "array", "items": {"type": "string"}}, "tools.1.custom.input_schema.type: Input should be 'object'"),
+    ({"type": "object", "properties": {"n": {"type": "INTEGER"}}}, f"tools.1.custom.input_schema: {DRAFT}"),
+    ({"type": "object", "properties": {"l": {"type": "array", "items": {"type": "STRING"}}}},
+     f"tools.1.custom.input_schema: {DRAFT}"),
+    ({"type": "object", "properties": {"l": {"type": "array", "minItems": "1"}}}, f"tools.1.custom.input_schema: {DRAFT}"),
+    ({"type": "object", "properties": {"s": {"type": "string", "maxLength": -1}}}, f"tools.1.custom.input_schema: {DRAFT}"),
+    ({"type": "object", "properties": {"n": {"type": ["integer", "null"]}}}, None),
+    ({"type": "object", "minProperties": 1, "properties": {"l": {"type": "array", "maxItems": 3}}}, None),
+    ({"properties": {}}, None),
+])  # fmt: skip
+def test_a_tools_input_schema(schema: dict[str, Any], words: str | None) -> None:
+    assert refused(HI, tools=[tool("Bash"), {"name": "f", "input_schema": schema}]) == words
 
 
 def test_the_betas_output_format_is_held_to_the_same() -> None:

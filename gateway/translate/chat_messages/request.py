@@ -69,6 +69,8 @@ FALLBACK_MAX_TOKENS = 4096
 BUFFERED_MAX_TOKENS = 21333
 
 _IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+# A name for JPEG that clients write (Gemini takes it) and Anthropic refuses.
+_IMAGE_ALIASES = {"image/jpg": "image/jpeg"}
 _DATA_URL = re.compile(r"^data:([\w.+-]+/[\w.+-]+);base64,(.*)$", re.DOTALL)
 
 
@@ -304,6 +306,7 @@ def _image(spec: Any, where: str) -> dict[str, Any]:
     found = _DATA_URL.match(url)
     if found:
         media_type, data = found.groups()
+        media_type = _IMAGE_ALIASES.get(media_type, media_type)
         if media_type not in _IMAGE_TYPES:
             raise _Refused(f"{where}: image type {media_type} is not jpeg, png, gif or webp (Anthropic's)")
         return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}

@@ -16,18 +16,21 @@ Rules (each with its reason in docs/translation/gemini_chat.md):
   nothing to another one.
 * Everything that needs Google's servers (hosted tools, ``cachedContent``, Files-API
   ``fileData``, image or audio output) is refused; sampling knobs chat lacks (``topK``,
-  ``safetySettings``) are dropped.
+  ``safetySettings``) are dropped, but ``topK`` goes on to Messages, which has ``top_k``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from gateway.apis.gemini.fields import field, has, snake
+from gateway.translate import json_schema as nesting
 from gateway.translate import typed
 from gateway.translate.base import Refusal, Target
+from gateway.translate.chat_messages.request import EFFORT_BUDGET
 from gateway.translate.gemini_chat.names import Names, names_for
 from gateway.translate.typed import WrongType
 
@@ -37,7 +40,8 @@ _LOW, _MEDIUM = 4096, 16384
 # thinkingLevel → reasoning_effort: the three values every chat server that takes the field
 # accepts (vLLM validates exactly these).
 _LEVEL = {"minimal": "low", "low": "low", "medium": "medium", "high": "high"}
-_MODE = {"AUTO": "auto", "ANY": "required", "NONE": "none", "VALIDATED": "auto"}
+# MODE_UNSPECIFIED is a value of Google's enum: the default, AUTO.
+_MODE = {"AUTO": "auto", "ANY": "required", "NONE": "none", "VALIDATED": "auto", "MODE_UNSPECIFIED": "auto"}
 # Tools that run inside Google's servers; a chat server cannot run them.
 _HOSTED = ("googleSearch", "googleSearchRetrieval", "codeExecution", "urlContext", "retrieval",
            "googleMaps", "computerUse", "fileSearch", "enterpriseWebSearch", "mcpServers")  # fmt: skip
@@ -45,6 +49,15 @@ _HOSTED = ("googleSearch", "googleSearchRetrieval", "codeExecution", "urlContext
 _SCHEMA_KEYS = ("format", "title", "description", "enum", "maxItems", "minItems", "required",
                 "minProperties", "maxProperties", "minLength", "maxLength", "pattern", "default",
                 "minimum", "maximum", "example")  # fmt: skip
+# Google's Schema counts are int64, which protobuf's JSON writes as strings (the google-genai JS
+# SDK types them so); JSON Schema wants integers.
+_COUNTS = ("maxItems", "minItems", "minProperties", "maxProperties", "minLength", "maxLength")
+# JSON Schema's type names; Google spells the same names upper-case, in its Schema and, as
+# Gemini takes them, in the JSON Schema fields too (Gemini CLI's routing call: "OBJECT").
+_JSON_TYPES = frozenset({"string", "number", "integer", "boolean", "array", "object", "null"})
+# JSON Schema keys holding one schema that ``json_schema.with_nested`` leaves alone (it serves
+# the walks that close objects, which set ``additionalProperties`` themselves).
+_MORE_NESTED = ("additionalProperties", "propertyNames", "unevaluatedProperties", "unevaluatedItems")
 NOTE = "[{what} ({mime}) left out: this model cannot read it]"
 # generationConfig's sampling knobs chat has too: (Gemini's name, chat's, the JSON type).
 _KNOBS: tuple[tuple[str, str, Callable[[Any, typed.Path], int | float | None]], ...] = (
@@ -53,6 +66,11 @@ _KNOBS: tuple[tuple[str, str, Callable[[Any, typed.Path], int | float | None]], 
     ("frequencyPenalty", "frequency_penalty", typed.number), ("seed", "seed", typed.integer),
 )  # fmt: skip
 T = TypeVar("T")
+# The image types both OpenAI ("png, jpeg, gif, webp") and Anthropic (jpeg, png, gif, webp)
+# read. Gemini also takes HEIC and HEIF, which neither does.
+_IMAGES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+# Gemini takes "image/jpg" for JPEG; Anthropic takes only the registered name.
+_ALIASES = {"image/jpg": "image/jpeg"}
 
 
 class Untranslatable(Exception):
@@ -80,11 +98,11 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
     if not isinstance(contents, list):
         raise Untranslatable("'contents' must be a list of Content objects")
     names = names_for(payload.get("tools"))
-    messages += _messages(contents, names)
+    messages += _messages(contents, names, files=target.onward == "messages")
     out: dict[str, Any] = {"model": target.model, "messages": messages}
     config = typed.obj(field(payload, "generationConfig"), ("generationConfig",))
     if config is not None:
-        _generation(config, out)
+        _generation(config, out, target.onward)
     tools = _tools(payload.get("tools"), names)
     tool_config = typed.obj(field(payload, "toolConfig"), ("toolConfig",)) or {}
     calling = typed.obj(field(tool_config, "functionCallingConfig"), ("toolConfig", "functionCallingConfig"))
@@ -125,8 +143,9 @@ def _system(instruction: Any) -> str:
 class _Convo:
     """Chat messages as they are built, with the calls still waiting for their response."""
 
-    def __init__(self, names: Names) -> None:
+    def __init__(self, names: Names, files: bool) -> None:
         self.names = names
+        self.files = files  # a PDF may go as a chat file part: it goes on to a Messages upstream
         self.messages: list[dict[str, Any]] = []
         self.open_calls: list[tuple[str, str]] = []  # (name, id) of the last model turn, unanswered
 
@@ -150,8 +169,8 @@ class _Convo:
         return f"call_{len(self.messages)}_{name}"  # answers no call the request shows
 
 
-def _messages(contents: list[Any], names: Names) -> list[dict[str, Any]]:
-    convo = _Convo(names)
+def _messages(contents: list[Any], names: Names, files: bool) -> list[dict[str, Any]]:
+    convo = _Convo(names, files)
     for i, content in enumerate(contents):
         if not isinstance(content, dict):
             raise typed.wrong(content, ("contents", i), "object")
@@ -226,7 +245,7 @@ def _user_turn(convo: _Convo, parts: list[dict[str, Any]], i: int) -> None:
             if not typed.flag(part.get("thought"), (*at, "thought")):
                 chat_parts.append({"type": "text", "text": text})
         elif has(part, "inlineData"):
-            chat_parts.append(_inline(field(part, "inlineData"), at))
+            chat_parts.append(_inline(field(part, "inlineData"), at, convo.files))
         elif has(part, "fileData"):
             raise Untranslatable(f"contents[{i}].parts[{j}].fileData names a file kept by Google's API; "
                                  "a chat completions upstream cannot fetch it")  # fmt: skip
@@ -261,24 +280,32 @@ def _function_response(
     images = []
     for k, inner in enumerate(typed.objects(fr.get("parts"), (*at, "parts"))):
         if has(inner, "inlineData"):
-            images.append(
-                _inline(field(inner, "inlineData"), (*at, "parts", k))
-            )
+            images.append(_inline(field(inner, "inlineData"), (*at, "parts", k), convo.files))
     return call_id, text, images
 
 
-def _inline(blob: Any, at: typed.Path) -> dict[str, Any]:
+def _inline(blob: Any, at: typed.Path, files: bool) -> dict[str, Any]:
     if not isinstance(blob, dict) or not isinstance(blob.get("data"), str):
         raise Untranslatable(f"{typed.bracketed(at)}.inlineData needs base64 'data'")
     mime = typed.text(field(blob, "mimeType"), (*at, "inlineData", "mimeType")) or "application/octet-stream"
-    if mime.startswith("image/"):
-        # Protobuf's JSON bytes may be URL-safe base64 (google-genai 3.6 writes it so); a data
-        # URL is standard base64, which is all some servers decode.
-        data = blob["data"].replace("-", "+").replace("_", "/")
+    mime = _ALIASES.get(mime, mime)
+    # Protobuf's JSON bytes may be URL-safe base64 (google-genai 3.6 writes it so); a data URL
+    # is standard base64, which is all some servers decode.
+    data = blob["data"].replace("-", "+").replace("_", "/")
+    if mime in _IMAGES:
         return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}}
-    # Chat servers read images only. Refusing would fail every later turn of a session that
-    # once read a PDF; a note tells the model instead of letting it guess.
-    return {"type": "text", "text": NOTE.format(what="inline data", mime=mime)}
+    if mime == "application/pdf" and files:
+        # Claude reads PDFs: chat_messages makes this part a document block.
+        file: dict[str, Any] = {"file_data": f"data:{mime};base64,{data}"}
+        name = field(blob, "displayName")
+        if isinstance(name, str) and name:
+            file["filename"] = name
+        return {"type": "file", "file": file}
+    # Chat servers read those images only (a PDF reaches Claude alone). Refusing would fail every
+    # later turn of a session that once read a PDF or a phone's photo (the part stays in its
+    # history); a note tells the model instead of letting it guess.
+    what = "image" if mime.startswith("image/") else "inline data"
+    return {"type": "text", "text": NOTE.format(what=what, mime=mime)}
 
 
 def _only_metadata(part: dict[str, Any]) -> bool:
@@ -310,7 +337,7 @@ def _config(config: dict[str, Any], name: str, read: Callable[[Any, typed.Path],
     return read(field(config, name), ("generationConfig", name))
 
 
-def _generation(config: dict[str, Any], out: dict[str, Any]) -> None:
+def _generation(config: dict[str, Any], out: dict[str, Any], onward: str) -> None:
     count = _config(config, "candidateCount", typed.integer)
     if count is not None and count > 1:
         raise Untranslatable("'candidateCount' above 1 is not carried: the answer would hold one candidate")
@@ -318,6 +345,10 @@ def _generation(config: dict[str, Any], out: dict[str, Any]) -> None:
         value = _config(config, name, read)
         if value is not None:
             out[chat] = value
+    top_k = _config(config, "topK", typed.number)
+    if onward == "messages" and top_k is not None and top_k >= 1:
+        # Anthropic's top_k; chat_messages drops it again with thinking on, which refuses it.
+        out["top_k"] = int(top_k)
     stops = _config(config, "stopSequences", typed.strings)
     if stops:
         out["stop"] = list(stops)
@@ -329,7 +360,7 @@ def _generation(config: dict[str, Any], out: dict[str, Any]) -> None:
     if fmt is not None:
         out["response_format"] = fmt
     thinking = _config(config, "thinkingConfig", typed.obj)
-    effort = _effort(thinking) if thinking is not None else None
+    effort = _effort(thinking, onward) if thinking is not None else None
     if effort:
         out["reasoning_effort"] = effort
 
@@ -340,7 +371,9 @@ def _response_format(config: dict[str, Any]) -> dict[str, Any] | None:
     google = _config(config, "responseSchema", typed.obj)
     mime = _config(config, "responseMimeType", typed.text)
     schema = given if given is not None else hidden
-    if schema is None and google is not None:
+    if schema is not None:
+        schema = lowered(schema)
+    elif google is not None:
         schema = json_schema(google)
     if schema is not None:
         return {"type": "json_schema", "json_schema": {"name": "response", "schema": schema}}
@@ -349,7 +382,7 @@ def _response_format(config: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _effort(thinking: dict[str, Any]) -> str | None:
+def _effort(thinking: dict[str, Any], onward: str) -> str | None:
     at = ("generationConfig", "thinkingConfig")
     typed.flag(field(thinking, "includeThoughts"), (*at, "includeThoughts"))  # what answers read
     level = typed.text(field(thinking, "thinkingLevel"), (*at, "thinkingLevel"))
@@ -358,6 +391,10 @@ def _effort(thinking: dict[str, Any]) -> str | None:
     budget = typed.integer(field(thinking, "thinkingBudget"), (*at, "thinkingBudget"))
     if budget is None or budget <= 0:
         return None  # 0: thinking off; -1: the model decides; both are the server's default here
+    if onward == "messages":
+        # chat_messages gives each effort a budget (1,024 the least, Anthropic's minimum): the
+        # least effort whose budget covers the one asked, so Claude thinks at least as long.
+        return next((effort for effort, tokens in EFFORT_BUDGET.items() if tokens >= budget), "xhigh")
     return "low" if budget < _LOW else "medium" if budget < _MEDIUM else "high"
 
 
@@ -383,15 +420,26 @@ def _function(decl: dict[str, Any], at: typed.Path, names: Names) -> dict[str, A
     if name is None:
         raise Untranslatable(f"{typed.bracketed(at)} needs a name")
     params = typed.obj(field(decl, "parametersJsonSchema"), (*at, "parametersJsonSchema"))
-    if params is None:
+    if params is not None:
+        params = lowered(params)
+    else:
         google = typed.obj(decl.get("parameters"), (*at, "parameters"))
         params = json_schema(google) if google is not None else None
     function: dict[str, Any] = {"name": names.upstream(name)}
     description = typed.text(decl.get("description"), (*at, "description"))
     if description is not None:
         function["description"] = description
-    function["parameters"] = params if isinstance(params, dict) else {"type": "object", "properties": {}}
+    if not isinstance(params, dict):
+        params = {"type": "object", "properties": {}}
+    function["parameters"] = _object(params)
     return {"type": "function", "function": function}
+
+
+def _object(params: dict[str, Any]) -> dict[str, Any]:
+    """A function's arguments are an object, whatever ``nullable`` says: Anthropic refuses any
+    other top ``type`` ("input_schema.type: Input should be 'object'"), ``["object", "null"]`` too."""
+    kind = params.get("type")
+    return {**params, "type": "object"} if isinstance(kind, list) and "object" in kind else params
 
 
 def _choice(
@@ -403,7 +451,12 @@ def _choice(
     allowed = typed.strings(field(calling, "allowedFunctionNames"), (*at, "allowedFunctionNames"))
     if allowed:
         chat_names = {names.upstream(n) for n in allowed}
-        tools = [t for t in tools if t["function"]["name"] in chat_names]
+        kept = [t for t in tools if t["function"]["name"] in chat_names]
+        if not kept:
+            # Sent without them, the model would answer as if it had no tools at all.
+            raise Untranslatable(f"functionCallingConfig.allowedFunctionNames {allowed!r} names no function "
+                                 "in 'tools'; each must be a functionDeclarations[].name")  # fmt: skip
+        tools = kept
     mode = (typed.text(calling.get("mode"), (*at, "mode")) or "AUTO").upper()
     choice = _MODE.get(mode)
     if choice is None:
@@ -413,6 +466,36 @@ def _choice(
     if tools:
         out["tool_choice"] = choice
     return tools
+
+
+def lowered(schema: Any) -> Any:
+    """A JSON Schema (``responseJsonSchema``, ``parametersJsonSchema``) with Google's upper-case
+    type names written as JSON Schema's. Gemini takes either; Anthropic refuses ``"OBJECT"``
+    ("Invalid JSON Schema in output format") and llama-cpp-python fails to build its grammar
+    ("Unrecognized schema"). A valid JSON Schema comes back equal: only ``type`` changes."""
+    if isinstance(schema, list):
+        return [lowered(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = nesting.with_nested(schema, lowered)
+    for key in _MORE_NESTED:
+        if isinstance(out.get(key), dict):
+            out[key] = lowered(out[key])
+    if isinstance(out.get("dependentSchemas"), dict):
+        out["dependentSchemas"] = {k: lowered(v) for k, v in out["dependentSchemas"].items()}
+    kind = out.get("type")
+    if isinstance(kind, str) and kind.upper() == "TYPE_UNSPECIFIED":
+        del out["type"]
+    elif isinstance(kind, str):
+        out["type"] = _json_type(kind)
+    elif isinstance(kind, list):
+        out["type"] = [_json_type(k) if isinstance(k, str) else k for k in kind]
+    return out
+
+
+def _json_type(name: str) -> str:
+    lower = name.lower()
+    return lower if lower in _JSON_TYPES else name
 
 
 def json_schema(schema: Any) -> Any:
@@ -426,12 +509,25 @@ def json_schema(schema: Any) -> Any:
     kind = schema.get("type")
     if isinstance(kind, str) and kind.upper() != "TYPE_UNSPECIFIED":
         out["type"] = kind.lower()
-    if field(schema, "nullable") is True and "type" in out:
-        out["type"] = [out["type"], "null"]
     for key in _SCHEMA_KEYS:
         value = field(schema, key)
         if value is not None:
             out[key] = value
+    for key in _COUNTS:
+        if isinstance(out.get(key), str) and out[key].isdigit():
+            out[key] = int(out[key])
+    if out.get("format") == "enum":
+        del out["format"]  # Google's mark of an enum, which ``enum`` says; JSON Schema has no such format
+    if out.get("type") in ("integer", "number") and isinstance(out.get("enum"), list):
+        # Google's enum is a list of strings whatever the type ({type: INTEGER, format: enum,
+        # enum: ["101", "201"]}); as JSON Schema no integer would match a string.
+        numbers = _numbers(out["enum"], integer=out["type"] == "integer")
+        if numbers is not None:
+            out["enum"] = numbers
+        else:
+            del out["type"]  # values that are no numbers: the listed values are what may be given
+    if field(schema, "nullable") is True and "type" in out:
+        out["type"] = [out["type"], "null"]
     props = schema.get("properties")
     if isinstance(props, dict):
         out["properties"] = {k: json_schema(v) for k, v in props.items()}
@@ -440,4 +536,27 @@ def json_schema(schema: Any) -> Any:
     any_of = field(schema, "anyOf")
     if isinstance(any_of, list):
         out["anyOf"] = json_schema(any_of)
+    return out
+
+
+def _numbers(values: list[Any], integer: bool) -> list[int | float] | None:
+    out: list[int | float] = []
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            return None
+        if not isinstance(value, str):
+            out.append(value)
+            continue
+        try:
+            out.append(int(value))
+            continue
+        except ValueError:
+            pass
+        try:
+            number = float(value)
+        except ValueError:
+            return None
+        if integer or not math.isfinite(number):
+            return None
+        out.append(number)
     return out

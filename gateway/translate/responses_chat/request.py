@@ -385,10 +385,10 @@ def _messages(payload: Mapping[str, Any], names: ToolNames) -> list[dict[str, An
             b.think(item)
         elif kind == "tool_search_call" and tool_search.is_client(item):
             args = item.get("arguments")
-            b.call(_call_id(item), names.chat_name(tool_search.NAME),
+            b.call(_call_id(item, at), names.chat_name(tool_search.NAME),
                    args if isinstance(args, str) else json.dumps(args or {}))  # fmt: skip
         elif kind == "tool_search_output" and tool_search.is_client(item):
-            b.output(_call_id(item), tool_search.output_text(item, names), [])
+            b.output(_call_id(item, at), tool_search.output_text(item, names), [])
         elif kind in _HOSTED_CALLS:
             continue
         elif kind in ("compaction", "compaction_summary"):

@@ -8,12 +8,14 @@ the first streamed answer is one ``functionCall`` (``list_directory`` on the wor
 a read-only tool headless mode runs), so the second request carries a real
 ``functionCall`` / ``functionResponse`` round; every other answer is plain text.
 
-    python tests/corpus/requests/capture_gemini_cli.py OUT_DIR text|tool [GEMINI_BIN]
+    python tests/corpus/requests/capture_gemini_cli.py OUT_DIR text|tool|auto [GEMINI_BIN]
 
 Gemini CLI runs headless (``gemini -p``) with a fresh ``GEMINI_CLI_HOME`` whose
 settings.json selects ``gemini-api-key`` auth, ``GOOGLE_GEMINI_BASE_URL`` pointing at the
 logger, ``GEMINI_API_KEY=dummy``, the workspace trusted (``GEMINI_CLI_TRUST_WORKSPACE``)
-and ``-m`` naming the model, so no routing call is made first.
+and ``-m`` naming the model, so no routing call is made first. ``auto`` runs ``text``'s
+prompt without ``-m``, on the stock "auto" model: the first request is then the routing call
+(a buffered ``generateContent`` with its JSON schema), answered ``{}``.
 """
 
 from __future__ import annotations
@@ -118,9 +120,10 @@ async def _run(mode: str, workdir: str, home: str) -> list[dict[str, Any]]:
         "GEMINI_API_KEY": "dummy", "GOOGLE_GEMINI_BASE_URL": f"http://127.0.0.1:{port}",
         "GEMINI_CLI_TRUST_WORKSPACE": "true", "NO_COLOR": "1", "CI": "1",
     }  # fmt: skip
-    prompt = "say hi" if mode == "text" else "List the files in the current folder, then say what you found"
+    prompt = "List the files in the current folder, then say what you found" if mode == "tool" else "say hi"
+    model = [] if mode == "auto" else ["-m", MODEL]
     proc = await asyncio.create_subprocess_exec(
-        str(GEMINI), "-p", prompt, "-m", MODEL, "--output-format", "text", cwd=workdir, env=env,
+        str(GEMINI), "-p", prompt, *model, "--output-format", "text", cwd=workdir, env=env,
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     stdout, stderr = await asyncio.wait_for(proc.communicate(), 240)

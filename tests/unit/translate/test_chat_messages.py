@@ -441,6 +441,14 @@ def test_cache_control_on_a_text_part_is_anthropics_own_and_carried() -> None:
     assert out["system"] == [marked]
 
 
+def test_jpeg_named_image_jpg_goes_as_image_jpeg() -> None:
+    """Anthropic takes only the registered name; clients (and Gemini) write both."""
+    part = {"type": "image_url", "image_url": {"url": "data:image/jpg;base64,/9j/4AAQ"}}
+    out = req({"model": "m", "messages": [{"role": "user", "content": [part]}]})
+    assert out["messages"][0]["content"] == [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "/9j/4AAQ"}}]
+
+
 def test_pdf_file_data_becomes_a_document() -> None:
     part = {"type": "file", "file": {"filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBERi0x"}}
     out = req({"model": "m", "messages": [{"role": "user", "content": [part]}]})

@@ -17,15 +17,20 @@ import pytest
 
 from gateway.apis.base import Ending
 from gateway.errors import Classification, ErrorType
+from gateway.fake import chat_rules, messages_rules
+from gateway.translate import default_translations
 from gateway.translate.base import Context, Refusal, Target
 from gateway.translate.gemini_chat import GeminiToChat
-from gateway.translate.gemini_chat.request import json_schema
+from gateway.translate.gemini_chat.request import json_schema, lowered
 from tests.unit.translate.messages_helpers import corpus_answer, wire_stream
 from tests.unit.translate.wrong_types import GEMINI, mutated
 
 CORPUS = Path(__file__).resolve().parents[2] / "corpus" / "requests"
 T = GeminiToChat()
 TARGET = Target("served-model")
+# Gemini → chat → Messages, as the gateway composes it for an Anthropic upstream.
+ON_MESSAGES = default_translations().table["gemini", "messages"]
+CLAUDE = Target("claude-sonnet-4-5")
 
 
 def client_request(name: str, stream: bool = False) -> dict[str, Any]:
@@ -127,6 +132,32 @@ def test_google_genai_knobs_image_and_schema_types() -> None:
     }}]  # fmt: skip
 
 
+ROUTE_SCHEMA = {"type": "object", "properties": {
+    "complexity_reasoning": {"type": "string", "description": "Brief explanation for the score."},
+    "complexity_score": {"type": "integer", "description": "Complexity score from 1-100."}},
+    "required": ["complexity_reasoning", "complexity_score"]}  # fmt: skip
+
+
+def test_gemini_cli_routing_call_sends_its_schema_in_json_schemas_type_names() -> None:
+    """Every prompt on the stock model starts with this call; its responseJsonSchema spells
+    OBJECT / STRING / INTEGER, which Gemini takes and no chat server or Anthropic does."""
+    payload = client_request("gemini-cli-0.61-route")
+    out = chat(payload)
+    assert out["response_format"] == {"type": "json_schema", "json_schema": {"name": "response", "schema": ROUTE_SCHEMA}}
+    assert chat_rules.refusal("/v1/chat/completions", out) is None
+    on_claude = ON_MESSAGES.request(payload, CLAUDE)
+    assert not isinstance(on_claude, Refusal), on_claude
+    assert on_claude["output_config"]["format"]["schema"] == {**ROUTE_SCHEMA, "additionalProperties": False}
+    assert messages_rules.refusal("/v1/messages", on_claude, {}) is None
+
+
+def test_gemini_cli_requests_are_sent_as_anthropic_takes_them() -> None:
+    for name in ("gemini-cli-0.61-first", "gemini-cli-0.61-tool-result", "gemini-cli-0.61-route"):
+        out = ON_MESSAGES.request(client_request(name, stream=True), CLAUDE)
+        assert not isinstance(out, Refusal), (name, out)
+        assert messages_rules.refusal("/v1/messages", out, {}) is None, name
+
+
 def test_google_genai_function_response_without_ids_pairs_by_name_and_order() -> None:
     out = chat(client_request("genai-3.6-function-response"))
     assistant, tool = out["messages"][-2:]
@@ -154,13 +185,23 @@ def base(**extra: Any) -> dict[str, Any]:
     ({"mode": "AUTO"}, "auto"),
     ({"mode": "ANY", "allowedFunctionNames": ["b"]}, {"type": "function", "function": {"name": "b"}}),
     ({"mode": "ANY", "allowed_function_names": ["a", "b"]}, "required"),
+    ({"mode": "MODE_UNSPECIFIED"}, "auto"),  # a value of Google's enum: the default
+    ({"mode": "ANY", "allowedFunctionNames": ["b", "gone"]}, {"type": "function", "function": {"name": "b"}}),
 ])  # fmt: skip
 def test_function_calling_config(config: dict[str, Any], expected: Any) -> None:
     decls = [{"name": n, "parametersJsonSchema": {"type": "object"}} for n in ("a", "b", "c")]
     out = chat(base(tools=[{"functionDeclarations": decls}], toolConfig={"functionCallingConfig": config}))
     assert out["tool_choice"] == expected
     allowed = config.get("allowedFunctionNames") or config.get("allowed_function_names") or ["a", "b", "c"]
-    assert [t["function"]["name"] for t in out["tools"]] == allowed
+    assert [t["function"]["name"] for t in out["tools"]] == [n for n in allowed if n in "abc"]
+
+
+def test_allowed_function_names_naming_no_declared_function_is_refused() -> None:
+    """Sent without its tools, the model would answer as if it had none."""
+    decls = [{"name": "a", "parametersJsonSchema": {"type": "object"}}]
+    calling = {"mode": "ANY", "allowedFunctionNames": ["read_file"]}
+    says = refused(base(tools=[{"functionDeclarations": decls}], toolConfig={"functionCallingConfig": calling}))
+    assert "allowedFunctionNames ['read_file'] names no function in 'tools'" in says.message
 
 
 @pytest.mark.parametrize(("thinking", "effort"), [
@@ -170,6 +211,25 @@ def test_function_calling_config(config: dict[str, Any], expected: Any) -> None:
 def test_thinking_config_to_reasoning_effort(thinking: dict[str, Any], effort: str | None) -> None:
     out = chat(base(generationConfig={"thinkingConfig": thinking}))
     assert out.get("reasoning_effort") == effort
+
+
+@pytest.mark.parametrize(("budget", "claude"), [
+    (500, 1024), (1024, 1024), (1500, 2048), (8192, 8192), (9000, 16384), (24576, 32768), (50000, 32768),
+])  # fmt: skip
+def test_a_thinking_budget_reaches_claude_at_least_as_asked(budget: int, claude: int) -> None:
+    """Anthropic's least budget is 1,024; 500 was sent as 2,048 (low), 3,000 as 2,048."""
+    payload = base(generationConfig={"thinkingConfig": {"thinkingBudget": budget}, "maxOutputTokens": 40000})
+    out = ON_MESSAGES.request(payload, CLAUDE)
+    assert not isinstance(out, Refusal), out
+    assert out["thinking"] == {"type": "enabled", "budget_tokens": claude}
+
+
+def test_top_k_reaches_claude_unless_it_thinks() -> None:
+    out = ON_MESSAGES.request(base(generationConfig={"topK": 40, "temperature": 0.5}), CLAUDE)
+    assert not isinstance(out, Refusal) and out["top_k"] == 40
+    thinking = {"topK": 40.0, "thinkingConfig": {"thinkingBudget": 2048}}
+    out = ON_MESSAGES.request(base(generationConfig=thinking), CLAUDE)
+    assert not isinstance(out, Refusal) and "top_k" not in out and "thinking" in out
 
 
 def test_google_schema_to_json_schema() -> None:
@@ -183,6 +243,105 @@ def test_google_schema_to_json_schema() -> None:
         "c": {"anyOf": [{"type": "string"}, {"type": "number"}]}}}  # fmt: skip
 
 
+def test_google_schema_counts_and_enums_as_json_schema_reads_them() -> None:
+    """google-genai JS types counts as strings (int64 in Google's proto); an enum is strings
+    whatever the type, so an INTEGER enum of strings would match no integer."""
+    schema = {"type": "OBJECT", "minProperties": "1", "properties": {
+        "tags": {"type": "ARRAY", "minItems": "1", "maxItems": "5", "items": {"type": "STRING", "maxLength": "20"}},
+        "code": {"type": "INTEGER", "format": "enum", "enum": ["101", "201"]},
+        "ratio": {"type": "NUMBER", "enum": ["0.5", "1"]},
+        "odd": {"type": "INTEGER", "enum": ["one", "2"]},
+        "color": {"type": "STRING", "format": "enum", "enum": ["red", "blue"]}}}  # fmt: skip
+    assert json_schema(schema) == {"type": "object", "minProperties": 1, "properties": {
+        "tags": {"type": "array", "minItems": 1, "maxItems": 5, "items": {"type": "string", "maxLength": 20}},
+        "code": {"type": "integer", "enum": [101, 201]},
+        "ratio": {"type": "number", "enum": [0.5, 1]},
+        "odd": {"enum": ["one", "2"]},
+        "color": {"type": "string", "enum": ["red", "blue"]}}}  # fmt: skip
+
+
+def test_nullable_function_parameters_stay_an_object() -> None:
+    """Anthropic refuses any top type but "object" ("input_schema.type: Input should be 'object'")."""
+    decl = {"name": "f", "parameters": {"type": "OBJECT", "nullable": True,
+                                        "properties": {"n": {"type": "INTEGER", "nullable": True}}}}  # fmt: skip
+    payload = base(tools=[{"functionDeclarations": [decl]}])
+    assert chat(payload)["tools"][0]["function"]["parameters"] == {
+        "type": "object", "properties": {"n": {"type": ["integer", "null"]}}}
+    on_claude = ON_MESSAGES.request(payload, CLAUDE)
+    assert not isinstance(on_claude, Refusal), on_claude
+    assert on_claude["tools"][0]["input_schema"]["type"] == "object"
+    assert messages_rules.refusal("/v1/messages", on_claude, {}) is None
+
+
+def test_json_schema_fields_get_json_schemas_type_names_and_nothing_else_changes() -> None:
+    google_spelled = {"type": "OBJECT", "properties": {
+        "OBJECT": {"type": "STRING", "enum": ["STRING", "OBJECT"], "default": "OBJECT"},
+        "list": {"type": "ARRAY", "items": {"$ref": "#/$defs/Item"}, "prefixItems": [{"type": "BOOLEAN"}]},
+        "either": {"anyOf": [{"type": ["NUMBER", "NULL"]}, {"not": {"type": "INTEGER"}}]},
+        "map": {"type": "OBJECT", "additionalProperties": {"type": "STRING"}},
+        "free": {"type": "TYPE_UNSPECIFIED", "description": "anything"}},
+        "$defs": {"Item": {"type": "OBJECT", "properties": {}}}}  # fmt: skip
+    assert lowered(google_spelled) == {"type": "object", "properties": {
+        "OBJECT": {"type": "string", "enum": ["STRING", "OBJECT"], "default": "OBJECT"},
+        "list": {"type": "array", "items": {"$ref": "#/$defs/Item"}, "prefixItems": [{"type": "boolean"}]},
+        "either": {"anyOf": [{"type": ["number", "null"]}, {"not": {"type": "integer"}}]},
+        "map": {"type": "object", "additionalProperties": {"type": "string"}},
+        "free": {"description": "anything"}},
+        "$defs": {"Item": {"type": "object", "properties": {}}}}  # fmt: skip
+    valid = {"type": "object", "properties": {"a": {"type": ["string", "null"], "format": "date"}, "b": True},
+             "additionalProperties": False, "required": ["a"]}  # fmt: skip
+    assert lowered(valid) == valid
+
+
+def test_parameters_json_schema_gets_json_schemas_type_names() -> None:
+    decl = {"name": "f", "parametersJsonSchema": {"type": "OBJECT", "properties": {"n": {"type": "INTEGER"}}}}
+    out = chat(base(tools=[{"functionDeclarations": [decl]}]))
+    assert out["tools"][0]["function"]["parameters"] == {"type": "object", "properties": {"n": {"type": "integer"}}}
+
+
+def read_file_turns(mime: str, data: str) -> list[dict[str, Any]]:
+    """Gemini CLI 0.61 after ``read_file`` on a binary file (as it sends it on gemini-2.5-flash):
+    the functionResponse, then the file as an inlineData part of the same turn."""
+    return [
+        {"role": "user", "parts": [{"text": "Describe it"}]},
+        {"role": "model", "parts": [{"functionCall": {"id": "read_file_1", "name": "read_file",
+                                                      "args": {"file_path": "/work/photo"}}}]},
+        {"role": "user", "parts": [
+            {"functionResponse": {"id": "read_file_1", "name": "read_file",
+                                  "response": {"output": "Binary content provided (1 item(s))."}}},
+            {"inlineData": {"mimeType": mime, "data": data}}]},
+    ]  # fmt: skip
+
+
+HEIC = "AAAAGGZ0eXBoZWljAAAAAG1pZjFoZWlj"  # the first bytes of a HEIC file: ftyp heic
+
+
+@pytest.mark.parametrize("mime", ["image/heic", "image/heif"])
+def test_an_image_type_no_chat_server_nor_claude_reads_becomes_a_note(mime: str) -> None:
+    """Gemini takes HEIC and HEIF; Anthropic refused the whole request, and as the image stays in
+    the history, every later turn of the session."""
+    payload = base(contents=read_file_turns(mime, HEIC))
+    note = f"[image ({mime}) left out: this model cannot read it]"
+    out = chat(payload)
+    assert out["messages"][-1] == {"role": "user", "content": note}
+    assert chat_rules.refusal("/v1/chat/completions", out) is None
+    on_claude = ON_MESSAGES.request(payload, CLAUDE)
+    assert not isinstance(on_claude, Refusal), on_claude
+    assert on_claude["messages"][-1]["content"][-1] == {"type": "text", "text": note}
+    assert messages_rules.refusal("/v1/messages", on_claude, {}) is None
+
+
+def test_jpeg_named_image_jpg_is_sent_as_image_jpeg() -> None:
+    payload = base(contents=read_file_turns("image/jpg", "/9j/4AAQ"))
+    out = chat(payload)
+    assert out["messages"][-1]["content"] == [{"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,/9j/4AAQ"}}]
+    on_claude = ON_MESSAGES.request(payload, CLAUDE)
+    assert not isinstance(on_claude, Refusal), on_claude
+    assert on_claude["messages"][-1]["content"][-1] == {
+        "type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "/9j/4AAQ"}}
+    assert messages_rules.refusal("/v1/messages", on_claude, {}) is None
+
+
 def test_thoughts_in_history_are_dropped_and_a_pdf_becomes_a_note() -> None:
     out = chat(base(contents=[
         {"role": "user", "parts": [{"text": "read"}, {"inlineData": {"mimeType": "application/pdf", "data": "JVBE"}}]},
@@ -191,6 +350,38 @@ def test_thoughts_in_history_are_dropped_and_a_pdf_becomes_a_note() -> None:
     user, model = out["messages"]
     assert user["content"] == "read\n\n[inline data (application/pdf) left out: this model cannot read it]"
     assert model == {"role": "assistant", "content": "done"}
+
+
+PDF = "JVBERi0xLjQKMSAwIG9iajw8L1R5cGUvQ2F0YWxvZz4+ZW5kb2JqCnRyYWlsZXI8PC9Sb290IDEgMCBSPj4KJSVFT0YK"
+
+
+def test_a_pdf_on_its_way_to_claude_is_a_chat_file_part_and_reaches_claude_as_a_document() -> None:
+    """Claude reads PDFs; a chat server reads none (the note above)."""
+    payload = base(contents=read_file_turns("application/pdf", PDF))
+    out = T.request(payload, Target("claude-sonnet-4-5", onward="messages"))
+    assert not isinstance(out, Refusal), out
+    assert out["messages"][-1] == {"role": "user", "content": [
+        {"type": "file", "file": {"file_data": f"data:application/pdf;base64,{PDF}"}}]}  # fmt: skip
+    on_claude = ON_MESSAGES.request(payload, CLAUDE)
+    assert not isinstance(on_claude, Refusal), on_claude
+    call_id = on_claude["messages"][-2]["content"][0]["id"]
+    assert on_claude["messages"][-1]["content"] == [
+        {"type": "tool_result", "tool_use_id": call_id, "content": "Binary content provided (1 item(s))."},
+        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": PDF}}]
+    assert messages_rules.refusal("/v1/messages", on_claude, {}) is None
+
+
+def test_a_pdf_a_function_returned_and_its_display_name_go_on_to_claude() -> None:
+    response = {"name": "fetch", "response": {"output": "ok"},
+                "parts": [{"inlineData": {"mimeType": "application/pdf", "data": "JVBE", "displayName": "a.pdf"}}]}
+    payload = base(contents=[{"role": "user", "parts": [{"text": "get it"}]},
+                             {"role": "model", "parts": [{"functionCall": {"name": "fetch", "args": {}}}]},
+                             {"role": "user", "parts": [{"functionResponse": response}]}])  # fmt: skip
+    out = T.request(payload, Target("claude-sonnet-4-5", onward="messages"))
+    assert not isinstance(out, Refusal), out
+    assert out["messages"][-1]["content"][-1] == {
+        "type": "file", "file": {"file_data": "data:application/pdf;base64,JVBE", "filename": "a.pdf"}}
+    assert "left out" in json.dumps(chat(payload)["messages"][-1])
 
 
 @pytest.mark.parametrize(("extra", "says"), [

@@ -1,0 +1,63 @@
+"""Gemini API clients on an Anthropic-only upstream through the whole app (Gemini → chat →
+Messages): Gemini CLI's requests reach the fake's Messages endpoint, which refuses what
+Anthropic refuses (gateway/fake/messages_rules.py), and its answers come back in Gemini's shape."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tests.integration.test_gemini_on_chat import corpus, post
+
+ON_CLAUDE = ", apis: [messages], model_map: {'gemini-*': claude-sonnet-4-5}"
+
+
+async def test_gemini_cli_routing_call_reaches_claude_with_json_schemas_type_names(make_gateway) -> None:
+    """Every prompt on the stock model ("auto") starts with this call; with Google's OBJECT /
+    STRING / INTEGER Anthropic refused it, so each prompt cost a failed call and never routed."""
+    gw = await make_gateway(upstream_yaml=ON_CLAUDE)
+    status, headers, body = await post(gw, "/v1beta/models/gemini-3.5-flash-lite:generateContent",
+                                       corpus("gemini-cli-0.61-route"))  # fmt: skip
+    assert status == 200, body
+    assert headers["x-llm-translated"] == "gemini->messages"
+    assert json.loads(body)["candidates"][0]["finishReason"] == "STOP"
+    [sent] = gw.fake.messages_requests()
+    schema = sent.json()["output_config"]["format"]["schema"]
+    assert schema["type"] == "object" and schema["additionalProperties"] is False
+    assert {p["type"] for p in schema["properties"].values()} == {"string", "integer"}
+
+
+def with_file_read(mime: str, data: str) -> dict[str, Any]:
+    """Gemini CLI's tool-result request with a file its tool read after the functionResponse, in
+    the same turn, as Gemini CLI 0.61 sends read_file's answer on a binary file."""
+    body = corpus("gemini-cli-0.61-tool-result")
+    last = body["contents"][-1]
+    body["contents"][-1] = {**last, "parts": [*last["parts"], {"inlineData": {"mimeType": mime, "data": data}}]}
+    return body
+
+
+async def test_a_heic_photo_in_the_history_no_longer_fails_every_turn(make_gateway) -> None:
+    """Gemini takes HEIC, Anthropic does not: the whole request was refused, then every later
+    one, the photo staying in the history. It goes as a note; a JPEG named image/jpg as an image."""
+    gw = await make_gateway(upstream_yaml=ON_CLAUDE)
+    path = "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+    status, _, body = await post(gw, path, with_file_read("image/heic", "AAAAGGZ0eXBoZWljAAAAAG1pZjFoZWlj"))
+    assert status == 200, body
+    status, _, body = await post(gw, path, with_file_read("image/jpg", "/9j/4AAQ"))
+    assert status == 200, body
+    heic, jpg = (r.json()["messages"][-1]["content"] for r in gw.fake.messages_requests())
+    assert heic[-1] == {"type": "text", "text": "[image (image/heic) left out: this model cannot read it]"}
+    assert jpg[-1]["type"] == "image" and jpg[-1]["source"]["media_type"] == "image/jpeg"
+
+
+async def test_a_pdf_gemini_cli_read_reaches_claude_as_a_document(make_gateway) -> None:
+    """It became "[inline data (application/pdf) left out: this model cannot read it]" whatever the
+    upstream, though Claude reads PDFs."""
+    gw = await make_gateway(upstream_yaml=ON_CLAUDE)
+    pdf = "JVBERi0xLjQKMSAwIG9iajw8L1R5cGUvQ2F0YWxvZz4+ZW5kb2JqCnRyYWlsZXI8PC9Sb290IDEgMCBSPj4KJSVFT0YK"
+    status, _, body = await post(gw, "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+                                 with_file_read("application/pdf", pdf))  # fmt: skip
+    assert status == 200, body
+    [sent] = gw.fake.messages_requests()
+    assert sent.json()["messages"][-1]["content"][-1] == {
+        "type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": pdf}}
