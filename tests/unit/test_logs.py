@@ -110,7 +110,9 @@ def test_a_stuck_stdout_never_blocks_and_drops_are_counted() -> None:
         for i in range(5000):  # nobody reads: the writer thread blocks, write() must not
             writer.write(logs.line(time.time(), "info", "t", {"i": i, "pad": "x" * 200}))
         assert time.perf_counter() - start < 1.0
-        assert writer.dropped > 0
+        # The drops are counted in the gap line below: ``writer.dropped`` itself may already be
+        # back at 0 if the thread, starved on a loaded machine, took its batch only after the
+        # loop (that batch then carries the gap line).
         pipe = PipeLines(r)
         got = pipe.read(200, timeout_s=3)
         deadline = time.monotonic() + 3
