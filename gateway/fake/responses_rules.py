@@ -11,6 +11,17 @@ param ``input``):
 A compression or a cut of the input that separates a pair is exactly what these catch. Neither
 is judged when the input continues a stored response (``previous_response_id``, ``conversation``):
 the call can then be in the stored part.
+
+A request carried over from chat completions (``translate/chat_responses``) is checked for the
+chat shapes the Responses API refuses, each in its words (param and code as given):
+
+- a top-level field the API does not have (chat's ``messages``, ``stop``, ``n``, ``seed``,
+  ``max_tokens``...): "Unknown parameter: '<name>'." (code ``unknown_parameter``);
+- a function tool in chat's nested shape (``{"type": "function", "function": {...}}``):
+  "Missing required parameter: 'tools[N].name'." (code ``missing_required_parameter``).
+
+The known fields are those of the openai SDK's ``ResponseCreateParams``, and Codex's
+``client_metadata``, which OpenAI takes from it.
 """
 
 from __future__ import annotations
@@ -24,10 +35,22 @@ _CALLS = frozenset({"function_call", "custom_tool_call"})
 _OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
 
 
+_KNOWN = frozenset({
+    "background", "client_metadata", "context_management", "conversation", "include", "input", "instructions",
+    "max_output_tokens", "max_tool_calls", "metadata", "model", "parallel_tool_calls", "previous_response_id",
+    "prompt", "prompt_cache_key", "prompt_cache_retention", "reasoning", "safety_identifier", "service_tier",
+    "store", "stream", "stream_options", "temperature", "text", "tool_choice", "tools", "top_logprobs", "top_p",
+    "truncation", "user",
+})  # fmt: skip
+
+
 def refusal(path: str, payload: dict[str, Any]) -> Reply | None:
     """OpenAI's 400 for this Responses request, or None when OpenAI takes it."""
-    if not path.endswith("/responses") or payload.get("previous_response_id") or payload.get("conversation"):
+    if not path.endswith("/responses"):
         return None
+    shaped = _shape(payload)
+    if shaped is not None or payload.get("previous_response_id") or payload.get("conversation"):
+        return shaped
     items = payload.get("input")
     if not isinstance(items, list):
         return None
@@ -46,6 +69,20 @@ def refusal(path: str, payload: dict[str, Any]) -> Reply | None:
     for call_id in called:
         if call_id not in answered:
             return _refused(f"No tool output found for function call {call_id}.")
+    return None
+
+
+def _shape(payload: dict[str, Any]) -> Reply | None:
+    for key in payload:
+        if key not in _KNOWN:
+            return responses_error(400, f"Unknown parameter: '{key}'.", "invalid_request_error",
+                                   "unknown_parameter", key)  # fmt: skip
+    tools = payload.get("tools")
+    for j, tool in enumerate(tools if isinstance(tools, list) else ()):
+        if isinstance(tool, dict) and tool.get("type") == "function" and "name" not in tool:
+            param = f"tools[{j}].name"
+            return responses_error(400, f"Missing required parameter: '{param}'.", "invalid_request_error",
+                                   "missing_required_parameter", param)  # fmt: skip
     return None
 
 

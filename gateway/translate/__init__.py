@@ -1,8 +1,8 @@
 """Translation between wire APIs: which translator carries a client's API to an upstream.
 
 Each direction is one package (``messages_chat``, ``responses_chat``, ``chat_messages``,
-``gemini_chat``, ``chat_gemini``); a pair without its own is composed through chat completions,
-the hub (Responses → Messages is Responses → chat → Messages, Messages → Gemini is
+``gemini_chat``, ``chat_gemini``, ``chat_responses``); a pair without its own is composed
+through chat completions, the hub (Responses → Messages is Responses → chat → Messages, Messages → Gemini is
 Messages → chat → Gemini). ``leg_for`` is the one
 question the pipeline asks: how does a request in this API reach that upstream?
 """
@@ -190,9 +190,11 @@ def _modules() -> list[Translator]:
     # Each direction is one module; listed here so the registry is the only place that knows them.
     from gateway.translate.chat_gemini import ChatToGemini
     from gateway.translate.chat_messages import ChatToMessages
+    from gateway.translate.chat_responses import ChatToResponses
     from gateway.translate.gemini_chat import GeminiToChat
     from gateway.translate.messages_chat import MessagesToChat
     from gateway.translate.responses_chat import ResponsesToChat
 
-    return [MessagesToChat(), ResponsesToChat(), ChatToMessages(), GeminiToChat(), ChatToGemini()]
+    return [MessagesToChat(), ResponsesToChat(), ChatToMessages(), GeminiToChat(), ChatToGemini(),
+            ChatToResponses()]
 

@@ -98,6 +98,9 @@ _CHAT_BOTH = [
 ]  # fmt: skip
 FIELDS: dict[tuple[str, str], list[tuple[str, tuple[str, ...]]]] = {
     ("chat", "gemini"): [*_CHAT_BOTH, ("seed", (INT,)), ("presence_penalty", (NUM,)), ("frequency_penalty", (NUM,))],
+    ("chat", "responses"): [*_CHAT_BOTH, ("user", (STR,)), ("safety_identifier", (STR,)),
+                            ("parallel_tool_calls", (BOOL,)), ("seed", (INT,)), ("presence_penalty", (NUM,)),
+                            ("frequency_penalty", (NUM,)), ("store", (BOOL,))],
     ("chat", "messages"): [*_CHAT_BOTH, ("user", (STR,)), ("safety_identifier", (STR,)), ("parallel_tool_calls", (BOOL,))],
     ("messages", "chat"): [
         ("system", (STR, ARR)), ("system.0", (OBJ,)), ("system.0.text", (STR,)), ("messages.0", (OBJ,)),
