@@ -188,6 +188,9 @@ def _file(spec: Any, at: typed.Path) -> dict[str, Any]:
             out[key] = value
     if "file_data" not in out and "file_id" not in out:
         raise _Refused(f"{typed.bracketed(at)}: a file part needs file_data or file_id")
+    if "file_data" in out and "filename" not in out:
+        # OpenAI reads inline file data by its file name's extension; Gemini's PDFs come unnamed.
+        out["filename"] = "document.pdf" if out["file_data"].startswith("data:application/pdf") else "file"
     return out
 
 

@@ -98,7 +98,7 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
     if not isinstance(contents, list):
         raise Untranslatable("'contents' must be a list of Content objects")
     names = names_for(payload.get("tools"))
-    messages += _messages(contents, names, files=target.onward == "messages")
+    messages += _messages(contents, names, files=target.onward in ("messages", "responses"))
     out: dict[str, Any] = {"model": target.model, "messages": messages}
     config = typed.obj(field(payload, "generationConfig"), ("generationConfig",))
     if config is not None:
@@ -145,7 +145,7 @@ class _Convo:
 
     def __init__(self, names: Names, files: bool) -> None:
         self.names = names
-        self.files = files  # a PDF may go as a chat file part: it goes on to a Messages upstream
+        self.files = files  # a PDF may go as a chat file part: it goes on to a Messages or Responses upstream
         self.messages: list[dict[str, Any]] = []
         self.open_calls: list[tuple[str, str]] = []  # (name, id) of the last model turn, unanswered
 

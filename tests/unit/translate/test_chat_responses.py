@@ -151,6 +151,16 @@ def test_composed_directions_reach_responses_through_chat() -> None:
     assert out["instructions"] and out["store"] is False
 
 
+def test_a_gemini_pdf_goes_on_to_a_responses_upstream_as_an_input_file() -> None:
+    pdf = {"model": "m", "contents": [{"role": "user", "parts": [
+        {"text": "Summarise."}, {"inlineData": {"mimeType": "application/pdf", "data": "JVBERi0="}}]}]}  # fmt: skip
+    out = default_translations().table["gemini", "responses"].request(pdf, TARGET)
+    assert not isinstance(out, Refusal), out
+    [message] = out["input"]
+    assert message["content"][-1] == {"type": "input_file", "file_data": "data:application/pdf;base64,JVBERi0=",
+                                      "filename": "document.pdf"}  # fmt: skip
+
+
 # --- answer -------------------------------------------------------------------------------
 
 
