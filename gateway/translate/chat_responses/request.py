@@ -27,12 +27,10 @@ from gateway.translate.base import Refusal, Target, option_kind
 from gateway.translate.typed import WrongType
 
 MIN_OUTPUT_TOKENS = 16
-# Chat fields sent on under the same name and meaning.
-_SAME = ("parallel_tool_calls", "temperature", "top_p", "user", "safety_identifier", "metadata",
-         "prompt_cache_key", "service_tier")  # fmt: skip
-_SAME_TYPES = {"parallel_tool_calls": typed.flag, "temperature": typed.number, "top_p": typed.number,
-               "user": typed.text, "safety_identifier": typed.text, "metadata": typed.obj,
-               "prompt_cache_key": typed.text, "service_tier": typed.text}  # fmt: skip
+# Chat fields sent on under the same name and meaning, each with the reader of its type.
+_SAME = {"parallel_tool_calls": typed.flag, "temperature": typed.number, "top_p": typed.number,
+         "user": typed.text, "safety_identifier": typed.text, "metadata": typed.obj,
+         "prompt_cache_key": typed.text, "service_tier": typed.text}  # fmt: skip
 
 
 class _Refused(Exception):
@@ -62,8 +60,8 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
         choice = _tool_choice(p.get("tool_choice"))
         if choice is not None:
             out["tool_choice"] = choice
-    for key in _SAME:
-        value = _SAME_TYPES[key](p.get(key), (key,))
+    for key, read in _SAME.items():
+        value = read(p.get(key), (key,))
         if value is not None:
             out[key] = value
     newer, older = _positive(p, "max_completion_tokens"), _positive(p, "max_tokens")
