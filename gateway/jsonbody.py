@@ -49,3 +49,21 @@ def loads(body: bytes) -> tuple[Any, bool]:
         return orjson.loads(body), False
     except orjson.JSONDecodeError:
         return json.loads(body), True
+
+
+def mended(doc: Any) -> Any:
+    """``doc`` with every lone UTF-16 surrogate in its strings replaced (U+FFFD), pairs joined.
+    JavaScript slices strings in UTF-16 code units: a server may end one event's text on the
+    first half of a pair and begin the next one's with the second, and a client may cut a long
+    string mid-emoji. A lone half can be encoded as no UTF-8: a translated event holding one
+    could not be written (the client's connection was cut mid-answer), and a request holding
+    one could not be rewritten, fingerprinted or compressed (500s)."""
+    if isinstance(doc, str):
+        if any("\ud800" <= c <= "\udfff" for c in doc):
+            return doc.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+        return doc
+    if isinstance(doc, dict):
+        return {mended(k): mended(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [mended(v) for v in doc]
+    return doc

@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from gateway.jsonbody import mended
+
 _SEPARATORS = (b"\n\n", b"\r\n\r\n", b"\r\r")
 
 
@@ -116,29 +118,12 @@ def _loads(data: str | bytes | None) -> Any:
     except orjson.JSONDecodeError:
         pass
     try:
-        return _mended(json.loads(data))
+        return mended(json.loads(data))
     except ValueError:
         return None
 
 
 loads_event = _loads  # for translators that decode an event's data themselves
-
-
-def _mended(doc: Any) -> Any:
-    """``doc`` with every lone UTF-16 surrogate in its strings replaced (U+FFFD). A server
-    that slices its text in UTF-16 code units (JavaScript's) may end one event's text on the
-    first half of a pair and begin the next one's with the second: each half alone can be
-    encoded as no UTF-8, so a translated event holding one could not be written (the client's
-    connection was cut mid-answer) and an event that failed to decode was left out."""
-    if isinstance(doc, str):
-        if any("\ud800" <= c <= "\udfff" for c in doc):
-            return doc.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-        return doc
-    if isinstance(doc, dict):
-        return {_mended(k): _mended(v) for k, v in doc.items()}
-    if isinstance(doc, list):
-        return [_mended(v) for v in doc]
-    return doc
 
 
 class ParsedEvents:

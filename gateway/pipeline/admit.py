@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from typing import Any
 
 import orjson
 from aiohttp import web
 
 from gateway.encodings import EncodingProblem, decode_body
-from gateway.jsonbody import Lenient
+from gateway.jsonbody import Lenient, mended
 from gateway.live import LIVE
 from gateway.pipeline.outcome import Failure, bad_request
 
@@ -85,7 +86,10 @@ def parse_json_object(body: bytes) -> dict[str, Any] | Failure:
         doc = None
     try:
         if doc is None:
-            doc = json.loads(body, parse_constant=_not_json)
+            # A lone surrogate ("\ud83d": a JavaScript client cut a string mid-emoji, as Claude
+            # Code may a long tool output) is read as U+FFFD: as a string it could not be
+            # encoded anywhere the request is rewritten, fingerprinted or compressed.
+            doc = mended(json.loads(body, parse_constant=_not_json, parse_float=_finite))
             if isinstance(doc, dict):
                 doc = Lenient(doc)  # a translation writes it back with json, as it was read
     except UnicodeDecodeError:
@@ -104,6 +108,15 @@ def _not_json(constant: str) -> Any:
     # Infinity and NaN) are not permitted." Python's json reads them (orjson does not): a
     # provider may refuse them, or read them as something the client did not mean.
     raise ValueError(f"{constant} is not a JSON number (RFC 8259 §6)")
+
+
+def _finite(number: str) -> float:
+    # 1e400 is in JSON's grammar but no double: json reads it as inf, which a rewritten request
+    # would then send as the non-JSON Infinity (orjson refuses it, and so does this).
+    value = float(number)
+    if math.isinf(value):
+        raise ValueError(f"the number {number[:40]} is beyond the range of a double")
+    return value
 
 
 def _short(e: ValueError) -> str:

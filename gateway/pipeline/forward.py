@@ -337,13 +337,21 @@ def _canonical(inbound: Inbound) -> bytes:
     try:
         return orjson.dumps(inbound.payload, option=orjson.OPT_SORT_KEYS)
     except TypeError:
+        pass
+    try:
         return json.dumps(inbound.payload, sort_keys=True, separators=(",", ":")).encode()
+    except RecursionError:  # nested deeper than json writes (~990 of the 1024 levels read)
+        return inbound.body
 
 
 def _credential(request: web.Request) -> str:
     """What identifies the caller for the loop breaker (hashed there, never stored)."""
     h = request.headers
-    return "\n".join(h.get(k, "") for k in ("Authorization", "x-api-key", "api-key"))
+    # Gemini's too (a header or ?key=): without them every Gemini caller shared one
+    # fingerprint, and one caller's refused key was answered to the next from memory.
+    places = (*(h.get(k, "") for k in ("Authorization", "x-api-key", "api-key", "x-goog-api-key")),
+              request.query.get("key", ""))  # fmt: skip
+    return "\n".join(places)
 
 
 def _from_memory(svc: Services, state: RequestState, hit: Recalled) -> Failure:

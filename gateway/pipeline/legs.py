@@ -5,8 +5,7 @@ builds the plain call itself (the hot path) and asks here for the others."""
 from __future__ import annotations
 
 import dataclasses
-import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from gateway import jsonbody
@@ -51,7 +50,9 @@ def leg_call(
             return where
         url, body_payload = where
         # Unchanged, the client's own bytes go (a Gemini client's body has no model or stream).
-        body = inbound.body if sent is inbound.held else jsonbody.dumps(body_payload, lenient=lenient)
+        body = inbound.body if sent is inbound.held else _dumped(body_payload, lenient)
+        if isinstance(body, Failure):
+            return body
         return Call(up, "POST", url, headers, how.mode, wire, how.strip_usage, how.track,
                     body=body, wire_model=_model(sent), rewritten=sent is not inbound.held)  # fmt: skip
     state.translated = f"{leg.client.api}->{wire.api}"
@@ -66,7 +67,9 @@ def leg_call(
     size = inbound.size if client_payload is inbound.held else None  # unchanged: its own bytes
     ctx = held_context(leg.translator, inbound.model or "", client_payload, state.request_id, size)
     translation = Translation(leg.translator, ctx)
-    body = jsonbody.dumps(body_payload, lenient=lenient)
+    body = _dumped(body_payload, lenient)
+    if isinstance(body, Failure):
+        return body
     return Call(up, "POST", url, headers, how.mode, wire, False, how.track, translation,
                 body=body, wire_model=_model(translated), rewritten=True)  # fmt: skip
 
@@ -98,13 +101,26 @@ def resent(call: Call, payload: dict[str, Any]) -> tuple[Call, bytes] | Failure:
         sent = translated
     address = call.dialect.address(sent)
     if address is None:
-        return call, json.dumps(sent, ensure_ascii=False).encode()
+        body = _dumped(sent, lenient=False)
+        return body if isinstance(body, Failure) else (call, body)
     where = addressed(call.up, call.dialect, sent, "")
     if isinstance(where, Failure):
         return where
     url, body_payload = where
-    body = json.dumps(body_payload, ensure_ascii=False).encode()
+    body = _dumped(body_payload, lenient=False)
+    if isinstance(body, Failure):
+        return body
     return dataclasses.replace(call, url=url, wire_model=_model(sent), rewritten=True), body
+
+
+def _dumped(payload: Mapping[str, Any], lenient: bool) -> bytes | Failure:
+    """``payload`` as the bytes to send. A document nested between the depth orjson writes
+    (255) and the one it reads (1024) is written by json, whose recursion gives out at about
+    990 levels: refused as admission refuses deeper ones, where it was a 500."""
+    try:
+        return jsonbody.dumps(payload, lenient=lenient)
+    except RecursionError:
+        return bad_request("the request body is nested too deeply", "invalid_json")
 
 
 def target_of(call: Call) -> Target:

@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from gateway import jsonbody
 from gateway.apis.base import Ending
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.sse import EventSplitter, loads_event, parse_event
@@ -83,7 +84,11 @@ class ResponsesStream:
     def _emit(self, name: str, fields: dict[str, Any]) -> None:
         doc = {"type": name, "sequence_number": self.seq, **fields}
         self.seq += 1
-        self.out.append(b"event: " + name.encode() + b"\ndata: " + orjson.dumps(doc) + b"\n\n")
+        try:
+            data = orjson.dumps(doc)
+        except TypeError:  # the envelope echoes the request: a schema nested past orjson's 255 levels
+            data = jsonbody.dumps(doc)
+        self.out.append(b"event: " + name.encode() + b"\ndata: " + data + b"\n\n")
 
     def _take(self) -> bytes:
         out, self.out = b"".join(self.out), []
