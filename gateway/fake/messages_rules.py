@@ -107,6 +107,18 @@ And on the rest of the request:
   "Thinking may not be enabled when tool_choice forces tool use." (``tool_choice`` ``any`` or
   ``tool``: https://github.com/mastra-ai/mastra/issues/7507,
   https://github.com/can1357/oh-my-pi/issues/341);
+- with thinking on, the tool-loop rule: "messages.N.content.0.type: Expected `thinking` or
+  `redacted_thinking`, but found `tool_use`. When `thinking` is enabled, a final `assistant`
+  message must start with a thinking block (preceeding the lastmost set of `tool_use` and
+  `tool_result` blocks). …" (https://github.com/anomalyco/opencode/issues/3077,
+  https://github.com/Kilo-Org/kilocode/issues/5219): the last assistant turn, when it called a
+  tool, starts with its thinking or redacted_thinking block;
+- a thinking block sent back must carry the signature it was issued with (the thinking guide,
+  "Preserving thinking blocks": blocks come back complete and unmodified):
+  "messages.N.content.M.thinking.signature: Field required" without one, and "messages.N.content.M:
+  Invalid `signature` in `thinking` block" for an empty one or, where the fake signed the
+  block itself (``messages.sign``, a digest of the text), one that does not match its text.
+  Anthropic's own signatures (the corpus's answers) are taken: the fake cannot check them;
 - "A maximum of 4 blocks with cache_control may be provided. Found N.": breakpoints counted over
   the tools, the system blocks and the messages' blocks (https://github.com/Wei-Shaw/sub2api/issues/176,
   https://github.com/tghamm/Anthropic.SDK/issues/50);
@@ -134,7 +146,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
-from gateway.fake.messages import anthropic_error
+from gateway.fake.messages import SIGNATURE_MARK, anthropic_error, sign
 from gateway.fake.schemas import miscounted, mistyped, objects
 from gateway.fake.steps import Reply
 
@@ -155,6 +167,7 @@ _IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 _IMAGE_WORDS = "Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'"
 _DRAFT = ("JSON schema is invalid. It must match JSON Schema draft 2020-12 (https://json-schema.org/draft/2020-12). "
           "Learn more about tool use at https://platform.claude.com/docs/en/agents-and-tools/tool-use/overview.")  # fmt: skip
+_THOUGHT = ("thinking", "redacted_thinking")
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 _DOCS = ("Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
          "#important-considerations-when-using-extended-thinking")  # fmt: skip
@@ -196,7 +209,7 @@ def _why(payload: dict[str, Any], system_turns: bool) -> str | None:
     return (_tool_name(payload.get("tools")) or _input_schema(payload.get("tools"))
             or _stop_sequences(payload.get("stop_sequences"))
             or _user_id(payload.get("metadata")) or _conversation(messages, system_turns)
-            or _undeclared_tools(payload.get("tools"), messages) or _prefill(payload.get("model"), messages) or _thinking(payload) or _breakpoints(payload, messages)
+            or _undeclared_tools(payload.get("tools"), messages) or _prefill(payload.get("model"), messages) or _signatures(messages) or _thinking(payload) or _breakpoints(payload, messages)
             or _output_schema(payload))  # fmt: skip
 
 
@@ -344,7 +357,41 @@ def _thinking(payload: dict[str, Any]) -> str | None:
             return ('"thinking.type.enabled" is not supported for this model. Use "thinking.type.adaptive" '
                     'and "output_config.effort" to control thinking behavior.')  # fmt: skip
         return "adaptive thinking is not supported on this model"
-    return _with_thinking(payload)
+    return _with_thinking(payload) or _thought_first(payload.get("messages"))
+
+
+def _thought_first(messages: Any) -> str | None:
+    turns = [(i, m) for i, m in enumerate(messages if isinstance(messages, list) else [])
+             if isinstance(m, dict) and m.get("role") == "assistant"]  # fmt: skip
+    if not turns:
+        return None
+    i, last = turns[-1]
+    blocks = _blocks(last)
+    if not any(b.get("type") == "tool_use" for b in blocks) or blocks[0].get("type") in _THOUGHT:
+        return None
+    return (f"messages.{i}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+            f"`{blocks[0].get('type')}`. When `thinking` is enabled, a final `assistant` message must start "
+            "with a thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We "
+            "recommend you include thinking blocks from previous turns. To avoid this requirement, disable "
+            "`thinking`. Please consult our documentation at "
+            "https://docs.claude.com/en/docs/build-with-claude/extended-thinking")  # fmt: skip
+
+
+def _signatures(messages: list[Any]) -> str | None:
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") != "assistant":
+            continue
+        for j, b in enumerate(_blocks(m)):
+            if b.get("type") != "thinking":
+                continue
+            signature, thinking = b.get("signature"), b.get("thinking")
+            if signature is None:
+                return f"messages.{i}.content.{j}.thinking.signature: Field required"
+            forged = isinstance(signature, str) and signature.startswith(SIGNATURE_MARK) and (
+                signature != sign(thinking if isinstance(thinking, str) else ""))
+            if not isinstance(signature, str) or not signature or forged:
+                return f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
+    return None
 
 
 def _with_thinking(payload: dict[str, Any]) -> str | None:
