@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -17,6 +18,16 @@ def anthropic_message(model: str = "claude-sonnet-4-5", text: str = "Hello from 
         "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens,
                   "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
     }  # fmt: skip
+
+
+# The fake's own thinking signatures: the thinking's digest, so that the rules can tell one
+# it issued from one altered on the way (Anthropic checks its signatures cryptographically).
+SIGNATURE_MARK = "fakesig1."
+
+
+def sign(thinking: str) -> str:
+    """The signature the fake gives a thinking block of this text."""
+    return SIGNATURE_MARK + hashlib.sha256(thinking.encode()).hexdigest()[:40]
 
 
 def sse(name: str, data: dict[str, Any]) -> bytes:

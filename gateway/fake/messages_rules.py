@@ -107,6 +107,21 @@ And on the rest of the request:
   "Thinking may not be enabled when tool_choice forces tool use." (``tool_choice`` ``any`` or
   ``tool``: https://github.com/mastra-ai/mastra/issues/7507,
   https://github.com/can1357/oh-my-pi/issues/341);
+- with thinking on, the tool-loop rule: "messages.N.content.0.type: Expected `thinking` or
+  `redacted_thinking`, but found `tool_use`. When `thinking` is enabled, a final `assistant`
+  message must start with a thinking block (preceeding the lastmost set of `tool_use` and
+  `tool_result` blocks). …" (https://github.com/anomalyco/opencode/issues/3077,
+  https://github.com/Kilo-Org/kilocode/issues/5219): the last assistant turn, when it called a
+  tool, starts with its thinking or redacted_thinking block. Judged only for a turn whose calls
+  the fake answered with thinking (``thought_calls``: it knows no other turn had any): its
+  default answers think not at all, and Claude Code, which asks for thinking, replays those as
+  they came;
+- a thinking block sent back must carry the signature it was issued with (the thinking guide,
+  "Preserving thinking blocks": blocks come back complete and unmodified):
+  "messages.N.content.M.thinking.signature: Field required" without one, and "messages.N.content.M:
+  Invalid `signature` in `thinking` block" for an empty one or, where the fake signed the
+  block itself (``messages.sign``, a digest of the text), one that does not match its text.
+  Anthropic's own signatures (the corpus's answers) are taken: the fake cannot check them;
 - "A maximum of 4 blocks with cache_control may be provided. Found N.": breakpoints counted over
   the tools, the system blocks and the messages' blocks (https://github.com/Wei-Shaw/sub2api/issues/176,
   https://github.com/tghamm/Anthropic.SDK/issues/50);
@@ -130,11 +145,12 @@ in a row, and one ``tool_use`` id used twice.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, TypeGuard
 
-from gateway.fake.messages import anthropic_error
+from gateway.fake.messages import SIGNATURE_MARK, anthropic_error, sign
 from gateway.fake.schemas import miscounted, mistyped, objects
 from gateway.fake.steps import Reply
 
@@ -155,16 +171,20 @@ _IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 _IMAGE_WORDS = "Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'"
 _DRAFT = ("JSON schema is invalid. It must match JSON Schema draft 2020-12 (https://json-schema.org/draft/2020-12). "
           "Learn more about tool use at https://platform.claude.com/docs/en/agents-and-tools/tool-use/overview.")  # fmt: skip
+_THOUGHT = ("thinking", "redacted_thinking")
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 _DOCS = ("Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
          "#important-considerations-when-using-extended-thinking")  # fmt: skip
 
 
-def refusal(path: str, payload: dict[str, Any], headers: Mapping[str, str]) -> Reply | None:
-    """Anthropic's 400 for this Messages request, or None when Anthropic takes it."""
+def refusal(
+    path: str, payload: dict[str, Any], headers: Mapping[str, str], thought: Collection[str] = frozenset()
+) -> Reply | None:
+    """Anthropic's 400 for this Messages request, or None when Anthropic takes it. ``thought``:
+    the tool_use ids the fake answered together with a thinking block (``thought_calls``)."""
     if not path.endswith("/messages"):
         return None
-    why = _why(payload, MID_CONVERSATION_SYSTEM in headers.get("anthropic-beta", ""))
+    why = _why(payload, MID_CONVERSATION_SYSTEM in headers.get("anthropic-beta", ""), thought)
     if why is None:
         return None
     return anthropic_error(400, "invalid_request_error", why)
@@ -187,7 +207,7 @@ def thinking_types(model: Any) -> frozenset[str] | None:
     return ADAPTIVE if version >= (4, 7) else BOTH if version == (4, 6) else ENABLED
 
 
-def _why(payload: dict[str, Any], system_turns: bool) -> str | None:
+def _why(payload: dict[str, Any], system_turns: bool, thought: Collection[str]) -> str | None:
     if "max_tokens" not in payload:
         return "max_tokens: Field required"
     messages = payload.get("messages")
@@ -196,7 +216,7 @@ def _why(payload: dict[str, Any], system_turns: bool) -> str | None:
     return (_tool_name(payload.get("tools")) or _input_schema(payload.get("tools"))
             or _stop_sequences(payload.get("stop_sequences"))
             or _user_id(payload.get("metadata")) or _conversation(messages, system_turns)
-            or _undeclared_tools(payload.get("tools"), messages) or _prefill(payload.get("model"), messages) or _thinking(payload) or _breakpoints(payload, messages)
+            or _undeclared_tools(payload.get("tools"), messages) or _prefill(payload.get("model"), messages) or _signatures(messages) or _thinking(payload, thought) or _breakpoints(payload, messages)
             or _output_schema(payload))  # fmt: skip
 
 
@@ -333,7 +353,7 @@ def _user_id(metadata: Any) -> str | None:
     return None
 
 
-def _thinking(payload: dict[str, Any]) -> str | None:
+def _thinking(payload: dict[str, Any], thought: Collection[str]) -> str | None:
     thinking = payload.get("thinking")
     kind = thinking.get("type") if isinstance(thinking, dict) else None
     if kind not in ("enabled", "adaptive"):
@@ -344,7 +364,65 @@ def _thinking(payload: dict[str, Any]) -> str | None:
             return ('"thinking.type.enabled" is not supported for this model. Use "thinking.type.adaptive" '
                     'and "output_config.effort" to control thinking behavior.')  # fmt: skip
         return "adaptive thinking is not supported on this model"
-    return _with_thinking(payload)
+    return _with_thinking(payload) or _thought_first(payload.get("messages"), thought)
+
+
+def thought_calls(step: Any) -> set[str]:
+    """The tool_use ids of a Messages answer (a ``Reply`` body or a ``Stream``'s events) that
+    also holds a thinking block: the calls Anthropic wants back after their thinking."""
+    docs: list[Any] = []
+    body = getattr(step, "body", None)
+    if isinstance(body, dict):
+        docs = [b for b in body.get("content") or [] if isinstance(b, dict)]
+    for raw in getattr(step, "events", None) or []:
+        text = raw.decode(errors="replace") if isinstance(raw, bytes) else ""
+        for line in text.splitlines():
+            if line.startswith("data: ") and '"content_block_start"' in line:
+                try:
+                    block = json.loads(line[6:]).get("content_block")
+                except (ValueError, AttributeError):
+                    continue
+                if isinstance(block, dict):
+                    docs.append(block)
+    if not any(b.get("type") in _THOUGHT for b in docs):
+        return set()
+    return {b["id"] for b in docs if b.get("type") == "tool_use" and isinstance(b.get("id"), str)}
+
+
+def _thought_first(messages: Any, thought: Collection[str]) -> str | None:
+    turns = [(i, m) for i, m in enumerate(messages if isinstance(messages, list) else [])
+             if isinstance(m, dict) and m.get("role") == "assistant"]  # fmt: skip
+    if not turns:
+        return None
+    i, last = turns[-1]
+    blocks = _blocks(last)
+    if not any(b.get("type") == "tool_use" and b.get("id") in thought for b in blocks):
+        return None
+    if blocks[0].get("type") in _THOUGHT:
+        return None
+    return (f"messages.{i}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+            f"`{blocks[0].get('type')}`. When `thinking` is enabled, a final `assistant` message must start "
+            "with a thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We "
+            "recommend you include thinking blocks from previous turns. To avoid this requirement, disable "
+            "`thinking`. Please consult our documentation at "
+            "https://docs.claude.com/en/docs/build-with-claude/extended-thinking")  # fmt: skip
+
+
+def _signatures(messages: list[Any]) -> str | None:
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") != "assistant":
+            continue
+        for j, b in enumerate(_blocks(m)):
+            if b.get("type") != "thinking":
+                continue
+            signature, thinking = b.get("signature"), b.get("thinking")
+            if signature is None:
+                return f"messages.{i}.content.{j}.thinking.signature: Field required"
+            forged = isinstance(signature, str) and signature.startswith(SIGNATURE_MARK) and (
+                signature != sign(thinking if isinstance(thinking, str) else ""))
+            if not isinstance(signature, str) or not signature or forged:
+                return f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
+    return None
 
 
 def _with_thinking(payload: dict[str, Any]) -> str | None:

@@ -86,6 +86,9 @@ class FakeUpstream:
         # The ids of the function calls the fake answered Gemini requests with: replayed without
         # their thoughtSignature, Gemini 3 refuses them (gemini_rules.py).
         self.gemini_calls: set[str] = set()
+        # The tool_use ids the fake answered Messages requests with beside a thinking block:
+        # replayed without it while thinking is on, Anthropic refuses them (messages_rules.py).
+        self.thought_calls: set[str] = set()
         self._runner: web.AppRunner | None = None
         self.host, self.port = "127.0.0.1", 0
 
@@ -210,7 +213,8 @@ class FakeUpstream:
             return web.json_response({"error": {"message": f"unknown path {path}",
                                                 "type": "invalid_request_error", "code": None}},
                                      status=404)  # fmt: skip
-        limited = (chat_rules.refusal(path, payload) or messages_rules.refusal(path, payload, request.headers)
+        limited = (chat_rules.refusal(path, payload)
+                   or messages_rules.refusal(path, payload, request.headers, self.thought_calls)
                    or responses_rules.refusal(path, payload)
                    or output.param_refusal(self.refused_params, path, payload, self.refusal_style)
                    or output.refusal(self.output_limit, path, payload))  # fmt: skip
@@ -224,6 +228,8 @@ class FakeUpstream:
             step = (self._default_messages(payload) if path.endswith("/messages")
                     else self._default_responses(payload) if path.endswith("/responses")
                     else self._default(payload))
+        if path.endswith("/messages"):
+            self.thought_calls |= messages_rules.thought_calls(step)
         return await self._play(request, gate.stamp(self.keys, path, request.headers, payload, step))
 
     async def _gemini(self, request: web.Request, payload: dict[str, Any], body: bytes, version: str,

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from gateway.fake.messages import sign
 from tests.e2e.conftest import RunningGateway, launch_cli
 from tests.e2e.test_codex import codex  # noqa: F401  (the installed CLI, a fixture)
 from tests.fakeupstream import (
@@ -56,14 +57,15 @@ def text(words: tuple[str, ...]) -> Stream:
 
 
 def run_codex(
-    codex_bin: Path, gw: RunningGateway, tmp: Path, prompt: str, model: str = "gpt-5-codex", more: str = ""
+    codex_bin: Path, gw: RunningGateway, tmp: Path, prompt: str, model: str = "gpt-5-codex", more: str = "",
+    top: str = "",
 ) -> subprocess.CompletedProcess[str]:
-    """``more``: further config.toml tables (an MCP server)."""
+    """``more``: further config.toml tables (an MCP server); ``top``: further top-level keys."""
     home = tmp / "home"
     codex_home = home / "codex"
     codex_home.mkdir(parents=True, exist_ok=True)
     (codex_home / "config.toml").write_text(
-        f'model = "{model}"\nmodel_provider = "gw"\napproval_policy = "never"\nsandbox_mode = "read-only"\n'
+        f'model = "{model}"\nmodel_provider = "gw"\napproval_policy = "never"\nsandbox_mode = "read-only"\n{top}'
         f'\n[model_providers.gw]\nname = "gw"\nbase_url = "{gw.base}/v1"\nwire_api = "responses"\n'
         'env_key = "GW_KEY"\nrequires_openai_auth = false\nrequest_max_retries = 0\nstream_max_retries = 0\n' + more
     )
@@ -252,6 +254,51 @@ def messages_call(tool_id: str, name: str, args: str) -> Stream:
             "type": "input_json_delta", "partial_json": args}}),
         *anthropic_tail(stop_reason="tool_use"),
     ])  # fmt: skip
+
+
+def thinking_call(thought: str, tool_id: str, name: str, args: str) -> Stream:
+    """An Anthropic stream that thinks (signed by the fake) then calls one tool."""
+    head = anthropic_head()[0]  # message_start
+    return Stream([
+        head,
+        sse("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {
+            "type": "thinking", "thinking": "", "signature": ""}}),
+        sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {
+            "type": "thinking_delta", "thinking": thought}}),
+        sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {
+            "type": "signature_delta", "signature": sign(thought)}}),
+        sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        sse("content_block_start", {"type": "content_block_start", "index": 1, "content_block": {
+            "type": "tool_use", "id": tool_id, "name": name, "input": {}}}),
+        sse("content_block_delta", {"type": "content_block_delta", "index": 1, "delta": {
+            "type": "input_json_delta", "partial_json": args}}),
+        sse("content_block_stop", {"type": "content_block_stop", "index": 1}),
+        *anthropic_tail(stop_reason="tool_use")[1:],
+    ])  # fmt: skip
+
+
+def test_codex_keeps_claude_thinking_on_after_a_tool_call(
+    codex: Path,  # noqa: F811
+    messages_gateway: RunningGateway,
+    upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    """With ``model_reasoning_effort`` set, the request after a tool call keeps thinking on:
+    Codex sends the reasoning item back with the signed thinking sealed in its
+    ``encrypted_content``, and the turn that called the tool starts with that thinking block,
+    as Anthropic requires (the fake refuses it otherwise, and an altered signature)."""
+    thought = "The user wants echo hi run: call exec_command."
+    upstream.script(thinking_call(thought, "toolu_01T", "exec_command", '{"cmd": "echo hi"}'),
+                    Stream(anthropic_stream(words=("It printed hi.",))))  # fmt: skip
+    r = run_codex(codex, messages_gateway, tmp_path, "Run echo hi", top='model_reasoning_effort = "high"\n')
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "It printed hi."
+    first, second = [q.json() for q in upstream.requests]
+    assert first["thinking"]["type"] in ("enabled", "adaptive")
+    assert second["thinking"]["type"] in ("enabled", "adaptive")
+    [turn] = [m for m in second["messages"] if m["role"] == "assistant"]
+    assert turn["content"][0] == {"type": "thinking", "thinking": thought, "signature": sign(thought)}
+    assert turn["content"][-1]["type"] == "tool_use"
 
 
 def test_codex_compacts_a_session_that_ran_a_tool_on_a_messages_upstream(

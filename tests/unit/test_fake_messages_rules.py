@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
-from gateway.fake.messages_rules import ADAPTIVE, BOTH, ENABLED, refusal, thinking_types
+from gateway.fake.messages import sign
+from gateway.fake.messages_rules import ADAPTIVE, BOTH, ENABLED, refusal, thinking_types, thought_calls
+from gateway.fake.steps import Reply, Stream
 
 PATH = "/v1/messages"
 BETA = {"anthropic-beta": "claude-code-20250219,mid-conversation-system-2026-04-07"}
@@ -350,3 +353,45 @@ def test_a_prefill_is_refused_from_the_4_6_generation_on(model: str, is_refused:
         assert reply is not None and "does not support assistant message prefill" in str(reply.body)
     else:
         assert reply is None
+
+
+def thought(t: str, signature: str | None = None) -> dict[str, Any]:
+    block = {"type": "thinking", "thinking": t}
+    return block if signature is None else {**block, "signature": signature}
+
+
+def test_with_thinking_on_the_last_tool_calling_turn_starts_with_its_thinking() -> None:
+    answered = {"content": [thought("ls", sign("ls")), text("Listing."), call("t1")]}
+    issued = thought_calls(Reply(200, answered))
+    assert issued == {"t1"}
+    streamed = [f"event: content_block_start\ndata: {json.dumps({'type': 'content_block_start', 'index': i, 'content_block': b})}\n\n".encode()
+                for i, b in enumerate(answered["content"])]  # fmt: skip
+    assert thought_calls(Stream(streamed)) == {"t1"} and thought_calls(Reply(200, {"content": [call("t2")]})) == set()
+
+    def judged(messages: list[dict[str, Any]], **payload: Any) -> str | None:
+        reply = refusal(PATH, {"model": "claude-x", "max_tokens": 10, "messages": messages, **payload}, {}, issued)
+        return None if reply is None else reply.body["error"]["message"]
+
+    loop = [user(text("ls?")), assistant(text("Listing."), call("t1")), user(result("t1"))]
+    words = judged(loop, thinking=BUDGET, tools=BASH)
+    assert words is not None and words.startswith(
+        "messages.1.content.0.type: Expected `thinking` or `redacted_thinking`, but found `text`.")
+    signed = [loop[0], assistant(thought("ls", sign("ls")), text("Listing."), call("t1")), loop[2]]
+    redacted = [loop[0], assistant({"type": "redacted_thinking", "data": "EmwK"}, call("t1")), loop[2]]
+    assert judged(signed, thinking=BUDGET, tools=BASH) is None
+    assert judged(redacted, thinking={"type": "adaptive"}, tools=BASH) is None
+    assert judged(loop, tools=BASH) is None  # thinking off: no such rule
+    assert refused(loop, thinking=BUDGET, tools=BASH) is None  # a call the fake answered without thinking
+    done = [*loop, assistant(text("Done.")), user(text("thanks"))]  # the loop ended: nothing asked
+    assert judged(done, thinking=BUDGET, tools=BASH) is None
+
+
+def test_a_thinking_block_comes_back_with_the_signature_it_was_issued() -> None:
+    def sent(block: dict[str, Any]) -> str | None:
+        return refused([user(text("q")), assistant(block, text("a")), user(text("more"))])
+
+    assert sent(thought("plan", sign("plan"))) is None
+    assert sent(thought("plan", "EqQBCkYIBxgCKkA")) is None  # Anthropic's own: not checkable here
+    assert sent(thought("plan")) == "messages.1.content.0.thinking.signature: Field required"
+    for bad in ("", sign("the plan, altered")):
+        assert sent(thought("plan", bad)) == "messages.1.content.0: Invalid `signature` in `thinking` block"

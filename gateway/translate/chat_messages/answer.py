@@ -9,6 +9,15 @@ becomes its chunks at once: nothing is held back.
 
 A delta is routed by its own type, not by the type its block was opened with: a
 ``thinking_delta`` is reasoning even inside a text block (LiteLLM #33224).
+
+Signed thinking rides in ``thinking_blocks`` on the message (LiteLLM's field for it, which
+clients written for LiteLLM already send back): ``{"type": "thinking", "thinking", "signature"}``
+and ``{"type": "redacted_thinking", "data"}``, in the answer's order. Anthropic wants them back
+as they came when a tool loop goes on with thinking on (the request side, ``request.py``).
+Streamed, a thinking block's entry comes whole once the block closes (its signature is the
+block's last delta), with an ``index`` (its rank among the answer's thinking blocks) so that
+delta accumulators (the openai SDK's) keep entries apart instead of raising on a list of
+objects without one.
 """
 
 from __future__ import annotations
@@ -85,20 +94,27 @@ def chat_completion(doc: Mapping[str, Any], ctx: Context, created: int) -> dict[
     texts: list[str] = []
     reasoning: list[str] = []
     calls: list[dict[str, Any]] = []
+    signed: list[dict[str, Any]] = []
     for block in doc.get("content") or []:
         kind = block.get("type") if isinstance(block, Mapping) else None
         if kind == "text":
             texts.append(block.get("text") or "")
-        elif kind == "thinking":
-            reasoning.append(block.get("thinking") or "")
+        elif kind in ("thinking", "redacted_thinking"):
+            if kind == "thinking":
+                reasoning.append(block.get("thinking") or "")
+            carried = thinking_block(block)
+            if carried is not None:
+                signed.append(carried)
         elif kind == "tool_use":
             fn = {"name": block.get("name", ""), "arguments": json.dumps(block.get("input") or {})}
             call_id = from_anthropic_id(str(block.get("id", "")))
             calls.append({"id": call_id, "type": "function", "function": fn})
-        # redacted_thinking, server tool blocks: nothing a chat message can hold
+        # server tool blocks: nothing a chat message can hold
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
     if reasoning:
         message["reasoning_content"] = "".join(reasoning)
+    if signed:
+        message["thinking_blocks"] = signed
     if calls:
         message["tool_calls"] = calls
     return {
@@ -110,6 +126,19 @@ def chat_completion(doc: Mapping[str, Any], ctx: Context, created: int) -> dict[
                      "finish_reason": finish_reason(doc.get("stop_reason"))}],
         "usage": chat_usage(doc.get("usage")),
     }  # fmt: skip
+
+
+def thinking_block(block: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A thinking or redacted_thinking block as ``thinking_blocks`` carries it; None for one
+    that cannot go back (unsigned: Anthropic checks the signature)."""
+    if block.get("type") == "redacted_thinking":
+        data = block.get("data")
+        return {"type": "redacted_thinking", "data": data} if isinstance(data, str) and data else None
+    thinking, signature = block.get("thinking"), block.get("signature")
+    if not isinstance(signature, str) or not signature:
+        return None
+    text = thinking if isinstance(thinking, str) else ""
+    return {"type": "thinking", "thinking": text, "signature": signature}
 
 
 def _chat_id(message_id: Any, ctx: Context) -> str:
@@ -130,6 +159,8 @@ class ChatStream:
         self.finished = False
         self.tools: dict[int, int] = {}  # content block index -> tool call index
         self.bare: set[int] = set()  # tool blocks no argument text has been sent for yet
+        self.thinking: dict[int, dict[str, Any]] = {}  # open thinking blocks by index, as they grow
+        self.signed = 0  # thinking_blocks entries sent
         self.stop_reason: Any = None
         self.usage: dict[str, Any] = {}
         self._head: bytes | None = None  # a delta chunk's bytes before its delta
@@ -178,7 +209,12 @@ class ChatStream:
             self._take_usage(doc.get("usage"))
             return b""
         if kind == "content_block_stop":
-            return self._no_arguments(doc.get("index"))
+            index = doc.get("index")
+            block = self.thinking.pop(index, None) if isinstance(index, int) else None
+            if block is not None:
+                carried = thinking_block({"type": "thinking", **block})
+                return self._thinking_block(carried) if carried is not None else b""
+            return self._no_arguments(index)
         if kind == "message_stop":
             return self.close()
         return b""  # ping, anything newer: nothing to show
@@ -189,8 +225,13 @@ class ChatStream:
         kind = block.get("type")
         if kind == "text" and block.get("text"):
             return self._chunk({"content": block["text"]})
-        if kind == "thinking" and block.get("thinking"):
-            return self._chunk({"reasoning_content": block["thinking"]})
+        if kind == "thinking" and isinstance(index, int):
+            text = block.get("thinking")
+            self.thinking[index] = {"thinking": text if isinstance(text, str) else "", "signature": ""}
+            return self._chunk({"reasoning_content": text}) if text else b""
+        if kind == "redacted_thinking":
+            carried = thinking_block(block)
+            return self._thinking_block(carried) if carried is not None else b""
         if kind == "tool_use" and isinstance(index, int):
             self.tools[index] = len(self.tools)
             arguments = json.dumps(block["input"]) if block.get("input") else ""
@@ -209,12 +250,21 @@ class ChatStream:
         if kind == "text_delta" and delta.get("text"):
             return self._chunk({"content": delta["text"]})
         if kind == "thinking_delta" and delta.get("thinking"):
+            if index in self.thinking and isinstance(delta["thinking"], str):
+                self.thinking[index]["thinking"] += delta["thinking"]
             return self._chunk({"reasoning_content": delta["thinking"]})
+        if kind == "signature_delta" and index in self.thinking and isinstance(delta.get("signature"), str):
+            self.thinking[index]["signature"] += delta["signature"]
+            return b""
         if kind == "input_json_delta" and delta.get("partial_json") and index in self.tools:
             self.bare.discard(index)
             fragment = {"index": self.tools[index], "function": {"arguments": delta["partial_json"]}}
             return self._chunk({"tool_calls": [fragment]})
-        return b""  # signature_delta, citations_delta, empty fragments
+        return b""  # citations_delta, empty fragments
+
+    def _thinking_block(self, carried: dict[str, Any]) -> bytes:
+        self.signed += 1
+        return self._chunk({"thinking_blocks": [{"index": self.signed - 1, **carried}]})
 
     def _no_arguments(self, index: Any) -> bytes:
         """``{}`` for a call to a tool without parameters, whose input Anthropic streams as

@@ -17,7 +17,22 @@ and the extended-thinking guide's "Feature compatibility"):
   asked as ``adaptive`` with an effort: ``apis/messages/claude_models.py``), is incompatible with a changed
   ``temperature`` or ``top_k``, with ``top_p`` below 0.95, with a forced ``tool_choice`` and
   with a prefilled answer, and a final assistant turn that called tools must start with its
-  (signed) thinking block;
+  (signed) thinking block ("messages.1.content.0.type: Expected `thinking` or
+  `redacted_thinking`, but found `tool_use`. When `thinking` is enabled, a final `assistant`
+  message must start with a thinking block (preceeding the lastmost set of `tool_use` and
+  `tool_result` blocks)", quoted in opencode #3077 and kilocode #5219). The thinking guide's
+  "Preserving thinking blocks" and its tool-workflow page add: a tool loop is one assistant
+  turn with one thinking configuration, and its thinking and redacted_thinking blocks come
+  back complete and unmodified (the signature is checked). Those blocks reach this side in
+  the assistant message's ``thinking_blocks`` (what ``answer.py`` writes there), are put
+  first in their turn, and thinking stays on through a tool loop whose last call has them;
+  without them it is dropped there, as before. With thinking off none is sent: they exist to
+  keep it on, and a final assistant turn with thinking in it while thinking is off is a 400
+  ("When thinking is disabled, an `assistant` message in the final position cannot contain
+  `thinking`", forgecode #1853); and an assistant turn holding thinking starts with it ("If
+  an assistant message contains any thinking blocks, the first block must be thinking or
+  redacted_thinking. Found text.", claude-code #20705), which a turn merged from two chat
+  messages may need them moved for;
 * a text block must hold more than whitespace ("messages: text content blocks must contain
   non-whitespace text"), a prefilled answer must not end in whitespace ("messages: final
   assistant content cannot end with trailing whitespace"), and so must each stop sequence
@@ -144,7 +159,9 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
     _sampling(p, out)
     output_config: dict[str, Any] = {}
     thinking = _thinking(p, out, messages, choice)
-    if thinking is not None:
+    if thinking is None:
+        _unthought(messages)
+    else:
         out["thinking"], effort = thinking
         if effort is not None:
             output_config["effort"] = effort
@@ -249,6 +266,11 @@ def _conversation(items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], li
         if turn["role"] == "user":
             # Anthropic wants a turn's tool results before any text in it.
             turn["content"].sort(key=lambda b: b.get("type") != "tool_result")
+        elif turn["content"][0]["type"] not in _THOUGHT and any(b["type"] in _THOUGHT
+                                                                for b in turn["content"]):
+            # Only then: thinking interleaved with calls in a turn that starts with it is
+            # how Anthropic gave it, and stays in that order.
+            turn["content"].sort(key=lambda b: b["type"] not in _THOUGHT)
     return system, turns
 
 
@@ -324,8 +346,35 @@ def _document(spec: Any, where: str) -> dict[str, Any]:
     return {"type": "document", "source": source}
 
 
+_THOUGHT = ("thinking", "redacted_thinking")
+
+
+def _signed(m: Mapping[str, Any], i: int) -> list[dict[str, Any]]:
+    """The signed thinking blocks ``thinking_blocks`` carries, as Anthropic issued them (only
+    the fields it sent: it refuses others, and any change breaks the signature); an entry
+    that cannot be one (unsigned, unknown type) is left out."""
+    out: list[dict[str, Any]] = []
+    for j, b in enumerate(typed.objects(m.get("thinking_blocks"), ("messages", i, "thinking_blocks"))):
+        kind = b.get("type")
+        if kind == "thinking" and isinstance(b.get("signature"), str) and b["signature"]:
+            thinking = b.get("thinking")
+            if not isinstance(thinking, str):
+                raise typed.wrong(thinking, ("messages", i, "thinking_blocks", j, "thinking"), "string")
+            out.append({"type": "thinking", "thinking": thinking, "signature": b["signature"]})
+        elif kind == "redacted_thinking" and isinstance(b.get("data"), str) and b["data"]:
+            out.append({"type": "redacted_thinking", "data": b["data"]})
+    return out
+
+
+def _unthought(turns: list[dict[str, Any]]) -> None:
+    for turn in turns:
+        if turn["role"] == "assistant":
+            turn["content"] = [b for b in turn["content"] if b["type"] not in _THOUGHT]
+
+
 def _assistant_blocks(m: Mapping[str, Any], i: int) -> list[dict[str, Any]]:
-    # reasoning_content is not sent back: Anthropic accepts only signed thinking blocks.
+    # reasoning_content is not sent back: Anthropic accepts only signed thinking blocks,
+    # which come in thinking_blocks.
     blocks = _text_blocks(m.get("content"), i)
     for j, call in enumerate(typed.objects(m.get("tool_calls"), ("messages", i, "tool_calls"))):
         where = f"messages[{i}].tool_calls[{j}]"
@@ -344,7 +393,8 @@ def _assistant_blocks(m: Mapping[str, Any], i: int) -> list[dict[str, Any]]:
         call_id = typed.text(call.get("id"), ("messages", i, "tool_calls", j, "id")) or ""
         name = typed.text(fn.get("name"), ("messages", i, "tool_calls", j, "function", "name")) or ""
         blocks.append({"type": "tool_use", "id": to_anthropic_id(call_id), "name": name, "input": args})
-    return blocks
+    # Thinking alone makes no turn: the turn it came with had its text or calls.
+    return _signed(m, i) + blocks if blocks else []
 
 
 def _tool_result(m: Mapping[str, Any], i: int) -> dict[str, Any]:
@@ -445,8 +495,12 @@ def _thinking(
     if turns and turns[-1]["role"] == "assistant":
         return None  # a prefilled answer: Anthropic refuses prefill with thinking
     last = next((t for t in reversed(turns) if t["role"] == "assistant"), None)
-    if last is not None and any(b["type"] == "tool_use" for b in last["content"]):
-        return None  # mid tool loop: that turn's signed thinking block cannot be sent back
+    if (
+        last is not None
+        and any(b["type"] == "tool_use" for b in last["content"])
+        and last["content"][0]["type"] not in _THOUGHT
+    ):
+        return None  # mid tool loop without that turn's signed thinking, which Anthropic requires
     model = thinking_for(out["model"])
     if model.adaptive:
         level = ADAPTIVE_EFFORT[effort]

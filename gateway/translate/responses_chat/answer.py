@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from gateway.translate.base import Context
-from gateway.translate.responses_chat import tool_search
+from gateway.translate.responses_chat import thinking, tool_search
 from gateway.translate.responses_chat.tools import CUSTOM_INPUT, Origin, tool_names
 
 # What a Responses object echoes of its request (OpenAI API reference, "The response object").
@@ -121,17 +121,23 @@ def usage(chat_usage: Any) -> dict[str, Any] | None:
     }
 
 
-def reasoning_item(ctx: Context, index: int, text: str, status: str = "completed") -> dict[str, Any]:
+def reasoning_item(
+    ctx: Context, index: int, text: str, status: str = "completed", signed: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """Chat ``reasoning_content`` is the model's raw reasoning: Responses' reasoning *content*
     (``reasoning_text``, what vLLM's and Ollama's Responses endpoints send for open models),
-    not a summary; there is no summary to give."""
-    return {
+    not a summary; there is no summary to give. ``signed``: Anthropic's signed thinking
+    blocks, sealed into ``encrypted_content`` for the client to send back (``thinking.py``)."""
+    item = {
         "id": item_id(ctx, "rs", index),
         "type": "reasoning",
         "summary": [],
         "content": [{"type": "reasoning_text", "text": text}],
         "status": status,
     }
+    if signed:
+        item["encrypted_content"] = thinking.seal(signed)
+    return item
 
 
 def text_part(text: str) -> dict[str, Any]:
@@ -209,9 +215,9 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
     message = as_dict(choice.get("message"))
     names = tool_names(tool_search.effective_tools(ctx.request))
     items: list[dict[str, Any]] = []
-    reasoning = reasoning_of(message)
-    if reasoning:
-        items.append(reasoning_item(ctx, len(items), reasoning))
+    reasoning, signed = reasoning_of(message), thinking.carried(message)
+    if reasoning or signed:
+        items.append(reasoning_item(ctx, len(items), reasoning, signed=signed))
     text = text_of(message.get("content"))
     if text:
         items.append(message_item(ctx, len(items), [text_part(text)]))

@@ -19,7 +19,10 @@ Rules, each with its reason (docs/translation/responses_chat.md has the whole ta
   its turn's output lands in: clients replay the items they got, and DeepSeek's thinking mode
   answers 400 when a turn that called tools comes back without it. Summaries and
   ``encrypted_content`` (only OpenAI can read it) are dropped, as is reasoning with no
-  assistant output after it in its turn.
+  assistant output after it in its turn; but for the gateway's own ``encrypted_content``
+  (``thinking.py``: Anthropic's signed thinking, sealed by this translator's answers) on a
+  request bound for Messages, which becomes the ``thinking_blocks`` of that same assistant
+  message, so that Claude keeps thinking through a tool loop.
 * Hosted-tool items (``web_search_call``…) are dropped: the server ran them, the assistant
   text after them carries what they found. A client-executed tool search is no hosted tool:
   its call and output are a function call and its result (``tool_search.py``).
@@ -38,7 +41,7 @@ from typing import Any
 
 from gateway.translate import typed
 from gateway.translate.base import Refusal, Target
-from gateway.translate.responses_chat import tool_search
+from gateway.translate.responses_chat import thinking, tool_search
 from gateway.translate.responses_chat.tools import (
     CUSTOM_INPUT,
     ToolNames,
@@ -103,7 +106,7 @@ def _to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Ref
     declared = tool_search.effective_tools(payload)
     names = tool_names(declared)
     try:
-        messages = _messages(payload, names)
+        messages = _messages(payload, names, signed=target.onward == "messages")
     except Untranslatable as e:
         return Refusal(str(e))
     tools = chat_tools(declared, names)
@@ -250,8 +253,10 @@ def _tool_output(output: Any, at: typed.Path) -> tuple[str, list[dict[str, Any]]
 class _Builder:
     """Builds the chat ``messages`` list, merging what chat wants as one message."""
 
-    def __init__(self, names: ToolNames) -> None:
+    def __init__(self, names: ToolNames, signed: bool = False) -> None:
         self.names = names
+        self.keep_signed = signed  # the request goes on to Messages: signed thinking is read
+        self.signed: list[dict[str, Any]] = []  # thinking_blocks for the turn's next assistant output
         self.system: list[str] = []
         self.messages: list[dict[str, Any]] = []
         self.pending_images: list[dict[str, Any]] = []
@@ -279,9 +284,14 @@ class _Builder:
                        and isinstance(p.get("text"), str))  # fmt: skip
         if text:
             self.reasoning.append(text)
+        if self.keep_signed:
+            self.signed += thinking.unseal(item)
 
     def _reasoned(self, msg: dict[str, Any]) -> None:
         """``msg`` carries the reasoning that came before this output of its turn."""
+        if self.signed:
+            msg["thinking_blocks"] = msg.get("thinking_blocks", []) + self.signed
+            self.signed = []
         if self.reasoning:
             before = [msg["reasoning_content"]] if "reasoning_content" in msg else []
             msg["reasoning_content"] = "\n\n".join(before + self.reasoning)
@@ -314,7 +324,7 @@ class _Builder:
             return
         if role != "user":
             raise Untranslatable(f"message role {role!r} has no chat completions equivalent")
-        self.reasoning = []
+        self.reasoning, self.signed = [], []
         self._flush_images()
         self.messages.append({"role": "user", "content": _user_content(content, at)})
 
@@ -328,7 +338,7 @@ class _Builder:
     def output(self, call_id: str, text: str, images: list[dict[str, Any]]) -> None:
         if self.pending_images and self.messages and self.messages[-1]["role"] != "tool":
             self._flush_images()
-        self.reasoning = []
+        self.reasoning, self.signed = [], []
         self.messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
         self.pending_images += images
 
@@ -345,8 +355,8 @@ def _call_id(item: Mapping[str, Any], at: typed.Path) -> str:
     return call_id
 
 
-def _messages(payload: Mapping[str, Any], names: ToolNames) -> list[dict[str, Any]]:
-    b = _Builder(names)
+def _messages(payload: Mapping[str, Any], names: ToolNames, signed: bool = False) -> list[dict[str, Any]]:
+    b = _Builder(names, signed)
     instructions = payload.get("instructions")
     if isinstance(instructions, str):
         if instructions:

@@ -25,7 +25,7 @@ from gateway.apis.base import Ending
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.sse import EventSplitter, loads_event, parse_event
 from gateway.translate.base import Context, Known
-from gateway.translate.responses_chat import tool_search
+from gateway.translate.responses_chat import thinking, tool_search
 from gateway.translate.responses_chat.answer import (
     as_dict,
     call_id_of,
@@ -73,6 +73,7 @@ class ResponsesStream:
         self.items: list[dict[str, Any] | None] = []  # by output index; None while open
         self.open: str | None = None  # "reasoning" | "message" | "refusal" | "call"
         self.buf: list[str] = []  # text of the open reasoning or message item
+        self.signed: list[dict[str, Any]] = []  # signed thinking for the open reasoning item
         self.calls: dict[int, _Call] = {}
         self.open_call: _Call | None = None
         self.finish_reason: str | None = None
@@ -151,7 +152,8 @@ class ResponsesStream:
         text = "".join(self.buf)
         status = self._status()
         if self.open == "reasoning":
-            item = reasoning_item(self.ctx, index, text, status)
+            item = reasoning_item(self.ctx, index, text, status, signed=self.signed)
+            self.signed = []
             at = {"item_id": item["id"], "output_index": index, "content_index": 0}
             self._emit("response.reasoning_text.done", {**at, "text": text})
             self._emit("response.content_part.done", {**at, "part": {"type": "reasoning_text", "text": text}})
@@ -299,6 +301,12 @@ class ResponsesStream:
             reasoning = reasoning_of(delta)
             if reasoning:
                 self._text("reasoning", reasoning)
+            signed = thinking.carried(delta)
+            if signed:
+                # A block's signature comes after its text (chat_messages/answer.py), while
+                # its reasoning item is open; redacted thinking, which has no text, opens one.
+                self._open_text("reasoning")
+                self.signed += signed
             content = delta.get("content")
             if isinstance(content, str) and content:
                 self._text("message", content)

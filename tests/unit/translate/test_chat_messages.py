@@ -288,6 +288,46 @@ def test_no_thinking_with_a_forced_tool_mid_tool_loop_or_with_prefill() -> None:
     assert "thinking" not in req({**base, "messages": prefill})
 
 
+SIGNED = {"type": "thinking", "thinking": "Paris first.", "signature": "EqQBCkYIBxgCKkA"}
+
+
+def test_signed_thinking_goes_first_in_its_turn_and_keeps_thinking_on_mid_tool_loop() -> None:
+    base = {"model": "m", "reasoning_effort": "high", "max_tokens": 32000, "tools": [WEATHER]}
+    redacted = {"type": "redacted_thinking", "data": "EmwKAhgB"}
+    turn = {"role": "assistant", "content": "Looking.", "tool_calls": [call("call_1")],
+            "thinking_blocks": [{**SIGNED, "index": 0}, redacted, {"type": "thinking", "thinking": "unsigned"}]}
+    loop = [user(), turn, {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+    out = req({**base, "messages": loop})
+    assert out["thinking"]["budget_tokens"] == 16384
+    assert [b["type"] for b in out["messages"][1]["content"]] == ["thinking", "redacted_thinking", "text", "tool_use"]
+    assert out["messages"][1]["content"][:2] == [SIGNED, redacted]  # as issued: no index, nothing added
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+
+
+def test_signed_thinking_is_not_sent_with_thinking_off() -> None:
+    turn = {"role": "assistant", "content": None, "tool_calls": [call("call_1")], "thinking_blocks": [SIGNED]}
+    loop = [user(), turn, {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+    for extra in ({}, {"reasoning_effort": "high", "tool_choice": "required"}):
+        out = req({"model": "m", "max_tokens": 32000, "tools": [WEATHER], "messages": loop, **extra})
+        assert "thinking" not in out and [b["type"] for b in out["messages"][1]["content"]] == ["tool_use"]
+
+
+def test_thinking_of_a_merged_turn_is_moved_first() -> None:
+    """Anthropic: "If an assistant message contains any thinking blocks, the first block must
+    be thinking or redacted_thinking" (claude-code #20705)."""
+    loop = [user(), {"role": "assistant", "content": "Let me see."},
+            {"role": "assistant", "content": None, "tool_calls": [call("call_1")], "thinking_blocks": [SIGNED]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]  # fmt: skip
+    out = req({"model": "m", "reasoning_effort": "low", "max_tokens": 32000, "tools": [WEATHER], "messages": loop})
+    assert [b["type"] for b in out["messages"][1]["content"]] == ["thinking", "text", "tool_use"]
+    assert "thinking" in out
+
+
+def test_thinking_blocks_of_the_wrong_type_are_a_refusal() -> None:
+    turn = {"role": "assistant", "content": "x", "thinking_blocks": [{**SIGNED, "thinking": 5}]}
+    assert "thinking_blocks" in refused({"model": "m", "messages": [user(), turn, user()]})
+
+
 def test_unknown_reasoning_effort_is_refused() -> None:
     assert "reasoning_effort" in refused({"model": "m", "messages": [user()], "reasoning_effort": "extreme"})
 
@@ -517,6 +557,26 @@ def test_answer_thinking_and_tool_use() -> None:
     assert message["tool_calls"] == [{"id": "toolu_014azqsWLU8Djh6RhmBGRC2u", "type": "function", "function": {
         "name": "weather", "arguments": '{"location": "Florence, Italy"}'}}]  # fmt: skip
     assert T.answer(doc, ctx())["choices"][0]["finish_reason"] == "tool_calls"
+    [signed] = message["thinking_blocks"]
+    assert signed == {"type": "thinking", "thinking": doc["content"][0]["thinking"],
+                      "signature": doc["content"][0]["signature"]}  # fmt: skip
+
+
+def test_answer_carries_redacted_thinking_and_leaves_unsigned_thinking_out() -> None:
+    doc = {"id": "msg_1", "content": [{"type": "redacted_thinking", "data": "EmwKAhgB"},
+                                      {"type": "thinking", "thinking": "no signature", "signature": ""},
+                                      {"type": "text", "text": "hi"}], "stop_reason": "end_turn"}  # fmt: skip
+    message = T.answer(doc, ctx())["choices"][0]["message"]
+    assert message["thinking_blocks"] == [{"type": "redacted_thinking", "data": "EmwKAhgB"}]
+
+
+def test_streamed_signed_thinking_comes_whole_when_its_block_closes() -> None:
+    events = upstream_events("messages-stream-thinking-then-tool-use")
+    _, body = translate(events, ctx())
+    docs = [e.json() for e in map(parse_event, EventSplitter().feed(body)) if not e.is_done]
+    carried = [d["choices"][0]["delta"]["thinking_blocks"] for d in docs if "thinking_blocks" in d["choices"][0]["delta"]]
+    [[block]] = carried
+    assert block["index"] == 0 and block["type"] == "thinking" and block["signature"] and block["thinking"]
 
 
 @pytest.mark.parametrize(("stop_reason", "finish"), [
@@ -583,6 +643,8 @@ def test_stream_read_by_the_openai_sdk_agrees_with_the_buffered_translation(name
     assert choice.finish_reason == expected["finish_reason"]
     assert (choice.message.content or None) == expected["message"]["content"]
     assert getattr(choice.message, "reasoning_content", None) == expected["message"].get("reasoning_content")
+    streamed = [{k: v for k, v in b.items() if k != "index"} for b in getattr(choice.message, "thinking_blocks", [])]
+    assert streamed == expected["message"].get("thinking_blocks", [])
     calls = [{"id": c.id, "type": c.type, "function": {"name": c.function.name, "arguments": c.function.arguments}}
              for c in choice.message.tool_calls or []]  # fmt: skip
     assert [c["id"] for c in calls] == [c["id"] for c in expected["message"].get("tool_calls", [])]

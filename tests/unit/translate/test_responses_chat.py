@@ -953,3 +953,71 @@ def test_a_streamed_refusal_is_a_refusal_part_as_the_buffered_one_is() -> None:
 def test_a_field_of_the_wrong_json_type_is_a_400_naming_it_as_openai_does(field: str, value: Any, says: str) -> None:
     out = T.request(mutated(RESPONSES, field, value), TARGET)
     assert isinstance(out, Refusal) and out.code == "invalid_type" and says in out.message, out
+
+
+# -- Anthropic's signed thinking through a Responses client (thinking.py) ---------------------
+
+SIGNED = {"type": "thinking", "thinking": "Paris first.", "signature": "EqQBCkYIBxgCKkA"}
+REDACTED = {"type": "redacted_thinking", "data": "EmwKAhgB"}
+ONWARD = Target("claude-sonnet-4-5", onward="messages")
+
+
+def signed_answer() -> dict[str, Any]:
+    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m", "choices": [{
+        "index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": None, "reasoning_content": "Paris first.",
+            "thinking_blocks": [SIGNED, REDACTED],
+            "tool_calls": [{"id": "call_1", "type": "function",
+                            "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}]}}]}  # fmt: skip
+
+
+def replayed(output: list[dict[str, Any]], target: Target = ONWARD) -> dict[str, Any]:
+    payload = {"model": "m", "tools": WEATHER_TOOLS, "reasoning": {"effort": "high"}, "input": [
+        {"role": "user", "content": "Weather in Paris?"}, *output,
+        {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}]}  # fmt: skip
+    out = T.request(payload, target)
+    assert not isinstance(out, Refusal), out
+    return out
+
+
+def test_signed_thinking_is_sealed_in_encrypted_content_and_comes_back_as_thinking_blocks() -> None:
+    output = T.answer(signed_answer(), ctx())["output"]
+    reasoning = output[0]
+    assert reasoning["type"] == "reasoning" and reasoning["encrypted_content"].startswith("llm-gateway.thinking.v1:")
+    assert reasoning["content"] == [{"type": "reasoning_text", "text": "Paris first."}]
+    Response.model_validate({**T.answer(signed_answer(), ctx())})  # the openai SDK's own type takes it
+    sent = replayed(output)["messages"][1]
+    assert sent["thinking_blocks"] == [SIGNED, REDACTED] and sent["tool_calls"][0]["id"] == "call_1"
+
+
+def test_sealed_thinking_goes_only_to_a_request_bound_for_messages() -> None:
+    output = T.answer(signed_answer(), ctx())["output"]
+    assert "thinking_blocks" not in replayed(output, TARGET)["messages"][1]  # a chat server: dropped
+
+
+def test_openai_encrypted_content_is_never_read_as_the_gateways() -> None:
+    item = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAAABo-openai-fernet=="}
+    call = {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"}
+    assert "thinking_blocks" not in replayed([item, call])["messages"][1]
+    bad = {**item, "encrypted_content": "llm-gateway.thinking.v1:!!not base64"}
+    assert "thinking_blocks" not in replayed([bad, call])["messages"][1]
+
+
+def test_streamed_signed_thinking_is_sealed_in_the_reasoning_item() -> None:
+    raws = [
+        chunk({"role": "assistant", "content": ""}),
+        chunk({"reasoning_content": "Paris "}),
+        chunk({"reasoning_content": "first."}),
+        chunk({"thinking_blocks": [{"index": 0, **SIGNED}]}),
+        chunk({"thinking_blocks": [{"index": 1, **REDACTED}]}),
+        chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                               "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}]}),
+        chunk({}, "tool_calls"),
+        DONE,
+    ]
+    body = run_stream(raws, ctx({"model": "m", "input": "hi", "tools": WEATHER_TOOLS}))
+    events = named_events(body)
+    done = [e["item"] for n, e in events if n == "response.output_item.done"]
+    assert [i["type"] for i in done] == ["reasoning", "function_call"]
+    output = events[-1][1]["response"]["output"]
+    assert output[0] == done[0] and replayed(output)["messages"][1]["thinking_blocks"] == [SIGNED, REDACTED]
