@@ -7,7 +7,8 @@ reading (admission re-judges a refused body with json, refusing NaN/Infinity as 
 they are not JSON), and on writing refuses lone surrogates and integers beyond 64 bits but
 writes a non-finite float (in an upstream's answer) as ``null``, which would change what was
 sent. So a document that only json could read is marked (``Lenient``) and written back by
-json, as it was read; everything else goes through orjson.
+json, as it was read (but for lone surrogates, read as U+FFFD: ``mended``); everything else
+goes through orjson.
 A known limit: orjson reads an integer beyond 64 bits (past -2**63 or 2**64 - 1) as a float,
 without an error, so a body carrying one that the gateway rewrites (translated, tool outputs
 cut) sends it on as a float; unchanged bodies go upstream byte for byte, and so does a chat
@@ -25,7 +26,7 @@ import orjson
 
 
 class Lenient(dict[str, Any]):
-    """A JSON object only Python's json reads (a lone surrogate; in an upstream's answer, NaN or
+    """A JSON object only Python's json reads (a huge integer; in an upstream's answer, NaN or
     Infinity too): write it with json."""
 
 
@@ -48,7 +49,7 @@ def loads(body: bytes) -> tuple[Any, bool]:
     try:
         return orjson.loads(body), False
     except orjson.JSONDecodeError:
-        return json.loads(body), True
+        return mended(json.loads(body)), True
 
 
 def mended(doc: Any) -> Any:

@@ -81,12 +81,13 @@ def test_a_payload_a_stage_changed_is_kept_and_sent_as_written() -> None:
 
 
 def test_a_lenient_document_stays_lenient_when_read_again() -> None:
-    body = b'{"model": "m", "messages": [{"role": "user", "content": "\\ud800"}]}'
+    body = b'{"model": "m", "seed": 123456789012345678901234, "messages": [{"role": "user", "content": "\\ud800"}]}'
     inbound = _admit(body)
     assert isinstance(inbound.payload, Lenient)
     inbound.drop()
     assert inbound.lenient and isinstance(inbound.payload, Lenient)
-    assert inbound.payload["messages"][0]["content"] == "\ud800"
+    assert inbound.payload["seed"] == 123456789012345678901234
+    assert inbound.payload["messages"][0]["content"] == "\ufffd"  # a lone surrogate read as U+FFFD
 
 
 def test_a_gemini_document_gets_its_path_fields_again() -> None:

@@ -105,11 +105,13 @@ def _to_view(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return view
 
 
-def _parts(i: int, content: Any) -> Any:
+def _parts(i: int, content: Any) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content, _PART: (i, -1)}]
+    if content is None:
+        return []  # a message item without content (it made the rescue a 500)
     if not isinstance(content, list):
-        return content
+        return [{"type": "opaque", "value": content, _PART: (i, None)}]
     out: list[dict[str, Any]] = []
     for j, part in enumerate(content):
         if isinstance(part, dict) and isinstance(part.get("text"), str):

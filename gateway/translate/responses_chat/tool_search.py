@@ -77,13 +77,13 @@ def _loaded(items: Any, declared: list[Any]) -> list[dict[str, Any]]:
         if isinstance(t, dict) and t.get("type") in ("function", "custom"):
             seen.add((None, t.get("name")))
         elif isinstance(t, dict) and t.get("type") == "namespace":
-            seen |= {(t.get("name"), i.get("name")) for i in t.get("tools") or () if isinstance(i, dict)}
+            seen |= {(t.get("name"), i.get("name")) for i in _listed(t.get("tools")) if isinstance(i, dict)}
     out: list[dict[str, Any]] = []
     spaces: dict[str, dict[str, Any]] = {}
     for item in items if isinstance(items, list) else ():
         if not (isinstance(item, dict) and item.get("type") == "tool_search_output" and is_client(item)):
             continue
-        for tool in item.get("tools") or ():
+        for tool in _listed(item.get("tools")):
             if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
                 continue
             if tool.get("type") == "namespace":
@@ -91,7 +91,7 @@ def _loaded(items: Any, declared: list[Any]) -> list[dict[str, Any]]:
                 if space is None:
                     space = spaces[tool["name"]] = {**tool, "tools": []}
                     out.append(space)
-                for inner in tool.get("tools") or ():
+                for inner in _listed(tool.get("tools")):
                     key = (tool["name"], inner.get("name") if isinstance(inner, dict) else None)
                     if isinstance(inner, dict) and key not in seen:
                         seen.add(key)
@@ -111,11 +111,11 @@ def output_text(item: Mapping[str, Any], names: ToolNames) -> str:
     """A ``tool_search_output`` as its call's tool result: each loaded tool under the name the
     model calls it by, with its description."""
     found = []
-    for tool in item.get("tools") or ():
+    for tool in _listed(item.get("tools")):
         if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
             continue
         if tool.get("type") == "namespace":
-            for inner in tool.get("tools") or ():
+            for inner in _listed(tool.get("tools")):
                 if isinstance(inner, dict) and isinstance(inner.get("name"), str):
                     found.append({"name": names.chat_name(inner["name"], tool["name"]),
                                   "description": _described(tool, inner)})  # fmt: skip
@@ -138,3 +138,8 @@ def call_item(ctx_id: str, call_id: str, arguments: str, status: str) -> dict[st
         parsed = {}
     return {"id": ctx_id, "type": "tool_search_call", "status": status, "execution": "client",
             "call_id": call_id, "arguments": parsed if isinstance(parsed, dict) else {}}  # fmt: skip
+
+
+def _listed(value: Any) -> list[Any]:
+    """A list member as a list; anything else as none (a ``tools: true`` made a 500)."""
+    return value if isinstance(value, list) else []
