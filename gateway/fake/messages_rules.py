@@ -172,7 +172,9 @@ _IMAGE_WORDS = "Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image
 _DRAFT = ("JSON schema is invalid. It must match JSON Schema draft 2020-12 (https://json-schema.org/draft/2020-12). "
           "Learn more about tool use at https://platform.claude.com/docs/en/agents-and-tools/tool-use/overview.")  # fmt: skip
 _THOUGHT = ("thinking", "redacted_thinking")
-_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
+# Anchored on the "@" (a possessive-free scan from every start was quadratic: a 300 KB id
+# without one held the fake's CPU until it was killed).
+_EMAIL = re.compile(r"(?<=[^@\s])@[^@\s]+\.[^@\s]")
 _DOCS = ("Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
          "#important-considerations-when-using-extended-thinking")  # fmt: skip
 
