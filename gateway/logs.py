@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
+from aiohttp.http_exceptions import HttpProcessingError
 from opentelemetry import trace
 
 _json_dumps = json.JSONEncoder(separators=(",", ":"), default=str).encode
@@ -255,6 +256,18 @@ class AccessLog:
 ACCESS = AccessLog()
 
 
+class _ClientMistakes(logging.Filter):
+    """aiohttp logs a request its parser refused (a malformed header, broken framing) as an
+    error, "Error handling request": the client's mistake, answered with a 400 (bad_http.py),
+    would trip an operator's error alerts. Logged as a warning instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if record.levelno >= logging.ERROR and isinstance(exc, HttpProcessingError) and 400 <= exc.code < 500:
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
 def configure(level: str, fd: int | None = None, *, whole_lines: bool = False) -> LineWriter:
     """JSON lines on stdout (or ``fd``) for every logger; the access log's fast path on.
     ``whole_lines``: other processes write to the same descriptor (server.workers), so no
@@ -271,5 +284,8 @@ def configure(level: str, fd: int | None = None, *, whole_lines: bool = False) -
     root.setLevel(level.upper())
     # aiohttp's own access log would duplicate ours without the contract fields.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    server = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, _ClientMistakes) for f in server.filters):
+        server.addFilter(_ClientMistakes())
     ACCESS.use(writer, enabled=logging.getLogger("gateway.access").isEnabledFor(logging.INFO))
     return writer

@@ -165,3 +165,15 @@ def test_configure_routes_every_logger_through_one_writer(restore_logging, level
         expected.pop(1)  # access lines are info
     assert [(d["logger"], d.get("event")) for d in got] == expected
     assert got[-1]["message"] == "plain text"
+
+
+def test_a_request_aiohttps_parser_refused_is_logged_as_a_warning_not_an_error() -> None:
+    """The client's mistake (answered 400 by bad_http.py) tripped error alerts."""
+    from aiohttp.http_exceptions import BadHttpMessage
+
+    record = logging.LogRecord("aiohttp.server", logging.ERROR, __file__, 1, "Error handling request", (),
+                               (BadHttpMessage, BadHttpMessage("bad chunk size"), None))  # fmt: skip
+    assert logs._ClientMistakes().filter(record) and record.levelname == "WARNING"
+    other = logging.LogRecord("aiohttp.server", logging.ERROR, __file__, 1, "Error handling request", (),
+                              (RuntimeError, RuntimeError("ours"), None))  # fmt: skip
+    assert logs._ClientMistakes().filter(other) and other.levelname == "ERROR"
