@@ -6,7 +6,11 @@ param ``input``):
   before it (quoted with OpenAI's error object by clients that replay histories, and by a Codex
   user whose trimmed history lost the call);
 - "No tool output found for function call <id>.": a call with no output after it (a table of
-  measured answers, case G5).
+  measured answers, case G5);
+- "Invalid 'input[N].call_id': string too long. Expected a string with maximum length 64, but
+  got a string with length L instead." (code ``string_above_max_length``; quoted in
+  NousResearch/hermes-agent#73538): a call id another provider, or the gateway's Gemini
+  signature carrier, made longer.
 
 A compression or a cut of the input that separates a pair is exactly what these catch. Neither
 is judged when the input continues a stored response (``previous_response_id``, ``conversation``):
@@ -56,10 +60,15 @@ def refusal(path: str, payload: dict[str, Any]) -> Reply | None:
         return None
     called: list[str] = []
     answered: set[str] = set()
-    for item in items:
+    for n, item in enumerate(items):
         if not isinstance(item, dict):
             continue
         kind, call_id = item.get("type"), item.get("call_id")
+        if isinstance(call_id, str) and len(call_id) > 64:
+            param = f"input[{n}].call_id"
+            return responses_error(400, f"Invalid '{param}': string too long. Expected a string with maximum "
+                                   f"length 64, but got a string with length {len(call_id)} instead.",
+                                   "invalid_request_error", "string_above_max_length", param)  # fmt: skip
         if kind in _CALLS:
             called.append(str(call_id))
         elif kind in _OUTPUTS:

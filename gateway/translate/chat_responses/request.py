@@ -19,12 +19,15 @@ response", and the openai-python SDK's ``types/responses``):
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
 from gateway.translate import typed
 from gateway.translate.base import Refusal, Target, option_kind
 from gateway.translate.typed import WrongType
+
+_CALL_ID_MAX = 64
 
 MIN_OUTPUT_TOKENS = 16
 # Chat fields sent on under the same name and meaning, each with the reader of its type.
@@ -123,7 +126,7 @@ def _conversation(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, A
         elif role == "assistant":
             items += _assistant_items(m, i)
         elif role == "tool":
-            call_id = typed.text(m.get("tool_call_id"), ("messages", i, "tool_call_id")) or ""
+            call_id = _upstream_id(typed.text(m.get("tool_call_id"), ("messages", i, "tool_call_id")) or "")
             items.append({"type": "function_call_output", "call_id": call_id,
                           "output": _joined(m.get("content"), i)})  # fmt: skip
         else:
@@ -205,10 +208,22 @@ def _assistant_items(m: Mapping[str, Any], i: int) -> list[dict[str, Any]]:
         if call.get("type", "function") != "function" or fn is None:
             raise _Refused(f"messages[{i}].tool_calls[{j}]: only function tool calls can be carried")
         arguments = typed.text(fn.get("arguments"), (*at, "function", "arguments")) or "{}"
-        items.append({"type": "function_call", "call_id": typed.text(call.get("id"), (*at, "id")) or "",
+        call_id = _upstream_id(typed.text(call.get("id"), (*at, "id")) or "")
+        items.append({"type": "function_call", "call_id": call_id,
                       "name": typed.text(fn.get("name"), (*at, "function", "name")) or "",
                       "arguments": arguments})  # fmt: skip
     return items
+
+
+def _upstream_id(call_id: str) -> str:
+    """A call id as OpenAI takes it: at most 64 characters ("Invalid 'input[2].call_id':
+    string too long. Expected a string with maximum length 64", NousResearch/hermes-agent#73538).
+    Longer ones (another provider's, or the gateway's own Gemini ids carrying a thought
+    signature) become a digest, the same for a call and its output, so they still pair; the
+    client never sees it (answers carry the upstream's own ids)."""
+    if len(call_id) <= _CALL_ID_MAX:
+        return call_id
+    return "call_" + hashlib.sha256(call_id.encode()).hexdigest()[:40]
 
 
 def _tool(tool: dict[str, Any], j: int) -> dict[str, Any]:

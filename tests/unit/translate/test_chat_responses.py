@@ -96,6 +96,25 @@ def test_a_tool_round_becomes_call_and_output_items_with_the_call_ids() -> None:
     assert out["tool_choice"] == {"type": "function", "name": "get_weather"}
 
 
+def test_a_call_id_longer_than_openai_takes_goes_as_a_digest_for_the_call_and_its_output() -> None:
+    """A conversation that went through a Gemini 3 upstream holds the gateway's own long ids
+    (a thought signature rides in them); another provider's may be long too. OpenAI refuses
+    a call_id over 64 characters, so every later turn on a Responses upstream was a 400."""
+    long_id = "fc_a27fe116ca0b__gsig_" + "c2lnbmF0dXJl" * 8
+    out = req({"model": "m", "messages": [
+        {"role": "user", "content": "run it"},
+        {"role": "assistant", "tool_calls": [{"id": long_id, "type": "function",
+                                              "function": {"name": "Bash", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": long_id, "content": "done"}]})  # fmt: skip
+    call, output = out["input"][1], out["input"][2]
+    assert call["call_id"] == output["call_id"] and len(call["call_id"]) <= 64
+    assert responses_rules.refusal("/v1/responses", out) is None
+    as_sent = copy.deepcopy(out)
+    as_sent["input"][1]["call_id"] = as_sent["input"][2]["call_id"] = long_id
+    refused = responses_rules.refusal("/v1/responses", as_sent)
+    assert refused is not None and "string too long" in json.dumps(refused.body)
+
+
 def test_knobs_are_carried_and_what_responses_lacks_is_dropped() -> None:
     out = req(client_request("chat-openai-python-stream-knobs"))
     assert out["max_output_tokens"] == 256 and out["reasoning"] == {"effort": "low"}
