@@ -65,7 +65,9 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
     if not isinstance(raw, list):
         raise Untranslatable("'messages' must be a list of message objects")
     functions = function_names(payload.get("tools"))
-    messages += _messages(raw, functions)
+    # A PDF goes on where the request ends at a Responses upstream, which reads files (as it
+    # does at Claude, through the same chat file part); a chat server reads images only.
+    messages += _messages(raw, functions, files=target.onward == "responses")
     out: dict[str, Any] = {"model": target.model, "messages": messages}
 
     # Each optional field's rule runs only when the field is there: most requests carry few
@@ -265,8 +267,9 @@ class _Convo:
     """Builds the chat message list; keeps the notes (mid-conversation system text) that
     wait for the next user turn."""
 
-    def __init__(self, functions: Names) -> None:
+    def __init__(self, functions: Names, files: bool = False) -> None:
         self.functions = functions
+        self.files = files  # a PDF may go on as a chat file part
         self.out: list[dict[str, Any]] = []
         self.notes: list[str] = []
 
@@ -329,8 +332,8 @@ def _append_parts(message: dict[str, Any], parts: list[dict[str, Any]]) -> None:
     message["content"] = _content(have + parts)
 
 
-def _messages(raw: list[Any], functions: Names) -> list[dict[str, Any]]:
-    convo = _Convo(functions)
+def _messages(raw: list[Any], functions: Names, files: bool = False) -> list[dict[str, Any]]:
+    convo = _Convo(functions, files)
     for i, message in enumerate(raw):
         if not isinstance(message, dict):
             raise typed.wrong(message, ("messages", i), "object")
@@ -378,7 +381,7 @@ def _user_turn(convo: _Convo, content: Any, i: int) -> None:
                 tool_images.append({"type": "text", "text": f"Images returned by tool call {call_id}:"})
                 tool_images += images
         else:
-            parts += _part(block, i, at)
+            parts += _part(block, i, at, convo.files)
     convo.user(tool_images + parts)
 
 
@@ -403,7 +406,7 @@ def _tool_result(block: dict[str, Any], i: int, at: typed.Path) -> tuple[str, li
     return text, images
 
 
-def _part(block: dict[str, Any], i: int, at: typed.Path) -> list[dict[str, Any]]:
+def _part(block: dict[str, Any], i: int, at: typed.Path, files: bool = False) -> list[dict[str, Any]]:
     """One user-side content block (at ``at``) as chat content parts (none when dropped by rule)."""
     kind = typed.text(block.get("type"), (*at, "type"))
     if kind == "text":
@@ -414,7 +417,7 @@ def _part(block: dict[str, Any], i: int, at: typed.Path) -> list[dict[str, Any]]
     if kind == "image":
         return [{"type": "image_url", "image_url": {"url": _image_url(block.get("source"), i)}}]
     if kind == "document":
-        return _document(block, i, at)
+        return _document(block, i, at, files)
     if kind == "search_result":
         # Search results the client supplies (RAG): their text is what the model needs.
         head = "\n".join(str(block[k]) for k in ("title", "source") if isinstance(block.get(k), str))
@@ -447,11 +450,16 @@ def _image_url(source: Any, i: int) -> str:
     raise Untranslatable(f"messages[{i}]: an image block needs a base64 or url source")
 
 
-def _document(block: dict[str, Any], i: int, at: typed.Path) -> list[dict[str, Any]]:
-    """Plain-text documents are carried as text; a PDF (base64, url or file) is replaced by a
-    note saying it was left out, so the model knows rather than guesses (see the doc)."""
+def _document(block: dict[str, Any], i: int, at: typed.Path, files: bool = False) -> list[dict[str, Any]]:
+    """Plain-text documents are carried as text; a PDF is replaced by a note saying it was left
+    out, so the model knows rather than guesses (see the doc), unless ``files``: then a base64
+    one goes as chat's file part (OpenAI's ``file_data`` data URL)."""
     source = block.get("source")
     title = block.get("title") if isinstance(block.get("title"), str) else None
+    pdf = isinstance(source, dict) and source.get("type") == "base64" and isinstance(source.get("data"), str)
+    if files and pdf and isinstance(source, dict) and source.get("media_type") == "application/pdf":
+        data_url = f"data:application/pdf;base64,{source['data']}"
+        return [{"type": "file", "file": {"file_data": data_url, "filename": f"{title or 'document'}.pdf"}}]
     head = f"Document: {title}\n" if title else ""
     if isinstance(source, dict) and source.get("type") == "text" and isinstance(source.get("data"), str):
         return [{"type": "text", "text": head + source["data"]}]

@@ -180,6 +180,22 @@ def test_a_gemini_pdf_goes_on_to_a_responses_upstream_as_an_input_file() -> None
                                       "filename": "document.pdf"}  # fmt: skip
 
 
+def test_a_claude_clients_pdf_goes_on_to_a_responses_upstream_as_an_input_file() -> None:
+    """It became "[document … left out: this model cannot read it]" on the way through chat,
+    though OpenAI reads PDFs; a chat upstream still gets the note."""
+    doc = {"type": "document", "title": "report", "source": {"type": "base64", "media_type": "application/pdf",
+                                                            "data": "JVBERi0="}}  # fmt: skip
+    asked = {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "Summarise."}, doc]}]}  # fmt: skip
+    out = default_translations().table["messages", "responses"].request(asked, TARGET)
+    assert not isinstance(out, Refusal), out
+    [message] = out["input"]
+    assert message["content"][-1] == {"type": "input_file", "file_data": "data:application/pdf;base64,JVBERi0=",
+                                      "filename": "report.pdf"}  # fmt: skip
+    chat = default_translations().table["messages", "chat"].request(asked, TARGET)
+    assert not isinstance(chat, Refusal) and "left out" in json.dumps(chat["messages"])
+
+
 # --- answer -------------------------------------------------------------------------------
 
 
