@@ -359,6 +359,11 @@ def _generation(config: dict[str, Any], out: dict[str, Any], onward: str) -> Non
     fmt = _response_format(config)
     if fmt is not None:
         out["response_format"] = fmt
+        if fmt["type"] == "json_object" and "json" not in json.dumps(out["messages"]).lower():
+            # OpenAI takes JSON mode only when the conversation says so ("'messages' must
+            # contain the word 'json' in some form, to use 'response_format' of type
+            # 'json_object'", quoted in mem0ai/mem0#3559); Gemini's JSON mime type needs no word.
+            out["messages"].insert(0, {"role": "system", "content": "Answer in JSON."})
     thinking = _config(config, "thinkingConfig", typed.obj)
     effort = _effort(thinking, onward) if thinking is not None else None
     if effort:

@@ -554,3 +554,15 @@ def test_a_function_name_chat_refuses_goes_as_a_valid_one_and_comes_back_as_decl
 def test_a_field_of_the_wrong_json_type_is_a_400_naming_it_as_google_does(field: str, value: Any, says: str) -> None:
     out = T.request(mutated(GEMINI, field, value), TARGET)
     assert isinstance(out, Refusal) and out.code == "invalid_type" and says in out.message, out
+
+
+def test_json_mode_without_a_schema_says_json_where_openai_requires_the_word() -> None:
+    """Gemini's responseMimeType application/json needs no word in the prompt; OpenAI's JSON
+    mode refuses a conversation that never says "json" (mem0ai/mem0#3559)."""
+    asked = {"contents": [{"role": "user", "parts": [{"text": "give data"}]}],
+             "generationConfig": {"responseMimeType": "application/json"}}  # fmt: skip
+    out = chat(asked)
+    assert out["response_format"] == {"type": "json_object"}
+    assert out["messages"][0] == {"role": "system", "content": "Answer in JSON."}
+    said = {**asked, "contents": [{"role": "user", "parts": [{"text": "give data as JSON"}]}]}
+    assert chat(said)["messages"][0]["role"] == "user"  # already said: nothing added
