@@ -22,7 +22,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
+import orjson
+
 from gateway.apis.base import Ending
+from gateway.sse import encode_data
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,3 +138,18 @@ def option_kind(option: Any) -> str:
     a tool's description is the client's text)."""
     kind = option.get("type") if isinstance(option, dict) else option
     return repr(kind[:40]) if isinstance(kind, str) else "(none)"
+
+
+def chat_data(doc: Mapping[str, Any]) -> bytes:
+    """One chat-completions stream event (``data: …``) as the chat streams translated from
+    every other API write it: orjson, or json for what only json writes (a huge int)."""
+    try:
+        return b"data: " + orjson.dumps(doc) + b"\n\n"
+    except TypeError:  # orjson.JSONEncodeError
+        return encode_data(doc)
+
+
+def wants_usage(ctx: Context) -> bool:
+    """Whether a chat stream's client asked for its usage chunk (``stream_options``)."""
+    options = ctx.request.get("stream_options")
+    return isinstance(options, Mapping) and options.get("include_usage") is True

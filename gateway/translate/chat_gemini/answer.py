@@ -20,13 +20,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
-
 from gateway.apis.base import Ending
 from gateway.apis.chat.wire import ChatStreamReader
 from gateway.apis.gemini.fields import field
-from gateway.sse import encode_data, parse_event
-from gateway.translate.base import Context, Known
+from gateway.sse import parse_event
+from gateway.translate.base import Context, Known, chat_data, wants_usage
 from gateway.translate.chat_gemini import signature
 from gateway.translate.chat_gemini.request import function_names
 from gateway.translate.names import NONE, Names
@@ -152,12 +150,6 @@ def _chat_id(doc: Mapping[str, Any] | None, ctx: Context) -> str:
     return f"chatcmpl-{given if isinstance(given, str) and given else ctx.request_id}"
 
 
-def _data(doc: Mapping[str, Any]) -> bytes:
-    try:
-        return b"data: " + orjson.dumps(doc) + b"\n\n"
-    except TypeError:  # what only json writes (a huge int)
-        return encode_data(doc)
-
 
 class ChatStream:
     """One Gemini stream as one chat-completions stream (``StreamTranslator``)."""
@@ -165,8 +157,7 @@ class ChatStream:
     def __init__(self, ctx: Context, created: int, known: Known | None = None) -> None:
         self.ctx = ctx
         self.known = known
-        options = ctx.request.get("stream_options")
-        self.include_usage = isinstance(options, Mapping) and options.get("include_usage") is True
+        self.include_usage = wants_usage(ctx)
         self.base: dict[str, Any] = {"id": _chat_id(None, ctx), "object": "chat.completion.chunk",
                                      "created": created, "model": ctx.requested_model}  # fmt: skip
         self.started = False
@@ -177,7 +168,7 @@ class ChatStream:
         self.functions = function_names(ctx.request.get("tools"))
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
-        return _data({**self.base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+        return chat_data({**self.base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
                                                 "finish_reason": finish}]})  # fmt: skip
 
     def event(self, raw: bytes) -> bytes:
@@ -230,7 +221,7 @@ class ChatStream:
             out += self._chunk({"content": failed})
         out += self._chunk({}, finish_reason(self.reason, self.calls > 0))
         if self.include_usage:
-            out += _data({**self.base, "choices": [], "usage": chat_usage(self.usage)})
+            out += chat_data({**self.base, "choices": [], "usage": chat_usage(self.usage)})
         self.finished = True
         return out + _DONE
 

@@ -30,8 +30,8 @@ import orjson
 
 from gateway.apis.base import Ending
 from gateway.apis.chat.wire import ChatStreamReader
-from gateway.sse import encode_data, parse_event
-from gateway.translate.base import Context, Known
+from gateway.sse import parse_event
+from gateway.translate.base import Context, Known, chat_data, wants_usage
 from gateway.translate.tool_ids import from_anthropic_id
 
 FINISH_REASON = {
@@ -57,12 +57,6 @@ def _json_of(raw: bytes) -> Any:
                 pass
     return parse_event(raw).json()
 
-
-def _data(doc: Mapping[str, Any]) -> bytes:
-    try:
-        return b"data: " + orjson.dumps(doc) + b"\n\n"
-    except TypeError:  # orjson.JSONEncodeError: what only json writes (a huge int)
-        return encode_data(doc)
 
 
 def finish_reason(stop_reason: Any) -> str:
@@ -151,8 +145,7 @@ class ChatStream:
     def __init__(self, ctx: Context, created: int, known: Known | None = None) -> None:
         self.ctx = ctx
         self.known = known
-        options = ctx.request.get("stream_options")
-        self.include_usage = isinstance(options, Mapping) and options.get("include_usage") is True
+        self.include_usage = wants_usage(ctx)
         self.base: dict[str, Any] = {"id": _chat_id(None, ctx), "object": "chat.completion.chunk",
                                      "created": created, "model": ctx.requested_model}  # fmt: skip
         self.started = False
@@ -167,7 +160,7 @@ class ChatStream:
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
         if finish is not None:
-            return _data({**self.base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+            return chat_data({**self.base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
                                                     "finish_reason": finish}]})  # fmt: skip
         # The hot path (one chunk per upstream delta): only the delta is serialised; the
         # envelope around it is made once per stream.
@@ -289,7 +282,7 @@ class ChatStream:
         out = self._start() + b"".join(self._no_arguments(i) for i in sorted(self.bare))
         out += self._chunk({}, finish_reason(self.stop_reason))
         if self.include_usage:
-            out += _data({**self.base, "choices": [], "usage": chat_usage(self.usage)})
+            out += chat_data({**self.base, "choices": [], "usage": chat_usage(self.usage)})
         self.finished = True
         return out + _DONE
 

@@ -15,24 +15,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
-
 from gateway.apis.base import Ending
 from gateway.apis.chat.wire import ChatStreamReader
-from gateway.sse import encode_data, parse_event
-from gateway.translate.base import Context, Known
+from gateway.sse import parse_event
+from gateway.translate.base import Context, Known, chat_data, wants_usage
 from gateway.translate.chat_responses.answer import chat_id, chat_usage, finish_reason
 
 _DONE = b"data: [DONE]\n\n"
 _FINAL = frozenset({"response.completed", "response.incomplete"})
 _REASONING = frozenset({"response.reasoning_summary_text.delta", "response.reasoning_text.delta"})
 
-
-def _data(doc: Mapping[str, Any]) -> bytes:
-    try:
-        return b"data: " + orjson.dumps(doc) + b"\n\n"
-    except TypeError:  # orjson.JSONEncodeError: what only json writes (a huge int)
-        return encode_data(doc)
 
 
 class ChatStream:
@@ -41,8 +33,7 @@ class ChatStream:
     def __init__(self, ctx: Context, created: int, known: Known | None = None) -> None:
         self.ctx = ctx
         self.known = known
-        options = ctx.request.get("stream_options")
-        self.include_usage = isinstance(options, Mapping) and options.get("include_usage") is True
+        self.include_usage = wants_usage(ctx)
         self.base: dict[str, Any] = {"id": chat_id(None, ctx), "object": "chat.completion.chunk",
                                      "created": created, "model": ctx.requested_model}  # fmt: skip
         self.started = False
@@ -54,7 +45,7 @@ class ChatStream:
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        return _data({**self.base, "choices": [choice]})
+        return chat_data({**self.base, "choices": [choice]})
 
     def _start(self) -> bytes:
         if self.started:
@@ -143,7 +134,7 @@ class ChatStream:
         r = self.response
         out += self._chunk({}, finish_reason(r.get("status"), r.get("incomplete_details"), bool(self.calls)))
         if self.include_usage:
-            out += _data({**self.base, "choices": [], "usage": chat_usage(r.get("usage"))})
+            out += chat_data({**self.base, "choices": [], "usage": chat_usage(r.get("usage"))})
         self.finished = True
         return out + _DONE
 
