@@ -63,6 +63,13 @@ def _limits(text: str) -> tuple[str, int | None, int | None]:
     return key, numbers[0], numbers[1]
 
 
+def _org(text: str) -> tuple[str, str]:
+    key, eq, org = text.partition("=")
+    if not key or not eq or not org:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=ORG, e.g. k1=org-a")
+    return key, org
+
+
 def _keys(fake: ScenarioUpstream, args: argparse.Namespace) -> None:
     for key, rpm, tpm in args.limits:
         fake.keys.limit(key, rpm, tpm)
@@ -76,6 +83,9 @@ def _keys(fake: ScenarioUpstream, args: argparse.Namespace) -> None:
     for key in args.exhausted:
         fake.keys.exhaust(key)
         _say(f"key {key}: out of credit")
+    for key, org in args.org:
+        fake.orgs[key] = org
+        _say(f"key {key}: organization {org} (reasoning signed for another is refused)")
     fake.require_key, fake.strict_headers = args.require_key, not args.lax_headers
 
 
@@ -116,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     for flag, what in (("limited", "rate-limited (429) for an hour"), ("revoked", "a revoked key (401)"),
                        ("exhausted", "out of credit (OpenAI 429 insufficient_quota, Anthropic 400)")):
         pool.add_argument(f"--{flag}", action="append", default=[], metavar="KEY", help=f"KEY is {what}")
+    pool.add_argument("--org", type=_org, action="append", default=[], metavar="KEY=ORG",
+                      help="KEY belongs to organization ORG: thinking signatures and encrypted reasoning "
+                           "given to another organization's key are refused, as the providers refuse "
+                           "them (repeatable)")  # fmt: skip
     pool.add_argument("--require-key", action="store_true", help="refuse a request with no key (401)")
     pool.add_argument("--lax-headers", action="store_true",
                       help="accept a Messages request without anthropic-version (Anthropic answers 400) "

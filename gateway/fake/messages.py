@@ -21,13 +21,17 @@ def anthropic_message(model: str = "claude-sonnet-4-5", text: str = "Hello from 
 
 
 # The fake's own thinking signatures: the thinking's digest, so that the rules can tell one
-# it issued from one altered on the way (Anthropic checks its signatures cryptographically).
+# it issued from one altered on the way (Anthropic checks its signatures cryptographically),
+# and from one another organization's key was given (signatures hold only for the account that
+# got them: happyclaw #474, a pool of two Anthropic accounts; ``FakeUpstream.orgs``).
 SIGNATURE_MARK = "fakesig1."
 
 
-def sign(thinking: str) -> str:
-    """The signature the fake gives a thinking block of this text."""
-    return SIGNATURE_MARK + hashlib.sha256(thinking.encode()).hexdigest()[:40]
+def sign(thinking: str, org: str | None = None) -> str:
+    """The signature the fake gives a thinking block of this text, answering a key of ``org``
+    (None: a key the fake puts in no organization of its own, as every key by default)."""
+    basis = thinking if org is None else f"{org}\n{thinking}"
+    return SIGNATURE_MARK + hashlib.sha256(basis.encode()).hexdigest()[:40]
 
 
 def sse(name: str, data: dict[str, Any]) -> bytes:

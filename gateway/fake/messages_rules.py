@@ -120,7 +120,9 @@ And on the rest of the request:
   "Preserving thinking blocks": blocks come back complete and unmodified):
   "messages.N.content.M.thinking.signature: Field required" without one, and "messages.N.content.M:
   Invalid `signature` in `thinking` block" for an empty one or, where the fake signed the
-  block itself (``messages.sign``, a digest of the text), one that does not match its text.
+  block itself (``messages.sign``, a digest of the text), one that does not match its text or
+  was given to a key of another organization (``FakeUpstream.orgs``: signatures hold only for
+  the account that got them, https://github.com/riba2534/happyclaw/issues/474).
   Anthropic's own signatures (the corpus's answers) are taken: the fake cannot check them;
 - "A maximum of 4 blocks with cache_control may be provided. Found N.": breakpoints counted over
   the tools, the system blocks and the messages' blocks (https://github.com/Wei-Shaw/sub2api/issues/176,
@@ -180,13 +182,15 @@ _DOCS = ("Please consult our documentation at https://docs.claude.com/en/docs/bu
 
 
 def refusal(
-    path: str, payload: dict[str, Any], headers: Mapping[str, str], thought: Collection[str] = frozenset()
+    path: str, payload: dict[str, Any], headers: Mapping[str, str], thought: Collection[str] = frozenset(),
+    org: str | None = None,
 ) -> Reply | None:
     """Anthropic's 400 for this Messages request, or None when Anthropic takes it. ``thought``:
-    the tool_use ids the fake answered together with a thinking block (``thought_calls``)."""
+    the tool_use ids the fake answered together with a thinking block (``thought_calls``);
+    ``org``: the organization of the key that sent it (whose signatures hold)."""
     if not path.endswith("/messages"):
         return None
-    why = _why(payload, MID_CONVERSATION_SYSTEM in headers.get("anthropic-beta", ""), thought)
+    why = _why(payload, MID_CONVERSATION_SYSTEM in headers.get("anthropic-beta", ""), thought, org)
     if why is None:
         return None
     return anthropic_error(400, "invalid_request_error", why)
@@ -209,7 +213,9 @@ def thinking_types(model: Any) -> frozenset[str] | None:
     return ADAPTIVE if version >= (4, 7) else BOTH if version == (4, 6) else ENABLED
 
 
-def _why(payload: dict[str, Any], system_turns: bool, thought: Collection[str]) -> str | None:
+def _why(
+    payload: dict[str, Any], system_turns: bool, thought: Collection[str], org: str | None = None
+) -> str | None:
     if "max_tokens" not in payload:
         return "max_tokens: Field required"
     messages = payload.get("messages")
@@ -218,7 +224,7 @@ def _why(payload: dict[str, Any], system_turns: bool, thought: Collection[str]) 
     return (_tool_name(payload.get("tools")) or _input_schema(payload.get("tools"))
             or _stop_sequences(payload.get("stop_sequences"))
             or _user_id(payload.get("metadata")) or _conversation(messages, system_turns)
-            or _undeclared_tools(payload.get("tools"), messages) or _prefill(payload.get("model"), messages) or _signatures(messages) or _thinking(payload, thought) or _breakpoints(payload, messages)
+            or _undeclared_tools(payload.get("tools"), messages) or _prefill(payload.get("model"), messages) or _signatures(messages, org) or _thinking(payload, thought) or _breakpoints(payload, messages)
             or _output_schema(payload))  # fmt: skip
 
 
@@ -410,7 +416,7 @@ def _thought_first(messages: Any, thought: Collection[str]) -> str | None:
             "https://docs.claude.com/en/docs/build-with-claude/extended-thinking")  # fmt: skip
 
 
-def _signatures(messages: list[Any]) -> str | None:
+def _signatures(messages: list[Any], org: str | None = None) -> str | None:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") != "assistant":
             continue
@@ -421,7 +427,7 @@ def _signatures(messages: list[Any]) -> str | None:
             if signature is None:
                 return f"messages.{i}.content.{j}.thinking.signature: Field required"
             forged = isinstance(signature, str) and signature.startswith(SIGNATURE_MARK) and (
-                signature != sign(thinking if isinstance(thinking, str) else ""))
+                signature != sign(thinking if isinstance(thinking, str) else "", org))
             if not isinstance(signature, str) or not signature or forged:
                 return f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
     return None

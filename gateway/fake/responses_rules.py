@@ -12,6 +12,15 @@ param ``input``):
   NousResearch/hermes-agent#73538): a call id another provider, or the gateway's Gemini
   signature carrier, made longer.
 
+A reasoning item's ``encrypted_content`` is read as OpenAI reads it: a value that is not a
+Fernet token (OpenAI's start "gAAAA"; the gateway's carriage of Claude's thinking does not) or
+that the fake sealed for a key of another organization (``seal``, ``FakeUpstream.orgs``) is
+refused with code ``invalid_encrypted_content``: "The encrypted content for item <id> could not
+be verified. Reason: Encrypted content could not be decrypted or parsed."
+(https://github.com/smallmain/vscode-unify-chat-provider/issues/178; the code and type as in
+https://github.com/openai/codex/issues/8145; met when a pool of relays switched accounts,
+https://github.com/Wei-Shaw/sub2api/issues/2863).
+
 A compression or a cut of the input that separates a pair is exactly what these catch. Neither
 is judged when the input continues a stored response (``previous_response_id``, ``conversation``):
 the call can then be in the stored part.
@@ -30,6 +39,8 @@ The known fields are those of the openai SDK's ``ResponseCreateParams``, and Cod
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Any
 
 from gateway.fake.responses import responses_error
@@ -48,10 +59,23 @@ _KNOWN = frozenset({
 })  # fmt: skip
 
 
-def refusal(path: str, payload: dict[str, Any]) -> Reply | None:
-    """OpenAI's 400 for this Responses request, or None when OpenAI takes it."""
+# What the fake's own sealed reasoning starts with: Fernet's prefix, then its mark.
+SEALED = "gAAAAAfake."
+
+
+def seal(org: str | None = None) -> str:
+    """An ``encrypted_content`` as the fake would issue it to a key of ``org``."""
+    return SEALED + base64.urlsafe_b64encode((org or "").encode()).decode()
+
+
+def refusal(path: str, payload: dict[str, Any], org: str | None = None) -> Reply | None:
+    """OpenAI's 400 for this Responses request, or None when OpenAI takes it. ``org``: the
+    organization of the key that sent it (whose sealed reasoning it can read)."""
     if not path.endswith("/responses"):
         return None
+    unreadable = _unreadable(payload.get("input"), org)
+    if unreadable is not None:
+        return unreadable
     shaped = _shape(payload)
     if shaped is not None or payload.get("previous_response_id") or payload.get("conversation"):
         return shaped
@@ -97,3 +121,30 @@ def _shape(payload: dict[str, Any]) -> Reply | None:
 
 def _refused(message: str) -> Reply:
     return responses_error(400, message, "invalid_request_error", None, "input")
+
+
+def _unreadable(items: Any, org: str | None) -> Reply | None:
+    for item in items if isinstance(items, list) else ():
+        if not isinstance(item, dict) or item.get("type") != "reasoning" or "encrypted_content" not in item:
+            continue
+        value = item["encrypted_content"]
+        if value is None or _readable(value, org):
+            continue
+        return responses_error(400, f"The encrypted content for item {item.get('id')} could not be verified. "
+                               "Reason: Encrypted content could not be decrypted or parsed.",
+                               "invalid_request_error", "invalid_encrypted_content")  # fmt: skip
+    return None
+
+
+def _readable(value: Any, org: str | None) -> bool:
+    return isinstance(value, str) and value.startswith("gAAAA") and _sealed_for(value) in (None, org or "")
+
+
+def _sealed_for(value: str) -> str | None:
+    """The organization the fake sealed ``value`` for; None for a value it did not seal."""
+    if not value.startswith(SEALED):
+        return None
+    try:
+        return base64.urlsafe_b64decode(value[len(SEALED) :]).decode()
+    except (binascii.Error, ValueError):
+        return "?"

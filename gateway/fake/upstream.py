@@ -89,6 +89,10 @@ class FakeUpstream:
         # The tool_use ids the fake answered Messages requests with beside a thinking block:
         # replayed without it while thinking is on, Anthropic refuses them (messages_rules.py).
         self.thought_calls: set[str] = set()
+        # The organization of each key (``--org``): reasoning signed for one organization's key
+        # is refused from another's, as the providers refuse it (messages_rules.py,
+        # responses_rules.py). A key not named here is in none (the default: all one account).
+        self.orgs: dict[str, str] = {}
         self._runner: web.AppRunner | None = None
         self.host, self.port = "127.0.0.1", 0
 
@@ -213,9 +217,10 @@ class FakeUpstream:
             return web.json_response({"error": {"message": f"unknown path {path}",
                                                 "type": "invalid_request_error", "code": None}},
                                      status=404)  # fmt: skip
+        org = self.orgs.get(self._key or "")
         limited = (chat_rules.refusal(path, payload)
-                   or messages_rules.refusal(path, payload, request.headers, self.thought_calls)
-                   or responses_rules.refusal(path, payload)
+                   or messages_rules.refusal(path, payload, request.headers, self.thought_calls, org)
+                   or responses_rules.refusal(path, payload, org)
                    or output.param_refusal(self.refused_params, path, payload, self.refusal_style)
                    or output.refusal(self.output_limit, path, payload))  # fmt: skip
         if limited is not None:

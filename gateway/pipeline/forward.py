@@ -10,7 +10,8 @@
                   retry or move on (to a sibling, a fallback)   (pool.py, send.py, chain.py)
     probe         a stream that keeps coming back empty is asked once without streaming
     fix           what the model refuses as asked: a budget above its output limit, lowered
-                  once (output_cap.py); a parameter it does not take, left out (param_fix.py)
+                  once (output_cap.py); a parameter it does not take, left out (param_fix.py);
+                  reasoning another account signed, left out once (reasoning_fix.py)
     rescue        on context_overflow: compress once, send once  (the dialect's compression)
     remember      a final failure, for the loop breaker
     relay         buffered error, buffered body, raw passthrough or SSE stream; a stream
@@ -37,7 +38,7 @@ from gateway.apis.base import Dialect, Inbound, Rejection, Where
 from gateway.auth import WWW_AUTHENTICATE
 from gateway.errors import Classification, ErrorType
 from gateway.keys.attribution import session_of
-from gateway.pipeline import accounting, output_cap, param_fix
+from gateway.pipeline import accounting, output_cap, param_fix, reasoning_fix
 from gateway.pipeline.admit import model_of, parse_json_object, read_body
 from gateway.pipeline.asked import Asked
 from gateway.pipeline.attempt import Call, ReadMode
@@ -477,13 +478,16 @@ async def _refused_as_sent(
 ) -> Outcome:
     """A request the model refuses for what it asks rather than for what it says, sent again
     fixed: an output budget above the limit the refusal states (once), a parameter the model
-    does not take (up to three). A model that refuses two things answers one at a time."""
-    for _ in range(1 + param_fix.MAX_FIXES):
+    does not take (up to three), reasoning signed by another account (once). A model that
+    refuses two things answers one at a time."""
+    for _ in range(2 + param_fix.MAX_FIXES):
         if not isinstance(outcome, Failure):
             return outcome
         again = await output_cap.rescue(svc, state, plan, call, _asked_of(asked, call), outcome)
         if again is outcome:
             again = await param_fix.rescue(svc, state, plan, call, outcome)
+        if again is outcome:
+            again = await reasoning_fix.rescue(svc, state, plan, call, outcome)
         if again is outcome:
             return outcome
         outcome = again

@@ -220,6 +220,8 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
         record["tool_outputs"] = state.tool_outputs
     if state.params_dropped:
         record["params_dropped"] = state.params_dropped  # field names, never values
+    if state.reasoning_dropped is not None:
+        record["reasoning_dropped"] = state.reasoning_dropped  # what kind, never content
     if state.output_capped is not None:
         record["output_capped"] = state.output_capped  # numbers and a source, never content
     if state.ended_by is not None:

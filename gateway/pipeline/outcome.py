@@ -55,6 +55,9 @@ class RequestState:
     # Parameters left out (or renamed, ``max_tokens->max_completion_tokens``) because the model
     # refuses them (``pipeline/param_fix.py``).
     params_dropped: list[str] | None = None
+    # Signed reasoning left out because the upstream refused it as not its own
+    # (``pipeline/reasoning_fix.py``): ``thinking``, ``thinking,thinking_off``, ``encrypted_content``...
+    reasoning_dropped: str | None = None
     classification: Classification | None = None  # the final error, if the answer is one
     # The gateway settled retrying for this request (it retried, or declined because of the
     # budget, deadline or an open circuit): the client's SDK must not retry on top.

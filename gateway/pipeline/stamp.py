@@ -36,6 +36,8 @@ def stamp(state: RequestState, response: web.StreamResponse, now: float | None) 
         h["x-llm-tool-outputs-capped"] = str(state.tool_outputs_capped)
     if state.params_dropped:
         h["x-llm-params-dropped"] = ",".join(state.params_dropped)
+    if state.reasoning_dropped is not None:
+        h["x-llm-reasoning-dropped"] = state.reasoning_dropped
     if state.output_capped is not None:
         h["x-llm-output-capped"] = str(state.output_capped["to"])
     if state.fallbacks:

@@ -120,18 +120,22 @@ async def test_a_tool_round_with_reasoning_keeps_thinking_on_streamed(make_gatew
 
 async def test_altered_thinking_is_refused_by_the_fake_as_anthropic_would(make_gateway, clients) -> None:
     """The fake's signature check, through the app: what would catch a gateway that rewrote the
-    thinking on the way."""
+    thinking on the way. The refusal is then met as any foreign signature is
+    (tests/integration/test_reasoning_across_accounts.py): the turn is asked again without it."""
     gw = await make_gateway(upstream_yaml=UPSTREAM)
     forged = thinking_then_call()
     forged["content"][0]["signature"] = sign("other thinking")
-    gw.fake.script(Reply(200, forged))
+    gw.fake.script(Reply(200, forged), Reply(200, text_answer()))
     client = clients(gw)
     first = await client.responses.create(model="gpt-5-codex", input="Weather in Paris?", tools=TOOLS,
                                           reasoning={"effort": "high"})  # fmt: skip
-    with pytest.raises(openai.BadRequestError) as raised:
-        await client.responses.create(model="gpt-5-codex", input=next_input(first.output), tools=TOOLS,
-                                      reasoning={"effort": "high"})  # fmt: skip
-    assert "Invalid `signature` in `thinking` block" in str(raised.value)
+    raw = await client.responses.with_raw_response.create(
+        model="gpt-5-codex", input=next_input(first.output), tools=TOOLS, reasoning={"effort": "high"})
+    assert raw.parse().output_text == "Sunny in Paris."
+    assert raw.headers["x-llm-reasoning-dropped"] == "thinking,thinking_off"
+    _, refused, kept = (r.json() for r in gw.fake.messages_requests())
+    assert refused["messages"][1]["content"][0]["signature"] == sign("other thinking")
+    assert "thinking" not in kept and [b["type"] for b in kept["messages"][1]["content"]] == ["tool_use"]
 
 
 async def test_openai_encrypted_content_passes_through_untouched(make_gateway, clients) -> None:

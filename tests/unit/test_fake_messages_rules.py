@@ -395,3 +395,14 @@ def test_a_thinking_block_comes_back_with_the_signature_it_was_issued() -> None:
     assert sent(thought("plan")) == "messages.1.content.0.thinking.signature: Field required"
     for bad in ("", sign("the plan, altered")):
         assert sent(thought("plan", bad)) == "messages.1.content.0: Invalid `signature` in `thinking` block"
+
+
+def test_a_signature_holds_only_for_the_organization_whose_key_got_it() -> None:
+    """Signatures are bound to the account (happyclaw #474): a conversation moved to a key of
+    another organization is refused, one of the same organization is not."""
+    sent = [user(text("q")), assistant(thought("plan", sign("plan", "org-a")), text("a")), user(text("more"))]
+    assert refusal(PATH, {"model": "claude-x", "max_tokens": 10, "messages": sent}, {}, org="org-a") is None
+    for org in ("org-b", None):
+        reply = refusal(PATH, {"model": "claude-x", "max_tokens": 10, "messages": sent}, {}, org=org)
+        assert reply is not None
+        assert reply.body["error"]["message"] == "messages.1.content.0: Invalid `signature` in `thinking` block"

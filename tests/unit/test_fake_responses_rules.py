@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.fake.responses_rules import refusal
+from gateway.fake.responses_rules import refusal, seal
 
 USER = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
 
@@ -53,3 +53,30 @@ def test_an_input_that_continues_a_stored_response_is_not_judged() -> None:
     assert refused([output("call_1")], previous_response_id="resp_1") is None
     assert refused([output("call_1")], conversation="conv_1") is None
     assert refusal("/v1/responses", {"model": "m", "input": "hi"}) is None
+
+
+def reasoning(value: Any) -> dict[str, Any]:
+    return {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": value}
+
+
+@pytest.mark.parametrize(("value", "org", "taken"), [
+    ("gAAAAABpOpenAIsOwn==", None, True),  # a Fernet token the fake did not seal: not checkable here
+    (None, None, True),
+    ("llm-gateway.thinking.v1:W10", None, False),  # no OpenAI account reads the gateway's carriage
+    ("", None, False),
+    (seal("org-a"), "org-a", True),
+    (seal("org-a"), "org-b", False),
+    (seal("org-a"), None, False),
+])
+def test_encrypted_reasoning_is_read_only_by_the_organization_it_was_sealed_for(
+    value: Any, org: str | None, taken: bool
+) -> None:
+    reply = refusal("/v1/responses", {"model": "m", "input": [USER, reasoning(value)]}, org)
+    if taken:
+        assert reply is None
+        return
+    assert reply is not None and reply.status == 400
+    assert reply.body["error"] == {
+        "message": "The encrypted content for item rs_1 could not be verified. Reason: Encrypted content could "
+                   "not be decrypted or parsed.",
+        "type": "invalid_request_error", "param": None, "code": "invalid_encrypted_content"}  # fmt: skip

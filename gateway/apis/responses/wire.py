@@ -48,6 +48,7 @@ from gateway.apis.responses.tool_outputs import apply_tool_policy
 from gateway.apis.synthesize import responses_stream
 from gateway.errors import Classification
 from gateway.policy.compress import CompressionResult
+from gateway.policy.foreign_reasoning import GATEWAY_THINKING_MARK, without_gateway_thinking
 from gateway.policy.tool_outputs import Stage, ToolOutputPolicy
 from gateway.sse import Event, ParsedEvents
 
@@ -62,6 +63,9 @@ _STATUS_FOR_CODE = {
     "context_length_exceeded": 400, "invalid_prompt": 400, "invalid_request_error": 400,
 }  # fmt: skip
 _SEQ = re.compile(rb'"sequence_number":\s*(\d+)')
+
+
+_GATEWAY_THINKING = GATEWAY_THINKING_MARK.encode()
 
 
 class OpenAIResponses:
@@ -84,7 +88,13 @@ class OpenAIResponses:
         return None  # always at ``path``, the body as it is
 
     def prepare(self, inbound: Inbound, stream_usage: bool) -> tuple[dict[str, Any], bool]:
-        return inbound.payload, False  # response.completed always carries usage
+        # response.completed always carries usage. The byte search (~2 us per 100 KB) spares
+        # every other request a walk of its items.
+        if _GATEWAY_THINKING in inbound.body:
+            cleaned = without_gateway_thinking(inbound.payload)
+            if cleaned is not None:
+                return cleaned, False
+        return inbound.payload, False
 
     def error_body(self, status: int, message: str, code: str, c: Classification, request_id: str) -> bytes:
         return openai_error_body(status, message, code, c)

@@ -8,12 +8,14 @@ conversation: the chat hop carries them in the assistant message's ``thinking_bl
 (``chat_messages/answer.py``), and the Responses client in the ``encrypted_content`` of the
 reasoning item, the field Responses has for reasoning a client cannot read and sends back as it
 came (Codex 0.169 does, measured; so does every client that replays the output items it got).
+A request passed straight to a Responses upstream has these items left out
+(``apis/responses/wire.py``): no OpenAI account can read them.
 
 The value is ``MARK`` then the blocks as JSON in base64url. OpenAI's own encrypted content is
 base64 (no ``.`` or ``:``), so no value of OpenAI's is ever read as the gateway's; the version
 in the mark lets a later form be told from this one. Only a composed request bound for Messages
 unseals it (``Target.onward``); on a chat upstream it is dropped with the rest of
-``encrypted_content``, and a request passed straight to an OpenAI upstream is never read here.
+``encrypted_content``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-MARK = "llm-gateway.thinking.v1:"
+from gateway.policy.foreign_reasoning import GATEWAY_THINKING_MARK as MARK
 
 
 def seal(blocks: list[dict[str, Any]]) -> str:

@@ -1,0 +1,186 @@
+"""Reasoning an upstream will not take back, left out so that the conversation goes on.
+
+What a provider returns of its model's reasoning comes back signed, and the signature holds
+only where it was issued: Anthropic's thinking ``signature``, OpenAI's reasoning
+``encrypted_content`` and Gemini's ``thoughtSignature`` are bound to the account that made them
+(sub2api #393 for Gemini, happyclaw #474 for Anthropic, sub2api #2863 for OpenAI, all met when a
+pool moved a conversation to another account). A conversation moved to another key of a pool,
+to a fallback, or back from a deployment the gateway translated (whose thinking it could not
+sign) carries values the new upstream refuses, on every turn after, until the client starts a
+new one:
+
+- Anthropic: "messages.1.content.0: Invalid `signature` in `thinking` block" (better-ccflare
+  #52, forgecode #2646); Bedrock the same without the backticks (cc-connect #897); and
+  "`thinking` or `redacted_thinking` blocks in the latest assistant message cannot be
+  modified" (claude-code #63284);
+- OpenAI: ``invalid_encrypted_content``, "The encrypted content for item rs_… could not be
+  verified. Reason: Encrypted content could not be decrypted or parsed." (codex #8145,
+  vscode-unify-chat-provider #178);
+- Gemini: "Corrupted thought signature." (gemini-cli #13467), Vertex's "Unable to submit
+  request because Thought signature is not valid." (9router #301), "Invalid thought
+  signature." (Antigravity-Manager #3342).
+
+``strip`` writes the request once more without them, in the upstream's API: Anthropic's
+thinking blocks are left out of the history (and thinking turned off for this request when
+the tool loop in progress then lacks the thinking block Anthropic requires it to start with);
+OpenAI's encrypted reasoning items are left out; Gemini's signatures become the value Google's
+thought-signatures page gives for history from elsewhere. Only the model's earlier reasoning is
+lost, which the client never showed; the answer is asked for as before.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+# How the gateway carries Claude's signed thinking in a Responses reasoning item's
+# ``encrypted_content`` (``translate/responses_chat/thinking.py``): no OpenAI account reads it.
+GATEWAY_THINKING_MARK = "llm-gateway.thinking.v1:"
+# Google's value for a signature it did not issue: "skip_thought_signature_validator"
+# (https://ai.google.dev/gemini-api/docs/thought-signatures, FAQ).
+GEMINI_SKIP = "skip_thought_signature_validator"
+
+_REFUSALS = re.compile(
+    r"invalid\s+`?signature`?\s+in\s+`?thinking`?\s+block"
+    r"|`?thinking`?\s+or\s+`?redacted_thinking`?\s+blocks\s+in\s+the\s+latest\s+assistant\s+message\s+cannot\s+be\s+modified"
+    r"|encrypted\s+content\b.{0,300}?\bcould\s+not\s+be\s+verified"
+    r"|corrupted\s+thought\s+signature"
+    r"|thought\s+signature\s+is\s+not\s+valid"
+    r"|invalid\s+thought\s+signature",
+    re.IGNORECASE | re.DOTALL,
+)
+_THOUGHT = ("thinking", "redacted_thinking")
+
+
+def refused_reasoning(message: str | None, body: bytes = b"") -> bool:
+    """Whether an upstream's refusal is of reasoning it did not issue (or cannot read)."""
+    if message and _REFUSALS.search(message):
+        return True
+    return b"invalid_encrypted_content" in body[:65536]
+
+
+def strip(api: str, doc: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``doc`` (a request in ``api``) without the reasoning an upstream may refuse as foreign;
+    None when it carries none."""
+    if api == "messages":
+        return _messages(doc)
+    if api == "responses":
+        return _responses(doc)
+    if api == "gemini":
+        return _gemini(doc)
+    return None  # chat carries no signed reasoning
+
+
+def _messages(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+    messages = doc.get("messages")
+    if not isinstance(messages, list):
+        return None
+    turns = [i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "assistant"]
+    last = turns[-1] if turns else -1
+    kept_messages: list[Any] = []
+    removed = last_lost = False
+    for i, m in enumerate(messages):
+        content = m.get("content") if isinstance(m, dict) and m.get("role") == "assistant" else None
+        if isinstance(content, list):
+            kept = [b for b in content if not (isinstance(b, dict) and b.get("type") in _THOUGHT)]
+            if len(kept) != len(content):
+                removed = True
+                last_lost = last_lost or i == last
+                if not kept:
+                    continue  # a turn that was thinking alone says nothing to the model
+                m = {**m, "content": kept}
+        kept_messages.append(m)
+    if not removed:
+        return None
+    out = {**doc, "messages": kept_messages}
+    if last_lost and _calls_tools(messages[last]) and _thinking_on(doc):
+        # Anthropic: "When `thinking` is enabled, a final `assistant` message must start with a
+        # thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks)";
+        # the loop's own block is the one left out, so this request is asked without thinking.
+        del out["thinking"]
+        _without_thinking_edits(out)
+    return out
+
+
+def _calls_tools(message: Any) -> bool:
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, list):
+        return False
+    return any(isinstance(b, dict) and b.get("type") == "tool_use" for b in content)
+
+
+def _thinking_on(doc: Mapping[str, Any]) -> bool:
+    thinking = doc.get("thinking")
+    return isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
+
+
+def _without_thinking_edits(out: dict[str, Any]) -> None:
+    """Context edits that clear thinking need thinking on (Claude Code sends
+    ``clear_thinking_20251015``): they go with it."""
+    cm = out.get("context_management")
+    if not isinstance(cm, dict) or not isinstance(edits := cm.get("edits"), list):
+        return
+    kept = [
+        e for e in edits if not (isinstance(e, dict) and str(e.get("type", "")).startswith("clear_thinking"))
+    ]
+    if len(kept) == len(edits):
+        return
+    if kept:
+        out["context_management"] = {**cm, "edits": kept}
+    else:
+        rest = {k: v for k, v in cm.items() if k != "edits"}
+        if rest:
+            out["context_management"] = rest
+        else:
+            del out["context_management"]
+
+
+def _responses(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+    items = doc.get("input")
+    if not isinstance(items, list):
+        return None
+    kept = [i for i in items if not (isinstance(i, dict) and i.get("type") == "reasoning" and _sealed(i))]
+    return None if len(kept) == len(items) else {**doc, "input": kept}
+
+
+def _sealed(item: Mapping[str, Any]) -> bool:
+    return bool(item.get("encrypted_content"))
+
+
+def _gemini(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+    contents = doc.get("contents")
+    if not isinstance(contents, list):
+        return None
+    changed = False
+    out_contents: list[Any] = []
+    for c in contents:
+        parts = c.get("parts") if isinstance(c, dict) else None
+        if isinstance(parts, list):
+            new_parts: list[Any] = []
+            for p in parts:
+                for name in ("thoughtSignature", "thought_signature"):
+                    if isinstance(p, dict) and name in p and p[name] != GEMINI_SKIP:
+                        p = {**p, name: GEMINI_SKIP}
+                        changed = True
+                new_parts.append(p)
+            c = {**c, "parts": new_parts}
+        out_contents.append(c)
+    return {**doc, "contents": out_contents} if changed else None
+
+
+def without_gateway_thinking(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A Responses request without the reasoning items that carry Claude's thinking in the
+    gateway's own ``encrypted_content`` (a conversation that moved from a Claude deployment to
+    an OpenAI one: OpenAI refuses them as ``invalid_encrypted_content``, whichever account);
+    None when there are none."""
+    mark = GATEWAY_THINKING_MARK
+    items = doc.get("input")
+    if not isinstance(items, list):
+        return None
+    kept = [
+        i for i in items
+        if not (isinstance(i, dict) and i.get("type") == "reasoning"
+                and isinstance(i.get("encrypted_content"), str) and i["encrypted_content"].startswith(mark))
+    ]  # fmt: skip
+    return None if len(kept) == len(items) else {**doc, "input": kept}

@@ -1,0 +1,193 @@
+"""Reasoning signed for another account, left out once so that a conversation goes on
+(``policy/foreign_reasoning.py``, ``pipeline/reasoning_fix.py``).
+
+Providers bind what they hand back of the model's reasoning to the account that got it. A pool
+that moves a conversation to another key (the first one rate-limited) then sends the old key's
+signatures to the new one, which refuses them; so does a conversation that comes back from a
+deployment the gateway translated. Each fake deployment here is a key of its own organization
+(``FakeUpstream.orgs``), which refuses another's signatures as Anthropic and OpenAI do. Clients
+are the SDKs with stock settings.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from gateway.fake.messages import sign
+from gateway.fake.responses_rules import seal
+from gateway.policy.foreign_reasoning import GATEWAY_THINKING_MARK
+from tests.fakeupstream import FakeUpstream, Reply
+
+THOUGHT = "The user wants Paris's weather: call the tool."
+TOOLS: Any = [{"name": "get_weather", "description": "Weather of a city",
+               "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]  # fmt: skip
+
+
+def thinking_then_call(org: str) -> dict[str, Any]:
+    return {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-6",
+            "content": [{"type": "thinking", "thinking": THOUGHT, "signature": sign(THOUGHT, org)},
+                        {"type": "tool_use", "id": "toolu_01A", "name": "get_weather", "input": {"city": "Paris"}}],
+            "stop_reason": "tool_use", "stop_sequence": None,
+            "usage": {"input_tokens": 40, "output_tokens": 30}}  # fmt: skip
+
+
+def sunny() -> dict[str, Any]:
+    return {**thinking_then_call("x"), "id": "msg_2", "content": [{"type": "text", "text": "Sunny in Paris."}],
+            "stop_reason": "end_turn"}
+
+
+@pytest.fixture
+async def two_accounts(make_gateway: Any) -> AsyncIterator[tuple[Any, dict[str, FakeUpstream]]]:
+    """A pool of two Anthropic keys, each of its own organization, each its own fake."""
+    fakes: dict[str, FakeUpstream] = {}
+    lines = []
+    for name in ("a", "b"):
+        fake = await FakeUpstream().start()
+        fake.orgs = {f"key-{name}": f"org-{name}"}
+        fakes[name] = fake
+        lines.append(f"  - {{name: {name}, base_url: '{fake.url}', api_key: key-{name}, key_header: x-api-key, "
+                     f"apis: [messages], models: ['claude-*']}}\n")  # fmt: skip
+    pools = "pools:\n  - {name: claude, models: ['claude-*'], deployments: [a, b]}\n"
+    gw = await make_gateway(pools, fake=fakes["a"], upstreams="".join(lines))
+    yield gw, fakes
+    for fake in fakes.values():
+        await fake.close()
+
+
+async def test_a_conversation_moved_to_another_account_mid_tool_loop_goes_on_without_its_thinking(
+    two_accounts: Any,
+) -> None:
+    gw, fakes = two_accounts
+    for name, fake in fakes.items():
+        fake.always = Reply(200, thinking_then_call(f"org-{name}"))
+    client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="sk-client")
+    try:
+        asked: Any = [{"role": "user", "content": "Weather in Paris?"}]
+        thinking: Any = {"type": "enabled", "budget_tokens": 2048}
+        first = await client.messages.create(model="claude-sonnet-4-6", max_tokens=4096, messages=asked,
+                                             tools=TOOLS, thinking=thinking)  # fmt: skip
+        [home] = [n for n, f in fakes.items() if f.messages_requests()]
+        other = "b" if home == "a" else "a"
+        # The conversation's key is rate-limited from now on: the pool moves it to the other.
+        fakes[home].keys.limited_until(f"key-{home}", time.time() + 3600)
+        fakes[other].always = Reply(200, sunny())
+        turn = [*asked, {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_01A",
+                                              "content": "sunny"}]}]  # fmt: skip
+        raw = await client.messages.with_raw_response.create(
+            model="claude-sonnet-4-6", max_tokens=4096, messages=turn, tools=TOOLS, thinking=thinking)
+        second = await raw.parse()
+    finally:
+        await client.close()
+    assert second.content[0].type == "text" and second.content[0].text == "Sunny in Paris."
+    assert raw.headers["x-llm-reasoning-dropped"] == "thinking,thinking_off"
+    assert raw.headers["x-llm-upstream"] == other
+    refused, kept = (r.json() for r in fakes[other].messages_requests())
+    assert refused["messages"][1]["content"][0]["type"] == "thinking"  # as the client sent it
+    # Sent again without the other account's thinking, and without thinking: the tool loop's
+    # turn no longer starts with a thinking block, which Anthropic requires while it is on.
+    assert [b["type"] for b in kept["messages"][1]["content"]] == ["tool_use"]
+    assert "thinking" not in kept
+    assert kept["messages"][2] == refused["messages"][2] and kept["tools"] == refused["tools"]
+    # One call refused on the way: 429 on the old key, the refusal and the answer on the new one.
+    assert fakes[home].calls_by_key() == {f"key-{home}": 2}
+    assert fakes[other].calls_by_key() == {f"key-{other}": 2}
+
+
+async def test_thinking_of_earlier_turns_from_another_account_is_left_out_and_thinking_stays_on(
+    two_accounts: Any,
+) -> None:
+    """Past the tool loop, only the earlier turns carry the old account's thinking: they are
+    left out and the request keeps thinking on."""
+    gw, fakes = two_accounts
+    fakes["a"].always = fakes["b"].always = Reply(200, sunny())
+    history: Any = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": THOUGHT, "signature": sign(THOUGHT, "org-z")},
+                                          {"type": "text", "text": "Let me see."}]},
+        {"role": "user", "content": "And tomorrow?"},
+    ]  # fmt: skip
+    status, headers, body = await gw.messages({
+        "model": "claude-sonnet-4-6", "max_tokens": 4096, "messages": history,
+        "thinking": {"type": "enabled", "budget_tokens": 2048},
+    })  # fmt: skip
+    assert status == 200, body
+    assert headers["x-llm-reasoning-dropped"] == "thinking"
+    served = [f for f in fakes.values() if f.messages_requests()]
+    [fake] = served
+    refused, kept = (r.json() for r in fake.messages_requests())
+    assert kept["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert kept["messages"][1]["content"] == [{"type": "text", "text": "Let me see."}]
+
+
+async def test_an_unrelated_refusal_is_not_retried(two_accounts: Any) -> None:
+    gw, fakes = two_accounts
+    refusal = {"type": "error", "error": {"type": "invalid_request_error",
+                                          "message": "messages: at least one message is required"}}
+    for fake in fakes.values():
+        fake.orgs, fake.always = {}, Reply(400, refusal)  # the thinking below is valid on either
+    history: Any = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": THOUGHT, "signature": sign(THOUGHT)},
+                                          {"type": "text", "text": "Let me see."}]},
+        {"role": "user", "content": "And tomorrow?"},
+    ]  # fmt: skip
+    status, headers, _ = await gw.messages({"model": "claude-sonnet-4-6", "max_tokens": 4096, "messages": history})
+    assert status == 400
+    assert "x-llm-reasoning-dropped" not in headers
+    assert sum(len(f.messages_requests()) for f in fakes.values()) == 1
+
+
+async def test_encrypted_reasoning_of_another_account_is_left_out_once(make_gateway: Any) -> None:
+    gw = await make_gateway(upstream_yaml=", api_key: key-b")
+    gw.fake.orgs = {"key-b": "org-b"}
+    item = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": seal("org-a")}
+    conversation: Any = [
+        {"role": "user", "content": "Weather?"}, item,
+        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
+    ]  # fmt: skip
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="sk-client")
+    try:
+        raw = await client.responses.with_raw_response.create(
+            model="gpt-5-codex", input=conversation, include=["reasoning.encrypted_content"], store=False,
+            tools=[{"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}])
+    finally:
+        await client.close()
+    assert raw.parse().status == "completed"
+    assert raw.headers["x-llm-reasoning-dropped"] == "encrypted_content"
+    refused, kept = (r.json() for r in gw.fake.responses_requests())
+    assert refused["input"][1] == item
+    assert [i.get("type", "message") for i in kept["input"]] == ["message", "function_call", "function_call_output"]
+    assert kept["include"] == ["reasoning.encrypted_content"]
+
+
+async def test_the_gateways_own_thinking_carriage_never_reaches_an_openai_upstream(make_gateway: Any) -> None:
+    """A Codex conversation that began on a Claude deployment carries Claude's thinking in the
+    gateway's own ``encrypted_content``; passed to an OpenAI Responses upstream (a fallback, a
+    pool's other deployment) it would be refused on every turn: it is left out before the send."""
+    gw = await make_gateway()
+    carried = {"type": "reasoning", "id": "rs_1", "summary": [],
+               "encrypted_content": GATEWAY_THINKING_MARK + "W10"}  # fmt: skip
+    own = {"type": "reasoning", "id": "rs_2", "summary": [], "encrypted_content": "gAAAAABpOpenAIsOwn=="}
+    conversation: Any = [
+        {"role": "user", "content": "Weather?"}, carried,
+        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}, own,
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Sunny."}]},
+        {"role": "user", "content": "Thanks"},
+    ]  # fmt: skip
+    status, headers, body = await gw.responses({"model": "gpt-5-codex", "input": conversation})
+    assert status == 200, body
+    assert "x-llm-reasoning-dropped" not in headers
+    [sent] = gw.fake.responses_requests()
+    items = sent.json()["input"]
+    assert carried not in items and own in items and len(items) == len(conversation) - 1
+    assert json.loads(body)["status"] == "completed"

@@ -1,0 +1,138 @@
+"""Reasoning another account signed: the refusal read from the corpus's real bodies (and no
+other body read as one), and each API's request written again without that reasoning."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from gateway.policy.foreign_reasoning import (
+    GATEWAY_THINKING_MARK,
+    GEMINI_SKIP,
+    refused_reasoning,
+    strip,
+    without_gateway_thinking,
+)
+from tests.corpus_cases import HELD_OUT, IN_SAMPLE, body_bytes, classify_case
+
+FOREIGN = [c for c in IN_SAMPLE if c["expected"].get("foreign_reasoning")]
+
+
+def test_the_corpus_has_the_refusals_of_each_provider_that_signs_reasoning() -> None:
+    assert {c["provider"] for c in FOREIGN} >= {"Anthropic", "OpenAI", "Google Gemini"}
+
+
+@pytest.mark.parametrize("case", FOREIGN, ids=[c["name"] for c in FOREIGN])
+def test_the_refusal_is_read_as_the_pipeline_reads_it(case: dict[str, Any]) -> None:
+    assert refused_reasoning(classify_case(case).message, body_bytes(case["body"]))
+
+
+def test_no_other_body_in_the_corpus_reads_as_one() -> None:
+    read = [c["name"] for c in IN_SAMPLE + HELD_OUT if not c["expected"].get("foreign_reasoning")
+            and refused_reasoning(classify_case(c).message, body_bytes(c["body"]))]  # fmt: skip
+    assert read == []
+
+
+@pytest.mark.parametrize("message", [
+    # Bedrock's wording, as cc-connect #897 quotes it; Vertex's and Google's later ones for Gemini.
+    "messages.1.content.0: Invalid signature in thinking block (Service: BedrockRuntime, Status Code: 400",
+    "Unable to submit request because Thought signature is not valid.. Learn more: https://cloud.google.com/x",
+    "Invalid thought signature.",
+])
+def test_the_other_wordings_seen_are_read_too(message: str) -> None:
+    assert refused_reasoning(message)
+
+
+def test_a_missing_thought_signature_is_not_this_refusal() -> None:
+    """Gemini 3's refusal of a call sent without its signature asks for one, not for less."""
+    assert not refused_reasoning(
+        "Function call is missing a thought_signature in functionCall parts. This is required for tools to work "
+        "correctly, and missing thought_signature may lead to degraded model performance.")
+
+
+def thought(text: str = "plan", sig: str = "sig-a") -> dict[str, Any]:
+    return {"type": "thinking", "thinking": text, "signature": sig}
+
+
+CALL = {"type": "tool_use", "id": "toolu_1", "name": "ls", "input": {}}
+RESULT = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "a.txt"}]}
+
+
+def claude_code_like(*messages: Any) -> dict[str, Any]:
+    return {"model": "claude-opus-4-6", "max_tokens": 32000, "messages": list(messages),
+            "thinking": {"type": "adaptive"}, "output_config": {"effort": "high"},
+            "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}}  # fmt: skip
+
+
+def test_mid_tool_loop_the_thinking_goes_and_thinking_with_it() -> None:
+    doc = claude_code_like(
+        {"role": "user", "content": "list files"},
+        {"role": "assistant", "content": [thought(), {"type": "redacted_thinking", "data": "xyz"}, CALL]},
+        RESULT,
+    )
+    before = copy.deepcopy(doc)
+    out = strip("messages", doc)
+    assert out is not None and doc == before  # the original is left as it was
+    assert out["messages"][1] == {"role": "assistant", "content": [CALL]}
+    assert "thinking" not in out and "context_management" not in out  # its edits need thinking on
+    assert out["output_config"] == {"effort": "high"} and out["messages"][2] == RESULT
+
+
+def test_earlier_turns_lose_their_thinking_and_thinking_stays_on() -> None:
+    doc = claude_code_like(
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [thought(), {"type": "text", "text": "Hello."}]},
+        {"role": "user", "content": "list files"},
+    )
+    out = strip("messages", doc)
+    assert out is not None
+    assert out["messages"][1]["content"] == [{"type": "text", "text": "Hello."}]
+    assert out["thinking"] == {"type": "adaptive"} and out["context_management"] == doc["context_management"]
+
+
+def test_a_turn_that_was_thinking_alone_is_left_out() -> None:
+    doc = claude_code_like({"role": "user", "content": "hi"}, {"role": "assistant", "content": [thought()]},
+                           {"role": "user", "content": "go on"})  # fmt: skip
+    out = strip("messages", doc)
+    assert out is not None and [m["role"] for m in out["messages"]] == ["user", "user"]
+
+
+def test_other_context_edits_stay_when_thinking_goes() -> None:
+    doc = claude_code_like({"role": "user", "content": "ls"}, {"role": "assistant", "content": [thought(), CALL]},
+                           RESULT)  # fmt: skip
+    doc["context_management"]["edits"].append({"type": "clear_tool_uses_20250919"})
+    out = strip("messages", doc)
+    assert out is not None and out["context_management"] == {"edits": [{"type": "clear_tool_uses_20250919"}]}
+
+
+def test_a_request_without_thinking_blocks_is_not_rewritten() -> None:
+    assert strip("messages", claude_code_like({"role": "user", "content": "hi"})) is None
+    assert strip("chat", {"messages": [{"role": "user", "content": "hi"}]}) is None
+
+
+def test_responses_loses_its_encrypted_reasoning_items_only() -> None:
+    sealed = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAAB=="}
+    stored = {"type": "reasoning", "id": "rs_2", "summary": []}
+    doc = {"model": "gpt-5", "input": [{"role": "user", "content": "hi"}, sealed, stored], "store": False}
+    out = strip("responses", doc)
+    assert out is not None and out["input"] == [{"role": "user", "content": "hi"}, stored]
+    assert strip("responses", {"input": "hi"}) is None
+
+
+def test_gemini_signatures_become_the_value_google_gives_for_history_from_elsewhere() -> None:
+    call = {"functionCall": {"name": "ls", "args": {}}, "thoughtSignature": "CiQBjz1rX5"}
+    doc = {"contents": [{"role": "user", "parts": [{"text": "ls"}]}, {"role": "model", "parts": [call]}]}
+    out = strip("gemini", doc)
+    assert out is not None and out["contents"][1]["parts"][0]["thoughtSignature"] == GEMINI_SKIP
+    assert doc["contents"][1]["parts"][0]["thoughtSignature"] == "CiQBjz1rX5"
+    assert strip("gemini", out) is None  # nothing left to change
+
+
+def test_only_the_gateways_own_carriage_is_left_out_before_an_openai_send() -> None:
+    ours = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": GATEWAY_THINKING_MARK + "W10"}
+    openai_own = {"type": "reasoning", "id": "rs_2", "summary": [], "encrypted_content": "gAAAAB=="}
+    out = without_gateway_thinking({"input": [ours, openai_own]})
+    assert out == {"input": [openai_own]}
+    assert without_gateway_thinking({"input": [openai_own]}) is None
