@@ -19,7 +19,11 @@ refused with code ``invalid_encrypted_content``: "The encrypted content for item
 be verified. Reason: Encrypted content could not be decrypted or parsed."
 (https://github.com/smallmain/vscode-unify-chat-provider/issues/178; the code and type as in
 https://github.com/openai/codex/issues/8145; met when a pool of relays switched accounts,
-https://github.com/Wei-Shaw/sub2api/issues/2863).
+https://github.com/Wei-Shaw/sub2api/issues/2863). A reasoning item without ``encrypted_content``
+in a request with ``store: false`` names a record OpenAI never kept: 404 "Item with id '<id>' not
+found. Items are not persisted when `store` is set to false. Try again with `store` set to true,
+or remove this item from your input." (https://github.com/can1357/oh-my-pi/issues/41; the fake
+keeps no records, so with ``store`` on it takes any).
 
 A compression or a cut of the input that separates a pair is exactly what these catch. Neither
 is judged when the input continues a stored response (``previous_response_id``, ``conversation``):
@@ -73,7 +77,7 @@ def refusal(path: str, payload: dict[str, Any], org: str | None = None) -> Reply
     organization of the key that sent it (whose sealed reasoning it can read)."""
     if not path.endswith("/responses"):
         return None
-    unreadable = _unreadable(payload.get("input"), org)
+    unreadable = _unreadable(payload.get("input"), org, payload.get("store") is False)
     if unreadable is not None:
         return unreadable
     shaped = _shape(payload)
@@ -123,12 +127,18 @@ def _refused(message: str) -> Reply:
     return responses_error(400, message, "invalid_request_error", None, "input")
 
 
-def _unreadable(items: Any, org: str | None) -> Reply | None:
+def _unreadable(items: Any, org: str | None, unstored: bool) -> Reply | None:
     for item in items if isinstance(items, list) else ():
-        if not isinstance(item, dict) or item.get("type") != "reasoning" or "encrypted_content" not in item:
+        if not isinstance(item, dict) or item.get("type") != "reasoning":
             continue
-        value = item["encrypted_content"]
-        if value is None or _readable(value, org):
+        value = item.get("encrypted_content")
+        if value is None:
+            if unstored and isinstance(item.get("id"), str):
+                return responses_error(404, f"Item with id '{item['id']}' not found. Items are not persisted when "
+                                       "`store` is set to false. Try again with `store` set to true, or remove "
+                                       "this item from your input.", "invalid_request_error", None)  # fmt: skip
+            continue
+        if _readable(value, org):
             continue
         return responses_error(400, f"The encrypted content for item {item.get('id')} could not be verified. "
                                "Reason: Encrypted content could not be decrypted or parsed.",

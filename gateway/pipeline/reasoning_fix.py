@@ -19,7 +19,7 @@ from gateway.policy.retry import RetryPlan
 from gateway.services import Services
 
 # What each API's signed reasoning is called, for the header and the log.
-DROPPED = {"messages": "thinking", "responses": "encrypted_content", "gemini": "thought_signature"}
+DROPPED = {"messages": "thinking", "responses": "reasoning", "gemini": "thought_signature"}
 
 
 async def rescue(

@@ -15,7 +15,10 @@ new one:
   modified" (claude-code #63284);
 - OpenAI: ``invalid_encrypted_content``, "The encrypted content for item rs_… could not be
   verified. Reason: Encrypted content could not be decrypted or parsed." (codex #8145,
-  vscode-unify-chat-provider #178);
+  vscode-unify-chat-provider #178); and a reasoning item it holds no record of, the
+  gateway's own included (a conversation translated from chat, where reasoning has no
+  encrypted form, moved to an OpenAI deployment): 404 "Item with id 'rs_…' not found. Items
+  are not persisted when `store` is set to false. …" (oh-my-pi #41);
 - Gemini: "Corrupted thought signature." (gemini-cli #13467), Vertex's "Unable to submit
   request because Thought signature is not valid." (9router #301), "Invalid thought
   signature." (Antigravity-Manager #3342).
@@ -23,7 +26,8 @@ new one:
 ``strip`` writes the request once more without them, in the upstream's API: Anthropic's
 thinking blocks are left out of the history (and thinking turned off for this request when
 the tool loop in progress then lacks the thinking block Anthropic requires it to start with);
-OpenAI's encrypted reasoning items are left out; Gemini's signatures become the value Google's
+OpenAI's reasoning items are left out (an item is either sealed for an account or a record
+of one); Gemini's signatures become the value Google's
 thought-signatures page gives for history from elsewhere. Only the model's earlier reasoning is
 lost, which the client never showed; the answer is asked for as before.
 """
@@ -45,6 +49,7 @@ _REFUSALS = re.compile(
     r"invalid\s+`?signature`?\s+in\s+`?thinking`?\s+block"
     r"|`?thinking`?\s+or\s+`?redacted_thinking`?\s+blocks\s+in\s+the\s+latest\s+assistant\s+message\s+cannot\s+be\s+modified"
     r"|encrypted\s+content\b.{0,300}?\bcould\s+not\s+be\s+verified"
+    r"|item\s+with\s+id\s+'rs_[^']*'\s+not\s+found"
     r"|corrupted\s+thought\s+signature"
     r"|thought\s+signature\s+is\s+not\s+valid"
     r"|invalid\s+thought\s+signature",
@@ -140,12 +145,8 @@ def _responses(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     items = doc.get("input")
     if not isinstance(items, list):
         return None
-    kept = [i for i in items if not (isinstance(i, dict) and i.get("type") == "reasoning" and _sealed(i))]
+    kept = [i for i in items if not (isinstance(i, dict) and i.get("type") == "reasoning")]
     return None if len(kept) == len(items) else {**doc, "input": kept}
-
-
-def _sealed(item: Mapping[str, Any]) -> bool:
-    return bool(item.get("encrypted_content"))
 
 
 def _gemini(doc: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -23,7 +23,7 @@ import pytest
 from gateway.fake.messages import sign
 from gateway.fake.responses_rules import seal
 from gateway.policy.foreign_reasoning import GATEWAY_THINKING_MARK
-from tests.fakeupstream import FakeUpstream, Reply
+from tests.fakeupstream import FakeUpstream, Reply, chat_completion
 
 THOUGHT = "The user wants Paris's weather: call the tool."
 TOOLS: Any = [{"name": "get_weather", "description": "Weather of a city",
@@ -162,7 +162,7 @@ async def test_encrypted_reasoning_of_another_account_is_left_out_once(make_gate
     finally:
         await client.close()
     assert raw.parse().status == "completed"
-    assert raw.headers["x-llm-reasoning-dropped"] == "encrypted_content"
+    assert raw.headers["x-llm-reasoning-dropped"] == "reasoning"
     refused, kept = (r.json() for r in gw.fake.responses_requests())
     assert refused["input"][1] == item
     assert [i.get("type", "message") for i in kept["input"]] == ["message", "function_call", "function_call_output"]
@@ -191,3 +191,38 @@ async def test_the_gateways_own_thinking_carriage_never_reaches_an_openai_upstre
     items = sent.json()["input"]
     assert carried not in items and own in items and len(items) == len(conversation) - 1
     assert json.loads(body)["status"] == "completed"
+
+
+async def test_reasoning_the_gateway_gave_from_a_chat_upstream_is_left_out_when_a_fallback_keeps_no_record(
+    make_gateway: Any,
+) -> None:
+    """A Responses client on a chat upstream gets the model's reasoning as a reasoning item the
+    gateway made (no ``encrypted_content``: chat has none). Replayed, as Codex and the Agents
+    SDK replay their output, to an OpenAI Responses fallback under ``store: false``, it names a
+    record OpenAI never kept (404): the turn is asked once more without it."""
+    chat, responses = await FakeUpstream().start(), await FakeUpstream().start()
+    try:
+        gw = await make_gateway(fake=chat, upstreams=(
+            f"  - {{name: chat, base_url: '{chat.url}', apis: [chat], fallbacks: [resp]}}\n"
+            f"  - {{name: resp, base_url: '{responses.url}', apis: [responses], models: ['none-*']}}\n"))  # fmt: skip
+        answer = chat_completion(model="gpt-5-codex", content="Paris.")
+        answer["choices"][0]["message"]["reasoning_content"] = "The capital of France."
+        chat.script(Reply(200, answer))
+        client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="sk-client", max_retries=0)
+        try:
+            first = await client.responses.create(model="gpt-5-codex", input="Capital of France?", store=False)
+            assert [i.type for i in first.output] == ["reasoning", "message"]
+            chat.always = Reply(503, {"error": {"message": "The server is overloaded", "type": "server_error"}})
+            replay = [{"role": "user", "content": "Capital of France?"},
+                      *[i.model_dump(exclude_none=True) for i in first.output],
+                      {"role": "user", "content": "And of Italy?"}]  # fmt: skip
+            raw = await client.responses.with_raw_response.create(model="gpt-5-codex", input=replay, store=False)
+        finally:
+            await client.close()
+        assert raw.parse().status == "completed"
+        assert raw.headers["x-llm-upstream"] == "resp" and raw.headers["x-llm-reasoning-dropped"] == "reasoning"
+        refused, kept = (r.json() for r in responses.responses_requests())
+        assert [i.get("type") for i in refused["input"]][1] == "reasoning"
+        assert "reasoning" not in [i.get("type") for i in kept["input"]]
+    finally:
+        await responses.close()

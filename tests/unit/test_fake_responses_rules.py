@@ -80,3 +80,11 @@ def test_encrypted_reasoning_is_read_only_by_the_organization_it_was_sealed_for(
         "message": "The encrypted content for item rs_1 could not be verified. Reason: Encrypted content could "
                    "not be decrypted or parsed.",
         "type": "invalid_request_error", "param": None, "code": "invalid_encrypted_content"}  # fmt: skip
+
+
+def test_a_reasoning_item_without_its_content_names_a_record_kept_only_when_stored() -> None:
+    bare = {"type": "reasoning", "id": "rs_9", "summary": []}
+    assert refusal("/v1/responses", {"model": "m", "input": [USER, bare]}) is None
+    reply = refusal("/v1/responses", {"model": "m", "input": [USER, bare], "store": False})
+    assert reply is not None and reply.status == 404
+    assert reply.body["error"]["message"].startswith("Item with id 'rs_9' not found. Items are not persisted")

@@ -112,12 +112,13 @@ def test_a_request_without_thinking_blocks_is_not_rewritten() -> None:
     assert strip("chat", {"messages": [{"role": "user", "content": "hi"}]}) is None
 
 
-def test_responses_loses_its_encrypted_reasoning_items_only() -> None:
+def test_responses_loses_its_reasoning_items_sealed_or_recorded() -> None:
     sealed = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAAB=="}
-    stored = {"type": "reasoning", "id": "rs_2", "summary": []}
-    doc = {"model": "gpt-5", "input": [{"role": "user", "content": "hi"}, sealed, stored], "store": False}
+    recorded = {"type": "reasoning", "id": "rs_2", "summary": []}
+    call = {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "ls", "arguments": "{}"}
+    doc = {"model": "gpt-5", "input": [{"role": "user", "content": "hi"}, sealed, recorded, call], "store": False}
     out = strip("responses", doc)
-    assert out is not None and out["input"] == [{"role": "user", "content": "hi"}, stored]
+    assert out is not None and out["input"] == [{"role": "user", "content": "hi"}, call]
     assert strip("responses", {"input": "hi"}) is None
 
 
