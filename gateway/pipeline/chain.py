@@ -21,6 +21,11 @@ metric), in the class it would have refused with: an open circuit is
 ``provider_unavailable``, an unreset limit ``rate_limit``; a pool says why none of its
 deployments may serve.
 
+A request the upstream refused for what it asked, and that the pipeline then sent again fixed
+(a parameter left out, a budget lowered, foreign reasoning left out: ``forward.py``'s fixes),
+is still on its route: the resend gets the hop's capped retries (``onward``), and a failure
+that moves on takes the rest of the route (``resume_route``).
+
 Nothing here runs after a byte reached the client: a stream that has started is a
 ``Success``, and only failures move along the chain.
 """
@@ -34,7 +39,7 @@ from gateway.errors import Classification, ErrorType
 from gateway.pipeline.attempt import Call
 from gateway.pipeline.outcome import Failure, RequestState
 from gateway.pipeline.pool import send_pool
-from gateway.pipeline.send import Sent, fails_over, fails_over_class, send_one
+from gateway.pipeline.send import Onward, Sent, fails_over, fails_over_class, send_one
 from gateway.policy.breaker import circuit_key
 from gateway.policy.retry import RetryPlan
 from gateway.services import Route, Services, UpstreamRuntime
@@ -104,6 +109,44 @@ async def send_chain(
         assert refused is not None
         return Sent(refused, None)
     return last
+
+
+def _rest(route: Route, up: UpstreamRuntime) -> Route | None:
+    """The hops of ``route`` after the one ``up`` belongs to; None when it is the last."""
+    for h, hop in enumerate(route.hops):
+        if any(m is up for m in hop.members):
+            return Route.of(list(route.hops[h + 1 :])) if h + 1 < len(route.hops) else None
+    return None
+
+
+def onward(svc: Services, route: Route, up: UpstreamRuntime) -> Onward | None:
+    """How a request sent again to ``up`` is held to the chain's rule while a later hop is left."""
+    rest = _rest(route, up)
+    if rest is None:
+        return None
+    return Onward(svc.cfg.fallback.retries_per_upstream, _mover(svc, up, rest.hops[0].members[0]))
+
+
+async def resume_route(
+    svc: Services, state: RequestState, plan: RetryPlan, route: Route,
+    call_for: Callable[[UpstreamRuntime], Call | Failure], conversation: str | None, sent: Sent,
+) -> Sent:  # fmt: skip
+    """The rest of the route after ``sent`` (a fixed request's failure on its upstream), when
+    that failure moves on; else ``sent`` as it is."""
+    outcome, call = sent.outcome, sent.call
+    if call is None or not isinstance(outcome, Failure):
+        return sent
+    rest = _rest(route, call.up)
+    if rest is None or not fails_over(svc, outcome, call.up, rest.hops[0].members[0]):
+        return sent
+    c = outcome.classification
+    state.fallbacks += 1
+    svc.tracing.moving_on(state, rest.hops[0].name)
+    svc.telemetry.fallbacks.labels(call.up.cfg.name, rest.hops[0].name, c.type.value).inc()
+    log.debug({"request_id": state.request_id, "event": "fallback", "from": call.up.cfg.name,
+               "to": rest.hops[0].name, "status": outcome.status, "error_type": c.type.value})  # fmt: skip
+    after = await send_chain(svc, state, plan, rest, call_for, conversation)
+    return after if after.call is not None else Sent(after.outcome, call)
 
 
 def _mover(svc: Services, up: UpstreamRuntime, nxt: UpstreamRuntime) -> Callable[[Classification], bool]:

@@ -42,7 +42,7 @@ from gateway.pipeline import accounting, output_cap, param_fix, reasoning_fix
 from gateway.pipeline.admit import model_of, parse_json_object, read_body
 from gateway.pipeline.asked import Asked
 from gateway.pipeline.attempt import Call, ReadMode
-from gateway.pipeline.chain import send_chain
+from gateway.pipeline.chain import onward, resume_route, send_chain
 from gateway.pipeline.continuation import continuable, resumer
 from gateway.pipeline.legs import Sending, leg_call, resent
 from gateway.pipeline.models import gemini_caller, list_models
@@ -57,7 +57,7 @@ from gateway.pipeline.outcome import (
 )
 from gateway.pipeline.pool import send_across
 from gateway.pipeline.relay import relay, rendered
-from gateway.pipeline.send import new_plan, note_outage, send_one
+from gateway.pipeline.send import Onward, Sent, new_plan, note_outage, send_one
 from gateway.policy.clients import client_deadline_s, compacts_itself
 from gateway.policy.loop_breaker import Answer, Recalled
 from gateway.policy.overflow_limits import parse_overflow
@@ -166,7 +166,12 @@ def full_pipeline(dialect: Dialect) -> Handler:
                 outcome = await _probe(svc, state, plan, call, _asked_of(asked, call), inbound)
                 if isinstance(outcome, Failure):
                     state.empty_was = outcome.classification.type  # what the empty streams meant
-            outcome = await _refused_as_sent(svc, state, plan, call, asked, outcome)
+            ahead = onward(svc, route, call.up)
+            fixed = await _refused_as_sent(svc, state, plan, call, asked, outcome, ahead)
+            if fixed is not outcome:  # sent again fixed: a failure of that may still move on
+                sent = await resume_route(svc, state, plan, route, call_for, conversation, Sent(fixed, call))
+                fixed, call = sent.outcome, sent.call or call
+            outcome = fixed
             if isinstance(outcome, Failure) and _overflowed(outcome) and svc.cfg.compression.enabled:
                 outcome = await _overflow(svc, state, request, plan, call, _asked_of(asked, call), outcome)
             asked.drop()
@@ -474,7 +479,8 @@ async def _probe_once(
 
 
 async def _refused_as_sent(
-    svc: Services, state: RequestState, plan: RetryPlan, call: Call, asked: Asked, outcome: Outcome
+    svc: Services, state: RequestState, plan: RetryPlan, call: Call, asked: Asked, outcome: Outcome,
+    ahead: Onward | None,
 ) -> Outcome:
     """A request the model refuses for what it asks rather than for what it says, sent again
     fixed: an output budget above the limit the refusal states (once), a parameter the model
@@ -483,11 +489,11 @@ async def _refused_as_sent(
     for _ in range(2 + param_fix.MAX_FIXES):
         if not isinstance(outcome, Failure):
             return outcome
-        again = await output_cap.rescue(svc, state, plan, call, _asked_of(asked, call), outcome)
+        again = await output_cap.rescue(svc, state, plan, call, _asked_of(asked, call), outcome, ahead)
         if again is outcome:
-            again = await param_fix.rescue(svc, state, plan, call, outcome)
+            again = await param_fix.rescue(svc, state, plan, call, outcome, ahead)
         if again is outcome:
-            again = await reasoning_fix.rescue(svc, state, plan, call, outcome)
+            again = await reasoning_fix.rescue(svc, state, plan, call, outcome, ahead)
         if again is outcome:
             return outcome
         outcome = again

@@ -18,7 +18,7 @@ from gateway.config import UpstreamConfig
 from gateway.pipeline.attempt import Call
 from gateway.pipeline.legs import resent
 from gateway.pipeline.outcome import Failure, Outcome, RequestState
-from gateway.pipeline.send import send_one
+from gateway.pipeline.send import Onward, resend
 from gateway.policy.output_limit import stated_output_limit
 from gateway.policy.retry import RetryPlan
 from gateway.services import Services
@@ -44,7 +44,8 @@ def capped(
 
 
 async def rescue(
-    svc: Services, state: RequestState, plan: RetryPlan, call: Call, payload: dict[str, Any], refused: Failure
+    svc: Services, state: RequestState, plan: RetryPlan, call: Call, payload: dict[str, Any],
+    refused: Failure, onward: Onward | None = None,
 ) -> Outcome:
     """Exactly one lowered retry after a refusal that states the model's output limit, when the
     request asked for more. ``payload`` is the client's request, in its API."""
@@ -66,7 +67,7 @@ async def rescue(
         return refused
     _note(state, payload, limit, "refused")
     svc.tracing.next_attempt(state, "output_retry")
-    return await send_one(svc, state, plan, *again)
+    return await resend(svc, state, plan, *again, onward)
 
 
 def _note(state: RequestState, payload: dict[str, Any], limit: int, source: str) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from gateway import jsonbody
 from gateway.pipeline.attempt import Call
 from gateway.pipeline.outcome import Failure, Outcome, RequestState
-from gateway.pipeline.send import send_one
+from gateway.pipeline.send import Onward, resend
 from gateway.policy.refused_param import refusal_fix
 from gateway.policy.retry import RetryPlan
 from gateway.services import Services
@@ -22,7 +22,8 @@ MAX_FIXES = 3
 
 
 async def rescue(
-    svc: Services, state: RequestState, plan: RetryPlan, call: Call, refused: Failure
+    svc: Services, state: RequestState, plan: RetryPlan, call: Call, refused: Failure,
+    onward: Onward | None = None,
 ) -> Outcome:
     fix = refusal_fix(refused.classification.message, refused.body)
     done = state.params_dropped or []
@@ -43,4 +44,4 @@ async def rescue(
         if lowered is not None:
             body = jsonbody.dumps(lowered, lenient=lenient)
     svc.tracing.next_attempt(state, "param_retry")
-    return await send_one(svc, state, plan, call, body)  # which applies the fix just learned
+    return await resend(svc, state, plan, call, body, onward)  # which applies the fix just learned

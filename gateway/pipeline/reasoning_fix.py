@@ -13,7 +13,7 @@ from __future__ import annotations
 from gateway import jsonbody
 from gateway.pipeline.attempt import Call
 from gateway.pipeline.outcome import Failure, Outcome, RequestState
-from gateway.pipeline.send import send_one
+from gateway.pipeline.send import Onward, resend
 from gateway.policy.foreign_reasoning import refused_reasoning, strip
 from gateway.policy.retry import RetryPlan
 from gateway.services import Services
@@ -23,7 +23,8 @@ DROPPED = {"messages": "thinking", "responses": "reasoning", "gemini": "thought_
 
 
 async def rescue(
-    svc: Services, state: RequestState, plan: RetryPlan, call: Call, refused: Failure
+    svc: Services, state: RequestState, plan: RetryPlan, call: Call, refused: Failure,
+    onward: Onward | None = None,
 ) -> Outcome:
     if state.reasoning_dropped is not None:
         return refused
@@ -47,4 +48,4 @@ async def rescue(
         dropped += ",thinking_off"
     state.reasoning_dropped = dropped
     svc.tracing.next_attempt(state, "reasoning_retry")
-    return await send_one(svc, state, plan, call, jsonbody.dumps(fixed, lenient=lenient))
+    return await resend(svc, state, plan, call, jsonbody.dumps(fixed, lenient=lenient), onward)

@@ -61,6 +61,24 @@ def fails_over_class(svc: Services, c: Classification, up: UpstreamRuntime, nxt:
     return t.value in svc.cfg.fallback.when
 
 
+@dataclass(frozen=True, slots=True)
+class Onward:
+    """A later hop of the route is left: the retries one upstream gets before the request
+    moves on (``fallback.retries_per_upstream``), and which failures move it."""
+
+    cap: int
+    moves: Callable[[Classification], bool]
+
+
+async def resend(
+    svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes, onward: Onward | None
+) -> Outcome:
+    """``send_one`` for a request sent again fixed (a rescue), under the route's ``onward``."""
+    if onward is None:
+        return await send_one(svc, state, plan, call, body)
+    return await send_one(svc, state, plan, call, body, retries_cap=onward.cap, moves_on=onward.moves)
+
+
 async def send_one(
     svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes,
     *, retries_cap: int | None = None, moves_on: Callable[[Classification], bool] | None = None,

@@ -283,3 +283,26 @@ async def test_a_fallback_without_the_primarys_output_cap_is_not_said_to_be_capp
     assert status == 200 and headers["x-llm-upstream"] == "backup" and "x-llm-output-capped" not in headers
     assert [r.json()["max_tokens"] for r in primary.chat_requests()] == [4096, 4096]
     assert backup.chat_requests()[0].json()["max_tokens"] == 30000
+
+
+async def test_a_request_sent_again_without_a_refused_parameter_still_fails_over(make_pair: MakePair) -> None:
+    """The primary refuses a parameter (left out and sent again, param_fix.py), then is
+    overloaded: the fixed request still moves to the fallback after the primary's one retry,
+    as any request would, instead of spending every retry there and answering 503."""
+    gw, primary, backup = await make_pair()
+    primary.refused_params = frozenset({"reasoning_effort"})
+    primary.always = UNAVAILABLE
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="k")  # stock settings
+    try:
+        raw = await client.chat.completions.with_raw_response.create(
+            model="gpt-4o-mini", messages=PROMPT, reasoning_effort="low")  # type: ignore[arg-type]
+    finally:
+        await client.close()
+    assert raw.parse().choices[0].message.content
+    headers = raw.headers
+    assert headers["x-llm-upstream"] == "backup" and headers["x-llm-fallbacks"] == "1"
+    assert headers["x-llm-params-dropped"] == "reasoning_effort"
+    # The refusal, the fixed request and its one retry (fallback.retries_per_upstream), then the backup.
+    assert len(primary.chat_requests()) == 3 and len(backup.chat_requests()) == 1
+    # What the primary refused is the primary's: the backup is asked as the client asked.
+    assert backup.chat_requests()[0].json()["reasoning_effort"] == "low"
