@@ -251,6 +251,27 @@ async def test_a_gemini_client_whose_upstream_is_unreachable_gets_503_unavailabl
         assert err["details"][0]["metadata"]["code"] == "upstream_unreachable"
 
 
+async def test_a_gemini_client_whose_upstream_refused_the_gateways_key_gets_a_403_it_does_not_retry(
+    make_gateway,
+) -> None:
+    """Not Google's 503 UNAVAILABLE, which Gemini CLI retried ten times over 3.5 minutes: a 403
+    PERMISSION_DENIED that names the gateway's key, without the provider's body."""
+    gw = await make_gateway(upstreams="  - {name: google, base_url: 'URL', apis: [gemini], api_key: fake-key-g1}\n"
+                            .replace("URL", (fake := await FakeUpstream().start()).url), fake=fake)
+    try:
+        fake.keys.revoke("fake-key-g1")
+        hi = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+        async with gw.session.post(gw.base + GENERATE, json=hi, headers={"x-goog-api-key": "k"}) as r:
+            body = await r.read()
+            err = (await r.json())["error"]
+        assert (r.status, err["code"], err["status"]) == (403, 403, "PERMISSION_DENIED")
+        assert err["details"][0]["metadata"]["code"] == "upstream_auth" and err["retryable"] is False
+        assert "gateway's own credentials" in err["message"]
+        _no_key_in(body)
+    finally:
+        await fake.close()
+
+
 # --- Messages: an upstream's error in another API's terms, in Anthropic's -------------------
 
 

@@ -50,6 +50,18 @@ RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
 DOMAIN = "llm-gateway"
 
 
+def own_status(status: int, code: str) -> int:
+    """The status a gateway-made error with ``code`` is answered with in Google's envelope.
+    ``upstream_auth`` (the provider refused the gateway's own key; a 502 elsewhere), and
+    ``pool_auth`` (every key of a pool refused so), is a 403
+    PERMISSION_DENIED: as a 503 UNAVAILABLE, Gemini CLI retried it ten times over 3.5 minutes
+    (``isRetryableError``: 429, 499 and every 5xx; measured with 0.61), and google-genai retries
+    every 5xx too; a 403 is retried by neither, and its message says whose key it is."""
+    if code in ("upstream_auth", "pool_auth"):
+        return 403
+    return google_status(status)
+
+
 def status_name(status: int) -> str:
     return _STATUS[google_status(status)]
 

@@ -99,7 +99,7 @@ class GeminiGenerate:
         return errors.gemini_error(status, message, code, c, request_id)
 
     def error_status(self, status: int, code: str) -> int:
-        return errors.google_status(status)
+        return errors.own_status(status, code)
 
     def foreign_error(self, e: ForeignError, request_id: str) -> tuple[int, bytes]:
         return errors.foreign_error(e, request_id)
