@@ -49,6 +49,29 @@ Anthropic. Each rule here is one Anthropic applies, worded as it words it (400
   https://github.com/aws-samples/bedrock-access-gateway/pull/239), and agents written for
   the Claude 5 models still guard against the Anthropic one. Judged after a conversation's
   pairing of calls and results, whose words a request breaking both is answered with here.
+- "messages.N.content.M: `tool_use` ids must be unique": one assistant turn calling two tools
+  with the same id (https://github.com/trycua/cua/issues/524 with its request id
+  ``req_011CUYeUkzHvfhenTVoAuGn4``; https://github.com/anthropics/claude-code/issues/20901, a
+  single tool round, so the repeated id was inside turn 1). M is the second block with the id;
+  an id repeated in a later turn is taken, as the measurements below found;
+- "messages.N: Did not find K `tool_result` block(s) at the beginning of this message. Messages
+  following `tool_use` blocks must begin with a matching number of `tool_result` blocks.": a turn
+  that answers every call of the one before but puts text (or anything else) before a result
+  (https://github.com/anthropics/claude-code/issues/37, https://github.com/anthropics/claude-code/issues/303,
+  https://github.com/apify/tester-mcp-client/issues/12; live-checked again in 2026 in
+  https://github.com/QwenLM/qwen-code/issues/8161). K is the calls' count here: every quote
+  says 1, for one call; text after the results is taken;
+- "messages.N.content.M.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'": an id with a
+  dot, a colon, a space or nothing at all, as other providers' ids are
+  (https://github.com/BlockRunAI/ClawRouter/issues/17 with its request id
+  ``req_011CXzyBavZTx2LemQWEXiSt``, https://github.com/RooCodeInc/Roo-Code/pull/10649). The whole
+  id must match: a trailing newline is no letter. The same rule for ``tool_result.tool_use_id``
+  is reported (https://github.com/maximhq/bifrost/issues/5097) but not in Anthropic's words, so a
+  bad result id is left to the pairing rules above;
+- "messages.N.content.M.tool_use.input: Input should be a valid dictionary": a call whose input
+  is a JSON string, a list or null (https://github.com/anthropics/claude-code/issues/6696 with its
+  request id ``req_011CSZ9vSpZLrRWFouS5LoMX``,
+  https://github.com/anthropics/anthropic-sdk-typescript/issues/648);
 - "messages.N.content.M.image.source.base64.media_type: Input should be 'image/jpeg', 'image/png',
   'image/gif' or 'image/webp'": an image of another type (HEIC, or JPEG named ``image/jpg``), and
   "messages.N.content.M.tool_result.content.K.image.source…" for one inside a tool result
@@ -62,6 +85,8 @@ And on the rest of the request:
   https://github.com/modelcontextprotocol/modelcontextprotocol/issues/1345; before the limit
   was raised the same words said ``{1,64}``). Anthropic's server tools (``web_search_20250305``,
   ``bash_20250124``) carry a ``type`` and names of its own, and are not judged;
+- "tools.N.custom.input_schema.type: Field required": a client tool whose schema says no ``type``
+  at all (https://github.com/Kilo-Org/kilocode/issues/12238, answered by api.anthropic.com);
 - "tools.N.custom.input_schema.type: Input should be 'object'": a client tool whose schema's top
   ``type`` is anything else (an array, ``["object", "null"]``, Google's ``"OBJECT"``), with request
   ids in https://github.com/Joouis/agent-maestro/issues/163; and "tools.N.custom.input_schema: JSON
@@ -124,6 +149,29 @@ And on the rest of the request:
   was given to a key of another organization (``FakeUpstream.orgs``: signatures hold only for
   the account that got them, https://github.com/riba2534/happyclaw/issues/474).
   Anthropic's own signatures (the corpus's answers) are taken: the fake cannot check them;
+- "`temperature` and `top_p` cannot both be specified for this model. Please use only one.": both
+  samplers on the models the answers name: Opus 4.1 (https://github.com/anomalyco/opencode/issues/1644,
+  where Opus 4.0 took the same request; https://github.com/open-webui/pipelines/pull/546), Sonnet 4.5
+  and Haiku 4.5 (https://github.com/di-sukharev/opencommit/issues/520 with its request id
+  ``req_011CUK6BqmnBWwnEtihUBmak``, https://github.com/langfuse/langfuse/issues/9882), Sonnet 4.6
+  (https://github.com/Vali-98/ChatterUI/issues/564, https://github.com/anomalyco/opencode/issues/28930
+  with its request id) and Opus 4.6 (https://github.com/OpenHands/OpenHands/pull/12909). Other
+  models are not judged (``ONE_SAMPLER``);
+- with thinking ``enabled``, "thinking.enabled.budget_tokens: Input should be greater than or equal
+  to 1024" (https://github.com/danny-avila/LibreChat/issues/8346, relayed by Bedrock;
+  https://github.com/tingly-dev/tingly-box/pull/569) and "`max_tokens` must be greater than
+  `thinking.budget_tokens`. Please consult our documentation at
+  https://docs.claude.com/en/docs/build-with-claude/extended-thinking#max-tokens-and-context-window-size"
+  (https://github.com/liuw1535/antigravity2api-nodejs/issues/149 and /150, with request ids). The
+  second not with the ``interleaved-thinking-…`` beta: the extended-thinking guide lets the budget
+  span a whole tool loop then, above ``max_tokens``;
+- "messages.N.content.M.cache_control.ttl: a ttl='1h' cache_control block must not come after a
+  ttl='5m' cache_control block. Note that blocks are processed in the following order: `tools`,
+  `system`, `messages`." (https://github.com/cnighswonger/claude-code-cache-fix/issues/44 with its
+  request id ``req_011CaDiCPMJmSHftLTxsGesd``, https://github.com/headroomlabs-ai/headroom/issues/2939):
+  a breakpoint without a ``ttl`` is a five-minute one. The answers quoted name a block in
+  ``messages``; one in ``system`` or ``tools`` is named ``system.M`` / ``tools.M`` here, the
+  fake's choice;
 - "A maximum of 4 blocks with cache_control may be provided. Found N.": breakpoints counted over
   the tools, the system blocks and the messages' blocks (https://github.com/Wei-Shaw/sub2api/issues/176,
   https://github.com/tghamm/Anthropic.SDK/issues/50);
@@ -142,7 +190,7 @@ And on the rest of the request:
 
 The order the rules are checked in, where a request breaks more than one, is the fake's own.
 What the same measurements found Anthropic accepts is accepted here too: two assistant turns
-in a row, and one ``tool_use`` id used twice.
+in a row, and one ``tool_use`` id used again in a later turn.
 """
 
 from __future__ import annotations
@@ -169,6 +217,13 @@ _NAMED = re.compile(r"claude-(?P<family>opus|sonnet|haiku|fable|mythos)"
                     r"(?:-(?P<major>\d+)(?!\d)(?:-(?P<minor>\d{1,2})(?!\d))?)?")  # fmt: skip
 _NUMBERED = re.compile(r"claude-(?P<major>\d+)(?:-(?P<minor>\d))?-(?:opus|sonnet|haiku)")
 _CUSTOM_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
+_TOOL_USE_ID = re.compile(r"[a-zA-Z0-9_-]+")
+INTERLEAVED = "interleaved-thinking"
+# (family, major, minor) of the models that refuse temperature and top_p together.
+ONE_SAMPLER = frozenset({("opus", 4, 1), ("opus", 4, 6), ("sonnet", 4, 5), ("sonnet", 4, 6), ("haiku", 4, 5)})
+_BUDGET_DOCS = "https://docs.claude.com/en/docs/build-with-claude/extended-thinking#max-tokens-and-context-window-size"
+_TTL = ("cache_control.ttl: a ttl='1h' cache_control block must not come after a ttl='5m' cache_control block. "
+        "Note that blocks are processed in the following order: `tools`, `system`, `messages`.")  # fmt: skip
 _IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 _IMAGE_WORDS = "Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'"
 _DRAFT = ("JSON schema is invalid. It must match JSON Schema draft 2020-12 (https://json-schema.org/draft/2020-12). "
@@ -190,7 +245,7 @@ def refusal(
     ``org``: the organization of the key that sent it (whose signatures hold)."""
     if not path.endswith("/messages"):
         return None
-    why = _why(payload, MID_CONVERSATION_SYSTEM in headers.get("anthropic-beta", ""), thought, org)
+    why = _why(payload, headers.get("anthropic-beta", ""), thought, org)
     if why is None:
         return None
     return anthropic_error(400, "invalid_request_error", why)
@@ -213,19 +268,38 @@ def thinking_types(model: Any) -> frozenset[str] | None:
     return ADAPTIVE if version >= (4, 7) else BOTH if version == (4, 6) else ENABLED
 
 
-def _why(
-    payload: dict[str, Any], system_turns: bool, thought: Collection[str], org: str | None = None
-) -> str | None:
+def _why(payload: dict[str, Any], betas: str, thought: Collection[str], org: str | None = None) -> str | None:
     if "max_tokens" not in payload:
         return "max_tokens: Field required"
     messages = payload.get("messages")
     if not isinstance(messages, list):
         return None  # the fake's other checks answer a body of the wrong shape
     return (_tool_name(payload.get("tools")) or _input_schema(payload.get("tools"))
-            or _stop_sequences(payload.get("stop_sequences"))
-            or _user_id(payload.get("metadata")) or _conversation(messages, system_turns)
-            or _undeclared_tools(payload.get("tools"), messages) or _prefill(payload.get("model"), messages) or _signatures(messages, org) or _thinking(payload, thought) or _breakpoints(payload, messages)
-            or _output_schema(payload))  # fmt: skip
+            or _stop_sequences(payload.get("stop_sequences")) or _budget_floor(payload.get("thinking"))
+            or _user_id(payload.get("metadata")) or _tool_blocks(messages)
+            or _conversation(messages, MID_CONVERSATION_SYSTEM in betas)
+            or _undeclared_tools(payload.get("tools"), messages) or _prefill(payload.get("model"), messages)
+            or _signatures(messages, org) or _samplers(payload) or _thinking(payload, thought, INTERLEAVED in betas)
+            or _breakpoints(payload, messages) or _ttl_order(payload, messages) or _output_schema(payload))  # fmt: skip
+
+
+def _tool_blocks(messages: list[Any]) -> str | None:
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            continue
+        seen: set[Any] = set()
+        for j, block in enumerate(_blocks(message)):
+            if block.get("type") != "tool_use":
+                continue
+            call_id = block.get("id")
+            if isinstance(call_id, str) and not _TOOL_USE_ID.fullmatch(call_id):
+                return f"messages.{i}.content.{j}.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'"
+            if "input" in block and not isinstance(block["input"], dict):
+                return f"messages.{i}.content.{j}.tool_use.input: Input should be a valid dictionary"
+            if call_id in seen:
+                return f"messages.{i}.content.{j}: `tool_use` ids must be unique"
+            seen.add(call_id)
+    return None
 
 
 def _conversation(messages: list[Any], system_turns: bool) -> str | None:
@@ -253,6 +327,13 @@ def _conversation(messages: list[Any], system_turns: bool) -> str | None:
             if asked and missing:
                 return (f"messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately "
                         f"after: {', '.join(missing)}")  # fmt: skip
+            if asked and following is not None:
+                leading = next((n for n, b in enumerate(_blocks(following)) if b.get("type") != "tool_result"),
+                               len(_blocks(following)))  # fmt: skip
+                if leading < len(asked):
+                    return (f"messages.{turns[k + 1][0]}: Did not find {len(asked)} `tool_result` block(s) at the "
+                            "beginning of this message. Messages following `tool_use` blocks must begin with a "
+                            "matching number of `tool_result` blocks.")  # fmt: skip
         else:
             before = turns[k - 1][1] if k else None
             called = set()
@@ -341,7 +422,9 @@ def _input_schema(tools: Any) -> str | None:
         schema = tool.get("input_schema")
         if not isinstance(schema, dict):
             continue  # the fake's other checks answer a body of the wrong shape
-        if "type" in schema and schema["type"] != "object":
+        if "type" not in schema:
+            return f"tools.{i}.custom.input_schema.type: Field required"
+        if schema["type"] != "object":
             return f"tools.{i}.custom.input_schema.type: Input should be 'object'"
         if mistyped(schema) is not None or miscounted(schema) is not None:
             return f"tools.{i}.custom.input_schema: {_DRAFT}"
@@ -361,7 +444,7 @@ def _user_id(metadata: Any) -> str | None:
     return None
 
 
-def _thinking(payload: dict[str, Any], thought: Collection[str]) -> str | None:
+def _thinking(payload: dict[str, Any], thought: Collection[str], interleaved: bool = False) -> str | None:
     thinking = payload.get("thinking")
     kind = thinking.get("type") if isinstance(thinking, dict) else None
     if kind not in ("enabled", "adaptive"):
@@ -372,7 +455,36 @@ def _thinking(payload: dict[str, Any], thought: Collection[str]) -> str | None:
             return ('"thinking.type.enabled" is not supported for this model. Use "thinking.type.adaptive" '
                     'and "output_config.effort" to control thinking behavior.')  # fmt: skip
         return "adaptive thinking is not supported on this model"
+    budget, max_tokens = _enabled_budget(thinking), payload.get("max_tokens")
+    if budget is not None and _number(max_tokens) and budget >= max_tokens and not interleaved:
+        return f"`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation at {_BUDGET_DOCS}"
     return _with_thinking(payload) or _thought_first(payload.get("messages"), thought)
+
+
+def _enabled_budget(thinking: Any) -> int | None:
+    if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
+        return None
+    budget = thinking.get("budget_tokens")
+    return budget if isinstance(budget, int) and not isinstance(budget, bool) else None
+
+
+def _budget_floor(thinking: Any) -> str | None:
+    budget = _enabled_budget(thinking)
+    if budget is not None and budget < 1024:
+        return "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
+    return None
+
+
+def _samplers(payload: dict[str, Any]) -> str | None:
+    if not (_number(payload.get("temperature")) and _number(payload.get("top_p"))):
+        return None
+    model = payload.get("model")
+    named = _NAMED.search(model) if isinstance(model, str) else None
+    if named is None or not named["major"] or not named["minor"]:
+        return None
+    if (named["family"], int(named["major"]), int(named["minor"])) in ONE_SAMPLER:
+        return "`temperature` and `top_p` cannot both be specified for this model. Please use only one."
+    return None
 
 
 def thought_calls(step: Any) -> set[str]:
@@ -459,6 +571,24 @@ def _breakpoints(payload: dict[str, Any], messages: list[Any]) -> str | None:
     found = sum(1 for b in blocks if isinstance(b, dict) and b.get("cache_control") is not None)
     if found > 4:
         return f"A maximum of 4 blocks with cache_control may be provided. Found {found}."
+    return None
+
+
+def _ttl_order(payload: dict[str, Any], messages: list[Any]) -> str | None:
+    tools, system = payload.get("tools"), payload.get("system")
+    placed = [*((f"tools.{j}", b) for j, b in enumerate(tools if isinstance(tools, list) else [])),
+              *((f"system.{j}", b) for j, b in enumerate(system if isinstance(system, list) else [])),
+              *((f"messages.{i}.content.{j}", b) for i, m in enumerate(messages) if isinstance(m, dict)
+                for j, b in enumerate(_blocks(m)))]  # fmt: skip
+    short = False
+    for where, block in placed:
+        marker = block.get("cache_control") if isinstance(block, dict) else None
+        if not isinstance(marker, dict):
+            continue
+        if marker.get("ttl", "5m") == "5m":
+            short = True
+        elif marker.get("ttl") == "1h" and short:
+            return f"{where}.{_TTL}"
     return None
 
 

@@ -13,12 +13,13 @@ import base64
 import binascii
 import re
 
-_ID_OK = re.compile(r"^[A-Za-z0-9_-]+$")
+_ID_OK = re.compile(r"[A-Za-z0-9_-]+")
 ESCAPE = "gwid_"  # marks an id the gateway encoded; Anthropic's own ids start with toolu_
 
 
 def to_anthropic_id(client_id: str) -> str:
-    if _ID_OK.match(client_id) and not client_id.startswith(ESCAPE):
+    # fullmatch: ``$`` also matches before a final newline, which Anthropic's pattern does not.
+    if _ID_OK.fullmatch(client_id) and not client_id.startswith(ESCAPE):
         return client_id
     return ESCAPE + base64.urlsafe_b64encode(client_id.encode()).decode().rstrip("=")
 

@@ -221,6 +221,22 @@ async def test_long_agent_conversation_is_rescued_once_with_a_valid_structure(ma
     assert gw.metric("llm_gateway_compressions_total", upstream="primary", outcome="applied") == 1
 
 
+async def test_a_budget_lowered_to_fit_the_window_keeps_thinking_below_it(make_gateway) -> None:
+    """Anthropic: "`max_tokens` must be greater than `thinking.budget_tokens`" (antigravity2api
+    #149). The conversation fits; only the answer's budget does not, so it is lowered, and the
+    thinking budget with it."""
+    gw = await make_gateway()
+    gw.fake.context_limit = 8000
+    payload = {"model": "claude-sonnet-4-5", "max_tokens": 16000, "messages": [{"role": "user", "content": "hi"}],
+               "thinking": {"type": "enabled", "budget_tokens": 12000}}  # fmt: skip
+    status, headers, body = await gw.messages(payload)
+    assert status == 200, body
+    assert headers["x-llm-compressed"] == "true"
+    first, second = (r.json() for r in gw.fake.messages_requests())
+    assert first == payload
+    assert 1024 <= second["thinking"]["budget_tokens"] < second["max_tokens"] < 8000
+
+
 async def test_overflow_the_gateway_cannot_fix_reaches_the_client_unchanged(make_gateway) -> None:
     gw = await make_gateway()
     gw.fake.context_limit = 10

@@ -59,6 +59,18 @@ async def test_a_native_messages_request_loses_a_deprecated_sampling_knob(make_g
     assert {k: v for k, v in first.items() if k != "temperature"} == second
 
 
+async def test_temperature_and_top_p_together_on_sonnet_4_5_go_on_without_top_p(make_gateway) -> None:
+    """Anthropic's own answer (the fake's rule, not a scripted refusal): "`temperature` and `top_p`
+    cannot both be specified for this model. Please use only one." (opencommit #520)."""
+    gw = await make_gateway()
+    payload = {"model": "claude-sonnet-4-5", "max_tokens": 100, "temperature": 0.2, "top_p": 0.9, "messages": HI}
+    status, headers, body = await gw.messages(payload)
+    assert status == 200, body
+    assert headers["x-llm-params-dropped"] == "top_p"
+    first, second = (r.json() for r in gw.fake.messages_requests())
+    assert first == payload and second == {k: v for k, v in payload.items() if k != "top_p"}
+
+
 async def test_a_parameter_that_carries_meaning_is_never_left_out(make_gateway) -> None:
     gw = await make_gateway()
     gw.fake.refused_params = frozenset({"response_format"})

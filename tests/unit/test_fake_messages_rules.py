@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from gateway.fake.messages_rules import ADAPTIVE, BOTH, ENABLED, refusal, thinki
 from gateway.fake.steps import Reply, Stream
 
 PATH = "/v1/messages"
+CORPUS = Path(__file__).parents[1] / "corpus" / "requests"
 BETA = {"anthropic-beta": "claude-code-20250219,mid-conversation-system-2026-04-07"}
 
 
@@ -40,7 +42,7 @@ BASH = [{"name": "Bash", "input_schema": {"type": "object"}}]  # the tool ``call
 
 
 def refused(messages: list[dict[str, Any]], headers: dict[str, str] | None = None, **payload: Any) -> str | None:
-    reply = refusal(PATH, {"model": "claude-x", "max_tokens": 10, "messages": messages, **payload}, headers or {})
+    reply = refusal(PATH, {"model": "claude-x", "max_tokens": 4096, "messages": messages, **payload}, headers or {})
     if reply is None:
         return None
     assert reply.status == 400 and reply.body["error"]["type"] == "invalid_request_error"
@@ -330,7 +332,6 @@ DRAFT = ("JSON schema is invalid. It must match JSON Schema draft 2020-12 (https
     ({"type": "object", "properties": {"s": {"type": "string", "maxLength": -1}}}, f"tools.1.custom.input_schema: {DRAFT}"),
     ({"type": "object", "properties": {"n": {"type": ["integer", "null"]}}}, None),
     ({"type": "object", "minProperties": 1, "properties": {"l": {"type": "array", "maxItems": 3}}}, None),
-    ({"properties": {}}, None),
 ])  # fmt: skip
 def test_a_tools_input_schema(schema: dict[str, Any], words: str | None) -> None:
     assert refused(HI, tools=[tool("Bash"), {"name": "f", "input_schema": schema}]) == words
@@ -369,7 +370,7 @@ def test_with_thinking_on_the_last_tool_calling_turn_starts_with_its_thinking() 
     assert thought_calls(Stream(streamed)) == {"t1"} and thought_calls(Reply(200, {"content": [call("t2")]})) == set()
 
     def judged(messages: list[dict[str, Any]], **payload: Any) -> str | None:
-        reply = refusal(PATH, {"model": "claude-x", "max_tokens": 10, "messages": messages, **payload}, {}, issued)
+        reply = refusal(PATH, {"model": "claude-x", "max_tokens": 4096, "messages": messages, **payload}, {}, issued)
         return None if reply is None else reply.body["error"]["message"]
 
     loop = [user(text("ls?")), assistant(text("Listing."), call("t1")), user(result("t1"))]
@@ -406,3 +407,142 @@ def test_a_signature_holds_only_for_the_organization_whose_key_got_it() -> None:
         reply = refusal(PATH, {"model": "claude-x", "max_tokens": 10, "messages": sent}, {}, org=org)
         assert reply is not None
         assert reply.body["error"]["message"] == "messages.1.content.0: Invalid `signature` in `thinking` block"
+
+
+BUDGET_DOCS = "https://docs.claude.com/en/docs/build-with-claude/extended-thinking#max-tokens-and-context-window-size"
+OVER_MAX = f"`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation at {BUDGET_DOCS}"
+UNDER_MIN = "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
+
+
+@pytest.mark.parametrize(("max_tokens", "budget", "headers", "words"), [
+    (4096, 4096, {}, OVER_MAX),
+    (2000, 3000, {}, OVER_MAX),
+    (4096, 1000, {}, UNDER_MIN),
+    (500, 1000, {}, UNDER_MIN),  # the field's own bound is judged first
+    (4096, 4095, {}, None),
+    (4096, 1024, {}, None),
+    # With interleaved thinking the budget spans a whole tool loop and may exceed max_tokens.
+    (4096, 8192, {"anthropic-beta": "interleaved-thinking-2025-05-14"}, None),
+    (4096, 1000, {"anthropic-beta": "interleaved-thinking-2025-05-14"}, UNDER_MIN),
+])  # fmt: skip
+def test_a_thinking_budget_is_at_least_1024_and_below_max_tokens(
+    max_tokens: int, budget: int, headers: dict[str, str], words: str | None
+) -> None:
+    payload = {"model": "claude-sonnet-4-5", "max_tokens": max_tokens, "messages": HI,
+               "thinking": {"type": "enabled", "budget_tokens": budget}}  # fmt: skip
+    reply = refusal(PATH, payload, headers)
+    assert (None if reply is None else reply.body["error"]["message"]) == words
+
+
+def test_adaptive_thinking_has_no_budget_to_judge() -> None:
+    assert refused(HI, model="claude-opus-4-8", max_tokens=100, thinking={"type": "adaptive"}) is None
+
+
+UNIQUE = "messages.1.content.1: `tool_use` ids must be unique"
+
+
+def test_tool_use_ids_are_unique_within_a_turn() -> None:
+    """trycua/cua #524 and claude-code #20901 (one tool round: the second call of turn 1 is the
+    one named); the same id in two turns is accepted, as measured."""
+    twice = [user(text("hi")), assistant(call("toolu_1"), call("toolu_1")), user(result("toolu_1"))]
+    assert refused(twice, tools=BASH) == UNIQUE
+    after_text = [user(text("hi")), assistant(text("a"), call("toolu_1"), call("toolu_2"), call("toolu_1")),
+                  user(result("toolu_1"), result("toolu_2"))]  # fmt: skip
+    assert refused(after_text, tools=BASH) == "messages.1.content.3: `tool_use` ids must be unique"
+    apart = [user(text("hi")), assistant(call("toolu_1")), user(result("toolu_1")),
+             assistant(call("toolu_1")), user(result("toolu_1"))]  # fmt: skip
+    assert refused(apart, tools=BASH) is None
+
+
+BEGIN = ("Did not find {n} `tool_result` block(s) at the beginning of this message. Messages following `tool_use` "
+         "blocks must begin with a matching number of `tool_result` blocks.")  # fmt: skip
+
+
+@pytest.mark.parametrize(("answer", "words"), [
+    (user(text("here"), result("toolu_1"), result("toolu_2")), "messages.2: " + BEGIN.format(n=2)),
+    (user(result("toolu_1"), text("and"), result("toolu_2")), "messages.2: " + BEGIN.format(n=2)),
+    (user(result("toolu_1"), result("toolu_2"), text("then")), None),
+    (user(result("toolu_2"), result("toolu_1")), None),  # results in any order, as long as they come first
+])  # fmt: skip
+def test_tool_results_begin_the_turn_after_the_calls(answer: dict[str, Any], words: str | None) -> None:
+    convo = [user(text("hi")), assistant(call("toolu_1"), call("toolu_2")), answer]
+    assert refused(convo, tools=BASH) == words
+
+
+def ttl(block: dict[str, Any], when: str | None) -> dict[str, Any]:
+    return {**block, "cache_control": {"type": "ephemeral", **({"ttl": when} if when else {})}}
+
+
+TTL = ("cache_control.ttl: a ttl='1h' cache_control block must not come after a ttl='5m' cache_control block. "
+       "Note that blocks are processed in the following order: `tools`, `system`, `messages`.")  # fmt: skip
+
+
+@pytest.mark.parametrize(("tools", "system", "messages", "words"), [
+    ([tool("Bash")], [ttl(text("sys"), None)], [user(ttl(text("hi"), "1h"))], f"messages.0.content.0.{TTL}"),
+    ([tool("Bash")], [ttl(text("sys"), "5m")], [user(text("a"), ttl(text("hi"), "1h"))], f"messages.0.content.1.{TTL}"),
+    ([ttl(tool("Bash"), None)], [ttl(text("sys"), "1h")], HI, f"system.0.{TTL}"),
+    ([tool("Bash")], [ttl(text("sys"), "1h")], [user(ttl(text("hi"), None))], None),  # 1h, then 5m: fine
+    ([ttl(tool("Bash"), "1h")], [ttl(text("sys"), "1h")], [user(ttl(text("hi"), "1h"))], None),
+    ([tool("Bash")], [text("sys")], [user(ttl(text("a"), None), ttl(text("hi"), "5m"))], None),
+])  # fmt: skip
+def test_a_one_hour_breakpoint_never_follows_a_five_minute_one(
+    tools: list[Any], system: list[Any], messages: list[Any], words: str | None
+) -> None:
+    """cnighswonger/claude-code-cache-fix #44 (messages.0.content.4) and headroom #2939: the
+    order is tools, system, messages, and a breakpoint without a ttl is a five-minute one."""
+    assert refused(messages, tools=tools, system=system) == words
+
+
+ID_PATTERN = "tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'"
+
+
+@pytest.mark.parametrize(("bad", "at"), [
+    ("functions.Bash:0", "messages.1.content.0"), ("call 1", "messages.1.content.0"), ("", "messages.1.content.0"),
+    ("toolu_1\n", "messages.1.content.0"),
+])  # fmt: skip
+def test_a_tool_use_id_is_letters_digits_underscores_and_hyphens(bad: str, at: str) -> None:
+    convo = [user(text("hi")), assistant(call(bad)), user(result(bad))]
+    assert refused(convo, tools=BASH) == f"{at}.{ID_PATTERN}"
+    fine = [user(text("hi")), assistant(call("call_AbC-09")), user(result("call_AbC-09"))]
+    assert refused(fine, tools=BASH) is None
+
+
+@pytest.mark.parametrize("bad_input", ['{"command": "ls"}', ["ls"], None, 3])
+def test_a_tool_use_input_is_an_object(bad_input: Any) -> None:
+    """claude-code #6696 / #6695 with request ids, anthropic-sdk-typescript #648."""
+    block = {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": bad_input}
+    convo = [user(text("hi")), assistant(text("on it"), block), user(result("toolu_1"))]
+    assert refused(convo, tools=BASH) == "messages.1.content.1.tool_use.input: Input should be a valid dictionary"
+
+
+BOTH_SAMPLERS = "`temperature` and `top_p` cannot both be specified for this model. Please use only one."
+
+
+@pytest.mark.parametrize(("model", "words"), [
+    ("claude-opus-4-1-20250805", BOTH_SAMPLERS), ("claude-sonnet-4-5-20250929", BOTH_SAMPLERS),
+    ("claude-haiku-4-5", BOTH_SAMPLERS), ("us.anthropic.claude-haiku-4-5-20251001-v1:0", BOTH_SAMPLERS),
+    ("claude-sonnet-4-6", BOTH_SAMPLERS), ("claude-opus-4-6", BOTH_SAMPLERS),
+    # Models the answers quoted do not cover: not judged.
+    ("claude-opus-4-20250514", None), ("claude-sonnet-4-20250514", None), ("claude-3-7-sonnet-20250219", None),
+    ("claude-x", None),
+])  # fmt: skip
+def test_temperature_and_top_p_together_on_the_models_that_refuse_the_pair(model: str, words: str | None) -> None:
+    assert refused(HI, model=model, temperature=0.5, top_p=0.9) == words
+    assert refused(HI, model=model, temperature=0.5) is None
+    assert refused(HI, model=model, top_p=0.9) is None
+
+
+def test_a_tools_input_schema_names_its_type() -> None:
+    """Kilo-Org/kilocode #12238, answered by api.anthropic.com."""
+    assert refused(HI, tools=[tool("Bash"), {"name": "f", "input_schema": {"properties": {}}}]) == (
+        "tools.1.custom.input_schema.type: Field required")
+    assert refused(HI, tools=[{"type": "web_search_20250305", "name": "web_search"}]) is None
+
+
+@pytest.mark.parametrize("name", [
+    "claude-code-2.1.197-first", "claude-code-2.1.197-bash-result", "claude-code-2.1.197-image-result",
+    "claude-code-2.1.197-thinking-off",
+])  # fmt: skip
+def test_claude_codes_own_requests_are_taken(name: str) -> None:
+    captured = json.loads((CORPUS / f"{name}.json").read_text())
+    assert refusal(PATH, captured["body"], captured["headers"]) is None

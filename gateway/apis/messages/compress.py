@@ -13,7 +13,8 @@ blocks, so everything the core does not touch stays byte-identical:
   together and a result never loses its call);
 * text that may be cut: ``text`` blocks and ``tool_result`` content; never
   ``tool_use`` input, ``thinking`` / ``redacted_thinking`` (signed), images or documents;
-* kept blocks keep every other field (``cache_control`` included).
+* kept blocks keep every other field (``cache_control`` included);
+* a lowered ``max_tokens`` takes thinking's ``budget_tokens`` below it (``output_budget.py``).
 
 A user message that carries tool results is not "the newest user message": the newest
 user turn is the last one the user typed, and what follows it is the current step.
@@ -24,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.apis import output_budget
 from gateway.policy.compress import CompressionResult, compress
 from gateway.policy.cut import cap_content
 
@@ -51,9 +53,11 @@ def compress_messages(
     out = dict(payload)
     planned = result.payload["messages"]
     out["messages"] = [_from_view(v, messages) for v in planned if v.get(_SRC) != "top-level"]
-    for key in ("max_tokens", "max_completion_tokens"):
-        if key in result.payload and result.payload[key] != payload.get(key):
-            out[key] = result.payload[key]
+    lowered = result.payload.get("max_tokens")
+    if isinstance(lowered, int) and lowered != payload.get("max_tokens"):
+        # Thinking's budget is held below the lowered one, or Anthropic refuses the retry
+        # ("`max_tokens` must be greater than `thinking.budget_tokens`").
+        out = output_budget.messages(out, lowered) or out
     return CompressionResult(
         out, result.outcome, result.target_tokens,
         result.estimated_before, result.estimated_after, result.report,

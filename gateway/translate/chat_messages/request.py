@@ -12,7 +12,15 @@ and the extended-thinking guide's "Feature compatibility"):
   changes nothing; it is done so that tool results land in one user turn, first in it;
 * ``max_tokens`` is required; ``temperature`` ranges 0–1 and newer models refuse it
   together with ``top_p``;
-* ``tool_use.id`` must match ``^[a-zA-Z0-9_-]+$``;
+* ``tool_use.id`` must match ``^[a-zA-Z0-9_-]+$``, and the calls of one turn have distinct ids
+  ("messages.1.content.1: `tool_use` ids must be unique", trycua/cua #524); a turn answering
+  calls starts with their results ("Did not find 1 `tool_result` block(s) at the beginning of
+  this message", claude-code #37);
+* a tool's ``input_schema`` names its ``type`` ("tools.0.custom.input_schema.type: Field
+  required", kilocode #12238);
+* a ``cache_control`` with ``ttl: "1h"`` never follows a five-minute one in the order tools,
+  system, messages ("a ttl='1h' cache_control block must not come after a ttl='5m'
+  cache_control block", claude-code-cache-fix #44);
 * thinking needs ``budget_tokens`` ≥ 1024 and < ``max_tokens`` (or, on the newer models, is
   asked as ``adaptive`` with an effort: ``apis/messages/claude_models.py``), is incompatible with a changed
   ``temperature`` or ``top_k``, with ``top_p`` below 0.95, with a forced ``tool_choice`` and
@@ -178,6 +186,7 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
         output_config["format"] = fmt
     if output_config:
         out["output_config"] = output_config
+    _ttl_in_order(out)
     if not _marked(out):
         # OpenAI caches every long prompt by itself; Anthropic only where asked. Asked at the
         # top level, it puts the breakpoint on the last block and moves it on as the
@@ -194,6 +203,25 @@ def _marked(out: Mapping[str, Any]) -> bool:
     blocks = [*(system if isinstance(system, list) else []), *out.get("tools", ())]
     blocks += [b for turn in out["messages"] for b in turn["content"]]
     return any("cache_control" in b for b in blocks)
+
+
+def _ttl_in_order(out: Mapping[str, Any]) -> None:
+    """A one-hour breakpoint after a five-minute one (in Anthropic's order: tools, system,
+    messages) becomes a five-minute one: Anthropic refuses the request otherwise, and the
+    system text this translation moves ahead of the conversation can put a client's markers in
+    that order. The block is still cached, for the shorter time."""
+    system = out.get("system")
+    blocks = [*out.get("tools", ()), *(system if isinstance(system, list) else [])]
+    blocks += [b for turn in out["messages"] for b in turn["content"]]
+    short = False
+    for block in blocks:
+        marker = block.get("cache_control")
+        if not isinstance(marker, dict):
+            continue
+        if marker.get("ttl", "5m") == "5m":
+            short = True
+        elif marker.get("ttl") == "1h" and short:
+            block["cache_control"] = {**marker, "ttl": "5m"}
 
 
 def _opaque_user(user: str) -> str:
@@ -262,6 +290,7 @@ def _conversation(items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], li
             turns[-1]["content"] += blocks
         else:
             turns.append({"role": role, "content": blocks})
+    _distinct_calls(turns)
     for turn in turns:
         if turn["role"] == "user":
             # Anthropic wants a turn's tool results before any text in it.
@@ -272,6 +301,34 @@ def _conversation(items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], li
             # how Anthropic gave it, and stays in that order.
             turn["content"].sort(key=lambda b: b["type"] not in _THOUGHT)
     return system, turns
+
+
+def _distinct_calls(turns: list[dict[str, Any]]) -> None:
+    """The calls of one assistant turn under distinct ids, their results with them: chat takes
+    two calls with one id (servers that give none send ``""`` for each, and their results
+    answer by order), Anthropic refuses it ("`tool_use` ids must be unique"). The second call
+    with an id becomes ``<id>_2`` (the next free suffix), the second result for that id answers
+    it; the same conversation always gets the same ids."""
+    for k, turn in enumerate(turns):
+        calls = [b for b in turn["content"] if b["type"] == "tool_use"] if turn["role"] == "assistant" else []
+        taken = {b["id"] for b in calls}
+        if len(taken) == len(calls):
+            continue
+        given: dict[str, list[str]] = {}
+        for b in calls:
+            ids = given.setdefault(b["id"], [])
+            if ids:
+                n = len(ids) + 1
+                while f"{b['id']}_{n}" in taken:
+                    n += 1
+                b["id"] = f"{b['id']}_{n}"
+                taken.add(b["id"])
+            ids.append(b["id"])
+        answer = turns[k + 1]["content"] if k + 1 < len(turns) and turns[k + 1]["role"] == "user" else []
+        queues = {first: iter(ids) for first, ids in given.items() if len(ids) > 1}
+        for b in answer:
+            if b["type"] == "tool_result" and b["tool_use_id"] in queues:
+                b["tool_use_id"] = next(queues[b["tool_use_id"]], b["tool_use_id"])
 
 
 def _text_blocks(content: Any, i: int) -> list[dict[str, Any]]:
@@ -447,6 +504,9 @@ def _tool(tool: dict[str, Any], j: int) -> dict[str, Any]:
     if description:
         out["description"] = description
     parameters = typed.obj(fn.get("parameters"), ("tools", j, "function", "parameters"))
+    if parameters and "type" not in parameters:
+        # JSON Schema lets an object schema leave its type unsaid; Anthropic requires it.
+        parameters = {"type": "object", **parameters}
     out["input_schema"] = parameters or {"type": "object", "properties": {}}
     return out
 

@@ -516,8 +516,11 @@ def test_legacy_functions_and_non_function_tools_are_refused() -> None:
     assert "tools[0]" in refused({"model": "m", "messages": [user()], "tools": [{"type": "custom", "custom": {}}]})
 
 
-@pytest.mark.parametrize("client_id", ["call_abc123", "functions.get_weather:0", "tool call #1", "gwid_x", ""])
+@pytest.mark.parametrize("client_id", ["call_abc123", "functions.get_weather:0", "tool call #1", "gwid_x", "",
+                                       "call_1\n"])  # fmt: skip
 def test_tool_ids_are_mapped_reversibly_and_consistently(client_id: str) -> None:
+    """Anthropic: "messages.92.content.0.tool_use.id: String should match pattern
+    '^[a-zA-Z0-9_-]+$'" (ClawRouter #17), the whole id: a final newline is no letter."""
     mapped = to_anthropic_id(client_id)
     assert from_anthropic_id(mapped) == client_id
     assert mapped.replace("-", "").replace("_", "").isalnum()
@@ -525,6 +528,82 @@ def test_tool_ids_are_mapped_reversibly_and_consistently(client_id: str) -> None
         user(), {"role": "assistant", "content": None, "tool_calls": [call(client_id)]},
         {"role": "tool", "tool_call_id": client_id, "content": "ok"}]})  # fmt: skip
     assert out["messages"][1]["content"][0]["id"] == out["messages"][2]["content"][0]["tool_use_id"] == mapped
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+
+
+def unnamed(city: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": "get_weather", "arguments": json.dumps({"city": city})}}
+
+
+@pytest.mark.parametrize(("first", "second", "answers"), [
+    (call("call_0"), call("call_0", arguments='{"city": "Rome"}'), ("call_0", "call_0")),
+    (call(""), call("", arguments='{"city": "Rome"}'), ("", "")),
+    (unnamed("Paris"), unnamed("Rome"), (None, None)),  # a server that gives calls no id at all
+    (call("x"), call("x", arguments='{"city": "Rome"}'), ("x", "x")),
+])  # fmt: skip
+def test_two_calls_of_one_turn_under_one_id_are_told_apart_trycua_524(
+    first: dict[str, Any], second: dict[str, Any], answers: tuple[str | None, str | None]
+) -> None:
+    """Anthropic: "messages.1.content.1: `tool_use` ids must be unique". The results answer the
+    calls in order, as chat pairs them when the ids say nothing."""
+    results = [{"role": "tool", "content": text, **({} if a is None else {"tool_call_id": a})}
+               for a, text in zip(answers, ("Paris: 18C", "Rome: 24C"), strict=True)]  # fmt: skip
+    convo = [user(), {"role": "assistant", "content": None, "tool_calls": [first, second]}, *results, user("and?")]
+    out = req({"model": "m", "tools": [WEATHER], "messages": convo})
+    calls, answered = out["messages"][1]["content"], out["messages"][2]["content"]
+    assert len({c["id"] for c in calls}) == 2 and calls[0]["id"] == to_anthropic_id(answers[0] or "")
+    assert [r["tool_use_id"] for r in answered[:2]] == [c["id"] for c in calls]
+    assert [c["input"]["city"] for c in calls] == ["Paris", "Rome"]
+    assert [r["content"] for r in answered[:2]] == ["Paris: 18C", "Rome: 24C"]
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+    assert req({"model": "m", "tools": [WEATHER], "messages": convo}) == out  # the same ids every time
+
+
+def test_a_renamed_call_takes_a_suffix_no_other_call_of_its_turn_has() -> None:
+    convo = [user(), {"role": "assistant", "content": None, "tool_calls": [call("a"), call("a"), call("a_2")]},
+             *({"role": "tool", "tool_call_id": i, "content": "ok"} for i in ("a", "a", "a_2"))]  # fmt: skip
+    out = req({"model": "m", "tools": [WEATHER], "messages": convo})
+    assert [c["id"] for c in out["messages"][1]["content"]] == ["a", "a_3", "a_2"]
+    assert [r["tool_use_id"] for r in out["messages"][2]["content"]] == ["a", "a_3", "a_2"]
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+
+
+def test_one_id_in_two_turns_is_left_as_it_is() -> None:
+    """Anthropic takes an id used again in a later turn (gateway/fake/messages_rules.py)."""
+    rounds = [user(), {"role": "assistant", "content": None, "tool_calls": [call("call_0")]},
+              {"role": "tool", "tool_call_id": "call_0", "content": "18C"},
+              {"role": "assistant", "content": None, "tool_calls": [call("call_0")]},
+              {"role": "tool", "tool_call_id": "call_0", "content": "19C"}]  # fmt: skip
+    out = req({"model": "m", "tools": [WEATHER], "messages": rounds})
+    assert {b.get("id") or b.get("tool_use_id") for t in out["messages"][1:] for b in t["content"]} == {"call_0"}
+
+
+def test_tool_parameters_that_leave_the_type_unsaid_are_an_object_kilocode_12238() -> None:
+    """Anthropic: "tools.0.custom.input_schema.type: Field required"."""
+    typeless = {"type": "function", "function": {"name": "f", "parameters": {"properties": {"q": {"type": "string"}}}}}
+    out = req({"model": "m", "tools": [typeless], "messages": [user()]})
+    assert out["tools"][0]["input_schema"] == {"type": "object", "properties": {"q": {"type": "string"}}}
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+
+
+def marked(text: str, ttl: str | None = None) -> dict[str, Any]:
+    return {"type": "text", "text": text, "cache_control": {"type": "ephemeral", **({"ttl": ttl} if ttl else {})}}
+
+
+def test_a_one_hour_breakpoint_the_system_text_moved_ahead_of_is_sent_as_five_minutes() -> None:
+    """Anthropic: "a ttl='1h' cache_control block must not come after a ttl='5m' cache_control
+    block. Note that blocks are processed in the following order: `tools`, `system`, `messages`."
+    (claude-code-cache-fix #44). A system message late in the conversation goes ahead of it."""
+    convo = [{"role": "user", "content": [marked("long context", "1h")]}, {"role": "assistant", "content": "ok"},
+             {"role": "system", "content": [marked("rules")]}, user("go")]  # fmt: skip
+    out = req({"model": "m", "messages": convo})
+    assert out["system"] == [marked("rules")]
+    assert out["messages"][0]["content"] == [marked("long context", "5m")]
+    assert convo[0]["content"][0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}  # the client's untouched
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+    in_order = [{"role": "system", "content": [marked("rules", "1h")]}, {"role": "user", "content": [marked("hi")]}]
+    out = req({"model": "m", "messages": in_order})
+    assert out["system"] == [marked("rules", "1h")] and out["messages"][0]["content"] == [marked("hi")]
 
 
 # --- buffered answers -------------------------------------------------------------------------

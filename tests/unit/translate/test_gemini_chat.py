@@ -273,6 +273,16 @@ def test_nullable_function_parameters_stay_an_object() -> None:
     assert messages_rules.refusal("/v1/messages", on_claude, {}) is None
 
 
+def test_a_json_schema_without_a_type_reaches_claude_as_an_object() -> None:
+    """JSON Schema lets ``parametersJsonSchema`` leave the type unsaid; Anthropic: "tools.0.custom.
+    input_schema.type: Field required" (kilocode #12238)."""
+    decl = {"name": "search", "parametersJsonSchema": {"properties": {"q": {"type": "string"}}, "required": ["q"]}}
+    on_claude = ON_MESSAGES.request(base(tools=[{"functionDeclarations": [decl]}]), CLAUDE)
+    assert not isinstance(on_claude, Refusal), on_claude
+    assert on_claude["tools"][0]["input_schema"] == {"type": "object", **decl["parametersJsonSchema"]}
+    assert messages_rules.refusal("/v1/messages", on_claude, {}) is None
+
+
 def test_json_schema_fields_get_json_schemas_type_names_and_nothing_else_changes() -> None:
     google_spelled = {"type": "OBJECT", "properties": {
         "OBJECT": {"type": "STRING", "enum": ["STRING", "OBJECT"], "default": "OBJECT"},
