@@ -40,7 +40,12 @@ and the extended-thinking guide's "Feature compatibility"):
 * ``metadata.user_id`` must be opaque: an email address in it is a 400 ("user_id appears to
   contain an email address"), and it is at most 256 characters;
 * structured outputs want every object schema closed (``additionalProperties: false``,
-  "For 'object' type, 'additionalProperties' must be explicitly set to false").
+  "For 'object' type, 'additionalProperties' must be explicitly set to false"), and take a
+  subset of JSON Schema: no numerical constraints, no string lengths, no array constraints
+  beyond a ``minItems`` of 0 or 1, a ``format`` from a short list (the structured-outputs
+  guide's "JSON Schema limitations"; "For 'integer' type, property 'minimum' is not
+  supported", agentjido/req_llm #302). A tool that is not strict takes any schema: Claude
+  Code sends ``minimum``, ``maxItems`` and ``minLength`` in its own tools'.
 """
 
 from __future__ import annotations
@@ -87,6 +92,14 @@ _IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 # A name for JPEG that clients write (Gemini takes it) and Anthropic refuses.
 _IMAGE_ALIASES = {"image/jpg": "image/jpeg"}
 _DATA_URL = re.compile(r"^data:([\w.+-]+/[\w.+-]+);base64,(.*)$", re.DOTALL)
+# The constraints Anthropic's structured outputs do not take ("JSON Schema limitations": the
+# numerical and string ones, the array ones past a minItems of 0 or 1; and what the SDKs'
+# transform_schema also moves out, being on no list of supported features), and the string
+# formats they take.
+UNSUPPORTED = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength",
+               "maxLength", "maxItems", "uniqueItems", "minProperties", "maxProperties")  # fmt: skip
+FORMATS = frozenset({"date-time", "time", "date", "duration", "email", "hostname", "uri", "ipv4", "ipv6",
+                     "uuid"})  # fmt: skip
 
 
 class _Refused(Exception):
@@ -520,7 +533,7 @@ def _response_format(fmt: Any) -> dict[str, Any] | None:
         spec = typed.obj(fmt.get("json_schema"), ("response_format", "json_schema")) or {}
         schema = typed.obj(spec.get("schema"), ("response_format", "json_schema", "schema"))
         if schema is not None:
-            return {"type": "json_schema", "schema": closed(schema)}
+            return {"type": "json_schema", "schema": output_schema(schema)}
     raise _Refused(f"response_format of type {option_kind(fmt)} cannot be sent to an Anthropic upstream")
 
 
@@ -529,15 +542,33 @@ def _int(p: Mapping[str, Any], key: str) -> int | None:
     return value if value is not None and value > 0 else None
 
 
-def closed(schema: Any) -> Any:
-    """A copy of ``schema`` with every object schema closed (``additionalProperties: false``),
-    as Anthropic's structured outputs require of each (an open or unsaid one is a 400). An
-    open object then holds only its named properties: the one thing lost."""
+def output_schema(schema: Any) -> Any:
+    """A copy of ``schema`` as Anthropic's structured outputs take it: every object schema
+    closed (``additionalProperties: false``: an open or unsaid one is a 400; an open object
+    then holds only its named properties), and each constraint they cannot enforce moved into
+    its schema's ``description`` (a 400 too: "For 'array' type, property 'maxItems' is not
+    supported", job-ops #654), so that the model still reads it. That is what Anthropic's own
+    SDKs do (``transform_schema``), in their words: ``{minimum: 0, maximum: 150}`` after the
+    description. Only the guarantee is lost; a client that checks the answer (the openai
+    SDK's ``parse()`` against its pydantic model) still holds it to the bound."""
     if isinstance(schema, list):
-        return [closed(s) for s in schema]
+        return [output_schema(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = json_schema.with_nested(schema, closed)
+    out = json_schema.with_nested(schema, output_schema)
     if json_schema.is_object(out):
         out["additionalProperties"] = False
+    moved = {key: out.pop(key) for key, value in schema.items() if _unsupported(key, value)}
+    if moved:
+        said = "{" + ", ".join(f"{key}: {json.dumps(value)}" for key, value in moved.items()) + "}"
+        kept = out.get("description")
+        out["description"] = f"{kept}\n\n{said}" if isinstance(kept, str) and kept else said
     return out
+
+
+def _unsupported(key: str, value: Any) -> bool:
+    if key == "minItems":
+        return value not in (0, 1)
+    if key == "format":
+        return not (isinstance(value, str) and value in FORMATS)
+    return key in UNSUPPORTED

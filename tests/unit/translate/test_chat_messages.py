@@ -424,6 +424,38 @@ def test_every_object_of_a_structured_output_schema_is_closed_veryfront_3918() -
     assert schema["properties"]["b"]["additionalProperties"] is True  # the client's document is not changed
 
 
+def test_constraints_structured_outputs_lack_move_into_the_description_job_ops_654() -> None:
+    """Anthropic refuses them ("For 'array' type, property 'maxItems' is not supported",
+    job-ops #654; "For 'integer' type, property 'minimum' is not supported", req_llm #302);
+    its SDKs' transform_schema moves them into the description, where the model reads them."""
+    schema = {"type": "object", "properties": {
+        "name": {"type": "string", "minLength": 1, "description": "Who it is"},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 20}, "maxItems": 5, "minItems": 2},
+        "some": {"type": "array", "items": {"type": "string"}, "minItems": 1, "uniqueItems": True},
+        "when": {"type": "string", "format": "date-time", "pattern": "^2"},
+        "secret": {"type": "string", "format": "password"},
+        "score": {"anyOf": [{"type": "number", "exclusiveMinimum": 0, "multipleOf": 0.5}, {"type": "null"}]},
+        "minimum": {"type": "integer", "enum": [1, 2], "default": 1},
+    }, "$defs": {"Pet": {"type": "object", "properties": {}, "minProperties": 1}}}  # fmt: skip
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": True}}
+    sent = req({"model": "m", "messages": [user()], "response_format": fmt})["output_config"]["format"]["schema"]
+    props = sent["properties"]
+    assert props["name"] == {"type": "string", "description": "Who it is\n\n{minLength: 1}"}
+    assert props["age"] == {"type": "integer", "description": "{minimum: 0, maximum: 150}"}
+    assert props["tags"] == {"type": "array", "description": "{maxItems: 5, minItems: 2}",
+                             "items": {"type": "string", "description": "{maxLength: 20}"}}  # fmt: skip
+    assert props["some"] == {"type": "array", "items": {"type": "string"}, "minItems": 1,
+                             "description": "{uniqueItems: true}"}  # fmt: skip
+    assert props["when"] == schema["properties"]["when"]  # a format and a pattern Anthropic takes
+    assert props["secret"] == {"type": "string", "description": '{format: "password"}'}
+    assert props["score"]["anyOf"][0] == {"type": "number", "description": "{exclusiveMinimum: 0, multipleOf: 0.5}"}
+    assert props["minimum"] == schema["properties"]["minimum"]  # a property's name is no keyword
+    assert sent["$defs"]["Pet"] == {"type": "object", "properties": {}, "additionalProperties": False,
+                                    "description": "{minProperties: 1}"}  # fmt: skip
+    assert schema["properties"]["age"]["minimum"] == 0  # the client's document is not changed
+
+
 @pytest.mark.parametrize(("model", "effort", "expected"), [
     ("claude-opus-4-7", "high", "high"), ("claude-opus-4-8-20260501", "xhigh", "xhigh"),
     ("us.anthropic.claude-opus-4-7-v1:0", "minimal", "low"), ("anthropic/claude-opus-4.7", "medium", "medium"),
