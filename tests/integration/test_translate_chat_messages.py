@@ -302,3 +302,30 @@ async def test_a_gemini_response_schemas_bounds_reach_claude_as_words(make_gatew
     props = sent_schema(gw)["properties"]
     assert props["picks"] == {"type": "array", "items": {"type": "string"}, "description": "{maxItems: 4, minItems: 2}"}
     assert props["score"] == {"type": "integer", "description": "{minimum: 1, maximum: 5}"}
+
+
+async def test_a_call_cut_short_in_the_history_no_longer_fails_every_later_turn_openai_agents_2061(
+    make_gateway, clients
+) -> None:
+    """A call whose arguments max_tokens cut short is valid history in OpenAI's APIs (arguments
+    are an opaque string), and an agent replays it every turn: refused as "not valid JSON", its
+    session could never go on. The text now goes in the call's input."""
+    gw = await make_gateway(upstream_yaml=UPSTREAM)
+    client = clients(gw)
+    cut = '{"command": "echo hi", '
+    done = await client.chat.completions.create(model="gpt-4o", tools=[{"type": "function", "function": {
+        "name": "shell", "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}], messages=[
+        {"role": "user", "content": "Say hi in the shell."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "shell", "arguments": cut}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "error: the arguments are not valid JSON"}])  # fmt: skip
+    assert done.choices[0].message.content
+    call = gw.fake.messages_requests()[-1].json()["messages"][1]["content"][0]
+    assert call == {"type": "tool_use", "id": "call_1", "name": "shell", "input": {"unparsed_arguments": cut}}
+    answered = await client.responses.create(model="gpt-5", input=[
+        {"role": "user", "content": "Say hi in the shell."},
+        {"type": "function_call", "call_id": "call_2", "name": "shell", "arguments": "{bad"},
+        {"type": "function_call_output", "call_id": "call_2", "output": "error: the arguments are not valid JSON"}],
+        tools=[{"type": "function", "name": "shell", "parameters": {"type": "object", "properties": {}}, "strict": False}])  # fmt: skip
+    assert answered.status == "completed" and answered.output_text
+    assert gw.fake.messages_requests()[-1].json()["messages"][1]["content"][0]["input"] == {"unparsed_arguments": "{bad"}

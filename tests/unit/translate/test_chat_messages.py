@@ -528,9 +528,28 @@ def test_pdf_file_data_becomes_a_document() -> None:
         {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x"}}]
 
 
+@pytest.mark.parametrize("arguments", ['{"command": "echo hi", ', "{bad", "[1, 2]", '"ls"', "null"])
+def test_a_call_whose_arguments_are_no_json_object_goes_with_its_text_openai_agents_2061(arguments: str) -> None:
+    """Cut short by max_tokens, or a model's malformed output: OpenAI keeps arguments as an
+    opaque string, so the history is valid in the client's API, and refusing it stuck the
+    session for good (openai-agents-python #2061, livekit/agents #6308). Anthropic needs an
+    object: the text goes in one, for the model to see what it wrote."""
+    convo = [user(), {"role": "assistant", "content": None, "tool_calls": [call("c1", name="sh", arguments=arguments)]},
+             {"role": "tool", "tool_call_id": "c1", "content": "error: the arguments are not valid JSON"}, user("again")]
+    out = req({"model": "m", "messages": convo})
+    assert out["messages"][1]["content"] == [
+        {"type": "tool_use", "id": "c1", "name": "sh", "input": {"unparsed_arguments": arguments}}]
+    assert out["messages"][2]["content"][0]["type"] == "tool_result"
+
+
+def test_a_call_with_arguments_of_the_wrong_json_type_is_refused() -> None:
+    """A string is what the chat API takes; a number is the client's mistake, named."""
+    message = {"role": "assistant", "content": None, "tool_calls": [call("c1")]}
+    message["tool_calls"][0]["function"]["arguments"] = 3
+    assert "JSON object" in refused({"model": "m", "messages": [user(), message]})
+
+
 @pytest.mark.parametrize(("message", "words"), [
-    ({"role": "assistant", "content": None, "tool_calls": [call("c1", arguments='{"city": "Par')]}, "not valid JSON"),
-    ({"role": "assistant", "content": None, "tool_calls": [call("c1", arguments="[1, 2]")]}, "JSON object"),
     ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/bmp;base64,Qk0="}}]},
      "image/bmp"),
     ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "file:///etc/passwd"}}]}, "http(s)"),
