@@ -93,6 +93,7 @@ _IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 # A name for JPEG that clients write (Gemini takes it) and Anthropic refuses.
 _IMAGE_ALIASES = {"image/jpg": "image/jpeg"}
 _DATA_URL = re.compile(r"^data:([\w.+-]+/[\w.+-]+);base64,(.*)$", re.DOTALL)
+_DATA_TYPE = re.compile(r"data:([\w.+-]+/[\w.+-]+);base64,")
 # The constraints Anthropic's structured outputs do not take ("JSON Schema limitations": the
 # numerical and string ones, the array ones past a minItems of 0 or 1; and what the SDKs'
 # transform_schema also moves out, being on no list of supported features), and the string
@@ -344,11 +345,23 @@ def _image(spec: Any, where: str) -> dict[str, Any]:
         media_type, data = found.groups()
         media_type = _IMAGE_ALIASES.get(media_type, media_type)
         if media_type not in _IMAGE_TYPES:
-            raise _Refused(f"{where}: image type {media_type} is not jpeg, png, gif or webp (Anthropic's)")
+            raise _Refused(f"{where}: {unread_image_words(media_type)}")
         return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
     if url.startswith(("http://", "https://")):
         return {"type": "image", "source": {"type": "url", "url": url}}
     raise _Refused(f"{where}: an image must be a base64 data URL or an http(s) URL")
+
+
+def unread_image(url: str) -> str | None:
+    """The type of an image given as a base64 data URL that Anthropic does not read, or None.
+    (For a client translated on through chat, whose refusal then names the client's field.)"""
+    found = _DATA_TYPE.match(url)
+    media_type = _IMAGE_ALIASES.get(found.group(1), found.group(1)) if found else None
+    return media_type if media_type is not None and media_type not in _IMAGE_TYPES else None
+
+
+def unread_image_words(media_type: str) -> str:
+    return f"image type {media_type} is not jpeg, png, gif or webp (Anthropic's)"
 
 
 def _document(spec: Any, where: str) -> dict[str, Any]:
