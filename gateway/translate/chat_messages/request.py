@@ -426,7 +426,7 @@ def _input(arguments: str) -> dict[str, Any]:
     refused, its session could never go on (openai-agents-python #2061, livekit/agents #6308).
     They go as their text in an object: Anthropic needs an object, and does not hold a past
     call's input to its tool's schema (the empty object livekit/agents #6308 asked for there,
-    and its fix #6321 sends, is no more valid for a tool with required parameters). The text
+    fixed by #6321, is no more valid for a tool with required parameters). The text
     and not ``{}``: an empty call would tell the model it called the tool with nothing, which
     the tool's answer ("the arguments are not valid JSON") then contradicts; its own words
     show it where it went wrong, so that it writes the call whole."""
