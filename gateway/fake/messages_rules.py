@@ -186,7 +186,26 @@ And on the rest of the request:
   valid under any of the given schemas", the schema as Python prints it
   (https://github.com/hugomossberg/Babel/issues/12, every call of a Gemini-style schema refused).
   Where several nested schemas are mistyped, the fake names the outermost: its choice, as the one
-  quoted answer does not tell.
+  quoted answer does not tell;
+- structured output whose schema holds a constraint the grammar cannot enforce: the
+  structured-outputs guide's "JSON Schema limitations" list numerical constraints (``minimum``,
+  ``maximum``, ``multipleOf``…), string constraints (``minLength``, ``maxLength``) and array
+  constraints beyond a ``minItems`` of 0 or 1 as not supported
+  (https://platform.claude.com/docs/en/build-with-claude/structured-outputs). Refused as
+  "output_config.format.schema: For 'integer' type, property 'minimum' is not supported"
+  (https://github.com/agentjido/req_llm/issues/302, as ``output_format.schema``), "For 'array'
+  type, property 'maxItems' is not supported" (https://github.com/DaKheera47/job-ops/pull/654);
+  with several on one schema, "For 'integer' type, properties maximum, minimum are not
+  supported" (https://github.com/BerriAI/litellm/issues/21016, and for a strict tool
+  https://github.com/earendil-works/pi/issues/9953); and "For 'array' type, 'minItems' values
+  other than 0 or 1 are not supported" (https://github.com/ghostlobster/memorize-everything/issues/93;
+  a later quote adds "(got: [2, 5])", left out here). The fake words ``maxLength``, ``minLength``,
+  ``exclusiveMinimum``, ``exclusiveMaximum``, ``multipleOf`` and ``uniqueItems`` in the same
+  template, the docs naming them unsupported, and names several in alphabetical order (as the
+  quote does: its own choice where that is chance). A ``pattern``, a ``format`` and
+  ``minItems`` 0 or 1 are taken (the docs list them as supported). Only structured output is
+  judged: the gateway sends no strict tools, and a tool that is not strict takes any draft
+  2020-12 schema.
 
 The order the rules are checked in, where a request breaks more than one, is the fake's own.
 What the same measurements found Anthropic accepts is accepted here too: two assistant turns
@@ -201,7 +220,7 @@ from collections.abc import Collection, Mapping
 from typing import Any, TypeGuard
 
 from gateway.fake.messages import SIGNATURE_MARK, anthropic_error, sign
-from gateway.fake.schemas import miscounted, mistyped, objects
+from gateway.fake.schemas import miscounted, mistyped, objects, schemas
 from gateway.fake.steps import Reply
 
 MID_CONVERSATION_SYSTEM = "mid-conversation-system"
@@ -229,6 +248,10 @@ _IMAGE_WORDS = "Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image
 _DRAFT = ("JSON schema is invalid. It must match JSON Schema draft 2020-12 (https://json-schema.org/draft/2020-12). "
           "Learn more about tool use at https://platform.claude.com/docs/en/agents-and-tools/tool-use/overview.")  # fmt: skip
 _THOUGHT = ("thinking", "redacted_thinking")
+_NUMERIC = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+# The constraints structured outputs refuse, by the type they constrain (minItems: past 1).
+_UNSUPPORTED = {"integer": _NUMERIC, "number": _NUMERIC, "string": ("minLength", "maxLength"),
+                "array": ("maxItems", "uniqueItems")}  # fmt: skip
 # Anchored on the "@" (a possessive-free scan from every start was quadratic: a 300 KB id
 # without one held the fake's CPU until it was killed).
 _EMAIL = re.compile(r"(?<=[^@\s])@[^@\s]+\.[^@\s]")
@@ -610,6 +633,26 @@ def _output_schema(payload: dict[str, Any]) -> str | None:
             if obj.get("additionalProperties") is not False:
                 return (f"{field}.schema: For 'object' type, 'additionalProperties' must be explicitly set "
                         "to false")  # fmt: skip
+        unsupported = _unsupported(form.get("schema"))
+        if unsupported is not None:
+            return f"{field}.schema: {unsupported}"
+    return None
+
+
+def _unsupported(schema: Any) -> str | None:
+    """Anthropic's words for the outermost schema with a constraint structured outputs lack."""
+    for _, sub in schemas(schema):
+        kind = sub.get("type")
+        for name in kind if isinstance(kind, list) else [kind]:
+            if not isinstance(name, str):
+                continue
+            found = sorted(k for k in _UNSUPPORTED.get(name, ()) if k in sub)
+            if len(found) == 1:
+                return f"For '{name}' type, property '{found[0]}' is not supported"
+            if found:
+                return f"For '{name}' type, properties {', '.join(found)} are not supported"
+            if name == "array" and sub.get("minItems", 0) not in (0, 1):
+                return "For 'array' type, 'minItems' values other than 0 or 1 are not supported"
     return None
 
 

@@ -10,8 +10,9 @@ from typing import Any
 
 import openai
 import pytest
+from pydantic import BaseModel, Field
 
-from tests.fakeupstream import Reply, Stream, anthropic_overflow, named_events
+from tests.fakeupstream import Reply, Stream, anthropic_message, anthropic_overflow, named_events
 
 CORPUS = Path(__file__).parents[1] / "corpus"
 UPSTREAM = ", apis: [messages], model_map: {'gpt-*': claude-sonnet-4-5}"
@@ -244,3 +245,87 @@ async def test_a_streamed_call_without_arguments_reaches_responses_and_chat_clie
         completion = await cs.get_final_completion()
     [chat_call] = completion.choices[0].message.tool_calls or []
     assert chat_call.function.arguments == "{}"
+
+
+class Person(BaseModel):
+    name: str = Field(min_length=1, description="Their full name")
+    age: int = Field(ge=0, le=150)
+    tags: list[str] = Field(max_length=5)
+
+
+PERSON = {"name": "Ada Lovelace", "age": 36, "tags": ["math"]}
+
+
+def sent_schema(gw: Any) -> dict[str, Any]:
+    schema: dict[str, Any] = gw.fake.messages_requests()[-1].json()["output_config"]["format"]["schema"]
+    return schema
+
+
+def constraints_in_descriptions(schema: dict[str, Any]) -> None:
+    props = schema["properties"]
+    assert props["name"]["description"] == "Their full name\n\n{minLength: 1}" and "minLength" not in props["name"]
+    assert props["age"]["description"] == "{maximum: 150, minimum: 0}" and "minimum" not in props["age"]
+    assert props["tags"]["description"] == "{maxItems: 5}" and "maxItems" not in props["tags"]
+
+
+async def test_a_pydantic_models_bounds_reach_claude_as_words_not_a_400_job_ops_654(make_gateway, clients) -> None:
+    """`chat.completions.parse()` and `responses.parse()` with `Field(min_length=1)`, `ge`/`le`
+    and a list's `max_length`: Anthropic's structured outputs refuse each ("For 'integer' type,
+    property 'minimum' is not supported"), so every such call was a 400; the bounds now reach
+    the model in the descriptions, as Anthropic's SDKs send them, and the SDK still checks the
+    answer against the model."""
+    gw = await make_gateway(upstream_yaml=UPSTREAM)
+    gw.fake.script(Reply(200, anthropic_message(text=json.dumps(PERSON))),
+                   Reply(200, anthropic_message(text=json.dumps(PERSON))))  # fmt: skip
+    client = clients(gw)
+    done = await client.chat.completions.parse(
+        model="gpt-4o", messages=[{"role": "user", "content": "Who wrote the first program?"}], response_format=Person)
+    assert done.choices[0].message.parsed == Person(**PERSON)
+    constraints_in_descriptions(sent_schema(gw))
+    answered = await client.responses.parse(model="gpt-5", input="Who wrote the first program?", text_format=Person)
+    assert answered.output_parsed == Person(**PERSON)
+    constraints_in_descriptions(sent_schema(gw))
+
+
+async def test_a_gemini_response_schemas_bounds_reach_claude_as_words(make_gateway) -> None:
+    """Gemini's `responseSchema` takes `minItems` (as a string), `maxItems` and `minimum`."""
+    gw = await make_gateway(upstream_yaml=", apis: [messages], model_map: {'gemini-*': claude-sonnet-4-5}")
+    gw.fake.script(Reply(200, anthropic_message(text=json.dumps({"picks": ["a", "b"], "score": 3}))))
+    schema = {"type": "OBJECT", "properties": {
+        "picks": {"type": "ARRAY", "items": {"type": "STRING"}, "minItems": "2", "maxItems": "4"},
+        "score": {"type": "INTEGER", "minimum": 1, "maximum": 5}}, "required": ["picks", "score"]}  # fmt: skip
+    body = {"contents": [{"role": "user", "parts": [{"text": "Pick two."}]}],
+            "generationConfig": {"responseMimeType": "application/json", "responseSchema": schema}}  # fmt: skip
+    async with gw.session.post(gw.base + "/v1beta/models/gemini-2.5-flash:generateContent", json=body,
+                               headers={"x-goog-api-key": "dummy"}) as r:  # fmt: skip
+        assert r.status == 200, await r.text()
+    props = sent_schema(gw)["properties"]
+    assert props["picks"] == {"type": "array", "items": {"type": "string"}, "description": "{maxItems: 4, minItems: 2}"}
+    assert props["score"] == {"type": "integer", "description": "{minimum: 1, maximum: 5}"}
+
+
+async def test_a_call_cut_short_in_the_history_no_longer_fails_every_later_turn_openai_agents_2061(
+    make_gateway, clients
+) -> None:
+    """A call whose arguments max_tokens cut short is valid history in OpenAI's APIs (arguments
+    are an opaque string), and an agent replays it every turn: refused as "not valid JSON", its
+    session could never go on. The text now goes in the call's input."""
+    gw = await make_gateway(upstream_yaml=UPSTREAM)
+    client = clients(gw)
+    cut = '{"command": "echo hi", '
+    done = await client.chat.completions.create(model="gpt-4o", tools=[{"type": "function", "function": {
+        "name": "shell", "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}], messages=[
+        {"role": "user", "content": "Say hi in the shell."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "shell", "arguments": cut}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "error: the arguments are not valid JSON"}])  # fmt: skip
+    assert done.choices[0].message.content
+    call = gw.fake.messages_requests()[-1].json()["messages"][1]["content"][0]
+    assert call == {"type": "tool_use", "id": "call_1", "name": "shell", "input": {"unparsed_arguments": cut}}
+    answered = await client.responses.create(model="gpt-5", input=[
+        {"role": "user", "content": "Say hi in the shell."},
+        {"type": "function_call", "call_id": "call_2", "name": "shell", "arguments": "{bad"},
+        {"type": "function_call_output", "call_id": "call_2", "output": "error: the arguments are not valid JSON"}],
+        tools=[{"type": "function", "name": "shell", "parameters": {"type": "object", "properties": {}}, "strict": False}])  # fmt: skip
+    assert answered.status == "completed" and answered.output_text
+    assert gw.fake.messages_requests()[-1].json()["messages"][1]["content"][0]["input"] == {"unparsed_arguments": "{bad"}

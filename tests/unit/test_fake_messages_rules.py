@@ -317,6 +317,43 @@ def test_a_structured_output_type_json_schema_does_not_have_is_refused() -> None
     assert refused(HI, **json_schema(closed(score={"type": ["integer", "null"]}))) is None
 
 
+SCHEMA = "output_config.format.schema: "
+
+
+@pytest.mark.parametrize(("prop", "words"), [
+    ({"type": "integer", "minimum": 0}, "For 'integer' type, property 'minimum' is not supported"),
+    ({"type": "number", "minimum": 0}, "For 'number' type, property 'minimum' is not supported"),
+    ({"type": "integer", "minimum": 0, "maximum": 150}, "For 'integer' type, properties maximum, minimum are not supported"),
+    ({"type": "number", "multipleOf": 0.5}, "For 'number' type, property 'multipleOf' is not supported"),
+    ({"type": "integer", "exclusiveMinimum": 0}, "For 'integer' type, property 'exclusiveMinimum' is not supported"),
+    ({"type": "string", "minLength": 1}, "For 'string' type, property 'minLength' is not supported"),
+    ({"type": "string", "maxLength": 280}, "For 'string' type, property 'maxLength' is not supported"),
+    ({"type": "array", "items": {"type": "string"}, "maxItems": 5}, "For 'array' type, property 'maxItems' is not supported"),
+    ({"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+     "For 'array' type, property 'uniqueItems' is not supported"),
+    ({"type": "array", "items": {"type": "string"}, "minItems": 2},
+     "For 'array' type, 'minItems' values other than 0 or 1 are not supported"),
+    ({"type": ["integer", "null"], "maximum": 9}, "For 'integer' type, property 'maximum' is not supported"),
+    ({"type": "array", "items": {"type": "string", "maxLength": 9}}, "For 'string' type, property 'maxLength' is not supported"),
+    ({"anyOf": [{"type": "null"}, {"type": "integer", "minimum": 1}]}, "For 'integer' type, property 'minimum' is not supported"),
+    ({"type": "array", "items": {"type": "string"}, "minItems": 1}, None),
+    ({"type": "array", "items": {"type": "string"}, "minItems": 0}, None),
+    ({"type": "string", "format": "date-time", "pattern": "^[0-9]+$", "enum": ["1"]}, None),
+    ({"type": "integer", "description": "minimum 0", "default": 3}, None),
+])  # fmt: skip
+def test_structured_output_refuses_the_constraints_anthropic_does_not_support(prop: Any, words: str | None) -> None:
+    """job-ops #654 (maxItems), memorize-everything #93 (minItems), req_llm #302 (minimum),
+    LiteLLM #21016 (several at once); the docs' "JSON Schema limitations" name the rest."""
+    assert refused(HI, **json_schema(closed(x=prop))) == (words and SCHEMA + words)
+
+
+def test_a_property_named_like_a_keyword_is_no_constraint() -> None:
+    schema = closed(minimum={"type": "integer"}, maxItems={"type": "string"})
+    assert refused(HI, **json_schema(schema)) is None
+    beta = {"output_format": {"type": "json_schema", "schema": closed(n={"type": "integer", "maximum": 3})}}
+    assert refused(HI, **beta) == "output_format.schema: For 'integer' type, property 'maximum' is not supported"
+
+
 DRAFT = ("JSON schema is invalid. It must match JSON Schema draft 2020-12 (https://json-schema.org/draft/2020-12). "
          "Learn more about tool use at https://platform.claude.com/docs/en/agents-and-tools/tool-use/overview.")
 

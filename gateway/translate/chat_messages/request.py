@@ -48,7 +48,12 @@ and the extended-thinking guide's "Feature compatibility"):
 * ``metadata.user_id`` must be opaque: an email address in it is a 400 ("user_id appears to
   contain an email address"), and it is at most 256 characters;
 * structured outputs want every object schema closed (``additionalProperties: false``,
-  "For 'object' type, 'additionalProperties' must be explicitly set to false").
+  "For 'object' type, 'additionalProperties' must be explicitly set to false"), and take a
+  subset of JSON Schema: no numerical constraints, no string lengths, no array constraints
+  beyond a ``minItems`` of 0 or 1, a ``format`` from a short list (the structured-outputs
+  guide's "JSON Schema limitations"; "For 'integer' type, property 'minimum' is not
+  supported", agentjido/req_llm #302). A tool that is not strict takes any schema: Claude
+  Code sends ``minimum``, ``maxItems`` and ``minLength`` in its own tools'.
 """
 
 from __future__ import annotations
@@ -78,6 +83,7 @@ MIN_BUDGET = 1024
 ADAPTIVE_EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "xhigh"}
 USER_ID_MAX = 256
 CONTINUE = "Continue."  # the user turn a conversation ending on the assistant gets (no prefill)
+UNPARSED = "unparsed_arguments"  # the input of a call whose arguments are no JSON object: their text
 
 # Default max_tokens when the client sets none: the documented maximum output of the model
 # family (Anthropic "Models overview"), its oldest member's where members differ, so that the
@@ -95,6 +101,15 @@ _IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 # A name for JPEG that clients write (Gemini takes it) and Anthropic refuses.
 _IMAGE_ALIASES = {"image/jpg": "image/jpeg"}
 _DATA_URL = re.compile(r"^data:([\w.+-]+/[\w.+-]+);base64,(.*)$", re.DOTALL)
+_DATA_TYPE = re.compile(r"data:([\w.+-]+/[\w.+-]+);base64,")
+# The constraints Anthropic's structured outputs do not take ("JSON Schema limitations": the
+# numerical and string ones, the array ones past a minItems of 0 or 1; and what the SDKs'
+# transform_schema also moves out, being on no list of supported features), and the string
+# formats they take.
+UNSUPPORTED = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength",
+               "maxLength", "maxItems", "uniqueItems", "minProperties", "maxProperties")  # fmt: skip
+FORMATS = frozenset({"date-time", "time", "date", "duration", "email", "hostname", "uri", "ipv4", "ipv6",
+                     "uuid"})  # fmt: skip
 
 
 class _Refused(Exception):
@@ -387,11 +402,23 @@ def _image(spec: Any, where: str) -> dict[str, Any]:
         media_type, data = found.groups()
         media_type = _IMAGE_ALIASES.get(media_type, media_type)
         if media_type not in _IMAGE_TYPES:
-            raise _Refused(f"{where}: image type {media_type} is not jpeg, png, gif or webp (Anthropic's)")
+            raise _Refused(f"{where}: {unread_image_words(media_type)}")
         return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
     if url.startswith(("http://", "https://")):
         return {"type": "image", "source": {"type": "url", "url": url}}
     raise _Refused(f"{where}: an image must be a base64 data URL or an http(s) URL")
+
+
+def unread_image(url: str) -> str | None:
+    """The type of an image given as a base64 data URL that Anthropic does not read, or None.
+    (For a client translated on through chat, whose refusal then names the client's field.)"""
+    found = _DATA_TYPE.match(url)
+    media_type = _IMAGE_ALIASES.get(found.group(1), found.group(1)) if found else None
+    return media_type if media_type is not None and media_type not in _IMAGE_TYPES else None
+
+
+def unread_image_words(media_type: str) -> str:
+    return f"image type {media_type} is not jpeg, png, gif or webp (Anthropic's)"
 
 
 def _document(spec: Any, where: str) -> dict[str, Any]:
@@ -439,19 +466,32 @@ def _assistant_blocks(m: Mapping[str, Any], i: int) -> list[dict[str, Any]]:
         if call.get("type", "function") != "function" or fn is None:
             raise _Refused(f"{where}: only function tool calls can be carried")
         arguments = fn.get("arguments") or "{}"
-        try:
-            args = json.loads(arguments) if isinstance(arguments, str) else arguments
-        except ValueError:
-            # The arguments are the conversation's text: never quoted back (nor into a log).
-            raise _Refused(f"{where}: function.arguments is not valid JSON, and Anthropic needs the call's "
-                           "input as an object") from None
-        if not isinstance(args, dict):
+        if not isinstance(arguments, str | dict):
             raise _Refused(f"{where}: function.arguments must be a JSON object for an Anthropic upstream")
+        args = _input(arguments) if isinstance(arguments, str) else arguments
         call_id = typed.text(call.get("id"), ("messages", i, "tool_calls", j, "id")) or ""
         name = typed.text(fn.get("name"), ("messages", i, "tool_calls", j, "function", "name")) or ""
         blocks.append({"type": "tool_use", "id": to_anthropic_id(call_id), "name": name, "input": args})
     # Thinking alone makes no turn: the turn it came with had its text or calls.
     return _signed(m, i) + blocks if blocks else []
+
+
+def _input(arguments: str) -> dict[str, Any]:
+    """A call's ``input`` from its chat ``arguments``. Those that are no JSON object (a call
+    cut short by max_tokens, a model's malformed output: ``{"command": "echo hi", ``) are the
+    history as the client's API keeps it, an opaque string, which an agent replays every turn;
+    refused, its session could never go on (openai-agents-python #2061, livekit/agents #6308).
+    They go as their text in an object: Anthropic needs an object, and does not hold a past
+    call's input to its tool's schema (the empty object livekit/agents #6308 asked for there,
+    fixed by #6321, is no more valid for a tool with required parameters). The text
+    and not ``{}``: an empty call would tell the model it called the tool with nothing, which
+    the tool's answer ("the arguments are not valid JSON") then contradicts; its own words
+    show it where it went wrong, so that it writes the call whole."""
+    try:
+        args = json.loads(arguments)
+    except ValueError:
+        args = None
+    return args if isinstance(args, dict) else {UNPARSED: arguments}
 
 
 def _tool_result(m: Mapping[str, Any], i: int) -> dict[str, Any]:
@@ -580,7 +620,7 @@ def _response_format(fmt: Any) -> dict[str, Any] | None:
         spec = typed.obj(fmt.get("json_schema"), ("response_format", "json_schema")) or {}
         schema = typed.obj(spec.get("schema"), ("response_format", "json_schema", "schema"))
         if schema is not None:
-            return {"type": "json_schema", "schema": closed(schema)}
+            return {"type": "json_schema", "schema": output_schema(schema)}
     raise _Refused(f"response_format of type {option_kind(fmt)} cannot be sent to an Anthropic upstream")
 
 
@@ -589,15 +629,33 @@ def _int(p: Mapping[str, Any], key: str) -> int | None:
     return value if value is not None and value > 0 else None
 
 
-def closed(schema: Any) -> Any:
-    """A copy of ``schema`` with every object schema closed (``additionalProperties: false``),
-    as Anthropic's structured outputs require of each (an open or unsaid one is a 400). An
-    open object then holds only its named properties: the one thing lost."""
+def output_schema(schema: Any) -> Any:
+    """A copy of ``schema`` as Anthropic's structured outputs take it: every object schema
+    closed (``additionalProperties: false``: an open or unsaid one is a 400; an open object
+    then holds only its named properties), and each constraint they cannot enforce moved into
+    its schema's ``description`` (a 400 too: "For 'array' type, property 'maxItems' is not
+    supported", job-ops #654), so that the model still reads it. That is what Anthropic's own
+    SDKs do (``transform_schema``), in their words: ``{minimum: 0, maximum: 150}`` after the
+    description. Only the guarantee is lost; a client that checks the answer (the openai
+    SDK's ``parse()`` against its pydantic model) still holds it to the bound."""
     if isinstance(schema, list):
-        return [closed(s) for s in schema]
+        return [output_schema(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = json_schema.with_nested(schema, closed)
+    out = json_schema.with_nested(schema, output_schema)
     if json_schema.is_object(out):
         out["additionalProperties"] = False
+    moved = {key: out.pop(key) for key, value in schema.items() if _unsupported(key, value)}
+    if moved:
+        said = "{" + ", ".join(f"{key}: {json.dumps(value)}" for key, value in moved.items()) + "}"
+        kept = out.get("description")
+        out["description"] = f"{kept}\n\n{said}" if isinstance(kept, str) and kept else said
     return out
+
+
+def _unsupported(key: str, value: Any) -> bool:
+    if key == "minItems":
+        return value not in (0, 1)
+    if key == "format":
+        return not (isinstance(value, str) and value in FORMATS)
+    return key in UNSUPPORTED

@@ -41,6 +41,7 @@ from typing import Any
 
 from gateway.translate import typed
 from gateway.translate.base import Refusal, Target
+from gateway.translate.chat_messages.request import unread_image, unread_image_words
 from gateway.translate.responses_chat import thinking, tool_search
 from gateway.translate.responses_chat.tools import (
     CUSTOM_INPUT,
@@ -70,6 +71,8 @@ _NEEDS_STORE = {
     "conversation": "continues a conversation stored on the server",
     "prompt": "names a prompt template stored at OpenAI",
 }
+# The API the request goes on in (``Target.onward``), as a refusal names it.
+_SPOKEN = {"": "chat completions", "messages": "Anthropic Messages", "gemini": "the Gemini API"}
 _SYSTEM_ROLES = ("system", "developer")
 # What a json_schema text format carries to chat's json_schema, with each member's JSON type.
 _SCHEMA_FORMAT = (
@@ -89,16 +92,18 @@ def to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refu
 
 
 def _to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refusal:
+    spoken = _SPOKEN.get(target.onward, target.onward)
     for key, what in _NEEDS_STORE.items():
         if payload.get(key):
             return Refusal(
-                f"'{key}' {what}; this upstream speaks chat completions, which stores nothing. "
+                f"'{key}' {what}; this upstream speaks {spoken}, which stores nothing. "
                 "Send the whole conversation in 'instructions' and 'input' instead (what Codex "
                 "does with store: false)."
             )
     if payload.get("background"):
         return Refusal(
-            "'background' responses need a server that stores them; this upstream speaks chat completions"
+            f"'background' responses need a server that stores them; this upstream speaks {spoken}, "
+            "which stores nothing"
         )
     if tool_search.clashes(payload.get("tools")):
         return Refusal("a function tool named 'tool_search' beside the client-executed tool_search tool: "
@@ -106,7 +111,7 @@ def _to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Ref
     declared = tool_search.effective_tools(payload)
     names = tool_names(declared)
     try:
-        messages = _messages(payload, names, signed=target.onward == "messages")
+        messages = _messages(payload, names, anthropic=target.onward == "messages")
     except Untranslatable as e:
         return Refusal(str(e))
     tools = chat_tools(declared, names)
@@ -189,20 +194,25 @@ def _text_of(content: Any, where: str, at: typed.Path) -> str:
     return "\n\n".join(t for t in texts if t) if where == "system" else "".join(texts)
 
 
-def _image_part(part: Mapping[str, Any]) -> dict[str, Any]:
+def _image_part(part: Mapping[str, Any], at: typed.Path, anthropic: bool) -> dict[str, Any]:
+    """``anthropic``: the request goes on to Messages, whose refusal of an image type it does
+    not read is made here, where it can name the client's own field."""
     url = part.get("image_url")
     if not isinstance(url, str) or not url:
         raise Untranslatable(
             "an input_image given by file_id needs OpenAI's file store; send it as a URL or "
             "a base64 data URL for a chat completions upstream"
         )
+    unread = unread_image(url) if anthropic else None
+    if unread is not None:
+        raise Untranslatable(f"{typed.bracketed(at)}: {unread_image_words(unread)}")
     image: dict[str, Any] = {"url": url}
     if part.get("detail") in ("low", "high", "auto"):
         image["detail"] = part["detail"]
     return {"type": "image_url", "image_url": image}
 
 
-def _user_content(content: Any, at: typed.Path) -> str | list[dict[str, Any]]:
+def _user_content(content: Any, at: typed.Path, anthropic: bool) -> str | list[dict[str, Any]]:
     """A user message's content: a plain string when it is only text (what every chat server
     takes), else chat content parts."""
     content = typed.content(content, (*at, "content"))
@@ -214,7 +224,7 @@ def _user_content(content: Any, at: typed.Path) -> str | list[dict[str, Any]]:
         if kind in ("input_text", "output_text", "text"):
             parts.append({"type": "text", "text": _said(part, "text", (*at, "content", j))})
         elif kind == "input_image":
-            parts.append(_image_part(part))
+            parts.append(_image_part(part, (*at, "content", j), anthropic))
         elif kind == "input_file":
             raise Untranslatable(
                 "input_file (a document) cannot be carried to a chat completions upstream: "
@@ -229,7 +239,7 @@ def _user_content(content: Any, at: typed.Path) -> str | list[dict[str, Any]]:
     return parts
 
 
-def _tool_output(output: Any, at: typed.Path) -> tuple[str, list[dict[str, Any]]]:
+def _tool_output(output: Any, at: typed.Path, anthropic: bool) -> tuple[str, list[dict[str, Any]]]:
     """A function_call_output's text, and the images it returned (carried separately)."""
     output = typed.content(output, (*at, "output"))
     if isinstance(output, str):
@@ -241,7 +251,7 @@ def _tool_output(output: Any, at: typed.Path) -> tuple[str, list[dict[str, Any]]
         if kind in ("input_text", "output_text", "text"):
             texts.append(_said(part, "text", (*at, "output", j)))
         elif kind == "input_image":
-            images.append(_image_part(part))
+            images.append(_image_part(part, (*at, "output", j), anthropic))
         else:
             raise Untranslatable(f"a tool output cannot carry a {kind!r} part on a chat completions upstream")
     text = "".join(texts)
@@ -253,9 +263,10 @@ def _tool_output(output: Any, at: typed.Path) -> tuple[str, list[dict[str, Any]]
 class _Builder:
     """Builds the chat ``messages`` list, merging what chat wants as one message."""
 
-    def __init__(self, names: ToolNames, signed: bool = False) -> None:
+    def __init__(self, names: ToolNames, anthropic: bool = False) -> None:
         self.names = names
-        self.keep_signed = signed  # the request goes on to Messages: signed thinking is read
+        # The request goes on to Messages: signed thinking is read, and images it does not read refused.
+        self.anthropic = anthropic
         self.signed: list[dict[str, Any]] = []  # thinking_blocks for the turn's next assistant output
         self.system: list[str] = []
         self.messages: list[dict[str, Any]] = []
@@ -284,7 +295,7 @@ class _Builder:
                        and isinstance(p.get("text"), str))  # fmt: skip
         if text:
             self.reasoning.append(text)
-        if self.keep_signed:
+        if self.anthropic:
             self.signed += thinking.unseal(item)
 
     def _reasoned(self, msg: dict[str, Any]) -> None:
@@ -326,7 +337,7 @@ class _Builder:
             raise Untranslatable(f"message role {role!r} has no chat completions equivalent")
         self.reasoning, self.signed = [], []
         self._flush_images()
-        self.messages.append({"role": "user", "content": _user_content(content, at)})
+        self.messages.append({"role": "user", "content": _user_content(content, at, self.anthropic)})
 
     def call(self, call_id: str, chat_name: str, arguments: str) -> None:
         msg = self._assistant()
@@ -355,8 +366,8 @@ def _call_id(item: Mapping[str, Any], at: typed.Path) -> str:
     return call_id
 
 
-def _messages(payload: Mapping[str, Any], names: ToolNames, signed: bool = False) -> list[dict[str, Any]]:
-    b = _Builder(names, signed)
+def _messages(payload: Mapping[str, Any], names: ToolNames, anthropic: bool = False) -> list[dict[str, Any]]:
+    b = _Builder(names, anthropic)
     instructions = payload.get("instructions")
     if isinstance(instructions, str):
         if instructions:
@@ -389,7 +400,7 @@ def _messages(payload: Mapping[str, Any], names: ToolNames, signed: bool = False
                 json.dumps({CUSTOM_INPUT: typed.text(item.get("input"), (*at, "input")) or ""}),
             )
         elif kind in ("function_call_output", "custom_tool_call_output"):
-            text, images = _tool_output(item.get("output"), at)
+            text, images = _tool_output(item.get("output"), at, anthropic)
             b.output(_call_id(item, at), text, images)
         elif kind == "reasoning":
             b.think(item)

@@ -224,8 +224,8 @@ def chat_tool_choice(
     if choice in ("none", "required"):
         if choice == "required" and not tools:
             return Refusal(
-                "tool_choice 'required' cannot be met: the upstream speaks chat completions, "
-                "which cannot run the hosted tools this request offers, and no function tool is left"
+                "tool_choice 'required' cannot be met: the upstream cannot run the hosted tools "
+                "this request offers (OpenAI runs them), and no function tool is left"
             )
         return choice, tools
     if isinstance(choice, str):
@@ -245,4 +245,4 @@ def chat_tool_choice(
         if mode == "required" and not kept:
             return Refusal("tool_choice allowed_tools 'required' names no function tool the upstream can run")
         return (mode if mode in ("auto", "required") else "auto"), kept
-    return Refusal(f"tool_choice {kind!r} forces a hosted tool, which a chat completions upstream cannot run")
+    return Refusal(f"tool_choice {kind!r} forces a hosted tool, which only OpenAI runs: the upstream cannot")

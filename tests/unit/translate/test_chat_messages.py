@@ -424,6 +424,38 @@ def test_every_object_of_a_structured_output_schema_is_closed_veryfront_3918() -
     assert schema["properties"]["b"]["additionalProperties"] is True  # the client's document is not changed
 
 
+def test_constraints_structured_outputs_lack_move_into_the_description_job_ops_654() -> None:
+    """Anthropic refuses them ("For 'array' type, property 'maxItems' is not supported",
+    job-ops #654; "For 'integer' type, property 'minimum' is not supported", req_llm #302);
+    its SDKs' transform_schema moves them into the description, where the model reads them."""
+    schema = {"type": "object", "properties": {
+        "name": {"type": "string", "minLength": 1, "description": "Who it is"},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 20}, "maxItems": 5, "minItems": 2},
+        "some": {"type": "array", "items": {"type": "string"}, "minItems": 1, "uniqueItems": True},
+        "when": {"type": "string", "format": "date-time", "pattern": "^2"},
+        "secret": {"type": "string", "format": "password"},
+        "score": {"anyOf": [{"type": "number", "exclusiveMinimum": 0, "multipleOf": 0.5}, {"type": "null"}]},
+        "minimum": {"type": "integer", "enum": [1, 2], "default": 1},
+    }, "$defs": {"Pet": {"type": "object", "properties": {}, "minProperties": 1}}}  # fmt: skip
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": True}}
+    sent = req({"model": "m", "messages": [user()], "response_format": fmt})["output_config"]["format"]["schema"]
+    props = sent["properties"]
+    assert props["name"] == {"type": "string", "description": "Who it is\n\n{minLength: 1}"}
+    assert props["age"] == {"type": "integer", "description": "{minimum: 0, maximum: 150}"}
+    assert props["tags"] == {"type": "array", "description": "{maxItems: 5, minItems: 2}",
+                             "items": {"type": "string", "description": "{maxLength: 20}"}}  # fmt: skip
+    assert props["some"] == {"type": "array", "items": {"type": "string"}, "minItems": 1,
+                             "description": "{uniqueItems: true}"}  # fmt: skip
+    assert props["when"] == schema["properties"]["when"]  # a format and a pattern Anthropic takes
+    assert props["secret"] == {"type": "string", "description": '{format: "password"}'}
+    assert props["score"]["anyOf"][0] == {"type": "number", "description": "{exclusiveMinimum: 0, multipleOf: 0.5}"}
+    assert props["minimum"] == schema["properties"]["minimum"]  # a property's name is no keyword
+    assert sent["$defs"]["Pet"] == {"type": "object", "properties": {}, "additionalProperties": False,
+                                    "description": "{minProperties: 1}"}  # fmt: skip
+    assert schema["properties"]["age"]["minimum"] == 0  # the client's document is not changed
+
+
 @pytest.mark.parametrize(("model", "effort", "expected"), [
     ("claude-opus-4-7", "high", "high"), ("claude-opus-4-8-20260501", "xhigh", "xhigh"),
     ("us.anthropic.claude-opus-4-7-v1:0", "minimal", "low"), ("anthropic/claude-opus-4.7", "medium", "medium"),
@@ -496,9 +528,28 @@ def test_pdf_file_data_becomes_a_document() -> None:
         {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x"}}]
 
 
+@pytest.mark.parametrize("arguments", ['{"command": "echo hi", ', "{bad", "[1, 2]", '"ls"', "null"])
+def test_a_call_whose_arguments_are_no_json_object_goes_with_its_text_openai_agents_2061(arguments: str) -> None:
+    """Cut short by max_tokens, or a model's malformed output: OpenAI keeps arguments as an
+    opaque string, so the history is valid in the client's API, and refusing it stuck the
+    session for good (openai-agents-python #2061, livekit/agents #6308). Anthropic needs an
+    object: the text goes in one, for the model to see what it wrote."""
+    convo = [user(), {"role": "assistant", "content": None, "tool_calls": [call("c1", name="sh", arguments=arguments)]},
+             {"role": "tool", "tool_call_id": "c1", "content": "error: the arguments are not valid JSON"}, user("again")]
+    out = req({"model": "m", "messages": convo})
+    assert out["messages"][1]["content"] == [
+        {"type": "tool_use", "id": "c1", "name": "sh", "input": {"unparsed_arguments": arguments}}]
+    assert out["messages"][2]["content"][0]["type"] == "tool_result"
+
+
+def test_a_call_with_arguments_of_the_wrong_json_type_is_refused() -> None:
+    """A string is what the chat API takes; a number is the client's mistake, named."""
+    message = {"role": "assistant", "content": None, "tool_calls": [call("c1")]}
+    message["tool_calls"][0]["function"]["arguments"] = 3
+    assert "JSON object" in refused({"model": "m", "messages": [user(), message]})
+
+
 @pytest.mark.parametrize(("message", "words"), [
-    ({"role": "assistant", "content": None, "tool_calls": [call("c1", arguments='{"city": "Par')]}, "not valid JSON"),
-    ({"role": "assistant", "content": None, "tool_calls": [call("c1", arguments="[1, 2]")]}, "JSON object"),
     ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/bmp;base64,Qk0="}}]},
      "image/bmp"),
     ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "file:///etc/passwd"}}]}, "http(s)"),

@@ -1021,3 +1021,29 @@ def test_streamed_signed_thinking_is_sealed_in_the_reasoning_item() -> None:
     assert [i["type"] for i in done] == ["reasoning", "function_call"]
     output = events[-1][1]["response"]["output"]
     assert output[0] == done[0] and replayed(output)["messages"][1]["thinking_blocks"] == [SIGNED, REDACTED]
+
+
+@pytest.mark.parametrize(("onward", "api"), [("", "chat completions"), ("messages", "Anthropic Messages"),
+                                             ("gemini", "the Gemini API")])  # fmt: skip
+def test_a_stored_conversation_is_refused_naming_the_api_the_upstream_speaks(onward: str, api: str) -> None:
+    for payload in ({"previous_response_id": "resp_1", "input": "go on"}, {"background": True, "input": "x"}):
+        out = T.request({"model": "m", **payload}, Target("served-model", onward=onward))
+        assert isinstance(out, Refusal) and f"this upstream speaks {api}," in out.message
+
+
+def test_an_image_anthropic_cannot_read_is_refused_at_its_place_in_the_input() -> None:
+    """Anthropic reads jpeg, png, gif and webp; the refusal names the Responses item, not the
+    chat message it would have become."""
+    heic = {"type": "input_image", "image_url": "data:image/heic;base64,AAAAGGZ0eXBoZWlj"}
+    onward = Target("served-model", onward="messages")
+    payload = {"model": "m", "input": [{"role": "user", "content": [{"type": "input_text", "text": "see"}, heic]}]}
+    out = T.request(payload, onward)
+    assert isinstance(out, Refusal) and out.message.startswith("input[0].content[1]: image type image/heic ")
+    tool = {"model": "m", "input": [{"role": "user", "content": "look"},
+                                    {"type": "function_call", "call_id": "c", "name": "view", "arguments": "{}"},
+                                    {"type": "function_call_output", "call_id": "c", "output": [heic]}]}  # fmt: skip
+    out = T.request(tool, onward)
+    assert isinstance(out, Refusal) and out.message.startswith("input[2].output[0]: image type image/heic ")
+    assert not isinstance(T.request(payload, TARGET), Refusal)  # a chat server may read it
+    jpg = {**heic, "image_url": "data:image/jpg;base64,/9j/4AAQ"}
+    assert not isinstance(T.request({"model": "m", "input": [{"role": "user", "content": [jpg]}]}, onward), Refusal)
