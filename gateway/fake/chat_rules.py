@@ -47,6 +47,49 @@ a chat-only server). Each rule, as OpenAI words it (400 ``invalid_request_error`
   clients' recorded answers). ``image/jpg`` is not judged: no answer says whether OpenAI reads
   the name.
 
+- a tool call id longer than 40 characters: "Invalid 'messages[N].tool_calls[M].id': string too
+  long. Expected a string with maximum length 40, but got a string with length L instead." (code
+  ``string_above_max_length``; https://github.com/anomalyco/opencode/issues/12653,
+  https://github.com/Portkey-AI/gateway/issues/1062 for Azure, BerriAI/litellm#17343 for GitHub
+  Copilot). A 2026 reproduction found OpenAI's own endpoint taking 51 characters
+  (https://github.com/vercel/ai/pull/17233): the fake keeps the limit Azure and Copilot hold;
+- function tools beside ``reasoning_effort`` on gpt-5.4 and later: "Function tools with
+  reasoning_effort are not supported for <model> in /v1/chat/completions. Please use
+  /v1/responses instead." (param ``reasoning_effort``, no code; gpt-5.4 in
+  https://github.com/pipecat-ai/pipecat/issues/4043, gpt-5.5 in
+  https://github.com/charmbracelet/crush/issues/2913), from gpt-5.6 on "... To use function tools,
+  use /v1/responses or set reasoning_effort to 'none'." (https://github.com/GEMISIS/leviath/issues/333).
+  gpt-5.4 takes tools without the field (https://github.com/openai/openai-openapi/issues/541:
+  clients leave it out to go on); gpt-5.5 and later refuse their own default effort too, and take
+  ``"none"`` ("tools only => 400 ...; tools + reasoning_effort=none => 200",
+  https://github.com/BerriAI/litellm/pull/34569 for gpt-5.6; for gpt-5.5,
+  https://github.com/jeffdafoe/llm-memory-api/pull/178). That gpt-5.5 takes "none" is the fake's
+  reading of the newer wording;
+- ``stop`` to a reasoning model: "Unsupported parameter: 'stop' is not supported with this model."
+  (param ``stop``, code ``unsupported_parameter``; o3 in https://github.com/crewAIInc/crewAI/issues/2738,
+  o1-preview in crewAIInc/crewAI#1908, gpt-5 in FlowiseAI/Flowise#5046, gpt-5.2 in
+  huggingface/smolagents#1893). The models: o1, o3 and o4-mini (o3-mini takes it, as
+  huggingface/smolagents#1211 found), every gpt-5 but the non-reasoning ``-chat`` ones;
+- more than 4 stop strings: "Invalid 'stop': array too long. Expected an array with maximum
+  length 4, but got an array with length N instead." (param ``stop``, code
+  ``array_above_max_length``; https://github.com/continuedev/continue/issues/1572);
+- more than 128 tools: "Invalid 'tools': array too long. Expected an array with maximum length
+  128, but got an array with length N instead." (param ``tools``, code ``array_above_max_length``;
+  https://github.com/vishalmysore/Tools4AI/issues/16);
+- ``stream_options`` on a request that does not stream: "The 'stream_options' parameter is only
+  allowed when 'stream' is enabled." (param ``stream_options``, no code;
+  https://github.com/BerriAI/litellm/issues/5803);
+- ``metadata`` without ``store: true`` (chat stores nothing unless asked): "The 'metadata'
+  parameter is only allowed when 'store' is enabled." (https://github.com/tmc/langchaingo/issues/1484,
+  spiceai/spiceai#5231; neither prints the param: ``metadata`` is the fake's);
+- ``parallel_tool_calls`` or ``tool_choice`` without tools: "Invalid value for
+  'parallel_tool_calls': 'parallel_tool_calls' is only allowed when 'tools' are specified."
+  (param ``parallel_tool_calls``, no code; https://github.com/openai/swarm/issues/30) and
+  "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified."
+  (https://github.com/writer/writer-framework/pull/1013, in a relay's envelope; the param, as
+  ``parallel_tool_calls``'s, is the fake's). Any ``tool_choice`` at all, ``"none"`` too: a check
+  against OpenAI found it so (https://github.com/vllm-project/vllm/pull/40311).
+
 Where a request breaks more than one rule, the order they are checked in is the fake's own.
 """
 
@@ -64,19 +107,67 @@ Fault = tuple[str, str | None, str | None]  # message, param, code
 _FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]+")
 _IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/jpg", "image/gif", "image/webp"})
 _DATA_URL = re.compile(r"data:([^;,]+)[;,]")
+_GPT5_MINOR = re.compile(r"gpt-5\.(\d+)(?!\d)")
+# The reasoning models that refuse ``stop``: o1, o3 (not o3-mini), o4-mini, gpt-5 (not -chat).
+_NO_STOP = re.compile(r"(o1|o3(?!-mini)|o4-mini)(-|$)|gpt-5(?!.*-chat)")
+CALL_ID_MAX = 40
 
 
 def refusal(path: str, payload: dict[str, Any]) -> Reply | None:
     """OpenAI's 400 for this chat request, or None when OpenAI takes it."""
     if not path.endswith("/chat/completions"):
         return None
-    found = (_user(payload.get("user")) or _tool_names(payload.get("tools")) or _parameters(payload.get("tools"))
+    found = (_fields(payload) or _model_fields(payload) or _user(payload.get("user"))
+             or _tool_names(payload.get("tools")) or _parameters(payload.get("tools"))
              or _strict_schema(payload.get("response_format")) or _why(payload.get("messages"))
              or _images(payload.get("messages")))  # fmt: skip
     if found is None:
         return None
     message, param, code = found
     return responses_error(400, message, "invalid_request_error", code, param)
+
+
+def _fields(payload: dict[str, Any]) -> Fault | None:
+    """What OpenAI refuses of the request's own fields, whatever the model."""
+    tools = payload.get("tools")
+    if isinstance(tools, list) and len(tools) > 128:
+        return _too_many("tools", 128, len(tools))
+    stop = payload.get("stop")
+    if isinstance(stop, list) and len(stop) > 4:
+        return _too_many("stop", 4, len(stop))
+    if payload.get("stream_options") is not None and payload.get("stream") is not True:
+        return "The 'stream_options' parameter is only allowed when 'stream' is enabled.", "stream_options", None
+    if payload.get("metadata") is not None and payload.get("store") is not True:
+        return "The 'metadata' parameter is only allowed when 'store' is enabled.", "metadata", None
+    if not tools:
+        for key in ("parallel_tool_calls", "tool_choice"):
+            if payload.get(key) is not None:
+                return (f"Invalid value for '{key}': '{key}' is only allowed when 'tools' are specified.",
+                        key, None)  # fmt: skip
+    return None
+
+
+def _model_fields(payload: dict[str, Any]) -> Fault | None:
+    """What one model refuses that another takes."""
+    model = payload.get("model")
+    if not isinstance(model, str):
+        return None
+    if payload.get("stop") is not None and _NO_STOP.match(model):
+        return "Unsupported parameter: 'stop' is not supported with this model.", "stop", "unsupported_parameter"
+    minor = _GPT5_MINOR.match(model)
+    version = int(minor.group(1)) if minor else 0
+    effort = payload.get("reasoning_effort")
+    if version >= 4 and payload.get("tools") and effort != "none" and (effort is not None or version >= 5):
+        way_out = ("Please use /v1/responses instead." if version < 6
+                   else "To use function tools, use /v1/responses or set reasoning_effort to 'none'.")  # fmt: skip
+        return (f"Function tools with reasoning_effort are not supported for {model} in /v1/chat/completions. "
+                f"{way_out}", "reasoning_effort", None)  # fmt: skip
+    return None
+
+
+def _too_many(param: str, limit: int, length: int) -> Fault:
+    return (f"Invalid '{param}': array too long. Expected an array with maximum length {limit}, but got an array "
+            f"with length {length} instead.", param, "array_above_max_length")  # fmt: skip
 
 
 def _why(messages: Any) -> Fault | None:
@@ -101,6 +192,9 @@ def _why(messages: Any) -> Fault | None:
             return _unanswered(waiting)
         calls = message.get("tool_calls") if message.get("role") == "assistant" else None
         ids = [str(c.get("id")) for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+        for j, call_id in enumerate(ids):
+            if len(call_id) > CALL_ID_MAX:
+                return _too_long(f"messages[{i}].tool_calls[{j}].id", CALL_ID_MAX, len(call_id))
         window, waiting = set(ids), list(ids)
     return _unanswered(waiting) if waiting else None
 

@@ -10,7 +10,16 @@ reasoning_effort"); a chat client's ``max_tokens`` is refused by OpenAI's reason
 provider gives, only where the request then means the same: sampling knobs and effort
 (the model's default applies), storage and routing hints, ``n`` while it is 1. A field that
 carries the request's meaning (``tools``, ``response_format``, ``n`` above 1, ``logprobs``) is
-never touched: its refusal reaches the client as it came.
+never touched: its refusal reaches the client as it came. ``stop`` is the one field left out
+that bears on the answer: a reasoning model refuses it outright ("Unsupported parameter: 'stop'
+is not supported with this model."), and the answer then runs past where it would have stopped,
+as it does on every Responses upstream (chat → Responses drops ``stop``: that API has none).
+
+OpenAI's gpt-5.4 and later refuse effort beside function tools on chat completions ("Function
+tools with reasoning_effort are not supported for gpt-5.4 in /v1/chat/completions"); the newer
+models refuse their own default effort there too, and OpenAI's newer wording names the way out
+("set reasoning_effort to 'none'"). That request is sent with ``reasoning_effort: "none"``,
+and only where it declares tools: the same model takes effort on a turn without them.
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ DROPPABLE = frozenset({
     "temperature", "top_p", "top_k", "presence_penalty", "frequency_penalty", "seed",
     "reasoning_effort", "reasoning", "thinking", "verbosity",
     "store", "service_tier", "parallel_tool_calls", "prompt_cache_key", "safety_identifier",
-    "stream_options",
+    "stream_options", "stop",
 })  # fmt: skip
 # Fields left out only while they hold the API's own default: the request then means the same
 # (LangChain's ChatOpenAI sends ``n: 1``, which Mistral refuses as an unknown input).
@@ -90,20 +99,41 @@ _NO_THINKING = re.compile(r"does not support thinking\.", re.IGNORECASE)
 _NO_GEMINI_THINKING = re.compile(r"^thinking_config is not supported\.|^Thinking is not enabled for models/",
                                  re.IGNORECASE)  # fmt: skip
 _NO_EFFORT = re.compile(r"does not support the effort parameter", re.IGNORECASE)
+# OpenAI (gpt-5.4 and gpt-5.5, chat completions): "Function tools with reasoning_effort are not
+# supported for gpt-5.4 in /v1/chat/completions. Please use /v1/responses instead."
+# (pipecat-ai/pipecat#4043, openai/openai-openapi#541); gpt-5.6: "... To use function tools, use
+# /v1/responses or set reasoning_effort to 'none'." (GEMISIS/leviath#333). Leaving the field
+# out is not enough from gpt-5.5 on: the model's default effort is refused as well ("tools only
+# => 400 ...; tools + reasoning_effort=none => 200", BerriAI/litellm#34569 for gpt-5.6;
+# jeffdafoe/llm-memory-api#178 for gpt-5.5). On gpt-5.4 leaving it out is enough
+# (openai/openai-openapi#541), and "none" has been that line's default effort since gpt-5.2
+# (gwdg/chat-ai#113): sending it asks for the same.
+_TOOLS_EFFORT = re.compile(r"Function tools with reasoning_effort are not supported for \S+ in "
+                           r"/v1/chat/completions", re.IGNORECASE)  # fmt: skip
+EFFORT_BESIDE_TOOLS = "none"
 
 
 @dataclass(frozen=True, slots=True)
 class ParamFix:
     field: str  # as the provider named it, snake_case (xAI names them in camelCase)
     rename: str | None = None  # carry the value under this name instead
+    # Send this value instead (sent or not), on a request that declares tools only: the one
+    # refusal whose way out is a value, OpenAI's effort beside function tools (``_TOOLS_EFFORT``).
+    with_tools: str | None = None
 
     @property
     def label(self) -> str:
+        if self.with_tools is not None:
+            return f"{self.field}={self.with_tools}"
         return self.field if self.rename is None else f"{self.field}->{self.rename}"
 
     def apply(self, doc: Mapping[str, Any]) -> dict[str, Any] | None:
-        """``doc`` without the field (or with it renamed); None when the fix does not apply:
-        the field is absent, or leaving it out would change what the request means."""
+        """``doc`` without the field (or with it renamed, or set); None when the fix does not
+        apply: the field is absent, or leaving it out would change what the request means."""
+        if self.with_tools is not None:
+            if not doc.get("tools") or doc.get(self.field) == self.with_tools:
+                return None
+            return {**doc, self.field: self.with_tools}
         nested = NESTED.get(self.field)
         if nested is not None:
             parent, member = nested
@@ -153,6 +183,8 @@ def refused_param(message: str | None) -> ParamFix | None:
         return ParamFix("thinking_config")
     if _NO_EFFORT.search(message):
         return ParamFix("output_config.effort")
+    if _TOOLS_EFFORT.search(message):
+        return ParamFix("reasoning_effort", with_tools=EFFORT_BESIDE_TOOLS)
     for pattern in _REFUSED:
         m = pattern.search(message)
         if m is not None:

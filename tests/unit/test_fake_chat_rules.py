@@ -114,6 +114,87 @@ def test_function_parameters_with_a_type_json_schema_does_not_have() -> None:
         "tools[1].function.parameters", "invalid_function_parameters")
 
 
+LONG_ID = "toolu_01A__gsig_" + "Q" * 76  # the gateway's own Gemini carrier: 92 characters
+
+
+def test_a_tool_call_id_is_at_most_40_characters() -> None:
+    assert refused([USER, calls("c" * 40), tool("c" * 40)]) is None
+    reply = chat_rules.refusal(PATH, {"model": "m", "messages": [USER, calls("call_1", LONG_ID), tool("call_1"),
+                                                                 tool(LONG_ID)]})  # fmt: skip
+    assert reply is not None and reply.body["error"] == {
+        "message": "Invalid 'messages[1].tool_calls[1].id': string too long. Expected a string with maximum length "
+                   "40, but got a string with length 92 instead.",
+        "type": "invalid_request_error", "param": "messages[1].tool_calls[1].id", "code": "string_above_max_length"}
+
+
+TOOLS = [function("Bash")]
+OLD_WAY_OUT = "Please use /v1/responses instead."
+NEW_WAY_OUT = "To use function tools, use /v1/responses or set reasoning_effort to 'none'."
+
+
+def effort_refusal(model: str, way_out: str) -> tuple[str, str, None]:
+    return (f"Function tools with reasoning_effort are not supported for {model} in /v1/chat/completions. "
+            f"{way_out}", "reasoning_effort", None)  # fmt: skip
+
+
+@pytest.mark.parametrize(("model", "payload", "expected"), [
+    ("gpt-5.4", {"tools": TOOLS, "reasoning_effort": "high"}, effort_refusal("gpt-5.4", OLD_WAY_OUT)),
+    ("gpt-5.4", {"tools": TOOLS}, None),  # its default effort is none
+    ("gpt-5.4", {"tools": TOOLS, "reasoning_effort": "none"}, None),
+    ("gpt-5.4", {"reasoning_effort": "high"}, None),  # no tools: effort taken
+    ("gpt-5.4-mini", {"tools": TOOLS, "reasoning_effort": "low"}, effort_refusal("gpt-5.4-mini", OLD_WAY_OUT)),
+    ("gpt-5.5", {"tools": TOOLS}, effort_refusal("gpt-5.5", OLD_WAY_OUT)),  # its own default refused
+    ("gpt-5.6-terra", {"tools": TOOLS}, effort_refusal("gpt-5.6-terra", NEW_WAY_OUT)),
+    ("gpt-5.6-terra", {"tools": TOOLS, "reasoning_effort": "medium"}, effort_refusal("gpt-5.6-terra", NEW_WAY_OUT)),
+    ("gpt-5.6-terra", {"tools": TOOLS, "reasoning_effort": "none"}, None),
+    ("gpt-5.2", {"tools": TOOLS, "reasoning_effort": "high"}, None),
+    ("gpt-5", {"tools": TOOLS, "reasoning_effort": "high"}, None),
+])  # fmt: skip
+def test_gpt_5_4_and_later_refuse_effort_beside_function_tools(model: str, payload: dict[str, Any],
+                                                              expected: tuple[str, str, None] | None) -> None:  # fmt: skip
+    assert refused_with(**payload, model=model) == expected
+
+
+STOP = ("Unsupported parameter: 'stop' is not supported with this model.", "stop", "unsupported_parameter")
+
+
+@pytest.mark.parametrize(("model", "expected"), [
+    ("o1-preview", STOP), ("o3", STOP), ("o3-pro", STOP), ("o4-mini-2025-04-16", STOP), ("gpt-5", STOP),
+    ("gpt-5-mini", STOP), ("gpt-5.2", STOP), ("o3-mini", None), ("gpt-5-chat-latest", None), ("gpt-4o", None),
+])  # fmt: skip
+def test_reasoning_models_refuse_stop(model: str, expected: tuple[str, str, str] | None) -> None:
+    assert refused_with(model=model, stop=["\n"]) == expected
+    assert refused_with(model=model) is None
+
+
+@pytest.mark.parametrize(("payload", "expected"), [
+    ({"stop": ["a", "b", "c", "d", "e"]}, ("Invalid 'stop': array too long. Expected an array with maximum length 4, "
+                                          "but got an array with length 5 instead.", "stop", "array_above_max_length")),
+    ({"stop": ["a", "b", "c", "d"]}, None),
+    ({"stop": "a"}, None),
+    ({"tools": [function(f"t{i}") for i in range(129)]},
+     ("Invalid 'tools': array too long. Expected an array with maximum length 128, but got an array with length 129 "
+      "instead.", "tools", "array_above_max_length")),
+    ({"tools": [function(f"t{i}") for i in range(128)]}, None),
+    ({"stream_options": {"include_usage": True}},
+     ("The 'stream_options' parameter is only allowed when 'stream' is enabled.", "stream_options", None)),
+    ({"stream_options": {"include_usage": True}, "stream": False},
+     ("The 'stream_options' parameter is only allowed when 'stream' is enabled.", "stream_options", None)),
+    ({"stream_options": {"include_usage": True}, "stream": True}, None),
+    ({"metadata": {"session": "s"}}, ("The 'metadata' parameter is only allowed when 'store' is enabled.", "metadata",
+                                      None)),
+    ({"metadata": {"session": "s"}, "store": True}, None),
+    ({"parallel_tool_calls": False}, ("Invalid value for 'parallel_tool_calls': 'parallel_tool_calls' is only allowed "
+                                      "when 'tools' are specified.", "parallel_tool_calls", None)),
+    ({"tool_choice": "none"}, ("Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are "
+                               "specified.", "tool_choice", None)),
+    ({"tool_choice": "auto", "parallel_tool_calls": False, "tools": TOOLS}, None),
+])  # fmt: skip
+def test_what_openai_refuses_of_the_requests_fields(payload: dict[str, Any],
+                                                    expected: tuple[str, str, str | None] | None) -> None:
+    assert refused_with(**payload) == expected
+
+
 def picture(url: str) -> dict[str, Any]:
     return {"role": "user", "content": [{"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": url}}]}
 
@@ -193,7 +274,9 @@ def _messages_conversation(r: random.Random) -> list[dict[str, Any]]:
         elif kind == "system":
             msgs.append({"role": "system", "content": "<reminder>"})
         else:
-            ids = [f"toolu_{r.randint(0, 99999)}" for _ in range(r.randint(1, 3))]
+            # Some carry a Gemini thought signature (a conversation begun on a Gemini upstream).
+            ids = [f"toolu_{r.randint(0, 99999)}" + ("__gsig_" + "Q" * r.randint(1, 120) if r.random() < 0.3 else "")
+                   for _ in range(r.randint(1, 3))]  # fmt: skip
             lead = [{"type": "text", "text": "calling"}] if r.random() < 0.5 else []
             msgs.append({"role": "assistant", "content": [*lead, *({"type": "tool_use", "id": t, "name": "Bash",
                                                                     "input": {"c": "ls"}} for t in ids)]})
@@ -217,8 +300,8 @@ def _responses_conversation(r: random.Random) -> list[dict[str, Any]]:
         elif kind == "reasoning":
             items.append({"type": "reasoning", "summary": [{"type": "summary_text", "text": "t"}]})
         else:
-            made = [{"type": "function_call", "call_id": f"call_{r.randint(0, 99999)}", "name": "f", "arguments": "{}"}
-                    for _ in range(r.randint(1, 3))]  # fmt: skip
+            made = [{"type": "function_call", "call_id": f"call_{r.randint(0, 99999)}" + "x" * r.choice([0, 0, 40]),
+                     "name": "f", "arguments": "{}"} for _ in range(r.randint(1, 3))]  # fmt: skip
             items.extend(made)
             items.extend({"type": "function_call_output", "call_id": c["call_id"], "output": "res"}
                          for c in r.sample(made, len(made)))  # fmt: skip
@@ -260,9 +343,11 @@ def _gemini_contents(r: random.Random) -> list[dict[str, Any]]:
         else:
             names = [r.choice("fgh") for _ in range(r.randint(1, 3))]
             lead = [{"text": "calling"}] if r.random() < 0.5 else []
-            contents.append({"role": "model", "parts": [*lead, *({"functionCall": {"name": n, "args": {"i": i}}}
+            # Gemini CLI names each call itself (45 characters and more); google-genai sends no id.
+            ids = [{"id": f"{n}-1759912345678-{r.getrandbits(52):013x}"} if r.random() < 0.5 else {} for n in names]
+            contents.append({"role": "model", "parts": [*lead, *({"functionCall": {"name": n, "args": {"i": i}, **ids[i]}}
                                                                  for i, n in enumerate(names))]})  # fmt: skip
-            answers = [{"functionResponse": {"name": n, "response": {"r": i}}} for i, n in enumerate(names)]
+            answers = [{"functionResponse": {"name": n, "response": {"r": i}, **ids[i]}} for i, n in enumerate(names)]
             contents.append({"role": r.choice(["user", "function"]), "parts": [*answers, *_inline(r)]})
     return contents
 

@@ -32,6 +32,7 @@ from gateway.apis.base import (
 )
 from gateway.apis.chat import replay as chat_replay
 from gateway.apis.chat import resume as chat_continue
+from gateway.apis.chat.ids import GEMINI_SIGNED, chat_request_ids
 from gateway.apis.chat.tool_outputs import apply_tool_policy
 from gateway.apis.common import (
     ShownText,
@@ -47,6 +48,8 @@ from gateway.errors import Classification, ErrorType
 from gateway.policy.compress import CompressionResult, cap_tool_outputs, compress
 from gateway.policy.tool_outputs import Stage, ToolOutputPolicy
 from gateway.sse import Event, ParsedEvents, encode_data, error_payload
+
+_GEMINI_SIGNED = GEMINI_SIGNED.encode()
 
 
 def _finished(raw: bytes) -> bool:
@@ -71,8 +74,13 @@ class OpenAIChat:
 
     def prepare(self, inbound: Inbound, stream_usage: bool) -> tuple[dict[str, Any], bool]:
         """For token accounting, ask a stream for its usage chunk when the client did not,
-        and have the reader strip that chunk again before it reaches the client."""
+        and have the reader strip that chunk again before it reaches the client. Tool call ids
+        that carry the gateway's own Gemini signature go as a chat upstream takes them
+        (``apis/chat/ids.py``)."""
         payload = inbound.payload
+        # The byte search (~2 us per 100 KB) spares every other request a walk of its messages.
+        if _GEMINI_SIGNED in inbound.body:
+            payload = chat_request_ids(payload) or payload
         if not inbound.stream or not stream_usage:
             return payload, False
         options = payload.get("stream_options")

@@ -23,7 +23,9 @@ import binascii
 from collections.abc import Mapping
 from typing import Any
 
-MARK = "__gsig_"
+from gateway.apis.chat.ids import GEMINI_SIGNED
+
+MARK = GEMINI_SIGNED
 # Google's documented stand-in for a call that no Gemini model signed (a conversation begun on
 # another upstream): validation is skipped for it (Gemini API docs, "Thought signatures", FAQ).
 SKIP = "skip_thought_signature_validator"

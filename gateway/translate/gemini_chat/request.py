@@ -10,7 +10,10 @@ Rules (each with its reason in docs/translation/gemini_chat.md):
 * Call ids are kept (Gemini CLI sends one on every call and echoes it on the response). A call
   without one (google-genai sends none) gets ``call_<turn>_<part>``, and a response without
   one answers the first call of that name the previous model turn left unanswered: the Gemini
-  API pairs them by name and order.
+  API pairs them by name and order. An id longer than OpenAI's 40 characters (Gemini CLI's own,
+  ``run_shell_command-1759912345678-3f2a9c8b1d4e7``) goes to a chat upstream as a digest of
+  itself, on the call and its response alike (``apis/chat/ids.py``).
+* ``stopSequences``: the first 4 go to a chat upstream, OpenAI's most (Gemini takes 5).
 * Thoughts (``thought: true`` parts) and ``thoughtSignature`` are dropped from history: chat
   has no input field for reasoning, and a signature only a Gemini model can check means
   nothing to another one.
@@ -26,12 +29,14 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from gateway.apis.chat.ids import to_chat_id
 from gateway.apis.gemini.fields import field, has, snake
 from gateway.translate import json_schema as nesting
 from gateway.translate import typed
 from gateway.translate.base import Refusal, Target
 from gateway.translate.chat_messages.request import EFFORT_BUDGET
 from gateway.translate.gemini_chat.names import Names, names_for
+from gateway.translate.messages_chat.request import STOP_MAX
 from gateway.translate.typed import WrongType
 
 # thinkingBudget → reasoning_effort: the thresholds messages_chat uses for Anthropic's
@@ -98,7 +103,8 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
     if not isinstance(contents, list):
         raise Untranslatable("'contents' must be a list of Content objects")
     names = names_for(payload.get("tools"))
-    messages += _messages(contents, names, files=target.onward in ("messages", "responses"))
+    messages += _messages(contents, names, files=target.onward in ("messages", "responses"),
+                          short_ids=not target.onward)
     out: dict[str, Any] = {"model": target.model, "messages": messages}
     config = typed.obj(field(payload, "generationConfig"), ("generationConfig",))
     if config is not None:
@@ -143,9 +149,10 @@ def _system(instruction: Any) -> str:
 class _Convo:
     """Chat messages as they are built, with the calls still waiting for their response."""
 
-    def __init__(self, names: Names, files: bool) -> None:
+    def __init__(self, names: Names, files: bool, short_ids: bool = False) -> None:
         self.names = names
         self.files = files  # a PDF may go as a chat file part: it goes on to a Messages or Responses upstream
+        self.ids = to_chat_id if short_ids else str  # how an id is written, on a call and its response
         self.messages: list[dict[str, Any]] = []
         self.open_calls: list[tuple[str, str]] = []  # (name, id) of the last model turn, unanswered
 
@@ -169,8 +176,10 @@ class _Convo:
         return f"call_{len(self.messages)}_{name}"  # answers no call the request shows
 
 
-def _messages(contents: list[Any], names: Names, files: bool) -> list[dict[str, Any]]:
-    convo = _Convo(names, files)
+def _messages(
+    contents: list[Any], names: Names, files: bool, short_ids: bool = False
+) -> list[dict[str, Any]]:
+    convo = _Convo(names, files, short_ids)
     for i, content in enumerate(contents):
         if not isinstance(content, dict):
             raise typed.wrong(content, ("contents", i), "object")
@@ -202,7 +211,7 @@ def _model_turn(convo: _Convo, parts: list[dict[str, Any]], i: int) -> None:
             name = typed.text(call.get("name"), (*at, "functionCall", "name"))
             if not name:
                 raise Untranslatable(f"contents[{i}].parts[{j}].functionCall needs a name")
-            call_id = typed.text(call.get("id"), (*at, "functionCall", "id")) or f"call_{i}_{j}"
+            call_id = convo.ids(typed.text(call.get("id"), (*at, "functionCall", "id")) or f"call_{i}_{j}")
             args = typed.obj(call.get("args"), (*at, "functionCall", "args"))
             calls.append(
                 {
@@ -269,7 +278,8 @@ def _function_response(
     name = typed.text(fr.get("name"), (*at, "name"))
     if name is None:
         raise Untranslatable(f"contents[{i}].parts[{j}].functionResponse needs a name")
-    call_id = convo.answer_id(name, typed.text(fr.get("id"), (*at, "id")))
+    given = typed.text(fr.get("id"), (*at, "id"))
+    call_id = convo.answer_id(name, convo.ids(given) if given else given)
     response = typed.obj(fr.get("response"), (*at, "response"))
     if isinstance(response, dict) and set(response) == {"output"} and isinstance(response["output"], str):
         text = response["output"]  # Gemini CLI's shape: the output as the model would read it
@@ -351,7 +361,7 @@ def _generation(config: dict[str, Any], out: dict[str, Any], onward: str) -> Non
         out["top_k"] = int(top_k)
     stops = _config(config, "stopSequences", typed.strings)
     if stops:
-        out["stop"] = list(stops)
+        out["stop"] = list(stops)[:STOP_MAX] if not onward else list(stops)
     modalities = _config(config, "responseModalities", typed.strings)
     if any(m.upper() != "TEXT" for m in modalities):
         raise Untranslatable("'responseModalities' other than TEXT need a Gemini model; a chat completions "

@@ -9,9 +9,12 @@ Rules (each with its reason in docs/translation/messages_chat.md):
   beta) become ``<system-reminder>`` text in the neighbouring user turn: many chat templates
   reject a system message that is not first, and folding them into the first system message
   would change the prompt's prefix (and bust a server's prefix cache) each time one appears.
-* ``tool_use`` blocks become ``tool_calls`` (ids kept as they are), ``tool_result`` blocks
-  ``tool`` messages right after them; images inside a tool result follow in a user message,
-  because a chat ``tool`` message carries text only.
+* ``tool_use`` blocks become ``tool_calls`` (ids kept as they are, but one longer than OpenAI's
+  40 characters goes to a chat upstream as a digest of itself: ``apis/chat/ids.py``),
+  ``tool_result`` blocks ``tool`` messages right after them; images inside a tool result follow
+  in a user message, because a chat ``tool`` message carries text only.
+* ``stop_sequences``: the first 4 go to a chat upstream, OpenAI's most ("Invalid 'stop': array
+  too long. Expected an array with maximum length 4").
 * thinking blocks in history are dropped: chat completions has no field for them, and a
   signed Anthropic thinking block means nothing to another model.
 * ``cache_control``, ``context_management``, ``top_k``, ``service_tier``, ``container`` are
@@ -25,6 +28,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.apis.chat.ids import to_chat_id
 from gateway.translate import json_schema, names, typed
 from gateway.translate.base import Refusal, Target
 from gateway.translate.names import NONE, Names
@@ -39,6 +43,9 @@ _EFFORT = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "m
 # OpenAI refuses a longer `user` ("Invalid 'user': string too long. Expected a string with
 # maximum length 64", LiteLLM #37623); Claude Code's metadata.user_id is ~120 characters of JSON.
 USER_MAX = 64
+# OpenAI takes at most 4 stop strings ("Invalid 'stop': array too long. Expected an array with
+# maximum length 4, but got an array with length 14 instead.", continuedev/continue#1572).
+STOP_MAX = 4
 
 _TOOL_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
 
@@ -67,7 +74,9 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
     functions = function_names(payload.get("tools"))
     # A PDF goes on where the request ends at a Responses upstream, which reads files (as it
     # does at Claude, through the same chat file part); a chat server reads images only.
-    messages += _messages(raw, functions, files=target.onward == "responses")
+    # Ids as OpenAI takes them, where the request stops at chat: the Gemini ids the gateway wrote
+    # carry their signature on to a Gemini upstream (Messages → chat → Gemini).
+    messages += _messages(raw, functions, files=target.onward == "responses", short_ids=not target.onward)
     out: dict[str, Any] = {"model": target.model, "messages": messages}
 
     # Each optional field's rule runs only when the field is there: most requests carry few
@@ -82,7 +91,7 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
             out[key] = payload[key]
     stops = typed.strings(payload.get("stop_sequences"), ("stop_sequences",))
     if stops:
-        out["stop"] = list(stops)
+        out["stop"] = list(stops)[:STOP_MAX] if not target.onward else list(stops)
     if "metadata" in payload:
         user = _user(payload["metadata"])
         if user:
@@ -267,9 +276,10 @@ class _Convo:
     """Builds the chat message list; keeps the notes (mid-conversation system text) that
     wait for the next user turn."""
 
-    def __init__(self, functions: Names, files: bool = False) -> None:
+    def __init__(self, functions: Names, files: bool = False, short_ids: bool = False) -> None:
         self.functions = functions
         self.files = files  # a PDF may go on as a chat file part
+        self.ids = to_chat_id if short_ids else str  # how a tool call's id is written
         self.out: list[dict[str, Any]] = []
         self.notes: list[str] = []
 
@@ -332,8 +342,10 @@ def _append_parts(message: dict[str, Any], parts: list[dict[str, Any]]) -> None:
     message["content"] = _content(have + parts)
 
 
-def _messages(raw: list[Any], functions: Names, files: bool = False) -> list[dict[str, Any]]:
-    convo = _Convo(functions, files)
+def _messages(
+    raw: list[Any], functions: Names, files: bool = False, short_ids: bool = False
+) -> list[dict[str, Any]]:
+    convo = _Convo(functions, files, short_ids)
     for i, message in enumerate(raw):
         if not isinstance(message, dict):
             raise typed.wrong(message, ("messages", i), "object")
@@ -374,7 +386,7 @@ def _user_turn(convo: _Convo, content: Any, i: int) -> None:
         at = ("messages", i, "content", k)
         kind = typed.text(block.get("type"), (*at, "type"))
         if kind == "tool_result":
-            call_id = typed.text(block.get("tool_use_id"), (*at, "tool_use_id")) or ""
+            call_id = convo.ids(typed.text(block.get("tool_use_id"), (*at, "tool_use_id")) or "")
             text, images = _tool_result(block, i, at)
             convo.out.append({"role": "tool", "tool_call_id": call_id, "content": text})
             if images:
@@ -495,7 +507,7 @@ def _assistant_turn(convo: _Convo, content: Any, i: int) -> None:
             continue
         apart = True
         if kind == "tool_use":
-            calls.append(_call(block, i, at, convo.functions))
+            calls.append(_call(block, i, at, convo))
         elif kind in ("thinking", "redacted_thinking", "server_tool_use", "web_search_tool_result"):
             continue  # see the module doc: no chat field carries them
         else:
@@ -505,11 +517,12 @@ def _assistant_turn(convo: _Convo, content: Any, i: int) -> None:
     convo.assistant(text, calls)
 
 
-def _call(block: dict[str, Any], i: int, at: typed.Path, functions: Names) -> dict[str, Any]:
+def _call(block: dict[str, Any], i: int, at: typed.Path, convo: _Convo) -> dict[str, Any]:
     """A tool_use block as a chat tool call."""
     name = typed.text(block.get("name"), (*at, "name"))
     if name is None:
         raise Untranslatable(f"messages[{i}]: a tool_use block needs a 'name'")
     arguments = json.dumps(typed.obj(block.get("input"), (*at, "input")) or {}, ensure_ascii=False)
-    function = {"name": functions.upstream(name), "arguments": arguments}
-    return {"id": typed.text(block.get("id"), (*at, "id")) or "", "type": "function", "function": function}
+    function = {"name": convo.functions.upstream(name), "arguments": arguments}
+    call_id = convo.ids(typed.text(block.get("id"), (*at, "id")) or "")
+    return {"id": call_id, "type": "function", "function": function}

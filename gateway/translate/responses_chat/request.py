@@ -13,7 +13,10 @@ Rules, each with its reason (docs/translation/responses_chat.md has the whole ta
   answers 500 to ``content: null`` (tests/real/NOTES.md).
 * ``function_call_output`` → a ``tool`` message (text). Images in a tool output (Codex's
   ``view_image``) cannot ride in a chat ``tool`` message (text parts only), so they follow the
-  run of tool messages in one ``user`` message.
+  run of tool messages in one ``user`` message. A ``call_id`` longer than OpenAI's 40
+  characters (the Responses API takes 64; the gateway's Gemini ids carrying a thought signature
+  run longer) goes to a chat upstream as a digest of itself, on the call and its output alike
+  (``apis/chat/ids.py``).
 * A ``reasoning`` item's ``content`` (``reasoning_text`` parts: the raw reasoning, as this
   translator, vLLM and Ollama answer it) becomes ``reasoning_content`` of the assistant message
   its turn's output lands in: clients replay the items they got, and DeepSeek's thinking mode
@@ -39,6 +42,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.apis.chat.ids import to_chat_id
 from gateway.translate import typed
 from gateway.translate.base import Refusal, Target
 from gateway.translate.chat_messages.request import unread_image, unread_image_words
@@ -111,7 +115,9 @@ def _to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Ref
     declared = tool_search.effective_tools(payload)
     names = tool_names(declared)
     try:
-        messages = _messages(payload, names, anthropic=target.onward == "messages")
+        messages = _messages(
+            payload, names, anthropic=target.onward == "messages", short_ids=not target.onward
+        )
     except Untranslatable as e:
         return Refusal(str(e))
     tools = chat_tools(declared, names)
@@ -359,14 +365,16 @@ class _Builder:
         return head + self.messages
 
 
-def _call_id(item: Mapping[str, Any], at: typed.Path) -> str:
+def _call_id(item: Mapping[str, Any], at: typed.Path, short: bool) -> str:
     call_id = typed.text(item.get("call_id"), (*at, "call_id"))
     if not call_id:
         raise Untranslatable(f"a {item.get('type')} item without a call_id cannot be paired with its output")
-    return call_id
+    return to_chat_id(call_id) if short else call_id
 
 
-def _messages(payload: Mapping[str, Any], names: ToolNames, anthropic: bool = False) -> list[dict[str, Any]]:
+def _messages(
+    payload: Mapping[str, Any], names: ToolNames, anthropic: bool = False, short_ids: bool = False
+) -> list[dict[str, Any]]:
     b = _Builder(names, anthropic)
     instructions = payload.get("instructions")
     if isinstance(instructions, str):
@@ -389,27 +397,27 @@ def _messages(payload: Mapping[str, Any], names: ToolNames, anthropic: bool = Fa
             ns = item.get("namespace") if isinstance(item.get("namespace"), str) else None
             args = item.get("arguments")
             b.call(
-                _call_id(item, at),
+                _call_id(item, at, short_ids),
                 names.chat_name(typed.text(item.get("name"), (*at, "name")) or "", ns),
                 args if isinstance(args, str) else json.dumps(args or {}),
             )
         elif kind == "custom_tool_call":
             b.call(
-                _call_id(item, at),
+                _call_id(item, at, short_ids),
                 names.chat_name(typed.text(item.get("name"), (*at, "name")) or ""),
                 json.dumps({CUSTOM_INPUT: typed.text(item.get("input"), (*at, "input")) or ""}),
             )
         elif kind in ("function_call_output", "custom_tool_call_output"):
             text, images = _tool_output(item.get("output"), at, anthropic)
-            b.output(_call_id(item, at), text, images)
+            b.output(_call_id(item, at, short_ids), text, images)
         elif kind == "reasoning":
             b.think(item)
         elif kind == "tool_search_call" and tool_search.is_client(item):
             args = item.get("arguments")
-            b.call(_call_id(item, at), names.chat_name(tool_search.NAME),
+            b.call(_call_id(item, at, short_ids), names.chat_name(tool_search.NAME),
                    args if isinstance(args, str) else json.dumps(args or {}))  # fmt: skip
         elif kind == "tool_search_output" and tool_search.is_client(item):
-            b.output(_call_id(item, at), tool_search.output_text(item, names), [])
+            b.output(_call_id(item, at, short_ids), tool_search.output_text(item, names), [])
         elif kind in _HOSTED_CALLS:
             continue
         elif kind in ("compaction", "compaction_summary"):

@@ -59,6 +59,20 @@ def test_groq_names_the_field_but_its_guess_at_another_is_not_taken() -> None:
     assert fix == ParamFix("reasoning_effort")
 
 
+EFFORT_WITH_TOOLS = ParamFix("reasoning_effort", with_tools="none")
+
+
+@pytest.mark.parametrize("message", [
+    "Function tools with reasoning_effort are not supported for gpt-5.4 in /v1/chat/completions. Please use "
+    "/v1/responses instead.",
+    "Function tools with reasoning_effort are not supported for gpt-5.6-terra in /v1/chat/completions. To use "
+    "function tools, use /v1/responses or set reasoning_effort to 'none'.",
+])  # fmt: skip
+def test_openais_effort_beside_function_tools_is_sent_as_none(message: str) -> None:
+    fix = refused_param(message)
+    assert fix == EFFORT_WITH_TOOLS and fix.label == "reasoning_effort=none"
+
+
 def _detail(*errors: dict[str, Any]) -> bytes:
     return json.dumps({"detail": list(errors)}).encode()
 
@@ -102,6 +116,15 @@ def test_validation_errors_name_a_field_only_when_leaving_out_fixes_the_request(
     (ParamFix("n"), {"n": 1, "model": "m"}, {"model": "m"}),  # the default: the same request without it
     (ParamFix("n"), {"n": 2}, None),  # two answers asked for: never left out
     (ParamFix("n"), {"n": True}, None),
+    # A reasoning model's refusal of stop sequences: the answer runs on, as on a Responses upstream.
+    (ParamFix("stop"), {"stop": ["\n\nHuman:"], "model": "o3"}, {"model": "o3"}),
+    # gpt-5.4 and later on chat: effort beside function tools goes as "none", sent or not (the
+    # newer models refuse their own default effort there too); a turn without tools keeps its own.
+    (EFFORT_WITH_TOOLS, {"reasoning_effort": "high", "tools": [{}]}, {"reasoning_effort": "none", "tools": [{}]}),
+    (EFFORT_WITH_TOOLS, {"tools": [{}]}, {"tools": [{}], "reasoning_effort": "none"}),
+    (EFFORT_WITH_TOOLS, {"reasoning_effort": "high"}, None),
+    (EFFORT_WITH_TOOLS, {"reasoning_effort": "high", "tools": []}, None),
+    (EFFORT_WITH_TOOLS, {"reasoning_effort": "none", "tools": [{}]}, None),  # already so: the refusal stands
 ])  # fmt: skip
 def test_a_fix_leaves_out_only_what_it_names(fix: ParamFix, doc: dict[str, Any], fixed: dict[str, Any] | None) -> None:
     before = repr(doc)
@@ -120,6 +143,16 @@ def test_learned_fixes_apply_per_upstream_and_model_to_the_bytes_sent() -> None:
     assert out == b'{"model":"gpt-4o"}' and done == ["reasoning_effort", "temperature"]
     assert fixes.applied("u", "gpt-4.1", body) == (body, []) and fixes.applied("v", "gpt-4o", body) == (body, [])
     assert fixes.applied("u", "gpt-4o", b"not json") == (b"not json", [])
+
+
+def test_effort_learned_beside_tools_leaves_a_turn_without_tools_as_it_came() -> None:
+    fixes = ParamFixes()
+    fixes.learn("u", "gpt-5.4", EFFORT_WITH_TOOLS)
+    with_tools = b'{"model":"gpt-5.4","reasoning_effort":"high","tools":[{"type":"function"}]}'
+    out, done = fixes.applied("u", "gpt-5.4", with_tools)
+    assert json.loads(out)["reasoning_effort"] == "none" and done == ["reasoning_effort=none"]
+    without = b'{"model":"gpt-5.4","reasoning_effort":"high"}'
+    assert fixes.applied("u", "gpt-5.4", without) == (without, [])
 
 
 def test_the_learned_table_is_bounded() -> None:

@@ -166,6 +166,33 @@ def test_google_genai_function_response_without_ids_pairs_by_name_and_order() ->
     assert tool["content"] == '{"result": "sunny, 21C"}'  # not Gemini CLI's {"output"}: the JSON itself
 
 
+# Gemini CLI's own id for a call the Gemini API sent without one: 45 characters.
+GEMINI_CLI_ID = "run_shell_command-1759912345678-3f2a9c8b1d4e7"
+
+
+def _round(call_id: str) -> dict[str, Any]:
+    return {"contents": [
+        {"role": "user", "parts": [{"text": "list files"}]},
+        {"role": "model", "parts": [{"functionCall": {"id": call_id, "name": "run_shell_command", "args": {"c": "ls"}}}]},
+        {"role": "user", "parts": [{"functionResponse": {"id": call_id, "name": "run_shell_command",
+                                                         "response": {"output": "a.txt"}}}]},
+    ], "generationConfig": {"stopSequences": ["a", "b", "c", "d", "e"]}}  # fmt: skip
+
+
+def test_gemini_clis_own_ids_past_openais_40_go_as_one_digest_and_stops_as_four() -> None:
+    out = chat(_round(GEMINI_CLI_ID))
+    sent = out["messages"][1]["tool_calls"][0]["id"]
+    assert len(GEMINI_CLI_ID) == 45 and len(sent) <= 40 and sent == out["messages"][2]["tool_call_id"]
+    assert out["stop"] == ["a", "b", "c", "d"]  # OpenAI's most; Gemini takes 5
+    assert chat_rules.refusal("/v1/chat/completions", out) is None
+    assert chat(_round("list_directory_1795829156636_0"))["messages"][1]["tool_calls"][0]["id"] == \
+        "list_directory_1795829156636_0"  # fmt: skip
+    on_claude = ON_MESSAGES.request(_round(GEMINI_CLI_ID), CLAUDE)  # Anthropic takes it: unchanged
+    assert not isinstance(on_claude, Refusal)
+    assert on_claude["messages"][1]["content"][0]["id"] == GEMINI_CLI_ID
+    assert on_claude["stop_sequences"] == ["a", "b", "c", "d", "e"]
+
+
 def test_google_genai_response_schema_becomes_json_schema() -> None:
     out = chat(client_request("genai-3.6-stream-json-schema", stream=True))
     assert out["response_format"] == {"type": "json_schema", "json_schema": {

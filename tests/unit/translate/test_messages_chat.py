@@ -17,6 +17,7 @@ import pytest
 
 from gateway.apis.base import Ending
 from gateway.errors import Classification, ErrorType
+from gateway.fake import chat_rules
 from gateway.translate.base import Refusal, Target
 from gateway.translate.messages_chat import MessagesToChat
 from gateway.translate.messages_chat.answer import INVALID_ARGUMENTS
@@ -110,6 +111,42 @@ def test_claude_code_image_tool_result_follows_as_a_user_image() -> None:
     assert out[3]["tool_call_id"] == result["tool_use_id"] and "image" in out[3]["content"]
     image = out[4]["content"][-1]
     assert image == {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{source['data']}"}}
+
+
+def _long_id_round(call_id: str) -> dict[str, Any]:
+    return {"model": "gemini-3-pro", "max_tokens": 100, "tools": [{"name": "Bash", "input_schema": {"type": "object"}}],
+            "messages": [{"role": "user", "content": "run ls"},
+                         {"role": "assistant", "content": [{"type": "tool_use", "id": call_id, "name": "Bash",
+                                                            "input": {"command": "ls"}}]},
+                         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id,
+                                                       "content": "a.txt"}]}]}  # fmt: skip
+
+
+# The gateway's own id for a Gemini call, carrying its thought signature (chat_gemini/signature.py):
+# a Claude Code conversation begun on a Gemini upstream that falls back to a chat one.
+GEMINI_CARRIED = "call_9f3a__gsig_" + "Q2lSQ0FRUUJRRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVFRUVF"
+
+
+def test_a_tool_id_longer_than_openais_40_goes_as_one_digest_on_the_call_and_its_result() -> None:
+    out = chat(_long_id_round(GEMINI_CARRIED))["messages"]
+    sent = out[1]["tool_calls"][0]["id"]
+    assert len(sent) <= 40 and sent == out[2]["tool_call_id"] and sent.startswith("call_")
+    assert chat(_long_id_round(GEMINI_CARRIED))["messages"][1]["tool_calls"][0]["id"] == sent  # every turn alike
+    assert chat_rules.refusal("/v1/chat/completions", chat(_long_id_round(GEMINI_CARRIED))) is None
+    # An id within 40 (Anthropic's own toolu_ + 24) goes as it is.
+    assert chat(_long_id_round("toolu_01ABCDEFGHJKLMNPQRSTUVWX"))["messages"][1]["tool_calls"][0]["id"] == \
+        "toolu_01ABCDEFGHJKLMNPQRSTUVWX"  # fmt: skip
+
+
+def test_a_long_id_bound_for_gemini_through_chat_keeps_the_signature_it_carries() -> None:
+    out = chat(_long_id_round(GEMINI_CARRIED), Target("gemini-3-pro", onward="gemini"))
+    assert out["messages"][1]["tool_calls"][0]["id"] == GEMINI_CARRIED == out["messages"][2]["tool_call_id"]
+
+
+def test_stop_sequences_past_openais_four_keep_the_first_four() -> None:
+    payload = {"model": "m", "max_tokens": 10, "messages": HI, "stop_sequences": ["a", "b", "c", "d", "e"]}
+    assert chat(payload)["stop"] == ["a", "b", "c", "d"]
+    assert chat(payload, Target("gemini-2.5-pro", onward="gemini"))["stop"] == ["a", "b", "c", "d", "e"]
 
 
 # --- what the anthropic SDK sends --------------------------------------------------------

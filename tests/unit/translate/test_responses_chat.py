@@ -332,6 +332,16 @@ def test_an_answers_reasoning_replayed_by_the_client_round_trips() -> None:
                                   "reasoning_content": sent["reasoning_content"]}  # fmt: skip
 
 
+def test_a_call_id_past_openais_40_goes_as_one_digest_on_the_call_and_its_output() -> None:
+    long_id = "call_9f3a__gsig_" + "Q" * 48  # 64: the Responses API takes it, chat does not
+    out = chat({"model": "m", "input": [
+        {"type": "message", "role": "user", "content": "ls"},
+        {"type": "function_call", "call_id": long_id, "name": "shell", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": long_id, "output": "a.txt"}]})["messages"]  # fmt: skip
+    sent = out[1]["tool_calls"][0]["id"]
+    assert len(sent) <= 40 and sent == out[2]["tool_call_id"]
+
+
 def test_assistant_tool_call_content_is_an_empty_string_never_null() -> None:
     """llama-cpp-python answers 500 "7 validation errors" to content: null (tests/real/NOTES.md)."""
     out = chat({"model": "m", "tools": WEATHER_TOOLS, "input": [
