@@ -226,3 +226,4 @@ async def test_reasoning_the_gateway_gave_from_a_chat_upstream_is_left_out_when_
         assert "reasoning" not in [i.get("type") for i in kept["input"]]
     finally:
         await responses.close()
+        await chat.close()
