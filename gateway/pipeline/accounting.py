@@ -72,6 +72,25 @@ async def admit_request(svc: Services, state: RequestState, headers: Mapping[str
     return _refused(svc, state, headers, got)
 
 
+def unheld_path(state: RequestState, method: str, path: str) -> Failure | None:
+    """A relayed request that names no model, from a key with rules (``models``, a limit or a
+    budget) and not an admin's: its rules cannot hold it. A batch names its models inside
+    (Anthropic's ``requests[].params``) or in a file (OpenAI's), holds up to 100,000 requests,
+    and is spent later at the provider, with no usage in its answer; files, stored responses
+    and batch results are the whole provider account's, whichever key made them. Only a model
+    listing goes through."""
+    key = state.key
+    if key is None or key.admin or (key.models == ("*",) and not key.limited):
+        return None
+    if method in ("GET", "HEAD") and (path == "/v1/models" or path.startswith("/v1/models/")):
+        return None
+    c = Classification.of(ErrorType.AUTH)
+    message = (f"key '{key.name}' may not use {method} {path[:128]}: the request names no model, so the "
+               "key's models, limits and budget cannot be held to it (batches, files, stored objects); "
+               "ask for an admin key")  # fmt: skip
+    return gateway_failure(403, c, message, "path_not_allowed", final=True)
+
+
 def settle(svc: Services, state: RequestState) -> None:
     """At the end of a request: its cost now (the log line carries it), the store later."""
     key = state.key

@@ -220,7 +220,10 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         payload = doc if isinstance(doc, dict) else {}
         model = payload.get("model")
         state.model = model if isinstance(model, str) else None
-        refused = await accounting.admit_request(svc, state, request.headers, state.model, len(body), payload)
+        refused = None if state.model else accounting.unheld_path(state, request.method, request.path)
+        if refused is None:
+            refused = await accounting.admit_request(
+                svc, state, request.headers, state.model, len(body), payload)
         if refused is not None:
             return await relay(request, svc, state, refused)
     api = api_of_path(request.path)

@@ -444,6 +444,35 @@ async def test_paths_relayed_as_they_are_are_held_to_the_keys_rules_and_paid_for
     assert len(gw.fake.requests) == 2
 
 
+async def test_a_relayed_request_that_names_no_model_is_refused_to_a_key_whose_rules_it_would_escape(
+    make_gateway: MakeGateway,
+) -> None:
+    """A batch names its models inside (Anthropic) or in a file (OpenAI) and is spent later at
+    the provider with no usage in its answer; batch results and stored responses are the whole
+    provider account's. A key with models, limits or a budget may not relay them (an admin's
+    may); a model listing goes through."""
+    gw = await make_gateway(keys_yaml(models=["gpt-4o-mini*"], budget={"usd": 1, "period": "day"}))
+    batch = {"requests": [{"custom_id": "1", "params": {"model": "claude-opus-4-1", "max_tokens": 64000,
+                                                        "messages": [{"role": "user", "content": "hi"}]}}]}
+    anthropic_headers = {"anthropic-version": "2023-06-01"}
+    for method, path, body in (("POST", "/v1/messages/batches", batch), ("POST", "/v1/batches", {
+            "input_file_id": "file-1", "endpoint": "/v1/chat/completions", "completion_window": "24h"}),
+            ("GET", "/v1/messages/batches/msgbatch_1/results", None), ("GET", "/v1/responses/resp_1", None),
+            ("GET", "/v1/files", None)):  # fmt: skip
+        async with gw.session.request(method, gw.base + path, json=body,
+                                      headers={**ALICE, **anthropic_headers}) as r:  # fmt: skip
+            assert r.status == 403, path
+            err = (await r.json())["error"]
+            assert err["code"] == "path_not_allowed" and "names no model" in err["message"]
+    assert gw.fake.requests == []
+    async with gw.session.get(gw.base + "/v1/models", headers=ALICE) as r:
+        assert r.status == 200
+    async with gw.session.post(gw.base + "/v1/messages/batches", json=batch,
+                               headers={"Authorization": "Bearer gk-root", **anthropic_headers}) as r:  # fmt: skip
+        assert r.headers["x-llm-upstream"] == "primary"  # relayed (the fake keeps no batches: its 404)
+    assert [r.path for r in gw.fake.requests] == ["/v1/models", "/v1/messages/batches"]
+
+
 async def test_a_stream_left_before_its_first_words_pays_for_the_prompt_the_provider_read(
     make_gateway: MakeGateway,
 ) -> None:
