@@ -76,7 +76,11 @@ async def send_pool(
             _picked(svc, state, pool, up, why if opening else "moved")
             opening = False
             siblings_left = len(ready) > 1  # re-ranked after a failure, without the one that failed
-            outcome = await _send(svc, state, plan, call, siblings_left, nxt)
+            # Siblings that sit out only until a rate limit's reset: a 429 here is waited out at
+            # the pool's earliest reset (``_all_sitting_out``), whichever key that is, not at this
+            # key's own (which kept a request on one key while its siblings came back).
+            resetting = any(_resets_later(v, now_ms) for v in views if v.slot != pick.slot)
+            outcome = await _send(svc, state, plan, call, siblings_left, nxt, resetting)
             last = Sent(outcome, call)
             if not isinstance(outcome, Failure):
                 if pool.affinity is not None and conversation:
@@ -178,8 +182,10 @@ async def send_across(
     return outcome
 
 
-async def _send(svc: Services, state: RequestState, plan: RetryPlan, call: Call,
-                siblings_left: bool, nxt: UpstreamRuntime | None) -> Failure | Success:  # fmt: skip
+async def _send(
+    svc: Services, state: RequestState, plan: RetryPlan, call: Call, siblings_left: bool,
+    nxt: UpstreamRuntime | None, resetting: bool = False,
+) -> Failure | Success:  # fmt: skip
     up = call.up
     moves: Callable[[Classification], bool] | None = None
     cap: int | None = None
@@ -187,6 +193,8 @@ async def _send(svc: Services, state: RequestState, plan: RetryPlan, call: Call,
         moves, cap = _always, 0
     elif nxt is not None:
         moves, cap = _mover(svc, up, nxt), svc.cfg.fallback.retries_per_upstream
+    elif resetting:
+        moves, cap = _rate_limited, 0
     sending = send_one(svc, state, plan, call, call.body, retries_cap=cap, moves_on=moves)
     return await _held(svc, state, up, sending)
 
@@ -208,6 +216,14 @@ async def _held(
     finally:
         if released:
             ps.release(up.cfg.name)
+
+
+def _resets_later(v: Deployment, now_ms: float) -> bool:
+    return v.out_why in _RESETS and v.out_until_ms > now_ms
+
+
+def _rate_limited(c: Classification) -> bool:
+    return c.type is ErrorType.RATE_LIMIT
 
 
 def _always(c: Classification) -> bool:
@@ -316,8 +332,9 @@ async def _all_sitting_out(
             state.retries += 1
             svc.telemetry.retries.labels(earliest.name, c.type.value).inc()
             svc.tracing.retrying(state, c, wait)
-            tried.difference_update(v.name for v in waiting if v.out_until_ms <= svc.wall() * 1000 + 1)
-            tried.discard(earliest.name)
+            # Every key that waited for a reset may serve again once it has come: each is picked
+            # as its own comes (one may come a few milliseconds after the earliest).
+            tried.difference_update(v.name for v in waiting)
             return None
     state.retries_settled = plan.stopped in SETTLED
     if limited is not None and isinstance(limited.outcome, Failure):

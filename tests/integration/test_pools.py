@@ -140,6 +140,24 @@ async def test_with_every_key_limited_briefly_the_gateway_waits_for_the_earliest
     assert headers["x-llm-attempts"] == "3"
 
 
+async def test_after_waiting_for_the_earliest_reset_every_key_whose_reset_has_come_may_serve(
+    make_pool: MakePool,
+) -> None:
+    """Every key answers 429 for 2 s; the first one asked (so the earliest reset) is limited
+    again, the others' resets come milliseconds after it: the request goes to one of those,
+    rather than waiting out the first key's limit again and again (a 429 after 6 s, while two
+    keys were free, measured)."""
+    gw, fakes = await make_pool(real_sleep=True, member_extra={"a": ", weight: 1000"})  # asked first
+    fakes["a"].always = Reply(429, RATE_LIMITED, {"retry-after": "2"})
+    for n in ("b", "c"):
+        fakes[n].script(Reply(429, RATE_LIMITED, {"retry-after": "2"}))  # then answers
+    started = time.monotonic()
+    status, headers, _ = await gw.chat()
+    assert status == 200 and headers["x-llm-upstream"] in ("b", "c")
+    assert time.monotonic() - started < 3.5
+    assert _calls(fakes)["a"] <= 2 and int(headers["x-llm-attempts"]) <= 5
+
+
 async def test_a_revoked_key_is_dropped_after_one_401_with_a_log_line(
     make_pool: MakePool, caplog: pytest.LogCaptureFixture
 ) -> None:
