@@ -56,6 +56,15 @@
   "position 2" those reports show for a [user, model call, function response] conversation.
   Any signature is accepted, placeholders too (Gemini CLI replays calls with
   ``skip_thought_signature_validator``, which Google's thought-signatures page allows).
+* JSON mode (``generationConfig.responseMimeType: application/json``) beside function
+  declarations, on a Gemini 1.x or 2.x model: "Function calling with a response mime type:
+  'application/json' is unsupported" (the whole body quoted in
+  google-gemini/deprecated-generative-ai-swift#195; gemini-2.5-flash in symfony/ai#1777,
+  gemini-2.5-flash-lite in analyticalrohit/ai-blog-generator#17, gemini-2.5-pro in
+  google/adk-python#5735, which also reports it taken with function calling off, mode NONE).
+  Gemini 3 takes both ("Structured Outputs with tools", the Gemini 3 developer guide,
+  https://ai.google.dev/gemini-api/docs/gemini-3; simstudioai/sim#4184 sends both to Gemini 3 only).
+  The model is the one in the URL.
 
 The checks run in the order listed; which of two refusals Google gives first is not documented.
 """
@@ -80,6 +89,7 @@ MAX_STOPS = 5
 _NAMES_MODES = frozenset({"ANY", "VALIDATED"})  # the modes allowedFunctionNames is read in
 _ROLES = frozenset({"user", "model", "function", "tool"})
 _IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/webp", "image/heic", "image/heif"})
+_NO_JSON_WITH_FUNCTIONS = re.compile(r"gemini-[12][.-]")  # the models that refuse JSON mode beside functions
 
 
 def _snake(name: str) -> str:
@@ -174,14 +184,25 @@ def _bad_image(contents: list[Any]) -> Reply | None:
     return None
 
 
-def refusal(payload: dict[str, Any], issued: Collection[str] = ()) -> Reply | None:
+def _json_with_functions(payload: dict[str, Any], model: str) -> Reply | None:
+    config = _get(payload, "generationConfig")
+    if not _NO_JSON_WITH_FUNCTIONS.match(model) or _get(config, "responseMimeType") != "application/json":
+        return None
+    declared = any(_list(_get(tool, "functionDeclarations")) for tool in _list(payload.get("tools")))
+    if not declared or _get(_get(_get(payload, "toolConfig"), "functionCallingConfig"), "mode") == "NONE":
+        return None
+    return error(400, "Function calling with a response mime type: 'application/json' is unsupported")
+
+
+def refusal(payload: dict[str, Any], issued: Collection[str] = (), model: str = "") -> Reply | None:
     """Why the Gemini API would refuse this generateContent body, or None. ``issued``: the ids
-    of the calls the fake answered with (only those must come back signed)."""
+    of the calls the fake answered with (only those must come back signed); ``model``: the
+    model in the URL, for the rules that hold for some models only."""
     refused = unknown_field(payload, GENERATE_FIELDS) or _field_refusal(payload)
     if refused is not None:
         return refused
     contents: list[Any] = payload["contents"]  # a list with turns: _field_refusal saw to it
-    refused = _bad_role(contents) or _bad_image(contents)
+    refused = _bad_role(contents) or _bad_image(contents) or _json_with_functions(payload, model)
     if refused is not None:
         return refused
     for n, content in enumerate(contents):

@@ -63,19 +63,47 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
         raise Refused("the conversation has no content to send: a Gemini upstream needs at least one "
                       "message with text, an image or a tool call or result")  # fmt: skip
     out: dict[str, Any] = {"model": target.model, "contents": contents}
+    tools, config = _tools(p, functions)
+    generation = _generation(p)
+    calling = bool(tools) and (config or {}).get("mode") != "NONE"
+    if calling and "responseMimeType" in generation and not takes_json_with_tools(target.model):
+        # Gemini 2.x refuses JSON mode beside function declarations ("Function calling with a
+        # response mime type: 'application/json' is unsupported"): the tools are kept, and the
+        # answer's shape asked for in words (docs/translation/chat_gemini.md).
+        del generation["responseMimeType"]
+        schema = generation.pop("responseJsonSchema", None)
+        if schema is None:
+            system.append("Answer in JSON.")
+        else:
+            shape = json.dumps(schema, ensure_ascii=False)
+            system.append(f"Answer in JSON that matches this JSON Schema: {shape}")
     if system:
         out["systemInstruction"] = {"parts": [{"text": t} for t in system]}
-    tools, config = _tools(p, functions)
     if tools:
         out["tools"] = [{"functionDeclarations": tools}]
         if config is not None:
             out["toolConfig"] = {"functionCallingConfig": config}
-    generation = _generation(p)
     if generation:
         out["generationConfig"] = generation
     if p.get("stream") is True:
         out["stream"] = True  # the method in the URL; usage always comes on the last chunk
     return out
+
+
+_GENERATION = re.compile(r"(?:models/)?gemini-(\d+)(?:[.-]|$)")
+
+
+def takes_json_with_tools(model: str) -> bool:
+    """Whether the model takes JSON mode (``responseMimeType: application/json``, a response
+    schema) beside function declarations. Gemini 3 does ("Structured Outputs with tools", the
+    Gemini 3 developer guide, https://ai.google.dev/gemini-api/docs/gemini-3); Gemini 1.5 and
+    2.x refuse it with 400 "Function calling with a response mime type: 'application/json' is
+    unsupported" (gemini-2.5-flash in symfony/ai#1777, gemini-2.5-flash-lite in
+    analyticalrohit/ai-blog-generator#17, gemini-2.5-pro in google/adk-python#5735). A name
+    that says no generation (an alias, a tuned model) is taken for one that refuses: asked in
+    words, the answer still comes; refused, the request fails."""
+    found = _GENERATION.match(model)
+    return found is not None and int(found.group(1)) >= 3
 
 
 def _refuse_uncarried(p: Mapping[str, Any], model: str) -> None:

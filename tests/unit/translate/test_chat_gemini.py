@@ -13,6 +13,7 @@ import pytest
 from gateway.apis import GEMINI
 from gateway.apis.base import Ending, EventKind
 from gateway.errors import Classification, ErrorType
+from gateway.fake import gemini_rules
 from gateway.sse import EventSplitter
 from gateway.translate import default_translations
 from gateway.translate.base import Context, Refusal, Target
@@ -416,3 +417,50 @@ def test_the_audits_request_is_refused_without_quoting_the_prompt() -> None:
     secret = {"role": "user", "content": {"text": "my card is 4111 1111"}}
     out = T.request({"model": "g", "messages": [secret]}, Target("gemini-2.5-flash"))
     assert isinstance(out, Refusal) and "4111" not in out.message and "'messages[0].content'" in out.message
+
+
+LS = {"type": "function", "function": {"name": "ls", "parameters": {"type": "object"}}}
+ANSWER_SCHEMA = {"type": "object", "properties": {"summary": {"type": "string"}}, "required": ["summary"]}
+STRUCTURED = {"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER_SCHEMA}}
+
+
+def sent_to(model: str, **fields: Any) -> dict[str, Any]:
+    """The translated body as Google gets it, held to the fake's rules for ``model``."""
+    out = T.request({"model": "m", "messages": [{"role": "system", "content": "Be terse."}, USER], **fields},
+                    Target(model))  # fmt: skip
+    assert not isinstance(out, Refusal), out
+    body = {k: v for k, v in out.items() if k not in ("model", "stream")}
+    refused = gemini_rules.refusal(body, model=model.removeprefix("models/"))
+    assert refused is None, refused.body
+    return out
+
+
+@pytest.mark.parametrize("model", ["gemini-2.5-flash", "gemini-2.5-pro", "gemini-2.5-flash-lite", "gemini-2.0-flash",
+                                   "models/gemini-2.5-flash", "my-tuned-model"])
+def test_a_schema_beside_tools_goes_as_an_instruction_where_the_model_refuses_both(model: str) -> None:
+    """Gemini 2.x refuses JSON mode beside function declarations ("Function calling with a
+    response mime type: 'application/json' is unsupported", symfony/ai#1777): Codex's
+    --output-schema, the Agents SDK's output_type with tools. The tools stay; the schema is
+    asked for in words. A model not known to take both is asked so too."""
+    out = sent_to(model, tools=[LS], response_format=STRUCTURED)
+    assert out["tools"] == [{"functionDeclarations": [{"name": "ls", "parametersJsonSchema": {"type": "object"}}]}]
+    assert "generationConfig" not in out
+    first, said = out["systemInstruction"]["parts"]
+    assert first == {"text": "Be terse."}
+    assert said["text"].startswith("Answer in JSON that matches this JSON Schema: ")
+    assert json.loads(said["text"].removeprefix("Answer in JSON that matches this JSON Schema: ")) == ANSWER_SCHEMA
+    plain = sent_to(model, tools=[LS], tool_choice="auto", response_format={"type": "json_object"}, temperature=0.2)
+    assert plain["systemInstruction"]["parts"][-1] == {"text": "Answer in JSON."}
+    assert plain["generationConfig"] == {"temperature": 0.2}
+
+
+@pytest.mark.parametrize(("model", "fields"), [
+    ("gemini-3.1-pro-preview", {"tools": [LS]}),  # Gemini 3 takes both
+    ("gemini-3-flash-preview", {"tools": [LS], "tool_choice": "required"}),
+    ("gemini-2.5-flash", {}),  # no tools
+    ("gemini-2.5-flash", {"tools": [LS], "tool_choice": "none"}),  # function calling off (google/adk-python#5735)
+])  # fmt: skip
+def test_a_schema_goes_as_gemini_json_mode_where_the_model_takes_it(model: str, fields: dict[str, Any]) -> None:
+    out = sent_to(model, response_format=STRUCTURED, **fields)
+    assert out["generationConfig"] == {"responseMimeType": "application/json", "responseJsonSchema": ANSWER_SCHEMA}
+    assert out["systemInstruction"] == {"parts": [{"text": "Be terse."}]}

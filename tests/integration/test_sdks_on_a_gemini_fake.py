@@ -1,0 +1,65 @@
+"""The real openai and anthropic SDKs on a Gemini API upstream played by the fake
+(``gateway/fake/gemini_rules.py``), which refuses what Google refuses for the model in the URL:
+what agents ask of the models they were made for reaches Gemini 2.5 in a shape it takes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import openai
+
+from tests.integration.conftest import Gateway, MakeGateway
+
+ANSWER = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"],
+          "additionalProperties": False}  # fmt: skip
+SHELL = {"type": "function", "name": "shell", "description": "Runs a command",
+         "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"],
+                        "additionalProperties": False}, "strict": True}  # fmt: skip
+
+
+async def on_gemini(make_gateway: MakeGateway, model: str = "gemini-2.5-flash") -> Gateway:
+    return await make_gateway(upstream_yaml=f", apis: [gemini], api_key: k-gemini, model_map: {{'*': {model}}}")
+
+
+def sent(gw: Gateway) -> list[dict[str, Any]]:
+    return [r.json() for r in gw.fake.gemini_requests()]
+
+
+async def test_codexs_output_schema_beside_its_tools_reaches_gemini_2_5_as_an_instruction(make_gateway) -> None:
+    """``codex exec --output-schema`` (and the Agents SDK's output_type with tools): a
+    Responses ``text.format`` json_schema beside function tools, which Gemini 2.5 refuses as
+    JSON mode ("Function calling with a response mime type: 'application/json' is unsupported")."""
+    gw = await on_gemini(make_gateway)
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="sk-client", max_retries=0)
+    try:
+        response = await client.responses.create(
+            model="gpt-5-codex", instructions="You are Codex.", input="What is in notes.txt?", tools=[SHELL],  # type: ignore[list-item]
+            text={"format": {"type": "json_schema", "name": "codex_output_schema", "schema": ANSWER, "strict": True}})
+        assert response.status == "completed" and response.output_text
+        chat = await client.chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "hi"}],
+            tools=[{"type": "function", "function": {"name": "shell", "parameters": SHELL["parameters"]}}],
+            response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": ANSWER}})
+        assert chat.choices[0].message.content
+    finally:
+        await client.close()
+    for body in sent(gw):
+        assert "responseMimeType" not in body.get("generationConfig", {})
+        assert body["tools"][0]["functionDeclarations"][0]["name"] == "shell"
+        said = body["systemInstruction"]["parts"][-1]["text"]
+        assert json.loads(said.removeprefix("Answer in JSON that matches this JSON Schema: ")) == ANSWER
+
+
+async def test_gemini_3_gets_the_schema_as_json_mode_beside_the_tools(make_gateway) -> None:
+    gw = await on_gemini(make_gateway, "gemini-3.1-pro-preview")
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="sk-client", max_retries=0)
+    try:
+        response = await client.responses.create(
+            model="gpt-5-codex", input="What is in notes.txt?", tools=[SHELL],  # type: ignore[list-item]
+            text={"format": {"type": "json_schema", "name": "codex_output_schema", "schema": ANSWER, "strict": True}})
+        assert json.loads(response.output_text) == {"answer": "fake"}  # the fake answers to the schema
+    finally:
+        await client.close()
+    [body] = sent(gw)
+    assert body["generationConfig"] == {"responseMimeType": "application/json", "responseJsonSchema": ANSWER}
