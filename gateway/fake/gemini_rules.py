@@ -65,6 +65,15 @@
   Gemini 3 takes both ("Structured Outputs with tools", the Gemini 3 developer guide,
   https://ai.google.dev/gemini-api/docs/gemini-3; simstudioai/sim#4184 sends both to Gemini 3 only).
   The model is the one in the URL.
+* A (sub)schema of a function's ``parametersJsonSchema`` or of ``responseJsonSchema`` with
+  ``$ref`` and a field other than ``description``, ``default`` or one starting with ``$`` (a
+  ``title``, ``examples``, a ``type``: what pydantic writes for an MCP tool's nested model):
+  "$ref 'QuestionOption' was set alongside unsupported fields. If a schema node has $ref set,
+  then only description and default can be set alongside it", named by the reference's last
+  segment (as quoted in anomalyco/opencode#12295; Google's Code Assist API says "Schema.ref"
+  and goes on "; other fields they would be replaced by the expanded reference.",
+  diegosouzapw/OmniRoute#461). Google's responseJsonSchema reference: "If $ref is set on a
+  sub-schema, no other properties, except for than those starting as a $, may be set."
 
 The checks run in the order listed; which of two refusals Google gives first is not documented.
 """
@@ -75,6 +84,7 @@ import re
 from collections.abc import Collection
 from typing import Any
 
+from gateway.fake import schemas
 from gateway.fake.gemini import BAD_REQUEST, error
 from gateway.fake.steps import Reply
 
@@ -89,6 +99,7 @@ MAX_STOPS = 5
 _NAMES_MODES = frozenset({"ANY", "VALIDATED"})  # the modes allowedFunctionNames is read in
 _ROLES = frozenset({"user", "model", "function", "tool"})
 _IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/webp", "image/heic", "image/heif"})
+_BESIDE_REF = frozenset({"description", "default"})  # and any field starting with "$"
 _NO_JSON_WITH_FUNCTIONS = re.compile(r"gemini-[12][.-]")  # the models that refuse JSON mode beside functions
 
 
@@ -194,6 +205,20 @@ def _json_with_functions(payload: dict[str, Any], model: str) -> Reply | None:
     return error(400, "Function calling with a response mime type: 'application/json' is unsupported")
 
 
+def _ref_with_siblings(payload: dict[str, Any]) -> Reply | None:
+    found = [_get(d, "parametersJsonSchema") for tool in _list(payload.get("tools"))
+             for d in _list(_get(tool, "functionDeclarations"))]
+    found.append(_get(_get(payload, "generationConfig"), "responseJsonSchema"))
+    for schema in found:
+        for _, node in schemas.schemas(schema):
+            ref = node.get("$ref")
+            if ref is not None and any(k not in _BESIDE_REF and not k.startswith("$") for k in node):
+                name = ref.rsplit("/", 1)[-1] if isinstance(ref, str) else ref
+                return error(400, f"$ref '{name}' was set alongside unsupported fields. If a schema node has $ref "
+                                  "set, then only description and default can be set alongside it")  # fmt: skip
+    return None
+
+
 def refusal(payload: dict[str, Any], issued: Collection[str] = (), model: str = "") -> Reply | None:
     """Why the Gemini API would refuse this generateContent body, or None. ``issued``: the ids
     of the calls the fake answered with (only those must come back signed); ``model``: the
@@ -202,7 +227,8 @@ def refusal(payload: dict[str, Any], issued: Collection[str] = (), model: str = 
     if refused is not None:
         return refused
     contents: list[Any] = payload["contents"]  # a list with turns: _field_refusal saw to it
-    refused = _bad_role(contents) or _bad_image(contents) or _json_with_functions(payload, model)
+    refused = (_bad_role(contents) or _bad_image(contents) or _json_with_functions(payload, model)
+               or _ref_with_siblings(payload))
     if refused is not None:
         return refused
     for n, content in enumerate(contents):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import anthropic
 import openai
 
 from tests.integration.conftest import Gateway, MakeGateway
@@ -63,3 +64,25 @@ async def test_gemini_3_gets_the_schema_as_json_mode_beside_the_tools(make_gatew
         await client.close()
     [body] = sent(gw)
     assert body["generationConfig"] == {"responseMimeType": "application/json", "responseJsonSchema": ANSWER}
+
+
+# An MCP tool's input schema as pydantic writes it (a nested model: a $ref beside its title).
+MOVE = {"type": "object", "required": ["target"], "properties": {
+    "target": {"$ref": "#/$defs/Target", "title": "Target object", "examples": [{"x": 1}]}},
+    "$defs": {"Target": {"type": "object", "properties": {"x": {"type": "integer"}}}}}  # fmt: skip
+
+
+async def test_an_mcp_tools_ref_beside_a_title_reaches_gemini_as_google_takes_it(make_gateway) -> None:
+    gw = await on_gemini(make_gateway)
+    client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="sk-ant-client", max_retries=0)
+    try:
+        message = await client.messages.create(
+            model="claude-sonnet-4-6", max_tokens=256, messages=[{"role": "user", "content": "Move to x=1."}],
+            tools=[{"name": "mcp__robot__move", "input_schema": MOVE}])  # fmt: skip
+        assert message.stop_reason == "end_turn"
+    finally:
+        await client.close()
+    [body] = sent(gw)
+    [declared] = body["tools"][0]["functionDeclarations"]
+    target = declared["parametersJsonSchema"]["properties"]["target"]
+    assert target == {"$ref": "#/$defs/Target", "description": "Target object"}

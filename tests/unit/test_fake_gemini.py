@@ -449,3 +449,36 @@ async def test_the_models_own_rules_are_held_to_the_model_in_the_url(fake: Any) 
     status, _, doc = await call(http, f, "gemini-2.5-flash", body=body)
     assert status == 400 and doc["error"] == {"code": 400, "message": NO_JSON_WITH_TOOLS, "status": "INVALID_ARGUMENT"}
     assert (await call(http, f, "gemini-3.1-pro-preview", body=body))[0] == 200
+
+
+TARGET = {"type": "object", "properties": {"x": {"type": "integer"}}}
+
+
+def with_ref(node: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": {"target": node}, "$defs": {"Target": TARGET}}
+
+
+@pytest.mark.parametrize("sibling", [{"title": "Target object"}, {"examples": [{"x": 1}]}, {"type": "object"},
+                                     {"description": "d", "nullable": True}])
+def test_a_ref_beside_other_fields_is_refused_in_a_tool_and_a_response_schema(sibling: dict[str, Any]) -> None:
+    node = {"$ref": "#/$defs/Target", **sibling}
+    says = ("$ref 'Target' was set alongside unsupported fields. If a schema node has $ref set, then only "
+            "description and default can be set alongside it")  # fmt: skip
+    tool = {**SAY_HI, "tools": [{"functionDeclarations": [{"name": "pick", "parametersJsonSchema": with_ref(node)}]}]}
+    assert refused(tool) == says
+    nested = {"type": "object", "properties": {"all": {"type": "array", "items": {"anyOf": [node, {"type": "null"}]}}},
+              "$defs": {"Target": TARGET}}  # fmt: skip
+    assert refused({**SAY_HI, "generationConfig": {"responseMimeType": "application/json",
+                                                   "responseJsonSchema": nested}}) == says  # fmt: skip
+    snake = {**SAY_HI, "tools": [{"function_declarations": [{"name": "pick", "parameters_json_schema": with_ref(node)}]}]}
+    assert refused(snake) == says
+
+
+@pytest.mark.parametrize("node", [{"$ref": "#/$defs/Target"}, {"$ref": "#/$defs/Target", "description": "d"},
+                                  {"$ref": "#/$defs/Target", "default": {"x": 1}, "$comment": "c"}])
+def test_a_ref_beside_what_google_takes(node: dict[str, Any]) -> None:
+    tool = {**SAY_HI, "tools": [{"functionDeclarations": [{"name": "pick", "parametersJsonSchema": with_ref(node)}]}]}
+    assert refused(tool) is None
+    # A property named "$ref" is no reference.
+    named = {"type": "object", "properties": {"$ref": {"type": "string"}, "title": {"type": "string"}}}
+    assert refused({**SAY_HI, "tools": [{"functionDeclarations": [{"name": "p", "parametersJsonSchema": named}]}]}) is None

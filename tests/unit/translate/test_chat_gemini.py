@@ -14,6 +14,7 @@ from gateway.apis import GEMINI
 from gateway.apis.base import Ending, EventKind
 from gateway.errors import Classification, ErrorType
 from gateway.fake import gemini_rules
+from gateway.policy.refused_param import refusal_fix
 from gateway.sse import EventSplitter
 from gateway.translate import default_translations
 from gateway.translate.base import Context, Refusal, Target
@@ -464,3 +465,71 @@ def test_a_schema_goes_as_gemini_json_mode_where_the_model_takes_it(model: str, 
     out = sent_to(model, response_format=STRUCTURED, **fields)
     assert out["generationConfig"] == {"responseMimeType": "application/json", "responseJsonSchema": ANSWER_SCHEMA}
     assert out["systemInstruction"] == {"parts": [{"text": "Be terse."}]}
+
+
+REQUESTS = Path(__file__).resolve().parents[2] / "corpus" / "requests"
+AGENTS = {p.name: json.loads(p.read_text()) for p in sorted(REQUESTS.glob("*.json")) if not p.name.startswith("gemini")
+          and not p.name.startswith("genai")}  # fmt: skip
+_API = {"/v1/chat/completions": "chat", "/v1/messages": "messages", "/v1/responses": "responses"}
+
+
+@pytest.mark.parametrize("model", ["gemini-2.5-flash", "gemini-3.1-pro-preview"])
+@pytest.mark.parametrize("name", list(AGENTS))
+def test_the_agents_real_requests_reach_gemini_in_a_shape_google_takes(name: str, model: str) -> None:
+    """Claude Code's, Codex's, the Agents SDK's, opencode's and the SDKs' own requests (their
+    real tool schemas included), translated: held to the fake's rules for the model, after the
+    fixes the gateway learns from a refusal (``policy/refused_param.py``)."""
+    case = AGENTS[name]
+    api = _API[case["path"].split("?")[0]]
+    out = default_translations().table[api, "gemini"].request(case["body"], Target(model))
+    if isinstance(out, Refusal):
+        # n: 2 and logprobs; an image by http URL: refused before any call.
+        assert name in ("chat-openai-python-uncarried.json", "chat-openai-python-tools-images.json"), out
+        return
+    body: dict[str, Any] = {k: v for k, v in out.items() if k not in ("model", "stream")}
+    for _ in range(3):  # the gateway's MAX_FIXES
+        refused = gemini_rules.refusal(body, model=model)
+        if refused is None:
+            return
+        fix = refusal_fix(refused.body["error"]["message"], json.dumps(refused.body).encode())
+        fixed = fix.apply(body) if fix is not None else None
+        assert fixed is not None, refused.body
+        body = fixed
+    raise AssertionError(body)
+
+
+# An MCP tool's input schema as pydantic writes it: a nested model is a $ref, with the
+# field's title, examples and description beside it.
+PYDANTIC = {"type": "object", "title": "move_args", "required": ["target"], "$defs": {
+    "Target": {"type": "object", "title": "Target", "properties": {"x": {"type": "integer", "title": "X"}}}},
+    "properties": {
+        "target": {"$ref": "#/$defs/Target", "title": "Target object", "examples": [{"x": 1}]},
+        "backup": {"anyOf": [{"$ref": "#/$defs/Target", "description": "Where to go back", "title": "B",
+                              "default": None, "$comment": "kept"}, {"type": "null"}]},
+        "many": {"type": "array", "items": {"$ref": "#/$defs/Target", "type": "object"}},
+        "by_name": {"type": "object", "additionalProperties": {"$ref": "#/$defs/Target", "title": 7}},
+        "$ref": {"type": "string", "title": "a property named $ref"}}}  # fmt: skip
+CLEAN = {**PYDANTIC, "properties": {
+    "target": {"$ref": "#/$defs/Target", "description": "Target object"},
+    "backup": {"anyOf": [{"$ref": "#/$defs/Target", "description": "Where to go back", "default": None,
+                          "$comment": "kept"}, {"type": "null"}]},
+    "many": {"type": "array", "items": {"$ref": "#/$defs/Target"}},
+    "by_name": {"type": "object", "additionalProperties": {"$ref": "#/$defs/Target"}},
+    "$ref": {"type": "string", "title": "a property named $ref"}}}  # fmt: skip
+
+
+@pytest.mark.parametrize("model", ["gemini-2.5-flash", "gemini-3.1-pro-preview"])
+def test_a_ref_keeps_only_what_google_takes_beside_it_in_tool_and_response_schemas(model: str) -> None:
+    """Gemini refuses a $ref beside other fields ("$ref 'QuestionOption' was set alongside
+    unsupported fields. If a schema node has $ref set, then only description and default can be
+    set alongside it", anomalyco/opencode#12295): the node keeps $ref, "$" fields, description
+    and default; a title goes into a missing description. What has no $ref is left as it is."""
+    tool = {"type": "function", "function": {"name": "move", "parameters": PYDANTIC}}
+    out = sent_to(model, tools=[tool])
+    assert out["tools"][0]["functionDeclarations"][0]["parametersJsonSchema"] == CLEAN
+    fmt = {"type": "json_schema", "json_schema": {"name": "move", "schema": PYDANTIC}}
+    assert sent_to(model, response_format=fmt)["generationConfig"]["responseJsonSchema"] == CLEAN
+    assert PYDANTIC["properties"]["target"]["title"] == "Target object"  # the client's request is not changed
+    plain = {"type": "function", "function": {"name": "ls", "parameters": CLEAN["$defs"]["Target"]}}
+    assert sent_to(model, tools=[plain])["tools"][0]["functionDeclarations"][0]["parametersJsonSchema"] is (
+        CLEAN["$defs"]["Target"])  # nothing to change: not copied
