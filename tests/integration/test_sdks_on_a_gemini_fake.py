@@ -86,3 +86,31 @@ async def test_an_mcp_tools_ref_beside_a_title_reaches_gemini_as_google_takes_it
     [declared] = body["tools"][0]["functionDeclarations"]
     target = declared["parametersJsonSchema"]["properties"]["target"]
     assert target == {"$ref": "#/$defs/Target", "description": "Target object"}
+
+
+PDF = "JVBERi0xLjQKJcOkw7zDtsOfCjEgMCBvYmoKPDwvVHlwZS9DYXRhbG9nPj4KZW5kb2JqCg=="
+INLINE_PDF = {"inlineData": {"mimeType": "application/pdf", "data": PDF}}
+
+
+async def test_a_pdf_from_the_anthropic_and_the_openai_sdks_reaches_gemini_inline(make_gateway) -> None:
+    """Gemini reads PDFs: a Messages ``document`` reached it as "[document … left out: this
+    model cannot read it]", a Responses ``input_file`` was refused (400 untranslatable_request)."""
+    gw = await on_gemini(make_gateway)
+    claude = anthropic.AsyncAnthropic(base_url=gw.base, api_key="sk-ant-client", max_retries=0)
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="sk-client", max_retries=0)
+    try:
+        message = await claude.messages.create(model="claude-sonnet-4-6", max_tokens=256, messages=[{
+            "role": "user", "content": [
+                {"type": "document", "title": "report", "source": {"type": "base64", "media_type": "application/pdf",
+                                                                  "data": PDF}},
+                {"type": "text", "text": "Summarise it."}]}])  # fmt: skip
+        assert message.content[0].type == "text"
+        response = await client.responses.create(model="gpt-5-codex", input=[{"role": "user", "content": [
+            {"type": "input_file", "filename": "report.pdf", "file_data": f"data:application/pdf;base64,{PDF}"},
+            {"type": "input_text", "text": "Summarise it."}]}])  # fmt: skip
+        assert response.output_text
+    finally:
+        await claude.close()
+        await client.close()
+    for body in sent(gw):
+        assert body["contents"] == [{"role": "user", "parts": [INLINE_PDF, {"text": "Summarise it."}]}]

@@ -533,3 +533,37 @@ def test_a_ref_keeps_only_what_google_takes_beside_it_in_tool_and_response_schem
     plain = {"type": "function", "function": {"name": "ls", "parameters": CLEAN["$defs"]["Target"]}}
     assert sent_to(model, tools=[plain])["tools"][0]["functionDeclarations"][0]["parametersJsonSchema"] is (
         CLEAN["$defs"]["Target"])  # nothing to change: not copied
+
+
+PDF = "JVBERi0xLjQK"
+
+
+def test_a_claude_clients_pdf_reaches_gemini_inline_and_a_chat_upstream_still_gets_the_note() -> None:
+    """Gemini reads PDFs as inlineData; it got "[document (application/pdf) left out: this
+    model cannot read it]" on the way through chat, as a chat server does."""
+    doc = {"type": "document", "title": "report", "source": {"type": "base64", "media_type": "application/pdf",
+                                                            "data": PDF}}  # fmt: skip
+    asked = {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": [
+        doc, {"type": "text", "text": "Summarise."}]}]}  # fmt: skip
+    out = default_translations().table["messages", "gemini"].request(asked, Target("gemini-2.5-flash"))
+    assert not isinstance(out, Refusal), out
+    assert out["contents"] == [{"role": "user", "parts": [{"inlineData": {"mimeType": "application/pdf", "data": PDF}},
+                                                          {"text": "Summarise."}]}]  # fmt: skip
+    chat = default_translations().table["messages", "chat"].request(asked, Target("m"))
+    assert not isinstance(chat, Refusal) and "[document 'report' (application/pdf) left out" in json.dumps(chat)
+
+
+def test_a_responses_clients_input_file_reaches_gemini_inline_and_a_chat_upstream_still_refuses_it() -> None:
+    part = {"type": "input_file", "filename": "a.pdf", "file_data": f"data:application/pdf;base64,{PDF}"}
+    asked = {"model": "m", "input": [{"role": "user", "content": [part, {"type": "input_text", "text": "Summarise."}]}]}
+    out = default_translations().table["responses", "gemini"].request(asked, Target("gemini-2.5-flash"))
+    assert not isinstance(out, Refusal), out
+    assert out["contents"] == [{"role": "user", "parts": [{"inlineData": {"mimeType": "application/pdf", "data": PDF}},
+                                                          {"text": "Summarise."}]}]  # fmt: skip
+    chat = default_translations().table["responses", "chat"].request(asked, Target("m"))
+    assert isinstance(chat, Refusal) and "input_file (a document) cannot be carried" in chat.message
+    # Only its data can go: Google's fileData takes files of its own Files API only.
+    for by in ({"file_id": "file-1"}, {"file_url": "https://example.com/a.pdf"}):
+        asked = {"model": "m", "input": [{"role": "user", "content": [{"type": "input_file", **by}]}]}
+        out = default_translations().table["responses", "gemini"].request(asked, Target("gemini-2.5-flash"))
+        assert isinstance(out, Refusal) and "file_data" in out.message, out
