@@ -74,6 +74,11 @@
   and goes on "; other fields they would be replaced by the expanded reference.",
   diegosouzapw/OmniRoute#461). Google's responseJsonSchema reference: "If $ref is set on a
   sub-schema, no other properties, except for than those starting as a $, may be set."
+* A non-zero ``presencePenalty`` or ``frequencyPenalty`` on a Gemini 2.5 model: "Penalty is
+  not enabled for models/gemini-2.5-flash" (vercel/ai#8943 for gemini-2.5-flash and -pro,
+  BerriAI/litellm#32273; the envelope, 400 INVALID_ARGUMENT, as PublicAffairs/openai-gemini#63
+  quotes it). Zero, the default, is taken ("0.0 is a no-op value that isn't validated
+  server-side", google-gemini/cookbook#1290); Gemini 2.0 takes penalties (vercel/ai#8943).
 
 The checks run in the order listed; which of two refusals Google gives first is not documented.
 """
@@ -100,6 +105,7 @@ _NAMES_MODES = frozenset({"ANY", "VALIDATED"})  # the modes allowedFunctionNames
 _ROLES = frozenset({"user", "model", "function", "tool"})
 _IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/webp", "image/heic", "image/heif"})
 _BESIDE_REF = frozenset({"description", "default"})  # and any field starting with "$"
+_PENALTIES = ("presencePenalty", "frequencyPenalty")
 _NO_JSON_WITH_FUNCTIONS = re.compile(r"gemini-[12][.-]")  # the models that refuse JSON mode beside functions
 
 
@@ -205,6 +211,13 @@ def _json_with_functions(payload: dict[str, Any], model: str) -> Reply | None:
     return error(400, "Function calling with a response mime type: 'application/json' is unsupported")
 
 
+def _penalty(payload: dict[str, Any], model: str) -> Reply | None:
+    config = _get(payload, "generationConfig")
+    if model.startswith("gemini-2.5") and any(_get(config, p) for p in _PENALTIES):
+        return error(400, f"Penalty is not enabled for models/{model}")
+    return None
+
+
 def _ref_with_siblings(payload: dict[str, Any]) -> Reply | None:
     found = [_get(d, "parametersJsonSchema") for tool in _list(payload.get("tools"))
              for d in _list(_get(tool, "functionDeclarations"))]
@@ -228,7 +241,7 @@ def refusal(payload: dict[str, Any], issued: Collection[str] = (), model: str = 
         return refused
     contents: list[Any] = payload["contents"]  # a list with turns: _field_refusal saw to it
     refused = (_bad_role(contents) or _bad_image(contents) or _json_with_functions(payload, model)
-               or _ref_with_siblings(payload))
+               or _ref_with_siblings(payload) or _penalty(payload, model))
     if refused is not None:
         return refused
     for n, content in enumerate(contents):

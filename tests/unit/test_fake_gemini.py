@@ -449,6 +449,9 @@ async def test_the_models_own_rules_are_held_to_the_model_in_the_url(fake: Any) 
     status, _, doc = await call(http, f, "gemini-2.5-flash", body=body)
     assert status == 400 and doc["error"] == {"code": 400, "message": NO_JSON_WITH_TOOLS, "status": "INVALID_ARGUMENT"}
     assert (await call(http, f, "gemini-3.1-pro-preview", body=body))[0] == 200
+    penalised = {**SAY_HI, "generationConfig": {"presencePenalty": 0.4}}
+    status, _, doc = await call(http, f, "gemini-2.5-pro", body=penalised)
+    assert status == 400 and doc["error"]["message"] == "Penalty is not enabled for models/gemini-2.5-pro"
 
 
 TARGET = {"type": "object", "properties": {"x": {"type": "integer"}}}
@@ -482,3 +485,18 @@ def test_a_ref_beside_what_google_takes(node: dict[str, Any]) -> None:
     # A property named "$ref" is no reference.
     named = {"type": "object", "properties": {"$ref": {"type": "string"}, "title": {"type": "string"}}}
     assert refused({**SAY_HI, "tools": [{"functionDeclarations": [{"name": "p", "parametersJsonSchema": named}]}]}) is None
+
+
+@pytest.mark.parametrize("model", ["gemini-2.5-flash", "gemini-2.5-pro", "gemini-2.5-flash-lite"])
+def test_a_penalty_is_refused_by_gemini_2_5(model: str) -> None:
+    for penalty in ({"presencePenalty": 0.5}, {"frequencyPenalty": -0.2}, {"frequency_penalty": 1}):
+        body = {**SAY_HI, "generationConfig": {"temperature": 1, **penalty}}
+        assert refused(body, model) == f"Penalty is not enabled for models/{model}"
+
+
+@pytest.mark.parametrize(("model", "config"), [
+    ("gemini-2.5-flash", {"presencePenalty": 0, "frequencyPenalty": 0.0}),  # the default: not validated
+    ("gemini-2.0-flash", {"presencePenalty": 0.5, "frequencyPenalty": 0.5}),
+])  # fmt: skip
+def test_penalties_google_takes(model: str, config: dict[str, Any]) -> None:
+    assert refused({**SAY_HI, "generationConfig": config}, model) is None
