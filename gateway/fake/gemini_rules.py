@@ -56,6 +56,29 @@
   "position 2" those reports show for a [user, model call, function response] conversation.
   Any signature is accepted, placeholders too (Gemini CLI replays calls with
   ``skip_thought_signature_validator``, which Google's thought-signatures page allows).
+* JSON mode (``generationConfig.responseMimeType: application/json``) beside function
+  declarations, on a Gemini 1.x or 2.x model: "Function calling with a response mime type:
+  'application/json' is unsupported" (the whole body quoted in
+  google-gemini/deprecated-generative-ai-swift#195; gemini-2.5-flash in symfony/ai#1777,
+  gemini-2.5-flash-lite in analyticalrohit/ai-blog-generator#17, gemini-2.5-pro in
+  google/adk-python#5735, which also reports it taken with function calling off, mode NONE).
+  Gemini 3 takes both ("Structured Outputs with tools", the Gemini 3 developer guide,
+  https://ai.google.dev/gemini-api/docs/gemini-3; simstudioai/sim#4184 sends both to Gemini 3 only).
+  The model is the one in the URL.
+* A (sub)schema of a function's ``parametersJsonSchema`` or of ``responseJsonSchema`` with
+  ``$ref`` and a field other than ``description``, ``default`` or one starting with ``$`` (a
+  ``title``, ``examples``, a ``type``: what pydantic writes for an MCP tool's nested model):
+  "$ref 'QuestionOption' was set alongside unsupported fields. If a schema node has $ref set,
+  then only description and default can be set alongside it", named by the reference's last
+  segment (as quoted in anomalyco/opencode#12295; Google's Code Assist API says "Schema.ref"
+  and goes on "; other fields they would be replaced by the expanded reference.",
+  diegosouzapw/OmniRoute#461). Google's responseJsonSchema reference: "If $ref is set on a
+  sub-schema, no other properties, except for than those starting as a $, may be set."
+* A non-zero ``presencePenalty`` or ``frequencyPenalty`` on a Gemini 2.5 model: "Penalty is
+  not enabled for models/gemini-2.5-flash" (vercel/ai#8943 for gemini-2.5-flash and -pro,
+  BerriAI/litellm#32273; the envelope, 400 INVALID_ARGUMENT, as PublicAffairs/openai-gemini#63
+  quotes it). Zero, the default, is taken ("0.0 is a no-op value that isn't validated
+  server-side", google-gemini/cookbook#1290); Gemini 2.0 takes penalties (vercel/ai#8943).
 
 The checks run in the order listed; which of two refusals Google gives first is not documented.
 """
@@ -66,6 +89,7 @@ import re
 from collections.abc import Collection
 from typing import Any
 
+from gateway.fake import schemas
 from gateway.fake.gemini import BAD_REQUEST, error
 from gateway.fake.steps import Reply
 
@@ -80,6 +104,9 @@ MAX_STOPS = 5
 _NAMES_MODES = frozenset({"ANY", "VALIDATED"})  # the modes allowedFunctionNames is read in
 _ROLES = frozenset({"user", "model", "function", "tool"})
 _IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/webp", "image/heic", "image/heif"})
+_BESIDE_REF = frozenset({"description", "default"})  # and any field starting with "$"
+_PENALTIES = ("presencePenalty", "frequencyPenalty")
+_NO_JSON_WITH_FUNCTIONS = re.compile(r"gemini-[12][.-]")  # the models that refuse JSON mode beside functions
 
 
 def _snake(name: str) -> str:
@@ -174,14 +201,47 @@ def _bad_image(contents: list[Any]) -> Reply | None:
     return None
 
 
-def refusal(payload: dict[str, Any], issued: Collection[str] = ()) -> Reply | None:
+def _json_with_functions(payload: dict[str, Any], model: str) -> Reply | None:
+    config = _get(payload, "generationConfig")
+    if not _NO_JSON_WITH_FUNCTIONS.match(model) or _get(config, "responseMimeType") != "application/json":
+        return None
+    declared = any(_list(_get(tool, "functionDeclarations")) for tool in _list(payload.get("tools")))
+    if not declared or _get(_get(_get(payload, "toolConfig"), "functionCallingConfig"), "mode") == "NONE":
+        return None
+    return error(400, "Function calling with a response mime type: 'application/json' is unsupported")
+
+
+def _penalty(payload: dict[str, Any], model: str) -> Reply | None:
+    config = _get(payload, "generationConfig")
+    if model.startswith("gemini-2.5") and any(_get(config, p) for p in _PENALTIES):
+        return error(400, f"Penalty is not enabled for models/{model}")
+    return None
+
+
+def _ref_with_siblings(payload: dict[str, Any]) -> Reply | None:
+    found = [_get(d, "parametersJsonSchema") for tool in _list(payload.get("tools"))
+             for d in _list(_get(tool, "functionDeclarations"))]
+    found.append(_get(_get(payload, "generationConfig"), "responseJsonSchema"))
+    for schema in found:
+        for _, node in schemas.schemas(schema):
+            ref = node.get("$ref")
+            if ref is not None and any(k not in _BESIDE_REF and not k.startswith("$") for k in node):
+                name = ref.rsplit("/", 1)[-1] if isinstance(ref, str) else ref
+                return error(400, f"$ref '{name}' was set alongside unsupported fields. If a schema node has $ref "
+                                  "set, then only description and default can be set alongside it")  # fmt: skip
+    return None
+
+
+def refusal(payload: dict[str, Any], issued: Collection[str] = (), model: str = "") -> Reply | None:
     """Why the Gemini API would refuse this generateContent body, or None. ``issued``: the ids
-    of the calls the fake answered with (only those must come back signed)."""
+    of the calls the fake answered with (only those must come back signed); ``model``: the
+    model in the URL, for the rules that hold for some models only."""
     refused = unknown_field(payload, GENERATE_FIELDS) or _field_refusal(payload)
     if refused is not None:
         return refused
     contents: list[Any] = payload["contents"]  # a list with turns: _field_refusal saw to it
-    refused = _bad_role(contents) or _bad_image(contents)
+    refused = (_bad_role(contents) or _bad_image(contents) or _json_with_functions(payload, model)
+               or _ref_with_siblings(payload) or _penalty(payload, model))
     if refused is not None:
         return refused
     for n, content in enumerate(contents):

@@ -53,6 +53,12 @@ AT_DEFAULT: dict[str, object] = {"n": 1}
 NESTED = {"reasoning.effort": ("reasoning", "effort"), "output_config.effort": ("output_config", "effort"),
           # A Gemini request's thinking (in either spelling the API takes, see ``apply``).
           "thinking_config": ("generationConfig", "thinkingConfig")}  # fmt: skip
+# A refusal naming no field for several the gateway may leave out: each goes where the body has
+# it, at the top (chat) or in its parent (a Gemini request's generationConfig, either spelling).
+SEVERAL: dict[str, tuple[tuple[str, ...], tuple[str, tuple[str, ...]]]] = {
+    "penalty": (("presence_penalty", "frequency_penalty"),
+                ("generationConfig", ("presencePenalty", "frequencyPenalty"))),
+}  # fmt: skip
 # The two names of chat's output budget: one refused is carried under the other, never dropped.
 BUDGETS = {"max_tokens": "max_completion_tokens", "max_completion_tokens": "max_tokens"}
 
@@ -111,6 +117,10 @@ _NO_EFFORT = re.compile(r"does not support the effort parameter", re.IGNORECASE)
 _TOOLS_EFFORT = re.compile(r"Function tools with reasoning_effort are not supported for \S+ in "
                            r"/v1/chat/completions", re.IGNORECASE)  # fmt: skip
 EFFORT_BESIDE_TOOLS = "none"
+# Gemini 2.5 (the Gemini API): "Penalty is not enabled for models/gemini-2.5-flash" (vercel/ai
+# #8943); google-genai's later wording: "Penalty is not enabled for this model"
+# (google-gemini/cookbook#1290). Both penalties: the message names neither.
+_NO_PENALTY = re.compile(r"^Penalty is not enabled for (?:models/|this model)", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,19 +146,15 @@ class ParamFix:
             return {**doc, self.field: self.with_tools}
         nested = NESTED.get(self.field)
         if nested is not None:
-            parent, member = nested
-            if parent not in doc and snake(parent) in doc:  # Gemini's fields come in both spellings
-                parent = snake(parent)
-            inner = doc.get(parent)
-            if isinstance(inner, dict) and member not in inner and snake(member) in inner:
-                member = snake(member)
-            if not isinstance(inner, dict) or member not in inner:
+            return _without(doc, nested[0], (nested[1],))
+        several = SEVERAL.get(self.field)
+        if several is not None:
+            top, (parent, members) = several
+            out = {k: v for k, v in doc.items() if k not in top}
+            fixed = _without(out, parent, members)
+            if fixed is None and len(out) == len(doc):
                 return None
-            rest = {k: v for k, v in inner.items() if k != member}
-            out = {k: v for k, v in doc.items() if k != parent}
-            if rest:
-                out[parent] = rest
-            return out
+            return out if fixed is None else fixed
         if self.field not in doc:
             return None
         if self.field in BUDGETS:  # carried under its other name (kept if the client sent both)
@@ -162,6 +168,24 @@ class ParamFix:
         elif self.field not in DROPPABLE:
             return None
         return {k: v for k, v in doc.items() if k != self.field}
+
+
+def _without(doc: Mapping[str, Any], parent: str, members: tuple[str, ...]) -> dict[str, Any] | None:
+    """``doc`` without ``parent``'s ``members`` (and without ``parent`` if nothing is left in
+    it); None when it has none of them."""
+    if parent not in doc and snake(parent) in doc:  # Gemini's fields come in both spellings
+        parent = snake(parent)
+    inner = doc.get(parent)
+    if not isinstance(inner, dict):
+        return None
+    gone = {name for m in members for name in (m, snake(m)) if name in inner}
+    if not gone:
+        return None
+    rest = {k: v for k, v in inner.items() if k not in gone}
+    out = {k: v for k, v in doc.items() if k != parent}
+    if rest:
+        out[parent] = rest
+    return out
 
 
 def refusal_fix(message: str | None, body: bytes) -> ParamFix | None:
@@ -185,6 +209,8 @@ def refused_param(message: str | None) -> ParamFix | None:
         return ParamFix("output_config.effort")
     if _TOOLS_EFFORT.search(message):
         return ParamFix("reasoning_effort", with_tools=EFFORT_BESIDE_TOOLS)
+    if _NO_PENALTY.search(message):
+        return ParamFix("penalty")
     for pattern in _REFUSED:
         m = pattern.search(message)
         if m is not None:

@@ -175,7 +175,8 @@ def test_claude_code_runs_a_bash_tool_loop_on_a_gemini_upstream(
 # --- Codex: Responses → chat → Gemini --------------------------------------------------------
 
 
-def run_codex(codex_bin: Path, gw: RunningGateway, home: Path, model: str, prompt: str) -> tuple[subprocess.CompletedProcess[str], float]:
+def run_codex(codex_bin: Path, gw: RunningGateway, home: Path, model: str, prompt: str,
+              *options: str) -> tuple[subprocess.CompletedProcess[str], float]:  # fmt: skip
     """``codex exec`` at its stock retry settings, pointed at the gateway by a provider entry."""
     codex_home = home / "codex"
     codex_home.mkdir(parents=True)
@@ -186,7 +187,7 @@ def run_codex(codex_bin: Path, gw: RunningGateway, home: Path, model: str, promp
     )
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "CODEX_HOME": str(codex_home), "GW_KEY": "dummy"}
     t0 = time.monotonic()
-    done = subprocess.run([str(codex_bin), "exec", "--skip-git-repo-check", prompt], env=env, cwd=home,
+    done = subprocess.run([str(codex_bin), "exec", "--skip-git-repo-check", *options, prompt], env=env, cwd=home,
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)  # fmt: skip
     return done, time.monotonic() - t0
 
@@ -217,6 +218,23 @@ def test_codex_runs_a_shell_tool_loop_on_a_gemini_upstream(codex: Path, setup: S
     assert_a_tool_round_trip(seen, "exec_command", "'Chunk ID: ")
     assert "refused" not in setup.fake.logs()[since[0]:]
     print(f"codex tool loop: {len(seen)} calls, {seconds:.1f} s")
+
+
+def test_codex_with_an_output_schema_answers_on_gemini_2_5(codex: Path, setup: Setup, tmp_path: Path) -> None:  # noqa: F811
+    """``--output-schema`` beside Codex's tools: Gemini 2.5 refuses JSON mode with functions
+    ("Function calling with a response mime type: 'application/json' is unsupported"), so the
+    schema goes as an instruction and the tools stay."""
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"answer": {"type": "string"}},
+                                  "required": ["answer"], "additionalProperties": False}))  # fmt: skip
+    since = setup.mark()
+    done, seconds = run_codex(codex, setup.gw, tmp_path, "gpt-5-codex", "say hi", "--output-schema", str(schema))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "Hello from fake."
+    seen = setup.seen(since)
+    assert [s.what for s in seen] == ["answer"] and "generationConfig" not in seen[0].fields, seen
+    assert "refused" not in setup.fake.logs()[since[0]:]
+    print(f"codex --output-schema: {len(seen)} call(s), {seconds:.1f} s")
 
 
 # --- Gemini CLI: passed through --------------------------------------------------------------

@@ -193,3 +193,19 @@ async def test_claude_codes_thinking_on_a_gemini_model_without_it_is_left_out_on
     status, headers, _ = await gw.messages(claude_code_first())
     assert status == 200 and headers["x-llm-attempts"] == "1"
     assert "thinkingConfig" not in gw.fake.requests[-1].json()["generationConfig"]
+
+
+async def test_a_chat_clients_penalties_on_gemini_2_5_are_left_out_once_learnt(make_gateway) -> None:
+    """The openai SDK's knobs (a real request: presence 0.5, frequency 0.25) become Gemini's
+    penalties, which Gemini 2.5 refuses ("Penalty is not enabled for models/gemini-2.5-flash",
+    vercel/ai#8943): every request failed; now both go once, then before every send."""
+    gw = await make_gateway(upstream_yaml=", apis: [gemini], api_key: k-gemini, model_map: {'gpt-*': gemini-2.5-flash}")
+    knobs = json.loads((CORPUS / "chat-openai-python-stream-knobs.json").read_text())["body"]
+    status, headers, body = await gw.chat(knobs)
+    assert status == 200 and b"data: [DONE]" in body, body
+    assert headers["x-llm-attempts"] == "2" and headers["x-llm-params-dropped"] == "penalty"
+    first, second = (r.json()["generationConfig"] for r in gw.fake.gemini_requests())
+    assert (first["presencePenalty"], first["frequencyPenalty"]) == (0.5, 0.25)
+    assert second == {k: v for k, v in first.items() if not k.endswith("Penalty")} and second["temperature"] == 1.5
+    status, headers, _ = await gw.chat(knobs)
+    assert status == 200 and headers["x-llm-attempts"] == "1" and headers["x-llm-params-dropped"] == "penalty"

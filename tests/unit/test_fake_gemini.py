@@ -158,9 +158,9 @@ BAD_NAME = ("Invalid function name. Must start with a letter or an underscore. M
             "underscores (_), dots (.), colons (:), or dashes (-), with a maximum length of 64.")
 
 
-def refused(body: dict[str, Any]) -> str | None:
-    """The message gemini_rules refuses ``body`` with (a 400 INVALID_ARGUMENT), or None."""
-    reply = gemini_rules.refusal(body)
+def refused(body: dict[str, Any], model: str = "gemini-2.5-flash") -> str | None:
+    """The message gemini_rules refuses ``body`` with (a 400 INVALID_ARGUMENT) on ``model``, or None."""
+    reply = gemini_rules.refusal(body, model=model)
     if reply is None:
         return None
     assert reply.status == 400 and reply.body["error"]["status"] == "INVALID_ARGUMENT"
@@ -414,3 +414,89 @@ async def test_a_request_for_json_gets_the_smallest_document_its_schema_allows(f
     body = {**SAY_HI, "generation_config": {"response_mime_type": "application/json", "response_schema": listed}}
     _, _, chunks = await call(http, f, "gemini-2.5-flash", "streamGenerateContent", body, query="?alt=sse")
     assert json.loads(chunks[-1]["candidates"][0]["content"]["parts"][0]["text"]) == []
+
+
+JSON_MODE = {"responseMimeType": "application/json", "responseJsonSchema": {"type": "object"}}
+NO_JSON_WITH_TOOLS = "Function calling with a response mime type: 'application/json' is unsupported"
+
+
+@pytest.mark.parametrize("model", ["gemini-2.5-flash", "gemini-2.5-pro", "gemini-2.5-flash-lite", "gemini-2.0-flash",
+                                   "gemini-1.5-pro-latest"])
+def test_json_mode_beside_function_declarations_is_refused_by_gemini_2_and_older(model: str) -> None:
+    body = {**declared("run_shell_command"), "generationConfig": JSON_MODE}
+    assert refused(body, model) == NO_JSON_WITH_TOOLS
+    snake = {**declared("run_shell_command"), "generation_config": {"response_mime_type": "application/json"}}
+    assert refused(snake, model) == NO_JSON_WITH_TOOLS
+
+
+@pytest.mark.parametrize(("model", "body"), [
+    ("gemini-3.1-pro-preview", {**declared("run_shell_command"), "generationConfig": JSON_MODE}),  # Gemini 3 takes both
+    ("gemini-3-flash-preview", {**declared("run_shell_command"), "generationConfig": JSON_MODE}),
+    ("gemini-2.5-flash", {**SAY_HI, "generationConfig": JSON_MODE}),  # no functions
+    ("gemini-2.5-flash", {**declared(), "generationConfig": JSON_MODE}),
+    ("gemini-2.5-flash", {**declared("run_shell_command"), "generationConfig": {"responseMimeType": "text/plain"}}),
+    # Function calling off (mode NONE): google/adk-python#5735 reports it taken.
+    ("gemini-2.5-pro", {**declared("run_shell_command"), "generationConfig": JSON_MODE,
+                        "toolConfig": {"functionCallingConfig": {"mode": "NONE"}}}),
+])  # fmt: skip
+def test_json_mode_google_takes(model: str, body: dict[str, Any]) -> None:
+    assert refused(body, model) is None
+
+
+async def test_the_models_own_rules_are_held_to_the_model_in_the_url(fake: Any) -> None:
+    f, _, http = fake
+    body = {**turns(), "generationConfig": JSON_MODE}
+    status, _, doc = await call(http, f, "gemini-2.5-flash", body=body)
+    assert status == 400 and doc["error"] == {"code": 400, "message": NO_JSON_WITH_TOOLS, "status": "INVALID_ARGUMENT"}
+    assert (await call(http, f, "gemini-3.1-pro-preview", body=body))[0] == 200
+    penalised = {**SAY_HI, "generationConfig": {"presencePenalty": 0.4}}
+    status, _, doc = await call(http, f, "gemini-2.5-pro", body=penalised)
+    assert status == 400 and doc["error"]["message"] == "Penalty is not enabled for models/gemini-2.5-pro"
+
+
+TARGET = {"type": "object", "properties": {"x": {"type": "integer"}}}
+
+
+def with_ref(node: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": {"target": node}, "$defs": {"Target": TARGET}}
+
+
+@pytest.mark.parametrize("sibling", [{"title": "Target object"}, {"examples": [{"x": 1}]}, {"type": "object"},
+                                     {"description": "d", "nullable": True}])
+def test_a_ref_beside_other_fields_is_refused_in_a_tool_and_a_response_schema(sibling: dict[str, Any]) -> None:
+    node = {"$ref": "#/$defs/Target", **sibling}
+    says = ("$ref 'Target' was set alongside unsupported fields. If a schema node has $ref set, then only "
+            "description and default can be set alongside it")  # fmt: skip
+    tool = {**SAY_HI, "tools": [{"functionDeclarations": [{"name": "pick", "parametersJsonSchema": with_ref(node)}]}]}
+    assert refused(tool) == says
+    nested = {"type": "object", "properties": {"all": {"type": "array", "items": {"anyOf": [node, {"type": "null"}]}}},
+              "$defs": {"Target": TARGET}}  # fmt: skip
+    assert refused({**SAY_HI, "generationConfig": {"responseMimeType": "application/json",
+                                                   "responseJsonSchema": nested}}) == says  # fmt: skip
+    snake = {**SAY_HI, "tools": [{"function_declarations": [{"name": "pick", "parameters_json_schema": with_ref(node)}]}]}
+    assert refused(snake) == says
+
+
+@pytest.mark.parametrize("node", [{"$ref": "#/$defs/Target"}, {"$ref": "#/$defs/Target", "description": "d"},
+                                  {"$ref": "#/$defs/Target", "default": {"x": 1}, "$comment": "c"}])
+def test_a_ref_beside_what_google_takes(node: dict[str, Any]) -> None:
+    tool = {**SAY_HI, "tools": [{"functionDeclarations": [{"name": "pick", "parametersJsonSchema": with_ref(node)}]}]}
+    assert refused(tool) is None
+    # A property named "$ref" is no reference.
+    named = {"type": "object", "properties": {"$ref": {"type": "string"}, "title": {"type": "string"}}}
+    assert refused({**SAY_HI, "tools": [{"functionDeclarations": [{"name": "p", "parametersJsonSchema": named}]}]}) is None
+
+
+@pytest.mark.parametrize("model", ["gemini-2.5-flash", "gemini-2.5-pro", "gemini-2.5-flash-lite"])
+def test_a_penalty_is_refused_by_gemini_2_5(model: str) -> None:
+    for penalty in ({"presencePenalty": 0.5}, {"frequencyPenalty": -0.2}, {"frequency_penalty": 1}):
+        body = {**SAY_HI, "generationConfig": {"temperature": 1, **penalty}}
+        assert refused(body, model) == f"Penalty is not enabled for models/{model}"
+
+
+@pytest.mark.parametrize(("model", "config"), [
+    ("gemini-2.5-flash", {"presencePenalty": 0, "frequencyPenalty": 0.0}),  # the default: not validated
+    ("gemini-2.0-flash", {"presencePenalty": 0.5, "frequencyPenalty": 0.5}),
+])  # fmt: skip
+def test_penalties_google_takes(model: str, config: dict[str, Any]) -> None:
+    assert refused({**SAY_HI, "generationConfig": config}, model) is None

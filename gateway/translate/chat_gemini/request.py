@@ -63,19 +63,47 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
         raise Refused("the conversation has no content to send: a Gemini upstream needs at least one "
                       "message with text, an image or a tool call or result")  # fmt: skip
     out: dict[str, Any] = {"model": target.model, "contents": contents}
+    tools, config = _tools(p, functions)
+    generation = _generation(p)
+    calling = bool(tools) and (config or {}).get("mode") != "NONE"
+    if calling and "responseMimeType" in generation and not takes_json_with_tools(target.model):
+        # Gemini 2.x refuses JSON mode beside function declarations ("Function calling with a
+        # response mime type: 'application/json' is unsupported"): the tools are kept, and the
+        # answer's shape asked for in words (docs/translation/chat_gemini.md).
+        del generation["responseMimeType"]
+        schema = generation.pop("responseJsonSchema", None)
+        if schema is None:
+            system.append("Answer in JSON.")
+        else:
+            shape = json.dumps(schema, ensure_ascii=False)
+            system.append(f"Answer in JSON that matches this JSON Schema: {shape}")
     if system:
         out["systemInstruction"] = {"parts": [{"text": t} for t in system]}
-    tools, config = _tools(p, functions)
     if tools:
         out["tools"] = [{"functionDeclarations": tools}]
         if config is not None:
             out["toolConfig"] = {"functionCallingConfig": config}
-    generation = _generation(p)
     if generation:
         out["generationConfig"] = generation
     if p.get("stream") is True:
         out["stream"] = True  # the method in the URL; usage always comes on the last chunk
     return out
+
+
+_GENERATION = re.compile(r"(?:models/)?gemini-(\d+)(?:[.-]|$)")
+
+
+def takes_json_with_tools(model: str) -> bool:
+    """Whether the model takes JSON mode (``responseMimeType: application/json``, a response
+    schema) beside function declarations. Gemini 3 does ("Structured Outputs with tools", the
+    Gemini 3 developer guide, https://ai.google.dev/gemini-api/docs/gemini-3); Gemini 1.5 and
+    2.x refuse it with 400 "Function calling with a response mime type: 'application/json' is
+    unsupported" (gemini-2.5-flash in symfony/ai#1777, gemini-2.5-flash-lite in
+    analyticalrohit/ai-blog-generator#17, gemini-2.5-pro in google/adk-python#5735). A name
+    that says no generation (an alias, a tuned model) is taken for one that refuses: asked in
+    words, the answer still comes; refused, the request fails."""
+    found = _GENERATION.match(model)
+    return found is not None and int(found.group(1)) >= 3
 
 
 def _refuse_uncarried(p: Mapping[str, Any], model: str) -> None:
@@ -315,8 +343,50 @@ def _declaration(tool: dict[str, Any], j: int, functions: Names) -> dict[str, An
         out["description"] = description
     parameters = typed.obj(fn.get("parameters"), ("tools", j, "function", "parameters"))
     if parameters is not None:
-        out["parametersJsonSchema"] = parameters
+        out["parametersJsonSchema"] = ref_alone(parameters)
     return out
+
+
+# Where a JSON Schema holds schemas: by name, and one or a list of them under a key.
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SCHEMA_ONES = ("items", "prefixItems", "additionalItems", "additionalProperties", "anyOf", "oneOf", "allOf",
+                "not", "if", "then", "else", "contains", "propertyNames", "unevaluatedProperties",
+                "unevaluatedItems")  # fmt: skip
+_BESIDE_REF = frozenset({"description", "default"})  # and any field whose name starts with "$"
+
+
+def ref_alone(schema: Any) -> Any:
+    """A JSON Schema whose ``$ref`` nodes hold only what Gemini takes beside a reference:
+    ``$`` fields, ``description`` and ``default``; a ``title`` goes into a missing description.
+    Gemini refuses the rest ("$ref 'QuestionOption' was set alongside unsupported fields. If a
+    schema node has $ref set, then only description and default can be set alongside it",
+    anomalyco/opencode#12295; for responseJsonSchema Google's reference says "If $ref is set on
+    a sub-schema, no other properties, except for than those starting as a $, may be set"), and
+    pydantic writes a nested model's field as a $ref beside its title and examples (an MCP
+    tool's schema). What the reference points to holds the dropped fields' meaning. ``schema``
+    itself comes back when nothing changes: this runs for every tool of every request."""
+    if isinstance(schema, list):
+        done = [ref_alone(s) for s in schema]
+        return schema if all(a is b for a, b in zip(done, schema, strict=True)) else done
+    if not isinstance(schema, dict):
+        return schema
+    changed: dict[str, Any] = {}
+    for key in _SCHEMA_MAPS:
+        named = schema.get(key)
+        if isinstance(named, dict):
+            each = {name: ref_alone(s) for name, s in named.items()}
+            if any(each[name] is not s for name, s in named.items()):
+                changed[key] = each
+    for key in _SCHEMA_ONES:
+        if key in schema and (one := ref_alone(schema[key])) is not schema[key]:
+            changed[key] = one
+    if "$ref" in schema and any(k not in _BESIDE_REF and not k.startswith("$") for k in schema):
+        out = {k: changed.get(k, v) for k, v in schema.items() if k in _BESIDE_REF or k.startswith("$")}
+        title = schema.get("title")
+        if "description" not in out and isinstance(title, str) and title:
+            out["description"] = title
+        return out
+    return {**schema, **changed} if changed else schema
 
 
 def _chosen(choice: dict[str, Any], at: typed.Path) -> str | None:
@@ -370,7 +440,7 @@ def _response_format(fmt: Any, out: dict[str, Any]) -> None:
         schema = typed.obj(spec.get("schema"), ("response_format", "json_schema", "schema"))
         if schema is not None:
             out["responseMimeType"] = "application/json"
-            out["responseJsonSchema"] = schema
+            out["responseJsonSchema"] = ref_alone(schema)
             return
     raise Refused(f"response_format of type {option_kind(fmt)} cannot be sent to a Gemini upstream")
 

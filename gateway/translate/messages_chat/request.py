@@ -72,11 +72,12 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
     if not isinstance(raw, list):
         raise Untranslatable("'messages' must be a list of message objects")
     functions = function_names(payload.get("tools"))
-    # A PDF goes on where the request ends at a Responses upstream, which reads files (as it
-    # does at Claude, through the same chat file part); a chat server reads images only.
+    # A PDF goes on where the request ends at a Responses or a Gemini upstream, which read
+    # files (as Claude does, through the same chat file part); a chat server reads images only.
     # Ids as OpenAI takes them, where the request stops at chat: the Gemini ids the gateway wrote
     # carry their signature on to a Gemini upstream (Messages → chat → Gemini).
-    messages += _messages(raw, functions, files=target.onward == "responses", short_ids=not target.onward)
+    messages += _messages(raw, functions, files=target.onward in ("responses", "gemini"),
+                          short_ids=not target.onward)
     out: dict[str, Any] = {"model": target.model, "messages": messages}
 
     # Each optional field's rule runs only when the field is there: most requests carry few

@@ -33,7 +33,7 @@ Rules, each with its reason (docs/translation/responses_chat.md has the whole ta
   conversation to continue), ``background``, stored ``prompt`` templates, ``item_reference``,
   ``compaction`` items (history encrypted by OpenAI: dropping one would lose that history),
   ``input_file`` and file-id images (only OpenAI's file store has them), unknown item or part
-  types.
+  types. An ``input_file`` given by its data goes on to a Gemini upstream, which reads it.
 """
 
 from __future__ import annotations
@@ -115,8 +115,10 @@ def _to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Ref
     declared = tool_search.effective_tools(payload)
     names = tool_names(declared)
     try:
+        # Gemini reads documents (a chat file part becomes its inlineData); a chat server does not.
+        onward = target.onward
         messages = _messages(
-            payload, names, anthropic=target.onward == "messages", short_ids=not target.onward
+            payload, names, anthropic=onward == "messages", files=onward == "gemini", short_ids=not onward
         )
     except Untranslatable as e:
         return Refusal(str(e))
@@ -218,9 +220,22 @@ def _image_part(part: Mapping[str, Any], at: typed.Path, anthropic: bool) -> dic
     return {"type": "image_url", "image_url": image}
 
 
-def _user_content(content: Any, at: typed.Path, anthropic: bool) -> str | list[dict[str, Any]]:
+def _file_part(part: Mapping[str, Any]) -> dict[str, Any]:
+    data = part.get("file_data")
+    if not isinstance(data, str) or not data:
+        # Google's fileData takes only files its own Files API holds.
+        raise Untranslatable("an input_file by file_id or file_url cannot be fetched for a Gemini upstream: "
+                             "send the document as file_data (a base64 data URL)")  # fmt: skip
+    name = part.get("filename")
+    file = {"file_data": data, "filename": name if isinstance(name, str) else "document"}
+    return {"type": "file", "file": file}
+
+
+def _user_content(
+    content: Any, at: typed.Path, anthropic: bool, files: bool = False
+) -> str | list[dict[str, Any]]:
     """A user message's content: a plain string when it is only text (what every chat server
-    takes), else chat content parts."""
+    takes), else chat content parts; ``files``: an ``input_file`` goes as chat's file part."""
     content = typed.content(content, (*at, "content"))
     if isinstance(content, str):
         return content
@@ -231,6 +246,8 @@ def _user_content(content: Any, at: typed.Path, anthropic: bool) -> str | list[d
             parts.append({"type": "text", "text": _said(part, "text", (*at, "content", j))})
         elif kind == "input_image":
             parts.append(_image_part(part, (*at, "content", j), anthropic))
+        elif kind == "input_file" and files:
+            parts.append(_file_part(part))
         elif kind == "input_file":
             raise Untranslatable(
                 "input_file (a document) cannot be carried to a chat completions upstream: "
@@ -269,10 +286,11 @@ def _tool_output(output: Any, at: typed.Path, anthropic: bool) -> tuple[str, lis
 class _Builder:
     """Builds the chat ``messages`` list, merging what chat wants as one message."""
 
-    def __init__(self, names: ToolNames, anthropic: bool = False) -> None:
+    def __init__(self, names: ToolNames, anthropic: bool = False, files: bool = False) -> None:
         self.names = names
         # The request goes on to Messages: signed thinking is read, and images it does not read refused.
         self.anthropic = anthropic
+        self.files = files  # the request goes on to Gemini, which reads an input_file's data
         self.signed: list[dict[str, Any]] = []  # thinking_blocks for the turn's next assistant output
         self.system: list[str] = []
         self.messages: list[dict[str, Any]] = []
@@ -343,7 +361,8 @@ class _Builder:
             raise Untranslatable(f"message role {role!r} has no chat completions equivalent")
         self.reasoning, self.signed = [], []
         self._flush_images()
-        self.messages.append({"role": "user", "content": _user_content(content, at, self.anthropic)})
+        content = _user_content(content, at, self.anthropic, self.files)
+        self.messages.append({"role": "user", "content": content})
 
     def call(self, call_id: str, chat_name: str, arguments: str) -> None:
         msg = self._assistant()
@@ -373,9 +392,10 @@ def _call_id(item: Mapping[str, Any], at: typed.Path, short: bool) -> str:
 
 
 def _messages(
-    payload: Mapping[str, Any], names: ToolNames, anthropic: bool = False, short_ids: bool = False
+    payload: Mapping[str, Any], names: ToolNames, anthropic: bool = False, files: bool = False,
+    short_ids: bool = False,
 ) -> list[dict[str, Any]]:
-    b = _Builder(names, anthropic)
+    b = _Builder(names, anthropic, files)
     instructions = payload.get("instructions")
     if isinstance(instructions, str):
         if instructions:

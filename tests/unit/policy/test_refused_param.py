@@ -125,6 +125,14 @@ def test_validation_errors_name_a_field_only_when_leaving_out_fixes_the_request(
     (EFFORT_WITH_TOOLS, {"reasoning_effort": "high"}, None),
     (EFFORT_WITH_TOOLS, {"reasoning_effort": "high", "tools": []}, None),
     (EFFORT_WITH_TOOLS, {"reasoning_effort": "none", "tools": [{}]}, None),  # already so: the refusal stands
+    # Gemini 2.5's "Penalty is not enabled for models/…" names neither: both go, from a Gemini
+    # body's generationConfig (either spelling) or a chat body's top.
+    (ParamFix("penalty"), {"contents": [], "generationConfig": {"presencePenalty": 0.5, "frequencyPenalty": 0.2,
+                                                                "temperature": 1}},
+     {"contents": [], "generationConfig": {"temperature": 1}}),
+    (ParamFix("penalty"), {"generation_config": {"frequency_penalty": 0.2}}, {}),
+    (ParamFix("penalty"), {"model": "m", "presence_penalty": 0.5, "frequency_penalty": 0.2}, {"model": "m"}),
+    (ParamFix("penalty"), {"generationConfig": {"temperature": 1}}, None),  # none sent: nothing to fix
 ])  # fmt: skip
 def test_a_fix_leaves_out_only_what_it_names(fix: ParamFix, doc: dict[str, Any], fixed: dict[str, Any] | None) -> None:
     before = repr(doc)

@@ -13,6 +13,8 @@ import pytest
 from gateway.apis import GEMINI
 from gateway.apis.base import Ending, EventKind
 from gateway.errors import Classification, ErrorType
+from gateway.fake import gemini_rules
+from gateway.policy.refused_param import refusal_fix
 from gateway.sse import EventSplitter
 from gateway.translate import default_translations
 from gateway.translate.base import Context, Refusal, Target
@@ -416,3 +418,152 @@ def test_the_audits_request_is_refused_without_quoting_the_prompt() -> None:
     secret = {"role": "user", "content": {"text": "my card is 4111 1111"}}
     out = T.request({"model": "g", "messages": [secret]}, Target("gemini-2.5-flash"))
     assert isinstance(out, Refusal) and "4111" not in out.message and "'messages[0].content'" in out.message
+
+
+LS = {"type": "function", "function": {"name": "ls", "parameters": {"type": "object"}}}
+ANSWER_SCHEMA = {"type": "object", "properties": {"summary": {"type": "string"}}, "required": ["summary"]}
+STRUCTURED = {"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER_SCHEMA}}
+
+
+def sent_to(model: str, **fields: Any) -> dict[str, Any]:
+    """The translated body as Google gets it, held to the fake's rules for ``model``."""
+    out = T.request({"model": "m", "messages": [{"role": "system", "content": "Be terse."}, USER], **fields},
+                    Target(model))  # fmt: skip
+    assert not isinstance(out, Refusal), out
+    body = {k: v for k, v in out.items() if k not in ("model", "stream")}
+    refused = gemini_rules.refusal(body, model=model.removeprefix("models/"))
+    assert refused is None, refused.body
+    return out
+
+
+@pytest.mark.parametrize("model", ["gemini-2.5-flash", "gemini-2.5-pro", "gemini-2.5-flash-lite", "gemini-2.0-flash",
+                                   "models/gemini-2.5-flash", "my-tuned-model"])
+def test_a_schema_beside_tools_goes_as_an_instruction_where_the_model_refuses_both(model: str) -> None:
+    """Gemini 2.x refuses JSON mode beside function declarations ("Function calling with a
+    response mime type: 'application/json' is unsupported", symfony/ai#1777): Codex's
+    --output-schema, the Agents SDK's output_type with tools. The tools stay; the schema is
+    asked for in words. A model not known to take both is asked so too."""
+    out = sent_to(model, tools=[LS], response_format=STRUCTURED)
+    assert out["tools"] == [{"functionDeclarations": [{"name": "ls", "parametersJsonSchema": {"type": "object"}}]}]
+    assert "generationConfig" not in out
+    first, said = out["systemInstruction"]["parts"]
+    assert first == {"text": "Be terse."}
+    assert said["text"].startswith("Answer in JSON that matches this JSON Schema: ")
+    assert json.loads(said["text"].removeprefix("Answer in JSON that matches this JSON Schema: ")) == ANSWER_SCHEMA
+    plain = sent_to(model, tools=[LS], tool_choice="auto", response_format={"type": "json_object"}, temperature=0.2)
+    assert plain["systemInstruction"]["parts"][-1] == {"text": "Answer in JSON."}
+    assert plain["generationConfig"] == {"temperature": 0.2}
+
+
+@pytest.mark.parametrize(("model", "fields"), [
+    ("gemini-3.1-pro-preview", {"tools": [LS]}),  # Gemini 3 takes both
+    ("gemini-3-flash-preview", {"tools": [LS], "tool_choice": "required"}),
+    ("gemini-2.5-flash", {}),  # no tools
+    ("gemini-2.5-flash", {"tools": [LS], "tool_choice": "none"}),  # function calling off (google/adk-python#5735)
+])  # fmt: skip
+def test_a_schema_goes_as_gemini_json_mode_where_the_model_takes_it(model: str, fields: dict[str, Any]) -> None:
+    out = sent_to(model, response_format=STRUCTURED, **fields)
+    assert out["generationConfig"] == {"responseMimeType": "application/json", "responseJsonSchema": ANSWER_SCHEMA}
+    assert out["systemInstruction"] == {"parts": [{"text": "Be terse."}]}
+
+
+REQUESTS = Path(__file__).resolve().parents[2] / "corpus" / "requests"
+AGENTS = {p.name: json.loads(p.read_text()) for p in sorted(REQUESTS.glob("*.json")) if not p.name.startswith("gemini")
+          and not p.name.startswith("genai")}  # fmt: skip
+_API = {"/v1/chat/completions": "chat", "/v1/messages": "messages", "/v1/responses": "responses"}
+
+
+@pytest.mark.parametrize("model", ["gemini-2.5-flash", "gemini-3.1-pro-preview"])
+@pytest.mark.parametrize("name", list(AGENTS))
+def test_the_agents_real_requests_reach_gemini_in_a_shape_google_takes(name: str, model: str) -> None:
+    """Claude Code's, Codex's, the Agents SDK's, opencode's and the SDKs' own requests (their
+    real tool schemas included), translated: held to the fake's rules for the model, after the
+    fixes the gateway learns from a refusal (``policy/refused_param.py``)."""
+    case = AGENTS[name]
+    api = _API[case["path"].split("?")[0]]
+    out = default_translations().table[api, "gemini"].request(case["body"], Target(model))
+    if isinstance(out, Refusal):
+        # n: 2 and logprobs; an image by http URL: refused before any call.
+        assert name in ("chat-openai-python-uncarried.json", "chat-openai-python-tools-images.json"), out
+        return
+    body: dict[str, Any] = {k: v for k, v in out.items() if k not in ("model", "stream")}
+    for _ in range(3):  # the gateway's MAX_FIXES
+        refused = gemini_rules.refusal(body, model=model)
+        if refused is None:
+            return
+        fix = refusal_fix(refused.body["error"]["message"], json.dumps(refused.body).encode())
+        fixed = fix.apply(body) if fix is not None else None
+        assert fixed is not None, refused.body
+        body = fixed
+    raise AssertionError(body)
+
+
+# An MCP tool's input schema as pydantic writes it: a nested model is a $ref, with the
+# field's title, examples and description beside it.
+PYDANTIC = {"type": "object", "title": "move_args", "required": ["target"], "$defs": {
+    "Target": {"type": "object", "title": "Target", "properties": {"x": {"type": "integer", "title": "X"}}}},
+    "properties": {
+        "target": {"$ref": "#/$defs/Target", "title": "Target object", "examples": [{"x": 1}]},
+        "backup": {"anyOf": [{"$ref": "#/$defs/Target", "description": "Where to go back", "title": "B",
+                              "default": None, "$comment": "kept"}, {"type": "null"}]},
+        "many": {"type": "array", "items": {"$ref": "#/$defs/Target", "type": "object"}},
+        "by_name": {"type": "object", "additionalProperties": {"$ref": "#/$defs/Target", "title": 7}},
+        "$ref": {"type": "string", "title": "a property named $ref"}}}  # fmt: skip
+CLEAN = {**PYDANTIC, "properties": {
+    "target": {"$ref": "#/$defs/Target", "description": "Target object"},
+    "backup": {"anyOf": [{"$ref": "#/$defs/Target", "description": "Where to go back", "default": None,
+                          "$comment": "kept"}, {"type": "null"}]},
+    "many": {"type": "array", "items": {"$ref": "#/$defs/Target"}},
+    "by_name": {"type": "object", "additionalProperties": {"$ref": "#/$defs/Target"}},
+    "$ref": {"type": "string", "title": "a property named $ref"}}}  # fmt: skip
+
+
+@pytest.mark.parametrize("model", ["gemini-2.5-flash", "gemini-3.1-pro-preview"])
+def test_a_ref_keeps_only_what_google_takes_beside_it_in_tool_and_response_schemas(model: str) -> None:
+    """Gemini refuses a $ref beside other fields ("$ref 'QuestionOption' was set alongside
+    unsupported fields. If a schema node has $ref set, then only description and default can be
+    set alongside it", anomalyco/opencode#12295): the node keeps $ref, "$" fields, description
+    and default; a title goes into a missing description. What has no $ref is left as it is."""
+    tool = {"type": "function", "function": {"name": "move", "parameters": PYDANTIC}}
+    out = sent_to(model, tools=[tool])
+    assert out["tools"][0]["functionDeclarations"][0]["parametersJsonSchema"] == CLEAN
+    fmt = {"type": "json_schema", "json_schema": {"name": "move", "schema": PYDANTIC}}
+    assert sent_to(model, response_format=fmt)["generationConfig"]["responseJsonSchema"] == CLEAN
+    assert PYDANTIC["properties"]["target"]["title"] == "Target object"  # the client's request is not changed
+    plain = {"type": "function", "function": {"name": "ls", "parameters": CLEAN["$defs"]["Target"]}}
+    assert sent_to(model, tools=[plain])["tools"][0]["functionDeclarations"][0]["parametersJsonSchema"] is (
+        CLEAN["$defs"]["Target"])  # nothing to change: not copied
+
+
+PDF = "JVBERi0xLjQK"
+
+
+def test_a_claude_clients_pdf_reaches_gemini_inline_and_a_chat_upstream_still_gets_the_note() -> None:
+    """Gemini reads PDFs as inlineData; it got "[document (application/pdf) left out: this
+    model cannot read it]" on the way through chat, as a chat server does."""
+    doc = {"type": "document", "title": "report", "source": {"type": "base64", "media_type": "application/pdf",
+                                                            "data": PDF}}  # fmt: skip
+    asked = {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": [
+        doc, {"type": "text", "text": "Summarise."}]}]}  # fmt: skip
+    out = default_translations().table["messages", "gemini"].request(asked, Target("gemini-2.5-flash"))
+    assert not isinstance(out, Refusal), out
+    assert out["contents"] == [{"role": "user", "parts": [{"inlineData": {"mimeType": "application/pdf", "data": PDF}},
+                                                          {"text": "Summarise."}]}]  # fmt: skip
+    chat = default_translations().table["messages", "chat"].request(asked, Target("m"))
+    assert not isinstance(chat, Refusal) and "[document 'report' (application/pdf) left out" in json.dumps(chat)
+
+
+def test_a_responses_clients_input_file_reaches_gemini_inline_and_a_chat_upstream_still_refuses_it() -> None:
+    part = {"type": "input_file", "filename": "a.pdf", "file_data": f"data:application/pdf;base64,{PDF}"}
+    asked = {"model": "m", "input": [{"role": "user", "content": [part, {"type": "input_text", "text": "Summarise."}]}]}
+    out = default_translations().table["responses", "gemini"].request(asked, Target("gemini-2.5-flash"))
+    assert not isinstance(out, Refusal), out
+    assert out["contents"] == [{"role": "user", "parts": [{"inlineData": {"mimeType": "application/pdf", "data": PDF}},
+                                                          {"text": "Summarise."}]}]  # fmt: skip
+    chat = default_translations().table["responses", "chat"].request(asked, Target("m"))
+    assert isinstance(chat, Refusal) and "input_file (a document) cannot be carried" in chat.message
+    # Only its data can go: Google's fileData takes files of its own Files API only.
+    for by in ({"file_id": "file-1"}, {"file_url": "https://example.com/a.pdf"}):
+        asked = {"model": "m", "input": [{"role": "user", "content": [{"type": "input_file", **by}]}]}
+        out = default_translations().table["responses", "gemini"].request(asked, Target("gemini-2.5-flash"))
+        assert isinstance(out, Refusal) and "file_data" in out.message, out
