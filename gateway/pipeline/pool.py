@@ -56,6 +56,12 @@ async def send_pool(
     last: Sent | None = None
     limited: Sent | None = None  # the last provider 429 of this request: what a client is shown
     refused: Failure | None = None
+    # Under ``weighted`` a conversation's deployment is the first of its rendezvous order that
+    # may serve: the same on every replica, whatever each replica's table says (the table only
+    # tells a returning conversation, for the pick's reason). Tables deciding let two replicas
+    # bind one conversation to two siblings after a sit-out, and its turns then alternated
+    # between them for good, a cache miss each (measured with two replicas on Redis).
+    stateless = cfg.strategy == "weighted"
     bound = pool.affinity.get(conversation) if pool.affinity is not None and conversation else None
     opening = True  # the request's first pick: affinity may decide it
     while True:
@@ -66,7 +72,7 @@ async def send_pool(
         ready = [v for v in views if v.serves_at(now_ms) and v.name not in tried
                  and not await _refusing(members[v.slot], model)]  # fmt: skip
         if ready:
-            pick, why = _pick(svc, pool, ready, bound if opening else None, conversation)
+            pick, why = _pick(svc, pool, ready, bound if opening else None, conversation, stateless)
             up = members[pick.slot]
             call = call_for(up)
             if isinstance(call, Failure):
@@ -84,7 +90,9 @@ async def send_pool(
             last = Sent(outcome, call)
             if not isinstance(outcome, Failure):
                 if pool.affinity is not None and conversation:
-                    _bind(svc, pool, conversation, bound, up.cfg.name, views, tried)
+                    if stateless:
+                        _homed(svc, pool, conversation, up.cfg.name, views, tried)
+                    _bind(svc, pool, conversation, None if stateless else bound, up.cfg.name, views, tried)
                 return last
             c = outcome.classification
             if c.type is ErrorType.RATE_LIMIT:
@@ -241,15 +249,18 @@ async def _refusing(up: UpstreamRuntime, model: str | None) -> bool:
 
 
 def _pick(svc: Services, pool: PoolRuntime, ready: list[Deployment], bound: str | None,
-          conversation: str | None) -> tuple[Deployment, str]:  # fmt: skip
+          conversation: str | None, stateless: bool) -> tuple[Deployment, str]:  # fmt: skip
     """The deployment to try first, and why (a log field and a metric label). Only the first:
     after a failure the rest are ranked again, as they are then."""
     strategy = pool.cfg.strategy
+    if stateless:  # weighted: the conversation's rendezvous order decides, on every replica alike
+        pick = first(strategy, ready, svc.rand, conversation)
+        return pick, "affinity" if bound == pick.name else strategy
     if bound is not None:
         for d in ready:
             if d.name == bound:
                 return d, "affinity"
-    return first(strategy, ready, svc.rand, conversation if strategy == "weighted" else None), strategy
+    return first(strategy, ready, svc.rand, None), strategy
 
 
 def _bind(svc: Services, pool: PoolRuntime, conversation: str, bound: str | None, served: str,
@@ -258,15 +269,29 @@ def _bind(svc: Services, pool: PoolRuntime, conversation: str, bound: str | None
     counted by why that deployment could not serve it."""
     assert pool.affinity is not None
     if bound is not None and bound != served:
-        view = next((v for v in views if v.name == bound), None)
-        if bound in tried:
-            reason = "failed"
-        elif view is None:
-            reason = "removed"  # no longer a deployment of the pool
-        else:
-            reason = view.out_why.value if view.out_why is not None else "circuit_open"
-        svc.telemetry.affinity_breaks.labels(pool.cfg.name, reason).inc()
+        _broke(svc, pool, bound, views, tried)
     pool.affinity.bind(conversation, served)
+
+
+def _homed(svc: Services, pool: PoolRuntime, conversation: str, served: str,
+           views: list[Deployment], tried: set[str]) -> None:  # fmt: skip
+    """Under ``weighted``: a turn served away from the conversation's home (the first of its
+    rendezvous order over every deployment) is a break, counted as ``_bind`` counts one; the
+    conversation goes home again once its home may serve."""
+    home = first("weighted", views, svc.rand, conversation).name
+    if home != served:
+        _broke(svc, pool, home, views, tried)
+
+
+def _broke(svc: Services, pool: PoolRuntime, home: str, views: list[Deployment], tried: set[str]) -> None:
+    view = next((v for v in views if v.name == home), None)
+    if home in tried:
+        reason = "failed"
+    elif view is None:
+        reason = "removed"  # no longer a deployment of the pool
+    else:
+        reason = view.out_why.value if view.out_why is not None else "circuit_open"
+    svc.telemetry.affinity_breaks.labels(pool.cfg.name, reason).inc()
 
 
 def _picked(svc: Services, state: RequestState, pool: PoolRuntime, up: UpstreamRuntime, why: str) -> None:

@@ -5,10 +5,11 @@ the providers' longest prompt-cache lifetime, after which the cache is cold anyw
 entry is a conversation key (at most ~40 characters, hashed from what the client sent) and a
 deployment name: about 200 bytes, so the default 10,000 entries hold about 2 MB.
 
-Not shared across replicas: under the default ``weighted`` strategy a conversation's first
-pick is a rendezvous hash of its key (gateway/routing/pools.py), the same on every replica,
-so replicas agree without a round trip; only a break (the deployment failed or sat out) can
-make two replicas bind a conversation to different siblings until one of them breaks too.
+Not shared across replicas. Under the default ``weighted`` strategy it does not decide: a
+conversation's deployment is the first that may serve in the rendezvous order of its key
+(gateway/routing/pools.py, ``pipeline/pool.py``), the same on every replica; the table only
+tells a returning conversation, for the pick's reason. Under the other strategies it decides,
+and two replicas may bind one conversation to different deployments.
 """
 
 from __future__ import annotations

@@ -255,6 +255,28 @@ async def test_a_conversation_moves_only_when_its_deployment_cannot_serve_and_th
         assert (await gw.chat(payload, headers=headers))[1]["x-llm-upstream"] == moved_to
 
 
+async def test_under_weighted_a_moved_conversation_goes_home_when_its_deployment_serves_again(
+    make_pool: MakePool,
+) -> None:
+    """Its deployment is the first of its rendezvous order that may serve, on every replica
+    alike: no replica's memory of where it was served last can send its turns elsewhere
+    (two replicas' tables once alternated a conversation between two keys, a cache miss each
+    turn). While its home sits out it goes to the next of that order, then back."""
+    gw, fakes = await make_pool(real_sleep=True)
+    payload, headers = _turn(0)
+    home = (await gw.chat(payload, headers=headers))[1]["x-llm-upstream"]
+    fakes[home].script(Reply(429, RATE_LIMITED, {"retry-after": "1"}))
+    async def served(i: int) -> str:
+        payload, headers = _turn(i)
+        return str((await gw.chat(payload, headers=headers))[1]["x-llm-upstream"])
+
+    moved = {await served(i) for i in (1, 2)}
+    assert len(moved) == 1 and home not in moved  # the same sibling each turn
+    await asyncio.sleep(1.2)  # the home's reset
+    for i in range(3, 6):
+        assert await served(i) == home
+
+
 async def test_headroom_picks_the_key_with_most_left_and_skips_one_predicted_empty(make_pool: MakePool) -> None:
     gw, fakes = await make_pool(pool_yaml=", strategy: headroom, affinity: {enabled: false}")
     left = {"a": "5", "b": "900", "c": "0"}
