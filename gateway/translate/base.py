@@ -18,6 +18,7 @@ never sent upstream: a request is never silently garbled.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
@@ -153,3 +154,25 @@ def wants_usage(ctx: Context) -> bool:
     """Whether a chat stream's client asked for its usage chunk (``stream_options``)."""
     options = ctx.request.get("stream_options")
     return isinstance(options, Mapping) and options.get("include_usage") is True
+
+
+UNPARSED = "unparsed_arguments"  # the arguments of a call that are no JSON object: their text
+
+
+def call_arguments(arguments: str) -> dict[str, Any]:
+    """A past call's arguments as the object Anthropic's ``input`` and Gemini's ``args`` need,
+    from chat's ``arguments`` string. Those that are no JSON object (a call cut short by
+    max_tokens, a model's malformed output: ``{"command": "echo hi", ``) are the history as the
+    client's API keeps it, an opaque string, which an agent replays every turn; refused, its
+    session could never go on (openai-agents-python #2061, livekit/agents #6308). They go as
+    their text in an object: neither provider holds a past call's arguments to its tool's
+    schema (the empty object livekit/agents #6308 asked for there, fixed by #6321, is no more
+    valid for a tool with required parameters). The text and not ``{}``: an empty call would
+    tell the model it called the tool with nothing, which the tool's answer ("the arguments
+    are not valid JSON") then contradicts; its own words show it where it went wrong, so that
+    it writes the call whole."""
+    try:
+        args = json.loads(arguments)
+    except ValueError:
+        args = None
+    return args if isinstance(args, dict) else {UNPARSED: arguments}

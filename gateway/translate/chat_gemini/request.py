@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.translate import names, typed
-from gateway.translate.base import Refusal, Target, option_kind
+from gateway.translate.base import Refusal, Target, call_arguments, option_kind
 from gateway.translate.chat_gemini import signature
 from gateway.translate.names import Names
 from gateway.translate.typed import WrongType
@@ -252,12 +252,7 @@ def _model_parts(m: Mapping[str, Any], i: int, turns: _Turns) -> list[dict[str, 
             raise Refused(f"{where}: function.name is required")
         typed.text(call.get("id"), ("messages", i, "tool_calls", j, "id"))
         arguments = fn.get("arguments") or "{}"
-        try:
-            args = json.loads(arguments) if isinstance(arguments, str) else arguments
-        except ValueError:
-            # The arguments are the conversation's text: never quoted back (nor into a log).
-            raise Refused(f"{where}: function.arguments is not valid JSON, and Gemini needs the call's "
-                          "args as an object") from None
+        args = call_arguments(arguments) if isinstance(arguments, str) else arguments
         if not isinstance(args, dict):
             raise Refused(f"{where}: function.arguments must be a JSON object for a Gemini upstream")
         chat_id = str(call.get("id") or "")

@@ -67,7 +67,7 @@ from typing import Any
 
 from gateway.apis.messages.claude_models import takes_prefill, thinking_for
 from gateway.translate import json_schema, typed
-from gateway.translate.base import Context, Known, Refusal, Target, held, option_kind
+from gateway.translate.base import Context, Known, Refusal, Target, call_arguments, held, option_kind
 from gateway.translate.chat_messages.answer import ChatStream, chat_completion
 from gateway.translate.tool_ids import to_anthropic_id
 from gateway.translate.typed import WrongType
@@ -83,7 +83,6 @@ MIN_BUDGET = 1024
 ADAPTIVE_EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "xhigh"}
 USER_ID_MAX = 256
 CONTINUE = "Continue."  # the user turn a conversation ending on the assistant gets (no prefill)
-UNPARSED = "unparsed_arguments"  # the input of a call whose arguments are no JSON object: their text
 
 # Default max_tokens when the client sets none: the documented maximum output of the model
 # family (Anthropic "Models overview"), its oldest member's where members differ, so that the
@@ -468,30 +467,12 @@ def _assistant_blocks(m: Mapping[str, Any], i: int) -> list[dict[str, Any]]:
         arguments = fn.get("arguments") or "{}"
         if not isinstance(arguments, str | dict):
             raise _Refused(f"{where}: function.arguments must be a JSON object for an Anthropic upstream")
-        args = _input(arguments) if isinstance(arguments, str) else arguments
+        args = call_arguments(arguments) if isinstance(arguments, str) else arguments
         call_id = typed.text(call.get("id"), ("messages", i, "tool_calls", j, "id")) or ""
         name = typed.text(fn.get("name"), ("messages", i, "tool_calls", j, "function", "name")) or ""
         blocks.append({"type": "tool_use", "id": to_anthropic_id(call_id), "name": name, "input": args})
     # Thinking alone makes no turn: the turn it came with had its text or calls.
     return _signed(m, i) + blocks if blocks else []
-
-
-def _input(arguments: str) -> dict[str, Any]:
-    """A call's ``input`` from its chat ``arguments``. Those that are no JSON object (a call
-    cut short by max_tokens, a model's malformed output: ``{"command": "echo hi", ``) are the
-    history as the client's API keeps it, an opaque string, which an agent replays every turn;
-    refused, its session could never go on (openai-agents-python #2061, livekit/agents #6308).
-    They go as their text in an object: Anthropic needs an object, and does not hold a past
-    call's input to its tool's schema (the empty object livekit/agents #6308 asked for there,
-    fixed by #6321, is no more valid for a tool with required parameters). The text
-    and not ``{}``: an empty call would tell the model it called the tool with nothing, which
-    the tool's answer ("the arguments are not valid JSON") then contradicts; its own words
-    show it where it went wrong, so that it writes the call whole."""
-    try:
-        args = json.loads(arguments)
-    except ValueError:
-        args = None
-    return args if isinstance(args, dict) else {UNPARSED: arguments}
 
 
 def _tool_result(m: Mapping[str, Any], i: int) -> dict[str, Any]:
