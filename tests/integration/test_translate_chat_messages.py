@@ -329,3 +329,21 @@ async def test_a_call_cut_short_in_the_history_no_longer_fails_every_later_turn_
         tools=[{"type": "function", "name": "shell", "parameters": {"type": "object", "properties": {}}, "strict": False}])  # fmt: skip
     assert answered.status == "completed" and answered.output_text
     assert gw.fake.messages_requests()[-1].json()["messages"][1]["content"][0]["input"] == {"unparsed_arguments": "{bad"}
+
+
+async def test_a_pdf_from_a_responses_client_reaches_claude_as_a_document(make_gateway) -> None:  # type: ignore[no-untyped-def]
+    """Anthropic reads PDFs; a Responses ``input_file`` with its data was refused on a Messages
+    upstream (400 untranslatable_request), as on a chat one, whose servers read none."""
+    gw = await make_gateway(upstream_yaml=", apis: [messages], model_map: {'gpt-*': claude-sonnet-4-6}")
+    pdf = "JVBERi0xLjQKJcOkw7zDtsOfCjEgMCBvYmoKPDwvVHlwZS9DYXRhbG9nPj4KZW5kb2JqCg=="
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="sk-client", max_retries=0)
+    try:
+        response = await client.responses.create(model="gpt-5-codex", input=[{"role": "user", "content": [
+            {"type": "input_file", "filename": "report.pdf", "file_data": f"data:application/pdf;base64,{pdf}"},
+            {"type": "input_text", "text": "Summarise it."}]}])  # fmt: skip
+    finally:
+        await client.close()
+    assert response.output_text
+    [sent] = gw.fake.messages_requests()
+    assert sent.json()["messages"][0]["content"][0] == {
+        "type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": pdf}}

@@ -115,10 +115,12 @@ def _to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Ref
     declared = tool_search.effective_tools(payload)
     names = tool_names(declared)
     try:
-        # Gemini reads documents (a chat file part becomes its inlineData); a chat server does not.
+        # Gemini and Claude read documents (a chat file part becomes Gemini's inlineData, or
+        # Anthropic's document block); a chat server does not.
         onward = target.onward
         messages = _messages(
-            payload, names, anthropic=onward == "messages", files=onward == "gemini", short_ids=not onward
+            payload, names, anthropic=onward == "messages", files=onward in ("gemini", "messages"),
+            short_ids=not onward,
         )
     except Untranslatable as e:
         return Refusal(str(e))
@@ -224,7 +226,7 @@ def _file_part(part: Mapping[str, Any]) -> dict[str, Any]:
     data = part.get("file_data")
     if not isinstance(data, str) or not data:
         # Google's fileData takes only files its own Files API holds.
-        raise Untranslatable("an input_file by file_id or file_url cannot be fetched for a Gemini upstream: "
+        raise Untranslatable("an input_file by file_id or file_url cannot be fetched for this upstream: "
                              "send the document as file_data (a base64 data URL)")  # fmt: skip
     name = part.get("filename")
     file = {"file_data": data, "filename": name if isinstance(name, str) else "document"}
