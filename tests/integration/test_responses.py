@@ -157,3 +157,24 @@ async def test_stored_response_paths_pass_through(make_gateway) -> None:
     async with gw.session.get(gw.base + "/v1/responses/resp_123/input_items") as r:
         assert r.status == 404  # the fake knows no such path; the point is that it was forwarded
     assert gw.fake.requests[-1].path == "/v1/responses/resp_123/input_items"
+
+
+async def test_the_gateways_gemini_call_ids_are_written_as_openai_takes_them(make_gateway) -> None:  # type: ignore[no-untyped-def]
+    """A Codex conversation that began on a Gemini upstream carries the gateway's call ids with
+    Gemini's thought signature in them, longer than the 64 characters OpenAI takes; on an
+    OpenAI Responses upstream (a fallback) they go as digests, the call and its output alike."""
+    gw = await make_gateway()
+    long_id = "fc_0926a1b2__gsig_" + "Q2lRQmp6MXJYNUJHdHVoMQ" * 8
+    conversation = [
+        {"role": "user", "content": "list files"},
+        {"type": "function_call", "call_id": long_id, "name": "ls", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": long_id, "output": "a.txt"},
+        {"type": "function_call", "call_id": "call_short", "name": "ls", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_short", "output": "b.txt"},
+    ]
+    status, headers, body = await gw.responses({"model": "gpt-5-codex", "input": conversation})
+    assert status == 200, body
+    [sent] = gw.fake.responses_requests()
+    ids = [i.get("call_id") for i in sent.json()["input"]]
+    assert ids[1] == ids[2] and len(ids[1]) <= 64 and ids[1] != long_id
+    assert ids[3:] == ["call_short", "call_short"]

@@ -38,12 +38,14 @@ from gateway.apis.base import (
     StreamReader,
     Where,
 )
+from gateway.apis.chat.ids import GEMINI_SIGNED
 from gateway.apis.chat.wire import openai_error_body, openai_foreign_error
 from gateway.apis.common import admit_fields, malformed_event_error, token_counts
 from gateway.apis.replay import Trim, is_replay, trimmed
 from gateway.apis.responses import replay as responses_replay
 from gateway.apis.responses import resume as responses_continue
 from gateway.apis.responses.compress import cap_outputs, compress_input
+from gateway.apis.responses.ids import responses_request_ids
 from gateway.apis.responses.tool_outputs import apply_tool_policy
 from gateway.apis.synthesize import responses_stream
 from gateway.errors import Classification
@@ -66,6 +68,7 @@ _SEQ = re.compile(rb'"sequence_number":\s*(\d+)')
 
 
 _GATEWAY_THINKING = GATEWAY_THINKING_MARK.encode()
+_GEMINI_SIGNED = GEMINI_SIGNED.encode()
 
 
 class OpenAIResponses:
@@ -88,13 +91,17 @@ class OpenAIResponses:
         return None  # always at ``path``, the body as it is
 
     def prepare(self, inbound: Inbound, stream_usage: bool) -> tuple[dict[str, Any], bool]:
-        # response.completed always carries usage. The byte search (~2 us per 100 KB) spares
-        # every other request a walk of its items.
-        if _GATEWAY_THINKING in inbound.body:
-            cleaned = without_gateway_thinking(inbound.payload)
-            if cleaned is not None:
-                return cleaned, False
-        return inbound.payload, False
+        # response.completed always carries usage. The byte searches (~2 us each per 100 KB)
+        # spare every other request a walk of its items: what the gateway wrote into a
+        # conversation for another provider (Claude's thinking, Gemini's signatures in call
+        # ids) is of no use to a Responses upstream, which would refuse it.
+        body = inbound.body
+        payload = inbound.payload
+        if _GATEWAY_THINKING in body:
+            payload = without_gateway_thinking(payload) or payload
+        if _GEMINI_SIGNED in body:
+            payload = responses_request_ids(payload) or payload
+        return payload, False
 
     def error_body(self, status: int, message: str, code: str, c: Classification, request_id: str) -> bytes:
         return openai_error_body(status, message, code, c)
