@@ -55,7 +55,10 @@
   documented; here it is the 1-based index of the content holding the call, which gives the
   "position 2" those reports show for a [user, model call, function response] conversation.
   Any signature is accepted, placeholders too (Gemini CLI replays calls with
-  ``skip_thought_signature_validator``, which Google's thought-signatures page allows).
+  ``skip_thought_signature_validator``, which Google's thought-signatures page allows), but one
+  the fake sealed for a key of another organization (``signed_for``, ``FakeUpstream.orgs``):
+  signatures are bound to the account (sub2api #393: "thoughtSignature 与上游账号强绑定"), refused
+  with 400 INVALID_ARGUMENT "Corrupted thought signature." (proxypal #119, gemini-cli #13467).
 * JSON mode (``generationConfig.responseMimeType: application/json``) beside function
   declarations, on a Gemini 1.x or 2.x model: "Function calling with a response mime type:
   'application/json' is unsupported" (the whole body quoted in
@@ -232,10 +235,22 @@ def _ref_with_siblings(payload: dict[str, Any]) -> Reply | None:
     return None
 
 
-def refusal(payload: dict[str, Any], issued: Collection[str] = (), model: str = "") -> Reply | None:
+# What the fake's account-bound signatures start with (``signed_for``).
+SIGNED_FOR = "ZmFrZS1vcmctc2ln."
+
+
+def signed_for(org: str) -> str:
+    """A thought signature as the fake would give a key of ``org``."""
+    return SIGNED_FOR + org + "." + "QUJDRA"
+
+
+def refusal(
+    payload: dict[str, Any], issued: Collection[str] = (), model: str = "", org: str | None = None
+) -> Reply | None:
     """Why the Gemini API would refuse this generateContent body, or None. ``issued``: the ids
     of the calls the fake answered with (only those must come back signed); ``model``: the
-    model in the URL, for the rules that hold for some models only."""
+    model in the URL, for the rules that hold for some models only; ``org``: the organization
+    of the key that sent it (whose sealed signatures hold)."""
     refused = unknown_field(payload, GENERATE_FIELDS) or _field_refusal(payload)
     if refused is not None:
         return refused
@@ -244,6 +259,11 @@ def refusal(payload: dict[str, Any], issued: Collection[str] = (), model: str = 
                or _ref_with_siblings(payload) or _penalty(payload, model))
     if refused is not None:
         return refused
+    for content in contents:
+        for part in content.get("parts") or () if isinstance(content, dict) else ():
+            sig = part.get("thoughtSignature") if isinstance(part, dict) else None
+            if isinstance(sig, str) and sig.startswith(SIGNED_FOR) and not sig.startswith(f"{SIGNED_FOR}{org}."):
+                return error(400, "Corrupted thought signature.")
     for n, content in enumerate(contents):
         calls = _parts(content, "functionCall")
         for part in calls:

@@ -251,7 +251,7 @@ class FakeUpstream:
             counted = inner if isinstance(inner, dict) else payload
             answer = refused or Reply(200, gemini.count(gemini.estimate_tokens(counted)))
             return await self._play(request, answer)
-        refused = gemini_rules.refusal(payload, self.gemini_calls, model)
+        refused = gemini_rules.refusal(payload, self.gemini_calls, model, self.orgs.get(self._key or ""))
         if refused is not None:
             self._refused(request.path, self._key, refused)
             return await self._play(request, gemini_framed(refused, named, request.query))

@@ -20,9 +20,10 @@ import anthropic
 import openai
 import pytest
 
+from gateway.fake.gemini_rules import signed_for
 from gateway.fake.messages import sign
 from gateway.fake.responses_rules import seal
-from gateway.policy.foreign_reasoning import GATEWAY_THINKING_MARK
+from gateway.policy.foreign_reasoning import GATEWAY_THINKING_MARK, GEMINI_SKIP
 from tests.fakeupstream import FakeUpstream, Reply, chat_completion
 
 THOUGHT = "The user wants Paris's weather: call the tool."
@@ -227,3 +228,31 @@ async def test_reasoning_the_gateway_gave_from_a_chat_upstream_is_left_out_when_
     finally:
         await responses.close()
         await chat.close()
+
+
+async def test_a_gemini_thought_signature_of_another_account_becomes_googles_stand_in_once(
+    make_gateway: Any,
+) -> None:
+    """Gemini binds thought signatures to the account (sub2api #393); another key's answers
+    "Corrupted thought signature.": the turn is asked again with the value Google gives for
+    history from elsewhere."""
+    fake = await FakeUpstream().start()
+    try:
+        fake.orgs = {"key-b": "org-b"}
+        gw = await make_gateway(fake=fake, upstreams=(
+            f"  - {{name: google, base_url: '{fake.url.removesuffix('/v1')}/v1beta', apis: [gemini], "
+            "api_key: key-b}\n"))  # fmt: skip
+        call = {"functionCall": {"id": "fc_1", "name": "ls", "args": {}}, "thoughtSignature": signed_for("org-a")}
+        body = {"contents": [
+            {"role": "user", "parts": [{"text": "list files"}]}, {"role": "model", "parts": [call]},
+            {"role": "user", "parts": [{"functionResponse": {"id": "fc_1", "name": "ls", "response": {"output": "a"}}}]},
+        ], "tools": [{"functionDeclarations": [{"name": "ls", "parameters": {"type": "object"}}]}]}  # fmt: skip
+        async with gw.session.post(gw.base + "/v1beta/models/gemini-2.5-flash:generateContent", json=body,
+                                   headers={"x-goog-api-key": "client"}) as r:  # fmt: skip
+            assert r.status == 200, await r.text()
+            assert r.headers["x-llm-reasoning-dropped"] == "thought_signature"
+        refused, kept = (r.json() for r in fake.requests)
+        assert refused["contents"][1]["parts"][0]["thoughtSignature"] == signed_for("org-a")
+        assert kept["contents"][1]["parts"][0]["thoughtSignature"] == GEMINI_SKIP
+    finally:
+        await fake.close()

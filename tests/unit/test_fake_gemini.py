@@ -500,3 +500,16 @@ def test_a_penalty_is_refused_by_gemini_2_5(model: str) -> None:
 ])  # fmt: skip
 def test_penalties_google_takes(model: str, config: dict[str, Any]) -> None:
     assert refused({**SAY_HI, "generationConfig": config}, model) is None
+
+
+def test_a_thought_signature_holds_only_for_the_organization_whose_key_got_it() -> None:
+    from gateway.fake.gemini_rules import refusal, signed_for
+
+    call = {"functionCall": {"id": "fc_1", "name": "ls", "args": {}}, "thoughtSignature": signed_for("org-a")}
+    body = {"contents": [{"role": "user", "parts": [{"text": "ls"}]}, {"role": "model", "parts": [call]},
+                         {"role": "user", "parts": [{"functionResponse": {"id": "fc_1", "name": "ls",
+                                                                          "response": {}}}]}]}  # fmt: skip
+    assert refusal(body, org="org-a") is None
+    for org in ("org-b", None):
+        reply = refusal(body, org=org)
+        assert reply is not None and reply.body["error"]["message"] == "Corrupted thought signature."
