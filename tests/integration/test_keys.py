@@ -587,3 +587,39 @@ async def test_cache_writes_cost_the_same_whatever_the_clients_api(
         assert line["usage"] == {"prompt": 1300, "completion": 50, "cache_read": 1000, "cache_write": 200}, line
         assert line["cost_usd"] == pytest.approx(550), line
 
+
+async def test_attachments_named_by_reference_are_reserved_though_their_bytes_are_not_sent(
+    make_gateway: MakeGateway,
+) -> None:
+    """50 requests at once, each with a PDF by URL, on a $0.20 budget: the provider counts 2,000
+    prompt tokens each ($0.21 with the answer), but the request is a few hundred bytes, and
+    reserving that admitted 12 of them: $2.52 spent. Each PDF named by reference is reserved as
+    `accounting.reference_tokens.document` now: the budget is overspent by one request at most."""
+    gw = await make_gateway(
+        "prices: {'claude-sonnet-4-6*': {input: 100, output: 200}}\n"
+        "keys: [{name: alice, key: gk-alice, budget: {usd: 0.20, period: day}}]\n",
+        upstream_yaml=", apis: [messages], key_header: x-api-key")  # fmt: skip
+    gw.fake.always = Reply(200, anthropic_message("claude-sonnet-4-6", input_tokens=2000, output_tokens=50),
+                           delay_s=0.3)  # every one in flight at once
+    client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="gk-alice", max_retries=0)
+    content: Any = [{"type": "document", "source": {"type": "url", "url": "https://example.com/annual-report.pdf"}},
+                    {"type": "text", "text": "Summarise this."}]  # fmt: skip
+
+    async def one() -> int:
+        try:
+            await client.messages.create(model="claude-sonnet-4-6", max_tokens=50,
+                                         messages=[{"role": "user", "content": content}])  # fmt: skip
+        except anthropic.APIStatusError as e:
+            return e.status_code
+        return 200
+
+    try:
+        statuses = await asyncio.gather(*(one() for _ in range(50)))
+    finally:
+        await client.close()
+    state = await settled(gw)
+    one_request = 2000 * 100e-6 + 50 * 200e-6  # $0.21
+    assert statuses.count(200) == 1 and statuses.count(429) == 49  # the rest: held, try again shortly
+    assert state["budget"]["spent_usd"] == pytest.approx(one_request)
+    assert state["budget"]["spent_usd"] <= 0.20 + one_request
+    assert len(gw.fake.messages_requests()) == 1
