@@ -30,6 +30,7 @@ from gateway.busy_poll import busy_poll
 from gateway.config import GatewayConfig, PoolConfig
 from gateway.keys.ledger import Accounts
 from gateway.keys.prices import Price, PriceTable
+from gateway.keys.references import ReferenceTokens
 from gateway.live import LIVE, Build, Closable, Live
 from gateway.pipeline import forward, gemini_extras, key_info
 from gateway.pipeline.admit import expect_continue
@@ -247,8 +248,10 @@ def _routes_digest(cfg: GatewayConfig) -> bytes:
 def _accounts(cfg: GatewayConfig, store: StateStore, wall: Callable[[], float]) -> Accounts:
     prices = PriceTable.of({glob: Price(p.input, p.output, p.cache_read, p.cache_write)
                             for glob, p in cfg.prices.items()})  # fmt: skip
+    refs = cfg.accounting.reference_tokens
     return Accounts(store, prices, wall, default_max_tokens=cfg.accounting.default_max_tokens,
-                    closed_when_store_down=cfg.accounting.when_store_down == "closed")  # fmt: skip
+                    closed_when_store_down=cfg.accounting.when_store_down == "closed",
+                    references=ReferenceTokens(refs.document, refs.image))  # fmt: skip
 
 
 def _affinity(

@@ -1080,6 +1080,24 @@ class PriceConfig(_Model):
     )
 
 
+class ReferenceTokensConfig(_Model):
+    """What an attachment named by reference (a URL, a ``file_id``), not sent in the request's
+    bytes, is reserved as. The defaults and their sources: gateway/keys/references.py."""
+
+    document: int = Field(
+        default=25_000, ge=0,
+        description="Prompt tokens reserved for each document (a PDF, a file, Gemini's `cachedContent`) a "
+        "request names by reference: about five pages at Anthropic's 1,500-3,000 text tokens a page plus "
+        "each page's image. A longer one costs what the provider counts, past the reservation.",
+    )  # fmt: skip
+    image: int = Field(
+        default=2_500, ge=0,
+        description="Prompt tokens reserved for each image a request names by reference (its URL, a "
+        "`file_id`): Anthropic's ~1,600 for the largest image it does not scale down, OpenAI's 1,536 "
+        "patches × 1.62 for its mini models.",
+    )  # fmt: skip
+
+
 class AccountingConfig(_Model):
     """How keys' limits and budgets are counted."""
 
@@ -1093,6 +1111,12 @@ class AccountingConfig(_Model):
         description="Output tokens reserved against limits and budgets for a request that names no output "
         "limit.",
     )  # fmt: skip
+    reference_tokens: ReferenceTokensConfig = Field(
+        default=ReferenceTokensConfig(),
+        description="Prompt tokens reserved against budgets and `tokens_per_minute` for each attachment a "
+        "request names by reference instead of sending it (a PDF or image by URL, a `file_id`, Gemini's "
+        "`fileData` and `cachedContent`): its bytes are not in the request to estimate from.",
+    )
 
 
 class GatewayConfig(_Model):

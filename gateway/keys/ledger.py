@@ -26,6 +26,7 @@ from typing import Any
 
 from gateway.keys.periods import bounds, iso
 from gateway.keys.prices import Cost, Price, PriceTable, cost_of, worst_case
+from gateway.keys.references import ReferenceTokens
 from gateway.keys.registry import KeySpec
 from gateway.state.ledger_ops import LedgerAdmit, LedgerSettle
 from gateway.state.store import StateStore
@@ -71,6 +72,7 @@ class Accounts:
     wall: Callable[[], float]
     default_max_tokens: int = 4096
     closed_when_store_down: bool = False
+    references: ReferenceTokens = field(default_factory=ReferenceTokens)  # attachments not in the bytes
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     _pending: list[LedgerSettle] = field(default_factory=list)
     flusher: asyncio.Task[None] | None = None  # the task that will write the settles waiting

@@ -58,6 +58,11 @@ class KeySpec:
         return found
 
     @property
+    def counts_tokens(self) -> bool:
+        """Whether a request's prompt size matters to this key: a budget, or tokens per minute."""
+        return self.budget is not None or self.team_budget is not None or self.tokens_per_minute is not None
+
+    @property
     def limited(self) -> bool:
         """Whether anything about this key is counted (else the accounting is skipped)."""
         return any(v is not None for v in (self.requests_per_minute, self.tokens_per_minute, self.parallel,

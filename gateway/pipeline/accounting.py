@@ -63,6 +63,10 @@ async def admit_request(svc: Services, state: RequestState, headers: Mapping[str
     if not key.limited or svc.accounts is None:
         return None
     prompt = size / BYTES_PER_TOKEN
+    if key.counts_tokens:
+        # What the request names without sending (a PDF by URL, a file_id) is read by the
+        # provider as prompt all the same: its bytes are not here to estimate from.
+        prompt += svc.accounts.references.of(payload)
     got = await svc.accounts.admit(key, model, prompt, _max_output(payload), _answers(payload))
     if isinstance(got, Reservation):
         state.reservation = got

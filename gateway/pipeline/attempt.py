@@ -216,9 +216,10 @@ async def _exchange(
         if mode is ReadMode.RAW:
             return Success(resp.status, headers, response=resp, chunks=resp.iter_chunks())
         body = await resp.read(SUCCESS_BODY_LIMIT)
-        if call.translation is not None and (translated := call.translation.answer(body)) is not None:
-            body, doc = translated
-            return Success(resp.status, headers, body=body, usage=state.dialect.body_usage(doc))
+        translated = call.translation.answer(body, call.dialect) if call.translation is not None else None
+        if translated is not None:
+            body, usage = translated
+            return Success(resp.status, headers, body=body, usage=usage)
         return Success(resp.status, headers, body=body)
     except UpstreamFailure as f:
         resp.close()

@@ -476,7 +476,9 @@ async def _probe_once(
         return outcome  # not JSON: relay it as it came
     if not isinstance(doc, dict):
         return outcome
-    state.usage.update(dialect.body_usage(doc))
+    # A translated answer's usage was read from the upstream's own (the client's API may have
+    # no field for a count it made, Anthropic's cache writes in chat's).
+    state.usage.update(outcome.usage if outcome.usage is not None else dialect.body_usage(doc))
     headers = [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")]
     return Success(200, headers, body=dialect.replay_as_stream(doc, inbound.payload))
 

@@ -57,18 +57,21 @@ class Translation:
     translator: Translator
     ctx: Context
 
-    def answer(self, body: bytes) -> tuple[bytes, dict[str, Any]] | None:
-        """A buffered 2xx body in the client's API, and the document it was written from (its
-        usage is read there, not peeked at again in the bytes); None when it is not a JSON
-        object (relayed as it came: there is nothing to translate)."""
+    def answer(self, body: bytes, wire: Dialect) -> tuple[bytes, dict[str, int]] | None:
+        """A buffered 2xx body in the client's API, and its usage as the upstream (``wire``)
+        counted it, read from the upstream's document before it is translated: the client's API
+        may have no field for a count (chat and Responses usage has none for Anthropic's cache
+        writes, folded into the prompt there), and a count it cannot hold is still paid for.
+        None when the body is not a JSON object (relayed as it came: nothing to translate)."""
         try:
             doc, lenient = jsonbody.loads(body)
         except ValueError:
             return None
         if not isinstance(doc, dict):
             return None
+        usage = wire.body_usage(doc)
         out = self.translator.answer(doc, self.ctx)
-        return jsonbody.dumps(out, lenient=lenient), out
+        return jsonbody.dumps(out, lenient=lenient), usage
 
     def stream(self, known: Known | None = None) -> StreamTranslator:
         """``known``: the upstream reader's decoded events (``ParsedEvents.take``)."""

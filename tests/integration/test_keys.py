@@ -15,9 +15,21 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
+import anthropic
+import openai
 import pytest
 
-from tests.fakeupstream import Reply, Stream, anthropic_head, chat_completion, chunk
+from tests.fakeupstream import (
+    Reply,
+    Stream,
+    anthropic_head,
+    anthropic_message,
+    anthropic_tail,
+    chat_completion,
+    chunk,
+    sse,
+    text_delta,
+)
 from tests.integration.conftest import Gateway, MakeGateway
 
 PRICES = "prices: {'gpt-4o-mini*': {input: 1000000, output: 2000000, cache_read: 100000}}\n"
@@ -499,3 +511,115 @@ async def test_a_stream_left_before_its_first_words_pays_for_the_prompt_the_prov
             await r.read()
     after = await settled(gw)
     assert after["budget"]["spent_usd"] > state["budget"]["spent_usd"] + 50
+
+
+# Anthropic's usage of one answer: 100 plain input tokens, 1000 read from the cache, 200
+# written to it, 50 out. At $1 an input token, $0.10 a cache read, $1.25 a cache write and $2
+# an output token it costs 100 + 100 + 250 + 100 = $550 (a cache write priced as plain input:
+# $500).
+CACHED_USAGE = {"input_tokens": 100, "cache_read_input_tokens": 1000, "cache_creation_input_tokens": 200,
+                "output_tokens": 50}  # fmt: skip
+CLAUDE_PRICES = ("prices: {'claude-sonnet-4-6*': {input: 1000000, output: 2000000, cache_read: 100000, "
+                 "cache_write: 1250000}}\n")  # fmt: skip
+
+
+def _cached_stream() -> Stream:
+    head = sse("message_start", {"type": "message_start", "message": {
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-6", "content": [],
+        "stop_reason": None, "stop_sequence": None, "usage": {**CACHED_USAGE, "output_tokens": 1}}})  # fmt: skip
+    start = sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                        "content_block": {"type": "text", "text": ""}})  # fmt: skip
+    return Stream([head, start, text_delta("Hello."), *anthropic_tail(output_tokens=50)])
+
+
+async def test_cache_writes_cost_the_same_whatever_the_clients_api(
+    make_gateway: MakeGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On a Messages upstream, a buffered answer translated for a chat, Responses or Gemini client
+    was priced from the translated document, whose usage folds the cache write into the prompt:
+    $500 where the Messages client and every stream paid $550, and the log line had no
+    ``cache_write``. The provider's own usage is what is priced, whatever the client's API."""
+    gw = await make_gateway(CLAUDE_PRICES + "keys: [{name: alice, key: gk-alice}]\n",
+                            upstream_yaml=", apis: [messages], key_header: x-api-key")
+    oai = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="gk-alice", max_retries=0)
+    ant = anthropic.AsyncAnthropic(base_url=gw.base, api_key="gk-alice", max_retries=0)
+    hi = [{"role": "user", "content": "hi"}]
+    gemini = "/v1beta/models/claude-sonnet-4-6:"
+    gemini_body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    try:
+        with caplog.at_level(logging.INFO, logger="gateway.access"):
+            for stream in (False, True):
+                for _ in range(4):
+                    gw.fake.script(_cached_stream() if stream else Reply(200, {
+                        **anthropic_message(text="Hello."), "usage": CACHED_USAGE}))  # fmt: skip
+                if stream:
+                    chunks = await oai.chat.completions.create(model="claude-sonnet-4-6", messages=hi, stream=True)
+                    async for _ in chunks:
+                        pass
+                    async with ant.messages.stream(model="claude-sonnet-4-6", max_tokens=64, messages=hi) as s:
+                        await s.get_final_message()
+                    events = await oai.responses.create(model="claude-sonnet-4-6", input="hi", stream=True)
+                    async for _ in events:
+                        pass
+                    path = gemini + "streamGenerateContent?alt=sse"
+                else:
+                    await oai.chat.completions.create(model="claude-sonnet-4-6", messages=hi)
+                    await ant.messages.create(model="claude-sonnet-4-6", max_tokens=64, messages=hi)
+                    await oai.responses.create(model="claude-sonnet-4-6", input="hi")
+                    path = gemini + "generateContent"
+                async with gw.session.post(gw.base + path, json=gemini_body,
+                                           headers={"x-goog-api-key": "gk-alice"}) as r:  # fmt: skip
+                    assert r.status == 200
+                    await r.read()
+            # A stream that comes back empty twice is probed with a buffered request, translated.
+            empty = Stream([], then="eof")
+            gw.fake.script(empty, empty, Reply(200, {**anthropic_message(text="Hello."), "usage": CACHED_USAGE}))
+            chunks = await oai.chat.completions.create(model="claude-sonnet-4-6", messages=hi, stream=True)
+            assert "".join([c.choices[0].delta.content or "" async for c in chunks if c.choices]) == "Hello."
+    finally:
+        await oai.close()
+        await ant.close()
+    lines = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
+    assert [(line["path"].split(":")[0].rsplit("/", 1)[-1], line["stream"]) for line in lines] == [
+        (p, s) for s in (False, True) for p in ("completions", "messages", "responses", "claude-sonnet-4-6")
+    ] + [("completions", True)]
+    for line in lines:
+        assert line["usage"] == {"prompt": 1300, "completion": 50, "cache_read": 1000, "cache_write": 200}, line
+        assert line["cost_usd"] == pytest.approx(550), line
+
+
+async def test_attachments_named_by_reference_are_reserved_though_their_bytes_are_not_sent(
+    make_gateway: MakeGateway,
+) -> None:
+    """50 requests at once, each with a PDF by URL, on a $0.20 budget: the provider counts 2,000
+    prompt tokens each ($0.21 with the answer), but the request is a few hundred bytes, and
+    reserving that admitted 12 of them: $2.52 spent. Each PDF named by reference is reserved as
+    `accounting.reference_tokens.document` now: the budget is overspent by one request at most."""
+    gw = await make_gateway(
+        "prices: {'claude-sonnet-4-6*': {input: 100, output: 200}}\n"
+        "keys: [{name: alice, key: gk-alice, budget: {usd: 0.20, period: day}}]\n",
+        upstream_yaml=", apis: [messages], key_header: x-api-key")  # fmt: skip
+    gw.fake.always = Reply(200, anthropic_message("claude-sonnet-4-6", input_tokens=2000, output_tokens=50),
+                           delay_s=0.3)  # every one in flight at once
+    client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="gk-alice", max_retries=0)
+    content: Any = [{"type": "document", "source": {"type": "url", "url": "https://example.com/annual-report.pdf"}},
+                    {"type": "text", "text": "Summarise this."}]  # fmt: skip
+
+    async def one() -> int:
+        try:
+            await client.messages.create(model="claude-sonnet-4-6", max_tokens=50,
+                                         messages=[{"role": "user", "content": content}])  # fmt: skip
+        except anthropic.APIStatusError as e:
+            return e.status_code
+        return 200
+
+    try:
+        statuses = await asyncio.gather(*(one() for _ in range(50)))
+    finally:
+        await client.close()
+    state = await settled(gw)
+    one_request = 2000 * 100e-6 + 50 * 200e-6  # $0.21
+    assert statuses.count(200) == 1 and statuses.count(429) == 49  # the rest: held, try again shortly
+    assert state["budget"]["spent_usd"] == pytest.approx(one_request)
+    assert state["budget"]["spent_usd"] <= 0.20 + one_request
+    assert len(gw.fake.messages_requests()) == 1
