@@ -81,8 +81,9 @@ class ServerConfig(_Model):
     )  # fmt: skip
     drain_s: float = Field(
         default=30.0, ge=0,
-        description="Seconds that requests in flight get to finish after SIGTERM; a stream still open then "
-        "ends with a `gateway_shutdown` error event.",
+        description="Seconds that requests in flight get to finish after SIGTERM; then a stream still open "
+        "ends with a `gateway_shutdown` error event, and a request whose answer has not begun is answered "
+        "503 `gateway_shutdown` (retryable).",
     )  # fmt: skip
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="Lowest level of log line written."

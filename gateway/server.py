@@ -2,7 +2,8 @@
 
 SIGTERM (or SIGINT) starts draining: ``/readyz`` answers 503 at once so load balancers
 stop sending, requests that still arrive are served, and in-flight requests and streams
-get up to ``server.drain_s`` to finish before the process exits 0.
+get up to ``server.drain_s`` to finish; whatever is still in flight then gets the typed
+``gateway_shutdown`` error (``drain``), and the process exits 0.
 
 SIGHUP, and a change of the file with ``server.watch_config`` on, reload the config
 (gateway/reload/); a draining process reloads nothing.
@@ -29,6 +30,7 @@ from gateway.listening import cannot_listen
 from gateway.live import LIVE
 from gateway.reload.reloader import Reloader
 from gateway.reload.watch import watch
+from gateway.services import Lifecycle
 from gateway.state import StateStore
 from gateway.tracing import summary as tracing_summary
 from gateway.workers.seat import WorkerSeat, worker_config
@@ -108,21 +110,7 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path:
     life.draining = True
     drain_s = live.services.cfg.server.drain_s  # as the last reload left it
     log.info({"event": "draining", "in_flight": life.in_flight, "drain_s": drain_s})
-    idle = asyncio.Event()
-    life.idle.append(idle.set)
-    if life.in_flight > 0:
-        try:
-            await asyncio.wait_for(idle.wait(), timeout=drain_s)
-        except TimeoutError:
-            cutting = len(life.relaying)
-            log.warning({"event": "drain_timeout", "in_flight": life.in_flight, "cutting": cutting})
-            # Responses still relaying end with their dialect's typed error event, never a cut
-            # that could pass for a finished answer; then the rest is closed.
-            life.shutting_down = True
-            for task in list(life.relaying):
-                task.cancel()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(idle.wait(), timeout=2.0)
+    await drain(life, drain_s)
     if life.settling:  # keys' spend still being written: a budget must not forget it
         await asyncio.wait(list(life.settling), timeout=2.0)
     accounts = live.services.accounts
@@ -133,6 +121,27 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path:
     if private is not None:
         await private.cleanup()
     log.info({"event": "stopped"})
+
+
+async def drain(life: Lifecycle, drain_s: float, settle_s: float = 2.0) -> None:
+    """Until the requests in flight are done, for up to ``drain_s``; then every one still in
+    flight is ended with the typed ``gateway_shutdown`` error (``Lifecycle.cut``): a stream
+    with its API's error event, a request whose answer has not begun (waiting for the
+    upstream, or in a retry's backoff) with a 503 in its API's envelope. Never a closed
+    connection without an answer, which an SDK cannot tell from a network fault. ``settle_s``
+    bounds the wait for those answers to be written."""
+    idle = asyncio.Event()
+    life.idle.append(idle.set)
+    if life.in_flight == 0:
+        return
+    try:
+        await asyncio.wait_for(idle.wait(), timeout=drain_s)
+        return
+    except TimeoutError:
+        pass
+    log.warning({"event": "drain_timeout", "in_flight": life.in_flight, "cutting": life.cut()})
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(idle.wait(), timeout=settle_s)
 
 
 async def _drain_if_orphaned(stop: asyncio.Event, every_s: float = 1.0) -> None:

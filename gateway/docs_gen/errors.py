@@ -343,7 +343,8 @@ MEANINGS = {
     "connect": "The connection of a stream under way was lost.",
     "idle_timeout": "A stream under way sent no data within `timeouts.idle_s`.",
     "first_byte_timeout": "The upstream did not answer a stream under way in time.",
-    "gateway_shutdown": "`server.drain_s` ran out while the stream was under way; retryable.",
+    "gateway_shutdown": "`server.drain_s` ran out before the answer began (with `retry-after`), or while the "
+    "stream was under way; retryable, by another replica.",
 }
 
 

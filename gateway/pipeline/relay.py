@@ -21,7 +21,7 @@ from gateway.apis.base import Dialect, Ending, EventKind, Splice, StreamReader
 from gateway.errors import EVENT_STATUS, Classification, ErrorType, TransportError
 from gateway.jsonpeek import top_level_member
 from gateway.one_write import OneWriteResponse
-from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success
+from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success, gateway_failure
 from gateway.pipeline.stamp import stamp
 from gateway.policy.classify import classify, classify_stream_event
 from gateway.policy.tokens import BYTES_PER_TOKEN, text_tokens
@@ -127,7 +127,7 @@ async def _relay_raw(
         kind = e.kind if isinstance(e, UpstreamFailure) else TransportError.STREAM_BROKEN
         c = classify(None, {}, b"", now_s=svc.wall(), transport_error=kind)
         state.stream_error, state.classification = c.type, c
-        state.ended_by = "shutdown" if isinstance(e, _ShutdownCut) else kind.value
+        state.ended_by = SHUTDOWN if isinstance(e, _ShutdownCut) else kind.value
         if request.transport is not None:
             request.transport.close()
         return resp
@@ -152,10 +152,10 @@ class _ShutdownCut(Exception):
 
 
 class _CutOnShutdown:
-    """Registers the relaying task so that shutdown can end it cleanly: when ``drain_s``
-    runs out, the server cancels it, and the cancellation arrives here as ``_ShutdownCut``
-    so the relay can still end the stream with its typed error event. (A class, not a
-    generator: entered once per stream, at less than half the cost.)"""
+    """Turns the cancellation that ends a response being relayed when ``drain_s`` runs out
+    (``Lifecycle.cut``) into ``_ShutdownCut``, so the relay can still end the stream with its
+    typed error event. (A class, not a generator: entered once per stream, at less than half
+    the cost.)"""
 
     __slots__ = ("_svc", "_task")
 
@@ -166,15 +166,32 @@ class _CutOnShutdown:
         self._task = task
 
     def __enter__(self) -> None:
-        self._svc.life.relaying.add(self._task)
+        pass
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._svc.life.relaying.discard(self._task)
         if kind is not None and issubclass(kind, asyncio.CancelledError) and self._svc.life.shutting_down:
             self._task.uncancel()
             raise _ShutdownCut from None
+
+
+SHUTDOWN = "shutdown"  # ended_by of a request that drain_s ran out on
+# A client that retries this soon reaches another replica: the load balancer stopped sending
+# here when /readyz turned 503, drain_s ago.
+SHUTDOWN_RETRY_S = 1.0
+
+
+def shutdown_failure(svc: Services, state: RequestState) -> Failure:
+    """The answer to a request that ``drain_s`` ran out on before its answer began (waiting for
+    the upstream, or in a retry's backoff): not the provider's fault, and worth retrying at
+    once, on another replica."""
+    state.ended_by = SHUTDOWN
+    c = Classification(
+        ErrorType.PROVIDER_UNAVAILABLE, retryable=True, retry_after_s=SHUTDOWN_RETRY_S,
+        reset_at_ms=round((svc.wall() + SHUTDOWN_RETRY_S) * 1000), provider_code="gateway_shutdown",
+    )  # fmt: skip
+    return gateway_failure(503, c, "the gateway is shutting down; retry the request", "gateway_shutdown")
 
 
 async def _relay_sse(
@@ -207,7 +224,7 @@ async def _relay_sse(
     except _ShutdownCut:
         # Not the provider's fault, and worth retrying at once (on another replica).
         c = Classification.of(ErrorType.PROVIDER_UNAVAILABLE, provider_code="gateway_shutdown")
-        state.ended_by = "shutdown"
+        state.ended_by = SHUTDOWN
         ending = Ending(c, "the gateway is shutting down; retry the request", "gateway_shutdown")
         return await _end_with_error(resp, state, first, ending, translator)
     except ConnectionError:
