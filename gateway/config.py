@@ -85,6 +85,24 @@ class ServerConfig(_Model):
         "ends with a `gateway_shutdown` error event, and a request whose answer has not begun is answered "
         "503 `gateway_shutdown` (retryable).",
     )  # fmt: skip
+    # A client that connects and sends nothing, or its head a byte at a time, holds a socket
+    # and a file descriptor: unbounded (aiohttp's own limit is an hour), a few hundred of them
+    # exhausted the process's descriptors and every other client failed. A real client's head
+    # arrives in the packet after the handshake; 15 s is as lenient as a slow mobile link needs.
+    header_timeout_s: float = Field(
+        default=15.0, gt=0,
+        description="Seconds a new client connection may take to send a complete request head; past "
+        "them it is closed without an answer.",
+    )  # fmt: skip
+    # Above the idle timeouts of the load balancers in front (AWS's 60 s, nginx's upstream
+    # keepalive_timeout 60 s), so that the gateway is never the side that closes a connection
+    # a balancer is about to reuse (the balancer would answer that request 502).
+    keepalive_s: float = Field(
+        default=75.0, gt=0,
+        description="Seconds a client connection may stay open between the end of one answer and the "
+        "complete head of its next request. Behind a load balancer that keeps idle connections "
+        "longer (Google Cloud's: 600 s), set it above the balancer's.",
+    )  # fmt: skip
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="Lowest level of log line written."
     )

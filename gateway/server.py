@@ -69,7 +69,7 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path:
     running = "uvloop" if type(asyncio.get_running_loop()).__module__.startswith("uvloop") else "asyncio"
     polls = {"busy_poll_us": cfg.server.busy_poll_us} if cfg.server.busy_poll_us else {}
     log.info({"event": "started", "version": __version__, **listen, **_summary(cfg), "event_loop": running,
-              **polls, "state": state})  # fmt: skip
+              **polls, "state": state, **_open_files()})  # fmt: skip
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -175,6 +175,7 @@ async def _state_check(cfg: GatewayConfig, store: StateStore) -> dict[str, str]:
 
 def make_runner(app: web.Application, **overrides: object) -> web.AppRunner:
     """How the gateway's app is served (tests serve it the same way)."""
+    live = app.get(LIVE)
     options: dict[str, object] = {
         # A client that goes away cancels its handler, which closes the upstream request at
         # once instead of letting it run to the end unobserved.
@@ -183,9 +184,26 @@ def make_runner(app: web.Application, **overrides: object) -> web.AppRunner:
         # Request bodies are decoded by the pipeline, which answers a bad or unsupported
         # Content-Encoding in the dialect's shape (see gateway/encodings.py).
         "auto_decompress": False,
+        # A connection's time to send its request head, read from the running config as the
+        # connection opens (gateway/idle_clients.py).
+        "client_timeouts": None if live is None else (lambda: _client_timeouts(live.services.cfg)),
         **overrides,
     }
     return ExactFirstRunner(app, **options)  # type: ignore[arg-type]
+
+
+def _open_files() -> dict[str, int]:
+    """The most descriptors (client and upstream connections) this process may hold."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return {}
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return {} if soft == resource.RLIM_INFINITY else {"max_open_files": soft}
+
+
+def _client_timeouts(cfg: GatewayConfig) -> tuple[float, float]:
+    return cfg.server.header_timeout_s, cfg.server.keepalive_s
 
 
 def _addresses(runner: web.AppRunner) -> list[str]:
