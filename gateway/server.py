@@ -26,7 +26,7 @@ from gateway import __version__, collector
 from gateway.app import create_app, private_app
 from gateway.config import GatewayConfig
 from gateway.exact_routes import ExactFirstRunner
-from gateway.listening import cannot_listen
+from gateway.listening import cannot_listen, forget_address, record_address
 from gateway.live import LIVE
 from gateway.reload.reloader import Reloader
 from gateway.reload.watch import watch
@@ -63,8 +63,11 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path:
         await runner.cleanup()
         raise cannot_listen(cfg.server.host, cfg.server.port, e) from None
     collector.settle_after_start()
-    listen: dict[str, object] = {"listen": _addresses(runner)}
-    if seat is not None:
+    addresses = _addresses(runner)
+    listen: dict[str, object] = {"listen": addresses}
+    if seat is None:
+        record_address(addresses)  # with workers, their supervisor's
+    else:
         listen["worker"], listen["pid"] = seat.name, os.getpid()
     running = "uvloop" if type(asyncio.get_running_loop()).__module__.startswith("uvloop") else "asyncio"
     polls = {"busy_poll_us": cfg.server.busy_poll_us} if cfg.server.busy_poll_us else {}
@@ -120,6 +123,8 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path:
     await runner.cleanup()
     if private is not None:
         await private.cleanup()
+    if seat is None:
+        forget_address()
     log.info({"event": "stopped"})
 
 
