@@ -337,6 +337,10 @@ MEANINGS = {
     "upstream_timeout": "No connection, response head or first output within `timeouts` (or the deadline).",
     "empty_stream": "The upstream answered a streamed request with no event at all.",
     "malformed_event": "A stream event that is not valid JSON.",
+    "event_too_large": "A stream event over 64 MiB (it is never held whole): before anything was shown a "
+    "502, after it the stream's error event; not retried.",
+    "response_too_large": "An answer over 256 MiB, which the gateway would have to hold whole to relay "
+    "(an answer that does not stream); never cut and passed on as complete, not retried.",
     "circuit_open": "The upstream's circuit is open (with `retry-after`).",
     "stream_broken": "A stream under way ended before its end marker.",
     "reset": "The connection of a stream under way was reset.",

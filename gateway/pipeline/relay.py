@@ -21,12 +21,13 @@ from gateway.apis.base import Dialect, Ending, EventKind, Splice, StreamReader
 from gateway.errors import EVENT_STATUS, Classification, ErrorType, TransportError
 from gateway.jsonpeek import top_level_member
 from gateway.one_write import OneWriteResponse
+from gateway.pipeline.attempt import too_large_event
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success, gateway_failure
 from gateway.pipeline.stamp import stamp
 from gateway.policy.classify import classify, classify_stream_event
 from gateway.policy.tokens import BYTES_PER_TOKEN, text_tokens
 from gateway.services import Services
-from gateway.sse import EventSplitter, error_status, parse_event
+from gateway.sse import EventSplitter, EventTooLarge, error_status, parse_event, upstream_splitter
 from gateway.translate.base import StreamTranslator
 from gateway.upstream import UpstreamFailure
 
@@ -330,7 +331,7 @@ async def _pump_leg(
 ) -> Ending | None:  # fmt: skip
     assert leg.chunks is not None and leg.response is not None and leg.reader is not None
     reader = leg.reader
-    splitter = EventSplitter()
+    splitter = upstream_splitter()
     finished = leg.complete  # the held events end with the first visible one: maybe the last
     try:
         # A splice keeps state (a continuation's renumbered blocks): events go through it in order.
@@ -353,16 +354,21 @@ async def _pump_leg(
                 await resp.write(out)
             if end is not None:
                 return end
+        rest = splitter.pending
     except UpstreamFailure as f:
         c = classify(None, {}, b"", now_s=svc.wall(), transport_error=f.kind)
         state.ended_by = f.kind.value
         return Ending(c, _TRANSPORT_TEXT[f.kind], f.kind.value)
+    except EventTooLarge:
+        state.ended_by = "event_too_large"
+        message = "the upstream sent a stream event larger than the gateway relays (64 MiB)"
+        return Ending(too_large_event().classification, message, "event_too_large")
     finally:
         leg.response.close()  # a stalled upstream's late bytes, if any, are discarded
-    if splitter.pending.strip():
-        relayed.append(splitter.pending)
-        await resp.write(_spliced(splice, splitter.pending))
-        finished = finished or reader.kind(splitter.pending, committed=True) is EventKind.FINAL
+    if rest.strip():
+        relayed.append(rest)
+        await resp.write(_spliced(splice, rest))
+        finished = finished or reader.kind(rest, committed=True) is EventKind.FINAL
     if not finished:
         # The upstream closed cleanly without the dialect's end marker: the turn is cut short.
         broken = TransportError.STREAM_BROKEN
