@@ -89,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
 
     from gateway import logs
+    from gateway.listening import raise_open_files_limit
 
+    raise_open_files_limit()  # inherited by the workers; the started line says what it is
     # Workers share the supervisor's stdout: each write holds whole lines only.
     logs.configure(cfg.server.log_level, whole_lines=cfg.server.worker_count > 1)
     if seat is None and cfg.server.worker_count > 1:

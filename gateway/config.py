@@ -1,7 +1,8 @@
 """Configuration: one YAML file, frozen pydantic models, secrets from the environment.
 
 Every key has a default, so a file that names one upstream is complete. Unknown keys
-are errors: a typo must not be silently ignored.
+are errors: a typo must not be silently ignored; nor may a key given twice, of which YAML
+keeps only the last.
 """
 
 from __future__ import annotations
@@ -81,8 +82,27 @@ class ServerConfig(_Model):
     )  # fmt: skip
     drain_s: float = Field(
         default=30.0, ge=0,
-        description="Seconds that requests in flight get to finish after SIGTERM; a stream still open then "
-        "ends with a `gateway_shutdown` error event.",
+        description="Seconds that requests in flight get to finish after SIGTERM; then a stream still open "
+        "ends with a `gateway_shutdown` error event, and a request whose answer has not begun is answered "
+        "503 `gateway_shutdown` (retryable).",
+    )  # fmt: skip
+    # A client that connects and sends nothing, or its head a byte at a time, holds a socket
+    # and a file descriptor: unbounded (aiohttp's own limit is an hour), a few hundred of them
+    # exhausted the process's descriptors and every other client failed. A real client's head
+    # arrives in the packet after the handshake; 15 s is as lenient as a slow mobile link needs.
+    header_timeout_s: float = Field(
+        default=15.0, gt=0,
+        description="Seconds a new client connection may take to send a complete request head; past "
+        "them it is closed without an answer.",
+    )  # fmt: skip
+    # Above the idle timeouts of the load balancers in front (AWS's 60 s, nginx's upstream
+    # keepalive_timeout 60 s), so that the gateway is never the side that closes a connection
+    # a balancer is about to reuse (the balancer would answer that request 502).
+    keepalive_s: float = Field(
+        default=75.0, gt=0,
+        description="Seconds a client connection may stay open between the end of one answer and the "
+        "complete head of its next request. Behind a load balancer that keeps idle connections "
+        "longer (Google Cloud's: 600 s), set it above the balancer's.",
     )  # fmt: skip
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="Lowest level of log line written."
@@ -1546,13 +1566,18 @@ def _describe(err: ValidationError, origins: Mapping[Loc, Used] | None = None) -
 
 
 def parse_config(text: str, env: Mapping[str, str] | None = None, source: str = "config") -> GatewayConfig:
+    loader = yaml.SafeLoader(text)
     try:
-        data = yaml.safe_load(text)
+        node = loader.get_single_node()
+        repeated = _repeated_keys(node) if node is not None else []
+        data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or "invalid YAML"
         raise ConfigError(f"{source}: invalid YAML{where}: {problem}") from None
+    finally:
+        loader.dispose()
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -1560,7 +1585,7 @@ def parse_config(text: str, env: Mapping[str, str] | None = None, source: str = 
     unset: list[str] = []
     origins: dict[Loc, Used] = {}
     data = _expand_tree(data, os.environ if env is None else env, unset, origins)
-    problems = list(dict.fromkeys(unset))
+    problems = repeated + list(dict.fromkeys(unset))
     try:
         cfg = GatewayConfig.model_validate(data)
     except ValidationError as e:
@@ -1573,6 +1598,45 @@ def parse_config(text: str, env: Mapping[str, str] | None = None, source: str = 
     if problems:
         raise ConfigError(*problems) from None
     return cfg
+
+
+def _repeated_keys(root: yaml.Node) -> list[str]:
+    """Every key a mapping of the file gives more than once, as one problem each, with its lines.
+    YAML keeps the last of them without a word, so ``server: {port: 1}`` and, further down,
+    ``server: {port: 2}`` served on port 2; a repeat is refused as an unknown key is. A key that
+    a merge (``<<: *anchor``) brings in and the mapping then sets is no repeat: that is what a
+    merge is for."""
+    problems: list[str] = []
+    seen: set[int] = set()  # an anchor's node is met again wherever it is used
+
+    def walk(node: yaml.Node, loc: Loc) -> None:
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, (*loc, i))
+        elif isinstance(node, yaml.MappingNode):
+            lines: dict[tuple[str, str], list[int]] = {}
+            for key, _ in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                    lines.setdefault((key.tag, key.value), []).append(key.start_mark.line + 1)
+            for (_, name), at in lines.items():
+                if len(at) > 1:
+                    where = f"line {at[0]}" if len(set(at)) == 1 else f"lines {_listed(at)}"
+                    times = "twice" if len(at) == 2 else f"{len(at)} times"
+                    problems.append(f"{_field_path((*loc, name))}: given {times} ({where}); "
+                                    "YAML keeps only the last, so remove or merge one")  # fmt: skip
+            for key, value in node.value:
+                walk(value, (*loc, key.value) if isinstance(key, yaml.ScalarNode) else loc)
+
+    walk(root, ())
+    return problems
+
+
+def _listed(numbers: list[int]) -> str:
+    shown = [str(n) for n in dict.fromkeys(numbers)]
+    return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
 
 
 def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> GatewayConfig:

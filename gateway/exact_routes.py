@@ -16,11 +16,12 @@ place; tests/unit/test_exact_routes.py holds every entry to what the router reso
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import hdrs, web
 from aiohttp.web_urldispatcher import UrlMappingMatchInfo
 
-from gateway.bad_http import QuietServer
+from gateway.idle_clients import ClientTimeouts, DeadlineServer
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -65,10 +66,18 @@ def exact_first(app: web.Application, fallback: Handler) -> Handler:
 
 
 class ExactFirstRunner(web.AppRunner):
-    """An ``AppRunner`` whose server looks fixed paths up before the router (:func:`exact_first`)."""
+    """An ``AppRunner`` whose server looks fixed paths up before the router (:func:`exact_first`).
+    ``client_timeouts``: how long a client connection may wait to send a request (idle_clients.py)."""
+
+    def __init__(
+        self, app: web.Application, *, client_timeouts: ClientTimeouts | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(app, **kwargs)
+        self._client_timeouts = client_timeouts
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
         # The app's request factory makes web.Request objects, as _handle itself expects.
         server.request_handler = exact_first(self.app, server.request_handler)  # type: ignore[assignment]
-        return QuietServer.like(server)  # malformed HTTP answered without quoting it (bad_http.py)
+        # Malformed HTTP answered without quoting it (bad_http.py); silent connections closed.
+        return DeadlineServer.with_timeouts(server, self._client_timeouts)

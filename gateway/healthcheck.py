@@ -1,13 +1,22 @@
-"""`python -m gateway.healthcheck [CONFIG]`: exit 0 when the gateway that CONFIG describes
-answers ``/healthz``, else 1. The container's HEALTHCHECK runs it, so a config mounted over the
-default with another host or port is still checked where the gateway really listens."""
+"""`python -m gateway.healthcheck [CONFIG]`: exit 0 when the running gateway answers
+``/healthz``, else 1. The container's HEALTHCHECK runs it.
+
+It asks the address the running gateway took, from the file ``$LLM_GATEWAY_ADDRESS_FILE``
+names (the image sets it; gateway/listening.py writes it once listening), not the one CONFIG
+says now: a config edit the gateway refused on reload, or a port change that waits for a
+restart, must not mark a healthy gateway unhealthy. Without that file (the variable unset, or
+a file system the gateway could not write, which it warned of at start-up) it asks the address
+CONFIG names, so a config mounted over the default with another host or port is still checked
+where the gateway listens."""
 
 from __future__ import annotations
 
 import sys
 import urllib.request
+from urllib.parse import urlsplit
 
 from gateway.config import ConfigError, load_config
+from gateway.listening import recorded_address
 
 DEFAULT_CONFIG = "/etc/llm-gateway/gateway.yaml"
 
@@ -23,15 +32,32 @@ def health_url(host: str, port: int) -> str:
     return f"http://{host}:{port}/healthz"
 
 
+def recorded_health_url() -> str | None:
+    """``/healthz`` where the running gateway said it listens, if it said."""
+    listen = recorded_address()
+    if listen is None:
+        return None
+    parts = urlsplit(listen[0])
+    if parts.hostname is None or parts.port is None:
+        return None
+    return health_url(parts.hostname, parts.port)
+
+
 def main(argv: list[str]) -> int:
-    path = argv[0] if argv else DEFAULT_CONFIG
+    url = recorded_health_url()
+    if url is None:
+        path = argv[0] if argv else DEFAULT_CONFIG
+        try:
+            cfg = load_config(path)
+        except (ConfigError, OSError) as e:
+            print(f"healthcheck: {e}", file=sys.stderr)
+            return 1
+        url = health_url(cfg.server.host, cfg.server.port)
+    # Never through a proxy the container's environment names (HTTP_PROXY): the gateway is
+    # on this host, and a proxy would answer for it, or not, whatever the gateway's state.
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        cfg = load_config(path)
-    except (ConfigError, OSError) as e:
-        print(f"healthcheck: {e}", file=sys.stderr)
-        return 1
-    try:
-        with urllib.request.urlopen(health_url(cfg.server.host, cfg.server.port), timeout=2) as r:
+        with direct.open(url, timeout=2) as r:
             return 0 if r.status == 200 else 1
     except OSError as e:
         print(f"healthcheck: {e}", file=sys.stderr)

@@ -2,7 +2,8 @@
 
 SIGTERM (or SIGINT) starts draining: ``/readyz`` answers 503 at once so load balancers
 stop sending, requests that still arrive are served, and in-flight requests and streams
-get up to ``server.drain_s`` to finish before the process exits 0.
+get up to ``server.drain_s`` to finish; whatever is still in flight then gets the typed
+``gateway_shutdown`` error (``drain``), and the process exits 0.
 
 SIGHUP, and a change of the file with ``server.watch_config`` on, reload the config
 (gateway/reload/); a draining process reloads nothing.
@@ -25,10 +26,11 @@ from gateway import __version__, collector
 from gateway.app import create_app, private_app
 from gateway.config import GatewayConfig
 from gateway.exact_routes import ExactFirstRunner
-from gateway.listening import cannot_listen
+from gateway.listening import cannot_listen, forget_address, record_address
 from gateway.live import LIVE
 from gateway.reload.reloader import Reloader
 from gateway.reload.watch import watch
+from gateway.services import Lifecycle
 from gateway.state import StateStore
 from gateway.tracing import summary as tracing_summary
 from gateway.workers.seat import WorkerSeat, worker_config
@@ -61,13 +63,16 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path:
         await runner.cleanup()
         raise cannot_listen(cfg.server.host, cfg.server.port, e) from None
     collector.settle_after_start()
-    listen: dict[str, object] = {"listen": _addresses(runner)}
-    if seat is not None:
+    addresses = _addresses(runner)
+    listen: dict[str, object] = {"listen": addresses}
+    if seat is None:
+        record_address(addresses)  # with workers, their supervisor's
+    else:
         listen["worker"], listen["pid"] = seat.name, os.getpid()
     running = "uvloop" if type(asyncio.get_running_loop()).__module__.startswith("uvloop") else "asyncio"
     polls = {"busy_poll_us": cfg.server.busy_poll_us} if cfg.server.busy_poll_us else {}
     log.info({"event": "started", "version": __version__, **listen, **_summary(cfg), "event_loop": running,
-              **polls, "state": state})  # fmt: skip
+              **polls, "state": state, **_open_files()})  # fmt: skip
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -108,21 +113,7 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path:
     life.draining = True
     drain_s = live.services.cfg.server.drain_s  # as the last reload left it
     log.info({"event": "draining", "in_flight": life.in_flight, "drain_s": drain_s})
-    idle = asyncio.Event()
-    life.idle.append(idle.set)
-    if life.in_flight > 0:
-        try:
-            await asyncio.wait_for(idle.wait(), timeout=drain_s)
-        except TimeoutError:
-            cutting = len(life.relaying)
-            log.warning({"event": "drain_timeout", "in_flight": life.in_flight, "cutting": cutting})
-            # Responses still relaying end with their dialect's typed error event, never a cut
-            # that could pass for a finished answer; then the rest is closed.
-            life.shutting_down = True
-            for task in list(life.relaying):
-                task.cancel()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(idle.wait(), timeout=2.0)
+    await drain(life, drain_s)
     if life.settling:  # keys' spend still being written: a budget must not forget it
         await asyncio.wait(list(life.settling), timeout=2.0)
     accounts = live.services.accounts
@@ -132,7 +123,30 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path:
     await runner.cleanup()
     if private is not None:
         await private.cleanup()
+    if seat is None:
+        forget_address()
     log.info({"event": "stopped"})
+
+
+async def drain(life: Lifecycle, drain_s: float, settle_s: float = 2.0) -> None:
+    """Until the requests in flight are done, for up to ``drain_s``; then every one still in
+    flight is ended with the typed ``gateway_shutdown`` error (``Lifecycle.cut``): a stream
+    with its API's error event, a request whose answer has not begun (waiting for the
+    upstream, or in a retry's backoff) with a 503 in its API's envelope. Never a closed
+    connection without an answer, which an SDK cannot tell from a network fault. ``settle_s``
+    bounds the wait for those answers to be written."""
+    idle = asyncio.Event()
+    life.idle.append(idle.set)
+    if life.in_flight == 0:
+        return
+    try:
+        await asyncio.wait_for(idle.wait(), timeout=drain_s)
+        return
+    except TimeoutError:
+        pass
+    log.warning({"event": "drain_timeout", "in_flight": life.in_flight, "cutting": life.cut()})
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(idle.wait(), timeout=settle_s)
 
 
 async def _drain_if_orphaned(stop: asyncio.Event, every_s: float = 1.0) -> None:
@@ -166,6 +180,7 @@ async def _state_check(cfg: GatewayConfig, store: StateStore) -> dict[str, str]:
 
 def make_runner(app: web.Application, **overrides: object) -> web.AppRunner:
     """How the gateway's app is served (tests serve it the same way)."""
+    live = app.get(LIVE)
     options: dict[str, object] = {
         # A client that goes away cancels its handler, which closes the upstream request at
         # once instead of letting it run to the end unobserved.
@@ -174,9 +189,26 @@ def make_runner(app: web.Application, **overrides: object) -> web.AppRunner:
         # Request bodies are decoded by the pipeline, which answers a bad or unsupported
         # Content-Encoding in the dialect's shape (see gateway/encodings.py).
         "auto_decompress": False,
+        # A connection's time to send its request head, read from the running config as the
+        # connection opens (gateway/idle_clients.py).
+        "client_timeouts": None if live is None else (lambda: _client_timeouts(live.services.cfg)),
         **overrides,
     }
     return ExactFirstRunner(app, **options)  # type: ignore[arg-type]
+
+
+def _open_files() -> dict[str, int]:
+    """The most descriptors (client and upstream connections) this process may hold."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return {}
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return {} if soft == resource.RLIM_INFINITY else {"max_open_files": soft}
+
+
+def _client_timeouts(cfg: GatewayConfig) -> tuple[float, float]:
+    return cfg.server.header_timeout_s, cfg.server.keepalive_s
 
 
 def _addresses(runner: web.AppRunner) -> list[str]:

@@ -129,11 +129,21 @@ class Lifecycle:
     requests in flight, and the shutdown that drains them (server.py)."""
 
     draining: bool = False
-    shutting_down: bool = False  # drain_s ran out: responses still relaying are being ended
-    relaying: set[asyncio.Task[Any]] = field(default_factory=set)
+    shutting_down: bool = False  # drain_s ran out: the requests still in flight are being ended
+    handling: set[asyncio.Task[Any]] = field(default_factory=set)  # the tasks of those requests
     in_flight: int = 0
     idle: list[Callable[[], None]] = field(default_factory=list)
     settling: set[asyncio.Task[Any]] = field(default_factory=set)  # keys' spend being written
+
+    def cut(self) -> int:
+        """``drain_s`` ran out: every request still in flight is cancelled, and the cancellation
+        is answered where it lands (observe, the relay) with the typed ``gateway_shutdown``
+        error: a 503 before the answer began, the stream's error event after. Returns how many."""
+        self.shutting_down = True
+        tasks = list(self.handling)
+        for task in tasks:
+            task.cancel()
+        return len(tasks)
 
 
 @dataclass

@@ -17,17 +17,35 @@ from gateway.jsonbody import mended
 
 _SEPARATORS = (b"\n\n", b"\r\n\r\n", b"\r\r")
 
+# The most one upstream event may hold. An event is held whole until its end, so without a bound
+# one that never ends (400 MiB without a line break) took the gateway to 2 GB. The largest real
+# ones are a few MB: a Responses stream's ``response.completed`` repeats the whole answer, base64
+# images from its image tool included, and a Gemini chunk carries a generated image inline; 64
+# MiB is many times that, and a quarter of the bound on a whole answer (attempt.py).
+MAX_EVENT_BYTES = 64 * 1024 * 1024
+
+
+class EventTooLarge(Exception):
+    """An event grew past its splitter's limit before it ended."""
+
 
 class EventSplitter:
-    """Feeds arbitrary byte chunks in, gets complete raw events (with their separator) out."""
+    """Feeds arbitrary byte chunks in, gets complete raw events (with their separator) out.
+    ``limit``: the most bytes an event may grow to (None: any); past it ``feed`` raises
+    :class:`EventTooLarge`. Bytes from an upstream are split by :func:`upstream_splitter`."""
 
-    __slots__ = ("_buf", "_more")
+    __slots__ = ("_buf", "_held", "_limit", "_more")
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int | None = None) -> None:
         self._buf = b""
         self._more: list[bytes] = []  # chunks after ``_buf`` with no line end: joined once
+        self._held = 0  # bytes of the event in progress (``_buf`` and ``_more``), when limited
+        self._limit = limit
 
     def feed(self, chunk: bytes) -> list[bytes]:
+        limit = self._limit
+        if limit is not None and self._held > limit:
+            raise EventTooLarge(limit)
         if b"\n" not in chunk and b"\r" not in chunk:
             # It cannot complete an event (separators are made of line ends only): kept aside
             # rather than copied onto the buffer and rescanned, chunk after chunk, while a
@@ -36,6 +54,10 @@ class EventSplitter:
                 self._more.append(chunk)
             else:
                 self._buf = chunk
+            if limit is not None:
+                self._held += len(chunk)
+                if self._held > limit:
+                    raise EventTooLarge(limit)
             return []
         if self._more:
             buf = b"".join((self._buf, *self._more, chunk))
@@ -50,23 +72,34 @@ class EventSplitter:
             while (end := buf.find(b"\n\n", start)) >= 0:
                 events.append(buf[start : end + 2])
                 start = end + 2
-            self._buf = buf[start:]
-            return events
-        while True:
-            end, sep_len = _next_boundary(buf, start)
-            if end < 0:
-                break
-            events.append(buf[start : end + sep_len])
-            start = end + sep_len
-        self._buf = buf[start:]
+        else:
+            while True:
+                end, sep_len = _next_boundary(buf, start)
+                if end < 0:
+                    break
+                events.append(buf[start : end + sep_len])
+                start = end + sep_len
+        self._buf = rest = buf[start:]
+        if limit is not None:
+            self._held = len(rest)
+            if self._held > limit and not events:
+                raise EventTooLarge(limit)
+            # else the events that ended are the caller's first: the next feed, or pending, raises
         return events
 
     @property
     def pending(self) -> bytes:
+        if self._limit is not None and self._held > self._limit:
+            raise EventTooLarge(self._limit)
         if self._more:
             self._buf = b"".join((self._buf, *self._more))
             self._more = []
         return self._buf
+
+
+def upstream_splitter() -> EventSplitter:
+    """A splitter for bytes from an upstream, whose events may be at most MAX_EVENT_BYTES."""
+    return EventSplitter(MAX_EVENT_BYTES)
 
 
 def _next_boundary(buf: bytes, start: int) -> tuple[int, int]:

@@ -337,13 +337,18 @@ MEANINGS = {
     "upstream_timeout": "No connection, response head or first output within `timeouts` (or the deadline).",
     "empty_stream": "The upstream answered a streamed request with no event at all.",
     "malformed_event": "A stream event that is not valid JSON.",
+    "event_too_large": "A stream event over 64 MiB (it is never held whole): before anything was shown a "
+    "502, after it the stream's error event; not retried.",
+    "response_too_large": "An answer over 256 MiB, which the gateway would have to hold whole to relay "
+    "(an answer that does not stream); never cut and passed on as complete, not retried.",
     "circuit_open": "The upstream's circuit is open (with `retry-after`).",
     "stream_broken": "A stream under way ended before its end marker.",
     "reset": "The connection of a stream under way was reset.",
     "connect": "The connection of a stream under way was lost.",
     "idle_timeout": "A stream under way sent no data within `timeouts.idle_s`.",
     "first_byte_timeout": "The upstream did not answer a stream under way in time.",
-    "gateway_shutdown": "`server.drain_s` ran out while the stream was under way; retryable.",
+    "gateway_shutdown": "`server.drain_s` ran out before the answer began (with `retry-after`), or while the "
+    "stream was under way; retryable, by another replica.",
 }
 
 

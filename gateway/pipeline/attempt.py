@@ -35,15 +35,18 @@ from gateway.policy.retry_after import reset_at_ms
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.routing import response_headers
 from gateway.services import Services, UpstreamRuntime
-from gateway.sse import EventSplitter, error_status, event_error_fields
+from gateway.sse import EventTooLarge, error_status, event_error_fields, upstream_splitter
 from gateway.state.pools import Mark
 from gateway.translate import Translation
-from gateway.upstream import UpstreamFailure, UpstreamRequest, UpstreamResponse
+from gateway.upstream import BodyTooLarge, UpstreamFailure, UpstreamRequest, UpstreamResponse
 from gateway.upstream.deadline import Deadline
 
 log = logging.getLogger("gateway.decisions")
 
-ERROR_BODY_LIMIT = 4 * 1024 * 1024
+ERROR_BODY_LIMIT = 4 * 1024 * 1024  # an error's first bytes decide its class; the rest is dropped
+# The most of an answer held to relay it whole (a 2xx body read before it is answered, translated
+# or counted). A larger one is refused rather than cut: a cut answer served as a 200 passes for a
+# complete one. Far above any model's answer (a million tokens is a few MB of JSON).
 SUCCESS_BODY_LIMIT = 256 * 1024 * 1024
 
 
@@ -215,7 +218,10 @@ async def _exchange(
             return peeked
         if mode is ReadMode.RAW:
             return Success(resp.status, headers, response=resp, chunks=resp.iter_chunks())
-        body = await resp.read(SUCCESS_BODY_LIMIT)
+        try:
+            body = await resp.read(SUCCESS_BODY_LIMIT, whole=True)
+        except BodyTooLarge:
+            return _too_large(state, call)
         translated = call.translation.answer(body, call.dialect) if call.translation is not None else None
         if translated is not None:
             body, usage = translated
@@ -242,7 +248,7 @@ def _left_waiting(state: RequestState, reader: StreamReader) -> None:
 async def _peek_stream(
     svc: Services, resp: UpstreamResponse, headers: list[tuple[str, str]], reader: StreamReader
 ) -> Outcome:
-    splitter = EventSplitter()
+    splitter = upstream_splitter()
     held: list[bytes] = []
     chunks = resp.iter_chunks()
     received = False
@@ -269,6 +275,9 @@ async def _peek_stream(
         if received or f.kind is TransportError.IDLE_TIMEOUT:
             raise  # a stall is not an answer
         # A stream head and then a cut, not one byte: counted as an empty stream below.
+    except EventTooLarge:
+        resp.close()
+        return too_large_event()
     if not received:
         # Not one byte: some servers answer a request they reject (an overflow) this way.
         c = Classification.of(ErrorType.PROVIDER_UNAVAILABLE, provider_code=EMPTY_STREAM)
@@ -296,6 +305,25 @@ def _first_token_timeout(svc: Services, state: RequestState, call: Call, after_s
               "after_s": round(after_s, 3),
               "reason": "no visible output within timeouts.first_token_s"})  # fmt: skip
     return _transport(svc, TransportError.FIRST_TOKEN_TIMEOUT)
+
+
+def _too_large(state: RequestState, call: Call) -> Failure:
+    """An answer over SUCCESS_BODY_LIMIT. Not an outage (the upstream answered) and not worth
+    repeating: the same request would bring the same answer, read again only to be refused, so
+    it is final, and ``unknown`` keeps it off the circuit and the client's retries."""
+    log.warning({"request_id": state.request_id, "event": "answer_too_large", "upstream": call.up.cfg.name,
+                 "limit_bytes": SUCCESS_BODY_LIMIT})  # fmt: skip
+    c = Classification.of(ErrorType.UNKNOWN, provider_code="response_too_large", evidence="body:too_large")
+    message = "the upstream's answer is larger than the gateway relays whole (256 MiB)"
+    return gateway_failure(502, c, message, "response_too_large", final=True)
+
+
+def too_large_event() -> Failure:
+    """A stream event past MAX_EVENT_BYTES before anything was shown: ``unknown`` and final,
+    for the reasons an answer past its bound is (``_too_large``)."""
+    c = Classification.of(ErrorType.UNKNOWN, provider_code="event_too_large", evidence="event:too_large")
+    message = "the upstream sent a stream event larger than the gateway relays (64 MiB)"
+    return gateway_failure(502, c, message, "event_too_large", final=True)
 
 
 def _stream_error(svc: Services, payload: dict[str, Any]) -> Failure:

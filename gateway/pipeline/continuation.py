@@ -36,7 +36,7 @@ from gateway.pipeline.outcome import Failure, RequestState, Success
 from gateway.pipeline.send import send_one
 from gateway.policy.retry import RetryPlan
 from gateway.services import Services, UpstreamRuntime
-from gateway.sse import EventSplitter
+from gateway.sse import EventTooLarge, upstream_splitter
 from gateway.upstream import UpstreamFailure
 
 log = logging.getLogger("gateway.decisions")
@@ -139,7 +139,7 @@ async def _reproduced(plan: RetryPlan, leg: Success, trim: Trim) -> tuple[Succes
     reader, held, complete = leg.reader, list(leg.held), leg.complete
     for raw in held:  # already read (and classified) while the attempt peeked
         trim(raw)
-    splitter = EventSplitter()
+    splitter = upstream_splitter()
 
     def look(data: bytes) -> tuple[Success | None, str] | None:
         nonlocal complete
@@ -170,7 +170,7 @@ async def _reproduced(plan: RetryPlan, leg: Success, trim: Trim) -> tuple[Succes
                     decided = look(chunk)
                     if decided is not None:
                         break  # the chunks after it are the relay's
-    except (UpstreamFailure, TimeoutError):
+    except (UpstreamFailure, TimeoutError, EventTooLarge):
         decided = None, "failed"
     if decided is None:
         decided = None, "diverged"  # the replay ended short of what the client has

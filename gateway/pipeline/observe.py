@@ -15,15 +15,19 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from gateway.apis import DIALECT_FOR_API, api_of_path, dialect_for_errors
+from gateway.apis.base import Dialect
 from gateway.errors import Classification, ErrorType
 from gateway.live import LIVE
 from gateway.logs import ACCESS
 from gateway.pipeline import accounting
+from gateway.pipeline.models import gemini_caller
 from gateway.pipeline.outcome import STATE, RequestState
-from gateway.pipeline.relay import CLIENT_GONE
+from gateway.pipeline.relay import CLIENT_GONE, SHUTDOWN, relay, shutdown_failure
 from gateway.pipeline.stamp import stamp
 from gateway.services import SERVICES, Services
-from gateway.telemetry import SHUTDOWN, error_label, status_label
+from gateway.telemetry import SHUTDOWN as SHUTDOWN_ERROR
+from gateway.telemetry import error_label, status_label
 
 log = logging.getLogger("gateway.access")
 
@@ -78,10 +82,25 @@ def observed(handler: Handler) -> Handler:
         request[STATE] = state
         svc.tracing.begin(request.headers, state)
         life.in_flight += 1  # the in-flight gauge reads it at scrape time
+        task = asyncio.current_task()
+        assert task is not None
+        life.handling.add(task)  # what Lifecycle.cut ends when drain_s runs out
         svc.serving += 1
         status = 500
+        response: web.StreamResponse | None = None
         try:
-            response = await handler(request)
+            try:
+                if life.shutting_down:  # came after drain_s ran out: the listener is closing
+                    state.dialect = _dialect_of_path(request)
+                    raise asyncio.CancelledError
+                response = await handler(request)
+            except asyncio.CancelledError:
+                if not life.shutting_down or state.first_byte_at is not None:
+                    raise
+                # drain_s ran out before this request's answer began: it is told so, in its
+                # API's envelope, rather than left to the closing of its connection.
+                task.uncancel()
+                response = await relay(request, svc, state, shutdown_failure(svc, state))
             status = 499 if state.ended_by == CLIENT_GONE else response.status
             if not response.prepared:
                 # Send a buffered reply before accounting for it: the log line and metrics then
@@ -98,7 +117,12 @@ def observed(handler: Handler) -> Handler:
             stamp(state, e, None)  # aiohttp sends it, after the accounting below
             raise
         except asyncio.CancelledError:
-            status = 499  # the client went away; nginx's convention, kept out of the 5xx ratio
+            if life.shutting_down and response is not None:
+                # drain_s ran out while the answer was being written (a large body to a slow
+                # reader): the client has a truncated answer, and the log says why.
+                state.ended_by, status = SHUTDOWN, response.status
+            else:
+                status = 499  # the client went away; nginx's convention, kept out of the 5xx ratio
             raise
         except Exception as e:
             # The type and place only: an exception's text can quote the request (a prompt).
@@ -122,6 +146,7 @@ def observed(handler: Handler) -> Handler:
             return response
         finally:
             life.in_flight -= 1
+            life.handling.discard(task)
             svc.serving -= 1
             if state.holding is not None and svc.pool_state is not None:
                 svc.pool_state.release(state.holding)
@@ -137,6 +162,15 @@ def observed(handler: Handler) -> Handler:
             svc.busy_poll.touch()  # the answer is out: the client's next request may come soon
 
     return observe
+
+
+def _dialect_of_path(request: web.Request) -> Dialect:
+    """The API whose envelope an error takes when no handler has said (its path's, else
+    what the headers tell)."""
+    api = api_of_path(request.path)
+    if api is not None:
+        return DIALECT_FOR_API[api]
+    return dialect_for_errors(request.path, "anthropic-version" in request.headers, gemini_caller(request))
 
 
 def user_agent_of(given: str | None) -> str | None:
@@ -177,9 +211,9 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
     model = t.model_label(state.model)
     c = state.classification
     error_type = c.type if c is not None and (status >= 400 or state.stream_error) else None
-    # A stream the gateway cut itself when drain_s ran out is a rollout, not a provider outage
+    # A request the gateway ended itself when drain_s ran out is a rollout, not a provider outage
     # (the client is still told provider_unavailable, retryable: another replica will serve it).
-    error = SHUTDOWN if state.ended_by == "shutdown" else error_label(error_type)
+    error = SHUTDOWN_ERROR if state.ended_by == SHUTDOWN else error_label(error_type)
     series = (state.upstream, model)
     t.requests.inc((*series, status_label(status), error))
     if state.empty_attempts or state.empty_retries:

@@ -21,12 +21,13 @@ from gateway.apis.base import Dialect, Ending, EventKind, Splice, StreamReader
 from gateway.errors import EVENT_STATUS, Classification, ErrorType, TransportError
 from gateway.jsonpeek import top_level_member
 from gateway.one_write import OneWriteResponse
-from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success
+from gateway.pipeline.attempt import too_large_event
+from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success, gateway_failure
 from gateway.pipeline.stamp import stamp
 from gateway.policy.classify import classify, classify_stream_event
 from gateway.policy.tokens import BYTES_PER_TOKEN, text_tokens
 from gateway.services import Services
-from gateway.sse import EventSplitter, error_status, parse_event
+from gateway.sse import EventSplitter, EventTooLarge, error_status, parse_event, upstream_splitter
 from gateway.translate.base import StreamTranslator
 from gateway.upstream import UpstreamFailure
 
@@ -127,7 +128,7 @@ async def _relay_raw(
         kind = e.kind if isinstance(e, UpstreamFailure) else TransportError.STREAM_BROKEN
         c = classify(None, {}, b"", now_s=svc.wall(), transport_error=kind)
         state.stream_error, state.classification = c.type, c
-        state.ended_by = "shutdown" if isinstance(e, _ShutdownCut) else kind.value
+        state.ended_by = SHUTDOWN if isinstance(e, _ShutdownCut) else kind.value
         if request.transport is not None:
             request.transport.close()
         return resp
@@ -152,10 +153,10 @@ class _ShutdownCut(Exception):
 
 
 class _CutOnShutdown:
-    """Registers the relaying task so that shutdown can end it cleanly: when ``drain_s``
-    runs out, the server cancels it, and the cancellation arrives here as ``_ShutdownCut``
-    so the relay can still end the stream with its typed error event. (A class, not a
-    generator: entered once per stream, at less than half the cost.)"""
+    """Turns the cancellation that ends a response being relayed when ``drain_s`` runs out
+    (``Lifecycle.cut``) into ``_ShutdownCut``, so the relay can still end the stream with its
+    typed error event. (A class, not a generator: entered once per stream, at less than half
+    the cost.)"""
 
     __slots__ = ("_svc", "_task")
 
@@ -166,15 +167,32 @@ class _CutOnShutdown:
         self._task = task
 
     def __enter__(self) -> None:
-        self._svc.life.relaying.add(self._task)
+        pass
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._svc.life.relaying.discard(self._task)
         if kind is not None and issubclass(kind, asyncio.CancelledError) and self._svc.life.shutting_down:
             self._task.uncancel()
             raise _ShutdownCut from None
+
+
+SHUTDOWN = "shutdown"  # ended_by of a request that drain_s ran out on
+# A client that retries this soon reaches another replica: the load balancer stopped sending
+# here when /readyz turned 503, drain_s ago.
+SHUTDOWN_RETRY_S = 1.0
+
+
+def shutdown_failure(svc: Services, state: RequestState) -> Failure:
+    """The answer to a request that ``drain_s`` ran out on before its answer began (waiting for
+    the upstream, or in a retry's backoff): not the provider's fault, and worth retrying at
+    once, on another replica."""
+    state.ended_by = SHUTDOWN
+    c = Classification(
+        ErrorType.PROVIDER_UNAVAILABLE, retryable=True, retry_after_s=SHUTDOWN_RETRY_S,
+        reset_at_ms=round((svc.wall() + SHUTDOWN_RETRY_S) * 1000), provider_code="gateway_shutdown",
+    )  # fmt: skip
+    return gateway_failure(503, c, "the gateway is shutting down; retry the request", "gateway_shutdown")
 
 
 async def _relay_sse(
@@ -207,7 +225,7 @@ async def _relay_sse(
     except _ShutdownCut:
         # Not the provider's fault, and worth retrying at once (on another replica).
         c = Classification.of(ErrorType.PROVIDER_UNAVAILABLE, provider_code="gateway_shutdown")
-        state.ended_by = "shutdown"
+        state.ended_by = SHUTDOWN
         ending = Ending(c, "the gateway is shutting down; retry the request", "gateway_shutdown")
         return await _end_with_error(resp, state, first, ending, translator)
     except ConnectionError:
@@ -313,7 +331,7 @@ async def _pump_leg(
 ) -> Ending | None:  # fmt: skip
     assert leg.chunks is not None and leg.response is not None and leg.reader is not None
     reader = leg.reader
-    splitter = EventSplitter()
+    splitter = upstream_splitter()
     finished = leg.complete  # the held events end with the first visible one: maybe the last
     try:
         # A splice keeps state (a continuation's renumbered blocks): events go through it in order.
@@ -336,16 +354,21 @@ async def _pump_leg(
                 await resp.write(out)
             if end is not None:
                 return end
+        rest = splitter.pending
     except UpstreamFailure as f:
         c = classify(None, {}, b"", now_s=svc.wall(), transport_error=f.kind)
         state.ended_by = f.kind.value
         return Ending(c, _TRANSPORT_TEXT[f.kind], f.kind.value)
+    except EventTooLarge:
+        state.ended_by = "event_too_large"
+        message = "the upstream sent a stream event larger than the gateway relays (64 MiB)"
+        return Ending(too_large_event().classification, message, "event_too_large")
     finally:
         leg.response.close()  # a stalled upstream's late bytes, if any, are discarded
-    if splitter.pending.strip():
-        relayed.append(splitter.pending)
-        await resp.write(_spliced(splice, splitter.pending))
-        finished = finished or reader.kind(splitter.pending, committed=True) is EventKind.FINAL
+    if rest.strip():
+        relayed.append(rest)
+        await resp.write(_spliced(splice, rest))
+        finished = finished or reader.kind(rest, committed=True) is EventKind.FINAL
     if not finished:
         # The upstream closed cleanly without the dialect's end marker: the turn is cut short.
         broken = TransportError.STREAM_BROKEN

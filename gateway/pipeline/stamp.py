@@ -59,7 +59,9 @@ def stamp(state: RequestState, response: web.StreamResponse, now: float | None) 
         h["retry-after"] = str(max(0, math.ceil(c.retry_after_s)))
     # SDKs retry on their own unless told not to; once we retried (or chose not to, to
     # protect the provider), or when retrying cannot help, theirs would only multiply ours.
-    # Only a wait we handed back for the client to schedule leaves the header off.
-    if state.retries > 0 or state.retries_settled or not c.retryable:
+    # Only a wait we handed back for the client to schedule leaves the header off, and so
+    # does a request the gateway ended because it is shutting down: retried now, it reaches
+    # another replica, whatever this one had tried.
+    if (state.retries > 0 or state.retries_settled or not c.retryable) and state.ended_by != "shutdown":
         h["x-should-retry"] = "false"
 

@@ -20,6 +20,7 @@ Per request, the pipeline calls::
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 from collections.abc import Callable
 
@@ -39,6 +40,9 @@ from gateway.state.store import StateStore
 
 _ALLOW = Admission(Gate.ALLOW)
 _KEY_CACHE_MAX = 1024
+# Records read from the store: the upstream's own and one per model, and model names come from
+# clients (each new one cost ~180 bytes, never freed). Past this many, room is made (``_evict``).
+CACHE_MAX = 2 * _KEY_CACHE_MAX
 _TAKEN_S = 1.0  # how long a replica believes a probe claim is held before asking the store again
 
 
@@ -95,8 +99,26 @@ class SharedCircuit:
             return [f[1] for f in fresh if f is not None]
         recs = await self._store.circuit_get(keys)
         for k, r in zip(keys, recs, strict=True):
-            self._cache[k] = (now, r)
+            self._remember(k, now, r)
         return recs
+
+    def _remember(self, key: str, now: float, rec: CircuitRecord) -> None:
+        cache = self._cache
+        if len(cache) >= CACHE_MAX and key not in cache:
+            self._evict(now)
+        cache[key] = (now, rec)
+
+    def _evict(self, now: float) -> None:
+        """Room for new records. First those that decide nothing: stale (the next request for
+        their model reads the store again anyway) and clean (no streak for a success to clear,
+        no open period). Only if every record is fresh or failing, the oldest half."""
+        cache, cache_s = self._cache, self._cache_s
+        idle = [k for k, (at, r) in cache.items() if now - at >= cache_s and r.failures == r.open_until == 0]
+        for k in idle:
+            del cache[k]
+        if len(cache) >= CACHE_MAX:
+            for k in list(itertools.islice(cache, len(cache) // 2)):
+                del cache[k]
 
     def _keys(self, model: str | None) -> list[str]:
         keys = self._key_cache.get(model)
@@ -116,7 +138,7 @@ class SharedCircuit:
         with its own records), cached as if read here."""
         now = self._clock()
         for k, r in zip(keys, records, strict=True):
-            self._cache[k] = (now, r)
+            self._remember(k, now, r)
 
     def admit_now(self, model: str | None) -> Admission | None:
         """``admit`` without a store round trip or an await, when this replica's cached

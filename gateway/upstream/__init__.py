@@ -24,6 +24,10 @@ class UpstreamFailure(Exception):
         self.kind = kind
 
 
+class BodyTooLarge(Exception):
+    """A body longer than the reader would hold whole (``read(limit, whole=True)``)."""
+
+
 @dataclass(slots=True)  # not frozen: one per attempt, never changed (see apis.base.Inbound)
 class UpstreamRequest:
     method: str
@@ -40,8 +44,10 @@ class UpstreamResponse(Protocol):
     @property
     def headers(self) -> Mapping[str, str]: ...
 
-    async def read(self, limit: int) -> bytes:
-        """The whole body (at most ``limit`` bytes kept); raises UpstreamFailure."""
+    async def read(self, limit: int, *, whole: bool = False) -> bytes:
+        """The whole body, at most ``limit`` bytes of it kept (the rest read and dropped), or
+        with ``whole`` BodyTooLarge past them (reading stops, the connection is dropped);
+        raises UpstreamFailure."""
         ...
 
     def iter_chunks(self) -> AsyncIterator[bytes]:

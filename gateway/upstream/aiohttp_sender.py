@@ -13,7 +13,7 @@ from yarl import URL
 
 from gateway.config import TimeoutsConfig
 from gateway.errors import TransportError
-from gateway.upstream import UpstreamFailure, UpstreamRequest, UpstreamResponse
+from gateway.upstream import BodyTooLarge, UpstreamFailure, UpstreamRequest, UpstreamResponse
 from gateway.upstream.deadline import Deadline
 
 _RESET_ERRORS: tuple[type[BaseException], ...] = (
@@ -63,7 +63,7 @@ class _AiohttpResponse:
         else:
             self._resp.close()
 
-    async def read(self, limit: int) -> bytes:
+    async def read(self, limit: int, *, whole: bool = False) -> bytes:
         parts: list[bytes] = []
         kept = 0
         content = self._resp.content
@@ -78,6 +78,8 @@ class _AiohttpResponse:
                     chunk = await self._next_chunk()
                 if not chunk:
                     break
+                if whole and kept + len(chunk) > limit:
+                    raise BodyTooLarge(limit)  # unfinished: _finish closes the connection
                 if kept < limit:
                     parts.append(chunk[: limit - kept])
                     kept += len(parts[-1])

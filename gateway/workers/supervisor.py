@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 
 from gateway import __version__
 from gateway.config import GatewayConfig
-from gateway.listening import ListenError, cannot_listen
+from gateway.listening import ListenError, cannot_listen, forget_address, record_address
 from gateway.workers.seat import ENV, WorkerSeat
 
 log = logging.getLogger("gateway.workers")
@@ -117,11 +117,13 @@ def supervise(cfg: GatewayConfig, config_path: str, argv0: Sequence[str] | None 
         for i, group in enumerate(groups)
     ]
     listen = sorted({_url(s.getsockname()) for s in groups[0]})
+    record_address(listen)  # the sockets are the supervisor's: so is the health check's address
     try:
         return asyncio.run(_run(workers, [*command, "--config", config_path], listen))
     except KeyboardInterrupt:
         return 0
     finally:
+        forget_address()
         for group in groups:
             for s in group:
                 s.close()

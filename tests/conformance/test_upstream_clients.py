@@ -30,7 +30,7 @@ except ImportError:
     from backports import zstd
 
 from gateway.errors import TransportError
-from gateway.upstream import Sender, UpstreamFailure, UpstreamRequest, UpstreamResponse
+from gateway.upstream import BodyTooLarge, Sender, UpstreamFailure, UpstreamRequest, UpstreamResponse
 from tests.conformance.conftest import AIOHTTP_ONLY, MakeSender, deviates
 from tests.conformance.scripted_upstream import (
     LAST_CHUNK,
@@ -175,6 +175,19 @@ async def test_keep_alive_reuses_one_connection(sender: Sender, serve: Serve) ->
     await ok_after(sender, server)
     assert [r.conn_id for r in server.requests] == [1, 1, 1]
     assert server.accepted == 1
+
+
+async def test_a_body_past_the_limit_is_kept_in_part_or_refused_whole(sender: Sender, serve: Serve) -> None:
+    # An error's first bytes are enough (the rest is read and dropped: the connection stays
+    # usable); an answer relayed whole is refused past the limit, never cut and passed on.
+    body = text(40_000)
+    server = await serve(per_request(reply(response(200, body)), reply(chunked_head() + chunked(list(pieces(body, 4096)))),
+                                     reply(response(200, body))))
+    assert await (await sender(req(server))).read(1000) == body[:1000]
+    with pytest.raises(BodyTooLarge):
+        await (await sender(req(server))).read(1000, whole=True)
+    assert await (await sender(req(server))).read(len(body), whole=True) == body  # exactly the limit: whole
+    await ok_after(sender, server)
 
 
 async def test_close_mid_body_drops_the_connection(sender: Sender, serve: Serve) -> None:

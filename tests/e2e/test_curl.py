@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from tests.fakeupstream import FakeUpstream, Stream, chunk
+from tests.fakeupstream import FakeUpstream, Reply, Stream, chunk
 
 pytestmark = pytest.mark.e2e
 CURL = shutil.which("curl")
@@ -138,3 +138,39 @@ def test_streams_still_running_when_drain_runs_out_end_with_a_typed_error(fake: 
     log = [json.loads(line) for line in gw.log_path.read_text().splitlines() if line.startswith("{")]
     [cut] = [r for r in log if r.get("event") == "request" and r.get("ended_by")]
     assert cut["ended_by"] == "shutdown" and cut["status"] == 200 and cut["error_type"] == "gateway_shutdown"
+
+
+@needs_curl
+def test_a_request_still_waiting_when_drain_runs_out_gets_a_typed_503_and_the_process_exits_at_once(
+        fake: FakeUpstream, upstream: FakeUpstream, tmp_path) -> None:  # fmt: skip
+    from tests.e2e.conftest import launch_cli
+
+    gw = launch_cli(fake, tmp_path)  # drain_s: 5
+    # The upstream asks for 20 s before a retry: the request is in its backoff when drain_s runs out.
+    upstream.script(Reply(503, {"error": {"message": "overloaded", "type": "server_error"}},
+                          headers={"retry-after": "20"}))
+    result: dict[str, tuple[int, dict[str, str], bytes]] = {}
+
+    def ask() -> None:
+        result["answer"] = curl(gw.base + "/v1/chat/completions", "-H", "Content-Type: application/json",
+                                "--data-binary", "@-", data=b'{"model":"m","messages":[{"role":"user","content":"hi"}]}')
+
+    t = threading.Thread(target=ask)
+    t.start()
+    deadline = time.monotonic() + 10
+    while not upstream.requests and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)  # its answer read: the retry's wait has begun
+    signalled = time.monotonic()
+    gw.proc.send_signal(signal.SIGTERM)
+    assert gw.proc.wait(20) == 0
+    took = time.monotonic() - signalled
+    assert 5 <= took < 6.5, took  # drain_s, then out: not seconds of closing connections after it
+    t.join(5)
+    status, headers, body = result["answer"]  # an answer, not "Empty reply from server"
+    assert status == 503
+    assert json.loads(body)["error"]["code"] == "gateway_shutdown"
+    assert headers["x-llm-error-retryable"] == "true" and headers["retry-after"] == "1"
+    log = [json.loads(line) for line in gw.log_path.read_text().splitlines() if line.startswith("{")]
+    [cut] = [r for r in log if r.get("event") == "request"]
+    assert cut["status"] == 503 and cut["ended_by"] == "shutdown" and cut["error_type"] == "gateway_shutdown"

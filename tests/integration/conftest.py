@@ -77,7 +77,8 @@ async def make_gateway() -> AsyncIterator[MakeGateway]:
     cleanups: list[Callable[[], Awaitable[None]]] = []
 
     async def make(extra_yaml: str = "", upstream_yaml: str = "", *, fake: FakeUpstream | None = None,
-                   real_sleep: bool = False, upstreams: str | None = None) -> Gateway:
+                   real_sleep: bool = False, upstreams: str | None = None,
+                   timeouts: str = "{connect_s: 2, first_byte_s: 1.0, idle_s: 1.0}") -> Gateway:
         if fake is None:
             fake = await FakeUpstream().start()
             cleanups.append(fake.close)
@@ -85,7 +86,7 @@ async def make_gateway() -> AsyncIterator[MakeGateway]:
             upstreams = f"  - {{name: primary, base_url: '{fake.url}'{upstream_yaml}}}\n"
         text = (
             "upstreams:\n" + upstreams +
-            "timeouts: {connect_s: 2, first_byte_s: 1.0, idle_s: 1.0}\n" + extra_yaml
+            f"timeouts: {timeouts}\n" + extra_yaml
         )
         if "loop_breaker:" not in text:
             # These tests resend identical requests to see each feature afresh; the loop

@@ -1,12 +1,25 @@
-"""A stream still relaying when drain_s runs out is ended by the gateway itself (as
-gateway/server.py does on SIGTERM): a rollout, so it must not be counted as the provider's
-failure, while the client is still told to retry (elsewhere)."""
+"""What SIGTERM's drain does once ``drain_s`` has run out (gateway/server.py ``drain``, called
+here as serve() calls it): every request still in flight gets the typed ``gateway_shutdown``
+error, never a closed connection. A stream still relaying ends with its API's error event; a
+request whose answer has not begun (waiting for the upstream, or in a retry's backoff) is
+answered 503 in its API's envelope, with a short ``retry-after``. A rollout, so none of it is
+counted as the provider's failure, while the client is told to retry (elsewhere)."""
 
 import asyncio
 import json
+import time
 
 from gateway.live import LIVE
-from tests.fakeupstream import Stream, chunk, data_events
+from gateway.server import drain
+from tests.fakeupstream import Hang, Reply, Stream, chunk, data_events
+
+
+async def _until(check, what: str) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(500):  # polled: nothing offers an event for it
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never: {what}")
 
 
 async def test_a_stream_cut_at_drain_timeout_is_not_a_provider_failure(make_gateway) -> None:
@@ -19,15 +32,9 @@ async def test_a_stream_cut_at_drain_timeout_is_not_a_provider_failure(make_gate
                                "messages": [{"role": "user", "content": "long"}]}))[2]
 
     reading = asyncio.create_task(client())
-    for _ in range(500):  # until the relay has registered itself (polled: it offers no event)
-        if life.relaying:
-            break
-        await asyncio.sleep(0.01)
-    assert life.relaying
-    # What serve() does once drain_s has run out.
-    life.shutting_down = True
-    for task in list(life.relaying):
-        task.cancel()
+    await _until(lambda: len(gw.fake.requests) == 1 and life.in_flight == 1, "the stream is under way")
+    await asyncio.sleep(0.2)  # a few events relayed
+    await drain(life, drain_s=0.0)
     body = await reading
     last = json.loads(data_events(body)[-1])
     assert last["error"]["code"] == "gateway_shutdown" and last["error"]["x_llm_error_type"] == "provider_unavailable"
@@ -35,3 +42,51 @@ async def test_a_stream_cut_at_drain_timeout_is_not_a_provider_failure(make_gate
     assert gw.metric("llm_gateway_requests_total", **series, error_type="gateway_shutdown") == 1
     assert gw.metric("llm_gateway_requests_total", **series, error_type="provider_unavailable") == 0
     assert gw.metric("llm_gateway_upstream_attempts_total", upstream="primary", outcome="provider_unavailable") == 0
+
+
+async def test_requests_whose_answer_has_not_begun_get_a_typed_503_when_drain_runs_out(make_gateway) -> None:
+    # Long timeouts: the upstream's silence, and its asked-for wait, outlast drain_s.
+    gw = await make_gateway(real_sleep=True, timeouts="{connect_s: 2, first_byte_s: 60, idle_s: 60}")
+    life = gw.app[LIVE].life
+    # 1: a chat request waiting for the upstream's answer.
+    gw.fake.script(Hang(30))
+    waiting = asyncio.create_task(gw.chat())
+    await _until(lambda: len(gw.fake.requests) == 1, "the upstream has the first request")
+    # 2: a streamed Messages request in the backoff before its retry (the upstream asked for 20 s).
+    gw.fake.script(Reply(503, {"error": {"message": "overloaded", "type": "server_error"}},
+                         headers={"retry-after": "20"}))
+    backing_off = asyncio.create_task(gw.messages({"model": "claude-sonnet-4-5", "max_tokens": 64, "stream": True,
+                                                   "messages": [{"role": "user", "content": "hi"}]}))
+    await _until(lambda: len(gw.fake.requests) == 2 and life.in_flight == 2, "the second request is backing off")
+    started = time.monotonic()
+    await drain(life, drain_s=0.2)
+    assert time.monotonic() - started < 1.5  # the answers were written at once, not left to the close
+
+    status, headers, body = await waiting
+    assert status == 503
+    assert json.loads(body)["error"]["code"] == "gateway_shutdown"
+    assert headers["x-llm-error-type"] == "provider_unavailable" and headers["x-llm-error-retryable"] == "true"
+    assert headers["retry-after"] == "1" and "x-should-retry" not in headers  # another replica serves the retry
+
+    status, headers, body = await backing_off
+    assert status == 529  # Messages has no 503: Anthropic's overloaded answer, which its clients retry
+    doc = json.loads(body)
+    assert doc["type"] == "error" and doc["error"]["type"] == "overloaded_error"
+    assert doc["error"]["code"] == "gateway_shutdown"
+    assert "x-should-retry" not in headers  # though this replica had retried once already
+
+    for model, code in (("gpt-4o-mini", "503"), ("claude-sonnet-4-5", "529")):
+        assert gw.metric("llm_gateway_requests_total", upstream="primary", model=model, status=code,
+                         error_type="gateway_shutdown") == 1
+    assert life.in_flight == 0
+
+
+async def test_a_request_that_arrives_after_the_cut_is_answered_the_same_way(make_gateway) -> None:
+    gw = await make_gateway()
+    life = gw.app[LIVE].life
+    life.cut()  # nothing in flight: the listener is about to close
+    status, headers, body = await gw.responses()
+    assert status == 503 and headers["retry-after"] == "1"
+    err = json.loads(body)["error"]
+    assert err["code"] == "gateway_shutdown" and "param" in err  # the Responses API's envelope
+    assert gw.fake.requests == []

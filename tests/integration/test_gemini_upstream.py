@@ -96,9 +96,10 @@ async def gemini() -> AsyncIterator[StrictGemini]:
     await runner.cleanup()
 
 
-def upstream(server: StrictGemini, extra: str = "") -> str:
+def upstream(server: StrictGemini, extra: str = "",
+             model_map: str = "{'gpt-*': gemini-2.5-flash, 'claude-*': gemini-2.5-flash}") -> str:
     return (f"  - {{name: google, base_url: '{server.url}', apis: [gemini], api_key: {KEY}, "
-            f"model_map: {{'gpt-*': gemini-2.5-flash, 'claude-*': gemini-2.5-flash}}{extra}}}\n")  # fmt: skip
+            f"model_map: {model_map}{extra}}}\n")  # fmt: skip
 
 
 async def post_gemini(gw: Any, path: str, body: Any) -> tuple[int, Any, bytes]:
@@ -127,7 +128,7 @@ async def test_a_gemini_client_is_passed_through_with_the_key_in_the_header(make
 
 
 async def test_a_gemini_stream_is_passed_through_and_model_map_renames_the_path(make_gateway, gemini) -> None:
-    gw = await make_gateway(upstreams=upstream(gemini, ", model_map: {'gemini-*': gemini-2.5-pro}"))
+    gw = await make_gateway(upstreams=upstream(gemini, model_map="{'gemini-*': gemini-2.5-pro}"))
     raw = answer("gemini-pro-text.stream")["body"].encode()
     gemini.replies.append(lambda body: raw)
     status, headers, body = await post_gemini(gw, "/v1/models/gemini-flash-latest:streamGenerateContent?alt=sse",
@@ -270,7 +271,7 @@ async def test_a_chat_request_that_cannot_be_carried_is_refused_in_chats_envelop
 
 
 async def test_count_tokens_is_asked_of_a_gemini_upstream(make_gateway, gemini) -> None:
-    gw = await make_gateway(upstreams=upstream(gemini, ", model_map: {'gemini-*': gemini-2.5-pro}"))
+    gw = await make_gateway(upstreams=upstream(gemini, model_map="{'gemini-*': gemini-2.5-pro}"))
     status, headers, body = await post_gemini(gw, "/v1beta/models/gemini-flash-latest:countTokens", HELLO)
     assert status == 200 and json.loads(body) == {"totalTokens": 31}
     assert "x-llm-estimated" not in headers  # the provider's own count

@@ -359,3 +359,40 @@ def test_the_started_line_says_the_loop_busy_polls_when_asked(tmp_path: Path) ->
                           "upstreams: [{name: a, base_url: 'http://127.0.0.1:9/v1'}]\n")
     code, out, _ = run_until_ready(cfg, port)
     assert code == 0 and _started(out)["busy_poll_us"] == 300
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_health_check_asks_where_the_running_gateway_listens(tmp_path: Path, workers: int) -> None:
+    """The container's HEALTHCHECK (``python -m gateway.healthcheck CONFIG``) follows the address
+    the gateway wrote (``LLM_GATEWAY_ADDRESS_FILE``), not the file: a config it refused on reload
+    marked a healthy container unhealthy."""
+    port = free_port()
+    address = tmp_path / "address"
+    env = {**os.environ, "LLM_GATEWAY_ADDRESS_FILE": str(address)}
+    cfg = write(tmp_path, f"server: {{port: {port}, drain_s: 0, workers: {workers}}}\n"
+                          "upstreams: [{name: a, base_url: 'http://127.0.0.1:9/v1'}]\n")
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "--config", str(cfg)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def healthcheck() -> int:
+        return subprocess.run([sys.executable, "-m", "gateway.healthcheck", str(cfg)], cwd=ROOT, env=env,
+                              capture_output=True, timeout=30).returncode
+
+    try:
+        deadline = time.monotonic() + 30
+        while healthcheck() != 0:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the gateway never became healthy"
+            time.sleep(0.2)
+        assert json.loads(address.read_text())["listen"] == [f"http://127.0.0.1:{port}"]
+        cfg.write_text(f"server: {{port: {free_port()}}}\nupstreams: [{{name: a, base_url: 'http://127.0.0.1:9/v1'}}]\n")
+        assert healthcheck() == 0  # a port change waits for a restart: the gateway is where it was
+        cfg.write_text("server: {port: eighty}\n")
+        proc.send_signal(signal.SIGHUP)  # refused: the gateway serves on, unchanged
+        assert healthcheck() == 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert not address.exists()  # nothing listens there any more
+    assert healthcheck() == 1

@@ -484,3 +484,37 @@ def test_pools_whose_globs_share_a_name_are_refused_though_neither_matches_the_o
     assert e.value.problems == (
         "pools: pools 'p' and 'q' both claim models matching *-mini / gpt-*; a model has one pool",)
     parse_config(text.replace("'*-mini'", "'claude-*'"), env={})
+
+
+def test_a_key_given_twice_is_refused_with_both_lines_not_the_last_one_kept() -> None:
+    # YAML keeps the last of two equal keys: `server: {port: 1}` then `server: {port: 2}` served
+    # on port 2 while the file showed port 1 first, as silently as a typo would.
+    text = (
+        "server: {port: 8081}\n"
+        "upstreams:\n"
+        "  - {name: a, base_url: 'http://x/v1', models: ['a'], models: ['b']}\n"
+        "server:\n"
+        "  port: 8082\n"
+        "  drain_s: 1\n"
+        "  drain_s: 2\n"
+        "retyr: {}\n"
+    )
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, env={}, source="gateway.yaml")
+    assert e.value.problems == (
+        "server: given twice (lines 1 and 4); YAML keeps only the last, so remove or merge one",
+        "upstreams[0].models: given twice (line 3); YAML keeps only the last, so remove or merge one",
+        "server.drain_s: given twice (lines 6 and 7); YAML keeps only the last, so remove or merge one",
+        "retyr: unknown key (did you mean 'retry'?)",  # every problem in one round, as always
+    )
+
+
+def test_merge_keys_and_anchors_are_no_repeats() -> None:
+    # `<<: *base` then a key of its own overrides the merged one: YAML's meaning, not a repeat.
+    text = (
+        "upstreams:\n"
+        "  - &base {name: a, base_url: 'http://x/v1', context_window: 1000}\n"
+        "  - {<<: *base, name: b}\n"
+    )
+    cfg = parse_config(text, env={})
+    assert [(u.name, u.context_window) for u in cfg.upstreams] == [("a", 1000), ("b", 1000)]

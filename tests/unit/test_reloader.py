@@ -216,6 +216,19 @@ async def test_an_invalid_file_changes_nothing_and_one_line_lists_every_problem(
     assert any(p.startswith("retyr: unknown key") for p in problems)
 
 
+async def test_a_key_given_twice_is_refused_on_reload_as_at_start_up(tmp_path: Path, logged: Any) -> None:
+    log, lines = logged
+    reloader, path, live = await reloader_for(tmp_path, log)
+    before = live.services
+    # The second `keys` would have dropped alice without a word.
+    path.write_text(BASE + "keys: [{name: bob, key: gk-bob}]\n")
+    assert not await reloader.reload("SIGHUP")
+    assert live.services is before
+    [line] = lines
+    assert line["event"] == "config_reload_refused"
+    assert line["problems"] == ["keys: given twice (lines 3 and 4); YAML keeps only the last, so remove or merge one"]
+
+
 async def test_what_start_up_would_refuse_a_reload_refuses(tmp_path: Path, logged: Any) -> None:
     log, lines = logged
     reloader, path, live = await reloader_for(tmp_path, log)

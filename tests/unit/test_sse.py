@@ -4,7 +4,7 @@ import pytest
 
 from gateway.apis.chat.wire import is_visible
 from gateway.apis.chat.wire import usage_doc as usage_of
-from gateway.sse import EventSplitter, error_payload, error_status, parse_event
+from gateway.sse import EventSplitter, EventTooLarge, error_payload, error_status, parse_event
 
 
 def ev(obj: object) -> bytes:
@@ -116,3 +116,36 @@ def test_line_separators_inside_a_json_string_do_not_end_the_line(separator: str
     responses = ResponsesStreamReader()
     assert responses.kind(raw, committed=True) is EventKind.FINAL  # not a stream cut short
     assert responses.usage == {"prompt": 3, "completion": 2}
+
+
+@pytest.mark.parametrize("pieces", [
+    [b"data: " + b"x" * 40, b"x" * 40],  # no line end at all (kept aside, then joined)
+    [b"data: " + b"x" * 40 + b"\n", b"data: " + b"y" * 40 + b"\n"],  # lines, never the blank one
+    [b"data: a\r\n", b"x" * 100],  # after a CR the general path
+])  # fmt: skip
+def test_an_event_that_grows_past_the_limit_is_refused(pieces: list[bytes]) -> None:
+    # A 400 MiB event without a line break took the gateway to 2 GB: an event is held whole
+    # until its end, so one past the limit ends the stream instead.
+    splitter = EventSplitter(limit=64)
+    with pytest.raises(EventTooLarge):
+        for piece in pieces:
+            splitter.feed(piece)
+
+
+def test_events_under_the_limit_pass_however_much_the_stream_carries() -> None:
+    splitter = EventSplitter(limit=64)
+    out = []
+    for _ in range(100):  # the limit is per event, not per stream
+        out += splitter.feed(b"data: " + b"x" * 30 + b"\n\n")
+    out += splitter.feed(b"data: " + b"y" * 50)  # pending, still under it
+    assert len(out) == 100 and splitter.pending == b"data: " + b"y" * 50
+
+
+def test_events_that_end_before_an_oversized_one_are_given_first() -> None:
+    splitter = EventSplitter(limit=64)
+    events = splitter.feed(b"data: a\n\n" + b"data: " + b"x" * 100)
+    assert events == [b"data: a\n\n"]
+    with pytest.raises(EventTooLarge):
+        splitter.feed(b"x")
+    with pytest.raises(EventTooLarge):
+        splitter.pending  # noqa: B018 (the stream may end there)

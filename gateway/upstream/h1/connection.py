@@ -21,7 +21,7 @@ import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from gateway.errors import TransportError
-from gateway.upstream import UpstreamFailure
+from gateway.upstream import BodyTooLarge, UpstreamFailure
 from gateway.upstream.deadline import Deadline
 from gateway.upstream.h1.codec import DecodeError, Decoder, decoder_for
 
@@ -281,7 +281,7 @@ class H1Response:
             self._idle_s, self._conn.wait(), TransportError.IDLE_TIMEOUT, "no data within idle_s"
         )
 
-    async def read(self, limit: int) -> bytes:
+    async def read(self, limit: int, *, whole: bool = False) -> bytes:
         conn = self._conn
         parts: list[bytes] = []
         kept = 0
@@ -291,6 +291,8 @@ class H1Response:
                     raise conn.failure  # what arrived before it is no answer
                 if conn.chunks:
                     chunk = conn.take()
+                    if whole and kept + len(chunk) > limit:
+                        raise BodyTooLarge(limit)  # unfinished: _finish drops the connection
                     if kept < limit:
                         parts.append(chunk[: limit - kept])
                         kept += len(parts[-1])

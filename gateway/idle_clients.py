@@ -1,0 +1,72 @@
+"""Client connections that send no request are closed: each holds a socket and a file
+descriptor, and enough of them (a few hundred under a 1024 descriptor limit) leave nothing for
+the clients that do send.
+
+aiohttp closes a connection that waits for a request head past its ``keepalive_timeout``: from
+the connection's start, and again from the end of each answer, to the head's last byte (a head
+that trickles in counts as waiting). That one number serves two different waits here:
+``server.header_timeout_s`` from the connection's start (a real client's head follows its
+handshake at once) and ``server.keepalive_s`` between an answer and the next head (load
+balancers and SDKs keep connections for their next request). The first is set here, per
+connection, on aiohttp's own timer; the second is aiohttp's ``keepalive_timeout`` itself. Both
+are read from the running config when a connection opens, so a reload applies to the next
+connections. Nothing runs per request. The names used are aiohttp's private ones for that timer
+(``_keepalive_handle``, ``_next_keepalive_close_time``, ``_process_keepalive``);
+tests/integration/test_idle_clients.py fails if they stop being read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+from gateway.bad_http import QuietRequestHandler, QuietServer
+
+# (header_timeout_s, keepalive_s), as the running config has them.
+ClientTimeouts = Callable[[], tuple[float, float]]
+
+
+class DeadlineRequestHandler(QuietRequestHandler):
+    """aiohttp's connection handler (made quiet, bad_http.py) whose first request head must
+    arrive within ``head_s`` of the connection's start."""
+
+    __slots__ = ("_head_s",)
+
+    def __init__(self, manager: web.Server, *, head_s: float, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._head_s = head_s
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        handle = self._keepalive_handle
+        if handle is None or self._head_s == self._keepalive_timeout:
+            return
+        handle.cancel()
+        at = self._loop.time() + self._head_s
+        self._next_keepalive_close_time = at
+        self._keepalive_handle = self._loop.call_at(at, self._process_keepalive)
+
+
+class DeadlineServer(QuietServer):
+    """A quiet ``web.Server`` whose connections get their head and keep-alive time limits from
+    ``timeouts`` (None: aiohttp's own ``keepalive_timeout`` for both)."""
+
+    timeouts: ClientTimeouts | None = None
+
+    def __call__(self) -> RequestHandler:
+        if self.timeouts is None:
+            return super().__call__()
+        head_s, keepalive_s = self.timeouts()
+        options = {**self._kwargs, "keepalive_timeout": keepalive_s}
+        return DeadlineRequestHandler(self, loop=self._loop, head_s=head_s, **options)
+
+    @classmethod
+    def with_timeouts(cls, server: web.Server, timeouts: ClientTimeouts | None) -> DeadlineServer:
+        made = cls.like(server)
+        assert isinstance(made, DeadlineServer)
+        made.timeouts = timeouts
+        return made
