@@ -193,3 +193,59 @@ def test_in_flight_and_latency_are_this_process_own() -> None:
     v = a.view(0, ups[0], MODEL, T0 * 1000)
     assert v.in_flight == 1 and v.latency_s == 0.7
     assert b.view(0, ups[0], MODEL, T0 * 1000).in_flight == 0
+
+
+class SharedStore(CountingStore):
+    """The memory store standing in for Redis: a store every replica shares, where configured
+    limits are taken at the pick and sends are reported between reads."""
+
+    backend = "redis"
+
+
+def shared_replicas(clock: Clock) -> tuple[PoolState, PoolState, SharedStore]:
+    store = SharedStore(clock)
+    return PoolState(store, clock, clock), PoolState(store, clock, clock), store
+
+
+async def test_configured_limits_are_taken_from_one_count_by_every_replica() -> None:
+    """Counted after the send, each replica's own count let two replicas send the whole limit
+    each in the same moment (40 calls for 20, measured): on a shared store a pick takes its
+    request from the one count first, and the replica that finds it used up sits it out."""
+    clock = Clock()
+    a, b, store = shared_replicas(clock)
+    ups = members(", limits: {requests_per_minute: 4}")
+    assert a.takes(ups[0], MODEL) and not a.takes(members()[0], MODEL)  # only a limited deployment
+    taken = [await replica.take(ups[0], MODEL, 10) for replica in (a, b, a, b, a, b)]
+    assert taken == [True, True, True, True, False, False]
+    ends = (int(T0 // 60) + 1) * 60_000
+    for replica in (a, b):
+        v = replica.view(0, ups[0], MODEL, clock.now * 1000)
+        assert not v.serves_at(clock.now * 1000) and v.out_why is SitOut.HEADROOM and v.out_until_ms == ends
+    a.sent(ups[0], MODEL, 10, taken=True)  # counted at the take: not again
+    await a.refresh("p", ups, MODEL)
+    assert (await store.records_sync([f"n:a/{MODEL}#{int(T0 // 60)}"]))[0] == [{"n": 4, "k": 40}]
+    clock.now = ends / 1000 + 1  # the next minute: full again
+    assert a.view(0, ups[0], MODEL, clock.now * 1000).serves_at(clock.now * 1000)
+    assert await b.take(ups[0], MODEL, 10)
+
+
+async def test_a_token_limit_takes_a_request_only_while_it_fits() -> None:
+    clock = Clock()
+    a, b, _ = shared_replicas(clock)
+    ups = members(", limits: {tokens_per_minute: 100}")
+    assert await a.take(ups[0], MODEL, 150)  # larger than the whole limit: a minute of its own
+    assert not await b.take(ups[0], MODEL, 1)
+    clock.now += 60
+    assert await a.take(ups[0], MODEL, 60)
+    assert not await b.take(ups[0], MODEL, 41)
+    assert not b.view(0, ups[0], MODEL, clock.now * 1000).serves_at(clock.now * 1000)
+
+
+async def test_limits_are_not_taken_once_headers_tell_the_headroom_nor_on_one_process_memory() -> None:
+    clock = Clock()
+    a, _, _ = shared_replicas(clock)
+    ups = members(", limits: {requests_per_minute: 4}")
+    a.observe(ups[0], MODEL, openai_headers(remaining=50))
+    assert not a.takes(ups[0], MODEL)  # the headers decide, as without a shared store
+    alone, _, _ = replicas(clock)
+    assert not alone.takes(ups[0], MODEL)  # memory: counted as sent, as before
