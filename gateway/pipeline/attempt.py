@@ -200,7 +200,8 @@ async def _exchange(
     state.upstream_head_s = svc.monotonic() - sent
     if call.up.pooled and svc.pool_state is not None and call.up.cfg.api_key is not None:
         # (A forwarded client credential's headers tell that client's headroom, not the key's.)
-        _headroom(svc, call, state.model, resp.headers, mark)
+        refused = round(len(request.body) / BYTES_PER_TOKEN) if resp.status == 429 else None
+        _headroom(svc, call, state.model, resp.headers, mark, refused)
     try:
         if resp.status >= 400:
             # The request's own size is evidence when the body only says "too large" (#22), and
@@ -303,10 +304,13 @@ async def _peek_stream(
 
 
 def _headroom(svc: Services, call: Call, model: str | None, headers: Mapping[str, str],
-              mark: Mark | None) -> None:  # fmt: skip
-    """Every answer of a pool deployment tells its headroom (when it carries the headers)."""
+              mark: Mark | None, refused: int | None) -> None:  # fmt: skip
+    """Every answer of a pool deployment tells its headroom (when it carries the headers);
+    ``refused``: the tokens of a request answered 429, which the provider did not count."""
     assert svc.pool_state is not None
-    room = svc.pool_state.observe(call.up.cfg, model, headers, mark)
+    if refused is not None and mark is not None:
+        svc.pool_state.refused(call.up.cfg, model, mark, refused)
+    room = svc.pool_state.observe(call.up.cfg, model, headers, mark, refused is not None)
     if room is None:
         return
     name = call.up.cfg.name
