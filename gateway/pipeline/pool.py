@@ -114,6 +114,14 @@ async def send_pool(
                 window = up.cfg.context_window or 0
                 tried.update(m.cfg.name for m in members if (m.cfg.context_window or 0) <= window)
                 siblings_left = any(m.cfg.name not in tried for m in members)
+            elif not siblings_left:
+                # A sibling whose reset came while this one was tried (milliseconds after the
+                # earliest, this one's) serves now: the pool's earliest reset was this one's next
+                # (2 s more, measured; one run in five).
+                later = svc.wall() * 1000
+                siblings_left = any(not v.serves_at(now_ms) and v.name not in tried
+                                    and ps.view(v.slot, members[v.slot].cfg, model, later).serves_at(later)
+                                    for v in views)  # fmt: skip
             if siblings_left:
                 svc.telemetry.child(svc.telemetry.pool_moves, cfg.name, up.cfg.name, c.type.value).inc()
                 log.debug({"request_id": state.request_id, "event": "sibling", "pool": cfg.name,
