@@ -1,8 +1,10 @@
 """`python -m bench.redis_trips`: the Redis commands a plain successful request costs with
 `state: {backend: redis}`, counted by Redis itself (INFO commandstats, and MONITOR for the
 keys) around 200 requests back to back and 10 requests 0.3 s apart (longer than the 200 ms
-caches), for one upstream and then for a pool of three deployments whose answers carry
-rate-limit headers (the pool's records: one pipelined round trip per cache period).
+caches), for one upstream, for a pool of three deployments whose answers carry rate-limit
+headers (the pool's records: one pipelined round trip per cache period), and for a pool of
+three whose configured limits decide (each pick takes its request from the shared count: one
+script call, one round trip, per request).
 Needs Debian's redis-server; starts its own on a free loopback port.
 
 Commands run inside a Lua script (EVALSHA) are listed as well but are no round trip of their
@@ -51,14 +53,19 @@ def _trips(monitor: str) -> int:
 
 def _monitored(rport: int, gw: int, n: int, pause: float) -> tuple[list[str], Counter[str]]:
     _cli(rport, "CONFIG", "RESETSTAT")
-    mon = subprocess.Popen(["redis-cli", "-p", str(rport), "MONITOR"], stdout=subprocess.PIPE, text=True)
-    time.sleep(0.3)
-    for _ in range(n):
-        _post(gw)
-        time.sleep(pause)
-    time.sleep(0.3)
-    mon.terminate()
-    out = mon.stdout.read() if mon.stdout else ""
+    # To a file, not a pipe: a pipe holds 64 KiB, and what MONITOR wrote past that while
+    # nobody read it was lost when it was stopped (half the calls of 200 requests went uncounted).
+    with tempfile.TemporaryFile("w+") as capture:
+        mon = subprocess.Popen(["redis-cli", "-p", str(rport), "MONITOR"], stdout=capture, text=True)
+        time.sleep(0.3)
+        for _ in range(n):
+            _post(gw)
+            time.sleep(pause)
+        time.sleep(0.3)
+        mon.terminate()
+        mon.wait(10)
+        capture.seek(0)
+        out = capture.read()
     stats = [line.split(",usec=")[0] for line in _cli(rport, "INFO", "commandstats").splitlines()
              if line.startswith("cmdstat_") and "monitor" not in line and "config" not in line]
     seen: Counter[str] = Counter({"round trips": _trips(out)})
@@ -83,6 +90,11 @@ def main() -> None:
         "a pool of three (headroom)": "upstreams:\n" + "".join(
             f"  - {{name: key-{k}, base_url: '{base}', api_key: bench-rl-{k}}}\n" for k in "abc")
         + "pools: [{name: bench, deployments: [key-a, key-b, key-c], strategy: headroom}]\n",
+        # No rate-limit headers: the configured limits decide, taken in Redis at each pick.
+        "a pool of three (limits)": "upstreams:\n" + "".join(
+            f"  - {{name: key-{k}, base_url: '{base}', api_key: bench-{k}, "
+            "limits: {requests_per_minute: 1000000, tokens_per_minute: 100000000}}\n" for k in "abc")
+        + "pools: [{name: bench, deployments: [key-a, key-b, key-c]}]\n",
     }  # fmt: skip
     upstream = spawn(["-m", "bench.upstream", str(up)], up, core=0)
     try:

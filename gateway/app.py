@@ -213,6 +213,8 @@ def _generation(
         busy_poll=polling,
     )
     owned: list[Closable] = [budget, tracing]
+    if pool_state is not None:
+        owned.append(pool_state)  # its sends not yet reported go to the other replicas at shutdown
     if kit.sender is None:
         owned.append(sender)  # type: ignore[arg-type]  # new_sender's, so a StartableSender
     return svc, owned, fresh

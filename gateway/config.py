@@ -343,7 +343,8 @@ class UpstreamConfig(_Model):
     limits: DeploymentLimits | None = Field(
         default=None,
         description="As a deployment of a pool: the limits of its key, used when its answers carry no "
-        "rate-limit headers; shared across replicas through `state`.",
+        "rate-limit headers; shared across replicas through `state` (with Redis, every call is counted "
+        "against them before it is made, atomically, so they hold across replicas).",
     )
     # Set by GatewayConfig: with client keys in use, what a client sends in its credential
     # headers is a gateway key, never a provider key, so it must not travel upstream.

@@ -324,7 +324,8 @@ MEANINGS = {
     "passed on.",
     "pool_budget": "No deployment of the pool can serve: keys out of credit (the rest refused).",
     "pool_rate_limited": "Every deployment of the pool is rate limited and the earliest reset is too far "
-    "to wait for (with `retry-after`).",
+    "to wait for, or the configured `limits` of the deployment a request not retried along the pool went "
+    "to are used up this minute (with `retry-after`).",
     "not_found": "No such endpoint.",
     "model_not_found": "No upstream or pool is configured for the requested model.",
     "request_timeout": "The client did not send its body within `timeouts.idle_s` (on messages a 400 with "

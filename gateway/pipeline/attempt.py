@@ -81,6 +81,9 @@ class Call:
     # upstream's name for the model): a resent request names it again. None: the client's.
     wire_model: str | None = None
     rewritten: bool = False  # the body is the gateway's (``wire_payload`` reads it back)
+    # Its first attempt was counted against the pool deployment's configured limits at the
+    # pick (``PoolState.take``); any later one is counted as it goes.
+    taken: bool = False
 
     def wire_payload(self) -> dict[str, Any] | None:
         """The request as sent, when the gateway wrote it: read back from ``body`` (only the
@@ -95,6 +98,20 @@ class Call:
 
 
 async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes) -> Outcome:
+    pooled = call.up.pooled and svc.pool_state is not None
+    mark: Mark | None = None
+    if pooled:
+        ps = svc.pool_state
+        assert ps is not None
+        tokens = round(len(body) / BYTES_PER_TOKEN)
+        taken, call.taken = call.taken, False
+        if not taken and ps.takes(call.up.cfg, state.model):
+            # A retry or a resend of the request, or one not retried along the pool: each call
+            # counts against the limits the operator set, so none goes past them.
+            if not await ps.take(call.up.cfg, state.model, tokens):
+                return limits_used_up(svc, call.up)
+            taken = True
+        mark = ps.sent(call.up.cfg, state.model, tokens, taken)
     state.attempts += 1
     left_s = plan.remaining_s()
     head_s = min(svc.cfg.timeouts.first_byte_s, left_s)
@@ -107,10 +124,7 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
         # A stream's head counts against its first token too: it is not visible either.
         first_byte_timeout_s=max(0.001, head_s if token_s is None else min(head_s, token_s)),
     )  # fmt: skip
-    pooled = call.up.pooled and svc.pool_state is not None
-    mark: Mark | None = None
     if pooled:
-        mark = svc.pool_state.sent(call.up.cfg, state.model, round(len(body) / BYTES_PER_TOKEN))  # type: ignore[union-attr]
         t0 = svc.monotonic()
     token_first = token_s is not None and token_s < head_s
     outcome = await _exchange(svc, state, request, call, token_s, token_first, mark)
@@ -148,6 +162,18 @@ def first_token_s(svc: Services, call: Call) -> float | None:
     return own if own is not None else svc.cfg.timeouts.first_token_s
 
 
+def limits_used_up(svc: Services, up: UpstreamRuntime) -> Failure:
+    """Nothing sent: the pool deployment's configured limits are used up until the minute's
+    end, by every replica's requests (the pool sits it out until then and moves on)."""
+    now = svc.wall()
+    wait_s = 60 - now % 60
+    name = up.cfg.name
+    c = Classification(ErrorType.RATE_LIMIT, True, wait_s, reset_at_ms(wait_s, now), "pool_rate_limited",
+                       None, f"deployment '{name}' used its configured limits this minute")  # fmt: skip
+    message = f"pool deployment '{name}' used its configured limits (limits) this minute"
+    return gateway_failure(429, c, message, "pool_rate_limited", final=True)
+
+
 def circuit_open(svc: Services, up: UpstreamRuntime, wait: float) -> Failure:
     return gateway_failure(
         503,
@@ -177,7 +203,8 @@ async def _exchange(
     state.upstream_head_s = svc.monotonic() - sent
     if call.up.pooled and svc.pool_state is not None and call.up.cfg.api_key is not None:
         # (A forwarded client credential's headers tell that client's headroom, not the key's.)
-        _headroom(svc, call, state.model, resp.headers, mark)
+        refused = round(len(request.body) / BYTES_PER_TOKEN) if resp.status == 429 else None
+        _headroom(svc, call, state.model, resp.headers, mark, refused)
     try:
         if resp.status >= 400:
             # The request's own size is evidence when the body only says "too large" (#22), and
@@ -287,10 +314,13 @@ async def _peek_stream(
 
 
 def _headroom(svc: Services, call: Call, model: str | None, headers: Mapping[str, str],
-              mark: Mark | None) -> None:  # fmt: skip
-    """Every answer of a pool deployment tells its headroom (when it carries the headers)."""
+              mark: Mark | None, refused: int | None) -> None:  # fmt: skip
+    """Every answer of a pool deployment tells its headroom (when it carries the headers);
+    ``refused``: the tokens of a request answered 429, which the provider did not count."""
     assert svc.pool_state is not None
-    room = svc.pool_state.observe(call.up.cfg, model, headers, mark)
+    if refused is not None and mark is not None:
+        svc.pool_state.refused(call.up.cfg, model, mark, refused)
+    room = svc.pool_state.observe(call.up.cfg, model, headers, mark, refused is not None)
     if room is None:
         return
     name = call.up.cfg.name

@@ -29,6 +29,7 @@ from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success, ga
 from gateway.pipeline.send import SETTLED, Sent, fails_over_class, send_one, waited_and_confirmed
 from gateway.policy.retry import RetryPlan
 from gateway.policy.retry_after import reset_at_ms
+from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.routing.pools import Deployment, SitOut, first, moves_to_sibling, sit_out
 from gateway.services import PoolRuntime, Services, UpstreamRuntime
 from gateway.state.pools import key_id
@@ -79,6 +80,12 @@ async def send_pool(
                 tried.add(up.cfg.name)
                 refused = refused or call
                 continue
+            if ps.takes(up.cfg, model):
+                # Its configured limits are taken in the store now, atomically across replicas:
+                # used up, it sits out (its view says so from now on) and the pick goes on.
+                if not await ps.take(up.cfg, model, round(len(call.body) / BYTES_PER_TOKEN)):
+                    continue
+                call.taken = True
             _picked(svc, state, pool, up, why if opening else "moved")
             opening = False
             siblings_left = len(ready) > 1  # re-ranked after a failure, without the one that failed
@@ -95,7 +102,7 @@ async def send_pool(
                     _bind(svc, pool, conversation, None if stateless else bound, up.cfg.name, views, tried)
                 return last
             c = outcome.classification
-            if c.type is ErrorType.RATE_LIMIT:
+            if c.type is ErrorType.RATE_LIMIT and outcome.own is None:  # the provider's, not the limits'
                 limited = last
             await _sit_out(svc, state, pool, up, c)
             bigger = any((m.cfg.context_window or 0) > (up.cfg.context_window or 0) for m in members)
@@ -107,6 +114,14 @@ async def send_pool(
                 window = up.cfg.context_window or 0
                 tried.update(m.cfg.name for m in members if (m.cfg.context_window or 0) <= window)
                 siblings_left = any(m.cfg.name not in tried for m in members)
+            elif not siblings_left:
+                # A sibling whose reset came while this one was tried (milliseconds after the
+                # earliest, this one's) serves now: the pool's earliest reset was this one's next
+                # (2 s more, measured; one run in five).
+                later = svc.wall() * 1000
+                siblings_left = any(not v.serves_at(now_ms) and v.name not in tried
+                                    and ps.view(v.slot, members[v.slot].cfg, model, later).serves_at(later)
+                                    for v in views)  # fmt: skip
             if siblings_left:
                 svc.telemetry.child(svc.telemetry.pool_moves, cfg.name, up.cfg.name, c.type.value).inc()
                 log.debug({"request_id": state.request_id, "event": "sibling", "pool": cfg.name,

@@ -92,6 +92,15 @@ class _Answers:
         return len(self._items)
 
 
+def passes(n: int, k: int, requests_per_minute: int | None, tokens_per_minute: int | None,
+           tokens: int) -> bool:
+    """Whether one more request of ``tokens`` would pass a window's limits, at ``n`` requests
+    and ``k`` tokens counted so far."""
+    if requests_per_minute is not None and n + 1 > requests_per_minute:
+        return True
+    return tokens_per_minute is not None and k > 0 and k + tokens > tokens_per_minute
+
+
 class MemoryStore:
     backend = "memory"
 
@@ -189,6 +198,15 @@ class MemoryStore:
                 rec[name] = rec.get(name, 0) + n
             self._records.put(key, rec, ttl_s)
         return [dict(self._records.get(k) or {}) for k in reads], await self.circuit_get(circuits)
+
+    async def records_take(self, key: str, requests_per_minute: int | None, tokens_per_minute: int | None,
+                           tokens: int, ttl_s: float) -> tuple[bool, int, int]:
+        rec = self._records.get(key) or {}
+        n, k = int(rec.get("n", 0)), int(rec.get("k", 0))
+        if passes(n, k, requests_per_minute, tokens_per_minute, tokens):
+            return False, n, k
+        self._records.put(key, {**rec, "n": n + 1, "k": k + tokens}, ttl_s)
+        return True, n + 1, k + tokens
 
     async def ledger_admit(self, a: LedgerAdmit) -> tuple[str, float]:
         wkey = f"{a.key}:{a.minute}"

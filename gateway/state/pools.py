@@ -1,23 +1,35 @@
 """What the replicas know of each pool deployment, through the state store, and what this
 process alone knows (requests in flight, time to first token).
 
-Three records per deployment and model, each under its own TTL:
+Five records per deployment and model, each under its own TTL:
 
     o:<deployment>            sits out (every model): an exhausted or refused key
     o:<deployment>/<model>    sits out for this model: a rate limit, until its reset
-    h:<deployment>/<model>    headroom from the last answer's rate-limit headers
+    h:<deployment>/<model>    headroom from the last answer's rate-limit headers, and when that
+                              answer's request was sent (``t0``)
+    s:<deployment>/<model>#m  requests and tokens every replica sent there in minute m, by the
+                              tenth of a second they were sent in (shared stores only)
     n:<deployment>/<model>#m  requests and tokens sent in minute m (deployments with ``limits``)
 
 A pick costs no store round trip: the records of a pool's deployments are read together, in
-one round trip, at most once per ``cache_s`` per pool and model, and the headroom and usage
-this process saw since are written in the same round trip. A sit-out is written at once (the
-failure path), so the other replicas stop sending there within ``cache_s``. Between reads,
-this process counts what it sent since the headroom it knows, so a deployment is predicted
-empty before its provider has to say so with a 429.
+one round trip, at most once per ``cache_s`` per pool and model, and the headroom and sends
+this process saw since are written in the same round trip (or by a flush once no read has
+come for ``FLUSH_S``). A sit-out is written at once (the failure path), so the other replicas
+stop sending there within ``cache_s``. A headroom reading is counted down by every send made
+after its request: this process's own at once, exactly, the other replicas' as they report
+them, by when they were sent (so none is counted twice: one a reading already holds is not
+taken off it again). A deployment is so predicted empty before its provider says so with a 429.
+
+With a shared store, a deployment whose configured ``limits`` decide (its answers carry no
+rate-limit headers) is the exception: each pick takes its request from the minute's count in
+the store, atomically (``take``, one round trip), so the limits hold across replicas; one
+whose count is used up sits out until the minute's end.
 """
 
 from __future__ import annotations
 
+import asyncio
+import bisect
 import hashlib
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -25,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from gateway.config import UpstreamConfig
-from gateway.policy.breaker import circuit_key
+from gateway.policy.breaker import CircuitRecord, circuit_key
 from gateway.routing.headroom import Headroom, headroom_of
 from gateway.routing.pools import Deployment, SitOut
 from gateway.state.shared import SharedCircuit
@@ -36,35 +48,71 @@ V = TypeVar("V")
 _WHY = tuple(SitOut)
 _CACHE_MAX = 4096  # model names come from clients: bounded like every per-model cache
 _HEADROOM_TTL_S = 120.0  # an observation is refreshed by every answer; a stale one fades
+_USAGE_TTL_S = 120.0  # a minute's usage, read until the minute after it
+_SENDS_TTL_S = 180.0  # a minute's sends, read until the minute after it
+_SLOT_MS = 100  # sends are reported by the tenth of a second they were sent in
+_LOG_MS = 120_000.0  # this process's own sends are kept this long (a reading's lifetime)
 _LATENCY_ALPHA = 0.3  # weight of the newest time-to-first-token sample
 OBSERVE_EVERY_S = 0.05  # an answer's rate-limit headers are read at most this often per deployment
+# Sends not yet reported go out with the next read of the pool's records, or once no read has
+# come for this long (a replica that falls quiet after a burst): longer than the read
+# interval, so that steady traffic never pays a round trip of its own for them.
+FLUSH_S = 1.0
+
+Slot = tuple[int, int]  # (minute, tenth of a second in it)
 
 
 @dataclass(slots=True)
-class _Local:
-    """This process's own counts for one deployment and model, not yet in the store."""
+class _Sends:
+    """What this process sent to one deployment and model."""
 
-    requests: int = 0  # sent since the headroom record last changed
-    tokens: int = 0
-    seen_at: float = -1.0  # the headroom record's observation time these counts follow
-    # Every request and token this process sent there, ever: an answer's headers count what
-    # the provider had received up to its request, so what was sent after that one still
-    # comes off them (``Mark``).
-    total_requests: int = 0
-    total_tokens: int = 0
-    pending_requests: int = 0  # usage not yet added to the store's minute record
+    times: list[float] = field(default_factory=list)  # wall ms of each send, oldest first
+    tokens: list[int] = field(default_factory=list)  # tokens of every send up to each, inclusive
+    first: int = 0  # the number of sends before ``times[0]`` (those are forgotten)
+    tokens_before: int = 0  # their tokens
+    refused: list[tuple[int, int]] = field(default_factory=list)  # (send, tokens) answered 429
+    # By when they were sent: not yet added to the store's sends (s:), and added already.
+    unreported: dict[Slot, list[int]] = field(default_factory=dict)
+    reported: dict[Slot, list[int]] = field(default_factory=dict)
+    pending_requests: int = 0  # not yet in the minute's usage (n:…#m), for configured limits
     pending_tokens: int = 0
 
+    @property
+    def total(self) -> int:
+        return self.first + len(self.times)
 
-_NONE_SENT = _Local()  # read-only stand-in for a deployment this process sent nothing to
+    def since(self, base: int) -> tuple[int, int]:
+        """The requests and tokens of the sends from the ``base``-th on, less those refused."""
+        base = max(base, self.first)
+        total = self.total
+        if base >= total:
+            return 0, 0
+        before = self.tokens_before if base == self.first else self.tokens[base - self.first - 1]
+        n, k = total - base, self.tokens[-1] - before
+        for send, tokens in self.refused:
+            if send >= base:
+                n -= 1
+                k -= tokens
+        return n, k
+
+    def forget(self, now_ms: float, minute: int) -> None:
+        cut = bisect.bisect_left(self.times, now_ms - _LOG_MS)
+        if cut:
+            self.tokens_before = self.tokens[cut - 1]
+            del self.times[:cut], self.tokens[:cut]
+            self.first += cut
+            self.refused = [r for r in self.refused if r[0] >= self.first]
+        for slot in [s for s in self.reported if s[0] < minute - 1]:
+            del self.reported[slot]
 
 
 @dataclass(frozen=True, slots=True)
 class Mark:
-    """Where one request stands among this process's sends to its deployment."""
+    """One request among this process's sends to its deployment: the ``index``-th, sent at
+    ``t0`` (wall ms). Its answer's headers count every send up to it."""
 
-    requests: int
-    tokens: int
+    index: int
+    t0: float
 
 
 @dataclass
@@ -77,10 +125,25 @@ class PoolState:
     latency_s: dict[str, float] = field(default_factory=dict)  # deployment -> decayed TTFT
     _records: dict[str, dict[str, float]] = field(default_factory=dict)
     _read_at: dict[tuple[str, str | None], float] = field(default_factory=dict)
-    _local: dict[str, _Local] = field(default_factory=dict)
+    _sends: dict[tuple[str, str | None], _Sends] = field(default_factory=dict)
     _writes: dict[str, tuple[dict[str, float], float]] = field(default_factory=dict)
-    _keys: dict[tuple[str, str | None], tuple[str, str, str, str]] = field(default_factory=dict)
+    _keys: dict[tuple[str, str | None], tuple[str, str, str, str, str]] = field(default_factory=dict)
     _observed_at: dict[str, float] = field(default_factory=dict)  # monotonic, per headroom key
+    # Headroom key -> (its reading's ``at``, the first of this process's sends after it) for
+    # the readings this process made: its own sends are counted off them exactly.
+    _own_readings: dict[str, tuple[float, int]] = field(default_factory=dict)
+    # Headroom key -> ((read generation, reading's t0), the other replicas' sends after it).
+    _others: dict[str, tuple[tuple[int, float], tuple[float, float]]] = field(default_factory=dict)
+    _generation: int = 0  # counts the store reads: the other replicas' sends change only then
+    # (deployment, model) -> epoch ms: its shared count was found used up until then (a take).
+    _used_up: dict[tuple[str, str | None], int] = field(default_factory=dict)
+    _synced_at: float = -math.inf  # monotonic: the last round trip that took this process's sends
+    _timer: asyncio.TimerHandle | None = None
+    _flushing: asyncio.Task[None] | None = None
+
+    def __post_init__(self) -> None:
+        # One process's memory: no other replica sends, and no limit needs taking.
+        self._shared = self.store.backend != "memory"
 
     # -- this process -------------------------------------------------------------------------
 
@@ -94,53 +157,105 @@ class PoolState:
         old = self.latency_s.get(deployment)
         self.latency_s[deployment] = seconds if old is None else old + _LATENCY_ALPHA * (seconds - old)
 
+    # -- configured limits, taken at the pick ---------------------------------------------------
+
+    def takes(self, up: UpstreamConfig, model: str | None) -> bool:
+        """Whether a request to ``up`` must first ``take`` its share of the configured limits:
+        with a shared store, while no rate-limit headers tell its headroom (they decide then)."""
+        if up.limits is None or not self._shared:
+            return False
+        return not self._records.get(self._keys_of(up.name, model)[2])
+
+    async def take(self, up: UpstreamConfig, model: str | None, tokens: int) -> bool:
+        """One request of ``tokens`` counted against ``up``'s configured limits in the store,
+        atomically, or nothing when that would pass them: False, and ``up`` sits out here until
+        the minute's end. Counting each replica's sends in the store afterwards let two
+        replicas each send the whole limit in the same moment (40 calls for 20, measured)."""
+        assert up.limits is not None
+        key = f"{self._keys_of(up.name, model)[4]}#{(minute := self._minute())}"
+        limits = up.limits
+        ok, n, k = await self.store.records_take(key, limits.requests_per_minute, limits.tokens_per_minute,
+                                                 tokens, _USAGE_TTL_S)  # fmt: skip
+        _bounded(self._records)[key] = {"n": float(n), "k": float(k)}
+        if not ok:
+            _bounded(self._used_up)[(up.name, model)] = (minute + 1) * 60_000
+        return ok
+
     # -- what every answer tells ---------------------------------------------------------------
 
-    def sent(self, up: UpstreamConfig, model: str | None, tokens: int) -> Mark:
-        """One request went to ``up``: counted against its headroom and its configured limits.
-        The mark goes with its answer to ``observe``."""
-        local = self._local_of(_key("h", up.name, model))
-        local.requests += 1
-        local.tokens += tokens
-        local.total_requests += 1
-        local.total_tokens += tokens
-        if up.limits is not None:
-            local.pending_requests += 1
-            local.pending_tokens += tokens
-        return Mark(local.total_requests, local.total_tokens)
+    def sent(self, up: UpstreamConfig, model: str | None, tokens: int, taken: bool = False) -> Mark:
+        """One request went to ``up``: counted against its headroom and, unless it was taken
+        from them already (``take``), its configured limits. The mark goes with its answer to
+        ``observe``."""
+        sends = self._sends.get((up.name, model))
+        if sends is None:
+            sends = _bounded(self._sends)[(up.name, model)] = _Sends()
+        now_ms = self.wall() * 1000
+        if sends.times and sends.times[0] < now_ms - _LOG_MS:
+            sends.forget(now_ms, int(now_ms // 60_000))
+        mark = Mark(sends.total, now_ms)
+        sends.times.append(now_ms)
+        sends.tokens.append((sends.tokens[-1] if sends.tokens else sends.tokens_before) + tokens)
+        if up.limits is not None and not taken:
+            sends.pending_requests += 1
+            sends.pending_tokens += tokens
+        if self._shared:
+            cell = sends.unreported.get(slot := _slot(now_ms))
+            if cell is None:
+                sends.unreported[slot] = [1, tokens]
+            else:
+                cell[0] += 1
+                cell[1] += tokens
+            if self._timer is None:
+                self._flush_later()
+        return mark
+
+    def refused(self, up: UpstreamConfig, model: str | None, mark: Mark, tokens: int) -> None:
+        """The request ``mark`` stands for was answered 429: the provider did not count it, so
+        neither does its headroom (the configured limits count every call). Counted, the 429s
+        of a burst kept a pool predicted empty after its buckets had refilled."""
+        sends = self._sends.get((up.name, model))
+        if sends is None or mark.index < sends.first:
+            return
+        sends.refused.append((mark.index, tokens))
+        if self._shared:
+            cell = sends.unreported.setdefault(_slot(mark.t0), [0, 0])
+            cell[0] -= 1
+            cell[1] -= tokens
 
     def observe(self, up: UpstreamConfig, model: str | None, headers: Mapping[str, str],
-                mark: Mark | None = None) -> Headroom | None:  # fmt: skip
+                mark: Mark | None = None, refused: bool = False) -> Headroom | None:  # fmt: skip
         """The rate-limit headers of one answer of ``up``, if it carries any; ``mark``: what
-        ``sent`` said of its request. What this process sent after that request is not in the
-        headers (the provider counts a request as it receives it): it stays counted off them.
-        Counting it as nothing let 40 concurrent requests through on a reading of 9 left
-        (12 of them 429s, measured). Read at most once per ``OBSERVE_EVERY_S`` per deployment
-        and model: in between, what this process sends is counted off the last reading
-        (``sent``), which predicts the same exhaustion at a fraction of the cost of parsing
-        every answer (about 10 µs each)."""
+        ``sent`` said of its request. What was sent after that request is not in the headers
+        (the provider counts a request as it receives it): it stays counted off them, this
+        process's sends and the other replicas' as they report them. Counting it as nothing
+        let 40 concurrent requests through on a reading of 9 left (12 of them 429s, measured).
+        Read at most once per ``OBSERVE_EVERY_S`` per deployment and model: in between, what is
+        sent is counted off the last reading (``sent``), which predicts the same exhaustion at
+        a fraction of the cost of parsing every answer (about 10 µs each). A rate limit's
+        answer (``refused``) is always read: a reading older than it, counted down only by the
+        sends known here, let every request that waited out the 429 go at once (10 calls,
+        9 of them 429s again, measured with two replicas)."""
         key = _key("h", up.name, model)
         now = self.monotonic()
-        if now - self._observed_at.get(key, -math.inf) < OBSERVE_EVERY_S:
+        if not refused and now - self._observed_at.get(key, -math.inf) < OBSERVE_EVERY_S:
             return None
         room = headroom_of(headers, self.wall())
         if room is None:
             return None
         _bounded(self._observed_at)[key] = now
-        fields = {"at": self.wall() * 1000}
+        at = self.wall() * 1000
+        if mark is None:  # counted from now on
+            sends = self._sends.get((up.name, model))
+            mark = Mark((sends.total if sends is not None else 0) - 1, at)
+        fields = {"at": at, "t0": mark.t0}
         for name, value in (("rr", room.requests_remaining), ("rl", room.requests_limit),
                             ("rt", room.requests_reset_at_ms), ("tr", room.tokens_remaining),
                             ("tl", room.tokens_limit), ("tt", room.tokens_reset_at_ms)):  # fmt: skip
             if value is not None:
                 fields[name] = float(value)
         self._records[key] = fields
-        local = self._local_of(key)
-        if mark is None:
-            local.requests = local.tokens = 0
-        else:
-            local.requests = max(0, local.total_requests - mark.requests)
-            local.tokens = max(0, local.total_tokens - mark.tokens)
-        local.seen_at = fields["at"]
+        _bounded(self._own_readings)[key] = (at, mark.index + 1)
         _bounded(self._writes)[key] = (fields, _HEADROOM_TTL_S)
         return room
 
@@ -170,36 +285,23 @@ class PoolState:
         minute = self._minute()
         reads = []
         for up in members:
-            out_dep, out_model, hkey, nkey = _keys(up.name, model)
-            reads += [out_dep, out_model, hkey] + ([f"{nkey}#{minute}"] if up.limits is not None else [])
-        writes = [(k, f, ttl) for k, (f, ttl) in self._writes.items()]
-        self._writes.clear()
-        adds = []
-        for up in members:
-            if up.limits is None:
-                continue
-            local = self._local.get(_key("h", up.name, model))
-            if local is not None and local.pending_requests:
-                adds.append((_key("n", up.name, model) + f"#{minute}",
-                             {"n": local.pending_requests, "k": local.pending_tokens}, 120.0))  # fmt: skip
-                local.pending_requests = local.pending_tokens = 0
+            out_dep, out_model, hkey, skey, nkey = self._keys_of(up.name, model)
+            reads += [out_dep, out_model, hkey]
+            if self._shared:
+                reads += [f"{skey}#{minute - 1}", f"{skey}#{minute}"]
+            if up.limits is not None:
+                reads.append(f"{nkey}#{minute}")
         circuit_keys = [c.keys(model) for c in circuits]
-        got, recs = await self.store.records_sync(reads, writes, adds, [k for ks in circuit_keys for k in ks])
+        recs = await self._sync(reads, minute, [k for ks in circuit_keys for k in ks])
         at = 0
         for circuit, ks in zip(circuits, circuit_keys, strict=True):
             circuit.prime(ks, recs[at : at + len(ks)])
             at += len(ks)
-        records = _bounded(self._records)
-        for key, rec in zip(reads, got, strict=True):
-            records[key] = rec
         _bounded(self._read_at)[(pool, model)] = self.monotonic()
 
     def view(self, index: int, up: UpstreamConfig, model: str | None, now_ms: float) -> Deployment:
         """``up`` as of now, from the records last read plus this process's counts since."""
-        keys = self._keys.get((up.name, model))
-        if keys is None:
-            keys = _bounded(self._keys)[(up.name, model)] = _keys(up.name, model)
-        out_dep, out_model, hkey, nkey = keys
+        out_dep, out_model, hkey, skey, nkey = self._keys_of(up.name, model)
         records = self._records
         out_until, why = 0, None
         for key in (out_dep, out_model):
@@ -209,49 +311,181 @@ class PoolState:
                     continue  # the key that was refused has since been replaced in the config
                 out_until, why = int(rec["u"]), _WHY[int(rec.get("w", 0)) % len(_WHY)]
         requests_left = tokens_left = None
-        local = self._local.get(hkey) or _NONE_SENT
+        sends = self._sends.get((up.name, model))
         room = records.get(hkey)
         if room:
             at = room.get("at", -1.0)
-            if local.seen_at != at and local is not _NONE_SENT:  # another replica's newer observation
-                local.requests = local.tokens = 0
-                local.seen_at = at
+            sent_n, sent_k = self._since(hkey, skey, room, sends)
             if "rr" in room:
                 requests_left, out_until, why = _refilled(
-                    room["rr"], local.requests, room.get("rl"), room.get("rt"), at, now_ms, out_until, why)
+                    room["rr"], sent_n, room.get("rl"), room.get("rt"), at, now_ms, out_until, why)
             if "tr" in room:
                 tokens_left, out_until, why = _refilled(
-                    room["tr"], local.tokens, room.get("tl"), room.get("tt"), at, now_ms, out_until, why)
+                    room["tr"], sent_k, room.get("tl"), room.get("tt"), at, now_ms, out_until, why)
         elif up.limits is not None:
             minute = self._minute()
             usage = records.get(f"{nkey}#{minute}") or {}
             ends = (minute + 1) * 60_000
             rpm, tpm = up.limits.requests_per_minute, up.limits.tokens_per_minute
+            pending_n, pending_k = (sends.pending_requests, sends.pending_tokens) if sends else (0, 0)
             if rpm is not None:
-                requests_left, out_until, why = _left(rpm - usage.get("n", 0.0) - local.pending_requests, rpm,
+                requests_left, out_until, why = _left(rpm - usage.get("n", 0.0) - pending_n, rpm,
                                                       ends, now_ms, out_until, why)  # fmt: skip
             if tpm is not None:
-                tokens_left, out_until, why = _left(tpm - usage.get("k", 0.0) - local.pending_tokens, tpm,
+                tokens_left, out_until, why = _left(tpm - usage.get("k", 0.0) - pending_k, tpm,
                                                     ends, now_ms, out_until, why)  # fmt: skip
+        if self._used_up:
+            used_up = self._used_up.get((up.name, model), 0)
+            if used_up > max(now_ms, out_until):
+                out_until, why = used_up, SitOut.HEADROOM
         name = up.name
         return Deployment(index, name, up.weight, self.in_flight.get(name, 0), self.latency_s.get(name),
                           requests_left, tokens_left, out_until, why)  # fmt: skip
 
+    async def close(self) -> None:
+        """At shutdown: what this process sent goes to the other replicas now, not never."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._flushing is not None:
+            await asyncio.gather(self._flushing, return_exceptions=True)
+        if self._shared and self._unsent():
+            await self._flush()
+
+    # -- sends since a reading ------------------------------------------------------------------
+
+    def _since(self, hkey: str, skey: str, room: dict[str, float],
+               sends: _Sends | None) -> tuple[float, float]:  # fmt: skip
+        """The requests and tokens sent after the request whose answer ``room`` was read from:
+        this process's exactly, the other replicas' as reported (by when they were sent)."""
+        t0 = room.get("t0", room.get("at", math.inf))
+        n = k = 0.0
+        if sends is not None:
+            own = self._own_readings.get(hkey)
+            if own is not None and own[0] == room.get("at"):
+                base = own[1]  # its own reading: the sends after its request, whenever sent
+            else:  # another replica's: the sends made since its request was (at the same
+                # instant too: the cautious side)
+                base = sends.first + bisect.bisect_left(sends.times, t0)
+            n, k = sends.since(base)
+        if self._shared:
+            cached = self._others.get(hkey)
+            if cached is None or cached[0] != (self._generation, t0):
+                others = self._others_since(skey, t0, sends)
+                _bounded(self._others)[hkey] = ((self._generation, t0), others)
+            else:
+                others = cached[1]
+            n, k = n + others[0], k + others[1]
+        return n, k
+
+    def _others_since(self, skey: str, t0: float, sends: _Sends | None) -> tuple[float, float]:
+        """The other replicas' sends after ``t0``: what the store holds of every replica's, less
+        this process's own share of it. Those of the tenth of a second ``t0`` fell in count in
+        proportion to the part of it after ``t0``."""
+        n = k = 0.0
+        since = int(t0 // 60_000)
+        mine = sends.reported if sends is not None else {}
+        minute = self._minute()
+        for m in (minute - 1, minute):
+            rec = self._records.get(f"{skey}#{m}")
+            if not rec or m < since:
+                continue
+            for name, count in rec.items():
+                if name[-1] == "k":
+                    continue
+                start = m * 60_000 + int(name) * _SLOT_MS
+                if start + _SLOT_MS <= t0:
+                    continue
+                share = 1.0 if start >= t0 else (start + _SLOT_MS - t0) / _SLOT_MS
+                own = mine.get((m, int(name)))
+                n += max(0.0, count - (own[0] if own else 0)) * share
+                k += max(0.0, rec.get(name + "k", 0.0) - (own[1] if own else 0)) * share
+        return n, k
+
+    # -- the store ----------------------------------------------------------------------------
+
+    async def _sync(self, reads: list[str], minute: int, circuits: Sequence[str] = ()) -> list[CircuitRecord]:
+        """One round trip: the readings and sends not yet written go out, ``reads`` come in, with
+        the records of the sends written (what is known here of the other replicas' sends is
+        the store's count less this process's share: both must move together)."""
+        writes = [(k, f, ttl) for k, (f, ttl) in self._writes.items()]
+        self._writes.clear()
+        adds: list[tuple[str, dict[str, int], float]] = []
+        back = set(reads)
+        for (name, model), sends in self._sends.items():
+            _, _, _, skey, nkey = self._keys_of(name, model)
+            if sends.unreported:
+                by_minute: dict[int, dict[str, int]] = {}
+                for (m, slot), (n, k) in sends.unreported.items():
+                    by_minute.setdefault(m, {}).update({str(slot): n, f"{slot}k": k})
+                    cell = sends.reported.setdefault((m, slot), [0, 0])
+                    cell[0] += n
+                    cell[1] += k
+                sends.unreported.clear()
+                for m, counts in by_minute.items():
+                    adds.append((f"{skey}#{m}", counts, _SENDS_TTL_S))
+                    if m >= minute - 1 and f"{skey}#{m}" not in back:
+                        reads.append(f"{skey}#{m}")
+                        back.add(f"{skey}#{m}")
+                sends.forget(self.wall() * 1000, minute)
+            if sends.pending_requests:
+                usage = f"{nkey}#{minute}"
+                adds.append((usage, {"n": sends.pending_requests, "k": sends.pending_tokens}, _USAGE_TTL_S))
+                sends.pending_requests = sends.pending_tokens = 0
+                if usage not in back:
+                    reads.append(usage)
+                    back.add(usage)
+        self._synced_at = self.monotonic()
+        got, recs = await self.store.records_sync(reads, writes, adds, circuits)
+        records = _bounded(self._records)
+        for key, rec in zip(reads, got, strict=True):
+            records[key] = rec
+        self._generation += 1
+        return recs
+
+    def _flush_later(self, after_s: float | None = None) -> None:
+        if self._flushing is not None and not self._flushing.done():
+            return  # it reschedules itself for what came meanwhile
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (a synchronous test): sends go with the next read
+        self._timer = loop.call_later(FLUSH_S if after_s is None else after_s, self._start_flush)
+
+    def _start_flush(self) -> None:
+        self._timer = None
+        if not self._unsent() and not self._writes:
+            return  # a read took them meanwhile
+        quiet_s = self.monotonic() - self._synced_at
+        if quiet_s < FLUSH_S:  # still reading: the next read takes them, at no cost of its own
+            self._flush_later(FLUSH_S - quiet_s)
+            return
+        self._flushing = asyncio.get_running_loop().create_task(self._flush())
+        self._flushing.add_done_callback(lambda _t: self._flush_later() if self._unsent() else None)
+
+    async def _flush(self) -> None:
+        await self._sync([], self._minute())
+
+    def _unsent(self) -> bool:
+        return any(sends.unreported or sends.pending_requests for sends in self._sends.values())
+
     def _minute(self) -> int:
         return int(self.wall() // 60)
 
-    def _local_of(self, key: str) -> _Local:
-        local = self._local.get(key)
-        if local is None:
-            # Counting from the headroom known now: what is sent from here on comes off it.
-            seen = (self._records.get(key) or {}).get("at", -1.0)
-            local = _bounded(self._local)[key] = _Local(seen_at=seen)
-        return local
+    def _keys_of(self, deployment: str, model: str | None) -> tuple[str, str, str, str, str]:
+        keys = self._keys.get((deployment, model))
+        if keys is None:
+            keys = _bounded(self._keys)[(deployment, model)] = _keys(deployment, model)
+        return keys
 
 
+def _slot(wall_ms: float) -> Slot:
+    return int(wall_ms // 60_000), int(wall_ms % 60_000 // _SLOT_MS)
 
-def _refilled(remaining: float, sent: int, limit: float | None, reset: float | None, at: float, now_ms: float,
-              out_until: int, why: SitOut | None) -> tuple[float | None, int, SitOut | None]:  # fmt: skip
+
+def _refilled(remaining: float, sent: float, limit: float | None, reset: float | None, at: float,
+              now_ms: float, out_until: int,
+              why: SitOut | None) -> tuple[float | None, int, SitOut | None]:  # fmt: skip
     """A reading's headroom now. Both providers meter with buckets refilled continuously and
     state as the reset when the bucket is full again (OpenAI answers "12ms" with 4,999 of
     5,000 requests left; Anthropic's limits are "continuously replenished"), so the refill
@@ -305,7 +539,7 @@ def _key(kind: str, deployment: str, model: str | None) -> str:
     return f"{kind}:{circuit_key(deployment, model)}"
 
 
-def _keys(deployment: str, model: str | None) -> tuple[str, str, str, str]:
-    """Its sit-outs (all models, this model), its headroom, its usage (+ ``#minute``)."""
+def _keys(deployment: str, model: str | None) -> tuple[str, str, str, str, str]:
+    """Its sit-outs (all models, this model), its headroom, its sends, its usage (+ ``#minute``)."""
     return (_key("o", deployment, None), _key("o", deployment, model), _key("h", deployment, model),
-            _key("n", deployment, model))
+            _key("s", deployment, model), _key("n", deployment, model))

@@ -143,6 +143,21 @@ end
 return 1
 """
 
+# A pool deployment's configured limits, taken atomically at its pick: the request counts only
+# if this window's requests and tokens stay within them (as _LEDGER_ADMIT counts a key's), so
+# replicas that pick it at the same moment cannot each spend what the other sees as left.
+# KEYS: the window's record. ARGV: rpm, tpm (0: no such limit), tokens, ttl_ms.
+_RECORDS_TAKE = """
+local rpm, tpm, tokens = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local n = tonumber(redis.call('HGET', KEYS[1], 'n') or '0')
+local k = tonumber(redis.call('HGET', KEYS[1], 'k') or '0')
+if (rpm > 0 and n + 1 > rpm) or (tpm > 0 and k > 0 and k + tokens > tpm) then return {0, n, k} end
+n = redis.call('HINCRBY', KEYS[1], 'n', 1)
+k = redis.call('HINCRBY', KEYS[1], 'k', tokens)
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return {1, n, k}
+"""
+
 _FAILURES = (RedisError, OSError, TimeoutError)
 # Settles kept for a Redis that does not answer: a long outage at high traffic would otherwise
 # grow them without bound (each is ~300 bytes); past it, the oldest wait for their slots' TTL.
@@ -212,6 +227,7 @@ class RedisStore:
         self._ledger_admit = client.register_script(_LEDGER_ADMIT)
         self._ledger_settle = client.register_script(_LEDGER_SETTLE)
         self._admits = TurnBatch(client, self._ledger_admit)
+        self._takes = TurnBatch(client, client.register_script(_RECORDS_TAKE))
         # Reservations are settled where they were made (_ledger_keys' comment says why).
         self._local_slots: set[str] = set()
         self._unsettled: list[tuple[list[str], list[str | int]]] = []
@@ -414,6 +430,22 @@ class RedisStore:
         if not reads and not writes and not adds and not circuits:
             return [], []
         return await self._guard("records_sync", remote, lambda: _value(mine))
+
+    async def records_take(self, key: str, requests_per_minute: int | None, tokens_per_minute: int | None,
+                           tokens: int, ttl_s: float) -> tuple[bool, int, int]:
+        args = [requests_per_minute or 0, tokens_per_minute or 0, tokens, _ms(ttl_s)]
+
+        async def remote() -> tuple[bool, int, int]:
+            ok, n, k = await self._takes([self._p + "d:" + key], args)
+            # Every replica's count, mirrored: a replica that loses Redis counts on from it, not
+            # from its own sends alone (which let it spend the whole limit once more).
+            await self.local.records_sync((), [(key, {"n": float(n), "k": float(k)}, ttl_s)])
+            return bool(ok), int(n), int(k)
+
+        async def local() -> tuple[bool, int, int]:
+            return await self.local.records_take(key, requests_per_minute, tokens_per_minute, tokens, ttl_s)
+
+        return await self._guard("records_take", remote, local)
 
     # -- gateway keys' ledger -----------------------------------------------------------------
 

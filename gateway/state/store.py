@@ -10,7 +10,8 @@ outlives its purpose. Times are wall-clock epoch seconds (replicas share no mono
     budget     key -> (requests, retries)  counters over a sliding window of whole seconds
     resets     key -> reset-at epoch ms    a rate limit's reset, per upstream / model
     answers    fingerprint -> bytes        the loop breaker's remembered answers, with repeats
-    records    key -> {field: number}      a pool deployment's sit-outs, headroom and usage
+    records    key -> {field: number}      a pool deployment's sit-outs, headroom and usage; its
+                                           configured limits' count, taken atomically
     ledger     key -> counts and dollars   a gateway key's requests and tokens this minute, its
                                            requests in flight, its and its team's spend per period
 """
@@ -77,6 +78,14 @@ class StateStore(Protocol):
         seconds), add each ``adds`` increment into its record's counters (atomically, with its
         TTL), then read ``reads`` (an empty dict for an absent record) and the ``circuits``
         (as ``circuit_get``: a pool's deployments' circuits come with its records)."""
+        ...
+
+    async def records_take(self, key: str, requests_per_minute: int | None, tokens_per_minute: int | None,
+                           tokens: int, ttl_s: float) -> tuple[bool, int, int]:
+        """Atomically: count one request and ``tokens`` into the record's ``n`` and ``k`` unless
+        that would pass a limit (``k`` past ``tokens_per_minute`` only once something was
+        counted: a request larger than the whole limit still gets a window of its own); then
+        (whether it was counted, ``n``, ``k``)."""
         ...
 
     async def ledger_admit(self, a: LedgerAdmit) -> tuple[str, float]:

@@ -3,6 +3,8 @@ PoolStates on one store play two replicas; the clock is a list the test moves.""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -10,6 +12,7 @@ from multidict import CIMultiDict
 
 from gateway.config import parse_config
 from gateway.routing.pools import SitOut
+from gateway.state import pools
 from gateway.state.memory import MemoryStore
 from gateway.state.pools import PoolState, key_id
 
@@ -193,3 +196,140 @@ def test_in_flight_and_latency_are_this_process_own() -> None:
     v = a.view(0, ups[0], MODEL, T0 * 1000)
     assert v.in_flight == 1 and v.latency_s == 0.7
     assert b.view(0, ups[0], MODEL, T0 * 1000).in_flight == 0
+
+
+class SharedStore(CountingStore):
+    """The memory store standing in for Redis: a store every replica shares, where configured
+    limits are taken at the pick and sends are reported between reads."""
+
+    backend = "redis"
+
+
+def shared_replicas(clock: Clock) -> tuple[PoolState, PoolState, SharedStore]:
+    store = SharedStore(clock)
+    return PoolState(store, clock, clock), PoolState(store, clock, clock), store
+
+
+async def test_configured_limits_are_taken_from_one_count_by_every_replica() -> None:
+    """Counted after the send, each replica's own count let two replicas send the whole limit
+    each in the same moment (40 calls for 20, measured): on a shared store a pick takes its
+    request from the one count first, and the replica that finds it used up sits it out."""
+    clock = Clock()
+    a, b, store = shared_replicas(clock)
+    ups = members(", limits: {requests_per_minute: 4}")
+    assert a.takes(ups[0], MODEL) and not a.takes(members()[0], MODEL)  # only a limited deployment
+    taken = [await replica.take(ups[0], MODEL, 10) for replica in (a, b, a, b, a, b)]
+    assert taken == [True, True, True, True, False, False]
+    ends = (int(T0 // 60) + 1) * 60_000
+    for replica in (a, b):
+        v = replica.view(0, ups[0], MODEL, clock.now * 1000)
+        assert not v.serves_at(clock.now * 1000) and v.out_why is SitOut.HEADROOM and v.out_until_ms == ends
+    a.sent(ups[0], MODEL, 10, taken=True)  # counted at the take: not again
+    await a.refresh("p", ups, MODEL)
+    assert (await store.records_sync([f"n:a/{MODEL}#{int(T0 // 60)}"]))[0] == [{"n": 4, "k": 40}]
+    clock.now = ends / 1000 + 1  # the next minute: full again
+    assert a.view(0, ups[0], MODEL, clock.now * 1000).serves_at(clock.now * 1000)
+    assert await b.take(ups[0], MODEL, 10)
+
+
+async def test_a_token_limit_takes_a_request_only_while_it_fits() -> None:
+    clock = Clock()
+    a, b, _ = shared_replicas(clock)
+    ups = members(", limits: {tokens_per_minute: 100}")
+    assert await a.take(ups[0], MODEL, 150)  # larger than the whole limit: a minute of its own
+    assert not await b.take(ups[0], MODEL, 1)
+    clock.now += 60
+    assert await a.take(ups[0], MODEL, 60)
+    assert not await b.take(ups[0], MODEL, 41)
+    assert not b.view(0, ups[0], MODEL, clock.now * 1000).serves_at(clock.now * 1000)
+
+
+async def test_limits_are_not_taken_once_headers_tell_the_headroom_nor_on_one_process_memory() -> None:
+    clock = Clock()
+    a, _, _ = shared_replicas(clock)
+    ups = members(", limits: {requests_per_minute: 4}")
+    a.observe(ups[0], MODEL, openai_headers(remaining=50))
+    assert not a.takes(ups[0], MODEL)  # the headers decide, as without a shared store
+    alone, _, _ = replicas(clock)
+    assert not alone.takes(ups[0], MODEL)  # memory: counted as sent, as before
+
+
+async def test_headroom_counts_down_by_what_the_other_replicas_sent_since_the_reading() -> None:
+    """Each replica counted a reading down by its own sends alone: two replicas each spent what
+    it said was left (48 upstream 429s for 100 requests, measured). Every replica reports its
+    sends with its reads, by the tenth of a second they were sent in; a reading is counted down
+    by those sent after its request (what the tenth it was sent in holds, in proportion)."""
+    clock = Clock()
+    a, b, _ = shared_replicas(clock)
+    ups = members()
+    clock.now = T0 + 0.099
+    first = a.sent(ups[0], MODEL, 10)
+    for i in range(4):
+        clock.now = T0 + 0.15 + i / 10
+        a.sent(ups[0], MODEL, 10)
+    a.observe(ups[0], MODEL, openai_headers(remaining=19, limit=20, reset="60s"), first)
+    await a.refresh("p", ups, MODEL)  # its reading and its five sends go out
+    await b.refresh("p", ups, MODEL)
+    left = b.view(0, ups[0], MODEL, clock.now * 1000).requests_left
+    assert left == pytest.approx(15 / 20, abs=0.001)  # 19 less the 4 sent after it (and 1% of 1)
+    assert a.view(0, ups[0], MODEL, clock.now * 1000).requests_left == 15 / 20  # its own: exactly
+    for i in range(3):
+        clock.now = T0 + 0.6 + i / 10
+        b.sent(ups[0], MODEL, 10)
+    await b.refresh("p", ups, MODEL)
+    await a.refresh("p", ups, MODEL)
+    # (Plus what refilled in the 0.35 s since: the bucket is full again in 60 s.)
+    assert a.view(0, ups[0], MODEL, clock.now * 1000).requests_left == pytest.approx(12 / 20, abs=0.001)
+    # A newer reading, b's, holds every send made so far: none is taken off it again.
+    clock.now = T0 + 1
+    b.observe(ups[0], MODEL, openai_headers(remaining=12, limit=20, reset="60s"))
+    await b.refresh("p", ups, MODEL)
+    await a.refresh("p", ups, MODEL)
+    assert a.view(0, ups[0], MODEL, clock.now * 1000).requests_left == 12 / 20
+    clock.now = T0 + 1.1
+    a.sent(ups[0], MODEL, 10)
+    assert a.view(0, ups[0], MODEL, clock.now * 1000).requests_left == pytest.approx(11 / 20, abs=0.001)
+
+
+async def test_an_answer_of_429_is_always_read_and_not_counted_as_sent() -> None:
+    """A 429 within OBSERVE_EVERY_S of the last reading was not read: the older reading, which
+    still showed room, let every request that waited out the 429 go at once (nine 429s again,
+    measured). And the provider did not count the refused request: neither does the headroom."""
+    clock = Clock()
+    a, _, _ = replicas(clock)
+    ups = members()
+    first = a.sent(ups[0], MODEL, 10)
+    a.observe(ups[0], MODEL, openai_headers(remaining=5, limit=20, reset="60s"), first)
+    refused = a.sent(ups[0], MODEL, 10)
+    a.refused(ups[0], MODEL, refused, 10)
+    assert a.observe(ups[0], MODEL, openai_headers(remaining=0, limit=20, reset="60s"), refused, True) is not None
+    v = a.view(0, ups[0], MODEL, clock.now * 1000)
+    assert v.requests_left == 0.0 and v.out_why is SitOut.HEADROOM
+    assert v.out_until_ms == T0 * 1000 + 3000  # one of the 20 refilled: 60 s / 20
+    a.sent(ups[0], MODEL, 10)
+    # The refused one is no longer among the sends: one sent since the 429 was read.
+    assert a.view(0, ups[0], MODEL, clock.now * 1000).out_until_ms == T0 * 1000 + 6000
+
+
+async def test_sends_reach_the_other_replicas_without_a_read_once_a_replica_falls_quiet(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(pools, "FLUSH_S", 0.02)
+    clock = Clock()
+    a, b, store = shared_replicas(clock)
+    ups = members()
+    a.monotonic = b.monotonic = time.monotonic
+    b.observe(ups[0], MODEL, openai_headers(remaining=10))
+    await b.refresh("p", ups, MODEL)
+    await a.refresh("p", ups, MODEL)
+    syncs = store.syncs
+    for _ in range(4):
+        a.sent(ups[0], MODEL, 10)
+    await asyncio.sleep(0.1)
+    assert store.syncs == syncs + 1  # one flush for the four
+    await b.refresh("p", ups, MODEL)
+    assert b.view(0, ups[0], MODEL, clock.now * 1000).requests_left == 6 / 100
+    a.sent(ups[0], MODEL, 10)
+    await a.close()  # at shutdown, what is left goes out
+    await b.refresh("p", ups, MODEL)
+    assert b.view(0, ups[0], MODEL, clock.now * 1000).requests_left == 5 / 100

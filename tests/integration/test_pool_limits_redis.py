@@ -1,0 +1,112 @@
+"""A pool's configured limits on two replicas sharing a real redis-server: two apps in one
+test, each in front of the same two deployments (each its own fake upstream, so calls are
+counted per deployment). The limits are the operator's hard caps: every replica's picks take
+from one count in Redis, so the deployments get what their limits allow, not that per replica
+(40 calls for 20, measured before: each replica counted only its own sends)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.fakeupstream import FakeUpstream, Reply
+from tests.integration.conftest import Gateway, MakeGateway
+from tests.integration.test_state_redis import REDIS, RedisServer, redis_server
+
+pytestmark = pytest.mark.skipif(REDIS is None, reason="needs redis-server (scripts/test-deps.sh)")
+__all__ = ["redis_server"]  # fixture
+
+RPM = 10
+
+
+@pytest.fixture
+async def fakes() -> AsyncIterator[dict[str, FakeUpstream]]:
+    made = {n: await FakeUpstream().start() for n in ("c1", "c2")}
+    yield made
+    for f in made.values():
+        await f.close()
+
+
+async def _replicas(make_gateway: MakeGateway, fakes: dict[str, FakeUpstream], redis: RedisServer,
+                    limits: str = f"{{requests_per_minute: {RPM}}}") -> list[Gateway]:  # fmt: skip
+    upstreams = "".join(f"  - {{name: {n}, base_url: '{f.url}', api_key: key-{n}, limits: {limits}}}\n"
+                        for n, f in fakes.items())  # fmt: skip
+    # A patient store: a loaded test machine may take longer than the default 50 ms to answer,
+    # and an operation Redis did not answer in time is counted in this replica alone.
+    extra = (f"pools: [{{name: gpt, models: ['gpt-*'], deployments: [{', '.join(fakes)}]}}]\n"
+             f"state: {{backend: redis, url: '{redis.url}', timeout_ms: 2000}}\n")  # fmt: skip
+    return [await make_gateway(extra, fake=fakes["c1"], upstreams=upstreams) for _ in range(2)]
+
+
+def _calls(fakes: dict[str, FakeUpstream]) -> dict[str, int]:
+    return {n: len(f.chat_requests()) for n, f in fakes.items()}
+
+
+async def _same_minute() -> None:
+    """Not across a minute's end: the limits are per calendar minute."""
+    if time.time() % 60 > 55:
+        await asyncio.sleep(60 - time.time() % 60 + 0.1)
+
+
+async def _burst(gw: Gateway, n: int) -> list[int]:
+    got = await asyncio.gather(*(gw.chat({"model": "gpt-4o-mini", "messages": [
+        {"role": "user", "content": f"question {i}"}]}) for i in range(n)))  # fmt: skip
+    return [status for status, _, _ in got]
+
+
+async def test_two_replicas_send_each_deployment_its_limit_not_twice_it(
+    make_gateway: MakeGateway, fakes: dict[str, FakeUpstream], redis_server: RedisServer,
+) -> None:
+    a, b = await _replicas(make_gateway, fakes, redis_server)
+    await _same_minute()
+    statuses = [s for got in await asyncio.gather(_burst(a, 20), _burst(b, 20)) for s in got]
+    assert _calls(fakes) == {"c1": RPM, "c2": RPM}  # 20 each before: each replica sent its own 10
+    assert statuses.count(200) == 2 * RPM and statuses.count(429) == 40 - 2 * RPM
+    # The rest of the minute, neither replica calls them again.
+    for gw in (a, b):
+        status, headers, _ = await gw.chat()
+        assert status == 429 and headers["x-llm-error-type"] == "rate_limit"
+    assert _calls(fakes) == {"c1": RPM, "c2": RPM}
+
+
+async def test_a_token_limit_holds_across_replicas(
+    make_gateway: MakeGateway, fakes: dict[str, FakeUpstream], redis_server: RedisServer,
+) -> None:
+    a, b = await _replicas(make_gateway, fakes, redis_server, "{tokens_per_minute: 200}")
+    await _same_minute()
+    await asyncio.gather(_burst(a, 20), _burst(b, 20))
+    calls = _calls(fakes)
+    # Each request estimates at about 20 tokens (its bytes / 4): 200 a minute is ten of them.
+    tokens = {n: sum(round(len(r.body) / 4) for r in f.chat_requests()) for n, f in fakes.items()}
+    assert all(t <= 200 for t in tokens.values()), tokens
+    assert all(c >= 5 for c in calls.values()), calls
+
+
+async def test_retries_on_a_limited_deployment_stop_at_its_limit(
+    make_gateway: MakeGateway, fakes: dict[str, FakeUpstream], redis_server: RedisServer,
+) -> None:
+    """An outage retried on the last deployment left is one call per retry: each takes from the
+    same count as a pick does, and none goes once the limit is used up (no call is made)."""
+    a, _ = await _replicas(make_gateway, fakes, redis_server, "{requests_per_minute: 3}")
+    for f in fakes.values():
+        f.always = Reply(503, {"error": {"message": "The server is overloaded", "type": "server_error"}})
+    await _same_minute()
+    status, headers, _ = await a.chat()
+    # The first deployment is left after one attempt; the last one left gets the retries: 1 + 5
+    # of them before, now as many as its limit allows.
+    assert sorted(_calls(fakes).values()) == [1, 3]
+    assert status == 429 and headers["x-llm-error-type"] == "rate_limit", (status, headers)
+
+
+async def test_a_request_not_retried_along_the_pool_takes_from_the_same_count(
+    make_gateway: MakeGateway, fakes: dict[str, FakeUpstream], redis_server: RedisServer,
+) -> None:
+    a, b = await _replicas(make_gateway, fakes, redis_server, "{requests_per_minute: 1}")
+    await _same_minute()
+    assert [s for s, _, _ in [await gw.chat() for gw in (a, b)]] == [200, 200]
+    async with a.session.post(a.base + "/v1/embeddings", json={"model": "gpt-4o-mini", "input": "hi"}) as r:
+        assert r.status == 429 and r.headers["x-llm-error-type"] == "rate_limit"
+    assert sum(len(f.requests) for f in fakes.values()) == 2  # the embedding reached neither
