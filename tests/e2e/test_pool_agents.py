@@ -27,10 +27,11 @@ import openai
 import pytest
 
 from gateway.fake.messages import sign
+from gateway.fake.responses_rules import seal
 from tests.e2e.conftest import RunningGateway, base_env, free_port, start
 from tests.e2e.test_claude_code import claude_bin, run_claude, tool_use_turn
 from tests.e2e.test_codex import codex
-from tests.fakeupstream import FakeUpstream, Stream, sse
+from tests.fakeupstream import FakeUpstream, Seq, Stream, response_object, sse
 
 pytestmark = pytest.mark.e2e
 __all__ = ["claude_bin", "codex"]  # fixtures shared with the agents' own test modules
@@ -315,3 +316,59 @@ def test_a_claude_code_tool_loop_moved_to_a_key_of_another_organization_goes_on(
     assert "thinking" not in body  # the tool loop's own thinking went, and thinking with it
     assert all(b.get("type") not in ("thinking", "redacted_thinking")
                for m in body["messages"] if isinstance(m.get("content"), list) for b in m["content"])
+
+
+def _sealed_reasoning_then_exec(key: str | None, orgs: dict[str, str]) -> Stream:
+    """A Responses turn that reasons (its encrypted_content sealed for the organization of the
+    key that asked, as OpenAI binds it to the account), then calls Codex's exec_command."""
+    seq = Seq()
+    args = json.dumps({"cmd": "echo org-marker"})
+    call = {"id": "fc_org", "type": "function_call", "status": "completed", "call_id": "call_org_1",
+            "name": "exec_command", "arguments": args}  # fmt: skip
+    thought = {"id": "rs_org", "type": "reasoning", "summary": [],
+               "encrypted_content": seal(orgs.get(key or ""))}  # fmt: skip
+    done = {**response_object("gpt-5-codex"), "id": "resp_org", "output": [thought, call]}
+    shell = {**done, "status": "in_progress", "output": [], "usage": None}
+    return Stream([
+        seq("response.created", response=shell),
+        seq("response.output_item.added", output_index=0, item=thought),
+        seq("response.output_item.done", output_index=0, item=thought),
+        seq("response.output_item.added", output_index=1, item={**call, "status": "in_progress", "arguments": ""}),
+        seq("response.function_call_arguments.done", item_id="fc_org", output_index=1, arguments=args),
+        seq("response.output_item.done", output_index=1, item=call),
+        seq("response.completed", response=done),
+    ], then="eof")  # fmt: skip
+
+
+def test_a_codex_tool_loop_moved_to_a_key_of_another_organization_goes_on(
+    codex: Path, gateway: RunningGateway, fake: FakeUpstream, tmp_path: Path, request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    """Codex (stock settings) replays the reasoning item it got, sealed for its key's
+    organization; the key is then limited and the tool's output goes to a key of another
+    organization, which refuses it (`invalid_encrypted_content`, as OpenAI answers): the gateway
+    asks once more without the reasoning and the run ends well."""
+    orgs = {k: f"org-{k[-1]}" for k in OPENAI_KEYS}
+    fake.orgs = orgs
+    request.addfinalizer(lambda: setattr(fake, "orgs", {}))
+    served: list[str] = []
+
+    def loop(payload: dict[str, Any]) -> Any:
+        asked_by = fake._key
+        if not any(isinstance(i, dict) and i.get("type") == "function_call_output" for i in payload.get("input", [])):
+            if asked_by is not None and not served:
+                served.append(asked_by)
+                fake.keys.limited_until(asked_by, time.time() + 3600)  # from the next request on
+            return _sealed_reasoning_then_exec(asked_by, orgs)
+        return None  # the fake's own answer ends the run
+
+    fake.always = loop
+    r = _codex(codex, gateway, tmp_path / "run")
+    assert r.returncode == 0, (r.stdout, r.stderr[-2000:])
+    assert "Hello from fake." in r.stdout
+    [home] = served
+    loop_turns = [s for s in fake.responses_requests()
+                  if b"function_call_output" in s.body and s.headers.get("authorization") != f"Bearer {home}"]  # fmt: skip
+    refused = [s for s in loop_turns if b"rs_org" in s.body]
+    kept = [s for s in loop_turns if s not in refused]
+    assert len(refused) == 1 and kept
+    assert all(i.get("type") != "reasoning" for i in kept[-1].json()["input"])
