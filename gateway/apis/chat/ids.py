@@ -29,11 +29,17 @@ CHAT_ID_MAX = 40
 GEMINI_SIGNED = "__gsig_"
 
 
+def short_id(call_id: str, limit: int, digits: int) -> str:
+    """``call_id`` within ``limit`` characters: as it is, else ``call_`` and ``digits`` hex
+    digits of its SHA-256 (the same for a call and its result, so they still pair)."""
+    if len(call_id) <= limit:
+        return call_id
+    return "call_" + hashlib.sha256(call_id.encode()).hexdigest()[:digits]
+
+
 def to_chat_id(call_id: str) -> str:
     """``call_id`` as a chat upstream takes it: at most ``CHAT_ID_MAX`` characters."""
-    if len(call_id) <= CHAT_ID_MAX:
-        return call_id
-    return "call_" + hashlib.sha256(call_id.encode()).hexdigest()[: CHAT_ID_MAX - 5]
+    return short_id(call_id, CHAT_ID_MAX, CHAT_ID_MAX - 5)
 
 
 def chat_request_ids(doc: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -13,19 +13,18 @@ other ids are sent as it wrote them.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.apis.chat.ids import GEMINI_SIGNED
+from gateway.apis.chat.ids import GEMINI_SIGNED, short_id
 
 CALL_ID_MAX = 64
 
 
 def to_responses_id(call_id: str) -> str:
-    if len(call_id) <= CALL_ID_MAX:
-        return call_id
-    return "call_" + hashlib.sha256(call_id.encode()).hexdigest()[:40]
+    """``call_id`` as a Responses upstream takes it: at most ``CALL_ID_MAX`` characters
+    (``translate/chat_responses`` writes a chat request's ids the same way)."""
+    return short_id(call_id, CALL_ID_MAX, 40)
 
 
 def responses_request_ids(doc: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -19,15 +19,13 @@ response", and the openai-python SDK's ``types/responses``):
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.apis.responses.ids import to_responses_id
 from gateway.translate import typed
 from gateway.translate.base import Refusal, Target, option_kind
 from gateway.translate.typed import WrongType
-
-_CALL_ID_MAX = 64
 
 MIN_OUTPUT_TOKENS = 16
 # Chat fields sent on under the same name and meaning, each with the reader of its type.
@@ -221,9 +219,7 @@ def _upstream_id(call_id: str) -> str:
     Longer ones (another provider's, or the gateway's own Gemini ids carrying a thought
     signature) become a digest, the same for a call and its output, so they still pair; the
     client never sees it (answers carry the upstream's own ids)."""
-    if len(call_id) <= _CALL_ID_MAX:
-        return call_id
-    return "call_" + hashlib.sha256(call_id.encode()).hexdigest()[:40]
+    return to_responses_id(call_id)
 
 
 def _tool(tool: dict[str, Any], j: int) -> dict[str, Any]:
