@@ -17,7 +17,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -107,10 +107,10 @@ class Replica:
     fallbacks: list[tuple[str, str]] = field(default_factory=list)
 
 
-def _replica(url: str, timeout_s: float = TIMEOUT_S) -> Replica:
+def _replica(url: str, timeout_s: float = TIMEOUT_S, clock: Callable[[], float] = time.time) -> Replica:
     fallbacks: list[tuple[str, str]] = []
     store = RedisStore(
-        connect(url, timeout_s), MemoryStore(time.time), clock=time.time,
+        connect(url, timeout_s), MemoryStore(clock), clock=clock,
         monotonic=time.monotonic, prefix="t:", timeout_s=timeout_s, recover_s=RECOVER_S,
         on_fallback=lambda b, op, f=fallbacks: f.append((b, op)),  # type: ignore[misc]
     )  # fmt: skip
@@ -412,3 +412,29 @@ async def test_the_retry_budget_holds_its_bound_across_replicas(patient_replicas
         await budget.flush()
     assert ba.try_acquire_retry() is False
     assert not a.fallbacks and not b.fallbacks
+
+
+async def test_the_retry_budget_holds_its_bound_when_replicas_clocks_disagree(redis_server: RedisServer) -> None:
+    """The window's second is Redis's own. With each replica's clock naming it, a replica whose
+    clock ran behind read a window that ended before the other's newest bucket and confirmed
+    retries the other had already spent (the same happens without skew when Redis runs a call
+    made in one second after a call made in the next: 19 confirmed against 10, 1 run in 250)."""
+    behind = _replica(redis_server.url, PATIENT_S, clock=lambda: time.time() - 5)
+    ahead = _replica(redis_server.url, PATIENT_S)
+    try:
+        cfg = RetryBudgetConfig(ttl_s=30, min_retries_per_s=0.2, percent_can_retry=10)
+        bb = SharedBudget(behind.store, cfg, time.monotonic)
+        ba = SharedBudget(ahead.store, cfg, time.monotonic)
+        for i in range(40):
+            (bb if i % 2 else ba).record_request()
+        for budget in (bb, ba):
+            await budget.flush()
+        limit = 10  # 0.2/s x 30 s + 10 % of 40 requests
+        confirmed = [await ba.confirm_retry() for _ in range(limit)]  # the clock ahead spends it all
+        confirmed += [await bb.confirm_retry() for _ in range(limit)]
+        assert sum(confirmed) == limit
+        assert await behind.store.budget_add("global", 0, 0, 30) == (40, limit)
+        assert not behind.fallbacks and not ahead.fallbacks
+    finally:
+        for r in (behind, ahead):
+            await r.store.close()
