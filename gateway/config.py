@@ -878,8 +878,14 @@ class StateConfig(_Model):
         "the replica uses its own memory.",
     )  # fmt: skip
     recover_s: float = Field(
-        default=1.0, gt=0, description="Seconds the replica stays on its own memory after a store failure."
+        default=1.0, gt=0, description="While Redis is taken for down, how often, in seconds, a probe in the "
+        "background asks whether it answers again (the first goes at once)."
     )
+    max_connections: int = Field(
+        default=100, ge=1, le=10_000,
+        description="Most connections each gateway process opens to Redis; an operation past it waits for "
+        "one, within `timeout_ms`.",
+    )  # fmt: skip
     # Each costs a Redis round trip at most once per cache_ms, not per request.
     cache_ms: int = Field(
         default=200, ge=0, le=10_000,

@@ -126,7 +126,7 @@ class Accounts:
                                   minute_tokens=minute_tokens)  # fmt: skip
         if verdict == "ok":
             self._open[key.name] = self._open.get(key.name, 0) + 1
-            if self.closed_when_store_down and not getattr(self.store, "healthy", True):
+            if self.closed_when_store_down and self._counted_apart(slot):
                 await self.settle(reservation, {})  # undo what this replica's memory counted
                 return LimitHit("store_down", "the gateway cannot check this key's limits and budget now "
                                "(its state store is down); try again shortly", 5.0, now + 5)  # fmt: skip
@@ -139,6 +139,14 @@ class Accounts:
             *_, spend = await self.store.ledger_read(key.name, minute, round(now * 1000), [budgets[index][0]])
             in_flight = spend[0][1] if spend else 0.0
         return _refusal(key, verdict, spent, now, budgets, in_flight)
+
+    def _counted_apart(self, slot: str) -> bool:
+        """Whether this admission was counted in this replica's memory instead of the shared
+        store: the store is down, or this one operation timed out on a store that is not."""
+        if not getattr(self.store, "healthy", True):
+            return True
+        admitted_here = getattr(self.store, "admitted_here", None)
+        return admitted_here is not None and admitted_here(slot)
 
     async def _admitted(self, admit: LedgerAdmit) -> tuple[str, float]:
         """The store's verdict. A request cancelled while it waits (its client left: the server

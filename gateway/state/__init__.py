@@ -36,7 +36,7 @@ def build_store(
     assert cfg.state.url is not None  # the config validator guarantees it
     timeout_s = cfg.state.timeout_ms / 1000
     return RedisStore(
-        connect(cfg.state.url, timeout_s),
+        connect(cfg.state.url, timeout_s, cfg.state.max_connections),
         local,
         clock=clock,
         monotonic=monotonic,

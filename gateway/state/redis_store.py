@@ -17,11 +17,12 @@ import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.policy.breaker import CLOSED, MAX_TRACKED_MODELS, CircuitRecord
 from gateway.state.ledger_ops import LedgerAdmit, LedgerSettle, LedgerState
@@ -166,20 +167,34 @@ return {1, n, k}
 """
 
 _FAILURES = (RedisError, OSError, TimeoutError)
+_TIMEOUTS = (RedisTimeoutError, TimeoutError)
+# How late a deadline may fire on a loop that is keeping up (timers have millisecond grain).
+LATE_S = 0.005
 # Settles kept for a Redis that does not answer: a long outage at high traffic would otherwise
 # grow them without bound (each is ~300 bytes); past it, the oldest wait for their slots' TTL.
 MAX_UNSETTLED = 100_000
 
 
-def connect(url: str, timeout_s: float) -> Redis:
-    """A client that fails fast: our own deadline bounds every call, so no silent retries."""
-    return Redis.from_url(
+def connect(url: str, timeout_s: float, max_connections: int = 100) -> Redis:
+    """A client that fails fast: our own deadline bounds every call, so no silent retries.
+
+    Its connections are bounded, and an operation past the bound waits for one (within the
+    same deadline). redis-py's own pool refuses it at once instead ("Too many connections", at
+    100 in use by default): every burst past 100 concurrent requests took the replica off
+    Redis for ``recover_s`` (seven times in one 3,000-request run at 500 concurrent), its keys'
+    limits and budgets counted in its own memory meanwhile."""
+    pool = BlockingConnectionPool.from_url(
         url,
+        max_connections=max_connections,
+        timeout=None,  # the wait is bounded by the operation's deadline (``_guard``)
         socket_timeout=timeout_s,
         socket_connect_timeout=timeout_s,
         retry=Retry(NoBackoff(), 0),
         decode_responses=False,
     )
+    client = Redis(connection_pool=pool)
+    client.auto_close_connection_pool = True  # aclose() closes the pool, as from_url's client does
+    return client
 
 
 def _ms(seconds: float) -> int:
@@ -228,6 +243,8 @@ class RedisStore:
         self._on_fallback = on_fallback
         self._down_since: float | None = None
         self._retry_at = 0.0
+        self._answered_at = -math.inf  # when Redis last answered an operation (monotonic)
+        self._probe: asyncio.Task[None] | None = None
         self._budget = client.register_script(_BUDGET)
         self._take = client.register_script(_TAKE)
         self._mark = client.register_script(_MARK)
@@ -253,12 +270,10 @@ class RedisStore:
     async def _guard(self, op: str, remote: Callable[[], Awaitable[T]],
                      local: Callable[[], Awaitable[T]]) -> T:
         if self._down_since is not None:
-            now = self._monotonic()
-            if now < self._retry_at:
-                self._on_fallback(self.backend, op)
-                return await local()
-            # One operation tries Redis again; the rest stay local until it has answered.
-            self._retry_at = now + self._recover_s
+            self._maybe_probe()
+            self._on_fallback(self.backend, op)
+            return await local()
+        started = self._monotonic()
         try:
             async with asyncio.timeout(self._timeout_s):
                 try:
@@ -271,14 +286,64 @@ class RedisStore:
                     await self._drop_idle_connections()
                     result = await remote()
         except _FAILURES as e:
-            self._went_down(op, e)
+            if isinstance(e, _TIMEOUTS) and self._own_wait(started):
+                # Only this operation is served from memory. Taking the whole replica off
+                # Redis for recover_s made a saturated gateway count its keys' limits on its
+                # own, and warn of an outage, several times a second (deadlines of 50 ms
+                # found 55-203 ms after they began).
+                self._on_fallback(self.backend, op)
+                return await local()
+            self._went_down(op, e, self._monotonic() - started)
             self._on_fallback(self.backend, op)
             return await local()
+        self._came_back()
+        return result
+
+    def _own_wait(self, started: float) -> bool:
+        """Whether an operation's timeout was this process's slowness rather than Redis's:
+        Redis answered another operation while this one waited (the loop too busy to read the
+        answer, or every connection in use), or the deadline itself fired late (the process
+        stalled: uvloop runs due timers before it reads what arrived) while Redis had
+        answered within ``recover_s``. A Redis that answers nothing for that long is down
+        however late this process is."""
+        now = self._monotonic()
+        if self._answered_at > started:
+            return True
+        return now - started > self._timeout_s + LATE_S and now - self._answered_at < self._recover_s
+
+    def _came_back(self) -> None:
+        self._answered_at = self._monotonic()
         if self._down_since is not None:
             log.info({"event": "state_store_back", "backend": self.backend,
-                      "down_s": round(self._monotonic() - self._down_since, 1)})
+                      "down_s": round(self._answered_at - self._down_since, 1)})
             self._down_since = None
-        return result
+
+    def _maybe_probe(self) -> None:
+        """While Redis is taken for down, no request waits on it: one probe at a time, in the
+        background, asks whether it answers again, at once and then once per ``recover_s``. A
+        request's own operation was the probe before, within the request's 50 ms: a replica
+        whose loop lagged that much (a saturated process) stayed off a Redis that answered
+        every time (4.3 s in one run), and a Redis that did not answer held up one request
+        every ``recover_s``. The probe may take ``recover_s``."""
+        if self._probe is not None or self._monotonic() < self._retry_at:
+            return
+        self._retry_at = self._monotonic() + self._recover_s
+        self._probe = asyncio.get_running_loop().create_task(self._probe_once())
+
+    async def _probe_once(self) -> None:
+        try:
+            async with asyncio.timeout(max(self._timeout_s, self._recover_s)):
+                try:
+                    await self._r.ping()
+                except (RedisConnectionError, ConnectionError):
+                    await self._drop_idle_connections()  # a restarted Redis: see _guard
+                    await self._r.ping()
+        except _FAILURES:
+            self._retry_at = self._monotonic() + self._recover_s
+        else:
+            self._came_back()
+        finally:
+            self._probe = None
 
     async def _drop_idle_connections(self) -> None:
         try:
@@ -286,14 +351,15 @@ class RedisStore:
         except _FAILURES:
             pass  # closing a dead socket may complain; it is closed either way
 
-    def _went_down(self, op: str, e: BaseException) -> None:
-        now = self._monotonic()
-        self._retry_at = now + self._recover_s
+    def _went_down(self, op: str, e: BaseException, waited_s: float) -> None:
         if self._down_since is None:
-            self._down_since = now
+            self._down_since = self._monotonic()
             # The error's type, never its text or the URL: either may carry a password.
             log.warning({"event": "state_store_down", "backend": self.backend, "op": op,
-                         "error": type(e).__name__, "retry_every_s": self._recover_s})  # fmt: skip
+                         "error": type(e).__name__, "waited_ms": round(waited_s * 1000, 1),
+                         "retry_every_s": self._recover_s})  # fmt: skip
+            self._retry_at = self._down_since  # the first probe goes at once
+            self._maybe_probe()
 
     # -- circuits ------------------------------------------------------------------------------
 
@@ -538,6 +604,11 @@ class RedisStore:
             await asyncio.sleep(self._recover_s)
             await self.ledger_settle_many([])
 
+    def admitted_here(self, slot: str) -> bool:
+        """Whether the admission of ``slot`` was counted in this replica's memory (Redis did
+        not answer it in time), not in Redis; until it is settled."""
+        return slot in self._local_slots
+
     @property
     def unsettled(self) -> int:
         """Settles Redis has not taken yet (sent again with the next)."""
@@ -617,4 +688,6 @@ class RedisStore:
     async def close(self) -> None:
         if self._resender is not None:
             self._resender.cancel()
+        if self._probe is not None:
+            self._probe.cancel()
         await self._r.aclose()

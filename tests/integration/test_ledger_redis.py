@@ -15,6 +15,7 @@ from gateway.keys.registry import Budget, KeySpec
 from gateway.state.redis_store import RedisStore
 from tests.integration.test_state_redis import (
     REDIS,
+    TIMEOUT_S,
     RedisServer,
     Replica,
     patient_replicas,
@@ -262,3 +263,33 @@ async def test_what_redis_did_not_take_is_sent_when_it_answers_again_without_ano
     seen = await b.state_of(key)
     assert a_replica.store.unsettled == 0 and seen["in_flight"] == 0 and seen["budget"]["reserved_usd"] == 0
     assert isinstance(await b.admit(key, "m", 20, 10), Reservation)
+
+
+async def test_closed_refuses_an_admit_counted_in_memory_while_redis_answers_others(
+    replicas: tuple[Replica, Replica],
+) -> None:
+    """An admit that times out while Redis answers other operations is counted in this
+    replica's memory, the store staying up (a saturated loop, not a Redis outage): with
+    ``when_store_down: closed`` that request is refused all the same, never admitted on one
+    replica's count."""
+    replica, _ = replicas
+    store = replica.store
+    acc = Accounts(store, PRICES, time.time, closed_when_store_down=True)
+    key = KeySpec("erin", budget=Budget(100.0, "day"))
+    assert isinstance(await acc.admit(key, "m", 20, 10), Reservation)  # connected, scripts loaded
+    answer_in_time = store._admits
+
+    async def read_late(keys: Any, args: Any) -> Any:  # as on a loop too busy to read the answer
+        await asyncio.sleep(TIMEOUT_S * 3)
+        return await answer_in_time(keys, args)
+
+    store._admits = read_late  # type: ignore[assignment]
+    late = asyncio.create_task(acc.admit(key, "m", 20, 10))
+    await asyncio.sleep(TIMEOUT_S / 5)
+    await store.budget_add("global", 1, 0, 10)  # Redis answers another operation meanwhile
+    got = await late
+    assert isinstance(got, LimitHit) and got.kind == "store_down"
+    assert store.healthy  # one operation's wait, not an outage
+    assert replica.fallbacks == [("redis", "ledger_admit")]
+    store._admits = answer_in_time  # type: ignore[method-assign]
+    assert isinstance(await acc.admit(key, "m", 20, 10), Reservation)  # the next one counts in Redis

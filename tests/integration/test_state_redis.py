@@ -201,9 +201,11 @@ async def test_two_replicas_share_loop_breaker_answers_and_resets(patient_replic
 async def test_a_plain_request_skips_the_answer_lookup_while_no_replica_remembers_one(
     redis_server: RedisServer,
 ) -> None:
+    # Not about the time bound: a first operation (connect, load the script, run it) may take a
+    # loaded machine longer than 50 ms, and this store would then answer from its memory.
     stores = [
-        RedisStore(connect(redis_server.url, TIMEOUT_S), MemoryStore(time.time), clock=time.time,
-                   monotonic=time.monotonic, prefix="m:", timeout_s=TIMEOUT_S, answers_cache_s=cache_s)
+        RedisStore(connect(redis_server.url, PATIENT_S), MemoryStore(time.time), clock=time.time,
+                   monotonic=time.monotonic, prefix="m:", timeout_s=PATIENT_S, answers_cache_s=cache_s)
         for cache_s in (0.3, 30.0)
     ]  # fmt: skip
     a, b = stores
@@ -438,3 +440,84 @@ async def test_the_retry_budget_holds_its_bound_when_replicas_clocks_disagree(re
     finally:
         for r in (behind, ahead):
             await r.store.close()
+
+
+async def test_a_burst_past_the_connection_bound_waits_for_a_connection_and_stays_on_redis(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """redis-py's own pool refuses an operation past 100 connections in use ("Too many
+    connections"), which took the replica off Redis at every burst past 100 concurrent
+    requests. The gateway's pool makes it wait for a connection, within its deadline."""
+    caplog.set_level(logging.INFO, logger="gateway.state")
+    fallbacks: list[tuple[str, str]] = []
+    store = RedisStore(
+        connect(redis_server.url, PATIENT_S, max_connections=8), MemoryStore(time.time), clock=time.time,
+        monotonic=time.monotonic, prefix="t:", timeout_s=PATIENT_S,
+        on_fallback=lambda b, op: fallbacks.append((b, op)),
+    )  # fmt: skip
+    try:
+        await asyncio.gather(*(store.budget_add("global", 1, 0, 10) for _ in range(200)))
+        assert await store.budget_add("global", 0, 0, 10) == (200, 0)  # each one counted in Redis
+        assert not fallbacks and store.healthy
+        assert len(store._r.connection_pool._in_use_connections) + len(  # type: ignore[attr-defined]
+            store._r.connection_pool._available_connections) <= 8  # type: ignore[attr-defined]
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    finally:
+        await store.close()
+
+
+async def test_a_wait_that_was_this_process_s_own_leaves_the_replica_on_redis(redis_server: RedisServer) -> None:
+    """An operation that times out while Redis answers others (a saturated loop reads answers
+    late; every connection may be in use) is served from memory alone: the replica stays on
+    Redis. Taking it off for recover_s made a saturated gateway flap several times a second."""
+    fallbacks: list[tuple[str, str]] = []
+    store = RedisStore(
+        connect(redis_server.url, TIMEOUT_S), MemoryStore(time.time), clock=time.time,
+        monotonic=time.monotonic, prefix="t:", timeout_s=TIMEOUT_S, recover_s=RECOVER_S,
+        on_fallback=lambda b, op: fallbacks.append((b, op)),
+    )  # fmt: skip
+    try:
+        await store.budget_add("global", 0, 0, 10)  # connected, script loaded
+
+        async def held_up() -> str:  # waits past the deadline, as on a loop that lags
+            await asyncio.sleep(TIMEOUT_S * 3)
+            return "remote"
+
+        async def from_memory() -> str:
+            return "memory"
+
+        late = asyncio.create_task(store._guard("budget_add", held_up, from_memory))
+        await asyncio.sleep(TIMEOUT_S / 5)
+        assert await store.budget_add("global", 1, 0, 10) == (1, 0)  # Redis answers meanwhile
+        assert await late == "memory"
+        assert store.healthy and fallbacks == [("redis", "budget_add")]
+        assert await store.budget_add("global", 1, 0, 10) == (2, 0)  # the next one goes to Redis
+        assert fallbacks == [("redis", "budget_add")]
+    finally:
+        await store.close()
+
+
+async def test_a_replica_off_redis_finds_it_back_without_a_request_waiting(redis_server: RedisServer) -> None:
+    """Once Redis is taken for down, requests never wait on it: a probe in the background
+    finds it back (at once, then once per recover_s), with more time than a request's 50 ms."""
+    store = RedisStore(
+        connect(redis_server.url, TIMEOUT_S), MemoryStore(time.time), clock=time.time,
+        monotonic=time.monotonic, prefix="t:", timeout_s=TIMEOUT_S, recover_s=RECOVER_S,
+    )  # fmt: skip
+    try:
+        await store.budget_add("global", 1, 0, 10)
+        redis_server.freeze()
+        assert await store.budget_add("global", 1, 0, 10) == (2, 0)  # timed out: from memory
+        assert not store.healthy
+        for _ in range(20):  # every later operation is answered from memory, none waits
+            t = time.monotonic()
+            await store.budget_add("global", 0, 0, 10)
+            assert time.monotonic() - t < TIMEOUT_S / 2
+        redis_server.thaw()  # within the first probe's recover_s: it gets its answer
+        deadline = time.monotonic() + RECOVER_S * 3
+        while not store.healthy and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)  # no operation asks: the probe alone finds Redis back
+        assert store.healthy
+    finally:
+        redis_server.thaw()
+        await store.close()
