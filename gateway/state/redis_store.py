@@ -166,6 +166,7 @@ redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return {1, n, k}
 """
 
+_SCRIPTS = (_BUDGET, _TAKE, _MARK, _LEDGER_ADMIT, _LEDGER_SETTLE, _RECORDS_TAKE)
 _FAILURES = (RedisError, OSError, TimeoutError)
 _TIMEOUTS = (RedisTimeoutError, TimeoutError)
 # How late a deadline may fire on a loop that is keeping up (timers have millisecond grain).
@@ -683,6 +684,17 @@ class RedisStore:
                 await self._r.ping()
         except _FAILURES as e:
             return type(e).__name__
+        # Loaded now (Redis keeps them for every client), so that no request's first use of a
+        # script spends its deadline on NOSCRIPT and a load: three round trips in 50 ms, which
+        # a worker starting on a loaded host missed and left Redis for recover_s.
+        try:
+            async with asyncio.timeout(timeout_s):
+                pipe = self._r.pipeline(transaction=False)
+                for script in _SCRIPTS:
+                    pipe.script_load(script)
+                await pipe.execute()
+        except _FAILURES:
+            pass  # each request loads what it needs, as it did
         return None
 
     async def close(self) -> None:

@@ -521,3 +521,27 @@ async def test_a_replica_off_redis_finds_it_back_without_a_request_waiting(redis
     finally:
         redis_server.thaw()
         await store.close()
+
+
+async def test_the_start_up_check_loads_every_script_so_no_first_request_pays_for_it(
+    redis_server: RedisServer,
+) -> None:
+    """A request's first use of a script on a Redis that has not seen it costs NOSCRIPT, a
+    load and a second call within the 50 ms deadline: a worker starting on a loaded host missed
+    it and served from memory. The start-up check loads them all (Redis keeps them for every
+    client, every worker)."""
+    from gateway.state import redis_store
+
+    store = RedisStore(
+        connect(redis_server.url, PATIENT_S), MemoryStore(time.time), clock=time.time,
+        monotonic=time.monotonic, prefix="t:", timeout_s=PATIENT_S,
+    )  # fmt: skip
+    other = connect(redis_server.url, PATIENT_S)
+    try:
+        shas = [s.sha for s in (store._budget, store._take, store._mark, store._ledger_admit, store._ledger_settle)]
+        assert not any(await other.script_exists(*shas))
+        assert await store.check(PATIENT_S) is None
+        assert all(await other.script_exists(*[store._r.register_script(s).sha for s in redis_store._SCRIPTS]))
+    finally:
+        await other.aclose()
+        await store.close()
