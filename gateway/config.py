@@ -883,8 +883,8 @@ class StateConfig(_Model):
     )
     max_connections: int = Field(
         default=100, ge=1, le=10_000,
-        description="Most connections each gateway process opens to Redis; an operation past it waits for "
-        "one, within `timeout_ms`.",
+        description="Most operations each gateway process has in flight on Redis at once, each on its own "
+        "connection; one past it waits for its turn, within `timeout_ms`.",
     )  # fmt: skip
     # Each costs a Redis round trip at most once per cache_ms, not per request.
     cache_ms: int = Field(

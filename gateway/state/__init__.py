@@ -45,4 +45,6 @@ def build_store(
         recover_s=cfg.state.recover_s,
         answers_cache_s=cfg.state.cache_ms / 1000,
         on_fallback=on_fallback,
+        max_connections=cfg.state.max_connections,
+        probe_client=connect(cfg.state.url, max(timeout_s, cfg.state.recover_s), max_connections=1),
     )

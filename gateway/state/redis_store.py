@@ -17,7 +17,7 @@ import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -169,8 +169,6 @@ return {1, n, k}
 _SCRIPTS = (_BUDGET, _TAKE, _MARK, _LEDGER_ADMIT, _LEDGER_SETTLE, _RECORDS_TAKE)
 _FAILURES = (RedisError, OSError, TimeoutError)
 _TIMEOUTS = (RedisTimeoutError, TimeoutError)
-# How late a deadline may fire on a loop that is keeping up (timers have millisecond grain).
-LATE_S = 0.005
 # Settles kept for a Redis that does not answer: a long outage at high traffic would otherwise
 # grow them without bound (each is ~300 bytes); past it, the oldest wait for their slots' TTL.
 MAX_UNSETTLED = 100_000
@@ -179,23 +177,22 @@ MAX_UNSETTLED = 100_000
 def connect(url: str, timeout_s: float, max_connections: int = 100) -> Redis:
     """A client that fails fast: our own deadline bounds every call, so no silent retries.
 
-    Its connections are bounded, and an operation past the bound waits for one (within the
-    same deadline). redis-py's own pool refuses it at once instead ("Too many connections", at
-    100 in use by default): every burst past 100 concurrent requests took the replica off
-    Redis for ``recover_s`` (seven times in one 3,000-request run at 500 concurrent), its keys'
-    limits and budgets counted in its own memory meanwhile."""
-    pool = BlockingConnectionPool.from_url(
+    ``RedisStore`` holds its operations to ``max_connections`` at once, each waiting its turn
+    within its deadline; the pool has room for as many again, for batches still reading an
+    answer their callers gave up on (each for at most ``timeout_s``: the socket's timeout).
+    redis-py's pool refuses an operation past its bound at once ("Too many connections", 100
+    by default): every burst past 100 concurrent requests took the replica off Redis (seven
+    times in one 3,000-request run at 500 concurrent), its keys' limits and budgets counted in
+    its own memory meanwhile. redis-py's blocking pool would wait as well, at ~7 µs more per
+    operation than a semaphore; this costs ~2."""
+    return Redis.from_url(
         url,
-        max_connections=max_connections,
-        timeout=None,  # the wait is bounded by the operation's deadline (``_guard``)
+        max_connections=2 * max_connections,
         socket_timeout=timeout_s,
         socket_connect_timeout=timeout_s,
         retry=Retry(NoBackoff(), 0),
         decode_responses=False,
     )
-    client = Redis(connection_pool=pool)
-    client.auto_close_connection_pool = True  # aclose() closes the pool, as from_url's client does
-    return client
 
 
 def _ms(seconds: float) -> int:
@@ -233,8 +230,16 @@ class RedisStore:
         recover_s: float = 1.0,
         answers_cache_s: float = 0.2,
         on_fallback: Callable[[str, str], None] = lambda _b, _op: None,
+        max_connections: int = 100,
+        probe_client: Redis | None = None,
     ) -> None:
         self._r = client
+        # Operations at once, each on its own pooled connection. One past it waits here,
+        # within its deadline.
+        self._slots = asyncio.Semaphore(max_connections)
+        # The probe's own connection, whose socket waits as long as the probe does (``client``'s
+        # gives up at the operations' deadline, as a saturated process misses it).
+        self._probe_r = probe_client if probe_client is not None else client
         self.local = local
         self._clock = clock
         self._monotonic = monotonic
@@ -276,7 +281,7 @@ class RedisStore:
             return await local()
         started = self._monotonic()
         try:
-            async with asyncio.timeout(self._timeout_s):
+            async with asyncio.timeout(self._timeout_s), self._slots:
                 try:
                     result = await remote()
                 except (RedisConnectionError, ConnectionError):
@@ -287,30 +292,22 @@ class RedisStore:
                     await self._drop_idle_connections()
                     result = await remote()
         except _FAILURES as e:
-            if isinstance(e, _TIMEOUTS) and self._own_wait(started):
-                # Only this operation is served from memory. Taking the whole replica off
-                # Redis for recover_s made a saturated gateway count its keys' limits on its
-                # own, and warn of an outage, several times a second (deadlines of 50 ms
-                # found 55-203 ms after they began).
-                self._on_fallback(self.backend, op)
-                return await local()
-            self._went_down(op, e, self._monotonic() - started)
             self._on_fallback(self.backend, op)
+            if not isinstance(e, _TIMEOUTS):
+                self._went_down(op, type(e).__name__, self._monotonic() - started)
+            elif self._answered_at <= started and self._probe is None:
+                # Nothing answered while this one waited, which a saturated process meets as
+                # well as a dead Redis: its loop reads answers after the timers that fire while
+                # it catches up. Only a probe with more time tells them apart. Taking the
+                # replica off Redis at the first timeout made one at 500 concurrent requests
+                # leave it 2-11 times per 3,000 requests, its keys' limits counted in its own
+                # memory each time, and warn of an outage.
+                self._start_probe((op, type(e).__name__, self._monotonic() - started))
+            # Else Redis answered another operation meanwhile: the wait was this process's
+            # (its loop, or every connection in use). This operation alone is served from memory.
             return await local()
         self._came_back()
         return result
-
-    def _own_wait(self, started: float) -> bool:
-        """Whether an operation's timeout was this process's slowness rather than Redis's:
-        Redis answered another operation while this one waited (the loop too busy to read the
-        answer, or every connection in use), or the deadline itself fired late (the process
-        stalled: uvloop runs due timers before it reads what arrived) while Redis had
-        answered within ``recover_s``. A Redis that answers nothing for that long is down
-        however late this process is."""
-        now = self._monotonic()
-        if self._answered_at > started:
-            return True
-        return now - started > self._timeout_s + LATE_S and now - self._answered_at < self._recover_s
 
     def _came_back(self) -> None:
         self._answered_at = self._monotonic()
@@ -325,26 +322,32 @@ class RedisStore:
         request's own operation was the probe before, within the request's 50 ms: a replica
         whose loop lagged that much (a saturated process) stayed off a Redis that answered
         every time (4.3 s in one run), and a Redis that did not answer held up one request
-        every ``recover_s``. The probe may take ``recover_s``."""
-        if self._probe is not None or self._monotonic() < self._retry_at:
-            return
-        self._retry_at = self._monotonic() + self._recover_s
-        self._probe = asyncio.get_running_loop().create_task(self._probe_once())
+        every ``recover_s``."""
+        if self._probe is None and self._monotonic() >= self._retry_at:
+            self._start_probe(None)
 
-    async def _probe_once(self) -> None:
+    def _start_probe(self, suspect: tuple[str, str, float] | None) -> None:
+        """A PING with ``recover_s`` to answer. ``suspect``: the operation (name, error, wait)
+        whose timeout asked for it, which takes Redis for down if the PING goes unanswered."""
+        self._retry_at = self._monotonic() + self._recover_s
+        self._probe = asyncio.get_running_loop().create_task(self._probe_once(suspect))
+
+    async def _probe_once(self, suspect: tuple[str, str, float] | None) -> None:
         try:
             async with asyncio.timeout(max(self._timeout_s, self._recover_s)):
                 try:
-                    await self._r.ping()
+                    await self._probe_r.ping()
                 except (RedisConnectionError, ConnectionError):
-                    await self._drop_idle_connections()  # a restarted Redis: see _guard
-                    await self._r.ping()
+                    await self._probe_r.connection_pool.disconnect()  # a restarted Redis
+                    await self._probe_r.ping()
         except _FAILURES:
-            self._retry_at = self._monotonic() + self._recover_s
-        else:
-            self._came_back()
-        finally:
             self._probe = None
+            self._retry_at = self._monotonic() + self._recover_s
+            if suspect is not None:
+                self._went_down(*suspect)
+        else:
+            self._probe = None
+            self._came_back()
 
     async def _drop_idle_connections(self) -> None:
         try:
@@ -352,15 +355,14 @@ class RedisStore:
         except _FAILURES:
             pass  # closing a dead socket may complain; it is closed either way
 
-    def _went_down(self, op: str, e: BaseException, waited_s: float) -> None:
+    def _went_down(self, op: str, error: str, waited_s: float) -> None:
         if self._down_since is None:
             self._down_since = self._monotonic()
             # The error's type, never its text or the URL: either may carry a password.
             log.warning({"event": "state_store_down", "backend": self.backend, "op": op,
-                         "error": type(e).__name__, "waited_ms": round(waited_s * 1000, 1),
+                         "error": error, "waited_ms": round(waited_s * 1000, 1),
                          "retry_every_s": self._recover_s})  # fmt: skip
-            self._retry_at = self._down_since  # the first probe goes at once
-            self._maybe_probe()
+            self._maybe_probe()  # at once, unless a probe just failed: a restarted Redis is back in ms
 
     # -- circuits ------------------------------------------------------------------------------
 
@@ -684,6 +686,7 @@ class RedisStore:
                 await self._r.ping()
         except _FAILURES as e:
             return type(e).__name__
+        self._answered_at = self._monotonic()
         # Loaded now (Redis keeps them for every client), so that no request's first use of a
         # script spends its deadline on NOSCRIPT and a load: three round trips in 50 ms, which
         # a worker starting on a loaded host missed and left Redis for recover_s.
@@ -703,3 +706,5 @@ class RedisStore:
         if self._probe is not None:
             self._probe.cancel()
         await self._r.aclose()
+        if self._probe_r is not self._r:
+            await self._probe_r.aclose()

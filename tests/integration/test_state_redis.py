@@ -453,15 +453,15 @@ async def test_a_burst_past_the_connection_bound_waits_for_a_connection_and_stay
     fallbacks: list[tuple[str, str]] = []
     store = RedisStore(
         connect(redis_server.url, PATIENT_S, max_connections=8), MemoryStore(time.time), clock=time.time,
-        monotonic=time.monotonic, prefix="t:", timeout_s=PATIENT_S,
+        monotonic=time.monotonic, prefix="t:", timeout_s=PATIENT_S, max_connections=8,
         on_fallback=lambda b, op: fallbacks.append((b, op)),
     )  # fmt: skip
     try:
         await asyncio.gather(*(store.budget_add("global", 1, 0, 10) for _ in range(200)))
         assert await store.budget_add("global", 0, 0, 10) == (200, 0)  # each one counted in Redis
         assert not fallbacks and store.healthy
-        assert len(store._r.connection_pool._in_use_connections) + len(  # type: ignore[attr-defined]
-            store._r.connection_pool._available_connections) <= 8  # type: ignore[attr-defined]
+        pool: Any = store._r.connection_pool
+        assert len(pool._in_use_connections) + len(pool._available_connections) <= 8
         assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     finally:
         await store.close()
