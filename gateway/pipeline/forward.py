@@ -209,7 +209,8 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         merged = await list_models(request)
         if merged is not None:
             return merged
-    body = await read_body(request, svc.cfg.server.max_body_bytes, svc.cfg.timeouts.idle_s)
+    body = await read_body(request, svc.cfg.server.max_body_bytes, svc.cfg.timeouts.idle_s,
+                           svc.cfg.retry.deadline_s)
     if isinstance(body, Failure):
         return await relay(request, svc, state, body)
     ctype = request.headers.get("Content-Type", "")
@@ -314,7 +315,8 @@ def authenticate(svc: Services, request: web.Request) -> Failure | None:
 
 
 async def _admit(request: web.Request, svc: Services, dialect: Dialect) -> Inbound | Failure:
-    body = await read_body(request, svc.cfg.server.max_body_bytes, svc.cfg.timeouts.idle_s)
+    body = await read_body(request, svc.cfg.server.max_body_bytes, svc.cfg.timeouts.idle_s,
+                           svc.cfg.retry.deadline_s)
     if isinstance(body, Failure):
         return body
     doc = parse_json_object(body)

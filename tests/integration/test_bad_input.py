@@ -3,6 +3,7 @@ the gateway healthy for everyone else."""
 
 import asyncio
 import json
+import time
 
 import pytest
 
@@ -93,6 +94,31 @@ async def test_slow_client_gets_408_and_does_not_block_others(make_gateway) -> N
         assert await slow_task == 408
     except (ConnectionError, OSError):
         pass
+
+
+async def test_a_body_trickled_inside_the_idle_timeout_is_cut_at_the_request_deadline(make_gateway) -> None:
+    """Each byte inside ``idle_s``, so no wait ever timed out: the body was read for as long as
+    the client liked, a connection and a request in flight held meanwhile. All of it must come
+    within the request's deadline."""
+    gw = await make_gateway("retry: {deadline_s: 2}\n")  # idle_s is 1 s in the harness
+    sent = 0
+
+    async def trickle():
+        nonlocal sent
+        yield b'{"model": "m", "messages": [], "pad": "'
+        for _ in range(40):  # 40 x 0.3 s: 12 s, each wait well inside idle_s
+            await asyncio.sleep(0.3)
+            sent += 1
+            yield b"x"
+        yield b'"}'
+
+    t = time.monotonic()
+    async with gw.session.post(gw.base + "/v1/chat/completions", data=trickle(),
+                               headers={"Content-Type": "application/json"}) as r:
+        assert r.status == 408
+        assert (await r.json())["error"]["message"] == "the request body did not arrive within 2s"
+    assert time.monotonic() - t < 6 and sent < 20
+    assert gw.fake.requests == []
 
 
 @pytest.mark.parametrize("path", ["/v1/../admin", "/v1/%2e%2e/secrets", "/v1/files/..%2f..%2fetc", "/v1/%252e%252e/x"])
