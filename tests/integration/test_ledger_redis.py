@@ -188,18 +188,21 @@ async def test_a_slot_whose_replica_died_gives_its_reservation_back_when_it_expi
     from gateway.state.ledger_ops import LedgerAdmit
 
     dead, alive = patient_replicas
+    # The slots' clock is the replicas' now_ms, given here: a sleep past a 50 ms TTL also let a
+    # loaded machine's pause expire the dead slot before the second admit (1 run in 15).
+    t0 = time.time()
 
-    def admit(slot: str, ttl_ms: int) -> LedgerAdmit:
-        now = time.time()
-        return LedgerAdmit(key="gina", minute=int(now // 60), requests_per_minute=None, tokens_per_minute=None,
+    def admit(slot: str, ttl_ms: int, at_s: float = 0.0) -> LedgerAdmit:
+        now = t0 + at_s
+        return LedgerAdmit(key="gina", minute=int(t0 // 60), requests_per_minute=None, tokens_per_minute=None,
                            tokens=10, parallel=None, slot=slot, now_ms=round(now * 1000), slot_ttl_ms=ttl_ms,
                            budgets=(("key:gina:d", 10.0),), reserve_usd=10.0, budget_ttl_s=3600)  # fmt: skip
 
     assert (await dead.store.ledger_admit(admit("dead-1", 50)))[0] == "ok"  # then the replica dies
     assert (await alive.store.ledger_admit(admit("alive-1", 60_000)))[0].startswith("budget")  # $10 held of $10
-    await asyncio.sleep(0.1)  # the dead replica's slot expires
-    assert (await alive.store.ledger_admit(admit("alive-2", 60_000)))[0] == "ok"  # its $10 came back
-    *_, spend = await alive.store.ledger_read("gina", int(time.time() // 60), round(time.time() * 1000),
+    later = 0.1  # the dead replica's slot has expired
+    assert (await alive.store.ledger_admit(admit("alive-2", 60_000, later)))[0] == "ok"  # its $10 came back
+    *_, spend = await alive.store.ledger_read("gina", int(t0 // 60), round((t0 + later) * 1000),
                                               ["key:gina:d"])  # fmt: skip
     assert spend == [(0.0, 10.0)]  # only the live request's reserve
 
@@ -213,19 +216,20 @@ async def test_a_dead_replicas_reservation_on_a_team_budget_comes_back_to_the_te
     from gateway.state.ledger_ops import LedgerAdmit, LedgerSettle
 
     dead, alive = patient_replicas
+    t0 = time.time()  # the slots' clock, given (see the test above)
 
-    def admit(key: str, slot: str, ttl_ms: int) -> LedgerAdmit:
-        now = time.time()
-        return LedgerAdmit(key=key, minute=int(now // 60), requests_per_minute=None, tokens_per_minute=None,
+    def admit(key: str, slot: str, ttl_ms: int, at_s: float = 0.0) -> LedgerAdmit:
+        now = t0 + at_s
+        return LedgerAdmit(key=key, minute=int(t0 // 60), requests_per_minute=None, tokens_per_minute=None,
                            tokens=10, parallel=None, slot=slot, now_ms=round(now * 1000), slot_ttl_ms=ttl_ms,
                            budgets=((f"key:{key}:d", 100.0), ("team:web:m", 10.0)), reserve_usd=10.0,
                            budget_ttl_s=3600)  # fmt: skip
 
     assert (await dead.store.ledger_admit(admit("gina", "dead-1", 50)))[0] == "ok"  # then the replica dies
     assert (await alive.store.ledger_admit(admit("hugo", "alive-1", 60_000)))[0] == "budget1"  # the team's $10 held
-    await asyncio.sleep(0.1)  # the dead replica's slot expires; gina never comes back
-    assert (await alive.store.ledger_admit(admit("hugo", "alive-2", 60_000)))[0] == "ok"
-    now = time.time()
+    later = 0.1  # the dead replica's slot has expired; gina never comes back
+    assert (await alive.store.ledger_admit(admit("hugo", "alive-2", 60_000, later)))[0] == "ok"
+    now = t0 + later
     *_, spend = await alive.store.ledger_read("gina", int(now // 60), round(now * 1000), ["key:gina:d", "team:web:m"])
     assert spend == [(0.0, 10.0), (0.0, 10.0)]  # gina's own budget: given back at her next admit
     await alive.store.ledger_settle_many([LedgerSettle(key="hugo", minute=int(now // 60), token_delta=0,
@@ -233,7 +237,7 @@ async def test_a_dead_replicas_reservation_on_a_team_budget_comes_back_to_the_te
                                                        reserve_usd=10.0, cost_usd=4.0, budget_ttl_s=3600)])  # fmt: skip
     *_, spend = await alive.store.ledger_read("hugo", int(now // 60), round(now * 1000), ["key:hugo:d", "team:web:m"])
     assert spend == [(4.0, 0.0), (4.0, 0.0)]
-    assert (await alive.store.ledger_admit(admit("gina", "alive-3", 60_000)))[0] == "ok"
+    assert (await alive.store.ledger_admit(admit("gina", "alive-3", 60_000, later)))[0] == "ok"
     *_, spend = await alive.store.ledger_read("gina", int(now // 60), round(now * 1000), ["key:gina:d", "team:web:m"])
     assert spend == [(0.0, 10.0), (4.0, 10.0)]  # the dead slot given back once, not twice
 
