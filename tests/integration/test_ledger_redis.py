@@ -19,11 +19,10 @@ from tests.integration.test_state_redis import (
     Replica,
     patient_replicas,
     redis_server,
-    replicas,
 )
 
 pytestmark = pytest.mark.skipif(REDIS is None, reason="needs redis-server (scripts/test-deps.sh)")
-__all__ = ["patient_replicas", "redis_server", "replicas"]  # fixtures
+__all__ = ["patient_replicas", "redis_server"]  # fixtures
 
 # $1 per token in and out: a 20-token prompt with 10 out reserves $30; the fake answer costs $19.
 PRICES = PriceTable.of({"m": Price(1_000_000, 1_000_000)})
@@ -91,21 +90,22 @@ async def _eventually_settled(acc: Accounts, store: RedisStore, key: KeySpec) ->
 
 
 async def test_a_settle_redis_did_not_take_in_time_is_sent_again_never_applied_twice(
-    replicas: tuple[Replica, Replica], redis_server: RedisServer,
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer,
 ) -> None:
     """A Redis too slow for one settle (the helper found 50 ms was enough under load) left the
     reservation held in Redis until the period's end, the key refused as if spent: it is now
     kept and sent again, and a settle whose answer was lost is applied once."""
-    a_replica, b_replica = replicas
+    a_replica, b_replica = patient_replicas
     a, b = accounts(a_replica), accounts(b_replica)
     key = KeySpec("carol", parallel=1, budget=Budget(100.0, "day"))
     got = await a.admit(key, "m", 20, 10)
     assert isinstance(got, Reservation)
-    redis_server.freeze()
-    try:
-        await a.settle(got, USAGE)  # not answered within the bound: kept, not settled in memory
-    finally:
-        redis_server.thaw()  # the frozen server now runs what it was sent: the settle did land
+    with a_replica.bounded():
+        redis_server.freeze()
+        try:
+            await a.settle(got, USAGE)  # not answered within the bound: kept, not settled in memory
+        finally:
+            redis_server.thaw()  # the frozen server now runs what it was sent: the settle did land
     assert a_replica.store.unsettled == 1
     state = await _eventually_settled(a, a_replica.store, key)
     assert state["budget"]["spent_usd"] == 19 and state["budget"]["reserved_usd"] == 0
@@ -115,16 +115,17 @@ async def test_a_settle_redis_did_not_take_in_time_is_sent_again_never_applied_t
 
 
 async def test_an_admit_redis_ran_after_it_was_given_up_on_is_undone(
-    replicas: tuple[Replica, Replica], redis_server: RedisServer,
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer,
 ) -> None:
-    a_replica, b_replica = replicas
+    a_replica, b_replica = patient_replicas
     a, b = accounts(a_replica), accounts(b_replica)
     key = KeySpec("dave", parallel=1, budget=Budget(100.0, "day"))
-    redis_server.freeze()
-    try:
-        got = await a.admit(key, "m", 20, 10)  # given up on: admitted in this replica's memory
-    finally:
-        redis_server.thaw()  # ... and Redis runs it all the same
+    with a_replica.bounded():
+        redis_server.freeze()
+        try:
+            got = await a.admit(key, "m", 20, 10)  # given up on: admitted in this replica's memory
+        finally:
+            redis_server.thaw()  # ... and Redis runs it all the same
     assert isinstance(got, Reservation)
     await a.settle(got, USAGE)  # where it was admitted: memory
     await _eventually_settled(a, a_replica.store, key)
@@ -243,21 +244,22 @@ async def test_a_dead_replicas_reservation_on_a_team_budget_comes_back_to_the_te
 
 
 async def test_what_redis_did_not_take_is_sent_when_it_answers_again_without_another_request(
-    replicas: tuple[Replica, Replica], redis_server: RedisServer,
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer,
 ) -> None:
     """An admit given up on during a pause and settled before Redis answered again was undone
     only with this replica's next settle of a limited key: until then (an hour at most) every
     replica saw the key's one parallel slot taken and refused it. It is sent again on its own."""
-    a_replica, b_replica = replicas
+    a_replica, b_replica = patient_replicas
     a, b = accounts(a_replica), accounts(b_replica)
     key = KeySpec("erin", parallel=1, budget=Budget(100.0, "day"))
-    redis_server.freeze()
-    try:
-        got = await a.admit(key, "m", 20, 10)  # given up on: admitted in this replica's memory
-        assert isinstance(got, Reservation)
-        await a.settle(got, USAGE)  # in memory; Redis still paused
-    finally:
-        redis_server.thaw()  # the paused admit runs now
+    with a_replica.bounded():
+        redis_server.freeze()
+        try:
+            got = await a.admit(key, "m", 20, 10)  # given up on: admitted in this replica's memory
+            assert isinstance(got, Reservation)
+            await a.settle(got, USAGE)  # in memory; Redis still paused
+        finally:
+            redis_server.thaw()  # the paused admit runs now
     assert a_replica.store.unsettled == 1
     for _ in range(60):  # nothing else is asked of replica a
         await asyncio.sleep(0.05)
