@@ -69,10 +69,17 @@ local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
 return {redis.call('HGET', KEYS[1], 'b'), n}
 """
 
-# The marker lives as long as the longest-lived remembered answer: extended, never shortened.
-_MARK = """
-local ms = tonumber(ARGV[1])
-if redis.call('PTTL', KEYS[1]) < ms then redis.call('SET', KEYS[1], '1', 'PX', ms) end
+# An answer remembered (KEYS[1]: its hash; ARGV: the body, the TTL in ms), and the marker that
+# some answer is (KEYS[2]), which lives as long as the longest-lived one: extended, never
+# shortened. One script, not a pipeline holding one: such a pipeline first asks SCRIPT EXISTS
+# on a connection it takes before its own cleanup begins, and a timeout there kept that
+# connection out of the pool for good (closed by the garbage collector, with a warning).
+_PUT = """
+local ms = tonumber(ARGV[2])
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'b', ARGV[1], 'n', 0)
+redis.call('PEXPIRE', KEYS[1], ms)
+if redis.call('PTTL', KEYS[2]) < ms then redis.call('SET', KEYS[2], '1', 'PX', ms) end
 """
 
 # A gateway key's admission, atomically: every limit checked before anything is counted, so a
@@ -230,7 +237,7 @@ class RedisStore:
         self._retry_at = 0.0
         self._budget = client.register_script(_BUDGET)
         self._take = client.register_script(_TAKE)
-        self._mark = client.register_script(_MARK)
+        self._put = client.register_script(_PUT)
         self._ledger_admit = client.register_script(_LEDGER_ADMIT)
         self._ledger_settle = client.register_script(_LEDGER_SETTLE)
         self._admits = TurnBatch(client, self._ledger_admit)
@@ -568,13 +575,7 @@ class RedisStore:
         await self.local.answer_put(fingerprint, blob, ttl_s)
 
         async def remote() -> None:
-            k = self._answers + fingerprint
-            pipe = self._r.pipeline(transaction=True)
-            pipe.delete(k)
-            pipe.hset(k, mapping={"b": blob, "n": 0})
-            pipe.pexpire(k, _ms(ttl_s))
-            await self._mark(keys=[self._any_answer], args=[_ms(ttl_s)], client=pipe)
-            await pipe.execute()
+            await self._put(keys=[self._answers + fingerprint, self._any_answer], args=[blob, _ms(ttl_s)])
 
         await self._guard("answer_put", remote, lambda: _value(None))
 

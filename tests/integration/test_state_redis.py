@@ -231,6 +231,28 @@ async def test_a_plain_request_skips_the_answer_lookup_while_no_replica_remember
             await s.close()
 
 
+async def test_an_answer_put_given_up_on_gives_its_connection_back(
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer,
+) -> None:
+    """Remembering an answer was a pipeline holding a script: its SCRIPT EXISTS took a pooled
+    connection before the pipeline's own cleanup began, and a timeout there kept that
+    connection out of the pool for good, until the garbage collector closed it with an
+    "Unclosed client session" ResourceWarning (a test error under filterwarnings; a loaded
+    machine's slow answer to a healthy Redis did it too, 1 run in 20)."""
+    a, _ = patient_replicas
+    await a.store.answer_put("warm", b"x", 10)
+    pool = a.store._r.connection_pool
+    with a.bounded():
+        redis_server.freeze()
+        try:
+            await a.store.answer_put("fp", b"y", 10)  # given up on within the bound
+        finally:
+            redis_server.thaw()
+    assert not a.store.healthy and a.fallbacks == [("redis", "answer_put")]
+    assert not pool._in_use_connections  # back in the pool (or closed), none held by the dead call
+    assert await a.store.answer_take("fp") == (b"y", 1)  # local memory has it all the same
+
+
 async def test_every_key_written_has_a_ttl(patient_replicas: tuple[Replica, Replica], redis_server: RedisServer) -> None:
     a, _ = patient_replicas
     await a.store.circuit_fail([("up", "m"), ("up/m", "")], 60)
