@@ -167,19 +167,30 @@ async def test_the_half_open_probe_is_claimed_once_across_replicas(patient_repli
     assert await a.store.probe_claim("up/m", 5)
 
 
+async def _close(*budgets: SharedBudget) -> None:
+    """Before the stores close: a budget's background flush (every 0.25 s while requests
+    come) left out when the test's loop closed was destroyed pending, and its connection's
+    ResourceWarning failed whichever later test the garbage collector ran in."""
+    for budget in budgets:
+        await budget.close()
+
+
 async def test_two_replicas_share_the_retry_budget(patient_replicas: tuple[Replica, Replica]) -> None:
     a, b = patient_replicas
     cfg = RetryBudgetConfig(ttl_s=10, min_retries_per_s=0, percent_can_retry=20)
     ba, bb = SharedBudget(a.store, cfg, time.monotonic), SharedBudget(b.store, cfg, time.monotonic)
-    for _ in range(50):
-        ba.record_request()
-    await ba.flush()
-    await bb.flush()
-    assert sum(bb.try_acquire_retry() for _ in range(20)) == 10
-    await bb.flush()
-    await ba.flush()
-    assert not ba.try_acquire_retry()
-    assert await a.store.budget_add("global", 0, 0, 10) == (50, 10)
+    try:
+        for _ in range(50):
+            ba.record_request()
+        await ba.flush()
+        await bb.flush()
+        assert sum(bb.try_acquire_retry() for _ in range(20)) == 10
+        await bb.flush()
+        await ba.flush()
+        assert not ba.try_acquire_retry()
+        assert await a.store.budget_add("global", 0, 0, 10) == (50, 10)
+    finally:
+        await _close(ba, bb)
 
 
 async def test_two_replicas_share_loop_breaker_answers_and_resets(patient_replicas: tuple[Replica, Replica]) -> None:
@@ -422,26 +433,29 @@ async def test_the_retry_budget_holds_its_bound_across_replicas(patient_replicas
     a, b = patient_replicas
     cfg = RetryBudgetConfig(ttl_s=30, min_retries_per_s=0.2, percent_can_retry=10)  # the issue's storm
     ba, bb = SharedBudget(a.store, cfg, time.monotonic), SharedBudget(b.store, cfg, time.monotonic)
-    for i in range(40):
-        (ba if i % 2 else bb).record_request()
-    for budget in (ba, bb, ba):
-        await budget.flush()
-    limit = 10  # 0.2/s x 30 s + 10 % of 40 requests: docs/errors/retries.md's bound of 40 + 10 = 50 attempts
-    held = [sum(budget.hold_retry() for _ in range(30)) for budget in (ba, bb)]
-    assert held == [limit, limit]  # neither sees the other's holds: 2x the bound, so far only held
-    confirmed = await asyncio.gather(*(budget.confirm_retry() for budget in (ba, bb) for _ in range(limit)))
-    assert not a.fallbacks and not b.fallbacks, (a.fallbacks, b.fallbacks)
-    assert sum(confirmed) == limit  # what is sent: exactly the bound, across both replicas
-    assert await a.store.budget_add("global", 0, 0, 30) == (40, limit)
-    for budget in (ba, bb):
-        await budget.flush()  # concurrent confirmations may have left an older snapshot last
-    assert not ba.hold_retry() and not bb.hold_retry()  # both see it spent
-    # A continuation's retry counts at once, with the lag: both synced, the bound holds.
-    for budget in (ba, bb):
-        budget.record_request()
-        await budget.flush()
-    assert ba.try_acquire_retry() is False
-    assert not a.fallbacks and not b.fallbacks
+    try:
+        for i in range(40):
+            (ba if i % 2 else bb).record_request()
+        for budget in (ba, bb, ba):
+            await budget.flush()
+        limit = 10  # 0.2/s x 30 s + 10 % of 40 requests: docs/errors/retries.md's bound of 40 + 10 = 50 attempts
+        held = [sum(budget.hold_retry() for _ in range(30)) for budget in (ba, bb)]
+        assert held == [limit, limit]  # neither sees the other's holds: 2x the bound, so far only held
+        confirmed = await asyncio.gather(*(budget.confirm_retry() for budget in (ba, bb) for _ in range(limit)))
+        assert not a.fallbacks and not b.fallbacks, (a.fallbacks, b.fallbacks)
+        assert sum(confirmed) == limit  # what is sent: exactly the bound, across both replicas
+        assert await a.store.budget_add("global", 0, 0, 30) == (40, limit)
+        for budget in (ba, bb):
+            await budget.flush()  # concurrent confirmations may have left an older snapshot last
+        assert not ba.hold_retry() and not bb.hold_retry()  # both see it spent
+        # A continuation's retry counts at once, with the lag: both synced, the bound holds.
+        for budget in (ba, bb):
+            budget.record_request()
+            await budget.flush()
+        assert ba.try_acquire_retry() is False
+        assert not a.fallbacks and not b.fallbacks
+    finally:
+        await _close(ba, bb)
 
 
 async def test_the_retry_budget_holds_its_bound_when_replicas_clocks_disagree(redis_server: RedisServer) -> None:
@@ -451,10 +465,12 @@ async def test_the_retry_budget_holds_its_bound_when_replicas_clocks_disagree(re
     made in one second after a call made in the next: 19 confirmed against 10, 1 run in 250)."""
     behind = _replica(redis_server.url, PATIENT_S, clock=lambda: time.time() - 5)
     ahead = _replica(redis_server.url, PATIENT_S)
+    budgets: list[SharedBudget] = []
     try:
         cfg = RetryBudgetConfig(ttl_s=30, min_retries_per_s=0.2, percent_can_retry=10)
         bb = SharedBudget(behind.store, cfg, time.monotonic)
         ba = SharedBudget(ahead.store, cfg, time.monotonic)
+        budgets += (bb, ba)
         for i in range(40):
             (bb if i % 2 else ba).record_request()
         for budget in (bb, ba):
@@ -466,5 +482,6 @@ async def test_the_retry_budget_holds_its_bound_when_replicas_clocks_disagree(re
         assert await behind.store.budget_add("global", 0, 0, 30) == (40, limit)
         assert not behind.fallbacks and not ahead.fallbacks
     finally:
+        await _close(*budgets)
         for r in (behind, ahead):
             await r.store.close()
