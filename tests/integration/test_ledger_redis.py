@@ -12,7 +12,6 @@ import pytest
 from gateway.keys.ledger import Accounts, LimitHit, Reservation
 from gateway.keys.prices import Price, PriceTable
 from gateway.keys.registry import Budget, KeySpec
-from gateway.state.redis_store import RedisStore
 from tests.integration.test_state_redis import (
     REDIS,
     RedisServer,
@@ -77,16 +76,21 @@ async def test_a_refused_request_leaves_no_trace(patient_replicas: tuple[Replica
     assert state["this_minute"]["requests"] == 1 and state["budget"]["reserved_usd"] == 20
 
 
-async def _eventually_settled(acc: Accounts, store: RedisStore, key: KeySpec) -> dict[str, Any]:
-    """Once the store has sent again what Redis did not take (after its recovery wait)."""
-    state: dict[str, Any] = {}
+async def _eventually_settled(acc: Accounts, replica: Replica, key: KeySpec) -> dict[str, Any]:
+    """The key's state in Redis once the store has sent again what Redis did not take (after
+    its recovery wait). Read only then, and only from Redis: a read answered from this
+    replica's memory while the store's resender got through meanwhile was taken for Redis's
+    ('spent 0 == 19', 1 run in 10 under simulated loop stalls)."""
+    store = replica.store
     for _ in range(100):
         await acc.flush(final=True)
-        state = await acc.state_of(key)
         if store.unsettled == 0 and store.healthy:
-            return state
+            fell_back = len(replica.fallbacks)
+            state = await acc.state_of(key)
+            if len(replica.fallbacks) == fell_back:
+                return state
         await asyncio.sleep(0.05)
-    raise AssertionError(f"never settled in Redis: {state}")
+    raise AssertionError(f"never settled in Redis: unsettled {store.unsettled}, healthy {store.healthy}")
 
 
 async def test_a_settle_redis_did_not_take_in_time_is_sent_again_never_applied_twice(
@@ -107,7 +111,7 @@ async def test_a_settle_redis_did_not_take_in_time_is_sent_again_never_applied_t
         finally:
             redis_server.thaw()  # the frozen server now runs what it was sent: the settle did land
     assert a_replica.store.unsettled == 1
-    state = await _eventually_settled(a, a_replica.store, key)
+    state = await _eventually_settled(a, a_replica, key)
     assert state["budget"]["spent_usd"] == 19 and state["budget"]["reserved_usd"] == 0
     assert state["in_flight"] == 0  # the parallel slot is back
     seen = await b.state_of(key)  # every replica sees it: it is in Redis, not in a's memory
@@ -128,7 +132,7 @@ async def test_an_admit_redis_ran_after_it_was_given_up_on_is_undone(
             redis_server.thaw()  # ... and Redis runs it all the same
     assert isinstance(got, Reservation)
     await a.settle(got, USAGE)  # where it was admitted: memory
-    await _eventually_settled(a, a_replica.store, key)
+    await _eventually_settled(a, a_replica, key)
     seen = await b.state_of(key)
     # What the late admit took in Redis is given back: no slot or reservation left held there.
     assert seen["in_flight"] == 0 and seen["budget"]["reserved_usd"] == 0
@@ -144,6 +148,22 @@ async def test_an_admit_whose_client_left_meanwhile_is_given_back(
     a_replica, b_replica = patient_replicas
     a, b = accounts(a_replica), accounts(b_replica)
     key = KeySpec("erin", parallel=2, budget=Budget(100.0, "day"))
+    # The admits still out (each runs on, shielded, after its request is cancelled): the state
+    # is read once all have been answered. Polled for "none in flight" alone, a read that Redis
+    # ran before the thawed admits passed, and the next admit found their slots taken (1 run
+    # in 10 under simulated loop stalls).
+    out = 0
+    ledger_admit = a_replica.store.ledger_admit
+
+    async def counted(admit: Any) -> Any:
+        nonlocal out
+        out += 1
+        try:
+            return await ledger_admit(admit)
+        finally:
+            out -= 1
+
+    a_replica.store.ledger_admit = counted  # type: ignore[method-assign]
     redis_server.freeze()  # the admits reach Redis, which answers them only once thawed
     try:
         for _ in range(5):
@@ -154,12 +174,16 @@ async def test_an_admit_whose_client_left_meanwhile_is_given_back(
                 await waiting
     finally:
         redis_server.thaw()  # ... and runs them
-    for _ in range(100):
-        await asyncio.sleep(0.02)
-        await a.flush(final=True)
-        state = await b.state_of(key)
-        if state["in_flight"] == 0 and state["budget"]["reserved_usd"] == 0:
+    for _ in range(250):
+        if out == 0:
             break
+        await asyncio.sleep(0.02)
+    assert out == 0
+    await asyncio.sleep(0)  # each answered admit's callback: what it took, to be given back
+    if a.flusher is not None:
+        await a.flusher
+    await a.flush(final=True)
+    state = await b.state_of(key)
     assert state["in_flight"] == 0 and state["budget"]["reserved_usd"] == 0, state
     assert isinstance(await b.admit(key, "m", 20, 10), Reservation)  # the slots are free
 

@@ -171,12 +171,15 @@ async def test_two_replicas_share_circuits(patient_replicas: tuple[Replica, Repl
 
 async def test_the_half_open_probe_is_claimed_once_across_replicas(patient_replicas: tuple[Replica, Replica]) -> None:
     a, b = patient_replicas
-    assert await a.store.probe_claim("up/m", 0.3)
-    assert not await b.store.probe_claim("up/m", 0.3)
-    await asyncio.sleep(0.4)  # a prober that died: the claim expires
-    assert await b.store.probe_claim("up/m", 0.3)
-    await b.store.probe_release("up/m")
-    assert await a.store.probe_claim("up/m", 5)
+    # Held for far longer than the test takes: a 0.3 s claim could expire before b's attempt
+    # on a loaded machine (1 run in 5 under simulated loop stalls of up to 0.15 s).
+    assert await a.store.probe_claim("up/m", 60)
+    assert not await b.store.probe_claim("up/m", 60)
+    assert await a.store.probe_claim("up/n", 0.1)
+    await asyncio.sleep(0.4)  # a prober that died: its claim expires
+    assert await b.store.probe_claim("up/n", 0.3)
+    await b.store.probe_release("up/n")
+    assert await a.store.probe_claim("up/n", 5)
 
 
 async def _close(*budgets: SharedBudget) -> None:
@@ -207,23 +210,32 @@ async def test_two_replicas_share_the_retry_budget(patient_replicas: tuple[Repli
 
 async def test_two_replicas_share_loop_breaker_answers_and_resets(patient_replicas: tuple[Replica, Replica]) -> None:
     a, b = patient_replicas
-    cfg = LoopBreakerConfig(secret="shared", window_s=0.4)
+    # What is shared is read within windows far longer than the test; what ends is written
+    # with a short one, and read after it (a 0.4 s window could end before the second
+    # replica's read on a loaded machine: 1 run in 10 under simulated loop stalls).
+    cfg = LoopBreakerConfig(secret="shared", window_s=60)
     la, lb = LoopBreaker(cfg, a.store, time.time), LoopBreaker(cfg, b.store, time.time)
     fp = la.fingerprint("/v1/chat/completions", b'{"model":"m"}', "Bearer k")
     assert fp == lb.fingerprint("/v1/chat/completions", b'{"model":"m"}', "Bearer k")
-    await la.remember(fp, Answer(400, b'{"error":"bad"}', (("content-type", "application/json"),)),
-                      Classification.of(ErrorType.UNKNOWN))
+    answer = Answer(400, b'{"error":"bad"}', (("content-type", "application/json"),))
+    await la.remember(fp, answer, Classification.of(ErrorType.UNKNOWN))
     hit = await lb.recall(fp)
     assert hit is not None and (hit.status, hit.body, hit.repeats) == (400, b'{"error":"bad"}', 1)
     assert (await la.recall(fp)).repeats == 2  # type: ignore[union-attr]  # counted across replicas
+    short = LoopBreakerConfig(secret="shared", window_s=0.4)
+    sa, sb = LoopBreaker(short, a.store, time.time), LoopBreaker(short, b.store, time.time)
+    brief = sa.fingerprint("/v1/chat/completions", b'{"model":"brief"}', "Bearer k")
+    await sa.remember(brief, answer, Classification.of(ErrorType.UNKNOWN))
     await asyncio.sleep(0.5)
-    assert await lb.recall(fp) is None  # the TTL ended it in Redis
+    assert await sb.recall(brief) is None  # the TTL ended it in Redis
+    assert (await lb.recall(fp)).repeats == 3  # type: ignore[union-attr]  # the long one still there
 
-    reset = int((time.time() + 0.4) * 1000)
+    reset = int((time.time() + 60) * 1000)
     await a.store.reset_set("up/m", reset)
     assert await b.store.reset_get("up/m") == reset
+    await a.store.reset_set("up/n", int((time.time() + 0.4) * 1000))
     await asyncio.sleep(0.5)
-    assert await b.store.reset_get("up/m") is None
+    assert await b.store.reset_get("up/n") is None
     assert not a.fallbacks and not b.fallbacks
 
 
