@@ -245,6 +245,7 @@ class RedisStore:
         # Reservations are settled where they were made (_ledger_keys' comment says why).
         self._local_slots: set[str] = set()
         self._unsettled: list[tuple[list[str], list[str | int]]] = []
+        self._settling = 0  # settles out to Redis now, not yet answered
         self._resender: asyncio.Task[None] | None = None
         self._answers = prefix + "a:"
         self._any_answer = prefix + "a-any"  # exists while any replica remembers an answer
@@ -526,7 +527,11 @@ class RedisStore:
         async def later() -> None:
             self._keep_unsettled(calls)
 
-        await self._guard("ledger_settle", remote, later)
+        self._settling += len(calls)
+        try:
+            await self._guard("ledger_settle", remote, later)
+        finally:
+            self._settling -= len(calls)
 
     def _keep_unsettled(self, calls: list[tuple[list[str], list[str | int]]]) -> None:
         self._unsettled = calls + self._unsettled
@@ -547,8 +552,10 @@ class RedisStore:
 
     @property
     def unsettled(self) -> int:
-        """Settles Redis has not taken yet (sent again with the next)."""
-        return len(self._unsettled)
+        """Settles Redis has not taken yet: kept to be sent again with the next, or out now (a
+        count that left out the ones out told a caller all was settled while Redis had yet to
+        run the last of them)."""
+        return len(self._unsettled) + self._settling
 
     async def ledger_read(self, key: str, minute: int, now_ms: int, budgets: Sequence[str]) -> LedgerState:
         keys = self._ledger_keys(key, minute, budgets)

@@ -13,6 +13,7 @@ from gateway.keys.ledger import Accounts, LimitHit, Reservation
 from gateway.keys.prices import Price, PriceTable
 from gateway.keys.registry import Budget, KeySpec
 from tests.integration.test_state_redis import (
+    RECOVER_S,
     REDIS,
     RedisServer,
     Replica,
@@ -116,6 +117,34 @@ async def test_a_settle_redis_did_not_take_in_time_is_sent_again_never_applied_t
     assert state["in_flight"] == 0  # the parallel slot is back
     seen = await b.state_of(key)  # every replica sees it: it is in Redis, not in a's memory
     assert seen["budget"]["spent_usd"] == 19 and seen["in_flight"] == 0
+
+
+async def test_a_settle_out_to_redis_counts_as_unsettled_until_redis_has_answered(
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer,
+) -> None:
+    """``unsettled`` left out the settles the resender had out: at 0, a caller read the key's
+    state in Redis before the resend ran there (a slot seen held, 21 runs in 30 of a tight loop
+    under simulated loop stalls)."""
+    a_replica, _ = patient_replicas
+    a = accounts(a_replica)
+    key = KeySpec("ivan", parallel=1, budget=Budget(100.0, "day"))
+    got = await a.admit(key, "m", 20, 10)
+    assert isinstance(got, Reservation)
+    redis_server.freeze()
+    try:
+        with a_replica.bounded():
+            await a.settle(got, USAGE)  # not answered within the bound: kept
+        assert a_replica.store.unsettled == 1
+        await asyncio.sleep(RECOVER_S + 0.2)  # the resender sends it again: out, Redis still paused
+        assert a_replica.store.unsettled == 1
+    finally:
+        redis_server.thaw()
+    for _ in range(100):
+        if a_replica.store.unsettled == 0:
+            break
+        await asyncio.sleep(0.05)
+    state = await a.state_of(key)  # at 0, Redis has run it
+    assert state["in_flight"] == 0 and state["budget"]["spent_usd"] == 19 and state["budget"]["reserved_usd"] == 0
 
 
 async def test_an_admit_redis_ran_after_it_was_given_up_on_is_undone(
