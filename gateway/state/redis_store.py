@@ -70,10 +70,17 @@ local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
 return {redis.call('HGET', KEYS[1], 'b'), n}
 """
 
-# The marker lives as long as the longest-lived remembered answer: extended, never shortened.
-_MARK = """
-local ms = tonumber(ARGV[1])
-if redis.call('PTTL', KEYS[1]) < ms then redis.call('SET', KEYS[1], '1', 'PX', ms) end
+# An answer remembered (KEYS[1]: its hash; ARGV: the body, the TTL in ms), and the marker that
+# some answer is (KEYS[2]), which lives as long as the longest-lived one: extended, never
+# shortened. One script, not a pipeline holding one: such a pipeline first asks SCRIPT EXISTS
+# on a connection it takes before its own cleanup begins, and a timeout there kept that
+# connection out of the pool for good (closed by the garbage collector, with a warning).
+_PUT = """
+local ms = tonumber(ARGV[2])
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'b', ARGV[1], 'n', 0)
+redis.call('PEXPIRE', KEYS[1], ms)
+if redis.call('PTTL', KEYS[2]) < ms then redis.call('SET', KEYS[2], '1', 'PX', ms) end
 """
 
 # A gateway key's admission, atomically: every limit checked before anything is counted, so a
@@ -166,7 +173,7 @@ redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return {1, n, k}
 """
 
-_SCRIPTS = (_BUDGET, _TAKE, _MARK, _LEDGER_ADMIT, _LEDGER_SETTLE, _RECORDS_TAKE)
+_SCRIPTS = (_BUDGET, _TAKE, _PUT, _LEDGER_ADMIT, _LEDGER_SETTLE, _RECORDS_TAKE)
 _FAILURES = (RedisError, OSError, TimeoutError)
 _TIMEOUTS = (RedisTimeoutError, TimeoutError)
 # Settles kept for a Redis that does not answer: a long outage at high traffic would otherwise
@@ -253,7 +260,7 @@ class RedisStore:
         self._probe: asyncio.Task[None] | None = None
         self._budget = client.register_script(_BUDGET)
         self._take = client.register_script(_TAKE)
-        self._mark = client.register_script(_MARK)
+        self._put = client.register_script(_PUT)
         self._ledger_admit = client.register_script(_LEDGER_ADMIT)
         self._ledger_settle = client.register_script(_LEDGER_SETTLE)
         self._admits = TurnBatch(client, self._ledger_admit)
@@ -261,6 +268,7 @@ class RedisStore:
         # Reservations are settled where they were made (_ledger_keys' comment says why).
         self._local_slots: set[str] = set()
         self._unsettled: list[tuple[list[str], list[str | int]]] = []
+        self._settling = 0  # settles out to Redis now, not yet answered
         self._resender: asyncio.Task[None] | None = None
         self._answers = prefix + "a:"
         self._any_answer = prefix + "a-any"  # exists while any replica remembers an answer
@@ -588,7 +596,11 @@ class RedisStore:
         async def later() -> None:
             self._keep_unsettled(calls)
 
-        await self._guard("ledger_settle", remote, later)
+        self._settling += len(calls)
+        try:
+            await self._guard("ledger_settle", remote, later)
+        finally:
+            self._settling -= len(calls)
 
     def _keep_unsettled(self, calls: list[tuple[list[str], list[str | int]]]) -> None:
         self._unsettled = calls + self._unsettled
@@ -614,8 +626,10 @@ class RedisStore:
 
     @property
     def unsettled(self) -> int:
-        """Settles Redis has not taken yet (sent again with the next)."""
-        return len(self._unsettled)
+        """Settles Redis has not taken yet: kept to be sent again with the next, or out now (a
+        count that left out the ones out told a caller all was settled while Redis had yet to
+        run the last of them)."""
+        return len(self._unsettled) + self._settling
 
     async def ledger_read(self, key: str, minute: int, now_ms: int, budgets: Sequence[str]) -> LedgerState:
         keys = self._ledger_keys(key, minute, budgets)
@@ -642,13 +656,7 @@ class RedisStore:
         await self.local.answer_put(fingerprint, blob, ttl_s)
 
         async def remote() -> None:
-            k = self._answers + fingerprint
-            pipe = self._r.pipeline(transaction=True)
-            pipe.delete(k)
-            pipe.hset(k, mapping={"b": blob, "n": 0})
-            pipe.pexpire(k, _ms(ttl_s))
-            await self._mark(keys=[self._any_answer], args=[_ms(ttl_s)], client=pipe)
-            await pipe.execute()
+            await self._put(keys=[self._answers + fingerprint, self._any_answer], args=[blob, _ms(ttl_s)])
 
         await self._guard("answer_put", remote, lambda: _value(None))
 

@@ -300,6 +300,7 @@ class SharedBudget:
         self._shared_at = -float("inf")
         self._task: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._closed = False
 
     def record_request(self) -> None:
         self._pending[0] += 1
@@ -365,7 +366,7 @@ class SharedBudget:
         self._shared_at = self._monotonic()
 
     def _schedule(self) -> None:
-        if self._timer is not None or (self._task is not None and not self._task.done()):
+        if self._closed or self._timer is not None or (self._task is not None and not self._task.done()):
             return
         try:
             loop = asyncio.get_running_loop()
@@ -380,6 +381,9 @@ class SharedBudget:
         self._task.add_done_callback(lambda _t: self._schedule() if any(self._pending) else None)
 
     async def close(self) -> None:
+        # Nothing is scheduled after this, not even by the end of the flush that is out (it
+        # would schedule the counts made meanwhile): the store is closed next.
+        self._closed = True
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

@@ -15,16 +15,16 @@ from gateway.keys.registry import Budget, KeySpec
 from gateway.state.memory import MemoryStore
 from gateway.state.redis_store import RedisStore, connect
 from tests.integration.test_state_redis import (
+    RECOVER_S,
     REDIS,
     RedisServer,
     Replica,
     patient_replicas,
     redis_server,
-    replicas,
 )
 
 pytestmark = pytest.mark.skipif(REDIS is None, reason="needs redis-server (scripts/test-deps.sh)")
-__all__ = ["patient_replicas", "redis_server", "replicas"]  # fixtures
+__all__ = ["patient_replicas", "redis_server"]  # fixtures
 
 # $1 per token in and out: a 20-token prompt with 10 out reserves $30; the fake answer costs $19.
 PRICES = PriceTable.of({"m": Price(1_000_000, 1_000_000)})
@@ -79,56 +79,91 @@ async def test_a_refused_request_leaves_no_trace(patient_replicas: tuple[Replica
     assert state["this_minute"]["requests"] == 1 and state["budget"]["reserved_usd"] == 20
 
 
-async def _eventually_settled(acc: Accounts, store: RedisStore, key: KeySpec) -> dict[str, Any]:
-    """Once the store has sent again what Redis did not take (after its recovery wait)."""
-    state: dict[str, Any] = {}
+async def _eventually_settled(acc: Accounts, replica: Replica, key: KeySpec) -> dict[str, Any]:
+    """The key's state in Redis once the store has sent again what Redis did not take (after
+    its recovery wait). Read only then, and only from Redis: a read answered from this
+    replica's memory while the store's resender got through meanwhile was taken for Redis's
+    ('spent 0 == 19', 1 run in 10 under simulated loop stalls)."""
+    store = replica.store
     for _ in range(100):
         await acc.flush(final=True)
-        state = await acc.state_of(key)
         if store.unsettled == 0 and store.healthy:
-            return state
+            fell_back = len(replica.fallbacks)
+            state = await acc.state_of(key)
+            if len(replica.fallbacks) == fell_back:
+                return state
         await asyncio.sleep(0.05)
-    raise AssertionError(f"never settled in Redis: {state}")
+    raise AssertionError(f"never settled in Redis: unsettled {store.unsettled}, healthy {store.healthy}")
 
 
 async def test_a_settle_redis_did_not_take_in_time_is_sent_again_never_applied_twice(
-    replicas: tuple[Replica, Replica], redis_server: RedisServer,
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer,
 ) -> None:
     """A Redis too slow for one settle (the helper found 50 ms was enough under load) left the
     reservation held in Redis until the period's end, the key refused as if spent: it is now
     kept and sent again, and a settle whose answer was lost is applied once."""
-    a_replica, b_replica = replicas
+    a_replica, b_replica = patient_replicas
     a, b = accounts(a_replica), accounts(b_replica)
     key = KeySpec("carol", parallel=1, budget=Budget(100.0, "day"))
     got = await a.admit(key, "m", 20, 10)
     assert isinstance(got, Reservation)
-    redis_server.freeze()
-    try:
-        await a.settle(got, USAGE)  # not answered within the bound: kept, not settled in memory
-    finally:
-        redis_server.thaw()  # the frozen server now runs what it was sent: the settle did land
+    with a_replica.bounded():
+        redis_server.freeze()
+        try:
+            await a.settle(got, USAGE)  # not answered within the bound: kept, not settled in memory
+        finally:
+            redis_server.thaw()  # the frozen server now runs what it was sent: the settle did land
     assert a_replica.store.unsettled == 1
-    state = await _eventually_settled(a, a_replica.store, key)
+    state = await _eventually_settled(a, a_replica, key)
     assert state["budget"]["spent_usd"] == 19 and state["budget"]["reserved_usd"] == 0
     assert state["in_flight"] == 0  # the parallel slot is back
     seen = await b.state_of(key)  # every replica sees it: it is in Redis, not in a's memory
     assert seen["budget"]["spent_usd"] == 19 and seen["in_flight"] == 0
 
 
-async def test_an_admit_redis_ran_after_it_was_given_up_on_is_undone(
-    replicas: tuple[Replica, Replica], redis_server: RedisServer,
+async def test_a_settle_out_to_redis_counts_as_unsettled_until_redis_has_answered(
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer,
 ) -> None:
-    a_replica, b_replica = replicas
-    a, b = accounts(a_replica), accounts(b_replica)
-    key = KeySpec("dave", parallel=1, budget=Budget(100.0, "day"))
+    """``unsettled`` left out the settles the resender had out: at 0, a caller read the key's
+    state in Redis before the resend ran there (a slot seen held, 21 runs in 30 of a tight loop
+    under simulated loop stalls)."""
+    a_replica, _ = patient_replicas
+    a = accounts(a_replica)
+    key = KeySpec("ivan", parallel=1, budget=Budget(100.0, "day"))
+    got = await a.admit(key, "m", 20, 10)
+    assert isinstance(got, Reservation)
     redis_server.freeze()
     try:
-        got = await a.admit(key, "m", 20, 10)  # given up on: admitted in this replica's memory
+        with a_replica.bounded():
+            await a.settle(got, USAGE)  # not answered within the bound: kept
+        assert a_replica.store.unsettled == 1
+        await asyncio.sleep(RECOVER_S + 0.2)  # the resender sends it again: out, Redis still paused
+        assert a_replica.store.unsettled == 1
     finally:
-        redis_server.thaw()  # ... and Redis runs it all the same
+        redis_server.thaw()
+    for _ in range(100):
+        if a_replica.store.unsettled == 0:
+            break
+        await asyncio.sleep(0.05)
+    state = await a.state_of(key)  # at 0, Redis has run it
+    assert state["in_flight"] == 0 and state["budget"]["spent_usd"] == 19 and state["budget"]["reserved_usd"] == 0
+
+
+async def test_an_admit_redis_ran_after_it_was_given_up_on_is_undone(
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer,
+) -> None:
+    a_replica, b_replica = patient_replicas
+    a, b = accounts(a_replica), accounts(b_replica)
+    key = KeySpec("dave", parallel=1, budget=Budget(100.0, "day"))
+    with a_replica.bounded():
+        redis_server.freeze()
+        try:
+            got = await a.admit(key, "m", 20, 10)  # given up on: admitted in this replica's memory
+        finally:
+            redis_server.thaw()  # ... and Redis runs it all the same
     assert isinstance(got, Reservation)
     await a.settle(got, USAGE)  # where it was admitted: memory
-    await _eventually_settled(a, a_replica.store, key)
+    await _eventually_settled(a, a_replica, key)
     seen = await b.state_of(key)
     # What the late admit took in Redis is given back: no slot or reservation left held there.
     assert seen["in_flight"] == 0 and seen["budget"]["reserved_usd"] == 0
@@ -144,6 +179,22 @@ async def test_an_admit_whose_client_left_meanwhile_is_given_back(
     a_replica, b_replica = patient_replicas
     a, b = accounts(a_replica), accounts(b_replica)
     key = KeySpec("erin", parallel=2, budget=Budget(100.0, "day"))
+    # The admits still out (each runs on, shielded, after its request is cancelled): the state
+    # is read once all have been answered. Polled for "none in flight" alone, a read that Redis
+    # ran before the thawed admits passed, and the next admit found their slots taken (1 run
+    # in 10 under simulated loop stalls).
+    out = 0
+    ledger_admit = a_replica.store.ledger_admit
+
+    async def counted(admit: Any) -> Any:
+        nonlocal out
+        out += 1
+        try:
+            return await ledger_admit(admit)
+        finally:
+            out -= 1
+
+    a_replica.store.ledger_admit = counted  # type: ignore[method-assign]
     redis_server.freeze()  # the admits reach Redis, which answers them only once thawed
     try:
         for _ in range(5):
@@ -154,12 +205,16 @@ async def test_an_admit_whose_client_left_meanwhile_is_given_back(
                 await waiting
     finally:
         redis_server.thaw()  # ... and runs them
-    for _ in range(100):
-        await asyncio.sleep(0.02)
-        await a.flush(final=True)
-        state = await b.state_of(key)
-        if state["in_flight"] == 0 and state["budget"]["reserved_usd"] == 0:
+    for _ in range(250):
+        if out == 0:
             break
+        await asyncio.sleep(0.02)
+    assert out == 0
+    await asyncio.sleep(0)  # each answered admit's callback: what it took, to be given back
+    if a.flusher is not None:
+        await a.flusher
+    await a.flush(final=True)
+    state = await b.state_of(key)
     assert state["in_flight"] == 0 and state["budget"]["reserved_usd"] == 0, state
     assert isinstance(await b.admit(key, "m", 20, 10), Reservation)  # the slots are free
 
@@ -189,18 +244,21 @@ async def test_a_slot_whose_replica_died_gives_its_reservation_back_when_it_expi
     from gateway.state.ledger_ops import LedgerAdmit
 
     dead, alive = patient_replicas
+    # The slots' clock is the replicas' now_ms, given here: a sleep past a 50 ms TTL also let a
+    # loaded machine's pause expire the dead slot before the second admit (1 run in 15).
+    t0 = time.time()
 
-    def admit(slot: str, ttl_ms: int) -> LedgerAdmit:
-        now = time.time()
-        return LedgerAdmit(key="gina", minute=int(now // 60), requests_per_minute=None, tokens_per_minute=None,
+    def admit(slot: str, ttl_ms: int, at_s: float = 0.0) -> LedgerAdmit:
+        now = t0 + at_s
+        return LedgerAdmit(key="gina", minute=int(t0 // 60), requests_per_minute=None, tokens_per_minute=None,
                            tokens=10, parallel=None, slot=slot, now_ms=round(now * 1000), slot_ttl_ms=ttl_ms,
                            budgets=(("key:gina:d", 10.0),), reserve_usd=10.0, budget_ttl_s=3600)  # fmt: skip
 
     assert (await dead.store.ledger_admit(admit("dead-1", 50)))[0] == "ok"  # then the replica dies
     assert (await alive.store.ledger_admit(admit("alive-1", 60_000)))[0].startswith("budget")  # $10 held of $10
-    await asyncio.sleep(0.1)  # the dead replica's slot expires
-    assert (await alive.store.ledger_admit(admit("alive-2", 60_000)))[0] == "ok"  # its $10 came back
-    *_, spend = await alive.store.ledger_read("gina", int(time.time() // 60), round(time.time() * 1000),
+    later = 0.1  # the dead replica's slot has expired
+    assert (await alive.store.ledger_admit(admit("alive-2", 60_000, later)))[0] == "ok"  # its $10 came back
+    *_, spend = await alive.store.ledger_read("gina", int(t0 // 60), round((t0 + later) * 1000),
                                               ["key:gina:d"])  # fmt: skip
     assert spend == [(0.0, 10.0)]  # only the live request's reserve
 
@@ -214,19 +272,20 @@ async def test_a_dead_replicas_reservation_on_a_team_budget_comes_back_to_the_te
     from gateway.state.ledger_ops import LedgerAdmit, LedgerSettle
 
     dead, alive = patient_replicas
+    t0 = time.time()  # the slots' clock, given (see the test above)
 
-    def admit(key: str, slot: str, ttl_ms: int) -> LedgerAdmit:
-        now = time.time()
-        return LedgerAdmit(key=key, minute=int(now // 60), requests_per_minute=None, tokens_per_minute=None,
+    def admit(key: str, slot: str, ttl_ms: int, at_s: float = 0.0) -> LedgerAdmit:
+        now = t0 + at_s
+        return LedgerAdmit(key=key, minute=int(t0 // 60), requests_per_minute=None, tokens_per_minute=None,
                            tokens=10, parallel=None, slot=slot, now_ms=round(now * 1000), slot_ttl_ms=ttl_ms,
                            budgets=((f"key:{key}:d", 100.0), ("team:web:m", 10.0)), reserve_usd=10.0,
                            budget_ttl_s=3600)  # fmt: skip
 
     assert (await dead.store.ledger_admit(admit("gina", "dead-1", 50)))[0] == "ok"  # then the replica dies
     assert (await alive.store.ledger_admit(admit("hugo", "alive-1", 60_000)))[0] == "budget1"  # the team's $10 held
-    await asyncio.sleep(0.1)  # the dead replica's slot expires; gina never comes back
-    assert (await alive.store.ledger_admit(admit("hugo", "alive-2", 60_000)))[0] == "ok"
-    now = time.time()
+    later = 0.1  # the dead replica's slot has expired; gina never comes back
+    assert (await alive.store.ledger_admit(admit("hugo", "alive-2", 60_000, later)))[0] == "ok"
+    now = t0 + later
     *_, spend = await alive.store.ledger_read("gina", int(now // 60), round(now * 1000), ["key:gina:d", "team:web:m"])
     assert spend == [(0.0, 10.0), (0.0, 10.0)]  # gina's own budget: given back at her next admit
     await alive.store.ledger_settle_many([LedgerSettle(key="hugo", minute=int(now // 60), token_delta=0,
@@ -234,27 +293,28 @@ async def test_a_dead_replicas_reservation_on_a_team_budget_comes_back_to_the_te
                                                        reserve_usd=10.0, cost_usd=4.0, budget_ttl_s=3600)])  # fmt: skip
     *_, spend = await alive.store.ledger_read("hugo", int(now // 60), round(now * 1000), ["key:hugo:d", "team:web:m"])
     assert spend == [(4.0, 0.0), (4.0, 0.0)]
-    assert (await alive.store.ledger_admit(admit("gina", "alive-3", 60_000)))[0] == "ok"
+    assert (await alive.store.ledger_admit(admit("gina", "alive-3", 60_000, later)))[0] == "ok"
     *_, spend = await alive.store.ledger_read("gina", int(now // 60), round(now * 1000), ["key:gina:d", "team:web:m"])
     assert spend == [(0.0, 10.0), (4.0, 10.0)]  # the dead slot given back once, not twice
 
 
 async def test_what_redis_did_not_take_is_sent_when_it_answers_again_without_another_request(
-    replicas: tuple[Replica, Replica], redis_server: RedisServer,
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer,
 ) -> None:
     """An admit given up on during a pause and settled before Redis answered again was undone
     only with this replica's next settle of a limited key: until then (an hour at most) every
     replica saw the key's one parallel slot taken and refused it. It is sent again on its own."""
-    a_replica, b_replica = replicas
+    a_replica, b_replica = patient_replicas
     a, b = accounts(a_replica), accounts(b_replica)
     key = KeySpec("erin", parallel=1, budget=Budget(100.0, "day"))
-    redis_server.freeze()
-    try:
-        got = await a.admit(key, "m", 20, 10)  # given up on: admitted in this replica's memory
-        assert isinstance(got, Reservation)
-        await a.settle(got, USAGE)  # in memory; Redis still paused
-    finally:
-        redis_server.thaw()  # the paused admit runs now
+    with a_replica.bounded():
+        redis_server.freeze()
+        try:
+            got = await a.admit(key, "m", 20, 10)  # given up on: admitted in this replica's memory
+            assert isinstance(got, Reservation)
+            await a.settle(got, USAGE)  # in memory; Redis still paused
+        finally:
+            redis_server.thaw()  # the paused admit runs now
     assert a_replica.store.unsettled == 1
     for _ in range(60):  # nothing else is asked of replica a
         await asyncio.sleep(0.05)

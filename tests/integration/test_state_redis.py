@@ -8,6 +8,7 @@ back to Redis by itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
@@ -107,6 +108,30 @@ class Replica:
     store: RedisStore
     fallbacks: list[tuple[str, str]] = field(default_factory=list)
 
+    @contextlib.contextmanager
+    def bounded(self, timeout_s: float = TIMEOUT_S) -> Iterator[None]:
+        """The outage's part of a test: each operation given up on after ``timeout_s``, the
+        bound under test. Outside it the replica waits as long as it was made to (PATIENT_S),
+        so that a loaded machine's slow answer before or after the outage is not taken for one
+        (a 50 ms bound there sent an admit to local state, 1 run in 27 under a CPU hog)."""
+        patient = self.store._timeout_s
+        self._time_out_after(timeout_s)
+        try:
+            yield
+        finally:
+            self._time_out_after(patient)
+
+    def _time_out_after(self, timeout_s: float) -> None:
+        """As redis_store.connect makes the gateway's client: the store's own deadline and its
+        sockets' timeouts alike, on the connections already pooled too. (The sockets' are the
+        backstop: on Python 3.11 the wait_for in redis-py's send can swallow the deadline's
+        cancellation when the send completes in the same loop turn, and the read goes on.)"""
+        self.store._timeout_s = timeout_s
+        pool = self.store._r.connection_pool
+        pool.connection_kwargs.update(socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        for c in (*pool._available_connections, *pool._in_use_connections):
+            c.socket_timeout = c.socket_connect_timeout = timeout_s
+
 
 def _replica(url: str, timeout_s: float = TIMEOUT_S, clock: Callable[[], float] = time.time) -> Replica:
     fallbacks: list[tuple[str, str]] = []
@@ -118,15 +143,8 @@ def _replica(url: str, timeout_s: float = TIMEOUT_S, clock: Callable[[], float] 
     return Replica(store, fallbacks)
 
 
-@pytest.fixture
-async def replicas(redis_server: RedisServer) -> AsyncIterator[tuple[Replica, Replica]]:
-    made = [_replica(redis_server.url) for _ in range(2)]
-    yield made[0], made[1]
-    for r in made:
-        await r.store.close()
-
-
 # For what is not about the time bound: a loaded machine may take longer than 50 ms to answer.
+# (The outage tests bound their replicas by TIMEOUT_S only while Redis is down: Replica.bounded.)
 PATIENT_S = 2.0
 
 
@@ -154,58 +172,83 @@ async def test_two_replicas_share_circuits(patient_replicas: tuple[Replica, Repl
 
 async def test_the_half_open_probe_is_claimed_once_across_replicas(patient_replicas: tuple[Replica, Replica]) -> None:
     a, b = patient_replicas
-    assert await a.store.probe_claim("up/m", 0.3)
-    assert not await b.store.probe_claim("up/m", 0.3)
-    await asyncio.sleep(0.4)  # a prober that died: the claim expires
-    assert await b.store.probe_claim("up/m", 0.3)
-    await b.store.probe_release("up/m")
-    assert await a.store.probe_claim("up/m", 5)
+    # Held for far longer than the test takes: a 0.3 s claim could expire before b's attempt
+    # on a loaded machine (1 run in 5 under simulated loop stalls of up to 0.15 s).
+    assert await a.store.probe_claim("up/m", 60)
+    assert not await b.store.probe_claim("up/m", 60)
+    assert await a.store.probe_claim("up/n", 0.1)
+    await asyncio.sleep(0.4)  # a prober that died: its claim expires
+    assert await b.store.probe_claim("up/n", 0.3)
+    await b.store.probe_release("up/n")
+    assert await a.store.probe_claim("up/n", 5)
+
+
+async def _close(*budgets: SharedBudget) -> None:
+    """Before the stores close: a budget's background flush (every 0.25 s while requests
+    come) left out when the test's loop closed was destroyed pending, and its connection's
+    ResourceWarning failed whichever later test the garbage collector ran in."""
+    for budget in budgets:
+        await budget.close()
 
 
 async def test_two_replicas_share_the_retry_budget(patient_replicas: tuple[Replica, Replica]) -> None:
     a, b = patient_replicas
     cfg = RetryBudgetConfig(ttl_s=10, min_retries_per_s=0, percent_can_retry=20)
     ba, bb = SharedBudget(a.store, cfg, time.monotonic), SharedBudget(b.store, cfg, time.monotonic)
-    for _ in range(50):
-        ba.record_request()
-    await ba.flush()
-    await bb.flush()
-    assert sum(bb.try_acquire_retry() for _ in range(20)) == 10
-    await bb.flush()
-    await ba.flush()
-    assert not ba.try_acquire_retry()
-    assert await a.store.budget_add("global", 0, 0, 10) == (50, 10)
+    try:
+        for _ in range(50):
+            ba.record_request()
+        await ba.flush()
+        await bb.flush()
+        assert sum(bb.try_acquire_retry() for _ in range(20)) == 10
+        await bb.flush()
+        await ba.flush()
+        assert not ba.try_acquire_retry()
+        assert await a.store.budget_add("global", 0, 0, 10) == (50, 10)
+    finally:
+        await _close(ba, bb)
 
 
 async def test_two_replicas_share_loop_breaker_answers_and_resets(patient_replicas: tuple[Replica, Replica]) -> None:
     a, b = patient_replicas
-    cfg = LoopBreakerConfig(secret="shared", window_s=0.4)
+    # What is shared is read within windows far longer than the test; what ends is written
+    # with a short one, and read after it (a 0.4 s window could end before the second
+    # replica's read on a loaded machine: 1 run in 10 under simulated loop stalls).
+    cfg = LoopBreakerConfig(secret="shared", window_s=60)
     la, lb = LoopBreaker(cfg, a.store, time.time), LoopBreaker(cfg, b.store, time.time)
     fp = la.fingerprint("/v1/chat/completions", b'{"model":"m"}', "Bearer k")
     assert fp == lb.fingerprint("/v1/chat/completions", b'{"model":"m"}', "Bearer k")
-    await la.remember(fp, Answer(400, b'{"error":"bad"}', (("content-type", "application/json"),)),
-                      Classification.of(ErrorType.UNKNOWN))
+    answer = Answer(400, b'{"error":"bad"}', (("content-type", "application/json"),))
+    await la.remember(fp, answer, Classification.of(ErrorType.UNKNOWN))
     hit = await lb.recall(fp)
     assert hit is not None and (hit.status, hit.body, hit.repeats) == (400, b'{"error":"bad"}', 1)
     assert (await la.recall(fp)).repeats == 2  # type: ignore[union-attr]  # counted across replicas
+    short = LoopBreakerConfig(secret="shared", window_s=0.4)
+    sa, sb = LoopBreaker(short, a.store, time.time), LoopBreaker(short, b.store, time.time)
+    brief = sa.fingerprint("/v1/chat/completions", b'{"model":"brief"}', "Bearer k")
+    await sa.remember(brief, answer, Classification.of(ErrorType.UNKNOWN))
     await asyncio.sleep(0.5)
-    assert await lb.recall(fp) is None  # the TTL ended it in Redis
+    assert await sb.recall(brief) is None  # the TTL ended it in Redis
+    assert (await lb.recall(fp)).repeats == 3  # type: ignore[union-attr]  # the long one still there
 
-    reset = int((time.time() + 0.4) * 1000)
+    reset = int((time.time() + 60) * 1000)
     await a.store.reset_set("up/m", reset)
     assert await b.store.reset_get("up/m") == reset
+    await a.store.reset_set("up/n", int((time.time() + 0.4) * 1000))
     await asyncio.sleep(0.5)
-    assert await b.store.reset_get("up/m") is None
+    assert await b.store.reset_get("up/n") is None
     assert not a.fallbacks and not b.fallbacks
 
 
 async def test_a_plain_request_skips_the_answer_lookup_while_no_replica_remembers_one(
     redis_server: RedisServer,
 ) -> None:
-    # Not about the time bound: a first operation (connect, load the script, run it) may take a
-    # loaded machine longer than 50 ms, and this store would then answer from its memory.
+    # Not about the time bound: patient stores (a 50 ms one fell back to local memory on a loaded
+    # machine), and the local memories' clock is the test's, so the answer outlives the steps
+    # that read it however slow they are (a real 0.2 s TTL could end before b's lookup).
+    wall = FakeWall()
     stores = [
-        RedisStore(connect(redis_server.url, PATIENT_S), MemoryStore(time.time), clock=time.time,
+        RedisStore(connect(redis_server.url, PATIENT_S), MemoryStore(wall), clock=wall,
                    monotonic=time.monotonic, prefix="m:", timeout_s=PATIENT_S, answers_cache_s=cache_s)
         for cache_s in (0.3, 30.0)
     ]  # fmt: skip
@@ -214,18 +257,43 @@ async def test_a_plain_request_skips_the_answer_lookup_while_no_replica_remember
         assert a.holds_answers() and b.holds_answers()  # nothing known yet: look
         assert await b.answer_take("fp") is None
         assert not b.holds_answers()  # none remembered anywhere: the next request skips the lookup
-        await a.answer_put("fp", b"x", 0.2)
+        await a.answer_put("fp", b"x", 60)
         assert a.holds_answers()  # its own answer, in its local memory too
         assert not b.holds_answers()  # b believes its lookup for answers_cache_s (30 s here)
         assert await b.answer_take("fp") == (b"x", 1)  # a lookup still finds it
         assert await b.answer_take("other") is None
         assert b.holds_answers()  # the marker said: some answer is remembered, keep looking
-        await asyncio.sleep(0.35)  # the answer's TTL and a's cache both ran out
+        wall.t += 61  # the answer's TTL ran out (in a's memory; Redis's copy is another's to end)
         assert await a.answer_take("other") is None
         assert not a.local.holds_answers() or await a.local.answer_take("fp") is None
     finally:
         for s in stores:
             await s.close()
+
+
+async def test_an_answer_put_given_up_on_gives_its_connection_back(
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer,
+) -> None:
+    """Remembering an answer was a pipeline holding a script: its SCRIPT EXISTS took a pooled
+    connection before the pipeline's own cleanup began, and a timeout there kept that
+    connection out of the pool for good, until the garbage collector closed it with an
+    "Unclosed client session" ResourceWarning (a test error under filterwarnings; a loaded
+    machine's slow answer to a healthy Redis did it too, 1 run in 20)."""
+    a, _ = patient_replicas
+    await a.store.answer_put("warm", b"x", 10)
+    pool = a.store._r.connection_pool
+    with a.bounded():
+        redis_server.freeze()
+        try:
+            await a.store.answer_put("fp", b"y", 10)  # given up on within the bound
+        finally:
+            redis_server.thaw()
+    assert a.fallbacks == [("redis", "answer_put")]
+    probe = a.store._probe  # the timeout asked one whether Redis answers: let it end
+    if probe is not None:
+        await probe
+    assert not pool._in_use_connections  # back in the pool (or closed), none held by the dead call
+    assert await a.store.answer_take("fp") == (b"y", 1)  # local memory has it all the same
 
 
 async def test_every_key_written_has_a_ttl(patient_replicas: tuple[Replica, Replica], redis_server: RedisServer) -> None:
@@ -261,10 +329,11 @@ async def _timed_ops(store: RedisStore) -> list[float]:
 
 @pytest.mark.parametrize("outage", ["killed", "frozen"])
 async def test_an_outage_falls_back_to_local_within_the_bound_and_recovers(
-    replicas: tuple[Replica, Replica], redis_server: RedisServer, caplog: pytest.LogCaptureFixture, outage: str
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer, caplog: pytest.LogCaptureFixture,
+    outage: str,
 ) -> None:
     caplog.set_level(logging.INFO, logger="gateway.state")
-    a, _ = replicas
+    a, _ = patient_replicas
     registry = CollectorRegistry()
     metrics = StateMetrics(registry, "redis")
     a.store._on_fallback = metrics.fallback  # type: ignore[method-assign]
@@ -272,21 +341,22 @@ async def test_an_outage_falls_back_to_local_within_the_bound_and_recovers(
     await lb.remember("fp", Answer(401, b"no"), Classification.of(ErrorType.AUTH))  # written to both
     assert a.store.healthy
 
-    redis_server.stop() if outage == "killed" else redis_server.freeze()
-    for _ in range(3):
-        assert max(await _timed_ops(a.store)) < BOUND_S
-    assert not a.store.healthy
-    hit = await lb.recall("fp")  # answered from the local copy of what this replica remembered
-    assert hit is not None and hit.status == 401
-    assert (await a.store.circuit_get(["up"]))[0].failures == 3  # this replica's own view
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and isinstance(warnings[0].msg, dict)
-    # Structured like every other log line: an `event`, not a sentence in `message`.
-    assert warnings[0].msg["event"] == "state_store_down" and warnings[0].msg["backend"] == "redis"
-    assert "127.0.0.1" not in warnings[0].getMessage()  # never the URL (it may hold a password)
-    total = sum(registry.get_sample_value("llm_gateway_state_fallbacks_total", {"backend": "redis", "op": op}) or 0
-                for op in ("circuit_get", "circuit_fail", "probe_claim", "budget_add", "answer_take", "reset_get"))
-    assert total >= 18
+    with a.bounded():  # from here until Redis is back, every operation within the bound
+        redis_server.stop() if outage == "killed" else redis_server.freeze()
+        for _ in range(3):
+            assert max(await _timed_ops(a.store)) < BOUND_S
+        assert not a.store.healthy
+        hit = await lb.recall("fp")  # answered from the local copy of what this replica remembered
+        assert hit is not None and hit.status == 401
+        assert (await a.store.circuit_get(["up"]))[0].failures == 3  # this replica's own view
+        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1 and isinstance(warnings[0].msg, dict)
+        # Structured like every other log line: an `event`, not a sentence in `message`.
+        assert warnings[0].msg["event"] == "state_store_down" and warnings[0].msg["backend"] == "redis"
+        assert "127.0.0.1" not in warnings[0].getMessage()  # never the URL (it may hold a password)
+        total = sum(registry.get_sample_value("llm_gateway_state_fallbacks_total", {"backend": "redis", "op": op}) or 0
+                    for op in ("circuit_get", "circuit_fail", "probe_claim", "budget_add", "answer_take", "reset_get"))
+        assert total >= 18
 
     if outage == "killed":
         redis_server.start()  # same port, empty: a restarted Redis
@@ -395,26 +465,29 @@ async def test_the_retry_budget_holds_its_bound_across_replicas(patient_replicas
     a, b = patient_replicas
     cfg = RetryBudgetConfig(ttl_s=30, min_retries_per_s=0.2, percent_can_retry=10)  # the issue's storm
     ba, bb = SharedBudget(a.store, cfg, time.monotonic), SharedBudget(b.store, cfg, time.monotonic)
-    for i in range(40):
-        (ba if i % 2 else bb).record_request()
-    for budget in (ba, bb, ba):
-        await budget.flush()
-    limit = 10  # 0.2/s x 30 s + 10 % of 40 requests: docs/errors/retries.md's bound of 40 + 10 = 50 attempts
-    held = [sum(budget.hold_retry() for _ in range(30)) for budget in (ba, bb)]
-    assert held == [limit, limit]  # neither sees the other's holds: 2x the bound, so far only held
-    confirmed = await asyncio.gather(*(budget.confirm_retry() for budget in (ba, bb) for _ in range(limit)))
-    assert not a.fallbacks and not b.fallbacks, (a.fallbacks, b.fallbacks)
-    assert sum(confirmed) == limit  # what is sent: exactly the bound, across both replicas
-    assert await a.store.budget_add("global", 0, 0, 30) == (40, limit)
-    for budget in (ba, bb):
-        await budget.flush()  # concurrent confirmations may have left an older snapshot last
-    assert not ba.hold_retry() and not bb.hold_retry()  # both see it spent
-    # A continuation's retry counts at once, with the lag: both synced, the bound holds.
-    for budget in (ba, bb):
-        budget.record_request()
-        await budget.flush()
-    assert ba.try_acquire_retry() is False
-    assert not a.fallbacks and not b.fallbacks
+    try:
+        for i in range(40):
+            (ba if i % 2 else bb).record_request()
+        for budget in (ba, bb, ba):
+            await budget.flush()
+        limit = 10  # 0.2/s x 30 s + 10 % of 40 requests: docs/errors/retries.md's bound of 40 + 10 = 50 attempts
+        held = [sum(budget.hold_retry() for _ in range(30)) for budget in (ba, bb)]
+        assert held == [limit, limit]  # neither sees the other's holds: 2x the bound, so far only held
+        confirmed = await asyncio.gather(*(budget.confirm_retry() for budget in (ba, bb) for _ in range(limit)))
+        assert not a.fallbacks and not b.fallbacks, (a.fallbacks, b.fallbacks)
+        assert sum(confirmed) == limit  # what is sent: exactly the bound, across both replicas
+        assert await a.store.budget_add("global", 0, 0, 30) == (40, limit)
+        for budget in (ba, bb):
+            await budget.flush()  # concurrent confirmations may have left an older snapshot last
+        assert not ba.hold_retry() and not bb.hold_retry()  # both see it spent
+        # A continuation's retry counts at once, with the lag: both synced, the bound holds.
+        for budget in (ba, bb):
+            budget.record_request()
+            await budget.flush()
+        assert ba.try_acquire_retry() is False
+        assert not a.fallbacks and not b.fallbacks
+    finally:
+        await _close(ba, bb)
 
 
 async def test_the_retry_budget_holds_its_bound_when_replicas_clocks_disagree(redis_server: RedisServer) -> None:
@@ -424,10 +497,12 @@ async def test_the_retry_budget_holds_its_bound_when_replicas_clocks_disagree(re
     made in one second after a call made in the next: 19 confirmed against 10, 1 run in 250)."""
     behind = _replica(redis_server.url, PATIENT_S, clock=lambda: time.time() - 5)
     ahead = _replica(redis_server.url, PATIENT_S)
+    budgets: list[SharedBudget] = []
     try:
         cfg = RetryBudgetConfig(ttl_s=30, min_retries_per_s=0.2, percent_can_retry=10)
         bb = SharedBudget(behind.store, cfg, time.monotonic)
         ba = SharedBudget(ahead.store, cfg, time.monotonic)
+        budgets += (bb, ba)
         for i in range(40):
             (bb if i % 2 else ba).record_request()
         for budget in (bb, ba):
@@ -439,6 +514,7 @@ async def test_the_retry_budget_holds_its_bound_when_replicas_clocks_disagree(re
         assert await behind.store.budget_add("global", 0, 0, 30) == (40, limit)
         assert not behind.fallbacks and not ahead.fallbacks
     finally:
+        await _close(*budgets)
         for r in (behind, ahead):
             await r.store.close()
 
@@ -557,7 +633,7 @@ async def test_the_start_up_check_loads_every_script_so_no_first_request_pays_fo
     )  # fmt: skip
     other = connect(redis_server.url, PATIENT_S)
     try:
-        shas = [s.sha for s in (store._budget, store._take, store._mark, store._ledger_admit, store._ledger_settle)]
+        shas = [s.sha for s in (store._budget, store._take, store._put, store._ledger_admit, store._ledger_settle)]
         assert not any(await other.script_exists(*shas))
         assert await store.check(PATIENT_S) is None
         assert all(await other.script_exists(*[store._r.register_script(s).sha for s in redis_store._SCRIPTS]))

@@ -220,6 +220,35 @@ async def test_counts_made_while_a_flush_is_out_go_with_the_next_flush() -> None
     await a.close()
 
 
+async def test_a_closed_budget_sends_nothing_more_even_with_counts_made_during_its_last_flush() -> None:
+    """close() waited for the flush that was out, but that flush's end scheduled the next one
+    for the counts made meanwhile: a flush then ran after close (the gateway closes the store
+    next), or was left pending when the loop closed ("Task was destroyed but it is pending")."""
+    import asyncio
+
+    clock = Clock()
+    gate = asyncio.Event()
+    calls: list[tuple[int, int]] = []
+
+    class Slow(MemoryStore):
+        async def budget_add(self, key, requests, retries, window_s):  # type: ignore[no-untyped-def]
+            calls.append((requests, retries))
+            await gate.wait()
+            return await super().budget_add(key, requests, retries, window_s)
+
+    a = SharedBudget(Slow(clock), RetryBudgetConfig(), clock, flush_s=0.01)
+    a.record_request()
+    while not calls:  # noqa: ASYNC110 (the background flush is out, waiting on the store)
+        await asyncio.sleep(0.01)
+    a.record_request()  # made while it is out: would go with the next flush
+    closing = asyncio.create_task(a.close())
+    await asyncio.sleep(0)
+    gate.set()
+    await closing
+    await asyncio.sleep(0.05)  # five flush periods
+    assert calls == [(1, 0)]
+
+
 def test_shared_budget_without_a_loop_still_decides_locally() -> None:
     clock = Clock()
     b = SharedBudget(MemoryStore(clock), RetryBudgetConfig(ttl_s=10, min_retries_per_s=0.1, percent_can_retry=0), clock)
