@@ -761,7 +761,8 @@ class TimeoutsConfig(_Model):
     idle_s: float = Field(
         default=120.0, gt=0,
         description="Seconds a response may go silent mid-body; also bounds each wait for more of a "
-        "client's request body (408 `request_timeout`; 400 on Messages, as Anthropic answers it).",
+        "client's request body (408 `request_timeout`; 400 on Messages, as Anthropic answers it), and how "
+        "long a client whose socket is full may take none of its answer before its connection is closed.",
     )  # fmt: skip
 
 

@@ -26,19 +26,52 @@ from aiohttp.web_protocol import RequestHandler
 
 from gateway.bad_http import QuietRequestHandler, QuietServer
 
-# (header_timeout_s, keepalive_s), as the running config has them.
-ClientTimeouts = Callable[[], tuple[float, float]]
+# (header_timeout_s, keepalive_s, timeouts.idle_s), as the running config has them.
+ClientTimeouts = Callable[[], tuple[float, float, float]]
 
 
 class DeadlineRequestHandler(QuietRequestHandler):
     """aiohttp's connection handler (made quiet, bad_http.py) whose first request head must
-    arrive within ``head_s`` of the connection's start."""
+    arrive within ``head_s`` of the connection's start, and whose client must take some of
+    its answer within ``unread_s`` once its socket is full.
 
-    __slots__ = ("_head_s",)
+    A client that stops reading a stream (or a peer gone without closing) otherwise held its
+    request, and the upstream connection feeding it, for as long as its socket stayed open:
+    18 such readers took every connection of an 18-connection pool and every other request
+    got 504s. The transport says when its buffer fills (``pause_writing``) and drains
+    (``resume_writing``); past ``unread_s`` between the two the connection is aborted, and the
+    request ends as any whose client left. Nothing runs while the client keeps up."""
 
-    def __init__(self, manager: web.Server, *, head_s: float, **kwargs: Any) -> None:
+    __slots__ = ("_head_s", "_unread_handle", "_unread_s")
+
+    def __init__(self, manager: web.Server, *, head_s: float, unread_s: float, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._head_s = head_s
+        self._unread_s = unread_s
+        self._unread_handle: asyncio.TimerHandle | None = None
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._unread_handle is None:
+            self._unread_handle = self._loop.call_later(self._unread_s, self._unread_too_long)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._stop_unread_timer()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._stop_unread_timer()
+        super().connection_lost(exc)
+
+    def _stop_unread_timer(self) -> None:
+        if self._unread_handle is not None:
+            self._unread_handle.cancel()
+            self._unread_handle = None
+
+    def _unread_too_long(self) -> None:
+        self._unread_handle = None
+        if self.transport is not None:
+            self.transport.abort()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -60,9 +93,9 @@ class DeadlineServer(QuietServer):
     def __call__(self) -> RequestHandler:
         if self.timeouts is None:
             return super().__call__()
-        head_s, keepalive_s = self.timeouts()
+        head_s, keepalive_s, unread_s = self.timeouts()
         options = {**self._kwargs, "keepalive_timeout": keepalive_s}
-        return DeadlineRequestHandler(self, loop=self._loop, head_s=head_s, **options)
+        return DeadlineRequestHandler(self, loop=self._loop, head_s=head_s, unread_s=unread_s, **options)
 
     @classmethod
     def with_timeouts(cls, server: web.Server, timeouts: ClientTimeouts | None) -> DeadlineServer:

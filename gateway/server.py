@@ -207,8 +207,8 @@ def _open_files() -> dict[str, int]:
     return {} if soft == resource.RLIM_INFINITY else {"max_open_files": soft}
 
 
-def _client_timeouts(cfg: GatewayConfig) -> tuple[float, float]:
-    return cfg.server.header_timeout_s, cfg.server.keepalive_s
+def _client_timeouts(cfg: GatewayConfig) -> tuple[float, float, float]:
+    return cfg.server.header_timeout_s, cfg.server.keepalive_s, cfg.timeouts.idle_s
 
 
 def _addresses(runner: web.AppRunner) -> list[str]:

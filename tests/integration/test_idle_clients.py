@@ -75,3 +75,43 @@ async def test_an_answer_that_takes_longer_than_either_limit_is_not_cut(make_gat
     status, _, _ = await gw.chat()
     assert status == 200
     assert (await gw.chat())[0] == 200  # and the pooled connection, or a new one, still serves
+
+
+async def test_a_client_that_stops_reading_its_stream_is_let_go_after_idle_s(make_gateway) -> None:
+    """A client that stops taking its answer (or a peer gone without closing) held its request
+    and the upstream connection feeding it for as long as its socket stayed open: enough of
+    them took every pooled upstream connection and the other requests got 504s. Once the
+    client's socket is full, it has ``timeouts.idle_s`` (1 s here) to take some of it."""
+    import json
+    import socket
+
+    from tests.fakeupstream import Stream, chunk
+
+    gw = await make_gateway(real_sleep=True)
+    big = "x" * 16384
+    gw.fake.script(Stream([chunk({"role": "assistant", "content": ""})] +
+                          [chunk({"content": big}) for _ in range(2000)]))  # 32 MB, far past any buffer
+    host, port = gw.base.removeprefix("http://").split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((host, int(port)))
+    reader, writer = await asyncio.open_connection(sock=sock, limit=4096)
+    body = json.dumps({"model": "gpt-4o-mini", "stream": True, "messages": [{"role": "user", "content": "go"}]})
+    writer.write(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+    assert (await asyncio.wait_for(reader.read(4096), 5)).startswith(b"HTTP/1.1 200")
+    transport = writer.transport
+    transport.pause_reading()  # the client stops reading; its socket fills
+    await asyncio.sleep(3)  # idle_s is 1 s
+    transport.resume_reading()
+    received = b""
+    started = time.monotonic()
+    try:
+        while chunk_ := await asyncio.wait_for(reader.read(65536), 5):
+            received += chunk_
+    except ConnectionResetError:
+        pass  # the gateway aborted the connection
+    writer.close()
+    assert b"[DONE]" not in received and len(received) < 16 * 1024 * 1024  # let go, not the whole answer
+    assert time.monotonic() - started < 5
+    assert (await gw.chat())[0] == 200  # and the gateway goes on serving
