@@ -326,14 +326,19 @@ async def metrics(request: web.Request) -> web.Response:
     peers = request.app[PEERS]
     if peers:
         others = await workers_metrics.gather(peers)
-        body = workers_metrics.merge([body.decode(), *others], reporting=1 + len(others))
+        # Parsing and rendering every worker's exposition is pure Python: on the loop, a
+        # scrape of ~24k series froze the worker's requests for 1.4-2.7 s (probe p99 14 ms ->
+        # ~1 s at one scrape every 5 s). In a thread the loop keeps its turns of the GIL.
+        merge = workers_metrics.merge
+        body = await asyncio.to_thread(merge, [body.decode(), *others], reporting=1 + len(others))
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 async def _own_metrics(app: web.Application) -> bytes:
     svc = app[LIVE].services
     await _read_circuits(svc)
-    return generate_latest(svc.telemetry.registry)
+    # Rendering takes 120-300 ms at 10-20k series: in a thread, as merging is (above).
+    return await asyncio.to_thread(generate_latest, svc.telemetry.registry)
 
 
 def private_app(app: web.Application) -> web.Application:

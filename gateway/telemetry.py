@@ -75,7 +75,9 @@ class LoopCounter:
     ``Counter`` is (``_total`` and ``_created`` per label set, in creation order).
 
     prometheus_client takes a lock and makes about seven calls per ``inc``; here one dict
-    lookup and an add. The event loop is the only writer (scrapes run on it too), so no lock.
+    lookup and an add. The event loop is the only writer, so no lock: a scrape (in a thread,
+    app.py) reads a copy of the label sets, each made in one C call under the GIL, and a
+    float is never read half-written.
     Label values are passed as one tuple, in ``labelnames`` order.
     """
 
