@@ -100,10 +100,17 @@ async def test_requests_per_minute_are_answered_by_the_gateway_with_the_minutes_
 
 async def test_parallel_requests_past_the_limit_are_refused_while_the_first_runs(make_gateway: MakeGateway) -> None:
     gw = await make_gateway(keys_yaml(parallel=1))
-    gw.fake.script(Reply(200, chat_completion(), delay_s=0.4))
+    # The first is out until the second has been answered (not for 0.4 s, with 0.15 s to get
+    # it there: both guesses a loaded machine could miss).
+    answered = asyncio.Event()
+    gw.fake.script(Reply(200, chat_completion(), until=answered))
     first = asyncio.create_task(gw.chat(headers=ALICE))
-    await asyncio.sleep(0.15)
+    for _ in range(500):  # until it has reached the upstream: admitted, its slot held
+        if gw.fake.chat_requests():
+            break
+        await asyncio.sleep(0.01)
     status, headers, body = await gw.chat(headers=ALICE)
+    answered.set()
     assert status == 429 and json.loads(body)["error"]["code"] == "key_parallel_limit"
     assert headers["retry-after"] == "1"
     assert (await first)[0] == 200
