@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.fakeupstream import FakeUpstream, Reply
-from tests.integration.conftest import Gateway
+from tests.integration.conftest import Gateway, same_minute
 
 # OpenAI's per-minute wording (tests/corpus/openai.json); the wait comes from retry-after. An
 # hour's wait without per-minute wording would read as a quota (budget), as it should.
@@ -300,6 +300,7 @@ async def test_headroom_picks_the_key_with_most_left_and_skips_one_predicted_emp
 async def test_configured_limits_keep_a_deployment_without_headers_under_them(make_pool: MakePool) -> None:
     gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
                                 member_extra={"a": ", limits: {requests_per_minute: 3}, weight: 1000"})  # fmt: skip
+    await same_minute()  # "a" takes 3 of this minute's, not 3 more of the next one's
     for _ in range(10):
         assert (await gw.chat())[0] == 200
     assert _calls(fakes)["a"] <= 3 + 1  # the cached view may be one request behind
