@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,6 +17,9 @@ class Reply:
     body: Any = None  # dict/list → JSON; str/bytes → raw
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0  # before the response head: a slow answer
+    # Before the response head, until set (in-process fakes): an answer that stays out for as
+    # long as a test needs it in flight, however slow the machine, not for a guessed time.
+    until: asyncio.Event | None = None
 
 
 @dataclass

@@ -326,6 +326,8 @@ class FakeUpstream:
         if isinstance(step, Reply):
             if step.delay_s:
                 await asyncio.sleep(step.delay_s)
+            if step.until is not None:
+                await step.until.wait()
             body = step.body
             if isinstance(body, (dict, list)):
                 data, ctype = json.dumps(body).encode(), "application/json"

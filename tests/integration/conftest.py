@@ -7,6 +7,7 @@ timeouts (first byte, idle) are real but configured short.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,6 +71,14 @@ class Gateway:
 
 
 MakeGateway = Callable[..., Awaitable[Gateway]]
+
+
+async def same_minute(margin_s: float = 5.0) -> None:
+    """Not across a minute's end: limits per minute are per calendar minute, and a test that
+    counts a minute's requests or tokens saw a new minute's empty count if one ended in the
+    middle of it. With less than ``margin_s`` of this minute left, the next one is waited for."""
+    if time.time() % 60 > 60 - margin_s:
+        await asyncio.sleep(60 - time.time() % 60 + 0.1)
 
 
 @pytest.fixture

@@ -15,12 +15,14 @@ from anthropic.types.beta_request_body_timeout_error import BetaRequestBodyTimeo
 from anthropic.types.shared import RequestBodyEncodingInvalidError, RequestBodyEncodingUnsupportedError
 
 from tests.fakeupstream import FakeUpstream, Reply, Stream, anthropic_message, chunk
+from tests.integration.conftest import same_minute
 
 KEYED = "keys:\n  - {name: k1, key: ck-1, requests_per_minute: 1}\n"
 
 
 async def test_a_key_over_its_requests_per_minute_is_openais_rate_limit_of_requests(make_gateway) -> None:
     gw = await make_gateway(KEYED)
+    await same_minute()  # the key's one request of this minute, then refusals
     # No SDK retry: the 429 carries the minute's end as its wait, which the SDK would sleep.
     client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="ck-1", max_retries=0)
     try:

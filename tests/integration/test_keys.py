@@ -30,7 +30,7 @@ from tests.fakeupstream import (
     sse,
     text_delta,
 )
-from tests.integration.conftest import Gateway, MakeGateway
+from tests.integration.conftest import Gateway, MakeGateway, same_minute
 
 PRICES = "prices: {'gpt-4o-mini*': {input: 1000000, output: 2000000, cache_read: 100000}}\n"
 ALICE = {"Authorization": "Bearer gk-alice"}
@@ -84,6 +84,7 @@ async def test_a_model_the_key_may_not_use_is_refused_in_each_apis_envelope(make
 
 async def test_requests_per_minute_are_answered_by_the_gateway_with_the_minutes_end(make_gateway: MakeGateway) -> None:
     gw = await make_gateway(keys_yaml(requests_per_minute=2))
+    await same_minute()  # a minute ending before the third let it through (200, not 429)
     for _ in range(2):
         assert (await gw.chat(headers=ALICE))[0] == 200
     status, headers, body = await gw.chat(headers=ALICE)
@@ -100,10 +101,17 @@ async def test_requests_per_minute_are_answered_by_the_gateway_with_the_minutes_
 
 async def test_parallel_requests_past_the_limit_are_refused_while_the_first_runs(make_gateway: MakeGateway) -> None:
     gw = await make_gateway(keys_yaml(parallel=1))
-    gw.fake.script(Reply(200, chat_completion(), delay_s=0.4))
+    # The first is out until the second has been answered (not for 0.4 s, with 0.15 s to get
+    # it there: both guesses a loaded machine could miss).
+    answered = asyncio.Event()
+    gw.fake.script(Reply(200, chat_completion(), until=answered))
     first = asyncio.create_task(gw.chat(headers=ALICE))
-    await asyncio.sleep(0.15)
+    for _ in range(500):  # until it has reached the upstream: admitted, its slot held
+        if gw.fake.chat_requests():
+            break
+        await asyncio.sleep(0.01)
     status, headers, body = await gw.chat(headers=ALICE)
+    answered.set()
     assert status == 429 and json.loads(body)["error"]["code"] == "key_parallel_limit"
     assert headers["retry-after"] == "1"
     assert (await first)[0] == 200
@@ -259,6 +267,7 @@ async def test_tokens_per_minute_hold_under_concurrency(make_gateway: MakeGatewa
     """The minute counts the output a request asks for at admission (as OpenAI counts it), then
     what it used: 50 requests at once no longer all pass a limit each fits under."""
     gw = await make_gateway(keys_yaml(tokens_per_minute=500))
+    await same_minute()
     gw.fake.always = Reply(200, chat_completion(), delay_s=0.3)
     payload = {"model": "gpt-4o-mini", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
     answers = await asyncio.gather(*(gw.chat(payload, headers=ALICE) for _ in range(50)))
@@ -271,6 +280,7 @@ async def test_tokens_per_minute_hold_under_concurrency(make_gateway: MakeGatewa
 
 async def test_the_key_endpoint_tells_a_key_its_state_and_an_admin_every_keys(make_gateway: MakeGateway) -> None:
     gw = await make_gateway(keys_yaml(requests_per_minute=10, budget={"usd": 50, "period": "month"}))
+    await same_minute()  # this minute's requests are read below
     assert (await gw.chat(headers=ALICE))[0] == 200
     state = await settled(gw)
     assert state["name"] == "alice" and state["team"] == "web" and state["models"] == ["*"]

@@ -14,6 +14,7 @@ from gateway.keys.prices import Price, PriceTable
 from gateway.keys.registry import Budget, KeySpec
 from gateway.state.memory import MemoryStore
 from gateway.state.redis_store import RedisStore, connect
+from tests.integration.conftest import same_minute
 from tests.integration.test_state_redis import (
     RECOVER_S,
     REDIS,
@@ -56,6 +57,7 @@ async def test_a_budget_holds_across_replicas_with_every_reservation_seen(
 async def test_requests_per_minute_and_parallel_slots_are_shared(patient_replicas: tuple[Replica, Replica]) -> None:
     a, b = (accounts(r) for r in patient_replicas)
     key = KeySpec("ci", requests_per_minute=3, parallel=2)
+    await same_minute()
     first = await a.admit(key, "m", 10, 10)
     second = await b.admit(key, "m", 10, 10)
     assert isinstance(first, Reservation) and isinstance(second, Reservation)
@@ -73,6 +75,7 @@ async def test_requests_per_minute_and_parallel_slots_are_shared(patient_replica
 async def test_a_refused_request_leaves_no_trace(patient_replicas: tuple[Replica, Replica]) -> None:
     a, _ = (accounts(r) for r in patient_replicas)
     key = KeySpec("bob", requests_per_minute=1, budget=Budget(1000.0, "month"))
+    await same_minute()
     assert isinstance(await a.admit(key, "m", 10, 10), Reservation)
     assert isinstance(await a.admit(key, "m", 10, 10), LimitHit)
     state = await a.state_of(key)

@@ -7,13 +7,12 @@ from one count in Redis, so the deployments get what their limits allow, not tha
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 
 import pytest
 
 from tests.fakeupstream import FakeUpstream, Reply
-from tests.integration.conftest import Gateway, MakeGateway
+from tests.integration.conftest import Gateway, MakeGateway, same_minute
 from tests.integration.test_state_redis import REDIS, RedisServer, redis_server
 
 pytestmark = pytest.mark.skipif(REDIS is None, reason="needs redis-server (scripts/test-deps.sh)")
@@ -45,12 +44,6 @@ def _calls(fakes: dict[str, FakeUpstream]) -> dict[str, int]:
     return {n: len(f.chat_requests()) for n, f in fakes.items()}
 
 
-async def _same_minute() -> None:
-    """Not across a minute's end: the limits are per calendar minute."""
-    if time.time() % 60 > 55:
-        await asyncio.sleep(60 - time.time() % 60 + 0.1)
-
-
 async def _burst(gw: Gateway, n: int) -> list[int]:
     got = await asyncio.gather(*(gw.chat({"model": "gpt-4o-mini", "messages": [
         {"role": "user", "content": f"question {i}"}]}) for i in range(n)))  # fmt: skip
@@ -61,7 +54,7 @@ async def test_two_replicas_send_each_deployment_its_limit_not_twice_it(
     make_gateway: MakeGateway, fakes: dict[str, FakeUpstream], redis_server: RedisServer,
 ) -> None:
     a, b = await _replicas(make_gateway, fakes, redis_server)
-    await _same_minute()
+    await same_minute()
     statuses = [s for got in await asyncio.gather(_burst(a, 20), _burst(b, 20)) for s in got]
     assert _calls(fakes) == {"c1": RPM, "c2": RPM}  # 20 each before: each replica sent its own 10
     assert statuses.count(200) == 2 * RPM and statuses.count(429) == 40 - 2 * RPM
@@ -76,7 +69,7 @@ async def test_a_token_limit_holds_across_replicas(
     make_gateway: MakeGateway, fakes: dict[str, FakeUpstream], redis_server: RedisServer,
 ) -> None:
     a, b = await _replicas(make_gateway, fakes, redis_server, "{tokens_per_minute: 200}")
-    await _same_minute()
+    await same_minute()
     await asyncio.gather(_burst(a, 20), _burst(b, 20))
     calls = _calls(fakes)
     # Each request estimates at about 20 tokens (its bytes / 4): 200 a minute is ten of them.
@@ -93,7 +86,7 @@ async def test_retries_on_a_limited_deployment_stop_at_its_limit(
     a, _ = await _replicas(make_gateway, fakes, redis_server, "{requests_per_minute: 3}")
     for f in fakes.values():
         f.always = Reply(503, {"error": {"message": "The server is overloaded", "type": "server_error"}})
-    await _same_minute()
+    await same_minute()
     status, headers, _ = await a.chat()
     # The first deployment is left after one attempt; the last one left gets the retries: 1 + 5
     # of them before, now as many as its limit allows.
@@ -105,7 +98,7 @@ async def test_a_request_not_retried_along_the_pool_takes_from_the_same_count(
     make_gateway: MakeGateway, fakes: dict[str, FakeUpstream], redis_server: RedisServer,
 ) -> None:
     a, b = await _replicas(make_gateway, fakes, redis_server, "{requests_per_minute: 1}")
-    await _same_minute()
+    await same_minute()
     assert [s for s, _, _ in [await gw.chat() for gw in (a, b)]] == [200, 200]
     async with a.session.post(a.base + "/v1/embeddings", json={"model": "gpt-4o-mini", "input": "hi"}) as r:
         assert r.status == 429 and r.headers["x-llm-error-type"] == "rate_limit"

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.fakeupstream import FakeUpstream, Reply
-from tests.integration.conftest import Gateway
+from tests.integration.conftest import Gateway, same_minute
 
 # OpenAI's per-minute wording (tests/corpus/openai.json); the wait comes from retry-after. An
 # hour's wait without per-minute wording would read as a quota (budget), as it should.
@@ -300,6 +300,7 @@ async def test_headroom_picks_the_key_with_most_left_and_skips_one_predicted_emp
 async def test_configured_limits_keep_a_deployment_without_headers_under_them(make_pool: MakePool) -> None:
     gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
                                 member_extra={"a": ", limits: {requests_per_minute: 3}, weight: 1000"})  # fmt: skip
+    await same_minute()  # "a" takes 3 of this minute's, not 3 more of the next one's
     for _ in range(10):
         assert (await gw.chat())[0] == 200
     assert _calls(fakes)["a"] <= 3 + 1  # the cached view may be one request behind
@@ -490,11 +491,16 @@ async def test_a_relayed_request_in_flight_counts_toward_least_busy(make_pool: M
     """A legacy completion (a path relayed as it is) held a deployment without counting in it:
     a least_busy pool sent the next request to the same busy key."""
     gw, fakes = await make_pool(", strategy: least_busy", names=("a", "b"), real_sleep=True)
+    # Out until the test lets it answer: a 1 s answer and a 0.3 s sleep to see it sent were
+    # both guesses a loaded machine could miss (no request yet after 0.3 s under loop stalls).
+    answered = asyncio.Event()
     for fake in fakes.values():
-        fake.script(Reply(200, {"object": "text_completion", "choices": []}, delay_s=1.0))
+        fake.script(Reply(200, {"object": "text_completion", "choices": []}, until=answered))
     legacy = {"model": "gpt-4o-mini", "prompt": "x"}
     slow = asyncio.create_task(gw.session.post(gw.base + "/v1/completions", json=legacy))
-    await asyncio.sleep(0.3)
+    deadline = time.monotonic() + 10
+    while not any(f.requests for f in fakes.values()) and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
     busy = [n for n, f in fakes.items() if f.requests]
     assert len(busy) == 1 and not slow.done()
     for fake in fakes.values():
@@ -502,5 +508,6 @@ async def test_a_relayed_request_in_flight_counts_toward_least_busy(make_pool: M
     for _ in range(3):  # a coin would pick the busy one once in eight
         status, headers, _ = await gw.chat(_chat("while the completion is out"))
         assert status == 200 and headers["x-llm-upstream"] != busy[0]
+    answered.set()
     async with await slow as r:
         assert r.status == 200 and r.headers["x-llm-upstream"] == busy[0]

@@ -227,19 +227,19 @@ async def test_a_closed_budget_sends_nothing_more_even_with_counts_made_during_i
     import asyncio
 
     clock = Clock()
-    gate = asyncio.Event()
+    gate, out = asyncio.Event(), asyncio.Event()
     calls: list[tuple[int, int]] = []
 
     class Slow(MemoryStore):
         async def budget_add(self, key, requests, retries, window_s):  # type: ignore[no-untyped-def]
             calls.append((requests, retries))
+            out.set()
             await gate.wait()
             return await super().budget_add(key, requests, retries, window_s)
 
     a = SharedBudget(Slow(clock), RetryBudgetConfig(), clock, flush_s=0.01)
     a.record_request()
-    while not calls:  # noqa: ASYNC110 (the background flush is out, waiting on the store)
-        await asyncio.sleep(0.01)
+    await out.wait()  # the background flush is out, waiting on the store
     a.record_request()  # made while it is out: would go with the next flush
     closing = asyncio.create_task(a.close())
     await asyncio.sleep(0)
