@@ -73,6 +73,17 @@ class Gateway:
 MakeGateway = Callable[..., Awaitable[Gateway]]
 
 
+async def eventually(check: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    """Until ``check()`` holds, polled: for what the gateway finishes after its answer is out
+    (a metric, a settle, a sender closed), which no event tells a test of. A fixed sleep
+    guessed how long that takes, and a loaded machine could take longer."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never: {what}")
+        await asyncio.sleep(0.01)
+
+
 async def same_minute(margin_s: float = 5.0) -> None:
     """Not across a minute's end: limits per minute are per calendar minute, and a test that
     counts a minute's requests or tokens saw a new minute's empty count if one ended in the

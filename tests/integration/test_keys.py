@@ -207,7 +207,7 @@ async def test_a_team_budget_is_shared_by_its_keys(make_gateway: MakeGateway) ->
     assert (await gw.chat(headers=ALICE))[0] == 200  # $26
     await settled(gw)
     assert (await gw.chat(headers={"x-api-key": "gk-bob"}))[0] == 200  # $52: admitted below $30
-    await asyncio.sleep(0.1)
+    await settled(gw)  # bob's settle, seen through the team's budget (a fixed 0.1 s sleep guessed it)
     status, _, body = await gw.chat(headers=ALICE)
     assert status == 402 and "team 'web' spent $52.00 of its $30.00 monthly budget" in json.loads(body)["error"]["message"]
 

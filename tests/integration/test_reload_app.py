@@ -16,7 +16,7 @@ import pytest
 from gateway.live import LIVE
 from gateway.reload.reloader import Reloader
 from tests.fakeupstream import FakeUpstream, Stream, chunk, data_events
-from tests.integration.conftest import Gateway, MakeGateway
+from tests.integration.conftest import Gateway, MakeGateway, eventually
 
 ALICE, BOB, CAROL = ({"Authorization": f"Bearer gk-{n}"} for n in ("alice", "bob", "carol"))
 
@@ -121,8 +121,8 @@ async def test_a_stream_in_flight_finishes_on_its_upstream_while_new_requests_ge
         words = "".join(json.loads(e)["choices"][0]["delta"].get("content", "") for e in events[:-1])
         assert words == "".join(f"w{i} " for i in range(30))  # all of it, from the old upstream
         assert len(old.chat_requests()) == 2 and len(new.chat_requests()) == 2
-        await asyncio.sleep(0.05)
-        assert live.generations == 1  # the first config's sender closed after its last request
+        # The first config's sender closed after its last request.
+        await eventually(lambda: live.generations == 1, "the first config retired")
     [line] = lines
     assert line["event"] == "config_reloaded" and line["keys"] == {"added": ["carol"], "removed": ["bob"]}
     assert "upstreams" in line["changed"] and "timeouts.connect_s" in line["changed"]

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from tests.fakeupstream import Reply, Stream, chunk, data_events, stream_events
+from tests.integration.conftest import eventually
 
 STREAM_REQ = {"model": "gpt-4o-mini", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
 
@@ -150,7 +151,7 @@ async def test_a_broken_stream_on_a_passthrough_path_is_counted_as_an_error(make
             await r.read()
         except Exception:
             pass  # the body is unterminated: the only honest signal on an unknown grammar
-    await asyncio.sleep(0.05)
+    await eventually(lambda: gw.metric("llm_gateway_in_flight_requests") == 0, "the request ended")
     assert gw.metric("llm_gateway_requests_total", upstream="primary", model="gpt-4o-mini", status="200",
                      error_type="provider_unavailable") == 1
 
@@ -180,7 +181,7 @@ async def test_a_client_that_leaves_mid_stream_is_a_499_never_a_500(make_gateway
         writer.close()
         with contextlib.suppress(ConnectionError):
             await writer.wait_closed()
-    await asyncio.sleep(0.5)
+    await eventually(lambda: gw.metric("llm_gateway_in_flight_requests") == 0, "the five requests ended")
     labels = {"upstream": "primary", "model": "gpt-4o-mini", "error_type": "none"}
     assert gw.metric("llm_gateway_requests_total", status="500", **labels) == 0
     assert gw.metric("llm_gateway_requests_total", status="499", **labels) == 5
