@@ -148,7 +148,10 @@ def run_opencode(root: str, work: Path, cap_s: float) -> ClientRun:
     }))  # fmt: skip
     shared = CACHE / "opencode"
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "XDG_CACHE_HOME": str(shared / "xdg-cache"),
-           "npm_config_cache": str(shared / "npm-cache")}  # fmt: skip
+           "npm_config_cache": str(shared / "npm-cache"),
+           # opencode (a Bun binary) unpacks a 5.5 MB native library into TMPDIR on every run
+           # and never removes it: keep it inside the run's own directory.
+           "TMPDIR": str(home)}  # fmt: skip
     return _run([str(OPENCODE), "run", "say hi"], env, project, cap_s)
 
 

@@ -83,7 +83,7 @@ def test_opencode_runs_a_tool_loop_on_a_responses_only_upstream(
     (tmp_path / "opencode.json").write_text(json.dumps(config))
     openai_responses.script(*[_model] * 6)
     done = subprocess.run([opencode, "run", "--model", "gw/gpt-4o-mini", "What provider does opencode.json set?"],
-                          cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home")},
+                          cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "TMPDIR": str(tmp_path)},
                           capture_output=True, timeout=180, check=False)  # fmt: skip
     out = done.stdout.decode(errors="replace")
     assert done.returncode == 0, out + done.stderr.decode(errors="replace")
