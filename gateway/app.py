@@ -232,7 +232,7 @@ def _next_generation(kit: _Kit) -> Build:
 
 def _sender_fit(cfg: GatewayConfig) -> object:
     """What a sender is built from: equal, the running one serves the new config as well."""
-    return cfg.server.upstream_client, cfg.timeouts, pool_size(cfg)
+    return cfg.server.upstream_client, cfg.server.upstream_proxy, cfg.timeouts, pool_size(cfg)
 
 
 def _loop_fit(cfg: GatewayConfig) -> object:

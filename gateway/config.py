@@ -137,6 +137,16 @@ class ServerConfig(_Model):
         description="HTTP client for upstream requests: `h1`, the gateway's own HTTP/1.1 client, or "
         "`aiohttp`, aiohttp's client.",
     )
+    # The variables every HTTP client reads, by default: a deployment that reaches providers
+    # through an egress proxy has them set already (gateway/upstream/proxy.py).
+    upstream_proxy: str = Field(
+        default="env", repr=False,
+        description="Forward proxy for upstream requests: `env` (`https_proxy`, `http_proxy`, `all_proxy` "
+        "and `no_proxy`, in lower or upper case, as curl and the provider SDKs read them), `direct` (none, "
+        "whatever the environment says) or an `http://[user:password@]host:port` URL. An https upstream "
+        "is reached through a CONNECT tunnel, TLS end to end; loopback upstreams and the hosts "
+        "`no_proxy` names always go direct.",
+    )  # fmt: skip
     event_loop: Literal["uvloop", "asyncio"] = Field(
         default="uvloop",
         description="Event loop the server runs on: `uvloop` (installed with the gateway everywhere but "
@@ -1207,6 +1217,15 @@ class GatewayConfig(_Model):
     @classmethod
     def _unique_names(cls, v: tuple[UpstreamConfig, ...]) -> tuple[UpstreamConfig, ...]:
         return v
+
+    @model_validator(mode="after")
+    def _usable_proxy(self) -> Self:
+        # Here, not on the field: ServerConfig's default is built at import, before gateway.upstream
+        # (which imports this module) can be, and a bad variable must not break an import.
+        from gateway.upstream.proxy import egress
+
+        egress(self.server.upstream_proxy, os.environ)  # a ProxyError names the variable or setting
+        return self
 
     @model_validator(mode="after")
     def _references(self) -> Self:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the real servers and clients the test suite talks to, once: Prometheus (scrapes
-# /metrics) and Redis (the shared state store) from Debian; Claude Code, Codex and the Vercel
-# AI SDK from npm into .cache/.
+# /metrics), Redis (the shared state store) and tinyproxy (an egress proxy) from Debian;
+# Claude Code, Codex and the Vercel AI SDK from npm into .cache/.
 # Every step is skipped when its result is already there.
 set -euo pipefail
 need=()
@@ -9,6 +9,7 @@ command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v promtool  >/dev/null 2>&1 || need+=(prometheus)
 command -v curl      >/dev/null 2>&1 || need+=(curl)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v tinyproxy >/dev/null 2>&1 || need+=(tinyproxy)  # an egress proxy (tests/tinyproxy.py)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   export DEBIAN_FRONTEND=noninteractive
@@ -18,6 +19,7 @@ if [ ${#need[@]} -gt 0 ]; then
   # The package may start its own daemon; the tests run their own on a free port.
   $SUDO service prometheus stop >/dev/null 2>&1 || true
   $SUDO service redis-server stop >/dev/null 2>&1 || true
+  $SUDO service tinyproxy stop >/dev/null 2>&1 || true
 fi
 # Claude Code, driven headless by tests/e2e/test_claude_code.py. Its npm package ships the
 # native binary for this platform as an optional dependency; nothing is fetched at run time.

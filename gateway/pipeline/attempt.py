@@ -12,7 +12,7 @@ import asyncio
 import enum
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -198,7 +198,7 @@ async def _exchange(
     except UpstreamFailure as f:
         if f.kind is TransportError.FIRST_BYTE_TIMEOUT and token_first and token_s is not None:
             return _first_token_timeout(svc, state, call, token_s)
-        return _transport(svc, f.kind)
+        return _transport(svc, f.kind, f.evidence)
     svc.busy_poll.touch()
     state.upstream_head_s = svc.monotonic() - sent
     if call.up.pooled and svc.pool_state is not None and call.up.cfg.api_key is not None:
@@ -398,8 +398,10 @@ def operator_key_refused(up: UpstreamRuntime, failure: Failure) -> Failure:
     return out
 
 
-def _transport(svc: Services, kind: TransportError) -> Failure:
+def _transport(svc: Services, kind: TransportError, evidence: str | None = None) -> Failure:
     c = classify(None, {}, b"", now_s=svc.wall(), transport_error=kind)
+    if evidence is not None:  # what the transport knows beyond its kind (a proxy's refusal)
+        c = replace(c, evidence=f"{c.evidence} {evidence}")
     return transport_failure(kind, c)
 
 

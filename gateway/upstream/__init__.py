@@ -8,20 +8,25 @@ socket, and the HTTP client behind it is a choice (``aiohttp_sender.py``).
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.config import GatewayConfig
 from gateway.errors import TransportError
+from gateway.upstream.proxy import Egress, egress
 
 
 class UpstreamFailure(Exception):
     """Raised for failures that left us without a usable response (or body)."""
 
-    def __init__(self, kind: TransportError, detail: str = "") -> None:
+    def __init__(self, kind: TransportError, detail: str = "", evidence: str | None = None) -> None:
+        """``evidence``: what the log line's ``evidence`` adds to the kind (a forward proxy's
+        refusal: ``proxy:407``); short, and nothing of the request."""
         super().__init__(f"{kind.value}: {detail}" if detail else kind.value)
         self.kind = kind
+        self.evidence = evidence
 
 
 class BodyTooLarge(Exception):
@@ -80,7 +85,13 @@ def new_sender(cfg: GatewayConfig) -> StartableSender:
     if cfg.server.upstream_client == "aiohttp":
         from gateway.upstream.aiohttp_sender import AiohttpSender
 
-        return AiohttpSender(cfg.timeouts, pool_size(cfg))
+        return AiohttpSender(cfg.timeouts, pool_size(cfg), egress=egress_of(cfg))
     from gateway.upstream.h1 import H1Sender
 
-    return H1Sender(cfg.timeouts, pool_size(cfg))
+    return H1Sender(cfg.timeouts, pool_size(cfg), egress=egress_of(cfg))
+
+
+def egress_of(cfg: GatewayConfig) -> Egress:
+    """The proxies ``server.upstream_proxy`` names, read from the environment now (as at start-up
+    and on each reload that builds a new client)."""
+    return egress(cfg.server.upstream_proxy, os.environ)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from multidict import CIMultiDict
@@ -15,6 +17,7 @@ from gateway.config import TimeoutsConfig
 from gateway.errors import TransportError
 from gateway.upstream import BodyTooLarge, UpstreamFailure, UpstreamRequest, UpstreamResponse
 from gateway.upstream.deadline import Deadline
+from gateway.upstream.proxy import NO_EGRESS_PROXY, Egress
 
 _RESET_ERRORS: tuple[type[BaseException], ...] = (
     aiohttp.ServerDisconnectedError,
@@ -119,12 +122,16 @@ class AiohttpSender:
     """Sends upstream requests over one shared, bounded connection pool."""
 
     def __init__(
-        self, timeouts: TimeoutsConfig, max_connections: int, ssl_context: ssl.SSLContext | None = None
-    ) -> None:
-        """``ssl_context``: whom https upstreams are verified against; the system's CAs when None."""
+        self, timeouts: TimeoutsConfig, max_connections: int, ssl_context: ssl.SSLContext | None = None,
+        egress: Egress = NO_EGRESS_PROXY,
+    ) -> None:  # fmt: skip
+        """``ssl_context``: whom https upstreams are verified against; the system's CAs when None.
+        ``egress``: the forward proxies requests go through (none by default)."""
         self._timeouts = timeouts
         self._max_connections = max_connections
         self._ssl_context = ssl_context
+        self._egress = egress
+        self._proxies: dict[tuple[str, str, int], tuple[dict[str, Any], str | None]] = {}  # by origin: few
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -142,25 +149,51 @@ class AiohttpSender:
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._timeouts.connect_s),
             auto_decompress=True,  # the client always gets identity bodies; see relay headers
             request_class=_Request,
-            trust_env=False,  # never route through an ambient HTTP(S)_PROXY
+            trust_env=False,  # proxies are server.upstream_proxy's (which may say: the environment's)
         )
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
 
+    def _proxy_for(self, url: str) -> tuple[dict[str, Any], str | None]:
+        """The proxy arguments of aiohttp's request for ``url`` (none when it goes direct), and
+        the Proxy-Authorization a plain http request carries itself: aiohttp sends its
+        ``proxy_headers`` on CONNECT only."""
+        parts = urlsplit(url)
+        scheme, host = parts.scheme.lower(), parts.hostname or ""
+        origin = (scheme, host, parts.port or (443 if scheme == "https" else 80))
+        found = self._proxies.get(origin)
+        if found is None:
+            proxy = self._egress.proxy_for(*origin)
+            found = ({}, None)
+            if proxy is not None:
+                shown = f"[{proxy.host}]" if ":" in proxy.host else proxy.host
+                args: dict[str, Any] = {"proxy": f"http://{shown}:{proxy.port}"}
+                if proxy.authorization is not None and scheme == "https":
+                    args["proxy_headers"] = {"Proxy-Authorization": proxy.authorization}
+                found = (args, proxy.authorization if scheme == "http" else None)
+            if len(self._proxies) < 1024:
+                self._proxies[origin] = found
+        return found
+
     async def __call__(self, request: UpstreamRequest) -> UpstreamResponse:
         assert self._session is not None, "AiohttpSender.start() was not awaited"
         deadline = Deadline(self._loop)
         deadline.arm(request.first_byte_timeout_s)
+        proxy_args, proxy_authorization = self._proxy_for(request.url)
+        headers = request.headers
+        if proxy_authorization is not None:
+            headers = {**headers, "Proxy-Authorization": proxy_authorization}
         try:
             resp = await self._session.request(
                 request.method,
                 URL(request.url, encoded=True),  # sent as given: yarl would re-quote %2F in a query
-                headers=request.headers,
+                headers=headers,
                 data=request.body if request.body or request.method != "GET" else None,
                 allow_redirects=False,
                 compress=None,
+                **proxy_args,
             )
         except asyncio.CancelledError:
             deadline.close()
@@ -173,6 +206,10 @@ class AiohttpSender:
         except aiohttp.ClientConnectorError as e:
             deadline.close()
             raise UpstreamFailure(TransportError.CONNECT, type(e).__name__) from None
+        except aiohttp.ClientHttpProxyError as e:  # the proxy refused the tunnel
+            deadline.close()
+            detail = f"the proxy refused CONNECT: {e.status}"
+            raise UpstreamFailure(TransportError.CONNECT, detail, f"proxy:{e.status}") from None
         except aiohttp.ClientError as e:  # resets, malformed heads, anything else on the wire
             deadline.close()
             raise UpstreamFailure(TransportError.RESET, type(e).__name__) from None

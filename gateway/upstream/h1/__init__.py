@@ -2,7 +2,7 @@
 
 Purpose-built for what the gateway sends: one request head written with its body in one
 ``write``, answers parsed by llhttp (``httptools``), connections pooled per host. It does
-less than aiohttp's client (no cookies, redirects, proxies, HTTP/1.0 requests or client-side
+less than aiohttp's client (no cookies, redirects, HTTP/1.0 requests or client-side
 tracing: the gateway uses none of them) and costs a fraction of its CPU per request
 (``bench/RESULTS.md``). ``tests/conformance/`` holds both clients to one contract.
 """
@@ -19,6 +19,7 @@ from gateway.upstream.deadline import Deadline, SharedTimer, shared_timer
 from gateway.upstream.h1.codec import TargetCache, request_head
 from gateway.upstream.h1.connection import H1Response
 from gateway.upstream.h1.pool import Pool
+from gateway.upstream.proxy import NO_EGRESS_PROXY, Egress
 
 # Up to this size the body is copied into the head's buffer: one write, one segment.
 _JOIN_BELOW = 1 << 16
@@ -29,13 +30,15 @@ class H1Sender:
     ``max_connections`` in use at once)."""
 
     def __init__(
-        self, timeouts: TimeoutsConfig, max_connections: int, ssl_context: ssl.SSLContext | None = None
-    ) -> None:
-        """``ssl_context``: whom https upstreams are verified against; the system's CAs when None."""
+        self, timeouts: TimeoutsConfig, max_connections: int, ssl_context: ssl.SSLContext | None = None,
+        egress: Egress = NO_EGRESS_PROXY,
+    ) -> None:  # fmt: skip
+        """``ssl_context``: whom https upstreams are verified against; the system's CAs when None.
+        ``egress``: the forward proxies requests go through (none by default)."""
         self._timeouts = timeouts
         self._max_connections = max_connections
         self._ssl_context = ssl_context
-        self._targets = TargetCache()
+        self._targets = TargetCache(egress=egress)
         self._pool: Pool | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: SharedTimer | None = None
@@ -61,7 +64,7 @@ class H1Sender:
         deadline.arm(request.first_byte_timeout_s)  # the pool's queue and the connect included
         response: H1Response | None = None
         try:
-            conn = await pool.acquire(target.key)
+            conn = await pool.acquire(target.key, target.proxy)
             conn.begin(loop, head_only=request.method == "HEAD")
             response = H1Response(conn, pool, self._timeouts.idle_s, deadline)
             transport = conn.transport

@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
+from gateway.upstream.proxy import NO_EGRESS_PROXY, Egress, Proxy
+
 try:  # the same optional decoders aiohttp uses, so either client accepts the same bodies
     import brotli  # type: ignore[import-untyped]
 except ImportError:  # pragma: no cover - a dependency; absent only in a trimmed install
@@ -41,9 +43,14 @@ class Target:
     # Credentials in the URL (``http://user:pass@host``) become Basic auth, replacing any
     # Authorization header given, as aiohttp does with them.
     authorization: str | None = None
+    # The forward proxy the connection goes through (server.upstream_proxy): a CONNECT tunnel
+    # for https; for http the request itself goes to the proxy, its URL whole in the request
+    # line, with the proxy's credentials.
+    proxy: Proxy | None = None
+    proxy_authorization: str | None = None
 
 
-def parse_target(url: str) -> Target:
+def parse_target(url: str, egress: Egress = NO_EGRESS_PROXY) -> Target:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https"):
@@ -60,22 +67,27 @@ def parse_target(url: str) -> Target:
     if parts.username is not None:
         pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
         authorization = "Basic " + base64.b64encode(pair).decode("ascii")
-    return Target((scheme, host, port), target, host_header, authorization)
+    proxy = egress.proxy_for(scheme, host, port)
+    if proxy is None or scheme == "https":
+        return Target((scheme, host, port), target, host_header, authorization, proxy)
+    absolute = f"http://{host_header}{target}"  # RFC 9112 §3.2.2: the absolute form, to a proxy
+    return Target((scheme, host, port), absolute, host_header, authorization, proxy, proxy.authorization)
 
 
 class TargetCache:
     """URLs repeat (a few upstreams, a few paths): each is split once."""
 
-    __slots__ = ("_known", "_max")
+    __slots__ = ("_egress", "_known", "_max")
 
-    def __init__(self, max_entries: int = 1024) -> None:
+    def __init__(self, max_entries: int = 1024, egress: Egress = NO_EGRESS_PROXY) -> None:
         self._known: dict[str, Target] = {}
         self._max = max_entries
+        self._egress = egress
 
     def __call__(self, url: str) -> Target:
         found = self._known.get(url)
         if found is None:
-            found = parse_target(url)
+            found = parse_target(url, self._egress)
             if len(self._known) >= self._max:
                 self._known.clear()  # a client sweeping query strings must not grow this
             self._known[url] = found
@@ -89,6 +101,8 @@ def request_head(method: str, target: Target, headers: Mapping[str, str], body_l
     lines = [f"{method} {target.target} HTTP/1.1\r\nHost: {target.host_header}\r\n"]
     if target.authorization is not None:
         lines.append(f"Authorization: {target.authorization}\r\n")
+    if target.proxy_authorization is not None:
+        lines.append(f"Proxy-Authorization: {target.proxy_authorization}\r\n")
     accept = encoding = False
     for name, value in headers.items():
         if ":" in name:
@@ -127,7 +141,7 @@ def _split_by(headers: Mapping[str, str], target: Target) -> str:
 
 
 # The framing is the client's to write: a caller's would contradict the body it sends.
-_OURS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+_OURS = frozenset({"host", "content-length", "transfer-encoding", "connection", "proxy-authorization"})
 
 
 class DecodeError(ValueError):

@@ -16,6 +16,8 @@ from collections import deque
 from gateway.errors import TransportError
 from gateway.upstream import UpstreamFailure
 from gateway.upstream.h1.connection import Connection
+from gateway.upstream.h1.tunnel import open_tunnel
+from gateway.upstream.proxy import Proxy
 
 Key = tuple[str, str, int]
 
@@ -44,7 +46,8 @@ class Pool:
     def in_use(self) -> int:
         return self._busy
 
-    async def acquire(self, key: Key) -> Connection:
+    async def acquire(self, key: Key, proxy: Proxy | None = None) -> Connection:
+        """A connection to ``key``'s server (through ``proxy``, when one carries it)."""
         if self._closed:
             raise UpstreamFailure(TransportError.CONNECT, "client closed")
         if self._busy < self._limit and not self._waiters:
@@ -60,7 +63,7 @@ class Pool:
                     if not conn.closed and now - conn.idle_since < self._keepalive_s:
                         return conn
                     conn.abort()
-            return await self._connect(key)
+            return await self._connect(key, proxy)
         except BaseException:
             self._hand_on()
             raise
@@ -108,11 +111,11 @@ class Pool:
                 return
         self._busy -= 1
 
-    async def _connect(self, key: Key) -> Connection:
+    async def _connect(self, key: Key, proxy: Proxy | None) -> Connection:
         context = self._context() if key[0] == "https" else None
         try:
-            async with asyncio.timeout(self._connect_s):
-                _, conn = await self._open_socket(key, context)
+            async with asyncio.timeout(self._connect_s):  # the proxy's tunnel included
+                _, conn = await self._open_socket(key, context, proxy)
         except TimeoutError:
             raise UpstreamFailure(TransportError.CONNECT_TIMEOUT, "TimeoutError") from None
         except OSError as e:  # refused, unreachable, DNS, TLS (SSLError is an OSError)
@@ -124,7 +127,7 @@ class Pool:
         return conn
 
     async def _open_socket(
-        self, key: Key, context: ssl.SSLContext | None
+        self, key: Key, context: ssl.SSLContext | None, proxy: Proxy | None
     ) -> tuple[asyncio.Transport, Connection]:
         _, host, port = key
         hostname = host if context is not None else None
@@ -132,6 +135,17 @@ class Pool:
         def factory() -> Connection:
             return Connection(key, self._gone)
 
+        if proxy is not None:
+            if context is None:  # plain http: the requests themselves go to the proxy
+                return await self._loop.create_connection(factory, proxy.host, proxy.port)
+            sock = await open_tunnel(self._loop, proxy, host, port)
+            try:
+                return await self._loop.create_connection(
+                    factory, sock=sock, ssl=context, server_hostname=hostname
+                )
+            except BaseException:
+                sock.close()
+                raise
         if self._happy_eyeballs:
             return await self._loop.create_connection(
                 factory, host, port, ssl=context, server_hostname=hostname, happy_eyeballs_delay=0.25
