@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 import trustme
@@ -15,6 +18,7 @@ from gateway.errors import TransportError
 from gateway.upstream import UpstreamFailure, UpstreamRequest
 from gateway.upstream.aiohttp_sender import AiohttpSender
 from gateway.upstream.h1 import H1Sender
+from tests.procs import ROOT
 
 CLIENTS = {"aiohttp": AiohttpSender, "h1": H1Sender}
 TIMEOUTS = TimeoutsConfig(connect_s=2, first_byte_s=2, idle_s=2)
@@ -119,3 +123,39 @@ async def test_credentials_in_the_url_are_sent_as_basic_auth_by_both(client: str
     head = server.heads[0].decode()
     assert "Authorization: Basic dXNAZXI6cDpzcw==\r\n" in head  # base64("us@er:p:ss")
     assert "us%40er" not in head
+
+
+_TRUST_FROM_ENV = """
+import asyncio, sys
+from gateway.config import TimeoutsConfig
+from gateway.upstream import UpstreamRequest
+from gateway.upstream.aiohttp_sender import AiohttpSender
+from gateway.upstream.h1 import H1Sender
+
+async def main() -> None:
+    for cls in (H1Sender, AiohttpSender):
+        sender = cls(TimeoutsConfig(connect_s=2, first_byte_s=2, idle_s=2), 4)
+        await sender.start()
+        try:
+            resp = await sender(UpstreamRequest("POST", sys.argv[1], {}, b"{}", 2.0))
+            print(cls.__name__, resp.status, (await resp.read(1 << 20)).decode())
+        finally:
+            await sender.close()
+
+asyncio.run(main())
+"""
+
+
+async def test_both_clients_trust_the_ca_bundle_ssl_cert_file_names(
+    ca: trustme.CA, tls_server: Server, tmp_path: Path
+) -> None:
+    """A proxy that inspects TLS re-signs every provider's certificate with its own CA: the
+    deployer names a bundle holding it in SSL_CERT_FILE, as for curl and the SDKs."""
+    bundle = tmp_path / "bundle.pem"
+    ca.cert_pem.write_to_path(str(bundle))
+    env = {**os.environ, "SSL_CERT_FILE": str(bundle)}
+    url = f"https://localhost:{tls_server.port}/v1/chat/completions"
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", _TRUST_FROM_ENV, url, env=env, cwd=ROOT,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)  # fmt: skip
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert out.decode().splitlines() == ["H1Sender 200 " + ANSWER.decode(), "AiohttpSender 200 " + ANSWER.decode()]
