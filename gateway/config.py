@@ -261,6 +261,17 @@ class DeploymentLimits(_Model):
     )
 
 
+# RFC 9110 §5.1: a field name is a token.
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+# What upstreams[].headers cannot set: the framing and hop-by-hop headers the HTTP client and
+# the relay write (RFC 9110 §7.6.1), and the request id the gateway stamps on every call.
+CONFIG_HEADERS_REFUSED = frozenset({
+    "host", "content-length", "transfer-encoding", "connection", "keep-alive", "te", "trailer", "upgrade",
+    "proxy-authorization", "proxy-authenticate", "proxy-connection", "content-encoding", "accept-encoding",
+    "x-request-id",
+})  # fmt: skip
+
+
 class UpstreamConfig(_Model):
     name: str = Field(
         min_length=1, pattern=r"^[A-Za-z0-9_.-]+$",
@@ -310,6 +321,15 @@ class UpstreamConfig(_Model):
         "API). Not given: `x-goog-api-key` for an upstream that speaks only Gemini (Google also takes "
         "`?key=`, which would land in access logs), else `authorization`.",
     )
+    # repr=False: a value may be a secret (a Cloudflare AI Gateway's cf-aig-authorization).
+    headers: dict[str, str] = Field(
+        default_factory=dict, repr=False,
+        description="Headers added to every request to this upstream, replacing a client's header of the "
+        "same name (case-insensitive): `anthropic-beta` to turn a beta on for every client, OpenRouter's "
+        "`HTTP-Referer` and `X-Title`, `OpenAI-Project`, a Cloudflare AI Gateway's `cf-aig-authorization` "
+        "(`${VAR}` for a secret). One whose value is empty (an unset `${VAR:-}`) is not sent. Not the "
+        "credential (`api_key`), nor the framing, hop-by-hop and request-id headers the gateway writes.",
+    )  # fmt: skip
     fallbacks: tuple[str, ...] = Field(
         default=(),
         description="Upstreams or pools (any wire API) that serve this one's requests when it cannot, tried "
@@ -408,6 +428,27 @@ class UpstreamConfig(_Model):
     def withheld_client_headers(self) -> frozenset[str]:
         """The client's headers (lower-case) this upstream does not get (WITHHELD_CLIENT_HEADERS)."""
         return WITHHELD_CLIENT_HEADERS.difference(self._forwarded_client_headers)
+
+    @field_validator("headers")
+    @classmethod
+    def _sendable_headers(cls, v: dict[str, str]) -> dict[str, str]:
+        problems = []
+        for name, value in v.items():
+            lower = name.lower()
+            if not _HEADER_NAME.fullmatch(name):
+                problems.append(f"{name[:64]!r} is not a header name (letters, digits and !#$%&'*+.^_`|~-)")
+            elif lower in CONFIG_HEADERS_REFUSED:
+                problems.append(f"{name} is the gateway's to write, not a config header")
+            elif lower in ("authorization", "x-api-key", "api-key", "x-goog-api-key"):
+                problems.append(f"{name} carries the credential: set api_key (and key_header) instead")
+            elif any(c in value for c in "\r\n\x00"):  # named, never quoted: it may be a secret
+                problems.append(f"the value of {name} has a line break or NUL in it")
+        lowered = [n.lower() for n in v]
+        problems += [f"{n} is given twice (header names are case-insensitive)"
+                     for n in sorted({n for n in lowered if lowered.count(n) > 1})]  # fmt: skip
+        if problems:
+            raise ValueError("; ".join(problems))
+        return {name: value.strip() for name, value in v.items() if value.strip()}
 
     @field_validator("api_key")
     @classmethod

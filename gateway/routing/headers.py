@@ -201,12 +201,15 @@ class Outbound:
     # Where a client credential forwarded to this upstream goes when it arrived in another
     # API's place (a translated request, a Gemini ``?key=``); None: none is forwarded.
     moves_to: tuple[str, str] | None = None
+    # upstreams[].headers: set on every request, last, over the client's and the API's own.
+    added: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of(cls, upstream: UpstreamConfig) -> Outbound:
         # The client's cookies and addresses (config.WITHHELD_CLIENT_HEADERS) stay here unless
         # server.forward_client_headers names them.
         drop = _REQUEST_DROP | {"x-request-id"} | upstream.withheld_client_headers
+        drop |= {name.lower() for name in upstream.headers}  # the config's replace the client's
         if not upstream.forwards_client_credentials:
             drop |= CREDENTIAL_HEADERS
         key = None
@@ -214,7 +217,7 @@ class Outbound:
             name, template = _KEY_HEADER[upstream.key_header]
             key = (name, template.format(upstream.api_key))
         moves_to = _KEY_HEADER[upstream.key_header] if upstream.forwards_client_credentials else None
-        return cls(frozenset(drop), key, moves_to)
+        return cls(frozenset(drop), key, moves_to, tuple(upstream.headers.items()))
 
 
 def request_headers(
@@ -250,9 +253,19 @@ def request_headers(
     if plan.key is not None:
         out[plan.key[0]] = plan.key[1]
     out["X-Request-Id"] = request_id
-    if api is None:
-        return out
-    return _in_api_tail(out, api, taken, moves_to, query_key)
+    if api is not None:
+        _in_api_tail(out, api, taken, moves_to, query_key)
+    if plan.added:
+        _added(out, plan.added)
+    return out
+
+
+def _added(out: dict[str, str], added: tuple[tuple[str, str], ...]) -> None:
+    """The config's headers over what the API rules put in (``anthropic-version``, say)."""
+    names = {name.lower() for name, _ in added}
+    for k in [k for k in out if k.lower() in names]:
+        del out[k]
+    out.update(added)
 
 
 def credential_moved(headers: dict[str, str], to: tuple[str, str], query_key: str | None) -> dict[str, str]:

@@ -1,0 +1,58 @@
+"""upstreams[].headers: what the config takes, and where the headers land among the client's."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.config import ConfigError, UpstreamConfig, parse_config
+from gateway.routing.headers import Outbound, request_headers
+
+BASE = "upstreams: [{name: a, base_url: 'https://api.example/v1', headers: %s}]\n"
+
+
+def _outbound(**headers: str) -> Outbound:
+    return Outbound.of(UpstreamConfig(name="a", base_url="https://api.example/v1", headers=headers))
+
+
+def test_the_configs_headers_replace_the_clients_whatever_the_case() -> None:
+    out = request_headers({"x-title": "client", "Accept": "*/*"}.items(), _outbound(**{"X-Title": "app"}), "rid")
+    assert out == {"Accept": "*/*", "X-Request-Id": "rid", "X-Title": "app"}
+
+
+def test_they_come_after_the_apis_own_and_the_moved_credential() -> None:
+    plan = _outbound(**{"anthropic-version": "2023-01-01", "anthropic-beta": "b1"})
+    client = {"authorization": "Bearer sk-c", "anthropic-beta": "client", "openai-organization": "org"}
+    out = request_headers(client.items(), plan, "rid", "messages", ("x-api-key", "{}"))
+    assert out["anthropic-version"] == "2023-01-01" and out["anthropic-beta"] == "b1"
+    assert out["x-api-key"] == "sk-c" and "openai-organization" not in out
+
+
+def test_an_empty_value_is_not_sent() -> None:
+    cfg = parse_config(BASE % "{X-Title: '', HTTP-Referer: ' https://app '}")
+    assert cfg.upstreams[0].headers == {"HTTP-Referer": "https://app"}
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("{Host: x}", "Host is the gateway's to write"),
+        ("{Content-Length: '1'}", "Content-Length is the gateway's to write"),
+        ("{x-request-id: x}", "x-request-id is the gateway's to write"),
+        ("{Proxy-Authorization: x}", "Proxy-Authorization is the gateway's to write"),
+        ("{Authorization: 'Bearer sk-secret-1'}", "Authorization carries the credential: set api_key"),
+        ("{x-api-key: sk-secret-1}", "x-api-key carries the credential"),
+        ("{'bad name': x}", "'bad name' is not a header name"),
+        ('{X-A: "sk-secret-1\\r\\nX-B: y"}', "the value of X-A has a line break"),
+        ("{X-A: '1', x-a: '2'}", "x-a is given twice"),
+    ],
+)
+def test_a_header_the_config_cannot_send_is_refused_naming_it_never_quoting_its_value(given: str, said: str) -> None:
+    with pytest.raises(ConfigError, match=said) as e:
+        parse_config(BASE % given)
+    assert "sk-secret-1" not in str(e.value)
+    assert str(e.value).startswith("upstreams[0].headers: ")
+
+
+def test_their_values_are_not_in_the_configs_repr() -> None:
+    cfg = parse_config(BASE % "{cf-aig-authorization: 'Bearer cf-secret'}")
+    assert "cf-secret" not in repr(cfg) and "cf-secret" not in repr(cfg.upstreams[0])
