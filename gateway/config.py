@@ -36,6 +36,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from gateway import tls
 from gateway.policy import globs
 
 
@@ -137,6 +138,17 @@ class ServerConfig(_Model):
         description="HTTP client for upstream requests: `h1`, the gateway's own HTTP/1.1 client, or "
         "`aiohttp`, aiohttp's client.",
     )
+    tls_cert_file: str | None = Field(
+        default=None,
+        description="PEM file of the certificate chain to serve HTTPS with (its key in `tls_key_file`, or in "
+        "this file too); unset: plain HTTP, for TLS terminated in front (a load balancer, an ingress). A "
+        "renewed certificate written to the same path is served without a restart: the files are re-read "
+        "on SIGHUP and when they change (checked every 30 s). Another path takes a restart.",
+    )  # fmt: skip
+    tls_key_file: str | None = Field(
+        default=None,
+        description="PEM file of `tls_cert_file`'s private key (unset: in `tls_cert_file`).",
+    )
     # The variables every HTTP client reads, by default: a deployment that reaches providers
     # through an egress proxy has them set already (gateway/upstream/proxy.py).
     upstream_proxy: str = Field(
@@ -178,6 +190,17 @@ class ServerConfig(_Model):
         if self.workers == "auto":
             return max(1, len(os.sched_getaffinity(0)))
         return self.workers
+
+    @model_validator(mode="after")
+    def _servable_tls(self) -> Self:
+        if self.tls_cert_file is None:
+            if self.tls_key_file is not None:
+                raise ValueError("tls_key_file is set without tls_cert_file")
+            return self
+        why = tls.problem(self.tls_cert_file, self.tls_key_file)
+        if why is not None:
+            raise ValueError(f"tls_cert_file: {why}")
+        return self
 
     @field_validator("forward_client_headers")
     @classmethod

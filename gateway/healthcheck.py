@@ -11,6 +11,7 @@ where the gateway listens."""
 
 from __future__ import annotations
 
+import ssl
 import sys
 import urllib.request
 from urllib.parse import urlsplit
@@ -21,7 +22,7 @@ from gateway.listening import recorded_address
 DEFAULT_CONFIG = "/etc/llm-gateway/gateway.yaml"
 
 
-def health_url(host: str, port: int) -> str:
+def health_url(host: str, port: int, scheme: str = "http") -> str:
     # A wildcard address is reached over loopback from inside the same container.
     if host in ("0.0.0.0", "", "*"):
         host = "127.0.0.1"
@@ -29,7 +30,7 @@ def health_url(host: str, port: int) -> str:
         host = "::1"
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
-    return f"http://{host}:{port}/healthz"
+    return f"{scheme}://{host}:{port}/healthz"
 
 
 def recorded_health_url() -> str | None:
@@ -40,7 +41,7 @@ def recorded_health_url() -> str | None:
     parts = urlsplit(listen[0])
     if parts.hostname is None or parts.port is None:
         return None
-    return health_url(parts.hostname, parts.port)
+    return health_url(parts.hostname, parts.port, parts.scheme or "http")
 
 
 def main(argv: list[str]) -> int:
@@ -52,10 +53,15 @@ def main(argv: list[str]) -> int:
         except (ConfigError, OSError) as e:
             print(f"healthcheck: {e}", file=sys.stderr)
             return 1
-        url = health_url(cfg.server.host, cfg.server.port)
+        url = health_url(cfg.server.host, cfg.server.port, "https" if cfg.server.tls_cert_file else "http")
     # Never through a proxy the container's environment names (HTTP_PROXY): the gateway is
     # on this host, and a proxy would answer for it, or not, whatever the gateway's state.
-    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    # Over TLS, unverified: this asks whether the gateway on this host answers, by an address
+    # (127.0.0.1) its certificate does not name; whom the certificate convinces is the clients'.
+    unverified = ssl.create_default_context()
+    unverified.check_hostname, unverified.verify_mode = False, ssl.CERT_NONE
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}),
+                                         urllib.request.HTTPSHandler(context=unverified))  # fmt: skip
     try:
         with direct.open(url, timeout=2) as r:
             return 0 if r.status == 200 else 1

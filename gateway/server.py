@@ -32,6 +32,7 @@ from gateway.reload.reloader import Reloader
 from gateway.reload.watch import watch
 from gateway.services import Lifecycle
 from gateway.state import StateStore
+from gateway.tls import ServerTLS
 from gateway.tracing import summary as tracing_summary
 from gateway.workers.seat import WorkerSeat, worker_config
 
@@ -49,10 +50,16 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path:
     runner = make_runner(app, shutdown_timeout=1.0)
     await runner.setup()
     private = None
+    cert = cfg.server.tls_cert_file
+    server_tls = ServerTLS(cert, cfg.server.tls_key_file, log) if cert is not None else None
+    ssl_context = server_tls.context if server_tls is not None else None
     if seat is None:
-        sites: list[web.BaseSite] = [web.TCPSite(runner, cfg.server.host, cfg.server.port, backlog=1024)]
+        sites: list[web.BaseSite] = [
+            web.TCPSite(runner, cfg.server.host, cfg.server.port, backlog=1024, ssl_context=ssl_context)
+        ]
     else:
-        sites = [web.SockSite(runner, socket.socket(fileno=fd), backlog=1024) for fd in seat.fds]
+        sites = [web.SockSite(runner, socket.socket(fileno=fd), backlog=1024, ssl_context=ssl_context)
+                 for fd in seat.fds]  # fmt: skip
         private = make_runner(private_app(app), shutdown_timeout=1.0)
         await private.setup()
         sites.append(web.UnixSite(private, seat.socket_path(seat.index)))
@@ -63,7 +70,7 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path:
         await runner.cleanup()
         raise cannot_listen(cfg.server.host, cfg.server.port, e) from None
     collector.settle_after_start()
-    addresses = _addresses(runner)
+    addresses = _addresses(runner, "https" if server_tls is not None else "http")
     listen: dict[str, object] = {"listen": addresses}
     if seat is None:
         record_address(addresses)  # with workers, their supervisor's
@@ -80,6 +87,7 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path:
         loop.add_signal_handler(sig, stop.set)
     orphan_watch = asyncio.create_task(_drain_if_orphaned(stop)) if seat is not None else None
     gc_pace = asyncio.create_task(collector.follow_in_flight(live.life))
+    cert_watch = asyncio.create_task(server_tls.watch()) if server_tls is not None else None
     reloader = file_watch = None
     if config_path is not None:
         reloader = Reloader(
@@ -87,7 +95,7 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path:
             adapt=(lambda c: worker_config(c, seat)) if seat is not None else (lambda c: c),
             context={"worker": seat.name, "pid": os.getpid()} if seat is not None else None,
         )  # fmt: skip
-        loop.add_signal_handler(signal.SIGHUP, reloader.trigger, "SIGHUP")
+        loop.add_signal_handler(signal.SIGHUP, _on_hangup, reloader, server_tls)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})  # held since __main__ (one waiting: now)
         file_watch = asyncio.create_task(watch(reloader, lambda: live.services.cfg.server.watch_config))
     await stop.wait()
@@ -109,6 +117,8 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path:
             signal.signal(sig, signal.SIG_IGN)
 
     gc_pace.cancel()
+    if cert_watch is not None:
+        cert_watch.cancel()
     life = live.life
     life.draining = True
     drain_s = live.services.cfg.server.drain_s  # as the last reload left it
@@ -126,6 +136,13 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path:
     if seat is None:
         forget_address()
     log.info({"event": "stopped"})
+
+
+def _on_hangup(reloader: Reloader, server_tls: ServerTLS | None) -> None:
+    """SIGHUP: the config file, and the certificate (renewed into the same paths), read again."""
+    reloader.trigger("SIGHUP")
+    if server_tls is not None:
+        server_tls.reload("SIGHUP")
 
 
 async def drain(life: Lifecycle, drain_s: float, settle_s: float = 2.0) -> None:
@@ -211,11 +228,11 @@ def _client_timeouts(cfg: GatewayConfig) -> tuple[float, float, float]:
     return cfg.server.header_timeout_s, cfg.server.keepalive_s, cfg.timeouts.idle_s
 
 
-def _addresses(runner: web.AppRunner) -> list[str]:
+def _addresses(runner: web.AppRunner, scheme: str) -> list[str]:
     out = []
     for addr in runner.addresses:
         host, port = addr[0], addr[1]
-        out.append(f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}")
+        out.append(f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}")
     return out
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import urllib.request
@@ -61,17 +62,20 @@ def base_env(**extra: str) -> dict[str, str]:
 
 
 def start(cmd: list[str], env: dict[str, str], port: int, log_path: Path, *,
-          ready_path: str = "/readyz", timeout_s: float = 120) -> RunningProcess:  # fmt: skip
+          ready_path: str = "/readyz", timeout_s: float = 120, scheme: str = "http") -> RunningProcess:  # fmt: skip
     with log_path.open("wb") as log:  # the child keeps its own descriptor
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)  # fmt: skip
-    running = RunningProcess(f"http://127.0.0.1:{port}", proc, log_path)
+    running = RunningProcess(f"{scheme}://127.0.0.1:{port}", proc, log_path)
+    # Readiness only: whom the certificate convinces is each test's to check.
+    unverified = ssl.create_default_context()
+    unverified.check_hostname, unverified.verify_mode = False, ssl.CERT_NONE
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise AssertionError(f"{cmd[:3]} exited with {proc.returncode}:\n{running.logs()[-4000:]}")
         try:
-            with urllib.request.urlopen(running.base + ready_path, timeout=2) as r:
+            with urllib.request.urlopen(running.base + ready_path, timeout=2, context=unverified) as r:
                 if r.status == 200:
                     return running
         except OSError:

@@ -116,7 +116,8 @@ def supervise(cfg: GatewayConfig, config_path: str, argv0: Sequence[str] | None 
         Worker(WorkerSeat(i, count, tuple(s.fileno() for s in group), run_dir, secret))
         for i, group in enumerate(groups)
     ]
-    listen = sorted({_url(s.getsockname()) for s in groups[0]})
+    scheme = "https" if cfg.server.tls_cert_file else "http"  # the workers speak TLS on these sockets
+    listen = sorted({_url(s.getsockname(), scheme) for s in groups[0]})
     record_address(listen)  # the sockets are the supervisor's: so is the health check's address
     try:
         return asyncio.run(_run(workers, [*command, "--config", config_path], listen))
@@ -202,6 +203,6 @@ async def _keep(w: Worker, command: list[str], stop: asyncio.Event, failed: asyn
             await asyncio.wait_for(stop.wait(), RESTART_DELAY_S)
 
 
-def _url(sockaddr: tuple[object, ...]) -> str:
+def _url(sockaddr: tuple[object, ...], scheme: str) -> str:
     host, port = str(sockaddr[0]), sockaddr[1]
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
