@@ -946,11 +946,11 @@ class StateConfig(_Model):
     key_prefix: str = Field(
         default="llm-gateway:", max_length=64, description="Prefix of every Redis key the gateway writes."
     )
-    # Past it the replica falls back to its own memory until the store answers again.
     timeout_ms: int = Field(
         default=50, gt=0, le=10_000,
-        description="Longest a request waits on the shared store per operation, in milliseconds; past it "
-        "the replica uses its own memory.",
+        description="Milliseconds after which an operation on the shared store is suspect: if Redis answered "
+        "nothing meanwhile, a probe with `recover_s` to answer decides whether it is down (then the "
+        "replica uses its own memory); while it is not, the operation waits on, up to `recover_s`.",
     )  # fmt: skip
     recover_s: float = Field(
         default=1.0, gt=0, description="While Redis is taken for down, how often, in seconds, a probe in the "
@@ -959,7 +959,7 @@ class StateConfig(_Model):
     max_connections: int = Field(
         default=100, ge=1, le=10_000,
         description="Most operations each gateway process has in flight on Redis at once, each on its own "
-        "connection; one past it waits for its turn, within `timeout_ms`.",
+        "connection; one past it waits for its turn, within its wait (see `timeout_ms`).",
     )  # fmt: skip
     # Each costs a Redis round trip at most once per cache_ms, not per request.
     cache_ms: int = Field(

@@ -126,9 +126,14 @@ def classify(
     f = fields_of(doc, body, headers)
     kind, evidence = _decide(_Evidence(status, f, headers, now_s), request)
     # OpenAI and Anthropic send rate-limit reset headers on every response: they are a wait
-    # only for a rate or quota error, or a 503 would inherit a 6-minute token-window reset.
-    limited = kind in (RATE, BUDGET)
-    wait = server_wait_s(headers, doc, now_s, rate_limit_resets=limited)
+    # only for a rate limit, or a 503 would inherit a 6-minute token-window reset, and a
+    # key out of credit (Anthropic's 400 "credit balance is too low", OpenAI's 429
+    # insufficient_quota, both sent with the request window's reset) would be taken for
+    # funded again when the window refills, seconds later: a pool sat it out 1-7 s instead
+    # of cooldowns.budget_s and called it again and again. A budget error takes the reset of
+    # a window it spent (remaining 0), which is then the one that refused it.
+    resets = kind is RATE or (kind is BUDGET and bool(_spent_windows(headers)))
+    wait = server_wait_s(headers, doc, now_s, rate_limit_resets=resets)
     return Classification.of(
         kind,
         retry_after_s=wait,

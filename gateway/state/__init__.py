@@ -36,7 +36,8 @@ def build_store(
     assert cfg.state.url is not None  # the config validator guarantees it
     timeout_s = cfg.state.timeout_ms / 1000
     return RedisStore(
-        connect(cfg.state.url, timeout_s, cfg.state.max_connections),
+        # The sockets wait as long as an operation may (see RedisStore._guard), the probe's too.
+        connect(cfg.state.url, max(timeout_s, cfg.state.recover_s), cfg.state.max_connections),
         local,
         clock=clock,
         monotonic=monotonic,

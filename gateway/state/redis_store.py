@@ -182,7 +182,8 @@ MAX_UNSETTLED = 100_000
 
 
 def connect(url: str, timeout_s: float, max_connections: int = 100) -> Redis:
-    """A client that fails fast: our own deadline bounds every call, so no silent retries.
+    """A client without silent retries: ``RedisStore``'s own deadlines bound every call, and
+    ``timeout_s`` (the longest an operation waits, ``RedisStore._slow_s``) is the sockets'.
 
     ``RedisStore`` holds its operations to ``max_connections`` at once, each waiting its turn
     within its deadline; the pool has room for as many again, for batches still reading an
@@ -253,6 +254,9 @@ class RedisStore:
         self._p = prefix
         self._timeout_s = timeout_s
         self._recover_s = recover_s
+        self._slow_s = max(timeout_s, recover_s)  # an operation's longest wait while Redis is not down
+        self._waiting: set[asyncio.Timeout] = set()
+        self._slow_logged_at, self._slow_since_log = -math.inf, 0
         self._on_fallback = on_fallback
         self._down_since: float | None = None
         self._retry_at = 0.0
@@ -289,33 +293,59 @@ class RedisStore:
             return await local()
         started = self._monotonic()
         try:
-            async with asyncio.timeout(self._timeout_s), self._slots:
+            # ``timeout_ms`` is when a wait becomes suspect, not when it ends: past it, an
+            # operation goes on waiting while Redis is not found down (``_suspect``), up to
+            # ``_slow_s``. Served from memory at the first timeout, a saturated replica (its loop
+            # reading answers late, which is most of a 50 ms wait at 600 concurrent requests)
+            # counted budgets apart from Redis while Redis answered every call: a $0.01 budget
+            # shared by two replicas served 3x its worth in one burst.
+            async with asyncio.timeout(self._slow_s) as deadline:
+                suspicion = asyncio.get_running_loop().call_later(self._timeout_s, self._suspect, op, started)
+                self._waiting.add(deadline)
                 try:
-                    result = await remote()
-                except (RedisConnectionError, ConnectionError):
-                    # Most often a pooled connection to a Redis that has since restarted: the
-                    # server is fine, the socket is not, and every idle one is as old. Drop
-                    # those and try once more on a fresh connection, within the same bound.
-                    # (The command never reached the new server, so nothing is counted twice.)
-                    await self._drop_idle_connections()
-                    result = await remote()
+                    async with self._slots:
+                        try:
+                            result = await remote()
+                        except (RedisConnectionError, ConnectionError):
+                            # Most often a pooled connection to a Redis that has since restarted:
+                            # the server is fine, the socket is not, and every idle one is as
+                            # old. Drop those and try once more on a fresh connection, within the
+                            # same bound. (The command never reached the new server, so nothing
+                            # is counted twice.)
+                            await self._drop_idle_connections()
+                            result = await remote()
+                finally:
+                    suspicion.cancel()
+                    self._waiting.discard(deadline)
         except _FAILURES as e:
             self._on_fallback(self.backend, op)
+            waited = self._monotonic() - started
             if not isinstance(e, _TIMEOUTS):
-                self._went_down(op, type(e).__name__, self._monotonic() - started)
-            elif self._answered_at <= started and self._probe is None:
-                # Nothing answered while this one waited, which a saturated process meets as
-                # well as a dead Redis: its loop reads answers after the timers that fire while
-                # it catches up. Only a probe with more time tells them apart. Taking the
-                # replica off Redis at the first timeout made one at 500 concurrent requests
-                # leave it 2-11 times per 3,000 requests, its keys' limits counted in its own
-                # memory each time, and warn of an outage.
-                self._start_probe((op, type(e).__name__, self._monotonic() - started))
-            # Else Redis answered another operation meanwhile: the wait was this process's
-            # (its loop, or every connection in use). This operation alone is served from memory.
+                self._went_down(op, type(e).__name__, waited)
+            elif self._down_since is None and self._probe is None:  # (a probe under way will say)
+                self._too_slow(op, waited)
             return await local()
         self._came_back()
         return result
+
+    def _suspect(self, op: str, started: float) -> None:
+        """``timeout_ms`` passed on an operation. When Redis answered nothing since it began,
+        a probe with more time (``recover_s``, on its own connection) tells a dead Redis from a
+        loop too busy to read its answers; found dead, every waiting operation is let go at once
+        (``_went_down``). When Redis answered others meanwhile, the wait is this process's own."""
+        if self._answered_at <= started and self._probe is None and self._down_since is None:
+            self._start_probe((op, "TimeoutError", self._monotonic() - started))
+
+    def _too_slow(self, op: str, waited_s: float) -> None:
+        """An operation waited ``_slow_s`` with Redis not found down: served from memory, said
+        (at most once per ``recover_s``, with how many since), never silently."""
+        self._slow_since_log += 1
+        now = self._monotonic()
+        if now - self._slow_logged_at >= self._recover_s:
+            log.warning({"event": "state_store_slow", "backend": self.backend, "op": op,
+                         "waited_ms": round(waited_s * 1000, 1),
+                         "operations": self._slow_since_log})  # fmt: skip
+            self._slow_logged_at, self._slow_since_log = now, 0
 
     def _came_back(self) -> None:
         self._answered_at = self._monotonic()
@@ -366,6 +396,9 @@ class RedisStore:
     def _went_down(self, op: str, error: str, waited_s: float) -> None:
         if self._down_since is None:
             self._down_since = self._monotonic()
+            now = asyncio.get_running_loop().time()
+            for deadline in list(self._waiting):  # the operations still waiting: to memory, now
+                deadline.reschedule(now)
             # The error's type, never its text or the URL: either may carry a password.
             log.warning({"event": "state_store_down", "backend": self.backend, "op": op,
                          "error": error, "waited_ms": round(waited_s * 1000, 1),

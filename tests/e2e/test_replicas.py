@@ -8,7 +8,8 @@ gateway processes (`python -m gateway --config`, each its own port, the same
   request for that model at once, without an upstream call;
 - a client loop that alternates between the replicas with an identical failing request
   reaches the provider once;
-- Redis frozen (SIGSTOP): successes still come, each within state.timeout_ms of normal;
+- Redis frozen (SIGSTOP): successes still come, each within state.timeout_ms + recover_s of
+  normal (the wait turns suspect at timeout_ms; a probe given recover_s finds Redis down);
 - Redis is SIGKILLed mid-test: both replicas keep answering, each request within a bound,
   and `llm_gateway_state_fallbacks_total` moves; Redis restarted, they share state again;
 - Redis restarted between bursts of concurrent requests: no replica falls back to local state
@@ -17,8 +18,8 @@ gateway processes (`python -m gateway --config`, each its own port, the same
 Measured (loopback, this machine): B refuses the open model circuit in 6-25 ms with no
 upstream call (A's storm: 2 requests x 2 attempts = 4 calls); 10 alternating identical 400s
 cost 1 upstream call; successes take a median ~3 ms, max ~9 ms with Redis killed (no worse
-than normal: connection refused is immediate), max ~210 ms with Redis frozen (the 200 ms
-timeout, then local state for recover_s); the fallback counter moves by ~10 per replica.
+than normal: connection refused is immediate), max ~710 ms with Redis frozen (the 200 ms
+timeout, the probe's 500 ms, then local state); the fallback counter moves by ~10 per replica.
 """
 
 from __future__ import annotations
@@ -255,7 +256,9 @@ def test_a_client_loop_across_replicas_reaches_the_provider_once(cluster: Cluste
 
 def test_replicas_keep_serving_when_redis_hangs(cluster: Cluster) -> None:
     """Not in the brief's list, but the harder case: a frozen Redis accepts connections and never
-    answers, so only state.timeout_ms (200 ms here) bounds what a request waits on it."""
+    answers, so only the time bound does: state.timeout_ms (200 ms here), when the wait turns
+    suspect, plus the probe's recover_s (0.5 s), which finds Redis down and lets every waiting
+    operation go to local state at once."""
     gws = (cluster.a, cluster.b)
     normal = [cluster.chat(gw, "gpt-4o-mini", fresh("normal"))[1] for _ in range(3) for gw in gws]
     cluster.redis.freeze()
@@ -271,7 +274,7 @@ def test_replicas_keep_serving_when_redis_hangs(cluster: Cluster) -> None:
     cluster.back_on_redis()
     print(f"replicas, success latency with redis frozen: max {max(frozen) * 1000:.1f} ms "
           f"(normal max {max(normal) * 1000:.1f} ms)")  # fmt: skip
-    assert max(frozen) < max(normal) + 0.5
+    assert max(frozen) < max(normal) + 0.2 + RECOVER_S + 0.5
 
 
 def test_replicas_keep_serving_when_redis_is_killed(cluster: Cluster) -> None:

@@ -202,6 +202,27 @@ def test_a_budget_error_keeps_the_servers_reset_for_the_stamp() -> None:
     assert c.reset_at_ms == round((NOW + 3600) * 1000)
 
 
+@pytest.mark.parametrize(
+    ("status", "headers", "body"),
+    [
+        # Anthropic sends its windows' state on every response (docs: "rate limits", response
+        # headers; reset 3 s after NOW); the body is the credit refusal of tests/corpus/anthropic.json.
+        (400, {"anthropic-ratelimit-requests-remaining": "49", "anthropic-ratelimit-requests-reset": "2026-11-18T11:06:43Z"},
+         b'{"type": "error", "error": {"type": "invalid_request_error", "message": "Your credit balance is too low '
+         b'to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits."}}'),
+        (429, {"x-ratelimit-remaining-requests": "499", "x-ratelimit-reset-requests": "120ms"},
+         b'{"error": {"type": "insufficient_quota", "code": "insufficient_quota"}}'),
+    ],
+)  # fmt: skip
+def test_a_budget_error_does_not_take_the_reset_of_a_window_it_did_not_spend(
+    status: int, headers: dict[str, str], body: bytes
+) -> None:
+    """Credit is not funded again when the request window refills: no wait of the windows'
+    (a pool then sits the key out for cooldowns.budget_s, not the seconds to the refill)."""
+    c = classify(status, headers, body, now_s=NOW)
+    assert c.type is ErrorType.BUDGET and c.retry_after_s is None and c.reset_at_ms is None
+
+
 def test_huge_body_is_scanned_only_at_its_head() -> None:
     body = json.dumps({"error": {"message": "prompt is too long: 300000 tokens > 200000 maximum"}}).encode()
     assert classify(400, {}, body + b" " * 10_000_000, now_s=NOW).type is ErrorType.CONTEXT_OVERFLOW
