@@ -260,6 +260,8 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
         record["output_capped"] = state.output_capped  # numbers and a source, never content
     if state.ended_by is not None:
         record["ended_by"] = state.ended_by  # a response cut short after it started
+    if state.after_end is not None:
+        record["after_end"] = state.after_end  # the upstream broke once its answer was complete
     if state.continued_after is not None:
         record["continued_after"] = state.continued_after
     if state.fallbacks:

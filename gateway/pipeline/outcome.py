@@ -70,6 +70,10 @@ class RequestState:
     stream_error: ErrorType | None = None  # a committed stream that ended in an error event
     continued_after: str | None = None  # why a stream broke before a continuation completed it
     ended_by: str | None = None  # why a committed response ended early (reset, idle_timeout, shutdown…)
+    # The client has the stream's end marker (chat's finish_reason, Gemini's finishReason: what
+    # may still follow is a usage chunk and [DONE]): a failure after it ends nothing early.
+    stream_complete: bool = False
+    after_end: str | None = None  # what broke the upstream's stream after its end marker, for the log
     usage: dict[str, int] = field(default_factory=dict)
     left_waiting: bool = False  # the client left once the provider had taken the request (2xx)
     # Attempts that came back as an empty stream (and the probe's cut of the connection the

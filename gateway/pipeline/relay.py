@@ -223,6 +223,13 @@ async def _relay_sse(
                 if translator is not None:
                     splice = _then(splice, translator.event)
     except _ShutdownCut:
+        if state.stream_complete:  # the client has the whole answer: it ends as it would have
+            state.after_end = SHUTDOWN
+            with contextlib.suppress(ConnectionError):
+                if translator is not None:
+                    await resp.write(translator.close())
+                await resp.write_eof()
+            return resp
         # Not the provider's fault, and worth retrying at once (on another replica).
         c = Classification.of(ErrorType.PROVIDER_UNAVAILABLE, provider_code="gateway_shutdown")
         state.ended_by = SHUTDOWN
@@ -342,6 +349,7 @@ async def _pump_leg(
         await resp.write(held + out)
         if end is not None:
             return end
+        state.stream_complete = state.stream_complete or finished
         async for chunk in leg.chunks:
             events = splitter.feed(chunk)
             if not events:
@@ -354,8 +362,16 @@ async def _pump_leg(
                 await resp.write(out)
             if end is not None:
                 return end
+            if finished:
+                state.stream_complete = True  # what drain_s cutting the stream now must not contradict
         rest = splitter.pending
     except UpstreamFailure as f:
+        if finished:
+            # After the end marker (a chat stream's finish_reason, then a stall or a reset before
+            # its usage chunk or [DONE]): the client has the whole answer, and an error chunk
+            # after it contradicted it (the openai SDK raised APIError on a complete answer).
+            state.stream_complete, state.after_end = True, f.kind.value
+            return None
         c = classify(None, {}, b"", now_s=svc.wall(), transport_error=f.kind)
         state.ended_by = f.kind.value
         return Ending(c, _TRANSPORT_TEXT[f.kind], f.kind.value)

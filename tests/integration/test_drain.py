@@ -44,6 +44,22 @@ async def test_a_stream_cut_at_drain_timeout_is_not_a_provider_failure(make_gate
     assert gw.metric("llm_gateway_upstream_attempts_total", upstream="primary", outcome="provider_unavailable") == 0
 
 
+async def test_a_stream_whose_answer_is_complete_is_not_cut_with_an_error(make_gateway) -> None:
+    """drain_s runs out after the finish chunk, while the upstream has yet to send [DONE]:
+    the client has its whole answer, and no error event follows it (audit, 2026-11-29)."""
+    gw = await make_gateway(real_sleep=True)
+    gw.fake.script(Stream([chunk({"content": "all of it"}), chunk({}, "stop")], then="stall"))
+    life = gw.app[LIVE].life
+    reading = asyncio.create_task(gw.chat({"model": "gpt-4o-mini", "stream": True,
+                                           "messages": [{"role": "user", "content": "x"}]}))  # fmt: skip
+    await _until(lambda: len(gw.fake.requests) == 1 and life.in_flight == 1, "the stream is under way")
+    await asyncio.sleep(0.2)  # the finish chunk relayed; the upstream stalls before [DONE]
+    await drain(life, drain_s=0.0)
+    events = data_events((await reading)[2])
+    assert not any("error" in e for e in events), events
+    assert json.loads(events[-1])["choices"][0]["finish_reason"] == "stop"
+
+
 async def test_requests_whose_answer_has_not_begun_get_a_typed_503_when_drain_runs_out(make_gateway) -> None:
     # Long timeouts: the upstream's silence, and its asked-for wait, outlast drain_s.
     gw = await make_gateway(real_sleep=True, timeouts="{connect_s: 2, first_byte_s: 60, idle_s: 60}")

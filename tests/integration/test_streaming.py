@@ -4,6 +4,7 @@ event (and no [DONE]) after it, and upstream cancellation when the client leaves
 import asyncio
 import contextlib
 import json
+import logging
 
 import pytest
 
@@ -47,6 +48,26 @@ async def test_stalled_stream_ends_after_idle_timeout(make_gateway) -> None:
     gw.fake.script(Stream([chunk({"content": "a"})], then="stall"))
     status, _, body = await asyncio.wait_for(gw.chat(STREAM_REQ), 10)
     assert status == 200 and last_error(body)["code"] == "idle_timeout"
+
+
+@pytest.mark.parametrize("then", ["drop", "stall"])
+async def test_a_failure_after_the_finish_chunk_does_not_contradict_the_answer(make_gateway, caplog, then: str) -> None:
+    """The upstream sent finish_reason, then broke or stalled before its usage chunk and
+    [DONE]: the client has the whole answer, and no error chunk follows it."""
+    caplog.set_level(logging.INFO, logger="gateway")
+    gw = await make_gateway()  # idle_s: 1
+    gw.fake.script(Stream([chunk({"role": "assistant", "content": ""}), chunk({"content": "hello"}),
+                           chunk({}, "stop")], then=then))  # fmt: skip
+    status, _, body = await asyncio.wait_for(gw.chat(STREAM_REQ), 10)
+    events = data_events(body)
+    assert status == 200 and not any('"finish_reason":"error"' in e for e in events), events
+    assert [json.loads(e)["choices"][0]["finish_reason"] for e in events if e != "[DONE]"][-1] == "stop"
+    def lines() -> list[dict]:
+        return [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
+
+    await eventually(lambda: bool(lines()), "the request's log line")
+    (line,) = lines()
+    assert "ended_by" not in line and line["after_end"] in (("stream_broken", "reset") if then == "drop" else ("idle_timeout",))
 
 
 async def test_clean_eof_without_finish_is_not_mistaken_for_done(make_gateway) -> None:
