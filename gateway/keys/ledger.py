@@ -63,6 +63,9 @@ class Reservation:
     price: Price | None
     settled: bool = False
     minute_tokens: int = 0  # what the minute's token count took: the prompt and the output asked for
+    # The most output the request named (max_tokens x answers); None when it named none (the
+    # provider's own default then, which may be above default_max_tokens).
+    output_asked: int | None = None
 
 
 @dataclass
@@ -122,8 +125,9 @@ class Accounts:
             if self._written != written:
                 verdict, spent = await self._admitted(admit)
         held = tuple(b for b, *_ in budgets)
+        asked = max_tokens * max(1, answers) if max_tokens else None
         reservation = Reservation(key, minute, slot, round(prompt_tokens), reserve, held, price,
-                                  minute_tokens=minute_tokens)  # fmt: skip
+                                  minute_tokens=minute_tokens, output_asked=asked)  # fmt: skip
         if verdict == "ok":
             self._open[key.name] = self._open.get(key.name, 0) + 1
             if self.closed_when_store_down and self._counted_apart(slot):

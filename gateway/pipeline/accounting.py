@@ -109,6 +109,11 @@ def settle(svc: Services, state: RequestState) -> None:
         # was read all the same. Estimated as admitting estimated it; the key would otherwise
         # pay only for the words it was shown, or nothing.
         state.usage["prompt"] = reservation.tokens
+    if reservation is not None and state.completion_estimated and reservation.output_asked is not None:
+        # Text over bytes/3.5 is a guess ("word word ..." reads as 1.4x its tokens); what the
+        # provider can bill is at most what was asked for, which admission reserved: a $0.01
+        # budget's books showed $0.0146 for answers the provider billed $0.0101.
+        state.usage["completion"] = min(state.usage.get("completion", 0), reservation.output_asked)
     cost = accounts.cost(state.model, state.usage)
     # Nothing used (a listing, a refused request) has nothing to price: not "unpriced".
     state.cost_usd, state.priced = cost.usd, cost.priced or not any(state.usage.values())

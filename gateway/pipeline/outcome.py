@@ -73,6 +73,9 @@ class RequestState:
     # The client has the stream's end marker (chat's finish_reason, Gemini's finishReason: what
     # may still follow is a usage chunk and [DONE]): a failure after it ends nothing early.
     stream_complete: bool = False
+    # usage["completion"] is the gateway's estimate from the text shown (no count came): a key
+    # pays no more than the output the request asked for (accounting.settle).
+    completion_estimated: bool = False
     after_end: str | None = None  # what broke the upstream's stream after its end marker, for the log
     usage: dict[str, int] = field(default_factory=dict)
     left_waiting: bool = False  # the client left once the provider had taken the request (2xx)

@@ -97,6 +97,7 @@ def _count_answer_text(state: RequestState, body: bytes) -> None:
     tokens = round(text_tokens(state.dialect.answer_text(doc)))
     if tokens > 0:
         state.usage["completion"] = tokens
+        state.completion_estimated = True
 
 
 async def _relay_raw(
@@ -288,6 +289,7 @@ def _count_usage(state: RequestState, reader: StreamReader, shown: Shown | None)
         tokens = shown.tokens(reader)
         if tokens > used.get("completion", 0):
             used = {**used, "completion": tokens}
+            state.completion_estimated = True
     for kind, n in used.items():
         state.usage[kind] = state.usage.get(kind, 0) + n
 

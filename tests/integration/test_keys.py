@@ -411,6 +411,28 @@ async def test_a_buffered_answer_without_usage_is_paid_for_all_the_same(make_gat
     assert after["budget"]["spent_usd"] >= state["budget"]["spent_usd"] + round(20 / 3.5) * 2
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_estimate_of_uncounted_output_is_never_above_what_the_request_asked_for(
+    make_gateway: MakeGateway, stream: bool
+) -> None:
+    """Text over bytes/3.5 can read above the output asked for ("word word ..." is 1.4x its
+    tokens): the provider bills at most max_tokens, so the key pays no more (keys audit: a
+    $0.01 budget's books showed $0.0146 for what the provider billed $0.0101)."""
+    gw = await make_gateway(keys_yaml(budget={"usd": 1000000, "period": "day"}), upstream_yaml=", apis: [chat]")
+    text = "word " * 10  # 50 bytes: 14 tokens by the estimate, for an answer capped at 10
+    payload = {"model": "gpt-4o-mini", "max_tokens": 10, "stream": stream, "messages": [{"role": "user", "content": "x"}]}
+    if stream:
+        gw.fake.script(Stream([chunk({"role": "assistant", "content": ""}), chunk({"content": text}), chunk({}, "length")]))
+    else:
+        gw.fake.script(Reply(200, {k: v for k, v in chat_completion(content=text).items() if k != "usage"}))
+    async with gw.session.post(gw.base + "/v1/chat/completions", json=payload, headers=ALICE) as r:
+        assert r.status == 200
+        await r.read()
+    await settled(gw)
+    assert gw.metric("llm_gateway_key_tokens_total", key="alice", model="gpt-4o-mini", kind="completion",
+                     priced="true") == 10  # fmt: skip
+
+
 async def test_a_stream_whose_server_counts_nothing_is_paid_for_all_the_same(make_gateway: MakeGateway) -> None:
     # llama-cpp-python 0.3 and other servers send no usage chunk, asked or not (tests/real/NOTES.md):
     # the stream ended well, and without an estimate the key paid nothing for it.
