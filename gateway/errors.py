@@ -66,6 +66,7 @@ class Classification:
     provider_code: str | None = None  # the provider's own code/type, for logs
     message: str | None = None  # the provider's message (may quote limits; never logged)
     evidence: str | None = None  # what decided the class: a code, numbers, a header, wording; logged
+    one_model: bool = False  # an ``auth`` refusal of the model asked for, not of the key
 
     @classmethod
     def of(cls, type_: ErrorType, **kw: object) -> Classification:

@@ -386,7 +386,8 @@ def operator_key_refused(up: UpstreamRuntime, failure: Failure) -> Failure:
     provider's body stays out, since it quotes part of the refused key ("Incorrect API key
     provided: sk-abc***xyz"). The class stays ``auth`` (not retried; a pool sits the key out)."""
     was = failure.classification
-    c = Classification(ErrorType.AUTH, False, None, None, was.provider_code, None, was.evidence)
+    c = Classification(ErrorType.AUTH, False, None, None, was.provider_code, None, was.evidence,
+                       one_model=was.one_model)
     status = failure.upstream_status or failure.status
     out = gateway_failure(
         502, c, f"the provider refused the gateway's own credentials for upstream '{up.cfg.name}' "

@@ -30,7 +30,7 @@ from gateway.pipeline.send import SETTLED, Sent, fails_over_class, send_one, wai
 from gateway.policy.retry import RetryPlan
 from gateway.policy.retry_after import reset_at_ms
 from gateway.policy.tokens import BYTES_PER_TOKEN
-from gateway.routing.pools import Deployment, SitOut, first, moves_to_sibling, sit_out
+from gateway.routing.pools import Deployment, SitOut, first, moves_to_sibling, refuses_one_model, sit_out
 from gateway.services import PoolRuntime, Services, UpstreamRuntime
 from gateway.state.pools import key_id
 from gateway.tracing.attrs import P
@@ -326,14 +326,19 @@ async def _sit_out(svc: Services, state: RequestState, pool: PoolRuntime, up: Up
     if out is None:
         return
     until_ms, why = out
-    # A rate limit is the model's; credit and credentials are the whole key's.
-    model = state.model if why is SitOut.RATE_LIMIT else None
+    # A rate limit is the model's; credit and credentials are the whole key's, unless the
+    # refusal names the one model it refuses.
+    model = state.model if why is SitOut.RATE_LIMIT or refuses_one_model(c) else None
     assert svc.pool_state is not None
     await svc.pool_state.sit_out(up.cfg.name, model, until_ms, why, key_id(up.cfg))
     svc.telemetry.sit_outs.labels(pool.cfg.name, up.cfg.name, why.value).inc()
     record = {"request_id": state.request_id, "event": "deployment_sits_out", "pool": pool.cfg.name,
               "deployment": up.cfg.name, "reason": why.value, "until_ms": until_ms}  # fmt: skip
-    if why is SitOut.AUTH:
+    if why is SitOut.AUTH and model is not None:
+        log.warning({**record, "model": model[:128], "message": f"the provider refused deployment "
+                     f"'{up.cfg.name}''s key this model; it serves no requests for it for {cd.auth_s:g} s "
+                     "(pools[].cooldowns.auth_s)"})  # fmt: skip
+    elif why is SitOut.AUTH:
         # An operator must replace the key: said once per sit-out, at warning level.
         log.warning({**record, "message": f"the provider refused deployment '{up.cfg.name}''s key; it "
                      f"serves no requests for {cd.auth_s:g} s (pools[].cooldowns.auth_s)"})  # fmt: skip

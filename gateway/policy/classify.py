@@ -32,6 +32,7 @@ malformed bodies never raise.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -110,6 +111,16 @@ class _Evidence:
     now_s: float
 
 
+# A refusal of one model, not of the key: the provider names the model it refuses, singular.
+# Bedrock's 403 "You don't have access to the model with the specified model ID."
+# (tests/corpus/bedrock.json), OpenAI's 403 "You are not allowed to sample from this model"
+# (a project limited to some models: open-webui/open-webui#2250) and its 400 "Your
+# organization must be verified to stream this model" (tests/corpus). A key refused for all
+# its models says so otherwise ("invalid x-api-key", "Access to Anthropic models is not
+# allowed from ...").
+_ONE_MODEL = re.compile(r"(?i)\b(?:this|the) model\b")
+
+
 def classify(
     status: int | None,
     headers: Mapping[str, str],
@@ -141,6 +152,7 @@ def classify(
         provider_code=f.primary_code,
         message=f.message[:_MESSAGE_LIMIT] if f.message else None,
         evidence=evidence[:200],
+        one_model=kind is AUTH and f.message is not None and _ONE_MODEL.search(f.message) is not None,
     )
 
 

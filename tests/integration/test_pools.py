@@ -174,6 +174,27 @@ async def test_a_revoked_key_is_dropped_after_one_401_with_a_log_line(
     assert gw.metric("llm_gateway_deployment_sit_outs_total", pool="gpt", deployment="a", reason="auth") == 1
 
 
+async def test_a_key_refused_one_model_sits_out_for_that_model_only(
+    make_pool: MakePool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """OpenAI's 403 for a project limited to some models (open-webui/open-webui#2250 quotes it)
+    took the key from every model for an hour: it now serves the models it may."""
+    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
+                                member_extra={"a": ", weight: 1000000"})  # a is asked first
+    fakes["a"].script(Reply(403, {"error": {"message": "You are not allowed to sample from this model",
+                                            "type": "invalid_request_error", "param": None, "code": None}}))  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="gateway.decisions"):
+        status, headers, _ = await gw.chat({**_chat("draw"), "model": "gpt-image-x"})
+    assert status == 200 and headers["x-llm-upstream"] == "b"
+    for i in range(5):
+        status, headers, _ = await gw.chat(_chat(f"c{i}"))  # another model: a serves it
+        assert status == 200 and headers["x-llm-upstream"] == "a"
+    status, headers, _ = await gw.chat({**_chat("again"), "model": "gpt-image-x"})
+    assert status == 200 and headers["x-llm-upstream"] == "b"  # the refused model stays off a
+    (warning,) = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("reason") == "auth"]
+    assert warning["model"] == "gpt-image-x" and "this model" in warning["message"]
+
+
 async def test_an_exhausted_key_moves_to_a_sibling_and_stays_out(make_pool: MakePool) -> None:
     gw, fakes = await make_pool(names=("a", "b"))
     fakes["a"].always = Reply(429, NO_QUOTA)

@@ -223,6 +223,23 @@ def test_a_budget_error_does_not_take_the_reset_of_a_window_it_did_not_spend(
     assert c.type is ErrorType.BUDGET and c.retry_after_s is None and c.reset_at_ms is None
 
 
+@pytest.mark.parametrize(
+    ("status", "body", "one_model"),
+    [
+        (403, b'{"message": "You don\'t have access to the model with the specified model ID."}', True),  # Bedrock (corpus)
+        (403, b'{"error": {"message": "You are not allowed to sample from this model", "type": "invalid_request_error"}}', True),
+        (401, b'{"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}}', False),
+        (403, b'{"type": "error", "error": {"type": "permission_error", "message": "Your API key does not have '
+              b'permission to use the specified resource."}}', False),
+        (403, b'{"type": "error", "error": {"type": "forbidden", "message": "Access to Anthropic models is not allowed '
+              b'from unsupported countries, regions, or territories."}}', False),
+    ],
+)  # fmt: skip
+def test_an_auth_refusal_that_names_the_model_it_refuses_is_of_that_model(status: int, body: bytes, one_model: bool) -> None:
+    c = classify(status, {}, body, now_s=NOW)
+    assert c.type is ErrorType.AUTH and c.one_model is one_model
+
+
 def test_huge_body_is_scanned_only_at_its_head() -> None:
     body = json.dumps({"error": {"message": "prompt is too long: 300000 tokens > 200000 maximum"}}).encode()
     assert classify(400, {}, body + b" " * 10_000_000, now_s=NOW).type is ErrorType.CONTEXT_OVERFLOW
