@@ -145,6 +145,12 @@ def classify(
     # a window it spent (remaining 0), which is then the one that refused it.
     resets = kind is RATE or (kind is BUDGET and bool(_spent_windows(headers)))
     wait = server_wait_s(headers, doc, now_s, rate_limit_resets=resets)
+    if wait is None and kind in (RATE, BUDGET):
+        # No header says it, the body does: OpenAI's "Please try again in 20s." (a stream's error
+        # event has no headers at all), Codex's resets_in_seconds. Left out, a pool sat the key
+        # out for its 5 s default and met the same 429 again.
+        stated = numbers.stated_wait_s(f.text, f.docs, now_s)
+        wait = stated.seconds if stated is not None and stated.seconds > 0 else None
     return Classification.of(
         kind,
         retry_after_s=wait,

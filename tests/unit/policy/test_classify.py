@@ -240,6 +240,19 @@ def test_an_auth_refusal_that_names_the_model_it_refuses_is_of_that_model(status
     assert c.type is ErrorType.AUTH and c.one_model is one_model
 
 
+def test_a_rate_limit_that_states_its_wait_only_in_words_is_waited_that_long() -> None:
+    """OpenAI's RPM 429 (its words, as the pool tests quote them) in a stream's error event,
+    which has no headers: the 20 s it states is the wait, not a default."""
+    body = (b'{"error": {"message": "Rate limit reached for gpt-4o-mini in organization org-x on requests per '
+            b'min (RPM): Limit 3, Used 3, Requested 1. Please try again in 20s.", "type": "requests", '
+            b'"param": null, "code": "rate_limit_exceeded"}}')  # fmt: skip
+    c = classify(429, {}, body, now_s=NOW)
+    assert c.type is ErrorType.RATE_LIMIT and c.retry_after_s == 20.0
+    assert c.reset_at_ms == round((NOW + 20) * 1000)
+    headed = classify(429, {"retry-after": "3"}, body, now_s=NOW)
+    assert headed.retry_after_s == 3.0  # a header's wait outranks the words
+
+
 def test_huge_body_is_scanned_only_at_its_head() -> None:
     body = json.dumps({"error": {"message": "prompt is too long: 300000 tokens > 200000 maximum"}}).encode()
     assert classify(400, {}, body + b" " * 10_000_000, now_s=NOW).type is ErrorType.CONTEXT_OVERFLOW
