@@ -32,6 +32,7 @@ from gateway.telemetry import error_label, status_label
 log = logging.getLogger("gateway.access")
 
 PATH_MAX = 128
+MODEL_MAX = 128
 USER_AGENT_MAX = 160
 # Anything in a User-Agent that looks like a token (long, unbroken, key-like) is masked: a
 # misconfigured client could put its key there, and the log line never carries one. A long
@@ -186,6 +187,17 @@ def user_agent_of(given: str | None) -> str | None:
     return clean
 
 
+def model_asked(model: str | None) -> str:
+    """The model as the client named it, for the log: bounded and printable, as it is client
+    input. Not the metric label, which turns into ``other`` past the first names seen: a line
+    per request costs no series, and an operator looking for one request needs its name."""
+    if not model:
+        return "none"
+    if len(model) <= MODEL_MAX and model.isprintable():
+        return model  # the usual name: no copy
+    return "".join(ch if ch.isprintable() else "?" for ch in model[:MODEL_MAX])
+
+
 def _count_empty(svc: Services, state: RequestState) -> None:
     """Empty-stream attempts and their retries, under what the probe found they were (an
     overflow, say), else provider_unavailable as classified: so an overflow probed against
@@ -233,7 +245,7 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
         "method": state.method,
         "path": state.path,
         "upstream": state.upstream,
-        "model": model,
+        "model": model_asked(state.model),
         "status": status,
         "error_type": error,
         "attempts": state.attempts,

@@ -80,3 +80,21 @@ async def test_log_path_is_bounded(make_gateway, caplog: pytest.LogCaptureFixtur
     (record,) = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
     assert record["method"] == "GET" and record["path"] == ("/v1/models/" + "m" * 500)[:128]
     assert "SECRET4" not in str(record)
+
+
+async def test_log_model_is_the_one_asked_after_the_metric_labels_run_out(
+    make_gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Metric labels are bounded (the first 100 other names, then "other"); the log line is per
+    # request, so it names the model the client asked for, bounded and printable (client input).
+    gw = await make_gateway(upstream_yaml=", models: ['*']")
+    caplog.set_level(logging.INFO, logger="gateway")
+    for i in range(1, 131):
+        await gw.chat({"model": f"rnd{i}-x", "messages": [{"role": "user", "content": "hi"}]})
+    for model in ("drop0", "x" * 500, "bad\x01\u2028name"):
+        await gw.chat({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+    records = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
+    assert [r["model"] for r in records[-3:]] == ["drop0", "x" * 128, "bad??name"]
+    assert records[129]["model"] == "rnd130-x"
+    assert gw.metric("llm_gateway_requests_total", upstream="primary", model="other", status="200",
+                     error_type="none") == 33
