@@ -70,7 +70,7 @@ def observed(handler: Handler) -> Handler:
     """``handler`` wrapped in the outermost stage. Wrapping each route's handler, rather
     than installing a middleware, spares aiohttp's middleware chain (two more coroutines
     and a partial per request): every request reaches some route, the last catches all. Health,
-    readiness and metrics are not API traffic: their routes are not observed."""
+    readiness and metrics are not API traffic: their routes are ``unobserved``."""
 
     async def observe(request: web.Request) -> web.StreamResponse:
         # Read once: the request runs to its end on this config, whatever a reload swaps in.
@@ -163,6 +163,20 @@ def observed(handler: Handler) -> Handler:
             svc.busy_poll.touch()  # the answer is out: the client's next request may come soon
 
     return observe
+
+
+def unobserved(handler: Handler) -> Handler:
+    """``handler`` for health, readiness and metrics: not API traffic, so no log line per probe
+    or scrape and no request metrics, but the two headers the contract puts on every response,
+    for a client or load balancer that correlates by id. No upstream is asked: attempts 0."""
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        response = await handler(request)
+        response.headers["x-request-id"] = request_id_of(request)
+        response.headers["x-llm-attempts"] = "0"
+        return response
+
+    return answer
 
 
 def _dialect_of_path(request: web.Request) -> Dialect:

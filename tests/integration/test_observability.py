@@ -98,3 +98,24 @@ async def test_log_model_is_the_one_asked_after_the_metric_labels_run_out(
     assert records[129]["model"] == "rnd130-x"
     assert gw.metric("llm_gateway_requests_total", upstream="primary", model="other", status="200",
                      error_type="none") == 33
+
+
+async def test_health_readiness_and_metrics_carry_the_id_and_attempts_but_are_not_observed(
+    make_gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    # SPEC: every response carries x-request-id and x-llm-attempts. These routes are not API
+    # traffic: no access log line per probe or scrape, and no request metrics.
+    gw = await make_gateway()
+    caplog.set_level(logging.INFO, logger="gateway")
+    for path in ("/healthz", "/readyz", "/metrics"):
+        async with gw.session.get(gw.base + path, headers={"x-request-id": "probe-1"}) as r:
+            await r.read()
+            assert r.status == 200 and r.headers["x-request-id"] == "probe-1", path
+            assert r.headers["x-llm-attempts"] == "0", path
+        async with gw.session.get(gw.base + path, headers={"x-request-id": "bad id\twith spaces"}) as r:
+            await r.read()
+            assert len(r.headers["x-request-id"]) == 32 and r.headers["x-llm-attempts"] == "0", path
+        async with gw.session.head(gw.base + path) as r:
+            assert len(r.headers["x-request-id"]) == 32, path
+    assert not [r for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
+    assert not [s for m in gw.registry.collect() if m.name == "llm_gateway_requests" for s in m.samples]
