@@ -34,7 +34,7 @@ from gateway.keys.references import ReferenceTokens
 from gateway.live import LIVE, Build, Closable, Live
 from gateway.pipeline import forward, gemini_extras, key_info
 from gateway.pipeline.admit import expect_continue
-from gateway.pipeline.observe import observed
+from gateway.pipeline.observe import observed, unobserved
 from gateway.policy.breaker import CircuitState
 from gateway.policy.loop_breaker import LoopBreaker
 from gateway.services import Lifecycle, PoolRuntime, Services, UpstreamRuntime, tool_output_policy
@@ -90,9 +90,9 @@ def create_app(
         app.on_startup.append(_start(fresh))
     app.on_cleanup.append(_close(live, store))
 
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", unobserved(healthz))
+    app.router.add_get("/readyz", unobserved(readyz))
+    app.router.add_get("/metrics", unobserved(metrics))
     # Every route below is observed (request id, timing, metrics, the log line); the last
     # one catches every path, so no request escapes it.
     for dialect in DIALECTS:

@@ -1482,11 +1482,14 @@ Loc = tuple[int | str, ...]
 def _expand_tree(node: Any, env: Mapping[str, str], unset: list[str], origins: dict[Loc, Used],
                  loc: Loc = ()) -> Any:  # fmt: skip
     """``node`` with its variables expanded; ``origins`` learns which variables filled which
-    field, so that an error on that field can name them (the file only says ``${VAR}``)."""
+    field, so that an error on that field can name them (the file only says ``${VAR}``). A
+    variable that cannot fill its field is reported under the field, as every other problem is."""
     # Expanding after YAML parsing keeps a secret containing ':' or '#' from changing the YAML.
     if isinstance(node, str):
         used: Used = []
-        out = expand_env(node, env, unset, used)
+        problems: list[str] = []
+        out = expand_env(node, env, problems, used)
+        unset.extend(f"{_field_path(loc)}: {p}" for p in problems)
         if used:
             origins[loc] = used
         return out

@@ -102,8 +102,9 @@ def full_pipeline(dialect: Dialect) -> Handler:
             fingerprint = _fingerprint(svc, request, inbound)
             remembered = await svc.loop.recall(fingerprint)
             if remembered is not None and remembered.answers(svc.wall()):
+                failing = _answered_by(state, route, remembered)
                 if remembered.classification.type is ErrorType.PROVIDER_UNAVAILABLE:
-                    await note_outage(svc, primary)  # the client's turn is still failing on it
+                    await note_outage(svc, failing or primary)  # the client's turn is still failing on it
                 return await relay(request, svc, state, _from_memory(svc, state, remembered))
             turn = remembered
 
@@ -365,6 +366,25 @@ def _credential(request: web.Request) -> str:
     return "\n".join(places)
 
 
+def _answered_by(state: RequestState, route: Route, hit: Recalled) -> UpstreamRuntime | None:
+    """Names the upstream (or pool) whose answer ``hit`` replays in ``state.upstream``, and
+    returns that upstream when it is one of the route's: not the route's first, which for a pool
+    is a deployment that may never have been asked. A name no longer on the route (the config
+    changed), or none (remembered by a version that kept no name), names the route's first
+    hop: the pool, or the upstream itself."""
+    hop = route.hops[0]
+    state.upstream = hop.name
+    if hit.upstream is None:
+        return None
+    for up in route.upstreams:
+        if up.cfg.name == hit.upstream:
+            state.upstream = hit.upstream
+            return up
+    if any(h.name == hit.upstream for h in route.hops):
+        state.upstream = hit.upstream  # a pool that answered itself (every deployment sat out)
+    return None
+
+
 def _from_memory(svc: Services, state: RequestState, hit: Recalled) -> Failure:
     state.from_memory = hit.repeats
     state.retries_settled = True  # the gateway already did what retrying could do
@@ -395,7 +415,7 @@ async def _remember(
     # is a Success here, so nothing after a client saw bytes is ever replayed.
     if isinstance(outcome, Failure) and state.attempts > 0:
         status, body = rendered(state, outcome)
-        answer = Answer(status, body, tuple(outcome.headers))
+        answer = Answer(status, body, tuple(outcome.headers), state.upstream)
         fp = fingerprint if fingerprint is not None else _fingerprint(svc, request, inbound)
         await svc.loop.remember(fp, answer, outcome.classification, turn=turn)
     elif turn is not None and fingerprint is not None and isinstance(outcome, Success):

@@ -32,6 +32,7 @@ from gateway.telemetry import error_label, status_label
 log = logging.getLogger("gateway.access")
 
 PATH_MAX = 128
+MODEL_MAX = 128
 USER_AGENT_MAX = 160
 # Anything in a User-Agent that looks like a token (long, unbroken, key-like) is masked: a
 # misconfigured client could put its key there, and the log line never carries one. A long
@@ -69,7 +70,7 @@ def observed(handler: Handler) -> Handler:
     """``handler`` wrapped in the outermost stage. Wrapping each route's handler, rather
     than installing a middleware, spares aiohttp's middleware chain (two more coroutines
     and a partial per request): every request reaches some route, the last catches all. Health,
-    readiness and metrics are not API traffic: their routes are not observed."""
+    readiness and metrics are not API traffic: their routes are ``unobserved``."""
 
     async def observe(request: web.Request) -> web.StreamResponse:
         # Read once: the request runs to its end on this config, whatever a reload swaps in.
@@ -164,6 +165,20 @@ def observed(handler: Handler) -> Handler:
     return observe
 
 
+def unobserved(handler: Handler) -> Handler:
+    """``handler`` for health, readiness and metrics: not API traffic, so no log line per probe
+    or scrape and no request metrics, but the two headers the contract puts on every response,
+    for a client or load balancer that correlates by id. No upstream is asked: attempts 0."""
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        response = await handler(request)
+        response.headers["x-request-id"] = request_id_of(request)
+        response.headers["x-llm-attempts"] = "0"
+        return response
+
+    return answer
+
+
 def _dialect_of_path(request: web.Request) -> Dialect:
     """The API whose envelope an error takes when no handler has said (its path's, else
     what the headers tell)."""
@@ -184,6 +199,17 @@ def user_agent_of(given: str | None) -> str | None:
         if len(_USER_AGENTS) < 1024:
             _USER_AGENTS[given] = clean
     return clean
+
+
+def model_asked(model: str | None) -> str:
+    """The model as the client named it, for the log: bounded and printable, as it is client
+    input. Not the metric label, which turns into ``other`` past the first names seen: a line
+    per request costs no series, and an operator looking for one request needs its name."""
+    if not model:
+        return "none"
+    if len(model) <= MODEL_MAX and model.isprintable():
+        return model  # the usual name: no copy
+    return "".join(ch if ch.isprintable() else "?" for ch in model[:MODEL_MAX])
 
 
 def _count_empty(svc: Services, state: RequestState) -> None:
@@ -233,7 +259,7 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
         "method": state.method,
         "path": state.path,
         "upstream": state.upstream,
-        "model": model,
+        "model": model_asked(state.model),
         "status": status,
         "error_type": error,
         "attempts": state.attempts,

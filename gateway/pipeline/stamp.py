@@ -4,8 +4,9 @@ head is sent.
 Called where the gateway prepares a response (``observe`` for buffered replies, the relay
 for streams, whose head leaves before the body exists) and on the error responses that
 aiohttp prepares after ``observe`` returned: a direct call, not an ``on_response_prepare``
-signal, which cost a signal dispatch and a coroutine per request. Responses to requests
-that ``observe`` does not see (health, readiness, metrics, malformed HTTP) carry none of it.
+signal, which cost a signal dispatch and a coroutine per request. Health, readiness and
+metrics are not observed: ``unobserved`` gives them ``x-request-id`` and ``x-llm-attempts: 0``
+and nothing else. Answers aiohttp makes to malformed HTTP, which reach no route, carry none of it.
 """
 
 from __future__ import annotations

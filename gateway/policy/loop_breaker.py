@@ -31,12 +31,13 @@ How the pipeline wires it::
         # answer hit.status / hit.body / hit.headers, classified as hit.classification,
         # with x-should-retry: false, retry-after: hit.retry_after_s(now) when the provider
         # (or an open circuit) named a wait,
-        # and x-llm-attempts: 0 (nothing was sent); hit.repeats says how many times so far.
+        # and x-llm-attempts: 0 (nothing was sent); hit.repeats says how many times so far;
+        # x-llm-upstream: hit.upstream, who answered (None when remembered without it).
         ...
     outcome = ... send (one attempt per upstream when hit is a probe), retry, rescue ...
     if the final outcome is an error (never for a success, never for a gateway 413/400
     made before sending, never once a stream's first byte reached the client):
-        await loop.remember(fp, Answer(status, body, headers), classification, turn=hit)
+        await loop.remember(fp, Answer(status, body, headers, upstream), classification, turn=hit)
     elif hit is not None:
         await loop.forget(fp)                       # the probe got through: the turn is over
 
@@ -87,6 +88,7 @@ class Answer:
     status: int
     body: bytes
     headers: tuple[tuple[str, str], ...] = ()
+    upstream: str | None = None  # the deployment (or pool) that answered: its repeats name it
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +101,7 @@ class Recalled:
     remembered_at: float  # epoch s of the last failure
     until: float  # epoch s at which the answered window ends (then: probing)
     first_at: float = 0.0  # epoch s at which the turn first failed
+    upstream: str | None = None  # who answered; None when remembered by a version that kept no name
 
     def answers(self, now: float) -> bool:
         """True: answer from memory. False: the window is over, send one probe attempt."""
@@ -175,6 +178,8 @@ def encode(answer: Answer, c: Classification, remembered_at: float, until: float
     meta = {"s": answer.status, "h": relevant_headers(answer.headers), "c": asdict(c),
             "t": remembered_at, "u": until, "f": remembered_at if first_at is None else first_at,
             "r": repeats}  # fmt: skip
+    if answer.upstream is not None:
+        meta["n"] = answer.upstream  # an extra key: a version that does not read it decodes the rest
     head = json.dumps(meta, separators=(",", ":")).encode()
     return _LEN.pack(len(head)) + head + answer.body
 
@@ -188,9 +193,11 @@ def decode(blob: bytes, repeats: int) -> Recalled | None:
         c = Classification(**{**raw, "type": ErrorType(raw["type"])})
         headers = tuple((str(k), str(v)) for k, v in meta["h"])
         remembered_at = float(meta["t"])
+        upstream = meta.get("n")  # absent from answers remembered before it was kept
         return Recalled(int(meta["s"]), blob[_LEN.size + n :], headers, c,
                         int(meta.get("r", 0)) + repeats, remembered_at, float(meta["u"]),
-                        float(meta.get("f", remembered_at)))  # fmt: skip
+                        float(meta.get("f", remembered_at)),
+                        upstream if isinstance(upstream, str) else None)  # fmt: skip
     except (struct.error, ValueError, KeyError, TypeError):
         return None
 

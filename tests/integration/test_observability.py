@@ -80,3 +80,42 @@ async def test_log_path_is_bounded(make_gateway, caplog: pytest.LogCaptureFixtur
     (record,) = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
     assert record["method"] == "GET" and record["path"] == ("/v1/models/" + "m" * 500)[:128]
     assert "SECRET4" not in str(record)
+
+
+async def test_log_model_is_the_one_asked_after_the_metric_labels_run_out(
+    make_gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Metric labels are bounded (the first 100 other names, then "other"); the log line is per
+    # request, so it names the model the client asked for, bounded and printable (client input).
+    gw = await make_gateway(upstream_yaml=", models: ['*']")
+    caplog.set_level(logging.INFO, logger="gateway")
+    for i in range(1, 131):
+        await gw.chat({"model": f"rnd{i}-x", "messages": [{"role": "user", "content": "hi"}]})
+    for model in ("drop0", "x" * 500, "bad\x01\u2028name"):
+        await gw.chat({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+    records = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
+    assert [r["model"] for r in records[-3:]] == ["drop0", "x" * 128, "bad??name"]
+    assert records[129]["model"] == "rnd130-x"
+    assert gw.metric("llm_gateway_requests_total", upstream="primary", model="other", status="200",
+                     error_type="none") == 33
+
+
+async def test_health_readiness_and_metrics_carry_the_id_and_attempts_but_are_not_observed(
+    make_gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    # SPEC: every response carries x-request-id and x-llm-attempts. These routes are not API
+    # traffic: no access log line per probe or scrape, and no request metrics.
+    gw = await make_gateway()
+    caplog.set_level(logging.INFO, logger="gateway")
+    for path in ("/healthz", "/readyz", "/metrics"):
+        async with gw.session.get(gw.base + path, headers={"x-request-id": "probe-1"}) as r:
+            await r.read()
+            assert r.status == 200 and r.headers["x-request-id"] == "probe-1", path
+            assert r.headers["x-llm-attempts"] == "0", path
+        async with gw.session.get(gw.base + path, headers={"x-request-id": "bad id\twith spaces"}) as r:
+            await r.read()
+            assert len(r.headers["x-request-id"]) == 32 and r.headers["x-llm-attempts"] == "0", path
+        async with gw.session.head(gw.base + path) as r:
+            assert len(r.headers["x-request-id"]) == 32, path
+    assert not [r for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
+    assert not [s for m in gw.registry.collect() if m.name == "llm_gateway_requests" for s in m.samples]

@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import struct
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
 
+from gateway.live import LIVE
 from tests.fakeupstream import FakeUpstream, Reply
 from tests.integration.conftest import Gateway, same_minute
 
@@ -532,3 +534,48 @@ async def test_a_relayed_request_in_flight_counts_toward_least_busy(make_pool: M
     answered.set()
     async with await slow as r:
         assert r.status == 200 and r.headers["x-llm-upstream"] == busy[0]
+
+
+MODEL_NOT_FOUND = {"error": {"message": "The model `gpt-4o-mini` does not exist or you do not have access to it.",
+                             "type": "invalid_request_error", "param": None, "code": "model_not_found"}}  # fmt: skip
+
+
+async def _remembered_turns(gw: Gateway, n: int) -> list[tuple[int, str, str, str | None]]:
+    out = []
+    for _ in range(n):
+        status, h, _ = await gw.chat(_chat("the same turn"))
+        out.append((status, h["x-llm-upstream"], h["x-llm-attempts"], h.get("x-llm-from-memory")))
+    return out
+
+
+async def test_an_answer_from_memory_names_the_deployment_that_answered(
+    make_pool: MakePool, caplog: pytest.LogCaptureFixture
+) -> None:
+    # b is picked (weight) and answers 404; a, the pool's first deployment, is never asked. The
+    # repeats answered from memory name b, as the answer they replay did, in header and log.
+    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
+                                member_extra={"b": ", weight: 1000000"}, extra="loop_breaker: {enabled: true}\n")
+    fakes["b"].always = Reply(404, MODEL_NOT_FOUND)
+    caplog.set_level(logging.INFO, logger="gateway.access")
+    assert await _remembered_turns(gw, 3) == [(404, "b", "1", None), (404, "b", "0", "1"), (404, "b", "0", "2")]
+    assert _calls(fakes) == {"a": 0, "b": 1}
+    lines = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
+    assert [(ln["upstream"], ln.get("from_memory")) for ln in lines] == [("b", None), ("b", 1), ("b", 2)]
+
+
+async def test_an_answer_remembered_without_its_deployment_names_the_pool(make_pool: MakePool) -> None:
+    # Remembered by a version that did not store who answered (a replica not yet upgraded, on
+    # Redis): the pool is named, not a deployment that was never asked.
+    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
+                                member_extra={"b": ", weight: 1000000"}, extra="loop_breaker: {enabled: true}\n")
+    fakes["b"].always = Reply(404, MODEL_NOT_FOUND)
+    assert await _remembered_turns(gw, 1) == [(404, "b", "1", None)]
+    answers = gw.app[LIVE].services.store.answers._items  # type: ignore[attr-defined]
+    for fp, (until, blob, taken) in list(answers.items()):
+        (n,) = struct.unpack_from(">I", blob)
+        meta = json.loads(blob[4 : 4 + n])
+        assert meta.pop("n") == "b"
+        head = json.dumps(meta, separators=(",", ":")).encode()
+        answers[fp] = (until, struct.pack(">I", len(head)) + head + blob[4 + n :], taken)
+    assert await _remembered_turns(gw, 1) == [(404, "gpt", "0", "1")]
+    assert _calls(fakes) == {"a": 0, "b": 1}

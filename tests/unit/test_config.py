@@ -74,10 +74,10 @@ def test_a_required_variable_refuses_unset_and_empty_alike() -> None:
     text = "upstreams: [{name: a, base_url: 'http://x/v1', api_key: '${KEY:?set it to your key}'}]"
     with pytest.raises(ConfigError) as e:
         parse_config(text, env={})
-    assert e.value.problems == ("environment variable KEY is not set: set it to your key",)
+    assert e.value.problems == ("upstreams[0].api_key: environment variable KEY is not set: set it to your key",)
     with pytest.raises(ConfigError) as e:
         parse_config(text, env={"KEY": ""})
-    assert e.value.problems == ("environment variable KEY is empty: set it to your key",)
+    assert e.value.problems == ("upstreams[0].api_key: environment variable KEY is empty: set it to your key",)
     assert parse_config(text, env={"KEY": "sk-1"}).upstreams[0].api_key == "sk-1"
     with pytest.raises(ConfigError, match=r"environment variable KEY is empty \(it must not be empty\)"):
         parse_config(text.replace(":?set it to your key", ":?"), env={"KEY": ""})
@@ -146,9 +146,23 @@ def test_every_unset_variable_is_reported() -> None:
     with pytest.raises(ConfigError) as e:
         parse_config(text, env={})
     assert [p for p in e.value.problems if "environment variable" in p] == [
-        "environment variable K1 is not set (use ${K1:-default})",
-        "environment variable K2 is not set (use ${K2:-default})",
+        "upstreams[0].api_key: environment variable K1 is not set (use ${K1:-default})",
+        "upstreams[0].models[0]: environment variable K2 is not set (use ${K2:-default})",
     ]
+
+
+def test_an_unset_variable_names_every_field_it_is_used_in() -> None:
+    # Every other config problem names its field; so does a variable the environment lacks,
+    # or the operator greps the file for it. Used twice, it is reported where each use is.
+    text = ("upstreams: [{name: a, base_url: 'http://x/v1', api_key: '${OPENAI_API_KEY_NOPE}'},\n"
+            "            {name: b, base_url: 'http://${HOST}/v1', api_key: '${OPENAI_API_KEY_NOPE}'}]\n")
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, env={})
+    assert e.value.problems[:3] == (
+        "upstreams[0].api_key: environment variable OPENAI_API_KEY_NOPE is not set (use ${OPENAI_API_KEY_NOPE:-default})",
+        "upstreams[1].base_url: environment variable HOST is not set (use ${HOST:-default})",
+        "upstreams[1].api_key: environment variable OPENAI_API_KEY_NOPE is not set (use ${OPENAI_API_KEY_NOPE:-default})",
+    )
 
 
 @pytest.mark.parametrize(

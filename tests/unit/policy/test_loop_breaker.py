@@ -1,5 +1,8 @@
 """The loop breaker: windows from a table, fingerprints, and recall through the memory store."""
 
+import dataclasses
+import json
+
 import pytest
 
 from gateway.config import LoopBreakerConfig
@@ -85,6 +88,16 @@ def test_encode_decode_round_trip_keeps_only_relevant_headers() -> None:
         ("x-ratelimit-reset-requests", "7s"), ("anthropic-ratelimit-tokens-reset", "t"),
     ), cl, 3, NOW, NOW + 7, NOW)
     assert relevant_headers([("Date", "x")]) == ()
+
+
+def test_the_answering_upstream_round_trips_and_an_answer_stored_without_it_still_decodes() -> None:
+    cl = c(ErrorType.UNKNOWN)
+    hit = decode(encode(Answer(404, b"{}", (), "oai-b"), cl, NOW, NOW + 10), 1)
+    assert hit is not None and hit.upstream == "oai-b"
+    # What a version before the name was kept wrote (no "n"): read as before, with no name.
+    head = b'{"s":404,"h":[],"c":' + json.dumps(dataclasses.asdict(cl)).encode() + b',"t":1,"u":2,"f":1,"r":0}'
+    old = decode(len(head).to_bytes(4, "big") + head + b"{}", 1)
+    assert old == Recalled(404, b"{}", (), cl, 1, 1.0, 2.0, 1.0) and old.upstream is None
 
 
 @pytest.mark.parametrize("blob", [b"", b"\x00\x00\x00\x05{}", b"\x00\x00\x00\x02{}garbage", b"\xff\xff\xff\xff"])
