@@ -398,7 +398,8 @@ class RedisStore:
             self._down_since = self._monotonic()
             now = asyncio.get_running_loop().time()
             for deadline in list(self._waiting):  # the operations still waiting: to memory, now
-                deadline.reschedule(now)
+                if not deadline.expired():  # (one that just expired is on its way there)
+                    deadline.reschedule(now)
             # The error's type, never its text or the URL: either may carry a password.
             log.warning({"event": "state_store_down", "backend": self.backend, "op": op,
                          "error": error, "waited_ms": round(waited_s * 1000, 1),
