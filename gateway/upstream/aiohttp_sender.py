@@ -118,6 +118,9 @@ class _Request(aiohttp.ClientRequest):
                 headers[name] = value
 
 
+_DIRECT: tuple[dict[str, Any], str | None] = ({}, None)
+
+
 class AiohttpSender:
     """Sends upstream requests over one shared, bounded connection pool."""
 
@@ -160,6 +163,8 @@ class AiohttpSender:
         """The proxy arguments of aiohttp's request for ``url`` (none when it goes direct), and
         the Proxy-Authorization a plain http request carries itself: aiohttp sends its
         ``proxy_headers`` on CONNECT only."""
+        if not self._egress.proxies:
+            return _DIRECT
         parts = urlsplit(url)
         scheme, host = parts.scheme.lower(), parts.hostname or ""
         origin = (scheme, host, parts.port or (443 if scheme == "https" else 80))
