@@ -46,12 +46,13 @@ def test_the_openai_sdk_is_answered_through_the_proxy_buffered_and_streamed(
 ) -> None:
     gw, proxy = behind_proxy
     before = proxy.saw("Request (file descriptor")
-    client = openai.OpenAI(base_url=gw.base + "/v1", api_key="sk-client")  # stock retries and timeouts
-    answer = client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
-    assert answer.choices[0].message.content
-    stream = client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}],
-                                            stream=True)  # fmt: skip
-    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    # Stock retries and timeouts; closed, or its pooled sockets are left for the collector.
+    with openai.OpenAI(base_url=gw.base + "/v1", api_key="sk-client") as client:
+        answer = client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+        assert answer.choices[0].message.content
+        stream = client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}],
+                                                stream=True)  # fmt: skip
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     assert text
     assert proxy.saw("Request (file descriptor") >= before + 2  # both went through the proxy
     assert PASSWORD not in gw.logs()
