@@ -3,6 +3,7 @@ replica falls back to while Redis does not answer in time."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -63,10 +64,17 @@ class _Answers:
         self._drop(key)
         if len(blob) > self._max_bytes:
             return
-        self._items[key] = (self._clock() + ttl_s, blob, 0)
+        now = self._clock()
+        self._items[key] = (now + ttl_s, blob, 0)
         self._bytes += len(blob)
         while len(self._items) > self._max_entries or self._bytes > self._max_bytes:
             self._drop(next(iter(self._items)))
+        # The least recently used end holds the oldest answers, mostly expired by now: dropped
+        # here, or a quiet spell kept up to max_total_bytes of dead answers in memory for good.
+        for old, (until, _, _) in list(itertools.islice(self._items.items(), 8)):
+            if until > now:
+                break
+            self._drop(old)
 
     def take(self, key: str) -> tuple[bytes, int] | None:
         found = self._items.get(key)

@@ -68,3 +68,17 @@ async def test_expired_entries_are_swept_without_reads() -> None:
     clock.t += 2
     await s.circuit_fail([("last", "")], ttl_s=1)
     assert len(s._circuits) == 1
+
+
+async def test_expired_answers_do_not_stay_in_memory_once_others_come() -> None:
+    """Answers are remembered for their window (a minute or so); past it, the next answers
+    written push the dead ones out, where before only the count and byte bounds (64 MiB) did."""
+    now = [1000.0]
+    store = MemoryStore(lambda: now[0])
+    for i in range(50):
+        await store.answer_put(f"old{i}", b"x" * 1000, 30)
+    now[0] += 60  # every one of them expired
+    for i in range(10):
+        await store.answer_put(f"new{i}", b"y" * 1000, 30)
+    assert len(store.answers) == 10
+    assert await store.answer_take("new3") is not None and await store.answer_take("old3") is None
