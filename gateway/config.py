@@ -348,7 +348,8 @@ class UpstreamConfig(_Model):
     headers: dict[str, str] = Field(
         default_factory=dict, repr=False,
         description="Headers added to every request to this upstream, replacing a client's header of the "
-        "same name (case-insensitive): `anthropic-beta` to turn a beta on for every client, OpenRouter's "
+        "same name (case-insensitive), but for `anthropic-beta`, whose betas join the client's (to turn "
+        "one on for every client): OpenRouter's "
         "`HTTP-Referer` and `X-Title`, `OpenAI-Project`, a Cloudflare AI Gateway's `cf-aig-authorization` "
         "(`${VAR}` for a secret). One whose value is empty (an unset `${VAR:-}`) is not sent. Not the "
         "credential (`api_key`), nor the framing, hop-by-hop and request-id headers the gateway writes.",

@@ -209,7 +209,9 @@ class Outbound:
         # The client's cookies and addresses (config.WITHHELD_CLIENT_HEADERS) stay here unless
         # server.forward_client_headers names them.
         drop = _REQUEST_DROP | {"x-request-id"} | upstream.withheld_client_headers
-        drop |= {name.lower() for name in upstream.headers}  # the config's replace the client's
+        # The config's replace the client's, but for a list (an anthropic-beta of its own joins
+        # the client's betas: ``_added``).
+        drop |= {name.lower() for name in upstream.headers} - LIST_HEADERS
         if not upstream.forwards_client_credentials:
             drop |= CREDENTIAL_HEADERS
         key = None
@@ -260,12 +262,23 @@ def request_headers(
     return out
 
 
+# Headers whose value is a comma-separated list that the config's entry extends: "include all
+# feature names in the header separated by commas: anthropic-beta: feature1,feature2,feature3"
+# (https://docs.claude.com/en/api/beta-headers). Replaced, Claude Code's own betas were lost and
+# Anthropic refused its mid-conversation system turns on every request.
+LIST_HEADERS = frozenset({"anthropic-beta"})
+
+
 def _added(out: dict[str, str], added: tuple[tuple[str, str], ...]) -> None:
     """The config's headers over what the API rules put in (``anthropic-version``, say)."""
-    names = {name.lower() for name, _ in added}
-    for k in [k for k in out if k.lower() in names]:
-        del out[k]
-    out.update(added)
+    for name, value in added:
+        lower = name.lower()
+        same = [k for k in out if k.lower() == lower]
+        given = [out.pop(k) for k in same]
+        if lower in LIST_HEADERS and given:
+            items = [i.strip() for v in (*given, value) for i in v.split(",") if i.strip()]
+            value = ",".join(dict.fromkeys(items))
+        out[name] = value
 
 
 def credential_moved(headers: dict[str, str], to: tuple[str, str], query_key: str | None) -> dict[str, str]:

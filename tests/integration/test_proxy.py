@@ -302,16 +302,18 @@ async def test_model_not_found_names_the_model_and_the_patterns(make_gateway) ->
 
 async def test_configured_headers_reach_the_upstream_over_the_clients_native_and_translated(make_gateway) -> None:
     """upstreams[].headers: on every request, replacing a client's header of the same name
-    (any case), and over what a translation writes (the Messages API's anthropic-version)."""
+    (any case), and over what a translation writes (the Messages API's anthropic-version);
+    anthropic-beta, a list, joins the client's."""
     gw = await make_gateway(upstream_yaml=", apis: [chat, messages], headers: {anthropic-beta: cfg-beta, X-Title: my-app, "
                                           "HTTP-Referer: '', anthropic-version: '2023-01-01'}")  # fmt: skip
     await gw.chat(headers={"Anthropic-Beta": "client-beta", "X-Title": "client", "HTTP-Referer": "https://client"})
     sent = gw.fake.chat_requests()[-1].headers
-    assert sent.getall("anthropic-beta") == ["cfg-beta"] and sent.getall("x-title") == ["my-app"]
+    assert sent.getall("anthropic-beta") == ["client-beta,cfg-beta"]  # a list: the config's betas join
+    assert sent.getall("x-title") == ["my-app"]
     assert sent.getall("http-referer") == ["https://client"]  # an empty value is not sent: the client's goes
     payload = {"model": "claude-x", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
     async with gw.session.post(gw.base + "/v1/messages", json=payload,
                                headers={"anthropic-version": "2023-06-01", "anthropic-beta": "b"}) as r:  # fmt: skip
         assert r.status == 200, await r.text()
     sent = gw.fake.messages_requests()[-1].headers
-    assert sent.getall("anthropic-version") == ["2023-01-01"] and sent.getall("anthropic-beta") == ["cfg-beta"]
+    assert sent.getall("anthropic-version") == ["2023-01-01"] and sent.getall("anthropic-beta") == ["b,cfg-beta"]

@@ -23,7 +23,7 @@ def test_they_come_after_the_apis_own_and_the_moved_credential() -> None:
     plan = _outbound(**{"anthropic-version": "2023-01-01", "anthropic-beta": "b1"})
     client = {"authorization": "Bearer sk-c", "anthropic-beta": "client", "openai-organization": "org"}
     out = request_headers(client.items(), plan, "rid", "messages", ("x-api-key", "{}"))
-    assert out["anthropic-version"] == "2023-01-01" and out["anthropic-beta"] == "b1"
+    assert out["anthropic-version"] == "2023-01-01" and out["anthropic-beta"] == "client,b1"
     assert out["x-api-key"] == "sk-c" and "openai-organization" not in out
 
 
@@ -56,3 +56,15 @@ def test_a_header_the_config_cannot_send_is_refused_naming_it_never_quoting_its_
 def test_their_values_are_not_in_the_configs_repr() -> None:
     cfg = parse_config(BASE % "{cf-aig-authorization: 'Bearer cf-secret'}")
     assert "cf-secret" not in repr(cfg) and "cf-secret" not in repr(cfg.upstreams[0])
+
+
+def test_a_beta_of_the_configs_joins_the_clients_once() -> None:
+    """Claude Code sends eight betas and needs them (its mid-conversation system turns are
+    refused without mid-conversation-system-2026-04-07): the config's extend the list."""
+    plan = _outbound(**{"anthropic-beta": "context-1m-2025-08-07, fine-grained-tool-streaming-2025-05-14"})
+    client = {"Anthropic-Beta": "mid-conversation-system-2026-04-07,fine-grained-tool-streaming-2025-05-14"}
+    out = request_headers(client.items(), plan, "rid")
+    assert out == {"X-Request-Id": "rid", "anthropic-beta": "mid-conversation-system-2026-04-07,"
+                   "fine-grained-tool-streaming-2025-05-14,context-1m-2025-08-07"}  # fmt: skip
+    alone = request_headers({}.items(), plan, "rid")
+    assert alone["anthropic-beta"] == "context-1m-2025-08-07, fine-grained-tool-streaming-2025-05-14"
