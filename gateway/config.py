@@ -199,7 +199,7 @@ class ServerConfig(_Model):
             return self
         why = tls.problem(self.tls_cert_file, self.tls_key_file)
         if why is not None:
-            raise ValueError(f"tls_cert_file: {why}")
+            raise ValueError(why)  # it names the setting, tls_cert_file or tls_key_file
         return self
 
     @field_validator("forward_client_headers")

@@ -20,29 +20,63 @@ CHECK_EVERY_S = 30.0
 Stamp = tuple[tuple[int, int, int] | None, ...]
 
 
+class _Encrypted(Exception):
+    pass
+
+
+def _no_passphrase() -> str:
+    # Without a callback, OpenSSL asks for an encrypted key's passphrase on the terminal: the
+    # event loop (and SIGTERM) froze on a renewal with a key that has one.
+    raise _Encrypted
+
+
 def server_context(cert_file: str, key_file: str | None) -> ssl.SSLContext:
-    """A server context serving ``cert_file`` (``OSError`` or ``ssl.SSLError`` when the files
-    cannot be read or do not belong together)."""
+    """A server context serving ``cert_file`` (``OSError``, ``ssl.SSLError`` or ``ValueError``
+    when the files cannot be read or served)."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)  # TLS 1.2+, no compression
     context.set_alpn_protocols(["http/1.1"])  # a client offering h2 learns at once it gets HTTP/1.1
-    context.load_cert_chain(cert_file, key_file)
+    try:
+        context.load_cert_chain(cert_file, key_file, password=_no_passphrase)
+    except _Encrypted:
+        raise ValueError("the key is encrypted") from None
     return context
 
 
 def problem(cert_file: str, key_file: str | None) -> str | None:
-    """Why the pair cannot be served, in a line that names the files, never their content."""
-    for path in (cert_file, key_file):
-        if path is not None and not os.path.isfile(path):
-            return f"{path} does not exist" if not os.path.exists(path) else f"{path} is not a file"
-        if path is not None and not os.access(path, os.R_OK):
-            return f"{path} cannot be read (permission denied)"
+    """Why the pair cannot be served, in a line that names the setting and the file, never
+    their content."""
+    key_field, key_path = ("tls_key_file", key_file) if key_file is not None else ("tls_cert_file", cert_file)
+    for field, path in (("tls_cert_file", cert_file), ("tls_key_file", key_file)):
+        if path is None:
+            continue
+        if not os.path.isfile(path):
+            return f"{field}: {path} " + ("does not exist" if not os.path.exists(path) else "is not a file")
+        if not os.access(path, os.R_OK):
+            return f"{field}: {path} cannot be read (permission denied)"
+    try:
+        with open(cert_file, "rb") as f:
+            cert_pem = f.read(1 << 20)
+        with open(key_path, "rb") as f:
+            key_pem = f.read(1 << 20)
+    except OSError as e:
+        return f"tls_cert_file: the certificate and key cannot be read: {e.strerror or type(e).__name__}"
+    if b"-----BEGIN CERTIFICATE-----" not in cert_pem:
+        return f"tls_cert_file: {cert_file} holds no PEM certificate (-----BEGIN CERTIFICATE-----)"
+    if b"ENCRYPTED" in key_pem:
+        return (f"{key_field}: {key_path} holds an encrypted key, and the gateway reads no passphrase: "
+                "give it the key decrypted (openssl pkey -in KEY -out KEY.plain)")  # fmt: skip
+    if b"PRIVATE KEY-----" not in key_pem:
+        return f"{key_field}: {key_path} holds no PEM private key"
     try:
         server_context(cert_file, key_file)
+    except ValueError:
+        return f"{key_field}: {key_path} holds an encrypted key, and the gateway reads no passphrase"
     except ssl.SSLError as e:
-        # OpenSSL's reason (KEY_VALUES_MISMATCH, NO_START_LINE, ...) names the fault, not the key.
-        return f"the certificate and key cannot be loaded: {e.reason or type(e).__name__}"
+        # OpenSSL's reason (KEY_VALUES_MISMATCH, ...) names the fault, not the key.
+        reason = e.reason or type(e).__name__
+        return f"tls_cert_file: the certificate and key cannot be loaded together: {reason}"
     except OSError as e:
-        return f"the certificate and key cannot be read: {e.strerror or type(e).__name__}"
+        return f"tls_cert_file: the certificate and key cannot be read: {e.strerror or type(e).__name__}"
     return None
 
 
@@ -64,9 +98,19 @@ class ServerTLS:
 
     def __init__(self, cert_file: str, key_file: str | None, log: logging.Logger) -> None:
         self.cert_file, self.key_file = cert_file, key_file
-        self.context = server_context(cert_file, key_file)
+        self.context = server_context(cert_file, key_file)  # the listening sockets'
+        # A renewal is served from a context of its own, handed to each handshake that names a
+        # server (every agent's: they connect by host name). Loaded into the sockets' context
+        # instead, a certificate of another key type (RSA after ECDSA) took a slot of its own and
+        # the old one went on being served to the clients that prefer it.
+        self._current = self.context
+        self.context.sni_callback = self._current_for
         self._stamp = _stamp(cert_file, key_file)
         self._log = log
+
+    def _current_for(self, conn: ssl.SSLObject, _server_name: str | None, base: ssl.SSLContext) -> None:
+        if self._current is not base:
+            conn.context = self._current
 
     def reload(self, trigger: str) -> bool:
         """Re-read the files into the context in force; on any fault the certificate in force
@@ -78,7 +122,10 @@ class ServerTLS:
             self._log.error({"event": "tls_reload_refused", "trigger": trigger, "problem": why,
                              "in_force": "the certificate loaded before"})  # fmt: skip
             return False
-        self.context.load_cert_chain(self.cert_file, self.key_file)
+        fresh = server_context(self.cert_file, self.key_file)
+        self._current = fresh
+        # Clients that name no server (an address) get the sockets' context: loaded in place.
+        self.context.load_cert_chain(self.cert_file, self.key_file, password=_no_passphrase)
         self._log.info({"event": "tls_certificate_reloaded", "trigger": trigger, "cert_file": self.cert_file})
         return True
 

@@ -27,8 +27,9 @@ from tests.procs import ROOT, RunningProcess, base_env, free_port, start
 pytestmark = pytest.mark.e2e
 
 
-def _files(ca: trustme.CA, tmp: Path, name: str = "server") -> tuple[Path, Path]:
-    leaf = ca.issue_cert("localhost", "127.0.0.1")
+def _files(ca: trustme.CA, tmp: Path, name: str = "server",
+           key_type: trustme.KeyType = trustme.KeyType.ECDSA) -> tuple[Path, Path]:  # fmt: skip
+    leaf = ca.issue_cert("localhost", "127.0.0.1", key_type=key_type)
     cert, key = tmp / f"{name}.crt", tmp / f"{name}.key"
     leaf.cert_chain_pems[0].write_to_path(str(cert))
     for pem in leaf.cert_chain_pems[1:]:
@@ -108,8 +109,10 @@ def test_the_stock_sdk_curl_and_the_health_check_speak_tls_and_a_renewed_certifi
         # Renewed by another CA into the same paths (as certbot or cert-manager would), then SIGHUP.
         keep = http.client.HTTPSConnection("localhost", port, context=_trusting(ca), timeout=10)
         assert _get(keep, "/healthz") == 200  # a connection made before
+        # Of another key type, too: loaded beside the first in one context, the ECDSA one went on
+        # being served to every client that prefers it (audit).
         renewed = trustme.CA()
-        new_cert, new_key = _files(renewed, tmp_path, "renewed")
+        new_cert, new_key = _files(renewed, tmp_path, "renewed", trustme.KeyType.RSA)
         os.replace(new_cert, cert)
         os.replace(new_key, key)
         assert _served_by(port, ca)  # not re-read yet: no reload asked, and the check runs every 30 s
@@ -150,5 +153,5 @@ def test_a_key_that_is_not_the_certificates_is_refused_at_start_up_in_one_line(t
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "server: tls_cert_file: " in lines[0] and "KEY_VALUES_MISMATCH" in lines[0], done.stderr
+    assert len(lines) == 1 and "server: tls_cert_file: the certificate and key cannot be loaded together" in lines[0] and "KEY_VALUES_MISMATCH" in lines[0], done.stderr
     assert "PRIVATE KEY" not in done.stderr

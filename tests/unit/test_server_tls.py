@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 import trustme
+from cryptography.hazmat.primitives import serialization
 
-from gateway.tls import ServerTLS, problem
+from gateway.tls import ServerTLS, problem, server_context
 
 
 def _pair(tmp: Path, ca: trustme.CA, name: str) -> tuple[Path, Path]:
@@ -21,19 +22,36 @@ def _pair(tmp: Path, ca: trustme.CA, name: str) -> tuple[Path, Path]:
     return cert, key
 
 
-def test_what_cannot_be_served_is_said_by_file_never_by_content(tmp_path: Path) -> None:
+def test_what_cannot_be_served_is_said_by_setting_and_file_never_by_content(tmp_path: Path) -> None:
     ca = trustme.CA()
     cert, key = _pair(tmp_path, ca, "a")
     _, other = _pair(tmp_path, ca, "b")
     assert problem(str(cert), str(key)) is None
-    assert problem(str(tmp_path / "nope.crt"), str(key)) == f"{tmp_path / 'nope.crt'} does not exist"
-    assert problem(str(cert), str(other)) == "the certificate and key cannot be loaded: KEY_VALUES_MISMATCH"
+    assert problem(str(tmp_path / "nope.crt"), str(key)) == f"tls_cert_file: {tmp_path / 'nope.crt'} does not exist"
+    assert problem(str(cert), str(tmp_path / "nope.key")) == f"tls_key_file: {tmp_path / 'nope.key'} does not exist"
+    assert problem(str(cert), str(other)) == (
+        "tls_cert_file: the certificate and key cannot be loaded together: KEY_VALUES_MISMATCH")
     (tmp_path / "junk.crt").write_text("not a certificate")
-    said = problem(str(tmp_path / "junk.crt"), str(key))
-    assert said is not None and said.startswith("the certificate and key cannot be loaded")
+    assert problem(str(tmp_path / "junk.crt"), str(key)) == (
+        f"tls_cert_file: {tmp_path / 'junk.crt'} holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
+    assert problem(str(cert), str(cert)) == f"tls_key_file: {cert} holds no PEM private key"
+    assert problem(str(cert), None) == f"tls_cert_file: {cert} holds no PEM private key"  # and no key beside it
     combined = tmp_path / "both.pem"
     combined.write_bytes(cert.read_bytes() + key.read_bytes())
     assert problem(str(combined), None) is None  # the key in the certificate's file
+
+
+def test_an_encrypted_key_is_refused_without_asking_for_its_passphrase(tmp_path: Path) -> None:
+    """OpenSSL asks for the passphrase on the terminal when no callback answers: a gateway run
+    in a terminal froze, loop and SIGTERM included, on a renewal with an encrypted key."""
+    cert, key = _pair(tmp_path, trustme.CA(), "a")
+    plain = serialization.load_pem_private_key(key.read_bytes(), None)
+    key.write_bytes(plain.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                        serialization.BestAvailableEncryption(b"secret-pass")))  # fmt: skip
+    said = problem(str(cert), str(key))
+    assert said is not None and said.startswith(f"tls_key_file: {key} holds an encrypted key")
+    with pytest.raises(ValueError, match="encrypted"):
+        server_context(str(cert), str(key))  # raised, never a prompt
 
 
 async def test_the_watch_reloads_a_renewed_pair_and_keeps_the_old_one_on_a_bad_one(
