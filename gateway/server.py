@@ -26,13 +26,13 @@ from gateway import __version__, collector
 from gateway.app import create_app, private_app
 from gateway.config import GatewayConfig
 from gateway.exact_routes import ExactFirstRunner
-from gateway.listening import cannot_listen, forget_address, record_address
+from gateway.listening import ListenError, cannot_listen, forget_address, record_address
 from gateway.live import LIVE
 from gateway.reload.reloader import Reloader
 from gateway.reload.watch import watch
 from gateway.services import Lifecycle
 from gateway.state import StateStore
-from gateway.tls import ServerTLS
+from gateway.tls import HandshakeBoundSite, ServerTLS
 from gateway.tracing import summary as tracing_summary
 from gateway.workers.seat import WorkerSeat, worker_config
 
@@ -52,14 +52,28 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path:
     private = None
     cert = cfg.server.tls_cert_file
     server_tls = ServerTLS(cert, cfg.server.tls_key_file, log) if cert is not None else None
-    ssl_context = server_tls.context if server_tls is not None else None
-    if seat is None:
+    if server_tls is not None:
+        # Handshakes held to header_timeout_s (gateway/tls.py), on sockets bound here as a
+        # supervisor binds its workers' (the port refused when taken).
+        if seat is None:
+            from gateway.workers.supervisor import bind_sockets
+
+            try:
+                socks = bind_sockets(cfg.server.host, cfg.server.port, 1)[0]
+            except ListenError:
+                await runner.cleanup()
+                raise
+        else:
+            socks = [socket.socket(fileno=fd) for fd in seat.fds]
         sites: list[web.BaseSite] = [
-            web.TCPSite(runner, cfg.server.host, cfg.server.port, backlog=1024, ssl_context=ssl_context)
-        ]
+            HandshakeBoundSite(runner, sock, ssl_context=server_tls.context,
+                               handshake_s=cfg.server.header_timeout_s, backlog=1024)
+            for sock in socks
+        ]  # fmt: skip
+    elif seat is None:
+        sites = [web.TCPSite(runner, cfg.server.host, cfg.server.port, backlog=1024)]
     else:
-        sites = [web.SockSite(runner, socket.socket(fileno=fd), backlog=1024, ssl_context=ssl_context)
-                 for fd in seat.fds]  # fmt: skip
+        sites = [web.SockSite(runner, socket.socket(fileno=fd), backlog=1024) for fd in seat.fds]
         private = make_runner(private_app(app), shutdown_timeout=1.0)
         await private.setup()
         sites.append(web.UnixSite(private, seat.socket_path(seat.index)))

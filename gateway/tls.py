@@ -12,8 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import ssl
 from collections.abc import Awaitable, Callable
+
+from aiohttp import web
 
 CHECK_EVERY_S = 30.0
 
@@ -140,3 +143,25 @@ class ServerTLS:
             await sleep(every_s)
             if self.changed():
                 self.reload("file")
+
+
+class HandshakeBoundSite(web.SockSite):
+    """A listening socket whose TLS handshakes must end within ``handshake_s``. aiohttp's sites
+    leave the loop's 60 s: a client that opened a connection and sent no (or half a) ClientHello
+    held it, and a descriptor, for a minute, whatever ``server.header_timeout_s`` says (whose
+    timer starts only once the handshake is done)."""
+
+    def __init__(self, runner: web.BaseRunner, sock: socket.socket, *, ssl_context: ssl.SSLContext,
+                 handshake_s: float, backlog: int = 128) -> None:  # fmt: skip
+        super().__init__(runner, sock, ssl_context=ssl_context, backlog=backlog)
+        self._handshake_s = handshake_s
+
+    async def start(self) -> None:
+        # As SockSite.start, with the handshake's bound.
+        self._runner._reg_site(self)
+        server = self._runner.server
+        assert server is not None
+        self._server = await asyncio.get_running_loop().create_server(
+            server, sock=self._sock, ssl=self._ssl_context, backlog=self._backlog,
+            ssl_handshake_timeout=self._handshake_s,
+        )

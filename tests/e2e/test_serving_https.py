@@ -38,11 +38,11 @@ def _files(ca: trustme.CA, tmp: Path, name: str = "server",
     return cert, key
 
 
-def _launch(fake: FakeUpstream, tmp: Path, cert: Path, key: Path, workers: int = 1) -> RunningProcess:
+def _launch(fake: FakeUpstream, tmp: Path, cert: Path, key: Path, workers: int = 1, more: str = "") -> RunningProcess:
     port = free_port()
     config = tmp / "gateway.yaml"
     config.write_text(f"server: {{port: {port}, drain_s: 3, workers: {workers}, tls_cert_file: '{cert}', "
-                      f"tls_key_file: '{key}'}}\nupstreams: [{{name: primary, base_url: '{fake.url}'}}]\n")  # fmt: skip
+                      f"tls_key_file: '{key}'{more}}}\nupstreams: [{{name: primary, base_url: '{fake.url}'}}]\n")  # fmt: skip
     env = base_env(LLM_GATEWAY_ADDRESS_FILE=str(tmp / "address"))
     return start([sys.executable, "-m", "gateway", "--config", str(config)], env, port, tmp / "gateway.log",
                  scheme="https")  # fmt: skip
@@ -140,6 +140,29 @@ def test_workers_serve_tls_on_their_shared_sockets(upstream: FakeUpstream, tmp_p
         assert '"https://127.0.0.1:' in (tmp_path / "address").read_text()
     finally:
         assert gw.stop() == 0
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_handshake_that_does_not_come_is_cut_at_header_timeout_s(
+    upstream: FakeUpstream, tmp_path: Path, workers: int
+) -> None:
+    """A client that opens a connection and sends no ClientHello (or half of one) held it for
+    the loop's 60 s: now server.header_timeout_s, as for a plain connection's head."""
+    cert, key = _files(trustme.CA(), tmp_path)
+    gw = _launch(upstream, tmp_path, cert, key, workers, more=", header_timeout_s: 1")
+    try:
+        port = int(gw.base.rsplit(":", 1)[1])
+        for sent in (b"", b"\x16\x03\x01\x00\xc8\x01"):  # nothing; a ClientHello's first bytes
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as raw:
+                raw.sendall(sent)
+                started = time.monotonic()
+                try:
+                    assert raw.recv(1024) == b""
+                except ConnectionResetError:
+                    pass
+                assert time.monotonic() - started < 5
+    finally:
+        gw.stop()
 
 
 def test_a_key_that_is_not_the_certificates_is_refused_at_start_up_in_one_line(tmp_path: Path) -> None:
