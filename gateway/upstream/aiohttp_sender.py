@@ -174,7 +174,13 @@ class AiohttpSender:
             found = ({}, None)
             if proxy is not None:
                 shown = f"[{proxy.host}]" if ":" in proxy.host else proxy.host
-                args: dict[str, Any] = {"proxy": f"http://{shown}:{proxy.port}"}
+                # aiohttp's sock_connect bounds only the TCP connect to the proxy, not its answer
+                # to CONNECT (a slow proxy took first_byte_s, 300 s); ``connect`` bounds both,
+                # the wait for a pooled connection included.
+                connect_s = self._timeouts.connect_s
+                args: dict[str, Any] = {"proxy": f"http://{shown}:{proxy.port}",
+                                        "timeout": aiohttp.ClientTimeout(total=None, connect=connect_s,
+                                                                         sock_connect=connect_s)}  # fmt: skip
                 if proxy.authorization is not None and scheme == "https":
                     args["proxy_headers"] = {"Proxy-Authorization": proxy.authorization}
                 found = (args, proxy.authorization if scheme == "http" else None)
@@ -221,5 +227,9 @@ class AiohttpSender:
         except BaseException:
             deadline.close()
             raise
+        if resp.status == 407 and proxy_args:  # the proxy's refusal of a plain http request
+            resp.close()
+            deadline.close()
+            raise UpstreamFailure(TransportError.CONNECT, "the proxy refused the request: 407", "proxy:407")
         deadline.disarm()  # the body's reads re-arm it with idle_s
         return _AiohttpResponse(resp, self._timeouts.idle_s, deadline)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
@@ -173,3 +174,56 @@ async def test_loopback_and_no_proxy_hosts_go_direct(client: str, plain_server: 
         finally:
             await sender.close()
     assert len(plain_server.heads) >= 1
+
+
+async def _proxy_that(answer: bytes | None) -> tuple[int, asyncio.Server]:
+    """A stand-in proxy that answers every request with ``answer``, or never (None)."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            if answer is None:
+                await asyncio.sleep(30)
+            else:
+                writer.write(answer)
+                await writer.drain()
+                await reader.read()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    srv = await asyncio.start_server(serve, "127.0.0.1", 0)
+    return srv.sockets[0].getsockname()[1], srv
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_a_proxys_407_to_a_plain_http_request_is_a_connect_failure_not_the_upstreams_answer(client: str) -> None:
+    """Relayed, a client took the 407 for its own proxy's (the openai SDK: APIStatusError 407)."""
+    port, srv = await _proxy_that(b"HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic\r\n"
+                                  b"Content-Length: 0\r\n\r\n")  # fmt: skip
+    sender = CLIENTS[client](TIMEOUTS, 4, egress=egress(f"http://alice:wrong@127.0.0.1:{port}", {}))
+    await sender.start()
+    try:
+        with pytest.raises(UpstreamFailure) as e:
+            await sender(_request(f"http://{HOST}:9/v1/chat/completions"))
+    finally:
+        await sender.close()
+        srv.close()
+    assert e.value.kind is TransportError.CONNECT and e.value.evidence == "proxy:407"
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_a_proxy_that_does_not_answer_connect_is_bounded_by_connect_s(client: str, ca: trustme.CA) -> None:
+    port, srv = await _proxy_that(None)
+    quick = TimeoutsConfig(connect_s=0.5, first_byte_s=20, idle_s=20)
+    sender = CLIENTS[client](quick, 4, ssl_context=_trusting(ca), egress=egress(f"http://127.0.0.1:{port}", {}))
+    await sender.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(UpstreamFailure) as e:
+            await sender(_request(f"https://{HOST}:9/v1/chat/completions"))
+    finally:
+        await sender.close()
+        srv.close()
+    assert e.value.kind is TransportError.CONNECT_TIMEOUT and time.monotonic() - started < 5

@@ -83,6 +83,11 @@ class H1Sender:
         except BaseException:
             _abandon(response, deadline)
             raise
+        if response.status == 407 and target.proxy is not None:
+            # A plain http request's proxy refusing it (RFC 9110 §15.5.8): the gateway's egress,
+            # not the upstream, answered; relayed, the client took it for its own proxy's.
+            _abandon(response, deadline)
+            raise UpstreamFailure(TransportError.CONNECT, "the proxy refused the request: 407", "proxy:407")
         deadline.disarm()  # the body's reads re-arm it with idle_s
         return response
 
