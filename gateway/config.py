@@ -7,6 +7,7 @@ keeps only the last.
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import hashlib
 import ipaddress
@@ -452,6 +453,24 @@ class UpstreamConfig(_Model):
     def withheld_client_headers(self) -> frozenset[str]:
         """The client's headers (lower-case) this upstream does not get (WITHHELD_CLIENT_HEADERS)."""
         return WITHHELD_CLIENT_HEADERS.difference(self._forwarded_client_headers)
+
+    @field_validator("headers", mode="before")
+    @classmethod
+    def _header_values_as_written(cls, v: Any) -> Any:
+        # YAML reads `anthropic-version: 2023-06-01` as a date and `X-Priority: 1` as a number:
+        # written back as they were written. A boolean (yes, on, true) was not meant as a word.
+        if not isinstance(v, dict):
+            return v
+        out = {}
+        for name, value in v.items():
+            if isinstance(value, bool):
+                raise ValueError(f"the value of {name} reads as a boolean: quote it ('{str(value).lower()}')")
+            if isinstance(value, int | float):
+                value = str(value)
+            elif isinstance(value, datetime.date):
+                value = value.isoformat()
+            out[name] = value
+        return out
 
     @field_validator("headers")
     @classmethod

@@ -68,3 +68,10 @@ def test_a_beta_of_the_configs_joins_the_clients_once() -> None:
                    "fine-grained-tool-streaming-2025-05-14,context-1m-2025-08-07"}  # fmt: skip
     alone = request_headers({}.items(), plan, "rid")
     assert alone["anthropic-beta"] == "context-1m-2025-08-07, fine-grained-tool-streaming-2025-05-14"
+
+
+def test_values_yaml_reads_as_dates_or_numbers_are_sent_as_written() -> None:
+    cfg = parse_config(BASE % "{anthropic-version: 2023-06-01, X-Priority: 1}")
+    assert cfg.upstreams[0].headers == {"anthropic-version": "2023-06-01", "X-Priority": "1"}
+    with pytest.raises(ConfigError, match="the value of X-On reads as a boolean: quote it"):
+        parse_config(BASE % "{X-On: yes}")
