@@ -45,9 +45,9 @@ def server_context(cert_file: str, key_file: str | None) -> ssl.SSLContext:
     return context
 
 
-def problem(cert_file: str, key_file: str | None) -> str | None:
-    """Why the pair cannot be served, in a line that names the setting and the file, never
-    their content."""
+def loaded(cert_file: str, key_file: str | None) -> ssl.SSLContext | str:
+    """A server context serving the pair, or why it cannot be served, in a line that names the
+    setting and the file, never their content."""
     key_field, key_path = ("tls_key_file", key_file) if key_file is not None else ("tls_cert_file", cert_file)
     for field, path in (("tls_cert_file", cert_file), ("tls_key_file", key_file)):
         if path is None:
@@ -71,7 +71,7 @@ def problem(cert_file: str, key_file: str | None) -> str | None:
     if b"PRIVATE KEY-----" not in key_pem:
         return f"{key_field}: {key_path} holds no PEM private key"
     try:
-        server_context(cert_file, key_file)
+        return server_context(cert_file, key_file)
     except ValueError:
         return f"{key_field}: {key_path} holds an encrypted key, and the gateway reads no passphrase"
     except ssl.SSLError as e:
@@ -80,7 +80,12 @@ def problem(cert_file: str, key_file: str | None) -> str | None:
         return f"tls_cert_file: the certificate and key cannot be loaded together: {reason}"
     except OSError as e:
         return f"tls_cert_file: the certificate and key cannot be read: {e.strerror or type(e).__name__}"
-    return None
+
+
+def problem(cert_file: str, key_file: str | None) -> str | None:
+    """Why the pair cannot be served (None: it can)."""
+    got = loaded(cert_file, key_file)
+    return got if isinstance(got, str) else None
 
 
 def _stamp(*paths: str | None) -> Stamp:
@@ -120,12 +125,11 @@ class ServerTLS:
         stays (the pair is first loaded apart: a mismatched key loaded in place would leave the
         context serving a certificate with the wrong key)."""
         self._stamp = _stamp(self.cert_file, self.key_file)
-        why = problem(self.cert_file, self.key_file)
-        if why is not None:
-            self._log.error({"event": "tls_reload_refused", "trigger": trigger, "problem": why,
+        fresh = loaded(self.cert_file, self.key_file)
+        if isinstance(fresh, str):
+            self._log.error({"event": "tls_reload_refused", "trigger": trigger, "problem": fresh,
                              "in_force": "the certificate loaded before"})  # fmt: skip
             return False
-        fresh = server_context(self.cert_file, self.key_file)
         self._current = fresh
         # Clients that name no server (an address) get the sockets' context: loaded in place.
         self.context.load_cert_chain(self.cert_file, self.key_file, password=_no_passphrase)

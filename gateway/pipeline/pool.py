@@ -30,7 +30,7 @@ from gateway.pipeline.send import SETTLED, Sent, fails_over_class, send_one, wai
 from gateway.policy.retry import RetryPlan
 from gateway.policy.retry_after import reset_at_ms
 from gateway.policy.tokens import BYTES_PER_TOKEN
-from gateway.routing.pools import Deployment, SitOut, first, moves_to_sibling, refuses_one_model, sit_out
+from gateway.routing.pools import Deployment, SitOut, first, moves_to_sibling, sit_out
 from gateway.services import PoolRuntime, Services, UpstreamRuntime
 from gateway.state.pools import key_id
 from gateway.tracing.attrs import P
@@ -327,8 +327,8 @@ async def _sit_out(svc: Services, state: RequestState, pool: PoolRuntime, up: Up
         return
     until_ms, why = out
     # A rate limit is the model's; credit and credentials are the whole key's, unless the
-    # refusal names the one model it refuses.
-    model = state.model if why is SitOut.RATE_LIMIT or refuses_one_model(c) else None
+    # refusal names the one model it refuses (classify's one_model).
+    model = state.model if why is SitOut.RATE_LIMIT or c.one_model else None
     assert svc.pool_state is not None
     await svc.pool_state.sit_out(up.cfg.name, model, until_ms, why, key_id(up.cfg))
     svc.telemetry.sit_outs.labels(pool.cfg.name, up.cfg.name, why.value).inc()

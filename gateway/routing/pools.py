@@ -163,13 +163,6 @@ def sit_out(c: Classification, now_ms: int, *, rate_limit_s: float, budget_s: fl
     return None
 
 
-def refuses_one_model(c: Classification) -> bool:
-    """Whether an ``auth`` failure refuses only the model asked for (``classify`` reads it from
-    the provider's words): its sit-out is then that model's (one such 403 took the key from every
-    model for an hour)."""
-    return c.type is ErrorType.AUTH and c.one_model
-
-
 def _until(c: Classification, now_ms: int, default_s: float) -> int:
     if c.reset_at_ms is not None and c.reset_at_ms > now_ms:
         return c.reset_at_ms

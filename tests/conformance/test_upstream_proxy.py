@@ -12,7 +12,7 @@ import socket
 import ssl
 import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 import trustme
@@ -23,13 +23,13 @@ from gateway.upstream import UpstreamFailure, UpstreamRequest
 from gateway.upstream.aiohttp_sender import AiohttpSender
 from gateway.upstream.h1 import H1Sender
 from gateway.upstream.proxy import egress
+from tests.conformance.test_upstream_tls import ANSWER, Server, serve
 from tests.procs import free_port
 from tests.tinyproxy import Tinyproxy
 from tests.tinyproxy import tinyproxy as running_tinyproxy
 
 CLIENTS = {"aiohttp": AiohttpSender, "h1": H1Sender}
 TIMEOUTS = TimeoutsConfig(connect_s=5, first_byte_s=5, idle_s=5)
-ANSWER = b'{"ok":true}'
 HOST = socket.gethostname()
 
 
@@ -37,39 +37,6 @@ HOST = socket.gethostname()
 def tinyproxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tinyproxy]:
     with running_tinyproxy(tmp_path_factory.mktemp("tinyproxy")) as proxy:
         yield proxy
-
-
-@dataclass
-class Server:
-    port: int
-    heads: list[bytes] = field(default_factory=list)
-    connections: int = 0
-
-
-async def _serve(ssl_context: ssl.SSLContext | None) -> tuple[Server, asyncio.Server]:
-    server = Server(0)
-
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        server.connections += 1
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                server.heads.append(head)
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)  # fmt: skip
-                await reader.readexactly(length)
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                             b"Content-Length: %d\r\n\r\n%s" % (len(ANSWER), ANSWER))  # fmt: skip
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
-            pass
-        finally:
-            writer.close()
-
-    # Where the host name leads (127.0.0.1 on Debian's /etc/hosts, a container's own address).
-    srv = await asyncio.start_server(answer, socket.gethostbyname(HOST), 0, ssl=ssl_context)
-    server.port = srv.sockets[0].getsockname()[1]
-    return server, srv
 
 
 @pytest.fixture(scope="module")
@@ -81,14 +48,14 @@ def ca() -> trustme.CA:
 async def tls_server(ca: trustme.CA) -> AsyncIterator[Server]:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ca.issue_cert(HOST).configure_cert(context)
-    server, srv = await _serve(context)
+    server, srv = await serve(context, socket.gethostbyname(HOST))
     yield server
     srv.close()
 
 
 @pytest.fixture
 async def plain_server() -> AsyncIterator[Server]:
-    server, srv = await _serve(None)
+    server, srv = await serve(None, socket.gethostbyname(HOST))
     yield server
     srv.close()
 
@@ -141,21 +108,27 @@ async def test_an_http_upstream_is_reached_through_the_proxy_with_its_credential
     assert "Proxy-Authorization" not in head and "Authorization: Bearer sk-upstream\r\n" in head
 
 
+async def _failure(sender: Any, url: str) -> UpstreamFailure:
+    """What ``sender`` (started here, closed after) raises for a request to ``url``."""
+    await sender.start()
+    try:
+        with pytest.raises(UpstreamFailure) as e:
+            await sender(_request(url))
+    finally:
+        await sender.close()
+    return e.value
+
+
 @pytest.mark.parametrize("client", CLIENTS)
 async def test_a_proxy_that_refuses_the_tunnel_is_a_connect_failure_and_nothing_reaches_the_upstream(
     client: str, ca: trustme.CA, tls_server: Server, tinyproxy: Tinyproxy
 ) -> None:
     wrong = egress(tinyproxy.url(password="wrong"), {})
     sender = CLIENTS[client](TIMEOUTS, 4, ssl_context=_trusting(ca), egress=wrong)
-    await sender.start()
-    try:
-        with pytest.raises(UpstreamFailure) as e:
-            await sender(_request(f"https://{HOST}:{tls_server.port}/v1/chat/completions"))
-    finally:
-        await sender.close()
-    assert e.value.kind is TransportError.CONNECT
+    failure = await _failure(sender, f"https://{HOST}:{tls_server.port}/v1/chat/completions")
+    assert failure.kind is TransportError.CONNECT
     # tinyproxy says 401 to wrong credentials, where RFC 9110 §15.5.8 has 407.
-    assert "the proxy refused CONNECT: 401" in str(e.value) and e.value.evidence == "proxy:401"
+    assert "the proxy refused CONNECT: 401" in str(failure) and failure.evidence == "proxy:401"
     assert tls_server.connections == 0
 
 
@@ -203,14 +176,11 @@ async def test_a_proxys_407_to_a_plain_http_request_is_a_connect_failure_not_the
     port, srv = await _proxy_that(b"HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic\r\n"
                                   b"Content-Length: 0\r\n\r\n")  # fmt: skip
     sender = CLIENTS[client](TIMEOUTS, 4, egress=egress(f"http://alice:wrong@127.0.0.1:{port}", {}))
-    await sender.start()
     try:
-        with pytest.raises(UpstreamFailure) as e:
-            await sender(_request(f"http://{HOST}:9/v1/chat/completions"))
+        failure = await _failure(sender, f"http://{HOST}:9/v1/chat/completions")
     finally:
-        await sender.close()
         srv.close()
-    assert e.value.kind is TransportError.CONNECT and e.value.evidence == "proxy:407"
+    assert failure.kind is TransportError.CONNECT and failure.evidence == "proxy:407"
 
 
 @pytest.mark.parametrize("client", CLIENTS)
@@ -218,12 +188,9 @@ async def test_a_proxy_that_does_not_answer_connect_is_bounded_by_connect_s(clie
     port, srv = await _proxy_that(None)
     quick = TimeoutsConfig(connect_s=0.5, first_byte_s=20, idle_s=20)
     sender = CLIENTS[client](quick, 4, ssl_context=_trusting(ca), egress=egress(f"http://127.0.0.1:{port}", {}))
-    await sender.start()
     started = time.monotonic()
     try:
-        with pytest.raises(UpstreamFailure) as e:
-            await sender(_request(f"https://{HOST}:9/v1/chat/completions"))
+        failure = await _failure(sender, f"https://{HOST}:9/v1/chat/completions")
     finally:
-        await sender.close()
         srv.close()
-    assert e.value.kind is TransportError.CONNECT_TIMEOUT and time.monotonic() - started < 5
+    assert failure.kind is TransportError.CONNECT_TIMEOUT and time.monotonic() - started < 5

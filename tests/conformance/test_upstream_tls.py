@@ -32,7 +32,8 @@ class Server:
     connections: int = 0
 
 
-async def _serve(ssl_context: ssl.SSLContext | None) -> tuple[Server, asyncio.Server]:
+async def serve(ssl_context: ssl.SSLContext | None, host: str = "127.0.0.1") -> tuple[Server, asyncio.Server]:
+    """An upstream answering ANSWER to every request, recording their heads and connections."""
     server = Server(0)
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -52,7 +53,7 @@ async def _serve(ssl_context: ssl.SSLContext | None) -> tuple[Server, asyncio.Se
         finally:
             writer.close()
 
-    srv = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=ssl_context)
+    srv = await asyncio.start_server(answer, host, 0, ssl=ssl_context)
     server.port = srv.sockets[0].getsockname()[1]
     return server, srv
 
@@ -66,7 +67,7 @@ def ca() -> trustme.CA:
 async def tls_server(ca: trustme.CA) -> AsyncIterator[Server]:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ca.issue_cert("localhost", "127.0.0.1").configure_cert(context)
-    server, srv = await _serve(context)
+    server, srv = await serve(context)
     yield server
     srv.close()
 
@@ -111,7 +112,7 @@ async def test_an_upstream_whose_certificate_is_not_trusted_is_a_connect_failure
 
 @pytest.mark.parametrize("client", CLIENTS)
 async def test_credentials_in_the_url_are_sent_as_basic_auth_by_both(client: str) -> None:
-    server, srv = await _serve(None)
+    server, srv = await serve(None)
     sender = CLIENTS[client](TIMEOUTS, 4)
     await sender.start()
     try:
