@@ -60,12 +60,14 @@ def run_codex(
     codex_bin: Path, gw: RunningGateway, tmp: Path, prompt: str, model: str = "gpt-5-codex", more: str = "",
     top: str = "",
 ) -> subprocess.CompletedProcess[str]:
-    """``more``: further config.toml tables (an MCP server); ``top``: further top-level keys."""
+    """``more``: further config.toml tables (an MCP server); ``top``: further top-level keys;
+    ``model`` "": none named (Codex's default)."""
     home = tmp / "home"
     codex_home = home / "codex"
     codex_home.mkdir(parents=True, exist_ok=True)
+    named = f'model = "{model}"\n' if model else ""
     (codex_home / "config.toml").write_text(
-        f'model = "{model}"\nmodel_provider = "gw"\napproval_policy = "never"\nsandbox_mode = "read-only"\n{top}'
+        f'{named}model_provider = "gw"\napproval_policy = "never"\nsandbox_mode = "read-only"\n{top}'
         f'\n[model_providers.gw]\nname = "gw"\nbase_url = "{gw.base}/v1"\nwire_api = "responses"\n'
         'env_key = "GW_KEY"\nrequires_openai_auth = false\nrequest_max_retries = 0\nstream_max_retries = 0\n' + more
     )
@@ -128,6 +130,31 @@ def test_codex_dispatches_a_namespaced_call_by_name_and_namespace(
     assert tool["role"] == "tool" and tool["tool_call_id"] == "call_ns1"
     assert "unsupported call" not in tool["content"] and "nonexistent" in tool["content"]
     assert second["messages"][-2]["tool_calls"][0]["function"]["name"] == "multi_agent_v1__close_agent"
+
+
+def test_codex_on_its_default_model_gets_its_tools_on_a_chat_upstream(
+    codex: Path,  # noqa: F811
+    chat_gateway: RunningGateway,
+    upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    """No model in config.toml: Codex's default (gpt-6.1-sol in 0.169, gpt-6.2-sol in 0.171)
+    sends the responses-lite shape, its tools in an ``additional_tools`` input item
+    (corpus codex-0.171-lite-first.json). Every turn was refused 400 untranslatable. The chat
+    model gets those tools, calls the custom ``exec`` in namespace ``functions``, and Codex runs it."""
+    script = 'const r = await tools.exec_command({cmd: "echo hi-from-lite"}); text(JSON.stringify(r));'
+    upstream.script(call("call_lite1", "functions__exec", json.dumps({"input": script})), text(("It printed hi.",)))
+    r = run_codex(codex, chat_gateway, tmp_path, "Run echo hi-from-lite and tell me what it printed", model="")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "It printed hi."
+    first, second = sent(upstream)
+    offered = {t["function"]["name"] for t in first["tools"]}
+    assert {"functions__exec", "clock__sleep", "collaboration__spawn_agent"} <= offered, offered
+    assert not any("additional_tools" in str(m.get("content")) for m in first["messages"])
+    assistant, tool = second["messages"][-2:]
+    assert assistant["tool_calls"][0]["function"]["name"] == "functions__exec"
+    assert tool["role"] == "tool" and tool["tool_call_id"] == "call_lite1"
+    assert "hi-from-lite" in tool["content"] and "Script completed" in tool["content"]  # Codex ran it
 
 
 def test_a_length_cut_answer_reaches_codex_as_an_incomplete_response(

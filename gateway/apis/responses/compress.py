@@ -3,7 +3,8 @@
 The core (``policy/compress.py``) plans over a chat-shaped view; the plan is applied to
 the original items, so whatever it does not touch stays byte-identical:
 
-* ``instructions`` and system/developer messages are kept exactly;
+* ``instructions``, system/developer messages and ``additional_tools`` items (tool
+  definitions) are kept exactly;
 * a run of model output items (``reasoning``, an assistant ``message``,
   ``function_call``, ``custom_tool_call``, ``local_shell_call``, ``compaction``, …) is one
   assistant turn; the tool outputs after it (``function_call_output``,
@@ -29,6 +30,7 @@ from gateway.policy.tokens import request_tokens
 _SRC = "_llm_gateway_src"  # indexes of the original items a view message stands for
 _PART = "_llm_gateway_part"  # (item index, part index or -1 for a tool output string)
 
+_TOOLS_ITEM = "additional_tools"  # translate/responses_chat/additional_tools.py
 _OUTPUTS = frozenset({
     "function_call_output", "custom_tool_call_output", "local_shell_call_output",
     "computer_call_output", "mcp_approval_response",
@@ -87,6 +89,13 @@ def _to_view(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if kind == "message" and role in ("user", "system", "developer"):
             turn = None
             view.append({"role": role, "content": _parts(i, item.get("content")), _SRC: [i]})
+        elif kind == _TOOLS_ITEM:
+            # Codex's tool definitions (responses-lite): kept as the developer's messages are,
+            # never cut (an opaque part). As a turn it went first, and the rescued request
+            # offered the model no tools.
+            turn = None
+            view.append({"role": "developer", "content": [{"type": "opaque", "value": item.get("tools"),
+                                                           _PART: (i, None)}], _SRC: [i]})  # fmt: skip
         elif kind in _OUTPUTS:
             turn = None
             view.append({"role": "tool", "content": _output_parts(i, item.get("output")), _SRC: [i]})

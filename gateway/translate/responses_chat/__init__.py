@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.translate.base import Context, Known, Refusal, Target, held
-from gateway.translate.responses_chat import tool_search
+from gateway.translate.responses_chat import additional_tools, tool_search
 from gateway.translate.responses_chat.answer import answer
 from gateway.translate.responses_chat.request import to_chat
 from gateway.translate.responses_chat.stream import ResponsesStream
@@ -39,13 +39,17 @@ class ResponsesToChat:
     def held(self, ctx: Context) -> Context:
         # Its answers echo the request's settings (``instructions``, ``tools``...) and
         # estimate a missing usage from ``request_bytes``: the conversation is not read, but
-        # for the client's tool searches, whose loaded tools the answer's calls are named by.
+        # for the items that declare tools (the client's tool searches' outputs, the
+        # ``additional_tools`` items), which the answer's calls are named by.
         kept = held(ctx, UNREAD)
         items = ctx.request.get("input")
-        if tool_search.client_search(ctx.request.get("tools")) is None or not isinstance(items, list):
+        if not isinstance(items, list):
             return kept
-        outputs = [i for i in items if isinstance(i, dict) and i.get("type") == "tool_search_output"]
-        kept.request = {**kept.request, "input": outputs}
+        searched = tool_search.client_search(additional_tools.declared(ctx.request)) is not None
+        declaring = [i for i in items if isinstance(i, dict) and (
+            i.get("type") == additional_tools.ITEM or (searched and i.get("type") == "tool_search_output"))]
+        if declaring:
+            kept.request = {**kept.request, "input": declaring}
         return kept
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from gateway.translate.base import Context
-from gateway.translate.responses_chat import thinking, tool_search
+from gateway.translate.responses_chat import additional_tools, thinking, tool_search
 from gateway.translate.responses_chat.tools import CUSTOM_INPUT, Origin, tool_names
 
 # What a Responses object echoes of its request (OpenAI API reference, "The response object").
@@ -162,10 +162,10 @@ def call_item(
     """A chat tool call as the Responses item the client's tool knows: a ``function_call``
     with its own name and namespace, a ``custom_tool_call`` with its raw input, or the
     ``tool_search_call`` of a client-executed search."""
-    if tool_search.is_search(origin, ctx.request.get("tools")):
+    if tool_search.is_search(origin, additional_tools.declared(ctx.request)):
         return tool_search.call_item(item_id(ctx, "tsc", index), call_id, arguments, status)
     if origin.custom:
-        return {
+        item = {
             "id": item_id(ctx, "ctc", index),
             "type": "custom_tool_call",
             "status": status,
@@ -173,18 +173,19 @@ def call_item(
             "name": origin.name,
             "input": custom_input(arguments),
         }
-    item = {
-        "id": item_id(ctx, "fc", index),
-        "type": "function_call",
-        "status": status,
-        "call_id": call_id,
-        "name": origin.name,
-        # A call that got no argument text (a tool without parameters, streamed by some
-        # servers as nothing) is ``{}``: clients parse arguments as JSON, and the openai SDK's
-        # ``responses.stream()`` raises on "" for a strict tool.
-        "arguments": arguments or "{}",
-    }
-    if origin.namespace:
+    else:
+        item = {
+            "id": item_id(ctx, "fc", index),
+            "type": "function_call",
+            "status": status,
+            "call_id": call_id,
+            "name": origin.name,
+            # A call that got no argument text (a tool without parameters, streamed by some
+            # servers as nothing) is ``{}``: clients parse arguments as JSON, and the openai SDK's
+            # ``responses.stream()`` raises on "" for a strict tool.
+            "arguments": arguments or "{}",
+        }
+    if origin.namespace:  # a custom one too: Codex's `exec` is in namespace `functions`
         item["namespace"] = origin.namespace
     return item
 

@@ -46,7 +46,7 @@ from gateway.apis.chat.ids import to_chat_id
 from gateway.translate import typed
 from gateway.translate.base import Refusal, Target
 from gateway.translate.chat_messages.request import unread_image, unread_image_words
-from gateway.translate.responses_chat import thinking, tool_search
+from gateway.translate.responses_chat import additional_tools, thinking, tool_search
 from gateway.translate.responses_chat.tools import (
     CUSTOM_INPUT,
     ToolNames,
@@ -77,11 +77,20 @@ _NEEDS_STORE = {
 }
 # The API the request goes on in (``Target.onward``), as a refusal names it.
 _SPOKEN = {"": "chat completions", "messages": "Anthropic Messages", "gemini": "the Gemini API"}
+_UPSTREAM_NAMED = {"": "a chat completions upstream", "messages": "an Anthropic Messages upstream",
+                   "gemini": "a Gemini API upstream"}  # fmt: skip
 _SYSTEM_ROLES = ("system", "developer")
 # What a json_schema text format carries to chat's json_schema, with each member's JSON type.
 _SCHEMA_FORMAT = (
     ("name", typed.text), ("description", typed.text), ("schema", typed.obj), ("strict", typed.flag),
 )  # fmt: skip
+
+
+def _named_upstream(message: str, onward: str) -> str:
+    """A refusal's words for the API the request goes on in: the rules are chat's, but the
+    client reads of the upstream it has (a Messages upstream reached through chat)."""
+    upstream = _UPSTREAM_NAMED.get(onward)
+    return message if upstream is None else message.replace(_UPSTREAM_NAMED[""], upstream)
 
 
 class Untranslatable(Exception):
@@ -109,7 +118,7 @@ def _to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Ref
             f"'background' responses need a server that stores them; this upstream speaks {spoken}, "
             "which stores nothing"
         )
-    if tool_search.clashes(payload.get("tools")):
+    if tool_search.clashes(additional_tools.declared(payload)):
         return Refusal("a function tool named 'tool_search' beside the client-executed tool_search tool: "
                        "on a chat completions upstream both would be one function 'tool_search'")  # fmt: skip
     declared = tool_search.effective_tools(payload)
@@ -123,7 +132,7 @@ def _to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Ref
             short_ids=not onward,
         )
     except Untranslatable as e:
-        return Refusal(str(e))
+        return Refusal(_named_upstream(str(e), onward))
     tools = chat_tools(declared, names)
     choice = chat_tool_choice(payload.get("tool_choice"), tools, names)
     if isinstance(choice, Refusal):
@@ -393,6 +402,11 @@ def _call_id(item: Mapping[str, Any], at: typed.Path, short: bool) -> str:
     return to_chat_id(call_id) if short else call_id
 
 
+def _namespace(item: Mapping[str, Any]) -> str | None:
+    ns = item.get("namespace")
+    return ns if isinstance(ns, str) else None
+
+
 def _messages(
     payload: Mapping[str, Any], names: ToolNames, anthropic: bool = False, files: bool = False,
     short_ids: bool = False,
@@ -416,17 +430,17 @@ def _messages(
         if kind == "message":
             b.message(item, at)
         elif kind == "function_call":
-            ns = item.get("namespace") if isinstance(item.get("namespace"), str) else None
             args = item.get("arguments")
             b.call(
                 _call_id(item, at, short_ids),
-                names.chat_name(typed.text(item.get("name"), (*at, "name")) or "", ns),
+                names.chat_name(typed.text(item.get("name"), (*at, "name")) or "", _namespace(item)),
                 args if isinstance(args, str) else json.dumps(args or {}),
             )
         elif kind == "custom_tool_call":
+            # Codex's custom `exec` lives in the `functions` namespace (responses-lite).
             b.call(
                 _call_id(item, at, short_ids),
-                names.chat_name(typed.text(item.get("name"), (*at, "name")) or ""),
+                names.chat_name(typed.text(item.get("name"), (*at, "name")) or "", _namespace(item)),
                 json.dumps({CUSTOM_INPUT: typed.text(item.get("input"), (*at, "input")) or ""}),
             )
         elif kind in ("function_call_output", "custom_tool_call_output"):
@@ -442,6 +456,8 @@ def _messages(
             b.output(_call_id(item, at, short_ids), tool_search.output_text(item, names), [])
         elif kind in _HOSTED_CALLS:
             continue
+        elif kind == additional_tools.ITEM:
+            continue  # no turn: its tools are the request's (additional_tools.py)
         elif kind in ("compaction", "compaction_summary"):
             raise Untranslatable(
                 "a compaction item holds earlier conversation encrypted by OpenAI; a chat completions "

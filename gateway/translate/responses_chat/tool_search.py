@@ -30,6 +30,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.translate.responses_chat import additional_tools
 from gateway.translate.responses_chat.tools import Origin, ToolNames
 
 NAME = "tool_search"  # its chat function name, as OpenAI names the tool
@@ -56,9 +57,10 @@ def clashes(tools: Any) -> bool:
 
 
 def effective_tools(payload: Mapping[str, Any]) -> Any:
-    """The request's tools as the chat side sees them: the client's search as a function, and
-    the tools its outputs in ``input`` loaded. Without a client search, the tools as given."""
-    tools = payload.get("tools")
+    """The request's tools as the chat side sees them: those it declares (``tools`` and its
+    ``additional_tools`` items), the client's search as a function, and the tools its outputs
+    in ``input`` loaded. Without a client search, the tools as declared."""
+    tools = additional_tools.declared(payload)
     search = client_search(tools)
     if search is None or not isinstance(tools, list):
         return tools

@@ -2,6 +2,7 @@
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from tests.fakeupstream import responses_head, responses_stream, sse
 from tests.responses_convo import INSTRUCTIONS, assert_valid_input, responses_conversation, size
 
 D = OPENAI_RESPONSES
+CORPUS = Path(__file__).resolve().parents[2] / "corpus" / "requests"
 STREAM = responses_stream()
 
 
@@ -97,6 +99,22 @@ def test_compressed_input_is_valid_and_keeps_what_must_not_change() -> None:
     kept_reasoning = [i for i in new if i.get("type") == "reasoning"]
     assert all(i in items for i in kept_reasoning), "reasoning items are never edited"
     assert "llm-gateway" in json.dumps(new)
+
+
+def test_compression_keeps_codex_tools_declared_in_an_input_item() -> None:
+    """Codex's responses-lite shape (its default model) declares its tools in an
+    ``additional_tools`` item, first in ``input``; read as an old turn it was the first thing
+    compression dropped, and the rescued request offered the model no tools."""
+    lite = json.loads((CORPUS / "codex-0.171-lite-first.json").read_text())["body"]
+    items = responses_conversation(rounds=40, output_bytes=4000)
+    payload = {**lite, "input": [lite["input"][0], *items]}
+    result = D.compress(payload, error_message="Your input exceeds the context window of this model.",
+                        context_window=20000)
+    assert result.payload is not None, result.report
+    new = result.payload["input"]
+    assert new[0] is lite["input"][0]  # kept whole, first
+    assert size(new) < size(items) / 2
+    assert_valid_input(new[1:])
 
 
 def test_previous_response_id_is_rescued_by_the_apis_own_truncation() -> None:

@@ -198,6 +198,76 @@ def test_the_models_tool_search_comes_back_as_the_item_codex_runs_and_a_loaded_t
             assert not [n for n, _ in events if "arguments" in n]
 
 
+def test_codex_responses_lite_tools_in_an_input_item_are_the_requests_tools() -> None:
+    """Codex 0.171 on its default model (gpt-6.2-sol) declares its tools in an
+    ``additional_tools`` input item and sends no ``tools``: each was refused as an unknown
+    item type. They are the chat tools, flattened like any namespace; the item is no message."""
+    body = codex_request("codex-0.171-lite-first")
+    assert "tools" not in body and body["input"][0]["type"] == "additional_tools"
+    out = chat(body)
+    tools = {t["function"]["name"]: t["function"] for t in out["tools"]}
+    assert list(tools)[:2] == ["functions__exec", "functions__wait"]
+    assert {"clock__sleep", "collaboration__spawn_agent", "collaboration__wait_agent"} <= set(tools)
+    assert tools["functions__exec"]["parameters"]["required"] == ["input"]  # the custom JS tool
+    assert [m["role"] for m in out["messages"]] == ["system", "user", "user"]
+    assert "additional_tools" not in json.dumps(out["messages"])
+    assert out["tool_choice"] == "auto" and out["parallel_tool_calls"] is False
+
+
+def test_codex_responses_lite_exec_round_trips_in_its_namespace() -> None:
+    """The model's call of ``functions__exec`` reaches Codex as the custom ``exec`` in
+    namespace ``functions``, buffered and streamed, also from a held (large) request; Codex's
+    replay of it (corpus codex-0.171-lite-exec-result) goes back under the same chat name."""
+    request = codex_request("codex-0.171-lite-exec-result")
+    replayed = chat(request)["messages"][-2]["tool_calls"][0]
+    assert replayed["function"]["name"] == "functions__exec"
+    assert json.loads(replayed["function"]["arguments"])["input"].startswith("const r = await tools.exec_command")
+    js = 'text("hi")'
+    message = {"role": "assistant", "content": None, "tool_calls": [{"id": "call_x", "type": "function",
+               "function": {"name": "functions__exec", "arguments": json.dumps({"input": js})}}]}  # fmt: skip
+    item = {"type": "custom_tool_call", "status": "completed", "call_id": "call_x", "name": "exec",
+            "input": js, "namespace": "functions"}  # fmt: skip
+    doc = {"choices": [{"message": message, "finish_reason": "tool_calls"}]}
+    for c in (ctx(request), T.held(ctx(request))):  # the answer reads no more than it keeps
+        [out] = T.answer(doc, c)["output"]
+        assert {k: v for k, v in out.items() if k != "id"} == item
+    raws = [chunk({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_x", "type": "function",
+                                                        "function": {"name": "functions__exec", "arguments": ""}}]}),
+            chunk({"tool_calls": [{"index": 0, "function": {"arguments": json.dumps({"input": js})}}]}),
+            chunk({}, "tool_calls"), DONE]  # fmt: skip
+    events = check_grammar(run_stream(raws, T.held(ctx(request))))
+    [done] = [d["item"] for n, d in events if n == "response.output_item.done"]
+    assert {k: v for k, v in done.items() if k != "id"} == item
+
+
+def test_tools_declared_twice_across_tools_and_input_items_are_offered_once() -> None:
+    lite = codex_request("codex-0.171-lite-first")
+    [carrier] = [i for i in lite["input"] if i["type"] == "additional_tools"]
+    later = {"type": "additional_tools", "role": "developer", "tools": [
+        {"type": "namespace", "name": "clock", "description": "", "tools": [
+            {"type": "function", "name": "sleep", "description": "again", "parameters": {"type": "object"}},
+            {"type": "function", "name": "now", "description": "time", "parameters": {"type": "object"}}]},
+        *WEATHER_TOOLS]}  # fmt: skip
+    body = {**lite, "tools": WEATHER_TOOLS, "input": [carrier, *lite["input"][1:], later]}
+    names = [t["function"]["name"] for t in chat(body)["tools"]]
+    assert names.count("get_weather") == 1 and names.count("clock__sleep") == 1 and "clock__now" in names
+    sleep = next(t for t in chat(body)["tools"] if t["function"]["name"] == "clock__sleep")
+    assert "again" not in sleep["function"]["description"]  # the first declaration stands
+    # A malformed carrier is the client's to hear about, not a 500.
+    bad = refused({**lite, "input": [{"type": "additional_tools", "tools": [{"type": "namespace", "name": "x",
+                                                                            "tools": True}]}, *lite["input"][1:]]})
+    assert "tools" in bad.message
+
+
+def test_an_item_refusal_names_the_api_the_upstream_speaks() -> None:
+    """Responses → Messages and → Gemini go through chat; the client reads of its upstream."""
+    body = {"model": "m", "input": [{"type": "weird_item"}]}
+    for onward, words in [("", "a chat completions upstream"), ("messages", "an Anthropic Messages upstream"),
+                          ("gemini", "a Gemini API upstream")]:  # fmt: skip
+        out = T.request(body, Target("m", onward=onward))
+        assert isinstance(out, Refusal) and words in out.message, out
+
+
 def test_tool_search_without_the_search_tool_loads_nothing_and_a_server_search_stays_hosted() -> None:
     body = codex_request("codex-0.169-tool-search-result")
     # Codex's compaction: the same history, tools: [] (nothing may be called).
