@@ -38,10 +38,10 @@ if command -v npm >/dev/null 2>&1 && { [ ! -x "$cc_prefix/node_modules/.bin/clau
 fi
 # Codex CLI for tests/e2e/test_codex.py, once, into .cache/codex (pinned: CODEX_NOTES.md
 # measured this version). Without npm the Codex tests skip, loudly.
-CODEX_VERSION="${CODEX_VERSION:-0.169.0}"
+CODEX_VERSION="${CODEX_VERSION:-0.171.0}"
 codex_prefix="$(cd "$(dirname "$0")/.." && pwd)/.cache/codex"
 if command -v npm >/dev/null 2>&1 && { [ ! -x "$codex_prefix/node_modules/.bin/codex" ] ||
-    ! "$codex_prefix/node_modules/.bin/codex" --version >/dev/null 2>&1; }; then
+    [ "$("$codex_prefix/node_modules/.bin/codex" --version 2>/dev/null)" != "codex-cli $CODEX_VERSION" ]; }; then
   npm install --silent --no-audit --no-fund --prefix "$codex_prefix" "@openai/codex@$CODEX_VERSION" >/dev/null \
     || echo "test-deps: npm install @openai/codex failed; the Codex e2e tests will skip" >&2
 fi
