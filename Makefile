@@ -12,7 +12,7 @@ CONFIG ?= config/gateway.yaml
 FLOCK  := $(shell command -v flock 2>/dev/null)
 LOCKED := $(if $(FLOCK),$(FLOCK) $(VENV).lock) $(MAKE) --no-print-directory
 
-.PHONY: run test test-real test-trace test-deploy lint bench bench-public clean venv venv-dev _locked-runtime _locked-dev docs docs-gen docs-serve docs-check
+.PHONY: run test test-real test-trace test-deploy lint bench bench-public bench-instructions clean venv venv-dev _locked-runtime _locked-dev docs docs-gen docs-serve docs-check
 
 # The only entry points to set-up; the stamp targets below are built under the lock.
 venv:
@@ -104,6 +104,11 @@ bench: venv-dev
 # The published gateway benchmark's method alone (bench/public.py), a few minutes.
 bench-public: venv-dev
 	$(BIN)/python -m bench.public --quick
+
+# Instructions per request under valgrind (bench/instructions.py): ratios that do not move with
+# the host's load, for before/after on a shared machine. About 6 minutes; needs valgrind.
+bench-instructions: venv-dev
+	$(BIN)/python -m bench.instructions
 
 clean:
 	rm -rf $(VENV) $(VENV).lock $(VENV)-real .pytest_cache .mypy_cache .ruff_cache site

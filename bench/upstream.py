@@ -48,6 +48,14 @@ STREAM = (
     + b"data: [DONE]\n\n"
 )
 TOKEN = _chunk({"content": " token"})
+# OpenAI sends a last chunk with no choices and the usage when the request asks for it
+# (`stream_options.include_usage`, API reference "Create chat completion"); the gateway asks
+# (upstreams[].stream_usage), the minimal proxy forwards the client's request, which does not.
+# Without it the gateway's stream was measured on its fallback, counting tokens from the text.
+STREAM_WITH_USAGE = STREAM[:-len(b"data: [DONE]\n\n")] + b"data: " + json.dumps({
+    "id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1700000000, "model": "gpt-4o-mini",
+    "choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 9, "total_tokens": 18}}).encode() + (
+    b"\n\ndata: [DONE]\n\n")
 
 
 RATE_LIMITED = json.dumps({"error": {"message": "Rate limit reached for requests", "type": "requests",
@@ -87,7 +95,8 @@ async def chat(request: web.Request) -> web.StreamResponse:
             return web.Response(status=429, body=RATE_LIMITED, content_type="application/json",
                                 headers={"retry-after-ms": "1"})
         _limited.discard(rid)
-    return await _answer(request, _wants_stream(body), COMPLETION, STREAM)
+    usage = b'"include_usage":true' in body or b'"include_usage": true' in body
+    return await _answer(request, _wants_stream(body), COMPLETION, STREAM_WITH_USAGE if usage else STREAM)
 
 
 # The same answer in Anthropic Messages and OpenAI Responses, as those providers send it

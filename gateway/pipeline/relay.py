@@ -425,18 +425,24 @@ def _filter(
     were forwarded (re-read for usage if the stream breaks)."""
     kept: list[bytes] = []
     finished = False
+    ending: Ending | None = None
     for raw in events:
         kind = reader.kind(raw, committed=True)
         if kind is EventKind.ERROR:
             assert reader.error is not None
-            return b"".join(kept), _ending_from_event(reader.error, now_s), finished
+            ending = _ending_from_event(reader.error, now_s)
+            break
         if kind is EventKind.SKIP:
             continue
         finished = finished or kind is EventKind.FINAL
-        if shown is not None:
-            shown.append(raw)
-        kept.append(raw if splice is None else splice(raw))
-    return b"".join(kept), None, finished
+        kept.append(raw)
+    # One append per chunk, not per event: Shown re-splits what it keeps anyway.
+    relayed = b"".join(kept)
+    if shown is not None and relayed:
+        shown.append(relayed)
+    if splice is not None:  # in order: a splice keeps state from event to event
+        relayed = b"".join([splice(raw) for raw in kept])
+    return relayed, ending, finished
 
 
 def _ending_from_event(payload: dict[str, Any], now_s: float) -> Ending:
