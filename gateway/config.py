@@ -320,7 +320,8 @@ class UpstreamConfig(_Model):
     context_window: int | None = Field(
         default=None, gt=0,
         description="The model's context window, in tokens: used to recognise an overflow from the request's "
-        "size, to size compression and tool-output shares, and to pick a larger fallback.",
+        "size, to size compression and tool-output shares, to pick a larger fallback, and to lower an output "
+        "budget that cannot fit beside the prompt before it is sent.",
     )  # fmt: skip
     max_output_tokens: int | None = Field(
         default=None, gt=0,

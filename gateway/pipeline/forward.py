@@ -135,8 +135,10 @@ def full_pipeline(dialect: Dialect) -> Handler:
                 state.output_capped = None  # noted for another upstream of the chain
             model = leg.model or inbound.model
             prepared = payload = asked.payload()
-            if up.cfg.max_output_tokens is not None or svc.output_limits.learned:  # mostly neither: no call
-                payload = output_cap.capped(svc, state, dialect, up.cfg, model, prepared)
+            cfg = up.cfg
+            bounded = cfg.max_output_tokens is not None or cfg.context_window is not None
+            if bounded or svc.output_limits.learned:  # mostly neither: no call
+                payload = output_cap.capped(svc, state, dialect, cfg, model, prepared)
             if leg.translator is None and leg.model is None and dialect.address(payload) is None:
                 headers = request_headers(request.headers.items(), up.outbound, state.request_id)
                 url = up.url_for(dialect.path, query)

@@ -1,7 +1,8 @@
 """The answer's output budget held to what the upstream's model takes.
 
 Before a send, a request asking for more output than an upstream's limit (its
-``max_output_tokens``, or what its provider stated earlier) is lowered to it. After a refusal
+``max_output_tokens``, what its provider stated earlier, or what its ``context_window`` leaves
+beside the prompt) is lowered to it. After a refusal
 that states the model's limit (``policy/output_limit.py``), the limit is remembered for the
 (upstream, model) and the request is sent once more with its budget lowered: exactly one
 retry, as for an overflow. The client is told with ``x-llm-output-capped`` (the budget its
@@ -10,7 +11,10 @@ answer was asked with) and the log line's ``output_capped``.
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+import orjson
 
 from gateway.apis import output_budget
 from gateway.apis.base import Dialect
@@ -19,8 +23,10 @@ from gateway.pipeline.attempt import Call
 from gateway.pipeline.legs import resent
 from gateway.pipeline.outcome import Failure, Outcome, RequestState
 from gateway.pipeline.send import Onward, resend
+from gateway.policy.compress import MIN_COMPLETION_TOKENS, SAFETY_MARGIN
 from gateway.policy.output_limit import stated_output_limit
 from gateway.policy.retry import RetryPlan
+from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.services import Services
 
 
@@ -31,6 +37,9 @@ def capped(
     """``payload`` (in the client's API) with its budget within ``up``'s known limit for
     ``model``, the model the upstream is asked for."""
     known = svc.output_limits.of(up, model)
+    room = window_room(up, payload)
+    if room is not None and (known is None or room < known[0]):
+        known = (room, "context_window")
     if known is None:
         return payload
     limit, source = known
@@ -41,6 +50,27 @@ def capped(
         return payload
     _note(state, payload, limit, source)
     return lowered
+
+
+def window_room(up: UpstreamConfig, payload: dict[str, Any]) -> int | None:
+    """The budget that fits beside the prompt in ``up``'s ``context_window``, when the request
+    asks for more. Claude Code 2.1.332 asks ``max_tokens: 128000``: on a 128k-window server
+    every turn was refused ("maximum context length is 131072 tokens ... 128000 in the
+    completion") and sent again lowered, a refused call per turn. The prompt is estimated
+    from the whole request's bytes (an overestimate: it lowers a little more than needed);
+    a prompt too long by itself is still compression's, after the provider says so."""
+    window = up.context_window
+    if window is None:
+        return None
+    asked = output_budget.asked(payload)
+    if asked is None or asked * 2 < window:  # most budgets are far below the window: no estimate
+        return None
+    try:
+        prompt = len(orjson.dumps(payload)) / BYTES_PER_TOKEN
+    except TypeError:  # what orjson cannot write (a number past 64 bits) is measured by json
+        prompt = len(json.dumps(payload, default=str)) / BYTES_PER_TOKEN
+    room = int(window - prompt * (1 + SAFETY_MARGIN))
+    return None if asked <= room else max(room, MIN_COMPLETION_TOKENS)
 
 
 async def rescue(

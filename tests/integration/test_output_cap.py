@@ -108,3 +108,24 @@ async def test_a_second_refusal_is_answered_not_retried_again(make_gateway) -> N
     status, headers, _ = await gw.chat({"model": "gpt-4o", "max_tokens": 64000,
                                         "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
     assert status == 400 and headers["x-llm-attempts"] == "2" and len(gw.fake.chat_requests()) == 2
+
+
+async def test_a_budget_the_window_cannot_hold_is_lowered_before_the_send(make_gateway, caplog) -> None:
+    """Claude Code 2.1.332 asks ``max_tokens: 128000``; on a 128k-window chat server every turn
+    was refused ("128000 in the completion") and sent again lowered. With the upstream's
+    ``context_window`` known, the budget goes lowered to what fits beside the prompt: one call."""
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY + ", context_window: 131072")
+    gw.fake.context_limit = 131072
+    caplog.set_level(logging.INFO, logger="gateway.access")
+    status, headers, body = await gw.messages({**claude_code_first(), "max_tokens": 128000})
+    assert status == 200, body
+    assert headers["x-llm-attempts"] == "1" and "x-llm-compressed" not in headers
+    [sent] = [r.json() for r in gw.fake.chat_requests()]
+    assert 90_000 < sent["max_tokens"] < 128000  # the 82 KB prompt's ~25k tokens left out
+    assert int(headers["x-llm-output-capped"]) == sent["max_tokens"] < 128000
+    [logged] = [line["output_capped"] for line in access(caplog) if "output_capped" in line]
+    assert logged == {"to": sent["max_tokens"], "asked": 128000, "source": "context_window"}
+    # A budget that fits goes as it came, and one far below the window is not even estimated.
+    status, headers, _ = await gw.messages({**claude_code_first(), "max_tokens": 64000})
+    assert status == 200 and "x-llm-output-capped" not in headers
+    assert gw.fake.chat_requests()[-1].json()["max_tokens"] == 64000

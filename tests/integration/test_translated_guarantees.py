@@ -115,7 +115,9 @@ async def test_codex_on_an_anthropic_upstream_is_composed_through_chat(make_gate
 
 
 async def test_claude_codes_64000_token_budget_on_a_small_vllm_style_server_is_lowered_once(make_gateway) -> None:
-    gw = await make_gateway(upstream_yaml=CHAT_ONLY + ", context_window: 8000")
+    # The window unknown: the server's refusal ("(P in the messages, C in the completion)")
+    # gets the budget lowered by the one rescue.
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY)
     gw.fake.context_limit = 8000  # answers OpenAI/vLLM's "(P in the messages, C in the completion)" overflow
     req = {"model": "claude-sonnet-4-5", "max_tokens": 64000, "system": SYSTEM,
            "messages": [{"role": "user", "content": "hi"}]}
@@ -125,3 +127,15 @@ async def test_claude_codes_64000_token_budget_on_a_small_vllm_style_server_is_l
     assert first["max_tokens"] == 64000 and second["max_tokens"] < 8000
     assert second["messages"] == first["messages"]  # only the budget changed
     assert headers["x-llm-compressed"] == "true"
+
+
+async def test_with_the_window_configured_that_budget_is_lowered_before_the_first_send(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY + ", context_window: 8000")
+    gw.fake.context_limit = 8000
+    req = {"model": "claude-sonnet-4-5", "max_tokens": 64000, "system": SYSTEM,
+           "messages": [{"role": "user", "content": "hi"}]}
+    status, headers, body = await gw.messages(req)
+    assert status == 200 and json.loads(body)["type"] == "message", body[:300]
+    [sent] = [r.json() for r in gw.fake.chat_requests()]
+    assert sent["max_tokens"] < 8000 and headers["x-llm-output-capped"] == str(sent["max_tokens"])
+    assert headers["x-llm-attempts"] == "1" and "x-llm-compressed" not in headers
