@@ -698,6 +698,12 @@ class CooldownsConfig(_Model):
         default=3600.0, gt=0,
         description="Seconds a deployment sits out after the provider refused its key (401 or 403).",
     )  # fmt: skip
+    # Azure: "If you created the deployment within the last 5 minutes, please wait a moment".
+    model_missing_s: float = Field(
+        default=300.0, gt=0,
+        description="Seconds a deployment sits out, for the model asked, after a 404 saying it has no such "
+        "model (Azure's DeploymentNotFound, OpenAI's model_not_found, a model not pulled).",
+    )  # fmt: skip
 
 
 class AffinityConfig(_Model):

@@ -67,6 +67,9 @@ class Classification:
     message: str | None = None  # the provider's message (may quote limits; never logged)
     evidence: str | None = None  # what decided the class: a code, numbers, a header, wording; logged
     one_model: bool = False  # an ``auth`` refusal of the model asked for, not of the key
+    # A 404 saying the model asked for is not there (no such deployment, not pulled, no access
+    # for this key): another deployment of a pool may have it.
+    model_missing: bool = False
 
     @classmethod
     def of(cls, type_: ErrorType, **kw: object) -> Classification:

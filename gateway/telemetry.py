@@ -298,12 +298,13 @@ class Telemetry:
         )  # fmt: skip
         self.sit_outs = Counter(
             p + "deployment_sit_outs", "Deployments taken out of their pool for a while (cooldowns), "
-            "by why: rate_limit (until its reset), budget (key out of credit), auth (key refused).",
+            "by why: rate_limit (until its reset), budget (key out of credit), auth (key refused), "
+            "model_missing (a 404 for the model asked).",
             ["pool", "deployment", "reason"], registry=registry,
         )  # fmt: skip
         self.affinity_breaks = Counter(
             p + "affinity_breaks", "Conversations served away from the deployment that holds their "
-            "prompt cache, by why: failed, rate_limit, headroom, budget, auth, circuit_open.",
+            "prompt cache, by why: failed, rate_limit, headroom, budget, auth, model_missing, circuit_open.",
             ["pool", "reason"], registry=registry,
         )  # fmt: skip
         # Keys (docs/keys.md): names come from config only.

@@ -323,6 +323,8 @@ MEANINGS = {
     "none where clients hold gateway keys); the provider's body, which may quote part of the key, is not "
     "passed on.",
     "pool_budget": "No deployment of the pool can serve: keys out of credit (the rest refused).",
+    "pool_model_not_found": "No deployment of the pool has the model asked for: each answered 404 for it "
+    "(no such deployment, a model not pulled, no access for its key) within `cooldowns.model_missing_s`.",
     "pool_rate_limited": "Every deployment of the pool is rate limited and the earliest reset is too far "
     "to wait for, or the configured `limits` of the deployment a request not retried along the pool went "
     "to are used up this minute (with `retry-after`).",

@@ -322,13 +322,13 @@ async def _sit_out(svc: Services, state: RequestState, pool: PoolRuntime, up: Up
     cd = pool.cfg.cooldowns
     now_ms = round(svc.wall() * 1000)
     out = sit_out(c, now_ms, rate_limit_s=cd.rate_limit_s, budget_s=cd.budget_s, auth_s=cd.auth_s,
-                  own_key=up.cfg.api_key is not None)  # fmt: skip
+                  own_key=up.cfg.api_key is not None, model_missing_s=cd.model_missing_s)  # fmt: skip
     if out is None:
         return
     until_ms, why = out
     # A rate limit is the model's; credit and credentials are the whole key's, unless the
     # refusal names the one model it refuses (classify's one_model).
-    model = state.model if why is SitOut.RATE_LIMIT or c.one_model else None
+    model = state.model if why in (SitOut.RATE_LIMIT, SitOut.MODEL_MISSING) or c.one_model else None
     assert svc.pool_state is not None
     await svc.pool_state.sit_out(up.cfg.name, model, until_ms, why, key_id(up.cfg))
     svc.telemetry.sit_outs.labels(pool.cfg.name, up.cfg.name, why.value).inc()
@@ -409,6 +409,9 @@ def _every_key_out(svc: Services, state: RequestState, pool: PoolRuntime, views:
     # The codes are written out whole: docs/reference/errors.md is generated from the literals.
     if any(v.out_why is SitOut.BUDGET for v in out):
         kind, status, what, code = ErrorType.BUDGET, 402, "out of credit", "pool_budget"
+    elif all(v.out_why is SitOut.MODEL_MISSING for v in out):
+        kind, status, code = ErrorType.UNKNOWN, 404, "pool_model_not_found"
+        what = f"without the model '{str(state.model)[:128]}' (each answered 404 for it)"
     else:
         # Not a 401: the keys refused are the gateway's, and a 401 tells the client's agent that
         # its own is (the same answer as one upstream's refused key, attempt.operator_key_refused).

@@ -119,6 +119,15 @@ class _Evidence:
 # its models says so otherwise ("invalid x-api-key", "Access to Anthropic models is not
 # allowed from ...").
 _ONE_MODEL = re.compile(r"(?i)\b(?:this|the) model\b")
+# A 404 naming the model as what is missing, in each provider's words (tests/corpus): OpenAI's
+# code model_not_found ("The model `gpt-4` does not exist or you do not have access to it."),
+# Azure's DeploymentNotFound ("The API deployment for this resource does not exist."),
+# Anthropic's not_found_error "model: claude-3-opus-2099", Ollama's 'model "llama3" not found,
+# try pulling it first'. Other 404s (a wrong path, a stored item gone) say nothing of the model.
+_MISSING_CODES = frozenset({"model_not_found", "DeploymentNotFound"})
+_MODEL_MISSING = re.compile(
+    r"(?i)^model: \S|^model \"[^\"]+\" not found|API deployment for this resource does not exist"
+)
 
 
 def classify(
@@ -159,6 +168,8 @@ def classify(
         message=f.message[:_MESSAGE_LIMIT] if f.message else None,
         evidence=evidence[:200],
         one_model=kind is AUTH and f.message is not None and _ONE_MODEL.search(f.message) is not None,
+        model_missing=status == 404 and (f.primary_code in _MISSING_CODES or (
+            f.message is not None and _MODEL_MISSING.search(f.message) is not None)),
     )
 
 

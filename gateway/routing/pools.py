@@ -34,6 +34,7 @@ class SitOut(enum.StrEnum):
     HEADROOM = "headroom"  # its headers said nothing is left until a reset
     BUDGET = "budget"  # its key is out of credit
     AUTH = "auth"  # its key was refused
+    MODEL_MISSING = "model_missing"  # it answered 404: no such model there (for this model only)
 
 
 class Deployment(NamedTuple):
@@ -146,7 +147,7 @@ def _rendezvous(ready: Sequence[Deployment], conversation: str) -> list[Deployme
 
 
 def sit_out(c: Classification, now_ms: int, *, rate_limit_s: float, budget_s: float, auth_s: float,
-            own_key: bool) -> tuple[int, SitOut] | None:  # fmt: skip
+            own_key: bool, model_missing_s: float = 300.0) -> tuple[int, SitOut] | None:  # fmt: skip
     """How long a deployment sits out after the failure ``c``, and why; None: it does not
     (the failure says nothing about its key). Only a failure of the operator's own key counts:
     a client's forwarded credential that is rate limited, out of credit or refused is that
@@ -160,6 +161,8 @@ def sit_out(c: Classification, now_ms: int, *, rate_limit_s: float, budget_s: fl
         return _until(c, now_ms, budget_s), SitOut.BUDGET
     if t is ErrorType.AUTH:
         return now_ms + round(auth_s * 1000), SitOut.AUTH
+    if c.model_missing:
+        return now_ms + round(model_missing_s * 1000), SitOut.MODEL_MISSING
     return None
 
 
@@ -172,14 +175,15 @@ def _until(c: Classification, now_ms: int, default_s: float) -> int:
 
 
 # A failure moves the request to a sibling deployment when another key or deployment may not
-# meet it: its key's limits and credit are its own, and so is its server's health. A request
-# error (400, 404, 422) would meet every sibling the same way.
+# meet it: its key's limits and credit are its own, and so is its server's health, and whether
+# it has the model at all (a 404 that says so). Other request errors (400, 404, 422) would meet
+# every sibling the same way.
 _MOVES = frozenset({ErrorType.RATE_LIMIT, ErrorType.BUDGET, ErrorType.PROVIDER_UNAVAILABLE})
 
 
 def moves_to_sibling(c: Classification, *, own_key: bool, bigger_window: bool, overflow_moves: bool) -> bool:
     t = c.type
-    if t in _MOVES:
+    if t in _MOVES or c.model_missing:  # another deployment may have the model (an Azure one, a pulled one)
         return True
     if t is ErrorType.AUTH:
         return own_key

@@ -536,8 +536,11 @@ async def test_a_relayed_request_in_flight_counts_toward_least_busy(make_pool: M
         assert r.status == 200 and r.headers["x-llm-upstream"] == busy[0]
 
 
-MODEL_NOT_FOUND = {"error": {"message": "The model `gpt-4o-mini` does not exist or you do not have access to it.",
-                             "type": "invalid_request_error", "param": None, "code": "model_not_found"}}  # fmt: skip
+# A request error every sibling would meet the same way (OpenAI's, tests/corpus/openai.json): not moved.
+STRING_TOO_LONG = {"error": {"message": "Invalid 'messages[0].content': string too long. Expected a string with "
+                             "maximum length 10485760, but got a string with length 62114761 instead.",
+                             "type": "invalid_request_error", "param": "messages[0].content",
+                             "code": "string_above_max_length"}}  # fmt: skip
 
 
 async def _remembered_turns(gw: Gateway, n: int) -> list[tuple[int, str, str, str | None]]:
@@ -551,13 +554,13 @@ async def _remembered_turns(gw: Gateway, n: int) -> list[tuple[int, str, str, st
 async def test_an_answer_from_memory_names_the_deployment_that_answered(
     make_pool: MakePool, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # b is picked (weight) and answers 404; a, the pool's first deployment, is never asked. The
+    # b is picked (weight) and answers 400; a, the pool's first deployment, is never asked. The
     # repeats answered from memory name b, as the answer they replay did, in header and log.
     gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
                                 member_extra={"b": ", weight: 1000000"}, extra="loop_breaker: {enabled: true}\n")
-    fakes["b"].always = Reply(404, MODEL_NOT_FOUND)
+    fakes["b"].always = Reply(400, STRING_TOO_LONG)
     caplog.set_level(logging.INFO, logger="gateway.access")
-    assert await _remembered_turns(gw, 3) == [(404, "b", "1", None), (404, "b", "0", "1"), (404, "b", "0", "2")]
+    assert await _remembered_turns(gw, 3) == [(400, "b", "1", None), (400, "b", "0", "1"), (400, "b", "0", "2")]
     assert _calls(fakes) == {"a": 0, "b": 1}
     lines = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
     assert [(ln["upstream"], ln.get("from_memory")) for ln in lines] == [("b", None), ("b", 1), ("b", 2)]
@@ -568,8 +571,8 @@ async def test_an_answer_remembered_without_its_deployment_names_the_pool(make_p
     # Redis): the pool is named, not a deployment that was never asked.
     gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
                                 member_extra={"b": ", weight: 1000000"}, extra="loop_breaker: {enabled: true}\n")
-    fakes["b"].always = Reply(404, MODEL_NOT_FOUND)
-    assert await _remembered_turns(gw, 1) == [(404, "b", "1", None)]
+    fakes["b"].always = Reply(400, STRING_TOO_LONG)
+    assert await _remembered_turns(gw, 1) == [(400, "b", "1", None)]
     answers = gw.app[LIVE].services.store.answers._items  # type: ignore[attr-defined]
     for fp, (until, blob, taken) in list(answers.items()):
         (n,) = struct.unpack_from(">I", blob)
@@ -577,5 +580,41 @@ async def test_an_answer_remembered_without_its_deployment_names_the_pool(make_p
         assert meta.pop("n") == "b"
         head = json.dumps(meta, separators=(",", ":")).encode()
         answers[fp] = (until, struct.pack(">I", len(head)) + head + blob[4 + n :], taken)
-    assert await _remembered_turns(gw, 1) == [(404, "gpt", "0", "1")]
+    assert await _remembered_turns(gw, 1) == [(400, "gpt", "0", "1")]
     assert _calls(fakes) == {"a": 0, "b": 1}
+
+
+# OpenAI's 404 for a model a key has no access to (tests/corpus/wild.json).
+NO_SUCH_MODEL = {"error": {"message": "The model `gpt-x` does not exist or you do not have access to it.",
+                           "type": "invalid_request_error", "param": None, "code": "model_not_found"}}  # fmt: skip
+
+
+async def test_a_deployment_without_the_model_moves_the_request_and_sits_out_for_that_model(
+    make_pool: MakePool,
+) -> None:
+    """A 404 that says the model is not there (an Azure deployment never made, a key without
+    access, a model not pulled) was relayed though a sibling had the model."""
+    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
+                                member_extra={"a": ", weight: 1000000"})  # a is asked first
+    fakes["a"].always = Reply(404, NO_SUCH_MODEL)
+    status, headers, _ = await gw.chat({**_chat("x1"), "model": "gpt-x"})
+    assert status == 200 and headers["x-llm-upstream"] == "b" and headers["x-llm-attempts"] == "2"
+    for i in range(3):  # a sits out for gpt-x: no call
+        status, headers, _ = await gw.chat({**_chat(f"x{i + 2}"), "model": "gpt-x"})
+        assert status == 200 and headers["x-llm-upstream"] == "b" and headers["x-llm-attempts"] == "1"
+    assert _calls(fakes)["a"] == 1
+    # Only for that model: another one is still asked of a first.
+    await gw.chat(_chat("other"))
+    assert _calls(fakes)["a"] == 2
+
+
+async def test_no_deployment_with_the_model_answers_404_without_a_call(make_pool: MakePool) -> None:
+    gw, fakes = await make_pool(names=("a", "b"))
+    fakes["a"].always = fakes["b"].always = Reply(404, NO_SUCH_MODEL)
+    status, headers, _ = await gw.chat({**_chat("x1"), "model": "gpt-x"})
+    assert status == 404 and headers["x-llm-attempts"] == "2"  # the provider's own answer, relayed
+    status, headers, body = await gw.chat({**_chat("x2"), "model": "gpt-x"})
+    assert status == 404 and headers["x-llm-attempts"] == "0"
+    error = json.loads(body)["error"]
+    assert error["code"] == "pool_model_not_found" and "gpt-x" in error["message"]
+    assert sum(_calls(fakes).values()) == 2

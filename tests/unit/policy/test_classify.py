@@ -92,6 +92,8 @@ def test_corpus_case(case: dict[str, Any]) -> None:
         assert c.reset_at_ms == round((NOW + expected["retry_after_s"]) * 1000)
     if "provider_code" in expected:
         assert c.provider_code == expected["provider_code"]
+    # Only a 404 naming the model as missing lets a pool try a sibling that may have it.
+    assert c.model_missing is expected.get("model_missing", False)
 
 
 def test_corpus_is_complete() -> None:
