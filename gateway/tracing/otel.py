@@ -129,7 +129,7 @@ class OtelTracing(Tracing):
         self.tracer = provider.get_tracer("llm-gateway", __version__)
         self.capture = capture_content
         self._mono = monotonic
-        self._static: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self._static: dict[tuple[str, str, str, str], dict[str, Any]] = {}
 
     # The request
 
@@ -301,8 +301,10 @@ class OtelTracing(Tracing):
         a.span.end(end_time=a.ended_ns)
 
     def _where(self, call: Call) -> dict[str, Any]:
-        """What an attempt's span says about its upstream: the same for every call to one URL."""
-        key = (call.url, call.dialect.api, call.method)
+        """What an attempt's span says about its upstream: the same for every call of one
+        upstream to one URL. The name is part of the key: a pool's deployments are often keys
+        of one provider, at one base URL."""
+        key = (call.up.cfg.name, call.url, call.dialect.api, call.method)
         found = self._static.get(key)
         if found is None:
             url = urlsplit(call.url)

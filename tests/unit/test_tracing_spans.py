@@ -1,0 +1,48 @@
+"""The SDK-backed tracer driven hook by hook, as the pipeline calls it (tests/integration/
+test_tracing.py runs it through the real pipeline): what each attempt span says."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+from typing import Any
+
+from gateway.apis import OPENAI_CHAT
+from gateway.apis.base import Dialect
+from gateway.pipeline.attempt import Call, ReadMode
+from gateway.pipeline.outcome import RequestState, Success
+from tests.spans import in_memory
+
+
+def _call(upstream: str, url: str, method: str = "POST", dialect: Dialect = OPENAI_CHAT,
+          mode: ReadMode = ReadMode.BUFFER) -> Call:  # fmt: skip
+    up: Any = SimpleNamespace(cfg=SimpleNamespace(name=upstream))
+    return Call(up, method, url, {}, mode, dialect)
+
+
+def _state(path: str = "/v1/chat/completions", model: str | None = "gpt-4o", method: str = "POST") -> RequestState:
+    state = RequestState("req", time.monotonic())
+    state.method, state.path, state.model = method, path, model
+    return state
+
+
+def _one_attempt(tracing: Any, state: RequestState, call: Call) -> None:
+    tracing.begin({}, state)
+    state.attempts += 1
+    tracing.attempt_started(state, call, b"{}")
+    tracing.attempt_ended(state, call, Success(200, [], body=b"{}"))
+    tracing.end(state, 200)
+
+
+def _attempt_spans(exporter: Any) -> list[Any]:
+    return [s for s in exporter.get_finished_spans() if s.kind.name == "CLIENT"]
+
+
+def test_attempts_name_their_own_upstream_when_upstreams_share_a_base_url() -> None:
+    """A pool of keys on one provider: every deployment has the same base URL."""
+    tracing, exporter = in_memory()
+    url = "https://api.openai.com/v1/chat/completions"
+    for name in ("acct-2", "acct-1", "acct-2"):
+        _one_attempt(tracing, _state(), _call(name, url))
+    assert [s.attributes["llm_gateway.upstream"] for s in _attempt_spans(exporter)] == ["acct-2", "acct-1", "acct-2"]
+
