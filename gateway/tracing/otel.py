@@ -56,6 +56,8 @@ CLOSE_S = 2.0
 _CONTEXT_HEADERS = frozenset({"traceparent", "tracestate"})
 _API_PATHS = frozenset({"/v1/chat/completions", "/v1/messages", "/v1/responses"})
 _GEMINI_METHODS = (":generateContent", ":streamGenerateContent")
+# An upstream URL's path ends so when the call generates (base_url + the API's path after /v1).
+_GENERATING = tuple(p.removeprefix("/v1") for p in sorted(_API_PATHS))
 _NAMED_PATHS = _API_PATHS | {"/v1/models", "/v1/messages/count_tokens", "/api/hello", "/"}
 
 
@@ -308,10 +310,16 @@ class OtelTracing(Tracing):
         found = self._static.get(key)
         if found is None:
             url = urlsplit(call.url)
-            generates = call.method == "POST" and (
-                call.dialect.path in _API_PATHS or call.dialect.api == "gemini"
-            )
-            op = operation_name(call.dialect.api) if generates else call.method.lower()
+            # By the path the call goes to, not its dialect: a pass-through call (an embedding)
+            # carries the chat dialect, a Gemini countTokens call the Gemini one.
+            if call.method != "POST":
+                op = call.method.lower()
+            elif url.path.endswith(_GEMINI_METHODS):
+                op = operation_name("gemini")
+            elif url.path.endswith(_GENERATING):
+                op = operation_name(call.dialect.api)
+            else:
+                op = "post"
             found = {
                 "gen_ai.operation.name": op,
                 "gen_ai.provider.name": provider_name(url.hostname or "", call.dialect.api),

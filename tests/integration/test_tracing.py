@@ -258,3 +258,17 @@ async def test_a_pool_attempt_says_which_deployment_and_why_and_a_move_is_a_sibl
     finally:
         await a.close()
         await b.close()
+
+
+async def test_a_pass_through_post_is_named_by_its_method_not_as_a_chat(make_gateway) -> None:
+    """tracing.md: an attempt on another /v1 path is its HTTP method, lowercase (the pass-through
+    call carries the chat dialect)."""
+    gw = await make_gateway()
+    exporter = traced(gw)
+    async with gw.session.post(gw.base + "/v1/embeddings", json={"model": "text-embedding-3-small", "input": "x"}) as r:
+        await r.read()
+    server, _ = the_tree(exporter)
+    (attempt,) = server.children
+    assert attempt.name == "post text-embedding-3-small"
+    assert attempt.attributes["gen_ai.operation.name"] == "post"
+    assert "gen_ai.operation.name" not in server.attributes

@@ -7,7 +7,7 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-from gateway.apis import OPENAI_CHAT
+from gateway.apis import GEMINI, OPENAI_CHAT
 from gateway.apis.base import Dialect
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.outcome import RequestState, Success
@@ -46,3 +46,32 @@ def test_attempts_name_their_own_upstream_when_upstreams_share_a_base_url() -> N
         _one_attempt(tracing, _state(), _call(name, url))
     assert [s.attributes["llm_gateway.upstream"] for s in _attempt_spans(exporter)] == ["acct-2", "acct-1", "acct-2"]
 
+
+def test_the_operation_is_the_calls_own_path_not_its_dialects() -> None:
+    """tracing.md: ``chat`` for the APIs, an attempt on another path its HTTP method, lowercase.
+    A pass-through call carries the chat dialect; a Gemini countTokens call the Gemini one."""
+    tracing, exporter = in_memory()
+    base = "http://127.0.0.1:9/v1"
+    cases = [
+        (_state("/v1/embeddings", "text-embedding-3-small"), _call("u", base + "/embeddings", mode=ReadMode.RAW)),
+        (_state("/v1/responses/compact"), _call("u", base + "/responses/compact", mode=ReadMode.RAW)),
+        (_state("/v1/messages/count_tokens"), _call("u", base + "/messages/count_tokens", mode=ReadMode.RAW)),
+        (_state("/v1/models", None, "GET"), _call("u", base + "/models", "GET", mode=ReadMode.RAW)),
+        (_state(), _call("u", base + "/chat/completions?api-version=1")),
+        (_state("/v1beta/models/gemini-2.0-flash:countTokens", "gemini-2.0-flash"),
+         _call("u", base + "beta/models/gemini-2.0-flash:countTokens", dialect=GEMINI)),
+        (_state("/v1beta/models/gemini-2.0-flash:streamGenerateContent", "gemini-2.0-flash"),
+         _call("u", base + "beta/models/gemini-2.0-flash:streamGenerateContent?alt=sse", dialect=GEMINI)),
+    ]
+    for state, call in cases:
+        _one_attempt(tracing, state, call)
+    got = [(s.name, s.attributes["gen_ai.operation.name"]) for s in _attempt_spans(exporter)]
+    assert got == [
+        ("post text-embedding-3-small", "post"),
+        ("post gpt-4o", "post"),
+        ("post gpt-4o", "post"),
+        ("get", "get"),
+        ("chat gpt-4o", "chat"),
+        ("post gemini-2.0-flash", "post"),
+        ("generate_content gemini-2.0-flash", "generate_content"),
+    ]
