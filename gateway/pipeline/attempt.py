@@ -84,6 +84,10 @@ class Call:
     # Its first attempt was counted against the pool deployment's configured limits at the
     # pick (``PoolState.take``); any later one is counted as it goes.
     taken: bool = False
+    # Its latest attempt's time to the response head; None until one came. Per call, not per
+    # request: the tracer places each attempt's first byte by it, also for attempts made at
+    # once (``state.upstream_head_s`` is whichever came last).
+    head_s: float | None = None
 
     def wire_payload(self) -> dict[str, Any] | None:
         """The request as sent, when the gateway wrote it: read back from ``body`` (only the
@@ -127,6 +131,7 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
     if pooled:
         t0 = svc.monotonic()
     token_first = token_s is not None and token_s < head_s
+    call.head_s = None
     outcome = await _exchange(svc, state, request, call, token_s, token_first, mark)
     if isinstance(outcome, Failure) and outcome.classification.type is ErrorType.AUTH \
             and not call.up.cfg.forwards_client_credentials:  # fmt: skip
@@ -200,7 +205,7 @@ async def _exchange(
             return _first_token_timeout(svc, state, call, token_s)
         return _transport(svc, f.kind, f.evidence)
     svc.busy_poll.touch()
-    state.upstream_head_s = svc.monotonic() - sent
+    state.upstream_head_s = call.head_s = svc.monotonic() - sent
     if call.up.pooled and svc.pool_state is not None and call.up.cfg.api_key is not None:
         # (A forwarded client credential's headers tell that client's headroom, not the key's.)
         refused = round(len(request.body) / BYTES_PER_TOKEN) if resp.status == 429 else None

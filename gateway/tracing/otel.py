@@ -99,9 +99,10 @@ class _Attempt:
     span: Span
     t0_ns: int  # wall-clock start, the base of event timestamps
     m0: float  # the pipeline's monotonic clock at the start
-    head_before: float | None  # state.upstream_head_s before this attempt
+    call: object  # the Call it sends: which span an outcome belongs to
     ended_ns: int | None = None  # when its exchange ended; None while a body is still read
     answered: bool = False  # a success: the request's usage is this attempt's
+    has_outcome: bool = False  # attempt_ended has been called for it
 
 
 @dataclass(slots=True)
@@ -111,7 +112,10 @@ class _Trace:
     t0_ns: int
     m0: float
     parent: otel_context.Context
-    attempt: _Attempt | None = None
+    attempt: _Attempt | None = None  # the last attempt started, or the last to learn its outcome
+    # Attempts still waiting for their outcome while another started (GET /v1/models asks every
+    # upstream at once); None on the common path, one attempt at a time.
+    aside: list[_Attempt] | None = None
     kind: str = "first"  # what the next attempt is
     overflow: str | None = None  # what detected the last context overflow (its evidence)
     pending: dict[str, Any] = field(default_factory=dict)  # attributes for the next attempt
@@ -158,7 +162,14 @@ class OtelTracing(Tracing):
         rt: _Trace | None = state.trace
         if rt is None:
             return
-        self._close_attempt(rt, state, final=True)
+        a = rt.attempt
+        if a is not None:
+            rt.attempt = None
+            self._close_attempt(a, state, final=True)
+        if rt.aside:
+            for a in rt.aside:
+                self._close_attempt(a, state, final=True, answered=False)
+            rt.aside = None
         span = rt.span
         with contextlib.suppress(ValueError):  # detached already (a handler's own task)
             otel_context.detach(rt.token)  # type: ignore[arg-type]
@@ -224,7 +235,15 @@ class OtelTracing(Tracing):
         rt: _Trace | None = state.trace
         if rt is None:
             return call.headers
-        self._close_attempt(rt, state, final=False)
+        prev = rt.attempt
+        if prev is not None:
+            if not prev.has_outcome and prev.call is not call:
+                # Sent at the same time as this one (not before it): it stays open for its outcome.
+                if rt.aside is None:
+                    rt.aside = []
+                rt.aside.append(prev)
+            else:
+                self._close_attempt(prev, state, final=False)
         kind, rt.kind = rt.kind, "first"
         pending, rt.pending = rt.pending, {}
         model = _sent_model(call, state.model)
@@ -246,23 +265,28 @@ class OtelTracing(Tracing):
             content = input_content(body)
             if content:
                 span.set_attribute("gen_ai.input.messages", content)
-        rt.attempt = _Attempt(span, t0, self._mono(), state.upstream_head_s)
+        rt.attempt = _Attempt(span, t0, self._mono(), call)
         headers = {k: v for k, v in call.headers.items() if k.lower() not in _CONTEXT_HEADERS}
         _W3C.inject(headers, context=trace.set_span_in_context(span))
         return headers
 
     def attempt_ended(self, state: RequestState, call: Call, outcome: Outcome) -> None:
         rt: _Trace | None = state.trace
-        a = rt.attempt if rt is not None else None
-        if a is None:
+        if rt is None:
             return
+        a = rt.attempt
+        if a is None or a.call is not call:
+            a = self._aside(rt, state, call)
+            if a is None:
+                return
+        a.has_outcome = True
         now_m = self._mono()
         span = a.span
         if not span.is_recording():
             a.ended_ns = _at(a.t0_ns, a.m0, now_m)
             return
-        head = state.upstream_head_s
-        if head is not None and head is not a.head_before:  # this attempt saw a response head
+        head = call.head_s
+        if head is not None:  # this attempt saw a response head
             span.add_event(f"{P}first_byte", timestamp=_at(a.t0_ns, a.m0, a.m0 + head))
         if isinstance(outcome, Failure):
             c = outcome.classification
@@ -286,15 +310,32 @@ class OtelTracing(Tracing):
                     span.set_attribute("gen_ai.output.messages", content)
             a.ended_ns = _at(a.t0_ns, a.m0, now_m)
 
-    def _close_attempt(self, rt: _Trace, state: RequestState, *, final: bool) -> None:
-        a = rt.attempt
-        if a is None:
-            return
-        rt.attempt = None
+    def _aside(self, rt: _Trace, state: RequestState, call: Call) -> _Attempt | None:
+        """The attempt of ``call`` among those made at the same time, made the last attempt (what
+        the decisions after its outcome are about); the one that was is set aside, or ended when
+        its outcome came already."""
+        aside = rt.aside
+        found = next((a for a in aside if a.call is call), None) if aside else None
+        if found is None:
+            return None
+        assert aside is not None
+        aside.remove(found)
+        prev = rt.attempt
+        if prev is not None:
+            if prev.has_outcome and prev.ended_ns is not None:
+                self._close_attempt(prev, state, final=False)
+            else:
+                aside.append(prev)
+        rt.attempt = found
+        return found
+
+    def _close_attempt(self, a: _Attempt, state: RequestState, *, final: bool, answered: bool = True) -> None:
+        """Ends ``a``'s span: ``final`` when the request ended; ``answered``: the request's
+        usage may be this attempt's (not one of several made at once)."""
         if a.span.is_recording():
             # The answer's usage is counted as the relay writes it: for an unstreamed answer,
             # after the end time its span already has.
-            if final and (a.answered or a.ended_ns is None):
+            if final and answered and (a.answered or a.ended_ns is None):
                 a.span.set_attributes(usage_attrs(state.usage))
             # A body still being read when the request ended (a relayed stream) or when the next
             # attempt started (a stream broken mid-answer, now continued).

@@ -272,3 +272,30 @@ async def test_a_pass_through_post_is_named_by_its_method_not_as_a_chat(make_gat
     assert attempt.name == "post text-embedding-3-small"
     assert attempt.attributes["gen_ai.operation.name"] == "post"
     assert "gen_ai.operation.name" not in server.attributes
+
+
+async def test_attempts_made_at_once_each_have_their_own_span(make_gateway) -> None:
+    """GET /v1/models asks every upstream at once: each attempt is a span of its own, ended by
+    its own outcome (not by the next one starting), with its own first byte."""
+    fakes = [await FakeUpstream().start() for _ in range(4)]
+    try:
+        ups = "".join(f"  - {{name: u{i}, base_url: '{f.url}', models: ['m{i}']}}\n" for i, f in enumerate(fakes))
+        ups += "  - {name: down, base_url: 'http://127.0.0.1:9/v1', models: ['never']}\n"
+        gw = await make_gateway(fake=fakes[0], upstreams=ups)
+        exporter = traced(gw)
+        async with gw.session.get(gw.base + "/v1/models") as r:
+            assert r.status == 200
+        server, _ = the_tree(exporter)
+        print(render(server))
+        spans = {c.attributes["llm_gateway.upstream"]: c for c in server.children}
+        assert sorted(spans) == ["down", "u0", "u1", "u2", "u3"] and len(server.children) == 5
+        for name, span in spans.items():
+            assert "llm_gateway.ended_by" not in span.attributes, name
+            if name == "down":
+                assert span.attributes["error.type"] == "provider_unavailable" and span.events == []
+            else:
+                assert span.attributes["http.response.status_code"] == 200 and "error.type" not in span.attributes
+                assert span.events == ["llm_gateway.first_byte"], name
+    finally:
+        for f in fakes:
+            await f.close()

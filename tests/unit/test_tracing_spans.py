@@ -9,8 +9,9 @@ from typing import Any
 
 from gateway.apis import GEMINI, OPENAI_CHAT
 from gateway.apis.base import Dialect
+from gateway.errors import Classification, ErrorType
 from gateway.pipeline.attempt import Call, ReadMode
-from gateway.pipeline.outcome import RequestState, Success
+from gateway.pipeline.outcome import RequestState, Success, gateway_failure
 from tests.spans import in_memory
 
 
@@ -75,3 +76,26 @@ def test_the_operation_is_the_calls_own_path_not_its_dialects() -> None:
         ("post gemini-2.0-flash", "post"),
         ("generate_content gemini-2.0-flash", "generate_content"),
     ]
+
+
+def test_attempts_sent_at_once_end_by_their_own_outcomes_in_any_order() -> None:
+    tracing, exporter = in_memory()
+    state = _state("/v1/models", None, "GET")
+    tracing.begin({}, state)
+    calls = [_call(f"u{i}", f"http://127.0.0.1:{9000 + i}/v1/models", "GET") for i in range(3)]
+    for call in calls:
+        state.attempts += 1
+        tracing.attempt_started(state, call, b"")
+    down = gateway_failure(502, Classification.of(ErrorType.PROVIDER_UNAVAILABLE), "down", "down")
+    tracing.attempt_ended(state, calls[1], down)
+    tracing.attempt_ended(state, calls[2], Success(200, [], body=b"{}"))
+    tracing.attempt_ended(state, calls[0], Success(200, [], body=b"{}"))
+    tracing.end(state, 200)
+    spans = {s.attributes["llm_gateway.upstream"]: s for s in _attempt_spans(exporter)}
+    assert sorted(spans) == ["u0", "u1", "u2"]
+    assert [spans[n].attributes["llm_gateway.attempt.number"] for n in ("u0", "u1", "u2")] == [1, 2, 3]
+    assert all("llm_gateway.ended_by" not in s.attributes for s in spans.values())
+    assert spans["u1"].attributes["error.type"] == "provider_unavailable"
+    assert spans["u1"].status.status_code.name == "ERROR"
+    assert spans["u0"].status.status_code.name == spans["u2"].status.status_code.name == "UNSET"
+    assert all(s.attributes["http.response.status_code"] == 200 for n, s in spans.items() if n != "u1")
