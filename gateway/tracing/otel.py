@@ -310,6 +310,23 @@ class OtelTracing(Tracing):
                     span.set_attribute("gen_ai.output.messages", content)
             a.ended_ns = _at(a.t0_ns, a.m0, now_m)
 
+    def leg_ended(self, state: RequestState, c: Classification | None, ended_by: str | None,
+                  relayed: bool = True) -> None:  # fmt: skip
+        rt: _Trace | None = state.trace
+        a = rt.attempt if rt is not None else None
+        if a is None:
+            return
+        a.ended_ns = _at(a.t0_ns, a.m0, self._mono())
+        a.answered = a.answered and relayed  # a replay set aside: the request's usage is not its
+        span = a.span
+        if not span.is_recording():
+            return
+        if ended_by is not None:
+            span.set_attribute(f"{P}ended_by", ended_by)
+        if c is not None:
+            span.set_attributes(_error_attrs(c))
+            span.set_status(Status(StatusCode.ERROR, c.type.value))
+
     def _aside(self, rt: _Trace, state: RequestState, call: Call) -> _Attempt | None:
         """The attempt of ``call`` among those made at the same time, made the last attempt (what
         the decisions after its outcome are about); the one that was is set aside, or ended when
@@ -431,14 +448,19 @@ def _sent_model(call: Call, asked: str | None) -> str | None:
 
 
 def _failure_attrs(c: Classification, f: Failure) -> dict[str, Any]:
+    a = _error_attrs(c)
+    status = f.upstream_status if f.upstream_status is not None else (f.status if f.own is None else None)
+    if status is not None:
+        a["http.response.status_code"] = status
+    return a
+
+
+def _error_attrs(c: Classification) -> dict[str, Any]:
     a: dict[str, Any] = {
         "error.type": c.type.value,
         f"{P}error.class": c.type.value,
         f"{P}error.retryable": c.retryable,
     }
-    status = f.upstream_status if f.upstream_status is not None else (f.status if f.own is None else None)
-    if status is not None:
-        a["http.response.status_code"] = status
     if c.provider_code:
         a[f"{P}error.code"] = c.provider_code[:64]
     if c.evidence:
