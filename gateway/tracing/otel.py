@@ -103,6 +103,8 @@ class _Attempt:
     ended_ns: int | None = None  # when its exchange ended; None while a body is still read
     answered: bool = False  # a success: the request's usage is this attempt's
     has_outcome: bool = False  # attempt_ended has been called for it
+    failed: bool = False  # a failure, or a stream that broke after it started
+    decided: bool = False  # its llm_gateway.decision is written (else "stop" when it ends)
 
 
 @dataclass(slots=True)
@@ -289,6 +291,7 @@ class OtelTracing(Tracing):
         if head is not None:  # this attempt saw a response head
             span.add_event(f"{P}first_byte", timestamp=_at(a.t0_ns, a.m0, a.m0 + head))
         if isinstance(outcome, Failure):
+            a.failed = True
             c = outcome.classification
             if c.type is ErrorType.CONTEXT_OVERFLOW:
                 assert rt is not None
@@ -318,6 +321,7 @@ class OtelTracing(Tracing):
             return
         a.ended_ns = _at(a.t0_ns, a.m0, self._mono())
         a.answered = a.answered and relayed  # a replay set aside: the request's usage is not its
+        a.failed = a.failed or c is not None
         span = a.span
         if not span.is_recording():
             return
@@ -350,6 +354,8 @@ class OtelTracing(Tracing):
         """Ends ``a``'s span: ``final`` when the request ended; ``answered``: the request's
         usage may be this attempt's (not one of several made at once)."""
         if a.span.is_recording():
+            if a.failed and not a.decided:
+                a.span.set_attribute(f"{P}decision", "stop")  # nothing followed its failure
             # The answer's usage is counted as the relay writes it: for an unstreamed answer,
             # after the end time its span already has.
             if final and answered and (a.answered or a.ended_ns is None):
@@ -395,13 +401,20 @@ class OtelTracing(Tracing):
     def next_attempt(self, state: RequestState, kind: str | None, attrs: Attrs | None = None) -> None:
         rt: _Trace | None = state.trace
         if rt is not None:
-            rt.kind = kind or rt.kind
+            if kind is not None:
+                rt.kind = kind
+                a = rt.attempt
+                if a is not None and a.failed and not a.decided:
+                    # What the next attempt is says what followed this one's failure.
+                    a.decided = True
+                    a.span.set_attribute(f"{P}decision", _FOLLOWS.get(kind, "retry"))
             if attrs:
                 rt.pending.update(attrs)
 
     def _decide(self, state: RequestState, attrs: Attrs) -> None:
         rt: _Trace | None = state.trace
         if rt is not None and rt.attempt is not None:
+            rt.attempt.decided = True
             rt.attempt.span.set_attributes(attrs)
 
     def retrying(self, state: RequestState, c: Classification, wait_s: float) -> None:
@@ -411,8 +424,11 @@ class OtelTracing(Tracing):
         self.next_attempt(state, "retry")
 
     def settled(self, state: RequestState, stopped: StopReason | None) -> None:
-        if stopped is not None:
-            self._decide(state, {f"{P}decision": "stop", f"{P}stop_reason": stopped.value})
+        # Retrying here is over, but the request may go on (a fixed request sent again, a
+        # sibling, a fallback): the decision is written by what follows, else "stop" at the end.
+        rt: _Trace | None = state.trace
+        if stopped is not None and rt is not None and rt.attempt is not None:
+            rt.attempt.span.set_attribute(f"{P}stop_reason", stopped.value)
 
     def moving_on(self, state: RequestState, to: str) -> None:
         self._decide(state, {f"{P}decision": "fallback", f"{P}fallback.to": to})
@@ -441,6 +457,11 @@ class OtelTracing(Tracing):
 
         threading.Thread(target=shutdown, name="otel-shutdown", daemon=True).start()
         await asyncio.get_running_loop().run_in_executor(None, done.wait, CLOSE_S)
+
+
+# llm_gateway.decision of a failed attempt by the kind of the attempt after it; any other kind
+# (retry, probe, compress_retry, output_retry, param_retry, reasoning_retry) is a retry.
+_FOLLOWS = {"fallback": "fallback", "sibling": "sibling", "continuation": "continuation"}
 
 
 def _sent_model(call: Call, asked: str | None) -> str | None:

@@ -53,6 +53,7 @@ async def test_a_stream_broken_mid_answer_is_a_failed_attempt(make_gateway, then
     assert a["error.type"] == "provider_unavailable" and a["llm_gateway.ended_by"] == ended_by
     assert a["llm_gateway.error.evidence"] == f"transport:{ended_by}"
     assert span.status.status_code is StatusCode.ERROR
+    assert a["llm_gateway.decision"] == "stop"  # no continuation configured: the error event is the end
     assert a["gen_ai.response.id"] == "chatcmpl-fake123"  # it did answer, in part
     assert "gen_ai.usage.output_tokens" in a  # and the request's (partial) usage is its own
 

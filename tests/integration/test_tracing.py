@@ -139,6 +139,7 @@ async def test_a_compress_and_retry_says_what_detected_it_how_much_and_how_it_en
     print(render(server))
     first, rescue = attempts(server)
     assert first["error.type"] == "context_overflow" and first["llm_gateway.error.evidence"]
+    assert first["llm_gateway.decision"] == "retry"  # compressed and sent again
     assert rescue["llm_gateway.attempt.kind"] == "compress_retry"
     assert rescue["llm_gateway.compression.detector"] == first["llm_gateway.error.evidence"]
     s = server.attributes
@@ -165,6 +166,7 @@ async def test_a_continued_stream_has_the_broken_attempt_and_the_continuation(ma
     first, cont = server.children
     assert "llm_gateway.first_visible_token" in first.events and "llm_gateway.first_byte" in first.events
     assert first.attributes["llm_gateway.ended_by"] == "stream_broken"
+    assert first.attributes["llm_gateway.decision"] == "continuation"
     assert first.attributes["gen_ai.response.id"] == "chatcmpl-fake123"
     assert cont.attributes["llm_gateway.attempt.kind"] == "continuation"
     assert cont.attributes["llm_gateway.continuation.mode"] == "prefix"
@@ -255,6 +257,7 @@ async def test_a_pool_attempt_says_which_deployment_and_why_and_a_move_is_a_sibl
         assert first["llm_gateway.pool.pick"] == "weighted"
         assert moved["llm_gateway.upstream"] == "b" and moved["llm_gateway.pool.pick"] == "moved"
         assert moved["llm_gateway.attempt.kind"] == "sibling"
+        assert first["llm_gateway.decision"] == "sibling" and first["llm_gateway.stop_reason"] == "moving_on"
     finally:
         await a.close()
         await b.close()

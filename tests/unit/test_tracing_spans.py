@@ -12,6 +12,7 @@ from gateway.apis.base import Dialect
 from gateway.errors import Classification, ErrorType
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.outcome import RequestState, Success, gateway_failure
+from gateway.policy.retry import StopReason
 from tests.spans import in_memory
 
 
@@ -99,3 +100,38 @@ def test_attempts_sent_at_once_end_by_their_own_outcomes_in_any_order() -> None:
     assert spans["u1"].status.status_code.name == "ERROR"
     assert spans["u0"].status.status_code.name == spans["u2"].status.status_code.name == "UNSET"
     assert all(s.attributes["http.response.status_code"] == 200 for n, s in spans.items() if n != "u1")
+
+
+def _decisions(steps: list[tuple[StopReason | None, str | None]]) -> list[tuple[Any, Any]]:
+    """One request: a failed attempt per step, settled with the step's stop reason, then the
+    step's next attempt kind announced (None: nothing follows); the last attempt succeeds."""
+    tracing, exporter = in_memory()
+    state = _state()
+    tracing.begin({}, state)
+    call = _call("u", "http://127.0.0.1:9/v1/chat/completions")
+    refused = gateway_failure(400, Classification.of(ErrorType.CONTEXT_OVERFLOW), "too long", "overflow")
+    for stopped, follows in steps:
+        state.attempts += 1
+        tracing.attempt_started(state, call, b"{}")
+        tracing.attempt_ended(state, call, refused)
+        tracing.settled(state, stopped)
+        if follows is not None:
+            tracing.next_attempt(state, follows)
+    if steps[-1][1] is not None:
+        state.attempts += 1
+        tracing.attempt_started(state, call, b"{}")
+        tracing.attempt_ended(state, call, Success(200, [], body=b"{}"))
+    tracing.end(state, 200)
+    return [(s.attributes.get("llm_gateway.decision"), s.attributes.get("llm_gateway.stop_reason"))
+            for s in _attempt_spans(exporter)]
+
+
+def test_the_decision_on_a_failed_attempt_is_what_followed_it() -> None:
+    """tracing.md: ``llm_gateway.decision`` is what followed the attempt's failure; the retry
+    policy stopping (``stop_reason``) is not the end when a rescue or another deployment follows."""
+    assert _decisions([(StopReason.NOT_RETRYABLE, "compress_retry")]) == [("retry", "not_retryable"), (None, None)]
+    assert _decisions([(StopReason.NOT_RETRYABLE, "param_retry"), (StopReason.NOT_RETRYABLE, "output_retry")]) == [
+        ("retry", "not_retryable"), ("retry", "not_retryable"), (None, None)]
+    assert _decisions([(StopReason.MOVING_ON, "sibling")]) == [("sibling", "moving_on"), (None, None)]
+    assert _decisions([(StopReason.EXHAUSTED, None)]) == [("stop", "exhausted")]
+    assert _decisions([(None, None)]) == [("stop", None)]  # one try, nothing after (a model listing's)
