@@ -18,7 +18,7 @@ single process.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import aiohttp
 from prometheus_client import CollectorRegistry
@@ -26,8 +26,23 @@ from prometheus_client.core import Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-# Gauges are not all sums: a circuit is open for the machine if any worker's view says so.
-MAX_GAUGES = frozenset({"llm_gateway_circuit_open"})
+
+def _add(a: float, b: float) -> float:
+    return a + b
+
+
+# How each gauge merges across workers (tests hold every gauge the app registers to one). A
+# gauge adds up only when it counts something of each worker's own; a state, a ratio or a
+# reading of something the workers share must not, or N workers read N times too high.
+GAUGE_RULES: dict[str, Callable[[float, float], float]] = {
+    "llm_gateway_in_flight_requests": _add,  # each worker's own requests
+    "llm_gateway_circuit_open": max,  # open for the machine if any worker's view says so
+    # A share of a deployment's rate limit, as the last answer a worker got said: the lowest
+    # of the workers' last readings, what an exhaustion alert needs ("< 0.1" must fire when
+    # any worker saw the limit nearly spent). A worker's reading may be older than another's
+    # (one that has not heard from the deployment since): the lowest errs towards the alarm.
+    "llm_gateway_deployment_headroom_ratio": min,
+}
 WORKERS_REPORTING = "llm_gateway_workers_reporting"
 
 Key = tuple[str, tuple[tuple[str, str], ...]]
@@ -47,8 +62,9 @@ class _Family:
             self.samples[key] = value
         elif sample_name.endswith("_created"):
             self.samples[key] = min(found, value)  # the series exists since the earliest worker made it
-        elif self.type == "gauge" and self.name in MAX_GAUGES:
-            self.samples[key] = max(found, value)
+        elif self.type == "gauge":
+            rule: Callable[[float, float], float] = GAUGE_RULES.get(self.name, _add)
+            self.samples[key] = rule(found, value)
         else:
             self.samples[key] = found + value
 
@@ -60,9 +76,9 @@ class _Family:
 
 
 def merge(expositions: Sequence[str], reporting: int | None = None) -> bytes:
-    """Text expositions of the same metrics (one per worker) as one exposition: counters,
-    histograms and gauges summed (``llm_gateway_circuit_open``: the highest), ``_created`` the
-    earliest. ``reporting``: also expose how many workers' numbers are in it."""
+    """Text expositions of the same metrics (one per worker) as one exposition: counters and
+    histograms summed, gauges by their ``GAUGE_RULES``, ``_created`` the earliest.
+    ``reporting``: also expose how many workers' numbers are in it."""
     families: dict[str, _Family] = {}
     for text in expositions:
         for fam in text_string_to_metric_families(text):

@@ -129,3 +129,32 @@ def test_with_other_writers_each_write_is_whole_lines_of_at_most_pipe_buf() -> N
     assert all(chunk.endswith(b"\n") for chunk in writes)
     assert all(len(chunk) <= 512 for chunk in writes if chunk.count(b"\n") > 1)
     assert [len(c) for c in writes] == [402, 201, 701, 102]  # 101+301 | 201 | 701 (alone: longer than the limit) | 51+51
+
+
+def test_a_deployments_headroom_is_the_lowest_any_worker_last_read_never_a_sum() -> None:
+    """A share of the deployment's limit, read from its answers' headers by whichever worker
+    got them: summed, 2 workers read 1.998 where each read ~1, and an alert on headroom < 0.1
+    never fired. The lowest is what an exhaustion alert needs."""
+    _, ta = _worker(0, 0, 0.0, [])
+    _, tb = _worker(0, 0, 0.0, [])
+    ta.headroom.labels("acct-1", "requests").set(0.997)
+    tb.headroom.labels("acct-1", "requests").set(0.05)
+    ta.headroom.labels("acct-1", "tokens").set(0.4)
+    tb.headroom.labels("acct-2", "tokens").set(0.8)  # a deployment only one worker has heard from
+    a, b = generate_latest(ta.registry).decode(), generate_latest(tb.registry).decode()
+    for merged in (_samples(merge([a, b]).decode()), _samples(merge([b, a]).decode())):
+        ratio = "llm_gateway_deployment_headroom_ratio"
+        assert merged[(ratio, (("deployment", "acct-1"), ("kind", "requests")))] == 0.05
+        assert merged[(ratio, (("deployment", "acct-1"), ("kind", "tokens")))] == 0.4
+        assert merged[(ratio, (("deployment", "acct-2"), ("kind", "tokens")))] == 0.8
+
+
+def test_every_gauge_the_app_exposes_has_a_rule_for_merging_workers() -> None:
+    """A gauge is a sum across workers only when it counts something per worker; a ratio, a
+    state or a per-deployment reading summed reads N times too high."""
+    from gateway.docs_gen.metrics import registered, registry_of_app
+    from gateway.workers.metrics import GAUGE_RULES
+
+    gauges = {m.name for m in registered(registry_of_app()) if m.type == "gauge"}
+    assert gauges and gauges <= set(GAUGE_RULES), gauges - set(GAUGE_RULES)
+    assert GAUGE_RULES["llm_gateway_in_flight_requests"](2, 3) == 5  # each worker's own requests
