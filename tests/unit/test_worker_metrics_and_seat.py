@@ -215,3 +215,22 @@ def test_a_snapshot_is_replaced_whole_and_only_one_per_worker_is_kept(tmp_path) 
     assert snapshot_of(str(tmp_path / "w0.sock")) == path
     merged = _samples(merge([body.decode()], reporting=1).decode())
     assert merged[("llm_gateway_workers_stale_seconds", ())] == 0  # every worker answered
+
+
+def test_the_model_label_bound_is_per_worker_and_the_reference_says_so() -> None:
+    """Each worker admits the first MAX_MODELS names it sees: on N workers the machine's
+    exposition holds up to N x MAX_MODELS of them (and one name may be a label on one worker,
+    `other` on another). Sharing the admitted names would cost every request a round trip."""
+    from gateway.docs_gen.metrics import render
+    from gateway.telemetry import MAX_MODELS
+
+    texts = []
+    for w in range(2):
+        t = Telemetry(CollectorRegistry(), [])
+        for i in range(MAX_MODELS + 50):
+            t.requests.inc(("primary", t.model_label(f"w{w}-m{i}"), "200", "none"))
+        texts.append(generate_latest(t.registry).decode())
+    merged = _samples(merge(texts, reporting=2).decode())
+    models = {dict(labels)["model"] for name, labels in merged if name == "llm_gateway_requests_total"}
+    assert len(models - {"other"}) == 2 * MAX_MODELS
+    assert f"first {MAX_MODELS} others seen by each worker" in render()
