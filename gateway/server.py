@@ -76,6 +76,8 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path:
         sites = [web.TCPSite(runner, cfg.server.host, cfg.server.port, backlog=1024)]
     else:
         sites = [web.SockSite(runner, socket.socket(fileno=fd), backlog=1024) for fd in seat.fds]
+    if seat is not None:
+        # On TLS too: without it each scrape showed the one worker it reached.
         private = make_runner(private_app(app), shutdown_timeout=1.0)
         await private.setup()
         sites.append(web.UnixSite(private, seat.socket_path(seat.index)))
