@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from aiohttp import web, web_response
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from gateway.apis import DIALECTS, GEMINI
 from gateway.auth import ClientAuth
@@ -47,6 +47,7 @@ from gateway.upstream import Sender, StartableSender, new_sender, pool_size
 from gateway.workers import metrics as workers_metrics
 
 PEERS = web.AppKey("peers", tuple[str, ...])
+SNAPSHOT: web.AppKey[str | None] = web.AppKey("snapshot")  # where this worker keeps its last exposition
 
 # What every response's Server header says. aiohttp's default, `Python/3.11 aiohttp/3.14.5`,
 # tells anyone which versions' known flaws to try. aiohttp sets it on every response it sends
@@ -67,9 +68,11 @@ def create_app(
     rand: Callable[[], float] = random.random,
     tracing: Tracing | None = None,
     peers: Sequence[str] = (),
+    snapshot: str | None = None,
 ) -> web.Application:
     """``peers``: the private sockets of the other workers of this machine (server.workers),
-    whose metrics ``/metrics`` adds to this process's own."""
+    whose metrics ``/metrics`` adds to this process's own; ``snapshot``: where this worker
+    keeps its last exposition for them (gateway/workers/metrics.py)."""
     web_response.SERVER_SOFTWARE = SERVER  # type: ignore[attr-defined]  # imported there from aiohttp.http
     telemetry = Telemetry(
         registry if registry is not None else CollectorRegistry(),
@@ -86,6 +89,7 @@ def create_app(
     app = web.Application(client_max_size=cfg.server.max_body_bytes + 1)
     app[LIVE] = live
     app[PEERS] = tuple(peers)
+    app[SNAPSHOT] = snapshot
     if fresh is not None:
         app.on_startup.append(_start(fresh))
     app.on_cleanup.append(_close(live, store))
@@ -330,15 +334,17 @@ async def metrics(request: web.Request) -> web.Response:
         # scrape of ~24k series froze the worker's requests for 1.4-2.7 s (probe p99 14 ms ->
         # ~1 s at one scrape every 5 s). In a thread the loop keeps its turns of the GIL.
         merge = workers_metrics.merge
-        body = await asyncio.to_thread(merge, [body.decode(), *others], reporting=1 + len(others))
+        body = await asyncio.to_thread(merge, [body.decode(), *others.texts], reporting=1 + others.answered,
+                                       stale_s=others.stale_s)  # fmt: skip
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 async def _own_metrics(app: web.Application) -> bytes:
     svc = app[LIVE].services
     await _read_circuits(svc)
-    # Rendering takes 120-300 ms at 10-20k series: in a thread, as merging is (above).
-    return await asyncio.to_thread(generate_latest, svc.telemetry.registry)
+    # Rendering takes 120-300 ms at 10-20k series: in a thread, as merging is (above). With
+    # workers it is also kept, for a scrape this worker is too slow to answer.
+    return await asyncio.to_thread(workers_metrics.rendered, svc.telemetry.registry, app[SNAPSHOT])
 
 
 def private_app(app: web.Application) -> web.Application:

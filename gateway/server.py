@@ -34,6 +34,7 @@ from gateway.services import Lifecycle
 from gateway.state import StateStore
 from gateway.tls import HandshakeBoundSite, ServerTLS
 from gateway.tracing import summary as tracing_summary
+from gateway.workers.metrics import snapshot_of
 from gateway.workers.seat import WorkerSeat, worker_config
 
 log = logging.getLogger("gateway.server")
@@ -43,7 +44,8 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path:
     """Serves until SIGTERM/SIGINT, then drains. ``seat``: this process is one of
     ``server.workers`` started by gateway/workers/supervisor.py, on the sockets it was given.
     ``config_path``: the file SIGHUP reloads (None: no reloads)."""
-    app = create_app(cfg, peers=seat.peers() if seat is not None else ())
+    app = create_app(cfg, peers=seat.peers() if seat is not None else (),
+                     snapshot=snapshot_of(seat.socket_path(seat.index)) if seat is not None else None)
     live = app[LIVE]
     # Before listening, so that /readyz never answers ahead of the started line's facts.
     state = await _state_check(cfg, live.services.store)
@@ -74,6 +76,8 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path:
         sites = [web.TCPSite(runner, cfg.server.host, cfg.server.port, backlog=1024)]
     else:
         sites = [web.SockSite(runner, socket.socket(fileno=fd), backlog=1024) for fd in seat.fds]
+    if seat is not None:
+        # On TLS too: without it each scrape showed the one worker it reached.
         private = make_runner(private_app(app), shutdown_timeout=1.0)
         await private.setup()
         sites.append(web.UnixSite(private, seat.socket_path(seat.index)))

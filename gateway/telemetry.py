@@ -2,7 +2,9 @@
 
 Names, types and labels are the contract in SPEC.md "Metrics". Label values are
 bounded: ``model`` is a configured name or one of the first ``MAX_MODELS`` seen,
-else ``other``; ``status`` and ``error_type`` come from fixed sets.
+else ``other``; ``status`` and ``error_type`` come from fixed sets. The names seen are each
+process's own: with ``server.workers: N`` the machine exposes up to N x ``MAX_MODELS`` of them
+(sharing them would put a round trip between workers on every request with a new name).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ LATENCY_BUCKETS = (
 
 
 class ModelLabels:
-    """Maps client-supplied model names onto a bounded label set."""
+    """Maps client-supplied model names onto a bounded label set (per process: per worker)."""
 
     def __init__(self, configured: Iterable[str], limit: int = MAX_MODELS) -> None:
         # Glob patterns are not names a client sends verbatim; only literal names are pre-admitted.

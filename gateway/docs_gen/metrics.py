@@ -73,7 +73,8 @@ def render() -> str:
         "",
         "Every metric the gateway exposes on `GET /metrics` (Prometheus text format), with its type, "
         "its labels and its help text as `/metrics` states it. Label values are bounded: `model` is a "
-        f"configured name or one of the first {MAX_MODELS} others seen, then `{OTHER}`.",
+        f"configured name or one of the first {MAX_MODELS} others seen by each worker, then `{OTHER}` "
+        f"(with `server.workers: N`, up to N x {MAX_MODELS} such names in all).",
         "",
         "| metric | type | labels | help |",
         "| --- | --- | --- | --- |",

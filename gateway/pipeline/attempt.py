@@ -84,6 +84,10 @@ class Call:
     # Its first attempt was counted against the pool deployment's configured limits at the
     # pick (``PoolState.take``); any later one is counted as it goes.
     taken: bool = False
+    # Its latest attempt's time to the response head; None until one came. Per call, not per
+    # request: the tracer places each attempt's first byte by it, also for attempts made at
+    # once (``state.upstream_head_s`` is whichever came last).
+    head_s: float | None = None
 
     def wire_payload(self) -> dict[str, Any] | None:
         """The request as sent, when the gateway wrote it: read back from ``body`` (only the
@@ -127,6 +131,7 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
     if pooled:
         t0 = svc.monotonic()
     token_first = token_s is not None and token_s < head_s
+    call.head_s = None
     outcome = await _exchange(svc, state, request, call, token_s, token_first, mark)
     if isinstance(outcome, Failure) and outcome.classification.type is ErrorType.AUTH \
             and not call.up.cfg.forwards_client_credentials:  # fmt: skip
@@ -140,11 +145,33 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
     if isinstance(outcome, Failure) and plan.unexplained(outcome.classification):
         state.empty_attempts.append(call.up.cfg.name)  # counted once known what it was
         return outcome
+    if isinstance(outcome, Success) and outcome.chunks is not None:
+        # Its body is still to come: a stream cut mid-answer is no success (leg_over counts it).
+        if state.reading_from is not None:
+            leg_over(svc, state)  # never relayed: nothing was seen to break
+        state.reading_from = call.up.cfg.name
+        return outcome
     label = outcome.classification.type.value if isinstance(outcome, Failure) else "success"
     svc.telemetry.upstream_attempts.inc((call.up.cfg.name, label))
     if isinstance(outcome, Failure) and outcome.classification.provider_code in _TIMEOUTS:
         svc.telemetry.upstream_timeouts.labels(call.up.cfg.name, outcome.classification.provider_code).inc()
     return outcome
+
+
+def leg_over(svc: Services, state: RequestState, c: Classification | None = None, ended_by: str | None = None,
+             *, relayed: bool = True) -> None:  # fmt: skip
+    """The body of the attempt that answered (``state.reading_from``) has ended: whole (``c``
+    None), or broken (``c``: its ending as classified, ``ended_by``: what ended it). Its attempt
+    is counted now: an upstream that cuts every stream must not read as 100 % attempt success.
+    A client that left, or the gateway's own cut at shutdown, is no failure of the upstream's.
+    ``relayed``: the client was shown this body (not a replay set aside)."""
+    upstream = state.reading_from
+    if upstream is None:
+        return
+    state.reading_from = None
+    svc.telemetry.upstream_attempts.inc((upstream, "success" if c is None else c.type.value))
+    if c is not None or ended_by is not None:
+        svc.tracing.leg_ended(state, c, ended_by, relayed)
 
 
 # Attempts that ended in a timeout before any answer: counted by kind.
@@ -200,7 +227,7 @@ async def _exchange(
             return _first_token_timeout(svc, state, call, token_s)
         return _transport(svc, f.kind, f.evidence)
     svc.busy_poll.touch()
-    state.upstream_head_s = svc.monotonic() - sent
+    state.upstream_head_s = call.head_s = svc.monotonic() - sent
     if call.up.pooled and svc.pool_state is not None and call.up.cfg.api_key is not None:
         # (A forwarded client credential's headers tell that client's headroom, not the key's.)
         refused = round(len(request.body) / BYTES_PER_TOKEN) if resp.status == 429 else None

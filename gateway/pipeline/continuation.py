@@ -30,10 +30,11 @@ from typing import Any
 from gateway.apis.base import Dialect, Ending, EventKind, Splice, StreamReader
 from gateway.apis.common import MALFORMED_EVENT
 from gateway.apis.replay import Trim, is_replay
-from gateway.errors import TransportError
-from gateway.pipeline.attempt import Call
+from gateway.errors import Classification, TransportError
+from gateway.pipeline.attempt import Call, leg_over, too_large_event
 from gateway.pipeline.outcome import Failure, RequestState, Success
 from gateway.pipeline.send import send_one
+from gateway.policy.classify import classify, classify_stream_event
 from gateway.policy.retry import RetryPlan
 from gateway.services import Services, UpstreamRuntime
 from gateway.sse import EventTooLarge, upstream_splitter
@@ -95,8 +96,10 @@ def resumer(
             _traced(svc, state, up.cfg.name, "failed")
             return None
         if is_replay(mode):
-            reproduced, why = await _reproduced(plan, outcome, call.dialect.replay(partial))
+            reproduced, why, c, ended_by = await _reproduced(svc, plan, outcome, call.dialect.replay(partial))
             if reproduced is None:
+                # What happened to this leg itself: its own failure, or set aside (it diverged).
+                leg_over(svc, state, c, ended_by, relayed=False)
                 counter.labels(up.cfg.name, why).inc()
                 _traced(svc, state, up.cfg.name, why)
                 log.debug({"request_id": state.request_id, "event": "replay_" + why, "upstream": up.cfg.name})
@@ -130,23 +133,31 @@ def _first_able(
     return None
 
 
-async def _reproduced(plan: RetryPlan, leg: Success, trim: Trim) -> tuple[Success | None, str]:
+async def _reproduced(
+    svc: Services, plan: RetryPlan, leg: Success, trim: Trim
+) -> tuple[Success | None, str, Classification | None, str | None]:
     """Reads a replay until it has reproduced the shown text; nothing of it reaches the
     client before. Returns the stream from there on (the events read so far held, for the
     relay to splice), or None and why not: ``diverged`` (it wrote something else first, or
-    ended short) or ``failed`` (an error, a break, the deadline)."""
+    ended short) or ``failed`` (an error, a break, the deadline). Then also how the leg itself
+    ended: its error event or break as classified (None: no failure of the upstream's), and
+    what ended it (``diverged``, ``deadline``: the request's, a transport error's kind)."""
     assert leg.reader is not None and leg.response is not None and leg.chunks is not None
     reader, held, complete = leg.reader, list(leg.held), leg.complete
     for raw in held:  # already read (and classified) while the attempt peeked
         trim(raw)
     splitter = upstream_splitter()
+    broke: Classification | None = None
+    ended_by: str | None = None
 
     def look(data: bytes) -> tuple[Success | None, str] | None:
-        nonlocal complete
+        nonlocal complete, broke
         events = splitter.feed(data)
         for i, raw in enumerate(events):
             kind = reader.kind(raw, committed=True)
             if kind is EventKind.ERROR:
+                assert reader.error is not None
+                broke = classify_stream_event(reader.error, now_s=svc.wall())
                 return None, "failed"
             if kind is EventKind.SKIP:
                 continue
@@ -161,7 +172,7 @@ async def _reproduced(plan: RetryPlan, leg: Success, trim: Trim) -> tuple[Succes
         return None
 
     if trim.match.matched:
-        return leg, "continued"
+        return leg, "continued", None, None
     decided = (None, "diverged") if trim.match.diverged else look(leg.pending)
     try:
         async with asyncio.timeout(max(0.001, plan.remaining_s())):
@@ -170,13 +181,21 @@ async def _reproduced(plan: RetryPlan, leg: Success, trim: Trim) -> tuple[Succes
                     decided = look(chunk)
                     if decided is not None:
                         break  # the chunks after it are the relay's
-    except (UpstreamFailure, TimeoutError, EventTooLarge):
-        decided = None, "failed"
+    except UpstreamFailure as f:
+        decided, ended_by = (None, "failed"), f.kind.value
+        broke = classify(None, {}, b"", now_s=svc.wall(), transport_error=f.kind)
+    except TimeoutError:
+        decided, ended_by = (None, "failed"), "deadline"  # the request's, no failure of the upstream's
+    except EventTooLarge:
+        decided, ended_by = (None, "failed"), "event_too_large"
+        broke = too_large_event().classification
     if decided is None:
         decided = None, "diverged"  # the replay ended short of what the client has
     if decided[0] is None:
         leg.response.close()
-    return decided
+        if decided[1] == "diverged":
+            ended_by = "diverged"
+    return decided[0], decided[1], broke, ended_by
 
 
 def _traced(svc: Services, state: RequestState, upstream: str, outcome: str) -> None:

@@ -21,6 +21,7 @@ from gateway.errors import Classification, ErrorType
 from gateway.live import LIVE
 from gateway.logs import ACCESS
 from gateway.pipeline import accounting
+from gateway.pipeline.attempt import leg_over
 from gateway.pipeline.models import gemini_caller
 from gateway.pipeline.outcome import STATE, RequestState
 from gateway.pipeline.relay import CLIENT_GONE, SHUTDOWN, relay, shutdown_failure
@@ -242,6 +243,8 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
     error = SHUTDOWN_ERROR if state.ended_by == SHUTDOWN else error_label(error_type)
     series = (state.upstream, model)
     t.requests.inc((*series, status_label(status), error))
+    if state.reading_from is not None:  # an answer never relayed (the client left before it began)
+        leg_over(svc, state)
     if state.empty_attempts or state.empty_retries:
         _count_empty(svc, state)
     duration = now - state.started

@@ -63,6 +63,9 @@ class RequestState:
     # budget, deadline or an open circuit): the client's SDK must not retry on top.
     retries_settled: bool = False
     first_byte_at: float | None = None
+    # The upstream whose answer's body is still being read (a stream, a pass-through): its
+    # attempt is counted when the body ends, by how it ended (attempt.leg_over).
+    reading_from: str | None = None
     upstream_head_s: float | None = None  # the last attempt's own time to its response head
     method: str = ""
     path: str = ""

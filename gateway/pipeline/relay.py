@@ -21,7 +21,7 @@ from gateway.apis.base import Dialect, Ending, EventKind, Splice, StreamReader
 from gateway.errors import EVENT_STATUS, Classification, ErrorType, TransportError
 from gateway.jsonpeek import top_level_member
 from gateway.one_write import OneWriteResponse
-from gateway.pipeline.attempt import too_large_event
+from gateway.pipeline.attempt import leg_over, too_large_event
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success, gateway_failure
 from gateway.pipeline.stamp import stamp
 from gateway.policy.classify import classify, classify_stream_event
@@ -111,6 +111,7 @@ async def _relay_raw(
     # compaction): a JSON answer is kept, up to a bound, to read its usage at the end.
     kept: list[bytes] | None = [] if state.key is not None and "json" in kind else None
     size = 0
+    broke: Classification | None = None
     try:
         with _CutOnShutdown(svc):
             stamp(state, resp, svc.monotonic())
@@ -130,11 +131,13 @@ async def _relay_raw(
         c = classify(None, {}, b"", now_s=svc.wall(), transport_error=kind)
         state.stream_error, state.classification = c.type, c
         state.ended_by = SHUTDOWN if isinstance(e, _ShutdownCut) else kind.value
+        broke = c if isinstance(e, UpstreamFailure) else None  # a cut at shutdown is the gateway's
         if request.transport is not None:
             request.transport.close()
         return resp
     finally:
         outcome.response.close()
+        leg_over(svc, state, broke, state.ended_by if broke is not None else None)
     if kept and 200 <= outcome.status < 300:
         # In the path's API's words (Codex's /v1/responses/compact counts input_tokens).
         api = api_of_path(request.path)
@@ -268,6 +271,7 @@ async def _pump(
     assert leg.reader is not None
     relayed = Shown()  # what this leg showed: re-read only if it breaks
     broken = True
+    end: Ending | None = None  # stays None when the client left or drain_s cut the stream
     try:
         end = await _pump_leg(resp, svc, state, leg, splice, relayed)
         broken = end is not None
@@ -277,6 +281,10 @@ async def _pump(
         # chunk, asked or not), is counted from the text it showed.
         uncounted = broken or "completion" not in leg.reader.usage
         _count_usage(state, leg.reader, relayed if uncounted else None)
+        if end is None:
+            leg_over(svc, state)
+        else:
+            leg_over(svc, state, end.classification, state.ended_by)
 
 
 def _count_usage(state: RequestState, reader: StreamReader, shown: Shown | None) -> None:

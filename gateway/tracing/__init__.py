@@ -49,6 +49,12 @@ class Tracing:
     def attempt_ended(self, state: RequestState, call: Call, outcome: Outcome) -> None:
         """The attempt has its outcome (for a stream: its first visible event, or its failure)."""
 
+    def leg_ended(self, state: RequestState, c: Classification | None, ended_by: str | None,
+                  relayed: bool = True) -> None:  # fmt: skip
+        """The body of the last attempt, a success so far, ended early: ``c`` its failure as
+        classified (a stream broken mid-answer; None: not the upstream's failure, a replay set
+        aside), ``ended_by`` what ended it; ``relayed``: the client was shown it."""
+
     def next_attempt(self, state: RequestState, kind: str | None, attrs: Attrs | None = None) -> None:
         """The next attempt is a ``kind`` (probe, compress_retry, continuation, ...; None: as
         it was), with ``attrs`` on its span."""

@@ -56,6 +56,8 @@ CLOSE_S = 2.0
 _CONTEXT_HEADERS = frozenset({"traceparent", "tracestate"})
 _API_PATHS = frozenset({"/v1/chat/completions", "/v1/messages", "/v1/responses"})
 _GEMINI_METHODS = (":generateContent", ":streamGenerateContent")
+# An upstream URL's path ends so when the call generates (base_url + the API's path after /v1).
+_GENERATING = tuple(p.removeprefix("/v1") for p in sorted(_API_PATHS))
 _NAMED_PATHS = _API_PATHS | {"/v1/models", "/v1/messages/count_tokens", "/api/hello", "/"}
 
 
@@ -97,9 +99,12 @@ class _Attempt:
     span: Span
     t0_ns: int  # wall-clock start, the base of event timestamps
     m0: float  # the pipeline's monotonic clock at the start
-    head_before: float | None  # state.upstream_head_s before this attempt
+    call: object  # the Call it sends: which span an outcome belongs to
     ended_ns: int | None = None  # when its exchange ended; None while a body is still read
     answered: bool = False  # a success: the request's usage is this attempt's
+    has_outcome: bool = False  # attempt_ended has been called for it
+    failed: bool = False  # a failure, or a stream that broke after it started
+    decided: bool = False  # its llm_gateway.decision is written (else "stop" when it ends)
 
 
 @dataclass(slots=True)
@@ -109,7 +114,10 @@ class _Trace:
     t0_ns: int
     m0: float
     parent: otel_context.Context
-    attempt: _Attempt | None = None
+    attempt: _Attempt | None = None  # the last attempt started, or the last to learn its outcome
+    # Attempts still waiting for their outcome while another started (GET /v1/models asks every
+    # upstream at once); None on the common path, one attempt at a time.
+    aside: list[_Attempt] | None = None
     kind: str = "first"  # what the next attempt is
     overflow: str | None = None  # what detected the last context overflow (its evidence)
     pending: dict[str, Any] = field(default_factory=dict)  # attributes for the next attempt
@@ -129,7 +137,7 @@ class OtelTracing(Tracing):
         self.tracer = provider.get_tracer("llm-gateway", __version__)
         self.capture = capture_content
         self._mono = monotonic
-        self._static: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self._static: dict[tuple[str, str, str, str], dict[str, Any]] = {}
 
     # The request
 
@@ -156,7 +164,14 @@ class OtelTracing(Tracing):
         rt: _Trace | None = state.trace
         if rt is None:
             return
-        self._close_attempt(rt, state, final=True)
+        a = rt.attempt
+        if a is not None:
+            rt.attempt = None
+            self._close_attempt(a, state, final=True)
+        if rt.aside:
+            for a in rt.aside:
+                self._close_attempt(a, state, final=True, answered=False)
+            rt.aside = None
         span = rt.span
         with contextlib.suppress(ValueError):  # detached already (a handler's own task)
             otel_context.detach(rt.token)  # type: ignore[arg-type]
@@ -222,7 +237,15 @@ class OtelTracing(Tracing):
         rt: _Trace | None = state.trace
         if rt is None:
             return call.headers
-        self._close_attempt(rt, state, final=False)
+        prev = rt.attempt
+        if prev is not None:
+            if not prev.has_outcome and prev.call is not call:
+                # Sent at the same time as this one (not before it): it stays open for its outcome.
+                if rt.aside is None:
+                    rt.aside = []
+                rt.aside.append(prev)
+            else:
+                self._close_attempt(prev, state, final=False)
         kind, rt.kind = rt.kind, "first"
         pending, rt.pending = rt.pending, {}
         model = _sent_model(call, state.model)
@@ -244,25 +267,31 @@ class OtelTracing(Tracing):
             content = input_content(body)
             if content:
                 span.set_attribute("gen_ai.input.messages", content)
-        rt.attempt = _Attempt(span, t0, self._mono(), state.upstream_head_s)
+        rt.attempt = _Attempt(span, t0, self._mono(), call)
         headers = {k: v for k, v in call.headers.items() if k.lower() not in _CONTEXT_HEADERS}
         _W3C.inject(headers, context=trace.set_span_in_context(span))
         return headers
 
     def attempt_ended(self, state: RequestState, call: Call, outcome: Outcome) -> None:
         rt: _Trace | None = state.trace
-        a = rt.attempt if rt is not None else None
-        if a is None:
+        if rt is None:
             return
+        a = rt.attempt
+        if a is None or a.call is not call:
+            a = self._aside(rt, state, call)
+            if a is None:
+                return
+        a.has_outcome = True
         now_m = self._mono()
         span = a.span
         if not span.is_recording():
             a.ended_ns = _at(a.t0_ns, a.m0, now_m)
             return
-        head = state.upstream_head_s
-        if head is not None and head is not a.head_before:  # this attempt saw a response head
+        head = call.head_s
+        if head is not None:  # this attempt saw a response head
             span.add_event(f"{P}first_byte", timestamp=_at(a.t0_ns, a.m0, a.m0 + head))
         if isinstance(outcome, Failure):
+            a.failed = True
             c = outcome.classification
             if c.type is ErrorType.CONTEXT_OVERFLOW:
                 assert rt is not None
@@ -284,15 +313,52 @@ class OtelTracing(Tracing):
                     span.set_attribute("gen_ai.output.messages", content)
             a.ended_ns = _at(a.t0_ns, a.m0, now_m)
 
-    def _close_attempt(self, rt: _Trace, state: RequestState, *, final: bool) -> None:
-        a = rt.attempt
+    def leg_ended(self, state: RequestState, c: Classification | None, ended_by: str | None,
+                  relayed: bool = True) -> None:  # fmt: skip
+        rt: _Trace | None = state.trace
+        a = rt.attempt if rt is not None else None
         if a is None:
             return
-        rt.attempt = None
+        a.ended_ns = _at(a.t0_ns, a.m0, self._mono())
+        a.answered = a.answered and relayed  # a replay set aside: the request's usage is not its
+        a.failed = a.failed or c is not None
+        span = a.span
+        if not span.is_recording():
+            return
+        if ended_by is not None:
+            span.set_attribute(f"{P}ended_by", ended_by)
+        if c is not None:
+            span.set_attributes(_error_attrs(c))
+            span.set_status(Status(StatusCode.ERROR, c.type.value))
+
+    def _aside(self, rt: _Trace, state: RequestState, call: Call) -> _Attempt | None:
+        """The attempt of ``call`` among those made at the same time, made the last attempt (what
+        the decisions after its outcome are about); the one that was is set aside, or ended when
+        its outcome came already."""
+        aside = rt.aside
+        found = next((a for a in aside if a.call is call), None) if aside else None
+        if found is None:
+            return None
+        assert aside is not None
+        aside.remove(found)
+        prev = rt.attempt
+        if prev is not None:
+            if prev.has_outcome and prev.ended_ns is not None:
+                self._close_attempt(prev, state, final=False)
+            else:
+                aside.append(prev)
+        rt.attempt = found
+        return found
+
+    def _close_attempt(self, a: _Attempt, state: RequestState, *, final: bool, answered: bool = True) -> None:
+        """Ends ``a``'s span: ``final`` when the request ended; ``answered``: the request's
+        usage may be this attempt's (not one of several made at once)."""
         if a.span.is_recording():
+            if a.failed and not a.decided:
+                a.span.set_attribute(f"{P}decision", "stop")  # nothing followed its failure
             # The answer's usage is counted as the relay writes it: for an unstreamed answer,
             # after the end time its span already has.
-            if final and (a.answered or a.ended_ns is None):
+            if final and answered and (a.answered or a.ended_ns is None):
                 a.span.set_attributes(usage_attrs(state.usage))
             # A body still being read when the request ended (a relayed stream) or when the next
             # attempt started (a stream broken mid-answer, now continued).
@@ -301,15 +367,23 @@ class OtelTracing(Tracing):
         a.span.end(end_time=a.ended_ns)
 
     def _where(self, call: Call) -> dict[str, Any]:
-        """What an attempt's span says about its upstream: the same for every call to one URL."""
-        key = (call.url, call.dialect.api, call.method)
+        """What an attempt's span says about its upstream: the same for every call of one
+        upstream to one URL. The name is part of the key: a pool's deployments are often keys
+        of one provider, at one base URL."""
+        key = (call.up.cfg.name, call.url, call.dialect.api, call.method)
         found = self._static.get(key)
         if found is None:
             url = urlsplit(call.url)
-            generates = call.method == "POST" and (
-                call.dialect.path in _API_PATHS or call.dialect.api == "gemini"
-            )
-            op = operation_name(call.dialect.api) if generates else call.method.lower()
+            # By the path the call goes to, not its dialect: a pass-through call (an embedding)
+            # carries the chat dialect, a Gemini countTokens call the Gemini one.
+            if call.method != "POST":
+                op = call.method.lower()
+            elif url.path.endswith(_GEMINI_METHODS):
+                op = operation_name("gemini")
+            elif url.path.endswith(_GENERATING):
+                op = operation_name(call.dialect.api)
+            else:
+                op = "post"
             found = {
                 "gen_ai.operation.name": op,
                 "gen_ai.provider.name": provider_name(url.hostname or "", call.dialect.api),
@@ -327,13 +401,20 @@ class OtelTracing(Tracing):
     def next_attempt(self, state: RequestState, kind: str | None, attrs: Attrs | None = None) -> None:
         rt: _Trace | None = state.trace
         if rt is not None:
-            rt.kind = kind or rt.kind
+            if kind is not None:
+                rt.kind = kind
+                a = rt.attempt
+                if a is not None and a.failed and not a.decided:
+                    # What the next attempt is says what followed this one's failure.
+                    a.decided = True
+                    a.span.set_attribute(f"{P}decision", _FOLLOWS.get(kind, "retry"))
             if attrs:
                 rt.pending.update(attrs)
 
     def _decide(self, state: RequestState, attrs: Attrs) -> None:
         rt: _Trace | None = state.trace
         if rt is not None and rt.attempt is not None:
+            rt.attempt.decided = True
             rt.attempt.span.set_attributes(attrs)
 
     def retrying(self, state: RequestState, c: Classification, wait_s: float) -> None:
@@ -343,8 +424,11 @@ class OtelTracing(Tracing):
         self.next_attempt(state, "retry")
 
     def settled(self, state: RequestState, stopped: StopReason | None) -> None:
-        if stopped is not None:
-            self._decide(state, {f"{P}decision": "stop", f"{P}stop_reason": stopped.value})
+        # Retrying here is over, but the request may go on (a fixed request sent again, a
+        # sibling, a fallback): the decision is written by what follows, else "stop" at the end.
+        rt: _Trace | None = state.trace
+        if stopped is not None and rt is not None and rt.attempt is not None:
+            rt.attempt.span.set_attribute(f"{P}stop_reason", stopped.value)
 
     def moving_on(self, state: RequestState, to: str) -> None:
         self._decide(state, {f"{P}decision": "fallback", f"{P}fallback.to": to})
@@ -375,19 +459,29 @@ class OtelTracing(Tracing):
         await asyncio.get_running_loop().run_in_executor(None, done.wait, CLOSE_S)
 
 
+# llm_gateway.decision of a failed attempt by the kind of the attempt after it; any other kind
+# (retry, probe, compress_retry, output_retry, param_retry, reasoning_retry) is a retry.
+_FOLLOWS = {"fallback": "fallback", "sibling": "sibling", "continuation": "continuation"}
+
+
 def _sent_model(call: Call, asked: str | None) -> str | None:
     return call.wire_model if call.wire_model is not None else asked
 
 
 def _failure_attrs(c: Classification, f: Failure) -> dict[str, Any]:
+    a = _error_attrs(c)
+    status = f.upstream_status if f.upstream_status is not None else (f.status if f.own is None else None)
+    if status is not None:
+        a["http.response.status_code"] = status
+    return a
+
+
+def _error_attrs(c: Classification) -> dict[str, Any]:
     a: dict[str, Any] = {
         "error.type": c.type.value,
         f"{P}error.class": c.type.value,
         f"{P}error.retryable": c.retryable,
     }
-    status = f.upstream_status if f.upstream_status is not None else (f.status if f.own is None else None)
-    if status is not None:
-        a["http.response.status_code"] = status
     if c.provider_code:
         a[f"{P}error.code"] = c.provider_code[:64]
     if c.evidence:

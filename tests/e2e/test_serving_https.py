@@ -142,6 +142,37 @@ def test_workers_serve_tls_on_their_shared_sockets(upstream: FakeUpstream, tmp_p
         assert gw.stop() == 0
 
 
+def test_with_tls_every_scrape_counts_every_worker(upstream: FakeUpstream, tmp_path: Path) -> None:
+    """The workers' private metrics sockets exist on TLS too: without them each scrape showed
+    the one worker it reached, with llm_gateway_workers_reporting 1 of 2."""
+    ca = trustme.CA()
+    cert, key = _files(ca, tmp_path)
+    gw = _launch(upstream, tmp_path, cert, key, workers=2)
+    try:
+        port = int(gw.base.rsplit(":", 1)[1])
+        body = b'{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}'
+
+        def fresh() -> http.client.HTTPSConnection:  # a connection of its own: either worker may take it
+            return http.client.HTTPSConnection("localhost", port, context=_trusting(ca), timeout=10)
+
+        for _ in range(20):
+            conn = fresh()
+            conn.request("POST", "/v1/chat/completions", body, {"content-type": "application/json"})
+            assert conn.getresponse().status == 200
+            conn.close()
+        for _ in range(4):
+            conn = fresh()
+            conn.request("GET", "/metrics")
+            text = conn.getresponse().read().decode()
+            conn.close()
+            served = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                         if line.startswith("llm_gateway_requests_total{"))  # fmt: skip
+            assert served == 20
+            assert "llm_gateway_workers_reporting 2.0" in text
+    finally:
+        assert gw.stop() == 0
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_handshake_that_does_not_come_is_cut_at_header_timeout_s(
     upstream: FakeUpstream, tmp_path: Path, workers: int

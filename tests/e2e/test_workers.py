@@ -115,6 +115,37 @@ def test_every_worker_serves_and_every_scrape_counts_the_whole_machine(
     assert len(upstream.chat_requests()) == 40
 
 
+def test_a_worker_too_slow_for_a_scrape_is_counted_from_its_last_snapshot(
+    upstream: FakeUpstream, workers: RunningProcess
+) -> None:
+    """A stopped worker (SIGSTOP: as one stuck for seconds) cannot answer the scrape's worker
+    within 2 s. Left out, the machine's counters fell by its share and came back at the next
+    scrape: a reset to Prometheus. Its last numbers stand in, and the scrape says so."""
+    for _ in range(40):
+        assert post(workers, CHAT)[0] == 200
+    assert sum(worker_counts(workers)) == 40  # each worker rendered (and kept) its numbers
+    stuck = int(str(_started(workers.logs())[0]["pid"]))
+    os.kill(stuck, signal.SIGSTOP)
+    try:
+        text = None
+        for _ in range(20):  # a scrape on a connection the kernel gave the stopped worker waits
+            try:
+                with urllib.request.urlopen(workers.base + "/metrics", timeout=4) as r:
+                    text = r.read().decode()
+                break
+            except (TimeoutError, urllib.error.URLError):
+                continue
+        assert text is not None, "no scrape reached the running worker"
+        assert value(text, SERIES) == 40
+        assert value(text, "llm_gateway_workers_reporting") == 1
+        assert value(text, "llm_gateway_workers_stale_seconds") > 0
+    finally:
+        os.kill(stuck, signal.SIGCONT)
+    text = scrape(workers)
+    assert value(text, SERIES) == 40 and value(text, "llm_gateway_workers_reporting") == 2
+    assert value(text, "llm_gateway_workers_stale_seconds") == 0
+
+
 def test_a_worker_that_dies_is_restarted_on_the_same_port(upstream: FakeUpstream, workers: RunningProcess) -> None:
     victim = int(str(_started(workers.logs())[0]["pid"]))
     os.kill(victim, signal.SIGKILL)

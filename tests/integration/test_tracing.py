@@ -139,6 +139,7 @@ async def test_a_compress_and_retry_says_what_detected_it_how_much_and_how_it_en
     print(render(server))
     first, rescue = attempts(server)
     assert first["error.type"] == "context_overflow" and first["llm_gateway.error.evidence"]
+    assert first["llm_gateway.decision"] == "retry"  # compressed and sent again
     assert rescue["llm_gateway.attempt.kind"] == "compress_retry"
     assert rescue["llm_gateway.compression.detector"] == first["llm_gateway.error.evidence"]
     s = server.attributes
@@ -165,6 +166,7 @@ async def test_a_continued_stream_has_the_broken_attempt_and_the_continuation(ma
     first, cont = server.children
     assert "llm_gateway.first_visible_token" in first.events and "llm_gateway.first_byte" in first.events
     assert first.attributes["llm_gateway.ended_by"] == "stream_broken"
+    assert first.attributes["llm_gateway.decision"] == "continuation"
     assert first.attributes["gen_ai.response.id"] == "chatcmpl-fake123"
     assert cont.attributes["llm_gateway.attempt.kind"] == "continuation"
     assert cont.attributes["llm_gateway.continuation.mode"] == "prefix"
@@ -255,6 +257,48 @@ async def test_a_pool_attempt_says_which_deployment_and_why_and_a_move_is_a_sibl
         assert first["llm_gateway.pool.pick"] == "weighted"
         assert moved["llm_gateway.upstream"] == "b" and moved["llm_gateway.pool.pick"] == "moved"
         assert moved["llm_gateway.attempt.kind"] == "sibling"
+        assert first["llm_gateway.decision"] == "sibling" and first["llm_gateway.stop_reason"] == "moving_on"
     finally:
         await a.close()
         await b.close()
+
+
+async def test_a_pass_through_post_is_named_by_its_method_not_as_a_chat(make_gateway) -> None:
+    """tracing.md: an attempt on another /v1 path is its HTTP method, lowercase (the pass-through
+    call carries the chat dialect)."""
+    gw = await make_gateway()
+    exporter = traced(gw)
+    async with gw.session.post(gw.base + "/v1/embeddings", json={"model": "text-embedding-3-small", "input": "x"}) as r:
+        await r.read()
+    server, _ = the_tree(exporter)
+    (attempt,) = server.children
+    assert attempt.name == "post text-embedding-3-small"
+    assert attempt.attributes["gen_ai.operation.name"] == "post"
+    assert "gen_ai.operation.name" not in server.attributes
+
+
+async def test_attempts_made_at_once_each_have_their_own_span(make_gateway) -> None:
+    """GET /v1/models asks every upstream at once: each attempt is a span of its own, ended by
+    its own outcome (not by the next one starting), with its own first byte."""
+    fakes = [await FakeUpstream().start() for _ in range(4)]
+    try:
+        ups = "".join(f"  - {{name: u{i}, base_url: '{f.url}', models: ['m{i}']}}\n" for i, f in enumerate(fakes))
+        ups += "  - {name: down, base_url: 'http://127.0.0.1:9/v1', models: ['never']}\n"
+        gw = await make_gateway(fake=fakes[0], upstreams=ups)
+        exporter = traced(gw)
+        async with gw.session.get(gw.base + "/v1/models") as r:
+            assert r.status == 200
+        server, _ = the_tree(exporter)
+        print(render(server))
+        spans = {c.attributes["llm_gateway.upstream"]: c for c in server.children}
+        assert sorted(spans) == ["down", "u0", "u1", "u2", "u3"] and len(server.children) == 5
+        for name, span in spans.items():
+            assert "llm_gateway.ended_by" not in span.attributes, name
+            if name == "down":
+                assert span.attributes["error.type"] == "provider_unavailable" and span.events == []
+            else:
+                assert span.attributes["http.response.status_code"] == 200 and "error.type" not in span.attributes
+                assert span.events == ["llm_gateway.first_byte"], name
+    finally:
+        for f in fakes:
+            await f.close()

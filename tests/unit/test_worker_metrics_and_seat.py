@@ -3,8 +3,11 @@ config changes, and how a seat travels to a worker process."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 
+from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -12,7 +15,7 @@ from gateway.config import GatewayConfig
 from gateway.errors import ErrorType
 from gateway.logs import LineWriter
 from gateway.telemetry import Telemetry
-from gateway.workers.metrics import merge
+from gateway.workers.metrics import gather, keep, merge, rendered, snapshot_of
 from gateway.workers.seat import ENV, WorkerSeat, worker_config
 
 
@@ -129,3 +132,105 @@ def test_with_other_writers_each_write_is_whole_lines_of_at_most_pipe_buf() -> N
     assert all(chunk.endswith(b"\n") for chunk in writes)
     assert all(len(chunk) <= 512 for chunk in writes if chunk.count(b"\n") > 1)
     assert [len(c) for c in writes] == [402, 201, 701, 102]  # 101+301 | 201 | 701 (alone: longer than the limit) | 51+51
+
+
+def test_a_deployments_headroom_is_the_lowest_any_worker_last_read_never_a_sum() -> None:
+    """A share of the deployment's limit, read from its answers' headers by whichever worker
+    got them: summed, 2 workers read 1.998 where each read ~1, and an alert on headroom < 0.1
+    never fired. The lowest is what an exhaustion alert needs."""
+    _, ta = _worker(0, 0, 0.0, [])
+    _, tb = _worker(0, 0, 0.0, [])
+    ta.headroom.labels("acct-1", "requests").set(0.997)
+    tb.headroom.labels("acct-1", "requests").set(0.05)
+    ta.headroom.labels("acct-1", "tokens").set(0.4)
+    tb.headroom.labels("acct-2", "tokens").set(0.8)  # a deployment only one worker has heard from
+    a, b = generate_latest(ta.registry).decode(), generate_latest(tb.registry).decode()
+    for merged in (_samples(merge([a, b]).decode()), _samples(merge([b, a]).decode())):
+        ratio = "llm_gateway_deployment_headroom_ratio"
+        assert merged[(ratio, (("deployment", "acct-1"), ("kind", "requests")))] == 0.05
+        assert merged[(ratio, (("deployment", "acct-1"), ("kind", "tokens")))] == 0.4
+        assert merged[(ratio, (("deployment", "acct-2"), ("kind", "tokens")))] == 0.8
+
+
+def test_every_gauge_the_app_exposes_has_a_rule_for_merging_workers() -> None:
+    """A gauge is a sum across workers only when it counts something per worker; a ratio, a
+    state or a per-deployment reading summed reads N times too high."""
+    from gateway.docs_gen.metrics import registered, registry_of_app
+    from gateway.workers.metrics import GAUGE_RULES
+
+    gauges = {m.name for m in registered(registry_of_app()) if m.type == "gauge"}
+    assert gauges and gauges <= set(GAUGE_RULES), gauges - set(GAUGE_RULES)
+    assert GAUGE_RULES["llm_gateway_in_flight_requests"](2, 3) == 5  # each worker's own requests
+
+
+async def _peer(path: str, text: str, delay_s: float = 0.0) -> web.AppRunner:
+    """A worker's private socket answering /metrics/local with ``text`` after ``delay_s``."""
+
+    async def local(request: web.Request) -> web.Response:
+        await asyncio.sleep(delay_s)
+        return web.Response(text=text)
+
+    app = web.Application()
+    app.router.add_get("/metrics/local", local)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.UnixSite(runner, path).start()
+    return runner
+
+
+async def test_a_worker_slow_to_answer_a_scrape_is_added_from_its_last_snapshot(tmp_path) -> None:
+    """A worker that does not answer in time was left out: requests_total read 400 -> 196 ->
+    400, a counter reset to Prometheus (rate() then counted its whole total again). Its last
+    good numbers are used instead, and the scrape says how many answered and how stale."""
+    me, _ = _worker(100, 0, 0.0, [])
+    quick, _ = _worker(100, 0, 0.0, [])
+    slow_then, _ = _worker(90, 0, 0.0, [])  # what the slow one said when it last answered
+    slow_now, _ = _worker(100, 0, 0.0, [])
+    paths = [str(tmp_path / f"w{i}.sock") for i in (1, 2, 3)]
+    keep(snapshot_of(paths[1]), slow_then.encode())
+    os.utime(snapshot_of(paths[1]), (time.time() - 30, time.time() - 30))
+    runners = [await _peer(paths[0], quick), await _peer(paths[1], slow_now, delay_s=1.0)]
+    try:
+        got = await gather(paths, timeout_s=0.3)  # paths[2]: no such worker, nor any snapshot of it
+    finally:
+        for r in runners:
+            await r.cleanup()
+    assert got.answered == 1 and len(got.texts) == 2 and 29 < (got.stale_s or 0) < 60
+    merged = _samples(merge([me, *got.texts], reporting=1 + got.answered, stale_s=got.stale_s).decode())
+    req = ("llm_gateway_requests_total",
+           (("error_type", "none"), ("model", "gpt-4o"), ("status", "200"), ("upstream", "primary")))  # fmt: skip
+    assert merged[req] == 290  # never below what an earlier scrape showed of the slow worker
+    assert merged[("llm_gateway_workers_reporting", ())] == 2  # who answered this time
+    assert 29 < merged[("llm_gateway_workers_stale_seconds", ())] < 60
+
+
+def test_a_snapshot_is_replaced_whole_and_only_one_per_worker_is_kept(tmp_path) -> None:
+    registry = Telemetry(CollectorRegistry(), ["gpt-4o"]).registry
+    path = str(tmp_path / "w0.prom")
+    body = rendered(registry, path)
+    with open(path, "rb") as f:
+        assert f.read() == body == rendered(registry, None)
+    rendered(registry, path)
+    assert sorted(os.listdir(tmp_path)) == ["w0.prom"]  # no temporary file left behind
+    assert snapshot_of(str(tmp_path / "w0.sock")) == path
+    merged = _samples(merge([body.decode()], reporting=1).decode())
+    assert merged[("llm_gateway_workers_stale_seconds", ())] == 0  # every worker answered
+
+
+def test_the_model_label_bound_is_per_worker_and_the_reference_says_so() -> None:
+    """Each worker admits the first MAX_MODELS names it sees: on N workers the machine's
+    exposition holds up to N x MAX_MODELS of them (and one name may be a label on one worker,
+    `other` on another). Sharing the admitted names would cost every request a round trip."""
+    from gateway.docs_gen.metrics import render
+    from gateway.telemetry import MAX_MODELS
+
+    texts = []
+    for w in range(2):
+        t = Telemetry(CollectorRegistry(), [])
+        for i in range(MAX_MODELS + 50):
+            t.requests.inc(("primary", t.model_label(f"w{w}-m{i}"), "200", "none"))
+        texts.append(generate_latest(t.registry).decode())
+    merged = _samples(merge(texts, reporting=2).decode())
+    models = {dict(labels)["model"] for name, labels in merged if name == "llm_gateway_requests_total"}
+    assert len(models - {"other"}) == 2 * MAX_MODELS
+    assert f"first {MAX_MODELS} others seen by each worker" in render()
