@@ -37,6 +37,7 @@ from gateway.upstream import Sender
 
 _CHAINS_MAX = 1024
 _LEGS_MAX = 1024
+_URLS_MAX = 1024
 
 
 @dataclass
@@ -45,7 +46,8 @@ class UpstreamRuntime:
     circuit: SharedCircuit
     # Decided once per upstream rather than per request (see routing.Outbound).
     outbound: Outbound = field(init=False)
-    # Dialect endpoint path -> its upstream URL (no query string): a handful of entries.
+    # Endpoint path -> its upstream URL (no query string): a handful of entries, and one per
+    # model on a Gemini upstream (its path names the model).
     urls: dict[str, str] = field(init=False, default_factory=dict)
     # Circuit key -> the verdict of the one request retrying that model here now (True: it
     # gave up). Other requests of the model that fail meanwhile wait for it (pipeline/chain.py).
@@ -71,7 +73,9 @@ class UpstreamRuntime:
             return upstream_url(self.cfg.base_url, path, query_string)
         url = self.urls.get(path)
         if url is None:
-            url = self.urls[path] = upstream_url(self.cfg.base_url, path, "")
+            url = upstream_url(self.cfg.base_url, path, "")
+            if len(self.urls) < _URLS_MAX:  # a Gemini path holds a model name, which comes from clients
+                self.urls[path] = url
         return url
 
     # A deployment of a pool: its answers' rate-limit headers and what is sent there are

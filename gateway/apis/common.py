@@ -7,6 +7,22 @@ from typing import Any
 
 from gateway.apis.base import ForeignError, Inbound, Rejection
 
+# The longest model name admitted. Anthropic refuses a longer one: "model: String should have
+# at most 256 characters" (a 400 invalid_request_error, quoted in
+# https://github.com/anthropics/claude-code/issues/5676); no provider's names come near it (an
+# OpenAI fine-tune's "ft:gpt-4o-mini-2024-07-18:org:suffix:id" is about 50). A name is a key of
+# the gateway's caches (routes, legs, upstream URLs: Gemini's path holds it) and each keeps it
+# whole: without a bound, ten requests naming a 20 MB model held 1 GB of a worker for good.
+MODEL_MAX = 256
+
+
+def model_too_long(model: str) -> Rejection | None:
+    """A client's model name (from a body or a URL path) that no provider would take."""
+    if len(model) <= MODEL_MAX:
+        return None
+    message = f"the model name is {len(model)} characters long; it may be at most {MODEL_MAX} characters"
+    return Rejection(message, "invalid_model")
+
 
 def admit_fields(body: bytes, payload: dict[str, Any]) -> Inbound | Rejection:
     """``model`` a non-empty string (all three APIs require it: without one, the request is
@@ -16,6 +32,9 @@ def admit_fields(body: bytes, payload: dict[str, Any]) -> Inbound | Rejection:
         return Rejection("'model' is required: the name of the model to use", "missing_model")
     if not isinstance(model, str):
         return Rejection("'model' must be a string", "invalid_model")
+    too_long = model_too_long(model)
+    if too_long is not None:
+        return too_long
     stream = payload.get("stream", False)
     if stream is not None and not isinstance(stream, bool):
         return Rejection("'stream' must be true or false", "invalid_stream")

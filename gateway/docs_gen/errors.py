@@ -286,7 +286,8 @@ MEANINGS = {
     "invalid_input": "A Responses request's `input` is not a string or a list of input item objects.",
     "invalid_contents": "A Gemini request's `contents` is not a list of Content objects.",
     "missing_model": "The request names no model.",
-    "invalid_model": "`model` is not a string.",
+    "invalid_model": "`model` (on Gemini's paths, the model in the URL) is not a string, is longer than "
+    "256 characters (Anthropic's own limit), or cannot be put in a Gemini URL.",
     "invalid_stream": "`stream` is not true or false.",
     "invalid_path": "The path cannot be forwarded safely (it would leave the upstream's base path).",
     "invalid_content_encoding": "The body does not decode with its `Content-Encoding`, or has too many "

@@ -35,6 +35,7 @@ from aiohttp import web
 from gateway import jsonbody
 from gateway.apis import api_of_path, dialect_for_errors
 from gateway.apis.base import Dialect, Inbound, Rejection, Where
+from gateway.apis.common import model_too_long
 from gateway.auth import WWW_AUTHENTICATE
 from gateway.errors import Classification, ErrorType
 from gateway.keys.attribution import session_of
@@ -217,13 +218,19 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     if isinstance(body, Failure):
         return await relay(request, svc, state, body)
     ctype = request.headers.get("Content-Type", "")
+    payload: dict[str, Any] = {}
     if state.key is None:
-        state.model = model_of(body, ctype)
+        model = model_of(body, ctype)
     else:  # the key's rules read the document: parsed once, the model taken from it
         doc = parse_json_object(body) if body and "json" in ctype else {}
         payload = doc if isinstance(doc, dict) else {}
-        model = payload.get("model")
-        state.model = model if isinstance(model, str) else None
+        named = payload.get("model")
+        model = named if isinstance(named, str) else None
+    too_long = model_too_long(model) if model is not None else None
+    if too_long is not None:  # before routing caches it
+        return await relay(request, svc, state, bad_request(too_long.message, too_long.code))
+    state.model = model
+    if state.key is not None:
         refused = None if state.model else accounting.unheld_path(state, request.method, request.path)
         if refused is None:
             refused = await accounting.admit_request(

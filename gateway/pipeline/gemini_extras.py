@@ -21,6 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway.apis import GEMINI, model_list
+from gateway.apis.common import model_too_long
 from gateway.apis.gemini.array import JsonArrayStream, as_array, wants_array
 from gateway.apis.gemini.fields import field
 from gateway.apis.gemini.wire import model_path
@@ -52,6 +53,9 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
     model = request.match_info["model"]
     if ":" in model:  # a method's path (models/m:generateContent) asked with GET: no such endpoint
         return await not_found(request)
+    too_long = model_too_long(model)
+    if too_long is not None:  # before routing caches it
+        return await relay(request, svc, state, bad_request(too_long.message, too_long.code))
     state.model = model
     unknown = _unrouted(svc, model)
     if unknown is not None:
@@ -151,6 +155,9 @@ async def get_gemini_model(request: web.Request) -> web.StreamResponse:
     model = request.match_info["model"]
     if ":" in model:  # a method's path (models/m:generateContent) asked with GET: no such endpoint
         return await not_found(request)
+    too_long = model_too_long(model)
+    if too_long is not None:  # before routing caches it
+        return await relay(request, svc, state, bad_request(too_long.message, too_long.code))
     state.model = model
     unknown = _unrouted(svc, model)
     if unknown is not None:

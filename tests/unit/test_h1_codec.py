@@ -60,6 +60,16 @@ def test_the_target_cache_stays_bounded() -> None:
     assert len(cache._known) <= 4
 
 
+def test_the_target_cache_keeps_no_long_url() -> None:
+    """A client's query string is in the URL: 1,024 URLs of 8 KB each were 16 MB kept."""
+    cache = TargetCache()
+    for i in range(10):
+        assert cache(f"http://h/v1/x?q={i}&{'a' * 8000}").target.startswith(f"/v1/x?q={i}&a")
+    assert cache._known == {}
+    cache("http://h/v1/x?q=1")
+    assert list(cache._known) == ["http://h/v1/x?q=1"]
+
+
 def test_the_head_carries_host_length_and_the_given_headers_in_order() -> None:
     t = parse_target("http://127.0.0.1:9/v1/messages")
     head = request_head(

@@ -1,6 +1,8 @@
 import pytest
 
+from gateway.app import create_app
 from gateway.config import UpstreamConfig, parse_config
+from gateway.live import LIVE
 from gateway.routing import (
     UnsafePath,
     in_api,
@@ -134,3 +136,13 @@ def test_a_path_of_no_api_gets_the_version_only_on_an_upstream_that_speaks_only_
     only = UpstreamConfig(name="a", base_url="http://x/v1", apis=("messages",))
     assert required_for({}, only) == {"anthropic-version": "2023-06-01"}
     assert required_for({}, B) == {}  # every API by default: an OpenAI upstream is not told Anthropic's
+
+
+def test_an_upstreams_urls_stay_bounded_when_each_path_names_another_model() -> None:
+    """A Gemini upstream's path holds the model name, which comes from clients: each new one
+    was kept for good."""
+    cfg = parse_config("upstreams:\n  - {name: g, base_url: 'http://127.0.0.1:9/v1beta', apis: [gemini]}\n", env={})
+    up = create_app(cfg, sender=object())[LIVE].services.upstreams["g"]  # type: ignore[arg-type]
+    for i in range(3000):
+        assert up.url_for(f"/v1/models/m{i}:generateContent", "").endswith(f"/models/m{i}:generateContent")
+    assert 0 < len(up.urls) <= 1024

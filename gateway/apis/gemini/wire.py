@@ -49,7 +49,7 @@ from gateway.apis.base import (
     StreamReader,
     Where,
 )
-from gateway.apis.common import ShownText, malformed_event_error
+from gateway.apis.common import ShownText, malformed_event_error, model_too_long
 from gateway.apis.gemini import errors
 from gateway.apis.gemini.compress import compress_gemini
 from gateway.apis.gemini.fields import field
@@ -80,6 +80,9 @@ class GeminiGenerate:
         if not model:
             return Rejection("the model is named in the path: /v1beta/models/{model}:generateContent",
                              "missing_model")  # fmt: skip
+        too_long = model_too_long(model)
+        if too_long is not None:
+            return too_long
         stream = where.params.get("method") == STREAM
         contents = payload.get("contents")
         if not isinstance(contents, list) or not all(isinstance(c, dict) for c in contents):

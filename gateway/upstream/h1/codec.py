@@ -74,6 +74,12 @@ def parse_target(url: str, egress: Egress = NO_EGRESS_PROXY) -> Target:
     return Target((scheme, host, port), absolute, host_header, authorization, proxy, proxy.authorization)
 
 
+# The longest URL kept split: a client's query string goes into the URL (up to the ~8 KB
+# request line aiohttp reads), and the cache holds each one twice (the URL, the target), so
+# 1,024 of them were up to 16 MB. Longer ones are split again each time (~2 µs).
+CACHED_URL_MAX = 1024
+
+
 class TargetCache:
     """URLs repeat (a few upstreams, a few paths): each is split once."""
 
@@ -88,6 +94,8 @@ class TargetCache:
         found = self._known.get(url)
         if found is None:
             found = parse_target(url, self._egress)
+            if len(url) > CACHED_URL_MAX:
+                return found
             if len(self._known) >= self._max:
                 self._known.clear()  # a client sweeping query strings must not grow this
             self._known[url] = found
