@@ -306,9 +306,10 @@ MEANINGS = {
     "is the period's end. Codex gets its own 429 `usage_limit_reached` instead.",
     "model_not_allowed": "The key may not use the requested model (`keys[].models`); 403, and 400 to Codex, "
     "which stops on a 400 but retries a 403 five times.",
-    "path_not_allowed": "A relayed request that names no model (batches, files, stored responses, batch "
-    "results) from a key with `models`, limits or a budget and without `admin: true`: the key's rules "
-    "cannot be held to it. Model listings are not refused.",
+    "path_not_allowed": "A relayed request from a key with `models`, limits or a budget and without "
+    "`admin: true` that the key's rules cannot be held to: anything but a `POST` naming its model in a JSON "
+    "body to `/v1/completions`, `/v1/embeddings` and the like (batches, files, stored responses, batch "
+    "results), whatever its body says. Model listings are not refused.",
     "admin_required": "`GET /v1/gateway/keys` without a key that has `admin: true`.",
     "no_client_key": "`GET /v1/gateway/key` on a gateway that asks no key.",
     "key_requests_per_minute": "The key's `requests_per_minute` is used up; `retry-after` is the "

@@ -76,21 +76,36 @@ async def admit_request(svc: Services, state: RequestState, headers: Mapping[str
     return _refused(svc, state, headers, got)
 
 
-def unheld_path(state: RequestState, method: str, path: str) -> Failure | None:
-    """A relayed request that names no model, from a key with rules (``models``, a limit or a
-    budget) and not an admin's: its rules cannot hold it. A batch names its models inside
-    (Anthropic's ``requests[].params``) or in a file (OpenAI's), holds up to 100,000 requests,
-    and is spent later at the provider, with no usage in its answer; files, stored responses
-    and batch results are the whole provider account's, whichever key made them. Only a model
-    listing goes through."""
+# The relayed endpoints a key's rules can hold: each names its model in its JSON body and is
+# answered at once, with its usage in the answer (or, counting tokens, nothing spent). The
+# three APIs' own paths are here for a trailing slash, which reaches the relay. Nothing else
+# is, whatever its body names: a dummy ``{"model": ...}`` on ``GET /v1/files`` read as the
+# request's model let a key with rules list the provider account's files.
+HELD_PATHS = frozenset({
+    "/v1/chat/completions", "/v1/messages", "/v1/responses",
+    "/v1/completions", "/v1/embeddings", "/v1/moderations", "/v1/responses/compact",
+    "/v1/responses/input_tokens", "/v1/messages/count_tokens",
+})  # fmt: skip
+
+
+def unheld_path(state: RequestState, method: str, path: str, model: str | None) -> Failure | None:
+    """A relayed request from a key with rules (``models``, a limit or a budget) and not an
+    admin's that its rules cannot hold: anything but a ``POST`` naming its model to one of
+    ``HELD_PATHS``. A batch names its models inside (Anthropic's ``requests[].params``) or in
+    a file (OpenAI's), holds up to 100,000 requests, and is spent later at the provider, with
+    no usage in its answer; files, stored responses and batch results are the whole provider
+    account's, whichever key made them. Only a model listing goes through."""
     key = state.key
     if key is None or key.admin or (key.models == ("*",) and not key.limited):
         return None
     if method in ("GET", "HEAD") and (path == "/v1/models" or path.startswith("/v1/models/")):
         return None
+    if model and method == "POST" and path.rstrip("/") in HELD_PATHS:
+        return None
     c = Classification.of(ErrorType.AUTH)
-    message = (f"key '{key.name}' may not use {method} {path[:128]}: the request names no model, so the "
-               "key's models, limits and budget cannot be held to it (batches, files, stored objects); "
+    message = (f"key '{key.name}' may not use {method} {path[:128]}: the request names no model its models, "
+               "limits and budget can be held to (batches, files, stored objects; such a key may relay "
+               "only a POST naming its model to /v1/completions, /v1/embeddings and the like); "
                "ask for an admin key")  # fmt: skip
     return gateway_failure(403, c, message, "path_not_allowed", final=True)
 

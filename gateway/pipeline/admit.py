@@ -137,9 +137,16 @@ def _short(e: ValueError) -> str:
     return str(e).split("\n", 1)[0][:200]
 
 
+def is_json(content_type: str) -> bool:
+    """Whether a Content-Type names JSON: ``application/json`` or a ``+json`` type (RFC 6839
+    §3.1), whatever its parameters. A search for "json" took ``text/plain; a=json``."""
+    media = content_type.partition(";")[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
 def model_of(body: bytes, content_type: str) -> str | None:
     """Best-effort model name of a non-chat request, for routing; never an error."""
-    if "json" not in content_type or not body or len(body) > 1024 * 1024:
+    if not is_json(content_type) or not body or len(body) > 1024 * 1024:
         return None
     try:
         doc = json.loads(body)

@@ -40,7 +40,7 @@ from gateway.auth import WWW_AUTHENTICATE
 from gateway.errors import Classification, ErrorType
 from gateway.keys.attribution import session_of
 from gateway.pipeline import accounting, output_cap, param_fix, reasoning_fix
-from gateway.pipeline.admit import model_of, parse_json_object, read_body
+from gateway.pipeline.admit import is_json, model_of, parse_json_object, read_body
 from gateway.pipeline.asked import Asked
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.chain import onward, resume_route, send_chain
@@ -222,7 +222,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     if state.key is None:
         model = model_of(body, ctype)
     else:  # the key's rules read the document: parsed once, the model taken from it
-        doc = parse_json_object(body) if body and "json" in ctype else {}
+        doc = parse_json_object(body) if body and is_json(ctype) else {}
         payload = doc if isinstance(doc, dict) else {}
         named = payload.get("model")
         model = named if isinstance(named, str) else None
@@ -231,7 +231,9 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         return await relay(request, svc, state, bad_request(too_long.message, too_long.code))
     state.model = model
     if state.key is not None:
-        refused = None if state.model else accounting.unheld_path(state, request.method, request.path)
+        # By method and path: a model named in the body of a request that does not use one
+        # (a GET of files, a cancel) holds nothing.
+        refused = accounting.unheld_path(state, request.method, request.path, state.model)
         if refused is None:
             refused = await accounting.admit_request(
                 svc, state, request.headers, state.model, len(body), payload)

@@ -517,6 +517,43 @@ async def test_a_relayed_request_that_names_no_model_is_refused_to_a_key_whose_r
     assert [r.path for r in gw.fake.requests] == ["/v1/models", "/v1/messages/batches"]
 
 
+@pytest.mark.parametrize(("method", "path"), [
+    ("GET", "/v1/files"), ("DELETE", "/v1/files/file-1"), ("GET", "/v1/responses/resp_123"),
+    ("GET", "/v1/messages/batches/msgbatch_1/results"), ("POST", "/v1/batches/batch_1/cancel"),
+    ("POST", "/v1/files"), ("GET", "/v1/chat/completions"), ("PUT", "/v1/embeddings"),
+])  # fmt: skip
+async def test_a_model_named_in_a_dummy_body_does_not_let_a_limited_key_past_path_not_allowed(
+    make_gateway: MakeGateway, method: str, path: str
+) -> None:
+    """Whether a request can be held to a key's rules is the method's and the path's to say,
+    not its body's: ``curl -X GET -d '{"model":"gpt-4o-mini"}' /v1/files`` listed the
+    provider account's files with the operator's key."""
+    gw = await make_gateway(keys_yaml(models=["gpt-4o-mini*"], budget={"usd": 1, "period": "day"}))
+    async with gw.session.request(method, gw.base + path, json={"model": "gpt-4o-mini"},
+                                  headers={**ALICE, "anthropic-version": "2023-06-01"}) as r:  # fmt: skip
+        assert r.status == 403
+        assert (await r.json())["error"]["code"] == "path_not_allowed"
+    assert gw.fake.requests == []
+
+
+async def test_a_body_is_read_for_its_model_only_when_its_media_type_is_json(make_gateway: MakeGateway) -> None:
+    """``text/plain; a=json`` held "json": the gateway read a model from a body its type says
+    is not JSON."""
+    gw = await make_gateway(keys_yaml(models=["gpt-4o-mini*"]))
+    for ctype in ("text/plain; a=json", "application/jsonx", "text/json-ish"):
+        async with gw.session.post(gw.base + "/v1/embeddings", data=b'{"model": "gpt-4o-mini", "input": "x"}',
+                                   headers={**ALICE, "Content-Type": ctype}) as r:  # fmt: skip
+            assert r.status == 403, ctype
+            assert (await r.json())["error"]["code"] == "path_not_allowed"
+    assert gw.fake.requests == []
+    for ctype in ("application/json", "Application/JSON; charset=utf-8", "application/vnd.api+json"):
+        gw.fake.script(Reply(200, {"object": "list", "data": [], "usage": {"prompt_tokens": 1, "total_tokens": 1}}))
+        async with gw.session.post(gw.base + "/v1/embeddings", data=b'{"model": "gpt-4o-mini", "input": "x"}',
+                                   headers={**ALICE, "Content-Type": ctype}) as r:  # fmt: skip
+            assert r.status == 200, ctype
+    assert len(gw.fake.requests) == 3
+
+
 async def test_a_stream_left_before_its_first_words_pays_for_the_prompt_the_provider_read(
     make_gateway: MakeGateway,
 ) -> None:
