@@ -27,7 +27,7 @@ import dataclasses
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import unquote_plus
 
 import orjson
 from aiohttp import web
@@ -301,12 +301,16 @@ def _errors_dialect(request: web.Request) -> Dialect:
 
 
 def forwarded_query(request: web.Request, dialect: Dialect) -> str:
-    """The client's query string as it goes upstream: without the key parameter its API takes
-    (Gemini's ``?key=``), which is a credential for the gateway, never for the provider."""
+    """The client's query string as it goes upstream: as the client encoded it, without the
+    key parameter its API takes (Gemini's ``?key=``), which is a credential for the gateway,
+    never for the provider. ``request.query_string`` is decoded: forwarded, the openai SDK's
+    ``my+project+%231`` put a space in the upstream's request line and cut the rest at the
+    ``#``, and a ``%00`` put a NUL there."""
+    raw = request.rel_url.raw_query_string
     param = dialect.key_param
     if param is None or param not in request.query:
-        return request.query_string
-    return urlencode([(k, v) for k, v in request.query.items() if k != param])
+        return raw
+    return "&".join(p for p in raw.split("&") if unquote_plus(p.partition("=")[0]) != param)
 
 
 def authenticate(svc: Services, request: web.Request) -> Failure | None:

@@ -1,0 +1,107 @@
+"""The client's query string reaches the upstream as the client encoded it, on both upstream
+clients: it was forwarded decoded, so the openai SDK's ``metadata[topic]=my+project+%231``
+arrived as ``metadata[topic]=my project `` (a space in the request line, the rest cut at the
+``#``), ``%2541`` was decoded twice on its way, ``%0d%0a`` vanished and ``%00`` put a NUL in
+the request line."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import openai
+import pytest
+from yarl import URL
+
+from tests.integration.conftest import MakeGateway
+
+LISTING = b'{"object": "list", "data": [], "first_id": null, "last_id": null, "has_more": false}'
+
+
+class Capture:
+    """An upstream that records each request line as it came and answers an empty listing."""
+
+    def __init__(self) -> None:
+        self.lines: list[bytes] = []
+        self.heads: list[bytes] = []
+        self.port = 0
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> Capture:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                self.heads.append(head)
+                self.lines.append(head.split(b"\r\n", 1)[0])
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)  # fmt: skip
+                await reader.readexactly(length)
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(LISTING), LISTING))  # fmt: skip
+                await writer.drain()
+        writer.close()
+
+    async def close(self) -> None:
+        assert self._server is not None
+        self._server.close()
+
+
+@pytest.fixture
+async def capture() -> AsyncIterator[Capture]:
+    upstream = await Capture().start()
+    yield upstream
+    await upstream.close()
+
+
+@pytest.mark.parametrize("client", ["h1", "aiohttp"])
+async def test_the_openai_sdks_listing_query_reaches_the_upstream_as_it_was_encoded(
+    make_gateway: MakeGateway, capture: Capture, client: str
+) -> None:
+    gw = await make_gateway(f"server: {{upstream_client: {client}}}\n",
+                            upstreams=f"  - {{name: up, base_url: 'http://127.0.0.1:{capture.port}/v1'}}\n")
+    sdk = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="sk-client", max_retries=0)
+    try:
+        page = await sdk.chat.completions.list(metadata={"topic": "my project #1"}, limit=5)
+        assert page.data == []
+    finally:
+        await sdk.close()
+    assert capture.lines == [b"GET /v1/chat/completions?limit=5&metadata%5Btopic%5D=my+project+%231 HTTP/1.1"]
+
+
+@pytest.mark.parametrize("client", ["h1", "aiohttp"])
+@pytest.mark.parametrize("query", ["q=%2541", "q=a%0d%0aX-Injected:%201", "q=a%00b", "a=%20&b=%26&c=%3D&d=%25",
+                                   "q=%E2%82%AC+x", "flag&x=", "q=~!$'()*,;:@/?"])  # fmt: skip
+async def test_any_query_goes_upstream_byte_for_byte(
+    make_gateway: MakeGateway, capture: Capture, client: str, query: str
+) -> None:
+    gw = await make_gateway(f"server: {{upstream_client: {client}}}\n",
+                            upstreams=f"  - {{name: up, base_url: 'http://127.0.0.1:{capture.port}/v1'}}\n")
+    async with gw.session.get(URL(f"{gw.base}/v1/files?{query}", encoded=True)) as r:
+        assert r.status == 200, await r.read()
+    assert capture.lines == [f"GET /v1/files?{query} HTTP/1.1".encode()]
+
+
+async def test_a_messages_clients_query_goes_on_as_encoded(make_gateway: MakeGateway, capture: Capture) -> None:
+    """The full pipeline forwards its client's query too (Claude Code's ``?beta=true``)."""
+    gw = await make_gateway(upstreams=f"  - {{name: up, base_url: 'http://127.0.0.1:{capture.port}/v1', "
+                                      "apis: [messages]}\n")
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    await gw.messages(body, query="?beta=true&x=a%26b%2Bc")
+    assert capture.lines == [b"POST /v1/messages?beta=true&x=a%26b%2Bc HTTP/1.1"]
+
+
+async def test_a_gemini_callers_key_is_taken_out_of_the_query_and_the_rest_kept_as_encoded(
+    make_gateway: MakeGateway, capture: Capture
+) -> None:
+    """``?key=`` is a credential for the gateway, never forwarded; the rest goes as it came."""
+    gw = await make_gateway(upstreams=f"  - {{name: up, base_url: 'http://127.0.0.1:{capture.port}/v1'}}\n")
+    url = URL(f"{gw.base}/v1/files?a=x%2By&key=AIza-secret&k%65y=AIza-2&b=%23", encoded=True)
+    async with gw.session.get(url) as r:
+        assert r.status == 200
+    assert capture.lines == [b"GET /v1/files?a=x%2By&b=%23 HTTP/1.1"]
