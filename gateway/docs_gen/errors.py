@@ -300,6 +300,11 @@ MEANINGS = {
     "where a list belongs, say); the message names the field as the client's API does, never its value.",
     "no_translation": "The upstream speaks no API the request can be translated to (`upstreams[].apis`); "
     "404 for a path of an API it does not speak.",
+    "invalid_key_param": "A Gemini caller's `?key=` holds a CR, LF or NUL (percent-encoded), which no HTTP "
+    "header may carry (RFC 9110 §5.5); where the gateway passes client keys through it would go "
+    "upstream in one.",
+    "invalid_header": "A header the gateway would send upstream holds a CR, LF or NUL (RFC 9110 §5.5); "
+    "both upstream clients refuse to write it, and nothing is sent.",
     "missing_client_key": "Client keys are configured and the request carries none.",
     "invalid_client_key": "Client keys are configured and the one the request carries matches none.",
     "budget_exhausted": "The key's (or its team's) budget for the period is spent; `x-llm-error-reset-at` "

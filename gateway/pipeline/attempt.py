@@ -25,6 +25,7 @@ from gateway.pipeline.outcome import (
     Outcome,
     RequestState,
     Success,
+    bad_request,
     gateway_failure,
     transport_failure,
 )
@@ -38,7 +39,7 @@ from gateway.services import Services, UpstreamRuntime
 from gateway.sse import EventTooLarge, error_status, event_error_fields, upstream_splitter
 from gateway.state.pools import Mark
 from gateway.translate import Translation
-from gateway.upstream import BodyTooLarge, UpstreamFailure, UpstreamRequest, UpstreamResponse
+from gateway.upstream import BadRequestHead, BodyTooLarge, UpstreamFailure, UpstreamRequest, UpstreamResponse
 from gateway.upstream.deadline import Deadline
 
 log = logging.getLogger("gateway.decisions")
@@ -226,6 +227,11 @@ async def _exchange(
         if f.kind is TransportError.FIRST_BYTE_TIMEOUT and token_first and token_s is not None:
             return _first_token_timeout(svc, state, call, token_s)
         return _transport(svc, f.kind, f.evidence)
+    except BadRequestHead as e:
+        # Config's headers and keys are checked at load, and the server refuses such bytes in
+        # a client's own headers: what is left is the client's, decoded into a header (a Gemini
+        # ?key= moved into the upstream's key header). Its mistake, not a 500; nothing was sent.
+        return bad_request(f"the request cannot be sent upstream: {e}", "invalid_header")
     svc.busy_poll.touch()
     state.upstream_head_s = call.head_s = svc.monotonic() - sent
     if call.up.pooled and svc.pool_state is not None and call.up.cfg.api_key is not None:

@@ -318,7 +318,13 @@ def authenticate(svc: Services, request: web.Request) -> Failure | None:
     header, or in the query parameter the request's API takes a key in (Gemini's ``key``)."""
     state = request[STATE]
     param = state.dialect.key_param
-    result = svc.auth.check(request.headers, request.query.get(param) if param else None)
+    query_key = request.query.get(param) if param else None
+    if query_key is not None and any(c in query_key for c in "\r\n\x00"):
+        # Decoded from the URL, it may hold what no header value may (RFC 9110 §5.5), and in
+        # pass-through it goes upstream in one (x-goog-api-key): a 500 or a NUL on the wire.
+        return bad_request(f"the key in '?{param}=' holds a line break or NUL, which no header may carry",
+                           "invalid_key_param")
+    result = svc.auth.check(request.headers, query_key)
     if result.ok:
         state.key = result.key
         return None

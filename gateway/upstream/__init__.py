@@ -29,6 +29,12 @@ class UpstreamFailure(Exception):
         self.evidence = evidence
 
 
+class BadRequestHead(ValueError):
+    """A request head the client cannot write as given: a CR, LF or NUL in a header or the
+    request line (RFC 9110 §5.5), which would split the head or smuggle what follows. Nothing
+    was sent; the request, not the upstream, is at fault (the pipeline answers 400)."""
+
+
 class BodyTooLarge(Exception):
     """A body longer than the reader would hold whole (``read(limit, whole=True)``)."""
 

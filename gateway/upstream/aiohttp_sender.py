@@ -15,7 +15,7 @@ from yarl import URL
 
 from gateway.config import TimeoutsConfig
 from gateway.errors import TransportError
-from gateway.upstream import BodyTooLarge, UpstreamFailure, UpstreamRequest, UpstreamResponse
+from gateway.upstream import BadRequestHead, BodyTooLarge, UpstreamFailure, UpstreamRequest, UpstreamResponse
 from gateway.upstream.deadline import Deadline
 from gateway.upstream.proxy import NO_EGRESS_PROXY, Egress
 
@@ -196,6 +196,11 @@ class AiohttpSender:
         headers = request.headers
         if proxy_authorization is not None:
             headers = {**headers, "Proxy-Authorization": proxy_authorization}
+        if any("\x00" in v for v in headers.values()):
+            # aiohttp refuses a CR or LF (a ValueError, below) but writes a NUL, which no field
+            # value may hold either (RFC 9110 §5.5): refused as the h1 client refuses it.
+            deadline.close()
+            raise BadRequestHead(_with_nul(headers))
         try:
             resp = await self._session.request(
                 request.method,
@@ -224,6 +229,9 @@ class AiohttpSender:
         except aiohttp.ClientError as e:  # resets, malformed heads, anything else on the wire
             deadline.close()
             raise UpstreamFailure(TransportError.RESET, type(e).__name__) from None
+        except ValueError:  # aiohttp's "Newline or carriage return character detected in ... header"
+            deadline.close()
+            raise BadRequestHead("a header of the request has a line break in it") from None
         except BaseException:
             deadline.close()
             raise
@@ -233,3 +241,8 @@ class AiohttpSender:
             raise UpstreamFailure(TransportError.CONNECT, "the proxy refused the request: 407", "proxy:407")
         deadline.disarm()  # the body's reads re-arm it with idle_s
         return _AiohttpResponse(resp, self._timeouts.idle_s, deadline)
+
+
+def _with_nul(headers: Mapping[str, str]) -> str:
+    name = next((k for k, v in headers.items() if "\x00" in v), "")
+    return f"header {name[:64]!r} has a NUL in it"

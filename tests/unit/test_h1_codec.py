@@ -119,6 +119,19 @@ def test_a_line_break_is_refused_wherever_it_would_land_and_named_when_a_header_
         request_head("POST", parse_target("http://h/x"), {"Connection": "a\nb", "x-a": "1\nx-b: 2"}, 0)
 
 
+def test_a_nul_is_refused_in_a_header_and_in_the_request_line() -> None:
+    """RFC 9110 §5.5: a field value holds no CR, LF or NUL. A Gemini ``?key=AIza%00x`` was
+    decoded into x-goog-api-key and sent with its NUL."""
+    with pytest.raises(BadRequestHead, match="x-goog-api-key"):
+        request_head("POST", parse_target("http://h/x"), {"ok": "1", "x-goog-api-key": "AIza\x00x"}, 0)
+    with pytest.raises(BadRequestHead):
+        request_head("POST", parse_target("http://h/x"), {"x-a\x00": "1"}, 0)
+    with pytest.raises(BadRequestHead, match="request line"):
+        request_head("GET", parse_target("http://h/x?q=a\x00b"), {}, None)
+    # A framing header is never sent: what it holds cannot reach the upstream.
+    assert b"\x00" not in request_head("POST", parse_target("http://h/x"), {"Connection": "a\x00"}, 0)
+
+
 BODY = b'{"id":"chatcmpl-1","choices":[{"message":{"content":"hi"}}]}' * 50
 
 
