@@ -17,8 +17,11 @@ HOP_BY_HOP = frozenset({
 })  # fmt: skip
 
 # Recomputed by the hop that sends the body; the client leg is always identity-encoded
-# because the upstream leg is decompressed on arrival.
-_REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "accept-encoding", "content-encoding"}
+# because the upstream leg is decompressed on arrival. ``Expect: 100-continue`` was the
+# client's of the gateway, answered before its body was read (pipeline/admit.py): forwarded,
+# the aiohttp client held the body back for the upstream's 100, which a server need not send
+# (RFC 9110 §10.1.1), and the request hung until first_byte_s.
+_REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "accept-encoding", "content-encoding", "expect"}
 _RESPONSE_DROP = HOP_BY_HOP | {
     "content-length", "content-encoding", "server", "date",
     # Ours to set: the gateway decides about retries and request ids.

@@ -64,12 +64,13 @@ def test_hop_by_hop_and_host_are_not_forwarded() -> None:
         ("Proxy-Authorization", "Basic x"), ("Proxy-Connection", "x"), ("Trailer", "x"),
         ("X-Custom-Hop", "1"), ("Content-Length", "10"), ("Accept-Encoding", "gzip"),
         ("Authorization", "Bearer client"), ("OpenAI-Organization", "org-1"), ("x-request-id", "theirs"),
+        ("Expect", "100-continue"),
     ]
     out = request_headers(client, B, "rid-1")
     lowered = {k.lower(): v for k, v in out.items()}
     for dropped in ("host", "connection", "keep-alive", "transfer-encoding", "te", "upgrade",
                     "proxy-authorization", "proxy-connection", "trailer", "x-custom-hop",
-                    "content-length", "accept-encoding"):
+                    "content-length", "accept-encoding", "expect"):
         assert dropped not in lowered
     assert lowered["authorization"] == "Bearer client"  # no key configured: the client's goes through
     assert lowered["openai-organization"] == "org-1"
