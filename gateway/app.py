@@ -33,7 +33,7 @@ from gateway.keys.prices import Price, PriceTable
 from gateway.keys.references import ReferenceTokens
 from gateway.live import LIVE, Build, Closable, Live
 from gateway.pipeline import forward, gemini_extras, key_info
-from gateway.pipeline.admit import expect_continue
+from gateway.pipeline.admit import KeyParam, expect_continue
 from gateway.pipeline.observe import observed, unobserved
 from gateway.policy.breaker import CircuitState
 from gateway.policy.loop_breaker import LoopBreaker
@@ -102,12 +102,14 @@ def create_app(
     for dialect in DIALECTS:
         pipeline = forward.full_pipeline(dialect)
         handler = observed(gemini_extras.json_array_or(pipeline) if dialect is GEMINI else pipeline)
+        expect = expect_continue(_key_param(dialect.key_param))
         for path in dialect.paths:
-            app.router.add_post(path, handler, expect_handler=expect_continue)
+            app.router.add_post(path, handler, expect_handler=expect)
     app.router.add_route("HEAD", "/api/hello", observed(forward.hello))
     app.router.add_route("HEAD", "/", observed(forward.hello))  # what current Claude Code probes instead
     for path in gemini_extras.COUNT_PATHS:
-        app.router.add_post(path, observed(gemini_extras.count_tokens), expect_handler=expect_continue)
+        app.router.add_post(path, observed(gemini_extras.count_tokens),
+                            expect_handler=expect_continue(_key_param(GEMINI.key_param)))  # fmt: skip
     app.router.add_get("/v1beta/models", observed(gemini_extras.list_gemini_models))
     app.router.add_get("/v1beta/models/{model}", observed(gemini_extras.get_gemini_model))
     # OpenAI's paths too: a caller with a Gemini key (the google-genai SDK) gets Gemini's answer.
@@ -119,9 +121,15 @@ def create_app(
     app.router.add_get("/v1/gateway/keys", observed(key_info.all_keys))
     # The gateway's own namespace: another method or path under it is never a provider's.
     app.router.add_route("*", "/v1/gateway/{tail:.*}", observed(forward.not_found))
-    app.router.add_route("*", "/v1/{tail:.*}", observed(forward.passthrough), expect_handler=expect_continue)
+    app.router.add_route("*", "/v1/{tail:.*}", observed(forward.passthrough),
+                         expect_handler=expect_continue(forward.key_param_of))  # fmt: skip
     app.router.add_route("*", "/{tail:.*}", observed(forward.not_found))
     return app
+
+
+def _key_param(param: str | None) -> KeyParam:
+    """A route whose API is fixed: its key parameter, whatever the request."""
+    return lambda request: param
 
 
 @dataclass(frozen=True)

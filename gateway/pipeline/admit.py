@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -21,19 +22,33 @@ from gateway.jsonbody import Lenient, mended
 from gateway.live import LIVE
 from gateway.pipeline.outcome import Failure, bad_request
 
+# The query parameter a route's API takes a key in (Gemini's ``key``), for a request.
+KeyParam = Callable[[web.Request], str | None]
 
-async def expect_continue(request: web.Request) -> None:
-    """Answer ``Expect: 100-continue`` only for bodies we will accept: a client announcing
-    an oversized body gets the 413 from the handler without uploading it first."""
-    # Before observe: the config new requests get (the handler's own check reads its request's).
-    limit = request.app[LIVE].services.cfg.server.max_body_bytes
-    declared = request.content_length
-    if request.headers.get("Expect", "").lower() != "100-continue":
-        return  # an unknown expectation is ignored, as RFC 9110 §10.1.1 allows
-    if declared is not None and declared > limit:
-        return
-    await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-    request.writer.output_size = 0
+
+def expect_continue(key_param: KeyParam) -> Callable[[web.Request], Awaitable[None]]:
+    """The route's answer to ``Expect: 100-continue``: a 100 only for a body the handler will
+    read. A client announcing an oversized body, or holding no gateway key (the same digest
+    lookup authentication makes, so nothing a handler would let in is held back), gets no 100:
+    the handler answers its 413 or 401 at once, with the whole header contract, and the client
+    never uploads the body for nothing."""
+
+    async def expect(request: web.Request) -> None:
+        # Before observe: the config new requests get (the handler's own check reads its request's).
+        svc = request.app[LIVE].services
+        if request.headers.get("Expect", "").lower() != "100-continue":
+            return  # an unknown expectation is ignored, as RFC 9110 §10.1.1 allows
+        declared = request.content_length
+        if declared is not None and declared > svc.cfg.server.max_body_bytes:
+            return
+        if svc.auth.required:
+            param = key_param(request)
+            if not svc.auth.check(request.headers, request.query.get(param) if param else None).ok:
+                return
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0
+
+    return expect
 
 
 async def read_body(request: web.Request, max_bytes: int, idle_s: float, total_s: float) -> bytes | Failure:

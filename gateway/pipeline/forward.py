@@ -300,6 +300,11 @@ def _errors_dialect(request: web.Request) -> Dialect:
     return dialect_for_errors(request.path, "anthropic-version" in request.headers, gemini_caller(request))
 
 
+def key_param_of(request: web.Request) -> str | None:
+    """The query parameter ``passthrough`` takes a key in for this request (a Gemini caller's ``key``)."""
+    return _errors_dialect(request).key_param
+
+
 def forwarded_query(request: web.Request, dialect: Dialect) -> str:
     """The client's query string as it goes upstream: as the client encoded it, without the
     key parameter its API takes (Gemini's ``?key=``), which is a credential for the gateway,
