@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.app import create_app
 from gateway.config import parse_config
 from gateway.server import make_runner
+from tests.capture_upstream import Capture
 from tests.fakeupstream import FakeUpstream
 
 
@@ -133,3 +134,11 @@ async def make_gateway() -> AsyncIterator[MakeGateway]:
     yield make
     for c in reversed(cleanups):
         await c()
+
+
+@pytest.fixture
+async def capture() -> AsyncIterator[Capture]:
+    """An upstream that records each request's head as it came on the wire."""
+    upstream = await Capture().start()
+    yield upstream
+    await upstream.close()

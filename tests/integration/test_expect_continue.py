@@ -10,20 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 from yarl import URL
 
 from tests.capture_upstream import Capture
 from tests.integration.conftest import Gateway, MakeGateway
-
-
-@pytest.fixture
-async def capture() -> AsyncIterator[Capture]:
-    upstream = await Capture().start()
-    yield upstream
-    await upstream.close()
 
 
 @pytest.mark.parametrize("client", ["h1", "aiohttp"])

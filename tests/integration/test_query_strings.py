@@ -6,22 +6,12 @@ the request line."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import openai
 import pytest
 from yarl import URL
 
 from tests.capture_upstream import Capture
 from tests.integration.conftest import MakeGateway
-
-
-@pytest.fixture
-async def capture() -> AsyncIterator[Capture]:
-    upstream = await Capture().start()
-    yield upstream
-    await upstream.close()
-
 
 
 @pytest.mark.parametrize("client", ["h1", "aiohttp"])
