@@ -304,6 +304,28 @@ def thinking_call(thought: str, tool_id: str, name: str, args: str) -> Stream:
     ])  # fmt: skip
 
 
+def test_codex_on_its_default_model_runs_its_exec_tool_on_a_messages_upstream(
+    codex: Path,  # noqa: F811
+    messages_gateway: RunningGateway,
+    upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    """Codex's default model (responses-lite: its tools in an ``additional_tools`` item) on an
+    Anthropic-only upstream, whose fake refuses what Anthropic refuses: Claude gets the tools,
+    calls ``functions__exec``, and Codex runs it as its custom ``exec`` in ``functions``."""
+    script = 'const r = await tools.exec_command({cmd: "echo hi-from-claude"}); text(JSON.stringify(r));'
+    upstream.script(messages_call("toolu_01L", "functions__exec", json.dumps({"input": script})),
+                    Stream(anthropic_stream(words=("It printed hi.",))))  # fmt: skip
+    r = run_codex(codex, messages_gateway, tmp_path, "Run echo hi-from-claude", model="")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "It printed hi."
+    first, second = [q.json() for q in upstream.requests]
+    assert "functions__exec" in {t["name"] for t in first["tools"]}
+    [result] = [b for m in second["messages"] if m["role"] == "user" and isinstance(m["content"], list)
+                for b in m["content"] if b.get("type") == "tool_result"]  # fmt: skip
+    assert result["tool_use_id"] == "toolu_01L" and "hi-from-claude" in json.dumps(result["content"])
+
+
 def test_codex_keeps_claude_thinking_on_after_a_tool_call(
     codex: Path,  # noqa: F811
     messages_gateway: RunningGateway,
