@@ -12,7 +12,9 @@ Rules (each with its reason in docs/translation/messages_chat.md):
 * ``tool_use`` blocks become ``tool_calls`` (ids kept as they are, but one longer than OpenAI's
   40 characters goes to a chat upstream as a digest of itself: ``apis/chat/ids.py``),
   ``tool_result`` blocks ``tool`` messages right after them; images inside a tool result follow
-  in a user message, because a chat ``tool`` message carries text only.
+  in a user message, because a chat ``tool`` message carries text only. A ``tool_reference``
+  in a result (a tool search loading a deferred tool) becomes text saying the tool is loaded:
+  every tool, ``defer_loading`` ones too, is sent up front.
 * ``stop_sequences``: the first 4 go to a chat upstream, OpenAI's most ("Invalid 'stop': array
   too long. Expected an array with maximum length 4").
 * thinking blocks in history are dropped: chat completions has no field for them, and a
@@ -388,7 +390,7 @@ def _user_turn(convo: _Convo, content: Any, i: int) -> None:
         kind = typed.text(block.get("type"), (*at, "type"))
         if kind == "tool_result":
             call_id = convo.ids(typed.text(block.get("tool_use_id"), (*at, "tool_use_id")) or "")
-            text, images = _tool_result(block, i, at)
+            text, images = _tool_result(block, i, at, convo.functions)
             convo.out.append({"role": "tool", "tool_call_id": call_id, "content": text})
             if images:
                 tool_images.append({"type": "text", "text": f"Images returned by tool call {call_id}:"})
@@ -398,13 +400,18 @@ def _user_turn(convo: _Convo, content: Any, i: int) -> None:
     convo.user(tool_images + parts)
 
 
-def _tool_result(block: dict[str, Any], i: int, at: typed.Path) -> tuple[str, list[dict[str, Any]]]:
+def _tool_result(
+    block: dict[str, Any], i: int, at: typed.Path, functions: Names = NONE
+) -> tuple[str, list[dict[str, Any]]]:
     content = typed.content(block.get("content"), (*at, "content"))
     texts: list[str] = []
     images: list[dict[str, Any]] = []
     if isinstance(content, str):
         texts.append(content)
     for j, inner in enumerate(content if isinstance(content, list) else ()):
+        if inner.get("type") == "tool_reference":
+            texts.append(_tool_reference(inner, (*at, "content", j), functions))
+            continue
         for part in _part(inner, i, (*at, "content", j)):
             if part["type"] == "text":
                 texts.append(part["text"])
@@ -417,6 +424,21 @@ def _tool_result(block: dict[str, Any], i: int, at: typed.Path) -> tuple[str, li
         # Chat has no error flag on a tool message; the model still has to know it failed.
         text = "Error: " + text
     return text, images
+
+
+def _tool_reference(block: dict[str, Any], at: typed.Path, functions: Names) -> str:
+    """A ``tool_reference`` in a tool search's result, as the text of the tool message.
+
+    Anthropic's API loads the referenced tool's definition there ("Tool search tool" guide,
+    https://platform.claude.com/docs/en/agents-and-tools/tool-use/tool-search-tool: "you can also
+    implement client-side tool search by returning tool_reference blocks"; the SDKs'
+    ``ToolReferenceBlockParam {type: "tool_reference", tool_name}``). A chat upstream is sent
+    every tool up front, ``defer_loading`` ones as ordinary functions, so there is nothing to
+    load: the model is told the tool is there, under the name it calls it by."""
+    name = typed.text(block.get("tool_name"), (*at, "tool_name"))
+    if name is None:
+        raise Untranslatable(f"{typed.bracketed(at)}: a tool_reference block needs a 'tool_name'")
+    return f"Tool {functions.upstream(name)} loaded: it can be called now."
 
 
 def _part(block: dict[str, Any], i: int, at: typed.Path, files: bool = False) -> list[dict[str, Any]]:

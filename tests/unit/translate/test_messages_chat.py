@@ -17,7 +17,8 @@ import pytest
 
 from gateway.apis.base import Ending
 from gateway.errors import Classification, ErrorType
-from gateway.fake import chat_rules
+from gateway.fake import chat_rules, gemini_rules, responses_rules
+from gateway.translate import default_translations
 from gateway.translate.base import Refusal, Target
 from gateway.translate.messages_chat import MessagesToChat
 from gateway.translate.messages_chat.answer import INVALID_ARGUMENTS
@@ -616,3 +617,68 @@ def test_a_field_of_the_wrong_json_type_is_a_400_naming_it_as_anthropic_does(
 ) -> None:
     out = T.request(mutated(MESSAGES, field, value), TARGET)
     assert isinstance(out, Refusal) and out.code == "invalid_type" and out.message == says, out
+
+
+# --- Claude Code 2.1.332 (tool search, thinking off) through every translated upstream ------
+
+TOOL_REFERENCE = "claude-code-2.1.332-tool-reference.json"
+THROUGH = {"chat": Target(model="qwen3-coder"), "responses": Target(model="gpt-5.5"),
+           "gemini": Target(model="gemini-2.5-flash")}  # fmt: skip
+
+
+def _through(upstream: str, body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` as the translator a Messages client reaches ``upstream`` through sends it,
+    checked against the fake's rules for that API (what the real one refuses)."""
+    out = default_translations().table["messages", upstream].request(body, THROUGH[upstream])
+    assert not isinstance(out, Refusal), out
+    if upstream == "chat":
+        assert chat_rules.refusal("/v1/chat/completions", out) is None
+    elif upstream == "responses":
+        assert responses_rules.refusal("/v1/responses", out) is None
+    else:
+        # The model and the method go in the URL (GeminiGenerate.address).
+        sent = {k: v for k, v in out.items() if k not in ("model", "stream")}
+        assert gemini_rules.refusal(sent, model=THROUGH[upstream].model) is None
+    return out
+
+
+def _tool_result_text(upstream: str, out: dict[str, Any], call_id: str) -> str:
+    if upstream == "chat":
+        return next(m["content"] for m in out["messages"] if m.get("tool_call_id") == call_id)
+    if upstream == "responses":
+        return next(i["output"] for i in out["input"] if i.get("type") == "function_call_output")
+    parts = [p["functionResponse"] for c in out["contents"] for p in c["parts"] if "functionResponse" in p]
+    return json.dumps(parts[0]["response"])
+
+
+@pytest.mark.parametrize("upstream", ["chat", "responses", "gemini"])
+def test_claude_codes_tool_search_result_says_the_loaded_tool_is_available(upstream: str) -> None:
+    """2.1.332 defers tools (CronList among them) and loads one with ToolSearch, whose result
+    is ``[{"type": "tool_reference", "tool_name": "CronList"}]``: Anthropic's API makes the
+    referenced tool's definition available to the model there (tool search tool guide, "Custom
+    tool search implementation"). A translated upstream has every tool, deferred ones too, up
+    front: the result says, in text, that the tool is loaded."""
+    body = corpus_request(TOOL_REFERENCE)
+    result = body["messages"][3]["content"][0]
+    assert result["content"] == [{"type": "tool_reference", "tool_name": "CronList"}]
+    assert {t["name"]: t.get("defer_loading") for t in body["tools"]}["CronList"] is True
+    out = _through(upstream, body)
+    text = _tool_result_text(upstream, out, result["tool_use_id"])
+    assert "CronList" in text and "loaded" in text
+    declared = ([t["function"]["name"] for t in out["tools"]] if upstream == "chat" else
+                [t["name"] for t in out["tools"]] if upstream == "responses" else
+                [d["name"] for d in out["tools"][0]["functionDeclarations"]])  # fmt: skip
+    assert "CronList" in declared  # deferred tools go as ordinary functions
+
+
+def test_a_tool_reference_names_the_tool_as_the_upstream_knows_it() -> None:
+    long = "mcp__github-enterprise-internal__create_pull_request_review_comment_reply"
+    body = sdk_request(tools=[{"name": long, "input_schema": {"type": "object"}, "defer_loading": True},
+                              {"name": "ToolSearch", "input_schema": {"type": "object"}}], messages=[
+        {"role": "user", "content": "review"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "ToolSearch", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [
+            {"type": "tool_reference", "tool_name": long}]}]}])  # fmt: skip
+    out = chat(body)
+    sent = out["tools"][0]["function"]["name"]
+    assert sent != long and sent in out["messages"][-1]["content"] and long not in out["messages"][-1]["content"]
