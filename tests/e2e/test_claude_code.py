@@ -395,8 +395,7 @@ def test_overflowing_tool_run_is_rescued_by_the_gateway_when_configured(
     _assert_tool_pairs(after["messages"])
     for key in ("system", "tools", "model", "thinking", "metadata", "context_management", "output_config"):
         assert after.get(key) == before.get(key), key
-    # Claude Code's mid-conversation system messages (beta mid-conversation-system-2026-04-07)
-    # are system messages: kept exactly.
+    # Claude Code's mid-conversation system messages are system messages: kept exactly.
     kept = [m for m in after["messages"] if m["role"] == "system"]
     assert kept == [m for m in before["messages"] if m["role"] == "system"], _roles(after)
     assert after["messages"][0] == before["messages"][0]  # the prompt the user typed
