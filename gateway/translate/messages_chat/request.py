@@ -50,6 +50,10 @@ USER_MAX = 64
 STOP_MAX = 4
 
 _TOOL_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
+# Written for the next hop only (Messages → chat → Gemini, ``Target.onward``): no reasoning
+# text is to come back. OpenRouter's chat field of that name
+# (https://openrouter.ai/blog/reasoning-tokens-for-thinking-models), which chat_gemini reads.
+INCLUDE_REASONING = "include_reasoning"
 
 
 class Untranslatable(Exception):
@@ -105,6 +109,11 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
         effort = _reasoning_effort(thinking, config)
         if effort:
             out["reasoning_effort"] = effort
+            if thinking is None and target.onward == "gemini":
+                # No thinking asked for: the effort still shapes the answer, but no thought
+                # text is to come back (see _reasoning_effort). Gemini shows thoughts only
+                # when asked; chat and Responses show none for an effort alone.
+                out[INCLUDE_REASONING] = False
         fmt = _response_format(config, typed.obj(payload.get("output_format"), ("output_format",)))
         if fmt:
             out["response_format"] = fmt
@@ -170,7 +179,17 @@ def _reasoning_effort(thinking: dict[str, Any] | None, output_config: dict[str, 
     """``thinking`` and ``output_config.effort`` → ``reasoning_effort``.
 
     A budget maps by size; it is never refused for being under Anthropic's 1,024 minimum
-    (that floor is Anthropic's, not the chat upstream's: Bifrost #1479 refused it)."""
+    (that floor is Anthropic's, not the chat upstream's: Bifrost #1479 refused it).
+
+    An effort without ``thinking`` (Claude Code 2.1.332 with CLAUDE_CODE_DISABLE_THINKING=1)
+    is carried: Anthropic's effort "affects all tokens in the response", text and tool calls
+    too, and "doesn't require thinking to be enabled"
+    (https://platform.claude.com/docs/en/build-with-claude/effort, as quoted in LiteLLM's
+    docs/providers/anthropic_effort). No thinking text was asked for: Opus 4.8 and earlier do
+    not think without ``thinking``, and the Claude 5 models that do think by default return
+    no thinking text unless ``display`` asks (its default is "omitted" since Opus 4.7,
+    anthropics/claude-code#49268). So the effort goes where the upstream's knob shows no
+    reasoning by itself, and the request asks a Gemini upstream for no thoughts."""
     thinking = thinking or {}
     kind = typed.text(thinking.get("type"), ("thinking", "type"))
     budget = typed.integer(thinking.get("budget_tokens"), ("thinking", "budget_tokens"))

@@ -682,3 +682,25 @@ def test_a_tool_reference_names_the_tool_as_the_upstream_knows_it() -> None:
     out = chat(body)
     sent = out["tools"][0]["function"]["name"]
     assert sent != long and sent in out["messages"][-1]["content"] and long not in out["messages"][-1]["content"]
+
+
+THINKING_OFF = "claude-code-2.1.332-thinking-off.json"
+
+
+def test_claude_code_2_1_332_with_thinking_off_asks_no_upstream_for_visible_thinking() -> None:
+    """CLAUDE_CODE_DISABLE_THINKING=1: 2.1.332 sends no ``thinking`` but keeps
+    ``output_config.effort``. Anthropic: no extended thinking was asked for, and effort still
+    shapes the whole answer ("The effort parameter affects all tokens in the response [...]
+    It doesn't require thinking to be enabled"). Each upstream keeps the effort where it has a
+    knob that turns no visible thinking on: chat's reasoning_effort and Responses' reasoning
+    effort show none; Gemini gets the budget without includeThoughts."""
+    body = corpus_request(THINKING_OFF)
+    assert "thinking" not in body and body["output_config"] == {"effort": "medium"}
+    assert _through("chat", body)["reasoning_effort"] == "medium"
+    responses = _through("responses", body)
+    assert responses["reasoning"] == {"effort": "medium"}
+    gemini = _through("gemini", body)
+    assert gemini["generationConfig"]["thinkingConfig"] == {"thinkingBudget": 8192}
+    # With thinking asked for, as 2.1.332 sends it by default, Gemini's thoughts are shown.
+    asked = _through("gemini", corpus_request("claude-code-2.1.332-first.json"))
+    assert asked["generationConfig"]["thinkingConfig"] == {"thinkingBudget": 8192, "includeThoughts": True}
