@@ -6,9 +6,10 @@ Rules (each with its reason in docs/translation/messages_chat.md):
   Claude Code's attribution block (``x-anthropic-billing-header: …``) is billing metadata for
   Anthropic's API, not an instruction, so it is left out.
 * ``role: "system"`` entries inside ``messages`` (Claude Code's mid-conversation system
-  beta) become ``<system-reminder>`` text in the neighbouring user turn: many chat templates
-  reject a system message that is not first, and folding them into the first system message
-  would change the prompt's prefix (and bust a server's prefix cache) each time one appears.
+  messages) become ``<system-reminder>`` text in the neighbouring user turn: many chat
+  templates reject a system message that is not first, and folding them into the first system
+  message would change the prompt's prefix (and bust a server's prefix cache) each time one
+  appears. Their tool changes are said there too, an added definition joining ``tools``.
 * ``tool_use`` blocks become ``tool_calls`` (ids kept as they are, but one longer than OpenAI's
   40 characters goes to a chat upstream as a digest of itself: ``apis/chat/ids.py``),
   ``tool_result`` blocks ``tool`` messages right after them; images inside a tool result follow
@@ -77,7 +78,8 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
     raw = payload.get("messages")
     if not isinstance(raw, list):
         raise Untranslatable("'messages' must be a list of message objects")
-    functions = function_names(payload.get("tools"))
+    declared = declared_tools(payload)
+    functions = function_names(declared)
     # A PDF goes on where the request ends at a Responses or a Gemini upstream, which read
     # files (as Claude does, through the same chat file part); a chat server reads images only.
     # Ids as OpenAI takes them, where the request stops at chat: the Gemini ids the gateway wrote
@@ -118,7 +120,7 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
         if fmt:
             out["response_format"] = fmt
 
-    tools = _tools(payload.get("tools"), functions)
+    tools = _tools(declared, functions)
     if tools:
         out["tools"] = tools
     if "tool_choice" in payload:
@@ -250,6 +252,43 @@ def function_names(tools: Any) -> Names:
     return names.names_for(declared, names.CHAT)
 
 
+def declared_tools(payload: Mapping[str, Any]) -> Any:
+    """The request's ``tools`` with the definitions its system messages add (mid-conversation
+    tool changes), each name once, a later definition in place of an earlier one; ``tools``
+    itself (the same object, which ``function_names`` remembers) when none is added."""
+    tools = payload.get("tools")
+    added = _definitions(payload.get("messages"))
+    if not added or not isinstance(tools, (list, type(None))):
+        return tools
+    out = list(tools or ())
+    at = {t["name"]: k for k, t in enumerate(out) if isinstance(t, dict) and isinstance(t.get("name"), str)}
+    for definition in added:
+        k = at.setdefault(definition["name"], len(out))
+        if k == len(out):
+            out.append(definition)
+        else:
+            out[k] = definition
+    return out
+
+
+def _definitions(messages: Any) -> list[dict[str, Any]]:
+    """The tool definitions ``tool_addition`` blocks of system messages carry, in order (the
+    walk refuses a malformed one, naming it)."""
+    found = []
+    for message in messages if isinstance(messages, list) else ():
+        if not isinstance(message, dict) or message.get("role") != "system":
+            continue
+        for block in message["content"] if isinstance(message.get("content"), list) else ():
+            if not isinstance(block, dict) or block.get("type") != "tool_addition":
+                continue
+            tool = block.get("tool")
+            if isinstance(tool, dict) and tool.get("type") == "tool_definition":
+                definition = tool.get("definition")
+                if isinstance(definition, dict) and isinstance(definition.get("name"), str):
+                    found.append(definition)
+    return found
+
+
 def _tools(tools: Any, functions: Names) -> list[dict[str, Any]]:
     return [_tool(tool, k, functions) for k, tool in enumerate(typed.objects(tools, ("tools",)))]
 
@@ -374,7 +413,7 @@ def _messages(
         role = typed.text(message.get("role"), ("messages", i, "role"))
         content = message.get("content")
         if role == "system":
-            text = "\n\n".join(_texts_of(content, ("messages", i, "content"), f"messages[{i}] (system)"))
+            text = "\n\n".join(_system_turn(content, i, functions))
             if text:
                 convo.note(text)
         elif role == "user":
@@ -386,6 +425,57 @@ def _messages(
                 f"messages[{i}] has role {role!r}; Messages knows user, assistant and system"
             )
     return convo.finish()
+
+
+def _system_turn(content: Any, i: int, functions: Names) -> list[str]:
+    """A system message's texts, its tool changes said in words.
+
+    ``tool_addition`` / ``tool_removal`` (beta mid-conversation-tool-changes-2026-07-01, named by
+    Claude Code 2.1.332) offer a tool "from this point in the conversation onward" or withdraw
+    one (https://platform.claude.com/docs/en/build-with-claude/mid-conversation-system-messages,
+    "Mid-conversation tool changes"; the SDKs' BetaRequestToolAdditionBlock and
+    BetaRequestToolRemovalBlock: a ``tool_reference`` to a ``tools`` entry by ``name``, or an
+    MCP tool or toolset). A ``tool_definition`` carries the tool by value and joins the chat
+    tools (``declared_tools``); a chat upstream has no tool list that changes mid-conversation,
+    so the model is told here what it may call from now on."""
+    at: typed.Path = ("messages", i, "content")
+    found = typed.content(content, at)
+    if found is None:
+        raise typed.wrong(content, at, "string", "array")
+    if isinstance(found, str):
+        return [found]
+    texts = []
+    for k, block in enumerate(found):
+        kind = block.get("type")
+        if kind in ("tool_addition", "tool_removal"):
+            texts.append(_tool_change(block, kind == "tool_addition", (*at, k), functions))
+        elif kind == "text":
+            texts += _texts_of([block], (*at, k), "")
+        else:
+            raise Untranslatable(
+                f"messages[{i}] (system) may hold only text, tool_addition and tool_removal blocks"
+            )
+    return texts
+
+
+def _tool_change(block: dict[str, Any], added: bool, at: typed.Path, functions: Names) -> str:
+    tool = typed.obj(block.get("tool"), (*at, "tool")) or {}
+    kind = typed.text(tool.get("type"), (*at, "tool", "type"))
+    if kind in ("mcp_tool_reference", "mcp_toolset_reference"):
+        raise Untranslatable(
+            f"{typed.bracketed(at)}: MCP tools are connected by Anthropic's API; a chat completions "
+            "upstream cannot reach them"
+        )
+    if kind == "tool_definition":
+        definition = typed.obj(tool.get("definition"), (*at, "tool", "definition")) or {}
+        name = typed.text(definition.get("name"), (*at, "tool", "definition", "name"))
+    else:
+        name = typed.text(tool.get("name"), (*at, "tool", "name"))
+    if name is None:
+        raise Untranslatable(f"{typed.bracketed(at)}: a {block['type']} block needs the tool's 'name'")
+    called = functions.upstream(name)
+    return f"Tool {called} is available from here on." if added else (
+        f"Tool {called} is no longer available: do not call it.")
 
 
 def _blocks(content: Any, i: int) -> list[dict[str, Any]]:

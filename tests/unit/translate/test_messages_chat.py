@@ -704,3 +704,66 @@ def test_claude_code_2_1_332_with_thinking_off_asks_no_upstream_for_visible_thin
     # With thinking asked for, as 2.1.332 sends it by default, Gemini's thoughts are shown.
     asked = _through("gemini", corpus_request("claude-code-2.1.332-first.json"))
     assert asked["generationConfig"]["thinkingConfig"] == {"thinkingBudget": 8192, "includeThoughts": True}
+
+
+def _tool_changes(*blocks: dict[str, Any]) -> dict[str, Any]:
+    """2.1.332's Bash round with a system message of tool changes after it (beta
+    mid-conversation-tool-changes-2026-07-01, which 2.1.332 names on every request)."""
+    body = corpus_request("claude-code-2.1.332-bash-result.json")
+    return {**body, "messages": [*body["messages"], {"role": "system", "content": list(blocks)}]}
+
+
+CRON_LIST = {"name": "CronList", "description": "List all cron jobs",
+             "input_schema": {"type": "object", "properties": {}, "additionalProperties": False}}  # fmt: skip
+
+
+@pytest.mark.parametrize("upstream", ["chat", "responses", "gemini"])
+def test_mid_conversation_tool_changes_reach_every_translated_upstream(upstream: str) -> None:
+    """A system message's ``tool_addition`` offers the tool "from this point in the conversation
+    onward", a ``tool_removal`` withdraws one (Anthropic's "Mid-conversation system messages and
+    tool changes"; the SDKs' BetaRequestToolAdditionBlock / BetaRequestToolRemovalBlock). An
+    added definition joins the upstream's tools; each change is said where it happened."""
+    body = _tool_changes({"type": "tool_addition", "tool": {"type": "tool_definition", "definition": CRON_LIST}},
+                         {"type": "tool_addition", "tool": {"type": "tool_reference", "name": "Skill"}},
+                         {"type": "tool_removal", "tool": {"type": "tool_reference", "name": "Workflow"}})  # fmt: skip
+    assert "CronList" not in [t["name"] for t in body["tools"]]
+    out = _through(upstream, body)
+    declared = ([t["function"]["name"] for t in out["tools"]] if upstream == "chat" else
+                [t["name"] for t in out["tools"]] if upstream == "responses" else
+                [d["name"] for d in out["tools"][0]["functionDeclarations"]])  # fmt: skip
+    assert declared == [t["name"] for t in body["tools"]] + ["CronList"]
+    said = json.dumps(out["messages"][-1] if upstream == "chat" else out["input"][-1] if upstream == "responses"
+                      else out["contents"][-1])  # fmt: skip
+    assert "Tool CronList is available from here on." in said and "Tool Skill is available from here on." in said
+    assert "Tool Workflow is no longer available" in said
+
+
+def test_an_added_tool_with_a_long_name_is_called_under_its_short_one_and_comes_back_as_added() -> None:
+    long = "mcp__github-enterprise-internal__create_pull_request_review_comment_reply"
+    request = _tool_changes({"type": "tool_addition", "tool": {"type": "tool_definition", "definition": {
+        "name": long, "input_schema": {"type": "object"}}}})  # fmt: skip
+    out = chat(request)
+    sent = out["tools"][-1]["function"]["name"]
+    assert len(sent) <= 64 and sent != long and f"Tool {sent} is available" in out["messages"][-1]["content"]
+    call = {"id": "call_9", "type": "function", "function": {"name": sent, "arguments": "{}"}}
+    for ctx in (ctx_for(request), T.held(ctx_for(request))):
+        buffered = T.answer(_completion({"content": None, "tool_calls": [call]}, "tool_calls"), ctx)
+        assert [b["name"] for b in buffered["content"] if b["type"] == "tool_use"] == [long]
+
+
+def test_a_definition_added_again_replaces_the_declared_one() -> None:
+    newer = {**CRON_LIST, "name": "Bash", "description": "Run bash, v2"}
+    out = chat(_tool_changes({"type": "tool_addition", "tool": {"type": "tool_definition", "definition": newer}}))
+    bash = [t["function"] for t in out["tools"] if t["function"]["name"] == "Bash"]
+    assert [b["description"] for b in bash] == ["Run bash, v2"]
+
+
+@pytest.mark.parametrize(("block", "says"), [
+    ({"type": "tool_addition", "tool": {"type": "mcp_toolset_reference", "server_name": "gh"}}, "MCP"),
+    ({"type": "tool_removal", "tool": {"type": "mcp_tool_reference", "server_name": "gh", "name": "x"}}, "MCP"),
+    ({"type": "tool_addition", "tool": {"type": "tool_reference"}}, "'name'"),
+    ({"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}, "(system) may hold only"),
+])  # fmt: skip
+def test_tool_changes_a_chat_upstream_cannot_carry_are_refused(block: dict[str, Any], says: str) -> None:
+    out = T.request(_tool_changes(block), TARGET)
+    assert isinstance(out, Refusal) and says in out.message, out
