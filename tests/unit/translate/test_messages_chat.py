@@ -1,6 +1,6 @@
 """Anthropic Messages clients on a chat completions upstream (gateway/translate/messages_chat).
 
-Requests are Claude Code 2.1.197's own (tests/corpus/requests, captured here) and bodies the
+Requests are Claude Code 2.1.197's and 2.1.332's own (tests/corpus/requests, captured here) and bodies the
 real anthropic SDK builds; answers and streams are real provider recordings
 (tests/corpus/answers). Every translated stream is checked against the Messages grammar and
 read back through the anthropic SDK's own stream accumulator."""
@@ -53,7 +53,8 @@ def chat(payload: dict[str, Any], target: Target = TARGET) -> dict[str, Any]:
 # --- Claude Code's real requests ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", [FIRST, BASH, IMAGE, NO_THINKING])
+@pytest.mark.parametrize("name", [FIRST, BASH, IMAGE, NO_THINKING, *(f"claude-code-2.1.332-{n}.json" for n in (
+    "first", "bash-result", "image-result", "thinking-off", "thinking-off-max-thinking-tokens-0", "tool-reference"))])
 def test_claude_code_request_becomes_a_plain_chat_request(name: str) -> None:
     body = corpus_request(name)
     out = chat(body)
@@ -76,6 +77,7 @@ def test_claude_code_request_becomes_a_plain_chat_request(name: str) -> None:
     assert all(t["type"] == "function" and t["function"]["parameters"]["type"] == "object" for t in out["tools"])
     # The mid-conversation system message went into the user turn next to it.
     mid = next(m["content"] for m in body["messages"] if m["role"] == "system")
+    mid = mid if isinstance(mid, str) else "\n\n".join(b["text"] for b in mid)  # 2.1.332: text blocks
     assert f"<system-reminder>\n{mid}\n</system-reminder>" in out["messages"][1]["content"]
 
 
