@@ -23,17 +23,20 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 # Claude Code, driven headless by tests/e2e/test_claude_code.py. Its npm package ships the
 # native binary for this platform as an optional dependency; nothing is fetched at run time.
+# Pinned: tests/e2e/CLAUDE_CODE_NOTES.md measured this version. Its package.json asks for node
+# >= 22 (npm warns EBADENGINE on Debian's node 20), but the binary needs no node: it runs here.
 if ! command -v npm >/dev/null 2>&1; then
   # Not fatal: a machine whose node comes from elsewhere may refuse Debian's npm.
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq >/dev/null || true
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends npm >/dev/null || true
 fi
+CLAUDE_CODE_VERSION="${CLAUDE_CODE_VERSION:-2.1.332}"
 cc_prefix="$(cd "$(dirname "$0")/.." && pwd)/.cache/claude-code"
 if command -v npm >/dev/null 2>&1 && { [ ! -x "$cc_prefix/node_modules/.bin/claude" ] ||
-    ! "$cc_prefix/node_modules/.bin/claude" --version >/dev/null 2>&1; }; then
+    [ "$("$cc_prefix/node_modules/.bin/claude" --version 2>/dev/null)" != "$CLAUDE_CODE_VERSION (Claude Code)" ]; }; then
   mkdir -p "$cc_prefix"
-  npm install --prefix "$cc_prefix" --no-audit --no-fund --loglevel=error "@anthropic-ai/claude-code@${CLAUDE_CODE_VERSION:-2.1.197}" >/dev/null \
+  npm install --prefix "$cc_prefix" --no-audit --no-fund --loglevel=error "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" >/dev/null \
     || echo "test-deps: npm install @anthropic-ai/claude-code failed; the Claude Code e2e tests will skip" >&2
 fi
 # Codex CLI for tests/e2e/test_codex.py, once, into .cache/codex (pinned: CODEX_NOTES.md

@@ -11,8 +11,9 @@ from typing import Any
 SYSTEM = [{"type": "text", "text": "You are Claude Code, a coding agent.", "cache_control": {"type": "ephemeral"}}]
 
 
-# Claude Code names this beta and then sends `role: "system"` turns mid-conversation
-# (../shared/AGENT-REQUESTS.md); Anthropic, and the fake, refuse such turns without it.
+# Claude Code 2.1.197 named this beta and then sent `role: "system"` turns mid-conversation
+# (../shared/AGENT-REQUESTS.md); 2.1.332 names none, and Anthropic asks for none. Kept: a
+# request that names it is what 2.1.197 sends.
 CLAUDE_CODE_BETA = {"anthropic-beta": "mid-conversation-system-2026-04-07"}
 
 # The tool ``messages_conversation`` calls: Anthropic refuses tool blocks in a request that

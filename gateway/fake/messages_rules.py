@@ -33,11 +33,19 @@ Anthropic. Each rule here is one Anthropic applies, worded as it words it (400
   https://github.com/Tarquinen/opencode-dynamic-context-pruning/issues/520 and
   https://github.com/smallmain/vscode-unify-chat-provider/issues/249). Told apart from older
   models as the thinking rule below tells them;
-- "messages.N.role: Input should be 'user' or 'assistant'": a ``system`` turn inside
-  ``messages`` (Anthropic takes the system prompt apart), as Messages-compatible servers word it;
-  unless the request names the beta ``mid-conversation-system-…`` in ``anthropic-beta``, as
-  Claude Code 2.1.197 does and then sends such turns (../shared/AGENT-REQUESTS.md). Those turns
-  stand between the others: a tool call's result is looked for in the next turn past them;
+- "messages.N.role: Input should be 'user' or 'assistant'": a turn of another role than user,
+  assistant or system, as Messages-compatible servers word it. A ``system`` turn is taken
+  with or without a beta header: Anthropic's "Mid-conversation system messages" page
+  (https://platform.claude.com/docs/en/build-with-claude/mid-conversation-system-messages) and
+  Claude Opus 4.8's "What's new"
+  (https://platform.claude.com/docs/en/about-claude/models/whats-new-claude-4-8: "Claude Opus
+  4.8 accepts `role: "system"` messages immediately after a user turn in the `messages` array
+  [...] No beta header is required."). Claude Code 2.1.197 named the beta
+  ``mid-conversation-system-2026-04-07``, 2.1.332 names none, both send such turns (captured:
+  tests/corpus/requests/). They stand between the others: a tool call's result is looked for
+  in the next turn past them. Not judged here: the placement rules and the models that refuse
+  the role ("role 'system' is not supported on this model", anthropics/claude-code#61412), for
+  want of the words Anthropic answers a misplaced one with;
 - "messages: at least one message is required": the empty conversation;
 - "Requests which include `tool_use` or `tool_result` blocks must define tools.": a
   conversation holding a tool call or result sent without ``tools`` (or with ``tools: []``),
@@ -223,8 +231,6 @@ from gateway.fake.messages import SIGNATURE_MARK, anthropic_error, sign
 from gateway.fake.schemas import miscounted, mistyped, objects, schemas
 from gateway.fake.steps import Reply
 
-MID_CONVERSATION_SYSTEM = "mid-conversation-system"
-
 ENABLED = frozenset({"enabled"})
 BOTH = frozenset({"enabled", "adaptive"})
 ADAPTIVE = frozenset({"adaptive"})
@@ -300,7 +306,7 @@ def _why(payload: dict[str, Any], betas: str, thought: Collection[str], org: str
     return (_tool_name(payload.get("tools")) or _input_schema(payload.get("tools"))
             or _stop_sequences(payload.get("stop_sequences")) or _budget_floor(payload.get("thinking"))
             or _user_id(payload.get("metadata")) or _tool_blocks(messages)
-            or _conversation(messages, MID_CONVERSATION_SYSTEM in betas)
+            or _conversation(messages)
             or _undeclared_tools(payload.get("tools"), messages) or _prefill(payload.get("model"), messages)
             or _signatures(messages, org) or _samplers(payload) or _thinking(payload, thought, INTERLEAVED in betas)
             or _breakpoints(payload, messages) or _ttl_order(payload, messages) or _output_schema(payload))  # fmt: skip
@@ -325,14 +331,13 @@ def _tool_blocks(messages: list[Any]) -> str | None:
     return None
 
 
-def _conversation(messages: list[Any], system_turns: bool) -> str | None:
+def _conversation(messages: list[Any]) -> str | None:
     if not messages:
         return "messages: at least one message is required"
-    roles = ("user", "assistant", "system") if system_turns else ("user", "assistant")
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             continue
-        if message.get("role") not in roles:
+        if message.get("role") not in ("user", "assistant", "system"):
             return f"messages.{i}.role: Input should be 'user' or 'assistant'"
         blank = next((why for b in _blocks(message) if (why := _blank_text(b))), None)
         if blank is not None:

@@ -296,10 +296,12 @@ def test_permanent_overload_is_bounded_and_ends_the_run(claude_bin, cc_gateway, 
     assert "529" in r.out and "Overloaded" in r.out
     assert r.seconds < 30
     calls = len(upstream.messages_requests())
-    # Claude Code makes 3 calls on a 529 whatever `x-should-retry` says (measured). The gateway's
-    # memory of an identical request that just failed (SPEC, "Default retry rules") answers its
-    # repeats for one window (here the circuit's open_s, 1 s), then lets one probe through per
-    # window (docs/errors/loop-breaker.md): one gateway request's worth plus the probes, not 3x that.
+    # Claude Code 2.1.197 made 3 calls on a 529 whatever `x-should-retry` said; 2.1.332 makes 1
+    # when told `x-should-retry: false`, which the gateway stamps once it retried (measured).
+    # Should a client repeat anyway, the gateway's memory of an identical request that just
+    # failed (SPEC, "Default retry rules") answers its repeats for one window (here the
+    # circuit's open_s, 1 s), then lets one probe through per window
+    # (docs/errors/loop-breaker.md): one gateway request's worth plus the probes, not 3x that.
     probes = int(r.seconds // 1)
     assert calls <= 1 + GATEWAY_RETRIES + probes, f"{calls} upstream calls for one Claude Code turn"
 
@@ -395,8 +397,7 @@ def test_overflowing_tool_run_is_rescued_by_the_gateway_when_configured(
     _assert_tool_pairs(after["messages"])
     for key in ("system", "tools", "model", "thinking", "metadata", "context_management", "output_config"):
         assert after.get(key) == before.get(key), key
-    # Claude Code's mid-conversation system messages (beta mid-conversation-system-2026-04-07)
-    # are system messages: kept exactly.
+    # Claude Code's mid-conversation system messages are system messages: kept exactly.
     kept = [m for m in after["messages"] if m["role"] == "system"]
     assert kept == [m for m in before["messages"] if m["role"] == "system"], _roles(after)
     assert after["messages"][0] == before["messages"][0]  # the prompt the user typed
@@ -420,11 +421,12 @@ def test_long_overflowing_tool_run_is_compacted_by_claude_code_itself(
 def test_overflow_early_in_a_run_survives_with_the_default_config(
     claude_bin, cc_gateway, upstream: FakeUpstream, workdir
 ) -> None:
-    # Measured (CLAUDE_CODE_NOTES.md): with too little history to summarise (one tool round),
-    # headless Claude Code prints "Prompt is too long" and exits 1 instead of compacting.
+    # Measured on 2.1.197 (CLAUDE_CODE_NOTES.md): with too little history to summarise (one tool
+    # round), headless Claude Code prints "Prompt is too long" and exits 1 instead of compacting.
     # Passing such an overflow through ends the run: the failure this project exists to prevent.
-    # A smaller model: its window holds Claude Code's ~37k-token first request, not the file read next.
-    agent = agent_run(upstream, workdir, rounds=1, window=45_000)
+    # A smaller model: its window holds Claude Code 2.1.332's ~15k-token first request (2.1.197's
+    # was ~37k), not the ~26k-token file read next.
+    agent = agent_run(upstream, workdir, rounds=1, window=30_000)
     r = run_claude(claude_bin, cc_gateway, workdir, prompt="Read module_1.py and summarise it.")
     assert agent.overflowed, "the scenario did not overflow"
     assert r.rc == 0 and "Hello from fake." in r.out, (r.rc, r.out.strip(), len(upstream.messages_requests()))

@@ -87,6 +87,29 @@ def test_claude_code_runs_a_bash_tool_loop_on_a_chat_only_upstream(
     assert second["messages"][: len(first["messages"])] == first["messages"]
 
 
+def test_claude_code_loads_a_deferred_tool_with_tool_search_on_a_chat_only_upstream(
+    claude_bin: Path, chat_gateway: RunningGateway, upstream: FakeUpstream, workdir: Path  # noqa: F811
+) -> None:
+    """2.1.332 defers CronList, loads it with ToolSearch and sends the result as a
+    ``tool_reference`` block: the chat model is told, in the tool message, that the tool is
+    loaded (it was a 400 that cost Claude Code 3 failed calls)."""
+    def turn(payload: dict[str, Any]) -> Stream:
+        if any(m["role"] == "tool" for m in payload["messages"]):
+            return _answer_turn("CronList is ready.")
+        return _tool_call_turn("call_search_1", "", "ToolSearch", {"query": "select:CronList", "max_results": 1})
+
+    upstream.script(turn, turn)
+    r = run_claude(claude_bin, chat_gateway, workdir, "list my cron jobs", timeout=90)
+    assert r.rc == 0, (r.out, r.err)
+    assert "CronList is ready." in r.out
+    sent = [req.json() for req in upstream.chat_requests()]
+    assert len(sent) == 2  # nothing refused, nothing retried
+    # Claude Code adds the loaded tool to `tools` (with defer_loading), a plain function here.
+    assert "CronList" in [t["function"]["name"] for t in sent[1]["tools"]]
+    [result] = [m for m in sent[1]["messages"] if m["role"] == "tool"]
+    assert result["tool_call_id"] == "call_search_1" and "Tool CronList loaded" in result["content"]
+
+
 def test_a_chat_stream_cut_mid_answer_reaches_claude_code_as_its_typed_error_and_it_recovers(
     claude_bin: Path, chat_gateway: RunningGateway, upstream: FakeUpstream, workdir: Path  # noqa: F811
 ) -> None:
@@ -110,7 +133,7 @@ def test_claude_code_runs_on_a_model_that_refuses_its_effort_and_its_budget(
 ) -> None:  # fmt: skip
     """On a chat model that refuses ``reasoning_effort`` and any budget above 16,384 tokens, as
     OpenAI's gpt-4o does, stock Claude Code's first turn costs three upstream calls (its effort
-    refused, then its 64000-token budget, then the fixed request) and every later turn one. The
+    refused, then its 128000-token budget, 2.1.332's, then the fixed request) and every later turn one. The
     effort refused in Groq's words (a 400) or Mistral's (a 422 validation error) costs the same."""
     gw = launch(fake, tmp_path, upstream_yaml=", apis: [chat], model_map: {'claude-*': gpt-4o}")
     upstream.output_limit = 16384
@@ -127,7 +150,7 @@ def test_claude_code_runs_on_a_model_that_refuses_its_effort_and_its_budget(
     finally:
         gw.stop()
     asked = [(req.json()["max_tokens"], "reasoning_effort" in req.json()) for req in upstream.chat_requests()]
-    assert asked == [(64000, True), (64000, False), (16384, False), (16384, False)]
+    assert asked == [(128000, True), (128000, False), (16384, False), (16384, False)]
 
 
 @dataclass
@@ -161,7 +184,8 @@ def test_an_overflow_on_a_chat_upstream_is_rescued_once_and_the_tool_pairs_stay_
     Messages conversation once, translates it again and the run ends with the answer."""
     lines = (f"value_1_{n} = compute(1, {n})  # line {n} of module 1\n" for n in range(1500))
     (workdir / "module_1.py").write_text("".join(lines))
-    agent = ChatAgent(workdir, rounds=1, window=45_000)
+    # The window holds 2.1.332's ~14k-token first request (2.1.197's was ~37k), not the read next.
+    agent = ChatAgent(workdir, rounds=1, window=30_000)
     upstream.script(*[agent] * 20)
     r = run_claude(claude_bin, chat_gateway, workdir, "Read module_1.py and summarise it.", timeout=90)
     sizes = [tokens(req.json()) for req in upstream.chat_requests()]

@@ -150,11 +150,13 @@ def test_claude_code_with_every_key_limited_gets_the_earliest_reset(
         (a["status"], a["error_type"], a["attempts"], a.get("from_memory"), a.get("evidence")) for a in answered]
     calls = fake.calls_by_key()
     assert sum(calls.get(k, 0) for k in CLAUDE_KEYS) == 3  # one per key, then known: no more calls
-    # The earliest reset is what the client is told (the anthropic SDK shows the headers).
+    # The earliest reset is what the client is told (the anthropic SDK shows the headers), for
+    # the model Claude Code asked for: a rate limit is the model's (pipeline/pool.py).
+    model = fake.messages_requests()[0].json()["model"]
     client = anthropic.Anthropic(base_url=gateway.base, api_key="dummy")  # stock: max_retries=2
     try:
         with pytest.raises(anthropic.RateLimitError) as e:
-            client.messages.create(model="claude-opus-4-8", max_tokens=64,
+            client.messages.create(model=model, max_tokens=64,
                                    messages=[{"role": "user", "content": "hi there"}])  # fmt: skip
     finally:
         client.close()

@@ -59,8 +59,8 @@ def test_their_values_are_not_in_the_configs_repr() -> None:
 
 
 def test_a_beta_of_the_configs_joins_the_clients_once() -> None:
-    """Claude Code sends eight betas and needs them (its mid-conversation system turns are
-    refused without mid-conversation-system-2026-04-07): the config's extend the list."""
+    """Claude Code sends eight betas and needs them (2.1.197's; 2.1.332's as many, other
+    ones): the config's extend the list."""
     plan = _outbound(**{"anthropic-beta": "context-1m-2025-08-07, fine-grained-tool-streaming-2025-05-14"})
     client = {"Anthropic-Beta": "mid-conversation-system-2026-04-07,fine-grained-tool-streaming-2025-05-14"}
     out = request_headers(client.items(), plan, "rid")

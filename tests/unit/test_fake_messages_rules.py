@@ -51,7 +51,7 @@ def refused(messages: list[dict[str, Any]], headers: dict[str, str] | None = Non
 
 @pytest.mark.parametrize(("messages", "words"), [
     ([], "messages: at least one message is required"),
-    ([user(text("hi")), {"role": "system", "content": "x"}], "messages.1.role: Input should be 'user' or 'assistant'"),
+    ([user(text("hi")), {"role": "tool", "content": "x"}], "messages.1.role: Input should be 'user' or 'assistant'"),
     ([user(text(""))], "messages: text content blocks must be non-empty"),
     ([{"role": "user", "content": ""}], "messages: text content blocks must be non-empty"),
     ([user(text("hi")), assistant(call("toolu_1")), user(text("go on"))],
@@ -117,13 +117,22 @@ def test_a_conversation_with_tool_blocks_must_declare_tools(tools: list[Any] | N
     assert refused(rounds[:2] + rounds[3:]).startswith("messages.1: `tool_use` ids were found")
 
 
-def test_claude_codes_system_turns_with_its_beta() -> None:
-    # Claude Code names the beta, then sends system turns between the others: a tool call's
-    # result is looked for past them.
+def test_claude_codes_system_turns_with_or_without_a_beta() -> None:
+    # Claude Code sends system turns between the others: a tool call's result is looked for
+    # past them. 2.1.197 named the beta mid-conversation-system-2026-04-07; 2.1.332 names none,
+    # and Anthropic asks for none ("No beta header is required").
     convo = [user(text("hi")), assistant(call("toolu_1")), {"role": "system", "content": "<reminder>"},
              user(result("toolu_1"))]  # fmt: skip
     assert refused(convo, BETA, tools=BASH) is None
-    assert refused(convo, tools=BASH) == "messages.2.role: Input should be 'user' or 'assistant'"
+    assert refused(convo, tools=BASH) is None
+
+
+@pytest.mark.parametrize("name", ["claude-code-2.1.332-first.json", "claude-code-2.1.332-tool-reference.json"])
+def test_claude_code_2_1_332s_requests_are_taken_without_the_beta(name: str) -> None:
+    doc = json.loads((CORPUS / name).read_text())
+    assert "mid-conversation-system" not in doc["headers"]["anthropic-beta"]
+    assert any(m["role"] == "system" for m in doc["body"]["messages"])
+    assert refusal(PATH, doc["body"], doc["headers"]) is None
 
 
 def test_other_paths_are_not_judged_here() -> None:

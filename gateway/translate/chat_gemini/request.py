@@ -414,8 +414,12 @@ def _generation(p: Mapping[str, Any]) -> dict[str, Any]:
     if effort is not None and effort != "none":
         if effort not in EFFORT_BUDGET:
             raise Refused(f"reasoning_effort {effort!r} is not one of none, {', '.join(EFFORT_BUDGET)}")
-        # Thoughts shown, so that reasoning_content can carry them back.
-        out["thinkingConfig"] = {"thinkingBudget": EFFORT_BUDGET[effort], "includeThoughts": True}
+        out["thinkingConfig"] = {"thinkingBudget": EFFORT_BUDGET[effort]}
+        # Thoughts shown, so that reasoning_content can carry them back; not when the client
+        # said it wants no reasoning text (OpenRouter's ``include_reasoning: false``, and what
+        # messages_chat writes for a Messages client that asked for no thinking).
+        if typed.flag(p.get("include_reasoning"), ("include_reasoning",)) is not False:
+            out["thinkingConfig"]["includeThoughts"] = True
     return out
 
 

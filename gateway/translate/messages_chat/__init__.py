@@ -13,7 +13,7 @@ from typing import Any
 
 from gateway.translate.base import Context, Known, Refusal, Target, held
 from gateway.translate.messages_chat.answer import answer, estimate_input_tokens
-from gateway.translate.messages_chat.request import function_names, to_chat
+from gateway.translate.messages_chat.request import declared_tools, function_names, to_chat
 from gateway.translate.messages_chat.stream import ChatToMessagesStream
 
 UNREAD = frozenset({"messages", "system", "tools"})
@@ -36,8 +36,14 @@ class MessagesToChat:
 
     def held(self, ctx: Context) -> Context:
         # Its answers read ``stop_sequences`` and the prompt estimate, made now.
-        unread = UNREAD_NAMED if function_names(ctx.request.get("tools")).mapped else UNREAD
-        return held(ctx, unread, estimate_input_tokens(ctx.request, ctx.request_bytes))
+        tools = declared_tools(ctx.request)
+        named = function_names(tools).mapped
+        estimate = estimate_input_tokens(ctx.request, ctx.request_bytes)
+        kept = held(ctx, UNREAD_NAMED if named else UNREAD, estimate)
+        if named and tools is not ctx.request.get("tools"):
+            # The tools the system messages added, whose messages are not kept.
+            kept.request = {**kept.request, "tools": tools}
+        return kept
 
 
 __all__ = ["ChatToMessagesStream", "MessagesToChat"]

@@ -17,7 +17,7 @@ import orjson
 
 from gateway.policy.tokens import BYTES_PER_TOKEN, IMAGE_TOKENS
 from gateway.translate.base import Context, input_tokens
-from gateway.translate.messages_chat.request import function_names
+from gateway.translate.messages_chat.request import declared_tools, function_names
 from gateway.translate.names import NONE
 
 # The key a tool_use input gets when the model's arguments are not a JSON object, so the
@@ -158,7 +158,7 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
         content.append({"type": "text", "text": refusal})
     tools = False
     calls = message.get("tool_calls")
-    functions = function_names(ctx.request.get("tools")) if calls else NONE
+    functions = function_names(declared_tools(ctx.request)) if calls else NONE
     for i, call in enumerate(calls if isinstance(calls, list) else ()):
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):

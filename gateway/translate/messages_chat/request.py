@@ -6,13 +6,16 @@ Rules (each with its reason in docs/translation/messages_chat.md):
   Claude Code's attribution block (``x-anthropic-billing-header: …``) is billing metadata for
   Anthropic's API, not an instruction, so it is left out.
 * ``role: "system"`` entries inside ``messages`` (Claude Code's mid-conversation system
-  beta) become ``<system-reminder>`` text in the neighbouring user turn: many chat templates
-  reject a system message that is not first, and folding them into the first system message
-  would change the prompt's prefix (and bust a server's prefix cache) each time one appears.
+  messages) become ``<system-reminder>`` text in the neighbouring user turn: many chat
+  templates reject a system message that is not first, and folding them into the first system
+  message would change the prompt's prefix (and bust a server's prefix cache) each time one
+  appears. Their tool changes are said there too, an added definition joining ``tools``.
 * ``tool_use`` blocks become ``tool_calls`` (ids kept as they are, but one longer than OpenAI's
   40 characters goes to a chat upstream as a digest of itself: ``apis/chat/ids.py``),
   ``tool_result`` blocks ``tool`` messages right after them; images inside a tool result follow
-  in a user message, because a chat ``tool`` message carries text only.
+  in a user message, because a chat ``tool`` message carries text only. A ``tool_reference``
+  in a result (a tool search loading a deferred tool) becomes text saying the tool is loaded:
+  every tool, ``defer_loading`` ones too, is sent up front.
 * ``stop_sequences``: the first 4 go to a chat upstream, OpenAI's most ("Invalid 'stop': array
   too long. Expected an array with maximum length 4").
 * thinking blocks in history are dropped: chat completions has no field for them, and a
@@ -48,6 +51,10 @@ USER_MAX = 64
 STOP_MAX = 4
 
 _TOOL_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
+# Written for the next hop only (Messages → chat → Gemini, ``Target.onward``): no reasoning
+# text is to come back. OpenRouter's chat field of that name
+# (https://openrouter.ai/blog/reasoning-tokens-for-thinking-models), which chat_gemini reads.
+INCLUDE_REASONING = "include_reasoning"
 
 
 class Untranslatable(Exception):
@@ -71,7 +78,8 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
     raw = payload.get("messages")
     if not isinstance(raw, list):
         raise Untranslatable("'messages' must be a list of message objects")
-    functions = function_names(payload.get("tools"))
+    declared = declared_tools(payload)
+    functions = function_names(declared)
     # A PDF goes on where the request ends at a Responses or a Gemini upstream, which read
     # files (as Claude does, through the same chat file part); a chat server reads images only.
     # Ids as OpenAI takes them, where the request stops at chat: the Gemini ids the gateway wrote
@@ -103,11 +111,16 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
         effort = _reasoning_effort(thinking, config)
         if effort:
             out["reasoning_effort"] = effort
+            if thinking is None and target.onward == "gemini":
+                # No thinking asked for: the effort still shapes the answer, but no thought
+                # text is to come back (see _reasoning_effort). Gemini shows thoughts only
+                # when asked; chat and Responses show none for an effort alone.
+                out[INCLUDE_REASONING] = False
         fmt = _response_format(config, typed.obj(payload.get("output_format"), ("output_format",)))
         if fmt:
             out["response_format"] = fmt
 
-    tools = _tools(payload.get("tools"), functions)
+    tools = _tools(declared, functions)
     if tools:
         out["tools"] = tools
     if "tool_choice" in payload:
@@ -168,7 +181,17 @@ def _reasoning_effort(thinking: dict[str, Any] | None, output_config: dict[str, 
     """``thinking`` and ``output_config.effort`` → ``reasoning_effort``.
 
     A budget maps by size; it is never refused for being under Anthropic's 1,024 minimum
-    (that floor is Anthropic's, not the chat upstream's: Bifrost #1479 refused it)."""
+    (that floor is Anthropic's, not the chat upstream's: Bifrost #1479 refused it).
+
+    An effort without ``thinking`` (Claude Code 2.1.332 with CLAUDE_CODE_DISABLE_THINKING=1)
+    is carried: Anthropic's effort "affects all tokens in the response", text and tool calls
+    too, and "doesn't require thinking to be enabled"
+    (https://platform.claude.com/docs/en/build-with-claude/effort, as quoted in LiteLLM's
+    docs/providers/anthropic_effort). No thinking text was asked for: Opus 4.8 and earlier do
+    not think without ``thinking``, and the Claude 5 models that do think by default return
+    no thinking text unless ``display`` asks (its default is "omitted" since Opus 4.7,
+    anthropics/claude-code#49268). So the effort goes where the upstream's knob shows no
+    reasoning by itself, and the request asks a Gemini upstream for no thoughts."""
     thinking = thinking or {}
     kind = typed.text(thinking.get("type"), ("thinking", "type"))
     budget = typed.integer(thinking.get("budget_tokens"), ("thinking", "budget_tokens"))
@@ -227,6 +250,43 @@ def function_names(tools: Any) -> Names:
         return NONE
     declared = tuple(t["name"] for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str))
     return names.names_for(declared, names.CHAT)
+
+
+def declared_tools(payload: Mapping[str, Any]) -> Any:
+    """The request's ``tools`` with the definitions its system messages add (mid-conversation
+    tool changes), each name once, a later definition in place of an earlier one; ``tools``
+    itself (the same object, which ``function_names`` remembers) when none is added."""
+    tools = payload.get("tools")
+    added = _definitions(payload.get("messages"))
+    if not added or not isinstance(tools, (list, type(None))):
+        return tools
+    out = list(tools or ())
+    at = {t["name"]: k for k, t in enumerate(out) if isinstance(t, dict) and isinstance(t.get("name"), str)}
+    for definition in added:
+        k = at.setdefault(definition["name"], len(out))
+        if k == len(out):
+            out.append(definition)
+        else:
+            out[k] = definition
+    return out
+
+
+def _definitions(messages: Any) -> list[dict[str, Any]]:
+    """The tool definitions ``tool_addition`` blocks of system messages carry, in order (the
+    walk refuses a malformed one, naming it)."""
+    found = []
+    for message in messages if isinstance(messages, list) else ():
+        if not isinstance(message, dict) or message.get("role") != "system":
+            continue
+        for block in message["content"] if isinstance(message.get("content"), list) else ():
+            if not isinstance(block, dict) or block.get("type") != "tool_addition":
+                continue
+            tool = block.get("tool")
+            if isinstance(tool, dict) and tool.get("type") == "tool_definition":
+                definition = tool.get("definition")
+                if isinstance(definition, dict) and isinstance(definition.get("name"), str):
+                    found.append(definition)
+    return found
 
 
 def _tools(tools: Any, functions: Names) -> list[dict[str, Any]]:
@@ -353,7 +413,7 @@ def _messages(
         role = typed.text(message.get("role"), ("messages", i, "role"))
         content = message.get("content")
         if role == "system":
-            text = "\n\n".join(_texts_of(content, ("messages", i, "content"), f"messages[{i}] (system)"))
+            text = "\n\n".join(_system_turn(content, i, functions))
             if text:
                 convo.note(text)
         elif role == "user":
@@ -365,6 +425,57 @@ def _messages(
                 f"messages[{i}] has role {role!r}; Messages knows user, assistant and system"
             )
     return convo.finish()
+
+
+def _system_turn(content: Any, i: int, functions: Names) -> list[str]:
+    """A system message's texts, its tool changes said in words.
+
+    ``tool_addition`` / ``tool_removal`` (beta mid-conversation-tool-changes-2026-07-01, named by
+    Claude Code 2.1.332) offer a tool "from this point in the conversation onward" or withdraw
+    one (https://platform.claude.com/docs/en/build-with-claude/mid-conversation-system-messages,
+    "Mid-conversation tool changes"; the SDKs' BetaRequestToolAdditionBlock and
+    BetaRequestToolRemovalBlock: a ``tool_reference`` to a ``tools`` entry by ``name``, or an
+    MCP tool or toolset). A ``tool_definition`` carries the tool by value and joins the chat
+    tools (``declared_tools``); a chat upstream has no tool list that changes mid-conversation,
+    so the model is told here what it may call from now on."""
+    at: typed.Path = ("messages", i, "content")
+    found = typed.content(content, at)
+    if found is None:
+        raise typed.wrong(content, at, "string", "array")
+    if isinstance(found, str):
+        return [found]
+    texts = []
+    for k, block in enumerate(found):
+        kind = block.get("type")
+        if kind in ("tool_addition", "tool_removal"):
+            texts.append(_tool_change(block, kind == "tool_addition", (*at, k), functions))
+        elif kind == "text":
+            texts += _texts_of([block], (*at, k), "")
+        else:
+            raise Untranslatable(
+                f"messages[{i}] (system) may hold only text, tool_addition and tool_removal blocks"
+            )
+    return texts
+
+
+def _tool_change(block: dict[str, Any], added: bool, at: typed.Path, functions: Names) -> str:
+    tool = typed.obj(block.get("tool"), (*at, "tool")) or {}
+    kind = typed.text(tool.get("type"), (*at, "tool", "type"))
+    if kind in ("mcp_tool_reference", "mcp_toolset_reference"):
+        raise Untranslatable(
+            f"{typed.bracketed(at)}: MCP tools are connected by Anthropic's API; a chat completions "
+            "upstream cannot reach them"
+        )
+    if kind == "tool_definition":
+        definition = typed.obj(tool.get("definition"), (*at, "tool", "definition")) or {}
+        name = typed.text(definition.get("name"), (*at, "tool", "definition", "name"))
+    else:
+        name = typed.text(tool.get("name"), (*at, "tool", "name"))
+    if name is None:
+        raise Untranslatable(f"{typed.bracketed(at)}: a {block['type']} block needs the tool's 'name'")
+    called = functions.upstream(name)
+    return f"Tool {called} is available from here on." if added else (
+        f"Tool {called} is no longer available: do not call it.")
 
 
 def _blocks(content: Any, i: int) -> list[dict[str, Any]]:
@@ -388,7 +499,7 @@ def _user_turn(convo: _Convo, content: Any, i: int) -> None:
         kind = typed.text(block.get("type"), (*at, "type"))
         if kind == "tool_result":
             call_id = convo.ids(typed.text(block.get("tool_use_id"), (*at, "tool_use_id")) or "")
-            text, images = _tool_result(block, i, at)
+            text, images = _tool_result(block, i, at, convo.functions)
             convo.out.append({"role": "tool", "tool_call_id": call_id, "content": text})
             if images:
                 tool_images.append({"type": "text", "text": f"Images returned by tool call {call_id}:"})
@@ -398,13 +509,18 @@ def _user_turn(convo: _Convo, content: Any, i: int) -> None:
     convo.user(tool_images + parts)
 
 
-def _tool_result(block: dict[str, Any], i: int, at: typed.Path) -> tuple[str, list[dict[str, Any]]]:
+def _tool_result(
+    block: dict[str, Any], i: int, at: typed.Path, functions: Names = NONE
+) -> tuple[str, list[dict[str, Any]]]:
     content = typed.content(block.get("content"), (*at, "content"))
     texts: list[str] = []
     images: list[dict[str, Any]] = []
     if isinstance(content, str):
         texts.append(content)
     for j, inner in enumerate(content if isinstance(content, list) else ()):
+        if inner.get("type") == "tool_reference":
+            texts.append(_tool_reference(inner, (*at, "content", j), functions))
+            continue
         for part in _part(inner, i, (*at, "content", j)):
             if part["type"] == "text":
                 texts.append(part["text"])
@@ -417,6 +533,21 @@ def _tool_result(block: dict[str, Any], i: int, at: typed.Path) -> tuple[str, li
         # Chat has no error flag on a tool message; the model still has to know it failed.
         text = "Error: " + text
     return text, images
+
+
+def _tool_reference(block: dict[str, Any], at: typed.Path, functions: Names) -> str:
+    """A ``tool_reference`` in a tool search's result, as the text of the tool message.
+
+    Anthropic's API loads the referenced tool's definition there ("Tool search tool" guide,
+    https://platform.claude.com/docs/en/agents-and-tools/tool-use/tool-search-tool: "you can also
+    implement client-side tool search by returning tool_reference blocks"; the SDKs'
+    ``ToolReferenceBlockParam {type: "tool_reference", tool_name}``). A chat upstream is sent
+    every tool up front, ``defer_loading`` ones as ordinary functions, so there is nothing to
+    load: the model is told the tool is there, under the name it calls it by."""
+    name = typed.text(block.get("tool_name"), (*at, "tool_name"))
+    if name is None:
+        raise Untranslatable(f"{typed.bracketed(at)}: a tool_reference block needs a 'tool_name'")
+    return f"Tool {functions.upstream(name)} loaded: it can be called now."
 
 
 def _part(block: dict[str, Any], i: int, at: typed.Path, files: bool = False) -> list[dict[str, Any]]:

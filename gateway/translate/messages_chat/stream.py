@@ -38,7 +38,7 @@ from gateway.translate.messages_chat.answer import (
     tool_id,
     usage,
 )
-from gateway.translate.messages_chat.request import function_names
+from gateway.translate.messages_chat.request import declared_tools, function_names
 from gateway.translate.names import Names
 
 _PING = b'event: ping\ndata: {"type":"ping"}\n\n'
@@ -270,7 +270,7 @@ class ChatToMessagesStream:
         index = self._open("tool", tool)
         self.any_tool = True
         if self.functions is None:
-            self.functions = function_names(self.ctx.request.get("tools"))
+            self.functions = function_names(declared_tools(self.ctx.request))
         block: dict[str, Any] = {
             "type": "tool_use",
             "id": tool.id or tool_id(self.ctx, index),

@@ -65,6 +65,7 @@ def test_the_corpus_holds_multi_turn_sessions() -> None:
     together = sorted(names for names in by_session.values() if len(names) > 1)
     assert together == [
         ["claude-code-2.1.197-bash-result.json", "claude-code-2.1.197-first.json"],
+        ["claude-code-2.1.332-bash-result.json", "claude-code-2.1.332-first.json"],
         ["codex-0.169-exec-result.json", "codex-0.169-first.json"],
     ]
 

@@ -66,6 +66,11 @@ def test_a_plain_request_and_the_fields_the_url_takes() -> None:
     ({"reasoning_effort": "low"}, {"thinkingConfig": {"thinkingBudget": 1024, "includeThoughts": True}}),
     ({"reasoning_effort": "high"}, {"thinkingConfig": {"thinkingBudget": 24576, "includeThoughts": True}}),
     ({"reasoning_effort": "none"}, None),  # the model's default: not every Gemini can stop thinking
+    # OpenRouter's include_reasoning: false (and Messages → chat → Gemini for a client that did
+    # not ask for thinking): the budget, no thoughts shown.
+    ({"reasoning_effort": "medium", "include_reasoning": False}, {"thinkingConfig": {"thinkingBudget": 8192}}),
+    ({"reasoning_effort": "low", "include_reasoning": True},
+     {"thinkingConfig": {"thinkingBudget": 1024, "includeThoughts": True}}),
     ({"user": "u1", "parallel_tool_calls": False, "store": True}, None),  # dropped
 ])  # fmt: skip
 def test_generation_config_from_chat_knobs(fields: dict[str, Any], config: dict[str, Any] | None) -> None:

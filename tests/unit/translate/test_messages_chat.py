@@ -1,6 +1,6 @@
 """Anthropic Messages clients on a chat completions upstream (gateway/translate/messages_chat).
 
-Requests are Claude Code 2.1.197's own (tests/corpus/requests, captured here) and bodies the
+Requests are Claude Code 2.1.197's and 2.1.332's own (tests/corpus/requests, captured here) and bodies the
 real anthropic SDK builds; answers and streams are real provider recordings
 (tests/corpus/answers). Every translated stream is checked against the Messages grammar and
 read back through the anthropic SDK's own stream accumulator."""
@@ -17,7 +17,8 @@ import pytest
 
 from gateway.apis.base import Ending
 from gateway.errors import Classification, ErrorType
-from gateway.fake import chat_rules
+from gateway.fake import chat_rules, gemini_rules, responses_rules
+from gateway.translate import default_translations
 from gateway.translate.base import Refusal, Target
 from gateway.translate.messages_chat import MessagesToChat
 from gateway.translate.messages_chat.answer import INVALID_ARGUMENTS
@@ -52,7 +53,8 @@ def chat(payload: dict[str, Any], target: Target = TARGET) -> dict[str, Any]:
 # --- Claude Code's real requests ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", [FIRST, BASH, IMAGE, NO_THINKING])
+@pytest.mark.parametrize("name", [FIRST, BASH, IMAGE, NO_THINKING, *(f"claude-code-2.1.332-{n}.json" for n in (
+    "first", "bash-result", "image-result", "thinking-off", "thinking-off-max-thinking-tokens-0", "tool-reference"))])
 def test_claude_code_request_becomes_a_plain_chat_request(name: str) -> None:
     body = corpus_request(name)
     out = chat(body)
@@ -75,6 +77,7 @@ def test_claude_code_request_becomes_a_plain_chat_request(name: str) -> None:
     assert all(t["type"] == "function" and t["function"]["parameters"]["type"] == "object" for t in out["tools"])
     # The mid-conversation system message went into the user turn next to it.
     mid = next(m["content"] for m in body["messages"] if m["role"] == "system")
+    mid = mid if isinstance(mid, str) else "\n\n".join(b["text"] for b in mid)  # 2.1.332: text blocks
     assert f"<system-reminder>\n{mid}\n</system-reminder>" in out["messages"][1]["content"]
 
 
@@ -616,3 +619,153 @@ def test_a_field_of_the_wrong_json_type_is_a_400_naming_it_as_anthropic_does(
 ) -> None:
     out = T.request(mutated(MESSAGES, field, value), TARGET)
     assert isinstance(out, Refusal) and out.code == "invalid_type" and out.message == says, out
+
+
+# --- Claude Code 2.1.332 (tool search, thinking off) through every translated upstream ------
+
+TOOL_REFERENCE = "claude-code-2.1.332-tool-reference.json"
+THROUGH = {"chat": Target(model="qwen3-coder"), "responses": Target(model="gpt-5.5"),
+           "gemini": Target(model="gemini-2.5-flash")}  # fmt: skip
+
+
+def _through(upstream: str, body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` as the translator a Messages client reaches ``upstream`` through sends it,
+    checked against the fake's rules for that API (what the real one refuses)."""
+    out = default_translations().table["messages", upstream].request(body, THROUGH[upstream])
+    assert not isinstance(out, Refusal), out
+    if upstream == "chat":
+        assert chat_rules.refusal("/v1/chat/completions", out) is None
+    elif upstream == "responses":
+        assert responses_rules.refusal("/v1/responses", out) is None
+    else:
+        # The model and the method go in the URL (GeminiGenerate.address).
+        sent = {k: v for k, v in out.items() if k not in ("model", "stream")}
+        assert gemini_rules.refusal(sent, model=THROUGH[upstream].model) is None
+    return out
+
+
+def _tool_result_text(upstream: str, out: dict[str, Any], call_id: str) -> str:
+    if upstream == "chat":
+        return next(m["content"] for m in out["messages"] if m.get("tool_call_id") == call_id)
+    if upstream == "responses":
+        return next(i["output"] for i in out["input"] if i.get("type") == "function_call_output")
+    parts = [p["functionResponse"] for c in out["contents"] for p in c["parts"] if "functionResponse" in p]
+    return json.dumps(parts[0]["response"])
+
+
+@pytest.mark.parametrize("upstream", ["chat", "responses", "gemini"])
+def test_claude_codes_tool_search_result_says_the_loaded_tool_is_available(upstream: str) -> None:
+    """2.1.332 defers tools (CronList among them) and loads one with ToolSearch, whose result
+    is ``[{"type": "tool_reference", "tool_name": "CronList"}]``: Anthropic's API makes the
+    referenced tool's definition available to the model there (tool search tool guide, "Custom
+    tool search implementation"). A translated upstream has every tool, deferred ones too, up
+    front: the result says, in text, that the tool is loaded."""
+    body = corpus_request(TOOL_REFERENCE)
+    result = body["messages"][3]["content"][0]
+    assert result["content"] == [{"type": "tool_reference", "tool_name": "CronList"}]
+    assert {t["name"]: t.get("defer_loading") for t in body["tools"]}["CronList"] is True
+    out = _through(upstream, body)
+    text = _tool_result_text(upstream, out, result["tool_use_id"])
+    assert "CronList" in text and "loaded" in text
+    declared = ([t["function"]["name"] for t in out["tools"]] if upstream == "chat" else
+                [t["name"] for t in out["tools"]] if upstream == "responses" else
+                [d["name"] for d in out["tools"][0]["functionDeclarations"]])  # fmt: skip
+    assert "CronList" in declared  # deferred tools go as ordinary functions
+
+
+def test_a_tool_reference_names_the_tool_as_the_upstream_knows_it() -> None:
+    long = "mcp__github-enterprise-internal__create_pull_request_review_comment_reply"
+    body = sdk_request(tools=[{"name": long, "input_schema": {"type": "object"}, "defer_loading": True},
+                              {"name": "ToolSearch", "input_schema": {"type": "object"}}], messages=[
+        {"role": "user", "content": "review"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "ToolSearch", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [
+            {"type": "tool_reference", "tool_name": long}]}]}])  # fmt: skip
+    out = chat(body)
+    sent = out["tools"][0]["function"]["name"]
+    assert sent != long and sent in out["messages"][-1]["content"] and long not in out["messages"][-1]["content"]
+
+
+THINKING_OFF = "claude-code-2.1.332-thinking-off.json"
+
+
+def test_claude_code_2_1_332_with_thinking_off_asks_no_upstream_for_visible_thinking() -> None:
+    """CLAUDE_CODE_DISABLE_THINKING=1: 2.1.332 sends no ``thinking`` but keeps
+    ``output_config.effort``. Anthropic: no extended thinking was asked for, and effort still
+    shapes the whole answer ("The effort parameter affects all tokens in the response [...]
+    It doesn't require thinking to be enabled"). Each upstream keeps the effort where it has a
+    knob that turns no visible thinking on: chat's reasoning_effort and Responses' reasoning
+    effort show none; Gemini gets the budget without includeThoughts."""
+    body = corpus_request(THINKING_OFF)
+    assert "thinking" not in body and body["output_config"] == {"effort": "medium"}
+    assert _through("chat", body)["reasoning_effort"] == "medium"
+    responses = _through("responses", body)
+    assert responses["reasoning"] == {"effort": "medium"}
+    gemini = _through("gemini", body)
+    assert gemini["generationConfig"]["thinkingConfig"] == {"thinkingBudget": 8192}
+    # With thinking asked for, as 2.1.332 sends it by default, Gemini's thoughts are shown.
+    asked = _through("gemini", corpus_request("claude-code-2.1.332-first.json"))
+    assert asked["generationConfig"]["thinkingConfig"] == {"thinkingBudget": 8192, "includeThoughts": True}
+
+
+def _tool_changes(*blocks: dict[str, Any]) -> dict[str, Any]:
+    """2.1.332's Bash round with a system message of tool changes after it (beta
+    mid-conversation-tool-changes-2026-07-01, which 2.1.332 names on every request)."""
+    body = corpus_request("claude-code-2.1.332-bash-result.json")
+    return {**body, "messages": [*body["messages"], {"role": "system", "content": list(blocks)}]}
+
+
+CRON_LIST = {"name": "CronList", "description": "List all cron jobs",
+             "input_schema": {"type": "object", "properties": {}, "additionalProperties": False}}  # fmt: skip
+
+
+@pytest.mark.parametrize("upstream", ["chat", "responses", "gemini"])
+def test_mid_conversation_tool_changes_reach_every_translated_upstream(upstream: str) -> None:
+    """A system message's ``tool_addition`` offers the tool "from this point in the conversation
+    onward", a ``tool_removal`` withdraws one (Anthropic's "Mid-conversation system messages and
+    tool changes"; the SDKs' BetaRequestToolAdditionBlock / BetaRequestToolRemovalBlock). An
+    added definition joins the upstream's tools; each change is said where it happened."""
+    body = _tool_changes({"type": "tool_addition", "tool": {"type": "tool_definition", "definition": CRON_LIST}},
+                         {"type": "tool_addition", "tool": {"type": "tool_reference", "name": "Skill"}},
+                         {"type": "tool_removal", "tool": {"type": "tool_reference", "name": "Workflow"}})  # fmt: skip
+    assert "CronList" not in [t["name"] for t in body["tools"]]
+    out = _through(upstream, body)
+    declared = ([t["function"]["name"] for t in out["tools"]] if upstream == "chat" else
+                [t["name"] for t in out["tools"]] if upstream == "responses" else
+                [d["name"] for d in out["tools"][0]["functionDeclarations"]])  # fmt: skip
+    assert declared == [t["name"] for t in body["tools"]] + ["CronList"]
+    said = json.dumps(out["messages"][-1] if upstream == "chat" else out["input"][-1] if upstream == "responses"
+                      else out["contents"][-1])  # fmt: skip
+    assert "Tool CronList is available from here on." in said and "Tool Skill is available from here on." in said
+    assert "Tool Workflow is no longer available" in said
+
+
+def test_an_added_tool_with_a_long_name_is_called_under_its_short_one_and_comes_back_as_added() -> None:
+    long = "mcp__github-enterprise-internal__create_pull_request_review_comment_reply"
+    request = _tool_changes({"type": "tool_addition", "tool": {"type": "tool_definition", "definition": {
+        "name": long, "input_schema": {"type": "object"}}}})  # fmt: skip
+    out = chat(request)
+    sent = out["tools"][-1]["function"]["name"]
+    assert len(sent) <= 64 and sent != long and f"Tool {sent} is available" in out["messages"][-1]["content"]
+    call = {"id": "call_9", "type": "function", "function": {"name": sent, "arguments": "{}"}}
+    for ctx in (ctx_for(request), T.held(ctx_for(request))):
+        buffered = T.answer(_completion({"content": None, "tool_calls": [call]}, "tool_calls"), ctx)
+        assert [b["name"] for b in buffered["content"] if b["type"] == "tool_use"] == [long]
+
+
+def test_a_definition_added_again_replaces_the_declared_one() -> None:
+    newer = {**CRON_LIST, "name": "Bash", "description": "Run bash, v2"}
+    out = chat(_tool_changes({"type": "tool_addition", "tool": {"type": "tool_definition", "definition": newer}}))
+    bash = [t["function"] for t in out["tools"] if t["function"]["name"] == "Bash"]
+    assert [b["description"] for b in bash] == ["Run bash, v2"]
+
+
+@pytest.mark.parametrize(("block", "says"), [
+    ({"type": "tool_addition", "tool": {"type": "mcp_toolset_reference", "server_name": "gh"}}, "MCP"),
+    ({"type": "tool_removal", "tool": {"type": "mcp_tool_reference", "server_name": "gh", "name": "x"}}, "MCP"),
+    ({"type": "tool_addition", "tool": {"type": "tool_reference"}}, "'name'"),
+    ({"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}, "(system) may hold only"),
+])  # fmt: skip
+def test_tool_changes_a_chat_upstream_cannot_carry_are_refused(block: dict[str, Any], says: str) -> None:
+    out = T.request(_tool_changes(block), TARGET)
+    assert isinstance(out, Refusal) and says in out.message, out
