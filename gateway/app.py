@@ -264,6 +264,7 @@ def _accounts(cfg: GatewayConfig, store: StateStore, wall: Callable[[], float]) 
                             for glob, p in cfg.prices.items()})  # fmt: skip
     refs = cfg.accounting.reference_tokens
     return Accounts(store, prices, wall, default_max_tokens=cfg.accounting.default_max_tokens,
+                    reserved_output_max=cfg.accounting.reserved_output_max,
                     closed_when_store_down=cfg.accounting.when_store_down == "closed",
                     references=ReferenceTokens(refs.document, refs.image))  # fmt: skip
 

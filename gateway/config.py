@@ -1240,6 +1240,16 @@ class AccountingConfig(_Model):
         description="Output tokens reserved against limits and budgets for a request that names no output "
         "limit.",
     )  # fmt: skip
+    # Claude Code 2.1.332 asks max_tokens 128000: at $25/M out its worst case is $3.29, more than
+    # a $2 budget, which then served one of its requests at a time (audit).
+    reserved_output_max: int | None = Field(
+        default=None, gt=0,
+        description="The most output tokens a request's reservation counts against budgets and "
+        "`tokens_per_minute`. Unset: every token it asks for, so a budget is overspent by at most the last "
+        "request admitted. Set, a key serves more requests at once whose agents ask for far more than they "
+        "write; each is still settled at its usage, and each in flight may overspend by what it writes above "
+        "this.",
+    )  # fmt: skip
     reference_tokens: ReferenceTokensConfig = Field(
         default=ReferenceTokensConfig(),
         description="Prompt tokens reserved against budgets and `tokens_per_minute` for each attachment a "

@@ -74,6 +74,7 @@ class Accounts:
     prices: PriceTable
     wall: Callable[[], float]
     default_max_tokens: int = 4096
+    reserved_output_max: int | None = None  # accounting.reserved_output_max
     closed_when_store_down: bool = False
     references: ReferenceTokens = field(default_factory=ReferenceTokens)  # attachments not in the bytes
     _ids: itertools.count[int] = field(default_factory=itertools.count)
@@ -100,6 +101,8 @@ class Accounts:
         price = self.prices.price_for(model)
         budgets = self._budgets(key, now)
         output = (max_tokens or self.default_max_tokens) * max(1, answers)
+        if self.reserved_output_max is not None:
+            output = min(output, self.reserved_output_max)
         reserve = worst_case(price, prompt_tokens, output) if budgets else 0.0
         minute_tokens = round(prompt_tokens) + (output if key.tokens_per_minute is not None else 0)
         slot = f"{self._prefix}-{next(self._ids)}"

@@ -692,3 +692,19 @@ async def test_attachments_named_by_reference_are_reserved_though_their_bytes_ar
     assert state["budget"]["spent_usd"] == pytest.approx(one_request)
     assert state["budget"]["spent_usd"] <= 0.20 + one_request
     assert len(gw.fake.messages_requests()) == 1
+
+
+async def test_reserved_output_max_lets_a_budget_serve_agents_that_ask_for_far_more_than_they_write(
+    make_gateway: MakeGateway,
+) -> None:
+    """Claude Code 2.1.332 asks max_tokens 128000: its worst case held a whole $2 budget, so the
+    key served one of its requests at a time and refused the others (429 key_budget_held), Codex
+    giving up after six (audit). ``accounting.reserved_output_max`` reserves at most that many."""
+    payload = {"model": "gpt-4o-mini", "max_tokens": 128000, "messages": [{"role": "user", "content": "hi"}]}
+    for extra, admitted in (("", 1), ("accounting: {reserved_output_max: 10}\n", 2)):
+        gw = await make_gateway(extra + keys_yaml(budget={"usd": 100, "period": "day"}))
+        gw.fake.always = Reply(200, chat_completion(), delay_s=0.3)  # both in flight at once
+        answers = await asyncio.gather(*(gw.chat(payload, headers=ALICE) for _ in range(2)))
+        assert [a[0] for a in answers].count(200) == admitted, (extra, [a[2][:200] for a in answers])
+        # Settled at what was used either way: the answer's 9 + 12 tokens, not the reservation.
+        assert (await settled(gw))["budget"]["spent_usd"] == 26 * admitted
