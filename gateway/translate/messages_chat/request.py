@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway.apis.chat.ids import to_chat_id
@@ -142,8 +142,12 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
     return out
 
 
-def _texts_of(blocks: Any, at: typed.Path, where: str) -> list[str]:
-    """The texts of a string or a list of text blocks (system text)."""
+def _texts_of(
+    blocks: Any, at: typed.Path, where: str,
+    other: Callable[[dict[str, Any], typed.Path], str | None] | None = None, allowed: str = "text blocks",
+) -> list[str]:  # fmt: skip
+    """The texts of a string or a list of text blocks (system text). ``other``: the words for a
+    block of another type (None: refused, as ``where`` may hold only ``allowed``)."""
     found = typed.content(blocks, at)
     if found is None:
         raise typed.wrong(blocks, at, "string", "array")
@@ -152,7 +156,11 @@ def _texts_of(blocks: Any, at: typed.Path, where: str) -> list[str]:
     texts = []
     for k, block in enumerate(found):
         if block.get("type") != "text":
-            raise Untranslatable(f"{where} may hold only text blocks")
+            said = other(block, (*at, k)) if other is not None else None
+            if said is None:
+                raise Untranslatable(f"{where} may hold only {allowed}")
+            texts.append(said)
+            continue
         text = block.get("text")
         if not isinstance(text, str):
             raise typed.wrong(text, (*at, k, "text"), "string")
@@ -438,24 +446,14 @@ def _system_turn(content: Any, i: int, functions: Names) -> list[str]:
     MCP tool or toolset). A ``tool_definition`` carries the tool by value and joins the chat
     tools (``declared_tools``); a chat upstream has no tool list that changes mid-conversation,
     so the model is told here what it may call from now on."""
-    at: typed.Path = ("messages", i, "content")
-    found = typed.content(content, at)
-    if found is None:
-        raise typed.wrong(content, at, "string", "array")
-    if isinstance(found, str):
-        return [found]
-    texts = []
-    for k, block in enumerate(found):
+    def change(block: dict[str, Any], at: typed.Path) -> str | None:
         kind = block.get("type")
-        if kind in ("tool_addition", "tool_removal"):
-            texts.append(_tool_change(block, kind == "tool_addition", (*at, k), functions))
-        elif kind == "text":
-            texts += _texts_of([block], (*at, k), "")
-        else:
-            raise Untranslatable(
-                f"messages[{i}] (system) may hold only text, tool_addition and tool_removal blocks"
-            )
-    return texts
+        if kind not in ("tool_addition", "tool_removal"):
+            return None
+        return _tool_change(block, kind == "tool_addition", at, functions)
+
+    return _texts_of(content, ("messages", i, "content"), f"messages[{i}] (system)", change,
+                     "text, tool_addition and tool_removal blocks")  # fmt: skip
 
 
 def _tool_change(block: dict[str, Any], added: bool, at: typed.Path, functions: Names) -> str:
