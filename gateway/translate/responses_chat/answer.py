@@ -162,7 +162,9 @@ def call_item(
     """A chat tool call as the Responses item the client's tool knows: a ``function_call``
     with its own name and namespace, a ``custom_tool_call`` with its raw input, or the
     ``tool_search_call`` of a client-executed search."""
-    if tool_search.is_search(origin, additional_tools.declared(ctx.request)):
+    # The request's tools are read only for a call that may be the search.
+    searched = origin.name == tool_search.NAME
+    if searched and tool_search.is_search(origin, additional_tools.declared(ctx.request)):
         return tool_search.call_item(item_id(ctx, "tsc", index), call_id, arguments, status)
     if origin.custom:
         item = {

@@ -118,10 +118,11 @@ def _to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Ref
             f"'background' responses need a server that stores them; this upstream speaks {spoken}, "
             "which stores nothing"
         )
-    if tool_search.clashes(additional_tools.declared(payload)):
+    given = additional_tools.declared(payload)
+    if tool_search.clashes(given):
         return Refusal("a function tool named 'tool_search' beside the client-executed tool_search tool: "
                        "on a chat completions upstream both would be one function 'tool_search'")  # fmt: skip
-    declared = tool_search.effective_tools(payload)
+    declared = tool_search.effective_tools(payload, given)
     names = tool_names(declared)
     try:
         # Gemini and Claude read documents (a chat file part becomes Gemini's inlineData, or

@@ -56,11 +56,12 @@ def clashes(tools: Any) -> bool:
     )
 
 
-def effective_tools(payload: Mapping[str, Any]) -> Any:
+def effective_tools(payload: Mapping[str, Any], declared: Any = None) -> Any:
     """The request's tools as the chat side sees them: those it declares (``tools`` and its
     ``additional_tools`` items), the client's search as a function, and the tools its outputs
-    in ``input`` loaded. Without a client search, the tools as declared."""
-    tools = additional_tools.declared(payload)
+    in ``input`` loaded. Without a client search, the tools as declared. ``declared``:
+    ``additional_tools.declared(payload)`` when the caller has it already."""
+    tools = declared if declared is not None else additional_tools.declared(payload)
     search = client_search(tools)
     if search is None or not isinstance(tools, list):
         return tools
