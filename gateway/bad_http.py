@@ -14,6 +14,7 @@ text). An internal error (500) keeps aiohttp's own body, which quotes nothing ei
 from __future__ import annotations
 
 import json
+import random
 import re
 from typing import Any
 
@@ -29,7 +30,14 @@ from aiohttp.http_exceptions import (
 )
 from aiohttp.web_protocol import RequestHandler
 
+from gateway.errors import ErrorType
+
 CODE = "bad_http_request"
+# One of each kind of refusal, as the error reference (gateway/docs_gen) lists their messages.
+EXAMPLES: tuple[HttpProcessingError, ...] = (
+    LineTooLong("", "8190"), BadStatusLine(""), BadHttpMethod(""), InvalidURLError(""), InvalidHeader(""),
+    PayloadEncodingError(""), HttpProcessingError(),
+)  # fmt: skip
 
 
 def described(exc: HttpProcessingError) -> str:
@@ -92,6 +100,15 @@ class QuietRequestHandler(RequestHandler):
         if isinstance(response, web.Response):  # what aiohttp makes: anything else goes as it came
             response.body = quiet_body(exc)
             response.content_type = "application/json"
+            # The header contract holds for these too (docs/errors/index.md: every error
+            # response is classified, every response has an id); no request was read, so the
+            # id is a fresh one and nothing was sent upstream. A client's request fault: the
+            # same request fails the same way, so never retryable.
+            h = response.headers
+            h["x-request-id"] = f"{random.getrandbits(128):032x}"
+            h["x-llm-attempts"] = "0"
+            h["x-llm-error-type"] = ErrorType.UNKNOWN.value
+            h["x-llm-error-retryable"] = "false"
         return response
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import gateway
+from gateway import bad_http
 from gateway.apis import DIALECTS
 from gateway.docs_gen.markdown import cell, generated_header
 from gateway.errors import ErrorType
@@ -224,6 +225,10 @@ def made_codes(package: Path = PACKAGE) -> dict[str, Made]:
     for transport, text in relay._TRANSPORT_TEXT.items():  # a stream under way ends with its name
         kind = classify(None, {}, b"", now_s=0.0, transport_error=transport).type.value
         codes.setdefault(transport.value, Made()).add(None, {kind}, text, "gateway/pipeline/relay.py")
+    # A request aiohttp's parser refuses reaches no route; its answer is made apart (bad_http.py).
+    for exc in bad_http.EXAMPLES:
+        codes.setdefault(bad_http.CODE, Made()).add(400, {ErrorType.UNKNOWN.value}, bad_http.described(exc),
+                                                    "gateway/bad_http.py")  # fmt: skip
     return codes
 
 
@@ -282,6 +287,9 @@ MEANINGS = {
     "invalid_json": "The request body is not a JSON document (empty, not UTF-8, nested too deeply or "
     "not valid JSON); never forwarded.",
     "invalid_body": "The request body is JSON but not an object.",
+    "bad_http_request": "The request is not valid HTTP/1.1 (a header line over 8,190 bytes, a malformed "
+    "request line or header, broken body framing): refused before any route, in the OpenAI shape as no "
+    "API is known yet, quoting none of the request's bytes; the connection closes.",
     "invalid_messages": "`messages` is not a list of message objects.",
     "invalid_input": "A Responses request's `input` is not a string or a list of input item objects.",
     "invalid_contents": "A Gemini request's `contents` is not a list of Content objects.",

@@ -279,6 +279,15 @@ class Accounts:
 _PERIOD_WORD = {"day": "daily", "week": "weekly", "month": "monthly"}
 
 
+def usd(amount: float) -> str:
+    """Dollars as a person reads them: cents, and below a cent the digits that show it (an
+    agent's budget of $0.005 read "spent $0.00 of its $0.00"), up to a millionth."""
+    if amount == 0 or abs(amount) >= 0.01:
+        return f"${amount:,.2f}"
+    shown = f"{amount:.6f}".rstrip("0")
+    return "$" + (shown if len(shown.split(".")[1]) >= 2 else f"{amount:.2f}")
+
+
 def _refusal(key: KeySpec, verdict: str, spent: float, now: float,
              budgets: list[tuple[str, float, str, float]], in_flight: float = 0.0) -> LimitHit:  # fmt: skip
     minute_end = (int(now // 60) + 1) * 60
@@ -296,13 +305,13 @@ def _refusal(key: KeySpec, verdict: str, spent: float, now: float,
     bkey, limit, period, end = budgets[min(index, len(budgets) - 1)]
     team = bkey.startswith("team:")
     who = f"team '{key.team}'" if team else f"key '{key.name}'"
-    budget = f"its ${limit:,.2f} {_PERIOD_WORD[period]} budget"
+    budget = f"its {usd(limit)} {_PERIOD_WORD[period]} budget"
     if spent < limit:
         # Not spent: held by requests in flight at what they may cost at most, settled (and the
         # rest given back) as they end. Worth trying again shortly, not a reason to stop.
-        return LimitHit("budget_held", f"{who} spent ${spent:,.2f} of {budget}, and requests in flight "
-                        f"hold ${in_flight:,.2f} of it until they end; try again when one has ended",
+        return LimitHit("budget_held", f"{who} spent {usd(spent)} of {budget}, and requests in flight "
+                        f"hold {usd(in_flight)} of it until they end; try again when one has ended",
                         HELD_RETRY_S, now + HELD_RETRY_S)  # fmt: skip
     return LimitHit("team_budget" if team else "budget",
-                   f"{who} spent ${spent:,.2f} of {budget}; resets {iso(end)}", None, end)  # fmt: skip
+                   f"{who} spent {usd(spent)} of {budget}; resets {iso(end)}", None, end)  # fmt: skip
 

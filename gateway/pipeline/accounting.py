@@ -24,7 +24,6 @@ from typing import Any
 from gateway.apis.base import Inbound
 from gateway.errors import Classification, ErrorType
 from gateway.keys.ledger import Accounts, LimitHit, Reservation
-from gateway.keys.periods import iso
 from gateway.pipeline.outcome import Failure, RequestState, gateway_failure
 from gateway.policy.retry_after import reset_at_ms
 from gateway.policy.tokens import BYTES_PER_TOKEN
@@ -214,7 +213,8 @@ def _is_codex(headers: Mapping[str, str]) -> bool:
 def _codex_usage_limit(c: Classification, message: str, reset_s: float) -> Failure:
     """Codex's own usage-limit error (its ``usage_limit_reached`` with ``resets_at``, epoch
     seconds): Codex stops at once on it and tells its user when the limit resets."""
+    # (The message names the reset already: "...; resets 2026-11-30T00:00:00Z".)
     body = {"error": {"type": "usage_limit_reached", "code": "budget_exhausted",
-                      "message": f"{message} (at {iso(reset_s)})", "resets_at": int(reset_s)}}  # fmt: skip
+                      "message": message, "resets_at": int(reset_s)}}  # fmt: skip
     return Failure(c, 429, [("Content-Type", "application/json")], json.dumps(body).encode(), final=True)
 

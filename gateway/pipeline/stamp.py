@@ -6,7 +6,7 @@ for streams, whose head leaves before the body exists) and on the error response
 aiohttp prepares after ``observe`` returned: a direct call, not an ``on_response_prepare``
 signal, which cost a signal dispatch and a coroutine per request. Health, readiness and
 metrics are not observed: ``unobserved`` gives them ``x-request-id`` and ``x-llm-attempts: 0``
-and nothing else. Answers aiohttp makes to malformed HTTP, which reach no route, carry none of it.
+and nothing else. Answers to malformed HTTP, which reach no route, get theirs in bad_http.py.
 """
 
 from __future__ import annotations

@@ -324,6 +324,11 @@ def response_headers(upstream: Mapping[str, str] | Iterable[tuple[str, str]]) ->
             elif lk == "x-request-id":
                 upstream_ids.append(v)
             continue
+        if lk == "request-id":
+            # Anthropic's id ("request-id: A globally unique identifier for the request", on
+            # every response: https://docs.anthropic.com/en/api/overview): passed on, as the
+            # anthropic SDKs read it there, and under our name too.
+            upstream_ids.append(v)
         out.append((k, v))
     if connection:
         # Headers named in Connection are hop-by-hop too (RFC 9110 §7.6.1).

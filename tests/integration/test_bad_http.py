@@ -45,5 +45,8 @@ async def test_unparseable_requests_are_refused_without_quoting_them(
     assert SECRET.encode() not in body and b"kkkk" not in body
     assert headers["content-type"].startswith("application/json")
     assert json.loads(body) == {"error": {"message": fault, "type": "invalid_request_error", "code": "bad_http_request"}}
+    # The header contract: classified, never retryable (the same bytes fail the same way), an id.
+    assert headers["x-llm-error-type"] == "unknown" and headers["x-llm-error-retryable"] == "false"
+    assert len(headers["x-request-id"]) == 32 and headers["x-llm-attempts"] == "0"
     assert gw.fake.requests == []
     assert (await gw.chat())[0] == 200

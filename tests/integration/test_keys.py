@@ -198,6 +198,7 @@ async def test_codex_gets_the_usage_limit_it_stops_on(make_gateway: MakeGateway)
     assert headers["x-llm-error-retryable"] == "false"
     err = json.loads(body)["error"]
     assert err["type"] == "usage_limit_reached" and err["resets_at"] == int(headers["x-llm-error-reset-at"]) // 1000
+    assert err["message"].count("resets ") == 1 and "(at " not in err["message"]  # the reset named once
 
 
 async def test_a_team_budget_is_shared_by_its_keys(make_gateway: MakeGateway) -> None:

@@ -92,6 +92,12 @@ def test_response_headers_drop_hop_by_hop_and_ours() -> None:
                    "x-upstream-request-id": "req_up"}
 
 
+def test_anthropics_request_id_is_also_the_upstream_request_id() -> None:
+    out = response_headers([("Content-Type", "application/json"), ("request-id", "req_011CTa")])
+    assert out == [("Content-Type", "application/json"), ("request-id", "req_011CTa"),
+                   ("x-upstream-request-id", "req_011CTa")]
+
+
 CLIENT_CREDS = [("Authorization", "Bearer client"), ("x-api-key", "c1"), ("API-Key", "c2"), ("Accept", "*/*")]
 
 
