@@ -282,6 +282,10 @@ MEANINGS = {
     "invalid_json": "The request body is not a JSON document (empty, not UTF-8, nested too deeply or "
     "not valid JSON); never forwarded.",
     "invalid_body": "The request body is JSON but not an object.",
+    "duplicate_member": "The request body's object names a member twice (`model`, `stream`, `max_tokens`, "
+    "anything, however its name is escaped): the gateway reads the last, a provider may read the first or "
+    "refuse the body, so the key's rules, budget and routing could be held to another request than the "
+    "one served; never forwarded. Members of nested objects may repeat.",
     "invalid_messages": "`messages` is not a list of message objects.",
     "invalid_input": "A Responses request's `input` is not a string or a list of input item objects.",
     "invalid_contents": "A Gemini request's `contents` is not a list of Content objects.",
