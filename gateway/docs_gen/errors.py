@@ -290,6 +290,10 @@ MEANINGS = {
     "bad_http_request": "The request is not valid HTTP/1.1 (a header line over 8,190 bytes, a malformed "
     "request line or header, broken body framing): refused before any route, in the OpenAI shape as no "
     "API is known yet, quoting none of the request's bytes; the connection closes.",
+    "duplicate_member": "The request body's object names a member twice (`model`, `stream`, `max_tokens`, "
+    "anything, however its name is escaped): the gateway reads the last, a provider may read the first or "
+    "refuse the body, so the key's rules, budget and routing could be held to another request than the "
+    "one served; never forwarded. Members of nested objects may repeat.",
     "invalid_messages": "`messages` is not a list of message objects.",
     "invalid_input": "A Responses request's `input` is not a string or a list of input item objects.",
     "invalid_contents": "A Gemini request's `contents` is not a list of Content objects.",

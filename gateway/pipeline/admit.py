@@ -3,7 +3,8 @@
 Bad input gets a clear 4xx in the dialect's error shape and is never forwarded: a body
 over ``server.max_body_bytes`` (refused without reading it into memory), a client too
 slow to send its body, invalid JSON (NaN and Infinity included), a body that is not an
-object, ``messages`` that is not a list, ``model`` / ``stream`` of the wrong type.
+object or whose object names a member twice, ``messages`` that is not a list, ``model`` /
+``stream`` of the wrong type.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import orjson
 from aiohttp import web
 
 from gateway.encodings import EncodingProblem, decode_body
-from gateway.jsonbody import Lenient, mended
+from gateway.jsonbody import Lenient, Members, first_repeated, mended, repeated_member
 from gateway.live import LIVE
 from gateway.pipeline.outcome import Failure, bad_request
 
@@ -123,12 +124,36 @@ def parse_json_object(body: bytes) -> dict[str, Any] | Failure:
     except UnicodeDecodeError:
         return bad_request("the request body is not valid UTF-8", "invalid_json")
     except RecursionError:
-        return bad_request("the request body is nested too deeply", "invalid_json")
+        return _too_deep()
     except ValueError as e:
         return bad_request(f"the request body is not valid JSON: {_short(e)}", "invalid_json")
     if not isinstance(doc, dict):
         return bad_request("the request body must be a JSON object", "invalid_body")
-    return doc
+    try:
+        repeated = repeated_member(body, doc)
+    except RecursionError:  # orjson reads 1024 levels, json about 990
+        return _too_deep()
+    return doc if repeated is None else repeated_refusal(repeated)
+
+
+def repeated_refusal(name: str) -> Failure:
+    """A body whose top-level object names ``name`` twice: the gateway reads the last of them,
+    and an upstream sent the body as it came may read the first (``jsonbody.repeated_member``),
+    so neither is admitted. Named, never a value (the name as decoded, cut short)."""
+    shown = mended(name)
+    shown = shown if len(shown) <= 64 else shown[:64] + "..."
+    return bad_request(f"the request body names the member '{shown}' more than once; names in a JSON object "
+                       "should be unique (RFC 8259 §4), and servers differ on which one they read",
+                       "duplicate_member")
+
+
+def refuses_repeats(failure: Failure) -> bool:
+    """Whether ``failure`` is ``repeated_refusal``'s."""
+    return failure.own is not None and failure.own.code == "duplicate_member"
+
+
+def _too_deep() -> Failure:
+    return bad_request("the request body is nested too deeply", "invalid_json")
 
 
 def _not_json(constant: str) -> Any:
@@ -159,13 +184,19 @@ def is_json(content_type: str) -> bool:
     return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
 
 
-def model_of(body: bytes, content_type: str) -> str | None:
-    """Best-effort model name of a non-chat request, for routing; never an error."""
+def model_of(body: bytes, content_type: str) -> str | Failure | None:
+    """Best-effort model name of a non-chat request, for routing; an error only for a body whose
+    object names a member twice (``repeated_refusal``), which goes upstream as it came."""
     if not is_json(content_type) or not body or len(body) > 1024 * 1024:
         return None
     try:
-        doc = json.loads(body)
+        members = json.loads(body, object_pairs_hook=Members)
     except (ValueError, RecursionError):
         return None
-    model = doc.get("model") if isinstance(doc, dict) else None
+    if not isinstance(members, Members):
+        return None
+    repeated = first_repeated(members)
+    if repeated is not None:
+        return repeated_refusal(repeated)
+    model = dict(members).get("model")
     return model if isinstance(model, str) else None

@@ -40,7 +40,7 @@ from gateway.auth import WWW_AUTHENTICATE
 from gateway.errors import Classification, ErrorType
 from gateway.keys.attribution import session_of
 from gateway.pipeline import accounting, output_cap, param_fix, reasoning_fix
-from gateway.pipeline.admit import is_json, model_of, parse_json_object, read_body
+from gateway.pipeline.admit import is_json, model_of, parse_json_object, read_body, refuses_repeats
 from gateway.pipeline.asked import Asked
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.chain import onward, resume_route, send_chain
@@ -220,9 +220,14 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     ctype = request.headers.get("Content-Type", "")
     payload: dict[str, Any] = {}
     if state.key is None:
-        model = model_of(body, ctype)
+        peeked = model_of(body, ctype)
+        if isinstance(peeked, Failure):  # a member named twice (the upstream gets these bytes)
+            return await relay(request, svc, state, peeked)
+        model = peeked
     else:  # the key's rules read the document: parsed once, the model taken from it
         doc = parse_json_object(body) if body and is_json(ctype) else {}
+        if isinstance(doc, Failure) and refuses_repeats(doc):
+            return await relay(request, svc, state, doc)
         payload = doc if isinstance(doc, dict) else {}
         named = payload.get("model")
         model = named if isinstance(named, str) else None
