@@ -148,14 +148,14 @@ def test_a_canonical_body_is_not_read_twice(monkeypatch: pytest.MonkeyPatch) -> 
     # What JSON.stringify, serde_json and the openai / anthropic SDKs write: one orjson.dumps
     # shows there is no repeat at any depth; json reads again only what is written otherwise.
     read_again: list[str] = []
-    real = jsonbody._MEMBERS
+    real = jsonbody._PAIRS
 
     class Counting:
         def decode(self, text: str) -> Any:
             read_again.append(text)
             return real.decode(text)
 
-    monkeypatch.setattr(jsonbody, "_MEMBERS", Counting())
+    monkeypatch.setattr(jsonbody, "_PAIRS", Counting())
     canonical = json.dumps({"model": "m", "messages": [{"role": "user", "content": "é \"model\": x"}]},
                            ensure_ascii=False, separators=(",", ":")).encode()
     assert isinstance(parse_json_object(canonical), dict) and read_again == []
