@@ -286,7 +286,9 @@ def _affinity(
 
 def _probe_ttl_s(cfg: GatewayConfig) -> float:
     """How long a probe's claim is held: the longest a probe waits for its answer to start
-    (connect, then head or first token), with a margin; longer only if its replica died."""
+    (connect, then head or first token), with a margin; longer only if its replica died. A
+    streamed probe decides when its body ends: one that outlasts this lets one more request
+    probe, where a verdict at the head let every request through."""
     t = cfg.timeouts
     return t.connect_s + max(t.first_byte_s, t.first_token_s or 0.0) + 30.0
 

@@ -31,7 +31,7 @@ from gateway.apis.base import Dialect, Ending, EventKind, Splice, StreamReader
 from gateway.apis.common import MALFORMED_EVENT
 from gateway.apis.replay import Trim, is_replay
 from gateway.errors import Classification, TransportError
-from gateway.pipeline.attempt import Call, leg_over, too_large_event
+from gateway.pipeline.attempt import Call, leg_over, settle_circuit, too_large_event
 from gateway.pipeline.outcome import Failure, RequestState, Success
 from gateway.pipeline.send import send_one
 from gateway.policy.classify import classify, classify_stream_event
@@ -100,6 +100,8 @@ def resumer(
             if reproduced is None:
                 # What happened to this leg itself: its own failure, or set aside (it diverged).
                 leg_over(svc, state, c, ended_by, relayed=False)
+                # The request's deadline ran out on it: no verdict on the upstream either way.
+                await settle_circuit(state, c, answered=ended_by != "deadline")
                 counter.labels(up.cfg.name, why).inc()
                 _traced(svc, state, up.cfg.name, why)
                 log.debug({"request_id": state.request_id, "event": "replay_" + why, "upstream": up.cfg.name})

@@ -21,7 +21,7 @@ from gateway.errors import Classification, ErrorType
 from gateway.live import LIVE
 from gateway.logs import ACCESS
 from gateway.pipeline import accounting
-from gateway.pipeline.attempt import leg_over
+from gateway.pipeline.attempt import leg_over, settle_circuit
 from gateway.pipeline.models import gemini_caller
 from gateway.pipeline.outcome import STATE, RequestState
 from gateway.pipeline.relay import CLIENT_GONE, SHUTDOWN, relay, shutdown_failure
@@ -147,6 +147,8 @@ def observed(handler: Handler) -> Handler:
             stamp(state, response, None)  # aiohttp sends it, after the accounting below
             return response
         finally:
+            if state.circuit_due is not None:  # an answer never relayed (the client left before it began)
+                await settle_circuit(state, answered=False)
             life.in_flight -= 1
             life.handling.discard(task)
             svc.serving -= 1

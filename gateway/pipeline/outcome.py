@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -20,6 +20,10 @@ from gateway.keys.ledger import Reservation
 from gateway.keys.registry import KeySpec
 from gateway.translate.base import StreamTranslator
 from gateway.upstream import UpstreamResponse
+
+if TYPE_CHECKING:
+    from gateway.policy.breaker import Admission
+    from gateway.state.shared import SharedCircuit
 
 
 @dataclass(init=False)
@@ -66,6 +70,10 @@ class RequestState:
     # The upstream whose answer's body is still being read (a stream, a pass-through): its
     # attempt is counted when the body ends, by how it ended (attempt.leg_over).
     reading_from: str | None = None
+    # The circuit verdict that body owes (attempt.settle_circuit): its circuit, the request's
+    # admission and model. A stream cut mid-answer is a failed request, not the success its
+    # head looked like, and a half-open probe proves the upstream only once its answer ended.
+    circuit_due: tuple[SharedCircuit, Admission, str | None] | None = None
     upstream_head_s: float | None = None  # the last attempt's own time to its response head
     method: str = ""
     path: str = ""

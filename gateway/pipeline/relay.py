@@ -21,7 +21,7 @@ from gateway.apis.base import Dialect, Ending, EventKind, Splice, StreamReader
 from gateway.errors import EVENT_STATUS, Classification, ErrorType, TransportError
 from gateway.jsonpeek import top_level_member
 from gateway.one_write import OneWriteResponse
-from gateway.pipeline.attempt import leg_over, too_large_event
+from gateway.pipeline.attempt import leg_over, settle_circuit, too_large_event
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success, gateway_failure
 from gateway.pipeline.stamp import stamp
 from gateway.policy.classify import classify, classify_stream_event
@@ -112,6 +112,7 @@ async def _relay_raw(
     kept: list[bytes] | None = [] if state.key is not None and "json" in kind else None
     size = 0
     broke: Classification | None = None
+    ended = False  # the upstream ended the body: whole, or broken (not the client, not drain_s)
     try:
         with _CutOnShutdown(svc):
             stamp(state, resp, svc.monotonic())
@@ -124,6 +125,7 @@ async def _relay_raw(
                         kept.append(chunk)
                     else:
                         kept = None
+            ended = True
     except (UpstreamFailure, _ShutdownCut) as e:
         # Bytes already left and this body's grammar is unknown: the only honest signal left
         # is an unterminated body; the log line and metrics still say what happened.
@@ -132,12 +134,15 @@ async def _relay_raw(
         state.stream_error, state.classification = c.type, c
         state.ended_by = SHUTDOWN if isinstance(e, _ShutdownCut) else kind.value
         broke = c if isinstance(e, UpstreamFailure) else None  # a cut at shutdown is the gateway's
+        ended = broke is not None
         if request.transport is not None:
             request.transport.close()
         return resp
     finally:
         outcome.response.close()
         leg_over(svc, state, broke, state.ended_by if broke is not None else None)
+        if state.circuit_due is not None:
+            await settle_circuit(state, broke, answered=ended)
     if kept and 200 <= outcome.status < 300:
         # In the path's API's words (Codex's /v1/responses/compact counts input_tokens).
         api = api_of_path(request.path)
@@ -285,6 +290,10 @@ async def _pump(
             leg_over(svc, state)
         else:
             leg_over(svc, state, end.classification, state.ended_by)
+        if state.circuit_due is not None:
+            # Broken with no ending: the client left, or drain_s cut the stream.
+            await settle_circuit(state, end.classification if end is not None else None,
+                                 answered=end is not None or not broken)  # fmt: skip
 
 
 def _count_usage(state: RequestState, reader: StreamReader, shown: Shown | None) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from gateway.errors import Classification, ErrorType, TransportError
 from gateway.pipeline.attempt import Call, attempt, circuit_open
-from gateway.pipeline.outcome import Failure, Outcome, RequestState, failure_of
+from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success, failure_of
 from gateway.policy.breaker import Admission, Gate, circuit_key
 from gateway.policy.retry import RetryPlan, StopReason, retry_after
 from gateway.services import Services, UpstreamRuntime
@@ -85,7 +85,8 @@ async def send_one(
 ) -> Outcome:  # fmt: skip
     """Send to one upstream with retries. Its circuit counts whole requests, not attempts:
     one request's own retries are the retry policy's business, and a permanent 503 must
-    cost exactly 1 + max_retries attempts. A half-open circuit's probe is one attempt.
+    cost exactly 1 + max_retries attempts. A half-open circuit's probe is one attempt. An
+    answer whose body is still to be read (a stream) is counted when that body ends.
     ``moves_on``: whether a failure will take the request elsewhere (a sibling deployment or
     a fallback); such failures get at most ``retries_cap`` retries here first."""
     up = call.up
@@ -109,6 +110,10 @@ async def send_one(
         await up.circuit.abandon(adm)
         raise
     state.retries_settled = plan.stopped in SETTLED
+    if isinstance(outcome, Success) and outcome.chunks is not None:
+        # Its body is still to come: the circuit hears how it ends (attempt.settle_circuit).
+        state.circuit_due = (up.circuit, adm, state.model)
+        return outcome
     # An empty stream is how some servers fail a request they reject: not the provider's fault.
     failed = (isinstance(outcome, Failure) and outcome.classification.type is ErrorType.PROVIDER_UNAVAILABLE
               and not plan.answered_with_nothing(outcome.classification))  # fmt: skip

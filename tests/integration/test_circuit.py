@@ -1,8 +1,11 @@
 """Cross-request protection: the circuit breaker and the retry budget."""
 
 import asyncio
+import contextlib
+import json
 
-from tests.fakeupstream import Reply
+from tests.fakeupstream import Reply, Stream, chunk
+from tests.integration.conftest import eventually
 
 
 async def test_circuit_opens_fails_fast_and_recovers(make_gateway) -> None:
@@ -81,3 +84,105 @@ async def test_retry_budget_holds_a_storm_to_about_1_2x_attempts(make_gateway) -
     assert all(status == 503 for status, _, _ in results)
     attempts = len(gw.fake.chat_requests())
     assert 60 <= attempts <= 60 * 1.25, attempts  # without the budget: 360
+
+
+# Streams whose 200 head came and whose body then broke (the upstream cut them after a few
+# events): each is a failed request for the circuit, counted when the body ends.
+STREAM_REQ = {"model": "gpt-4o-mini", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+STREAM_CIRCUIT = {"upstream": "primary", "model": "gpt-4o-mini"}
+
+
+def _events(n: int = 2) -> list:
+    return [chunk({"role": "assistant", "content": ""}), *(chunk({"content": f"w{i} "}) for i in range(n))]
+
+
+def broken_stream() -> Stream:
+    return Stream(_events(), then="drop")
+
+
+def whole_stream(**kw) -> Stream:  # type: ignore[no-untyped-def]
+    return Stream([*_events(), chunk({}, "stop")], **kw)
+
+
+async def test_streams_that_all_break_mid_answer_open_the_circuit(make_gateway) -> None:
+    gw = await make_gateway("circuit_breaker: {failure_threshold: 3, open_s: 30}\n")
+    gw.fake.script(*[broken_stream() for _ in range(10)])
+    for _ in range(3):
+        status, _, body = await gw.chat(STREAM_REQ)
+        assert status == 200 and b"w0" in body and b'"error"' in body  # committed, then a typed error event
+    assert len(gw.fake.chat_requests()) == 3
+    status, headers, body = await gw.chat(STREAM_REQ)
+    assert status == 503 and b"circuit_open" in body and headers["x-llm-attempts"] == "0"
+    assert len(gw.fake.chat_requests()) == 3  # refused without an upstream call
+    assert gw.metric("llm_gateway_circuit_open", **STREAM_CIRCUIT) == 1
+
+
+async def test_a_buffered_answer_whose_body_breaks_counts_as_a_failure(make_gateway) -> None:
+    gw = await make_gateway(
+        "circuit_breaker: {failure_threshold: 2, open_s: 30}\n"
+        "retry: {provider_unavailable: {max_retries: 0}}\n"
+    )
+    gw.fake.script(*[broken_stream() for _ in range(10)])  # a head, some bytes, then the cut
+    for _ in range(2):
+        assert (await gw.chat())[0] == 502
+    status, _, body = await gw.chat()
+    assert status == 503 and b"circuit_open" in body
+    assert len(gw.fake.chat_requests()) == 2
+    assert gw.metric("llm_gateway_circuit_open", **STREAM_CIRCUIT) == 1
+
+
+async def _leave_mid_stream(gw) -> None:  # type: ignore[no-untyped-def]
+    host, port = gw.base.removeprefix("http://").split(":")
+    body = json.dumps(STREAM_REQ).encode()
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    await writer.drain()
+    await asyncio.wait_for(reader.readuntil(b"w1 "), 10)  # the answer has started
+    writer.transport.abort()  # gone, without a goodbye
+    with contextlib.suppress(ConnectionError):
+        await writer.wait_closed()
+    await eventually(lambda: gw.metric("llm_gateway_in_flight_requests") == 0, "the request ended")
+
+
+async def test_a_client_that_leaves_mid_stream_is_neither_a_failure_nor_a_success(make_gateway) -> None:
+    """The streak of broken streams goes on across requests whose clients left mid-answer:
+    they neither count as failures nor clear it."""
+    gw = await make_gateway("circuit_breaker: {failure_threshold: 2, open_s: 30}\n")
+    long_answer = Stream(_events(50), delay_s=0.02)
+    gw.fake.script(broken_stream(), long_answer, long_answer, long_answer, broken_stream())
+    assert (await gw.chat(STREAM_REQ))[0] == 200
+    for _ in range(3):
+        await _leave_mid_stream(gw)
+    assert gw.metric("llm_gateway_circuit_open", **STREAM_CIRCUIT) == 0  # three left: no failure
+    assert (await gw.chat(STREAM_REQ))[0] == 200  # the second broken stream in a row
+    assert gw.metric("llm_gateway_circuit_open", **STREAM_CIRCUIT) == 1
+    status, _, body = await gw.chat(STREAM_REQ)
+    assert status == 503 and b"circuit_open" in body and len(gw.fake.chat_requests()) == 5
+
+
+async def test_a_half_open_probe_is_settled_by_its_body_not_its_head(make_gateway) -> None:
+    """A probe whose stream breaks opens the circuit again; while a probe's stream is still
+    coming, the circuit is not closed yet (others are refused); once it ended whole, it is."""
+    gw = await make_gateway("circuit_breaker: {failure_threshold: 2, open_s: 0.3}\n",
+                            timeouts="{connect_s: 2, first_byte_s: 2.0, idle_s: 3.0}")
+    gw.fake.script(broken_stream(), broken_stream(), broken_stream(), whole_stream(pause_s=1.0, pause_after=2))
+    for _ in range(2):
+        assert (await gw.chat(STREAM_REQ))[0] == 200
+    assert gw.metric("llm_gateway_circuit_open", **STREAM_CIRCUIT) == 1
+    await asyncio.sleep(0.4)  # past the open period: the next request is the probe
+    status, _, body = await gw.chat(STREAM_REQ)
+    assert status == 200 and b'"error"' in body  # the probe's stream broke too
+    assert gw.metric("llm_gateway_circuit_open", **STREAM_CIRCUIT) == 1
+    status, _, body = await gw.chat(STREAM_REQ)
+    assert status == 503 and b"circuit_open" in body and len(gw.fake.chat_requests()) == 3
+    await asyncio.sleep(0.4)
+    async with gw.session.post(gw.base + "/v1/chat/completions", json=STREAM_REQ) as probe:
+        assert probe.status == 200
+        await asyncio.wait_for(probe.content.readuntil(b"w0 "), 10)  # its head and first words came
+        status, _, body = await gw.chat(STREAM_REQ)  # meanwhile: the probe has not proved anything yet
+        assert status == 503 and b"circuit_open" in body and len(gw.fake.chat_requests()) == 4
+        rest = await probe.read()
+    assert b"[DONE]" in rest and b'"error"' not in rest
+    assert gw.metric("llm_gateway_circuit_open", **STREAM_CIRCUIT) == 0  # closed by the whole stream
+    assert (await gw.chat(STREAM_REQ))[0] == 200 and len(gw.fake.chat_requests()) == 5

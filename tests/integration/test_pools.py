@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from gateway.live import LIVE
-from tests.fakeupstream import FakeUpstream, Reply
+from tests.fakeupstream import FakeUpstream, Reply, Stream, chunk
 from tests.integration.conftest import Gateway, same_minute
 
 # OpenAI's per-minute wording (tests/corpus/openai.json); the wait comes from retry-after. An
@@ -236,6 +236,27 @@ async def test_an_outage_of_every_deployment_costs_one_attempt_each_plus_the_ret
     assert status == 503
     # 1 + provider_unavailable.max_retries (5), plus one first attempt per other deployment.
     assert sum(_calls(fakes).values()) == 3 + 5 == int(headers["x-llm-attempts"])
+
+
+async def test_a_deployment_whose_streams_all_break_mid_answer_has_its_circuit_opened(make_pool: MakePool) -> None:
+    """Its streams' heads come, then the connection is cut: each is a failed request for the
+    deployment's own circuit, which opens, and the pool stops asking it."""
+    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
+                                extra="circuit_breaker: {failure_threshold: 2, open_s: 30}\n",
+                                member_extra={"a": ", weight: 1000"})  # fmt: skip
+    events = [chunk({"role": "assistant", "content": ""}), chunk({"content": "Once"}), chunk({"content": " upon"})]
+    fakes["a"].always = Stream(events, then="drop")
+    fakes["b"].always = Stream([*events, chunk({}, "stop")])
+    request = {"model": "gpt-4o-mini", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    for _ in range(50):
+        if len(fakes["a"].chat_requests()) == 2:
+            break
+        assert (await gw.chat(request))[0] == 200
+    assert gw.metric("llm_gateway_circuit_open", upstream="a", model="gpt-4o-mini") == 1
+    for _ in range(5):
+        status, headers, body = await gw.chat(request)
+        assert status == 200 and headers["x-llm-upstream"] == "b" and b'"error"' not in body
+    assert len(fakes["a"].chat_requests()) == 2
 
 
 async def test_a_twenty_turn_session_stays_on_one_deployment(make_pool: MakePool) -> None:
