@@ -147,8 +147,6 @@ def observed(handler: Handler) -> Handler:
             stamp(state, response, None)  # aiohttp sends it, after the accounting below
             return response
         finally:
-            if state.circuit_due is not None:  # an answer never relayed (the client left before it began)
-                await settle_circuit(state, answered=False)
             life.in_flight -= 1
             life.handling.discard(task)
             svc.serving -= 1
@@ -164,6 +162,13 @@ def observed(handler: Handler) -> Handler:
                 for wake in life.idle:
                     wake()
             svc.busy_poll.touch()  # the answer is out: the client's next request may come soon
+            if state.circuit_due is not None:  # an answer never relayed (the client left before it began)
+                # Last: it may wait on the state store, and the bookkeeping above must not.
+                try:
+                    await settle_circuit(state, answered=False)
+                except Exception as e:  # a probe's claim then lapses at its expiry instead
+                    log.warning({"request_id": state.request_id, "event": "circuit_settle_failed",
+                                 "exception": type(e).__name__})  # fmt: skip
 
     return observe
 
