@@ -106,6 +106,9 @@ def _too_large(max_bytes: int) -> Failure:
     )
 
 
+_UTF8 = ("utf-8", "utf-8-sig")  # (a byte order mark is read past, as json does)
+
+
 def parse_json_object(body: bytes) -> dict[str, Any] | Failure:
     if not body.strip():
         return bad_request("the request body is empty; a JSON object is required", "invalid_json")
@@ -113,6 +116,11 @@ def parse_json_object(body: bytes) -> dict[str, Any] | Failure:
         doc = orjson.loads(body)  # fast; stricter than json, so any refusal is re-judged below
     except orjson.JSONDecodeError:
         doc = None
+    if doc is None and json.detect_encoding(body) not in _UTF8:
+        # json reads UTF-16 and UTF-32 as well, and the body would go upstream as it came: "JSON
+        # text exchanged between systems that are not part of a closed ecosystem MUST be
+        # encoded using UTF-8" (RFC 8259 §8.1), and orjson, as providers' parsers, reads nothing else.
+        return bad_request("the request body is not valid UTF-8", "invalid_json")
     try:
         if doc is None:
             # A lone surrogate ("\ud83d": a JavaScript client cut a string mid-emoji, as Claude

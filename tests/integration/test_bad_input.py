@@ -25,6 +25,9 @@ def assert_gateway_error(status: int, headers, body: bytes, expected_status: int
         (b"{not json", "invalid_json"),
         (b"", "invalid_json"),
         (b"\xff\xfe\x00garbage", "invalid_json"),
+        # Valid JSON in UTF-16 (json reads it; RFC 8259 §8.1 and the providers want UTF-8).
+        ('{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}'.encode("utf-16"),
+         "invalid_json"),
         (b"[1, 2, 3]", "invalid_body"),
         (b'"a string"', "invalid_body"),
         (b'{"model": "m", "messages": "hello"}', "invalid_messages"),
@@ -35,7 +38,7 @@ def assert_gateway_error(status: int, headers, body: bytes, expected_status: int
         (b"[" * 100_000 + b"]" * 100_000, "invalid_json"),
         (b'{"a":' * 50_000 + b"1" + b"}" * 50_000, "invalid_json"),
     ],
-    ids=["invalid-json", "empty", "invalid-utf8", "array", "string", "messages-string", "messages-missing",
+    ids=["invalid-json", "empty", "invalid-utf8", "utf16", "array", "string", "messages-string", "messages-missing",
          "messages-not-objects", "model-int", "stream-string", "deep-arrays", "deep-objects"],
 )
 async def test_bad_bodies_are_rejected_and_never_forwarded(make_gateway, data: bytes, code: str) -> None:
