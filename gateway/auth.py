@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gateway.config import BudgetConfig, ClientKeyConfig, GatewayConfig
+from gateway.keys.periods import iso
 from gateway.keys.registry import Budget, KeyRing, KeySpec, digest
 
-AuthOutcome = Literal["not_required", "ok", "missing", "invalid"]
+AuthOutcome = Literal["not_required", "ok", "missing", "invalid", "expired"]
 
 # Sent with a 401 so that clients and curl users see which scheme is expected.
 WWW_AUTHENTICATE = 'Bearer realm="llm-gateway"'
@@ -59,6 +60,10 @@ class AuthResult:
             return f"this gateway requires a key: send {_SEND_KEY.get(api) or _SEND_KEY[None]}"
         if self.outcome == "invalid":
             return "the gateway key is not valid"
+        if self.outcome == "expired" and self.key is not None and self.key.expires_at is not None:
+            # Its holder has the key, so its name tells them nothing new; the time says why.
+            return (f"the gateway key '{self.key.name}' expired at {iso(self.key.expires_at)}; "
+                    "ask the gateway's operator for a new one")
         return ""
 
 
@@ -90,17 +95,22 @@ class ClientAuth:
         return self.ring.required
 
     def check(
-        self, headers: Mapping[str, str] | Iterable[tuple[str, str]], query_key: str | None = None
+        self, headers: Mapping[str, str] | Iterable[tuple[str, str]], query_key: str | None = None,
+        now: float | None = None,
     ) -> AuthResult:
         """Whether these request headers carry a configured key: in ``Authorization: Bearer``,
         ``x-api-key``, ``api-key`` or ``x-goog-api-key`` (names in any case), or ``query_key``
         (Gemini's ``?key=``, passed only on the routes of an API that takes one). A request
         that presents several is let in when any one of them matches, since SDKs add their
-        own header next to a custom one."""
+        own header next to a custom one. ``now`` (epoch seconds): a key past its
+        ``expires_at`` then is ``expired``."""
         if not self.ring.by_digest:
             return _NOT_REQUIRED  # every request asks this: no keys, nothing to look at
         found = self.ring.identify(headers, query_key)
-        return AuthResult(found.outcome, found.key)  # type: ignore[arg-type]
+        key = found.key
+        if key is not None and key.expires_at is not None and now is not None and now >= key.expires_at:
+            return AuthResult("expired", key)
+        return AuthResult(found.outcome, key)  # type: ignore[arg-type]
 
     def __repr__(self) -> str:
         return f"ClientAuth(keys={len(self.ring.by_digest)})"
@@ -118,6 +128,7 @@ def _spec(k: ClientKeyConfig, teams: Mapping[str, BudgetConfig | None]) -> KeySp
         name=k.name, team=k.team, models=k.models, requests_per_minute=k.requests_per_minute,
         tokens_per_minute=k.tokens_per_minute, parallel=k.parallel, budget=budget(k.budget),
         team_budget=budget(teams.get(k.team)) if k.team else None, admin=k.admin,
+        expires_at=k.expires_at.timestamp() if k.expires_at is not None else None,
     )  # fmt: skip
 
 

@@ -1161,11 +1161,35 @@ class ClientKeyConfig(_Model):
     admin: bool = Field(
         default=False, description="May read every key's state (`GET /v1/gateway/keys`), not only its own."
     )
+    expires_at: datetime.datetime | None = Field(
+        default=None,
+        description="When the key stops working: a date, a time and a time zone (`2026-12-31T23:59:59Z`, "
+        "`2027-01-15T18:00:00+01:00`). From then on it is refused with 401 `expired_client_key`, in the "
+        "client's API's shape, naming the key and the time; a reload that moves it lets the key in again.",
+    )  # fmt: skip
 
     @field_validator("models", mode="before")
     @classmethod
     def _one_or_many(cls, v: Any) -> Any:
         return (v,) if isinstance(v, str) else v
+
+    @field_validator("expires_at", mode="before")
+    @classmethod
+    def _an_instant(cls, v: Any) -> Any:
+        # YAML reads `2026-12-31` as a date and `2026-12-31T10:00:00` as a time in no zone:
+        # whether the key works through that day, or until the start of it, and in whose
+        # evening, would be a guess.
+        if isinstance(v, datetime.date) and not isinstance(v, datetime.datetime):
+            raise ValueError(f"{v.isoformat()} is a day, not an instant: give the time and its zone, "
+                             f"e.g. {v.isoformat()}T23:59:59Z")
+        return v
+
+    @field_validator("expires_at")
+    @classmethod
+    def _zoned(cls, v: datetime.datetime | None) -> datetime.datetime | None:
+        if v is not None and v.utcoffset() is None:
+            raise ValueError(f"{v.isoformat()} has no time zone: add one, e.g. {v.isoformat()}Z")
+        return v
 
     @field_validator("key")
     @classmethod

@@ -269,7 +269,8 @@ class Telemetry:
             ["upstream", "model", "kind"], registry,
         )  # fmt: skip
         self.client_auth_refusals = Counter(
-            p + "client_auth_refusals", "Requests refused for a gateway key, by reason: missing, invalid.",
+            p + "client_auth_refusals",
+            "Requests refused for a gateway key, by reason: missing, invalid, expired.",
             ["reason"], registry=registry,
         )  # fmt: skip
         self.continuations = Counter(

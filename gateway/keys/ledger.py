@@ -235,6 +235,8 @@ class Accounts:
                        "tokens_per_minute": key.tokens_per_minute, "parallel": key.parallel},
             "counted": key.limited,
         }  # fmt: skip
+        if key.expires_at is not None:
+            head["expires_at"] = iso(key.expires_at)
         if not key.limited:
             # Nothing to hold it to, so nothing is counted here (its spend is in the metrics
             # and log lines): zeros would read as "unused".

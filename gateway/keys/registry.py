@@ -43,6 +43,7 @@ class KeySpec:
     budget: Budget | None = None
     team_budget: Budget | None = None
     admin: bool = False
+    expires_at: float | None = None  # epoch seconds: from then on the key is refused
     _allowed: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
 
     def allows(self, model: str | None) -> bool:

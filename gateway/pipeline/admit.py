@@ -44,7 +44,8 @@ def expect_continue(key_param: KeyParam) -> Callable[[web.Request], Awaitable[No
             return
         if svc.auth.required:
             param = key_param(request)
-            if not svc.auth.check(request.headers, request.query.get(param) if param else None).ok:
+            query_key = request.query.get(param) if param else None
+            if not svc.auth.check(request.headers, query_key, svc.wall()).ok:
                 return
         await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         request.writer.output_size = 0

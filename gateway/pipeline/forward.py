@@ -334,12 +334,13 @@ def authenticate(svc: Services, request: web.Request) -> Failure | None:
         # pass-through it goes upstream in one (x-goog-api-key): a 500 or a NUL on the wire.
         return bad_request(f"the key in '?{param}=' holds a line break or NUL, which no header may carry",
                            "invalid_key_param")
-    result = svc.auth.check(request.headers, query_key)
+    result = svc.auth.check(request.headers, query_key, svc.wall())
     if result.ok:
         state.key = result.key
         return None
     svc.telemetry.client_auth_refusals.labels(result.outcome).inc()
-    code = "missing_client_key" if result.outcome == "missing" else "invalid_client_key"
+    code = ("missing_client_key" if result.outcome == "missing"
+            else "expired_client_key" if result.outcome == "expired" else "invalid_client_key")  # fmt: skip
     message = result.message_for(state.dialect.api)
     failure = gateway_failure(401, Classification.of(ErrorType.AUTH), message, code, final=True)
     failure.headers.append(("WWW-Authenticate", WWW_AUTHENTICATE))

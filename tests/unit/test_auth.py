@@ -8,7 +8,7 @@ import pytest
 from multidict import CIMultiDict
 
 from gateway.auth import ClientAuth, startup_check
-from gateway.config import parse_config
+from gateway.config import ConfigError, parse_config
 
 KEYS = "server: {client_keys: 'gk-alpha-0001,gk-beta-0002'}\n"
 KEYED_UP = "upstreams: [{name: openai, base_url: 'https://api.example.com/v1', api_key: sk-operator}]\n"
@@ -141,3 +141,31 @@ def test_loopback_without_client_keys_is_a_loud_warning() -> None:
 def test_nothing_to_say_when_no_operator_key_is_exposed(text: str) -> None:
     verdict = startup_check(parse_config(text, env={}))
     assert verdict.refusal is None and verdict.warning is None
+
+
+EXPIRING = OPEN_UP + "keys: [{name: temp, key: gk-temp, expires_at: '2026-12-31T23:00:00+01:00'}]\n"
+AT = 1798754400.0  # 2026-12-31T22:00:00Z
+
+
+@pytest.mark.parametrize(("now", "outcome"), [(None, "ok"), (AT - 1, "ok"), (AT, "expired"), (AT + 86400, "expired")])
+def test_a_key_past_its_expiry_is_expired(now: float | None, outcome: str) -> None:
+    result = client_auth(EXPIRING).check({"Authorization": "Bearer gk-temp"}, now=now)
+    assert result.outcome == outcome and result.ok is (outcome == "ok")
+    if outcome == "expired":  # in UTC, whatever zone the config gave it in
+        assert result.message_for("chat") == ("the gateway key 'temp' expired at 2026-12-31T22:00:00Z; "
+                                              "ask the gateway's operator for a new one")  # fmt: skip
+
+
+def test_an_expired_key_is_still_invalid_to_anyone_without_it() -> None:
+    assert client_auth(EXPIRING).check({"Authorization": "Bearer gk-other"}, now=AT + 1).outcome == "invalid"
+
+
+@pytest.mark.parametrize(("given", "says"), [
+    ("2026-12-31", "is a day, not an instant: give the time and its zone, e.g. 2026-12-31T23:59:59Z"),
+    ("2026-12-31T10:00:00", "has no time zone: add one, e.g. 2026-12-31T10:00:00Z"),
+    ("'next friday'", "expires_at"),
+])  # fmt: skip
+def test_an_expiry_that_is_no_instant_is_refused_at_load(given: str, says: str) -> None:
+    with pytest.raises(ConfigError, match="expires_at") as e:
+        parse_config(OPEN_UP + f"keys: [{{name: temp, key: gk-temp, expires_at: {given}}}]\n", env={})
+    assert says in str(e.value)
