@@ -49,10 +49,10 @@ if command -v npm >/dev/null 2>&1 && { [ ! -x "$codex_prefix/node_modules/.bin/c
     || echo "test-deps: npm install @openai/codex failed; the Codex e2e tests will skip" >&2
 fi
 # The Vercel AI SDK for tests/e2e/test_vercel_ai_sdk.py, once, into .cache/ai-sdk. Pinned: the
-# test's docstring measured these versions (ai 6 is the newest major that runs on Debian's
-# node 20; ai 7 wants node 22). Re-run only when a pinned version is missing.
-AI_SDK_VERSION="${AI_SDK_VERSION:-6.0.326}"
-AI_SDK_COMPAT_VERSION="${AI_SDK_COMPAT_VERSION:-2.0.92}"
+# test's docstring measured these versions (ai 7 declares node >= 22 and runs on Debian's node
+# 20 all the same; npm only warns). Re-run only when a pinned version is missing.
+AI_SDK_VERSION="${AI_SDK_VERSION:-7.0.173}"
+AI_SDK_COMPAT_VERSION="${AI_SDK_COMPAT_VERSION:-3.0.92}"
 ai_prefix="$(cd "$(dirname "$0")/.." && pwd)/.cache/ai-sdk"
 ai_installed() {
   node -e 'const [d, a, c] = process.argv.slice(1); const r = (p) => require(d + "/node_modules/" + p + "/package.json").version;

@@ -10,6 +10,8 @@ from gateway.pipeline.observe import user_agent_of
     [
         # Measured: the AI SDK (ai 6.0.326 + @ai-sdk/openai-compatible 2.0.92) on node 20.
         "ai/6.0.326 ai-sdk/provider-utils/4.0.65 runtime/node.js/v20.20.2",
+        # ai 7.0.173 + @ai-sdk/openai-compatible 3.0.92, node 20 (tests/e2e/test_vercel_ai_sdk.py).
+        "ai/7.0.173 ai-sdk-provider-utils/5.0.81 node.js/v20.20.2",
         # Captured from opencode 1.18.33 and the AI SDK's compatible package alone (main's
         # tests/corpus/requests/chat-opencode-agent-step1.json, chat-ai-sdk-tool-loop-step1.json).
         "opencode/1.18.33 ai-sdk/provider-utils/4.0.23 runtime/bun/1.3.14",

@@ -9,11 +9,12 @@
 "use strict";
 const path = require("node:path");
 const { createRequire } = require("node:module");
+const { pathToFileURL } = require("node:url");
 
 const [sdkDir, baseURL, model, prompt] = process.argv.slice(2);
 const sdk = createRequire(path.join(path.resolve(sdkDir), "node_modules", "_"));
-const { generateText } = sdk("ai");
-const { createOpenAICompatible } = sdk("@ai-sdk/openai-compatible");
+// ai 7 is ESM only (no "require" export): resolved where the SDK is installed, then imported.
+const load = (name) => import(pathToFileURL(sdk.resolve(name)).href);
 
 const KEEP = ["x-llm-attempts", "x-llm-from-memory", "x-should-retry", "retry-after", "x-llm-error-type"];
 const started = Date.now();
@@ -31,6 +32,8 @@ async function recordingFetch(input, init) {
 }
 
 async function main() {
+  const { generateText } = await load("ai");
+  const { createOpenAICompatible } = await load("@ai-sdk/openai-compatible");
   const provider = createOpenAICompatible({
     name: "gateway", baseURL, apiKey: "sk-vercel-client", fetch: recordingFetch,
   });
