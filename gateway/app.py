@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from gateway.apis import DIALECTS, GEMINI
-from gateway.auth import ClientAuth
+from gateway.auth import FLAT_KEY_NAME, ClientAuth
 from gateway.busy_poll import busy_poll
 from gateway.config import GatewayConfig, PoolConfig
 from gateway.keys.ledger import Accounts
@@ -350,9 +350,18 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
+async def _read_budgets(svc: Services) -> None:
+    """The budget and key-expiry gauges, as of this scrape (see BudgetGauges)."""
+    specs = [s for s in svc.auth.ring.by_digest.values() if s.name != FLAT_KEY_NAME]
+    readings = await svc.accounts.budget_readings(specs) if svc.accounts is not None else []
+    expiries = ((s.name, s.expires_at) for s in specs if s.expires_at is not None)
+    svc.telemetry.budgets.replace(readings, expiries)
+
+
 async def _own_metrics(app: web.Application) -> bytes:
     svc = app[LIVE].services
     await _read_circuits(svc)
+    await _read_budgets(svc)
     # Rendering takes 120-300 ms at 10-20k series: in a thread, as merging is (above). With
     # workers it is also kept, for a scrape this worker is too slow to answer.
     return await asyncio.to_thread(workers_metrics.rendered, svc.telemetry.registry, app[SNAPSHOT])

@@ -212,6 +212,59 @@ class CircuitGauge:
         yield family
 
 
+class BudgetGauges:
+    """Where each budget stands, and when each key with ``expires_at`` ends, for alerts ("team
+    web has spent 80 % of its month", "ci-bot's key ends within a week"). Spend lives in the
+    state store, shared by replicas and settled by whichever served the request, so a scrape
+    reads it afresh (:meth:`replace`, as :class:`CircuitGauge` reads circuits); a counter of
+    this replica's spend since it started cannot say how much of a period is left. Labels come
+    from config only (key and team names), never from requests."""
+
+    _type = "gauge"
+    NAMES = ("llm_gateway_budget_usd", "llm_gateway_budget_spent_usd", "llm_gateway_budget_reserved_usd",
+             "llm_gateway_budget_resets_at_seconds", "llm_gateway_key_expires_at_seconds")  # fmt: skip
+    _DOCS = (
+        "The budget's cap per period, in USD; kind: key or team, name: the key's or the team's.",
+        "What the budget's owner spent this period, in USD, as the state store has it (requests still "
+        "being settled land within a second).",
+        "What requests in flight hold of the budget until they end, in USD.",
+        "When the budget's period ends (Unix seconds, UTC).",
+        "When the key stops working (keys[].expires_at; Unix seconds).",
+    )  # fmt: skip
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        # (kind, name, period) -> (usd, spent, reserved, resets_at); key -> expires_at
+        self._budgets: dict[tuple[str, str, str], tuple[float, float, float, float]] = {}
+        self._expiries: dict[str, float] = {}
+        registry.register(self)
+
+    def replace(self, budgets: Iterable[tuple[str, str, str, float, float, float, float]],
+                expiries: Iterable[tuple[str, float]]) -> None:  # fmt: skip
+        """This scrape's readings: (kind, name, period, usd, spent, reserved, resets_at) per
+        budget, (key, expires_at) per expiring key. Swapped whole: a concurrent collect reads
+        the old set or the new one."""
+        self._budgets = {(k, n, p): (usd, spent, held, end) for k, n, p, usd, spent, held, end in budgets}
+        self._expiries = dict(expiries)
+
+    def labels_of(self, family: str) -> tuple[str, ...]:
+        return ("key",) if family == self.NAMES[4] else ("kind", "name", "period")
+
+    def describe(self) -> Iterator[Metric]:
+        for name, doc in zip(self.NAMES, self._DOCS, strict=True):
+            yield Metric(name, doc, "gauge")
+
+    def collect(self) -> Iterator[Metric]:
+        budgets, expiries = self._budgets, self._expiries
+        families = [Metric(name, doc, "gauge") for name, doc in zip(self.NAMES, self._DOCS, strict=True)]
+        for (kind, name, period), values in budgets.items():
+            labels = {"kind": kind, "name": name, "period": period}
+            for family, value in zip(families, values, strict=False):
+                family.add_sample(family.name, labels, value)
+        for key, at in expiries.items():
+            families[4].add_sample(families[4].name, {"key": key}, at)
+        yield from families
+
+
 class Telemetry:
     def __init__(self, registry: CollectorRegistry, configured_models: Iterable[str]) -> None:
         self.registry = registry
@@ -263,6 +316,7 @@ class Telemetry:
             "1 while the circuit of this model (model=\"*\": of the whole upstream) refuses requests.",
             registry,
         )  # fmt: skip
+        self.budgets = BudgetGauges(registry)
         self.tokens = LoopCounter(
             p + "tokens", "Tokens reported by upstream usage, by kind: prompt, completion, and of the prompt "
             "cache_read, cache_write when the provider says.",

@@ -48,7 +48,9 @@ def registered(registry: CollectorRegistry) -> list[MetricDoc]:
     # names (only samples do), so the names are the collectors' own, as each one declares them.
     for collector in list(registry._collector_to_names):
         for family in collector.describe() if hasattr(collector, "describe") else collector.collect():
-            labels = tuple(getattr(collector, "_labelnames", ()))
+            # A collector of several families (BudgetGauges) names each one's labels.
+            labels = (tuple(collector.labels_of(family.name)) if hasattr(collector, "labels_of")
+                      else tuple(getattr(collector, "_labelnames", ())))  # fmt: skip
             out.append(MetricDoc(family.name + _SUFFIX.get(family.type, ""), family.type, labels,
                                  family.documentation))  # fmt: skip
     return out

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import itertools
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -259,6 +259,29 @@ class Accounts:
                                "left_usd": round(max(0.0, limit - spent - held), 6),
                                "resets_at": iso(end)}  # fmt: skip
         return out
+
+    async def budget_readings(
+        self, keys: Iterable[KeySpec]
+    ) -> list[tuple[str, str, str, float, float, float, float]]:
+        """Every budget of ``keys`` and of their teams, each once, as the state store has it:
+        (kind, name, period, usd, spent, reserved, period end). One read for them all (the
+        ledger read of the first key, which takes any budgets)."""
+        now = self.wall()
+        found: dict[str, tuple[str, str, str, float, float]] = {}  # store key -> kind, name, period, usd, end
+        first: str | None = None
+        for key in keys:
+            for bkey, limit, period, end in self._budgets(key, now):
+                if bkey not in found:
+                    team = bkey.startswith("team:")
+                    owner = (key.team or "") if team else key.name
+                    found[bkey] = ("team" if team else "key", owner, period, limit, end)
+                    first = first or key.name
+        if first is None:
+            return []
+        *_, spend = await self.store.ledger_read(first, int(now // 60), round(now * 1000), list(found))
+        return [(kind, name, period, usd, round(spent, 6), round(held, 6), end)
+                for (kind, name, period, usd, end), (spent, held)
+                in zip(found.values(), spend, strict=True)]  # fmt: skip
 
     def _period(self, period: str, now: float) -> tuple[str, float]:
         """The current period's name and end, worked out again only once it has ended."""

@@ -56,6 +56,12 @@ GAUGE_RULES: dict[str, Callable[[float, float], float]] = {
     # any worker saw the limit nearly spent). A worker's reading may be older than another's
     # (one that has not heard from the deployment since): the lowest errs towards the alarm.
     "llm_gateway_deployment_headroom_ratio": min,
+    # Budgets and key expiries: read from config and the shared state store by every worker
+    # alike (the same reading, or a newer one: the highest spend is the newest).
+    **dict.fromkeys((
+        "llm_gateway_budget_usd", "llm_gateway_budget_spent_usd", "llm_gateway_budget_reserved_usd",
+        "llm_gateway_budget_resets_at_seconds", "llm_gateway_key_expires_at_seconds",
+    ), max),
 }
 WORKERS_REPORTING = "llm_gateway_workers_reporting"
 WORKERS_STALE = "llm_gateway_workers_stale_seconds"

@@ -40,7 +40,7 @@ def test_promtool_checks_rules_and_config(tmp_path: Path) -> None:
     rules = subprocess.run([PROMTOOL, "check", "rules", str(DEPLOY / "prometheus" / "alerts.yml")],
                            capture_output=True, text=True)
     assert rules.returncode == 0, rules.stdout + rules.stderr
-    assert "SUCCESS: 7 rules found" in rules.stdout
+    assert "SUCCESS: 9 rules found" in rules.stdout
     config = subprocess.run([PROMTOOL, "check", "config", str(DEPLOY / "prometheus" / "prometheus.yml")],
                             capture_output=True, text=True)
     assert config.returncode == 0, config.stdout + config.stderr
@@ -49,17 +49,25 @@ def test_promtool_checks_rules_and_config(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningGateway, FakeUpstream]]:
     with FakeUpstream.in_thread() as fake:
+        # A key with a budget and an end date, so that the budget and expiry gauges the rules
+        # read have series.
+        ends = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 30 * 86400))
         gw = launch_cli(fake, tmp_path_factory.mktemp("promgw"),
-                        "retry: {provider_unavailable: {max_retries: 1, base_delay_s: 0.01, max_delay_s: 0.01}}\n")
+                        "retry: {provider_unavailable: {max_retries: 1, base_delay_s: 0.01, max_delay_s: 0.01}}\n"
+                        f"keys: [{{name: ops, key: {KEY}, budget: {{usd: 1000, period: month}}, expires_at: '{ends}'}}]\n")
         try:
             yield gw, fake
         finally:
             gw.stop()
 
 
+KEY = "gk-ops-0123456789"
+
+
 def post(base: str, payload: dict) -> int:
     req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(payload).encode(),
-                                 headers={"Content-Type": "application/json"}, method="POST")
+                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"},
+                                 method="POST")  # fmt: skip
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
             r.read()
@@ -150,7 +158,19 @@ def test_real_prometheus_scrapes_the_request_count(gateway: tuple[RunningGateway
         assert value == before + sent
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/rules", timeout=5) as r:
             groups = json.loads(r.read())["data"]["groups"]
-        assert sum(len(g["rules"]) for g in groups) == 7  # the alert rules loaded for real
+        assert sum(len(g["rules"]) for g in groups) == 9  # the alert rules loaded for real
+
+        def query(expr: str) -> list[float]:
+            url = f"http://127.0.0.1:{port}/api/v1/query?query={urllib.parse.quote(expr)}"
+            with urllib.request.urlopen(url, timeout=5) as r:
+                return [float(x["value"][1]) for x in json.loads(r.read())["data"]["result"]]
+
+        # The budget and expiry alerts' expressions, evaluated by Prometheus on what it scraped.
+        [share] = query("max by (kind, name, period) (llm_gateway_budget_spent_usd)"
+                        " / max by (kind, name, period) (llm_gateway_budget_usd)")
+        assert 0 < share < 0.8
+        [left] = query("min by (key) (llm_gateway_key_expires_at_seconds) - time()")
+        assert 29 * 86400 < left <= 30 * 86400
     finally:
         proc.terminate()
         proc.wait(10)

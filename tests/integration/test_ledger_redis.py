@@ -365,3 +365,24 @@ async def test_closed_refuses_an_admit_counted_in_memory_while_redis_answers_oth
         assert isinstance(await acc.admit(key, "m", 20, 10), Reservation)  # the next one counts in Redis
     finally:
         await store.close()
+
+
+async def test_budget_readings_show_every_replicas_spend_once_per_budget(
+    patient_replicas: tuple[Replica, Replica],
+) -> None:
+    """What the budget gauges read at a scrape: a key's own budget and its team's, each once
+    however many of its keys share it, with spend and reservations made on either replica."""
+    a, b = (accounts(r) for r in patient_replicas)
+    team = Budget(1000.0, "month")
+    alice = KeySpec("alice", team="web", budget=Budget(100.0, "day"), team_budget=team)
+    bob = KeySpec("bob", team="web", team_budget=team)
+    spent = await a.admit(alice, "m", 20, 10)
+    held = await b.admit(bob, "m", 20, 10)
+    assert isinstance(spent, Reservation) and isinstance(held, Reservation)
+    await a.settle(spent, USAGE)  # $19 spent by alice (and so by web); bob's $30 still held
+    readings = {(kind, name): rest for kind, name, *rest in await b.budget_readings([alice, bob])}
+    assert set(readings) == {("key", "alice"), ("team", "web")}
+    period, usd, spent_usd, reserved_usd, _ = readings[("key", "alice")]
+    assert (period, usd, spent_usd, reserved_usd) == ("day", 100.0, 19.0, 0.0)
+    period, usd, spent_usd, reserved_usd, _ = readings[("team", "web")]
+    assert (period, usd, spent_usd, reserved_usd) == ("month", 1000.0, 19.0, 30.0)
