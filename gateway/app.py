@@ -351,11 +351,20 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def _read_budgets(svc: Services) -> None:
-    """The budget and key-expiry gauges, as of this scrape (see BudgetGauges)."""
+    """The budget and key-expiry gauges, as of this scrape (see BudgetGauges). While the
+    shared store does not answer, a read comes from this replica's memory, which holds no
+    other replica's spend: the last good reading stays instead (a budget alert must not
+    resolve because Redis went away; the store's own fallbacks metric says it did)."""
     specs = [s for s in svc.auth.ring.by_digest.values() if s.name != FLAT_KEY_NAME]
-    readings = await svc.accounts.budget_readings(specs) if svc.accounts is not None else []
-    expiries = ((s.name, s.expires_at) for s in specs if s.expires_at is not None)
-    svc.telemetry.budgets.replace(readings, expiries)
+    expiries = [(s.name, s.expires_at) for s in specs if s.expires_at is not None]
+    if svc.accounts is None:
+        svc.telemetry.budgets.replace([], expiries)
+        return
+    if not svc.store.healthy:
+        svc.telemetry.budgets.replace(None, expiries)
+        return
+    readings = await svc.accounts.budget_readings(specs)
+    svc.telemetry.budgets.replace(readings if svc.store.healthy else None, expiries)
 
 
 async def _own_metrics(app: web.Application) -> bytes:

@@ -106,11 +106,8 @@ class ClientAuth:
         ``expires_at`` then is ``expired``."""
         if not self.ring.by_digest:
             return _NOT_REQUIRED  # every request asks this: no keys, nothing to look at
-        found = self.ring.identify(headers, query_key)
-        key = found.key
-        if key is not None and key.expires_at is not None and now is not None and now >= key.expires_at:
-            return AuthResult("expired", key)
-        return AuthResult(found.outcome, key)  # type: ignore[arg-type]
+        found = self.ring.identify(headers, query_key, now)
+        return AuthResult(found.outcome, found.key)  # type: ignore[arg-type]
 
     def __repr__(self) -> str:
         return f"ClientAuth(keys={len(self.ring.by_digest)})"

@@ -238,12 +238,13 @@ class BudgetGauges:
         self._expiries: dict[str, float] = {}
         registry.register(self)
 
-    def replace(self, budgets: Iterable[tuple[str, str, str, float, float, float, float]],
+    def replace(self, budgets: Iterable[tuple[str, str, str, float, float, float, float]] | None,
                 expiries: Iterable[tuple[str, float]]) -> None:  # fmt: skip
         """This scrape's readings: (kind, name, period, usd, spent, reserved, resets_at) per
-        budget, (key, expires_at) per expiring key. Swapped whole: a concurrent collect reads
-        the old set or the new one."""
-        self._budgets = {(k, n, p): (usd, spent, held, end) for k, n, p, usd, spent, held, end in budgets}
+        budget (None: none could be read, the last ones stay), (key, expires_at) per expiring
+        key. Swapped whole: a concurrent collect reads the old set or the new one."""
+        if budgets is not None:
+            self._budgets = {(k, n, p): (usd, spent, held, end) for k, n, p, usd, spent, held, end in budgets}
         self._expiries = dict(expiries)
 
     def labels_of(self, family: str) -> tuple[str, ...]:

@@ -76,7 +76,7 @@ def digest(key: str) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class Identified:
-    outcome: str  # "not_required" | "ok" | "missing" | "invalid"
+    outcome: str  # "not_required" | "ok" | "missing" | "invalid" | "expired"
     key: KeySpec | None = None
 
 
@@ -96,11 +96,15 @@ class KeyRing:
         return bool(self.by_digest)
 
     def identify(
-        self, headers: Mapping[str, str] | Iterable[tuple[str, str]], query_key: str | None = None
+        self, headers: Mapping[str, str] | Iterable[tuple[str, str]], query_key: str | None = None,
+        now: float | None = None,
     ) -> Identified:
         """``query_key``: a key sent in the URL (the Gemini API's ``?key=``). It is only
         compared here: the access log writes the path without its query, and a translated
-        request goes upstream without the client's query."""
+        request goes upstream without the client's query. ``now`` (epoch seconds): a key past
+        its ``expires_at`` lets the request in only if another key presented is still good
+        (Claude Code sends ANTHROPIC_AUTH_TOKEN and ANTHROPIC_API_KEY both when both are set);
+        with none, ``expired``, naming it."""
         if not self.by_digest:
             return _NOT_REQUIRED
         presented = credentials(headers)
@@ -108,11 +112,16 @@ class KeyRing:
             presented.append(query_key.strip())
         if not presented:
             return _MISSING
+        expired: KeySpec | None = None
         for candidate in presented:
             spec = self.by_digest.get(digest(candidate))
-            if spec is not None:
-                return Identified("ok", spec)
-        return _INVALID
+            if spec is None:
+                continue
+            if spec.expires_at is not None and now is not None and now >= spec.expires_at:
+                expired = expired or spec
+                continue
+            return Identified("ok", spec)
+        return _INVALID if expired is None else Identified("expired", expired)
 
     def __repr__(self) -> str:
         return f"KeyRing(keys={len(self.by_digest)})"

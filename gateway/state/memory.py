@@ -111,6 +111,7 @@ def passes(n: int, k: int, requests_per_minute: int | None, tokens_per_minute: i
 
 class MemoryStore:
     backend = "memory"
+    healthy = True  # this process's memory always answers
 
     def __init__(
         self,

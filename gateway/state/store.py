@@ -28,6 +28,13 @@ from gateway.state.ledger_ops import LedgerAdmit, LedgerSettle, LedgerState
 class StateStore(Protocol):
     backend: str  # "memory" or "redis": a metric label
 
+    @property
+    def healthy(self) -> bool:
+        """Whether the shared store answers now: while it does not, operations are served from
+        this replica's memory, which knows nothing of what other replicas wrote (memory:
+        always)."""
+        ...
+
     async def circuit_get(self, keys: Sequence[str]) -> list[CircuitRecord]:
         """The records of ``keys`` (CLOSED for an absent one), in one round trip."""
         ...

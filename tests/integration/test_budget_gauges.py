@@ -10,6 +10,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 from gateway.keys.periods import bounds
+from gateway.live import LIVE
 from tests.integration.conftest import MakeGateway
 
 PRICES = "prices: {'gpt-4o-mini*': {input: 1000000, output: 2000000}}\n"
@@ -45,3 +46,27 @@ async def test_budgets_and_expiries_are_gauges_an_alert_can_read(make_gateway: M
     assert resets[budget("team", "web", "month")] == bounds("month", now)[1]
     # carol has no budget and no expiry: no series of hers.
     assert await gw.scraped("llm_gateway_key_expires_at_seconds") == {(("key", "bob"),): ENDS.timestamp()}
+
+
+async def test_a_store_that_does_not_answer_leaves_the_last_reading(make_gateway: MakeGateway) -> None:
+    """While Redis is down a read comes from this replica's memory, which holds no other
+    replica's spend: a budget alert must not resolve because the store went away."""
+    gw = await make_gateway(CONFIG)
+    assert (await gw.chat(headers={"Authorization": "Bearer gk-alice"}))[0] == 200
+    for _ in range(100):
+        before = await gw.scraped("llm_gateway_budget_spent_usd")
+        if before.get(budget("key", "alice", "day")) == 26.0:
+            break
+        await asyncio.sleep(0.02)
+    svc = gw.app[LIVE].services
+    read: list[int] = []
+
+    async def from_memory(keys: object) -> list[tuple[str, str, str, float, float, float, float]]:
+        read.append(1)
+        return [("key", "alice", "day", 100.0, 0.0, 0.0, 0.0)]  # what a fallback would read
+
+    svc.accounts.budget_readings = from_memory  # type: ignore[method-assign,union-attr]
+    svc.store.healthy = False  # type: ignore[misc]
+    assert await gw.scraped("llm_gateway_budget_spent_usd") == before and read == []
+    svc.store.healthy = True  # type: ignore[misc]
+    assert (await gw.scraped("llm_gateway_budget_spent_usd"))[budget("key", "alice", "day")] == 0.0

@@ -169,3 +169,22 @@ def test_an_expiry_that_is_no_instant_is_refused_at_load(given: str, says: str) 
     with pytest.raises(ConfigError, match="expires_at") as e:
         parse_config(OPEN_UP + f"keys: [{{name: temp, key: gk-temp, expires_at: {given}}}]\n", env={})
     assert says in str(e.value)
+
+
+TWO = OPEN_UP + ("keys:\n  - {name: old, key: gk-old, expires_at: '2020-01-01T00:00:00Z'}\n"
+                 "  - {name: new, key: gk-new}\n")  # fmt: skip
+
+
+@pytest.mark.parametrize("headers", [
+    {"Authorization": "Bearer gk-old", "x-api-key": "gk-new"},
+    {"Authorization": "Bearer gk-new", "x-api-key": "gk-old"},
+])  # fmt: skip
+def test_an_expired_key_beside_a_good_one_lets_the_request_in_on_the_good_one(headers: dict[str, str]) -> None:
+    """Claude Code sends ANTHROPIC_AUTH_TOKEN and ANTHROPIC_API_KEY both when both are set."""
+    result = client_auth(TWO).check(headers, now=AT)
+    assert result.ok and result.key is not None and result.key.name == "new"
+
+
+def test_an_expired_key_beside_an_unknown_one_is_expired() -> None:
+    result = client_auth(TWO).check({"Authorization": "Bearer gk-bogus", "x-api-key": "gk-old"}, now=AT)
+    assert result.outcome == "expired" and result.key is not None and result.key.name == "old"
