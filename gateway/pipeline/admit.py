@@ -198,6 +198,8 @@ def model_of(body: bytes, content_type: str) -> str | Failure | None:
     object names a member twice (``repeated_refusal``), which goes upstream as it came."""
     if not is_json(content_type) or not body or len(body) > 1024 * 1024:
         return None
+    if json.detect_encoding(body) not in _UTF8:
+        return None  # nothing to route by in what no provider reads (it refuses it itself)
     try:
         members = json.loads(body, object_pairs_hook=Members)
     except (ValueError, RecursionError):

@@ -150,7 +150,7 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
         # Its body is still to come: a stream cut mid-answer is no success (leg_over counts it).
         if state.reading_from is not None:
             leg_over(svc, state)  # never relayed: nothing was seen to break
-            await settle_circuit(state, answered=False)
+            settle_circuit(state, answered=False)
         state.reading_from = call.up.cfg.name
         return outcome
     label = outcome.classification.type.value if isinstance(outcome, Failure) else "success"
@@ -176,7 +176,7 @@ def leg_over(svc: Services, state: RequestState, c: Classification | None = None
         svc.tracing.leg_ended(state, c, ended_by, relayed)
 
 
-async def settle_circuit(
+def settle_circuit(
     state: RequestState, broke: Classification | None = None, *, answered: bool = True
 ) -> None:
     """The circuit's verdict on the request whose answer's body just ended, which ``send_one``
@@ -184,18 +184,15 @@ async def settle_circuit(
     ``provider_unavailable`` (a cut, a stall, an overloaded event), a failed request; whole,
     or ended by anything else the upstream said, a success (it is up). Not ``answered`` (the
     client left, or drain_s cut it): neither, as for a client that leaves before the head; a
-    probe's claim is given back. Called where ``leg_over`` is, once per body."""
+    probe's claim is given back. Called where ``leg_over`` is, once per body; the store
+    hears it in the background (``SharedCircuit.settle_soon``): nothing here waits."""
     due = state.circuit_due
     if due is None:
         return
     state.circuit_due = None
     circuit, adm, model = due
-    if not answered:
-        await circuit.abandon(adm)
-        return
     failed = broke is not None and broke.type is ErrorType.PROVIDER_UNAVAILABLE
-    if not circuit.settled(adm, model, failed=failed):  # a healthy stream: no store round trip
-        await circuit.record(adm, model, failed=failed)
+    circuit.settle_soon(adm, model, failed=failed if answered else None)
 
 
 # Attempts that ended in a timeout before any answer: counted by kind.

@@ -101,7 +101,7 @@ def resumer(
                 # What happened to this leg itself: its own failure, or set aside (it diverged).
                 leg_over(svc, state, c, ended_by, relayed=False)
                 # The request's deadline ran out on it: no verdict on the upstream either way.
-                await settle_circuit(state, c, answered=ended_by != "deadline")
+                settle_circuit(state, c, answered=ended_by != "deadline")
                 counter.labels(up.cfg.name, why).inc()
                 _traced(svc, state, up.cfg.name, why)
                 log.debug({"request_id": state.request_id, "event": "replay_" + why, "upstream": up.cfg.name})

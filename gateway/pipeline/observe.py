@@ -163,12 +163,7 @@ def observed(handler: Handler) -> Handler:
                     wake()
             svc.busy_poll.touch()  # the answer is out: the client's next request may come soon
             if state.circuit_due is not None:  # an answer never relayed (the client left before it began)
-                # Last: it may wait on the state store, and the bookkeeping above must not.
-                try:
-                    await settle_circuit(state, answered=False)
-                except Exception as e:  # a probe's claim then lapses at its expiry instead
-                    log.warning({"request_id": state.request_id, "event": "circuit_settle_failed",
-                                 "exception": type(e).__name__})  # fmt: skip
+                settle_circuit(state, answered=False)
 
     return observe
 

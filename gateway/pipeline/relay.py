@@ -142,7 +142,7 @@ async def _relay_raw(
         outcome.response.close()
         leg_over(svc, state, broke, state.ended_by if broke is not None else None)
         if state.circuit_due is not None:
-            await settle_circuit(state, broke, answered=ended)
+            settle_circuit(state, broke, answered=ended)
     if kept and 200 <= outcome.status < 300:
         # In the path's API's words (Codex's /v1/responses/compact counts input_tokens).
         api = api_of_path(request.path)
@@ -292,7 +292,7 @@ async def _pump(
             leg_over(svc, state, end.classification, state.ended_by)
         if state.circuit_due is not None:
             # Broken with no ending: the client left, or drain_s cut the stream.
-            await settle_circuit(state, end.classification if end is not None else None,
+            settle_circuit(state, end.classification if end is not None else None,
                                  answered=end is not None or not broken)  # fmt: skip
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import random
 from collections.abc import Callable
 
@@ -38,6 +39,7 @@ from gateway.policy.breaker import (
 )
 from gateway.state.store import StateStore
 
+log = logging.getLogger("gateway.state")
 _ALLOW = Admission(Gate.ALLOW)
 _KEY_CACHE_MAX = 1024
 # Records read from the store: the upstream's own and one per model, and model names come from
@@ -87,6 +89,7 @@ class SharedCircuit:
         self._has_fallback = has_fallback
         self._rand = rand
         self._cache: dict[str, tuple[float, CircuitRecord]] = {}
+        self._writing: set[asyncio.Task[None]] = set()  # verdicts written in the background
         self._key_cache: dict[str | None, list[str]] = {}
         self._taken: dict[str, float] = {}  # probe claims held elsewhere -> when to ask again
         # A failure streak lives a few open periods, then is forgotten rather than left stale.
@@ -237,6 +240,36 @@ class SharedCircuit:
         now = self._clock()
         return [(model, admit(key, rec, None, CLOSED, now).gate is Gate.REFUSE)
                 for model, key, rec in zip([None, *models], keys, recs, strict=True)]  # fmt: skip
+
+    def settle_soon(self, adm: Admission, model: str | None, *, failed: bool | None) -> None:
+        """``record`` (``failed`` None: ``abandon``), written in the background. For a verdict
+        given where the request must not wait or be cancelled, at a streamed answer's end: an
+        SDK closes its connection once it has read the end, which cancels the handler, and a
+        write awaited there was lost (a probe's success or a streak's end left other replicas
+        half-open until the claim's expiry), or the request was logged as left (499) though
+        its answer was whole. Nothing is started for a healthy request (``settled``)."""
+        if failed is None:
+            if adm.gate is not Gate.PROBE or adm.key is None:
+                return
+            write = self.abandon(adm)
+        elif self.settled(adm, model, failed=failed):
+            return
+        else:
+            write = self.record(adm, model, failed=failed)
+        task = asyncio.ensure_future(write)
+        self._writing.add(task)
+        task.add_done_callback(self._written)
+
+    def _written(self, task: asyncio.Task[None]) -> None:
+        self._writing.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning({"event": "circuit_settle_failed", "upstream": self._upstream,
+                         "exception": type(task.exception()).__name__})  # fmt: skip
+
+    async def settled_all(self) -> None:
+        """Until every verdict written in the background is in the store (tests, shutdown)."""
+        while self._writing:
+            await asyncio.gather(*self._writing, return_exceptions=True)
 
     async def abandon(self, adm: Admission) -> None:
         """The client left before an answer: free the probe slot, record nothing."""

@@ -160,3 +160,14 @@ def test_a_canonical_body_is_not_read_twice(monkeypatch: pytest.MonkeyPatch) -> 
                            ensure_ascii=False, separators=(",", ":")).encode()
     assert isinstance(parse_json_object(canonical), dict) and read_again == []
     assert isinstance(parse_json_object(canonical.replace(b":", b": ", 1)), dict) and len(read_again) == 1
+
+
+def test_a_relayed_body_in_utf16_names_no_model_to_route_by() -> None:
+    """json reads UTF-16; no provider does. Routing by a model read from it sent the bytes on
+    to the model's upstream as if they were a request for it."""
+    from gateway.pipeline.admit import model_of
+
+    body = '{"model": "text-embedding-3-small", "input": "hi"}'
+    assert model_of(body.encode(), "application/json") == "text-embedding-3-small"
+    assert model_of(body.encode("utf-16"), "application/json") is None
+    assert model_of(body.encode("utf-32"), "application/json") is None

@@ -3,6 +3,7 @@ ends, by how it ended (tests/integration/test_circuit.py runs it through the rel
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from gateway.config import CircuitBreakerConfig
@@ -51,8 +52,9 @@ async def streamed(circuit: SharedCircuit, broke: Classification | None = None, 
     if adm.gate is not Gate.REFUSE:
         state = RequestState("r", 0.0)
         state.circuit_due = (circuit, adm, "m")
-        await settle_circuit(state, broke, answered=answered)
+        settle_circuit(state, broke, answered=answered)
         assert state.circuit_due is None  # once
+        await circuit.settled_all()  # written in the background
     return adm.gate
 
 
@@ -91,7 +93,8 @@ async def test_a_probe_is_decided_by_its_body_and_a_client_that_left_gives_its_c
     state = RequestState("r", 0.0)
     state.circuit_due = (a, probe, "m")  # its head came: nothing is decided yet
     assert (await b.admit("m")).gate is Gate.REFUSE
-    await settle_circuit(state, CUT)  # its stream broke: open again, for twice as long
+    settle_circuit(state, CUT)  # its stream broke: open again, for twice as long
+    await a.settled_all()
     adm = await b.admit("m")
     assert adm.gate is Gate.REFUSE and adm.retry_in_s == 10
     clock.t += 10
@@ -107,5 +110,33 @@ async def test_a_healthy_stream_asks_the_store_nothing_when_it_ends() -> None:
     state = RequestState("r", 0.0)
     state.circuit_due = (a, adm, "m")
     store.ops.clear()
-    await settle_circuit(state)
+    settle_circuit(state)
+    await a.settled_all()
     assert store.ops == []
+
+
+async def test_a_verdict_is_written_in_the_background_and_nothing_waits_for_it() -> None:
+    """An SDK closes its connection once it has read a stream's end, which cancels the handler:
+    a verdict awaited there was lost while Redis answered late (or the request was logged as
+    left, 499). It is written in the background; the handler's end waits for nothing."""
+    clock, store, a, b = setup()
+    for _ in range(2):
+        await streamed(a, CUT)
+    clock.t += 31  # open_s over: the next request is the half-open probe
+    adm = await a.admit("m")
+    assert adm.gate is Gate.PROBE
+    release = asyncio.Event()
+    real = store.circuit_clear
+
+    async def slow_clear(keys: Any) -> None:
+        await release.wait()  # Redis answering late
+        await real(keys)
+
+    store.circuit_clear = slow_clear  # type: ignore[method-assign]
+    state = RequestState("r", 0.0)
+    state.circuit_due = (a, adm, "m")
+    settle_circuit(state)  # returns at once: nothing to await, nothing to cancel
+    assert (await b.admit("m")).gate is Gate.REFUSE  # not yet in the store: the probe's claim holds
+    release.set()
+    await a.settled_all()
+    assert (await b.admit("m")).gate is Gate.ALLOW  # the probe's success reached the store
