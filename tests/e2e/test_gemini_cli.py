@@ -44,7 +44,9 @@ def gemini_gateway(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory)
     gw.stop()
 
 
-def run_gemini(gemini: Path, gw: RunningGateway, tmp: Path, prompt: str) -> subprocess.CompletedProcess[str]:
+def run_gemini(gemini: Path, gw: RunningGateway, tmp: Path, prompt: str,
+               model: str | None = MODEL) -> subprocess.CompletedProcess[str]:
+    """``gemini -p``; ``model`` None: the stock "auto", a routing call before each answer."""
     home, work = tmp / "home", tmp / "work"
     (home / ".gemini").mkdir(parents=True, exist_ok=True)
     work.mkdir(exist_ok=True)
@@ -56,7 +58,8 @@ def run_gemini(gemini: Path, gw: RunningGateway, tmp: Path, prompt: str) -> subp
         "GOOGLE_GEMINI_BASE_URL": gw.base, "GEMINI_API_KEY": "dummy",
         "GEMINI_CLI_TRUST_WORKSPACE": "true", "NO_COLOR": "1", "CI": "1",
     }  # fmt: skip
-    return subprocess.run([str(gemini), "-p", prompt, "-m", MODEL, "--output-format", "text"], env=env, cwd=work,
+    chosen = ["-m", model] if model else []
+    return subprocess.run([str(gemini), "-p", prompt, *chosen, "--output-format", "text"], env=env, cwd=work,
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180)  # fmt: skip
 
 
