@@ -38,6 +38,7 @@ import re
 import uuid
 from typing import Any
 
+from gateway.fake import structured
 from gateway.fake.steps import Reply, Stream
 
 MODEL = "gemini-2.5-flash"
@@ -122,31 +123,15 @@ def json_answer(payload: dict[str, Any]) -> str | None:
     """The text of an answer to a request that asks for JSON (``generationConfig.responseMimeType:
     application/json``): the smallest document its ``responseJsonSchema`` / ``responseSchema``
     allows, else ``{}``; None when it asks for text. Gemini CLI's model router asks this of
-    every "auto" turn and retries an answer that is not that JSON for over a minute."""
+    every "auto" turn and retries an answer that is not that JSON for over a minute (the
+    document: structured.py, shared with the other APIs' fakes)."""
     config = payload.get("generationConfig") or payload.get("generation_config") or {}
     mime = config.get("responseMimeType") or config.get("response_mime_type") if isinstance(config, dict) else None
     if mime != "application/json":
         return None
     schema: dict[str, Any] = next((config[k] for k in ("responseJsonSchema", "response_json_schema", "responseSchema",
                                        "response_schema") if isinstance(config.get(k), dict)), {})  # fmt: skip
-    return json.dumps(_instance(schema))
-
-
-def _instance(schema: dict[str, Any]) -> Any:
-    """A value ``schema`` accepts: its first enum value, else the least of its type (JSON Schema's
-    lower-case types and the Gemini Schema's upper-case ones alike)."""
-    if isinstance(schema.get("enum"), list) and schema["enum"]:
-        return schema["enum"][0]
-    kind = str(schema.get("type") or ("object" if "properties" in schema else "string")).lower()
-    if kind == "object":
-        props: dict[str, Any] = schema["properties"] if isinstance(schema.get("properties"), dict) else {}
-        return {p: _instance(props.get(p) or {}) for p in schema.get("required") or props}
-    if kind in ("integer", "number"):
-        # 1 unless a minimum is stated: Gemini CLI's router asks for a score "from 1-100" in
-        # words only, and refuses a 0.
-        least = schema.get("minimum", 1)
-        return least + 1 if schema.get("exclusiveMinimum") is True else least
-    return {"array": [], "boolean": False, "null": None}.get(kind, "fake")
+    return json.dumps(structured.instance(schema) if schema else {})
 
 
 def sketch(payload: dict[str, Any]) -> str:

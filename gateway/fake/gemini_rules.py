@@ -47,7 +47,15 @@
   ``functionCall`` parts: "Please ensure that function response turn comes immediately after a
   function call turn." (langchain-ai/langchain#27799); as many responses as calls, else
   "Please ensure that the number of function response parts is equal to the number of
-  function call parts of the function call turn." (google-gemini/gemini-cli#4504).
+  function call parts of the function call turn." (google-gemini/gemini-cli#4504). The same
+  words refuse a call turn followed by a turn with fewer (or no) responses, the calls left
+  "orphaned": "Gemini models strictly require a 1:1 pairing between function_call and
+  function_response messages. ... "message": "Please ensure that the number of function response
+  parts is equal to the number of function call parts of the function call turn.", "status":
+  "INVALID_ARGUMENT"" (https://github.com/microsoft/vscode/issues/299295, the tool results
+  pruned from a conversation; fixed by stripping the calls in microsoft/vscode-copilot-chat#4628).
+  A call turn that is the last of ``contents`` is not judged (nothing has answered it yet, and
+  no report shows one refused), nor one followed by another model turn (no report either).
 * A call the fake answered with (its ``id`` is known) replayed without its
   ``thoughtSignature``: Gemini 3's 400 "Function call is missing a thought_signature in
   functionCall parts. …, function call `default_api:NAME` , position N. …" (worded as quoted in
@@ -109,6 +117,8 @@ _ROLES = frozenset({"user", "model", "function", "tool"})
 _IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/webp", "image/heic", "image/heif"})
 _BESIDE_REF = frozenset({"description", "default"})  # and any field starting with "$"
 _PENALTIES = ("presencePenalty", "frequencyPenalty")
+_UNPAIRED = ("Please ensure that the number of function response parts is equal to the number of function call "
+             "parts of the function call turn.")  # fmt: skip
 _NO_JSON_WITH_FUNCTIONS = re.compile(r"gemini-[12][.-]")  # the models that refuse JSON mode beside functions
 
 
@@ -274,6 +284,10 @@ def refusal(
                                   "degraded model performance. Additional data, function call "
                                   f"`default_api:{call.get('name')}` , position {n + 1}. Please refer to "
                                   "https://ai.google.dev/gemini-api/docs/thought-signatures for more details.")  # fmt: skip
+        following = contents[n + 1] if n + 1 < len(contents) else None
+        if calls and isinstance(following, dict) and following.get("role") != "model" \
+                and len(_parts(following, "functionResponse")) != len(calls):
+            return error(400, _UNPAIRED)
         answers = _parts(content, "functionResponse")
         if not answers:
             continue
@@ -281,6 +295,5 @@ def refusal(
         if not asked:
             return error(400, "Please ensure that function response turn comes immediately after a function call turn.")
         if len(answers) != len(asked):
-            return error(400, "Please ensure that the number of function response parts is equal to the number "
-                              "of function call parts of the function call turn.")  # fmt: skip
+            return error(400, _UNPAIRED)
     return None

@@ -55,7 +55,16 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict
 
-from gateway.fake import chat_rules, gate, gemini, gemini_rules, messages_rules, output, responses_rules
+from gateway.fake import (
+    chat_rules,
+    gate,
+    gemini,
+    gemini_rules,
+    messages_rules,
+    output,
+    responses_rules,
+    structured,
+)
 from gateway.fake.chat import chat_completion, estimate_tokens, overflow_error, stream_events, wants_usage
 from gateway.fake.keyed import credential_of, dialect_of, key_places, not_json, wrong_method
 from gateway.fake.limits import KeyLimits
@@ -295,10 +304,14 @@ class FakeUpstream:
             completion = payload.get("max_completion_tokens") or payload.get("max_tokens")
             if used + (completion or 0) > self.context_limit:
                 return overflow_error(self.context_limit, used, completion)
+        # A request for JSON gets JSON in its schema, in one piece (structured.py).
+        text = structured.chat_json(payload)
         if payload.get("stream"):
             usage = wants_usage(payload)
+            if text is not None:
+                return Stream(stream_events(model, (text,), include_usage=usage))
             return Stream(stream_events(model, include_usage=usage))
-        return Reply(200, chat_completion(model))
+        return Reply(200, chat_completion(model) if text is None else chat_completion(model, text))
 
     def _default_messages(self, payload: dict[str, Any]) -> Step:
         model = payload.get("model") or "claude-sonnet-4-5"
@@ -306,9 +319,10 @@ class FakeUpstream:
             used = estimate_tokens(payload)
             if used + (payload.get("max_tokens") or 0) > self.context_limit:
                 return anthropic_overflow(self.context_limit, used)
+        text = structured.messages_json(payload)
         if payload.get("stream"):
-            return Stream(anthropic_stream(model), then="eof")
-        return Reply(200, anthropic_message(model))
+            return Stream(anthropic_stream(model) if text is None else anthropic_stream(model, (text,)), then="eof")
+        return Reply(200, anthropic_message(model) if text is None else anthropic_message(model, text))
 
     def _default_responses(self, payload: dict[str, Any]) -> Step:
         model = payload.get("model") or "gpt-5-codex"
@@ -318,9 +332,10 @@ class FakeUpstream:
                     "system": payload.get("instructions")}
             if estimate_tokens(view) > self.context_limit:
                 return responses_overflow()
+        text = structured.responses_json(payload)
         if payload.get("stream"):
-            return Stream(responses_stream(model), then="eof")
-        return Reply(200, response_object(model))
+            return Stream(responses_stream(model) if text is None else responses_stream(model, (text,)), then="eof")
+        return Reply(200, response_object(model) if text is None else response_object(model, text))
 
     async def _play(self, request: web.Request, step: Step) -> web.StreamResponse:
         if isinstance(step, Reply):

@@ -21,7 +21,7 @@ import pytest
 
 from tests.e2e.conftest import ROOT, RunningGateway, launch_cli
 from tests.e2e.test_codex_chat import call, text
-from tests.fakeupstream import FakeUpstream, Reply
+from tests.fakeupstream import FakeUpstream, Reply, Stream, chunk
 
 pytestmark = pytest.mark.e2e
 
@@ -44,7 +44,9 @@ def gemini_gateway(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory)
     gw.stop()
 
 
-def run_gemini(gemini: Path, gw: RunningGateway, tmp: Path, prompt: str) -> subprocess.CompletedProcess[str]:
+def run_gemini(gemini: Path, gw: RunningGateway, tmp: Path, prompt: str,
+               model: str | None = MODEL) -> subprocess.CompletedProcess[str]:
+    """``gemini -p``; ``model`` None: the stock "auto", a routing call before each answer."""
     home, work = tmp / "home", tmp / "work"
     (home / ".gemini").mkdir(parents=True, exist_ok=True)
     work.mkdir(exist_ok=True)
@@ -56,7 +58,8 @@ def run_gemini(gemini: Path, gw: RunningGateway, tmp: Path, prompt: str) -> subp
         "GOOGLE_GEMINI_BASE_URL": gw.base, "GEMINI_API_KEY": "dummy",
         "GEMINI_CLI_TRUST_WORKSPACE": "true", "NO_COLOR": "1", "CI": "1",
     }  # fmt: skip
-    return subprocess.run([str(gemini), "-p", prompt, "-m", MODEL, "--output-format", "text"], env=env, cwd=work,
+    chosen = ["-m", model] if model else []
+    return subprocess.run([str(gemini), "-p", prompt, *chosen, "--output-format", "text"], env=env, cwd=work,
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180)  # fmt: skip
 
 
@@ -106,3 +109,43 @@ def test_gemini_cli_reports_a_spent_budget_without_retrying(
     assert done.returncode != 0
     assert "Insufficient credits" in done.stdout + done.stderr
     assert len(upstream.requests) == 1
+
+
+BROKEN = ("Once", " upon", " a")
+
+
+def broken() -> Stream:
+    """A chat stream cut after some text: the gateway ends the client's stream with Google's
+    typed error event, UNAVAILABLE (docs/streaming.md)."""
+    return Stream([chunk({"role": "assistant", "content": ""}), *[chunk({"content": w}) for w in BROKEN]], then="drop")
+
+
+def test_headless_a_stream_broken_mid_answer_prints_the_part_then_the_whole_retried_answer(
+    gemini: Path, gemini_gateway: RunningGateway, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """Gemini CLI retries the request after the error event and, with ``-p``, prints what it
+    had already printed and then the whole second answer, exit 0: the text shows twice."""
+    upstream.script(broken(), text(("Once", " upon", " a", " time.")))
+    done = run_gemini(gemini, gemini_gateway, tmp_path, "Tell a story")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Once upon aOnce upon a time." in done.stdout.replace("\n", ""), done.stdout
+    assert len(upstream.requests) == 2
+
+
+def test_headless_a_broken_stream_continued_by_the_gateway_prints_one_answer(
+    gemini: Path, fake: FakeUpstream, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """With ``continuation`` declared on the upstream (``prefix``: DeepSeek's and Mistral's
+    chat form) the gateway continues the answer itself and the CLI sees one whole stream."""
+    (tmp_path / "gw").mkdir()
+    gw = launch_cli(fake, tmp_path / "gw", "", upstream_yaml=", apis: [chat], model_map: {'gemini-*': qwen}, "
+                                                            "continuation: prefix")  # fmt: skip
+    try:
+        upstream.script(broken(), text((" time.",)))
+        done = run_gemini(gemini, gw, tmp_path, "Tell a story")
+    finally:
+        gw.stop()
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "Once upon a time.", done.stdout
+    continued = sent(upstream)[1]["messages"][-1]
+    assert continued == {"role": "assistant", "content": "Once upon a", "prefix": True}

@@ -397,3 +397,27 @@ async def test_after_a_malformed_event_another_upstream_continues_first_as_after
     finally:
         await primary.close()
         await backup.close()
+
+
+@pytest.mark.parametrize("mode", ["none", "prefix"])
+async def test_a_gemini_clients_stream_on_a_chat_upstream_is_continued_as_chat(make_gateway, mode: str) -> None:
+    """A Gemini client on a translated upstream: the continuation is the upstream's (a chat
+    upstream with ``prefix`` here), spliced before the stream becomes Gemini's; without one the
+    stream ends with Google's typed error, UNAVAILABLE, which Gemini CLI retries mid-stream
+    (docs/agents/gemini-cli.md)."""
+    gw = await make_gateway(upstream_yaml=f", apis: [chat], model_map: {{'gemini-*': qwen}}, continuation: {mode}")
+    gw.fake.script(broken_chat(), continued_chat())
+    body = {"contents": [{"role": "user", "parts": [{"text": "Tell a story"}]}]}
+    async with gw.session.post(gw.base + "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+                               json=body, headers={"x-goog-api-key": "k"}) as r:  # fmt: skip
+        assert r.status == 200
+        docs = [json.loads(e) for e in data_events(await r.read())]
+    said = "".join(p.get("text", "") for d in docs if "candidates" in d for p in d["candidates"][0]["content"]["parts"])
+    if mode == "prefix":
+        assert said == "".join(FIRST + REST) and "error" not in docs[-1]
+        assert docs[-1]["candidates"][0]["finishReason"] == "STOP"
+        assert gw.fake.chat_requests()[1].json()["messages"][-1] == {"role": "assistant", "content": "Once upon a",
+                                                                     "prefix": True}  # fmt: skip
+    else:
+        assert said == "".join(FIRST) and docs[-1]["error"]["status"] == "UNAVAILABLE"
+        assert len(gw.fake.chat_requests()) == 1

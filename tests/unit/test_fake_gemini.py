@@ -154,6 +154,32 @@ async def test_a_function_response_must_answer_the_calls_just_before_it(fake: An
     assert status == 400 and "number of function response parts is equal" in doc["error"]["message"]
 
 
+COUNT = ("Please ensure that the number of function response parts is equal to the number of function call parts "
+         "of the function call turn.")
+CALL = {"functionCall": {"name": "run_shell_command", "args": {"command": "ls"}}}
+ANSWER = {"functionResponse": {"name": "run_shell_command", "response": {"output": "x"}}}
+
+
+@pytest.mark.parametrize("after", [
+    {"role": "user", "parts": [{"text": "go on"}]},  # the results left out (microsoft/vscode#299295)
+    {"role": "user", "parts": [ANSWER, {"text": "and then"}]},  # one answer for two calls
+    {"role": "function", "parts": [ANSWER] * 3},
+])  # fmt: skip
+def test_a_call_turn_must_be_answered_by_as_many_responses_in_the_next_turn(after: dict[str, Any]) -> None:
+    asked = {"role": "model", "parts": [CALL, CALL]}
+    assert refused(turns(asked, after)) == COUNT
+
+
+@pytest.mark.parametrize("contents", [
+    [{"role": "model", "parts": [CALL, CALL]}, {"role": "user", "parts": [ANSWER, ANSWER]}],
+    [{"role": "model", "parts": [{"text": "sure"}, CALL]}, {"role": "user", "parts": [ANSWER, {"text": "go"}]}],
+    [{"role": "model", "parts": [{"text": "no calls"}]}, {"role": "user", "parts": [{"text": "ok"}]}],
+    [{"role": "model", "parts": [CALL]}],  # the last turn: nothing has answered it yet
+])  # fmt: skip
+def test_call_turns_answered_in_full_are_taken(contents: list[dict[str, Any]]) -> None:
+    assert refused(turns(*contents)) is None
+
+
 BAD_NAME = ("Invalid function name. Must start with a letter or an underscore. Must be alphameric (a-z, A-Z, 0-9), "
             "underscores (_), dots (.), colons (:), or dashes (-), with a maximum length of 64.")
 
