@@ -76,6 +76,21 @@ a chat-only server). Each rule, as OpenAI words it (400 ``invalid_request_error`
 - more than 128 tools: "Invalid 'tools': array too long. Expected an array with maximum length
   128, but got an array with length N instead." (param ``tools``, code ``array_above_max_length``;
   https://github.com/vishalmysore/Tools4AI/issues/16);
+- an empty ``tools`` list: "Invalid 'tools': empty array. Expected an array with minimum length 1,
+  but got an empty array instead." (https://github.com/continuedev/continue/issues/3370 on gpt-4o,
+  https://github.com/dnakov/anon-kode/issues/20), and the same words for an assistant turn's empty
+  ``tool_calls``: "Invalid 'messages[2].tool_calls': empty array. ..." (param
+  ``messages[2].tool_calls``, code ``empty_array``: https://github.com/home-assistant/core/pull/118577
+  with OpenAI's error object; https://github.com/openai/openai-node/pull/1341). The param and code
+  of the ``tools`` answer are the fake's, after that one;
+- a message whose ``content`` is null: "Invalid value for 'content': expected a string, got null."
+  (param ``messages.[N].content``, no code: the whole object in
+  https://github.com/langchain-ai/langchainjs/issues/4153 for a user turn, in
+  https://github.com/songquanpeng/one-api/issues/784 for ``messages.[1].content``; a tool's null
+  output in https://github.com/run-llama/llama_index/issues/17555). An assistant turn may leave it
+  null beside its ``tool_calls``, not without them
+  (https://github.com/vercel/ai/pull/13744: "This breaks vanilla openai with ... if you happen to
+  have no tool calls and empty text"). A ``content`` left out is not judged: no answer quoted;
 - ``stream_options`` on a request that does not stream: "The 'stream_options' parameter is only
   allowed when 'stream' is enabled." (param ``stream_options``, no code;
   https://github.com/BerriAI/litellm/issues/5803);
@@ -130,6 +145,8 @@ def refusal(path: str, payload: dict[str, Any]) -> Reply | None:
 def _fields(payload: dict[str, Any]) -> Fault | None:
     """What OpenAI refuses of the request's own fields, whatever the model."""
     tools = payload.get("tools")
+    if tools == []:
+        return _empty("tools")
     if isinstance(tools, list) and len(tools) > 128:
         return _too_many("tools", 128, len(tools))
     stop = payload.get("stop")
@@ -180,6 +197,11 @@ def _why(messages: Any) -> Fault | None:
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             continue
+        if message.get("role") == "assistant" and message.get("tool_calls") == []:
+            return _empty(f"messages[{i}].tool_calls")
+        said = message.get("role") == "assistant" and (message.get("tool_calls") or message.get("function_call"))
+        if "content" in message and message["content"] is None and not said:
+            return "Invalid value for 'content': expected a string, got null.", f"messages.[{i}].content", None
         if message.get("role") == "tool":
             call = message.get("tool_call_id")
             if call not in window:
@@ -197,6 +219,11 @@ def _why(messages: Any) -> Fault | None:
                 return _too_long(f"messages[{i}].tool_calls[{j}].id", CALL_ID_MAX, len(call_id))
         window, waiting = set(ids), list(ids)
     return _unanswered(waiting) if waiting else None
+
+
+def _empty(param: str) -> Fault:
+    return (f"Invalid '{param}': empty array. Expected an array with minimum length 1, but got an empty array "
+            "instead.", param, "empty_array")  # fmt: skip
 
 
 def _unanswered(ids: list[str]) -> Fault:

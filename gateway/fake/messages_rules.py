@@ -47,6 +47,12 @@ Anthropic. Each rule here is one Anthropic applies, worded as it words it (400
   the role ("role 'system' is not supported on this model", anthropics/claude-code#61412), for
   want of the words Anthropic answers a misplaced one with;
 - "messages: at least one message is required": the empty conversation;
+- "messages.N: all messages must have non-empty content except for the optional final assistant
+  message": a turn whose content is an empty list, anywhere but as the last turn, the
+  assistant's (Claude Code's own "API Error: 400" with its request id
+  ``req_011CSarLLj2ZRbTy4cWexMjs``, https://github.com/anthropics/claude-code/issues/6774; an
+  answer with no content block kept in the history, https://github.com/corespeed-io/zypher-agent/pull/122).
+  An empty string is answered as an empty text block, as before;
 - "Requests which include `tool_use` or `tool_result` blocks must define tools.": a
   conversation holding a tool call or result sent without ``tools`` (or with ``tools: []``),
   what an agent's summary or compaction request is (``tool_choice: none`` with the tools still
@@ -87,6 +93,11 @@ Anthropic. Each rule here is one Anthropic applies, worded as it words it (400
 
 And on the rest of the request:
 
+- "tools: Tool names must be unique.": two tools of one name, client tools or Anthropic's server
+  tools alike (Claude Code's "API Error: 400" with its request id ``req_011CUer5Hnhm1QQWCAASQRbD``,
+  https://github.com/anthropics/claude-code/issues/10687; a built-in ``web_search`` beside an MCP
+  one, https://github.com/danny-avila/LibreChat/issues/13162, where the same agent on OpenAI's
+  models is taken, as in https://github.com/eclipse-theia/theia/issues/16122);
 - "tools.N.custom.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'": a client tool
   (no ``type``, or ``custom``) named with a dot, a slash or a space, as MCP servers name theirs
   (https://github.com/netclaw-dev/netclaw/issues/1133,
@@ -303,7 +314,8 @@ def _why(payload: dict[str, Any], betas: str, thought: Collection[str], org: str
     messages = payload.get("messages")
     if not isinstance(messages, list):
         return None  # the fake's other checks answer a body of the wrong shape
-    return (_tool_name(payload.get("tools")) or _input_schema(payload.get("tools"))
+    return (_tool_name(payload.get("tools")) or _unique_names(payload.get("tools"))
+            or _input_schema(payload.get("tools"))
             or _stop_sequences(payload.get("stop_sequences")) or _budget_floor(payload.get("thinking"))
             or _user_id(payload.get("metadata")) or _tool_blocks(messages)
             or _conversation(messages)
@@ -339,6 +351,9 @@ def _conversation(messages: list[Any]) -> str | None:
             continue
         if message.get("role") not in ("user", "assistant", "system"):
             return f"messages.{i}.role: Input should be 'user' or 'assistant'"
+        final_assistant = i == len(messages) - 1 and message.get("role") == "assistant"
+        if message.get("content") == [] and not final_assistant:
+            return f"messages.{i}: all messages must have non-empty content except for the optional final assistant message"
         blank = next((why for b in _blocks(message) if (why := _blank_text(b))), None)
         if blank is not None:
             return blank
@@ -440,6 +455,14 @@ def _tool_name(tools: Any) -> str | None:
         name = tool.get("name")
         if isinstance(name, str) and not _CUSTOM_TOOL_NAME.fullmatch(name):
             return f"tools.{i}.custom.name: String should match pattern '^[a-zA-Z0-9_-]{{1,128}}$'"
+    return None
+
+
+def _unique_names(tools: Any) -> str | None:
+    names = [t.get("name") for t in tools if isinstance(t, dict)] if isinstance(tools, list) else []
+    named = [n for n in names if isinstance(n, str)]
+    if len(set(named)) < len(named):
+        return "tools: Tool names must be unique."
     return None
 
 

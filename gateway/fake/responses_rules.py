@@ -10,7 +10,10 @@ param ``input``):
 - "Invalid 'input[N].call_id': string too long. Expected a string with maximum length 64, but
   got a string with length L instead." (code ``string_above_max_length``; quoted in
   NousResearch/hermes-agent#73538): a call id another provider, or the gateway's Gemini
-  signature carrier, made longer.
+  signature carrier, made longer; and "Invalid 'input[N].call_id': empty string. Expected a
+  string with minimum length 1, but got an empty string instead." (code ``empty_string``; OpenAI's
+  error object relayed whole in https://github.com/BigPizzaV3/CodexPlusPlus/issues/315): a call
+  or an output whose id is "".
 
 A reasoning item's ``encrypted_content`` is read as OpenAI reads it: a value that is not a
 Fernet token (OpenAI's start "gAAAA"; the gateway's carriage of Claude's thinking does not) or
@@ -92,6 +95,11 @@ def refusal(path: str, payload: dict[str, Any], org: str | None = None) -> Reply
         if not isinstance(item, dict):
             continue
         kind, call_id = item.get("type"), item.get("call_id")
+        if call_id == "" and (kind in _CALLS or kind in _OUTPUTS):
+            param = f"input[{n}].call_id"
+            return responses_error(400, f"Invalid '{param}': empty string. Expected a string with minimum length "
+                                   "1, but got an empty string instead.", "invalid_request_error", "empty_string",
+                                   param)  # fmt: skip
         if isinstance(call_id, str) and len(call_id) > 64:
             param = f"input[{n}].call_id"
             return responses_error(400, f"Invalid '{param}': string too long. Expected a string with maximum "

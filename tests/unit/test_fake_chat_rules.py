@@ -61,6 +61,43 @@ def test_what_openai_takes(messages: list[dict[str, Any]]) -> None:
     assert refused(messages) is None
 
 
+NULL = "Invalid value for 'content': expected a string, got null."
+EMPTY = "empty array. Expected an array with minimum length 1, but got an empty array instead."
+
+
+@pytest.mark.parametrize(("messages", "expected"), [
+    ([{"role": "user", "content": None}], (NULL, "messages.[0].content", "")),
+    ([USER, {"role": "assistant", "content": None}], (NULL, "messages.[1].content", "")),
+    ([USER, calls("call_1"), {"role": "tool", "tool_call_id": "call_1", "content": None}],
+     (NULL, "messages.[2].content", "")),
+    ([{"role": "system", "content": None}, USER], (NULL, "messages.[0].content", "")),
+    ([USER, {"role": "assistant", "content": None, "tool_calls": []}],
+     (f"Invalid 'messages[1].tool_calls': {EMPTY}", "messages[1].tool_calls", "empty_array")),
+    ([USER, {"role": "assistant", "content": "a", "tool_calls": []}],
+     (f"Invalid 'messages[1].tool_calls': {EMPTY}", "messages[1].tool_calls", "empty_array")),
+])  # fmt: skip
+def test_null_content_and_empty_tool_calls(messages: list[dict[str, Any]], expected: tuple[str, str, str]) -> None:
+    reply = chat_rules.refusal(PATH, {"model": "m", "messages": messages})
+    assert reply is not None and reply.status == 400
+    error = reply.body["error"]
+    assert (error["message"], error["param"], error["code"] or "") == expected
+
+
+@pytest.mark.parametrize("messages", [
+    [USER, calls("call_1"), tool("call_1")],  # content null beside tool_calls
+    [USER, {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}}],
+    [USER, {"role": "assistant", "content": ""}],
+    [USER, {"role": "assistant", "tool_calls": [{"id": "c", "type": "function",
+                                                 "function": {"name": "f", "arguments": "{}"}}]}, tool("c")],
+])  # fmt: skip
+def test_content_openai_takes(messages: list[dict[str, Any]]) -> None:
+    assert refused(messages) is None
+
+
+def test_an_empty_tools_list_is_refused() -> None:
+    assert refused_with(tools=[]) == (f"Invalid 'tools': {EMPTY}", "tools", "empty_array")
+
+
 def test_other_paths_are_not_judged_here() -> None:
     assert chat_rules.refusal("/v1/messages", {"messages": []}) is None
 

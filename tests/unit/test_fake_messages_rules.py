@@ -592,3 +592,32 @@ def test_a_tools_input_schema_names_its_type() -> None:
 def test_claude_codes_own_requests_are_taken(name: str) -> None:
     captured = json.loads((CORPUS / f"{name}.json").read_text())
     assert refusal(PATH, captured["body"], captured["headers"]) is None
+
+
+NONEMPTY = "all messages must have non-empty content except for the optional final assistant message"
+
+
+@pytest.mark.parametrize(("messages", "words"), [
+    ([user()], f"messages.0: {NONEMPTY}"),
+    ([user(text("hi")), assistant(), user(text("go on"))], f"messages.1: {NONEMPTY}"),
+    ([user(text("hi")), assistant(text("a")), user()], f"messages.2: {NONEMPTY}"),
+])  # fmt: skip
+def test_a_turn_with_no_content(messages: list[dict[str, Any]], words: str) -> None:
+    assert refused(messages) == words
+
+
+def test_the_final_assistant_turn_may_be_empty() -> None:
+    assert refused([user(text("hi")), assistant()]) is None
+
+
+@pytest.mark.parametrize("tools", [
+    [*BASH, {"name": "Bash", "input_schema": {"type": "object", "properties": {}}}],
+    [{"type": "web_search_20250305", "name": "web_search"}, {"name": "web_search", "input_schema": {"type": "object"}}],
+])  # fmt: skip
+def test_tool_names_must_be_unique(tools: list[dict[str, Any]]) -> None:
+    assert refused([user(text("hi"))], tools=tools) == "tools: Tool names must be unique."
+
+
+def test_distinct_tool_names_are_taken() -> None:
+    tools = [*BASH, {"name": "Read", "input_schema": {"type": "object"}}]
+    assert refused([user(text("hi"))], tools=tools) is None

@@ -88,3 +88,14 @@ def test_a_reasoning_item_without_its_content_names_a_record_kept_only_when_stor
     reply = refusal("/v1/responses", {"model": "m", "input": [USER, bare], "store": False})
     assert reply is not None and reply.status == 404
     assert reply.body["error"]["message"].startswith("Item with id 'rs_9' not found. Items are not persisted")
+
+
+@pytest.mark.parametrize("items", [[USER, call(""), output("")], [USER, call("call_1"), output("call_1"), output("")]])
+def test_an_empty_call_id_is_refused(items: list[dict[str, Any]]) -> None:
+    reply = refusal("/v1/responses", {"model": "m", "input": items})
+    assert reply is not None and reply.status == 400
+    n = next(i for i, item in enumerate(items) if item.get("call_id") == "")
+    assert reply.body["error"] == {
+        "message": f"Invalid 'input[{n}].call_id': empty string. Expected a string with minimum length 1, but got an "
+                   "empty string instead.",
+        "type": "invalid_request_error", "code": "empty_string", "param": f"input[{n}].call_id"}  # fmt: skip

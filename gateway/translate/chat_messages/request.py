@@ -487,7 +487,7 @@ def _tool_result(m: Mapping[str, Any], i: int) -> dict[str, Any]:
 
 
 def _tools(p: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    tools = [_tool(tool, j) for j, tool in enumerate(typed.objects(p.get("tools"), ("tools",)))]
+    tools = _once([_tool(tool, j) for j, tool in enumerate(typed.objects(p.get("tools"), ("tools",)))])
     choice = p.get("tool_choice")
     kind = typed.text(choice.get("type"), ("tool_choice", "type")) if isinstance(choice, dict) else None
     mapped: dict[str, Any] | None
@@ -514,6 +514,17 @@ def _tools(p: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any] |
     ):
         mapped = {**(mapped or {"type": "auto"}), "disable_parallel_tool_use": True}
     return tools, mapped
+
+
+def _once(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each name's first tool. OpenAI takes two tools of one name (an MCP server's beside the
+    agent's own: the same agent works on OpenAI's models, theia #16122, LibreChat #13162);
+    Anthropic refuses the request ("tools: Tool names must be unique.", claude-code #10687).
+    The model calls a tool by its name, so the client could run only one of them for it."""
+    kept: dict[str, dict[str, Any]] = {}
+    for tool in tools:
+        kept.setdefault(tool["name"], tool)
+    return list(kept.values())
 
 
 def _tool(tool: dict[str, Any], j: int) -> dict[str, Any]:

@@ -1026,3 +1026,20 @@ def test_a_conversation_is_cached_automatically_unless_the_client_placed_its_own
     out = req(marked)
     assert "cache_control" not in out and out["system"][0]["cache_control"] == {"type": "ephemeral"}
     assert messages_rules.refusal("/v1/messages", req(client_request("chat-opencode-agent-step2")), {}) is None
+
+
+def test_a_tool_name_declared_twice_is_sent_once() -> None:
+    """OpenAI takes two tools of one name (an MCP server's ``read`` beside opencode's own; the
+    same agent on OpenAI's models works, theia #16122, LibreChat #13162); Anthropic refuses the
+    request ("tools: Tool names must be unique.", claude-code #10687). The first is kept: the
+    model calls a tool by name, so only one of them could be run for it anyway."""
+    payload = client_request("chat-opencode-agent-step1")
+    first = payload["tools"][4]["function"]
+    assert first["name"] == "read"
+    again = {"type": "function", "function": {"name": "read", "description": "Read a resource of the MCP server.",
+                                              "parameters": {"type": "object", "properties": {"uri": {"type": "string"}}}}}
+    out = req({**payload, "tools": [*payload["tools"], again]})
+    names = [t["name"] for t in out["tools"]]
+    assert names == [t["function"]["name"] for t in payload["tools"]]
+    assert out["tools"][4]["input_schema"] == first["parameters"]
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
