@@ -40,6 +40,9 @@ def test_stalled_stream_raises_instead_of_hanging(sdk, fast_gateway, upstream: F
 
 def test_circuit_opens_and_recovers(sdk, fast_gateway, upstream: FakeUpstream) -> None:
     c = sdk(fast_gateway, max_retries=0)
+    # The gateway is the session's: a stream another test stalled counts against the circuit
+    # (a broken stream is a failed request). A success first ends any such streak.
+    assert c.chat.completions.create(model="m", messages=msg()).choices[0].message.content
     # 6 attempts, then the outage is noted (docs/errors/loop-breaker.md): 1 attempt each.
     upstream.script(*[Reply(503, "down")] * 8)
     for _ in range(3):
