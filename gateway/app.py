@@ -357,14 +357,12 @@ async def _read_budgets(svc: Services) -> None:
     resolve because Redis went away; the store's own fallbacks metric says it did)."""
     specs = [s for s in svc.auth.ring.by_digest.values() if s.name != FLAT_KEY_NAME]
     expiries = [(s.name, s.expires_at) for s in specs if s.expires_at is not None]
-    if svc.accounts is None:
-        svc.telemetry.budgets.replace([], expiries)
-        return
-    if not svc.store.healthy:
-        svc.telemetry.budgets.replace(None, expiries)
-        return
-    readings = await svc.accounts.budget_readings(specs)
-    svc.telemetry.budgets.replace(readings if svc.store.healthy else None, expiries)
+    readings: list[tuple[str, str, str, float, float, float, float]] | None = []
+    if svc.accounts is not None:
+        readings = await svc.accounts.budget_readings(specs) if svc.store.healthy else None
+        if not svc.store.healthy:  # found down during the read: it came from memory
+            readings = None
+    svc.telemetry.budgets.replace(readings, expiries)
 
 
 async def _own_metrics(app: web.Application) -> bytes:

@@ -191,8 +191,11 @@ def settle_circuit(
         return
     state.circuit_due = None
     circuit, adm, model = due
-    failed = broke is not None and broke.type is ErrorType.PROVIDER_UNAVAILABLE
-    circuit.settle_soon(adm, model, failed=failed if answered else None)
+    if answered:
+        failed = broke is not None and broke.type is ErrorType.PROVIDER_UNAVAILABLE
+        circuit.settle_soon(adm, model, failed=failed)
+    else:
+        circuit.abandon_soon(adm)
 
 
 # Attempts that ended in a timeout before any answer: counted by kind.

@@ -23,7 +23,8 @@ import asyncio
 import itertools
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from gateway.config import CircuitBreakerConfig, RetryBudgetConfig
 from gateway.policy.breaker import (
@@ -241,21 +242,22 @@ class SharedCircuit:
         return [(model, admit(key, rec, None, CLOSED, now).gate is Gate.REFUSE)
                 for model, key, rec in zip([None, *models], keys, recs, strict=True)]  # fmt: skip
 
-    def settle_soon(self, adm: Admission, model: str | None, *, failed: bool | None) -> None:
-        """``record`` (``failed`` None: ``abandon``), written in the background. For a verdict
-        given where the request must not wait or be cancelled, at a streamed answer's end: an
-        SDK closes its connection once it has read the end, which cancels the handler, and a
-        write awaited there was lost (a probe's success or a streak's end left other replicas
-        half-open until the claim's expiry), or the request was logged as left (499) though
-        its answer was whole. Nothing is started for a healthy request (``settled``)."""
-        if failed is None:
-            if adm.gate is not Gate.PROBE or adm.key is None:
-                return
-            write = self.abandon(adm)
-        elif self.settled(adm, model, failed=failed):
-            return
-        else:
-            write = self.record(adm, model, failed=failed)
+    def settle_soon(self, adm: Admission, model: str | None, *, failed: bool) -> None:
+        """``record``, written in the background. For a verdict given where the request must
+        not wait or be cancelled, at a streamed answer's end: an SDK closes its connection
+        once it has read the end, which cancels the handler, and a write awaited there was
+        lost (a probe's success or a streak's end left other replicas half-open until the
+        claim's expiry), or the request was logged as left (499) though its answer was whole.
+        Nothing is started for a healthy request (``settled``)."""
+        if not self.settled(adm, model, failed=failed):
+            self._in_background(self.record(adm, model, failed=failed))
+
+    def abandon_soon(self, adm: Admission) -> None:
+        """``abandon``, written in the background (see ``settle_soon``)."""
+        if adm.gate is Gate.PROBE and adm.key is not None:
+            self._in_background(self.abandon(adm))
+
+    def _in_background(self, write: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(write)
         self._writing.add(task)
         task.add_done_callback(self._written)
