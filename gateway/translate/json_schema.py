@@ -1,7 +1,8 @@
 """Where a JSON Schema nests schemas, for the translations that hold every object of a
 structured-output schema to a provider's rule (Anthropic: each closed; OpenAI's strict mode:
-each closed with every property required). The fake upstream walks schemas on its own
-(``gateway/fake/schemas.py``): a check sharing this walk would share its blind spots."""
+each closed with every property required), and a rule OpenAI holds a function's
+parameters to whatever the mode (``with_properties``). The fake upstream walks schemas on its
+own (``gateway/fake/schemas.py``): a check sharing this walk would share its blind spots."""
 
 from __future__ import annotations
 
@@ -34,3 +35,20 @@ def with_nested(schema: dict[str, Any], each: Callable[[Any], Any]) -> dict[str,
 def is_object(schema: dict[str, Any]) -> bool:
     kind = schema.get("type")
     return kind == "object" or (isinstance(kind, list) and "object" in kind) or "properties" in schema
+
+
+def with_properties(parameters: Any) -> Any:
+    """A function's ``parameters`` as OpenAI takes them, chat and Responses alike: an object
+    schema that names no ``properties`` gets an empty one, else OpenAI refuses the whole request
+    ("Invalid schema for function '<name>': In context=(), object schema missing properties.",
+    https://github.com/evalstate/fast-agent/issues/143; the Responses API,
+    https://github.com/everruns/everruns/pull/984). MCP's Go SDK writes a tool without
+    arguments as ``{"type": "object"}`` (xpzouying/xiaohongshu-mcp#677), which Anthropic and
+    Gemini take. The same schema otherwise, for any upstream: only the top level, the one a
+    refusal names (``In context=()``)."""
+    if not isinstance(parameters, dict) or "properties" in parameters:
+        return parameters
+    kind = parameters.get("type")
+    if kind == "object" or (isinstance(kind, list) and "object" in kind):
+        return {**parameters, "properties": {}}
+    return parameters

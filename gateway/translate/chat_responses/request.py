@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.apis.responses.ids import to_responses_id
-from gateway.translate import typed
+from gateway.translate import json_schema, typed
 from gateway.translate.base import Refusal, Target, option_kind
 from gateway.translate.typed import WrongType
 
@@ -233,7 +233,8 @@ def _tool(tool: dict[str, Any], j: int) -> dict[str, Any]:
     if description:
         out["description"] = description
     parameters = typed.obj(fn.get("parameters"), ("tools", j, "function", "parameters"))
-    out["parameters"] = parameters if parameters is not None else {"type": "object", "properties": {}}
+    out["parameters"] = json_schema.with_properties(parameters) if parameters is not None else {
+        "type": "object", "properties": {}}
     # Chat's default is not strict; the Responses API's is.
     out["strict"] = typed.flag(fn.get("strict"), ("tools", j, "function", "strict")) is True
     return out

@@ -446,7 +446,7 @@ def _function(decl: dict[str, Any], at: typed.Path, names: Names) -> dict[str, A
         function["description"] = description
     if not isinstance(params, dict):
         params = {"type": "object", "properties": {}}
-    function["parameters"] = _object(params)
+    function["parameters"] = nesting.with_properties(_object(params))
     return {"type": "function", "function": function}
 
 

@@ -316,7 +316,8 @@ def _tool(tool: dict[str, Any], k: int, functions: Names) -> dict[str, Any]:
     if description is not None:
         function["description"] = description
     schema = typed.obj(tool.get("input_schema"), ("tools", k, "input_schema"))
-    function["parameters"] = schema if schema is not None else {"type": "object", "properties": {}}
+    function["parameters"] = json_schema.with_properties(schema) if schema is not None else {
+        "type": "object", "properties": {}}
     if typed.flag(tool.get("strict"), ("tools", k, "strict")) and strict_ok(function["parameters"]):
         function["strict"] = True  # only where OpenAI's stricter rules hold: else it is a 400
     return {"type": "function", "function": function}

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from gateway.translate import typed
+from gateway.translate import json_schema, typed
 from gateway.translate.base import Refusal
 
 SEPARATOR = "__"
@@ -136,7 +136,7 @@ def _function(tool: Mapping[str, Any], chat_name: str, at: typed.Path, prefix: s
     if description:
         fn["description"] = description
     params = typed.obj(tool.get("parameters"), (*at, "parameters"))
-    fn["parameters"] = params if params is not None else _EMPTY_SCHEMA
+    fn["parameters"] = json_schema.with_properties(params) if params is not None else _EMPTY_SCHEMA
     if typed.flag(tool.get("strict"), (*at, "strict")):
         fn["strict"] = True
     return {"type": "function", "function": fn}

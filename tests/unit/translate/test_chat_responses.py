@@ -23,6 +23,7 @@ from gateway.sse import EventSplitter, parse_event
 from gateway.translate import default_translations
 from gateway.translate.base import Context, Refusal, Target
 from gateway.translate.chat_responses import ChatToResponses
+from tests.unit.translate.schemas import NO_PROPERTIES
 
 CORPUS = Path(__file__).parents[2] / "corpus"
 T = ChatToResponses(clock=lambda: 1_764_000_000)
@@ -91,9 +92,20 @@ def test_a_tool_round_becomes_call_and_output_items_with_the_call_ids() -> None:
         {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"c":"P"}'},
         {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
     ]  # fmt: skip
+    # OpenAI refuses an object schema without properties: it gets an empty one.
     assert out["tools"] == [{"type": "function", "name": "get_weather", "description": "d",
-                             "parameters": {"type": "object"}, "strict": True}]  # fmt: skip
+                             "parameters": {"type": "object", "properties": {}}, "strict": True}]  # fmt: skip
     assert out["tool_choice"] == {"type": "function", "name": "get_weather"}
+
+
+@pytest.mark.parametrize(("given", "sent"), NO_PROPERTIES)
+def test_an_object_schema_without_properties_gets_an_empty_one(given: dict[str, Any], sent: dict[str, Any]) -> None:
+    """A chat client's own schema: OpenAI's chat API would refuse it too, but a translated
+    request is the gateway's to send as the Responses API takes it."""
+    out = req({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+               "tools": [{"type": "function", "function": {"name": "list_things", "parameters": given}}]})  # fmt: skip
+    assert out["tools"][0]["parameters"] == sent
+    assert responses_rules.refusal("/v1/responses", out) is None
 
 
 def test_a_call_id_longer_than_openai_takes_goes_as_a_digest_for_the_call_and_its_output() -> None:

@@ -17,12 +17,13 @@ import pytest
 
 from gateway.apis.base import Ending
 from gateway.errors import Classification, ErrorType
-from gateway.fake import chat_rules, messages_rules
+from gateway.fake import chat_rules, messages_rules, responses_rules
 from gateway.translate import default_translations
 from gateway.translate.base import Context, Refusal, Target
 from gateway.translate.gemini_chat import GeminiToChat
 from gateway.translate.gemini_chat.request import json_schema, lowered
 from tests.unit.translate.messages_helpers import corpus_answer, wire_stream
+from tests.unit.translate.schemas import NO_PROPERTIES
 from tests.unit.translate.wrong_types import GEMINI, mutated
 
 CORPUS = Path(__file__).resolve().parents[2] / "corpus" / "requests"
@@ -334,6 +335,22 @@ def test_parameters_json_schema_gets_json_schemas_type_names() -> None:
     decl = {"name": "f", "parametersJsonSchema": {"type": "OBJECT", "properties": {"n": {"type": "INTEGER"}}}}
     out = chat(base(tools=[{"functionDeclarations": [decl]}]))
     assert out["tools"][0]["function"]["parameters"] == {"type": "object", "properties": {"n": {"type": "integer"}}}
+
+
+@pytest.mark.parametrize(("given", "sent"), NO_PROPERTIES)
+def test_an_object_schema_without_properties_gets_an_empty_one(given: dict[str, Any], sent: dict[str, Any]) -> None:
+    payload = base(tools=[{"functionDeclarations": [{"name": "list_all", "parametersJsonSchema": given}]}])
+    out = chat(payload)
+    assert out["tools"][0]["function"]["parameters"] == sent
+    assert chat_rules.refusal("/v1/chat/completions", out) is None
+    on_responses = default_translations().table["gemini", "responses"].request(payload, TARGET)
+    assert isinstance(on_responses, dict) and on_responses["tools"][0]["parameters"] == sent
+    assert responses_rules.refusal("/v1/responses", on_responses) is None
+
+
+def test_googles_object_schema_without_properties_gets_an_empty_one() -> None:
+    out = chat(base(tools=[{"functionDeclarations": [{"name": "list_all", "parameters": {"type": "OBJECT"}}]}]))
+    assert out["tools"][0]["function"]["parameters"] == {"type": "object", "properties": {}}
 
 
 def read_file_turns(mime: str, data: str) -> list[dict[str, Any]]:

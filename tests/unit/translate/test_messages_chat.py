@@ -34,6 +34,7 @@ from tests.unit.translate.messages_helpers import (
     sdk_request,
     wire_stream,
 )
+from tests.unit.translate.schemas import NO_PROPERTIES
 from tests.unit.translate.wrong_types import MESSAGES, mutated
 
 T = MessagesToChat()
@@ -560,6 +561,26 @@ def test_structured_output_is_strict_only_where_openai_takes_it_strict(schema: d
         "name": "output", "schema": schema, "strict": strict}}  # fmt: skip
     tool = {"name": "t", "input_schema": schema, "strict": True}
     assert chat(sdk_request(messages=HI, tools=[tool]))["tools"][0]["function"].get("strict", False) is strict
+
+
+@pytest.mark.parametrize(("given", "sent"), NO_PROPERTIES)
+def test_an_object_schema_without_properties_gets_an_empty_one(given: dict[str, Any], sent: dict[str, Any]) -> None:
+    """Claude Code passes an MCP server's input schema on as it came; OpenAI refuses every
+    prompt while a tool's is ``{"type": "object"}``."""
+    out = chat(sdk_request(messages=HI, tools=[{"name": "mcp__probe__list_things", "input_schema": given}]))
+    assert out["tools"][0]["function"]["parameters"] == sent
+    assert chat_rules.refusal("/v1/chat/completions", out) is None
+    on_responses = default_translations().table["messages", "responses"].request(
+        sdk_request(messages=HI, tools=[{"name": "list_things", "input_schema": given}]), TARGET)
+    assert isinstance(on_responses, dict) and on_responses["tools"][0]["parameters"] == sent
+    assert responses_rules.refusal("/v1/responses", on_responses) is None
+
+
+def test_a_strict_tool_without_arguments_stays_strict_once_it_names_its_properties() -> None:
+    tool = {"name": "now", "input_schema": {"type": "object", "additionalProperties": False}, "strict": True}
+    function = chat(sdk_request(messages=HI, tools=[tool]))["tools"][0]["function"]
+    assert function == {"name": "now", "parameters": {"type": "object", "additionalProperties": False,
+                                                       "properties": {}}, "strict": True}  # fmt: skip
 
 
 def test_claude_codes_long_mcp_tool_names_go_within_openais_64_and_come_back_as_declared() -> None:

@@ -23,11 +23,13 @@ from openai.types.responses import Response
 
 from gateway.apis.base import Ending
 from gateway.errors import Classification, ErrorType
+from gateway.fake import chat_rules
 from gateway.sse import EventSplitter
 from gateway.translate.base import Context, Refusal, Target
 from gateway.translate.responses_chat import ResponsesToChat
 from gateway.translate.responses_chat.answer import text_part
 from tests.fakeupstream import named_events
+from tests.unit.translate.schemas import NO_PROPERTIES
 from tests.unit.translate.wrong_types import RESPONSES, mutated
 
 CORPUS = Path(__file__).resolve().parents[2] / "corpus"
@@ -474,10 +476,19 @@ def test_function_tools_strict_and_defaults() -> None:
         {"type": "function", "name": "a", "description": "A", "parameters": {"type": "object"}, "strict": True},
         {"type": "function", "name": "b", "strict": False, "parameters": None}]})  # fmt: skip
     assert out["tools"] == [
-        {"type": "function", "function": {"name": "a", "description": "A", "parameters": {"type": "object"},
-                                          "strict": True}},
+        {"type": "function", "function": {"name": "a", "description": "A",
+                                          "parameters": {"type": "object", "properties": {}}, "strict": True}},
         {"type": "function", "function": {"name": "b", "parameters": {"type": "object", "properties": {}}}}]  # fmt: skip
     assert out["parallel_tool_calls"] is False and "tool_choice" not in out
+
+
+@pytest.mark.parametrize(("given", "sent"), NO_PROPERTIES)
+def test_an_object_schema_without_properties_gets_an_empty_one(given: dict[str, Any], sent: dict[str, Any]) -> None:
+    out = chat({"model": "m", "input": "x", "tools": [
+        {"type": "function", "name": "list_things", "parameters": given, "strict": False},
+        {"type": "namespace", "name": "mcp", "tools": [{"type": "function", "name": "now", "parameters": given}]}]})  # fmt: skip
+    assert [t["function"]["parameters"] for t in out["tools"]] == [sent, sent]
+    assert chat_rules.refusal("/v1/chat/completions", out) is None
 
 
 def test_parallel_tool_calls_and_tool_choice_are_left_out_without_tools() -> None:
