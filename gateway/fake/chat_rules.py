@@ -40,6 +40,23 @@ a chat-only server). Each rule, as OpenAI words it (400 ``invalid_request_error`
   the clause after the colon is what that check, a JSON Schema validator, says of a type name
   outside the draft's list, and what Anthropic's answer to the same schema ends with
   (messages_rules.py). No answer quoted for this very schema was found: the words are the fake's;
+- a function tool whose parameters declare an object (``{"type": "object"}``, as MCP's Go SDK
+  writes a tool without arguments, xpzouying/xiaohongshu-mcp#677) but no ``properties``:
+  "Invalid schema for function '<name>': In context=(), object schema missing properties."
+  (param ``tools[N].function.parameters``, code ``invalid_function_parameters``;
+  https://github.com/evalstate/fast-agent/issues/143 with OpenAI's whole error object;
+  ``{"type": "object", "additionalProperties": false}`` answered the same,
+  https://github.com/github/copilot-cli/issues/1825). Only the top level is judged: no answer
+  quoted refuses an object without ``properties`` further in;
+- a ``strict`` function tool whose parameters hold an object, at any depth, that is not closed
+  or does not require all its properties: "Invalid schema for function '<name>': In
+  context=('properties', 'body'), 'additionalProperties' is required to be supplied and to be
+  false." (code ``invalid_function_parameters``, https://github.com/camel-ai/camel/issues/2231)
+  and "... In context=(), 'required' is required to be supplied and to be an array including
+  every key in properties. Missing 'params'." (the same code, param ``tools[1].parameters`` on
+  the Responses API: https://github.com/kevinwatt/mysql-mcp/issues/5), param
+  ``tools[N].function.parameters``: strict mode's rules for ``response_format`` (above), for a
+  function's parameters;
 - an image whose data URL names a type other than PNG, JPEG, GIF or WebP (HEIC, which Gemini
   clients send): "You uploaded an unsupported image. Please make sure your image has of one the
   following formats: ['png', 'jpeg', 'gif', 'webp']." (code ``invalid_image_format``, no param;
@@ -260,13 +277,33 @@ def _parameters(tools: Any) -> Fault | None:
         function = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(function, dict):
             continue
-        wrong = mistyped(function.get("parameters"))
+        parameters, param = function.get("parameters"), f"tools[{i}].function.parameters"
+        prefix = f"Invalid schema for function '{function.get('name')}': "
+        wrong = mistyped(parameters)
         if wrong is not None:
             kinds = wrong["type"] if isinstance(wrong["type"], list) else [wrong["type"]]
             bad = next(k for k in kinds if k not in TYPES)
-            return (f"Invalid schema for function '{function.get('name')}': {bad!r} is not valid under any of the "
-                    "given schemas.", f"tools[{i}].function.parameters", "invalid_function_parameters")  # fmt: skip
+            return f"{prefix}{bad!r} is not valid under any of the given schemas.", param, "invalid_function_parameters"
+        if unnamed_properties(parameters):
+            return f"{prefix}{NO_PROPERTIES}", param, "invalid_function_parameters"
+        if function.get("strict") is True:
+            for where, obj in objects(parameters):
+                why = _unclosed(obj)
+                if why is not None:
+                    return f"{prefix}In context={where!r}, {why}", param, "invalid_function_parameters"
     return None
+
+
+NO_PROPERTIES = "In context=(), object schema missing properties."
+
+
+def unnamed_properties(parameters: Any) -> bool:
+    """A function's parameters that declare an object but no ``properties`` (the top level only:
+    no answer quoted refuses one further in without strict). Shared with responses_rules.py."""
+    if not isinstance(parameters, dict) or "properties" in parameters:
+        return False
+    kind = parameters.get("type")
+    return kind == "object" or (isinstance(kind, list) and "object" in kind)
 
 
 def _images(messages: Any) -> Fault | None:

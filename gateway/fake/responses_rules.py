@@ -32,6 +32,19 @@ A compression or a cut of the input that separates a pair is exactly what these 
 is judged when the input continues a stored response (``previous_response_id``, ``conversation``):
 the call can then be in the stored part.
 
+Whatever the request's origin, each in OpenAI's words (400 ``invalid_request_error``):
+
+- ``max_output_tokens`` below 16: "Invalid 'max_output_tokens': integer below minimum value.
+  Expected a value >= 16, but got 10 instead." (param ``max_output_tokens``, code
+  ``integer_below_min_value``; https://github.com/vectorize-io/hindsight/issues/58, Azure's
+  relay of the error object; a relay that clamps to 16, QuantumNous/new-api#2866: "OpenAI
+  Responses API rejects max_output_tokens < 16 when explicitly provided");
+- a function tool whose parameters declare an object but no ``properties``: "Invalid schema for
+  function '<name>': In context=(), object schema missing properties." (param
+  ``tools[N].parameters``, code ``invalid_function_parameters``; the Responses API's refusal in
+  https://github.com/everruns/everruns/pull/984, with this param and code in
+  https://github.com/tailcallhq/forgecode/issues/1359): chat_rules.py's rule, on the flat tool.
+
 A request carried over from chat completions (``translate/chat_responses``) is checked for the
 chat shapes the Responses API refuses, each in its words (param and code as given):
 
@@ -50,9 +63,11 @@ import base64
 import binascii
 from typing import Any
 
+from gateway.fake.chat_rules import NO_PROPERTIES, unnamed_properties
 from gateway.fake.responses import responses_error
 from gateway.fake.steps import Reply
 
+MIN_OUTPUT_TOKENS = 16
 _CALLS = frozenset({"function_call", "custom_tool_call"})
 _OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
 
@@ -83,7 +98,7 @@ def refusal(path: str, payload: dict[str, Any], org: str | None = None) -> Reply
     unreadable = _unreadable(payload.get("input"), org, payload.get("store") is False)
     if unreadable is not None:
         return unreadable
-    shaped = _shape(payload)
+    shaped = _shape(payload) or _fields(payload)
     if shaped is not None or payload.get("previous_response_id") or payload.get("conversation"):
         return shaped
     items = payload.get("input")
@@ -128,6 +143,20 @@ def _shape(payload: dict[str, Any]) -> Reply | None:
             param = f"tools[{j}].name"
             return responses_error(400, f"Missing required parameter: '{param}'.", "invalid_request_error",
                                    "missing_required_parameter", param)  # fmt: skip
+    return None
+
+
+def _fields(payload: dict[str, Any]) -> Reply | None:
+    budget = payload.get("max_output_tokens")
+    if isinstance(budget, int) and not isinstance(budget, bool) and budget < MIN_OUTPUT_TOKENS:
+        return responses_error(400, "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= "
+                               f"{MIN_OUTPUT_TOKENS}, but got {budget} instead.", "invalid_request_error",
+                               "integer_below_min_value", "max_output_tokens")  # fmt: skip
+    tools = payload.get("tools")
+    for j, tool in enumerate(tools if isinstance(tools, list) else ()):
+        if isinstance(tool, dict) and tool.get("type") == "function" and unnamed_properties(tool.get("parameters")):
+            return responses_error(400, f"Invalid schema for function '{tool.get('name')}': {NO_PROPERTIES}",
+                                   "invalid_request_error", "invalid_function_parameters", f"tools[{j}].parameters")
     return None
 
 

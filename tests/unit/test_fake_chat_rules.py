@@ -292,6 +292,47 @@ def test_schemas_openai_takes(payload: dict[str, Any]) -> None:
     assert refused_with(**payload) is None
 
 
+NO_PROPERTIES = "Invalid schema for function 'list_things': In context=(), object schema missing properties."
+
+
+@pytest.mark.parametrize(("parameters", "expected"), [
+    # MCP's Go SDK declares a tool without arguments so; Claude Code passes it on as it came.
+    ({"type": "object"}, (NO_PROPERTIES, "tools[1].function.parameters", "invalid_function_parameters")),
+    ({"type": "object", "additionalProperties": False},
+     (NO_PROPERTIES, "tools[1].function.parameters", "invalid_function_parameters")),
+    ({"type": "object", "properties": {}}, None),
+    # Only the top level is known refused: an object inside properties is taken without strict.
+    ({"type": "object", "properties": {"filter": {"type": "object"}}}, None),
+])  # fmt: skip
+def test_a_function_object_schema_must_name_its_properties(parameters: dict[str, Any],
+                                                           expected: tuple[str, str, str] | None) -> None:
+    tools = [function("Bash"), {"type": "function", "function": {"name": "list_things", "parameters": parameters}}]
+    assert refused_with(tools=tools) == expected
+
+
+def strict_function(parameters: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": "search_documents", "strict": True, "parameters": parameters}}
+
+
+@pytest.mark.parametrize(("parameters", "context", "why"), [
+    (closed(body={"type": "object", "properties": {"q": STRING}, "required": ["q"]}), "('properties', 'body')", CLOSED),
+    ({"type": "object", "properties": {"q": STRING}, "required": ["q"]}, "()", CLOSED),
+    ({**closed(a=STRING, b=STRING), "required": ["a"]}, "()", REQUIRED),
+])  # fmt: skip
+def test_a_strict_function_closes_and_requires_every_object(parameters: dict[str, Any], context: str,
+                                                            why: str) -> None:
+    assert refused_with(tools=[strict_function(parameters)]) == (
+        f"Invalid schema for function 'search_documents': In context={context}, {why}",
+        "tools[0].function.parameters", "invalid_function_parameters")
+
+
+def test_a_function_not_strict_takes_an_open_schema() -> None:
+    open_schema = {"type": "object", "properties": {"body": {"type": "object", "properties": {"q": STRING}}}}
+    tool = strict_function(open_schema)
+    assert refused_with(tools=[{**tool, "function": {**tool["function"], "strict": False}}]) is None
+    assert refused_with(tools=[strict_function(closed(body=closed(q=STRING)))]) is None
+
+
 TRANSLATIONS = default_translations().table
 TARGET = Target(model="qwen")
 CLAUDE_CODE_BETA = {"anthropic-beta": "mid-conversation-system-2026-04-07"}

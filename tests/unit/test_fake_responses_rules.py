@@ -99,3 +99,33 @@ def test_an_empty_call_id_is_refused(items: list[dict[str, Any]]) -> None:
         "message": f"Invalid 'input[{n}].call_id': empty string. Expected a string with minimum length 1, but got an "
                    "empty string instead.",
         "type": "invalid_request_error", "code": "empty_string", "param": f"input[{n}].call_id"}  # fmt: skip
+
+
+def error_of(**payload: Any) -> dict[str, Any] | None:
+    reply = refusal("/v1/responses", {"model": "m", "input": "hi", **payload})
+    if reply is None:
+        return None
+    assert reply.status == 400
+    return dict(reply.body["error"])
+
+
+@pytest.mark.parametrize(("parameters", "taken"), [
+    ({"type": "object"}, False),
+    ({"type": "object", "additionalProperties": False}, False),
+    ({"type": "object", "properties": {}}, True),
+    ({"type": "object", "properties": {"filter": {"type": "object"}}}, True),
+])  # fmt: skip
+def test_a_function_object_schema_must_name_its_properties(parameters: dict[str, Any], taken: bool) -> None:
+    tools = [{"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}},
+             {"type": "function", "name": "list_things", "parameters": parameters, "strict": False}]  # fmt: skip
+    assert error_of(tools=tools) == (None if taken else {
+        "message": "Invalid schema for function 'list_things': In context=(), object schema missing properties.",
+        "type": "invalid_request_error", "code": "invalid_function_parameters", "param": "tools[1].parameters"})
+
+
+@pytest.mark.parametrize(("value", "taken"), [(1, False), (15, False), (16, True), (None, True)])
+def test_max_output_tokens_is_at_least_16(value: int | None, taken: bool) -> None:
+    assert error_of(max_output_tokens=value) == (None if taken else {
+        "message": f"Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got "
+                   f"{value} instead.",
+        "type": "invalid_request_error", "code": "integer_below_min_value", "param": "max_output_tokens"})
