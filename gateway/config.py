@@ -273,6 +273,20 @@ APIS_BY_HOST: dict[str, tuple[ApiName, ...]] = {
 }
 
 
+# Anthropic's API takes a key in x-api-key: "All requests to the Anthropic API must include an
+# x-api-key header with your API key" (https://docs.anthropic.com/en/api/overview). A key
+# (sk-ant-api03-…) sent as a bearer token is refused, 401 {"type":"error","error":{"type":
+# "authentication_error","message":"Invalid bearer token"}} (alibaba/open-code-review#71, whose
+# fix, #77: "standard sk-ant-* API keys use x-api-key, while OAuth/federated tokens use
+# Authorization: Bearer"). Its OAuth access tokens (sk-ant-oat01-…, what Claude Code's
+# subscription login holds) are bearer tokens, and refused in x-api-key ("invalid x-api-key":
+# BerriAI/litellm#21039). The host decides, not the API: an Anthropic-compatible server takes
+# what it takes (vLLM's Messages endpoint reads Authorization only, vllm-project/vllm#51572).
+ANTHROPIC_HOST = "api.anthropic.com"
+ANTHROPIC_KEY_PREFIX = "sk-ant-api"
+ANTHROPIC_OAUTH_PREFIX = "sk-ant-oat"
+
+
 class DeploymentLimits(_Model):
     """A deployment's own rate limits, as its provider set them for its key."""
 
@@ -344,7 +358,9 @@ class UpstreamConfig(_Model):
         description="The header that carries `api_key`: `authorization` (`Bearer <key>`: OpenAI and most "
         "compatibles), `x-api-key` (Anthropic), `api-key` (Azure OpenAI) or `x-goog-api-key` (the Gemini "
         "API). Not given: `x-goog-api-key` for an upstream that speaks only Gemini (Google also takes "
-        "`?key=`, which would land in access logs), else `authorization`.",
+        "`?key=`, which would land in access logs); on `api.anthropic.com`, `x-api-key` (Anthropic refuses "
+        "a key sent as `Bearer`), but `authorization` for an OAuth token (`sk-ant-oat…`, as Claude Code's "
+        "subscription login holds); else `authorization`.",
     )
     # repr=False: a value may be a secret (a Cloudflare AI Gateway's cf-aig-authorization).
     headers: dict[str, str] = Field(
@@ -416,16 +432,21 @@ class UpstreamConfig(_Model):
         if not isinstance(data, dict):
             return handler(data)
         if data.get("apis") not in (None, ""):
-            return handler(_gemini_key_header(data))
+            return handler(_default_key_header(data))
         host = _hostname(data.get("base_url"))
         known = APIS_BY_HOST.get(host)
-        up = handler(_gemini_key_header({**data, "apis": known or ALL_APIS}))
+        up = handler(_default_key_header({**data, "apis": known or ALL_APIS}))
         up._apis_from = f"host {host}" if known else "default"
         return up
 
     @property
     def apis_from(self) -> str:
         return self._apis_from
+
+    @property
+    def host(self) -> str:
+        """The host name of ``base_url``, lower-case."""
+        return _hostname(self.base_url)
 
     @field_validator("base_url")
     @classmethod
@@ -549,11 +570,18 @@ class UpstreamConfig(_Model):
         return v
 
 
-def _gemini_key_header(data: dict[str, Any]) -> dict[str, Any]:
-    """An upstream that speaks only Gemini takes its key in x-goog-api-key unless told otherwise."""
-    apis = data.get("apis")
-    only = apis in ("gemini", ["gemini"], ("gemini",))
-    return {**data, "key_header": "x-goog-api-key"} if only and data.get("key_header") is None else data
+def _default_key_header(data: dict[str, Any]) -> dict[str, Any]:
+    """Unless told otherwise, an upstream that speaks only Gemini takes its key in
+    x-goog-api-key, and Anthropic's API in x-api-key, an OAuth token as a bearer token
+    (ANTHROPIC_HOST); ``api_key`` is the value itself here, its variables already read."""
+    if data.get("key_header") is not None:
+        return data
+    if data.get("apis") in ("gemini", ["gemini"], ("gemini",)):
+        return {**data, "key_header": "x-goog-api-key"}
+    if _hostname(data.get("base_url")) == ANTHROPIC_HOST:
+        oauth = str(data.get("api_key") or "").startswith(ANTHROPIC_OAUTH_PREFIX)
+        return {**data, "key_header": "authorization" if oauth else "x-api-key"}
+    return data
 
 
 def _hostname(url: Any) -> str:

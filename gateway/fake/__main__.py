@@ -133,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     pool.add_argument("--require-key", action="store_true", help="refuse a request with no key (401)")
     pool.add_argument("--lax-headers", action="store_true",
                       help="accept a Messages request without anthropic-version (Anthropic answers 400) "
-                           "and a Gemini request without a key (Google answers 403)")  # fmt: skip
+                           "or with an Anthropic key as a bearer token or an OAuth token in x-api-key "
+                           "(401), and a Gemini request without a key (Google answers 403)")  # fmt: skip
     args = parser.parse_args(argv)
     with contextlib.suppress(KeyboardInterrupt):
         try:

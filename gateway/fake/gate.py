@@ -18,6 +18,7 @@ from gateway.fake.keyed import (
     bearer,
     credential_of,
     dialect_of,
+    misplaced_anthropic_credential,
     missing_key,
     missing_version,
     rate_headers,
@@ -41,6 +42,10 @@ def screen(keys: KeyLimits, path: str, headers: Mapping[str, str], payload: dict
     # ``strict_headers`` (the real APIs' header rules) turns this off.
     if key is None and (require_key or (strict_headers and dialect == "google")):
         return missing_key(dialect)
+    if strict_headers and dialect == "anthropic":
+        misplaced = misplaced_anthropic_credential(headers)
+        if misplaced is not None:
+            return misplaced
     # Anthropic refuses a Messages call without the version header; off by default because
     # older tests post to the fake without it (see FakeUpstream.strict_headers).
     if strict_headers and dialect == "anthropic" and not headers.get("anthropic-version"):

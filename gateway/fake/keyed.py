@@ -196,6 +196,29 @@ def missing_key(dialect: Dialect) -> Reply:
                            "invalid_request_error", None)  # as quoted in openai/openai-python#1434
 
 
+# Anthropic's two kinds of credential, each taken in one place only. Its API keys
+# (``sk-ant-api03-…``) go in x-api-key ("All requests to the Anthropic API must include an
+# x-api-key header with your API key": https://docs.anthropic.com/en/api/overview); sent as a
+# bearer token, one is refused with 401 {"type":"error","error":{"type":"authentication_error",
+# "message":"Invalid bearer token"}} (POST https://api.anthropic.com/v1/messages with an
+# sk-ant-api03 key as the bearer token, alibaba/open-code-review#71). Its OAuth access tokens
+# (``sk-ant-oat01-…``, Claude Code's subscription login) are the bearer tokens it takes; sent
+# in x-api-key, Anthropic "rejects with 'invalid x-api-key'" (BerriAI/litellm#21039).
+ANTHROPIC_KEY_PREFIX = "sk-ant-api"
+ANTHROPIC_OAUTH_PREFIX = "sk-ant-oat"
+
+
+def misplaced_anthropic_credential(headers: Mapping[str, str]) -> Reply | None:
+    """Anthropic's 401 for a credential of one kind alone in the other kind's place; None otherwise."""
+    key = headers.get("x-api-key", "").strip()
+    token = bearer(headers)
+    if token is not None and not key and token.startswith(ANTHROPIC_KEY_PREFIX):
+        return anthropic_error(401, "authentication_error", "Invalid bearer token")
+    if key.startswith(ANTHROPIC_OAUTH_PREFIX) and token is None:
+        return anthropic_error(401, "authentication_error", "invalid x-api-key")
+    return None
+
+
 def missing_version() -> Reply:
     # As quoted in envoyproxy/ai-gateway#1909 and PipedreamHQ/pipedream#9697.
     return anthropic_error(400, "invalid_request_error", "anthropic-version: header is required")

@@ -25,7 +25,8 @@ key rpm/tpm limits (then every answer to it carries the API's real rate-limit he
 request past a limit gets the API's real 429), or a state: ``limited_until``, ``revoke``,
 ``exhaust``; ``calls_by_key()`` counts what reached each key. ``require_key`` and
 ``strict_headers`` refuse, as the real APIs do, a request with no credential and a Messages
-request without ``anthropic-version``: ``strict_headers`` is on by default (a gateway that
+request without ``anthropic-version`` or with an Anthropic credential in the place of the other
+kind (an API key as a bearer token, an OAuth token in x-api-key): ``strict_headers`` is on by default (a gateway that
 forgets the header must fail here as it would against Anthropic), ``require_key`` off (a
 keyless local server takes requests without one); see gateway/fake/gate.py.
 
@@ -89,7 +90,9 @@ class FakeUpstream:
         self.cancelled = 0  # handlers torn down because the gateway went away
         self.keys = KeyLimits()  # per-credential limits and states
         self.require_key = False  # True: a request with no credential gets the API's 401
-        self.strict_headers = True  # a Messages request without anthropic-version gets a 400, as the real API answers
+        # A Messages request without anthropic-version gets a 400, one with an Anthropic
+        # credential in the wrong place a 401, as the real API answers (gate.py).
+        self.strict_headers = True
         self._key: str | None = None  # the credential of the request being answered, for logs
         self._key_in: tuple[str, ...] = ()  # where that request carried it (key_places), for logs
         # The ids of the function calls the fake answered Gemini requests with: replayed without

@@ -109,7 +109,7 @@ async def _fetch(
         # request: a Gemini caller's x-goog-api-key or ?key= (never forwarded as a query) on a
         # chat upstream went as it came, or not at all.
         given = request.query.get("key") if gemini_caller(request) else None
-        credential_moved(headers, up.outbound.moves_to, given)
+        credential_moved(headers, up.outbound.moves_to, given, up.outbound.by_kind)
     url = up.cfg.base_url + "/models" + (f"?{query}" if query else "")
     call = Call(up, "GET", url, headers, ReadMode.BUFFER)
     return await send(svc, state, plan, call, b"")

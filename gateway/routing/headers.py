@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from urllib.parse import unquote
 
-from gateway.config import UpstreamConfig
+from gateway.config import ANTHROPIC_HOST, ANTHROPIC_KEY_PREFIX, ANTHROPIC_OAUTH_PREFIX, UpstreamConfig
 
 # RFC 9110 §7.6.1 connection-specific headers, plus the de-facto Proxy-Connection and
 # Keep-Alive; they describe one hop and must never be forwarded.
@@ -110,15 +110,18 @@ _FOREIGN = {
 
 
 def in_api(
-    headers: dict[str, str], api: str, moves_to: tuple[str, str] | None = None, query_key: str | None = None
+    headers: dict[str, str], api: str, moves_to: tuple[str, str] | None = None, query_key: str | None = None,
+    by_kind: bool = False,
 ) -> dict[str, str]:
     """``headers`` (from ``request_headers``) for a body the gateway wrote in ``api``: labelled
     JSON, with what ``api`` requires, without what belongs to another API (an OpenAI
     organization id is nothing Anthropic should learn, nor Anthropic's betas OpenAI). With
     ``moves_to``, the client's credential goes where that upstream takes one
-    (``credential_moved``). ``request_headers(..., api=...)`` does both in its own pass."""
+    (``credential_moved``; ``by_kind``: ``Outbound.by_kind``). ``request_headers(..., api=...)``
+    does both in its own pass."""
     out, _, taken = _filtered(headers.items(), frozenset(), _FOREIGN[api], moves_to is not None)
-    return _in_api_tail(out, api, taken, moves_to, query_key)
+    _in_api_tail(out, api, taken, moves_to, query_key)
+    return placed_by_kind(out) if by_kind else out
 
 
 def _filtered(
@@ -206,6 +209,9 @@ class Outbound:
     moves_to: tuple[str, str] | None = None
     # upstreams[].headers: set on every request, last, over the client's and the API's own.
     added: tuple[tuple[str, str], ...] = ()
+    # Anthropic's API, with the client's credential forwarded: it goes where its kind is
+    # taken (``placed_by_kind``), as the client sent it or not.
+    by_kind: bool = False
 
     @classmethod
     def of(cls, upstream: UpstreamConfig) -> Outbound:
@@ -221,8 +227,10 @@ class Outbound:
         if upstream.api_key is not None:
             name, template = _KEY_HEADER[upstream.key_header]
             key = (name, template.format(upstream.api_key))
-        moves_to = _KEY_HEADER[upstream.key_header] if upstream.forwards_client_credentials else None
-        return cls(frozenset(drop), key, moves_to, tuple(upstream.headers.items()))
+        forwards = upstream.forwards_client_credentials
+        moves_to = _KEY_HEADER[upstream.key_header] if forwards else None
+        by_kind = forwards and upstream.host == ANTHROPIC_HOST
+        return cls(frozenset(drop), key, moves_to, tuple(upstream.headers.items()), by_kind)
 
 
 def request_headers(
@@ -260,9 +268,43 @@ def request_headers(
     out["X-Request-Id"] = request_id
     if api is not None:
         _in_api_tail(out, api, taken, moves_to, query_key)
+    if plan.by_kind:
+        placed_by_kind(out)
     if plan.added:
         _added(out, plan.added)
     return out
+
+
+def placed_by_kind(headers: dict[str, str]) -> dict[str, str]:
+    """``headers`` (changed in place) with an Anthropic credential alone in the place of the
+    other kind moved to its own: a key (``sk-ant-api…``) sent as a bearer token to x-api-key,
+    an OAuth token (``sk-ant-oat…``) sent in x-api-key to ``Authorization: Bearer``
+    (config.ANTHROPIC_HOST: Anthropic refuses each in the other's place). A bearer token of no
+    known kind goes as it came; with both headers sent, both go as they came."""
+    auth = key = None
+    for k in headers:
+        lk = k.lower()
+        if lk == "authorization":
+            auth = k
+        elif lk == "x-api-key":
+            key = k
+    if auth is not None and key is None:
+        value = headers[auth]
+        token = value[7:].strip() if value[:7].lower() == "bearer " else ""
+        if token.startswith(ANTHROPIC_KEY_PREFIX):
+            _replaced(headers, auth, "x-api-key", token)
+    elif key is not None and auth is None:
+        token = headers[key].strip()
+        if token.startswith(ANTHROPIC_OAUTH_PREFIX):
+            _replaced(headers, key, "Authorization", f"Bearer {token}")
+    return headers
+
+
+def _replaced(headers: dict[str, str], old: str, name: str, value: str) -> None:
+    """``old`` replaced by ``name: value`` where it stood: one order of headers, however made."""
+    items = [(name, value) if k == old else (k, v) for k, v in headers.items()]
+    headers.clear()
+    headers.update(items)
 
 
 # Headers whose value is a comma-separated list that the config's entry extends: "include all
@@ -284,15 +326,18 @@ def _added(out: dict[str, str], added: tuple[tuple[str, str], ...]) -> None:
         out[name] = value
 
 
-def credential_moved(headers: dict[str, str], to: tuple[str, str], query_key: str | None) -> dict[str, str]:
+def credential_moved(
+    headers: dict[str, str], to: tuple[str, str], query_key: str | None, by_kind: bool = False
+) -> dict[str, str]:
     """``headers`` (changed in place) with the client's own credential in the header the
     upstream takes one in (``to``: its ``key_header``): a request translated to another API
     carries the credential where the client's API puts it (an OpenAI client's
     ``Authorization: Bearer``, which Google refuses), and a Gemini client may have sent it as
-    ``?key=``, which is never forwarded as given. One already in ``to`` goes as it came."""
+    ``?key=``, which is never forwarded as given. One already in ``to`` goes as it came.
+    ``by_kind`` (``Outbound.by_kind``): then where its kind is taken (``placed_by_kind``)."""
     taken = {k.lower(): headers.pop(k) for k in [k for k in headers if k.lower() in CREDENTIAL_HEADERS]}
     _move_credential(headers, taken, to, query_key)
-    return headers
+    return placed_by_kind(headers) if by_kind else headers
 
 
 def _move_credential(

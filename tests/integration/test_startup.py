@@ -173,6 +173,22 @@ def test_the_started_line_says_where_apis_left_out_came_from(tmp_path: Path) -> 
     assert c["apis"] == ["chat"] and "apis_from" not in c  # as configured
 
 
+def test_the_started_line_names_the_header_each_key_goes_in(tmp_path: Path) -> None:
+    port = free_port()
+    cfg = write(tmp_path, f"server: {{port: {port}, drain_s: 0}}\n"
+                          "upstreams: [{name: key, base_url: 'https://api.anthropic.com/v1', api_key: sk-ant-api03-k},"
+                          " {name: oauth, base_url: 'https://api.anthropic.com/v1', api_key: sk-ant-oat01-t},"
+                          " {name: said, base_url: 'https://api.anthropic.com/v1', api_key: k, key_header: api-key},"
+                          " {name: local, base_url: 'http://127.0.0.1:9/v1', api_key: sk-local},"
+                          " {name: own, base_url: 'https://api.anthropic.com/v1'}]\n")
+    code, out, _ = run_until_ready(cfg, port)
+    assert code == 0
+    said = {u["name"]: u["api_key"] for u in _started(out)["upstreams"]}  # type: ignore[attr-defined]
+    assert said == {"key": "set (x-api-key)", "oauth": "set (authorization)", "said": "set (api-key)",
+                    "local": "set (authorization)", "own": "forwarded-from-client"}
+    assert "sk-ant-api03-k" not in out and "sk-ant-oat01-t" not in out
+
+
 def test_the_started_line_says_whether_tracing_is_on_and_where_to(tmp_path: Path) -> None:
     port = free_port()
     cfg = write(tmp_path, f"server: {{port: {port}, drain_s: 0}}\n"

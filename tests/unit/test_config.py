@@ -470,6 +470,35 @@ def test_a_gemini_only_upstream_takes_its_key_in_x_goog_api_key(extra: str, head
     assert up.key_header == header
 
 
+@pytest.mark.parametrize(("extra", "header"), [
+    (", api_key: sk-ant-api03-k", "x-api-key"),  # Anthropic's API: a key goes in x-api-key, never as Bearer
+    ("", "x-api-key"),  # no key: where a client's moves when its request is translated
+    (", apis: [messages], api_key: sk-ant-api03-k", "x-api-key"),
+    (", apis: [chat, messages], api_key: k", "x-api-key"),  # every request to the API: its docs
+    (", api_key: sk-ant-oat01-t", "authorization"),  # an OAuth token (Claude Code's login) is a bearer token
+    (", api_key: sk-ant-api03-k, key_header: authorization", "authorization"),  # said: kept
+    (", api_key: sk-ant-oat01-t, key_header: x-api-key", "x-api-key"),
+])  # fmt: skip
+def test_anthropics_api_takes_a_key_in_x_api_key_and_an_oauth_token_as_bearer(extra: str, header: str) -> None:
+    for base_url in ("https://api.anthropic.com/v1", "https://API.Anthropic.com/v1"):
+        (up,) = parse_config(f"upstreams: [{{name: a, base_url: '{base_url}'{extra}}}]", env={}).upstreams
+        assert up.key_header == header
+
+
+def test_an_anthropic_compatible_server_keeps_the_usual_default() -> None:
+    # vLLM's Messages endpoint reads Authorization only (vllm-project/vllm#51572): the host, not
+    # the API, says where a key goes.
+    for base_url in ("http://127.0.0.1:8000/v1", "https://anthropic.example/v1"):
+        text = f"upstreams: [{{name: a, base_url: '{base_url}', apis: [messages], api_key: sk-ant-api03-k}}]"
+        assert parse_config(text, env={}).upstreams[0].key_header == "authorization"
+
+
+def test_the_key_of_an_anthropic_upstream_comes_from_the_environment_before_its_header_is_chosen() -> None:
+    text = "upstreams: [{name: a, base_url: 'https://api.anthropic.com/v1', api_key: '${ANTHROPIC_API_KEY:-}'}]"
+    assert parse_config(text, env={"ANTHROPIC_API_KEY": "sk-ant-oat01-t"}).upstreams[0].key_header == "authorization"
+    assert parse_config(text, env={"ANTHROPIC_API_KEY": "sk-ant-api03-k"}).upstreams[0].key_header == "x-api-key"
+
+
 def test_a_bare_gemini_host_is_told_about_v1beta() -> None:
     cfg = parse_config("upstreams: [{name: g, base_url: 'https://generativelanguage.googleapis.com'}]", env={})
     assert any("did you mean https://generativelanguage.googleapis.com/v1beta?" in w for w in config_warnings(cfg))

@@ -189,6 +189,34 @@ async def test_strict_mode_refuses_what_the_real_apis_refuse(
         assert r.status == 200
 
 
+@pytest.mark.parametrize(("path", "headers", "message"), [
+    # An API key (sk-ant-api03-...) sent as a bearer token (alibaba/open-code-review#71).
+    ("/messages", {"Authorization": "Bearer sk-ant-api03-k"}, b'"Invalid bearer token"'),
+    ("/messages/count_tokens", {"Authorization": "bearer sk-ant-api03-k"}, b'"Invalid bearer token"'),
+    # An OAuth access token (sk-ant-oat01-...) sent as a key (BerriAI/litellm#21039).
+    ("/messages", {"x-api-key": "sk-ant-oat01-t"}, b'"invalid x-api-key"'),
+])  # fmt: skip
+async def test_anthropic_refuses_a_credential_sent_where_its_kind_is_not_taken(
+    http: aiohttp.ClientSession, fake: FakeUpstream, path: str, headers: dict[str, str], message: bytes
+) -> None:
+    body = BODIES["messages"]
+    async with http.post(fake.url + path, json=body, headers={**headers, "anthropic-version": "2023-06-01"}) as r:
+        raw = await r.read()
+        assert r.status == 401 and message in raw and b'"authentication_error"' in raw
+        assert Answer(r.status, {}, raw).kind()[0] is ErrorType.AUTH
+    for fine in ({"x-api-key": "sk-ant-api03-k"}, {"Authorization": "Bearer sk-ant-oat01-t"},
+                 {"Authorization": "Bearer sk-ant-api03-k", "x-api-key": "sk-ant-api03-k"}):  # fmt: skip
+        async with http.post(fake.url + path, json=body, headers={**fine, "anthropic-version": "2023-06-01"}) as r:
+            assert r.status == 200, fine
+    # The Chat Completions side takes any bearer token (Anthropic's OpenAI SDK compatibility
+    # layer is called with the OpenAI SDK, which sends the key as one).
+    async with http.post(fake.url + "/chat/completions", json=BODIES["chat"], headers=headers) as r:
+        assert r.status == 200
+    fake.strict_headers = False  # python -m gateway.fake --lax-headers
+    async with http.post(fake.url + path, json=body, headers={**headers, "anthropic-version": "2023-06-01"}) as r:
+        assert r.status == 200
+
+
 @pytest.mark.parametrize(("path", "marker"), [
     ("/chat/completions", b'"We could not parse the JSON body of your request.'),
     ("/embeddings", b'"We could not parse the JSON body of your request.'),

@@ -54,3 +54,85 @@ def test_one_pass_makes_what_two_passes_make(
     assert list(in_api(request_headers(client, outbound, "rid"), api).items()) == list(
         request_headers(client, outbound, "rid", api).items()
     )
+
+
+# Anthropic's API takes a key (sk-ant-api03-...) in x-api-key and an OAuth token (sk-ant-oat01-...)
+# as a bearer token, and refuses each in the other's place (config.py, ANTHROPIC_HOST).
+ANTHROPIC_OPEN = UpstreamConfig(name="a", base_url="https://api.anthropic.com/v1")
+KEY, OAUTH = "sk-ant-api03-k", "sk-ant-oat01-t"
+
+
+@pytest.mark.parametrize(("api_key", "sent"), [
+    (KEY, {"x-api-key": KEY}),
+    (OAUTH, {"Authorization": f"Bearer {OAUTH}"}),
+])  # fmt: skip
+@pytest.mark.parametrize("api", [None, "messages", "chat"])
+def test_anthropics_api_gets_a_configured_credential_where_its_kind_is_taken(
+    api_key: str, sent: dict[str, str], api: str | None
+) -> None:
+    up = UpstreamConfig.model_validate({"name": "a", "base_url": "https://api.anthropic.com/v1", "api_key": api_key})
+    client = [("Authorization", "Bearer sk-client"), ("x-api-key", "sk-client"), ("Accept", "*/*")]
+    out = request_headers(client, up, "rid", api)
+    assert {k: v for k, v in out.items() if k.lower() in ("authorization", "x-api-key")} == sent
+
+
+@pytest.mark.parametrize(("client", "forwarded"), [
+    ({"Authorization": f"Bearer {KEY}"}, {"x-api-key": KEY}),  # refused as Bearer: "Invalid bearer token"
+    ({"authorization": f"bearer  {KEY}"}, {"x-api-key": KEY}),
+    ({"Authorization": f"Bearer {OAUTH}"}, {"Authorization": f"Bearer {OAUTH}"}),  # Claude Code's login
+    ({"x-api-key": OAUTH}, {"Authorization": f"Bearer {OAUTH}"}),  # refused there: "invalid x-api-key"
+    ({"x-api-key": KEY}, {"x-api-key": KEY}),
+    ({"Authorization": "Bearer other"}, {"Authorization": "Bearer other"}),  # no kind known: as it came
+    ({"Authorization": f"Bearer {KEY}", "x-api-key": KEY}, {"Authorization": f"Bearer {KEY}", "x-api-key": KEY}),
+    ({}, {}),
+])  # fmt: skip
+def test_a_forwarded_credential_reaches_anthropics_api_where_its_kind_is_taken(
+    client: dict[str, str], forwarded: dict[str, str]
+) -> None:
+    outbound = Outbound.of(ANTHROPIC_OPEN)
+    for api in (None, "messages"):  # the client's own request, or one under another model name
+        out = request_headers(client.items(), outbound, "rid", api)
+        assert {k: v for k, v in out.items() if k.lower() in ("authorization", "x-api-key")} == forwarded
+    # Elsewhere (an Anthropic-compatible server) it goes as it came: vLLM reads only Authorization.
+    local = UpstreamConfig(name="l", base_url="http://127.0.0.1:8000/v1", apis=("messages",))
+    assert request_headers(client.items(), local, "rid") == {**client, "X-Request-Id": "rid"}
+
+
+@pytest.mark.parametrize(("client", "query_key", "moved"), [
+    ({"Authorization": f"Bearer {KEY}"}, None, {"x-api-key": KEY}),  # an OpenAI client's
+    ({"Authorization": f"Bearer {OAUTH}"}, None, {"Authorization": f"Bearer {OAUTH}"}),
+    ({"Authorization": "Bearer other"}, None, {"x-api-key": "other"}),  # the API's documented place
+    ({"x-goog-api-key": "AIza-h"}, None, {"x-api-key": "AIza-h"}),  # a Gemini client's
+    ({}, OAUTH, {"Authorization": f"Bearer {OAUTH}"}),
+    ({"x-api-key": OAUTH}, None, {"Authorization": f"Bearer {OAUTH}"}),
+])  # fmt: skip
+def test_a_translated_requests_credential_moves_to_where_anthropic_takes_its_kind(
+    client: dict[str, str], query_key: str | None, moved: dict[str, str]
+) -> None:
+    outbound = Outbound.of(ANTHROPIC_OPEN)
+    assert outbound.moves_to == ("x-api-key", "{}")
+    out = request_headers(client.items(), outbound, "rid", "messages", outbound.moves_to, query_key)
+    assert {k: v for k, v in out.items() if k.lower() in ("authorization", "x-api-key", "x-goog-api-key")} == moved
+    # The model listing moves it after the fact (pipeline/models.py): to the same place.
+    listed = request_headers(client.items(), outbound, "rid")
+    credential_moved(listed, outbound.moves_to, query_key, outbound.by_kind)
+    assert {k: v for k, v in listed.items() if k.lower() in ("authorization", "x-api-key", "x-goog-api-key")} == moved
+
+
+@pytest.mark.parametrize("client", [
+    [("Authorization", f"Bearer {KEY}"), ("Accept", "*/*")],
+    [("authorization", f"bearer {OAUTH}"), ("anthropic-beta", "oauth-2025-04-20")],
+    [("x-api-key", OAUTH), ("Connection", "close")],
+    [("Authorization", f"Bearer {KEY}"), ("x-api-key", KEY)],
+    [("x-goog-api-key", "AIza")],
+])  # fmt: skip
+@pytest.mark.parametrize("api", ["chat", "messages", "responses", "gemini"])
+@pytest.mark.parametrize(("moving", "query_key"), [(False, None), (True, None), (True, OAUTH)])
+def test_one_pass_makes_what_two_passes_make_on_anthropics_api(
+    client: list[tuple[str, str]], api: str, moving: bool, query_key: str | None,
+) -> None:  # fmt: skip
+    outbound = Outbound.of(ANTHROPIC_OPEN)
+    moves_to = outbound.moves_to if moving else None
+    two = in_api(request_headers(client, outbound, "rid"), api, moves_to, query_key, outbound.by_kind)
+    one = request_headers(client, outbound, "rid", api, moves_to, query_key)
+    assert list(one.items()) == list(two.items())
