@@ -223,7 +223,10 @@ class ChatStreamReader(ShownText):
         if event is None:
             event = self.parsed_events.parse(raw)
         if self.identity is None and event.data is not None:
-            self.identity = _identity(event.json())
+            doc = event.json()
+            self.identity = _identity(doc)
+            if self.created is None and isinstance(doc, dict) and isinstance(doc.get("created"), int):
+                self.created = doc["created"]
         if not is_visible(event):
             return EventKind.CONTENTLESS
         return EventKind.FINAL if _finished(raw) else EventKind.VISIBLE
@@ -236,12 +239,15 @@ class ChatStreamReader(ShownText):
         # ends with finishReason "error", and where a version strips the unknown member it
         # maps an unknown finish_reason to "other", never to "stop". A "stop" here would
         # read as a whole answer to anything that looks only at the choice.
+        # One completion, one `created`, this chunk's too: "The Unix timestamp (in seconds) of
+        # when the chat completion was created. Each chunk has the same timestamp." (OpenAI API
+        # reference, the chat completion chunk object; openai-node's ChatCompletionChunk.created).
         c = ending.classification
         sid, smodel = self.identity or (None, None)
         return encode_data({
             "id": sid or f"chatcmpl-{request_id}",
             "object": "chat.completion.chunk",
-            "created": int(time.time()),
+            "created": self.created if self.created is not None else int(time.time()),
             "model": smodel or model or "",
             "choices": [{"index": 0, "delta": {}, "finish_reason": "error"}],
             "error": {
@@ -252,6 +258,16 @@ class ChatStreamReader(ShownText):
                 "retryable": c.retryable,
             },
         })  # fmt: skip
+
+
+def broken_chunk(base: Mapping[str, Any], ending: Ending, request_id: str, model: str) -> bytes:
+    """The chunk that ends a chat stream the gateway writes itself (a translation), with the
+    ``id`` and ``created`` of the chunks ``base`` made before it: made by the chat reader, so
+    translated and relayed streams end in one shape."""
+    reader = ChatStreamReader(strip_usage=False)
+    reader.identity = (base["id"], model)
+    reader.created = base["created"]
+    return reader.broken(ending, request_id, model)
 
 
 def _malformed(event: Event) -> bool:

@@ -13,6 +13,10 @@ import pytest
 from gateway.apis import OPENAI_CHAT, OPENAI_RESPONSES
 from gateway.apis.base import Ending, ForeignError
 from gateway.errors import Classification, ErrorType
+from gateway.translate.base import Context
+from gateway.translate.chat_gemini.answer import ChatStream as FromGemini
+from gateway.translate.chat_messages.answer import ChatStream as FromMessages
+from gateway.translate.chat_responses.stream import ChatStream as FromResponses
 
 RATE, BUDGET, AUTH = ErrorType.RATE_LIMIT, ErrorType.BUDGET, ErrorType.AUTH
 DOWN, OVERFLOW, UNKNOWN = ErrorType.PROVIDER_UNAVAILABLE, ErrorType.CONTEXT_OVERFLOW, ErrorType.UNKNOWN
@@ -95,3 +99,26 @@ def test_the_chunk_ending_a_broken_chat_stream_takes_openais_type(kind: ErrorTyp
     doc = json.loads(raw.split(b"data: ", 1)[1])
     assert doc["error"]["type"] == type_ and doc["error"]["code"] == code
     assert doc["choices"] == [{"index": 0, "delta": {}, "finish_reason": "error"}]
+
+
+def _chunk_doc(raw: bytes) -> dict:
+    return json.loads(raw.split(b"data: ", 1)[1])
+
+
+def test_the_chunk_ending_a_relayed_chat_stream_keeps_the_streams_created() -> None:
+    """OpenAI's chunk object: "Each chunk has the same timestamp"; the gateway's last chunk
+    too, however long after the stream's first it is written."""
+    reader = OPENAI_CHAT.reader(False)
+    first = (b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"m",'
+             b'"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}\n\n')
+    reader.kind(first, committed=False)
+    end = _chunk_doc(reader.broken(Ending(Classification.of(DOWN), "stalled", "idle_timeout"), "rid", "m"))
+    assert (end["id"], end["created"], end["model"]) == ("chatcmpl-1", 1700000000, "m")
+
+
+def test_a_translated_chat_stream_ends_with_the_created_of_its_chunks() -> None:
+    ending = Ending(Classification.of(DOWN), "cut", "stream_broken")
+    for stream_of in (FromGemini, FromMessages, FromResponses):
+        s = stream_of(Context("m", {"model": "m", "messages": []}, "rid"), 1700000000)
+        end = _chunk_doc(s.broken(ending))
+        assert (end["id"], end["created"]) == (s.base["id"], 1700000000), stream_of
