@@ -351,3 +351,57 @@ async def test_a_chat_stream_cut_after_its_first_words_raises_in_the_openai_sdk_
     finally:
         await client.close()
     assert "error" not in seen and "stop" not in seen
+
+
+# --- An outage on a translated request, by the status the upstream gave it ----------------
+
+_SERVER_ERROR = {"error": {"message": "The server had an error while processing your request. Sorry about that!",
+                           "type": "server_error", "param": None, "code": None}}  # fmt: skip
+_ONE_RETRY = "retry:\n  provider_unavailable: {max_retries: 1}\n"
+
+
+async def test_a_chat_upstreams_500_reaches_the_anthropic_sdk_as_anthropics_500_api_error(make_gateway) -> None:
+    """Anthropic's 500 api_error, not 529 overloaded_error (audit E); the SDK, which retries
+    both, does not retry it again: the gateway did (x-should-retry: false)."""
+    gw = await make_gateway(_ONE_RETRY, ", apis: [chat], model_map: {'claude-*': qwen3-coder}")
+    gw.fake.always = Reply(500, _SERVER_ERROR)
+    client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="k", max_retries=2)
+    try:
+        await client.messages.create(model="claude-sonnet-4-6", max_tokens=64,
+                                     messages=[{"role": "user", "content": "hi"}])  # fmt: skip
+        raise AssertionError("expected an error")
+    except anthropic.InternalServerError as e:
+        assert e.status_code == 500 and e.type == "api_error" and not isinstance(e, anthropic.OverloadedError)
+        assert e.response.headers["x-should-retry"] == "false"
+        assert isinstance(e.body, dict) and e.body["error"]["x_llm_upstream"]["status"] == 500
+    finally:
+        await client.close()
+    assert len(gw.fake.chat_requests()) == 2  # the gateway's two attempts, none of the SDK's
+
+
+async def test_a_chat_upstreams_503_reaches_the_anthropic_sdk_as_529_overloaded_error(make_gateway) -> None:
+    gw = await make_gateway(_ONE_RETRY, ", apis: [chat], model_map: {'claude-*': qwen3-coder}")
+    gw.fake.always = Reply(503, {"error": {"message": "The engine is currently overloaded, please try again later",
+                                           "type": "server_error", "param": None, "code": None}})  # fmt: skip
+    client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="k", max_retries=2)
+    try:
+        await client.messages.create(model="claude-sonnet-4-6", max_tokens=64,
+                                     messages=[{"role": "user", "content": "hi"}])  # fmt: skip
+        raise AssertionError("expected an error")
+    except anthropic.OverloadedError as e:
+        assert e.status_code == 529 and e.type == "overloaded_error"
+    finally:
+        await client.close()
+    assert len(gw.fake.chat_requests()) == 2
+
+
+@pytest.mark.parametrize(("upstream", "answer", "state"), [(500, 500, "INTERNAL"), (503, 503, "UNAVAILABLE")])
+async def test_a_chat_upstreams_outage_reaches_a_gemini_client_as_google_says_it(
+    make_gateway, upstream: int, answer: int, state: str
+) -> None:
+    gw = await make_gateway(_ONE_RETRY, ", apis: [chat], model_map: {'gemini-*': qwen3-coder}")
+    gw.fake.always = Reply(upstream, _SERVER_ERROR)
+    hi = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    async with gw.session.post(gw.base + GENERATE, json=hi, headers={"x-goog-api-key": "k"}) as r:
+        err = (await r.json())["error"]
+        assert (r.status, err["code"], err["status"]) == (answer, answer, state)
