@@ -405,3 +405,35 @@ async def test_a_chat_upstreams_outage_reaches_a_gemini_client_as_google_says_it
     async with gw.session.post(gw.base + GENERATE, json=hi, headers={"x-goog-api-key": "k"}) as r:
         err = (await r.json())["error"]
         assert (r.status, err["code"], err["status"]) == (answer, answer, state)
+
+
+# --- A refused credential or permission on a translated request, to the openai SDK ---------
+
+
+async def test_a_chat_upstreams_region_refusal_reaches_a_responses_client_with_openais_own_code(make_gateway) -> None:
+    """Audit E: the code became invalid_api_key, telling the client its key is bad."""
+    gw = await make_gateway(upstream_yaml=", apis: [chat]")
+    gw.fake.always = Reply(403, {"error": {"code": "unsupported_country_region_territory",
+                                           "message": "Country, region, or territory not supported",
+                                           "param": None, "type": "request_forbidden"}})  # fmt: skip
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="k", max_retries=0)
+    try:
+        with pytest.raises(openai.PermissionDeniedError) as e:
+            await client.responses.create(model="gpt-5-codex", input="hi")
+    finally:
+        await client.close()
+    assert e.value.status_code == 403 and e.value.code == "unsupported_country_region_territory"
+
+
+async def test_an_anthropic_permission_error_reaches_a_chat_client_as_a_403_not_a_bad_key(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", apis: [messages]")
+    gw.fake.always = Reply(403, {"type": "error", "error": {
+        "type": "permission_error", "message": "Your API key does not have permission to use the specified resource."}})
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="k", max_retries=0)
+    try:
+        with pytest.raises(openai.PermissionDeniedError) as e:
+            await client.chat.completions.create(model="claude-sonnet-4-6",
+                                                 messages=[{"role": "user", "content": "hi"}])  # fmt: skip
+    finally:
+        await client.close()
+    assert e.value.status_code == 403 and e.value.code == "permission_error"

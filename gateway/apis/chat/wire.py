@@ -372,11 +372,44 @@ def openai_error_fields(e: ForeignError) -> tuple[int, str, str, str]:
         message = (f"This model's maximum context length is {limit} tokens. However, your messages "
                    f"resulted in {prompt} tokens.")  # fmt: skip
         return 400, "invalid_request_error", _OPENAI_CODE[c.type], message
+    if c.type is ErrorType.AUTH:
+        status = e.status if e.status in (401, 403) else 401
+        return status, openai_type(status, c, "", message), _auth_code(e, status), message
     if c.type in _OPENAI_CODE:
-        status = 401 if c.type is ErrorType.AUTH and e.status not in (401, 403) else e.status
-        return status, openai_type(status, c, "", message), _OPENAI_CODE[c.type], message
+        return e.status, openai_type(e.status, c, "", message), _OPENAI_CODE[c.type], message
     type_ = openai_type(e.status, c, "", message)
     return e.status, type_, c.provider_code or type_, message
+
+
+_OPENAI_APIS = frozenset({"chat", "responses"})
+
+
+def _auth_code(e: ForeignError, status: int) -> str:
+    """The code of a refused credential or permission. An upstream that spoke an OpenAI API
+    said it in OpenAI's own terms: its code goes on as it is (OpenAI's 403 from a country it
+    does not serve is ``unsupported_country_region_territory``, type ``request_forbidden``:
+    tests/corpus/openai.json). Else a 401 is ``invalid_api_key``, OpenAI's code for a key it
+    refuses, and a 403 the provider's own code (Anthropic's ``permission_error``, Google's
+    ``PERMISSION_DENIED``), or ``request_forbidden``, OpenAI's word for a 403, where it gave none:
+    a refused permission is no bad key."""
+    spoke_openai = e.upstream_api in _OPENAI_APIS
+    if spoke_openai and (own := _openai_body_code(e.upstream_body)) is not None:
+        return own
+    if status == 401:
+        return _OPENAI_CODE[ErrorType.AUTH]
+    # An OpenAI body without a code: its provider_code is the type that stood in for one.
+    return (None if spoke_openai else e.classification.provider_code) or "request_forbidden"
+
+
+def _openai_body_code(body: bytes) -> str | None:
+    """``error.code`` of an OpenAI error body, when it is a non-empty string."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    err = doc.get("error") if isinstance(doc, dict) else None
+    code = err.get("code") if isinstance(err, dict) else None
+    return code if isinstance(code, str) and code else None
 
 
 def openai_foreign_error(e: ForeignError) -> tuple[int, bytes]:
