@@ -14,7 +14,7 @@ from anthropic._error_classes import ERROR_CLASSES
 from anthropic.types.beta_request_body_timeout_error import BetaRequestBodyTimeoutError
 from anthropic.types.shared import RequestBodyEncodingInvalidError, RequestBodyEncodingUnsupportedError
 
-from tests.fakeupstream import FakeUpstream, Reply, Stream, anthropic_message, chunk
+from tests.fakeupstream import FakeUpstream, Reply, Stream, anthropic_message, chunk, responses_overflow
 from tests.integration.conftest import same_minute
 
 KEYED = "keys:\n  - {name: k1, key: ck-1, requests_per_minute: 1}\n"
@@ -437,3 +437,25 @@ async def test_an_anthropic_permission_error_reaches_a_chat_client_as_a_403_not_
     finally:
         await client.close()
     assert e.value.status_code == 403 and e.value.code == "permission_error"
+
+
+# --- A translated overflow states the window, not a number made up from the request ---------
+
+
+async def test_a_responses_upstreams_overflow_reaches_the_anthropic_sdk_with_the_configured_window(
+    make_gateway,
+) -> None:
+    """The Responses API's overflow states no numbers; the upstream's context_window is the
+    limit, and the size the least that is over it (audit E: "42 tokens > 41 maximum", which
+    made up a window of 41). Claude Code reads both numbers (apis/common.py)."""
+    gw = await make_gateway("compression: {enabled: false}\n", ", apis: [responses], context_window: 2000")
+    gw.fake.always = responses_overflow()
+    client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="k", max_retries=0)
+    try:
+        with pytest.raises(anthropic.BadRequestError) as e:
+            await client.messages.create(model="gpt-5-codex", max_tokens=64,
+                                         messages=[{"role": "user", "content": "hi"}])  # fmt: skip
+    finally:
+        await client.close()
+    assert isinstance(e.value.body, dict)
+    assert e.value.body["error"]["message"] == "prompt is too long: 2001 tokens > 2000 maximum"

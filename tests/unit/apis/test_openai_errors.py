@@ -164,3 +164,4 @@ def test_a_translated_auth_error_keeps_the_providers_code_and_says_a_403_is_no_b
         got, out = dialect.foreign_error(ForeignError(status, c, api, status, raw, None, None), "req-1")
         err = json.loads(out)["error"]
         assert (got, err["code"], err["type"]) == (answer, code, "invalid_request_error")
+
