@@ -131,8 +131,24 @@ def upstream_detail(e: ForeignError) -> dict[str, Any]:
 
 
 def overflow_numbers(e: ForeignError) -> tuple[int, int]:
-    """Request size and limit for an overflow message; a limit nobody stated is taken as one
-    token under the request, which is all an agent needs to know: it is too long."""
-    prompt = e.prompt_tokens or (e.limit_tokens + 1 if e.limit_tokens else 1)
-    limit = e.limit_tokens if e.limit_tokens and e.limit_tokens < prompt else max(prompt - 1, 0)
-    return prompt, limit
+    r"""Request size and limit for an overflow message ("prompt is too long: N tokens > M
+    maximum" and the other APIs' own sentences), which agents read as numbers: Claude Code
+    2.1.332 takes N and M with ``/prompt is too long[^0-9]*(\d+)\s*tokens?\s*>\s*(\d+)/i``,
+    shows "the request is ~N tokens (limit M)", and, when its own summarising request
+    overflows, drops its oldest messages until they hold N - M tokens (20% of them when the
+    numbers are missing): functions ``aPe`` and ``Hhe`` in its binary.
+
+    The limit is the window the provider stated, else the upstream's ``context_window``: a
+    window, never a number made up from the request. The size is the provider's count, else
+    the gateway's estimate of what it sent, but never at or under the limit, which would
+    contradict "too long": an estimate that says the request fits is wrong by at least the
+    difference (the provider counted more: tokens the estimate misses, the output budget), so
+    the size said is the limit plus one, the least that is true. With no limit known either,
+    the limit is taken as one token under the size: all an agent needs to know is that it is
+    too long."""
+    prompt = e.prompt_tokens or 0
+    limit = e.limit_tokens
+    if not limit:
+        prompt = max(prompt, 1)
+        return prompt, prompt - 1
+    return max(prompt, limit + 1), limit

@@ -269,6 +269,22 @@ async def test_a_stalled_responses_stream_after_finished_reasoning_keeps_the_rea
     assert {d.get("output_index") for n, d in named_events(body) if n.startswith("response.output_text")} == {1}
 
 
+async def test_a_responses_stream_ended_by_the_upstreams_error_event_is_continued_without_a_gap(
+    make_gateway,
+) -> None:
+    """The upstream's error event is never relayed: the continuation's first event takes its
+    number, and the client's numbers run 0, 1, 2, … to the end (found by audit E: 5, 7, 8)."""
+    gw = await make_gateway(upstream_yaml=", continuation: continue_final_message")
+    n = len(responses_head("qwen3")) + len(FIRST)
+    failed = sse("error", {"type": "error", "sequence_number": n, "code": "server_error",
+                           "message": "An error occurred while processing your request.", "param": None})
+    gw.fake.script(broken_responses(failed, then="eof"), continued_responses())
+    _, _, body = await gw.responses(RESP_REQ)
+    evs = named_events(body)
+    assert evs[-1][0] == "response.completed" and responses_text(body) == "".join(FIRST + REST)
+    assert [d["sequence_number"] for _, d in evs] == list(range(len(evs)))
+
+
 async def test_a_responses_target_that_refuses_ends_with_the_original_failure(make_gateway) -> None:
     gw = await make_gateway(upstream_yaml=", continuation: continue_final_message")
     gw.fake.script(broken_responses(), responses_error(400, "Invalid input: unexpected assistant status",

@@ -14,7 +14,7 @@ from anthropic._error_classes import ERROR_CLASSES
 from anthropic.types.beta_request_body_timeout_error import BetaRequestBodyTimeoutError
 from anthropic.types.shared import RequestBodyEncodingInvalidError, RequestBodyEncodingUnsupportedError
 
-from tests.fakeupstream import FakeUpstream, Reply, Stream, anthropic_message, chunk
+from tests.fakeupstream import FakeUpstream, Reply, Stream, anthropic_message, chunk, responses_overflow
 from tests.integration.conftest import same_minute
 
 KEYED = "keys:\n  - {name: k1, key: ck-1, requests_per_minute: 1}\n"
@@ -351,3 +351,111 @@ async def test_a_chat_stream_cut_after_its_first_words_raises_in_the_openai_sdk_
     finally:
         await client.close()
     assert "error" not in seen and "stop" not in seen
+
+
+# --- An outage on a translated request, by the status the upstream gave it ----------------
+
+_SERVER_ERROR = {"error": {"message": "The server had an error while processing your request. Sorry about that!",
+                           "type": "server_error", "param": None, "code": None}}  # fmt: skip
+_ONE_RETRY = "retry:\n  provider_unavailable: {max_retries: 1}\n"
+
+
+async def test_a_chat_upstreams_500_reaches_the_anthropic_sdk_as_anthropics_500_api_error(make_gateway) -> None:
+    """Anthropic's 500 api_error, not 529 overloaded_error (audit E); the SDK, which retries
+    both, does not retry it again: the gateway did (x-should-retry: false)."""
+    gw = await make_gateway(_ONE_RETRY, ", apis: [chat], model_map: {'claude-*': qwen3-coder}")
+    gw.fake.always = Reply(500, _SERVER_ERROR)
+    client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="k", max_retries=2)
+    try:
+        await client.messages.create(model="claude-sonnet-4-6", max_tokens=64,
+                                     messages=[{"role": "user", "content": "hi"}])  # fmt: skip
+        raise AssertionError("expected an error")
+    except anthropic.InternalServerError as e:
+        assert e.status_code == 500 and e.type == "api_error" and not isinstance(e, anthropic.OverloadedError)
+        assert e.response.headers["x-should-retry"] == "false"
+        assert isinstance(e.body, dict) and e.body["error"]["x_llm_upstream"]["status"] == 500
+    finally:
+        await client.close()
+    assert len(gw.fake.chat_requests()) == 2  # the gateway's two attempts, none of the SDK's
+
+
+async def test_a_chat_upstreams_503_reaches_the_anthropic_sdk_as_529_overloaded_error(make_gateway) -> None:
+    gw = await make_gateway(_ONE_RETRY, ", apis: [chat], model_map: {'claude-*': qwen3-coder}")
+    gw.fake.always = Reply(503, {"error": {"message": "The engine is currently overloaded, please try again later",
+                                           "type": "server_error", "param": None, "code": None}})  # fmt: skip
+    client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="k", max_retries=2)
+    try:
+        await client.messages.create(model="claude-sonnet-4-6", max_tokens=64,
+                                     messages=[{"role": "user", "content": "hi"}])  # fmt: skip
+        raise AssertionError("expected an error")
+    except anthropic.OverloadedError as e:
+        assert e.status_code == 529 and e.type == "overloaded_error"
+    finally:
+        await client.close()
+    assert len(gw.fake.chat_requests()) == 2
+
+
+@pytest.mark.parametrize(("upstream", "answer", "state"), [(500, 500, "INTERNAL"), (503, 503, "UNAVAILABLE")])
+async def test_a_chat_upstreams_outage_reaches_a_gemini_client_as_google_says_it(
+    make_gateway, upstream: int, answer: int, state: str
+) -> None:
+    gw = await make_gateway(_ONE_RETRY, ", apis: [chat], model_map: {'gemini-*': qwen3-coder}")
+    gw.fake.always = Reply(upstream, _SERVER_ERROR)
+    hi = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    async with gw.session.post(gw.base + GENERATE, json=hi, headers={"x-goog-api-key": "k"}) as r:
+        err = (await r.json())["error"]
+        assert (r.status, err["code"], err["status"]) == (answer, answer, state)
+
+
+# --- A refused credential or permission on a translated request, to the openai SDK ---------
+
+
+async def test_a_chat_upstreams_region_refusal_reaches_a_responses_client_with_openais_own_code(make_gateway) -> None:
+    """Audit E: the code became invalid_api_key, telling the client its key is bad."""
+    gw = await make_gateway(upstream_yaml=", apis: [chat]")
+    gw.fake.always = Reply(403, {"error": {"code": "unsupported_country_region_territory",
+                                           "message": "Country, region, or territory not supported",
+                                           "param": None, "type": "request_forbidden"}})  # fmt: skip
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="k", max_retries=0)
+    try:
+        with pytest.raises(openai.PermissionDeniedError) as e:
+            await client.responses.create(model="gpt-5-codex", input="hi")
+    finally:
+        await client.close()
+    assert e.value.status_code == 403 and e.value.code == "unsupported_country_region_territory"
+
+
+async def test_an_anthropic_permission_error_reaches_a_chat_client_as_a_403_not_a_bad_key(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", apis: [messages]")
+    gw.fake.always = Reply(403, {"type": "error", "error": {
+        "type": "permission_error", "message": "Your API key does not have permission to use the specified resource."}})
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="k", max_retries=0)
+    try:
+        with pytest.raises(openai.PermissionDeniedError) as e:
+            await client.chat.completions.create(model="claude-sonnet-4-6",
+                                                 messages=[{"role": "user", "content": "hi"}])  # fmt: skip
+    finally:
+        await client.close()
+    assert e.value.status_code == 403 and e.value.code == "permission_error"
+
+
+# --- A translated overflow states the window, not a number made up from the request ---------
+
+
+async def test_a_responses_upstreams_overflow_reaches_the_anthropic_sdk_with_the_configured_window(
+    make_gateway,
+) -> None:
+    """The Responses API's overflow states no numbers; the upstream's context_window is the
+    limit, and the size the least that is over it (audit E: "42 tokens > 41 maximum", which
+    made up a window of 41). Claude Code reads both numbers (apis/common.py)."""
+    gw = await make_gateway("compression: {enabled: false}\n", ", apis: [responses], context_window: 2000")
+    gw.fake.always = responses_overflow()
+    client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="k", max_retries=0)
+    try:
+        with pytest.raises(anthropic.BadRequestError) as e:
+            await client.messages.create(model="gpt-5-codex", max_tokens=64,
+                                         messages=[{"role": "user", "content": "hi"}])  # fmt: skip
+    finally:
+        await client.close()
+    assert isinstance(e.value.body, dict)
+    assert e.value.body["error"]["message"] == "prompt is too long: 2001 tokens > 2000 maximum"

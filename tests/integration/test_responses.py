@@ -111,9 +111,12 @@ async def test_upstream_failure_mid_stream_keeps_the_providers_code(make_gateway
         "id": "resp_x", "status": "failed", "error": {"code": "server_error", "message": "An error occurred."}}})
     gw.fake.script(Stream([*responses_head(), *responses_deltas(("a", "b")), failed], then="eof"))
     _, _, body = await gw.responses(STREAM_REQ)
-    name, doc = events(body)[-1]
+    evs = events(body)
+    name, doc = evs[-1]
     assert name == "response.failed" and doc["response"]["error"]["code"] == "server_error"
     assert doc["response"]["error"]["x_llm_error_type"] == "provider_unavailable"
+    # The gateway's response.failed stands in for the upstream's, number 6: no gap.
+    assert [d["sequence_number"] for _, d in evs] == list(range(7))
 
 
 async def test_gateway_errors_use_the_responses_envelope(make_gateway) -> None:

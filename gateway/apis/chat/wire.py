@@ -223,7 +223,10 @@ class ChatStreamReader(ShownText):
         if event is None:
             event = self.parsed_events.parse(raw)
         if self.identity is None and event.data is not None:
-            self.identity = _identity(event.json())
+            doc = event.json()
+            self.identity = _identity(doc)
+            if self.created is None and isinstance(doc, dict) and isinstance(doc.get("created"), int):
+                self.created = doc["created"]
         if not is_visible(event):
             return EventKind.CONTENTLESS
         return EventKind.FINAL if _finished(raw) else EventKind.VISIBLE
@@ -236,12 +239,15 @@ class ChatStreamReader(ShownText):
         # ends with finishReason "error", and where a version strips the unknown member it
         # maps an unknown finish_reason to "other", never to "stop". A "stop" here would
         # read as a whole answer to anything that looks only at the choice.
+        # One completion, one `created`, this chunk's too: "The Unix timestamp (in seconds) of
+        # when the chat completion was created. Each chunk has the same timestamp." (OpenAI API
+        # reference, the chat completion chunk object; openai-node's ChatCompletionChunk.created).
         c = ending.classification
         sid, smodel = self.identity or (None, None)
         return encode_data({
             "id": sid or f"chatcmpl-{request_id}",
             "object": "chat.completion.chunk",
-            "created": int(time.time()),
+            "created": self.created if self.created is not None else int(time.time()),
             "model": smodel or model or "",
             "choices": [{"index": 0, "delta": {}, "finish_reason": "error"}],
             "error": {
@@ -252,6 +258,16 @@ class ChatStreamReader(ShownText):
                 "retryable": c.retryable,
             },
         })  # fmt: skip
+
+
+def broken_chunk(base: Mapping[str, Any], ending: Ending, request_id: str, model: str) -> bytes:
+    """The chunk that ends a chat stream the gateway writes itself (a translation), with the
+    ``id`` and ``created`` of the chunks ``base`` made before it: made by the chat reader, so
+    translated and relayed streams end in one shape."""
+    reader = ChatStreamReader(strip_usage=False)
+    reader.identity = (base["id"], model)
+    reader.created = base["created"]
+    return reader.broken(ending, request_id, model)
 
 
 def _malformed(event: Event) -> bool:
@@ -356,11 +372,44 @@ def openai_error_fields(e: ForeignError) -> tuple[int, str, str, str]:
         message = (f"This model's maximum context length is {limit} tokens. However, your messages "
                    f"resulted in {prompt} tokens.")  # fmt: skip
         return 400, "invalid_request_error", _OPENAI_CODE[c.type], message
+    if c.type is ErrorType.AUTH:
+        status = e.status if e.status in (401, 403) else 401
+        return status, openai_type(status, c, "", message), _auth_code(e, status), message
     if c.type in _OPENAI_CODE:
-        status = 401 if c.type is ErrorType.AUTH and e.status not in (401, 403) else e.status
-        return status, openai_type(status, c, "", message), _OPENAI_CODE[c.type], message
+        return e.status, openai_type(e.status, c, "", message), _OPENAI_CODE[c.type], message
     type_ = openai_type(e.status, c, "", message)
     return e.status, type_, c.provider_code or type_, message
+
+
+_OPENAI_APIS = frozenset({"chat", "responses"})
+
+
+def _auth_code(e: ForeignError, status: int) -> str:
+    """The code of a refused credential or permission. An upstream that spoke an OpenAI API
+    said it in OpenAI's own terms: its code goes on as it is (OpenAI's 403 from a country it
+    does not serve is ``unsupported_country_region_territory``, type ``request_forbidden``:
+    tests/corpus/openai.json). Else a 401 is ``invalid_api_key``, OpenAI's code for a key it
+    refuses, and a 403 the provider's own code (Anthropic's ``permission_error``, Google's
+    ``PERMISSION_DENIED``), or ``request_forbidden``, OpenAI's word for a 403, where it gave none:
+    a refused permission is no bad key."""
+    spoke_openai = e.upstream_api in _OPENAI_APIS
+    if spoke_openai and (own := _openai_body_code(e.upstream_body)) is not None:
+        return own
+    if status == 401:
+        return _OPENAI_CODE[ErrorType.AUTH]
+    # An OpenAI body without a code: its provider_code is the type that stood in for one.
+    return (None if spoke_openai else e.classification.provider_code) or "request_forbidden"
+
+
+def _openai_body_code(body: bytes) -> str | None:
+    """``error.code`` of an OpenAI error body, when it is a non-empty string."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    err = doc.get("error") if isinstance(doc, dict) else None
+    code = err.get("code") if isinstance(err, dict) else None
+    return code if isinstance(code, str) and code else None
 
 
 def openai_foreign_error(e: ForeignError) -> tuple[int, bytes]:

@@ -45,6 +45,13 @@ def google_status(status: int) -> int:
         return status
     return _AS_GOOGLE.get(status) or (500 if status >= 500 else 400)
 
+# An upstream that is down, by the status it answered, as the Gemini API says it
+# (https://ai.google.dev/gemini-api/docs/troubleshooting): 500 INTERNAL "An unexpected error
+# occurred on Google's side", 503 UNAVAILABLE "The service may be temporarily overloaded or
+# down", 504 DEADLINE_EXCEEDED. Overloaded or unavailable (a 503, 529, a proxy's 502, capacity
+# said on a 429) is 503; timed out (504, 408) 504; any other failure the 500 INTERNAL it is.
+_UNAVAILABLE = {429: 503, 502: 503, 503: 503, 529: 503, 408: 504, 504: 504}
+
 ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
 DOMAIN = "llm-gateway"
@@ -127,7 +134,7 @@ def _terms(e: ForeignError) -> tuple[int, str]:
     if c.type is ErrorType.AUTH:
         return (403, message) if e.status == 403 else (401, message)
     if c.type is ErrorType.PROVIDER_UNAVAILABLE:
-        return 503, message
+        return _UNAVAILABLE.get(e.status, 500), message
     return e.status, message
 
 

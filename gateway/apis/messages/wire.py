@@ -76,6 +76,18 @@ _TYPE_FOR_STATUS = {
 # The types an Anthropic client knows (its SDK's ErrorType; "Errors" in Anthropic's docs): an
 # upstream's own one of these is kept, anything else is put in these terms.
 _ANTHROPIC_TYPES = frozenset({*_TYPE_FOR_STATUS.values(), "api_error"})
+# An upstream that is down, in Anthropic's terms by the status it answered, as Anthropic's own
+# (https://docs.claude.com/en/api/errors): "500 - api_error: An unexpected error has occurred
+# internal to Anthropic's systems", "529 - overloaded_error: The API is temporarily overloaded",
+# and 504 timeout_error. Overloaded or unavailable (a 503, 529, a proxy's 502, capacity said on
+# a 429) is 529, which Claude Code retries 3 times at most; timed out (504, 408) is 504; any
+# other failure (a 500, a 5xx Anthropic has no name for) is the 500 it is, which Claude Code
+# retries for minutes unless told not to (tests/e2e/CLAUDE_CODE_NOTES.md: 11 calls in 187 s; one
+# with the x-should-retry: false the gateway sends once it retried itself).
+_UNAVAILABLE = {
+    429: (529, "overloaded_error"), 502: (529, "overloaded_error"), 503: (529, "overloaded_error"),
+    529: (529, "overloaded_error"), 408: (504, "timeout_error"), 504: (504, "timeout_error"),
+}  # fmt: skip
 # A class that says what kind of error it is, whatever the status.
 _TYPE_FOR_CLASS = {
     ErrorType.RATE_LIMIT: "rate_limit_error",
@@ -359,7 +371,7 @@ def _anthropic_terms(e: ForeignError) -> tuple[int, str, str]:
     """Status, error type and message the way Anthropic's API says them, because Claude Code
     acts on exactly these: it compacts on "prompt is too long: N tokens > M maximum"
     (claude-code issue #86507: a reworded overflow stops auto-compact), backs off on
-    ``rate_limit_error`` 429 and ``overloaded_error`` 529."""
+    ``rate_limit_error`` 429, ``overloaded_error`` 529 and ``api_error`` 500 (``_UNAVAILABLE``)."""
     c = e.classification
     message = c.message or f"the upstream answered {e.upstream_status}"
     if c.type is ErrorType.CONTEXT_OVERFLOW:
@@ -373,6 +385,6 @@ def _anthropic_terms(e: ForeignError) -> tuple[int, str, str]:
         forbidden = e.status == 403
         return (403, "permission_error", message) if forbidden else (401, "authentication_error", message)
     if c.type is ErrorType.PROVIDER_UNAVAILABLE:
-        return 529, "overloaded_error", message
+        return (*_UNAVAILABLE.get(e.status, (500, "api_error")), message)
     type_ = _TYPE_FOR_STATUS.get(e.status) or ("api_error" if e.status >= 500 else "invalid_request_error")
     return e.status, type_, message

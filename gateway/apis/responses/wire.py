@@ -178,8 +178,11 @@ class ResponsesStreamReader:
         self.shown: responses_continue.Shown | None = None  # kept only when it may be continued
 
     def kind(self, raw: bytes, *, committed: bool) -> EventKind:
-        if (m := _SEQ.search(raw)) is not None:
-            self.next_seq = int(m.group(1)) + 1
+        # The client's numbers run on without a gap: an event the client never sees (an error
+        # event, a malformed one: each ends the stream, so none is relayed after it) does not
+        # advance ``next_seq``, which the gateway's response.failed and a continuation's
+        # events take. Relayed events keep their own numbers, byte for byte.
+        seq = _SEQ.search(raw)
         # A malformed event would crash the client's parser (the openai SDK raises a
         # JSONDecodeError): it ends the stream like any other break. Every event's data is
         # one JSON object, so its last byte spares the parse for all the others.
@@ -197,6 +200,8 @@ class ResponsesStreamReader:
             if err is not None:
                 self.error = err
                 return EventKind.ERROR
+        if seq is not None:
+            self.next_seq = int(seq.group(1)) + 1
         if self.shown is not None and (b"output_" in raw or b"content_part" in raw or b"refusal" in raw):
             event = event or self.parsed_events.parse(raw)
             tracked = event.json()

@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from gateway.apis.base import Ending
-from gateway.apis.chat.wire import ChatStreamReader
+from gateway.apis.chat.wire import broken_chunk
 from gateway.sse import parse_event
 from gateway.translate.base import Context, Known, chat_data, wants_usage
 from gateway.translate.tool_ids import from_anthropic_id
@@ -290,6 +290,4 @@ class ChatStream:
         """The gateway's own chat broken chunk (``finish_reason: "error"`` with ``error``),
         made by the chat dialect's reader so both stay one shape; never ``[DONE]``."""
         self.finished = True
-        reader = ChatStreamReader(strip_usage=False)
-        reader.identity = (self.base["id"], self.ctx.requested_model)
-        return reader.broken(ending, self.ctx.request_id, self.ctx.requested_model)
+        return broken_chunk(self.base, ending, self.ctx.request_id, self.ctx.requested_model)

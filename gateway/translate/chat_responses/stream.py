@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.apis.base import Ending
-from gateway.apis.chat.wire import ChatStreamReader
+from gateway.apis.chat.wire import broken_chunk
 from gateway.sse import parse_event
 from gateway.translate.base import Context, Known, chat_data, wants_usage
 from gateway.translate.chat_responses.answer import chat_id, chat_usage, finish_reason
@@ -142,9 +142,7 @@ class ChatStream:
         """The gateway's own chat broken chunk (``finish_reason: "error"`` with ``error``),
         made by the chat dialect's reader so both stay one shape; never ``[DONE]``."""
         self.finished = True
-        reader = ChatStreamReader(strip_usage=False)
-        reader.identity = (self.base["id"], self.ctx.requested_model)
-        return reader.broken(ending, self.ctx.request_id, self.ctx.requested_model)
+        return broken_chunk(self.base, ending, self.ctx.request_id, self.ctx.requested_model)
 
 
 def _text(doc: Mapping[str, Any], key: str) -> bool:

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from gateway.apis import ANTHROPIC_MESSAGES
-from gateway.apis.base import Ending, EventKind, Inbound, Rejection
+from gateway.apis.base import Ending, EventKind, ForeignError, Inbound, Rejection
 from gateway.errors import Classification, ErrorType
 from tests.anthropic_convo import SYSTEM, assert_valid_messages, messages_conversation, size
 from tests.fakeupstream import anthropic_head, anthropic_tail, sse, text_delta
@@ -112,6 +112,31 @@ def test_gateway_errors_use_anthropics_envelope(status: int, code: str, answer: 
     assert doc == {"type": "error", "error": {"type": type_, "message": "why", "code": code,
                                               "x_llm_error_type": "unknown", "retryable": False},
                    "request_id": "req-1"}
+
+
+@pytest.mark.parametrize(("upstream", "answer", "type_"), [
+    # https://docs.claude.com/en/api/errors: "500 - api_error: An unexpected error has occurred
+    # internal to Anthropic's systems"; "529 - overloaded_error: The API is temporarily overloaded".
+    (500, 500, "api_error"),
+    (501, 500, "api_error"),
+    (520, 500, "api_error"),
+    (502, 529, "overloaded_error"),
+    (503, 529, "overloaded_error"),
+    (529, 529, "overloaded_error"),
+    (429, 529, "overloaded_error"),  # capacity said on a 429 ("Service tier capacity exceeded")
+    (504, 504, "timeout_error"),
+    (408, 504, "timeout_error"),
+])  # fmt: skip
+def test_a_translated_outage_takes_the_status_anthropic_gives_what_the_upstream_said(
+    upstream: int, answer: int, type_: str
+) -> None:
+    """Not every outage is "overloaded": a chat upstream's 500 is Anthropic's 500 api_error (found
+    by audit E: it was 529 overloaded_error, which Claude Code retries differently)."""
+    c = Classification.of(ErrorType.PROVIDER_UNAVAILABLE, message="boom")
+    status, body = D.foreign_error(ForeignError(upstream, c, "chat", upstream, b"{}", None, None), "req-1")
+    err = json.loads(body)["error"]
+    assert (status, err["type"], err["message"]) == (answer, type_, "boom")
+    assert err["x_llm_upstream"]["status"] == upstream
 
 
 @pytest.mark.parametrize(("status", "code", "error_code"), [

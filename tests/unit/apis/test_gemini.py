@@ -119,6 +119,23 @@ def test_a_translated_upstream_error_pairs_code_and_status_as_google_does(upstre
     assert (status, err["code"], err["status"]) == (answer, answer, state)
 
 
+@pytest.mark.parametrize(("upstream", "answer", "state"), [
+    # https://ai.google.dev/gemini-api/docs/troubleshooting: 500 INTERNAL "An unexpected error
+    # occurred on Google's side"; 503 UNAVAILABLE "The service may be temporarily overloaded or down".
+    (500, 500, "INTERNAL"), (501, 500, "INTERNAL"), (502, 503, "UNAVAILABLE"), (503, 503, "UNAVAILABLE"),
+    (529, 503, "UNAVAILABLE"), (429, 503, "UNAVAILABLE"), (504, 504, "DEADLINE_EXCEEDED"),
+    (408, 504, "DEADLINE_EXCEEDED"),
+])  # fmt: skip
+def test_a_translated_outage_takes_the_status_google_gives_what_the_upstream_said(
+    upstream: int, answer: int, state: str
+) -> None:
+    """A chat upstream's 500 is INTERNAL, not UNAVAILABLE (audit E)."""
+    c = Classification.of(ErrorType.PROVIDER_UNAVAILABLE, message="boom")
+    status, body = GEMINI.foreign_error(ForeignError(upstream, c, "chat", upstream, b"{}", None, None), "req1")
+    err = json.loads(body)["error"]
+    assert (status, err["code"], err["status"], err["message"]) == (answer, answer, state, "boom")
+
+
 def test_a_missing_key_tells_a_gemini_client_how_gemini_clients_send_one() -> None:
     ring = KeyRing({digest("gk-1"): KeySpec("k")})
     missing = ClientAuth(ring).check({})

@@ -13,6 +13,10 @@ import pytest
 from gateway.apis import OPENAI_CHAT, OPENAI_RESPONSES
 from gateway.apis.base import Ending, ForeignError
 from gateway.errors import Classification, ErrorType
+from gateway.translate.base import Context
+from gateway.translate.chat_gemini.answer import ChatStream as FromGemini
+from gateway.translate.chat_messages.answer import ChatStream as FromMessages
+from gateway.translate.chat_responses.stream import ChatStream as FromResponses
 
 RATE, BUDGET, AUTH = ErrorType.RATE_LIMIT, ErrorType.BUDGET, ErrorType.AUTH
 DOWN, OVERFLOW, UNKNOWN = ErrorType.PROVIDER_UNAVAILABLE, ErrorType.CONTEXT_OVERFLOW, ErrorType.UNKNOWN
@@ -95,3 +99,69 @@ def test_the_chunk_ending_a_broken_chat_stream_takes_openais_type(kind: ErrorTyp
     doc = json.loads(raw.split(b"data: ", 1)[1])
     assert doc["error"]["type"] == type_ and doc["error"]["code"] == code
     assert doc["choices"] == [{"index": 0, "delta": {}, "finish_reason": "error"}]
+
+
+def _chunk_doc(raw: bytes) -> dict:
+    return json.loads(raw.split(b"data: ", 1)[1])
+
+
+def test_the_chunk_ending_a_relayed_chat_stream_keeps_the_streams_created() -> None:
+    """OpenAI's chunk object: "Each chunk has the same timestamp"; the gateway's last chunk
+    too, however long after the stream's first it is written."""
+    reader = OPENAI_CHAT.reader(False)
+    first = (b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"m",'
+             b'"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}\n\n')
+    reader.kind(first, committed=False)
+    end = _chunk_doc(reader.broken(Ending(Classification.of(DOWN), "stalled", "idle_timeout"), "rid", "m"))
+    assert (end["id"], end["created"], end["model"]) == ("chatcmpl-1", 1700000000, "m")
+
+
+def test_a_translated_chat_stream_ends_with_the_created_of_its_chunks() -> None:
+    ending = Ending(Classification.of(DOWN), "cut", "stream_broken")
+    for stream_of in (FromGemini, FromMessages, FromResponses):
+        s = stream_of(Context("m", {"model": "m", "messages": []}, "rid"), 1700000000)
+        end = _chunk_doc(s.broken(ending))
+        assert (end["id"], end["created"]) == (s.base["id"], 1700000000), stream_of
+
+
+_REGION = {"error": {"code": "unsupported_country_region_territory", "message": "Country, region, or territory not supported",
+                     "param": None, "type": "request_forbidden"}}  # tests/corpus/openai.json  # fmt: skip
+_BAD_KEY = {"error": {"message": "Incorrect API key provided: sk-abc***xyz.", "type": "invalid_request_error",
+                      "param": None, "code": "invalid_api_key"}}  # fmt: skip
+_NO_KEY = {"error": {"message": "You didn't provide an API key.", "type": "invalid_request_error", "param": None,
+                     "code": None}}  # fmt: skip
+_ANTHROPIC_403 = {"type": "error", "error": {"type": "permission_error",
+                                             "message": "Your API key does not have permission to use the specified resource."}}  # fmt: skip
+
+
+@pytest.mark.parametrize(("api", "status", "body", "provider_code", "answer", "code"), [
+    # An OpenAI-speaking upstream's own code goes on, whatever the status.
+    ("chat", 403, _REGION, "unsupported_country_region_territory", 403, "unsupported_country_region_territory"),
+    ("responses", 403, _REGION, "unsupported_country_region_territory", 403, "unsupported_country_region_territory"),
+    ("chat", 401, _BAD_KEY, "invalid_api_key", 401, "invalid_api_key"),
+    # No code of its own: OpenAI's for the status, not the type that stood in as provider_code.
+    ("chat", 401, _NO_KEY, "invalid_request_error", 401, "invalid_api_key"),
+    ("chat", 403, {"error": {"message": "Forbidden", "type": "invalid_request_error", "code": None}},
+     "invalid_request_error", 403, "request_forbidden"),
+    # Another API's: a 401 is OpenAI's invalid_api_key; a 403 keeps the provider's code.
+    ("messages", 401, {"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}},
+     "authentication_error", 401, "invalid_api_key"),
+    ("messages", 403, _ANTHROPIC_403, "permission_error", 403, "permission_error"),
+    ("gemini", 403, {"error": {"code": 403, "message": "The caller does not have permission",
+                               "status": "PERMISSION_DENIED"}}, "PERMISSION_DENIED", 403, "PERMISSION_DENIED"),
+    ("gemini", 400, {"error": {"code": 400, "message": "API key not valid. Please pass a valid API key.",
+                               "status": "INVALID_ARGUMENT"}}, "INVALID_ARGUMENT", 401, "invalid_api_key"),
+    ("messages", 403, "<html>403 Forbidden</html>", None, 403, "request_forbidden"),
+])  # fmt: skip
+def test_a_translated_auth_error_keeps_the_providers_code_and_says_a_403_is_no_bad_key(
+    api: str, status: int, body: object, provider_code: str | None, answer: int, code: str
+) -> None:
+    """Audit E: every translated auth error was code invalid_api_key, a region refusal and a
+    permission_error too, which tells the client its key is wrong."""
+    raw = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+    c = Classification.of(AUTH, provider_code=provider_code, message="refused")
+    for dialect in (OPENAI_CHAT, OPENAI_RESPONSES):
+        got, out = dialect.foreign_error(ForeignError(status, c, api, status, raw, None, None), "req-1")
+        err = json.loads(out)["error"]
+        assert (got, err["code"], err["type"]) == (answer, code, "invalid_request_error")
+

@@ -70,6 +70,32 @@ def test_broken_stream_ends_with_one_response_failed_continuing_the_sequence() -
     assert doc["response"]["error"]["x_llm_error_type"] == "provider_unavailable"
 
 
+_FAILED_AT_6 = sse("response.failed", {"type": "response.failed", "sequence_number": 6, "response": {
+    "status": "failed", "error": {"code": "server_error", "message": "boom"}}})
+_ERROR_AT_6 = sse("error", {"type": "error", "sequence_number": 6, "code": "server_error",
+                            "message": "An error occurred while processing your request.", "param": None})
+_CUT_AT_6 = b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":6,"de\n\n'
+
+
+@pytest.mark.parametrize("withheld", [_FAILED_AT_6, _ERROR_AT_6, _CUT_AT_6],
+                         ids=["response.failed", "error", "malformed"])  # fmt: skip
+def test_the_gateways_response_failed_takes_the_number_of_the_upstream_event_it_stands_for(
+    withheld: bytes,
+) -> None:
+    """The client saw 0..5; the upstream's failure at 6 is not relayed (the gateway ends the
+    stream with its own response.failed), so that one is 6: OpenAI numbers every event a
+    client sees consecutively, and a gap read as a lost event."""
+    r = D.reader(False)
+    for raw in STREAM[:4]:
+        r.kind(raw, committed=False)
+    for raw in STREAM[4:6]:
+        assert r.kind(raw, committed=True) is EventKind.VISIBLE
+    assert r.kind(withheld, committed=True) is EventKind.ERROR
+    assert r.next_seq == 6
+    end = r.broken(Ending(Classification.of(ErrorType.PROVIDER_UNAVAILABLE), "boom", "server_error"), "rid", None)
+    assert json.loads(end.split(b"data: ", 1)[1])["sequence_number"] == 6
+
+
 def test_error_envelope_and_admission() -> None:
     doc = json.loads(D.error_body(400, "bad", "invalid_json", Classification.of(ErrorType.UNKNOWN), "r"))
     assert doc == {"error": {"message": "bad", "type": "invalid_request_error", "param": None,

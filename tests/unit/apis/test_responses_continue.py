@@ -75,3 +75,19 @@ def test_items_after_the_continued_message_are_numbered_after_the_originals() ->
     assert [i["id"] for i in final["output"]] == ["msg_fake1", "fc_9"]
     assert final["output"][0]["content"][0]["text"] == "Hello"  # rebuilt: no output_item.done came
     assert final["id"] == "resp_fake123" and final["usage"]["output_tokens"] == 3
+
+
+def test_a_continuation_after_the_upstreams_error_event_numbers_on_without_a_gap() -> None:
+    """The upstream's error event (never relayed) ended the original at 5; the continuation's
+    first event the client sees is 5, not 6."""
+    reader = reader_after(*responses_head(), *responses_deltas(("Hel",)))
+    failed = sse("error", {"type": "error", "sequence_number": 5, "code": "server_error", "message": "boom"})
+    assert reader.kind(failed, committed=True) is EventKind.ERROR
+    splice = splicer(reader, "Hel")
+    seq = Seq()
+    msg = {"id": "m2", "type": "message", "role": "assistant", "content": []}
+    out = [splice(raw) for raw in (
+        seq("response.output_item.added", output_index=0, item=msg),
+        seq("response.output_text.delta", item_id="m2", output_index=0, content_index=0, delta="lo"),
+    )]  # fmt: skip
+    assert json.loads(parse_event(out[1]).data or "")["sequence_number"] == 5 and reader.next_seq == 6
