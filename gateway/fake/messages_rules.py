@@ -42,10 +42,27 @@ Anthropic. Each rule here is one Anthropic applies, worded as it words it (400
   4.8 accepts `role: "system"` messages immediately after a user turn in the `messages` array
   [...] No beta header is required."). Claude Code 2.1.197 named the beta
   ``mid-conversation-system-2026-04-07``, 2.1.332 names none, both send such turns (captured:
-  tests/corpus/requests/). They stand between the others: a tool call's result is looked for
-  in the next turn past them. Not judged here: the placement rules and the models that refuse
-  the role ("role 'system' is not supported on this model", anthropics/claude-code#61412), for
-  want of the words Anthropic answers a misplaced one with;
+  tests/corpus/requests/). A tool call's result is looked for in the next turn past them. Not
+  judged here: the models that refuse the role ("role 'system' is not supported on this
+  model", anthropics/claude-code#61412);
+- where a ``system`` turn may stand, the page's "Placement rules" (as Bedrock's copy words them,
+  https://docs.aws.amazon.com/bedrock/latest/userguide/claude-messages-mid-conversation-system.html:
+  it "Cannot be the first entry in messages", "Must immediately follow a user message or an
+  assistant message that ends in a server tool use", "Must either be the last entry in messages
+  or be followed by an assistant turn", "Cannot be adjacent to another system message"), each
+  refused in the words Anthropic answers it with. First: "messages.0: use the top-level 'system'
+  parameter for the initial system prompt" (Claude Code's "API Error: 400",
+  https://github.com/anthropics/claude-code/issues/64147); not after a user turn: "messages.N:
+  role 'system' must follow a 'user' message or an 'assistant' message ending in a server tool
+  result" (quoted in gateways' tests and changelogs only, no public report found); not before an
+  assistant turn or the end (a second system turn included): "messages.N: role 'system' must
+  precede an 'assistant' message or end the array" (with request ids in
+  https://github.com/anthropics/claude-code/issues/73821). Answers quoted since July 2026 go on "; the
+  directive-only form (content: [] with output_config) is accepted at any position", as the fake
+  words them (https://github.com/diegosouzapw/OmniRoute/pull/10457, measured in production
+  2026-08-15): a turn of that form is placed anywhere, and is not an empty turn either. An
+  assistant turn ending in any ``…_tool_result`` or ``server_tool_use`` block counts as a server
+  tool's, the fake's lenient reading of the two wordings;
 - "messages: at least one message is required": the empty conversation;
 - "messages.N: all messages must have non-empty content except for the optional final assistant
   message": a turn whose content is an empty list, anywhere but as the last turn, the
@@ -272,6 +289,7 @@ _UNSUPPORTED = {"integer": _NUMERIC, "number": _NUMERIC, "string": ("minLength",
 # Anchored on the "@" (a possessive-free scan from every start was quadratic: a 300 KB id
 # without one held the fake's CPU until it was killed).
 _EMAIL = re.compile(r"(?<=[^@\s])@[^@\s]+\.[^@\s]")
+_ANY_POSITION = "; the directive-only form (content: [] with output_config) is accepted at any position"
 _DOCS = ("Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
          "#important-considerations-when-using-extended-thinking")  # fmt: skip
 
@@ -352,7 +370,7 @@ def _conversation(messages: list[Any]) -> str | None:
         if message.get("role") not in ("user", "assistant", "system"):
             return f"messages.{i}.role: Input should be 'user' or 'assistant'"
         final_assistant = i == len(messages) - 1 and message.get("role") == "assistant"
-        if message.get("content") == [] and not final_assistant:
+        if message.get("content") == [] and not final_assistant and not _directive(message):
             return f"messages.{i}: all messages must have non-empty content except for the optional final assistant message"
         blank = next((why for b in _blocks(message) if (why := _blank_text(b))), None)
         if blank is not None:
@@ -360,6 +378,9 @@ def _conversation(messages: list[Any]) -> str | None:
         image = _image_type(message, f"messages.{i}.content")
         if image is not None:
             return image
+        placed = _misplaced_system(messages, i)
+        if placed is not None:
+            return placed
     turns = [(i, m) for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") != "system"]
     for k, (i, message) in enumerate(turns):
         if message.get("role") == "assistant":
@@ -388,6 +409,32 @@ def _conversation(messages: list[Any]) -> str | None:
                             f"{block.get('tool_use_id')}. Each `tool_result` block must have a corresponding "
                             "`tool_use` block in the previous message.")  # fmt: skip
     return _trailing_whitespace(messages[-1])
+
+
+def _directive(message: dict[str, Any]) -> bool:
+    return message.get("role") == "system" and message.get("content") == [] and "output_config" in message
+
+
+def _misplaced_system(messages: list[Any], i: int) -> str | None:
+    message = messages[i]
+    if message.get("role") != "system" or _directive(message):
+        return None
+    if i == 0:
+        return f"messages.0: use the top-level 'system' parameter for the initial system prompt{_ANY_POSITION}"
+    before = messages[i - 1] if isinstance(messages[i - 1], dict) else {}
+    if before.get("role") != "user" and not _ends_in_server_tool(before):
+        return (f"messages.{i}: role 'system' must follow a 'user' message or an 'assistant' message ending "
+                f"in a server tool result{_ANY_POSITION}")  # fmt: skip
+    after = messages[i + 1] if i + 1 < len(messages) and isinstance(messages[i + 1], dict) else None
+    if after is not None and after.get("role") != "assistant":
+        return f"messages.{i}: role 'system' must precede an 'assistant' message or end the array{_ANY_POSITION}"
+    return None
+
+
+def _ends_in_server_tool(message: dict[str, Any]) -> bool:
+    blocks = _blocks(message) if message.get("role") == "assistant" else []
+    kind = str(blocks[-1].get("type", "")) if blocks else ""
+    return kind == "server_tool_use" or kind.endswith("_tool_result")
 
 
 def _undeclared_tools(tools: Any, messages: list[Any]) -> str | None:

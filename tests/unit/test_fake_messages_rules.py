@@ -117,14 +117,46 @@ def test_a_conversation_with_tool_blocks_must_declare_tools(tools: list[Any] | N
     assert refused(rounds[:2] + rounds[3:]).startswith("messages.1: `tool_use` ids were found")
 
 
+def system(content: Any = "<reminder>", **fields: Any) -> dict[str, Any]:
+    return {"role": "system", "content": content, **fields}
+
+
 def test_claude_codes_system_turns_with_or_without_a_beta() -> None:
-    # Claude Code sends system turns between the others: a tool call's result is looked for
-    # past them. 2.1.197 named the beta mid-conversation-system-2026-04-07; 2.1.332 names none,
-    # and Anthropic asks for none ("No beta header is required").
-    convo = [user(text("hi")), assistant(call("toolu_1")), {"role": "system", "content": "<reminder>"},
-             user(result("toolu_1"))]  # fmt: skip
+    # Claude Code sends a system turn after the user's first prompt (tests/corpus/requests/).
+    # 2.1.197 named the beta mid-conversation-system-2026-04-07; 2.1.332 names none, and
+    # Anthropic asks for none ("No beta header is required").
+    convo = [user(text("hi")), system(), assistant(call("toolu_1")), user(result("toolu_1"))]
     assert refused(convo, BETA, tools=BASH) is None
     assert refused(convo, tools=BASH) is None
+
+
+ANY_POSITION = "; the directive-only form (content: [] with output_config) is accepted at any position"
+DIRECTIVE = {"content": [], "output_config": {"effort": "low"}}
+
+
+@pytest.mark.parametrize(("messages", "words"), [
+    # First: what a compression that dropped the turn before it made of Claude Code's request.
+    ([system(), user(text("note")), assistant(text("a")), user(text("b"))],
+     f"messages.0: use the top-level 'system' parameter for the initial system prompt{ANY_POSITION}"),
+    ([user(text("hi")), assistant(call("toolu_1")), system(), user(result("toolu_1"))],
+     "messages.2: role 'system' must follow a 'user' message or an 'assistant' message ending in a server tool "
+     f"result{ANY_POSITION}"),
+    ([user(text("hi")), system(), user(text("more"))],
+     f"messages.1: role 'system' must precede an 'assistant' message or end the array{ANY_POSITION}"),
+    ([user(text("hi")), system(), system(), assistant(text("a")), user(text("b"))],
+     f"messages.1: role 'system' must precede an 'assistant' message or end the array{ANY_POSITION}"),
+    # Where Anthropic takes one: after a user turn, before an assistant turn or last; after a
+    # server tool's result; and the directive-only form anywhere.
+    ([user(text("hi")), system()], None),
+    ([user(text("hi")), system([text("two"), text("blocks")]), assistant(text("a")), user(text("b"))], None),
+    ([user(text("hi")), assistant({"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search",
+                                   "input": {}},
+                                  {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []}),
+      system(), assistant(text("a")), user(text("b"))], None),
+    ([system(**DIRECTIVE), user(text("hi")), system(**DIRECTIVE), user(text("b"))], None),
+])  # fmt: skip
+def test_where_a_system_turn_may_stand(messages: list[dict[str, Any]], words: str | None) -> None:
+    assert refused(messages, tools=BASH) == words
 
 
 @pytest.mark.parametrize("name", ["claude-code-2.1.332-first.json", "claude-code-2.1.332-tool-reference.json"])
