@@ -26,6 +26,9 @@ NOTE_TOKENS = 50  # the "[llm-gateway: N earlier messages … were removed …]"
 # one output: the middle of a huge log is the cheapest loss there is, cheaper than the
 # older turns that would otherwise all be dropped to make room for it.
 OVERSIZED_SHARE = 0.25
+# A cut that leaves the older turns exactly their size leaves it as a difference of floats, which
+# can fall a hair short of their sum: without this slack the oldest went for a rounding error.
+ROUNDING = 1e-6
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,7 @@ def _keep_newest(
     for k in range(len(units) - 1, -1, -1):
         unit = units[k]
         older -= whole[k]
-        if whole[k] <= room:
+        if whole[k] <= room + ROUNDING:
             room -= whole[k]
             keep_from = k
             continue
