@@ -2,6 +2,10 @@
 
 import json
 
+import anthropic
+
+from gateway.fake.scenarios import ScenarioUpstream
+from tests.anthropic_convo import TOOLS
 from tests.convo import agent_conversation, assert_valid_conversation
 from tests.fakeupstream import estimate_tokens
 
@@ -69,3 +73,42 @@ async def test_compression_disabled_returns_the_first_overflow_untouched(make_ga
     assert status == 400 and headers["x-llm-error-type"] == "context_overflow"
     assert "x-llm-compressed" not in headers and len(gw.fake.chat_requests()) == 1
     assert "maximum context length is 16000 tokens" in json.loads(body)["error"]["message"]
+
+
+async def test_claude_codes_system_entry_is_sent_where_anthropic_takes_it(make_gateway) -> None:
+    """Claude Code puts a system entry right after the first prompt, which is large and goes
+    first; left in place, the entry opened the retry and Anthropic refused it ("messages.0: use
+    the top-level 'system' parameter ..."). The fake's overflow scenario, through the anthropic
+    SDK: the one retry is taken."""
+    fake = await ScenarioUpstream(context_window=6000).start()
+    try:
+        gw = await make_gateway(fake=fake)
+        system = {"role": "system", "content": "# Environment\nAvailable agent types: general.",
+                  "output_config": {"effort": "medium"}}
+        messages: list[dict] = [{"role": "user", "content": [
+            {"type": "text", "text": "Fix the build."},
+            {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "ctx " * 9000}}]},
+            system]  # fmt: skip
+        for i in range(12):
+            messages += [
+                {"role": "assistant", "content": [{"type": "text", "text": f"Reading {i}."},
+                                                  {"type": "tool_use", "id": f"toolu_{i}", "name": "Bash",
+                                                   "input": {"command": f"cat m{i}.py"}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}",
+                                              "content": f"line {i}\n" * 200}]}]  # fmt: skip
+        messages += [{"role": "assistant", "content": "Read them all."},
+                     {"role": "user", "content": "Now write the fix."}]
+        client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="k", max_retries=0)
+        try:
+            raw = await client.messages.with_raw_response.create(
+                model="claude-opus-5-5-overflow", max_tokens=1024, messages=messages, tools=TOOLS)  # type: ignore[arg-type]
+        finally:
+            await client.close()
+        assert raw.http_response.headers["x-llm-compressed"] == "true"
+        assert (await raw.parse()).content[0].type == "text"
+        first, retry = (r.json()["messages"] for r in fake.messages_requests())
+        assert first == messages
+        assert [m["role"] for m in retry[:3]] == ["user", "system", "assistant"]
+        assert retry[1] == system and "removed by llm-gateway" in json.dumps(retry[0])
+    finally:
+        await fake.close()

@@ -7,7 +7,9 @@ mapped onto that view, planned there, and the plan is applied back to the origin
 blocks, so everything the core does not touch stays byte-identical:
 
 * top-level ``system`` is sized as a system message and never changed; so are
-  ``role: "system"`` entries inside ``messages`` (Claude Code sends them mid-conversation);
+  ``role: "system"`` entries inside ``messages`` (Claude Code sends them mid-conversation),
+  though one the drop would leave first is moved to where Anthropic takes it
+  (``_systems_placed``);
 * an assistant message with ``tool_use`` blocks is a call unit; the following user
   message that carries the ``tool_result`` blocks is its result (so the two are dropped
   together and a result never loses its call);
@@ -52,7 +54,8 @@ def compress_messages(
         return result
     out = dict(payload)
     planned = result.payload["messages"]
-    out["messages"] = [_from_view(v, messages) for v in planned if v.get(_SRC) != "top-level"]
+    kept = [_from_view(v, messages) for v in planned if v.get(_SRC) != "top-level"]
+    out["messages"] = _systems_placed(kept, messages)
     lowered = result.payload.get("max_tokens")
     if isinstance(lowered, int) and lowered != payload.get("max_tokens"):
         # Thinking's budget is held below the lowered one, or Anthropic refuses the retry
@@ -62,6 +65,62 @@ def compress_messages(
         out, result.outcome, result.target_tokens,
         result.estimated_before, result.estimated_after, result.report,
     )  # fmt: skip
+
+
+def _systems_placed(new: list[dict[str, Any]], originals: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``new`` with the ``role: "system"`` entries the drop left at its head moved to where
+    Anthropic takes one.
+
+    The core keeps each system entry where it stood, so one that followed a dropped turn (Claude
+    Code's, after the user's first prompt) comes first, which Anthropic refuses: a system entry
+    must follow a user turn and precede an assistant turn or end the array, and may not stand next
+    to another (the "Placement rules" of
+    https://platform.claude.com/docs/en/build-with-claude/mid-conversation-system-messages; the
+    words Anthropic answers with are in ``fake/messages_rules.py``). They go, in their order,
+    after the first user turn that an assistant turn, a system entry or the end follows: the
+    note about what was removed, the kept user turn it opens, or else the newest user turn.
+    Everything they preceded was dropped, so from there they still precede all that is kept.
+    Several become one entry holding each one's blocks in turn; so does one that lands before a
+    kept system entry, with that entry's blocks last."""
+    lead = _leading_systems(new)
+    stay = _leading_systems(originals)  # where the client itself put them
+    moved = new[stay:lead]
+    if not moved:
+        return new
+    rest = new[:stay] + new[lead:]
+    for at in range(stay + 1, len(rest) + 1):
+        if rest[at - 1].get("role") != "user":
+            continue
+        following = rest[at] if at < len(rest) else None
+        if following is None or following.get("role") == "assistant":
+            return [*rest[:at], _one_system(moved), *rest[at:]]
+        if following.get("role") == "system":
+            return [*rest[:at], _one_system([*moved, following]), *rest[at + 1 :]]
+    return new  # no user turn to follow: nothing Anthropic would take either way
+
+
+def _leading_systems(messages: list[dict[str, Any]]) -> int:
+    n = 0
+    while n < len(messages) and messages[n].get("role") == "system":
+        n += 1
+    return n
+
+
+def _one_system(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """One system entry out of several: their blocks in order, and their other fields (a
+    directive's ``output_config``) with a later entry's over an earlier one's."""
+    if len(entries) == 1:
+        return entries[0]
+    merged: dict[str, Any] = {}
+    blocks: list[Any] = []
+    for entry in entries:
+        merged.update({k: v for k, v in entry.items() if k != "content"})
+        content = entry.get("content")
+        if isinstance(content, list):
+            blocks.extend(content)
+        elif content:
+            blocks.append({"type": "text", "text": content})
+    return {**merged, "role": "system", "content": blocks}
 
 
 def _to_view(index: int, m: dict[str, Any]) -> dict[str, Any]:

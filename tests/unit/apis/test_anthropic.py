@@ -2,13 +2,17 @@
 
 import copy
 import json
+from typing import Any
 
 import pytest
 
 from gateway.apis import ANTHROPIC_MESSAGES
 from gateway.apis.base import Ending, EventKind, Inbound, Rejection
 from gateway.errors import Classification, ErrorType
-from tests.anthropic_convo import SYSTEM, assert_valid_messages, messages_conversation, size
+from gateway.fake.messages_rules import refusal
+from gateway.policy.compress import CompressionResult
+from gateway.policy.tokens import request_tokens
+from tests.anthropic_convo import SYSTEM, TOOLS, assert_valid_messages, messages_conversation, size
 from tests.fakeupstream import anthropic_head, anthropic_tail, sse, text_delta
 
 D = ANTHROPIC_MESSAGES
@@ -204,3 +208,95 @@ def test_max_tokens_alone_is_lowered_when_that_fits() -> None:
     result = D.compress(payload, error_message=msg, context_window=None)
     assert result.payload is not None and result.payload["messages"] == payload["messages"]
     assert result.payload["max_tokens"] < 38000
+
+
+def _turn(role: str, *blocks: Any) -> dict[str, Any]:
+    return {"role": role, "content": list(blocks)}
+
+
+def _text(t: str) -> dict[str, Any]:
+    return {"type": "text", "text": t}
+
+
+def _think(t: str) -> dict[str, Any]:
+    return {"type": "thinking", "thinking": t, "signature": f"sig-{t}"}
+
+
+def _call(i: str) -> dict[str, Any]:
+    return {"type": "tool_use", "id": f"toolu_{i}", "name": "Bash", "input": {"command": "ls"}}
+
+
+def _result(i: str, size: int = 2000) -> dict[str, Any]:
+    return {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": f"{i}: " + "r" * size}
+
+
+def _system(t: str, **fields: Any) -> dict[str, Any]:
+    return {"role": "system", "content": t, **fields}
+
+
+# Claude Code's first prompt carries the project's context: the first thing to go. A document,
+# which is never cut, makes it go whole.
+FIRST = {"role": "user", "content": [_text("fix the build"), {
+    "type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "A" * 46000}}]}
+# An older round too large to keep: its call's input is never cut.
+LARGE = [{"role": "assistant", "content": [{**_call("big"), "input": {"command": "y" * 30000}}]},
+         {"role": "user", "content": [_result("big", 100)]}]
+CLAUDE_CODE_SYSTEM = _system("# Environment\nAvailable agent types: general.", output_config={"effort": "medium"})
+
+
+def _squeezed(payload: dict[str, Any], share: float = 0.5) -> CompressionResult:
+    """The rescue of a request the provider counted as we do and allowed ``share`` of."""
+    used = round(request_tokens(payload))
+    return D.compress(payload, error_message=f"prompt is too long: {used} tokens > {int(used * share)} maximum",
+                      context_window=None)
+
+
+def _rounds(n: int, tag: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for k in range(n):
+        out += [_turn("assistant", _think(f"{tag}{k}"), _call(f"{tag}{k}")), _turn("user", _result(f"{tag}{k}"))]
+    return out
+
+
+# Each: messages (in Claude Code's shapes), and what the retry's system entries become.
+PLACEMENT = {
+    # Claude Code's interactive session: its system entry after the first prompt, which goes.
+    "after the first prompt": (
+        [FIRST, CLAUDE_CODE_SYSTEM, *_rounds(6, "a"), _turn("assistant", _text("done")),
+         _turn("user", _text("now fix it")), *_rounds(1, "b")],
+        [CLAUDE_CODE_SYSTEM]),
+    # Two entries in what is dropped: one entry, each one's blocks in turn, the later directive's.
+    "two in the dropped turns": (
+        [FIRST, CLAUDE_CODE_SYSTEM, *LARGE, _system("Tool Foo is available.", output_config={"effort": "low"}),
+         *_rounds(6, "a"), _turn("assistant", _text("done")), _turn("user", _text("now fix it")), *_rounds(1, "b")],
+        [{"role": "system", "output_config": {"effort": "low"},
+          "content": [_text(CLAUDE_CODE_SYSTEM["content"]), _text("Tool Foo is available.")]}]),
+    # Nothing older fits: the entry goes after the newest prompt, one with the one kept there.
+    "before a kept system entry": (
+        [FIRST, CLAUDE_CODE_SYSTEM, *LARGE,
+         _turn("user", _text("now fix it")), _system("<reminder>plan mode</reminder>"), *_rounds(2, "b")],
+        [{**CLAUDE_CODE_SYSTEM, "content": [_text(CLAUDE_CODE_SYSTEM["content"]), _text("<reminder>plan mode</reminder>")]}]),
+    # The newest prompt ends the conversation: the entry ends it.
+    "the prompt is last": (
+        [FIRST, CLAUDE_CODE_SYSTEM, *LARGE,
+         _turn("user", _text("now fix it"))],
+        [CLAUDE_CODE_SYSTEM]),
+    # Kept where the client put it when the prompt before it is kept.
+    "after a kept prompt": (
+        [FIRST, _turn("assistant", _text("ok")), _turn("user", _text("next")), CLAUDE_CODE_SYSTEM,
+         *_rounds(6, "a"), _turn("assistant", _text("done")), _turn("user", _text("now fix it")), *_rounds(1, "b")],
+        [CLAUDE_CODE_SYSTEM]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(PLACEMENT))
+def test_the_retry_puts_system_entries_where_anthropic_takes_them(name: str) -> None:
+    msgs, systems = PLACEMENT[name]
+    payload = {"model": "claude-opus-5-5", "max_tokens": 4096, "messages": msgs, "tools": TOOLS}
+    assert refusal("/v1/messages", payload, {}) is None  # what the client sent Anthropic takes
+    result = _squeezed(payload)
+    assert result.payload is not None, result.report
+    out = result.payload
+    assert refusal("/v1/messages", out, {}) is None, [m["role"] for m in out["messages"]]
+    assert [m for m in out["messages"] if m["role"] == "system"] == systems
+    assert out["messages"][0]["role"] == "user"
