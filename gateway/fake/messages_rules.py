@@ -185,6 +185,20 @@ And on the rest of the request:
   was given to a key of another organization (``FakeUpstream.orgs``: signatures hold only for
   the account that got them, https://github.com/riba2534/happyclaw/issues/474).
   Anthropic's own signatures (the corpus's answers) are taken: the fake cannot check them;
+- a thinking block is bound to what preceded it on the models with preserved thinking (Claude
+  Fable 5.1 and later, Opus, Sonnet and Haiku 5.5; ``preserves_thinking``): replayed after a
+  ``system``, ``tools`` or earlier message that changed, or after one left out, it and every
+  later one are refused, "messages.N.content.M: Invalid `signature` in `thinking` block. The
+  block is bound to a different conversation. Remove the block, or set
+  `thinking.block_binding.prefix_mismatch_behavior` to \"drop_block\"."
+  (https://platform.claude.com/docs/en/build-with-claude/preserved-thinking and its "Fix a
+  thinking block bound to a different conversation", which quotes the answer; enforced by
+  default for accounts made since 2026-08-31, as the fake's are). What the fake can tell of a
+  prefix is its length: a block it answered with (``bound_thinking``: the request it answered had
+  N messages, so its reply is ``messages[N]``) replayed at another index had messages before it
+  dropped or added, and is refused; an edit that keeps the count is not seen. With
+  ``prefix_mismatch_behavior: "drop_block"`` the API drops the block instead, and the fake takes
+  the request;
 - "`temperature` and `top_p` cannot both be specified for this model. Please use only one.": both
   samplers on the models the answers name: Opus 4.1 (https://github.com/anomalyco/opencode/issues/1644,
   where Opus 4.0 took the same request; https://github.com/open-webui/pipelines/pull/546), Sonnet 4.5
@@ -296,14 +310,15 @@ _DOCS = ("Please consult our documentation at https://docs.claude.com/en/docs/bu
 
 def refusal(
     path: str, payload: dict[str, Any], headers: Mapping[str, str], thought: Collection[str] = frozenset(),
-    org: str | None = None,
+    org: str | None = None, bound: Mapping[str, Collection[int]] | None = None,
 ) -> Reply | None:
     """Anthropic's 400 for this Messages request, or None when Anthropic takes it. ``thought``:
     the tool_use ids the fake answered together with a thinking block (``thought_calls``);
-    ``org``: the organization of the key that sent it (whose signatures hold)."""
+    ``org``: the organization of the key that sent it (whose signatures hold); ``bound``: where
+    each thinking block the fake answered with stands in the conversation (``bound_thinking``)."""
     if not path.endswith("/messages"):
         return None
-    why = _why(payload, headers.get("anthropic-beta", ""), thought, org)
+    why = _why(payload, headers.get("anthropic-beta", ""), thought, org) or _unbound(payload, bound or {})
     if why is None:
         return None
     return anthropic_error(400, "invalid_request_error", why)
@@ -557,6 +572,65 @@ def _thinking(payload: dict[str, Any], thought: Collection[str], interleaved: bo
     if budget is not None and _number(max_tokens) and budget >= max_tokens and not interleaved:
         return f"`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation at {_BUDGET_DOCS}"
     return _with_thinking(payload) or _thought_first(payload.get("messages"), thought)
+
+
+def preserves_thinking(model: Any) -> bool:
+    """Whether the model checks a thinking block against what preceded it: Claude Fable 5.1 and
+    later, Opus, Sonnet and Haiku 5.5 and later (the preserved-thinking pages' model lists).
+    Mythos 5.1 records the binding but does not check it (Bedrock's "Preserved thinking" page)."""
+    named = _NAMED.search(model) if isinstance(model, str) else None
+    if named is None or not named["major"]:
+        return False
+    version = (int(named["major"]), int(named["minor"] or 0))
+    first = {"fable": (5, 1), "opus": (5, 5), "sonnet": (5, 5), "haiku": (5, 5)}.get(named["family"])
+    return first is not None and version >= first
+
+
+def bound_thinking(step: Any, payload: dict[str, Any]) -> dict[str, int]:
+    """The signatures (a redacted block's data) of the thinking a Messages answer (a ``Reply``
+    body or a ``Stream``'s events) holds, each with the index its turn takes when the client
+    sends it back: after the request's messages."""
+    messages = payload.get("messages")
+    at = len(messages) if isinstance(messages, list) else 0
+    marks: list[Any] = []
+    body = getattr(step, "body", None)
+    for b in body.get("content") or [] if isinstance(body, dict) else []:
+        if isinstance(b, dict) and b.get("type") in _THOUGHT:
+            marks.append(b.get("signature") if b["type"] == "thinking" else b.get("data"))
+    for raw in getattr(step, "events", None) or []:
+        text = raw.decode(errors="replace") if isinstance(raw, bytes) else ""
+        for line in text.splitlines():
+            if not line.startswith("data: ") or ("signature_delta" not in line and "redacted_thinking" not in line):
+                continue
+            try:
+                event = json.loads(line[6:])
+            except ValueError:
+                continue
+            delta, block = event.get("delta") or {}, event.get("content_block") or {}
+            marks.append(delta.get("signature") or (block.get("data") if block.get("type") == "redacted_thinking"
+                                                     else None))  # fmt: skip
+    return {m: at for m in marks if isinstance(m, str) and m}
+
+
+def _unbound(payload: dict[str, Any], bound: Mapping[str, Collection[int]]) -> str | None:
+    thinking = payload.get("thinking")
+    binding = thinking.get("block_binding") if isinstance(thinking, dict) else None
+    dropped = isinstance(binding, dict) and binding.get("prefix_mismatch_behavior") == "drop_block"
+    messages = payload.get("messages")
+    if not bound or dropped or not preserves_thinking(payload.get("model")) or not isinstance(messages, list):
+        return None
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") != "assistant":
+            continue
+        for j, b in enumerate(_blocks(m)):
+            if b.get("type") not in _THOUGHT:
+                continue
+            mark = b.get("signature") if b["type"] == "thinking" else b.get("data")
+            if isinstance(mark, str) and mark in bound and i not in bound[mark]:
+                return (f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block. The block is bound to "
+                        "a different conversation. Remove the block, or set "
+                        '`thinking.block_binding.prefix_mismatch_behavior` to "drop_block".')  # fmt: skip
+    return None
 
 
 def _enabled_budget(thinking: Any) -> int | None:

@@ -10,7 +10,16 @@ from typing import Any
 import pytest
 
 from gateway.fake.messages import sign
-from gateway.fake.messages_rules import ADAPTIVE, BOTH, ENABLED, refusal, thinking_types, thought_calls
+from gateway.fake.messages_rules import (
+    ADAPTIVE,
+    BOTH,
+    ENABLED,
+    bound_thinking,
+    preserves_thinking,
+    refusal,
+    thinking_types,
+    thought_calls,
+)
 from gateway.fake.steps import Reply, Stream
 
 PATH = "/v1/messages"
@@ -653,3 +662,53 @@ def test_tool_names_must_be_unique(tools: list[dict[str, Any]]) -> None:
 def test_distinct_tool_names_are_taken() -> None:
     tools = [*BASH, {"name": "Read", "input_schema": {"type": "object"}}]
     assert refused([user(text("hi"))], tools=tools) is None
+
+
+BOUND = ("messages.{i}.content.0: Invalid `signature` in `thinking` block. The block is bound to a different "
+         'conversation. Remove the block, or set `thinking.block_binding.prefix_mismatch_behavior` to "drop_block".')
+
+
+def test_where_the_fake_answered_with_thinking_is_where_its_reply_stands() -> None:
+    asked = {"messages": [user(text("hi")), assistant(text("a")), user(text("b"))]}
+    answered = {"content": [thought("plan", sign("plan")), {"type": "redacted_thinking", "data": "EmwK"}, call("t1")]}
+    assert bound_thinking(Reply(200, answered), asked) == {sign("plan"): 3, "EmwK": 3}
+    streamed = [
+        b'event: content_block_start\ndata: {"type": "content_block_start", "index": 0, '
+        b'"content_block": {"type": "thinking", "thinking": ""}}\n\n',
+        b'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 0, '
+        b'"delta": {"type": "signature_delta", "signature": "' + sign("plan").encode() + b'"}}\n\n',
+        b'event: content_block_start\ndata: {"type": "content_block_start", "index": 1, '
+        b'"content_block": {"type": "redacted_thinking", "data": "EmwK"}}\n\n',
+    ]  # fmt: skip
+    assert bound_thinking(Stream(streamed), asked) == {sign("plan"): 3, "EmwK": 3}
+    assert bound_thinking(Reply(200, {"content": [text("no thinking")]}), asked) == {}
+
+
+@pytest.mark.parametrize(("model", "checks"), [
+    ("claude-fable-5-1", True), ("claude-fable-5-2", True), ("claude-opus-5-5", True), ("claude-sonnet-5-5", True),
+    ("claude-haiku-5-5", True), ("claude-fable-5", False), ("claude-opus-5", False), ("claude-opus-4-8", False),
+    ("claude-mythos-5-1", False), ("gpt-5", False),
+])  # fmt: skip
+def test_the_models_with_preserved_thinking(model: str, checks: bool) -> None:
+    assert preserves_thinking(model) is checks
+
+
+def test_thinking_replayed_after_a_changed_prefix_is_refused() -> None:
+    """A compression that dropped the two turns before it moved the block from messages[3] to
+    messages[1]: what preceded it changed, and Anthropic refuses it."""
+    mark = sign("plan")
+    bound = {mark: {3}}
+    history = [user(text("hi")), assistant(text("a")), user(text("b")),
+               assistant(thought("plan", mark), call("t1")), user(result("t1"))]  # fmt: skip
+
+    def judged(messages: list[dict[str, Any]], model: str = "claude-fable-5-1", **payload: Any) -> str | None:
+        reply = refusal(PATH, {"model": model, "max_tokens": 4096, "messages": messages, "tools": BASH, **payload},
+                        {}, bound=bound)  # fmt: skip
+        return None if reply is None else reply.body["error"]["message"]
+
+    assert judged(history) is None  # sent back where it was written
+    moved = [user(text("[2 earlier messages were removed]")), *history[3:]]
+    assert judged(moved) == BOUND.format(i=1)
+    assert judged(moved, thinking={"type": "adaptive", "block_binding": {"prefix_mismatch_behavior": "drop_block"}}) is None
+    assert judged(moved, model="claude-opus-4-8") is None  # no prefix check on this model
+    assert judged([moved[0], assistant(call("t1")), moved[2]]) is None  # left out: nothing to check
