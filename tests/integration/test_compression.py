@@ -4,7 +4,9 @@ import json
 
 import anthropic
 
+from gateway.fake.messages import sign
 from gateway.fake.scenarios import ScenarioUpstream
+from gateway.fake.steps import Reply
 from tests.anthropic_convo import TOOLS
 from tests.convo import agent_conversation, assert_valid_conversation
 from tests.fakeupstream import estimate_tokens
@@ -112,3 +114,40 @@ async def test_claude_codes_system_entry_is_sent_where_anthropic_takes_it(make_g
         assert retry[1] == system and "removed by llm-gateway" in json.dumps(retry[0])
     finally:
         await fake.close()
+
+
+async def test_a_retry_sends_no_thinking_bound_to_the_turns_it_dropped(make_gateway) -> None:
+    """Claude's thinking holds only behind the conversation it was written in (Claude Fable 5.1
+    on): kept verbatim after the turns before it were dropped, the retry's blocks were refused
+    ("... The block is bound to a different conversation ...") and the client got a 400. The
+    turns are the fake's own answers, so the fake knows where each block was written."""
+    gw = await make_gateway()
+    model, thinking = "claude-fable-5-1", {"type": "adaptive"}
+    messages: list[dict] = [{"role": "user", "content": [
+        {"type": "text", "text": "Fix the build."},
+        {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "ctx " * 6000}}]}]
+    for i in range(9):
+        plan = f"Read module {i} next."
+        said = ({"type": "text", "text": "All read."} if i == 6 else
+                {"type": "tool_use", "id": f"toolu_{i}", "name": "Bash", "input": {"command": f"cat m{i}"}})
+        answer = {"id": f"msg_{i}", "type": "message", "role": "assistant", "model": model,
+                  "content": [{"type": "thinking", "thinking": plan, "signature": sign(plan)}, said],
+                  "stop_reason": "end_turn", "stop_sequence": None, "usage": {"input_tokens": 9, "output_tokens": 9}}
+        gw.fake.script(Reply(200, answer))
+        status, _, body = await gw.messages({"model": model, "max_tokens": 2048, "thinking": thinking,
+                                             "tools": TOOLS, "messages": messages})
+        assert status == 200, body
+        messages.append({"role": "assistant", "content": json.loads(body)["content"]})
+        messages.append({"role": "user", "content": "Now write the fix." if i == 6 else [
+            {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": f"line {i}\n" * 300}]})
+    gw.fake.context_limit = 6000
+    status, headers, body = await gw.messages({"model": model, "max_tokens": 2048, "thinking": thinking,
+                                               "tools": TOOLS, "messages": messages})
+    assert status == 200, body
+    assert headers["x-llm-compressed"] == "true"
+    retry = gw.fake.messages_requests()[-1].json()
+    assert len(retry["messages"]) < len(messages)
+    assert not [b for m in retry["messages"] if isinstance(m["content"], list) for b in m["content"]
+                if b["type"] == "thinking"]
+    # The tool loop in progress lost the block it would have to start with: asked without thinking.
+    assert "thinking" not in retry

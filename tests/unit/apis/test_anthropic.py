@@ -164,12 +164,14 @@ def test_compressed_conversation_stays_valid_and_keeps_what_must_not_change() ->
     # The provider counted size // 3 tokens against a 40000 limit: the retry aims under it.
     assert size(new) < size(msgs) * 40000 / (size(msgs) // 3)
     assert size(new) > size(msgs) * 0.8 * 40000 / (size(msgs) // 3), "keeps as much as fits"
-    # The newest user turn and everything after it (the current step) are untouched,
-    # and so is every mid-conversation system entry.
-    assert new[-5:] == msgs[-5:]
+    # The newest user turn and everything after it (the current step) are untouched but for
+    # thinking, and so is every mid-conversation system entry.
+    assert new[-5:-2] == msgs[-5:-2] and new[-1] == msgs[-1]
+    assert new[-2]["content"] == msgs[-2]["content"][1:]
     assert [m for m in new if m["role"] == "system"] == [m for m in msgs if m["role"] == "system"]
-    # The latest assistant turn's thinking block is byte-identical.
-    assert json.dumps(new[-2]["content"][0]) == json.dumps(msgs[-2]["content"][0])
+    # Thinking is bound to the conversation before it, which is no longer the same: none is
+    # sent back, in any turn (it is signed: a block is sent whole or not at all).
+    assert not [b for m in new if isinstance(m["content"], list) for b in m["content"] if b["type"] == "thinking"]
     # It says what it removed.
     assert "by llm-gateway" in json.dumps(new)
 
@@ -300,3 +302,39 @@ def test_the_retry_puts_system_entries_where_anthropic_takes_them(name: str) -> 
     assert refusal("/v1/messages", out, {}) is None, [m["role"] for m in out["messages"]]
     assert [m for m in out["messages"] if m["role"] == "system"] == systems
     assert out["messages"][0]["role"] == "user"
+
+
+def test_thinking_is_left_out_from_the_first_change_on_and_kept_before_it() -> None:
+    """Only a cut (nothing dropped): the turns before the first cut output are the client's own,
+    so their thinking still holds; from there on none does."""
+    msgs = [_turn("user", _text("fix it")), _turn("assistant", _think("t0"), _call("0")),
+            _turn("user", _result("0", 200)), _turn("assistant", _think("t1"), _call("1")),
+            _turn("user", _result("1", 150000)), _turn("assistant", _think("t2"), _text("read it")),
+            _turn("user", _text("now fix it"))]  # fmt: skip
+    payload = {"model": "claude-opus-5-5", "max_tokens": 4096, "messages": msgs, "tools": TOOLS,
+               "thinking": {"type": "adaptive"}}
+    result = _squeezed(payload, 0.7)
+    assert result.payload is not None and result.report["messages_removed"] == 0, result.report
+    new = result.payload["messages"]
+    assert new[:4] == msgs[:4]  # before the cut output: as sent, thinking included
+    assert [b["type"] for b in new[5]["content"]] == ["text"]
+    assert result.payload["thinking"] == {"type": "adaptive"}  # the last turn calls no tool
+    assert result.report["thinking_removed"] == 1 and "thinking_off" not in result.report
+
+
+def test_a_tool_loop_that_loses_its_thinking_is_asked_without_thinking() -> None:
+    """Anthropic wants the last assistant turn of a tool loop to start with its thinking when
+    thinking is on, and that block is left out: the retry asks without thinking, and without the
+    context edit that clears thinking (it needs thinking on)."""
+    msgs = [FIRST, CLAUDE_CODE_SYSTEM, *_rounds(4, "a"), _turn("assistant", _text("done")),
+            _turn("user", _text("now fix it")), *_rounds(2, "b")]  # fmt: skip
+    payload = {"model": "claude-opus-5-5", "max_tokens": 4096, "messages": msgs, "tools": TOOLS,
+               "thinking": {"type": "adaptive"},
+               "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}}
+    result = _squeezed(payload)
+    assert result.payload is not None and result.report["thinking_off"], result.report
+    out = result.payload
+    assert "thinking" not in out and "context_management" not in out
+    assert not [b for m in out["messages"] if isinstance(m["content"], list) for b in m["content"]
+                if b["type"] in ("thinking", "redacted_thinking")]
+    assert out["messages"][-2]["content"] == [_call("b1")]
