@@ -42,10 +42,27 @@ Anthropic. Each rule here is one Anthropic applies, worded as it words it (400
   4.8 accepts `role: "system"` messages immediately after a user turn in the `messages` array
   [...] No beta header is required."). Claude Code 2.1.197 named the beta
   ``mid-conversation-system-2026-04-07``, 2.1.332 names none, both send such turns (captured:
-  tests/corpus/requests/). They stand between the others: a tool call's result is looked for
-  in the next turn past them. Not judged here: the placement rules and the models that refuse
-  the role ("role 'system' is not supported on this model", anthropics/claude-code#61412), for
-  want of the words Anthropic answers a misplaced one with;
+  tests/corpus/requests/). A tool call's result is looked for in the next turn past them. Not
+  judged here: the models that refuse the role ("role 'system' is not supported on this
+  model", anthropics/claude-code#61412);
+- where a ``system`` turn may stand, the page's "Placement rules" (as Bedrock's copy words them,
+  https://docs.aws.amazon.com/bedrock/latest/userguide/claude-messages-mid-conversation-system.html:
+  it "Cannot be the first entry in messages", "Must immediately follow a user message or an
+  assistant message that ends in a server tool use", "Must either be the last entry in messages
+  or be followed by an assistant turn", "Cannot be adjacent to another system message"), each
+  refused in the words Anthropic answers it with. First: "messages.0: use the top-level 'system'
+  parameter for the initial system prompt" (Claude Code's "API Error: 400",
+  https://github.com/anthropics/claude-code/issues/64147); not after a user turn: "messages.N:
+  role 'system' must follow a 'user' message or an 'assistant' message ending in a server tool
+  result" (quoted in gateways' tests and changelogs only, no public report found); not before an
+  assistant turn or the end (a second system turn included): "messages.N: role 'system' must
+  precede an 'assistant' message or end the array" (with request ids in
+  https://github.com/anthropics/claude-code/issues/73821). Answers quoted since July 2026 go on "; the
+  directive-only form (content: [] with output_config) is accepted at any position", as the fake
+  words them (https://github.com/diegosouzapw/OmniRoute/pull/10457, measured in production
+  2026-08-15): a turn of that form is placed anywhere, and is not an empty turn either. An
+  assistant turn ending in any ``…_tool_result`` or ``server_tool_use`` block counts as a server
+  tool's, the fake's lenient reading of the two wordings;
 - "messages: at least one message is required": the empty conversation;
 - "messages.N: all messages must have non-empty content except for the optional final assistant
   message": a turn whose content is an empty list, anywhere but as the last turn, the
@@ -168,6 +185,20 @@ And on the rest of the request:
   was given to a key of another organization (``FakeUpstream.orgs``: signatures hold only for
   the account that got them, https://github.com/riba2534/happyclaw/issues/474).
   Anthropic's own signatures (the corpus's answers) are taken: the fake cannot check them;
+- a thinking block is bound to what preceded it on the models with preserved thinking (Claude
+  Fable 5.1 and later, Opus, Sonnet and Haiku 5.5; ``preserves_thinking``): replayed after a
+  ``system``, ``tools`` or earlier message that changed, or after one left out, it and every
+  later one are refused, "messages.N.content.M: Invalid `signature` in `thinking` block. The
+  block is bound to a different conversation. Remove the block, or set
+  `thinking.block_binding.prefix_mismatch_behavior` to \"drop_block\"."
+  (https://platform.claude.com/docs/en/build-with-claude/preserved-thinking and its "Fix a
+  thinking block bound to a different conversation", which quotes the answer; enforced by
+  default for accounts made since 2026-08-31, as the fake's are). What the fake can tell of a
+  prefix is its length: a block it answered with (``bound_thinking``: the request it answered had
+  N messages, so its reply is ``messages[N]``) replayed at another index had messages before it
+  dropped or added, and is refused; an edit that keeps the count is not seen. With
+  ``prefix_mismatch_behavior: "drop_block"`` the API drops the block instead, and the fake takes
+  the request;
 - "`temperature` and `top_p` cannot both be specified for this model. Please use only one.": both
   samplers on the models the answers name: Opus 4.1 (https://github.com/anomalyco/opencode/issues/1644,
   where Opus 4.0 took the same request; https://github.com/open-webui/pipelines/pull/546), Sonnet 4.5
@@ -272,20 +303,22 @@ _UNSUPPORTED = {"integer": _NUMERIC, "number": _NUMERIC, "string": ("minLength",
 # Anchored on the "@" (a possessive-free scan from every start was quadratic: a 300 KB id
 # without one held the fake's CPU until it was killed).
 _EMAIL = re.compile(r"(?<=[^@\s])@[^@\s]+\.[^@\s]")
+_ANY_POSITION = "; the directive-only form (content: [] with output_config) is accepted at any position"
 _DOCS = ("Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
          "#important-considerations-when-using-extended-thinking")  # fmt: skip
 
 
 def refusal(
     path: str, payload: dict[str, Any], headers: Mapping[str, str], thought: Collection[str] = frozenset(),
-    org: str | None = None,
+    org: str | None = None, bound: Mapping[str, Collection[int]] | None = None,
 ) -> Reply | None:
     """Anthropic's 400 for this Messages request, or None when Anthropic takes it. ``thought``:
     the tool_use ids the fake answered together with a thinking block (``thought_calls``);
-    ``org``: the organization of the key that sent it (whose signatures hold)."""
+    ``org``: the organization of the key that sent it (whose signatures hold); ``bound``: where
+    each thinking block the fake answered with stands in the conversation (``bound_thinking``)."""
     if not path.endswith("/messages"):
         return None
-    why = _why(payload, headers.get("anthropic-beta", ""), thought, org)
+    why = _why(payload, headers.get("anthropic-beta", ""), thought, org) or _unbound(payload, bound or {})
     if why is None:
         return None
     return anthropic_error(400, "invalid_request_error", why)
@@ -352,7 +385,7 @@ def _conversation(messages: list[Any]) -> str | None:
         if message.get("role") not in ("user", "assistant", "system"):
             return f"messages.{i}.role: Input should be 'user' or 'assistant'"
         final_assistant = i == len(messages) - 1 and message.get("role") == "assistant"
-        if message.get("content") == [] and not final_assistant:
+        if message.get("content") == [] and not final_assistant and not _directive(message):
             return f"messages.{i}: all messages must have non-empty content except for the optional final assistant message"
         blank = next((why for b in _blocks(message) if (why := _blank_text(b))), None)
         if blank is not None:
@@ -360,6 +393,9 @@ def _conversation(messages: list[Any]) -> str | None:
         image = _image_type(message, f"messages.{i}.content")
         if image is not None:
             return image
+        placed = _misplaced_system(messages, i)
+        if placed is not None:
+            return placed
     turns = [(i, m) for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") != "system"]
     for k, (i, message) in enumerate(turns):
         if message.get("role") == "assistant":
@@ -388,6 +424,32 @@ def _conversation(messages: list[Any]) -> str | None:
                             f"{block.get('tool_use_id')}. Each `tool_result` block must have a corresponding "
                             "`tool_use` block in the previous message.")  # fmt: skip
     return _trailing_whitespace(messages[-1])
+
+
+def _directive(message: dict[str, Any]) -> bool:
+    return message.get("role") == "system" and message.get("content") == [] and "output_config" in message
+
+
+def _misplaced_system(messages: list[Any], i: int) -> str | None:
+    message = messages[i]
+    if message.get("role") != "system" or _directive(message):
+        return None
+    if i == 0:
+        return f"messages.0: use the top-level 'system' parameter for the initial system prompt{_ANY_POSITION}"
+    before = messages[i - 1] if isinstance(messages[i - 1], dict) else {}
+    if before.get("role") != "user" and not _ends_in_server_tool(before):
+        return (f"messages.{i}: role 'system' must follow a 'user' message or an 'assistant' message ending "
+                f"in a server tool result{_ANY_POSITION}")  # fmt: skip
+    after = messages[i + 1] if i + 1 < len(messages) and isinstance(messages[i + 1], dict) else None
+    if after is not None and after.get("role") != "assistant":
+        return f"messages.{i}: role 'system' must precede an 'assistant' message or end the array{_ANY_POSITION}"
+    return None
+
+
+def _ends_in_server_tool(message: dict[str, Any]) -> bool:
+    blocks = _blocks(message) if message.get("role") == "assistant" else []
+    kind = str(blocks[-1].get("type", "")) if blocks else ""
+    return kind == "server_tool_use" or kind.endswith("_tool_result")
 
 
 def _undeclared_tools(tools: Any, messages: list[Any]) -> str | None:
@@ -510,6 +572,65 @@ def _thinking(payload: dict[str, Any], thought: Collection[str], interleaved: bo
     if budget is not None and _number(max_tokens) and budget >= max_tokens and not interleaved:
         return f"`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation at {_BUDGET_DOCS}"
     return _with_thinking(payload) or _thought_first(payload.get("messages"), thought)
+
+
+def preserves_thinking(model: Any) -> bool:
+    """Whether the model checks a thinking block against what preceded it: Claude Fable 5.1 and
+    later, Opus, Sonnet and Haiku 5.5 and later (the preserved-thinking pages' model lists).
+    Mythos 5.1 records the binding but does not check it (Bedrock's "Preserved thinking" page)."""
+    named = _NAMED.search(model) if isinstance(model, str) else None
+    if named is None or not named["major"]:
+        return False
+    version = (int(named["major"]), int(named["minor"] or 0))
+    first = {"fable": (5, 1), "opus": (5, 5), "sonnet": (5, 5), "haiku": (5, 5)}.get(named["family"])
+    return first is not None and version >= first
+
+
+def bound_thinking(step: Any, payload: dict[str, Any]) -> dict[str, int]:
+    """The signatures (a redacted block's data) of the thinking a Messages answer (a ``Reply``
+    body or a ``Stream``'s events) holds, each with the index its turn takes when the client
+    sends it back: after the request's messages."""
+    messages = payload.get("messages")
+    at = len(messages) if isinstance(messages, list) else 0
+    marks: list[Any] = []
+    body = getattr(step, "body", None)
+    for b in body.get("content") or [] if isinstance(body, dict) else []:
+        if isinstance(b, dict) and b.get("type") in _THOUGHT:
+            marks.append(b.get("signature") if b["type"] == "thinking" else b.get("data"))
+    for raw in getattr(step, "events", None) or []:
+        text = raw.decode(errors="replace") if isinstance(raw, bytes) else ""
+        for line in text.splitlines():
+            if not line.startswith("data: ") or ("signature_delta" not in line and "redacted_thinking" not in line):
+                continue
+            try:
+                event = json.loads(line[6:])
+            except ValueError:
+                continue
+            delta, block = event.get("delta") or {}, event.get("content_block") or {}
+            marks.append(delta.get("signature") or (block.get("data") if block.get("type") == "redacted_thinking"
+                                                     else None))  # fmt: skip
+    return {m: at for m in marks if isinstance(m, str) and m}
+
+
+def _unbound(payload: dict[str, Any], bound: Mapping[str, Collection[int]]) -> str | None:
+    thinking = payload.get("thinking")
+    binding = thinking.get("block_binding") if isinstance(thinking, dict) else None
+    dropped = isinstance(binding, dict) and binding.get("prefix_mismatch_behavior") == "drop_block"
+    messages = payload.get("messages")
+    if not bound or dropped or not preserves_thinking(payload.get("model")) or not isinstance(messages, list):
+        return None
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") != "assistant":
+            continue
+        for j, b in enumerate(_blocks(m)):
+            if b.get("type") not in _THOUGHT:
+                continue
+            mark = b.get("signature") if b["type"] == "thinking" else b.get("data")
+            if isinstance(mark, str) and mark in bound and i not in bound[mark]:
+                return (f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block. The block is bound to "
+                        "a different conversation. Remove the block, or set "
+                        '`thinking.block_binding.prefix_mismatch_behavior` to "drop_block".')  # fmt: skip
+    return None
 
 
 def _enabled_budget(thinking: Any) -> int | None:

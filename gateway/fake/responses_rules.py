@@ -28,6 +28,12 @@ found. Items are not persisted when `store` is set to false. Try again with `sto
 or remove this item from your input." (https://github.com/can1357/oh-my-pi/issues/41; the fake
 keeps no records, so with ``store`` on it takes any).
 
+Not judged: "Item 'fc_…' of type 'function_call' was provided without its required
+'reasoning' item: 'rs_…'." (https://github.com/mastra-ai/mastra/issues/8738). Which reasoning
+item a call needs is OpenAI's record of the response that made both, not anything in the
+input: a call after another response's reasoning item, or one a client wrote, is taken, and
+the fake's own answers carry no reasoning items whose pairs it could remember.
+
 A compression or a cut of the input that separates a pair is exactly what these catch. Neither
 is judged when the input continues a stored response (``previous_response_id``, ``conversation``):
 the call can then be in the stored part.

@@ -101,6 +101,10 @@ class FakeUpstream:
         # The tool_use ids the fake answered Messages requests with beside a thinking block:
         # replayed without it while thinking is on, Anthropic refuses them (messages_rules.py).
         self.thought_calls: set[str] = set()
+        # Where each thinking block the fake answered Messages requests with stands in the
+        # conversation: replayed elsewhere on a model with preserved thinking, what preceded it
+        # changed and Anthropic refuses it (messages_rules.py).
+        self.bound_thinking: dict[str, set[int]] = {}
         # The organization of each key (``--org``): reasoning signed for one organization's key
         # is refused from another's, as the providers refuse it (messages_rules.py,
         # responses_rules.py). A key not named here is in none (the default: all one account).
@@ -231,7 +235,8 @@ class FakeUpstream:
                                      status=404)  # fmt: skip
         org = self.orgs.get(self._key or "")
         limited = (chat_rules.refusal(path, payload)
-                   or messages_rules.refusal(path, payload, request.headers, self.thought_calls, org)
+                   or messages_rules.refusal(path, payload, request.headers, self.thought_calls, org,
+                                             self.bound_thinking)
                    or responses_rules.refusal(path, payload, org)
                    or output.param_refusal(self.refused_params, path, payload, self.refusal_style)
                    or output.refusal(self.output_limit, path, payload))  # fmt: skip
@@ -247,6 +252,8 @@ class FakeUpstream:
                     else self._default(payload))
         if path.endswith("/messages"):
             self.thought_calls |= messages_rules.thought_calls(step)
+            for mark, at in messages_rules.bound_thinking(step, payload).items():
+                self.bound_thinking.setdefault(mark, set()).add(at)
         return await self._play(request, gate.stamp(self.keys, path, request.headers, payload, step))
 
     async def _gemini(self, request: web.Request, payload: dict[str, Any], body: bytes, version: str,

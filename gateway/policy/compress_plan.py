@@ -2,7 +2,8 @@
 
 The order is in ``compress.py``'s docstring; this module carries it out. A *unit* is what
 is dropped as a whole: one message, or an assistant tool call together with all of its
-results. Pure; linear in the conversation size.
+results, and with every message after them that says it ``CONTINUES`` the unit (an API's
+adapter marks those its API will not take apart). Pure; linear in the conversation size.
 """
 
 from __future__ import annotations
@@ -21,11 +22,17 @@ from gateway.policy.cut import (
     water_level,
 )
 
+# A view message that may only be dropped with the unit before it: Responses' calls that follow
+# an output but belong to the reasoning item before it (``apis/responses/compress.py``).
+CONTINUES = "_llm_gateway_continues"
 NOTE_TOKENS = 50  # the "[llm-gateway: N earlier messages … were removed …]" note, as a message
 # A turn that does not fit whole may spend at most this share of the history's room on any
 # one output: the middle of a huge log is the cheapest loss there is, cheaper than the
 # older turns that would otherwise all be dropped to make room for it.
 OVERSIZED_SHARE = 0.25
+# A cut that leaves the older turns exactly their size leaves it as a difference of floats, which
+# can fall a hair short of their sum: without this slack the oldest went for a rounding error.
+ROUNDING = 1e-6
 
 
 @dataclass(frozen=True)
@@ -103,7 +110,7 @@ def _keep_newest(
     for k in range(len(units) - 1, -1, -1):
         unit = units[k]
         older -= whole[k]
-        if whole[k] <= room:
+        if whole[k] <= room + ROUNDING:
             room -= whole[k]
             keep_from = k
             continue
@@ -155,6 +162,8 @@ def _units(messages: list[dict[str, Any]], start: int, end: int) -> list[list[in
             continue
         if role in ("tool", "function") and units and _is_call_unit(messages, units[-1]):
             units[-1].append(i)  # a result travels with the call that asked for it
+        elif messages[i].get(CONTINUES) and units:
+            units[-1].append(i)
         else:
             units.append([i])
     return units

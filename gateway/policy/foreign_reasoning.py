@@ -69,7 +69,7 @@ def strip(api: str, doc: Mapping[str, Any]) -> dict[str, Any] | None:
     """``doc`` (a request in ``api``) without the reasoning an upstream may refuse as foreign;
     None when it carries none."""
     if api == "messages":
-        return _messages(doc)
+        return thinking_left_out(doc)
     if api == "responses":
         return _responses(doc)
     if api == "gemini":
@@ -77,7 +77,10 @@ def strip(api: str, doc: Mapping[str, Any]) -> dict[str, Any] | None:
     return None  # chat carries no signed reasoning
 
 
-def _messages(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+def thinking_left_out(doc: Mapping[str, Any], since: int = 0) -> dict[str, Any] | None:
+    """A Messages request without the thinking and redacted_thinking blocks of its assistant
+    turns from ``messages[since]`` on (those before it kept as they are); None when there are
+    none."""
     messages = doc.get("messages")
     if not isinstance(messages, list):
         return None
@@ -86,7 +89,8 @@ def _messages(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     kept_messages: list[Any] = []
     removed = last_lost = False
     for i, m in enumerate(messages):
-        content = m.get("content") if isinstance(m, dict) and m.get("role") == "assistant" else None
+        owned = i >= since and isinstance(m, dict) and m.get("role") == "assistant"
+        content = m.get("content") if owned else None
         if isinstance(content, list):
             kept = [b for b in content if not (isinstance(b, dict) and b.get("type") in _THOUGHT)]
             if len(kept) != len(content):

@@ -2,6 +2,12 @@
 
 import json
 
+import anthropic
+
+from gateway.fake.messages import sign
+from gateway.fake.scenarios import ScenarioUpstream
+from gateway.fake.steps import Reply
+from tests.anthropic_convo import TOOLS
 from tests.convo import agent_conversation, assert_valid_conversation
 from tests.fakeupstream import estimate_tokens
 
@@ -69,3 +75,79 @@ async def test_compression_disabled_returns_the_first_overflow_untouched(make_ga
     assert status == 400 and headers["x-llm-error-type"] == "context_overflow"
     assert "x-llm-compressed" not in headers and len(gw.fake.chat_requests()) == 1
     assert "maximum context length is 16000 tokens" in json.loads(body)["error"]["message"]
+
+
+async def test_claude_codes_system_entry_is_sent_where_anthropic_takes_it(make_gateway) -> None:
+    """Claude Code puts a system entry right after the first prompt, which is large and goes
+    first; left in place, the entry opened the retry and Anthropic refused it ("messages.0: use
+    the top-level 'system' parameter ..."). The fake's overflow scenario, through the anthropic
+    SDK: the one retry is taken."""
+    fake = await ScenarioUpstream(context_window=6000).start()
+    try:
+        gw = await make_gateway(fake=fake)
+        system = {"role": "system", "content": "# Environment\nAvailable agent types: general.",
+                  "output_config": {"effort": "medium"}}
+        messages: list[dict] = [{"role": "user", "content": [
+            {"type": "text", "text": "Fix the build."},
+            {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "ctx " * 9000}}]},
+            system]  # fmt: skip
+        for i in range(12):
+            messages += [
+                {"role": "assistant", "content": [{"type": "text", "text": f"Reading {i}."},
+                                                  {"type": "tool_use", "id": f"toolu_{i}", "name": "Bash",
+                                                   "input": {"command": f"cat m{i}.py"}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}",
+                                              "content": f"line {i}\n" * 200}]}]  # fmt: skip
+        messages += [{"role": "assistant", "content": "Read them all."},
+                     {"role": "user", "content": "Now write the fix."}]
+        client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="k", max_retries=0)
+        try:
+            raw = await client.messages.with_raw_response.create(
+                model="claude-opus-5-5-overflow", max_tokens=1024, messages=messages, tools=TOOLS)  # type: ignore[arg-type]
+        finally:
+            await client.close()
+        assert raw.http_response.headers["x-llm-compressed"] == "true"
+        assert (await raw.parse()).content[0].type == "text"
+        first, retry = (r.json()["messages"] for r in fake.messages_requests())
+        assert first == messages
+        assert [m["role"] for m in retry[:3]] == ["user", "system", "assistant"]
+        assert retry[1] == system and "removed by llm-gateway" in json.dumps(retry[0])
+    finally:
+        await fake.close()
+
+
+async def test_a_retry_sends_no_thinking_bound_to_the_turns_it_dropped(make_gateway) -> None:
+    """Claude's thinking holds only behind the conversation it was written in (Claude Fable 5.1
+    on): kept verbatim after the turns before it were dropped, the retry's blocks were refused
+    ("... The block is bound to a different conversation ...") and the client got a 400. The
+    turns are the fake's own answers, so the fake knows where each block was written."""
+    gw = await make_gateway()
+    model, thinking = "claude-fable-5-1", {"type": "adaptive"}
+    messages: list[dict] = [{"role": "user", "content": [
+        {"type": "text", "text": "Fix the build."},
+        {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "ctx " * 6000}}]}]
+    for i in range(9):
+        plan = f"Read module {i} next."
+        said = ({"type": "text", "text": "All read."} if i == 6 else
+                {"type": "tool_use", "id": f"toolu_{i}", "name": "Bash", "input": {"command": f"cat m{i}"}})
+        answer = {"id": f"msg_{i}", "type": "message", "role": "assistant", "model": model,
+                  "content": [{"type": "thinking", "thinking": plan, "signature": sign(plan)}, said],
+                  "stop_reason": "end_turn", "stop_sequence": None, "usage": {"input_tokens": 9, "output_tokens": 9}}
+        gw.fake.script(Reply(200, answer))
+        status, _, body = await gw.messages({"model": model, "max_tokens": 2048, "thinking": thinking,
+                                             "tools": TOOLS, "messages": messages})
+        assert status == 200, body
+        messages.append({"role": "assistant", "content": json.loads(body)["content"]})
+        messages.append({"role": "user", "content": "Now write the fix." if i == 6 else [
+            {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": f"line {i}\n" * 300}]})
+    gw.fake.context_limit = 6000
+    status, headers, body = await gw.messages({"model": model, "max_tokens": 2048, "thinking": thinking,
+                                               "tools": TOOLS, "messages": messages})
+    assert status == 200, body
+    assert headers["x-llm-compressed"] == "true"
+    retry = gw.fake.messages_requests()[-1].json()
+    assert len(retry["messages"]) < len(messages)
+    assert not [b for m in retry["messages"] if isinstance(m["content"], list) for b in m["content"]
+                if b["type"] == "thinking"]
+    # The tool loop in progress lost the block it would have to start with: asked without thinking.
+    assert "thinking" not in retry

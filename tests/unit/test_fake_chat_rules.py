@@ -340,17 +340,20 @@ CLAUDE_CODE_BETA = {"anthropic-beta": "mid-conversation-system-2026-04-07"}
 
 def _messages_conversation(r: random.Random) -> list[dict[str, Any]]:
     """What Anthropic takes: tool rounds answered in any order (with errors and text after the
-    results), thinking, Claude Code's system turns."""
+    results), thinking, Claude Code's system turns (where Anthropic places one: after a user turn,
+    before an assistant turn or last)."""
     msgs: list[dict[str, Any]] = [{"role": "user", "content": r.choice(["hi", [{"type": "text", "text": "hey"}]])}]
     for _ in range(r.randint(0, 7)):
-        kind = r.choice(["user", "assistant", "round", "system"])
+        placed = msgs[-1]["role"] == "system"
+        kind = r.choice(["assistant", "round"] if placed else ["user", "assistant", "round", "system"])
         if kind == "user":
             msgs.append({"role": "user", "content": "more"})
         elif kind == "assistant":
             msgs.append({"role": "assistant", "content": r.choice(["ok", [
                 {"type": "thinking", "thinking": "t", "signature": "s"}, {"type": "text", "text": "a"}]])})
         elif kind == "system":
-            msgs.append({"role": "system", "content": "<reminder>"})
+            if msgs[-1]["role"] == "user":
+                msgs.append({"role": "system", "content": "<reminder>"})
         else:
             # Some carry a Gemini thought signature (a conversation begun on a Gemini upstream).
             ids = [f"toolu_{r.randint(0, 99999)}" + ("__gsig_" + "Q" * r.randint(1, 120) if r.random() < 0.3 else "")

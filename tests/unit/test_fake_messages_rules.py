@@ -10,7 +10,16 @@ from typing import Any
 import pytest
 
 from gateway.fake.messages import sign
-from gateway.fake.messages_rules import ADAPTIVE, BOTH, ENABLED, refusal, thinking_types, thought_calls
+from gateway.fake.messages_rules import (
+    ADAPTIVE,
+    BOTH,
+    ENABLED,
+    bound_thinking,
+    preserves_thinking,
+    refusal,
+    thinking_types,
+    thought_calls,
+)
 from gateway.fake.steps import Reply, Stream
 
 PATH = "/v1/messages"
@@ -117,14 +126,46 @@ def test_a_conversation_with_tool_blocks_must_declare_tools(tools: list[Any] | N
     assert refused(rounds[:2] + rounds[3:]).startswith("messages.1: `tool_use` ids were found")
 
 
+def system(content: Any = "<reminder>", **fields: Any) -> dict[str, Any]:
+    return {"role": "system", "content": content, **fields}
+
+
 def test_claude_codes_system_turns_with_or_without_a_beta() -> None:
-    # Claude Code sends system turns between the others: a tool call's result is looked for
-    # past them. 2.1.197 named the beta mid-conversation-system-2026-04-07; 2.1.332 names none,
-    # and Anthropic asks for none ("No beta header is required").
-    convo = [user(text("hi")), assistant(call("toolu_1")), {"role": "system", "content": "<reminder>"},
-             user(result("toolu_1"))]  # fmt: skip
+    # Claude Code sends a system turn after the user's first prompt (tests/corpus/requests/).
+    # 2.1.197 named the beta mid-conversation-system-2026-04-07; 2.1.332 names none, and
+    # Anthropic asks for none ("No beta header is required").
+    convo = [user(text("hi")), system(), assistant(call("toolu_1")), user(result("toolu_1"))]
     assert refused(convo, BETA, tools=BASH) is None
     assert refused(convo, tools=BASH) is None
+
+
+ANY_POSITION = "; the directive-only form (content: [] with output_config) is accepted at any position"
+DIRECTIVE = {"content": [], "output_config": {"effort": "low"}}
+
+
+@pytest.mark.parametrize(("messages", "words"), [
+    # First: what a compression that dropped the turn before it made of Claude Code's request.
+    ([system(), user(text("note")), assistant(text("a")), user(text("b"))],
+     f"messages.0: use the top-level 'system' parameter for the initial system prompt{ANY_POSITION}"),
+    ([user(text("hi")), assistant(call("toolu_1")), system(), user(result("toolu_1"))],
+     "messages.2: role 'system' must follow a 'user' message or an 'assistant' message ending in a server tool "
+     f"result{ANY_POSITION}"),
+    ([user(text("hi")), system(), user(text("more"))],
+     f"messages.1: role 'system' must precede an 'assistant' message or end the array{ANY_POSITION}"),
+    ([user(text("hi")), system(), system(), assistant(text("a")), user(text("b"))],
+     f"messages.1: role 'system' must precede an 'assistant' message or end the array{ANY_POSITION}"),
+    # Where Anthropic takes one: after a user turn, before an assistant turn or last; after a
+    # server tool's result; and the directive-only form anywhere.
+    ([user(text("hi")), system()], None),
+    ([user(text("hi")), system([text("two"), text("blocks")]), assistant(text("a")), user(text("b"))], None),
+    ([user(text("hi")), assistant({"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search",
+                                   "input": {}},
+                                  {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []}),
+      system(), assistant(text("a")), user(text("b"))], None),
+    ([system(**DIRECTIVE), user(text("hi")), system(**DIRECTIVE), user(text("b"))], None),
+])  # fmt: skip
+def test_where_a_system_turn_may_stand(messages: list[dict[str, Any]], words: str | None) -> None:
+    assert refused(messages, tools=BASH) == words
 
 
 @pytest.mark.parametrize("name", ["claude-code-2.1.332-first.json", "claude-code-2.1.332-tool-reference.json"])
@@ -621,3 +662,53 @@ def test_tool_names_must_be_unique(tools: list[dict[str, Any]]) -> None:
 def test_distinct_tool_names_are_taken() -> None:
     tools = [*BASH, {"name": "Read", "input_schema": {"type": "object"}}]
     assert refused([user(text("hi"))], tools=tools) is None
+
+
+BOUND = ("messages.{i}.content.0: Invalid `signature` in `thinking` block. The block is bound to a different "
+         'conversation. Remove the block, or set `thinking.block_binding.prefix_mismatch_behavior` to "drop_block".')
+
+
+def test_where_the_fake_answered_with_thinking_is_where_its_reply_stands() -> None:
+    asked = {"messages": [user(text("hi")), assistant(text("a")), user(text("b"))]}
+    answered = {"content": [thought("plan", sign("plan")), {"type": "redacted_thinking", "data": "EmwK"}, call("t1")]}
+    assert bound_thinking(Reply(200, answered), asked) == {sign("plan"): 3, "EmwK": 3}
+    streamed = [
+        b'event: content_block_start\ndata: {"type": "content_block_start", "index": 0, '
+        b'"content_block": {"type": "thinking", "thinking": ""}}\n\n',
+        b'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 0, '
+        b'"delta": {"type": "signature_delta", "signature": "' + sign("plan").encode() + b'"}}\n\n',
+        b'event: content_block_start\ndata: {"type": "content_block_start", "index": 1, '
+        b'"content_block": {"type": "redacted_thinking", "data": "EmwK"}}\n\n',
+    ]  # fmt: skip
+    assert bound_thinking(Stream(streamed), asked) == {sign("plan"): 3, "EmwK": 3}
+    assert bound_thinking(Reply(200, {"content": [text("no thinking")]}), asked) == {}
+
+
+@pytest.mark.parametrize(("model", "checks"), [
+    ("claude-fable-5-1", True), ("claude-fable-5-2", True), ("claude-opus-5-5", True), ("claude-sonnet-5-5", True),
+    ("claude-haiku-5-5", True), ("claude-fable-5", False), ("claude-opus-5", False), ("claude-opus-4-8", False),
+    ("claude-mythos-5-1", False), ("gpt-5", False),
+])  # fmt: skip
+def test_the_models_with_preserved_thinking(model: str, checks: bool) -> None:
+    assert preserves_thinking(model) is checks
+
+
+def test_thinking_replayed_after_a_changed_prefix_is_refused() -> None:
+    """A compression that dropped the two turns before it moved the block from messages[3] to
+    messages[1]: what preceded it changed, and Anthropic refuses it."""
+    mark = sign("plan")
+    bound = {mark: {3}}
+    history = [user(text("hi")), assistant(text("a")), user(text("b")),
+               assistant(thought("plan", mark), call("t1")), user(result("t1"))]  # fmt: skip
+
+    def judged(messages: list[dict[str, Any]], model: str = "claude-fable-5-1", **payload: Any) -> str | None:
+        reply = refusal(PATH, {"model": model, "max_tokens": 4096, "messages": messages, "tools": BASH, **payload},
+                        {}, bound=bound)  # fmt: skip
+        return None if reply is None else reply.body["error"]["message"]
+
+    assert judged(history) is None  # sent back where it was written
+    moved = [user(text("[2 earlier messages were removed]")), *history[3:]]
+    assert judged(moved) == BOUND.format(i=1)
+    assert judged(moved, thinking={"type": "adaptive", "block_binding": {"prefix_mismatch_behavior": "drop_block"}}) is None
+    assert judged(moved, model="claude-opus-4-8") is None  # no prefix check on this model
+    assert judged([moved[0], assistant(call("t1")), moved[2]]) is None  # left out: nothing to check

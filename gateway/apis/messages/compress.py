@@ -7,12 +7,16 @@ mapped onto that view, planned there, and the plan is applied back to the origin
 blocks, so everything the core does not touch stays byte-identical:
 
 * top-level ``system`` is sized as a system message and never changed; so are
-  ``role: "system"`` entries inside ``messages`` (Claude Code sends them mid-conversation);
+  ``role: "system"`` entries inside ``messages`` (Claude Code sends them mid-conversation),
+  though one the drop would leave first is moved to where Anthropic takes it
+  (``_systems_placed``);
 * an assistant message with ``tool_use`` blocks is a call unit; the following user
   message that carries the ``tool_result`` blocks is its result (so the two are dropped
   together and a result never loses its call);
 * text that may be cut: ``text`` blocks and ``tool_result`` content; never
   ``tool_use`` input, ``thinking`` / ``redacted_thinking`` (signed), images or documents;
+  a thinking block after the first message the compression changed is left out whole, as
+  Claude's thinking holds only behind the conversation it was written in (``_first_change``);
 * kept blocks keep every other field (``cache_control`` included);
 * a lowered ``max_tokens`` takes thinking's ``budget_tokens`` below it (``output_budget.py``).
 
@@ -28,10 +32,12 @@ from typing import Any
 from gateway.apis import output_budget
 from gateway.policy.compress import CompressionResult, compress
 from gateway.policy.cut import cap_content
+from gateway.policy.foreign_reasoning import thinking_left_out
 
 _SRC = "_llm_gateway_src"  # index of the original message a view message stands for
 _BLOCK = "_llm_gateway_block"  # index of the original block a view part stands for
 _SUB = "_llm_gateway_sub"  # index inside a tool_result's content list
+_THOUGHT = ("thinking", "redacted_thinking")
 
 
 def compress_messages(
@@ -52,7 +58,15 @@ def compress_messages(
         return result
     out = dict(payload)
     planned = result.payload["messages"]
-    out["messages"] = [_from_view(v, messages) for v in planned if v.get(_SRC) != "top-level"]
+    kept = [_from_view(v, messages) for v in planned if v.get(_SRC) != "top-level"]
+    out["messages"] = _systems_placed(kept, messages)
+    report = dict(result.report)
+    unbound = thinking_left_out(out, since=_first_change(out["messages"], messages))
+    if unbound is not None:
+        report["thinking_removed"] = _thinking_count(out["messages"]) - _thinking_count(unbound["messages"])
+        if "thinking" in out and "thinking" not in unbound:
+            report["thinking_off"] = True
+        out = unbound
     lowered = result.payload.get("max_tokens")
     if isinstance(lowered, int) and lowered != payload.get("max_tokens"):
         # Thinking's budget is held below the lowered one, or Anthropic refuses the retry
@@ -60,8 +74,96 @@ def compress_messages(
         out = output_budget.messages(out, lowered) or out
     return CompressionResult(
         out, result.outcome, result.target_tokens,
-        result.estimated_before, result.estimated_after, result.report,
+        result.estimated_before, result.estimated_after, report,
     )  # fmt: skip
+
+
+def _systems_placed(new: list[dict[str, Any]], originals: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``new`` with the ``role: "system"`` entries the drop left at its head moved to where
+    Anthropic takes one.
+
+    The core keeps each system entry where it stood, so one that followed a dropped turn (Claude
+    Code's, after the user's first prompt) comes first, which Anthropic refuses: a system entry
+    must follow a user turn and precede an assistant turn or end the array, and may not stand next
+    to another (the "Placement rules" of
+    https://platform.claude.com/docs/en/build-with-claude/mid-conversation-system-messages; the
+    words Anthropic answers with are in ``fake/messages_rules.py``). They go, in their order,
+    after the first user turn that an assistant turn, a system entry or the end follows: the
+    note about what was removed, the kept user turn it opens, or else the newest user turn.
+    Everything they preceded was dropped, so from there they still precede all that is kept.
+    Several become one entry holding each one's blocks in turn; so does one that lands before a
+    kept system entry, with that entry's blocks last."""
+    lead = _leading_systems(new)
+    stay = _leading_systems(originals)  # where the client itself put them
+    moved = new[stay:lead]
+    if not moved:
+        return new
+    rest = new[:stay] + new[lead:]
+    for at in range(stay + 1, len(rest) + 1):
+        if rest[at - 1].get("role") != "user":
+            continue
+        following = rest[at] if at < len(rest) else None
+        if following is None or following.get("role") == "assistant":
+            return [*rest[:at], _one_system(moved), *rest[at:]]
+        if following.get("role") == "system":
+            return [*rest[:at], _one_system([*moved, following]), *rest[at + 1 :]]
+    return new  # no user turn to follow: nothing Anthropic would take either way
+
+
+def _leading_systems(messages: list[dict[str, Any]]) -> int:
+    n = 0
+    while n < len(messages) and messages[n].get("role") == "system":
+        n += 1
+    return n
+
+
+def _one_system(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """One system entry out of several: their blocks in order, and their other fields (a
+    directive's ``output_config``) with a later entry's over an earlier one's."""
+    if len(entries) == 1:
+        return entries[0]
+    merged: dict[str, Any] = {}
+    blocks: list[Any] = []
+    for entry in entries:
+        merged.update({k: v for k, v in entry.items() if k != "content"})
+        content = entry.get("content")
+        if isinstance(content, list):
+            blocks.extend(content)
+        elif content:
+            blocks.append({"type": "text", "text": content})
+    return {**merged, "role": "system", "content": blocks}
+
+
+def _first_change(new: list[dict[str, Any]], originals: list[dict[str, Any]]) -> int:
+    """The index of the first message that is not the client's own at that place.
+
+    Claude's thinking is bound to what preceded it: a replayed thinking or redacted_thinking
+    block is taken only while the top-level ``system``, ``tools`` and every message before it
+    are as they were when Claude wrote it; otherwise that block and every later one are refused
+    ("messages.N.content.M: Invalid `signature` in `thinking` block. The block is bound to a
+    different conversation. …": https://platform.claude.com/docs/en/build-with-claude/preserved-thinking,
+    https://platform.claude.com/docs/en/build-with-claude/thinking-troubleshooting, and
+    …/preserved-thinking/fix-bound-to-a-different-conversation, which warns that leaving out
+    only the block the error names is not enough). That check runs from Claude Fable 5.1 on,
+    on accounts made since 2026-08-31 and on older ones that opt in; which the upstream is, the
+    gateway cannot tell (a model is named by the client, routed under another name), and the
+    one retry must be taken. So every thinking block after the first message the compression
+    dropped, cut, added or moved is left out (``thinking_left_out``, which also asks this
+    request without thinking when the tool loop in progress loses the block Anthropic wants it
+    to start with: "To avoid this requirement, disable `thinking`")."""
+    for i, (m, original) in enumerate(zip(new, originals, strict=False)):
+        if m is not original:
+            return i
+    return min(len(new), len(originals))
+
+
+def _thinking_count(messages: list[Any]) -> int:
+    count = 0
+    for m in messages:
+        content = m.get("content") if isinstance(m, dict) and m.get("role") == "assistant" else None
+        if isinstance(content, list):
+            count += sum(1 for b in content if isinstance(b, dict) and b.get("type") in _THOUGHT)
+    return count
 
 
 def _to_view(index: int, m: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,12 @@ the original items, so whatever it does not touch stays byte-identical:
   assistant turn; the tool outputs after it (``function_call_output``,
   ``custom_tool_call_output``, …) travel with it, so no output loses its call (matched by
   ``call_id`` in the API) and reasoning is kept or dropped with its turn, never edited;
+* a reasoning item holds the calls after it up to the next user, system or developer message,
+  reasoning item or assistant message, outputs between them or not: parallel calls sent as
+  ``rs, fc1, out1, fc2, out2`` are one unit, as OpenAI refuses a call without its reasoning
+  ("Item 'fc_…' of type 'function_call' was provided without its required 'reasoning' item:
+  'rs_…'.", https://github.com/mastra-ai/mastra/issues/8738,
+  https://github.com/cline/cline/issues/12242);
 * cuttable text: ``input_text`` / ``output_text`` parts and tool outputs; never call
   arguments, reasoning, or encrypted content.
 
@@ -24,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.policy.compress import CompressionResult, compress
+from gateway.policy.compress_plan import CONTINUES
 from gateway.policy.cut import cap_content
 from gateway.policy.tokens import request_tokens
 
@@ -83,17 +90,18 @@ def _unchanged(why: str) -> CompressionResult:
 def _to_view(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     view: list[dict[str, Any]] = []
     turn: dict[str, Any] | None = None  # the assistant turn being collected
+    reasoned = False  # whether a reasoning item holds the calls that come next
     for i, item in enumerate(items):
         kind = item.get("type", "message")
         role = item.get("role")
         if kind == "message" and role in ("user", "system", "developer"):
-            turn = None
+            turn, reasoned = None, False
             view.append({"role": role, "content": _parts(i, item.get("content")), _SRC: [i]})
         elif kind == _TOOLS_ITEM:
             # Codex's tool definitions (responses-lite): kept as the developer's messages are,
             # never cut (an opaque part). As a turn it went first, and the rescued request
             # offered the model no tools.
-            turn = None
+            turn, reasoned = None, False
             view.append({"role": "developer", "content": [{"type": "opaque", "value": item.get("tools"),
                                                            _PART: (i, None)}], _SRC: [i]})  # fmt: skip
         elif kind in _OUTPUTS:
@@ -102,7 +110,12 @@ def _to_view(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         else:
             if turn is None:
                 turn = {"role": "assistant", "content": [], _SRC: []}
+                if kind in ("reasoning", "message"):
+                    reasoned = False  # the model's next step, which the one before does not hold
+                elif reasoned:
+                    turn[CONTINUES] = True  # a call after an output, the reasoning's still
                 view.append(turn)
+            reasoned = reasoned or kind == "reasoning"
             turn[_SRC].append(i)
             if kind == "message":
                 turn["content"].extend(_parts(i, item.get("content")))

@@ -2,13 +2,17 @@
 
 import copy
 import json
+from typing import Any
 
 import pytest
 
 from gateway.apis import ANTHROPIC_MESSAGES
 from gateway.apis.base import Ending, EventKind, ForeignError, Inbound, Rejection
 from gateway.errors import Classification, ErrorType
-from tests.anthropic_convo import SYSTEM, assert_valid_messages, messages_conversation, size
+from gateway.fake.messages_rules import refusal
+from gateway.policy.compress import CompressionResult
+from gateway.policy.tokens import request_tokens
+from tests.anthropic_convo import SYSTEM, TOOLS, assert_valid_messages, messages_conversation, size
 from tests.fakeupstream import anthropic_head, anthropic_tail, sse, text_delta
 
 D = ANTHROPIC_MESSAGES
@@ -185,12 +189,14 @@ def test_compressed_conversation_stays_valid_and_keeps_what_must_not_change() ->
     # The provider counted size // 3 tokens against a 40000 limit: the retry aims under it.
     assert size(new) < size(msgs) * 40000 / (size(msgs) // 3)
     assert size(new) > size(msgs) * 0.8 * 40000 / (size(msgs) // 3), "keeps as much as fits"
-    # The newest user turn and everything after it (the current step) are untouched,
-    # and so is every mid-conversation system entry.
-    assert new[-5:] == msgs[-5:]
+    # The newest user turn and everything after it (the current step) are untouched but for
+    # thinking, and so is every mid-conversation system entry.
+    assert new[-5:-2] == msgs[-5:-2] and new[-1] == msgs[-1]
+    assert new[-2]["content"] == msgs[-2]["content"][1:]
     assert [m for m in new if m["role"] == "system"] == [m for m in msgs if m["role"] == "system"]
-    # The latest assistant turn's thinking block is byte-identical.
-    assert json.dumps(new[-2]["content"][0]) == json.dumps(msgs[-2]["content"][0])
+    # Thinking is bound to the conversation before it, which is no longer the same: none is
+    # sent back, in any turn (it is signed: a block is sent whole or not at all).
+    assert not [b for m in new if isinstance(m["content"], list) for b in m["content"] if b["type"] == "thinking"]
     # It says what it removed.
     assert "by llm-gateway" in json.dumps(new)
 
@@ -229,3 +235,131 @@ def test_max_tokens_alone_is_lowered_when_that_fits() -> None:
     result = D.compress(payload, error_message=msg, context_window=None)
     assert result.payload is not None and result.payload["messages"] == payload["messages"]
     assert result.payload["max_tokens"] < 38000
+
+
+def _turn(role: str, *blocks: Any) -> dict[str, Any]:
+    return {"role": role, "content": list(blocks)}
+
+
+def _text(t: str) -> dict[str, Any]:
+    return {"type": "text", "text": t}
+
+
+def _think(t: str) -> dict[str, Any]:
+    return {"type": "thinking", "thinking": t, "signature": f"sig-{t}"}
+
+
+def _call(i: str) -> dict[str, Any]:
+    return {"type": "tool_use", "id": f"toolu_{i}", "name": "Bash", "input": {"command": "ls"}}
+
+
+def _result(i: str, size: int = 2000) -> dict[str, Any]:
+    return {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": f"{i}: " + "r" * size}
+
+
+def _system(t: str, **fields: Any) -> dict[str, Any]:
+    return {"role": "system", "content": t, **fields}
+
+
+# Claude Code's first prompt carries the project's context: the first thing to go. A document,
+# which is never cut, makes it go whole.
+FIRST = {"role": "user", "content": [_text("fix the build"), {
+    "type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "A" * 46000}}]}
+# An older round too large to keep: its call's input is never cut.
+LARGE = [{"role": "assistant", "content": [{**_call("big"), "input": {"command": "y" * 30000}}]},
+         {"role": "user", "content": [_result("big", 100)]}]
+CLAUDE_CODE_SYSTEM = _system("# Environment\nAvailable agent types: general.", output_config={"effort": "medium"})
+
+
+def _squeezed(payload: dict[str, Any], share: float = 0.5) -> CompressionResult:
+    """The rescue of a request the provider counted as we do and allowed ``share`` of."""
+    used = round(request_tokens(payload))
+    return D.compress(payload, error_message=f"prompt is too long: {used} tokens > {int(used * share)} maximum",
+                      context_window=None)
+
+
+def _rounds(n: int, tag: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for k in range(n):
+        out += [_turn("assistant", _think(f"{tag}{k}"), _call(f"{tag}{k}")), _turn("user", _result(f"{tag}{k}"))]
+    return out
+
+
+# Each: messages (in Claude Code's shapes), and what the retry's system entries become.
+PLACEMENT = {
+    # Claude Code's interactive session: its system entry after the first prompt, which goes.
+    "after the first prompt": (
+        [FIRST, CLAUDE_CODE_SYSTEM, *_rounds(6, "a"), _turn("assistant", _text("done")),
+         _turn("user", _text("now fix it")), *_rounds(1, "b")],
+        [CLAUDE_CODE_SYSTEM]),
+    # Two entries in what is dropped: one entry, each one's blocks in turn, the later directive's.
+    "two in the dropped turns": (
+        [FIRST, CLAUDE_CODE_SYSTEM, *LARGE, _system("Tool Foo is available.", output_config={"effort": "low"}),
+         *_rounds(6, "a"), _turn("assistant", _text("done")), _turn("user", _text("now fix it")), *_rounds(1, "b")],
+        [{"role": "system", "output_config": {"effort": "low"},
+          "content": [_text(CLAUDE_CODE_SYSTEM["content"]), _text("Tool Foo is available.")]}]),
+    # Nothing older fits: the entry goes after the newest prompt, one with the one kept there.
+    "before a kept system entry": (
+        [FIRST, CLAUDE_CODE_SYSTEM, *LARGE,
+         _turn("user", _text("now fix it")), _system("<reminder>plan mode</reminder>"), *_rounds(2, "b")],
+        [{**CLAUDE_CODE_SYSTEM, "content": [_text(CLAUDE_CODE_SYSTEM["content"]), _text("<reminder>plan mode</reminder>")]}]),
+    # The newest prompt ends the conversation: the entry ends it.
+    "the prompt is last": (
+        [FIRST, CLAUDE_CODE_SYSTEM, *LARGE,
+         _turn("user", _text("now fix it"))],
+        [CLAUDE_CODE_SYSTEM]),
+    # Kept where the client put it when the prompt before it is kept.
+    "after a kept prompt": (
+        [FIRST, _turn("assistant", _text("ok")), _turn("user", _text("next")), CLAUDE_CODE_SYSTEM,
+         *_rounds(6, "a"), _turn("assistant", _text("done")), _turn("user", _text("now fix it")), *_rounds(1, "b")],
+        [CLAUDE_CODE_SYSTEM]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(PLACEMENT))
+def test_the_retry_puts_system_entries_where_anthropic_takes_them(name: str) -> None:
+    msgs, systems = PLACEMENT[name]
+    payload = {"model": "claude-opus-5-5", "max_tokens": 4096, "messages": msgs, "tools": TOOLS}
+    assert refusal("/v1/messages", payload, {}) is None  # what the client sent Anthropic takes
+    result = _squeezed(payload)
+    assert result.payload is not None, result.report
+    out = result.payload
+    assert refusal("/v1/messages", out, {}) is None, [m["role"] for m in out["messages"]]
+    assert [m for m in out["messages"] if m["role"] == "system"] == systems
+    assert out["messages"][0]["role"] == "user"
+
+
+def test_thinking_is_left_out_from_the_first_change_on_and_kept_before_it() -> None:
+    """Only a cut (nothing dropped): the turns before the first cut output are the client's own,
+    so their thinking still holds; from there on none does."""
+    msgs = [_turn("user", _text("fix it")), _turn("assistant", _think("t0"), _call("0")),
+            _turn("user", _result("0", 200)), _turn("assistant", _think("t1"), _call("1")),
+            _turn("user", _result("1", 150000)), _turn("assistant", _think("t2"), _text("read it")),
+            _turn("user", _text("now fix it"))]  # fmt: skip
+    payload = {"model": "claude-opus-5-5", "max_tokens": 4096, "messages": msgs, "tools": TOOLS,
+               "thinking": {"type": "adaptive"}}
+    result = _squeezed(payload, 0.7)
+    assert result.payload is not None and result.report["messages_removed"] == 0, result.report
+    new = result.payload["messages"]
+    assert new[:4] == msgs[:4]  # before the cut output: as sent, thinking included
+    assert [b["type"] for b in new[5]["content"]] == ["text"]
+    assert result.payload["thinking"] == {"type": "adaptive"}  # the last turn calls no tool
+    assert result.report["thinking_removed"] == 1 and "thinking_off" not in result.report
+
+
+def test_a_tool_loop_that_loses_its_thinking_is_asked_without_thinking() -> None:
+    """Anthropic wants the last assistant turn of a tool loop to start with its thinking when
+    thinking is on, and that block is left out: the retry asks without thinking, and without the
+    context edit that clears thinking (it needs thinking on)."""
+    msgs = [FIRST, CLAUDE_CODE_SYSTEM, *_rounds(4, "a"), _turn("assistant", _text("done")),
+            _turn("user", _text("now fix it")), *_rounds(2, "b")]  # fmt: skip
+    payload = {"model": "claude-opus-5-5", "max_tokens": 4096, "messages": msgs, "tools": TOOLS,
+               "thinking": {"type": "adaptive"},
+               "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}}
+    result = _squeezed(payload)
+    assert result.payload is not None and result.report["thinking_off"], result.report
+    out = result.payload
+    assert "thinking" not in out and "context_management" not in out
+    assert not [b for m in out["messages"] if isinstance(m["content"], list) for b in m["content"]
+                if b["type"] in ("thinking", "redacted_thinking")]
+    assert out["messages"][-2]["content"] == [_call("b1")]

@@ -166,3 +166,41 @@ def test_head_of_a_failed_replay_is_not_counted_twice() -> None:
     r = D.reader(False)
     for raw in responses_head():
         assert r.kind(raw, committed=False) is EventKind.CONTENTLESS
+
+
+def _reasoned_rounds(interleaved: bool, with_message: bool) -> tuple[list[dict], dict[str, str]]:
+    """Codex-like rounds of two parallel calls after one reasoning item; and which reasoning
+    item each call needs (OpenAI: "Item 'fc_…' of type 'function_call' was provided without its
+    required 'reasoning' item: 'rs_…'.")."""
+    items: list[dict] = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Go."}]}]
+    needs: dict[str, str] = {}
+    for k in range(12):
+        items.append({"type": "reasoning", "id": f"rs_{k}", "summary": [], "encrypted_content": f"gAAAA{k}"})
+        if with_message:
+            items.append({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "On it."}]})
+        calls = [{"type": "function_call", "id": f"fc_{k}_{j}", "call_id": f"call_{k}_{j}", "name": "shell",
+                  "arguments": "{}"} for j in range(2)]  # fmt: skip
+        outputs = [{"type": "function_call_output", "call_id": f"call_{k}_{j}", "output": f"{k}.{j} " + "o" * 3000}
+                   for j in range(2)]  # fmt: skip
+        items += [x for pair in zip(calls, outputs, strict=True) for x in pair] if interleaved else calls + outputs
+        needs.update({c["id"]: f"rs_{k}" for c in calls})
+        if k == 8:
+            items.append({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "More."}]})
+    return items, needs
+
+
+@pytest.mark.parametrize("interleaved", [True, False])
+@pytest.mark.parametrize("with_message", [True, False])
+@pytest.mark.parametrize("share", [0.8, 0.6, 0.4, 0.2])
+def test_a_call_is_never_sent_without_its_reasoning_item(interleaved: bool, with_message: bool, share: float) -> None:
+    """Parallel calls sent as ``rs, fc1, out1, fc2, out2``: an output closed the turn, and fc2
+    was a unit of its own, kept after its reasoning item was dropped."""
+    items, needs = _reasoned_rounds(interleaved, with_message)
+    result = D.compress({"model": "gpt-5", "input": items}, error_message=None,
+                        context_window=int(size(items) / 3.5 * share))
+    assert result.payload is not None, result.report
+    new = result.payload["input"]
+    assert_valid_input(new)
+    kept = {i.get("id") for i in new}
+    assert result.report["messages_removed"] > 0
+    assert [c for c, rs in needs.items() if c in kept and rs not in kept] == []

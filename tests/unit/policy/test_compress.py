@@ -304,3 +304,21 @@ def test_room_a_dropped_turn_leaves_goes_back_to_the_outputs_already_cut() -> No
     r = compress(payload, error_message=openai_overflow(4000, payload, ratio=1.0), context_window=None)
     assert r.payload is not None and r.report["messages_removed"] == 12  # "go" and the ten-result turn
     assert r.estimated_after >= 0.9 * r.target_tokens, (r.estimated_after, r.target_tokens)
+
+
+def test_a_cut_that_leaves_the_older_turns_room_keeps_every_one_of_them() -> None:
+    """The cut spends what the older turns leave, to the token; the oldest of them then fits the
+    room left exactly, and must not be dropped for a rounding error."""
+    for pad in range(40):
+        msgs: list[dict[str, Any]] = [
+            {"role": "user", "content": "fix it" + "!" * pad},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "a", "type": "function"}]},
+            {"role": "tool", "tool_call_id": "a", "content": "r" * 200},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "big", "type": "function"}]},
+            {"role": "tool", "tool_call_id": "big", "content": "x" * 150_000},
+            {"role": "assistant", "content": "read it"}, {"role": "user", "content": "now fix it"}]
+        payload = {"model": "m", "messages": msgs}
+        r = compress(payload, error_message=openai_overflow(int(request_tokens(payload) * 0.5), payload, 1.0),
+                     context_window=None)
+        assert r.payload is not None and r.report["outputs_truncated"] == 1
+        assert r.report["messages_removed"] == 0, pad
