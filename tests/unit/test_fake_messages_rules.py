@@ -621,3 +621,43 @@ def test_tool_names_must_be_unique(tools: list[dict[str, Any]]) -> None:
 def test_distinct_tool_names_are_taken() -> None:
     tools = [*BASH, {"name": "Read", "input_schema": {"type": "object"}}]
     assert refused([user(text("hi"))], tools=tools) is None
+
+
+NOT_FORCED = 'tool_choice: type "tool" and "any" are not supported for this model.'
+
+
+@pytest.mark.parametrize(("model", "words"), [
+    ("claude-fable-5-1", NOT_FORCED), ("claude-mythos-5-1", NOT_FORCED), ("claude-fable-5-2", NOT_FORCED),
+    ("claude-opus-5-5", NOT_FORCED), ("claude-sonnet-5-5", NOT_FORCED),
+    ("us.anthropic.claude-fable-5-1-v1:0", NOT_FORCED),
+    ("claude-fable-5", None), ("claude-mythos-5", None), ("claude-opus-5", None), ("claude-sonnet-5", None),
+    ("claude-sonnet-4-5", None), ("claude-mythos-preview", None), ("claude-x", None),
+])  # fmt: skip
+def test_a_forced_tool_choice_on_the_models_that_refuse_forcing(model: str, words: str | None) -> None:
+    """The Fable 5.1 migration guide: "Forcing a tool call with {type: "any"} or {type: "tool",
+    name: "..."} returns a 400 error"; Opus and Sonnet 5.5's "What's new" the same; in these words
+    (inspect_ai #5176), with or without thinking."""
+    for choice in ({"type": "any"}, {"type": "tool", "name": "Bash"}, {"type": "any", "disable_parallel_tool_use": True}):
+        assert refused(HI, model=model, tools=BASH, tool_choice=choice) == words
+    for choice in ({"type": "auto"}, {"type": "none"}):
+        assert refused(HI, model=model, tools=BASH, tool_choice=choice) is None
+
+
+@pytest.mark.parametrize("model", [
+    "claude-opus-4-7", "claude-opus-4-8-20260501", "claude-opus-5", "claude-sonnet-5", "claude-haiku-5-5",
+    "claude-fable-5", "claude-fable-5-1", "claude-mythos-5", "us.anthropic.claude-opus-4-7-v1:0",
+])  # fmt: skip
+def test_sampling_parameters_on_the_models_that_removed_them(model: str) -> None:
+    """Opus 4.7 on, the 5 generation, Fable and Mythos: "`temperature` is deprecated for this
+    model." (RooCode #12162), and the same for `top_p` and `top_k` (claude-sonnet-5, with request
+    ids), whatever the value, with or without thinking."""
+    for field, value in (("temperature", 0.2), ("temperature", 1), ("top_p", 0.9), ("top_k", 5)):
+        assert refused(HI, model=model, **{field: value}) == f"`{field}` is deprecated for this model."
+    assert refused(HI, model=model, thinking={"type": "adaptive"}, temperature=0) == (
+        "`temperature` is deprecated for this model.")
+
+
+@pytest.mark.parametrize("model", ["claude-opus-4-6", "claude-sonnet-4-5", "claude-3-7-sonnet-latest", "claude-x"])
+def test_sampling_parameters_on_the_models_that_take_them(model: str) -> None:
+    for field, value in (("temperature", 0.2), ("top_p", 0.9), ("top_k", 5)):
+        assert refused(HI, model=model, **{field: value}) is None

@@ -11,7 +11,8 @@ and the extended-thinking guide's "Feature compatibility"):
 * consecutive turns of one role are combined into one turn by the API, so merging them here
   changes nothing; it is done so that tool results land in one user turn, first in it;
 * ``max_tokens`` is required; ``temperature`` ranges 0–1 and newer models refuse it
-  together with ``top_p``;
+  together with ``top_p``; the adaptive-only ones refuse it, ``top_p`` and ``top_k`` each, and
+  some refuse a forced ``tool_choice`` outright (``apis/messages/claude_models.py``);
 * ``tool_use.id`` must match ``^[a-zA-Z0-9_-]+$``, and the calls of one turn have distinct ids
   ("messages.1.content.1: `tool_use` ids must be unique", trycua/cua #524); a turn answering
   calls starts with their results ("Did not find 1 `tool_result` block(s) at the beginning of
@@ -65,7 +66,14 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gateway.apis.messages.claude_models import takes_prefill, thinking_for
+from gateway.apis.messages.claude_models import (
+    FORCED,
+    takes_forced_tool,
+    takes_prefill,
+    takes_sampling,
+    thinking_for,
+    unforced,
+)
 from gateway.translate import json_schema, typed
 from gateway.translate.base import Context, Known, Refusal, Target, call_arguments, held, option_kind
 from gateway.translate.chat_messages.answer import ChatStream, chat_completion
@@ -168,6 +176,9 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
     tools, choice = _tools(p)
     if not tools and any(b["type"] == "tool_use" for t in messages for b in t["content"]):
         tools, choice = _called_before(messages), {"type": "none"}
+    if choice is not None and choice["type"] in FORCED and not takes_forced_tool(target.model):
+        # Fable and Mythos 5.1, Opus and Sonnet 5.5 refuse a forced call on every request.
+        tools, choice = unforced(tools, choice)
     if tools:
         out["tools"] = tools
         if choice is not None:
@@ -565,6 +576,8 @@ def _sampling(p: Mapping[str, Any], out: dict[str, Any]) -> None:
     temperature = typed.number(p.get("temperature"), ("temperature",))
     top_p = typed.number(p.get("top_p"), ("top_p",))
     top_k = typed.integer(p.get("top_k"), ("top_k",))
+    if not takes_sampling(out["model"]):
+        return  # removed from Opus 4.7 on, Fable and Mythos: each is a 400 (claude_models.py)
     if temperature is not None:
         out["temperature"] = min(max(float(temperature), 0.0), 1.0)  # OpenAI's 0–2 onto Anthropic's 0–1
     elif top_p is not None:
@@ -582,7 +595,7 @@ def _thinking(
         return None
     if effort not in EFFORT_BUDGET:
         raise _Refused(f"reasoning_effort {effort!r} is not one of none, {', '.join(EFFORT_BUDGET)}")
-    if choice is not None and choice["type"] in ("any", "tool"):
+    if choice is not None and choice["type"] in FORCED:
         return None  # Anthropic refuses thinking with a forced tool; the forced call is kept
     if turns and turns[-1]["role"] == "assistant":
         return None  # a prefilled answer: Anthropic refuses prefill with thinking

@@ -27,6 +27,7 @@ from gateway.apis.base import Ending
 from gateway.errors import Classification, ErrorType
 from gateway.fake import messages_rules
 from gateway.sse import EventSplitter, parse_event
+from gateway.translate import default_translations
 from gateway.translate.base import Context, Refusal, Target
 from gateway.translate.chat_messages import BUFFERED_MAX_TOKENS, ChatToMessages, default_max_tokens
 from gateway.translate.tool_ids import from_anthropic_id, to_anthropic_id
@@ -213,6 +214,70 @@ def test_allowed_tools_and_parallel_tool_calls_are_carried_bifrost_7348() -> Non
     assert out["tool_choice"] == {"type": "any", "disable_parallel_tool_use": True}
 
 
+FORCED_REFUSED = ["claude-fable-5-1", "claude-mythos-5-1", "claude-fable-5-2", "claude-opus-5-5", "claude-sonnet-5-5",
+                  "anthropic/claude-fable-5.1", "us.anthropic.claude-opus-5-5-v1:0", "claude-fable-5-1@20260901"]
+FORCED_TAKEN = ["claude-fable-5", "claude-mythos-5", "claude-opus-5", "claude-sonnet-5", "claude-sonnet-4-5",
+                "claude-opus-4-8", "claude-haiku-5-5", "claude-mythos-preview", "qwen3-coder"]
+OTHER = {"type": "function", "function": {"name": "other", "parameters": {"type": "object", "properties": {}}}}
+
+
+@pytest.mark.parametrize("model", FORCED_REFUSED)
+@pytest.mark.parametrize(("choice", "parallel", "names", "expected"), [
+    ("required", None, ["get_weather", "other"], {"type": "auto"}),
+    ({"type": "function", "function": {"name": "other"}}, None, ["other"], {"type": "auto"}),
+    ({"type": "function", "function": {"name": "missing"}}, None, ["get_weather", "other"], {"type": "auto"}),
+    ("required", False, ["get_weather", "other"], {"type": "auto", "disable_parallel_tool_use": True}),
+    ({"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [
+        {"type": "function", "function": {"name": "get_weather"}}]}}, None, ["get_weather"], {"type": "auto"}),
+])  # fmt: skip
+def test_a_forced_tool_goes_as_auto_to_the_models_that_refuse_forcing_fable_5_1(
+    model: str, choice: Any, parallel: bool | None, names: list[str], expected: dict[str, Any]
+) -> None:
+    """Claude Fable 5.1, Mythos 5.1, Opus 5.5 and Sonnet 5.5 answer a forced choice with "tool_choice:
+    type "tool" and "any" are not supported for this model." (inspect_ai #5176; the Fable 5.1
+    migration guide): the call goes as `auto`, the tools narrowed to the one named, and the
+    client's effort, dropped before to keep the forced call, is sent."""
+    payload: dict[str, Any] = {"model": "m", "messages": [user()], "tools": [WEATHER, OTHER], "tool_choice": choice,
+                               "reasoning_effort": "high", "max_tokens": 8000}  # fmt: skip
+    if parallel is not None:
+        payload["parallel_tool_calls"] = parallel
+    out = req(payload, Target(model))
+    assert out["tool_choice"] == expected and [t["name"] for t in out["tools"]] == names
+    assert out["thinking"] == {"type": "adaptive"} and out["output_config"] == {"effort": "high"}
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+
+
+@pytest.mark.parametrize("model", FORCED_TAKEN)
+def test_a_forced_tool_stays_forced_where_the_model_takes_it(model: str) -> None:
+    named = {"type": "function", "function": {"name": "other"}}
+    out = req({"model": "m", "messages": [user()], "tools": [WEATHER, OTHER], "tool_choice": named,
+               "reasoning_effort": "high", "max_tokens": 8000}, Target(model))  # fmt: skip
+    assert out["tool_choice"] == {"type": "tool", "name": "other"} and len(out["tools"]) == 2
+    assert "thinking" not in out  # Anthropic refuses thinking with a forced tool: the call is kept
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+
+
+def test_gemini_any_and_a_responses_forced_function_reach_fable_5_1_as_auto() -> None:
+    """Gemini's `functionCallingConfig.mode: ANY` (with `allowedFunctionNames`) and a Responses
+    `tool_choice` naming a function go through chat, and so as `auto` too."""
+    table = default_translations().table
+    fable = Target("claude-fable-5-1")
+    gemini = {"model": "gemini-2.5-pro", "contents": [{"role": "user", "parts": [{"text": "x"}]}],
+              "tools": [{"functionDeclarations": [{"name": "Answer"}, {"name": "Other"}]}],
+              "toolConfig": {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["Answer"]}}}
+    out = table["gemini", "messages"].request(gemini, fable)
+    assert not isinstance(out, Refusal), out
+    assert out["tool_choice"] == {"type": "auto"} and [t["name"] for t in out["tools"]] == ["Answer"]
+    responses = {"model": "gpt-5", "input": "x", "tool_choice": {"type": "function", "name": "Answer"},
+                 "tools": [{"type": "function", "name": name, "parameters": {"type": "object", "properties": {}}}
+                           for name in ("Answer", "Other")]}  # fmt: skip
+    out = table["responses", "messages"].request(responses, fable)
+    assert not isinstance(out, Refusal), out
+    assert out["tool_choice"] == {"type": "auto"} and [t["name"] for t in out["tools"]] == ["Answer"]
+    for sent in (out, table["gemini", "messages"].request(gemini, fable)):
+        assert isinstance(sent, dict) and messages_rules.refusal("/v1/messages", sent, {}) is None
+
+
 def test_no_tools_means_no_tool_choice() -> None:
     assert "tool_choice" not in req({"model": "m", "messages": [user()], "tool_choice": "auto"})
 
@@ -362,6 +427,24 @@ def test_stop(stop: Any, expected: list[str] | None) -> None:
 @pytest.mark.parametrize(("temperature", "expected"), [(0, 0.0), (0.7, 0.7), (1, 1.0), (2, 1.0)])
 def test_temperature_is_clamped_to_anthropics_range(temperature: float, expected: float) -> None:
     assert req({"model": "m", "messages": [user()], "temperature": temperature})["temperature"] == expected
+
+
+@pytest.mark.parametrize(("model", "kept"), [
+    ("claude-opus-4-7", False), ("claude-opus-4-8-20260501", False), ("anthropic/claude-opus-4.7", False),
+    ("claude-opus-5", False), ("claude-sonnet-5", False), ("claude-haiku-5-5", False), ("claude-fable-5", False),
+    ("claude-fable-5-1", False), ("claude-mythos-5-1", False), ("claude-mythos-preview", False),
+    ("claude-opus-4-6", True), ("claude-sonnet-4-5-20250929", True), ("claude-3-7-sonnet-latest", True),
+    ("qwen3-coder", True),
+])  # fmt: skip
+def test_sampling_knobs_are_not_sent_to_the_models_that_removed_them_roocode_12162(model: str, kept: bool) -> None:
+    """Opus 4.7 on, the 5 generation, Fable and Mythos answer each with a 400 ("`temperature` is
+    deprecated for this model.", RooCode #12162; models.dev #1468: Opus 4.7 "removed the
+    `temperature`, `top_p`, and `top_k` sampling parameters"); they went first and were learnt
+    from the refusal, a wasted call per model and process."""
+    for knobs in ({"temperature": 0.3, "top_k": 5}, {"top_p": 0.9}):
+        out = req({"model": "m", "messages": [user()], **knobs}, Target(model))
+        assert {k: out[k] for k in knobs if k in out} == (knobs if kept else {})
+        assert messages_rules.refusal("/v1/messages", out, {}) is None
 
 
 def test_user_and_safety_identifier_become_metadata_user_id() -> None:
