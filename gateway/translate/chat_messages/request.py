@@ -95,9 +95,15 @@ CONTINUE = "Continue."  # the user turn a conversation ending on the assistant g
 # Default max_tokens when the client sets none: the documented maximum output of the model
 # family (Anthropic "Models overview"), its oldest member's where members differ, so that the
 # default is never above what the model accepts. First match in the upstream model name wins.
+# Fable and Mythos from 5 on: 128K ("Context window: 1M tokens · Max output: 128K tokens", the
+# Claude Fable 5 model page, https://platform.claude.com/docs/en/models/fable-5/overview, whose
+# specifications Mythos 5 shares; "up to 128K output tokens per request" for Fable and Mythos 5.1,
+# the migration guide; "128k max output tokens" for 5.2, its "What's new"). Mythos Preview is
+# not named there and keeps the fallback.
 DEFAULT_MAX_TOKENS = (
     ("claude-opus-4", 32000), ("claude-sonnet-4", 64000), ("claude-haiku-4", 64000),
     ("claude-3-7-sonnet", 64000), ("claude-3-5", 8192), ("claude-3", 4096),
+    ("claude-fable-5", 128000), ("claude-mythos-5", 128000),
 )  # fmt: skip
 FALLBACK_MAX_TOKENS = 4096
 # Anthropic's SDKs refuse a buffered request above this (it risks an HTTP timeout); a default

@@ -403,6 +403,9 @@ def test_unknown_reasoning_effort_is_refused() -> None:
     ("claude-3-7-sonnet-latest", True, 64000), ("claude-3-5-haiku-latest", True, 8192),
     ("claude-3-haiku-20240307", False, 4096), ("us.anthropic.claude-sonnet-4-20250514-v1:0", True, 64000),
     ("my-private-model", True, 4096),
+    ("claude-fable-5", True, 128000), ("claude-fable-5-1", True, 128000), ("claude-mythos-5-1", True, 128000),
+    ("us.anthropic.claude-fable-5-2-v1:0", True, 128000), ("claude-fable-5-1", False, BUFFERED_MAX_TOKENS),
+    ("claude-mythos-preview", True, 4096),
 ])  # fmt: skip
 def test_default_max_tokens(model: str, stream: bool, expected: int) -> None:
     assert default_max_tokens(model, stream) == expected
