@@ -225,6 +225,13 @@ And on the rest of the request:
   (https://github.com/hugomossberg/Babel/issues/12, every call of a Gemini-style schema refused).
   Where several nested schemas are mistyped, the fake names the outermost: its choice, as the one
   quoted answer does not tell;
+- "output_config.format.schema: Schema type 'oneOf' is not supported" (and ``output_format.schema``,
+  the beta's field, as https://github.com/vercel/ai's changeset "fix(anthropic): convert oneOf to
+  anyOf in tool and output_format schemas" quotes it; the ``output_config`` form from live runs
+  against zod's discriminated unions): a ``oneOf`` anywhere in a structured-output schema. The
+  structured-outputs guide's "JSON Schema limitations" support "`anyOf` and `allOf` (with
+  limitations)" and no ``oneOf``; judged after the mistyped schema above. A tool that is not strict
+  takes it;
 - structured output whose schema holds a constraint the grammar cannot enforce: the
   structured-outputs guide's "JSON Schema limitations" list numerical constraints (``minimum``,
   ``maximum``, ``multipleOf``…), string constraints (``minLength``, ``maxLength``) and array
@@ -699,6 +706,8 @@ def _output_schema(payload: dict[str, Any]) -> str | None:
         if wrong is not None:
             return (f"{field}.schema: Invalid JSON Schema in output format: {wrong!r} is not valid under any of "
                     "the given schemas")  # fmt: skip
+        if any("oneOf" in sub for _, sub in schemas(form.get("schema"))):
+            return f"{field}.schema: Schema type 'oneOf' is not supported"
         for _, obj in objects(form.get("schema")):
             if obj.get("additionalProperties") is True:
                 return (f"{field}.schema: For 'object' type, 'additionalProperties: true' is not supported. "

@@ -661,3 +661,24 @@ def test_sampling_parameters_on_the_models_that_removed_them(model: str) -> None
 def test_sampling_parameters_on_the_models_that_take_them(model: str) -> None:
     for field, value in (("temperature", 0.2), ("top_p", 0.9), ("top_k", 5)):
         assert refused(HI, model=model, **{field: value}) is None
+
+
+ONE_OF = "Schema type 'oneOf' is not supported"
+
+
+@pytest.mark.parametrize("schema", [
+    {"oneOf": [closed(a={"type": "string"}), closed(b={"type": "integer"})]},
+    closed(pick={"oneOf": [{"type": "string"}, {"type": "null"}]}),
+    closed(items={"type": "array", "items": {"oneOf": [closed(a={"type": "string"}), closed(b={"type": "string"})]}}),
+    {**closed(user={"$ref": "#/$defs/U"}), "$defs": {"U": {"oneOf": [{"type": "string"}, {"type": "integer"}]}}},
+])  # fmt: skip
+def test_structured_output_refuses_one_of_anywhere_vercel_ai(schema: dict[str, Any]) -> None:
+    """"output_format.schema: Schema type 'oneOf' is not supported" (vercel/ai's changeset
+    "convert oneOf to anyOf in tool and output_format schemas"), "output_config.format.schema:
+    Schema type 'oneOf' is not supported" in others' live runs; the guide supports only "`anyOf`
+    and `allOf` (with limitations)"."""
+    assert refused(HI, **json_schema(schema)) == f"output_config.format.schema: {ONE_OF}"
+    assert refused(HI, output_format={"type": "json_schema", "schema": schema}) == f"output_format.schema: {ONE_OF}"
+    any_of = json.loads(json.dumps(schema).replace('"oneOf"', '"anyOf"'))
+    assert refused(HI, **json_schema(any_of)) is None
+    assert refused(HI, tools=[{"name": "f", "input_schema": {"type": "object", "properties": {"p": schema}}}]) is None

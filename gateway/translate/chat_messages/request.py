@@ -53,8 +53,9 @@ and the extended-thinking guide's "Feature compatibility"):
   subset of JSON Schema: no numerical constraints, no string lengths, no array constraints
   beyond a ``minItems`` of 0 or 1, a ``format`` from a short list (the structured-outputs
   guide's "JSON Schema limitations"; "For 'integer' type, property 'minimum' is not
-  supported", agentjido/req_llm #302). A tool that is not strict takes any schema: Claude
-  Code sends ``minimum``, ``maxItems`` and ``minLength`` in its own tools'.
+  supported", agentjido/req_llm #302), and no ``oneOf`` ("Schema type 'oneOf' is not
+  supported"). A tool that is not strict takes any schema: Claude Code sends ``minimum``,
+  ``maxItems`` and ``minLength`` in its own tools'.
 """
 
 from __future__ import annotations
@@ -115,12 +116,17 @@ _IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 _IMAGE_ALIASES = {"image/jpg": "image/jpeg"}
 _DATA_URL = re.compile(r"^data:([\w.+-]+/[\w.+-]+);base64,(.*)$", re.DOTALL)
 _DATA_TYPE = re.compile(r"data:([\w.+-]+/[\w.+-]+);base64,")
-# The constraints Anthropic's structured outputs do not take ("JSON Schema limitations": the
-# numerical and string ones, the array ones past a minItems of 0 or 1; and what the SDKs'
-# transform_schema also moves out, being on no list of supported features), and the string
-# formats they take.
-UNSUPPORTED = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength",
-               "maxLength", "maxItems", "uniqueItems", "minProperties", "maxProperties")  # fmt: skip
+# The keywords Anthropic's structured outputs take (the structured-outputs guide's "JSON Schema
+# limitations", "Supported features": the types, `enum`, `const`, "`anyOf` and `allOf` (with
+# limitations)", `$ref` and `$defs`/`definitions`, `default`, `required`, `additionalProperties`,
+# string formats, `minItems` 0 or 1; "Pattern support (regex)"), the annotations the SDKs'
+# transform_schema keeps, and what holds the schemas. "If you use an unsupported feature, you'll
+# receive a 400 error": every other keyword is moved into the description, as transform_schema
+# moves it (the numerical and string constraints Anthropic names, `not`, `if`, `prefixItems`,
+# `patternProperties`, OpenAPI's `discriminator`...). `oneOf` is rewritten before (`_any_of`).
+SUPPORTED = frozenset({"type", "enum", "const", "anyOf", "allOf", "$ref", "$defs", "definitions", "default",
+                       "required", "additionalProperties", "properties", "items", "minItems", "format",
+                       "pattern", "description", "title"})  # fmt: skip
 FORMATS = frozenset({"date-time", "time", "date", "duration", "email", "hostname", "uri", "ipv4", "ipv6",
                      "uuid"})  # fmt: skip
 
@@ -643,17 +649,17 @@ def _int(p: Mapping[str, Any], key: str) -> int | None:
 def output_schema(schema: Any) -> Any:
     """A copy of ``schema`` as Anthropic's structured outputs take it: every object schema
     closed (``additionalProperties: false``: an open or unsaid one is a 400; an open object
-    then holds only its named properties), and each constraint they cannot enforce moved into
-    its schema's ``description`` (a 400 too: "For 'array' type, property 'maxItems' is not
-    supported", job-ops #654), so that the model still reads it. That is what Anthropic's own
-    SDKs do (``transform_schema``), in their words: ``{minimum: 0, maximum: 150}`` after the
-    description. Only the guarantee is lost; a client that checks the answer (the openai
-    SDK's ``parse()`` against its pydantic model) still holds it to the bound."""
+    then holds only its named properties), ``oneOf`` as ``anyOf``, and each keyword they do not
+    take moved into its schema's ``description`` (a 400 too: "For 'array' type, property
+    'maxItems' is not supported", job-ops #654), so that the model still reads it. That is what
+    Anthropic's own SDKs do (``transform_schema``), in their words: ``{minimum: 0, maximum:
+    150}`` after the description. Only the guarantee is lost; a client that checks the answer
+    (the openai SDK's ``parse()`` against its pydantic model) still holds it to the bound."""
     if isinstance(schema, list):
         return [output_schema(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = json_schema.with_nested(schema, output_schema)
+    out = _any_of(json_schema.with_nested(schema, output_schema))
     if json_schema.is_object(out):
         out["additionalProperties"] = False
     moved = {key: out.pop(key) for key, value in schema.items() if _unsupported(key, value)}
@@ -664,9 +670,35 @@ def output_schema(schema: Any) -> Any:
     return out
 
 
+def _any_of(out: dict[str, Any]) -> dict[str, Any]:
+    """``oneOf`` as ``anyOf``: Anthropic refuses it ("output_config.format.schema: Schema type
+    'oneOf' is not supported", vercel/ai's changeset "convert oneOf to anyOf in tool and
+    output_format schemas"), and the SDKs' transform_schema sends it so. The values it takes
+    are those of its alternatives, exactly one at a time where ``anyOf`` allows several: a
+    discriminated union (zod's, pydantic's) is one no value matches twice. Beside an ``anyOf``
+    of its own, it goes into ``allOf``, which holds both."""
+    if "oneOf" not in out:
+        return out
+    one_of = out.pop("oneOf")
+    if "anyOf" not in out:
+        out["anyOf"] = one_of
+    else:
+        both = out.get("allOf")
+        out["allOf"] = [*(both if isinstance(both, list) else []), {"anyOf": one_of}]
+    return out
+
+
 def _unsupported(key: str, value: Any) -> bool:
     if key == "minItems":
         return value not in (0, 1)
     if key == "format":
         return not (isinstance(value, str) and value in FORMATS)
-    return key in UNSUPPORTED
+    if key == "enum":  # "Complex types within enums" are not supported
+        return not (isinstance(value, list) and all(_primitive(v) for v in value))
+    if key == "const":
+        return not _primitive(value)
+    return key not in SUPPORTED and key != "oneOf"  # oneOf: rewritten, not moved
+
+
+def _primitive(value: Any) -> bool:
+    return value is None or isinstance(value, str | int | float | bool)

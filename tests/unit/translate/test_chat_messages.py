@@ -542,6 +542,57 @@ def test_constraints_structured_outputs_lack_move_into_the_description_job_ops_6
     assert schema["properties"]["age"]["minimum"] == 0  # the client's document is not changed
 
 
+def test_one_of_goes_as_any_of_as_anthropics_sdks_send_it_vercel_ai() -> None:
+    """Anthropic refuses `oneOf` ("output_config.format.schema: Schema type 'oneOf' is not
+    supported"; vercel/ai "convert oneOf to anyOf in tool and output_format schemas"): the
+    structured-outputs guide supports "`anyOf` and `allOf` (with limitations)". A discriminated
+    union (zod's, pydantic's with a discriminator) is `oneOf` of objects no value can match two
+    of, so `anyOf` takes the same values; the SDKs' `transform_schema` sends it so."""
+    cat = {"type": "object", "properties": {"kind": {"const": "cat"}}, "required": ["kind"]}
+    dog = {"type": "object", "properties": {"kind": {"const": "dog"}}, "required": ["kind"]}
+    schema = {"type": "object", "properties": {
+        "pet": {"oneOf": [cat, {"$ref": "#/$defs/Dog"}], "discriminator": {"propertyName": "kind"}},
+        "either": {"anyOf": [{"type": "string"}, {"type": "null"}], "oneOf": [{"minLength": 1}, {"type": "null"}]},
+    }, "$defs": {"Dog": dog}, "oneOf": [{"required": ["pet"]}, {"required": ["either"]}]}  # fmt: skip
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    out = req({"model": "m", "messages": [user()], "response_format": fmt})
+    sent = out["output_config"]["format"]["schema"]
+    assert "oneOf" not in json.dumps(sent)
+    assert sent["anyOf"] == [{"required": ["pet"]}, {"required": ["either"]}]
+    pet = sent["properties"]["pet"]
+    assert pet["anyOf"] == [{**cat, "additionalProperties": False}, {"$ref": "#/$defs/Dog"}]
+    assert pet["description"] == '{discriminator: {"propertyName": "kind"}}'  # no keyword Anthropic lists
+    assert sent["properties"]["either"]["anyOf"] == [{"type": "string"}, {"type": "null"}]
+    assert sent["properties"]["either"]["allOf"] == [{"anyOf": [{"description": "{minLength: 1}"}, {"type": "null"}]}]
+    assert "oneOf" in schema["properties"]["pet"]  # the client's document is not changed
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+
+
+def test_keywords_structured_outputs_do_not_list_move_into_the_description_as_the_sdks_move_them() -> None:
+    """The guide's "JSON Schema limitations" list what is supported ("If you use an unsupported
+    feature, you'll receive a 400 error"), and "Complex types within enums" among what is not;
+    `transform_schema` moves each keyword off its list into the description."""
+    schema = {"type": "object", "properties": {
+        "point": {"type": "array", "prefixItems": [{"type": "number"}, {"type": "number"}]},
+        "tags": {"type": "object", "patternProperties": {"^x-": {"type": "string"}}, "propertyNames": {"maxLength": 9}},
+        "code": {"type": "string", "not": {"const": "x"}, "pattern": "^[a-z]+$", "enum": ["a", "b"], "default": "a"},
+        "size": {"if": {"type": "integer"}, "then": {"type": "integer"}, "else": {"type": "string"}},
+        "pair": {"enum": [[1, 2], {"a": 1}]},
+        "list": {"type": "array", "items": {"type": "string"}, "contains": {"const": "x"}},
+    }}  # fmt: skip
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    props = req({"model": "m", "messages": [user()], "response_format": fmt})["output_config"]["format"]["schema"][
+        "properties"]  # fmt: skip
+    assert props["point"] == {"type": "array", "description": '{prefixItems: [{"type": "number"}, {"type": "number"}]}'}
+    assert props["tags"] == {"type": "object", "additionalProperties": False, "description": (
+        '{patternProperties: {"^x-": {"type": "string"}}, propertyNames: {"maxLength": 9}}')}
+    assert props["code"] == {"type": "string", "pattern": "^[a-z]+$", "enum": ["a", "b"], "default": "a",
+                             "description": '{not: {"const": "x"}}'}  # fmt: skip
+    assert props["size"] == {"description": '{if: {"type": "integer"}, then: {"type": "integer"}, else: {"type": "string"}}'}
+    assert props["pair"] == {"description": '{enum: [[1, 2], {"a": 1}]}'}
+    assert props["list"] == {"type": "array", "items": {"type": "string"}, "description": '{contains: {"const": "x"}}'}
+
+
 @pytest.mark.parametrize(("model", "effort", "expected"), [
     ("claude-opus-4-7", "high", "high"), ("claude-opus-4-8-20260501", "xhigh", "xhigh"),
     ("us.anthropic.claude-opus-4-7-v1:0", "minimal", "low"), ("anthropic/claude-opus-4.7", "medium", "medium"),
