@@ -232,6 +232,13 @@ And on the rest of the request:
   structured-outputs guide's "JSON Schema limitations" support "`anyOf` and `allOf` (with
   limitations)" and no ``oneOf``; judged after the mistyped schema above. A tool that is not strict
   takes it;
+- a prefilled answer (the last turn the assistant's) beside ``output_config.format`` or
+  ``output_format``: the structured-outputs guide's "Feature compatibility" lists "Message
+  Prefilling: Incompatible with JSON outputs"
+  (https://platform.claude.com/docs/en/build-with-claude/structured-outputs). No answer to it is
+  quoted anywhere found: "output_config.format: structured outputs cannot be used with a
+  prefilled assistant message" is the fake's own wording, on models that take a prefill (the
+  4.6 generation on refuses the prefill itself first);
 - structured output whose schema holds a constraint the grammar cannot enforce: the
   structured-outputs guide's "JSON Schema limitations" list numerical constraints (``minimum``,
   ``maximum``, ``multipleOf``…), string constraints (``minLength``, ``maxLength``) and array
@@ -284,6 +291,7 @@ INTERLEAVED = "interleaved-thinking"
 # From which version on a line refuses a forced tool_choice (``_forced_tool``).
 FORCING_REFUSED = {"fable": (5, 1), "mythos": (5, 1), "opus": (5, 5), "sonnet": (5, 5)}
 _NOT_FORCED = 'tool_choice: type "tool" and "any" are not supported for this model.'
+_WITH_PREFILL = "structured outputs cannot be used with a prefilled assistant message"
 # (family, major, minor) of the models that refuse temperature and top_p together.
 ONE_SAMPLER = frozenset({("opus", 4, 1), ("opus", 4, 6), ("sonnet", 4, 5), ("sonnet", 4, 6), ("haiku", 4, 5)})
 _BUDGET_DOCS = "https://docs.claude.com/en/docs/build-with-claude/extended-thinking#max-tokens-and-context-window-size"
@@ -349,6 +357,7 @@ def _why(payload: dict[str, Any], betas: str, thought: Collection[str], org: str
             or _user_id(payload.get("metadata")) or _tool_blocks(messages)
             or _conversation(messages)
             or _undeclared_tools(payload.get("tools"), messages) or _prefill(payload.get("model"), messages)
+            or _prefill_with_format(payload, messages)
             or _signatures(messages, org) or _removed_samplers(payload) or _samplers(payload)
             or _forced_tool(payload) or _thinking(payload, thought, INTERLEAVED in betas)
             or _breakpoints(payload, messages) or _ttl_order(payload, messages) or _output_schema(payload))  # fmt: skip
@@ -435,6 +444,18 @@ def _prefill(model: Any, messages: list[Any]) -> str | None:
         return None
     if thinking_types(model) in (BOTH, ADAPTIVE):  # the 4.6 generation and later
         return "This model does not support assistant message prefill. The conversation must end with a user message."
+    return None
+
+
+def _prefill_with_format(payload: dict[str, Any], messages: list[Any]) -> str | None:
+    last = messages[-1] if messages else None
+    if not isinstance(last, dict) or last.get("role") != "assistant":
+        return None
+    config = payload.get("output_config")
+    for field, form in (("output_config.format", config.get("format") if isinstance(config, dict) else None),
+                        ("output_format", payload.get("output_format"))):  # fmt: skip
+        if isinstance(form, dict):
+            return f"{field}: {_WITH_PREFILL}"
     return None
 
 

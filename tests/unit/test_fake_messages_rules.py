@@ -682,3 +682,19 @@ def test_structured_output_refuses_one_of_anywhere_vercel_ai(schema: dict[str, A
     any_of = json.loads(json.dumps(schema).replace('"oneOf"', '"anyOf"'))
     assert refused(HI, **json_schema(any_of)) is None
     assert refused(HI, tools=[{"name": "f", "input_schema": {"type": "object", "properties": {"p": schema}}}]) is None
+
+
+PREFILLED = [user(text("JSON please")), assistant(text('{"name":'))]
+WITH_PREFILL = "output_config.format: structured outputs cannot be used with a prefilled assistant message"
+
+
+@pytest.mark.parametrize("model", ["claude-sonnet-4-5-20250929", "claude-haiku-4-5", "claude-opus-4-1", "claude-x"])
+def test_a_prefill_with_structured_outputs_on_the_models_that_take_a_prefill(model: str) -> None:
+    """The structured-outputs guide's "Feature compatibility": "Incompatible with: [...] Message
+    Prefilling: Incompatible with JSON outputs" (the fake's words: no answer is quoted)."""
+    schema = closed(name={"type": "string"})
+    assert refused(PREFILLED, model=model, **json_schema(schema)) == WITH_PREFILL
+    assert refused(PREFILLED, model=model, output_format={"type": "json_schema", "schema": schema}) == (
+        "output_format: structured outputs cannot be used with a prefilled assistant message")
+    assert refused(PREFILLED, model=model) is None
+    assert refused([*PREFILLED, user(text("go on"))], model=model, **json_schema(schema)) is None

@@ -53,9 +53,10 @@ and the extended-thinking guide's "Feature compatibility"):
   subset of JSON Schema: no numerical constraints, no string lengths, no array constraints
   beyond a ``minItems`` of 0 or 1, a ``format`` from a short list (the structured-outputs
   guide's "JSON Schema limitations"; "For 'integer' type, property 'minimum' is not
-  supported", agentjido/req_llm #302), and no ``oneOf`` ("Schema type 'oneOf' is not
-  supported"). A tool that is not strict takes any schema: Claude Code sends ``minimum``,
-  ``maxItems`` and ``minLength`` in its own tools'.
+  supported", agentjido/req_llm #302), no ``oneOf`` ("Schema type 'oneOf' is not supported"),
+  and no prefilled answer beside them ("Message Prefilling: Incompatible with JSON outputs", the
+  guide's "Feature compatibility"). A tool that is not strict takes any schema: Claude Code
+  sends ``minimum``, ``maxItems`` and ``minLength`` in its own tools'.
 """
 
 from __future__ import annotations
@@ -171,9 +172,12 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
         raise _Refused("the conversation has no content to send: an Anthropic upstream needs at least one "
                        "message with text, an image or a tool call or result")  # fmt: skip
     _trim_prefill(messages)
-    if messages[-1]["role"] == "assistant" and not takes_prefill(target.model):
+    fmt = _response_format(p.get("response_format"))
+    if messages[-1]["role"] == "assistant" and (fmt is not None or not takes_prefill(target.model)):
         # A chat conversation may end on the assistant (OpenAI answers with the next turn);
-        # Claude 4.6 and later refuse that as a prefill: asked to go on instead.
+        # Claude 4.6 and later refuse that as a prefill, and every model refuses a prefill
+        # beside a schema ("Message Prefilling: Incompatible with JSON outputs", the
+        # structured-outputs guide): asked to go on instead.
         messages.append({"role": "user", "content": [{"type": "text", "text": CONTINUE}]})
     out: dict[str, Any] = {"model": target.model}
     if system:
@@ -218,7 +222,6 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
     user = user or safety
     if user:
         out["metadata"] = {"user_id": _opaque_user(user)}
-    fmt = _response_format(p.get("response_format"))
     if fmt is not None:
         output_config["format"] = fmt
     if output_config:

@@ -491,6 +491,26 @@ def test_a_prefill_loses_its_trailing_whitespace_forgecode_1872() -> None:
     assert out["messages"][1]["content"][0]["text"] == "a \n" and out["messages"][2]["content"][0]["text"] == "b "
 
 
+@pytest.mark.parametrize("model", ["claude-sonnet-4-5-20250929", "claude-haiku-4-5", "claude-3-7-sonnet-latest",
+                                   "claude-opus-4-8", "qwen3-coder"])  # fmt: skip
+def test_a_conversation_ending_on_the_assistant_asks_to_continue_when_the_answer_has_a_schema(model: str) -> None:
+    """The structured-outputs guide's "Feature compatibility": "Message Prefilling: Incompatible
+    with JSON outputs". Where a schema is sent, the last assistant turn is no prefill: a user turn
+    asks to go on, as from Claude 4.6 on, which takes no prefill at all."""
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {}}}}
+    convo = [user("JSON please"), {"role": "assistant", "content": '{"name":'}]
+    out = req({"model": "m", "messages": convo, "response_format": fmt}, Target(model))
+    assert out["messages"][1:] == [{"role": "assistant", "content": [{"type": "text", "text": '{"name":'}]},
+                                   {"role": "user", "content": [{"type": "text", "text": "Continue."}]}]  # fmt: skip
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+    thought = req({"model": "m", "messages": convo, "response_format": fmt, "reasoning_effort": "low",
+                   "max_tokens": 4000}, Target(model))  # fmt: skip
+    assert "thinking" in thought  # a prefill ruled it out; a user turn does not
+    if model.startswith(("claude-sonnet-4-5", "claude-haiku-4-5", "claude-3", "qwen")):
+        kept = req({"model": "m", "messages": convo}, Target(model))  # no schema: still a prefill
+        assert kept["messages"][-1]["role"] == "assistant"
+
+
 def test_every_object_of_a_structured_output_schema_is_closed_veryfront_3918() -> None:
     """Anthropic's structured outputs: "For 'object' type, 'additionalProperties' must be
     explicitly set to false" (veryfront-code #3918); `true` is refused too (LiteLLM #35808)."""
