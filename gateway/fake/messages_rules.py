@@ -168,6 +168,25 @@ And on the rest of the request:
   "Thinking may not be enabled when tool_choice forces tool use." (``tool_choice`` ``any`` or
   ``tool``: https://github.com/mastra-ai/mastra/issues/7507,
   https://github.com/can1357/oh-my-pi/issues/341);
+- 'tool_choice: type "tool" and "any" are not supported for this model.': a forced tool choice
+  (``any``, or ``tool`` with a name), thinking or not, on the models that refuse forcing outright:
+  Claude Fable 5.1 and Mythos 5.1 ("Forcing a tool call with {type: "any"} or {type: "tool",
+  name: "..."} returns a 400 error", https://platform.claude.com/docs/en/models/fable-5-1/migration-guide),
+  Opus 5.5 and Sonnet 5.5 ("Forced tool use returns an error", their "What's new" pages), and
+  Fable and Mythos 5.2, which take back none of 5.1's changes (``FORCING_REFUSED``). The words are
+  quoted in https://github.com/UKGovernmentBEIS/inspect_ai/pull/5176 and in others' live runs.
+  Fable 5, Mythos 5, Opus 5 and Sonnet 5 take a forced choice; ``claude-mythos-preview`` is not
+  judged;
+- "`temperature` is deprecated for this model." (https://github.com/RooCodeInc/Roo-Code/issues/12162;
+  on Opus 4.7, https://github.com/TestPlanIt/testplanit/issues/220), "`top_p` is deprecated for
+  this model." and "`top_k` is deprecated for this model." (claude-sonnet-5, with request ids
+  ``req_011Ce9LTti8KXAoFmn7SW8xU`` and ``req_011Ce9LTvBRxmGvwNhJ8xESc`` in a probe record): any
+  of the three, whatever its value, on the models that think adaptively only (Opus 4.7 on, the 5
+  generation, Fable and Mythos: ``thinking_types``). Anthropic's migration guide: "The
+  `temperature`, `top_p`, and `top_k` parameters are no longer accepted on Claude Opus 4.7.
+  Requests that include them return a 400 error."; it says Sonnet 5 takes a parameter at its
+  default, a probe of Sonnet 5 found 0 and 1 refused alike: the fake refuses every value. Judged
+  before the thinking rules below, whose words a model that takes sampling gets;
 - with thinking on, the tool-loop rule: "messages.N.content.0.type: Expected `thinking` or
   `redacted_thinking`, but found `tool_use`. When `thinking` is enabled, a final `assistant`
   message must start with a thinking block (preceeding the lastmost set of `tool_use` and
@@ -237,6 +256,20 @@ And on the rest of the request:
   (https://github.com/hugomossberg/Babel/issues/12, every call of a Gemini-style schema refused).
   Where several nested schemas are mistyped, the fake names the outermost: its choice, as the one
   quoted answer does not tell;
+- "output_config.format.schema: Schema type 'oneOf' is not supported" (and ``output_format.schema``,
+  the beta's field, as https://github.com/vercel/ai's changeset "fix(anthropic): convert oneOf to
+  anyOf in tool and output_format schemas" quotes it; the ``output_config`` form from live runs
+  against zod's discriminated unions): a ``oneOf`` anywhere in a structured-output schema. The
+  structured-outputs guide's "JSON Schema limitations" support "`anyOf` and `allOf` (with
+  limitations)" and no ``oneOf``; judged after the mistyped schema above. A tool that is not strict
+  takes it;
+- a prefilled answer (the last turn the assistant's) beside ``output_config.format`` or
+  ``output_format``: the structured-outputs guide's "Feature compatibility" lists "Message
+  Prefilling: Incompatible with JSON outputs"
+  (https://platform.claude.com/docs/en/build-with-claude/structured-outputs). No answer to it is
+  quoted anywhere found: "output_config.format: structured outputs cannot be used with a
+  prefilled assistant message" is the fake's own wording, on models that take a prefill (the
+  4.6 generation on refuses the prefill itself first);
 - structured output whose schema holds a constraint the grammar cannot enforce: the
   structured-outputs guide's "JSON Schema limitations" list numerical constraints (``minimum``,
   ``maximum``, ``multipleOf``…), string constraints (``minLength``, ``maxLength``) and array
@@ -286,6 +319,10 @@ _NUMBERED = re.compile(r"claude-(?P<major>\d+)(?:-(?P<minor>\d))?-(?:opus|sonnet
 _CUSTOM_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
 _TOOL_USE_ID = re.compile(r"[a-zA-Z0-9_-]+")
 INTERLEAVED = "interleaved-thinking"
+# From which version on a line refuses a forced tool_choice (``_forced_tool``).
+FORCING_REFUSED = {"fable": (5, 1), "mythos": (5, 1), "opus": (5, 5), "sonnet": (5, 5)}
+_NOT_FORCED = 'tool_choice: type "tool" and "any" are not supported for this model.'
+_WITH_PREFILL = "structured outputs cannot be used with a prefilled assistant message"
 # (family, major, minor) of the models that refuse temperature and top_p together.
 ONE_SAMPLER = frozenset({("opus", 4, 1), ("opus", 4, 6), ("sonnet", 4, 5), ("sonnet", 4, 6), ("haiku", 4, 5)})
 _BUDGET_DOCS = "https://docs.claude.com/en/docs/build-with-claude/extended-thinking#max-tokens-and-context-window-size"
@@ -353,7 +390,9 @@ def _why(payload: dict[str, Any], betas: str, thought: Collection[str], org: str
             or _user_id(payload.get("metadata")) or _tool_blocks(messages)
             or _conversation(messages)
             or _undeclared_tools(payload.get("tools"), messages) or _prefill(payload.get("model"), messages)
-            or _signatures(messages, org) or _samplers(payload) or _thinking(payload, thought, INTERLEAVED in betas)
+            or _prefill_with_format(payload, messages)
+            or _signatures(messages, org) or _removed_samplers(payload) or _samplers(payload)
+            or _forced_tool(payload) or _thinking(payload, thought, INTERLEAVED in betas)
             or _breakpoints(payload, messages) or _ttl_order(payload, messages) or _output_schema(payload))  # fmt: skip
 
 
@@ -467,6 +506,18 @@ def _prefill(model: Any, messages: list[Any]) -> str | None:
         return None
     if thinking_types(model) in (BOTH, ADAPTIVE):  # the 4.6 generation and later
         return "This model does not support assistant message prefill. The conversation must end with a user message."
+    return None
+
+
+def _prefill_with_format(payload: dict[str, Any], messages: list[Any]) -> str | None:
+    last = messages[-1] if messages else None
+    if not isinstance(last, dict) or last.get("role") != "assistant":
+        return None
+    config = payload.get("output_config")
+    for field, form in (("output_config.format", config.get("format") if isinstance(config, dict) else None),
+                        ("output_format", payload.get("output_format"))):  # fmt: skip
+        if isinstance(form, dict):
+            return f"{field}: {_WITH_PREFILL}"
     return None
 
 
@@ -647,6 +698,28 @@ def _budget_floor(thinking: Any) -> str | None:
     return None
 
 
+def _removed_samplers(payload: dict[str, Any]) -> str | None:
+    if thinking_types(payload.get("model")) != ADAPTIVE:
+        return None
+    for field in ("temperature", "top_p", "top_k"):
+        if payload.get(field) is not None:
+            return f"`{field}` is deprecated for this model."
+    return None
+
+
+def _forced_tool(payload: dict[str, Any]) -> str | None:
+    choice, model = payload.get("tool_choice"), payload.get("model")
+    if not isinstance(choice, dict) or choice.get("type") not in ("any", "tool") or not isinstance(model, str):
+        return None
+    named = _NAMED.search(model)
+    if named is None or not named["major"]:
+        return None
+    since = FORCING_REFUSED.get(named["family"])
+    if since is not None and (int(named["major"]), int(named["minor"] or 0)) >= since:
+        return _NOT_FORCED
+    return None
+
+
 def _samplers(payload: dict[str, Any]) -> str | None:
     if not (_number(payload.get("temperature")) and _number(payload.get("top_p"))):
         return None
@@ -775,6 +848,8 @@ def _output_schema(payload: dict[str, Any]) -> str | None:
         if wrong is not None:
             return (f"{field}.schema: Invalid JSON Schema in output format: {wrong!r} is not valid under any of "
                     "the given schemas")  # fmt: skip
+        if any("oneOf" in sub for _, sub in schemas(form.get("schema"))):
+            return f"{field}.schema: Schema type 'oneOf' is not supported"
         for _, obj in objects(form.get("schema")):
             if obj.get("additionalProperties") is True:
                 return (f"{field}.schema: For 'object' type, 'additionalProperties: true' is not supported. "

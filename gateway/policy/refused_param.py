@@ -15,6 +15,13 @@ that bears on the answer: a reasoning model refuses it outright ("Unsupported pa
 is not supported with this model."), and the answer then runs past where it would have stopped,
 as it does on every Responses upstream (chat → Responses drops ``stop``: that API has none).
 
+One refusal of a field that carries meaning has a way out the provider documents: Claude Fable
+and Mythos 5.1, Opus and Sonnet 5.5 refuse a forced ``tool_choice`` on every request
+("tool_choice: type "tool" and "any" are not supported for this model.", inspect_ai #5176),
+``auto`` being what they take. A model the gateway does not know to be one of them
+(``apis/messages/claude_models.py``, where translated requests get ``auto`` up front) gets it
+from then on: the forced call is lost, the request is answered.
+
 OpenAI's gpt-5.4 and later refuse effort beside function tools on chat completions ("Function
 tools with reasoning_effort are not supported for gpt-5.4 in /v1/chat/completions"); the newer
 models refuse their own default effort there too, and OpenAI's newer wording names the way out
@@ -32,6 +39,7 @@ from typing import Any
 
 from gateway import jsonbody
 from gateway.apis.gemini.fields import snake
+from gateway.apis.messages.claude_models import FORCED, unforced
 from gateway.policy.error_fields import parse
 from gateway.policy.learned import Learned
 
@@ -117,6 +125,13 @@ _NO_EFFORT = re.compile(r"does not support the effort parameter", re.IGNORECASE)
 _TOOLS_EFFORT = re.compile(r"Function tools with reasoning_effort are not supported for \S+ in "
                            r"/v1/chat/completions", re.IGNORECASE)  # fmt: skip
 EFFORT_BESIDE_TOOLS = "none"
+# Anthropic (Claude Fable and Mythos 5.1, Opus and Sonnet 5.5): 'tool_choice: type "tool" and "any"
+# are not supported for this model.' (UKGovernmentBEIS/inspect_ai #5176; the Fable 5.1 migration
+# guide: "Forcing a tool call with {type: "any"} or {type: "tool", name: "..."} returns a 400 error").
+_NOT_FORCED = re.compile(r"tool_choice: type .tool. and .any. are not supported for this model",
+                         re.IGNORECASE)  # fmt: skip
+# What a forced Messages tool_choice is sent as once refused (``ParamFix.apply``).
+UNFORCED_CHOICE = "auto"
 # Gemini 2.5 (the Gemini API): "Penalty is not enabled for models/gemini-2.5-flash" (vercel/ai
 # #8943); google-genai's later wording: "Penalty is not enabled for this model"
 # (google-gemini/cookbook#1290). Both penalties: the message names neither.
@@ -127,8 +142,9 @@ _NO_PENALTY = re.compile(r"^Penalty is not enabled for (?:models/|this model)", 
 class ParamFix:
     field: str  # as the provider named it, snake_case (xAI names them in camelCase)
     rename: str | None = None  # carry the value under this name instead
-    # Send this value instead (sent or not), on a request that declares tools only: the one
-    # refusal whose way out is a value, OpenAI's effort beside function tools (``_TOOLS_EFFORT``).
+    # Send this value instead (sent or not), on a request that declares tools only: the
+    # refusals whose way out is a value, OpenAI's effort beside function tools (``_TOOLS_EFFORT``),
+    # and Anthropic's forced tool_choice, sent as ``auto`` (``_NOT_FORCED``).
     with_tools: str | None = None
 
     @property
@@ -140,6 +156,8 @@ class ParamFix:
     def apply(self, doc: Mapping[str, Any]) -> dict[str, Any] | None:
         """``doc`` without the field (or with it renamed, or set); None when the fix does not
         apply: the field is absent, or leaving it out would change what the request means."""
+        if self.field == "tool_choice":
+            return _unforced(doc)
         if self.with_tools is not None:
             if not doc.get("tools") or doc.get(self.field) == self.with_tools:
                 return None
@@ -168,6 +186,20 @@ class ParamFix:
         elif self.field not in DROPPABLE:
             return None
         return {k: v for k, v in doc.items() if k != self.field}
+
+
+def _unforced(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A Messages body's forced ``tool_choice`` as ``auto``, the tools narrowed to the one it
+    named (``claude_models.unforced``); None when nothing is forced."""
+    choice = doc.get("tool_choice")
+    if not isinstance(choice, dict) or choice.get("type") not in FORCED:
+        return None
+    tools = doc.get("tools")
+    narrowed, relaxed = unforced(tools if isinstance(tools, list) else [], choice)
+    out = {**doc, "tool_choice": relaxed}
+    if isinstance(tools, list):
+        out["tools"] = narrowed
+    return out
 
 
 def _without(doc: Mapping[str, Any], parent: str, members: tuple[str, ...]) -> dict[str, Any] | None:
@@ -209,6 +241,8 @@ def refused_param(message: str | None) -> ParamFix | None:
         return ParamFix("output_config.effort")
     if _TOOLS_EFFORT.search(message):
         return ParamFix("reasoning_effort", with_tools=EFFORT_BESIDE_TOOLS)
+    if _NOT_FORCED.search(message):
+        return ParamFix("tool_choice", with_tools=UNFORCED_CHOICE)
     if _NO_PENALTY.search(message):
         return ParamFix("penalty")
     for pattern in _REFUSED:

@@ -71,6 +71,26 @@ async def test_temperature_and_top_p_together_on_sonnet_4_5_go_on_without_top_p(
     assert first == payload and second == {k: v for k, v in payload.items() if k != "top_p"}
 
 
+async def test_a_forced_tool_choice_claude_fable_5_1_refuses_goes_as_auto_once_learnt(make_gateway) -> None:
+    """Anthropic's own answer (the fake's rule): 'tool_choice: type "tool" and "any" are not
+    supported for this model.' (inspect_ai #5176). A native Messages request is sent as the client
+    wrote it; the refusal is learnt, and that model is asked with `auto` after it, the tools
+    narrowed to the one named."""
+    gw = await make_gateway()
+    tools = [{"name": "weather", "input_schema": {"type": "object"}}, {"name": "news", "input_schema": {"type": "object"}}]
+    payload = {"model": "claude-fable-5-1", "max_tokens": 100, "messages": HI, "tools": tools,
+               "tool_choice": {"type": "tool", "name": "news", "disable_parallel_tool_use": True}}  # fmt: skip
+    status, headers, body = await gw.messages(payload)
+    assert status == 200, body
+    assert headers["x-llm-params-dropped"] == "tool_choice=auto" and headers["x-llm-attempts"] == "2"
+    first, second = (r.json() for r in gw.fake.messages_requests())
+    assert first == payload
+    assert second == {**payload, "tools": tools[1:], "tool_choice": {"type": "auto", "disable_parallel_tool_use": True}}
+    status, headers, _ = await gw.messages({**payload, "tool_choice": {"type": "any"}})
+    assert status == 200 and headers["x-llm-attempts"] == "1" and headers["x-llm-params-dropped"] == "tool_choice=auto"
+    assert gw.fake.messages_requests()[-1].json()["tool_choice"] == {"type": "auto"}
+
+
 async def test_a_parameter_that_carries_meaning_is_never_left_out(make_gateway) -> None:
     gw = await make_gateway()
     gw.fake.refused_params = frozenset({"response_format"})

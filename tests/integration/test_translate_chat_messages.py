@@ -347,3 +347,38 @@ async def test_a_pdf_from_a_responses_client_reaches_claude_as_a_document(make_g
     [sent] = gw.fake.messages_requests()
     assert sent.json()["messages"][0]["content"][0] == {
         "type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": pdf}}
+
+
+FABLE = ", apis: [messages], model_map: {'gpt-*': claude-fable-5-1}"
+TOOL_CALL = {**anthropic_message(model="claude-fable-5-1"), "stop_reason": "tool_use", "content": [
+    {"type": "tool_use", "id": "toolu_01", "name": "weather", "input": {"location": "Paris"}}]}  # fmt: skip
+NEWS = {"type": "function", "function": {"name": "news", "parameters": {"type": "object", "properties": {}}}}
+
+
+@pytest.mark.parametrize(("choice", "names"), [
+    ("required", ["weather", "news"]),
+    ({"type": "function", "function": {"name": "weather"}}, ["weather"]),
+])  # fmt: skip
+async def test_a_forced_tool_from_the_openai_sdk_reaches_claude_fable_5_1_as_auto(
+    make_gateway, clients, choice: Any, names: list[str]
+) -> None:
+    """Fable and Mythos 5.1 refuse a forced tool on every request ("tool_choice: type "tool" and
+    "any" are not supported for this model.", inspect_ai #5176), as the fake does: the openai
+    SDK's `tool_choice="required"` or named function was a 400 on each call. It goes as `auto`
+    (the tools narrowed to the named one), in one call, with the effort the forced choice used
+    to cost, and without the temperature these models no longer take."""
+    gw = await make_gateway(upstream_yaml=FABLE)
+    gw.fake.script(Reply(200, TOOL_CALL))
+    done = await clients(gw).chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "Weather in Paris?"}], tools=[*WEATHER, NEWS],
+        tool_choice=choice, reasoning_effort="high", temperature=0.2, max_completion_tokens=8000)  # fmt: skip
+    completion = done.parse()
+    assert done.headers["x-llm-attempts"] == "1" and "x-llm-params-dropped" not in done.headers
+    [call] = completion.choices[0].message.tool_calls or []
+    assert completion.choices[0].finish_reason == "tool_calls" and call.function.name == "weather"
+    [sent] = gw.fake.messages_requests()
+    body = sent.json()
+    assert body["model"] == "claude-fable-5-1" and body["tool_choice"] == {"type": "auto"}
+    assert [t["name"] for t in body["tools"]] == names
+    assert body["thinking"] == {"type": "adaptive"} and body["output_config"] == {"effort": "high"}
+    assert "temperature" not in body

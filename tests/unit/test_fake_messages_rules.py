@@ -712,3 +712,80 @@ def test_thinking_replayed_after_a_changed_prefix_is_refused() -> None:
     assert judged(moved, thinking={"type": "adaptive", "block_binding": {"prefix_mismatch_behavior": "drop_block"}}) is None
     assert judged(moved, model="claude-opus-4-8") is None  # no prefix check on this model
     assert judged([moved[0], assistant(call("t1")), moved[2]]) is None  # left out: nothing to check
+
+
+NOT_FORCED = 'tool_choice: type "tool" and "any" are not supported for this model.'
+
+
+@pytest.mark.parametrize(("model", "words"), [
+    ("claude-fable-5-1", NOT_FORCED), ("claude-mythos-5-1", NOT_FORCED), ("claude-fable-5-2", NOT_FORCED),
+    ("claude-opus-5-5", NOT_FORCED), ("claude-sonnet-5-5", NOT_FORCED),
+    ("us.anthropic.claude-fable-5-1-v1:0", NOT_FORCED),
+    ("claude-fable-5", None), ("claude-mythos-5", None), ("claude-opus-5", None), ("claude-sonnet-5", None),
+    ("claude-sonnet-4-5", None), ("claude-mythos-preview", None), ("claude-x", None),
+])  # fmt: skip
+def test_a_forced_tool_choice_on_the_models_that_refuse_forcing(model: str, words: str | None) -> None:
+    """The Fable 5.1 migration guide: "Forcing a tool call with {type: "any"} or {type: "tool",
+    name: "..."} returns a 400 error"; Opus and Sonnet 5.5's "What's new" the same; in these words
+    (inspect_ai #5176), with or without thinking."""
+    for choice in ({"type": "any"}, {"type": "tool", "name": "Bash"}, {"type": "any", "disable_parallel_tool_use": True}):
+        assert refused(HI, model=model, tools=BASH, tool_choice=choice) == words
+    for choice in ({"type": "auto"}, {"type": "none"}):
+        assert refused(HI, model=model, tools=BASH, tool_choice=choice) is None
+
+
+@pytest.mark.parametrize("model", [
+    "claude-opus-4-7", "claude-opus-4-8-20260501", "claude-opus-5", "claude-sonnet-5", "claude-haiku-5-5",
+    "claude-fable-5", "claude-fable-5-1", "claude-mythos-5", "us.anthropic.claude-opus-4-7-v1:0",
+])  # fmt: skip
+def test_sampling_parameters_on_the_models_that_removed_them(model: str) -> None:
+    """Opus 4.7 on, the 5 generation, Fable and Mythos: "`temperature` is deprecated for this
+    model." (RooCode #12162), and the same for `top_p` and `top_k` (claude-sonnet-5, with request
+    ids), whatever the value, with or without thinking."""
+    for field, value in (("temperature", 0.2), ("temperature", 1), ("top_p", 0.9), ("top_k", 5)):
+        assert refused(HI, model=model, **{field: value}) == f"`{field}` is deprecated for this model."
+    assert refused(HI, model=model, thinking={"type": "adaptive"}, temperature=0) == (
+        "`temperature` is deprecated for this model.")
+
+
+@pytest.mark.parametrize("model", ["claude-opus-4-6", "claude-sonnet-4-5", "claude-3-7-sonnet-latest", "claude-x"])
+def test_sampling_parameters_on_the_models_that_take_them(model: str) -> None:
+    for field, value in (("temperature", 0.2), ("top_p", 0.9), ("top_k", 5)):
+        assert refused(HI, model=model, **{field: value}) is None
+
+
+ONE_OF = "Schema type 'oneOf' is not supported"
+
+
+@pytest.mark.parametrize("schema", [
+    {"oneOf": [closed(a={"type": "string"}), closed(b={"type": "integer"})]},
+    closed(pick={"oneOf": [{"type": "string"}, {"type": "null"}]}),
+    closed(items={"type": "array", "items": {"oneOf": [closed(a={"type": "string"}), closed(b={"type": "string"})]}}),
+    {**closed(user={"$ref": "#/$defs/U"}), "$defs": {"U": {"oneOf": [{"type": "string"}, {"type": "integer"}]}}},
+])  # fmt: skip
+def test_structured_output_refuses_one_of_anywhere_vercel_ai(schema: dict[str, Any]) -> None:
+    """"output_format.schema: Schema type 'oneOf' is not supported" (vercel/ai's changeset
+    "convert oneOf to anyOf in tool and output_format schemas"), "output_config.format.schema:
+    Schema type 'oneOf' is not supported" in others' live runs; the guide supports only "`anyOf`
+    and `allOf` (with limitations)"."""
+    assert refused(HI, **json_schema(schema)) == f"output_config.format.schema: {ONE_OF}"
+    assert refused(HI, output_format={"type": "json_schema", "schema": schema}) == f"output_format.schema: {ONE_OF}"
+    any_of = json.loads(json.dumps(schema).replace('"oneOf"', '"anyOf"'))
+    assert refused(HI, **json_schema(any_of)) is None
+    assert refused(HI, tools=[{"name": "f", "input_schema": {"type": "object", "properties": {"p": schema}}}]) is None
+
+
+PREFILLED = [user(text("JSON please")), assistant(text('{"name":'))]
+WITH_PREFILL = "output_config.format: structured outputs cannot be used with a prefilled assistant message"
+
+
+@pytest.mark.parametrize("model", ["claude-sonnet-4-5-20250929", "claude-haiku-4-5", "claude-opus-4-1", "claude-x"])
+def test_a_prefill_with_structured_outputs_on_the_models_that_take_a_prefill(model: str) -> None:
+    """The structured-outputs guide's "Feature compatibility": "Incompatible with: [...] Message
+    Prefilling: Incompatible with JSON outputs" (the fake's words: no answer is quoted)."""
+    schema = closed(name={"type": "string"})
+    assert refused(PREFILLED, model=model, **json_schema(schema)) == WITH_PREFILL
+    assert refused(PREFILLED, model=model, output_format={"type": "json_schema", "schema": schema}) == (
+        "output_format: structured outputs cannot be used with a prefilled assistant message")
+    assert refused(PREFILLED, model=model) is None
+    assert refused([*PREFILLED, user(text("go on"))], model=model, **json_schema(schema)) is None

@@ -1,4 +1,5 @@
-"""Which thinking request a Claude model takes, read from its name.
+"""What a Claude model takes, read from its name: which thinking request, whether a prefill,
+sampling parameters and a forced tool choice.
 
 Anthropic's models differ in how thinking is asked for (AWS Bedrock user guide, "Adaptive
 thinking"; platform.claude.com, "Building with extended thinking" and "Effort"):
@@ -14,17 +15,21 @@ thinking"; platform.claude.com, "Building with extended thinking" and "Effort"):
 A name is matched anywhere, so Bedrock (``us.anthropic.claude-opus-4-7``), Vertex
 (``claude-opus-4-7@20260101``) and relay (``anthropic/claude-opus-4.7``) ids read the same. A name
 that is not a Claude one (a local model behind a Messages-compatible server) keeps the budget
-form, which every Messages implementation knew first.
+form, which every Messages implementation knew first, and is taken to accept what the older
+models accept.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
-# "claude-opus-4-7", "claude-sonnet-4-20250514" (4.0: a date is not a minor version), "claude-fable-5".
+# "claude-opus-4-7", "claude-sonnet-4-20250514" (4.0: a date is not a minor version), "claude-fable-5-1",
+# "claude-mythos-preview" (a line without a version).
 _NAMED = re.compile(r"claude-(?:(?P<tier>opus|sonnet|haiku)-(?P<major>\d+)(?:[-.](?P<minor>\d{1,2})(?!\d))?"
-                    r"|(?P<line>mythos|fable))")
+                    r"|(?P<line>mythos|fable)(?:-(?P<lmajor>\d+)(?:[-.](?P<lminor>\d{1,2})(?!\d))?)?)")
+FORCED = ("any", "tool")  # the tool_choice types that force a call
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,3 +63,60 @@ def thinking_for(model: str) -> Thinking:
     if version == (4, 6):
         return _ADAPTIVE_46
     return BUDGET
+
+
+def takes_sampling(model: str) -> bool:
+    """Whether the model takes ``temperature``, ``top_p`` and ``top_k``: not the adaptive-only
+    ones, for which Anthropic removed them together with the thinking budget. Opus 4.7: "The
+    `temperature`, `top_p`, and `top_k` parameters are no longer accepted on Claude Opus 4.7.
+    Requests that include them return a 400 error." (Anthropic's model-migration guide, the
+    claude-api skill's ``shared/model-migration.md``); Opus 4.8 and Opus 5 inherit it (the same
+    guide); Claude Sonnet 5: "Sampling parameters rejected" (the same guide); Claude Fable 5 and
+    Mythos 5 have "Same Messages API [...] as Opus-tier" (the same guide; pydantic-ai #5849,
+    "verified live against the Anthropic API": "no sampling settings"). The answer is "`temperature`
+    is deprecated for this model." (RooCode #12162; testplanit #220 on Opus 4.7), "`top_p` is
+    deprecated for this model." and "`top_k` is deprecated for this model." (claude-sonnet-5,
+    quoted with request ids ``req_011Ce9LTti8KXAoFmn7SW8xU`` and ``req_011Ce9LTvBRxmGvwNhJ8xESc``
+    in a probe record; the same for Haiku and Sonnet 5.5 in another)."""
+    return thinking_for(model) is not _ADAPTIVE
+
+
+def takes_forced_tool(model: str) -> bool:
+    """Whether the model takes a ``tool_choice`` that forces a call (``any``, or ``tool`` with a
+    name). Claude Fable 5.1 and Mythos 5.1 do not: "Forcing a tool call with {type: "any"} or
+    {type: "tool", name: "..."} returns a 400 error." ({type: "auto"} and {type: "none"} are
+    supported; https://platform.claude.com/docs/en/models/fable-5-1/migration-guide), nor Claude
+    Opus 5.5 and Sonnet 5.5 ("Forced tool use returns an error", their "What's new" pages,
+    https://platform.claude.com/docs/en/models/opus-5-5/whats-new-opus-5-5 and
+    .../sonnet-5-5/whats-new-sonnet-5-5), nor Fable and Mythos 5.2, whose "What's new" lists what
+    changed from 5.1 and takes nothing of it back. Fable 5 and Mythos 5 take it (Anthropic
+    documents ``auto``, ``none``, ``any`` and ``tool`` for Fable 5: withceleste/celeste-python
+    #393), as do Opus 5 and Sonnet 5 (the 5.5 pages name it a change from them). The answer is
+    "tool_choice: type "tool" and "any" are not supported for this model."
+    (UKGovernmentBEIS/inspect_ai #5176). These models think on every request (Fable and Mythos
+    5.1 and Opus 5.5: "Adaptive thinking is always on") or by default (Sonnet 5.5), and a forced
+    call leaves no room for thinking; what they take instead is ``auto`` (``unforced``). A
+    Mythos without a version (``claude-mythos-preview``) is not named by the sources and is
+    taken to accept it; a refusal teaches the gateway otherwise (``policy/refused_param.py``)."""
+    found = _NAMED.search(model.lower())
+    if found is None:
+        return True
+    if found["line"]:
+        major = found["lmajor"]
+        return major is None or (int(major), int(found["lminor"] or 0)) < (5, 1)
+    if found["tier"] in ("opus", "sonnet"):
+        return (int(found["major"]), int(found["minor"] or 0)) < (5, 5)
+    return True
+
+
+def unforced(tools: list[Any], choice: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """A forced ``tool_choice`` as a model that takes none gets it: ``auto``, with the tools
+    narrowed to the one named (as ``allowed_tools`` narrows them, and as the Gemini client's
+    ``allowedFunctionNames`` does), so the model may call only what the client forced, though
+    it may now answer in text instead. Anything else in the choice
+    (``disable_parallel_tool_use``) is kept. A name no tool has leaves the tools as they were."""
+    rest = {k: v for k, v in choice.items() if k not in ("type", "name")}
+    if choice.get("type") == "tool":
+        named = [t for t in tools if isinstance(t, dict) and t.get("name") == choice.get("name")]
+        tools = named or tools
+    return tools, {"type": "auto", **rest}

@@ -11,7 +11,8 @@ and the extended-thinking guide's "Feature compatibility"):
 * consecutive turns of one role are combined into one turn by the API, so merging them here
   changes nothing; it is done so that tool results land in one user turn, first in it;
 * ``max_tokens`` is required; ``temperature`` ranges 0–1 and newer models refuse it
-  together with ``top_p``;
+  together with ``top_p``; the adaptive-only ones refuse it, ``top_p`` and ``top_k`` each, and
+  some refuse a forced ``tool_choice`` outright (``apis/messages/claude_models.py``);
 * ``tool_use.id`` must match ``^[a-zA-Z0-9_-]+$``, and the calls of one turn have distinct ids
   ("messages.1.content.1: `tool_use` ids must be unique", trycua/cua #524); a turn answering
   calls starts with their results ("Did not find 1 `tool_result` block(s) at the beginning of
@@ -52,8 +53,10 @@ and the extended-thinking guide's "Feature compatibility"):
   subset of JSON Schema: no numerical constraints, no string lengths, no array constraints
   beyond a ``minItems`` of 0 or 1, a ``format`` from a short list (the structured-outputs
   guide's "JSON Schema limitations"; "For 'integer' type, property 'minimum' is not
-  supported", agentjido/req_llm #302). A tool that is not strict takes any schema: Claude
-  Code sends ``minimum``, ``maxItems`` and ``minLength`` in its own tools'.
+  supported", agentjido/req_llm #302), no ``oneOf`` ("Schema type 'oneOf' is not supported"),
+  and no prefilled answer beside them ("Message Prefilling: Incompatible with JSON outputs", the
+  guide's "Feature compatibility"). A tool that is not strict takes any schema: Claude Code
+  sends ``minimum``, ``maxItems`` and ``minLength`` in its own tools'.
 """
 
 from __future__ import annotations
@@ -65,7 +68,14 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gateway.apis.messages.claude_models import takes_prefill, thinking_for
+from gateway.apis.messages.claude_models import (
+    FORCED,
+    takes_forced_tool,
+    takes_prefill,
+    takes_sampling,
+    thinking_for,
+    unforced,
+)
 from gateway.translate import json_schema, typed
 from gateway.translate.base import Context, Known, Refusal, Target, call_arguments, held, option_kind
 from gateway.translate.chat_messages.answer import ChatStream, chat_completion
@@ -87,9 +97,15 @@ CONTINUE = "Continue."  # the user turn a conversation ending on the assistant g
 # Default max_tokens when the client sets none: the documented maximum output of the model
 # family (Anthropic "Models overview"), its oldest member's where members differ, so that the
 # default is never above what the model accepts. First match in the upstream model name wins.
+# Fable and Mythos from 5 on: 128K ("Context window: 1M tokens · Max output: 128K tokens", the
+# Claude Fable 5 model page, https://platform.claude.com/docs/en/models/fable-5/overview, whose
+# specifications Mythos 5 shares; "up to 128K output tokens per request" for Fable and Mythos 5.1,
+# the migration guide; "128k max output tokens" for 5.2, its "What's new"). Mythos Preview is
+# not named there and keeps the fallback.
 DEFAULT_MAX_TOKENS = (
     ("claude-opus-4", 32000), ("claude-sonnet-4", 64000), ("claude-haiku-4", 64000),
     ("claude-3-7-sonnet", 64000), ("claude-3-5", 8192), ("claude-3", 4096),
+    ("claude-fable-5", 128000), ("claude-mythos-5", 128000),
 )  # fmt: skip
 FALLBACK_MAX_TOKENS = 4096
 # Anthropic's SDKs refuse a buffered request above this (it risks an HTTP timeout); a default
@@ -101,12 +117,17 @@ _IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 _IMAGE_ALIASES = {"image/jpg": "image/jpeg"}
 _DATA_URL = re.compile(r"^data:([\w.+-]+/[\w.+-]+);base64,(.*)$", re.DOTALL)
 _DATA_TYPE = re.compile(r"data:([\w.+-]+/[\w.+-]+);base64,")
-# The constraints Anthropic's structured outputs do not take ("JSON Schema limitations": the
-# numerical and string ones, the array ones past a minItems of 0 or 1; and what the SDKs'
-# transform_schema also moves out, being on no list of supported features), and the string
-# formats they take.
-UNSUPPORTED = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength",
-               "maxLength", "maxItems", "uniqueItems", "minProperties", "maxProperties")  # fmt: skip
+# The keywords Anthropic's structured outputs take (the structured-outputs guide's "JSON Schema
+# limitations", "Supported features": the types, `enum`, `const`, "`anyOf` and `allOf` (with
+# limitations)", `$ref` and `$defs`/`definitions`, `default`, `required`, `additionalProperties`,
+# string formats, `minItems` 0 or 1; "Pattern support (regex)"), the annotations the SDKs'
+# transform_schema keeps, and what holds the schemas. "If you use an unsupported feature, you'll
+# receive a 400 error": every other keyword is moved into the description, as transform_schema
+# moves it (the numerical and string constraints Anthropic names, `not`, `if`, `prefixItems`,
+# `patternProperties`, OpenAPI's `discriminator`...). `oneOf` is rewritten before (`_any_of`).
+SUPPORTED = frozenset({"type", "enum", "const", "anyOf", "allOf", "$ref", "$defs", "definitions", "default",
+                       "required", "additionalProperties", "properties", "items", "minItems", "format",
+                       "pattern", "description", "title"})  # fmt: skip
 FORMATS = frozenset({"date-time", "time", "date", "duration", "email", "hostname", "uri", "ipv4", "ipv6",
                      "uuid"})  # fmt: skip
 
@@ -151,9 +172,12 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
         raise _Refused("the conversation has no content to send: an Anthropic upstream needs at least one "
                        "message with text, an image or a tool call or result")  # fmt: skip
     _trim_prefill(messages)
-    if messages[-1]["role"] == "assistant" and not takes_prefill(target.model):
+    fmt = _response_format(p.get("response_format"))
+    if messages[-1]["role"] == "assistant" and (fmt is not None or not takes_prefill(target.model)):
         # A chat conversation may end on the assistant (OpenAI answers with the next turn);
-        # Claude 4.6 and later refuse that as a prefill: asked to go on instead.
+        # Claude 4.6 and later refuse that as a prefill, and every model refuses a prefill
+        # beside a schema ("Message Prefilling: Incompatible with JSON outputs", the
+        # structured-outputs guide): asked to go on instead.
         messages.append({"role": "user", "content": [{"type": "text", "text": CONTINUE}]})
     out: dict[str, Any] = {"model": target.model}
     if system:
@@ -168,6 +192,9 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
     tools, choice = _tools(p)
     if not tools and any(b["type"] == "tool_use" for t in messages for b in t["content"]):
         tools, choice = _called_before(messages), {"type": "none"}
+    if choice is not None and choice["type"] in FORCED and not takes_forced_tool(target.model):
+        # Fable and Mythos 5.1, Opus and Sonnet 5.5 refuse a forced call on every request.
+        tools, choice = unforced(tools, choice)
     if tools:
         out["tools"] = tools
         if choice is not None:
@@ -195,7 +222,6 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
     user = user or safety
     if user:
         out["metadata"] = {"user_id": _opaque_user(user)}
-    fmt = _response_format(p.get("response_format"))
     if fmt is not None:
         output_config["format"] = fmt
     if output_config:
@@ -565,6 +591,8 @@ def _sampling(p: Mapping[str, Any], out: dict[str, Any]) -> None:
     temperature = typed.number(p.get("temperature"), ("temperature",))
     top_p = typed.number(p.get("top_p"), ("top_p",))
     top_k = typed.integer(p.get("top_k"), ("top_k",))
+    if not takes_sampling(out["model"]):
+        return  # removed from Opus 4.7 on, Fable and Mythos: each is a 400 (claude_models.py)
     if temperature is not None:
         out["temperature"] = min(max(float(temperature), 0.0), 1.0)  # OpenAI's 0–2 onto Anthropic's 0–1
     elif top_p is not None:
@@ -582,7 +610,7 @@ def _thinking(
         return None
     if effort not in EFFORT_BUDGET:
         raise _Refused(f"reasoning_effort {effort!r} is not one of none, {', '.join(EFFORT_BUDGET)}")
-    if choice is not None and choice["type"] in ("any", "tool"):
+    if choice is not None and choice["type"] in FORCED:
         return None  # Anthropic refuses thinking with a forced tool; the forced call is kept
     if turns and turns[-1]["role"] == "assistant":
         return None  # a prefilled answer: Anthropic refuses prefill with thinking
@@ -624,17 +652,17 @@ def _int(p: Mapping[str, Any], key: str) -> int | None:
 def output_schema(schema: Any) -> Any:
     """A copy of ``schema`` as Anthropic's structured outputs take it: every object schema
     closed (``additionalProperties: false``: an open or unsaid one is a 400; an open object
-    then holds only its named properties), and each constraint they cannot enforce moved into
-    its schema's ``description`` (a 400 too: "For 'array' type, property 'maxItems' is not
-    supported", job-ops #654), so that the model still reads it. That is what Anthropic's own
-    SDKs do (``transform_schema``), in their words: ``{minimum: 0, maximum: 150}`` after the
-    description. Only the guarantee is lost; a client that checks the answer (the openai
-    SDK's ``parse()`` against its pydantic model) still holds it to the bound."""
+    then holds only its named properties), ``oneOf`` as ``anyOf``, and each keyword they do not
+    take moved into its schema's ``description`` (a 400 too: "For 'array' type, property
+    'maxItems' is not supported", job-ops #654), so that the model still reads it. That is what
+    Anthropic's own SDKs do (``transform_schema``), in their words: ``{minimum: 0, maximum:
+    150}`` after the description. Only the guarantee is lost; a client that checks the answer
+    (the openai SDK's ``parse()`` against its pydantic model) still holds it to the bound."""
     if isinstance(schema, list):
         return [output_schema(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = json_schema.with_nested(schema, output_schema)
+    out = _any_of(json_schema.with_nested(schema, output_schema))
     if json_schema.is_object(out):
         out["additionalProperties"] = False
     moved = {key: out.pop(key) for key, value in schema.items() if _unsupported(key, value)}
@@ -645,9 +673,35 @@ def output_schema(schema: Any) -> Any:
     return out
 
 
+def _any_of(out: dict[str, Any]) -> dict[str, Any]:
+    """``oneOf`` as ``anyOf``: Anthropic refuses it ("output_config.format.schema: Schema type
+    'oneOf' is not supported", vercel/ai's changeset "convert oneOf to anyOf in tool and
+    output_format schemas"), and the SDKs' transform_schema sends it so. The values it takes
+    are those of its alternatives, exactly one at a time where ``anyOf`` allows several: a
+    discriminated union (zod's, pydantic's) is one no value matches twice. Beside an ``anyOf``
+    of its own, it goes into ``allOf``, which holds both."""
+    if "oneOf" not in out:
+        return out
+    one_of = out.pop("oneOf")
+    if "anyOf" not in out:
+        out["anyOf"] = one_of
+    else:
+        both = out.get("allOf")
+        out["allOf"] = [*(both if isinstance(both, list) else []), {"anyOf": one_of}]
+    return out
+
+
 def _unsupported(key: str, value: Any) -> bool:
     if key == "minItems":
         return value not in (0, 1)
     if key == "format":
         return not (isinstance(value, str) and value in FORMATS)
-    return key in UNSUPPORTED
+    if key == "enum":  # "Complex types within enums" are not supported
+        return not (isinstance(value, list) and all(_primitive(v) for v in value))
+    if key == "const":
+        return not _primitive(value)
+    return key not in SUPPORTED and key != "oneOf"  # oneOf: rewritten, not moved
+
+
+def _primitive(value: Any) -> bool:
+    return value is None or isinstance(value, str | int | float | bool)

@@ -73,6 +73,33 @@ def test_openais_effort_beside_function_tools_is_sent_as_none(message: str) -> N
     assert fix == EFFORT_WITH_TOOLS and fix.label == "reasoning_effort=none"
 
 
+UNFORCED = ParamFix("tool_choice", with_tools="auto")
+WEATHER = {"name": "weather", "input_schema": {"type": "object"}}
+SEARCH = {"type": "web_search_20250305", "name": "web_search"}
+
+
+def test_a_forced_tool_choice_the_model_refuses_is_sent_as_auto_inspect_ai_5176() -> None:
+    """Fable and Mythos 5.1, Opus and Sonnet 5.5 refuse forcing on every request; a model the
+    gateway does not know to be one of them is asked once, then with `auto`."""
+    fix = refused_param('tool_choice: type "tool" and "any" are not supported for this model.')
+    assert fix == UNFORCED and fix.label == "tool_choice=auto"
+
+
+@pytest.mark.parametrize(("doc", "fixed"), [
+    ({"tools": [WEATHER, SEARCH], "tool_choice": {"type": "any"}}, {"tools": [WEATHER, SEARCH], "tool_choice": {"type": "auto"}}),
+    ({"tools": [WEATHER, SEARCH], "tool_choice": {"type": "tool", "name": "weather", "disable_parallel_tool_use": True}},
+     {"tools": [WEATHER], "tool_choice": {"type": "auto", "disable_parallel_tool_use": True}}),
+    ({"tools": [WEATHER], "tool_choice": {"type": "auto"}}, None),  # nothing forced: the refusal stands
+    ({"tools": [WEATHER], "tool_choice": {"type": "none"}}, None),
+    ({"tools": [WEATHER]}, None),
+    ({"tools": [WEATHER], "tool_choice": "required"}, None),  # no Messages body
+])  # fmt: skip
+def test_unforcing_a_messages_body(doc: dict[str, Any], fixed: dict[str, Any] | None) -> None:
+    before = repr(doc)
+    assert UNFORCED.apply(doc) == fixed
+    assert repr(doc) == before
+
+
 def _detail(*errors: dict[str, Any]) -> bytes:
     return json.dumps({"detail": list(errors)}).encode()
 

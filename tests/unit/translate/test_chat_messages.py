@@ -27,6 +27,7 @@ from gateway.apis.base import Ending
 from gateway.errors import Classification, ErrorType
 from gateway.fake import messages_rules
 from gateway.sse import EventSplitter, parse_event
+from gateway.translate import default_translations
 from gateway.translate.base import Context, Refusal, Target
 from gateway.translate.chat_messages import BUFFERED_MAX_TOKENS, ChatToMessages, default_max_tokens
 from gateway.translate.tool_ids import from_anthropic_id, to_anthropic_id
@@ -213,6 +214,70 @@ def test_allowed_tools_and_parallel_tool_calls_are_carried_bifrost_7348() -> Non
     assert out["tool_choice"] == {"type": "any", "disable_parallel_tool_use": True}
 
 
+FORCED_REFUSED = ["claude-fable-5-1", "claude-mythos-5-1", "claude-fable-5-2", "claude-opus-5-5", "claude-sonnet-5-5",
+                  "anthropic/claude-fable-5.1", "us.anthropic.claude-opus-5-5-v1:0", "claude-fable-5-1@20260901"]
+FORCED_TAKEN = ["claude-fable-5", "claude-mythos-5", "claude-opus-5", "claude-sonnet-5", "claude-sonnet-4-5",
+                "claude-opus-4-8", "claude-haiku-5-5", "claude-mythos-preview", "qwen3-coder"]
+OTHER = {"type": "function", "function": {"name": "other", "parameters": {"type": "object", "properties": {}}}}
+
+
+@pytest.mark.parametrize("model", FORCED_REFUSED)
+@pytest.mark.parametrize(("choice", "parallel", "names", "expected"), [
+    ("required", None, ["get_weather", "other"], {"type": "auto"}),
+    ({"type": "function", "function": {"name": "other"}}, None, ["other"], {"type": "auto"}),
+    ({"type": "function", "function": {"name": "missing"}}, None, ["get_weather", "other"], {"type": "auto"}),
+    ("required", False, ["get_weather", "other"], {"type": "auto", "disable_parallel_tool_use": True}),
+    ({"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [
+        {"type": "function", "function": {"name": "get_weather"}}]}}, None, ["get_weather"], {"type": "auto"}),
+])  # fmt: skip
+def test_a_forced_tool_goes_as_auto_to_the_models_that_refuse_forcing_fable_5_1(
+    model: str, choice: Any, parallel: bool | None, names: list[str], expected: dict[str, Any]
+) -> None:
+    """Claude Fable 5.1, Mythos 5.1, Opus 5.5 and Sonnet 5.5 answer a forced choice with "tool_choice:
+    type "tool" and "any" are not supported for this model." (inspect_ai #5176; the Fable 5.1
+    migration guide): the call goes as `auto`, the tools narrowed to the one named, and the
+    client's effort, dropped before to keep the forced call, is sent."""
+    payload: dict[str, Any] = {"model": "m", "messages": [user()], "tools": [WEATHER, OTHER], "tool_choice": choice,
+                               "reasoning_effort": "high", "max_tokens": 8000}  # fmt: skip
+    if parallel is not None:
+        payload["parallel_tool_calls"] = parallel
+    out = req(payload, Target(model))
+    assert out["tool_choice"] == expected and [t["name"] for t in out["tools"]] == names
+    assert out["thinking"] == {"type": "adaptive"} and out["output_config"] == {"effort": "high"}
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+
+
+@pytest.mark.parametrize("model", FORCED_TAKEN)
+def test_a_forced_tool_stays_forced_where_the_model_takes_it(model: str) -> None:
+    named = {"type": "function", "function": {"name": "other"}}
+    out = req({"model": "m", "messages": [user()], "tools": [WEATHER, OTHER], "tool_choice": named,
+               "reasoning_effort": "high", "max_tokens": 8000}, Target(model))  # fmt: skip
+    assert out["tool_choice"] == {"type": "tool", "name": "other"} and len(out["tools"]) == 2
+    assert "thinking" not in out  # Anthropic refuses thinking with a forced tool: the call is kept
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+
+
+def test_gemini_any_and_a_responses_forced_function_reach_fable_5_1_as_auto() -> None:
+    """Gemini's `functionCallingConfig.mode: ANY` (with `allowedFunctionNames`) and a Responses
+    `tool_choice` naming a function go through chat, and so as `auto` too."""
+    table = default_translations().table
+    fable = Target("claude-fable-5-1")
+    gemini = {"model": "gemini-2.5-pro", "contents": [{"role": "user", "parts": [{"text": "x"}]}],
+              "tools": [{"functionDeclarations": [{"name": "Answer"}, {"name": "Other"}]}],
+              "toolConfig": {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["Answer"]}}}
+    out = table["gemini", "messages"].request(gemini, fable)
+    assert not isinstance(out, Refusal), out
+    assert out["tool_choice"] == {"type": "auto"} and [t["name"] for t in out["tools"]] == ["Answer"]
+    responses = {"model": "gpt-5", "input": "x", "tool_choice": {"type": "function", "name": "Answer"},
+                 "tools": [{"type": "function", "name": name, "parameters": {"type": "object", "properties": {}}}
+                           for name in ("Answer", "Other")]}  # fmt: skip
+    out = table["responses", "messages"].request(responses, fable)
+    assert not isinstance(out, Refusal), out
+    assert out["tool_choice"] == {"type": "auto"} and [t["name"] for t in out["tools"]] == ["Answer"]
+    for sent in (out, table["gemini", "messages"].request(gemini, fable)):
+        assert isinstance(sent, dict) and messages_rules.refusal("/v1/messages", sent, {}) is None
+
+
 def test_no_tools_means_no_tool_choice() -> None:
     assert "tool_choice" not in req({"model": "m", "messages": [user()], "tool_choice": "auto"})
 
@@ -338,6 +403,9 @@ def test_unknown_reasoning_effort_is_refused() -> None:
     ("claude-3-7-sonnet-latest", True, 64000), ("claude-3-5-haiku-latest", True, 8192),
     ("claude-3-haiku-20240307", False, 4096), ("us.anthropic.claude-sonnet-4-20250514-v1:0", True, 64000),
     ("my-private-model", True, 4096),
+    ("claude-fable-5", True, 128000), ("claude-fable-5-1", True, 128000), ("claude-mythos-5-1", True, 128000),
+    ("us.anthropic.claude-fable-5-2-v1:0", True, 128000), ("claude-fable-5-1", False, BUFFERED_MAX_TOKENS),
+    ("claude-mythos-preview", True, 4096),
 ])  # fmt: skip
 def test_default_max_tokens(model: str, stream: bool, expected: int) -> None:
     assert default_max_tokens(model, stream) == expected
@@ -362,6 +430,24 @@ def test_stop(stop: Any, expected: list[str] | None) -> None:
 @pytest.mark.parametrize(("temperature", "expected"), [(0, 0.0), (0.7, 0.7), (1, 1.0), (2, 1.0)])
 def test_temperature_is_clamped_to_anthropics_range(temperature: float, expected: float) -> None:
     assert req({"model": "m", "messages": [user()], "temperature": temperature})["temperature"] == expected
+
+
+@pytest.mark.parametrize(("model", "kept"), [
+    ("claude-opus-4-7", False), ("claude-opus-4-8-20260501", False), ("anthropic/claude-opus-4.7", False),
+    ("claude-opus-5", False), ("claude-sonnet-5", False), ("claude-haiku-5-5", False), ("claude-fable-5", False),
+    ("claude-fable-5-1", False), ("claude-mythos-5-1", False), ("claude-mythos-preview", False),
+    ("claude-opus-4-6", True), ("claude-sonnet-4-5-20250929", True), ("claude-3-7-sonnet-latest", True),
+    ("qwen3-coder", True),
+])  # fmt: skip
+def test_sampling_knobs_are_not_sent_to_the_models_that_removed_them_roocode_12162(model: str, kept: bool) -> None:
+    """Opus 4.7 on, the 5 generation, Fable and Mythos answer each with a 400 ("`temperature` is
+    deprecated for this model.", RooCode #12162; models.dev #1468: Opus 4.7 "removed the
+    `temperature`, `top_p`, and `top_k` sampling parameters"); they went first and were learnt
+    from the refusal, a wasted call per model and process."""
+    for knobs in ({"temperature": 0.3, "top_k": 5}, {"top_p": 0.9}):
+        out = req({"model": "m", "messages": [user()], **knobs}, Target(model))
+        assert {k: out[k] for k in knobs if k in out} == (knobs if kept else {})
+        assert messages_rules.refusal("/v1/messages", out, {}) is None
 
 
 def test_user_and_safety_identifier_become_metadata_user_id() -> None:
@@ -403,6 +489,26 @@ def test_a_prefill_loses_its_trailing_whitespace_forgecode_1872() -> None:
     # Whitespace inside the conversation is the conversation's: only the final answer's end is trimmed.
     out = req({"model": "m", "messages": [user(), {"role": "assistant", "content": "a \n"}, user("b ")]})
     assert out["messages"][1]["content"][0]["text"] == "a \n" and out["messages"][2]["content"][0]["text"] == "b "
+
+
+@pytest.mark.parametrize("model", ["claude-sonnet-4-5-20250929", "claude-haiku-4-5", "claude-3-7-sonnet-latest",
+                                   "claude-opus-4-8", "qwen3-coder"])  # fmt: skip
+def test_a_conversation_ending_on_the_assistant_asks_to_continue_when_the_answer_has_a_schema(model: str) -> None:
+    """The structured-outputs guide's "Feature compatibility": "Message Prefilling: Incompatible
+    with JSON outputs". Where a schema is sent, the last assistant turn is no prefill: a user turn
+    asks to go on, as from Claude 4.6 on, which takes no prefill at all."""
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {}}}}
+    convo = [user("JSON please"), {"role": "assistant", "content": '{"name":'}]
+    out = req({"model": "m", "messages": convo, "response_format": fmt}, Target(model))
+    assert out["messages"][1:] == [{"role": "assistant", "content": [{"type": "text", "text": '{"name":'}]},
+                                   {"role": "user", "content": [{"type": "text", "text": "Continue."}]}]  # fmt: skip
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+    thought = req({"model": "m", "messages": convo, "response_format": fmt, "reasoning_effort": "low",
+                   "max_tokens": 4000}, Target(model))  # fmt: skip
+    assert "thinking" in thought  # a prefill ruled it out; a user turn does not
+    if model.startswith(("claude-sonnet-4-5", "claude-haiku-4-5", "claude-3", "qwen")):
+        kept = req({"model": "m", "messages": convo}, Target(model))  # no schema: still a prefill
+        assert kept["messages"][-1]["role"] == "assistant"
 
 
 def test_every_object_of_a_structured_output_schema_is_closed_veryfront_3918() -> None:
@@ -454,6 +560,57 @@ def test_constraints_structured_outputs_lack_move_into_the_description_job_ops_6
     assert sent["$defs"]["Pet"] == {"type": "object", "properties": {}, "additionalProperties": False,
                                     "description": "{minProperties: 1}"}  # fmt: skip
     assert schema["properties"]["age"]["minimum"] == 0  # the client's document is not changed
+
+
+def test_one_of_goes_as_any_of_as_anthropics_sdks_send_it_vercel_ai() -> None:
+    """Anthropic refuses `oneOf` ("output_config.format.schema: Schema type 'oneOf' is not
+    supported"; vercel/ai "convert oneOf to anyOf in tool and output_format schemas"): the
+    structured-outputs guide supports "`anyOf` and `allOf` (with limitations)". A discriminated
+    union (zod's, pydantic's with a discriminator) is `oneOf` of objects no value can match two
+    of, so `anyOf` takes the same values; the SDKs' `transform_schema` sends it so."""
+    cat = {"type": "object", "properties": {"kind": {"const": "cat"}}, "required": ["kind"]}
+    dog = {"type": "object", "properties": {"kind": {"const": "dog"}}, "required": ["kind"]}
+    schema = {"type": "object", "properties": {
+        "pet": {"oneOf": [cat, {"$ref": "#/$defs/Dog"}], "discriminator": {"propertyName": "kind"}},
+        "either": {"anyOf": [{"type": "string"}, {"type": "null"}], "oneOf": [{"minLength": 1}, {"type": "null"}]},
+    }, "$defs": {"Dog": dog}, "oneOf": [{"required": ["pet"]}, {"required": ["either"]}]}  # fmt: skip
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    out = req({"model": "m", "messages": [user()], "response_format": fmt})
+    sent = out["output_config"]["format"]["schema"]
+    assert "oneOf" not in json.dumps(sent)
+    assert sent["anyOf"] == [{"required": ["pet"]}, {"required": ["either"]}]
+    pet = sent["properties"]["pet"]
+    assert pet["anyOf"] == [{**cat, "additionalProperties": False}, {"$ref": "#/$defs/Dog"}]
+    assert pet["description"] == '{discriminator: {"propertyName": "kind"}}'  # no keyword Anthropic lists
+    assert sent["properties"]["either"]["anyOf"] == [{"type": "string"}, {"type": "null"}]
+    assert sent["properties"]["either"]["allOf"] == [{"anyOf": [{"description": "{minLength: 1}"}, {"type": "null"}]}]
+    assert "oneOf" in schema["properties"]["pet"]  # the client's document is not changed
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+
+
+def test_keywords_structured_outputs_do_not_list_move_into_the_description_as_the_sdks_move_them() -> None:
+    """The guide's "JSON Schema limitations" list what is supported ("If you use an unsupported
+    feature, you'll receive a 400 error"), and "Complex types within enums" among what is not;
+    `transform_schema` moves each keyword off its list into the description."""
+    schema = {"type": "object", "properties": {
+        "point": {"type": "array", "prefixItems": [{"type": "number"}, {"type": "number"}]},
+        "tags": {"type": "object", "patternProperties": {"^x-": {"type": "string"}}, "propertyNames": {"maxLength": 9}},
+        "code": {"type": "string", "not": {"const": "x"}, "pattern": "^[a-z]+$", "enum": ["a", "b"], "default": "a"},
+        "size": {"if": {"type": "integer"}, "then": {"type": "integer"}, "else": {"type": "string"}},
+        "pair": {"enum": [[1, 2], {"a": 1}]},
+        "list": {"type": "array", "items": {"type": "string"}, "contains": {"const": "x"}},
+    }}  # fmt: skip
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    props = req({"model": "m", "messages": [user()], "response_format": fmt})["output_config"]["format"]["schema"][
+        "properties"]  # fmt: skip
+    assert props["point"] == {"type": "array", "description": '{prefixItems: [{"type": "number"}, {"type": "number"}]}'}
+    assert props["tags"] == {"type": "object", "additionalProperties": False, "description": (
+        '{patternProperties: {"^x-": {"type": "string"}}, propertyNames: {"maxLength": 9}}')}
+    assert props["code"] == {"type": "string", "pattern": "^[a-z]+$", "enum": ["a", "b"], "default": "a",
+                             "description": '{not: {"const": "x"}}'}  # fmt: skip
+    assert props["size"] == {"description": '{if: {"type": "integer"}, then: {"type": "integer"}, else: {"type": "string"}}'}
+    assert props["pair"] == {"description": '{enum: [[1, 2], {"a": 1}]}'}
+    assert props["list"] == {"type": "array", "items": {"type": "string"}, "description": '{contains: {"const": "x"}}'}
 
 
 @pytest.mark.parametrize(("model", "effort", "expected"), [
