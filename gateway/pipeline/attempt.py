@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from gateway import jsonbody
 from gateway.apis import OPENAI_CHAT
 from gateway.apis.base import Dialect, EventKind, ForeignError, StreamReader
+from gateway.apis.collect import collect
 from gateway.errors import EVENT_STATUS, Classification, ErrorType, TransportError
 from gateway.pipeline.outcome import (
     Failure,
@@ -36,6 +37,7 @@ from gateway.policy.retry import EMPTY_STREAM, RetryPlan
 from gateway.policy.retry_after import reset_at_ms
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.routing import response_headers
+from gateway.routing.headers import with_content_type
 from gateway.services import Services, UpstreamRuntime
 from gateway.sse import EventTooLarge, error_status, event_error_fields, upstream_splitter
 from gateway.state.pools import Mark
@@ -303,10 +305,16 @@ async def _exchange(
             body = await resp.read(SUCCESS_BODY_LIMIT, whole=True)
         except BodyTooLarge:
             return _too_large(state, call)
-        status = error_status_of(body)
-        if status is not None:  # an error document under a 2xx (OpenRouter's, once a model started)
-            facts = _facts(call, request)
-            return _upstream_error(svc, status, resp.headers, body, facts, answered=resp.status)
+        if ctype.startswith("text/event-stream"):  # to a request for one answer: a stream is peeked above
+            collected = _collected(svc, call, body)
+            if isinstance(collected, Failure):
+                return collected
+            body, headers = collected, with_content_type(headers, "application/json")
+        else:
+            status = error_status_of(body)
+            if status is not None:  # an error document under a 2xx (OpenRouter's, once a model started)
+                facts = _facts(call, request)
+                return _upstream_error(svc, status, resp.headers, body, facts, answered=resp.status)
         translated = call.translation.answer(body, call.dialect) if call.translation is not None else None
         if translated is not None:
             body, usage = translated
@@ -430,6 +438,19 @@ def _facts(call: Call, request: UpstreamRequest) -> RequestFacts:
     # host says whose documentation applies to borrowed wording (#36).
     return RequestFacts(round(len(request.body) / BYTES_PER_TOKEN), call.up.cfg.context_window,
                         urlsplit(call.up.cfg.base_url).hostname)  # fmt: skip
+
+
+def _collected(svc: Services, call: Call, body: bytes) -> bytes | Failure:
+    """A whole stream sent to a request for one answer (a server that streams whatever was
+    asked), as the upstream API's buffered answer (``apis/collect.py``), translated next like
+    any. Its error event is an error, and a stream without its end a cut, as for a stream
+    that fails before anything of it is shown."""
+    got = collect(call.dialect, body)
+    if got.error is not None:
+        return _stream_error(svc, got.error)
+    if got.answer is None:
+        return _transport(svc, TransportError.STREAM_BROKEN)
+    return jsonbody.dumps(got.answer)
 
 
 def _upstream_error(
