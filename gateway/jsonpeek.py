@@ -80,3 +80,29 @@ def top_level_member(body: bytes, key: str) -> dict[str, Any] | None:
     except (ValueError, RecursionError):
         return None
     return {key: value}
+
+
+def holds_object_member(body: bytes, needle: bytes) -> bool:
+    """Whether ``body`` may hold a member named ``needle`` (the name in its quotes:
+    ``b'"error"'``) whose value is an object, at any depth.
+
+    False proves it holds none, at a cost of one C search in the usual case (the name nowhere
+    in the body). Those bytes occur only as a member's name or as a string equal to the name
+    (a quote inside a string is escaped): a name is followed by ``:``, a string never is. So
+    a body that never has the name, then ``:`` and ``{`` (white space between) has no such
+    member; the caller decodes the body to know the rest (the depth, the shape).
+    """
+    at = body.find(needle)
+    end = len(body)
+    while at >= 0:
+        i = at + len(needle)
+        while i < end and body[i] in _WS:
+            i += 1
+        if i < end and body[i] == 0x3A:  # ":"
+            i += 1
+            while i < end and body[i] in _WS:
+                i += 1
+            if i < end and body[i] == 0x7B:  # "{"
+                return True
+        at = body.find(needle, i)
+    return False

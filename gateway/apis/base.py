@@ -282,6 +282,11 @@ class Dialect(Protocol):
         """A buffered success body as this API's stream, for a client that asked to stream."""
         ...
 
+    def collect(self, events: list[dict[str, Any]]) -> dict[str, Any]:
+        """A whole stream's decoded events as this API's buffered answer, for a client that
+        asked for one from a server that streams regardless (``apis/collect.py``)."""
+        ...
+
     def continuation(self, payload: Mapping[str, Any], partial: str, mode: str) -> dict[str, Any] | None:
         """The request that asks an upstream to go on from ``partial`` (the answer shown so
         far), in the way ``mode`` names; None when this API or request cannot be continued."""

@@ -26,6 +26,14 @@ Messages, Responses, Gemini), with that API's own bodies and errors.
               no answer at all) until the client gives up, then a normal answer
     empty     an empty 200 stream, as llama-cpp-python answers a streamed
               overflow; a request that does not stream gets a normal answer
+    error200  OpenRouter's error after a model started, in its own shape on
+              every API: HTTP 200 whose body is {"error": {"code": 502,
+              "message": "Provider returned error", "metadata": {...}}} (the
+              same to a request that streams), then a normal answer
+    nostream  a normal answer, buffered (JSON) even to a request that streams,
+              as a server that ignores "stream" sends it
+    alwaysstream  a normal answer, streamed even to a request that does not
+              stream, as a server that always streams sends it
 
 "Then a normal answer": a failing scenario alternates per model and API, so the
 1st, 3rd, ... request of one model on one API fails and the next one succeeds.
@@ -35,6 +43,7 @@ The gateway's own retry is that next one, so a client sees the gateway recover
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -46,8 +55,18 @@ from gateway.fake.steps import Drop, Hang, Reply, Step, Stream
 from gateway.fake.upstream import FakeUpstream, GeminiCall
 
 Api = Literal["chat", "messages", "responses", "gemini"]
-SCENARIOS = ("ok", "tool", "429", "503", "529", "down", "overflow", "cut", "stall", "empty")
-_ALTERNATING = frozenset({"429", "503", "529", "cut", "stall"})
+SCENARIOS = ("ok", "tool", "429", "503", "529", "down", "overflow", "cut", "stall", "empty", "error200",
+             "nostream", "alwaysstream")
+_ALTERNATING = frozenset({"429", "503", "529", "cut", "stall", "error200"})
+# OpenRouter, once a model has started on a request: "the returned HTTP response status will be
+# 200 and any error occurred while the LLM is producing the output will be emitted in the
+# response body", shaped {"error": {"code", "message", "metadata"?}}, the code 502 meaning "Your
+# chosen model is down or we received an invalid response from it"
+# (https://openrouter.ai/docs/api/reference/errors-and-debugging); the message and metadata as in
+# a live one quoted in open-webui/computer#293 ({"error":{"message":"Provider returned
+# error","code":429,"metadata":{…,"provider_name":"BaseTen",…}}}).
+OPENROUTER_ERROR_200 = {"error": {"message": "Provider returned error", "code": 502,
+                                  "metadata": {"provider_name": "BaseTen"}}}  # fmt: skip
 _FIRST_WORDS = ("The answer", " starts")
 
 
@@ -173,7 +192,27 @@ class ScenarioUpstream(FakeUpstream):
             return _partial_stream(api, model, "stall", framing) if stream else Hang()
         if name == "empty" and stream:
             return Stream([], then="eof") if call is None else gemini.stream([], framing)
+        if name == "error200":
+            return Reply(200, OPENROUTER_ERROR_200)
+        if name in ("nostream", "alwaysstream"):
+            # What a server that ignores the request's ``stream`` sends: the answer of the other kind
+            # (tinyhumansai/tinyagents#56 falls back for the first; sgl-project/mini-sglang#51
+            # reports the second: "always returns SSE streaming responses regardless of the stream
+            # parameter").
+            return self._answer_as(api, payload, call, stream=name == "alwaysstream")
         return None
+
+    def _answer_as(self, api: Api, payload: dict[str, Any], call: GeminiCall | None, *, stream: bool) -> Step:
+        """The normal answer, streamed or not as ``stream`` says, whatever the request asked."""
+        if call is not None:
+            asked = dataclasses.replace(call, stream=stream, framing="sse-crlf" if stream else call.framing)
+            return super()._default_gemini(asked)
+        as_asked = {**payload, "stream": stream}
+        if api == "messages":
+            return super()._default_messages(as_asked)
+        if api == "responses":
+            return super()._default_responses(as_asked)
+        return super()._default(as_asked)
 
     def _overflow(self, api: Api, payload: dict[str, Any]) -> Step | None:
         if api == "gemini":

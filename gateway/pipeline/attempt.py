@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from gateway import jsonbody
 from gateway.apis import OPENAI_CHAT
 from gateway.apis.base import Dialect, EventKind, ForeignError, StreamReader
+from gateway.apis.collect import collect
 from gateway.errors import EVENT_STATUS, Classification, ErrorType, TransportError
 from gateway.pipeline.outcome import (
     Failure,
@@ -29,12 +30,14 @@ from gateway.pipeline.outcome import (
     gateway_failure,
     transport_failure,
 )
+from gateway.policy.answer_error import error_status_of
 from gateway.policy.classify import RequestFacts, classify, classify_stream_event
 from gateway.policy.overflow_limits import parse_overflow
 from gateway.policy.retry import EMPTY_STREAM, RetryPlan
 from gateway.policy.retry_after import reset_at_ms
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.routing import response_headers
+from gateway.routing.headers import with_content_type
 from gateway.services import Services, UpstreamRuntime
 from gateway.sse import EventTooLarge, error_status, event_error_fields, upstream_splitter
 from gateway.state.pools import Mark
@@ -263,10 +266,7 @@ async def _exchange(
         _headroom(svc, call, state.model, resp.headers, mark, refused)
     try:
         if resp.status >= 400:
-            # The request's own size is evidence when the body only says "too large" (#22), and
-            # the host says whose documentation applies to borrowed wording (#36).
-            facts = RequestFacts(round(len(request.body) / BYTES_PER_TOKEN), call.up.cfg.context_window,
-                                 urlsplit(call.up.cfg.base_url).hostname)  # fmt: skip
+            facts = _facts(call, request)
             return _upstream_error(svc, resp.status, resp.headers, await resp.read(ERROR_BODY_LIMIT), facts)
         headers = response_headers(resp.headers)
         ctype = resp.headers.get("Content-Type", "")
@@ -305,6 +305,16 @@ async def _exchange(
             body = await resp.read(SUCCESS_BODY_LIMIT, whole=True)
         except BodyTooLarge:
             return _too_large(state, call)
+        if ctype.startswith("text/event-stream"):  # to a request for one answer: a stream is peeked above
+            collected = _collected(svc, call, body)
+            if isinstance(collected, Failure):
+                return collected
+            body, headers = collected, with_content_type(headers, "application/json")
+        else:
+            status = error_status_of(body)
+            if status is not None:  # an error document under a 2xx (OpenRouter's, once a model started)
+                facts = _facts(call, request)
+                return _upstream_error(svc, status, resp.headers, body, facts, answered=resp.status)
         translated = call.translation.answer(body, call.dialect) if call.translation is not None else None
         if translated is not None:
             body, usage = translated
@@ -423,15 +433,40 @@ def _stream_error(svc: Services, payload: dict[str, Any]) -> Failure:
     return gateway_failure(status or EVENT_STATUS[c.type], c, message, code)
 
 
+def _facts(call: Call, request: UpstreamRequest) -> RequestFacts:
+    # The request's own size is evidence when the body only says "too large" (#22), and the
+    # host says whose documentation applies to borrowed wording (#36).
+    return RequestFacts(round(len(request.body) / BYTES_PER_TOKEN), call.up.cfg.context_window,
+                        urlsplit(call.up.cfg.base_url).hostname)  # fmt: skip
+
+
+def _collected(svc: Services, call: Call, body: bytes) -> bytes | Failure:
+    """A whole stream sent to a request for one answer (a server that streams whatever was
+    asked), as the upstream API's buffered answer (``apis/collect.py``), translated next like
+    any. Its error event is an error, and a stream without its end a cut, as for a stream
+    that fails before anything of it is shown."""
+    got = collect(call.dialect, body)
+    if got.error is not None:
+        return _stream_error(svc, got.error)
+    if got.answer is None:
+        return _transport(svc, TransportError.STREAM_BROKEN)
+    return jsonbody.dumps(got.answer)
+
+
 def _upstream_error(
-    svc: Services, status: int, headers: Mapping[str, str], body: bytes, facts: RequestFacts
+    svc: Services, status: int, headers: Mapping[str, str], body: bytes, facts: RequestFacts,
+    answered: int | None = None,
 ) -> Failure:
+    """``answered``: the success status an error document came under (``policy/answer_error.py``);
+    ``status`` is then the one the document names."""
     c = classify(status, _lower(headers), body, now_s=svc.wall(), request=facts)
+    if answered is not None:
+        c = replace(c, evidence=f"{c.evidence} body:error_in_{answered}")
     # Every SDK retries a 429; a budget error answered as 402 is not retried by anyone.
     answer = 402 if c.type is ErrorType.BUDGET else status
     if c.type is ErrorType.CONTEXT_OVERFLOW and (status == 429 or status >= 500):
         answer = 400  # a request too big for the window fails the same way every time
-    return Failure(c, answer, response_headers(headers), body, upstream_status=status)
+    return Failure(c, answer, response_headers(headers), body, upstream_status=answered or status)
 
 
 def operator_key_refused(up: UpstreamRuntime, failure: Failure) -> Failure:

@@ -67,6 +67,7 @@ from gateway.policy.tokens import BYTES_PER_TOKEN, content_tokens, request_token
 from gateway.policy.tool_outputs import Stage, Tally
 from gateway.routing import UnsafePath, request_headers, required_for, upstream_url
 from gateway.routing.affinity import conversation_key
+from gateway.routing.headers import with_content_type
 from gateway.services import SERVICES, Route, Services, UpstreamRuntime
 from gateway.translate import NoLeg
 
@@ -167,7 +168,7 @@ def full_pipeline(dialect: Dialect) -> Handler:
         if call is not None:
             if inbound.stream and _answered_with_nothing(plan, outcome):
                 # What the client asked, in its API: a translated call translates it again.
-                outcome = await _probe(svc, state, plan, call, _asked_of(asked, call), inbound)
+                outcome = await _probe(svc, state, plan, call, _asked_of(asked, call))
                 if isinstance(outcome, Failure):
                     state.empty_was = outcome.classification.type  # what the empty streams meant
             ahead = onward(svc, route, call.up)
@@ -184,6 +185,10 @@ def full_pipeline(dialect: Dialect) -> Handler:
             inbound.drop()
         if not inbound.stream:
             return await relay(request, svc, state, outcome)  # only a stream is ever continued
+        if isinstance(outcome, Success) and outcome.chunks is None:
+            # One answer to a request that streams: the empty-stream probe's, or a server's that
+            # ignores ``stream`` (sends JSON whatever was asked). The client reads a stream.
+            outcome = _as_stream(state.dialect, outcome, inbound)
 
         def read_once() -> dict[str, Any]:
             # A continuation writes its request from it; the stream goes on without it.
@@ -498,7 +503,7 @@ def _answered_with_nothing(plan: RetryPlan, outcome: Outcome) -> bool:
 
 
 async def _probe(
-    svc: Services, state: RequestState, plan: RetryPlan, call: Call, payload: dict[str, Any], inbound: Inbound
+    svc: Services, state: RequestState, plan: RetryPlan, call: Call, payload: dict[str, Any]
 ) -> Outcome:
     """Ask once without streaming what the upstream objects to. Its error (an overflow, say)
     goes on through the pipeline like any; its answer reaches the client as a stream."""
@@ -508,33 +513,39 @@ async def _probe(
     plan.empty_is_final, plan.last_code, plan.probing = False, None, True
     svc.tracing.next_attempt(state, "probe")
     try:
-        return await _probe_once(svc, state, plan, call, payload, inbound)
+        return await _probe_once(svc, state, plan, call, payload)
     finally:
         plan.empty_is_final, plan.probing = streaming, False  # a rescue streams again
 
 
 async def _probe_once(
-    svc: Services, state: RequestState, plan: RetryPlan, call: Call, payload: dict[str, Any], inbound: Inbound
+    svc: Services, state: RequestState, plan: RetryPlan, call: Call, payload: dict[str, Any]
 ) -> Outcome:
     dialect = state.dialect  # the client's: answers are translated back before they get here
     again = resent(call, dialect.without_stream(payload))
     if isinstance(again, Failure):
         return again
     buffered, body = again
-    outcome = await send_one(svc, state, plan, dataclasses.replace(buffered, mode=ReadMode.BUFFER), body)
-    if isinstance(outcome, Failure):
-        return outcome
+    # Its answer reaches the client as a stream (``_as_stream``), as any one answer to a stream.
+    return await send_one(svc, state, plan, dataclasses.replace(buffered, mode=ReadMode.BUFFER), body)
+
+
+def _as_stream(dialect: Dialect, outcome: Success, inbound: Inbound) -> Success:
+    """A buffered answer in the client's API, made the stream the client asked for
+    (``apis/synthesize.py``). A body that is no JSON object is relayed as it came."""
     try:
         doc = json.loads(outcome.body)
-    except ValueError:
-        return outcome  # not JSON: relay it as it came
+    except (ValueError, RecursionError):
+        return outcome
     if not isinstance(doc, dict):
         return outcome
     # A translated answer's usage was read from the upstream's own (the client's API may have
     # no field for a count it made, Anthropic's cache writes in chat's).
-    state.usage.update(outcome.usage if outcome.usage is not None else dialect.body_usage(doc))
-    headers = [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")]
-    return Success(200, headers, body=dialect.replay_as_stream(doc, inbound.payload))
+    usage = outcome.usage if outcome.usage is not None else dialect.body_usage(doc)
+    headers = with_content_type(outcome.headers, "text/event-stream")
+    if not any(k.lower() == "cache-control" for k, _ in headers):
+        headers.append(("Cache-Control", "no-cache"))
+    return Success(200, headers, body=dialect.replay_as_stream(doc, inbound.payload), usage=usage)
 
 
 async def _refused_as_sent(

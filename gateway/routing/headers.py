@@ -382,3 +382,9 @@ def response_headers(upstream: Mapping[str, str] | Iterable[tuple[str, str]]) ->
     # Keep the provider's request id for support tickets without clobbering ours.
     out.extend(("x-upstream-request-id", v) for v in upstream_ids)
     return out
+
+
+def with_content_type(headers: Iterable[tuple[str, str]], ctype: str) -> list[tuple[str, str]]:
+    """``headers`` (an upstream's, as relayed) for a body of another kind than the upstream's
+    own: a stream the gateway gathered into one answer, an answer it made a stream."""
+    return [*((k, v) for k, v in headers if k.lower() != "content-type"), ("Content-Type", ctype)]

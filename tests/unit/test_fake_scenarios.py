@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 
 from gateway.fake import ScenarioUpstream
+from gateway.fake.scenarios import OPENROUTER_ERROR_200
 from gateway.fake.tool_call import COMMAND
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,6 +169,48 @@ async def test_failing_scenarios_alternate_per_model_and_api(fake: Any) -> None:
     assert statuses == [503, 503, 503, 200, 200, 200]
 
 
+def _asked(api: str, model: str, stream: bool) -> dict[str, Any]:
+    hi = [{"role": "user", "content": "hi"}]
+    if api == "responses":
+        return {"model": model, "input": "hi", "stream": stream}
+    return {"model": model, "max_tokens": 8, "messages": hi, "stream": stream}
+
+
+async def _raw(http: aiohttp.ClientSession, fake: ScenarioUpstream, api: str, model: str,
+               stream: bool) -> tuple[int, str, bytes]:  # fmt: skip
+    if api == "gemini":
+        method = "streamGenerateContent?alt=sse" if stream else "generateContent"
+        url = f"{fake.url.removesuffix('/v1')}/v1beta/models/{model}:{method}"
+        body: dict[str, Any] = {"contents": [{"parts": [{"text": "hi"}]}]}
+    else:
+        url, body = fake.url + PATHS[api], _asked(api, model, stream)
+    async with http.post(url, json=body, headers={**HEADERS, "x-goog-api-key": "k"}) as r:
+        return r.status, r.headers["Content-Type"], await r.read()
+
+
+@pytest.mark.parametrize("api", ["chat", "messages", "responses", "gemini"])
+async def test_error200_is_openrouters_error_under_a_200_then_an_answer(fake: Any, api: str) -> None:
+    f, lines, http = fake
+    for stream in (False, True):
+        model = f"{'gemini-2.5-flash' if api == 'gemini' else 'gpt-4o-mini'}-{'s' if stream else 'b'}-error200"
+        status, ctype, body = await _raw(http, f, api, model, stream)
+        assert (status, ctype.split(";")[0], json.loads(body)) == (200, "application/json", OPENROUTER_ERROR_200)
+        status, _, body = await _raw(http, f, api, model, stream)
+        assert status == 200 and b"Provider returned error" not in body  # the next one answers
+    assert "scenario=error200 -> 200" in lines[0]
+
+
+@pytest.mark.parametrize("api", ["chat", "messages", "responses", "gemini"])
+async def test_nostream_answers_json_and_alwaysstream_a_stream_whatever_was_asked(fake: Any, api: str) -> None:
+    f, _, http = fake
+    model = "gemini-2.5-flash" if api == "gemini" else "gpt-4o-mini"
+    for stream in (False, True):
+        status, ctype, body = await _raw(http, f, api, f"{model}-nostream", stream)
+        assert status == 200 and ctype.startswith("application/json") and isinstance(json.loads(body), dict)
+        status, ctype, body = await _raw(http, f, api, f"{model}-alwaysstream", stream)
+        assert status == 200 and ctype.startswith("text/event-stream") and body.startswith((b"data: ", b"event: "))
+
+
 def test_help_is_plain_text_in_80_columns() -> None:
     env = {**os.environ, "COLUMNS": "80", "FORCE_COLOR": "1", "PYTHON_COLORS": "1"}
     r = subprocess.run([sys.executable, "-m", "gateway.fake", "--help"], cwd=ROOT, env=env, capture_output=True,
@@ -177,3 +220,5 @@ def test_help_is_plain_text_in_80_columns() -> None:
     assert [line for line in r.stdout.splitlines() if len(line) > 80] == []
     assert re.search(r"^    tool      a call of a shell tool", r.stdout, re.M)
     assert "alternates per model and API" in r.stdout
+    assert re.search(r"^    error200  OpenRouter's error", r.stdout, re.M)
+    assert re.search(r"^    nostream  ", r.stdout, re.M) and re.search(r"^    alwaysstream  ", r.stdout, re.M)

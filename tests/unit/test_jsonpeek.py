@@ -1,12 +1,13 @@
 """top_level_member agrees with json.loads whenever it answers, whatever the nesting,
-the spacing, or strings that quote the key."""
+the spacing, or strings that quote the key; holds_object_member never says no to a body
+that has such a member."""
 
 import json
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.jsonpeek import top_level_member
+from gateway.jsonpeek import holds_object_member, top_level_member
 
 KEYS = st.sampled_from(["usage", "id", "choices", "x", 'say "usage"', "usage\\", "\u00fcsage"])
 SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(
@@ -51,3 +52,29 @@ def test_integers_beyond_64_bits_stay_exact() -> None:
         assert top_level_member(body, "usage") == {"usage": n}
         body = json.dumps({"usage": {"prompt_tokens": n}, "z": 1}).encode()
         assert top_level_member(body, "usage") == {"usage": {"prompt_tokens": n}}
+
+
+def _has_object_member(value: object, key: str) -> bool:
+    if isinstance(value, dict):
+        return any((k == key and isinstance(v, dict)) or _has_object_member(v, key) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_object_member(v, key) for v in value)
+    return False
+
+
+@settings(max_examples=600)
+@given(st.dictionaries(KEYS, VALUES, max_size=5), LAYOUT)
+def test_an_object_member_is_never_missed(doc: dict, layout: dict) -> None:
+    body = json.dumps(doc, **layout).encode()
+    if _has_object_member(doc, "usage"):
+        assert holds_object_member(body, b'"usage"')
+    if not holds_object_member(body, b'"usage"'):
+        assert not _has_object_member(doc, "usage")
+
+
+def test_an_object_member_is_told_from_a_string_or_a_null_of_that_name() -> None:
+    assert holds_object_member(b'{"error": {"code": 502}}', b'"error"')
+    assert holds_object_member(b'{"a": [{"error" :\n {}}]}', b'"error"')  # nested, spaced
+    assert not holds_object_member(b'{"type": "error", "error": null}', b'"error"')  # a Responses answer's
+    assert not holds_object_member(b'{"text": "he wrote \\"error\\": {}"}', b'"error"')  # quoted in a string
+    assert not holds_object_member(b'{"error"', b'"error"') and not holds_object_member(b"", b'"error"')

@@ -34,6 +34,7 @@ from gateway.apis.chat import replay as chat_replay
 from gateway.apis.chat import resume as chat_continue
 from gateway.apis.chat.ids import GEMINI_SIGNED, chat_request_ids
 from gateway.apis.chat.tool_outputs import apply_tool_policy
+from gateway.apis.collect import chat_answer
 from gateway.apis.common import (
     ShownText,
     admit_messages,
@@ -131,6 +132,9 @@ class OpenAIChat:
         options = client_payload.get("stream_options")
         asked = isinstance(options, dict) and options.get("include_usage") is True
         return chat_stream(doc, include_usage=asked)
+
+    def collect(self, events: list[dict[str, Any]]) -> dict[str, Any]:
+        return chat_answer(events)
 
     def continuation(self, payload: Mapping[str, Any], partial: str, mode: str) -> dict[str, Any] | None:
         if is_replay(mode):

@@ -49,6 +49,7 @@ from gateway.apis.base import (
     StreamReader,
     Where,
 )
+from gateway.apis.collect import gemini_answer
 from gateway.apis.common import ShownText, malformed_event_error, model_too_long
 from gateway.apis.gemini import errors
 from gateway.apis.gemini.compress import compress_gemini
@@ -142,6 +143,9 @@ class GeminiGenerate:
         # One event holding the whole answer is a whole stream: each event is a complete
         # GenerateContentResponse, and the last one carries finishReason and usage.
         return sse_event(doc)
+
+    def collect(self, events: list[dict[str, Any]]) -> dict[str, Any]:
+        return gemini_answer(events)
 
     def continuation(self, payload: Mapping[str, Any], partial: str, mode: str) -> dict[str, Any] | None:
         # Not yet: a broken stream from a Gemini upstream ends with its one typed error event

@@ -40,6 +40,7 @@ from gateway.apis.base import (
     StreamReader,
     Where,
 )
+from gateway.apis.collect import messages_answer
 from gateway.apis.common import (
     ShownText,
     admit_messages,
@@ -181,6 +182,9 @@ class AnthropicMessages:
 
     def replay_as_stream(self, doc: dict[str, Any], client_payload: Mapping[str, Any]) -> bytes:
         return anthropic_stream(doc)
+
+    def collect(self, events: list[dict[str, Any]]) -> dict[str, Any]:
+        return messages_answer(events)
 
     def continuation(self, payload: Mapping[str, Any], partial: str, mode: str) -> dict[str, Any] | None:
         if is_replay(mode):

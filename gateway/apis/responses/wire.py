@@ -40,6 +40,7 @@ from gateway.apis.base import (
 )
 from gateway.apis.chat.ids import GEMINI_SIGNED
 from gateway.apis.chat.wire import openai_error_body, openai_foreign_error
+from gateway.apis.collect import responses_answer
 from gateway.apis.common import admit_fields, malformed_event_error, token_counts
 from gateway.apis.replay import Trim, is_replay, trimmed
 from gateway.apis.responses import replay as responses_replay
@@ -142,6 +143,9 @@ class OpenAIResponses:
 
     def replay_as_stream(self, doc: dict[str, Any], client_payload: Mapping[str, Any]) -> bytes:
         return responses_stream(doc)
+
+    def collect(self, events: list[dict[str, Any]]) -> dict[str, Any]:
+        return responses_answer(events)
 
     def continuation(self, payload: Mapping[str, Any], partial: str, mode: str) -> dict[str, Any] | None:
         if is_replay(mode):
