@@ -109,6 +109,26 @@ def takes_forced_tool(model: str) -> bool:
     return True
 
 
+def binds_thinking(model: str) -> bool:
+    """Whether the model takes a replayed thinking block only behind the conversation it was
+    written in (its ``system``, ``tools`` and every message before it unchanged), refusing it
+    otherwise: "messages.N.content.M: Invalid `signature` in `thinking` block. The block is bound
+    to a different conversation." Claude Fable 5.1 and later, Opus, Sonnet and Haiku 5.5 and
+    later (the model lists of platform.claude.com's "Preserved thinking" pages,
+    https://platform.claude.com/docs/en/build-with-claude/preserved-thinking); Mythos 5.1 records
+    the binding but does not check it (Bedrock's "Preserved thinking" page). The older models
+    take thinking replayed after earlier turns were dropped, as compaction always did."""
+    found = _NAMED.search(model.lower())
+    if found is None:
+        return False
+    if found["line"]:
+        major = found["lmajor"]
+        if found["line"] != "fable" or major is None:
+            return False
+        return (int(major), int(found["lminor"] or 0)) >= (5, 1)
+    return (int(found["major"]), int(found["minor"] or 0)) >= (5, 5)
+
+
 def unforced(tools: list[Any], choice: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
     """A forced ``tool_choice`` as a model that takes none gets it: ``auto``, with the tools
     narrowed to the one named (as ``allowed_tools`` narrows them, and as the Gemini client's

@@ -15,8 +15,8 @@ blocks, so everything the core does not touch stays byte-identical:
   together and a result never loses its call);
 * text that may be cut: ``text`` blocks and ``tool_result`` content; never
   ``tool_use`` input, ``thinking`` / ``redacted_thinking`` (signed), images or documents;
-  a thinking block after the first message the compression changed is left out whole, as
-  Claude's thinking holds only behind the conversation it was written in (``_first_change``);
+  on the models that bind thinking to what preceded it, a thinking block after the first
+  message the compression changed is left out whole (``_first_change``);
 * kept blocks keep every other field (``cache_control`` included);
 * a lowered ``max_tokens`` takes thinking's ``budget_tokens`` below it (``output_budget.py``).
 
@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.apis import output_budget
+from gateway.apis.messages.claude_models import binds_thinking
 from gateway.policy.compress import CompressionResult, compress
 from gateway.policy.cut import cap_content
 from gateway.policy.foreign_reasoning import thinking_left_out
@@ -61,7 +62,9 @@ def compress_messages(
     kept = [_from_view(v, messages) for v in planned if v.get(_SRC) != "top-level"]
     out["messages"] = _systems_placed(kept, messages)
     report = dict(result.report)
-    unbound = thinking_left_out(out, since=_first_change(out["messages"], messages))
+    model = payload.get("model")
+    bound = isinstance(model, str) and binds_thinking(model)
+    unbound = thinking_left_out(out, since=_first_change(out["messages"], messages)) if bound else None
     if unbound is not None:
         report["thinking_removed"] = _thinking_count(out["messages"]) - _thinking_count(unbound["messages"])
         if "thinking" in out and "thinking" not in unbound:
@@ -144,13 +147,14 @@ def _first_change(new: list[dict[str, Any]], originals: list[dict[str, Any]]) ->
     different conversation. …": https://platform.claude.com/docs/en/build-with-claude/preserved-thinking,
     https://platform.claude.com/docs/en/build-with-claude/thinking-troubleshooting, and
     …/preserved-thinking/fix-bound-to-a-different-conversation, which warns that leaving out
-    only the block the error names is not enough). That check runs from Claude Fable 5.1 on,
-    on accounts made since 2026-08-31 and on older ones that opt in; which the upstream is, the
-    gateway cannot tell (a model is named by the client, routed under another name), and the
-    one retry must be taken. So every thinking block after the first message the compression
-    dropped, cut, added or moved is left out (``thinking_left_out``, which also asks this
-    request without thinking when the tool loop in progress loses the block Anthropic wants it
-    to start with: "To avoid this requirement, disable `thinking`")."""
+    only the block the error names is not enough). That check runs on the models
+    ``claude_models.binds_thinking`` names; for them every thinking block after the first
+    message the compression dropped, cut, added or moved is left out (``thinking_left_out``,
+    which also asks this request without thinking when the tool loop in progress loses the
+    block Anthropic wants it to start with: "To avoid this requirement, disable `thinking`").
+    The older models take the kept turns' thinking as it is, and keep thinking on: the rescued
+    turn thinks as the client asked. A client's name routed under a binding model's name is
+    not seen here (the client's payload is compressed before its route renames it)."""
     for i, (m, original) in enumerate(zip(new, originals, strict=False)):
         if m is not original:
             return i

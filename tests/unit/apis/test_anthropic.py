@@ -8,8 +8,9 @@ import pytest
 
 from gateway.apis import ANTHROPIC_MESSAGES
 from gateway.apis.base import Ending, EventKind, ForeignError, Inbound, Rejection
+from gateway.apis.messages.claude_models import binds_thinking
 from gateway.errors import Classification, ErrorType
-from gateway.fake.messages_rules import refusal
+from gateway.fake.messages_rules import preserves_thinking, refusal
 from gateway.policy.compress import CompressionResult
 from gateway.policy.tokens import request_tokens
 from tests.anthropic_convo import SYSTEM, TOOLS, assert_valid_messages, messages_conversation, size
@@ -189,14 +190,12 @@ def test_compressed_conversation_stays_valid_and_keeps_what_must_not_change() ->
     # The provider counted size // 3 tokens against a 40000 limit: the retry aims under it.
     assert size(new) < size(msgs) * 40000 / (size(msgs) // 3)
     assert size(new) > size(msgs) * 0.8 * 40000 / (size(msgs) // 3), "keeps as much as fits"
-    # The newest user turn and everything after it (the current step) are untouched but for
-    # thinking, and so is every mid-conversation system entry.
-    assert new[-5:-2] == msgs[-5:-2] and new[-1] == msgs[-1]
-    assert new[-2]["content"] == msgs[-2]["content"][1:]
+    # The newest user turn and everything after it (the current step) are untouched,
+    # and so is every mid-conversation system entry.
+    assert new[-5:] == msgs[-5:]
     assert [m for m in new if m["role"] == "system"] == [m for m in msgs if m["role"] == "system"]
-    # Thinking is bound to the conversation before it, which is no longer the same: none is
-    # sent back, in any turn (it is signed: a block is sent whole or not at all).
-    assert not [b for m in new if isinstance(m["content"], list) for b in m["content"] if b["type"] == "thinking"]
+    # The latest assistant turn's thinking block is byte-identical.
+    assert json.dumps(new[-2]["content"][0]) == json.dumps(msgs[-2]["content"][0])
     # It says what it removed.
     assert "by llm-gateway" in json.dumps(new)
 
@@ -363,3 +362,31 @@ def test_a_tool_loop_that_loses_its_thinking_is_asked_without_thinking() -> None
     assert not [b for m in out["messages"] if isinstance(m["content"], list) for b in m["content"]
                 if b["type"] in ("thinking", "redacted_thinking")]
     assert out["messages"][-2]["content"] == [_call("b1")]
+
+
+@pytest.mark.parametrize(("model", "binds"), [
+    ("claude-fable-5-1", True), ("claude-fable-5-2", True), ("claude-opus-5-5", True), ("claude-sonnet-5-5", True),
+    ("claude-haiku-5-5", True), ("us.anthropic.claude-opus-5-5-v1:0", True), ("claude-fable-5", False),
+    ("claude-mythos-5-1", False), ("claude-opus-5", False), ("claude-opus-4-8", False), ("claude-sonnet-4-5", False),
+    ("claude-mythos-preview", False), ("qwen3-coder", False),
+])  # fmt: skip
+def test_the_models_that_bind_thinking_are_the_fakes(model: str, binds: bool) -> None:
+    """The gateway's list and the fake's (which refuses a moved block) are read from the same
+    pages; they must agree, or the fake would not catch a retry the real API refuses."""
+    assert binds_thinking(model) is binds
+    assert preserves_thinking(model) is binds
+
+
+@pytest.mark.parametrize("model", ["claude-opus-4-8", "claude-sonnet-4-5", "m"])
+def test_a_model_that_does_not_bind_thinking_keeps_it_and_thinks_on(model: str) -> None:
+    """The same tool loop as above on a model that takes thinking after dropped turns: the kept
+    turns' thinking goes as it was and the rescued turn thinks as the client asked."""
+    msgs = [FIRST, CLAUDE_CODE_SYSTEM, *_rounds(4, "a"), _turn("assistant", _text("done")),
+            _turn("user", _text("now fix it")), *_rounds(2, "b")]  # fmt: skip
+    payload = {"model": model, "max_tokens": 4096, "messages": msgs, "tools": TOOLS, "thinking": {"type": "adaptive"}}
+    result = _squeezed(payload)
+    assert result.payload is not None and result.report["messages_removed"] > 0, result.report
+    out = result.payload
+    assert out["thinking"] == {"type": "adaptive"} and "thinking_off" not in result.report
+    assert "thinking_removed" not in result.report
+    assert out["messages"][-2:] == msgs[-2:]  # the tool loop in progress, its thinking included
