@@ -177,8 +177,12 @@ def _generation(
             rand=kit.rand, probe_ttl_s=_probe_ttl_s(cfg),
         )  # fmt: skip
         upstreams[u.name] = UpstreamRuntime(u, circuit)
+    pool_state = previous.pool_state if previous is not None else None
+    if pool_state is None and cfg.pools:
+        pool_state = PoolState(store, kit.wall, kit.monotonic, cache_s=cfg.state.cache_ms / 1000)
     pools = {p.name: PoolRuntime(p, tuple(upstreams[d] for d in p.deployments),
-                                 _affinity(p, kit.monotonic, previous)) for p in cfg.pools}  # fmt: skip
+                                 _affinity(p, kit.monotonic, previous, pool_state))
+             for p in cfg.pools}  # fmt: skip
     if previous is not None and previous.cfg.retry.budget == cfg.retry.budget:
         budget = previous.budget
     else:
@@ -200,9 +204,6 @@ def _generation(
         # On the real clock, not kit.monotonic: it times the loop itself, and a test's frozen
         # clock would keep it polling for ever.
         polling = busy_poll(cfg.server.busy_poll_us)
-    pool_state = previous.pool_state if previous is not None else None
-    if pool_state is None and pools:
-        pool_state = PoolState(store, kit.wall, kit.monotonic, cache_s=cfg.state.cache_ms / 1000)
     svc = Services(
         cfg=cfg,
         sender=sender,
@@ -270,17 +271,18 @@ def _accounts(cfg: GatewayConfig, store: StateStore, wall: Callable[[], float]) 
 
 
 def _affinity(
-    pool: PoolConfig, clock: Callable[[], float], previous: Services | None
+    pool: PoolConfig, clock: Callable[[], float], previous: Services | None, pool_state: PoolState | None
 ) -> AffinityTable | None:
     a = pool.affinity
     if not a.enabled:
         return None
     before = previous.pools.get(pool.name) if previous is not None else None
     if before is None or before.affinity is None:
-        return AffinityTable(a.max_entries, a.idle_s, clock)
-    # Conversations stay on the deployment that holds their cache across a reload, a key added
-    # to the pool included; one whose deployment was removed moves, and the break is counted
-    # ("removed").
+        shared = pool_state if pool_state is not None and pool_state.shared else None
+        return AffinityTable(a.max_entries, a.idle_s, clock, pool.name, shared)
+    # Conversations stay on the deployment that holds their cache across a reload, a weight
+    # changed or a key added to the pool included; one whose deployment was removed moves, and
+    # the break is counted ("removed").
     return before.affinity if before.cfg.affinity == a else before.affinity.resized(a.max_entries, a.idle_s)
 
 
