@@ -221,7 +221,7 @@ def _generation(
         tool_outputs=tool_output_policy(cfg.tool_outputs),
         tracing=tracing,
         pools=pools,
-        accounts=_accounts(cfg, store, kit.wall) if cfg.keys else None,
+        accounts=_accounts(cfg, store, kit.wall, previous) if cfg.keys else None,
         pool_state=pool_state,
         busy_poll=polling,
     )
@@ -260,14 +260,19 @@ def _routes_digest(cfg: GatewayConfig) -> bytes:
     return hashlib.sha256("\n".join(parts).encode()).digest()
 
 
-def _accounts(cfg: GatewayConfig, store: StateStore, wall: Callable[[], float]) -> Accounts:
+def _accounts(cfg: GatewayConfig, store: StateStore, wall: Callable[[], float],
+              previous: Services | None) -> Accounts:  # fmt: skip
     prices = PriceTable.of({glob: Price(p.input, p.output, p.cache_read, p.cache_write)
                             for glob, p in cfg.prices.items()})  # fmt: skip
     refs = cfg.accounting.reference_tokens
-    return Accounts(store, prices, wall, default_max_tokens=cfg.accounting.default_max_tokens,
-                    reserved_output_max=cfg.accounting.reserved_output_max,
-                    closed_when_store_down=cfg.accounting.when_store_down == "closed",
-                    references=ReferenceTokens(refs.document, refs.image))  # fmt: skip
+    accounts = Accounts(store, prices, wall, default_max_tokens=cfg.accounting.default_max_tokens,
+                        reserved_output_max=cfg.accounting.reserved_output_max,
+                        closed_when_store_down=cfg.accounting.when_store_down == "closed",
+                        references=ReferenceTokens(refs.document, refs.image))  # fmt: skip
+    if previous is not None and previous.accounts is not None:
+        # What the store last answered stays shown through a reload made during its outage.
+        accounts.readings = previous.accounts.readings
+    return accounts
 
 
 def _affinity(
@@ -360,10 +365,8 @@ async def _read_budgets(svc: Services) -> None:
     specs = [s for s in svc.auth.ring.by_digest.values() if s.name != FLAT_KEY_NAME]
     expiries = [(s.name, s.expires_at) for s in specs if s.expires_at is not None]
     readings: list[tuple[str, str, str, float, float, float, float]] | None = []
-    if svc.accounts is not None:
+    if svc.accounts is not None:  # None: the store did not answer (found down before or during the read)
         readings = await svc.accounts.budget_readings(specs) if svc.store.healthy else None
-        if not svc.store.healthy:  # found down during the read: it came from memory
-            readings = None
     svc.telemetry.budgets.replace(readings, expiries)
 
 

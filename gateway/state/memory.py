@@ -274,6 +274,10 @@ class MemoryStore:
         spend = [tuple(self._spend.get(b) or [0.0, 0.0]) for b in budgets]
         return n, k, in_flight, spend  # type: ignore[return-value]
 
+    async def ledger_read_shared(self, key: str, minute: int, now_ms: int,
+                                 budgets: Sequence[str]) -> LedgerState | None:  # fmt: skip
+        return await self.ledger_read(key, minute, now_ms, budgets)  # one process: this is every count
+
     async def answer_put(self, fingerprint: str, blob: bytes, ttl_s: float) -> None:
         if ttl_s > 0:
             self.answers.put(fingerprint, blob, ttl_s)

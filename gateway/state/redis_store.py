@@ -705,21 +705,27 @@ class RedisStore:
         return len(self._unsettled) + self._settling
 
     async def ledger_read(self, key: str, minute: int, now_ms: int, budgets: Sequence[str]) -> LedgerState:
-        keys = self._ledger_keys(key, minute, budgets)
-
-        async def remote() -> LedgerState:
-            pipe = self._r.pipeline(transaction=False)
-            pipe.hmget(keys[0], "n", "k")
-            pipe.zcount(keys[1], now_ms + 1, "+inf")
-            for b in keys[2:]:
-                pipe.hmget(b, "s", "r")
-            got = await pipe.execute()
-            n, k = (int(v or 0) for v in got[0])
-            spend = [(float(s or 0), max(0.0, float(r or 0))) for s, r in got[2:]]
-            return n, k, int(got[1]), spend
-
-        return await self._guard("ledger_read", remote,
+        return await self._guard("ledger_read", lambda: self._ledger_read(key, minute, now_ms, budgets),
                                  lambda: self.local.ledger_read(key, minute, now_ms, budgets))  # fmt: skip
+
+    async def ledger_read_shared(self, key: str, minute: int, now_ms: int,
+                                 budgets: Sequence[str]) -> LedgerState | None:  # fmt: skip
+        async def remote() -> LedgerState | None:
+            return await self._ledger_read(key, minute, now_ms, budgets)
+
+        return await self._guard("ledger_read", remote, lambda: _value(None))
+
+    async def _ledger_read(self, key: str, minute: int, now_ms: int, budgets: Sequence[str]) -> LedgerState:
+        keys = self._ledger_keys(key, minute, budgets)
+        pipe = self._r.pipeline(transaction=False)
+        pipe.hmget(keys[0], "n", "k")
+        pipe.zcount(keys[1], now_ms + 1, "+inf")
+        for b in keys[2:]:
+            pipe.hmget(b, "s", "r")
+        got = await pipe.execute()
+        n, k = (int(v or 0) for v in got[0])
+        spend = [(float(s or 0), max(0.0, float(r or 0))) for s, r in got[2:]]
+        return n, k, int(got[1]), spend
 
     # -- remembered answers --------------------------------------------------------------------
 

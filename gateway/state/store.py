@@ -122,6 +122,13 @@ class StateStore(Protocol):
         """(requests, tokens) of ``minute``, requests in flight, (spent, reserved) per budget."""
         ...
 
+    async def ledger_read_shared(self, key: str, minute: int, now_ms: int,
+                                 budgets: Sequence[str]) -> LedgerState | None:  # fmt: skip
+        """``ledger_read`` as every replica counts it, or None while the shared store does not
+        answer: never this replica's memory, which holds none of the other replicas' counts nor
+        any from before the outage (a spent budget read as unspent). Memory: ``ledger_read``."""
+        ...
+
     async def answer_put(self, fingerprint: str, blob: bytes, ttl_s: float) -> None: ...
 
     async def answer_take(self, fingerprint: str) -> tuple[bytes, int] | None:
