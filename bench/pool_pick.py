@@ -5,13 +5,16 @@ goal of issue #34: at most 10 µs), in-process, three deployments, timeit's best
     pick           what a request pays before its first attempt: the freshness check of the
                    pool's records, a view of each deployment (sit-outs, headroom from headers
                    and from the request counts since, configured limits), the affinity table's
-                   lookup and the strategy's order: pipeline/pool.py does exactly these
+                   lookup (a new conversation: its home, the strategy's pick, bound there; with
+                   Redis that claim is one round trip more, see bench.redis_trips) and its
+                   home or the next of its rendezvous order: pipeline/pool.py does these
     headroom_of    reading one answer's rate-limit headers (OpenAI's six), per answer
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import time
 import timeit
@@ -20,7 +23,7 @@ from multidict import CIMultiDict
 
 from gateway.config import parse_config
 from gateway.routing.headroom import headroom_of
-from gateway.routing.pools import first, order
+from gateway.routing.pools import first, first_home, for_conversation, order
 from gateway.state.affinity import AffinityTable
 from gateway.state.memory import MemoryStore
 from gateway.state.pools import PoolState
@@ -53,20 +56,26 @@ def run() -> str:
     now_ms = time.time() * 1000
     views = [ps.view(i, up, "gpt-4o-mini", now_ms) for i, up in enumerate(members)]
 
+    fresh = itertools.count()
+
     def pick(strategy: str, conversation: str | None) -> None:
         ps.fresh("p", "gpt-4o-mini")
         now = time.time() * 1000
         ready = [v for v in (ps.view(i, up, "gpt-4o-mini", now) for i, up in enumerate(members)) if v.serves_at(now)]
-        bound = table.get(conversation) if conversation else None
-        if bound is not None and any(d.name == bound for d in ready):
+        if conversation is None:
+            assert first(strategy, ready, rand, None)
             return
-        assert first(strategy, ready, rand, conversation if strategy == "weighted" else None)
+        home = table.get(conversation)
+        if home is None:  # a new conversation: its home is the strategy's pick (memory: no round trip)
+            home = first_home(strategy, ready, rand, conversation).name
+            table.bind(conversation, home)
+        assert for_conversation(ready, home, conversation)
 
     lines = ["| what | µs |", "| --- | ---: |"]
     for strategy in ("weighted", "least_busy", "latency", "headroom"):
         lines.append(f"| order ({strategy}) | {_best_us(lambda s=strategy: order(s, views, rand)):.2f} |")
     lines.append(f"| pick, weighted, a new conversation (rendezvous) | "
-                 f"{_best_us(lambda: pick('weighted', 'id:new-conversation-key')):.2f} |")
+                 f"{_best_us(lambda: pick('weighted', f'id:new-{next(fresh)}')):.2f} |")
     lines.append(f"| pick, weighted, a known conversation | {_best_us(lambda: pick('weighted', f'id:{5:024x}')):.2f} |")
     lines.append(f"| pick, headroom, a known conversation | {_best_us(lambda: pick('headroom', f'id:{5:024x}')):.2f} |")
     lines.append(f"| pick, headroom, no conversation key | {_best_us(lambda: pick('headroom', None)):.2f} |")

@@ -4,7 +4,11 @@ keys) around 200 requests back to back and 10 requests 0.3 s apart (longer than 
 caches), for one upstream, for a pool of three deployments whose answers carry rate-limit
 headers (the pool's records: one pipelined round trip per cache period), and for a pool of
 three whose configured limits decide (each pick takes its request from the shared count: one
-script call, one round trip, per request).
+script call, one round trip, per request). Every request is one conversation's turn (the same
+body), as an agent's are; for the first pool, also each request a conversation of its own
+(its home claimed in the store: one round trip for each, the calls of one loop turn together).
+Redis is emptied between the configs: what one left (a conversation's home, a deployment's
+headroom) would decide the next one's picks.
 Needs Debian's redis-server; starts its own on a free loopback port.
 
 Commands run inside a Lua script (EVALSHA) are listed as well but are no round trip of their
@@ -29,8 +33,8 @@ def _cli(port: int, *args: str) -> str:
     return subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True, text=True).stdout
 
 
-def _post(port: int) -> None:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=BODY,
+def _post(port: int, body: bytes = BODY) -> None:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
                                  headers={"Content-Type": "application/json"})
     urllib.request.urlopen(req).read()
 
@@ -51,15 +55,15 @@ def _trips(monitor: str) -> int:
     return trips
 
 
-def _monitored(rport: int, gw: int, n: int, pause: float) -> tuple[list[str], Counter[str]]:
+def _monitored(rport: int, gw: int, n: int, pause: float, new: bool = False) -> tuple[list[str], Counter[str]]:
     _cli(rport, "CONFIG", "RESETSTAT")
     # To a file, not a pipe: a pipe holds 64 KiB, and what MONITOR wrote past that while
     # nobody read it was lost when it was stopped (half the calls of 200 requests went uncounted).
     with tempfile.TemporaryFile("w+") as capture:
         mon = subprocess.Popen(["redis-cli", "-p", str(rport), "MONITOR"], stdout=capture, text=True)
         time.sleep(0.3)
-        for _ in range(n):
-            _post(gw)
+        for i in range(n):
+            _post(gw, BODY.replace(b'"hi"', b'"hi %d %f"' % (i, time.time())) if new else BODY)
             time.sleep(pause)
         time.sleep(0.3)
         mon.terminate()
@@ -99,6 +103,7 @@ def main() -> None:
     upstream = spawn(["-m", "bench.upstream", str(up)], up, core=0)
     try:
         for what, upstreams in configs.items():
+            _cli(rport, "FLUSHALL")
             cfg = tmp / "gateway.yaml"
             cfg.write_text(f"server: {{port: {gw}}}\n{state}{upstreams}")
             gateway = spawn(["-m", "gateway", "--config", str(cfg)], gw, "/healthz")
@@ -106,8 +111,12 @@ def main() -> None:
                 for _ in range(5):
                     _post(gw)
                 time.sleep(1.5)
-                for label, n, pause in (("back to back", 200, 0.0), ("0.3 s apart", 10, 0.3)):
-                    stats, seen = _monitored(rport, gw, n, pause)
+                runs = [("back to back", 200, 0.0, False), ("0.3 s apart", 10, 0.3, False)]
+                if "headroom" in what:
+                    runs += [("back to back, each a new conversation", 200, 0.0, True),
+                             ("0.3 s apart, each a new conversation", 10, 0.3, True)]
+                for label, n, pause, new in runs:
+                    stats, seen = _monitored(rport, gw, n, pause, new)
                     print(f"== {what}: {n} successful requests, {label}")
                     for line in stats:
                         print("  ", line)

@@ -177,8 +177,12 @@ def _generation(
             rand=kit.rand, probe_ttl_s=_probe_ttl_s(cfg),
         )  # fmt: skip
         upstreams[u.name] = UpstreamRuntime(u, circuit)
+    pool_state = previous.pool_state if previous is not None else None
+    if pool_state is None and cfg.pools:
+        pool_state = PoolState(store, kit.wall, kit.monotonic, cache_s=cfg.state.cache_ms / 1000)
     pools = {p.name: PoolRuntime(p, tuple(upstreams[d] for d in p.deployments),
-                                 _affinity(p, kit.monotonic, previous)) for p in cfg.pools}  # fmt: skip
+                                 _affinity(p, kit.monotonic, previous, pool_state))
+             for p in cfg.pools}  # fmt: skip
     if previous is not None and previous.cfg.retry.budget == cfg.retry.budget:
         budget = previous.budget
     else:
@@ -200,9 +204,6 @@ def _generation(
         # On the real clock, not kit.monotonic: it times the loop itself, and a test's frozen
         # clock would keep it polling for ever.
         polling = busy_poll(cfg.server.busy_poll_us)
-    pool_state = previous.pool_state if previous is not None else None
-    if pool_state is None and pools:
-        pool_state = PoolState(store, kit.wall, kit.monotonic, cache_s=cfg.state.cache_ms / 1000)
     svc = Services(
         cfg=cfg,
         sender=sender,
@@ -220,7 +221,7 @@ def _generation(
         tool_outputs=tool_output_policy(cfg.tool_outputs),
         tracing=tracing,
         pools=pools,
-        accounts=_accounts(cfg, store, kit.wall) if cfg.keys else None,
+        accounts=_accounts(cfg, store, kit.wall, previous) if cfg.keys else None,
         pool_state=pool_state,
         busy_poll=polling,
     )
@@ -259,28 +260,34 @@ def _routes_digest(cfg: GatewayConfig) -> bytes:
     return hashlib.sha256("\n".join(parts).encode()).digest()
 
 
-def _accounts(cfg: GatewayConfig, store: StateStore, wall: Callable[[], float]) -> Accounts:
+def _accounts(cfg: GatewayConfig, store: StateStore, wall: Callable[[], float],
+              previous: Services | None) -> Accounts:  # fmt: skip
     prices = PriceTable.of({glob: Price(p.input, p.output, p.cache_read, p.cache_write)
                             for glob, p in cfg.prices.items()})  # fmt: skip
     refs = cfg.accounting.reference_tokens
-    return Accounts(store, prices, wall, default_max_tokens=cfg.accounting.default_max_tokens,
-                    reserved_output_max=cfg.accounting.reserved_output_max,
-                    closed_when_store_down=cfg.accounting.when_store_down == "closed",
-                    references=ReferenceTokens(refs.document, refs.image))  # fmt: skip
+    accounts = Accounts(store, prices, wall, default_max_tokens=cfg.accounting.default_max_tokens,
+                        reserved_output_max=cfg.accounting.reserved_output_max,
+                        closed_when_store_down=cfg.accounting.when_store_down == "closed",
+                        references=ReferenceTokens(refs.document, refs.image))  # fmt: skip
+    if previous is not None and previous.accounts is not None:
+        # What the store last answered stays shown through a reload made during its outage.
+        accounts.readings = previous.accounts.readings
+    return accounts
 
 
 def _affinity(
-    pool: PoolConfig, clock: Callable[[], float], previous: Services | None
+    pool: PoolConfig, clock: Callable[[], float], previous: Services | None, pool_state: PoolState | None
 ) -> AffinityTable | None:
     a = pool.affinity
     if not a.enabled:
         return None
     before = previous.pools.get(pool.name) if previous is not None else None
     if before is None or before.affinity is None:
-        return AffinityTable(a.max_entries, a.idle_s, clock)
-    # Conversations stay on the deployment that holds their cache across a reload, a key added
-    # to the pool included; one whose deployment was removed moves, and the break is counted
-    # ("removed").
+        shared = pool_state if pool_state is not None and pool_state.shared else None
+        return AffinityTable(a.max_entries, a.idle_s, clock, pool.name, shared)
+    # Conversations stay on the deployment that holds their cache across a reload, a weight
+    # changed or a key added to the pool included; one whose deployment was removed moves, and
+    # the break is counted ("removed").
     return before.affinity if before.cfg.affinity == a else before.affinity.resized(a.max_entries, a.idle_s)
 
 
@@ -358,10 +365,8 @@ async def _read_budgets(svc: Services) -> None:
     specs = [s for s in svc.auth.ring.by_digest.values() if s.name != FLAT_KEY_NAME]
     expiries = [(s.name, s.expires_at) for s in specs if s.expires_at is not None]
     readings: list[tuple[str, str, str, float, float, float, float]] | None = []
-    if svc.accounts is not None:
+    if svc.accounts is not None:  # None: the store did not answer (found down before or during the read)
         readings = await svc.accounts.budget_readings(specs) if svc.store.healthy else None
-        if not svc.store.healthy:  # found down during the read: it came from memory
-            readings = None
     svc.telemetry.budgets.replace(readings, expiries)
 
 

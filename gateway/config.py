@@ -735,19 +735,19 @@ class CooldownsConfig(_Model):
 
 
 class AffinityConfig(_Model):
-    """Prompt-cache affinity: a conversation stays on the deployment that served it."""
+    """Prompt-cache affinity: a conversation stays on its home, the deployment that holds its cache."""
 
     enabled: bool = Field(
         default=True, description="Keep each conversation on the deployment that holds its prompt cache."
     )
     max_entries: int = Field(
         default=10_000, gt=0, le=10_000_000,
-        description="Conversations remembered per pool and process; the least recently used are "
-        "forgotten first.",
+        description="Conversations remembered per pool and process (with Redis: this process's copy of "
+        "their shared homes); the least recently used are forgotten first.",
     )  # fmt: skip
     # Longer than the providers' longest prompt-cache lifetime (1 h).
     idle_s: float = Field(
-        default=3600.0, gt=0, description="Seconds a conversation is remembered after its last turn."
+        default=3600.0, gt=0, description="Seconds a conversation's home is remembered after its last turn."
     )
 
 

@@ -90,9 +90,11 @@ class PoolRuntime:
     affinity: AffinityTable | None  # None: affinity is off for this pool
     member_cfgs: tuple[UpstreamConfig, ...] = field(init=False)
     circuits: tuple[SharedCircuit, ...] = field(init=False)
+    names: tuple[str, ...] = field(init=False)  # its deployments' names, in its config's order
 
     def __post_init__(self) -> None:
         self.member_cfgs = tuple(m.cfg for m in self.members)
+        self.names = tuple(m.cfg.name for m in self.members)
         self.circuits = tuple(m.circuit for m in self.members)
         for m in self.members:
             m.pooled = True

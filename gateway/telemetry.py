@@ -362,7 +362,8 @@ class Telemetry:
         )  # fmt: skip
         self.affinity_breaks = Counter(
             p + "affinity_breaks", "Conversations served away from the deployment that holds their "
-            "prompt cache, by why: failed, rate_limit, headroom, budget, auth, model_missing, circuit_open.",
+            "prompt cache, by why: failed, rate_limit, headroom, budget, auth, model_missing, circuit_open, "
+            "removed (a reload took it out of the pool).",
             ["pool", "reason"], registry=registry,
         )  # fmt: skip
         # Keys (docs/keys.md): names come from config only.

@@ -69,6 +69,25 @@ class Reservation:
 
 
 @dataclass
+class Readings:
+    """The last counts the shared store answered: per key, its minute's (when, minute, requests,
+    tokens); per budget of one period (its store key), (when, spent, reserved). Shown, marked
+    with their age, while the store does not answer; kept across reloads."""
+
+    minutes: dict[str, tuple[float, int, int, int]] = field(default_factory=dict)
+    budgets: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+
+    def remember(self, key: str, now: float, minute: int, requests: int, tokens: int) -> None:
+        self.minutes[key] = (now, minute, requests, tokens)  # one per key of the config
+
+    def remember_budgets(self, now: float, spend: Iterable[tuple[str, tuple[float, float]]]) -> None:
+        if len(self.budgets) > _READINGS_MAX:  # one per budget and period: past periods go
+            self.budgets.clear()
+        for bkey, (spent, held) in spend:
+            self.budgets[bkey] = (now, spent, held)
+
+
+@dataclass
 class Accounts:
     store: StateStore
     prices: PriceTable
@@ -86,6 +105,7 @@ class Accounts:
     _open: dict[str, int] = field(default_factory=dict)  # key -> its reservations made here, unsettled
     _ended: asyncio.Event | None = None  # set when one is settled
     _written: int = 0  # settles written to the store so far
+    readings: Readings = field(default_factory=Readings)  # the store's last answers, for its outages
 
     def cost(self, model: str | None, usage: Mapping[str, int]) -> Cost:
         return cost_of(self.prices.price_for(model), usage)
@@ -244,28 +264,74 @@ class Accounts:
         now = self.wall()
         minute = int(now // 60)
         budgets = self._budgets(key, now)
-        n, k, in_flight, spend = await self.store.ledger_read(key.name, minute, round(now * 1000),
-                                                              [b for b, *_ in budgets])  # fmt: skip
+        bkeys = [b for b, *_ in budgets]
+        got = await self.store.ledger_read_shared(key.name, minute, round(now * 1000), bkeys)
+        if got is None:
+            return self._unread(head, key, now, minute, budgets)
+        n, k, in_flight, spend = got
+        self.readings.remember(key.name, now, minute, n, k)
+        self.readings.remember_budgets(now, zip(bkeys, spend, strict=True))
         out: dict[str, Any] = {
             **head,
+            "as_of": iso(now),
             "this_minute": {"requests": n, "tokens": k, "resets_at": iso((minute + 1) * 60)},
             "in_flight": in_flight,
         }  # fmt: skip
         for (bkey, limit, period, end), (spent, held) in zip(budgets, spend, strict=True):
             field_name = "team_budget" if bkey.startswith("team:") else "budget"
-            out[field_name] = {"usd": limit, "period": period, "spent_usd": round(spent, 6),
-                               "reserved_usd": round(held, 6),
-                               # What a new request may still take: in-flight requests hold theirs.
-                               "left_usd": round(max(0.0, limit - spent - held), 6),
-                               "resets_at": iso(end)}  # fmt: skip
+            out[field_name] = _budget_state(limit, period, end, spent, held)
+        return out
+
+    def _unread(self, head: dict[str, Any], key: KeySpec, now: float, minute: int,
+                budgets: list[tuple[str, float, str, float]]) -> dict[str, Any]:  # fmt: skip
+        """``state_of`` while the shared store does not answer: what it last answered (this
+        minute's counts, this period's spend), each marked with when it was read and how long
+        ago; nothing when it answered none. Never this replica's memory, which counts only what
+        it served since: a spent budget read $0 spent and all of it left there."""
+        if self.closed_when_store_down:
+            requests = ("refused (503 accounting_unavailable) until it answers: no request of this key "
+                        "is sent on counts the gateway cannot check")  # fmt: skip
+        else:
+            requests = ("served, counted in this replica's memory only until it answers "
+                        "(accounting.when_store_down: open): other replicas' spend meanwhile is not "
+                        "counted against it here")  # fmt: skip
+        out: dict[str, Any] = {
+            **head,
+            "as_of": None,
+            "state_unavailable": {
+                "message": "the gateway's state store does not answer, so where this key stands now is "
+                           "not known; figures below are its last reading (as_of, age_s): spent_usd at "
+                           "least that much, left_usd at most that; null where none was read this minute "
+                           "or period",
+                "requests": requests,
+            },
+            "this_minute": None,
+            "in_flight": None,  # every replica's requests in flight: a stale count says nothing
+        }  # fmt: skip
+        seen = self.readings.minutes.get(key.name)
+        if seen is not None and seen[1] == minute:
+            at, _, n, k = seen
+            out["this_minute"] = {"requests": n, "tokens": k, "resets_at": iso((minute + 1) * 60),
+                                  **_aged(at, now)}  # fmt: skip
+        for bkey, limit, period, end in budgets:
+            field_name = "team_budget" if bkey.startswith("team:") else "budget"
+            read = self.readings.budgets.get(bkey)  # of this period: the store key names it
+            if read is None:
+                out[field_name] = {"usd": limit, "period": period, "spent_usd": None, "reserved_usd": None,
+                                   "left_usd": None, "resets_at": iso(end), "as_of": None,
+                                   "age_s": None}  # fmt: skip
+            else:
+                at, spent, held = read
+                out[field_name] = {**_budget_state(limit, period, end, spent, held), **_aged(at, now)}
         return out
 
     async def budget_readings(
         self, keys: Iterable[KeySpec]
-    ) -> list[tuple[str, str, str, float, float, float, float]]:
+    ) -> list[tuple[str, str, str, float, float, float, float]] | None:
         """Every budget of ``keys`` and of their teams, each once, as the state store has it:
         (kind, name, period, usd, spent, reserved, period end). One read for them all (the
-        ledger read of the first key, which takes any budgets)."""
+        ledger read of the first key, which takes any budgets). None: the shared store did not
+        answer (this replica's memory holds none of the other replicas' spend)."""
         now = self.wall()
         found: dict[str, tuple[str, str, str, float, float]] = {}  # store key -> kind, name, period, usd, end
         first: str | None = None
@@ -278,7 +344,11 @@ class Accounts:
                     first = first or key.name
         if first is None:
             return []
-        *_, spend = await self.store.ledger_read(first, int(now // 60), round(now * 1000), list(found))
+        got = await self.store.ledger_read_shared(first, int(now // 60), round(now * 1000), list(found))
+        if got is None:
+            return None
+        *_, spend = got
+        self.readings.remember_budgets(now, zip(found, spend, strict=True))
         return [(kind, name, period, usd, round(spent, 6), round(held, 6), end)
                 for (kind, name, period, usd, end), (spent, held)
                 in zip(found.values(), spend, strict=True)]  # fmt: skip
@@ -301,6 +371,17 @@ class Accounts:
         return out
 
 
+def _budget_state(limit: float, period: str, end: float, spent: float, held: float) -> dict[str, Any]:
+    return {"usd": limit, "period": period, "spent_usd": round(spent, 6), "reserved_usd": round(held, 6),
+            # What a new request may still take: in-flight requests hold theirs.
+            "left_usd": round(max(0.0, limit - spent - held), 6), "resets_at": iso(end)}  # fmt: skip
+
+
+def _aged(at: float, now: float) -> dict[str, Any]:
+    return {"as_of": iso(at), "age_s": round(max(0.0, now - at), 1)}
+
+
+_READINGS_MAX = 4096
 _PERIOD_WORD = {"day": "daily", "week": "weekly", "month": "monthly"}
 
 

@@ -1,9 +1,11 @@
 """One hop of a route that is a pool: pick a deployment, move to a sibling when its key cannot
 serve, and apply the rate-limit rule only when every sibling is sitting out.
 
-    pick      the conversation's deployment when it may serve (affinity), else the pool's
-              strategy over those that may: not sitting out (a rate limit until its reset,
-              headroom predicted gone, an exhausted or refused key), circuit not open
+    pick      the conversation's home when it may serve (affinity; a conversation new here
+              claims one, the same on every replica), else the next of its rendezvous order
+              that may; no conversation: the pool's strategy over those that may. May serve:
+              not sitting out (a rate limit until its reset, headroom predicted gone, an
+              exhausted or refused key), circuit not open
     send      one first attempt; a failure another key would not meet (rate_limit, budget,
               provider_unavailable, auth on the operator's key) sits that deployment out as
               long as it says and moves to the next at once: no backoff, one deadline
@@ -30,8 +32,18 @@ from gateway.pipeline.send import SETTLED, Sent, fails_over_class, send_one, wai
 from gateway.policy.retry import RetryPlan
 from gateway.policy.retry_after import reset_at_ms
 from gateway.policy.tokens import BYTES_PER_TOKEN
-from gateway.routing.pools import Deployment, SitOut, first, moves_to_sibling, sit_out
+from gateway.routing.pools import (
+    Deployment,
+    SitOut,
+    break_reason,
+    first,
+    first_home,
+    for_conversation,
+    moves_to_sibling,
+    sit_out,
+)
 from gateway.services import PoolRuntime, Services, UpstreamRuntime
+from gateway.state.affinity import AffinityTable
 from gateway.state.pools import key_id
 from gateway.tracing.attrs import P
 
@@ -57,13 +69,12 @@ async def send_pool(
     last: Sent | None = None
     limited: Sent | None = None  # the last provider 429 of this request: what a client is shown
     refused: Failure | None = None
-    # Under ``weighted`` a conversation's deployment is the first of its rendezvous order that
-    # may serve: the same on every replica, whatever each replica's table says (the table only
-    # tells a returning conversation, for the pick's reason). Tables deciding let two replicas
-    # bind one conversation to two siblings after a sit-out, and its turns then alternated
-    # between them for good, a cache miss each (measured with two replicas on Redis).
-    stateless = cfg.strategy == "weighted"
-    bound = pool.affinity.get(conversation) if pool.affinity is not None and conversation else None
+    # A conversation's home (the deployment holding its prompt cache) is decided at its first
+    # turn and then held, on every replica (gateway/state/affinity.py): recomputed from the
+    # weights instead, a reload that changed one moved live conversations, uncounted.
+    table = pool.affinity if conversation else None
+    home = table.get(conversation) if table is not None and conversation else None
+    homed = table is None or home in pool.names  # else claimed once a deployment may serve
     opening = True  # the request's first pick: affinity may decide it
     while True:
         if not ps.fresh(cfg.name, model):
@@ -73,7 +84,12 @@ async def send_pool(
         ready = [v for v in views if v.serves_at(now_ms) and v.name not in tried
                  and not await _refusing(members[v.slot], model)]  # fmt: skip
         if ready:
-            pick, why = _pick(svc, pool, ready, bound if opening else None, conversation, stateless)
+            new = False  # its first turn: the strategy picked its home
+            if not homed:
+                assert table is not None and conversation is not None
+                home, new = await _claim(svc, pool, table, conversation, ready)
+                homed = True
+            pick, why = _pick(svc, pool, ready, home, conversation, new)
             up = members[pick.slot]
             call = call_for(up)
             if isinstance(call, Failure):
@@ -96,10 +112,9 @@ async def send_pool(
             outcome = await _send(svc, state, plan, call, siblings_left, nxt, resetting)
             last = Sent(outcome, call)
             if not isinstance(outcome, Failure):
-                if pool.affinity is not None and conversation:
-                    if stateless:
-                        _homed(svc, pool, conversation, up.cfg.name, views, tried)
-                    _bind(svc, pool, conversation, None if stateless else bound, up.cfg.name, views, tried)
+                if home is not None and up.cfg.name != home:
+                    reason = break_reason(home, views, tried, now_ms)
+                    svc.telemetry.affinity_breaks.labels(cfg.name, reason).inc()
                 return last
             c = outcome.classification
             if c.type is ErrorType.RATE_LIMIT and outcome.own is None:  # the provider's, not the limits'
@@ -263,50 +278,28 @@ async def _refusing(up: UpstreamRuntime, model: str | None) -> bool:
     return up.circuit.admit_now(model) is None and await up.circuit.is_open(model)
 
 
-def _pick(svc: Services, pool: PoolRuntime, ready: list[Deployment], bound: str | None,
-          conversation: str | None, stateless: bool) -> tuple[Deployment, str]:  # fmt: skip
+def _pick(svc: Services, pool: PoolRuntime, ready: list[Deployment], home: str | None,
+          conversation: str | None, new: bool) -> tuple[Deployment, str]:  # fmt: skip
     """The deployment to try first, and why (a log field and a metric label). Only the first:
-    after a failure the rest are ranked again, as they are then."""
+    after a failure the rest are ranked again, as they are then. ``new``: ``home`` is the
+    strategy's pick of this very request."""
     strategy = pool.cfg.strategy
-    if stateless:  # weighted: the conversation's rendezvous order decides, on every replica alike
-        pick = first(strategy, ready, svc.rand, conversation)
-        return pick, "affinity" if bound == pick.name else strategy
-    if bound is not None:
-        for d in ready:
-            if d.name == bound:
-                return d, "affinity"
-    return first(strategy, ready, svc.rand, None), strategy
+    if home is None or conversation is None:  # affinity is off
+        return first(strategy, ready, svc.rand, None), strategy
+    pick, at_home = for_conversation(ready, home, conversation)
+    return pick, "affinity" if at_home and not new else strategy
 
 
-def _bind(svc: Services, pool: PoolRuntime, conversation: str, bound: str | None, served: str,
-          views: list[Deployment], tried: set[str]) -> None:  # fmt: skip
-    """The conversation stays where it was served; a move away from its deployment is a break,
-    counted by why that deployment could not serve it."""
-    assert pool.affinity is not None
-    if bound is not None and bound != served:
-        _broke(svc, pool, bound, views, tried)
-    pool.affinity.bind(conversation, served)
-
-
-def _homed(svc: Services, pool: PoolRuntime, conversation: str, served: str,
-           views: list[Deployment], tried: set[str]) -> None:  # fmt: skip
-    """Under ``weighted``: a turn served away from the conversation's home (the first of its
-    rendezvous order over every deployment) is a break, counted as ``_bind`` counts one; the
-    conversation goes home again once its home may serve."""
-    home = first("weighted", views, svc.rand, conversation).name
-    if home != served:
-        _broke(svc, pool, home, views, tried)
-
-
-def _broke(svc: Services, pool: PoolRuntime, home: str, views: list[Deployment], tried: set[str]) -> None:
-    view = next((v for v in views if v.name == home), None)
-    if home in tried:
-        reason = "failed"
-    elif view is None:
-        reason = "removed"  # no longer a deployment of the pool
-    else:
-        reason = view.out_why.value if view.out_why is not None else "circuit_open"
-    svc.telemetry.affinity_breaks.labels(pool.cfg.name, reason).inc()
+async def _claim(svc: Services, pool: PoolRuntime, table: AffinityTable, conversation: str,
+                 ready: list[Deployment]) -> tuple[str, bool]:  # fmt: skip
+    """The home of a conversation this process does not know (or knew on a deployment since
+    removed): the one any replica claimed first, else the strategy's pick now. A home replaced
+    because its deployment was removed is a break, counted once (by the replica that moved it)."""
+    proposed = first_home(pool.cfg.strategy, ready, svc.rand, conversation).name
+    home, new, replaced = await table.claim(conversation, proposed, pool.names)
+    if replaced is not None:
+        svc.telemetry.affinity_breaks.labels(pool.cfg.name, "removed").inc()
+    return home, new
 
 
 def _picked(svc: Services, state: RequestState, pool: PoolRuntime, up: UpstreamRuntime, why: str) -> None:

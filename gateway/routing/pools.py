@@ -8,8 +8,10 @@ its headroom is gone until a reset). :func:`order` ranks the ones that may serve
 first; the pipeline walks that order, moving to the next on a failure that another key
 would not meet.
 
-    weighted    a random pick in proportion to the weights; a conversation's first pick is
-                a weighted rendezvous hash of its key, so replicas agree without sharing
+    weighted    a random pick in proportion to the weights; a conversation's home (its first
+                pick) is a weighted rendezvous hash of its key, so replicas meeting it at once
+                agree; after that its home is held (gateway/state/affinity.py), whatever the
+                weights become
     least_busy  fewest requests in flight here (ties: weighted)
     latency     lowest decayed time to first token; a deployment not measured yet first
     headroom    the largest share of requests and tokens left (the scarcer of the two);
@@ -21,7 +23,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import NamedTuple
 
 from gateway.errors import Classification, ErrorType
@@ -103,6 +105,37 @@ def first(strategy: str, ready: Sequence[Deployment], rand: Callable[[], float],
     if conversation is not None:
         return _rendezvous(ready, conversation)[0]
     return _draw(ready, rand)
+
+
+def first_home(strategy: str, ready: Sequence[Deployment], rand: Callable[[], float],
+               conversation: str) -> Deployment:
+    """A conversation's home when it has none: the strategy's pick, under ``weighted`` the
+    first of its key's rendezvous order."""
+    return first(strategy, ready, rand, conversation if strategy == "weighted" else None)
+
+
+def for_conversation(ready: Sequence[Deployment], home: str, conversation: str) -> tuple[Deployment, bool]:
+    """A conversation's deployment among ``ready``: its home when that may serve (True), else
+    the first of its key's rendezvous order that may (False): the same sibling on every replica,
+    whatever the strategy (per-replica picks had two replicas alternate one conversation
+    between two siblings, a cache miss each turn), until its home serves again."""
+    for d in ready:
+        if d.name == home:
+            return d, True
+    return (ready[0] if len(ready) == 1 else _rendezvous(ready, conversation)[0]), False
+
+
+def break_reason(home: str, views: Sequence[Deployment], tried: Collection[str], now_ms: float) -> str:
+    """Why a conversation was served away from ``home`` (a metric label): it failed in this
+    request, it is no longer a deployment of the pool, it sits out (why), or its circuit is open."""
+    if home in tried:
+        return "failed"
+    view = next((v for v in views if v.name == home), None)
+    if view is None:
+        return "removed"
+    if view.out_why is not None and not view.serves_at(now_ms):
+        return view.out_why.value
+    return "circuit_open"
 
 
 def _draw(ready: Sequence[Deployment], rand: Callable[[], float]) -> Deployment:

@@ -1,45 +1,98 @@
-"""Which deployment a conversation is bound to: one bounded table per pool, in this process.
+"""Each conversation's home: the deployment of a pool that holds its prompt cache.
+
+A conversation's home is decided once, by the pool's strategy at its first turn (under
+``weighted`` the first of its key's rendezvous order, so replicas meeting it at once agree),
+and then held here: a reload that changes a weight or adds a deployment leaves it where its
+cache is, on every replica. Only a removed home is replaced (``claim``, which says so).
+
+With a shared store the homes are the store's: a replica that meets a conversation for the
+first time (a new conversation, or one another replica served, or one this table forgot)
+claims it in one round trip (``PoolState.claim_home``), which answers the home another
+replica claimed first, whatever this replica's strategy and weights would pick now. A
+conversation this table knows costs no round trip: a home changes only when its deployment is
+removed, which every replica sees in its own config. Its TTL in the store is extended with the
+pool's next read of its records (``PoolState.keep_home``), at most every ``_KEEP_EVERY_S``.
+With the memory store this table is the only copy.
 
 Bounded by entries (least recently used go first) and by idleness (``idle_s``, longer than
 the providers' longest prompt-cache lifetime, after which the cache is cold anyway). Each
 entry is a conversation key (at most ~40 characters, hashed from what the client sent) and a
 deployment name: about 200 bytes, so the default 10,000 entries hold about 2 MB.
-
-Not shared across replicas. Under the default ``weighted`` strategy it does not decide: a
-conversation's deployment is the first that may serve in the rendezvous order of its key
-(gateway/routing/pools.py, ``pipeline/pool.py``), the same on every replica; the table only
-tells a returning conversation, for the pick's reason. Under the other strategies it decides,
-and two replicas may bind one conversation to different deployments.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
+from typing import Protocol
+
+_KEEP_EVERY_S = 60.0  # the longest a conversation in use here goes without its TTL extended
+
+
+class Homes(Protocol):
+    """Where the homes are shared (gateway/state/pools.py's PoolState)."""
+
+    async def claim_home(self, pool: str, conversation: str, proposed: str, members: Sequence[str],
+                         ttl_s: float) -> tuple[str, bool, str | None]: ...  # fmt: skip
+
+    def keep_home(self, pool: str, conversation: str, home: str, ttl_s: float) -> None: ...
 
 
 class AffinityTable:
-    def __init__(self, max_entries: int, idle_s: float, clock: Callable[[], float]) -> None:
+    def __init__(self, max_entries: int, idle_s: float, clock: Callable[[], float],
+                 pool: str = "", shared: Homes | None = None) -> None:  # fmt: skip
         self._max = max_entries
         self._idle_s = idle_s
         self._clock = clock
-        self._items: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self._pool = pool
+        self._shared = shared
+        self._keep_every_s = min(_KEEP_EVERY_S, idle_s / 10)
+        # conversation -> (home, last turn, when the store's TTL was last extended)
+        self._items: OrderedDict[str, tuple[str, float, float]] = OrderedDict()
 
     def get(self, conversation: str) -> str | None:
+        """The conversation's home as this process knows it (no I/O), None when unknown here."""
         found = self._items.get(conversation)
         if found is None:
             return None
-        deployment, used = found
+        home, used, kept = found
         now = self._clock()
         if now - used > self._idle_s:
             del self._items[conversation]
             return None
-        self._items[conversation] = (deployment, now)
+        if self._shared is not None and now - kept >= self._keep_every_s:
+            self._shared.keep_home(self._pool, conversation, home, self._idle_s)
+            kept = now
+        self._items[conversation] = (home, now, kept)
         self._items.move_to_end(conversation)
-        return deployment
+        return home
+
+    async def claim(self, conversation: str, proposed: str,
+                    members: Collection[str]) -> tuple[str, bool, str | None]:  # fmt: skip
+        """The conversation's home among ``members``: the one already held (by this table, or,
+        when shared, by any replica), else ``proposed`` from now on; whether it is ``proposed``,
+        claimed now; and the home it replaced (a deployment removed from the pool), else None."""
+        known = self._items.get(conversation)
+        before = known[0] if known is not None else None
+        if self._shared is None:
+            if before is not None and before in members:
+                home, new, replaced = before, False, None
+            else:
+                home, new, replaced = proposed, True, before
+        else:
+            home, new, replaced = await self._shared.claim_home(self._pool, conversation, proposed,
+                                                                tuple(members), self._idle_s)  # fmt: skip
+            if new and replaced is None and before is not None and before not in members:
+                # The store had forgotten it (idle there, a restarted Redis) and this table
+                # knew it on a removed deployment: it moves. (Found on another replica's new
+                # home instead, the move was that replica's to count.)
+                replaced = before
+        self.bind(conversation, home)
+        return home, new, replaced
 
     def bind(self, conversation: str, deployment: str) -> None:
-        self._items[conversation] = (deployment, self._clock())
+        now = self._clock()
+        self._items[conversation] = (deployment, now, now)
         self._items.move_to_end(conversation)
         while len(self._items) > self._max:
             self._items.popitem(last=False)
@@ -50,7 +103,7 @@ class AffinityTable:
     def resized(self, max_entries: int, idle_s: float) -> AffinityTable:
         """The same conversations under new bounds (a reload that changed them): the most
         recent ``max_entries`` are kept, and each still ages from its last turn."""
-        table = AffinityTable(max_entries, idle_s, self._clock)
+        table = AffinityTable(max_entries, idle_s, self._clock, self._pool, self._shared)
         for conversation, entry in list(self._items.items())[-max_entries:]:
             table._items[conversation] = entry
         return table

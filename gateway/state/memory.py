@@ -129,6 +129,7 @@ class MemoryStore:
         self._windows: _Expiring[list[int]] = _Expiring(clock)  # key:minute -> [requests, tokens]
         self._slots: dict[str, dict[str, int]] = {}  # key -> slot -> expiry (epoch ms)
         self._spend: _Expiring[list[float]] = _Expiring(clock)  # budget key -> [spent, reserved]
+        self._homes: _Expiring[str] = _Expiring(clock)  # conversation -> its home deployment
         self.answers = _Answers(clock, max_answers, max_answer_bytes)
 
     async def circuit_get(self, keys: Sequence[str]) -> list[CircuitRecord]:
@@ -198,7 +199,10 @@ class MemoryStore:
         writes: Sequence[tuple[str, Mapping[str, float], float]] = (),
         adds: Sequence[tuple[str, Mapping[str, int], float]] = (),
         circuits: Sequence[str] = (),
+        homes: Sequence[tuple[str, str, float]] = (),
     ) -> tuple[list[dict[str, float]], list[CircuitRecord]]:
+        for key, home, ttl_s in homes:
+            self._homes.put(key, self._homes.get(key) or home, ttl_s)
         for key, fields, ttl_s in writes:
             self._records.put(key, {**(self._records.get(key) or {}), **fields}, ttl_s)
         for key, counts, ttl_s in adds:
@@ -207,6 +211,15 @@ class MemoryStore:
                 rec[name] = rec.get(name, 0) + n
             self._records.put(key, rec, ttl_s)
         return [dict(self._records.get(k) or {}) for k in reads], await self.circuit_get(circuits)
+
+    async def home_claim(self, key: str, proposed: str, members: Sequence[str],
+                         ttl_s: float) -> tuple[str, bool, str | None]:
+        home = self._homes.get(key)
+        if home is not None and home in members:
+            self._homes.put(key, home, ttl_s)
+            return home, False, None
+        self._homes.put(key, proposed, ttl_s)
+        return proposed, True, home
 
     async def records_take(self, key: str, requests_per_minute: int | None, tokens_per_minute: int | None,
                            tokens: int, ttl_s: float) -> tuple[bool, int, int]:
@@ -260,6 +273,10 @@ class MemoryStore:
         in_flight = sum(1 for until in self._slots.get(key, {}).values() if until > now_ms)
         spend = [tuple(self._spend.get(b) or [0.0, 0.0]) for b in budgets]
         return n, k, in_flight, spend  # type: ignore[return-value]
+
+    async def ledger_read_shared(self, key: str, minute: int, now_ms: int,
+                                 budgets: Sequence[str]) -> LedgerState | None:  # fmt: skip
+        return await self.ledger_read(key, minute, now_ms, budgets)  # one process: this is every count
 
     async def answer_put(self, fingerprint: str, blob: bytes, ttl_s: float) -> None:
         if ttl_s > 0:

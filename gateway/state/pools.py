@@ -24,6 +24,11 @@ With a shared store, a deployment whose configured ``limits`` decide (its answer
 rate-limit headers) is the exception: each pick takes its request from the minute's count in
 the store, atomically (``take``, one round trip), so the limits hold across replicas; one
 whose count is used up sits out until the minute's end.
+
+Each pool conversation's home (prompt-cache affinity, gateway/state/affinity.py) is kept in
+the store too, under ``home:<pool>:<conversation>``: claimed in one round trip the first time
+this process meets the conversation (``claim_home``), its TTL extended with the next read of
+the records (``keep_home``).
 """
 
 from __future__ import annotations
@@ -138,12 +143,34 @@ class PoolState:
     # (deployment, model) -> epoch ms: its shared count was found used up until then (a take).
     _used_up: dict[tuple[str, str | None], int] = field(default_factory=dict)
     _synced_at: float = -math.inf  # monotonic: the last round trip that took this process's sends
+    _homes: dict[str, tuple[str, float]] = field(default_factory=dict)  # conversations' homes to keep
     _timer: asyncio.TimerHandle | None = None
     _flushing: asyncio.Task[None] | None = None
 
     def __post_init__(self) -> None:
         # One process's memory: no other replica sends, and no limit needs taking.
         self._shared = self.store.backend != "memory"
+
+    @property
+    def shared(self) -> bool:
+        """Whether other replicas read what this one writes (a shared store)."""
+        return self._shared
+
+    # -- conversations' homes (affinity) --------------------------------------------------------
+
+    async def claim_home(self, pool: str, conversation: str, proposed: str, members: Sequence[str],
+                         ttl_s: float) -> tuple[str, bool, str | None]:  # fmt: skip
+        """The home the store holds for ``conversation`` while it is one of ``members``, else
+        ``proposed``, claimed for every replica; whether it was claimed now; and the home it
+        replaced (a removed one)."""
+        return await self.store.home_claim(f"{pool}:{conversation}", proposed, members, ttl_s)
+
+    def keep_home(self, pool: str, conversation: str, home: str, ttl_s: float) -> None:
+        """The conversation is still in use here: its home is kept ``ttl_s`` more in the store,
+        with the next round trip (no round trip of its own while the pool serves)."""
+        _bounded(self._homes)[f"{pool}:{conversation}"] = (home, ttl_s)
+        if self._timer is None:
+            self._flush_later()
 
     # -- this process -------------------------------------------------------------------------
 
@@ -435,8 +462,10 @@ class PoolState:
                 if usage not in back:
                     reads.append(usage)
                     back.add(usage)
+        homes = [(k, home, ttl) for k, (home, ttl) in self._homes.items()]
+        self._homes.clear()
         self._synced_at = self.monotonic()
-        got, recs = await self.store.records_sync(reads, writes, adds, circuits)
+        got, recs = await self.store.records_sync(reads, writes, adds, circuits, homes)
         records = _bounded(self._records)
         for key, rec in zip(reads, got, strict=True):
             records[key] = rec
@@ -467,7 +496,8 @@ class PoolState:
         await self._sync([], self._minute())
 
     def _unsent(self) -> bool:
-        return any(sends.unreported or sends.pending_requests for sends in self._sends.values())
+        return bool(self._homes) or any(sends.unreported or sends.pending_requests
+                                        for sends in self._sends.values())  # fmt: skip
 
     def _minute(self) -> int:
         return int(self.wall() // 60)

@@ -173,7 +173,27 @@ redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return {1, n, k}
 """
 
-_SCRIPTS = (_BUDGET, _TAKE, _PUT, _LEDGER_ADMIT, _LEDGER_SETTLE, _RECORDS_TAKE)
+# A pool conversation's home, claimed: the one stored stays while it is a member of the pool
+# (ARGV[3..]: the members as this replica's config has them), so that replicas which first
+# meet a conversation after a reload (a weight changed, a deployment added) send it where its
+# prompt cache is, not where the new weights would (returned with 0); else the proposed one
+# (ARGV[1]) is stored, and returned with 1 and the one it replaced, if any (a removed
+# deployment). ARGV[2]: the TTL in ms.
+_HOME_CLAIM = """
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  for i = 3, #ARGV do
+    if ARGV[i] == cur then
+      redis.call('PEXPIRE', KEYS[1], ARGV[2])
+      return {cur, 0, ''}
+    end
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return {ARGV[1], 1, cur or ''}
+"""
+
+_SCRIPTS = (_BUDGET, _TAKE, _PUT, _LEDGER_ADMIT, _LEDGER_SETTLE, _RECORDS_TAKE, _HOME_CLAIM)
 _FAILURES = (RedisError, OSError, TimeoutError)
 _TIMEOUTS = (RedisTimeoutError, TimeoutError)
 # Settles kept for a Redis that does not answer: a long outage at high traffic would otherwise
@@ -269,6 +289,7 @@ class RedisStore:
         self._ledger_settle = client.register_script(_LEDGER_SETTLE)
         self._admits = TurnBatch(client, self._ledger_admit)
         self._takes = TurnBatch(client, client.register_script(_RECORDS_TAKE))
+        self._home_claims = TurnBatch(client, client.register_script(_HOME_CLAIM))
         # Reservations are settled where they were made (_ledger_keys' comment says why).
         self._local_slots: set[str] = set()
         self._unsettled: list[tuple[list[str], list[str | int]]] = []
@@ -522,13 +543,20 @@ class RedisStore:
         writes: Sequence[tuple[str, Mapping[str, float], float]] = (),
         adds: Sequence[tuple[str, Mapping[str, int], float]] = (),
         circuits: Sequence[str] = (),
+        homes: Sequence[tuple[str, str, float]] = (),
     ) -> tuple[list[dict[str, float]], list[CircuitRecord]]:
-        # Mirrored locally, so a replica that loses Redis still knows what it saw itself.
+        # Mirrored locally, so a replica that loses Redis still knows what it saw itself (but
+        # the homes kept: the pool's own table holds those).
         mine = await self.local.records_sync(reads, writes, adds, circuits)
         p = self._p + "d:"
 
         async def remote() -> tuple[list[dict[str, float]], list[CircuitRecord]]:
             pipe = self._r.pipeline(transaction=False)
+            for key, home, ttl_s in homes:
+                # Kept, never overwritten (another replica may have moved it from a removed
+                # deployment); set again only if gone (a restarted Redis), as this replica knows it.
+                pipe.set(self._p + "home:" + key, home.encode(), nx=True, px=_ms(ttl_s))
+                pipe.pexpire(self._p + "home:" + key, _ms(ttl_s))
             for key, fields, ttl_s in writes:
                 pipe.hset(p + key, mapping={k: repr(v) for k, v in fields.items()})
                 pipe.pexpire(p + key, _ms(ttl_s))
@@ -545,9 +573,20 @@ class RedisStore:
             return ([{k.decode(): float(v) for k, v in raw.items()} for raw in read],
                     [_record(raw) for raw in got[len(got) - len(circuits) :]])  # fmt: skip
 
-        if not reads and not writes and not adds and not circuits:
+        if not reads and not writes and not adds and not circuits and not homes:
             return [], []
         return await self._guard("records_sync", remote, lambda: _value(mine))
+
+    async def home_claim(self, key: str, proposed: str, members: Sequence[str],
+                         ttl_s: float) -> tuple[str, bool, str | None]:
+        async def remote() -> tuple[str, bool, str | None]:
+            home, new, replaced = await self._home_claims([self._p + "home:" + key],
+                                                          [proposed, _ms(ttl_s), *members])  # fmt: skip
+            return home.decode(), bool(new), replaced.decode() or None
+
+        # Not mirrored: the pool's own table holds what this replica knows of its conversations.
+        return await self._guard("home_claim", remote,
+                                 lambda: self.local.home_claim(key, proposed, members, ttl_s))  # fmt: skip
 
     async def records_take(self, key: str, requests_per_minute: int | None, tokens_per_minute: int | None,
                            tokens: int, ttl_s: float) -> tuple[bool, int, int]:
@@ -666,21 +705,27 @@ class RedisStore:
         return len(self._unsettled) + self._settling
 
     async def ledger_read(self, key: str, minute: int, now_ms: int, budgets: Sequence[str]) -> LedgerState:
-        keys = self._ledger_keys(key, minute, budgets)
-
-        async def remote() -> LedgerState:
-            pipe = self._r.pipeline(transaction=False)
-            pipe.hmget(keys[0], "n", "k")
-            pipe.zcount(keys[1], now_ms + 1, "+inf")
-            for b in keys[2:]:
-                pipe.hmget(b, "s", "r")
-            got = await pipe.execute()
-            n, k = (int(v or 0) for v in got[0])
-            spend = [(float(s or 0), max(0.0, float(r or 0))) for s, r in got[2:]]
-            return n, k, int(got[1]), spend
-
-        return await self._guard("ledger_read", remote,
+        return await self._guard("ledger_read", lambda: self._ledger_read(key, minute, now_ms, budgets),
                                  lambda: self.local.ledger_read(key, minute, now_ms, budgets))  # fmt: skip
+
+    async def ledger_read_shared(self, key: str, minute: int, now_ms: int,
+                                 budgets: Sequence[str]) -> LedgerState | None:  # fmt: skip
+        async def remote() -> LedgerState | None:
+            return await self._ledger_read(key, minute, now_ms, budgets)
+
+        return await self._guard("ledger_read", remote, lambda: _value(None))
+
+    async def _ledger_read(self, key: str, minute: int, now_ms: int, budgets: Sequence[str]) -> LedgerState:
+        keys = self._ledger_keys(key, minute, budgets)
+        pipe = self._r.pipeline(transaction=False)
+        pipe.hmget(keys[0], "n", "k")
+        pipe.zcount(keys[1], now_ms + 1, "+inf")
+        for b in keys[2:]:
+            pipe.hmget(b, "s", "r")
+        got = await pipe.execute()
+        n, k = (int(v or 0) for v in got[0])
+        spend = [(float(s or 0), max(0.0, float(r or 0))) for s, r in got[2:]]
+        return n, k, int(got[1]), spend
 
     # -- remembered answers --------------------------------------------------------------------
 

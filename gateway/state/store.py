@@ -12,6 +12,8 @@ outlives its purpose. Times are wall-clock epoch seconds (replicas share no mono
     answers    fingerprint -> bytes        the loop breaker's remembered answers, with repeats
     records    key -> {field: number}      a pool deployment's sit-outs, headroom and usage; its
                                            configured limits' count, taken atomically
+    homes      key -> deployment           a pool conversation's home (prompt-cache affinity),
+                                           claimed once, kept while it is used
     ledger     key -> counts and dollars   a gateway key's requests and tokens this minute, its
                                            requests in flight, its and its team's spend per period
 """
@@ -80,11 +82,21 @@ class StateStore(Protocol):
         writes: Sequence[tuple[str, Mapping[str, float], float]] = (),
         adds: Sequence[tuple[str, Mapping[str, int], float]] = (),
         circuits: Sequence[str] = (),
+        homes: Sequence[tuple[str, str, float]] = (),
     ) -> tuple[list[dict[str, float]], list[CircuitRecord]]:
         """In one round trip: merge each write's fields into its record (with its TTL in
         seconds), add each ``adds`` increment into its record's counters (atomically, with its
-        TTL), then read ``reads`` (an empty dict for an absent record) and the ``circuits``
-        (as ``circuit_get``: a pool's deployments' circuits come with its records)."""
+        TTL), keep each of ``homes`` (key, deployment, TTL: its TTL extended, set to that
+        deployment only if it is gone), then read ``reads`` (an empty dict for an absent
+        record) and the ``circuits`` (as ``circuit_get``: a pool's deployments' circuits come
+        with its records)."""
+        ...
+
+    async def home_claim(self, key: str, proposed: str, members: Sequence[str],
+                         ttl_s: float) -> tuple[str, bool, str | None]:
+        """Atomically: the home stored under ``key`` when it is one of ``members`` (its TTL
+        extended), else ``proposed`` stored as the home for ``ttl_s``; then (the home, whether
+        it was stored now, the one it replaced: a home that is no longer a member, else None)."""
         ...
 
     async def records_take(self, key: str, requests_per_minute: int | None, tokens_per_minute: int | None,
@@ -108,6 +120,13 @@ class StateStore(Protocol):
 
     async def ledger_read(self, key: str, minute: int, now_ms: int, budgets: Sequence[str]) -> LedgerState:
         """(requests, tokens) of ``minute``, requests in flight, (spent, reserved) per budget."""
+        ...
+
+    async def ledger_read_shared(self, key: str, minute: int, now_ms: int,
+                                 budgets: Sequence[str]) -> LedgerState | None:  # fmt: skip
+        """``ledger_read`` as every replica counts it, or None while the shared store does not
+        answer: never this replica's memory, which holds none of the other replicas' counts nor
+        any from before the outage (a spent budget read as unspent). Memory: ``ledger_read``."""
         ...
 
     async def answer_put(self, fingerprint: str, blob: bytes, ttl_s: float) -> None: ...

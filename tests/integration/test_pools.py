@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from gateway.config import parse_config
 from gateway.live import LIVE
 from tests.fakeupstream import FakeUpstream, Reply, Stream, chunk
 from tests.integration.conftest import Gateway, same_minute
@@ -319,6 +320,68 @@ async def test_under_weighted_a_moved_conversation_goes_home_when_its_deployment
     await asyncio.sleep(1.2)  # the home's reset
     for i in range(3, 6):
         assert await served(i) == home
+
+
+async def _reloaded(gw: Gateway, fakes: dict[str, FakeUpstream], deployments: str, strategy: str,
+                   weights: dict[str, str] | None = None) -> None:  # fmt: skip
+    """The running gateway given the same upstreams and a pool of ``deployments``, as a reload does."""
+    upstreams = "".join(f"  - {{name: {n}, base_url: '{f.url}', api_key: key-{n}, models: ['gpt-*']"
+                        f"{(weights or {}).get(n, '')}}}\n" for n, f in fakes.items())  # fmt: skip
+    text = (f"upstreams:\n{upstreams}pools:\n  - {{name: gpt, models: ['gpt-*'], deployments: [{deployments}], "
+            f"strategy: {strategy}}}\ntimeouts: {{connect_s: 2, first_byte_s: 1.0, idle_s: 1.0}}\n"
+            "loop_breaker: {enabled: false}\n")  # fmt: skip
+    await gw.app[LIVE].replace(parse_config(text, env={}))
+
+
+@pytest.mark.parametrize("strategy", ["weighted", "least_busy", "latency", "headroom"])
+async def test_a_reload_moves_only_conversations_whose_home_was_removed_each_break_counted(
+    make_pool: MakePool, strategy: str,
+) -> None:
+    """A weight raised or a deployment added moved live conversations to another key at their
+    next turn, none counted, and a removed deployment's conversations moved uncounted too
+    (under weighted the pick was recomputed from the new weights: 7 of 30 moved at weight 3)."""
+    gw, fakes = await make_pool(names=("a", "b", "c", "d"))
+    await _reloaded(gw, fakes, "a, b, c", strategy)
+    sessions = [f"s-{i}" for i in range(30)]
+    served: dict[str, list[str]] = {s: [] for s in sessions}
+
+    async def turns(i: int) -> None:
+        for s in sessions:
+            payload, headers = _turn(i, session=s)
+            status, h, _ = await gw.chat(payload, headers=headers)
+            assert status == 200
+            served[s].append(h["x-llm-upstream"])
+
+    def breaks() -> dict[str, float]:
+        return {r: gw.metric("llm_gateway_affinity_breaks_total", pool="gpt", reason=r)
+                for r in ("removed", "failed", "rate_limit", "circuit_open") if gw.metric(
+                    "llm_gateway_affinity_breaks_total", pool="gpt", reason=r)}  # fmt: skip
+
+    await turns(0)
+    await turns(1)
+    homes = {s: v[0] for s, v in served.items()}
+    assert all(set(v) == {homes[s]} for s, v in served.items())
+    await _reloaded(gw, fakes, "a, b, c, d", strategy, {"b": ", weight: 3"})  # b raised, d added
+    await turns(2)
+    await turns(3)
+    assert {s: set(v) for s, v in served.items()} == {s: {h} for s, h in homes.items()}
+    assert breaks() == {}
+    new = set()
+    for i in range(40):  # the new weights and the added deployment take new conversations
+        payload, headers = _turn(0, session=f"new-{i}")
+        new.add((await gw.chat(payload, headers=headers))[1]["x-llm-upstream"])
+    assert "d" in new
+    await _reloaded(gw, fakes, "a, b, d", strategy)  # c removed
+    await turns(4)
+    await turns(5)
+    on_c = [s for s, h in homes.items() if h == "c"]
+    assert on_c, homes
+    for s, v in served.items():
+        if homes[s] == "c":  # moved once, to one new home
+            assert v[4] != "c" and v[5] == v[4]
+        else:
+            assert set(v) == {homes[s]}
+    assert breaks() == {"removed": len(on_c)}
 
 
 async def test_headroom_picks_the_key_with_most_left_and_skips_one_predicted_empty(make_pool: MakePool) -> None:

@@ -8,7 +8,17 @@ from collections import Counter
 import pytest
 
 from gateway.errors import Classification, ErrorType
-from gateway.routing.pools import Deployment, SitOut, first, moves_to_sibling, order, sit_out
+from gateway.routing.pools import (
+    Deployment,
+    SitOut,
+    break_reason,
+    first,
+    first_home,
+    for_conversation,
+    moves_to_sibling,
+    order,
+    sit_out,
+)
 
 NOW_MS = 1_800_000_000_000
 
@@ -43,6 +53,48 @@ def test_a_conversation_gets_the_same_first_pick_everywhere_spread_by_weight() -
     # A deployment gone moves only its own conversations (rendezvous hashing).
     without_b = {k: order("weighted", [pool[0], pool[2]], random.random, k)[0].name for k in first}
     assert all(without_b[k] == v for k, v in first.items() if v != "b")
+
+
+def test_a_home_holds_across_a_weight_change_and_an_added_deployment_which_take_new_conversations() -> None:
+    """The rendezvous order decides a conversation's first home only: recomputed from the new
+    weights at every turn, a reload raising one weight to 3 moved 7 of 30 live conversations,
+    and a deployment added moved more, none counted (measured on two replicas)."""
+    before = [dep(0), dep(1), dep(2)]
+    homes = {f"id:{i}": first_home("weighted", before, random.random, f"id:{i}").name for i in range(300)}
+    after = [dep(0), dep(1, weight=3.0), dep(2), dep(3)]  # b's weight raised, d added
+    recomputed = {k: first_home("weighted", after, random.random, k).name for k in homes}
+    assert sum(recomputed[k] != v for k, v in homes.items()) > 100  # what the old pick did
+    for k, home in homes.items():
+        assert for_conversation(after, home, k) == (after["abc".index(home)], True)
+    # The weights decide among new conversations only, the added deployment included.
+    new = Counter(first_home("weighted", after, random.random, f"id:new-{i}").name for i in range(3000))
+    assert new["b"] / 3000 == pytest.approx(0.5, abs=0.04) and new["d"] / 3000 == pytest.approx(1 / 6, abs=0.03)
+
+
+def test_away_from_home_a_conversation_goes_to_the_next_of_its_own_rendezvous_order_whatever_the_strategy() -> None:
+    pool = [dep(0, in_flight=9), dep(1, in_flight=0), dep(2, in_flight=5), dep(3, in_flight=1)]
+    for i in range(200):
+        k = f"id:{i}"
+        ranked = order("weighted", pool, random.random, k)
+        home, rest = ranked[0].name, [d for d in pool if d is not ranked[0]]
+        assert for_conversation(pool, home, k) == (ranked[0], True)
+        # Its home cannot serve: the same sibling on every replica, not least_busy's (b).
+        assert for_conversation(rest, home, k) == (ranked[1], False)
+        assert for_conversation([ranked[2]], home, k) == (ranked[2], False)
+
+
+def test_a_new_conversations_home_is_the_strategys_pick() -> None:
+    pool = [dep(0, in_flight=3), dep(1, in_flight=0), dep(2, in_flight=5)]
+    assert first_home("least_busy", pool, random.random, "id:x").name == "b"
+    assert first_home("weighted", pool, random.random, "id:x") == order("weighted", pool, random.random, "id:x")[0]
+
+
+def test_why_a_conversation_was_served_away_from_its_home() -> None:
+    views = [dep(0, out_until_ms=NOW_MS + 60_000, out_why=SitOut.RATE_LIMIT), dep(1), dep(2)]
+    assert break_reason("a", views, set(), NOW_MS) == "rate_limit"
+    assert break_reason("b", views, {"b"}, NOW_MS) == "failed"  # tried in this request
+    assert break_reason("b", views, set(), NOW_MS) == "circuit_open"  # serves, but its circuit refused
+    assert break_reason("z", views, set(), NOW_MS) == "removed"  # no longer in the pool
 
 
 def test_least_busy_picks_the_fewest_in_flight() -> None:

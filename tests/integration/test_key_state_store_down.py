@@ -1,0 +1,102 @@
+"""``GET /v1/gateway/key`` while the shared store does not answer (a real redis-server, frozen
+with SIGSTOP): the key's spend is not read from this replica's memory, which holds none of
+the other replicas' counts nor what any replica counted before the outage. A spent budget read
+$0 spent and its whole amount left while every request of that key was refused 503
+``accounting_unavailable`` (measured). It answers the last reading Redis gave, marked with its
+age, or no figures at all, with a ``state_unavailable`` note saying what requests get meanwhile.
+Prices are made up ($1 a prompt token, $2 a completion token): one request costs $26."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import Gateway, MakeGateway
+from tests.integration.test_state_redis import REDIS, RedisServer, redis_server
+
+pytestmark = pytest.mark.skipif(REDIS is None, reason="needs redis-server (scripts/test-deps.sh)")
+__all__ = ["redis_server"]  # fixture
+
+ALICE = {"Authorization": "Bearer gk-alice"}
+BOB = {"Authorization": "Bearer gk-bob"}
+
+
+def config(redis: RedisServer, when_down: str) -> str:
+    return ("prices: {'gpt-4o-mini*': {input: 1000000, output: 2000000}}\n"
+            "keys:\n"
+            "  - {name: alice, key: gk-alice, team: web, budget: {usd: 40, period: day}}\n"
+            "  - {name: bob, key: gk-bob, team: web, requests_per_minute: 100}\n"
+            "teams: [{name: web, budget: {usd: 1000, period: day}}]\n"
+            f"state: {{backend: redis, url: '{redis.url}', timeout_ms: 200, recover_s: 0.3}}\n"
+            f"accounting: {{when_store_down: {when_down}}}\n")  # fmt: skip
+
+
+async def key_state(gw: Gateway, headers: dict[str, str]) -> dict[str, Any]:
+    async with gw.session.get(gw.base + "/v1/gateway/key", headers=headers) as r:
+        assert r.status == 200
+        return dict(await r.json())
+
+
+async def spent(gw: Gateway) -> dict[str, Any]:
+    """alice's state once her two requests are settled: $52 spent of $40."""
+    state: dict[str, Any] = {}
+
+    async def read() -> None:
+        nonlocal state
+        state = await key_state(gw, ALICE)
+
+    for _ in range(200):
+        await read()
+        if state["budget"]["spent_usd"] == 52.0 and state["in_flight"] == 0:
+            return state
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"never settled: {state}")
+
+
+@pytest.mark.parametrize("when_down", ["closed", "open"])
+async def test_while_the_store_is_down_the_key_reads_its_last_reading_marked_never_memorys(
+    make_gateway: MakeGateway, redis_server: RedisServer, when_down: str,
+) -> None:
+    gw = await make_gateway(config(redis_server, when_down))
+    assert [(await gw.chat(headers=ALICE))[0] for _ in range(3)] == [200, 200, 402]
+    live = await spent(gw)
+    assert live["budget"]["left_usd"] == 0.0 and "state_unavailable" not in live
+    redis_server.freeze()
+    try:
+        status, _, body = await gw.chat(headers=ALICE)
+        if when_down == "closed":
+            assert status == 503 and b"accounting_unavailable" in body
+        state = await key_state(gw, ALICE)
+        note = state["state_unavailable"]
+        requests = ("refused (503 accounting_unavailable)" if when_down == "closed"
+                    else "served, counted in this replica's memory only")  # fmt: skip
+        assert note["requests"].startswith(requests), note
+        assert "state store does not answer" in note["message"]
+        budget = state["budget"]
+        # The last reading, as of when it was made: never $0 spent and the whole budget left.
+        assert (budget["spent_usd"], budget["left_usd"], budget["usd"]) == (52.0, 0.0, 40.0)
+        assert budget["as_of"] == live["as_of"] and budget["age_s"] >= 0
+        assert state["in_flight"] is None  # every replica's requests in flight: not known now
+        # A key never read before the outage has no figures, not this replica's own.
+        bob = await key_state(gw, BOB)
+        assert bob["state_unavailable"]["requests"].startswith(requests)
+        assert bob["this_minute"] is None and bob["in_flight"] is None
+        team = bob["team_budget"]
+        assert (team["usd"], team["period"]) == (1000.0, "day") and "resets_at" in team
+        # The team's budget was read with alice's: that reading, marked.
+        assert (team["spent_usd"], team["as_of"]) == (52.0, live["as_of"])
+    finally:
+        redis_server.thaw()
+
+    async def back() -> dict[str, Any]:
+        for _ in range(200):
+            state = await key_state(gw, ALICE)
+            if "state_unavailable" not in state:
+                return state
+            await asyncio.sleep(0.05)
+        raise AssertionError("the store never came back")
+
+    state = await back()
+    assert state["budget"]["spent_usd"] == 52.0 and state["budget"]["left_usd"] == 0.0

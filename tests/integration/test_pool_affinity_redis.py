@@ -1,0 +1,169 @@
+"""A pool's conversations across reloads on two replicas sharing a real redis-server: two gateway
+processes (``python -m gateway --config``, one file, each its own port) reloaded with SIGHUP,
+in front of one fake provider playing the pool's keys, driven by the real SDKs.
+
+A conversation's home is decided once and held in Redis: a weight raised or a deployment added
+moves no live conversation (9 of 40 Claude Code-like sessions moved before, uncounted, and a
+replica meeting a conversation first after the reload picked by the new weights), and a
+removed deployment moves each of its conversations once, to the same new home on both
+replicas, counted once as ``removed``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import anthropic
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.fakeupstream import FakeUpstream
+from tests.integration.test_state_redis import REDIS, RedisServer
+from tests.procs import RunningProcess, base_env, free_port, start
+
+pytestmark = pytest.mark.skipif(REDIS is None, reason="needs redis-server (scripts/test-deps.sh)")
+
+KEYS = ("a", "b", "c", "d")
+
+
+@dataclass
+class Replicas:
+    a: RunningProcess
+    b: RunningProcess
+    fake: FakeUpstream
+    config: Path
+    fake_url: str
+    redis_url: str
+    reloads: int = 0
+
+    def write(self, deployments: str = "key-a, key-b, key-c", weights: dict[str, int] | None = None) -> None:
+        upstreams = "".join(
+            f"  - {{name: key-{k}, base_url: '{self.fake_url}/v1', api_key: sk-{k}, apis: [chat, messages]"
+            f"{f', weight: {(weights or {})[k]}' if k in (weights or {}) else ''}}}\n" for k in KEYS
+        )  # fmt: skip
+        self.config.write_text(
+            "server: {host: 127.0.0.1, port: '${GW_PORT}', drain_s: 1}\n"
+            f"upstreams:\n{upstreams}"
+            f"pools:\n  - {{name: main, models: ['m-*'], deployments: [{deployments}]}}\n"
+            "timeouts: {connect_s: 2, first_byte_s: 10, idle_s: 10}\n"
+            # Patient: a loaded test machine may take longer than the default 50 ms to answer,
+            # and a claim Redis did not answer in time is decided in this replica's memory.
+            f"state: {{backend: redis, url: '{self.redis_url}', timeout_ms: 2000}}\n"
+            "loop_breaker: {secret: the-replicas-share-this-secret}\n"
+        )
+
+    def reload(self, deployments: str, weights: dict[str, int] | None = None) -> None:
+        self.write(deployments, weights)
+        self.reloads += 1
+        for gw in (self.a, self.b):
+            os.kill(gw.proc.pid, signal.SIGHUP)
+        for gw in (self.a, self.b):
+            log = gw.logs_when(lambda text: text.count('"config_reloaded"') >= self.reloads, 10)
+            assert log.count('"config_reloaded"') >= self.reloads, log[-2000:]
+
+
+def _gateway(config: Path, tmp: Path, name: str) -> RunningProcess:
+    port = free_port()
+    return start([sys.executable, "-m", "gateway", "--config", str(config)], base_env(GW_PORT=str(port)), port,
+                 tmp / f"{name}.log", ready_path="/healthz")  # fmt: skip
+
+
+@pytest.fixture
+def replicas(tmp_path: Path) -> Iterator[Replicas]:
+    redis = RedisServer(free_port(), tmp_path)
+    redis.start()
+    with FakeUpstream.in_thread() as fake:
+        pair = Replicas(None, None, fake, tmp_path / "gateway.yaml", fake.url, redis.url)  # type: ignore[arg-type]
+        pair.write()
+        gws: list[RunningProcess] = []
+        try:
+            gws = [_gateway(pair.config, tmp_path, name) for name in ("a", "b")]
+            pair.a, pair.b = gws
+            yield pair
+        finally:
+            for gw in gws:
+                gw.stop()
+            redis.stop()
+
+
+def _breaks(gw: RunningProcess) -> dict[str, float]:
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(gw.base + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {s.labels["reason"]: s.value for f in text_string_to_metric_families(text) for s in f.samples
+            if s.name == "llm_gateway_affinity_breaks_total" and s.value}  # fmt: skip
+
+
+def test_a_weight_raised_or_a_deployment_added_moves_no_conversation_on_either_replica(replicas: Replicas) -> None:
+    clients = [anthropic.Anthropic(base_url=gw.base, api_key="unused", max_retries=0) for gw in (replicas.a, replicas.b)]
+    sessions = [str(uuid.uuid5(uuid.NAMESPACE_URL, f"session-{i}")) for i in range(40)]
+    served: dict[str, list[str]] = {s: [] for s in sessions}
+
+    def turn(replica: int, session: str) -> str:
+        r = clients[replica].messages.with_raw_response.create(
+            model="m-1", max_tokens=10, messages=[{"role": "user", "content": "hello " + session}],
+            extra_headers={"X-Claude-Code-Session-Id": session})  # fmt: skip
+        return r.headers["x-llm-upstream"]
+
+    for t in range(3):
+        for i, s in enumerate(sessions):
+            # The first half alternates between the replicas; the second is served by A alone.
+            served[s].append(turn((i + t) % 2 if i < 20 else 0, s))
+    homes = {s: v[0] for s, v in served.items()}
+    assert all(set(v) == {homes[s]} for s, v in served.items())
+    assert len(set(homes.values())) == 3
+    replicas.reload("key-a, key-b, key-c, key-d", {"b": 3})
+    for t in range(3, 6):
+        for i, s in enumerate(sessions):
+            # B meets the second half for the first time now, after the reload.
+            served[s].append(turn((i + t) % 2 if i < 20 else 1, s))
+    moved = {s: v for s, v in served.items() if set(v) != {homes[s]}}
+    assert moved == {}
+    assert _breaks(replicas.a) == _breaks(replicas.b) == {}
+    # The new weight and the added deployment take new conversations.
+    new = {turn(1, f"new-{i}") for i in range(40)}
+    assert {"key-b", "key-d"} <= new
+
+
+def test_a_removed_deployment_moves_each_of_its_conversations_once_and_counts_it_once(replicas: Replicas) -> None:
+    clients = [openai.OpenAI(base_url=gw.base + "/v1", api_key="unused", max_retries=0)
+               for gw in (replicas.a, replicas.b)]  # fmt: skip
+    # Keyed by the opening message (no session header): a hash of the first user turn.
+    opening = [f"conversation {i}: fix the failing test" for i in range(30)]
+    served: dict[str, list[str]] = {o: [] for o in opening}
+
+    def turn(replica: int, first: str, t: int) -> str:
+        messages: list[dict[str, str]] = [{"role": "user", "content": first}]
+        for k in range(t):
+            messages += [{"role": "assistant", "content": f"step {k}"}, {"role": "user", "content": f"go on {k}"}]
+        r = clients[replica].chat.completions.with_raw_response.create(
+            model="m-1", messages=messages, max_tokens=10)  # type: ignore[arg-type]
+        return r.headers["x-llm-upstream"]
+
+    for t in range(3):
+        for i, o in enumerate(opening):
+            served[o].append(turn((i + t) % 2, o, t))
+    homes = {o: v[0] for o, v in served.items()}
+    on_c = [o for o, h in homes.items() if h == "key-c"]
+    assert on_c and all(set(v) == {homes[o]} for o, v in served.items())
+    replicas.reload("key-a, key-b")
+    for t in range(3, 6):
+        for i, o in enumerate(opening):
+            served[o].append(turn((i + t) % 2, o, t))
+    for o, v in served.items():
+        if homes[o] == "key-c":  # one new home, the same on both replicas from the move on
+            assert len(set(v[3:])) == 1 and v[3] != "key-c", v
+        else:
+            assert set(v) == {homes[o]}, v
+    a, b = _breaks(replicas.a), _breaks(replicas.b)
+    assert set(a) | set(b) == {"removed"}
+    assert a.get("removed", 0) + b.get("removed", 0) == len(on_c)

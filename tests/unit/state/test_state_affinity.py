@@ -1,0 +1,137 @@
+"""Conversations' homes (gateway/state/affinity.py): each pool's table, this process's copy of
+the homes the store holds. Two tables, each with its own PoolState, on one store play two
+replicas (a store that says it is shared, as Redis does); the clock is a list the test moves."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.state.affinity import AffinityTable
+from gateway.state.memory import MemoryStore
+from gateway.state.pools import PoolState
+
+T0 = 1_800_000_000.0
+IDLE_S = 3600.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Shared(MemoryStore):
+    """One store every replica reads (as Redis is), counting its round trips."""
+
+    backend = "redis"
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(clock)
+        self.claims = 0
+        self.kept: list[tuple[str, str, float]] = []
+
+    async def home_claim(self, *a: Any, **kw: Any) -> Any:
+        self.claims += 1
+        return await super().home_claim(*a, **kw)
+
+    async def records_sync(self, *a: Any, **kw: Any) -> Any:
+        self.kept += kw.get("homes") or (a[4] if len(a) > 4 else [])
+        return await super().records_sync(*a, **kw)
+
+
+def replica(store: MemoryStore, clock: Clock) -> tuple[AffinityTable, PoolState]:
+    ps = PoolState(store, clock, clock)
+    return AffinityTable(10_000, IDLE_S, clock, "p", ps if ps.shared else None), ps
+
+
+async def test_a_replica_new_to_a_conversation_gets_the_home_another_claimed_whatever_it_would_pick() -> None:
+    """After a reload that changed a weight, a replica meeting a conversation for the first
+    time picked by the new weights: the conversation moved off its cache, uncounted."""
+    clock = Clock()
+    store = Shared(clock)
+    (a, _), (b, _) = replica(store, clock), replica(store, clock)
+    assert await a.claim("id:1", "key-c", ("key-a", "key-b", "key-c")) == ("key-c", True, None)
+    # B's weights (reloaded: key-b raised) or a deployment added would pick key-b now.
+    assert await b.claim("id:1", "key-b", ("key-a", "key-b", "key-c", "key-d")) == ("key-c", False, None)
+    assert b.get("id:1") == "key-c"
+    claims = store.claims
+    for _ in range(5):  # known here: no round trip
+        assert b.get("id:1") == a.get("id:1") == "key-c"
+    assert store.claims == claims
+
+
+async def test_a_removed_home_is_replaced_once_for_every_replica_and_the_move_reported_once() -> None:
+    clock = Clock()
+    store = Shared(clock)
+    (a, _), (b, _) = replica(store, clock), replica(store, clock)
+    await a.claim("id:1", "key-c", ("key-a", "key-b", "key-c"))
+    await b.claim("id:1", "key-a", ("key-a", "key-b", "key-c"))
+    after = ("key-a", "key-b")  # key-c removed by a reload on both
+    assert a.get("id:1") == "key-c" not in after  # the pipeline then claims again
+    assert await a.claim("id:1", "key-b", after) == ("key-b", True, "key-c")  # A moved it: A counts
+    # B knew it on key-c too; A's new home is the conversation's, and the move is not B's to count.
+    assert await b.claim("id:1", "key-a", after) == ("key-b", False, None)
+
+
+async def test_a_removed_home_the_store_forgot_is_still_reported_as_a_move() -> None:
+    clock = Clock()
+    store = Shared(clock)
+    a, _ = replica(store, clock)
+    await a.claim("id:1", "key-c", ("key-a", "key-b", "key-c"))
+    store._homes.pop("p:id:1")  # a restarted Redis
+    assert await a.claim("id:1", "key-a", ("key-a", "key-b")) == ("key-a", True, "key-c")
+
+
+async def test_in_one_process_the_table_alone_holds_the_homes() -> None:
+    clock = Clock()
+    table, ps = replica(MemoryStore(clock), clock)
+    assert not ps.shared
+    assert await table.claim("id:1", "b", ("a", "b", "c")) == ("b", True, None)
+    assert await table.claim("id:1", "a", ("a", "b", "c", "d")) == ("b", False, None)  # a weight or a member changed
+    assert await table.claim("id:1", "a", ("a", "c")) == ("a", True, "b")  # b removed
+
+
+async def test_a_conversation_in_use_keeps_its_home_in_the_store_with_the_pools_next_read() -> None:
+    """Kept at most once a minute each, in the round trip that reads the pool's records: no
+    round trip of its own while the pool serves."""
+    clock = Clock()
+    store = Shared(clock)
+    a, ps = replica(store, clock)
+    await a.claim("id:1", "key-a", ("key-a", "key-b"))
+    clock.now += 30
+    a.get("id:1")
+    await ps._sync([], 0)
+    assert store.kept == []  # claimed 30 s ago: nothing to keep yet
+    clock.now += 31
+    a.get("id:1")
+    a.get("id:1")
+    await ps._sync([], 0)
+    assert store.kept == [("p:id:1", "key-a", IDLE_S)]
+    # Its TTL runs from the keep: an hour after it, not after the claim.
+    clock.now += IDLE_S - 1
+    (b, _) = replica(store, clock)
+    assert await b.claim("id:1", "key-b", ("key-a", "key-b")) == ("key-a", False, None)
+
+
+async def test_a_conversation_idle_past_idle_s_is_new_again() -> None:
+    clock = Clock()
+    store = Shared(clock)
+    a, _ = replica(store, clock)
+    await a.claim("id:1", "key-a", ("key-a", "key-b"))
+    clock.now += IDLE_S + 1
+    assert a.get("id:1") is None
+    assert await a.claim("id:1", "key-b", ("key-a", "key-b")) == ("key-b", True, None)
+
+
+async def test_resized_tables_keep_the_homes_and_share_them_as_before() -> None:
+    clock = Clock()
+    store = Shared(clock)
+    a, _ = replica(store, clock)
+    await a.claim("id:1", "key-a", ("key-a", "key-b"))
+    smaller = a.resized(5, IDLE_S)
+    assert smaller.get("id:1") == "key-a"
+    store._homes.pop("p:id:1")
+    assert await smaller.claim("id:2", "key-b", ("key-a", "key-b")) == ("key-b", True, None)
+    assert store.claims == 2  # the resized table claims through the store too
