@@ -480,6 +480,8 @@ def operator_key_refused(up: UpstreamRuntime, failure: Failure) -> Failure:
     c = Classification(ErrorType.AUTH, False, None, None, was.provider_code, None, was.evidence,
                        one_model=was.one_model)
     status = failure.upstream_status or failure.status
+    if 200 <= status < 300:  # an error document under a 2xx: the status it names
+        status = failure.status
     out = gateway_failure(
         502, c, f"the provider refused the gateway's own credentials for upstream '{up.cfg.name}' "
         f"({status}), not yours: the gateway's operator must fix its api_key",

@@ -91,6 +91,17 @@ async def test_an_error_in_a_200_is_classified_by_the_status_it_names(make_gatew
     assert caught.value.response.headers["x-llm-attempts"] == "1"  # a budget error is never retried
 
 
+async def test_the_operators_key_refused_in_a_200_names_the_status_the_document_gives(make_gateway) -> None:
+    gw = await make_gateway(RETRY_ONCE, ", api_key: sk-operator")
+    gw.fake.script(_error_200({"error": {"code": 401, "message": "No auth credentials found"}}))
+    async with _openai(gw) as client:
+        with pytest.raises(openai.APIStatusError) as caught:
+            await client.chat.completions.create(model="gpt-4o-mini", messages=HI)  # type: ignore[arg-type]
+    e = caught.value
+    assert e.status_code == 502 and e.response.headers["x-llm-error-type"] == "auth"
+    assert "upstream 'primary' (401)" in e.response.json()["error"]["message"]
+
+
 async def test_an_error_in_a_200_reaches_the_anthropic_sdk_in_messages_shape_on_a_chat_upstream(make_gateway) -> None:
     gw = await make_gateway(RETRY_ONCE, ON_CHAT)
     gw.fake.script(_error_200(), _error_200())
