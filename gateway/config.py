@@ -425,19 +425,29 @@ class UpstreamConfig(_Model):
     _forwarded_client_headers: tuple[str, ...] = PrivateAttr(default=())
     # Where `apis` came from, for the start-up line: "config", "host <name>" or "default".
     _apis_from: str = PrivateAttr(default="config")
+    # Whether the config named `key_header` (else a default chose it): a named one is where
+    # the client's forwarded credential goes too, whatever its kind (routing/headers.py).
+    _key_header_given: bool = PrivateAttr(default=True)
 
     @model_validator(mode="wrap")
     @classmethod
     def _apis_by_host(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
         if not isinstance(data, dict):
             return handler(data)
+        given = data.get("key_header") is not None
         if data.get("apis") not in (None, ""):
-            return handler(_default_key_header(data))
-        host = _hostname(data.get("base_url"))
-        known = APIS_BY_HOST.get(host)
-        up = handler(_default_key_header({**data, "apis": known or ALL_APIS}))
-        up._apis_from = f"host {host}" if known else "default"
+            up = handler(_default_key_header(data))
+        else:
+            host = _hostname(data.get("base_url"))
+            known = APIS_BY_HOST.get(host)
+            up = handler(_default_key_header({**data, "apis": known or ALL_APIS}))
+            up._apis_from = f"host {host}" if known else "default"
+        up._key_header_given = given
         return up
+
+    @property
+    def key_header_given(self) -> bool:
+        return self._key_header_given
 
     @property
     def apis_from(self) -> str:

@@ -229,7 +229,8 @@ class Outbound:
             key = (name, template.format(upstream.api_key))
         forwards = upstream.forwards_client_credentials
         moves_to = _KEY_HEADER[upstream.key_header] if forwards else None
-        by_kind = forwards and upstream.host == ANTHROPIC_HOST
+        # A key_header the config names is where the credential goes, whatever its kind.
+        by_kind = forwards and upstream.host == ANTHROPIC_HOST and not upstream.key_header_given
         return cls(frozenset(drop), key, moves_to, tuple(upstream.headers.items()), by_kind)
 
 

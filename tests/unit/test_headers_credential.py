@@ -136,3 +136,21 @@ def test_one_pass_makes_what_two_passes_make_on_anthropics_api(
     two = in_api(request_headers(client, outbound, "rid"), api, moves_to, query_key, outbound.by_kind)
     one = request_headers(client, outbound, "rid", api, moves_to, query_key)
     assert list(one.items()) == list(two.items())
+
+
+@pytest.mark.parametrize(("named", "header", "template"), [
+    ("authorization", "Authorization", "Bearer {}"), ("x-api-key", "x-api-key", "{}"),
+])  # fmt: skip
+def test_a_key_header_the_config_names_takes_a_forwarded_credential_of_either_kind(
+    named: str, header: str, template: str
+) -> None:
+    """The placement by kind is a default: an operator who names `key_header` is sent the
+    client's credential there, as docs/configuration.md says of every upstream."""
+    up = UpstreamConfig(name="a", base_url="https://api.anthropic.com/v1", key_header=named)
+    outbound = Outbound.of(up)
+    assert not outbound.by_kind
+    for token in (KEY, OAUTH):
+        client = {"Authorization": f"Bearer {token}"}
+        out = request_headers(client.items(), outbound, "rid", "messages", outbound.moves_to)
+        assert {k: v for k, v in out.items() if k.lower() in ("authorization", "x-api-key")} == {
+            header: template.format(token)}
