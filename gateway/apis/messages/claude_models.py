@@ -101,11 +101,11 @@ def takes_forced_tool(model: str) -> bool:
     found = _NAMED.search(model.lower())
     if found is None:
         return True
+    version = _version(found)
     if found["line"]:
-        major = found["lmajor"]
-        return major is None or (int(major), int(found["lminor"] or 0)) < (5, 1)
+        return version is None or version < (5, 1)
     if found["tier"] in ("opus", "sonnet"):
-        return (int(found["major"]), int(found["minor"] or 0)) < (5, 5)
+        return version is not None and version < (5, 5)
     return True
 
 
@@ -119,14 +119,27 @@ def binds_thinking(model: str) -> bool:
     the binding but does not check it (Bedrock's "Preserved thinking" page). The older models
     take thinking replayed after earlier turns were dropped, as compaction always did."""
     found = _NAMED.search(model.lower())
-    if found is None:
+    version = None if found is None else _version(found)
+    if found is None or version is None:
         return False
     if found["line"]:
-        major = found["lmajor"]
-        if found["line"] != "fable" or major is None:
-            return False
-        return (int(major), int(found["lminor"] or 0)) >= (5, 1)
-    return (int(found["major"]), int(found["minor"] or 0)) >= (5, 5)
+        return found["line"] == "fable" and version >= (5, 1)
+    return version >= (5, 5)
+
+
+def is_claude(model: str) -> bool:
+    """Whether the name is a Claude model's (else a model behind a Messages-compatible server,
+    which Anthropic's documented rules need not bind): every Claude id holds the word, older
+    ones as ``claude-3-7-sonnet-latest``, Bedrock's as ``anthropic.claude-…``."""
+    return "claude" in model.lower()
+
+
+def _version(found: re.Match[str]) -> tuple[int, int] | None:
+    """(major, minor) of a matched name; None for a line without a version (Mythos Preview)."""
+    major = found["major"] or found["lmajor"]
+    if major is None:
+        return None
+    return int(major), int(found["minor"] or found["lminor"] or 0)
 
 
 def unforced(tools: list[Any], choice: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:

@@ -70,6 +70,7 @@ from typing import Any
 
 from gateway.apis.messages.claude_models import (
     FORCED,
+    is_claude,
     takes_forced_tool,
     takes_prefill,
     takes_sampling,
@@ -173,11 +174,13 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
                        "message with text, an image or a tool call or result")  # fmt: skip
     _trim_prefill(messages)
     fmt = _response_format(p.get("response_format"))
-    if messages[-1]["role"] == "assistant" and (fmt is not None or not takes_prefill(target.model)):
+    schema_bars_prefill = fmt is not None and is_claude(target.model)
+    if messages[-1]["role"] == "assistant" and (schema_bars_prefill or not takes_prefill(target.model)):
         # A chat conversation may end on the assistant (OpenAI answers with the next turn);
-        # Claude 4.6 and later refuse that as a prefill, and every model refuses a prefill
+        # Claude 4.6 and later refuse that as a prefill, and every Claude refuses a prefill
         # beside a schema ("Message Prefilling: Incompatible with JSON outputs", the
-        # structured-outputs guide): asked to go on instead.
+        # structured-outputs guide): asked to go on instead. A model behind a compatible
+        # server keeps its prefill (nothing documents the rule for it).
         messages.append({"role": "user", "content": [{"type": "text", "text": CONTINUE}]})
     out: dict[str, Any] = {"model": target.model}
     if system:

@@ -492,7 +492,7 @@ def test_a_prefill_loses_its_trailing_whitespace_forgecode_1872() -> None:
 
 
 @pytest.mark.parametrize("model", ["claude-sonnet-4-5-20250929", "claude-haiku-4-5", "claude-3-7-sonnet-latest",
-                                   "claude-opus-4-8", "qwen3-coder"])  # fmt: skip
+                                   "claude-opus-4-8"])  # fmt: skip
 def test_a_conversation_ending_on_the_assistant_asks_to_continue_when_the_answer_has_a_schema(model: str) -> None:
     """The structured-outputs guide's "Feature compatibility": "Message Prefilling: Incompatible
     with JSON outputs". Where a schema is sent, the last assistant turn is no prefill: a user turn
@@ -506,9 +506,18 @@ def test_a_conversation_ending_on_the_assistant_asks_to_continue_when_the_answer
     thought = req({"model": "m", "messages": convo, "response_format": fmt, "reasoning_effort": "low",
                    "max_tokens": 4000}, Target(model))  # fmt: skip
     assert "thinking" in thought  # a prefill ruled it out; a user turn does not
-    if model.startswith(("claude-sonnet-4-5", "claude-haiku-4-5", "claude-3", "qwen")):
+    if model.startswith(("claude-sonnet-4-5", "claude-haiku-4-5", "claude-3")):
         kept = req({"model": "m", "messages": convo}, Target(model))  # no schema: still a prefill
         assert kept["messages"][-1]["role"] == "assistant"
+
+
+def test_a_model_behind_a_compatible_server_keeps_its_prefill_beside_a_schema() -> None:
+    """The structured-outputs guide binds Claude; a local model behind a Messages-compatible
+    server (vLLM, llama.cpp) is sent the conversation as the client wrote it."""
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {}}}}
+    convo = [user("JSON please"), {"role": "assistant", "content": '{"name":'}]
+    out = req({"model": "m", "messages": convo, "response_format": fmt}, Target("qwen3-coder"))
+    assert out["messages"][-1] == {"role": "assistant", "content": [{"type": "text", "text": '{"name":'}]}
 
 
 def test_every_object_of_a_structured_output_schema_is_closed_veryfront_3918() -> None:
