@@ -65,7 +65,7 @@ from gateway.policy.overflow_limits import parse_overflow
 from gateway.policy.retry import RetryPlan
 from gateway.policy.tokens import BYTES_PER_TOKEN, content_tokens, request_tokens
 from gateway.policy.tool_outputs import Stage, Tally
-from gateway.routing import UnsafePath, request_headers, required_for, upstream_url
+from gateway.routing import UnsafePath, request_headers, required_for, upstream_url, with_added
 from gateway.routing.affinity import conversation_key
 from gateway.routing.headers import with_content_type
 from gateway.services import SERVICES, Route, Services, UpstreamRuntime
@@ -615,6 +615,9 @@ async def _rescue(
     if isinstance(again, Failure):
         counter.labels(up.cfg.name, "not_applicable").inc()
         return overflow
+    if result.headers:  # a beta the changed body's fields need
+        sent, body = again
+        again = dataclasses.replace(sent, headers=with_added(sent.headers, result.headers)), body
     svc.tracing.next_attempt(state, "compress_retry")
     outcome = await send_one(svc, state, plan, *again)
     label = "still_overflow" if _overflowed(outcome) else "applied"

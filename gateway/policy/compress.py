@@ -68,6 +68,8 @@ class CompressionResult:
     estimated_before: int
     estimated_after: int
     report: dict[str, Any] = field(default_factory=dict)  # counts and sizes, never content
+    # Request headers the retry needs beside the changed body (a beta a field it sets requires).
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 def compress(

@@ -21,9 +21,10 @@ from gateway.routing.headers import (
     required_for,
     response_headers,
     upstream_url,
+    with_added,
 )
 
 __all__ = [
     "API_HEADERS", "CREDENTIAL_HEADERS", "HOP_BY_HOP", "Outbound", "UnsafePath", "credential_moved", "in_api",
-    "pick_upstream", "request_headers", "required_for", "response_headers", "upstream_url",
+    "pick_upstream", "request_headers", "required_for", "response_headers", "upstream_url", "with_added",
 ]  # fmt: skip

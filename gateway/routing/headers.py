@@ -315,6 +315,14 @@ def _replaced(headers: dict[str, str], old: str, name: str, value: str) -> None:
 LIST_HEADERS = frozenset({"anthropic-beta"})
 
 
+def with_added(headers: Mapping[str, str], added: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """A copy of ``headers`` with ``added`` set over them, a list header (anthropic-beta)
+    extended rather than replaced."""
+    out = dict(headers)
+    _added(out, added)
+    return out
+
+
 def _added(out: dict[str, str], added: tuple[tuple[str, str], ...]) -> None:
     """The config's headers over what the API rules put in (``anthropic-version``, say)."""
     for name, value in added:

@@ -15,8 +15,9 @@ blocks, so everything the core does not touch stays byte-identical:
   together and a result never loses its call);
 * text that may be cut: ``text`` blocks and ``tool_result`` content; never
   ``tool_use`` input, ``thinking`` / ``redacted_thinking`` (signed), images or documents;
-  on the models that bind thinking to what preceded it, a thinking block after the first
-  message the compression changed is left out whole (``_first_change``);
+  on the models that bind thinking to what preceded it, the retry asks Anthropic to drop the
+  blocks after the first message the compression changed (``_first_change``,
+  ``_dropping_bound``) instead of refusing them;
 * kept blocks keep every other field (``cache_control`` included);
 * a lowered ``max_tokens`` takes thinking's ``budget_tokens`` below it (``output_budget.py``).
 
@@ -39,6 +40,9 @@ _SRC = "_llm_gateway_src"  # index of the original message a view message stands
 _BLOCK = "_llm_gateway_block"  # index of the original block a view part stands for
 _SUB = "_llm_gateway_sub"  # index inside a tool_result's content list
 _THOUGHT = ("thinking", "redacted_thinking")
+DROP_BLOCK = "drop_block"
+# https://platform.claude.com/docs/en/build-with-claude/preserved-thinking/fix-bound-to-a-different-conversation
+BINDING_BETA = "thinking-binding-controls-2026-08-01"
 
 
 def compress_messages(
@@ -62,14 +66,21 @@ def compress_messages(
     kept = [_from_view(v, messages) for v in planned if v.get(_SRC) != "top-level"]
     out["messages"] = _systems_placed(kept, messages)
     report = dict(result.report)
+    headers: tuple[tuple[str, str], ...] = ()
     model = payload.get("model")
-    bound = isinstance(model, str) and binds_thinking(model)
-    unbound = thinking_left_out(out, since=_first_change(out["messages"], messages)) if bound else None
-    if unbound is not None:
-        report["thinking_removed"] = _thinking_count(out["messages"]) - _thinking_count(unbound["messages"])
-        if "thinking" in out and "thinking" not in unbound:
-            report["thinking_off"] = True
-        out = unbound
+    since = _first_change(out["messages"], messages)
+    if isinstance(model, str) and binds_thinking(model) and _thinking_count(out["messages"][since:]):
+        thinking = out.get("thinking")
+        if not (isinstance(thinking, dict) and thinking.get("type") == "disabled"):
+            out["thinking"] = _dropping_bound(thinking)
+            report["thinking_binding"] = DROP_BLOCK
+            headers = (("anthropic-beta", BINDING_BETA),)
+        else:  # thinking turned off: the blocks go by hand, as the same page says
+            unbound = thinking_left_out(out, since=since)
+            if unbound is not None:
+                removed = _thinking_count(out["messages"]) - _thinking_count(unbound["messages"])
+                report["thinking_removed"] = removed
+                out = unbound
     lowered = result.payload.get("max_tokens")
     if isinstance(lowered, int) and lowered != payload.get("max_tokens"):
         # Thinking's budget is held below the lowered one, or Anthropic refuses the retry
@@ -77,8 +88,22 @@ def compress_messages(
         out = output_budget.messages(out, lowered) or out
     return CompressionResult(
         out, result.outcome, result.target_tokens,
-        result.estimated_before, result.estimated_after, report,
+        result.estimated_before, result.estimated_after, report, headers,
     )  # fmt: skip
+
+
+def _dropping_bound(thinking: Any) -> dict[str, Any]:
+    """The request's ``thinking`` asking Anthropic to drop, not refuse, the blocks whose prefix
+    the compression changed (``_first_change``). The documented remedy ("Fix a thinking block
+    bound to a different conversation", step 1): ``block_binding.prefix_mismatch_behavior:
+    "drop_block"`` with ``type: "adaptive"`` and the beta header ``BINDING_BETA``; "If your
+    request did not set the thinking parameter, adding it does not change anything else, since
+    models with preserved thinking think adaptively by default." The blocks stay as they were
+    (signed: never edited), and the tool loop in progress keeps its own."""
+    kept = dict(thinking) if isinstance(thinking, dict) else {}
+    binding = kept.get("block_binding")
+    binding = {**(binding if isinstance(binding, dict) else {}), "prefix_mismatch_behavior": DROP_BLOCK}
+    return {**kept, "type": "adaptive", "block_binding": binding}
 
 
 def _systems_placed(new: list[dict[str, Any]], originals: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -148,13 +173,12 @@ def _first_change(new: list[dict[str, Any]], originals: list[dict[str, Any]]) ->
     https://platform.claude.com/docs/en/build-with-claude/thinking-troubleshooting, and
     …/preserved-thinking/fix-bound-to-a-different-conversation, which warns that leaving out
     only the block the error names is not enough). That check runs on the models
-    ``claude_models.binds_thinking`` names; for them every thinking block after the first
-    message the compression dropped, cut, added or moved is left out (``thinking_left_out``,
-    which also asks this request without thinking when the tool loop in progress loses the
-    block Anthropic wants it to start with: "To avoid this requirement, disable `thinking`").
-    The older models take the kept turns' thinking as it is, and keep thinking on: the rescued
-    turn thinks as the client asked. A client's name routed under a binding model's name is
-    not seen here (the client's payload is compressed before its route renames it)."""
+    ``claude_models.binds_thinking`` names; for them a retry with thinking after this index
+    asks Anthropic to drop the blocks that fail it (``_dropping_bound``: the page's remedy);
+    with thinking turned off they are left out by hand (``thinking_left_out``), as the page
+    says. The older models take the kept turns' thinking as it is. A client's name routed under
+    a binding model's name is not seen here (the client's payload is compressed before its
+    route renames it)."""
     for i, (m, original) in enumerate(zip(new, originals, strict=False)):
         if m is not original:
             return i

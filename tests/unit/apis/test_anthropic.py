@@ -328,40 +328,56 @@ def test_the_retry_puts_system_entries_where_anthropic_takes_them(name: str) -> 
     assert out["messages"][0]["role"] == "user"
 
 
-def test_thinking_is_left_out_from_the_first_change_on_and_kept_before_it() -> None:
-    """Only a cut (nothing dropped): the turns before the first cut output are the client's own,
-    so their thinking still holds; from there on none does."""
+DROPPING = {"type": "adaptive", "block_binding": {"prefix_mismatch_behavior": "drop_block"}}
+
+
+def test_a_binding_model_is_asked_to_drop_the_thinking_whose_prefix_changed() -> None:
+    """Only a cut (nothing dropped): the blocks after the cut output no longer stand behind the
+    conversation Claude wrote them in; the retry keeps every block as it was (signed) and asks
+    Anthropic to drop those that fail the prefix check, with the beta that field needs."""
     msgs = [_turn("user", _text("fix it")), _turn("assistant", _think("t0"), _call("0")),
             _turn("user", _result("0", 200)), _turn("assistant", _think("t1"), _call("1")),
             _turn("user", _result("1", 150000)), _turn("assistant", _think("t2"), _text("read it")),
             _turn("user", _text("now fix it"))]  # fmt: skip
     payload = {"model": "claude-opus-5-5", "max_tokens": 4096, "messages": msgs, "tools": TOOLS,
-               "thinking": {"type": "adaptive"}}
+               "thinking": {"type": "adaptive", "display": "summarized"}}
     result = _squeezed(payload, 0.7)
     assert result.payload is not None and result.report["messages_removed"] == 0, result.report
     new = result.payload["messages"]
-    assert new[:4] == msgs[:4]  # before the cut output: as sent, thinking included
-    assert [b["type"] for b in new[5]["content"]] == ["text"]
-    assert result.payload["thinking"] == {"type": "adaptive"}  # the last turn calls no tool
-    assert result.report["thinking_removed"] == 1 and "thinking_off" not in result.report
+    assert new[:4] == msgs[:4] and new[5] == msgs[5]  # blocks as sent, the cut output aside
+    assert result.payload["thinking"] == {**DROPPING, "display": "summarized"}
+    assert result.report["thinking_binding"] == "drop_block"
+    assert result.headers == (("anthropic-beta", "thinking-binding-controls-2026-08-01"),)
 
 
-def test_a_tool_loop_that_loses_its_thinking_is_asked_without_thinking() -> None:
-    """Anthropic wants the last assistant turn of a tool loop to start with its thinking when
-    thinking is on, and that block is left out: the retry asks without thinking, and without the
-    context edit that clears thinking (it needs thinking on)."""
+def test_a_binding_models_tool_loop_keeps_its_thinking_and_thinks_on() -> None:
+    """The documented remedy leaves the tool loop in progress its own block (the API drops it if
+    it fails the check) and thinking on: no context edit is lost either. A request that named
+    no thinking gets the field ("models with preserved thinking think adaptively by default")."""
     msgs = [FIRST, CLAUDE_CODE_SYSTEM, *_rounds(4, "a"), _turn("assistant", _text("done")),
             _turn("user", _text("now fix it")), *_rounds(2, "b")]  # fmt: skip
-    payload = {"model": "claude-opus-5-5", "max_tokens": 4096, "messages": msgs, "tools": TOOLS,
-               "thinking": {"type": "adaptive"},
-               "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}}
+    edits = {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}
+    for thinking in ({"type": "adaptive"}, None):
+        payload = {"model": "claude-fable-5-1", "max_tokens": 4096, "messages": msgs, "tools": TOOLS,
+                   "context_management": edits, **({"thinking": thinking} if thinking else {})}
+        result = _squeezed(payload)
+        assert result.payload is not None and result.report["messages_removed"] > 0, result.report
+        out = result.payload
+        assert out["thinking"] == DROPPING and out["context_management"] == edits
+        assert out["messages"][-2:] == msgs[-2:]
+
+
+def test_a_binding_model_with_thinking_off_has_the_blocks_left_out_by_hand() -> None:
+    """The same page: "If ... your request turned thinking off, remove the thinking by hand"."""
+    msgs = [FIRST, CLAUDE_CODE_SYSTEM, *_rounds(4, "a"), _turn("assistant", _text("done")),
+            _turn("user", _text("now fix it")), *_rounds(2, "b")]  # fmt: skip
+    payload = {"model": "claude-fable-5-1", "max_tokens": 4096, "messages": msgs, "tools": TOOLS,
+               "thinking": {"type": "disabled"}}
     result = _squeezed(payload)
-    assert result.payload is not None and result.report["thinking_off"], result.report
-    out = result.payload
-    assert "thinking" not in out and "context_management" not in out
-    assert not [b for m in out["messages"] if isinstance(m["content"], list) for b in m["content"]
+    assert result.payload is not None and result.report["thinking_removed"] > 0, result.report
+    assert result.payload["thinking"] == {"type": "disabled"} and result.headers == ()
+    assert not [b for m in result.payload["messages"] if isinstance(m["content"], list) for b in m["content"]
                 if b["type"] in ("thinking", "redacted_thinking")]
-    assert out["messages"][-2]["content"] == [_call("b1")]
 
 
 @pytest.mark.parametrize(("model", "binds"), [
