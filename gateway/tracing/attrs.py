@@ -2,7 +2,8 @@
 
 Nothing here reads a prompt or a completion, except ``input_content`` / ``output_content``,
 which only run when an operator turned on ``tracing.capture_content``; even then key-like
-strings are masked.
+strings are masked. What they write follows the GenAI conventions' message schemas
+(genai_messages.py).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
+
+from gateway.tracing.genai_messages import input_messages, output_messages
 
 P = "llm_gateway."  # the prefix of every attribute that is the gateway's own (docs/operations/tracing.md)
 
@@ -171,28 +174,75 @@ def redact(data: bytes) -> str:
     return _KEYISH.sub(b"[redacted]", data[:CONTENT_MAX]).decode("utf-8", "replace")
 
 
-def _pick(doc: Any, keys: tuple[str, ...]) -> str | None:
-    if not isinstance(doc, dict):
+_KEYISH_STR = re.compile(_KEYISH.pattern.decode())
+# A member whose name says it holds a secret (a tool call's `{"api_key": "..."}`): its value
+# is masked as the pattern above masks `api_key: ...` in text.
+_SECRET_NAME = re.compile(r"(?i)api[_-]?key|authorization|secret|password|token")
+
+
+def _scrub(value: Any, cap: int | None = None) -> Any:
+    """``value`` with key-like strings masked, each string cut to ``cap`` characters: the
+    JSON stays whole (the conventions: "Instrumentation MAY provide a configuration option
+    allowing to truncate properties such as individual message contents, preserving JSON
+    structure")."""
+    if isinstance(value, str):
+        text = _KEYISH_STR.sub("[redacted]", value)
+        return text if cap is None or len(text) <= cap else text[:cap] + "…"
+    if isinstance(value, list):
+        return [_scrub(v, cap) for v in value]
+    if isinstance(value, dict):
+        return {k: "[redacted]" if isinstance(v, str) and len(v) >= 4 and _SECRET_NAME.search(str(k))
+                else _scrub(v, cap) for k, v in value.items()}  # fmt: skip
+    return value
+
+
+def _encoded(value: list[Any]) -> str | None:
+    """JSON of ``value`` masked and within CONTENT_MAX: the longest strings are cut first
+    (the largest cap that fits), then, when the parts alone are too many, the oldest items
+    are left out; the order stays."""
+    if not value:
         return None
-    picked = {k: doc[k] for k in keys if k in doc}
-    return redact(orjson.dumps(picked)) if picked else None
+    out = orjson.dumps(_scrub(value))
+    if len(out) <= CONTENT_MAX:
+        return out.decode()
+    lo, hi = 0, CONTENT_MAX
+    while lo < hi:  # the largest cap that fits
+        mid = (lo + hi + 1) // 2
+        if len(orjson.dumps(_scrub(value, mid))) <= CONTENT_MAX:
+            lo = mid
+        else:
+            hi = mid - 1
+    items = _scrub(value, max(lo, 64))
+    while items:
+        out = orjson.dumps(items)
+        if len(out) <= CONTENT_MAX:
+            return out.decode()
+        items = items[1:]
+    return None
 
 
-def input_content(sent: bytes | Mapping[str, Any]) -> str | None:
-    """The conversation as sent upstream (system, messages, input), key-like strings masked."""
-    doc: Any = sent
-    if isinstance(sent, bytes):
+def _parsed(body: bytes | Mapping[str, Any]) -> Any:
+    if isinstance(body, bytes):
         try:
-            doc = orjson.loads(sent)
+            return orjson.loads(body)
         except orjson.JSONDecodeError:
             return None
-    return _pick(doc, ("system", "instructions", "messages", "input"))
+    return body
 
 
-def output_content(body: bytes) -> str | None:
-    """A buffered answer's choices / content / output, key-like strings masked."""
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    return _pick(doc, ("choices", "content", "output"))
+def input_content(sent: bytes | Mapping[str, Any], api: str) -> dict[str, str]:
+    """``gen_ai.system_instructions`` and ``gen_ai.input.messages`` of a request as sent
+    upstream in ``api`` (genai_messages has the mapping), key-like strings masked."""
+    system, messages = input_messages(api, _parsed(sent))
+    a = {}
+    if (text := _encoded(system)) is not None:
+        a["gen_ai.system_instructions"] = text
+    if (text := _encoded(messages)) is not None:
+        a["gen_ai.input.messages"] = text
+    return a
+
+
+def output_content(body: bytes, api: str) -> dict[str, str]:
+    """``gen_ai.output.messages`` of a buffered answer in ``api``, key-like strings masked."""
+    text = _encoded(output_messages(api, _parsed(body)))
+    return {"gen_ai.output.messages": text} if text is not None else {}

@@ -264,9 +264,7 @@ class OtelTracing(Tracing):
             start_time=t0, attributes=attrs,
         )  # fmt: skip
         if self.capture and span.is_recording():
-            content = input_content(body)
-            if content:
-                span.set_attribute("gen_ai.input.messages", content)
+            span.set_attributes(input_content(body, call.dialect.api))
         rt.attempt = _Attempt(span, t0, self._mono(), call)
         headers = {k: v for k, v in call.headers.items() if k.lower() not in _CONTEXT_HEADERS}
         _W3C.inject(headers, context=trace.set_span_in_context(span))
@@ -308,9 +306,13 @@ class OtelTracing(Tracing):
         elif outcome.chunks is None:
             span.set_attributes(response_attrs(outcome.body))
             if self.capture:
-                content = output_content(outcome.body)
-                if content:
-                    span.set_attribute("gen_ai.output.messages", content)
+                # A translated answer is read already in the client's API (one the translation
+                # could not read is still the upstream's).
+                api = state.dialect.api if call.translation is not None else call.dialect.api
+                content = output_content(outcome.body, api)
+                if not content and api != call.dialect.api:
+                    content = output_content(outcome.body, call.dialect.api)
+                span.set_attributes(content)
             a.ended_ns = _at(a.t0_ns, a.m0, now_m)
 
     def leg_ended(self, state: RequestState, c: Classification | None, ended_by: str | None,

@@ -183,9 +183,62 @@ async def test_content_is_captured_only_when_asked_and_keys_are_masked_even_then
     assert status == 200
     server, nodes = the_tree(exporter)
     (attempt,) = attempts(server)
-    assert PROMPT in attempt["gen_ai.input.messages"] and "[redacted]" in attempt["gen_ai.input.messages"]
-    assert json.loads(attempt["gen_ai.output.messages"])["choices"]
+    # The GenAI conventions' message schemas (gen-ai-input-messages.json, -output-messages.json)
+    assert json.loads(attempt["gen_ai.input.messages"]) == [
+        {"role": "user", "parts": [{"type": "text", "content": f"{PROMPT} and my key is [redacted]"}]}]
+    (out,) = json.loads(attempt["gen_ai.output.messages"])
+    assert out["role"] == "assistant" and out["finish_reason"] == "stop"
+    assert [p["type"] for p in out["parts"]] == ["text"]
     assert secrets_in(nodes, SECRET_KEY) == []
+
+
+async def test_captured_content_of_a_translated_request_is_what_went_upstream_in_the_schema(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", apis: [chat]")
+    exporter = traced(gw, capture_content=True)
+    status, _, body = await gw.messages({
+        "model": "claude-sonnet-4-5", "max_tokens": 256, "system": f"You are terse. {SECRET_KEY}",
+        "tools": [{"name": "vault", "input_schema": {"type": "object"}}],
+        "messages": [{"role": "user", "content": PROMPT},
+                     {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "vault",
+                                                        "input": {"door": 1}}]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                                   "content": "opened"}]}],
+    })  # fmt: skip
+    assert status == 200, body
+    server, nodes = the_tree(exporter)
+    (attempt,) = attempts(server)
+    assert attempt["llm_gateway.translated"] == "messages->chat"
+    # Sent upstream as chat completions: the system prompt is a message of the history there.
+    sent = json.loads(attempt["gen_ai.input.messages"])
+    assert [(m["role"], [p["type"] for p in m["parts"]]) for m in sent] == [
+        ("system", ["text"]), ("user", ["text"]), ("assistant", ["tool_call"]), ("tool", ["tool_call_response"])]
+    assert sent[0]["parts"][0]["content"] == "You are terse. [redacted]"
+    call, result = sent[2]["parts"][0], sent[3]["parts"][0]
+    assert call["name"] == "vault" and call["arguments"] == {"door": 1} and result["response"] == "opened"
+    assert call["id"] == result["id"]
+    assert "gen_ai.system_instructions" not in attempt
+    (out,) = json.loads(attempt["gen_ai.output.messages"])
+    assert out["finish_reason"] == "stop"
+    assert secrets_in(nodes, SECRET_KEY) == []
+
+
+async def test_captured_content_of_a_messages_upstream_has_its_system_instructions_apart(make_gateway) -> None:
+    fake = await FakeUpstream().start()
+    try:
+        gw = await make_gateway(fake=fake, upstreams=f"  - {{name: claude, base_url: '{fake.url}', apis: [messages]}}\n")
+        exporter = traced(gw, capture_content=True)
+        status, _, _ = await gw.messages({"model": "claude-sonnet-4-5", "max_tokens": 64, "system": "Be terse.",
+                                          "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+        assert status == 200
+        server, _ = the_tree(exporter)
+        (attempt,) = attempts(server)
+        assert json.loads(attempt["gen_ai.system_instructions"]) == [{"type": "text", "content": "Be terse."}]
+        assert json.loads(attempt["gen_ai.input.messages"]) == [
+            {"role": "user", "parts": [{"type": "text", "content": "hi"}]}]
+        (out,) = json.loads(attempt["gen_ai.output.messages"])
+        assert out["role"] == "assistant" and out["finish_reason"] == "stop"
+    finally:
+        await fake.close()
 
 
 async def test_an_open_circuit_is_an_event_on_the_request_not_an_attempt(make_gateway) -> None:
