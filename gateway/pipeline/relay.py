@@ -117,6 +117,7 @@ async def _relay_raw(
         with _CutOnShutdown(svc):
             stamp(state, resp, svc.monotonic())
             await resp.prepare(request)
+            state.head_status = resp.status
             async for chunk in outcome.chunks:
                 await resp.write(chunk)
                 if kept is not None:
@@ -219,6 +220,7 @@ async def _relay_sse(
         with _CutOnShutdown(svc):
             stamp(state, resp, svc.monotonic())
             await resp.prepare(request)
+            state.head_status = resp.status
             while True:
                 end = await _pump(resp, svc, state, leg, splice)
                 if end is None:
