@@ -273,7 +273,9 @@ class Telemetry:
         p = "llm_gateway_"
         # Every request touches these: they are the lock-free kind (LoopCounter, LoopHistogram).
         self.requests = LoopCounter(
-            p + "requests", "Requests answered, by final status and error type (none on success).",
+            p + "requests",
+            "Requests answered, by the status the client got (499: it left before any answer began) "
+            "and error type (none on success).",
             ["upstream", "model", "status", "error_type"], registry,
         )  # fmt: skip
         self.request_duration = LoopHistogram(

@@ -116,21 +116,25 @@ def settle(svc: Services, state: RequestState) -> None:
     if key is None or accounts is None:
         return
     reservation = state.reservation
-    if (reservation is not None and not state.usage.get("prompt")
-            and (state.usage.get("completion") or state.left_waiting)):  # fmt: skip
+    # What the key pays for: the upstream's usage, with the estimates below. A copy: state.usage
+    # stays what the upstream reported, for tokens_total and the log line, whatever the keys
+    # section says (an estimate there made the same request count differently per config).
+    used = state.usage
+    if (reservation is not None and not used.get("prompt")
+            and (used.get("completion") or state.left_waiting)):  # fmt: skip
         # An answer cut before the provider counted it (chat and Responses streams count the
         # prompt only at their end), or left by its client before its first words: the prompt
         # was read all the same. Estimated as admitting estimated it; the key would otherwise
         # pay only for the words it was shown, or nothing.
-        state.usage["prompt"] = reservation.tokens
+        used = {**used, "prompt": reservation.tokens}
     if reservation is not None and state.completion_estimated and reservation.output_asked is not None:
         # Text over bytes/3.5 is a guess ("word word ..." reads as 1.4x its tokens); what the
         # provider can bill is at most what was asked for, which admission reserved: a $0.01
         # budget's books showed $0.0146 for answers the provider billed $0.0101.
-        state.usage["completion"] = min(state.usage.get("completion", 0), reservation.output_asked)
-    cost = accounts.cost(state.model, state.usage)
+        used = {**used, "completion": min(used.get("completion", 0), reservation.output_asked)}
+    cost = accounts.cost(state.model, used)
     # Nothing used (a listing, a refused request) has nothing to price: not "unpriced".
-    state.cost_usd, state.priced = cost.usd, cost.priced or not any(state.usage.values())
+    state.cost_usd, state.priced = cost.usd, cost.priced or not any(used.values())
     attrs: dict[str, str | float | bool] = {f"{P}key": key.name, f"{P}cost_usd": round(cost.usd, 6),
                                            f"{P}cost_priced": cost.priced}  # fmt: skip
     if key.team:
@@ -140,10 +144,10 @@ def settle(svc: Services, state: RequestState) -> None:
     model = t.model_label(state.model)
     if cost.usd:
         t.child(t.key_spend, key.name, key.team or "", model).inc(cost.usd)
-    for kind, n in state.usage.items():
+    for kind, n in used.items():
         t.child(t.key_tokens, key.name, model, kind, "true" if cost.priced else "false").inc(n)
     if reservation is not None and not reservation.settled:
-        accounts.settle_later(reservation, state.usage)
+        accounts.settle_later(reservation, used)
         if accounts.flusher is None or accounts.flusher.done():
             # Off the request's path, a few milliseconds later with whatever else has ended
             # by then; shutdown waits for it (server.py).

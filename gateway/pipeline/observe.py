@@ -103,7 +103,10 @@ def observed(handler: Handler) -> Handler:
                 # API's envelope, rather than left to the closing of its connection.
                 task.uncancel()
                 response = await relay(request, svc, state, shutdown_failure(svc, state))
-            status = 499 if state.ended_by == CLIENT_GONE else response.status
+            # 499 (nginx's convention) only for a client that left before any head reached it;
+            # one that left mid-stream got its head's status, and ended_by says it left.
+            gone_early = state.ended_by == CLIENT_GONE and state.head_status is None
+            status = 499 if gone_early else response.status
             if not response.prepared:
                 # Send a buffered reply before accounting for it: the log line and metrics then
                 # stay off the client's critical path, and the duration includes the write.
@@ -123,8 +126,14 @@ def observed(handler: Handler) -> Handler:
                 # drain_s ran out while the answer was being written (a large body to a slow
                 # reader): the client has a truncated answer, and the log says why.
                 state.ended_by, status = SHUTDOWN, response.status
+            elif state.head_status is not None:
+                # The client left mid-stream (aiohttp cancels the handler, usually before a
+                # write fails): it got this head, and the answer ended because it left.
+                status = state.head_status
+                if state.ended_by is None and not state.stream_complete:
+                    state.ended_by = CLIENT_GONE
             else:
-                status = 499  # the client went away; nginx's convention, kept out of the 5xx ratio
+                status = 499  # the client left before any answer: nginx's convention, not a 5xx
             raise
         except Exception as e:
             # The type and place only: an exception's text can quote the request (a prompt).

@@ -67,6 +67,9 @@ class RequestState:
     # budget, deadline or an open circuit): the client's SDK must not retry on top.
     retries_settled: bool = False
     first_byte_at: float | None = None
+    # The status of a streamed head once it reached the client: what the client got, whatever
+    # ends the request afterwards (the client leaving is then ended_by, not a 499).
+    head_status: int | None = None
     # The upstream whose answer's body is still being read (a stream, a pass-through): its
     # attempt is counted when the body ends, by how it ended (attempt.leg_over).
     reading_from: str | None = None

@@ -26,8 +26,10 @@ log = logging.getLogger("gateway.decisions")
 
 # The gateway settled retrying for these (it retried, or declined to protect the provider
 # or hand a long wait back): the client's SDK must not retry on top.
+# A failed circuit probe is settled too: the circuit opens again, and an SDK's retry of it
+# would only be refused by the open circuit (or answered from the loop breaker's memory).
 SETTLED = frozenset({StopReason.EXHAUSTED, StopReason.BUDGET, StopReason.DEADLINE, StopReason.WAIT_TOO_LONG,
-                      StopReason.PROBE})  # fmt: skip
+                     StopReason.PROBE, StopReason.CIRCUIT_PROBE})  # fmt: skip
 
 # Failures that cost a whole timeout each: not retried on the same upstream while a fallback is left.
 SILENT = frozenset({
@@ -98,7 +100,8 @@ async def send_one(
         state.retries_settled = True
         svc.tracing.event(state, "circuit_refused", {"upstream": up.cfg.name, "retry_in_s": adm.retry_in_s})
         return circuit_open(svc, up, adm.retry_in_s)
-    if adm.gate is Gate.PROBE:
+    plan.circuit_probe = adm.gate is Gate.PROBE
+    if plan.circuit_probe:
         svc.tracing.next_attempt(state, None, {"llm_gateway.circuit": "half_open_probe"})
     try:
         outcome = await attempt(svc, state, plan, call, body)
@@ -233,8 +236,6 @@ async def _retry(
         return await attempt(svc, state, plan, call, body)
 
     def may_continue(c: Classification) -> bool:
-        if adm.gate is Gate.PROBE:
-            return False  # a half-open circuit's probe is one attempt
         if moves_on is None or retries_cap is None or not moves_on(c):
             return True  # only failures that will move on are cut short
         return c.provider_code not in SILENT and here < retries_cap

@@ -45,6 +45,7 @@ class StopReason(enum.StrEnum):
     BUDGET = "budget"  # the cross-request retry budget (or an open circuit) said no
     MOVING_ON = "moving_on"  # this upstream had its share of retries; a fallback is next
     PROBE = "probe"  # a repeat of a turn the gateway gave up on is one attempt (loop breaker)
+    CIRCUIT_PROBE = "circuit_probe"  # a half-open circuit's probe is one attempt
 
 
 def backoff_s(cls_cfg: RetryClassConfig, retry_number: int, rand: float) -> float:
@@ -77,6 +78,9 @@ class RetryPlan:
     # A repeat of a turn the gateway already gave up on (the loop breaker's probe): one
     # attempt per upstream, the gateway's retries were spent on the turn's first request.
     probe: bool = False
+    # The attempt is a half-open circuit's probe: one attempt, whatever follows it (a fallback
+    # then takes the request, or the client is answered); not a hop cap, which says "moving on".
+    circuit_probe: bool = False
     retries: dict[ErrorType, int] = field(default_factory=dict)
     stopped: StopReason | None = None
 
@@ -110,6 +114,8 @@ class RetryPlan:
             return self._stop(StopReason.NOT_RETRYABLE)
         if self.probe:
             return self._stop(StopReason.PROBE)
+        if self.circuit_probe:
+            return self._stop(StopReason.CIRCUIT_PROBE)
         done = self.retries.get(c.type, 0)
         repeated_empty = self.answered_with_nothing(c) and (
             self.empty_is_final or self.last_code == EMPTY_STREAM

@@ -186,3 +186,33 @@ async def test_a_half_open_probe_is_settled_by_its_body_not_its_head(make_gatewa
     assert b"[DONE]" in rest and b'"error"' not in rest
     assert gw.metric("llm_gateway_circuit_open", **STREAM_CIRCUIT) == 0  # closed by the whole stream
     assert (await gw.chat(STREAM_REQ))[0] == 200 and len(gw.fake.chat_requests()) == 5
+
+
+async def test_a_failed_half_open_probe_stops_as_a_probe_and_tells_the_sdk_not_to_retry(make_gateway) -> None:
+    """A probe is one attempt: its span says so (not ``moving_on``: nothing is next), and its
+    503 carries ``x-should-retry: false``: the stock openai SDK honours it, so the failed
+    probe is one request upstream, not a second sent into the circuit it just reopened."""
+    import openai
+
+    from tests.integration.test_tracing import the_tree, traced
+
+    gw = await make_gateway("circuit_breaker: {failure_threshold: 2, open_s: 0.3}\n")  # retries as by default
+    gw.fake.script(*[Reply(503, {"error": {"message": "down", "type": "server_error"}})] * 20)
+    for i in range(2):
+        assert (await gw.chat({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": f"{i}"}]}))[0] == 503
+    await asyncio.sleep(0.4)
+    exporter = traced(gw)
+    calls = len(gw.fake.chat_requests())
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="x", max_retries=2)
+    try:
+        raw = await client.chat.completions.with_raw_response.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "probe"}])
+        raise AssertionError(f"answered {raw.status_code}")
+    except openai.InternalServerError as e:
+        assert e.status_code == 503 and e.response.headers["x-should-retry"] == "false"
+    finally:
+        await client.close()
+    assert len(gw.fake.chat_requests()) == calls + 1  # the probe, and no SDK retry
+    server, nodes = the_tree(exporter)
+    (probe,) = [n for n in nodes if n.attributes.get("llm_gateway.circuit") == "half_open_probe"]
+    assert probe.attributes["llm_gateway.stop_reason"] == "circuit_probe"

@@ -1,12 +1,14 @@
 """Metrics move, the log line has the contract fields, and no secret or prompt is logged."""
 
+import contextlib
 import json
 import logging
 
 import pytest
 
 from gateway.logs import JsonFormatter
-from tests.fakeupstream import Reply
+from tests.fakeupstream import Reply, Stream, chunk
+from tests.integration.conftest import eventually
 
 SECRET_KEY = "sk-proj-SECRETSECRETSECRET"
 PROMPT = "my confidential prompt about project nightingale"
@@ -120,3 +122,42 @@ async def test_health_readiness_and_metrics_carry_the_id_and_attempts_but_are_no
             assert len(r.headers["x-request-id"]) == 32, path
     assert not [r for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
     assert not [s for m in gw.registry.collect() if m.name == "llm_gateway_requests" for s in m.samples]
+
+
+KEYS = {
+    "no keys": "",
+    "a key": "keys: [{name: alice, key: gk-alice}]\n",
+    "a key with a budget": ("prices: {'gpt-4o-mini*': {input: 1.0, output: 2.0}}\n"
+                            "keys: [{name: alice, key: gk-alice, budget: {usd: 1000, period: day}}]\n"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("keys", list(KEYS))
+async def test_tokens_total_is_what_the_upstream_reported_whatever_the_keys_section(
+    make_gateway, keys: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """llm_gateway_tokens_total is "tokens reported by upstream usage": a relayed embedding
+    counts its usage without keys too, and a stream cut before its usage chunk counts no
+    prompt tokens whether or not a key's budget estimates them for its own books."""
+    import openai
+
+    caplog.set_level(logging.INFO, logger="gateway")
+    gw = await make_gateway(KEYS[keys])
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="gk-alice", max_retries=0)
+    gw.fake.script(Stream([chunk({"content": "a" * 35})], then="drop"))
+    try:
+        got = await client.embeddings.create(model="gpt-4o-mini", input="hello world")  # the fake's own answer
+        assert got.usage.prompt_tokens == 3
+        with contextlib.suppress(openai.APIError):  # how the SDK ends a broken stream is its own
+            stream = await client.chat.completions.create(
+                model="gpt-4o-mini", stream=True, messages=[{"role": "user", "content": "hello there"}])
+            async for _ in stream:
+                pass
+    finally:
+        await client.close()
+    await eventually(lambda: gw.metric("llm_gateway_in_flight_requests") == 0, "the requests ended")
+    labels = {"upstream": "primary", "model": "gpt-4o-mini"}
+    assert gw.metric("llm_gateway_tokens_total", kind="prompt", **labels) == 3  # the embedding's, no estimate
+    assert gw.metric("llm_gateway_tokens_total", kind="completion", **labels) == 10  # the text shown (35 bytes)
+    lines = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
+    assert [line.get("usage") for line in lines] == [{"prompt": 3}, {"completion": 10}]

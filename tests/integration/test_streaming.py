@@ -186,7 +186,11 @@ async def test_a_malformed_chunk_ends_the_stream_with_a_typed_error_not_a_parser
     assert last_error(body)["code"] == "malformed_event"
 
 
-async def test_a_client_that_leaves_mid_stream_is_a_499_never_a_500(make_gateway) -> None:
+async def test_a_client_that_leaves_mid_stream_is_its_200_ended_by_client_gone_never_a_500(
+    make_gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    # It got a 200 head: the status is what the client got (499 is for one gone before any).
+    caplog.set_level(logging.INFO, logger="gateway")
     gw = await make_gateway()
     long_answer = [chunk({"role": "assistant", "content": ""}), *(chunk({"content": f"w{i} "}) for i in range(50))]
     gw.fake.script(*[Stream(long_answer, delay_s=0.02) for _ in range(5)])
@@ -205,7 +209,10 @@ async def test_a_client_that_leaves_mid_stream_is_a_499_never_a_500(make_gateway
     await eventually(lambda: gw.metric("llm_gateway_in_flight_requests") == 0, "the five requests ended")
     labels = {"upstream": "primary", "model": "gpt-4o-mini", "error_type": "none"}
     assert gw.metric("llm_gateway_requests_total", status="500", **labels) == 0
-    assert gw.metric("llm_gateway_requests_total", status="499", **labels) == 5
+    assert gw.metric("llm_gateway_requests_total", status="499", **labels) == 0
+    assert gw.metric("llm_gateway_requests_total", status="200", **labels) == 5
+    lines = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
+    assert [(r["status"], r["ended_by"]) for r in lines] == [(200, "client_gone")] * 5
     assert gw.metric("llm_gateway_in_flight_requests") == 0
 
 

@@ -12,6 +12,7 @@ from gateway.live import LIVE
 from gateway.tracing import NO_TRACING
 from tests.convo import agent_conversation
 from tests.fakeupstream import FakeUpstream, Reply, Stream, chunk, estimate_tokens, overflow_error
+from tests.integration.conftest import eventually
 from tests.spans import PROMPT, SECRET_KEY, attempts, from_sdk, in_memory, render, roots, secrets_in
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -355,3 +356,38 @@ async def test_attempts_made_at_once_each_have_their_own_span(make_gateway) -> N
     finally:
         for f in fakes:
             await f.close()
+
+
+async def test_a_client_that_leaves_mid_stream_got_its_200_and_the_request_ended_by_client_gone(
+    make_gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    # docs/operations/tracing.md: http.response.status_code is the status the client got; a
+    # client that left after the head got 200, and ended_by says why the answer stopped.
+    import openai
+
+    caplog.set_level(logging.INFO, logger="gateway")
+    gw = await make_gateway(timeouts="{connect_s: 2, first_byte_s: 5, idle_s: 5}")
+    exporter = traced(gw)
+    words = [chunk({"role": "assistant", "content": ""}), *(chunk({"content": f"w{i} "}) for i in range(200))]
+    gw.fake.script(Stream(words, delay_s=0.02))
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="x", max_retries=0)
+    async with client.chat.completions.with_streaming_response.create(
+        model="gpt-4o-mini", stream=True, messages=[{"role": "user", "content": "hi"}]
+    ) as r:
+        assert r.status_code == 200
+        got = 0
+        async for _ in await r.parse():
+            got += 1
+            if got == 2:
+                break
+    await client.close()
+    await eventually(lambda: gw.metric("llm_gateway_in_flight_requests") == 0, "the request ended")
+    labels = {"upstream": "primary", "model": "gpt-4o-mini", "error_type": "none"}
+    assert gw.metric("llm_gateway_requests_total", status="200", **labels) == 1
+    assert gw.metric("llm_gateway_requests_total", status="499", **labels) == 0
+    (line,) = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
+    assert line["status"] == 200 and line["ended_by"] == "client_gone"
+    await eventually(lambda: len(roots(from_sdk(exporter.get_finished_spans()))) == 1, "the span ended")
+    server, _ = the_tree(exporter)
+    assert server.attributes["http.response.status_code"] == 200
+    assert server.attributes["llm_gateway.ended_by"] == "client_gone"

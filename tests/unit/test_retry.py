@@ -91,3 +91,15 @@ def test_run_with_retries_sleeps_the_planned_waits_and_returns_the_last_result()
         return always
 
     assert asyncio.run(run_with_retries(bad, plan(Clock()), failure_of, sleep)) is always
+
+
+def test_a_circuit_probe_stops_as_a_probe_not_as_moving_on() -> None:
+    from gateway.config import RetryConfig
+    from gateway.errors import Classification, ErrorType
+    from gateway.policy.retry import RetryPlan, StopReason
+
+    plan = RetryPlan(RetryConfig(), now=lambda: 0.0, rand=lambda: 0.5, may_retry=lambda: True)
+    plan.circuit_probe = True
+    plan.hop_cap = lambda c: False  # no fallback would say "moving on" either
+    assert plan.next_wait(Classification.of(ErrorType.PROVIDER_UNAVAILABLE)) is None
+    assert plan.stopped is StopReason.CIRCUIT_PROBE
