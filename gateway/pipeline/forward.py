@@ -163,7 +163,10 @@ def full_pipeline(dialect: Dialect) -> Handler:
         conversation = None
         if route.affinity:
             conversation = conversation_key(dialect.api, request.headers, inbound.payload)
-            if conversation is not None:
+            # Only a conversation known by its opening: a session id (Claude Code's, Codex's)
+            # spans many requests shaped as first turns (each new task, each sub-agent's),
+            # whose home is the session's and so claimed.
+            if conversation is not None and conversation.startswith("open:"):
                 state.opens_conversation = opens_conversation(dialect.api, inbound.payload)
         sent = await send_chain(svc, state, plan, route, call_for, conversation)
         outcome, call = sent.outcome, sent.call
