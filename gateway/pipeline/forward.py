@@ -66,7 +66,7 @@ from gateway.policy.retry import RetryPlan
 from gateway.policy.tokens import BYTES_PER_TOKEN, content_tokens, request_tokens
 from gateway.policy.tool_outputs import Stage, Tally
 from gateway.routing import UnsafePath, request_headers, required_for, upstream_url, with_added
-from gateway.routing.affinity import conversation_key
+from gateway.routing.affinity import conversation_key, opens_conversation
 from gateway.routing.headers import with_content_type
 from gateway.services import SERVICES, Route, Services, UpstreamRuntime
 from gateway.translate import NoLeg
@@ -163,6 +163,11 @@ def full_pipeline(dialect: Dialect) -> Handler:
         conversation = None
         if route.affinity:
             conversation = conversation_key(dialect.api, request.headers, inbound.payload)
+            # Only a conversation known by its opening: a session id (Claude Code's, Codex's)
+            # spans many requests shaped as first turns (each new task, each sub-agent's),
+            # whose home is the session's and so claimed.
+            if conversation is not None and conversation.startswith("open:"):
+                state.opens_conversation = opens_conversation(dialect.api, inbound.payload)
         sent = await send_chain(svc, state, plan, route, call_for, conversation)
         outcome, call = sent.outcome, sent.call
         if call is not None:

@@ -42,6 +42,9 @@ class RequestState:
     pool: str | None = None  # the pool whose deployment answered, if any
     picked: str | None = None  # why that deployment: affinity, the strategy's name, moved, ...
     holding: str | None = None  # the pool deployment this request counts as in flight on
+    # Its conversation's first turn (routing/affinity.opens_conversation): a pool claims no
+    # shared home for it, its next turn does (pipeline/pool.py).
+    opens_conversation: bool = False
     key: KeySpec | None = None  # the gateway key the caller presented (its name, its rules)
     reservation: Reservation | None = None  # what the key's limits and budget hold for it
     cost_usd: float | None = None  # what the provider's usage cost, at the model's price

@@ -2,7 +2,8 @@
 serve, and apply the rate-limit rule only when every sibling is sitting out.
 
     pick      the conversation's home when it may serve (affinity; a conversation new here
-              claims one, the same on every replica), else the next of its rendezvous order
+              claims one, the same on every replica, from its second turn: a first turn takes
+              the strategy's pick unclaimed), else the next of its rendezvous order
               that may; no conversation: the pool's strategy over those that may. May serve:
               not sitting out (a rate limit until its reset, headroom predicted gone, an
               exhausted or refused key), circuit not open
@@ -87,7 +88,10 @@ async def send_pool(
             new = False  # its first turn: the strategy picked its home
             if not homed:
                 assert table is not None and conversation is not None
-                home, new = await _claim(svc, pool, table, conversation, ready)
+                if state.opens_conversation:  # no claim: a one-turn request leaves no key
+                    home, new = _hold(svc, pool, table, conversation, ready)
+                else:
+                    home, new = await _claim(svc, pool, table, conversation, ready)
                 homed = True
             pick, why = _pick(svc, pool, ready, home, conversation, new)
             up = members[pick.slot]
@@ -295,11 +299,30 @@ async def _claim(svc: Services, pool: PoolRuntime, table: AffinityTable, convers
     """The home of a conversation this process does not know (or knew on a deployment since
     removed): the one any replica claimed first, else the strategy's pick now. A home replaced
     because its deployment was removed is a break, counted once (by the replica that moved it)."""
-    proposed = first_home(pool.cfg.strategy, ready, svc.rand, conversation).name
+    proposed = _held_or_first(svc, pool, table, conversation, ready)
     home, new, replaced = await table.claim(conversation, proposed, pool.names)
     if replaced is not None:
         svc.telemetry.affinity_breaks.labels(pool.cfg.name, "removed").inc()
     return home, new
+
+
+def _hold(svc: Services, pool: PoolRuntime, table: AffinityTable, conversation: str,
+          ready: list[Deployment]) -> tuple[str, bool]:  # fmt: skip
+    """A conversation's first turn: the home its first turn took here (another request that
+    opens it alike: an evaluation run again), else the strategy's pick, held here unclaimed;
+    the next turn claims it (``_claim``). Under ``weighted`` every replica's pick is the same."""
+    held = table.held(conversation)
+    home = _held_or_first(svc, pool, table, conversation, ready)
+    table.hold(conversation, home)
+    return home, home != held
+
+
+def _held_or_first(svc: Services, pool: PoolRuntime, table: AffinityTable, conversation: str,
+                   ready: list[Deployment]) -> str:  # fmt: skip
+    held = table.held(conversation)
+    if held is not None and any(d.name == held for d in ready):
+        return held
+    return first_home(pool.cfg.strategy, ready, svc.rand, conversation).name
 
 
 def _picked(svc: Services, state: RequestState, pool: PoolRuntime, up: UpstreamRuntime, why: str) -> None:

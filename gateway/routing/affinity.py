@@ -185,3 +185,49 @@ def conversation_key(api: str, headers: Mapping[str, str], payload: Mapping[str,
     if api == "responses" and payload.get("previous_response_id"):
         return None
     return _opening_key(api, payload)
+
+
+# Roles a conversation has before any answer: the instructions and the user's own turns.
+_OPENING_ROLES = frozenset({"system", "developer", "user"})
+
+
+def opens_conversation(api: str, payload: Mapping[str, Any]) -> bool:
+    """Whether the request is certainly its conversation's first turn: it carries no earlier
+    answer (no assistant or model turn, no tool call or its result, no reasoning item) and
+    points to none held by the provider (a Responses ``previous_response_id`` or
+    ``conversation``). Batch and evaluation traffic is mostly such one-turn requests, each a
+    conversation of its own; a pool claims no shared home for one (gateway/state/affinity.py).
+    When in doubt, False: a later turn taken for a first one could move off its cache."""
+    if not isinstance(payload, Mapping):
+        return False
+    if api == "responses":
+        if payload.get("previous_response_id") or payload.get("conversation"):
+            return False
+        turns = payload.get("input")
+        if isinstance(turns, str):
+            return True
+        # An item without a type is a message (EasyInputMessage); any other type (function_call,
+        # function_call_output, reasoning, item_reference, ...) comes of an earlier answer.
+        return isinstance(turns, list) and all(
+            isinstance(item, Mapping) and item.get("type", "message") == "message"
+            and item.get("role") in _OPENING_ROLES for item in turns
+        )  # fmt: skip
+    if api == "gemini":
+        contents = payload.get("contents")
+        # A function response needs the model's call before it: a model turn is an answer.
+        return isinstance(contents, list) and all(
+            isinstance(c, Mapping) and c.get("role", "user") == "user"
+            and not any(isinstance(p, Mapping) and ("functionResponse" in p or "function_response" in p)
+                        for p in (c.get("parts") or ()))
+            for c in contents
+        )  # fmt: skip
+    turns = payload.get("messages")
+    if not isinstance(turns, list):
+        return False
+    if api == "messages":
+        # A tool_result answers an assistant's tool_use: its turn is not the first either.
+        return all(_role(m) == "user" and not any(
+            isinstance(b, Mapping) and b.get("type") == "tool_result"
+            for b in (m.get("content") if isinstance(m.get("content"), list) else ()))
+            for m in turns)  # fmt: skip
+    return all(_role(m) in _OPENING_ROLES for m in turns)

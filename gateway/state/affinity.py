@@ -6,13 +6,24 @@ and then held here: a reload that changes a weight or adds a deployment leaves i
 cache is, on every replica. Only a removed home is replaced (``claim``, which says so).
 
 With a shared store the homes are the store's: a replica that meets a conversation for the
-first time (a new conversation, or one another replica served, or one this table forgot)
-claims it in one round trip (``PoolState.claim_home``), which answers the home another
-replica claimed first, whatever this replica's strategy and weights would pick now. A
-conversation this table knows costs no round trip: a home changes only when its deployment is
-removed, which every replica sees in its own config. Its TTL in the store is extended with the
-pool's next read of its records (``PoolState.keep_home``), at most every ``_KEEP_EVERY_S``.
+first time past its first turn (one another replica served, one this table forgot, or one
+whose first turn this table only ``hold``s) claims it in one round trip
+(``PoolState.claim_home``), which answers the home another replica claimed first, whatever
+this replica's strategy and weights would pick now. A conversation this table knows costs no
+round trip: a home changes only when its deployment is removed, which every replica sees in
+its own config. Its TTL in the store is extended with the pool's next read of its records
+(``PoolState.keep_home``), at most every ``_KEEP_EVERY_S``.
 With the memory store this table is the only copy.
+
+A conversation's first turn (no earlier answer in it) claims nothing in the store: it takes the
+strategy's pick and this table only ``hold``s it, unshared. Claimed at every first turn, each
+one-turn request (batch, evaluation traffic: a conversation of its own each) cost a round trip
+and left a key in Redis for ``idle_s`` (600 one-turn requests: 610 keys; at 1,000 a second
+about 430 MB, which an eviction policy would make room for by evicting ledger keys). Its second
+turn claims, proposing the held home here, elsewhere the strategy's pick: under ``weighted``
+the same rendezvous pick while the weights are unchanged; under the per-replica strategies
+(``least_busy``, ``latency``, ``headroom``) a second turn on another replica may be homed away
+from the first turn's cache, once.
 
 Bounded by entries (least recently used go first) and by idleness (``idle_s``, longer than
 the providers' longest prompt-cache lifetime, after which the cache is cold anyway). Each
@@ -47,19 +58,27 @@ class AffinityTable:
         self._pool = pool
         self._shared = shared
         self._keep_every_s = min(_KEEP_EVERY_S, idle_s / 10)
-        # conversation -> (home, last turn, when the store's TTL was last extended)
-        self._items: OrderedDict[str, tuple[str, float, float]] = OrderedDict()
+        # conversation -> (home, last turn, when the store's TTL was last extended; None: held
+        # only, not claimed in the shared store)
+        self._items: OrderedDict[str, tuple[str, float, float | None]] = OrderedDict()
 
-    def get(self, conversation: str) -> str | None:
-        """The conversation's home as this process knows it (no I/O), None when unknown here."""
+    def _found(self, conversation: str) -> tuple[str, float, float | None] | None:
         found = self._items.get(conversation)
-        if found is None:
-            return None
-        home, used, kept = found
-        now = self._clock()
-        if now - used > self._idle_s:
+        if found is not None and self._clock() - found[1] > self._idle_s:
             del self._items[conversation]
             return None
+        return found
+
+    def get(self, conversation: str) -> str | None:
+        """The conversation's home as this process knows it (no I/O), None when unknown here
+        or only held (``hold``): then its turn claims it."""
+        found = self._found(conversation)
+        if found is None:
+            return None
+        home, _, kept = found
+        if kept is None:
+            return None
+        now = self._clock()
         if self._shared is not None and now - kept >= self._keep_every_s:
             self._shared.keep_home(self._pool, conversation, home, self._idle_s)
             kept = now
@@ -90,9 +109,19 @@ class AffinityTable:
         self.bind(conversation, home)
         return home, new, replaced
 
-    def bind(self, conversation: str, deployment: str) -> None:
+    def held(self, conversation: str) -> str | None:
+        """The home a first turn of the conversation took here, not claimed (``hold``), else None."""
+        found = self._found(conversation)
+        return found[0] if found is not None and found[2] is None else None
+
+    def hold(self, conversation: str, deployment: str) -> None:
+        """A first turn's home, kept here without a claim in the shared store (no I/O): the
+        conversation's next turn here proposes it (``claim``). Unshared, it is simply its home."""
+        self.bind(conversation, deployment, claimed=self._shared is None)
+
+    def bind(self, conversation: str, deployment: str, claimed: bool = True) -> None:
         now = self._clock()
-        self._items[conversation] = (deployment, now, now)
+        self._items[conversation] = (deployment, now, now if claimed else None)
         self._items.move_to_end(conversation)
         while len(self._items) > self._max:
             self._items.popitem(last=False)

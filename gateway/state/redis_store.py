@@ -584,9 +584,15 @@ class RedisStore:
                                                           [proposed, _ms(ttl_s), *members])  # fmt: skip
             return home.decode(), bool(new), replaced.decode() or None
 
+        async def alone() -> tuple[str, bool, str | None]:
+            # Redis down: the replica decides alone, and its pool's table (bounded by
+            # affinity.max_entries) keeps what it decided. A copy in the memory store was bounded
+            # only by idle_s: 100,000 claims made 100,000 entries (~20 MB), an hour of new
+            # conversations at 1,000/s ~720 MB; and it was never read for a home the table knew.
+            return proposed, True, None
+
         # Not mirrored: the pool's own table holds what this replica knows of its conversations.
-        return await self._guard("home_claim", remote,
-                                 lambda: self.local.home_claim(key, proposed, members, ttl_s))  # fmt: skip
+        return await self._guard("home_claim", remote, alone)
 
     async def records_take(self, key: str, requests_per_minute: int | None, tokens_per_minute: int | None,
                            tokens: int, ttl_s: float) -> tuple[bool, int, int]:

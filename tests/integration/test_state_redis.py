@@ -663,3 +663,19 @@ async def test_the_start_up_check_loads_every_script_so_no_first_request_pays_fo
     finally:
         await other.aclose()
         await store.close()
+
+
+async def test_homes_claimed_while_redis_is_down_leave_no_second_copy(
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer,
+) -> None:
+    """The memory store kept each home claimed during an outage, bounded only by idle_s:
+    100,000 claims were 100,000 entries (~20 MB). The pool's table (bounded by
+    affinity.max_entries) is what keeps them; the claim is the proposed home, decided here."""
+    a, _ = patient_replicas
+    assert await a.store.home_claim("p:id:0", "key-a", ("key-a", "key-b"), 60) == ("key-a", True, None)
+    with a.bounded():
+        redis_server.stop()
+        for i in range(2_000):
+            assert await a.store.home_claim(f"p:id:{i}", "key-b", ("key-a", "key-b"), 60) == ("key-b", True, None)
+        assert not a.store.healthy
+    assert len(a.store.local._homes) == 0

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from multidict import CIMultiDict
 
-from gateway.routing.affinity import conversation_key
+from gateway.routing.affinity import conversation_key, opens_conversation
 
 REQUESTS = Path(__file__).parents[2] / "corpus" / "requests"
 APIS = {"/v1/chat/completions": "chat", "/v1/messages": "messages", "/v1/responses": "responses"}
@@ -320,3 +320,33 @@ class _Untouchable(Mapping[str, Any]):
 
 def test_a_header_id_decides_without_reading_the_body() -> None:
     assert conversation_key("messages", {"x-claude-code-session-id": SESSION}, _Untouchable()) == SESSION_KEY
+
+
+@pytest.mark.parametrize(
+    ("api", "body", "first"),
+    [
+        ("chat", {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]}, True),
+        ("chat", {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"},
+                               {"role": "user", "content": "q2"}]}, False),
+        ("chat", {"messages": [{"role": "user", "content": "q"}, {"role": "tool", "content": "r"}]}, False),
+        ("messages", {"system": "s", "messages": [{"role": "user", "content": [{"type": "text", "text": "q"}]}]}, True),
+        ("messages", {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}, False),
+        ("messages", {"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]}]},
+         False),
+        ("responses", {"input": "q"}, True),
+        ("responses", {"input": [{"role": "developer", "content": "s"}, {"role": "user", "content": "q"}]}, True),
+        ("responses", {"input": "q", "previous_response_id": "resp_1"}, False),
+        ("responses", {"input": "q", "conversation": "conv_1"}, False),
+        ("responses", {"input": [{"role": "user", "content": "q"}, {"type": "function_call", "call_id": "c"}]}, False),
+        ("responses", {"input": [{"type": "message", "role": "assistant", "content": "a"}]}, False),
+        ("gemini", {"contents": [{"role": "user", "parts": [{"text": "q"}]}]}, True),
+        ("gemini", {"contents": [{"parts": [{"text": "q"}]}, {"role": "model", "parts": [{"text": "a"}]}]}, False),
+        ("gemini", {"contents": [{"role": "user", "parts": [{"functionResponse": {"name": "f"}}]}]}, False),
+        ("chat", {"messages": "not a list"}, False),
+        ("gemini", {}, False),
+    ],
+)
+def test_a_request_opens_its_conversation_only_without_an_earlier_answer(
+    api: str, body: dict[str, Any], first: bool
+) -> None:
+    assert opens_conversation(api, body) is first

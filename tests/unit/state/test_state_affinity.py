@@ -135,3 +135,83 @@ async def test_resized_tables_keep_the_homes_and_share_them_as_before() -> None:
     store._homes.pop("p:id:1")
     assert await smaller.claim("id:2", "key-b", ("key-a", "key-b")) == ("key-b", True, None)
     assert store.claims == 2  # the resized table claims through the store too
+
+
+# -- a conversation's first turn claims nothing (pipeline/pool.py's _hold, then _claim) ---------
+
+
+def _pool(names: tuple[str, ...], strategy: str = "weighted") -> Any:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(cfg=SimpleNamespace(name="p", strategy=strategy), names=frozenset(names))
+
+
+def _svc() -> Any:
+    from types import SimpleNamespace
+
+    from prometheus_client import CollectorRegistry
+
+    from gateway.telemetry import Telemetry
+
+    return SimpleNamespace(rand=lambda: 0.5, telemetry=Telemetry(CollectorRegistry(), ()))
+
+
+def _ready(weights: dict[str, float]) -> list[Any]:
+    from gateway.routing.pools import Deployment
+
+    return [Deployment(i, n, w) for i, (n, w) in enumerate(weights.items())]
+
+
+async def test_a_first_turn_claims_no_home_and_leaves_no_key_its_second_turn_claims_the_same() -> None:
+    """Every one-turn request (batch, evaluation traffic) claimed a home: a round trip and a
+    Redis key for an hour each (600 requests: 610 keys)."""
+    from gateway.pipeline.pool import _claim, _hold
+
+    clock = Clock()
+    store = Shared(clock)
+    (a, _), (b, _) = replica(store, clock), replica(store, clock)
+    pool, svc, weights = _pool(("key-a", "key-b", "key-c")), _svc(), {"key-a": 1.0, "key-b": 1.0, "key-c": 1.0}
+    homes = {}
+    for i in range(50):
+        homes[i], new = _hold(svc, pool, a, f"open:{i}", _ready(weights))
+        assert new
+    assert store.claims == 0 and len(store._homes) == 0
+    assert a.get("open:1") is None and a.held("open:1") == homes[1]  # its next turn claims
+    # The second turn, here or on another replica (under weighted the same rendezvous pick):
+    for i in range(50):
+        table = a if i % 2 else b
+        assert await _claim(svc, pool, table, f"open:{i}", _ready(weights)) == (homes[i], True)
+        assert table.get(f"open:{i}") == homes[i]
+    assert store.claims == 50
+    claims = store.claims
+    for i in range(50):  # every later turn: from the table, no round trip
+        assert (a if i % 2 else b).get(f"open:{i}") == homes[i]
+    assert store.claims == claims
+
+
+async def test_a_reload_between_the_first_and_second_turn_keeps_the_held_home_and_holds_it_after() -> None:
+    from gateway.pipeline.pool import _claim, _hold
+
+    clock = Clock()
+    store = Shared(clock)
+    (a, _), (b, _) = replica(store, clock), replica(store, clock)
+    pool, svc = _pool(("key-a", "key-b", "key-c")), _svc()
+    before = {"key-a": 1.0, "key-b": 1.0, "key-c": 1.0}
+    homes = {i: _hold(svc, pool, a, f"open:{i}", _ready(before))[0] for i in range(40)}
+    after = {"key-a": 1.0, "key-b": 5.0, "key-c": 1.0}  # key-b raised by a reload
+    # Turn 2 where turn 1 was: the held home, whatever the new weights pick.
+    for i in range(40):
+        assert (await _claim(svc, pool, a, f"open:{i}", _ready(after)))[0] == homes[i]
+    # From turn 2 on it is the store's: another replica, even after a second reload, is answered it.
+    again = {"key-a": 1.0, "key-b": 1.0, "key-c": 9.0}
+    for i in range(40):
+        assert (await _claim(svc, pool, b, f"open:{i}", _ready(again)))[0] == homes[i]
+
+
+async def test_a_first_turn_on_a_memory_store_is_simply_its_home() -> None:
+    from gateway.pipeline.pool import _hold
+
+    clock = Clock()
+    table = AffinityTable(10_000, IDLE_S, clock, "p", None)
+    home, _ = _hold(_svc(), _pool(("key-a", "key-b")), table, "open:1", _ready({"key-a": 1.0, "key-b": 1.0}))
+    assert table.get("open:1") == home
