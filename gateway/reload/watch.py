@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from gateway.config import ConfigError, read_config_text
-from gateway.reload.reloader import Reloader, digest
+from gateway.reload.reloader import digest
 
 EVERY_S = 1.0
 
@@ -43,6 +44,15 @@ class FileLook:
         return self._digest
 
 
+class Reloads(Protocol):
+    """A Reloader (reloader.py), or the supervisor's check of what its workers run."""
+
+    path: str
+    seen: str | None
+
+    async def reload(self, trigger: str, *, quiet_if_same: bool = False) -> bool: ...
+
+
 def _stamp(path: str) -> Stamp:
     try:
         st = os.stat(path)
@@ -52,7 +62,7 @@ def _stamp(path: str) -> Stamp:
 
 
 async def watch(
-    reloader: Reloader,
+    reloader: Reloads,
     enabled: Callable[[], bool],
     *,
     every_s: float = EVERY_S,
