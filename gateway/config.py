@@ -1758,8 +1758,25 @@ def _describe(err: ValidationError, origins: Mapping[Loc, Used] | None = None) -
     return out
 
 
+class _Loader(yaml.SafeLoader):
+    def construct_yaml_timestamp(self, node: yaml.ScalarNode) -> datetime.date:
+        # A plain scalar shaped like a date is read as one, anywhere: 2026-13-01 made
+        # datetime raise a bare ValueError, which no YAMLError handler caught (a traceback at
+        # start-up, a reload task dying unseen). Said as YAML's other mistakes are, with its place.
+        try:
+            return super().construct_yaml_timestamp(node)
+        except ValueError as e:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{node.value} is not a date ({e}); quote it if it is not meant as one",
+                node.start_mark,
+            ) from None
+
+
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", _Loader.construct_yaml_timestamp)
+
+
 def parse_config(text: str, env: Mapping[str, str] | None = None, source: str = "config") -> GatewayConfig:
-    loader = yaml.SafeLoader(text)
+    loader = _Loader(text)
     try:
         node = loader.get_single_node()
         repeated = _repeated_keys(node) if node is not None else []
@@ -1769,6 +1786,8 @@ def parse_config(text: str, env: Mapping[str, str] | None = None, source: str = 
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or "invalid YAML"
         raise ConfigError(f"{source}: invalid YAML{where}: {problem}") from None
+    except (ValueError, TypeError, OverflowError) as e:  # a constructor's own error: no place known
+        raise ConfigError(f"{source}: invalid YAML: {e}") from None
     finally:
         loader.dispose()
     if data is None:

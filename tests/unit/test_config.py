@@ -46,6 +46,9 @@ def test_config_is_frozen() -> None:
          "upstreams: upstream names must be unique, repeated: a"),
         ("upstreams: [\n  {name: a", "invalid YAML at line"),
         ("- 1\n- 2", "the top level must be a mapping"),
+        # PyYAML reads these as dates and raised a bare ValueError: a traceback at start-up.
+        (MINIMAL + "\nrouting: {model_map: {a: 2026-13-01}}", "invalid YAML at line 2, column 26: 2026-13-01 is not a date"),
+        ("x: 2026-02-30\n" + MINIMAL, "invalid YAML at line 1, column 4: 2026-02-30 is not a date"),
         ("compression: {enabled: maybe}\n" + MINIMAL, "compression.enabled: Input should be a valid boolean"),
     ],
 )
