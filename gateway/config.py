@@ -1531,6 +1531,10 @@ def _covers(earlier: str, later: str) -> bool:
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([-?])([^}]*))?\}")
+# Any other ``${`` (up to its ``}``, or the end of the line): a reference mistyped, which taken
+# literally went upstream as the key (``${KEY-default}``, ``${KEY`` unclosed, ``${ KEY }``).
+# Compose's ``${VAR-default}`` and ``${VAR:=x}`` are not SPEC's forms: refused, not guessed.
+_REF = re.compile(_VAR.pattern + r"|\$\{[^}\n]*\}?")
 
 
 Used = list[tuple[str, str]]  # (variable, value) pairs that went into a text
@@ -1549,6 +1553,12 @@ def expand_env(text: str, env: Mapping[str, str], unset: list[str] | None = None
 
     def sub(m: re.Match[str]) -> str:
         name, op, arg = m.group(1), m.group(2), m.group(3)
+        if name is None:
+            problem = f"`{m.group(0)}` is not a variable reference: write ${{VAR}} or ${{VAR:-default}}"
+            if unset is None:
+                raise ConfigError(problem)
+            unset.append(problem)
+            return ""
         value = env.get(name)
         if value:
             if used is not None:
@@ -1568,7 +1578,7 @@ def expand_env(text: str, env: Mapping[str, str], unset: list[str] | None = None
         unset.append(problem)
         return ""
 
-    return _VAR.sub(sub, text)
+    return _REF.sub(sub, text)
 
 
 def _unset_message(name: str) -> str:

@@ -86,6 +86,23 @@ def test_a_required_variable_refuses_unset_and_empty_alike() -> None:
         parse_config(text.replace(":?set it to your key", ":?"), env={"KEY": ""})
 
 
+@pytest.mark.parametrize("ref", ["${KEY-sk-default}", "${KEY", "${ KEY }", "${KEY:=x}", "${}"])
+def test_a_mistyped_variable_reference_is_refused_not_taken_literally(ref: str) -> None:
+    # Taken as it is, it went upstream as the key: "Authorization: Bearer ${KEY-sk-default}".
+    text = f"upstreams: [{{name: a, base_url: 'http://x/v1', api_key: '{ref}'}}]"
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, env={"KEY": "sk-1"})
+    assert e.value.problems == (
+        f"upstreams[0].api_key: `{ref}` is not a variable reference: write ${{VAR}} or ${{VAR:-default}}",
+    )
+
+
+def test_a_dollar_that_starts_no_reference_is_kept() -> None:
+    text = "upstreams: [{name: a, base_url: 'http://x/v1', api_key: 'sk-$1', models: ['^gpt-4o$']}]"
+    cfg = parse_config(text, env={})
+    assert cfg.upstreams[0].api_key == "sk-$1" and tuple(cfg.upstreams[0].models) == ("^gpt-4o$",)
+
+
 def test_the_openai_example_takes_the_port_and_refuses_an_empty_key() -> None:
     path = ROOT / "config/examples/openai.yaml"
     cfg = load_config(path, env={"OPENAI_API_KEY": "sk-1", "GATEWAY_PORT": "9099"})
