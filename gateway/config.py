@@ -53,6 +53,17 @@ class ConfigError(Exception):
         self.problems: tuple[str, ...] = problems
 
 
+def header_value_problem(value: str) -> str | None:
+    """What keeps ``value`` from being sent as a header value, worded without quoting it (it
+    may be a secret); None: nothing. A Secret created with ``kubectl create secret
+    --from-file`` keeps the file's final newline, hence the guess."""
+    if value.rstrip("\r\n") != value and not any(c in value.rstrip("\r\n") for c in "\r\n\x00"):
+        return "ends with a line break (a Kubernetes Secret made with --from-file?); remove it"
+    if any(c in value for c in "\r\n\x00"):
+        return "has a line break or NUL in it"
+    return None
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -516,8 +527,8 @@ class UpstreamConfig(_Model):
                 problems.append(f"{name} is the gateway's to write, not a config header")
             elif lower in ("authorization", "x-api-key", "api-key", "x-goog-api-key"):
                 problems.append(f"{name} carries the credential: set api_key (and key_header) instead")
-            elif any(c in value for c in "\r\n\x00"):  # named, never quoted: it may be a secret
-                problems.append(f"the value of {name} has a line break or NUL in it")
+            elif problem := header_value_problem(value):  # named, never quoted: it may be a secret
+                problems.append(f"the value of {name} {problem}")
         lowered = [n.lower() for n in v]
         problems += [f"{n} is given twice (header names are case-insensitive)"
                      for n in sorted({n for n in lowered if lowered.count(n) > 1})]  # fmt: skip
@@ -528,6 +539,10 @@ class UpstreamConfig(_Model):
     @field_validator("api_key")
     @classmethod
     def _blank_key_is_none(cls, v: str | None) -> str | None:
+        # Sent as a header value: a line break in it made every request fail 400
+        # invalid_header, blamed on the client. Refused, not stripped: the file says what it is.
+        if v and (problem := header_value_problem(v)):
+            raise ValueError(problem)
         # `api_key: ${OPENAI_API_KEY:-}` with the variable unset means "forward the client's".
         return v or None
 
@@ -1232,6 +1247,8 @@ class ClientKeyConfig(_Model):
     @field_validator("key")
     @classmethod
     def _printable(cls, v: str | None) -> str | None:
+        if v and v.rstrip("\r\n") != v and (problem := header_value_problem(v)):
+            raise ValueError(problem)
         if v is not None and (not v or any(c.isspace() or not c.isprintable() for c in v) or not v.isascii()):
             raise ValueError("must be printable ASCII without spaces")  # never echo the key
         return v or None

@@ -103,6 +103,29 @@ def test_a_dollar_that_starts_no_reference_is_kept() -> None:
     assert cfg.upstreams[0].api_key == "sk-$1" and tuple(cfg.upstreams[0].models) == ("^gpt-4o$",)
 
 
+@pytest.mark.parametrize(("value", "problem"), [
+    ("sk-1\n", "ends with a line break (a Kubernetes Secret made with --from-file?); remove it"),
+    ("sk-1\r\n", "ends with a line break (a Kubernetes Secret made with --from-file?); remove it"),
+    ("sk-1\nsk-2", "has a line break or NUL in it"),
+    ("sk\x001", "has a line break or NUL in it"),
+])
+def test_an_api_key_that_cannot_be_a_header_value_is_refused_at_load(value: str, problem: str) -> None:
+    # Accepted, every request then failed 400 invalid_header, blamed on the client.
+    text = "upstreams: [{name: a, base_url: 'http://x/v1', api_key: '${KEY}'}]"
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, env={"KEY": value})
+    assert e.value.problems[0] == f"upstreams[0].api_key: KEY=<hidden>: {problem}"
+    assert "sk-1" not in str(e.value)
+
+
+def test_a_gateway_key_with_a_trailing_newline_says_so() -> None:
+    text = "upstreams: [{name: a, base_url: 'http://x/v1'}]\nkeys: [{name: alice, key: '${KEY}'}]"
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, env={"KEY": "gk-1\n"})
+    assert "ends with a line break (a Kubernetes Secret made with --from-file?)" in e.value.problems[0]
+    assert e.value.problems[0].startswith("keys[0].key:")
+
+
 def test_the_openai_example_takes_the_port_and_refuses_an_empty_key() -> None:
     path = ROOT / "config/examples/openai.yaml"
     cfg = load_config(path, env={"OPENAI_API_KEY": "sk-1", "GATEWAY_PORT": "9099"})
