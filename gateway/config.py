@@ -67,6 +67,27 @@ def header_value_problem(value: str) -> str | None:
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_for_a_number(cls, v: Any, info: ValidationInfo) -> Any:
+        # Pydantic's lax mode reads true as 1: `port: true` listened on port 1. Strict mode
+        # would refuse the string a ${PORT} expands to, so only booleans are refused here.
+        if isinstance(v, bool) and info.field_name is not None:
+            kinds = _kinds(cls.model_fields[info.field_name].annotation)
+            if bool not in kinds and kinds & {int, float}:
+                wanted = "a number" if float in kinds else "an integer"
+                raise ValueError(f"{wanted} is wanted, not {str(v).lower()}")
+        return v
+
+
+def _kinds(annotation: Any) -> set[Any]:
+    """The classes an annotation admits, through unions, Optional and Annotated (not Literal's values)."""
+    if isinstance(annotation, type):
+        return {annotation}
+    if typing.get_origin(annotation) is Literal:
+        return set()
+    return set().union(*(_kinds(a) for a in typing.get_args(annotation)))
+
 
 # Client headers that describe the client's own connection, withheld from providers unless
 # server.forward_client_headers names them. The gateway is the provider's client, on a

@@ -35,6 +35,10 @@ def test_config_is_frozen() -> None:
     [
         ("server: {port: eighty}\n" + MINIMAL, "server.port: Input should be a valid integer"),
         ("server: {prot: 80}\n" + MINIMAL, "server.prot: unknown key"),
+        # Read as 1 it listened on port 1.
+        ("server: {port: true}\n" + MINIMAL, "server.port: an integer is wanted, not true"),
+        ("server: {workers: true}\n" + MINIMAL, "server.workers: an integer is wanted, not true"),
+        ("timeouts: {idle_s: false}\n" + MINIMAL, "timeouts.idle_s: a number is wanted, not false"),
         ("servr: {}\n" + MINIMAL, "servr: unknown key"),
         ("server: {port: 80}", "upstreams: is required"),
         ("upstreams: []", "upstreams: must have at least 1 item"),
