@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from gateway import __version__
 from gateway.auth import startup_check
-from gateway.config import ConfigError, config_warnings, load_config
+from gateway.config import ConfigError, GatewayConfig, config_warnings, parse_config, read_config_text
 from gateway.workers.seat import WorkerSeat, worker_config
 
 DESCRIPTION = """\
@@ -69,15 +69,15 @@ def main(argv: list[str] | None = None) -> int:
     # SIGHUP reloads the config once serving (server.py); until then its default action would
     # end the process, so it is held back (blocked, not lost) until the handler is in place.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    seat = WorkerSeat.from_env(os.environ)
     try:
-        cfg = load_config(args.config)
+        text, cfg = _initial_config(args.config, seat)
     except ConfigError as e:
         # One line per problem, each complete on its own, so grep and log shippers keep
         # the field name with the message.
         for problem in e.problems:
             print(f"llm-gateway: invalid config: {problem}", file=sys.stderr)
         return 2
-    seat = WorkerSeat.from_env(os.environ)
     if seat is None:  # a worker's supervisor has said all this already
         for warning in config_warnings(cfg):
             print(f"llm-gateway: warning: {warning}", file=sys.stderr)
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     if seat is None and cfg.server.worker_count > 1:
         from gateway.workers.supervisor import supervise
 
-        return supervise(cfg, args.config)
+        return supervise(cfg, args.config, text=text)
 
     from gateway.listening import ListenError
     from gateway.server import serve
@@ -111,6 +111,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llm-gateway: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def _initial_config(path: str, seat: WorkerSeat | None) -> tuple[str, GatewayConfig]:
+    """The text and config this process starts on: the file's, or for a worker the text its
+    supervisor says the workers run (gateway/workers/seat.py)."""
+    if seat is None or seat.in_force is None or seat.start is None:
+        text = read_config_text(path)
+        return text, parse_config(text, source=path)
+    from gateway.reload.restart_only import pin
+
+    text = read_config_text(seat.in_force)
+    cfg = parse_config(text, source=path)
+    start = read_config_text(seat.start)
+    if start != text:
+        cfg = pin(parse_config(start, source=path), cfg)[0]
+    return text, cfg
 
 
 if __name__ == "__main__":

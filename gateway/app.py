@@ -120,6 +120,12 @@ def create_app(
     app.router.add_get("/v1/gateway/key", observed(key_info.own_key))
     app.router.add_get("/v1/gateway/keys", observed(key_info.all_keys))
     # The gateway's own namespace: another method or path under it is never a provider's.
+    # TRACE and CONNECT first on every catch-all: the router tries the longest prefix's
+    # resource first, so one route on "/" alone would leave /v1/... forwarding them.
+    refused = observed(forward.method_not_allowed(forward.PASSTHROUGH_METHODS))
+    for catch_all in ("/v1/gateway/{tail:.*}", "/v1/{tail:.*}", "/{tail:.*}"):
+        for method in sorted(forward.REFUSED_METHODS):
+            app.router.add_route(method, catch_all, refused)
     app.router.add_route("*", "/v1/gateway/{tail:.*}", observed(forward.not_found))
     app.router.add_route("*", "/v1/{tail:.*}", observed(forward.passthrough),
                          expect_handler=expect_continue(forward.key_param_of))  # fmt: skip

@@ -79,9 +79,11 @@ def _reason(exc: HttpProcessingError) -> str | None:
 def quiet_body(exc: HttpProcessingError) -> bytes:
     # No client API is known before the request parses: the shape the OpenAI and Gemini
     # clients read (a top-level "error" object with a message).
+    # Like every gateway-made error (SPEC "Error taxonomy"): its class and retryability in the body.
     doc: dict[str, Any] = {
-        "error": {"message": described(exc), "type": "invalid_request_error", "code": CODE}
-    }
+        "error": {"message": described(exc), "type": "invalid_request_error", "code": CODE,
+                  "x_llm_error_type": ErrorType.UNKNOWN.value, "retryable": False}
+    }  # fmt: skip
     return json.dumps(doc).encode()
 
 
@@ -109,6 +111,7 @@ class QuietRequestHandler(RequestHandler):
             h["x-llm-attempts"] = "0"
             h["x-llm-error-type"] = ErrorType.UNKNOWN.value
             h["x-llm-error-retryable"] = "false"
+            h["x-should-retry"] = "false"  # the SDKs' own retries would send the same bytes again
         return response
 
 

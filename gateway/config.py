@@ -53,8 +53,40 @@ class ConfigError(Exception):
         self.problems: tuple[str, ...] = problems
 
 
+def header_value_problem(value: str) -> str | None:
+    """What keeps ``value`` from being sent as a header value, worded without quoting it (it
+    may be a secret); None: nothing. A Secret created with ``kubectl create secret
+    --from-file`` keeps the file's final newline, hence the guess."""
+    if value.rstrip("\r\n") != value and not any(c in value.rstrip("\r\n") for c in "\r\n\x00"):
+        return "ends with a line break (a Kubernetes Secret made with --from-file?); remove it"
+    if any(c in value for c in "\r\n\x00"):
+        return "has a line break or NUL in it"
+    return None
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_for_a_number(cls, v: Any, info: ValidationInfo) -> Any:
+        # Pydantic's lax mode reads true as 1: `port: true` listened on port 1. Strict mode
+        # would refuse the string a ${PORT} expands to, so only booleans are refused here.
+        if isinstance(v, bool) and info.field_name is not None:
+            kinds = _kinds(cls.model_fields[info.field_name].annotation)
+            if bool not in kinds and kinds & {int, float}:
+                wanted = "a number" if float in kinds else "an integer"
+                raise ValueError(f"{wanted} is wanted, not {str(v).lower()}")
+        return v
+
+
+def _kinds(annotation: Any) -> set[Any]:
+    """The classes an annotation admits, through unions, Optional and Annotated (not Literal's values)."""
+    if isinstance(annotation, type):
+        return {annotation}
+    if typing.get_origin(annotation) is Literal:
+        return set()
+    return set().union(*(_kinds(a) for a in typing.get_args(annotation)))
 
 
 # Client headers that describe the client's own connection, withheld from providers unless
@@ -516,8 +548,8 @@ class UpstreamConfig(_Model):
                 problems.append(f"{name} is the gateway's to write, not a config header")
             elif lower in ("authorization", "x-api-key", "api-key", "x-goog-api-key"):
                 problems.append(f"{name} carries the credential: set api_key (and key_header) instead")
-            elif any(c in value for c in "\r\n\x00"):  # named, never quoted: it may be a secret
-                problems.append(f"the value of {name} has a line break or NUL in it")
+            elif problem := header_value_problem(value):  # named, never quoted: it may be a secret
+                problems.append(f"the value of {name} {problem}")
         lowered = [n.lower() for n in v]
         problems += [f"{n} is given twice (header names are case-insensitive)"
                      for n in sorted({n for n in lowered if lowered.count(n) > 1})]  # fmt: skip
@@ -528,6 +560,10 @@ class UpstreamConfig(_Model):
     @field_validator("api_key")
     @classmethod
     def _blank_key_is_none(cls, v: str | None) -> str | None:
+        # Sent as a header value: a line break in it made every request fail 400
+        # invalid_header, blamed on the client. Refused, not stripped: the file says what it is.
+        if v and (problem := header_value_problem(v)):
+            raise ValueError(problem)
         # `api_key: ${OPENAI_API_KEY:-}` with the variable unset means "forward the client's".
         return v or None
 
@@ -1232,6 +1268,8 @@ class ClientKeyConfig(_Model):
     @field_validator("key")
     @classmethod
     def _printable(cls, v: str | None) -> str | None:
+        if v and v.rstrip("\r\n") != v and (problem := header_value_problem(v)):
+            raise ValueError(problem)
         if v is not None and (not v or any(c.isspace() or not c.isprintable() for c in v) or not v.isascii()):
             raise ValueError("must be printable ASCII without spaces")  # never echo the key
         return v or None
@@ -1531,6 +1569,10 @@ def _covers(earlier: str, later: str) -> bool:
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([-?])([^}]*))?\}")
+# Any other ``${`` (up to its ``}``, or the end of the line): a reference mistyped, which taken
+# literally went upstream as the key (``${KEY-default}``, ``${KEY`` unclosed, ``${ KEY }``).
+# Compose's ``${VAR-default}`` and ``${VAR:=x}`` are not SPEC's forms: refused, not guessed.
+_REF = re.compile(_VAR.pattern + r"|\$\{[^}\n]*\}?")
 
 
 Used = list[tuple[str, str]]  # (variable, value) pairs that went into a text
@@ -1549,6 +1591,12 @@ def expand_env(text: str, env: Mapping[str, str], unset: list[str] | None = None
 
     def sub(m: re.Match[str]) -> str:
         name, op, arg = m.group(1), m.group(2), m.group(3)
+        if name is None:
+            problem = f"`{m.group(0)}` is not a variable reference: write ${{VAR}} or ${{VAR:-default}}"
+            if unset is None:
+                raise ConfigError(problem)
+            unset.append(problem)
+            return ""
         value = env.get(name)
         if value:
             if used is not None:
@@ -1568,7 +1616,7 @@ def expand_env(text: str, env: Mapping[str, str], unset: list[str] | None = None
         unset.append(problem)
         return ""
 
-    return _VAR.sub(sub, text)
+    return _REF.sub(sub, text)
 
 
 def _unset_message(name: str) -> str:
@@ -1758,8 +1806,25 @@ def _describe(err: ValidationError, origins: Mapping[Loc, Used] | None = None) -
     return out
 
 
+class _Loader(yaml.SafeLoader):
+    def construct_yaml_timestamp(self, node: yaml.ScalarNode) -> datetime.date:
+        # A plain scalar shaped like a date is read as one, anywhere: 2026-13-01 made
+        # datetime raise a bare ValueError, which no YAMLError handler caught (a traceback at
+        # start-up, a reload task dying unseen). Said as YAML's other mistakes are, with its place.
+        try:
+            return super().construct_yaml_timestamp(node)
+        except ValueError as e:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{node.value} is not a date ({e}); quote it if it is not meant as one",
+                node.start_mark,
+            ) from None
+
+
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", _Loader.construct_yaml_timestamp)
+
+
 def parse_config(text: str, env: Mapping[str, str] | None = None, source: str = "config") -> GatewayConfig:
-    loader = yaml.SafeLoader(text)
+    loader = _Loader(text)
     try:
         node = loader.get_single_node()
         repeated = _repeated_keys(node) if node is not None else []
@@ -1769,6 +1834,8 @@ def parse_config(text: str, env: Mapping[str, str] | None = None, source: str = 
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or "invalid YAML"
         raise ConfigError(f"{source}: invalid YAML{where}: {problem}") from None
+    except (ValueError, TypeError, OverflowError) as e:  # a constructor's own error: no place known
+        raise ConfigError(f"{source}: invalid YAML: {e}") from None
     finally:
         loader.dispose()
     if data is None:

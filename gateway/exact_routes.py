@@ -53,8 +53,19 @@ def exact_first(app: web.Application, fallback: Handler) -> Handler:
     if app.middlewares:
         return fallback
     table = exact_table(app)
+    # CONNECT's target is an authority (host:port), not a path: the router matches no route to
+    # it and aiohttp answered a text/plain 404 of its own. The app's CONNECT route takes it.
+    connect = next((r for r in app.router.routes() if r.method == hdrs.METH_CONNECT), None)
+    connect_info = None
+    if connect is not None:
+        connect_info = UrlMappingMatchInfo({"tail": ""}, connect)
+        connect_info.add_app(app)
+        connect_info.freeze()
 
     async def handle(request: web.Request) -> web.StreamResponse:
+        if connect_info is not None and request.method == hdrs.METH_CONNECT:
+            request._match_info = connect_info
+            return await connect_info.handler(request)
         # The path as the router matches it (percent-encoded slashes stay encoded).
         info = table.get((request.method, request.rel_url.path_safe))
         if info is None or hdrs.EXPECT in request.headers:

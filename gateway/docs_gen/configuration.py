@@ -154,7 +154,8 @@ def render() -> str:
         "",
         "Every key of the gateway's YAML config file, with its type, its default and what it does. "
         "A key left out takes its default; a list of one may be written as a string; unknown keys "
-        "are errors. `${VAR}`, `${VAR:-default}` and `${VAR:?why}` are read from the environment.",
+        "are errors. `${VAR}`, `${VAR:-default}` and `${VAR:?why}` are read from the environment; "
+        "any other `${` is refused.",
     ]
     sections: dict[str, list[Key]] = {}
     for key in keys():

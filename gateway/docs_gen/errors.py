@@ -350,6 +350,8 @@ MEANINGS = {
     "to wait for, or the configured `limits` of the deployment a request not retried along the pool went "
     "to are used up this minute (with `retry-after`).",
     "not_found": "No such endpoint.",
+    "method_not_allowed": "A TRACE or CONNECT request (405 with `Allow`): never forwarded, a TRACE echo "
+    "would carry the upstream `api_key` the gateway adds.",
     "model_not_found": "No upstream or pool is configured for the requested model.",
     "request_timeout": "The client did not send its body within `timeouts.idle_s` (on messages a 400 with "
     "Anthropic's `error.details.error_code` `request_body_timeout`).",

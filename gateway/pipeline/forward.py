@@ -311,6 +311,31 @@ async def not_found(request: web.Request) -> web.StreamResponse:
     return await relay(request, svc, state, failure)
 
 
+# TRACE echoes the request it got, the operator's upstream credential included, once the
+# gateway has put it on (RFC 9110 §9.3.8: "A client MUST NOT generate fields in a TRACE request
+# containing sensitive data that might be disclosed by the response"); CONNECT asks for a tunnel,
+# which the gateway never opens. Neither is forwarded.
+REFUSED_METHODS = frozenset({"TRACE", "CONNECT"})
+# What the forwarded /v1/... paths take, for the Allow of a refused TRACE or CONNECT.
+PASSTHROUGH_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def method_not_allowed(allow: tuple[str, ...]) -> Handler:
+    """A 405 in the error shape of the path's API, with ``Allow`` (RFC 9110 §15.5.6)."""
+
+    async def refuse(request: web.Request) -> web.StreamResponse:
+        svc, state = request[SERVICES], request[STATE]
+        state.dialect = _errors_dialect(request)
+        failure = bad_request(
+            f"{request.method} is not served on this path; it takes {', '.join(allow)}",
+            "method_not_allowed", status=405,
+        )  # fmt: skip
+        failure.headers.append(("Allow", ", ".join(allow)))
+        return await relay(request, svc, state, failure)
+
+    return refuse
+
+
 def _errors_dialect(request: web.Request) -> Dialect:
     return dialect_for_errors(request.path, "anthropic-version" in request.headers, gemini_caller(request))
 

@@ -76,7 +76,10 @@ class Reloader:
         """Whether the file's config is now the one in force. ``quiet_if_same``: a config
         equal to the running one is not logged (the watcher's first look at the file)."""
         async with self._lock:
-            return await self._reload(trigger, quiet_if_same)
+            try:
+                return await self._reload(trigger, quiet_if_same)
+            except Exception as e:  # a bug, not the file: refused and said, never a task dying unseen
+                return self._refuse(trigger, (f"reloading failed: {type(e).__name__}",))
 
     async def _reload(self, trigger: str, quiet_if_same: bool) -> bool:
         try:

@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from gateway.config import ConfigError, read_config_text
-from gateway.reload.reloader import Reloader, digest
+from gateway.reload.reloader import digest
 
 EVERY_S = 1.0
 
@@ -43,6 +44,15 @@ class FileLook:
         return self._digest
 
 
+class Reloads(Protocol):
+    """A Reloader (reloader.py), or the supervisor's check of what its workers run."""
+
+    path: str
+    seen: str | None
+
+    async def reload(self, trigger: str, *, quiet_if_same: bool = False) -> bool: ...
+
+
 def _stamp(path: str) -> Stamp:
     try:
         st = os.stat(path)
@@ -52,7 +62,7 @@ def _stamp(path: str) -> Stamp:
 
 
 async def watch(
-    reloader: Reloader,
+    reloader: Reloads,
     enabled: Callable[[], bool],
     *,
     every_s: float = EVERY_S,
@@ -64,18 +74,28 @@ async def watch(
     changed_to: list[str | None] = []  # a new content seen at the last look, not loaded yet
     while True:
         await sleep(every_s)
-        if not enabled():
+        try:
+            await _look(reloader, enabled, look, changed_to)
+        except Exception:  # the reload says what went wrong; the watch must outlive it
             changed_to.clear()
-            continue
-        found = look.digest()
-        if found == reloader.seen:
-            changed_to.clear()
-        elif reloader.seen is None or changed_to == [found]:
-            # The first look finds the file the process started from: nothing to say then.
-            changed_to.clear()
-            await reloader.reload("file", quiet_if_same=reloader.seen is None)
-        else:
-            # Loaded only once it has stayed the same for a look: an editor writing in place
-            # may be caught halfway, and a half that parses (a file cut before its keys:)
-            # would be served for a moment.
-            changed_to[:] = [found]
+
+
+async def _look(
+    reloader: Reloads, enabled: Callable[[], bool], look: FileLook, changed_to: list[str | None]
+) -> None:
+    """One look at the file; a change that has stayed is reloaded."""
+    if not enabled():
+        changed_to.clear()
+        return
+    found = look.digest()
+    if found == reloader.seen:
+        changed_to.clear()
+    elif reloader.seen is None or changed_to == [found]:
+        # The first look finds the file the process started from: nothing to say then.
+        changed_to.clear()
+        await reloader.reload("file", quiet_if_same=reloader.seen is None)
+    else:
+        # Loaded only once it has stayed the same for a look: an editor writing in place
+        # may be caught halfway, and a half that parses (a file cut before its keys:)
+        # would be served for a moment.
+        changed_to[:] = [found]

@@ -5,7 +5,13 @@ no fork of a process that has threads), with one environment variable, ``LLM_GAT
 holding this seat as JSON: which worker it is, the listening sockets it inherits, the directory
 of the workers' private sockets (metrics are gathered through them) and, when the config sets
 no ``loop_breaker.secret``, one drawn by the supervisor so that every worker computes the same
-fingerprints.
+fingerprints, and the files holding the config text the workers run (below).
+
+A worker restarted after a crash starts from ``in_force``, the text the supervisor last saw
+load (a SIGHUP or a watched change the supervisor checked as the workers do), not from the
+file at ``--config``: a file refused by the running workers "changes nothing", a restart
+included. Restart-only fields keep their value from ``start``, the text the supervisor started
+with, as they do in its siblings (gateway/reload/restart_only.py). Later reloads read the file.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ class WorkerSeat:
     fds: tuple[int, ...]  # listening sockets, bound by the supervisor
     run_dir: str  # w<index>.sock for each worker
     secret: str | None = None
+    in_force: str | None = None  # a file: the config text the workers run
+    start: str | None = None  # a file: the config text the supervisor started with
 
     @property
     def name(self) -> str:
@@ -41,7 +49,8 @@ class WorkerSeat:
 
     def to_env(self) -> str:
         return json.dumps({"index": self.index, "count": self.count, "fds": list(self.fds),
-                           "run_dir": self.run_dir, "secret": self.secret})  # fmt: skip
+                           "run_dir": self.run_dir, "secret": self.secret, "in_force": self.in_force,
+                           "start": self.start})  # fmt: skip
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> WorkerSeat | None:
@@ -50,7 +59,7 @@ class WorkerSeat:
             return None
         d = json.loads(raw)
         return cls(int(d["index"]), int(d["count"]), tuple(int(f) for f in d["fds"]), str(d["run_dir"]),
-                   d.get("secret"))  # fmt: skip
+                   d.get("secret"), d.get("in_force"), d.get("start"))  # fmt: skip
 
 
 def worker_config(cfg: GatewayConfig, seat: WorkerSeat) -> GatewayConfig:

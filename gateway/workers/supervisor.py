@@ -13,9 +13,13 @@ all workers in bench/RESULTS.md. The supervisor serves no traffic itself:
   (``server.drain_s``), and the supervisor exits 0 once all have;
 - SIGHUP is passed to every worker, each reloads the config on its own (gateway/reload/);
   the supervisor keeps the sockets it bound, so host, port and workers need a restart;
+- the supervisor checks the file as the workers do on SIGHUP (and on a watched change), and
+  keeps the text of the last one that loads: a worker it restarts starts from that text, so a
+  file the workers refused never reaches a restarted worker (gateway/workers/seat.py);
 - a worker that exits on its own is restarted after a second; one that keeps dying within
   seconds of its start (a crash loop) stops the whole gateway with exit status 1, so an
-  orchestrator sees the failure instead of a half-serving machine.
+  orchestrator sees the failure instead of a half-serving machine, unless another worker is
+  serving: then it is retried, less and less often, and the healthy ones serve on.
 """
 
 from __future__ import annotations
@@ -34,8 +38,12 @@ import time
 from collections.abc import Callable, Sequence
 
 from gateway import __version__
-from gateway.config import GatewayConfig
+from gateway.auth import startup_check
+from gateway.config import ConfigError, GatewayConfig, parse_config, read_config_text
 from gateway.listening import ListenError, cannot_listen, forget_address, record_address
+from gateway.reload.reloader import digest
+from gateway.reload.restart_only import pin
+from gateway.reload.watch import watch
 from gateway.workers.seat import ENV, WorkerSeat
 
 log = logging.getLogger("gateway.workers")
@@ -44,6 +52,8 @@ RESTART_DELAY_S = 1.0
 # A worker that exits this soon after starting, this many times in a row, is a crash loop.
 EARLY_EXIT_S = 10.0
 EARLY_EXITS_TO_GIVE_UP = 3
+# A crash-looping worker beside healthy ones: retried after 2, 4, ... seconds, at most this.
+RETRY_MAX_S = 60.0
 
 
 def bind_sockets(host: str, port: int, count: int) -> list[list[socket.socket]]:
@@ -92,6 +102,53 @@ def _refuse_if_taken(family: int, sockaddr: tuple[object, ...]) -> None:
         probe.close()
 
 
+class InForce:
+    """The config text the workers run, kept in a file a restarted worker starts from.
+
+    Duck-typed as gateway/reload/reloader.py's Reloader for ``watch`` (``path``, ``seen``,
+    ``reload``). The check is start-up's and a reload's: parse, restart-only fields pinned,
+    ``startup_check``. Nothing is logged here: every worker logs its own verdict."""
+
+    def __init__(self, path: str, text: str, cfg: GatewayConfig, run_dir: str) -> None:
+        self.path = path
+        self.start_cfg = self.cfg = cfg
+        self.seen: str | None = digest(text)
+        self.file = os.path.join(run_dir, "in-force.yaml")
+        self.start_file = os.path.join(run_dir, "start.yaml")
+        _write(self.start_file, text)
+        _write(self.file, text)
+
+    def check(self) -> bool:
+        try:
+            text = read_config_text(self.path)
+        except ConfigError:
+            self.seen = None
+            return False
+        self.seen = digest(text)
+        try:
+            new = parse_config(text, source=self.path)
+        except ConfigError:
+            return False
+        cfg = pin(self.start_cfg, new)[0]
+        if startup_check(cfg).refusal:
+            return False
+        self.cfg = cfg
+        _write(self.file, text)
+        return True
+
+    async def reload(self, trigger: str, *, quiet_if_same: bool = False) -> bool:
+        return self.check()
+
+
+def _write(path: str, text: str) -> None:
+    # Whole or not at all: a worker starting meanwhile reads the old text or the new one.
+    tmp = f"{path}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it may hold keys
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
 class Worker:
     def __init__(self, seat: WorkerSeat) -> None:
         self.seat = seat
@@ -100,8 +157,10 @@ class Worker:
         self.early_exits = 0
 
 
-def supervise(cfg: GatewayConfig, config_path: str, argv0: Sequence[str] | None = None) -> int:
-    """Runs the workers until a signal stops them; the process's exit status."""
+def supervise(cfg: GatewayConfig, config_path: str, argv0: Sequence[str] | None = None, *,
+              text: str | None = None) -> int:  # fmt: skip
+    """Runs the workers until a signal stops them; the process's exit status. ``text``: the
+    file's text ``cfg`` was parsed from (None: read again)."""
     count = cfg.server.worker_count
     try:
         groups = bind_sockets(cfg.server.host, cfg.server.port, count)
@@ -112,15 +171,17 @@ def supervise(cfg: GatewayConfig, config_path: str, argv0: Sequence[str] | None 
     os.chmod(run_dir, 0o700)  # the metrics sockets are for these workers only
     secret = None if cfg.loop_breaker.secret else secrets.token_hex(32)
     command = list(argv0) if argv0 is not None else [sys.executable, "-m", "gateway"]
+    in_force = InForce(config_path, read_config_text(config_path) if text is None else text, cfg, run_dir)
     workers = [
-        Worker(WorkerSeat(i, count, tuple(s.fileno() for s in group), run_dir, secret))
+        Worker(WorkerSeat(i, count, tuple(s.fileno() for s in group), run_dir, secret,
+                          in_force.file, in_force.start_file))
         for i, group in enumerate(groups)
-    ]
+    ]  # fmt: skip
     scheme = "https" if cfg.server.tls_cert_file else "http"  # the workers speak TLS on these sockets
     listen = sorted({_url(s.getsockname(), scheme) for s in groups[0]})
     record_address(listen)  # the sockets are the supervisor's: so is the health check's address
     try:
-        return asyncio.run(_run(workers, [*command, "--config", config_path], listen))
+        return asyncio.run(_run(workers, [*command, "--config", config_path], listen, in_force))
     except KeyboardInterrupt:
         return 0
     finally:
@@ -131,17 +192,18 @@ def supervise(cfg: GatewayConfig, config_path: str, argv0: Sequence[str] | None 
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-async def _run(workers: list[Worker], command: list[str], listen: list[str]) -> int:
+async def _run(workers: list[Worker], command: list[str], listen: list[str], in_force: InForce) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, _forwarder(workers, stop, sig))
-    loop.add_signal_handler(signal.SIGHUP, _signal_all, workers, signal.SIGHUP)
+    loop.add_signal_handler(signal.SIGHUP, _on_hangup, workers, in_force)
+    file_watch = asyncio.create_task(watch(in_force, lambda: in_force.cfg.server.watch_config))
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})  # held since __main__
     log.info({"event": "workers_started", "version": __version__, "workers": len(workers),
               "listen": listen, "pid": os.getpid(), "metrics_sockets": workers[0].seat.run_dir})  # fmt: skip
     failed = asyncio.Event()
-    tasks = [asyncio.create_task(_keep(w, command, stop, failed)) for w in workers]
+    tasks = [asyncio.create_task(_keep(w, workers, command, stop, failed)) for w in workers]
     waiter = asyncio.create_task(failed.wait())
     await asyncio.wait([waiter, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
     if failed.is_set() and not stop.is_set():
@@ -149,6 +211,7 @@ async def _run(workers: list[Worker], command: list[str], listen: list[str]) -> 
         _signal_all(workers, signal.SIGTERM)
     await asyncio.gather(*tasks)
     waiter.cancel()
+    file_watch.cancel()
     log.info({"event": "workers_stopped", "status": 1 if failed.is_set() else 0})
     return 1 if failed.is_set() else 0
 
@@ -161,6 +224,14 @@ def _forwarder(workers: list[Worker], stop: asyncio.Event, sig: signal.Signals) 
     return forward
 
 
+def _on_hangup(workers: list[Worker], in_force: InForce) -> None:
+    _signal_all(workers, signal.SIGHUP)
+    try:
+        in_force.check()
+    except Exception as e:  # the workers say what is wrong with the file; this must not stop
+        log.error({"event": "supervisor_config_check_failed", "error": type(e).__name__})
+
+
 def _signal_all(workers: list[Worker], sig: signal.Signals) -> None:
     for w in workers:
         if w.proc is not None and w.proc.returncode is None:
@@ -168,7 +239,8 @@ def _signal_all(workers: list[Worker], sig: signal.Signals) -> None:
                 w.proc.send_signal(sig)
 
 
-async def _keep(w: Worker, command: list[str], stop: asyncio.Event, failed: asyncio.Event) -> None:
+async def _keep(w: Worker, workers: list[Worker], command: list[str], stop: asyncio.Event,
+                failed: asyncio.Event) -> None:  # fmt: skip
     """Runs one worker, restarting it when it exits on its own, until ``stop``."""
     while not stop.is_set():
         w.started_at = time.monotonic()
@@ -193,14 +265,26 @@ async def _keep(w: Worker, command: list[str], stop: asyncio.Event, failed: asyn
             return
         lived_s = time.monotonic() - w.started_at
         w.early_exits = w.early_exits + 1 if lived_s < EARLY_EXIT_S else 0
-        restart = w.early_exits < EARLY_EXITS_TO_GIVE_UP
+        looping = w.early_exits >= EARLY_EXITS_TO_GIVE_UP
+        # A worker that cannot start never takes healthy ones down with it.
+        restart = not looping or any(_serving(o) for o in workers if o is not w)
+        delay = RESTART_DELAY_S
+        if looping and restart:
+            delay = min(RETRY_MAX_S, RESTART_DELAY_S * 2 ** (w.early_exits - EARLY_EXITS_TO_GIVE_UP + 1))
         log.error({"event": "worker_exited", "worker": w.seat.name, "pid": w.proc.pid, "status": status,
-                   "lived_s": round(lived_s, 1), "restart": restart})  # fmt: skip
-        if w.early_exits >= EARLY_EXITS_TO_GIVE_UP:
+                   "lived_s": round(lived_s, 1), "restart": restart,
+                   **({"retry_in_s": delay} if looping and restart else {})})  # fmt: skip
+        if not restart:
             failed.set()
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), RESTART_DELAY_S)
+            await asyncio.wait_for(stop.wait(), delay)
+
+
+def _serving(w: Worker) -> bool:
+    """Running, and past the start-up a crash loop dies in."""
+    running = w.proc is not None and w.proc.returncode is None
+    return running and time.monotonic() - w.started_at >= EARLY_EXIT_S
 
 
 def _url(sockaddr: tuple[object, ...], scheme: str) -> str:

@@ -219,3 +219,27 @@ def test_on_redis_a_repeat_on_another_worker_is_answered_from_memory(
         if gw is not None:
             gw.stop()
         redis.stop()
+
+
+def test_a_worker_restarted_after_a_refused_reload_runs_the_config_in_force(
+    upstream: FakeUpstream, workers: RunningProcess, tmp_path: Path
+) -> None:
+    # A refused file "changes nothing" (docs/operations/lifecycle.md): a worker restarted after
+    # it starts from the config the others run, not from the bad file, and the gateway serves on.
+    config = tmp_path / "gateway.yaml"
+    good = config.read_text()
+    config.write_text(good + "fallback: [other]\n")
+    os.kill(workers.proc.pid, signal.SIGHUP)
+    workers.logs_when(lambda t: t.count('"event":"config_reload_refused"') >= 2, timeout_s=15)
+    victim = int(str(_started(workers.logs())[0]["pid"]))
+    os.kill(victim, signal.SIGKILL)
+    text = workers.logs_when(lambda t: len(_started(t)) >= 3, timeout_s=30)
+    exited = [d for d in _lines(text) if d.get("event") == "worker_exited"]
+    assert [d["pid"] for d in exited] == [victim]
+    assert [post(workers, CHAT)[0] for _ in range(10)] == [200] * 10
+    assert workers.proc.poll() is None
+    # A good file loaded later reaches the restarted worker too, and the next restart runs it.
+    config.write_text(good.replace("drain_s: 5", "drain_s: 4"))
+    os.kill(workers.proc.pid, signal.SIGHUP)
+    text = workers.logs_when(lambda t: t.count('"event":"config_reloaded"') >= 2, timeout_s=15)
+    assert all("server.drain_s" in d["changed"] for d in _lines(text) if d.get("event") == "config_reloaded")

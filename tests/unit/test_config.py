@@ -35,6 +35,10 @@ def test_config_is_frozen() -> None:
     [
         ("server: {port: eighty}\n" + MINIMAL, "server.port: Input should be a valid integer"),
         ("server: {prot: 80}\n" + MINIMAL, "server.prot: unknown key"),
+        # Read as 1 it listened on port 1.
+        ("server: {port: true}\n" + MINIMAL, "server.port: an integer is wanted, not true"),
+        ("server: {workers: true}\n" + MINIMAL, "server.workers: an integer is wanted, not true"),
+        ("timeouts: {idle_s: false}\n" + MINIMAL, "timeouts.idle_s: a number is wanted, not false"),
         ("servr: {}\n" + MINIMAL, "servr: unknown key"),
         ("server: {port: 80}", "upstreams: is required"),
         ("upstreams: []", "upstreams: must have at least 1 item"),
@@ -46,6 +50,9 @@ def test_config_is_frozen() -> None:
          "upstreams: upstream names must be unique, repeated: a"),
         ("upstreams: [\n  {name: a", "invalid YAML at line"),
         ("- 1\n- 2", "the top level must be a mapping"),
+        # PyYAML reads these as dates and raised a bare ValueError: a traceback at start-up.
+        (MINIMAL + "\nrouting: {model_map: {a: 2026-13-01}}", "invalid YAML at line 2, column 26: 2026-13-01 is not a date"),
+        ("x: 2026-02-30\n" + MINIMAL, "invalid YAML at line 1, column 4: 2026-02-30 is not a date"),
         ("compression: {enabled: maybe}\n" + MINIMAL, "compression.enabled: Input should be a valid boolean"),
     ],
 )
@@ -81,6 +88,46 @@ def test_a_required_variable_refuses_unset_and_empty_alike() -> None:
     assert parse_config(text, env={"KEY": "sk-1"}).upstreams[0].api_key == "sk-1"
     with pytest.raises(ConfigError, match=r"environment variable KEY is empty \(it must not be empty\)"):
         parse_config(text.replace(":?set it to your key", ":?"), env={"KEY": ""})
+
+
+@pytest.mark.parametrize("ref", ["${KEY-sk-default}", "${KEY", "${ KEY }", "${KEY:=x}", "${}"])
+def test_a_mistyped_variable_reference_is_refused_not_taken_literally(ref: str) -> None:
+    # Taken as it is, it went upstream as the key: "Authorization: Bearer ${KEY-sk-default}".
+    text = f"upstreams: [{{name: a, base_url: 'http://x/v1', api_key: '{ref}'}}]"
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, env={"KEY": "sk-1"})
+    assert e.value.problems == (
+        f"upstreams[0].api_key: `{ref}` is not a variable reference: write ${{VAR}} or ${{VAR:-default}}",
+    )
+
+
+def test_a_dollar_that_starts_no_reference_is_kept() -> None:
+    text = "upstreams: [{name: a, base_url: 'http://x/v1', api_key: 'sk-$1', models: ['^gpt-4o$']}]"
+    cfg = parse_config(text, env={})
+    assert cfg.upstreams[0].api_key == "sk-$1" and tuple(cfg.upstreams[0].models) == ("^gpt-4o$",)
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    ("sk-1\n", "ends with a line break (a Kubernetes Secret made with --from-file?); remove it"),
+    ("sk-1\r\n", "ends with a line break (a Kubernetes Secret made with --from-file?); remove it"),
+    ("sk-1\nsk-2", "has a line break or NUL in it"),
+    ("sk\x001", "has a line break or NUL in it"),
+])
+def test_an_api_key_that_cannot_be_a_header_value_is_refused_at_load(value: str, problem: str) -> None:
+    # Accepted, every request then failed 400 invalid_header, blamed on the client.
+    text = "upstreams: [{name: a, base_url: 'http://x/v1', api_key: '${KEY}'}]"
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, env={"KEY": value})
+    assert e.value.problems[0] == f"upstreams[0].api_key: KEY=<hidden>: {problem}"
+    assert "sk-1" not in str(e.value)
+
+
+def test_a_gateway_key_with_a_trailing_newline_says_so() -> None:
+    text = "upstreams: [{name: a, base_url: 'http://x/v1'}]\nkeys: [{name: alice, key: '${KEY}'}]"
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, env={"KEY": "gk-1\n"})
+    assert "ends with a line break (a Kubernetes Secret made with --from-file?)" in e.value.problems[0]
+    assert e.value.problems[0].startswith("keys[0].key:")
 
 
 def test_the_openai_example_takes_the_port_and_refuses_an_empty_key() -> None:

@@ -216,6 +216,55 @@ async def test_an_invalid_file_changes_nothing_and_one_line_lists_every_problem(
     assert any(p.startswith("retyr: unknown key") for p in problems)
 
 
+async def test_an_impossible_date_is_refused_as_any_invalid_file(tmp_path: Path, logged: Any) -> None:
+    log, lines = logged
+    reloader, path, live = await reloader_for(tmp_path, log)
+    before = live.services
+    path.write_text(BASE + "expires: 2026-13-01\n")
+    assert not await reloader.reload("SIGHUP")
+    assert live.services is before
+    [line] = lines
+    assert line["event"] == "config_reload_refused" and "2026-13-01 is not a date" in line["problems"][0]
+
+
+async def test_a_reload_that_fails_unexpectedly_is_refused_not_raised(
+    tmp_path: Path, logged: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log, lines = logged
+    reloader, path, live = await reloader_for(tmp_path, log)
+
+    def broken(*a: object, **k: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("gateway.reload.reloader.parse_config", broken)
+    assert not await reloader.reload("SIGHUP")
+    [line] = lines
+    assert line["event"] == "config_reload_refused" and line["problems"] == ["reloading failed: RuntimeError"]
+
+
+async def test_the_watch_survives_a_reload_that_raises(tmp_path: Path, logged: Any) -> None:
+    log, lines = logged
+    reloader, path, live = await reloader_for(tmp_path, log)
+    calls: list[str] = []
+
+    async def raising(trigger: str, *, quiet_if_same: bool = False) -> bool:
+        calls.append(trigger)
+        raise RuntimeError("a bug")
+
+    reloader.reload = raising  # type: ignore[method-assign]
+    ticks: list[float] = []
+
+    async def sleep(s: float) -> None:
+        ticks.append(s)
+        if len(ticks) > 4:
+            raise asyncio.CancelledError
+        path.write_text(BASE + f"# {len(ticks)}\n")
+
+    with pytest.raises(asyncio.CancelledError):
+        await watch(reloader, lambda: True, sleep=sleep)
+    assert len(calls) >= 2  # still looking after the first one raised
+
+
 async def test_a_key_given_twice_is_refused_on_reload_as_at_start_up(tmp_path: Path, logged: Any) -> None:
     log, lines = logged
     reloader, path, live = await reloader_for(tmp_path, log)
