@@ -119,3 +119,24 @@ async def test_a_chat_stream_cut_inside_a_tool_call_counts_its_name_and_argument
                                      "messages": [{"role": "user", "content": "Write notes"}]})  # fmt: skip
     assert status == 200 and b"write_file" in body
     assert completion(gw, "gpt-4o-mini") == tokens("write_file" + "".join(args)) > 10
+
+
+async def test_a_continued_messages_stream_counts_both_legs_prompts_and_log_line(
+    make_gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Each leg is a request the provider read and billed: the first leg's prompt (counted in its
+    # message_start) and shown text are the request's as much as the continuation's are.
+    import logging
+
+    caplog.set_level(logging.INFO, logger="gateway")
+    gw = await make_gateway(upstream_yaml=", continuation: prefill")
+    gw.fake.script(Stream([*anthropic_head(input_tokens=25), *(text_delta(t) for t in SHOWN)], then="drop"),
+                   Stream([*anthropic_head(input_tokens=50), *(text_delta(t) for t in REST),
+                           *anthropic_tail(output_tokens=4)], then="eof"))  # fmt: skip
+    status, _, body = await gw.messages(MESSAGES)
+    assert status == 200 and b"message_stop" in body
+    prompt = gw.metric("llm_gateway_tokens_total", upstream="primary", model="claude-x", kind="prompt")
+    assert prompt == 25 + 50
+    assert completion(gw, "claude-x") == tokens("".join(SHOWN)) + 4
+    (line,) = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
+    assert line["usage"] == {"prompt": 75, "completion": tokens("".join(SHOWN)) + 4}
