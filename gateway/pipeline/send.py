@@ -149,10 +149,10 @@ async def _retry_or_follow(
     # An answer of nothing says nothing about the provider yet (the empty-stream probe will
     # tell what it was: usually an overflow), so it neither notes an outage nor follows one.
     if c is None or c.type is not ErrorType.PROVIDER_UNAVAILABLE or plan.unexplained(c):
-        return await _retry(svc, state, plan, call, body, adm, first, retries_cap, moves_on)
+        return await _retry(svc, state, plan, call, body, first, retries_cap, moves_on)
     if plan.probe or adm.gate is Gate.PROBE:  # one attempt, failed: the outage goes on
         await note_outage(svc, up)
-        return await _retry(svc, state, plan, call, body, adm, first, retries_cap, moves_on)
+        return await _retry(svc, state, plan, call, body, first, retries_cap, moves_on)
     key = circuit_key(up.cfg.name, state.model)
     # Read only on this failure path: a healthy request never pays the store round trip.
     noted = await svc.store.reset_get(_OUTAGE + up.cfg.name)
@@ -166,7 +166,7 @@ async def _retry_or_follow(
         verdict: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         up.retrying[key] = verdict
         try:
-            outcome = await _retry(svc, state, plan, call, body, adm, first, retries_cap, moves_on)
+            outcome = await _retry(svc, state, plan, call, body, first, retries_cap, moves_on)
         except BaseException:
             del up.retrying[key]
             verdict.set_result(False)  # cancelled: the others retry themselves
@@ -185,7 +185,7 @@ async def _retry_or_follow(
     except TimeoutError:
         gave_up = True
     if not gave_up:
-        return await _retry(svc, state, plan, call, body, adm, first, retries_cap, moves_on)
+        return await _retry(svc, state, plan, call, body, first, retries_cap, moves_on)
     log.debug({"request_id": state.request_id, "event": "followed", "upstream": up.cfg.name})
     plan.stopped = StopReason.PROBE
     return first
@@ -203,7 +203,7 @@ async def note_outage(svc: Services, up: UpstreamRuntime) -> None:
 
 
 async def _retry(
-    svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes, adm: Admission,
+    svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes,
     first: Outcome, retries_cap: int | None, moves_on: Callable[[Classification], bool] | None,
 ) -> Outcome:  # fmt: skip
     """The retries after a failed first attempt (most requests never get here)."""

@@ -55,7 +55,7 @@ _REFUSALS = re.compile(
     r"|invalid\s+thought\s+signature",
     re.IGNORECASE | re.DOTALL,
 )
-_THOUGHT = ("thinking", "redacted_thinking")
+THOUGHT = ("thinking", "redacted_thinking")  # Messages block types that carry signed thinking
 
 
 def refused_reasoning(message: str | None, body: bytes = b"") -> bool:
@@ -92,7 +92,7 @@ def thinking_left_out(doc: Mapping[str, Any], since: int = 0) -> dict[str, Any] 
         owned = i >= since and isinstance(m, dict) and m.get("role") == "assistant"
         content = m.get("content") if owned else None
         if isinstance(content, list):
-            kept = [b for b in content if not (isinstance(b, dict) and b.get("type") in _THOUGHT)]
+            kept = [b for b in content if not (isinstance(b, dict) and b.get("type") in THOUGHT)]
             if len(kept) != len(content):
                 removed = True
                 last_lost = last_lost or i == last

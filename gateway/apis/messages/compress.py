@@ -34,12 +34,11 @@ from gateway.apis import output_budget
 from gateway.apis.messages.claude_models import binds_thinking
 from gateway.policy.compress import CompressionResult, compress
 from gateway.policy.cut import cap_content
-from gateway.policy.foreign_reasoning import thinking_left_out
+from gateway.policy.foreign_reasoning import THOUGHT, thinking_left_out
 
 _SRC = "_llm_gateway_src"  # index of the original message a view message stands for
 _BLOCK = "_llm_gateway_block"  # index of the original block a view part stands for
 _SUB = "_llm_gateway_sub"  # index inside a tool_result's content list
-_THOUGHT = ("thinking", "redacted_thinking")
 DROP_BLOCK = "drop_block"
 # https://platform.claude.com/docs/en/build-with-claude/preserved-thinking/fix-bound-to-a-different-conversation
 BINDING_BETA = "thinking-binding-controls-2026-08-01"
@@ -190,7 +189,7 @@ def _thinking_count(messages: list[Any]) -> int:
     for m in messages:
         content = m.get("content") if isinstance(m, dict) and m.get("role") == "assistant" else None
         if isinstance(content, list):
-            count += sum(1 for b in content if isinstance(b, dict) and b.get("type") in _THOUGHT)
+            count += sum(1 for b in content if isinstance(b, dict) and b.get("type") in THOUGHT)
     return count
 
 
