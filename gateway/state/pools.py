@@ -79,8 +79,9 @@ class _Sends:
     # By when they were sent: not yet added to the store's sends (s:), and added already.
     unreported: dict[Slot, list[int]] = field(default_factory=dict)
     reported: dict[Slot, list[int]] = field(default_factory=dict)
-    pending_requests: int = 0  # not yet in the minute's usage (n:…#m), for configured limits
-    pending_tokens: int = 0
+    # Minute -> [requests, tokens] not yet in that minute's usage (n:…#m), for configured
+    # limits: by the minute they were sent in, which the read that takes them may not be in.
+    pending: dict[int, list[int]] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -224,8 +225,14 @@ class PoolState:
         sends.times.append(now_ms)
         sends.tokens.append((sends.tokens[-1] if sends.tokens else sends.tokens_before) + tokens)
         if up.limits is not None and not taken:
-            sends.pending_requests += 1
-            sends.pending_tokens += tokens
+            # Counted in the minute it is sent in: added to whichever minute the next read came
+            # in, two sends at 00:24 kept the pool refusing every request at 01:02 (measured).
+            cell = sends.pending.get(minute := int(now_ms // 60_000))
+            if cell is None:
+                sends.pending[minute] = [1, tokens]
+            else:
+                cell[0] += 1
+                cell[1] += tokens
         if self._shared:
             cell = sends.unreported.get(slot := _slot(now_ms))
             if cell is None:
@@ -354,7 +361,7 @@ class PoolState:
             usage = records.get(f"{nkey}#{minute}") or {}
             ends = (minute + 1) * 60_000
             rpm, tpm = up.limits.requests_per_minute, up.limits.tokens_per_minute
-            pending_n, pending_k = (sends.pending_requests, sends.pending_tokens) if sends else (0, 0)
+            pending_n, pending_k = sends.pending.get(minute, (0, 0)) if sends else (0, 0)
             if rpm is not None:
                 requests_left, out_until, why = _left(rpm - usage.get("n", 0.0) - pending_n, rpm,
                                                       ends, now_ms, out_until, why)  # fmt: skip
@@ -455,13 +462,16 @@ class PoolState:
                         reads.append(f"{skey}#{m}")
                         back.add(f"{skey}#{m}")
                 sends.forget(self.wall() * 1000, minute)
-            if sends.pending_requests:
-                usage = f"{nkey}#{minute}"
-                adds.append((usage, {"n": sends.pending_requests, "k": sends.pending_tokens}, _USAGE_TTL_S))
-                sends.pending_requests = sends.pending_tokens = 0
-                if usage not in back:
-                    reads.append(usage)
-                    back.add(usage)
+            if sends.pending:
+                for m, (n, k) in sends.pending.items():
+                    if m < minute - 1:  # read by no one any more (a replica's clock a little
+                        continue  # behind may still be in the last minute: it gets them)
+                    usage = f"{nkey}#{m}"
+                    adds.append((usage, {"n": n, "k": k}, _USAGE_TTL_S))
+                    if m == minute and usage not in back:
+                        reads.append(usage)
+                        back.add(usage)
+                sends.pending.clear()
         homes = [(k, home, ttl) for k, (home, ttl) in self._homes.items()]
         self._homes.clear()
         self._synced_at = self.monotonic()
@@ -496,7 +506,7 @@ class PoolState:
         await self._sync([], self._minute())
 
     def _unsent(self) -> bool:
-        return bool(self._homes) or any(sends.unreported or sends.pending_requests
+        return bool(self._homes) or any(sends.unreported or sends.pending
                                         for sends in self._sends.values())  # fmt: skip
 
     def _minute(self) -> int:

@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import openai
 import pytest
 
 from gateway.config import parse_config
@@ -43,7 +44,7 @@ async def make_pool(make_gateway) -> AsyncIterator[MakePool]:  # type: ignore[no
 
     async def make(pool_yaml: str = "", extra: str = "", names: tuple[str, ...] = ("a", "b", "c"),
                    member_extra: dict[str, str] | None = None, more_upstreams: str = "",
-                   real_sleep: bool = False) -> Pool:  # fmt: skip
+                   real_sleep: bool = False, wall: Callable[[], float] = time.time) -> Pool:  # fmt: skip
         by_name = {}
         lines = []
         for n in names:
@@ -54,7 +55,7 @@ async def make_pool(make_gateway) -> AsyncIterator[MakePool]:  # type: ignore[no
                          f"{(member_extra or {}).get(n, '')}}}\n")  # fmt: skip
         pools = f"pools:\n  - {{name: gpt, models: ['gpt-*'], deployments: [{', '.join(names)}]{pool_yaml}}}\n"
         gw = await make_gateway(pools + extra, fake=by_name[names[0]], upstreams="".join(lines) + more_upstreams,
-                                real_sleep=real_sleep)
+                                real_sleep=real_sleep, wall=wall)
         return gw, by_name
 
     yield make
@@ -412,6 +413,32 @@ async def test_configured_limits_keep_a_deployment_without_headers_under_them(ma
         assert (await gw.chat())[0] == 200
     assert _calls(fakes)["a"] <= 3 + 1  # the cached view may be one request behind
     assert _calls(fakes)["b"] >= 6
+
+
+async def test_configured_limits_used_up_in_one_minute_serve_again_in_the_next(make_pool: MakePool) -> None:
+    """pools.md: one count per deployment, model and calendar minute. On the memory backend a
+    minute's sends went into the count of the minute the next read came in: both keys' whole
+    minute used at 00:24 left the pool answering 429 with no call at 01:02 (measured)."""
+    shift = [24 - time.time() % 60]  # the gateway's clock: 24 s into a minute, running
+    limits = ", limits: {requests_per_minute: 2}"
+    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
+                                member_extra={"a": limits, "b": limits},
+                                wall=lambda: time.time() + shift[0])  # fmt: skip
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="sk-client", max_retries=0)
+    try:
+        for i in range(4):  # both keys' whole minute
+            r = await client.chat.completions.with_raw_response.create(model="gpt-4o-mini",
+                                                                       messages=[{"role": "user", "content": f"{i}"}])
+            assert r.http_response.status_code == 200
+        assert _calls(fakes) == {"a": 2, "b": 2}
+        shift[0] += 38  # 02 s into the next minute
+        for i in range(4):
+            r = await client.chat.completions.with_raw_response.create(model="gpt-4o-mini",
+                                                                       messages=[{"role": "user", "content": f"+{i}"}])
+            assert r.http_response.status_code == 200 and r.headers["x-llm-attempts"] == "1"
+        assert _calls(fakes) == {"a": 4, "b": 4}
+    finally:
+        await client.close()
 
 
 async def test_a_fallback_may_name_a_pool(make_gateway) -> None:  # type: ignore[no-untyped-def]

@@ -333,3 +333,44 @@ async def test_sends_reach_the_other_replicas_without_a_read_once_a_replica_fall
     await a.close()  # at shutdown, what is left goes out
     await b.refresh("p", ups, MODEL)
     assert b.view(0, ups[0], MODEL, clock.now * 1000).requests_left == 5 / 100
+
+
+async def test_sends_count_in_the_minute_they_were_made_on_one_process_memory() -> None:
+    """The memory backend counted a minute's sends into the count of the minute its next read
+    came in: two sends at 00:24 left the pool refusing every request at 01:02, without a call
+    (``429 … the earliest resets in 57 s``, measured). Each send counts in its own minute."""
+    clock = Clock()
+    a, _, store = replicas(clock)
+    ups = members(", limits: {requests_per_minute: 2}")
+    minute = int(T0 // 60)
+    clock.now = T0 + 24
+    for _ in range(2):
+        a.sent(ups[0], MODEL, 100)
+    v = a.view(0, ups[0], MODEL, clock.now * 1000)
+    assert v.requests_left == 0.0 and v.out_until_ms == (minute + 1) * 60_000  # this minute's used up
+    clock.now = T0 + 62  # the next minute, no read between
+    assert a.view(0, ups[0], MODEL, clock.now * 1000).requests_left == 1.0
+    await a.refresh("p", ups, MODEL)  # the first read of the new minute takes the old sends
+    v = a.view(0, ups[0], MODEL, clock.now * 1000)
+    assert v.requests_left == 1.0 and v.serves_at(clock.now * 1000)
+    counts = await store.records_sync([f"n:a/{MODEL}#{minute}", f"n:a/{MODEL}#{minute + 1}"])
+    assert counts[0] == [{"n": 2, "k": 200}, {}]
+    a.sent(ups[0], MODEL, 100)
+    assert a.view(0, ups[0], MODEL, clock.now * 1000).requests_left == 0.5  # one of two sent this minute
+
+
+async def test_sends_reported_after_the_minute_turned_count_in_the_minute_they_were_made() -> None:
+    """The same on a shared store, for sends counted after the call (the headers told the
+    headroom at the pick): reported with the next minute's first read, they went into its count."""
+    clock = Clock()
+    a, _, store = shared_replicas(clock)
+    ups = members(", limits: {requests_per_minute: 4}")
+    minute = int(T0 // 60)
+    clock.now = T0 + 59.9
+    a.sent(ups[0], MODEL, 10)
+    a.sent(ups[0], MODEL, 10)
+    clock.now = T0 + 60.5
+    await a.refresh("p", ups, MODEL)
+    counts = await store.records_sync([f"n:a/{MODEL}#{minute}", f"n:a/{MODEL}#{minute + 1}"])
+    assert counts[0] == [{"n": 2, "k": 20}, {}]
+    assert a.view(0, ups[0], MODEL, clock.now * 1000).requests_left == 1.0
