@@ -44,7 +44,7 @@ from typing import TypeVar
 from gateway.config import UpstreamConfig
 from gateway.policy.breaker import CircuitRecord, circuit_key
 from gateway.routing.headroom import Headroom, headroom_of
-from gateway.routing.pools import Deployment, SitOut
+from gateway.routing.pools import Deployment, SitOut, unscoped
 from gateway.state.shared import SharedCircuit
 from gateway.state.store import StateStore
 
@@ -206,7 +206,7 @@ class PoolState:
                                                  tokens, _USAGE_TTL_S)  # fmt: skip
         _bounded(self._records)[key] = {"n": float(n), "k": float(k)}
         if not ok:
-            _bounded(self._used_up)[(up.name, model)] = (minute + 1) * 60_000
+            _bounded(self._used_up)[(up.name, unscoped(model))] = (minute + 1) * 60_000
         return ok
 
     # -- what every answer tells ---------------------------------------------------------------
@@ -313,13 +313,16 @@ class PoolState:
         return at is not None and self.monotonic() - at < self.cache_s
 
     async def refresh(self, pool: str, members: tuple[UpstreamConfig, ...], model: str | None,
-                      circuits: Sequence[SharedCircuit] = ()) -> None:  # fmt: skip
+                      circuits: Sequence[SharedCircuit] = (), scope: str | None = None) -> None:  # fmt: skip
         """One round trip: what this process saw goes out, what every replica saw comes in, and
-        the deployments' ``circuits`` with it (so a pick asks the store nothing more)."""
+        the deployments' ``circuits`` for ``model`` with it (so a pick asks the store nothing
+        more). ``scope``: the records are kept under it, not under ``model`` (``fresh``,
+        ``view`` and the rest are then asked with it)."""
         minute = self._minute()
         reads = []
+        records_of = model if scope is None else scope
         for up in members:
-            out_dep, out_model, hkey, skey, nkey = self._keys_of(up.name, model)
+            out_dep, out_model, hkey, skey, nkey = self._keys_of(up.name, records_of)
             reads += [out_dep, out_model, hkey]
             if self._shared:
                 reads += [f"{skey}#{minute - 1}", f"{skey}#{minute}"]
@@ -331,7 +334,7 @@ class PoolState:
         for circuit, ks in zip(circuits, circuit_keys, strict=True):
             circuit.prime(ks, recs[at : at + len(ks)])
             at += len(ks)
-        _bounded(self._read_at)[(pool, model)] = self.monotonic()
+        _bounded(self._read_at)[(pool, records_of)] = self.monotonic()
 
     def view(self, index: int, up: UpstreamConfig, model: str | None, now_ms: float) -> Deployment:
         """``up`` as of now, from the records last read plus this process's counts since."""
@@ -369,7 +372,7 @@ class PoolState:
                 tokens_left, out_until, why = _left(tpm - usage.get("k", 0.0) - pending_k, tpm,
                                                     ends, now_ms, out_until, why)  # fmt: skip
         if self._used_up:
-            used_up = self._used_up.get((up.name, model), 0)
+            used_up = self._used_up.get((up.name, unscoped(model)), 0)
             if used_up > max(now_ms, out_until):
                 out_until, why = used_up, SitOut.HEADROOM
         name = up.name
@@ -580,6 +583,7 @@ def _key(kind: str, deployment: str, model: str | None) -> str:
 
 
 def _keys(deployment: str, model: str | None) -> tuple[str, str, str, str, str]:
-    """Its sit-outs (all models, this model), its headroom, its sends, its usage (+ ``#minute``)."""
+    """Its sit-outs (all models, this model), its headroom, its sends, its usage (+ ``#minute``):
+    a relayed request's usage is its model's, the configured limits being the deployment's."""
     return (_key("o", deployment, None), _key("o", deployment, model), _key("h", deployment, model),
-            _key("s", deployment, model), _key("n", deployment, model))
+            _key("s", deployment, model), _key("n", deployment, unscoped(model)))

@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 
@@ -603,6 +604,52 @@ async def test_counting_tokens_and_embeddings_route_around_a_refused_key(make_po
             assert r.status == 200 and r.headers["x-llm-upstream"] == "b"
     refused = [r for r in fakes["a"].requests if r.path.endswith("/embeddings")]
     assert len(refused) <= 1  # one call at most, then it sits out
+
+
+async def test_counting_tokens_limited_on_one_key_moves_on_at_once_and_leaves_its_messages(
+    make_gateway,  # type: ignore[no-untyped-def]
+) -> None:
+    """pools.md: a request not retried along the pool tries each deployment once. A count_tokens
+    429 was waited out on the same key (calls at 0, 3, 6 and 9 s, then the next key:
+    x-llm-attempts 5, measured), and sat that key out of Messages too, whose limits are apart
+    (Anthropic: "Token counting and message creation have separate and independent rate
+    limits", https://docs.anthropic.com/en/docs/build-with-claude/token-counting)."""
+    fakes: dict[str, FakeUpstream] = {}
+    lines = []
+    for n in ("a", "b", "c"):
+        fakes[n] = await FakeUpstream().start()
+        weight = ", weight: 1000000" if n == "a" else ""  # the first pick, whatever the coin
+        lines.append(f"  - {{name: {n}, base_url: '{fakes[n].url}', api_key: key-{n}, key_header: x-api-key, "
+                     f"apis: [messages], models: ['claude-*']{weight}}}\n")  # fmt: skip
+    pools = "pools:\n  - {name: claude, models: ['claude-*'], deployments: [a, b, c], affinity: {enabled: false}}\n"
+    client = None
+    try:
+        gw = await make_gateway(pools, fake=fakes["a"], upstreams="".join(lines))
+        fakes["a"].keys.counting_limited_until("key-a", time.time() + 30)
+        client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="sk-client", max_retries=0)
+        asked: Any = [{"role": "user", "content": "How many tokens is this?"}]
+
+        def counted(name: str) -> int:
+            return len([r for r in fakes[name].requests if r.path.endswith("/messages/count_tokens")])
+
+        r = await client.messages.with_raw_response.count_tokens(model="claude-sonnet-4-6", messages=asked)
+        assert r.http_response.status_code == 200 and (await r.parse()).input_tokens > 0
+        assert r.headers["x-llm-upstream"] in ("b", "c") and r.headers["x-llm-attempts"] == "2"
+        assert gw.slept == [] and counted("a") == 1  # moved on at once, no wait on the limited key
+        # Its messages are not limited: the key still serves them.
+        m = await client.messages.with_raw_response.create(model="claude-sonnet-4-6", max_tokens=16, messages=asked)
+        assert m.http_response.status_code == 200 and m.headers["x-llm-upstream"] == "a"
+        # Its token counting sits out until the reset: the next count goes elsewhere at once.
+        r = await client.messages.with_raw_response.count_tokens(model="claude-sonnet-4-6", messages=asked)
+        assert r.headers["x-llm-upstream"] in ("b", "c") and r.headers["x-llm-attempts"] == "1"
+        assert counted("a") == 1
+        assert gw.metric("llm_gateway_deployment_sit_outs_total", pool="claude", deployment="a",
+                         reason="rate_limit") == 1  # fmt: skip
+    finally:
+        if client is not None:
+            await client.close()
+        for fake in fakes.values():
+            await fake.close()
 
 
 async def test_every_key_out_after_a_provider_429_answers_that_429_whatever_failed_after_it(
