@@ -31,7 +31,7 @@ from gateway.pipeline.attempt import Call
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success, gateway_failure
 from gateway.pipeline.send import SETTLED, Sent, fails_over_class, send_one, waited_and_confirmed
 from gateway.policy.retry import RetryPlan
-from gateway.policy.retry_after import reset_at_ms
+from gateway.policy.retry_after import reset_at_ms, restamped
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.routing.pools import (
     Deployment,
@@ -416,12 +416,14 @@ async def _all_sitting_out(
     state.retries_settled = plan.stopped in SETTLED
     if limited is not None and isinstance(limited.outcome, Failure):
         # The provider's own 429 (the last one of this request, whatever failed after it: a
-        # refused or exhausted sibling), with the pool's earliest reset.
+        # refused or exhausted sibling), with the pool's earliest reset in every header that
+        # states a wait (its own reset headers say that one key's).
         theirs = replace(c, provider_code=limited.outcome.classification.provider_code,
                          message=limited.outcome.classification.message)  # fmt: skip
         if limited.call is not None:
             state.upstream = limited.call.up.cfg.name  # whose 429 it is
-        return Sent(replace(limited.outcome, classification=theirs), limited.call)
+        headers = restamped(limited.outcome.headers, wait_s)
+        return Sent(replace(limited.outcome, classification=theirs, headers=headers), limited.call)
     state.upstream = pool.cfg.name  # no deployment was asked: the pool answered
     failure = gateway_failure(
         429, c, f"every deployment of pool '{pool.cfg.name}' is rate limited; the earliest resets in "

@@ -133,6 +133,28 @@ async def test_with_every_key_limited_the_client_gets_the_earliest_reset_and_no_
     assert sum(_calls(fakes).values()) == 3
 
 
+async def test_with_every_key_limited_every_wait_the_client_gets_is_the_earliest_reset(make_pool: MakePool) -> None:
+    """The relayed 429 is the last key's, stamped with the pool's earliest reset: its own
+    retry-after-ms and reset headers, which the openai SDKs read before retry-after, still said
+    that key's later wait (retry-after 40 beside retry-after-ms 50000, measured)."""
+    gw, fakes = await make_pool(pool_yaml=", affinity: {enabled: false}", member_extra={"a": ", weight: 1000000"})
+    for name, wait in (("a", 600), ("b", 700), ("c", 650)):  # a, the earliest, is tried first
+        fakes[name].always = Reply(429, RATE_LIMITED, {
+            "retry-after": str(wait), "retry-after-ms": str(wait * 1000), "x-ratelimit-limit-requests": "3",
+            "x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": f"{wait // 60}m{wait % 60}s"})
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="sk-client", max_retries=0)
+    try:
+        with pytest.raises(openai.RateLimitError) as e:
+            await client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+    finally:
+        await client.close()
+    h = e.value.response.headers
+    assert h["x-llm-upstream"] in ("b", "c") and h["x-llm-attempts"] == "3"  # the last key's 429
+    assert 599 <= int(h["retry-after"]) <= 600
+    assert 599_000 <= float(h.get("retry-after-ms", "600000")) <= 600_000
+    assert not any("reset" in k.lower() and "ratelimit" in k.lower() for k in h)
+
+
 async def test_with_every_key_limited_briefly_the_gateway_waits_for_the_earliest_reset(make_pool: MakePool) -> None:
     gw, fakes = await make_pool(names=("a", "b"), real_sleep=True)
     fakes["a"].script(Reply(429, RATE_LIMITED, {"retry-after": "20"}))
