@@ -4,6 +4,7 @@ answers with real Anthropic bodies and streams from tests/corpus/answers/."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -347,6 +348,36 @@ async def test_a_pdf_from_a_responses_client_reaches_claude_as_a_document(make_g
     [sent] = gw.fake.messages_requests()
     assert sent.json()["messages"][0]["content"][0] == {
         "type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": pdf}}
+
+
+JPEG = base64.b64encode(bytes.fromhex("ffd8ffe000104a464946000101")).decode()
+
+
+async def test_images_from_the_openai_sdk_reach_claude_as_what_their_bytes_are_or_are_refused_when_too_big(
+    make_gateway, clients
+) -> None:
+    """JPEG bytes sent as ``data:image/png`` (OpenAI reads them): Anthropic answered "Image does not
+    match the provided media type image/png" (claude-code #15746), on that turn and every later
+    one. An image over Anthropic's 5 MB of base64 ("image exceeds 5 MB maximum", lobehub #14711),
+    which the gateway cannot resize, is refused before any call, naming the part; once answered
+    and in the history, it goes as a note, so the session goes on."""
+    gw = await make_gateway(upstream_yaml=UPSTREAM)
+    client = clients(gw)
+    mislabelled = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{JPEG}"}}
+    done = await client.chat.completions.create(model="gpt-4o", messages=[
+        {"role": "user", "content": [{"type": "text", "text": "What is this?"}, mislabelled]}])  # fmt: skip
+    assert done.choices[0].message.content
+    [sent] = gw.fake.messages_requests()
+    assert sent.json()["messages"][0]["content"][1]["source"]["media_type"] == "image/jpeg"
+    big = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "iVBORw0K" + "A" * (5 << 20)}}
+    convo: list[Any] = [{"role": "user", "content": [{"type": "text", "text": "And this?"}, big]}]
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.with_options(max_retries=0).chat.completions.create(model="gpt-4o", messages=convo)
+    assert "messages[0].content[1]: the image is 5,242,888 bytes of base64, over the 5 MB" in str(refused.value)
+    assert len(gw.fake.messages_requests()) == 1  # no call
+    convo += [{"role": "assistant", "content": "It did not come through."}, {"role": "user", "content": "Never mind."}]
+    assert (await client.chat.completions.create(model="gpt-4o", messages=convo)).choices[0].message.content
+    assert "left out: its 5,242,888 bytes of base64" in json.dumps(gw.fake.messages_requests()[-1].json())
 
 
 FABLE = ", apis: [messages], model_map: {'gpt-*': claude-fable-5-1}"
