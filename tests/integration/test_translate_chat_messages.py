@@ -380,6 +380,30 @@ async def test_images_from_the_openai_sdk_reach_claude_as_what_their_bytes_are_o
     assert "left out: its 5,242,888 bytes of base64" in json.dumps(gw.fake.messages_requests()[-1].json())
 
 
+async def test_text_files_and_files_by_url_from_a_responses_client_reach_claude_as_documents(make_gateway) -> None:  # type: ignore[no-untyped-def]
+    """Anthropic reads plain text and fetches a PDF by URL; a text ``input_file`` was refused
+    naming chat's ``messages[0]`` and one by ``file_url`` as "cannot be fetched for this upstream"."""
+    gw = await make_gateway(upstream_yaml=", apis: [messages], model_map: {'gpt-*': claude-sonnet-4-6}")
+    notes = base64.b64encode(b"- ship it\n- test it").decode()
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="sk-client", max_retries=0)
+    try:
+        response = await client.responses.create(model="gpt-5", input=[{"role": "user", "content": [
+            {"type": "input_file", "filename": "notes.txt", "file_data": f"data:text/plain;base64,{notes}"},
+            {"type": "input_file", "file_url": "https://example.com/report.pdf"},
+            {"type": "input_text", "text": "Compare them."}]}])  # fmt: skip
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.responses.create(model="gpt-5", input=[{"role": "user", "content": [
+                {"type": "input_file", "filename": "a.zip", "file_data": "data:application/zip;base64,UEsDBA=="}]}])
+    finally:
+        await client.close()
+    assert response.output_text
+    [sent] = gw.fake.messages_requests()
+    assert sent.json()["messages"][0]["content"][:2] == [
+        {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "- ship it\n- test it"}},
+        {"type": "document", "source": {"type": "url", "url": "https://example.com/report.pdf"}}]
+    assert "input[0].content[0]: a document of type application/zip" in str(refused.value)
+
+
 FABLE = ", apis: [messages], model_map: {'gpt-*': claude-fable-5-1}"
 TOOL_CALL = {**anthropic_message(model="claude-fable-5-1"), "stop_reason": "tool_use", "content": [
     {"type": "tool_use", "id": "toolu_01", "name": "weather", "input": {"location": "Paris"}}]}  # fmt: skip

@@ -45,7 +45,9 @@ and the extended-thinking guide's "Feature compatibility"):
 * an image is one of four types, and says which its bytes are ("messages.6.content.5.image.source.
   base64.data: Image does not match the provided media type image/png", claude-code #15746), in at
   most 5 MB of base64 ("image exceeds 5 MB maximum: 6275800 bytes > 5242880 bytes", lobehub
-  #14711);
+  #14711); a document is a PDF (base64 or by URL) or plain text, the document block's sources
+  (``Base64PDFSource``, ``PlainTextSource``, ``URLPDFSource``: anthropic-sdk-python's
+  ``types/document_block_param.py``);
 * a conversation may open on an assistant turn: "messages: first message must use the \"user\"
   role" was answered in 2024, and since December 2024 Anthropic takes it where Bedrock still did
   not (anthropic-sdk-typescript #622); the API reference no longer says "The first message must
@@ -132,6 +134,8 @@ _MAGIC = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"), 
 # Anthropic's limit per image, on its base64 text: "image exceeds 5 MB maximum: 6275800 bytes >
 # 5242880 bytes" for a 4.7 MB file (lobehub #14711, whose fix found it counted on the base64).
 IMAGE_MAX = 5 * 1024 * 1024
+# Text a document may be written in besides text/*: Claude reads it as plain text.
+_TEXT_TYPES = frozenset({"application/json", "application/xml", "application/yaml", "application/x-yaml"})
 _DATA_URL = re.compile(r"^data:([\w.+-]+/[\w.+-]+);base64,(.*)$", re.DOTALL)
 # The keywords Anthropic's structured outputs take (the structured-outputs guide's "JSON Schema
 # limitations", "Supported features": the types, `enum`, `const`, "`anyOf` and `allOf` (with
@@ -507,12 +511,56 @@ def oversized_words(size: int) -> str:
 
 
 def _document(spec: Any, where: str) -> dict[str, Any]:
-    data = spec.get("file_data") if isinstance(spec, dict) else None
-    found = _DATA_URL.match(data) if isinstance(data, str) else None
-    if found is None or found.group(1) != "application/pdf":
-        raise _Refused(f"{where}: only a PDF as file_data (a base64 data URL) can be carried, not a file id")
-    source = {"type": "base64", "media_type": "application/pdf", "data": found.group(2)}
+    source = _document_source(spec)
+    if isinstance(source, str):
+        raise _Refused(f"{where}: {source}")
     return {"type": "document", "source": source}
+
+
+def unread_document(spec: Mapping[str, Any]) -> str | None:
+    """Why a chat ``file`` (its ``file_data``, ``file_url``, ``file_id``) cannot go to Anthropic as
+    a document, or None. (For a client translated on through chat, whose refusal then names the
+    client's field.)"""
+    source = _document_source(spec)
+    return source if isinstance(source, str) else None
+
+
+def reads_as_text(media_type: str) -> bool:
+    """A document of this type goes to Anthropic as plain text."""
+    return media_type.startswith("text/") or media_type in _TEXT_TYPES
+
+
+def _document_source(spec: Any) -> dict[str, Any] | str:
+    """The source of Anthropic's document block for a chat ``file``, or the words why there is
+    none. Anthropic reads a PDF, in base64 or by its URL, and plain text (anthropic-sdk-python's
+    ``types/document_block_param.py``: ``Base64PDFSourceParam``, ``PlainTextSourceParam``,
+    ``URLPDFSourceParam``). A text file of any text type is plain text to it: ``data`` is then
+    the text itself. ``file_url`` is no chat field: it is how a Responses ``input_file`` by URL
+    (``responses_chat``) reaches this translator."""
+    spec = spec if isinstance(spec, dict) else {}
+    data, url = spec.get("file_data"), spec.get("file_url")
+    if isinstance(data, str) and data:
+        found = _DATA_URL.match(data)
+        if found is None:
+            return "file_data must be a base64 data URL (data:<type>;base64,...) to name the document's type"
+        media_type, encoded = found.groups()
+        if media_type == "application/pdf":
+            return {"type": "base64", "media_type": media_type, "data": encoded}
+        if not reads_as_text(media_type):
+            return (f"a document of type {media_type} cannot be read by an Anthropic upstream, which reads "
+                    "PDF and plain text: send its text as a text part")  # fmt: skip
+        try:
+            raw = base64.b64decode(encoded)
+        except ValueError:
+            return f"file_data of type {media_type} is not valid base64"
+        # Text in another encoding than UTF-8 is still mostly readable; its odd bytes show as such.
+        return {"type": "text", "media_type": "text/plain", "data": raw.decode("utf-8", errors="replace")}
+    if isinstance(url, str) and url.startswith(("http://", "https://")):
+        return {"type": "url", "url": url}
+    if spec.get("file_id"):
+        return ("a file given by file_id (a file id of OpenAI's file store) cannot be read by an Anthropic "
+                "upstream: send the document as file_data (a base64 data URL)")  # fmt: skip
+    return "a file part needs file_data (a base64 data URL) for an Anthropic upstream"
 
 
 _THOUGHT = ("thinking", "redacted_thinking")

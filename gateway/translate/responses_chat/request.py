@@ -33,10 +33,11 @@ Rules, each with its reason (docs/translation/responses_chat.md has the whole ta
   conversation to continue), ``background``, stored ``prompt`` templates, ``item_reference``,
   ``compaction`` items (history encrypted by OpenAI: dropping one would lose that history),
   ``input_file`` and file-id images (only OpenAI's file store has them), unknown item or part
-  types. An ``input_file`` given by its data goes on to a Gemini upstream, which reads it.
-* On to Messages, what Anthropic would refuse in an image the client sent is refused here,
-  naming the client's own field rather than the chat message it became; but for an image over
-  Anthropic's 5 MB earlier in the conversation than the last assistant output, which
+  types. An ``input_file`` given by its data goes on to a Gemini or a Messages upstream, which
+  read it; by its URL to a Messages one, Anthropic fetching a PDF by its URL.
+* On to Messages, what Anthropic would refuse in an image or a document the client sent is
+  refused here, naming the client's own field rather than the chat message it became; but for an
+  image over Anthropic's 5 MB earlier in the conversation than the last assistant output, which
   ``chat_messages`` replaces by a note, a session keeping it in its history going on.
 """
 
@@ -52,6 +53,7 @@ from gateway.translate.base import Refusal, Target
 from gateway.translate.chat_messages.request import (
     oversized_image,
     oversized_words,
+    unread_document,
     unread_image,
     unread_image_words,
 )
@@ -247,14 +249,28 @@ def _image_part(
     return {"type": "image_url", "image_url": image}
 
 
-def _file_part(part: Mapping[str, Any]) -> dict[str, Any]:
-    data = part.get("file_data")
-    if not isinstance(data, str) or not data:
+def _file_part(part: Mapping[str, Any], at: typed.Path, anthropic: bool) -> dict[str, Any]:
+    """An ``input_file`` as chat's file part, on its way to Gemini or (``anthropic``) Messages."""
+    data, url = part.get("file_data"), part.get("file_url")
+    file: dict[str, Any]
+    if isinstance(data, str) and data:
+        file = {"file_data": data}
+    elif anthropic and isinstance(url, str) and url:
+        file = {"file_url": url}  # no chat field: chat_messages reads it, Anthropic fetches the PDF
+    elif part.get("file_id"):
+        raise Untranslatable(f"{typed.bracketed(at)}: an input_file by file_id names a file of OpenAI's file "
+                             "store, which a chat completions upstream cannot read: send the document as "
+                             "file_data (a base64 data URL)")  # fmt: skip
+    else:
         # Google's fileData takes only files its own Files API holds.
-        raise Untranslatable("an input_file by file_id or file_url cannot be fetched for this upstream: "
-                             "send the document as file_data (a base64 data URL)")  # fmt: skip
+        raise Untranslatable(f"{typed.bracketed(at)}: an input_file by file_url cannot be fetched by a chat "
+                             "completions upstream: send the document as file_data (a base64 data "
+                             "URL)")  # fmt: skip
+    unread = unread_document(file) if anthropic else None
+    if unread is not None:
+        raise Untranslatable(f"{typed.bracketed(at)}: {unread}")
     name = part.get("filename")
-    file = {"file_data": data, "filename": name if isinstance(name, str) else "document"}
+    file["filename"] = name if isinstance(name, str) else "document"
     return {"type": "file", "file": file}
 
 
@@ -275,7 +291,7 @@ def _user_content(
         elif kind == "input_image":
             parts.append(_image_part(part, (*at, "content", j), anthropic, asked))
         elif kind == "input_file" and files:
-            parts.append(_file_part(part))
+            parts.append(_file_part(part, (*at, "content", j), anthropic))
         elif kind == "input_file":
             raise Untranslatable(
                 "input_file (a document) cannot be carried to a chat completions upstream: "

@@ -762,6 +762,41 @@ def test_an_image_over_5_mb_earlier_in_the_conversation_becomes_a_note_and_the_s
     assert refused({"model": "m", "messages": convo}).startswith("messages[3].content[0]: ")
 
 
+@pytest.mark.parametrize(("media_type", "text"), [
+    ("text/plain", "alpha\nbeta"), ("text/markdown", "# Title\n\nbody"), ("text/csv", "a,b\n1,2"),
+    ("application/json", '{"a": 1}'), ("text/plain", "caf\u00e9 \u2014 na\u00efve"),
+])  # fmt: skip
+def test_a_text_file_becomes_a_plain_text_document(media_type: str, text: str) -> None:
+    """Anthropic's document block takes plain text (``{type: text, media_type: text/plain, data}``,
+    the SDK's PlainTextSource) as well as a PDF; it was refused ("only a PDF ... not a file id")."""
+    part = {"type": "file", "file": {"filename": "notes", "file_data": f"data:{media_type};base64,{b64(text.encode())}"}}
+    out = req({"model": "m", "messages": [{"role": "user", "content": [part, {"type": "text", "text": "sum up"}]}]})
+    assert out["messages"][0]["content"][0] == {
+        "type": "document", "source": {"type": "text", "media_type": "text/plain", "data": text}}
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+
+
+def test_a_file_by_url_becomes_a_url_document() -> None:
+    """Anthropic fetches a PDF by its URL (URLPDFSource); a Responses ``input_file`` by ``file_url``
+    reaches this translator so."""
+    part = {"type": "file", "file": {"file_url": "https://example.com/report.pdf"}}
+    out = req({"model": "m", "messages": [{"role": "user", "content": [part]}]})
+    assert out["messages"][0]["content"] == [
+        {"type": "document", "source": {"type": "url", "url": "https://example.com/report.pdf"}}]
+
+
+@pytest.mark.parametrize(("file", "says", "not_said"), [
+    ({"file_data": "data:application/zip;base64,UEsDBA=="}, "application/zip", "file id"),
+    ({"file_data": "UEsDBA==", "filename": "a.zip"}, "data URL", "file id"),
+    ({"filename": "a.pdf"}, "file_data", "file id"),
+    ({"file_id": "file-abc"}, "file_id", "data URL (data:"),
+])  # fmt: skip
+def test_a_file_claude_cannot_read_is_refused_saying_why(file: dict[str, Any], says: str, not_said: str) -> None:
+    """It said "only a PDF as file_data ... can be carried, not a file id" whatever was sent."""
+    words = refused({"model": "m", "messages": [user(), {"role": "user", "content": [{"type": "file", "file": file}]}]})
+    assert words.startswith("messages[1].content[0]: ") and says in words and not_said not in words, words
+
+
 @pytest.mark.parametrize("arguments", ['{"command": "echo hi", ', "{bad", "[1, 2]", '"ls"', "null"])
 def test_a_call_whose_arguments_are_no_json_object_goes_with_its_text_openai_agents_2061(arguments: str) -> None:
     """Cut short by max_tokens, or a model's malformed output: OpenAI keeps arguments as an

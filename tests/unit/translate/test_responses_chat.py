@@ -1157,6 +1157,33 @@ def on_claude(payload: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def test_a_text_input_file_reaches_claude_as_a_plain_text_document() -> None:
+    """Anthropic's document block takes plain text (the SDK's PlainTextSource); it was refused
+    naming chat's ``messages[0]`` ("only a PDF as file_data ... not a file id")."""
+    data = base64.b64encode(b"line one\nline two").decode()
+    out = on_claude(asked({"type": "input_file", "filename": "notes.txt", "file_data": f"data:text/plain;base64,{data}"}))
+    assert out["messages"][0]["content"][1] == {
+        "type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "line one\nline two"}}
+
+
+def test_an_input_file_by_url_reaches_claude_as_a_url_document() -> None:
+    """Anthropic fetches a PDF by its URL (URLPDFSource); it was refused ("cannot be fetched for
+    this upstream"). A Gemini upstream still cannot fetch it (``test_chat_gemini``)."""
+    out = on_claude(asked({"type": "input_file", "file_url": "https://example.com/report.pdf"}))
+    assert out["messages"][0]["content"][1] == {
+        "type": "document", "source": {"type": "url", "url": "https://example.com/report.pdf"}}
+
+
+@pytest.mark.parametrize(("part", "says"), [
+    ({"type": "input_file", "filename": "a.zip", "file_data": "data:application/zip;base64,UEsDBA=="}, "application/zip"),
+    ({"type": "input_file", "file_id": "file-abc"}, "file_id"),
+])  # fmt: skip
+def test_an_input_file_claude_cannot_read_is_refused_at_its_place_in_the_input(part: dict[str, Any], says: str) -> None:
+    out = ON_MESSAGES.request(asked(part), CLAUDE)
+    assert isinstance(out, Refusal) and out.message.startswith("input[0].content[1]: "), out
+    assert says in out.message and "messages[" not in out.message
+
+
 def png_of(size: int) -> str:
     head = base64.b64encode(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR").decode()
     return "data:image/png;base64," + head + "A" * (size - len(head))
