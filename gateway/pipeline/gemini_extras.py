@@ -35,7 +35,7 @@ from gateway.pipeline.relay import relay
 from gateway.pipeline.send import new_plan, send_one
 from gateway.policy.clients import client_deadline_s
 from gateway.policy.tokens import request_tokens, text_tokens
-from gateway.routing import UnsafePath, request_headers
+from gateway.routing import UnsafePath, outbound_headers
 from gateway.services import SERVICES, Services, UpstreamRuntime
 from gateway.translate.base import Refusal, Target
 from gateway.translate.gemini_chat.request import to_chat
@@ -116,7 +116,8 @@ def _count_call(request: web.Request, state: RequestState, up: UpstreamRuntime, 
         url = up.url_for(model_path(name, "countTokens"), "")
     except UnsafePath:
         return None
-    headers = request_headers(request.headers.items(), up.outbound, state.request_id, "gemini")
+    headers = outbound_headers(request.headers.items(), up.outbound, state.request_id, "gemini",
+                               query_key=request.query.get("key"))  # fmt: skip
     return Call(up, "POST", url, headers, ReadMode.BUFFER, GEMINI, body=body)
 
 

@@ -12,7 +12,7 @@ from gateway import jsonbody
 from gateway.apis.base import Dialect, Inbound
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.outcome import Failure, RequestState, bad_request
-from gateway.routing import UnsafePath, request_headers
+from gateway.routing import UnsafePath, outbound_headers
 from gateway.services import UpstreamRuntime
 from gateway.translate import Leg, Translation, held_context
 from gateway.translate.base import Refusal, Target
@@ -38,9 +38,8 @@ def leg_call(
     wire = leg.wire
     # The body is the gateway's, in the upstream's API; the client's credential moves to where
     # that API takes one when the API changes or it came as Gemini's ?key=.
-    outbound = up.outbound
-    moves_to = outbound.moves_to if leg.translator is not None or how.query_key is not None else None
-    headers = request_headers(client_headers, outbound, state.request_id, wire.api, moves_to, how.query_key)
+    headers = outbound_headers(client_headers, up.outbound, state.request_id, wire.api,
+                               translated=leg.translator is not None, query_key=how.query_key)  # fmt: skip
     lenient = inbound.lenient
     if leg.translator is None:  # the client's API, under the upstream's name for the model
         sent = leg.request(payload, inbound.model, up.cfg.stream_usage)

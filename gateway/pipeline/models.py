@@ -28,7 +28,7 @@ from gateway.pipeline.outcome import STATE, Failure, Outcome, RequestState, Succ
 from gateway.pipeline.relay import relay
 from gateway.pipeline.send import new_plan, send_one
 from gateway.policy.retry import RetryPlan
-from gateway.routing import credential_moved, pick_upstream, request_headers, required_for
+from gateway.routing import outbound_headers, pick_upstream, required_for
 from gateway.services import SERVICES, Services, UpstreamRuntime
 
 Send = Callable[[Services, RequestState, RetryPlan, Call, bytes], Awaitable[Outcome]]
@@ -103,13 +103,13 @@ async def _fetch(
     svc: Services, request: web.Request, up: UpstreamRuntime, plan: RetryPlan, query: str, send: Send
 ) -> Outcome:
     state = request[STATE]
-    headers = required_for(request_headers(request.headers.items(), up.outbound, state.request_id), up.cfg)
-    if up.outbound.moves_to is not None:
-        # A forwarded client credential goes where this upstream takes one, as on a translated
-        # request: a Gemini caller's x-goog-api-key or ?key= (never forwarded as a query) on a
-        # chat upstream went as it came, or not at all.
-        given = request.query.get("key") if gemini_caller(request) else None
-        credential_moved(headers, up.outbound.moves_to, given, up.outbound.by_kind)
+    # A forwarded client credential goes where this upstream takes one, whatever API the
+    # caller speaks: a Gemini caller's x-goog-api-key or ?key= on a chat upstream went as it
+    # came, or not at all.
+    given = request.query.get("key") if gemini_caller(request) else None
+    headers = outbound_headers(request.headers.items(), up.outbound, state.request_id, None,
+                               translated=True, query_key=given)  # fmt: skip
+    headers = required_for(headers, up.cfg)
     url = up.cfg.base_url + "/models" + (f"?{query}" if query else "")
     call = Call(up, "GET", url, headers, ReadMode.BUFFER)
     return await send(svc, state, plan, call, b"")
