@@ -7,9 +7,10 @@ only if routing would send it to that upstream (the first whose ``models`` globs
 the list is written in Anthropic's shape for a client that sends ``anthropic-version``
 (Claude Code's model discovery, the ``anthropic`` SDK), in Google's for one that sends a Gemini
 key (``x-goog-api-key`` or ``?key=``: the google-genai SDK lists at ``/v1/models`` too), else
-in OpenAI's (apis/model_list.py),
-whichever shape each upstream answered in. Answers are cached briefly per caller credential,
-query and shape, since agents list models at every start.
+in OpenAI's (apis/model_list.py), whichever shape each upstream answered in (a Gemini API
+upstream answers ``{"models": [...]}``, and is asked with Google's own paging rather than the
+client's query). Answers are cached briefly per caller credential, query and shape, since
+agents list models at every start.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from gateway.services import SERVICES, Services, UpstreamRuntime
 Send = Callable[[Services, RequestState, RetryPlan, Call, bytes], Awaitable[Outcome]]
 CACHE_S = 30.0
 CACHE_ENTRIES = 1000  # one per distinct caller credential, query and shape
+GOOGLE_PAGE = "pageSize=1000"  # what a Gemini API upstream is asked for: its whole list at once
 
 
 async def list_models(request: web.Request, shape: str | None = None) -> web.StreamResponse | None:
@@ -61,19 +63,19 @@ async def list_models(request: web.Request, shape: str | None = None) -> web.Str
     seen: set[str] = set()
     answered = has_more = False
     for up, outcome in zip(ups, outcomes, strict=True):
-        doc = _json(outcome.body) if isinstance(outcome, Success) else None
-        if doc is None:
+        found = model_list.listed(_json(outcome.body)) if isinstance(outcome, Success) else None
+        if found is None:
             continue
         answered = True
-        has_more = has_more or doc.get("has_more") is True  # Anthropic pages; the client may ask on
-        for model in doc["data"]:
-            mid = model.get("id") if isinstance(model, dict) else None
-            if not isinstance(mid, str) or mid in seen:
+        models, more = found
+        has_more = has_more or more
+        for mid, model in models:
+            if mid in seen:
                 continue
             served_by = pick_upstream(svc.cfg.upstreams, mid)
             if served_by is not None and served_by.name == up.cfg.name:
                 seen.add(mid)
-                merged.append(model_list.entry(model, shape, up.cfg.name))
+                merged.append(model_list.entry(model, mid, shape, up.cfg.name))
     if not answered:
         failure = next((o for o in outcomes if isinstance(o, Failure)), None)
         return await relay(request, svc, state, failure) if failure is not None else None
@@ -110,14 +112,19 @@ async def _fetch(
     headers = outbound_headers(request.headers.items(), up.outbound, state.request_id, None,
                                translated=True, query_key=given)  # fmt: skip
     headers = required_for(headers, up.cfg)
+    if set(up.cfg.apis) == {"gemini"}:
+        # Google's own paging, not the client's (Claude Code's ?limit=1000 is Anthropic's):
+        # "If unspecified, at most 50 models will be returned per page. This method returns at
+        # most 1000 models per page" (ListModelsRequest.page_size,
+        # https://ai.google.dev/api/python/google/generativeai/protos/ListModelsRequest).
+        query = GOOGLE_PAGE
     url = up.cfg.base_url + "/models" + (f"?{query}" if query else "")
     call = Call(up, "GET", url, headers, ReadMode.BUFFER)
     return await send(svc, state, plan, call, b"")
 
 
-def _json(body: bytes) -> dict[str, Any] | None:
+def _json(body: bytes) -> Any:
     try:
-        doc = json.loads(body)
+        return json.loads(body)
     except ValueError:
         return None
-    return doc if isinstance(doc, dict) and isinstance(doc.get("data"), list) else None
