@@ -1,7 +1,7 @@
 """The Gemini API's side endpoints and errors against the fake as a Gemini upstream
 (``gateway/fake``, which answers and refuses as Google does): the model list read from
-Google's ``{"models": [...]}`` for every caller, and ``countTokens`` with a Gemini client's
-``?key=`` on a pass-through."""
+Google's ``{"models": [...]}`` for every caller, ``countTokens`` with a Gemini client's
+``?key=`` on a pass-through, and a spent per-day quota in the status Google's body states."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import openai
 from tests.integration.conftest import Gateway, MakeGateway
 
 COUNT = "/v1beta/models/gemini-2.5-flash:countTokens"
+GENERATE = "/v1beta/models/gemini-2.5-flash:generateContent"
 HELLO = {"contents": [{"role": "user", "parts": [{"text": "hello there"}]}]}
 
 
@@ -72,3 +73,27 @@ async def test_count_tokens_moves_a_query_key_to_the_header_on_a_pass_through(ma
     [asked] = gw.fake.requests
     assert asked.path == "/v1/models/gemini-2.5-flash:countTokens"
     assert asked.headers["x-goog-api-key"] == "okkey" and "okkey" not in asked.query
+
+
+async def test_a_spent_daily_quota_reaches_a_gemini_client_as_the_429_googles_body_states(make_gateway) -> None:
+    """Google's per-day RESOURCE_EXHAUSTED came as HTTP 402 under a body saying ``"code": 429``.
+    Its own client reads the quota's kind in the body (Gemini CLI stops on a per-day
+    QuotaFailure) and google-genai retries nothing by default; the class stays ``budget``."""
+    gw = await pass_through(make_gateway)
+    gw.fake.keys.exhaust("exh1")
+    async with gw.session.post(gw.base + GENERATE, json=HELLO, headers={"x-goog-api-key": "exh1"}) as r:
+        body = await r.read()
+        status, headers = r.status, r.headers
+    err = json.loads(body)["error"]
+    assert (status, err["code"], err["status"]) == (429, 429, "RESOURCE_EXHAUSTED")
+    assert "GenerateRequestsPerDayPerProjectPerModel-FreeTier" in body.decode()  # Google's body, untouched
+    assert headers["x-llm-error-type"] == "budget" and headers["x-should-retry"] == "false"
+    # A client of another API gets the gateway's budget answer in its own envelope: a 402.
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="exh1", max_retries=0)
+    try:
+        await client.chat.completions.create(model="gemini-2.5-flash", messages=[{"role": "user", "content": "hi"}])
+        raise AssertionError("the spent quota was answered")
+    except openai.APIStatusError as e:
+        assert e.status_code == 402
+    finally:
+        await client.close()
