@@ -61,3 +61,20 @@ async def test_a_pdf_gemini_cli_read_reaches_claude_as_a_document(make_gateway) 
     [sent] = gw.fake.messages_requests()
     assert sent.json()["messages"][-1]["content"][-1] == {
         "type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": pdf}}
+
+
+async def test_a_dotted_name_the_history_calls_reaches_claude_as_a_valid_one(make_gateway) -> None:
+    """Gemini CLI keeps an MCP server's dots in its tools' names. A request calling one in its
+    history without declaring it (a summary turn) was refused by Anthropic: "tools.0.custom.name:
+    String should match pattern '^[a-zA-Z0-9_-]{1,128}$'"."""
+    gw = await make_gateway(upstream_yaml=ON_CLAUDE)
+    body = {"contents": [
+        {"role": "user", "parts": [{"text": "read it"}]},
+        {"role": "model", "parts": [{"functionCall": {"name": "files.read", "args": {"p": "a"}}}]},
+        {"role": "user", "parts": [{"functionResponse": {"name": "files.read", "response": {"output": "abc"}}}]},
+        {"role": "user", "parts": [{"text": "summarize"}]}]}  # fmt: skip
+    status, _, answer = await post(gw, "/v1beta/models/gemini-2.5-flash:generateContent", body)
+    assert status == 200, answer
+    [sent] = gw.fake.messages_requests()
+    [tool] = sent.json()["tools"]
+    assert tool["name"].startswith("files_read_") and sent.json()["tool_choice"] == {"type": "none"}

@@ -102,7 +102,7 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
     contents = payload.get("contents")
     if not isinstance(contents, list):
         raise Untranslatable("'contents' must be a list of Content objects")
-    names = names_for(payload.get("tools"))
+    names = names_for(payload.get("tools"), contents)
     messages += _messages(contents, names, files=target.onward in ("messages", "responses"),
                           short_ids=not target.onward)
     out: dict[str, Any] = {"model": target.model, "messages": messages}

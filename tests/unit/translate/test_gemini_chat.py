@@ -581,6 +581,52 @@ def test_a_function_name_chat_refuses_goes_as_a_valid_one_and_comes_back_as_decl
     assert docs[-1]["candidates"][0]["content"]["parts"][0]["functionCall"]["name"] == "mcp:search"
 
 
+# Gemini CLI keeps an MCP server's dots in its tools' names; a summary request declares none.
+DOTTED_HISTORY = {"model": "claude-sonnet-4-5", "contents": [
+    {"role": "user", "parts": [{"text": "read it"}]},
+    {"role": "model", "parts": [{"functionCall": {"name": "files.read", "args": {"p": "a"}}}]},
+    {"role": "user", "parts": [{"functionResponse": {"name": "files.read", "response": {"output": "abc"}}}]},
+    {"role": "user", "parts": [{"text": "summarize"}]},
+]}  # fmt: skip
+
+
+def test_a_dotted_name_only_the_history_calls_goes_as_a_valid_one() -> None:
+    """A call in the history of a function no tool declares kept its raw name: chat_messages
+    declared it for Anthropic (which refuses tool blocks without tools) and Anthropic refused
+    it: "tools.0.custom.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'"
+    (modelcontextprotocol/modelcontextprotocol#1345). OpenAI refuses it in the history too
+    ("Invalid 'messages[9].tool_calls[0].function.name': string does not match pattern",
+    mcp-use/mcp-use#94)."""
+    out = chat(DOTTED_HISTORY)
+    [call] = out["messages"][1]["tool_calls"]
+    name = call["function"]["name"]
+    assert name.startswith("files_read_") and name == chat({**DOTTED_HISTORY, "tools": [
+        {"functionDeclarations": [{"name": "files.read"}]}]})["tools"][0]["function"]["name"]  # the same mapping
+    assert chat_rules.refusal("/v1/chat/completions", out) is None
+    claude = ON_MESSAGES.request(DOTTED_HISTORY, CLAUDE)
+    assert not isinstance(claude, Refusal)
+    assert claude["tools"][0]["name"] == name and claude["tool_choice"] == {"type": "none"}
+    assert messages_rules.refusal("/v1/messages", claude, {"anthropic-version": "2023-06-01"}) is None
+
+
+def test_a_history_only_name_the_model_calls_comes_back_as_the_client_wrote_it() -> None:
+    request = {**DOTTED_HISTORY, "tools": [{"functionDeclarations": [{"name": "grep"}]}],
+               "contents": [*DOTTED_HISTORY["contents"], {"role": "user", "parts": [{"text": "x" * 5000}]}]}  # fmt: skip
+    sent = chat(request)["messages"][1]["tool_calls"][0]["function"]["name"]
+    held = T.held(Context("gemini-2.5-flash", request, "req1", len(json.dumps(request))))
+    assert held.request.get("contents") != request["contents"]  # the conversation is not kept whole
+    answer = {"choices": [{"message": {"role": "assistant", "tool_calls": [
+        {"id": "c2", "type": "function", "function": {"name": sent, "arguments": "{}"}},
+        {"id": "c3", "type": "function", "function": {"name": "grep", "arguments": "{}"}}]},
+        "finish_reason": "tool_calls"}]}  # fmt: skip
+    parts = T.answer(answer, held)["candidates"][0]["content"]["parts"]
+    assert [p["functionCall"]["name"] for p in parts] == ["files.read", "grep"]
+    delta = {"index": 0, "id": "c2", "type": "function", "function": {"name": sent, "arguments": "{}"}}
+    wire = b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": [delta]}}]}).encode()
+    docs = run_stream(wire + b"\n\ndata: [DONE]\n\n", held)
+    assert docs[-1]["candidates"][0]["content"]["parts"][0]["functionCall"]["name"] == "files.read"
+
+
 # The audit fuzz's crash on this direction (a 500 internal_error: the tools' names were read
 # before anything checked them) and the other fields it reads: a 400 naming the field as
 # Google does. The sweep over every field and type is tests/unit/translate/test_wrong_types.py.
