@@ -78,3 +78,14 @@ async def test_a_dotted_name_the_history_calls_reaches_claude_as_a_valid_one(mak
     [sent] = gw.fake.messages_requests()
     [tool] = sent.json()["tools"]
     assert tool["name"].startswith("files_read_") and sent.json()["tool_choice"] == {"type": "none"}
+
+
+async def test_dynamic_thinking_reaches_an_adaptive_claude_as_adaptive_thinking(make_gateway) -> None:
+    """thinkingBudget -1 ("the model decides") went out with no thinking at all."""
+    gw = await make_gateway(upstream_yaml=", apis: [messages], model_map: {'gemini-*': claude-sonnet-4-6}")
+    body = {"contents": [{"role": "user", "parts": [{"text": "why is the sky blue?"}]}],
+            "generationConfig": {"thinkingConfig": {"thinkingBudget": -1, "includeThoughts": True}}}  # fmt: skip
+    status, _, answer = await post(gw, "/v1beta/models/gemini-2.5-pro:generateContent", body)
+    assert status == 200, answer
+    [sent] = gw.fake.messages_requests()
+    assert sent.json()["thinking"] == {"type": "adaptive"}

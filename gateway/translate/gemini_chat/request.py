@@ -45,6 +45,7 @@ _LOW, _MEDIUM = 4096, 16384
 # thinkingLevel → reasoning_effort: the three values every chat server that takes the field
 # accepts (vLLM validates exactly these).
 _LEVEL = {"minimal": "low", "low": "low", "medium": "medium", "high": "high"}
+DYNAMIC = "medium"  # thinkingBudget -1, the model's own choice, as an effort (``_effort``)
 # MODE_UNSPECIFIED is a value of Google's enum: the default, AUTO.
 _MODE = {"AUTO": "auto", "ANY": "required", "NONE": "none", "VALIDATED": "auto", "MODE_UNSPECIFIED": "auto"}
 # Tools that run inside Google's servers; a chat server cannot run them.
@@ -404,8 +405,17 @@ def _effort(thinking: dict[str, Any], onward: str) -> str | None:
     if level is not None and level.lower() in _LEVEL:
         return _LEVEL[level.lower()]
     budget = typed.integer(field(thinking, "thinkingBudget"), (*at, "thinkingBudget"))
-    if budget is None or budget <= 0:
-        return None  # 0: thinking off; -1: the model decides; both are the server's default here
+    if budget is None or budget == 0:
+        return None  # unset: the server's default; 0: thinking off ("0 is DISABLED")
+    if budget < 0:
+        # -1: "To use dynamic thinking, which allows the model to decide on the thinking budget
+        # based on the task, set this value to `-1`" (Google's ThinkingConfig reference,
+        # https://firebase.google.cn/docs/reference/js/ai.thinkingconfig; "0 is DISABLED. -1 is
+        # AUTOMATIC", https://googleapis.github.io/java-genai/javadoc/google-genai/com.google.genai.types/-thinking-config/thinking-budget.html).
+        # Chat's middle effort: a Claude that thinks adaptively is asked {type: adaptive} by
+        # chat_messages, the model deciding; one with a budget only the middle budget; chat and
+        # Responses servers "medium".
+        return DYNAMIC
     if onward == "messages":
         # chat_messages gives each effort a budget (1,024 the least, Anthropic's minimum): the
         # least effort whose budget covers the one asked, so Claude thinks at least as long.

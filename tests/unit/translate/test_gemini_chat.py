@@ -233,7 +233,7 @@ def test_allowed_function_names_naming_no_declared_function_is_refused() -> None
 
 
 @pytest.mark.parametrize(("thinking", "effort"), [
-    ({"thinkingBudget": 0}, None), ({"thinkingBudget": -1}, None), ({"thinkingBudget": 1024}, "low"),
+    ({"thinkingBudget": 0}, None), ({"thinkingBudget": -1}, "medium"), ({"thinkingBudget": 1024}, "low"),
     ({"thinkingBudget": 20000}, "high"), ({"thinkingLevel": "HIGH"}, "high"), ({"thinking_level": "minimal"}, "low"),
 ])  # fmt: skip
 def test_thinking_config_to_reasoning_effort(thinking: dict[str, Any], effort: str | None) -> None:
@@ -250,6 +250,26 @@ def test_a_thinking_budget_reaches_claude_at_least_as_asked(budget: int, claude:
     out = ON_MESSAGES.request(payload, CLAUDE)
     assert not isinstance(out, Refusal), out
     assert out["thinking"] == {"type": "enabled", "budget_tokens": claude}
+
+
+@pytest.mark.parametrize(("model", "thinking", "effort"), [
+    ("claude-sonnet-4-6", {"type": "adaptive"}, "medium"),  # takes adaptive thinking: the model decides
+    ("claude-opus-4-7", {"type": "adaptive"}, "medium"),
+    ("claude-sonnet-4-5", {"type": "enabled", "budget_tokens": 8192}, None),  # a budget only: a middle one
+])  # fmt: skip
+def test_dynamic_thinking_reaches_claude_as_the_model_deciding(model: str, thinking: dict[str, Any],
+                                                               effort: str | None) -> None:  # fmt: skip
+    """thinkingBudget -1 is dynamic thinking, "which allows the model to decide on the thinking
+    budget based on the task" (Google's ThinkingConfig reference): it went out with no thinking."""
+    payload = base(generationConfig={"thinkingConfig": {"thinkingBudget": -1, "includeThoughts": True},
+                                     "maxOutputTokens": 40000})  # fmt: skip
+    out = ON_MESSAGES.request(payload, Target(model))
+    assert not isinstance(out, Refusal), out
+    assert out["thinking"] == thinking and out.get("output_config", {}).get("effort") == effort
+    off = ON_MESSAGES.request(base(generationConfig={"thinkingConfig": {"thinkingBudget": 0}}), Target(model))
+    assert not isinstance(off, Refusal) and "thinking" not in off  # 0 is still off
+    responses = default_translations().table["gemini", "responses"].request(payload, Target("gpt-5"))
+    assert not isinstance(responses, Refusal) and responses["reasoning"]["effort"] == "medium"
 
 
 def test_top_k_reaches_claude_unless_it_thinks() -> None:
