@@ -4,9 +4,13 @@ Anthropic refuses (gateway/fake/messages_rules.py), and its answers come back in
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
+import pytest
+
+from gateway.policy.tokens import PDF_PAGE_TOKENS
 from tests.integration.test_gemini_on_chat import corpus, post
 
 ON_CLAUDE = ", apis: [messages], model_map: {'gemini-*': claude-sonnet-4-5}"
@@ -89,3 +93,34 @@ async def test_dynamic_thinking_reaches_an_adaptive_claude_as_adaptive_thinking(
     assert status == 200, answer
     [sent] = gw.fake.messages_requests()
     assert sent.json()["thinking"] == {"type": "adaptive"}
+
+
+def pdf_pages(pages: int, padding: int) -> str:
+    raw = (b"%PDF-1.4\n" + b"<< /Type /Page /Parent 2 0 R >>\n" * pages
+           + b"<< /Subtype /Image >> stream\n" + b"\xff" * padding + b"\nendstream\n%%EOF\n")  # fmt: skip
+    return base64.b64encode(raw).decode()
+
+
+@pytest.mark.parametrize(("apis", "per_page"), [("messages", True), ("responses", True), ("chat", False)])
+async def test_count_tokens_counts_a_pdf_as_the_routed_upstream_gets_it(make_gateway, apis: str,
+                                                                         per_page: bool) -> None:  # fmt: skip
+    """Gemini CLI asks countTokens for a file it read before sending it (ContextWindowWillOverflow).
+    A PDF was counted as the note a chat server gets, 31 tokens whatever its size; Claude and
+    OpenAI's Responses models read it, an image and the text of each page."""
+    gw = await make_gateway(upstream_yaml=f", apis: [{apis}]")
+
+    async def counted(data: str) -> int:
+        body = {"contents": [{"role": "user", "parts": [
+            {"inlineData": {"mimeType": "application/pdf", "data": data}}, {"text": "Summarise it."}]}]}  # fmt: skip
+        status, headers, answer = await post(gw, "/v1beta/models/gemini-2.5-flash:countTokens", body)
+        assert status == 200 and headers["x-llm-estimated"] == "true", answer
+        total: int = json.loads(answer)["totalTokens"]
+        return total
+
+    small, long, heavy = await counted(pdf_pages(1, 0)), await counted(pdf_pages(5, 0)), await counted(
+        pdf_pages(1, 500_000))
+    if per_page:
+        assert long - small == 4 * PDF_PAGE_TOKENS and heavy == small  # pages, not bytes
+    else:
+        assert small == long == heavy < 100  # the note the chat server is sent
+    assert gw.fake.requests == []
