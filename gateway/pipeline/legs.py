@@ -58,6 +58,10 @@ def leg_call(
     translated = leg.request(client_payload, inbound.model, up.cfg.stream_usage)
     if isinstance(translated, Refusal):
         return bad_request(translated.message, translated.code)
+    dropped = leg.translator.dropped(client_payload)
+    if dropped:  # told as the parameters a model refused are (x-llm-params-dropped)
+        noted = state.params_dropped or []
+        state.params_dropped = noted + [label for label in dropped if label not in noted]
     # The client's query string belongs to its own API (Claude Code's ?beta=true): not sent on.
     where = addressed(up, wire, translated, "")
     if isinstance(where, Failure):

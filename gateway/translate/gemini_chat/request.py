@@ -18,8 +18,9 @@ Rules (each with its reason in docs/translation/gemini_chat.md):
   has no input field for reasoning, and a signature only a Gemini model can check means
   nothing to another one.
 * Everything that needs Google's servers (hosted tools, ``cachedContent``, Files-API
-  ``fileData``, image or audio output) is refused; sampling knobs chat lacks (``topK``,
-  ``safetySettings``) are dropped, but ``topK`` goes on to Messages, which has ``top_k``.
+  ``fileData``, image or audio output) is refused, and so are log probabilities, as chat's
+  are on every translation; sampling knobs chat lacks (``topK``, ``safetySettings``) are
+  dropped, but ``topK`` goes on to Messages, which has ``top_k``.
 """
 
 from __future__ import annotations
@@ -352,6 +353,10 @@ def _generation(config: dict[str, Any], out: dict[str, Any], onward: str) -> Non
     count = _config(config, "candidateCount", typed.integer)
     if count is not None and count > 1:
         raise Untranslatable("'candidateCount' above 1 is not carried: the answer would hold one candidate")
+    if _config(config, "responseLogprobs", typed.flag) or _config(config, "logprobs", typed.integer):
+        # As chat's own logprobs on every translation (chat_messages, chat_responses, chat_gemini).
+        raise Untranslatable("'responseLogprobs' is not carried: the translation brings no token "
+                             "probabilities back")  # fmt: skip
     for name, chat, read in _KNOBS:
         value = _config(config, name, read)
         if value is not None:

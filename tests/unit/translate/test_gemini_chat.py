@@ -470,9 +470,17 @@ def test_what_needs_googles_servers_is_refused(extra: dict[str, Any], says: str)
     assert says in refused(base(**extra)).message
 
 
+@pytest.mark.parametrize("config", [{"responseLogprobs": True}, {"response_logprobs": True, "logprobs": 3},
+                                    {"logprobs": 3}])  # fmt: skip
+def test_log_probabilities_are_refused_as_chats_own_are(config: dict[str, Any]) -> None:
+    """They were dropped silently; chat's logprobs are refused on every translation (no token
+    probabilities come back), and so are these now."""
+    assert "responseLogprobs" in refused(base(generationConfig=config)).message
+
+
 def test_safety_settings_and_top_k_are_dropped() -> None:
     out = chat(base(safetySettings=[{"category": "HARM_CATEGORY_HARASSMENT", "threshold": "BLOCK_NONE"}],
-                    generationConfig={"topK": 40}))  # fmt: skip
+                    generationConfig={"topK": 40, "responseLogprobs": False}))  # fmt: skip
     assert set(out) == {"model", "messages"}
 
 
