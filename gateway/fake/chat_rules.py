@@ -22,7 +22,10 @@ a chat-only server). Each rule, as OpenAI words it (400 ``invalid_request_error`
   'tools[N].function.name': string does not match pattern. Expected a string that matches the
   pattern '^[a-zA-Z0-9_-]+$'." (code ``invalid_value``: https://github.com/brekkylab/ailoy/pull/109,
   https://github.com/Vortiago/mcp-azure-devops/pull/30). An empty name is answered with the
-  pattern's words, the fake's choice;
+  pattern's words, the fake's choice. A call's name in the history is held to the same pattern:
+  "Invalid 'messages[9].tool_calls[0].function.name': string does not match pattern. Expected a
+  string that matches the pattern '^[a-zA-Z0-9_-]+$'." (param ``messages[N].tool_calls[M].
+  function.name``, code ``invalid_value``: https://github.com/mcp-use/mcp-use/pull/94);
 - a ``strict`` json_schema ``response_format`` whose schema has an object, at any depth, that is
   not closed or does not require all its properties: "Invalid schema for response_format
   '<name>': In context=<path>, 'additionalProperties' is required to be supplied and to be
@@ -234,8 +237,22 @@ def _why(messages: Any) -> Fault | None:
         for j, call_id in enumerate(ids):
             if len(call_id) > CALL_ID_MAX:
                 return _too_long(f"messages[{i}].tool_calls[{j}].id", CALL_ID_MAX, len(call_id))
+        named = _called_names(calls, i)
+        if named is not None:
+            return named
         window, waiting = set(ids), list(ids)
     return _unanswered(waiting) if waiting else None
+
+
+def _called_names(calls: Any, i: int) -> Fault | None:
+    for j, call in enumerate(calls if isinstance(calls, list) else ()):
+        function = call.get("function") if isinstance(call, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if isinstance(name, str) and not _FUNCTION_NAME.fullmatch(name):
+            param = f"messages[{i}].tool_calls[{j}].function.name"
+            return (f"Invalid '{param}': string does not match pattern. Expected a string that matches the "
+                    "pattern '^[a-zA-Z0-9_-]+$'.", param, "invalid_value")  # fmt: skip
+    return None
 
 
 def _empty(param: str) -> Fault:

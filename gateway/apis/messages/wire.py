@@ -140,6 +140,9 @@ class AnthropicMessages:
             return 529
         return 400 if code in _BODY_UNREADABLE else status
 
+    def passed_status(self, status: int, upstream_status: int | None, body: bytes) -> int:
+        return status  # its SDKs retry a 429 whatever a body says: the 402 stands
+
     def foreign_error(self, e: ForeignError, request_id: str) -> tuple[int, bytes]:
         status, type_, message = _anthropic_terms(e)
         return status, json.dumps({

@@ -172,6 +172,9 @@ class ChatToMessages:
         except WrongType as e:
             return typed.refusal(e, "chat")
 
+    def dropped(self, payload: Mapping[str, Any]) -> tuple[str, ...]:
+        return ()  # its table's drops are said there, not per request
+
     def answer(self, doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
         return chat_completion(doc, ctx, int(self._clock()))
 

@@ -18,8 +18,9 @@ Rules (each with its reason in docs/translation/gemini_chat.md):
   has no input field for reasoning, and a signature only a Gemini model can check means
   nothing to another one.
 * Everything that needs Google's servers (hosted tools, ``cachedContent``, Files-API
-  ``fileData``, image or audio output) is refused; sampling knobs chat lacks (``topK``,
-  ``safetySettings``) are dropped, but ``topK`` goes on to Messages, which has ``top_k``.
+  ``fileData``, image or audio output) is refused, and so are log probabilities, as chat's
+  are on every translation; sampling knobs chat lacks (``topK``, ``safetySettings``) are
+  dropped, but ``topK`` goes on to Messages, which has ``top_k``.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ _LOW, _MEDIUM = 4096, 16384
 # thinkingLevel → reasoning_effort: the three values every chat server that takes the field
 # accepts (vLLM validates exactly these).
 _LEVEL = {"minimal": "low", "low": "low", "medium": "medium", "high": "high"}
+DYNAMIC = "medium"  # thinkingBudget -1, the model's own choice, as an effort (``_effort``)
 # MODE_UNSPECIFIED is a value of Google's enum: the default, AUTO.
 _MODE = {"AUTO": "auto", "ANY": "required", "NONE": "none", "VALIDATED": "auto", "MODE_UNSPECIFIED": "auto"}
 # Tools that run inside Google's servers; a chat server cannot run them.
@@ -102,7 +104,7 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
     contents = payload.get("contents")
     if not isinstance(contents, list):
         raise Untranslatable("'contents' must be a list of Content objects")
-    names = names_for(payload.get("tools"))
+    names = names_for(payload.get("tools"), contents)
     messages += _messages(contents, names, files=target.onward in ("messages", "responses"),
                           short_ids=not target.onward)
     out: dict[str, Any] = {"model": target.model, "messages": messages}
@@ -356,6 +358,10 @@ def _generation(config: dict[str, Any], out: dict[str, Any], onward: str) -> Non
     count = _config(config, "candidateCount", typed.integer)
     if count is not None and count > 1:
         raise Untranslatable("'candidateCount' above 1 is not carried: the answer would hold one candidate")
+    if _config(config, "responseLogprobs", typed.flag) or _config(config, "logprobs", typed.integer):
+        # As chat's own logprobs on every translation (chat_messages, chat_responses, chat_gemini).
+        raise Untranslatable("'responseLogprobs' is not carried: the translation brings no token "
+                             "probabilities back")  # fmt: skip
     for name, chat, read in _KNOBS:
         value = _config(config, name, read)
         if value is not None:
@@ -409,8 +415,17 @@ def _effort(thinking: dict[str, Any], onward: str) -> str | None:
     if level is not None and level.lower() in _LEVEL:
         return _LEVEL[level.lower()]
     budget = typed.integer(field(thinking, "thinkingBudget"), (*at, "thinkingBudget"))
-    if budget is None or budget <= 0:
-        return None  # 0: thinking off; -1: the model decides; both are the server's default here
+    if budget is None or budget == 0:
+        return None  # unset: the server's default; 0: thinking off ("0 is DISABLED")
+    if budget < 0:
+        # -1: "To use dynamic thinking, which allows the model to decide on the thinking budget
+        # based on the task, set this value to `-1`" (Google's ThinkingConfig reference,
+        # https://firebase.google.cn/docs/reference/js/ai.thinkingconfig; "0 is DISABLED. -1 is
+        # AUTOMATIC", https://googleapis.github.io/java-genai/javadoc/google-genai/com.google.genai.types/-thinking-config/thinking-budget.html).
+        # Chat's middle effort: a Claude that thinks adaptively is asked {type: adaptive} by
+        # chat_messages, the model deciding; one with a budget only the middle budget; chat and
+        # Responses servers "medium".
+        return DYNAMIC
     if onward == "messages":
         # chat_messages gives each effort a budget (1,024 the least, Anthropic's minimum): the
         # least effort whose budget covers the one asked, so Claude thinks at least as long.

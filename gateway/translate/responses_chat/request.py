@@ -81,6 +81,7 @@ _HOSTED_CALLS = frozenset(
         "tool_search_output",
     }
 )
+LOGPROBS = "message.output_text.logprobs"  # what ``include`` names to ask for the answer's log probabilities
 _NEEDS_STORE = {
     "previous_response_id": "continues a response stored on the server",
     "conversation": "continues a conversation stored on the server",
@@ -129,6 +130,11 @@ def _to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Ref
             f"'background' responses need a server that stores them; this upstream speaks {spoken}, "
             "which stores nothing"
         )
+    included = typed.top(payload, "include", typed.items)
+    if typed.top(payload, "top_logprobs", typed.integer) or LOGPROBS in included:
+        # As chat's own logprobs on every translation (chat_messages, chat_responses, chat_gemini).
+        return Refusal(f"'top_logprobs' (and include '{LOGPROBS}') cannot be carried to an upstream that "
+                       f"speaks {spoken}: the translation brings no token probabilities back")  # fmt: skip
     given = additional_tools.declared(payload)
     if tool_search.clashes(given):
         return Refusal("a function tool named 'tool_search' beside the client-executed tool_search tool: "

@@ -452,6 +452,9 @@ def test_images_url_and_base64(part: dict[str, Any], expected: dict[str, Any]) -
     ({"input": [{"type": "compaction", "encrypted_content": "gAAAA"}, {"role": "user", "content": "go"}]},
      "compaction"),
     ({"input": "x", "text": {"format": {"type": "grammar"}}}, "text.format"),
+    # As chat's own logprobs are on every translation: no token probabilities come back.
+    ({"input": "x", "top_logprobs": 2}, "top_logprobs"),
+    ({"input": "x", "include": ["message.output_text.logprobs"]}, "logprobs"),
 ])  # fmt: skip
 def test_refused_with_a_clear_message(payload: dict[str, Any], says: str) -> None:
     r = refused({"model": "m", **payload})
@@ -461,7 +464,7 @@ def test_refused_with_a_clear_message(payload: dict[str, Any], says: str) -> Non
 def test_knobs() -> None:
     out = chat({"model": "m", "input": "x", "max_output_tokens": 300, "temperature": 0.2, "top_p": 0.9,
                 "safety_identifier": "u-1", "reasoning": {"effort": "low", "summary": "auto"},
-                "truncation": "auto", "metadata": {"a": "b"}, "store": True, "top_logprobs": 2,
+                "truncation": "auto", "metadata": {"a": "b"}, "store": True, "top_logprobs": 0,
                 "text": {"format": {"type": "json_schema", "name": "r", "schema": {"type": "object"}, "strict": True},
                          "verbosity": "low"}})  # fmt: skip
     assert out == {"model": "served-model", "messages": [{"role": "user", "content": "x"}], "max_tokens": 300,
@@ -491,6 +494,25 @@ def test_an_object_schema_without_properties_gets_an_empty_one(given: dict[str, 
         {"type": "namespace", "name": "mcp", "tools": [{"type": "function", "name": "now", "parameters": given}]}]})  # fmt: skip
     assert [t["function"]["parameters"] for t in out["tools"]] == [sent, sent]
     assert chat_rules.refusal("/v1/chat/completions", out) is None
+
+
+HOSTED = [{"type": "web_search"}, {"type": "file_search", "vector_store_ids": ["vs_1"]},
+          {"type": "code_interpreter", "container": {"type": "auto"}},
+          {"type": "computer_use_preview", "display_width": 1024, "display_height": 768, "environment": "linux"}]  # fmt: skip
+
+
+def test_hosted_tools_left_out_are_named_and_not_echoed() -> None:
+    """Codex always sends web_search; a chat server cannot run it, so it is dropped (as
+    documented) but was dropped silently: named now for x-llm-params-dropped, and the answer's
+    echo of the request's tools lists only those the model was offered."""
+    request = {"model": "m", "input": "x", "tools": [*HOSTED, *WEATHER_TOOLS, {"type": "web_search"}]}
+    assert [t["function"]["name"] for t in chat(request)["tools"]] == ["get_weather"]
+    dropped = ("tools.web_search", "tools.file_search", "tools.code_interpreter", "tools.computer_use_preview")
+    assert T.dropped(request) == dropped
+    assert default_translations().table["responses", "messages"].dropped(request) == dropped
+    assert T.dropped({"model": "m", "input": "x", "tools": WEATHER_TOOLS}) == ()
+    doc = {"choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "hi"}}]}
+    assert T.answer(doc, ctx(request))["tools"] == WEATHER_TOOLS
 
 
 def test_parallel_tool_calls_and_tool_choice_are_left_out_without_tools() -> None:
