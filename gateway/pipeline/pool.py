@@ -3,7 +3,8 @@ serve, and apply the rate-limit rule only when every sibling is sitting out.
 
     pick      the conversation's home when it may serve (affinity; a conversation new here
               claims one, the same on every replica, from its second turn: a first turn takes
-              the strategy's pick unclaimed), else the next of its rendezvous order
+              the strategy's pick unclaimed; a home this request chose that a sibling had to
+              answer for moves to that sibling), else the next of its rendezvous order
               that may; no conversation: the pool's strategy over those that may. May serve:
               not sitting out (a rate limit until its reset, headroom predicted gone, an
               exhausted or refused key), circuit not open
@@ -76,6 +77,7 @@ async def send_pool(
     table = pool.affinity if conversation else None
     home = table.get(conversation) if table is not None and conversation else None
     homed = table is None or home in pool.names  # else claimed once a deployment may serve
+    decided = False  # this request held or claimed ``home``: no turn was answered there yet
     opening = True  # the request's first pick: affinity may decide it
     while True:
         if not ps.fresh(cfg.name, model):
@@ -92,7 +94,7 @@ async def send_pool(
                     home, new = _hold(svc, pool, table, conversation, ready)
                 else:
                     home, new = await _claim(svc, pool, table, conversation, ready)
-                homed = True
+                homed, decided = True, new
             pick, why = _pick(svc, pool, ready, home, conversation, new)
             up = members[pick.slot]
             call = call_for(up)
@@ -117,8 +119,16 @@ async def send_pool(
             last = Sent(outcome, call)
             if not isinstance(outcome, Failure):
                 if home is not None and up.cfg.name != home:
-                    reason = break_reason(home, views, tried, now_ms)
-                    svc.telemetry.affinity_breaks.labels(cfg.name, reason).inc()
+                    if decided:
+                        # The home this request chose failed and a sibling answered: the sibling
+                        # holds the prompt cache now, and nothing was ever cached at the pick.
+                        # Left on the pick, every turn after its reset went to a key that never
+                        # held the conversation (a break, and a cache miss, each time).
+                        assert table is not None and conversation is not None
+                        await table.move(conversation, home, up.cfg.name, pool.names)
+                    else:
+                        reason = break_reason(home, views, tried, now_ms)
+                        svc.telemetry.affinity_breaks.labels(cfg.name, reason).inc()
                 return last
             c = outcome.classification
             if c.type is ErrorType.RATE_LIMIT and outcome.own is None:  # the provider's, not the limits'

@@ -221,6 +221,14 @@ class MemoryStore:
         self._homes.put(key, proposed, ttl_s)
         return proposed, True, home
 
+    async def home_move(self, key: str, frm: str, to: str, members: Sequence[str], ttl_s: float) -> str:
+        home = self._homes.get(key)
+        if home is not None and home != frm and home in members:
+            self._homes.put(key, home, ttl_s)
+            return home
+        self._homes.put(key, to, ttl_s)
+        return to
+
     async def records_take(self, key: str, requests_per_minute: int | None, tokens_per_minute: int | None,
                            tokens: int, ttl_s: float) -> tuple[bool, int, int]:
         rec = self._records.get(key) or {}

@@ -165,6 +165,12 @@ class PoolState:
         replaced (a removed one)."""
         return await self.store.home_claim(f"{pool}:{conversation}", proposed, members, ttl_s)
 
+    async def move_home(self, pool: str, conversation: str, frm: str, to: str, members: Sequence[str],
+                        ttl_s: float) -> str:  # fmt: skip
+        """``to`` as the conversation's home for every replica, in place of ``frm`` (which did not
+        answer its turn), unless another replica set another member since; the home now."""
+        return await self.store.home_move(f"{pool}:{conversation}", frm, to, members, ttl_s)
+
     def keep_home(self, pool: str, conversation: str, home: str, ttl_s: float) -> None:
         """The conversation is still in use here: its home is kept ``ttl_s`` more in the store,
         with the next round trip (no round trip of its own while the pool serves)."""

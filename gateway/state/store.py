@@ -99,6 +99,12 @@ class StateStore(Protocol):
         it was stored now, the one it replaced: a home that is no longer a member, else None)."""
         ...
 
+    async def home_move(self, key: str, frm: str, to: str, members: Sequence[str], ttl_s: float) -> str:
+        """Atomically: ``to`` stored as the home under ``key`` for ``ttl_s`` unless another home
+        than ``frm`` is stored there that is one of ``members`` (another replica's, set since:
+        kept, its TTL extended); then the home stored."""
+        ...
+
     async def records_take(self, key: str, requests_per_minute: int | None, tokens_per_minute: int | None,
                            tokens: int, ttl_s: float) -> tuple[bool, int, int]:
         """Atomically: count one request and ``tokens`` into the record's ``n`` and ``k`` unless

@@ -679,3 +679,18 @@ async def test_homes_claimed_while_redis_is_down_leave_no_second_copy(
             assert await a.store.home_claim(f"p:id:{i}", "key-b", ("key-a", "key-b"), 60) == ("key-b", True, None)
         assert not a.store.healthy
     assert len(a.store.local._homes) == 0
+
+
+async def test_a_home_moves_to_the_deployment_that_answered_unless_another_replica_moved_it(
+    patient_replicas: tuple[Replica, Replica],
+) -> None:
+    a, b = patient_replicas
+    members = ("key-a", "key-b", "key-c")
+    assert await a.store.home_claim("p:id:1", "key-c", members, 60) == ("key-c", True, None)
+    assert await a.store.home_move("p:id:1", "key-c", "key-b", members, 60) == "key-b"
+    assert await b.store.home_claim("p:id:1", "key-a", members, 60) == ("key-b", False, None)
+    # Another replica's turn on the old pick moves it no further: the home set since stays.
+    assert await b.store.home_move("p:id:1", "key-c", "key-a", members, 60) == "key-b"
+    # A first turn that moved (nothing claimed yet) claims the deployment that answered.
+    assert await b.store.home_move("p:open:2", "key-a", "key-c", members, 60) == "key-c"
+    assert await a.store.home_claim("p:open:2", "key-a", members, 60) == ("key-c", False, None)
