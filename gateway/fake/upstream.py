@@ -51,6 +51,7 @@ import contextlib
 import dataclasses
 import json
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -117,6 +118,7 @@ class FakeUpstream:
         # OpenAI key belongs to one project; ``stored``: each response id issued -> its projects.
         self.projects: dict[str, str] = {}
         self.stored: dict[str, set[str | None]] = {}
+        self.conversations: dict[str, str | None] = {}  # made by POST /conversations -> its project
         self._issued = 0  # the default answers' ids: each response its own, as the API's are
         self._runner: web.AppRunner | None = None
         self.host, self.port = "127.0.0.1", 0
@@ -238,6 +240,8 @@ class FakeUpstream:
                                       "usage": {"prompt_tokens": 3, "total_tokens": 3}})
         if path.endswith("/messages/count_tokens"):
             return web.json_response({"input_tokens": estimate_tokens(payload)})
+        if request.method == "POST" and path.endswith("/conversations"):
+            return web.json_response(self._conversation(payload))
         if not path.endswith(("/completions", "/messages", "/responses")):
             return web.json_response({"error": {"message": f"unknown path {path}",
                                                 "type": "invalid_request_error", "code": None}},
@@ -270,6 +274,17 @@ class FakeUpstream:
             if issued is not None:
                 self.stored.setdefault(issued, set()).add(self._project())
         return await self._play(request, gate.stamp(self.keys, path, request.headers, payload, step))
+
+    def _conversation(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """A conversation made by ``POST /conversations``, in the shape OpenAI answers it (id,
+        object, created_at, metadata: https://developers.openai.com/api/reference/cli/resources/
+        conversations/methods/create/), kept for the project of the key that made it."""
+        self._issued += 1
+        cid = f"conv_fake{self._issued:06d}"
+        self.conversations[cid] = self._project()
+        metadata = payload.get("metadata")
+        return {"id": cid, "object": "conversation", "created_at": int(time.time()),
+                "metadata": metadata if isinstance(metadata, dict) else {}}  # fmt: skip
 
     def _project(self) -> str | None:
         """The project of the request's key (``projects``), else the key itself."""

@@ -622,6 +622,29 @@ class RedisStore:
 
         return await self._guard("home_move", remote, alone)
 
+    # -- which deployment holds a stored object ------------------------------------------------
+
+    async def stored_put(self, key: str, deployment: str, ttl_s: float) -> None:
+        # Mirrored: this replica's own answers are then found without a round trip (an object's
+        # deployment never changes), and while Redis does not answer.
+        await self.local.stored_put(key, deployment, ttl_s)
+
+        async def remote() -> None:
+            await self._r.set(self._p + key, deployment.encode(), px=_ms(ttl_s))
+
+        await self._guard("stored_put", remote, lambda: _value(None))
+
+    async def stored_get(self, key: str) -> str | None:
+        mine = await self.local.stored_get(key)
+        if mine is not None:
+            return mine
+
+        async def remote() -> str | None:
+            raw = await self._r.get(self._p + key)
+            return raw.decode() if isinstance(raw, bytes) else raw
+
+        return await self._guard("stored_get", remote, lambda: _value(None))
+
     async def records_take(self, key: str, requests_per_minute: int | None, tokens_per_minute: int | None,
                            tokens: int, ttl_s: float) -> tuple[bool, int, int]:
         args = [requests_per_minute or 0, tokens_per_minute or 0, tokens, _ms(ttl_s)]

@@ -46,7 +46,7 @@ class Replicas:
 
     def write(self, deployments: str = "key-a, key-b, key-c", weights: dict[str, int] | None = None) -> None:
         upstreams = "".join(
-            f"  - {{name: key-{k}, base_url: '{self.fake_url}/v1', api_key: sk-{k}, apis: [chat, messages]"
+            f"  - {{name: key-{k}, base_url: '{self.fake_url}/v1', api_key: sk-{k}, apis: [chat, messages, responses]"
             f"{f', weight: {(weights or {})[k]}' if k in (weights or {}) else ''}}}\n" for k in KEYS
         )  # fmt: skip
         self.config.write_text(
@@ -200,3 +200,22 @@ def test_a_first_turn_a_sibling_answered_is_homed_there_on_both_replicas(replica
     assert [turn(t % 2, t) for t in range(1, 5)] == [answered] * 4
     assert replicas.fake.calls_by_key()["sk-" + picked[-1]] == 1  # the 429 only
     assert _breaks(replicas.a) == _breaks(replicas.b) == {}
+
+
+def test_a_chained_responses_turn_goes_to_the_key_that_stored_its_previous_one_from_either_replica(
+    replicas: Replicas,
+) -> None:
+    """Audit (pools, 2026-11-30): a stored response is its key's project's; each chained turn
+    went to a key the strategy picked and the provider answered 400 previous_response_not_found
+    (the fake plays each key as a project of its own)."""
+    clients = [openai.OpenAI(base_url=gw.base + "/v1", api_key="unused", max_retries=0)
+               for gw in (replicas.a, replicas.b)]  # fmt: skip
+    for run in range(3):
+        previous = None
+        served = []
+        for t in range(6):
+            r = clients[(run + t) % 2].responses.with_raw_response.create(
+                model="m-1", input=f"run {run} turn {t}", previous_response_id=previous)  # type: ignore[arg-type]
+            previous = r.parse().id
+            served.append(r.headers["x-llm-upstream"])
+        assert len(set(served)) == 1, served
