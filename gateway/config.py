@@ -840,6 +840,15 @@ class PoolConfig(_Model):
         default=CooldownsConfig(),
         description="How long a deployment sits out after an answer that says its key cannot serve.",
     )
+    # OpenAI keeps a stored response 30 days (gateway/routing/stored.py cites it): a chained
+    # turn after that is refused wherever it goes.
+    stored_s: float = Field(
+        default=30 * 24 * 3600.0, ge=0,
+        description="Seconds the gateway remembers which deployment made each Responses answer the "
+        "provider stores, and each conversation, so that a turn chained to one (`previous_response_id`, "
+        "`conversation`) goes to the key that can read it (OpenAI keeps them 30 days). With Redis each costs "
+        "a key of about 165 bytes for that long; 0: not remembered (such turns go where the strategy picks).",
+    )  # fmt: skip
 
     @field_validator("models", "deployments", "fallbacks", mode="before")
     @classmethod

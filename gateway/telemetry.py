@@ -349,7 +349,8 @@ class Telemetry:
         # (requests, attempts, circuits) are per deployment already.
         self.pool_picks = Counter(
             p + "pool_picks", "Deployments picked for a request, by why: affinity (the conversation's "
-            "own), the pool's strategy, moved (a sibling failed first), circuit_open (every circuit was).",
+            "own), the pool's strategy, moved (a sibling failed first), circuit_open (every circuit was), "
+            "stored (its key holds the stored response or conversation the request continues).",
             ["pool", "deployment", "reason"], registry=registry,
         )  # fmt: skip
         self.pool_moves = Counter(

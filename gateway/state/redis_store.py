@@ -193,7 +193,24 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {ARGV[1], 1, cur or ''}
 """
 
-_SCRIPTS = (_BUDGET, _TAKE, _PUT, _LEDGER_ADMIT, _LEDGER_SETTLE, _RECORDS_TAKE, _HOME_CLAIM)
+# A home that did not answer its conversation's turn moved to the deployment that did (ARGV[2]),
+# unless another home than the one that failed (ARGV[1]) is stored and a member of the pool
+# (ARGV[4..]): another replica's turn moved it since, and it stays. ARGV[3]: the TTL in ms.
+_HOME_MOVE = """
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[1] then
+  for i = 4, #ARGV do
+    if ARGV[i] == cur then
+      redis.call('PEXPIRE', KEYS[1], ARGV[3])
+      return cur
+    end
+  end
+end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return ARGV[2]
+"""
+
+_SCRIPTS = (_BUDGET, _TAKE, _PUT, _LEDGER_ADMIT, _LEDGER_SETTLE, _RECORDS_TAKE, _HOME_CLAIM, _HOME_MOVE)
 _FAILURES = (RedisError, OSError, TimeoutError)
 _TIMEOUTS = (RedisTimeoutError, TimeoutError)
 # Settles kept for a Redis that does not answer: a long outage at high traffic would otherwise
@@ -290,6 +307,7 @@ class RedisStore:
         self._admits = TurnBatch(client, self._ledger_admit)
         self._takes = TurnBatch(client, client.register_script(_RECORDS_TAKE))
         self._home_claims = TurnBatch(client, client.register_script(_HOME_CLAIM))
+        self._home_move = client.register_script(_HOME_MOVE)
         # Reservations are settled where they were made (_ledger_keys' comment says why).
         self._local_slots: set[str] = set()
         self._unsettled: list[tuple[list[str], list[str | int]]] = []
@@ -593,6 +611,39 @@ class RedisStore:
 
         # Not mirrored: the pool's own table holds what this replica knows of its conversations.
         return await self._guard("home_claim", remote, alone)
+
+    async def home_move(self, key: str, frm: str, to: str, members: Sequence[str], ttl_s: float) -> str:
+        async def remote() -> str:
+            home = await self._home_move(keys=[self._p + "home:" + key], args=[frm, to, _ms(ttl_s), *members])
+            return home.decode() if isinstance(home, bytes) else str(home)
+
+        async def alone() -> str:
+            return to  # as a claim while Redis is down: the pool's table keeps what it decided
+
+        return await self._guard("home_move", remote, alone)
+
+    # -- which deployment holds a stored object ------------------------------------------------
+
+    async def stored_put(self, key: str, deployment: str, ttl_s: float) -> None:
+        # Mirrored: this replica's own answers are then found without a round trip (an object's
+        # deployment never changes), and while Redis does not answer.
+        await self.local.stored_put(key, deployment, ttl_s)
+
+        async def remote() -> None:
+            await self._r.set(self._p + key, deployment.encode(), px=_ms(ttl_s))
+
+        await self._guard("stored_put", remote, lambda: _value(None))
+
+    async def stored_get(self, key: str) -> str | None:
+        mine = await self.local.stored_get(key)
+        if mine is not None:
+            return mine
+
+        async def remote() -> str | None:
+            raw = await self._r.get(self._p + key)
+            return raw.decode() if isinstance(raw, bytes) else raw
+
+        return await self._guard("stored_get", remote, lambda: _value(None))
 
     async def records_take(self, key: str, requests_per_minute: int | None, tokens_per_minute: int | None,
                            tokens: int, ttl_s: float) -> tuple[bool, int, int]:

@@ -82,3 +82,26 @@ async def test_expired_answers_do_not_stay_in_memory_once_others_come() -> None:
         await store.answer_put(f"new{i}", b"y" * 1000, 30)
     assert len(store.answers) == 10
     assert await store.answer_take("new3") is not None and await store.answer_take("old3") is None
+
+
+async def test_a_stored_objects_deployment_is_kept_its_ttl_and_the_least_recently_used_go_first() -> None:
+    """Written once per stored Responses answer: bounded by count, not only by its 30 days."""
+    clock = Clock()
+    s = MemoryStore(clock, max_stored=3)
+    for i in range(3):
+        await s.stored_put(f"st:{i}", f"dep-{i}", ttl_s=60)
+    assert await s.stored_get("st:0") == "dep-0"  # used: kept over st:1
+    await s.stored_put("st:3", "dep-3", ttl_s=60)
+    assert [await s.stored_get(f"st:{i}") for i in range(4)] == ["dep-0", None, "dep-2", "dep-3"]
+    clock.t += 60
+    assert await s.stored_get("st:3") is None and len(s._stored) < 3
+
+
+async def test_a_stored_objects_deployment_is_bounded_at_its_default() -> None:
+    from gateway.state.memory import MAX_STORED
+
+    clock = Clock()
+    s = MemoryStore(clock)
+    for i in range(MAX_STORED + 10):
+        await s.stored_put(f"st:{i}", "dep", ttl_s=3600)
+    assert len(s._stored) == MAX_STORED and await s.stored_get("st:0") is None
