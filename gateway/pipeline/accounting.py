@@ -21,6 +21,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.apis import output_budget
 from gateway.apis.base import Inbound
 from gateway.errors import Classification, ErrorType
 from gateway.keys.ledger import Accounts, LimitHit, Reservation
@@ -66,7 +67,7 @@ async def admit_request(svc: Services, state: RequestState, headers: Mapping[str
         # What the request names without sending (a PDF by URL, a file_id) is read by the
         # provider as prompt all the same: its bytes are not here to estimate from.
         prompt += svc.accounts.references.of(payload)
-    got = await svc.accounts.admit(key, model, prompt, _max_output(payload), _answers(payload))
+    got = await svc.accounts.admit(key, model, prompt, output_budget.ceiling(payload), _answers(payload))
     if isinstance(got, Reservation):
         state.reservation = got
         return None
@@ -160,18 +161,6 @@ def settle(svc: Services, state: RequestState) -> None:
 async def _flush_soon(accounts: Accounts) -> None:
     await asyncio.sleep(FLUSH_AFTER_S)
     await accounts.flush()
-
-
-def _max_output(payload: Mapping[str, Any]) -> int | None:
-    """The most output tokens a request asks for, in any of the APIs' fields (Gemini's is
-    ``generationConfig.maxOutputTokens``)."""
-    config = payload.get("generationConfig") or payload.get("generation_config")
-    nested = config if isinstance(config, dict) else {}
-    for value in (*(payload.get(f) for f in ("max_tokens", "max_completion_tokens", "max_output_tokens")),
-                  nested.get("maxOutputTokens"), nested.get("max_output_tokens")):  # fmt: skip
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
 
 
 def _answers(payload: Mapping[str, Any]) -> int:

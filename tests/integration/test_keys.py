@@ -712,3 +712,34 @@ async def test_reserved_output_max_lets_a_budget_serve_agents_that_ask_for_far_m
         assert [a[0] for a in answers].count(200) == admitted, (extra, [a[2][:200] for a in answers])
         # Settled at what was used either way: the answer's 9 + 12 tokens, not the reservation.
         assert (await settled(gw))["budget"]["spent_usd"] == 26 * admitted
+
+
+async def test_a_chat_request_naming_both_output_budgets_reserves_the_one_sent(make_gateway: MakeGateway) -> None:
+    """`max_tokens: 1` beside `max_completion_tokens: 5000` reserved one output token while the
+    translation sent Anthropic `max_tokens: 5000`: 50 such requests at once, each answered with
+    5,000 tokens, spent $1.25 of a $0.05 budget (audit). The largest budget is reserved now."""
+    gw = await make_gateway("keys: [{name: alice, key: gk-alice, budget: {usd: 0.05, period: day}}]\n",
+                            upstream_yaml=", apis: [messages], key_header: x-api-key")  # fmt: skip
+    gw.fake.always = Reply(200, anthropic_message("claude-haiku-4-5", input_tokens=10, output_tokens=5000),
+                           delay_s=0.3)  # every one in flight at once
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="gk-alice", max_retries=0)
+
+    async def one() -> int:
+        try:
+            await client.chat.completions.create(model="claude-haiku-4-5", max_tokens=1, max_completion_tokens=5000,
+                                                 messages=[{"role": "user", "content": "hi"}])  # fmt: skip
+        except openai.APIStatusError as e:
+            return e.status_code
+        return 200
+
+    try:
+        statuses = await asyncio.gather(*(one() for _ in range(20)))
+    finally:
+        await client.close()
+    state = await settled(gw)
+    one_request = 10 * 1e-6 + 5000 * 5e-6  # claude-haiku-4-5 at $1 in, $5 out: $0.02501
+    # Each reserves 5,000 tokens out ($0.025): two fit under $0.05, the rest are held (429).
+    assert statuses.count(200) == 2 and statuses.count(429) == 18, statuses
+    assert [r.json()["max_tokens"] for r in gw.fake.messages_requests()] == [5000, 5000]
+    assert state["budget"]["spent_usd"] == pytest.approx(2 * one_request)
+    assert state["budget"]["spent_usd"] <= 0.05 + one_request
