@@ -25,7 +25,7 @@ from gateway.apis import output_budget
 from gateway.apis.base import Inbound
 from gateway.errors import Classification, ErrorType
 from gateway.keys.ledger import Accounts, LimitHit, Reservation
-from gateway.pipeline.outcome import Failure, RequestState, gateway_failure
+from gateway.pipeline.outcome import Failure, RequestState, bad_request, gateway_failure
 from gateway.policy.retry_after import reset_at_ms
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.services import Services
@@ -62,6 +62,9 @@ async def admit_request(svc: Services, state: RequestState, headers: Mapping[str
         return gateway_failure(403, c, message, "model_not_allowed", final=True)
     if not key.limited or svc.accounts is None:
         return None
+    if key.counts_tokens and payload.get("background") is True:
+        svc.telemetry.child(svc.telemetry.key_refusals, key.name, "background").inc()
+        return _background(key.name)
     prompt = size / BYTES_PER_TOKEN
     if key.counts_tokens:
         # What the request names without sending (a PDF by URL, a file_id) is read by the
@@ -161,6 +164,25 @@ def settle(svc: Services, state: RequestState) -> None:
 async def _flush_soon(accounts: Accounts) -> None:
     await asyncio.sleep(FLUSH_AFTER_S)
     await accounts.flush()
+
+
+def _background(name: str) -> Failure:
+    """A Responses request with ``background: true``, from a key with a budget or
+    ``tokens_per_minute``: refused, not reserved at a worst case. OpenAI answers such a request
+    at once, ``queued`` and without usage, runs it afterwards and bills it
+    (https://developers.openai.com/api/docs/guides/background: "Background mode kicks off these
+    tasks asynchronously, and developers can poll response objects"); its usage is only in
+    what a poll answers, and a key with rules may not poll (``unheld_path``: a stored response is
+    the whole provider account's). So its reservation could never be settled to what it cost,
+    and a worst case has no bound to take: a request that names no ``max_output_tokens`` may
+    run to the model's whole output, and a deep-research run reads millions of tokens of search
+    results besides. Charging a guess forever, or $0, are both wrong spend; the client is told
+    to send it in the foreground, which is metered (a stream is the way to a long task there)."""
+    message = (f"key '{name}' may not start a background response (`background: true`): its budget and "
+               "token limits are held to each answer's usage, and a background response is answered "
+               "before it runs, without usage, and billed later at the provider; send it without "
+               "`background` (stream it for a long task), or ask for a key without a budget")  # fmt: skip
+    return bad_request(message, "background_not_metered")
 
 
 def _answers(payload: Mapping[str, Any]) -> int:

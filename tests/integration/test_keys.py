@@ -743,3 +743,30 @@ async def test_a_chat_request_naming_both_output_budgets_reserves_the_one_sent(m
     assert [r.json()["max_tokens"] for r in gw.fake.messages_requests()] == [5000, 5000]
     assert state["budget"]["spent_usd"] == pytest.approx(2 * one_request)
     assert state["budget"]["spent_usd"] <= 0.05 + one_request
+
+
+async def test_a_background_response_is_refused_to_a_key_whose_budget_it_would_escape(
+    make_gateway: MakeGateway,
+) -> None:
+    """`background: true` is answered at once, queued and without usage, and run at the provider
+    afterwards; polling it is refused to a key with rules: a $0.05 key's request for 100,000
+    tokens out was recorded at $0 (audit). A key with a budget or `tokens_per_minute` is told so
+    in the Responses API's shape, and nothing is sent; a key without either is served."""
+    gw = await make_gateway(PRICES + "keys:\n"
+                            "  - {name: alice, key: gk-alice, budget: {usd: 0.05, period: day}}\n"
+                            "  - {name: bob, key: gk-bob, tokens_per_minute: 100000}\n"
+                            "  - {name: carol, key: gk-carol, requests_per_minute: 100}\n"
+                            "  - {name: root, key: gk-root, admin: true}\n")  # fmt: skip
+    payload = {"model": "gpt-4o-mini", "input": "write a novel", "background": True, "max_output_tokens": 100000}
+    for key in ("gk-alice", "gk-bob"):
+        status, headers, body = await gw.responses(payload, headers={"Authorization": f"Bearer {key}"})
+        assert status == 400 and headers["x-llm-error-retryable"] == "false", body
+        error = json.loads(body)["error"]
+        assert error["code"] == "background_not_metered" and error["type"] == "invalid_request_error"
+        assert "background" in error["message"] and "without `background`" in error["message"]
+    assert gw.fake.requests == []
+    assert gw.metric("llm_gateway_key_refusals_total", key="alice", reason="background") == 1
+    # Without background the same key is served; a key whose rules count no spend is served either way.
+    assert (await gw.responses({**payload, "background": False}, headers=ALICE))[0] == 200
+    assert (await gw.responses(payload, headers={"Authorization": "Bearer gk-carol"}))[0] == 200
+    assert (await gw.responses(payload, headers={"Authorization": "Bearer gk-root"}))[0] == 200
