@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import difflib
+import functools
 import hashlib
 import ipaddress
 import os
@@ -1531,7 +1532,76 @@ def config_warnings(cfg: GatewayConfig) -> list[str]:
             "loop-breaker memory and rate-limit resets (a retry that lands on another worker is sent "
             "again; an outage is learnt once per worker); state: {backend: redis} shares them"
         )
+    out += _unpriced(cfg)
     return out
+
+
+def _unpriced(cfg: GatewayConfig) -> list[str]:
+    """Models a key with a budget can be routed to and no price covers, as far as the globs tell:
+    each is refused to it (``model_not_priced``, pipeline/accounting.py), which its holder learns
+    only from a refusal. A route's glob counts when it names one model (``o1-mini``) without a
+    price, or matches none a price matches (``gemini-*`` where no Gemini model is priced); one
+    partly priced (``gpt-*``) cannot be told from the config and is not warned of."""
+    from gateway.keys.prices import SHIPPED
+
+    priced = [*cfg.prices, *(glob for glob, _ in SHIPPED)]
+    teams = {t.name for t in cfg.teams if t.budget is not None}
+    budgeted = [k for k in cfg.keys if k.budget is not None or k.team in teams]
+    routes = [g for p in cfg.pools for g in p.models]
+    routes += [g for u in cfg.upstreams if cfg.pool_of(u.name) is None for g in u.models]
+    found: dict[str, list[str]] = {}
+    for key in budgeted:
+        for route in dict.fromkeys(routes):
+            for reached in _reached(route, key.models):
+                if not any(_overlap(price, reached) for price in priced):
+                    names = found.setdefault(reached, [])
+                    if key.name not in names:
+                        names.append(key.name)
+    out = []
+    for reached, names in found.items():
+        who = ", ".join(f"key {n!r}" for n in names)
+        who += " has a budget" if len(names) == 1 else " have budgets"
+        what = f"model {reached!r}" if _literal(reached) else f"the models {reached!r} matches"
+        out.append(f"keys: {who} and may be routed {what}, which no price (prices:, or the shipped "
+                   "table) covers: such requests are refused (model_not_priced) until prices: names one")
+    return out
+
+
+def _reached(route: str, allowed: tuple[str, ...]) -> list[str]:
+    """The part of a route's glob a key's ``models`` let it use, as globs: the narrower of each
+    pair that overlaps (either, when neither covers the other: the route's)."""
+    if allowed == ("*",):
+        return [route]
+    out = []
+    for glob in allowed:
+        if _covers(route, glob):
+            out.append(glob)
+        elif _covers(glob, route) or _overlap(glob, route):
+            out.append(route)
+    return out
+
+
+def _literal(glob: str) -> bool:
+    return not set(glob) & set("*?[")
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Whether some model name matches both globs. Exact for ``*`` alone; a ``?`` or ``[..]``
+    in either is taken to overlap (not determinable here, so never warned of)."""
+    if set(a + b) & set("?["):
+        return True
+
+    @functools.cache
+    def meet(i: int, j: int) -> bool:
+        if i == len(a) and j == len(b):
+            return True
+        if i < len(a) and a[i] == "*":
+            return meet(i + 1, j) or (j < len(b) and meet(i, j + 1))
+        if j < len(b) and b[j] == "*":
+            return meet(i, j + 1) or (i < len(a) and meet(i + 1, j))
+        return i < len(a) and j < len(b) and a[i] == b[j] and meet(i + 1, j + 1)
+
+    return meet(0, 0)
 
 
 def _shadowed(cfg: GatewayConfig) -> list[str]:

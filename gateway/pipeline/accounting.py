@@ -25,6 +25,7 @@ from gateway.apis import output_budget
 from gateway.apis.base import Inbound
 from gateway.errors import Classification, ErrorType
 from gateway.keys.ledger import Accounts, LimitHit, Reservation
+from gateway.keys.registry import KeySpec
 from gateway.pipeline.outcome import Failure, RequestState, bad_request, gateway_failure
 from gateway.policy.retry_after import reset_at_ms
 from gateway.policy.tokens import BYTES_PER_TOKEN
@@ -62,6 +63,10 @@ async def admit_request(svc: Services, state: RequestState, headers: Mapping[str
         return gateway_failure(403, c, message, "model_not_allowed", final=True)
     if not key.limited or svc.accounts is None:
         return None
+    if model and (key.budget is not None or key.team_budget is not None) \
+            and svc.accounts.prices.price_for(model) is None:  # fmt: skip
+        svc.telemetry.child(svc.telemetry.key_refusals, key.name, "unpriced").inc()
+        return _unpriced(key, model, headers)
     if key.counts_tokens and payload.get("background") is True:
         svc.telemetry.child(svc.telemetry.key_refusals, key.name, "background").inc()
         return _background(key.name)
@@ -164,6 +169,24 @@ def settle(svc: Services, state: RequestState) -> None:
 async def _flush_soon(accounts: Accounts) -> None:
     await asyncio.sleep(FLUSH_AFTER_S)
     await accounts.flush()
+
+
+def _unpriced(key: KeySpec, model: str, headers: Mapping[str, str]) -> Failure:
+    """A model with no price, asked for by a key with a budget (its own or its team's): refused.
+    Its cost would be $0 ("priced": false), so the budget would not hold at all: an audit's
+    $0.05 key ran gpt-4-turbo, o1 and every Gemini model at no spend. Only the gateway's
+    operator can price it (``prices:``): the message says so and names the model. As a model
+    the key may not use, a 403, and a 400 to Codex, which retries a 403."""
+    shown = model[:128]
+    whose = f"key '{key.name}'" if key.budget is not None else f"key '{key.name}' (team '{key.team}')"
+    example = f'prices: {{"{shown}": {{input: <usd>, output: <usd>}}}}'
+    message = (f"{whose} has a budget, and model '{shown}' has no price, so what it spends could not be "
+               f"counted against it; the gateway's operator can add one under `prices:` in the config "
+               f"(USD per million tokens: {example})")  # fmt: skip
+    c = Classification.of(ErrorType.AUTH)
+    if _is_codex(headers):
+        return gateway_failure(400, c, message, "model_not_priced", final=True)
+    return gateway_failure(403, c, message, "model_not_priced", final=True)
 
 
 def _background(name: str) -> Failure:

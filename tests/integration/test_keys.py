@@ -770,3 +770,38 @@ async def test_a_background_response_is_refused_to_a_key_whose_budget_it_would_e
     assert (await gw.responses({**payload, "background": False}, headers=ALICE))[0] == 200
     assert (await gw.responses(payload, headers={"Authorization": "Bearer gk-carol"}))[0] == 200
     assert (await gw.responses(payload, headers={"Authorization": "Bearer gk-root"}))[0] == 200
+
+
+async def test_a_budgeted_key_is_refused_a_model_without_a_price(make_gateway: MakeGateway) -> None:
+    """A model with no price costs $0 and says so: on a key with a budget, that budget did not
+    hold at all (gpt-4-turbo, o1 and every Gemini model, "priced": false, spent 0; audit). Such a
+    key is refused the model, in the client's API's envelope, naming it and where its price goes;
+    a key without a budget still uses it, its tokens counted unpriced."""
+    gw = await make_gateway(PRICES + "keys:\n"
+                            "  - {name: alice, key: gk-alice, budget: {usd: 5, period: day}}\n"
+                            "  - {name: dave, key: gk-dave, team: web}\n"
+                            "  - {name: bob, key: gk-bob, tokens_per_minute: 100000}\n"
+                            "teams: [{name: web, budget: {usd: 100, period: month}}]\n")  # fmt: skip
+    unpriced = {"model": "qwen3-coder", "messages": [{"role": "user", "content": "hi"}]}
+    status, headers, body = await gw.chat(unpriced, headers=ALICE)
+    assert status == 403 and headers["x-llm-error-type"] == "auth" and headers["x-llm-error-retryable"] == "false"
+    error = json.loads(body)["error"]
+    assert error["code"] == "model_not_priced"
+    assert "'qwen3-coder'" in error["message"] and "prices:" in error["message"] and "key 'alice'" in error["message"]
+    status, _, body = await gw.chat(unpriced, headers={"Authorization": "Bearer gk-dave"})  # its team's budget
+    assert status == 403 and "team 'web'" in json.loads(body)["error"]["message"]
+    status, _, body = await gw.messages({**unpriced, "max_tokens": 8}, headers=ALICE)
+    assert status == 403 and json.loads(body)["type"] == "error"
+    async with gw.session.post(gw.base + "/v1beta/models/gemini-9-flash:generateContent",
+                               json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
+                               headers={"x-goog-api-key": "gk-alice"}) as r:  # fmt: skip
+        assert r.status == 403 and (await r.json())["error"]["status"] == "PERMISSION_DENIED"
+    # Codex retries a 403 five times and stops at once on a 400.
+    status, _, body = await gw.responses({"model": "qwen3-coder", "input": "hi"},
+                                         headers={**ALICE, "originator": "codex_exec"})  # fmt: skip
+    assert status == 400 and json.loads(body)["error"]["code"] == "model_not_priced"
+    assert gw.fake.requests == []
+    assert gw.metric("llm_gateway_key_refusals_total", key="alice", reason="unpriced") == 4
+    # Priced, the same key is served; a key without a budget is served the unpriced model.
+    assert (await gw.chat(headers=ALICE))[0] == 200
+    assert (await gw.chat(unpriced, headers={"Authorization": "Bearer gk-bob"}))[0] == 200

@@ -23,6 +23,19 @@ from gateway.keys.prices import SHIPPED, Cost, Price, PriceTable, cost_of, worst
     ("gpt-5.2-pro", Price(21.0, 168.0)),
     ("o3-pro-2025-06-10", Price(20.0, 80.0)),
     ("o3", Price(2.0, 8.0, 0.50)),
+    # The deep-research models had taken o4-mini's and o3's prices (audit).
+    ("o4-mini-deep-research", Price(2.0, 8.0, 0.50)),
+    ("o4-mini-deep-research-2025-06-26", Price(2.0, 8.0, 0.50)),
+    ("o3-deep-research", Price(10.0, 40.0, 2.50)),
+    ("o1", Price(15.0, 60.0, 7.50)),
+    ("o1-2024-12-17", Price(15.0, 60.0, 7.50)),
+    ("o1-pro", Price(150.0, 600.0)),
+    ("o1-mini", None),  # priced otherwise, and no copy of its price was found
+    ("gpt-4-turbo", None),
+    ("text-embedding-3-small", Price(0.02, 0.0)),
+    ("gemini-2.5-flash", Price(0.30, 2.50)),
+    ("gemini-2.5-flash-lite", Price(0.10, 0.40)),
+    ("gemini-2.5-flash-image", None),  # image output is priced otherwise
     ("qwen3-coder", None),
     (None, None),
 ])  # fmt: skip
@@ -71,3 +84,16 @@ def test_the_worst_case_is_the_whole_prompt_written_to_the_cache_and_every_outpu
     # so that a budget's reservations hold what a turn that writes its history can cost.
     assert worst_case(Price(3.0, 15.0, 0.30, 3.75), 20_000, 64_000) == pytest.approx((20_000 * 3.75 + 64_000 * 15) / 1e6)
     assert worst_case(Price(2.5, 10.0, 1.25), 20_000, 1_000) == pytest.approx((20_000 * 2.5 + 1_000 * 10) / 1e6)
+
+
+def test_a_prompt_above_a_threshold_is_priced_at_the_long_rate_whole() -> None:
+    """Gemini 2.5 Pro: $1.25 in, $10 out, $0.125 cached for prompts up to 200k tokens; $2.50,
+    $15 and $0.25 for every token of a request whose prompt is longer."""
+    pro = PriceTable().price_for("gemini-2.5-pro")
+    assert pro is not None
+    short = {"prompt": 200_000, "cache_read": 100_000, "completion": 1_000}
+    assert cost_of(pro, short).usd == pytest.approx((100_000 * 1.25 + 100_000 * 0.125 + 1_000 * 10) / 1e6)
+    long = {"prompt": 200_001, "cache_read": 100_000, "completion": 1_000}
+    assert cost_of(pro, long).usd == pytest.approx((100_001 * 2.50 + 100_000 * 0.25 + 1_000 * 15) / 1e6)
+    assert worst_case(pro, 150_000, 1_000) == pytest.approx((150_000 * 1.25 + 1_000 * 10) / 1e6)
+    assert worst_case(pro, 250_000, 1_000) == pytest.approx((250_000 * 2.50 + 1_000 * 15) / 1e6)
