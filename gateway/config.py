@@ -1532,8 +1532,25 @@ def config_warnings(cfg: GatewayConfig) -> list[str]:
             "loop-breaker memory and rate-limit resets (a retry that lands on another worker is sent "
             "again; an outage is learnt once per worker); state: {backend: redis} shares them"
         )
-    out += _unpriced(cfg)
+    out += _budgets_in_memory(cfg) + _unpriced(cfg)
     return out
+
+
+def _budgets_in_memory(cfg: GatewayConfig) -> list[str]:
+    """Budgets counted in this process's memory: a restart (a deploy, a crash, an OOM kill)
+    starts every budget's period from nothing spent, so a key can spend its budget again after
+    each one, and nothing says so."""
+    if cfg.state.backend != "memory":
+        return []
+    budgeted = [f"key '{k.name}'" for k in cfg.keys if k.budget is not None]
+    budgeted += [f"team '{t.name}'" for t in cfg.teams if t.budget is not None]
+    if not budgeted:
+        return []
+    shown = ", ".join(budgeted[:3]) + (f" and {len(budgeted) - 3} more" if len(budgeted) > 3 else "")
+    return [f"keys: {shown} {'has a budget' if len(budgeted) == 1 else 'have budgets'} and state.backend is "
+            "memory: what is spent is kept in this process only, so a restart sets every budget back to "
+            "unspent, and a key may spend its budget again after each; state: {backend: redis, url: ...}, "
+            "with an append-only file (deploy/), keeps it"]  # fmt: skip
 
 
 def _unpriced(cfg: GatewayConfig) -> list[str]:

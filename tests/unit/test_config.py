@@ -634,3 +634,15 @@ def test_a_budgeted_key_reaching_a_model_without_a_price_is_a_warning(keys: str,
     for warning, (model, key) in zip(warnings, unpriced.items(), strict=True):
         assert model in warning and f"key '{key}'" in warning and "prices:" in warning, warning
         assert "model_not_priced" in warning
+
+
+def test_budgets_kept_in_memory_are_a_warning() -> None:
+    budgeted = "keys: [{name: k, key: gk-k, budget: {usd: 5}, models: ['gpt-4o']}]"
+    (warning,) = config_warnings(parse_config(UP + budgeted, env={}))
+    assert warning.startswith("keys: key 'k' has a budget and state.backend is memory")
+    assert "restart" in warning and "state: {backend: redis" in warning
+    teams = "keys: [{name: k, key: gk-k, team: t, models: ['gpt-4o']}]\nteams: [{name: t, budget: {usd: 5}}]"
+    (warning,) = config_warnings(parse_config(UP + teams, env={}))
+    assert warning.startswith("keys: team 't' has a budget and state.backend is memory")
+    assert not config_warnings(parse_config(UP + REDIS + budgeted, env={}))
+    assert not config_warnings(parse_config(UP + "keys: [{name: k, key: gk-k, requests_per_minute: 5}]", env={}))
