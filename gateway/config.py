@@ -1308,6 +1308,11 @@ class PriceConfig(_Model):
     cache_write: float | None = Field(
         default=None, ge=0, description="USD per million prompt tokens written to the cache; unset: `input`."
     )
+    cache_write_1h: float | None = Field(
+        default=None, ge=0,
+        description="USD per million prompt tokens written to Anthropic's cache for an hour (`ttl: \"1h\"`); "
+        "unset: twice `input`, Anthropic's rule.",
+    )  # fmt: skip
 
 
 class ReferenceTokensConfig(_Model):

@@ -13,8 +13,13 @@ Sources, read 2026-11-28:
 
 - Anthropic: "Pricing", platform.claude.com/docs/en/about-claude/pricing ("Model pricing":
   base input, 5-minute cache writes, cache hits, output). A 5-minute cache write is the
-  default; 1-hour writes (twice the input price) are not told apart in usage, so they are
-  counted at the 5-minute price.
+  default; a 1-hour write costs twice the input price ("5-minute cache writes: 1.25x ... 1-hour
+  cache writes: 2x the base input tokens price", the prompt-caching guide,
+  https://platform.claude.com/docs/en/build-with-claude/prompt-caching, as tabled per model in
+  https://claudecodeguides.com/claude-prompt-caching-pricing-and-cost-savings/: Sonnet 4.6 $3.00
+  in, $3.75 5m write, $6.00 1h write). Usage tells the two apart
+  (``cache_creation.ephemeral_1h_input_tokens``, read as ``cache_write_1h``); they were counted
+  at the 5-minute price ($3.225 for a claude-sonnet-4-5 answer that cost $3.90).
 - OpenAI: "Pricing", developers.openai.com/api/docs/pricing (input, cached input, output;
   standard tier, not batch or flex), as quoted by copies of that page dated 2026-03 to 2026-06.
   OpenAI has no cache-write price: a cache write costs the input price. gpt-5.2 and o3-pro,
@@ -54,18 +59,26 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
 class Price:
-    """USD per million tokens. A cache price left out is the input price. ``long``: a prompt of
-    more tokens than its first member is priced at its second, every token of the request."""
+    """USD per million tokens. A cache price left out is the input price, but a 1-hour cache
+    write's, which is twice the input price (Anthropic's rule; no other provider reports such
+    writes). ``long``: a prompt of more tokens than its first member is priced at its second,
+    every token of the request."""
 
     input: float
     output: float
     cache_read: float | None = None
     cache_write: float | None = None
+    cache_write_1h: float | None = None
     long: tuple[int, Price] | None = None
+
+    @property
+    def hour_write(self) -> float:
+        return 2 * self.input if self.cache_write_1h is None else self.cache_write_1h
 
     def for_prompt(self, prompt_tokens: float) -> Price:
         if self.long is not None and prompt_tokens > self.long[0]:
@@ -160,30 +173,70 @@ class Cost:
 
 def cost_of(price: Price | None, usage: Mapping[str, int]) -> Cost:
     """``usage`` as the gateway counts it: ``prompt`` (every input token, cached or not),
-    ``completion``, and of the prompt ``cache_read`` and ``cache_write``."""
+    ``completion``, of the prompt ``cache_read`` and ``cache_write``, and of ``cache_write``
+    ``cache_write_1h``, written for an hour."""
     if price is None:
         return Cost(0.0, False)
     prompt = usage.get("prompt", 0)
     price = price.for_prompt(prompt)
     read = min(usage.get("cache_read", 0), prompt)
     write = min(usage.get("cache_write", 0), prompt - read)
+    hour = min(usage.get("cache_write_1h", 0), write)
     fresh = prompt - read - write
     usd = (fresh * price.input
            + read * (price.input if price.cache_read is None else price.cache_read)
-           + write * (price.input if price.cache_write is None else price.cache_write)
+           + (write - hour) * (price.input if price.cache_write is None else price.cache_write)
+           + hour * price.hour_write
            + usage.get("completion", 0) * price.output) / 1_000_000  # fmt: skip
     return Cost(usd, True)
 
 
-def worst_case(price: Price | None, prompt_tokens: float, max_output_tokens: int) -> float:
+def worst_case(price: Price | None, prompt_tokens: float, max_output_tokens: int,
+               hour_cache: bool = False) -> float:  # fmt: skip
     """What a request may cost at most: its whole prompt at the dearer of the input and the
-    cache-write price (a prompt written to Anthropic's cache costs 1.25× the input price), and
-    every output token it may generate. Reserved before sending, so that concurrent requests
-    cannot overspend."""
+    cache-write price (a prompt written to Anthropic's cache costs 1.25× the input price; 2×
+    written for an hour, for a request that asks for that: ``hour_cache``), and every output
+    token it may generate. Reserved before sending, so that concurrent requests cannot
+    overspend."""
     if price is None:
         return 0.0
     # The rate of the prompt's size as estimated (3.5 bytes a token, more tokens than most text
     # has): a prompt estimated just below a threshold and counted above it costs more than this.
     price = price.for_prompt(prompt_tokens)
-    per_prompt_token = max(price.input, price.cache_write or 0.0)
+    per_prompt_token = max(price.input, price.cache_write or 0.0, price.hour_write if hour_cache else 0.0)
     return (prompt_tokens * per_prompt_token + max_output_tokens * price.output) / 1_000_000
+
+
+# Where Anthropic takes a ``cache_control`` (and chat clients put one, carried to Anthropic):
+# the request's own (automatic caching), a tool, a system block, a message's content block and
+# a tool result's.
+_CACHED_LISTS = ("system", "tools")
+
+
+def asks_hour_cache(payload: Mapping[str, Any]) -> bool:
+    """Whether a request asks for anything to be cached for an hour (``cache_control: {"type":
+    "ephemeral", "ttl": "1h"}``), which costs twice the input price to write: its reservation
+    takes its prompt at that price. Read where a ``cache_control`` goes, not in text."""
+    if _hour(payload.get("cache_control")):
+        return True
+    if any(_any_hour(payload.get(name)) for name in _CACHED_LISTS):
+        return True
+    messages = payload.get("messages")
+    for message in messages if isinstance(messages, list) else ():
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        if _any_hour(content) or any(_any_hour(b.get("content")) for b in content
+                                     if isinstance(b, dict) and b.get("type") == "tool_result"):  # fmt: skip
+            return True
+    return False
+
+
+def _any_hour(blocks: Any) -> bool:
+    if not isinstance(blocks, list):
+        return False
+    return any(_hour(b.get("cache_control")) for b in blocks if isinstance(b, dict))
+
+
+def _hour(marker: Any) -> bool:
+    return isinstance(marker, dict) and marker.get("ttl") == "1h"

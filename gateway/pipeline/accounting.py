@@ -25,6 +25,7 @@ from gateway.apis import output_budget
 from gateway.apis.base import Inbound
 from gateway.errors import Classification, ErrorType
 from gateway.keys.ledger import Accounts, LimitHit, Reservation
+from gateway.keys.prices import asks_hour_cache
 from gateway.keys.registry import KeySpec
 from gateway.pipeline.outcome import Failure, RequestState, bad_request, gateway_failure
 from gateway.policy.retry_after import reset_at_ms
@@ -75,7 +76,9 @@ async def admit_request(svc: Services, state: RequestState, headers: Mapping[str
         # What the request names without sending (a PDF by URL, a file_id) is read by the
         # provider as prompt all the same: its bytes are not here to estimate from.
         prompt += svc.accounts.references.of(payload)
-    got = await svc.accounts.admit(key, model, prompt, output_budget.ceiling(payload), _answers(payload))
+    budgeted = key.budget is not None or key.team_budget is not None
+    got = await svc.accounts.admit(key, model, prompt, output_budget.ceiling(payload), _answers(payload),
+                                   budgeted and asks_hour_cache(payload))  # fmt: skip
     if isinstance(got, Reservation):
         state.reservation = got
         return None

@@ -805,3 +805,60 @@ async def test_a_budgeted_key_is_refused_a_model_without_a_price(make_gateway: M
     # Priced, the same key is served; a key without a budget is served the unpriced model.
     assert (await gw.chat(headers=ALICE))[0] == 200
     assert (await gw.chat(unpriced, headers={"Authorization": "Bearer gk-bob"}))[0] == 200
+
+
+HOUR_USAGE = {"input_tokens": 5, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 300_000,
+              "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 300_000},
+              "output_tokens": 3}  # fmt: skip
+
+
+async def test_one_hour_cache_writes_are_paid_at_their_own_price_whatever_the_clients_api(
+    make_gateway: MakeGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Tokens written to Anthropic's cache for an hour cost 2x the input price, and were priced at
+    1.25x, the 5-minute price: a claude-sonnet-4-5 answer that cost $3.90 was logged at $3.225
+    (audit; 4.6 here, at the same price). Here 300,000 written for an hour cost $1.80, whatever
+    the client's API; a request asking for an hour's cache is reserved at that price too."""
+    gw = await make_gateway("keys: [{name: alice, key: gk-alice, budget: {usd: 100, period: day}}]\n",
+                            upstream_yaml=", apis: [messages], key_header: x-api-key")  # fmt: skip
+    one = 5 * 3e-6 + 300_000 * 6e-6 + 3 * 15e-6  # $3.90006
+    ant = anthropic.AsyncAnthropic(base_url=gw.base, api_key="gk-alice", max_retries=0)
+    oai = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="gk-alice", max_retries=0)
+    hi = [{"role": "user", "content": "hi"}]
+    head = sse("message_start", {"type": "message_start", "message": {
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-6", "content": [],
+        "stop_reason": None, "stop_sequence": None, "usage": {**HOUR_USAGE, "output_tokens": 1}}})  # fmt: skip
+    start = sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                        "content_block": {"type": "text", "text": ""}})  # fmt: skip
+    try:
+        with caplog.at_level(logging.INFO, logger="gateway.access"):
+            gw.fake.script(Reply(200, {**anthropic_message(text="Hello."), "usage": HOUR_USAGE}))
+            await ant.messages.create(model="claude-sonnet-4-6", max_tokens=64, messages=hi)
+            gw.fake.script(Reply(200, {**anthropic_message(text="Hello."), "usage": HOUR_USAGE}))
+            await oai.chat.completions.create(model="claude-sonnet-4-6", messages=hi)
+            gw.fake.script(Stream([head, start, text_delta("Hello."), *anthropic_tail(output_tokens=3)]))
+            async with ant.messages.stream(model="claude-sonnet-4-6", max_tokens=64, messages=hi) as s:
+                await s.get_final_message()
+    finally:
+        await ant.close()
+        await oai.close()
+    lines = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
+    assert len(lines) == 3
+    for line in lines:
+        assert line["usage"]["cache_write_1h"] == 300_000 and line["cost_usd"] == pytest.approx(one, abs=1e-6), line
+    assert (await settled(gw))["budget"]["spent_usd"] == pytest.approx(3 * one, abs=1e-5)
+    # Reserved while in flight: its prompt at $6 (the 1-hour write), not $3.75, and 64 tokens out.
+    answered = asyncio.Event()
+    gw.fake.script(Reply(200, {**anthropic_message(text="Hello."), "usage": HOUR_USAGE}, until=answered))
+    payload = {"model": "claude-sonnet-4-6", "max_tokens": 64, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "hi " * 1000, "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}]}  # fmt: skip
+    sent = asyncio.create_task(gw.messages(payload, headers={"x-api-key": "gk-alice"}))
+    for _ in range(500):
+        if len(gw.fake.messages_requests()) == 4:
+            break
+        await asyncio.sleep(0.01)
+    held = (await key_state(gw, {"x-api-key": "gk-alice"}))["budget"]["reserved_usd"]
+    answered.set()
+    assert (await sent)[0] == 200
+    prompt = len(json.dumps(payload).encode()) / 3.5
+    assert held == pytest.approx(prompt * 6e-6 + 64 * 15e-6, rel=1e-3)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from gateway.keys.prices import SHIPPED, Cost, Price, PriceTable, cost_of, worst_case
+from gateway.keys.prices import SHIPPED, Cost, Price, PriceTable, asks_hour_cache, cost_of, worst_case
 
 
 @pytest.mark.parametrize(("model", "expected"), [
@@ -97,3 +99,44 @@ def test_a_prompt_above_a_threshold_is_priced_at_the_long_rate_whole() -> None:
     assert cost_of(pro, long).usd == pytest.approx((100_001 * 2.50 + 100_000 * 0.25 + 1_000 * 15) / 1e6)
     assert worst_case(pro, 150_000, 1_000) == pytest.approx((150_000 * 1.25 + 1_000 * 10) / 1e6)
     assert worst_case(pro, 250_000, 1_000) == pytest.approx((250_000 * 2.50 + 1_000 * 15) / 1e6)
+
+
+def test_one_hour_cache_writes_cost_twice_the_input_price() -> None:
+    """Anthropic: "5-minute cache writes: 1.25x ... 1-hour cache writes: 2x the base input tokens
+    price". The audit's answer on claude-sonnet-4-5, a 1,000,000-token prompt of which 300,000
+    were written for an hour, was logged at $3.225 (the write at the five-minute price); $3.90
+    is right."""
+    sonnet = PriceTable().price_for("claude-sonnet-4-5")
+    assert sonnet is not None
+    written = {"prompt": 1_000_000, "cache_write": 300_000}
+    assert cost_of(sonnet, written).usd == pytest.approx(3.225)
+    assert cost_of(sonnet, {**written, "cache_write_1h": 300_000}).usd == pytest.approx(3.90)
+    mixed = {"prompt": 300, "cache_write": 300, "cache_write_1h": 100}
+    assert cost_of(sonnet, mixed).usd == pytest.approx((200 * 3.75 + 100 * 6.0) / 1e6)
+    # An operator's price names its own, or takes twice its input price.
+    assert cost_of(Price(1.0, 1.0, cache_write_1h=3.0), {"prompt": 10, "cache_write": 10, "cache_write_1h": 10}
+                   ).usd == pytest.approx(30 / 1e6)  # fmt: skip
+    assert cost_of(Price(0.0, 0.0), {"prompt": 10, "cache_write": 10, "cache_write_1h": 10}).usd == 0
+
+
+def test_a_request_asking_for_one_hour_writes_reserves_its_prompt_at_that_price() -> None:
+    sonnet = Price(3.0, 15.0, 0.30, 3.75)
+    assert worst_case(sonnet, 20_000, 1_000, hour_cache=True) == pytest.approx((20_000 * 6.0 + 1_000 * 15) / 1e6)
+    assert worst_case(sonnet, 20_000, 1_000) == pytest.approx((20_000 * 3.75 + 1_000 * 15) / 1e6)
+
+
+@pytest.mark.parametrize(("payload", "hour"), [
+    ({"system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}, True),
+    ({"tools": [{"name": "t", "input_schema": {}, "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}, True),
+    ({"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}]}, True),
+    ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
+        {"type": "text", "text": "out", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}]}]}, True),
+    ({"cache_control": {"type": "ephemeral", "ttl": "1h"}, "messages": []}, True),  # automatic caching
+    ({"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]}]}, False),  # 5 minutes
+    ({"messages": [{"role": "user", "content": 'say "ttl": "1h"'}]}, False),
+    ({"messages": "x", "system": "s", "tools": None}, False),
+])  # fmt: skip
+def test_which_requests_ask_for_one_hour_writes(payload: dict[str, Any], hour: bool) -> None:
+    assert asks_hour_cache(payload) is hour
