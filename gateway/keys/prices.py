@@ -22,6 +22,9 @@ Sources, read 2026-11-28:
   at the 5-minute price ($3.225 for a claude-sonnet-4-5 answer that cost $3.90).
 - OpenAI: "Pricing", developers.openai.com/api/docs/pricing (input, cached input, output;
   standard tier, not batch or flex), as quoted by copies of that page dated 2026-03 to 2026-06.
+  Priority processing costs more (gpt-5.4 "$5.00 ... $30.00" per million in and out,
+  https://openai.com/api-priority-processing/, against $2.50 and $15): an answer's
+  ``service_tier`` is not read, so an answer served at priority is counted at the standard price.
   OpenAI has no cache-write price: a cache write costs the input price. gpt-5.2 and o3-pro,
   read 2026-11-29 from copies of that page (nicolalazzari.ai/articles/openai-api-pricing-explained-2026,
   evolink.ai/blog/gpt-5-2-api-guide-pricing-setup-vs-gpt-5-4; modelpedia.dev/openai/o3-pro).
