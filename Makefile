@@ -81,8 +81,9 @@ docs: venv-dev
 docs-gen: venv
 	$(BIN)/python -m gateway.docs_gen
 
+# On 8001: 8000 is where the quick start's local chat server (vLLM, config/examples/local-vllm.yaml) listens.
 docs-serve: venv-dev
-	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs serve --strict --dev-addr 127.0.0.1:8000
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs serve --strict --dev-addr 127.0.0.1:8001
 
 # The built site in a real headless Chromium (Debian's, installed by scripts/docs-deps.sh):
 # search, navigation, code copy; screenshots under $(DOCS_CHECK_OUT), not in the repo.

@@ -568,6 +568,14 @@ class UpstreamConfig(_Model):
         # `api_key: ${OPENAI_API_KEY:-}` with the variable unset means "forward the client's".
         return v or None
 
+    @field_validator("context_window", "max_output_tokens", mode="before")
+    @classmethod
+    def _blank_limit_is_none(cls, v: Any) -> Any:
+        # `context_window: ${UPSTREAM_CONTEXT_WINDOW:-}` with the variable unset means "none
+        # assumed": a number here lowers output budgets, so a default one would cut them on
+        # every model with a larger window.
+        return None if isinstance(v, str) and not v.strip() else v
+
     @field_validator("models", "fallbacks", mode="before")
     @classmethod
     def _one_or_many(cls, v: Any) -> Any:

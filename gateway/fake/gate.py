@@ -29,6 +29,7 @@ from gateway.fake.limits import KeyLimits
 from gateway.fake.steps import Reply, Step, Stream
 
 API_PATHS = ("/completions", "/messages", "/responses", ":generateContent", ":streamGenerateContent")
+COUNTING_PATH = "/messages/count_tokens"  # limited apart from messages (KeyLimits.counting_limited)
 
 
 def screen(keys: KeyLimits, path: str, headers: Mapping[str, str], payload: dict[str, Any], *,
@@ -53,6 +54,9 @@ def screen(keys: KeyLimits, path: str, headers: Mapping[str, str], payload: dict
     verdict = keys.check(key)
     if verdict is not None and verdict.reason == "revoked":
         return refusal(dialect, verdict, key, "", None)  # no rate-limit headers: no account behind it
+    if path.endswith(COUNTING_PATH):
+        counting = keys.check_counting(key)
+        return None if counting is None else refusal(dialect, counting, key, "", None)
     if not path.endswith(API_PATHS):
         return None
     verdict = verdict or keys.admit(key, request_tokens(payload))

@@ -83,6 +83,10 @@ class KeyLimits:
     clock: Clock = time.time
     buckets: dict[str, Snapshot] = field(default_factory=dict)
     limited: dict[str, float] = field(default_factory=dict)  # key -> epoch seconds
+    # Token counting limited, key -> epoch seconds: Anthropic's "Token counting and message
+    # creation have separate and independent rate limits. Usage of one does not count against
+    # the limits of the other." (https://docs.anthropic.com/en/docs/build-with-claude/token-counting)
+    counting_limited: dict[str, float] = field(default_factory=dict)
     revoked: set[str] = field(default_factory=set)
     exhausted: set[str] = field(default_factory=set)
     calls: Counter[str | None] = field(default_factory=Counter)
@@ -95,6 +99,10 @@ class KeyLimits:
     def limited_until(self, key: str, epoch_s: float) -> None:
         self.limited[key] = epoch_s
 
+    def counting_limited_until(self, key: str, epoch_s: float) -> None:
+        """Its token counting refused until then, its messages not (nor the reverse)."""
+        self.counting_limited[key] = epoch_s
+
     def revoke(self, key: str) -> None:
         self.revoked.add(key)
 
@@ -102,10 +110,11 @@ class KeyLimits:
         self.exhausted.add(key)
 
     def restore(self, key: str) -> None:
-        """Undo revoke, exhaust and limited_until (the limits stay)."""
+        """Undo revoke, exhaust, limited_until and counting_limited_until (the limits stay)."""
         self.revoked.discard(key)
         self.exhausted.discard(key)
         self.limited.pop(key, None)
+        self.counting_limited.pop(key, None)
 
     def snapshot(self, key: str | None) -> Snapshot | None:
         snap = self.buckets.get(key) if key is not None else None
@@ -125,6 +134,13 @@ class KeyLimits:
         if key in self.exhausted:
             return Verdict("exhausted")
         until = self.limited.get(key)
+        if until is not None and (wait := until - self.clock()) > 0:
+            return Verdict("limited", wait)
+        return None
+
+    def check_counting(self, key: str | None) -> Verdict | None:
+        """A token-counting request's own limit (``counting_limited_until``)."""
+        until = self.counting_limited.get(key) if key is not None else None
         if until is not None and (wait := until - self.clock()) > 0:
             return Verdict("limited", wait)
         return None

@@ -23,7 +23,8 @@ Several deployments: the fake tells them apart by the credential (``Authorizatio
 ``x-api-key``, ``api-key``). ``fake.keys`` (:class:`gateway.fake.limits.KeyLimits`) gives a
 key rpm/tpm limits (then every answer to it carries the API's real rate-limit headers, and a
 request past a limit gets the API's real 429), or a state: ``limited_until``, ``revoke``,
-``exhaust``; ``calls_by_key()`` counts what reached each key. ``require_key`` and
+``exhaust``, ``counting_limited_until`` (Anthropic's token counting, limited apart from its
+messages); ``calls_by_key()`` counts what reached each key. ``require_key`` and
 ``strict_headers`` refuse, as the real APIs do, a request with no credential and a Messages
 request without ``anthropic-version`` or with an Anthropic credential in the place of the other
 kind (an API key as a bearer token, an OAuth token in x-api-key): ``strict_headers`` is on by default (a gateway that

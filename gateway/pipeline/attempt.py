@@ -113,13 +113,14 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
         assert ps is not None
         tokens = round(len(body) / BYTES_PER_TOKEN)
         taken, call.taken = call.taken, False
-        if not taken and ps.takes(call.up.cfg, state.model):
+        scope = state.pool_model
+        if not taken and ps.takes(call.up.cfg, scope):
             # A retry or a resend of the request, or one not retried along the pool: each call
             # counts against the limits the operator set, so none goes past them.
-            if not await ps.take(call.up.cfg, state.model, tokens):
+            if not await ps.take(call.up.cfg, scope, tokens):
                 return limits_used_up(svc, call.up)
             taken = True
-        mark = ps.sent(call.up.cfg, state.model, tokens, taken)
+        mark = ps.sent(call.up.cfg, scope, tokens, taken)
     state.attempts += 1
     left_s = plan.remaining_s()
     head_s = min(svc.cfg.timeouts.first_byte_s, left_s)
@@ -263,7 +264,7 @@ async def _exchange(
     if call.up.pooled and svc.pool_state is not None and call.up.cfg.api_key is not None:
         # (A forwarded client credential's headers tell that client's headroom, not the key's.)
         refused = round(len(request.body) / BYTES_PER_TOKEN) if resp.status == 429 else None
-        _headroom(svc, call, state.model, resp.headers, mark, refused)
+        _headroom(svc, call, state.pool_model, resp.headers, mark, refused)
     try:
         if resp.status >= 400:
             facts = _facts(call, request)

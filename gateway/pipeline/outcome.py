@@ -42,6 +42,9 @@ class RequestState:
     pool: str | None = None  # the pool whose deployment answered, if any
     picked: str | None = None  # why that deployment: affinity, the strategy's name, moved, ...
     holding: str | None = None  # the pool deployment this request counts as in flight on
+    # What the pool's records of this request are kept under, when not its model: a request
+    # relayed across a pool (routing/pools.relayed_scope). Its circuits stay its model's.
+    pool_scope: str | None = None
     # Its conversation's first turn (routing/affinity.opens_conversation): a pool claims no
     # shared home for it, its next turn does (pipeline/pool.py).
     opens_conversation: bool = False
@@ -108,6 +111,11 @@ class RequestState:
     # asked for one (a Gemini JSON-array stream, gateway/apis/gemini/array.py).
     stream_response: type[web.StreamResponse] = web.StreamResponse
     trace: Any = None  # the request's spans when tracing is on (gateway/tracing/otel.py)
+
+    @property
+    def pool_model(self) -> str | None:
+        """What a pool's records of this request are kept under: its ``pool_scope``, else its model."""
+        return self.model if self.pool_scope is None else self.pool_scope
 
     def __init__(self, request_id: str, started: float) -> None:
         self.request_id = request_id

@@ -31,7 +31,7 @@ from gateway.pipeline.attempt import Call
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success, gateway_failure
 from gateway.pipeline.send import SETTLED, Sent, fails_over_class, send_one, waited_and_confirmed
 from gateway.policy.retry import RetryPlan
-from gateway.policy.retry_after import reset_at_ms
+from gateway.policy.retry_after import reset_at_ms, restamped
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.routing.pools import (
     Deployment,
@@ -41,6 +41,7 @@ from gateway.routing.pools import (
     first_home,
     for_conversation,
     moves_to_sibling,
+    relayed_scope,
     sit_out,
 )
 from gateway.services import PoolRuntime, Services, UpstreamRuntime
@@ -179,21 +180,23 @@ def _why_none_serves(views: list[Deployment], now_ms: float) -> ErrorType:
 
 
 async def any_deployment(
-    svc: Services, pool: PoolRuntime, model: str | None, tried: frozenset[str] | set[str] = frozenset()
-) -> UpstreamRuntime | None:
+    svc: Services, pool: PoolRuntime, state: RequestState, tried: frozenset[str] | set[str] = frozenset()
+) -> tuple[UpstreamRuntime | None, bool]:
     """The deployment the pool's strategy would pick now among those not ``tried``, for a
-    request that is not retried along the pool: the first when none may serve (None: when
-    that one was tried too)."""
+    request that is not retried along the pool (its records under ``state.pool_scope``), and
+    whether another may serve after it; none may serve: the first for a request's first try
+    (its answer is the client's), else None (each that sits out was tried, or is out already)."""
     ps = svc.pool_state
     assert ps is not None
-    if not ps.fresh(pool.cfg.name, model):
-        await ps.refresh(pool.cfg.name, pool.member_cfgs, model, pool.circuits)
+    scope = state.pool_model
+    if not ps.fresh(pool.cfg.name, scope):
+        await ps.refresh(pool.cfg.name, pool.member_cfgs, state.model, pool.circuits, scope)
     now_ms = svc.wall() * 1000
-    views = [ps.view(i, up.cfg, model, now_ms) for i, up in enumerate(pool.members)]
+    views = [ps.view(i, up.cfg, scope, now_ms) for i, up in enumerate(pool.members)]
     ready = [v for v in views if v.serves_at(now_ms) and v.name not in tried]
     if ready:
-        return pool.members[first(pool.cfg.strategy, ready, svc.rand).slot]
-    return None if pool.members[0].cfg.name in tried else pool.members[0]
+        return pool.members[first(pool.cfg.strategy, ready, svc.rand).slot], len(ready) > 1
+    return (None if tried else pool.members[0]), False
 
 
 async def send_across(
@@ -201,24 +204,37 @@ async def send_across(
     call_for: Callable[[UpstreamRuntime], Call | Outcome],
 ) -> Outcome:  # fmt: skip
     """A request that is not retried along the pool (counting tokens, an embedding, any path
-    relayed as it is): one deployment as the strategy picks it, and on a failure of its key
-    (a rate limit, no credit, the operator's key refused) that deployment sits out, as it
-    would for the pool's own requests, and the next is tried; each once. ``call_for`` may
-    answer instead of sending (a path its API has no translation for)."""
+    relayed as it is): one deployment as the strategy picks it, and on a failure another key
+    may not meet (a rate limit, no credit, the operator's key refused, an outage) the next at
+    once, that deployment sitting out as it would for the pool's own requests; each is tried
+    once, the class's retries spent on the last (waited out on the same key, a count_tokens
+    429 kept the request there 3 retries long before it moved, measured). Its records are
+    kept apart from its model's generation (``relayed_scope``). ``call_for`` may answer
+    instead of sending (a path its API has no translation for)."""
+    state.pool_scope = relayed_scope(state.model)
     tried: set[str] = set()
     outcome: Outcome | None = None
-    while (up := await any_deployment(svc, pool, state.model, tried)) is not None:
+    while True:
+        up, others = await any_deployment(svc, pool, state, tried)
+        if up is None:
+            break
         call = call_for(up)
         if not isinstance(call, Call):
             return call
         _picked(svc, state, pool, up, pool.cfg.strategy if not tried else "moved")
-        outcome = await _held(svc, state, up, send_one(svc, state, plan, call, call.body))
+        own_key = up.cfg.api_key is not None
+
+        def moves(c: Classification, own_key: bool = own_key) -> bool:
+            return moves_to_sibling(c, own_key=own_key, bigger_window=False, overflow_moves=False)
+
+        sending = send_one(svc, state, plan, call, call.body, retries_cap=0 if others else None,
+                           moves_on=moves if others else None)  # fmt: skip
+        outcome = await _held(svc, state, up, sending)
         if not isinstance(outcome, Failure):
             return outcome
         await _sit_out(svc, state, pool, up, outcome.classification)
         tried.add(up.cfg.name)
-        if not moves_to_sibling(outcome.classification, own_key=up.cfg.api_key is not None,
-                                bigger_window=False, overflow_moves=False):  # fmt: skip
+        if not moves(outcome.classification):
             return outcome
     assert outcome is not None  # the first deployment is always tried
     return outcome
@@ -344,7 +360,7 @@ async def _sit_out(svc: Services, state: RequestState, pool: PoolRuntime, up: Up
     until_ms, why = out
     # A rate limit is the model's; credit and credentials are the whole key's, unless the
     # refusal names the one model it refuses (classify's one_model).
-    model = state.model if why in (SitOut.RATE_LIMIT, SitOut.MODEL_MISSING) or c.one_model else None
+    model = state.pool_model if why in (SitOut.RATE_LIMIT, SitOut.MODEL_MISSING) or c.one_model else None
     assert svc.pool_state is not None
     await svc.pool_state.sit_out(up.cfg.name, model, until_ms, why, key_id(up.cfg))
     svc.telemetry.sit_outs.labels(pool.cfg.name, up.cfg.name, why.value).inc()
@@ -400,12 +416,14 @@ async def _all_sitting_out(
     state.retries_settled = plan.stopped in SETTLED
     if limited is not None and isinstance(limited.outcome, Failure):
         # The provider's own 429 (the last one of this request, whatever failed after it: a
-        # refused or exhausted sibling), with the pool's earliest reset.
+        # refused or exhausted sibling), with the pool's earliest reset in every header that
+        # states a wait (its own reset headers say that one key's).
         theirs = replace(c, provider_code=limited.outcome.classification.provider_code,
                          message=limited.outcome.classification.message)  # fmt: skip
         if limited.call is not None:
             state.upstream = limited.call.up.cfg.name  # whose 429 it is
-        return Sent(replace(limited.outcome, classification=theirs), limited.call)
+        headers = restamped(limited.outcome.headers, wait_s)
+        return Sent(replace(limited.outcome, classification=theirs, headers=headers), limited.call)
     state.upstream = pool.cfg.name  # no deployment was asked: the pool answered
     failure = gateway_failure(
         429, c, f"every deployment of pool '{pool.cfg.name}' is rate limited; the earliest resets in "

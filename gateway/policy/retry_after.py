@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -31,6 +31,26 @@ _MAX_WAIT_S = 7 * 24 * 3600.0  # anything longer is a parsing accident, not a re
 
 def reset_at_ms(wait_s: float, now_s: float) -> int:
     return round((now_s + wait_s) * 1000)
+
+
+def restamped(headers: Sequence[tuple[str, str]], wait_s: float) -> list[tuple[str, str]]:
+    """The headers of a provider's rate-limit answer relayed with another wait than its own (a
+    pool's earliest reset, another key's): ``retry-after`` and ``retry-after-ms`` say that
+    wait, and the reset headers of the one key that answered (OpenAI's, Anthropic's,
+    Mistral's) are left out, its limits and what it has left kept. Relayed as they were, a
+    pool's 429 said ``retry-after: 40`` beside that key's ``retry-after-ms: 50000``, which the
+    openai SDKs read first (measured)."""
+    out = []
+    for name, value in headers:
+        low = name.lower()
+        if low == "retry-after":
+            value = str(max(0, math.ceil(wait_s)))
+        elif low == "retry-after-ms":
+            value = str(max(0, math.ceil(wait_s * 1000 - 1e-6)))  # not a millisecond more from float error
+        elif "ratelimit" in low and "reset" in low:
+            continue
+        out.append((name, value))
+    return out
 
 
 def _sane(wait: float | None) -> float | None:

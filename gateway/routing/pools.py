@@ -179,6 +179,32 @@ def _rendezvous(ready: Sequence[Deployment], conversation: str) -> list[Deployme
     return sorted(ready, key=score, reverse=True)
 
 
+RELAYED = "relayed:"
+
+
+def relayed_scope(model: str | None) -> str:
+    """What a request not retried along the pool (counting tokens, an embedding, any path
+    relayed as it is) keeps its deployments' records under in place of its model: their
+    sit-outs, headroom and the sends that count it down, apart from the model's generation
+    (the configured ``limits`` are the deployment's, one count for every path: ``unscoped``).
+    Anthropic: "Token counting and message creation have separate and independent rate
+    limits. Usage of one does not count against the limits of the other."
+    (https://docs.anthropic.com/en/docs/build-with-claude/token-counting). Under its model, a
+    count_tokens 429 sat the key out of Messages (measured), and the sit-out after a 429 of a
+    request naming no model (a listing) was recorded for every model. No other provider's
+    page says whether such paths share the generation's limits: kept apart, a shared limit
+    costs one more 429 (which moves on at once); kept together, a separate one took the key
+    from generation."""
+    return RELAYED + (model or "")
+
+
+def unscoped(model: str | None) -> str | None:
+    """The model a ``relayed_scope`` stands for (any other name stands for itself)."""
+    if model is not None and model.startswith(RELAYED):
+        return model[len(RELAYED) :] or None
+    return model
+
+
 def sit_out(c: Classification, now_ms: int, *, rate_limit_s: float, budget_s: float, auth_s: float,
             own_key: bool, model_missing_s: float = 300.0) -> tuple[int, SitOut] | None:  # fmt: skip
     """How long a deployment sits out after the failure ``c``, and why; None: it does not

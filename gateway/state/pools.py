@@ -44,7 +44,7 @@ from typing import TypeVar
 from gateway.config import UpstreamConfig
 from gateway.policy.breaker import CircuitRecord, circuit_key
 from gateway.routing.headroom import Headroom, headroom_of
-from gateway.routing.pools import Deployment, SitOut
+from gateway.routing.pools import Deployment, SitOut, unscoped
 from gateway.state.shared import SharedCircuit
 from gateway.state.store import StateStore
 
@@ -79,8 +79,9 @@ class _Sends:
     # By when they were sent: not yet added to the store's sends (s:), and added already.
     unreported: dict[Slot, list[int]] = field(default_factory=dict)
     reported: dict[Slot, list[int]] = field(default_factory=dict)
-    pending_requests: int = 0  # not yet in the minute's usage (n:…#m), for configured limits
-    pending_tokens: int = 0
+    # Minute -> [requests, tokens] not yet in that minute's usage (n:…#m), for configured
+    # limits: by the minute they were sent in, which the read that takes them may not be in.
+    pending: dict[int, list[int]] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -205,7 +206,7 @@ class PoolState:
                                                  tokens, _USAGE_TTL_S)  # fmt: skip
         _bounded(self._records)[key] = {"n": float(n), "k": float(k)}
         if not ok:
-            _bounded(self._used_up)[(up.name, model)] = (minute + 1) * 60_000
+            _bounded(self._used_up)[(up.name, unscoped(model))] = (minute + 1) * 60_000
         return ok
 
     # -- what every answer tells ---------------------------------------------------------------
@@ -224,8 +225,14 @@ class PoolState:
         sends.times.append(now_ms)
         sends.tokens.append((sends.tokens[-1] if sends.tokens else sends.tokens_before) + tokens)
         if up.limits is not None and not taken:
-            sends.pending_requests += 1
-            sends.pending_tokens += tokens
+            # Counted in the minute it is sent in: added to whichever minute the next read came
+            # in, two sends at 00:24 kept the pool refusing every request at 01:02 (measured).
+            cell = sends.pending.get(minute := int(now_ms // 60_000))
+            if cell is None:
+                sends.pending[minute] = [1, tokens]
+            else:
+                cell[0] += 1
+                cell[1] += tokens
         if self._shared:
             cell = sends.unreported.get(slot := _slot(now_ms))
             if cell is None:
@@ -306,13 +313,16 @@ class PoolState:
         return at is not None and self.monotonic() - at < self.cache_s
 
     async def refresh(self, pool: str, members: tuple[UpstreamConfig, ...], model: str | None,
-                      circuits: Sequence[SharedCircuit] = ()) -> None:  # fmt: skip
+                      circuits: Sequence[SharedCircuit] = (), scope: str | None = None) -> None:  # fmt: skip
         """One round trip: what this process saw goes out, what every replica saw comes in, and
-        the deployments' ``circuits`` with it (so a pick asks the store nothing more)."""
+        the deployments' ``circuits`` for ``model`` with it (so a pick asks the store nothing
+        more). ``scope``: the records are kept under it, not under ``model`` (``fresh``,
+        ``view`` and the rest are then asked with it)."""
         minute = self._minute()
         reads = []
+        records_of = model if scope is None else scope
         for up in members:
-            out_dep, out_model, hkey, skey, nkey = self._keys_of(up.name, model)
+            out_dep, out_model, hkey, skey, nkey = self._keys_of(up.name, records_of)
             reads += [out_dep, out_model, hkey]
             if self._shared:
                 reads += [f"{skey}#{minute - 1}", f"{skey}#{minute}"]
@@ -324,7 +334,7 @@ class PoolState:
         for circuit, ks in zip(circuits, circuit_keys, strict=True):
             circuit.prime(ks, recs[at : at + len(ks)])
             at += len(ks)
-        _bounded(self._read_at)[(pool, model)] = self.monotonic()
+        _bounded(self._read_at)[(pool, records_of)] = self.monotonic()
 
     def view(self, index: int, up: UpstreamConfig, model: str | None, now_ms: float) -> Deployment:
         """``up`` as of now, from the records last read plus this process's counts since."""
@@ -354,7 +364,7 @@ class PoolState:
             usage = records.get(f"{nkey}#{minute}") or {}
             ends = (minute + 1) * 60_000
             rpm, tpm = up.limits.requests_per_minute, up.limits.tokens_per_minute
-            pending_n, pending_k = (sends.pending_requests, sends.pending_tokens) if sends else (0, 0)
+            pending_n, pending_k = sends.pending.get(minute, (0, 0)) if sends else (0, 0)
             if rpm is not None:
                 requests_left, out_until, why = _left(rpm - usage.get("n", 0.0) - pending_n, rpm,
                                                       ends, now_ms, out_until, why)  # fmt: skip
@@ -362,7 +372,7 @@ class PoolState:
                 tokens_left, out_until, why = _left(tpm - usage.get("k", 0.0) - pending_k, tpm,
                                                     ends, now_ms, out_until, why)  # fmt: skip
         if self._used_up:
-            used_up = self._used_up.get((up.name, model), 0)
+            used_up = self._used_up.get((up.name, unscoped(model)), 0)
             if used_up > max(now_ms, out_until):
                 out_until, why = used_up, SitOut.HEADROOM
         name = up.name
@@ -455,13 +465,16 @@ class PoolState:
                         reads.append(f"{skey}#{m}")
                         back.add(f"{skey}#{m}")
                 sends.forget(self.wall() * 1000, minute)
-            if sends.pending_requests:
-                usage = f"{nkey}#{minute}"
-                adds.append((usage, {"n": sends.pending_requests, "k": sends.pending_tokens}, _USAGE_TTL_S))
-                sends.pending_requests = sends.pending_tokens = 0
-                if usage not in back:
-                    reads.append(usage)
-                    back.add(usage)
+            if sends.pending:
+                for m, (n, k) in sends.pending.items():
+                    if m < minute - 1:  # read by no one any more (a replica's clock a little
+                        continue  # behind may still be in the last minute: it gets them)
+                    usage = f"{nkey}#{m}"
+                    adds.append((usage, {"n": n, "k": k}, _USAGE_TTL_S))
+                    if m == minute and usage not in back:
+                        reads.append(usage)
+                        back.add(usage)
+                sends.pending.clear()
         homes = [(k, home, ttl) for k, (home, ttl) in self._homes.items()]
         self._homes.clear()
         self._synced_at = self.monotonic()
@@ -496,7 +509,7 @@ class PoolState:
         await self._sync([], self._minute())
 
     def _unsent(self) -> bool:
-        return bool(self._homes) or any(sends.unreported or sends.pending_requests
+        return bool(self._homes) or any(sends.unreported or sends.pending
                                         for sends in self._sends.values())  # fmt: skip
 
     def _minute(self) -> int:
@@ -570,6 +583,7 @@ def _key(kind: str, deployment: str, model: str | None) -> str:
 
 
 def _keys(deployment: str, model: str | None) -> tuple[str, str, str, str, str]:
-    """Its sit-outs (all models, this model), its headroom, its sends, its usage (+ ``#minute``)."""
+    """Its sit-outs (all models, this model), its headroom, its sends, its usage (+ ``#minute``):
+    a relayed request's usage is its model's, the configured limits being the deployment's."""
     return (_key("o", deployment, None), _key("o", deployment, model), _key("h", deployment, model),
-            _key("s", deployment, model), _key("n", deployment, model))
+            _key("s", deployment, model), _key("n", deployment, unscoped(model)))

@@ -46,6 +46,16 @@ def test_promtool_checks_rules_and_config(tmp_path: Path) -> None:
     assert config.returncode == 0, config.stdout + config.stderr
 
 
+@needs_prometheus
+def test_the_alerts_fire_on_the_providers_errors_not_on_the_gateways_refusals_of_clients() -> None:
+    # A gateway key reaching its own budget paged "upstream none is answering budget errors",
+    # and wrong keys and key limits counted in the upstream error ratio: alerts_test.yml.
+    tests = Path(__file__).with_name("alerts_test.yml")
+    run = subprocess.run([PROMTOOL, "test", "rules", str(tests)], capture_output=True, text=True, cwd=tests.parent)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "SUCCESS" in run.stdout
+
+
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningGateway, FakeUpstream]]:
     with FakeUpstream.in_thread() as fake:
@@ -171,6 +181,8 @@ def test_real_prometheus_scrapes_the_request_count(gateway: tuple[RunningGateway
         assert 0 < share < 0.8
         [left] = query("min by (key) (llm_gateway_key_expires_at_seconds) - time()")
         assert 29 * 86400 < left <= 30 * 86400
+        # LLMGatewayBudgetErrors reads the provider's budget answers (drive_traffic's quota 429).
+        assert query('sum by (upstream) (llm_gateway_upstream_attempts_total{outcome="budget"})')
     finally:
         proc.terminate()
         proc.wait(10)

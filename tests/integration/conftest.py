@@ -99,7 +99,8 @@ async def make_gateway() -> AsyncIterator[MakeGateway]:
 
     async def make(extra_yaml: str = "", upstream_yaml: str = "", *, fake: FakeUpstream | None = None,
                    real_sleep: bool = False, upstreams: str | None = None,
-                   timeouts: str = "{connect_s: 2, first_byte_s: 1.0, idle_s: 1.0}") -> Gateway:
+                   timeouts: str = "{connect_s: 2, first_byte_s: 1.0, idle_s: 1.0}",
+                   wall: Callable[[], float] = time.time) -> Gateway:
         if fake is None:
             fake = await FakeUpstream().start()
             cleanups.append(fake.close)
@@ -120,7 +121,7 @@ async def make_gateway() -> AsyncIterator[MakeGateway]:
         async def record_sleep(s: float) -> None:
             slept.append(s)
 
-        app = create_app(cfg, registry=registry, sleep=asyncio.sleep if real_sleep else record_sleep)
+        app = create_app(cfg, registry=registry, sleep=asyncio.sleep if real_sleep else record_sleep, wall=wall)
         runner = make_runner(app, shutdown_timeout=0.5)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)

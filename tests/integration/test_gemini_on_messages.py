@@ -4,6 +4,7 @@ Anthropic refuses (gateway/fake/messages_rules.py), and its answers come back in
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -61,3 +62,19 @@ async def test_a_pdf_gemini_cli_read_reaches_claude_as_a_document(make_gateway) 
     [sent] = gw.fake.messages_requests()
     assert sent.json()["messages"][-1]["content"][-1] == {
         "type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": pdf}}
+
+
+async def test_a_text_file_and_a_mislabelled_photo_reach_claude_as_what_they_are(make_gateway) -> None:
+    """A text file became "[inline data (text/plain) left out: this model cannot read it]", though
+    Claude reads plain text documents; JPEG bytes said to be PNG were refused by Anthropic ("Image
+    does not match the provided media type image/png", claude-code #15746), on every later turn."""
+    gw = await make_gateway(upstream_yaml=ON_CLAUDE)
+    path = "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+    status, _, body = await post(gw, path, with_file_read("text/plain", base64.b64encode(b"TODO: ship it").decode()))
+    assert status == 200, body
+    jpeg = base64.b64encode(bytes.fromhex("ffd8ffe000104a464946000101")).decode()
+    status, _, body = await post(gw, path, with_file_read("image/png", jpeg))
+    assert status == 200, body
+    text, photo = (r.json()["messages"][-1]["content"][-1] for r in gw.fake.messages_requests())
+    assert text == {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "TODO: ship it"}}
+    assert photo == {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": jpeg}}

@@ -15,6 +15,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import anthropic
+import openai
 import pytest
 
 from gateway.config import parse_config
@@ -43,7 +45,7 @@ async def make_pool(make_gateway) -> AsyncIterator[MakePool]:  # type: ignore[no
 
     async def make(pool_yaml: str = "", extra: str = "", names: tuple[str, ...] = ("a", "b", "c"),
                    member_extra: dict[str, str] | None = None, more_upstreams: str = "",
-                   real_sleep: bool = False) -> Pool:  # fmt: skip
+                   real_sleep: bool = False, wall: Callable[[], float] = time.time) -> Pool:  # fmt: skip
         by_name = {}
         lines = []
         for n in names:
@@ -54,7 +56,7 @@ async def make_pool(make_gateway) -> AsyncIterator[MakePool]:  # type: ignore[no
                          f"{(member_extra or {}).get(n, '')}}}\n")  # fmt: skip
         pools = f"pools:\n  - {{name: gpt, models: ['gpt-*'], deployments: [{', '.join(names)}]{pool_yaml}}}\n"
         gw = await make_gateway(pools + extra, fake=by_name[names[0]], upstreams="".join(lines) + more_upstreams,
-                                real_sleep=real_sleep)
+                                real_sleep=real_sleep, wall=wall)
         return gw, by_name
 
     yield make
@@ -129,6 +131,28 @@ async def test_with_every_key_limited_the_client_gets_the_earliest_reset_and_no_
         assert status == 429 and 599 <= int(headers["retry-after"]) <= 600
         assert headers["x-llm-attempts"] == "0"
     assert sum(_calls(fakes).values()) == 3
+
+
+async def test_with_every_key_limited_every_wait_the_client_gets_is_the_earliest_reset(make_pool: MakePool) -> None:
+    """The relayed 429 is the last key's, stamped with the pool's earliest reset: its own
+    retry-after-ms and reset headers, which the openai SDKs read before retry-after, still said
+    that key's later wait (retry-after 40 beside retry-after-ms 50000, measured)."""
+    gw, fakes = await make_pool(pool_yaml=", affinity: {enabled: false}", member_extra={"a": ", weight: 1000000"})
+    for name, wait in (("a", 600), ("b", 700), ("c", 650)):  # a, the earliest, is tried first
+        fakes[name].always = Reply(429, RATE_LIMITED, {
+            "retry-after": str(wait), "retry-after-ms": str(wait * 1000), "x-ratelimit-limit-requests": "3",
+            "x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": f"{wait // 60}m{wait % 60}s"})
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="sk-client", max_retries=0)
+    try:
+        with pytest.raises(openai.RateLimitError) as e:
+            await client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+    finally:
+        await client.close()
+    h = e.value.response.headers
+    assert h["x-llm-upstream"] in ("b", "c") and h["x-llm-attempts"] == "3"  # the last key's 429
+    assert 599 <= int(h["retry-after"]) <= 600
+    assert 599_000 <= float(h.get("retry-after-ms", "600000")) <= 600_000
+    assert not any("reset" in k.lower() and "ratelimit" in k.lower() for k in h)
 
 
 async def test_with_every_key_limited_briefly_the_gateway_waits_for_the_earliest_reset(make_pool: MakePool) -> None:
@@ -414,6 +438,32 @@ async def test_configured_limits_keep_a_deployment_without_headers_under_them(ma
     assert _calls(fakes)["b"] >= 6
 
 
+async def test_configured_limits_used_up_in_one_minute_serve_again_in_the_next(make_pool: MakePool) -> None:
+    """pools.md: one count per deployment, model and calendar minute. On the memory backend a
+    minute's sends went into the count of the minute the next read came in: both keys' whole
+    minute used at 00:24 left the pool answering 429 with no call at 01:02 (measured)."""
+    shift = [24 - time.time() % 60]  # the gateway's clock: 24 s into a minute, running
+    limits = ", limits: {requests_per_minute: 2}"
+    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
+                                member_extra={"a": limits, "b": limits},
+                                wall=lambda: time.time() + shift[0])  # fmt: skip
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="sk-client", max_retries=0)
+    try:
+        for i in range(4):  # both keys' whole minute
+            r = await client.chat.completions.with_raw_response.create(model="gpt-4o-mini",
+                                                                       messages=[{"role": "user", "content": f"{i}"}])
+            assert r.http_response.status_code == 200
+        assert _calls(fakes) == {"a": 2, "b": 2}
+        shift[0] += 38  # 02 s into the next minute
+        for i in range(4):
+            r = await client.chat.completions.with_raw_response.create(model="gpt-4o-mini",
+                                                                       messages=[{"role": "user", "content": f"+{i}"}])
+            assert r.http_response.status_code == 200 and r.headers["x-llm-attempts"] == "1"
+        assert _calls(fakes) == {"a": 4, "b": 4}
+    finally:
+        await client.close()
+
+
 async def test_a_fallback_may_name_a_pool(make_gateway) -> None:  # type: ignore[no-untyped-def]
     solo, a, b = FakeUpstream(), FakeUpstream(), FakeUpstream()
     for f in (solo, a, b):
@@ -576,6 +626,52 @@ async def test_counting_tokens_and_embeddings_route_around_a_refused_key(make_po
             assert r.status == 200 and r.headers["x-llm-upstream"] == "b"
     refused = [r for r in fakes["a"].requests if r.path.endswith("/embeddings")]
     assert len(refused) <= 1  # one call at most, then it sits out
+
+
+async def test_counting_tokens_limited_on_one_key_moves_on_at_once_and_leaves_its_messages(
+    make_gateway,  # type: ignore[no-untyped-def]
+) -> None:
+    """pools.md: a request not retried along the pool tries each deployment once. A count_tokens
+    429 was waited out on the same key (calls at 0, 3, 6 and 9 s, then the next key:
+    x-llm-attempts 5, measured), and sat that key out of Messages too, whose limits are apart
+    (Anthropic: "Token counting and message creation have separate and independent rate
+    limits", https://docs.anthropic.com/en/docs/build-with-claude/token-counting)."""
+    fakes: dict[str, FakeUpstream] = {}
+    lines = []
+    for n in ("a", "b", "c"):
+        fakes[n] = await FakeUpstream().start()
+        weight = ", weight: 1000000" if n == "a" else ""  # the first pick, whatever the coin
+        lines.append(f"  - {{name: {n}, base_url: '{fakes[n].url}', api_key: key-{n}, key_header: x-api-key, "
+                     f"apis: [messages], models: ['claude-*']{weight}}}\n")  # fmt: skip
+    pools = "pools:\n  - {name: claude, models: ['claude-*'], deployments: [a, b, c], affinity: {enabled: false}}\n"
+    client = None
+    try:
+        gw = await make_gateway(pools, fake=fakes["a"], upstreams="".join(lines))
+        fakes["a"].keys.counting_limited_until("key-a", time.time() + 30)
+        client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="sk-client", max_retries=0)
+        asked: Any = [{"role": "user", "content": "How many tokens is this?"}]
+
+        def counted(name: str) -> int:
+            return len([r for r in fakes[name].requests if r.path.endswith("/messages/count_tokens")])
+
+        r = await client.messages.with_raw_response.count_tokens(model="claude-sonnet-4-6", messages=asked)
+        assert r.http_response.status_code == 200 and (await r.parse()).input_tokens > 0
+        assert r.headers["x-llm-upstream"] in ("b", "c") and r.headers["x-llm-attempts"] == "2"
+        assert gw.slept == [] and counted("a") == 1  # moved on at once, no wait on the limited key
+        # Its messages are not limited: the key still serves them.
+        m = await client.messages.with_raw_response.create(model="claude-sonnet-4-6", max_tokens=16, messages=asked)
+        assert m.http_response.status_code == 200 and m.headers["x-llm-upstream"] == "a"
+        # Its token counting sits out until the reset: the next count goes elsewhere at once.
+        r = await client.messages.with_raw_response.count_tokens(model="claude-sonnet-4-6", messages=asked)
+        assert r.headers["x-llm-upstream"] in ("b", "c") and r.headers["x-llm-attempts"] == "1"
+        assert counted("a") == 1
+        assert gw.metric("llm_gateway_deployment_sit_outs_total", pool="claude", deployment="a",
+                         reason="rate_limit") == 1  # fmt: skip
+    finally:
+        if client is not None:
+            await client.close()
+        for fake in fakes.values():
+            await fake.close()
 
 
 async def test_every_key_out_after_a_provider_429_answers_that_429_whatever_failed_after_it(

@@ -646,3 +646,36 @@ def test_budgets_kept_in_memory_are_a_warning() -> None:
     assert warning.startswith("keys: team 't' has a budget and state.backend is memory")
     assert not config_warnings(parse_config(UP + REDIS + budgeted, env={}))
     assert not config_warnings(parse_config(UP + "keys: [{name: k, key: gk-k, requests_per_minute: 5}]", env={}))
+
+
+# A context_window lowers output budgets before they are sent (pipeline/output_cap.py): the
+# shipped default once said 128000 for every model, so gpt-5 (400,000) behind `make run` had
+# its max_completion_tokens cut to what 128k left beside the prompt.
+@pytest.mark.parametrize("path", ["config/gateway.yaml", "deploy/gateway.container.yaml"])
+def test_the_shipped_default_assumes_no_context_window_unless_told(path: str) -> None:
+    assert load_config(ROOT / path, env={}).upstreams[0].context_window is None
+    assert load_config(ROOT / path, env={"UPSTREAM_CONTEXT_WINDOW": ""}).upstreams[0].context_window is None
+    told = load_config(ROOT / path, env={"UPSTREAM_CONTEXT_WINDOW": "32768"})
+    assert told.upstreams[0].context_window == 32768
+
+
+def test_no_shipped_config_gives_openais_models_one_window() -> None:
+    import yaml
+
+    # OpenAI's models range from 128k (gpt-4o) to about 1M (gpt-4.1) tokens: any one number cuts some.
+    # "Context window: 400,000 / Maximum output tokens: 128,000" (https://vercel.com/ai-gateway/models/gpt-5-fast.md);
+    # "Context window: 1,047,576" (https://vercel.com/ai-gateway/models/gpt-4.1-fast.md).
+    texts = [p.read_text() for p in sorted((ROOT / "config").rglob("*.yaml"))]
+    texts.append(yaml.safe_load((ROOT / "deploy/kubernetes/configmap.yaml").read_text())["data"]["gateway.yaml"])
+    for text in texts:
+        for up in (yaml.safe_load(text) or {}).get("upstreams", []):
+            if "api.openai.com" in str(up.get("base_url")):
+                assert "context_window" not in up, up["name"]
+
+
+def test_an_empty_context_window_or_output_limit_is_unset() -> None:
+    text = "upstreams: [{name: a, base_url: 'http://x/v1', context_window: '${W:-}', max_output_tokens: '${M:-}'}]"
+    up = parse_config(text, env={}).upstreams[0]
+    assert (up.context_window, up.max_output_tokens) == (None, None)
+    up = parse_config(text, env={"W": "8192", "M": "1024"}).upstreams[0]
+    assert (up.context_window, up.max_output_tokens) == (8192, 1024)

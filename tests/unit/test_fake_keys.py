@@ -141,6 +141,27 @@ async def test_limited_until_refuses_every_request_until_then(
     assert fake.calls_by_key() == {"a": 2, "b": 1}
 
 
+async def test_token_counting_is_limited_apart_from_messages(http: aiohttp.ClientSession, fake: FakeUpstream) -> None:
+    """Anthropic: "Token counting and message creation have separate and independent rate
+    limits" (https://docs.anthropic.com/en/docs/build-with-claude/token-counting)."""
+    fake.keys.counting_limited_until("a", T0 + 30)
+    fake.keys.limited_until("b", T0 + 30)
+
+    async def count(key: str) -> Answer:
+        headers = {"x-api-key": key, "anthropic-version": "2023-06-01"}
+        body = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "hi"}]}
+        async with http.post(fake.url + "/messages/count_tokens", json=body, headers=headers) as r:
+            return Answer(r.status, {k.lower(): v for k, v in r.headers.items()}, await r.read())
+
+    over = await count("a")
+    assert over.status == 429 and b'"rate_limit_error"' in over.raw and over.headers["retry-after"] == "30"
+    assert over.kind() == (ErrorType.RATE_LIMIT, 30.0)
+    assert (await call(http, fake, "messages", "a")).status == 200  # its messages are not limited
+    assert (await count("b")).status == 200 and (await call(http, fake, "messages", "b")).status == 429
+    fake.keys.clock.now += 30  # type: ignore[attr-defined]
+    assert (await count("a")).status == 200
+
+
 @pytest.mark.parametrize("api", ["chat", "messages", "responses"])
 async def test_a_revoked_key_gets_the_apis_401(http: aiohttp.ClientSession, fake: FakeUpstream, api: str) -> None:
     fake.keys.limit("sk-revoked-0001", rpm=10)

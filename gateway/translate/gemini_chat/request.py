@@ -34,7 +34,7 @@ from gateway.apis.gemini.fields import field, has, snake
 from gateway.translate import json_schema as nesting
 from gateway.translate import typed
 from gateway.translate.base import Refusal, Target
-from gateway.translate.chat_messages.request import EFFORT_BUDGET
+from gateway.translate.chat_messages.request import EFFORT_BUDGET, reads_as_text, sniffed_image
 from gateway.translate.gemini_chat.names import Names, names_for
 from gateway.translate.messages_chat.request import STOP_MAX
 from gateway.translate.typed import WrongType
@@ -302,16 +302,21 @@ def _inline(blob: Any, at: typed.Path, files: bool) -> dict[str, Any]:
     # Protobuf's JSON bytes may be URL-safe base64 (google-genai 3.6 writes it so); a data URL
     # is standard base64, which is all some servers decode.
     data = blob["data"].replace("-", "+").replace("_", "/")
+    if mime.startswith("image/"):
+        # An image is the type its bytes are: Anthropic refuses JPEG bytes said to be PNG ("Image
+        # does not match the provided media type image/png", claude-code #15746).
+        mime = sniffed_image(data) or mime
     if mime in _IMAGES:
         return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}}
-    if mime == "application/pdf" and files:
-        # Claude reads PDFs: chat_messages makes this part a document block.
+    if files and (mime == "application/pdf" or reads_as_text(mime)):
+        # Claude reads PDFs and plain text (chat_messages makes this part a document block), and
+        # OpenAI's Responses both (chat_responses: an input_file).
         file: dict[str, Any] = {"file_data": f"data:{mime};base64,{data}"}
         name = field(blob, "displayName")
         if isinstance(name, str) and name:
             file["filename"] = name
         return {"type": "file", "file": file}
-    # Chat servers read those images only (a PDF reaches Claude alone). Refusing would fail every
+    # Chat servers read those images only (a document reaches Claude alone). Refusing would fail every
     # later turn of a session that once read a PDF or a phone's photo (the part stays in its
     # history); a note tells the model instead of letting it guess.
     what = "image" if mime.startswith("image/") else "inline data"

@@ -8,7 +8,7 @@ them current).
 
 from __future__ import annotations
 
-from tests.corpus_accuracy import PAGE, readme_section, score, table
+from tests.corpus_accuracy import PAGE, readme_section, score, section, table
 from tests.corpus_cases import HELD_OUT, IN_SAMPLE
 
 HELD_OUT_FLOOR = 0.85
@@ -26,6 +26,6 @@ def test_held_out_accuracy_stays_above_the_floor() -> None:
 
 
 def test_readme_states_the_current_figures() -> None:
-    assert readme_section(PAGE.read_text()) == table(), (
-        "The taxonomy page's accuracy table is stale: run python -m tests.corpus_accuracy --write"
+    assert readme_section(PAGE.read_text()) == section(), (
+        "The taxonomy page's corpus figures are stale: run python -m tests.corpus_accuracy --write"
     )

@@ -6,6 +6,7 @@ from gateway.policy.retry_after import (
     go_duration_s,
     http_retry_after_s,
     reset_at_ms,
+    restamped,
     rfc3339_wait_s,
     server_wait_s,
 )
@@ -102,3 +103,21 @@ def test_rate_limit_resets_are_ignored_when_asked_but_retry_after_is_not() -> No
 def test_reset_at_is_epoch_ms() -> None:
     assert reset_at_ms(1.5, NOW) == 1_795_000_001_500
     assert reset_at_ms(0.0004, NOW) == 1_795_000_000_000
+
+
+def test_a_wait_restamped_on_a_relayed_answer_is_the_only_wait_it_states() -> None:
+    """A pool relays one key's 429 with the pool's earliest reset: every header that states a
+    wait says that one, and the key's own resets are left out (its limits and what is left stay)."""
+    openai_429 = [("Content-Type", "application/json"), ("Retry-After", "50"), ("retry-after-ms", "50000"),
+                  ("x-ratelimit-limit-requests", "3"), ("x-ratelimit-remaining-requests", "0"),
+                  ("x-ratelimit-reset-requests", "50s"), ("x-ratelimit-reset-tokens", "6m0s")]  # fmt: skip
+    out = restamped(openai_429, 39.2)
+    assert out == [("Content-Type", "application/json"), ("Retry-After", "40"), ("retry-after-ms", "39200"),
+                   ("x-ratelimit-limit-requests", "3"), ("x-ratelimit-remaining-requests", "0")]  # fmt: skip
+    assert server_wait_s(dict((k.lower(), v) for k, v in out), None, NOW) == 39.2
+    anthropic_429 = [("retry-after", "50"), ("anthropic-ratelimit-requests-remaining", "0"),
+                     ("anthropic-ratelimit-requests-reset", "2026-11-30T00:00:50Z"),
+                     ("anthropic-ratelimit-unified-reset", "1795000000"), ("request-id", "req_1")]  # fmt: skip
+    assert restamped(anthropic_429, 40) == [("retry-after", "40"), ("anthropic-ratelimit-requests-remaining", "0"),
+                                            ("request-id", "req_1")]  # fmt: skip
+    assert restamped([("ratelimitbysize-reset", "50")], 40) == []  # Mistral's

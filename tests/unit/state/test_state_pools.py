@@ -11,7 +11,7 @@ import pytest
 from multidict import CIMultiDict
 
 from gateway.config import parse_config
-from gateway.routing.pools import SitOut
+from gateway.routing.pools import SitOut, relayed_scope
 from gateway.state import pools
 from gateway.state.memory import MemoryStore
 from gateway.state.pools import PoolState, key_id
@@ -333,3 +333,81 @@ async def test_sends_reach_the_other_replicas_without_a_read_once_a_replica_fall
     await a.close()  # at shutdown, what is left goes out
     await b.refresh("p", ups, MODEL)
     assert b.view(0, ups[0], MODEL, clock.now * 1000).requests_left == 5 / 100
+
+
+async def test_sends_count_in_the_minute_they_were_made_on_one_process_memory() -> None:
+    """The memory backend counted a minute's sends into the count of the minute its next read
+    came in: two sends at 00:24 left the pool refusing every request at 01:02, without a call
+    (``429 … the earliest resets in 57 s``, measured). Each send counts in its own minute."""
+    clock = Clock()
+    a, _, store = replicas(clock)
+    ups = members(", limits: {requests_per_minute: 2}")
+    minute = int(T0 // 60)
+    clock.now = T0 + 24
+    for _ in range(2):
+        a.sent(ups[0], MODEL, 100)
+    v = a.view(0, ups[0], MODEL, clock.now * 1000)
+    assert v.requests_left == 0.0 and v.out_until_ms == (minute + 1) * 60_000  # this minute's used up
+    clock.now = T0 + 62  # the next minute, no read between
+    assert a.view(0, ups[0], MODEL, clock.now * 1000).requests_left == 1.0
+    await a.refresh("p", ups, MODEL)  # the first read of the new minute takes the old sends
+    v = a.view(0, ups[0], MODEL, clock.now * 1000)
+    assert v.requests_left == 1.0 and v.serves_at(clock.now * 1000)
+    counts = await store.records_sync([f"n:a/{MODEL}#{minute}", f"n:a/{MODEL}#{minute + 1}"])
+    assert counts[0] == [{"n": 2, "k": 200}, {}]
+    a.sent(ups[0], MODEL, 100)
+    assert a.view(0, ups[0], MODEL, clock.now * 1000).requests_left == 0.5  # one of two sent this minute
+
+
+async def test_sends_reported_after_the_minute_turned_count_in_the_minute_they_were_made() -> None:
+    """The same on a shared store, for sends counted after the call (the headers told the
+    headroom at the pick): reported with the next minute's first read, they went into its count."""
+    clock = Clock()
+    a, _, store = shared_replicas(clock)
+    ups = members(", limits: {requests_per_minute: 4}")
+    minute = int(T0 // 60)
+    clock.now = T0 + 59.9
+    a.sent(ups[0], MODEL, 10)
+    a.sent(ups[0], MODEL, 10)
+    clock.now = T0 + 60.5
+    await a.refresh("p", ups, MODEL)
+    counts = await store.records_sync([f"n:a/{MODEL}#{minute}", f"n:a/{MODEL}#{minute + 1}"])
+    assert counts[0] == [{"n": 2, "k": 20}, {}]
+    assert a.view(0, ups[0], MODEL, clock.now * 1000).requests_left == 1.0
+
+
+async def test_a_relayed_requests_sit_out_is_kept_apart_from_its_models_generation() -> None:
+    """A count_tokens 429 sat the key out of Messages too (measured): Anthropic limits token
+    counting apart from message creation. A relayed request's records are its own."""
+    clock = Clock()
+    a, b, _ = replicas(clock)
+    ups = members()
+    scope = relayed_scope(MODEL)
+    until = round(clock.now * 1000) + 30_000
+    await a.sit_out("a", scope, until, SitOut.RATE_LIMIT)
+    await b.refresh("p", ups, MODEL)
+    assert b.view(0, ups[0], MODEL, clock.now * 1000).serves_at(clock.now * 1000)
+    assert not b.fresh("p", scope)
+    await b.refresh("p", ups, MODEL, scope=scope)
+    v = b.view(0, ups[0], scope, clock.now * 1000)
+    assert v.out_until_ms == until and v.out_why is SitOut.RATE_LIMIT and b.fresh("p", scope)
+    # Its answers' headers are its own path's limits, not the generation's headroom.
+    b.observe(ups[0], scope, openai_headers(remaining=0))
+    assert b.view(0, ups[0], scope, clock.now * 1000).requests_left == 0.0
+    assert b.view(0, ups[0], MODEL, clock.now * 1000).requests_left is None
+
+
+async def test_a_relayed_request_counts_against_the_deployments_configured_limits() -> None:
+    """The operator's ``limits`` are the deployment's, one count for every path (an embedding
+    finds the count the chat requests used up: test_pool_limits_redis.py)."""
+    clock = Clock()
+    a, _, _ = replicas(clock)
+    ups = members(", limits: {requests_per_minute: 2}")
+    scope = relayed_scope(MODEL)
+    a.sent(ups[0], MODEL, 10)
+    a.sent(ups[0], scope, 10)
+    await a.refresh("p", ups, MODEL)
+    await a.refresh("p", ups, MODEL, scope=scope)
+    for model in (MODEL, scope):
+        v = a.view(0, ups[0], model, clock.now * 1000)
+        assert v.requests_left == 0.0 and v.out_why is SitOut.HEADROOM

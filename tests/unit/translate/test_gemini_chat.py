@@ -9,6 +9,7 @@ finishReason), function calls whole (``args`` an object).
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -436,6 +437,41 @@ def test_a_pdf_a_function_returned_and_its_display_name_go_on_to_claude() -> Non
     assert out["messages"][-1]["content"][-1] == {
         "type": "file", "file": {"file_data": "data:application/pdf;base64,JVBE", "filename": "a.pdf"}}
     assert "left out" in json.dumps(chat(payload)["messages"][-1])
+
+
+@pytest.mark.parametrize("mime", ["text/plain", "text/markdown", "application/json"])
+def test_a_text_file_on_its_way_to_claude_is_a_chat_file_part_and_reaches_claude_as_plain_text(mime: str) -> None:
+    """Anthropic's document block takes plain text (PlainTextSource); it became "[inline data
+    (text/plain) left out: this model cannot read it]". A chat server still gets the note."""
+    data = base64.b64encode(b"def main():\n    pass\n").decode()
+    payload = base(contents=read_file_turns(mime, data))
+    out = T.request(payload, Target("claude-sonnet-4-5", onward="messages"))
+    assert not isinstance(out, Refusal), out
+    assert out["messages"][-1] == {"role": "user", "content": [
+        {"type": "file", "file": {"file_data": f"data:{mime};base64,{data}"}}]}  # fmt: skip
+    on_claude = ON_MESSAGES.request(payload, CLAUDE)
+    assert not isinstance(on_claude, Refusal), on_claude
+    assert on_claude["messages"][-1]["content"][-1] == {
+        "type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "def main():\n    pass\n"}}
+    assert messages_rules.refusal("/v1/messages", on_claude, {}) is None
+    assert chat(payload)["messages"][-1]["content"] == f"[inline data ({mime}) left out: this model cannot read it]"
+
+
+JPEG = base64.b64encode(bytes.fromhex("ffd8ffe000104a464946000101")).decode()
+
+
+@pytest.mark.parametrize("mime", ["image/png", "image/heic"])
+def test_an_image_goes_as_the_type_its_bytes_are(mime: str) -> None:
+    """JPEG bytes said to be PNG: "Image does not match the provided media type image/png" from
+    Anthropic (claude-code #15746); said to be HEIC, a note where the model could have seen it."""
+    payload = base(contents=read_file_turns(mime, JPEG))
+    assert chat(payload)["messages"][-1]["content"] == [
+        {"type": "image_url", "image_url": {"url": f"data:image/jpeg;base64,{JPEG}"}}]
+    on_claude = ON_MESSAGES.request(payload, CLAUDE)
+    assert not isinstance(on_claude, Refusal), on_claude
+    assert on_claude["messages"][-1]["content"][-1] == {
+        "type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": JPEG}}
+    assert messages_rules.refusal("/v1/messages", on_claude, {}) is None
 
 
 @pytest.mark.parametrize(("extra", "says"), [
