@@ -325,6 +325,11 @@ MEANINGS = {
     "is the period's end. Codex gets its own 429 `usage_limit_reached` instead.",
     "model_not_allowed": "The key may not use the requested model (`keys[].models`); 403, and 400 to Codex, "
     "which stops on a 400 but retries a 403 five times.",
+    "background_not_metered": "A Responses request with `background: true` from a key with a budget or "
+    "`tokens_per_minute`: such a response is answered before it runs, without usage, and billed later, so "
+    "the key's rules could not hold it; sent without `background` it is served.",
+    "model_not_priced": "The key has a budget (its own or its team's) and the requested model has no price "
+    "(`prices:`, or the shipped table), so its spend could not be counted; 403, and 400 to Codex.",
     "path_not_allowed": "A relayed request from a key with `models`, limits or a budget and without "
     "`admin: true` that the key's rules cannot be held to: anything but a `POST` naming its model in a JSON "
     "body to `/v1/completions`, `/v1/embeddings` and the like (batches, files, stored responses, batch "

@@ -125,6 +125,12 @@ a chat-only server). Each rule, as OpenAI words it (400 ``invalid_request_error`
   ``parallel_tool_calls``'s, is the fake's). Any ``tool_choice`` at all, ``"none"`` too: a check
   against OpenAI found it so (https://github.com/vllm-project/vllm/pull/40311).
 
+- both output budgets at once: "Setting 'max_tokens' and 'max_completion_tokens' at the same time
+  is not supported." (param ``max_tokens``, code ``invalid_parameter_combination``: OpenAI's
+  whole error object in https://github.com/langchain-ai/langgraph/issues/5943, gpt-4.1; the same
+  words from gpt-5.4 in smallmain/vscode-unify-chat-provider#279). Any two values, equal too:
+  the answers quoted name the pair, not their values.
+
 Where a request breaks more than one rule, the order they are checked in is the fake's own.
 """
 
@@ -174,6 +180,9 @@ def _fields(payload: dict[str, Any]) -> Fault | None:
         return _too_many("stop", 4, len(stop))
     if payload.get("stream_options") is not None and payload.get("stream") is not True:
         return "The 'stream_options' parameter is only allowed when 'stream' is enabled.", "stream_options", None
+    if payload.get("max_tokens") is not None and payload.get("max_completion_tokens") is not None:
+        return ("Setting 'max_tokens' and 'max_completion_tokens' at the same time is not supported.",
+                "max_tokens", "invalid_parameter_combination")  # fmt: skip
     if payload.get("metadata") is not None and payload.get("store") is not True:
         return "The 'metadata' parameter is only allowed when 'store' is enabled.", "metadata", None
     if not tools:

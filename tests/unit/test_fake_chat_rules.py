@@ -26,6 +26,7 @@ def tool(i: str) -> dict[str, Any]:
 
 
 USER = {"role": "user", "content": "hi"}
+BOTH_BUDGETS = "Setting 'max_tokens' and 'max_completion_tokens' at the same time is not supported."
 
 
 def refused(messages: list[dict[str, Any]]) -> tuple[str, str | None] | None:
@@ -240,6 +241,9 @@ def test_reasoning_models_refuse_stop(model: str, expected: tuple[str, str, str]
     ({"tool_choice": "none"}, ("Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are "
                                "specified.", "tool_choice", None)),
     ({"tool_choice": "auto", "parallel_tool_calls": False, "tools": TOOLS}, None),
+    ({"max_tokens": 1, "max_completion_tokens": 5000}, (BOTH_BUDGETS, "max_tokens", "invalid_parameter_combination")),
+    ({"max_tokens": 1}, None),
+    ({"max_completion_tokens": 5000}, None),
 ])  # fmt: skip
 def test_what_openai_refuses_of_the_requests_fields(payload: dict[str, Any],
                                                     expected: tuple[str, str, str | None] | None) -> None:

@@ -242,6 +242,11 @@ def anthropic_usage(usage: Any) -> dict[str, int]:
         value = usage.get(key)
         if isinstance(value, int) and value > 0:
             out[kind] = value
+    # Of the cache write, what was written for an hour: twice the input price, not 1.25 times.
+    split = usage.get("cache_creation")
+    hour = split.get("ephemeral_1h_input_tokens") if isinstance(split, dict) else None
+    if isinstance(hour, int) and not isinstance(hour, bool) and hour > 0:
+        out["cache_write_1h"] = hour
     return out
 
 
