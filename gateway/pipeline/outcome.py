@@ -69,6 +69,9 @@ class RequestState:
     # Parameters left out (or renamed, ``max_tokens->max_completion_tokens``) because the model
     # refuses them (``pipeline/param_fix.py``).
     params_dropped: list[str] | None = None
+    # Of those, the ones left out after a refusal, each at the cost of one more call (the limit
+    # counts these: a translation's own drops, a Responses request's hosted tools, cost none).
+    params_rescued: int = 0
     # Signed reasoning left out because the upstream refused it as not its own
     # (``pipeline/reasoning_fix.py``): ``thinking``, ``thinking,thinking_off``, ``encrypted_content``...
     reasoning_dropped: str | None = None

@@ -4,8 +4,9 @@ After a refusal that names a parameter the gateway may do without (``policy/refu
 a sampling knob, an effort, a storage hint, or ``max_tokens`` that a reasoning model takes as
 ``max_completion_tokens``), the fix is learned for the (upstream, model) and the request is
 sent again with it applied (``send_one`` applies every learned fix to every body it sends).
-At most ``MAX_FIXES`` parameters per request: each costs one more call. The client is told
-with ``x-llm-params-dropped`` and the log line's ``params_dropped``.
+At most ``MAX_FIXES`` rescues per request: each costs one more call. The client is told
+with ``x-llm-params-dropped`` and the log line's ``params_dropped``, beside what the translation
+itself left out (a chat server's missing hosted tools), which costs no call and so no rescue.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ async def rescue(
 ) -> Outcome:
     fix = refusal_fix(refused.classification.message, refused.body)
     done = state.params_dropped or []
-    if fix is None or fix.label in done or len(done) >= MAX_FIXES:
+    if fix is None or fix.label in done or state.params_rescued >= MAX_FIXES:
         return refused
     try:
         doc, lenient = jsonbody.loads(call.body)
@@ -36,6 +37,7 @@ async def rescue(
     if not isinstance(doc, dict) or fix.apply(doc) is None:
         return refused  # not in what was sent, or not one to leave out: the refusal stands
     svc.param_fixes.learn(call.up.cfg.name, call.wire_model or state.model, fix)
+    state.params_rescued += 1
     body = call.body
     capped = state.output_capped
     if capped is not None:

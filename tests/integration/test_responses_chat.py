@@ -211,6 +211,24 @@ async def test_codexs_web_search_left_out_is_named_in_the_answers_headers(make_g
     assert status == 200 and "x-llm-params-dropped" not in headers
 
 
+async def test_hosted_tools_left_out_leave_the_parameter_rescues_whole(make_gateway) -> None:
+    """The hosted tools a chat server cannot run are named in x-llm-params-dropped, but cost no
+    call: they used up the three rescues, and a refused effort beside them came back as a 400."""
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY)
+    gw.fake.refused_params = frozenset({"reasoning_effort", "temperature", "parallel_tool_calls"})
+    tools: list[dict[str, Any]] = [{"type": "web_search"}, {"type": "file_search", "vector_store_ids": ["vs_1"]},
+                                   {"type": "code_interpreter", "container": {"type": "auto"}},
+                                   {"type": "function", "name": "f", "parameters": {"type": "object"}}]  # fmt: skip
+    payload = {"model": "gpt-5.5", "input": "hi", "tools": tools, "reasoning": {"effort": "high"}}
+    for attempts in ("2", "1"):  # the refusal learnt, then left out before the send
+        status, headers, body = await gw.responses(payload)
+        assert status == 200, body
+        assert headers["x-llm-attempts"] == attempts
+        assert set(headers["x-llm-params-dropped"].split(",")) == {
+            "tools.web_search", "tools.file_search", "tools.code_interpreter", "reasoning_effort"}
+    assert ["reasoning_effort" in r.json() for r in gw.fake.chat_requests()] == [True, False, False]
+
+
 async def test_log_probabilities_are_a_400_never_sent_as_chats_own_are(make_gateway) -> None:
     gw = await make_gateway(upstream_yaml=CHAT_ONLY)
     status, _, body = await gw.responses({"model": "gpt-5-codex", "input": "hi", "top_logprobs": 5})
