@@ -38,7 +38,7 @@ from gateway.pipeline.attempt import Call
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success, gateway_failure
 from gateway.pipeline.send import SETTLED, Sent, fails_over_class, send_one, waited_and_confirmed
 from gateway.policy.retry import RetryPlan
-from gateway.policy.retry_after import reset_at_ms, restamped
+from gateway.policy.retry_after import reset_at_ms, restamped, restamped_body
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.routing.pools import (
     Deployment,
@@ -515,8 +515,16 @@ async def _all_sitting_out(
                          message=limited.outcome.classification.message)  # fmt: skip
         if limited.call is not None:
             state.upstream = limited.call.up.cfg.name  # whose 429 it is
+        # and in its body where a client reads the wait there (Google's RetryInfo), whether the
+        # body is relayed as the key wrote it or rendered in the client's API from ``foreign``.
         headers = restamped(limited.outcome.headers, wait_s)
-        return Sent(replace(limited.outcome, classification=theirs, headers=headers), limited.call)
+        body = restamped_body(limited.outcome.body, wait_s)
+        foreign = limited.outcome.foreign
+        if foreign is not None:
+            foreign = replace(foreign, classification=replace(foreign.classification, retry_after_s=wait_s,
+                                                              reset_at_ms=c.reset_at_ms))  # fmt: skip
+        relayed = replace(limited.outcome, classification=theirs, headers=headers, body=body, foreign=foreign)
+        return Sent(relayed, limited.call)
     state.upstream = pool.cfg.name  # no deployment was asked: the pool answered
     if stored is not None:
         failure = gateway_failure(

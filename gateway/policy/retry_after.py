@@ -17,6 +17,7 @@ Pure: the current time is passed in; garbage never raises, it is ignored.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -51,6 +52,36 @@ def restamped(headers: Sequence[tuple[str, str]], wait_s: float) -> list[tuple[s
             continue
         out.append((name, value))
     return out
+
+
+def restamped_body(body: bytes, wait_s: float) -> bytes:
+    """A relayed error body with ``wait_s`` in every Google ``RetryInfo.retryDelay`` (whole
+    seconds, as Google writes it and as ``restamped``'s ``retry-after`` says it): Gemini CLI
+    waits what the body says (``parseDurationInSeconds(retryInfo.retryDelay)``), so a pool's
+    429 stated retry-after 40 and a retryDelay of the key's own 50 s. A provider's prose ("Please
+    try again in 50s.") is its words and left as written; no client we relay to reads it.
+    Anything else, the very bytes."""
+    if b"RetryInfo" not in body:
+        return body
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError, UnicodeDecodeError):
+        return body
+    changed = False
+    for d in _details(doc):
+        if isinstance(d, dict) and str(d.get("@type", "")).endswith("google.rpc.RetryInfo"):
+            d["retryDelay"] = f"{max(0, math.ceil(wait_s))}s"
+            changed = True
+    return json.dumps(doc).encode() if changed else body
+
+
+def _details(body: Any) -> list[Any]:
+    """The ``error.details`` of Google's envelope (in a list too: its OpenAI-compatible endpoint's)."""
+    if isinstance(body, list) and body:
+        body = body[0]
+    err = body.get("error") if isinstance(body, dict) else None
+    details = err.get("details") if isinstance(err, dict) else None
+    return details if isinstance(details, list) else []
 
 
 def _sane(wait: float | None) -> float | None:
@@ -136,18 +167,15 @@ def _anthropic_reset(headers: Mapping[str, str], now_s: float) -> float | None:
 
 
 def _body_wait(body: Any) -> float | None:
+    for d in _details(body):  # Gemini's OpenAI-compatible endpoint wraps errors in a list
+        if isinstance(d, dict) and str(d.get("@type", "")).endswith("google.rpc.RetryInfo"):
+            delay = d.get("retryDelay")
+            if isinstance(delay, str) and delay.endswith("s"):
+                return _float(delay[:-1])
     if isinstance(body, list) and body:
-        body = body[0]  # Gemini's OpenAI-compatible endpoint wraps errors in a list
+        body = body[0]
     if not isinstance(body, dict):
         return None
-    err = body.get("error")
-    details = err.get("details") if isinstance(err, dict) else None
-    if isinstance(details, list):
-        for d in details:
-            if isinstance(d, dict) and str(d.get("@type", "")).endswith("google.rpc.RetryInfo"):
-                delay = d.get("retryDelay")
-                if isinstance(delay, str) and delay.endswith("s"):
-                    return _float(delay[:-1])
     estimated = body.get("estimated_time")
     if isinstance(estimated, (int, float)) and not isinstance(estimated, bool):
         return float(estimated)

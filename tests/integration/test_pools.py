@@ -155,6 +155,36 @@ async def test_with_every_key_limited_every_wait_the_client_gets_is_the_earliest
     assert not any("reset" in k.lower() and "ratelimit" in k.lower() for k in h)
 
 
+GOOGLE_RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
+
+
+def _google_429(wait: int) -> dict[str, Any]:
+    return {"error": {"code": 429, "message": "You exceeded your current quota, please check your plan and billing "
+                      "details.", "status": "RESOURCE_EXHAUSTED",
+                      "details": [{"@type": GOOGLE_RETRY_INFO, "retryDelay": f"{wait}s"}]}}  # fmt: skip
+
+
+@pytest.mark.parametrize("apis", ["gemini", "chat"])
+async def test_with_every_key_limited_a_gemini_client_reads_the_earliest_reset_in_the_body_too(
+    make_pool: MakePool, apis: str,
+) -> None:
+    """Gemini CLI waits what the body's RetryInfo says (``parseDurationInSeconds(retryInfo.
+    retryDelay)``), not retry-after: the relayed 429 said retry-after 40 beside the last key's
+    retryDelay "50s", relayed as Google wrote it or rendered from the key's own wait (measured)."""
+    member = {n: f", weight: {w}, apis: [{apis}]" for n, w in (("a", 1000000), ("b", 1), ("c", 1))}
+    gw, fakes = await make_pool(pool_yaml=", affinity: {enabled: false}", member_extra=member)
+    for name, wait in (("a", 600), ("b", 700), ("c", 650)):  # a, the earliest, is tried first
+        body = _google_429(wait) if apis == "gemini" else RATE_LIMITED
+        fakes[name].always = Reply(429, body, {"retry-after": str(wait)} if apis == "chat" else {})
+    payload = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    async with gw.session.post(gw.base + "/v1beta/models/gpt-4o-mini:generateContent", json=payload) as r:
+        status, headers, doc = r.status, r.headers, await r.json()
+    assert status == 429 and headers["x-llm-attempts"] == "3" and headers["x-llm-upstream"] in ("b", "c")
+    assert 599 <= int(headers["retry-after"]) <= 600
+    [delay] = [d["retryDelay"] for d in doc["error"]["details"] if d["@type"] == GOOGLE_RETRY_INFO]
+    assert 599 <= float(delay.removesuffix("s")) <= 600
+
+
 async def test_with_every_key_limited_briefly_the_gateway_waits_for_the_earliest_reset(make_pool: MakePool) -> None:
     gw, fakes = await make_pool(names=("a", "b"), real_sleep=True)
     fakes["a"].script(Reply(429, RATE_LIMITED, {"retry-after": "20"}))

@@ -7,6 +7,7 @@ from gateway.policy.retry_after import (
     http_retry_after_s,
     reset_at_ms,
     restamped,
+    restamped_body,
     rfc3339_wait_s,
     server_wait_s,
 )
@@ -121,3 +122,22 @@ def test_a_wait_restamped_on_a_relayed_answer_is_the_only_wait_it_states() -> No
     assert restamped(anthropic_429, 40) == [("retry-after", "40"), ("anthropic-ratelimit-requests-remaining", "0"),
                                             ("request-id", "req_1")]  # fmt: skip
     assert restamped([("ratelimitbysize-reset", "50")], 40) == []  # Mistral's
+
+
+def test_a_wait_restamped_on_a_relayed_google_body_is_the_one_its_retry_info_states() -> None:
+    """Gemini CLI waits what the body's RetryInfo says, not retry-after: a pool's relayed 429
+    must not state the key's own wait there (retry-after 40 beside retryDelay "50s", measured)."""
+    import json
+
+    doc = {"error": {"code": 429, "message": "Resource exhausted.", "status": "RESOURCE_EXHAUSTED", "details": [
+        {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": []},
+        {"@type": RETRY_INFO, "retryDelay": "50s"}]}}  # fmt: skip
+    out = json.loads(restamped_body(json.dumps(doc).encode(), 39.2))
+    assert out["error"]["details"][1] == {"@type": RETRY_INFO, "retryDelay": "40s"}  # as retry-after: 40
+    assert out["error"]["details"][0] == doc["error"]["details"][0] and out["error"]["message"] == "Resource exhausted."
+    assert server_wait_s({}, out, NOW) == 40
+    listed = json.loads(restamped_body(json.dumps([doc]).encode(), 39.2))  # the OpenAI-compatible endpoint's
+    assert listed[0]["error"]["details"][1]["retryDelay"] == "40s"
+    # Nothing to restamp, or not JSON: the very bytes.
+    for body in (b'{"error": {"message": "Please try again in 50s."}}', b"not json", b""):
+        assert restamped_body(body, 40) is body
