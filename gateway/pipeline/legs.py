@@ -57,7 +57,7 @@ def leg_call(
     state.translated = f"{leg.client.api}->{wire.api}"
     translated = leg.request(client_payload, inbound.model, up.cfg.stream_usage)
     if isinstance(translated, Refusal):
-        return bad_request(translated.message, translated.code)
+        return refused_here(state, translated)
     dropped = leg.translator.dropped(client_payload)
     if dropped:  # told as the parameters a model refused are (x-llm-params-dropped)
         noted = state.params_dropped or []
@@ -75,6 +75,16 @@ def leg_call(
         return body
     return Call(up, "POST", url, headers, how.mode, wire, False, how.track, translation,
                 body=body, wire_model=_model(translated), rewritten=True)  # fmt: skip
+
+
+def refused_here(state: RequestState, refusal: Refusal) -> Failure:
+    """A request its translation refuses (a field the upstream's API has no place for): no
+    provider saw it, so before any attempt it is the gateway's own refusal (``upstream="none"``,
+    which no upstream alert counts: docs/operations/alerts.md), not a 400 under the name of an
+    upstream that was never asked. After one (a fallback's leg), the request reached that one."""
+    if state.attempts == 0:
+        state.upstream = "none"
+    return bad_request(refusal.message, refusal.code)
 
 
 def addressed(

@@ -185,6 +185,18 @@ async def test_with_every_key_limited_a_gemini_client_reads_the_earliest_reset_i
     assert 599 <= float(delay.removesuffix("s")) <= 600
 
 
+async def test_a_request_the_translation_refuses_is_the_gateways_own_refusal_not_a_keys(make_pool: MakePool) -> None:
+    """No deployment is asked: counted as upstream="none" (docs/operations/alerts.md), not under the
+    pool's or a key's name, where an upstream's 400 would be."""
+    gw, fakes = await make_pool(names=("a", "b"), member_extra={"a": ", apis: [chat]", "b": ", apis: [chat]"})
+    status, headers, body = await gw.responses({"model": "gpt-5-codex", "input": "hi", "top_logprobs": 5})
+    assert status == 400 and headers["x-llm-attempts"] == "0", body
+    assert sum(_calls(fakes).values()) == 0
+    answered = {dict(k)["upstream"]: v for k, v in (await gw.scraped("llm_gateway_requests_total")).items()
+                if dict(k)["status"] == "400"}  # fmt: skip
+    assert answered == {"none": 1}
+
+
 async def test_with_every_key_limited_briefly_the_gateway_waits_for_the_earliest_reset(make_pool: MakePool) -> None:
     gw, fakes = await make_pool(names=("a", "b"), real_sleep=True)
     fakes["a"].script(Reply(429, RATE_LIMITED, {"retry-after": "20"}))

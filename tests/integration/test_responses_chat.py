@@ -234,3 +234,8 @@ async def test_log_probabilities_are_a_400_never_sent_as_chats_own_are(make_gate
     status, _, body = await gw.responses({"model": "gpt-5-codex", "input": "hi", "top_logprobs": 5})
     assert status == 400 and "top_logprobs" in json.loads(body)["error"]["message"]
     assert gw.fake.requests == []
+    # Refused before any provider saw it: the gateway's own refusal, which no upstream alert counts
+    # (docs/operations/alerts.md), not a 400 of the upstream's.
+    answered = {dict(k)["upstream"]: v for k, v in (await gw.scraped("llm_gateway_requests_total")).items()
+                if dict(k)["status"] == "400"}  # fmt: skip
+    assert answered == {"none": 1}
