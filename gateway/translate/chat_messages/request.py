@@ -76,7 +76,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from gateway.apis.messages.claude_models import (
@@ -335,8 +335,7 @@ def _conversation(items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], li
     """The top-level system blocks, and the turns with one role each, tool results first."""
     system: list[dict[str, Any]] = []
     turns: list[dict[str, Any]] = []
-    # What comes after the last assistant message is what the client asks about now.
-    asked = 1 + max((i for i, m in enumerate(items) if m.get("role") == "assistant"), default=-1)
+    asked = asked_from(items, lambda m: m.get("role") == "assistant")
     for i, m in enumerate(items):
         role = typed.text(m.get("role"), ("messages", i, "role"))
         if role in ("system", "developer"):
@@ -499,6 +498,14 @@ def unread_image(url: str) -> str | None:
 
 def unread_image_words(media_type: str) -> str:
     return f"image type {media_type} is not jpeg, png, gif or webp (Anthropic's)"
+
+
+def asked_from(items: Iterable[Any], said: Callable[[Any], bool]) -> int:
+    """The index of the first item after the last the model ``said``: what follows it is what
+    the client asks about now, where an image too large is refused rather than noted (a
+    session keeping it in its history would fail on every later turn). One mark for every
+    API's conversation: chat's messages, Responses' input items, Gemini's contents."""
+    return 1 + max((i for i, item in enumerate(items) if said(item)), default=-1)
 
 
 def oversized_image(url: str) -> int | None:

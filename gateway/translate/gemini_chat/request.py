@@ -35,7 +35,14 @@ from gateway.apis.gemini.fields import field, has, snake
 from gateway.translate import json_schema as nesting
 from gateway.translate import typed
 from gateway.translate.base import Refusal, Target
-from gateway.translate.chat_messages.request import EFFORT_BUDGET, reads_as_text, sniffed_image
+from gateway.translate.chat_messages.request import (
+    EFFORT_BUDGET,
+    asked_from,
+    oversized_image,
+    oversized_words,
+    reads_as_text,
+    sniffed_image,
+)
 from gateway.translate.gemini_chat.names import Names, names_for
 from gateway.translate.messages_chat.request import STOP_MAX
 from gateway.translate.typed import WrongType
@@ -106,7 +113,7 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
         raise Untranslatable("'contents' must be a list of Content objects")
     names = names_for(payload.get("tools"), contents)
     messages += _messages(contents, names, files=target.onward in ("messages", "responses"),
-                          short_ids=not target.onward)
+                          short_ids=not target.onward, anthropic=target.onward == "messages")
     out: dict[str, Any] = {"model": target.model, "messages": messages}
     config = typed.obj(field(payload, "generationConfig"), ("generationConfig",))
     if config is not None:
@@ -151,9 +158,14 @@ def _system(instruction: Any) -> str:
 class _Convo:
     """Chat messages as they are built, with the calls still waiting for their response."""
 
-    def __init__(self, names: Names, files: bool, short_ids: bool = False) -> None:
+    def __init__(self, names: Names, files: bool, short_ids: bool = False, anthropic: bool = False,
+                 asked_from: int = 0) -> None:  # fmt: skip
         self.names = names
         self.files = files  # a PDF may go as a chat file part: it goes on to a Messages or Responses upstream
+        # It goes on to Messages: an image too large for Anthropic that the client asks about now
+        # (contents from ``asked_from`` on) is refused here, where the client's own field is known.
+        self.anthropic = anthropic
+        self.asked_from = asked_from
         self.ids = to_chat_id if short_ids else str  # how an id is written, on a call and its response
         self.messages: list[dict[str, Any]] = []
         self.open_calls: list[tuple[str, str]] = []  # (name, id) of the last model turn, unanswered
@@ -179,9 +191,10 @@ class _Convo:
 
 
 def _messages(
-    contents: list[Any], names: Names, files: bool, short_ids: bool = False
+    contents: list[Any], names: Names, files: bool, short_ids: bool = False, anthropic: bool = False
 ) -> list[dict[str, Any]]:
-    convo = _Convo(names, files, short_ids)
+    asked = asked_from(contents, lambda c: isinstance(c, dict) and c.get("role") == "model")
+    convo = _Convo(names, files, short_ids, anthropic, asked)
     for i, content in enumerate(contents):
         if not isinstance(content, dict):
             raise typed.wrong(content, ("contents", i), "object")
@@ -256,7 +269,7 @@ def _user_turn(convo: _Convo, parts: list[dict[str, Any]], i: int) -> None:
             if not typed.flag(part.get("thought"), (*at, "thought")):
                 chat_parts.append({"type": "text", "text": text})
         elif has(part, "inlineData"):
-            chat_parts.append(_inline(field(part, "inlineData"), at, convo.files))
+            chat_parts.append(_inline(field(part, "inlineData"), at, convo, i))
         elif has(part, "fileData"):
             raise Untranslatable(f"contents[{i}].parts[{j}].fileData names a file kept by Google's API; "
                                  "a chat completions upstream cannot fetch it")  # fmt: skip
@@ -292,11 +305,12 @@ def _function_response(
     images = []
     for k, inner in enumerate(typed.objects(fr.get("parts"), (*at, "parts"))):
         if has(inner, "inlineData"):
-            images.append(_inline(field(inner, "inlineData"), (*at, "parts", k), convo.files))
+            images.append(_inline(field(inner, "inlineData"), (*at, "parts", k), convo, i))
     return call_id, text, images
 
 
-def _inline(blob: Any, at: typed.Path, files: bool) -> dict[str, Any]:
+def _inline(blob: Any, at: typed.Path, convo: _Convo, i: int) -> dict[str, Any]:
+    """``i``: the index of the content it is in."""
     if not isinstance(blob, dict) or not isinstance(blob.get("data"), str):
         raise Untranslatable(f"{typed.bracketed(at)}.inlineData needs base64 'data'")
     mime = typed.text(field(blob, "mimeType"), (*at, "inlineData", "mimeType")) or "application/octet-stream"
@@ -309,8 +323,12 @@ def _inline(blob: Any, at: typed.Path, files: bool) -> dict[str, Any]:
         # does not match the provided media type image/png", claude-code #15746).
         mime = sniffed_image(data) or mime
     if mime in _IMAGES:
-        return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}}
-    if files and (mime == "application/pdf" or reads_as_text(mime)):
+        url = f"data:{mime};base64,{data}"
+        size = oversized_image(url) if convo.anthropic and i >= convo.asked_from else None
+        if size is not None:
+            raise Untranslatable(f"{typed.bracketed(at)}: {oversized_words(size)}")
+        return {"type": "image_url", "image_url": {"url": url}}
+    if convo.files and (mime == "application/pdf" or reads_as_text(mime)):
         # Claude reads PDFs and plain text (chat_messages makes this part a document block), and
         # OpenAI's Responses both (chat_responses: an input_file).
         file: dict[str, Any] = {"file_data": f"data:{mime};base64,{data}"}

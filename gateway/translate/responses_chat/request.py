@@ -51,6 +51,7 @@ from gateway.apis.chat.ids import to_chat_id
 from gateway.translate import typed
 from gateway.translate.base import Refusal, Target
 from gateway.translate.chat_messages.request import (
+    asked_from,
     oversized_image,
     oversized_words,
     unread_document,
@@ -525,8 +526,11 @@ def _messages(
 def _asked_from(items: Any) -> int:
     """The index of the first input item after the last one that becomes assistant output in
     chat (``chat_messages`` tells what the client asks about now by the same mark)."""
-    said = [k for k, item in enumerate(items if isinstance(items, list) else ()) if isinstance(item, dict)
-            and (item.get("type") in ("function_call", "custom_tool_call")
-                 or (item.get("type") == "tool_search_call" and tool_search.is_client(item))
-                 or (item.get("type", "message") == "message" and item.get("role") == "assistant"))]
-    return said[-1] + 1 if said else 0
+    return asked_from(items if isinstance(items, list) else (), _output)
+
+
+def _output(item: Any) -> bool:
+    return isinstance(item, dict) and (
+        item.get("type") in ("function_call", "custom_tool_call")
+        or (item.get("type") == "tool_search_call" and tool_search.is_client(item))
+        or (item.get("type", "message") == "message" and item.get("role") == "assistant"))

@@ -730,3 +730,20 @@ def test_json_mode_without_a_schema_says_json_where_openai_requires_the_word() -
     assert out["messages"][0] == {"role": "system", "content": "Answer in JSON."}
     said = {**asked, "contents": [{"role": "user", "parts": [{"text": "give data as JSON"}]}]}
     assert chat(said)["messages"][0]["role"] == "user"  # already said: nothing added
+
+
+def test_an_image_over_5_mb_to_claude_is_refused_at_the_gemini_clients_own_field() -> None:
+    """Anthropic refuses an image over 5 MB of base64 ("image exceeds 5 MB maximum", lobehub
+    #14711). Sent now, a Gemini client hears so at its own field (``contents[0].parts[1]``, not
+    chat's ``messages[0].content[1]``); kept in the history, the model gets a note."""
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR").decode()
+    big = {"inlineData": {"mimeType": "image/png", "data": png + "A" * (5 * 1024 * 1024 + 1 - len(png))}}
+    now = {"contents": [{"role": "user", "parts": [{"text": "look"}, big]}]}
+    out = ON_MESSAGES.request(now, CLAUDE)
+    assert isinstance(out, Refusal) and out.message.startswith("contents[0].parts[1]: the image is 5,242,881 bytes"), out
+    later = {"contents": [*now["contents"], {"role": "model", "parts": [{"text": "A login page."}]},
+                          {"role": "user", "parts": [{"text": "thanks"}]}]}  # fmt: skip
+    sent = ON_MESSAGES.request(later, CLAUDE)
+    assert not isinstance(sent, Refusal), sent
+    assert "left out: its 5,242,881 bytes of base64 are over the 5 MB" in json.dumps(sent["messages"])
+    assert not isinstance(T.request(now, TARGET), Refusal)  # a chat server's own limits are its own
