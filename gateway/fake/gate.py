@@ -8,7 +8,6 @@ model runs). ``stamp`` counts the answer's tokens and puts the rate-limit header
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,7 +25,7 @@ from gateway.fake.keyed import (
     request_tokens,
 )
 from gateway.fake.limits import KeyLimits
-from gateway.fake.steps import Reply, Step, Stream
+from gateway.fake.steps import Reply, Step, Stream, sse_data
 
 API_PATHS = ("/completions", "/messages", "/responses", ":generateContent", ":streamGenerateContent")
 COUNTING_PATH = "/messages/count_tokens"  # limited apart from messages (KeyLimits.counting_limited)
@@ -99,7 +98,7 @@ def answer_tokens(events: list[Any]) -> int | None:
     n_in: int | None = None
     n_out: int | None = None
     for ev in events:
-        data = ev if isinstance(ev, dict) else _sse_data(ev)
+        data = ev if isinstance(ev, dict) else sse_data(ev)
         for holder in (data, data.get("message"), data.get("response")) if isinstance(data, dict) else ():
             u = holder.get("usage") if isinstance(holder, dict) else None
             if not isinstance(u, dict):
@@ -117,13 +116,3 @@ def answer_tokens(events: list[Any]) -> int | None:
     return None if n_in is None and n_out is None else (n_in or 0) + (n_out or 0)
 
 
-def _sse_data(raw: Any) -> Any:
-    if not isinstance(raw, bytes):
-        return None
-    for line in raw.splitlines():
-        if line.startswith(b"data: "):
-            try:
-                return json.loads(line[6:])
-            except ValueError:
-                return None
-    return None

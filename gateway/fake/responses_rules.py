@@ -78,13 +78,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from collections.abc import Collection, Mapping
 from typing import Any
 
 from gateway.fake.chat_rules import NO_PROPERTIES, unnamed_properties
 from gateway.fake.responses import responses_error
-from gateway.fake.steps import Reply, Stream
+from gateway.fake.steps import Reply, Stream, sse_data
 
 MIN_OUTPUT_TOKENS = 16
 _CALLS = frozenset({"function_call", "custom_tool_call"})
@@ -171,23 +170,11 @@ def issued(step: object) -> str | None:
         return body["id"] if ok and isinstance(body.get("id"), str) else None
     if isinstance(step, Stream):
         for event in step.events:
-            data = event if isinstance(event, dict) else _sse_json(event)
+            data = event if isinstance(event, dict) else sse_data(event)
             if isinstance(data, dict) and data.get("type") == "response.created":
                 response = data.get("response")
                 rid = response.get("id") if isinstance(response, dict) else None
                 return rid if isinstance(rid, str) else None
-    return None
-
-
-def _sse_json(raw: Any) -> Any:
-    if not isinstance(raw, bytes):
-        return None
-    for line in raw.splitlines():
-        if line.startswith(b"data: "):
-            try:
-                return json.loads(line[6:])
-            except ValueError:
-                return None
     return None
 
 

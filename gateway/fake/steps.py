@@ -59,3 +59,17 @@ class Recorded:
 
     def json(self) -> Any:
         return json.loads(self.body)
+
+
+def sse_data(raw: Any) -> Any:
+    """The JSON of a scripted SSE event's first ``data:`` line (None when there is none, or it
+    is not JSON): what the fake's rules read of a stream step's events."""
+    if not isinstance(raw, bytes):
+        return None
+    for line in raw.splitlines():
+        if line.startswith(b"data: "):
+            try:
+                return json.loads(line[6:])
+            except ValueError:
+                return None
+    return None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import replace
 from typing import Generic, TypeVar
 
@@ -22,6 +22,17 @@ SWEEP_EVERY = 256  # writes between sweeps of expired entries: bounded memory wi
 MAX_STORED = 100_000
 
 
+def _unexpired(items: MutableMapping[str, tuple[float, V]], key: str, clock: Callable[[], float]) -> V | None:
+    """The value under ``key`` while its deadline is ahead; an expired entry is removed as it is read."""
+    found = items.get(key)
+    if found is None:
+        return None
+    if found[0] <= clock():
+        del items[key]
+        return None
+    return found[1]
+
+
 class _Expiring(Generic[V]):
     """A dict whose entries vanish at their deadline (read-time check plus periodic sweeps)."""
 
@@ -31,13 +42,7 @@ class _Expiring(Generic[V]):
         self._writes = 0
 
     def get(self, key: str) -> V | None:
-        found = self._items.get(key)
-        if found is None:
-            return None
-        if found[0] <= self._clock():
-            del self._items[key]
-            return None
-        return found[1]
+        return _unexpired(self._items, key, self._clock)
 
     def put(self, key: str, value: V, ttl_s: float) -> None:
         self._writes += 1
@@ -115,14 +120,10 @@ class _Recent(Generic[V]):
         self._items: OrderedDict[str, tuple[float, V]] = OrderedDict()
 
     def get(self, key: str) -> V | None:
-        found = self._items.get(key)
-        if found is None:
-            return None
-        if found[0] <= self._clock():
-            del self._items[key]
-            return None
-        self._items.move_to_end(key)
-        return found[1]
+        value = _unexpired(self._items, key, self._clock)
+        if key in self._items:
+            self._items.move_to_end(key)
+        return value
 
     def put(self, key: str, value: V, ttl_s: float) -> None:
         self._items[key] = (self._clock() + ttl_s, value)
