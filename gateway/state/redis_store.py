@@ -1,9 +1,10 @@
 """The shared store: Redis, bounded in time, with this process's memory as the fallback.
 
 A request never waits on Redis longer than ``timeout_s`` per operation. On a timeout or an
-error the operation is served from the local :class:`MemoryStore` instead, and the store stays
-local for ``recover_s`` before one operation tries Redis again; the switch is logged once each
-way and every locally served operation is counted through ``on_fallback(backend, op)``.
+error the operation is served from the local :class:`MemoryStore` instead; while Redis is taken
+for down every operation is, and a watch in the background PINGs it every ``recover_s`` until
+it answers. The switch is logged once each way and every locally served operation is counted
+through ``on_fallback(backend, op)``.
 
 Writes go to local memory as well as to Redis, so a replica that loses Redis still knows what
 it saw itself (its own failures, requests and remembered answers) instead of starting blank.
@@ -260,6 +261,7 @@ class RedisStore:
         on_fallback: Callable[[str, str], None] = lambda _b, _op: None,
         max_connections: int = 100,
         probe_client: Redis | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._r = client
         # Operations at once, each on its own pooled connection. One past it waits here,
@@ -271,6 +273,7 @@ class RedisStore:
         self.local = local
         self._clock = clock
         self._monotonic = monotonic
+        self._sleep = sleep
         self._p = prefix
         self._timeout_s = timeout_s
         self._recover_s = recover_s
@@ -279,7 +282,6 @@ class RedisStore:
         self._slow_logged_at, self._slow_since_log = -math.inf, 0
         self._on_fallback = on_fallback
         self._down_since: float | None = None
-        self._retry_at = 0.0
         self._answered_at = -math.inf  # when Redis last answered an operation (monotonic)
         self._probe: asyncio.Task[None] | None = None
         self._budget = client.register_script(_BUDGET)
@@ -376,22 +378,40 @@ class RedisStore:
             self._down_since = None
 
     def _maybe_probe(self) -> None:
-        """While Redis is taken for down, no request waits on it: one probe at a time, in the
-        background, asks whether it answers again, at once and then once per ``recover_s``. A
-        request's own operation was the probe before, within the request's 50 ms: a replica
-        whose loop lagged that much (a saturated process) stayed off a Redis that answered
-        every time (4.3 s in one run), and a Redis that did not answer held up one request
-        every ``recover_s``."""
-        if self._probe is None and self._monotonic() >= self._retry_at:
+        """While Redis is taken for down, no request waits on it: the watch (``_watch``) asks in
+        the background whether it answers again. Started when Redis is found down; started
+        again here only should it have ended without bringing the replica back."""
+        if self._probe is None:
             self._start_probe(None)
 
     def _start_probe(self, suspect: tuple[str, str, float] | None) -> None:
-        """A PING with ``recover_s`` to answer. ``suspect``: the operation (name, error, wait)
-        whose timeout asked for it, which takes Redis for down if the PING goes unanswered."""
-        self._retry_at = self._monotonic() + self._recover_s
-        self._probe = asyncio.get_running_loop().create_task(self._probe_once(suspect))
+        self._probe = asyncio.get_running_loop().create_task(self._watch(suspect))
 
-    async def _probe_once(self, suspect: tuple[str, str, float] | None) -> None:
+    async def _watch(self, suspect: tuple[str, str, float] | None) -> None:
+        """A PING at once, then one every ``recover_s`` while Redis is taken for down, until one
+        is answered (each with ``recover_s`` to answer, on the probe's own connection).
+        ``suspect``: the operation (name, error, wait) whose timeout asked for the first PING,
+        which takes Redis for down if that goes unanswered.
+
+        A loop, not one PING per request: the probe was started only by an operation arriving,
+        and a failed one did not schedule the next, so a replica with no traffic (or only the
+        retry budget's background sync, which met the outage) never noticed Redis was back; its
+        first request long after still met "down" (503 ``accounting_unavailable`` under
+        ``closed``, its spend counted apart under ``open``), and ``state_store_back`` said
+        ``down_s`` 16.5 for a 6 s outage."""
+        try:
+            answered = await self._ping()
+            if not answered and suspect is not None:
+                self._went_down(*suspect)
+            while not answered and self._down_since is not None:
+                await self._sleep(self._recover_s)
+                answered = await self._ping()
+        finally:
+            self._probe = None
+        if answered:
+            self._came_back()
+
+    async def _ping(self) -> bool:
         try:
             async with asyncio.timeout(max(self._timeout_s, self._recover_s)):
                 try:
@@ -400,13 +420,8 @@ class RedisStore:
                     await self._probe_r.connection_pool.disconnect()  # a restarted Redis
                     await self._probe_r.ping()
         except _FAILURES:
-            self._probe = None
-            self._retry_at = self._monotonic() + self._recover_s
-            if suspect is not None:
-                self._went_down(*suspect)
-        else:
-            self._probe = None
-            self._came_back()
+            return False
+        return True
 
     async def _drop_idle_connections(self) -> None:
         try:
@@ -425,7 +440,7 @@ class RedisStore:
             log.warning({"event": "state_store_down", "backend": self.backend, "op": op,
                          "error": error, "waited_ms": round(waited_s * 1000, 1),
                          "retry_every_s": self._recover_s})  # fmt: skip
-            self._maybe_probe()  # at once, unless a probe just failed: a restarted Redis is back in ms
+            self._maybe_probe()  # at once, unless the watch is on: a restarted Redis is back in ms
 
     # -- circuits ------------------------------------------------------------------------------
 
@@ -695,7 +710,7 @@ class RedisStore:
         the next settle instead left a slot or a reservation held on every replica for as long
         as this one had no limited key's request to settle (an hour at most)."""
         while self._unsettled:
-            await asyncio.sleep(self._recover_s)
+            await self._sleep(self._recover_s)
             await self.ledger_settle_many([])
 
     def admitted_here(self, slot: str) -> bool:

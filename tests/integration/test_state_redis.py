@@ -679,3 +679,30 @@ async def test_homes_claimed_while_redis_is_down_leave_no_second_copy(
             assert await a.store.home_claim(f"p:id:{i}", "key-b", ("key-a", "key-b"), 60) == ("key-b", True, None)
         assert not a.store.healthy
     assert len(a.store.local._homes) == 0
+
+
+async def test_a_replica_with_no_traffic_finds_a_restarted_redis_by_itself(
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No operation between the outage and the check: the background watch alone brings the
+    replica back within about recover_s of Redis's return, and says how long it was down. It
+    did not before (an idle replica met its first request 10 s later with Redis taken for down,
+    and logged down_s 16.5 for a 6 s outage; audit of Redis, 2026-11-30)."""
+    caplog.set_level(logging.INFO, logger="gateway.state")
+    a, _ = patient_replicas
+    await a.store.reset_set("up/m", int((time.time() + 60) * 1000))
+    redis_server.stop()
+    with a.bounded():
+        await a.store.reset_get("up/m")  # meets the outage
+    assert not a.store.healthy
+    await asyncio.sleep(3 * RECOVER_S)  # several failed probes, no operation
+    redis_server.start()
+    back_at = time.monotonic()
+    for _ in range(250):
+        if a.store.healthy:
+            break
+        await asyncio.sleep(0.02)
+    took = time.monotonic() - back_at
+    assert a.store.healthy and took < RECOVER_S + 0.5, took
+    back = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "state_store_back"]
+    assert len(back) == 1 and back[0]["down_s"] < 3 * RECOVER_S + took + 0.5
