@@ -254,6 +254,18 @@ class MemoryStore:
             self._spend.put(bkey, [spent, held + a.reserve_usd], a.budget_ttl_s)
         return "ok", 0.0
 
+    def ledger_mirror(self, key: str, minute: int, requests: int, tokens: int,
+                      budgets: Sequence[tuple[str, float, float]], budget_ttl_s: float,
+                      slot: tuple[str, int] | None = None) -> None:  # fmt: skip
+        """What the shared store last answered about ``key``: its minute's counts, each budget's
+        (store key, spent, reserved), and ``slot`` (its name, expiry in epoch ms) when it admitted
+        one. This memory counts on from them while the shared store does not answer."""
+        self._windows.put(f"{key}:{minute}", [requests, tokens], 120.0)
+        for bkey, spent, held in budgets:
+            self._spend.put(bkey, [spent, held], budget_ttl_s)
+        if slot is not None:
+            self._slots.setdefault(key, {})[slot[0]] = slot[1]
+
     async def ledger_settle_many(self, settles: Sequence[LedgerSettle]) -> None:
         for s in settles:
             self._settle(s)

@@ -38,10 +38,10 @@ class StateMetrics:
             "from memory), probed (a repeat sent upstream as a probe), skipped (too big to remember).",
             ["event", "error_type"], registry=registry,
         )  # fmt: skip
-        # Series exist from the start, so an alert on a rate sees zeros rather than nothing.
-        if backend != "memory":
-            for op in OPS:
-                self.fallbacks.labels(backend, op)
+        # Series exist from the start, so an alert on a rate sees zeros rather than nothing (and
+        # on the memory backend, which never falls back, the alert's metric is there all the same).
+        for op in OPS:
+            self.fallbacks.labels(backend, op)
         for event in LOOP_EVENTS:
             for t in ErrorType:
                 self.loop_breaker.labels(event, t.value)

@@ -13,8 +13,10 @@ it saw itself (its own failures, requests and remembered answers) instead of sta
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import math
+import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -87,7 +89,10 @@ if redis.call('PTTL', KEYS[2]) < ms then redis.call('SET', KEYS[2], '1', 'PX', m
 # A gateway key's admission, atomically: every limit checked before anything is counted, so a
 # refused request leaves no trace. KEYS: the minute's window, the slots in flight, then one
 # hash per budget. ARGV: rpm, tpm, tokens, parallel, slot, now_ms, slot_ttl_ms, reserve,
-# budget_ttl_s, then each budget's limit. 0 means "no such limit".
+# budget_ttl_s, then each budget's limit. 0 means "no such limit". Returns the verdict, the
+# refusing budget's spend, then what every replica has counted, after this admit: the minute's
+# requests and tokens, and each budget's spent and reserved (mirrored in the replica's memory,
+# where it counts on from them while Redis does not answer).
 #
 # Each budget keeps its own reservations beside it (``<budget>:h``, slot -> expiry, and
 # ``<budget>:hr``, slot -> reserve) and gives back the expired ones before it is checked: a
@@ -96,14 +101,24 @@ if redis.call('PTTL', KEYS[2]) < ms then redis.call('SET', KEYS[2], '1', 'PX', m
 # the next admit of the key that made it, which may never come.
 _LEDGER_ADMIT = """
 local w = KEYS[1]
+local function seen(verdict, value)
+  local out = {verdict, value, tonumber(redis.call('HGET', w, 'n') or '0'),
+               tonumber(redis.call('HGET', w, 'k') or '0')}
+  for i = 3, #KEYS do
+    local v = redis.call('HMGET', KEYS[i], 's', 'r')
+    out[#out + 1] = v[1] or '0'
+    out[#out + 1] = v[2] or '0'
+  end
+  return out
+end
 local rpm, tpm, tokens = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local n = tonumber(redis.call('HGET', w, 'n') or '0')
 local k = tonumber(redis.call('HGET', w, 'k') or '0')
-if rpm > 0 and n + 1 > rpm then return {'rpm', '0'} end
-if tpm > 0 and k > 0 and k + tokens > tpm then return {'tpm', '0'} end
+if rpm > 0 and n + 1 > rpm then return seen('rpm', '0') end
+if tpm > 0 and k > 0 and k + tokens > tpm then return seen('tpm', '0') end
 local par, slot, now, ttl = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-if par > 0 and redis.call('ZCARD', KEYS[2]) >= par then return {'parallel', '0'} end
+if par > 0 and redis.call('ZCARD', KEYS[2]) >= par then return seen('parallel', '0') end
 for i = 3, #KEYS do
   local holds, reserves = KEYS[i] .. ':h', KEYS[i] .. ':hr'
   local gone = redis.call('ZRANGEBYSCORE', holds, '-inf', now)
@@ -120,7 +135,7 @@ for i = 3, #KEYS do
   end
   local spent = tonumber(redis.call('HGET', KEYS[i], 's') or '0')
   local held = tonumber(redis.call('HGET', KEYS[i], 'r') or '0')
-  if spent + held >= tonumber(ARGV[7 + i]) then return {'budget' .. (i - 3), tostring(spent)} end
+  if spent + held >= tonumber(ARGV[7 + i]) then return seen('budget' .. (i - 3), tostring(spent)) end
 end
 redis.call('HINCRBY', w, 'n', 1)
 redis.call('HINCRBY', w, 'k', tokens)
@@ -135,7 +150,20 @@ for i = 3, #KEYS do
   redis.call('EXPIRE', KEYS[i] .. ':h', ARGV[9])
   redis.call('EXPIRE', KEYS[i] .. ':hr', ARGV[9])
 end
-return {'ok', '0'}
+return seen('ok', '0')
+"""
+
+# What a replica spent while Redis did not answer (requests it admitted and settled in its own
+# memory), added to the budgets once Redis answers again: once per batch, however often the
+# batch is sent (an answer lost, a resend). KEYS: the batch's marker, then the budgets. ARGV:
+# the marker's TTL in seconds, then each budget's dollars and TTL.
+_LEDGER_OWED = """
+if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then return 0 end
+for i = 2, #KEYS do
+  redis.call('HINCRBYFLOAT', KEYS[i], 's', ARGV[2 * i - 2])
+  redis.call('EXPIRE', KEYS[i], ARGV[2 * i - 1])
+end
+return 1
 """
 
 # Settling: the slot back, the reservation turned into what was spent. ARGV: token_delta,
@@ -194,12 +222,19 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {ARGV[1], 1, cur or ''}
 """
 
-_SCRIPTS = (_BUDGET, _TAKE, _PUT, _LEDGER_ADMIT, _LEDGER_SETTLE, _RECORDS_TAKE, _HOME_CLAIM)
+_SCRIPTS = (_BUDGET, _TAKE, _PUT, _LEDGER_ADMIT, _LEDGER_SETTLE, _LEDGER_OWED, _RECORDS_TAKE, _HOME_CLAIM)
 _FAILURES = (RedisError, OSError, TimeoutError)
+_Call = tuple[list[str], list[str | int]]  # one script call: its keys, its arguments
 _TIMEOUTS = (RedisTimeoutError, TimeoutError)
 # Settles kept for a Redis that does not answer: a long outage at high traffic would otherwise
 # grow them without bound (each is ~300 bytes); past it, the oldest wait for their slots' TTL.
 MAX_UNSETTLED = 100_000
+# How long Redis remembers that a batch of an outage's spend was added (a resend within it is
+# a no-op). Batches are resent every recover_s until one is answered: a day is ample.
+OWED_MARKER_S = 86_400
+# A budget read (not admitted) is mirrored for this long: its key names its period, so a stale
+# one is never read for the next period.
+_READ_MIRROR_S = 40 * 86_400.0
 
 
 def connect(url: str, timeout_s: float, max_connections: int = 100) -> Redis:
@@ -289,6 +324,7 @@ class RedisStore:
         self._put = client.register_script(_PUT)
         self._ledger_admit = client.register_script(_LEDGER_ADMIT)
         self._ledger_settle = client.register_script(_LEDGER_SETTLE)
+        self._ledger_owed = client.register_script(_LEDGER_OWED)
         self._admits = TurnBatch(client, self._ledger_admit)
         self._takes = TurnBatch(client, client.register_script(_RECORDS_TAKE))
         self._home_claims = TurnBatch(client, client.register_script(_HOME_CLAIM))
@@ -296,6 +332,12 @@ class RedisStore:
         self._local_slots: set[str] = set()
         self._unsettled: list[tuple[list[str], list[str | int]]] = []
         self._settling = 0  # settles out to Redis now, not yet answered
+        # What this replica spent in its own memory (budget key -> [dollars, ttl_s]), not yet
+        # in a batch; and the batches (id, budget key -> [dollars, ttl_s]) until Redis takes them.
+        self._owed: dict[str, list[float]] = {}
+        self._owed_out: list[tuple[str, dict[str, list[float]]]] = []
+        self._batch_ids = itertools.count()
+        self._instance = os.urandom(6).hex()
         self._resender: asyncio.Task[None] | None = None
         self._answers = prefix + "a:"
         self._any_answer = prefix + "a-any"  # exists while any replica remembers an answer
@@ -636,6 +678,13 @@ class RedisStore:
     # still have run there (a paused server runs what it was sent when it resumes): the
     # request is served from memory, and Redis is sent a settle of nothing for its slot, which
     # frees what the admit took there if it ran, and does nothing if it did not.
+    #
+    # Memory counts on from Redis. Every answer Redis gives about a key (its admits, its reads)
+    # is mirrored in this replica's memory, and every settle is applied there too: while Redis
+    # does not answer, a key's limits and budgets go on from the last counts this replica saw,
+    # not from zero. (From zero, a key spent to $0.304 of $0.30 got 32 answers and $0.61 more
+    # across two replicas in an outage, and a key at its 10 requests a minute 20 more.) What
+    # memory then admits and settles is owed to Redis: added to its budgets once it answers.
     def _ledger_keys(self, key: str, minute: int, budgets: Sequence[str]) -> list[str]:
         p = self._p + "l:"
         return [f"{p}w:{key}:{minute}", f"{p}p:{key}", *(f"{p}b:{b}" for b in budgets)]
@@ -653,8 +702,12 @@ class RedisStore:
         async def remote() -> tuple[str, float]:
             nonlocal sent
             sent = True
-            verdict, value = await self._admits(keys, args)
-            return verdict.decode() if isinstance(verdict, bytes) else str(verdict), float(value)
+            verdict, value, n, k, *spend = await self._admits(keys, args)
+            verdict = verdict.decode() if isinstance(verdict, bytes) else str(verdict)
+            budgets = self._with_owed([b for b, _ in a.budgets], spend)
+            slot = (a.slot, a.now_ms + a.slot_ttl_ms) if verdict == "ok" else None
+            self.local.ledger_mirror(a.key, a.minute, int(n), int(k), budgets, a.budget_ttl_s, slot=slot)
+            return verdict, float(value)
 
         async def local() -> tuple[str, float]:
             if sent:  # it may have run in Redis all the same: undone there if it did
@@ -667,25 +720,49 @@ class RedisStore:
 
         return await self._guard("ledger_admit", remote, local)
 
+    def _with_owed(self, budgets: Sequence[str], spend: Sequence[Any]) -> list[tuple[str, float, float]]:
+        """Redis's (spent, reserved) of each budget, flat as its scripts answer them, plus what this
+        replica spent apart and Redis has not taken yet."""
+        owed: dict[str, float] = {}
+        for batch in (self._owed, *(b for _, b in self._owed_out)):
+            for bkey, (usd, _) in batch.items():
+                owed[bkey] = owed.get(bkey, 0.0) + usd
+        return [(b, float(spend[2 * i] or 0) + owed.get(b, 0.0), max(0.0, float(spend[2 * i + 1] or 0)))
+                for i, b in enumerate(budgets)]  # fmt: skip
+
     async def ledger_settle_many(self, settles: Sequence[LedgerSettle]) -> None:
         """Also sends again what Redis did not take before: ``settles`` may be empty."""
         mine = {s.slot for s in settles if s.slot in self._local_slots}
+        # Every settle in memory too: a reservation made in Redis is in memory's mirror of it.
+        await self.local.ledger_settle_many(settles)
         if mine:
             self._local_slots -= mine
-            await self.local.ledger_settle_many([s for s in settles if s.slot in mine])
+            self._owe([s for s in settles if s.slot in mine])
         calls, self._unsettled = self._unsettled, []
         for s in settles:
             if s.slot not in mine:
                 ttl = max(1, math.ceil(s.budget_ttl_s))
                 args: list[str | int] = [s.token_delta, s.slot, repr(s.reserve_usd), repr(s.cost_usd), ttl]
                 calls.append((self._ledger_keys(s.key, s.minute, s.budgets), args))
-        if not calls:
+        if self._owed:  # a batch of its own from now on, with the id every resend of it keeps
+            self._owed_out.append((f"{self._instance}-{next(self._batch_ids)}", self._owed))
+            self._owed = {}
+        batches = list(self._owed_out)
+        if not calls and not batches:
             return
 
         async def remote() -> None:
-            for result in await run_pipelined(self._r, self._ledger_settle, calls):
-                if isinstance(result, Exception):
-                    raise result
+            if calls:
+                for result in await run_pipelined(self._r, self._ledger_settle, calls):
+                    if isinstance(result, Exception):
+                        raise result
+            if batches:
+                owed = [self._owed_call(bid, batch) for bid, batch in batches]
+                for result in await run_pipelined(self._r, self._ledger_owed, owed):
+                    if isinstance(result, Exception):
+                        raise result
+                sent = {bid for bid, _ in batches}
+                self._owed_out = [b for b in self._owed_out if b[0] not in sent]
 
         async def later() -> None:
             self._keep_unsettled(calls)
@@ -696,20 +773,42 @@ class RedisStore:
         finally:
             self._settling -= len(calls)
 
+    def _owe(self, settles: Sequence[LedgerSettle]) -> None:
+        """What requests admitted in memory cost, to be added to Redis's budgets when it answers.
+        (Their requests and tokens per minute are not: by then their minute has mostly ended.)"""
+        for s in settles:
+            if s.cost_usd <= 0:
+                continue
+            for bkey in s.budgets:
+                usd, ttl = self._owed.get(bkey, (0.0, 0.0))
+                self._owed[bkey] = [usd + s.cost_usd, max(ttl, s.budget_ttl_s)]
+        self._start_resender()
+
+    def _owed_call(self, batch_id: str, batch: Mapping[str, list[float]]) -> _Call:
+        keys = [f"{self._p}l:o:{batch_id}", *(f"{self._p}l:b:{b}" for b in batch)]
+        args: list[str | int] = [OWED_MARKER_S]
+        for usd, ttl in batch.values():
+            args += [repr(usd), max(1, math.ceil(ttl))]
+        return keys, args
+
     def _keep_unsettled(self, calls: list[tuple[list[str], list[str | int]]]) -> None:
         self._unsettled = calls + self._unsettled
         if len(self._unsettled) > MAX_UNSETTLED:
             dropped = len(self._unsettled) - MAX_UNSETTLED
             del self._unsettled[MAX_UNSETTLED:]
             log.warning({"event": "ledger_settles_dropped", "backend": self.backend, "count": dropped})
-        if self._resender is None or self._resender.done():
+        self._start_resender()
+
+    def _start_resender(self) -> None:
+        idle = self._resender is None or self._resender.done()
+        if idle and (self._unsettled or self._owed or self._owed_out):
             self._resender = asyncio.get_running_loop().create_task(self._resend())
 
     async def _resend(self) -> None:
         """Sends what Redis did not take again, every ``recover_s`` until it has: waiting for
         the next settle instead left a slot or a reservation held on every replica for as long
         as this one had no limited key's request to settle (an hour at most)."""
-        while self._unsettled:
+        while self._unsettled or self._owed or self._owed_out:
             await self._sleep(self._recover_s)
             await self.ledger_settle_many([])
 
@@ -720,10 +819,10 @@ class RedisStore:
 
     @property
     def unsettled(self) -> int:
-        """Settles Redis has not taken yet: kept to be sent again with the next, or out now (a
-        count that left out the ones out told a caller all was settled while Redis had yet to
-        run the last of them)."""
-        return len(self._unsettled) + self._settling
+        """Settles and batches of spend Redis has not taken yet: kept to be sent again with the
+        next, or out now (a count that left out the ones out told a caller all was settled
+        while Redis had yet to run the last of them)."""
+        return len(self._unsettled) + self._settling + len(self._owed_out) + (1 if self._owed else 0)
 
     async def ledger_read(self, key: str, minute: int, now_ms: int, budgets: Sequence[str]) -> LedgerState:
         return await self._guard("ledger_read", lambda: self._ledger_read(key, minute, now_ms, budgets),
@@ -746,6 +845,10 @@ class RedisStore:
         got = await pipe.execute()
         n, k = (int(v or 0) for v in got[0])
         spend = [(float(s or 0), max(0.0, float(r or 0))) for s, r in got[2:]]
+        # Mirrored as admits are (a scrape reads every budget: the gauges' reading then holds a
+        # budget this replica has not admitted on yet, should Redis stop answering).
+        self.local.ledger_mirror(key, minute, n, k, self._with_owed(budgets, [v for sr in spend for v in sr]),
+                                 _READ_MIRROR_S)  # fmt: skip
         return n, k, int(got[1]), spend
 
     # -- remembered answers --------------------------------------------------------------------
