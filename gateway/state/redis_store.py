@@ -1,10 +1,16 @@
 """The shared store: Redis, bounded in time, with this process's memory as the fallback.
 
-A request never waits on Redis longer than ``timeout_s`` per operation. On a timeout or an
-error the operation is served from the local :class:`MemoryStore` instead; while Redis is taken
-for down every operation is, and a watch in the background PINGs it every ``recover_s`` until
-it answers. The switch is logged once each way and every locally served operation is counted
-through ``on_fallback(backend, op)``.
+An operation Redis has not answered within ``timeout_s`` (``state.timeout_ms``) turns suspect:
+a PING on a connection of its own, timed against this process's event-loop lag, tells a Redis
+that is slow or gone from a loop too busy to read answers on time. Redis late too: the replica
+leaves it at once, every waiting operation and every later one served from the local
+:class:`MemoryStore` without waiting (so a slow Redis costs an operation about twice
+``timeout_s``, once, not its whole delay on every request), until a watch in the background,
+PINGing every ``recover_s``, finds it answering within ``timeout_s`` again. The loop late
+instead: the operation waits on for Redis's answer, up to ``recover_s``. An error (a refused
+connection) leaves Redis at once. Leaving and coming back are logged once each way; every
+locally served operation is counted through ``on_fallback(backend, op)``, and every wait on
+Redis through ``on_wait(backend, seconds)``.
 
 Writes go to local memory as well as to Redis, so a replica that loses Redis still knows what
 it saw itself (its own failures, requests and remembered answers) instead of starting blank.
@@ -13,6 +19,7 @@ it saw itself (its own failures, requests and remembered answers) instead of sta
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import math
@@ -29,6 +36,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.policy.breaker import CLOSED, MAX_TRACKED_MODELS, CircuitRecord
 from gateway.state.ledger_ops import LedgerAdmit, LedgerSettle, LedgerState
+from gateway.state.loop_lag import LoopLag
 from gateway.state.memory import MemoryStore
 from gateway.state.turn_batch import TurnBatch, run_pipelined
 
@@ -297,6 +305,7 @@ class RedisStore:
         max_connections: int = 100,
         probe_client: Redis | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        on_wait: Callable[[str, float], None] = lambda _b, _s: None,
     ) -> None:
         self._r = client
         # Operations at once, each on its own pooled connection. One past it waits here,
@@ -316,8 +325,11 @@ class RedisStore:
         self._waiting: set[asyncio.Timeout] = set()
         self._slow_logged_at, self._slow_since_log = -math.inf, 0
         self._on_fallback = on_fallback
-        self._down_since: float | None = None
+        self._on_wait = on_wait  # (backend, seconds) of every operation that asked Redis
+        self._down_since: float | None = None  # taken off Redis (down, or slow) since (monotonic)
+        self._off_said = False  # whether this time off Redis was logged yet
         self._answered_at = -math.inf  # when Redis last answered an operation (monotonic)
+        self._next_check = -math.inf  # no probe before then, while Redis answers others
         self._probe: asyncio.Task[None] | None = None
         self._budget = client.register_script(_BUDGET)
         self._take = client.register_script(_TAKE)
@@ -358,12 +370,13 @@ class RedisStore:
             return await local()
         started = self._monotonic()
         try:
-            # ``timeout_ms`` is when a wait becomes suspect, not when it ends: past it, an
-            # operation goes on waiting while Redis is not found down (``_suspect``), up to
-            # ``_slow_s``. Served from memory at the first timeout, a saturated replica (its loop
-            # reading answers late, which is most of a 50 ms wait at 600 concurrent requests)
-            # counted budgets apart from Redis while Redis answered every call: a $0.01 budget
-            # shared by two replicas served 3x its worth in one burst.
+            # ``timeout_ms`` is when a wait becomes suspect: a probe then asks Redis how long it
+            # takes to answer (``_suspect``). Too long, with this process's loop on time, and
+            # every waiting operation goes to memory at once; else the wait is this process's
+            # own and the operation waits on, up to ``_slow_s``. Served from memory at the first
+            # timeout, a saturated replica (its loop reading answers late, which is most of a
+            # 50 ms wait at 600 concurrent requests) counted budgets apart from Redis while Redis
+            # answered every call: a $0.01 budget shared by two replicas served 3x its worth.
             async with asyncio.timeout(self._slow_s) as deadline:
                 suspicion = asyncio.get_running_loop().call_later(self._timeout_s, self._suspect, op, started)
                 self._waiting.add(deadline)
@@ -385,30 +398,38 @@ class RedisStore:
         except _FAILURES as e:
             self._on_fallback(self.backend, op)
             waited = self._monotonic() - started
+            self._on_wait(self.backend, waited)
             if not isinstance(e, _TIMEOUTS):
                 self._went_down(op, type(e).__name__, waited)
             elif self._down_since is None and self._probe is None:  # (a probe under way will say)
                 self._too_slow(op, waited)
             return await local()
+        self._on_wait(self.backend, self._monotonic() - started)
         self._came_back()
         return result
 
     def _suspect(self, op: str, started: float) -> None:
-        """``timeout_ms`` passed on an operation. When Redis answered nothing since it began,
-        a probe with more time (``recover_s``, on its own connection) tells a dead Redis from a
-        loop too busy to read its answers; found dead, every waiting operation is let go at once
-        (``_went_down``). When Redis answered others meanwhile, the wait is this process's own."""
-        if self._answered_at <= started and self._probe is None and self._down_since is None:
-            self._start_probe((op, "TimeoutError", self._monotonic() - started))
+        """``timeout_ms`` passed on an operation: a probe (``_watch``) asks Redis, on its own
+        connection, how long it takes to answer. At once when Redis answered nothing since the
+        operation began (it may be gone); else at most once per ``recover_s`` (it may be slow,
+        or this process's loop late: only the probe tells). Probing only when nothing else was
+        answered, a Redis slow for every operation was never found slow under concurrent
+        traffic: each request waited its answers out (1.6-1.8 s behind a 0.8 s delay)."""
+        if self._probe is not None or self._down_since is not None:
+            return
+        now = self._monotonic()
+        if self._answered_at <= started or now >= self._next_check:
+            self._start_probe((op, now - started))
 
     def _too_slow(self, op: str, waited_s: float) -> None:
-        """An operation waited ``_slow_s`` with Redis not found down: served from memory, said
-        (at most once per ``recover_s``, with how many since), never silently."""
+        """An operation waited ``_slow_s`` with Redis not taken off (its probe found it on time:
+        the wait was this process's own): served from memory, said (at most once per
+        ``recover_s``, with how many since), never silently."""
         self._slow_since_log += 1
         now = self._monotonic()
         if now - self._slow_logged_at >= self._recover_s:
-            log.warning({"event": "state_store_slow", "backend": self.backend, "op": op,
-                         "waited_ms": round(waited_s * 1000, 1),
+            log.warning({"event": "state_store_slow", "backend": self.backend, "cause": "this_process",
+                         "op": op, "waited_ms": round(waited_s * 1000, 1),
                          "operations": self._slow_since_log})  # fmt: skip
             self._slow_logged_at, self._slow_since_log = now, 0
 
@@ -418,22 +439,23 @@ class RedisStore:
             log.info({"event": "state_store_back", "backend": self.backend,
                       "down_s": round(self._answered_at - self._down_since, 1)})
             self._down_since = None
+            self._off_said = False
 
     def _maybe_probe(self) -> None:
-        """While Redis is taken for down, no request waits on it: the watch (``_watch``) asks in
-        the background whether it answers again. Started when Redis is found down; started
+        """While Redis is taken off, no request waits on it: the watch (``_watch``) asks in the
+        background whether it answers in time again. Started when Redis is taken off; started
         again here only should it have ended without bringing the replica back."""
         if self._probe is None:
             self._start_probe(None)
 
-    def _start_probe(self, suspect: tuple[str, str, float] | None) -> None:
+    def _start_probe(self, suspect: tuple[str, float] | None) -> None:
         self._probe = asyncio.get_running_loop().create_task(self._watch(suspect))
 
-    async def _watch(self, suspect: tuple[str, str, float] | None) -> None:
-        """A PING at once, then one every ``recover_s`` while Redis is taken for down, until one
-        is answered (each with ``recover_s`` to answer, on the probe's own connection).
-        ``suspect``: the operation (name, error, wait) whose timeout asked for the first PING,
-        which takes Redis for down if that goes unanswered.
+    async def _watch(self, suspect: tuple[str, float] | None) -> None:
+        """A PING at once, then one every ``recover_s`` while Redis is taken off, until one is
+        answered within ``timeout_ms`` (each with ``recover_s`` to answer at all, on the probe's
+        own connection). ``suspect``: the operation (name, wait so far) whose wait asked for the
+        first PING, which takes Redis off if that PING is late, and says why.
 
         A loop, not one PING per request: the probe was started only by an operation arriving,
         and a failed one did not schedule the next, so a replica with no traffic (or only the
@@ -442,16 +464,54 @@ class RedisStore:
         ``closed``, its spend counted apart under ``open``), and ``state_store_back`` said
         ``down_s`` 16.5 for a 6 s outage."""
         try:
-            answered = await self._ping()
-            if not answered and suspect is not None:
-                self._went_down(*suspect)
-            while not answered and self._down_since is not None:
+            verdict, took_s, lag_s = await self._timed_ping(self._take_off if suspect is not None else None)
+            if suspect is not None and verdict != "ok":
+                op, waited_s = suspect
+                self._take_off()
+                if verdict == "down":
+                    self._say_off("state_store_down", op, "TimeoutError", waited_s + took_s)
+                else:
+                    self._say_off("state_store_slow", op, "", waited_s, answered_s=took_s, lag_s=lag_s)
+            while verdict != "ok" and self._down_since is not None:
                 await self._sleep(self._recover_s)
-                answered = await self._ping()
+                verdict, took_s, lag_s = await self._timed_ping()
         finally:
             self._probe = None
-        if answered:
+        if verdict == "ok":
+            self._next_check = self._monotonic() + self._recover_s
             self._came_back()
+
+    async def _timed_ping(self, on_late: Callable[[], object] | None = None) -> tuple[str, float, float]:
+        """A PING on the probe's connection: ``"ok"`` answered within ``timeout_ms``, ``"slow"``
+        answered later, ``"down"`` not answered within ``recover_s`` (or refused); with the time
+        it took and how late this process's loop ran meanwhile. The loop's lateness is not
+        Redis's: the PING is late only past ``timeout_ms`` plus twice that (an answer is read a
+        loop turn or two after it comes). ``on_late`` is called the moment it is late, before
+        its answer, which is still waited for (to tell slow from down)."""
+        loop = asyncio.get_running_loop()
+        lag = LoopLag(self._timeout_s / 4)
+        started = loop.time()
+        ping = asyncio.ensure_future(self._ping())
+        late = False
+        try:
+            while not ping.done() and not late:
+                left = started + self._timeout_s + 2 * lag.max_s - loop.time()
+                if left <= 0:
+                    late = True
+                    if on_late is not None:
+                        on_late()
+                else:
+                    await asyncio.wait({ping}, timeout=left)
+            answered = await ping
+        finally:
+            lag.stop()
+            ping.cancel()  # (a no-op once it is done; else this task was cancelled)
+        took_s = loop.time() - started
+        if not answered:
+            return "down", took_s, lag.max_s
+        if late or took_s > self._timeout_s + 2 * lag.max_s:
+            return "slow", took_s, lag.max_s
+        return "ok", took_s, lag.max_s
 
     async def _ping(self) -> bool:
         try:
@@ -471,18 +531,36 @@ class RedisStore:
         except _FAILURES:
             pass  # closing a dead socket may complain; it is closed either way
 
+    def _take_off(self) -> None:
+        """Redis taken for down or too slow: the operations still waiting go to memory now, and
+        later ones are served there without waiting until the watch finds it back."""
+        if self._down_since is not None:
+            return
+        self._down_since = self._monotonic()
+        now = asyncio.get_running_loop().time()
+        for deadline in list(self._waiting):
+            if not deadline.expired():  # (one that just expired is on its way there)
+                deadline.reschedule(now)
+        self._maybe_probe()  # at once, unless the watch is on: a restarted Redis is back in ms
+
     def _went_down(self, op: str, error: str, waited_s: float) -> None:
-        if self._down_since is None:
-            self._down_since = self._monotonic()
-            now = asyncio.get_running_loop().time()
-            for deadline in list(self._waiting):  # the operations still waiting: to memory, now
-                if not deadline.expired():  # (one that just expired is on its way there)
-                    deadline.reschedule(now)
-            # The error's type, never its text or the URL: either may carry a password.
-            log.warning({"event": "state_store_down", "backend": self.backend, "op": op,
-                         "error": error, "waited_ms": round(waited_s * 1000, 1),
-                         "retry_every_s": self._recover_s})  # fmt: skip
-            self._maybe_probe()  # at once, unless the watch is on: a restarted Redis is back in ms
+        self._take_off()
+        self._say_off("state_store_down", op, error, waited_s)
+
+    def _say_off(self, event: str, op: str, error: str, waited_s: float, *,
+                 answered_s: float = 0.0, lag_s: float = 0.0) -> None:  # fmt: skip
+        """One line per time off Redis, whichever finds it first: the error's type, never its
+        text or the URL (either may carry a password)."""
+        if self._off_said:
+            return
+        self._off_said = True
+        line: dict[str, object] = {"event": event, "backend": self.backend, "op": op}
+        if event == "state_store_down":
+            line |= {"error": error, "waited_ms": round(waited_s * 1000, 1)}
+        else:  # answered, later than timeout_ms with this process's loop on time
+            line |= {"cause": "redis", "answered_ms": round(answered_s * 1000, 1),
+                     "loop_lag_ms": round(lag_s * 1000, 1), "timeout_ms": round(self._timeout_s * 1000)}
+        log.warning(line | {"retry_every_s": self._recover_s})
 
     # -- circuits ------------------------------------------------------------------------------
 
@@ -898,6 +976,12 @@ class RedisStore:
         except _FAILURES as e:
             return type(e).__name__
         self._answered_at = self._monotonic()
+        if self._probe_r is not self._r:
+            # The probe's connection opened now: a first probe that opened it measured its
+            # set-up (three round trips, with redis-py's CLIENT SETINFO), not Redis's answer.
+            with contextlib.suppress(*_FAILURES):
+                async with asyncio.timeout(timeout_s):
+                    await self._probe_r.ping()
         # Loaded now (Redis keeps them for every client), so that no request's first use of a
         # script spends its deadline on NOSCRIPT and a load: three round trips in 50 ms, which
         # a worker starting on a loaded host missed and left Redis for recover_s.

@@ -36,11 +36,11 @@ class Sleeps:
             done.set_result(None)
 
 
-async def until(condition: Callable[[], object], turns: int = 200) -> None:
-    for _ in range(turns):
+async def until(condition: Callable[[], object], within_s: float = 5.0) -> None:
+    for _ in range(round(within_s / 0.002)):
         if condition():
             return
-        await asyncio.sleep(0)
+        await asyncio.sleep(0.002)
     raise AssertionError("never happened")
 
 
@@ -106,5 +106,72 @@ async def test_requests_while_down_start_no_second_watch() -> None:
             await store.reset_get("up/m")  # from memory at once, no wait and no PING
         assert redis.pings == pings and len(sleeps.waiting) == 1
         assert fallbacks == ["reset_get"] * 21
+    finally:
+        await store.close()
+
+
+async def test_a_slow_redis_is_left_after_timeout_ms_not_waited_out_by_every_operation(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Redis answers, 0.3 s late, with this process's loop on time: every operation waited its
+    answers out (a request ~0.41 s behind a 0.2 s delay, 1.6-1.8 s behind 0.8 s), with no
+    fallback counted and no log line (audit of Redis). Now the first operation's wait turns
+    suspect at timeout_ms, the probe's PING is late too, and the replica leaves Redis: that
+    operation and every later one are served from memory, said once, until a PING is on time."""
+    caplog.set_level(logging.INFO, logger="gateway.state")
+    redis, sleeps, fallbacks, waits = FakeRedis(), Sleeps(), [], []
+    store = RedisStore(
+        redis, MemoryStore(time.time), clock=time.time, monotonic=time.monotonic,  # type: ignore[arg-type]
+        timeout_s=0.02, recover_s=RECOVER_S, sleep=sleeps,
+        on_fallback=lambda _b, op: fallbacks.append(op), on_wait=lambda _b, s: waits.append(s),
+    )  # fmt: skip
+    try:
+        await store.reset_get("up/m")
+        assert store.healthy and len(waits) == 1 and not fallbacks
+        redis.delay_s = 0.3
+        t = time.monotonic()
+        assert await store.reset_get("up/m") is None  # given up on when the probe's PING was late too
+        first = time.monotonic() - t
+        assert first < 0.2 and not store.healthy, first  # about 2 x timeout_ms, not the 0.3 s delay
+        t = time.monotonic()
+        for _ in range(20):
+            await store.reset_get("up/m")
+        assert time.monotonic() - t < 0.05  # from memory, no wait
+        assert fallbacks == ["reset_get"] * 21
+        assert len(waits) == 2 and waits[1] < 0.2  # what the first one waited; the rest asked nothing
+        await until(lambda: sleeps.waiting)  # the PING's answer came (0.3 s): slow, not down
+        lines = [r.msg for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(lines) == 1 and isinstance(lines[0], dict), lines
+        assert lines[0]["event"] == "state_store_slow" and lines[0]["cause"] == "redis"
+        assert lines[0]["answered_ms"] >= 300 and lines[0]["timeout_ms"] == 20
+        sleeps.release()  # still slow: the replica stays off Redis, and says nothing more
+        await until(lambda: sleeps.waiting)
+        assert not store.healthy and len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
+        redis.delay_s = 0.0  # on time again
+        sleeps.release()
+        await until(lambda: store.healthy)
+        assert await store.reset_get("up/m") is None and len(fallbacks) == 21
+    finally:
+        await store.close()
+
+
+async def test_an_answer_a_busy_loop_reads_late_is_waited_for_redis_is_not_left() -> None:
+    """This process's loop stalls 5 x timeout_ms around each operation (a saturated replica):
+    the probe's PING is as late, but so is the loop's own timer, and the operation waits on
+    for Redis's answer. Left at timeout_ms, two saturated replicas let a $0.01 budget serve 20-22
+    answers where it holds 10 (keys audit, 2026-11-29)."""
+    redis, sleeps, fallbacks = FakeRedis(), Sleeps(), []
+    store = RedisStore(
+        redis, MemoryStore(time.time), clock=time.time, monotonic=time.monotonic,  # type: ignore[arg-type]
+        timeout_s=0.02, recover_s=RECOVER_S, sleep=sleeps, on_fallback=lambda _b, op: fallbacks.append(op),
+    )  # fmt: skip
+    redis.delay_s = 0.002
+    try:
+        for _ in range(4):
+            asyncio.get_running_loop().call_soon(time.sleep, 0.1)  # the loop stalls
+            await store.reset_set("up/m", int((time.time() + 60) * 1000))
+            await asyncio.sleep(0)
+        assert store.healthy and not fallbacks
+        assert redis.values  # every one in Redis
     finally:
         await store.close()
