@@ -303,7 +303,7 @@ class MemoryStore:
     def holds_answers(self) -> bool:
         return len(self.answers) > 0
 
-    async def check(self, timeout_s: float) -> str | None:
+    async def check(self, timeout_s: float) -> None:
         return None  # this process's memory always answers
 
     async def close(self) -> None:

@@ -28,16 +28,19 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from redis.asyncio import Redis
+from redis.asyncio.connection import SSLConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import OutOfMemoryError, ReadOnlyError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.policy.breaker import CLOSED, MAX_TRACKED_MODELS, CircuitRecord
 from gateway.state.ledger_ops import LedgerAdmit, LedgerSettle, LedgerState
 from gateway.state.loop_lag import LoopLag
 from gateway.state.memory import MemoryStore
+from gateway.state.redis_problems import PLAIN_BEHIND_TLS, lasting, refusing_writes
+from gateway.state.store import StoreCheck
 from gateway.state.turn_batch import TurnBatch, run_pipelined
 
 T = TypeVar("T")
@@ -234,6 +237,11 @@ _SCRIPTS = (_BUDGET, _TAKE, _PUT, _LEDGER_ADMIT, _LEDGER_SETTLE, _LEDGER_OWED, _
 _FAILURES = (RedisError, OSError, TimeoutError)
 _Call = tuple[list[str], list[str | int]]  # one script call: its keys, its arguments
 _TIMEOUTS = (RedisTimeoutError, TimeoutError)
+# Errors of a Redis that answers but takes no writes: one operation served from memory each,
+# never the replica taken off Redis (its PING answers, and it came back at once, flapping).
+_WRITES_REFUSED = (OutOfMemoryError, ReadOnlyError)
+# Operations that write nothing: their success says nothing of whether Redis takes writes again.
+_READS = frozenset({"circuit_get", "reset_get", "ledger_read"})
 # Settles kept for a Redis that does not answer: a long outage at high traffic would otherwise
 # grow them without bound (each is ~300 bytes); past it, the oldest wait for their slots' TTL.
 MAX_UNSETTLED = 100_000
@@ -328,6 +336,7 @@ class RedisStore:
         self._on_wait = on_wait  # (backend, seconds) of every operation that asked Redis
         self._down_since: float | None = None  # taken off Redis (down, or slow) since (monotonic)
         self._off_said = False  # whether this time off Redis was logged yet
+        self._writes_refused_since: float | None = None  # a full or read-only Redis (monotonic)
         self._answered_at = -math.inf  # when Redis last answered an operation (monotonic)
         self._next_check = -math.inf  # no probe before then, while Redis answers others
         self._probe: asyncio.Task[None] | None = None
@@ -399,14 +408,30 @@ class RedisStore:
             self._on_fallback(self.backend, op)
             waited = self._monotonic() - started
             self._on_wait(self.backend, waited)
-            if not isinstance(e, _TIMEOUTS):
-                self._went_down(op, type(e).__name__, waited)
+            if isinstance(e, _WRITES_REFUSED):
+                self._writes_refused(op, e)
+            elif not isinstance(e, _TIMEOUTS):
+                self._went_down(op, type(e).__name__, waited, lasting(e, self._db))
             elif self._down_since is None and self._probe is None:  # (a probe under way will say)
                 self._too_slow(op, waited)
             return await local()
         self._on_wait(self.backend, self._monotonic() - started)
         self._came_back()
+        if self._writes_refused_since is not None and op not in _READS:
+            log.info({"event": "state_store_writable", "backend": self.backend, "op": op,
+                      "refused_s": round(self._monotonic() - self._writes_refused_since, 1)})  # fmt: skip
+            self._writes_refused_since = None
         return result
+
+    def _writes_refused(self, op: str, error: RedisError) -> None:
+        """Redis answers but takes no writes (maxmemory under noeviction, a read-only replica):
+        each write is served from memory, Redis stays in use for the rest, and it is said once
+        until a write is taken again. Taken off Redis instead, the replica came back at the
+        probe's PING and left again at the next write, every second or so."""
+        if self._writes_refused_since is None:
+            self._writes_refused_since = self._monotonic()
+            log.warning({"event": "state_store_full", "backend": self.backend, "op": op,
+                         "error": type(error).__name__, "problem": refusing_writes(error)})  # fmt: skip
 
     def _suspect(self, op: str, started: float) -> None:
         """``timeout_ms`` passed on an operation: a probe (``_watch``) asks Redis, on its own
@@ -543,14 +568,15 @@ class RedisStore:
                 deadline.reschedule(now)
         self._maybe_probe()  # at once, unless the watch is on: a restarted Redis is back in ms
 
-    def _went_down(self, op: str, error: str, waited_s: float) -> None:
+    def _went_down(self, op: str, error: str, waited_s: float, problem: str | None = None) -> None:
         self._take_off()
-        self._say_off("state_store_down", op, error, waited_s)
+        self._say_off("state_store_down", op, error, waited_s, problem=problem)
 
-    def _say_off(self, event: str, op: str, error: str, waited_s: float, *,
-                 answered_s: float = 0.0, lag_s: float = 0.0) -> None:  # fmt: skip
+    def _say_off(self, event: str, op: str, error: str, waited_s: float, *, answered_s: float = 0.0,
+                 lag_s: float = 0.0, problem: str | None = None) -> None:  # fmt: skip
         """One line per time off Redis, whichever finds it first: the error's type, never its
-        text or the URL (either may carry a password)."""
+        text or the URL (either may carry a password). A configuration that waiting will not
+        heal (a wrong password or database) is an error, saying what is wrong."""
         if self._off_said:
             return
         self._off_said = True
@@ -560,7 +586,15 @@ class RedisStore:
         else:  # answered, later than timeout_ms with this process's loop on time
             line |= {"cause": "redis", "answered_ms": round(answered_s * 1000, 1),
                      "loop_lag_ms": round(lag_s * 1000, 1), "timeout_ms": round(self._timeout_s * 1000)}
-        log.warning(line | {"retry_every_s": self._recover_s})
+        if problem is not None:
+            log.error(line | {"problem": problem, "heals": "no: fix state.url (or Redis) and restart",
+                              "retry_every_s": self._recover_s})  # fmt: skip
+        else:
+            log.warning(line | {"retry_every_s": self._recover_s})
+
+    @property
+    def _db(self) -> int | None:
+        return self._r.connection_pool.connection_kwargs.get("db")
 
     # -- circuits ------------------------------------------------------------------------------
 
@@ -967,14 +1001,17 @@ class RedisStore:
         # This replica's own answers are in its local memory too and always looked up.
         return self.local.holds_answers() or self._monotonic() >= self._none_remembered_until
 
-    async def check(self, timeout_s: float) -> str | None:
-        """PING once (start-up): None when Redis answered, else the error's type. Changes no
-        state: requests still find out for themselves, each within ``timeout_s`` of the store."""
+    async def check(self, timeout_s: float) -> StoreCheck | None:
+        """A PING and a write (start-up): None when Redis answered both. Changes no state:
+        requests still find out for themselves, each within ``timeout_s`` of the store."""
         try:
             async with asyncio.timeout(timeout_s):
                 await self._r.ping()
         except _FAILURES as e:
-            return type(e).__name__
+            problem = lasting(e, self._db)
+            if problem is None and isinstance(e, (*_TIMEOUTS, RedisConnectionError)):
+                problem = await self._plain_behind_tls(timeout_s)
+            return StoreCheck(type(e).__name__, problem)
         self._answered_at = self._monotonic()
         if self._probe_r is not self._r:
             # The probe's connection opened now: a first probe that opened it measured its
@@ -982,6 +1019,15 @@ class RedisStore:
             with contextlib.suppress(*_FAILURES):
                 async with asyncio.timeout(timeout_s):
                     await self._probe_r.ping()
+        try:
+            # A PING is answered by a Redis that refuses every write (full, or a read-only
+            # replica): "answered" at start-up, then every write failed.
+            async with asyncio.timeout(timeout_s):
+                await self._r.set(self._p + "started", b"1", px=60_000)
+        except _FAILURES as e:
+            problem = refusing_writes(e) or lasting(e, self._db)
+            if problem is not None:
+                return StoreCheck(type(e).__name__, problem, answered=True)
         # Loaded now (Redis keeps them for every client), so that no request's first use of a
         # script spends its deadline on NOSCRIPT and a load: three round trips in 50 ms, which
         # a worker starting on a loaded host missed and left Redis for recover_s.
@@ -994,6 +1040,28 @@ class RedisStore:
         except _FAILURES:
             pass  # each request loads what it needs, as it did
         return None
+
+    async def _plain_behind_tls(self, timeout_s: float) -> str | None:
+        """With ``rediss://``, whether the server answers a plain PING: a Redis without TLS never
+        answers a TLS handshake, and the client timed out as if it were down."""
+        pool = self._r.connection_pool
+        host, port = pool.connection_kwargs.get("host"), pool.connection_kwargs.get("port")
+        if not issubclass(pool.connection_class, SSLConnection) or host is None:
+            return None
+        try:
+            async with asyncio.timeout(timeout_s):
+                reader, writer = await asyncio.open_connection(host, port)
+                try:
+                    writer.write(b"PING\r\n")
+                    answer = await reader.read(64)
+                finally:
+                    writer.close()
+                    await writer.wait_closed()
+        except (OSError, TimeoutError):
+            return None
+        if answer[:1] not in (b"+", b"-"):  # PONG, or an error such as NOAUTH: Redis, in plain text
+            return None
+        return PLAIN_BEHIND_TLS
 
     async def close(self) -> None:
         if self._resender is not None:

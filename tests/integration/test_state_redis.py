@@ -54,6 +54,7 @@ class RedisServer:
     port: int
     workdir: Path
     proc: subprocess.Popen[bytes] | None = None
+    extra: tuple[str, ...] = ()  # more redis-server arguments (--requirepass, --maxmemory ...)
 
     @property
     def url(self) -> str:
@@ -63,7 +64,7 @@ class RedisServer:
         assert REDIS is not None
         self.proc = subprocess.Popen(
             [REDIS, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.workdir)],
+             "--dir", str(self.workdir), *self.extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         deadline = time.monotonic() + 10
@@ -71,7 +72,7 @@ class RedisServer:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
                     s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
+                    if s.recv(16).startswith((b"+PONG", b"-NOAUTH")):  # up, with or without a password
                         return
             except OSError:
                 time.sleep(0.02)
@@ -712,3 +713,35 @@ async def test_a_replica_with_no_traffic_finds_a_restarted_redis_by_itself(
     assert a.store.healthy and took < RECOVER_S + 0.5, took
     back = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "state_store_back"]
     assert len(back) == 1 and back[0]["down_s"] < 3 * RECOVER_S + took + 0.5
+
+
+async def test_a_full_redis_keeps_the_replica_on_it_said_once_not_flapping(
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """maxmemory reached under noeviction: every write refused (OOM), PINGs and reads answered.
+    Each refused write took the replica off Redis, the probe's PING brought it back, and the
+    next write took it off again, about every second (audit of Redis)."""
+    caplog.set_level(logging.INFO, logger="gateway.state")
+    a, b = patient_replicas
+    await a.store.circuit_fail([("up", "m")], 60)
+    admin = connect(redis_server.url, 1.0)
+    try:
+        await admin.config_set("maxmemory-policy", "noeviction")
+        await admin.config_set("maxmemory", "1")
+        for _ in range(round(3 * RECOVER_S / 0.05)):  # three probe periods of traffic
+            await a.store.budget_add("global", 1, 0, 10)  # a write: refused, counted in memory
+            assert (await a.store.circuit_get(["up"]))[0].failures == 1  # a read: still Redis's
+            assert a.store.healthy
+            await asyncio.sleep(0.05)
+        said = [r.msg for r in caplog.records if isinstance(r.msg, dict)]
+        assert [m["event"] for m in said] == ["state_store_full"], said
+        assert said[0]["error"] == "OutOfMemoryError" and "noeviction" in said[0]["problem"]
+        assert {op for _, op in a.fallbacks} == {"budget_add"}
+        await admin.config_set("maxmemory", "0")
+        await a.store.budget_add("global", 1, 0, 10)
+        said = [r.msg for r in caplog.records if isinstance(r.msg, dict)]
+        assert [m["event"] for m in said] == ["state_store_full", "state_store_writable"], said
+        assert await b.store.budget_add("global", 0, 0, 10) == (1, 0)  # that write is in Redis
+    finally:
+        await admin.config_set("maxmemory", "0")
+        await admin.aclose()

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+from redis.exceptions import AuthenticationError, OutOfMemoryError
 
 from gateway.state.memory import MemoryStore
 from gateway.state.redis_store import RedisStore
@@ -173,5 +174,50 @@ async def test_an_answer_a_busy_loop_reads_late_is_waited_for_redis_is_not_left(
             await asyncio.sleep(0)
         assert store.healthy and not fallbacks
         assert redis.values  # every one in Redis
+    finally:
+        await store.close()
+
+
+async def test_a_full_redis_is_said_once_and_kept_for_reads_never_left_and_rejoined(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """maxmemory reached under noeviction: PINGs and reads are answered, every write is refused
+    with OOM. Taken for down at each write, the replica came back at the probe's PING and left
+    again at the next write, about every second (audit of Redis). Now each write is served from
+    memory, the replica stays on Redis, and it is said once, until a write is taken again."""
+    caplog.set_level(logging.INFO, logger="gateway.state")
+    redis, sleeps, fallbacks = FakeRedis(), Sleeps(), []
+    store = store_over(redis, sleeps, fallbacks)
+    try:
+        redis.write_error = OutOfMemoryError("command not allowed when used memory > 'maxmemory'.")
+        for _ in range(5):
+            await store.reset_set("up/m", int((time.time() + 60) * 1000))  # refused: from memory
+            assert await store.reset_get("up/m") is None  # read from Redis, which answers reads
+            assert store.healthy
+        assert fallbacks == ["reset_set"] * 5 and not sleeps.waiting
+        lines = [r.msg for r in caplog.records]
+        assert len(lines) == 1 and lines[0]["event"] == "state_store_full"  # type: ignore[index]
+        assert "maxmemory" in lines[0]["problem"] and lines[0]["error"] == "OutOfMemoryError"  # type: ignore[index]
+        redis.write_error = None
+        await store.reset_set("up/m", int((time.time() + 60) * 1000))
+        lines = [r.msg for r in caplog.records]
+        assert len(lines) == 2 and lines[1]["event"] == "state_store_writable"  # type: ignore[index]
+        assert redis.values and len(fallbacks) == 5
+    finally:
+        await store.close()
+
+
+async def test_a_wrong_password_is_an_error_that_says_it_will_not_heal(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.state")
+    redis, sleeps = FakeRedis(), Sleeps()
+    store = store_over(redis, sleeps)
+    try:
+        redis.error = AuthenticationError("invalid username-password pair or user is disabled.")
+        await store.reset_get("up/m")
+        (line,) = caplog.records
+        assert line.levelno == logging.ERROR and isinstance(line.msg, dict)
+        assert line.msg["event"] == "state_store_down" and line.msg["error"] == "AuthenticationError"
+        assert "credentials" in line.msg["problem"] and line.msg["heals"].startswith("no")
+        assert "invalid username-password" not in line.getMessage()  # our words, not the server's
     finally:
         await store.close()
