@@ -264,7 +264,11 @@ class MemoryStore:
         for bkey, spent, held in budgets:
             self._spend.put(bkey, [spent, held], budget_ttl_s)
         if slot is not None:
-            self._slots.setdefault(key, {})[slot[0]] = slot[1]
+            slots = self._slots.setdefault(key, {})
+            now_ms = self._clock() * 1000
+            for s in [s for s, until in slots.items() if until <= now_ms]:  # a settle never came
+                del slots[s]
+            slots[slot[0]] = slot[1]
 
     async def ledger_settle_many(self, settles: Sequence[LedgerSettle]) -> None:
         for s in settles:
