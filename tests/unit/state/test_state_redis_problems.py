@@ -1,5 +1,6 @@
 """Redis errors that waiting will not heal, told apart from an outage (gateway/state/redis_problems.py),
-on the errors redis-py raises for them (each message as redis-server 7 sends it, measured)."""
+on the errors redis-py 8 raises for them: AUTH, NOPERM, OOM, READONLY and SELECT messages as
+redis-server 7.0.15 sent them (measured with redis-cli and redis-py), connection errors redis-py's own."""
 
 from __future__ import annotations
 
