@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import difflib
+import functools
 import hashlib
 import ipaddress
 import os
@@ -840,6 +841,15 @@ class PoolConfig(_Model):
         default=CooldownsConfig(),
         description="How long a deployment sits out after an answer that says its key cannot serve.",
     )
+    # OpenAI keeps a stored response 30 days (gateway/routing/stored.py cites it): a chained
+    # turn after that is refused wherever it goes.
+    stored_s: float = Field(
+        default=30 * 24 * 3600.0, ge=0,
+        description="Seconds the gateway remembers which deployment made each Responses answer the "
+        "provider stores, and each conversation, so that a turn chained to one (`previous_response_id`, "
+        "`conversation`) goes to the key that can read it (OpenAI keeps them 30 days). With Redis each costs "
+        "a key of about 165 bytes for that long; 0: not remembered (such turns go where the strategy picks).",
+    )  # fmt: skip
 
     @field_validator("models", "deployments", "fallbacks", mode="before")
     @classmethod
@@ -1320,6 +1330,11 @@ class PriceConfig(_Model):
     cache_write: float | None = Field(
         default=None, ge=0, description="USD per million prompt tokens written to the cache; unset: `input`."
     )
+    cache_write_1h: float | None = Field(
+        default=None, ge=0,
+        description="USD per million prompt tokens written to Anthropic's cache for an hour (`ttl: \"1h\"`); "
+        "unset: twice `input`, Anthropic's rule.",
+    )  # fmt: skip
 
 
 class ReferenceTokensConfig(_Model):
@@ -1544,7 +1559,93 @@ def config_warnings(cfg: GatewayConfig) -> list[str]:
             "loop-breaker memory and rate-limit resets (a retry that lands on another worker is sent "
             "again; an outage is learnt once per worker); state: {backend: redis} shares them"
         )
+    out += _budgets_in_memory(cfg) + _unpriced(cfg)
     return out
+
+
+def _budgets_in_memory(cfg: GatewayConfig) -> list[str]:
+    """Budgets counted in this process's memory: a restart (a deploy, a crash, an OOM kill)
+    starts every budget's period from nothing spent, so a key can spend its budget again after
+    each one, and nothing says so."""
+    if cfg.state.backend != "memory":
+        return []
+    budgeted = [f"key '{k.name}'" for k in cfg.keys if k.budget is not None]
+    budgeted += [f"team '{t.name}'" for t in cfg.teams if t.budget is not None]
+    if not budgeted:
+        return []
+    shown = ", ".join(budgeted[:3]) + (f" and {len(budgeted) - 3} more" if len(budgeted) > 3 else "")
+    return [f"keys: {shown} {'has a budget' if len(budgeted) == 1 else 'have budgets'} and state.backend is "
+            "memory: what is spent is kept in this process only, so a restart sets every budget back to "
+            "unspent, and a key may spend its budget again after each; state: {backend: redis, url: ...}, "
+            "with an append-only file (deploy/), keeps it"]  # fmt: skip
+
+
+def _unpriced(cfg: GatewayConfig) -> list[str]:
+    """Models a key with a budget can be routed to and no price covers, as far as the globs tell:
+    each is refused to it (``model_not_priced``, pipeline/accounting.py), which its holder learns
+    only from a refusal. A route's glob counts when it names one model (``o1-mini``) without a
+    price, or matches none a price matches (``gemini-*`` where no Gemini model is priced); one
+    partly priced (``gpt-*``) cannot be told from the config and is not warned of."""
+    from gateway.keys.prices import SHIPPED
+
+    priced = [*cfg.prices, *(glob for glob, _ in SHIPPED)]
+    teams = {t.name for t in cfg.teams if t.budget is not None}
+    budgeted = [k for k in cfg.keys if k.budget is not None or k.team in teams]
+    routes = [g for p in cfg.pools for g in p.models]
+    routes += [g for u in cfg.upstreams if cfg.pool_of(u.name) is None for g in u.models]
+    found: dict[str, list[str]] = {}
+    for key in budgeted:
+        for route in dict.fromkeys(routes):
+            for reached in _reached(route, key.models):
+                if not any(_overlap(price, reached) for price in priced):
+                    names = found.setdefault(reached, [])
+                    if key.name not in names:
+                        names.append(key.name)
+    out = []
+    for reached, names in found.items():
+        who = ", ".join(f"key {n!r}" for n in names)
+        who += " has a budget" if len(names) == 1 else " have budgets"
+        what = f"model {reached!r}" if _literal(reached) else f"the models {reached!r} matches"
+        out.append(f"keys: {who} and may be routed {what}, which no price (prices:, or the shipped "
+                   "table) covers: such requests are refused (model_not_priced) until prices: names one")
+    return out
+
+
+def _reached(route: str, allowed: tuple[str, ...]) -> list[str]:
+    """The part of a route's glob a key's ``models`` let it use, as globs: the narrower of each
+    pair that overlaps (either, when neither covers the other: the route's)."""
+    if allowed == ("*",):
+        return [route]
+    out = []
+    for glob in allowed:
+        if _covers(route, glob):
+            out.append(glob)
+        elif _covers(glob, route) or _overlap(glob, route):
+            out.append(route)
+    return out
+
+
+def _literal(glob: str) -> bool:
+    return not set(glob) & set("*?[")
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Whether some model name matches both globs. Exact for ``*`` alone; a ``?`` or ``[..]``
+    in either is taken to overlap (not determinable here, so never warned of)."""
+    if set(a + b) & set("?["):
+        return True
+
+    @functools.cache
+    def meet(i: int, j: int) -> bool:
+        if i == len(a) and j == len(b):
+            return True
+        if i < len(a) and a[i] == "*":
+            return meet(i + 1, j) or (j < len(b) and meet(i, j + 1))
+        if j < len(b) and b[j] == "*":
+            return meet(i, j + 1) or (i < len(a) and meet(i + 1, j))
+        return i < len(a) and j < len(b) and a[i] == b[j] and meet(i + 1, j + 1)
+
+    return meet(0, 0)
 
 
 def _shadowed(cfg: GatewayConfig) -> list[str]:

@@ -322,7 +322,8 @@ class Telemetry:
         self.budgets = BudgetGauges(registry)
         self.tokens = LoopCounter(
             p + "tokens", "Tokens reported by upstream usage, by kind: prompt, completion, and of the prompt "
-            "cache_read, cache_write when the provider says.",
+            "cache_read, cache_write when the provider says, and of cache_write cache_write_1h (Anthropic's "
+            "1-hour writes).",
             ["upstream", "model", "kind"], registry,
         )  # fmt: skip
         self.client_auth_refusals = Counter(
@@ -349,7 +350,8 @@ class Telemetry:
         # (requests, attempts, circuits) are per deployment already.
         self.pool_picks = Counter(
             p + "pool_picks", "Deployments picked for a request, by why: affinity (the conversation's "
-            "own), the pool's strategy, moved (a sibling failed first), circuit_open (every circuit was).",
+            "own), the pool's strategy, moved (a sibling failed first), circuit_open (every circuit was), "
+            "stored (its key holds the stored response or conversation the request continues).",
             ["pool", "deployment", "reason"], registry=registry,
         )  # fmt: skip
         self.pool_moves = Counter(
@@ -375,12 +377,15 @@ class Telemetry:
         )  # fmt: skip
         self.key_tokens = Counter(
             p + "key_tokens", "Tokens each gateway key used, by model and kind (prompt, completion, and of "
-            "the prompt cache_read, cache_write); priced=false: the model has no price, spend unknown.",
+            "the prompt cache_read, cache_write, of which cache_write_1h); priced=false: the model has no "
+            "price, spend unknown.",
             ["key", "model", "kind", "priced"], registry=registry,
         )  # fmt: skip
         self.key_refusals = Counter(
             p + "key_refusals", "Requests the gateway answered for a key's own rules, never sent: model (not "
-            "allowed), rpm, tpm, parallel, budget, team_budget, store_down.",
+            "allowed), unpriced (a model with no price, for a key with a budget), rpm, tpm, parallel, "
+            "budget, team_budget, store_down, background (a background response, whose usage the key never "
+            "sees).",
             ["key", "reason"], registry=registry,
         )  # fmt: skip
         self.headroom = Gauge(

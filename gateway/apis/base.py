@@ -241,6 +241,12 @@ class Dialect(Protocol):
         """The status a gateway-made error is answered with on this API."""
         ...
 
+    def passed_status(self, status: int, upstream_status: int | None, body: bytes) -> int:
+        """The status an upstream's error body, passed through untouched, is answered with:
+        ``status`` (the gateway's decision: 402 for a budget) unless the body itself states
+        another (Google's ``error.code``)."""
+        ...
+
     def foreign_error(self, e: ForeignError, request_id: str) -> tuple[int, bytes]:
         """An upstream error on a translated request, in this API's envelope and with the
         wording this API's clients act on (an overflow reads as this API's own overflow)."""

@@ -8,11 +8,15 @@ Anthropic (docs.claude.com/en/api/models-list): ``{"data": [{"type": "model", "i
 
 Google (https://ai.google.dev/api/models#method:-models.list): ``{"models": [{"name":
 "models/<id>", "baseModelId", "version", "displayName", "supportedGenerationMethods", …}],
-"nextPageToken"}``; the google-genai SDKs and Gemini CLI read ``name`` and strip ``models/``.
+"nextPageToken"}`` (ListModelsResponse: "models — The returned Models. next_page_token — A
+token, which can be sent as page_token to retrieve the next page",
+https://ai.google.dev/api/python/google/ai/generativelanguage/ListModelsResponse); the
+google-genai SDKs and Gemini CLI read ``name`` and strip ``models/``.
 
 A client gets its own shape whatever its upstreams answered in: Claude Code's model discovery
-and the ``anthropic`` SDK read Anthropic's, Codex and the ``openai`` SDK OpenAI's. An entry
-already in the wanted shape is passed on as it came (with whatever else its provider said).
+and the ``anthropic`` SDK read Anthropic's, Codex and the ``openai`` SDK OpenAI's, the
+google-genai SDK Google's. An entry already in the wanted shape is passed on as it came (with
+whatever else its provider said).
 """
 
 from __future__ import annotations
@@ -40,16 +44,36 @@ def gemini_model(mid: str, input_limit: int | None = None) -> dict[str, Any]:
     return out
 
 
-def entry(model: dict[str, Any], shape: str, owner: str) -> dict[str, Any]:
-    """``model`` (an OpenAI or Anthropic entry, its ``id`` a string) in the wanted shape;
-    ``owner``: who serves it (OpenAI's ``owned_by`` when the entry names none)."""
-    mid = model["id"]
+def listed(doc: Any) -> tuple[list[tuple[str, dict[str, Any]]], bool] | None:
+    """An upstream's model list as (id, entry) pairs, and whether it says more pages follow;
+    None when ``doc`` is no list of models. OpenAI's and Anthropic's ``data`` entries are named
+    by ``id``, Google's ``models`` by ``name`` (``models/<id>``)."""
+    if not isinstance(doc, dict):
+        return None
+    data = doc.get("data")
+    if isinstance(data, list):
+        pairs = [(m["id"], m) for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+        return pairs, doc.get("has_more") is True  # Anthropic pages; the client may ask on
+    models = doc.get("models")
+    if isinstance(models, list):
+        named = [m for m in models if isinstance(m, dict) and _google_named(m.get("name"))]
+        return [(m["name"][7:], m) for m in named], False
+    return None
+
+
+def _google_named(name: Any) -> bool:
+    return isinstance(name, str) and name.startswith("models/") and len(name) > 7
+
+
+def entry(model: dict[str, Any], mid: str, shape: str, owner: str) -> dict[str, Any]:
+    """``model`` (an OpenAI, Anthropic or Google entry for the model ``mid``) in the wanted
+    shape; ``owner``: who serves it (OpenAI's ``owned_by`` when the entry names none)."""
     if shape == GOOGLE:
-        return gemini_model(mid)
+        return model if model.get("name") == f"models/{mid}" else gemini_model(mid)
     if shape == ANTHROPIC:
         if model.get("type") == "model":
             return model
-        name = model.get("display_name")
+        name = model.get("display_name") or model.get("displayName")
         return {"type": "model", "id": mid, "display_name": name if isinstance(name, str) and name else mid,
                 "created_at": _rfc3339(model.get("created"))}  # fmt: skip
     if model.get("object") == "model":

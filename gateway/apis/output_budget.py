@@ -75,6 +75,28 @@ def gemini(payload: Mapping[str, Any], limit: int, name_if_absent: bool = False)
     return None
 
 
+def ceiling(payload: Mapping[str, Any]) -> int | None:
+    """The most output a request can be given, whichever of its budgets the upstream reads: the
+    largest positive integer among every field of the four APIs (None: it names none). What a
+    key's reservation holds (pipeline/accounting.py), so it must never be below what is sent.
+
+    The first of them was not: chat names two budgets, and the translations to Messages,
+    Responses and Gemini send ``max_completion_tokens`` over ``max_tokens`` (as vLLM reads
+    them), another server may read ``max_tokens`` alone, and OpenAI refuses the pair ("Setting
+    'max_tokens' and 'max_completion_tokens' at the same time is not supported."): reserving
+    ``max_tokens: 1`` while Anthropic was sent ``max_tokens: 5000`` let 50 requests at once
+    spend $1.25 of a $0.05 budget (audit). The largest is right whichever the upstream takes; a
+    stray field another API does not read (a Responses request's ``max_tokens``) only reserves
+    more than is used, and the settle gives it back."""
+    found = [payload.get(key) for key in ("max_completion_tokens", "max_tokens", "max_output_tokens")]
+    for name in ("generationConfig", "generation_config"):
+        config = payload.get(name)
+        if isinstance(config, dict):
+            found += [config.get("maxOutputTokens"), config.get("max_output_tokens")]
+    limits = [v for v in found if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    return max(limits) if limits else None
+
+
 def asked(payload: Mapping[str, Any]) -> int | None:
     """The budget a request names in any of the four APIs, for the log (None: it names none)."""
     for key in ("max_completion_tokens", "max_tokens", "max_output_tokens"):

@@ -325,6 +325,11 @@ MEANINGS = {
     "is the period's end. Codex gets its own 429 `usage_limit_reached` instead.",
     "model_not_allowed": "The key may not use the requested model (`keys[].models`); 403, and 400 to Codex, "
     "which stops on a 400 but retries a 403 five times.",
+    "background_not_metered": "A Responses request with `background: true` from a key with a budget or "
+    "`tokens_per_minute`: such a response is answered before it runs, without usage, and billed later, so "
+    "the key's rules could not hold it; sent without `background` it is served.",
+    "model_not_priced": "The key has a budget (its own or its team's) and the requested model has no price "
+    "(`prices:`, or the shipped table), so its spend could not be counted; 403, and 400 to Codex.",
     "path_not_allowed": "A relayed request from a key with `models`, limits or a budget and without "
     "`admin: true` that the key's rules cannot be held to: anything but a `POST` naming its model in a JSON "
     "body to `/v1/completions`, `/v1/embeddings` and the like (batches, files, stored responses, batch "
@@ -339,16 +344,19 @@ MEANINGS = {
     "at what they may cost at most until they end; `retry-after` is 2 s.",
     "accounting_unavailable": "`accounting.when_store_down: closed` and the state store does not answer.",
     "pool_auth": "No deployment of the pool can serve: the provider refused every key (the gateway's, so "
-    "not a 401, which would tell the client its own key is bad).",
+    "not a 401, which would tell the client its own key is bad); or the one that holds the stored response "
+    "a chained request continues was refused.",
     "upstream_auth": "The provider refused the credentials the gateway sent (an upstream's `api_key`, or "
     "none where clients hold gateway keys); the provider's body, which may quote part of the key, is not "
     "passed on.",
-    "pool_budget": "No deployment of the pool can serve: keys out of credit (the rest refused).",
+    "pool_budget": "No deployment of the pool can serve: keys out of credit (the rest refused); or the one "
+    "that holds the stored response a chained request continues is out of credit.",
     "pool_model_not_found": "No deployment of the pool has the model asked for: each answered 404 for it "
     "(no such deployment, a model not pulled, no access for its key) within `cooldowns.model_missing_s`.",
     "pool_rate_limited": "Every deployment of the pool is rate limited and the earliest reset is too far "
     "to wait for, or the configured `limits` of the deployment a request not retried along the pool went "
-    "to are used up this minute (with `retry-after`).",
+    "to are used up this minute, or the one deployment that holds the stored response a chained request "
+    "continues (`previous_response_id`) is rate limited that long (with `retry-after`).",
     "not_found": "No such endpoint.",
     "method_not_allowed": "A TRACE or CONNECT request (405 with `Allow`): never forwarded, a TRACE echo "
     "would carry the upstream `api_key` the gateway adds.",

@@ -66,7 +66,7 @@ def _limits(text: str) -> tuple[str, int | None, int | None]:
 def _org(text: str) -> tuple[str, str]:
     key, eq, org = text.partition("=")
     if not key or not eq or not org:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=ORG, e.g. k1=org-a")
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=NAME, e.g. k1=org-a")
     return key, org
 
 
@@ -86,6 +86,9 @@ def _keys(fake: ScenarioUpstream, args: argparse.Namespace) -> None:
     for key, org in args.org:
         fake.orgs[key] = org
         _say(f"key {key}: organization {org} (reasoning signed for another is refused)")
+    for key, project in args.project:
+        fake.projects[key] = project
+        _say(f"key {key}: project {project} (reads the responses its project's keys stored)")
     fake.require_key, fake.strict_headers = args.require_key, not args.lax_headers
 
 
@@ -130,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
                       help="KEY belongs to organization ORG: thinking signatures and encrypted reasoning "
                            "given to another organization's key are refused, as the providers refuse "
                            "them (repeatable)")  # fmt: skip
+    pool.add_argument("--project", type=_org, action="append", default=[], metavar="KEY=PROJECT",
+                      help="KEY belongs to project PROJECT: a previous_response_id stored by a key of "
+                           "another project is refused, as OpenAI refuses it (default: each key is a "
+                           "project of its own; repeatable)")  # fmt: skip
     pool.add_argument("--require-key", action="store_true", help="refuse a request with no key (401)")
     pool.add_argument("--lax-headers", action="store_true",
                       help="accept a Messages request without anthropic-version (Anthropic answers 400) "

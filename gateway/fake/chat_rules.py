@@ -22,7 +22,10 @@ a chat-only server). Each rule, as OpenAI words it (400 ``invalid_request_error`
   'tools[N].function.name': string does not match pattern. Expected a string that matches the
   pattern '^[a-zA-Z0-9_-]+$'." (code ``invalid_value``: https://github.com/brekkylab/ailoy/pull/109,
   https://github.com/Vortiago/mcp-azure-devops/pull/30). An empty name is answered with the
-  pattern's words, the fake's choice;
+  pattern's words, the fake's choice. A call's name in the history is held to the same pattern:
+  "Invalid 'messages[9].tool_calls[0].function.name': string does not match pattern. Expected a
+  string that matches the pattern '^[a-zA-Z0-9_-]+$'." (param ``messages[N].tool_calls[M].
+  function.name``, code ``invalid_value``: https://github.com/mcp-use/mcp-use/pull/94);
 - a ``strict`` json_schema ``response_format`` whose schema has an object, at any depth, that is
   not closed or does not require all its properties: "Invalid schema for response_format
   '<name>': In context=<path>, 'additionalProperties' is required to be supplied and to be
@@ -122,6 +125,12 @@ a chat-only server). Each rule, as OpenAI words it (400 ``invalid_request_error`
   ``parallel_tool_calls``'s, is the fake's). Any ``tool_choice`` at all, ``"none"`` too: a check
   against OpenAI found it so (https://github.com/vllm-project/vllm/pull/40311).
 
+- both output budgets at once: "Setting 'max_tokens' and 'max_completion_tokens' at the same time
+  is not supported." (param ``max_tokens``, code ``invalid_parameter_combination``: OpenAI's
+  whole error object in https://github.com/langchain-ai/langgraph/issues/5943, gpt-4.1; the same
+  words from gpt-5.4 in smallmain/vscode-unify-chat-provider#279). Any two values, equal too:
+  the answers quoted name the pair, not their values.
+
 Where a request breaks more than one rule, the order they are checked in is the fake's own.
 """
 
@@ -171,6 +180,9 @@ def _fields(payload: dict[str, Any]) -> Fault | None:
         return _too_many("stop", 4, len(stop))
     if payload.get("stream_options") is not None and payload.get("stream") is not True:
         return "The 'stream_options' parameter is only allowed when 'stream' is enabled.", "stream_options", None
+    if payload.get("max_tokens") is not None and payload.get("max_completion_tokens") is not None:
+        return ("Setting 'max_tokens' and 'max_completion_tokens' at the same time is not supported.",
+                "max_tokens", "invalid_parameter_combination")  # fmt: skip
     if payload.get("metadata") is not None and payload.get("store") is not True:
         return "The 'metadata' parameter is only allowed when 'store' is enabled.", "metadata", None
     if not tools:
@@ -234,8 +246,22 @@ def _why(messages: Any) -> Fault | None:
         for j, call_id in enumerate(ids):
             if len(call_id) > CALL_ID_MAX:
                 return _too_long(f"messages[{i}].tool_calls[{j}].id", CALL_ID_MAX, len(call_id))
+        named = _called_names(calls, i)
+        if named is not None:
+            return named
         window, waiting = set(ids), list(ids)
     return _unanswered(waiting) if waiting else None
+
+
+def _called_names(calls: Any, i: int) -> Fault | None:
+    for j, call in enumerate(calls if isinstance(calls, list) else ()):
+        function = call.get("function") if isinstance(call, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if isinstance(name, str) and not _FUNCTION_NAME.fullmatch(name):
+            param = f"messages[{i}].tool_calls[{j}].function.name"
+            return (f"Invalid '{param}': string does not match pattern. Expected a string that matches the "
+                    "pattern '^[a-zA-Z0-9_-]+$'.", param, "invalid_value")  # fmt: skip
+    return None
 
 
 def _empty(param: str) -> Fault:

@@ -106,7 +106,21 @@ Anthropic. Each rule here is one Anthropic applies, worded as it words it (400
 - "messages.N.content.M.image.source.base64.media_type: Input should be 'image/jpeg', 'image/png',
   'image/gif' or 'image/webp'": an image of another type (HEIC, or JPEG named ``image/jpg``), and
   "messages.N.content.M.tool_result.content.K.image.source…" for one inside a tool result
-  (https://github.com/anthropics/claude-code/issues/5955).
+  (https://github.com/anthropics/claude-code/issues/5955);
+- "messages.N.content.M.image.source.base64: image exceeds 5 MB maximum: B bytes > 5242880 bytes":
+  an image whose base64 text is longer than 5 MiB (https://github.com/lobehub/lobehub/pull/14711,
+  "messages.1.content.2.image.source.base64: image exceeds 5 MB maximum: 6275800 bytes > 5242880
+  bytes", which found the limit counted on the base64 text, 4/3 of the file; Claude Code's own
+  "API Error: 400" with its request id, https://github.com/anthropics/claude-code/issues/10612, and
+  inside a tool result, https://github.com/anthropics/claude-code/issues/8227);
+- "messages.N.content.M.image.source.base64.data: Image does not match the provided media type
+  image/png": an image whose bytes start as another of the four types than its ``media_type`` says
+  (Claude Code's "API Error: 400" with request ids: https://github.com/anthropics/claude-code/issues/15746,
+  https://github.com/anthropics/claude-code/issues/13131, and for image/jpeg
+  https://github.com/anthropics/claude-code/issues/11918). Told by the files' magic numbers (PNG's
+  signature, JPEG's SOI marker, GIF87a/GIF89a, RIFF…WEBP); bytes of none of them ("Could not
+  process image", claude-code #39146) are not judged. Both image rules hold in a tool result too,
+  and both fail every later turn of a session that keeps the image in its history.
 
 And on the rest of the request:
 
@@ -292,11 +306,21 @@ And on the rest of the request:
 
 The order the rules are checked in, where a request breaks more than one, is the fake's own.
 What the same measurements found Anthropic accepts is accepted here too: two assistant turns
-in a row, and one ``tool_use`` id used again in a later turn.
+in a row, and one ``tool_use`` id used again in a later turn. So is a conversation that opens on an
+assistant turn: "messages: first message must use the \"user\" role" was Anthropic's answer in 2024
+(https://github.com/lobehub/lobehub/issues/1601, https://github.com/mckaywrigley/chatbot-ui/issues/1656),
+but from December 2024 the API took it where Bedrock still refused it
+(https://github.com/anthropics/anthropic-sdk-typescript/issues/622: ``[assistant, user]`` answered
+"Blue" on Anthropic, "400 messages: first message must use the \"user\" role" on Bedrock), the API
+reference (https://platform.claude.com/docs/en/api/messages/create) dropped its "The first message
+must always use the `user` role" (its ``messages`` now reads "You can specify a single `user`-role
+message, or you can include multiple `user` and `assistant` messages", as the SDKs generated from
+it do), and no answer from Anthropic's own API with those words is reported since.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections.abc import Collection, Mapping
@@ -330,6 +354,7 @@ _TTL = ("cache_control.ttl: a ttl='1h' cache_control block must not come after a
         "Note that blocks are processed in the following order: `tools`, `system`, `messages`.")  # fmt: skip
 _IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 _IMAGE_WORDS = "Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'"
+IMAGE_MAX = 5 * 1024 * 1024  # of base64 text
 _DRAFT = ("JSON schema is invalid. It must match JSON Schema draft 2020-12 (https://json-schema.org/draft/2020-12). "
           "Learn more about tool use at https://platform.claude.com/docs/en/agents-and-tools/tool-use/overview.")  # fmt: skip
 _THOUGHT = ("thinking", "redacted_thinking")
@@ -536,16 +561,43 @@ def _image_type(message: dict[str, Any], where: str) -> str | None:
     for j, block in enumerate(_blocks(message)):
         inner = block.get("content") if block.get("type") == "tool_result" else None
         for k, part in enumerate(inner if isinstance(inner, list) else ()):
-            if isinstance(part, dict) and _unreadable(part):
-                return f"{where}.{j}.tool_result.content.{k}.image.source.base64.media_type: {_IMAGE_WORDS}"
-        if _unreadable(block):
-            return f"{where}.{j}.image.source.base64.media_type: {_IMAGE_WORDS}"
+            why = _unreadable(part) if isinstance(part, dict) else None
+            if why is not None:
+                return f"{where}.{j}.tool_result.content.{k}.{why}"
+        why = _unreadable(block)
+        if why is not None:
+            return f"{where}.{j}.{why}"
     return None
 
 
-def _unreadable(block: dict[str, Any]) -> bool:
+def _unreadable(block: dict[str, Any]) -> str | None:
     source = block.get("source") if block.get("type") == "image" else None
-    return isinstance(source, dict) and source.get("type") == "base64" and source.get("media_type") not in _IMAGE_TYPES
+    if not isinstance(source, dict) or source.get("type") != "base64":
+        return None
+    media_type, data = source.get("media_type"), source.get("data")
+    if media_type not in _IMAGE_TYPES:
+        return f"image.source.base64.media_type: {_IMAGE_WORDS}"
+    if not isinstance(data, str):
+        return None
+    if len(data) > IMAGE_MAX:
+        return f"image.source.base64: image exceeds 5 MB maximum: {len(data)} bytes > {IMAGE_MAX} bytes"
+    found = _magic(data)
+    if found is not None and found != media_type:
+        return f"image.source.base64.data: Image does not match the provided media type {media_type}"
+    return None
+
+
+def _magic(data: str) -> str | None:
+    """The type of the four whose signature the base64 ``data`` starts with (the fake's own
+    reading, apart from the gateway's: a fault shared with it would hide)."""
+    try:
+        head = base64.b64decode(data[:16] + "=" * (-len(data[:16]) % 4))
+    except ValueError:
+        return None
+    signatures = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"),
+                  (b"GIF87a", "image/gif"), (b"GIF89a", "image/gif"))  # fmt: skip
+    found = next((kind for mark, kind in signatures if head.startswith(mark)), None)
+    return found or ("image/webp" if head[:4] == b"RIFF" and head[8:12] == b"WEBP" else None)
 
 
 def _trailing_whitespace(last: Any) -> str | None:

@@ -11,9 +11,10 @@ from gateway.fake.steps import Reply
 
 
 def response_object(model: str = "gpt-5-codex", text: str = "Hello from the fake upstream.",
-                    status: str = "completed", input_tokens: int = 30, output_tokens: int = 9) -> dict[str, Any]:
+                    status: str = "completed", input_tokens: int = 30, output_tokens: int = 9,
+                    rid: str = "resp_fake123") -> dict[str, Any]:  # fmt: skip
     return {
-        "id": "resp_fake123", "object": "response", "created_at": int(time.time()), "status": status,
+        "id": rid, "object": "response", "created_at": int(time.time()), "status": status,
         "model": model, "error": None, "incomplete_details": None,
         "output": [{"id": "msg_fake1", "type": "message", "role": "assistant", "status": "completed",
                     "content": [{"type": "output_text", "text": text, "annotations": []}]}],
@@ -32,10 +33,10 @@ class Seq:
         return sse(name, {"type": name, "sequence_number": self.n, **data})
 
 
-def responses_head(model: str = "gpt-5-codex", seq: Seq | None = None) -> list[bytes]:
+def responses_head(model: str = "gpt-5-codex", seq: Seq | None = None, rid: str = "resp_fake123") -> list[bytes]:
     """response.created, response.in_progress and an empty message item: contentless."""
     ev = seq or Seq()
-    shell = {**response_object(model), "status": "in_progress", "output": [], "usage": None}
+    shell = {**response_object(model, rid=rid), "status": "in_progress", "output": [], "usage": None}
     item = {"id": "msg_fake1", "type": "message", "role": "assistant", "status": "in_progress", "content": []}
     return [
         ev("response.created", response=shell),
@@ -47,12 +48,12 @@ def responses_head(model: str = "gpt-5-codex", seq: Seq | None = None) -> list[b
 
 
 def responses_stream(model: str = "gpt-5-codex", words: tuple[str, ...] = ("Hello", " from", " fake."),
-                     end: str = "response.completed") -> list[bytes]:
+                     end: str = "response.completed", rid: str = "resp_fake123") -> list[bytes]:
     seq = Seq()
-    out = responses_head(model, seq)
+    out = responses_head(model, seq, rid)
     out += [seq("response.output_text.delta", item_id="msg_fake1", output_index=0, content_index=0,
                 delta=w, logprobs=[]) for w in words]
-    out += responses_tail(model, "".join(words), seq, end)
+    out += responses_tail(model, "".join(words), seq, end, rid)
     return out
 
 
@@ -63,8 +64,9 @@ def responses_deltas(words: tuple[str, ...], start_seq: int = 4) -> list[bytes]:
                 delta=w, logprobs=[]) for w in words]
 
 
-def responses_tail(model: str, text: str, seq: Seq, end: str = "response.completed") -> list[bytes]:
-    done = response_object(model, text, status="completed" if end == "response.completed" else "incomplete")
+def responses_tail(model: str, text: str, seq: Seq, end: str = "response.completed",
+                   rid: str = "resp_fake123") -> list[bytes]:  # fmt: skip
+    done = response_object(model, text, status="completed" if end == "response.completed" else "incomplete", rid=rid)
     return [
         seq("response.output_text.done", item_id="msg_fake1", output_index=0, content_index=0, text=text, logprobs=[]),
         seq("response.output_item.done", output_index=0, item=done["output"][0]),

@@ -38,6 +38,17 @@ A compression or a cut of the input that separates a pair is exactly what these 
 is judged when the input continues a stored response (``previous_response_id``, ``conversation``):
 the call can then be in the stored part.
 
+A stored response is the project's whose key made it: a ``previous_response_id`` that no
+answer to a key of the request's project issued (another project's, one made with ``store:
+false``, or none at all) is refused, 400 ``invalid_request_error``, param
+``previous_response_id``, code ``previous_response_not_found``: "Previous response with id
+'<id>' not found." (the code and words as OpenAI sent them, relayed whole in
+https://github.com/maximhq/bifrost/issues/2441; the type and param in
+https://github.com/router-for-me/CLIProxyAPI/issues/2954; a turn with ``store: false`` cannot be
+chained to, https://github.com/bigduu/Bamboo-agent/pull/513: "Referencing an unstored turn is
+guaranteed to 400"). Met by a gateway that sends a chained turn to a key of another project
+than its previous turn's (``unknown_previous``; ``issued`` names what an answer stores).
+
 Whatever the request's origin, each in OpenAI's words (400 ``invalid_request_error``):
 
 - ``max_output_tokens`` below 16: "Invalid 'max_output_tokens': integer below minimum value.
@@ -67,11 +78,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from gateway.fake.chat_rules import NO_PROPERTIES, unnamed_properties
 from gateway.fake.responses import responses_error
-from gateway.fake.steps import Reply
+from gateway.fake.steps import Reply, Stream
 
 MIN_OUTPUT_TOKENS = 16
 _CALLS = frozenset({"function_call", "custom_tool_call"})
@@ -135,6 +148,46 @@ def refusal(path: str, payload: dict[str, Any], org: str | None = None) -> Reply
     for call_id in called:
         if call_id not in answered:
             return _refused(f"No tool output found for function call {call_id}.")
+    return None
+
+
+def unknown_previous(payload: dict[str, Any], stored: Mapping[str, Collection[str | None]],
+                     project: str | None) -> Reply | None:  # fmt: skip
+    """OpenAI's 400 for a ``previous_response_id`` that ``project`` holds no stored response of;
+    ``stored``: each response id the fake issued, and the projects that may read it."""
+    previous = payload.get("previous_response_id")
+    if not isinstance(previous, str) or not previous or project in stored.get(previous, ()):
+        return None
+    return responses_error(400, f"Previous response with id '{previous}' not found.", "invalid_request_error",
+                           "previous_response_not_found", "previous_response_id")  # fmt: skip
+
+
+def issued(step: object) -> str | None:
+    """The id of the response a Responses answer carries (a body, or a stream's
+    ``response.created``), which the API stores unless asked not to; None for anything else."""
+    if isinstance(step, Reply):
+        body = step.body
+        ok = 200 <= step.status < 300 and isinstance(body, dict) and body.get("object") == "response"
+        return body["id"] if ok and isinstance(body.get("id"), str) else None
+    if isinstance(step, Stream):
+        for event in step.events:
+            data = event if isinstance(event, dict) else _sse_json(event)
+            if isinstance(data, dict) and data.get("type") == "response.created":
+                response = data.get("response")
+                rid = response.get("id") if isinstance(response, dict) else None
+                return rid if isinstance(rid, str) else None
+    return None
+
+
+def _sse_json(raw: Any) -> Any:
+    if not isinstance(raw, bytes):
+        return None
+    for line in raw.splitlines():
+        if line.startswith(b"data: "):
+            try:
+                return json.loads(line[6:])
+            except ValueError:
+                return None
     return None
 
 

@@ -20,7 +20,9 @@ Messages request asking for a larger output budget gets the API's real refusal, 
 ``refused_params`` one carrying such a parameter (output.py).
 
 Several deployments: the fake tells them apart by the credential (``Authorization: Bearer``,
-``x-api-key``, ``api-key``). ``fake.keys`` (:class:`gateway.fake.limits.KeyLimits`) gives a
+``x-api-key``, ``api-key``). A Responses answer is stored for the project of the key that got it
+(``projects``, else the key's own) unless asked ``store: false``, and only that project's keys
+may chain to it with ``previous_response_id`` (responses_rules.py). ``fake.keys`` (:class:`gateway.fake.limits.KeyLimits`) gives a
 key rpm/tpm limits (then every answer to it carries the API's real rate-limit headers, and a
 request past a limit gets the API's real 429), or a state: ``limited_until``, ``revoke``,
 ``exhaust``, ``counting_limited_until`` (Anthropic's token counting, limited apart from its
@@ -50,6 +52,7 @@ import contextlib
 import dataclasses
 import json
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -110,6 +113,14 @@ class FakeUpstream:
         # is refused from another's, as the providers refuse it (messages_rules.py,
         # responses_rules.py). A key not named here is in none (the default: all one account).
         self.orgs: dict[str, str] = {}
+        # The project of each key: a stored response is visible to the keys of the project that
+        # made it, and a chained turn (``previous_response_id``) from another project's key is
+        # refused (responses_rules.py). A key not named here is a project of its own, as an
+        # OpenAI key belongs to one project; ``stored``: each response id issued -> its projects.
+        self.projects: dict[str, str] = {}
+        self.stored: dict[str, set[str | None]] = {}
+        self.conversations: dict[str, str | None] = {}  # made by POST /conversations -> its project
+        self._issued = 0  # the default answers' ids: each response its own, as the API's are
         self._runner: web.AppRunner | None = None
         self.host, self.port = "127.0.0.1", 0
 
@@ -230,6 +241,8 @@ class FakeUpstream:
                                       "usage": {"prompt_tokens": 3, "total_tokens": 3}})
         if path.endswith("/messages/count_tokens"):
             return web.json_response({"input_tokens": estimate_tokens(payload)})
+        if request.method == "POST" and path.endswith("/conversations"):
+            return web.json_response(self._conversation(payload))
         if not path.endswith(("/completions", "/messages", "/responses")):
             return web.json_response({"error": {"message": f"unknown path {path}",
                                                 "type": "invalid_request_error", "code": None}},
@@ -239,6 +252,8 @@ class FakeUpstream:
                    or messages_rules.refusal(path, payload, request.headers, self.thought_calls, org,
                                              self.bound_thinking)
                    or responses_rules.refusal(path, payload, org)
+                   or (responses_rules.unknown_previous(payload, self.stored, self._project())
+                       if path.endswith("/responses") else None)
                    or output.param_refusal(self.refused_params, path, payload, self.refusal_style)
                    or output.refusal(self.output_limit, path, payload))  # fmt: skip
         if limited is not None:
@@ -255,7 +270,27 @@ class FakeUpstream:
             self.thought_calls |= messages_rules.thought_calls(step)
             for mark, at in messages_rules.bound_thinking(step, payload).items():
                 self.bound_thinking.setdefault(mark, set()).add(at)
+        if path.endswith("/responses") and payload.get("store") is not False:
+            issued = responses_rules.issued(step)
+            if issued is not None:
+                self.stored.setdefault(issued, set()).add(self._project())
         return await self._play(request, gate.stamp(self.keys, path, request.headers, payload, step))
+
+    def _conversation(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """A conversation made by ``POST /conversations``, in the shape OpenAI answers it (id,
+        object, created_at, metadata: https://developers.openai.com/api/reference/cli/resources/
+        conversations/methods/create/), kept for the project of the key that made it."""
+        self._issued += 1
+        cid = f"conv_fake{self._issued:06d}"
+        self.conversations[cid] = self._project()
+        metadata = payload.get("metadata")
+        return {"id": cid, "object": "conversation", "created_at": int(time.time()),
+                "metadata": metadata if isinstance(metadata, dict) else {}}  # fmt: skip
+
+    def _project(self) -> str | None:
+        """The project of the request's key (``projects``), else the key itself."""
+        key = self._key
+        return self.projects.get(key, key) if key is not None else None
 
     async def _gemini(self, request: web.Request, payload: dict[str, Any], body: bytes, version: str,
                       model: str, method: str) -> web.StreamResponse:  # fmt: skip
@@ -344,9 +379,12 @@ class FakeUpstream:
             if estimate_tokens(view) > self.context_limit:
                 return responses_overflow()
         text = structured.responses_json(payload)
+        self._issued += 1
+        rid = f"resp_fake{self._issued:06d}"
         if payload.get("stream"):
-            return Stream(responses_stream(model) if text is None else responses_stream(model, (text,)), then="eof")
-        return Reply(200, response_object(model) if text is None else response_object(model, text))
+            words = ("Hello", " from", " fake.") if text is None else (text,)
+            return Stream(responses_stream(model, words, rid=rid), then="eof")
+        return Reply(200, response_object(model, rid=rid) if text is None else response_object(model, text, rid=rid))
 
     async def _play(self, request: web.Request, step: Step) -> web.StreamResponse:
         if isinstance(step, Reply):

@@ -4,19 +4,57 @@ Prices are USD per million tokens, per kind: input (prompt tokens not read from 
 a cache), output (completion, reasoning included), cache reads and cache writes. The shipped
 table covers the common models; an operator's ``prices:`` (config) come first, glob by glob.
 A model with no price costs nothing *and says so* (``priced`` is False): its tokens are still
-counted, and the log line and metrics mark it, so a missing price is never a silent zero.
+counted, and the log line and metrics mark it, so a missing price is never a silent zero; a key
+with a budget is refused such a model (``model_not_priced``, pipeline/accounting.py), which its
+budget could not hold. Some prices change above a prompt size (Gemini 2.5 Pro's "prompts > 200k
+tokens"): the whole request is priced at the dearer rate then (``Price.long``).
 
 Sources, read 2026-11-28:
 
 - Anthropic: "Pricing", platform.claude.com/docs/en/about-claude/pricing ("Model pricing":
   base input, 5-minute cache writes, cache hits, output). A 5-minute cache write is the
-  default; 1-hour writes (twice the input price) are not told apart in usage, so they are
-  counted at the 5-minute price.
+  default; a 1-hour write costs twice the input price ("5-minute cache writes: 1.25x ... 1-hour
+  cache writes: 2x the base input tokens price", the prompt-caching guide,
+  https://platform.claude.com/docs/en/build-with-claude/prompt-caching, as tabled per model in
+  https://claudecodeguides.com/claude-prompt-caching-pricing-and-cost-savings/: Sonnet 4.6 $3.00
+  in, $3.75 5m write, $6.00 1h write). Usage tells the two apart
+  (``cache_creation.ephemeral_1h_input_tokens``, read as ``cache_write_1h``); they were counted
+  at the 5-minute price ($3.225 for a claude-sonnet-4-5 answer that cost $3.90).
 - OpenAI: "Pricing", developers.openai.com/api/docs/pricing (input, cached input, output;
   standard tier, not batch or flex), as quoted by copies of that page dated 2026-03 to 2026-06.
+  Priority processing costs more (gpt-5.4 "$5.00 ... $30.00" per million in and out,
+  https://openai.com/api-priority-processing/, against $2.50 and $15): an answer's
+  ``service_tier`` is not read, so an answer served at priority is counted at the standard price.
   OpenAI has no cache-write price: a cache write costs the input price. gpt-5.2 and o3-pro,
   read 2026-11-29 from copies of that page (nicolalazzari.ai/articles/openai-api-pricing-explained-2026,
   evolink.ai/blog/gpt-5-2-api-guide-pricing-setup-vs-gpt-5-4; modelpedia.dev/openai/o3-pro).
+  Read 2026-11-30: o4-mini-deep-research, $2.00 in, $0.50 cached, $8.00 out
+  (https://developers.openai.com/ja-JP/api/docs/models/o4-mini-deep-research; it had taken
+  o4-mini*'s $1.10 / $4.40); o3-deep-research, $10 / $2.50 / $40
+  (https://modelpedia.dev/openai/o3-deep-research/changes, "Standard $10 $2.5 $40"; "$10/1M
+  input tokens and $40/1M output tokens for o3" in OpenAI's announcement,
+  https://community.openai.com/t/deep-research-in-the-api-webhooks-and-web-search-with-o3/1299919;
+  it had taken o3*'s $2 / $8); o1 (and o1-preview), $15 / $7.50 / $60 (OpenAI's pricing page as
+  quoted in https://community.openai.com/t/how-to-correct-compute-the-cost-of-an-o1-model-api-call/1099176
+  and https://docs.flexprice.io/docs/product-catalogue/plans/use-cases/clone-openai-pricing.md);
+  o1-pro, $150 / $600, no cached price (https://aipromptshub.co/model/o1-pro, "Verified against
+  OpenAI docs"); text-embedding-3-small $0.02 and -large $0.13, no output
+  (https://chatgptpricing-akr.pages.dev/api-pricing, from developers.openai.com/api/docs/pricing).
+  o1-mini, gpt-4-turbo, gpt-4, gpt-3.5-turbo and chatgpt-4o-latest have none: no copy of a
+  current price was found.
+- Google, read 2026-11-30 (ai.google.dev/gemini-api/docs/pricing, as quoted; paid tier, text):
+  Gemini 2.5 Pro $1.25 in, $10 out, prompts <= 200k tokens; $2.50 and $15 above
+  (https://deploybase.ai/articles/gemini-api-pricing, "Data from Google's official pricing
+  page"); its cached input $0.125, $0.25 above 200k
+  (https://discuss.ai.google.dev/t/question-about-gemini-api-caching-pricing/107349). Gemini
+  2.5 Flash $0.30 in ("text / image / video"; audio is $1.00, counted here at the text price)
+  and $2.50 out; Gemini 2.5 Flash-Lite $0.10 and $0.40; Gemini 3.1 Pro Preview $2.00 and $12.00,
+  $4.00 and $18.00 above 200k (https://raw.githubusercontent.com/api-evangelist/deepmind/refs/heads/main/plans/deepmind-plans-pricing.yml,
+  transcribed from that page 2026-10-07, for Flash-Lite's output and 3.1 Pro;
+  https://hivebook.wiki/wiki/gemini-2-5-google-s-multimodal-flagship-family for Flash-Lite's
+  $0.10 in; deploybase, above, for Flash). No cache price was found for these three: a cached
+  token is counted at the input price, more than Google charges. Only these exact names are
+  priced: a Gemini name with a suffix (``-image``, ``-tts``, ``-live``) is priced otherwise.
 """
 
 from __future__ import annotations
@@ -24,16 +62,31 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
 class Price:
-    """USD per million tokens. A cache price left out is the input price."""
+    """USD per million tokens. A cache price left out is the input price, but a 1-hour cache
+    write's, which is twice the input price (Anthropic's rule; no other provider reports such
+    writes). ``long``: a prompt of more tokens than its first member is priced at its second,
+    every token of the request."""
 
     input: float
     output: float
     cache_read: float | None = None
     cache_write: float | None = None
+    cache_write_1h: float | None = None
+    long: tuple[int, Price] | None = None
+
+    @property
+    def hour_write(self) -> float:
+        return 2 * self.input if self.cache_write_1h is None else self.cache_write_1h
+
+    def for_prompt(self, prompt_tokens: float) -> Price:
+        if self.long is not None and prompt_tokens > self.long[0]:
+            return self.long[1]
+        return self
 
 
 # First match wins: the more specific globs come first.
@@ -69,10 +122,23 @@ SHIPPED: tuple[tuple[str, Price], ...] = (
     ("gpt-4.1*", Price(2.0, 8.0, 0.50)),
     ("gpt-4o-mini*", Price(0.15, 0.60, 0.075)),
     ("gpt-4o*", Price(2.50, 10.0, 1.25)),
+    ("o4-mini-deep-research*", Price(2.0, 8.0, 0.50)),
     ("o4-mini*", Price(1.10, 4.40, 0.275)),
     ("o3-mini*", Price(1.10, 4.40, 0.55)),
     ("o3-pro*", Price(20.0, 80.0)),
+    ("o3-deep-research*", Price(10.0, 40.0, 2.50)),
     ("o3*", Price(2.0, 8.0, 0.50)),
+    ("o1-pro*", Price(150.0, 600.0)),
+    ("o1", Price(15.0, 60.0, 7.50)),  # not o1-mini, priced otherwise
+    ("o1-20*", Price(15.0, 60.0, 7.50)),
+    ("o1-preview*", Price(15.0, 60.0, 7.50)),
+    ("text-embedding-3-small*", Price(0.02, 0.0)),
+    ("text-embedding-3-large*", Price(0.13, 0.0)),
+    # Google
+    ("gemini-2.5-pro", Price(1.25, 10.0, 0.125, long=(200_000, Price(2.50, 15.0, 0.25)))),
+    ("gemini-2.5-flash", Price(0.30, 2.50)),
+    ("gemini-2.5-flash-lite", Price(0.10, 0.40)),
+    ("gemini-3.1-pro-preview", Price(2.0, 12.0, long=(200_000, Price(4.0, 18.0)))),
 )
 
 
@@ -110,26 +176,70 @@ class Cost:
 
 def cost_of(price: Price | None, usage: Mapping[str, int]) -> Cost:
     """``usage`` as the gateway counts it: ``prompt`` (every input token, cached or not),
-    ``completion``, and of the prompt ``cache_read`` and ``cache_write``."""
+    ``completion``, of the prompt ``cache_read`` and ``cache_write``, and of ``cache_write``
+    ``cache_write_1h``, written for an hour."""
     if price is None:
         return Cost(0.0, False)
     prompt = usage.get("prompt", 0)
+    price = price.for_prompt(prompt)
     read = min(usage.get("cache_read", 0), prompt)
     write = min(usage.get("cache_write", 0), prompt - read)
+    hour = min(usage.get("cache_write_1h", 0), write)
     fresh = prompt - read - write
     usd = (fresh * price.input
            + read * (price.input if price.cache_read is None else price.cache_read)
-           + write * (price.input if price.cache_write is None else price.cache_write)
+           + (write - hour) * (price.input if price.cache_write is None else price.cache_write)
+           + hour * price.hour_write
            + usage.get("completion", 0) * price.output) / 1_000_000  # fmt: skip
     return Cost(usd, True)
 
 
-def worst_case(price: Price | None, prompt_tokens: float, max_output_tokens: int) -> float:
+def worst_case(price: Price | None, prompt_tokens: float, max_output_tokens: int,
+               hour_cache: bool = False) -> float:  # fmt: skip
     """What a request may cost at most: its whole prompt at the dearer of the input and the
-    cache-write price (a prompt written to Anthropic's cache costs 1.25× the input price), and
-    every output token it may generate. Reserved before sending, so that concurrent requests
-    cannot overspend."""
+    cache-write price (a prompt written to Anthropic's cache costs 1.25× the input price; 2×
+    written for an hour, for a request that asks for that: ``hour_cache``), and every output
+    token it may generate. Reserved before sending, so that concurrent requests cannot
+    overspend."""
     if price is None:
         return 0.0
-    per_prompt_token = max(price.input, price.cache_write or 0.0)
+    # The rate of the prompt's size as estimated (3.5 bytes a token, more tokens than most text
+    # has): a prompt estimated just below a threshold and counted above it costs more than this.
+    price = price.for_prompt(prompt_tokens)
+    per_prompt_token = max(price.input, price.cache_write or 0.0, price.hour_write if hour_cache else 0.0)
     return (prompt_tokens * per_prompt_token + max_output_tokens * price.output) / 1_000_000
+
+
+# Where Anthropic takes a ``cache_control`` (and chat clients put one, carried to Anthropic):
+# the request's own (automatic caching), a tool, a system block, a message's content block and
+# a tool result's.
+_CACHED_LISTS = ("system", "tools")
+
+
+def asks_hour_cache(payload: Mapping[str, Any]) -> bool:
+    """Whether a request asks for anything to be cached for an hour (``cache_control: {"type":
+    "ephemeral", "ttl": "1h"}``), which costs twice the input price to write: its reservation
+    takes its prompt at that price. Read where a ``cache_control`` goes, not in text."""
+    if _hour(payload.get("cache_control")):
+        return True
+    if any(_any_hour(payload.get(name)) for name in _CACHED_LISTS):
+        return True
+    messages = payload.get("messages")
+    for message in messages if isinstance(messages, list) else ():
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        if _any_hour(content) or any(_any_hour(b.get("content")) for b in content
+                                     if isinstance(b, dict) and b.get("type") == "tool_result"):  # fmt: skip
+            return True
+    return False
+
+
+def _any_hour(blocks: Any) -> bool:
+    if not isinstance(blocks, list):
+        return False
+    return any(_hour(b.get("cache_control")) for b in blocks if isinstance(b, dict))
+
+
+def _hour(marker: Any) -> bool:
+    return isinstance(marker, dict) and marker.get("ttl") == "1h"

@@ -21,10 +21,13 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.apis import output_budget
 from gateway.apis.base import Inbound
 from gateway.errors import Classification, ErrorType
 from gateway.keys.ledger import Accounts, LimitHit, Reservation
-from gateway.pipeline.outcome import Failure, RequestState, gateway_failure
+from gateway.keys.prices import asks_hour_cache
+from gateway.keys.registry import KeySpec
+from gateway.pipeline.outcome import Failure, RequestState, bad_request, gateway_failure
 from gateway.policy.retry_after import reset_at_ms
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.services import Services
@@ -61,12 +64,21 @@ async def admit_request(svc: Services, state: RequestState, headers: Mapping[str
         return gateway_failure(403, c, message, "model_not_allowed", final=True)
     if not key.limited or svc.accounts is None:
         return None
+    if model and (key.budget is not None or key.team_budget is not None) \
+            and svc.accounts.prices.price_for(model) is None:  # fmt: skip
+        svc.telemetry.child(svc.telemetry.key_refusals, key.name, "unpriced").inc()
+        return _unpriced(key, model, headers)
+    if key.counts_tokens and payload.get("background") is True:
+        svc.telemetry.child(svc.telemetry.key_refusals, key.name, "background").inc()
+        return _background(key.name)
     prompt = size / BYTES_PER_TOKEN
     if key.counts_tokens:
         # What the request names without sending (a PDF by URL, a file_id) is read by the
         # provider as prompt all the same: its bytes are not here to estimate from.
         prompt += svc.accounts.references.of(payload)
-    got = await svc.accounts.admit(key, model, prompt, _max_output(payload), _answers(payload))
+    budgeted = key.budget is not None or key.team_budget is not None
+    got = await svc.accounts.admit(key, model, prompt, output_budget.ceiling(payload), _answers(payload),
+                                   budgeted and asks_hour_cache(payload))  # fmt: skip
     if isinstance(got, Reservation):
         state.reservation = got
         return None
@@ -162,16 +174,41 @@ async def _flush_soon(accounts: Accounts) -> None:
     await accounts.flush()
 
 
-def _max_output(payload: Mapping[str, Any]) -> int | None:
-    """The most output tokens a request asks for, in any of the APIs' fields (Gemini's is
-    ``generationConfig.maxOutputTokens``)."""
-    config = payload.get("generationConfig") or payload.get("generation_config")
-    nested = config if isinstance(config, dict) else {}
-    for value in (*(payload.get(f) for f in ("max_tokens", "max_completion_tokens", "max_output_tokens")),
-                  nested.get("maxOutputTokens"), nested.get("max_output_tokens")):  # fmt: skip
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
+def _unpriced(key: KeySpec, model: str, headers: Mapping[str, str]) -> Failure:
+    """A model with no price, asked for by a key with a budget (its own or its team's): refused.
+    Its cost would be $0 ("priced": false), so the budget would not hold at all: an audit's
+    $0.05 key ran gpt-4-turbo, o1 and every Gemini model at no spend. Only the gateway's
+    operator can price it (``prices:``): the message says so and names the model. As a model
+    the key may not use, a 403, and a 400 to Codex, which retries a 403."""
+    shown = model[:128]
+    whose = f"key '{key.name}'" if key.budget is not None else f"key '{key.name}' (team '{key.team}')"
+    example = f'prices: {{"{shown}": {{input: <usd>, output: <usd>}}}}'
+    message = (f"{whose} has a budget, and model '{shown}' has no price, so what it spends could not be "
+               f"counted against it; the gateway's operator can add one under `prices:` in the config "
+               f"(USD per million tokens: {example})")  # fmt: skip
+    c = Classification.of(ErrorType.AUTH)
+    if _is_codex(headers):
+        return gateway_failure(400, c, message, "model_not_priced", final=True)
+    return gateway_failure(403, c, message, "model_not_priced", final=True)
+
+
+def _background(name: str) -> Failure:
+    """A Responses request with ``background: true``, from a key with a budget or
+    ``tokens_per_minute``: refused, not reserved at a worst case. OpenAI answers such a request
+    at once, ``queued`` and without usage, runs it afterwards and bills it
+    (https://developers.openai.com/api/docs/guides/background: "Background mode kicks off these
+    tasks asynchronously, and developers can poll response objects"); its usage is only in
+    what a poll answers, and a key with rules may not poll (``unheld_path``: a stored response is
+    the whole provider account's). So its reservation could never be settled to what it cost,
+    and a worst case has no bound to take: a request that names no ``max_output_tokens`` may
+    run to the model's whole output, and a deep-research run reads millions of tokens of search
+    results besides. Charging a guess forever, or $0, are both wrong spend; the client is told
+    to send it in the foreground, which is metered (a stream is the way to a long task there)."""
+    message = (f"key '{name}' may not start a background response (`background: true`): its budget and "
+               "token limits are held to each answer's usage, and a background response is answered "
+               "before it runs, without usage, and billed later at the provider; send it without "
+               "`background` (stream it for a long task), or ask for a key without a budget")  # fmt: skip
+    return bad_request(message, "background_not_metered")
 
 
 def _answers(payload: Mapping[str, Any]) -> int:

@@ -56,7 +56,7 @@ from gateway.pipeline.outcome import (
     bad_request,
     gateway_failure,
 )
-from gateway.pipeline.pool import send_across
+from gateway.pipeline.pool import remember_answer, send_across, stored_deployment, stored_route
 from gateway.pipeline.relay import relay, rendered
 from gateway.pipeline.send import Onward, Sent, new_plan, note_outage, send_one
 from gateway.policy.clients import client_deadline_s, compacts_itself
@@ -68,6 +68,7 @@ from gateway.policy.tool_outputs import Stage, Tally
 from gateway.routing import UnsafePath, request_headers, required_for, upstream_url, with_added
 from gateway.routing.affinity import conversation_key, opens_conversation
 from gateway.routing.headers import with_content_type
+from gateway.routing.stored import continued, continued_in_body, named_in_path, stores
 from gateway.services import SERVICES, Route, Services, UpstreamRuntime
 from gateway.translate import NoLeg
 
@@ -95,6 +96,12 @@ def full_pipeline(dialect: Dialect) -> Handler:
         route = _route(svc, state, inbound.model)
         if isinstance(route, Failure):
             return await relay(request, svc, state, route)
+        if dialect.api == "responses" and svc.pool_state is not None:
+            # What the provider stores is its key's alone: a chained turn goes where it was made.
+            state.keeps_answer = stores(inbound.payload)
+            continues = continued(inbound.payload)
+            if continues is not None:
+                route = await stored_route(svc, state, route, continues)
         primary = route.upstreams[0]
         fingerprint: str | None = None
         turn: Recalled | None = None  # a repeat of a turn given up on: sent as a probe
@@ -161,7 +168,7 @@ def full_pipeline(dialect: Dialect) -> Handler:
         plan.empty_is_final = window is not None and len(asked.body()) / BYTES_PER_TOKEN > window
         # Which conversation this is, for a pool's prompt-cache affinity (asked only if one keeps it).
         conversation = None
-        if route.affinity:
+        if route.affinity and state.stored_on is None:  # else the stored response decides
             conversation = conversation_key(dialect.api, request.headers, inbound.payload)
             # Only a conversation known by its opening: a session id (Claude Code's, Codex's)
             # spans many requests shaped as first turns (each new task, each sub-agent's),
@@ -185,6 +192,7 @@ def full_pipeline(dialect: Dialect) -> Handler:
             if isinstance(outcome, Failure) and _overflowed(outcome) and svc.cfg.compression.enabled:
                 outcome = await _overflow(svc, state, request, plan, call, _asked_of(asked, call), outcome)
             asked.drop()
+        await remember_answer(svc, state, call, outcome)  # before the client can chain to its id
         if svc.loop.enabled:
             await _remember(svc, state, outcome, request, inbound, fingerprint, turn)
             inbound.drop()
@@ -259,18 +267,30 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     if isinstance(route, Failure):
         return await relay(request, svc, state, route)
 
+    pool = route.hops[0].pool
+    holder = None  # the pool deployment holding the stored object the request names, if any
+    named = named_in_path(request.path) or continued_in_body(request.path, body)
+    if named is not None and svc.pool_state is not None:
+        holder = stored_deployment(svc, await svc.pool_state.stored_on(named))
+        if holder is not None:
+            pool = holder[0]
+    # A conversation made in a pool is read whole, to remember which deployment's key holds it.
+    keeps = pool is not None and request.method == "POST" and request.path == "/v1/conversations"
+    mode = ReadMode.BUFFER if keeps else ReadMode.RAW
+
     def call_for(up: UpstreamRuntime) -> Call | Outcome:
         if api is not None and api not in up.cfg.apis:
             return _not_spoken(up, api, request, body)
         headers = request_headers(request.headers.items(), up.outbound, state.request_id)
         if api is None:  # /v1/models, say: what the upstream's one API requires, if it speaks one
             headers = required_for(headers, up.cfg)
-        return Call(up, request.method, up.cfg.base_url + url_for, headers, ReadMode.RAW, body=body)
+        return Call(up, request.method, up.cfg.base_url + url_for, headers, mode, body=body)
 
     plan = new_plan(svc, client_deadline_s(request.headers))
-    pool = route.hops[0].pool
     if pool is not None:
-        return await relay(request, svc, state, await send_across(svc, state, plan, pool, call_for))
+        stored = holder[1] if holder is not None else None
+        outcome = await send_across(svc, state, plan, pool, call_for, stored, keeps)
+        return await relay(request, svc, state, outcome)
     call = call_for(route.upstreams[0])
     outcome = await send_one(svc, state, plan, call, body) if isinstance(call, Call) else call
     return await relay(request, svc, state, outcome)

@@ -35,8 +35,9 @@ from gateway.pipeline.relay import relay
 from gateway.pipeline.send import new_plan, send_one
 from gateway.policy.clients import client_deadline_s
 from gateway.policy.tokens import request_tokens, text_tokens
-from gateway.routing import UnsafePath, request_headers
+from gateway.routing import UnsafePath, outbound_headers
 from gateway.services import SERVICES, Services, UpstreamRuntime
+from gateway.translate import NoLeg
 from gateway.translate.base import Refusal, Target
 from gateway.translate.gemini_chat.request import to_chat
 
@@ -74,7 +75,7 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
     # system instruction and tools, which count too).
     asked = field(doc, "generateContentRequest")
     asked = asked if isinstance(asked, dict) else doc
-    total = estimate(asked)
+    total = estimate(asked, _onward(svc, model))
     headers = [("Content-Type", "application/json"), ("x-llm-estimated", "true")]
     answer = Success(200, headers, body=json.dumps({"totalTokens": total}).encode())
     return await relay(request, svc, state, answer)
@@ -116,14 +117,27 @@ def _count_call(request: web.Request, state: RequestState, up: UpstreamRuntime, 
         url = up.url_for(model_path(name, "countTokens"), "")
     except UnsafePath:
         return None
-    headers = request_headers(request.headers.items(), up.outbound, state.request_id, "gemini")
+    headers = outbound_headers(request.headers.items(), up.outbound, state.request_id, "gemini",
+                               query_key=request.query.get("key"))  # fmt: skip
     return Call(up, "POST", url, headers, ReadMode.BUFFER, GEMINI, body=body)
 
 
-def estimate(request: dict[str, Any]) -> int:
+def _onward(svc: Services, model: str) -> str:
+    """The API the routed upstream is sent the request in after chat (``Target.onward``): a
+    PDF goes on to Claude or OpenAI's Responses as a document, and to a chat server as a note."""
+    route = svc.chain_for(model)
+    if route is None:
+        return ""
+    leg = route.upstreams[0].leg_for(svc.translations, GEMINI, model)
+    return "" if isinstance(leg, NoLeg) or leg.wire.api == "chat" else leg.wire.api
+
+
+def estimate(request: dict[str, Any], onward: str = "") -> int:
     """The prompt tokens of a Gemini request, as the gateway estimates any prompt: of the chat
-    request it is translated to (messages, tools); of its bytes when it cannot be translated."""
-    chat = to_chat({**request, "stream": False}, Target(""))
+    request it is translated to for the routed upstream (``onward``: what goes on from chat,
+    so a PDF Claude reads counts by its pages, policy/tokens.py, and the note a chat server
+    gets instead as that note); of its bytes when it cannot be translated."""
+    chat = to_chat({**request, "stream": False}, Target("", onward=onward))
     if isinstance(chat, Refusal):
         return max(1, round(text_tokens(json.dumps(request))))
     return max(1, round(request_tokens(chat)))

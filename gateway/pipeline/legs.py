@@ -12,7 +12,7 @@ from gateway import jsonbody
 from gateway.apis.base import Dialect, Inbound
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.outcome import Failure, RequestState, bad_request
-from gateway.routing import UnsafePath, request_headers
+from gateway.routing import UnsafePath, outbound_headers
 from gateway.services import UpstreamRuntime
 from gateway.translate import Leg, Translation, held_context
 from gateway.translate.base import Refusal, Target
@@ -38,9 +38,8 @@ def leg_call(
     wire = leg.wire
     # The body is the gateway's, in the upstream's API; the client's credential moves to where
     # that API takes one when the API changes or it came as Gemini's ?key=.
-    outbound = up.outbound
-    moves_to = outbound.moves_to if leg.translator is not None or how.query_key is not None else None
-    headers = request_headers(client_headers, outbound, state.request_id, wire.api, moves_to, how.query_key)
+    headers = outbound_headers(client_headers, up.outbound, state.request_id, wire.api,
+                               translated=leg.translator is not None, query_key=how.query_key)  # fmt: skip
     lenient = inbound.lenient
     if leg.translator is None:  # the client's API, under the upstream's name for the model
         sent = leg.request(payload, inbound.model, up.cfg.stream_usage)
@@ -59,6 +58,10 @@ def leg_call(
     translated = leg.request(client_payload, inbound.model, up.cfg.stream_usage)
     if isinstance(translated, Refusal):
         return bad_request(translated.message, translated.code)
+    dropped = leg.translator.dropped(client_payload)
+    if dropped:  # told as the parameters a model refused are (x-llm-params-dropped)
+        noted = state.params_dropped or []
+        state.params_dropped = noted + [label for label in dropped if label not in noted]
     # The client's query string belongs to its own API (Claude Code's ?beta=true): not sent on.
     where = addressed(up, wire, translated, "")
     if isinstance(where, Failure):

@@ -7,9 +7,10 @@ only if routing would send it to that upstream (the first whose ``models`` globs
 the list is written in Anthropic's shape for a client that sends ``anthropic-version``
 (Claude Code's model discovery, the ``anthropic`` SDK), in Google's for one that sends a Gemini
 key (``x-goog-api-key`` or ``?key=``: the google-genai SDK lists at ``/v1/models`` too), else
-in OpenAI's (apis/model_list.py),
-whichever shape each upstream answered in. Answers are cached briefly per caller credential,
-query and shape, since agents list models at every start.
+in OpenAI's (apis/model_list.py), whichever shape each upstream answered in (a Gemini API
+upstream answers ``{"models": [...]}``, and is asked with Google's own paging rather than the
+client's query). Answers are cached briefly per caller credential, query and shape, since
+agents list models at every start.
 """
 
 from __future__ import annotations
@@ -28,12 +29,13 @@ from gateway.pipeline.outcome import STATE, Failure, Outcome, RequestState, Succ
 from gateway.pipeline.relay import relay
 from gateway.pipeline.send import new_plan, send_one
 from gateway.policy.retry import RetryPlan
-from gateway.routing import credential_moved, pick_upstream, request_headers, required_for
+from gateway.routing import outbound_headers, pick_upstream, required_for
 from gateway.services import SERVICES, Services, UpstreamRuntime
 
 Send = Callable[[Services, RequestState, RetryPlan, Call, bytes], Awaitable[Outcome]]
 CACHE_S = 30.0
 CACHE_ENTRIES = 1000  # one per distinct caller credential, query and shape
+GOOGLE_PAGE = "pageSize=1000"  # what a Gemini API upstream is asked for: its whole list at once
 
 
 async def list_models(request: web.Request, shape: str | None = None) -> web.StreamResponse | None:
@@ -61,19 +63,19 @@ async def list_models(request: web.Request, shape: str | None = None) -> web.Str
     seen: set[str] = set()
     answered = has_more = False
     for up, outcome in zip(ups, outcomes, strict=True):
-        doc = _json(outcome.body) if isinstance(outcome, Success) else None
-        if doc is None:
+        found = model_list.listed(_json(outcome.body)) if isinstance(outcome, Success) else None
+        if found is None:
             continue
         answered = True
-        has_more = has_more or doc.get("has_more") is True  # Anthropic pages; the client may ask on
-        for model in doc["data"]:
-            mid = model.get("id") if isinstance(model, dict) else None
-            if not isinstance(mid, str) or mid in seen:
+        models, more = found
+        has_more = has_more or more
+        for mid, model in models:
+            if mid in seen:
                 continue
             served_by = pick_upstream(svc.cfg.upstreams, mid)
             if served_by is not None and served_by.name == up.cfg.name:
                 seen.add(mid)
-                merged.append(model_list.entry(model, shape, up.cfg.name))
+                merged.append(model_list.entry(model, mid, shape, up.cfg.name))
     if not answered:
         failure = next((o for o in outcomes if isinstance(o, Failure)), None)
         return await relay(request, svc, state, failure) if failure is not None else None
@@ -103,21 +105,26 @@ async def _fetch(
     svc: Services, request: web.Request, up: UpstreamRuntime, plan: RetryPlan, query: str, send: Send
 ) -> Outcome:
     state = request[STATE]
-    headers = required_for(request_headers(request.headers.items(), up.outbound, state.request_id), up.cfg)
-    if up.outbound.moves_to is not None:
-        # A forwarded client credential goes where this upstream takes one, as on a translated
-        # request: a Gemini caller's x-goog-api-key or ?key= (never forwarded as a query) on a
-        # chat upstream went as it came, or not at all.
-        given = request.query.get("key") if gemini_caller(request) else None
-        credential_moved(headers, up.outbound.moves_to, given, up.outbound.by_kind)
+    # A forwarded client credential goes where this upstream takes one, whatever API the
+    # caller speaks: a Gemini caller's x-goog-api-key or ?key= on a chat upstream went as it
+    # came, or not at all.
+    given = request.query.get("key") if gemini_caller(request) else None
+    headers = outbound_headers(request.headers.items(), up.outbound, state.request_id, None,
+                               translated=True, query_key=given)  # fmt: skip
+    headers = required_for(headers, up.cfg)
+    if set(up.cfg.apis) == {"gemini"}:
+        # Google's own paging, not the client's (Claude Code's ?limit=1000 is Anthropic's):
+        # "If unspecified, at most 50 models will be returned per page. This method returns at
+        # most 1000 models per page" (ListModelsRequest.page_size,
+        # https://ai.google.dev/api/python/google/generativeai/protos/ListModelsRequest).
+        query = GOOGLE_PAGE
     url = up.cfg.base_url + "/models" + (f"?{query}" if query else "")
     call = Call(up, "GET", url, headers, ReadMode.BUFFER)
     return await send(svc, state, plan, call, b"")
 
 
-def _json(body: bytes) -> dict[str, Any] | None:
+def _json(body: bytes) -> Any:
     try:
-        doc = json.loads(body)
+        return json.loads(body)
     except ValueError:
         return None
-    return doc if isinstance(doc, dict) and isinstance(doc.get("data"), list) else None

@@ -48,6 +48,10 @@ class RequestState:
     # Its conversation's first turn (routing/affinity.opens_conversation): a pool claims no
     # shared home for it, its next turn does (pipeline/pool.py).
     opens_conversation: bool = False
+    # The pool deployment holding the stored object this request continues (a Responses turn
+    # chained by previous_response_id): it goes there only (pipeline/pool.py's stored_route).
+    stored_on: str | None = None
+    keeps_answer: bool = False  # a Responses request whose answer the provider stores
     key: KeySpec | None = None  # the gateway key the caller presented (its name, its rules)
     reservation: Reservation | None = None  # what the key's limits and budget hold for it
     cost_usd: float | None = None  # what the provider's usage cost, at the model's price

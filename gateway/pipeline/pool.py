@@ -3,7 +3,8 @@ serve, and apply the rate-limit rule only when every sibling is sitting out.
 
     pick      the conversation's home when it may serve (affinity; a conversation new here
               claims one, the same on every replica, from its second turn: a first turn takes
-              the strategy's pick unclaimed), else the next of its rendezvous order
+              the strategy's pick unclaimed; a home this request chose that a sibling had to
+              answer for moves to that sibling), else the next of its rendezvous order
               that may; no conversation: the pool's strategy over those that may. May serve:
               not sitting out (a rate limit until its reset, headroom predicted gone, an
               exhausted or refused key), circuit not open
@@ -13,6 +14,11 @@ serve, and apply the rate-limit rule only when every sibling is sitting out.
     all out   with no later hop, a rate limit waits for the earliest sibling's reset when
               that is within ``max_retry_after_s`` (one retry of the class), else goes back
               with that reset; with a later hop, the request moves on there
+
+A request that continues what the provider stored for one deployment's key (a Responses turn
+chained by ``previous_response_id``, a ``conversation``, a stored response fetched by id) goes
+to that deployment alone (``stored_route``): the pool is that one deployment for it, which it
+waits for or is answered with the reset of, as its key sits out (routing/stored.py).
 
 Request errors never move; an overflow moves only to a sibling with a larger window (with
 ``fallback.context_overflow``). Siblings count as fallbacks in the multiplication rule: each
@@ -26,6 +32,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TypeVar
 
+from gateway.apis.responses.wire import ResponsesStreamReader
 from gateway.errors import Classification, ErrorType
 from gateway.pipeline.attempt import Call
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success, gateway_failure
@@ -44,7 +51,8 @@ from gateway.routing.pools import (
     relayed_scope,
     sit_out,
 )
-from gateway.services import PoolRuntime, Services, UpstreamRuntime
+from gateway.routing.stored import answer_id
+from gateway.services import Hop, PoolRuntime, Route, Services, UpstreamRuntime
 from gateway.state.affinity import AffinityTable
 from gateway.state.pools import key_id
 from gateway.tracing.attrs import P
@@ -71,18 +79,23 @@ async def send_pool(
     last: Sent | None = None
     limited: Sent | None = None  # the last provider 429 of this request: what a client is shown
     refused: Failure | None = None
+    # A request that continues what the provider stored for one deployment's key (a chained
+    # Responses turn) goes there alone: every other key is answered "not found".
+    stored = state.stored_on if state.stored_on in pool.names else None
     # A conversation's home (the deployment holding its prompt cache) is decided at its first
     # turn and then held, on every replica (gateway/state/affinity.py): recomputed from the
     # weights instead, a reload that changed one moved live conversations, uncounted.
-    table = pool.affinity if conversation else None
+    table = pool.affinity if conversation and stored is None else None
     home = table.get(conversation) if table is not None and conversation else None
     homed = table is None or home in pool.names  # else claimed once a deployment may serve
+    decided = False  # this request held or claimed ``home``: no turn was answered there yet
     opening = True  # the request's first pick: affinity may decide it
     while True:
         if not ps.fresh(cfg.name, model):
             await ps.refresh(cfg.name, pool.member_cfgs, model, pool.circuits)
         now_ms = svc.wall() * 1000
-        views = [ps.view(i, up.cfg, model, now_ms) for i, up in enumerate(members)]
+        views = [ps.view(i, up.cfg, model, now_ms) for i, up in enumerate(members)
+                 if stored is None or up.cfg.name == stored]  # fmt: skip
         ready = [v for v in views if v.serves_at(now_ms) and v.name not in tried
                  and not await _refusing(members[v.slot], model)]  # fmt: skip
         if ready:
@@ -93,8 +106,10 @@ async def send_pool(
                     home, new = _hold(svc, pool, table, conversation, ready)
                 else:
                     home, new = await _claim(svc, pool, table, conversation, ready)
-                homed = True
+                homed, decided = True, new
             pick, why = _pick(svc, pool, ready, home, conversation, new)
+            if stored is not None:
+                why = "stored"
             up = members[pick.slot]
             call = call_for(up)
             if isinstance(call, Failure):
@@ -118,8 +133,16 @@ async def send_pool(
             last = Sent(outcome, call)
             if not isinstance(outcome, Failure):
                 if home is not None and up.cfg.name != home:
-                    reason = break_reason(home, views, tried, now_ms)
-                    svc.telemetry.affinity_breaks.labels(cfg.name, reason).inc()
+                    if decided:
+                        # The home this request chose failed and a sibling answered: the sibling
+                        # holds the prompt cache now, and nothing was ever cached at the pick.
+                        # Left on the pick, every turn after its reset went to a key that never
+                        # held the conversation (a break, and a cache miss, each time).
+                        assert table is not None and conversation is not None
+                        await table.move(conversation, home, up.cfg.name, pool.names)
+                    else:
+                        reason = break_reason(home, views, tried, now_ms)
+                        svc.telemetry.affinity_breaks.labels(cfg.name, reason).inc()
                 return last
             c = outcome.classification
             if c.type is ErrorType.RATE_LIMIT and outcome.own is None:  # the provider's, not the limits'
@@ -156,13 +179,13 @@ async def send_pool(
         now_ms = svc.wall() * 1000
         if last is None and not any(v.out_until_ms > now_ms for v in views):
             # Every circuit is open: the first deployment refuses (or probes) as an upstream does.
-            up = members[0]
+            up = members[views[0].slot]
             call = call_for(up)
             if isinstance(call, Failure):
                 return call
             _picked(svc, state, pool, up, "circuit_open")
             return Sent(await send_one(svc, state, plan, call, call.body), call)
-        answered = await _all_sitting_out(svc, state, plan, pool, last, tried, limited)
+        answered = await _all_sitting_out(svc, state, plan, pool, last, tried, limited, stored)
         if answered is not None:
             return answered
         opening = False  # waited for the earliest reset: it may serve again
@@ -201,7 +224,8 @@ async def any_deployment(
 
 async def send_across(
     svc: Services, state: RequestState, plan: RetryPlan, pool: PoolRuntime,
-    call_for: Callable[[UpstreamRuntime], Call | Outcome],
+    call_for: Callable[[UpstreamRuntime], Call | Outcome], stored: UpstreamRuntime | None = None,
+    keeps: bool = False,
 ) -> Outcome:  # fmt: skip
     """A request that is not retried along the pool (counting tokens, an embedding, any path
     relayed as it is): one deployment as the strategy picks it, and on a failure another key
@@ -210,18 +234,25 @@ async def send_across(
     once, the class's retries spent on the last (waited out on the same key, a count_tokens
     429 kept the request there 3 retries long before it moved, measured). Its records are
     kept apart from its model's generation (``relayed_scope``). ``call_for`` may answer
-    instead of sending (a path its API has no translation for)."""
+    instead of sending (a path its API has no translation for). ``stored``: the deployment
+    that holds the stored object the request names (a response fetched by id), which alone
+    can answer it: sent there only, with the retries one upstream gets. ``keeps``: its answer
+    is an object the provider stores (a conversation made), whose deployment is remembered."""
     state.pool_scope = relayed_scope(state.model)
     tried: set[str] = set()
     outcome: Outcome | None = None
     while True:
-        up, others = await any_deployment(svc, pool, state, tried)
+        if stored is not None:
+            up, others = (None if tried else stored), False
+        else:
+            up, others = await any_deployment(svc, pool, state, tried)
         if up is None:
             break
         call = call_for(up)
         if not isinstance(call, Call):
             return call
-        _picked(svc, state, pool, up, pool.cfg.strategy if not tried else "moved")
+        why = "stored" if stored is not None else pool.cfg.strategy if not tried else "moved"
+        _picked(svc, state, pool, up, why)
         own_key = up.cfg.api_key is not None
 
         def moves(c: Classification, own_key: bool = own_key) -> bool:
@@ -231,6 +262,8 @@ async def send_across(
                            moves_on=moves if others else None)  # fmt: skip
         outcome = await _held(svc, state, up, sending)
         if not isinstance(outcome, Failure):
+            if keeps:
+                await _remember_stored(svc, pool, up, outcome)
             return outcome
         await _sit_out(svc, state, pool, up, outcome.classification)
         tried.add(up.cfg.name)
@@ -238,6 +271,63 @@ async def send_across(
             return outcome
     assert outcome is not None  # the first deployment is always tried
     return outcome
+
+
+async def stored_route(svc: Services, state: RequestState, route: Route, object_id: str) -> Route:
+    """The route of a request that continues an object the provider stored (a chained Responses
+    turn: ``previous_response_id``, ``conversation``): when a pool deployment of ``route`` made
+    it, that pool's hop alone, and the request goes to that deployment only
+    (``state.stored_on``); else ``route`` as it is (made elsewhere, or forgotten). Every other
+    key answers 400 "not found" (routing/stored.py), a sibling and a fallback alike: a chained
+    turn cannot move, and one whose deployment sits out waits for it or is answered with its
+    reset, as a pool of that one deployment would be."""
+    ps = svc.pool_state
+    if ps is None or not any(hop.pool is not None for hop in route.hops):
+        return route
+    deployment = await ps.stored_on(object_id)
+    for hop in route.hops if deployment is not None else ():
+        if hop.pool is not None and deployment in hop.pool.names:
+            state.stored_on = deployment
+            # The pool still picks (its sit-outs, its wait for a reset); the route's upstreams
+            # (its primary, a broken stream's continuation) are that deployment alone.
+            return Route.of([Hop(tuple(m for m in hop.pool.members if m.cfg.name == deployment), hop.pool)])
+    return route
+
+
+def stored_deployment(svc: Services, deployment: str | None) -> tuple[PoolRuntime, UpstreamRuntime] | None:
+    """The pool and deployment named ``deployment`` (the one that made a stored object), if any."""
+    for pool in svc.pools.values() if deployment is not None else ():
+        for up in pool.members:
+            if up.cfg.name == deployment:
+                return pool, up
+    return None
+
+
+async def remember_answer(svc: Services, state: RequestState, call: Call | None, outcome: Outcome) -> None:
+    """A Responses answer the provider keeps (``state.keeps_answer``) from a pool deployment
+    that speaks Responses itself: which deployment made it is remembered, before the client
+    sees its id, so that a turn chained to it goes there (``stored_route``). A translated
+    answer's id is the gateway's: its upstream stores nothing."""
+    if (call is None or not state.keeps_answer or not call.up.pooled or call.translation is not None
+            or call.dialect.api != "responses" or not isinstance(outcome, Success)):  # fmt: skip
+        return
+    pool = svc.pools.get(state.pool or "")
+    if pool is not None:
+        await _remember_stored(svc, pool, call.up, outcome)
+
+
+async def _remember_stored(svc: Services, pool: PoolRuntime, up: UpstreamRuntime, outcome: Success) -> None:
+    ps = svc.pool_state
+    if ps is None or not 200 <= outcome.status < 300 or pool.cfg.stored_s <= 0:
+        return
+    reader = outcome.reader
+    if isinstance(reader, ResponsesStreamReader):  # its response.created came before the answer's first byte
+        made = reader.response.get("id")
+        object_id = made if isinstance(made, str) else None
+    else:
+        object_id = answer_id(outcome.body) if outcome.chunks is None else None
+    if object_id is not None:
+        await ps.remember_stored(object_id, up.cfg.name, pool.cfg.stored_s)
 
 
 async def _send(
@@ -380,23 +470,26 @@ async def _sit_out(svc: Services, state: RequestState, pool: PoolRuntime, up: Up
 
 async def _all_sitting_out(
     svc: Services, state: RequestState, plan: RetryPlan, pool: PoolRuntime, last: Sent | None,
-    tried: set[str], limited: Sent | None = None,
+    tried: set[str], limited: Sent | None = None, stored: str | None = None,
 ) -> Sent | None:  # fmt: skip
     """No sibling is left to try, nor a later hop. When some sibling waits for a rate limit's
     reset, the pool serves again at the earliest one, whatever the others sit out for (an
     exhausted key, a refused one): the rate-limit rule applies to it, waited for when within
     ``max_retry_after_s`` (one retry of the class; None: try again now), else the answer goes
-    back stamped with it. A request that met an outage (or a request error) keeps its answer."""
+    back stamped with it. A request that met an outage (or a request error) keeps its answer.
+    ``stored``: the one deployment the request may go to (it holds what the request continues):
+    the pool is that deployment alone."""
     assert svc.pool_state is not None
     now_ms = svc.wall() * 1000
-    views = [svc.pool_state.view(i, up.cfg, state.model, now_ms) for i, up in enumerate(pool.members)]
+    views = [svc.pool_state.view(i, up.cfg, state.model, now_ms) for i, up in enumerate(pool.members)
+             if stored is None or up.cfg.name == stored]  # fmt: skip
     waiting = [v for v in views if v.out_why in _RESETS and v.out_until_ms > now_ms]
     answer = last.outcome if last is not None else None
     failed = answer.classification if isinstance(answer, Failure) else None
     if not waiting or (failed is not None and failed.type not in _SAT_OUT):
         if last is not None:
             return last
-        return Sent(_every_key_out(svc, state, pool, views, now_ms), None)
+        return Sent(_every_key_out(svc, state, pool, views, now_ms, stored), None)
     earliest = min(waiting, key=lambda v: v.out_until_ms)
     wait_s = (earliest.out_until_ms - now_ms) / 1000
     c = Classification(ErrorType.RATE_LIMIT, True, wait_s, reset_at_ms(wait_s, svc.wall()),
@@ -425,16 +518,23 @@ async def _all_sitting_out(
         headers = restamped(limited.outcome.headers, wait_s)
         return Sent(replace(limited.outcome, classification=theirs, headers=headers), limited.call)
     state.upstream = pool.cfg.name  # no deployment was asked: the pool answered
-    failure = gateway_failure(
-        429, c, f"every deployment of pool '{pool.cfg.name}' is rate limited; the earliest resets in "
-        f"{max(1, round(wait_s))} s", "pool_rate_limited", final=True,
-    )  # fmt: skip
+    if stored is not None:
+        failure = gateway_failure(
+            429, c, f"deployment '{stored}' of pool '{pool.cfg.name}' holds the stored response this request "
+            f"continues, and it is rate limited; it resets in {max(1, round(wait_s))} s", "pool_rate_limited",
+            final=True,
+        )  # fmt: skip
+    else:
+        failure = gateway_failure(
+            429, c, f"every deployment of pool '{pool.cfg.name}' is rate limited; the earliest resets in "
+            f"{max(1, round(wait_s))} s", "pool_rate_limited", final=True,
+        )  # fmt: skip
     state.retries_settled = True
     return Sent(failure, None)
 
 
 def _every_key_out(svc: Services, state: RequestState, pool: PoolRuntime, views: list[Deployment],
-                   now_ms: float) -> Failure:  # fmt: skip
+                   now_ms: float, stored: str | None = None) -> Failure:  # fmt: skip
     """No deployment may serve and none waits for a rate-limit reset: their keys are out of
     credit or refused. Answered by the gateway, in the class of the soonest to return."""
     out = [v for v in views if v.out_until_ms > now_ms]
@@ -454,5 +554,9 @@ def _every_key_out(svc: Services, state: RequestState, pool: PoolRuntime, views:
     state.upstream = pool.cfg.name  # no deployment was asked: the pool answered
     c = Classification(kind, False, None, reset_at_ms(wait_s, svc.wall()), code, None,
                        f"every deployment of pool '{pool.cfg.name}' sits out")  # fmt: skip
-    message = f"every deployment of pool '{pool.cfg.name}' is {what}"
-    return gateway_failure(status, c, message, code, final=True)
+    if stored is not None:
+        return gateway_failure(status, c, f"deployment '{stored}' of pool '{pool.cfg.name}', which holds the "
+                               f"stored response this request continues, is {what}", code,
+                               final=True)  # fmt: skip
+    return gateway_failure(status, c, f"every deployment of pool '{pool.cfg.name}' is {what}", code,
+                           final=True)  # fmt: skip

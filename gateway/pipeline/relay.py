@@ -62,7 +62,8 @@ def rendered(state: RequestState, failure: Failure) -> tuple[int, bytes]:
         return state.dialect.foreign_error(failure.foreign, state.request_id)
     own = failure.own
     if own is None:
-        return failure.status, failure.body
+        status = state.dialect.passed_status(failure.status, failure.upstream_status, failure.body)
+        return status, failure.body
     status = state.dialect.error_status(failure.status, own.code)
     body = state.dialect.error_body(status, own.message, own.code, failure.classification, state.request_id)
     return status, body

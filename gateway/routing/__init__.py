@@ -16,6 +16,7 @@ from gateway.routing.headers import (
     UnsafePath,
     credential_moved,
     in_api,
+    outbound_headers,
     pick_upstream,
     request_headers,
     required_for,
@@ -26,5 +27,6 @@ from gateway.routing.headers import (
 
 __all__ = [
     "API_HEADERS", "CREDENTIAL_HEADERS", "HOP_BY_HOP", "Outbound", "UnsafePath", "credential_moved", "in_api",
-    "pick_upstream", "request_headers", "required_for", "response_headers", "upstream_url", "with_added",
+    "outbound_headers", "pick_upstream", "request_headers", "required_for", "response_headers",
+    "upstream_url", "with_added",
 ]  # fmt: skip

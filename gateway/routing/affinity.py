@@ -24,6 +24,8 @@ The evidence, strongest first; the first found decides:
 
 A Responses request chained by ``previous_response_id`` carries only its new turn: its
 opening is not the conversation's, so without an id it gets no key rather than a wrong one.
+Where it goes is not affinity's to decide anyway: only the key that stored its previous response
+can read it (routing/stored.py; pipeline/pool.py's ``stored_route``).
 
 Keys are ``id:`` or ``open:`` and 24 hex digits of a SHA-256: bounded, and never the client's
 text. An id found in a header and the same id found in the body give the same key, so a

@@ -276,6 +276,30 @@ def request_headers(
     return out
 
 
+def outbound_headers(
+    client: Mapping[str, str] | Iterable[tuple[str, str]],
+    upstream: Outbound,
+    request_id: str,
+    api: str | None,
+    *,
+    translated: bool = False,
+    query_key: str | None = None,
+) -> dict[str, str]:
+    """``request_headers`` for a request the gateway sends ``upstream`` in ``api`` (None: a path
+    of no API, the model listing), with the client's own credential moved where the upstream
+    takes one when it came in another API's place (``translated``) or as a Gemini client's
+    ``?key=`` (``query_key``), which is never forwarded in the URL (docs/security.md). The one
+    rule for every call that forwards a client's key: content generation (``pipeline/legs.py``),
+    ``countTokens`` and the model listing."""
+    moves_to = upstream.moves_to if translated or query_key is not None else None
+    if api is not None:
+        return request_headers(client, upstream, request_id, api, moves_to, query_key)
+    headers = request_headers(client, upstream, request_id)
+    if moves_to is not None:
+        credential_moved(headers, moves_to, query_key, upstream.by_kind)
+    return headers
+
+
 def placed_by_kind(headers: dict[str, str]) -> dict[str, str]:
     """``headers`` (changed in place) with an Anthropic credential alone in the place of the
     other kind moved to its own: a key (``sk-ant-api…``) sent as a bearer token to x-api-key,

@@ -25,6 +25,11 @@ the same rendezvous pick while the weights are unchanged; under the per-replica 
 (``least_busy``, ``latency``, ``headroom``) a second turn on another replica may be homed away
 from the first turn's cache, once.
 
+A home is the deployment that answered: a turn that held or claimed the strategy's pick and was
+answered by a sibling (the pick failed) ``move``s the home to that sibling, in the store too
+(one round trip, for such a turn only; a first turn's pick is what every replica would propose
+at the second turn), unless another replica set another home since.
+
 Bounded by entries (least recently used go first) and by idleness (``idle_s``, longer than
 the providers' longest prompt-cache lifetime, after which the cache is cold anyway). Each
 entry is a conversation key (at most ~40 characters, hashed from what the client sent) and a
@@ -45,6 +50,9 @@ class Homes(Protocol):
 
     async def claim_home(self, pool: str, conversation: str, proposed: str, members: Sequence[str],
                          ttl_s: float) -> tuple[str, bool, str | None]: ...  # fmt: skip
+
+    async def move_home(self, pool: str, conversation: str, frm: str, to: str, members: Sequence[str],
+                        ttl_s: float) -> str: ...  # fmt: skip
 
     def keep_home(self, pool: str, conversation: str, home: str, ttl_s: float) -> None: ...
 
@@ -108,6 +116,18 @@ class AffinityTable:
                 replaced = before
         self.bind(conversation, home)
         return home, new, replaced
+
+    async def move(self, conversation: str, frm: str, to: str, members: Sequence[str]) -> str:
+        """The home ``frm`` that a turn decided (held or claimed for it) failed, and ``to``
+        answered: ``to`` holds the conversation's cache and is its home from now on, for every
+        replica (claimed in the shared store: one round trip, only for such a turn), unless
+        another replica set another home since. Returns the home."""
+        home = to
+        if self._shared is not None:
+            home = await self._shared.move_home(self._pool, conversation, frm, to, tuple(members),
+                                                self._idle_s)  # fmt: skip
+        self.bind(conversation, home)
+        return home
 
     def held(self, conversation: str) -> str | None:
         """The home a first turn of the conversation took here, not claimed (``hold``), else None."""

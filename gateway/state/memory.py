@@ -16,6 +16,10 @@ from gateway.state.ledger_ops import LedgerAdmit, LedgerSettle, LedgerState
 V = TypeVar("V")
 
 SWEEP_EVERY = 256  # writes between sweeps of expired entries: bounded memory without a timer task
+# Stored objects' deployments remembered in one process (~250 bytes each: about 25 MB full);
+# the least recently used go first. With Redis this is the replica's own copy, and Redis holds
+# them all for their TTL.
+MAX_STORED = 100_000
 
 
 class _Expiring(Generic[V]):
@@ -100,6 +104,36 @@ class _Answers:
         return len(self._items)
 
 
+class _Recent(Generic[V]):
+    """An LRU bounded by entry count, each entry with its own deadline: what a busy gateway
+    writes once per request (each stored response's deployment) cannot outgrow ``max_entries``
+    before its deadlines pass."""
+
+    def __init__(self, clock: Callable[[], float], max_entries: int) -> None:
+        self._clock = clock
+        self._max = max_entries
+        self._items: OrderedDict[str, tuple[float, V]] = OrderedDict()
+
+    def get(self, key: str) -> V | None:
+        found = self._items.get(key)
+        if found is None:
+            return None
+        if found[0] <= self._clock():
+            del self._items[key]
+            return None
+        self._items.move_to_end(key)
+        return found[1]
+
+    def put(self, key: str, value: V, ttl_s: float) -> None:
+        self._items[key] = (self._clock() + ttl_s, value)
+        self._items.move_to_end(key)
+        while len(self._items) > self._max:
+            self._items.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
 def passes(n: int, k: int, requests_per_minute: int | None, tokens_per_minute: int | None,
            tokens: int) -> bool:
     """Whether one more request of ``tokens`` would pass a window's limits, at ``n`` requests
@@ -119,6 +153,7 @@ class MemoryStore:
         *,
         max_answers: int = 10_000,
         max_answer_bytes: int = 64 * 1024 * 1024,
+        max_stored: int = MAX_STORED,
     ) -> None:
         self._clock = clock
         self._circuits: _Expiring[CircuitRecord] = _Expiring(clock)
@@ -130,6 +165,7 @@ class MemoryStore:
         self._slots: dict[str, dict[str, int]] = {}  # key -> slot -> expiry (epoch ms)
         self._spend: _Expiring[list[float]] = _Expiring(clock)  # budget key -> [spent, reserved]
         self._homes: _Expiring[str] = _Expiring(clock)  # conversation -> its home deployment
+        self._stored: _Recent[str] = _Recent(clock, max_stored)  # stored object -> its deployment
         self.answers = _Answers(clock, max_answers, max_answer_bytes)
 
     async def circuit_get(self, keys: Sequence[str]) -> list[CircuitRecord]:
@@ -220,6 +256,20 @@ class MemoryStore:
             return home, False, None
         self._homes.put(key, proposed, ttl_s)
         return proposed, True, home
+
+    async def home_move(self, key: str, frm: str, to: str, members: Sequence[str], ttl_s: float) -> str:
+        home = self._homes.get(key)
+        if home is not None and home != frm and home in members:
+            self._homes.put(key, home, ttl_s)
+            return home
+        self._homes.put(key, to, ttl_s)
+        return to
+
+    async def stored_put(self, key: str, deployment: str, ttl_s: float) -> None:
+        self._stored.put(key, deployment, ttl_s)
+
+    async def stored_get(self, key: str) -> str | None:
+        return self._stored.get(key)
 
     async def records_take(self, key: str, requests_per_minute: int | None, tokens_per_minute: int | None,
                            tokens: int, ttl_s: float) -> tuple[bool, int, int]:

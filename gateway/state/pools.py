@@ -45,6 +45,8 @@ from gateway.config import UpstreamConfig
 from gateway.policy.breaker import CircuitRecord, circuit_key
 from gateway.routing.headroom import Headroom, headroom_of
 from gateway.routing.pools import Deployment, SitOut, unscoped
+from gateway.routing.stored import STORED_TTL_S
+from gateway.routing.stored import key as stored_key
 from gateway.state.shared import SharedCircuit
 from gateway.state.store import StateStore
 
@@ -166,12 +168,32 @@ class PoolState:
         replaced (a removed one)."""
         return await self.store.home_claim(f"{pool}:{conversation}", proposed, members, ttl_s)
 
+    async def move_home(self, pool: str, conversation: str, frm: str, to: str, members: Sequence[str],
+                        ttl_s: float) -> str:  # fmt: skip
+        """``to`` as the conversation's home for every replica, in place of ``frm`` (which did not
+        answer its turn), unless another replica set another member since; the home now."""
+        return await self.store.home_move(f"{pool}:{conversation}", frm, to, members, ttl_s)
+
     def keep_home(self, pool: str, conversation: str, home: str, ttl_s: float) -> None:
         """The conversation is still in use here: its home is kept ``ttl_s`` more in the store,
         with the next round trip (no round trip of its own while the pool serves)."""
         _bounded(self._homes)[f"{pool}:{conversation}"] = (home, ttl_s)
         if self._timer is None:
             self._flush_later()
+
+    # -- stored objects: which deployment's key holds each --------------------------------------
+
+    async def remember_stored(self, object_id: str, deployment: str, ttl_s: float = STORED_TTL_S) -> None:
+        """``deployment`` made ``object_id`` (a Responses answer, a conversation), which only
+        its key can read: kept ``ttl_s``, by default as long as the provider keeps it
+        (routing/stored.py)."""
+        if ttl_s > 0:
+            await self.store.stored_put(stored_key(object_id), deployment, ttl_s)
+
+    async def stored_on(self, object_id: str) -> str | None:
+        """The deployment that made ``object_id``; None when none of the pools' did (or it is
+        forgotten)."""
+        return await self.store.stored_get(stored_key(object_id))
 
     # -- this process -------------------------------------------------------------------------
 

@@ -55,7 +55,7 @@ _TIMEOUTS = (RedisTimeoutError, TimeoutError)
 # never the replica taken off Redis (its PING answers, and it came back at once, flapping).
 _WRITES_REFUSED = (OutOfMemoryError, ReadOnlyError)
 # Operations that write nothing: their success says nothing of whether Redis takes writes again.
-_READS = frozenset({"circuit_get", "reset_get", "ledger_read"})
+_READS = frozenset({"circuit_get", "reset_get", "ledger_read", "stored_get"})
 # Settles kept for a Redis that does not answer: a long outage at high traffic would otherwise
 # grow them without bound (each is ~300 bytes); past it, the oldest wait for their slots' TTL.
 MAX_UNSETTLED = 100_000
@@ -163,6 +163,7 @@ class RedisStore:
         self._admits = TurnBatch(client, self._ledger_admit)
         self._takes = TurnBatch(client, client.register_script(lua.RECORDS_TAKE))
         self._home_claims = TurnBatch(client, client.register_script(lua.HOME_CLAIM))
+        self._home_move = client.register_script(lua.HOME_MOVE)
         # Reservations are settled where they were made (_ledger_keys' comment says why).
         self._local_slots: set[str] = set()
         self._unsettled: list[tuple[list[str], list[str | int]]] = []
@@ -576,6 +577,39 @@ class RedisStore:
 
         # Not mirrored: the pool's own table holds what this replica knows of its conversations.
         return await self._guard("home_claim", remote, alone)
+
+    async def home_move(self, key: str, frm: str, to: str, members: Sequence[str], ttl_s: float) -> str:
+        async def remote() -> str:
+            home = await self._home_move(keys=[self._p + "home:" + key], args=[frm, to, _ms(ttl_s), *members])
+            return home.decode() if isinstance(home, bytes) else str(home)
+
+        async def alone() -> str:
+            return to  # as a claim while Redis is down: the pool's table keeps what it decided
+
+        return await self._guard("home_move", remote, alone)
+
+    # -- which deployment holds a stored object ------------------------------------------------
+
+    async def stored_put(self, key: str, deployment: str, ttl_s: float) -> None:
+        # Mirrored: this replica's own answers are then found without a round trip (an object's
+        # deployment never changes), and while Redis does not answer.
+        await self.local.stored_put(key, deployment, ttl_s)
+
+        async def remote() -> None:
+            await self._r.set(self._p + key, deployment.encode(), px=_ms(ttl_s))
+
+        await self._guard("stored_put", remote, lambda: _value(None))
+
+    async def stored_get(self, key: str) -> str | None:
+        mine = await self.local.stored_get(key)
+        if mine is not None:
+            return mine
+
+        async def remote() -> str | None:
+            raw = await self._r.get(self._p + key)
+            return raw.decode() if isinstance(raw, bytes) else raw
+
+        return await self._guard("stored_get", remote, lambda: _value(None))
 
     async def records_take(self, key: str, requests_per_minute: int | None, tokens_per_minute: int | None,
                            tokens: int, ttl_s: float) -> tuple[bool, int, int]:

@@ -14,6 +14,8 @@ outlives its purpose. Times are wall-clock epoch seconds (replicas share no mono
                                            configured limits' count, taken atomically
     homes      key -> deployment           a pool conversation's home (prompt-cache affinity),
                                            claimed once, kept while it is used
+    stored     key -> deployment           which pool deployment's key holds an object the
+                                           provider stores (a Responses answer, a conversation)
     ledger     key -> counts and dollars   a gateway key's requests and tokens this minute, its
                                            requests in flight, its and its team's spend per period
 """
@@ -110,6 +112,20 @@ class StateStore(Protocol):
         """Atomically: the home stored under ``key`` when it is one of ``members`` (its TTL
         extended), else ``proposed`` stored as the home for ``ttl_s``; then (the home, whether
         it was stored now, the one it replaced: a home that is no longer a member, else None)."""
+        ...
+
+    async def home_move(self, key: str, frm: str, to: str, members: Sequence[str], ttl_s: float) -> str:
+        """Atomically: ``to`` stored as the home under ``key`` for ``ttl_s`` unless another home
+        than ``frm`` is stored there that is one of ``members`` (another replica's, set since:
+        kept, its TTL extended); then the home stored."""
+        ...
+
+    async def stored_put(self, key: str, deployment: str, ttl_s: float) -> None:
+        """Remember for ``ttl_s`` that ``deployment`` made the stored object ``key``."""
+        ...
+
+    async def stored_get(self, key: str) -> str | None:
+        """The deployment that made the stored object ``key``, None when not known."""
         ...
 
     async def records_take(self, key: str, requests_per_minute: int | None, tokens_per_minute: int | None,

@@ -114,6 +114,9 @@ class Composed:
         mid = self.first.request(payload, target._replace(onward=self.upstream))
         return mid if isinstance(mid, Refusal) else self.second.request(mid, target)
 
+    def dropped(self, payload: Mapping[str, Any]) -> tuple[str, ...]:
+        return self.first.dropped(payload)  # the client's fields; the chat half's are the gateway's own
+
     def held(self, ctx: Context) -> Context:
         outer = self.first.held(ctx)
         outer.inner = self.second.held(self._inner(ctx))

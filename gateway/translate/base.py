@@ -122,6 +122,11 @@ class Translator(Protocol):
         """The client's request in the upstream's API (``model`` set to ``target.model``)."""
         ...
 
+    def dropped(self, payload: Mapping[str, Any]) -> tuple[str, ...]:
+        """What of the client's request ``request`` leaves out by a stated rule that the client
+        is told of (``x-llm-params-dropped``): Responses' hosted tools on a chat upstream."""
+        ...
+
     def answer(self, doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
         """A buffered upstream success body in the client's API."""
         ...

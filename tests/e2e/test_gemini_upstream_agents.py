@@ -310,8 +310,9 @@ def test_genai_sdk_buffered_streamed_and_counted_on_a_gemini_upstream(
     genai_python: Path, setup: Setup  # noqa: F811
 ) -> None:
     since = setup.mark()
-    out = drive(genai_python, setup.gw, "basic")
+    out = drive(genai_python, setup.gw, "listed")
     assert out["text"] == "Hello from the fake upstream." and out["finish"] == "STOP"
+    assert out["models"] == ["models/gemini-2.5-flash"]  # Google's own list, read (it was [])
     assert out["usage"]["total_token_count"] == out["usage"]["prompt_token_count"] + out["usage"]["candidates_token_count"]
     assert "".join(t or "" for t in out["stream"]) == "Hello from fake."
     assert out["count"] > 0

@@ -4,9 +4,13 @@ Anthropic refuses (gateway/fake/messages_rules.py), and its answers come back in
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
+import pytest
+
+from gateway.policy.tokens import PDF_PAGE_TOKENS
 from tests.integration.test_gemini_on_chat import corpus, post
 
 ON_CLAUDE = ", apis: [messages], model_map: {'gemini-*': claude-sonnet-4-5}"
@@ -61,3 +65,76 @@ async def test_a_pdf_gemini_cli_read_reaches_claude_as_a_document(make_gateway) 
     [sent] = gw.fake.messages_requests()
     assert sent.json()["messages"][-1]["content"][-1] == {
         "type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": pdf}}
+
+
+async def test_a_dotted_name_the_history_calls_reaches_claude_as_a_valid_one(make_gateway) -> None:
+    """Gemini CLI keeps an MCP server's dots in its tools' names. A request calling one in its
+    history without declaring it (a summary turn) was refused by Anthropic: "tools.0.custom.name:
+    String should match pattern '^[a-zA-Z0-9_-]{1,128}$'"."""
+    gw = await make_gateway(upstream_yaml=ON_CLAUDE)
+    body = {"contents": [
+        {"role": "user", "parts": [{"text": "read it"}]},
+        {"role": "model", "parts": [{"functionCall": {"name": "files.read", "args": {"p": "a"}}}]},
+        {"role": "user", "parts": [{"functionResponse": {"name": "files.read", "response": {"output": "abc"}}}]},
+        {"role": "user", "parts": [{"text": "summarize"}]}]}  # fmt: skip
+    status, _, answer = await post(gw, "/v1beta/models/gemini-2.5-flash:generateContent", body)
+    assert status == 200, answer
+    [sent] = gw.fake.messages_requests()
+    [tool] = sent.json()["tools"]
+    assert tool["name"].startswith("files_read_") and sent.json()["tool_choice"] == {"type": "none"}
+
+
+async def test_dynamic_thinking_reaches_an_adaptive_claude_as_adaptive_thinking(make_gateway) -> None:
+    """thinkingBudget -1 ("the model decides") went out with no thinking at all."""
+    gw = await make_gateway(upstream_yaml=", apis: [messages], model_map: {'gemini-*': claude-sonnet-4-6}")
+    body = {"contents": [{"role": "user", "parts": [{"text": "why is the sky blue?"}]}],
+            "generationConfig": {"thinkingConfig": {"thinkingBudget": -1, "includeThoughts": True}}}  # fmt: skip
+    status, _, answer = await post(gw, "/v1beta/models/gemini-2.5-pro:generateContent", body)
+    assert status == 200, answer
+    [sent] = gw.fake.messages_requests()
+    assert sent.json()["thinking"] == {"type": "adaptive"}
+
+
+def pdf_pages(pages: int, padding: int) -> str:
+    raw = (b"%PDF-1.4\n" + b"<< /Type /Page /Parent 2 0 R >>\n" * pages
+           + b"<< /Subtype /Image >> stream\n" + b"\xff" * padding + b"\nendstream\n%%EOF\n")  # fmt: skip
+    return base64.b64encode(raw).decode()
+
+
+@pytest.mark.parametrize(("apis", "per_page"), [("messages", True), ("responses", True), ("chat", False)])
+async def test_count_tokens_counts_a_pdf_as_the_routed_upstream_gets_it(make_gateway, apis: str,
+                                                                         per_page: bool) -> None:  # fmt: skip
+    """Gemini CLI asks countTokens for a file it read before sending it (ContextWindowWillOverflow).
+    A PDF was counted as the note a chat server gets, 31 tokens whatever its size; Claude and
+    OpenAI's Responses models read it, an image and the text of each page."""
+    gw = await make_gateway(upstream_yaml=f", apis: [{apis}]")
+
+    async def counted(data: str) -> int:
+        body = {"contents": [{"role": "user", "parts": [
+            {"inlineData": {"mimeType": "application/pdf", "data": data}}, {"text": "Summarise it."}]}]}  # fmt: skip
+        status, headers, answer = await post(gw, "/v1beta/models/gemini-2.5-flash:countTokens", body)
+        assert status == 200 and headers["x-llm-estimated"] == "true", answer
+        total: int = json.loads(answer)["totalTokens"]
+        return total
+
+    small, long, heavy = await counted(pdf_pages(1, 0)), await counted(pdf_pages(5, 0)), await counted(
+        pdf_pages(1, 500_000))
+    if per_page:
+        assert long - small == 4 * PDF_PAGE_TOKENS and heavy == small  # pages, not bytes
+    else:
+        assert small == long == heavy < 100  # the note the chat server is sent
+    assert gw.fake.requests == []
+async def test_a_text_file_and_a_mislabelled_photo_reach_claude_as_what_they_are(make_gateway) -> None:
+    """A text file became "[inline data (text/plain) left out: this model cannot read it]", though
+    Claude reads plain text documents; JPEG bytes said to be PNG were refused by Anthropic ("Image
+    does not match the provided media type image/png", claude-code #15746), on every later turn."""
+    gw = await make_gateway(upstream_yaml=ON_CLAUDE)
+    path = "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+    status, _, body = await post(gw, path, with_file_read("text/plain", base64.b64encode(b"TODO: ship it").decode()))
+    assert status == 200, body
+    jpeg = base64.b64encode(bytes.fromhex("ffd8ffe000104a464946000101")).decode()
+    status, _, body = await post(gw, path, with_file_read("image/png", jpeg))
+    assert status == 200, body
+    text, photo = (r.json()["messages"][-1]["content"][-1] for r in gw.fake.messages_requests())
+    assert text == {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "TODO: ship it"}}
+    assert photo == {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": jpeg}}

@@ -712,3 +712,153 @@ async def test_reserved_output_max_lets_a_budget_serve_agents_that_ask_for_far_m
         assert [a[0] for a in answers].count(200) == admitted, (extra, [a[2][:200] for a in answers])
         # Settled at what was used either way: the answer's 9 + 12 tokens, not the reservation.
         assert (await settled(gw))["budget"]["spent_usd"] == 26 * admitted
+
+
+async def test_a_chat_request_naming_both_output_budgets_reserves_the_one_sent(make_gateway: MakeGateway) -> None:
+    """`max_tokens: 1` beside `max_completion_tokens: 5000` reserved one output token while the
+    translation sent Anthropic `max_tokens: 5000`: 50 such requests at once, each answered with
+    5,000 tokens, spent $1.25 of a $0.05 budget (audit). The largest budget is reserved now."""
+    gw = await make_gateway("keys: [{name: alice, key: gk-alice, budget: {usd: 0.05, period: day}}]\n",
+                            upstream_yaml=", apis: [messages], key_header: x-api-key")  # fmt: skip
+    gw.fake.always = Reply(200, anthropic_message("claude-haiku-4-5", input_tokens=10, output_tokens=5000),
+                           delay_s=0.3)  # every one in flight at once
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="gk-alice", max_retries=0)
+
+    async def one() -> int:
+        try:
+            await client.chat.completions.create(model="claude-haiku-4-5", max_tokens=1, max_completion_tokens=5000,
+                                                 messages=[{"role": "user", "content": "hi"}])  # fmt: skip
+        except openai.APIStatusError as e:
+            return e.status_code
+        return 200
+
+    try:
+        statuses = await asyncio.gather(*(one() for _ in range(20)))
+    finally:
+        await client.close()
+    state = await settled(gw)
+    one_request = 10 * 1e-6 + 5000 * 5e-6  # claude-haiku-4-5 at $1 in, $5 out: $0.02501
+    # Each reserves 5,000 tokens out ($0.025): two fit under $0.05, the rest are held (429).
+    assert statuses.count(200) == 2 and statuses.count(429) == 18, statuses
+    assert [r.json()["max_tokens"] for r in gw.fake.messages_requests()] == [5000, 5000]
+    assert state["budget"]["spent_usd"] == pytest.approx(2 * one_request)
+    assert state["budget"]["spent_usd"] <= 0.05 + one_request
+
+
+async def test_a_background_response_is_refused_to_a_key_whose_budget_it_would_escape(
+    make_gateway: MakeGateway,
+) -> None:
+    """`background: true` is answered at once, queued and without usage, and run at the provider
+    afterwards; polling it is refused to a key with rules: a $0.05 key's request for 100,000
+    tokens out was recorded at $0 (audit). A key with a budget or `tokens_per_minute` is told so
+    in the Responses API's shape, and nothing is sent; a key without either is served."""
+    gw = await make_gateway(PRICES + "keys:\n"
+                            "  - {name: alice, key: gk-alice, budget: {usd: 0.05, period: day}}\n"
+                            "  - {name: bob, key: gk-bob, tokens_per_minute: 100000}\n"
+                            "  - {name: carol, key: gk-carol, requests_per_minute: 100}\n"
+                            "  - {name: root, key: gk-root, admin: true}\n")  # fmt: skip
+    payload = {"model": "gpt-4o-mini", "input": "write a novel", "background": True, "max_output_tokens": 100000}
+    for key in ("gk-alice", "gk-bob"):
+        status, headers, body = await gw.responses(payload, headers={"Authorization": f"Bearer {key}"})
+        assert status == 400 and headers["x-llm-error-retryable"] == "false", body
+        error = json.loads(body)["error"]
+        assert error["code"] == "background_not_metered" and error["type"] == "invalid_request_error"
+        assert "background" in error["message"] and "without `background`" in error["message"]
+    assert gw.fake.requests == []
+    assert gw.metric("llm_gateway_key_refusals_total", key="alice", reason="background") == 1
+    # Without background the same key is served; a key whose rules count no spend is served either way.
+    assert (await gw.responses({**payload, "background": False}, headers=ALICE))[0] == 200
+    assert (await gw.responses(payload, headers={"Authorization": "Bearer gk-carol"}))[0] == 200
+    assert (await gw.responses(payload, headers={"Authorization": "Bearer gk-root"}))[0] == 200
+
+
+async def test_a_budgeted_key_is_refused_a_model_without_a_price(make_gateway: MakeGateway) -> None:
+    """A model with no price costs $0 and says so: on a key with a budget, that budget did not
+    hold at all (gpt-4-turbo, o1 and every Gemini model, "priced": false, spent 0; audit). Such a
+    key is refused the model, in the client's API's envelope, naming it and where its price goes;
+    a key without a budget still uses it, its tokens counted unpriced."""
+    gw = await make_gateway(PRICES + "keys:\n"
+                            "  - {name: alice, key: gk-alice, budget: {usd: 5, period: day}}\n"
+                            "  - {name: dave, key: gk-dave, team: web}\n"
+                            "  - {name: bob, key: gk-bob, tokens_per_minute: 100000}\n"
+                            "teams: [{name: web, budget: {usd: 100, period: month}}]\n")  # fmt: skip
+    unpriced = {"model": "qwen3-coder", "messages": [{"role": "user", "content": "hi"}]}
+    status, headers, body = await gw.chat(unpriced, headers=ALICE)
+    assert status == 403 and headers["x-llm-error-type"] == "auth" and headers["x-llm-error-retryable"] == "false"
+    error = json.loads(body)["error"]
+    assert error["code"] == "model_not_priced"
+    assert "'qwen3-coder'" in error["message"] and "prices:" in error["message"] and "key 'alice'" in error["message"]
+    status, _, body = await gw.chat(unpriced, headers={"Authorization": "Bearer gk-dave"})  # its team's budget
+    assert status == 403 and "team 'web'" in json.loads(body)["error"]["message"]
+    status, _, body = await gw.messages({**unpriced, "max_tokens": 8}, headers=ALICE)
+    assert status == 403 and json.loads(body)["type"] == "error"
+    async with gw.session.post(gw.base + "/v1beta/models/gemini-9-flash:generateContent",
+                               json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
+                               headers={"x-goog-api-key": "gk-alice"}) as r:  # fmt: skip
+        assert r.status == 403 and (await r.json())["error"]["status"] == "PERMISSION_DENIED"
+    # Codex retries a 403 five times and stops at once on a 400.
+    status, _, body = await gw.responses({"model": "qwen3-coder", "input": "hi"},
+                                         headers={**ALICE, "originator": "codex_exec"})  # fmt: skip
+    assert status == 400 and json.loads(body)["error"]["code"] == "model_not_priced"
+    assert gw.fake.requests == []
+    assert gw.metric("llm_gateway_key_refusals_total", key="alice", reason="unpriced") == 4
+    # Priced, the same key is served; a key without a budget is served the unpriced model.
+    assert (await gw.chat(headers=ALICE))[0] == 200
+    assert (await gw.chat(unpriced, headers={"Authorization": "Bearer gk-bob"}))[0] == 200
+
+
+HOUR_USAGE = {"input_tokens": 5, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 300_000,
+              "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 300_000},
+              "output_tokens": 3}  # fmt: skip
+
+
+async def test_one_hour_cache_writes_are_paid_at_their_own_price_whatever_the_clients_api(
+    make_gateway: MakeGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Tokens written to Anthropic's cache for an hour cost 2x the input price, and were priced at
+    1.25x, the 5-minute price: a claude-sonnet-4-5 answer that cost $3.90 was logged at $3.225
+    (audit; 4.6 here, at the same price). Here 300,000 written for an hour cost $1.80, whatever
+    the client's API; a request asking for an hour's cache is reserved at that price too."""
+    gw = await make_gateway("keys: [{name: alice, key: gk-alice, budget: {usd: 100, period: day}}]\n",
+                            upstream_yaml=", apis: [messages], key_header: x-api-key")  # fmt: skip
+    one = 5 * 3e-6 + 300_000 * 6e-6 + 3 * 15e-6  # $3.90006
+    ant = anthropic.AsyncAnthropic(base_url=gw.base, api_key="gk-alice", max_retries=0)
+    oai = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="gk-alice", max_retries=0)
+    hi = [{"role": "user", "content": "hi"}]
+    head = sse("message_start", {"type": "message_start", "message": {
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-6", "content": [],
+        "stop_reason": None, "stop_sequence": None, "usage": {**HOUR_USAGE, "output_tokens": 1}}})  # fmt: skip
+    start = sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                        "content_block": {"type": "text", "text": ""}})  # fmt: skip
+    try:
+        with caplog.at_level(logging.INFO, logger="gateway.access"):
+            gw.fake.script(Reply(200, {**anthropic_message(text="Hello."), "usage": HOUR_USAGE}))
+            await ant.messages.create(model="claude-sonnet-4-6", max_tokens=64, messages=hi)
+            gw.fake.script(Reply(200, {**anthropic_message(text="Hello."), "usage": HOUR_USAGE}))
+            await oai.chat.completions.create(model="claude-sonnet-4-6", messages=hi)
+            gw.fake.script(Stream([head, start, text_delta("Hello."), *anthropic_tail(output_tokens=3)]))
+            async with ant.messages.stream(model="claude-sonnet-4-6", max_tokens=64, messages=hi) as s:
+                await s.get_final_message()
+    finally:
+        await ant.close()
+        await oai.close()
+    lines = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
+    assert len(lines) == 3
+    for line in lines:
+        assert line["usage"]["cache_write_1h"] == 300_000 and line["cost_usd"] == pytest.approx(one, abs=1e-6), line
+    assert (await settled(gw))["budget"]["spent_usd"] == pytest.approx(3 * one, abs=1e-5)
+    # Reserved while in flight: its prompt at $6 (the 1-hour write), not $3.75, and 64 tokens out.
+    answered = asyncio.Event()
+    gw.fake.script(Reply(200, {**anthropic_message(text="Hello."), "usage": HOUR_USAGE}, until=answered))
+    payload = {"model": "claude-sonnet-4-6", "max_tokens": 64, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "hi " * 1000, "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}]}  # fmt: skip
+    sent = asyncio.create_task(gw.messages(payload, headers={"x-api-key": "gk-alice"}))
+    for _ in range(500):
+        if len(gw.fake.messages_requests()) == 4:
+            break
+        await asyncio.sleep(0.01)
+    held = (await key_state(gw, {"x-api-key": "gk-alice"}))["budget"]["reserved_usd"]
+    answered.set()
+    assert (await sent)[0] == 200
+    prompt = len(json.dumps(payload).encode()) / 3.5
+    assert held == pytest.approx(prompt * 6e-6 + 64 * 15e-6, rel=1e-3)

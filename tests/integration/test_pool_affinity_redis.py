@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -45,7 +46,7 @@ class Replicas:
 
     def write(self, deployments: str = "key-a, key-b, key-c", weights: dict[str, int] | None = None) -> None:
         upstreams = "".join(
-            f"  - {{name: key-{k}, base_url: '{self.fake_url}/v1', api_key: sk-{k}, apis: [chat, messages]"
+            f"  - {{name: key-{k}, base_url: '{self.fake_url}/v1', api_key: sk-{k}, apis: [chat, messages, responses]"
             f"{f', weight: {(weights or {})[k]}' if k in (weights or {}) else ''}}}\n" for k in KEYS
         )  # fmt: skip
         self.config.write_text(
@@ -167,3 +168,54 @@ def test_a_removed_deployment_moves_each_of_its_conversations_once_and_counts_it
     a, b = _breaks(replicas.a), _breaks(replicas.b)
     assert set(a) | set(b) == {"removed"}
     assert a.get("removed", 0) + b.get("removed", 0) == len(on_c)
+
+
+def test_a_first_turn_a_sibling_answered_is_homed_there_on_both_replicas(replicas: Replicas) -> None:
+    """Audit (pools, 2026-11-30), with Redis and two replicas: a conversation's first turn met a
+    429 on its pick and a sibling answered; its next turns, once the pick's reset came, went
+    back to the pick on either replica (it proposed the same rendezvous pick), a key that never
+    held the conversation."""
+    from gateway.routing.affinity import conversation_key
+    from gateway.routing.pools import Deployment, _rendezvous
+
+    clients = [openai.OpenAI(base_url=gw.base + "/v1", api_key="unused", max_retries=0)
+               for gw in (replicas.a, replicas.b)]  # fmt: skip
+    first = "fix the failing test in the parser, please"
+    key = conversation_key("chat", {}, {"messages": [{"role": "user", "content": first}]})
+    assert key is not None
+    picked = _rendezvous([Deployment(i, f"key-{n}") for i, n in enumerate("abc")], key)[0].name
+    replicas.fake.keys.limited_until("sk-" + picked[-1], time.time() + 1.5)
+
+    def turn(replica: int, t: int) -> str:
+        messages: list[dict[str, str]] = [{"role": "user", "content": first}]
+        for k in range(t):
+            messages += [{"role": "assistant", "content": f"step {k}"}, {"role": "user", "content": f"go on {k}"}]
+        r = clients[replica].chat.completions.with_raw_response.create(
+            model="m-1", messages=messages, max_tokens=10)  # type: ignore[arg-type]
+        return r.headers["x-llm-upstream"]
+
+    answered = turn(0, 0)
+    assert answered != picked
+    time.sleep(2.0)  # the pick's reset: it may serve again
+    assert [turn(t % 2, t) for t in range(1, 5)] == [answered] * 4
+    assert replicas.fake.calls_by_key()["sk-" + picked[-1]] == 1  # the 429 only
+    assert _breaks(replicas.a) == _breaks(replicas.b) == {}
+
+
+def test_a_chained_responses_turn_goes_to_the_key_that_stored_its_previous_one_from_either_replica(
+    replicas: Replicas,
+) -> None:
+    """Audit (pools, 2026-11-30): a stored response is its key's project's; each chained turn
+    went to a key the strategy picked and the provider answered 400 previous_response_not_found
+    (the fake plays each key as a project of its own)."""
+    clients = [openai.OpenAI(base_url=gw.base + "/v1", api_key="unused", max_retries=0)
+               for gw in (replicas.a, replicas.b)]  # fmt: skip
+    for run in range(3):
+        previous = None
+        served = []
+        for t in range(6):
+            r = clients[(run + t) % 2].responses.with_raw_response.create(
+                model="m-1", input=f"run {run} turn {t}", previous_response_id=previous)  # type: ignore[arg-type]
+            previous = r.parse().id
+            served.append(r.headers["x-llm-upstream"])
+        assert len(set(served)) == 1, served

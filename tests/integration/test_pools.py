@@ -798,3 +798,38 @@ async def test_no_deployment_with_the_model_answers_404_without_a_call(make_pool
     error = json.loads(body)["error"]
     assert error["code"] == "pool_model_not_found" and "gpt-x" in error["message"]
     assert sum(_calls(fakes).values()) == 2
+
+
+def _first_pick(payload: dict[str, Any], headers: dict[str, str], names: tuple[str, ...] = ("a", "b", "c")) -> str:
+    """The deployment ``weighted`` picks first for this conversation: its key's rendezvous order."""
+    from gateway.routing.affinity import conversation_key
+    from gateway.routing.pools import Deployment, _rendezvous
+
+    key = conversation_key("chat", headers, payload)
+    assert key is not None
+    return _rendezvous([Deployment(i, n) for i, n in enumerate(names)], key)[0].name
+
+
+@pytest.mark.parametrize("session", [True, False], ids=["session-id", "opening"])
+async def test_a_conversations_home_is_the_deployment_that_answered_not_the_pick_that_failed(
+    make_pool: MakePool, session: bool,
+) -> None:
+    """Audit (pools, 2026-11-30): the conversation's pick answered one 429 and a sibling answered
+    the turn, so the sibling holds the prompt cache; the home stayed on the pick, and once its
+    reset came every later turn went there, to a key that never held the conversation (an-b,
+    an-b, an-c, an-c). The failover was also counted as an affinity break."""
+    gw, fakes = await make_pool(real_sleep=True)
+    payload, headers = _turn(0, session="s-home")
+    headers = headers if session else {}
+    picked = _first_pick(payload, headers)
+    fakes[picked].script(Reply(429, RATE_LIMITED, {"retry-after": "1"}))
+    status, h, _ = await gw.chat(payload, headers=headers)
+    answered = h["x-llm-upstream"]
+    assert status == 200 and answered != picked
+    await asyncio.sleep(1.2)  # the pick's reset: it may serve again
+    for i in range(1, 4):
+        payload, headers = _turn(i, session="s-home")
+        status, h, _ = await gw.chat(payload, headers=headers if session else {})
+        assert status == 200 and h["x-llm-upstream"] == answered, i
+    assert len(fakes[picked].chat_requests()) == 1  # the 429 only
+    assert gw.metric("llm_gateway_affinity_breaks_total", pool="gpt", reason="failed") == 0

@@ -146,13 +146,15 @@ async def test_overflowing_agent_conversation_is_rescued_once_with_valid_input(m
 
 async def test_previous_response_id_overflow_retries_with_api_truncation(make_gateway) -> None:
     gw = await make_gateway()
+    _, _, body = await gw.responses({"model": "m", "input": "first"})  # a response the fake stores
     gw.fake.script(Reply(400, {"error": {"message": "Your input exceeds the context window of this model. "
                                                     "Please adjust your input and try again.",
                                          "type": "invalid_request_error", "param": "input",
                                          "code": "context_length_exceeded"}}))
-    status, headers, _ = await gw.responses({"model": "m", "previous_response_id": "resp_1", "input": "more"})
+    chained = {"model": "m", "previous_response_id": json.loads(body)["id"], "input": "more"}
+    status, headers, _ = await gw.responses(chained)
     assert status == 200 and headers["x-llm-compressed"] == "true"
-    assert gw.fake.responses_requests()[1].json()["truncation"] == "auto"
+    assert gw.fake.responses_requests()[2].json()["truncation"] == "auto"
 
 
 async def test_stored_response_paths_pass_through(make_gateway) -> None:

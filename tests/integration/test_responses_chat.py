@@ -194,3 +194,25 @@ async def test_a_client_tool_search_read_by_the_openai_sdk(make_gateway) -> None
         [item] = response.output
         assert item.type == "tool_search_call" and item.execution == "client"
         assert item.call_id == call_id and item.arguments == {"query": query}
+
+
+async def test_codexs_web_search_left_out_is_named_in_the_answers_headers(make_gateway) -> None:
+    """Codex sends web_search on every request; a chat server cannot run it, so it is dropped,
+    and was dropped silently. The stream's completed response echoes only the tools offered."""
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY)
+    async with gw.session.post(gw.base + "/v1/responses", json=codex("codex-0.169-first")) as r:
+        assert r.status == 200
+        assert r.headers["x-llm-params-dropped"] == "tools.web_search"
+        events = named_events(await r.read())
+    [done] = [doc for name, doc in events if name == "response.completed"]
+    assert "web_search" not in {t["type"] for t in done["response"]["tools"]}
+    status, headers, _ = await gw.responses({"model": "gpt-5-codex", "input": "hi", "tools": [
+        {"type": "function", "name": "f", "parameters": {"type": "object"}}]})  # fmt: skip
+    assert status == 200 and "x-llm-params-dropped" not in headers
+
+
+async def test_log_probabilities_are_a_400_never_sent_as_chats_own_are(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY)
+    status, _, body = await gw.responses({"model": "gpt-5-codex", "input": "hi", "top_logprobs": 5})
+    assert status == 400 and "top_logprobs" in json.loads(body)["error"]["message"]
+    assert gw.fake.requests == []

@@ -745,3 +745,34 @@ async def test_a_full_redis_keeps_the_replica_on_it_said_once_not_flapping(
     finally:
         await admin.config_set("maxmemory", "0")
         await admin.aclose()
+
+
+async def test_a_home_moves_to_the_deployment_that_answered_unless_another_replica_moved_it(
+    patient_replicas: tuple[Replica, Replica],
+) -> None:
+    a, b = patient_replicas
+    members = ("key-a", "key-b", "key-c")
+    assert await a.store.home_claim("p:id:1", "key-c", members, 60) == ("key-c", True, None)
+    assert await a.store.home_move("p:id:1", "key-c", "key-b", members, 60) == "key-b"
+    assert await b.store.home_claim("p:id:1", "key-a", members, 60) == ("key-b", False, None)
+    # Another replica's turn on the old pick moves it no further: the home set since stays.
+    assert await b.store.home_move("p:id:1", "key-c", "key-a", members, 60) == "key-b"
+    # A first turn that moved (nothing claimed yet) claims the deployment that answered.
+    assert await b.store.home_move("p:open:2", "key-a", "key-c", members, 60) == "key-c"
+    assert await a.store.home_claim("p:open:2", "key-a", members, 60) == ("key-c", False, None)
+
+
+async def test_which_deployment_made_a_stored_object_is_shared_and_known_here_without_redis(
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer,
+) -> None:
+    """A chained Responses turn may reach any replica: each finds where its previous response
+    was made. A replica's own are found without a round trip, and while Redis is down."""
+    a, b = patient_replicas
+    await a.store.stored_put("st:1", "key-b", 60)
+    assert await b.store.stored_get("st:1") == "key-b"
+    assert await b.store.stored_get("st:2") is None
+    with a.bounded():
+        redis_server.stop()
+        assert await a.store.stored_get("st:1") == "key-b"  # its own, from its memory
+        await a.store.stored_put("st:3", "key-c", 60)  # made during the outage: known here
+        assert await a.store.stored_get("st:3") == "key-c"

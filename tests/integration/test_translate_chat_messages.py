@@ -4,6 +4,7 @@ answers with real Anthropic bodies and streams from tests/corpus/answers/."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -347,6 +348,60 @@ async def test_a_pdf_from_a_responses_client_reaches_claude_as_a_document(make_g
     [sent] = gw.fake.messages_requests()
     assert sent.json()["messages"][0]["content"][0] == {
         "type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": pdf}}
+
+
+JPEG = base64.b64encode(bytes.fromhex("ffd8ffe000104a464946000101")).decode()
+
+
+async def test_images_from_the_openai_sdk_reach_claude_as_what_their_bytes_are_or_are_refused_when_too_big(
+    make_gateway, clients
+) -> None:
+    """JPEG bytes sent as ``data:image/png`` (OpenAI reads them): Anthropic answered "Image does not
+    match the provided media type image/png" (claude-code #15746), on that turn and every later
+    one. An image over Anthropic's 5 MB of base64 ("image exceeds 5 MB maximum", lobehub #14711),
+    which the gateway cannot resize, is refused before any call, naming the part; once answered
+    and in the history, it goes as a note, so the session goes on."""
+    gw = await make_gateway(upstream_yaml=UPSTREAM)
+    client = clients(gw)
+    mislabelled = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{JPEG}"}}
+    done = await client.chat.completions.create(model="gpt-4o", messages=[
+        {"role": "user", "content": [{"type": "text", "text": "What is this?"}, mislabelled]}])  # fmt: skip
+    assert done.choices[0].message.content
+    [sent] = gw.fake.messages_requests()
+    assert sent.json()["messages"][0]["content"][1]["source"]["media_type"] == "image/jpeg"
+    big = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "iVBORw0K" + "A" * (5 << 20)}}
+    convo: list[Any] = [{"role": "user", "content": [{"type": "text", "text": "And this?"}, big]}]
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.with_options(max_retries=0).chat.completions.create(model="gpt-4o", messages=convo)
+    assert "messages[0].content[1]: the image is 5,242,888 bytes of base64, over the 5 MB" in str(refused.value)
+    assert len(gw.fake.messages_requests()) == 1  # no call
+    convo += [{"role": "assistant", "content": "It did not come through."}, {"role": "user", "content": "Never mind."}]
+    assert (await client.chat.completions.create(model="gpt-4o", messages=convo)).choices[0].message.content
+    assert "left out: its 5,242,888 bytes of base64" in json.dumps(gw.fake.messages_requests()[-1].json())
+
+
+async def test_text_files_and_files_by_url_from_a_responses_client_reach_claude_as_documents(make_gateway) -> None:  # type: ignore[no-untyped-def]
+    """Anthropic reads plain text and fetches a PDF by URL; a text ``input_file`` was refused
+    naming chat's ``messages[0]`` and one by ``file_url`` as "cannot be fetched for this upstream"."""
+    gw = await make_gateway(upstream_yaml=", apis: [messages], model_map: {'gpt-*': claude-sonnet-4-6}")
+    notes = base64.b64encode(b"- ship it\n- test it").decode()
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="sk-client", max_retries=0)
+    try:
+        response = await client.responses.create(model="gpt-5", input=[{"role": "user", "content": [
+            {"type": "input_file", "filename": "notes.txt", "file_data": f"data:text/plain;base64,{notes}"},
+            {"type": "input_file", "file_url": "https://example.com/report.pdf"},
+            {"type": "input_text", "text": "Compare them."}]}])  # fmt: skip
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.responses.create(model="gpt-5", input=[{"role": "user", "content": [
+                {"type": "input_file", "filename": "a.zip", "file_data": "data:application/zip;base64,UEsDBA=="}]}])
+    finally:
+        await client.close()
+    assert response.output_text
+    [sent] = gw.fake.messages_requests()
+    assert sent.json()["messages"][0]["content"][:2] == [
+        {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "- ship it\n- test it"}},
+        {"type": "document", "source": {"type": "url", "url": "https://example.com/report.pdf"}}]
+    assert "input[0].content[0]: a document of type application/zip" in str(refused.value)
 
 
 FABLE = ", apis: [messages], model_map: {'gpt-*': claude-fable-5-1}"

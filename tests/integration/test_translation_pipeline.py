@@ -29,6 +29,9 @@ class _TextOnly:
             return Refusal("only text content in this test translator")
         return {"model": target.model, "messages": list(payload["messages"]), "max_tokens": payload["max_tokens"]}
 
+    def dropped(self, payload: Mapping[str, Any]) -> tuple[str, ...]:
+        return ()
+
     def answer(self, doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
         text = doc["choices"][0]["message"]["content"]
         return {"id": "msg_1", "type": "message", "role": "assistant", "model": ctx.requested_model,

@@ -610,6 +610,44 @@ def test_merge_keys_and_anchors_are_no_repeats() -> None:
     assert [(u.name, u.context_window) for u in cfg.upstreams] == [("a", 1000), ("b", 1000)]
 
 
+UP = "upstreams:\n  - {name: oa, base_url: 'http://127.0.0.1:9000/v1', api_key: k, models: ['gpt-*', 'o1-mini']}\n" \
+     "  - {name: gm, base_url: 'http://127.0.0.1:9001/v1beta', api_key: k, apis: [gemini], models: ['gemini-9*']}\n"  # fmt: skip
+REDIS = "state: {backend: redis, url: 'redis://127.0.0.1:6379/0'}\nloop_breaker: {enabled: false}\n"
+
+
+@pytest.mark.parametrize(("keys", "unpriced"), [
+    # A budgeted key reaching every route: gemini-9* matches no price at all, o1-mini is named and has none.
+    ("keys: [{name: k, key: gk-k, budget: {usd: 5}}]", {"'o1-mini'": "k", "'gemini-9*'": "k"}),
+    # Its own models narrow what it reaches; its team's budget counts as a budget.
+    ("keys: [{name: k, key: gk-k, team: t, models: ['gemini-9-pro', 'gpt-4o*']}]\n"
+     "teams: [{name: t, budget: {usd: 5}}]", {"'gemini-9-pro'": "k"}),
+    # gpt-* is partly priced: not determinable, not warned. No budget: nothing to warn of.
+    ("keys: [{name: k, key: gk-k, models: ['gpt-*']}, {name: j, key: gk-j, budget: {usd: 5}, models: ['gpt-*']}]", {}),
+    ("keys: [{name: k, key: gk-k, tokens_per_minute: 1000}]", {}),
+    # A price for it under prices: clears it.
+    ("keys: [{name: k, key: gk-k, budget: {usd: 5}}]\n"
+     "prices: {'gemini-9*': {input: 1, output: 2}, 'o1-mini': {input: 1, output: 2}}", {}),
+])  # fmt: skip
+def test_a_budgeted_key_reaching_a_model_without_a_price_is_a_warning(keys: str, unpriced: dict[str, str]) -> None:
+    warnings = [w for w in config_warnings(parse_config(UP + REDIS + keys, env={})) if "no price" in w]
+    assert len(warnings) == len(unpriced), warnings
+    for warning, (model, key) in zip(warnings, unpriced.items(), strict=True):
+        assert model in warning and f"key '{key}'" in warning and "prices:" in warning, warning
+        assert "model_not_priced" in warning
+
+
+def test_budgets_kept_in_memory_are_a_warning() -> None:
+    budgeted = "keys: [{name: k, key: gk-k, budget: {usd: 5}, models: ['gpt-4o']}]"
+    (warning,) = config_warnings(parse_config(UP + budgeted, env={}))
+    assert warning.startswith("keys: key 'k' has a budget and state.backend is memory")
+    assert "restart" in warning and "state: {backend: redis" in warning
+    teams = "keys: [{name: k, key: gk-k, team: t, models: ['gpt-4o']}]\nteams: [{name: t, budget: {usd: 5}}]"
+    (warning,) = config_warnings(parse_config(UP + teams, env={}))
+    assert warning.startswith("keys: team 't' has a budget and state.backend is memory")
+    assert not config_warnings(parse_config(UP + REDIS + budgeted, env={}))
+    assert not config_warnings(parse_config(UP + "keys: [{name: k, key: gk-k, requests_per_minute: 5}]", env={}))
+
+
 # A context_window lowers output budgets before they are sent (pipeline/output_cap.py): the
 # shipped default once said 128000 for every model, so gpt-5 (400,000) behind `make run` had
 # its max_completion_tokens cut to what 128k left beside the prompt.

@@ -26,6 +26,7 @@ def tool(i: str) -> dict[str, Any]:
 
 
 USER = {"role": "user", "content": "hi"}
+BOTH_BUDGETS = "Setting 'max_tokens' and 'max_completion_tokens' at the same time is not supported."
 
 
 def refused(messages: list[dict[str, Any]]) -> tuple[str, str | None] | None:
@@ -143,6 +144,20 @@ def test_function_names(name: str, expected: tuple[str, str, str] | None) -> Non
     assert refused_with(tools=[function("Bash"), function(name)]) == expected
 
 
+def test_a_history_calls_function_name_is_held_to_the_same_pattern() -> None:
+    """"Invalid 'messages[9].tool_calls[0].function.name': string does not match pattern. Expected
+    a string that matches the pattern '^[a-zA-Z0-9_-]+$'." (param and code as quoted in
+    mcp-use/mcp-use#94): a tool's name is checked in the history as in ``tools``."""
+    dotted = {"role": "assistant", "content": None,
+              "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "files.read", "arguments": "{}"}}]}
+    reply = chat_rules.refusal(PATH, {"model": "m", "messages": [USER, dotted, tool("c1"), USER]})
+    assert reply is not None and reply.body["error"] == {
+        "message": "Invalid 'messages[1].tool_calls[0].function.name': string does not match pattern. Expected a "
+                   "string that matches the pattern '^[a-zA-Z0-9_-]+$'.", "type": "invalid_request_error",
+        "param": "messages[1].tool_calls[0].function.name", "code": "invalid_value"}  # fmt: skip
+    assert refused([USER, calls("c1"), tool("c1")]) is None
+
+
 def test_function_parameters_with_a_type_json_schema_does_not_have() -> None:
     mistyped = {"type": "function", "function": {"name": "route", "parameters": {
         "type": "object", "properties": {"n": {"type": "array", "items": {"type": "INTEGER"}}}}}}  # fmt: skip
@@ -226,6 +241,9 @@ def test_reasoning_models_refuse_stop(model: str, expected: tuple[str, str, str]
     ({"tool_choice": "none"}, ("Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are "
                                "specified.", "tool_choice", None)),
     ({"tool_choice": "auto", "parallel_tool_calls": False, "tools": TOOLS}, None),
+    ({"max_tokens": 1, "max_completion_tokens": 5000}, (BOTH_BUDGETS, "max_tokens", "invalid_parameter_combination")),
+    ({"max_tokens": 1}, None),
+    ({"max_completion_tokens": 5000}, None),
 ])  # fmt: skip
 def test_what_openai_refuses_of_the_requests_fields(payload: dict[str, Any],
                                                     expected: tuple[str, str, str | None] | None) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,57 @@ def test_image_types_anthropic_reads(messages: list[dict[str, Any]], words: str 
     assert refused(messages) == words
 
 
+def sent(media_type: str, raw: bytes, pad: int = 0) -> dict[str, Any]:
+    data = base64.b64encode(raw).decode() + "A" * pad
+    return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
+
+
+JPEG_BYTES = bytes.fromhex("ffd8ffe000104a46494600010100000100010000ffd9")
+PNG_BYTES = bytes.fromhex("89504e470d0a1a0a0000000d49484452")
+GIF_BYTES = b"GIF89a\x01\x00\x01\x00\x00\x00\x00"
+WEBP_BYTES = b"RIFF\x24\x00\x00\x00WEBPVP8 \x18\x00"
+BYTES = {"jpeg": JPEG_BYTES, "png": PNG_BYTES, "gif": GIF_BYTES, "webp": WEBP_BYTES, "none": b"\x00\x00\x00"}
+MISMATCH = "image.source.base64.data: Image does not match the provided media type"
+
+
+@pytest.mark.parametrize(("media_type", "kind"), [
+    ("image/png", "jpeg"), ("image/jpeg", "png"), ("image/png", "gif"), ("image/png", "webp"), ("image/webp", "jpeg"),
+])  # fmt: skip
+def test_an_image_whose_bytes_are_another_type_than_it_says_claude_code_15746(media_type: str, kind: str) -> None:
+    """"messages.6.content.5.image.source.base64.data: Image does not match the provided media
+    type image/png" (claude-code #15746, request id req_011CWbuFhX2ANTVJZ26ipGzh; #13131 and #11918
+    for image/jpeg), in a tool result too; and the session stays stuck, the image in its history."""
+    raw = BYTES[kind]
+    assert refused([user(text("look"), sent(media_type, raw))]) == f"messages.0.content.1.{MISMATCH} {media_type}"
+    in_result = [user(text("hi")), assistant(call("toolu_1")),
+                 user({"type": "tool_result", "tool_use_id": "toolu_1", "content": [sent(media_type, raw)]})]
+    assert refused(in_result, tools=BASH) == f"messages.2.content.0.tool_result.content.0.{MISMATCH} {media_type}"
+
+
+@pytest.mark.parametrize(("media_type", "kind"), [
+    ("image/jpeg", "jpeg"), ("image/png", "png"), ("image/gif", "gif"), ("image/webp", "webp"),
+    ("image/png", "none"),  # bytes of no type the fake knows: not judged
+])  # fmt: skip
+def test_an_image_whose_bytes_are_what_it_says_is_taken(media_type: str, kind: str) -> None:
+    assert refused([user(text("look"), sent(media_type, BYTES[kind]))]) is None
+
+
+def test_an_image_over_5_mb_of_base64_lobehub_14711() -> None:
+    """"messages.1.content.2.image.source.base64: image exceeds 5 MB maximum: 6275800 bytes >
+    5242880 bytes" (lobehub #14711: the limit is on the base64 text, 4/3 of the file; "messages.8.
+    content.0.tool_result.content.0.image.source.base64: image exceeds 5 MB maximum: 17699328 bytes
+    > 5242880 bytes", claude-code #8227, with its request id)."""
+    limit = 5 * 1024 * 1024
+    at_limit = sent("image/png", PNG_BYTES, pad=limit - len(base64.b64encode(PNG_BYTES)))
+    assert len(at_limit["source"]["data"]) == limit and refused([user(at_limit)]) is None
+    over = sent("image/png", PNG_BYTES, pad=limit + 4 - len(base64.b64encode(PNG_BYTES)))
+    words = f"image.source.base64: image exceeds 5 MB maximum: {limit + 4} bytes > {limit} bytes"
+    assert refused([user(text("look"), over)]) == f"messages.0.content.1.{words}"
+    in_result = [user(text("hi")), assistant(call("toolu_1")),
+                 user({"type": "tool_result", "tool_use_id": "toolu_1", "content": [over]})]
+    assert refused(in_result, tools=BASH) == f"messages.2.content.0.tool_result.content.0.{words}"
+
+
 def test_max_tokens_is_required() -> None:
     reply = refusal(PATH, {"model": "claude-x", "messages": [user(text("hi"))]}, {})
     assert reply is not None and reply.body["error"]["message"] == "max_tokens: Field required"
@@ -103,6 +155,8 @@ def test_max_tokens_is_required() -> None:
     [user(text("hi"))],
     [user(text("hi")), assistant(call("toolu_1")), user(result("toolu_1"), text("and then"))],
     [user(text("hi")), assistant(text("a")), assistant(text("b"))],  # two assistant turns: accepted (measured)
+    # Opening on the assistant: taken since late 2024 (anthropic-sdk-typescript #622, measured)
+    [assistant(text("Ahoy! How may I help ye?")), user(text("hi"))],
     [user(text("hi")), assistant(call("toolu_1")), user(result("toolu_1")),
      assistant(call("toolu_1")), user(result("toolu_1"))],  # an id used twice: accepted (measured)
 ])  # fmt: skip

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import aiohttp
 import pytest
 
-from gateway.fake.responses_rules import refusal, seal
+from gateway.fake import FakeUpstream
+from gateway.fake.responses import response_object, responses_stream
+from gateway.fake.responses_rules import issued, refusal, seal, unknown_previous
+from gateway.fake.steps import Reply, Stream
 
 USER = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
 
@@ -129,3 +133,51 @@ def test_max_output_tokens_is_at_least_16(value: int | None, taken: bool) -> Non
         "message": f"Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got "
                    f"{value} instead.",
         "type": "invalid_request_error", "code": "integer_below_min_value", "param": "max_output_tokens"})
+
+
+def test_a_chained_turn_is_refused_unless_its_project_stored_the_previous_response() -> None:
+    """A stored response is its project's: another project's key, or an id never stored, gets
+    OpenAI's 400 previous_response_not_found (responses_rules.py cites the words)."""
+    stored: dict[str, set[str | None]] = {"resp_a1": {"proj-a"}}
+    chained = {"model": "m", "input": "more", "previous_response_id": "resp_a1"}
+    assert unknown_previous(chained, stored, "proj-a") is None
+    assert unknown_previous({"model": "m", "input": "hi"}, stored, "proj-b") is None
+    for project, payload in (("proj-b", chained), ("proj-a", {**chained, "previous_response_id": "resp_x"})):
+        reply = unknown_previous(payload, stored, project)
+        assert reply is not None and reply.status == 400
+        rid = payload["previous_response_id"]
+        assert reply.body == {"error": {"message": f"Previous response with id '{rid}' not found.",
+                                        "type": "invalid_request_error", "param": "previous_response_id",
+                                        "code": "previous_response_not_found"}}  # fmt: skip
+
+
+def test_what_an_answer_stores_is_its_response_id_buffered_or_streamed() -> None:
+    assert issued(Reply(200, response_object(rid="resp_7"))) == "resp_7"
+    assert issued(Stream(responses_stream(rid="resp_8"))) == "resp_8"
+    assert issued(Stream([{"type": "response.created", "response": {"id": "resp_9"}}])) == "resp_9"
+    assert issued(Reply(400, {"error": {"message": "no"}})) is None
+    assert issued(Reply(200, {"id": "chatcmpl-1", "object": "chat.completion"})) is None
+
+
+async def test_the_fake_keeps_each_response_for_the_project_of_the_key_that_made_it() -> None:
+    async with FakeUpstream() as fake, aiohttp.ClientSession() as http:
+        fake.projects = {"sk-b2": "proj-b"}
+
+        async def create(key: str, **body: Any) -> tuple[int, dict[str, Any]]:
+            async with http.post(fake.url + "/responses", headers={"Authorization": f"Bearer {key}"},
+                                 json={"model": "gpt-4o", "input": "hi", **body}) as r:  # fmt: skip
+                return r.status, await r.json(content_type=None)
+
+        _, first = await create("sk-a")
+        _, second = await create("sk-a")
+        assert first["id"] != second["id"]  # every answer its own id, as the API's
+        assert (await create("sk-a", previous_response_id=first["id"]))[0] == 200
+        status, refused = await create("sk-b", previous_response_id=first["id"])
+        assert status == 400 and refused["error"]["code"] == "previous_response_not_found"
+        _, by_b = await create("sk-b")
+        assert (await create("sk-b2", previous_response_id=by_b["id"]))[0] == 400  # another project
+        fake.projects["sk-b"] = "proj-b"
+        _, shared = await create("sk-b")
+        assert (await create("sk-b2", previous_response_id=shared["id"]))[0] == 200  # one project
+        _, unstored = await create("sk-a", store=False)
+        assert (await create("sk-a", previous_response_id=unstored["id"]))[0] == 400

@@ -101,3 +101,24 @@ def test_every_dialect_lowers_its_own_budget() -> None:
 ])  # fmt: skip
 def test_the_budget_a_request_names_for_the_log(payload: dict[str, Any], budget: int | None) -> None:
     assert output_budget.asked(payload) == budget
+
+
+@pytest.mark.parametrize(("payload", "most"), [
+    # The audit's request: the translations send max_completion_tokens (5000), not max_tokens.
+    ({"max_tokens": 1, "max_completion_tokens": 5000}, 5000),
+    ({"max_tokens": 5000, "max_completion_tokens": 1}, 5000),  # a server that reads max_tokens alone
+    ({"max_completion_tokens": 700}, 700),
+    ({"max_tokens": 64}, 64),  # Messages
+    ({"max_output_tokens": 900}, 900),  # Responses
+    ({"max_tokens": 1, "max_output_tokens": 900}, 900),  # Responses with a stray chat field
+    ({"generationConfig": {"maxOutputTokens": 300}}, 300),  # Gemini, either spelling
+    ({"generation_config": {"max_output_tokens": 300}}, 300),
+    ({"generationConfig": {"maxOutputTokens": 10, "max_output_tokens": 300}}, 300),
+    ({"generationConfig": {"maxOutputTokens": 10}, "generation_config": {"maxOutputTokens": 300}}, 300),
+    ({"max_tokens": 0, "max_completion_tokens": -5}, None),  # not a budget the provider takes
+    ({"max_tokens": True, "max_completion_tokens": "5000"}, None),
+    ({"generationConfig": "x"}, None),
+    ({"messages": MSG}, None),
+])  # fmt: skip
+def test_the_ceiling_is_the_largest_budget_any_upstream_may_read(payload: dict[str, Any], most: int | None) -> None:
+    assert output_budget.ceiling(payload) == most

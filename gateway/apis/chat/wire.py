@@ -97,6 +97,9 @@ class OpenAIChat:
     def error_status(self, status: int, code: str) -> int:
         return status
 
+    def passed_status(self, status: int, upstream_status: int | None, body: bytes) -> int:
+        return status  # its SDKs retry a 429 whatever a body says: the 402 stands
+
     def foreign_error(self, e: ForeignError, request_id: str) -> tuple[int, bytes]:
         return openai_foreign_error(e)
 

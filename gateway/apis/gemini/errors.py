@@ -69,6 +69,31 @@ def own_status(status: int, code: str) -> int:
     return google_status(status)
 
 
+def passed_status(status: int, upstream_status: int | None, body: bytes) -> int:
+    """The status an upstream's error, passed through untouched, is answered with: the one
+    Google's envelope states as ``error.code`` where the gateway's rule would answer another
+    (a spent per-day quota is Google's 429 RESOURCE_EXHAUSTED, which the gateway answers 402
+    elsewhere because every SDK retries a 429). A body must not contradict its status, and
+    Gemini clients read the quota's kind in the body: Gemini CLI stops on a per-day
+    QuotaFailure (its TerminalQuotaError), and google-genai retries nothing unless told to
+    (``_api_client.retry_args``: no retry options, "the 'never retry' stop strategy")."""
+    if upstream_status is None or status == upstream_status:
+        return status
+    return upstream_status if _stated(body) == upstream_status else status
+
+
+def _stated(body: bytes) -> int | None:
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError, UnicodeDecodeError):
+        return None
+    if isinstance(doc, list) and len(doc) == 1:  # the JSON-array framing's error
+        doc = doc[0]
+    err = doc.get("error") if isinstance(doc, dict) else None
+    code = err.get("code") if isinstance(err, dict) else None
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
 def status_name(status: int) -> str:
     return _STATUS[google_status(status)]
 

@@ -105,6 +105,9 @@ class GeminiGenerate:
     def error_status(self, status: int, code: str) -> int:
         return errors.own_status(status, code)
 
+    def passed_status(self, status: int, upstream_status: int | None, body: bytes) -> int:
+        return errors.passed_status(status, upstream_status, body)
+
     def foreign_error(self, e: ForeignError, request_id: str) -> tuple[int, bytes]:
         return errors.foreign_error(e, request_id)
 

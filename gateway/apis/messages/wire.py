@@ -140,6 +140,9 @@ class AnthropicMessages:
             return 529
         return 400 if code in _BODY_UNREADABLE else status
 
+    def passed_status(self, status: int, upstream_status: int | None, body: bytes) -> int:
+        return status  # its SDKs retry a 429 whatever a body says: the 402 stands
+
     def foreign_error(self, e: ForeignError, request_id: str) -> tuple[int, bytes]:
         status, type_, message = _anthropic_terms(e)
         return status, json.dumps({
@@ -239,6 +242,11 @@ def anthropic_usage(usage: Any) -> dict[str, int]:
         value = usage.get(key)
         if isinstance(value, int) and value > 0:
             out[kind] = value
+    # Of the cache write, what was written for an hour: twice the input price, not 1.25 times.
+    split = usage.get("cache_creation")
+    hour = split.get("ephemeral_1h_input_tokens") if isinstance(split, dict) else None
+    if isinstance(hour, int) and not isinstance(hour, bool) and hour > 0:
+        out["cache_write_1h"] = hour
     return out
 
 

@@ -42,6 +42,16 @@ and the extended-thinking guide's "Feature compatibility"):
   an assistant message contains any thinking blocks, the first block must be thinking or
   redacted_thinking. Found text.", claude-code #20705), which a turn merged from two chat
   messages may need them moved for;
+* an image is one of four types, and says which its bytes are ("messages.6.content.5.image.source.
+  base64.data: Image does not match the provided media type image/png", claude-code #15746), in at
+  most 5 MB of base64 ("image exceeds 5 MB maximum: 6275800 bytes > 5242880 bytes", lobehub
+  #14711); a document is a PDF (base64 or by URL) or plain text, the document block's sources
+  (``Base64PDFSource``, ``PlainTextSource``, ``URLPDFSource``: anthropic-sdk-python's
+  ``types/document_block_param.py``);
+* a conversation may open on an assistant turn: "messages: first message must use the \"user\"
+  role" was answered in 2024, and since December 2024 Anthropic takes it where Bedrock still did
+  not (anthropic-sdk-typescript #622); the API reference no longer says "The first message must
+  always use the `user` role" (``fake/messages_rules.py``);
 * a text block must hold more than whitespace ("messages: text content blocks must contain
   non-whitespace text"), a prefilled answer must not end in whitespace ("messages: final
   assistant content cannot end with trailing whitespace"), and so must each stop sequence
@@ -61,6 +71,7 @@ and the extended-thinking guide's "Feature compatibility"):
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -116,8 +127,16 @@ BUFFERED_MAX_TOKENS = 21333
 _IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 # A name for JPEG that clients write (Gemini takes it) and Anthropic refuses.
 _IMAGE_ALIASES = {"image/jpg": "image/jpeg"}
+# The signatures the four types' files start with (PNG's, JPEG's SOI marker, GIF's two versions;
+# WebP's RIFF container, checked apart, names it at bytes 8 to 12).
+_MAGIC = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"), (b"GIF87a", "image/gif"),
+          (b"GIF89a", "image/gif"))  # fmt: skip
+# Anthropic's limit per image, on its base64 text: "image exceeds 5 MB maximum: 6275800 bytes >
+# 5242880 bytes" for a 4.7 MB file (lobehub #14711, whose fix found it counted on the base64).
+IMAGE_MAX = 5 * 1024 * 1024
+# Text a document may be written in besides text/*: Claude reads it as plain text.
+_TEXT_TYPES = frozenset({"application/json", "application/xml", "application/yaml", "application/x-yaml"})
 _DATA_URL = re.compile(r"^data:([\w.+-]+/[\w.+-]+);base64,(.*)$", re.DOTALL)
-_DATA_TYPE = re.compile(r"data:([\w.+-]+/[\w.+-]+);base64,")
 # The keywords Anthropic's structured outputs take (the structured-outputs guide's "JSON Schema
 # limitations", "Supported features": the types, `enum`, `const`, "`anyOf` and `allOf` (with
 # limitations)", `$ref` and `$defs`/`definitions`, `default`, `required`, `additionalProperties`,
@@ -152,6 +171,9 @@ class ChatToMessages:
             return Refusal(r.message)
         except WrongType as e:
             return typed.refusal(e, "chat")
+
+    def dropped(self, payload: Mapping[str, Any]) -> tuple[str, ...]:
+        return ()  # its table's drops are said there, not per request
 
     def answer(self, doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
         return chat_completion(doc, ctx, int(self._clock()))
@@ -313,6 +335,8 @@ def _conversation(items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], li
     """The top-level system blocks, and the turns with one role each, tool results first."""
     system: list[dict[str, Any]] = []
     turns: list[dict[str, Any]] = []
+    # What comes after the last assistant message is what the client asks about now.
+    asked = 1 + max((i for i, m in enumerate(items) if m.get("role") == "assistant"), default=-1)
     for i, m in enumerate(items):
         role = typed.text(m.get("role"), ("messages", i, "role"))
         if role in ("system", "developer"):
@@ -320,7 +344,7 @@ def _conversation(items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], li
             system += _text_blocks(m.get("content"), i)
             continue
         if role == "user":
-            role, blocks = "user", _user_blocks(m.get("content"), i)
+            role, blocks = "user", _user_blocks(m.get("content"), i, i >= asked)
         elif role == "assistant":
             blocks = _assistant_blocks(m, i)
         elif role == "tool":
@@ -402,7 +426,8 @@ def _text_block(part: dict[str, Any], kind: str, at: typed.Path) -> list[dict[st
     return [block]
 
 
-def _user_blocks(content: Any, i: int) -> list[dict[str, Any]]:
+def _user_blocks(content: Any, i: int, asked: bool) -> list[dict[str, Any]]:
+    """``asked``: the message is part of what the client asks about now (after the last answer)."""
     content = typed.content(content, ("messages", i, "content"))
     if isinstance(content, str) or content is None:
         return _text_blocks(content, i)
@@ -413,7 +438,7 @@ def _user_blocks(content: Any, i: int) -> list[dict[str, Any]]:
         if kind == "text":
             blocks += _text_block(part, kind, ("messages", i, "content", j))
         elif kind == "image_url":
-            blocks.append(_image(part.get("image_url"), where))
+            blocks.append(_image(part.get("image_url"), where, asked))
         elif kind == "file":
             blocks.append(_document(part.get("file"), where))
         else:
@@ -421,27 +446,54 @@ def _user_blocks(content: Any, i: int) -> list[dict[str, Any]]:
     return blocks
 
 
-def _image(spec: Any, where: str) -> dict[str, Any]:
+def _image(spec: Any, where: str, asked: bool) -> dict[str, Any]:
     url = spec.get("url") if isinstance(spec, dict) else spec
     if not isinstance(url, str):
         raise _Refused(f"{where}: image_url needs a url")
     found = _DATA_URL.match(url)
     if found:
-        media_type, data = found.groups()
-        media_type = _IMAGE_ALIASES.get(media_type, media_type)
+        said, data = found.groups()
+        media_type = image_type(said, data)
         if media_type not in _IMAGE_TYPES:
             raise _Refused(f"{where}: {unread_image_words(media_type)}")
+        if len(data) > IMAGE_MAX:
+            # The gateway cannot make it smaller. Asked about now, the client hears why before any
+            # call; earlier in the conversation, refusing would fail every later turn of a session
+            # that keeps it in its history (claude-code #12167), so the model is told instead.
+            if asked:
+                raise _Refused(f"{where}: {oversized_words(len(data))}")
+            note = (f"[image ({media_type}) left out: its {len(data):,} bytes of base64 are over the 5 MB "
+                    f"({IMAGE_MAX:,} bytes) Anthropic takes per image]")
+            return {"type": "text", "text": note}
         return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
     if url.startswith(("http://", "https://")):
         return {"type": "image", "source": {"type": "url", "url": url}}
     raise _Refused(f"{where}: an image must be a base64 data URL or an http(s) URL")
 
 
+def image_type(said: str, data: str) -> str:
+    """The type an image goes to Anthropic as: what its bytes start as, when they are one of the
+    four it reads, whatever the client said (Anthropic refuses a PNG sent as JPEG, where OpenAI
+    reads it); else the type the client said, JPEG's alias written as Anthropic spells it."""
+    return sniffed_image(data) or _IMAGE_ALIASES.get(said, said)
+
+
+def sniffed_image(data: str) -> str | None:
+    """Which of Anthropic's four image types the base64 ``data`` starts as, or None."""
+    head = "".join(data[:32].split())[:16]
+    try:
+        raw = base64.b64decode(head + "=" * (-len(head) % 4))
+    except ValueError:
+        return None
+    found = next((kind for magic, kind in _MAGIC if raw.startswith(magic)), None)
+    return found or ("image/webp" if raw[:4] == b"RIFF" and raw[8:12] == b"WEBP" else None)
+
+
 def unread_image(url: str) -> str | None:
     """The type of an image given as a base64 data URL that Anthropic does not read, or None.
     (For a client translated on through chat, whose refusal then names the client's field.)"""
-    found = _DATA_TYPE.match(url)
-    media_type = _IMAGE_ALIASES.get(found.group(1), found.group(1)) if found else None
+    found = _DATA_URL.match(url)
+    media_type = image_type(*found.groups()) if found else None
     return media_type if media_type is not None and media_type not in _IMAGE_TYPES else None
 
 
@@ -449,13 +501,69 @@ def unread_image_words(media_type: str) -> str:
     return f"image type {media_type} is not jpeg, png, gif or webp (Anthropic's)"
 
 
+def oversized_image(url: str) -> int | None:
+    """The size of an image given as a base64 data URL, when it is over what Anthropic takes."""
+    found = _DATA_URL.match(url)
+    size = len(found.group(2)) if found else 0
+    return size if size > IMAGE_MAX else None
+
+
+def oversized_words(size: int) -> str:
+    return (f"the image is {size:,} bytes of base64, over the 5 MB ({IMAGE_MAX:,} bytes) Anthropic takes per "
+            "image, and the gateway cannot make it smaller: resize it and send it again")
+
+
 def _document(spec: Any, where: str) -> dict[str, Any]:
-    data = spec.get("file_data") if isinstance(spec, dict) else None
-    found = _DATA_URL.match(data) if isinstance(data, str) else None
-    if found is None or found.group(1) != "application/pdf":
-        raise _Refused(f"{where}: only a PDF as file_data (a base64 data URL) can be carried, not a file id")
-    source = {"type": "base64", "media_type": "application/pdf", "data": found.group(2)}
+    source = _document_source(spec)
+    if isinstance(source, str):
+        raise _Refused(f"{where}: {source}")
     return {"type": "document", "source": source}
+
+
+def unread_document(spec: Mapping[str, Any]) -> str | None:
+    """Why a chat ``file`` (its ``file_data``, ``file_url``, ``file_id``) cannot go to Anthropic as
+    a document, or None. (For a client translated on through chat, whose refusal then names the
+    client's field.)"""
+    source = _document_source(spec)
+    return source if isinstance(source, str) else None
+
+
+def reads_as_text(media_type: str) -> bool:
+    """A document of this type goes to Anthropic as plain text."""
+    return media_type.startswith("text/") or media_type in _TEXT_TYPES
+
+
+def _document_source(spec: Any) -> dict[str, Any] | str:
+    """The source of Anthropic's document block for a chat ``file``, or the words why there is
+    none. Anthropic reads a PDF, in base64 or by its URL, and plain text (anthropic-sdk-python's
+    ``types/document_block_param.py``: ``Base64PDFSourceParam``, ``PlainTextSourceParam``,
+    ``URLPDFSourceParam``). A text file of any text type is plain text to it: ``data`` is then
+    the text itself. ``file_url`` is no chat field: it is how a Responses ``input_file`` by URL
+    (``responses_chat``) reaches this translator."""
+    spec = spec if isinstance(spec, dict) else {}
+    data, url = spec.get("file_data"), spec.get("file_url")
+    if isinstance(data, str) and data:
+        found = _DATA_URL.match(data)
+        if found is None:
+            return "file_data must be a base64 data URL (data:<type>;base64,...) to name the document's type"
+        media_type, encoded = found.groups()
+        if media_type == "application/pdf":
+            return {"type": "base64", "media_type": media_type, "data": encoded}
+        if not reads_as_text(media_type):
+            return (f"a document of type {media_type} cannot be read by an Anthropic upstream, which reads "
+                    "PDF and plain text: send its text as a text part")  # fmt: skip
+        try:
+            raw = base64.b64decode(encoded)
+        except ValueError:
+            return f"file_data of type {media_type} is not valid base64"
+        # Text in another encoding than UTF-8 is still mostly readable; its odd bytes show as such.
+        return {"type": "text", "media_type": "text/plain", "data": raw.decode("utf-8", errors="replace")}
+    if isinstance(url, str) and url.startswith(("http://", "https://")):
+        return {"type": "url", "url": url}
+    if spec.get("file_id"):
+        return ("a file given by file_id (a file id of OpenAI's file store) cannot be read by an Anthropic "
+                "upstream: send the document as file_data (a base64 data URL)")  # fmt: skip
+    return "a file part needs file_data (a base64 data URL) for an Anthropic upstream"
 
 
 _THOUGHT = ("thinking", "redacted_thinking")

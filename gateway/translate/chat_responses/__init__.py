@@ -31,6 +31,9 @@ class ChatToResponses:
     def request(self, payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refusal:
         return to_responses(payload, target)
 
+    def dropped(self, payload: Mapping[str, Any]) -> tuple[str, ...]:
+        return ()  # its table's drops are said there, not per request
+
     def answer(self, doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
         return chat_completion(doc, ctx, int(self._clock()))
 

@@ -19,6 +19,7 @@ response", and the openai-python SDK's ``types/responses``):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +29,13 @@ from gateway.translate.base import Refusal, Target, option_kind
 from gateway.translate.typed import WrongType
 
 MIN_OUTPUT_TOKENS = 16
+# The name an unnamed file's data goes by, for the types a Gemini client sends that OpenAI reads
+# (https://developers.openai.com/api/docs/guides/file-inputs: PDF, ".txt, .md, .json, .html, .xml
+# and code files", spreadsheets as .csv), which it tells by the name's extension.
+_EXTENSIONS = {"application/pdf": ".pdf", "text/plain": ".txt", "text/markdown": ".md", "text/csv": ".csv",
+               "application/json": ".json", "text/html": ".html", "application/xml": ".xml",
+               "text/xml": ".xml"}  # fmt: skip
+_DATA_TYPE = re.compile(r"data:([\w.+-]+/[\w.+-]+);base64,")
 # Chat fields sent on under the same name and meaning, each with the reader of its type.
 _SAME = {"parallel_tool_calls": typed.flag, "temperature": typed.number, "top_p": typed.number,
          "user": typed.text, "safety_identifier": typed.text, "metadata": typed.obj,
@@ -188,8 +196,10 @@ def _file(spec: Any, at: typed.Path) -> dict[str, Any]:
     if "file_data" not in out and "file_id" not in out:
         raise _Refused(f"{typed.bracketed(at)}: a file part needs file_data or file_id")
     if "file_data" in out and "filename" not in out:
-        # OpenAI reads inline file data by its file name's extension; Gemini's PDFs come unnamed.
-        out["filename"] = "document.pdf" if out["file_data"].startswith("data:application/pdf") else "file"
+        # OpenAI reads inline file data by its file name's extension; Gemini's files come unnamed.
+        found = _DATA_TYPE.match(out["file_data"])
+        extension = _EXTENSIONS.get(found.group(1)) if found else None
+        out["filename"] = f"document{extension}" if extension else "file"
     return out
 
 

@@ -13,12 +13,13 @@ from typing import Any
 
 from gateway.translate.base import Context, Known, Refusal, Target, held
 from gateway.translate.gemini_chat.answer import answer, estimate_input_tokens
-from gateway.translate.gemini_chat.names import names_for
+from gateway.translate.gemini_chat.names import calls_kept, names_for
 from gateway.translate.gemini_chat.request import to_chat
 from gateway.translate.gemini_chat.stream import GeminiStream
 
 UNREAD = frozenset({"contents", "systemInstruction", "system_instruction", "tools"})
-# The tools stay for the answer only when it has names to give back (gemini_chat/names.py).
+# The tools stay for the answer only when it has names to give back (gemini_chat/names.py),
+# and of the conversation the names its calls give.
 UNREAD_NAMED = UNREAD - {"tools"}
 
 
@@ -29,6 +30,9 @@ class GeminiToChat:
     def request(self, payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refusal:
         return to_chat(payload, target)
 
+    def dropped(self, payload: Mapping[str, Any]) -> tuple[str, ...]:
+        return ()  # its table's drops are said there, not per request
+
     def answer(self, doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
         return answer(doc, ctx)
 
@@ -37,8 +41,13 @@ class GeminiToChat:
 
     def held(self, ctx: Context) -> Context:
         # Its answers read ``generationConfig`` and the prompt estimate, made now.
-        unread = UNREAD_NAMED if names_for(ctx.request.get("tools")).mapped else UNREAD
-        return held(ctx, unread, estimate_input_tokens(ctx.request, ctx.request_bytes))
+        tools, contents = ctx.request.get("tools"), ctx.request.get("contents")
+        named = names_for(tools, contents).mapped
+        estimate = estimate_input_tokens(ctx.request, ctx.request_bytes)
+        kept = held(ctx, UNREAD_NAMED if named else UNREAD, estimate)
+        if named and contents is not None:
+            kept.request = {**kept.request, "contents": calls_kept(contents)}
+        return kept
 
 
 __all__ = ["GeminiStream", "GeminiToChat"]

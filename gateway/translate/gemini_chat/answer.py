@@ -112,7 +112,7 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
     if isinstance(refusal, str) and refusal:
         parts.append({"text": refusal})
     calls = message.get("tool_calls")
-    names = names_for(ctx.request.get("tools")) if calls else NONE
+    names = names_for(ctx.request.get("tools"), ctx.request.get("contents")) if calls else NONE
     for call in calls if isinstance(calls, list) else ():
         function = call.get("function") if isinstance(call, dict) else None
         if isinstance(function, dict) and isinstance(function.get("name"), str):

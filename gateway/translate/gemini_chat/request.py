@@ -18,8 +18,9 @@ Rules (each with its reason in docs/translation/gemini_chat.md):
   has no input field for reasoning, and a signature only a Gemini model can check means
   nothing to another one.
 * Everything that needs Google's servers (hosted tools, ``cachedContent``, Files-API
-  ``fileData``, image or audio output) is refused; sampling knobs chat lacks (``topK``,
-  ``safetySettings``) are dropped, but ``topK`` goes on to Messages, which has ``top_k``.
+  ``fileData``, image or audio output) is refused, and so are log probabilities, as chat's
+  are on every translation; sampling knobs chat lacks (``topK``, ``safetySettings``) are
+  dropped, but ``topK`` goes on to Messages, which has ``top_k``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from gateway.apis.gemini.fields import field, has, snake
 from gateway.translate import json_schema as nesting
 from gateway.translate import typed
 from gateway.translate.base import Refusal, Target
-from gateway.translate.chat_messages.request import EFFORT_BUDGET
+from gateway.translate.chat_messages.request import EFFORT_BUDGET, reads_as_text, sniffed_image
 from gateway.translate.gemini_chat.names import Names, names_for
 from gateway.translate.messages_chat.request import STOP_MAX
 from gateway.translate.typed import WrongType
@@ -45,6 +46,7 @@ _LOW, _MEDIUM = 4096, 16384
 # thinkingLevel → reasoning_effort: the three values every chat server that takes the field
 # accepts (vLLM validates exactly these).
 _LEVEL = {"minimal": "low", "low": "low", "medium": "medium", "high": "high"}
+DYNAMIC = "medium"  # thinkingBudget -1, the model's own choice, as an effort (``_effort``)
 # MODE_UNSPECIFIED is a value of Google's enum: the default, AUTO.
 _MODE = {"AUTO": "auto", "ANY": "required", "NONE": "none", "VALIDATED": "auto", "MODE_UNSPECIFIED": "auto"}
 # Tools that run inside Google's servers; a chat server cannot run them.
@@ -102,7 +104,7 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
     contents = payload.get("contents")
     if not isinstance(contents, list):
         raise Untranslatable("'contents' must be a list of Content objects")
-    names = names_for(payload.get("tools"))
+    names = names_for(payload.get("tools"), contents)
     messages += _messages(contents, names, files=target.onward in ("messages", "responses"),
                           short_ids=not target.onward)
     out: dict[str, Any] = {"model": target.model, "messages": messages}
@@ -302,16 +304,21 @@ def _inline(blob: Any, at: typed.Path, files: bool) -> dict[str, Any]:
     # Protobuf's JSON bytes may be URL-safe base64 (google-genai 3.6 writes it so); a data URL
     # is standard base64, which is all some servers decode.
     data = blob["data"].replace("-", "+").replace("_", "/")
+    if mime.startswith("image/"):
+        # An image is the type its bytes are: Anthropic refuses JPEG bytes said to be PNG ("Image
+        # does not match the provided media type image/png", claude-code #15746).
+        mime = sniffed_image(data) or mime
     if mime in _IMAGES:
         return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}}
-    if mime == "application/pdf" and files:
-        # Claude reads PDFs: chat_messages makes this part a document block.
+    if files and (mime == "application/pdf" or reads_as_text(mime)):
+        # Claude reads PDFs and plain text (chat_messages makes this part a document block), and
+        # OpenAI's Responses both (chat_responses: an input_file).
         file: dict[str, Any] = {"file_data": f"data:{mime};base64,{data}"}
         name = field(blob, "displayName")
         if isinstance(name, str) and name:
             file["filename"] = name
         return {"type": "file", "file": file}
-    # Chat servers read those images only (a PDF reaches Claude alone). Refusing would fail every
+    # Chat servers read those images only (a document reaches Claude alone). Refusing would fail every
     # later turn of a session that once read a PDF or a phone's photo (the part stays in its
     # history); a note tells the model instead of letting it guess.
     what = "image" if mime.startswith("image/") else "inline data"
@@ -351,6 +358,10 @@ def _generation(config: dict[str, Any], out: dict[str, Any], onward: str) -> Non
     count = _config(config, "candidateCount", typed.integer)
     if count is not None and count > 1:
         raise Untranslatable("'candidateCount' above 1 is not carried: the answer would hold one candidate")
+    if _config(config, "responseLogprobs", typed.flag) or _config(config, "logprobs", typed.integer):
+        # As chat's own logprobs on every translation (chat_messages, chat_responses, chat_gemini).
+        raise Untranslatable("'responseLogprobs' is not carried: the translation brings no token "
+                             "probabilities back")  # fmt: skip
     for name, chat, read in _KNOBS:
         value = _config(config, name, read)
         if value is not None:
@@ -404,8 +415,17 @@ def _effort(thinking: dict[str, Any], onward: str) -> str | None:
     if level is not None and level.lower() in _LEVEL:
         return _LEVEL[level.lower()]
     budget = typed.integer(field(thinking, "thinkingBudget"), (*at, "thinkingBudget"))
-    if budget is None or budget <= 0:
-        return None  # 0: thinking off; -1: the model decides; both are the server's default here
+    if budget is None or budget == 0:
+        return None  # unset: the server's default; 0: thinking off ("0 is DISABLED")
+    if budget < 0:
+        # -1: "To use dynamic thinking, which allows the model to decide on the thinking budget
+        # based on the task, set this value to `-1`" (Google's ThinkingConfig reference,
+        # https://firebase.google.cn/docs/reference/js/ai.thinkingconfig; "0 is DISABLED. -1 is
+        # AUTOMATIC", https://googleapis.github.io/java-genai/javadoc/google-genai/com.google.genai.types/-thinking-config/thinking-budget.html).
+        # Chat's middle effort: a Claude that thinks adaptively is asked {type: adaptive} by
+        # chat_messages, the model deciding; one with a budget only the middle budget; chat and
+        # Responses servers "medium".
+        return DYNAMIC
     if onward == "messages":
         # chat_messages gives each effort a budget (1,024 the least, Anthropic's minimum): the
         # least effort whose budget covers the one asked, so Claude thinks at least as long.

@@ -133,7 +133,8 @@ class GeminiStream:
         if self.done:
             return b""
         self.done = True
-        names = names_for(self.ctx.request.get("tools")) if self.calls else NONE
+        request = self.ctx.request
+        names = names_for(request.get("tools"), request.get("contents")) if self.calls else NONE
         parts = [function_call(c.id, names.client(c.name), "".join(c.args))
                  for c in self.calls.values() if c.name]  # fmt: skip
         self.shown += sum(len("".join(c.args)) for c in self.calls.values())

@@ -28,6 +28,9 @@ class MessagesToChat:
     def request(self, payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refusal:
         return to_chat(payload, target)
 
+    def dropped(self, payload: Mapping[str, Any]) -> tuple[str, ...]:
+        return ()  # its table's drops are said there, not per request
+
     def answer(self, doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
         return answer(doc, ctx)
 

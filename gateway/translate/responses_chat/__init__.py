@@ -19,6 +19,7 @@ from gateway.translate.responses_chat import additional_tools, tool_search
 from gateway.translate.responses_chat.answer import answer
 from gateway.translate.responses_chat.request import to_chat
 from gateway.translate.responses_chat.stream import ResponsesStream
+from gateway.translate.responses_chat.tools import hosted
 
 UNREAD = frozenset({"input"})
 
@@ -29,6 +30,9 @@ class ResponsesToChat:
 
     def request(self, payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refusal:
         return to_chat(payload, target)
+
+    def dropped(self, payload: Mapping[str, Any]) -> tuple[str, ...]:
+        return hosted(additional_tools.declared(payload))
 
     def answer(self, doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
         return answer(doc, ctx)

@@ -18,7 +18,7 @@ import orjson
 
 from gateway.translate.base import Context
 from gateway.translate.responses_chat import additional_tools, thinking, tool_search
-from gateway.translate.responses_chat.tools import CUSTOM_INPUT, Origin, tool_names
+from gateway.translate.responses_chat.tools import CUSTOM_INPUT, Origin, offered, tool_names
 
 # What a Responses object echoes of its request (OpenAI API reference, "The response object").
 _ECHOED = (
@@ -83,7 +83,8 @@ def envelope(ctx: Context, created: int, status: str) -> dict[str, Any]:
     }
     for key in _ECHOED:
         if key in ctx.request:
-            doc[key] = ctx.request[key]
+            # The tools the model was offered: the hosted ones a chat server cannot run are not.
+            doc[key] = offered(ctx.request[key]) if key == "tools" else ctx.request[key]
         elif key in _DEFAULTS:
             doc[key] = _DEFAULTS[key]
     return doc

@@ -33,7 +33,12 @@ Rules, each with its reason (docs/translation/responses_chat.md has the whole ta
   conversation to continue), ``background``, stored ``prompt`` templates, ``item_reference``,
   ``compaction`` items (history encrypted by OpenAI: dropping one would lose that history),
   ``input_file`` and file-id images (only OpenAI's file store has them), unknown item or part
-  types. An ``input_file`` given by its data goes on to a Gemini upstream, which reads it.
+  types. An ``input_file`` given by its data goes on to a Gemini or a Messages upstream, which
+  read it; by its URL to a Messages one, Anthropic fetching a PDF by its URL.
+* On to Messages, what Anthropic would refuse in an image or a document the client sent is
+  refused here, naming the client's own field rather than the chat message it became; but for an
+  image over Anthropic's 5 MB earlier in the conversation than the last assistant output, which
+  ``chat_messages`` replaces by a note, a session keeping it in its history going on.
 """
 
 from __future__ import annotations
@@ -45,7 +50,13 @@ from typing import Any
 from gateway.apis.chat.ids import to_chat_id
 from gateway.translate import typed
 from gateway.translate.base import Refusal, Target
-from gateway.translate.chat_messages.request import unread_image, unread_image_words
+from gateway.translate.chat_messages.request import (
+    oversized_image,
+    oversized_words,
+    unread_document,
+    unread_image,
+    unread_image_words,
+)
 from gateway.translate.responses_chat import additional_tools, thinking, tool_search
 from gateway.translate.responses_chat.tools import (
     CUSTOM_INPUT,
@@ -70,6 +81,7 @@ _HOSTED_CALLS = frozenset(
         "tool_search_output",
     }
 )
+LOGPROBS = "message.output_text.logprobs"  # what ``include`` names to ask for the answer's log probabilities
 _NEEDS_STORE = {
     "previous_response_id": "continues a response stored on the server",
     "conversation": "continues a conversation stored on the server",
@@ -118,6 +130,11 @@ def _to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Ref
             f"'background' responses need a server that stores them; this upstream speaks {spoken}, "
             "which stores nothing"
         )
+    included = typed.top(payload, "include", typed.items)
+    if typed.top(payload, "top_logprobs", typed.integer) or LOGPROBS in included:
+        # As chat's own logprobs on every translation (chat_messages, chat_responses, chat_gemini).
+        return Refusal(f"'top_logprobs' (and include '{LOGPROBS}') cannot be carried to an upstream that "
+                       f"speaks {spoken}: the translation brings no token probabilities back")  # fmt: skip
     given = additional_tools.declared(payload)
     if tool_search.clashes(given):
         return Refusal("a function tool named 'tool_search' beside the client-executed tool_search tool: "
@@ -214,9 +231,12 @@ def _text_of(content: Any, where: str, at: typed.Path) -> str:
     return "\n\n".join(t for t in texts if t) if where == "system" else "".join(texts)
 
 
-def _image_part(part: Mapping[str, Any], at: typed.Path, anthropic: bool) -> dict[str, Any]:
+def _image_part(
+    part: Mapping[str, Any], at: typed.Path, anthropic: bool, asked: bool = True
+) -> dict[str, Any]:
     """``anthropic``: the request goes on to Messages, whose refusal of an image type it does
-    not read is made here, where it can name the client's own field."""
+    not read, or of one too large that the client ``asked`` about now, is made here, where it
+    can name the client's own field."""
     url = part.get("image_url")
     if not isinstance(url, str) or not url:
         raise Untranslatable(
@@ -226,28 +246,46 @@ def _image_part(part: Mapping[str, Any], at: typed.Path, anthropic: bool) -> dic
     unread = unread_image(url) if anthropic else None
     if unread is not None:
         raise Untranslatable(f"{typed.bracketed(at)}: {unread_image_words(unread)}")
+    size = oversized_image(url) if anthropic and asked else None
+    if size is not None:
+        raise Untranslatable(f"{typed.bracketed(at)}: {oversized_words(size)}")
     image: dict[str, Any] = {"url": url}
     if part.get("detail") in ("low", "high", "auto"):
         image["detail"] = part["detail"]
     return {"type": "image_url", "image_url": image}
 
 
-def _file_part(part: Mapping[str, Any]) -> dict[str, Any]:
-    data = part.get("file_data")
-    if not isinstance(data, str) or not data:
+def _file_part(part: Mapping[str, Any], at: typed.Path, anthropic: bool) -> dict[str, Any]:
+    """An ``input_file`` as chat's file part, on its way to Gemini or (``anthropic``) Messages."""
+    data, url = part.get("file_data"), part.get("file_url")
+    file: dict[str, Any]
+    if isinstance(data, str) and data:
+        file = {"file_data": data}
+    elif anthropic and isinstance(url, str) and url:
+        file = {"file_url": url}  # no chat field: chat_messages reads it, Anthropic fetches the PDF
+    elif part.get("file_id"):
+        raise Untranslatable(f"{typed.bracketed(at)}: an input_file by file_id names a file of OpenAI's file "
+                             "store, which a chat completions upstream cannot read: send the document as "
+                             "file_data (a base64 data URL)")  # fmt: skip
+    else:
         # Google's fileData takes only files its own Files API holds.
-        raise Untranslatable("an input_file by file_id or file_url cannot be fetched for this upstream: "
-                             "send the document as file_data (a base64 data URL)")  # fmt: skip
+        raise Untranslatable(f"{typed.bracketed(at)}: an input_file by file_url cannot be fetched by a chat "
+                             "completions upstream: send the document as file_data (a base64 data "
+                             "URL)")  # fmt: skip
+    unread = unread_document(file) if anthropic else None
+    if unread is not None:
+        raise Untranslatable(f"{typed.bracketed(at)}: {unread}")
     name = part.get("filename")
-    file = {"file_data": data, "filename": name if isinstance(name, str) else "document"}
+    file["filename"] = name if isinstance(name, str) else "document"
     return {"type": "file", "file": file}
 
 
 def _user_content(
-    content: Any, at: typed.Path, anthropic: bool, files: bool = False
+    content: Any, at: typed.Path, anthropic: bool, files: bool = False, asked: bool = True
 ) -> str | list[dict[str, Any]]:
     """A user message's content: a plain string when it is only text (what every chat server
-    takes), else chat content parts; ``files``: an ``input_file`` goes as chat's file part."""
+    takes), else chat content parts; ``files``: an ``input_file`` goes as chat's file part;
+    ``asked``: the message is part of what the client asks about now (after the last output)."""
     content = typed.content(content, (*at, "content"))
     if isinstance(content, str):
         return content
@@ -257,9 +295,9 @@ def _user_content(
         if kind in ("input_text", "output_text", "text"):
             parts.append({"type": "text", "text": _said(part, "text", (*at, "content", j))})
         elif kind == "input_image":
-            parts.append(_image_part(part, (*at, "content", j), anthropic))
+            parts.append(_image_part(part, (*at, "content", j), anthropic, asked))
         elif kind == "input_file" and files:
-            parts.append(_file_part(part))
+            parts.append(_file_part(part, (*at, "content", j), anthropic))
         elif kind == "input_file":
             raise Untranslatable(
                 "input_file (a document) cannot be carried to a chat completions upstream: "
@@ -274,7 +312,9 @@ def _user_content(
     return parts
 
 
-def _tool_output(output: Any, at: typed.Path, anthropic: bool) -> tuple[str, list[dict[str, Any]]]:
+def _tool_output(
+    output: Any, at: typed.Path, anthropic: bool, asked: bool = True
+) -> tuple[str, list[dict[str, Any]]]:
     """A function_call_output's text, and the images it returned (carried separately)."""
     output = typed.content(output, (*at, "output"))
     if isinstance(output, str):
@@ -286,7 +326,7 @@ def _tool_output(output: Any, at: typed.Path, anthropic: bool) -> tuple[str, lis
         if kind in ("input_text", "output_text", "text"):
             texts.append(_said(part, "text", (*at, "output", j)))
         elif kind == "input_image":
-            images.append(_image_part(part, (*at, "output", j), anthropic))
+            images.append(_image_part(part, (*at, "output", j), anthropic, asked))
         else:
             raise Untranslatable(f"a tool output cannot carry a {kind!r} part on a chat completions upstream")
     text = "".join(texts)
@@ -298,8 +338,11 @@ def _tool_output(output: Any, at: typed.Path, anthropic: bool) -> tuple[str, lis
 class _Builder:
     """Builds the chat ``messages`` list, merging what chat wants as one message."""
 
-    def __init__(self, names: ToolNames, anthropic: bool = False, files: bool = False) -> None:
+    def __init__(
+        self, names: ToolNames, anthropic: bool = False, files: bool = False, asked_from: int = 0
+    ) -> None:
         self.names = names
+        self.asked_from = asked_from  # the first input item after the last assistant output
         # The request goes on to Messages: signed thinking is read, and images it does not read refused.
         self.anthropic = anthropic
         self.files = files  # the request goes on to Gemini, which reads an input_file's data
@@ -373,8 +416,13 @@ class _Builder:
             raise Untranslatable(f"message role {role!r} has no chat completions equivalent")
         self.reasoning, self.signed = [], []
         self._flush_images()
-        content = _user_content(content, at, self.anthropic, self.files)
+        content = _user_content(content, at, self.anthropic, self.files, self.asked(at))
         self.messages.append({"role": "user", "content": content})
+
+    def asked(self, at: typed.Path) -> bool:
+        """Whether the item at ``at`` is part of what the client asks about now."""
+        index = at[1] if at[0] == "input" else None
+        return index >= self.asked_from if isinstance(index, int) else self.asked_from == 0
 
     def call(self, call_id: str, chat_name: str, arguments: str) -> None:
         msg = self._assistant()
@@ -412,7 +460,10 @@ def _messages(
     payload: Mapping[str, Any], names: ToolNames, anthropic: bool = False, files: bool = False,
     short_ids: bool = False,
 ) -> list[dict[str, Any]]:
-    b = _Builder(names, anthropic, files)
+    items = payload.get("input")
+    if isinstance(items, str):
+        items = [{"type": "message", "role": "user", "content": items}]
+    b = _Builder(names, anthropic, files, _asked_from(items))
     instructions = payload.get("instructions")
     if isinstance(instructions, str):
         if instructions:
@@ -422,9 +473,6 @@ def _messages(
             raise typed.wrong(instructions, ("instructions",), "string", "array")
         for k, item in enumerate(typed.objects(instructions, ("instructions",))):
             b.message(item, ("instructions", k))
-    items = payload.get("input")
-    if isinstance(items, str):
-        items = [{"type": "message", "role": "user", "content": items}]
     for k, item in enumerate(typed.objects(items, ("input",))):
         at = ("input", k)
         kind = typed.text(item.get("type"), (*at, "type")) or "message"
@@ -445,7 +493,7 @@ def _messages(
                 json.dumps({CUSTOM_INPUT: typed.text(item.get("input"), (*at, "input")) or ""}),
             )
         elif kind in ("function_call_output", "custom_tool_call_output"):
-            text, images = _tool_output(item.get("output"), at, anthropic)
+            text, images = _tool_output(item.get("output"), at, anthropic, b.asked(at))
             b.output(_call_id(item, at, short_ids), text, images)
         elif kind == "reasoning":
             b.think(item)
@@ -472,3 +520,13 @@ def _messages(
         else:
             raise Untranslatable(f"input item type {kind!r} cannot be carried to a chat completions upstream")
     return b.done()
+
+
+def _asked_from(items: Any) -> int:
+    """The index of the first input item after the last one that becomes assistant output in
+    chat (``chat_messages`` tells what the client asks about now by the same mark)."""
+    said = [k for k, item in enumerate(items if isinstance(items, list) else ()) if isinstance(item, dict)
+            and (item.get("type") in ("function_call", "custom_tool_call")
+                 or (item.get("type") == "tool_search_call" and tool_search.is_client(item))
+                 or (item.get("type", "message") == "message" and item.get("role") == "assistant"))]
+    return said[-1] + 1 if said else 0

@@ -14,7 +14,9 @@ flat name (OpenAI: ``^[a-zA-Z0-9_-]{1,64}$``). Responses has more:
   enforce it), and the call comes back as a ``custom_tool_call`` with that string;
 * hosted tools (``web_search``, ``file_search``, ``code_interpreter``, ``computer_use``,
   ``image_generation``, ``mcp``, ``local_shell``, …) run inside OpenAI's servers; a chat server
-  cannot run them, so they are dropped (a ``tool_choice`` forcing one is refused).
+  cannot run them, so they are dropped (a ``tool_choice`` forcing one is refused), each named
+  for ``x-llm-params-dropped`` (``hosted``) and left out of the answer's echo of the request's
+  tools (``offered``): Codex sends ``web_search`` on every request.
 
 The mapping is a pure function of the request's ``tools``, so the answer side rebuilds it
 from the client's request instead of keeping state between request and answer. It is a
@@ -43,6 +45,7 @@ SEPARATOR = "__"
 _VALID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _EMPTY_SCHEMA = {"type": "object", "properties": {}}
 CUSTOM_INPUT = "input"  # the one parameter a custom tool gets on chat
+CARRIED = ("function", "custom", "namespace")  # the kinds of tool a chat server is offered
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,12 +170,34 @@ def _custom(tool: Mapping[str, Any], chat_name: str, at: typed.Path) -> dict[str
     }
 
 
+def is_hosted(tool: Any) -> bool:
+    """A tool only OpenAI's servers run: none of the kinds chat carries, nor the client's own
+    tool search (a function on chat: ``tool_search.py``)."""
+    if not isinstance(tool, dict):
+        return False
+    kind = tool.get("type")
+    return kind not in CARRIED and not (kind == "tool_search" and tool.get("execution") == "client")
+
+
+def hosted(tools: Any) -> tuple[str, ...]:
+    """``tools.<type>`` of each hosted tool ``chat_tools`` leaves out, each kind once."""
+    found = (f"tools.{t.get('type')}" for t in tools if is_hosted(t)) if isinstance(tools, list) else ()
+    return tuple(dict.fromkeys(found))
+
+
+def offered(tools: Any) -> Any:
+    """The request's tools without the hosted ones: what the model was offered."""
+    if not isinstance(tools, list) or not any(is_hosted(t) for t in tools):
+        return tools
+    return [t for t in tools if not is_hosted(t)]
+
+
 def chat_tools(tools: Any, names: ToolNames) -> list[dict[str, Any]]:
     """The chat ``tools`` array; hosted tools are left out (module docstring)."""
     out: list[dict[str, Any]] = []
     for k, tool in enumerate(typed.objects(tools, ("tools",))):
         kind = typed.text(tool.get("type"), ("tools", k, "type"))
-        if kind not in ("function", "custom", "namespace"):
+        if kind not in CARRIED:
             continue  # a hosted tool: left out (module docstring)
         name = typed.text(tool.get("name"), ("tools", k, "name"))
         if name is None:

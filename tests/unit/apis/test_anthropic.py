@@ -406,3 +406,19 @@ def test_a_model_that_does_not_bind_thinking_keeps_it_and_thinks_on(model: str) 
     assert out["thinking"] == {"type": "adaptive"} and "thinking_off" not in result.report
     assert "thinking_removed" not in result.report
     assert out["messages"][-2:] == msgs[-2:]  # the tool loop in progress, its thinking included
+
+
+@pytest.mark.parametrize(("cache_creation", "written"), [
+    # The audit's answer: every written token written for an hour.
+    ({"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 300_000}, {"cache_write_1h": 300_000}),
+    ({"ephemeral_5m_input_tokens": 100, "ephemeral_1h_input_tokens": 200}, {"cache_write_1h": 200}),
+    ({"ephemeral_5m_input_tokens": 300_000, "ephemeral_1h_input_tokens": 0}, {}),  # all five-minute
+    (None, {}),  # an answer without the split: the five-minute price, as before
+    ({"ephemeral_1h_input_tokens": "many"}, {}),
+])  # fmt: skip
+def test_usage_tells_one_hour_cache_writes_apart(cache_creation: Any, written: dict[str, int]) -> None:
+    usage: dict[str, Any] = {"input_tokens": 5, "cache_creation_input_tokens": 300_000, "cache_read_input_tokens": 0,
+                             "output_tokens": 3}  # fmt: skip
+    if cache_creation is not None:
+        usage["cache_creation"] = cache_creation
+    assert D.body_usage({"usage": usage}) == {"prompt": 300_005, "completion": 3, "cache_write": 300_000, **written}

@@ -107,6 +107,26 @@ def test_gateway_errors_pair_code_and_status_as_google_does(status: int, code: s
     assert CANONICAL.get(answer, state) == state
 
 
+DAILY = json.dumps({"error": {"code": 429, "message": "You exceeded your current quota", "status": "RESOURCE_EXHAUSTED"}})
+
+
+@pytest.mark.parametrize(("status", "upstream", "body", "answer"), [
+    (402, 429, DAILY, 429),  # a spent per-day quota: the 429 Google's body states, not a 402 beside it
+    (402, 429, f"[{DAILY}]", 429),  # the JSON-array framing's error
+    (402, 429, '{"error": {"message": "no code"}}', 402),  # no status stated: the gateway's stands
+    (402, 402, '{"error": {"code": 402}}', 402),
+    (429, 429, DAILY, 429),
+    (402, None, DAILY, 402),  # replayed from memory, as rendered the first time
+    (402, 429, "not json", 402),
+])  # fmt: skip
+def test_an_error_passed_through_keeps_the_status_googles_body_states(
+    status: int, upstream: int | None, body: str, answer: int
+) -> None:
+    assert GEMINI.passed_status(status, upstream, body.encode()) == answer
+    for other in (OPENAI_CHAT, ANTHROPIC_MESSAGES, OPENAI_RESPONSES):  # their SDKs retry any 429
+        assert other.passed_status(status, upstream, body.encode()) == status
+
+
 @pytest.mark.parametrize(("upstream", "answer", "state"), [
     (413, 400, "INVALID_ARGUMENT"), (422, 400, "INVALID_ARGUMENT"), (502, 503, "UNAVAILABLE"),
     (505, 500, "INTERNAL"), (404, 404, "NOT_FOUND"),

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from gateway.keys.prices import SHIPPED, Cost, Price, PriceTable, cost_of, worst_case
+from gateway.keys.prices import SHIPPED, Cost, Price, PriceTable, asks_hour_cache, cost_of, worst_case
 
 
 @pytest.mark.parametrize(("model", "expected"), [
@@ -23,6 +25,19 @@ from gateway.keys.prices import SHIPPED, Cost, Price, PriceTable, cost_of, worst
     ("gpt-5.2-pro", Price(21.0, 168.0)),
     ("o3-pro-2025-06-10", Price(20.0, 80.0)),
     ("o3", Price(2.0, 8.0, 0.50)),
+    # The deep-research models had taken o4-mini's and o3's prices (audit).
+    ("o4-mini-deep-research", Price(2.0, 8.0, 0.50)),
+    ("o4-mini-deep-research-2025-06-26", Price(2.0, 8.0, 0.50)),
+    ("o3-deep-research", Price(10.0, 40.0, 2.50)),
+    ("o1", Price(15.0, 60.0, 7.50)),
+    ("o1-2024-12-17", Price(15.0, 60.0, 7.50)),
+    ("o1-pro", Price(150.0, 600.0)),
+    ("o1-mini", None),  # priced otherwise, and no copy of its price was found
+    ("gpt-4-turbo", None),
+    ("text-embedding-3-small", Price(0.02, 0.0)),
+    ("gemini-2.5-flash", Price(0.30, 2.50)),
+    ("gemini-2.5-flash-lite", Price(0.10, 0.40)),
+    ("gemini-2.5-flash-image", None),  # image output is priced otherwise
     ("qwen3-coder", None),
     (None, None),
 ])  # fmt: skip
@@ -71,3 +86,57 @@ def test_the_worst_case_is_the_whole_prompt_written_to_the_cache_and_every_outpu
     # so that a budget's reservations hold what a turn that writes its history can cost.
     assert worst_case(Price(3.0, 15.0, 0.30, 3.75), 20_000, 64_000) == pytest.approx((20_000 * 3.75 + 64_000 * 15) / 1e6)
     assert worst_case(Price(2.5, 10.0, 1.25), 20_000, 1_000) == pytest.approx((20_000 * 2.5 + 1_000 * 10) / 1e6)
+
+
+def test_a_prompt_above_a_threshold_is_priced_at_the_long_rate_whole() -> None:
+    """Gemini 2.5 Pro: $1.25 in, $10 out, $0.125 cached for prompts up to 200k tokens; $2.50,
+    $15 and $0.25 for every token of a request whose prompt is longer."""
+    pro = PriceTable().price_for("gemini-2.5-pro")
+    assert pro is not None
+    short = {"prompt": 200_000, "cache_read": 100_000, "completion": 1_000}
+    assert cost_of(pro, short).usd == pytest.approx((100_000 * 1.25 + 100_000 * 0.125 + 1_000 * 10) / 1e6)
+    long = {"prompt": 200_001, "cache_read": 100_000, "completion": 1_000}
+    assert cost_of(pro, long).usd == pytest.approx((100_001 * 2.50 + 100_000 * 0.25 + 1_000 * 15) / 1e6)
+    assert worst_case(pro, 150_000, 1_000) == pytest.approx((150_000 * 1.25 + 1_000 * 10) / 1e6)
+    assert worst_case(pro, 250_000, 1_000) == pytest.approx((250_000 * 2.50 + 1_000 * 15) / 1e6)
+
+
+def test_one_hour_cache_writes_cost_twice_the_input_price() -> None:
+    """Anthropic: "5-minute cache writes: 1.25x ... 1-hour cache writes: 2x the base input tokens
+    price". The audit's answer on claude-sonnet-4-5, a 1,000,000-token prompt of which 300,000
+    were written for an hour, was logged at $3.225 (the write at the five-minute price); $3.90
+    is right."""
+    sonnet = PriceTable().price_for("claude-sonnet-4-5")
+    assert sonnet is not None
+    written = {"prompt": 1_000_000, "cache_write": 300_000}
+    assert cost_of(sonnet, written).usd == pytest.approx(3.225)
+    assert cost_of(sonnet, {**written, "cache_write_1h": 300_000}).usd == pytest.approx(3.90)
+    mixed = {"prompt": 300, "cache_write": 300, "cache_write_1h": 100}
+    assert cost_of(sonnet, mixed).usd == pytest.approx((200 * 3.75 + 100 * 6.0) / 1e6)
+    # An operator's price names its own, or takes twice its input price.
+    assert cost_of(Price(1.0, 1.0, cache_write_1h=3.0), {"prompt": 10, "cache_write": 10, "cache_write_1h": 10}
+                   ).usd == pytest.approx(30 / 1e6)  # fmt: skip
+    assert cost_of(Price(0.0, 0.0), {"prompt": 10, "cache_write": 10, "cache_write_1h": 10}).usd == 0
+
+
+def test_a_request_asking_for_one_hour_writes_reserves_its_prompt_at_that_price() -> None:
+    sonnet = Price(3.0, 15.0, 0.30, 3.75)
+    assert worst_case(sonnet, 20_000, 1_000, hour_cache=True) == pytest.approx((20_000 * 6.0 + 1_000 * 15) / 1e6)
+    assert worst_case(sonnet, 20_000, 1_000) == pytest.approx((20_000 * 3.75 + 1_000 * 15) / 1e6)
+
+
+@pytest.mark.parametrize(("payload", "hour"), [
+    ({"system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}, True),
+    ({"tools": [{"name": "t", "input_schema": {}, "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}, True),
+    ({"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}]}, True),
+    ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
+        {"type": "text", "text": "out", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}]}]}, True),
+    ({"cache_control": {"type": "ephemeral", "ttl": "1h"}, "messages": []}, True),  # automatic caching
+    ({"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]}]}, False),  # 5 minutes
+    ({"messages": [{"role": "user", "content": 'say "ttl": "1h"'}]}, False),
+    ({"messages": "x", "system": "s", "tools": None}, False),
+])  # fmt: skip
+def test_which_requests_ask_for_one_hour_writes(payload: dict[str, Any], hour: bool) -> None:
+    assert asks_hour_cache(payload) is hour

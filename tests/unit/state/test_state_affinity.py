@@ -215,3 +215,57 @@ async def test_a_first_turn_on_a_memory_store_is_simply_its_home() -> None:
     table = AffinityTable(10_000, IDLE_S, clock, "p", None)
     home, _ = _hold(_svc(), _pool(("key-a", "key-b")), table, "open:1", _ready({"key-a": 1.0, "key-b": 1.0}))
     assert table.get("open:1") == home
+
+
+# -- a home is the deployment that answered (pipeline/pool.py moves one a sibling answered) ------
+
+
+async def test_a_home_claimed_for_a_turn_a_sibling_answered_moves_to_that_sibling_for_every_replica() -> None:
+    """The strategy's pick was claimed before the send; it failed and a sibling answered, so the
+    sibling holds the prompt cache. The home stayed on the pick: the next turns went to a key
+    that never held the conversation (audit: turns on an-b, an-b, then an-c, an-c)."""
+    clock = Clock()
+    store = Shared(clock)
+    (a, _), (b, _) = replica(store, clock), replica(store, clock)
+    members = ("key-a", "key-b", "key-c")
+    assert await a.claim("id:1", "key-c", members) == ("key-c", True, None)
+    assert await a.move("id:1", "key-c", "key-b", members) == "key-b"
+    assert a.get("id:1") == "key-b"
+    assert await b.claim("id:1", "key-c", members) == ("key-b", False, None)
+
+
+async def test_a_first_turn_a_sibling_answered_claims_that_sibling_so_no_replica_proposes_the_pick() -> None:
+    """A first turn holds its home here only; under weighted every other replica would propose
+    the same rendezvous pick at the second turn, the one that failed: the sibling is claimed."""
+    from gateway.pipeline.pool import _hold
+
+    clock = Clock()
+    store = Shared(clock)
+    (a, _), (b, _) = replica(store, clock), replica(store, clock)
+    members = ("key-a", "key-b", "key-c")
+    picked, _ = _hold(_svc(), _pool(members), a, "open:1", _ready(dict.fromkeys(members, 1.0)))
+    answered = next(m for m in members if m != picked)
+    assert await a.move("open:1", picked, answered, members) == answered
+    assert len(store._homes) == 1  # a key in the store: only for a first turn that moved
+    assert a.get("open:1") == answered
+    assert await b.claim("open:1", picked, members) == (answered, False, None)
+
+
+async def test_a_move_never_takes_a_home_another_replica_set_since() -> None:
+    clock = Clock()
+    store = Shared(clock)
+    (a, _), (b, _) = replica(store, clock), replica(store, clock)
+    members = ("key-a", "key-b", "key-c")
+    await a.claim("id:1", "key-c", members)
+    await b.claim("id:1", "key-a", members)
+    assert await b.move("id:1", "key-c", "key-a", members) == "key-a"  # b's own turn moved it first
+    assert await a.move("id:1", "key-c", "key-b", members) == "key-a"
+    assert a.get("id:1") == "key-a"
+
+
+async def test_in_one_process_a_move_is_the_tables_alone() -> None:
+    clock = Clock()
+    table, _ = replica(MemoryStore(clock), clock)
+    await table.claim("id:1", "b", ("a", "b", "c"))
+    assert await table.move("id:1", "b", "c", ("a", "b", "c")) == "c"
+    assert await table.claim("id:1", "a", ("a", "b", "c")) == ("c", False, None)

@@ -108,3 +108,26 @@ async def test_the_ledger_counts_on_from_what_the_shared_store_last_said() -> No
     clock.t += 61  # redis-1's settle never came: its slot goes when the next one is mirrored
     s.ledger_mirror("k", minute + 1, 0, 0, [], 3600, slot=("redis-2", round(clock.t * 1000) + 60_000))
     assert set(s._slots["k"]) == {"redis-2"}
+
+
+async def test_a_stored_objects_deployment_is_kept_its_ttl_and_the_least_recently_used_go_first() -> None:
+    """Written once per stored Responses answer: bounded by count, not only by its 30 days."""
+    clock = Clock()
+    s = MemoryStore(clock, max_stored=3)
+    for i in range(3):
+        await s.stored_put(f"st:{i}", f"dep-{i}", ttl_s=60)
+    assert await s.stored_get("st:0") == "dep-0"  # used: kept over st:1
+    await s.stored_put("st:3", "dep-3", ttl_s=60)
+    assert [await s.stored_get(f"st:{i}") for i in range(4)] == ["dep-0", None, "dep-2", "dep-3"]
+    clock.t += 60
+    assert await s.stored_get("st:3") is None and len(s._stored) < 3
+
+
+async def test_a_stored_objects_deployment_is_bounded_at_its_default() -> None:
+    from gateway.state.memory import MAX_STORED
+
+    clock = Clock()
+    s = MemoryStore(clock)
+    for i in range(MAX_STORED + 10):
+        await s.stored_put(f"st:{i}", "dep", ttl_s=3600)
+    assert len(s._stored) == MAX_STORED and await s.stored_get("st:0") is None

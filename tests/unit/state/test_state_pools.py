@@ -411,3 +411,19 @@ async def test_a_relayed_request_counts_against_the_deployments_configured_limit
     for model in (MODEL, scope):
         v = a.view(0, ups[0], model, clock.now * 1000)
         assert v.requests_left == 0.0 and v.out_why is SitOut.HEADROOM
+
+
+async def test_which_deployment_made_a_stored_object_is_remembered_for_the_providers_30_days() -> None:
+    """OpenAI keeps a stored response 30 days (routing/stored.py): a chained turn a month old
+    still goes where its previous response is; one older goes where the strategy picks."""
+    from gateway.state.memory import MemoryStore
+    from gateway.state.pools import PoolState
+
+    now = [1_800_000_000.0]
+    ps = PoolState(MemoryStore(lambda: now[0]), lambda: now[0], lambda: now[0])
+    await ps.remember_stored("resp_1", "key-b")
+    assert await ps.stored_on("resp_1") == "key-b" and await ps.stored_on("resp_2") is None
+    now[0] += 30 * 24 * 3600 - 1
+    assert await ps.stored_on("resp_1") == "key-b"
+    now[0] += 2
+    assert await ps.stored_on("resp_1") is None

@@ -10,6 +10,7 @@ buffered answer: the two paths must agree on text, reasoning, tool calls, finish
 
 from __future__ import annotations
 
+import base64
 import copy
 import hashlib
 import itertools
@@ -692,6 +693,108 @@ def test_pdf_file_data_becomes_a_document() -> None:
     out = req({"model": "m", "messages": [{"role": "user", "content": [part]}]})
     assert out["messages"][0]["content"] == [
         {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x"}}]
+
+
+def b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+# The first bytes of each of the four types Anthropic reads.
+MAGIC = {"image/jpeg": bytes.fromhex("ffd8ffe000104a464946000101"), "image/png": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR",
+         "image/gif": b"GIF89a\x01\x00\x01\x00\x80\x00", "image/webp": b"RIFF\x24\x00\x00\x00WEBPVP8 "}  # fmt: skip
+
+
+def image_part(media_type: str, data: str) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": f"data:{media_type};base64,{data}"}}
+
+
+@pytest.mark.parametrize(("said", "actual"), [
+    ("image/png", "image/jpeg"), ("image/jpeg", "image/png"), ("image/png", "image/webp"), ("image/jpeg", "image/gif"),
+    ("image/heic", "image/jpeg"), ("application/octet-stream", "image/png"), ("image/jpg", "image/png"),
+])  # fmt: skip
+def test_an_image_goes_as_the_type_its_bytes_are_claude_code_15746(said: str, actual: str) -> None:
+    """JPEG bytes sent as ``data:image/png`` (a screenshot tool set to JPEG, a file named .png):
+    OpenAI reads them, Anthropic answers "messages.6.content.5.image.source.base64.data: Image does
+    not match the provided media type image/png" (claude-code #15746) on that turn and every later
+    one. The bytes' signature says what they are."""
+    data = b64(MAGIC[actual])
+    out = req({"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "what"},
+                                                                       image_part(said, data)]}]})  # fmt: skip
+    assert out["messages"][0]["content"][1] == {"type": "image", "source": {"type": "base64", "media_type": actual,
+                                                                            "data": data}}  # fmt: skip
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+
+
+IMAGE_MAX = 5 * 1024 * 1024
+
+
+def big_png(size: int) -> str:
+    head = b64(MAGIC["image/png"])
+    return head + "A" * (size - len(head))
+
+
+def test_an_image_over_anthropics_5_mb_in_the_newest_turn_is_refused_naming_it() -> None:
+    """Anthropic refuses an image whose base64 is over 5 MB ("image exceeds 5 MB maximum: 6275800
+    bytes > 5242880 bytes", lobehub #14711); OpenAI takes it. The gateway cannot resize it: the
+    turn that sends it is refused before any call, naming the part and the limit."""
+    convo = [user("hi"), {"role": "assistant", "content": "Hello."},
+             {"role": "user", "content": [{"type": "text", "text": "what is this?"},
+                                          image_part("image/png", big_png(IMAGE_MAX + 1))]}]  # fmt: skip
+    words = refused({"model": "m", "messages": convo})
+    assert words.startswith("messages[2].content[1]: ") and f"{IMAGE_MAX + 1:,} bytes" in words, words
+    assert "5 MB" in words and f"{IMAGE_MAX:,}" in words
+    convo[2]["content"][1] = image_part("image/png", big_png(IMAGE_MAX))  # at the limit: taken
+    assert req({"model": "m", "messages": convo})["messages"][2]["content"][1]["type"] == "image"
+
+
+def test_an_image_over_5_mb_earlier_in_the_conversation_becomes_a_note_and_the_session_goes_on() -> None:
+    """Refused there, it would fail every later turn of the session, which keeps it in its history
+    (Claude Code's sessions stuck on it: claude-code #12167, #20021): the model is told instead."""
+    big = image_part("image/png", big_png(IMAGE_MAX + 1))
+    convo = [{"role": "user", "content": [{"type": "text", "text": "what is this?"}, big]},
+             {"role": "assistant", "content": "I could not see it."}, user("and now?")]  # fmt: skip
+    out = req({"model": "m", "messages": convo})
+    note = (f"[image (image/png) left out: its {IMAGE_MAX + 1:,} bytes of base64 are over the 5 MB "
+            f"({IMAGE_MAX:,} bytes) Anthropic takes per image]")
+    assert out["messages"][0]["content"] == [{"type": "text", "text": "what is this?"}, {"type": "text", "text": note}]
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+    convo.append({"role": "user", "content": [big]})  # the same image sent again, now: refused
+    assert refused({"model": "m", "messages": convo}).startswith("messages[3].content[0]: ")
+
+
+@pytest.mark.parametrize(("media_type", "text"), [
+    ("text/plain", "alpha\nbeta"), ("text/markdown", "# Title\n\nbody"), ("text/csv", "a,b\n1,2"),
+    ("application/json", '{"a": 1}'), ("text/plain", "caf\u00e9 \u2014 na\u00efve"),
+])  # fmt: skip
+def test_a_text_file_becomes_a_plain_text_document(media_type: str, text: str) -> None:
+    """Anthropic's document block takes plain text (``{type: text, media_type: text/plain, data}``,
+    the SDK's PlainTextSource) as well as a PDF; it was refused ("only a PDF ... not a file id")."""
+    part = {"type": "file", "file": {"filename": "notes", "file_data": f"data:{media_type};base64,{b64(text.encode())}"}}
+    out = req({"model": "m", "messages": [{"role": "user", "content": [part, {"type": "text", "text": "sum up"}]}]})
+    assert out["messages"][0]["content"][0] == {
+        "type": "document", "source": {"type": "text", "media_type": "text/plain", "data": text}}
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+
+
+def test_a_file_by_url_becomes_a_url_document() -> None:
+    """Anthropic fetches a PDF by its URL (URLPDFSource); a Responses ``input_file`` by ``file_url``
+    reaches this translator so."""
+    part = {"type": "file", "file": {"file_url": "https://example.com/report.pdf"}}
+    out = req({"model": "m", "messages": [{"role": "user", "content": [part]}]})
+    assert out["messages"][0]["content"] == [
+        {"type": "document", "source": {"type": "url", "url": "https://example.com/report.pdf"}}]
+
+
+@pytest.mark.parametrize(("file", "says", "not_said"), [
+    ({"file_data": "data:application/zip;base64,UEsDBA=="}, "application/zip", "file id"),
+    ({"file_data": "UEsDBA==", "filename": "a.zip"}, "data URL", "file id"),
+    ({"filename": "a.pdf"}, "file_data", "file id"),
+    ({"file_id": "file-abc"}, "file_id", "data URL (data:"),
+])  # fmt: skip
+def test_a_file_claude_cannot_read_is_refused_saying_why(file: dict[str, Any], says: str, not_said: str) -> None:
+    """It said "only a PDF as file_data ... can be carried, not a file id" whatever was sent."""
+    words = refused({"model": "m", "messages": [user(), {"role": "user", "content": [{"type": "file", "file": file}]}]})
+    assert words.startswith("messages[1].content[0]: ") and says in words and not_said not in words, words
 
 
 @pytest.mark.parametrize("arguments", ['{"command": "echo hi", ', "{bad", "[1, 2]", '"ls"', "null"])

@@ -192,6 +192,19 @@ def test_a_gemini_pdf_goes_on_to_a_responses_upstream_as_an_input_file() -> None
                                       "filename": "document.pdf"}  # fmt: skip
 
 
+@pytest.mark.parametrize(("mime", "name"), [("text/plain", "document.txt"), ("text/markdown", "document.md"),
+                                           ("application/json", "document.json"), ("text/x-unheard-of", "file")])
+def test_a_gemini_text_file_goes_on_to_a_responses_upstream_named_by_its_type(mime: str, name: str) -> None:
+    """OpenAI reads inline file data by its name's extension (.txt, .md, .json among the types it
+    reads: the file-inputs guide); Gemini's files come unnamed."""
+    text = {"model": "m", "contents": [{"role": "user", "parts": [
+        {"text": "Summarise."}, {"inlineData": {"mimeType": mime, "data": "aGk="}}]}]}  # fmt: skip
+    out = default_translations().table["gemini", "responses"].request(text, TARGET)
+    assert not isinstance(out, Refusal), out
+    [message] = out["input"]
+    assert message["content"][-1] == {"type": "input_file", "file_data": f"data:{mime};base64,aGk=", "filename": name}
+
+
 def test_a_claude_clients_pdf_goes_on_to_a_responses_upstream_as_an_input_file() -> None:
     """It became "[document … left out: this model cannot read it]" on the way through chat,
     though OpenAI reads PDFs; a chat upstream still gets the note."""

@@ -9,6 +9,7 @@ finishReason), function calls whole (``args`` an object).
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -233,7 +234,7 @@ def test_allowed_function_names_naming_no_declared_function_is_refused() -> None
 
 
 @pytest.mark.parametrize(("thinking", "effort"), [
-    ({"thinkingBudget": 0}, None), ({"thinkingBudget": -1}, None), ({"thinkingBudget": 1024}, "low"),
+    ({"thinkingBudget": 0}, None), ({"thinkingBudget": -1}, "medium"), ({"thinkingBudget": 1024}, "low"),
     ({"thinkingBudget": 20000}, "high"), ({"thinkingLevel": "HIGH"}, "high"), ({"thinking_level": "minimal"}, "low"),
 ])  # fmt: skip
 def test_thinking_config_to_reasoning_effort(thinking: dict[str, Any], effort: str | None) -> None:
@@ -250,6 +251,26 @@ def test_a_thinking_budget_reaches_claude_at_least_as_asked(budget: int, claude:
     out = ON_MESSAGES.request(payload, CLAUDE)
     assert not isinstance(out, Refusal), out
     assert out["thinking"] == {"type": "enabled", "budget_tokens": claude}
+
+
+@pytest.mark.parametrize(("model", "thinking", "effort"), [
+    ("claude-sonnet-4-6", {"type": "adaptive"}, "medium"),  # takes adaptive thinking: the model decides
+    ("claude-opus-4-7", {"type": "adaptive"}, "medium"),
+    ("claude-sonnet-4-5", {"type": "enabled", "budget_tokens": 8192}, None),  # a budget only: a middle one
+])  # fmt: skip
+def test_dynamic_thinking_reaches_claude_as_the_model_deciding(model: str, thinking: dict[str, Any],
+                                                               effort: str | None) -> None:  # fmt: skip
+    """thinkingBudget -1 is dynamic thinking, "which allows the model to decide on the thinking
+    budget based on the task" (Google's ThinkingConfig reference): it went out with no thinking."""
+    payload = base(generationConfig={"thinkingConfig": {"thinkingBudget": -1, "includeThoughts": True},
+                                     "maxOutputTokens": 40000})  # fmt: skip
+    out = ON_MESSAGES.request(payload, Target(model))
+    assert not isinstance(out, Refusal), out
+    assert out["thinking"] == thinking and out.get("output_config", {}).get("effort") == effort
+    off = ON_MESSAGES.request(base(generationConfig={"thinkingConfig": {"thinkingBudget": 0}}), Target(model))
+    assert not isinstance(off, Refusal) and "thinking" not in off  # 0 is still off
+    responses = default_translations().table["gemini", "responses"].request(payload, Target("gpt-5"))
+    assert not isinstance(responses, Refusal) and responses["reasoning"]["effort"] == "medium"
 
 
 def test_top_k_reaches_claude_unless_it_thinks() -> None:
@@ -438,6 +459,41 @@ def test_a_pdf_a_function_returned_and_its_display_name_go_on_to_claude() -> Non
     assert "left out" in json.dumps(chat(payload)["messages"][-1])
 
 
+@pytest.mark.parametrize("mime", ["text/plain", "text/markdown", "application/json"])
+def test_a_text_file_on_its_way_to_claude_is_a_chat_file_part_and_reaches_claude_as_plain_text(mime: str) -> None:
+    """Anthropic's document block takes plain text (PlainTextSource); it became "[inline data
+    (text/plain) left out: this model cannot read it]". A chat server still gets the note."""
+    data = base64.b64encode(b"def main():\n    pass\n").decode()
+    payload = base(contents=read_file_turns(mime, data))
+    out = T.request(payload, Target("claude-sonnet-4-5", onward="messages"))
+    assert not isinstance(out, Refusal), out
+    assert out["messages"][-1] == {"role": "user", "content": [
+        {"type": "file", "file": {"file_data": f"data:{mime};base64,{data}"}}]}  # fmt: skip
+    on_claude = ON_MESSAGES.request(payload, CLAUDE)
+    assert not isinstance(on_claude, Refusal), on_claude
+    assert on_claude["messages"][-1]["content"][-1] == {
+        "type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "def main():\n    pass\n"}}
+    assert messages_rules.refusal("/v1/messages", on_claude, {}) is None
+    assert chat(payload)["messages"][-1]["content"] == f"[inline data ({mime}) left out: this model cannot read it]"
+
+
+JPEG = base64.b64encode(bytes.fromhex("ffd8ffe000104a464946000101")).decode()
+
+
+@pytest.mark.parametrize("mime", ["image/png", "image/heic"])
+def test_an_image_goes_as_the_type_its_bytes_are(mime: str) -> None:
+    """JPEG bytes said to be PNG: "Image does not match the provided media type image/png" from
+    Anthropic (claude-code #15746); said to be HEIC, a note where the model could have seen it."""
+    payload = base(contents=read_file_turns(mime, JPEG))
+    assert chat(payload)["messages"][-1]["content"] == [
+        {"type": "image_url", "image_url": {"url": f"data:image/jpeg;base64,{JPEG}"}}]
+    on_claude = ON_MESSAGES.request(payload, CLAUDE)
+    assert not isinstance(on_claude, Refusal), on_claude
+    assert on_claude["messages"][-1]["content"][-1] == {
+        "type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": JPEG}}
+    assert messages_rules.refusal("/v1/messages", on_claude, {}) is None
+
+
 @pytest.mark.parametrize(("extra", "says"), [
     ({"tools": [{"googleSearch": {}}]}, "googleSearch"),
     ({"tools": [{"code_execution": {}}]}, "codeExecution"),
@@ -450,9 +506,17 @@ def test_what_needs_googles_servers_is_refused(extra: dict[str, Any], says: str)
     assert says in refused(base(**extra)).message
 
 
+@pytest.mark.parametrize("config", [{"responseLogprobs": True}, {"response_logprobs": True, "logprobs": 3},
+                                    {"logprobs": 3}])  # fmt: skip
+def test_log_probabilities_are_refused_as_chats_own_are(config: dict[str, Any]) -> None:
+    """They were dropped silently; chat's logprobs are refused on every translation (no token
+    probabilities come back), and so are these now."""
+    assert "responseLogprobs" in refused(base(generationConfig=config)).message
+
+
 def test_safety_settings_and_top_k_are_dropped() -> None:
     out = chat(base(safetySettings=[{"category": "HARM_CATEGORY_HARASSMENT", "threshold": "BLOCK_NONE"}],
-                    generationConfig={"topK": 40}))  # fmt: skip
+                    generationConfig={"topK": 40, "responseLogprobs": False}))  # fmt: skip
     assert set(out) == {"model", "messages"}
 
 
@@ -579,6 +643,52 @@ def test_a_function_name_chat_refuses_goes_as_a_valid_one_and_comes_back_as_decl
     wire = b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": [delta]}}]}).encode()
     docs = run_stream(wire + b"\n\ndata: [DONE]\n\n", held)
     assert docs[-1]["candidates"][0]["content"]["parts"][0]["functionCall"]["name"] == "mcp:search"
+
+
+# Gemini CLI keeps an MCP server's dots in its tools' names; a summary request declares none.
+DOTTED_HISTORY = {"model": "claude-sonnet-4-5", "contents": [
+    {"role": "user", "parts": [{"text": "read it"}]},
+    {"role": "model", "parts": [{"functionCall": {"name": "files.read", "args": {"p": "a"}}}]},
+    {"role": "user", "parts": [{"functionResponse": {"name": "files.read", "response": {"output": "abc"}}}]},
+    {"role": "user", "parts": [{"text": "summarize"}]},
+]}  # fmt: skip
+
+
+def test_a_dotted_name_only_the_history_calls_goes_as_a_valid_one() -> None:
+    """A call in the history of a function no tool declares kept its raw name: chat_messages
+    declared it for Anthropic (which refuses tool blocks without tools) and Anthropic refused
+    it: "tools.0.custom.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'"
+    (modelcontextprotocol/modelcontextprotocol#1345). OpenAI refuses it in the history too
+    ("Invalid 'messages[9].tool_calls[0].function.name': string does not match pattern",
+    mcp-use/mcp-use#94)."""
+    out = chat(DOTTED_HISTORY)
+    [call] = out["messages"][1]["tool_calls"]
+    name = call["function"]["name"]
+    assert name.startswith("files_read_") and name == chat({**DOTTED_HISTORY, "tools": [
+        {"functionDeclarations": [{"name": "files.read"}]}]})["tools"][0]["function"]["name"]  # the same mapping
+    assert chat_rules.refusal("/v1/chat/completions", out) is None
+    claude = ON_MESSAGES.request(DOTTED_HISTORY, CLAUDE)
+    assert not isinstance(claude, Refusal)
+    assert claude["tools"][0]["name"] == name and claude["tool_choice"] == {"type": "none"}
+    assert messages_rules.refusal("/v1/messages", claude, {"anthropic-version": "2023-06-01"}) is None
+
+
+def test_a_history_only_name_the_model_calls_comes_back_as_the_client_wrote_it() -> None:
+    request = {**DOTTED_HISTORY, "tools": [{"functionDeclarations": [{"name": "grep"}]}],
+               "contents": [*DOTTED_HISTORY["contents"], {"role": "user", "parts": [{"text": "x" * 5000}]}]}  # fmt: skip
+    sent = chat(request)["messages"][1]["tool_calls"][0]["function"]["name"]
+    held = T.held(Context("gemini-2.5-flash", request, "req1", len(json.dumps(request))))
+    assert held.request.get("contents") != request["contents"]  # the conversation is not kept whole
+    answer = {"choices": [{"message": {"role": "assistant", "tool_calls": [
+        {"id": "c2", "type": "function", "function": {"name": sent, "arguments": "{}"}},
+        {"id": "c3", "type": "function", "function": {"name": "grep", "arguments": "{}"}}]},
+        "finish_reason": "tool_calls"}]}  # fmt: skip
+    parts = T.answer(answer, held)["candidates"][0]["content"]["parts"]
+    assert [p["functionCall"]["name"] for p in parts] == ["files.read", "grep"]
+    delta = {"index": 0, "id": "c2", "type": "function", "function": {"name": sent, "arguments": "{}"}}
+    wire = b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": [delta]}}]}).encode()
+    docs = run_stream(wire + b"\n\ndata: [DONE]\n\n", held)
+    assert docs[-1]["candidates"][0]["content"]["parts"][0]["functionCall"]["name"] == "files.read"
 
 
 # The audit fuzz's crash on this direction (a 500 internal_error: the tools' names were read

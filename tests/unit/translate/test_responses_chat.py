@@ -11,6 +11,7 @@ translated bytes) and what Codex's SSE reader needs (codex-rs/codex-api/src/sse/
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 from pathlib import Path
@@ -23,8 +24,9 @@ from openai.types.responses import Response
 
 from gateway.apis.base import Ending
 from gateway.errors import Classification, ErrorType
-from gateway.fake import chat_rules
+from gateway.fake import chat_rules, messages_rules
 from gateway.sse import EventSplitter
+from gateway.translate import default_translations
 from gateway.translate.base import Context, Refusal, Target
 from gateway.translate.responses_chat import ResponsesToChat
 from gateway.translate.responses_chat.answer import text_part
@@ -450,6 +452,9 @@ def test_images_url_and_base64(part: dict[str, Any], expected: dict[str, Any]) -
     ({"input": [{"type": "compaction", "encrypted_content": "gAAAA"}, {"role": "user", "content": "go"}]},
      "compaction"),
     ({"input": "x", "text": {"format": {"type": "grammar"}}}, "text.format"),
+    # As chat's own logprobs are on every translation: no token probabilities come back.
+    ({"input": "x", "top_logprobs": 2}, "top_logprobs"),
+    ({"input": "x", "include": ["message.output_text.logprobs"]}, "logprobs"),
 ])  # fmt: skip
 def test_refused_with_a_clear_message(payload: dict[str, Any], says: str) -> None:
     r = refused({"model": "m", **payload})
@@ -459,7 +464,7 @@ def test_refused_with_a_clear_message(payload: dict[str, Any], says: str) -> Non
 def test_knobs() -> None:
     out = chat({"model": "m", "input": "x", "max_output_tokens": 300, "temperature": 0.2, "top_p": 0.9,
                 "safety_identifier": "u-1", "reasoning": {"effort": "low", "summary": "auto"},
-                "truncation": "auto", "metadata": {"a": "b"}, "store": True, "top_logprobs": 2,
+                "truncation": "auto", "metadata": {"a": "b"}, "store": True, "top_logprobs": 0,
                 "text": {"format": {"type": "json_schema", "name": "r", "schema": {"type": "object"}, "strict": True},
                          "verbosity": "low"}})  # fmt: skip
     assert out == {"model": "served-model", "messages": [{"role": "user", "content": "x"}], "max_tokens": 300,
@@ -489,6 +494,25 @@ def test_an_object_schema_without_properties_gets_an_empty_one(given: dict[str, 
         {"type": "namespace", "name": "mcp", "tools": [{"type": "function", "name": "now", "parameters": given}]}]})  # fmt: skip
     assert [t["function"]["parameters"] for t in out["tools"]] == [sent, sent]
     assert chat_rules.refusal("/v1/chat/completions", out) is None
+
+
+HOSTED = [{"type": "web_search"}, {"type": "file_search", "vector_store_ids": ["vs_1"]},
+          {"type": "code_interpreter", "container": {"type": "auto"}},
+          {"type": "computer_use_preview", "display_width": 1024, "display_height": 768, "environment": "linux"}]  # fmt: skip
+
+
+def test_hosted_tools_left_out_are_named_and_not_echoed() -> None:
+    """Codex always sends web_search; a chat server cannot run it, so it is dropped (as
+    documented) but was dropped silently: named now for x-llm-params-dropped, and the answer's
+    echo of the request's tools lists only those the model was offered."""
+    request = {"model": "m", "input": "x", "tools": [*HOSTED, *WEATHER_TOOLS, {"type": "web_search"}]}
+    assert [t["function"]["name"] for t in chat(request)["tools"]] == ["get_weather"]
+    dropped = ("tools.web_search", "tools.file_search", "tools.code_interpreter", "tools.computer_use_preview")
+    assert T.dropped(request) == dropped
+    assert default_translations().table["responses", "messages"].dropped(request) == dropped
+    assert T.dropped({"model": "m", "input": "x", "tools": WEATHER_TOOLS}) == ()
+    doc = {"choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "hi"}}]}
+    assert T.answer(doc, ctx(request))["tools"] == WEATHER_TOOLS
 
 
 def test_parallel_tool_calls_and_tool_choice_are_left_out_without_tools() -> None:
@@ -1138,3 +1162,74 @@ def test_an_image_anthropic_cannot_read_is_refused_at_its_place_in_the_input() -
     assert not isinstance(T.request(payload, TARGET), Refusal)  # a chat server may read it
     jpg = {**heic, "image_url": "data:image/jpg;base64,/9j/4AAQ"}
     assert not isinstance(T.request({"model": "m", "input": [{"role": "user", "content": [jpg]}]}, onward), Refusal)
+
+
+ON_MESSAGES = default_translations().table["responses", "messages"]
+CLAUDE = Target("claude-sonnet-4-5")
+
+
+def asked(*parts: dict[str, Any]) -> dict[str, Any]:
+    return {"model": "m", "input": [{"role": "user", "content": [{"type": "input_text", "text": "read"}, *parts]}]}
+
+
+def on_claude(payload: dict[str, Any]) -> dict[str, Any]:
+    out = ON_MESSAGES.request(payload, CLAUDE)
+    assert not isinstance(out, Refusal), out
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+    return out
+
+
+def test_a_text_input_file_reaches_claude_as_a_plain_text_document() -> None:
+    """Anthropic's document block takes plain text (the SDK's PlainTextSource); it was refused
+    naming chat's ``messages[0]`` ("only a PDF as file_data ... not a file id")."""
+    data = base64.b64encode(b"line one\nline two").decode()
+    out = on_claude(asked({"type": "input_file", "filename": "notes.txt", "file_data": f"data:text/plain;base64,{data}"}))
+    assert out["messages"][0]["content"][1] == {
+        "type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "line one\nline two"}}
+
+
+def test_an_input_file_by_url_reaches_claude_as_a_url_document() -> None:
+    """Anthropic fetches a PDF by its URL (URLPDFSource); it was refused ("cannot be fetched for
+    this upstream"). A Gemini upstream still cannot fetch it (``test_chat_gemini``)."""
+    out = on_claude(asked({"type": "input_file", "file_url": "https://example.com/report.pdf"}))
+    assert out["messages"][0]["content"][1] == {
+        "type": "document", "source": {"type": "url", "url": "https://example.com/report.pdf"}}
+
+
+@pytest.mark.parametrize(("part", "says"), [
+    ({"type": "input_file", "filename": "a.zip", "file_data": "data:application/zip;base64,UEsDBA=="}, "application/zip"),
+    ({"type": "input_file", "file_id": "file-abc"}, "file_id"),
+])  # fmt: skip
+def test_an_input_file_claude_cannot_read_is_refused_at_its_place_in_the_input(part: dict[str, Any], says: str) -> None:
+    out = ON_MESSAGES.request(asked(part), CLAUDE)
+    assert isinstance(out, Refusal) and out.message.startswith("input[0].content[1]: "), out
+    assert says in out.message and "messages[" not in out.message
+
+
+def png_of(size: int) -> str:
+    head = base64.b64encode(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR").decode()
+    return "data:image/png;base64," + head + "A" * (size - len(head))
+
+
+def test_an_image_over_5_mb_is_refused_at_its_place_when_asked_about_now_and_a_note_in_history() -> None:
+    """Anthropic refuses an image over 5 MB of base64 ("image exceeds 5 MB maximum", lobehub
+    #14711). Sent now, the client hears so, naming its own field; kept in the history (a
+    screenshot a tool returned earlier), it would fail every later turn: the model gets a note."""
+    big = {"type": "input_image", "image_url": png_of(5 * 1024 * 1024 + 1)}
+    look = {"type": "function_call", "call_id": "c1", "name": "view", "arguments": "{}"}
+    now = {"model": "m", "input": [{"role": "user", "content": "look"}, look,
+                                   {"type": "function_call_output", "call_id": "c1", "output": [big]}]}  # fmt: skip
+    out = ON_MESSAGES.request(now, CLAUDE)
+    assert isinstance(out, Refusal) and out.message.startswith("input[2].output[0]: the image is 5,242,881 bytes"), out
+    later = {**now, "input": [*now["input"], {"role": "assistant", "content": "A login page."},
+                              {"role": "user", "content": "thanks"}]}  # fmt: skip
+    sent = json.dumps(on_claude(later)["messages"])
+    assert "left out: its 5,242,881 bytes of base64 are over the 5 MB" in sent and '"type": "image"' not in sent
+
+
+def test_an_image_goes_to_claude_as_the_type_its_bytes_are() -> None:
+    """JPEG bytes sent as ``image/png``: "Image does not match the provided media type image/png"
+    (claude-code #15746)."""
+    jpeg = base64.b64encode(bytes.fromhex("ffd8ffe000104a464946")).decode()
+    out = on_claude(asked({"type": "input_image", "image_url": f"data:image/png;base64,{jpeg}"}))
+    assert out["messages"][0]["content"][1]["source"] == {"type": "base64", "media_type": "image/jpeg", "data": jpeg}

@@ -1,0 +1,178 @@
+"""What OpenAI stores for the key that made it, through a pool of three keys (audit of pools,
+2026-11-30): a stored Responses answer and a conversation are their project's, so a turn chained
+to one (``previous_response_id``, ``conversation``) and a fetch of one (``GET
+/v1/responses/{id}`` and the paths under it) must go to the deployment whose key made it.
+
+One fake upstream plays the three keys, each its own project; it refuses a chained turn from a
+key of another project with OpenAI's 400 ``previous_response_not_found``
+(gateway/fake/responses_rules.py). Driven by the real openai SDK. Before: the loop below failed
+at turn 1 or 2, each turn going to a key the strategy picked.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import openai
+import pytest
+
+from gateway.config import parse_config
+from gateway.live import LIVE
+from tests.fakeupstream import FakeUpstream
+from tests.integration.conftest import Gateway
+
+KEYS = {"a": "sk-a", "b": "sk-b", "c": "sk-c"}
+MakePool = Callable[..., Awaitable[tuple[Gateway, openai.AsyncOpenAI]]]
+
+
+@pytest.fixture
+async def make_pool(make_gateway) -> AsyncIterator[MakePool]:  # type: ignore[no-untyped-def]
+    async def make(extra: str = "", real_sleep: bool = False) -> tuple[Gateway, openai.AsyncOpenAI]:
+        fake = await FakeUpstream().start()
+        fakes.append(fake)
+        upstreams = "".join(f"  - {{name: {n}, base_url: '{fake.url}', api_key: {k}, apis: [chat, responses]}}\n"
+                            for n, k in KEYS.items())  # fmt: skip
+        pools = "pools:\n  - {name: gpt, models: ['gpt-*'], deployments: [a, b, c]}\n"
+        gw = await make_gateway(pools + extra, fake=fake, upstreams=upstreams, real_sleep=real_sleep)
+        clients.append(openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="unused", max_retries=0))
+        return gw, clients[-1]
+
+    fakes: list[FakeUpstream] = []
+    clients: list[openai.AsyncOpenAI] = []
+    yield make
+    for client in clients:
+        await client.close()
+    for fake in fakes:
+        await fake.close()
+
+
+def _keys(fake: FakeUpstream, path: str = "/v1/responses") -> list[str]:
+    """The key each request to ``path`` carried, in order."""
+    return [r.headers["Authorization"].removeprefix("Bearer ") for r in fake.requests if r.path == path]
+
+
+async def _turn(client: openai.AsyncOpenAI, text: str, previous: str | None, stream: bool) -> Any:
+    if not stream:
+        return await client.responses.create(model="gpt-4o", input=text, previous_response_id=previous)
+    async with client.responses.stream(model="gpt-4o", input=text, previous_response_id=previous) as s:
+        return await s.get_final_response()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["buffered", "streamed"])
+async def test_a_chained_conversation_stays_on_the_key_that_stored_each_turn(make_pool: MakePool, stream: bool) -> None:
+    gw, client = await make_pool()
+    for run in range(4):  # each chain's first turn on whichever key the strategy picks
+        previous = None
+        for i in range(6):
+            response = await _turn(client, f"run {run} turn {i}", previous, stream)
+            previous = response.id
+        keys = _keys(gw.fake)[-6:]
+        assert len(set(keys)) == 1, keys
+    assert gw.metric("llm_gateway_pool_picks_total", pool="gpt", deployment="a", reason="stored") + gw.metric(
+        "llm_gateway_pool_picks_total", pool="gpt", deployment="b", reason="stored") + gw.metric(
+        "llm_gateway_pool_picks_total", pool="gpt", deployment="c", reason="stored") == 20  # fmt: skip
+
+
+async def test_a_turn_unchained_or_with_store_false_goes_where_the_strategy_picks(make_pool: MakePool) -> None:
+    gw, client = await make_pool()
+    for i in range(30):
+        await client.responses.create(model="gpt-4o", input=f"question {i}", store=False)
+    assert len(set(_keys(gw.fake))) == 3  # spread over the keys: nothing stored, nothing to follow
+
+
+async def test_a_chained_turn_whose_key_is_rate_limited_waits_for_its_reset_never_a_sibling(
+    make_pool: MakePool,
+) -> None:
+    """The chain cannot move: every sibling must answer 400 previous_response_not_found. Its
+    key's reset is waited for when within max_retry_after_s, as one upstream's would be."""
+    gw, client = await make_pool(real_sleep=True)
+    first = await client.responses.create(model="gpt-4o", input="one")
+    key = _keys(gw.fake)[-1]
+    gw.fake.keys.limited_until(key, time.time() + 1.5)
+    second = await client.responses.create(model="gpt-4o", input="two", previous_response_id=first.id)
+    assert _keys(gw.fake)[1:] == [key, key]  # the 429, then the answer after its reset
+    assert second.status == "completed" and second.id != first.id
+
+
+async def test_a_chained_turn_whose_key_is_limited_for_long_gets_that_keys_reset(make_pool: MakePool) -> None:
+    gw, client = await make_pool()
+    first = await client.responses.create(model="gpt-4o", input="one")
+    key = _keys(gw.fake)[-1]
+    gw.fake.keys.limited_until(key, time.time() + 3600)
+    with pytest.raises(openai.RateLimitError) as caught:
+        await client.responses.create(model="gpt-4o", input="two", previous_response_id=first.id)
+    headers = caught.value.response.headers
+    assert 3500 < int(headers["retry-after"]) <= 3601  # rounded up
+    assert _keys(gw.fake)[1:] == [key]  # no sibling asked
+    # Known to sit out now: the next chained turn is answered with its reset, no call made.
+    with pytest.raises(openai.RateLimitError) as again:
+        await client.responses.create(model="gpt-4o", input="two", previous_response_id=first.id)
+    assert _keys(gw.fake)[1:] == [key]
+    body = again.value.response.json()
+    assert body["error"]["code"] == "pool_rate_limited" and "holds the stored response" in body["error"]["message"]
+    # Unchained requests still go to the siblings.
+    status, headers, _ = await gw.responses({"model": "gpt-4o", "input": "three"})
+    assert status == 200 and _keys(gw.fake)[-1] != key
+
+
+async def test_a_stored_response_is_fetched_cancelled_and_deleted_through_the_key_that_made_it(
+    make_pool: MakePool,
+) -> None:
+    gw, client = await make_pool()
+    made = {}
+    for i in range(6):
+        response = await client.responses.create(model="gpt-4o", input=f"question {i}")
+        made[response.id] = _keys(gw.fake)[-1]
+    for rid, key in made.items():
+        for method, path in (("GET", f"/v1/responses/{rid}"), ("GET", f"/v1/responses/{rid}/input_items"),
+                             ("POST", f"/v1/responses/{rid}/cancel"), ("DELETE", f"/v1/responses/{rid}")):
+            async with gw.session.request(method, gw.base + path) as r:
+                await r.read()
+            assert gw.fake.requests[-1].path == path
+            assert gw.fake.requests[-1].headers["Authorization"] == f"Bearer {key}", (method, path)
+    assert len(set(made.values())) > 1  # the responses were made on several keys
+
+
+async def test_a_conversation_is_continued_through_the_key_that_made_it(make_pool: MakePool) -> None:
+    gw, client = await make_pool()
+    made = {}
+    for _ in range(6):
+        conversation = await client.conversations.create(metadata={"topic": "demo"})
+        made[conversation.id] = _keys(gw.fake, "/v1/conversations")[-1]
+    for cid, key in made.items():
+        for i in range(2):
+            await client.responses.create(model="gpt-4o", input=f"turn {i}", conversation=cid)
+            assert _keys(gw.fake)[-1] == key
+        async with gw.session.get(gw.base + f"/v1/conversations/{cid}/items") as r:
+            await r.read()
+        assert gw.fake.requests[-1].headers["Authorization"] == f"Bearer {key}"
+    assert len(set(made.values())) > 1
+
+
+async def test_a_chained_turn_whose_key_is_out_of_credit_is_answered_for_that_key_alone(make_pool: MakePool) -> None:
+    gw, client = await make_pool()
+    first = await client.responses.create(model="gpt-4o", input="one")
+    key = _keys(gw.fake)[-1]
+    gw.fake.keys.exhaust(key)
+    with pytest.raises(openai.APIStatusError) as caught:  # OpenAI's insufficient_quota: the key's own
+        await client.responses.create(model="gpt-4o", input="two", previous_response_id=first.id)
+    assert caught.value.status_code == 402 and caught.value.response.headers["x-llm-error-type"] == "budget"
+    status, _, body = await gw.responses({"model": "gpt-4o", "input": "two", "previous_response_id": first.id})
+    assert status == 402
+    error = json.loads(body)["error"]
+    assert error["code"] == "pool_budget" and "holds the stored response" in error["message"]
+    assert _keys(gw.fake)[1:] == [key]  # the one call that found it out; no sibling asked
+
+
+async def test_with_stored_s_zero_nothing_is_remembered(make_pool: MakePool) -> None:
+    gw, client = await make_pool()
+    await gw.app[LIVE].replace(parse_config(
+        "upstreams:\n" + "".join(f"  - {{name: {n}, base_url: '{gw.fake.url}', api_key: {k}, apis: [responses]}}\n"
+                                 for n, k in KEYS.items())
+        + "pools:\n  - {name: gpt, models: ['gpt-*'], deployments: [a, b, c], stored_s: 0}\n"
+        "loop_breaker: {enabled: false}\n", env={}))  # fmt: skip
+    response = await client.responses.create(model="gpt-4o", input="one")
+    assert await gw.app[LIVE].services.pool_state.stored_on(response.id) is None
