@@ -1067,14 +1067,19 @@ class StateConfig(_Model):
     )
     timeout_ms: int = Field(
         default=50, gt=0, le=10_000,
-        description="Milliseconds after which an operation on the shared store is suspect: if Redis answered "
-        "nothing meanwhile, a probe with `recover_s` to answer decides whether it is down (then the "
-        "replica uses its own memory); while it is not, the operation waits on, up to `recover_s`.",
+        description="Milliseconds after which an operation on the shared store is suspect: a PING, timed "
+        "against this process's own event-loop lag, asks Redis; late too, the replica leaves Redis (slow or "
+        "down) and serves every operation from its own memory at once, so an operation waits about twice "
+        "this at most; on time, the wait is this process's own and the operation waits on, up to "
+        "`recover_s`.",
     )  # fmt: skip
     recover_s: float = Field(
-        default=1.0, gt=0, description="While Redis is taken for down, how often, in seconds, a probe in the "
-        "background asks whether it answers again (the first goes at once)."
-    )
+        default=1.0, gt=0,
+        description="While Redis is taken for down or slow, how often, in seconds, a probe in the background "
+        "asks whether it answers within `timeout_ms` again (the first goes at once); also the longest a PING "
+        "may take to count as answered, and an operation's longest wait on a Redis that is answering (see "
+        "`timeout_ms`).",
+    )  # fmt: skip
     max_connections: int = Field(
         default=100, ge=1, le=10_000,
         description="Most operations each gateway process has in flight on Redis at once, each on its own "

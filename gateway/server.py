@@ -198,19 +198,41 @@ async def _state_check(cfg: GatewayConfig, store: StateStore) -> dict[str, str]:
     """Which state backend serves, and whether it answered now. An unreachable Redis is a
     warning, not a refusal: every replica falls back to its own memory until Redis answers
     (and goes back to it by itself), so refusing would turn a Redis outage into a gateway
-    outage at the next restart or rollout."""
+    outage at the next restart or rollout. A configuration that waiting will not heal (a
+    wrong password, database or scheme) is not refused either, for the same reason (a Redis
+    whose password was changed under running replicas would take every restarted one down),
+    but said as an error, with what to fix."""
     if cfg.state.backend == "memory":
         return {"backend": "memory", "shared": "no (this process only)"}
-    error = await store.check(cfg.state.timeout_ms / 1000)
-    if error is None:
-        return {"backend": cfg.state.backend, "redis": "answered"}
+    found = await store.check(cfg.state.timeout_ms / 1000)
+    if found is None:
+        return {"backend": "redis", "redis": "answered"}
+    if found.answered:
+        print(
+            f"llm-gateway: WARNING: state.backend is redis and Redis answered at start-up, but it refuses "
+            f"writes ({found.error}): {found.problem}. Until it takes them, what this replica would write "
+            "there (keys' spend, circuits, the retry budget, the loop breaker's answers) is kept in its own "
+            "memory only",
+            file=sys.stderr, flush=True,
+        )  # fmt: skip
+        return {"backend": "redis", "redis": f"answered, refuses writes ({found.error}): {found.problem}"}
+    if found.problem is not None:
+        print(
+            f"llm-gateway: ERROR: state.backend is redis but Redis cannot be used ({found.error}): "
+            f"{found.problem}. This will not heal by waiting: fix it and restart. The gateway serves "
+            "meanwhile (as when Redis is down), from this replica's own memory: nothing is shared (keys' "
+            "limits and budgets hold per replica; circuits, retry budget and loop breaker too)",
+            file=sys.stderr, flush=True,
+        )  # fmt: skip
+        said = f"cannot be used ({found.error}): {found.problem}; local state until fixed"
+        return {"backend": "redis", "redis": said}
     print(
-        f"llm-gateway: WARNING: state.backend is redis but Redis did not answer at start-up ({error} "
+        f"llm-gateway: WARNING: state.backend is redis but Redis did not answer at start-up ({found.error} "
         f"within state.timeout_ms={cfg.state.timeout_ms}); serving from this replica's own memory "
         "(circuits, retry budget and loop breaker not shared) until it does",
         file=sys.stderr, flush=True,
     )  # fmt: skip
-    return {"backend": cfg.state.backend, "redis": f"did not answer ({error}); local state until it does"}
+    return {"backend": "redis", "redis": f"did not answer ({found.error}); local state until it does"}
 
 
 def make_runner(app: web.Application, **overrides: object) -> web.AppRunner:

@@ -10,8 +10,10 @@ refused once spent plus reserved reaches it, and the most it can be overspent is
 request admitted below it, never one request per replica or per connection.
 
 With Redis the operations are Lua scripts, shared by every replica; in memory, this process.
-When Redis does not answer, the store serves the operation from this process's memory (the
-limits then hold per replica); ``accounting.when_store_down: closed`` refuses instead.
+When Redis does not answer, the store serves the operation from this process's memory, which
+counts on from the last counts Redis gave this replica (the limits then hold per replica, each
+up to what it last saw left), and adds what it spent to Redis once it answers;
+``accounting.when_store_down: closed`` refuses what those counts would admit.
 """
 
 from __future__ import annotations
@@ -290,12 +292,14 @@ class Accounts:
         ago; nothing when it answered none. Never this replica's memory, which counts only what
         it served since: a spent budget read $0 spent and all of it left there."""
         if self.closed_when_store_down:
-            requests = ("refused (503 accounting_unavailable) until it answers: no request of this key "
-                        "is sent on counts the gateway cannot check")  # fmt: skip
+            requests = ("refused (503 accounting_unavailable) until it answers, or as over a limit or "
+                        "budget where the last counts it gave this replica already are: no request of "
+                        "this key is sent on counts the gateway cannot check")  # fmt: skip
         else:
             requests = ("served, counted in this replica's memory only until it answers "
-                        "(accounting.when_store_down: open): other replicas' spend meanwhile is not "
-                        "counted against it here")  # fmt: skip
+                        "(accounting.when_store_down: open), on from the last counts it gave this "
+                        "replica: other replicas' spend meanwhile is not counted against it "
+                        "here")  # fmt: skip
         out: dict[str, Any] = {
             **head,
             "as_of": None,

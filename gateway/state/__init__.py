@@ -21,6 +21,7 @@ def build_store(
     clock: Callable[[], float] = time.time,
     monotonic: Callable[[], float] = time.monotonic,
     on_fallback: Callable[[str, str], None] = lambda _b, _op: None,
+    on_wait: Callable[[str, float], None] = lambda _b, _s: None,
 ) -> StateStore:
     """The store ``cfg.state`` asks for. Creating it does no I/O (Redis connects on first use),
     so it may be built in ``create_app``; ``await store.close()`` on shutdown."""
@@ -36,7 +37,8 @@ def build_store(
     assert cfg.state.url is not None  # the config validator guarantees it
     timeout_s = cfg.state.timeout_ms / 1000
     return RedisStore(
-        # The sockets wait as long as an operation may (see RedisStore._guard), the probe's too.
+        # The sockets wait as long as an operation may (see RedisStore._guard), the probe's too:
+        # recover_s, which a busy loop's late reading of an answer may take.
         connect(cfg.state.url, max(timeout_s, cfg.state.recover_s), cfg.state.max_connections),
         local,
         clock=clock,
@@ -46,6 +48,7 @@ def build_store(
         recover_s=cfg.state.recover_s,
         answers_cache_s=cfg.state.cache_ms / 1000,
         on_fallback=on_fallback,
+        on_wait=on_wait,
         max_connections=cfg.state.max_connections,
         probe_client=connect(cfg.state.url, max(timeout_s, cfg.state.recover_s), max_connections=1),
     )

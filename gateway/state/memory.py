@@ -305,6 +305,22 @@ class MemoryStore:
             self._spend.put(bkey, [spent, held + a.reserve_usd], a.budget_ttl_s)
         return "ok", 0.0
 
+    def ledger_mirror(self, key: str, minute: int, requests: int, tokens: int,
+                      budgets: Sequence[tuple[str, float, float]], budget_ttl_s: float,
+                      slot: tuple[str, int] | None = None) -> None:  # fmt: skip
+        """What the shared store last answered about ``key``: its minute's counts, each budget's
+        (store key, spent, reserved), and ``slot`` (its name, expiry in epoch ms) when it admitted
+        one. This memory counts on from them while the shared store does not answer."""
+        self._windows.put(f"{key}:{minute}", [requests, tokens], 120.0)
+        for bkey, spent, held in budgets:
+            self._spend.put(bkey, [spent, held], budget_ttl_s)
+        if slot is not None:
+            slots = self._slots.setdefault(key, {})
+            now_ms = self._clock() * 1000
+            for s in [s for s, until in slots.items() if until <= now_ms]:  # a settle never came
+                del slots[s]
+            slots[slot[0]] = slot[1]
+
     async def ledger_settle_many(self, settles: Sequence[LedgerSettle]) -> None:
         for s in settles:
             self._settle(s)
@@ -342,7 +358,7 @@ class MemoryStore:
     def holds_answers(self) -> bool:
         return len(self.answers) > 0
 
-    async def check(self, timeout_s: float) -> str | None:
+    async def check(self, timeout_s: float) -> None:
         return None  # this process's memory always answers
 
     async def close(self) -> None:

@@ -6,6 +6,10 @@ and :meth:`StateMetrics.loop_event` as the loop breaker's ``on_event``.
 
     llm_gateway_state_fallbacks_total{backend, op}     operations served from local memory
                                                        because the shared store did not answer
+    llm_gateway_state_operation_duration_seconds{backend}
+                                                       how long each operation that asked the
+                                                       shared store waited for it (answered or
+                                                       given up on)
     llm_gateway_loop_breaker_events_total{event, error_type}
                                                        event: remembered, answered (a repeat
                                                        answered from memory), skipped (too big)
@@ -13,7 +17,7 @@ and :meth:`StateMetrics.loop_event` as the loop breaker's ``on_event``.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from gateway.errors import ErrorType
 
@@ -32,22 +36,35 @@ class StateMetrics:
             "in time, by backend and operation.",
             ["backend", "op"], registry=registry,
         )  # fmt: skip
+        # Redis on a LAN answers in well under a millisecond; state.timeout_ms (50 ms by default)
+        # is where a wait turns suspect.
+        self.waits = Histogram(
+            "llm_gateway_state_operation_duration_seconds",
+            "Seconds each shared-state operation waited for the store (Redis), answered or given up on "
+            "(then served from local memory), by backend; operations served from memory while the store "
+            "is taken for down or slow wait for nothing and are not counted here.",
+            ["backend"], registry=registry,
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+        )  # fmt: skip
         self.loop_breaker = Counter(
             "llm_gateway_loop_breaker_events",
             "Loop breaker events, by error type: remembered (a failed answer), answered (a repeat answered "
             "from memory), probed (a repeat sent upstream as a probe), skipped (too big to remember).",
             ["event", "error_type"], registry=registry,
         )  # fmt: skip
-        # Series exist from the start, so an alert on a rate sees zeros rather than nothing.
-        if backend != "memory":
-            for op in OPS:
-                self.fallbacks.labels(backend, op)
+        # Series exist from the start, so an alert on a rate sees zeros rather than nothing (and
+        # on the memory backend, which never falls back, the alert's metric is there all the same).
+        for op in OPS:
+            self.fallbacks.labels(backend, op)
         for event in LOOP_EVENTS:
             for t in ErrorType:
                 self.loop_breaker.labels(event, t.value)
 
     def fallback(self, backend: str, op: str) -> None:
         self.fallbacks.labels(backend, op).inc()
+
+    def waited(self, backend: str, seconds: float) -> None:
+        self.waits.labels(backend).observe(seconds)
 
     def loop_event(self, event: str, error_type: ErrorType) -> None:
         self.loop_breaker.labels(event, error_type.value).inc()

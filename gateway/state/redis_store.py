@@ -1,9 +1,16 @@
 """The shared store: Redis, bounded in time, with this process's memory as the fallback.
 
-A request never waits on Redis longer than ``timeout_s`` per operation. On a timeout or an
-error the operation is served from the local :class:`MemoryStore` instead, and the store stays
-local for ``recover_s`` before one operation tries Redis again; the switch is logged once each
-way and every locally served operation is counted through ``on_fallback(backend, op)``.
+An operation Redis has not answered within ``timeout_s`` (``state.timeout_ms``) turns suspect:
+a PING on a connection of its own, timed against this process's event-loop lag, tells a Redis
+that is slow or gone from a loop too busy to read answers on time. Redis late too: the replica
+leaves it at once, every waiting operation and every later one served from the local
+:class:`MemoryStore` without waiting (so a slow Redis costs an operation about twice
+``timeout_s``, once, not its whole delay on every request), until a watch in the background,
+PINGing every ``recover_s``, finds it answering within ``timeout_s`` again. The loop late
+instead: the operation waits on for Redis's answer, up to ``recover_s``. An error (a refused
+connection) leaves Redis at once. Leaving and coming back are logged once each way; every
+locally served operation is counted through ``on_fallback(backend, op)``, and every wait on
+Redis through ``on_wait(backend, seconds)``.
 
 Writes go to local memory as well as to Redis, so a replica that loses Redis still knows what
 it saw itself (its own failures, requests and remembered answers) instead of starting blank.
@@ -12,210 +19,52 @@ it saw itself (its own failures, requests and remembered answers) instead of sta
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import logging
 import math
+import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from redis.asyncio import Redis
+from redis.asyncio.connection import SSLConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import OutOfMemoryError, ReadOnlyError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.policy.breaker import CLOSED, MAX_TRACKED_MODELS, CircuitRecord
+from gateway.state import redis_scripts as lua
 from gateway.state.ledger_ops import LedgerAdmit, LedgerSettle, LedgerState
+from gateway.state.loop_lag import LoopLag
 from gateway.state.memory import MemoryStore
+from gateway.state.redis_problems import PLAIN_BEHIND_TLS, lasting, refusing_writes
+from gateway.state.store import StoreCheck
 from gateway.state.turn_batch import TurnBatch, run_pipelined
 
 T = TypeVar("T")
 log = logging.getLogger("gateway.state")
 
-# Sums the window's per-second buckets after adding to the current one, atomically, in one trip.
-# The second is Redis's own: a replica's clock read before the trip would let a call that
-# Redis runs later name an earlier second than one it already ran, and that call's window
-# would miss the newer bucket's retries (two replicas confirmed 19 retries against a bound
-# of 10 that way). replicate_commands lets a Redis older than 7 write after TIME; on 7 it is
-# a no-op.
-_BUDGET = """
-redis.replicate_commands()
-local base, span = KEYS[1], tonumber(ARGV[1])
-local now = tonumber(redis.call('TIME')[1])
-local addr, addt = tonumber(ARGV[2]), tonumber(ARGV[3])
-local cur = base .. now
-if addr > 0 then redis.call('HINCRBY', cur, 'r', addr) end
-if addt > 0 then redis.call('HINCRBY', cur, 't', addt) end
-if addr > 0 or addt > 0 then redis.call('EXPIRE', cur, span + 1) end
-local req, ret = 0, 0
-for i = 0, span - 1 do
-  local v = redis.call('HMGET', base .. (now - i), 'r', 't')
-  req = req + (tonumber(v[1]) or 0)
-  ret = ret + (tonumber(v[2]) or 0)
-end
-if ARGV[4] == nil then return {req, ret} end
--- A reservation: one more retry, only if the window stays within the budget.
-if ret + 1 > tonumber(ARGV[4]) + tonumber(ARGV[5]) * req then return {req, ret, 0} end
-redis.call('HINCRBY', cur, 't', 1)
-redis.call('EXPIRE', cur, span + 1)
-return {req, ret + 1, 1}
-"""
-
-# Counts a repeat only when the answer is still there (HINCRBY alone would resurrect it).
-# Without one, says whether any answer is remembered at all (KEYS[2], the marker below), so
-# that a replica can skip the lookups while none is.
-_TAKE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return redis.call('EXISTS', KEYS[2]) end
-local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
-return {redis.call('HGET', KEYS[1], 'b'), n}
-"""
-
-# An answer remembered (KEYS[1]: its hash; ARGV: the body, the TTL in ms), and the marker that
-# some answer is (KEYS[2]), which lives as long as the longest-lived one: extended, never
-# shortened. One script, not a pipeline holding one: such a pipeline first asks SCRIPT EXISTS
-# on a connection it takes before its own cleanup begins, and a timeout there kept that
-# connection out of the pool for good (closed by the garbage collector, with a warning).
-_PUT = """
-local ms = tonumber(ARGV[2])
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'b', ARGV[1], 'n', 0)
-redis.call('PEXPIRE', KEYS[1], ms)
-if redis.call('PTTL', KEYS[2]) < ms then redis.call('SET', KEYS[2], '1', 'PX', ms) end
-"""
-
-# A gateway key's admission, atomically: every limit checked before anything is counted, so a
-# refused request leaves no trace. KEYS: the minute's window, the slots in flight, then one
-# hash per budget. ARGV: rpm, tpm, tokens, parallel, slot, now_ms, slot_ttl_ms, reserve,
-# budget_ttl_s, then each budget's limit. 0 means "no such limit".
-#
-# Each budget keeps its own reservations beside it (``<budget>:h``, slot -> expiry, and
-# ``<budget>:hr``, slot -> reserve) and gives back the expired ones before it is checked: a
-# slot expires only when its replica died mid-request (nothing will settle it), and its
-# reserve then comes back at the next admit on that budget by any key (a team's), not only at
-# the next admit of the key that made it, which may never come.
-_LEDGER_ADMIT = """
-local w = KEYS[1]
-local rpm, tpm, tokens = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local n = tonumber(redis.call('HGET', w, 'n') or '0')
-local k = tonumber(redis.call('HGET', w, 'k') or '0')
-if rpm > 0 and n + 1 > rpm then return {'rpm', '0'} end
-if tpm > 0 and k > 0 and k + tokens > tpm then return {'tpm', '0'} end
-local par, slot, now, ttl = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-if par > 0 and redis.call('ZCARD', KEYS[2]) >= par then return {'parallel', '0'} end
-for i = 3, #KEYS do
-  local holds, reserves = KEYS[i] .. ':h', KEYS[i] .. ':hr'
-  local gone = redis.call('ZRANGEBYSCORE', holds, '-inf', now)
-  if #gone > 0 then
-    local back = 0
-    for _, s in ipairs(gone) do
-      back = back + tonumber(redis.call('HGET', reserves, s) or '0')
-      redis.call('HDEL', reserves, s)
-    end
-    redis.call('ZREMRANGEBYSCORE', holds, '-inf', now)
-    if back > 0 and redis.call('EXISTS', KEYS[i]) == 1 then
-      redis.call('HINCRBYFLOAT', KEYS[i], 'r', -back)
-    end
-  end
-  local spent = tonumber(redis.call('HGET', KEYS[i], 's') or '0')
-  local held = tonumber(redis.call('HGET', KEYS[i], 'r') or '0')
-  if spent + held >= tonumber(ARGV[7 + i]) then return {'budget' .. (i - 3), tostring(spent)} end
-end
-redis.call('HINCRBY', w, 'n', 1)
-redis.call('HINCRBY', w, 'k', tokens)
-redis.call('EXPIRE', w, 120)
-redis.call('ZADD', KEYS[2], now + ttl, slot)
-redis.call('PEXPIRE', KEYS[2], ttl)
-for i = 3, #KEYS do
-  redis.call('HINCRBYFLOAT', KEYS[i], 'r', ARGV[8])
-  redis.call('EXPIRE', KEYS[i], ARGV[9])
-  redis.call('ZADD', KEYS[i] .. ':h', now + ttl, slot)
-  redis.call('HSET', KEYS[i] .. ':hr', slot, ARGV[8])
-  redis.call('EXPIRE', KEYS[i] .. ':h', ARGV[9])
-  redis.call('EXPIRE', KEYS[i] .. ':hr', ARGV[9])
-end
-return {'ok', '0'}
-"""
-
-# Settling: the slot back, the reservation turned into what was spent. ARGV: token_delta,
-# slot, reserve, cost, budget_ttl_s. Once per slot, and only for a slot this Redis admitted:
-# a settle sent again (its answer was lost) or one for an admit that never ran here changes
-# nothing. A budget that already gave the reservation back (the slot outlived its expiry)
-# takes the cost only.
-_LEDGER_SETTLE = """
-if redis.call('ZREM', KEYS[2], ARGV[2]) == 0 then return 0 end
-if tonumber(ARGV[1]) ~= 0 and redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('HINCRBY', KEYS[1], 'k', ARGV[1])
-end
-for i = 3, #KEYS do
-  if redis.call('ZREM', KEYS[i] .. ':h', ARGV[2]) == 1 then
-    redis.call('HDEL', KEYS[i] .. ':hr', ARGV[2])
-    redis.call('HINCRBYFLOAT', KEYS[i], 'r', -tonumber(ARGV[3]))
-  end
-  redis.call('HINCRBYFLOAT', KEYS[i], 's', ARGV[4])
-  redis.call('EXPIRE', KEYS[i], ARGV[5])
-end
-return 1
-"""
-
-# A pool deployment's configured limits, taken atomically at its pick: the request counts only
-# if this window's requests and tokens stay within them (as _LEDGER_ADMIT counts a key's), so
-# replicas that pick it at the same moment cannot each spend what the other sees as left.
-# KEYS: the window's record. ARGV: rpm, tpm (0: no such limit), tokens, ttl_ms.
-_RECORDS_TAKE = """
-local rpm, tpm, tokens = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local n = tonumber(redis.call('HGET', KEYS[1], 'n') or '0')
-local k = tonumber(redis.call('HGET', KEYS[1], 'k') or '0')
-if (rpm > 0 and n + 1 > rpm) or (tpm > 0 and k > 0 and k + tokens > tpm) then return {0, n, k} end
-n = redis.call('HINCRBY', KEYS[1], 'n', 1)
-k = redis.call('HINCRBY', KEYS[1], 'k', tokens)
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-return {1, n, k}
-"""
-
-# A pool conversation's home, claimed: the one stored stays while it is a member of the pool
-# (ARGV[3..]: the members as this replica's config has them), so that replicas which first
-# meet a conversation after a reload (a weight changed, a deployment added) send it where its
-# prompt cache is, not where the new weights would (returned with 0); else the proposed one
-# (ARGV[1]) is stored, and returned with 1 and the one it replaced, if any (a removed
-# deployment). ARGV[2]: the TTL in ms.
-_HOME_CLAIM = """
-local cur = redis.call('GET', KEYS[1])
-if cur then
-  for i = 3, #ARGV do
-    if ARGV[i] == cur then
-      redis.call('PEXPIRE', KEYS[1], ARGV[2])
-      return {cur, 0, ''}
-    end
-  end
-end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return {ARGV[1], 1, cur or ''}
-"""
-
-# A home that did not answer its conversation's turn moved to the deployment that did (ARGV[2]),
-# unless another home than the one that failed (ARGV[1]) is stored and a member of the pool
-# (ARGV[4..]): another replica's turn moved it since, and it stays. ARGV[3]: the TTL in ms.
-_HOME_MOVE = """
-local cur = redis.call('GET', KEYS[1])
-if cur and cur ~= ARGV[1] then
-  for i = 4, #ARGV do
-    if ARGV[i] == cur then
-      redis.call('PEXPIRE', KEYS[1], ARGV[3])
-      return cur
-    end
-  end
-end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-return ARGV[2]
-"""
-
-_SCRIPTS = (_BUDGET, _TAKE, _PUT, _LEDGER_ADMIT, _LEDGER_SETTLE, _RECORDS_TAKE, _HOME_CLAIM, _HOME_MOVE)
+_SCRIPTS = lua.ALL  # loaded at start-up (check)
 _FAILURES = (RedisError, OSError, TimeoutError)
+_Call = tuple[list[str], list[str | int]]  # one script call: its keys, its arguments
 _TIMEOUTS = (RedisTimeoutError, TimeoutError)
+# Errors of a Redis that answers but takes no writes: one operation served from memory each,
+# never the replica taken off Redis (its PING answers, and it came back at once, flapping).
+_WRITES_REFUSED = (OutOfMemoryError, ReadOnlyError)
+# Operations that write nothing: their success says nothing of whether Redis takes writes again.
+_READS = frozenset({"circuit_get", "reset_get", "ledger_read", "stored_get"})
 # Settles kept for a Redis that does not answer: a long outage at high traffic would otherwise
 # grow them without bound (each is ~300 bytes); past it, the oldest wait for their slots' TTL.
 MAX_UNSETTLED = 100_000
+# How long Redis remembers that a batch of an outage's spend was added (a resend within it is
+# a no-op). Batches are resent every recover_s until one is answered: a day is ample.
+OWED_MARKER_S = 86_400
+# A budget read (not admitted) is mirrored for this long: its key names its period, so a stale
+# one is never read for the next period.
+_READ_MIRROR_S = 40 * 86_400.0
 
 
 def connect(url: str, timeout_s: float, max_connections: int = 100) -> Redis:
@@ -277,6 +126,8 @@ class RedisStore:
         on_fallback: Callable[[str, str], None] = lambda _b, _op: None,
         max_connections: int = 100,
         probe_client: Redis | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        on_wait: Callable[[str, float], None] = lambda _b, _s: None,
     ) -> None:
         self._r = client
         # Operations at once, each on its own pooled connection. One past it waits here,
@@ -288,6 +139,7 @@ class RedisStore:
         self.local = local
         self._clock = clock
         self._monotonic = monotonic
+        self._sleep = sleep
         self._p = prefix
         self._timeout_s = timeout_s
         self._recover_s = recover_s
@@ -295,23 +147,33 @@ class RedisStore:
         self._waiting: set[asyncio.Timeout] = set()
         self._slow_logged_at, self._slow_since_log = -math.inf, 0
         self._on_fallback = on_fallback
-        self._down_since: float | None = None
-        self._retry_at = 0.0
+        self._on_wait = on_wait  # (backend, seconds) of every operation that asked Redis
+        self._down_since: float | None = None  # taken off Redis (down, or slow) since (monotonic)
+        self._off_said = False  # whether this time off Redis was logged yet
+        self._writes_refused_since: float | None = None  # a full or read-only Redis (monotonic)
         self._answered_at = -math.inf  # when Redis last answered an operation (monotonic)
+        self._next_check = -math.inf  # no probe before then, while Redis answers others
         self._probe: asyncio.Task[None] | None = None
-        self._budget = client.register_script(_BUDGET)
-        self._take = client.register_script(_TAKE)
-        self._put = client.register_script(_PUT)
-        self._ledger_admit = client.register_script(_LEDGER_ADMIT)
-        self._ledger_settle = client.register_script(_LEDGER_SETTLE)
+        self._budget = client.register_script(lua.BUDGET)
+        self._take = client.register_script(lua.TAKE)
+        self._put = client.register_script(lua.PUT)
+        self._ledger_admit = client.register_script(lua.LEDGER_ADMIT)
+        self._ledger_settle = client.register_script(lua.LEDGER_SETTLE)
+        self._ledger_owed = client.register_script(lua.LEDGER_OWED)
         self._admits = TurnBatch(client, self._ledger_admit)
-        self._takes = TurnBatch(client, client.register_script(_RECORDS_TAKE))
-        self._home_claims = TurnBatch(client, client.register_script(_HOME_CLAIM))
-        self._home_move = client.register_script(_HOME_MOVE)
+        self._takes = TurnBatch(client, client.register_script(lua.RECORDS_TAKE))
+        self._home_claims = TurnBatch(client, client.register_script(lua.HOME_CLAIM))
+        self._home_move = client.register_script(lua.HOME_MOVE)
         # Reservations are settled where they were made (_ledger_keys' comment says why).
         self._local_slots: set[str] = set()
         self._unsettled: list[tuple[list[str], list[str | int]]] = []
         self._settling = 0  # settles out to Redis now, not yet answered
+        # What this replica spent in its own memory (budget key -> [dollars, ttl_s]), not yet
+        # in a batch; and the batches (id, budget key -> [dollars, ttl_s]) until Redis takes them.
+        self._owed: dict[str, list[float]] = {}
+        self._owed_out: list[tuple[str, dict[str, list[float]]]] = []
+        self._batch_ids = itertools.count()
+        self._instance = os.urandom(6).hex()
         self._resender: asyncio.Task[None] | None = None
         self._answers = prefix + "a:"
         self._any_answer = prefix + "a-any"  # exists while any replica remembers an answer
@@ -332,12 +194,13 @@ class RedisStore:
             return await local()
         started = self._monotonic()
         try:
-            # ``timeout_ms`` is when a wait becomes suspect, not when it ends: past it, an
-            # operation goes on waiting while Redis is not found down (``_suspect``), up to
-            # ``_slow_s``. Served from memory at the first timeout, a saturated replica (its loop
-            # reading answers late, which is most of a 50 ms wait at 600 concurrent requests)
-            # counted budgets apart from Redis while Redis answered every call: a $0.01 budget
-            # shared by two replicas served 3x its worth in one burst.
+            # ``timeout_ms`` is when a wait becomes suspect: a probe then asks Redis how long it
+            # takes to answer (``_suspect``). Too long, with this process's loop on time, and
+            # every waiting operation goes to memory at once; else the wait is this process's
+            # own and the operation waits on, up to ``_slow_s``. Served from memory at the first
+            # timeout, a saturated replica (its loop reading answers late, which is most of a
+            # 50 ms wait at 600 concurrent requests) counted budgets apart from Redis while Redis
+            # answered every call: a $0.01 budget shared by two replicas served 3x its worth.
             async with asyncio.timeout(self._slow_s) as deadline:
                 suspicion = asyncio.get_running_loop().call_later(self._timeout_s, self._suspect, op, started)
                 self._waiting.add(deadline)
@@ -359,30 +222,54 @@ class RedisStore:
         except _FAILURES as e:
             self._on_fallback(self.backend, op)
             waited = self._monotonic() - started
-            if not isinstance(e, _TIMEOUTS):
-                self._went_down(op, type(e).__name__, waited)
+            self._on_wait(self.backend, waited)
+            if isinstance(e, _WRITES_REFUSED):
+                self._writes_refused(op, e)
+            elif not isinstance(e, _TIMEOUTS):
+                self._went_down(op, type(e).__name__, waited, lasting(e, self._db))
             elif self._down_since is None and self._probe is None:  # (a probe under way will say)
                 self._too_slow(op, waited)
             return await local()
+        self._on_wait(self.backend, self._monotonic() - started)
         self._came_back()
+        if self._writes_refused_since is not None and op not in _READS:
+            log.info({"event": "state_store_writable", "backend": self.backend, "op": op,
+                      "refused_s": round(self._monotonic() - self._writes_refused_since, 1)})  # fmt: skip
+            self._writes_refused_since = None
         return result
 
+    def _writes_refused(self, op: str, error: RedisError) -> None:
+        """Redis answers but takes no writes (maxmemory under noeviction, a read-only replica):
+        each write is served from memory, Redis stays in use for the rest, and it is said once
+        until a write is taken again. Taken off Redis instead, the replica came back at the
+        probe's PING and left again at the next write, every second or so."""
+        if self._writes_refused_since is None:
+            self._writes_refused_since = self._monotonic()
+            log.warning({"event": "state_store_full", "backend": self.backend, "op": op,
+                         "error": type(error).__name__, "problem": refusing_writes(error)})  # fmt: skip
+
     def _suspect(self, op: str, started: float) -> None:
-        """``timeout_ms`` passed on an operation. When Redis answered nothing since it began,
-        a probe with more time (``recover_s``, on its own connection) tells a dead Redis from a
-        loop too busy to read its answers; found dead, every waiting operation is let go at once
-        (``_went_down``). When Redis answered others meanwhile, the wait is this process's own."""
-        if self._answered_at <= started and self._probe is None and self._down_since is None:
-            self._start_probe((op, "TimeoutError", self._monotonic() - started))
+        """``timeout_ms`` passed on an operation: a probe (``_watch``) asks Redis, on its own
+        connection, how long it takes to answer. At once when Redis answered nothing since the
+        operation began (it may be gone); else at most once per ``recover_s`` (it may be slow,
+        or this process's loop late: only the probe tells). Probing only when nothing else was
+        answered, a Redis slow for every operation was never found slow under concurrent
+        traffic: each request waited its answers out (1.6-1.8 s behind a 0.8 s delay)."""
+        if self._probe is not None or self._down_since is not None:
+            return
+        now = self._monotonic()
+        if self._answered_at <= started or now >= self._next_check:
+            self._start_probe((op, now - started))
 
     def _too_slow(self, op: str, waited_s: float) -> None:
-        """An operation waited ``_slow_s`` with Redis not found down: served from memory, said
-        (at most once per ``recover_s``, with how many since), never silently."""
+        """An operation waited ``_slow_s`` with Redis not taken off (its probe found it on time:
+        the wait was this process's own): served from memory, said (at most once per
+        ``recover_s``, with how many since), never silently."""
         self._slow_since_log += 1
         now = self._monotonic()
         if now - self._slow_logged_at >= self._recover_s:
-            log.warning({"event": "state_store_slow", "backend": self.backend, "op": op,
-                         "waited_ms": round(waited_s * 1000, 1),
+            log.warning({"event": "state_store_slow", "backend": self.backend, "cause": "this_process",
+                         "op": op, "waited_ms": round(waited_s * 1000, 1),
                          "operations": self._slow_since_log})  # fmt: skip
             self._slow_logged_at, self._slow_since_log = now, 0
 
@@ -392,24 +279,81 @@ class RedisStore:
             log.info({"event": "state_store_back", "backend": self.backend,
                       "down_s": round(self._answered_at - self._down_since, 1)})
             self._down_since = None
+            self._off_said = False
 
     def _maybe_probe(self) -> None:
-        """While Redis is taken for down, no request waits on it: one probe at a time, in the
-        background, asks whether it answers again, at once and then once per ``recover_s``. A
-        request's own operation was the probe before, within the request's 50 ms: a replica
-        whose loop lagged that much (a saturated process) stayed off a Redis that answered
-        every time (4.3 s in one run), and a Redis that did not answer held up one request
-        every ``recover_s``."""
-        if self._probe is None and self._monotonic() >= self._retry_at:
+        """While Redis is taken off, no request waits on it: the watch (``_watch``) asks in the
+        background whether it answers in time again. Started when Redis is taken off; started
+        again here only should it have ended without bringing the replica back."""
+        if self._probe is None:
             self._start_probe(None)
 
-    def _start_probe(self, suspect: tuple[str, str, float] | None) -> None:
-        """A PING with ``recover_s`` to answer. ``suspect``: the operation (name, error, wait)
-        whose timeout asked for it, which takes Redis for down if the PING goes unanswered."""
-        self._retry_at = self._monotonic() + self._recover_s
-        self._probe = asyncio.get_running_loop().create_task(self._probe_once(suspect))
+    def _start_probe(self, suspect: tuple[str, float] | None) -> None:
+        self._probe = asyncio.get_running_loop().create_task(self._watch(suspect))
 
-    async def _probe_once(self, suspect: tuple[str, str, float] | None) -> None:
+    async def _watch(self, suspect: tuple[str, float] | None) -> None:
+        """A PING at once, then one every ``recover_s`` while Redis is taken off, until one is
+        answered within ``timeout_ms`` (each with ``recover_s`` to answer at all, on the probe's
+        own connection). ``suspect``: the operation (name, wait so far) whose wait asked for the
+        first PING, which takes Redis off if that PING is late, and says why.
+
+        A loop, not one PING per request: the probe was started only by an operation arriving,
+        and a failed one did not schedule the next, so a replica with no traffic (or only the
+        retry budget's background sync, which met the outage) never noticed Redis was back; its
+        first request long after still met "down" (503 ``accounting_unavailable`` under
+        ``closed``, its spend counted apart under ``open``), and ``state_store_back`` said
+        ``down_s`` 16.5 for a 6 s outage."""
+        try:
+            verdict, took_s, lag_s = await self._timed_ping(self._take_off if suspect is not None else None)
+            if suspect is not None and verdict != "ok":
+                op, waited_s = suspect
+                self._take_off()
+                if verdict == "down":
+                    self._say_off("state_store_down", op, "TimeoutError", waited_s + took_s)
+                else:
+                    self._say_off("state_store_slow", op, "", waited_s, answered_s=took_s, lag_s=lag_s)
+            while verdict != "ok" and self._down_since is not None:
+                await self._sleep(self._recover_s)
+                verdict, took_s, lag_s = await self._timed_ping()
+        finally:
+            self._probe = None
+        if verdict == "ok":
+            self._next_check = self._monotonic() + self._recover_s
+            self._came_back()
+
+    async def _timed_ping(self, on_late: Callable[[], object] | None = None) -> tuple[str, float, float]:
+        """A PING on the probe's connection: ``"ok"`` answered within ``timeout_ms``, ``"slow"``
+        answered later, ``"down"`` not answered within ``recover_s`` (or refused); with the time
+        it took and how late this process's loop ran meanwhile. The loop's lateness is not
+        Redis's: the PING is late only past ``timeout_ms`` plus twice that (an answer is read a
+        loop turn or two after it comes). ``on_late`` is called the moment it is late, before
+        its answer, which is still waited for (to tell slow from down)."""
+        loop = asyncio.get_running_loop()
+        lag = LoopLag(self._timeout_s / 4)
+        started = loop.time()
+        ping = asyncio.ensure_future(self._ping())
+        late = False
+        try:
+            while not ping.done() and not late:
+                left = started + self._timeout_s + 2 * lag.max_s - loop.time()
+                if left <= 0:
+                    late = True
+                    if on_late is not None:
+                        on_late()
+                else:
+                    await asyncio.wait({ping}, timeout=left)
+            answered = await ping
+        finally:
+            lag.stop()
+            ping.cancel()  # (a no-op once it is done; else this task was cancelled)
+        took_s = loop.time() - started
+        if not answered:
+            return "down", took_s, lag.max_s
+        if late or took_s > self._timeout_s + 2 * lag.max_s:
+            return "slow", took_s, lag.max_s
+        return "ok", took_s, lag.max_s
+
+    async def _ping(self) -> bool:
         try:
             async with asyncio.timeout(max(self._timeout_s, self._recover_s)):
                 try:
@@ -418,13 +362,8 @@ class RedisStore:
                     await self._probe_r.connection_pool.disconnect()  # a restarted Redis
                     await self._probe_r.ping()
         except _FAILURES:
-            self._probe = None
-            self._retry_at = self._monotonic() + self._recover_s
-            if suspect is not None:
-                self._went_down(*suspect)
-        else:
-            self._probe = None
-            self._came_back()
+            return False
+        return True
 
     async def _drop_idle_connections(self) -> None:
         try:
@@ -432,18 +371,45 @@ class RedisStore:
         except _FAILURES:
             pass  # closing a dead socket may complain; it is closed either way
 
-    def _went_down(self, op: str, error: str, waited_s: float) -> None:
-        if self._down_since is None:
-            self._down_since = self._monotonic()
-            now = asyncio.get_running_loop().time()
-            for deadline in list(self._waiting):  # the operations still waiting: to memory, now
-                if not deadline.expired():  # (one that just expired is on its way there)
-                    deadline.reschedule(now)
-            # The error's type, never its text or the URL: either may carry a password.
-            log.warning({"event": "state_store_down", "backend": self.backend, "op": op,
-                         "error": error, "waited_ms": round(waited_s * 1000, 1),
-                         "retry_every_s": self._recover_s})  # fmt: skip
-            self._maybe_probe()  # at once, unless a probe just failed: a restarted Redis is back in ms
+    def _take_off(self) -> None:
+        """Redis taken for down or too slow: the operations still waiting go to memory now, and
+        later ones are served there without waiting until the watch finds it back."""
+        if self._down_since is not None:
+            return
+        self._down_since = self._monotonic()
+        now = asyncio.get_running_loop().time()
+        for deadline in list(self._waiting):
+            if not deadline.expired():  # (one that just expired is on its way there)
+                deadline.reschedule(now)
+        self._maybe_probe()  # at once, unless the watch is on: a restarted Redis is back in ms
+
+    def _went_down(self, op: str, error: str, waited_s: float, problem: str | None = None) -> None:
+        self._take_off()
+        self._say_off("state_store_down", op, error, waited_s, problem=problem)
+
+    def _say_off(self, event: str, op: str, error: str, waited_s: float, *, answered_s: float = 0.0,
+                 lag_s: float = 0.0, problem: str | None = None) -> None:  # fmt: skip
+        """One line per time off Redis, whichever finds it first: the error's type, never its
+        text or the URL (either may carry a password). A configuration that waiting will not
+        heal (a wrong password or database) is an error, saying what is wrong."""
+        if self._off_said:
+            return
+        self._off_said = True
+        line: dict[str, object] = {"event": event, "backend": self.backend, "op": op}
+        if event == "state_store_down":
+            line |= {"error": error, "waited_ms": round(waited_s * 1000, 1)}
+        else:  # answered, later than timeout_ms with this process's loop on time
+            line |= {"cause": "redis", "answered_ms": round(answered_s * 1000, 1),
+                     "loop_lag_ms": round(lag_s * 1000, 1), "timeout_ms": round(self._timeout_s * 1000)}
+        if problem is not None:
+            log.error(line | {"problem": problem, "heals": "no: fix state.url (or Redis) and restart",
+                              "retry_every_s": self._recover_s})  # fmt: skip
+        else:
+            log.warning(line | {"retry_every_s": self._recover_s})
+
+    @property
+    def _db(self) -> int | None:
+        return self._r.connection_pool.connection_kwargs.get("db")
 
     # -- circuits ------------------------------------------------------------------------------
 
@@ -672,6 +638,13 @@ class RedisStore:
     # still have run there (a paused server runs what it was sent when it resumes): the
     # request is served from memory, and Redis is sent a settle of nothing for its slot, which
     # frees what the admit took there if it ran, and does nothing if it did not.
+    #
+    # Memory counts on from Redis. Every answer Redis gives about a key (its admits, its reads)
+    # is mirrored in this replica's memory, and every settle is applied there too: while Redis
+    # does not answer, a key's limits and budgets go on from the last counts this replica saw,
+    # not from zero. (From zero, a key spent to $0.304 of $0.30 got 32 answers and $0.61 more
+    # across two replicas in an outage, and a key at its 10 requests a minute 20 more.) What
+    # memory then admits and settles is owed to Redis: added to its budgets once it answers.
     def _ledger_keys(self, key: str, minute: int, budgets: Sequence[str]) -> list[str]:
         p = self._p + "l:"
         return [f"{p}w:{key}:{minute}", f"{p}p:{key}", *(f"{p}b:{b}" for b in budgets)]
@@ -689,8 +662,12 @@ class RedisStore:
         async def remote() -> tuple[str, float]:
             nonlocal sent
             sent = True
-            verdict, value = await self._admits(keys, args)
-            return verdict.decode() if isinstance(verdict, bytes) else str(verdict), float(value)
+            verdict, value, n, k, *spend = await self._admits(keys, args)
+            verdict = verdict.decode() if isinstance(verdict, bytes) else str(verdict)
+            budgets = self._with_owed([b for b, _ in a.budgets], spend)
+            slot = (a.slot, a.now_ms + a.slot_ttl_ms) if verdict == "ok" else None
+            self.local.ledger_mirror(a.key, a.minute, int(n), int(k), budgets, a.budget_ttl_s, slot=slot)
+            return verdict, float(value)
 
         async def local() -> tuple[str, float]:
             if sent:  # it may have run in Redis all the same: undone there if it did
@@ -703,25 +680,49 @@ class RedisStore:
 
         return await self._guard("ledger_admit", remote, local)
 
+    def _with_owed(self, budgets: Sequence[str], spend: Sequence[Any]) -> list[tuple[str, float, float]]:
+        """Redis's (spent, reserved) of each budget, flat as its scripts answer them, plus what this
+        replica spent apart and Redis has not taken yet."""
+        owed: dict[str, float] = {}
+        for batch in (self._owed, *(b for _, b in self._owed_out)):
+            for bkey, (usd, _) in batch.items():
+                owed[bkey] = owed.get(bkey, 0.0) + usd
+        return [(b, float(spend[2 * i] or 0) + owed.get(b, 0.0), max(0.0, float(spend[2 * i + 1] or 0)))
+                for i, b in enumerate(budgets)]  # fmt: skip
+
     async def ledger_settle_many(self, settles: Sequence[LedgerSettle]) -> None:
         """Also sends again what Redis did not take before: ``settles`` may be empty."""
         mine = {s.slot for s in settles if s.slot in self._local_slots}
+        # Every settle in memory too: a reservation made in Redis is in memory's mirror of it.
+        await self.local.ledger_settle_many(settles)
         if mine:
             self._local_slots -= mine
-            await self.local.ledger_settle_many([s for s in settles if s.slot in mine])
+            self._owe([s for s in settles if s.slot in mine])
         calls, self._unsettled = self._unsettled, []
         for s in settles:
             if s.slot not in mine:
                 ttl = max(1, math.ceil(s.budget_ttl_s))
                 args: list[str | int] = [s.token_delta, s.slot, repr(s.reserve_usd), repr(s.cost_usd), ttl]
                 calls.append((self._ledger_keys(s.key, s.minute, s.budgets), args))
-        if not calls:
+        if self._owed:  # a batch of its own from now on, with the id every resend of it keeps
+            self._owed_out.append((f"{self._instance}-{next(self._batch_ids)}", self._owed))
+            self._owed = {}
+        batches = list(self._owed_out)
+        if not calls and not batches:
             return
 
         async def remote() -> None:
-            for result in await run_pipelined(self._r, self._ledger_settle, calls):
-                if isinstance(result, Exception):
-                    raise result
+            if calls:
+                for result in await run_pipelined(self._r, self._ledger_settle, calls):
+                    if isinstance(result, Exception):
+                        raise result
+            if batches:
+                owed = [self._owed_call(bid, batch) for bid, batch in batches]
+                for result in await run_pipelined(self._r, self._ledger_owed, owed):
+                    if isinstance(result, Exception):
+                        raise result
+                sent = {bid for bid, _ in batches}
+                self._owed_out = [b for b in self._owed_out if b[0] not in sent]
 
         async def later() -> None:
             self._keep_unsettled(calls)
@@ -732,21 +733,43 @@ class RedisStore:
         finally:
             self._settling -= len(calls)
 
+    def _owe(self, settles: Sequence[LedgerSettle]) -> None:
+        """What requests admitted in memory cost, to be added to Redis's budgets when it answers.
+        (Their requests and tokens per minute are not: by then their minute has mostly ended.)"""
+        for s in settles:
+            if s.cost_usd <= 0:
+                continue
+            for bkey in s.budgets:
+                usd, ttl = self._owed.get(bkey, (0.0, 0.0))
+                self._owed[bkey] = [usd + s.cost_usd, max(ttl, s.budget_ttl_s)]
+        self._start_resender()
+
+    def _owed_call(self, batch_id: str, batch: Mapping[str, list[float]]) -> _Call:
+        keys = [f"{self._p}l:o:{batch_id}", *(f"{self._p}l:b:{b}" for b in batch)]
+        args: list[str | int] = [OWED_MARKER_S]
+        for usd, ttl in batch.values():
+            args += [repr(usd), max(1, math.ceil(ttl))]
+        return keys, args
+
     def _keep_unsettled(self, calls: list[tuple[list[str], list[str | int]]]) -> None:
         self._unsettled = calls + self._unsettled
         if len(self._unsettled) > MAX_UNSETTLED:
             dropped = len(self._unsettled) - MAX_UNSETTLED
             del self._unsettled[MAX_UNSETTLED:]
             log.warning({"event": "ledger_settles_dropped", "backend": self.backend, "count": dropped})
-        if self._resender is None or self._resender.done():
+        self._start_resender()
+
+    def _start_resender(self) -> None:
+        idle = self._resender is None or self._resender.done()
+        if idle and (self._unsettled or self._owed or self._owed_out):
             self._resender = asyncio.get_running_loop().create_task(self._resend())
 
     async def _resend(self) -> None:
         """Sends what Redis did not take again, every ``recover_s`` until it has: waiting for
         the next settle instead left a slot or a reservation held on every replica for as long
         as this one had no limited key's request to settle (an hour at most)."""
-        while self._unsettled:
-            await asyncio.sleep(self._recover_s)
+        while self._unsettled or self._owed or self._owed_out:
+            await self._sleep(self._recover_s)
             await self.ledger_settle_many([])
 
     def admitted_here(self, slot: str) -> bool:
@@ -756,10 +779,10 @@ class RedisStore:
 
     @property
     def unsettled(self) -> int:
-        """Settles Redis has not taken yet: kept to be sent again with the next, or out now (a
-        count that left out the ones out told a caller all was settled while Redis had yet to
-        run the last of them)."""
-        return len(self._unsettled) + self._settling
+        """Settles and batches of spend Redis has not taken yet: kept to be sent again with the
+        next, or out now (a count that left out the ones out told a caller all was settled
+        while Redis had yet to run the last of them)."""
+        return len(self._unsettled) + self._settling + len(self._owed_out) + (1 if self._owed else 0)
 
     async def ledger_read(self, key: str, minute: int, now_ms: int, budgets: Sequence[str]) -> LedgerState:
         return await self._guard("ledger_read", lambda: self._ledger_read(key, minute, now_ms, budgets),
@@ -782,6 +805,10 @@ class RedisStore:
         got = await pipe.execute()
         n, k = (int(v or 0) for v in got[0])
         spend = [(float(s or 0), max(0.0, float(r or 0))) for s, r in got[2:]]
+        # Mirrored as admits are (a scrape reads every budget: the gauges' reading then holds a
+        # budget this replica has not admitted on yet, should Redis stop answering).
+        self.local.ledger_mirror(key, minute, n, k, self._with_owed(budgets, [v for sr in spend for v in sr]),
+                                 _READ_MIRROR_S)  # fmt: skip
         return n, k, int(got[1]), spend
 
     # -- remembered answers --------------------------------------------------------------------
@@ -822,15 +849,33 @@ class RedisStore:
         # This replica's own answers are in its local memory too and always looked up.
         return self.local.holds_answers() or self._monotonic() >= self._none_remembered_until
 
-    async def check(self, timeout_s: float) -> str | None:
-        """PING once (start-up): None when Redis answered, else the error's type. Changes no
-        state: requests still find out for themselves, each within ``timeout_s`` of the store."""
+    async def check(self, timeout_s: float) -> StoreCheck | None:
+        """A PING and a write (start-up): None when Redis answered both. Changes no state:
+        requests still find out for themselves, each within ``timeout_s`` of the store."""
         try:
             async with asyncio.timeout(timeout_s):
                 await self._r.ping()
         except _FAILURES as e:
-            return type(e).__name__
+            problem = lasting(e, self._db)
+            if problem is None and isinstance(e, (*_TIMEOUTS, RedisConnectionError)):
+                problem = await self._plain_behind_tls(timeout_s)
+            return StoreCheck(type(e).__name__, problem)
         self._answered_at = self._monotonic()
+        if self._probe_r is not self._r:
+            # The probe's connection opened now: a first probe that opened it measured its
+            # set-up (three round trips, with redis-py's CLIENT SETINFO), not Redis's answer.
+            with contextlib.suppress(*_FAILURES):
+                async with asyncio.timeout(timeout_s):
+                    await self._probe_r.ping()
+        try:
+            # A PING is answered by a Redis that refuses every write (full, or a read-only
+            # replica): "answered" at start-up, then every write failed.
+            async with asyncio.timeout(timeout_s):
+                await self._r.set(self._p + "started", b"1", px=60_000)
+        except _FAILURES as e:
+            problem = refusing_writes(e) or lasting(e, self._db)
+            if problem is not None:
+                return StoreCheck(type(e).__name__, problem, answered=True)
         # Loaded now (Redis keeps them for every client), so that no request's first use of a
         # script spends its deadline on NOSCRIPT and a load: three round trips in 50 ms, which
         # a worker starting on a loaded host missed and left Redis for recover_s.
@@ -843,6 +888,28 @@ class RedisStore:
         except _FAILURES:
             pass  # each request loads what it needs, as it did
         return None
+
+    async def _plain_behind_tls(self, timeout_s: float) -> str | None:
+        """With ``rediss://``, whether the server answers a plain PING: a Redis without TLS never
+        answers a TLS handshake, and the client timed out as if it were down."""
+        pool = self._r.connection_pool
+        host, port = pool.connection_kwargs.get("host"), pool.connection_kwargs.get("port")
+        if not issubclass(pool.connection_class, SSLConnection) or host is None:
+            return None
+        try:
+            async with asyncio.timeout(timeout_s):
+                reader, writer = await asyncio.open_connection(host, port)
+                try:
+                    writer.write(b"PING\r\n")
+                    answer = await reader.read(64)
+                finally:
+                    writer.close()
+                    await writer.wait_closed()
+        except (OSError, TimeoutError):
+            return None
+        if answer[:1] not in (b"+", b"-"):  # PONG, or an error such as NOAUTH: Redis, in plain text
+            return None
+        return PLAIN_BEHIND_TLS
 
     async def close(self) -> None:
         if self._resender is not None:

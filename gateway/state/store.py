@@ -23,10 +23,23 @@ outlives its purpose. Times are wall-clock epoch seconds (replicas share no mono
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.policy.breaker import CircuitRecord
 from gateway.state.ledger_ops import LedgerAdmit, LedgerSettle, LedgerState
+
+
+@dataclass(frozen=True, slots=True)
+class StoreCheck:
+    """What start-up found wrong with the shared store. ``error``: the error's type, never its
+    text (a URL in it may carry a password). ``problem``: in words, when waiting will not heal it
+    (a wrong password, database or scheme; a full or read-only Redis), else None: an outage.
+    ``answered``: Redis answered a PING, and refused a write."""
+
+    error: str
+    problem: str | None = None
+    answered: bool = False
 
 
 class StateStore(Protocol):
@@ -157,9 +170,8 @@ class StateStore(Protocol):
         """False only when certain that no answer is stored (no I/O: a shared store says True)."""
         ...
 
-    async def check(self, timeout_s: float) -> str | None:
-        """Whether the store answers now (start-up): None if it did, else why not (an error's
-        type, never its text: a URL in it may carry a password)."""
+    async def check(self, timeout_s: float) -> StoreCheck | None:
+        """Whether the store answers now (start-up): None if it did, and takes writes."""
         ...
 
     async def close(self) -> None: ...

@@ -65,9 +65,16 @@ async def test_while_the_store_is_down_the_key_reads_its_last_reading_marked_nev
     assert live["budget"]["left_usd"] == 0.0 and "state_unavailable" not in live
     redis_server.freeze()
     try:
+        # Refused as spent either way: the replica counts on from the $52 Redis last said (from
+        # zero, under `open` it served and counted again as if nothing were spent).
         status, _, body = await gw.chat(headers=ALICE)
+        assert status == 402 and b"budget_exhausted" in body, body
+        # A request those counts would admit: not sent on counts unchecked under `closed`.
+        status, _, body = await gw.chat(headers=BOB)
         if when_down == "closed":
             assert status == 503 and b"accounting_unavailable" in body
+        else:
+            assert status == 200
         state = await key_state(gw, ALICE)
         note = state["state_unavailable"]
         requests = ("refused (503 accounting_unavailable)" if when_down == "closed"

@@ -318,13 +318,15 @@ async def test_what_redis_did_not_take_is_sent_when_it_answers_again_without_ano
             await a.settle(got, USAGE)  # in memory; Redis still paused
         finally:
             redis_server.thaw()  # the paused admit runs now
-    assert a_replica.store.unsettled == 1
+    # Kept for Redis: the undo of the admit it ran, and the $19 the request cost in memory.
+    assert a_replica.store.unsettled == 2
     for _ in range(60):  # nothing else is asked of replica a
         await asyncio.sleep(0.05)
         if a_replica.store.unsettled == 0:
             break
     seen = await b.state_of(key)
     assert a_replica.store.unsettled == 0 and seen["in_flight"] == 0 and seen["budget"]["reserved_usd"] == 0
+    assert seen["budget"]["spent_usd"] == 19
     assert isinstance(await b.admit(key, "m", 20, 10), Reservation)
 
 
@@ -386,3 +388,135 @@ async def test_budget_readings_show_every_replicas_spend_once_per_budget(
     assert (period, usd, spent_usd, reserved_usd) == ("day", 100.0, 19.0, 0.0)
     period, usd, spent_usd, reserved_usd, _ = readings[("team", "web")]
     assert (period, usd, spent_usd, reserved_usd) == ("month", 1000.0, 19.0, 30.0)
+
+
+# -- while Redis does not answer: memory counts on from what Redis last said (audit of Redis) --
+
+
+async def test_a_spent_budget_stays_refused_on_every_replica_while_redis_is_down(
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer,
+) -> None:
+    """Memory started from zero: a key spent to $0.304 of $0.30 (every replica answering 402)
+    got 32 answers and $0.61 more from two replicas once Redis was killed."""
+    a_replica, b_replica = patient_replicas
+    a, b = accounts(a_replica), accounts(b_replica)
+    key = KeySpec("olga", budget=Budget(30.0, "day"))
+    for _ in range(2):  # $19 each: $38 of $30
+        got = await a.admit(key, "m", 20, 10)
+        assert isinstance(got, Reservation)
+        await a.settle(got, USAGE)
+    refused = await b.admit(key, "m", 20, 10)  # b has admitted nothing of this key: Redis says spent
+    assert isinstance(refused, LimitHit) and refused.kind == "budget"
+    redis_server.stop()
+    with a_replica.bounded(), b_replica.bounded():
+        for acc, replica in ((a, a_replica), (b, b_replica), (a, a_replica), (b, b_replica)):
+            got = await acc.admit(key, "m", 20, 10)
+            assert isinstance(got, LimitHit) and got.kind == "budget", got
+            assert "spent $38.00 of its $30.00" in got.message
+            assert not replica.store.healthy
+
+
+async def test_a_minute_s_requests_go_on_from_what_each_replica_last_saw_while_redis_is_down(
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer,
+) -> None:
+    """From zero, a key at its 10 requests of the minute got 20 more from two replicas in that
+    minute. Each replica now may admit what was left when it last heard from Redis: b saw the
+    minute full, a saw one left."""
+    a_replica, b_replica = patient_replicas
+    a, b = accounts(a_replica), accounts(b_replica)
+    key = KeySpec("pia", requests_per_minute=3, parallel=3)
+    await same_minute()
+    held = [await a.admit(key, "m", 10, 10), await a.admit(key, "m", 10, 10), await b.admit(key, "m", 10, 10)]
+    assert all(isinstance(r, Reservation) for r in held)
+    redis_server.stop()
+    with a_replica.bounded(), b_replica.bounded():
+        over = await b.admit(key, "m", 10, 10)
+        assert isinstance(over, LimitHit) and over.kind == "rpm"
+        last = await a.admit(key, "m", 10, 10)  # the one a saw left
+        assert isinstance(last, Reservation)
+        over = await a.admit(key, "m", 10, 10)
+        # Three in flight (a's two made in Redis and the one in memory): parallel or rpm, not an answer.
+        assert isinstance(over, LimitHit) and over.kind in ("rpm", "parallel")
+        for r in (*held[:2], last):
+            await a.settle(r, USAGE)  # type: ignore[arg-type]
+        over = await a.admit(key, "m", 10, 10)
+        assert isinstance(over, LimitHit) and over.kind == "rpm"
+
+
+async def test_what_an_outage_spent_is_added_to_redis_once_when_it_answers_again(
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer,
+) -> None:
+    """What a replica admitted and settled in its own memory was never added to Redis: spent_usd
+    and the budget gauges under-reported by the outage's spend for the rest of the period."""
+    a_replica, b_replica = patient_replicas
+    a, b = accounts(a_replica), accounts(b_replica)
+    key = KeySpec("quinn", budget=Budget(1000.0, "day"))
+    got = await a.admit(key, "m", 20, 10)
+    assert isinstance(got, Reservation)
+    await a.settle(got, USAGE)
+    with a_replica.bounded():
+        redis_server.freeze()  # kept: a restarted test Redis would start empty
+        try:
+            for _ in range(2):
+                got = await a.admit(key, "m", 20, 10)  # in memory: Redis taken for down
+                assert isinstance(got, Reservation) and a_replica.store.admitted_here(got.slot)
+                await a.settle(got, USAGE)
+            assert not a_replica.store.healthy and a_replica.store.unsettled >= 1
+        finally:
+            redis_server.thaw()
+    state = await _eventually_settled(a, a_replica, key)  # nothing asked of a: its resender sends it
+    assert state["budget"]["spent_usd"] == 3 * 19
+    await asyncio.sleep(3 * RECOVER_S)
+    await a.flush(final=True)
+    seen = await b.state_of(key)
+    assert seen["budget"]["spent_usd"] == 3 * 19 and seen["budget"]["reserved_usd"] == 0  # once
+
+
+async def test_an_outage_s_spend_whose_answer_was_lost_is_added_once(
+    redis_server: RedisServer,
+) -> None:
+    """The batch of an outage's spend is sent again until Redis answers it; one that Redis ran
+    but whose answer was lost (Redis paused as it was sent) is not added again."""
+    deadline_s = 0.5
+    fallbacks: list[tuple[str, str]] = []
+    store = RedisStore(
+        connect(redis_server.url, deadline_s), MemoryStore(time.time), clock=time.time,
+        monotonic=time.monotonic, prefix="t:", timeout_s=deadline_s, recover_s=RECOVER_S,
+        on_fallback=lambda b, op: fallbacks.append((b, op)),
+    )  # fmt: skip
+    acc = Accounts(store, PRICES, time.time)
+    key = KeySpec("rosa", budget=Budget(1000.0, "day"))
+    try:
+        assert isinstance(await acc.admit(key, "m", 20, 10), Reservation)  # connected, scripts loaded
+        answer_in_time = store._admits
+        never = asyncio.Event()
+
+        async def read_late(keys: Any, args: Any) -> Any:  # a loop too busy to read the answer
+            await never.wait()
+            return await answer_in_time(keys, args)
+
+        store._admits = read_late  # type: ignore[assignment]
+        late = asyncio.create_task(acc.admit(key, "m", 20, 10))
+        await asyncio.sleep(0)
+        await store.budget_add("global", 1, 0, 10)  # Redis answers another operation meanwhile
+        got = await late
+        assert isinstance(got, Reservation) and store.admitted_here(got.slot)  # counted in memory
+        store._admits = answer_in_time  # type: ignore[method-assign]
+        redis_server.freeze()
+        try:
+            await acc.settle(got, USAGE)  # its $19, owed to Redis: sent, not answered in time
+            assert store.unsettled >= 1
+        finally:
+            redis_server.thaw()  # ... and Redis runs it now
+        for _ in range(100):
+            await acc.flush(final=True)  # sent again until answered
+            if store.unsettled == 0 and store.healthy:
+                break
+            await asyncio.sleep(0.05)
+        assert store.unsettled == 0
+        *_, spend = await store.ledger_read("rosa", int(time.time() // 60), round(time.time() * 1000),
+                                            acc._budgets(key, time.time())[0][:1])  # fmt: skip
+        # The first admit's $30 still held (never settled); the late one's $19 spent, once.
+        assert spend == [(19.0, 30.0)]
+    finally:
+        await store.close()

@@ -412,3 +412,64 @@ def test_the_health_check_asks_where_the_running_gateway_listens(tmp_path: Path,
     assert proc.returncode == 0, err
     assert not address.exists()  # nothing listens there any more
     assert healthcheck() == 1
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server (scripts/test-deps.sh)")
+def test_a_redis_configuration_that_will_not_heal_is_an_error_saying_so(tmp_path: Path) -> None:
+    """A wrong or missing password, a database Redis does not have, rediss:// to a Redis
+    without TLS: each read "did not answer (AuthenticationError); local state until it does", as
+    if it would pass (audit of Redis). The gateway still starts (as when Redis is down: a
+    password changed under running replicas would otherwise take every restarted one down),
+    but says what is wrong and that waiting will not heal it."""
+    from tests.integration.test_state_redis import RedisServer
+
+    secret = "s3cret-redis-pw"
+    redis = RedisServer(free_port(), tmp_path, extra=("--requirepass", secret))
+    base = "upstreams: [{name: a, base_url: 'http://127.0.0.1:9/v1'}]\nloop_breaker: {secret: shared}\n"
+    where = f"127.0.0.1:{redis.port}"
+    cases = [
+        (f"redis://{where}/0", "AuthenticationError", "Redis refused the credentials in state.url"),
+        (f"redis://:wrong-pw@{where}/0", "AuthenticationError", "Redis refused the credentials in state.url"),
+        (f"redis://:{secret}@{where}/99", "ResponseError", "Redis has no database 99"),
+        (f"rediss://:{secret}@{where}/0", "TimeoutError", "state.url says rediss:// (TLS), but Redis there speaks plain Redis"),
+    ]
+    redis.start()
+    try:
+        for url, error, problem in cases:
+            port = free_port()
+            cfg = write(tmp_path, f"server: {{port: {port}, drain_s: 0}}\n{base}"
+                                  f"state: {{backend: redis, url: '{url}', timeout_ms: 500}}\n")
+            code, out, err = run_until_ready(cfg, port)
+            assert code == 0, err
+            (line,) = err.splitlines()
+            assert line.startswith(f"llm-gateway: ERROR: state.backend is redis but Redis cannot be used ({error}): "
+                                   + problem), line
+            assert "This will not heal by waiting: fix it and restart" in line
+            said = str(_started(out)["state"]["redis"])  # type: ignore[index]
+            assert said.startswith(f"cannot be used ({error}): {problem}") and said.endswith("local state until fixed")
+            assert secret not in out + err and "wrong-pw" not in out + err and where not in out + err
+    finally:
+        redis.stop()
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server (scripts/test-deps.sh)")
+def test_a_full_redis_is_said_at_start_up_not_answered(tmp_path: Path) -> None:
+    """maxmemory reached under noeviction: a PING is answered, every write refused. Start-up
+    said "answered"."""
+    from tests.integration.test_state_redis import RedisServer
+
+    redis = RedisServer(free_port(), tmp_path, extra=("--maxmemory", "1", "--maxmemory-policy", "noeviction"))
+    redis.start()
+    try:
+        port = free_port()
+        cfg = write(tmp_path, f"server: {{port: {port}, drain_s: 0}}\n"
+                              "upstreams: [{name: a, base_url: 'http://127.0.0.1:9/v1'}]\nloop_breaker: {secret: s}\n"
+                              f"state: {{backend: redis, url: '{redis.url}', timeout_ms: 500}}\n")
+        code, out, err = run_until_ready(cfg, port)
+    finally:
+        redis.stop()
+    assert code == 0
+    (line,) = err.splitlines()
+    assert line.startswith("llm-gateway: WARNING: state.backend is redis and Redis answered at start-up, but it "
+                           "refuses writes (OutOfMemoryError): Redis is full: it reached its maxmemory"), line
+    assert str(_started(out)["state"]["redis"]).startswith("answered, refuses writes (OutOfMemoryError)")  # type: ignore[index]

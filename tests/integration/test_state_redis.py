@@ -54,6 +54,7 @@ class RedisServer:
     port: int
     workdir: Path
     proc: subprocess.Popen[bytes] | None = None
+    extra: tuple[str, ...] = ()  # more redis-server arguments (--requirepass, --maxmemory ...)
 
     @property
     def url(self) -> str:
@@ -63,7 +64,7 @@ class RedisServer:
         assert REDIS is not None
         self.proc = subprocess.Popen(
             [REDIS, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.workdir)],
+             "--dir", str(self.workdir), *self.extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         deadline = time.monotonic() + 10
@@ -71,7 +72,7 @@ class RedisServer:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
                     s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
+                    if s.recv(16).startswith((b"+PONG", b"-NOAUTH")):  # up, with or without a password
                         return
             except OSError:
                 time.sleep(0.02)
@@ -372,7 +373,13 @@ async def test_an_outage_falls_back_to_local_within_the_bound_and_recovers(
         hit = await lb.recall("fp")  # answered from the local copy of what this replica remembered
         assert hit is not None and hit.status == 401
         assert (await a.store.circuit_get(["up"]))[0].failures == 3  # this replica's own view
-        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+        # Said once the probe's PING has had recover_s to answer (the replica left Redis when it
+        # was late, before it could tell slow from down).
+        for _ in range(round(2 * RECOVER_S / 0.02)):
+            warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+            if warnings:
+                break
+            await asyncio.sleep(0.02)
         assert len(warnings) == 1 and isinstance(warnings[0].msg, dict)
         # Structured like every other log line: an `event`, not a sentence in `message`.
         assert warnings[0].msg["event"] == "state_store_down" and warnings[0].msg["backend"] == "redis"
@@ -679,6 +686,65 @@ async def test_homes_claimed_while_redis_is_down_leave_no_second_copy(
             assert await a.store.home_claim(f"p:id:{i}", "key-b", ("key-a", "key-b"), 60) == ("key-b", True, None)
         assert not a.store.healthy
     assert len(a.store.local._homes) == 0
+
+
+async def test_a_replica_with_no_traffic_finds_a_restarted_redis_by_itself(
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No operation between the outage and the check: the background watch alone brings the
+    replica back within about recover_s of Redis's return, and says how long it was down. It
+    did not before (an idle replica met its first request 10 s later with Redis taken for down,
+    and logged down_s 16.5 for a 6 s outage; audit of Redis, 2026-11-30)."""
+    caplog.set_level(logging.INFO, logger="gateway.state")
+    a, _ = patient_replicas
+    await a.store.reset_set("up/m", int((time.time() + 60) * 1000))
+    redis_server.stop()
+    with a.bounded():
+        await a.store.reset_get("up/m")  # meets the outage
+    assert not a.store.healthy
+    await asyncio.sleep(3 * RECOVER_S)  # several failed probes, no operation
+    redis_server.start()
+    back_at = time.monotonic()
+    for _ in range(250):
+        if a.store.healthy:
+            break
+        await asyncio.sleep(0.02)
+    took = time.monotonic() - back_at
+    assert a.store.healthy and took < RECOVER_S + 0.5, took
+    back = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "state_store_back"]
+    assert len(back) == 1 and back[0]["down_s"] < 3 * RECOVER_S + took + 0.5
+
+
+async def test_a_full_redis_keeps_the_replica_on_it_said_once_not_flapping(
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """maxmemory reached under noeviction: every write refused (OOM), PINGs and reads answered.
+    Each refused write took the replica off Redis, the probe's PING brought it back, and the
+    next write took it off again, about every second (audit of Redis)."""
+    caplog.set_level(logging.INFO, logger="gateway.state")
+    a, b = patient_replicas
+    await a.store.circuit_fail([("up", "m")], 60)
+    admin = connect(redis_server.url, 1.0)
+    try:
+        await admin.config_set("maxmemory-policy", "noeviction")
+        await admin.config_set("maxmemory", "1")
+        for _ in range(round(3 * RECOVER_S / 0.05)):  # three probe periods of traffic
+            await a.store.budget_add("global", 1, 0, 10)  # a write: refused, counted in memory
+            assert (await a.store.circuit_get(["up"]))[0].failures == 1  # a read: still Redis's
+            assert a.store.healthy
+            await asyncio.sleep(0.05)
+        said = [r.msg for r in caplog.records if isinstance(r.msg, dict)]
+        assert [m["event"] for m in said] == ["state_store_full"], said
+        assert said[0]["error"] == "OutOfMemoryError" and "noeviction" in said[0]["problem"]
+        assert {op for _, op in a.fallbacks} == {"budget_add"}
+        await admin.config_set("maxmemory", "0")
+        await a.store.budget_add("global", 1, 0, 10)
+        said = [r.msg for r in caplog.records if isinstance(r.msg, dict)]
+        assert [m["event"] for m in said] == ["state_store_full", "state_store_writable"], said
+        assert await b.store.budget_add("global", 0, 0, 10) == (1, 0)  # that write is in Redis
+    finally:
+        await admin.config_set("maxmemory", "0")
+        await admin.aclose()
 
 
 async def test_a_home_moves_to_the_deployment_that_answered_unless_another_replica_moved_it(

@@ -84,6 +84,32 @@ async def test_expired_answers_do_not_stay_in_memory_once_others_come() -> None:
     assert await store.answer_take("new3") is not None and await store.answer_take("old3") is None
 
 
+async def test_the_ledger_counts_on_from_what_the_shared_store_last_said() -> None:
+    """A replica's memory mirrors the shared store's counts (RedisStore), and holds a key to
+    them while that store does not answer: never from zero (audit of Redis)."""
+    from gateway.state.ledger_ops import LedgerAdmit
+
+    clock = Clock()
+    s = MemoryStore(clock)
+    minute, now_ms = int(clock.t // 60), round(clock.t * 1000)
+
+    def admit(slot: str, rpm: int | None = None, parallel: int | None = None) -> LedgerAdmit:
+        return LedgerAdmit(key="k", minute=minute, requests_per_minute=rpm, tokens_per_minute=None, tokens=10,
+                           parallel=parallel, slot=slot, now_ms=now_ms, slot_ttl_ms=60_000,
+                           budgets=(("key:k:d", 1.0),), reserve_usd=0.1, budget_ttl_s=3600)  # fmt: skip
+
+    s.ledger_mirror("k", minute, 9, 90, [("key:k:d", 0.5, 0.3)], 3600, slot=("redis-1", now_ms + 60_000))
+    assert await s.ledger_read("k", minute, now_ms, ["key:k:d"]) == (9, 90, 1, [(0.5, 0.3)])
+    assert await s.ledger_admit(admit("a", rpm=10)) == ("ok", 0.0)  # the one left of ten
+    assert await s.ledger_admit(admit("b", rpm=10)) == ("rpm", 0.0)
+    assert await s.ledger_admit(admit("c", parallel=2)) == ("parallel", 0.0)  # redis-1 and a in flight
+    s.ledger_mirror("k", minute, 10, 100, [("key:k:d", 1.2, 0.0)], 3600)
+    assert (await s.ledger_admit(admit("d")))[0] == "budget0"  # spent past its $1
+    clock.t += 61  # redis-1's settle never came: its slot goes when the next one is mirrored
+    s.ledger_mirror("k", minute + 1, 0, 0, [], 3600, slot=("redis-2", round(clock.t * 1000) + 60_000))
+    assert set(s._slots["k"]) == {"redis-2"}
+
+
 async def test_a_stored_objects_deployment_is_kept_its_ttl_and_the_least_recently_used_go_first() -> None:
     """Written once per stored Responses answer: bounded by count, not only by its 30 days."""
     clock = Clock()

@@ -1,0 +1,209 @@
+"""The Lua scripts RedisStore runs (gateway/state/redis_store.py), each atomic on the server and
+one round trip: what each takes and answers, and why it is shaped so, is written above it. Kept
+apart from the store so that the store reads as what it does when Redis answers and when not."""
+
+# Sums the window's per-second buckets after adding to the current one, atomically, in one trip.
+# The second is Redis's own: a replica's clock read before the trip would let a call that
+# Redis runs later name an earlier second than one it already ran, and that call's window
+# would miss the newer bucket's retries (two replicas confirmed 19 retries against a bound
+# of 10 that way). replicate_commands lets a Redis older than 7 write after TIME; on 7 it is
+# a no-op.
+BUDGET = """
+redis.replicate_commands()
+local base, span = KEYS[1], tonumber(ARGV[1])
+local now = tonumber(redis.call('TIME')[1])
+local addr, addt = tonumber(ARGV[2]), tonumber(ARGV[3])
+local cur = base .. now
+if addr > 0 then redis.call('HINCRBY', cur, 'r', addr) end
+if addt > 0 then redis.call('HINCRBY', cur, 't', addt) end
+if addr > 0 or addt > 0 then redis.call('EXPIRE', cur, span + 1) end
+local req, ret = 0, 0
+for i = 0, span - 1 do
+  local v = redis.call('HMGET', base .. (now - i), 'r', 't')
+  req = req + (tonumber(v[1]) or 0)
+  ret = ret + (tonumber(v[2]) or 0)
+end
+if ARGV[4] == nil then return {req, ret} end
+-- A reservation: one more retry, only if the window stays within the budget.
+if ret + 1 > tonumber(ARGV[4]) + tonumber(ARGV[5]) * req then return {req, ret, 0} end
+redis.call('HINCRBY', cur, 't', 1)
+redis.call('EXPIRE', cur, span + 1)
+return {req, ret + 1, 1}
+"""
+
+# Counts a repeat only when the answer is still there (HINCRBY alone would resurrect it).
+# Without one, says whether any answer is remembered at all (KEYS[2], the marker below), so
+# that a replica can skip the lookups while none is.
+TAKE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return redis.call('EXISTS', KEYS[2]) end
+local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
+return {redis.call('HGET', KEYS[1], 'b'), n}
+"""
+
+# An answer remembered (KEYS[1]: its hash; ARGV: the body, the TTL in ms), and the marker that
+# some answer is (KEYS[2]), which lives as long as the longest-lived one: extended, never
+# shortened. One script, not a pipeline holding one: such a pipeline first asks SCRIPT EXISTS
+# on a connection it takes before its own cleanup begins, and a timeout there kept that
+# connection out of the pool for good (closed by the garbage collector, with a warning).
+PUT = """
+local ms = tonumber(ARGV[2])
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'b', ARGV[1], 'n', 0)
+redis.call('PEXPIRE', KEYS[1], ms)
+if redis.call('PTTL', KEYS[2]) < ms then redis.call('SET', KEYS[2], '1', 'PX', ms) end
+"""
+
+# A gateway key's admission, atomically: every limit checked before anything is counted, so a
+# refused request leaves no trace. KEYS: the minute's window, the slots in flight, then one
+# hash per budget. ARGV: rpm, tpm, tokens, parallel, slot, now_ms, slot_ttl_ms, reserve,
+# budget_ttl_s, then each budget's limit. 0 means "no such limit". Returns the verdict, the
+# refusing budget's spend, then what every replica has counted, after this admit: the minute's
+# requests and tokens, and each budget's spent and reserved (mirrored in the replica's memory,
+# where it counts on from them while Redis does not answer).
+#
+# Each budget keeps its own reservations beside it (``<budget>:h``, slot -> expiry, and
+# ``<budget>:hr``, slot -> reserve) and gives back the expired ones before it is checked: a
+# slot expires only when its replica died mid-request (nothing will settle it), and its
+# reserve then comes back at the next admit on that budget by any key (a team's), not only at
+# the next admit of the key that made it, which may never come.
+LEDGER_ADMIT = """
+local w = KEYS[1]
+local function seen(verdict, value)
+  local out = {verdict, value, tonumber(redis.call('HGET', w, 'n') or '0'),
+               tonumber(redis.call('HGET', w, 'k') or '0')}
+  for i = 3, #KEYS do
+    local v = redis.call('HMGET', KEYS[i], 's', 'r')
+    out[#out + 1] = v[1] or '0'
+    out[#out + 1] = v[2] or '0'
+  end
+  return out
+end
+local rpm, tpm, tokens = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local n = tonumber(redis.call('HGET', w, 'n') or '0')
+local k = tonumber(redis.call('HGET', w, 'k') or '0')
+if rpm > 0 and n + 1 > rpm then return seen('rpm', '0') end
+if tpm > 0 and k > 0 and k + tokens > tpm then return seen('tpm', '0') end
+local par, slot, now, ttl = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+if par > 0 and redis.call('ZCARD', KEYS[2]) >= par then return seen('parallel', '0') end
+for i = 3, #KEYS do
+  local holds, reserves = KEYS[i] .. ':h', KEYS[i] .. ':hr'
+  local gone = redis.call('ZRANGEBYSCORE', holds, '-inf', now)
+  if #gone > 0 then
+    local back = 0
+    for _, s in ipairs(gone) do
+      back = back + tonumber(redis.call('HGET', reserves, s) or '0')
+      redis.call('HDEL', reserves, s)
+    end
+    redis.call('ZREMRANGEBYSCORE', holds, '-inf', now)
+    if back > 0 and redis.call('EXISTS', KEYS[i]) == 1 then
+      redis.call('HINCRBYFLOAT', KEYS[i], 'r', -back)
+    end
+  end
+  local spent = tonumber(redis.call('HGET', KEYS[i], 's') or '0')
+  local held = tonumber(redis.call('HGET', KEYS[i], 'r') or '0')
+  if spent + held >= tonumber(ARGV[7 + i]) then return seen('budget' .. (i - 3), tostring(spent)) end
+end
+redis.call('HINCRBY', w, 'n', 1)
+redis.call('HINCRBY', w, 'k', tokens)
+redis.call('EXPIRE', w, 120)
+redis.call('ZADD', KEYS[2], now + ttl, slot)
+redis.call('PEXPIRE', KEYS[2], ttl)
+for i = 3, #KEYS do
+  redis.call('HINCRBYFLOAT', KEYS[i], 'r', ARGV[8])
+  redis.call('EXPIRE', KEYS[i], ARGV[9])
+  redis.call('ZADD', KEYS[i] .. ':h', now + ttl, slot)
+  redis.call('HSET', KEYS[i] .. ':hr', slot, ARGV[8])
+  redis.call('EXPIRE', KEYS[i] .. ':h', ARGV[9])
+  redis.call('EXPIRE', KEYS[i] .. ':hr', ARGV[9])
+end
+return seen('ok', '0')
+"""
+
+# What a replica spent while Redis did not answer (requests it admitted and settled in its own
+# memory), added to the budgets once Redis answers again: once per batch, however often the
+# batch is sent (an answer lost, a resend). KEYS: the batch's marker, then the budgets. ARGV:
+# the marker's TTL in seconds, then each budget's dollars and TTL.
+LEDGER_OWED = """
+if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then return 0 end
+for i = 2, #KEYS do
+  redis.call('HINCRBYFLOAT', KEYS[i], 's', ARGV[2 * i - 2])
+  redis.call('EXPIRE', KEYS[i], ARGV[2 * i - 1])
+end
+return 1
+"""
+
+# Settling: the slot back, the reservation turned into what was spent. ARGV: token_delta,
+# slot, reserve, cost, budget_ttl_s. Once per slot, and only for a slot this Redis admitted:
+# a settle sent again (its answer was lost) or one for an admit that never ran here changes
+# nothing. A budget that already gave the reservation back (the slot outlived its expiry)
+# takes the cost only.
+LEDGER_SETTLE = """
+if redis.call('ZREM', KEYS[2], ARGV[2]) == 0 then return 0 end
+if tonumber(ARGV[1]) ~= 0 and redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('HINCRBY', KEYS[1], 'k', ARGV[1])
+end
+for i = 3, #KEYS do
+  if redis.call('ZREM', KEYS[i] .. ':h', ARGV[2]) == 1 then
+    redis.call('HDEL', KEYS[i] .. ':hr', ARGV[2])
+    redis.call('HINCRBYFLOAT', KEYS[i], 'r', -tonumber(ARGV[3]))
+  end
+  redis.call('HINCRBYFLOAT', KEYS[i], 's', ARGV[4])
+  redis.call('EXPIRE', KEYS[i], ARGV[5])
+end
+return 1
+"""
+
+# A pool deployment's configured limits, taken atomically at its pick: the request counts only
+# if this window's requests and tokens stay within them (as LEDGER_ADMIT counts a key's), so
+# replicas that pick it at the same moment cannot each spend what the other sees as left.
+# KEYS: the window's record. ARGV: rpm, tpm (0: no such limit), tokens, ttl_ms.
+RECORDS_TAKE = """
+local rpm, tpm, tokens = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local n = tonumber(redis.call('HGET', KEYS[1], 'n') or '0')
+local k = tonumber(redis.call('HGET', KEYS[1], 'k') or '0')
+if (rpm > 0 and n + 1 > rpm) or (tpm > 0 and k > 0 and k + tokens > tpm) then return {0, n, k} end
+n = redis.call('HINCRBY', KEYS[1], 'n', 1)
+k = redis.call('HINCRBY', KEYS[1], 'k', tokens)
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return {1, n, k}
+"""
+
+# A pool conversation's home, claimed: the one stored stays while it is a member of the pool
+# (ARGV[3..]: the members as this replica's config has them), so that replicas which first
+# meet a conversation after a reload (a weight changed, a deployment added) send it where its
+# prompt cache is, not where the new weights would (returned with 0); else the proposed one
+# (ARGV[1]) is stored, and returned with 1 and the one it replaced, if any (a removed
+# deployment). ARGV[2]: the TTL in ms.
+HOME_CLAIM = """
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  for i = 3, #ARGV do
+    if ARGV[i] == cur then
+      redis.call('PEXPIRE', KEYS[1], ARGV[2])
+      return {cur, 0, ''}
+    end
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return {ARGV[1], 1, cur or ''}
+"""
+
+# A home that did not answer its conversation's turn moved to the deployment that did (ARGV[2]),
+# unless another home than the one that failed (ARGV[1]) is stored and a member of the pool
+# (ARGV[4..]): another replica's turn moved it since, and it stays. ARGV[3]: the TTL in ms.
+HOME_MOVE = """
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[1] then
+  for i = 4, #ARGV do
+    if ARGV[i] == cur then
+      redis.call('PEXPIRE', KEYS[1], ARGV[3])
+      return cur
+    end
+  end
+end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return ARGV[2]
+"""
+
+ALL = (BUDGET, TAKE, PUT, LEDGER_ADMIT, LEDGER_SETTLE, LEDGER_OWED, RECORDS_TAKE, HOME_CLAIM, HOME_MOVE)
