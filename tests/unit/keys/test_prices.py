@@ -15,6 +15,15 @@ from gateway.keys.prices import SHIPPED, Cost, Price, PriceTable, asks_hour_cach
     ("claude-opus-4-8", Price(5.0, 25.0, 0.50, 6.25)),
     ("claude-opus-4-1-20250805", Price(15.0, 75.0, 1.50, 18.75)),
     ("claude-haiku-4-5", Price(1.0, 5.0, 0.10, 1.25)),
+    # The agents' own defaults and aliases (Claude Code's sonnet, haiku, opusplan; Codex's default):
+    # refused to budgeted keys while they had no price.
+    ("claude-sonnet-5-5", Price(2.0, 10.0, 0.20, 2.50, 4.0)),
+    ("claude-opus-5-5", Price(4.0, 20.0, 0.20, 5.0, 8.0)),
+    ("claude-opus-5", Price(5.0, 25.0, 0.50, 6.25)),
+    ("claude-haiku-5-5", Price(0.10, 0.50, cache_write=0.125, cache_write_1h=0.20,
+                               long=(100_000, Price(0.50, 2.50, cache_write=0.625)))),
+    ("gpt-6.2-sol", Price(2.0, 10.0, 0.10, 2.50, long=(272_000, Price(4.0, 15.0, 0.20, 5.0)))),
+    ("gemini-3.8-flash", None),  # only resellers' prices found
     ("gpt-5-codex", Price(1.25, 10.0, 0.125)),
     ("gpt-5-mini", Price(0.25, 2.0, 0.025)),
     ("gpt-4o-mini-2024-07-18", Price(0.15, 0.60, 0.075)),
