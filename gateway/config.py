@@ -1361,7 +1361,8 @@ class AccountingConfig(_Model):
     default_max_tokens: int = Field(
         default=4096, gt=0,
         description="Output tokens reserved against limits and budgets for a request that names no output "
-        "limit.",
+        "limit and is sent none (one translated to a Messages upstream is reserved the limit the translation "
+        "sends it).",
     )  # fmt: skip
     # Claude Code 2.1.332 asks max_tokens 128000: at $25/M out its worst case is $3.29, more than
     # a $2 budget, which then served one of its requests at a time (audit).

@@ -184,7 +184,10 @@ class PriceTable:
             return None
         if model in self._found:
             return self._found[model]
-        tables = (*self.overrides, *self.shipped)
+        # A catch-all ``"*"`` of the operator's comes after the shipped table: what the load
+        # warning tells an operator to add for the models nothing prices, not a price for all.
+        tables = (*(o for o in self.overrides if o[0] != "*"), *self.shipped,
+                  *(o for o in self.overrides if o[0] == "*"))  # fmt: skip
         found = next((price for pattern, price in tables if fnmatchcase(model, pattern)), None)
         if len(self._found) < 1024:  # model names come from clients
             self._found[model] = found

@@ -149,3 +149,12 @@ def test_a_request_asking_for_one_hour_writes_reserves_its_prompt_at_that_price(
 ])  # fmt: skip
 def test_which_requests_ask_for_one_hour_writes(payload: dict[str, Any], hour: bool) -> None:
     assert asks_hour_cache(payload) is hour
+
+
+def test_a_catch_all_of_the_operators_prices_only_what_nothing_else_does() -> None:
+    """The load warning tells an operator to add a ``"*"`` catch-all: it must not reprice every
+    shipped model."""
+    table = PriceTable.of({"*": Price(9.0, 90.0), "my-model*": Price(1.0, 2.0)})
+    assert table.price_for("claude-sonnet-4-5") == Price(3.0, 15.0, 0.30, 3.75)
+    assert table.price_for("my-model-7") == Price(1.0, 2.0)
+    assert table.price_for("gemini-3.8-flash") == Price(9.0, 90.0)
