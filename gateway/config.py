@@ -1366,7 +1366,8 @@ class AccountingConfig(_Model):
     default_max_tokens: int = Field(
         default=4096, gt=0,
         description="Output tokens reserved against limits and budgets for a request that names no output "
-        "limit.",
+        "limit and is sent none (one translated to a Messages upstream is reserved the limit the translation "
+        "sends it).",
     )  # fmt: skip
     # Claude Code 2.1.332 asks max_tokens 128000: at $25/M out its worst case is $3.29, more than
     # a $2 budget, which then served one of its requests at a time (audit).
@@ -1581,34 +1582,45 @@ def _budgets_in_memory(cfg: GatewayConfig) -> list[str]:
 
 
 def _unpriced(cfg: GatewayConfig) -> list[str]:
-    """Models a key with a budget can be routed to and no price covers, as far as the globs tell:
-    each is refused to it (``model_not_priced``, pipeline/accounting.py), which its holder learns
-    only from a refusal. A route's glob counts when it names one model (``o1-mini``) without a
-    price, or matches none a price matches (``gemini-*`` where no Gemini model is priced); one
-    partly priced (``gpt-*``) cannot be told from the config and is not warned of."""
+    """One line naming the routes a key with a budget can reach that prices do not cover fully:
+    a request for a model no price covers is refused to it (``model_not_priced``,
+    pipeline/accounting.py), which its holder learns only from a refusal. A route is covered
+    when a price's glob covers its glob (``gpt-4o*`` by ``gpt-4o*``), or it names one model that
+    is priced, as itself or as the model its upstream's ``model_map`` sends. ``*`` and a partly
+    priced glob (``gpt-*``, ``gemini-*``) count: most such routes are an agent's, whose default
+    models then were refused without a word at load (review: Claude Code's claude-sonnet-5-5,
+    Codex's gpt-6.2-sol, Gemini CLI's gemini-3.5-flash-lite)."""
     from gateway.keys.prices import SHIPPED
 
     priced = [*cfg.prices, *(glob for glob, _ in SHIPPED)]
     teams = {t.name for t in cfg.teams if t.budget is not None}
     budgeted = [k for k in cfg.keys if k.budget is not None or k.team in teams]
-    routes = [g for p in cfg.pools for g in p.models]
-    routes += [g for u in cfg.upstreams if cfg.pool_of(u.name) is None for g in u.models]
+    if not budgeted:
+        return []
+    by_name = {u.name: u for u in cfg.upstreams}
+    routes = [(g, [by_name[d] for d in p.deployments if d in by_name]) for p in cfg.pools for g in p.models]
+    routes += [(g, [u]) for u in cfg.upstreams if cfg.pool_of(u.name) is None for g in u.models]
     found: dict[str, list[str]] = {}
     for key in budgeted:
-        for route in dict.fromkeys(routes):
+        for route, members in routes:
             for reached in _reached(route, key.models):
-                if not any(_overlap(price, reached) for price in priced):
-                    names = found.setdefault(reached, [])
-                    if key.name not in names:
-                        names.append(key.name)
-    out = []
-    for reached, names in found.items():
-        who = ", ".join(f"key {n!r}" for n in names)
-        who += " has a budget" if len(names) == 1 else " have budgets"
-        what = f"model {reached!r}" if _literal(reached) else f"the models {reached!r} matches"
-        out.append(f"keys: {who} and may be routed {what}, which no price (prices:, or the shipped "
-                   "table) covers: such requests are refused (model_not_priced) until prices: names one")
-    return out
+                sent = [u.upstream_model(reached) for u in members] if _literal(reached) else []
+                if any(_covers(price, reached) for price in priced) \
+                        or any(_covers(price, name) for price in priced for name in sent):  # fmt: skip
+                    continue
+                names = found.setdefault(reached, [])
+                if key.name not in names:
+                    names.append(key.name)
+    if not found:
+        return []
+    keys = list(dict.fromkeys(n for names in found.values() for n in names))
+    who = ", ".join(f"key {n!r}" for n in keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+    shown = ", ".join(f"{r!r}" + ("" if _literal(r) else " (partly)" if any(_overlap(p, r) for p in priced)
+                                  else " (none)") for r in found)  # fmt: skip
+    return [f"keys: {who} {'has a budget' if len(keys) == 1 else 'have budgets'} and may be routed models "
+            f"no price (prices:, or the shipped table) covers: {shown}; a request for such a model is "
+            "refused to a budgeted key (model_not_priced): add prices: entries for the models its agents "
+            'use (USD per million tokens), or a "*" catch-all: prices: {"*": {input: ..., output: ...}}']
 
 
 def _reached(route: str, allowed: tuple[str, ...]) -> list[str]:

@@ -9,7 +9,7 @@ with a budget is refused such a model (``model_not_priced``, pipeline/accounting
 budget could not hold. Some prices change above a prompt size (Gemini 2.5 Pro's "prompts > 200k
 tokens"): the whole request is priced at the dearer rate then (``Price.long``).
 
-Sources, read 2026-11-28:
+Sources, read 2026-11-28 (the agents' own default models, 2026-11-30: below):
 
 - Anthropic: "Pricing", platform.claude.com/docs/en/about-claude/pricing ("Model pricing":
   base input, 5-minute cache writes, cache hits, output). A 5-minute cache write is the
@@ -55,6 +55,24 @@ Sources, read 2026-11-28:
   $0.10 in; deploybase, above, for Flash). No cache price was found for these three: a cached
   token is counted at the input price, more than Google charges. Only these exact names are
   priced: a Gemini name with a suffix (``-image``, ``-tts``, ``-live``) is priced otherwise.
+- The agents' default models, read 2026-11-30, so that a budgeted key serves them (they were
+  refused, ``model_not_priced``: Claude Code's ``sonnet``/``haiku``/``opusplan``, Codex with no
+  model set). Anthropic's model pages ("Pricing": input, output, 5m and 1h cache writes, cache
+  read): Sonnet 5.5 (and Sonnet 5) $2 / $10, writes $2.50 / $4, read $0.20
+  (https://platform.claude.com/docs/zh-CN/models/sonnet-5-5/overview,
+  https://platform.claude.com/docs/zh-CN/models/sonnet-5/overview); Opus 5.5 $4 / $20, writes
+  $5 / $8, read $0.20 (https://platform.claude.com/docs/zh-CN/models/opus-5-5/overview; Opus 5
+  keeps $5 / $25); Haiku 5.5 "$0.10 / MTok for prompts up to 100,000 tokens$0.50 / MTok for
+  prompts over 100,000 tokens", output $0.50 and $2.50, 5m write $0.125 and $0.625, 1h write
+  $0.20 up to 100,000 (https://platform.claude.com/docs/en/models/haiku-5-5/overview; no cache
+  read price was quoted: a read is counted at the input price). OpenAI's gpt-6.2-sol (Codex's
+  default): $2.00 in, $0.10 cached, $2.50 cache writes, $10.00 out; "For requests with more than
+  272K input tokens, input and cache rates double and output costs 1.5 times the short-context
+  rate for the full request" (https://developers.openai.com/api/docs/models/gpt-6.2-sol).
+  Gemini CLI's gemini-3.5-flash-lite and gemini-3.8-flash have none: only resellers' prices were
+  found (docs.apiyi.com, vercel.com/ai-gateway), the latter possibly a launch discount (Gemini
+  3.7 Flash launched at half its price, github.com/BerriAI/litellm/discussions/36799); a
+  price below Google's would let a budget overspend, so the operator prices them.
 """
 
 from __future__ import annotations
@@ -96,14 +114,19 @@ SHIPPED: tuple[tuple[str, Price], ...] = (
     ("claude-opus-4-0*", Price(15.0, 75.0, 1.50, 18.75)),
     ("claude-opus-4-2025*", Price(15.0, 75.0, 1.50, 18.75)),  # Claude Opus 4, dated id
     ("claude-opus-4*", Price(5.0, 25.0, 0.50, 6.25)),  # 4.5 to 4.8
+    ("claude-opus-5-5*", Price(4.0, 20.0, 0.20, 5.0, 8.0)),  # before Opus 5's glob
     ("claude-opus-5*", Price(5.0, 25.0, 0.50, 6.25)),
     ("claude-3-opus*", Price(15.0, 75.0, 1.50, 18.75)),
+    ("claude-sonnet-5*", Price(2.0, 10.0, 0.20, 2.50, 4.0)),  # 5, 5.5
     ("claude-sonnet-4*", Price(3.0, 15.0, 0.30, 3.75)),  # 4, 4.5, 4.6
     ("claude-3-7-sonnet*", Price(3.0, 15.0, 0.30, 3.75)),
+    ("claude-haiku-5-5*", Price(0.10, 0.50, cache_write=0.125, cache_write_1h=0.20,
+                                long=(100_000, Price(0.50, 2.50, cache_write=0.625)))),
     ("claude-haiku-4-5*", Price(1.0, 5.0, 0.10, 1.25)),
     ("claude-3-5-haiku*", Price(0.80, 4.0, 0.08, 1.0)),
     ("claude-3-haiku*", Price(0.25, 1.25, 0.03, 0.30)),
     # OpenAI
+    ("gpt-6.2-sol*", Price(2.0, 10.0, 0.10, 2.50, long=(272_000, Price(4.0, 15.0, 0.20, 5.0)))),
     ("gpt-5.5-pro*", Price(30.0, 180.0)),
     ("gpt-5.5*", Price(5.0, 30.0, 0.50)),
     ("gpt-5.4-pro*", Price(30.0, 180.0)),
@@ -161,7 +184,10 @@ class PriceTable:
             return None
         if model in self._found:
             return self._found[model]
-        tables = (*self.overrides, *self.shipped)
+        # A catch-all ``"*"`` of the operator's comes after the shipped table: what the load
+        # warning tells an operator to add for the models nothing prices, not a price for all.
+        tables = (*(o for o in self.overrides if o[0] != "*"), *self.shipped,
+                  *(o for o in self.overrides if o[0] == "*"))  # fmt: skip
         found = next((price for pattern, price in tables if fnmatchcase(model, pattern)), None)
         if len(self._found) < 1024:  # model names come from clients
             self._found[model] = found

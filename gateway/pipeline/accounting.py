@@ -22,16 +22,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.apis import output_budget
-from gateway.apis.base import Inbound
+from gateway.apis.base import Dialect, Inbound
 from gateway.errors import Classification, ErrorType
 from gateway.keys.ledger import Accounts, LimitHit, Reservation
-from gateway.keys.prices import asks_hour_cache
+from gateway.keys.prices import asks_hour_cache, cost_of
 from gateway.keys.registry import KeySpec
 from gateway.pipeline.outcome import Failure, RequestState, bad_request, gateway_failure
 from gateway.policy.retry_after import reset_at_ms
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.services import Services
 from gateway.tracing.attrs import P
+from gateway.translate import NoLeg
+from gateway.translate.chat_messages import default_max_tokens
 
 log = logging.getLogger("gateway.keys")
 
@@ -41,14 +43,57 @@ FLUSH_AFTER_S = 0.005  # settles of requests that end this close together share 
 
 async def admit(svc: Services, state: RequestState, headers: Mapping[str, str],
                 inbound: Inbound) -> Failure | None:  # fmt: skip
-    return await admit_request(svc, state, headers, inbound.model, inbound.size, inbound.payload)
+    sent = _as_sent(svc, state.dialect, inbound) if state.key is not None and state.key.limited else None
+    return await admit_request(svc, state, headers, inbound.model, inbound.size, inbound.payload, sent)
+
+
+def _as_sent(svc: Services, dialect: Dialect | None, inbound: Inbound) -> tuple[str | None, int | None]:
+    """What the route will send a dialect's request, as far as its key's rules care: the model
+    its price is read under, and the most output it can be given when it names none.
+
+    Admission runs before routing picks an upstream, so this reads the route the request will
+    take (``chain_for``, cached) for every upstream it may reach: a pool's members and the
+    fallbacks. The price is the upstream's model's (after ``model_map``), the client's name where
+    that has none: `fast` mapped to claude-haiku-4-5 was refused as unpriced (review). Of several
+    priced, the dearest, for the worst case. A request that names no output limit is sent one
+    by the translation to Messages (``chat_messages.default_max_tokens``, 64,000 for Sonnet):
+    reserving ``accounting.default_max_tokens`` (4,096) in its place let 8 such requests at once
+    spend $7.20 of a $0.50 budget (review). None where the route has nothing to add."""
+    model = inbound.model
+    route = svc.chain_for(model) if model else None
+    if route is None or dialect is None or model is None:
+        return None, None
+    best: tuple[float, float, str] | None = None
+    output: int | None = None
+    asked = output_budget.ceiling(inbound.payload)
+    for up in route.upstreams:
+        leg = up.leg_for(svc.translations, dialect, model)
+        if isinstance(leg, NoLeg):
+            continue
+        sent = leg.model or model
+        prices = svc.accounts.prices if svc.accounts is not None else None
+        named = sent if prices is not None and prices.price_for(sent) is not None else model
+        price = prices.price_for(named) if prices is not None else None
+        if price is not None and (best is None or (price.output, price.input) > best[:2]):
+            best = (price.output, price.input, named)
+        if asked is None and leg.translated and leg.wire.api == "messages":
+            default = default_max_tokens(sent, inbound.stream)
+            cap = up.cfg.max_output_tokens
+            default = min(default, cap) if cap is not None else default
+            output = default if output is None else max(output, default)
+    first = route.upstreams[0].leg_for(svc.translations, dialect, model)
+    unpriced = first.model if not isinstance(first, NoLeg) and first.model else model
+    return (best[2] if best is not None else unpriced), output
 
 
 async def admit_request(svc: Services, state: RequestState, headers: Mapping[str, str], model: str | None,
-                        size: int, payload: Mapping[str, Any]) -> Failure | None:  # fmt: skip
+                        size: int, payload: Mapping[str, Any],
+                        sent: tuple[str | None, int | None] | None = None) -> Failure | None:  # fmt: skip
     """``admit`` for any request: one of a dialect's own, or one forwarded as it is
     (``/v1/embeddings``, ``/v1/responses/compact``, ``/v1/completions``…), which spends the
-    operator's provider keys as much and is held to the same rules."""
+    operator's provider keys as much and is held to the same rules. ``sent``: the model priced
+    and the output a request naming none is sent (``_as_sent``); a request relayed as it is
+    goes with the client's model, and names its own limit or gets the provider's default."""
     key = state.key
     if key is None:
         return None
@@ -64,10 +109,11 @@ async def admit_request(svc: Services, state: RequestState, headers: Mapping[str
         return gateway_failure(403, c, message, "model_not_allowed", final=True)
     if not key.limited or svc.accounts is None:
         return None
-    if model and (key.budget is not None or key.team_budget is not None) \
-            and svc.accounts.prices.price_for(model) is None:  # fmt: skip
+    priced, sent_output = sent if sent is not None and sent[0] is not None else (model, None)
+    if priced and (key.budget is not None or key.team_budget is not None) \
+            and svc.accounts.prices.price_for(priced) is None:  # fmt: skip
         svc.telemetry.child(svc.telemetry.key_refusals, key.name, "unpriced").inc()
-        return _unpriced(key, model, headers)
+        return _unpriced(key, priced, headers)
     if key.counts_tokens and payload.get("background") is True:
         svc.telemetry.child(svc.telemetry.key_refusals, key.name, "background").inc()
         return _background(key.name)
@@ -77,7 +123,8 @@ async def admit_request(svc: Services, state: RequestState, headers: Mapping[str
         # provider as prompt all the same: its bytes are not here to estimate from.
         prompt += svc.accounts.references.of(payload)
     budgeted = key.budget is not None or key.team_budget is not None
-    got = await svc.accounts.admit(key, model, prompt, output_budget.ceiling(payload), _answers(payload),
+    output = output_budget.ceiling(payload) or sent_output
+    got = await svc.accounts.admit(key, priced, prompt, output, _answers(payload),
                                    budgeted and asks_hour_cache(payload))  # fmt: skip
     if isinstance(got, Reservation):
         state.reservation = got
@@ -144,7 +191,9 @@ def settle(svc: Services, state: RequestState) -> None:
         # provider can bill is at most what was asked for, which admission reserved: a $0.01
         # budget's books showed $0.0146 for answers the provider billed $0.0101.
         used = {**used, "completion": min(used.get("completion", 0), reservation.output_asked)}
-    cost = accounts.cost(state.model, used)
+    # At the price admission reserved at: the model the upstream was sent (``_as_sent``).
+    cost = cost_of(reservation.price, used) if reservation is not None and reservation.price is not None \
+        else accounts.cost(state.model, used)  # fmt: skip
     # Nothing used (a listing, a refused request) has nothing to price: not "unpriced".
     state.cost_usd, state.priced = cost.usd, cost.priced or not any(used.values())
     attrs: dict[str, str | float | bool] = {f"{P}key": key.name, f"{P}cost_usd": round(cost.usd, 6),

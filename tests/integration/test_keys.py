@@ -862,3 +862,83 @@ async def test_one_hour_cache_writes_are_paid_at_their_own_price_whatever_the_cl
     assert (await sent)[0] == 200
     prompt = len(json.dumps(payload).encode()) / 3.5
     assert held == pytest.approx(prompt * 6e-6 + 64 * 15e-6, rel=1e-3)
+
+
+async def test_a_model_mapped_by_the_route_is_priced_as_the_model_the_upstream_is_sent(
+    make_gateway: MakeGateway,
+) -> None:
+    """`model_map: {fast: claude-haiku-4-5}` and a request for `fast` was refused to a budgeted key
+    (model_not_priced: `fast` has no price) though the upstream model has one (review). It is
+    priced, reserved and settled as claude-haiku-4-5 now."""
+    gw = await make_gateway("keys: [{name: alice, key: gk-alice, budget: {usd: 5, period: day}}]\n",
+                            upstream_yaml=", apis: [messages], key_header: x-api-key, "
+                                          "model_map: {fast: claude-haiku-4-5}")  # fmt: skip
+    gw.fake.always = Reply(200, anthropic_message("claude-haiku-4-5", input_tokens=1000, output_tokens=2000))
+    status, _, body = await gw.chat({"model": "fast", "max_tokens": 3000,
+                                     "messages": [{"role": "user", "content": "hi"}]}, headers=ALICE)  # fmt: skip
+    assert status == 200, body
+    assert [r.json()["model"] for r in gw.fake.messages_requests()] == ["claude-haiku-4-5"]
+    # claude-haiku-4-5 at $1 in and $5 out: 1000 + 2000 tokens.
+    assert (await settled(gw))["budget"]["spent_usd"] == pytest.approx(1000e-6 + 2000 * 5e-6)
+    # A name the route maps to no priced model is still refused, naming the model sent.
+    status, _, body = await gw.chat({"model": "qwen3-coder", "messages": [{"role": "user", "content": "hi"}]},
+                                    headers=ALICE)  # fmt: skip
+    assert status == 403 and json.loads(body)["error"]["code"] == "model_not_priced"
+
+
+async def test_a_request_naming_no_output_limit_reserves_what_the_translation_sends(
+    make_gateway: MakeGateway,
+) -> None:
+    """8 streamed chat requests for claude-sonnet-4-5 naming no max_tokens, at once, on a $0.50
+    key: each was sent Anthropic `max_tokens: 64000` (the translation's default) while admission
+    reserved 4,096 tokens out, so all 8 were served and $7.20 spent (review). The reservation is
+    what is sent now: 64,000 tokens at $15 per million ($0.96) holds the whole budget, so one is
+    served and the rest are held (429) until it settles. The same for Gemini's and Responses'
+    requests translated to Messages (Gemini CLI and Codex name no output limit)."""
+    gw = await make_gateway("keys: [{name: alice, key: gk-alice, budget: {usd: 0.5, period: day}}]\n",
+                            upstream_yaml=", apis: [messages], key_header: x-api-key")  # fmt: skip
+    # 100,000 tokens out: what an answer to "write a lot" may cost ($1.50), up to what was sent.
+    gw.fake.always = Stream([*anthropic_head(), text_delta("word " * 50), *anthropic_tail(output_tokens=60000)],
+                            delay_s=0.3)  # every one in flight at once
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="gk-alice", max_retries=0)
+
+    async def one(i: int) -> int:
+        try:
+            stream = await client.chat.completions.create(
+                model="claude-sonnet-4-5", stream=True, messages=[{"role": "user", "content": f"write a lot {i}"}])
+            async for _ in stream:
+                pass
+        except openai.APIStatusError as e:
+            return e.status_code
+        return 200
+
+    try:
+        statuses = await asyncio.gather(*(one(i) for i in range(8)))
+    finally:
+        await client.close()
+    assert statuses.count(200) == 1 and statuses.count(429) == 7, statuses
+    assert [r.json()["max_tokens"] for r in gw.fake.messages_requests()] == [64000]
+    spent = (await settled(gw))["budget"]["spent_usd"]
+    assert spent == pytest.approx(25 * 3e-6 + 60000 * 15e-6)  # one answer: $0.90
+
+    # Gemini (no maxOutputTokens) and Responses (no max_output_tokens) to the same upstream.
+    for path, body, headers in (
+        ("/v1beta/models/claude-sonnet-4-5:streamGenerateContent?alt=sse",
+         {"contents": [{"role": "user", "parts": [{"text": "write a lot"}]}]}, {"x-goog-api-key": "gk-bob"}),
+        ("/v1/responses", {"model": "claude-sonnet-4-5", "input": "write a lot", "stream": True},
+         {"Authorization": "Bearer gk-bob"}),
+    ):
+        gw = await make_gateway("keys: [{name: bob, key: gk-bob, budget: {usd: 0.5, period: day}}]\n",
+                                upstream_yaml=", apis: [messages], key_header: x-api-key")  # fmt: skip
+        gw.fake.always = Stream([*anthropic_head(), text_delta("words"), *anthropic_tail(output_tokens=60000)],
+                                delay_s=0.3)  # fmt: skip
+
+        async def post(gw: Gateway = gw, path: str = path, body: dict[str, Any] = body,
+                       headers: dict[str, str] = headers) -> int:  # fmt: skip
+            async with gw.session.post(gw.base + path, json=body, headers=headers) as r:
+                await r.read()
+                return r.status
+
+        statuses = await asyncio.gather(*(post() for _ in range(6)))
+        assert statuses.count(200) == 1, (path, statuses)
+        assert [r.json()["max_tokens"] for r in gw.fake.messages_requests()] == [64000], path

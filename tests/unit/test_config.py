@@ -616,24 +616,39 @@ REDIS = "state: {backend: redis, url: 'redis://127.0.0.1:6379/0'}\nloop_breaker:
 
 
 @pytest.mark.parametrize(("keys", "unpriced"), [
-    # A budgeted key reaching every route: gemini-9* matches no price at all, o1-mini is named and has none.
-    ("keys: [{name: k, key: gk-k, budget: {usd: 5}}]", {"'o1-mini'": "k", "'gemini-9*'": "k"}),
+    # A budgeted key reaching every route: gemini-9* matches no price at all, o1-mini is named and
+    # has none, gpt-* is partly priced (gpt-4-turbo has none).
+    ("keys: [{name: k, key: gk-k, budget: {usd: 5}}]", ["'gpt-*' (partly)", "'o1-mini'", "'gemini-9*' (none)"]),
     # Its own models narrow what it reaches; its team's budget counts as a budget.
     ("keys: [{name: k, key: gk-k, team: t, models: ['gemini-9-pro', 'gpt-4o*']}]\n"
-     "teams: [{name: t, budget: {usd: 5}}]", {"'gemini-9-pro'": "k"}),
-    # gpt-* is partly priced: not determinable, not warned. No budget: nothing to warn of.
-    ("keys: [{name: k, key: gk-k, models: ['gpt-*']}, {name: j, key: gk-j, budget: {usd: 5}, models: ['gpt-*']}]", {}),
-    ("keys: [{name: k, key: gk-k, tokens_per_minute: 1000}]", {}),
-    # A price for it under prices: clears it.
+     "teams: [{name: t, budget: {usd: 5}}]", ["'gemini-9-pro'"]),
+    # A partly priced glob counts now: most such routes are an agent's (review).
+    ("keys: [{name: k, key: gk-k, models: ['gpt-*']}, {name: j, key: gk-j, budget: {usd: 5}, models: ['gpt-*']}]",
+     ["'gpt-*' (partly)"]),
+    ("keys: [{name: k, key: gk-k, tokens_per_minute: 1000}]", []),
+    # Prices for them clear it, a "*" catch-all as well.
     ("keys: [{name: k, key: gk-k, budget: {usd: 5}}]\n"
-     "prices: {'gemini-9*': {input: 1, output: 2}, 'o1-mini': {input: 1, output: 2}}", {}),
+     "prices: {'gemini-9*': {input: 1, output: 2}, 'o1-mini': {input: 1, output: 2}, 'gpt-*': {input: 1, output: 2}}",
+     []),
+    ("keys: [{name: k, key: gk-k, budget: {usd: 5}}]\nprices: {'*': {input: 1, output: 2}}", []),
 ])  # fmt: skip
-def test_a_budgeted_key_reaching_a_model_without_a_price_is_a_warning(keys: str, unpriced: dict[str, str]) -> None:
+def test_a_budgeted_key_reaching_a_model_without_a_price_is_a_warning(keys: str, unpriced: list[str]) -> None:
     warnings = [w for w in config_warnings(parse_config(UP + REDIS + keys, env={})) if "no price" in w]
-    assert len(warnings) == len(unpriced), warnings
-    for warning, (model, key) in zip(warnings, unpriced.items(), strict=True):
-        assert model in warning and f"key '{key}'" in warning and "prices:" in warning, warning
-        assert "model_not_priced" in warning
+    assert len(warnings) == (1 if unpriced else 0), warnings
+    for warning in warnings:  # one line naming every route, the key, and what to add
+        assert all(route in warning for route in unpriced), warning
+        assert ("key 'j'" if "gk-j" in keys else "key 'k'") in warning, warning
+        assert "model_not_priced" in warning and "prices:" in warning and '"*"' in warning
+
+
+def test_a_route_mapped_to_a_priced_model_is_covered_and_star_is_warned() -> None:
+    budget = REDIS + "keys: [{name: k, key: gk-k, budget: {usd: 5}}]\n"
+    mapped = "upstreams:\n  - {name: a, base_url: 'http://127.0.0.1:9000/v1', api_key: k, models: [fast], " \
+             "model_map: {fast: claude-haiku-4-5}}\n"  # fmt: skip
+    assert not [w for w in config_warnings(parse_config(mapped + budget, env={})) if "no price" in w]
+    star = "upstreams:\n  - {name: a, base_url: 'http://127.0.0.1:9000/v1', api_key: k}\n"
+    warnings = [w for w in config_warnings(parse_config(star + budget, env={})) if "no price" in w]
+    assert len(warnings) == 1 and "'*' (partly)" in warnings[0], warnings
 
 
 def test_budgets_kept_in_memory_are_a_warning() -> None:

@@ -15,6 +15,15 @@ from gateway.keys.prices import SHIPPED, Cost, Price, PriceTable, asks_hour_cach
     ("claude-opus-4-8", Price(5.0, 25.0, 0.50, 6.25)),
     ("claude-opus-4-1-20250805", Price(15.0, 75.0, 1.50, 18.75)),
     ("claude-haiku-4-5", Price(1.0, 5.0, 0.10, 1.25)),
+    # The agents' own defaults and aliases (Claude Code's sonnet, haiku, opusplan; Codex's default):
+    # refused to budgeted keys while they had no price.
+    ("claude-sonnet-5-5", Price(2.0, 10.0, 0.20, 2.50, 4.0)),
+    ("claude-opus-5-5", Price(4.0, 20.0, 0.20, 5.0, 8.0)),
+    ("claude-opus-5", Price(5.0, 25.0, 0.50, 6.25)),
+    ("claude-haiku-5-5", Price(0.10, 0.50, cache_write=0.125, cache_write_1h=0.20,
+                               long=(100_000, Price(0.50, 2.50, cache_write=0.625)))),
+    ("gpt-6.2-sol", Price(2.0, 10.0, 0.10, 2.50, long=(272_000, Price(4.0, 15.0, 0.20, 5.0)))),
+    ("gemini-3.8-flash", None),  # only resellers' prices found
     ("gpt-5-codex", Price(1.25, 10.0, 0.125)),
     ("gpt-5-mini", Price(0.25, 2.0, 0.025)),
     ("gpt-4o-mini-2024-07-18", Price(0.15, 0.60, 0.075)),
@@ -140,3 +149,12 @@ def test_a_request_asking_for_one_hour_writes_reserves_its_prompt_at_that_price(
 ])  # fmt: skip
 def test_which_requests_ask_for_one_hour_writes(payload: dict[str, Any], hour: bool) -> None:
     assert asks_hour_cache(payload) is hour
+
+
+def test_a_catch_all_of_the_operators_prices_only_what_nothing_else_does() -> None:
+    """The load warning tells an operator to add a ``"*"`` catch-all: it must not reprice every
+    shipped model."""
+    table = PriceTable.of({"*": Price(9.0, 90.0), "my-model*": Price(1.0, 2.0)})
+    assert table.price_for("claude-sonnet-4-5") == Price(3.0, 15.0, 0.30, 3.75)
+    assert table.price_for("my-model-7") == Price(1.0, 2.0)
+    assert table.price_for("gemini-3.8-flash") == Price(9.0, 90.0)
