@@ -113,11 +113,16 @@ CONTINUE = "Continue."  # the user turn a conversation ending on the assistant g
 # Claude Fable 5 model page, https://platform.claude.com/docs/en/models/fable-5/overview, whose
 # specifications Mythos 5 shares; "up to 128K output tokens per request" for Fable and Mythos 5.1,
 # the migration guide; "128k max output tokens" for 5.2, its "What's new"). Mythos Preview is
-# not named there and keeps the fallback.
+# not named there and keeps the fallback. Opus, Sonnet and Haiku from 5 on: 128K too (Opus 5 and
+# 5.5, Sonnet 5 and 5.5, Haiku 5.5: "Max output: 128K tokens" on each model page, e.g.
+# https://platform.claude.com/docs/en/models/sonnet-5/overview and
+# https://platform.claude.com/docs/en/models/haiku-5-5/overview, whose comparison tables list all
+# five). Without them Codex or Gemini CLI on claude-sonnet-5-5 got 4096 and answers cut short.
 DEFAULT_MAX_TOKENS = (
     ("claude-opus-4", 32000), ("claude-sonnet-4", 64000), ("claude-haiku-4", 64000),
     ("claude-3-7-sonnet", 64000), ("claude-3-5", 8192), ("claude-3", 4096),
     ("claude-fable-5", 128000), ("claude-mythos-5", 128000),
+    ("claude-opus-5", 128000), ("claude-sonnet-5", 128000), ("claude-haiku-5", 128000),
 )  # fmt: skip
 FALLBACK_MAX_TOKENS = 4096
 # Anthropic's SDKs refuse a buffered request above this (it risks an HTTP timeout); a default

@@ -407,6 +407,8 @@ def test_unknown_reasoning_effort_is_refused() -> None:
     ("claude-fable-5", True, 128000), ("claude-fable-5-1", True, 128000), ("claude-mythos-5-1", True, 128000),
     ("us.anthropic.claude-fable-5-2-v1:0", True, 128000), ("claude-fable-5-1", False, BUFFERED_MAX_TOKENS),
     ("claude-mythos-preview", True, 4096),
+    ("claude-sonnet-5-5", True, 128000), ("claude-opus-5-5", True, 128000), ("claude-haiku-5-5", True, 128000),
+    ("claude-opus-5", True, 128000), ("claude-sonnet-5-5", False, BUFFERED_MAX_TOKENS),
 ])  # fmt: skip
 def test_default_max_tokens(model: str, stream: bool, expected: int) -> None:
     assert default_max_tokens(model, stream) == expected
