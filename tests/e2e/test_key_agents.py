@@ -46,7 +46,8 @@ def spent(fake: FakeUpstream, tmp_path: Path) -> Iterator[RunningGateway]:
     config.write_text(
         f"server: {{port: {port}, drain_s: 1}}\n"
         f"upstreams: [{{name: fake, base_url: '{fake.url}', api_key: sk-operator}}]\n"
-        "prices: {'*': {input: 1000000, output: 2000000}}\n"
+        # gpt-4o-mini has a shipped price, which a bare '*' (tried after the shipped table) leaves be.
+        "prices: {'gpt-4o-mini*': {input: 1000000, output: 2000000}, '*': {input: 1000000, output: 2000000}}\n"
         f"keys: [{{name: alice, key: {KEY}, budget: {{usd: 20, period: day}}}}]\n"
     )
     gw = start([sys.executable, "-m", "gateway", "--config", str(config)], base_env(), port, tmp_path / "gw.log")

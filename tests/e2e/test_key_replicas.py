@@ -36,7 +36,8 @@ def _launch(fake: FakeUpstream, redis_url: str, tmp: Path, name: str) -> Running
     config.write_text(
         f"server: {{port: {port}, drain_s: 1}}\n"
         f"upstreams: [{{name: fake, base_url: '{fake.url}', api_key: sk-operator}}]\n"
-        "prices: {'*': {input: 1000000, output: 2000000}}\n"
+        # gpt-4o-mini has a shipped price, which a bare '*' (tried after the shipped table) leaves be.
+        "prices: {'gpt-4o-mini*': {input: 1000000, output: 2000000}, '*': {input: 1000000, output: 2000000}}\n"
         f"keys: [{{name: team-bot, key: {KEY}, budget: {{usd: 60, period: month}}}}]\n"
         f"state: {{backend: redis, url: '{redis_url}', timeout_ms: 500}}\n"
     )
