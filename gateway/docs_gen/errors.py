@@ -338,7 +338,10 @@ MEANINGS = {
     "no_client_key": "`GET /v1/gateway/key` on a gateway that asks no key.",
     "key_requests_per_minute": "The key's `requests_per_minute` is used up; `retry-after` is the "
     "minute's end.",
-    "key_tokens_per_minute": "The key's `tokens_per_minute` is used up; `retry-after` is the minute's end.",
+    "key_tokens_per_minute": "The key's `tokens_per_minute` is used up (or the request alone counts more "
+    "than it: sent only as a minute's first); `retry-after` is the minute's end.",
+    "key_tokens_held": "The key's `tokens_per_minute` is not used up, but requests in flight hold the rest "
+    "(each counted at its prompt and all the output it asks for until it ends); `retry-after` is 2 s.",
     "key_parallel_limit": "The key has `parallel` requests in flight already; `retry-after` is 1 s.",
     "key_budget_held": "The key's (or its team's) budget is not spent, but requests in flight hold the rest "
     "at what they may cost at most until they end; `retry-after` is 2 s.",

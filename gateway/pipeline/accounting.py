@@ -244,6 +244,8 @@ def _refused(svc: Services, state: RequestState, headers: Mapping[str, str], r: 
         return gateway_failure(429, c, r.message, "key_budget_held", final=True)
     if r.kind == "tpm":
         return gateway_failure(429, c, r.message, "key_tokens_per_minute", final=True)
+    if r.kind == "tpm_held":
+        return gateway_failure(429, c, r.message, "key_tokens_held", final=True)
     return gateway_failure(429, c, r.message, "key_requests_per_minute", final=True)
 
 

@@ -99,7 +99,7 @@ local rpm, tpm, tokens = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local n = tonumber(redis.call('HGET', w, 'n') or '0')
 local k = tonumber(redis.call('HGET', w, 'k') or '0')
 if rpm > 0 and n + 1 > rpm then return {'rpm', '0'} end
-if tpm > 0 and k > 0 and k + tokens > tpm then return {'tpm', '0'} end
+if tpm > 0 and k > 0 and k + tokens > tpm then return {'tpm', redis.call('HGET', w, 'h') or '0'} end
 local par, slot, now, ttl = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 if par > 0 and redis.call('ZCARD', KEYS[2]) >= par then return {'parallel', '0'} end
@@ -123,6 +123,7 @@ for i = 3, #KEYS do
 end
 redis.call('HINCRBY', w, 'n', 1)
 redis.call('HINCRBY', w, 'k', tokens)
+redis.call('HINCRBY', w, 'h', tokens)
 redis.call('EXPIRE', w, 120)
 redis.call('ZADD', KEYS[2], now + ttl, slot)
 redis.call('PEXPIRE', KEYS[2], ttl)
@@ -137,15 +138,17 @@ end
 return {'ok', '0'}
 """
 
-# Settling: the slot back, the reservation turned into what was spent. ARGV: token_delta,
-# slot, reserve, cost, budget_ttl_s. Once per slot, and only for a slot this Redis admitted:
+# Settling: the slot back, the reservation turned into what was spent, the minute's tokens
+# the request held (``h``) given back. ARGV: token_delta, slot, reserve, cost, budget_ttl_s,
+# held tokens. Once per slot, and only for a slot this Redis admitted:
 # a settle sent again (its answer was lost) or one for an admit that never ran here changes
 # nothing. A budget that already gave the reservation back (the slot outlived its expiry)
 # takes the cost only.
 _LEDGER_SETTLE = """
 if redis.call('ZREM', KEYS[2], ARGV[2]) == 0 then return 0 end
-if tonumber(ARGV[1]) ~= 0 and redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('HINCRBY', KEYS[1], 'k', ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  if tonumber(ARGV[1]) ~= 0 then redis.call('HINCRBY', KEYS[1], 'k', ARGV[1]) end
+  if tonumber(ARGV[6] or '0') ~= 0 then redis.call('HINCRBY', KEYS[1], 'h', -tonumber(ARGV[6])) end
 end
 for i = 3, #KEYS do
   if redis.call('ZREM', KEYS[i] .. ':h', ARGV[2]) == 1 then
@@ -695,7 +698,7 @@ class RedisStore:
         async def local() -> tuple[str, float]:
             if sent:  # it may have run in Redis all the same: undone there if it did
                 ttl = max(1, math.ceil(a.budget_ttl_s))
-                self._keep_unsettled([(keys, [0, a.slot, repr(a.reserve_usd), repr(0.0), ttl])])
+                self._keep_unsettled([(keys, [0, a.slot, repr(a.reserve_usd), repr(0.0), ttl, a.tokens])])
             verdict, spent = await self.local.ledger_admit(a)
             if verdict == "ok":
                 self._local_slots.add(a.slot)
@@ -713,7 +716,8 @@ class RedisStore:
         for s in settles:
             if s.slot not in mine:
                 ttl = max(1, math.ceil(s.budget_ttl_s))
-                args: list[str | int] = [s.token_delta, s.slot, repr(s.reserve_usd), repr(s.cost_usd), ttl]
+                args: list[str | int] = [s.token_delta, s.slot, repr(s.reserve_usd), repr(s.cost_usd), ttl,
+                                         s.held_tokens]  # fmt: skip
                 calls.append((self._ledger_keys(s.key, s.minute, s.budgets), args))
         if not calls:
             return
