@@ -317,10 +317,13 @@ MEANINGS = {
     "upstream in one.",
     "invalid_header": "A header the gateway would send upstream holds a CR, LF or NUL (RFC 9110 §5.5); "
     "both upstream clients refuse to write it, and nothing is sent.",
-    "missing_client_key": "Client keys are configured and the request carries none.",
-    "invalid_client_key": "Client keys are configured and the one the request carries matches none.",
+    "missing_client_key": "Client keys are configured and the request carries none; 401, and 400 to Codex, "
+    "which stops on a 400 but retries a 401 five times.",
+    "invalid_client_key": "Client keys are configured and the one the request carries matches none; 401, and "
+    "400 to Codex.",
     "expired_client_key": "The request's key is past its `expires_at`: the message names the key and when "
-    "it expired (its holder has the key); a reload that moves `expires_at` lets it in again.",
+    "it expired (its holder has the key); a reload that moves `expires_at` lets it in again. 401, and 400 "
+    "to Codex.",
     "budget_exhausted": "The key's (or its team's) budget for the period is spent; `x-llm-error-reset-at` "
     "is the period's end. Codex gets its own 429 `usage_limit_reached` instead.",
     "model_not_allowed": "The key may not use the requested model (`keys[].models`); 403, and 400 to Codex, "
