@@ -94,3 +94,21 @@ async def test_codex_is_refused_a_wrong_or_expired_key_with_a_400_it_stops_on(ma
     assert status == 401
     assert gw.fake.requests == []
     assert gw.metric("llm_gateway_client_auth_refusals_total", reason="expired") == 3
+
+
+async def test_a_reload_that_removes_a_key_drops_its_metric_series(make_gateway: MakeGateway, tmp_path: Path) -> None:
+    """Keys made per CI run and removed after left their spend, token and refusal series in
+    /metrics for as long as the process lived (15 keys, 90 lines, audit)."""
+    gw = await make_gateway(keys(FUTURE))
+    assert (await gw.chat(headers={"Authorization": "Bearer gk-alice"}))[0] == 200
+    assert (await gw.chat(headers={"Authorization": "Bearer gk-bob"}))[0] == 200
+    path = tmp_path / "gateway.yaml"
+    path.write_text(f"upstreams:\n  - {{name: primary, base_url: '{gw.fake.url}'}}\n"
+                    "loop_breaker: {enabled: false}\n"
+                    f"keys:\n  - {{name: bob, key: gk-bob, expires_at: '{FUTURE.isoformat()}'}}\n")  # fmt: skip
+    reloader = Reloader(str(path), gw.app[LIVE], log=logging.getLogger("tests.key_expiry"), env={})
+    assert await reloader.reload("SIGHUP", quiet_if_same=True)
+    async with gw.session.get(gw.base + "/metrics") as r:
+        text = (await r.read()).decode()
+    assert 'key="alice"' not in text
+    assert 'llm_gateway_key_tokens_total{key="bob"' in text  # a kept key keeps its totals
