@@ -16,7 +16,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
@@ -1688,14 +1688,15 @@ Used = list[tuple[str, str]]  # (variable, value) pairs that went into a text
 
 
 def expand_env(text: str, env: Mapping[str, str], unset: list[str] | None = None, used: Used | None = None,
-               ) -> str:  # fmt: skip
+               secret: bool = False) -> str:  # fmt: skip
     """Replace ``${VAR}``, ``${VAR:-default}`` and ``${VAR:?why}``. An unset ``${VAR}`` is an
     error, and so is an unset or empty ``${VAR:?why}`` (a key that must not be blank: an empty
     api_key would mean "forward the client's credential").
 
     With ``unset`` given, each problem is appended to it as a line instead of raising, so that
     every missing variable can be reported at once; with ``used`` given, each variable whose
-    value went into the text is appended as (name, value).
+    value went into the text is appended as (name, value). ``secret``: the text fills a field
+    that holds a credential.
     """
 
     def sub(m: re.Match[str]) -> str:
@@ -1719,7 +1720,7 @@ def expand_env(text: str, env: Mapping[str, str], unset: list[str] | None = None
         elif name in env:
             return ""
         else:
-            problem = _unset_message(name)
+            problem = _unset_message(name, secret)
         if unset is None:
             raise ConfigError(problem)
         unset.append(problem)
@@ -1728,7 +1729,11 @@ def expand_env(text: str, env: Mapping[str, str], unset: list[str] | None = None
     return _REF.sub(sub, text)
 
 
-def _unset_message(name: str) -> str:
+def _unset_message(name: str, secret: bool = False) -> str:
+    if secret or _secret(name):
+        # A default for a key is a key in the config file, shared by whoever reads it.
+        return (f"environment variable {name} is not set (it holds a secret, which has no default: "
+                "set it in the gateway's environment)")  # fmt: skip
     return f"environment variable {name} is not set (use ${{{name}:-default}})"
 
 
@@ -1736,28 +1741,37 @@ Loc = tuple[int | str, ...]
 
 
 def _expand_tree(node: Any, env: Mapping[str, str], unset: list[str], origins: dict[Loc, Used],
-                 loc: Loc = ()) -> Any:  # fmt: skip
+                 loc: Loc = (), failed: set[Loc] | None = None) -> Any:  # fmt: skip
     """``node`` with its variables expanded; ``origins`` learns which variables filled which
     field, so that an error on that field can name them (the file only says ``${VAR}``). A
-    variable that cannot fill its field is reported under the field, as every other problem is."""
+    variable that cannot fill its field is reported under the field, as every other problem is;
+    ``failed`` learns those fields, whose value (empty where the variable was) is not the
+    problem to report."""
     # Expanding after YAML parsing keeps a secret containing ':' or '#' from changing the YAML.
     if isinstance(node, str):
         used: Used = []
         problems: list[str] = []
-        out = expand_env(node, env, problems, used)
+        field = next((part for part in reversed(loc) if isinstance(part, str)), "")
+        out = expand_env(node, env, problems, used, secret=_secret(field))
         unset.extend(f"{_field_path(loc)}: {p}" for p in problems)
+        if problems and failed is not None:
+            failed.add(loc)
         if used:
             origins[loc] = used
         return out
     if isinstance(node, list):
-        return [_expand_tree(x, env, unset, origins, (*loc, i)) for i, x in enumerate(node)]
+        return [_expand_tree(x, env, unset, origins, (*loc, i), failed) for i, x in enumerate(node)]
     if isinstance(node, dict):
-        return {k: _expand_tree(v, env, unset, origins, (*loc, k)) for k, v in node.items()}
+        return {k: _expand_tree(v, env, unset, origins, (*loc, k), failed) for k, v in node.items()}
     return node
 
 
 # A variable or field so named holds a credential: its value is never printed.
 _SECRET_WORDS = ("KEY", "SECRET", "TOKEN", "PASSW", "CREDENTIAL", "AUTH")
+
+
+def _secret(name: str) -> bool:
+    return any(w in name.upper() for w in _SECRET_WORDS)
 
 
 def _from_env(loc: Loc, origins: Mapping[Loc, Used]) -> str:
@@ -1884,8 +1898,13 @@ def _wording(tp: Any) -> str:
     return noun
 
 
-def _describe(err: ValidationError, origins: Mapping[Loc, Used] | None = None) -> list[str]:
+def _describe(err: ValidationError, origins: Mapping[Loc, Used] | None = None,
+              unset: Iterable[Loc] = ()) -> list[str]:  # fmt: skip
+    """One line per problem; none for a field a variable could not fill (``unset``): that is
+    reported already, and what it left there ("must be printable ASCII") is not the cause."""
     errors = _unknown_keys_first(list(err.errors()))
+    gone = tuple(unset)
+    errors = [e for e in errors if not any(tuple(e["loc"])[: len(f)] == f for f in gone)]
     locs = [tuple(e["loc"]) for e in errors]
     out: list[str] = []
     unions: set[Loc] = set()
@@ -1953,12 +1972,13 @@ def parse_config(text: str, env: Mapping[str, str] | None = None, source: str = 
         raise ConfigError(f"{source}: the top level must be a mapping of sections")
     unset: list[str] = []
     origins: dict[Loc, Used] = {}
-    data = _expand_tree(data, os.environ if env is None else env, unset, origins)
+    failed: set[Loc] = set()
+    data = _expand_tree(data, os.environ if env is None else env, unset, origins, failed=failed)
     problems = repeated + list(dict.fromkeys(unset))
     try:
         cfg = GatewayConfig.model_validate(data)
     except ValidationError as e:
-        problems += _describe(e, origins)
+        problems += _describe(e, origins, failed)
         # GatewayConfig's cross-section checks do not run once a field fails: run them on what
         # was written, so that an unknown fallback is not learnt one restart after a bad port.
         sections = [data.get(k) for k in ("upstreams", "pools")]

@@ -193,7 +193,7 @@ def test_every_unset_variable_is_reported() -> None:
     with pytest.raises(ConfigError) as e:
         parse_config(text, env={})
     assert [p for p in e.value.problems if "environment variable" in p] == [
-        "upstreams[0].api_key: environment variable K1 is not set (use ${K1:-default})",
+        "upstreams[0].api_key: environment variable K1 is not set (it holds a secret, which has no default: set it in the gateway's environment)",  # a credential: no default
         "upstreams[0].models[0]: environment variable K2 is not set (use ${K2:-default})",
     ]
 
@@ -206,9 +206,9 @@ def test_an_unset_variable_names_every_field_it_is_used_in() -> None:
     with pytest.raises(ConfigError) as e:
         parse_config(text, env={})
     assert e.value.problems[:3] == (
-        "upstreams[0].api_key: environment variable OPENAI_API_KEY_NOPE is not set (use ${OPENAI_API_KEY_NOPE:-default})",
+        "upstreams[0].api_key: environment variable OPENAI_API_KEY_NOPE is not set (it holds a secret, which has no default: set it in the gateway's environment)",
         "upstreams[1].base_url: environment variable HOST is not set (use ${HOST:-default})",
-        "upstreams[1].api_key: environment variable OPENAI_API_KEY_NOPE is not set (use ${OPENAI_API_KEY_NOPE:-default})",
+        "upstreams[1].api_key: environment variable OPENAI_API_KEY_NOPE is not set (it holds a secret, which has no default: set it in the gateway's environment)",
     )
 
 
@@ -679,3 +679,16 @@ def test_an_empty_context_window_or_output_limit_is_unset() -> None:
     assert (up.context_window, up.max_output_tokens) == (None, None)
     up = parse_config(text, env={"W": "8192", "M": "1024"}).upstreams[0]
     assert (up.context_window, up.max_output_tokens) == (8192, 1024)
+
+
+def test_an_unset_key_variable_is_reported_once_and_given_no_default() -> None:
+    """``key: "${ALICE_GATEWAY_KEY}"`` unset printed a default to use, which a secret must not
+    have, and then "keys[0].key: must be printable ASCII without spaces" about the empty string
+    it left: only the first is the problem."""
+    text = "keys: [{name: alice, key: '${ALICE_GATEWAY_KEY}'}]\n" + MINIMAL
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, env={})
+    assert e.value.problems == (
+        "keys[0].key: environment variable ALICE_GATEWAY_KEY is not set (it holds a secret, which has no "
+        "default: set it in the gateway's environment)",
+    )
