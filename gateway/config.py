@@ -1223,14 +1223,16 @@ class ClientKeyConfig(_Model):
         description="What logs, metrics and answers show of the key, never the key itself (letters, digits, "
         "`_`, `.`, `@`, `-`; up to 64). Required; unique.",
     )  # fmt: skip
-    key: str | None = Field(
-        default=None, repr=False,
-        description="The key itself, printable ASCII without spaces (e.g. `${ALICE_GATEWAY_KEY}`). Exactly "
-        "one of `key` and `key_sha256` is given.",
+    key: tuple[str, ...] | None = Field(
+        default=None, repr=False, min_length=1,
+        description="The key itself, printable ASCII without spaces (e.g. `${ALICE_GATEWAY_KEY}`), or a list "
+        "of keys, each the same named key with one spend and one set of limits: to rotate it, add the new "
+        "one, hand it out, then remove the old one. Exactly one of `key` and `key_sha256` is given.",
     )  # fmt: skip
-    key_sha256: str | None = Field(
-        default=None, pattern=r"^[0-9a-fA-F]{64}$",
-        description="The key's SHA-256 digest in hex, instead of the key itself.",
+    key_sha256: tuple[str, ...] | None = Field(
+        default=None, min_length=1,
+        description="The key's SHA-256 digest in hex, instead of the key itself; or a list of digests, as "
+        "`key` takes a list.",
     )  # fmt: skip
     team: str | None = Field(default=None, description="A team of `teams`, whose budget its keys share.")
     models: tuple[str, ...] = Field(
@@ -1283,14 +1285,28 @@ class ClientKeyConfig(_Model):
             raise ValueError(f"{v.isoformat()} has no time zone: add one, e.g. {v.isoformat()}Z")
         return v
 
+    @field_validator("key", "key_sha256", mode="before")
+    @classmethod
+    def _one_or_several(cls, v: Any) -> Any:
+        return (v,) if isinstance(v, str) else v
+
     @field_validator("key")
     @classmethod
-    def _printable(cls, v: str | None) -> str | None:
-        if v and v.rstrip("\r\n") != v and (problem := header_value_problem(v)):
-            raise ValueError(problem)
-        if v is not None and (not v or any(c.isspace() or not c.isprintable() for c in v) or not v.isascii()):
-            raise ValueError("must be printable ASCII without spaces")  # never echo the key
-        return v or None
+    def _printable(cls, keys: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        for v in keys or ():
+            if v and v.rstrip("\r\n") != v and (problem := header_value_problem(v)):
+                raise ValueError(problem)
+            if not v or any(c.isspace() or not c.isprintable() for c in v) or not v.isascii():
+                raise ValueError("must be printable ASCII without spaces")  # never echo the key
+        return keys
+
+    @field_validator("key_sha256")
+    @classmethod
+    def _hex_digests(cls, digests: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        for v in digests or ():
+            if not re.fullmatch(r"[0-9a-fA-F]{64}", v):
+                raise ValueError("must be a SHA-256 digest: 64 hex digits (sha256sum's first field alone)")
+        return digests
 
     @model_validator(mode="after")
     def _one_credential(self) -> Self:
@@ -1473,7 +1489,8 @@ class GatewayConfig(_Model):
         for k in self.keys:
             if k.team is not None and k.team not in teams:
                 problems.append(f"keys: key '{k.name}' names team '{k.team}', which `teams:` does not list")
-        digests = [k.key_sha256.lower() if k.key_sha256 else _sha256(k.key or "") for k in self.keys]
+        digests = [d.lower() for k in self.keys for d in k.key_sha256 or ()]
+        digests += [_sha256(v) for k in self.keys for v in k.key or ()]
         digests += [_sha256(k) for k in self.server.client_keys]
         if len(set(digests)) != len(digests):
             problems.append("keys: two keys (in keys: or server.client_keys) are the same key")
@@ -1898,12 +1915,19 @@ def _wording(tp: Any) -> str:
     return noun
 
 
+def _without_index(loc: Loc) -> Loc:
+    while loc and isinstance(loc[-1], int):
+        loc = loc[:-1]
+    return loc
+
+
 def _describe(err: ValidationError, origins: Mapping[Loc, Used] | None = None,
               unset: Iterable[Loc] = ()) -> list[str]:  # fmt: skip
     """One line per problem; none for a field a variable could not fill (``unset``): that is
     reported already, and what it left there ("must be printable ASCII") is not the cause."""
     errors = _unknown_keys_first(list(err.errors()))
-    gone = tuple(unset)
+    # An item of a list (a rotated key's values) is checked with its list: the field is the list.
+    gone = [_without_index(f) for f in unset]
     errors = [e for e in errors if not any(tuple(e["loc"])[: len(f)] == f for f in gone)]
     locs = [tuple(e["loc"]) for e in errors]
     out: list[str] = []

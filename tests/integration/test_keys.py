@@ -895,3 +895,24 @@ async def test_a_minute_held_by_a_request_in_flight_is_waited_out_in_seconds_by_
         await quick.close()
         await patient.close()
     assert len(gw.fake.requests) == 2  # refusals are the gateway's own: nothing sent
+
+
+async def test_a_key_being_rotated_takes_both_values_with_one_count(make_gateway: MakeGateway) -> None:
+    """A person's old and new key at once (``key: [old, new]``): a session on the old one keeps
+    working while the new one is handed out, and both are one key's minute and spend."""
+    gw = await make_gateway(PRICES + "keys:\n"
+                            "  - {name: alice, key: [gk-alice-old, gk-alice-new], requests_per_minute: 2}\n")  # fmt: skip
+    await same_minute()
+    old = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="gk-alice-old", max_retries=0)
+    new = anthropic.AsyncAnthropic(base_url=gw.base, api_key="gk-alice-new", max_retries=0)
+    try:
+        await old.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+        await new.messages.create(model="claude-sonnet-4-6", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+        with pytest.raises(openai.RateLimitError) as refused:
+            await old.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+        assert "key 'alice' sent its 2 requests of this minute" in refused.value.message
+    finally:
+        await old.close()
+        await new.close()
+    state = await key_state(gw, {"x-api-key": "gk-alice-new"})
+    assert state["name"] == "alice" and state["this_minute"]["requests"] == 2

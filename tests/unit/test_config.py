@@ -1,3 +1,4 @@
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -692,3 +693,32 @@ def test_an_unset_key_variable_is_reported_once_and_given_no_default() -> None:
         "keys[0].key: environment variable ALICE_GATEWAY_KEY is not set (it holds a secret, which has no "
         "default: set it in the gateway's environment)",
     )
+    with pytest.raises(ConfigError) as e:  # one of a rotated key's values
+        parse_config("keys: [{name: alice, key: [gk-alice-old, '${ALICE_NEW}']}]\n" + MINIMAL, env={})
+    assert e.value.problems == (
+        "keys[0].key[1]: environment variable ALICE_NEW is not set (it holds a secret, which has no "
+        "default: set it in the gateway's environment)",
+    )
+
+
+def test_a_key_may_be_given_several_values_to_rotate_it() -> None:
+    """Names are unique, so one person could not hold an old and a new key at once: rotating
+    cut off running agent sessions, or split the account in two. ``key`` (and ``key_sha256``)
+    take a list: every value is the same named key, one spend and one set of limits."""
+    new_digest = hashlib.sha256(b"gk-alice-new").hexdigest()
+    cfg = parse_config("keys:\n"
+                       "  - {name: alice, key: [gk-alice-old, gk-alice-new]}\n"
+                       f"  - {{name: bob, key_sha256: ['{'a' * 64}', '{'b' * 64}']}}\n" + MINIMAL, env={})  # fmt: skip
+    assert cfg.keys[0].key == ("gk-alice-old", "gk-alice-new") and cfg.keys[1].key_sha256 == ("a" * 64, "b" * 64)
+    assert parse_config("keys: [{name: alice, key: gk-alice}]\n" + MINIMAL, env={}).keys[0].key == ("gk-alice",)
+    with pytest.raises(ConfigError) as e:
+        parse_config(f"keys:\n  - {{name: alice, key: [gk-alice-old, gk-alice-new]}}\n"
+                     f"  - {{name: bob, key_sha256: '{new_digest}'}}\n" + MINIMAL, env={})  # fmt: skip
+    assert "keys: two keys (in keys: or server.client_keys) are the same key" in e.value.problems
+    with pytest.raises(ConfigError) as e:
+        parse_config("keys: [{name: alice, key: []}]\n" + MINIMAL, env={})
+    assert e.value.problems == ("keys[0].key: must have at least 1 item(s)",)
+    with pytest.raises(ConfigError) as e:  # `sha256sum` alone adds "  -"
+        parse_config(f"keys: [{{name: alice, key_sha256: ['{'a' * 64}', '{'b' * 64}  -']}}]\n" + MINIMAL, env={})
+    assert e.value.problems == ("keys[0].key_sha256: must be a SHA-256 digest: 64 hex digits (sha256sum's "
+                                "first field alone)",)
