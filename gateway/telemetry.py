@@ -384,9 +384,9 @@ class Telemetry:
         )  # fmt: skip
         self.key_refusals = Counter(
             p + "key_refusals", "Requests the gateway answered for a key's own rules, never sent: model (not "
-            "allowed), unpriced (a model with no price, for a key with a budget), rpm, tpm, parallel, "
-            "budget, team_budget, store_down, background (a background response, whose usage the key never "
-            "sees).",
+            "allowed), unpriced (a model with no price, for a key with a budget), rpm, tpm, tpm_held and "
+            "budget_held (held by requests in flight), parallel, budget, team_budget, store_down, "
+            "background (a background response, whose usage the key never sees).",
             ["key", "reason"], registry=registry,
         )  # fmt: skip
         self.headroom = Gauge(
