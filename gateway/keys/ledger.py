@@ -162,9 +162,12 @@ class Accounts:
         in_flight = 0.0
         if verdict == "tpm":
             # The store answered what requests in flight hold of the minute; the rest was used.
+            # (A window a replica of before this count was kept made may read less held than
+            # nothing; one settled since the refusal, more than the minute holds now.)
             _, k, *_ = await self.store.ledger_read(key.name, minute, round(now * 1000), [])
-            return _tpm_refusal(key, now, used=max(0, k - round(spent)), held=round(spent),
-                                counts=minute_tokens, output=output)  # fmt: skip
+            holding = min(max(0, round(spent)), k)
+            return _tpm_refusal(key, now, used=k - holding, held=holding, counts=minute_tokens,
+                                output=output)  # fmt: skip
         if verdict.startswith("budget"):
             # What requests in flight hold of it (read again: refusals are rare), so that "spent
             # $0.00 of its $1.00" is not all a person is told while reservations fill it.
