@@ -165,6 +165,7 @@ def _generation(
     the tracer, pools' affinity and load."""
     telemetry, store = kit.telemetry, kit.store
     telemetry.configure(cfg.upstreams)
+    telemetry.retain_keys(k.name for k in cfg.keys)
     fresh = None
     if kit.sender is not None:
         sender: Sender = kit.sender

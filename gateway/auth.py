@@ -81,7 +81,9 @@ class ClientAuth:
         for flat_key in cfg.server.client_keys:
             by_digest[digest(flat_key)] = flat
         for named in cfg.keys:
-            by_digest[_digest_of(named)] = _spec(named, teams)
+            spec = _spec(named, teams)
+            for one in _digests_of(named):  # a key being rotated: its values share one spec
+                by_digest[one] = spec
         return cls(KeyRing(by_digest))
 
     @classmethod
@@ -113,8 +115,8 @@ class ClientAuth:
         return f"ClientAuth(keys={len(self.ring.by_digest)})"
 
 
-def _digest_of(k: ClientKeyConfig) -> bytes:
-    return bytes.fromhex(k.key_sha256) if k.key_sha256 else digest(k.key or "")
+def _digests_of(k: ClientKeyConfig) -> list[bytes]:
+    return [bytes.fromhex(d) for d in k.key_sha256 or ()] + [digest(v) for v in k.key or ()]
 
 
 def _spec(k: ClientKeyConfig, teams: Mapping[str, BudgetConfig | None]) -> KeySpec:

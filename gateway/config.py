@@ -16,7 +16,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
@@ -1228,14 +1228,16 @@ class ClientKeyConfig(_Model):
         description="What logs, metrics and answers show of the key, never the key itself (letters, digits, "
         "`_`, `.`, `@`, `-`; up to 64). Required; unique.",
     )  # fmt: skip
-    key: str | None = Field(
-        default=None, repr=False,
-        description="The key itself, printable ASCII without spaces (e.g. `${ALICE_GATEWAY_KEY}`). Exactly "
-        "one of `key` and `key_sha256` is given.",
+    key: tuple[str, ...] | None = Field(
+        default=None, repr=False, min_length=1,
+        description="The key itself, printable ASCII without spaces (e.g. `${ALICE_GATEWAY_KEY}`), or a list "
+        "of keys, each the same named key with one spend and one set of limits: to rotate it, add the new "
+        "one, hand it out, then remove the old one. Exactly one of `key` and `key_sha256` is given.",
     )  # fmt: skip
-    key_sha256: str | None = Field(
-        default=None, pattern=r"^[0-9a-fA-F]{64}$",
-        description="The key's SHA-256 digest in hex, instead of the key itself.",
+    key_sha256: tuple[str, ...] | None = Field(
+        default=None, min_length=1,
+        description="The key's SHA-256 digest in hex, instead of the key itself; or a list of digests, as "
+        "`key` takes a list.",
     )  # fmt: skip
     team: str | None = Field(default=None, description="A team of `teams`, whose budget its keys share.")
     models: tuple[str, ...] = Field(
@@ -1288,14 +1290,28 @@ class ClientKeyConfig(_Model):
             raise ValueError(f"{v.isoformat()} has no time zone: add one, e.g. {v.isoformat()}Z")
         return v
 
+    @field_validator("key", "key_sha256", mode="before")
+    @classmethod
+    def _one_or_several(cls, v: Any) -> Any:
+        return (v,) if isinstance(v, str) else v
+
     @field_validator("key")
     @classmethod
-    def _printable(cls, v: str | None) -> str | None:
-        if v and v.rstrip("\r\n") != v and (problem := header_value_problem(v)):
-            raise ValueError(problem)
-        if v is not None and (not v or any(c.isspace() or not c.isprintable() for c in v) or not v.isascii()):
-            raise ValueError("must be printable ASCII without spaces")  # never echo the key
-        return v or None
+    def _printable(cls, keys: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        for v in keys or ():
+            if v and v.rstrip("\r\n") != v and (problem := header_value_problem(v)):
+                raise ValueError(problem)
+            if not v or any(c.isspace() or not c.isprintable() for c in v) or not v.isascii():
+                raise ValueError("must be printable ASCII without spaces")  # never echo the key
+        return keys
+
+    @field_validator("key_sha256")
+    @classmethod
+    def _hex_digests(cls, digests: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        for v in digests or ():
+            if not re.fullmatch(r"[0-9a-fA-F]{64}", v):
+                raise ValueError("must be a SHA-256 digest: 64 hex digits (sha256sum's first field alone)")
+        return digests
 
     @model_validator(mode="after")
     def _one_credential(self) -> Self:
@@ -1479,7 +1495,8 @@ class GatewayConfig(_Model):
         for k in self.keys:
             if k.team is not None and k.team not in teams:
                 problems.append(f"keys: key '{k.name}' names team '{k.team}', which `teams:` does not list")
-        digests = [k.key_sha256.lower() if k.key_sha256 else _sha256(k.key or "") for k in self.keys]
+        digests = [d.lower() for k in self.keys for d in k.key_sha256 or ()]
+        digests += [_sha256(v) for k in self.keys for v in k.key or ()]
         digests += [_sha256(k) for k in self.server.client_keys]
         if len(set(digests)) != len(digests):
             problems.append("keys: two keys (in keys: or server.client_keys) are the same key")
@@ -1705,14 +1722,15 @@ Used = list[tuple[str, str]]  # (variable, value) pairs that went into a text
 
 
 def expand_env(text: str, env: Mapping[str, str], unset: list[str] | None = None, used: Used | None = None,
-               ) -> str:  # fmt: skip
+               secret: bool = False) -> str:  # fmt: skip
     """Replace ``${VAR}``, ``${VAR:-default}`` and ``${VAR:?why}``. An unset ``${VAR}`` is an
     error, and so is an unset or empty ``${VAR:?why}`` (a key that must not be blank: an empty
     api_key would mean "forward the client's credential").
 
     With ``unset`` given, each problem is appended to it as a line instead of raising, so that
     every missing variable can be reported at once; with ``used`` given, each variable whose
-    value went into the text is appended as (name, value).
+    value went into the text is appended as (name, value). ``secret``: the text fills a field
+    that holds a credential.
     """
 
     def sub(m: re.Match[str]) -> str:
@@ -1736,7 +1754,7 @@ def expand_env(text: str, env: Mapping[str, str], unset: list[str] | None = None
         elif name in env:
             return ""
         else:
-            problem = _unset_message(name)
+            problem = _unset_message(name, secret)
         if unset is None:
             raise ConfigError(problem)
         unset.append(problem)
@@ -1745,7 +1763,11 @@ def expand_env(text: str, env: Mapping[str, str], unset: list[str] | None = None
     return _REF.sub(sub, text)
 
 
-def _unset_message(name: str) -> str:
+def _unset_message(name: str, secret: bool = False) -> str:
+    if secret or _secret(name):
+        # A default for a key is a key in the config file, shared by whoever reads it.
+        return (f"environment variable {name} is not set (it holds a secret, which has no default: "
+                "set it in the gateway's environment)")  # fmt: skip
     return f"environment variable {name} is not set (use ${{{name}:-default}})"
 
 
@@ -1753,28 +1775,37 @@ Loc = tuple[int | str, ...]
 
 
 def _expand_tree(node: Any, env: Mapping[str, str], unset: list[str], origins: dict[Loc, Used],
-                 loc: Loc = ()) -> Any:  # fmt: skip
+                 loc: Loc = (), failed: set[Loc] | None = None) -> Any:  # fmt: skip
     """``node`` with its variables expanded; ``origins`` learns which variables filled which
     field, so that an error on that field can name them (the file only says ``${VAR}``). A
-    variable that cannot fill its field is reported under the field, as every other problem is."""
+    variable that cannot fill its field is reported under the field, as every other problem is;
+    ``failed`` learns those fields, whose value (empty where the variable was) is not the
+    problem to report."""
     # Expanding after YAML parsing keeps a secret containing ':' or '#' from changing the YAML.
     if isinstance(node, str):
         used: Used = []
         problems: list[str] = []
-        out = expand_env(node, env, problems, used)
+        field = next((part for part in reversed(loc) if isinstance(part, str)), "")
+        out = expand_env(node, env, problems, used, secret=_secret(field))
         unset.extend(f"{_field_path(loc)}: {p}" for p in problems)
+        if problems and failed is not None:
+            failed.add(loc)
         if used:
             origins[loc] = used
         return out
     if isinstance(node, list):
-        return [_expand_tree(x, env, unset, origins, (*loc, i)) for i, x in enumerate(node)]
+        return [_expand_tree(x, env, unset, origins, (*loc, i), failed) for i, x in enumerate(node)]
     if isinstance(node, dict):
-        return {k: _expand_tree(v, env, unset, origins, (*loc, k)) for k, v in node.items()}
+        return {k: _expand_tree(v, env, unset, origins, (*loc, k), failed) for k, v in node.items()}
     return node
 
 
 # A variable or field so named holds a credential: its value is never printed.
 _SECRET_WORDS = ("KEY", "SECRET", "TOKEN", "PASSW", "CREDENTIAL", "AUTH")
+
+
+def _secret(name: str) -> bool:
+    return any(w in name.upper() for w in _SECRET_WORDS)
 
 
 def _from_env(loc: Loc, origins: Mapping[Loc, Used]) -> str:
@@ -1901,8 +1932,20 @@ def _wording(tp: Any) -> str:
     return noun
 
 
-def _describe(err: ValidationError, origins: Mapping[Loc, Used] | None = None) -> list[str]:
+def _without_index(loc: Loc) -> Loc:
+    while loc and isinstance(loc[-1], int):
+        loc = loc[:-1]
+    return loc
+
+
+def _describe(err: ValidationError, origins: Mapping[Loc, Used] | None = None,
+              unset: Iterable[Loc] = ()) -> list[str]:  # fmt: skip
+    """One line per problem; none for a field a variable could not fill (``unset``): that is
+    reported already, and what it left there ("must be printable ASCII") is not the cause."""
     errors = _unknown_keys_first(list(err.errors()))
+    # An item of a list (a rotated key's values) is checked with its list: the field is the list.
+    gone = [_without_index(f) for f in unset]
+    errors = [e for e in errors if not any(tuple(e["loc"])[: len(f)] == f for f in gone)]
     locs = [tuple(e["loc"]) for e in errors]
     out: list[str] = []
     unions: set[Loc] = set()
@@ -1970,12 +2013,13 @@ def parse_config(text: str, env: Mapping[str, str] | None = None, source: str = 
         raise ConfigError(f"{source}: the top level must be a mapping of sections")
     unset: list[str] = []
     origins: dict[Loc, Used] = {}
-    data = _expand_tree(data, os.environ if env is None else env, unset, origins)
+    failed: set[Loc] = set()
+    data = _expand_tree(data, os.environ if env is None else env, unset, origins, failed=failed)
     problems = repeated + list(dict.fromkeys(unset))
     try:
         cfg = GatewayConfig.model_validate(data)
     except ValidationError as e:
-        problems += _describe(e, origins)
+        problems += _describe(e, origins, failed)
         # GatewayConfig's cross-section checks do not run once a field fails: run them on what
         # was written, so that an unknown fallback is not learnt one restart after a bad port.
         sections = [data.get(k) for k in ("upstreams", "pools")]

@@ -9,6 +9,7 @@ process's own: with ``server.workers: N`` the machine exposes up to N x ``MAX_MO
 
 from __future__ import annotations
 
+import contextlib
 import time
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
@@ -383,9 +384,9 @@ class Telemetry:
         )  # fmt: skip
         self.key_refusals = Counter(
             p + "key_refusals", "Requests the gateway answered for a key's own rules, never sent: model (not "
-            "allowed), unpriced (a model with no price, for a key with a budget), rpm, tpm, parallel, "
-            "budget, team_budget, store_down, background (a background response, whose usage the key never "
-            "sees).",
+            "allowed), unpriced (a model with no price, for a key with a budget), rpm, tpm, tpm_held and "
+            "budget_held (held by requests in flight), parallel, budget, team_budget, store_down, "
+            "background (a background response, whose usage the key never sees).",
             ["key", "reason"], registry=registry,
         )  # fmt: skip
         self.headroom = Gauge(
@@ -410,6 +411,21 @@ class Telemetry:
         if found is None:
             found = self._children[key] = metric.labels(*labels)
         return found
+
+    def retain_keys(self, names: Iterable[str]) -> None:
+        """Drop every series of a gateway key the config in force no longer names (at each
+        reload): a key made per CI run or per contractor and removed after would otherwise
+        keep its spend, token and refusal series (and their ``_created`` lines) in every scrape
+        for as long as the process lives. Every such series is made through :meth:`child`, so
+        its cache lists them all."""
+        keep = set(names)
+        counters = (self.key_spend, self.key_tokens, self.key_refusals)
+        per_key: dict[object, Counter] = {id(m): m for m in counters}
+        for cached in [c for c in self._children if c[0] in per_key and c[1] not in keep]:
+            metric_id, *labels = cached
+            del self._children[cached]
+            with contextlib.suppress(KeyError):
+                per_key[metric_id].remove(*labels)
 
     def circuit_label(self, model: str | None) -> str:
         """The ``model`` label of a circuit: ``*`` for the upstream-wide one, never for a model."""

@@ -317,10 +317,13 @@ MEANINGS = {
     "upstream in one.",
     "invalid_header": "A header the gateway would send upstream holds a CR, LF or NUL (RFC 9110 §5.5); "
     "both upstream clients refuse to write it, and nothing is sent.",
-    "missing_client_key": "Client keys are configured and the request carries none.",
-    "invalid_client_key": "Client keys are configured and the one the request carries matches none.",
+    "missing_client_key": "Client keys are configured and the request carries none; 401, and 400 to Codex, "
+    "which stops on a 400 but retries a 401 five times.",
+    "invalid_client_key": "Client keys are configured and the one the request carries matches none; 401, and "
+    "400 to Codex.",
     "expired_client_key": "The request's key is past its `expires_at`: the message names the key and when "
-    "it expired (its holder has the key); a reload that moves `expires_at` lets it in again.",
+    "it expired (its holder has the key); a reload that moves `expires_at` lets it in again. 401, and 400 "
+    "to Codex.",
     "budget_exhausted": "The key's (or its team's) budget for the period is spent; `x-llm-error-reset-at` "
     "is the period's end. Codex gets its own 429 `usage_limit_reached` instead.",
     "model_not_allowed": "The key may not use the requested model (`keys[].models`); 403, and 400 to Codex, "
@@ -338,7 +341,10 @@ MEANINGS = {
     "no_client_key": "`GET /v1/gateway/key` on a gateway that asks no key.",
     "key_requests_per_minute": "The key's `requests_per_minute` is used up; `retry-after` is the "
     "minute's end.",
-    "key_tokens_per_minute": "The key's `tokens_per_minute` is used up; `retry-after` is the minute's end.",
+    "key_tokens_per_minute": "The key's `tokens_per_minute` is used up (or the request alone counts more "
+    "than it: sent only as a minute's first); `retry-after` is the minute's end.",
+    "key_tokens_held": "The key's `tokens_per_minute` is not used up, but requests in flight hold the rest "
+    "(each counted at its prompt and all the output it asks for until it ends); `retry-after` is 2 s.",
     "key_parallel_limit": "The key has `parallel` requests in flight already; `retry-after` is 1 s.",
     "key_budget_held": "The key's (or its team's) budget is not spent, but requests in flight hold the rest "
     "at what they may cost at most until they end; `retry-after` is 2 s.",

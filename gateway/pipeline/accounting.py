@@ -102,7 +102,7 @@ async def admit_request(svc: Services, state: RequestState, headers: Mapping[str
         shown = (model or "")[:128]
         c = Classification.of(ErrorType.AUTH)
         message = f"key '{key.name}' may not use model '{shown}'; it may use: {', '.join(key.models)}"
-        if _is_codex(headers):
+        if is_codex(headers):
             # Codex retries a 403 five times (6 requests, 7 s, measured with 0.169) and stops
             # at once on a 400: the same refusal, as a 400.
             return gateway_failure(400, c, message, "model_not_allowed", final=True)
@@ -236,7 +236,7 @@ def _unpriced(key: KeySpec, model: str, headers: Mapping[str, str]) -> Failure:
                f"counted against it; the gateway's operator can add one under `prices:` in the config "
                f"(USD per million tokens: {example})")  # fmt: skip
     c = Classification.of(ErrorType.AUTH)
-    if _is_codex(headers):
+    if is_codex(headers):
         return gateway_failure(400, c, message, "model_not_priced", final=True)
     return gateway_failure(403, c, message, "model_not_priced", final=True)
 
@@ -278,7 +278,7 @@ def _refused(svc: Services, state: RequestState, headers: Mapping[str, str], r: 
         c = Classification(ErrorType.BUDGET, False, None, round(reset * 1000), "budget_exhausted", r.message,
                            f"key '{state.key.name if state.key else ''}' {r.kind}")  # fmt: skip
         state.retries_settled = True
-        if _is_codex(headers):
+        if is_codex(headers):
             return _codex_usage_limit(c, r.message, reset)
         return gateway_failure(402, c, r.message, "budget_exhausted", final=True)
     wait = r.retry_after_s or 1.0
@@ -293,10 +293,12 @@ def _refused(svc: Services, state: RequestState, headers: Mapping[str, str], r: 
         return gateway_failure(429, c, r.message, "key_budget_held", final=True)
     if r.kind == "tpm":
         return gateway_failure(429, c, r.message, "key_tokens_per_minute", final=True)
+    if r.kind == "tpm_held":
+        return gateway_failure(429, c, r.message, "key_tokens_held", final=True)
     return gateway_failure(429, c, r.message, "key_requests_per_minute", final=True)
 
 
-def _is_codex(headers: Mapping[str, str]) -> bool:
+def is_codex(headers: Mapping[str, str]) -> bool:
     return headers.get("originator", "") in _CODEX or headers.get("user-agent", "").startswith(_CODEX)
 
 

@@ -31,6 +31,9 @@ class LedgerSettle:
     reserve_usd: float
     cost_usd: float
     budget_ttl_s: float
+    # What admission counted into the minute as held by this request in flight (its ``tokens``),
+    # given back here: a tokens-per-minute refusal tells tokens held from tokens used.
+    held_tokens: int = 0
 
 
 # (requests, tokens) this minute, requests in flight, (spent, reserved) USD per budget.

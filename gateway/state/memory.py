@@ -162,7 +162,8 @@ class MemoryStore:
         self._resets: _Expiring[int] = _Expiring(clock)
         self._budgets: dict[str, dict[int, list[int]]] = {}
         self._records: _Expiring[dict[str, float]] = _Expiring(clock)
-        self._windows: _Expiring[list[int]] = _Expiring(clock)  # key:minute -> [requests, tokens]
+        # key:minute -> [requests, tokens, of those tokens the ones held by requests in flight]
+        self._windows: _Expiring[list[int]] = _Expiring(clock)
         self._slots: dict[str, dict[str, int]] = {}  # key -> slot -> expiry (epoch ms)
         self._spend: _Expiring[list[float]] = _Expiring(clock)  # budget key -> [spent, reserved]
         self._homes: _Expiring[str] = _Expiring(clock)  # conversation -> its home deployment
@@ -283,12 +284,12 @@ class MemoryStore:
 
     async def ledger_admit(self, a: LedgerAdmit) -> tuple[str, float]:
         wkey = f"{a.key}:{a.minute}"
-        n, k = self._windows.get(wkey) or [0, 0]
+        n, k, h = self._windows.get(wkey) or [0, 0, 0]
         if a.requests_per_minute is not None and n + 1 > a.requests_per_minute:
             return "rpm", 0.0
         # A request bigger than the whole limit still gets a minute of its own.
         if a.tokens_per_minute is not None and k > 0 and k + a.tokens > a.tokens_per_minute:
-            return "tpm", 0.0
+            return "tpm", float(h)
         slots = self._slots.setdefault(a.key, {})
         for s in [s for s, until in slots.items() if until <= a.now_ms]:
             del slots[s]
@@ -298,7 +299,7 @@ class MemoryStore:
             spent, held = self._spend.get(bkey) or [0.0, 0.0]
             if spent + held >= limit:
                 return f"budget{i}", spent
-        self._windows.put(wkey, [n + 1, k + a.tokens], 120.0)
+        self._windows.put(wkey, [n + 1, k + a.tokens, h + a.tokens], 120.0)
         slots[a.slot] = a.now_ms + a.slot_ttl_ms  # every request in flight, as Redis keeps them
         for bkey, _ in a.budgets:
             spent, held = self._spend.get(bkey) or [0.0, 0.0]
@@ -311,7 +312,11 @@ class MemoryStore:
         """What the shared store last answered about ``key``: its minute's counts, each budget's
         (store key, spent, reserved), and ``slot`` (its name, expiry in epoch ms) when it admitted
         one. This memory counts on from them while the shared store does not answer."""
-        self._windows.put(f"{key}:{minute}", [requests, tokens], 120.0)
+        # Redis does not say how many of the minute's tokens are held in flight: this replica's
+        # own count of them is kept (it only words a refusal), never above the minute's tokens.
+        wkey = f"{key}:{minute}"
+        held_tokens = (self._windows.get(wkey) or [0, 0, 0])[2]
+        self._windows.put(wkey, [requests, tokens, min(held_tokens, tokens)], 120.0)
         for bkey, spent, held in budgets:
             self._spend.put(bkey, [spent, held], budget_ttl_s)
         if slot is not None:
@@ -328,15 +333,16 @@ class MemoryStore:
     def _settle(self, s: LedgerSettle) -> None:
         wkey = f"{s.key}:{s.minute}"
         window = self._windows.get(wkey)
-        if window is not None and s.token_delta:
+        if window is not None:
             window[1] = max(0, window[1] + s.token_delta)
+            window[2] = max(0, window[2] - s.held_tokens)
         self._slots.get(s.key, {}).pop(s.slot, None)
         for bkey in s.budgets:
             spent, held = self._spend.get(bkey) or [0.0, 0.0]
             self._spend.put(bkey, [spent + s.cost_usd, max(0.0, held - s.reserve_usd)], s.budget_ttl_s)
 
     async def ledger_read(self, key: str, minute: int, now_ms: int, budgets: Sequence[str]) -> LedgerState:
-        n, k = self._windows.get(f"{key}:{minute}") or [0, 0]
+        n, k, _ = self._windows.get(f"{key}:{minute}") or [0, 0, 0]
         in_flight = sum(1 for until in self._slots.get(key, {}).values() if until > now_ms)
         spend = [tuple(self._spend.get(b) or [0.0, 0.0]) for b in budgets]
         return n, k, in_flight, spend  # type: ignore[return-value]

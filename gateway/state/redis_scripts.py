@@ -82,7 +82,7 @@ local rpm, tpm, tokens = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local n = tonumber(redis.call('HGET', w, 'n') or '0')
 local k = tonumber(redis.call('HGET', w, 'k') or '0')
 if rpm > 0 and n + 1 > rpm then return seen('rpm', '0') end
-if tpm > 0 and k > 0 and k + tokens > tpm then return seen('tpm', '0') end
+if tpm > 0 and k > 0 and k + tokens > tpm then return seen('tpm', redis.call('HGET', w, 'h') or '0') end
 local par, slot, now, ttl = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 if par > 0 and redis.call('ZCARD', KEYS[2]) >= par then return seen('parallel', '0') end
@@ -106,6 +106,7 @@ for i = 3, #KEYS do
 end
 redis.call('HINCRBY', w, 'n', 1)
 redis.call('HINCRBY', w, 'k', tokens)
+redis.call('HINCRBY', w, 'h', tokens)
 redis.call('EXPIRE', w, 120)
 redis.call('ZADD', KEYS[2], now + ttl, slot)
 redis.call('PEXPIRE', KEYS[2], ttl)
@@ -133,15 +134,17 @@ end
 return 1
 """
 
-# Settling: the slot back, the reservation turned into what was spent. ARGV: token_delta,
-# slot, reserve, cost, budget_ttl_s. Once per slot, and only for a slot this Redis admitted:
+# Settling: the slot back, the reservation turned into what was spent, the minute's tokens
+# the request held (``h``) given back. ARGV: token_delta, slot, reserve, cost, budget_ttl_s,
+# held tokens. Once per slot, and only for a slot this Redis admitted:
 # a settle sent again (its answer was lost) or one for an admit that never ran here changes
 # nothing. A budget that already gave the reservation back (the slot outlived its expiry)
 # takes the cost only.
 LEDGER_SETTLE = """
 if redis.call('ZREM', KEYS[2], ARGV[2]) == 0 then return 0 end
-if tonumber(ARGV[1]) ~= 0 and redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('HINCRBY', KEYS[1], 'k', ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  if tonumber(ARGV[1]) ~= 0 then redis.call('HINCRBY', KEYS[1], 'k', ARGV[1]) end
+  if tonumber(ARGV[6] or '0') ~= 0 then redis.call('HINCRBY', KEYS[1], 'h', -tonumber(ARGV[6])) end
 end
 for i = 3, #KEYS do
   if redis.call('ZREM', KEYS[i] .. ':h', ARGV[2]) == 1 then

@@ -672,7 +672,7 @@ class RedisStore:
         async def local() -> tuple[str, float]:
             if sent:  # it may have run in Redis all the same: undone there if it did
                 ttl = max(1, math.ceil(a.budget_ttl_s))
-                self._keep_unsettled([(keys, [0, a.slot, repr(a.reserve_usd), repr(0.0), ttl])])
+                self._keep_unsettled([(keys, [0, a.slot, repr(a.reserve_usd), repr(0.0), ttl, a.tokens])])
             verdict, spent = await self.local.ledger_admit(a)
             if verdict == "ok":
                 self._local_slots.add(a.slot)
@@ -702,7 +702,8 @@ class RedisStore:
         for s in settles:
             if s.slot not in mine:
                 ttl = max(1, math.ceil(s.budget_ttl_s))
-                args: list[str | int] = [s.token_delta, s.slot, repr(s.reserve_usd), repr(s.cost_usd), ttl]
+                args: list[str | int] = [s.token_delta, s.slot, repr(s.reserve_usd), repr(s.cost_usd), ttl,
+                                         s.held_tokens]  # fmt: skip
                 calls.append((self._ledger_keys(s.key, s.minute, s.budgets), args))
         if self._owed:  # a batch of its own from now on, with the id every resend of it keeps
             self._owed_out.append((f"{self._instance}-{next(self._batch_ids)}", self._owed))

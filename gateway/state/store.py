@@ -137,8 +137,9 @@ class StateStore(Protocol):
         ...
 
     async def ledger_admit(self, a: LedgerAdmit) -> tuple[str, float]:
-        """Atomically: refuse when a limit would be passed (``"rpm"``, ``"tpm"``, ``"parallel"``,
-        ``"budget<i>"`` with the spend of ``a.budgets[i]``), else count the request, take its
+        """Atomically: refuse when a limit would be passed (``"rpm"``, ``"tpm"`` with the minute's
+        tokens held by requests in flight, ``"parallel"``, ``"budget<i>"`` with the spend of
+        ``a.budgets[i]``), else count the request (its tokens held until settled), take its
         slot and reserve ``a.reserve_usd`` against every budget: ``("ok", 0.0)``."""
         ...
 

@@ -208,8 +208,23 @@ def test_codex_stops_on_an_expired_key_and_says_so(codex: Path, expired: Running
                        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180)  # fmt: skip
     assert r.returncode != 0
     assert "the gateway key 'alice' expired at" in r.stdout + r.stderr, r.stderr[-2000:]
-    # Codex retries a 401 as it does a 403 (measured with 0.171: 6 requests, 7 s), each answered
-    # by the gateway alone; a 400 would stop it at once, but a key is no request's fault.
-    assert _expired_refusals(expired) == [401] * 6
+    # Codex retries a 401 as it does a 403 (measured with 0.171: 6 requests, 7 s) and stops at
+    # once on a 400: it gets the refusal as a 400.
+    assert _expired_refusals(expired) == [400]
     assert time.monotonic() - t0 < 60
+    assert fake.requests == []
+
+
+def test_codex_stops_at_once_on_a_wrong_key(codex: Path, expired: RunningGateway, fake: FakeUpstream,
+                                            tmp_path: Path) -> None:  # fmt: skip
+    """A key that matches none (mistyped, revoked) is answered Codex as a 400 too (it was 6
+    requests in 6.6 s of "Reconnecting... 1/5" to 5/5, audit)."""
+    home, env = codex_home(tmp_path, expired)
+    env["GW_KEY"] = "gk-mistyped-0123456789"
+    r = subprocess.run([str(codex), "exec", "--skip-git-repo-check", "say hi"], env=env, cwd=home,
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180)  # fmt: skip
+    assert r.returncode != 0
+    assert "invalid_client_key" in r.stdout + r.stderr, r.stderr[-2000:]
+    assert "Reconnecting" not in r.stdout + r.stderr
+    assert _expired_refusals(expired) == [400]
     assert fake.requests == []

@@ -864,6 +864,58 @@ async def test_one_hour_cache_writes_are_paid_at_their_own_price_whatever_the_cl
     assert held == pytest.approx(prompt * 6e-6 + 64 * 15e-6, rel=1e-3)
 
 
+async def test_a_minute_held_by_a_request_in_flight_is_waited_out_in_seconds_by_the_openai_sdk(
+    make_gateway: MakeGateway,
+) -> None:
+    """A request in flight holds its prompt and every output token it asks for in the minute
+    until it ends. A second refused only for that was told "used its 1000 tokens of this
+    minute" with the minute's end as `retry-after` (38 s) while the key had used 19 (audit):
+    it is told what holds the minute now, and to try again in 2 s, which the SDK does."""
+    gw = await make_gateway(keys_yaml(tokens_per_minute=1000), timeouts="{connect_s: 2, first_byte_s: 5, idle_s: 5}")
+    await same_minute(margin_s=10)
+    gw.fake.always = Reply(200, chat_completion(), delay_s=1.0)
+    quick = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="gk-alice", max_retries=0)
+    patient = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="gk-alice")  # the SDK's own 2 retries
+    messages: Any = [{"role": "user", "content": "hi"}]
+    try:
+        first = asyncio.create_task(quick.chat.completions.create(model="gpt-4o-mini", max_tokens=600,
+                                                                  messages=messages))  # fmt: skip
+        await asyncio.sleep(0.3)
+        with pytest.raises(openai.RateLimitError) as refused:
+            await quick.chat.completions.create(model="gpt-4o-mini", max_tokens=600, messages=messages)
+        err = refused.value
+        assert err.code == "key_tokens_held" and err.response.headers["retry-after"] == "2"
+        assert "used 0 of its 1000 tokens of this minute, and requests in flight hold" in err.message
+        assert "try again when one has ended" in err.message
+        started = time.monotonic()
+        answer = await patient.chat.completions.create(model="gpt-4o-mini", max_tokens=600, messages=messages)
+        assert answer.choices[0].message.content and time.monotonic() - started < 6
+        await first
+    finally:
+        await quick.close()
+        await patient.close()
+    assert len(gw.fake.requests) == 2  # refusals are the gateway's own: nothing sent
+
+
+async def test_a_key_being_rotated_takes_both_values_with_one_count(make_gateway: MakeGateway) -> None:
+    """A person's old and new key at once (``key: [old, new]``): a session on the old one keeps
+    working while the new one is handed out, and both are one key's minute and spend."""
+    gw = await make_gateway(PRICES + "keys:\n"
+                            "  - {name: alice, key: [gk-alice-old, gk-alice-new], requests_per_minute: 2}\n")  # fmt: skip
+    await same_minute()
+    old = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="gk-alice-old", max_retries=0)
+    new = anthropic.AsyncAnthropic(base_url=gw.base, api_key="gk-alice-new", max_retries=0)
+    try:
+        await old.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+        await new.messages.create(model="claude-sonnet-4-6", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+        with pytest.raises(openai.RateLimitError) as refused:
+            await old.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+        assert "key 'alice' sent its 2 requests of this minute" in refused.value.message
+    finally:
+        await old.close()
+        await new.close()
+    state = await key_state(gw, {"x-api-key": "gk-alice-new"})
+    assert state["name"] == "alice" and state["this_minute"]["requests"] == 2
 async def test_a_model_mapped_by_the_route_is_priced_as_the_model_the_upstream_is_sent(
     make_gateway: MakeGateway,
 ) -> None:

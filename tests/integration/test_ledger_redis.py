@@ -390,6 +390,25 @@ async def test_budget_readings_show_every_replicas_spend_once_per_budget(
     assert (period, usd, spent_usd, reserved_usd) == ("month", 1000.0, 19.0, 30.0)
 
 
+async def test_a_minute_held_by_another_replicas_request_in_flight_is_told_apart_from_one_used(
+    patient_replicas: tuple[Replica, Replica],
+) -> None:
+    """The window keeps the tokens requests in flight hold beside those counted: a refusal made
+    while another replica's request holds the minute asks again in 2 s, not at the minute's end."""
+    a, b = (accounts(r) for r in patient_replicas)
+    key = KeySpec("tina", tokens_per_minute=100)
+    await same_minute()
+    first = await a.admit(key, "m", 20, 40)
+    assert isinstance(first, Reservation)
+    held = await b.admit(key, "m", 20, 40)
+    assert isinstance(held, LimitHit) and held.kind == "tpm_held" and held.retry_after_s == 2.0
+    assert "used 0 of its 100 tokens of this minute, and requests in flight hold 60 of them" in held.message
+    await a.settle(first, {"prompt": 30, "completion": 10})
+    second = await b.admit(key, "m", 20, 40)
+    assert isinstance(second, Reservation)  # 40 used and 60 asked: room once the first ended
+    await b.settle(second, {"prompt": 30, "completion": 10})
+    used = await a.admit(key, "m", 20, 40)  # 80 used: only the next minute has room
+    assert isinstance(used, LimitHit) and used.kind == "tpm" and "used 80 of its 100 tokens" in used.message
 # -- while Redis does not answer: memory counts on from what Redis last said (audit of Redis) --
 
 

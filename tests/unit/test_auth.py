@@ -188,3 +188,16 @@ def test_an_expired_key_beside_a_good_one_lets_the_request_in_on_the_good_one(he
 def test_an_expired_key_beside_an_unknown_one_is_expired() -> None:
     result = client_auth(TWO).check({"Authorization": "Bearer gk-bogus", "x-api-key": "gk-old"}, now=AT)
     assert result.outcome == "expired" and result.key is not None and result.key.name == "old"
+
+
+def test_every_value_of_a_rotated_key_is_the_same_named_key() -> None:
+    cfg = parse_config(KEYED_UP + (
+        "keys:\n"
+        "  - {name: alice, key: [gk-alice-old, gk-alice-new], budget: {usd: 5, period: day}}\n"
+        f"  - {{name: ci-bot, key_sha256: ['{hashlib.sha256(b'gk-ci-1').hexdigest()}',"
+        f" '{hashlib.sha256(b'gk-ci-2').hexdigest()}']}}\n"), env={})  # fmt: skip
+    a = ClientAuth.from_config(cfg)
+    old, new = (a.check({"x-api-key": k}).key for k in ("gk-alice-old", "gk-alice-new"))
+    assert old is not None and old is new  # one spec: one spend, one set of limits
+    assert {a.check({"Authorization": f"Bearer gk-ci-{n}"}).key.name for n in (1, 2)} == {"ci-bot"}  # type: ignore[union-attr]
+    assert not a.check({"x-api-key": "gk-alice"}).ok

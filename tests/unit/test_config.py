@@ -1,3 +1,4 @@
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -193,7 +194,7 @@ def test_every_unset_variable_is_reported() -> None:
     with pytest.raises(ConfigError) as e:
         parse_config(text, env={})
     assert [p for p in e.value.problems if "environment variable" in p] == [
-        "upstreams[0].api_key: environment variable K1 is not set (use ${K1:-default})",
+        "upstreams[0].api_key: environment variable K1 is not set (it holds a secret, which has no default: set it in the gateway's environment)",  # a credential: no default
         "upstreams[0].models[0]: environment variable K2 is not set (use ${K2:-default})",
     ]
 
@@ -206,9 +207,9 @@ def test_an_unset_variable_names_every_field_it_is_used_in() -> None:
     with pytest.raises(ConfigError) as e:
         parse_config(text, env={})
     assert e.value.problems[:3] == (
-        "upstreams[0].api_key: environment variable OPENAI_API_KEY_NOPE is not set (use ${OPENAI_API_KEY_NOPE:-default})",
+        "upstreams[0].api_key: environment variable OPENAI_API_KEY_NOPE is not set (it holds a secret, which has no default: set it in the gateway's environment)",
         "upstreams[1].base_url: environment variable HOST is not set (use ${HOST:-default})",
-        "upstreams[1].api_key: environment variable OPENAI_API_KEY_NOPE is not set (use ${OPENAI_API_KEY_NOPE:-default})",
+        "upstreams[1].api_key: environment variable OPENAI_API_KEY_NOPE is not set (it holds a secret, which has no default: set it in the gateway's environment)",
     )
 
 
@@ -694,3 +695,45 @@ def test_an_empty_context_window_or_output_limit_is_unset() -> None:
     assert (up.context_window, up.max_output_tokens) == (None, None)
     up = parse_config(text, env={"W": "8192", "M": "1024"}).upstreams[0]
     assert (up.context_window, up.max_output_tokens) == (8192, 1024)
+
+
+def test_an_unset_key_variable_is_reported_once_and_given_no_default() -> None:
+    """``key: "${ALICE_GATEWAY_KEY}"`` unset printed a default to use, which a secret must not
+    have, and then "keys[0].key: must be printable ASCII without spaces" about the empty string
+    it left: only the first is the problem."""
+    text = "keys: [{name: alice, key: '${ALICE_GATEWAY_KEY}'}]\n" + MINIMAL
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, env={})
+    assert e.value.problems == (
+        "keys[0].key: environment variable ALICE_GATEWAY_KEY is not set (it holds a secret, which has no "
+        "default: set it in the gateway's environment)",
+    )
+    with pytest.raises(ConfigError) as e:  # one of a rotated key's values
+        parse_config("keys: [{name: alice, key: [gk-alice-old, '${ALICE_NEW}']}]\n" + MINIMAL, env={})
+    assert e.value.problems == (
+        "keys[0].key[1]: environment variable ALICE_NEW is not set (it holds a secret, which has no "
+        "default: set it in the gateway's environment)",
+    )
+
+
+def test_a_key_may_be_given_several_values_to_rotate_it() -> None:
+    """Names are unique, so one person could not hold an old and a new key at once: rotating
+    cut off running agent sessions, or split the account in two. ``key`` (and ``key_sha256``)
+    take a list: every value is the same named key, one spend and one set of limits."""
+    new_digest = hashlib.sha256(b"gk-alice-new").hexdigest()
+    cfg = parse_config("keys:\n"
+                       "  - {name: alice, key: [gk-alice-old, gk-alice-new]}\n"
+                       f"  - {{name: bob, key_sha256: ['{'a' * 64}', '{'b' * 64}']}}\n" + MINIMAL, env={})  # fmt: skip
+    assert cfg.keys[0].key == ("gk-alice-old", "gk-alice-new") and cfg.keys[1].key_sha256 == ("a" * 64, "b" * 64)
+    assert parse_config("keys: [{name: alice, key: gk-alice}]\n" + MINIMAL, env={}).keys[0].key == ("gk-alice",)
+    with pytest.raises(ConfigError) as e:
+        parse_config(f"keys:\n  - {{name: alice, key: [gk-alice-old, gk-alice-new]}}\n"
+                     f"  - {{name: bob, key_sha256: '{new_digest}'}}\n" + MINIMAL, env={})  # fmt: skip
+    assert "keys: two keys (in keys: or server.client_keys) are the same key" in e.value.problems
+    with pytest.raises(ConfigError) as e:
+        parse_config("keys: [{name: alice, key: []}]\n" + MINIMAL, env={})
+    assert e.value.problems == ("keys[0].key: must have at least 1 item(s)",)
+    with pytest.raises(ConfigError) as e:  # `sha256sum` alone adds "  -"
+        parse_config(f"keys: [{{name: alice, key_sha256: ['{'a' * 64}', '{'b' * 64}  -']}}]\n" + MINIMAL, env={})
+    assert e.value.problems == ("keys[0].key_sha256: must be a SHA-256 digest: 64 hex digits (sha256sum's "
+                                "first field alone)",)

@@ -1,4 +1,4 @@
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
 from gateway.telemetry import MAX_MODELS, ModelLabels, Telemetry, status_label
 
@@ -59,3 +59,23 @@ def test_model_labels_are_bounded() -> None:
 
 def test_status_label_is_a_fixed_set() -> None:
     assert status_label(200) == "200" and status_label(999) == "other"
+
+
+def test_a_removed_keys_series_are_dropped_and_a_kept_keys_stay() -> None:
+    """15 keys added and removed by reload left 90 lines in /metrics for ever (audit): spend and
+    tokens per key and model, with their ``_created`` lines, and refusals. Each series of a key
+    the config no longer names goes; a kept key's, totals and all, stays."""
+    registry = CollectorRegistry()
+    t = Telemetry(registry, ["gpt-4o"])
+    for key in ("run-1", "alice"):
+        t.child(t.key_spend, key, "web", "gpt-4o").inc(0.5)
+        t.child(t.key_tokens, key, "gpt-4o", "prompt", "true").inc(10)
+        t.child(t.key_refusals, key, "tpm").inc()
+    t.retain_keys(["alice", "bob"])
+    text = generate_latest(registry).decode()
+    assert 'key="run-1"' not in text
+    assert text.count('key="alice"') == 6  # three series, each with its _created line
+    assert registry.get_sample_value("llm_gateway_key_spend_usd_total",
+                                     {"key": "alice", "team": "web", "model": "gpt-4o"}) == 0.5  # fmt: skip
+    t.child(t.key_refusals, "run-1", "tpm").inc()  # a request of the removed key still in flight
+    assert registry.get_sample_value("llm_gateway_key_refusals_total", {"key": "run-1", "reason": "tpm"}) == 1
