@@ -25,7 +25,7 @@ from gateway.apis import output_budget
 from gateway.apis.base import Dialect, Inbound
 from gateway.errors import Classification, ErrorType
 from gateway.keys.ledger import Accounts, LimitHit, Reservation
-from gateway.keys.prices import asks_hour_cache, cost_of
+from gateway.keys.prices import Price, PriceTable, asks_hour_cache, cost_of
 from gateway.keys.registry import KeySpec
 from gateway.pipeline.outcome import Failure, RequestState, bad_request, gateway_failure
 from gateway.policy.retry_after import reset_at_ms
@@ -191,9 +191,8 @@ def settle(svc: Services, state: RequestState) -> None:
         # provider can bill is at most what was asked for, which admission reserved: a $0.01
         # budget's books showed $0.0146 for answers the provider billed $0.0101.
         used = {**used, "completion": min(used.get("completion", 0), reservation.output_asked)}
-    # At the price admission reserved at: the model the upstream was sent (``_as_sent``).
-    cost = cost_of(reservation.price, used) if reservation is not None and reservation.price is not None \
-        else accounts.cost(state.model, used)  # fmt: skip
+    price = _served_price(accounts.prices, state)
+    cost = cost_of(price, used)
     # Nothing used (a listing, a refused request) has nothing to price: not "unpriced".
     state.cost_usd, state.priced = cost.usd, cost.priced or not any(used.values())
     attrs: dict[str, str | float | bool] = {f"{P}key": key.name, f"{P}cost_usd": round(cost.usd, 6),
@@ -208,7 +207,7 @@ def settle(svc: Services, state: RequestState) -> None:
     for kind, n in used.items():
         t.child(t.key_tokens, key.name, model, kind, "true" if cost.priced else "false").inc(n)
     if reservation is not None and not reservation.settled:
-        accounts.settle_later(reservation, used)
+        accounts.settle_later(reservation, used, price)
         if accounts.flusher is None or accounts.flusher.done():
             # Off the request's path, a few milliseconds later with whatever else has ended
             # by then; shutdown waits for it (server.py).
@@ -216,6 +215,23 @@ def settle(svc: Services, state: RequestState) -> None:
             accounts.flusher = task
             svc.life.settling.add(task)
             task.add_done_callback(svc.life.settling.discard)
+
+
+def _served_price(prices: PriceTable, state: RequestState) -> Price | None:
+    """The price of the model the answering upstream was sent (its ``model_map``'s, the
+    client's name where that has none priced, as ``_as_sent`` reads it). Admission reserved at
+    the dearest of the route, which a cheaper pool deployment or the primary of a dearer
+    fallback does not cost: `fast` answered by claude-haiku-4-5 was settled at claude-opus-4-1's
+    $15/$75 for its fallback, 15x what the provider billed (review). The reservation's price
+    where nothing was sent (an answer replayed from the cache), else the client's model's."""
+    for named in (state.sent_model, state.model) if state.sent_model is not None else ():
+        price = prices.price_for(named)
+        if price is not None:
+            return price
+    reservation = state.reservation
+    if reservation is not None and reservation.price is not None:
+        return reservation.price
+    return prices.price_for(state.model)
 
 
 async def _flush_soon(accounts: Accounts) -> None:
