@@ -56,7 +56,8 @@ def _as_sent(svc: Services, dialect: Dialect | None, inbound: Inbound) -> tuple[
     fallbacks. The price is the upstream's model's (after ``model_map``), the client's name where
     that has none: `fast` mapped to claude-haiku-4-5 was refused as unpriced (review). Of several
     priced, the dearest, for the worst case. A request that names no output limit is sent one
-    by the translation to Messages (``chat_messages.default_max_tokens``, 64,000 for Sonnet):
+    by the translation to Messages (``chat_messages.default_max_tokens``, 128,000 for Claude
+    5.x, 64,000 for Sonnet 4):
     reserving ``accounting.default_max_tokens`` (4,096) in its place let 8 such requests at once
     spend $7.20 of a $0.50 budget (review). None where the route has nothing to add."""
     model = inbound.model
