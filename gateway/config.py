@@ -1076,7 +1076,9 @@ class StateConfig(_Model):
     recover_s: float = Field(
         default=1.0, gt=0,
         description="While Redis is taken for down or slow, how often, in seconds, a probe in the background "
-        "asks whether it answers within `timeout_ms` again (the first goes at once); also the longest a PING "
+        "asks whether it answers within `timeout_ms` again (the first goes at once; 3 PINGs in a row on time "
+        "bring the replica back, and one taken off again within a minute of its return stays off 2, 4, ... "
+        "times this, at most 30 s or this if longer); also the longest a PING "
         "may take to count as answered, and an operation's longest wait on a Redis that is answering (see "
         "`timeout_ms`).",
     )  # fmt: skip

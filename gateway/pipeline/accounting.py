@@ -25,7 +25,7 @@ from gateway.apis import output_budget
 from gateway.apis.base import Dialect, Inbound
 from gateway.errors import Classification, ErrorType
 from gateway.keys.ledger import Accounts, LimitHit, Reservation
-from gateway.keys.prices import asks_hour_cache, cost_of
+from gateway.keys.prices import Price, PriceTable, asks_hour_cache, cost_of
 from gateway.keys.registry import KeySpec
 from gateway.pipeline.outcome import Failure, RequestState, bad_request, gateway_failure
 from gateway.policy.retry_after import reset_at_ms
@@ -56,7 +56,8 @@ def _as_sent(svc: Services, dialect: Dialect | None, inbound: Inbound) -> tuple[
     fallbacks. The price is the upstream's model's (after ``model_map``), the client's name where
     that has none: `fast` mapped to claude-haiku-4-5 was refused as unpriced (review). Of several
     priced, the dearest, for the worst case. A request that names no output limit is sent one
-    by the translation to Messages (``chat_messages.default_max_tokens``, 64,000 for Sonnet):
+    by the translation to Messages (``chat_messages.default_max_tokens``, 128,000 for Claude
+    5.x, 64,000 for Sonnet 4):
     reserving ``accounting.default_max_tokens`` (4,096) in its place let 8 such requests at once
     spend $7.20 of a $0.50 budget (review). None where the route has nothing to add."""
     model = inbound.model
@@ -191,9 +192,8 @@ def settle(svc: Services, state: RequestState) -> None:
         # provider can bill is at most what was asked for, which admission reserved: a $0.01
         # budget's books showed $0.0146 for answers the provider billed $0.0101.
         used = {**used, "completion": min(used.get("completion", 0), reservation.output_asked)}
-    # At the price admission reserved at: the model the upstream was sent (``_as_sent``).
-    cost = cost_of(reservation.price, used) if reservation is not None and reservation.price is not None \
-        else accounts.cost(state.model, used)  # fmt: skip
+    price = _served_price(accounts.prices, state)
+    cost = cost_of(price, used)
     # Nothing used (a listing, a refused request) has nothing to price: not "unpriced".
     state.cost_usd, state.priced = cost.usd, cost.priced or not any(used.values())
     attrs: dict[str, str | float | bool] = {f"{P}key": key.name, f"{P}cost_usd": round(cost.usd, 6),
@@ -208,7 +208,7 @@ def settle(svc: Services, state: RequestState) -> None:
     for kind, n in used.items():
         t.child(t.key_tokens, key.name, model, kind, "true" if cost.priced else "false").inc(n)
     if reservation is not None and not reservation.settled:
-        accounts.settle_later(reservation, used)
+        accounts.settle_later(reservation, used, price)
         if accounts.flusher is None or accounts.flusher.done():
             # Off the request's path, a few milliseconds later with whatever else has ended
             # by then; shutdown waits for it (server.py).
@@ -216,6 +216,23 @@ def settle(svc: Services, state: RequestState) -> None:
             accounts.flusher = task
             svc.life.settling.add(task)
             task.add_done_callback(svc.life.settling.discard)
+
+
+def _served_price(prices: PriceTable, state: RequestState) -> Price | None:
+    """The price of the model the answering upstream was sent (its ``model_map``'s, the
+    client's name where that has none priced, as ``_as_sent`` reads it). Admission reserved at
+    the dearest of the route, which a cheaper pool deployment or the primary of a dearer
+    fallback does not cost: `fast` answered by claude-haiku-4-5 was settled at claude-opus-4-1's
+    $15/$75 for its fallback, 15x what the provider billed (review). The reservation's price
+    where nothing was sent (an answer replayed from the cache), else the client's model's."""
+    for named in (state.sent_model, state.model) if state.sent_model is not None else ():
+        price = prices.price_for(named)
+        if price is not None:
+            return price
+    reservation = state.reservation
+    if reservation is not None and reservation.price is not None:
+        return reservation.price
+    return prices.price_for(state.model)
 
 
 async def _flush_soon(accounts: Accounts) -> None:

@@ -35,6 +35,9 @@ class RequestState:
     started: float  # monotonic
     upstream: str = "none"
     model: str | None = None
+    # The model the upstream last sent to was named (its ``model_map``'s, a translation's): what
+    # the answer is priced at (accounting.settle). None until a send.
+    sent_model: str | None = None
     stream: bool = False
     attempts: int = 0
     retries: int = 0

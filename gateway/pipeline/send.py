@@ -93,6 +93,7 @@ async def send_one(
     a fallback); such failures get at most ``retries_cap`` retries here first."""
     up = call.up
     state.upstream = up.cfg.name
+    state.sent_model = call.wire_model or state.model
     if svc.param_fixes.learned:  # what this model refused before is left out before it is sent
         body = param_fixed(svc, state, call, body)
     adm = up.circuit.admit_now(state.model) or await up.circuit.admit(state.model)

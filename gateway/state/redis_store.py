@@ -6,7 +6,8 @@ that is slow or gone from a loop too busy to read answers on time. Redis late to
 leaves it at once, every waiting operation and every later one served from the local
 :class:`MemoryStore` without waiting (so a slow Redis costs an operation about twice
 ``timeout_s``, once, not its whole delay on every request), until a watch in the background,
-PINGing every ``recover_s``, finds it answering within ``timeout_s`` again. The loop late
+PINGing every ``recover_s``, finds it answering within ``timeout_s`` again, steadily (several
+PINGs in a row; a replica that flaps stays off longer each time). The loop late
 instead: the operation waits on for Redis's answer, up to ``recover_s``. An error (a refused
 connection) leaves Redis at once. Leaving and coming back are logged once each way; every
 locally served operation is counted through ``on_fallback(backend, op)``, and every wait on
@@ -65,6 +66,14 @@ OWED_MARKER_S = 86_400
 # A budget read (not admitted) is mirrored for this long: its key names its period, so a stale
 # one is never read for the next period.
 _READ_MIRROR_S = 40 * 86_400.0
+# Rejoining Redis takes this many on-time PINGs in a row: behind 35-75 ms of delay with
+# timeout_ms 50, one on-time PING brought a replica back and its next operation took it off,
+# every 1-3 s (10 state_store_slow and 9 state_store_back in 20 s, review).
+_BACK_PINGS = 3
+# Taken off again within _STEADY_S of a return (a flap), a replica stays off twice as long as
+# the last time (recover_s x 2, 4, ...), at most _HOLD_MAX_S (or recover_s, if longer).
+_STEADY_S = 60.0
+_HOLD_MAX_S = 30.0
 
 
 def connect(url: str, timeout_s: float, max_connections: int = 100) -> Redis:
@@ -149,6 +158,9 @@ class RedisStore:
         self._on_fallback = on_fallback
         self._on_wait = on_wait  # (backend, seconds) of every operation that asked Redis
         self._down_since: float | None = None  # taken off Redis (down, or slow) since (monotonic)
+        self._back_at = -math.inf  # when the replica last rejoined Redis (monotonic)
+        self._flaps = 0  # times taken off in a row, each within _STEADY_S of rejoining
+        self._hold_s = 0.0  # this time off lasts at least this long (a flap's backoff)
         self._off_said = False  # whether this time off Redis was logged yet
         self._writes_refused_since: float | None = None  # a full or read-only Redis (monotonic)
         self._answered_at = -math.inf  # when Redis last answered an operation (monotonic)
@@ -231,7 +243,9 @@ class RedisStore:
                 self._too_slow(op, waited)
             return await local()
         self._on_wait(self.backend, self._monotonic() - started)
-        self._came_back()
+        # Taken off meanwhile (another operation's wait), the replica stays off: an answer that
+        # was on its way is no sign of a steady Redis, the watch's PINGs are (``_watch``).
+        self._answered_at = self._monotonic()
         if self._writes_refused_since is not None and op not in _READS:
             log.info({"event": "state_store_writable", "backend": self.backend, "op": op,
                       "refused_s": round(self._monotonic() - self._writes_refused_since, 1)})  # fmt: skip
@@ -280,6 +294,7 @@ class RedisStore:
                       "down_s": round(self._answered_at - self._down_since, 1)})
             self._down_since = None
             self._off_said = False
+            self._back_at = self._answered_at
 
     def _maybe_probe(self) -> None:
         """While Redis is taken off, no request waits on it: the watch (``_watch``) asks in the
@@ -292,10 +307,12 @@ class RedisStore:
         self._probe = asyncio.get_running_loop().create_task(self._watch(suspect))
 
     async def _watch(self, suspect: tuple[str, float] | None) -> None:
-        """A PING at once, then one every ``recover_s`` while Redis is taken off, until one is
-        answered within ``timeout_ms`` (each with ``recover_s`` to answer at all, on the probe's
-        own connection). ``suspect``: the operation (name, wait so far) whose wait asked for the
-        first PING, which takes Redis off if that PING is late, and says why.
+        """A PING at once, then one every ``recover_s`` while Redis is taken off, until
+        ``_BACK_PINGS`` in a row are answered within ``timeout_ms`` (each with ``recover_s`` to
+        answer at all, on the probe's own connection), and this time off has lasted its hold
+        (``_take_off``): PINGed again after it. ``suspect``: the operation (name, wait so far)
+        whose wait asked for the first PING, which takes Redis off if that PING is late, and
+        says why.
 
         A loop, not one PING per request: the probe was started only by an operation arriving,
         and a failed one did not schedule the next, so a replica with no traffic (or only the
@@ -312,9 +329,19 @@ class RedisStore:
                     self._say_off("state_store_down", op, "TimeoutError", waited_s + took_s)
                 else:
                     self._say_off("state_store_slow", op, "", waited_s, answered_s=took_s, lag_s=lag_s)
-            while verdict != "ok" and self._down_since is not None:
-                await self._sleep(self._recover_s)
+            on_time = 1 if verdict == "ok" else 0
+            while self._down_since is not None:
+                if on_time >= _BACK_PINGS:
+                    wait_s = self._down_since + self._hold_s - self._monotonic()
+                    if wait_s <= 0:
+                        break
+                    on_time = 0  # steady now, but the hold is not over: PINGed again after it
+                else:
+                    wait_s = self._recover_s if on_time == 0 else 0.0
+                if wait_s > 0:
+                    await self._sleep(wait_s)
                 verdict, took_s, lag_s = await self._timed_ping()
+                on_time = on_time + 1 if verdict == "ok" else 0
         finally:
             self._probe = None
         if verdict == "ok":
@@ -377,6 +404,11 @@ class RedisStore:
         if self._down_since is not None:
             return
         self._down_since = self._monotonic()
+        # Off again soon after a return: the next return waits twice as long as the last.
+        flapped = self._down_since - self._back_at < _STEADY_S
+        self._flaps = min(self._flaps + 1, 16) if flapped else 0
+        longest = max(_HOLD_MAX_S, self._recover_s)
+        self._hold_s = min(self._recover_s * 2**self._flaps, longest) if self._flaps else 0.0
         now = asyncio.get_running_loop().time()
         for deadline in list(self._waiting):
             if not deadline.expired():  # (one that just expired is on its way there)
@@ -401,6 +433,8 @@ class RedisStore:
         else:  # answered, later than timeout_ms with this process's loop on time
             line |= {"cause": "redis", "answered_ms": round(answered_s * 1000, 1),
                      "loop_lag_ms": round(lag_s * 1000, 1), "timeout_ms": round(self._timeout_s * 1000)}
+        if self._flaps:  # back soon after a return: held off longer (``_take_off``)
+            line |= {"flaps": self._flaps, "held_s": self._hold_s}
         if problem is not None:
             log.error(line | {"problem": problem, "heals": "no: fix state.url (or Redis) and restart",
                               "retry_every_s": self._recover_s})  # fmt: skip

@@ -20,6 +20,7 @@ import openai
 import pytest
 
 from tests.fakeupstream import (
+    FakeUpstream,
     Reply,
     Stream,
     anthropic_head,
@@ -994,3 +995,87 @@ async def test_a_request_naming_no_output_limit_reserves_what_the_translation_se
         statuses = await asyncio.gather(*(post() for _ in range(6)))
         assert statuses.count(200) == 1, (path, statuses)
         assert [r.json()["max_tokens"] for r in gw.fake.messages_requests()] == [64000], path
+
+
+async def test_a_request_is_settled_at_the_price_of_the_model_that_served_it(
+    make_gateway: MakeGateway, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`fast` on `cheap` (claude-haiku-4-5) with `dear` (claude-opus-4-1) as its fallback: a
+    request `cheap` answered was settled at opus-4-1's $15/$75, the dearest of the chain that
+    admission reserves at, $0.0765 for 100 tokens in and 1,000 out in place of haiku's $0.0051
+    (review). The reservation keeps the chain's worst case; the settle takes the price of the
+    model the answering upstream was sent, whichever of the chain answered."""
+    cheap, dear = FakeUpstream(), FakeUpstream()
+    for f in (cheap, dear):
+        await f.start()
+    try:
+        gw = await make_gateway(
+            "keys: [{name: alice, key: gk-alice, budget: {usd: 5, period: day}}]\n", fake=cheap, upstreams=(
+                f"  - {{name: cheap, base_url: '{cheap.url}', apis: [messages], key_header: x-api-key, "
+                "models: [fast], model_map: {fast: claude-haiku-4-5}, fallbacks: [dear]}\n"
+                f"  - {{name: dear, base_url: '{dear.url}', apis: [messages], key_header: x-api-key, "
+                "models: [never], model_map: {fast: claude-opus-4-1}}\n"))  # fmt: skip
+        cheap.always = Reply(200, anthropic_message("claude-haiku-4-5", input_tokens=100, output_tokens=1000))
+        dear.always = Reply(200, anthropic_message("claude-opus-4-1", input_tokens=100, output_tokens=1000))
+        client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="gk-alice", max_retries=0)
+        haiku, opus = 100e-6 + 1000 * 5e-6, 100 * 15e-6 + 1000 * 75e-6  # $0.0051, $0.0765
+        try:
+            with caplog.at_level(logging.INFO, logger="gateway.access"):
+                raw = await client.messages.with_raw_response.create(
+                    model="fast", max_tokens=1000, messages=[{"role": "user", "content": "hi"}])
+                assert raw.headers["x-llm-upstream"] == "cheap"
+                assert [r.json()["model"] for r in cheap.messages_requests()] == ["claude-haiku-4-5"]
+                assert (await settled(gw))["budget"]["spent_usd"] == pytest.approx(haiku)
+                # `cheap` down: `dear` answers, at its own model's price.
+                cheap.always = Reply(529, {"type": "error", "error": {"type": "overloaded_error",
+                                                                      "message": "Overloaded"}})  # fmt: skip
+                raw = await client.messages.with_raw_response.create(
+                    model="fast", max_tokens=1000, messages=[{"role": "user", "content": "hello"}])
+                assert raw.headers["x-llm-upstream"] == "dear"
+                assert [r.json()["model"] for r in dear.messages_requests()] == ["claude-opus-4-1"]
+                assert (await settled(gw))["budget"]["spent_usd"] == pytest.approx(haiku + opus)
+        finally:
+            await client.close()
+        lines = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"
+                 and r.msg.get("path") == "/v1/messages"]  # fmt: skip
+        assert [line["cost_usd"] for line in lines] == [pytest.approx(haiku), pytest.approx(opus)]
+        assert gw.metric("llm_gateway_key_spend_usd_total", key="alice", team="", model="fast") \
+            == pytest.approx(haiku + opus)  # fmt: skip
+    finally:
+        for f in (cheap, dear):
+            await f.close()
+
+
+async def test_a_pool_request_is_settled_at_the_price_of_the_deployment_that_served_it(
+    make_gateway: MakeGateway,
+) -> None:
+    """A pool whose deployments map `fast` to different models: each request pays the model of
+    the deployment that answered it, not the dearest deployment's (review)."""
+    cheap, dear = FakeUpstream(), FakeUpstream()
+    for f in (cheap, dear):
+        await f.start()
+    try:
+        gw = await make_gateway(
+            "keys: [{name: alice, key: gk-alice, budget: {usd: 5, period: day}}]\n"
+            "pools:\n  - {name: fast, models: [fast], deployments: [cheap, dear]}\n", fake=cheap, upstreams=(
+                f"  - {{name: cheap, base_url: '{cheap.url}', api_key: sk-a, apis: [messages], "
+                "key_header: x-api-key, weight: 1000000, model_map: {fast: claude-haiku-4-5}}\n"
+                f"  - {{name: dear, base_url: '{dear.url}', api_key: sk-b, apis: [messages], "
+                "key_header: x-api-key, model_map: {fast: claude-opus-4-1}}\n"))  # fmt: skip
+        cheap.always = Reply(200, anthropic_message("claude-haiku-4-5", input_tokens=100, output_tokens=1000))
+        dear.always = Reply(200, anthropic_message("claude-opus-4-1", input_tokens=100, output_tokens=1000))
+        haiku, opus = 100e-6 + 1000 * 5e-6, 100 * 15e-6 + 1000 * 75e-6
+        payload = {"model": "fast", "max_tokens": 1000, "messages": [{"role": "user", "content": "hi"}]}
+        status, headers, body = await gw.messages(payload, headers={"x-api-key": "gk-alice"})
+        assert status == 200 and headers["x-llm-upstream"] == "cheap", body
+        assert (await settled(gw))["budget"]["spent_usd"] == pytest.approx(haiku)
+        cheap.always = Reply(429, {"type": "error", "error": {
+            "type": "rate_limit_error", "message": "Number of request tokens has exceeded your per-minute rate limit"}},
+            {"retry-after": "30"})  # fmt: skip
+        status, headers, body = await gw.messages(payload, headers={"x-api-key": "gk-alice",
+                                                                    "x-claude-code-session-id": "other"})  # fmt: skip
+        assert status == 200 and headers["x-llm-upstream"] == "dear", body
+        assert (await settled(gw))["budget"]["spent_usd"] == pytest.approx(haiku + opus)
+    finally:
+        for f in (cheap, dear):
+            await f.close()

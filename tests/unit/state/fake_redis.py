@@ -34,6 +34,7 @@ class FakeRedis:
         self.error: RedisError | None = None  # what every command meets, when set
         self.write_error: RedisError | None = None  # what every write meets (a full Redis), when set
         self.pings = 0
+        self.ping_delays: list[float] = []  # each PING's own delay, in turn, before ``delay_s``'s
         self.values: dict[str, bytes] = {}
         self.connection_pool = _Pool()
 
@@ -52,6 +53,9 @@ class FakeRedis:
 
     async def ping(self) -> bool:
         self.pings += 1
+        if self.ping_delays and not self.down:
+            await asyncio.sleep(self.ping_delays.pop(0))
+            return True
         await self.answer()
         return True
 

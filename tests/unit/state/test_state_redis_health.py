@@ -221,3 +221,64 @@ async def test_a_wrong_password_is_an_error_that_says_it_will_not_heal(caplog: p
         assert "invalid username-password" not in line.getMessage()  # our words, not the server's
     finally:
         await store.close()
+
+
+async def test_a_redis_about_as_slow_as_timeout_ms_is_rejoined_only_when_steady_and_later_after_each_flap(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Redis behind 35-75 ms of delay, timeout_ms 50: one on-time PING brought the replica back,
+    its next slow operation took it off again, and it flapped every 1-3 s (10 state_store_slow
+    and 9 state_store_back in 20 s, review). Now the watch rejoins after several on-time PINGs
+    in a row only, and a replica taken off again soon after its return waits longer each time
+    (bounded) before it rejoins; a return that lasts ends the backoff."""
+    caplog.set_level(logging.INFO, logger="gateway.state")
+    redis, sleeps = FakeRedis(), Sleeps()
+    now = [1000.0]
+    store = RedisStore(
+        redis, MemoryStore(time.time), clock=time.time, monotonic=lambda: now[0],  # type: ignore[arg-type]
+        timeout_s=0.02, recover_s=RECOVER_S, sleep=sleeps,
+    )  # fmt: skip
+
+    async def taken_off() -> None:
+        redis.down = True
+        await store.reset_get("up/m")
+        assert not store.healthy
+        await until(lambda: sleeps.waiting)
+        redis.down = False
+
+    def lines(event: str) -> list[dict[str, object]]:
+        return [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg["event"] == event]
+
+    try:
+        await taken_off()
+        redis.ping_delays = [0.0, 0.1]  # one PING on time, the next late: not steady
+        sleeps.release()
+        await until(lambda: sleeps.waiting)
+        assert not store.healthy and redis.ping_delays == [] and sleeps.asked[-1] == RECOVER_S
+        sleeps.release()  # on time now, PING after PING: back, said once
+        await until(lambda: store.healthy)
+        assert len(lines("state_store_back")) == 1 and "held_s" not in lines("state_store_down")[0]
+
+        holds = []
+        for _ in range(8):  # taken off again within seconds of each return: a flap
+            now[0] += 3.0
+            await taken_off()
+            sleeps.release()  # on time at once, but the hold is not over
+            await until(lambda: len(sleeps.waiting) == 1 and sleeps.asked[-1] != RECOVER_S)
+            assert not store.healthy
+            holds.append(sleeps.asked[-1])
+            now[0] += sleeps.asked[-1]
+            sleeps.release()
+            await until(lambda: store.healthy)
+        assert holds == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0, 30.0]
+        offs = lines("state_store_down")
+        assert len(offs) == 9 and len(lines("state_store_back")) == 9  # one line per change
+        assert [line["held_s"] for line in offs[1:]] == holds
+
+        now[0] += 120.0  # a return that lasted: the next time off is not a flap
+        await taken_off()
+        sleeps.release()
+        await until(lambda: store.healthy)
+        assert "held_s" not in lines("state_store_down")[-1]
+    finally:
+        await store.close()
