@@ -227,3 +227,12 @@ def test_the_fallbacks_page_chain_crosses_apis_as_it_says() -> None:
     assert route is not None
     assert [(u.cfg.name, tuple(u.cfg.apis or ())) for u in route.upstreams] == [("anthropic", ("messages",)),
                                                                                ("local", ("chat",))]  # fmt: skip
+
+
+def test_the_error_contract_page_lists_every_header_the_gateway_stamps() -> None:
+    """The page presents itself as the list of ``x-llm-*`` headers; two the gateway sends
+    (``x-llm-translated``, ``x-llm-estimated``) were stated only on other pages."""
+    sent = {m for path in (ROOT / "gateway").rglob("*.py")
+            for m in re.findall(r'"(x-llm-[a-z0-9-]+)', path.read_text())}  # fmt: skip
+    page = (DOCS / "errors" / "index.md").read_text()
+    assert sent and {h for h in sent if f"`{h}`" not in page} == set()
