@@ -5,7 +5,8 @@ and exits 1, naming each stale page with a diff, when one differs from what the 
 
 - ``configuration.md``: every config key, from the pydantic models of ``gateway/config.py``;
 - ``metrics.md``: every metric the app registers;
-- ``errors.md``: every error code the gateway makes.
+- ``errors.md``: every error code the gateway makes;
+- ``prices.md``: the prices the gateway ships (``gateway/keys/prices.py``).
 """
 
 from __future__ import annotations
@@ -35,11 +36,18 @@ def _errors() -> str:
     return errors.render()
 
 
+def _prices() -> str:
+    from gateway.docs_gen import prices
+
+    return prices.render()
+
+
 # Page file name -> what renders it (imported when rendered: the metrics page builds the app).
 PAGES: dict[str, Callable[[], str]] = {
     "configuration.md": _configuration,
     "metrics.md": _metrics,
     "errors.md": _errors,
+    "prices.md": _prices,
 }
 
 

@@ -52,7 +52,7 @@ def test_the_rendering_is_deterministic(pages: dict[str, str]) -> None:
 
 
 def test_each_page_says_it_is_generated_and_by_which_command(pages: dict[str, str]) -> None:
-    assert set(pages) == set(PAGES) == {"configuration.md", "metrics.md", "errors.md"}
+    assert set(pages) == set(PAGES) == {"configuration.md", "metrics.md", "errors.md", "prices.md"}
     for text in pages.values():
         first, _, rest = text.partition("\n")
         assert first.startswith("<!--") and COMMAND in first and rest.startswith("# ")
@@ -98,3 +98,14 @@ def test_every_registered_metric_is_on_the_metrics_page(pages: dict[str, str]) -
         assert f"| {family.type} |" in row and cell(family.documentation) in row
     assert "| `llm_gateway_requests_total` | counter | `upstream`, `model`, `status`, `error_type` |" in page
     assert "| `llm_gateway_workers_reporting` | gauge |" in page  # added only by a merge of workers
+
+
+def test_every_shipped_price_is_on_the_prices_page_in_the_order_tried(pages: dict[str, str]) -> None:
+    """docs/keys.md and the agents' pages quoted shipped prices by hand; they link here now."""
+    from gateway.docs_gen.prices import _usd
+    from gateway.keys.prices import SHIPPED
+
+    rows = [line for line in pages["prices.md"].splitlines() if line.startswith("| `")]
+    assert [r.split("`")[1] for r in rows] == [glob for glob, _ in SHIPPED]
+    for row, (_, price) in zip(rows, SHIPPED, strict=True):
+        assert row.split(" | ")[1:3] == [_usd(price.input), _usd(price.output)]
