@@ -349,17 +349,7 @@ async def test_closed_refuses_an_admit_counted_in_memory_while_redis_answers_oth
     try:
         assert isinstance(await acc.admit(key, "m", 20, 10), Reservation)  # connected, scripts loaded
         answer_in_time = store._admits
-        never = asyncio.Event()
-
-        async def read_late(keys: Any, args: Any) -> Any:  # as on a loop too busy to read the answer
-            await never.wait()
-            return await answer_in_time(keys, args)
-
-        store._admits = read_late  # type: ignore[assignment]
-        late = asyncio.create_task(acc.admit(key, "m", 20, 10))
-        await asyncio.sleep(0)
-        await store.budget_add("global", 1, 0, 10)  # Redis answers another operation meanwhile
-        got = await late
+        got = await _admitted_while_its_answer_waits(store, acc, key)
         assert isinstance(got, LimitHit) and got.kind == "store_down"
         assert store.healthy  # one operation's wait, not an outage
         assert fallbacks == [("redis", "ledger_admit")]
@@ -508,17 +498,7 @@ async def test_an_outage_s_spend_whose_answer_was_lost_is_added_once(
     try:
         assert isinstance(await acc.admit(key, "m", 20, 10), Reservation)  # connected, scripts loaded
         answer_in_time = store._admits
-        never = asyncio.Event()
-
-        async def read_late(keys: Any, args: Any) -> Any:  # a loop too busy to read the answer
-            await never.wait()
-            return await answer_in_time(keys, args)
-
-        store._admits = read_late  # type: ignore[assignment]
-        late = asyncio.create_task(acc.admit(key, "m", 20, 10))
-        await asyncio.sleep(0)
-        await store.budget_add("global", 1, 0, 10)  # Redis answers another operation meanwhile
-        got = await late
+        got = await _admitted_while_its_answer_waits(store, acc, key)
         assert isinstance(got, Reservation) and store.admitted_here(got.slot)  # counted in memory
         store._admits = answer_in_time  # type: ignore[method-assign]
         redis_server.freeze()
@@ -539,3 +519,20 @@ async def test_an_outage_s_spend_whose_answer_was_lost_is_added_once(
         assert spend == [(19.0, 30.0)]
     finally:
         await store.close()
+
+
+async def _admitted_while_its_answer_waits(store: Any, acc: Any, key: Any) -> Any:
+    """An admission whose answer from Redis is never read (as on a loop too busy to read it),
+    while Redis answers another operation meanwhile: what the admission then gives."""
+    answer_in_time = store._admits
+    never = asyncio.Event()
+
+    async def read_late(keys: Any, args: Any) -> Any:
+        await never.wait()
+        return await answer_in_time(keys, args)
+
+    store._admits = read_late
+    late = asyncio.create_task(acc.admit(key, "m", 20, 10))
+    await asyncio.sleep(0)
+    await store.budget_add("global", 1, 0, 10)
+    return await late

@@ -143,12 +143,7 @@ def test_a_removed_deployment_moves_each_of_its_conversations_once_and_counts_it
     served: dict[str, list[str]] = {o: [] for o in opening}
 
     def turn(replica: int, first: str, t: int) -> str:
-        messages: list[dict[str, str]] = [{"role": "user", "content": first}]
-        for k in range(t):
-            messages += [{"role": "assistant", "content": f"step {k}"}, {"role": "user", "content": f"go on {k}"}]
-        r = clients[replica].chat.completions.with_raw_response.create(
-            model="m-1", messages=messages, max_tokens=10)  # type: ignore[arg-type]
-        return r.headers["x-llm-upstream"]
+        return _answered_turn(clients[replica], first, t)
 
     for t in range(3):
         for i, o in enumerate(opening):
@@ -187,12 +182,7 @@ def test_a_first_turn_a_sibling_answered_is_homed_there_on_both_replicas(replica
     replicas.fake.keys.limited_until("sk-" + picked[-1], time.time() + 1.5)
 
     def turn(replica: int, t: int) -> str:
-        messages: list[dict[str, str]] = [{"role": "user", "content": first}]
-        for k in range(t):
-            messages += [{"role": "assistant", "content": f"step {k}"}, {"role": "user", "content": f"go on {k}"}]
-        r = clients[replica].chat.completions.with_raw_response.create(
-            model="m-1", messages=messages, max_tokens=10)  # type: ignore[arg-type]
-        return r.headers["x-llm-upstream"]
+        return _answered_turn(clients[replica], first, t)
 
     answered = turn(0, 0)
     assert answered != picked
@@ -219,3 +209,13 @@ def test_a_chained_responses_turn_goes_to_the_key_that_stored_its_previous_one_f
             previous = r.parse().id
             served.append(r.headers["x-llm-upstream"])
         assert len(set(served)) == 1, served
+
+
+def _answered_turn(client: openai.OpenAI, first: str, t: int) -> str:
+    """Turn ``t`` of a conversation opened by ``first`` (its history grown by a step a turn):
+    the upstream that answered it."""
+    messages: list[dict[str, str]] = [{"role": "user", "content": first}]
+    for k in range(t):
+        messages += [{"role": "assistant", "content": f"step {k}"}, {"role": "user", "content": f"go on {k}"}]
+    r = client.chat.completions.with_raw_response.create(model="m-1", messages=messages, max_tokens=10)
+    return str(r.headers["x-llm-upstream"])
