@@ -1,4 +1,5 @@
-"""``python -m gateway.docs_gen [--check] [--root DIR]``: write, or check, the reference pages."""
+"""``python -m gateway.docs_gen [--check] [--root DIR]``: write, or check, the reference pages and the
+generated sections of hand-written ones."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from gateway.docs_gen import PAGES_DIR, stale, write
 from gateway.docs_gen.markdown import COMMAND
+from gateway.docs_gen.sections import MissingMarkers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,12 +22,17 @@ def main(argv: list[str] | None = None) -> int:
         for diff in diffs:
             print(diff)
         if diffs:
-            print(f"\n{len(diffs)} generated page(s) out of date; run `{COMMAND}` and commit the result.",
-                  file=sys.stderr)  # fmt: skip
+            print(f"\n{len(diffs)} generated page(s) or section(s) out of date; run `{COMMAND}` and commit "
+                  "the result.", file=sys.stderr)  # fmt: skip
             return 1
-        print(f"{PAGES_DIR}: up to date")
+        print(f"{PAGES_DIR} and the generated sections: up to date")
         return 0
-    for path in write(args.root):
+    try:
+        written = write(args.root)
+    except MissingMarkers as e:
+        print(e, file=sys.stderr)
+        return 1
+    for path in written:
         print(f"wrote {path}")
     return 0
 

@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 from gateway import config
-from gateway.docs_gen import PAGES, PAGES_DIR, render_all, stale
+from gateway.docs_gen import PAGES, PAGES_DIR, all_sections, render_all, stale
 from gateway.docs_gen import configuration as config_page
 from gateway.docs_gen import metrics as metrics_page
 from gateway.docs_gen.__main__ import main
@@ -35,7 +35,16 @@ def test_the_committed_pages_are_what_the_source_says() -> None:
     assert not diffs, f"run `{COMMAND}` and commit docs/reference/:\n" + "\n".join(diffs)[:4000]
 
 
+def _with_hand_written_pages(root: Path) -> None:
+    """Copy the hand-written pages that hold generated sections under ``root``: the command fills
+    their sections in, it does not make the pages."""
+    for section in all_sections():
+        (root / section.path).parent.mkdir(parents=True, exist_ok=True)
+        (root / section.path).write_text((ROOT / section.path).read_text())
+
+
 def test_check_exits_1_naming_a_stale_page_and_0_once_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _with_hand_written_pages(tmp_path)
     assert main(["--check", "--root", str(tmp_path)]) == 1
     out = capsys.readouterr()
     assert "docs/reference/configuration.md (committed)" in out.out and "out of date" in out.err
@@ -109,3 +118,48 @@ def test_every_shipped_price_is_on_the_prices_page_in_the_order_tried(pages: dic
     assert [r.split("`")[1] for r in rows] == [glob for glob, _ in SHIPPED]
     for row, (_, price) in zip(rows, SHIPPED, strict=True):
         assert row.split(" | ")[1:3] == [_usd(price.input), _usd(price.output)]
+
+
+# --- generated sections of hand-written pages (gateway/docs_gen/sections.py) -----------------
+
+
+def test_a_stale_section_is_named_with_a_diff_and_rewritten_between_its_markers_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    main(["--root", str(tmp_path)])  # the reference pages; the sections' pages are missing
+    assert "chat_messages.md: no such page" in capsys.readouterr().err
+    _with_hand_written_pages(tmp_path)
+    assert main(["--check", "--root", str(tmp_path)]) == 0
+    page = tmp_path / "docs/translation/chat_messages.md"
+    before = page.read_text()
+    edited = before.replace("| `claude-opus-4` | 32,000 |", "| `claude-opus-4` | 64,000 |")
+    page.write_text(edited.replace("# Chat completions client", "# A retitled page"))
+    assert main(["--check", "--root", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "docs/translation/chat_messages.md (committed)" in out and "-| `claude-opus-4` | 64,000 |" in out
+    assert main(["--root", str(tmp_path)]) == 0
+    assert page.read_text() == before.replace("# Chat completions client", "# A retitled page")
+
+
+def test_a_page_that_lost_its_markers_fails_the_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    main(["--root", str(tmp_path)])
+    _with_hand_written_pages(tmp_path)
+    page = tmp_path / "docs/translation/chat_gemini.md"
+    page.write_text(page.read_text().replace("<!-- /generated: effort-budgets -->", ""))
+    assert main(["--check", "--root", str(tmp_path)]) == 1
+    assert "no '<!-- generated: effort-budgets" in capsys.readouterr().out
+    assert main(["--root", str(tmp_path)]) == 1
+
+
+def test_the_translation_tables_are_read_from_the_constants_the_translators_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway.docs_gen import translation
+    from gateway.translate.chat_messages import request as chat_messages_request
+
+    sections = {(s.page, s.name): s for s in all_sections()}
+    assert len(sections) == len(all_sections())  # one section per name and page
+    monkeypatch.setattr(chat_messages_request, "EFFORT_BUDGET", {"minimal": 1, "low": 2, "medium": 3,
+                                                                 "high": 4, "xhigh": 5})  # fmt: skip
+    assert "| `xhigh` | 5 | `xhigh` |" in translation.chat_messages_effort()
+    monkeypatch.setitem(translation.MESSAGES_TO_CHAT_FINISH, "new_reason", "length")
+    assert "| `max_tokens`, `model_context_window_exceeded`, `new_reason` | `length` |" in (
+        translation.chat_messages_finish_reason())

@@ -24,8 +24,8 @@ from gateway.translate.messages_chat.answer import reasoning_of, tool_input
 
 # chat finish_reason → Gemini finishReason. A tool call ends with STOP, as the Gemini API
 # ends a functionCall turn; chat's content_filter is Gemini's SAFETY.
-_FINISH = {"stop": "STOP", "length": "MAX_TOKENS", "tool_calls": "STOP", "function_call": "STOP",
-           "content_filter": "SAFETY"}  # fmt: skip
+FINISH_REASON = {"stop": "STOP", "length": "MAX_TOKENS", "tool_calls": "STOP", "function_call": "STOP",
+                 "content_filter": "SAFETY"}  # fmt: skip
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
@@ -34,7 +34,7 @@ def response_id(ctx: Context) -> str:
 
 
 def finish_reason(finish: Any) -> str:
-    return _FINISH.get(finish, "STOP") if isinstance(finish, str) else "STOP"
+    return FINISH_REASON.get(finish, "STOP") if isinstance(finish, str) else "STOP"
 
 
 def shows_thoughts(request: Mapping[str, Any]) -> bool:

@@ -1,0 +1,323 @@
+"""Figures the hand-written pages state about the code, held to the code.
+
+The tables that restate a mapping are generated (``python -m gateway.docs_gen``); what is left is
+a figure in a sentence: a config default ("`timeouts.first_token_s` (default 300 s"), a
+translator's threshold, the agent versions the suite pins. Each fact below reads the page's
+words and the code's value and fails when they differ, so a changed default fails here until
+the page says it too. A fact whose words are gone from the page fails as well: reword the page,
+then the fact.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from gateway.config import GatewayConfig
+from tests.docs.test_doc_examples import DOCS, YAML_BLOCKS, config_default, load_block
+from tests.procs import ROOT
+
+
+def stated(page: str, pattern: str) -> tuple[str, ...]:
+    """The groups of ``pattern`` where it first matches the page (whitespace in the pattern
+    matches a line break too, as prose wraps anywhere)."""
+    text = (ROOT / page).read_text()
+    found = re.search(pattern.replace(" ", r"\s+"), text, re.M)
+    assert found is not None, f"{page} no longer says {pattern!r}: reword this fact with the page"
+    return found.groups()
+
+
+def number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def days(seconds: float) -> float:
+    return seconds / 86400
+
+
+MINIMAL = {"upstreams": [{"name": "u", "base_url": "http://127.0.0.1:9/v1"}]}
+
+
+def default(path: str) -> Any:
+    """A config key's default; one inside a section whose own default sets it
+    (``retry.rate_limit.max_retries``) read from that section's default."""
+    if "[]" in path:
+        return config_default(path)
+    value: Any = GatewayConfig.model_validate(MINIMAL)
+    for part in path.split("."):
+        value = getattr(value, part)
+    return value
+
+
+# --- config defaults stated in prose --------------------------------------------------------
+
+# (page, pattern with one number, config key, how the page writes the default)
+CONFIG_FACTS = [
+    ("docs/streaming.md", r"`timeouts\.first_token_s` \(default ([\d,]+) s", "timeouts.first_token_s", float),
+    ("docs/tool-outputs.md", r"`max_share` \(default ([\d,]+) % of the window", "tool_outputs.max_share",
+     lambda v: v * 100),
+    ("docs/pools.md", r"`pools\[\]\.stored_s`, by default as long as OpenAI keeps a stored response, ([\d,]+) days",
+     "pools[].stored_s", days),
+    ("docs/configuration.md", r"stored_s: \d+ +# which deployment .*?\(([\d,]+) days", "pools[].stored_s", days),
+    ("docs/errors/loop-breaker.md", r"unrescued `context_overflow` ([\d,]+) s", "loop_breaker.window_s", float),
+    ("docs/errors/loop-breaker.md", r"`budget` ([\d,]+) s \(short", "loop_breaker.budget_window_s", float),
+    ("docs/errors/loop-breaker.md", r"`max_window_s` \(([\d,]+) s\)", "loop_breaker.max_window_s", float),
+    ("docs/errors/loop-breaker.md", r"`turn_idle_s`, ([\d,]+) s", "loop_breaker.turn_idle_s", float),
+    ("docs/errors/loop-breaker.md", r"`turn_max_s`, ([\d,]+) s", "loop_breaker.turn_max_s", float),
+    ("docs/errors/retries.md", r"`circuit_breaker\.probe_interval_s` \(([\d,]+) s\)", "circuit_breaker.probe_interval_s",
+     float),
+    ("docs/errors/retries.md", r"`state\.timeout_ms` \(([\d,]+) ms\)", "state.timeout_ms", float),
+    ("docs/keys.md", r"reserved at `accounting\.default_max_tokens` \(([\d,]+)\)", "accounting.default_max_tokens",
+     float),
+    ("docs/keys.md", r"on a Responses upstream it is reserved ([\d,]+)", "accounting.default_max_tokens", float),
+    ("docs/errors/retries.md", r"`retry\.rate_limit\.max_retries` \((\d+)\)", "retry.rate_limit.max_retries", float),
+    ("docs/errors/retries.md", r"`retry\.provider_unavailable\.max_retries` \((\d+)\)",
+     "retry.provider_unavailable.max_retries", float),
+    # Attempts: the first and each retry.
+    ("README.md", r"costs the provider the gateway's (\d+) attempts", "retry.provider_unavailable.max_retries",
+     lambda v: v + 1),
+    ("docs/errors/retries.md", r"a permanent 503 costs exactly the gateway's (\d+) upstream attempts",
+     "retry.provider_unavailable.max_retries", lambda v: v + 1),
+    ("docs/agents/sdks.md", r"provider the gateway's (\d+) attempts", "retry.provider_unavailable.max_retries",
+     lambda v: v + 1),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("page", "pattern", "key", "as_written"), CONFIG_FACTS,
+                         ids=[f"{p}:{k}" for p, _, k, _ in CONFIG_FACTS])  # fmt: skip
+def test_a_default_stated_in_prose_is_the_config_models(page: str, pattern: str, key: str, as_written: Any) -> None:
+    (value,) = stated(page, pattern)
+    assert number(value) == pytest.approx(as_written(default(key))), (page, key)
+
+
+def test_the_first_token_default_equals_the_first_byte_one_as_the_streaming_page_says() -> None:
+    stated("docs/streaming.md", r"The default equals `first_byte_s` on purpose")
+    assert default("timeouts.first_token_s") == default("timeouts.first_byte_s")
+
+
+def test_the_probe_schedule_doubles_from_the_probe_interval_up_to_open_s() -> None:
+    (schedule,) = stated("docs/errors/retries.md", r"up to `open_s` \(([\d, ]+) …")
+    start, cap = default("circuit_breaker.probe_interval_s"), default("circuit_breaker.open_s")
+    expected = [min(start * 2**i, cap) for i in range(len(schedule.split(",")))]
+    assert [number(s) for s in schedule.split(",")] == expected
+    (per_minute,) = stated("docs/errors/retries.md", r"at most one request per period \((\d+) a minute\)")
+    assert number(per_minute) == 60 / start
+
+
+# The keys the annotated example sets to show a value, not a default: names, credentials read
+# from the environment, a pool, a key and a team to show their fields, Redis in place of memory.
+ILLUSTRATIVE = {
+    "server.client_keys", "upstreams[].name", "upstreams[].base_url", "upstreams[].api_key",
+    "pools[].name", "pools[].models", "pools[].deployments",
+    "keys[].name", "keys[].key", "keys[].team", "keys[].budget.usd", "keys[].budget.period",
+    "teams[].name", "teams[].budget.usd",
+    "tool_outputs.rules[].tool", "tool_outputs.rules[].project", "tool_outputs.rules[].oversized",
+    "state.backend", "state.url", "loop_breaker.secret",
+}  # fmt: skip
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump()
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _leaves(node: Any, loaded: Any, default: Any, path: str, model: type[BaseModel]) -> list[tuple[str, Any, Any]]:
+    """(key, its value as loaded from the page, its default) for every key the page sets."""
+    from tests.docs.test_doc_examples import _model_of
+
+    out = []
+    for key, value in node.items():
+        field = model.model_fields[key]
+        sub, here = _model_of(field.annotation), f"{path}{key}"
+        got = getattr(loaded, key)
+        dflt = getattr(default, key) if default is not None else field.get_default(call_default_factory=True)
+        if isinstance(value, dict) and sub is not None:
+            out += _leaves(value, got, dflt if isinstance(dflt, BaseModel) else None, here + ".", sub)
+        elif isinstance(value, list) and value and isinstance(value[0], dict) and sub is not None:
+            out += _leaves(value[0], got[0], None, here + "[].", sub)  # the first item shows the fields
+        else:
+            out.append((here, _plain(got), _plain(dflt)))
+    return out
+
+
+def test_the_annotated_configuration_shows_each_default_where_it_shows_no_example() -> None:
+    """docs/configuration.md's "Every section, annotated" reads as the defaults, with a few
+    values set to show them; a default changed in the code must change there too."""
+    (block,) = [b for b in YAML_BLOCKS if b.page == DOCS / "configuration.md" and "loop_breaker" in b.body]
+    doc = yaml.safe_load(block.body)
+    doc.pop("prices")  # a table of globs: no defaults
+    leaves = _leaves(doc, load_block(block), GatewayConfig.model_validate(MINIMAL), "", GatewayConfig)
+    assert len(leaves) > 100
+    differ = {key: (shown, default) for key, shown, default in leaves if shown != default and key not in ILLUSTRATIVE}
+    assert differ == {}, "the annotated example shows a value that is not the default (and not listed as an example)"
+    assert {key for key, shown, default in leaves if key in ILLUSTRATIVE and shown == default} <= {"state.url"}
+
+
+def test_the_annotated_configurations_comments_state_the_codes_figures() -> None:
+    from gateway.tls import CHECK_EVERY_S
+
+    (every,) = stated("docs/configuration.md", r"tls_cert_file: null +# .*?re-read on SIGHUP and every (\d+) s\)")
+    assert number(every) == CHECK_EVERY_S
+
+
+# --- figures of the code stated in prose ----------------------------------------------------
+
+
+def test_the_models_list_cache_is_as_long_as_the_endpoints_page_says() -> None:
+    from gateway.pipeline.models import CACHE_S
+
+    (cached,) = stated("docs/endpoints.md", r"else OpenAI's; cached (\d+) s")
+    assert number(cached) == CACHE_S
+
+
+def test_a_flapping_replicas_hold_and_its_return_are_as_the_pages_say() -> None:
+    from gateway.state import redis_store
+
+    for page in ("docs/errors/retries.md", "docs/operations/logs.md"):
+        (pings,) = stated(page, r"(\d+) PINGs in a row")
+        assert int(pings) == redis_store._BACK_PINGS, page
+    (most,) = stated("docs/errors/retries.md", r"times `recover_s`, at most (\d+) s")
+    assert number(most) == redis_store._HOLD_MAX_S
+    (most,) = stated("docs/operations/logs.md", r"doubling each time, at most (\d+) s")
+    assert number(most) == redis_store._HOLD_MAX_S
+
+
+def test_the_margins_and_estimates_the_translation_pages_quote() -> None:
+    from gateway.policy.compress import SAFETY_MARGIN
+    from gateway.policy.tokens import PDF_PAGE_TOKENS
+    from gateway.translate.chat_messages.request import IMAGE_MAX, MIN_BUDGET
+
+    (margin,) = stated("docs/translation/index.md", r"from the request's bytes, with a (\d+) % margin")
+    assert number(margin) / 100 == SAFETY_MARGIN
+    (margin,) = stated("docs/compression.md", r"minus a (\d+) % safety margin")
+    assert number(margin) / 100 == SAFETY_MARGIN
+    (page_tokens,) = stated("docs/translation/index.md", r"as a document counts ([\d,]+) tokens a page")
+    assert number(page_tokens) == PDF_PAGE_TOKENS
+    (least,) = stated("docs/translation/index.md", r"`reasoning_effort`, budgets ≥ ([\d,]+)\)")
+    assert number(least) == MIN_BUDGET
+    (mb, exact) = stated("docs/translation/chat_messages.md", r"Over \*\*(\d+) MB of base64\*\* \(([\d,]+) bytes")
+    assert number(mb) * 1024 * 1024 == number(exact) == IMAGE_MAX
+
+
+def test_the_budget_thresholds_of_messages_and_gemini_clients_are_the_translators() -> None:
+    """Messages → chat and Gemini → chat turn a thinking budget into an effort at the same
+    thresholds; both pages state them."""
+    from gateway.translate.gemini_chat.request import _effort as gemini_effort
+    from gateway.translate.messages_chat.request import _reasoning_effort
+
+    for page in ("docs/translation/messages_chat.md", "docs/translation/gemini_chat.md"):
+        low, medium = (int(number(n)) for n in stated(page, r"`low` under ([\d,]+), `medium` under ([\d,]+), else `high`"))
+        for budget, effort in ((low - 1, "low"), (low, "medium"), (medium - 1, "medium"), (medium, "high")):
+            assert _reasoning_effort({"type": "enabled", "budget_tokens": budget}, None) == effort, (page, budget)
+            assert gemini_effort({"thinkingBudget": budget}, "chat") == effort, (page, budget)
+
+
+def test_a_gemini_budget_bound_for_claude_is_the_least_effort_covering_it_as_the_page_says() -> None:
+    from gateway.translate.chat_messages.request import EFFORT_BUDGET
+    from gateway.translate.gemini_chat.request import _effort as gemini_effort
+
+    (listed,) = stated("docs/translation/gemini_chat.md", r"budget is at least the one asked \(([^)]*)\)")
+    pairs = re.findall(r"`(\w+)` ([\d,]+)", listed)
+    assert {effort: int(number(n)) for effort, n in pairs} == EFFORT_BUDGET
+    (examples,) = stated("docs/translation/gemini_chat.md", r"\): ((?:[\d,]+ → [\d,]+(?:, )?)+) \|")
+    for asked, sent in re.findall(r"([\d,]+) → ([\d,]+)", examples):
+        effort = gemini_effort({"thinkingBudget": int(number(asked))}, "messages")
+        assert effort is not None and EFFORT_BUDGET[effort] == number(sent), asked
+
+
+# The families the pages name, and a model of each (the translation matches a name's family).
+FAMILIES = {
+    "Opus, Sonnet and Haiku 5.x": ("claude-opus-5", "claude-sonnet-5-5", "claude-haiku-5-5"),
+    "Fable and Mythos": ("claude-fable-5-1", "claude-mythos-5"),
+    "Sonnet and Haiku 4": ("claude-sonnet-4-5", "claude-haiku-4-5"),
+    "Sonnet 4": ("claude-sonnet-4-5",),
+    "Opus 4": ("claude-opus-4-1",),
+}
+
+
+def test_the_default_output_the_keys_and_agent_pages_quote_is_the_translations() -> None:
+    from gateway.translate.chat_messages.request import default_max_tokens
+
+    keys, buffered = stated("docs/keys.md", r"translation's default, ([^()]*) \(at most ([\d,]+) for a request not streamed\)")
+    (codex,) = stated("docs/agents/codex.md", r"translation's default output \(([^)]*)\)")
+    for quoted in (keys, codex):
+        said = re.findall(r"([\d,]+) (?:tokens )?for (?:Claude )?(.*?)(?=, [\d,]+ |$)", " ".join(quoted.split()))
+        assert len(said) >= 2, quoted
+        for tokens, families in said:
+            for family in re.split(r", (?=[A-Z])(?!Sonnet and)", families):
+                assert family in FAMILIES, f"name a model of {family!r} in FAMILIES"
+                for model in FAMILIES[family]:
+                    assert default_max_tokens(model, stream=True) == number(tokens), model
+    assert default_max_tokens("claude-opus-5-5", stream=False) == number(buffered)
+
+
+def test_the_responses_incomplete_reasons_are_the_translators() -> None:
+    from gateway.translate.chat_responses.answer import _INCOMPLETE as FROM_RESPONSES
+    from gateway.translate.responses_chat.answer import _INCOMPLETE as TO_RESPONSES
+
+    rows = re.findall(r"^\| `finish_reason` `(\w+)` \| `status: incomplete`, `incomplete_details: \{reason: (\w+)\}`",
+                      (DOCS / "translation/responses_chat.md").read_text(), re.M)  # fmt: skip
+    assert dict(rows) == TO_RESPONSES
+    (said,) = stated("docs/translation/chat_responses.md", r"\| `incomplete` ((?:for `\w+` → `\w+`(?:, )?)+);")
+    assert dict(re.findall(r"for `(\w+)` → `(\w+)`", said)) == FROM_RESPONSES
+
+
+def test_the_least_output_budget_sent_to_responses_is_the_translators() -> None:
+    from gateway.translate.chat_responses.request import MIN_OUTPUT_TOKENS
+
+    least, more = stated("docs/translation/chat_responses.md", r"raised to (\d+) when below: .*? at most (\d+) tokens more")
+    assert (int(least), int(more)) == (MIN_OUTPUT_TOKENS, MIN_OUTPUT_TOKENS - 1)
+
+
+def test_a_chat_finish_reason_becomes_the_stop_reason_the_messages_page_says() -> None:
+    from gateway.translate.messages_chat.answer import stop_reason
+
+    row = stated("docs/translation/messages_chat.md", r"^\| `finish_reason` ([^|]*) \| ([^|]*) \|")
+    finishes = [re.findall(r"`(\w+)`", part) for part in row[0].split(" / ")]
+    reasons = re.findall(r"`(\w+)`", row[1])
+    assert len(finishes) == len(reasons) == 4
+    for names, reason in zip(finishes, reasons, strict=True):
+        for finish in names:
+            assert stop_reason(finish, tools=finish in ("tool_calls", "function_call"), refused=False,
+                               matched=None) == reason, finish  # fmt: skip
+
+
+# --- the agent versions the suite pins ------------------------------------------------------
+
+PINS = dict(re.findall(r'^([A-Z_]+_VERSION)="\$\{\1:-([^}]+)\}"', (ROOT / "scripts/test-deps.sh").read_text(), re.M))
+LINKED = r"(?:\]\([^)]*\))?"  # a name written as a link: "[Codex](../agents/codex.md) 0.171"
+# The pin, and how the pages name the client before its version.
+AGENTS = {
+    "CLAUDE_CODE_VERSION": rf"Claude Code{LINKED} (\d+\.\d+\.\d+)",
+    "CODEX_VERSION": rf"Codex{LINKED} (?:\(measured, )?(\d+\.\d+(?:\.\d+)?)",
+    "OPENCODE_VERSION": rf"opencode{LINKED} (\d+\.\d+\.\d+)",
+    "GEMINI_CLI_VERSION": rf"Gemini CLI{LINKED} (\d+\.\d+(?:\.\d+)?)",
+    "AI_SDK_VERSION": r"`ai` (\d+\.\d+\.\d+)",
+    "AI_SDK_COMPAT_VERSION": r"`@ai-sdk/openai-compatible` (\d+\.\d+\.\d+)",
+}
+
+
+def _version(text: str) -> tuple[int, ...]:
+    parts = [int(p) for p in text.split(".")]
+    return tuple(parts + [0] * (3 - len(parts)))
+
+
+@pytest.mark.parametrize("pin", sorted(AGENTS))
+def test_the_newest_agent_version_the_docs_name_is_the_one_the_suite_pins(pin: str) -> None:
+    """Pages say what was measured with which version; older ones stay as history, but the
+    newest a page names must be what ``scripts/test-deps.sh`` installs, so that a bumped pin
+    is a page to re-measure and a page cannot claim a version the suite does not run."""
+    named = {
+        (page.relative_to(ROOT).as_posix(), v)
+        for page in [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+        if "reference" not in page.parts
+        for v in re.findall(AGENTS[pin], page.read_text())
+    }  # fmt: skip
+    assert named, pin
+    newest = max(_version(v) for _, v in named)
+    assert newest == _version(PINS[pin]), sorted(named)
