@@ -42,6 +42,12 @@ and the extended-thinking guide's "Feature compatibility"):
   an assistant message contains any thinking blocks, the first block must be thinking or
   redacted_thinking. Found text.", claude-code #20705), which a turn merged from two chat
   messages may need them moved for;
+* on the models that bind thinking to its prefix (``claude_models.binds_thinking``), a replayed
+  block is refused once the top-level ``system``, the ``tools`` or a message before it differs
+  from when it was produced ("The block is bound to a different conversation", the
+  preserved-thinking guide), and this translation writes that prefix itself: a request that
+  replays thinking there asks for ``drop_block`` (``apis/messages/binding.py``, which the
+  pipeline's beta header follows);
 * an image is one of four types, and says which its bytes are ("messages.6.content.5.image.source.
   base64.data: Image does not match the provided media type image/png", claude-code #15746), in at
   most 5 MB of base64 ("image exceeds 5 MB maximum: 6275800 bytes > 5242880 bytes", lobehub
@@ -79,6 +85,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from gateway.apis.messages import binding
 from gateway.apis.messages.claude_models import (
     FORCED,
     is_claude,
@@ -264,7 +271,10 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
         # agent on a translated Claude reads its history at a tenth of the input price
         # instead of paying all of it every turn. A client's own breakpoints are left alone.
         out["cache_control"] = {"type": "ephemeral"}
-    return out
+    # Written by the gateway, the prefix a replayed thinking block is bound to may differ from
+    # the one it was produced under (narrowed tools, a system message moved up): dropped, not
+    # refused, on the models that check it.
+    return binding.translated(out)
 
 
 def _marked(out: Mapping[str, Any]) -> bool:
