@@ -226,12 +226,17 @@ And on the rest of the request:
   `thinking.block_binding.prefix_mismatch_behavior` to \"drop_block\"."
   (https://platform.claude.com/docs/en/build-with-claude/preserved-thinking and its "Fix a
   thinking block bound to a different conversation", which quotes the answer; enforced by
-  default for accounts made since 2026-08-31, as the fake's are). What the fake can tell of a
-  prefix is its length: a block it answered with (``bound_thinking``: the request it answered had
-  N messages, so its reply is ``messages[N]``) replayed at another index had messages before it
-  dropped or added, and is refused; an edit that keeps the count is not seen. With
-  ``prefix_mismatch_behavior: "drop_block"`` the API drops the block instead, and the fake takes
-  the request;
+  default for accounts made since 2026-08-31, as the fake's are). The fake remembers the prefix
+  each block it answered with was produced under (``bound_thinking``: a digest of the request's
+  ``system``, ``tools`` and messages, which its reply follows; ``prefix``) and refuses the block
+  replayed behind any other: a tool list narrowed or widened, a system text added, a message
+  before it edited, dropped or added. With ``prefix_mismatch_behavior: "drop_block"`` the API
+  drops the block instead, and the fake takes the request. That field needs the beta
+  ``thinking-binding-controls-2026-08-01``; without it "thinking.adaptive.block_binding: Extra
+  inputs are not permitted" (Amazon Bedrock's "Preserved thinking" page,
+  https://docs.aws.amazon.com/bedrock/latest/userguide/claude-messages-thinking-block-binding.html;
+  the fix page: "If the error still asks for the header, the header did not arrive"), the type
+  named as the request names it;
 - "`temperature` and `top_p` cannot both be specified for this model. Please use only one.": both
   samplers on the models the answers name: Opus 4.1 (https://github.com/anomalyco/opencode/issues/1644,
   where Opus 4.0 took the same request; https://github.com/open-webui/pipelines/pull/546), Sonnet 4.5
@@ -257,7 +262,11 @@ And on the rest of the request:
   fake's choice;
 - "A maximum of 4 blocks with cache_control may be provided. Found N.": breakpoints counted over
   the tools, the system blocks and the messages' blocks (https://github.com/Wei-Shaw/sub2api/issues/176,
-  https://github.com/tghamm/Anthropic.SDK/issues/50);
+  https://github.com/tghamm/Anthropic.SDK/issues/50), and a top-level ``cache_control``: "When used
+  together, the automatic cache breakpoint uses one of the 4 available breakpoint slots", "If 4
+  explicit block-level breakpoints already exist, the API returns a 400 error" (the prompt-caching
+  guide's "Combining with block-level caching", quoted in
+  https://github.com/UKGovernmentBEIS/inspect_ai/issues/4505; the words of that 400 are the fake's);
 - "output_config.format.schema: For 'object' type, 'additionalProperties' must be explicitly set
   to false": structured output whose schema leaves an object, at any depth, open
   (https://github.com/veryfront/veryfront-code/issues/3918, and as ``output_format.schema``, the
@@ -321,6 +330,7 @@ it do), and no answer from Anthropic's own API with those words is reported sinc
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import re
 from collections.abc import Collection, Mapping
@@ -343,6 +353,8 @@ _NUMBERED = re.compile(r"claude-(?P<major>\d+)(?:-(?P<minor>\d))?-(?:opus|sonnet
 _CUSTOM_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
 _TOOL_USE_ID = re.compile(r"[a-zA-Z0-9_-]+")
 INTERLEAVED = "interleaved-thinking"
+# The beta ``thinking.block_binding`` is refused without (``_unbound``).
+BINDING_BETA = "thinking-binding-controls-2026-08-01"
 # From which version on a line refuses a forced tool_choice (``_forced_tool``).
 FORCING_REFUSED = {"fable": (5, 1), "mythos": (5, 1), "opus": (5, 5), "sonnet": (5, 5)}
 _NOT_FORCED = 'tool_choice: type "tool" and "any" are not supported for this model.'
@@ -372,15 +384,16 @@ _DOCS = ("Please consult our documentation at https://docs.claude.com/en/docs/bu
 
 def refusal(
     path: str, payload: dict[str, Any], headers: Mapping[str, str], thought: Collection[str] = frozenset(),
-    org: str | None = None, bound: Mapping[str, Collection[int]] | None = None,
+    org: str | None = None, bound: Mapping[str, Collection[str]] | None = None,
 ) -> Reply | None:
     """Anthropic's 400 for this Messages request, or None when Anthropic takes it. ``thought``:
     the tool_use ids the fake answered together with a thinking block (``thought_calls``);
-    ``org``: the organization of the key that sent it (whose signatures hold); ``bound``: where
-    each thinking block the fake answered with stands in the conversation (``bound_thinking``)."""
+    ``org``: the organization of the key that sent it (whose signatures hold); ``bound``: the
+    prefixes each thinking block the fake answered with was produced under (``bound_thinking``)."""
     if not path.endswith("/messages"):
         return None
-    why = _why(payload, headers.get("anthropic-beta", ""), thought, org) or _unbound(payload, bound or {})
+    betas = headers.get("anthropic-beta", "")
+    why = _why(payload, betas, thought, org) or _unbound(payload, bound or {}, betas)
     if why is None:
         return None
     return anthropic_error(400, "invalid_request_error", why)
@@ -689,12 +702,13 @@ def preserves_thinking(model: Any) -> bool:
     return first is not None and version >= first
 
 
-def bound_thinking(step: Any, payload: dict[str, Any]) -> dict[str, int]:
+def bound_thinking(step: Any, payload: dict[str, Any]) -> dict[str, str]:
     """The signatures (a redacted block's data) of the thinking a Messages answer (a ``Reply``
-    body or a ``Stream``'s events) holds, each with the index its turn takes when the client
-    sends it back: after the request's messages."""
+    body or a ``Stream``'s events) holds, each with the prefix it is bound to (``prefix``): the
+    request's ``system``, ``tools`` and every message, which its turn follows when the client
+    sends it back."""
     messages = payload.get("messages")
-    at = len(messages) if isinstance(messages, list) else 0
+    bound = prefix(payload, len(messages) if isinstance(messages, list) else 0)
     marks: list[Any] = []
     body = getattr(step, "body", None)
     for b in body.get("content") or [] if isinstance(body, dict) else []:
@@ -712,12 +726,40 @@ def bound_thinking(step: Any, payload: dict[str, Any]) -> dict[str, int]:
             delta, block = event.get("delta") or {}, event.get("content_block") or {}
             marks.append(delta.get("signature") or (block.get("data") if block.get("type") == "redacted_thinking"
                                                      else None))  # fmt: skip
-    return {m: at for m in marks if isinstance(m, str) and m}
+    return {m: bound for m in marks if isinstance(m, str) and m}
 
 
-def _unbound(payload: dict[str, Any], bound: Mapping[str, Collection[int]]) -> str | None:
+def prefix(payload: Mapping[str, Any], at: int) -> str:
+    """A digest of what a thinking block at ``messages[at]`` is bound to: the top-level ``system``,
+    the ``tools`` and the messages before it. Cache breakpoints are not part of it: Claude Code
+    moves its own to the newest turn on every request, and the prefix-check pages tell a
+    conversation Claude Code keeps that it has nothing to change. A string is read as the one
+    text block it stands for."""
+    messages = payload.get("messages")
+    system = payload.get("system")
+    seen = {
+        "system": _unmarked([{"type": "text", "text": system}] if isinstance(system, str) else system),
+        "tools": _unmarked(payload.get("tools")),
+        "messages": [{"role": m.get("role"), "content": _unmarked(_blocks(m))}
+                     for m in (messages[:at] if isinstance(messages, list) else []) if isinstance(m, dict)],
+    }  # fmt: skip
+    return hashlib.sha256(json.dumps(seen, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def _unmarked(value: Any) -> Any:
+    """``value`` without any ``cache_control``, at any depth (a tool result's own blocks)."""
+    if isinstance(value, list):
+        return [_unmarked(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _unmarked(v) for k, v in value.items() if k != "cache_control"}
+    return value
+
+
+def _unbound(payload: dict[str, Any], bound: Mapping[str, Collection[str]], betas: str) -> str | None:
     thinking = payload.get("thinking")
     binding = thinking.get("block_binding") if isinstance(thinking, dict) else None
+    if isinstance(thinking, dict) and "block_binding" in thinking and BINDING_BETA not in betas:
+        return f"thinking.{thinking.get('type')}.block_binding: Extra inputs are not permitted"
     dropped = isinstance(binding, dict) and binding.get("prefix_mismatch_behavior") == "drop_block"
     messages = payload.get("messages")
     if not bound or dropped or not preserves_thinking(payload.get("model")) or not isinstance(messages, list):
@@ -729,7 +771,7 @@ def _unbound(payload: dict[str, Any], bound: Mapping[str, Collection[int]]) -> s
             if b.get("type") not in _THOUGHT:
                 continue
             mark = b.get("signature") if b["type"] == "thinking" else b.get("data")
-            if isinstance(mark, str) and mark in bound and i not in bound[mark]:
+            if isinstance(mark, str) and mark in bound and prefix(payload, i) not in bound[mark]:
                 return (f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block. The block is bound to "
                         "a different conversation. Remove the block, or set "
                         '`thinking.block_binding.prefix_mismatch_behavior` to "drop_block".')  # fmt: skip
@@ -866,6 +908,7 @@ def _breakpoints(payload: dict[str, Any], messages: list[Any]) -> str | None:
     blocks = [*(tools if isinstance(tools, list) else []), *(system if isinstance(system, list) else []),
               *(b for m in messages if isinstance(m, dict) for b in _blocks(m))]  # fmt: skip
     found = sum(1 for b in blocks if isinstance(b, dict) and b.get("cache_control") is not None)
+    found += payload.get("cache_control") is not None  # automatic caching's breakpoint
     if found > 4:
         return f"A maximum of 4 blocks with cache_control may be provided. Found {found}."
     return None

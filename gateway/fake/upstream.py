@@ -105,10 +105,10 @@ class FakeUpstream:
         # The tool_use ids the fake answered Messages requests with beside a thinking block:
         # replayed without it while thinking is on, Anthropic refuses them (messages_rules.py).
         self.thought_calls: set[str] = set()
-        # Where each thinking block the fake answered Messages requests with stands in the
-        # conversation: replayed elsewhere on a model with preserved thinking, what preceded it
-        # changed and Anthropic refuses it (messages_rules.py).
-        self.bound_thinking: dict[str, set[int]] = {}
+        # The prefix (system, tools, messages before it) each thinking block the fake answered
+        # Messages requests with was produced under: replayed behind another on a model with
+        # preserved thinking, Anthropic refuses it (messages_rules.py).
+        self.bound_thinking: dict[str, set[str]] = {}
         # The organization of each key (``--org``): reasoning signed for one organization's key
         # is refused from another's, as the providers refuse it (messages_rules.py,
         # responses_rules.py). A key not named here is in none (the default: all one account).

@@ -10,9 +10,11 @@ from typing import Any, NamedTuple
 
 from gateway import jsonbody
 from gateway.apis.base import Dialect, Inbound
+from gateway.apis.messages import binding as messages_binding
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.outcome import Failure, RequestState, bad_request
 from gateway.routing import UnsafePath, outbound_headers
+from gateway.routing.headers import with_added
 from gateway.services import UpstreamRuntime
 from gateway.translate import Leg, Translation, held_context
 from gateway.translate.base import Refusal, Target
@@ -73,7 +75,8 @@ def leg_call(
     body = _dumped(body_payload, lenient)
     if isinstance(body, Failure):
         return body
-    return Call(up, "POST", url, headers, how.mode, wire, False, how.track, translation,
+    sent_headers = _with_betas(headers, wire, translated)
+    return Call(up, "POST", url, sent_headers, how.mode, wire, False, how.track, translation,
                 body=body, wire_model=_model(translated), rewritten=True)  # fmt: skip
 
 
@@ -112,6 +115,9 @@ def resent(call: Call, payload: dict[str, Any]) -> tuple[Call, bytes] | Failure:
         if isinstance(translated, Refusal):
             return bad_request(translated.message, translated.code)
         sent = translated
+        betas = _with_betas(call.headers, call.dialect, sent)
+        if betas is not call.headers:
+            call = dataclasses.replace(call, headers=betas)
     address = call.dialect.address(sent)
     if address is None:
         body = _dumped(sent, lenient=False)
@@ -124,6 +130,14 @@ def resent(call: Call, payload: dict[str, Any]) -> tuple[Call, bytes] | Failure:
     if isinstance(body, Failure):
         return body
     return dataclasses.replace(call, url=url, wire_model=_model(sent), rewritten=True), body
+
+
+def _with_betas(headers: Mapping[str, str], wire: Dialect, payload: Mapping[str, Any]) -> Mapping[str, str]:
+    """``headers`` with the beta a translated Messages body's fields need (``block_binding``:
+    ``apis/messages/binding.py``) joined to the betas already there; the same object when none
+    is needed."""
+    needed = messages_binding.betas(payload) if wire.api == "messages" else ()
+    return with_added(headers, needed) if needed else headers
 
 
 def _dumped(payload: Mapping[str, Any], lenient: bool) -> bytes | Failure:

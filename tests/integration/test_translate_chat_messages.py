@@ -13,6 +13,7 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
+from gateway.fake.messages import sign
 from tests.fakeupstream import Reply, Stream, anthropic_message, anthropic_overflow, named_events
 
 CORPUS = Path(__file__).parents[1] / "corpus"
@@ -437,3 +438,58 @@ async def test_a_forced_tool_from_the_openai_sdk_reaches_claude_fable_5_1_as_aut
     assert [t["name"] for t in body["tools"]] == names
     assert body["thinking"] == {"type": "adaptive"} and body["output_config"] == {"effort": "high"}
     assert "temperature" not in body
+
+
+SONNET_55 = ", apis: [messages], model_map: {'gpt-*': claude-sonnet-5-5}"
+LOOKUP = {"type": "function", "function": {"name": "lookup", "parameters": {
+    "type": "object", "properties": {"q": {"type": "string"}}}}}  # fmt: skip
+
+
+def thought_then_call(plan: str) -> dict[str, Any]:
+    """Claude's answer with a thinking block the fake signed (so it knows what it was bound to)."""
+    return {**anthropic_message(model="claude-sonnet-5-5"), "stop_reason": "tool_use", "content": [
+        {"type": "thinking", "thinking": plan, "signature": sign(plan)},
+        {"type": "tool_use", "id": "toolu_01lookup", "name": "lookup", "input": {"q": "x"}}]}  # fmt: skip
+
+
+@pytest.mark.parametrize(("forced", "reminder"), [
+    (True, False),  # the forced turn's tools were narrowed to the one named; auto sends them all
+    (False, True),  # a system message from mid-conversation joins the top-level system
+    (True, True),  # the audit's case: both, as openai-agents' reset_tool_choice and a reminder do
+])  # fmt: skip
+async def test_thinking_replayed_to_a_model_that_binds_it_survives_the_prefix_the_gateway_rewrote(
+    make_gateway, clients, forced: bool, reminder: bool
+) -> None:
+    """Claude Sonnet 5.5 (Fable 5.1 on, Opus and Haiku 5.5) takes a replayed thinking block only
+    behind the system, tools and messages it was produced under ("The block is bound to a
+    different conversation", a 400 on every later turn). The translation writes that prefix and
+    changes it between turns by its own rules, which the client never sees: refused, the turn was
+    sent again without thinking. The second turn asks Anthropic to drop such a block instead,
+    with the beta that needs. The fake remembers the prefix each block it signed was produced
+    under, and refuses it as Anthropic does."""
+    gw = await make_gateway(upstream_yaml=SONNET_55)
+    gw.fake.script(Reply(200, thought_then_call("Look it up first.")), Reply(200, anthropic_message("claude-sonnet-5-5")))
+    client = clients(gw)
+    messages: list[Any] = [{"role": "system", "content": "You are terse."},
+                           {"role": "user", "content": "look up x then the weather"}]  # fmt: skip
+    choice: Any = {"type": "function", "function": {"name": "lookup"}} if forced else "auto"
+    first = await client.chat.completions.create(model="gpt-4o", messages=messages, tools=[*WEATHER, LOOKUP],
+                                                 tool_choice=choice, reasoning_effort="high")  # fmt: skip
+    said = first.choices[0].message.model_dump(exclude_none=True)
+    assert said["thinking_blocks"] and said["tool_calls"]
+    messages += [said, {"role": "tool", "tool_call_id": said["tool_calls"][0]["id"], "content": "x=1"}]
+    if reminder:
+        messages.append({"role": "system", "content": "Reminder: answer in French."})
+    second = await client.chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=messages, tools=[*WEATHER, LOOKUP], tool_choice="auto", reasoning_effort="high")
+    assert second.parse().choices[0].message.content
+    # Refused, the turn went again with its thinking left out and thinking off (reasoning_fix):
+    # two calls and no thinking on every later turn of the session.
+    assert second.headers["x-llm-attempts"] == "1" and "x-llm-reasoning-dropped" not in second.headers
+    turn1, turn2 = gw.fake.messages_requests()
+    assert "block_binding" not in turn1.json()["thinking"]  # nothing replayed yet
+    body = turn2.json()
+    assert body["messages"][1]["content"][0] == {"type": "thinking", "thinking": "Look it up first.",
+                                                 "signature": sign("Look it up first.")}  # fmt: skip
+    assert body["thinking"] == {"type": "adaptive", "block_binding": {"prefix_mismatch_behavior": "drop_block"}}
+    assert turn2.headers["anthropic-beta"] == "thinking-binding-controls-2026-08-01"

@@ -16,6 +16,7 @@ from gateway.fake.messages_rules import (
     BOTH,
     ENABLED,
     bound_thinking,
+    prefix,
     preserves_thinking,
     refusal,
     thinking_types,
@@ -378,6 +379,10 @@ def test_at_most_four_cache_breakpoints_over_tools_system_and_messages() -> None
     assert refused(convo, system=system, tools=[tool("Bash")]) is None  # four
     assert refused(convo, system=system, tools=[cached(tool("Bash"))]) == (
         "A maximum of 4 blocks with cache_control may be provided. Found 5.")
+    # The automatic breakpoint (a top-level cache_control) takes one of the four places.
+    assert refused(convo, system=system, tools=[tool("Bash")], cache_control={"type": "ephemeral"}) == (
+        "A maximum of 4 blocks with cache_control may be provided. Found 5.")
+    assert refused(convo[:2], system=system, cache_control={"type": "ephemeral"}) is None
 
 
 def json_schema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -725,7 +730,7 @@ BOUND = ("messages.{i}.content.0: Invalid `signature` in `thinking` block. The b
 def test_where_the_fake_answered_with_thinking_is_where_its_reply_stands() -> None:
     asked = {"messages": [user(text("hi")), assistant(text("a")), user(text("b"))]}
     answered = {"content": [thought("plan", sign("plan")), {"type": "redacted_thinking", "data": "EmwK"}, call("t1")]}
-    assert bound_thinking(Reply(200, answered), asked) == {sign("plan"): 3, "EmwK": 3}
+    assert bound_thinking(Reply(200, answered), asked) == {sign("plan"): prefix(asked, 3), "EmwK": prefix(asked, 3)}
     streamed = [
         b'event: content_block_start\ndata: {"type": "content_block_start", "index": 0, '
         b'"content_block": {"type": "thinking", "thinking": ""}}\n\n',
@@ -734,7 +739,7 @@ def test_where_the_fake_answered_with_thinking_is_where_its_reply_stands() -> No
         b'event: content_block_start\ndata: {"type": "content_block_start", "index": 1, '
         b'"content_block": {"type": "redacted_thinking", "data": "EmwK"}}\n\n',
     ]  # fmt: skip
-    assert bound_thinking(Stream(streamed), asked) == {sign("plan"): 3, "EmwK": 3}
+    assert bound_thinking(Stream(streamed), asked) == {sign("plan"): prefix(asked, 3), "EmwK": prefix(asked, 3)}
     assert bound_thinking(Reply(200, {"content": [text("no thinking")]}), asked) == {}
 
 
@@ -747,25 +752,47 @@ def test_the_models_with_preserved_thinking(model: str, checks: bool) -> None:
     assert preserves_thinking(model) is checks
 
 
+DROPPING = {"type": "adaptive", "block_binding": {"prefix_mismatch_behavior": "drop_block"}}
+BINDING_BETA = {"anthropic-beta": "interleaved-thinking-2025-05-14,thinking-binding-controls-2026-08-01"}
+
+
 def test_thinking_replayed_after_a_changed_prefix_is_refused() -> None:
-    """A compression that dropped the two turns before it moved the block from messages[3] to
-    messages[1]: what preceded it changed, and Anthropic refuses it."""
+    """A block is bound to the system, tools and messages it was produced behind: a compression
+    that dropped the two turns before it, a tool list widened, a system text added or a message
+    before it edited is a 400; drop_block (with its beta) is taken. Cache breakpoints moved on
+    are no change (Claude Code moves its own every turn)."""
     mark = sign("plan")
-    bound = {mark: {3}}
     history = [user(text("hi")), assistant(text("a")), user(text("b")),
                assistant(thought("plan", mark), call("t1")), user(result("t1"))]  # fmt: skip
+    produced = {"model": "claude-fable-5-1", "system": "Be terse.", "messages": history[:3], "tools": BASH}
+    bound = {mark: {prefix(produced, 3)}}
 
-    def judged(messages: list[dict[str, Any]], model: str = "claude-fable-5-1", **payload: Any) -> str | None:
-        reply = refusal(PATH, {"model": model, "max_tokens": 4096, "messages": messages, "tools": BASH, **payload},
-                        {}, bound=bound)  # fmt: skip
+    def judged(messages: list[dict[str, Any]], model: str = "claude-fable-5-1", headers: dict[str, str] | None = None,
+               **payload: Any) -> str | None:
+        sent = {"model": model, "max_tokens": 4096, "system": "Be terse.", "messages": messages, "tools": BASH,
+                **payload}  # fmt: skip
+        reply = refusal(PATH, sent, headers or {}, bound=bound)
         return None if reply is None else reply.body["error"]["message"]
 
-    assert judged(history) is None  # sent back where it was written
+    assert judged(history) is None  # sent back behind what it was written behind
+    assert judged(history, system=[{"type": "text", "text": "Be terse.", "cache_control": {"type": "ephemeral"}}]) is None
     moved = [user(text("[2 earlier messages were removed]")), *history[3:]]
     assert judged(moved) == BOUND.format(i=1)
-    assert judged(moved, thinking={"type": "adaptive", "block_binding": {"prefix_mismatch_behavior": "drop_block"}}) is None
+    assert judged(history, tools=[*BASH, {"name": "Read", "input_schema": {"type": "object"}}]) == BOUND.format(i=3)
+    assert judged(history, system="Be terse.\n\nAnswer in French.") == BOUND.format(i=3)
+    assert judged([user(text("hello")), *history[1:]]) == BOUND.format(i=3)
+    assert judged(moved, thinking=DROPPING, headers=BINDING_BETA) is None
     assert judged(moved, model="claude-opus-4-8") is None  # no prefix check on this model
     assert judged([moved[0], assistant(call("t1")), moved[2]]) is None  # left out: nothing to check
+
+
+def test_block_binding_needs_its_beta() -> None:
+    """Amazon Bedrock's "Preserved thinking" page: "Without the beta value, sending
+    `block_binding` returns `400 thinking.adaptive.block_binding: Extra inputs are not
+    permitted`"."""
+    assert refused(HI, model="claude-sonnet-5-5", thinking=DROPPING) == (
+        "thinking.adaptive.block_binding: Extra inputs are not permitted")
+    assert refused(HI, BINDING_BETA, model="claude-sonnet-5-5", thinking=DROPPING) is None
 
 
 NOT_FORCED = 'tool_choice: type "tool" and "any" are not supported for this model.'

@@ -17,7 +17,7 @@ blocks, so everything the core does not touch stays byte-identical:
   ``tool_use`` input, ``thinking`` / ``redacted_thinking`` (signed), images or documents;
   on the models that bind thinking to what preceded it, the retry asks Anthropic to drop the
   blocks after the first message the compression changed (``_first_change``,
-  ``_dropping_bound``) instead of refusing them;
+  ``binding.dropping_bound``) instead of refusing them;
 * kept blocks keep every other field (``cache_control`` included);
 * a lowered ``max_tokens`` takes thinking's ``budget_tokens`` below it (``output_budget.py``).
 
@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.apis import output_budget
+from gateway.apis.messages.binding import BINDING_BETA, DROP_BLOCK, dropping_bound
 from gateway.apis.messages.claude_models import binds_thinking
 from gateway.policy.compress import CompressionResult, compress
 from gateway.policy.cut import cap_content
@@ -39,9 +40,6 @@ from gateway.policy.foreign_reasoning import THOUGHT, thinking_left_out
 _SRC = "_llm_gateway_src"  # index of the original message a view message stands for
 _BLOCK = "_llm_gateway_block"  # index of the original block a view part stands for
 _SUB = "_llm_gateway_sub"  # index inside a tool_result's content list
-DROP_BLOCK = "drop_block"
-# https://platform.claude.com/docs/en/build-with-claude/preserved-thinking/fix-bound-to-a-different-conversation
-BINDING_BETA = "thinking-binding-controls-2026-08-01"
 
 
 def compress_messages(
@@ -71,7 +69,7 @@ def compress_messages(
     if isinstance(model, str) and binds_thinking(model) and _thinking_count(out["messages"][since:]):
         thinking = out.get("thinking")
         if not (isinstance(thinking, dict) and thinking.get("type") == "disabled"):
-            out["thinking"] = _dropping_bound(thinking)
+            out["thinking"] = dropping_bound(thinking)
             report["thinking_binding"] = DROP_BLOCK
             headers = (("anthropic-beta", BINDING_BETA),)
         else:  # thinking turned off: the blocks go by hand, as the same page says
@@ -89,20 +87,6 @@ def compress_messages(
         out, result.outcome, result.target_tokens,
         result.estimated_before, result.estimated_after, report, headers,
     )  # fmt: skip
-
-
-def _dropping_bound(thinking: Any) -> dict[str, Any]:
-    """The request's ``thinking`` asking Anthropic to drop, not refuse, the blocks whose prefix
-    the compression changed (``_first_change``). The documented remedy ("Fix a thinking block
-    bound to a different conversation", step 1): ``block_binding.prefix_mismatch_behavior:
-    "drop_block"`` with ``type: "adaptive"`` and the beta header ``BINDING_BETA``; "If your
-    request did not set the thinking parameter, adding it does not change anything else, since
-    models with preserved thinking think adaptively by default." The blocks stay as they were
-    (signed: never edited), and the tool loop in progress keeps its own."""
-    kept = dict(thinking) if isinstance(thinking, dict) else {}
-    binding = kept.get("block_binding")
-    binding = {**(binding if isinstance(binding, dict) else {}), "prefix_mismatch_behavior": DROP_BLOCK}
-    return {**kept, "type": "adaptive", "block_binding": binding}
 
 
 def _systems_placed(new: list[dict[str, Any]], originals: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -173,7 +157,7 @@ def _first_change(new: list[dict[str, Any]], originals: list[dict[str, Any]]) ->
     …/preserved-thinking/fix-bound-to-a-different-conversation, which warns that leaving out
     only the block the error names is not enough). That check runs on the models
     ``claude_models.binds_thinking`` names; for them a retry with thinking after this index
-    asks Anthropic to drop the blocks that fail it (``_dropping_bound``: the page's remedy);
+    asks Anthropic to drop the blocks that fail it (``binding.dropping_bound``: the page's remedy);
     with thinking turned off they are left out by hand (``thinking_left_out``), as the page
     says. The older models take the kept turns' thinking as it is. A client's name routed under
     a binding model's name is not seen here (the client's payload is compressed before its

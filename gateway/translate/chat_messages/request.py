@@ -42,6 +42,17 @@ and the extended-thinking guide's "Feature compatibility"):
   an assistant message contains any thinking blocks, the first block must be thinking or
   redacted_thinking. Found text.", claude-code #20705), which a turn merged from two chat
   messages may need them moved for;
+* on the models that bind thinking to its prefix (``claude_models.binds_thinking``), a replayed
+  block is refused once the top-level ``system``, the ``tools`` or a message before it differs
+  from when it was produced ("The block is bound to a different conversation", the
+  preserved-thinking guide), and this translation writes that prefix itself: a request that
+  replays thinking there asks for ``drop_block`` (``apis/messages/binding.py``, which the
+  pipeline's beta header follows);
+* at most four blocks carry ``cache_control`` ("A maximum of 4 blocks with cache_control may be
+  provided. Found 5."; "up to 4 cache breakpoints", the prompt-caching guide), and the
+  top-level, automatic one takes one of the four ("When used together, the automatic cache
+  breakpoint uses one of the 4 available breakpoint slots", its "Combining with block-level
+  caching", quoted in UKGovernmentBEIS/inspect_ai #4505);
 * an image is one of four types, and says which its bytes are ("messages.6.content.5.image.source.
   base64.data: Image does not match the provided media type image/png", claude-code #15746), in at
   most 5 MB of base64 ("image exceeds 5 MB maximum: 6275800 bytes > 5242880 bytes", lobehub
@@ -79,6 +90,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from gateway.apis.messages import binding
 from gateway.apis.messages.claude_models import (
     FORCED,
     is_claude,
@@ -128,6 +140,8 @@ FALLBACK_MAX_TOKENS = 4096
 # Anthropic's SDKs refuse a buffered request above this (it risks an HTTP timeout); a default
 # never pushes a buffered request past it.
 BUFFERED_MAX_TOKENS = 21333
+# Anthropic's limit on cache breakpoints in one request (``_latest``).
+MAX_BREAKPOINTS = 4
 
 _IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 # A name for JPEG that clients write (Gemini takes it) and Anthropic refuses.
@@ -256,38 +270,57 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
         output_config["format"] = fmt
     if output_config:
         out["output_config"] = output_config
-    _ttl_in_order(out)
-    if not _marked(out):
+    marked = _breakpoints(out)
+    _ttl_in_order(_latest(marked))
+    if not marked:
         # OpenAI caches every long prompt by itself; Anthropic only where asked. Asked at the
         # top level, it puts the breakpoint on the last block and moves it on as the
         # conversation grows ("automatic caching", Anthropic's prompt-caching guide), so an
         # agent on a translated Claude reads its history at a tenth of the input price
-        # instead of paying all of it every turn. A client's own breakpoints are left alone.
+        # instead of paying all of it every turn. A client's own breakpoints are left alone:
+        # beside them it would take one of their four places.
         out["cache_control"] = {"type": "ephemeral"}
-    return out
+    # Written by the gateway, the prefix a replayed thinking block is bound to may differ from
+    # the one it was produced under (narrowed tools, a system message moved up): dropped, not
+    # refused, on the models that check it.
+    return binding.translated(out)
 
 
-def _marked(out: Mapping[str, Any]) -> bool:
-    """Whether the client placed a cache breakpoint itself (carried from its content parts)."""
+def _breakpoints(out: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The blocks the client placed a cache breakpoint on (carried from its content parts), in
+    the order Anthropic reads them: tools, system, messages, a tool result's own text blocks
+    right after it."""
     system = out.get("system")
-    blocks = [*(system if isinstance(system, list) else []), *out.get("tools", ())]
-    blocks += [b for turn in out["messages"] for b in turn["content"]]
-    return any("cache_control" in b for b in blocks)
+    blocks: list[dict[str, Any]] = [*out.get("tools", ()), *(system if isinstance(system, list) else [])]
+    for turn in out["messages"]:
+        for block in turn["content"]:
+            blocks.append(block)
+            inner = block.get("content") if block["type"] == "tool_result" else None
+            if isinstance(inner, list):
+                blocks += inner
+    return [b for b in blocks if isinstance(b.get("cache_control"), dict)]
 
 
-def _ttl_in_order(out: Mapping[str, Any]) -> None:
+def _latest(marked: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The last ``MAX_BREAKPOINTS`` of the ``marked`` blocks, the earlier ones' markers removed:
+    Anthropic refuses a fifth ("A maximum of 4 blocks with cache_control may be provided. Found
+    5."), which a client that marks each system part and its newest user parts sends, the more
+    so as this translation gathers every system message into one ``system``. The latest
+    breakpoints are the ones a growing conversation reads most of from the cache; the prefix
+    before a dropped one is still read through a later one."""
+    for block in marked[:-MAX_BREAKPOINTS]:
+        del block["cache_control"]
+    return marked[-MAX_BREAKPOINTS:]
+
+
+def _ttl_in_order(marked: list[dict[str, Any]]) -> None:
     """A one-hour breakpoint after a five-minute one (in Anthropic's order: tools, system,
     messages) becomes a five-minute one: Anthropic refuses the request otherwise, and the
     system text this translation moves ahead of the conversation can put a client's markers in
     that order. The block is still cached, for the shorter time."""
-    system = out.get("system")
-    blocks = [*out.get("tools", ()), *(system if isinstance(system, list) else [])]
-    blocks += [b for turn in out["messages"] for b in turn["content"]]
     short = False
-    for block in blocks:
-        marker = block.get("cache_control")
-        if not isinstance(marker, dict):
-            continue
+    for block in marked:
+        marker = block["cache_control"]
         if marker.get("ttl", "5m") == "5m":
             short = True
         elif marker.get("ttl") == "1h" and short:

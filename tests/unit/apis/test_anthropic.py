@@ -323,7 +323,7 @@ def test_the_retry_puts_system_entries_where_anthropic_takes_them(name: str) -> 
     result = _squeezed(payload)
     assert result.payload is not None, result.report
     out = result.payload
-    assert refusal("/v1/messages", out, {}) is None, [m["role"] for m in out["messages"]]
+    assert refusal("/v1/messages", out, dict(result.headers)) is None, [m["role"] for m in out["messages"]]
     assert [m for m in out["messages"] if m["role"] == "system"] == systems
     assert out["messages"][0]["role"] == "user"
 

@@ -928,6 +928,39 @@ def test_a_one_hour_breakpoint_the_system_text_moved_ahead_of_is_sent_as_five_mi
     assert out["system"] == [marked("rules", "1h")] and out["messages"][0]["content"] == [marked("hi")]
 
 
+def test_only_the_last_four_breakpoints_go_to_anthropic() -> None:
+    """Anthropic takes at most four blocks with cache_control ("A maximum of 4 blocks with
+    cache_control may be provided. Found 5."). A client that marks each system part and its
+    newest user parts (the audit's openai SDK request: two system parts, three user parts) got
+    that 400 on every call. The latest four stay, in Anthropic's order (tools, system, messages):
+    they are the ones a growing conversation reads most of from the cache."""
+    convo = [{"role": "system", "content": [marked("sys A"), marked("sys B")]},
+             {"role": "user", "content": [marked("u1")]}, {"role": "assistant", "content": "a1"},
+             {"role": "user", "content": [marked("u2"), marked("u3")]}]  # fmt: skip
+    out = req({"model": "m", "messages": convo})
+    assert out["system"] == [{"type": "text", "text": "sys A"}, marked("sys B")]
+    assert out["messages"][0]["content"] == [marked("u1")] and out["messages"][2]["content"] == [marked("u2"), marked("u3")]
+    assert "cache_control" not in out  # the client's own breakpoints: no automatic one beside them
+    assert convo[0]["content"][0]["cache_control"] == {"type": "ephemeral"}  # the client's untouched
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+
+
+def test_a_tool_results_breakpoints_count_among_the_four_and_the_ttl_order_holds_after() -> None:
+    """A tool result's own text parts carry the client's markers too, and count. Once the
+    earlier markers are gone a one-hour one that followed only them keeps its hour."""
+    convo = [{"role": "system", "content": [marked("rules")]},
+             {"role": "user", "content": [marked("ctx", "1h")]},
+             {"role": "assistant", "content": None, "tool_calls": [call("call_1")]},
+             {"role": "tool", "tool_call_id": "call_1", "content": [marked("r1", "1h"), marked("r2", "1h")]},
+             {"role": "user", "content": [marked("go", "1h")]}]  # fmt: skip
+    out = req({"model": "m", "messages": convo})
+    assert out["system"] == [{"type": "text", "text": "rules"}]
+    assert out["messages"][0]["content"] == [marked("ctx", "1h")]
+    assert out["messages"][2]["content"][0]["content"] == [marked("r1", "1h"), marked("r2", "1h")]
+    assert out["messages"][2]["content"][1] == marked("go", "1h")
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+
+
 # --- buffered answers -------------------------------------------------------------------------
 
 
