@@ -267,6 +267,16 @@ class BudgetGauges:
         yield from families
 
 
+class _Uncounted:
+    """What ``Telemetry.child`` gives for a key no longer configured: counts nothing."""
+
+    def inc(self, amount: float = 1) -> None:
+        return None
+
+
+_UNCOUNTED = _Uncounted()
+
+
 class Telemetry:
     def __init__(self, registry: CollectorRegistry, configured_models: Iterable[str]) -> None:
         self.registry = registry
@@ -404,11 +414,19 @@ class Telemetry:
         # labels() takes a lock and builds a key on every call; the label sets are bounded,
         # so their children are cached here once.
         self._children: dict[tuple[object, ...], Any] = {}
+        # The per-key counters (each labelled by the key first) and the keys the config in
+        # force names (None until the first config): ``child`` makes no series for another.
+        self._per_key = frozenset(id(m) for m in (self.key_spend, self.key_tokens, self.key_refusals))
+        self._live_keys: frozenset[str] | None = None
 
     def child(self, metric: Any, *labels: str) -> Any:
         key = (id(metric), *labels)
         found = self._children.get(key)
         if found is None:
+            if self._live_keys is not None and key[0] in self._per_key and labels[0] not in self._live_keys:
+                # A request of a key a reload removed, ending after it: its series, dropped
+                # then (``retain_keys``), would come back and stay in every scrape for good.
+                return _UNCOUNTED
             found = self._children[key] = metric.labels(*labels)
         return found
 
@@ -418,7 +436,7 @@ class Telemetry:
         keep its spend, token and refusal series (and their ``_created`` lines) in every scrape
         for as long as the process lives. Every such series is made through :meth:`child`, so
         its cache lists them all."""
-        keep = set(names)
+        keep = self._live_keys = frozenset(names)
         counters = (self.key_spend, self.key_tokens, self.key_refusals)
         per_key: dict[object, Counter] = {id(m): m for m in counters}
         for cached in [c for c in self._children if c[0] in per_key and c[1] not in keep]:

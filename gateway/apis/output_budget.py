@@ -12,6 +12,7 @@ client sent it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -75,6 +76,50 @@ def gemini(payload: Mapping[str, Any], limit: int, name_if_absent: bool = False)
     return None
 
 
+def count(value: Any) -> int | None:
+    """A number of tokens or answers as the laxest server reads it, for what a key reserves
+    (the request is sent as it came: its upstream decides). vLLM's pydantic models take an
+    integral float or a numeric string as the integer it names
+    (https://docs.pydantic.dev/latest/concepts/conversion_table/), and llama.cpp's nlohmann
+    json truncates any float to an int: ``max_tokens: 100000.0`` or ``"100000"`` was reserved
+    as naming none (4,096 tokens) and answered with up to 100,000. Rounded up, so that no
+    reading of it is above what is reserved; None for what names no number (a bool, though
+    Python's ``True`` is an int)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return int(text)
+        except ValueError:
+            try:
+                value = float(text)
+            except ValueError:
+                return None
+    if isinstance(value, float) and math.isfinite(value):
+        return math.ceil(value)
+    return None
+
+
+def named_loosely(payload: Mapping[str, Any]) -> bool:
+    """Whether a budget field holds something other than a JSON integer: a server that does
+    not read a number there uses its own default (llama.cpp: "Wrong type supplied for
+    parameter ... using default value"), so such a request reserves at least what one naming
+    none does."""
+    return any(v is not None and (isinstance(v, bool) or not isinstance(v, int)) for v in _budgets(payload))
+
+
+def _budgets(payload: Mapping[str, Any]) -> list[Any]:
+    found = [payload.get(key) for key in ("max_completion_tokens", "max_tokens", "max_output_tokens")]
+    for name in ("generationConfig", "generation_config"):
+        config = payload.get(name)
+        if isinstance(config, dict):
+            found += [config.get("maxOutputTokens"), config.get("max_output_tokens")]
+    return found
+
+
 def ceiling(payload: Mapping[str, Any]) -> int | None:
     """The most output a request can be given, whichever of its budgets the upstream reads: the
     largest positive integer among every field of the four APIs (None: it names none). What a
@@ -87,13 +132,8 @@ def ceiling(payload: Mapping[str, Any]) -> int | None:
     ``max_tokens: 1`` while Anthropic was sent ``max_tokens: 5000`` let 50 requests at once
     spend $1.25 of a $0.05 budget (audit). The largest is right whichever the upstream takes; a
     stray field another API does not read (a Responses request's ``max_tokens``) only reserves
-    more than is used, and the settle gives it back."""
-    found = [payload.get(key) for key in ("max_completion_tokens", "max_tokens", "max_output_tokens")]
-    for name in ("generationConfig", "generation_config"):
-        config = payload.get(name)
-        if isinstance(config, dict):
-            found += [config.get("maxOutputTokens"), config.get("max_output_tokens")]
-    limits = [v for v in found if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    more than is used, and the settle gives it back. Each read as ``count`` reads it."""
+    limits = [n for n in map(count, _budgets(payload)) if n is not None and n > 0]
     return max(limits) if limits else None
 
 

@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import itertools
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +30,7 @@ from gateway.keys.periods import bounds, iso
 from gateway.keys.prices import Cost, Price, PriceTable, cost_of, worst_case
 from gateway.keys.references import ReferenceTokens
 from gateway.keys.registry import KeySpec
-from gateway.state.ledger_ops import LedgerAdmit, LedgerSettle
+from gateway.state.ledger_ops import LedgerAdmit, LedgerKeep, LedgerSettle
 from gateway.state.store import StateStore
 
 # How long a request refused for its key's parallel limit waits for one of this process's
@@ -38,6 +38,9 @@ from gateway.state.store import StateStore
 # event-loop turns, and the client that read them may already be sending the next.
 ENDING_S = 0.05
 SLOT_TTL_MS = 3_600_000  # a slot a dead replica held is freed after an hour at most
+# A live request's slot is kept alive this often (Accounts.keep_alive): a stream that keeps
+# sending runs past any deadline, and a slow local model or a 128K-token answer past an hour.
+KEEP_EVERY_S = SLOT_TTL_MS / 4000
 HELD_RETRY_S = 2.0  # a budget full of in-flight reservations: when to ask again
 _BUDGET_KEEP_S = 7 * 86_400.0  # a finished period's spend stays readable a week
 
@@ -68,6 +71,7 @@ class Reservation:
     # The most output the request named (max_tokens x answers); None when it named none (the
     # provider's own default then, which may be above default_max_tokens).
     output_asked: int | None = None
+    expires_ms: int = 0  # when its slot expires unless kept alive
 
 
 @dataclass
@@ -108,6 +112,9 @@ class Accounts:
     _ended: asyncio.Event | None = None  # set when one is settled
     _written: int = 0  # settles written to the store so far
     readings: Readings = field(default_factory=Readings)  # the store's last answers, for its outages
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep  # the keeper's, between its rounds
+    _live: dict[str, Reservation] = field(default_factory=dict)  # slot -> its reservation, unsettled
+    keeper: asyncio.Task[None] | None = None  # keeps _live's slots alive while there are any
 
     def cost(self, model: str | None, usage: Mapping[str, int]) -> Cost:
         return cost_of(self.prices.price_for(model), usage)
@@ -153,9 +160,13 @@ class Accounts:
         held = tuple(b for b, *_ in budgets)
         asked = max_tokens * max(1, answers) if max_tokens else None
         reservation = Reservation(key, minute, slot, round(prompt_tokens), reserve, held, price,
-                                  minute_tokens=minute_tokens, output_asked=asked)  # fmt: skip
+                                  minute_tokens=minute_tokens, output_asked=asked,
+                                  expires_ms=admit.now_ms + SLOT_TTL_MS)  # fmt: skip
         if verdict == "ok":
             self._open[key.name] = self._open.get(key.name, 0) + 1
+            self._live[slot] = reservation
+            if self.keeper is None or self.keeper.done():
+                self.keeper = asyncio.get_running_loop().create_task(self._keep())
             if self.closed_when_store_down and self._counted_apart(slot):
                 await self.settle(reservation, {})  # undo what this replica's memory counted
                 return LimitHit("store_down", "the gateway cannot check this key's limits and budget now "
@@ -231,6 +242,7 @@ class Accounts:
         if r.settled:
             return cost
         r.settled = True
+        self._live.pop(r.slot, None)
         left = self._open.get(r.key.name, 0) - 1
         if left > 0:
             self._open[r.key.name] = left
@@ -248,6 +260,32 @@ class Accounts:
             budget_ttl_s=_BUDGET_KEEP_S + 32 * 86_400.0, held_tokens=r.minute_tokens,
         ))  # fmt: skip
         return cost
+
+    async def keep_alive(self) -> None:
+        """Every request in flight whose slot would expire within half its TTL kept alive for
+        another TTL: one that outlived its slot stopped counting toward ``parallel`` on every
+        replica, and its reservation was given back as a dead replica's."""
+        now_ms = round(self.wall() * 1000)
+        for slot in [slot for slot, r in self._live.items() if r.settled]:  # (settled by another's hand)
+            del self._live[slot]
+        due = [r for r in self._live.values() if r.expires_ms - now_ms <= SLOT_TTL_MS // 2]
+        if not due:
+            return
+        until = now_ms + SLOT_TTL_MS
+        for r in due:
+            r.expires_ms = until
+        await self.store.ledger_keep([
+            LedgerKeep(key=r.key.name, minute=r.minute, slot=r.slot, budgets=r.budgets,
+                       reserve_usd=r.reserve_usd, until_ms=until, slot_ttl_ms=SLOT_TTL_MS)
+            for r in due
+        ])  # fmt: skip
+
+    async def _keep(self) -> None:
+        """The keeper: started by an admit, it ends after its first round with nothing in flight
+        (one task for every request of the process, not one each)."""
+        while self._live:
+            await self.sleep(KEEP_EVERY_S)
+            await self.keep_alive()
 
     async def flush(self, final: bool = False) -> None:
         """Write every settle waiting (one store round trip); shutdown calls it last, ``final``:

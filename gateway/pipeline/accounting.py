@@ -125,6 +125,8 @@ async def admit_request(svc: Services, state: RequestState, headers: Mapping[str
         prompt += svc.accounts.references.of(payload)
     budgeted = key.budget is not None or key.team_budget is not None
     output = output_budget.ceiling(payload) or sent_output
+    if output is not None and output_budget.named_loosely(payload):
+        output = max(output, svc.accounts.default_max_tokens)  # (named_loosely says why)
     got = await svc.accounts.admit(key, priced, prompt, output, _answers(payload),
                                    budgeted and asks_hour_cache(payload))  # fmt: skip
     if isinstance(got, Reservation):
@@ -283,7 +285,8 @@ def _answers(payload: Mapping[str, Any]) -> int:
     config = payload.get("generationConfig") or payload.get("generation_config")
     nested = config if isinstance(config, dict) else {}
     for value in (payload.get("n"), nested.get("candidateCount"), nested.get("candidate_count")):
-        if isinstance(value, int) and not isinstance(value, bool) and value > 1:
+        value = output_budget.count(value)  # ``n: "3"`` is three answers to a lax server
+        if value is not None and value > 1:
             return min(value, 128)  # OpenAI's own bound on n
     return 1
 

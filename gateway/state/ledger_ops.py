@@ -36,5 +36,19 @@ class LedgerSettle:
     held_tokens: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class LedgerKeep:
+    """A request still running: its slot (and its reservation on each budget) held on until
+    ``until_ms``, so that a request longer than ``LedgerAdmit.slot_ttl_ms`` still counts."""
+
+    key: str
+    minute: int  # its admission's
+    slot: str
+    budgets: tuple[str, ...]
+    reserve_usd: float
+    until_ms: int
+    slot_ttl_ms: int
+
+
 # (requests, tokens) this minute, requests in flight, (spent, reserved) USD per budget.
 LedgerState = tuple[int, int, int, list[tuple[float, float]]]

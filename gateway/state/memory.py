@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Generic, TypeVar
 
 from gateway.policy.breaker import CLOSED, MAX_TRACKED_MODELS, CircuitRecord
-from gateway.state.ledger_ops import LedgerAdmit, LedgerSettle, LedgerState
+from gateway.state.ledger_ops import LedgerAdmit, LedgerKeep, LedgerSettle, LedgerState
 
 V = TypeVar("V")
 
@@ -340,6 +340,12 @@ class MemoryStore:
         for bkey in s.budgets:
             spent, held = self._spend.get(bkey) or [0.0, 0.0]
             self._spend.put(bkey, [spent + s.cost_usd, max(0.0, held - s.reserve_usd)], s.budget_ttl_s)
+
+    async def ledger_keep(self, keeps: Sequence[LedgerKeep]) -> None:
+        # Back if a later admit took it for a dead replica's; a budget here holds a reservation
+        # until its settle, however long.
+        for k in keeps:
+            self._slots.setdefault(k.key, {})[k.slot] = k.until_ms
 
     async def ledger_read(self, key: str, minute: int, now_ms: int, budgets: Sequence[str]) -> LedgerState:
         n, k, _ = self._windows.get(f"{key}:{minute}") or [0, 0, 0]

@@ -54,24 +54,26 @@ if redis.call('PTTL', KEYS[2]) < ms then redis.call('SET', KEYS[2], '1', 'PX', m
 """
 
 # A gateway key's admission, atomically: every limit checked before anything is counted, so a
-# refused request leaves no trace. KEYS: the minute's window, the slots in flight, then one
-# hash per budget. ARGV: rpm, tpm, tokens, parallel, slot, now_ms, slot_ttl_ms, reserve,
-# budget_ttl_s, then each budget's limit. 0 means "no such limit". Returns the verdict, the
-# refusing budget's spend, then what every replica has counted, after this admit: the minute's
-# requests and tokens, and each budget's spent and reserved (mirrored in the replica's memory,
-# where it counts on from them while Redis does not answer).
+# refused request leaves no trace. KEYS: the minute's window, the slots in flight, the slot's
+# own marker, then one hash per budget. ARGV: rpm, tpm, tokens, parallel, slot, now_ms,
+# slot_ttl_ms, reserve, budget_ttl_s, then each budget's limit. 0 means "no such limit".
+# Returns the verdict, the refusing budget's spend, then what every replica has counted, after
+# this admit: the minute's requests and tokens, and each budget's spent and reserved (mirrored
+# in the replica's memory, where it counts on from them while Redis does not answer).
 #
 # Each budget keeps its own reservations beside it (``<budget>:h``, slot -> expiry, and
 # ``<budget>:hr``, slot -> reserve) and gives back the expired ones before it is checked: a
-# slot expires only when its replica died mid-request (nothing will settle it), and its
-# reserve then comes back at the next admit on that budget by any key (a team's), not only at
-# the next admit of the key that made it, which may never come.
+# slot expires only when its replica died mid-request (nothing will settle it; a live one is
+# kept alive, LEDGER_KEEP), and its reserve then comes back at the next admit on that budget
+# by any key (a team's), not only at the next admit of the key that made it, which may never
+# come. The marker says the admit is yet to be settled, for as long as a budget is kept: the
+# slot's expiry is no sign of that (a request may outlive it, and is then still charged).
 LEDGER_ADMIT = """
 local w = KEYS[1]
 local function seen(verdict, value)
   local out = {verdict, value, tonumber(redis.call('HGET', w, 'n') or '0'),
                tonumber(redis.call('HGET', w, 'k') or '0')}
-  for i = 3, #KEYS do
+  for i = 4, #KEYS do
     local v = redis.call('HMGET', KEYS[i], 's', 'r')
     out[#out + 1] = v[1] or '0'
     out[#out + 1] = v[2] or '0'
@@ -86,7 +88,7 @@ if tpm > 0 and k > 0 and k + tokens > tpm then return seen('tpm', redis.call('HG
 local par, slot, now, ttl = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 if par > 0 and redis.call('ZCARD', KEYS[2]) >= par then return seen('parallel', '0') end
-for i = 3, #KEYS do
+for i = 4, #KEYS do
   local holds, reserves = KEYS[i] .. ':h', KEYS[i] .. ':hr'
   local gone = redis.call('ZRANGEBYSCORE', holds, '-inf', now)
   if #gone > 0 then
@@ -102,7 +104,7 @@ for i = 3, #KEYS do
   end
   local spent = tonumber(redis.call('HGET', KEYS[i], 's') or '0')
   local held = tonumber(redis.call('HGET', KEYS[i], 'r') or '0')
-  if spent + held >= tonumber(ARGV[7 + i]) then return seen('budget' .. (i - 3), tostring(spent)) end
+  if spent + held >= tonumber(ARGV[6 + i]) then return seen('budget' .. (i - 4), tostring(spent)) end
 end
 redis.call('HINCRBY', w, 'n', 1)
 redis.call('HINCRBY', w, 'k', tokens)
@@ -110,7 +112,8 @@ redis.call('HINCRBY', w, 'h', tokens)
 redis.call('EXPIRE', w, 120)
 redis.call('ZADD', KEYS[2], now + ttl, slot)
 redis.call('PEXPIRE', KEYS[2], ttl)
-for i = 3, #KEYS do
+redis.call('SET', KEYS[3], '1', 'EX', ARGV[9])
+for i = 4, #KEYS do
   redis.call('HINCRBYFLOAT', KEYS[i], 'r', ARGV[8])
   redis.call('EXPIRE', KEYS[i], ARGV[9])
   redis.call('ZADD', KEYS[i] .. ':h', now + ttl, slot)
@@ -135,24 +138,53 @@ return 1
 """
 
 # Settling: the slot back, the reservation turned into what was spent, the minute's tokens
-# the request held (``h``) given back. ARGV: token_delta, slot, reserve, cost, budget_ttl_s,
-# held tokens. Once per slot, and only for a slot this Redis admitted:
-# a settle sent again (its answer was lost) or one for an admit that never ran here changes
-# nothing. A budget that already gave the reservation back (the slot outlived its expiry)
-# takes the cost only.
+# the request held (``h``) given back. KEYS as LEDGER_ADMIT's. ARGV: token_delta, slot,
+# reserve, cost, budget_ttl_s, held tokens. Once per admit, by its marker: a settle sent again
+# (its answer was lost) or one for an admit that never ran here changes nothing. Not by its
+# slot, which a request longer than the slot's TTL may have lost to a later admit's clean-up:
+# such a settle was dropped whole, the request never charged. A budget that already gave the
+# reservation back (the slot outlived its expiry) takes the cost only.
 LEDGER_SETTLE = """
-if redis.call('ZREM', KEYS[2], ARGV[2]) == 0 then return 0 end
+if redis.call('DEL', KEYS[3]) == 0 then return 0 end
+redis.call('ZREM', KEYS[2], ARGV[2])
 if redis.call('EXISTS', KEYS[1]) == 1 then
   if tonumber(ARGV[1]) ~= 0 then redis.call('HINCRBY', KEYS[1], 'k', ARGV[1]) end
   if tonumber(ARGV[6] or '0') ~= 0 then redis.call('HINCRBY', KEYS[1], 'h', -tonumber(ARGV[6])) end
 end
-for i = 3, #KEYS do
+for i = 4, #KEYS do
   if redis.call('ZREM', KEYS[i] .. ':h', ARGV[2]) == 1 then
     redis.call('HDEL', KEYS[i] .. ':hr', ARGV[2])
     redis.call('HINCRBYFLOAT', KEYS[i], 'r', -tonumber(ARGV[3]))
   end
   redis.call('HINCRBYFLOAT', KEYS[i], 's', ARGV[4])
   redis.call('EXPIRE', KEYS[i], ARGV[5])
+end
+return 1
+"""
+
+# A request still running, its slot kept alive (Accounts keeps each one's every quarter of the
+# slot's TTL): it goes on counting toward ``parallel``, and its reservation stays held, past
+# the TTL that frees a dead replica's. Only while its marker says it is unsettled (a keep that
+# Redis runs after the settle must not bring the slot back). A slot or a budget's hold already
+# taken for a dead replica's (this replica was stalled, or Redis away, for most of the TTL) is
+# put back, its reserve held again, for its settle to give back. KEYS as LEDGER_ADMIT's. ARGV:
+# slot, until (epoch ms), reserve, slot_ttl_ms.
+LEDGER_KEEP = """
+if redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
+local slot, untl, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[4])
+redis.call('ZADD', KEYS[2], untl, slot)
+if redis.call('PTTL', KEYS[2]) < ttl then redis.call('PEXPIRE', KEYS[2], ttl) end
+for i = 4, #KEYS do
+  local holds, keep_s = KEYS[i] .. ':h', redis.call('TTL', KEYS[i])
+  if keep_s > 0 then  -- (a budget gone with its period holds nothing)
+    if not redis.call('ZSCORE', holds, slot) then
+      redis.call('HINCRBYFLOAT', KEYS[i], 'r', ARGV[3])
+      redis.call('HSET', KEYS[i] .. ':hr', slot, ARGV[3])
+      redis.call('EXPIRE', KEYS[i] .. ':hr', keep_s)
+    end
+    redis.call('ZADD', holds, untl, slot)
+    redis.call('EXPIRE', holds, keep_s)
+  end
 end
 return 1
 """
@@ -209,4 +241,5 @@ redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return ARGV[2]
 """
 
-ALL = (BUDGET, TAKE, PUT, LEDGER_ADMIT, LEDGER_SETTLE, LEDGER_OWED, RECORDS_TAKE, HOME_CLAIM, HOME_MOVE)
+ALL = (BUDGET, TAKE, PUT, LEDGER_ADMIT, LEDGER_SETTLE, LEDGER_KEEP, LEDGER_OWED, RECORDS_TAKE, HOME_CLAIM,
+       HOME_MOVE)

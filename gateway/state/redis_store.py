@@ -38,7 +38,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.policy.breaker import CLOSED, MAX_TRACKED_MODELS, CircuitRecord
 from gateway.state import redis_scripts as lua
-from gateway.state.ledger_ops import LedgerAdmit, LedgerSettle, LedgerState
+from gateway.state.ledger_ops import LedgerAdmit, LedgerKeep, LedgerSettle, LedgerState
 from gateway.state.loop_lag import LoopLag
 from gateway.state.memory import MemoryStore
 from gateway.state.redis_problems import PLAIN_BEHIND_TLS, lasting, refusing_writes
@@ -171,6 +171,7 @@ class RedisStore:
         self._put = client.register_script(lua.PUT)
         self._ledger_admit = client.register_script(lua.LEDGER_ADMIT)
         self._ledger_settle = client.register_script(lua.LEDGER_SETTLE)
+        self._ledger_keep = client.register_script(lua.LEDGER_KEEP)
         self._ledger_owed = client.register_script(lua.LEDGER_OWED)
         self._admits = TurnBatch(client, self._ledger_admit)
         self._takes = TurnBatch(client, client.register_script(lua.RECORDS_TAKE))
@@ -683,8 +684,13 @@ class RedisStore:
         p = self._p + "l:"
         return [f"{p}w:{key}:{minute}", f"{p}p:{key}", *(f"{p}b:{b}" for b in budgets)]
 
+    def _slot_keys(self, key: str, minute: int, slot: str, budgets: Sequence[str]) -> list[str]:
+        """An admit's, settle's or keep's: ``_ledger_keys`` with the slot's marker third."""
+        w, p, *bs = self._ledger_keys(key, minute, budgets)
+        return [w, p, f"{self._p}l:s:{slot}", *bs]
+
     async def ledger_admit(self, a: LedgerAdmit) -> tuple[str, float]:
-        keys = self._ledger_keys(a.key, a.minute, [b for b, _ in a.budgets])
+        keys = self._slot_keys(a.key, a.minute, a.slot, [b for b, _ in a.budgets])
         args: list[str | int] = [
             a.requests_per_minute or 0, a.tokens_per_minute or 0, a.tokens, a.parallel or 0, a.slot,
             a.now_ms, a.slot_ttl_ms, repr(a.reserve_usd), max(1, math.ceil(a.budget_ttl_s)),
@@ -738,7 +744,7 @@ class RedisStore:
                 ttl = max(1, math.ceil(s.budget_ttl_s))
                 args: list[str | int] = [s.token_delta, s.slot, repr(s.reserve_usd), repr(s.cost_usd), ttl,
                                          s.held_tokens]  # fmt: skip
-                calls.append((self._ledger_keys(s.key, s.minute, s.budgets), args))
+                calls.append((self._slot_keys(s.key, s.minute, s.slot, s.budgets), args))
         if self._owed:  # a batch of its own from now on, with the id every resend of it keeps
             self._owed_out.append((f"{self._instance}-{next(self._batch_ids)}", self._owed))
             self._owed = {}
@@ -767,6 +773,26 @@ class RedisStore:
             await self._guard("ledger_settle", remote, later)
         finally:
             self._settling -= len(calls)
+
+    async def ledger_keep(self, keeps: Sequence[LedgerKeep]) -> None:
+        """In memory too (its mirror, for an outage); in Redis only for an admit it took and
+        has not settled (its marker): a keep of a slot counted in memory changes nothing
+        there. Not sent again: the next comes within a quarter of the slot's TTL."""
+        await self.local.ledger_keep(keeps)
+        calls: list[_Call] = [
+            (self._slot_keys(k.key, k.minute, k.slot, k.budgets),
+             [k.slot, k.until_ms, repr(k.reserve_usd), k.slot_ttl_ms])
+            for k in keeps if k.slot not in self._local_slots
+        ]  # fmt: skip
+        if not calls:
+            return
+
+        async def remote() -> None:
+            for result in await run_pipelined(self._r, self._ledger_keep, calls):
+                if isinstance(result, Exception):
+                    raise result
+
+        await self._guard("ledger_keep", remote, lambda: _value(None))
 
     def _owe(self, settles: Sequence[LedgerSettle]) -> None:
         """What requests admitted in memory cost, to be added to Redis's budgets when it answers.

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.policy.breaker import CircuitRecord
-from gateway.state.ledger_ops import LedgerAdmit, LedgerSettle, LedgerState
+from gateway.state.ledger_ops import LedgerAdmit, LedgerKeep, LedgerSettle, LedgerState
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +146,11 @@ class StateStore(Protocol):
     async def ledger_settle_many(self, settles: Sequence[LedgerSettle]) -> None:
         """For each: give the slot back and turn the reservation into what was spent (one
         round trip for all)."""
+        ...
+
+    async def ledger_keep(self, keeps: Sequence[LedgerKeep]) -> None:
+        """For each request still running (not settled): its slot, and its reservation on each
+        budget, held until ``until_ms``, brought back if they were freed as a dead replica's."""
         ...
 
     async def ledger_read(self, key: str, minute: int, now_ms: int, budgets: Sequence[str]) -> LedgerState:

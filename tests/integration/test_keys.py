@@ -265,6 +265,32 @@ async def test_a_request_for_n_answers_reserves_n_answers_worth(make_gateway: Ma
     assert [a[0] for a in answers].count(200) == 3
 
 
+@pytest.mark.parametrize(("field", "value", "out"), [
+    ("max_tokens", 100000.0, 100_000),  # the audit's: reserved as 4,096, served 100,000 by vLLM
+    ("max_tokens", "100000", 100_000),
+    ("max_completion_tokens", "10", 4096),  # llama.cpp serves its default for a string: not below it
+    ("n", "3", 3 * 4096),  # three answers to a lax server
+])  # fmt: skip
+async def test_a_budget_named_by_a_float_or_a_string_is_reserved_as_a_lax_server_reads_it(
+    make_gateway: MakeGateway, field: str, value: Any, out: int,
+) -> None:
+    """vLLM's pydantic reads ``100000.0`` and ``"100000"`` as 100000, llama.cpp truncates a float
+    and uses its own default for a string: the reservation holds at least what either serves.
+    The request goes as it came (the upstream decides)."""
+    gw = await make_gateway(keys_yaml(budget={"usd": 10_000_000, "period": "day"}))
+    gw.fake.always = Reply(200, chat_completion(), delay_s=0.3)
+    payload = {"model": "gpt-4o-mini", field: value, "messages": [{"role": "user", "content": "hi"}]}
+    answer = asyncio.ensure_future(gw.chat(payload, headers=ALICE))
+    for _ in range(100):
+        reserved = (await key_state(gw))["budget"]["reserved_usd"]
+        if reserved:
+            break
+        await asyncio.sleep(0.01)
+    assert (await answer)[0] == 200
+    assert out * 2 < reserved < out * 2 + 100, reserved  # $2 an output token, a prompt of a few dozen
+    assert gw.fake.chat_requests()[-1].json()[field] == value
+
+
 async def test_tokens_per_minute_hold_under_concurrency(make_gateway: MakeGateway) -> None:
     """The minute counts the output a request asks for at admission (as OpenAI counts it), then
     what it used: 50 requests at once no longer all pass a limit each fits under."""

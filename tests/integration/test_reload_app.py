@@ -131,6 +131,33 @@ async def test_a_stream_in_flight_finishes_on_its_upstream_while_new_requests_ge
                      error_type="none") == 4  # fmt: skip
 
 
+async def test_a_removed_keys_series_stay_gone_after_its_requests_in_flight_end(
+    make_gateway: MakeGateway, tmp_path: Path,
+) -> None:
+    """docs/keys.md: "a reload that removes a key drops its series". Two streams of bob's in
+    flight at the reload that removed him brought his spend and token series back as they
+    ended, for good (audit of keys and spend). They are answered and settled, uncounted."""
+    async with FakeUpstream() as old:
+        gw, reloader, path = await start(make_gateway, tmp_path, old)
+        assert (await gw.chat(headers=BOB))[0] == 200
+        assert await spent(gw, BOB) > 0
+        old.script(SLOW, SLOW)
+        streams = [asyncio.create_task(gw.chat(STREAM, headers=BOB)) for _ in range(2)]
+        await eventually(lambda: len(old.chat_requests()) == 3, "both streams reached the upstream")
+        path.write_text(file_text(old.url, "alice"))
+        assert await reloader.reload("SIGHUP")
+        assert 'key="bob"' not in await _metrics_text(gw)
+        assert [(await s)[0] for s in streams] == [200, 200]
+        # Retired after its last request's settle (observe.py): bob's streams are counted by now.
+        await eventually(lambda: gw.app[LIVE].generations == 1, "the first config retired")
+        assert 'key="bob"' not in await _metrics_text(gw)
+
+
+async def _metrics_text(gw: Gateway) -> str:
+    async with gw.session.get(gw.base + "/metrics") as r:
+        return (await r.read()).decode()
+
+
 async def test_an_invalid_file_keeps_the_running_config_and_logs_every_problem_once(
     make_gateway: MakeGateway, tmp_path: Path, lines: list[dict[str, Any]]
 ) -> None:

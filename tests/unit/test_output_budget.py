@@ -116,9 +116,34 @@ def test_the_budget_a_request_names_for_the_log(payload: dict[str, Any], budget:
     ({"generationConfig": {"maxOutputTokens": 10, "max_output_tokens": 300}}, 300),
     ({"generationConfig": {"maxOutputTokens": 10}, "generation_config": {"maxOutputTokens": 300}}, 300),
     ({"max_tokens": 0, "max_completion_tokens": -5}, None),  # not a budget the provider takes
-    ({"max_tokens": True, "max_completion_tokens": "5000"}, None),
+    ({"max_tokens": True}, None),  # not a number, though Python's True is an int
+    ({"max_tokens": "many", "max_completion_tokens": float("nan")}, None),
+    # Read as a lax server reads them (vLLM's pydantic: an integral float, a numeric string;
+    # llama.cpp truncates a float): the audit's 100000.0 and "100000" were reserved as 4,096.
+    ({"max_tokens": 100000.0}, 100000),
+    ({"max_tokens": "100000"}, 100000),
+    ({"max_tokens": True, "max_completion_tokens": " 5000 "}, 5000),
+    ({"max_output_tokens": "1e5"}, 100000),
+    ({"max_tokens": 99.5}, 100),  # above any reading of it: truncated (llama.cpp) or refused
+    ({"generationConfig": {"maxOutputTokens": "300"}}, 300),  # proto JSON takes a string int64
+    ({"max_tokens": "0", "max_completion_tokens": -1.0}, None),
     ({"generationConfig": "x"}, None),
     ({"messages": MSG}, None),
 ])  # fmt: skip
 def test_the_ceiling_is_the_largest_budget_any_upstream_may_read(payload: dict[str, Any], most: int | None) -> None:
     assert output_budget.ceiling(payload) == most
+
+
+@pytest.mark.parametrize(("payload", "loose"), [
+    ({"max_tokens": 100}, False),
+    ({"max_tokens": None}, False),
+    ({"messages": MSG}, False),
+    ({"max_tokens": 100.0}, True),
+    ({"max_tokens": "100"}, True),
+    ({"max_tokens": True}, True),
+    ({"max_tokens": 100, "generationConfig": {"maxOutputTokens": "x"}}, True),
+])  # fmt: skip
+def test_a_budget_a_server_may_not_read_as_a_number_is_told_apart(payload: dict[str, Any], loose: bool) -> None:
+    """llama.cpp uses its own default for a field of the wrong type: such a request reserves at
+    least what one naming none does (pipeline/accounting.py)."""
+    assert output_budget.named_loosely(payload) is loose

@@ -77,5 +77,12 @@ def test_a_removed_keys_series_are_dropped_and_a_kept_keys_stay() -> None:
     assert text.count('key="alice"') == 6  # three series, each with its _created line
     assert registry.get_sample_value("llm_gateway_key_spend_usd_total",
                                      {"key": "alice", "team": "web", "model": "gpt-4o"}) == 0.5  # fmt: skip
-    t.child(t.key_refusals, "run-1", "tpm").inc()  # a request of the removed key still in flight
+    # A request of the removed key in flight at the reload ends after it (audit of keys and
+    # spend: two streams on a removed key brought its spend and token series back for good).
+    t.child(t.key_spend, "run-1", "web", "gpt-4o").inc(0.5)
+    t.child(t.key_tokens, "run-1", "gpt-4o", "prompt", "true").inc(10)
+    t.child(t.key_refusals, "run-1", "tpm").inc()
+    assert 'key="run-1"' not in generate_latest(registry).decode()
+    t.retain_keys(["alice", "run-1"])  # made again: counted again, from zero
+    t.child(t.key_refusals, "run-1", "tpm").inc()
     assert registry.get_sample_value("llm_gateway_key_refusals_total", {"key": "run-1", "reason": "tpm"}) == 1
