@@ -126,7 +126,7 @@ async def test_a_chain_crosses_apis_an_anthropic_primary_falls_back_to_a_chat_up
             f"  - {{name: local, base_url: '{backup.url}', apis: [chat], model_map: {{'*': qwen}}}}\n"
         ))
         _use_text_only(gw)
-        fake.script(*[Reply(529, anthropic_error(529, "overloaded_error", "Overloaded"))] * 2)
+        fake.script(*[anthropic_error(529, "overloaded_error", "Overloaded")] * 2)
         status, headers, body = await gw.messages(MESSAGES_REQ)
         assert status == 200 and json.loads(body)["content"][0]["text"] == "Hello from the fake upstream."
         assert headers["x-llm-upstream"] == "local" and headers["x-llm-translated"] == "messages->chat"
