@@ -16,6 +16,8 @@ What the translation has to do that chat does not:
   where a server leaves it out or reuses it: ``apis/chat/call_slots.py``); a block cannot be
   reopened once stopped, so the open tool block is stopped only when its arguments parse as
   complete JSON. Until then anything for another block waits (in order) and follows at once after.
+* a call's id goes out in Anthropic's alphabet (``translate/tool_ids.py``: Kimi K2 on vLLM and
+  SGLang names its calls ``functions.Bash:0``), and comes back to the upstream as it was sent.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from gateway.translate.messages_chat.answer import (
 )
 from gateway.translate.messages_chat.request import declared_tools, function_names
 from gateway.translate.names import Names
+from gateway.translate.tool_ids import to_anthropic_id
 
 _PING = b'event: ping\ndata: {"type":"ping"}\n\n'
 _STOP = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
@@ -275,7 +278,7 @@ class ChatToMessagesStream:
             self.functions = function_names(declared_tools(self.ctx.request))
         block: dict[str, Any] = {
             "type": "tool_use",
-            "id": tool.id or tool_id(self.ctx, index),
+            "id": to_anthropic_id(tool.id) if tool.id else tool_id(self.ctx, index),
             "name": self.functions.client(tool.name or ""),
             "input": {},
         }
