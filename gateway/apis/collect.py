@@ -8,7 +8,7 @@ event in it is an error like any other, a stream without its end marker a cut) a
 answer of the upstream's own API from its events; a translated request then has that answer
 translated like any buffered one. Every field comes from the events; only the gathering is
 ours, done as the APIs' own SDKs accumulate a stream (text deltas joined, a tool call's
-argument fragments joined by index, the last usage and finish kept).
+argument fragments joined by call, the last usage and finish kept).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.apis.base import Dialect, EventKind
+from gateway.apis.chat.call_slots import CallSlots
 from gateway.sse import EventSplitter, parse_event
 
 
@@ -70,6 +71,7 @@ def chat_answer(events: list[dict[str, Any]]) -> dict[str, Any]:
     head: dict[str, Any] = {}
     choices: dict[int, dict[str, Any]] = {}
     calls: dict[int, dict[int, dict[str, Any]]] = {}
+    slots: dict[int, CallSlots] = {}  # per choice: which call a fragment is part of
     usage: Any = None
     for event in events:
         for key in ("id", "created", "model", "system_fingerprint", "service_tier"):
@@ -91,10 +93,10 @@ def chat_answer(events: list[dict[str, Any]]) -> dict[str, Any]:
                 message["role"] = delta["role"]
             for key in ("content", "refusal", "reasoning_content", "reasoning"):
                 _join(message, key, delta.get(key))
-            for call in delta.get("tool_calls") or ():
+            for position, call in enumerate(delta.get("tool_calls") or ()):
                 if not isinstance(call, dict):
                     continue
-                at = _index(call.get("index"))
+                at = slots.setdefault(index, CallSlots()).slot(call, position)
                 made_call = calls.setdefault(index, {}).setdefault(
                     at, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
                 if made_call["id"] is None and call.get("id"):

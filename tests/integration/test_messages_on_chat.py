@@ -103,3 +103,46 @@ async def test_a_field_of_the_wrong_json_type_is_a_400_in_anthropics_envelope_ne
     assert status == 400 and error["type"] == "invalid_request_error" and error["code"] == "invalid_type"
     assert error["message"] == "tool_choice.type: Input should be a valid string"
     assert gw.fake.requests == []
+
+
+async def test_kimis_tool_call_ids_survive_a_chain_that_goes_back_to_anthropic(make_gateway) -> None:
+    """docs/translation/index.md's chain, Anthropic first and a chat server (Kimi K2 on vLLM) as
+    its fallback: Kimi names its calls ``functions.Read:1``, which Claude Code got as sent, and
+    the next turn Anthropic answered refused the conversation ("tool_use.id: String should match
+    pattern '^[a-zA-Z0-9_-]+$'"), and every turn after it. Anthropic (the fake, which refuses
+    what Anthropic refuses) now takes it, and Kimi gets its own ids back."""
+    from tests.fakeupstream import FakeUpstream, anthropic_error
+
+    anthropic_fake, kimi = await FakeUpstream().start(), await FakeUpstream().start()
+    try:
+        gw = await make_gateway(fake=anthropic_fake, upstreams=(
+            f"  - {{name: anthropic, base_url: '{anthropic_fake.url}', apis: [messages], models: ['claude-*'], fallbacks: [local]}}\n"
+            f"  - {{name: local, base_url: '{kimi.url}', apis: [chat], model_map: {{'*': kimi-k2}}}}\n"
+        ), extra_yaml="retry: {provider_unavailable: {max_retries: 0, base_delay_s: 0.01, max_delay_s: 0.01}}\n")
+        read = {"name": "Read", "description": "Read a file", "input_schema": {
+            "type": "object", "properties": {"file_path": {"type": "string"}}, "required": ["file_path"]}}
+        turn: list[Any] = [{"role": "user", "content": "what is in kimi_gdn_linear_attn.py?"}]
+        overloaded = anthropic_error(529, "overloaded_error", "Overloaded")
+        anthropic_fake.script(overloaded)
+        kimi.script(Stream(_raw_events("chat-kimi-k2-tool-call.stream.json")))
+        async with _client(gw) as client:
+            async with client.messages.stream(model="claude-opus-4-8", max_tokens=512, tools=[read],
+                                              messages=turn) as stream:  # fmt: skip
+                first = await stream.get_final_message()
+            [call] = first.content
+            assert call.type == "tool_use" and call.name == "Read"
+            turn += [{"role": "assistant", "content": [c.model_dump(exclude_none=True) for c in first.content]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "1\t# SPDX"}]}]
+            second = await client.messages.create(model="claude-opus-4-8", max_tokens=512, tools=[read], messages=turn)
+            assert second.stop_reason == "end_turn"  # Anthropic took the conversation
+            turn += [{"role": "assistant", "content": [c.model_dump(exclude_none=True) for c in second.content]},
+                     {"role": "user", "content": "and then?"}]
+            anthropic_fake.script(overloaded)
+            await client.messages.create(model="claude-opus-4-8", max_tokens=512, tools=[read], messages=turn)
+        sent = [m for m in kimi.chat_requests()[-1].json()["messages"] if m.get("tool_calls") or m["role"] == "tool"]
+        assert [m["tool_calls"][0]["id"] if m.get("tool_calls") else m["tool_call_id"] for m in sent] == [
+            "functions.Read:1", "functions.Read:1"]
+        assert [r.path for r in anthropic_fake.requests] == ["/v1/messages"] * 3
+    finally:
+        await kimi.close()
+        await anthropic_fake.close()

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.apis.base import Ending
+from gateway.apis.chat.call_slots import CallSlots
 from gateway.apis.gemini.wire import broken_event, sse_event
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.sse import loads_event, parse_event
@@ -58,7 +59,8 @@ class GeminiStream:
         self.ctx = ctx
         self.known = known
         self.thoughts = shows_thoughts(ctx.request)
-        self.calls: dict[int, _Call] = {}
+        self.calls: dict[int, _Call] = {}  # by CallSlots' number
+        self.slots = CallSlots()
         self.finish: Any = None
         self.chat_usage: dict[str, Any] | None = None
         self.shown = 0  # bytes of content sent, for an output estimate when usage never comes
@@ -113,8 +115,7 @@ class GeminiStream:
             self.finish = choice["finish_reason"]
 
     def _call(self, call: dict[str, Any], position: int) -> None:
-        index = call.get("index")
-        tool = self.calls.setdefault(index if isinstance(index, int) else position, _Call())
+        tool = self.calls.setdefault(self.slots.slot(call, position), _Call())
         if isinstance(call.get("id"), str) and call["id"] and tool.id is None:
             tool.id = call["id"]
         function = call.get("function")

@@ -19,6 +19,7 @@ from gateway.policy.tokens import BYTES_PER_TOKEN, IMAGE_TOKENS
 from gateway.translate.base import Context, input_tokens
 from gateway.translate.messages_chat.request import declared_tools, function_names
 from gateway.translate.names import NONE
+from gateway.translate.tool_ids import to_anthropic_id
 
 # The key a tool_use input gets when the model's arguments are not a JSON object, so the
 # client's tool validation reports the bad call back to the model instead of it vanishing.
@@ -163,7 +164,9 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
             continue
-        content.append({"type": "tool_use", "id": call.get("id") or tool_id(ctx, i),
+        given = call.get("id")  # in Anthropic's alphabet: the client may send it on to Anthropic
+        call_id = to_anthropic_id(given) if isinstance(given, str) and given else tool_id(ctx, i)
+        content.append({"type": "tool_use", "id": call_id,
                         "name": functions.client(function["name"]),
                         "input": tool_input(function.get("arguments"))})  # fmt: skip
         tools = True

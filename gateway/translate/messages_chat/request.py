@@ -10,8 +10,10 @@ Rules (each with its reason in docs/translation/messages_chat.md):
   templates reject a system message that is not first, and folding them into the first system
   message would change the prompt's prefix (and bust a server's prefix cache) each time one
   appears. Their tool changes are said there too, an added definition joining ``tools``.
-* ``tool_use`` blocks become ``tool_calls`` (ids kept as they are, but one longer than OpenAI's
-  40 characters goes to a chat upstream as a digest of itself: ``apis/chat/ids.py``),
+* ``tool_use`` blocks become ``tool_calls`` (ids kept as they are, but one the answer encoded
+  into Anthropic's alphabet goes back as the upstream wrote it, ``translate/tool_ids.py``, and
+  one longer than OpenAI's 40 characters goes to a chat upstream as a digest of itself:
+  ``apis/chat/ids.py``),
   ``tool_result`` blocks ``tool`` messages right after them; images inside a tool result follow
   in a user message, because a chat ``tool`` message carries text only. A ``tool_reference``
   in a result (a tool search loading a deferred tool) becomes text saying the tool is loaded:
@@ -35,6 +37,7 @@ from gateway.apis.chat.ids import to_chat_id
 from gateway.translate import json_schema, names, typed
 from gateway.translate.base import Refusal, Target
 from gateway.translate.names import NONE, Names
+from gateway.translate.tool_ids import from_anthropic_id
 from gateway.translate.typed import WrongType
 
 BILLING_PREFIX = "x-anthropic-billing-header:"
@@ -497,7 +500,8 @@ def _user_turn(convo: _Convo, content: Any, i: int) -> None:
         at = ("messages", i, "content", k)
         kind = typed.text(block.get("type"), (*at, "type"))
         if kind == "tool_result":
-            call_id = convo.ids(typed.text(block.get("tool_use_id"), (*at, "tool_use_id")) or "")
+            given = typed.text(block.get("tool_use_id"), (*at, "tool_use_id")) or ""
+            call_id = convo.ids(from_anthropic_id(given))
             text, images = _tool_result(block, i, at, convo.functions)
             convo.out.append({"role": "tool", "tool_call_id": call_id, "content": text})
             if images:
@@ -655,5 +659,5 @@ def _call(block: dict[str, Any], i: int, at: typed.Path, convo: _Convo) -> dict[
         raise Untranslatable(f"messages[{i}]: a tool_use block needs a 'name'")
     arguments = json.dumps(typed.obj(block.get("input"), (*at, "input")) or {}, ensure_ascii=False)
     function = {"name": convo.functions.upstream(name), "arguments": arguments}
-    call_id = convo.ids(typed.text(block.get("id"), (*at, "id")) or "")
+    call_id = convo.ids(from_anthropic_id(typed.text(block.get("id"), (*at, "id")) or ""))
     return {"id": call_id, "type": "function", "function": function}

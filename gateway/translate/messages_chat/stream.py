@@ -12,9 +12,12 @@ What the translation has to do that chat does not:
 * reasoning, text and each tool call get their own block; a reasoning delta after text
   opens a new thinking block, never a ``thinking_delta`` inside a text block (LiteLLM
   #33224); every delta names a block that was started (LiteLLM #13373).
-* parallel tool calls: chat interleaves them by ``index``; a block cannot be reopened once
-  stopped, so the open tool block is stopped only when its arguments parse as complete
-  JSON. Until then anything for another block waits (in order) and follows at once after.
+* parallel tool calls: chat interleaves them by ``index`` (which call a fragment belongs to
+  where a server leaves it out or reuses it: ``apis/chat/call_slots.py``); a block cannot be
+  reopened once stopped, so the open tool block is stopped only when its arguments parse as
+  complete JSON. Until then anything for another block waits (in order) and follows at once after.
+* a call's id goes out in Anthropic's alphabet (``translate/tool_ids.py``: Kimi K2 on vLLM and
+  SGLang names its calls ``functions.Bash:0``), and comes back to the upstream as it was sent.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 import orjson
 
 from gateway.apis.base import Ending
+from gateway.apis.chat.call_slots import CallSlots
 from gateway.apis.messages.wire import AnthropicStreamReader
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.sse import loads_event, parse_event
@@ -40,6 +44,7 @@ from gateway.translate.messages_chat.answer import (
 )
 from gateway.translate.messages_chat.request import declared_tools, function_names
 from gateway.translate.names import Names
+from gateway.translate.tool_ids import to_anthropic_id
 
 _PING = b'event: ping\ndata: {"type":"ping"}\n\n'
 _STOP = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
@@ -98,7 +103,8 @@ class ChatToMessagesStream:
         self.open_kind: str | None = None  # "text", "thinking" or "tool"
         self.open_index = 0
         self.open_tool: _Tool | None = None
-        self.tools: dict[int, _Tool] = {}
+        self.tools: dict[int, _Tool] = {}  # by CallSlots' number
+        self.slots = CallSlots()
         self.functions: Names | None = None  # the declared tools' names, read at the first call
         # (kind, tool key or None, text) waiting for the open tool's arguments to complete
         self.held: list[tuple[str, int | None, str]] = []
@@ -201,8 +207,7 @@ class ChatToMessagesStream:
             self.matched = matched_stop(choice, self.ctx.request)
 
     def _call(self, call: dict[str, Any], position: int, out: list[bytes]) -> None:
-        given = call.get("index")
-        key = given if isinstance(given, int) else position
+        key = self.slots.slot(call, position)
         tool = self.tools.get(key)
         if tool is None:
             tool = self.tools[key] = _Tool()
@@ -273,7 +278,7 @@ class ChatToMessagesStream:
             self.functions = function_names(declared_tools(self.ctx.request))
         block: dict[str, Any] = {
             "type": "tool_use",
-            "id": tool.id or tool_id(self.ctx, index),
+            "id": to_anthropic_id(tool.id) if tool.id else tool_id(self.ctx, index),
             "name": self.functions.client(tool.name or ""),
             "input": {},
         }

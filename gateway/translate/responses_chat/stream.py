@@ -22,6 +22,7 @@ import orjson
 
 from gateway import jsonbody
 from gateway.apis.base import Ending
+from gateway.apis.chat.call_slots import CallSlots
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.sse import EventSplitter, loads_event, parse_event
 from gateway.translate.base import Context, Known
@@ -74,7 +75,8 @@ class ResponsesStream:
         self.open: str | None = None  # "reasoning" | "message" | "refusal" | "call"
         self.buf: list[str] = []  # text of the open reasoning or message item
         self.signed: list[dict[str, Any]] = []  # signed thinking for the open reasoning item
-        self.calls: dict[int, _Call] = {}
+        self.calls: dict[int, _Call] = {}  # by CallSlots' number
+        self.slots = CallSlots()
         self.open_call: _Call | None = None
         self.finish_reason: str | None = None
         self.chat_usage: Any = None
@@ -222,16 +224,9 @@ class ResponsesStream:
             self._emit("response.custom_tool_call_input.done", {**at, "input": item["input"]})
         self._done(call.out_index, item)
 
-    def _tool_delta(self, tc: Mapping[str, Any]) -> None:
+    def _tool_delta(self, tc: Mapping[str, Any], position: int) -> None:
         fn = as_dict(tc.get("function"))
-        given = tc.get("index")
-        if isinstance(given, int):
-            index = given
-        else:
-            # Servers that leave it out (Mistral) send one call at a time: a new id starts one.
-            last = max(self.calls) if self.calls else -1
-            new = last < 0 or (bool(tc.get("id")) and tc.get("id") != self.calls[last].call_id)
-            index = last + 1 if new else last
+        index = self.slots.slot(tc, position)
         call = self.calls.get(index)
         if call is None:
             call = _Call(call_id_of(self.ctx, tc, len(self.calls)), "")
@@ -313,9 +308,9 @@ class ResponsesStream:
             refusal = delta.get("refusal")
             if isinstance(refusal, str) and refusal:
                 self._text("refusal", refusal)
-            for tc in delta.get("tool_calls") or []:
+            for position, tc in enumerate(delta.get("tool_calls") or []):
                 if isinstance(tc, dict):
-                    self._tool_delta(tc)
+                    self._tool_delta(tc, position)
             if choice.get("finish_reason"):
                 self.finish_reason = str(choice["finish_reason"])
                 self.ctx.notes["finish_reason"] = self.finish_reason

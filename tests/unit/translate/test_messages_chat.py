@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 from typing import Any
 
 import anthropic
@@ -17,7 +18,7 @@ import pytest
 
 from gateway.apis.base import Ending
 from gateway.errors import Classification, ErrorType
-from gateway.fake import chat_rules, gemini_rules, responses_rules
+from gateway.fake import chat_rules, gemini_rules, messages_rules, responses_rules
 from gateway.translate import default_translations
 from gateway.translate.base import Refusal, Target
 from gateway.translate.messages_chat import MessagesToChat
@@ -790,3 +791,53 @@ def test_a_definition_added_again_replaces_the_declared_one() -> None:
 def test_tool_changes_a_chat_upstream_cannot_carry_are_refused(block: dict[str, Any], says: str) -> None:
     out = T.request(_tool_changes(block), TARGET)
     assert isinstance(out, Refusal) and says in out.message, out
+
+
+# --- tool call ids outside Anthropic's alphabet ----------------------------------------------
+
+KIMI_ID = "functions.Read:1"  # Kimi K2 on vLLM / SGLang (vllm-project/vllm#46344, sgl-project/sglang#9606)
+READ = {"name": "Read", "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}}}
+
+
+def _kimi_turn(message: Any) -> dict[str, Any]:
+    """Claude Code's next request: the answer's tool_use as it got it, then the tool's result."""
+    [call] = [b for b in message.content if b.type == "tool_use"]
+    return {"model": "claude-opus-4-8", "max_tokens": 256, "tools": [READ], "messages": [
+        *HI, {"role": "assistant", "content": [{"type": "tool_use", "id": call.id, "name": call.name, "input": call.input}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "1\t# SPDX"}]}]}  # fmt: skip
+
+
+def _sent_ids(body: dict[str, Any]) -> list[str]:
+    out = chat(body)
+    return [c["id"] for m in out["messages"] for c in m.get("tool_calls") or ()] + [
+        m["tool_call_id"] for m in out["messages"] if m["role"] == "tool"]  # fmt: skip
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_kimis_tool_call_id_reaches_claude_code_in_anthropics_alphabet_and_goes_back_as_kimi_sent_it(
+    streamed: bool,
+) -> None:
+    """The id went to Claude Code as sent; on a later turn to Anthropic (a fallback chain, a model
+    switch) Anthropic refused the whole conversation: "tool_use.id: String should match pattern
+    '^[a-zA-Z0-9_-]+$'", every turn after it too. Kimi wants its own id back exactly."""
+    ctx = ctx_for({"messages": HI, "tools": [READ]})
+    if streamed:
+        stream = run(T.stream(ctx), wire_stream(corpus_answer("chat-kimi-k2-tool-call.stream.json")))
+        check_grammar(stream)
+        message = sdk_final_message(stream)
+    else:
+        message = sdk_message(T.answer(corpus_answer("chat-kimi-k2-tool-call.json")["body"], ctx))
+    [call] = message.content
+    assert re.fullmatch(r"[a-zA-Z0-9_-]+", call.id) and call.id != KIMI_ID
+    assert (call.name, call.input) == ("Read", {"file_path": "/mnt/data4/jxy/vllm/vllm/model_executor/layers/mamba/gdn/kimi_gdn_linear_attn.py"})
+    next_turn = sdk_request(**_kimi_turn(message))
+    assert messages_rules.refusal("/v1/messages", next_turn, {}) is None  # what Anthropic takes
+    assert _sent_ids(next_turn) == [KIMI_ID, KIMI_ID]
+
+
+def test_ids_already_in_anthropics_alphabet_go_out_and_back_unchanged() -> None:
+    doc = corpus_answer("chat-openai-gpt-4.1-tool-call.json")["body"]
+    [sent] = [c["id"] for c in doc["choices"][0]["message"]["tool_calls"]]
+    message = sdk_message(T.answer(doc, ctx_for({"messages": HI})))
+    assert [b.id for b in message.content if b.type == "tool_use"] == [sent]
+    assert _sent_ids(sdk_request(**_kimi_turn(message))) == [sent, sent]
