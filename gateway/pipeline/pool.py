@@ -37,7 +37,7 @@ from gateway.errors import Classification, ErrorType
 from gateway.pipeline.attempt import Call
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success, gateway_failure
 from gateway.pipeline.send import SETTLED, Sent, fails_over_class, send_one, waited_and_confirmed
-from gateway.policy.retry import RetryPlan
+from gateway.policy.retry import RetryPlan, StopReason
 from gateway.policy.retry_after import reset_at_ms, restamped, restamped_body
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.routing.pools import (
@@ -496,7 +496,8 @@ async def _all_sitting_out(
                        failed.provider_code if failed is not None else "pool_rate_limited",
                        failed.message if failed is not None else None,
                        f"earliest reset in pool '{pool.cfg.name}': {earliest.name}")  # fmt: skip
-    wait = plan.next_wait(c)
+    # A 429 made final by a reset another request ended on: its wait was that request's.
+    wait = None if plan.stopped is StopReason.PENDING_RESET else plan.next_wait(c)
     if wait is not None:
         if await waited_and_confirmed(svc, wait):
             state.retries += 1

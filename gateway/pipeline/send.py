@@ -5,12 +5,15 @@ cross-request retry budget (pipeline/chain.py walks the route within them). Of t
 of one model that meet an outage together, one retries while the others follow its verdict;
 for ``open_s`` after one gave up, a failed first attempt is final (the loop breaker's outage
 note). A failure that will move the request elsewhere gets at most ``retries_cap`` retries
-here, and none when the upstream was silent.
+here, and none when the upstream was silent. A rate limit is noted at its stated reset by the
+request that ended on it, and while that reset is pending a different request's 429 there is
+final (policy/pending_reset.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 from gateway.errors import Classification, ErrorType, TransportError
 from gateway.pipeline.attempt import Call, attempt, circuit_open
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success, failure_of
+from gateway.policy import pending_reset
 from gateway.policy.breaker import Admission, Gate, circuit_key
 from gateway.policy.retry import RetryPlan, StopReason, retry_after
 from gateway.services import Services, UpstreamRuntime
@@ -28,8 +32,9 @@ log = logging.getLogger("gateway.decisions")
 # or hand a long wait back): the client's SDK must not retry on top.
 # A failed circuit probe is settled too: the circuit opens again, and an SDK's retry of it
 # would only be refused by the open circuit (or answered from the loop breaker's memory).
+# So is a 429 made final by a reset another request ended on: its retries were that request's.
 SETTLED = frozenset({StopReason.EXHAUSTED, StopReason.BUDGET, StopReason.DEADLINE, StopReason.WAIT_TOO_LONG,
-                     StopReason.PROBE, StopReason.CIRCUIT_PROBE})  # fmt: skip
+                     StopReason.PROBE, StopReason.CIRCUIT_PROBE, StopReason.PENDING_RESET})  # fmt: skip
 
 # Failures that cost a whole timeout each: not retried on the same upstream while a fallback is left.
 SILENT = frozenset({
@@ -110,6 +115,7 @@ async def send_one(
             outcome = await _retry_or_follow(
                 svc, state, plan, call, body, adm, outcome, retries_cap, moves_on)
             svc.tracing.settled(state, plan.stopped)
+            await _note_reset(svc, state, call, outcome)
     except BaseException:
         await up.circuit.abandon(adm)
         raise
@@ -147,6 +153,10 @@ async def _retry_or_follow(
     retry now."""
     c = failure_of(first)
     up = call.up
+    if c is not None and c.type is ErrorType.RATE_LIMIT and not (plan.probe or adm.gate is Gate.PROBE):
+        final = await _reset_pending(svc, state, plan, call, first, c)
+        if final is not None:
+            return final
     # An answer of nothing says nothing about the provider yet (the empty-stream probe will
     # tell what it was: usually an overflow), so it neither notes an outage nor follows one.
     if c is None or c.type is not ErrorType.PROVIDER_UNAVAILABLE or plan.unexplained(c):
@@ -190,6 +200,54 @@ async def _retry_or_follow(
     log.debug({"request_id": state.request_id, "event": "followed", "upstream": up.cfg.name})
     plan.stopped = StopReason.PROBE
     return first
+
+
+# Where a client's own credential goes when the upstream forwards it (no ``api_key``).
+_CREDENTIALS = ("authorization", "x-api-key", "api-key", "x-goog-api-key")
+
+
+def _target(state: RequestState, call: Call) -> str:
+    """The store key of the rate limit ``call`` meets (policy/pending_reset.py): the operator's
+    key is the upstream's; a forwarded one is the client's, whose limit is its own."""
+    model = call.wire_model or state.model
+    if call.up.cfg.api_key is not None:
+        return pending_reset.target(call.up.cfg.name, model)
+    lowered = {k.lower(): v for k, v in call.headers.items()}
+    return pending_reset.target(call.up.cfg.name, model, "\n".join(lowered.get(h, "") for h in _CREDENTIALS))
+
+
+async def _reset_pending(
+    svc: Services, state: RequestState, plan: RetryPlan, call: Call, first: Outcome, c: Classification
+) -> Outcome | None:
+    """``first``, made final, when another request ended on this target's rate limit and its
+    reset is still to come; None: retried by the class's rule. Read only on a 429."""
+    now = svc.wall()
+    noted = await svc.store.reset_get(_target(state, call))
+    wait_s = pending_reset.final_wait_s(c, noted, now)
+    if wait_s is None or noted is None or not isinstance(first, Failure):
+        return None
+    log.debug({"request_id": state.request_id, "event": "reset_pending", "upstream": call.up.cfg.name,
+               "wait_s": round(wait_s, 3)})  # fmt: skip
+    plan.stopped = StopReason.PENDING_RESET
+    if c.retry_after_s is not None:
+        return first  # the provider's own word on this request's wait
+    stamped = dataclasses.replace(c, retry_after_s=wait_s, reset_at_ms=noted)
+    foreign = first.foreign
+    if foreign is not None:  # rendered in the client's API from this (Google's RetryInfo)
+        foreign = dataclasses.replace(foreign, classification=stamped)
+    return dataclasses.replace(first, classification=stamped, foreign=foreign)
+
+
+async def _note_reset(svc: Services, state: RequestState, call: Call, outcome: Outcome) -> None:
+    """A request ended its attempts on a target with the provider's 429: its reset is pending
+    for every other request sent there (``_reset_pending``), on every replica. The newest 429
+    is the provider's latest word, so it replaces an earlier note."""
+    if not isinstance(outcome, Failure) or outcome.own is not None:
+        return
+    now = svc.wall()
+    reset_ms = pending_reset.reset_of(outcome.classification, now)
+    if reset_ms is not None and reset_ms > now * 1000:
+        await svc.store.reset_set(_target(state, call), reset_ms)
 
 
 async def note_outage(svc: Services, up: UpstreamRuntime) -> None:

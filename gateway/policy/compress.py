@@ -29,8 +29,10 @@ with all of its results; turns are kept or dropped whole.
    empty room), else dropped, and the room it leaves goes back to the outputs cut in 3.
    Everything older is dropped.
 5. Only when the protected messages and the current step alone do not fit: every older
-   turn goes and the current step's outputs are cut, all to one common size. If even that cannot fit, the
-   result is ``not_applicable`` and says so.
+   turn goes and the current step's outputs are cut, all to one common size. If even that
+   cannot fit a stated limit (the provider's or ``context_window``), the result is
+   ``not_applicable`` and says so; against half the current size, a guess, it is sent anyway
+   when it removed anything (``short_of_target`` in the report).
 
 Cuts keep about 3/5 head and 2/5 tail with ``…truncated by llm-gateway, N more bytes…``
 between; tool-call arguments, images and every other part are never cut. Dropped turns are
@@ -123,7 +125,10 @@ def compress(
             budget = min(budget, round(seen * 0.8))
     target_raw = budget / scale - (raw_total - sum(sizes))  # what the messages may use
 
-    planned = plan(messages, sizes, target_raw)
+    # Half the request is a guess (OpenAI's Responses overflow states no limit): one the
+    # protected messages exceed says nothing about the window, and dropping the older turns
+    # may well fit it, so the one retry still goes with everything that may be removed gone.
+    planned = plan(messages, sizes, target_raw, best_effort=limit is None)
     if isinstance(planned, Refusal):
         protected = round((planned.protected + raw_total - sum(sizes)) * scale)
         why = {"reason": planned.reason, "protected_tokens": protected, **facts}

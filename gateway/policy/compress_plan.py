@@ -44,9 +44,12 @@ class Refusal:
 
 
 def plan(
-    messages: list[dict[str, Any]], sizes: list[float], target: float
+    messages: list[dict[str, Any]], sizes: list[float], target: float, *, best_effort: bool = False
 ) -> tuple[list[dict[str, Any]], dict[str, Any]] | Refusal:
-    """The new messages and counts of what went, or why nothing can go."""
+    """The new messages and counts of what went, or why nothing can go. ``best_effort``: the
+    target is our own guess, not a stated limit, so one the protected messages alone exceed
+    still drops every older turn and cuts the current step's outputs as far as a cut goes
+    (``short_of_target`` in the counts), when that removes anything."""
     newest_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
     step_start = newest_user + 1 if newest_user >= 0 else len(messages)
     if newest_user < 0:  # no user message: protect the last unit as the current step
@@ -67,13 +70,15 @@ def plan(
     # A cut keeps MIN_KEEP_TOKENS of a text, or less in a small window: with 1,024 tokens in
     # all, 300 per output would leave no turn but the newest.
     floor = min(MIN_KEEP_TOKENS, max(MIN_CAP_TOKENS, target / 8))
+    short = False
     if room < 0:
         # Dropping alone is not enough: every older turn goes and the current step's
         # outputs are cut, all to one common size.
-        if fixed + sum(_floor(sizes[i], text[i], floor) for i in step) > target:
+        short = fixed + sum(_floor(sizes[i], text[i], floor) for i in step) > target
+        if short and not best_effort:
             return Refusal("protected messages alone exceed the limit", fixed + step_size)
         keep_from = len(units)
-        caps = _fill(step, sizes, text, target - fixed, floor)
+        caps = _fill(step, sizes, text, target - fixed, floor)  # each at ``floor`` when short
     else:
         keep_from, caps = _keep_newest(units, sizes, text, room, floor)
 
@@ -93,7 +98,11 @@ def plan(
                 counts["bytes_removed"] += removed
         result.append(m)
     if not dropped and not counts["outputs_truncated"]:
+        if short:
+            return Refusal("protected messages alone exceed the limit", fixed + step_size)
         return Refusal("the messages already fit the target; nothing to remove", fixed + step_size)
+    if short:
+        counts["short_of_target"] = True
     return _with_note(result, messages, dropped, counts), counts
 
 

@@ -46,6 +46,9 @@ class StopReason(enum.StrEnum):
     MOVING_ON = "moving_on"  # this upstream had its share of retries; a fallback is next
     PROBE = "probe"  # a repeat of a turn the gateway gave up on is one attempt (loop breaker)
     CIRCUIT_PROBE = "circuit_probe"  # a half-open circuit's probe is one attempt
+    # Another request ended on this target's rate limit, whose reset is still to come: one
+    # attempt (policy/pending_reset.py).
+    PENDING_RESET = "pending_reset"
 
 
 def backoff_s(cls_cfg: RetryClassConfig, retry_number: int, rand: float) -> float:

@@ -1,8 +1,10 @@
 """Status-specific retries, waits and stamps, against the fake upstream."""
 
 import json
+import time
 
 from tests.fakeupstream import Drop, Hang, Reply
+from tests.integration.test_gemini_on_chat import corpus, post
 
 RATE_LIMITED = {"error": {"message": "Rate limit reached for gpt-4o-mini in organization org-x on requests per min (RPM): Limit 3, Used 3, Requested 1.", "type": "requests", "param": None, "code": "rate_limit_exceeded"}}
 QUOTA = {"error": {"message": "You exceeded your current quota, please check your plan and billing details.", "type": "insufficient_quota", "param": None, "code": "insufficient_quota"}}
@@ -127,3 +129,56 @@ async def test_deadline_bounds_all_attempts(make_gateway) -> None:
     t0 = time.monotonic()
     status, headers, _ = await gw.chat()
     assert status == 504 and time.monotonic() - t0 < 2.5
+
+
+GEMINI_ON_CHAT = ", api_key: upkey, apis: [chat], model_map: {'gemini-*': auto-r429}"
+
+
+async def test_a_reset_another_request_ended_on_makes_a_different_requests_429_final(make_gateway) -> None:
+    """Gemini CLI's stock turn: its routing call (a flash-lite model) spends the gateway's
+    retries on a 429, then its answer's model, mapped to the same upstream model, asks 0 s
+    later while that reset is pending: one attempt, answered with its 429, not another round
+    (measured with the CLI: 4 and 4 attempts, now 4 and 1)."""
+    shift = [0.0]
+    gw = await make_gateway(upstream_yaml=GEMINI_ON_CHAT, wall=lambda: time.time() + shift[0])
+    gw.fake.script(*[Reply(429, RATE_LIMITED, {"retry-after": "5"})] * 20)
+    status, headers, _ = await post(gw, "/v1beta/models/gemini-3.5-flash-lite:generateContent",
+                                    corpus("gemini-cli-0.61-route"))  # fmt: skip
+    assert status == 429 and headers["x-llm-attempts"] == "4" and gw.slept == [5.0, 5.0, 5.0]
+    status, headers, _ = await post(gw, "/v1beta/models/gemini-3.1-pro-preview:streamGenerateContent?alt=sse",
+                                    corpus("gemini-cli-0.61-first"))  # fmt: skip
+    assert status == 429 and headers["x-llm-attempts"] == "1" and headers["x-should-retry"] == "false"
+    assert headers["retry-after"] == "5" and len(gw.fake.chat_requests()) == 5 and len(gw.slept) == 3
+    # Another upstream model is another limit: its retries are its own.
+    status, headers, _ = await gw.chat({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "x"}]})
+    assert status == 429 and headers["x-llm-attempts"] == "4"
+    shift[0] = 6.0  # the reset came: a new request is retried by the class's rule again
+    status, headers, _ = await post(gw, "/v1beta/models/gemini-3.1-pro-preview:streamGenerateContent?alt=sse",
+                                    corpus("gemini-cli-0.61-tool-result"))  # fmt: skip
+    assert status == 429 and headers["x-llm-attempts"] == "4"
+    assert len(gw.fake.chat_requests()) == 5 + 4 + 4
+
+
+async def test_a_pending_reset_without_a_stated_wait_is_answered_with_what_is_left(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", api_key: upkey")
+    gw.fake.script(*[Reply(429, RATE_LIMITED, {"retry-after": "8"})] * 4, Reply(429, RATE_LIMITED))
+    status, headers, _ = await gw.chat({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "1"}]})
+    assert status == 429 and headers["x-llm-attempts"] == "4"
+    status, headers, body = await gw.chat({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "2"}]})
+    assert status == 429 and headers["x-llm-attempts"] == "1" and headers["retry-after"] in ("7", "8")
+    assert json.loads(body) == RATE_LIMITED  # the provider's own answer, its wait stamped
+
+
+async def test_a_forwarded_keys_pending_reset_is_its_own(make_gateway) -> None:
+    """Without an ``api_key`` the client's credential goes upstream, and its limit is its own:
+    another client's 429 on the same model still gets its retries."""
+    gw = await make_gateway()
+    gw.fake.script(*[Reply(429, RATE_LIMITED, {"retry-after": "5"})] * 20)
+    alice, bob = {"Authorization": "Bearer sk-alice"}, {"Authorization": "Bearer sk-bob"}
+    status, headers, _ = await gw.chat(headers=alice)
+    assert status == 429 and headers["x-llm-attempts"] == "4"
+    one = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "another"}]}
+    status, headers, _ = await gw.chat(one, headers=bob)
+    assert status == 429 and headers["x-llm-attempts"] == "4"
+    status, headers, _ = await gw.chat(one, headers=alice)
+    assert status == 429 and headers["x-llm-attempts"] == "1"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -322,3 +323,57 @@ def test_a_cut_that_leaves_the_older_turns_room_keeps_every_one_of_them() -> Non
                      context_window=None)
         assert r.payload is not None and r.report["outputs_truncated"] == 1
         assert r.report["messages_removed"] == 0, pad
+
+
+def _corpus_message(name: str) -> str:
+    entries = json.loads((Path(__file__).resolve().parents[2] / "corpus" / "openai.json").read_text())
+    message: str = next(e for e in entries["cases"] if e["name"] == name)["body"]["error"]["message"]
+    return message
+
+
+# OpenAI's Responses overflow states no limit and no count (tests/corpus/openai.json).
+NO_NUMBERS = _corpus_message("openai-overflow-responses-wording")
+
+
+def resumed_session() -> dict[str, Any]:
+    """Gemini CLI's shape after ``-r latest``: a 30 KB system prompt, an old 50 KB turn and a new
+    25 KB prompt. Half the request (the only target an overflow without numbers gives) is less
+    than the protected messages, though dropping the old turn alone halves it."""
+    return {"model": "m", "messages": [
+        {"role": "system", "content": "You are an interactive CLI agent. " * 900},
+        {"role": "user", "content": "old " * 12_500}, {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": "new " * 6_250}]}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "error", "window", "outcome"),
+    [
+        # The target is a guess: everything that may go goes, and the one retry is sent.
+        ("estimate", NO_NUMBERS, None, "applied"),
+        # A stated limit the protected messages exceed: no retry can fit it.
+        ("provider", "provider", None, "not_applicable"),
+        ("context_window", NO_NUMBERS, "window", "not_applicable"),
+    ],
+)
+def test_protected_messages_over_the_target(case: str, error: str, window: str | None, outcome: str) -> None:
+    payload = resumed_session()
+    protected = request_tokens({"messages": [payload["messages"][0], payload["messages"][-1]]})
+    limit = int(protected * 0.9)
+    message = openai_overflow(limit, payload) if error == "provider" else error
+    r = compress(payload, error_message=message, context_window=limit if window else None)
+    assert (r.outcome, r.report["limit_source"]) == (outcome, case)
+    if outcome == "not_applicable":
+        assert r.payload is None and r.report["reason"].startswith("protected messages alone exceed")
+        return
+    assert r.payload is not None and r.report["short_of_target"] is True
+    kept = r.payload["messages"]
+    assert kept[0] == payload["messages"][0] and kept[-1] == payload["messages"][-1]  # protected, as they were
+    assert r.report["turns_removed"] == 2 and "old old" not in json.dumps(kept)
+    assert r.estimated_after < r.estimated_before * 0.6
+
+
+def test_a_guessed_target_with_nothing_to_remove_is_still_not_applicable() -> None:
+    payload = {"model": "m", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "x" * 100_000}]}
+    r = compress(payload, error_message=NO_NUMBERS, context_window=None)
+    assert r.payload is None and r.report["reason"].startswith("protected messages alone exceed")
+    assert r.report["limit_source"] == "estimate"
