@@ -254,6 +254,12 @@ class Dialect(Protocol):
 
     def reader(self, strip_usage: bool) -> StreamReader: ...
 
+    def broken_apart(self, ending: Ending, request_id: str) -> bytes:
+        """What follows the event that ends a broken stream (``StreamReader.broken``) in a write
+        of its own, a moment later: the same error in the form a client that reads errors only
+        from a network read holding nothing else can see (Gemini's); b"" for most APIs."""
+        ...
+
     def body_usage(self, doc: Mapping[str, Any]) -> dict[str, int]:
         """Token counts of a buffered success body."""
         ...

@@ -240,7 +240,7 @@ async def _relay_sse(
                 more = await resume(first, end) if resume is not None else None
                 resume = None
                 if more is None:
-                    return await _end_with_error(resp, state, first, end, translator)
+                    return await _end_with_error(resp, svc, state, first, end, translator)
                 leg, splice = more
                 if translator is not None:
                     splice = _then(splice, translator.event)
@@ -256,7 +256,7 @@ async def _relay_sse(
         c = Classification.of(ErrorType.PROVIDER_UNAVAILABLE, provider_code="gateway_shutdown")
         state.ended_by = SHUTDOWN
         ending = Ending(c, "the gateway is shutting down; retry the request", "gateway_shutdown")
-        return await _end_with_error(resp, state, first, ending, translator)
+        return await _end_with_error(resp, svc, state, first, ending, translator)
     except ConnectionError:
         # The client left mid-stream (its cancellation may arrive after the failed write).
         state.ended_by = CLIENT_GONE
@@ -487,8 +487,15 @@ def _ending_from_event(payload: dict[str, Any], now_s: float) -> Ending:
     return Ending(c, message, code, error_status(payload) or EVENT_STATUS[c.type])
 
 
+# How long the client's own form of the error waits after the event before it (a Gemini
+# client's bare JSON, ``Dialect.broken_apart``): long enough for a client that is reading to
+# have taken the event in a read of its own (a Node client's next read returns everything that
+# arrived meanwhile), and nothing beside a broken stream's wait for idle_s or a retry.
+APART_S = 0.2
+
+
 async def _end_with_error(
-    resp: web.StreamResponse, state: RequestState, reader: StreamReader, end: Ending,
+    resp: web.StreamResponse, svc: Services, state: RequestState, reader: StreamReader, end: Ending,
     translator: StreamTranslator | None,
 ) -> web.StreamResponse:  # fmt: skip
     state.stream_error = end.classification.type
@@ -498,6 +505,13 @@ async def _end_with_error(
             await resp.write(translator.broken(end))
         else:
             await resp.write(reader.broken(end, state.request_id, state.model))
+        # A stream written in another framing (a Gemini JSON array) holds the event as an
+        # element, which its clients read; the apart form is for SSE readers only.
+        sse = state.stream_response is web.StreamResponse
+        apart = state.dialect.broken_apart(end, state.request_id) if sse else b""
+        if apart:
+            await svc.sleep(APART_S)
+            await resp.write(apart)
         await resp.write_eof()
     except ConnectionError:
         pass  # the client is gone as well; nothing left to tell

@@ -321,3 +321,18 @@ def test_the_newest_agent_version_the_docs_name_is_the_one_the_suite_pins(pin: s
     assert named, pin
     newest = max(_version(v) for _, v in named)
     assert newest == _version(PINS[pin]), sorted(named)
+
+
+# --- the pause before a broken Gemini stream's bare error ------------------------------------
+
+
+@pytest.mark.parametrize(("page", "pattern"), [
+    ("docs/streaming.md", r"in a write of its own ([\d.]+) s later, the same object bare"),
+    ("docs/translation/gemini_chat.md", r"in a write of its own, ([\d.]+) s later \|"),
+    ("docs/agents/gemini-cli.md", r"in a write of its own ([\d.]+) s later, the same error as a bare JSON object"),
+])  # fmt: skip
+def test_the_pause_before_the_bare_gemini_error_is_the_relays(page: str, pattern: str) -> None:
+    from gateway.pipeline.relay import APART_S
+
+    (pause,) = stated(page, pattern)
+    assert number(pause) == APART_S, page

@@ -132,6 +132,19 @@ def test_headless_a_stream_broken_mid_answer_prints_the_part_then_the_whole_retr
     assert len(upstream.requests) == 2
 
 
+def test_headless_a_stream_broken_on_every_try_exits_1_with_the_gateways_error(
+    gemini: Path, gemini_gateway: RunningGateway, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """The SDK inside the CLI raises on the bare JSON error the gateway writes apart after the
+    event (it parses the event as an empty answer): the CLI retries it mid-stream three times,
+    then exits 1 with the gateway's words, where it used to exit 0 with the part four times."""
+    upstream.script(*[broken() for _ in range(5)])
+    done = run_gemini(gemini, gemini_gateway, tmp_path, "Tell a story")
+    assert done.returncode == 1, (done.stdout, done.stderr[-3000:])
+    assert "got status: UNAVAILABLE" in done.stderr and "the upstream stream ended before" in done.stderr
+    assert len(upstream.requests) == 4
+
+
 def test_headless_a_broken_stream_continued_by_the_gateway_prints_one_answer(
     gemini: Path, fake: FakeUpstream, upstream: FakeUpstream, tmp_path: Path
 ) -> None:

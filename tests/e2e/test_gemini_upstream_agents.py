@@ -68,6 +68,7 @@ class Setup:
     fake: RunningProcess
     gw: RunningGateway
     tool_gw: RunningGateway  # every gemini-* model mapped to the tool scenario (Gemini CLI's "auto" names them)
+    fake_port: int
 
     def mark(self) -> tuple[int, int, int]:
         return len(self.fake.logs()), len(self.gw.logs().splitlines()), len(self.tool_gw.logs().splitlines())
@@ -100,7 +101,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         (tmp / "b").mkdir()
         gw = _gateway(tmp / "a", port, MODEL_MAP)
         tool_gw = _gateway(tmp / "b", port, "{'gemini-*': gemini-2.5-flash-tool}")
-        yield Setup(fake, gw, tool_gw)
+        yield Setup(fake, gw, tool_gw, port)
         tool_gw.stop()
         gw.stop()
     finally:
@@ -242,8 +243,10 @@ def test_codex_with_an_output_schema_answers_on_gemini_2_5(codex: Path, setup: S
 # --- Gemini CLI: passed through --------------------------------------------------------------
 
 
-def run_gemini_cli(gemini_bin: Path, gw: RunningGateway, tmp: Path, prompt: str) -> tuple[subprocess.CompletedProcess[str], float]:
-    """``gemini -p`` with its stock model ("auto") and settings but the auth docs/agents/gemini-cli.md gives."""
+def run_gemini_cli(gemini_bin: Path, gw: RunningGateway, tmp: Path, prompt: str,
+                   model: str | None = None) -> tuple[subprocess.CompletedProcess[str], float]:  # fmt: skip
+    """``gemini -p`` with its stock model ("auto", unless ``model``) and settings but the auth
+    docs/agents/gemini-cli.md gives."""
     home, work = tmp / "home", tmp / "work"
     (home / ".gemini").mkdir(parents=True)
     work.mkdir()
@@ -255,7 +258,8 @@ def run_gemini_cli(gemini_bin: Path, gw: RunningGateway, tmp: Path, prompt: str)
         "GEMINI_CLI_TRUST_WORKSPACE": "true", "NO_COLOR": "1", "CI": "1",
     }  # fmt: skip
     t0 = time.monotonic()
-    done = subprocess.run([str(gemini_bin), "-p", prompt, "--output-format", "text"], env=env, cwd=work,
+    chosen = ["-m", model] if model else []
+    done = subprocess.run([str(gemini_bin), "-p", prompt, *chosen, "--output-format", "text"], env=env, cwd=work,
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180)  # fmt: skip
     return done, time.monotonic() - t0
 
@@ -276,6 +280,27 @@ def test_gemini_cli_is_passed_through_to_a_gemini_upstream(gemini: Path, setup: 
     assert [(a["path"].rsplit(":", 1)[-1], a["status"], a["attempts"], "translated" in a) for a in lines] == [
         ("generateContent", 200, 1, False), ("streamGenerateContent", 200, 1, False)]  # fmt: skip
     print(f"gemini cli plain: {len(seen)} calls, {seconds:.1f} s")
+
+
+def test_gemini_cli_retries_a_gemini_stream_cut_mid_answer_and_gets_the_whole_answer(
+    gemini: Path, setup: Setup, tmp_path: Path  # noqa: F811
+) -> None:
+    """The fake's ``cut`` scenario: its first words, then the connection closed, and a whole
+    answer to the next call. The gateway ends the cut stream with its error event and the bare
+    JSON error apart; the SDK inside the CLI raises on the bare one (503, retryable), the CLI
+    retries mid-stream and prints the part, then the whole answer, exit 0. (A stream broken on
+    every try: tests/e2e/test_gemini_cli.py, exit 1.)"""
+    (tmp_path / "gw").mkdir()
+    gw = _gateway(tmp_path / "gw", setup.fake_port, "{'gemini-2.5-flash': gemini-2.5-flash-cut}")
+    try:
+        since = setup.mark()
+        done, seconds = run_gemini_cli(gemini, gw, tmp_path, "Tell a story", model="gemini-2.5-flash")
+    finally:
+        gw.stop()
+    assert done.returncode == 0, (done.stdout, done.stderr[-3000:])
+    assert done.stdout.replace("\n", "").endswith("Hello from fake."), done.stdout
+    assert [s.what for s in setup.seen(since)] == ["stream, then drop", "answer"], setup.seen(since)
+    print(f"gemini cli, a stream cut once: {len(setup.seen(since))} calls, {seconds:.1f} s")
 
 
 def test_gemini_cli_runs_a_function_call_loop_on_a_gemini_upstream(

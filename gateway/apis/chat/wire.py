@@ -106,6 +106,9 @@ class OpenAIChat:
     def reader(self, strip_usage: bool) -> ChatStreamReader:
         return ChatStreamReader(strip_usage)
 
+    def broken_apart(self, ending: Ending, request_id: str) -> bytes:
+        return b""  # its broken event is the whole ending
+
     def body_usage(self, doc: Mapping[str, Any]) -> dict[str, int]:
         return chat_usage(doc.get("usage"))
 

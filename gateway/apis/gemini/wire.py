@@ -114,6 +114,9 @@ class GeminiGenerate:
     def reader(self, strip_usage: bool) -> GeminiStreamReader:
         return GeminiStreamReader()
 
+    def broken_apart(self, ending: Ending, request_id: str) -> bytes:
+        return bare_error(ending, request_id)
+
     def body_usage(self, doc: Mapping[str, Any]) -> dict[str, int]:
         return gemini_usage(field(doc, "usageMetadata"))
 
@@ -268,12 +271,32 @@ class GeminiStreamReader(ShownText):
 
 
 def broken_event(ending: Ending, request_id: str) -> bytes:
-    """A broken stream ends with an ``{"error": …}`` event, the way the Gemini API reports an
-    error mid-stream: the google-genai SDKs raise APIError on a chunk that starts with it."""
+    """A broken stream ends with an ``{"error": …}`` event: what an SSE parser reads (and the
+    JSON-array framing turns into its last element). python-genai raises APIError on it (a
+    chunk whose JSON starts with ``{"error":``); @google/genai, the JS SDK inside Gemini CLI,
+    parses it as an empty answer and drops it, so ``bare_error`` follows it (the relay writes
+    it apart: ``Dialect.broken_apart``)."""
+    return sse_event(_broken_error(ending, request_id))
+
+
+def bare_error(ending: Ending, request_id: str) -> bytes:
+    """The same error as the bare JSON object, one line, no ``data:``: the form Google writes an
+    error in mid-stream (googleapis/js-genai#461, python-genai#1162) and the only one
+    @google/genai raises on. Its ``processStreamResponse`` (bundled in Gemini CLI 0.61.0) tries
+    ``JSON.parse`` on each network read as a whole and throws ``ApiError`` when that is an
+    object with ``error`` and a 4xx/5xx ``code``; anything else goes to its ``data: …``
+    splitter. So this must be a read of its own: written apart, after a pause. Read together
+    with the event before it, JSON.parse fails, the splitter leaves it unmatched and the SDK
+    ends with "Incomplete JSON segment at the end": still an error, never an answer. SSE
+    parsers ignore the line (a field named ``{"error"``, no ``data``); python-genai has raised
+    on the event before it."""
+    return dumps(_broken_error(ending, request_id)) + b"\r\n\r\n"
+
+
+def _broken_error(ending: Ending, request_id: str) -> dict[str, Any]:
     c = ending.classification
-    status = _status_for(c)
     code = ending.code or c.provider_code or c.type.value
-    return sse_event(errors.google_error(status, ending.message, code, c, request_id))
+    return errors.google_error(_status_for(c), ending.message, code, c, request_id)
 
 
 def _status_for(c: Classification) -> int:

@@ -158,6 +158,9 @@ class AnthropicMessages:
     def reader(self, strip_usage: bool) -> AnthropicStreamReader:
         return AnthropicStreamReader()
 
+    def broken_apart(self, ending: Ending, request_id: str) -> bytes:
+        return b""  # its broken event is the whole ending
+
     def body_usage(self, doc: Mapping[str, Any]) -> dict[str, int]:
         return anthropic_usage(doc.get("usage"))
 

@@ -119,6 +119,9 @@ class OpenAIResponses:
     def reader(self, strip_usage: bool) -> ResponsesStreamReader:
         return ResponsesStreamReader()
 
+    def broken_apart(self, ending: Ending, request_id: str) -> bytes:
+        return b""  # its broken event is the whole ending
+
     def body_usage(self, doc: Mapping[str, Any]) -> dict[str, int]:
         return responses_usage(doc.get("usage"))
 
