@@ -132,6 +132,17 @@ async def test_an_anthropic_error_event_mid_answer_ends_in_a_response_failed_typ
     ResponseFailedEvent.model_validate(failed)
 
 
+async def test_store_is_echoed_false_since_nothing_is_stored(make_gateway) -> None:
+    """Audit: `store: true` came back as true, yet GET /v1/responses/{id} found nothing and a
+    previous_response_id naming it was refused."""
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY)
+    status, _, body = await gw.responses({"model": "gpt-5", "input": "hi", "store": True})
+    assert status == 200 and json.loads(body)["store"] is False
+    status, _, body = await gw.responses({"model": "gpt-5", "input": "hi", "store": True, "stream": True})
+    echoed = [d["response"]["store"] for _, d in named_events(body) if "response" in d]
+    assert status == 200 and echoed == [False, False, False]  # created, in_progress, completed
+
+
 async def test_an_overflow_carries_context_length_exceeded_for_codex(make_gateway) -> None:
     gw = await make_gateway(upstream_yaml=CHAT_ONLY, extra_yaml="compression: {enabled: false}\n")
     overflow = {"error": {"message": "This model's maximum context length is 4096 tokens. However, your "
