@@ -418,7 +418,8 @@ def render() -> str:
         "comes in the request's API's own envelope, with the code in the error object and its class "
         "in the `x-llm-error-type` header; errors passed on from an upstream keep the provider's own "
         "code. *mid-stream*: the error event that ends a stream already under way, whose status was "
-        "sent before.",
+        "sent before (on Responses the code is in `x_llm_code`, beside a `code` Responses clients "
+        "read: see [errors inside a stream](../errors/index.md#errors-inside-a-stream)).",
         "",
         "| code | status | class | meaning |",
         "| --- | --- | --- | --- |",

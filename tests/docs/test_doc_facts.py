@@ -77,7 +77,12 @@ CONFIG_FACTS = [
     ("docs/errors/retries.md", r"`retry\.rate_limit\.max_retries` \((\d+)\)", "retry.rate_limit.max_retries", float),
     ("docs/errors/retries.md", r"`retry\.provider_unavailable\.max_retries` \((\d+)\)",
      "retry.provider_unavailable.max_retries", float),
+    ("docs/agents/codex.md", r"`retry\.rate_limit\.max_retries` \((\d+)\)", "retry.rate_limit.max_retries", float),
+    ("docs/agents/codex.md", r"before each of its (\d+) retries", "retry.rate_limit.max_retries", float),
+    ("docs/agents/codex.md", r"`retry\.max_retry_after_s` \((\d+) s\)", "retry.max_retry_after_s", float),
     # Attempts: the first and each retry.
+    ("docs/agents/codex.md", r"Codex ends the turn\. (\d+) upstream calls", "retry.rate_limit.max_retries",
+     lambda v: v + 1),
     ("README.md", r"costs the provider the gateway's (\d+) attempts", "retry.provider_unavailable.max_retries",
      lambda v: v + 1),
     ("docs/errors/retries.md", r"a permanent 503 costs exactly the gateway's (\d+) upstream attempts",

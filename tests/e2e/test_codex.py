@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.corpus_cases import IN_SAMPLE
 from tests.e2e.conftest import FAST_RETRIES, ROOT, RunningGateway, launch_cli
 from tests.fakeupstream import (
     FakeUpstream,
@@ -236,6 +237,19 @@ def test_stream_cut_for_good_ends_with_the_gateways_typed_failure(run_codex, up:
     assert last.startswith("ERROR: stream disconnected before completion:"), r.stderr
     # Codex read the gateway's response.failed, not a raw connection drop.
     assert "Transport error" not in last and "error decoding response body" not in last, last
+
+
+def test_an_overflow_event_mid_stream_reads_as_an_overflow_to_codex(run_codex, up: FakeUpstream) -> None:
+    """The gateway's response.failed keeps `context_length_exceeded`, outside openai-python's
+    ResponseError codes, because Codex reads it there: it stops with its overflow message after
+    one request instead of reconnecting."""
+    case = next(c for c in IN_SAMPLE if c["name"] == "openai-responses-stream-failed-context-length-exceeded")
+    failed = case["body"].replace('"sequence_number":2', '"sequence_number":7').encode()
+    up.script(*[Stream([*responses_head(), *responses_deltas(("Hel", "lo", " wor"), start_seq=4), failed],
+                       then="eof")] * 6)  # fmt: skip
+    r = run_codex(provider_extra=FEW_RETRIES)
+    assert r.code != 0 and calls(up) == 1
+    assert any("ran out of room" in line for line in errors(r)), r.stderr
 
 
 def test_context_overflow_reaches_codex_once(run_codex, up: FakeUpstream) -> None:

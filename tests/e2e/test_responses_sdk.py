@@ -9,6 +9,7 @@ from typing import Any
 
 import openai
 import pytest
+from openai.types.responses import ResponseFailedEvent
 
 from tests.e2e.conftest import RunningGateway
 from tests.fakeupstream import (
@@ -146,6 +147,9 @@ def test_stream_cut_after_text_never_looks_complete(client: openai.OpenAI, up: F
     assert types.count("response.failed") == 1
     failed = events[-1]
     assert failed.response.status == "failed" and failed.response.error is not None
+    # The SDK builds stream events without validating them: a strict reader does (a code outside
+    # ResponseError's set, the gateway's `stream_broken`, failed here).
+    ResponseFailedEvent.model_validate(failed.to_dict())
     assert failed.sequence_number == events[-2].sequence_number + 1
     assert calls(up) == 1  # nothing is retried once text reached the client
 

@@ -5,6 +5,9 @@ its function_call/function_call_output pairs intact."""
 import asyncio
 import json
 
+from openai.types.responses import ResponseFailedEvent
+
+from tests.corpus_cases import IN_SAMPLE
 from tests.fakeupstream import (
     Reply,
     Stream,
@@ -69,6 +72,10 @@ async def test_stream_cut_after_text_ends_with_one_response_failed(make_gateway)
     failed = evs[-1][1]
     assert failed["sequence_number"] == evs[-2][1]["sequence_number"] + 1
     assert failed["response"]["error"]["x_llm_error_type"] == "provider_unavailable"
+    # A code typed clients accept (it was `stream_broken`), the gateway's own beside it.
+    assert failed["response"]["error"]["code"] == "server_error"
+    assert failed["response"]["error"]["x_llm_code"] == "stream_broken"
+    ResponseFailedEvent.model_validate(failed)
     assert len(gw.fake.responses_requests()) == 1
 
 
@@ -77,7 +84,7 @@ async def test_stalled_stream_and_missing_end_marker_are_broken(make_gateway) ->
     gw.fake.script(Stream([*responses_head(), *responses_deltas(("a",))], then="stall"),
                    Stream([*responses_head(), *responses_deltas(("a",))], then="eof"))
     _, _, body = await asyncio.wait_for(gw.responses(STREAM_REQ), 10)
-    assert events(body)[-1][1]["response"]["error"]["code"] == "idle_timeout"
+    assert events(body)[-1][1]["response"]["error"]["x_llm_code"] == "idle_timeout"
     _, _, body = await gw.responses(STREAM_REQ)
     assert events(body)[-1][0] == "response.failed"
 
@@ -90,7 +97,7 @@ async def test_a_malformed_event_mid_stream_never_reaches_the_client(make_gatewa
     _, _, body = await asyncio.wait_for(gw.responses(STREAM_REQ), 10)
     assert b"{not json" not in body
     name, doc = events(body)[-1]
-    assert name == "response.failed" and doc["response"]["error"]["code"] == "malformed_event"
+    assert name == "response.failed" and doc["response"]["error"]["x_llm_code"] == "malformed_event"
 
 
 async def test_upstream_failure_before_content_is_replayed_silently(make_gateway) -> None:
@@ -117,6 +124,19 @@ async def test_upstream_failure_mid_stream_keeps_the_providers_code(make_gateway
     assert doc["response"]["error"]["x_llm_error_type"] == "provider_unavailable"
     # The gateway's response.failed stands in for the upstream's, number 6: no gap.
     assert [d["sequence_number"] for _, d in evs] == list(range(7))
+
+
+async def test_an_overflow_mid_stream_keeps_the_code_codex_reads(make_gateway) -> None:
+    """context_length_exceeded is not in the SDK's ResponseError set, but Codex reads it in a
+    response.failed (it says the thread ran out of room and does not retry): it stays."""
+    gw = await make_gateway()
+    case = next(c for c in IN_SAMPLE if c["name"] == "openai-responses-stream-failed-context-length-exceeded")
+    failed = case["body"].replace('"sequence_number":2', '"sequence_number":6').encode()
+    gw.fake.script(Stream([*responses_head(), *responses_deltas(("a", "b")), failed], then="eof"))
+    _, _, body = await gw.responses(STREAM_REQ)
+    name, doc = events(body)[-1]
+    assert name == "response.failed" and doc["response"]["error"]["code"] == "context_length_exceeded"
+    assert doc["response"]["error"]["x_llm_error_type"] == "context_overflow"
 
 
 async def test_gateway_errors_use_the_responses_envelope(make_gateway) -> None:

@@ -8,11 +8,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.fakeupstream import Reply, Stream, chunk, named_events
+from openai.types.responses import ResponseFailedEvent
+
+from tests.corpus_cases import IN_SAMPLE
+from tests.fakeupstream import Reply, Stream, anthropic_head, chunk, named_events, text_delta
 from tests.unit.translate.test_responses_chat import check_grammar, codex_reads, sdk_final
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "requests"
 CHAT_ONLY = ", apis: [chat], model_map: {'gpt-*': qwen}"
+MESSAGES_ONLY = ", apis: [messages], model_map: {'gpt-*': claude-sonnet-4-5}"
 
 
 def codex(name: str) -> dict[str, Any]:
@@ -108,6 +112,35 @@ async def test_stream_cut_mid_answer_ends_in_one_response_failed(make_gateway) -
     assert [d["sequence_number"] for _, d in events] == list(range(len(events)))
     assert sum(n == "response.failed" for n, _ in events) == 1
     assert not any(n == "response.completed" for n, _ in events)
+
+
+async def test_an_anthropic_error_event_mid_answer_ends_in_a_response_failed_typed_clients_read(
+    make_gateway,
+) -> None:
+    """Audit: the response.failed said `overloaded_error`, a code outside the Responses
+    schema's ResponseError set, which a typed client refuses."""
+    gw = await make_gateway(upstream_yaml=MESSAGES_ONLY)
+    overloaded = next(c for c in IN_SAMPLE if c["name"] == "anthropic-stream-event-error-overloaded")["body"]
+    cut = Stream([*anthropic_head(), text_delta("Hel"), overloaded.encode()], then="eof")
+    gw.fake.script(*[cut] * 10)
+    status, _, body = await gw.responses({"model": "gpt-5", "input": "hi", "stream": True})
+    name, failed = named_events(body)[-1]
+    assert status == 200 and name == "response.failed"
+    error = failed["response"]["error"]
+    assert error["code"] == "server_error" and error["x_llm_code"] == "overloaded_error"
+    assert error["x_llm_error_type"] == "provider_unavailable" and error["retryable"] is True
+    ResponseFailedEvent.model_validate(failed)
+
+
+async def test_store_is_echoed_false_since_nothing_is_stored(make_gateway) -> None:
+    """Audit: `store: true` came back as true, yet GET /v1/responses/{id} found nothing and a
+    previous_response_id naming it was refused."""
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY)
+    status, _, body = await gw.responses({"model": "gpt-5", "input": "hi", "store": True})
+    assert status == 200 and json.loads(body)["store"] is False
+    status, _, body = await gw.responses({"model": "gpt-5", "input": "hi", "store": True, "stream": True})
+    echoed = [d["response"]["store"] for _, d in named_events(body) if "response" in d]
+    assert status == 200 and echoed == [False, False, False]  # created, in_progress, completed
 
 
 async def test_an_overflow_carries_context_length_exceeded_for_codex(make_gateway) -> None:

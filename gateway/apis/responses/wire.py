@@ -46,6 +46,7 @@ from gateway.apis.replay import Trim, is_replay, trimmed
 from gateway.apis.responses import replay as responses_replay
 from gateway.apis.responses import resume as responses_continue
 from gateway.apis.responses.compress import cap_outputs, compress_input
+from gateway.apis.responses.failed import failed_response
 from gateway.apis.responses.ids import responses_request_ids
 from gateway.apis.responses.tool_outputs import apply_tool_policy
 from gateway.apis.synthesize import responses_stream
@@ -183,7 +184,9 @@ class ResponsesStreamReader:
         self.parsed_events = ParsedEvents()
         self.usage: dict[str, int] = {}
         self.error: dict[str, Any] | None = None
-        self.response: dict[str, Any] = {}  # id, model, created_at from response.created
+        # The response object of response.created (its id, model, echoed request), which the
+        # gateway's response.failed completes.
+        self.response: dict[str, Any] = {}
         self.next_seq = 0
         self.shown: responses_continue.Shown | None = None  # kept only when it may be continued
 
@@ -236,7 +239,7 @@ class ResponsesStreamReader:
             assert isinstance(doc, dict)
             if isinstance(doc.get("response"), dict):
                 r = doc["response"]
-                self.response = {k: r[k] for k in ("id", "model", "created_at") if k in r}
+                self.response = r
             return EventKind.CONTENTLESS
         if isinstance(doc, dict) and _opens_empty(doc):
             return EventKind.CONTENTLESS
@@ -275,21 +278,11 @@ class ResponsesStreamReader:
         return responses_event_text(doc)
 
     def broken(self, ending: Ending, request_id: str, model: str | None) -> bytes:
-        c = ending.classification
-        response = {
-            "id": self.response.get("id") or f"resp_{request_id}",
-            "object": "response",
-            "created_at": self.response.get("created_at", 0),
-            "model": self.response.get("model") or model or "",
-            "status": "failed",
-            "output": [],
-            "error": {
-                "code": ending.code or c.provider_code or c.type.value,
-                "message": ending.message,
-                "x_llm_error_type": c.type.value,
-                "retryable": c.retryable,
-            },
-        }
+        response = failed_response(self.response, ending)
+        response["id"] = response.get("id") or f"resp_{request_id}"
+        response["created_at"] = response.get("created_at") or 0
+        response["model"] = response.get("model") or model or ""
+        response["output"] = []  # what was shown is the client's already; it is not kept here
         doc = {"type": "response.failed", "sequence_number": self.next_seq, "response": response}
         return b"event: response.failed\ndata: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n"
 

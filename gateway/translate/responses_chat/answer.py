@@ -32,7 +32,6 @@ _ECHOED = (
     "truncation",
     "user",
     "metadata",
-    "store",
     "reasoning",
     "text",
     "prompt_cache_key",
@@ -50,7 +49,6 @@ _DEFAULTS: dict[str, Any] = {
     "truncation": "disabled",
     "user": None,
     "metadata": {},
-    "store": False,
     "reasoning": {"effort": None, "summary": None},
     "text": {"format": {"type": "text"}},
 }
@@ -80,6 +78,9 @@ def envelope(ctx: Context, created: int, status: str) -> dict[str, Any]:
         "usage": None,
         "previous_response_id": None,
         "background": False,
+        # Never the request's `store: true`: a chat upstream keeps nothing, so neither GET
+        # /v1/responses/{id} nor a previous_response_id could find this response.
+        "store": False,
     }
     for key in _ECHOED:
         if key in ctx.request:

@@ -23,6 +23,7 @@ import orjson
 from gateway import jsonbody
 from gateway.apis.base import Ending
 from gateway.apis.chat.call_slots import CallSlots
+from gateway.apis.responses.failed import failed_response
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.sse import EventSplitter, loads_event, parse_event
 from gateway.translate.base import Context, Known
@@ -350,15 +351,8 @@ class ResponsesStream:
         if self.ended:
             return b""
         self._start()
-        c = ending.classification
-        failed = envelope(self.ctx, self.created, "failed")
+        failed = failed_response(envelope(self.ctx, self.created, "failed"), ending)
         failed["output"] = [item for item in self.items if item is not None]
-        failed["error"] = {
-            "code": ending.code or c.provider_code or c.type.value,
-            "message": ending.message,
-            "x_llm_error_type": c.type.value,
-            "retryable": c.retryable,
-        }
         self._emit("response.failed", {"response": failed})
         self.ended = True
         return self._take()

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
+from openai.types.responses import ResponseFailedEvent
 
 from gateway.apis import OPENAI_RESPONSES
 from gateway.apis.base import Ending, EventKind, Inbound, Rejection
@@ -66,8 +67,12 @@ def test_broken_stream_ends_with_one_response_failed_continuing_the_sequence() -
     doc = json.loads(raw.split(b"data: ", 1)[1])
     assert doc["type"] == "response.failed" and doc["sequence_number"] == 6
     assert doc["response"]["id"] == "resp_fake123" and doc["response"]["status"] == "failed"
-    assert doc["response"]["error"]["code"] == "stream_broken"
+    # A code of the Responses schema, the gateway's own beside it; the response is whole, as
+    # response.created gave it: a typed client reads the event.
+    assert doc["response"]["error"]["code"] == "server_error"
+    assert doc["response"]["error"]["x_llm_code"] == "stream_broken"
     assert doc["response"]["error"]["x_llm_error_type"] == "provider_unavailable"
+    ResponseFailedEvent.model_validate(doc)
 
 
 _FAILED_AT_6 = sse("response.failed", {"type": "response.failed", "sequence_number": 6, "response": {

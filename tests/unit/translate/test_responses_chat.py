@@ -20,7 +20,7 @@ from typing import Any
 import httpx2 as httpx
 import openai
 import pytest
-from openai.types.responses import Response
+from openai.types.responses import Response, ResponseFailedEvent
 
 from gateway.apis.base import Ending
 from gateway.errors import Classification, ErrorType
@@ -953,8 +953,10 @@ def test_broken_is_one_response_failed_continuing_the_sequence() -> None:
     [(name, doc)] = named_events(failed)
     assert name == "response.failed" and doc["sequence_number"] == last + 1
     assert doc["response"]["id"] == "resp_req1" and doc["response"]["status"] == "failed"
-    assert doc["response"]["error"]["code"] == "provider_unavailable"
+    assert doc["response"]["error"]["code"] == "server_error"
+    assert doc["response"]["error"]["x_llm_code"] == "provider_unavailable"
     assert doc["response"]["error"]["message"] == "upstream stream broke"
+    ResponseFailedEvent.model_validate(doc)
     check_grammar(out + failed)
     assert st.close() == b"" and st.event(DONE) == b""
 
