@@ -54,7 +54,6 @@ from gateway.routing.pools import (
 from gateway.routing.stored import answer_id
 from gateway.services import Hop, PoolRuntime, Route, Services, UpstreamRuntime
 from gateway.state.affinity import AffinityTable
-from gateway.state.pools import key_id
 from gateway.tracing.attrs import P
 
 log = logging.getLogger("gateway.decisions")
@@ -448,11 +447,12 @@ async def _sit_out(svc: Services, state: RequestState, pool: PoolRuntime, up: Up
     if out is None:
         return
     until_ms, why = out
-    # A rate limit is the model's; credit and credentials are the whole key's, unless the
-    # refusal names the one model it refuses (classify's one_model).
+    # A rate limit is the model's (the one the key is sent, after its model_map: sit_out keeps
+    # it so); credit and credentials are the whole key's, unless the refusal names the one
+    # model it refuses (classify's one_model).
     model = state.pool_model if why in (SitOut.RATE_LIMIT, SitOut.MODEL_MISSING) or c.one_model else None
     assert svc.pool_state is not None
-    await svc.pool_state.sit_out(up.cfg.name, model, until_ms, why, key_id(up.cfg))
+    await svc.pool_state.sit_out(up.cfg, model, until_ms, why)
     svc.telemetry.sit_outs.labels(pool.cfg.name, up.cfg.name, why.value).inc()
     record = {"request_id": state.request_id, "event": "deployment_sits_out", "pool": pool.cfg.name,
               "deployment": up.cfg.name, "reason": why.value, "until_ms": until_ms}  # fmt: skip
