@@ -19,7 +19,8 @@ A pick costs no store round trip: the records of a pool's deployments are read t
 one round trip, at most once per ``cache_s`` per pool and model, and the headroom and sends
 this process saw since are written in the same round trip (or by a flush once no read has
 come for ``FLUSH_S``). A sit-out is written at once (the failure path), so the other replicas
-stop sending there within ``cache_s``. A headroom reading is counted down by every send made
+stop sending there within ``cache_s``; one the store does not hold when read (written while it
+was taken for down, lost with a restarted Redis) is written back, until its end. A headroom reading is counted down by every send made
 after its request: this process's own at once, exactly, the other replicas' as they report
 them, by when they were sent (so none is counted twice: one a reading already holds is not
 taken off it again). A deployment is so predicted empty before its provider says so with a 429.
@@ -512,10 +513,24 @@ class PoolState:
         self._synced_at = self.monotonic()
         got, recs = await self.store.records_sync(reads, writes, adds, circuits, homes)
         records = _bounded(self._records)
+        now_ms = self.wall() * 1000
         for key, rec in zip(reads, got, strict=True):
+            if key.startswith("o:") and (mine := records.get(key)) is not None \
+                    and mine.get("u", 0) > max(now_ms, rec.get("u", 0)):  # fmt: skip
+                # A sit-out this process knows and the store does not: written while the store
+                # was taken for down (served from this process's memory), or lost with a
+                # restarted Redis. Read over, it was forgotten at the rejoin and the key called
+                # again inside its reset (2 calls, measured); it goes back to the store instead.
+                self._rewrite(key, mine)
+                continue
             records[key] = rec
         self._generation += 1
         return recs
+
+    def _rewrite(self, key: str, fields: dict[str, float]) -> None:
+        _bounded(self._writes)[key] = (fields, max(1.0, fields["u"] / 1000 - self.wall() + 1.0))
+        if self._timer is None:
+            self._flush_later()
 
     def _flush_later(self, after_s: float | None = None) -> None:
         if self._flushing is not None and not self._flushing.done():

@@ -473,3 +473,37 @@ async def test_names_mapped_to_one_model_share_its_count_sit_outs_and_headroom_a
     # Headroom read from one name's answer is the other's too.
     b.observe(ups[2], ALIASES[0], openai_headers(remaining=0))
     assert b.view(2, ups[2], ALIASES[1], clock.now * 1000).requests_left == 0.0
+
+
+class LosingStore(SharedStore):
+    """A shared store whose writes are lost while ``lost`` (Redis taken for down: the replica
+    writes its own memory only; or a Redis restarted empty)."""
+
+    lost = False
+
+    async def records_sync(self, reads: Any, writes: Any = (), *a: Any, **kw: Any) -> Any:
+        return await super().records_sync(reads, () if self.lost else writes, *a, **kw)
+
+
+async def test_a_sit_out_the_store_lost_is_written_back_not_forgotten() -> None:
+    """Learnt while Redis did not answer, a 429's sit-out was read over with Redis's nothing
+    once the replica rejoined, and the key called again inside its reset (measured)."""
+    clock = Clock()
+    store = LosingStore(clock)
+    a, b = PoolState(store, clock, clock), PoolState(store, clock, clock)
+    ups = members()
+    until = round(clock.now * 1000) + 20_000
+    store.lost = True
+    await a.sit_out(ups[0], MODEL, until, SitOut.RATE_LIMIT)
+    store.lost = False
+    await a.refresh("p", ups, MODEL)
+    assert a.view(0, ups[0], MODEL, clock.now * 1000).out_until_ms == until  # still known here
+    await b.refresh("p", ups, MODEL)
+    assert b.view(0, ups[0], MODEL, clock.now * 1000).serves_at(clock.now * 1000)  # not yet told
+    await a.refresh("p", ups, MODEL)  # its next round trip writes it back
+    await b.refresh("p", ups, MODEL)
+    v = b.view(0, ups[0], MODEL, clock.now * 1000)
+    assert v.out_until_ms == until and v.out_why is SitOut.RATE_LIMIT
+    clock.now = until / 1000 + 0.5  # past its reset: nothing is written back
+    await a.refresh("p", ups, MODEL)
+    assert a.view(0, ups[0], MODEL, clock.now * 1000).serves_at(clock.now * 1000)
