@@ -20,10 +20,11 @@ one round trip, at most once per ``cache_s`` per pool and model, and the headroo
 this process saw since are written in the same round trip (or by a flush once no read has
 come for ``FLUSH_S``). A sit-out is written at once (the failure path), so the other replicas
 stop sending there within ``cache_s``; one the store does not hold when read (written while it
-was taken for down, lost with a restarted Redis) is written back, until its end. A headroom reading is counted down by every send made
-after its request: this process's own at once, exactly, the other replicas' as they report
-them, by when they were sent (so none is counted twice: one a reading already holds is not
-taken off it again). A deployment is so predicted empty before its provider says so with a 429.
+was taken for down, lost with a restarted Redis) is written back, until its end. A headroom
+reading is counted down by every send made after its request: this process's own at once,
+exactly, the other replicas' as they report them, by when they were sent (so none is counted
+twice: one a reading already holds is not taken off it again). A deployment is so predicted
+empty before its provider says so with a 429.
 
 With a shared store, a deployment whose configured ``limits`` decide (its answers carry no
 rate-limit headers) is the exception: each pick takes its request from the minute's count in
