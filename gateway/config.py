@@ -325,10 +325,12 @@ class DeploymentLimits(_Model):
 
     requests_per_minute: int | None = Field(
         default=None, gt=0,
-        description="Requests a minute this deployment's key may make, per model it serves."
+        description="Requests a minute this deployment's key may make, per model it is sent (after its "
+        "`model_map`: names mapped to one model share its count)."
     )
     tokens_per_minute: int | None = Field(
-        default=None, gt=0, description="Tokens a minute this deployment's key may use, per model it serves."
+        default=None, gt=0, description="Tokens a minute this deployment's key may use, per model it is sent "
+        "(after its `model_map`)."
     )
 
 

@@ -3,8 +3,9 @@ serve, and apply the rate-limit rule only when every sibling is sitting out.
 
     pick      the conversation's home when it may serve (affinity; a conversation new here
               claims one, the same on every replica, from its second turn: a first turn takes
-              the strategy's pick unclaimed; a home this request chose that a sibling had to
-              answer for moves to that sibling), else the next of its rendezvous order
+              the strategy's pick unclaimed, unless under ``weighted`` that is not what a
+              second turn elsewhere would propose; a home this request chose that a sibling
+              had to answer for moves to that sibling), else the next of its rendezvous order
               that may; no conversation: the pool's strategy over those that may. May serve:
               not sitting out (a rate limit until its reset, headroom predicted gone, an
               exhausted or refused key), circuit not open
@@ -54,7 +55,6 @@ from gateway.routing.pools import (
 from gateway.routing.stored import answer_id
 from gateway.services import Hop, PoolRuntime, Route, Services, UpstreamRuntime
 from gateway.state.affinity import AffinityTable
-from gateway.state.pools import key_id
 from gateway.tracing.attrs import P
 
 log = logging.getLogger("gateway.decisions")
@@ -102,10 +102,12 @@ async def send_pool(
             new = False  # its first turn: the strategy picked its home
             if not homed:
                 assert table is not None and conversation is not None
-                if state.opens_conversation:  # no claim: a one-turn request leaves no key
-                    home, new = _hold(svc, pool, table, conversation, ready)
+                proposed = _held_or_first(svc, pool, table, conversation, ready)
+                if state.opens_conversation and _unclaimed(svc, pool, table, conversation, views, proposed):
+                    # No claim: a one-turn request leaves no key in the store.
+                    home, new = _hold(table, conversation, proposed)
                 else:
-                    home, new = await _claim(svc, pool, table, conversation, ready)
+                    home, new = await _claim(svc, pool, table, conversation, proposed)
                 homed, decided = True, new
             pick, why = _pick(svc, pool, ready, home, conversation, new)
             if stored is not None:
@@ -401,26 +403,41 @@ def _pick(svc: Services, pool: PoolRuntime, ready: list[Deployment], home: str |
 
 
 async def _claim(svc: Services, pool: PoolRuntime, table: AffinityTable, conversation: str,
-                 ready: list[Deployment]) -> tuple[str, bool]:  # fmt: skip
+                 proposed: str) -> tuple[str, bool]:  # fmt: skip
     """The home of a conversation this process does not know (or knew on a deployment since
-    removed): the one any replica claimed first, else the strategy's pick now. A home replaced
-    because its deployment was removed is a break, counted once (by the replica that moved it)."""
-    proposed = _held_or_first(svc, pool, table, conversation, ready)
+    removed): the one any replica claimed first, else ``proposed`` (the strategy's pick now). A
+    home replaced because its deployment was removed is a break, counted once (by the replica
+    that moved it)."""
     home, new, replaced = await table.claim(conversation, proposed, pool.names)
     if replaced is not None:
         svc.telemetry.affinity_breaks.labels(pool.cfg.name, "removed").inc()
     return home, new
 
 
-def _hold(svc: Services, pool: PoolRuntime, table: AffinityTable, conversation: str,
-          ready: list[Deployment]) -> tuple[str, bool]:  # fmt: skip
-    """A conversation's first turn: the home its first turn took here (another request that
-    opens it alike: an evaluation run again), else the strategy's pick, held here unclaimed;
-    the next turn claims it (``_claim``). Under ``weighted`` every replica's pick is the same."""
+def _hold(table: AffinityTable, conversation: str, proposed: str) -> tuple[str, bool]:
+    """A conversation's first turn: ``proposed`` (the home its first turn took here, another
+    request that opens it alike: an evaluation run again; else the strategy's pick), held here
+    unclaimed; the next turn claims it (``_claim``)."""
     held = table.held(conversation)
-    home = _held_or_first(svc, pool, table, conversation, ready)
-    table.hold(conversation, home)
-    return home, home != held
+    table.hold(conversation, proposed)
+    return proposed, proposed != held
+
+
+def _unclaimed(svc: Services, pool: PoolRuntime, table: AffinityTable, conversation: str,
+               views: list[Deployment], proposed: str) -> bool:  # fmt: skip
+    """Whether a conversation's first turn may hold its home ``proposed`` here unclaimed: its
+    second turn on another replica, finding nothing claimed, proposes the same. Under
+    ``weighted`` that is the first of its key's rendezvous order over every deployment (each
+    may serve by then): a first turn that took another (the first sat out, or its circuit was
+    open) claims it at once, one round trip; held, its second turn elsewhere was homed on the
+    first, away from its cache (6 conversations of 30, one key limited for 3 s, measured).
+    Under ``least_busy``, ``latency`` and ``headroom`` each replica's pick is its own, and
+    claimed at every first turn a one-turn request would cost a round trip and a key in the
+    store again: held, such a conversation may move once. Without a shared store the table is
+    the only copy: nothing to claim."""
+    if pool.cfg.strategy != "weighted" or not table.shared:
+        return True
+    return first_home(pool.cfg.strategy, views, svc.rand, conversation).name == proposed
 
 
 def _held_or_first(svc: Services, pool: PoolRuntime, table: AffinityTable, conversation: str,
@@ -448,11 +465,12 @@ async def _sit_out(svc: Services, state: RequestState, pool: PoolRuntime, up: Up
     if out is None:
         return
     until_ms, why = out
-    # A rate limit is the model's; credit and credentials are the whole key's, unless the
-    # refusal names the one model it refuses (classify's one_model).
+    # A rate limit is the model's (the one the key is sent, after its model_map: sit_out keeps
+    # it so); credit and credentials are the whole key's, unless the refusal names the one
+    # model it refuses (classify's one_model).
     model = state.pool_model if why in (SitOut.RATE_LIMIT, SitOut.MODEL_MISSING) or c.one_model else None
     assert svc.pool_state is not None
-    await svc.pool_state.sit_out(up.cfg.name, model, until_ms, why, key_id(up.cfg))
+    await svc.pool_state.sit_out(up.cfg, model, until_ms, why)
     svc.telemetry.sit_outs.labels(pool.cfg.name, up.cfg.name, why.value).inc()
     record = {"request_id": state.request_id, "event": "deployment_sits_out", "pool": pool.cfg.name,
               "deployment": up.cfg.name, "reason": why.value, "until_ms": until_ms}  # fmt: skip

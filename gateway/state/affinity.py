@@ -21,9 +21,10 @@ one-turn request (batch, evaluation traffic: a conversation of its own each) cos
 and left a key in Redis for ``idle_s`` (600 one-turn requests: 610 keys; at 1,000 a second
 about 430 MB, which an eviction policy would make room for by evicting ledger keys). Its second
 turn claims, proposing the held home here, elsewhere the strategy's pick: under ``weighted``
-the same rendezvous pick while the weights are unchanged; under the per-replica strategies
-(``least_busy``, ``latency``, ``headroom``) a second turn on another replica may be homed away
-from the first turn's cache, once.
+the same rendezvous pick while the weights are unchanged (a first turn that took another, its
+first sitting out, claims at once: pipeline/pool.py's ``_unclaimed``); under the per-replica
+strategies (``least_busy``, ``latency``, ``headroom``) a second turn on another replica may be
+homed away from the first turn's cache, once.
 
 A home is the deployment that answered: a turn that held or claimed the strategy's pick and was
 answered by a sibling (the pick failed) ``move``s the home to that sibling, in the store too
@@ -145,6 +146,11 @@ class AffinityTable:
         self._items.move_to_end(conversation)
         while len(self._items) > self._max:
             self._items.popitem(last=False)
+
+    @property
+    def shared(self) -> bool:
+        """Whether the homes are the store's (other replicas read what this table claims)."""
+        return self._shared is not None
 
     def __len__(self) -> int:
         return len(self._items)

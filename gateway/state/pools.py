@@ -1,7 +1,11 @@
 """What the replicas know of each pool deployment, through the state store, and what this
 process alone knows (requests in flight, time to first token).
 
-Five records per deployment and model, each under its own TTL:
+Five records per deployment and model, each under its own TTL. The model is the one the
+deployment is sent (after its ``model_map``), not the name the client asked for: its key's
+limits and rate limits are the provider's for that model, so two names mapped to one model
+share its count (kept by the client's name, a key with ``requests_per_minute: 10`` and
+``gpt-*`` mapped to one model took 10 calls per name, 20 in a minute, measured):
 
     o:<deployment>            sits out (every model): an exhausted or refused key
     o:<deployment>/<model>    sits out for this model: a rate limit, until its reset
@@ -15,10 +19,12 @@ A pick costs no store round trip: the records of a pool's deployments are read t
 one round trip, at most once per ``cache_s`` per pool and model, and the headroom and sends
 this process saw since are written in the same round trip (or by a flush once no read has
 come for ``FLUSH_S``). A sit-out is written at once (the failure path), so the other replicas
-stop sending there within ``cache_s``. A headroom reading is counted down by every send made
-after its request: this process's own at once, exactly, the other replicas' as they report
-them, by when they were sent (so none is counted twice: one a reading already holds is not
-taken off it again). A deployment is so predicted empty before its provider says so with a 429.
+stop sending there within ``cache_s``; one the store does not hold when read (written while it
+was taken for down, lost with a restarted Redis) is written back, until its end. A headroom
+reading is counted down by every send made after its request: this process's own at once,
+exactly, the other replicas' as they report them, by when they were sent (so none is counted
+twice: one a reading already holds is not taken off it again). A deployment is so predicted
+empty before its provider says so with a 429.
 
 With a shared store, a deployment whose configured ``limits`` decide (its answers carry no
 rate-limit headers) is the exception: each pick takes its request from the minute's count in
@@ -44,7 +50,7 @@ from typing import TypeVar
 from gateway.config import UpstreamConfig
 from gateway.policy.breaker import CircuitRecord, circuit_key
 from gateway.routing.headroom import Headroom, headroom_of
-from gateway.routing.pools import Deployment, SitOut, unscoped
+from gateway.routing.pools import Deployment, SitOut, relayed_scope, unscoped
 from gateway.routing.stored import STORED_TTL_S
 from gateway.routing.stored import key as stored_key
 from gateway.state.shared import SharedCircuit
@@ -67,6 +73,7 @@ OBSERVE_EVERY_S = 0.05  # an answer's rate-limit headers are read at most this o
 FLUSH_S = 1.0
 
 Slot = tuple[int, int]  # (minute, tenth of a second in it)
+ModelMap = tuple[tuple[str, str], ...]  # an upstream's model_map
 
 
 @dataclass(slots=True)
@@ -136,6 +143,8 @@ class PoolState:
     _sends: dict[tuple[str, str | None], _Sends] = field(default_factory=dict)
     _writes: dict[str, tuple[dict[str, float], float]] = field(default_factory=dict)
     _keys: dict[tuple[str, str | None], tuple[str, str, str, str, str]] = field(default_factory=dict)
+    # (deployment, model asked) -> (its model_map, the model it is sent): ``served``
+    _served: dict[tuple[str, str], tuple[ModelMap, str | None]] = field(default_factory=dict)
     _observed_at: dict[str, float] = field(default_factory=dict)  # monotonic, per headroom key
     # Headroom key -> (its reading's ``at``, the first of this process's sends after it) for
     # the readings this process made: its own sends are counted off them exactly.
@@ -214,7 +223,7 @@ class PoolState:
         with a shared store, while no rate-limit headers tell its headroom (they decide then)."""
         if up.limits is None or not self._shared:
             return False
-        return not self._records.get(self._keys_of(up.name, model)[2])
+        return not self._records.get(self._keys_of(up.name, self.served(up, model))[2])
 
     async def take(self, up: UpstreamConfig, model: str | None, tokens: int) -> bool:
         """One request of ``tokens`` counted against ``up``'s configured limits in the store,
@@ -222,6 +231,7 @@ class PoolState:
         the minute's end. Counting each replica's sends in the store afterwards let two
         replicas each send the whole limit in the same moment (40 calls for 20, measured)."""
         assert up.limits is not None
+        model = self.served(up, model)
         key = f"{self._keys_of(up.name, model)[4]}#{(minute := self._minute())}"
         limits = up.limits
         ok, n, k = await self.store.records_take(key, limits.requests_per_minute, limits.tokens_per_minute,
@@ -237,6 +247,7 @@ class PoolState:
         """One request went to ``up``: counted against its headroom and, unless it was taken
         from them already (``take``), its configured limits. The mark goes with its answer to
         ``observe``."""
+        model = self.served(up, model)
         sends = self._sends.get((up.name, model))
         if sends is None:
             sends = _bounded(self._sends)[(up.name, model)] = _Sends()
@@ -270,7 +281,7 @@ class PoolState:
         """The request ``mark`` stands for was answered 429: the provider did not count it, so
         neither does its headroom (the configured limits count every call). Counted, the 429s
         of a burst kept a pool predicted empty after its buckets had refilled."""
-        sends = self._sends.get((up.name, model))
+        sends = self._sends.get((up.name, self.served(up, model)))
         if sends is None or mark.index < sends.first:
             return
         sends.refused.append((mark.index, tokens))
@@ -292,6 +303,7 @@ class PoolState:
         answer (``refused``) is always read: a reading older than it, counted down only by the
         sends known here, let every request that waited out the 429 go at once (10 calls,
         9 of them 429s again, measured with two replicas)."""
+        model = self.served(up, model)
         key = _key("h", up.name, model)
         now = self.monotonic()
         if not refused and now - self._observed_at.get(key, -math.inf) < OBSERVE_EVERY_S:
@@ -315,14 +327,13 @@ class PoolState:
         _bounded(self._writes)[key] = (fields, _HEADROOM_TTL_S)
         return room
 
-    async def sit_out(self, deployment: str, model: str | None, until_ms: int, why: SitOut,
-                      key: float | None = None) -> None:  # fmt: skip
+    async def sit_out(self, up: UpstreamConfig, model: str | None, until_ms: int, why: SitOut) -> None:
         """Written at once: the other replicas must stop sending there (the failure path).
-        ``key``: the deployment's credential (``key_id``) when the sit-out is that key's own
-        (refused, out of credit), so that a new key in the config ends it."""
-        key_name = _key("o", deployment, model)
+        ``model``: None for every model. A sit-out that is the key's own (refused, out of
+        credit) names the key (``key_id``), so that a new key in the config ends it."""
+        key_name = _key("o", up.name, self.served(up, model))
         fields = {"u": float(until_ms), "w": float(_WHY.index(why))}
-        if key is not None and why in _KEYS_OWN:
+        if why in _KEYS_OWN and (key := key_id(up)) is not None:
             fields["k"] = key
         _bounded(self._records)[key_name] = fields
         ttl_s = max(1.0, until_ms / 1000 - self.wall() + 1.0)
@@ -344,7 +355,7 @@ class PoolState:
         reads = []
         records_of = model if scope is None else scope
         for up in members:
-            out_dep, out_model, hkey, skey, nkey = self._keys_of(up.name, records_of)
+            out_dep, out_model, hkey, skey, nkey = self._keys_of(up.name, self.served(up, records_of))
             reads += [out_dep, out_model, hkey]
             if self._shared:
                 reads += [f"{skey}#{minute - 1}", f"{skey}#{minute}"]
@@ -360,6 +371,7 @@ class PoolState:
 
     def view(self, index: int, up: UpstreamConfig, model: str | None, now_ms: float) -> Deployment:
         """``up`` as of now, from the records last read plus this process's counts since."""
+        model = self.served(up, model)
         out_dep, out_model, hkey, skey, nkey = self._keys_of(up.name, model)
         records = self._records
         out_until, why = 0, None
@@ -502,10 +514,24 @@ class PoolState:
         self._synced_at = self.monotonic()
         got, recs = await self.store.records_sync(reads, writes, adds, circuits, homes)
         records = _bounded(self._records)
+        now_ms = self.wall() * 1000
         for key, rec in zip(reads, got, strict=True):
+            if key.startswith("o:") and (mine := records.get(key)) is not None \
+                    and mine.get("u", 0) > max(now_ms, rec.get("u", 0)):  # fmt: skip
+                # A sit-out this process knows and the store does not: written while the store
+                # was taken for down (served from this process's memory), or lost with a
+                # restarted Redis. Read over, it was forgotten at the rejoin and the key called
+                # again inside its reset (2 calls, measured); it goes back to the store instead.
+                self._rewrite(key, mine)
+                continue
             records[key] = rec
         self._generation += 1
         return recs
+
+    def _rewrite(self, key: str, fields: dict[str, float]) -> None:
+        _bounded(self._writes)[key] = (fields, max(1.0, fields["u"] / 1000 - self.wall() + 1.0))
+        if self._timer is None:
+            self._flush_later()
 
     def _flush_later(self, after_s: float | None = None) -> None:
         if self._flushing is not None and not self._flushing.done():
@@ -536,6 +562,24 @@ class PoolState:
 
     def _minute(self) -> int:
         return int(self.wall() // 60)
+
+    def served(self, up: UpstreamConfig, model: str | None) -> str | None:
+        """What ``up``'s records of a request for ``model`` are kept under: the model it is sent
+        (its ``model_map``'s; a relayed request's scope stays a relayed scope). Worked out once
+        per deployment and name, again after a reload that gave it another map."""
+        if not up.model_map or model is None:
+            return model
+        known = self._served.get((up.name, model))
+        if known is not None and known[0] is up.model_map:
+            return known[1]
+        plain = unscoped(model)
+        sent = up.upstream_model(plain) if plain is not None else None
+        if sent is None or sent == plain:
+            served: str | None = model
+        else:
+            served = sent if plain == model else relayed_scope(sent)
+        _bounded(self._served)[(up.name, model)] = (up.model_map, served)
+        return served
 
     def _keys_of(self, deployment: str, model: str | None) -> tuple[str, str, str, str, str]:
         keys = self._keys.get((deployment, model))

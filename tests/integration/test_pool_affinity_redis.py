@@ -192,6 +192,36 @@ def test_a_first_turn_a_sibling_answered_is_homed_there_on_both_replicas(replica
     assert _breaks(replicas.a) == _breaks(replicas.b) == {}
 
 
+def test_a_first_turn_its_pick_sat_out_for_keeps_its_home_on_both_replicas(replicas: Replicas) -> None:
+    """Audit (pools across replicas, 2026-11-30): a conversation that opened while the first of
+    its rendezvous order sat out (another conversation's 429) was answered by the next, held
+    on that replica alone; once the reset came, its second turn on the other replica proposed
+    the first and went there, away from its cache (6 conversations of 30 under ``weighted``)."""
+    from gateway.routing.affinity import conversation_key
+    from gateway.routing.pools import Deployment, _rendezvous
+
+    clients = [openai.OpenAI(base_url=gw.base + "/v1", api_key="unused", max_retries=0)
+               for gw in (replicas.a, replicas.b)]  # fmt: skip
+    deployments = [Deployment(i, f"key-{n}") for i, n in enumerate("abc")]
+
+    def pick(first: str) -> str:
+        key = conversation_key("chat", {}, {"messages": [{"role": "user", "content": first}]})
+        assert key is not None
+        return _rendezvous(deployments, key)[0].name
+
+    first = "fix the failing test in the parser, please"
+    limited = pick(first)
+    other = next(o for i in range(100) if pick(o := f"rename the module, take {i}") == limited)
+    replicas.fake.keys.limited_until("sk-" + limited[-1], time.time() + 1.5)
+    assert _answered_turn(clients[0], other, 0) != limited  # its 429 sits the key out, on both replicas
+    answered = _answered_turn(clients[0], first, 0)  # opens while it sits out
+    assert answered != limited
+    time.sleep(2.5)  # its reset (retry-after: 2): it may serve again
+    assert [_answered_turn(clients[t % 2], first, t) for t in range(1, 5)] == [answered] * 4  # from B first
+    assert replicas.fake.calls_by_key()["sk-" + limited[-1]] == 1  # the other conversation's 429 only
+    assert _breaks(replicas.a) == _breaks(replicas.b) == {}
+
+
 def test_a_chained_responses_turn_goes_to_the_key_that_stored_its_previous_one_from_either_replica(
     replicas: Replicas,
 ) -> None:

@@ -30,8 +30,8 @@ async def fakes() -> AsyncIterator[dict[str, FakeUpstream]]:
 
 
 async def _replicas(make_gateway: MakeGateway, fakes: dict[str, FakeUpstream], redis: RedisServer,
-                    limits: str = f"{{requests_per_minute: {RPM}}}") -> list[Gateway]:  # fmt: skip
-    upstreams = "".join(f"  - {{name: {n}, base_url: '{f.url}', api_key: key-{n}, limits: {limits}}}\n"
+                    limits: str = f"{{requests_per_minute: {RPM}}}", extra_up: str = "") -> list[Gateway]:  # fmt: skip
+    upstreams = "".join(f"  - {{name: {n}, base_url: '{f.url}', api_key: key-{n}, limits: {limits}{extra_up}}}\n"
                         for n, f in fakes.items())  # fmt: skip
     # A patient store: a loaded test machine may take longer than the default 50 ms to answer,
     # and an operation Redis did not answer in time is counted in this replica alone.
@@ -44,8 +44,8 @@ def _calls(fakes: dict[str, FakeUpstream]) -> dict[str, int]:
     return {n: len(f.chat_requests()) for n, f in fakes.items()}
 
 
-async def _burst(gw: Gateway, n: int) -> list[int]:
-    got = await asyncio.gather(*(gw.chat({"model": "gpt-4o-mini", "messages": [
+async def _burst(gw: Gateway, n: int, models: tuple[str, ...] = ("gpt-4o-mini",)) -> list[int]:
+    got = await asyncio.gather(*(gw.chat({"model": models[i % len(models)], "messages": [
         {"role": "user", "content": f"question {i}"}]}) for i in range(n)))  # fmt: skip
     return [status for status, _, _ in got]
 
@@ -63,6 +63,20 @@ async def test_two_replicas_send_each_deployment_its_limit_not_twice_it(
         status, headers, _ = await gw.chat()
         assert status == 429 and headers["x-llm-error-type"] == "rate_limit"
     assert _calls(fakes) == {"c1": RPM, "c2": RPM}
+
+
+async def test_names_mapped_to_one_model_take_from_its_one_count(
+    make_gateway: MakeGateway, fakes: dict[str, FakeUpstream], redis_server: RedisServer,
+) -> None:
+    """The limits are the key's for the model it is sent: two names each deployment's
+    ``model_map`` sends as gpt-4o, alternating on two replicas, took 20 calls per key for 10
+    (a count per name the client sent, measured)."""
+    a, b = await _replicas(make_gateway, fakes, redis_server, extra_up=", model_map: {'gpt-*': gpt-4o}")
+    await same_minute()
+    names = ("gpt-4o", "gpt-4o-2024-08-06")
+    statuses = [s for got in await asyncio.gather(_burst(a, 30, names), _burst(b, 30, names)) for s in got]
+    assert _calls(fakes) == {"c1": RPM, "c2": RPM}
+    assert statuses.count(200) == 2 * RPM
 
 
 async def test_a_token_limit_holds_across_replicas(

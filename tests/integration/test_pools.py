@@ -875,3 +875,31 @@ async def test_a_conversations_home_is_the_deployment_that_answered_not_the_pick
         assert status == 200 and h["x-llm-upstream"] == answered, i
     assert len(fakes[picked].chat_requests()) == 1  # the 429 only
     assert gw.metric("llm_gateway_affinity_breaks_total", pool="gpt", reason="failed") == 0
+
+
+async def test_names_mapped_to_one_model_share_its_configured_limits(make_pool: MakePool) -> None:
+    """A key's limits and rate limits are the provider's for the model the key is sent: two
+    names its ``model_map`` sends as gpt-4o took each name's own ``requests_per_minute`` (20
+    calls a minute per key for 10, measured), and a 429 on one name left the key in use for
+    the other (one more call each, and its wait)."""
+    mapped = ", model_map: {'gpt-*': gpt-4o}, limits: {requests_per_minute: 3}"
+    gw, fakes = await make_pool(names=("a", "b"), member_extra={"a": mapped, "b": mapped})
+    await same_minute()
+    statuses = [(await gw.chat(_chat(f"question {i}") | {"model": name}))[0]
+                for i in range(6) for name in ("gpt-4o", "gpt-4o-2024-08-06")]  # fmt: skip
+    assert _calls(fakes) == {"a": 3, "b": 3}  # 6 each before
+    assert statuses.count(200) == 6 and statuses.count(429) == 6
+    sent = {json.loads(r.body)["model"] for f in fakes.values() for r in f.chat_requests()}
+    assert sent == {"gpt-4o"}
+
+
+async def test_a_429_for_one_name_sits_the_key_out_for_every_name_sent_as_its_model(make_pool: MakePool) -> None:
+    gw, fakes = await make_pool(names=("a", "b"), member_extra={"a": ", model_map: {'gpt-*': gpt-4o}",
+                                                                "b": ", model_map: {'gpt-*': gpt-4o}"})  # fmt: skip
+    for f in fakes.values():
+        f.always = Reply(429, RATE_LIMITED, {"retry-after": "3600"})
+    status, _, _ = await gw.chat(_chat("one") | {"model": "gpt-4o"})
+    assert status == 429 and _calls(fakes) == {"a": 1, "b": 1}
+    status, headers, _ = await gw.chat(_chat("two") | {"model": "gpt-4o-2024-08-06"})
+    assert status == 429 and headers["x-llm-error-type"] == "rate_limit"
+    assert _calls(fakes) == {"a": 1, "b": 1}  # no call: both keys sit out for gpt-4o

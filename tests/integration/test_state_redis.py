@@ -776,3 +776,45 @@ async def test_which_deployment_made_a_stored_object_is_shared_and_known_here_wi
         assert await a.store.stored_get("st:1") == "key-b"  # its own, from its memory
         await a.store.stored_put("st:3", "key-c", 60)  # made during the outage: known here
         assert await a.store.stored_get("st:3") == "key-c"
+
+
+async def test_a_pool_sit_out_learnt_while_redis_was_frozen_outlives_the_rejoin(
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer,
+) -> None:
+    """A 429 met while Redis did not answer sat the key out in this replica's memory only; at
+    the rejoin Redis's nothing was read over it and the key called again inside its reset (2
+    calls, measured): it goes back to Redis instead, for every replica."""
+    from gateway.config import parse_config
+    from gateway.routing.pools import SitOut
+    from gateway.state.pools import PoolState
+
+    a, b = patient_replicas
+    ups = parse_config("upstreams:\n" + "".join(
+        f"  - {{name: {k}, base_url: 'http://127.0.0.1:9/v1', api_key: key-{k}}}\n" for k in "xyz")
+        + "pools: [{name: p, deployments: [x, y, z]}]\n", env={}).upstreams  # fmt: skip
+    pa, pb = (PoolState(r.store, time.time, time.monotonic, cache_s=0) for r in (a, b))
+    until = round((time.time() + 60) * 1000)
+    with a.bounded():
+        redis_server.freeze()
+        try:
+            await pa.sit_out(ups[0], "m", until, SitOut.RATE_LIMIT)  # given up on (Redis may run it on thawing)
+            for _ in range(250):  # the probe's PING, late, takes the replica off
+                if not a.store.healthy:
+                    break
+                await asyncio.sleep(0.02)
+            assert not a.store.healthy
+            await pa.sit_out(ups[1], "m", until, SitOut.RATE_LIMIT)  # taken for down: its memory only
+        finally:
+            redis_server.thaw()
+    for _ in range(500):  # found back by the probe
+        if a.store.healthy:
+            break
+        await asyncio.sleep(0.02)
+    assert a.store.healthy
+    for _ in range(2):  # the first read finds Redis without it; its write goes with the next
+        await pa.refresh("p", ups, "m")
+        assert pa.view(1, ups[1], "m", time.time() * 1000).out_until_ms == until
+    await pb.refresh("p", ups, "m")
+    assert [pb.view(i, up, "m", time.time() * 1000).out_until_ms for i, up in enumerate(ups)] == [until, until, 0]
+    await pa.close()
+    await pb.close()

@@ -162,11 +162,24 @@ def _ready(weights: dict[str, float]) -> list[Any]:
     return [Deployment(i, n, w) for i, (n, w) in enumerate(weights.items())]
 
 
+def _hold(svc: Any, pool: Any, table: AffinityTable, conversation: str, ready: list[Any]) -> tuple[str, bool]:
+    """A first turn as send_pool makes it: the home it proposes (held here, else the
+    strategy's pick among ``ready``), held."""
+    from gateway.pipeline.pool import _held_or_first, _hold
+
+    return _hold(table, conversation, _held_or_first(svc, pool, table, conversation, ready))
+
+
+async def _claim(svc: Any, pool: Any, table: AffinityTable, conversation: str, ready: list[Any]) -> tuple[str, bool]:
+    """A later turn that finds no home here: the one claimed, proposing what a first turn would."""
+    from gateway.pipeline.pool import _claim, _held_or_first
+
+    return await _claim(svc, pool, table, conversation, _held_or_first(svc, pool, table, conversation, ready))
+
+
 async def test_a_first_turn_claims_no_home_and_leaves_no_key_its_second_turn_claims_the_same() -> None:
     """Every one-turn request (batch, evaluation traffic) claimed a home: a round trip and a
     Redis key for an hour each (600 requests: 610 keys)."""
-    from gateway.pipeline.pool import _claim, _hold
-
     clock = Clock()
     store = Shared(clock)
     (a, _), (b, _) = replica(store, clock), replica(store, clock)
@@ -190,8 +203,6 @@ async def test_a_first_turn_claims_no_home_and_leaves_no_key_its_second_turn_cla
 
 
 async def test_a_reload_between_the_first_and_second_turn_keeps_the_held_home_and_holds_it_after() -> None:
-    from gateway.pipeline.pool import _claim, _hold
-
     clock = Clock()
     store = Shared(clock)
     (a, _), (b, _) = replica(store, clock), replica(store, clock)
@@ -208,9 +219,30 @@ async def test_a_reload_between_the_first_and_second_turn_keeps_the_held_home_an
         assert (await _claim(svc, pool, b, f"open:{i}", _ready(again)))[0] == homes[i]
 
 
-async def test_a_first_turn_on_a_memory_store_is_simply_its_home() -> None:
-    from gateway.pipeline.pool import _hold
+def test_a_first_turn_away_from_its_rendezvous_pick_is_claimed_under_weighted_only() -> None:
+    """Held only, a first turn that took another deployment than the first of its rendezvous
+    order (sitting out) had its second turn on another replica proposing that first, away from
+    its cache (6 conversations of 30, measured)."""
+    from gateway.pipeline.pool import _held_or_first, _unclaimed
 
+    clock = Clock()
+    (a, _) = replica(Shared(clock), clock)
+    members = ("key-a", "key-b", "key-c")
+    views, svc = _ready(dict.fromkeys(members, 1.0)), _svc()
+    for strategy, shared, claimed in (("weighted", a, 1), ("least_busy", a, 0),
+                                      ("weighted", AffinityTable(10_000, IDLE_S, clock, "p", None), 0)):  # fmt: skip
+        pool = _pool(members, strategy)
+        moved = 0
+        for i in range(30):
+            first = _held_or_first(svc, _pool(members), shared, f"open:{i}", views)
+            assert _unclaimed(svc, pool, shared, f"open:{i}", views, first)  # all serve: held
+            ready = [v for v in views if v.name != first]  # its first sits out
+            proposed = _held_or_first(svc, pool, shared, f"open:{i}", ready)
+            moved += not _unclaimed(svc, pool, shared, f"open:{i}", views, proposed)
+        assert moved == 30 * claimed, strategy
+
+
+async def test_a_first_turn_on_a_memory_store_is_simply_its_home() -> None:
     clock = Clock()
     table = AffinityTable(10_000, IDLE_S, clock, "p", None)
     home, _ = _hold(_svc(), _pool(("key-a", "key-b")), table, "open:1", _ready({"key-a": 1.0, "key-b": 1.0}))
@@ -237,8 +269,6 @@ async def test_a_home_claimed_for_a_turn_a_sibling_answered_moves_to_that_siblin
 async def test_a_first_turn_a_sibling_answered_claims_that_sibling_so_no_replica_proposes_the_pick() -> None:
     """A first turn holds its home here only; under weighted every other replica would propose
     the same rendezvous pick at the second turn, the one that failed: the sibling is claimed."""
-    from gateway.pipeline.pool import _hold
-
     clock = Clock()
     store = Shared(clock)
     (a, _), (b, _) = replica(store, clock), replica(store, clock)
