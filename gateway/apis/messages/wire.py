@@ -33,6 +33,7 @@ from gateway.apis.base import (
     Capped,
     Ending,
     EventKind,
+    FailedAnswer,
     ForeignError,
     Inbound,
     Rejection,
@@ -163,6 +164,9 @@ class AnthropicMessages:
 
     def answer_text(self, doc: Mapping[str, Any]) -> str:
         return messages_text(doc)
+
+    def failed(self, doc: Mapping[str, Any]) -> FailedAnswer | None:
+        return None  # a Messages answer has no failed state: its errors come as errors
 
     def compress(
         self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None,
