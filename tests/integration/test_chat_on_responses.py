@@ -136,7 +136,8 @@ async def test_a_buffered_failed_response_is_the_error_it_names_for_a_chat_clien
     # Relayed as an answer, it reached the openai SDK as finish_reason "stop", content "" and
     # no usage, once: an empty turn where the provider said it had failed.
     gw = await make_gateway(upstream_yaml=UPSTREAM)
-    gw.fake.script(*[Reply(200, _failed_response(outage=True))] * 6)
+    failed = _failed_response(outage=True)
+    gw.fake.script(*[Reply(200, failed)] * 6)
     client = sdk(gw).with_options(max_retries=0)
     with pytest.raises(openai.InternalServerError) as caught:
         await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
@@ -145,6 +146,7 @@ async def test_a_buffered_failed_response_is_the_error_it_names_for_a_chat_clien
     assert got.headers["x-llm-attempts"] == "6" and len(gw.fake.responses_requests()) == 6  # its class's retries
     err = got.json()["error"]
     assert err["code"] == "server_error" and err["message"].startswith("Our servers are currently overloaded")
+    assert err["x_llm_upstream"]["body"] == {"error": failed["error"]}  # the provider's, nothing added
 
 
 async def test_a_buffered_failed_response_of_an_overflow_is_an_overflow_for_chat_and_messages(

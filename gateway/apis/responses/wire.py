@@ -134,8 +134,10 @@ class OpenAIResponses:
         # same answer taken for an empty turn, fixed by raising on it in #4516).
         if doc.get("status") != "failed":
             return None
-        payload = failed_error(doc)
-        return FailedAnswer(error_status(payload) or 500, json.dumps(payload).encode())
+        status = error_status(failed_error(doc)) or 500
+        err = doc.get("error")  # the body: the provider's error object as it came
+        err = err if isinstance(err, dict) else {"message": "the upstream response failed"}
+        return FailedAnswer(status, json.dumps({"error": err}).encode())
 
     def compress(
         self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None,
