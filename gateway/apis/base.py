@@ -207,6 +207,16 @@ class ForeignError:
     limit_tokens: int | None  # the provider's stated window, else the upstream's context_window
 
 
+@dataclass(frozen=True, slots=True)
+class FailedAnswer:
+    """A 2xx answer that reports its own failure in its API's terms (a Responses response whose
+    ``status`` is ``failed``): to a client of another API, which has no place for that status,
+    it is the error it names, classified and retried like the same error sent as one."""
+
+    status: int  # the HTTP status the same error gets when sent as an error answer
+    body: bytes  # the error alone (``{"error": {...}}``), as the classifier reads one
+
+
 class Dialect(Protocol):
     name: str  # for logs
     api: str  # the name config uses in ``upstreams[].apis``
@@ -267,6 +277,11 @@ class Dialect(Protocol):
     def answer_text(self, doc: Mapping[str, Any]) -> str:
         """What a buffered success body generated, as text (gateway/apis/answer_text.py): counted
         when the body carries no usage of its own."""
+        ...
+
+    def failed(self, doc: Mapping[str, Any]) -> FailedAnswer | None:
+        """The error a buffered success body reports in this API's own terms, read when the
+        body is to be translated for another API's client; None for an answer."""
         ...
 
     def compress(

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from gateway import jsonbody
 from gateway.apis import OPENAI_CHAT
-from gateway.apis.base import Dialect, EventKind, ForeignError, StreamReader
+from gateway.apis.base import Dialect, EventKind, FailedAnswer, ForeignError, StreamReader
 from gateway.apis.collect import collect
 from gateway.errors import EVENT_STATUS, Classification, ErrorType, TransportError
 from gateway.pipeline.outcome import (
@@ -317,6 +317,10 @@ async def _exchange(
                 facts = _facts(call, request)
                 return _upstream_error(svc, status, resp.headers, body, facts, answered=resp.status)
         translated = call.translation.answer(body, call.dialect) if call.translation is not None else None
+        if isinstance(translated, FailedAnswer):  # a Responses answer that failed, for another API's client
+            facts = _facts(call, request)
+            return _upstream_error(svc, translated.status, resp.headers, translated.body, facts,
+                                   answered=resp.status)  # fmt: skip
         if translated is not None:
             body, usage = translated
             return Success(resp.status, headers, body=body, usage=usage)

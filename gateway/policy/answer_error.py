@@ -28,7 +28,8 @@ from gateway.sse import error_status
 # What only an answer has at its top level, in any of the four APIs (chat's choices, a
 # Messages message's content, a Responses response's output, Gemini's candidates), and the
 # type or object naming one: a body with any of them is an answer, even with an error member
-# (a Responses response that failed carries both: the client reads it as the answer it is).
+# (a Responses response that failed carries both: a Responses client reads it as the answer
+# it is; translated for another API's client it is the error it names, ``Dialect.failed``).
 ANSWER_MEMBERS = ("choices", "content", "output", "candidates")
 ANSWER_KINDS = {"type": ("message",), "object": ("chat.completion", "response")}
 NO_STATUS = 502

@@ -15,7 +15,7 @@ from typing import Any
 
 from gateway import jsonbody
 from gateway.apis import DIALECT_FOR_API
-from gateway.apis.base import Dialect, Ending
+from gateway.apis.base import Dialect, Ending, FailedAnswer
 from gateway.config import UpstreamConfig
 from gateway.sse import EventSplitter
 from gateway.translate.base import Context, Known, Refusal, StreamTranslator, Target, Translator
@@ -57,18 +57,22 @@ class Translation:
     translator: Translator
     ctx: Context
 
-    def answer(self, body: bytes, wire: Dialect) -> tuple[bytes, dict[str, int]] | None:
+    def answer(self, body: bytes, wire: Dialect) -> tuple[bytes, dict[str, int]] | FailedAnswer | None:
         """A buffered 2xx body in the client's API, and its usage as the upstream (``wire``)
         counted it, read from the upstream's document before it is translated: the client's API
         may have no field for a count (chat and Responses usage has none for Anthropic's cache
         writes, folded into the prompt there), and a count it cannot hold is still paid for.
-        None when the body is not a JSON object (relayed as it came: nothing to translate)."""
+        None when the body is not a JSON object (relayed as it came: nothing to translate); the
+        error it names when it says in the upstream's terms that it failed (``Dialect.failed``)."""
         try:
             doc, lenient = jsonbody.loads(body)
         except ValueError:
             return None
         if not isinstance(doc, dict):
             return None
+        failed = wire.failed(doc)
+        if failed is not None:
+            return failed
         usage = wire.body_usage(doc)
         out = self.translator.answer(doc, self.ctx)
         return jsonbody.dumps(out, lenient=lenient), usage

@@ -155,6 +155,17 @@ def chat_data(doc: Mapping[str, Any]) -> bytes:
         return encode_data(doc)
 
 
+# What the gateway writes on the end of a stream it continued after a break (the final chat
+# chunk, ``message_delta``, ``response.completed``: docs/streaming.md). The splice marks the
+# upstream's end; each stream translator carries the mark onto the client's.
+CONTINUED = "x_llm_continued"
+
+
+def continued(doc: Mapping[str, Any]) -> bool:
+    """Whether an upstream event (or the response object it carries) bears the mark."""
+    return doc.get(CONTINUED) is True
+
+
 def wants_usage(ctx: Context) -> bool:
     """Whether a chat stream's client asked for its usage chunk (``stream_options``)."""
     options = ctx.request.get("stream_options")

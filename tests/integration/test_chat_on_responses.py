@@ -16,6 +16,7 @@ import pytest
 
 from gateway.fake.tool_call import _responses_call
 from gateway.sse import EventSplitter, parse_event
+from tests.corpus_cases import load_cases
 from tests.fakeupstream import Reply, Seq, Stream, response_object, responses_head, responses_stream
 
 CORPUS = Path(__file__).parents[1] / "corpus"
@@ -111,6 +112,62 @@ async def test_a_failed_response_mid_stream_ends_in_the_gateways_error_chunk(mak
     last = chunks[-1].json()
     assert last["choices"][0]["finish_reason"] == "error" and "error" in last
     assert "".join(c.json()["choices"][0]["delta"].get("content") or "" for c in chunks[:-1]).startswith("Hel")
+
+
+def _corpus_event(name: str) -> dict[str, Any]:
+    [case] = [c for c in load_cases() if c["name"] == name]
+    return dict(json.loads(case["body"].split("data: ", 1)[1]))
+
+
+def _failed_response(outage: bool = False) -> dict[str, Any]:
+    """A buffered Responses answer that failed: the response object of the corpus's real
+    ``response.failed`` (tests/corpus/wild.json), which is what a non-streamed request gets
+    in a 200. ``outage``: its error the Responses API's ``server_error`` code (openai-python
+    ``types/responses/response_error.py``) with the message of the corpus's real overloaded
+    stream error."""
+    response = _corpus_event("openai-responses-stream-failed-context-length-exceeded")["response"]
+    if outage:
+        said = _corpus_event("openai-responses-stream-error-servers-overloaded")["message"]
+        response["error"] = {"code": "server_error", "message": said}
+    return {**response_object("gpt-5-codex"), **response, "output": [], "usage": None}
+
+
+async def test_a_buffered_failed_response_is_the_error_it_names_for_a_chat_client(make_gateway, sdk) -> None:
+    # Relayed as an answer, it reached the openai SDK as finish_reason "stop", content "" and
+    # no usage, once: an empty turn where the provider said it had failed.
+    gw = await make_gateway(upstream_yaml=UPSTREAM)
+    failed = _failed_response(outage=True)
+    gw.fake.script(*[Reply(200, failed)] * 6)
+    client = sdk(gw).with_options(max_retries=0)
+    with pytest.raises(openai.InternalServerError) as caught:
+        await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    got = caught.value.response
+    assert got.headers["x-llm-error-type"] == "provider_unavailable"
+    assert got.headers["x-llm-attempts"] == "6" and len(gw.fake.responses_requests()) == 6  # its class's retries
+    err = got.json()["error"]
+    assert err["code"] == "server_error" and err["message"].startswith("Our servers are currently overloaded")
+    assert err["x_llm_upstream"]["body"] == {"error": failed["error"]}  # the provider's, nothing added
+
+
+async def test_a_buffered_failed_response_of_an_overflow_is_an_overflow_for_chat_and_messages(
+        make_gateway, sdk) -> None:  # fmt: skip
+    gw = await make_gateway(upstream_yaml=UPSTREAM)
+    gw.fake.script(*[Reply(200, _failed_response())] * 4)
+    with pytest.raises(openai.BadRequestError) as caught:
+        await sdk(gw).chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    assert caught.value.response.headers["x-llm-error-type"] == "context_overflow"
+    assert caught.value.code == "context_length_exceeded"
+    status, headers, body = await gw.messages()  # Messages → chat → Responses: the same answer
+    assert status == 400 and headers["x-llm-error-type"] == "context_overflow"
+    assert json.loads(body)["error"]["message"].startswith("prompt is too long")
+
+
+async def test_a_buffered_failed_response_reaches_a_responses_client_as_it_came(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=UPSTREAM)
+    failed = _failed_response(outage=True)
+    gw.fake.script(Reply(200, failed))
+    status, _, body = await gw.responses()
+    assert status == 200 and json.loads(body) == failed and len(gw.fake.responses_requests()) == 1
 
 
 async def test_claude_code_and_the_anthropic_sdk_on_a_responses_upstream(make_gateway, sdk) -> None:

@@ -431,9 +431,56 @@ async def test_a_gemini_clients_stream_on_a_chat_upstream_is_continued_as_chat(m
     said = "".join(p.get("text", "") for d in docs if "candidates" in d for p in d["candidates"][0]["content"]["parts"])
     if mode == "prefix":
         assert said == "".join(FIRST + REST) and "error" not in docs[-1]
-        assert docs[-1]["candidates"][0]["finishReason"] == "STOP"
+        assert docs[-1]["candidates"][0]["finishReason"] == "STOP" and docs[-1]["x_llm_continued"] is True
         assert gw.fake.chat_requests()[1].json()["messages"][-1] == {"role": "assistant", "content": "Once upon a",
                                                                      "prefix": True}  # fmt: skip
     else:
         assert said == "".join(FIRST) and docs[-1]["error"]["status"] == "UNAVAILABLE"
         assert len(gw.fake.chat_requests()) == 1
+
+
+def _chat_end(body: bytes) -> list[dict[str, object]]:
+    """A chat stream's finish chunk and the usage chunk after it."""
+    events = data_events(body)
+    assert events[-1] == "[DONE]", body
+    return [json.loads(e) for e in events[-3:-1]]
+
+
+async def test_a_chat_client_continued_on_a_messages_upstream_is_told_so(make_gateway) -> None:
+    # The splice marked the upstream's message_delta; the translated stream dropped the mark.
+    gw = await make_gateway(upstream_yaml=", apis: [messages], model_map: {'*': claude-x}, continuation: prefill")
+    gw.fake.script(broken_messages(), continued_messages())
+    status, _, body = await gw.chat({**REQ, "stream_options": {"include_usage": True}})
+    finish, usage = _chat_end(body)
+    assert status == 200 and text_of(body) == "Once upon a time, the end."
+    assert finish["choices"][0]["finish_reason"] == "stop" and finish["x_llm_continued"] is True  # type: ignore[index]
+    assert usage["choices"] == [] and usage["x_llm_continued"] is True
+
+
+async def test_a_chat_client_continued_on_a_responses_upstream_is_told_so(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", apis: [responses], continuation: continue_final_message")
+    gw.fake.script(broken_responses(), continued_responses())
+    status, _, body = await gw.chat({**REQ, "model": "qwen3"})
+    events = data_events(body)
+    finish = json.loads(events[-2])
+    assert status == 200 and text_of(body) == "".join(FIRST + REST)
+    assert finish["choices"][0]["finish_reason"] == "stop" and finish["x_llm_continued"] is True
+
+
+async def test_a_messages_client_continued_on_a_chat_upstream_is_told_so(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", apis: [chat], continuation: prefix")
+    gw.fake.script(broken_chat(), continued_chat())
+    status, _, body = await gw.messages({"model": "claude-x", "max_tokens": 100, "stream": True,
+                                         "messages": [{"role": "user", "content": "Tell a story"}]})  # fmt: skip
+    evs = named_events(body)
+    assert status == 200 and [n for n, _ in evs][-2:] == ["message_delta", "message_stop"]
+    assert evs[-2][1]["delta"]["stop_reason"] == "end_turn" and evs[-2][1]["x_llm_continued"] is True
+
+
+async def test_a_responses_client_continued_on_a_chat_upstream_is_told_so(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", apis: [chat], continuation: prefix")
+    gw.fake.script(broken_chat(), continued_chat())
+    status, _, body = await gw.responses(RESP_REQ)
+    name, final = named_events(body)[-1]
+    assert status == 200 and name == "response.completed" and responses_text(body) == "".join(FIRST + REST)
+    assert final["x_llm_continued"] is True and final["response"]["x_llm_continued"] is True

@@ -17,8 +17,9 @@ from typing import Any
 
 import anthropic
 import openai
+import pytest
 
-from tests.fakeupstream import Stream, chunk
+from tests.fakeupstream import Stream, anthropic_head, anthropic_tail, chunk, sse, text_delta
 
 USAGE = {"promptTokenCount": 9, "candidatesTokenCount": 3, "totalTokenCount": 12}
 
@@ -102,3 +103,35 @@ async def test_a_chat_stream_closed_after_its_finish_without_done_ends_normally_
         assert message.usage.output_tokens == 2
     finally:
         await client.close()
+
+
+@pytest.mark.parametrize("then", ["eof", "drop"])
+async def test_a_messages_stream_ended_after_its_stop_reason_without_message_stop_ends_normally_for_a_chat_client(
+    make_gateway: Any, then: str,
+) -> None:
+    """The message_delta with the stop_reason ends the answer (message_stop only follows, as
+    [DONE] follows chat's finish_reason): a clean close or a reset after it left the openai SDK
+    with finish_reason "error", code stream_broken, where docs/translation/chat_messages.md
+    promised the finish chunk."""
+    gw = await make_gateway(upstream_yaml=", apis: [messages], model_map: {'*': claude-x}")
+    gw.fake.script(Stream([*anthropic_head(), text_delta("Hi"), text_delta(" there"), *anthropic_tail(2)[:2]],
+                          then=then))  # fmt: skip
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="dummy", max_retries=0)
+    try:
+        stream = await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}],
+                                                      stream=True, stream_options={"include_usage": True})  # fmt: skip
+        chunks = [c async for c in stream]
+    finally:
+        await client.close()
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Hi there"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 2
+
+
+async def test_a_messages_stream_closed_before_its_stop_reason_is_still_broken(make_gateway: Any) -> None:
+    gw = await make_gateway(upstream_yaml=", apis: [messages], model_map: {'*': claude-x}")
+    counts_only = sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": None},
+                                        "usage": {"output_tokens": 1}})  # fmt: skip
+    gw.fake.script(Stream([*anthropic_head(), text_delta("Hi"), counts_only], then="eof"))
+    status, _, body = await gw.chat({"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
+    assert status == 200 and b"[DONE]" not in body and b'"code":"stream_broken"' in body

@@ -23,6 +23,7 @@ from gateway.apis.base import (
     Capped,
     Ending,
     EventKind,
+    FailedAnswer,
     ForeignError,
     Inbound,
     Rejection,
@@ -114,6 +115,9 @@ class OpenAIChat:
 
     def answer_text(self, doc: Mapping[str, Any]) -> str:
         return chat_text(doc)
+
+    def failed(self, doc: Mapping[str, Any]) -> FailedAnswer | None:
+        return None  # a chat completion has no failed state: its errors come as errors
 
     def compress(
         self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None,

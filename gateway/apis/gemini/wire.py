@@ -42,6 +42,7 @@ from gateway.apis.base import (
     Capped,
     Ending,
     EventKind,
+    FailedAnswer,
     ForeignError,
     Inbound,
     Rejection,
@@ -122,6 +123,9 @@ class GeminiGenerate:
 
     def answer_text(self, doc: Mapping[str, Any]) -> str:
         return gemini_text(doc)
+
+    def failed(self, doc: Mapping[str, Any]) -> FailedAnswer | None:
+        return None  # a finishReason that stops a candidate is an ending the translators carry
 
     def compress(
         self,

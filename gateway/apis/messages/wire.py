@@ -33,6 +33,7 @@ from gateway.apis.base import (
     Capped,
     Ending,
     EventKind,
+    FailedAnswer,
     ForeignError,
     Inbound,
     Rejection,
@@ -166,6 +167,9 @@ class AnthropicMessages:
 
     def answer_text(self, doc: Mapping[str, Any]) -> str:
         return messages_text(doc)
+
+    def failed(self, doc: Mapping[str, Any]) -> FailedAnswer | None:
+        return None  # a Messages answer has no failed state: its errors come as errors
 
     def compress(
         self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None,
@@ -309,14 +313,17 @@ class AnthropicStreamReader(ShownText):
             tracked = event.json()
             if isinstance(tracked, dict):
                 self._track(tracked)
-        if committed and b"message_stop" not in raw:
+        if committed and b"message_stop" not in raw and b"message_delta" not in raw:
             return EventKind.VISIBLE
         event = event or self.parsed_events.parse(raw)
         name = event.name
         doc = event.json()
         if name is None and isinstance(doc, dict) and isinstance(doc.get("type"), str):
             name = doc["type"]
-        if name == "message_stop":
+        if name == "message_stop" or (name == "message_delta" and _stops(doc)):
+            # The message_delta that gives the stop_reason ends the answer as chat's
+            # finish_reason does: message_stop, like [DONE], only follows it. A server that
+            # closes without it (or a reset or stall before it) has sent the whole answer.
             return EventKind.FINAL
         if committed:
             return EventKind.VISIBLE
@@ -350,6 +357,11 @@ class AnthropicStreamReader(ShownText):
             "request_id": request_id,
         }  # fmt: skip
         return b"event: error\ndata: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _stops(doc: Any) -> bool:
+    delta = doc.get("delta") if isinstance(doc, dict) else None
+    return isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str)
 
 
 def _empty_block(block: Any) -> bool:

@@ -31,6 +31,7 @@ from gateway.apis.base import (
     Capped,
     Ending,
     EventKind,
+    FailedAnswer,
     ForeignError,
     Inbound,
     Rejection,
@@ -54,7 +55,7 @@ from gateway.errors import Classification
 from gateway.policy.compress import CompressionResult
 from gateway.policy.foreign_reasoning import GATEWAY_THINKING_MARK, without_gateway_thinking
 from gateway.policy.tool_outputs import Stage, ToolOutputPolicy
-from gateway.sse import Event, ParsedEvents
+from gateway.sse import Event, ParsedEvents, error_status
 
 _CONTENTLESS = frozenset({"response.created", "response.in_progress", "response.queued"})
 _FINAL = frozenset({"response.completed", "response.incomplete"})
@@ -129,6 +130,19 @@ class OpenAIResponses:
     def answer_text(self, doc: Mapping[str, Any]) -> str:
         return responses_text(doc)
 
+    def failed(self, doc: Mapping[str, Any]) -> FailedAnswer | None:
+        # A response that failed once the model had started comes in a 200 with ``status:
+        # "failed"`` and its ``error`` (the API reference's Response object), the buffered twin
+        # of ``response.failed``. A Responses client reads it as such; a chat client has only
+        # a finish_reason, and got an empty ``stop`` (openai/openai-agents-python#4515: the
+        # same answer taken for an empty turn, fixed by raising on it in #4516).
+        if doc.get("status") != "failed":
+            return None
+        status = error_status(failed_error(doc)) or 500
+        err = doc.get("error")  # the body: the provider's error object as it came
+        err = err if isinstance(err, dict) else {"message": "the upstream response failed"}
+        return FailedAnswer(status, json.dumps({"error": err}).encode())
+
     def compress(
         self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None,
         removed_tokens: float = 0.0,
@@ -171,6 +185,18 @@ class OpenAIResponses:
 
     def cap_tool_outputs(self, payload: Mapping[str, Any], max_tokens: int) -> Capped:
         return cap_outputs(payload, max_tokens)
+
+
+def failed_error(response: Mapping[str, Any]) -> dict[str, Any]:
+    """A failed response's ``error``, streamed or buffered, in the shape the classifier reads."""
+    err = response.get("error")
+    return _with_status(err if isinstance(err, dict) else {"message": "the upstream response failed"})
+
+
+def _with_status(err: dict[str, Any]) -> dict[str, Any]:
+    code = err.get("code")
+    status = _STATUS_FOR_CODE.get(code, 500) if isinstance(code, str) else 500
+    return {"error": {**err, "status": err.get("status") or status}}
 
 
 def responses_usage(usage: Any) -> dict[str, int]:
@@ -253,17 +279,13 @@ class ResponsesStreamReader:
         kind = doc.get("type")
         if kind == "response.failed":
             response = doc.get("response")
-            err = response.get("error") if isinstance(response, dict) else None
-            err = err if isinstance(err, dict) else {"message": "the upstream response failed"}
-        elif kind == "error":
+            return failed_error(response if isinstance(response, dict) else {})
+        if kind == "error":
             err = {k: doc[k] for k in ("code", "message", "param") if k in doc}
             if isinstance(doc.get("error"), dict):
                 err = doc["error"]
-        else:
-            return None
-        code = err.get("code")
-        status = _STATUS_FOR_CODE.get(code, 500) if isinstance(code, str) else 500
-        return {"error": {**err, "status": err.get("status") or status}}
+            return _with_status(err)
+        return None
 
     def track(self) -> None:
         self.shown = responses_continue.Shown()

@@ -120,7 +120,9 @@ def chat_completion(doc: Mapping[str, Any], ctx: Context, created: int) -> dict[
         # inlineData (an image the model made), executableCode, …: nothing a chat message holds
     failed = None if calls else failed_call_text(field(candidate, "finishReason"))
     if failed is not None:
-        texts.append(("\n\n" if texts else "") + failed)
+        # Set apart from text the model wrote, if any: an empty part is none (a client parsing
+        # the content as JSON, response_format's .parse(), then reads the note alone).
+        texts.append(("\n\n" if any(texts) else "") + failed)
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
     if reasoning:
         message["reasoning_content"] = "".join(reasoning)
@@ -163,6 +165,7 @@ class ChatStream:
         self.started = False
         self.finished = False
         self.calls = 0
+        self.said = False  # content text was shown: the failed-call note is set apart from it
         self.reason: Any = None
         self.usage: Any = None
         self.functions = function_names(ctx.request.get("tools"))
@@ -190,6 +193,7 @@ class ChatStream:
             if isinstance(text, str):
                 if text:
                     key = "reasoning_content" if part.get("thought") is True else "content"
+                    self.said = self.said or key == "content"
                     out.append(self._chunk({key: text}))
                 continue
             call = tool_call(part, f"call_{self.ctx.request_id}_{self.calls}", self.functions)
@@ -218,7 +222,7 @@ class ChatStream:
             out = self._chunk({"role": "assistant", "content": ""})
         failed = None if self.calls else failed_call_text(self.reason)
         if failed is not None:
-            out += self._chunk({"content": failed})
+            out += self._chunk({"content": ("\n\n" if self.said else "") + failed})
         out += self._chunk({}, finish_reason(self.reason, self.calls > 0))
         if self.include_usage:
             out += chat_data({**self.base, "choices": [], "usage": chat_usage(self.usage)})

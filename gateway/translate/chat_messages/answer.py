@@ -31,7 +31,7 @@ import orjson
 from gateway.apis.base import Ending
 from gateway.apis.chat.wire import broken_chunk
 from gateway.sse import parse_event
-from gateway.translate.base import Context, Known, chat_data, wants_usage
+from gateway.translate.base import CONTINUED, Context, Known, chat_data, continued, wants_usage
 from gateway.translate.tool_ids import from_anthropic_id
 
 FINISH_REASON = {
@@ -156,12 +156,13 @@ class ChatStream:
         self.signed = 0  # thinking_blocks entries sent
         self.stop_reason: Any = None
         self.usage: dict[str, Any] = {}
+        self.continued = False  # the gateway continued the stream: its end says so
         self._head: bytes | None = None  # a delta chunk's bytes before its delta
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
         if finish is not None:
             return chat_data({**self.base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                                                    "finish_reason": finish}]})  # fmt: skip
+                                                    "finish_reason": finish}], **self._mark()})  # fmt: skip
         # The hot path (one chunk per upstream delta): only the delta is serialised; the
         # envelope around it is made once per stream.
         if self._head is None:
@@ -200,6 +201,7 @@ class ChatStream:
             if isinstance(delta, dict) and delta.get("stop_reason") is not None:
                 self.stop_reason = delta["stop_reason"]
             self._take_usage(doc.get("usage"))
+            self.continued = self.continued or continued(doc)
             return b""
         if kind == "content_block_stop":
             index = doc.get("index")
@@ -282,9 +284,14 @@ class ChatStream:
         out = self._start() + b"".join(self._no_arguments(i) for i in sorted(self.bare))
         out += self._chunk({}, finish_reason(self.stop_reason))
         if self.include_usage:
-            out += chat_data({**self.base, "choices": [], "usage": chat_usage(self.usage)})
+            out += chat_data({**self.base, "choices": [], "usage": chat_usage(self.usage), **self._mark()})
         self.finished = True
         return out + _DONE
+
+    def _mark(self) -> dict[str, bool]:
+        """On the finish and usage chunks of a continued stream, as a chat upstream's splice
+        marks them (``apis/chat/resume.py``)."""
+        return {CONTINUED: True} if self.continued else {}
 
     def broken(self, ending: Ending) -> bytes:
         """The gateway's own chat broken chunk (``finish_reason: "error"`` with ``error``),

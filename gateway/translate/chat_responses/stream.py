@@ -18,7 +18,7 @@ from typing import Any
 from gateway.apis.base import Ending
 from gateway.apis.chat.wire import broken_chunk
 from gateway.sse import parse_event
-from gateway.translate.base import Context, Known, chat_data, wants_usage
+from gateway.translate.base import CONTINUED, Context, Known, chat_data, continued, wants_usage
 from gateway.translate.chat_responses.answer import chat_id, chat_usage, finish_reason
 
 _DONE = b"data: [DONE]\n\n"
@@ -42,6 +42,7 @@ class ChatStream:
         self.bare: set[Any] = set()  # calls no argument text has been sent for yet
         self.thought: tuple[Any, Any] | None = None  # the reasoning part last written from
         self.response: Mapping[str, Any] = {}
+        self.continued = False  # the gateway continued the stream: its end says so
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
@@ -65,6 +66,7 @@ class ChatStream:
             return self._start()
         if kind in _FINAL:
             self._take(doc.get("response"))
+            self.continued = continued(doc) or continued(self.response)
             return self.close()
         if kind == "response.output_item.added":
             return self._start() + self._added(doc.get("output_index"), doc.get("item"))
@@ -132,9 +134,13 @@ class ChatStream:
             return b""
         out = self._start() + b"".join(self._arguments(i, None, last=True) for i in list(self.bare))
         r = self.response
-        out += self._chunk({}, finish_reason(r.get("status"), r.get("incomplete_details"), bool(self.calls)))
+        # A continued stream's finish and usage chunks are marked, as a chat upstream's are.
+        mark = {CONTINUED: True} if self.continued else {}
+        finish = finish_reason(r.get("status"), r.get("incomplete_details"), bool(self.calls))
+        out += chat_data({**self.base, "choices": [{"index": 0, "delta": {}, "logprobs": None,
+                                                    "finish_reason": finish}], **mark})  # fmt: skip
         if self.include_usage:
-            out += chat_data({**self.base, "choices": [], "usage": chat_usage(r.get("usage"))})
+            out += chat_data({**self.base, "choices": [], "usage": chat_usage(r.get("usage")), **mark})
         self.finished = True
         return out + _DONE
 

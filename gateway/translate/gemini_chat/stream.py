@@ -25,7 +25,7 @@ from gateway.apis.chat.call_slots import CallSlots
 from gateway.apis.gemini.wire import broken_event, sse_event
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.sse import loads_event, parse_event
-from gateway.translate.base import Context, Known, input_tokens
+from gateway.translate.base import CONTINUED, Context, Known, continued, input_tokens
 from gateway.translate.gemini_chat.answer import (
     estimate_input_tokens,
     finish_reason,
@@ -65,6 +65,7 @@ class GeminiStream:
         self.chat_usage: dict[str, Any] | None = None
         self.shown = 0  # bytes of content sent, for an output estimate when usage never comes
         self.done = False
+        self.continued = False  # the gateway continued the stream: its end says so
         self.head = {"modelVersion": ctx.requested_model, "responseId": response_id(ctx)}
 
     def event(self, raw: bytes) -> bytes:
@@ -84,6 +85,7 @@ class GeminiStream:
             return b""
         if isinstance(doc.get("usage"), dict):
             self.chat_usage = doc["usage"]
+        self.continued = self.continued or continued(doc)
         out: list[bytes] = []
         for choice in doc.get("choices") or ():
             if isinstance(choice, dict) and choice.get("index", 0) == 0:
@@ -147,4 +149,6 @@ class GeminiStream:
             self.ctx.notes["usage_estimated"] = True
         candidate = {"content": {"role": "model", "parts": parts or [{"text": ""}]},
                      "finishReason": finish_reason(self.finish), "index": 0}  # fmt: skip
-        return sse_event({"candidates": [candidate], "usageMetadata": usage, **self.head})
+        # Gemini has no end marker of its own: the event with the finishReason is marked.
+        mark = {CONTINUED: True} if self.continued else {}
+        return sse_event({"candidates": [candidate], "usageMetadata": usage, **self.head, **mark})

@@ -32,7 +32,7 @@ from gateway.apis.chat.call_slots import CallSlots
 from gateway.apis.messages.wire import AnthropicStreamReader
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.sse import loads_event, parse_event
-from gateway.translate.base import Context, Known, input_tokens
+from gateway.translate.base import CONTINUED, Context, Known, continued, input_tokens
 from gateway.translate.messages_chat.answer import (
     estimate_input_tokens,
     matched_stop,
@@ -116,6 +116,7 @@ class ChatToMessagesStream:
         self.chat_usage: dict[str, Any] | None = None
         self.shown = 0  # bytes of content sent, for an output estimate when usage never comes
         self.estimate: int | None = None
+        self.continued = False  # the gateway continued the stream: its end says so
 
     # --- the StreamTranslator protocol -------------------------------------------------
 
@@ -142,6 +143,7 @@ class ChatToMessagesStream:
             return b""
         if isinstance(doc.get("usage"), dict):
             self.chat_usage = doc["usage"]
+        self.continued = self.continued or continued(doc)
         if not self.started:
             out.append(self._start(self.chat_usage))
         choices = doc.get("choices")
@@ -339,7 +341,10 @@ class ChatToMessagesStream:
             self.ctx.notes["finish_reason_missing"] = True
         sequence = self.matched if reason == "stop_sequence" else None
         delta = {"stop_reason": reason, "stop_sequence": sequence}
-        out.append(_event("message_delta", {"type": "message_delta", "delta": delta, "usage": counts}))
+        ending: dict[str, Any] = {"type": "message_delta", "delta": delta, "usage": counts}
+        if self.continued:  # where a Messages upstream's splice marks it (apis/messages/resume.py)
+            ending[CONTINUED] = True
+        out.append(_event("message_delta", ending))
         out.append(_STOP)
         return out
 

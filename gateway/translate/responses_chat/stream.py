@@ -26,7 +26,7 @@ from gateway.apis.chat.call_slots import CallSlots
 from gateway.apis.responses.failed import failed_response
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.sse import EventSplitter, loads_event, parse_event
-from gateway.translate.base import Context, Known
+from gateway.translate.base import CONTINUED, Context, Known, continued
 from gateway.translate.responses_chat import thinking, tool_search
 from gateway.translate.responses_chat.answer import (
     as_dict,
@@ -81,6 +81,7 @@ class ResponsesStream:
         self.open_call: _Call | None = None
         self.finish_reason: str | None = None
         self.chat_usage: Any = None
+        self.continued = False  # the gateway continued the stream: its end says so
         self.out: list[bytes] = []
         self.at: dict[str, Any] = {}  # where the open text item's deltas go
 
@@ -290,6 +291,7 @@ class ResponsesStream:
         self._start()
         if doc.get("usage"):
             self.chat_usage = doc["usage"]
+        self.continued = self.continued or continued(doc)
         for choice in doc.get("choices") or []:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
@@ -340,7 +342,11 @@ class ResponsesStream:
                 "completion": final["usage"]["output_tokens"],
             }
         name = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
-        self._emit(name, {"response": final})
+        if self.continued:  # where a Responses upstream's splice marks it (apis/responses/resume.py)
+            final[CONTINUED] = True
+            self._emit(name, {"response": final, CONTINUED: True})
+        else:
+            self._emit(name, {"response": final})
         self.ended = True
         return self._take()
 

@@ -28,7 +28,9 @@ D = ANTHROPIC_MESSAGES
     (sse("content_block_start", {"type": "content_block_start", "index": 1, "content_block": {
         "type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}}}), EventKind.VISIBLE),
     (text_delta("Hi"), EventKind.VISIBLE),
-    (anthropic_tail()[1], EventKind.VISIBLE),  # message_delta
+    (anthropic_tail()[1], EventKind.FINAL),  # message_delta with its stop_reason: the answer is whole
+    (sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": None},
+                           "usage": {"output_tokens": 3}}), EventKind.VISIBLE),  # counts only
     (anthropic_tail()[2], EventKind.FINAL),  # message_stop
     (b": comment\n\n", EventKind.CONTENTLESS),
     (sse("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}), EventKind.ERROR),
@@ -43,6 +45,8 @@ def test_after_commit_only_the_end_and_errors_matter() -> None:
     assert r.kind(sse("ping", {"type": "ping"}), committed=True) is EventKind.VISIBLE
     assert r.kind(text_delta("the word message_stop in text"), committed=True) is EventKind.VISIBLE
     assert r.kind(anthropic_tail()[2], committed=True) is EventKind.FINAL
+    assert r.kind(anthropic_tail()[1], committed=True) is EventKind.FINAL  # message_delta's stop_reason
+    assert r.kind(text_delta("the word message_delta in text"), committed=True) is EventKind.VISIBLE
     assert r.kind(text_delta("an error in prose"), committed=True) is EventKind.VISIBLE
 
 

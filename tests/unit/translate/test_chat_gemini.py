@@ -19,6 +19,7 @@ from gateway.sse import EventSplitter
 from gateway.translate import default_translations
 from gateway.translate.base import Context, Refusal, Target
 from gateway.translate.chat_gemini import ChatToGemini, signature
+from gateway.translate.chat_gemini.answer import failed_call_text
 from tests.unit.translate.wrong_types import CHAT, mutated
 
 ANSWERS = Path(__file__).resolve().parents[2] / "corpus" / "answers"
@@ -391,6 +392,24 @@ def test_a_turn_that_failed_to_call_a_function_says_so_instead_of_ending_empty(r
     raw = b"data: " + json.dumps(doc).encode() + b"\r\n\r\n"
     out = run_stream(raw, {"model": "gpt-4o", "messages": [USER], "stream": True})
     assert reason in "".join(c["choices"][0]["delta"].get("content", "") for c in out[:-1] if c["choices"])
+
+
+@pytest.mark.parametrize(("parts", "before"), [
+    # Gemini 3's empty text part carrying a thoughtSignature (BerriAI/litellm#17403), on the
+    # candidate of pydantic-ai #631: the note was "\n\n[the model's…", which .parse() of a
+    # response_format refused; the stream had no separator.
+    ([{"text": "", "thoughtSignature": "c2lnbmF0dXJl"}], ""),
+    ([{"text": "Let me check."}], "Let me check.\n\n"),
+])
+def test_the_failed_call_note_is_set_apart_only_from_text_and_alike_buffered_and_streamed(
+        parts: list[dict[str, Any]], before: str) -> None:  # fmt: skip
+    doc = {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "MALFORMED_FUNCTION_CALL",
+                           "index": 0}], "usageMetadata": {"promptTokenCount": 9}}  # fmt: skip
+    said = T.answer(doc, ctx())["choices"][0]["message"]["content"]
+    assert said == before + failed_call_text("MALFORMED_FUNCTION_CALL")
+    raw = b"data: " + json.dumps(doc).encode() + b"\r\n\r\n"
+    out = run_stream(raw, {"model": "gpt-4o", "messages": [USER], "stream": True})
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in out[:-1] if c["choices"]) == said
 
 
 # The audit fuzz's crashes on this direction (each a 500 internal_error), one per site, and the
