@@ -99,3 +99,7 @@ def _render(c: Classification, *, as_json: bool) -> str:
     if c.provider_code:
         lines.append(f"code:      {c.provider_code}")
     return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # python -m gateway.classify_cli, as well as `llm-gateway classify`
+    sys.exit(main(sys.argv[1:]))

@@ -244,10 +244,25 @@ _OPENAI_STATUS = {
 }  # fmt: skip
 
 
+# Text Generation Inference sends its stream errors as ``{"error": "<text>", "error_type": ...}``
+# (an ErrorResponse, router/src/server.rs ``impl From<InferError> for Event``); the statuses its
+# HTTP answers give the same types (``impl From<InferError> for (StatusCode, ...)`` there, the
+# names from ``InferError::error_type`` in router/src/infer/mod.rs). Read as a 500, a request TGI
+# refused ("`temperature` must be strictly positive") was retried six times as an outage.
+_TGI_STATUS = {
+    "validation": 422, "template_error": 422, "missing_template_variable": 422, "tool_error": 422,
+    "overloaded": 429, "generation": 424, "incomplete_generation": 500,
+}  # fmt: skip
+
+
 def error_status(payload: dict[str, Any]) -> int | None:
     """The HTTP status an error event carries in ``error.status`` or a numeric ``error.code``,
-    or the one its Anthropic ``error.type`` or OpenAI ``error.code`` / 429 type stands for."""
+    or the one its Anthropic ``error.type``, OpenAI ``error.code`` / 429 type or TGI
+    ``error_type`` stands for."""
     err = payload.get("error")
+    if isinstance(err, str):
+        kind = payload.get("error_type")
+        return _TGI_STATUS.get(kind) if isinstance(kind, str) else None
     if isinstance(err, dict):
         for key in ("status", "code"):
             value = err.get(key)
@@ -262,10 +277,16 @@ def error_status(payload: dict[str, Any]) -> int | None:
     return None
 
 
-def event_error_fields(payload: dict[str, Any]) -> tuple[str, str | None]:
-    """The message and code of an error event's payload (``{"error": {...}}``), as text."""
-    message, code = "the upstream reported an error in the stream", None
+def event_error_fields(
+    payload: dict[str, Any], fallback: str = "the upstream reported an error in the stream"
+) -> tuple[str, str | None]:
+    """The message and code of an error event's payload (``{"error": {...}}``, or TGI's
+    ``{"error": "<text>", "error_type": ...}``), as text; ``fallback`` when it has no message."""
+    message, code = fallback, None
     err = payload.get("error")
+    if isinstance(err, str):
+        kind = payload.get("error_type")
+        return err or fallback, kind if isinstance(kind, str) and kind else None
     if isinstance(err, dict):
         if isinstance(err.get("message"), str) and err["message"]:
             message = err["message"]

@@ -27,7 +27,14 @@ from gateway.pipeline.stamp import stamp
 from gateway.policy.classify import classify, classify_stream_event
 from gateway.policy.tokens import BYTES_PER_TOKEN, text_tokens
 from gateway.services import Services
-from gateway.sse import EventSplitter, EventTooLarge, error_status, parse_event, upstream_splitter
+from gateway.sse import (
+    EventSplitter,
+    EventTooLarge,
+    error_status,
+    event_error_fields,
+    parse_event,
+    upstream_splitter,
+)
 from gateway.translate.base import StreamTranslator
 from gateway.upstream import UpstreamFailure
 
@@ -477,13 +484,7 @@ def _filter(
 
 def _ending_from_event(payload: dict[str, Any], now_s: float) -> Ending:
     c = classify_stream_event(payload, now_s=now_s)
-    err = payload.get("error")
-    message, code = "the upstream reported an error mid-stream", None
-    if isinstance(err, dict):
-        if isinstance(err.get("message"), str):
-            message = err["message"]
-        raw_code = err.get("code") or err.get("type")
-        code = str(raw_code) if raw_code is not None else None
+    message, code = event_error_fields(payload, "the upstream reported an error mid-stream")
     return Ending(c, message, code, error_status(payload) or EVENT_STATUS[c.type])
 
 

@@ -22,7 +22,7 @@ The steps are numbered as in ``docs/classification.md``:
 6. **Wording by families of meaning** (``error_wording.py``): overflow, request bytes, an
    empty balance, a 5xx that blames the request, capacity, money, credentials, throttling.
 7. **Weak codes**, then **the status**: 401/403 auth, 429 rate limit, 5xx/408/529
-   provider unavailable, anything else unknown.
+   provider unavailable (and Groq's 498, its flex tier at capacity), anything else unknown.
 
 Why this order, with the cases that pin each step, is in ``docs/classification.md``; the
 bodies are in ``tests/corpus/``. Pure: no I/O, no clock (``now_s`` is passed in), and
@@ -70,9 +70,13 @@ _AUTH_CODES = {
 }  # fmt: skip
 _CAPACITY_CODES = {
     "overloaded_error", "engine_overloaded_error", "model_capacity_exhausted",
-    "serviceunavailableexception", "modelnotreadyexception", "3040",
+    "serviceunavailableexception", "modelnotreadyexception", "3040", "capacity_exceeded",
 }  # fmt: skip
 _NOT_FOUND_CODES = {"model_not_found"}
+# Statuses on which a capacity code or wording means "the provider is full": 5xx, and these.
+# 498 is Groq's own: its flex tier "will fail quickly with status 498 and error
+# capacity_exceeded. Add jittered backoff and retries" (console.groq.com/docs/flex-processing).
+_WAIT_STATUSES = (408, 429, 498)
 # Weak: generic types a provider also sends for other classes.
 _UNAVAILABLE_CODES = {
     "unavailable", "server_error", "api_error", "internal", "internalserverexception", "unavailable_error",
@@ -226,7 +230,7 @@ def _by_code(e: _Evidence) -> tuple[ErrorType, str] | None:
         return quota
     if 400 <= status < 500 and (hit := codes & _BUDGET_CODES):
         return BUDGET, f"code:{_one(hit)}"
-    if (status >= 500 or status in (408, 429)) and (hit := codes & _CAPACITY_CODES):
+    if (status >= 500 or status in _WAIT_STATUSES) and (hit := codes & _CAPACITY_CODES):
         return UNAVAILABLE, f"code:{_one(hit)}"
     if 400 <= status < 500 and (hit := codes & _AUTH_CODES):
         # Anthropic-style APIs send permission_error with every 403, a plan gate or a spent
@@ -299,7 +303,7 @@ def _by_wording(e: _Evidence) -> tuple[ErrorType, str] | None:
         return BUDGET, "wording:empty balance"
     if status >= 500 and words.REQUEST_INVALID.search(text):
         return UNKNOWN, "wording:5xx blames the request"
-    if (status >= 500 or status in (408, 429)) and words.CAPACITY.search(text):
+    if (status >= 500 or status in _WAIT_STATUSES) and words.CAPACITY.search(text):
         return UNAVAILABLE, "wording:capacity"
     if 400 <= status < 500 and (words.SPEND_CAP.search(text) or words.PLAN_GATE.search(text)):
         return BUDGET, "wording:spending cap or plan gate"
@@ -317,7 +321,7 @@ def _by_weak_code(e: _Evidence) -> tuple[ErrorType, str] | None:
     if status >= 500 and (hit := codes & _REQUEST_INVALID_CODES):
         return UNKNOWN, f"code:{_one(hit)} on a {status}"
     throttled = codes & _THROTTLE_CODES
-    if (status >= 500 or status in (408, 429)) and (hit := codes & _UNAVAILABLE_CODES) and not throttled:
+    if (status >= 500 or status in _WAIT_STATUSES) and (hit := codes & _UNAVAILABLE_CODES) and not throttled:
         return UNAVAILABLE, f"code:{_one(hit)}"
     if status < 500 and throttled:
         return RATE, f"code:{_one(throttled)}"
@@ -329,7 +333,7 @@ def _by_status(status: int) -> tuple[ErrorType, str]:
         return AUTH, f"status:{status}"
     if status == 429:
         return RATE, "status:429"
-    if status >= 500 or status == 408:
+    if status >= 500 or status in (408, 498):
         return UNAVAILABLE, f"status:{status}"
     return UNKNOWN, f"status:{status}"
 

@@ -42,6 +42,12 @@ _STATED_WAIT = re.compile(
     r"(days?|hours?|hrs?|minutes?|mins?|seconds?|secs?)?\b",
     re.IGNORECASE,
 )
+# "Please wait 85841 seconds before retrying." (GitHub Models, Azure AI inference): no "in" or
+# "after", so the unit must be spelled out or a stray number would read as a wait.
+_WAIT_FOR = re.compile(
+    r"\bwait\s+(?:for\s+)?(\d+(?:\.\d+)?)\s*(days?|hours?|hrs?|minutes?|mins?|seconds?|secs?)\b",
+    re.IGNORECASE,
+)
 _UNIT_S = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
 # A window the wording names: a reset that far away, unless a wait is stated.
 _WINDOWS: tuple[tuple[re.Pattern[str], float, str], ...] = tuple(
@@ -55,6 +61,9 @@ _WINDOWS: tuple[tuple[re.Pattern[str], float, str], ...] = tuple(
         (r"\bper[ _-]?min(?:ute)?\b|\bTPM\b|\bRPM\b|\bper[ _-]?second\b|\bconcurrency\b", 60.0, "minute"),
     )
 )
+# A window given in seconds: GitHub Models' "Rate limit of 8 per 86400s exceeded for
+# UserByModelByDay", "15 per 60s ... UserByModelByMinute".
+_SECONDS_WINDOW = re.compile(r"\bper (\d+) ?s(?:ec(?:ond)?s?)?\b", re.IGNORECASE)
 _ZERO_LIMIT = re.compile(r"\blimit: 0\b|\(0/0 used\)")  # Google, MiniMax: the plan has no quota at all
 
 
@@ -98,15 +107,25 @@ def stated_wait_s(text: str, docs: tuple[dict[str, Any], ...], now_s: float) -> 
         at = _number(doc.get("resets_at"))
         if at is not None and at > now_s:
             return Horizon(at - now_s, f"body resets_at={at:g}")
-    for m in _STATED_WAIT.finditer(text):
-        wait = _wait_of(m.group(1), m.group(2))
-        if wait is not None:
-            return Horizon(wait, f"body '{m.group(0).strip()}'")
+    for pattern in (_STATED_WAIT, _WAIT_FOR):
+        for m in pattern.finditer(text):
+            wait = _wait_of(m.group(1), m.group(2))
+            if wait is not None:
+                return Horizon(wait, f"body '{m.group(0).strip()}'")
     return None
 
 
 def named_window_s(text: str) -> Horizon | None:
     """The window the wording names, the longest first: a plan's month outlasts its minute."""
+    named = _named_window(text)
+    m = _SECONDS_WINDOW.search(text)
+    span = _sane(float(m.group(1))) if m else None
+    if m and span and (named is None or span > named.seconds):
+        return Horizon(span, f"window {m.group(1)}s")
+    return named
+
+
+def _named_window(text: str) -> Horizon | None:
     for pattern, seconds, name in _WINDOWS:
         m = pattern.search(text)
         if m:

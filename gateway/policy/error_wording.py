@@ -26,10 +26,17 @@ OVERFLOW = re.compile(
     r"|maximum (?:prompt|input) length"  # xAI, vLLM
     r"|maximum allowed input length"
     r"|tokens \+ `?max_new_tokens`? must be <="  # TGI / HF endpoints
+    r"|`?inputs`? must have less than \d+ tokens"  # TGI ValidationError::InputLength (validation.rs)
+    r"|input token count is \d+ but model only supports up to"  # Vertex AI
+    r"|length of prompt_tokens \(\d+\) must be less than max_seq_len"  # SiliconFlow
+    # Cohere (docs.cohere.com/v1/reference/errors); not its "max tokens must be less than or equal
+    # to 4096, the maximum output": that limit is on the output, which compression cannot help.
+    r"|total number of tokens in the prompt cannot exceed|too many tokens: size limit exceeded by"
     r"|too large for model with \d+ maximum context"  # Mistral
     r"|context window (?:of this model|exceeded|is exceeded|limit)"
     r"|reduce the length of the messages"  # Groq's code-less variant
     r"|the model is loaded with context length of only"  # LM Studio
+    r"|does not currently support mid-generation context overflow"  # LM Studio
     r"|greater than the context length"  # LM Studio
     r"|exceeded (?:max )?context length"  # Ollama
     r"|exceeded model token limit"  # Kimi
@@ -64,6 +71,7 @@ BYTES = re.compile(
 # An empty account, said outright: outranks a throttle type and counts even on a 5xx.
 BALANCE = re.compile(
     r"insufficient (?:balance|credits|funds)|credit balance is too low|余额不足|run out of credits"
+    r"|balance is insufficient"  # SiliconFlow 30001 / 30011
     r"|out of extra usage|good standing|overdue|arrear",
     _I,
 )

@@ -42,10 +42,18 @@ _PATTERNS: tuple[tuple[re.Pattern[str], int, int, int], ...] = tuple(
         (rf"\({_N} tokens\) exceeds the available context size \({_N} tokens\)", 2, 1, 0),
         # Gemini: "The input token count (P) exceeds the maximum number of tokens allowed (L)"
         (rf"input token count \({_N}\) exceeds the maximum number of tokens allowed \({_N}\)", 2, 1, 0),
+        # Vertex AI: "the input token count is P but model only supports up to L"
+        (rf"input token count is {_N} but model only supports up to {_N}", 2, 1, 0),
         # Mistral: "Prompt contains P tokens ... too large for model with L maximum context length"
         (rf"contains {_N} tokens.*?too large for model with {_N} maximum context length", 2, 1, 0),
         # TGI / Together: "must be <= L. Given: P `inputs` tokens and C `max_new_tokens`"
         (rf"must be <= {_N}\. Given: {_N} `inputs` tokens and {_N} `max_new_tokens`", 1, 2, 3),
+        # TGI ValidationError::InputLength: "`inputs` must have less than L tokens. Given: P"
+        (rf"must have less than {_N} tokens\. Given: {_N}", 1, 2, 0),
+        # SiliconFlow: "length of prompt_tokens (P) must be less than max_seq_len (L)"
+        (rf"length of prompt_tokens \({_N}\) must be less than max_seq_len \({_N}\)", 2, 1, 0),
+        # Cohere: "total number of tokens in the prompt cannot exceed L - received P"
+        (rf"prompt cannot exceed {_N} - received {_N}", 1, 2, 0),
         # xAI: "maximum prompt length is L but the request contains P tokens"
         (rf"maximum prompt length is {_N} but the request contains {_N} tokens", 1, 2, 0),
         # Fireworks: "The prompt is too long: P, model maximum context length: L"
@@ -54,6 +62,8 @@ _PATTERNS: tuple[tuple[re.Pattern[str], int, int, int], ...] = tuple(
         (rf"exceeded model token limit: {_N} \(requested: {_N}\)", 1, 2, 0),
         # Groq 413: "... tokens per minute (TPM): Limit L, Requested P"
         (rf"Limit {_N}, Requested {_N}", 1, 2, 0),
+        # LM Studio: "Reached context length of L tokens with model (arch: ...) that does not ..."
+        (rf"Reached context length of {_N} tokens", 1, 0, 0),
         # Generic: "... is L tokens" with no request size
         (rf"maximum context length is {_N} tokens", 1, 0, 0),
     )

@@ -68,3 +68,10 @@ def test_wired_as_a_subcommand_of_the_console_script() -> None:
     )  # fmt: skip
     assert json.loads(proc.stdout)["type"] == "provider_unavailable"
     assert main(["--config", str(REPO / "no-such-file.yaml")]) == 2  # the server path is unchanged
+
+
+def test_runs_as_a_module_too() -> None:
+    # `python -m gateway.classify_cli --help` printed nothing: the module had no __main__ guard.
+    proc = subprocess.run([sys.executable, "-m", "gateway.classify_cli", "--help"],
+                          capture_output=True, cwd=REPO, check=True)  # fmt: skip
+    assert b"usage: llm-gateway classify" in proc.stdout

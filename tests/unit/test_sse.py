@@ -4,7 +4,14 @@ import pytest
 
 from gateway.apis.chat.wire import is_visible
 from gateway.apis.chat.wire import usage_doc as usage_of
-from gateway.sse import EventSplitter, EventTooLarge, error_payload, error_status, parse_event
+from gateway.sse import (
+    EventSplitter,
+    EventTooLarge,
+    error_payload,
+    error_status,
+    event_error_fields,
+    parse_event,
+)
 
 
 def ev(obj: object) -> bytes:
@@ -68,6 +75,27 @@ def test_error_events_in_both_dialects() -> None:
     assert p is not None and error_status(p) == 503
     assert error_payload(parse_event(anthropic_style)) is not None
     assert error_payload(parse_event(content_mentioning_error)) is None
+
+
+@pytest.mark.parametrize(
+    ("error_type", "status"),
+    [("validation", 422), ("tool_error", 422), ("overloaded", 429), ("generation", 424),
+     ("incomplete_generation", 500), ("not_a_tgi_type", None), (None, None)],
+)
+def test_tgi_stream_errors_keep_the_status_tgi_gives_their_type(error_type: str | None, status: int | None) -> None:
+    # TGI's stream error is {"error": "<text>", "error_type": ...} (router/src/server.rs); read
+    # as an object-less error it was a 500 with the gateway's own words instead of TGI's.
+    doc = {"error": "Input validation error: `temperature` must be strictly positive"}
+    if error_type is not None:
+        doc["error_type"] = error_type
+    p = error_payload(parse_event(ev(doc)))
+    assert p is not None and error_status(p) == status
+    assert event_error_fields(p) == (doc["error"], error_type)
+
+
+def test_an_error_event_without_a_message_says_so_in_the_callers_words() -> None:
+    assert event_error_fields({"error": ""}, "fallback") == ("fallback", None)
+    assert event_error_fields({"error": {"code": 500}}, "fallback") == ("fallback", "500")
 
 
 def test_usage_chunk_is_found() -> None:

@@ -347,3 +347,62 @@ def test_a_hosts_own_documentation_outweighs_borrowed_quota_wording(host: str | 
     # An empty balance said outright is money on any host.
     broke = b'{"error":{"message":"Insufficient balance","code":"insufficient_quota"}}'
     assert classify(429, {}, broke, now_s=NOW, request=RequestFacts(host=host)).type is ErrorType.BUDGET
+
+
+# GitHub Models' daily limit, as the audit quoted it: a day-long window stated twice (the wait in
+# seconds, the window as "per 86400s"), neither read, so a rate limit with no wait, retried.
+_GITHUB_DAY = ("Rate limit of 8 per 86400s exceeded for UserByModelByDay. "
+               "Please wait 85841 seconds before retrying.")  # fmt: skip
+
+
+def test_a_wait_stated_as_wait_n_seconds_is_read_and_a_day_of_it_is_budget() -> None:
+    body = json.dumps({"error": {"code": "RateLimitReached", "message": _GITHUB_DAY, "details": _GITHUB_DAY}})
+    c = classify(429, {}, body.encode(), now_s=NOW)
+    assert (c.type, c.evidence, c.retry_after_s) == (
+        ErrorType.BUDGET, "horizon:85841s (body 'wait 85841 seconds')", 85841.0)
+    assert c.reset_at_ms == (NOW + 85841) * 1000
+
+
+def test_a_window_given_in_seconds_is_a_named_window() -> None:
+    body = json.dumps({"error": {"code": "RateLimitReached", "message": _GITHUB_DAY.split(" Please")[0]}})
+    c = classify(429, {}, body.encode(), now_s=NOW)
+    assert (c.type, c.evidence) == (ErrorType.BUDGET, "horizon:86400s (window 86400s)")
+
+
+def test_groqs_498_is_its_flex_tier_at_capacity() -> None:
+    # console.groq.com/docs/flex-processing: "fail quickly with status 498 and error
+    # capacity_exceeded. Add jittered backoff and retries". It was unknown and passed on raw.
+    assert classify(498, {}, b"", now_s=NOW).type is ErrorType.PROVIDER_UNAVAILABLE
+    c = classify(498, {}, b'{"error": {"code": "capacity_exceeded"}}', now_s=NOW)
+    assert (c.type, c.evidence) == (ErrorType.PROVIDER_UNAVAILABLE, "code:capacity_exceeded")
+    assert classify(400, {}, b'{"error": {"code": "capacity_exceeded"}}', now_s=NOW).type is ErrorType.UNKNOWN
+
+
+def test_an_empty_balance_said_as_balance_is_insufficient_is_budget_on_a_403() -> None:
+    # SiliconFlow's 30001, as the audit quoted it: it was auth (a 403), so no one topped up.
+    body = b'{"code":30001,"message":"Sorry, your account balance is insufficient","data":null}'
+    c = classify(403, {}, body, now_s=NOW)
+    assert (c.type, c.evidence) == (ErrorType.BUDGET, "wording:empty balance")
+
+
+def test_cohere_output_limit_is_not_an_overflow() -> None:
+    # docs.cohere.com/v1/reference/errors: a cap on the output, which compressing the input cannot help.
+    body = b'{"message": "too many tokens: max tokens must be less than or equal to 4096, the maximum output for this model - received 8192."}'
+    assert classify(400, {}, body, now_s=NOW).type is ErrorType.UNKNOWN
+
+
+@pytest.mark.parametrize(
+    ("message", "expected", "status"),
+    [
+        ("Input validation error: `temperature` must be strictly positive", ErrorType.UNKNOWN, 422),
+        ("Input validation error: `inputs` must have less than 4096 tokens. Given: 5000", ErrorType.CONTEXT_OVERFLOW, 422),
+        ("Model is overloaded", ErrorType.PROVIDER_UNAVAILABLE, 429),  # its 429 says "overloaded": capacity
+    ],
+)
+def test_tgi_stream_errors_are_classified_by_the_status_of_their_type(
+    message: str, expected: ErrorType, status: int
+) -> None:
+    # TGI's {"error": "<text>", "error_type": ...} event was read as a 500: six calls, then a 503.
+    error_type = {422: "validation", 429: "overloaded"}[status]
+    c = classify_stream_event({"error": message, "error_type": error_type}, now_s=NOW)
+    assert c.type is expected and c.message == message

@@ -21,6 +21,12 @@ from gateway.policy.overflow_limits import OverflowLimits, parse_overflow
         ("The prompt is too long: 140312, model maximum context length: 131072", OverflowLimits(131072, 140312, None)),
         ("Your request exceeded model token limit: 262144 (requested: 300000)", OverflowLimits(262144, 300000, None)),
         ("Request too large for model `llama` in organization `o` on tokens per minute (TPM): Limit 6000, Requested 9540, please reduce", OverflowLimits(6000, 9540, None)),
+        # tests/corpus: Vertex AI, TGI's InputLength, SiliconFlow, Cohere, LM Studio.
+        ("Unable to submit request because the input token count is 1251952 but model only supports up to 1048576. Reduce the input token count and try again.", OverflowLimits(1048576, 1251952, None)),
+        ("Input validation error: `inputs` must have less than 4096 tokens. Given: 5000", OverflowLimits(4096, 5000, None)),
+        ("length of prompt_tokens (57535) must be less than max_seq_len (32768)", OverflowLimits(32768, 57535, None)),
+        ("too many tokens: total number of tokens in the prompt cannot exceed 4081 - received 4292. Try using a shorter prompt, or enabling prompt truncating.", OverflowLimits(4081, 4292, None)),
+        ("Reached context length of 32000 tokens with model (arch: gpt-oss) that does not currently support mid-generation context overflow.", OverflowLimits(32000, None, None)),
         ("Prompt has 300,000 tokens but maximum context length is 131,072 tokens", OverflowLimits(131072, None, None)),
         ("Input is too long for requested model.", OverflowLimits()),
         ("", OverflowLimits()),
