@@ -1625,9 +1625,9 @@ def _unpriced(cfg: GatewayConfig) -> list[str]:
     for key in budgeted:
         for route, members in routes:
             for reached in _reached(route, key.models):
-                sent = [u.upstream_model(reached) for u in members] if _literal(reached) else []
-                if any(_covers(price, reached) for price in priced) \
-                        or any(_covers(price, name) for price in priced for name in sent):  # fmt: skip
+                if any(_covers(price, reached) for price in priced) or all(
+                        all(any(_covers(price, name) for price in priced) for name in _sent_as(u, reached))
+                        for u in members):  # fmt: skip
                     continue
                 names = found.setdefault(reached, [])
                 if key.name not in names:
@@ -1642,6 +1642,23 @@ def _unpriced(cfg: GatewayConfig) -> list[str]:
             f"no price (prices:, or the shipped table) covers: {shown}; a request for such a model is "
             "refused to a budgeted key (model_not_priced): add prices: entries for the models its agents "
             'use (USD per million tokens), or a "*" catch-all: prices: {"*": {input: ..., output: ...}}']
+
+
+def _sent_as(upstream: UpstreamConfig, reached: str) -> list[str]:
+    """The names ``upstream`` sends the models of glob ``reached`` as: the target of each
+    ``model_map`` entry some of them meet, up to the first entry that takes them all; where no
+    entry does, the rest go as asked (``reached`` itself). A pool of keys that maps
+    ``claude-*`` to one priced name is covered, which only a literal route was (audit with the
+    agents on pools and budgeted keys: the warning named ``claude-*``, ``gpt-*`` and ``*``)."""
+    if _literal(reached):
+        return [upstream.upstream_model(reached)]
+    sent: list[str] = []
+    for pattern, name in upstream.model_map:
+        if _covers(pattern, reached):
+            return [*sent, name]
+        if _overlap(pattern, reached):
+            sent.append(name)
+    return [*sent, reached]
 
 
 def _reached(route: str, allowed: tuple[str, ...]) -> list[str]:

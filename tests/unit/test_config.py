@@ -652,6 +652,27 @@ def test_a_route_mapped_to_a_priced_model_is_covered_and_star_is_warned() -> Non
     assert len(warnings) == 1 and "'*' (partly)" in warnings[0], warnings
 
 
+
+# A pool of keys maps a whole glob to one priced name (audit with the agents on pools and budgeted
+# keys): covered, as a literal route was. An entry that takes only part of the glob leaves the rest
+# sent as asked, unpriced: still warned.
+@pytest.mark.parametrize(("model_map", "warned"), [
+    ("{'claude-*': acme-claude}", False),
+    ("{'*': acme-claude}", False),
+    ("{'claude-opus-*': acme-claude, 'claude-*': acme-claude}", False),
+    ("{'claude-opus-*': acme-claude}", True),
+    ("{'claude-opus-*': unpriced-thing, 'claude-*': acme-claude}", True),
+])  # fmt: skip
+def test_a_glob_route_mapped_whole_to_a_priced_model_is_covered(model_map: str, warned: bool) -> None:
+    members = "".join(f"  - {{name: a{i}, base_url: 'http://127.0.0.1:9000/v1', api_key: k{i}, apis: [messages], "
+                      f"model_map: {model_map}}}\n" for i in (1, 2))  # fmt: skip
+    text = (f"upstreams:\n{members}pools: [{{name: claude, models: ['claude-*'], deployments: [a1, a2]}}]\n"
+            "prices: {acme-claude: {input: 3, output: 15}}\n" + REDIS + "keys: [{name: cc, key: gk-cc, budget: {usd: 5}}]\n")
+    warnings = [w for w in config_warnings(parse_config(text, env={})) if "no price" in w]
+    assert bool(warnings) is warned, warnings
+    if warned:
+        assert "'claude-*' (partly)" in warnings[0]
+
 def test_budgets_kept_in_memory_are_a_warning() -> None:
     budgeted = "keys: [{name: k, key: gk-k, budget: {usd: 5}, models: ['gpt-4o']}]"
     (warning,) = config_warnings(parse_config(UP + budgeted, env={}))
