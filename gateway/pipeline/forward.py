@@ -68,6 +68,7 @@ from gateway.policy.tool_outputs import Stage, Tally
 from gateway.routing import UnsafePath, request_headers, required_for, upstream_url, with_added
 from gateway.routing.affinity import conversation_key, opens_conversation
 from gateway.routing.headers import with_content_type
+from gateway.routing.pools import relayed_scope
 from gateway.routing.stored import continued, continued_in_body, named_in_path, stores
 from gateway.services import SERVICES, Route, Services, UpstreamRuntime
 from gateway.translate import NoLeg
@@ -292,6 +293,9 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         outcome = await send_across(svc, state, plan, pool, call_for, stored, keeps)
         return await relay(request, svc, state, outcome)
     call = call_for(route.upstreams[0])
+    # Its limits are not the model's generation's (routing/pools.relayed_scope): a 429 here notes
+    # no reset for the generation requests that follow (policy/pending_reset.py), nor theirs here.
+    state.pool_scope = relayed_scope(state.model)
     outcome = await send_one(svc, state, plan, call, body) if isinstance(call, Call) else call
     return await relay(request, svc, state, outcome)
 

@@ -208,8 +208,10 @@ _CREDENTIALS = ("authorization", "x-api-key", "api-key", "x-goog-api-key")
 
 def _target(state: RequestState, call: Call) -> str:
     """The store key of the rate limit ``call`` meets (policy/pending_reset.py): the operator's
-    key is the upstream's; a forwarded one is the client's, whose limit is its own."""
-    model = call.wire_model or state.model
+    key is the upstream's; a forwarded one is the client's, whose limit is its own. A request
+    relayed as it is (counting tokens) is under its own scope: Anthropic limits token counting
+    apart from message creation (routing/pools.relayed_scope)."""
+    model = state.pool_scope if state.pool_scope is not None else call.wire_model or state.model
     if call.up.cfg.api_key is not None:
         return pending_reset.target(call.up.cfg.name, model)
     lowered = {k.lower(): v for k, v in call.headers.items()}

@@ -182,3 +182,22 @@ async def test_a_forwarded_keys_pending_reset_is_its_own(make_gateway) -> None:
     assert status == 429 and headers["x-llm-attempts"] == "4"
     status, headers, _ = await gw.chat(one, headers=alice)
     assert status == 429 and headers["x-llm-attempts"] == "1"
+
+
+async def test_a_count_tokens_429_notes_no_reset_for_message_creation(make_gateway) -> None:
+    """Anthropic limits token counting apart from message creation ("Token counting and message
+    creation have separate and independent rate limits", its token-counting guide): a
+    count_tokens request that ran out of retries on a 429 leaves a Messages request's own 429
+    its retries (review: it was made final, x-should-retry false, and Claude Code's turn failed)."""
+    from tests.fakeupstream import anthropic_error, anthropic_message
+
+    gw = await make_gateway(upstream_yaml=", api_key: upkey, apis: [messages]")
+    gw.fake.keys.counting_limited_until("upkey", time.time() + 30)  # the fake's 429 with its wait
+    count = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "hi"}]}
+    async with gw.session.post(gw.base + "/v1/messages/count_tokens", json=count,
+                               headers={"anthropic-version": "2023-06-01"}) as r:  # fmt: skip
+        assert r.status == 429 and r.headers["x-llm-attempts"] == "4"  # its retries spent on the reset
+    limited = anthropic_error(429, "rate_limit_error", "Number of request tokens has exceeded your rate limit.")
+    gw.fake.script(Reply(429, limited.body, {"retry-after": "1"}), Reply(200, anthropic_message("claude-sonnet-4-5")))
+    status, headers, _ = await gw.messages()
+    assert status == 200 and headers["x-llm-attempts"] == "2"
