@@ -495,6 +495,19 @@ def _ending_from_event(payload: dict[str, Any], now_s: float) -> Ending:
 APART_S = 0.2
 
 
+async def _pause_apart(svc: Services) -> None:
+    """The pause before the apart form. drain_s running out in it (``Lifecycle.cut``) ends the
+    pause, not the ending: the event is written, and a second ending (``gateway_shutdown``) would
+    follow it with another error and give the bare form the wrong one (review)."""
+    try:
+        await svc.sleep(APART_S)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if not svc.life.shutting_down or task is None:
+            raise  # the client left (handler cancellation): nothing more to write
+        task.uncancel()
+
+
 async def _end_with_error(
     resp: web.StreamResponse, svc: Services, state: RequestState, reader: StreamReader, end: Ending,
     translator: StreamTranslator | None,
@@ -511,7 +524,7 @@ async def _end_with_error(
         sse = state.stream_response is web.StreamResponse
         apart = state.dialect.broken_apart(end, state.request_id) if sse else b""
         if apart:
-            await svc.sleep(APART_S)
+            await _pause_apart(svc)
             await resp.write(apart)
         await resp.write_eof()
     except ConnectionError:

@@ -96,3 +96,29 @@ async def test_a_json_array_stream_has_its_error_as_an_element_and_no_bare_copy(
         docs = json.loads(await r.read())
     assert [list(d) for d in docs][-1] == ["error"] and len(docs) == 2
     assert gw.slept == []  # nothing to wait for: the array's readers take the element
+
+
+async def test_drain_running_out_in_the_pause_keeps_the_streams_own_error(make_gateway: Any) -> None:
+    """drain_s runs out while the ending waits APART_S: the event already written stays the only
+    one, and its bare form follows at once; a second ending (gateway_shutdown) after it gave
+    @google/genai the wrong error (review)."""
+    import asyncio
+
+    from gateway.live import LIVE
+    from gateway.server import drain
+
+    gw = await make_gateway(upstream_yaml=CHAT_ONLY, real_sleep=True)
+    gw.fake.script(Stream([chunk({"role": "assistant", "content": ""}), chunk({"content": "The answer"})],
+                          then="drop"))  # fmt: skip
+    life = gw.app[LIVE].life
+    reading = asyncio.create_task(http_chunks(gw, SSE, corpus("gemini-cli-0.61-first")))
+    for _ in range(200):  # until the ending is in its pause: the stream is cut as soon as it starts
+        if gw.fake.requests and life.in_flight == 1:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(APART_S / 2)
+    await drain(life, drain_s=0.0)
+    pieces = await reading
+    errors = [d for d in sse_data(b"".join(pieces)) if "error" in d]
+    assert len(errors) == 1 and "stream_broken" in json.dumps(errors[0]), errors
+    assert json.loads(pieces[-1]) == errors[0]
