@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from gateway import jsonbody
 from gateway.apis import OPENAI_CHAT
-from gateway.apis.base import Dialect, EventKind, ForeignError, StreamReader
+from gateway.apis.base import Dialect, Ending, EventKind, ForeignError, StreamReader
 from gateway.apis.collect import collect
 from gateway.errors import EVENT_STATUS, Classification, ErrorType, TransportError
 from gateway.pipeline.outcome import (
@@ -36,6 +36,7 @@ from gateway.policy.overflow_limits import parse_overflow
 from gateway.policy.retry import EMPTY_STREAM, RetryPlan
 from gateway.policy.retry_after import reset_at_ms
 from gateway.policy.tokens import BYTES_PER_TOKEN
+from gateway.redaction import redact_bytes, redact_text
 from gateway.routing import response_headers
 from gateway.routing.headers import with_content_type
 from gateway.services import Services, UpstreamRuntime
@@ -138,6 +139,8 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
     token_first = token_s is not None and token_s < head_s
     call.head_s = None
     outcome = await _exchange(svc, state, request, call, token_s, token_first, mark)
+    if isinstance(outcome, Failure) and call.up.cfg.api_key is not None:
+        without_own_key(outcome, call.up.cfg.api_key)
     if isinstance(outcome, Failure) and outcome.classification.type is ErrorType.AUTH \
             and not call.up.cfg.forwards_client_credentials:  # fmt: skip
         outcome = operator_key_refused(call.up, outcome)
@@ -470,6 +473,19 @@ def _upstream_error(
     return Failure(c, answer, response_headers(headers), body, upstream_status=answered or status)
 
 
+def without_own_key(failure: Failure, key: str) -> None:
+    """The operator's key, as a provider's error may quote it, out of everything about
+    ``failure`` a client can be shown or the loop breaker keeps: the body relayed (and carried
+    to a translated client's ``x_llm_upstream``), the provider's message a translation renders,
+    the message of an error the gateway made from an event (``gateway/redaction.py``)."""
+    failure.body = redact_bytes(failure.body, key)
+    c = failure.classification
+    if c.message is not None and (message := redact_text(c.message, key)) != c.message:
+        failure.classification = replace(c, message=message)
+    if failure.own is not None and (message := redact_text(failure.own.message, key)) != failure.own.message:
+        failure.own = replace(failure.own, message=message)
+
+
 def operator_key_refused(up: UpstreamRuntime, failure: Failure) -> Failure:
     """The provider refused the credential the gateway sent (the operator's ``api_key``, or none
     at all where clients hold gateway keys): the client's own key is fine and only the operator
@@ -483,14 +499,28 @@ def operator_key_refused(up: UpstreamRuntime, failure: Failure) -> Failure:
     status = failure.upstream_status or failure.status
     if 200 <= status < 300:  # an error document under a 2xx: the status it names
         status = failure.status
-    out = gateway_failure(
-        502, c, f"the provider refused the gateway's own credentials for upstream '{up.cfg.name}' "
-        f"({status}), not yours: the gateway's operator must fix its api_key",
-        "upstream_auth",
-    )  # fmt: skip
+    out = gateway_failure(502, c, _refused_message(up, status), "upstream_auth")
     out.upstream_status = failure.upstream_status
     out.headers.extend((k, v) for k, v in failure.headers if k.lower() == "x-upstream-request-id")
     return out
+
+
+def _refused_message(up: UpstreamRuntime, status: int) -> str:
+    return (f"the provider refused the gateway's own credentials for upstream '{up.cfg.name}' "
+            f"({status}), not yours: the gateway's operator must fix its api_key")  # fmt: skip
+
+
+def own_key_ending(up: UpstreamRuntime, end: Ending) -> Ending:
+    """An error event that ended a stream already relayed, under the rules an error before it
+    is under (``without_own_key``, ``operator_key_refused``): the operator's key never
+    quoted, and a refusal of the gateway's own credential not blamed on the client's."""
+    cfg = up.cfg
+    if end.classification.type is ErrorType.AUTH and not cfg.forwards_client_credentials:
+        status = end.status or EVENT_STATUS[ErrorType.AUTH]
+        return replace(end, message=_refused_message(up, status), code="upstream_auth", status=502)
+    if cfg.api_key is not None:
+        return replace(end, message=redact_text(end.message, cfg.api_key))
+    return end
 
 
 def _transport(svc: Services, kind: TransportError, evidence: str | None = None) -> Failure:
