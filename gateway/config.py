@@ -1158,8 +1158,9 @@ class LoopBreakerConfig(_Model):
     )  # fmt: skip
     secret: str | None = Field(
         default=None, repr=False,
-        description="Key of the fingerprint (a keyed BLAKE2b MAC). Replicas share remembered answers only if "
-        "they share it; unset or empty: each gateway draws a random one (its workers share it).",
+        description="Key of the fingerprint (a keyed BLAKE2b MAC), and of the names of pools' conversations "
+        "in the state store. Replicas share remembered answers only if they share it; unset or empty: each "
+        "gateway draws a random one (its workers share it).",
     )  # fmt: skip
 
     @field_validator("secret")
@@ -1569,7 +1570,8 @@ def config_warnings(cfg: GatewayConfig) -> list[str]:
             # only separate gateways (other machines, other containers) end up with different ones.
             "state.backend is redis but loop_breaker.secret is not set: each replica draws its own "
             "(the workers of one replica share their supervisor's), so separate replicas never share "
-            "remembered answers; give every replica the same secret "
+            "remembered answers, and pools' conversations are named in Redis by a plain digest of "
+            "their opening; give every replica the same secret "
             "(loop_breaker: {secret: ${LOOP_BREAKER_SECRET}})"
         )
     workers = cfg.server.worker_count

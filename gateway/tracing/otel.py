@@ -138,6 +138,10 @@ class OtelTracing(Tracing):
         self.capture = capture_content
         self._mono = monotonic
         self._static: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+        self._known: tuple[str, ...] = ()
+
+    def know_secrets(self, keys: tuple[str, ...]) -> None:
+        self._known = keys
 
     # The request
 
@@ -264,7 +268,7 @@ class OtelTracing(Tracing):
             start_time=t0, attributes=attrs,
         )  # fmt: skip
         if self.capture and span.is_recording():
-            span.set_attributes(input_content(body, call.dialect.api))
+            span.set_attributes(input_content(body, call.dialect.api, self._known))
         rt.attempt = _Attempt(span, t0, self._mono(), call)
         headers = {k: v for k, v in call.headers.items() if k.lower() not in _CONTEXT_HEADERS}
         _W3C.inject(headers, context=trace.set_span_in_context(span))
@@ -309,9 +313,9 @@ class OtelTracing(Tracing):
                 # A translated answer is read already in the client's API (one the translation
                 # could not read is still the upstream's).
                 api = state.dialect.api if call.translation is not None else call.dialect.api
-                content = output_content(outcome.body, api)
+                content = output_content(outcome.body, api, self._known)
                 if not content and api != call.dialect.api:
-                    content = output_content(outcome.body, call.dialect.api)
+                    content = output_content(outcome.body, call.dialect.api, self._known)
                 span.set_attributes(content)
             a.ended_ns = _at(a.t0_ns, a.m0, now_m)
 

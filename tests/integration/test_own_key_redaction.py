@@ -104,3 +104,14 @@ async def test_a_mid_stream_event_of_another_class_is_redacted(make_gateway) -> 
     gw.fake.script(Stream([chunk({"role": "assistant", "content": "Hel"}), event]))
     body = await stream_body(gw)
     assert KEY.encode() not in body and b"Key [redacted] has exceeded its credit balance" in body
+
+
+async def test_the_loop_breaker_remembers_the_body_without_the_key(make_gateway) -> None:
+    """Remembered answers are kept in the state store (Redis: ``llm-gateway:a:<mac>``), so
+    what it keeps is what a client may be shown."""
+    gw = await make_gateway(upstream_yaml=OWN, extra_yaml="loop_breaker: {enabled: true}\n")
+    gw.fake.script(Reply(403, QUOTA))
+    first = await gw.chat()
+    second = await gw.chat()
+    assert second[1]["x-llm-attempts"] == "0" and second[2] == first[2]
+    assert KEY.encode() not in second[2] and b"[redacted]" in second[2]
