@@ -268,11 +268,13 @@ async def _exchange(
         # (A forwarded client credential's headers tell that client's headroom, not the key's.)
         refused = round(len(request.body) / BYTES_PER_TOKEN) if resp.status == 429 else None
         _headroom(svc, call, state.pool_model, resp.headers, mark, refused)
+    operator = call.up.cfg.api_key is not None  # the answer is to the gateway's own key
     try:
         if resp.status >= 400:
             facts = _facts(call, request)
-            return _upstream_error(svc, resp.status, resp.headers, await resp.read(ERROR_BODY_LIMIT), facts)
-        headers = response_headers(resp.headers)
+            return _upstream_error(svc, resp.status, resp.headers, await resp.read(ERROR_BODY_LIMIT), facts,
+                                   operator=operator)  # fmt: skip
+        headers = response_headers(resp.headers, operator)
         ctype = resp.headers.get("Content-Type", "")
         if mode is ReadMode.STREAM and ctype.startswith("text/event-stream"):
             reader = call.dialect.reader(call.strip_usage)
@@ -318,7 +320,8 @@ async def _exchange(
             status = error_status_of(body)
             if status is not None:  # an error document under a 2xx (OpenRouter's, once a model started)
                 facts = _facts(call, request)
-                return _upstream_error(svc, status, resp.headers, body, facts, answered=resp.status)
+                return _upstream_error(svc, status, resp.headers, body, facts, answered=resp.status,
+                                       operator=operator)  # fmt: skip
         translated = call.translation.answer(body, call.dialect) if call.translation is not None else None
         if translated is not None:
             body, usage = translated
@@ -459,7 +462,7 @@ def _collected(svc: Services, call: Call, body: bytes) -> bytes | Failure:
 
 def _upstream_error(
     svc: Services, status: int, headers: Mapping[str, str], body: bytes, facts: RequestFacts,
-    answered: int | None = None,
+    answered: int | None = None, operator: bool = False,
 ) -> Failure:
     """``answered``: the success status an error document came under (``policy/answer_error.py``);
     ``status`` is then the one the document names."""
@@ -470,7 +473,7 @@ def _upstream_error(
     answer = 402 if c.type is ErrorType.BUDGET else status
     if c.type is ErrorType.CONTEXT_OVERFLOW and (status == 429 or status >= 500):
         answer = 400  # a request too big for the window fails the same way every time
-    return Failure(c, answer, response_headers(headers), body, upstream_status=answered or status)
+    return Failure(c, answer, response_headers(headers, operator), body, upstream_status=answered or status)
 
 
 def without_own_key(failure: Failure, key: str) -> None:

@@ -115,3 +115,21 @@ async def test_the_loop_breaker_remembers_the_body_without_the_key(make_gateway)
     second = await gw.chat()
     assert second[1]["x-llm-attempts"] == "0" and second[2] == first[2]
     assert KEY.encode() not in second[2] and b"[redacted]" in second[2]
+
+
+async def test_headers_naming_the_operators_account_are_not_relayed_for_its_key(make_gateway) -> None:
+    """OpenAI's openai-organization is "the organization associated with the request"
+    (developers.openai.com/api/reference/overview, "Debugging requests"): the operator's."""
+    operator = {"openai-organization": "org-operator", "openai-project": "proj_operator",
+                "set-cookie": "__cf_bm=abc; path=/; HttpOnly", "x-ratelimit-remaining-requests": "99"}  # fmt: skip
+    gw = await make_gateway(upstream_yaml=OWN)
+    gw.fake.script(Reply(200, {"id": "x", "object": "chat.completion", "choices": []}, operator),
+                   Reply(403, QUOTA, operator))  # fmt: skip
+    for _ in range(2):
+        _, headers, _ = await gw.chat()
+        assert not {"openai-organization", "openai-project", "set-cookie"} & {k.lower() for k in headers}
+        assert headers["x-ratelimit-remaining-requests"] == "99"
+    forwarded = await make_gateway()  # the client's own key: its own organization, as it came
+    forwarded.fake.script(Reply(200, {"id": "x", "object": "chat.completion", "choices": []}, operator))
+    _, headers, _ = await forwarded.chat(headers={"Authorization": "Bearer sk-client"})
+    assert headers["openai-organization"] == "org-operator" and "set-cookie" in headers
