@@ -1099,6 +1099,19 @@ class StateConfig(_Model):
     def _redis_url(cls, v: str | None) -> str | None:
         if v and urlsplit(v).scheme not in ("redis", "rediss", "unix"):
             raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        if v:
+            # What redis-py would refuse at start-up with a traceback, said here; never the URL
+            # itself, which may hold the password.
+            try:
+                _ = urlsplit(v).port  # parsed on access
+            except ValueError:
+                raise ValueError("its port is not a number from 0 to 65535") from None
+            from redis.connection import parse_url  # the Redis client only when Redis is configured
+
+            try:
+                parse_url(v)  # type: ignore[no-untyped-call]
+            except ValueError as e:  # names the parameter, never its value: "Invalid value for 'x' ..."
+                raise ValueError(f"is not a usable Redis URL: {e}") from None
         return v or None
 
     @model_validator(mode="after")
@@ -1570,8 +1583,9 @@ def config_warnings(cfg: GatewayConfig) -> list[str]:
             # only separate gateways (other machines, other containers) end up with different ones.
             "state.backend is redis but loop_breaker.secret is not set: each replica draws its own "
             "(the workers of one replica share their supervisor's), so separate replicas never share "
-            "remembered answers, and pools' conversations are named in Redis by a plain digest of "
-            "their opening; give every replica the same secret "
+            "remembered answers, and pools' conversations are named in Redis by a plain digest of their "
+            "opening (or, with server.workers, by each replica's drawn secret, so replicas do not share "
+            "their homes); give every replica the same secret "
             "(loop_breaker: {secret: ${LOOP_BREAKER_SECRET}})"
         )
     workers = cfg.server.worker_count

@@ -149,6 +149,8 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
         svc.pool_state.timed(call.up.cfg.name, svc.monotonic() - t0)  # type: ignore[union-attr]
     if call.translation is not None and isinstance(outcome, Failure) and outcome.own is None:
         outcome.foreign = _foreign(call, outcome, len(body))
+        # Rendered as JSON in the client's API: not the upstream's text/plain or HTML any more.
+        outcome.headers = with_content_type(outcome.headers, "application/json")
     svc.tracing.attempt_ended(state, call, outcome)
     if isinstance(outcome, Failure) and plan.unexplained(outcome.classification):
         state.empty_attempts.append(call.up.cfg.name)  # counted once known what it was
@@ -502,15 +504,14 @@ def operator_key_refused(up: UpstreamRuntime, failure: Failure) -> Failure:
     status = failure.upstream_status or failure.status
     if 200 <= status < 300:  # an error document under a 2xx: the status it names
         status = failure.status
-    out = gateway_failure(502, c, _refused_message(up, status), "upstream_auth")
+    out = gateway_failure(
+        502, c, f"the provider refused the gateway's own credentials for upstream '{up.cfg.name}' "
+        f"({status}), not yours: the gateway's operator must fix its api_key",
+        "upstream_auth",
+    )  # fmt: skip
     out.upstream_status = failure.upstream_status
     out.headers.extend((k, v) for k, v in failure.headers if k.lower() == "x-upstream-request-id")
     return out
-
-
-def _refused_message(up: UpstreamRuntime, status: int) -> str:
-    return (f"the provider refused the gateway's own credentials for upstream '{up.cfg.name}' "
-            f"({status}), not yours: the gateway's operator must fix its api_key")  # fmt: skip
 
 
 def own_key_ending(up: UpstreamRuntime, end: Ending) -> Ending:
@@ -520,7 +521,9 @@ def own_key_ending(up: UpstreamRuntime, end: Ending) -> Ending:
     cfg = up.cfg
     if end.classification.type is ErrorType.AUTH and not cfg.forwards_client_credentials:
         status = end.status or EVENT_STATUS[ErrorType.AUTH]
-        return replace(end, message=_refused_message(up, status), code="upstream_auth", status=502)
+        said = operator_key_refused(up, Failure(end.classification, status, [], b""))
+        assert said.own is not None
+        return replace(end, message=said.own.message, code=said.own.code, status=said.status)
     if cfg.api_key is not None:
         return replace(end, message=redact_text(end.message, cfg.api_key))
     return end

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -72,7 +72,7 @@ def otlp_provider(cfg: TracingConfig, env: Mapping[str, str]) -> TracerProvider:
     # No atexit flush of its own: close() flushes within a bound, a dead collector would hold
     # the exiting process for the exporter's full timeout.
     provider = TracerProvider(resource=resource, sampler=sampler, shutdown_on_exit=False)
-    endpoint = cfg.endpoint.rstrip("/") + "/v1/traces" if cfg.endpoint else None
+    endpoint = traces_url(cfg.endpoint) if cfg.endpoint else None
     timeout = cfg.export_timeout_s
     exporter = OTLPSpanExporter(endpoint=endpoint, timeout=timeout)
     # The SDK refuses a batch larger than the queue (OTEL_BSP_MAX_QUEUE_SIZE=100 alone would
@@ -121,6 +121,14 @@ class _Trace:
     kind: str = "first"  # what the next attempt is
     overflow: str | None = None  # what detected the last context overflow (its evidence)
     pending: dict[str, Any] = field(default_factory=dict)  # attributes for the next attempt
+
+
+def traces_url(endpoint: str) -> str:
+    """OTLP/HTTP's traces path on the collector's base URL, as the spec's
+    OTEL_EXPORTER_OTLP_ENDPOINT is read: onto its path, before any query (a collector that
+    takes `?token=...`), not after it."""
+    parts = urlsplit(endpoint)
+    return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/v1/traces"))
 
 
 def _at(t0_ns: int, m0: float, mono: float) -> int:

@@ -133,3 +133,14 @@ async def test_headers_naming_the_operators_account_are_not_relayed_for_its_key(
     forwarded.fake.script(Reply(200, {"id": "x", "object": "chat.completion", "choices": []}, operator))
     _, headers, _ = await forwarded.chat(headers={"Authorization": "Bearer sk-client"})
     assert headers["openai-organization"] == "org-operator" and "set-cookie" in headers
+
+
+async def test_a_translated_error_from_a_plain_text_body_is_labelled_json(make_gateway) -> None:
+    """The audit's Gemini client got Google's JSON envelope under the upstream's
+    ``Content-Type: text/plain``."""
+    gw = await make_gateway(upstream_yaml=OWN + CHAT_ONLY, extra_yaml=NO_RETRY)
+    gw.fake.script(Reply(500, b"upstream internal error", {"Content-Type": "text/plain"}))
+    status, headers, body = await post(gw, "/v1beta/models/gemini-2.5-flash:generateContent",
+                                       corpus("gemini-cli-0.61-first"))  # fmt: skip
+    assert status == 500 and headers["Content-Type"] == "application/json"
+    assert json.loads(body)["error"]["x_llm_upstream"]["status"] == 500

@@ -169,3 +169,10 @@ def test_the_tool_output_report_is_flattened_counts_only() -> None:
         "llm_gateway.tool_outputs.upfront.projection_fallbacks.not_json": 1,
         "llm_gateway.tool_outputs.rescue.excluded": 3, "llm_gateway.tool_outputs.rescue.cut": 1,
     }
+
+
+def test_the_traces_path_goes_onto_the_endpoints_path_not_after_its_query() -> None:
+    from gateway.tracing.otel import traces_url
+
+    assert traces_url("http://c:4318") == traces_url("http://c:4318/") == "http://c:4318/v1/traces"
+    assert traces_url("https://c/otlp/?token=abc") == "https://c/otlp/v1/traces?token=abc"
