@@ -188,6 +188,11 @@ def _generation(
     pool_state = previous.pool_state if previous is not None else None
     if pool_state is None and cfg.pools:
         pool_state = PoolState(store, kit.wall, kit.monotonic, cache_s=cfg.state.cache_ms / 1000)
+    if pool_state is not None:
+        # Its own derivation: the loop breaker's key is also made from the secret, and neither
+        # digest should be computable from the other's.
+        secret = cfg.loop_breaker.secret
+        pool_state.home_key = hashlib.sha256(b"affinity\0" + secret.encode()).digest() if secret else None
     pools = {p.name: PoolRuntime(p, tuple(upstreams[d] for d in p.deployments),
                                  _affinity(p, kit.monotonic, previous, pool_state))
              for p in cfg.pools}  # fmt: skip
@@ -206,6 +211,7 @@ def _generation(
         tracing = previous.tracing
     else:
         tracing = build_tracing(cfg.tracing, kit.monotonic)
+    tracing.know_secrets(_own_secrets(cfg))
     if previous is not None and previous.cfg.server.busy_poll_us == cfg.server.busy_poll_us:
         polling = previous.busy_poll  # its window, adapted to the traffic so far, carries on
     else:
@@ -281,6 +287,14 @@ def _accounts(cfg: GatewayConfig, store: StateStore, wall: Callable[[], float],
         # What the store last answered stays shown through a reload made during its outage.
         accounts.readings = previous.accounts.readings
     return accounts
+
+
+def _own_secrets(cfg: GatewayConfig) -> tuple[str, ...]:
+    """The keys the config holds: what content capture must never put in a span."""
+    keys = {u.api_key for u in cfg.upstreams if u.api_key}
+    keys.update(cfg.server.client_keys)
+    keys.update(k for named in cfg.keys for k in named.key or ())
+    return tuple(sorted(keys))
 
 
 def _affinity(

@@ -1101,6 +1101,19 @@ class StateConfig(_Model):
     def _redis_url(cls, v: str | None) -> str | None:
         if v and urlsplit(v).scheme not in ("redis", "rediss", "unix"):
             raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        if v:
+            # What redis-py would refuse at start-up with a traceback, said here; never the URL
+            # itself, which may hold the password.
+            try:
+                _ = urlsplit(v).port  # parsed on access
+            except ValueError:
+                raise ValueError("its port is not a number from 0 to 65535") from None
+            from redis.connection import parse_url  # the Redis client only when Redis is configured
+
+            try:
+                parse_url(v)  # type: ignore[no-untyped-call]
+            except ValueError as e:  # names the parameter, never its value: "Invalid value for 'x' ..."
+                raise ValueError(f"is not a usable Redis URL: {e}") from None
         return v or None
 
     @model_validator(mode="after")
@@ -1160,8 +1173,9 @@ class LoopBreakerConfig(_Model):
     )  # fmt: skip
     secret: str | None = Field(
         default=None, repr=False,
-        description="Key of the fingerprint (a keyed BLAKE2b MAC). Replicas share remembered answers only if "
-        "they share it; unset or empty: each gateway draws a random one (its workers share it).",
+        description="Key of the fingerprint (a keyed BLAKE2b MAC), and of the names of pools' conversations "
+        "in the state store. Replicas share remembered answers only if they share it; unset or empty: each "
+        "gateway draws a random one (its workers share it).",
     )  # fmt: skip
 
     @field_validator("secret")
@@ -1571,7 +1585,9 @@ def config_warnings(cfg: GatewayConfig) -> list[str]:
             # only separate gateways (other machines, other containers) end up with different ones.
             "state.backend is redis but loop_breaker.secret is not set: each replica draws its own "
             "(the workers of one replica share their supervisor's), so separate replicas never share "
-            "remembered answers; give every replica the same secret "
+            "remembered answers, and pools' conversations are named in Redis by a plain digest of their "
+            "opening (or, with server.workers, by each replica's drawn secret, so replicas do not share "
+            "their homes); give every replica the same secret "
             "(loop_breaker: {secret: ${LOOP_BREAKER_SECRET}})"
         )
     workers = cfg.server.worker_count

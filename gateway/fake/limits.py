@@ -116,6 +116,12 @@ class KeyLimits:
         self.limited.pop(key, None)
         self.counting_limited.pop(key, None)
 
+    def named(self, key: str) -> bool:
+        """Whether ``key`` was given to the fake by name (limits, a state): a name its operator
+        chose (``--keys k1=60``), shown as it is in the log, where any other credential is masked."""
+        return any(key in d for d in (self.buckets, self.limited, self.counting_limited, self.revoked,
+                                      self.exhausted))  # fmt: skip
+
     def snapshot(self, key: str | None) -> Snapshot | None:
         snap = self.buckets.get(key) if key is not None else None
         if snap is not None:

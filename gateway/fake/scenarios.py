@@ -49,6 +49,7 @@ from typing import Any, Literal
 
 from gateway.fake import gemini, gemini_tool, tool_call
 from gateway.fake.chat import chunk, estimate_tokens, overflow_error
+from gateway.fake.keyed import _mask
 from gateway.fake.messages import anthropic_error, anthropic_head, anthropic_overflow, text_delta
 from gateway.fake.responses import Seq, responses_deltas, responses_error, responses_head, responses_overflow
 from gateway.fake.steps import Drop, Hang, Reply, Step, Stream
@@ -138,12 +139,19 @@ class ScenarioUpstream(FakeUpstream):
         body = reply.body[0] if isinstance(reply.body, list) and reply.body else reply.body
         error = body.get("error") if isinstance(body, dict) else None
         kind = f" {error.get('type') or error.get('status')}" if isinstance(error, dict) else ""
-        self.log(f"{api} key={key or '-'} refused -> {_describe(reply)}{kind}")
+        self.log(f"{api} key={self._shown(key)} refused -> {_describe(reply)}{kind}")
+
+    def _shown(self, key: str | None) -> str:
+        """A credential as the log shows it: a key the fake was given by name as it is, any
+        other (a real key a client sent by mistake) masked as OpenAI masks one."""
+        if not key:
+            return "-"
+        return key if self.keys.named(key) else _mask(key)
 
     def _pick(self, api: Api, payload: dict[str, Any], call: GeminiCall | None = None) -> Step | None:
         model = call.model if call is not None else str(payload.get("model") or "")
         name = scenario_of(model, self.default)
-        key = f" key={self._key}" if self._key else ""
+        key = f" key={self._shown(self._key)}" if self._key else ""
         if name == "tool":
             if call is not None:
                 step, said, made = gemini_tool.answer(call, call.stream)

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from gateway import jsonbody
 from gateway.apis import OPENAI_CHAT
-from gateway.apis.base import Dialect, EventKind, FailedAnswer, ForeignError, StreamReader
+from gateway.apis.base import Dialect, Ending, EventKind, FailedAnswer, ForeignError, StreamReader
 from gateway.apis.collect import collect
 from gateway.errors import EVENT_STATUS, Classification, ErrorType, TransportError
 from gateway.pipeline.outcome import (
@@ -36,6 +36,7 @@ from gateway.policy.overflow_limits import parse_overflow
 from gateway.policy.retry import EMPTY_STREAM, RetryPlan
 from gateway.policy.retry_after import reset_at_ms
 from gateway.policy.tokens import BYTES_PER_TOKEN
+from gateway.redaction import redact_bytes, redact_text
 from gateway.routing import response_headers
 from gateway.routing.headers import with_content_type
 from gateway.services import Services, UpstreamRuntime
@@ -138,6 +139,8 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
     token_first = token_s is not None and token_s < head_s
     call.head_s = None
     outcome = await _exchange(svc, state, request, call, token_s, token_first, mark)
+    if isinstance(outcome, Failure) and call.up.cfg.api_key is not None:
+        without_own_key(outcome, call.up.cfg.api_key)
     if isinstance(outcome, Failure) and outcome.classification.type is ErrorType.AUTH \
             and not call.up.cfg.forwards_client_credentials:  # fmt: skip
         outcome = operator_key_refused(call.up, outcome)
@@ -146,6 +149,8 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
         svc.pool_state.timed(call.up.cfg.name, svc.monotonic() - t0)  # type: ignore[union-attr]
     if call.translation is not None and isinstance(outcome, Failure) and outcome.own is None:
         outcome.foreign = _foreign(call, outcome, len(body))
+        # Rendered as JSON in the client's API: not the upstream's text/plain or HTML any more.
+        outcome.headers = with_content_type(outcome.headers, "application/json")
     svc.tracing.attempt_ended(state, call, outcome)
     if isinstance(outcome, Failure) and plan.unexplained(outcome.classification):
         state.empty_attempts.append(call.up.cfg.name)  # counted once known what it was
@@ -265,11 +270,13 @@ async def _exchange(
         # (A forwarded client credential's headers tell that client's headroom, not the key's.)
         refused = round(len(request.body) / BYTES_PER_TOKEN) if resp.status == 429 else None
         _headroom(svc, call, state.pool_model, resp.headers, mark, refused)
+    operator = call.up.cfg.api_key is not None  # the answer is to the gateway's own key
     try:
         if resp.status >= 400:
             facts = _facts(call, request)
-            return _upstream_error(svc, resp.status, resp.headers, await resp.read(ERROR_BODY_LIMIT), facts)
-        headers = response_headers(resp.headers)
+            return _upstream_error(svc, resp.status, resp.headers, await resp.read(ERROR_BODY_LIMIT), facts,
+                                   operator=operator)  # fmt: skip
+        headers = response_headers(resp.headers, operator)
         ctype = resp.headers.get("Content-Type", "")
         if mode is ReadMode.STREAM and ctype.startswith("text/event-stream"):
             reader = call.dialect.reader(call.strip_usage)
@@ -315,7 +322,8 @@ async def _exchange(
             status = error_status_of(body)
             if status is not None:  # an error document under a 2xx (OpenRouter's, once a model started)
                 facts = _facts(call, request)
-                return _upstream_error(svc, status, resp.headers, body, facts, answered=resp.status)
+                return _upstream_error(svc, status, resp.headers, body, facts, answered=resp.status,
+                                       operator=operator)  # fmt: skip
         translated = call.translation.answer(body, call.dialect) if call.translation is not None else None
         if isinstance(translated, FailedAnswer):  # a Responses answer that failed, for another API's client
             facts = _facts(call, request)
@@ -460,7 +468,7 @@ def _collected(svc: Services, call: Call, body: bytes) -> bytes | Failure:
 
 def _upstream_error(
     svc: Services, status: int, headers: Mapping[str, str], body: bytes, facts: RequestFacts,
-    answered: int | None = None,
+    answered: int | None = None, operator: bool = False,
 ) -> Failure:
     """``answered``: the success status an error document came under (``policy/answer_error.py``);
     ``status`` is then the one the document names."""
@@ -471,7 +479,20 @@ def _upstream_error(
     answer = 402 if c.type is ErrorType.BUDGET else status
     if c.type is ErrorType.CONTEXT_OVERFLOW and (status == 429 or status >= 500):
         answer = 400  # a request too big for the window fails the same way every time
-    return Failure(c, answer, response_headers(headers), body, upstream_status=answered or status)
+    return Failure(c, answer, response_headers(headers, operator), body, upstream_status=answered or status)
+
+
+def without_own_key(failure: Failure, key: str) -> None:
+    """The operator's key, as a provider's error may quote it, out of everything about
+    ``failure`` a client can be shown or the loop breaker keeps: the body relayed (and carried
+    to a translated client's ``x_llm_upstream``), the provider's message a translation renders,
+    the message of an error the gateway made from an event (``gateway/redaction.py``)."""
+    failure.body = redact_bytes(failure.body, key)
+    c = failure.classification
+    if c.message is not None and (message := redact_text(c.message, key)) != c.message:
+        failure.classification = replace(c, message=message)
+    if failure.own is not None and (message := redact_text(failure.own.message, key)) != failure.own.message:
+        failure.own = replace(failure.own, message=message)
 
 
 def operator_key_refused(up: UpstreamRuntime, failure: Failure) -> Failure:
@@ -495,6 +516,21 @@ def operator_key_refused(up: UpstreamRuntime, failure: Failure) -> Failure:
     out.upstream_status = failure.upstream_status
     out.headers.extend((k, v) for k, v in failure.headers if k.lower() == "x-upstream-request-id")
     return out
+
+
+def own_key_ending(up: UpstreamRuntime, end: Ending) -> Ending:
+    """An error event that ended a stream already relayed, under the rules an error before it
+    is under (``without_own_key``, ``operator_key_refused``): the operator's key never
+    quoted, and a refusal of the gateway's own credential not blamed on the client's."""
+    cfg = up.cfg
+    if end.classification.type is ErrorType.AUTH and not cfg.forwards_client_credentials:
+        status = end.status or EVENT_STATUS[ErrorType.AUTH]
+        said = operator_key_refused(up, Failure(end.classification, status, [], b""))
+        assert said.own is not None
+        return replace(end, message=said.own.message, code=said.own.code, status=said.status)
+    if cfg.api_key is not None:
+        return replace(end, message=redact_text(end.message, cfg.api_key))
+    return end
 
 
 def _transport(svc: Services, kind: TransportError, evidence: str | None = None) -> Failure:

@@ -21,7 +21,7 @@ from gateway.apis.base import Dialect, Ending, EventKind, Splice, StreamReader
 from gateway.errors import EVENT_STATUS, Classification, ErrorType, TransportError
 from gateway.jsonpeek import top_level_member
 from gateway.one_write import OneWriteResponse
-from gateway.pipeline.attempt import leg_over, settle_circuit, too_large_event
+from gateway.pipeline.attempt import leg_over, own_key_ending, settle_circuit, too_large_event
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success, gateway_failure
 from gateway.pipeline.stamp import stamp
 from gateway.policy.classify import classify, classify_stream_event
@@ -384,6 +384,7 @@ async def _pump_leg(
         held = b"".join(leg.held if splice is None else [splice(raw) for raw in leg.held])
         relayed.extend(leg.held)
         out, end, fin = _filter(reader, splitter.feed(leg.pending), svc.wall(), splice, relayed)
+        end = _as_told(svc, state, end)
         finished = finished or fin
         await resp.write(held + out)
         if end is not None:
@@ -394,6 +395,7 @@ async def _pump_leg(
             if not events:
                 continue
             out, end, fin = _filter(reader, events, svc.wall(), splice, relayed)
+            end = _as_told(svc, state, end)
             # The end marker counts even when its event showed nothing to the client (a
             # Gemini finish without parts, a chat finish chunk a translation holds back).
             finished = finished or fin
@@ -480,6 +482,15 @@ def _filter(
     if splice is not None:  # in order: a splice keeps state from event to event
         relayed = b"".join([splice(raw) for raw in kept])
     return relayed, ending, finished
+
+
+def _as_told(svc: Services, state: RequestState, end: Ending | None) -> Ending | None:
+    """An upstream's error event as the client may read it (``own_key_ending``): the leg's
+    upstream (``state.reading_from``) says whose credential was sent."""
+    if end is None or state.reading_from is None:
+        return end
+    up = svc.upstreams.get(state.reading_from)
+    return end if up is None else own_key_ending(up, end)
 
 
 def _ending_from_event(payload: dict[str, Any], now_s: float) -> Ending:

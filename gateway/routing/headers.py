@@ -389,7 +389,18 @@ def _move_credential(
         headers[name] = template.format(value)
 
 
-def response_headers(upstream: Mapping[str, str] | Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+# An answer to the gateway's own credential says whose it is: OpenAI's ``openai-organization``
+# is "the organization associated with the request" and ``openai-project`` its project
+# (developers.openai.com/api/reference/overview, "Debugging requests"), the operator's, and a
+# cookie is set for the operator's session with the provider. Not the client's to read or keep.
+_OPERATOR_HEADERS = frozenset({"set-cookie", "openai-organization", "openai-project"})
+
+
+def response_headers(
+    upstream: Mapping[str, str] | Iterable[tuple[str, str]], operator: bool = False
+) -> list[tuple[str, str]]:
+    """The upstream's answer headers as relayed; ``operator``: the gateway sent its own key
+    (``_OPERATOR_HEADERS`` stay out)."""
     items = upstream.items() if hasattr(upstream, "items") else upstream  # see request_headers
     out: list[tuple[str, str]] = []
     connection: list[str] = []
@@ -401,6 +412,8 @@ def response_headers(upstream: Mapping[str, str] | Iterable[tuple[str, str]]) ->
                 connection.append(v)
             elif lk == "x-request-id":
                 upstream_ids.append(v)
+            continue
+        if operator and lk in _OPERATOR_HEADERS:
             continue
         if lk == "request-id":
             # Anthropic's id ("request-id: A globally unique identifier for the request", on

@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import hashlib
+import hmac
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -156,6 +157,8 @@ class PoolState:
     _used_up: dict[tuple[str, str | None], int] = field(default_factory=dict)
     _synced_at: float = -math.inf  # monotonic: the last round trip that took this process's sends
     _homes: dict[str, tuple[str, float]] = field(default_factory=dict)  # conversations' homes to keep
+    # The key of conversations' names in the store (from ``loop_breaker.secret``); None: plain.
+    home_key: bytes | None = None
     _timer: asyncio.TimerHandle | None = None
     _flushing: asyncio.Task[None] | None = None
 
@@ -170,23 +173,35 @@ class PoolState:
 
     # -- conversations' homes (affinity) --------------------------------------------------------
 
+    def _home(self, pool: str, conversation: str) -> str:
+        """The conversation's name in the store: its key (a digest of what the client sent: the
+        opening's is of the system prompt and first user message) MACed with ``home_key``, so
+        that a reader of the store cannot confirm a guessed prompt by hashing it (the loop
+        breaker's fingerprints are keyed for the same reason, by the same secret, which replicas
+        sharing a store share). Without a secret the names stay plain digests."""
+        key = self.home_key
+        if key is None:
+            return f"{pool}:{conversation}"
+        kind, _, _ = conversation.partition(":")
+        return f"{pool}:{kind}:{hmac.new(key, conversation.encode(), hashlib.sha256).hexdigest()[:24]}"
+
     async def claim_home(self, pool: str, conversation: str, proposed: str, members: Sequence[str],
                          ttl_s: float) -> tuple[str, bool, str | None]:  # fmt: skip
         """The home the store holds for ``conversation`` while it is one of ``members``, else
         ``proposed``, claimed for every replica; whether it was claimed now; and the home it
         replaced (a removed one)."""
-        return await self.store.home_claim(f"{pool}:{conversation}", proposed, members, ttl_s)
+        return await self.store.home_claim(self._home(pool, conversation), proposed, members, ttl_s)
 
     async def move_home(self, pool: str, conversation: str, frm: str, to: str, members: Sequence[str],
                         ttl_s: float) -> str:  # fmt: skip
         """``to`` as the conversation's home for every replica, in place of ``frm`` (which did not
         answer its turn), unless another replica set another member since; the home now."""
-        return await self.store.home_move(f"{pool}:{conversation}", frm, to, members, ttl_s)
+        return await self.store.home_move(self._home(pool, conversation), frm, to, members, ttl_s)
 
     def keep_home(self, pool: str, conversation: str, home: str, ttl_s: float) -> None:
         """The conversation is still in use here: its home is kept ``ttl_s`` more in the store,
         with the next round trip (no round trip of its own while the pool serves)."""
-        _bounded(self._homes)[f"{pool}:{conversation}"] = (home, ttl_s)
+        _bounded(self._homes)[self._home(pool, conversation)] = (home, ttl_s)
         if self._timer is None:
             self._flush_later()
 
@@ -653,3 +668,4 @@ def _keys(deployment: str, model: str | None) -> tuple[str, str, str, str, str]:
     a relayed request's usage is its model's, the configured limits being the deployment's."""
     return (_key("o", deployment, None), _key("o", deployment, model), _key("h", deployment, model),
             _key("s", deployment, model), _key("n", deployment, unscoped(model)))
+

@@ -74,6 +74,10 @@ class Tracing:
     def annotate(self, state: RequestState, attrs: Attrs) -> None:
         """Attributes on the request's server span."""
 
+    def know_secrets(self, keys: tuple[str, ...]) -> None:
+        """The gateway's own keys (upstreams' ``api_key``s, client keys), masked wherever
+        captured content quotes them, whatever their shape; set again at each config load."""
+
     async def close(self) -> None:
         """Export what is queued, within a bound, and stop."""
 

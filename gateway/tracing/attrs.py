@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from gateway.redaction import redact_text
 from gateway.tracing.genai_messages import input_messages, output_messages
 
 P = "llm_gateway."  # the prefix of every attribute that is the gateway's own (docs/operations/tracing.md)
@@ -163,56 +164,78 @@ def tool_output_attrs(report: Mapping[str, Any]) -> dict[str, Any]:
 # Content capture (opt-in)
 
 CONTENT_MAX = 64 * 1024
+# Secret shapes, each as its issuer documents it or as secret scanners match it: OpenAI and
+# Anthropic keys (sk-, sk-ant-), bearer tokens, AWS access key ids (AKIA), Google API keys
+# (AIza + 35), GitHub tokens (ghp_/gho_/ghu_/ghs_/ghr_, github_pat_: docs.github.com, "About
+# authentication to GitHub", token prefixes), Slack tokens (xoxa-/xoxb-/xoxp-/xoxr-), JWTs (three
+# base64url parts, the first two JSON objects: eyJ), then a value after a name that says it is
+# secret (`api_key: "..."`, `AWS_SECRET_ACCESS_KEY=...`, also inside a JSON string).
 _KEYISH = re.compile(
-    rb"(?i)(?:sk-(?:ant-)?[A-Za-z0-9_\-]{8,}|bearer\s+[A-Za-z0-9._\-+/=]{8,}|AKIA[0-9A-Z]{16}"
-    # `api_key: "..."`, also inside a JSON string (quotes escaped)
-    rb"|(?:api[_-]?key|authorization|x-api-key|secret|password|token)(?:\\?\")?\s*[:=]\s*(?:\\?\")?[^\s\\\",}]{4,})"
+    rb"(?i:sk-(?:ant-)?[A-Za-z0-9_\-]{8,}|bearer\s+[A-Za-z0-9._\-+/=]{8,})|AKIA[0-9A-Z]{16}"
+    rb"|AIza[0-9A-Za-z_\-]{35}|(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"
+    rb"|xox[abpr]-[A-Za-z0-9\-]{10,}|eyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*"
+    # The name's other parts are bounded, and it starts a word: a long run of letters (an image's
+    # base64) is not scanned again from each of its characters.
+    rb"|(?<![A-Za-z0-9_])(?i:[A-Za-z0-9_\-]{0,40}?(?:api[_-]?key|authorization|secret|password|passwd|token"
+    rb"|credential)[A-Za-z0-9_\-]{0,40}?)"
+    rb"(?:\\?\")?\s*[:=]\s*(?:\\?\")?[^\s\\\",}]{4,}"
 )
+# A URL's password (`scheme://user:password@host`): the password goes, the rest stays readable.
+_USERINFO = re.compile(rb"(?i)\b([a-z][a-z0-9+.\-]*://[^/\s:@\"]+:)[^/\s@\"]+@")
 
 
-def redact(data: bytes) -> str:
-    return _KEYISH.sub(b"[redacted]", data[:CONTENT_MAX]).decode("utf-8", "replace")
+def redact(data: bytes, known: tuple[str, ...] = ()) -> str:
+    """``data`` cut to CONTENT_MAX, key-like strings and ``known`` secrets masked."""
+    return _masked(data[:CONTENT_MAX].decode("utf-8", "replace"), known)
 
 
 _KEYISH_STR = re.compile(_KEYISH.pattern.decode())
+_USERINFO_STR = re.compile(_USERINFO.pattern.decode())
 # A member whose name says it holds a secret (a tool call's `{"api_key": "..."}`): its value
 # is masked as the pattern above masks `api_key: ...` in text.
-_SECRET_NAME = re.compile(r"(?i)api[_-]?key|authorization|secret|password|token")
+_SECRET_NAME = re.compile(r"(?i)api[_-]?key|authorization|secret|password|passwd|token|credential")
 
 
-def _scrub(value: Any, cap: int | None = None) -> Any:
+def _masked(text: str, known: tuple[str, ...]) -> str:
+    for key in known:  # the gateway's own keys, whatever their shape (redaction.py)
+        text = redact_text(text, key)
+    text = _USERINFO_STR.sub(r"\1[redacted]@", text)
+    return _KEYISH_STR.sub("[redacted]", text)
+
+
+def _scrub(value: Any, cap: int | None = None, known: tuple[str, ...] = ()) -> Any:
     """``value`` with key-like strings masked, each string cut to ``cap`` characters: the
     JSON stays whole (the conventions: "Instrumentation MAY provide a configuration option
     allowing to truncate properties such as individual message contents, preserving JSON
     structure")."""
     if isinstance(value, str):
-        text = _KEYISH_STR.sub("[redacted]", value)
+        text = _masked(value, known)
         return text if cap is None or len(text) <= cap else text[:cap] + "…"
     if isinstance(value, list):
-        return [_scrub(v, cap) for v in value]
+        return [_scrub(v, cap, known) for v in value]
     if isinstance(value, dict):
         return {k: "[redacted]" if isinstance(v, str) and len(v) >= 4 and _SECRET_NAME.search(str(k))
-                else _scrub(v, cap) for k, v in value.items()}  # fmt: skip
+                else _scrub(v, cap, known) for k, v in value.items()}  # fmt: skip
     return value
 
 
-def _encoded(value: list[Any]) -> str | None:
+def _encoded(value: list[Any], known: tuple[str, ...] = ()) -> str | None:
     """JSON of ``value`` masked and within CONTENT_MAX: the longest strings are cut first
     (the largest cap that fits), then, when the parts alone are too many, the oldest items
     are left out; the order stays."""
     if not value:
         return None
-    out = orjson.dumps(_scrub(value))
+    out = orjson.dumps(_scrub(value, None, known))
     if len(out) <= CONTENT_MAX:
         return out.decode()
     lo, hi = 0, CONTENT_MAX
     while lo < hi:  # the largest cap that fits
         mid = (lo + hi + 1) // 2
-        if len(orjson.dumps(_scrub(value, mid))) <= CONTENT_MAX:
+        if len(orjson.dumps(_scrub(value, mid, known))) <= CONTENT_MAX:
             lo = mid
         else:
             hi = mid - 1
-    items = _scrub(value, max(lo, 64))
+    items = _scrub(value, max(lo, 64), known)
     while items:
         out = orjson.dumps(items)
         if len(out) <= CONTENT_MAX:
@@ -230,19 +253,20 @@ def _parsed(body: bytes | Mapping[str, Any]) -> Any:
     return body
 
 
-def input_content(sent: bytes | Mapping[str, Any], api: str) -> dict[str, str]:
+def input_content(sent: bytes | Mapping[str, Any], api: str, known: tuple[str, ...] = ()) -> dict[str, str]:
     """``gen_ai.system_instructions`` and ``gen_ai.input.messages`` of a request as sent
-    upstream in ``api`` (genai_messages has the mapping), key-like strings masked."""
+    upstream in ``api`` (genai_messages has the mapping), key-like strings and the gateway's
+    own ``known`` keys masked."""
     system, messages = input_messages(api, _parsed(sent))
     a = {}
-    if (text := _encoded(system)) is not None:
+    if (text := _encoded(system, known)) is not None:
         a["gen_ai.system_instructions"] = text
-    if (text := _encoded(messages)) is not None:
+    if (text := _encoded(messages, known)) is not None:
         a["gen_ai.input.messages"] = text
     return a
 
 
-def output_content(body: bytes, api: str) -> dict[str, str]:
+def output_content(body: bytes, api: str, known: tuple[str, ...] = ()) -> dict[str, str]:
     """``gen_ai.output.messages`` of a buffered answer in ``api``, key-like strings masked."""
-    text = _encoded(output_messages(api, _parsed(body)))
+    text = _encoded(output_messages(api, _parsed(body)), known)
     return {"gen_ai.output.messages": text} if text is not None else {}

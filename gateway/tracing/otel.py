@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -72,7 +72,7 @@ def otlp_provider(cfg: TracingConfig, env: Mapping[str, str]) -> TracerProvider:
     # No atexit flush of its own: close() flushes within a bound, a dead collector would hold
     # the exiting process for the exporter's full timeout.
     provider = TracerProvider(resource=resource, sampler=sampler, shutdown_on_exit=False)
-    endpoint = cfg.endpoint.rstrip("/") + "/v1/traces" if cfg.endpoint else None
+    endpoint = traces_url(cfg.endpoint) if cfg.endpoint else None
     timeout = cfg.export_timeout_s
     exporter = OTLPSpanExporter(endpoint=endpoint, timeout=timeout)
     # The SDK refuses a batch larger than the queue (OTEL_BSP_MAX_QUEUE_SIZE=100 alone would
@@ -123,6 +123,14 @@ class _Trace:
     pending: dict[str, Any] = field(default_factory=dict)  # attributes for the next attempt
 
 
+def traces_url(endpoint: str) -> str:
+    """OTLP/HTTP's traces path on the collector's base URL, as the spec's
+    OTEL_EXPORTER_OTLP_ENDPOINT is read: onto its path, before any query (a collector that
+    takes `?token=...`), not after it."""
+    parts = urlsplit(endpoint)
+    return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/v1/traces"))
+
+
 def _at(t0_ns: int, m0: float, mono: float) -> int:
     return t0_ns + max(0, int((mono - m0) * 1e9))
 
@@ -138,6 +146,10 @@ class OtelTracing(Tracing):
         self.capture = capture_content
         self._mono = monotonic
         self._static: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+        self._known: tuple[str, ...] = ()
+
+    def know_secrets(self, keys: tuple[str, ...]) -> None:
+        self._known = keys
 
     # The request
 
@@ -264,7 +276,7 @@ class OtelTracing(Tracing):
             start_time=t0, attributes=attrs,
         )  # fmt: skip
         if self.capture and span.is_recording():
-            span.set_attributes(input_content(body, call.dialect.api))
+            span.set_attributes(input_content(body, call.dialect.api, self._known))
         rt.attempt = _Attempt(span, t0, self._mono(), call)
         headers = {k: v for k, v in call.headers.items() if k.lower() not in _CONTEXT_HEADERS}
         _W3C.inject(headers, context=trace.set_span_in_context(span))
@@ -309,9 +321,9 @@ class OtelTracing(Tracing):
                 # A translated answer is read already in the client's API (one the translation
                 # could not read is still the upstream's).
                 api = state.dialect.api if call.translation is not None else call.dialect.api
-                content = output_content(outcome.body, api)
+                content = output_content(outcome.body, api, self._known)
                 if not content and api != call.dialect.api:
-                    content = output_content(outcome.body, call.dialect.api)
+                    content = output_content(outcome.body, call.dialect.api, self._known)
                 span.set_attributes(content)
             a.ended_ns = _at(a.t0_ns, a.m0, now_m)
 

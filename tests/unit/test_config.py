@@ -450,7 +450,9 @@ def test_redis_without_a_loop_breaker_secret_is_a_warning() -> None:
     assert [w for w in warnings if "loop_breaker.secret" in w] == [
         "state.backend is redis but loop_breaker.secret is not set: each replica draws its own "
         "(the workers of one replica share their supervisor's), so separate replicas never share "
-        "remembered answers; give every replica the same secret (loop_breaker: {secret: ${LOOP_BREAKER_SECRET}})"
+        "remembered answers, and pools' conversations are named in Redis by a plain digest of their opening "
+        "(or, with server.workers, by each replica's drawn secret, so replicas do not share their homes); "
+        "give every replica the same secret (loop_breaker: {secret: ${LOOP_BREAKER_SECRET}})"
     ]
     assert not config_warnings(parse_config(redis + "\nloop_breaker: {secret: shared}", env={}))
     assert not config_warnings(parse_config(redis + "\nloop_breaker: {enabled: false}", env={}))
@@ -758,3 +760,17 @@ def test_a_key_may_be_given_several_values_to_rotate_it() -> None:
         parse_config(f"keys: [{{name: alice, key_sha256: ['{'a' * 64}', '{'b' * 64}  -']}}]\n" + MINIMAL, env={})
     assert e.value.problems == ("keys[0].key_sha256: must be a SHA-256 digest: 64 hex digits (sha256sum's "
                                 "first field alone)",)
+
+
+@pytest.mark.parametrize(("url", "said"), [
+    ("redis://h:badport/0", "state.url: its port is not a number from 0 to 65535"),
+    ("redis://:s3cretpw@h:99999/0", "state.url: its port is not a number from 0 to 65535"),
+    ("redis://:s3cretpw@h:6379/0?socket_timeout=abc",
+     "state.url: is not a usable Redis URL: Invalid value for 'socket_timeout' in connection URL."),
+])  # fmt: skip
+def test_a_redis_url_redis_py_would_refuse_is_a_config_error_without_its_password(url: str, said: str) -> None:
+    """Start-up died with redis-py's traceback (ValueError from Redis.from_url)."""
+    text = f"upstreams: [{{name: a, base_url: 'http://127.0.0.1:9/v1'}}]\nstate: {{backend: redis, url: '{url}'}}\n"
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, env={})
+    assert said in str(e.value) and "s3cretpw" not in str(e.value)

@@ -361,7 +361,7 @@ async def test_429_says_its_wait_in_retry_info_then_answers(fake: Any) -> None:
     assert retry == [{"@type": RETRY, "retryDelay": "2s"}]
     assert "PerMinute" in doc["error"]["details"][0]["violations"][0]["quotaId"]  # a rate limit, not a budget
     assert (await call(http, f, "gemini-2.5-flash-429"))[0] == 200
-    assert ("gemini key=k1 model=gemini-2.5-flash-429 scenario=429 -> 429 (retryDelay: 2s) "
+    assert ("gemini key=*** model=gemini-2.5-flash-429 scenario=429 -> 429 (retryDelay: 2s) "
             "[sent: contents[1]; key in x-goog-api-key]") in lines  # fmt: skip
 
 

@@ -222,3 +222,14 @@ def test_help_is_plain_text_in_80_columns() -> None:
     assert "alternates per model and API" in r.stdout
     assert re.search(r"^    error200  OpenRouter's error", r.stdout, re.M)
     assert re.search(r"^    nostream  ", r.stdout, re.M) and re.search(r"^    alwaysstream  ", r.stdout, re.M)
+
+
+async def test_the_log_line_masks_the_credential_it_was_sent(fake: Any) -> None:
+    """The fake printed the whole key a client or a gateway sent (`key=sk-...`)."""
+    f, lines, http = fake
+    key = "sk-fake-0123456789abcdefXYZ"
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+    async with http.post(f.url + PATHS["chat"], json=body, headers={"Authorization": f"Bearer {key}"}) as r:
+        assert r.status == 200
+    assert lines and all(key not in line for line in lines), lines
+    assert "key=sk-***XYZ" in lines[-1]

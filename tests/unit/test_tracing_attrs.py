@@ -1,8 +1,19 @@
 """Tracing's switch and its pure attribute builders."""
 
+import json
+
+import pytest
+
 from gateway.config import TracingConfig
 from gateway.tracing import NO_TRACING, build_tracing, summary, wanted
-from gateway.tracing.attrs import compression_attrs, provider_name, redact, response_attrs, stream_identity
+from gateway.tracing.attrs import (
+    compression_attrs,
+    input_content,
+    provider_name,
+    redact,
+    response_attrs,
+    stream_identity,
+)
 
 
 def test_off_unless_config_or_an_otlp_endpoint_says_on() -> None:
@@ -84,6 +95,48 @@ def test_captured_content_has_key_like_strings_masked() -> None:
     assert text.count("[redacted]") == 3
 
 
+# Each shape as its issuer documents it; the values are made up to that shape, but for AWS's
+# documented example secret and jwt.io's example token.
+JWT = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2"
+       "MjM5MDIyfQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c")
+
+
+@pytest.mark.parametrize(("said", "secret"), [
+    ("my key is AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY ok", "AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY"),
+    ("git push with ghp_16C7e42F292c6912E7710c838347Ae178B4a ok", "ghp_16C7e42F292c6912E7710c838347Ae178B4a"),
+    ("oauth gho_16C7e42F292c6912E7710c838347Ae178B4a ok", "gho_16C7e42F292c6912E7710c838347Ae178B4a"),
+    ("fine-grained github_pat_11ABCDEFG0abcdefghijkl_mnopqrstuvwxyz0123456789 ok",
+     "github_pat_11ABCDEFG0abcdefghijkl_mnopqrstuvwxyz0123456789"),
+    ("slack xoxb-1234567890-0987654321-AbCdEfGhIjKlMnOpQrStUv ok", "xoxb-1234567890-0987654321-AbCdEfGhIjKlMnOpQrStUv"),
+    ("slack xoxp-1234567890-0987654321-AbCdEf ok", "xoxp-1234567890-0987654321-AbCdEf"),
+    ("export AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY ok", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
+    (f"Authorization is {JWT} ok", JWT.split(".")[2]),
+    ("DATABASE_URL=postgres://app:s3cr3t-pw@db.internal:5432/app ok", "s3cr3t-pw"),
+    ("clone https://bob:tok3nvalue@git.example.com/r.git ok", "tok3nvalue"),
+    ("db_password: hunter2hunter2", "hunter2hunter2"),
+])  # fmt: skip
+def test_captured_content_masks_each_secret_shape(said: str, secret: str) -> None:
+    text = redact(said.encode())
+    assert secret not in text and "[redacted]" in text and text.endswith(" ok") == said.endswith(" ok")
+
+
+def test_captured_content_keeps_what_only_looks_like_a_secret() -> None:
+    for said in ("a token of thanks", "the password policy", "see https://example.com:8443/path@v2",
+                 "AIza is short here", "ghp_short", "eyJ not a token"):  # fmt: skip
+        assert redact(said.encode()) == said
+
+
+def test_the_gateways_own_keys_and_credential_members_are_masked() -> None:
+    own = "lmstudio-local-7f3a9c"  # no known shape: only knowing it finds it
+    assert redact(f"the key is {own}.".encode(), (own,)) == "the key is [redacted]."
+    [msg] = json.loads(input_content({"messages": [{"role": "user", "content": f"use {own}"}]}, "chat", (own,))
+                       ["gen_ai.input.messages"])  # fmt: skip
+    assert own not in json.dumps(msg)
+    args = {"messages": [{"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
+        "name": "login", "arguments": json.dumps({"credential": "pa55word-x", "user": "bob"})}}]}]}
+    assert "pa55word-x" not in input_content(args, "chat")["gen_ai.input.messages"]
+
+
 def test_a_log_line_written_inside_a_request_names_its_span() -> None:
     import logging
 
@@ -116,3 +169,10 @@ def test_the_tool_output_report_is_flattened_counts_only() -> None:
         "llm_gateway.tool_outputs.upfront.projection_fallbacks.not_json": 1,
         "llm_gateway.tool_outputs.rescue.excluded": 3, "llm_gateway.tool_outputs.rescue.cut": 1,
     }
+
+
+def test_the_traces_path_goes_onto_the_endpoints_path_not_after_its_query() -> None:
+    from gateway.tracing.otel import traces_url
+
+    assert traces_url("http://c:4318") == traces_url("http://c:4318/") == "http://c:4318/v1/traces"
+    assert traces_url("https://c/otlp/?token=abc") == "https://c/otlp/v1/traces?token=abc"

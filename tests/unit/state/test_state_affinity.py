@@ -299,3 +299,19 @@ async def test_in_one_process_a_move_is_the_tables_alone() -> None:
     await table.claim("id:1", "b", ("a", "b", "c"))
     assert await table.move("id:1", "b", "c", ("a", "b", "c")) == "c"
     assert await table.claim("id:1", "a", ("a", "b", "c")) == ("c", False, None)
+
+
+async def test_the_store_names_a_conversation_by_a_keyed_mac_that_replicas_sharing_the_secret_agree_on() -> None:
+    """A conversation known by its opening was named in Redis by a plain SHA-256 of the system
+    prompt and first user message: a reader of the store could confirm a guessed prompt."""
+    clock = Clock()
+    store = Shared(clock)
+    (a, pa), (b, pb) = replica(store, clock), replica(store, clock)
+    pa.home_key = pb.home_key = b"k" * 32  # app.py: from loop_breaker.secret
+    await a.claim("open:0123456789abcdef01234567", "key-c", ("key-a", "key-c"))
+    assert await b.claim("open:0123456789abcdef01234567", "key-a", ("key-a", "key-c")) == ("key-c", False, None)
+    [name] = store._homes._items  # what a reader of the store sees
+    assert name.startswith("p:open:") and "0123456789abcdef01234567" not in name
+    (c, _) = replica(store, clock)  # no secret: the plain digest, as before
+    await c.claim("open:0123456789abcdef01234567", "key-a", ("key-a", "key-c"))
+    assert "p:open:0123456789abcdef01234567" in store._homes._items
