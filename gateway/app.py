@@ -191,7 +191,9 @@ def _generation(
     if pool_state is not None:
         # Its own derivation: the loop breaker's key is also made from the secret, and neither
         # digest should be computable from the other's.
-        secret = cfg.loop_breaker.secret
+        # Only the operator's secret: a drawn one (server.workers) is its replica's alone, and
+        # every replica must name a conversation alike to find its home.
+        secret = cfg.loop_breaker.shared_secret
         pool_state.home_key = hashlib.sha256(b"affinity\0" + secret.encode()).digest() if secret else None
     pools = {p.name: PoolRuntime(p, tuple(upstreams[d] for d in p.deployments),
                                  _affinity(p, kit.monotonic, previous, pool_state))

@@ -1173,15 +1173,25 @@ class LoopBreakerConfig(_Model):
     )  # fmt: skip
     secret: str | None = Field(
         default=None, repr=False,
-        description="Key of the fingerprint (a keyed BLAKE2b MAC), and of the names of pools' conversations "
-        "in the state store. Replicas share remembered answers only if they share it; unset or empty: each "
-        "gateway draws a random one (its workers share it).",
+        description="Key of the fingerprint (a keyed BLAKE2b MAC), and, when set here, of the names of "
+        "pools' conversations in the state store. Replicas share remembered answers only if they share it; "
+        "unset or empty: each gateway draws a random one (its workers share it) for the fingerprint, and "
+        "conversations are named by a plain digest, which every replica computes alike.",
     )  # fmt: skip
+    # Set by workers/seat.worker_config when ``secret`` is the supervisor's drawn one, not the
+    # file's: other replicas cannot know it, so what every replica must name alike (a pool's
+    # conversation homes in Redis) is not keyed by it.
+    _secret_drawn: bool = PrivateAttr(default=False)
 
     @field_validator("secret")
     @classmethod
     def _blank_secret_is_none(cls, v: str | None) -> str | None:
         return v or None  # `${LOOP_BREAKER_SECRET:-}` unset means "draw one per process"
+
+    @property
+    def shared_secret(self) -> str | None:
+        """The secret when the operator set it (so every replica given the file has it), else None."""
+        return None if self._secret_drawn else self.secret
 
 
 class TracingConfig(_Model):
@@ -1586,8 +1596,7 @@ def config_warnings(cfg: GatewayConfig) -> list[str]:
             "state.backend is redis but loop_breaker.secret is not set: each replica draws its own "
             "(the workers of one replica share their supervisor's), so separate replicas never share "
             "remembered answers, and pools' conversations are named in Redis by a plain digest of their "
-            "opening (or, with server.workers, by each replica's drawn secret, so replicas do not share "
-            "their homes); give every replica the same secret "
+            "opening (one who reads Redis can confirm a guessed prompt); give every replica the same secret "
             "(loop_breaker: {secret: ${LOOP_BREAKER_SECRET}})"
         )
     workers = cfg.server.worker_count

@@ -74,7 +74,9 @@ def worker_config(cfg: GatewayConfig, seat: WorkerSeat) -> GatewayConfig:
     updates: dict[str, object] = {}
     lb = cfg.loop_breaker
     if lb.secret is None and seat.secret is not None:
-        updates["loop_breaker"] = lb.model_copy(update={"secret": seat.secret})
+        drawn = lb.model_copy(update={"secret": seat.secret})
+        drawn._secret_drawn = True  # (not another replica's: conversations are named without it)
+        updates["loop_breaker"] = drawn
     if cfg.state.backend == "memory" and seat.count > 1:
         budget = cfg.retry.budget
         share = budget.model_copy(update={"min_retries_per_s": budget.min_retries_per_s / seat.count})

@@ -451,7 +451,7 @@ def test_redis_without_a_loop_breaker_secret_is_a_warning() -> None:
         "state.backend is redis but loop_breaker.secret is not set: each replica draws its own "
         "(the workers of one replica share their supervisor's), so separate replicas never share "
         "remembered answers, and pools' conversations are named in Redis by a plain digest of their opening "
-        "(or, with server.workers, by each replica's drawn secret, so replicas do not share their homes); "
+        "(one who reads Redis can confirm a guessed prompt); "
         "give every replica the same secret (loop_breaker: {secret: ${LOOP_BREAKER_SECRET}})"
     ]
     assert not config_warnings(parse_config(redis + "\nloop_breaker: {secret: shared}", env={}))

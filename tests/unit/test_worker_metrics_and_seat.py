@@ -91,6 +91,9 @@ def test_a_worker_on_local_state_gets_its_share_of_the_retry_floor_and_the_super
     assert cfg.retry.budget.min_retries_per_s == CFG.retry.budget.min_retries_per_s / 4
     assert cfg.retry.budget.percent_can_retry == CFG.retry.budget.percent_can_retry
     assert cfg.loop_breaker.secret == "ab" * 32
+    # Drawn for this replica alone: not what pools' conversations are named by in Redis, which
+    # every replica must compute alike (app.py; review of the leak fixes).
+    assert cfg.loop_breaker.shared_secret is None
     assert cfg.upstreams == CFG.upstreams
 
 
@@ -101,7 +104,7 @@ def test_a_worker_on_redis_keeps_the_shared_budget_and_a_configured_secret() -> 
     })  # fmt: skip
     cfg = worker_config(redis, WorkerSeat(0, 2, (5,), "/tmp/x", "ab" * 32))
     assert cfg.retry.budget == redis.retry.budget
-    assert cfg.loop_breaker.secret == "configured"
+    assert cfg.loop_breaker.secret == cfg.loop_breaker.shared_secret == "configured"
 
 
 def test_a_seat_travels_through_the_environment() -> None:
