@@ -173,6 +173,13 @@ class StreamReader(Protocol):
         """The single event that ends a broken stream, never mistaken for completion."""
         ...
 
+    def owed_end(self) -> bytes:
+        """What a whole answer's stream still owes its client when the upstream ended it (a
+        clean close, a reset, a stall, ``drain_s``) after the event that ends the answer but
+        before the marker that only follows it; written as the stream's last event. b"" when
+        nothing is owed, or when this API's clients end on the answer's own end (chat's
+        ``[DONE]``, docs/streaming.md)."""
+        ...
 
     def track(self) -> None:
         """Also collect the visible text from now on, so a broken stream can be continued."""

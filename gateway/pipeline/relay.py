@@ -255,8 +255,8 @@ async def _relay_sse(
         if state.stream_complete:  # the client has the whole answer: it ends as it would have
             state.after_end = SHUTDOWN
             with contextlib.suppress(ConnectionError):
-                if translator is not None:
-                    await resp.write(translator.close())
+                if last := _closing(leg, translator):
+                    await resp.write(last)
                 await resp.write_eof()
             return resp
         # Not the provider's fault, and worth retrying at once (on another replica).
@@ -271,10 +271,19 @@ async def _relay_sse(
     with contextlib.suppress(ConnectionError):
         # SDKs close as soon as they have read the end marker, racing this last write: the
         # answer is complete either way.
-        if translator is not None:
-            await resp.write(translator.close())
+        if last := _closing(leg, translator):
+            await resp.write(last)
         await resp.write_eof()
     return resp
+
+
+def _closing(leg: Success, translator: StreamTranslator | None) -> bytes:
+    """The last bytes of a complete stream: the translation's end, else what the upstream left
+    unsent after its answer's end (a Messages message_stop: ``StreamReader.owed_end``)."""
+    if translator is not None:
+        return translator.close()
+    assert leg.reader is not None
+    return leg.reader.owed_end()
 
 
 def _then(first: Splice, second: Splice) -> Splice:

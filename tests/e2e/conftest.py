@@ -36,13 +36,30 @@ def upstream(fake: FakeUpstream) -> FakeUpstream:
     return fake
 
 
-@pytest.fixture(scope="session")
-def readme_gateway(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
+def make_run(fake: FakeUpstream, log_dir: Path) -> RunningGateway:
     """`make run`, exactly as README says, pointed at the fake through the shipped config's env."""
     port = free_port()
     env = base_env(GATEWAY_PORT=str(port), UPSTREAM_BASE_URL=fake.url)
-    gw = start(["make", "--no-print-directory", "run"], env, port,
-               tmp_path_factory.mktemp("gw") / "gateway.log")
+    return start(["make", "--no-print-directory", "run"], env, port, log_dir / "gateway.log")
+
+
+@pytest.fixture(scope="session")
+def readme_gateway(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
+    """`make run`, shared by every test file that asks for it: a test that leaves it remembering
+    a failure for a window takes `readme_gateway_alone` instead."""
+    gw = make_run(fake, tmp_path_factory.mktemp("gw"))
+    yield gw
+    gw.stop()
+
+
+@pytest.fixture
+def readme_gateway_alone(fake: FakeUpstream, tmp_path: Path) -> Iterator[RunningGateway]:
+    """`make run` for one test, for a test whose request gives up on the upstream: the gateway
+    then remembers it for a window (docs/errors/loop-breaker.md: an outage noted on the upstream
+    for `circuit_breaker.open_s`, 30 s, in which any model's first failure there is final; a
+    429's stated reset pending on its model and key), and on the shared gateway that turned the
+    retries of the next test on it, in this file or another, into one attempt."""
+    gw = make_run(fake, tmp_path)
     yield gw
     gw.stop()
 

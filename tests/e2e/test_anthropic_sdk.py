@@ -117,10 +117,10 @@ def test_overloaded_twice_then_success_costs_three_upstream_calls(claude, readme
     assert r.headers["x-llm-attempts"] == "3" and len(upstream.messages_requests()) == 3
 
 
-def test_permanent_overload_is_retried_by_the_gateway_only(claude, readme_gateway, upstream: FakeUpstream) -> None:
+def test_permanent_overload_is_retried_by_the_gateway_only(claude, readme_gateway_alone, upstream: FakeUpstream) -> None:
     upstream.script(*[OVERLOADED] * 30)
     with pytest.raises(anthropic.InternalServerError) as e:  # OverloadedError in newer SDKs
-        claude(readme_gateway).messages.create(model=MODEL, max_tokens=64, messages=msgs())  # SDK max_retries=2
+        claude(readme_gateway_alone).messages.create(model=MODEL, max_tokens=64, messages=msgs())  # SDK max_retries=2
     h = e.value.response.headers
     assert e.value.status_code == 529 and e.value.body == OVERLOADED.body  # passed through unmodified
     assert h["x-should-retry"] == "false" and h["x-llm-error-type"] == "provider_unavailable"
@@ -137,14 +137,14 @@ def test_rate_limit_with_short_retry_after_is_waited_out(claude, readme_gateway,
 
 
 def test_rate_limit_with_long_retry_after_fails_fast_and_the_sdk_does_not_wait_it_out(
-    claude, readme_gateway, upstream: FakeUpstream
+    claude, readme_gateway_alone, upstream: FakeUpstream
 ) -> None:
     # Unstamped, this SDK would sleep the full 40 s twice (it honours retry-after uncapped),
     # and Claude Code ~10 times: so look at the stamp first, without SDK retries.
     upstream.script(*[Reply(429, RATE, {"retry-after": "40"})] * 5)
     t0 = time.monotonic()
     with pytest.raises(anthropic.RateLimitError) as e:
-        claude(readme_gateway, max_retries=0).messages.create(model=MODEL, max_tokens=64, messages=msgs())
+        claude(readme_gateway_alone, max_retries=0).messages.create(model=MODEL, max_tokens=64, messages=msgs())
     assert time.monotonic() - t0 < 5
     h = e.value.response.headers
     assert h["retry-after"] == "40" and h["x-llm-error-type"] == "rate_limit"
@@ -155,7 +155,7 @@ def test_rate_limit_with_long_retry_after_fails_fast_and_the_sdk_does_not_wait_i
     # With the SDK's default retries: still one upstream call, still fast.
     t0 = time.monotonic()
     with pytest.raises(anthropic.RateLimitError):
-        claude(readme_gateway).messages.create(model=MODEL, max_tokens=64, messages=msgs())
+        claude(readme_gateway_alone).messages.create(model=MODEL, max_tokens=64, messages=msgs())
     assert time.monotonic() - t0 < 5
     assert len(upstream.messages_requests()) == 2
 

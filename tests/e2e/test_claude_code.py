@@ -281,6 +281,20 @@ def test_with_thinking_on_a_cut_answer_is_finished_by_a_replay_and_printed_whole
     assert first["thinking"]["type"] == "adaptive" and first == second  # one Claude Code request, replayed
 
 
+def test_an_answer_whose_stream_resets_after_its_stop_reason_is_printed_once(
+    claude_bin, cc_gateway, upstream: FakeUpstream, workdir
+) -> None:
+    """The upstream resets after the message_delta with the stop_reason: the gateway ends the
+    stream as complete and writes the message_stop it owed (the TypeScript SDK's finalMessage()
+    needs it). Claude Code 2.1.332 printed the answer either way; it must still, once."""
+    upstream.script(Stream([*anthropic_head("claude-opus-4-8"), text_delta("The answer "),
+                            text_delta("is forty-two."), *anthropic_tail(5)[:2]], then="drop"))  # fmt: skip
+    r = run_claude(claude_bin, cc_gateway, workdir, "what is the answer?")
+    assert r.rc == 0, (r.out, r.err)
+    assert r.out.strip() == "The answer is forty-two."
+    assert len(upstream.messages_requests()) == 1
+
+
 def test_overloaded_twice_is_absorbed_by_the_gateway(claude_bin, cc_gateway, upstream: FakeUpstream, workdir) -> None:
     upstream.script(OVERLOADED, OVERLOADED)
     r = run_claude(claude_bin, cc_gateway, workdir)

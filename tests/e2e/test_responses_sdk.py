@@ -108,24 +108,25 @@ def test_429_with_retry_after_1_then_success(client: openai.OpenAI, up: FakeUpst
 
 
 @pytest.mark.timeout(30)
-def test_429_with_a_long_wait_fails_fast_once(client: openai.OpenAI, up: FakeUpstream) -> None:
-    up.script(*[Reply(429, RATE, {"retry-after": "40"})] * 10)
-    with pytest.raises(openai.RateLimitError) as first:
-        client.with_options(max_retries=0).responses.create(model=MODEL, input="Say hello (429 long, no SDK retries)")
-    assert first.value.response.headers.get("x-should-retry") == "false", (
-        "a 429 whose wait the gateway will not hold must tell the SDK not to wait it out either: "
-        f"{dict(first.value.response.headers)}")
-    up.requests.clear()
-    t0 = time.monotonic()
-    with pytest.raises(openai.RateLimitError) as e:  # the SDK's default max_retries=2 is on
-        client.responses.create(model=MODEL, input="Say hello (429 long)")
-    assert time.monotonic() - t0 < 5
-    h = e.value.response.headers
-    assert h["retry-after"] == "40" and h["x-llm-error-type"] == "rate_limit"
-    assert h["x-should-retry"] == "false"
-    assert abs(int(h["x-llm-error-reset-at"]) - (time.time() + 40) * 1000) < 5000
-    assert e.value.body == RATE["error"] or e.value.body == RATE  # the upstream's body, untouched
-    assert calls(up) == 1  # not the SDK's 3, not the gateway's 4
+def test_429_with_a_long_wait_fails_fast_once(readme_gateway_alone: RunningGateway, up: FakeUpstream) -> None:
+    with openai.OpenAI(base_url=readme_gateway_alone.base + "/v1", api_key="sk-client-key") as client:
+        up.script(*[Reply(429, RATE, {"retry-after": "40"})] * 10)
+        with pytest.raises(openai.RateLimitError) as first:
+            client.with_options(max_retries=0).responses.create(model=MODEL, input="Say hello (429 long, no SDK retries)")
+        assert first.value.response.headers.get("x-should-retry") == "false", (
+            "a 429 whose wait the gateway will not hold must tell the SDK not to wait it out either: "
+            f"{dict(first.value.response.headers)}")
+        up.requests.clear()
+        t0 = time.monotonic()
+        with pytest.raises(openai.RateLimitError) as e:  # the SDK's default max_retries=2 is on
+            client.responses.create(model=MODEL, input="Say hello (429 long)")
+        assert time.monotonic() - t0 < 5
+        h = e.value.response.headers
+        assert h["retry-after"] == "40" and h["x-llm-error-type"] == "rate_limit"
+        assert h["x-should-retry"] == "false"
+        assert abs(int(h["x-llm-error-reset-at"]) - (time.time() + 40) * 1000) < 5000
+        assert e.value.body == RATE["error"] or e.value.body == RATE  # the upstream's body, untouched
+        assert calls(up) == 1  # not the SDK's 3, not the gateway's 4
 
 
 def test_stream_cut_after_text_never_looks_complete(client: openai.OpenAI, up: FakeUpstream) -> None:

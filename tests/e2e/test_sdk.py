@@ -10,7 +10,6 @@ import time
 import openai
 import pytest
 
-from tests.e2e.conftest import launch_cli
 from tests.fakeupstream import Drop, FakeUpstream, Reply, Stream, chunk
 
 pytestmark = pytest.mark.e2e
@@ -71,11 +70,11 @@ def test_429_with_retry_after_then_success(sdk, readme_gateway, upstream: FakeUp
     assert r.headers["x-llm-attempts"] == "2" and time.monotonic() - t0 >= 0.95
 
 
-def test_429_with_long_retry_after_fails_fast_and_stamps_reset(sdk, readme_gateway, upstream: FakeUpstream) -> None:
+def test_429_with_long_retry_after_fails_fast_and_stamps_reset(sdk, readme_gateway_alone, upstream: FakeUpstream) -> None:
     upstream.script(Reply(429, RATE, {"retry-after": "40"}))
     t0 = time.monotonic()
     with pytest.raises(openai.RateLimitError) as e:
-        sdk(readme_gateway, max_retries=0).chat.completions.create(model="gpt-4o-mini", messages=msg())
+        sdk(readme_gateway_alone, max_retries=0).chat.completions.create(model="gpt-4o-mini", messages=msg())
     assert time.monotonic() - t0 < 5
     h = e.value.response.headers
     assert h["retry-after"] == "40" and h["x-llm-error-type"] == "rate_limit"
@@ -115,26 +114,20 @@ def test_503_three_times_then_success(sdk, readme_gateway, upstream: FakeUpstrea
     assert r.parse().choices[0].message.content and r.headers["x-llm-attempts"] == "4"
 
 
-def test_permanent_529_costs_six_attempts_not_eighteen(sdk, readme_gateway, upstream: FakeUpstream) -> None:
+def test_permanent_529_costs_six_attempts_not_eighteen(sdk, readme_gateway_alone, upstream: FakeUpstream) -> None:
     upstream.script(*[Reply(529, OVERLOADED)] * 30)
     with pytest.raises(openai.InternalServerError) as e:
-        sdk(readme_gateway).chat.completions.create(model="gpt-4o-mini", messages=msg())  # SDK max_retries=2
+        sdk(readme_gateway_alone).chat.completions.create(model="gpt-4o-mini", messages=msg())  # SDK max_retries=2
     h = e.value.response.headers
     assert e.value.status_code == 529 and h["x-llm-error-type"] == "provider_unavailable"
     assert h["x-should-retry"] == "false" and h["x-llm-attempts"] == "6"
     assert len(upstream.chat_requests()) == 6
 
 
-def test_connection_dropped_before_response(sdk, upstream: FakeUpstream, tmp_path) -> None:
-    # A gateway of its own: the outage of the test before is noted on the shared one's upstream
-    # for open_s (docs/errors/loop-breaker.md), and a first failure there is then final.
-    gw = launch_cli(upstream, tmp_path)
-    try:
-        upstream.script(Drop())
-        out = sdk(gw, max_retries=0).chat.completions.create(model="gpt-4o-mini", messages=msg())
-        assert out.choices[0].message.content and len(upstream.chat_requests()) == 2
-    finally:
-        gw.stop()
+def test_connection_dropped_before_response(sdk, readme_gateway, upstream: FakeUpstream) -> None:
+    upstream.script(Drop())
+    out = sdk(readme_gateway, max_retries=0).chat.completions.create(model="gpt-4o-mini", messages=msg())
+    assert out.choices[0].message.content and len(upstream.chat_requests()) == 2
 
 
 def test_stream_dropped_after_two_chunks_raises(sdk, readme_gateway, upstream: FakeUpstream) -> None:

@@ -13,13 +13,14 @@ read of its own the clean close looked like a cut: every such answer ended in an
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import anthropic
 import openai
 import pytest
 
-from tests.fakeupstream import Stream, anthropic_head, anthropic_tail, chunk, sse, text_delta
+from tests.fakeupstream import Stream, anthropic_head, anthropic_tail, chunk, named_events, sse, text_delta
 
 USAGE = {"promptTokenCount": 9, "candidatesTokenCount": 3, "totalTokenCount": 12}
 
@@ -135,3 +136,66 @@ async def test_a_messages_stream_closed_before_its_stop_reason_is_still_broken(m
     gw.fake.script(Stream([*anthropic_head(), text_delta("Hi"), counts_only], then="eof"))
     status, _, body = await gw.chat({"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
     assert status == 200 and b"[DONE]" not in body and b'"code":"stream_broken"' in body
+
+
+@pytest.mark.parametrize("then", ["eof", "drop", "stall"])
+async def test_a_messages_stream_ended_after_its_stop_reason_reaches_a_messages_client_with_its_message_stop(
+    make_gateway: Any, caplog: pytest.LogCaptureFixture, then: str,
+) -> None:
+    """Passed through untranslated, a stream whose upstream closed, reset or stalled after the
+    message_delta with the stop_reason reached the client without message_stop, and the
+    TypeScript SDK's MessageStream (Claude Code's too) makes its final message at message_stop
+    alone: finalMessage() rejected "stream ended without producing a Message with
+    role=assistant" (measured with @anthropic-ai/sdk 1.14.0). The gateway writes the one it owed."""
+    caplog.set_level(logging.INFO, logger="gateway")
+    gw = await make_gateway()  # idle_s: 1
+    cut = [*anthropic_head(), text_delta("Hi"), text_delta(" there"), *anthropic_tail(2)[:2]]
+    client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="dummy", max_retries=0)
+    try:
+        gw.fake.script(Stream(cut, then=then))
+        raw = await client.messages.create(model="claude-sonnet-4-6", max_tokens=64, stream=True,
+                                           messages=[{"role": "user", "content": "hi"}])  # fmt: skip
+        kinds = [event.type async for event in raw]
+        gw.fake.script(Stream(cut, then=then))
+        async with client.messages.stream(model="claude-sonnet-4-6", max_tokens=64,
+                                          messages=[{"role": "user", "content": "hi"}]) as stream:  # fmt: skip
+            message = await stream.get_final_message()
+    finally:
+        await client.close()
+    assert kinds[-2:] == ["message_delta", "message_stop"] and kinds.count("message_stop") == 1
+    assert message.stop_reason == "end_turn" and message.content[0].text == "Hi there"  # type: ignore[union-attr]
+    assert message.usage.output_tokens == 2
+    lines = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
+    assert len(lines) == 2 and all("ended_by" not in line and line["error_type"] == "none" for line in lines), lines
+
+
+async def test_a_messages_stream_that_sends_its_message_stop_gets_no_second_one(make_gateway: Any) -> None:
+    gw = await make_gateway()
+    gw.fake.script(Stream([*anthropic_head(), text_delta("Hi"), *anthropic_tail(2)], then="drop"))
+    status, _, body = await gw.messages({"model": "claude-sonnet-4-5", "max_tokens": 64, "stream": True,
+                                         "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+    names = [name for name, _ in named_events(body)]
+    assert status == 200 and names[-2:] == ["message_delta", "message_stop"] and names.count("message_stop") == 1
+
+
+@pytest.mark.parametrize("then", ["eof", "drop", "stall"])
+async def test_a_chat_stream_ended_after_its_finish_reason_owes_a_chat_client_no_done(
+    make_gateway: Any, then: str,
+) -> None:
+    """Unlike Messages, nothing is added: the openai SDK's stream helper (and the Vercel AI SDK's
+    streamText, opencode's, measured apart: finishReason "stop", no error) ends on the body's end
+    whether [DONE] came or not."""
+    gw = await make_gateway(upstream_yaml=", apis: [chat]")  # idle_s: 1
+    gw.fake.script(Stream([chunk({"role": "assistant", "content": "Hi"}), chunk({"content": " there"}),
+                           chunk({}, "stop")], then=then))  # fmt: skip
+    status, _, body = await gw.chat({"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
+    assert status == 200 and b"[DONE]" not in body and b'"error"' not in body
+    gw.fake.script(Stream([chunk({"role": "assistant", "content": "Hi"}), chunk({"content": " there"}),
+                           chunk({}, "stop")], then=then))  # fmt: skip
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="dummy", max_retries=0)
+    try:
+        async with client.chat.completions.stream(model="gpt-4o", messages=[{"role": "user", "content": "hi"}]) as s:
+            final = await s.get_final_completion()
+    finally:
+        await client.close()
+    assert final.choices[0].message.content == "Hi there" and final.choices[0].finish_reason == "stop"

@@ -245,6 +245,11 @@ class ChatStreamReader(ShownText):
             return EventKind.CONTENTLESS
         return EventKind.FINAL if _finished(raw) else EventKind.VISIBLE
 
+    def owed_end(self) -> bytes:
+        # A [DONE] left unsent after the finish_reason is owed nobody: the openai SDKs and the
+        # Vercel AI SDK (opencode's) end on the body's end all the same (docs/streaming.md).
+        return b""
+
     def broken(self, ending: Ending, request_id: str, model: str | None) -> bytes:
         # finish_reason "error" is none of OpenAI's (stop, length, tool_calls, content_filter,
         # function_call), on purpose: no client may read this end as a finished answer. The

@@ -270,6 +270,9 @@ class GeminiStreamReader(ShownText):
     def event_text(self, doc: Mapping[str, Any]) -> str:
         return gemini_text(doc)
 
+    def owed_end(self) -> bytes:
+        return b""  # Gemini sends no marker after its finishReason
+
     def broken(self, ending: Ending, request_id: str, model: str | None) -> bytes:
         return broken_event(ending, request_id)
 

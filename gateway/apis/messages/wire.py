@@ -258,7 +258,7 @@ def anthropic_usage(usage: Any) -> dict[str, int]:
 
 
 class AnthropicStreamReader(ShownText):
-    __slots__ = ("error", "next_index", "open_block", "parsed_events", "usage")
+    __slots__ = ("error", "next_index", "open_block", "parsed_events", "stop_owed", "usage")
 
     def __init__(self) -> None:
         super().__init__()
@@ -267,6 +267,7 @@ class AnthropicStreamReader(ShownText):
         self.error: dict[str, Any] | None = None
         self.open_block: int | None = None  # the text block the client has open
         self.next_index = 0
+        self.stop_owed = False  # the stop_reason came, its message_stop not yet
 
     def _track(self, doc: dict[str, Any]) -> None:
         kind = doc.get("type")
@@ -324,6 +325,7 @@ class AnthropicStreamReader(ShownText):
             # The message_delta that gives the stop_reason ends the answer as chat's
             # finish_reason does: message_stop, like [DONE], only follows it. A server that
             # closes without it (or a reset or stall before it) has sent the whole answer.
+            self.stop_owed = name == "message_delta"
             return EventKind.FINAL
         if committed:
             return EventKind.VISIBLE
@@ -344,6 +346,12 @@ class AnthropicStreamReader(ShownText):
             # Cumulative counts: the last message_delta has the totals.
             self.usage.update(anthropic_usage(doc.get("usage")))
 
+    def owed_end(self) -> bytes:
+        # The SDKs' stream helpers make the answer at message_stop alone: without it the
+        # TypeScript SDK's MessageStream.finalMessage() (src/lib/MessageStream.ts, also inside
+        # Claude Code) rejects "stream ended without producing a Message with role=assistant".
+        return MESSAGE_STOP if self.stop_owed else b""
+
     def broken(self, ending: Ending, request_id: str, model: str | None) -> bytes:
         c = ending.classification
         code = ending.code or c.provider_code or c.type.value
@@ -357,6 +365,10 @@ class AnthropicStreamReader(ShownText):
             "request_id": request_id,
         }  # fmt: skip
         return b"event: error\ndata: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n"
+
+
+# As Anthropic's API writes it (tests/corpus/answers/messages-stream-*.json, less its padding).
+MESSAGE_STOP = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
 
 
 def _stops(doc: Any) -> bool:

@@ -299,6 +299,9 @@ class ResponsesStreamReader:
     def event_text(self, doc: Mapping[str, Any]) -> str:
         return responses_event_text(doc)
 
+    def owed_end(self) -> bytes:
+        return b""  # response.completed is the end and the answer at once: nothing follows it
+
     def broken(self, ending: Ending, request_id: str, model: str | None) -> bytes:
         response = failed_response(self.response, ending)
         response["id"] = response.get("id") or f"resp_{request_id}"

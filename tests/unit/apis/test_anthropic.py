@@ -50,6 +50,23 @@ def test_after_commit_only_the_end_and_errors_matter() -> None:
     assert r.kind(text_delta("an error in prose"), committed=True) is EventKind.VISIBLE
 
 
+@pytest.mark.parametrize("committed", [False, True])
+def test_message_stop_is_owed_from_the_stop_reason_until_it_comes(committed: bool) -> None:
+    """A stream that ends after the stop_reason's message_delta is whole, but the TypeScript
+    SDK's MessageStream makes its final message at message_stop alone: the reader says it is owed."""
+    r = D.reader(False)
+    for raw in [*anthropic_head(), text_delta("Hi"), anthropic_tail()[0]]:
+        r.kind(raw, committed=committed)
+        assert r.owed_end() == b""  # not whole yet: a broken stream owes its error, not this
+    r.kind(sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": None},
+                                 "usage": {"output_tokens": 3}}), committed=committed)  # fmt: skip
+    assert r.owed_end() == b""
+    r.kind(anthropic_tail()[1], committed=committed)
+    assert r.owed_end() == b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+    r.kind(anthropic_tail()[2], committed=committed)
+    assert r.owed_end() == b""
+
+
 def test_usage_counts_cache_tokens_as_prompt_and_takes_the_last_cumulative_output() -> None:
     r = D.reader(False)
     for raw in [*anthropic_head(input_tokens=10, cache_read=1000), text_delta("x"), *anthropic_tail(output_tokens=42)]:
