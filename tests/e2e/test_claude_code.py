@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import ROOT, RunningGateway, base_env, free_port, start
+from tests.e2e.pins import pinned
 from tests.fakeupstream import (
     FakeUpstream,
     Reply,
@@ -54,7 +55,8 @@ def claude_bin() -> Path:
         if npm is None:
             pytest.skip("!!! CLAUDE CODE NOT TESTED: npm is not installed (scripts/test-deps.sh installs it) !!!")
         r = subprocess.run([npm, "install", "--prefix", str(PREFIX), "--no-audit", "--no-fund",
-                            "@anthropic-ai/claude-code"], capture_output=True, text=True, timeout=300)  # fmt: skip
+                            f"@anthropic-ai/claude-code@{pinned('CLAUDE_CODE_VERSION')}"],
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
         if r.returncode != 0 or not os.access(CLAUDE, os.X_OK):
             pytest.skip(f"!!! CLAUDE CODE NOT TESTED: npm install @anthropic-ai/claude-code failed: "
                         f"{(r.stderr or r.stdout)[-800:]} !!!")  # fmt: skip

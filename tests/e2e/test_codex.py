@@ -8,7 +8,6 @@ per-provider knobs, so a run takes seconds: Codex then sends up to 4 requests fo
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 import warnings
@@ -20,6 +19,7 @@ import pytest
 
 from tests.corpus_cases import IN_SAMPLE
 from tests.e2e.conftest import FAST_RETRIES, ROOT, RunningGateway, launch_cli
+from tests.e2e.pins import pinned
 from tests.fakeupstream import (
     FakeUpstream,
     Reply,
@@ -33,7 +33,7 @@ from tests.fakeupstream import (
 
 pytestmark = pytest.mark.e2e
 
-CODEX_VERSION = os.environ.get("CODEX_VERSION", "0.169.0")  # the version CODEX_NOTES.md measured
+CODEX_VERSION = pinned("CODEX_VERSION")  # what scripts/test-deps.sh installs
 CODEX_PREFIX = ROOT / ".cache" / "codex"
 CODEX_BIN = CODEX_PREFIX / "node_modules" / ".bin" / "codex"
 ANSWER = "Hello from fake."  # the fake upstream's streamed answer
