@@ -1989,6 +1989,10 @@ def _describe(err: ValidationError, origins: Mapping[Loc, Used] | None = None,
     """One line per problem; none for a field a variable could not fill (``unset``): that is
     reported already, and what it left there ("must be printable ASCII") is not the cause."""
     errors = _unknown_keys_first(list(err.errors()))
+    # Every problem's place, the unset ones' among them: a list whose item an unset variable
+    # spoilt is too short only because of it (an unset ${HOST} in the one upstream's base_url
+    # also said "upstreams: must have at least 1 item(s)", an operations audit found).
+    every = [tuple(e["loc"]) for e in errors]
     # An item of a list (a rotated key's values) is checked with its list: the field is the list.
     gone = [_without_index(f) for f in unset]
     errors = [e for e in errors if not any(tuple(e["loc"])[: len(f)] == f for f in gone)]
@@ -1996,7 +2000,7 @@ def _describe(err: ValidationError, origins: Mapping[Loc, Used] | None = None,
     out: list[str] = []
     unions: set[Loc] = set()
     for e, loc in zip(errors, locs, strict=True):
-        if e["type"] == "too_short" and any(other[: len(loc)] == loc and other != loc for other in locs):
+        if e["type"] == "too_short" and any(other[: len(loc)] == loc and other != loc for other in every):
             # A list whose only item is invalid is reported as too short as well: noise.
             continue
         msg = e["msg"]

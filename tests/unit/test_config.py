@@ -213,6 +213,15 @@ def test_an_unset_variable_names_every_field_it_is_used_in() -> None:
     )
 
 
+
+def test_an_unset_variable_in_the_only_upstream_is_the_one_problem() -> None:
+    """Its upstream fails, and pydantic then finds the list empty: that is no second problem
+    (an operations audit: "upstreams: must have at least 1 item(s)" followed the real one)."""
+    with pytest.raises(ConfigError) as e:
+        parse_config("upstreams: [{name: a, base_url: 'http://${NOPE_HOST}:9/v1'}]", env={})
+    assert e.value.problems == ("upstreams[0].base_url: environment variable NOPE_HOST is not set "
+                                "(use ${NOPE_HOST:-default})",)  # fmt: skip
+
 @pytest.mark.parametrize(
     "url", ["https://user:s3cr3t-pw@api.example.com/v1", "https://s3cr3t-pw@api.example.com/v1",
             "http://:s3cr3t-pw@127.0.0.1:9000/v1"],
