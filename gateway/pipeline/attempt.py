@@ -328,7 +328,7 @@ async def _exchange(
         if isinstance(translated, FailedAnswer):  # a Responses answer that failed, for another API's client
             facts = _facts(call, request)
             return _upstream_error(svc, translated.status, resp.headers, translated.body, facts,
-                                   answered=resp.status)  # fmt: skip
+                                   answered=resp.status, operator=operator)  # fmt: skip
         if translated is not None:
             body, usage = translated
             return Success(resp.status, headers, body=body, usage=usage)
@@ -468,7 +468,7 @@ def _collected(svc: Services, call: Call, body: bytes) -> bytes | Failure:
 
 def _upstream_error(
     svc: Services, status: int, headers: Mapping[str, str], body: bytes, facts: RequestFacts,
-    answered: int | None = None, operator: bool = False,
+    answered: int | None = None, *, operator: bool,
 ) -> Failure:
     """``answered``: the success status an error document came under (``policy/answer_error.py``);
     ``status`` is then the one the document names."""

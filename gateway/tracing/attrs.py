@@ -175,13 +175,21 @@ _KEYISH = re.compile(
     rb"|AIza[0-9A-Za-z_\-]{35}|(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"
     rb"|xox[abpr]-[A-Za-z0-9\-]{10,}|eyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*"
     # The name's other parts are bounded, and it starts a word: a long run of letters (an image's
-    # base64) is not scanned again from each of its characters.
-    rb"|(?<![A-Za-z0-9_])(?i:[A-Za-z0-9_\-]{0,40}?(?:api[_-]?key|authorization|secret|password|passwd|token"
-    rb"|credential)[A-Za-z0-9_\-]{0,40}?)"
-    rb"(?:\\?\")?\s*[:=]\s*(?:\\?\")?[^\s\\\",}]{4,}"
+    # base64) is not scanned again from each of its characters. What follows the secret word
+    # starts a part of its own (`AWS_SECRET_ACCESS_KEY`), and the value is not a bare number: a
+    # prompt's `max_tokens: 1024` or `{"input_tokens": 5000}` is no secret (review: both were
+    # masked, the captured JSON mangled).
+    rb"|(?<![A-Za-z0-9_])(?i:[A-Za-z0-9_\-]{0,24}?(?:api[_-]?key|authorization|secret|password|passwd"
+    rb"|credential|(?P<count>token))(?:[_\-][A-Za-z0-9_\-]{0,23})?)"
+    rb"(?:\\?\")?\s*[:=]\s*(?:\\?\")?(?i:(?:bearer|basic)\s+)?"
+    # (a `token` name's bare number is a count: `max_tokens`-like names end in one)
+    rb"(?(count)(?![0-9]+(?:[\s\\\",}]|$)))[^\s\\\",}]{4,}"
 )
 # A URL's password (`scheme://user:password@host`): the password goes, the rest stays readable.
-_USERINFO = re.compile(rb"(?i)\b([a-z][a-z0-9+.\-]*://[^/\s:@\"]+:)[^/\s@\"]+@")
+# The scheme is bounded and starts a word: scanned from every boundary of a long dotted run
+# (`example.com.` thousands of times), an unbounded one was quadratic (review: 72 s of a frozen
+# event loop for one 66 KB prompt).
+_USERINFO = re.compile(rb"(?i)(?<![a-z0-9+.\-])([a-z][a-z0-9+.\-]{0,31}://[^/\s:@\"]{1,256}:)[^/\s@\"]{1,256}@")
 
 
 def redact(data: bytes, known: tuple[str, ...] = ()) -> str:
@@ -219,23 +227,35 @@ def _scrub(value: Any, cap: int | None = None, known: tuple[str, ...] = ()) -> A
     return value
 
 
+def _cut(value: Any, cap: int) -> Any:
+    """``value`` (masked already) with each string cut to ``cap`` characters."""
+    if isinstance(value, str):
+        return value if len(value) <= cap else value[:cap] + "…"
+    if isinstance(value, list):
+        return [_cut(v, cap) for v in value]
+    if isinstance(value, dict):
+        return {k: _cut(v, cap) for k, v in value.items()}
+    return value
+
+
 def _encoded(value: list[Any], known: tuple[str, ...] = ()) -> str | None:
     """JSON of ``value`` masked and within CONTENT_MAX: the longest strings are cut first
     (the largest cap that fits), then, when the parts alone are too many, the oldest items
     are left out; the order stays."""
     if not value:
         return None
-    out = orjson.dumps(_scrub(value, None, known))
+    masked = _scrub(value, None, known)  # once: the search below only cuts (review: ~17 passes)
+    out = orjson.dumps(masked)
     if len(out) <= CONTENT_MAX:
         return out.decode()
     lo, hi = 0, CONTENT_MAX
     while lo < hi:  # the largest cap that fits
         mid = (lo + hi + 1) // 2
-        if len(orjson.dumps(_scrub(value, mid, known))) <= CONTENT_MAX:
+        if len(orjson.dumps(_cut(masked, mid))) <= CONTENT_MAX:
             lo = mid
         else:
             hi = mid - 1
-    items = _scrub(value, max(lo, 64), known)
+    items = _cut(masked, max(lo, 64))
     while items:
         out = orjson.dumps(items)
         if len(out) <= CONTENT_MAX:

@@ -207,3 +207,16 @@ async def test_a_reasoning_model_refusing_temperature_is_asked_again_without_it(
     assert "temperature" in done.headers["x-llm-params-dropped"]
     first, second = (r.json() for r in gw.fake.responses_requests())
     assert first["temperature"] == 0.2 and "temperature" not in second
+
+
+async def test_a_failed_response_to_the_gateways_key_does_not_relay_the_operators_headers(make_gateway) -> None:
+    """The failed answer's error goes the way every upstream error to the gateway's own key goes:
+    without the provider's headers naming the operator's account (review: this path alone kept
+    set-cookie, openai-organization and openai-project)."""
+    operator = {"openai-organization": "org-operator", "openai-project": "proj_operator",
+                "set-cookie": "__cf_bm=operator-session; path=/; HttpOnly"}  # fmt: skip
+    gw = await make_gateway(upstream_yaml=UPSTREAM + ", api_key: upkey",
+                            extra_yaml="retry: {provider_unavailable: {max_retries: 0}}\n")  # fmt: skip
+    gw.fake.script(Reply(200, _failed_response(outage=True), operator))
+    status, headers, _ = await gw.chat({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})
+    assert status >= 500 and not {"openai-organization", "openai-project", "set-cookie"} & {k.lower() for k in headers}

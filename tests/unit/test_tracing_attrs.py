@@ -7,6 +7,7 @@ import pytest
 from gateway.config import TracingConfig
 from gateway.tracing import NO_TRACING, build_tracing, summary, wanted
 from gateway.tracing.attrs import (
+    CONTENT_MAX,
     compression_attrs,
     input_content,
     provider_name,
@@ -125,6 +126,23 @@ def test_captured_content_keeps_what_only_looks_like_a_secret() -> None:
                  "AIza is short here", "ghp_short", "eyJ not a token"):  # fmt: skip
         assert redact(said.encode()) == said
 
+
+
+def test_counts_named_like_tokens_are_not_masked() -> None:
+    """A prompt about the API itself says max_tokens; captured JSON stays JSON (review: the name
+    pattern's free suffix masked `max_tokens: 1024` and mangled `{"max_tokens": 4096}`)."""
+    for said in ("max_tokens: 1024", '{"max_tokens": 4096}', "Set num_tokens=2048", "input_tokens=5000",
+                 "token_count: 5000"):  # fmt: skip
+        assert redact(said.encode()) == said
+    for said in ("token: abcdefgh", "api_key=12345678", "Authorization: Bearer abcdefghijkl"):
+        assert redact(said.encode()) == "[redacted]", said
+
+
+def test_long_runs_without_a_secret_come_back_whole() -> None:
+    """Scanned from every boundary of a long dotted run, the URL-password pattern was quadratic:
+    72 s of a frozen event loop for a 66 KB prompt of `example.com.` (review)."""
+    for said in ("example.com." * 5500, "a-" * 32000, "token-" * 11000):
+        assert redact(said.encode()) == said[:CONTENT_MAX]
 
 def test_the_gateways_own_keys_and_credential_members_are_masked() -> None:
     own = "lmstudio-local-7f3a9c"  # no known shape: only knowing it finds it
