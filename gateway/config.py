@@ -1107,7 +1107,10 @@ class StateConfig(_Model):
             try:
                 _ = urlsplit(v).port  # parsed on access
             except ValueError:
-                raise ValueError("its port is not a number from 0 to 65535") from None
+                # An unencoded # / or ? in a password ends the host part early (RFC 3986 3.2), so
+                # the rest of the password reads as the port: the likely cause when there is an @.
+                hint = " (a password holding # / ? or @ must be percent-encoded)" if "@" in v else ""
+                raise ValueError(f"its port is not a number from 0 to 65535{hint}") from None
             from redis.connection import parse_url  # the Redis client only when Redis is configured
 
             try:

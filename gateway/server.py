@@ -18,6 +18,8 @@ import os
 import signal
 import socket
 import sys
+import time
+from collections.abc import Callable
 from urllib.parse import urlsplit, urlunsplit
 
 from aiohttp import web
@@ -141,7 +143,7 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path:
     life.draining = True
     drain_s = live.services.cfg.server.drain_s  # as the last reload left it
     log.info({"event": "draining", "in_flight": life.in_flight, "drain_s": drain_s})
-    await drain(life, drain_s)
+    await drain(life, drain_s, clock=live.services.monotonic)
     if life.settling:  # keys' spend still being written: a budget must not forget it
         await asyncio.wait(list(life.settling), timeout=2.0)
     accounts = live.services.accounts
@@ -163,23 +165,43 @@ def _on_hangup(reloader: Reloader, server_tls: ServerTLS | None) -> None:
         server_tls.reload("SIGHUP")
 
 
-async def drain(life: Lifecycle, drain_s: float, settle_s: float = 2.0) -> None:
-    """Until the requests in flight are done, for up to ``drain_s``; then every one still in
-    flight is ended with the typed ``gateway_shutdown`` error (``Lifecycle.cut``): a stream
-    with its API's error event, a request whose answer has not begun (waiting for the
-    upstream, or in a retry's backoff) with a 503 in its API's envelope. Never a closed
-    connection without an answer, which an SDK cannot tell from a network fault. ``settle_s``
-    bounds the wait for those answers to be written."""
+# A drain waits for this long without a new request before it ends: arrivals mean a load
+# balancer still sends here (it has yet to see /readyz's 503, or the endpoint's removal).
+LULL_S = 1.0
+
+
+async def drain(life: Lifecycle, drain_s: float, settle_s: float = 2.0, *, lull_s: float = LULL_S,
+                clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    """Until the requests in flight are done and none has come for ``lull_s`` (``life.arrived``,
+    on ``clock``), for up to ``drain_s``; then every one still in flight is ended with the typed
+    ``gateway_shutdown`` error (``Lifecycle.cut``): a stream with its API's error event, a
+    request whose answer has not begun (waiting for the upstream, or in a retry's backoff) with
+    a 503 in its API's envelope. Never a closed connection without an answer, which an SDK
+    cannot tell from a network fault. Meanwhile every answer closes its connection (``stamp``),
+    so keep-alive clients reconnect rather than send on a connection closed under them.
+    ``settle_s`` bounds the wait for those answers to be written."""
+    deadline = clock() + drain_s
     idle = asyncio.Event()
     life.idle.append(idle.set)
-    if life.in_flight == 0:
-        return
-    try:
-        await asyncio.wait_for(idle.wait(), timeout=drain_s)
-        return
-    except TimeoutError:
-        pass
+    while True:
+        left = deadline - clock()
+        if left <= 0:
+            if life.in_flight == 0:
+                return
+            break
+        if life.in_flight == 0:
+            lull = life.arrived + lull_s - clock()
+            if lull <= 0:
+                return
+            await asyncio.sleep(min(lull, left))
+            continue
+        idle.clear()
+        try:
+            await asyncio.wait_for(idle.wait(), timeout=left)
+        except TimeoutError:
+            break
     log.warning({"event": "drain_timeout", "in_flight": life.in_flight, "cutting": life.cut()})
+    idle.clear()
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(idle.wait(), timeout=settle_s)
 

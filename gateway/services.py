@@ -138,6 +138,7 @@ class Lifecycle:
     shutting_down: bool = False  # drain_s ran out: the requests still in flight are being ended
     handling: set[asyncio.Task[Any]] = field(default_factory=set)  # the tasks of those requests
     in_flight: int = 0
+    arrived: float = float("-inf")  # when the last request came (monotonic): a drain waits for a lull
     idle: list[Callable[[], None]] = field(default_factory=list)
     settling: set[asyncio.Task[Any]] = field(default_factory=set)  # keys' spend being written
 

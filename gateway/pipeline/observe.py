@@ -84,6 +84,7 @@ def observed(handler: Handler) -> Handler:
         request[STATE] = state
         svc.tracing.begin(request.headers, state)
         life.in_flight += 1  # the in-flight gauge reads it at scrape time
+        life.arrived = state.started
         task = asyncio.current_task()
         assert task is not None
         life.handling.add(task)  # what Lifecycle.cut ends when drain_s runs out
@@ -110,7 +111,7 @@ def observed(handler: Handler) -> Handler:
             if not response.prepared:
                 # Send a buffered reply before accounting for it: the log line and metrics then
                 # stay off the client's critical path, and the duration includes the write.
-                stamp(state, response, svc.monotonic())
+                stamp(state, response, svc.monotonic(), close=life.draining)
                 try:
                     await response.prepare(request)
                     await response.write_eof()
@@ -119,7 +120,7 @@ def observed(handler: Handler) -> Handler:
             return response
         except web.HTTPException as e:
             status = e.status
-            stamp(state, e, None)  # aiohttp sends it, after the accounting below
+            stamp(state, e, None, close=life.draining)  # aiohttp sends it, after the accounting below
             raise
         except asyncio.CancelledError:
             if life.shutting_down and response is not None:
@@ -153,7 +154,7 @@ def observed(handler: Handler) -> Handler:
                 500, "internal gateway error", "internal_error", c, state.request_id
             )
             response = web.Response(status=500, body=body, content_type="application/json")
-            stamp(state, response, None)  # aiohttp sends it, after the accounting below
+            stamp(state, response, None, close=life.draining)  # aiohttp sends it, after the accounting below
             return response
         finally:
             life.in_flight -= 1

@@ -132,7 +132,7 @@ async def _relay_raw(
     ended = False  # the upstream ended the body: whole, or broken (not the client, not drain_s)
     try:
         with _CutOnShutdown(svc):
-            stamp(state, resp, svc.monotonic())
+            stamp(state, resp, svc.monotonic(), close=svc.life.draining)
             await resp.prepare(request)
             state.head_status = resp.status
             async for chunk in outcome.chunks:
@@ -236,7 +236,7 @@ async def _relay_sse(
     splice: Splice | None = None if translator is None else translator.event
     try:
         with _CutOnShutdown(svc):
-            stamp(state, resp, svc.monotonic())
+            stamp(state, resp, svc.monotonic(), close=svc.life.draining)
             await resp.prepare(request)
             state.head_status = resp.status
             while True:

@@ -18,9 +18,15 @@ from aiohttp import web
 from gateway.pipeline.outcome import RequestState
 
 
-def stamp(state: RequestState, response: web.StreamResponse, now: float | None) -> None:
+def stamp(state: RequestState, response: web.StreamResponse, now: float | None, *,
+          close: bool = False) -> None:  # fmt: skip
     """``now``: the head leaves now (the time to first byte); None for a response that aiohttp
-    sends after the request was accounted for."""
+    sends after the request was accounted for. ``close``: the process drains; the answer says
+    ``Connection: close`` and its connection is closed after it, so the client's next request
+    opens a new connection, which reaches a listener still serving (another worker, another
+    replica), instead of being sent on one about to be closed under it (RFC 9112 9.6)."""
+    if close:
+        response.force_close()
     h = response.headers
     h["x-request-id"] = state.request_id
     if state.dialect.api == "messages" and "request-id" not in h:

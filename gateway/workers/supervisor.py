@@ -10,7 +10,9 @@ all workers in bench/RESULTS.md. The supervisor serves no traffic itself:
 - it checks that nothing else listens on the port first (SO_REUSEPORT would otherwise let a
   second gateway join the first one's port without a word);
 - SIGTERM/SIGINT are passed to every worker, each drains as a single gateway does
-  (``server.drain_s``), and the supervisor exits 0 once all have;
+  (``server.drain_s``), and the supervisor exits 0 once all have. A worker's sockets are
+  closed as soon as it has exited after the signal, so the ones still draining take the new
+  connections;
 - SIGHUP is passed to every worker, each reloads the config on its own (gateway/reload/);
   the supervisor keeps the sockets it bound, so host, port and workers need a restart;
 - the supervisor checks the file as the workers do on SIGHUP (and on a watched change), and
@@ -150,8 +152,9 @@ def _write(path: str, text: str) -> None:
 
 
 class Worker:
-    def __init__(self, seat: WorkerSeat) -> None:
+    def __init__(self, seat: WorkerSeat, sockets: Sequence[socket.socket] = ()) -> None:
         self.seat = seat
+        self.sockets = list(sockets)  # the listening sockets its seat's descriptors are
         self.proc: asyncio.subprocess.Process | None = None
         self.started_at = 0.0
         self.early_exits = 0
@@ -174,7 +177,7 @@ def supervise(cfg: GatewayConfig, config_path: str, argv0: Sequence[str] | None 
     in_force = InForce(config_path, read_config_text(config_path) if text is None else text, cfg, run_dir)
     workers = [
         Worker(WorkerSeat(i, count, tuple(s.fileno() for s in group), run_dir, secret,
-                          in_force.file, in_force.start_file))
+                          in_force.file, in_force.start_file), group)
         for i, group in enumerate(groups)
     ]  # fmt: skip
     scheme = "https" if cfg.server.tls_cert_file else "http"  # the workers speak TLS on these sockets
@@ -242,6 +245,20 @@ def _signal_all(workers: list[Worker], sig: signal.Signals) -> None:
 async def _keep(w: Worker, workers: list[Worker], command: list[str], stop: asyncio.Event,
                 failed: asyncio.Event) -> None:  # fmt: skip
     """Runs one worker, restarting it when it exits on its own, until ``stop``."""
+    try:
+        await _run_worker(w, workers, command, stop, failed)
+    finally:
+        # Out of the SO_REUSEPORT group once no worker will accept on them again, not once
+        # every worker has drained: the kernel spreads new connections over the sockets still
+        # open, so the workers still draining answer them, where a socket held open for nobody
+        # keeps its share waiting, then reset. Once the last one exits, nothing listens (as
+        # for one process).
+        for s in w.sockets:
+            s.close()
+
+
+async def _run_worker(w: Worker, workers: list[Worker], command: list[str], stop: asyncio.Event,
+                      failed: asyncio.Event) -> None:  # fmt: skip
     while not stop.is_set():
         w.started_at = time.monotonic()
         # A process group of its own: a signal sent to the supervisor's group (Ctrl-C in a

@@ -65,7 +65,10 @@ def test_deployment_probes_ports_replicas_and_grace() -> None:
     assert container["readinessProbe"]["httpGet"]["port"] in ports
     cfg = parse_config(kind("ConfigMap")["data"]["gateway.yaml"], env=secret_env())
     assert ports["http"] == cfg.server.port and cfg.server.host == "0.0.0.0"
-    assert spec["terminationGracePeriodSeconds"] > cfg.server.drain_s
+    # The grace period runs from preStop's start: its sleep and then the whole drain fit in it.
+    [sleep, pause] = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert sleep == "sleep" and 0 < int(pause) < 30
+    assert spec["terminationGracePeriodSeconds"] > int(pause) + cfg.server.drain_s
     assert container["resources"]["requests"] and container["resources"]["limits"]
     assert spec["securityContext"]["runAsNonRoot"] is True
     mount = container["volumeMounts"][0]["mountPath"]

@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.corpus_cases import IN_SAMPLE
-from tests.fakeupstream import FakeUpstream, Reply
+from tests.fakeupstream import FakeUpstream, Reply, Stream, chunk
 from tests.procs import RunningProcess, base_env, free_port, start
 
 CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
@@ -168,6 +169,64 @@ def test_sigterm_drains_every_worker_and_exits_0(workers: RunningProcess) -> Non
     assert not Path(str(run_dir)).exists()
     stopped = [d for d in _lines(workers.logs()) if d.get("event") == "stopped"]
     assert len(stopped) == 2
+
+
+def test_while_one_worker_drains_a_stream_new_connections_are_answered(upstream: FakeUpstream,
+                                                                       tmp_path: Path) -> None:  # fmt: skip
+    """The supervisor held every worker's socket until the last worker exited: connections the
+    kernel gave an exited worker's socket waited unanswered, then were reset (audit: 6 of 8
+    `curl -m 1` got nothing, and 2 of 3 /readyz probes hung)."""
+    gw = launch(upstream, tmp_path, workers=3)
+    try:
+        # 4 s of stream, inside drain_s (5 s)
+        upstream.script(Stream([chunk({"content": f"w{i}"}) for i in range(16)] + [chunk({}, "stop")], delay_s=0.25))
+        result: dict[str, bytes] = {}
+
+        def read_stream() -> None:
+            with urllib.request.urlopen(urllib.request.Request(
+                    gw.base + "/v1/chat/completions", json.dumps({**CHAT, "stream": True}).encode(),
+                    {"content-type": "application/json"}), timeout=20) as r:  # fmt: skip
+                result["body"] = r.read()
+
+        reader = threading.Thread(target=read_stream)
+        reader.start()
+        deadline = time.monotonic() + 5
+        while not upstream.chat_requests() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)  # the stream is in flight
+        os.kill(gw.proc.pid, signal.SIGTERM)  # the supervisor, as an orchestrator sends it
+        gw.logs_when(lambda text: sum(d.get("event") == "stopped" for d in _lines(text)) >= 2, timeout_s=10)
+        assert gw.proc.poll() is None  # one worker still drains the stream
+        answers = []
+        for _ in range(8):  # each on a connection of its own, which the kernel may give any socket
+            status, headers, _ = post_within(gw, 2.0)
+            answers.append(status)
+        assert answers == [200] * 8
+        readyz = [_status(gw.base + "/readyz", 2.0) for _ in range(3)]
+        assert readyz == [503] * 3
+        reader.join(20)
+        assert result["body"].rstrip().endswith(b"data: [DONE]")
+        assert gw.proc.wait(20) == 0
+    finally:
+        gw.stop()
+
+
+def post_within(gw: RunningProcess, timeout_s: float) -> tuple[int, dict[str, str], bytes]:
+    req = urllib.request.Request(gw.base + "/v1/chat/completions", json.dumps(CHAT).encode(),
+                                 {"content-type": "application/json"})  # fmt: skip
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def _status(url: str, timeout_s: float) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
 
 
 def test_workers_left_by_a_killed_supervisor_drain_and_exit(workers: RunningProcess) -> None:

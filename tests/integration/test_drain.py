@@ -106,3 +106,53 @@ async def test_a_request_that_arrives_after_the_cut_is_answered_the_same_way(mak
     err = json.loads(body)["error"]
     assert err["code"] == "gateway_shutdown" and "param" in err  # the Responses API's envelope
     assert gw.fake.requests == []
+
+
+async def test_while_draining_every_answer_closes_its_connection(make_gateway) -> None:
+    """Drain ended on the first idle moment and closed the keep-alive connections under their
+    clients: 44 of 100 keep-alive clients' requests, sent on a connection being closed, got
+    ServerDisconnectedError (audit). Each answer now says ``Connection: close``, so the next
+    request opens a connection of its own."""
+    gw = await make_gateway(real_sleep=True)
+    life = gw.app[LIVE].life
+    status, headers, _ = await gw.chat()
+    assert status == 200 and headers.get("Connection", "").lower() != "close"
+    life.draining = True
+    status, headers, _ = await gw.chat()
+    assert status == 200 and headers["Connection"].lower() == "close"
+    gw.fake.script(Stream([chunk({"content": "hi"}), chunk({}, "stop")]))
+    status, headers, body = await gw.chat({"model": "gpt-4o-mini", "stream": True,
+                                           "messages": [{"role": "user", "content": "x"}]})  # fmt: skip
+    assert status == 200 and headers["Connection"].lower() == "close" and body.rstrip().endswith(b"[DONE]")
+    status, headers, _ = await gw.chat(data=b"{not json")
+    assert status == 400 and headers["Connection"].lower() == "close"
+    async with gw.session.post(gw.base + "/v1/nowhere", json={}) as r:
+        assert r.headers["Connection"].lower() == "close"
+
+
+async def test_a_drain_waits_for_a_lull_in_arrivals_within_drain_s() -> None:
+    """Nothing in flight is not the end while requests still come: a load balancer that has
+    yet to see /readyz's 503 still sends here, and those requests are served."""
+    from gateway.services import Lifecycle
+
+    life = Lifecycle()
+    started = time.monotonic()
+    await drain(life, drain_s=5.0, lull_s=0.3)  # nothing came: at once
+    assert time.monotonic() - started < 0.1
+    life.arrived = time.monotonic()
+    started = time.monotonic()
+    await drain(life, drain_s=5.0, lull_s=0.3)
+    assert 0.25 <= time.monotonic() - started < 0.6
+
+    async def arrive_again() -> None:
+        await asyncio.sleep(0.2)
+        life.arrived = time.monotonic()
+
+    life.arrived = started = time.monotonic()
+    again = asyncio.create_task(arrive_again())
+    await drain(life, drain_s=5.0, lull_s=0.3)
+    await again
+    assert 0.45 <= time.monotonic() - started < 0.8  # the second arrival's lull
+    life.arrived = started = time.monotonic()
+    await drain(life, drain_s=0.2, lull_s=5.0)  # never past drain_s
+    assert time.monotonic() - started < 0.4

@@ -774,6 +774,8 @@ def test_a_key_may_be_given_several_values_to_rotate_it() -> None:
 @pytest.mark.parametrize(("url", "said"), [
     ("redis://h:badport/0", "state.url: its port is not a number from 0 to 65535"),
     ("redis://:s3cretpw@h:99999/0", "state.url: its port is not a number from 0 to 65535"),
+    *((f"redis://:s3c{c}retpw@h:6379/0", "state.url: its port is not a number from 0 to 65535 (a password "
+       "holding # / ? or @ must be percent-encoded)") for c in "#/?"),
     ("redis://:s3cretpw@h:6379/0?socket_timeout=abc",
      "state.url: is not a usable Redis URL: Invalid value for 'socket_timeout' in connection URL."),
 ])  # fmt: skip
