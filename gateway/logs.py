@@ -101,7 +101,8 @@ class LineWriter:
     not wake 20 times a second, and a lone request's line is not held back. If the descriptor
     stops draining and ``max_lines`` wait, new lines are dropped and counted; a line saying
     how many follows once it drains again. ``close`` writes whatever is left (bounded by a
-    timeout) and stops the thread.
+    timeout) and stops the thread; what it could not write is counted in one line on
+    ``report_fd`` (stderr), not on the descriptor that stopped draining.
     """
 
     def __init__(
@@ -112,14 +113,17 @@ class LineWriter:
         batch_lines: int = 256,
         max_lines: int = 100_000,
         atomic_bytes: int | None = None,
+        report_fd: int = 2,
     ) -> None:
         self._fd = fd
+        self._report_fd = report_fd
         self._atomic = atomic_bytes
         self._flush_s = flush_s
         self._batch = batch_lines
         self._max = max_lines
         self._lines: deque[bytes] = deque()  # append and popleft are atomic: no lock needed
         self.dropped = 0
+        self._in_hand = 0  # lines the thread has taken and not yet written (a gap line: those it counts)
         self._wake = threading.Event()
         self._idle = False  # the thread sleeps until a line comes (no timeout)
         self._closed = False
@@ -145,16 +149,19 @@ class LineWriter:
     def _take(self) -> list[bytes]:
         lines = self._lines
         out = [lines.popleft() for _ in range(len(lines))]
+        self._in_hand = len(out)
         if self.dropped:
             dropped, self.dropped = self.dropped, 0
             gap = {"event": "log_lines_dropped", "count": dropped}
             out.append(line(time.time(), "warning", "gateway.logs", gap))
+            self._in_hand += dropped
         return out
 
     def _write_lines(self, lines: list[bytes]) -> None:
         limit = self._atomic
         if limit is None:
             self._write_all(b"".join(lines))
+            self._in_hand = 0
             return
         # A pipe write of at most PIPE_BUF bytes is never interleaved with another process's
         # (POSIX), so with several writers each write is whole lines up to that size.
@@ -163,11 +170,13 @@ class LineWriter:
         for one in lines:
             if batch and size + len(one) > limit:
                 self._write_all(b"".join(batch))
+                self._in_hand -= len(batch)  # (a gap line, counting many, is always the last batch's)
                 batch, size = [], 0
             batch.append(one)
             size += len(one)
         if batch:
             self._write_all(b"".join(batch))
+        self._in_hand = 0
 
     def _write_all(self, data: bytes) -> None:
         view = memoryview(data)
@@ -200,6 +209,9 @@ class LineWriter:
                 quiet = True
             self._wake.wait(self._flush_s)
             self._wake.clear()
+        # What is left at close is written here, not by ``close``'s caller: a stalled reader
+        # then holds up this thread, which ``close`` waits for only so long.
+        self.flush()
 
     def flush(self) -> None:
         """Write what is pending now, from the calling thread (tests, shutdown)."""
@@ -207,14 +219,32 @@ class LineWriter:
             self._write_lines(self._take())
 
     def close(self, timeout_s: float = 2.0) -> None:
-        """Stop the thread and write what is left; never waits more than ``timeout_s``."""
+        """Stop the thread and write what is left; never waits more than ``timeout_s`` (and
+        half a second more to say on ``report_fd`` how many lines it had to leave)."""
         if self._closed:
             return
         self._closed = True
         self._wake.set()
         self._thread.join(timeout_s)
         if not self._thread.is_alive():
-            self.flush()
+            self.flush()  # a line that came while it stopped
+            return
+        # The descriptor stopped draining (a stalled reader): the process exits without these
+        # lines, and says so where the operator can still look, if that is not stalled too.
+        lost = len(self._lines) + self.dropped + self._in_hand
+        if lost:
+            fields = {"event": "log_lines_lost", "count": lost, "waited_s": timeout_s}
+            _try_write(self._report_fd, line(time.time(), "error", "gateway.logs", fields))
+
+
+def _try_write(fd: int, data: bytes, timeout_s: float = 0.5) -> None:
+    """One short line to ``fd`` if it takes it within ``timeout_s`` (stderr may be the same
+    stalled pipe): an exit never hangs on it."""
+    try:
+        if select.select([], [fd], [], timeout_s)[1]:
+            os.write(fd, data)  # at most PIPE_BUF bytes: a writable pipe takes it whole
+    except (OSError, ValueError):
+        pass
 
 
 class _WriterHandler(logging.Handler):

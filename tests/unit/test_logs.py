@@ -137,6 +137,63 @@ def test_close_writes_what_is_pending() -> None:
     os.close(w)
 
 
+@pytest.mark.parametrize("whole_lines", [False, True])
+def test_lines_left_at_close_on_a_stalled_stdout_are_counted_on_stderr(whole_lines: bool) -> None:
+    """stdout piped to a reader that slept 25 s, 20k requests, SIGTERM: 156 lines arrived and
+    nothing said the rest were lost. ``close`` still gives up in time, and says how many."""
+    r, w = os.pipe()
+    fcntl.fcntl(w, 1031, 4096)  # F_SETPIPE_SZ: a small pipe that fills at once
+    err_r, err_w = os.pipe()
+    writer = LineWriter(w, flush_s=0.001, atomic_bytes=512 if whole_lines else None, report_fd=err_w)
+    sent = [logs.line(time.time(), "info", "t", {"i": i, "pad": "x" * 200}) for i in range(1000)]
+    try:
+        for one in sent:  # nobody reads stdout
+            writer.write(one)
+        start = time.perf_counter()
+        writer.close(timeout_s=0.3)
+        assert time.perf_counter() - start < 1.5
+        (report,) = read_lines(err_r, 1)
+        assert report["event"] == "log_lines_lost" and report["level"] == "error"
+        # At most a pipe's worth (and a line split at its end) got through before it stalled.
+        assert len(sent) - 4096 // len(sent[0]) - 1 <= report["count"] <= len(sent)
+    finally:
+        os.close(r)  # the writer's blocked write fails: its thread ends
+        writer._thread.join(5)  # before its descriptor's number can be another test's pipe
+        os.close(w)
+        os.close(err_r)
+        os.close(err_w)
+
+
+def test_a_stderr_stalled_too_never_holds_up_the_exit() -> None:
+    r, w = os.pipe()
+    fcntl.fcntl(w, 1031, 4096)
+    writer = LineWriter(w, flush_s=0.001, report_fd=w)  # 2>&1 into the same stalled pipe
+    try:
+        for i in range(200):
+            writer.write(logs.line(time.time(), "info", "t", {"i": i, "pad": "x" * 200}))
+        start = time.perf_counter()
+        writer.close(timeout_s=0.2)
+        assert time.perf_counter() - start < 1.5
+    finally:
+        os.close(r)
+        writer._thread.join(5)
+        os.close(w)
+
+
+def test_a_close_that_wrote_everything_reports_nothing() -> None:
+    r, w = os.pipe()
+    err_r, err_w = os.pipe()
+    writer = LineWriter(w, flush_s=60, report_fd=err_w)
+    writer.write(logs.line(time.time(), "info", "t", {"i": 0}))
+    writer.close()
+    assert [d["i"] for d in read_lines(r, 1)] == [0]
+    os.set_blocking(err_r, False)
+    with pytest.raises(BlockingIOError):
+        os.read(err_r, 1)
+    for fd in (r, w, err_r, err_w):
+        os.close(fd)
+
+
 @pytest.fixture
 def restore_logging():
     root = logging.getLogger()
