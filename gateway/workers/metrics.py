@@ -16,8 +16,8 @@ or for another worker asking) to a file beside its socket before it is used, so 
 the highest numbers any scrape has shown of it, whichever worker served that scrape. Left out
 instead, its total vanished from the sum and came back at the next scrape: a dip Prometheus
 reads as a counter reset, after which ``rate``/``increase`` count its whole total again. One
-file per worker, replaced whole, in the supervisor's private directory (removed at exit); no
-other worker's numbers are held in memory. ``llm_gateway_workers_reporting`` says how many answered this time,
+file per worker, replaced whole, in the supervisor's private directory (removed at exit);
+nothing is held in memory. ``llm_gateway_workers_reporting`` says how many answered this time,
 ``llm_gateway_workers_stale_seconds`` how old the oldest snapshot used in their place is.
 
 A worker that has crashed and been restarted starts its own counters from zero. Summed as they
