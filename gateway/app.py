@@ -48,7 +48,6 @@ from gateway.workers import metrics as workers_metrics
 
 PEERS = web.AppKey("peers", tuple[str, ...])
 SNAPSHOT: web.AppKey[str | None] = web.AppKey("snapshot")  # where this worker keeps its last exposition
-CARRY: web.AppKey[str] = web.AppKey("carry")  # its seat's predecessors' counters (gateway/workers/metrics.py)
 
 # What every response's Server header says. aiohttp's default, `Python/3.11 aiohttp/3.14.5`,
 # tells anyone which versions' known flaws to try. aiohttp sets it on every response it sends
@@ -70,12 +69,10 @@ def create_app(
     tracing: Tracing | None = None,
     peers: Sequence[str] = (),
     snapshot: str | None = None,
-    carry: str = "",
 ) -> web.Application:
     """``peers``: the private sockets of the other workers of this machine (server.workers),
     whose metrics ``/metrics`` adds to this process's own; ``snapshot``: where this worker
-    keeps its last exposition for them; ``carry``: the counters of the workers that held its
-    seat before it, added to its own (gateway/workers/metrics.py)."""
+    keeps its last exposition for them (gateway/workers/metrics.py)."""
     web_response.SERVER_SOFTWARE = SERVER  # type: ignore[attr-defined]  # imported there from aiohttp.http
     telemetry = Telemetry(
         registry if registry is not None else CollectorRegistry(),
@@ -94,7 +91,6 @@ def create_app(
     app[LIVE] = live
     app[PEERS] = tuple(peers)
     app[SNAPSHOT] = snapshot
-    app[CARRY] = carry
     if fresh is not None:
         app.on_startup.append(_start(fresh))
     app.on_cleanup.append(_close(live, store))
@@ -404,8 +400,7 @@ async def _own_metrics(app: web.Application) -> bytes:
     await _read_budgets(svc)
     # Rendering takes 120-300 ms at 10-20k series: in a thread, as merging is (above). With
     # workers it is also kept, for a scrape this worker is too slow to answer.
-    registry = svc.telemetry.registry
-    return await asyncio.to_thread(workers_metrics.rendered, registry, app[SNAPSHOT], app[CARRY])
+    return await asyncio.to_thread(workers_metrics.rendered, svc.telemetry.registry, app[SNAPSHOT])
 
 
 def private_app(app: web.Application) -> web.Application:

@@ -36,7 +36,7 @@ from gateway.services import Lifecycle
 from gateway.state import StateStore
 from gateway.tls import HandshakeBoundSite, ServerTLS
 from gateway.tracing import summary as tracing_summary
-from gateway.workers.metrics import inherited, snapshot_of
+from gateway.workers.metrics import snapshot_of
 from gateway.workers.seat import WorkerSeat, worker_config
 
 log = logging.getLogger("gateway.server")
@@ -46,10 +46,8 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path:
     """Serves until SIGTERM/SIGINT, then drains. ``seat``: this process is one of
     ``server.workers`` started by gateway/workers/supervisor.py, on the sockets it was given.
     ``config_path``: the file SIGHUP reloads (None: no reloads)."""
-    snapshot = snapshot_of(seat.socket_path(seat.index)) if seat is not None else None
-    # A worker restarted on its seat goes on from the counters its predecessor last showed.
-    app = create_app(cfg, peers=seat.peers() if seat is not None else (), snapshot=snapshot,
-                     carry=inherited(snapshot) if snapshot is not None else "")  # fmt: skip
+    app = create_app(cfg, peers=seat.peers() if seat is not None else (),
+                     snapshot=snapshot_of(seat.socket_path(seat.index)) if seat is not None else None)
     live = app[LIVE]
     # Before listening, so that /readyz never answers ahead of the started line's facts.
     state = await _state_check(cfg, live.services.store)

@@ -20,17 +20,9 @@ file per worker, replaced whole, in the supervisor's private directory (removed 
 nothing is held in memory. ``llm_gateway_workers_reporting`` says how many answered this time,
 ``llm_gateway_workers_stale_seconds`` how old the oldest snapshot used in their place is.
 
-A worker that has crashed and been restarted starts its own counters from zero. Summed as they
-are, the machine's total then dropped once the successor answered (1617 -> 1110 measured with 3
-workers), a reset to Prometheus, and every ``increase(...) > 0`` alert fired on numbers that had
-not grown. So a worker starting on a seat finds its predecessor's last snapshot there (the file
-is its seat's, no other worker writes it) and carries that snapshot's counters, histograms and
-summaries: each exposition it renders is its own numbers plus those, so the seat's counters go on
-from where the last scrape saw them, as prometheus_client's multiprocess mode keeps a dead
-process's file. Gauges are not carried: they read the present (a dead worker's requests are no
-longer in flight). What the predecessor counted after its last render is lost; the sum still
-never goes backwards. A new supervisor starts a new directory, so a restart of the whole gateway
-starts from zero, as a single process does.
+A worker that has crashed and been restarted starts its counters from zero; the sum then drops
+once it answers, which Prometheus's ``rate``/``increase`` read as a counter reset, as they do for
+a restarted single process.
 """
 
 from __future__ import annotations
@@ -160,53 +152,19 @@ def keep(path: str, body: bytes) -> None:
         pass  # a full disk costs a snapshot, never the scrape
 
 
-# The types whose samples only grow in a living process (the rest read the present).
-_CARRIED_TYPES = frozenset({"counter", "histogram", "summary"})
-
-
-def carried(exposition: str) -> str:
-    """The part of a dead worker's last exposition its successor adds to its own: the counters,
-    histograms and summaries ("" when it has none)."""
-    families: list[Metric] = []
-    for fam in text_string_to_metric_families(exposition):
-        if fam.type in _CARRIED_TYPES:
-            families.append(fam)
-    if not families:
-        return ""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Fixed(families, None, None))
-    return generate_latest(registry).decode()
-
-
-def inherited(keep_at: str) -> str:
-    """What a worker starting on the seat whose snapshot is ``keep_at`` carries from the worker
-    that held the seat before it ("" when none did, or it never rendered)."""
-    try:
-        with open(keep_at, "rb") as f:
-            return carried(f.read().decode())
-    except OSError:
-        return ""
-
-
 _RENDERING = threading.Lock()
 
 
-def rendered(registry: CollectorRegistry, keep_at: str | None, carry: str = "") -> bytes:
-    """This worker's exposition (blocking: call it in a thread), with ``carry`` (its seat's
-    predecessors' counters, see ``inherited``) added, also kept at ``keep_at`` before it is used.
-    One render at a time, so the file is never older than what any scrape has been given."""
+def rendered(registry: CollectorRegistry, keep_at: str | None) -> bytes:
+    """This worker's exposition (blocking: call it in a thread), also kept at ``keep_at``
+    before it is used. One render at a time, so the file is never older than what any scrape
+    has been given."""
     if keep_at is None:
-        return _render(registry, carry)
+        return generate_latest(registry)
     with _RENDERING:
-        body = _render(registry, carry)
+        body = generate_latest(registry)
         keep(keep_at, body)
     return body
-
-
-def _render(registry: CollectorRegistry, carry: str) -> bytes:
-    body = generate_latest(registry)
-    # Parsed and rendered again only on a seat that has had a restart.
-    return merge([body.decode(), carry]) if carry else body
 
 
 @dataclass(frozen=True, slots=True)

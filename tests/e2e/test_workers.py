@@ -159,26 +159,6 @@ def test_a_worker_that_dies_is_restarted_on_the_same_port(upstream: FakeUpstream
     assert value(scrape(workers), "llm_gateway_workers_reporting") == 2
 
 
-def test_a_restarted_workers_counts_go_on_from_its_predecessors(upstream: FakeUpstream, workers: RunningProcess) -> None:
-    """kill -9 of one of 3 workers under load: requests_total read 1617, then 1110 once the
-    restarted worker answered with its own zeroes, a reset that fired every increase() alert."""
-    for _ in range(40):
-        assert post(workers, CHAT)[0] == 200
-    assert value(scrape(workers), SERIES) == 40  # every worker rendered (and kept) its numbers
-    victim = int(str(_started(workers.logs())[0]["pid"]))
-    os.kill(victim, signal.SIGKILL)
-    workers.logs_when(lambda t: len(_started(t)) >= 3, timeout_s=30)
-    for _ in range(6):  # either worker may answer; the successor answers for itself now
-        text = scrape(workers)
-        assert value(text, "llm_gateway_workers_reporting") == 2
-        assert value(text, SERIES) == 40
-        assert value(text, 'llm_gateway_request_duration_seconds_count{model="gpt-4o-mini",upstream="primary"}') == 40
-        assert value(text, "llm_gateway_in_flight_requests") == 0
-    for _ in range(10):
-        assert post(workers, CHAT)[0] == 200
-    assert value(scrape(workers), SERIES) == 50
-
-
 def test_sigterm_drains_every_worker_and_exits_0(workers: RunningProcess) -> None:
     assert post(workers, CHAT)[0] == 200
     pids = [int(str(d["pid"])) for d in _started(workers.logs())]

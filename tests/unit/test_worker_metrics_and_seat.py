@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from pathlib import Path
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
@@ -16,7 +15,7 @@ from gateway.config import GatewayConfig
 from gateway.errors import ErrorType
 from gateway.logs import LineWriter
 from gateway.telemetry import Telemetry
-from gateway.workers.metrics import carried, gather, inherited, keep, merge, rendered, snapshot_of
+from gateway.workers.metrics import gather, keep, merge, rendered, snapshot_of
 from gateway.workers.seat import ENV, WorkerSeat, worker_config
 
 
@@ -219,52 +218,6 @@ def test_a_snapshot_is_replaced_whole_and_only_one_per_worker_is_kept(tmp_path) 
     assert snapshot_of(str(tmp_path / "w0.sock")) == path
     merged = _samples(merge([body.decode()], reporting=1).decode())
     assert merged[("llm_gateway_workers_stale_seconds", ())] == 0  # every worker answered
-
-
-REQ = ("llm_gateway_requests_total",
-       (("error_type", "none"), ("model", "gpt-4o"), ("status", "200"), ("upstream", "primary")))  # fmt: skip
-DUR = (("model", "gpt-4o"), ("upstream", "primary"))
-
-
-def test_a_worker_restarted_on_its_seat_goes_on_from_its_predecessors_counters(tmp_path) -> None:
-    """A worker killed and restarted started from zero and the machine's sum dropped (1617 ->
-    1110 with 3 workers): a reset to Prometheus, and every ``increase() > 0`` alert fired with
-    nothing new. The successor adds the counters and histograms of the last snapshot on its
-    seat to its own; the gauges read the present and are its own."""
-    other, _ = _worker(50, 0, 0.0, [])
-    seat = str(tmp_path / "w1.prom")
-    assert inherited(seat) == ""  # the first worker on a seat carries nothing
-    _, dead = _worker(100, 3, 1.0, [0.02, 7.0])
-    rendered(dead.registry, seat)  # its last snapshot (then kill -9)
-    before = _samples(merge([other, Path(seat).read_text()], reporting=1).decode())
-
-    _, successor = _worker(10, 1, 0.0, [0.3])
-    mine = _samples(rendered(successor.registry, seat, inherited(seat)).decode())
-    assert mine[REQ] == 110
-    assert mine[("llm_gateway_retries_total", (("error_type", "rate_limit"), ("upstream", "primary")))] == 110
-    assert mine[("llm_gateway_request_duration_seconds_count", DUR)] == 3
-    assert mine[("llm_gateway_request_duration_seconds_sum", DUR)] == 0.02 + 7.0 + 0.3
-    assert mine[("llm_gateway_request_duration_seconds_bucket", (("le", "0.025"), *DUR))] == 1
-    assert mine[("llm_gateway_in_flight_requests", ())] == 1  # not 3 + 1: the dead one's are gone
-    assert mine[("llm_gateway_circuit_open", (("model", "gpt-4o"), ("upstream", "primary")))] == 0
-    after = _samples(merge([other, Path(seat).read_text()], reporting=2).decode())
-    grown = [k for k, v in before.items() if k[0].endswith(("_total", "_count", "_sum", "_bucket"))]
-    assert grown and all(after[k] >= before[k] for k in grown)
-    assert after[REQ] == 160
-
-    _, third = _worker(5, 0, 0.0, [])  # restarted again: both predecessors' counts go on
-    assert _samples(rendered(third.registry, seat, inherited(seat)).decode())[REQ] == 115
-
-
-def test_only_counters_histograms_and_summaries_are_carried() -> None:
-    text, t = _worker(2, 4, 1.0, [0.5])
-    t.budgets.replace([("team", "k", "day", 10.0, 4.0, 0.0, 1e9)], [("k", 2e9)])
-    kept = carried(generate_latest(t.registry).decode())
-    families = {fam.name: fam.type for fam in text_string_to_metric_families(kept)}
-    assert set(families.values()) == {"counter", "histogram"}
-    assert "llm_gateway_requests" in families and "llm_gateway_request_duration_seconds" in families
-    assert not {"llm_gateway_budget_spent_usd", "llm_gateway_in_flight_requests", "llm_gateway_circuit_open"} & set(families)
-    assert carried("") == ""
 
 
 def test_the_model_label_bound_is_per_worker_and_the_reference_says_so() -> None:
