@@ -148,6 +148,8 @@ def _filtered(
                     taken = {}
                 taken[lk] = v
                 continue
+        if k in out:  # a field sent on several lines is one list (RFC 9110 §5.3), not the last line
+            v = f"{out[k]}; {v}" if lk == "cookie" else f"{out[k]},{v}"  # (cookies: RFC 6265 §5.4)
         out[k] = v
     return out, connection, taken
 

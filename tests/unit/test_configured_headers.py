@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.config import ConfigError, UpstreamConfig, parse_config
-from gateway.routing.headers import Outbound, request_headers
+from gateway.routing.headers import Outbound, _filtered, request_headers
 
 BASE = "upstreams: [{name: a, base_url: 'https://api.example/v1', headers: %s}]\n"
 
@@ -69,6 +69,20 @@ def test_a_beta_of_the_configs_joins_the_clients_once() -> None:
     alone = request_headers({}.items(), plan, "rid")
     assert alone["anthropic-beta"] == "context-1m-2025-08-07, fine-grained-tool-streaming-2025-05-14"
 
+
+
+def test_a_header_sent_on_several_lines_goes_on_as_one_list() -> None:
+    """RFC 9110 §5.3: repeated field lines of a list combine with commas; the last line alone
+    went upstream (audit of Claude Code through a pool: `anthropic-beta: foo-1` then
+    `anthropic-beta: bar-2` reached Anthropic as bar-2). Cookies join with "; " (RFC 6265 §5.4)."""
+    lines = [("anthropic-beta", "foo-1"), ("anthropic-beta", "bar-2")]
+    assert request_headers(lines, _outbound(), "rid")["anthropic-beta"] == "foo-1,bar-2"
+    # (Cookies are withheld unless server.forward_client_headers names them; then they join so.)
+    out, _, _ = _filtered([("Cookie", "a=1"), ("Cookie", "b=2")], frozenset(), None, False)
+    assert out == {"Cookie": "a=1; b=2"}
+    plan = _outbound(**{"anthropic-beta": "context-1m-2025-08-07"})
+    out = request_headers(lines[:2], plan, "rid", "messages", ("x-api-key", "{}"))
+    assert out["anthropic-beta"] == "foo-1,bar-2,context-1m-2025-08-07"
 
 def test_values_yaml_reads_as_dates_or_numbers_are_sent_as_written() -> None:
     cfg = parse_config(BASE % "{anthropic-version: 2023-06-01, X-Priority: 1}")
