@@ -74,6 +74,11 @@ _BACK_PINGS = 3
 # the last time (recover_s x 2, 4, ...), at most _HOLD_MAX_S (or recover_s, if longer).
 _STEADY_S = 60.0
 _HOLD_MAX_S = 30.0
+# Stored objects' deployments Redis did not take (taken for down, in a flap's hold, a write that
+# failed), kept to be written when it answers again: the last this many (~150 bytes each), the
+# oldest past it known to this replica alone. Written at most this many to a round trip.
+MAX_STORED_OWED = 10_000
+_STORED_BATCH = 1_000
 
 
 def connect(url: str, timeout_s: float, max_connections: int = 100) -> Redis:
@@ -194,6 +199,10 @@ class RedisStore:
         # learnt from a lookup, believed for ``answers_cache_s`` (as circuits are cached).
         self._answers_cache_s = answers_cache_s
         self._none_remembered_until = -math.inf
+        # Stored objects' deployments to write to Redis (key -> deployment, expiry by clock s).
+        self._stored_owed: dict[str, tuple[str, float]] = {}
+        self._stored_dropped = 0  # past MAX_STORED_OWED since the last write-back
+        self._stored_writer: asyncio.Task[None] | None = None
 
     @property
     def healthy(self) -> bool:
@@ -296,6 +305,7 @@ class RedisStore:
             self._down_since = None
             self._off_said = False
             self._back_at = self._answered_at
+            self._start_stored_writer()
 
     def _maybe_probe(self) -> None:
         """While Redis is taken off, no request waits on it: the watch (``_watch``) asks in the
@@ -633,7 +643,59 @@ class RedisStore:
         async def remote() -> None:
             await self._r.set(self._p + key, deployment.encode(), px=_ms(ttl_s))
 
-        await self._guard("stored_put", remote, lambda: _value(None))
+        async def later() -> None:
+            # Else known to this replica alone: a chained turn on another replica or worker
+            # went to a random sibling's key and was answered 400 previous_response_not_found,
+            # however long after Redis came back (audit of pools across replicas and Redis).
+            self._owe_stored(key, deployment, self._clock() + ttl_s)
+
+        await self._guard("stored_put", remote, later)
+
+    def _owe_stored(self, key: str, deployment: str, expires: float) -> None:
+        self._stored_owed.pop(key, None)
+        self._stored_owed[key] = (deployment, expires)
+        if len(self._stored_owed) > MAX_STORED_OWED:
+            del self._stored_owed[next(iter(self._stored_owed))]
+            self._stored_dropped += 1
+        if self._down_since is None:  # failed, not taken off: no rejoin will start the writer
+            self._start_stored_writer()
+
+    def _start_stored_writer(self) -> None:
+        idle = self._stored_writer is None or self._stored_writer.done()
+        if idle and self._stored_owed:
+            self._stored_writer = asyncio.get_running_loop().create_task(self._write_stored())
+
+    async def _write_stored(self) -> None:
+        """Writes the stored objects' deployments Redis did not take, each with what is left of
+        its TTL, until none is left or Redis is taken off again (its rejoin starts this again); a
+        batch Redis does not take stays, tried again every ``recover_s`` while Redis is in use.
+        An object's deployment never changes, so a write that did run before is written again
+        to the same."""
+        written = 0
+        while self._stored_owed and self._down_since is None:
+            now = self._clock()
+            batch = list(itertools.islice(self._stored_owed.items(), _STORED_BATCH))
+            live = [(k, d, exp) for k, (d, exp) in batch if exp > now]
+
+            async def remote(live: list[tuple[str, str, float]] = live, now: float = now) -> bool:
+                pipe = self._r.pipeline(transaction=False)
+                for k, d, exp in live:
+                    pipe.set(self._p + k, d.encode(), px=_ms(exp - now))
+                await pipe.execute()
+                return True
+
+            if live and not await self._guard("stored_put", remote, lambda: _value(False)):
+                if self._down_since is None:
+                    await self._sleep(self._recover_s)
+                continue
+            for k, entry in batch:  # unless put again meanwhile
+                if self._stored_owed.get(k) == entry:
+                    del self._stored_owed[k]
+            written += len(live)
+        if written or self._stored_dropped:
+            log.info({"event": "state_store_stored_written", "backend": self.backend, "count": written,
+                      "dropped": self._stored_dropped})  # fmt: skip
+            self._stored_dropped = 0
 
     async def stored_get(self, key: str) -> str | None:
         mine = await self.local.stored_get(key)
@@ -975,6 +1037,8 @@ class RedisStore:
     async def close(self) -> None:
         if self._resender is not None:
             self._resender.cancel()
+        if self._stored_writer is not None:
+            self._stored_writer.cancel()
         if self._probe is not None:
             self._probe.cancel()
         await self._r.aclose()

@@ -778,6 +778,107 @@ async def test_which_deployment_made_a_stored_object_is_shared_and_known_here_wi
         assert await a.store.stored_get("st:3") == "key-c"
 
 
+async def test_a_stored_object_made_while_redis_was_away_is_found_by_another_replica_after_the_rejoin(
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A Responses answer made while the replica took Redis for down was remembered in its
+    memory alone, for good: a chained turn on another replica went to a random sibling's key
+    and was answered 400 previous_response_not_found (audit of pools across replicas and
+    Redis). Kept, it is written to Redis at the rejoin with what is left of its TTL; one put
+    while Redis was frozen (given up on, not yet taken off) too."""
+    caplog.set_level(logging.INFO, logger="gateway.state")
+    a, b = patient_replicas
+    with a.bounded():
+        redis_server.freeze()
+        try:
+            await a.store.stored_put("st:frozen", "key-b", 60)  # given up on: a failed write
+            for _ in range(250):  # the probe's PING, late, takes the replica off
+                if not a.store.healthy:
+                    break
+                await asyncio.sleep(0.02)
+            assert not a.store.healthy
+            await a.store.stored_put("st:down", "key-c", 60)  # taken for down: its memory only
+            await a.store.stored_put("st:gone", "key-a", 0.001)  # ends before the rejoin
+        finally:
+            redis_server.thaw()
+    for _ in range(500):  # found back by the probe, then written
+        if await b.store.stored_get("st:down") is not None:
+            break
+        await asyncio.sleep(0.02)
+    assert a.store.healthy
+    assert await b.store.stored_get("st:frozen") == "key-b"
+    assert await b.store.stored_get("st:down") == "key-c"
+    assert await b.store.stored_get("st:gone") is None
+    admin = connect(redis_server.url, PATIENT_S)
+    try:
+        assert 50_000 < await admin.pttl("t:st:down") <= 60_000  # what was left of its TTL
+    finally:
+        await admin.aclose()
+    said = [r.msg for r in caplog.records if isinstance(r.msg, dict)
+            and r.msg.get("event") == "state_store_stored_written"]  # fmt: skip
+    assert said == [{"event": "state_store_stored_written", "backend": "redis", "count": 2, "dropped": 0}]
+
+
+async def test_stored_objects_kept_for_redis_are_bounded_and_wait_out_the_outage(
+    redis_server: RedisServer,
+) -> None:
+    """At most MAX_STORED_OWED wait for Redis (the oldest dropped past it), none lost while it
+    is still away, all written at the rejoin."""
+    from gateway.state import redis_store
+
+    replica = _replica(redis_server.url, PATIENT_S)
+    store = replica.store
+    try:
+        redis_server.stop()
+        with replica.bounded():
+            for i in range(redis_store.MAX_STORED_OWED + 5):
+                await store.stored_put(f"st:{i}", "key-a", 60)
+        assert not store.healthy and len(store._stored_owed) == redis_store.MAX_STORED_OWED
+        assert "st:4" not in store._stored_owed and "st:5" in store._stored_owed
+        await store._write_stored()  # still down: nothing sent, nothing lost
+        assert len(store._stored_owed) == redis_store.MAX_STORED_OWED
+        redis_server.start()
+        for _ in range(500):
+            if store.healthy and not store._stored_owed:
+                break
+            await asyncio.sleep(0.02)
+        assert store.healthy and not store._stored_owed
+        other = _replica(redis_server.url, PATIENT_S)
+        try:
+            assert await other.store.stored_get("st:5") == "key-a"
+            assert await other.store.stored_get(f"st:{redis_store.MAX_STORED_OWED + 4}") == "key-a"
+            assert await other.store.stored_get("st:4") is None
+        finally:
+            await other.store.close()
+    finally:
+        await store.close()
+
+
+async def test_a_stored_object_a_full_redis_refused_is_written_once_it_takes_writes(
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer,
+) -> None:
+    """A full Redis keeps the replica on it (no rejoin to write back at): the write-back is
+    tried every recover_s, each refused one kept, until Redis takes it."""
+    a, b = patient_replicas
+    admin = connect(redis_server.url, 1.0)
+    try:
+        await admin.config_set("maxmemory-policy", "noeviction")
+        await admin.config_set("maxmemory", "1")
+        await a.store.stored_put("st:full", "key-b", 60)  # refused (OOM): kept
+        await asyncio.sleep(3 * RECOVER_S)  # write-backs refused meanwhile
+        assert a.store.healthy and "st:full" in a.store._stored_owed
+        assert await b.store.stored_get("st:full") is None
+        await admin.config_set("maxmemory", "0")
+        for _ in range(250):
+            if not a.store._stored_owed:
+                break
+            await asyncio.sleep(0.02)
+        assert await b.store.stored_get("st:full") == "key-b"
+    finally:
+        await admin.config_set("maxmemory", "0")
+        await admin.aclose()
+
+
 async def test_a_pool_sit_out_learnt_while_redis_was_frozen_outlives_the_rejoin(
     patient_replicas: tuple[Replica, Replica], redis_server: RedisServer,
 ) -> None:
