@@ -311,8 +311,11 @@ def _affinity(
         return AffinityTable(a.max_entries, a.idle_s, clock, pool.name, shared)
     # Conversations stay on the deployment that holds their cache across a reload, a weight
     # changed or a key added to the pool included; one whose deployment was removed moves, and
-    # the break is counted ("removed").
-    return before.affinity if before.cfg.affinity == a else before.affinity.resized(a.max_entries, a.idle_s)
+    # the break is counted ("removed"). Its conversations are claimed again from the store
+    # (shared): another replica may move them before a later reload puts the deployment back.
+    table = before.affinity if before.cfg.affinity == a else before.affinity.resized(a.max_entries, a.idle_s)
+    table.removed(set(before.cfg.deployments) - set(pool.deployments))
+    return table
 
 
 def _probe_ttl_s(cfg: GatewayConfig) -> float:

@@ -155,6 +155,20 @@ class AffinityTable:
     def __len__(self) -> int:
         return len(self._items)
 
+    def removed(self, deployments: Collection[str]) -> None:
+        """A reload took ``deployments`` out of the pool: with a shared store, each conversation
+        homed on one is claimed again at its next turn here (held, proposing that home), as
+        though unknown. Another replica may have moved it meanwhile, and ``get`` trusts this
+        table: kept, it served a home re-added by a later reload while the store (and every
+        replica that had met a turn in between) held the new one, for good (measured: G1 → b,
+        G2 → a, every turn). Unshared, this table is the only copy: a turn while the home was
+        out moved it here (``claim``), and none left it where its cache is."""
+        if self._shared is None or not deployments:
+            return
+        for conversation, (home, last, kept) in list(self._items.items()):
+            if kept is not None and home in deployments:
+                self._items[conversation] = (home, last, None)
+
     def resized(self, max_entries: int, idle_s: float) -> AffinityTable:
         """The same conversations under new bounds (a reload that changed them): the most
         recent ``max_entries`` are kept, and each still ages from its last turn."""

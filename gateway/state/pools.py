@@ -48,7 +48,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from gateway.config import UpstreamConfig
+from gateway.config import DeploymentLimits, UpstreamConfig
 from gateway.policy.breaker import CircuitRecord, circuit_key
 from gateway.routing.headroom import Headroom, headroom_of
 from gateway.routing.pools import Deployment, SitOut, relayed_scope, unscoped
@@ -153,8 +153,10 @@ class PoolState:
     # Headroom key -> ((read generation, reading's t0), the other replicas' sends after it).
     _others: dict[str, tuple[tuple[int, float], tuple[float, float]]] = field(default_factory=dict)
     _generation: int = 0  # counts the store reads: the other replicas' sends change only then
-    # (deployment, model) -> epoch ms: its shared count was found used up until then (a take).
-    _used_up: dict[tuple[str, str | None], int] = field(default_factory=dict)
+    # (deployment, model) -> (epoch ms, the limits it was taken against): its shared count was
+    # found used up until then (a take). Only while the deployment's limits are still those: a
+    # reload that changed them (raised in the same minute) applies at once.
+    _used_up: dict[tuple[str, str | None], tuple[int, DeploymentLimits]] = field(default_factory=dict)
     _synced_at: float = -math.inf  # monotonic: the last round trip that took this process's sends
     _homes: dict[str, tuple[str, float]] = field(default_factory=dict)  # conversations' homes to keep
     # The key of conversations' names in the store (from ``loop_breaker.secret``); None: plain.
@@ -253,7 +255,7 @@ class PoolState:
                                                  tokens, _USAGE_TTL_S)  # fmt: skip
         _bounded(self._records)[key] = {"n": float(n), "k": float(k)}
         if not ok:
-            _bounded(self._used_up)[(up.name, unscoped(model))] = (minute + 1) * 60_000
+            _bounded(self._used_up)[(up.name, unscoped(model))] = ((minute + 1) * 60_000, limits)
         return ok
 
     # -- what every answer tells ---------------------------------------------------------------
@@ -421,8 +423,8 @@ class PoolState:
                 tokens_left, out_until, why = _left(tpm - usage.get("k", 0.0) - pending_k, tpm,
                                                     ends, now_ms, out_until, why)  # fmt: skip
         if self._used_up:
-            used_up = self._used_up.get((up.name, unscoped(model)), 0)
-            if used_up > max(now_ms, out_until):
+            used_up, found_against = self._used_up.get((up.name, unscoped(model)), (0, None))
+            if used_up > max(now_ms, out_until) and found_against == up.limits:
                 out_until, why = used_up, SitOut.HEADROOM
         name = up.name
         return Deployment(index, name, up.weight, self.in_flight.get(name, 0), self.latency_s.get(name),

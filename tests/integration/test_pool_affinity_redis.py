@@ -165,6 +165,27 @@ def test_a_removed_deployment_moves_each_of_its_conversations_once_and_counts_it
     assert a.get("removed", 0) + b.get("removed", 0) == len(on_c)
 
 
+def test_a_home_removed_then_re_added_is_the_same_on_both_replicas(replicas: Replicas) -> None:
+    """Audit (pools on reload, 2026-11-30): conversations homed on key-b, their turns on both
+    replicas (A, B, A); a reload without key-b and a turn on B alone (B moved each to a new home); a
+    reload with key-b back: A, which met no turn in between, served key-b every turn and B the
+    new home (Redis's), each alternation a prompt-cache miss."""
+    clients = [openai.OpenAI(base_url=gw.base + "/v1", api_key="unused", max_retries=0)
+               for gw in (replicas.a, replicas.b)]  # fmt: skip
+    opening = [f"conversation {i}: rename the module" for i in range(24)]
+    # A, B, A: each replica knows each home as claimed (a first turn is only held).
+    served = {o: [_answered_turn(clients[t % 2], o, t) for t in range(3)] for o in opening}
+    on_b = [o for o, v in served.items() if v[0] == "key-b"]
+    assert on_b and all(len(set(v)) == 1 for v in served.values())
+    replicas.reload("key-a, key-c")
+    for o in on_b:
+        served[o].append(_answered_turn(clients[1], o, 3))
+    replicas.reload("key-a, key-b, key-c")
+    for o in on_b:
+        after = [_answered_turn(clients[t % 2], o, t) for t in range(4, 8)]
+        assert set(after) == {served[o][3]} != {"key-b"}, (served[o], after)
+
+
 def test_a_first_turn_a_sibling_answered_is_homed_there_on_both_replicas(replicas: Replicas) -> None:
     """Audit (pools, 2026-11-30), with Redis and two replicas: a conversation's first turn met a
     429 on its pick and a sibling answered; its next turns, once the pick's reset came, went

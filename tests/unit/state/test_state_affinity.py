@@ -75,6 +75,31 @@ async def test_a_removed_home_is_replaced_once_for_every_replica_and_the_move_re
     assert await b.claim("id:1", "key-a", after) == ("key-b", False, None)
 
 
+async def test_a_home_removed_then_re_added_is_the_stores_on_a_replica_that_met_no_turn_in_between() -> None:
+    """G1 and G2 knew a conversation on key-b; a reload took key-b out and G2 moved it to
+    key-a; a reload put key-b back. G1 still knew key-b and trusted it: G1 → key-b, G2 → key-a
+    on every turn after, for good (a prompt-cache miss each alternation)."""
+    clock = Clock()
+    store = Shared(clock)
+    (g1, _), (g2, _) = replica(store, clock), replica(store, clock)
+    pool, without = ("key-a", "key-b", "key-c"), ("key-a", "key-c")
+    await g1.claim("id:1", "key-b", pool)
+    assert await g2.claim("id:1", "key-a", pool) == ("key-b", False, None)
+    for table in (g1, g2):  # the reload without key-b, on both
+        table.removed({"key-b"})
+    assert await g2.claim("id:1", "key-a", without) == ("key-a", True, "key-b")  # G2 moves it
+    # key-b is back: G1 met no turn while it was out, and claims again instead of serving it.
+    assert g1.get("id:1") is None and g1.held("id:1") == "key-b"
+    assert await g1.claim("id:1", "key-b", pool) == ("key-a", False, None)
+    for _ in range(4):
+        assert g1.get("id:1") == g2.get("id:1") == "key-a"
+    # Unshared, the table is the only copy: nothing to re-read.
+    alone, _ = replica(MemoryStore(clock), clock)
+    await alone.claim("id:1", "b", ("a", "b"))
+    alone.removed({"b"})
+    assert alone.get("id:1") == "b"
+
+
 async def test_a_removed_home_the_store_forgot_is_still_reported_as_a_move() -> None:
     clock = Clock()
     store = Shared(clock)

@@ -232,6 +232,24 @@ async def test_configured_limits_are_taken_from_one_count_by_every_replica() -> 
     assert await b.take(ups[0], MODEL, 10)
 
 
+async def test_limits_raised_by_a_reload_end_the_sit_out_of_the_replica_that_found_them_used_up() -> None:
+    """A refused take sat the deployment out here until the minute's end whatever its limits:
+    raised from 3 to 100 a minute by a reload in that minute, the replica that had been refused
+    kept it out until the minute ended (the others served it). Limits apply at once."""
+    clock = Clock()
+    a, b, _ = shared_replicas(clock)
+    ups = members(", limits: {requests_per_minute: 3}")
+    assert [await a.take(ups[0], MODEL, 10) for _ in range(4)] == [True, True, True, False]
+    now_ms = clock.now * 1000
+    assert not a.view(0, ups[0], MODEL, now_ms).serves_at(now_ms)
+    raised = members(", limits: {requests_per_minute: 100}")  # the reload
+    assert a.view(0, raised[0], MODEL, now_ms).serves_at(now_ms)
+    assert b.view(0, raised[0], MODEL, now_ms).serves_at(now_ms)
+    assert await a.take(raised[0], MODEL, 10)
+    # Unchanged limits keep the sit-out until the minute's end.
+    assert not a.view(0, ups[0], MODEL, now_ms).serves_at(now_ms)
+
+
 async def test_a_token_limit_takes_a_request_only_while_it_fits() -> None:
     clock = Clock()
     a, b, _ = shared_replicas(clock)
