@@ -24,6 +24,7 @@ from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success, fa
 from gateway.policy import pending_reset
 from gateway.policy.breaker import Admission, Gate, circuit_key
 from gateway.policy.retry import RetryPlan, StopReason, retry_after
+from gateway.routing import CREDENTIAL_HEADERS
 from gateway.services import Services, UpstreamRuntime
 
 log = logging.getLogger("gateway.decisions")
@@ -202,8 +203,8 @@ async def _retry_or_follow(
     return first
 
 
-# Where a client's own credential goes when the upstream forwards it (no ``api_key``).
-_CREDENTIALS = ("authorization", "x-api-key", "api-key", "x-goog-api-key")
+# Where a client's own credential goes when the upstream forwards it (no ``api_key``), in one order.
+_CREDENTIALS = tuple(sorted(CREDENTIAL_HEADERS))
 
 
 def _target(state: RequestState, call: Call) -> str:
