@@ -407,7 +407,8 @@ class Telemetry:
 
         self.config_reloads = Counter(
             p + "config_reloads", "Config reloads (SIGHUP or server.watch_config), by result: applied, "
-            "unchanged (the file says what runs already), refused (the running config stays in force).",
+            "unchanged (the file says what runs already), refused (the running config stays in force). "
+            "Each process counts its own: with server.workers: N, one SIGHUP counts N.",
             ["result"], registry=registry,
         )  # fmt: skip
 
