@@ -51,6 +51,12 @@ OVERFLOW = re.compile(
     r"|too many tokens in batch"  # Mistral embeddings
     r"|tokens exceed n_ctx"  # llama-box (GPUStack)
     r"|context size has been exceeded"  # llama.cpp (as a 500), LM Studio MLX
+    # llama-server: an embedding or rerank input longer than the physical batch, as a 500
+    # (tools/server/server-context.cpp:3165-3168 of the llama.cpp vendored in llama-cpp-python 0.3.36).
+    r"|too large to process\W+(?:please )?increase the physical batch size"
+    # llama-cpp-python's multimodal chat handlers, as a 500 (llama_cpp/llama_chat_format.py:2992,
+    # 3007 in 0.3.36; the server's catch-all answers any other exception so: server/errors.py:155).
+    r"|prompt exceeds n_ctx"
     r"|request body too large for .{0,80}? max size: \d+ tokens"  # GitHub Models
     r"|too many input tokens"  # not bare "too many tokens": Bedrock throttling says that
     # Worded without "context": the prompt the server must keep is over its window (LM Studio's

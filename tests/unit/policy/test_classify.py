@@ -45,6 +45,8 @@ TRAPS = {
     "llamacpp-500-plain-json-type-error-is-unknown": "a 5xx that says 'Internal Server Error' yet blames the request",
     "koboldcpp-500-payload-too-big-is-unknown": "a byte limit sent as 500",
     "llamacpp-500-peg-format-is-unavailable": "a 500 about the model's own output: stays retryable",
+    "ik-llamacpp-500-kv-size-too-big-is-unavailable": "a 500 that says 'prompt is too big' about a full KV cache",
+    "llamacpp-500-input-too-large-for-physical-batch-is-overflow": "an input over the physical batch, as a 500",
     "minimax-500-insufficient-balance-is-budget": "a 5xx that only money fixes",
     "zhipu-429-1113-balance-is-budget": "a 429 that is budget, in Chinese",
     "zai-anthropic-429-rate-limit-type-is-budget": "a rate_limit_error type that is budget",
