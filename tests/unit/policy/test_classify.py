@@ -20,7 +20,7 @@ PROVIDERS = {
     "Cerebras", "Cohere", "Moonshot (Kimi)", "Zhipu (Z.ai / GLM)", "Alibaba DashScope (Qwen)", "MiniMax",
     "NVIDIA NIM (build.nvidia.com)", "Perplexity", "IBM watsonx.ai", "Databricks Model Serving",
     "Google Vertex AI", "Azure AI Foundry (serverless models)", "SGLang", "llama-cpp-python server",
-    "llamafile", "KoboldCpp", "LocalAI", "LiteLLM proxy",
+    "llamafile", "KoboldCpp", "LocalAI", "LiteLLM proxy", "SambaNova Cloud", "DeepInfra",
 }  # fmt: skip
 MIN_CASES, MIN_PROVIDERS = 250, 60
 TRAPS = {
