@@ -51,6 +51,8 @@ TRAPS = {
     "zhipu-429-1113-balance-is-budget": "a 429 that is budget, in Chinese",
     "zai-anthropic-429-rate-limit-type-is-budget": "a rate_limit_error type that is budget",
     "cerebras-429-request-quota-code-is-rate-limit": "a 'quota' code that is a per-minute rate limit",
+    "cohere-429-trial-key-per-minute-offers-upgrade-is-rate-limit": "a per-minute 429 that offers an upgrade",
+    "cohere-429-trial-key-monthly-calls-is-budget": "a monthly allowance spent, as a 429 that says 'calls / month'",
     "openrouter-402-prompt-tokens-limit-is-budget": "a 402 that counts tokens",
     "chatgpt-codex-429-usage-limit-free-plan-is-budget": "a plan's usage limit that resets days away, as a 429",
     "zai-429-1308-five-hour-limit-english-is-budget": "a 5-hour usage window, as a 429",
