@@ -49,16 +49,19 @@ _WAIT_FOR = re.compile(
     re.IGNORECASE,
 )
 _UNIT_S = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
-# A window the wording names: a reset that far away, unless a wait is stated.
+# A window the wording names: a reset that far away, unless a wait is stated. "N calls / month"
+# and "/ minute" are Cohere's trial keys (docs.cohere.com/v1/reference/errors, 429): the same
+# "upgrade to a Production key" is offered with both, so only the window tells them apart.
 _WINDOWS: tuple[tuple[re.Pattern[str], float, str], ...] = tuple(
     (re.compile(p, re.IGNORECASE), s, name)
     for p, s, name in (
-        (r"\bper[ _-]?month\b|\bmonthly\b|\bper[ _-]?week\b|\bweekly\b"
+        (r"\bper[ _-]?month\b|\bmonthly\b|\bper[ _-]?week\b|\bweekly\b|\bcalls / month\b"
          r"|每月|每周", 7 * 86400.0, "week or month"),
         (r"\bper[ _-]?day\b|\bdaily\b|\bper[ _-]?24 ?h|\bday limit\b|每日|每天|当日", 86400.0, "day"),
         (r"\b(\d+)[ -]?h(?:ours?)?\b(?! ago)|(\d+) ?小时|\bhourly\b|\bper[ _-]?hour\b"
          r"|\bsession usage limit\b", 3600.0, "hours"),
-        (r"\bper[ _-]?min(?:ute)?\b|\bTPM\b|\bRPM\b|\bper[ _-]?second\b|\bconcurrency\b", 60.0, "minute"),
+        (r"\bper[ _-]?min(?:ute)?\b|\bTPM\b|\bRPM\b|\bper[ _-]?second\b|\bconcurrency\b|\bcalls / minute\b",
+         60.0, "minute"),
     )
 )
 # A window given in seconds: GitHub Models' "Rate limit of 8 per 86400s exceeded for

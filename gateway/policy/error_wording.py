@@ -31,7 +31,9 @@ OVERFLOW = re.compile(
     r"|length of prompt_tokens \(\d+\) must be less than max_seq_len"  # SiliconFlow
     # Cohere (docs.cohere.com/v1/reference/errors); not its "max tokens must be less than or equal
     # to 4096, the maximum output": that limit is on the output, which compression cannot help.
-    r"|total number of tokens in the prompt cannot exceed|too many tokens: size limit exceeded by"
+    # The second also ends its RAG wording "too many tokens: minimal context could not be added to
+    # prompt (size limit exceeded by 280 tokens)": the documents and turns over the window together.
+    r"|total number of tokens in the prompt cannot exceed|size limit exceeded by \d+ tokens"
     r"|too large for model with \d+ maximum context"  # Mistral
     r"|context window (?:of this model|exceeded|is exceeded|limit)"
     r"|reduce the length of the messages"  # Groq's code-less variant
@@ -51,6 +53,13 @@ OVERFLOW = re.compile(
     r"|too many tokens in batch"  # Mistral embeddings
     r"|tokens exceed n_ctx"  # llama-box (GPUStack)
     r"|context size has been exceeded"  # llama.cpp (as a 500), LM Studio MLX
+    # llama-server: an embedding or rerank input longer than the physical batch, as a 500
+    # (tools/server/server-context.cpp:3165-3168 of the llama.cpp vendored in llama-cpp-python 0.3.36).
+    r"|too large to process\W+(?:please )?increase the physical batch size"
+    # llama-cpp-python's multimodal chat handlers, as a 500 (llama_cpp/llama_chat_format.py:2992,
+    # 3007 in 0.3.36; the server's catch-all answers any other exception so: server/errors.py:155).
+    r"|prompt exceeds n_ctx"
+    r"|maximum supported sequence length is"  # SambaNova Cloud
     r"|request body too large for .{0,80}? max size: \d+ tokens"  # GitHub Models
     r"|too many input tokens"  # not bare "too many tokens": Bedrock throttling says that
     # Worded without "context": the prompt the server must keep is over its window (LM Studio's

@@ -64,6 +64,14 @@ _PATTERNS: tuple[tuple[re.Pattern[str], int, int, int], ...] = tuple(
         (rf"Limit {_N}, Requested {_N}", 1, 2, 0),
         # LM Studio: "Reached context length of L tokens with model (arch: ...) that does not ..."
         (rf"Reached context length of {_N} tokens", 1, 0, 0),
+        # SambaNova: "The provided prompt is P tokens long, so generating C tokens requires a
+        # sequence length of P+C, but the maximum supported sequence length is just L!"
+        (rf"provided prompt is {_N} tokens long, so generating {_N} tokens requires a sequence length of [\d,]+, but the maximum supported sequence length is just {_N}", 3, 1, 2),
+        # DeepInfra: "Requested input length P exceeds maximum input length L"
+        (rf"Requested input length {_N} exceeds maximum input length {_N}", 2, 1, 0),
+        # llama-cpp-python: "Prompt exceeds n_ctx: N > L", N counting only up to the part of the
+        # prompt that did not fit, so not the prompt's size
+        (rf"Prompt exceeds n_ctx: [\d,]+ > {_N}", 1, 0, 0),
         # Generic: "... is L tokens" with no request size
         (rf"maximum context length is {_N} tokens", 1, 0, 0),
     )

@@ -20,7 +20,7 @@ PROVIDERS = {
     "Cerebras", "Cohere", "Moonshot (Kimi)", "Zhipu (Z.ai / GLM)", "Alibaba DashScope (Qwen)", "MiniMax",
     "NVIDIA NIM (build.nvidia.com)", "Perplexity", "IBM watsonx.ai", "Databricks Model Serving",
     "Google Vertex AI", "Azure AI Foundry (serverless models)", "SGLang", "llama-cpp-python server",
-    "llamafile", "KoboldCpp", "LocalAI", "LiteLLM proxy",
+    "llamafile", "KoboldCpp", "LocalAI", "LiteLLM proxy", "SambaNova Cloud", "DeepInfra",
 }  # fmt: skip
 MIN_CASES, MIN_PROVIDERS = 250, 60
 TRAPS = {
@@ -45,10 +45,14 @@ TRAPS = {
     "llamacpp-500-plain-json-type-error-is-unknown": "a 5xx that says 'Internal Server Error' yet blames the request",
     "koboldcpp-500-payload-too-big-is-unknown": "a byte limit sent as 500",
     "llamacpp-500-peg-format-is-unavailable": "a 500 about the model's own output: stays retryable",
+    "ik-llamacpp-500-kv-size-too-big-is-unavailable": "a 500 that says 'prompt is too big' about a full KV cache",
+    "llamacpp-500-input-too-large-for-physical-batch-is-overflow": "an input over the physical batch, as a 500",
     "minimax-500-insufficient-balance-is-budget": "a 5xx that only money fixes",
     "zhipu-429-1113-balance-is-budget": "a 429 that is budget, in Chinese",
     "zai-anthropic-429-rate-limit-type-is-budget": "a rate_limit_error type that is budget",
     "cerebras-429-request-quota-code-is-rate-limit": "a 'quota' code that is a per-minute rate limit",
+    "cohere-429-trial-key-per-minute-offers-upgrade-is-rate-limit": "a per-minute 429 that offers an upgrade",
+    "cohere-429-trial-key-monthly-calls-is-budget": "a monthly allowance spent, as a 429 that says 'calls / month'",
     "openrouter-402-prompt-tokens-limit-is-budget": "a 402 that counts tokens",
     "chatgpt-codex-429-usage-limit-free-plan-is-budget": "a plan's usage limit that resets days away, as a 429",
     "zai-429-1308-five-hour-limit-english-is-budget": "a 5-hour usage window, as a 429",

@@ -28,6 +28,11 @@ from gateway.policy.overflow_limits import OverflowLimits, parse_overflow
         ("too many tokens: total number of tokens in the prompt cannot exceed 4081 - received 4292. Try using a shorter prompt, or enabling prompt truncating.", OverflowLimits(4081, 4292, None)),
         ("Reached context length of 32000 tokens with model (arch: gpt-oss) that does not currently support mid-generation context overflow.", OverflowLimits(32000, None, None)),
         ("Prompt has 300,000 tokens but maximum context length is 131,072 tokens", OverflowLimits(131072, None, None)),
+        # tests/corpus: SambaNova, DeepInfra, llama-cpp-python (its count stops where the prompt
+        # stopped fitting, so it is not the prompt's size).
+        ("Requested generation length 1 is not possible! The provided prompt is 4309 tokens long, so generating 1 tokens requires a sequence length of 4310, but the maximum supported sequence length is just 4096!", OverflowLimits(4096, 4309, 1)),
+        ("Requested input length 99009 exceeds maximum input length 8192", OverflowLimits(8192, 99009, None)),
+        ("Prompt exceeds n_ctx: 4157 > 4096", OverflowLimits(4096, None, None)),
         ("Input is too long for requested model.", OverflowLimits()),
         ("", OverflowLimits()),
         (None, OverflowLimits()),
