@@ -405,7 +405,9 @@ class UpstreamConfig(_Model):
         "one on for every client): OpenRouter's "
         "`HTTP-Referer` and `X-Title`, `OpenAI-Project`, a Cloudflare AI Gateway's `cf-aig-authorization` "
         "(`${VAR}` for a secret). One whose value is empty (an unset `${VAR:-}`) is not sent. Not the "
-        "credential (`api_key`), nor the framing, hop-by-hop and request-id headers the gateway writes.",
+        "credential (`api_key`), nor the framing, hop-by-hop and request-id headers the gateway writes. "
+        "The value of one whose name holds `auth`, `key`, `token`, `secret`, `passw`, `credential` or "
+        "`cookie` is redacted from the upstream's errors as `api_key` is (docs/security.md).",
     )  # fmt: skip
     fallbacks: tuple[str, ...] = Field(
         default=(),
