@@ -37,6 +37,7 @@ from gateway.pipeline.admit import KeyParam, expect_continue
 from gateway.pipeline.observe import observed, unobserved
 from gateway.policy.breaker import CircuitState
 from gateway.policy.loop_breaker import LoopBreaker
+from gateway.redaction import upstream_secrets
 from gateway.services import Lifecycle, PoolRuntime, Services, UpstreamRuntime, tool_output_policy
 from gateway.state import SharedBudget, SharedCircuit, StateMetrics, StateStore, build_store
 from gateway.state.affinity import AffinityTable
@@ -292,8 +293,9 @@ def _accounts(cfg: GatewayConfig, store: StateStore, wall: Callable[[], float],
 
 
 def _own_secrets(cfg: GatewayConfig) -> tuple[str, ...]:
-    """The keys the config holds: what content capture must never put in a span."""
-    keys = {u.api_key for u in cfg.upstreams if u.api_key}
+    """The keys the config holds (upstreams' credential headers too): what content capture must
+    never put in a span."""
+    keys = {secret for u in cfg.upstreams for secret in upstream_secrets(u.api_key, u.headers)}
     keys.update(cfg.server.client_keys)
     keys.update(k for named in cfg.keys for k in named.key or ())
     return tuple(sorted(keys))

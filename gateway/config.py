@@ -345,6 +345,14 @@ CONFIG_HEADERS_REFUSED = frozenset({
 })  # fmt: skip
 
 
+def _meant_globs(patterns: Iterable[str]) -> None:
+    """Refuses a model or tool glob that fnmatch would read other than as written: an unclosed
+    ``[`` is a literal there, so ``gpt-[4`` would silently match nothing meant (policy/globs)."""
+    problems = [p for g in patterns if (p := globs.problem(g)) is not None]
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
 class UpstreamConfig(_Model):
     name: str = Field(
         min_length=1, pattern=r"^[A-Za-z0-9_.-]+$",
@@ -405,7 +413,9 @@ class UpstreamConfig(_Model):
         "one on for every client): OpenRouter's "
         "`HTTP-Referer` and `X-Title`, `OpenAI-Project`, a Cloudflare AI Gateway's `cf-aig-authorization` "
         "(`${VAR}` for a secret). One whose value is empty (an unset `${VAR:-}`) is not sent. Not the "
-        "credential (`api_key`), nor the framing, hop-by-hop and request-id headers the gateway writes.",
+        "credential (`api_key`), nor the framing, hop-by-hop and request-id headers the gateway writes. "
+        "The value of one whose name holds `auth`, `key`, `token`, `secret`, `passw`, `credential` or "
+        "`cookie` is redacted from the upstream's errors as `api_key` is (docs/security.md).",
     )  # fmt: skip
     fallbacks: tuple[str, ...] = Field(
         default=(),
@@ -610,6 +620,7 @@ class UpstreamConfig(_Model):
     @field_validator("model_map")
     @classmethod
     def _empty_name_keeps_the_requested(cls, v: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+        _meant_globs(pattern for pattern, _ in v)
         # `{"*": "${UPSTREAM_MODEL:-}"}` with the variable unset means "no mapping".
         return tuple((pattern, name) for pattern, name in v if name)
 
@@ -624,6 +635,7 @@ class UpstreamConfig(_Model):
     def _non_empty(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         if not v:
             raise ValueError("must list at least one model pattern")
+        _meant_globs(v)
         return v
 
 
@@ -863,6 +875,7 @@ class PoolConfig(_Model):
     def _non_empty(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         if not v:
             raise ValueError("must list at least one model pattern")
+        _meant_globs(v)
         return v
 
     @field_validator("deployments")
@@ -1011,6 +1024,12 @@ class ToolRuleConfig(_Model):
         description="This tool's own limit as a share of the upstream's `context_window`; unset: "
         "`tool_outputs.max_share`.",
     )  # fmt: skip
+
+    @field_validator("tool")
+    @classmethod
+    def _meant(cls, v: str) -> str:
+        _meant_globs((v,))
+        return v
 
     @field_validator("project")
     @classmethod
@@ -1303,6 +1322,12 @@ class ClientKeyConfig(_Model):
     def _one_or_many(cls, v: Any) -> Any:
         return (v,) if isinstance(v, str) else v
 
+    @field_validator("models")
+    @classmethod
+    def _meant(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        _meant_globs(v)
+        return v
+
     @field_validator("expires_at", mode="before")
     @classmethod
     def _an_instant(cls, v: Any) -> Any:
@@ -1493,6 +1518,12 @@ class GatewayConfig(_Model):
     @field_validator("upstreams")
     @classmethod
     def _unique_names(cls, v: tuple[UpstreamConfig, ...]) -> tuple[UpstreamConfig, ...]:
+        return v
+
+    @field_validator("prices")
+    @classmethod
+    def _meant_price_globs(cls, v: dict[str, PriceConfig]) -> dict[str, PriceConfig]:
+        _meant_globs(v)
         return v
 
     @model_validator(mode="after")

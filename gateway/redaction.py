@@ -7,8 +7,18 @@ guide, platform.openai.com/docs/guides/error-codes). When the key is the client'
 the client's business; when the gateway sent the operator's ``api_key``, a client holding a
 gateway key must not read it, nor enough of it to tell which key the operator uses.
 
-Only error bodies and messages pass through here, and only when the gateway sent its own key,
-so a success costs nothing. A key shorter than ``MIN_KEY`` is left alone: such values are
+The same holds for a secret the operator configured among an upstream's ``headers``: a gateway
+in front of the provider takes its own key beside the provider's (Portkey's
+``x-portkey-api-key``, docs.portkey.ai/docs/api-reference/inference-api/headers; Cloudflare AI
+Gateway's ``cf-aig-authorization: Bearer <token>``,
+developers.cloudflare.com/ai-gateway/configuration/authentication; Helicone's ``Helicone-Auth``),
+and may quote it as a provider quotes a key. Which configured headers hold one is told by their
+name (``upstream_secrets``): a value's shape cannot tell a token from an ``OpenAI-Project`` id,
+and taking every configured value would rewrite wording clients read (an ``anthropic-beta`` name
+quoted in a refusal of that beta).
+
+Only error bodies and messages pass through here, and only when the gateway sent a secret of
+its own, so a success costs nothing. A key shorter than ``MIN_KEY`` is left alone: such values are
 placeholders (vLLM's ``EMPTY``, ``dummy``), and replacing a short word wherever it appears
 would rewrite the wording clients match on.
 """
@@ -16,6 +26,7 @@ would rewrite the wording clients match on.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from functools import lru_cache
 
 MARKER = "[redacted]"
@@ -27,6 +38,27 @@ _TAIL = 4
 _MIN_MASKED = MIN_KEY + _TAIL  # a shorter key has no hidden middle to mask
 _MASK = r"(?:\*|•|…|\\u202[26]|\.{3})+"  # also as a JSON string escapes them
 _KEY_CHAR = r"[A-Za-z0-9_\-]"
+
+
+# A header name that says its value is a credential: authorization (cf-aig-authorization,
+# Helicone-Auth, x-auth-token), a key (x-portkey-api-key, x-portkey-virtual-key), a token or
+# session token, a secret (x-portkey-aws-secret-access-key), a password, a cookie.
+_CREDENTIAL_NAME = re.compile(r"(?i)auth|key|token|secret|passw|credential|cookie")
+# RFC 9110 §11.4's credentials: a scheme, then the token a provider would quote on its own.
+_SCHEME = re.compile(r"(?i)(?:bearer|basic|token)\s+(\S+)")
+
+
+def upstream_secrets(api_key: str | None, headers: Mapping[str, str]) -> tuple[str, ...]:
+    """What the gateway sends an upstream that is the operator's to hide: ``api_key``, and the
+    value of each configured header whose name says it is a credential (the token alone when it
+    follows a scheme, ``Bearer <token>``). Values shorter than ``MIN_KEY`` are left out, as
+    placeholders are."""
+    found = [api_key] if api_key else []
+    for name, value in headers.items():
+        if _CREDENTIAL_NAME.search(name):
+            m = _SCHEME.fullmatch(value)
+            found.append(m.group(1) if m else value)
+    return tuple(dict.fromkeys(v for v in found if len(v) >= MIN_KEY))
 
 
 @lru_cache(maxsize=256)

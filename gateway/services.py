@@ -26,6 +26,7 @@ from gateway.policy.loop_breaker import LoopBreaker
 from gateway.policy.output_limit import OutputLimits
 from gateway.policy.refused_param import ParamFixes
 from gateway.policy.tool_outputs import ToolOutputPolicy, ToolRule
+from gateway.redaction import upstream_secrets
 from gateway.routing import Outbound, pick_upstream, upstream_url
 from gateway.state import SharedBudget, SharedCircuit, StateStore
 from gateway.state.affinity import AffinityTable
@@ -46,6 +47,9 @@ class UpstreamRuntime:
     circuit: SharedCircuit
     # Decided once per upstream rather than per request (see routing.Outbound).
     outbound: Outbound = field(init=False)
+    # What an error from it must not show a client: its api_key and the credentials among its
+    # configured headers (gateway/redaction.py).
+    secrets: tuple[str, ...] = field(init=False)
     # Endpoint path -> its upstream URL (no query string): a handful of entries, and one per
     # model on a Gemini upstream (its path names the model).
     urls: dict[str, str] = field(init=False, default_factory=dict)
@@ -55,6 +59,7 @@ class UpstreamRuntime:
 
     def __post_init__(self) -> None:
         self.outbound = Outbound.of(self.cfg)
+        self.secrets = upstream_secrets(self.cfg.api_key, self.cfg.headers)
 
     # (client API, requested model) -> how such requests reach this upstream.
     legs: dict[tuple[str, str | None], Leg | NoLeg] = field(init=False, default_factory=dict)

@@ -139,8 +139,8 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
     token_first = token_s is not None and token_s < head_s
     call.head_s = None
     outcome = await _exchange(svc, state, request, call, token_s, token_first, mark)
-    if isinstance(outcome, Failure) and call.up.cfg.api_key is not None:
-        without_own_key(outcome, call.up.cfg.api_key)
+    if isinstance(outcome, Failure) and call.up.secrets:
+        without_own_key(outcome, call.up.secrets)
     if isinstance(outcome, Failure) and outcome.classification.type is ErrorType.AUTH \
             and not call.up.cfg.forwards_client_credentials:  # fmt: skip
         outcome = operator_key_refused(call.up, outcome)
@@ -482,17 +482,19 @@ def _upstream_error(
     return Failure(c, answer, response_headers(headers, operator), body, upstream_status=answered or status)
 
 
-def without_own_key(failure: Failure, key: str) -> None:
-    """The operator's key, as a provider's error may quote it, out of everything about
-    ``failure`` a client can be shown or the loop breaker keeps: the body relayed (and carried
-    to a translated client's ``x_llm_upstream``), the provider's message a translation renders,
-    the message of an error the gateway made from an event (``gateway/redaction.py``)."""
-    failure.body = redact_bytes(failure.body, key)
-    c = failure.classification
-    if c.message is not None and (message := redact_text(c.message, key)) != c.message:
-        failure.classification = replace(c, message=message)
-    if failure.own is not None and (message := redact_text(failure.own.message, key)) != failure.own.message:
-        failure.own = replace(failure.own, message=message)
+def without_own_key(failure: Failure, keys: tuple[str, ...]) -> None:
+    """The operator's secrets (its key, credentials among the upstream's configured headers), as
+    a provider's error may quote them, out of everything about ``failure`` a client can be shown
+    or the loop breaker keeps: the body relayed (and carried to a translated client's
+    ``x_llm_upstream``), the provider's message a translation renders, the message of an error
+    the gateway made from an event (``gateway/redaction.py``)."""
+    for key in keys:
+        failure.body = redact_bytes(failure.body, key)
+        c, own = failure.classification, failure.own
+        if c.message is not None and (message := redact_text(c.message, key)) != c.message:
+            failure.classification = replace(c, message=message)
+        if own is not None and (message := redact_text(own.message, key)) != own.message:
+            failure.own = replace(own, message=message)
 
 
 def operator_key_refused(up: UpstreamRuntime, failure: Failure) -> Failure:
@@ -528,9 +530,10 @@ def own_key_ending(up: UpstreamRuntime, end: Ending) -> Ending:
         said = operator_key_refused(up, Failure(end.classification, status, [], b""))
         assert said.own is not None
         return replace(end, message=said.own.message, code=said.own.code, status=said.status)
-    if cfg.api_key is not None:
-        return replace(end, message=redact_text(end.message, cfg.api_key))
-    return end
+    message = end.message
+    for key in up.secrets:
+        message = redact_text(message, key)
+    return end if message == end.message else replace(end, message=message)
 
 
 def _transport(svc: Services, kind: TransportError, evidence: str | None = None) -> Failure:

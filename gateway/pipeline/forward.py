@@ -60,7 +60,7 @@ from gateway.pipeline.pool import remember_answer, send_across, stored_deploymen
 from gateway.pipeline.relay import relay, rendered
 from gateway.pipeline.send import Onward, Sent, new_plan, note_outage, send_one
 from gateway.policy.clients import client_deadline_s, compacts_itself
-from gateway.policy.loop_breaker import Answer, Recalled
+from gateway.policy.loop_breaker import Answer, Fingerprint, Recalled
 from gateway.policy.overflow_limits import parse_overflow
 from gateway.policy.retry import RetryPlan
 from gateway.policy.tokens import BYTES_PER_TOKEN, content_tokens, request_tokens
@@ -104,7 +104,7 @@ def full_pipeline(dialect: Dialect) -> Handler:
             if continues is not None:
                 route = await stored_route(svc, state, route, continues)
         primary = route.upstreams[0]
-        fingerprint: str | None = None
+        fingerprint: Fingerprint | None = None
         turn: Recalled | None = None  # a repeat of a turn given up on: sent as a probe
         if svc.loop.may_recall():
             # Only when something is remembered: otherwise a success never needs the canonical
@@ -496,7 +496,7 @@ def _from_memory(svc: Services, state: RequestState, hit: Recalled) -> Failure:
     return Failure(c, hit.status, list(hit.headers), hit.body, final=True)
 
 
-def _fingerprint(svc: Services, request: web.Request, inbound: Inbound) -> str:
+def _fingerprint(svc: Services, request: web.Request, inbound: Inbound) -> Fingerprint:
     # Of the admitted payload, whenever it is made: the stages after admission build their
     # own payloads and never change the admitted one in place (copy on write), so a failure
     # fingerprinted after them matches the repeat fingerprinted before them.
@@ -505,7 +505,7 @@ def _fingerprint(svc: Services, request: web.Request, inbound: Inbound) -> str:
 
 async def _remember(
     svc: Services, state: RequestState, outcome: Outcome,
-    request: web.Request, inbound: Inbound, fingerprint: str | None, turn: Recalled | None,
+    request: web.Request, inbound: Inbound, fingerprint: Fingerprint | None, turn: Recalled | None,
 ) -> None:  # fmt: skip
     # Only answers that cost an upstream call are worth remembering; a stream that started
     # is a Success here, so nothing after a client saw bytes is ever replayed.

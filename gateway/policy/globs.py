@@ -1,5 +1,6 @@
 """Whether two model-name globs (``fnmatch``'s: ``*``, ``?``, ``[seq]``, ``[!seq]``) can match
-one name: the check behind "no two pools may claim the same model".
+one name: the check behind "no two pools may claim the same model"; and whether a glob is the
+one its writer meant (``problem``), checked at load.
 
 Trying each pattern as a name against the other misses most overlaps (``*-mini`` and ``gpt-*``
 both match ``gpt-4o-mini``; neither matches the other as a name). This walks both patterns at
@@ -75,16 +76,57 @@ def _tokens(pattern: str) -> list[_Token]:
     return out
 
 
-def _class(pattern: str, i: int) -> tuple[_Token, int]:
-    """``[...]`` from just after its ``[``, as fnmatch reads it; an unclosed ``[`` is a literal."""
+def problem(pattern: str) -> str | None:
+    """Why ``pattern`` does not match what it reads as, or None. fnmatch refuses no pattern: a
+    ``[`` that no ``]`` closes is a literal ``[`` (``gpt-[4`` matches the name ``gpt-[4`` alone,
+    never ``gpt-4``), and a range written backwards (``[9-0]``) is dropped, so a class of only
+    such ranges matches nothing."""
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        i += 1
+        if c != "[":
+            continue
+        j = _class_end(pattern, i)
+        if j is None:
+            return (f"{pattern!r}: no ']' closes the '[' at character {i}, so fnmatch reads it as a literal "
+                    "'[' and the pattern matches no name it means (write [[] for a literal '[')")
+        for lo, hi in _ranges(pattern[i:j].removeprefix("!")):
+            if hi < lo:
+                return (f"{pattern!r}: the range {lo}-{hi} runs backwards, so fnmatch drops it "
+                        f"(write {hi}-{lo})")
+        i = j + 1
+    return None
+
+
+def _class_end(pattern: str, i: int) -> int | None:
+    """Where the ``]`` that closes the class opened just before ``i`` is, as fnmatch finds it
+    (a ``]`` first in the class, after any ``!``, is a member); None: nothing closes it."""
     j = i
     if j < len(pattern) and pattern[j] == "!":
         j += 1
     if j < len(pattern) and pattern[j] == "]":
         j += 1
-    while j < len(pattern) and pattern[j] != "]":
-        j += 1
-    if j >= len(pattern):
+    j = pattern.find("]", j)
+    return None if j < 0 else j
+
+
+def _ranges(body: str) -> list[tuple[str, str]]:
+    """The ``a-z`` ranges of a class's body (its ``!`` taken off)."""
+    out, k = [], 0
+    while k < len(body):
+        if k + 2 < len(body) and body[k + 1] == "-":
+            out.append((body[k], body[k + 2]))
+            k += 3
+        else:
+            k += 1
+    return out
+
+
+def _class(pattern: str, i: int) -> tuple[_Token, int]:
+    """``[...]`` from just after its ``[``, as fnmatch reads it; an unclosed ``[`` is a literal."""
+    j = _class_end(pattern, i)
+    if j is None:
         return _Token(chars=frozenset("[")), i
     body, end = pattern[i:j], j + 1
     negated = body.startswith("!")

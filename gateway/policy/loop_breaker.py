@@ -52,8 +52,11 @@ How long an answer is answered from memory (``window_for``):
                                                     max_window_s (60 s); then probing
 
 The fingerprint is a keyed BLAKE2b MAC, keyed by ``loop_breaker.secret`` (or a per-process random
-key): neither the credential nor the body can be read back from it. Answers larger than
-``max_body_bytes`` are not remembered; the store bounds entries and total bytes (LRU).
+key): neither the credential nor the body can be read back from it. Its first half names the
+entry in the store; its second half, never stored, seals what is kept there (``sealed.py``), so
+the provider's words, which may quote the request, are read only by a request that holds it.
+Answers larger than ``max_body_bytes`` are not remembered; the store bounds entries and total
+bytes (LRU).
 """
 
 from __future__ import annotations
@@ -65,10 +68,11 @@ import os
 import struct
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from gateway.config import LoopBreakerConfig
 from gateway.errors import Classification, ErrorType
+from gateway.policy.sealed import KEY_BYTES, NONCE_BYTES, seal, unseal
 
 
 class AnswerStore(Protocol):
@@ -81,6 +85,13 @@ class AnswerStore(Protocol):
     def holds_answers(self) -> bool:
         """False only when no answer can be found (then a recall needs no lookup)."""
         ...
+
+
+class Fingerprint(NamedTuple):
+    """A request's identity for the loop breaker: two halves of one MAC."""
+
+    name: str  # the store's key for its answer (hex)
+    seal: bytes  # the key its answer is sealed with in the store; never stored
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +223,7 @@ class LoopBreaker:
         no_hint_window_s: float | None = None,
         on_event: Callable[[str, ErrorType], None] = lambda _e, _t: None,
         routes: bytes = b"",
+        random_bytes: Callable[[int], bytes] = os.urandom,
     ) -> None:
         self._cfg = cfg
         self._store = store
@@ -224,34 +236,39 @@ class LoopBreaker:
         # ``routes``: the upstreams a failure came from; a changed one remembers nothing).
         # BLAKE2b takes keys of at most 64 bytes: a configured secret of any length is hashed.
         self._key = hashlib.sha256(cfg.secret.encode() + routes).digest() if cfg.secret else os.urandom(32)
+        self._random_bytes = random_bytes  # each sealed answer's nonce
 
     @property
     def enabled(self) -> bool:
         return self._cfg.enabled
 
-    def fingerprint(self, path: str, body: bytes, credential: str | None) -> str:
-        # Keyed BLAKE2b: a MAC like HMAC-SHA256, at a third of the cost on the hot path.
-        mac = hashlib.blake2b(key=self._key, digest_size=32)
+    def fingerprint(self, path: str, body: bytes, credential: str | None) -> Fingerprint:
+        # Keyed BLAKE2b: a MAC like HMAC-SHA256, at a third of the cost on the hot path. Its 64
+        # bytes cost what 32 do; either half of a PRF's output tells nothing of the other.
+        mac = hashlib.blake2b(key=self._key, digest_size=64)
         # Length prefixes: no two different (path, body, credential) triples hash the same bytes.
         for part in (path.encode(), body, (credential or "").encode()):
             mac.update(_LEN.pack(len(part)))
             mac.update(part)
-        return mac.hexdigest()
+        digest = mac.digest()
+        return Fingerprint(digest[:32].hex(), digest[32 : 32 + KEY_BYTES])
 
     def may_recall(self) -> bool:
         """Whether a recall could find anything. With nothing remembered (the in-memory
         store, empty) the fingerprint and the lookup are skipped; ``remember`` still works."""
         return self._cfg.enabled and self._store.holds_answers()
 
-    async def recall(self, fingerprint: str) -> Recalled | None:
+    async def recall(self, fingerprint: Fingerprint) -> Recalled | None:
         """The remembered failure of an identical request, or None (then send it). When
         ``answers(now)`` is False the turn is in its probing phase: send one attempt."""
         if not self._cfg.enabled:
             return None
-        found = await self._store.answer_take(fingerprint)
+        found = await self._store.answer_take(fingerprint.name)
         if found is None:
             return None
-        hit = decode(*found)
+        blob, repeats = found
+        plain = unseal(fingerprint.seal, blob)
+        hit = decode(plain, repeats) if plain is not None else None
         if hit is not None:
             probing = not hit.answers(self._clock())
             self._on_event("probed" if probing else "answered", hit.classification.type)
@@ -259,7 +276,7 @@ class LoopBreaker:
 
     async def remember(
         self,
-        fingerprint: str,
+        fingerprint: Fingerprint,
         answer: Answer,
         classification: Classification,
         *,
@@ -282,11 +299,12 @@ class LoopBreaker:
             first_at, repeats = turn.first_at, turn.repeats
         keep = keep_for(self._cfg, classification, now, window, first_at)
         blob = encode(answer, classification, now, now + window, first_at, repeats)
-        await self._store.answer_put(fingerprint, blob, keep)
+        sealed = seal(fingerprint.seal, blob, self._random_bytes(NONCE_BYTES))
+        await self._store.answer_put(fingerprint.name, sealed, keep)
         self._on_event("remembered", classification.type)
         return window
 
-    async def forget(self, fingerprint: str) -> None:
+    async def forget(self, fingerprint: Fingerprint) -> None:
         """A probe got through: the turn it repeated is over."""
         if self._cfg.enabled:
-            await self._store.answer_drop(fingerprint)
+            await self._store.answer_drop(fingerprint.name)

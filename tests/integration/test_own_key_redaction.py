@@ -106,6 +106,30 @@ async def test_a_mid_stream_event_of_another_class_is_redacted(make_gateway) -> 
     assert KEY.encode() not in body and b"Key [redacted] has exceeded its credit balance" in body
 
 
+# A gateway in front of the provider takes its own key in a header the operator configures
+# (Portkey's x-portkey-api-key, Cloudflare AI Gateway's cf-aig-authorization), beside the
+# client's own provider key, which is forwarded.
+PORTKEY = "pk-UPCANARY-hdr-0123456789abcdef"
+CF_TOKEN = "cf-UPCANARY-tok-9876543210zyxw"
+HEADERS = f", headers: {{x-portkey-api-key: {PORTKEY}, cf-aig-authorization: 'Bearer {CF_TOKEN}'}}"
+
+
+async def test_credentials_among_the_configured_headers_are_redacted_too(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=HEADERS, extra_yaml=NO_RETRY)
+    dump = f"upstream internal error; debug: x-portkey-api-key={PORTKEY} cf-aig-authorization=Bearer {CF_TOKEN}"
+    gw.fake.script(Reply(500, dump.encode(), {"Content-Type": "text/plain"}))
+    status, _, body = await gw.chat(headers={"Authorization": "Bearer client-key"})
+    said = gw.fake.chat_requests()[-1].headers
+    assert said["x-portkey-api-key"] == PORTKEY and said["authorization"] == "Bearer client-key"
+    assert status == 500
+    assert body == b"upstream internal error; debug: x-portkey-api-key=[redacted] cf-aig-authorization=Bearer [redacted]"
+    event = {"error": {"message": f"Gateway key {masked(PORTKEY)} has exceeded its credit balance",
+                       "code": "insufficient_quota"}}  # fmt: skip
+    gw.fake.script(Stream([chunk({"role": "assistant", "content": "Hel"}), event]))
+    body = await stream_body(gw)
+    assert PORTKEY[:12].encode() not in body and b"Gateway key [redacted] has exceeded its credit balance" in body
+
+
 async def test_the_loop_breaker_remembers_the_body_without_the_key(make_gateway) -> None:
     """Remembered answers are kept in the state store (Redis: ``llm-gateway:a:<mac>``), so
     what it keeps is what a client may be shown."""

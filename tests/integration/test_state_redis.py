@@ -29,9 +29,10 @@ from prometheus_client import CollectorRegistry
 from gateway.config import CircuitBreakerConfig, LoopBreakerConfig, RetryBudgetConfig
 from gateway.errors import Classification, ErrorType
 from gateway.policy.breaker import Gate
-from gateway.policy.loop_breaker import Answer, LoopBreaker
+from gateway.policy.loop_breaker import Answer, Fingerprint, LoopBreaker
 from gateway.state import MemoryStore, SharedBudget, SharedCircuit, StateMetrics
 from gateway.state.redis_store import RedisStore, connect
+from tests.corpus_cases import IN_SAMPLE, body_bytes
 from tests.procs import free_port
 
 REDIS = shutil.which("redis-server")
@@ -238,6 +239,34 @@ async def test_two_replicas_share_loop_breaker_answers_and_resets(patient_replic
     reset = int((time.time() + 60) * 1000)
     await a.store.reset_set("up/m", reset)
     assert await b.store.reset_get("up/m") == reset
+
+
+async def test_what_redis_holds_of_a_remembered_answer_quotes_nothing_of_the_request(
+    patient_replicas: tuple[Replica, Replica],
+) -> None:
+    """A pydantic server's 422 quotes the input it refused (tests/corpus
+    fastapi-proxy-422-role-literal: the role a Claude Code proxy sent): Redis, which whoever
+    reaches it can read, held that body and the provider's message as they came. What it holds
+    now is sealed with a key only the same request yields; the other replica still replays the
+    answer byte for byte."""
+    a, b = patient_replicas
+    [case] = [c for c in IN_SAMPLE if c["name"] == "fastapi-proxy-422-role-literal"]
+    body = body_bytes(case["body"])
+    cfg = LoopBreakerConfig(secret="shared", window_s=60)
+    la, lb = LoopBreaker(cfg, a.store, time.time), LoopBreaker(cfg, b.store, time.time)
+    request = b'{"messages":[{"content":"hi","role":"user"},{"content":"be brief","role":"system"}],"model":"m"}'
+    fp = la.fingerprint("/v1/messages", request, "sk-ant-client")
+    said = Classification.of(ErrorType.UNKNOWN, message="Input should be 'user' or 'assistant'")
+    await la.remember(fp, Answer(422, body, (("content-type", "application/json"),)), said)
+    stored = await a.store._r.hget(a.store._answers + fp.name, "b")
+    assert stored is not None and len(stored) > len(body)
+    for quoted in (b"system", b"Input should be", b"unknown", b"literal_error", b"content-type"):
+        assert quoted not in stored, quoted
+    hit = await lb.recall(fp)
+    assert hit is not None and (hit.status, hit.body, hit.classification) == (422, body, said)
+    # Its name with another request's seal (the same bytes under another body) reads as none.
+    other = lb.fingerprint("/v1/messages", request.replace(b"brief", b"terse"), "sk-ant-client")
+    assert await lb.recall(Fingerprint(fp.name, other.seal)) is None
     await a.store.reset_set("up/n", int((time.time() + 0.4) * 1000))
     await asyncio.sleep(0.5)
     assert await b.store.reset_get("up/n") is None
@@ -362,7 +391,7 @@ async def test_an_outage_falls_back_to_local_within_the_bound_and_recovers(
     metrics = StateMetrics(registry, "redis")
     a.store._on_fallback = metrics.fallback  # type: ignore[method-assign]
     lb = LoopBreaker(LoopBreakerConfig(secret="s"), a.store, time.time)
-    await lb.remember("fp", Answer(401, b"no"), Classification.of(ErrorType.AUTH))  # written to both
+    await lb.remember(Fingerprint("fp", bytes(32)), Answer(401, b"no"), Classification.of(ErrorType.AUTH))  # written to both
     assert a.store.healthy
 
     with a.bounded():  # from here until Redis is back, every operation within the bound
@@ -370,7 +399,7 @@ async def test_an_outage_falls_back_to_local_within_the_bound_and_recovers(
         for _ in range(3):
             assert max(await _timed_ops(a.store)) < BOUND_S
         assert not a.store.healthy
-        hit = await lb.recall("fp")  # answered from the local copy of what this replica remembered
+        hit = await lb.recall(Fingerprint("fp", bytes(32)))  # answered from the local copy of what this replica remembered
         assert hit is not None and hit.status == 401
         assert (await a.store.circuit_get(["up"]))[0].failures == 3  # this replica's own view
         # Said once the probe's PING has had recover_s to answer (the replica left Redis when it

@@ -785,3 +785,21 @@ def test_a_redis_url_redis_py_would_refuse_is_a_config_error_without_its_passwor
     with pytest.raises(ConfigError) as e:
         parse_config(text, env={})
     assert said in str(e.value) and "s3cretpw" not in str(e.value)
+
+
+@pytest.mark.parametrize(("extra", "field"), [
+    ("upstreams: [{name: a, base_url: 'http://127.0.0.1:9/v1', models: ['gpt-4o', 'gpt-[4']}]", "upstreams[0].models"),
+    ("upstreams: [{name: a, base_url: 'http://127.0.0.1:9/v1', model_map: {'gpt-[4': gpt-4o}}]",
+     "upstreams[0].model_map"),
+    (MINIMAL + "\npools: [{name: p, models: 'gpt-[4', deployments: [a]}]", "pools[0].models"),
+    (MINIMAL + "\nkeys: [{name: k, key: gk-0123456789abcdef, models: ['gpt-[4']}]", "keys[0].models"),
+    (MINIMAL + "\ntool_outputs: {rules: [{tool: 'mcp__[x'}]}", "tool_outputs.rules[0].tool"),
+    (MINIMAL + "\nprices: {'gpt-[4': {input: 1, output: 2}}", "prices"),
+])  # fmt: skip
+def test_a_glob_with_a_bracket_nothing_closes_is_refused_naming_its_field(extra: str, field: str) -> None:
+    """fnmatch reads the ``[`` of ``gpt-[4`` as a literal: the pattern would match no model
+    the operator meant, without a word (policy/globs.problem)."""
+    with pytest.raises(ConfigError) as e:
+        parse_config(extra, env={})
+    [line] = str(e.value).splitlines()
+    assert line.startswith(f"{field}: ") and "no ']' closes the '['" in line and "write [[] for a literal" in line

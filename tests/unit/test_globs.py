@@ -4,11 +4,13 @@ the other) let through, found by testing pools as an operator would."""
 
 from __future__ import annotations
 
+import fnmatch
 from fnmatch import fnmatchcase
 
 import pytest
 
 from gateway.policy.globs import overlap
+from gateway.policy.globs import problem as problem_of
 
 
 @pytest.mark.parametrize(("a", "b", "both"), [
@@ -45,3 +47,24 @@ def test_against_brute_force_on_a_small_alphabet() -> None:
         else:  # an overlap only on longer names: check one exists
             longer = ["".join(p) for n in range(6, 9) for p in itertools.product("ab", repeat=n)]
             assert any(fnmatchcase(s, g) and fnmatchcase(s, h) for s in longer), (g, h)
+
+
+@pytest.mark.parametrize(("glob", "said"), [
+    ("gpt-[4", "no ']' closes the '[' at character 5"), ("o[13", "no ']' closes the '[' at character 2"),
+    ("[!]", "no ']' closes the '[' at character 1"), ("x[a]y[b", "no ']' closes the '[' at character 6"),
+    ("claude-[9-0]*", "the range 9-0 runs backwards, so fnmatch drops it (write 0-9)"),
+])  # fmt: skip
+def test_a_glob_fnmatch_reads_otherwise_than_written_is_a_problem(glob: str, said: str) -> None:
+    problem = problem_of(glob)
+    assert problem is not None and said in problem
+    assert not fnmatchcase(glob.replace("[", "").replace("]", ""), glob)  # nor means what it seemed to
+
+
+@pytest.mark.parametrize("glob", ["*", "gpt-4o*", "gpt-[45]*", "[[]x", "[]]", "[!]]", "[a-]", "claude-[!a]*", "x]",
+                                  "[[]]"])  # fmt: skip
+def test_a_glob_that_means_what_it_says_is_none(glob: str) -> None:
+    """Read by fnmatch as written: ``[[]`` is the class of ``[`` (the literal a problem
+    suggests), a ``]`` first in a class is a member, a ``]`` outside one a literal."""
+    assert problem_of(glob) is None
+    assert r"\[" not in fnmatch.translate(glob).replace(r"[\[]", "")  # fnmatch took no '[' literally
+

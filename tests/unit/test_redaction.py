@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.redaction import redact_bytes, redact_text
+from gateway.redaction import redact_bytes, redact_text, upstream_secrets
 
 KEY = "sk-proj-AbCdEfGh1234567890wxyz"
 
@@ -37,3 +37,16 @@ def test_no_key_or_a_placeholder_changes_nothing() -> None:
     assert redact_bytes(b"the EMPTY model", "EMPTY") == b"the EMPTY model"  # vLLM's placeholder key
     short = "abcdefghij"  # long enough to be exact, too short to have a masked middle
     assert redact_text(f"key {short} and abcdefgh**ghij", short) == "key [redacted] and abcdefgh**ghij"
+
+
+def test_the_secrets_of_an_upstream_are_its_key_and_its_credential_headers() -> None:
+    """Header names as the gateways in front of providers document them: Portkey's
+    x-portkey-api-key, Cloudflare AI Gateway's cf-aig-authorization (a bearer token),
+    Helicone's Helicone-Auth; the values are made up."""
+    headers = {"x-portkey-api-key": "pk-0123456789abcdef", "cf-aig-authorization": "Bearer cf-tok-0123456789",
+               "Helicone-Auth": "bearer sk-helicone-abcdefgh", "x-session-token": "short",
+               "OpenAI-Project": "proj_0123456789abcdef", "HTTP-Referer": "https://app.example.com",
+               "anthropic-beta": "prompt-caching-2024-07-31"}  # fmt: skip
+    assert upstream_secrets(KEY, headers) == (KEY, "pk-0123456789abcdef", "cf-tok-0123456789", "sk-helicone-abcdefgh")
+    assert upstream_secrets(None, {}) == ()
+    assert upstream_secrets("EMPTY", {"x-api-token": KEY}) == (KEY,)  # a placeholder key is no secret

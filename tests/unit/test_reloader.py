@@ -369,3 +369,17 @@ async def test_the_watch_loads_a_change_only_once_it_has_stayed_for_a_look(tmp_p
         await watch(reloader, lambda: True, sleep=sleep)
     assert [d["event"] for d in lines] == ["config_reloaded"]
     assert lines[0]["keys"] == {"changed": ["bob"]}  # never the half: no key was removed
+
+
+async def test_a_glob_fnmatch_would_read_otherwise_is_refused_on_reload_as_at_start_up(
+    tmp_path: Path, logged: Any
+) -> None:
+    log, lines = logged
+    reloader, path, live = await reloader_for(tmp_path, log)
+    before = live.services
+    path.write_text(BASE.replace("{name: alice, key: gk-alice}", "{name: alice, key: gk-alice, models: 'gpt-[4'}"))
+    assert not await reloader.reload("SIGHUP")
+    assert live.services is before
+    [line] = lines
+    assert line["event"] == "config_reload_refused"
+    assert line["problems"][0].startswith("keys[0].models: 'gpt-[4': no ']' closes the '['")

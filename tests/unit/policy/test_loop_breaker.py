@@ -9,6 +9,7 @@ from gateway.config import LoopBreakerConfig
 from gateway.errors import Classification, ErrorType
 from gateway.policy.loop_breaker import (
     Answer,
+    Fingerprint,
     LoopBreaker,
     Recalled,
     decode,
@@ -20,6 +21,11 @@ from gateway.state.memory import MemoryStore
 
 NOW = 1_000_000.0
 CFG = LoopBreakerConfig()
+
+
+def FP(name: str) -> Fingerprint:
+    """A fingerprint named ``name`` (its seal is one key for all: these tests are of windows)."""
+    return Fingerprint(name, bytes(32))
 
 
 class Clock:
@@ -65,7 +71,8 @@ def test_fingerprint_covers_path_body_and_credential_and_hides_them() -> None:
         lb.fingerprint("/v1/chat/completions{", b'"a":1}', "Bearer sk-secret"),  # no shifting of bytes
     }
     assert base not in others and len(others) == 5
-    assert "secret" not in base and len(base) == 64
+    assert "secret" not in base.name and len(base.name) == 64
+    assert len(base.seal) == 32 and base.seal.hex() not in base.name  # the store's key tells nothing of the seal
 
 
 def test_fingerprints_match_across_processes_only_with_a_shared_secret() -> None:
@@ -126,9 +133,9 @@ async def test_an_identical_request_is_answered_from_memory_until_the_window_end
 async def test_a_retryable_answer_counts_its_retry_after_down() -> None:
     clock = Clock()
     lb = LoopBreaker(CFG, MemoryStore(clock), clock)
-    await lb.remember("fp", Answer(429, b"slow"), c(ErrorType.RATE_LIMIT, retry_after_s=40.0))
+    await lb.remember(FP("fp"), Answer(429, b"slow"), c(ErrorType.RATE_LIMIT, retry_after_s=40.0))
     clock.t += 15.5
-    hit = await lb.recall("fp")
+    hit = await lb.recall(FP("fp"))
     assert hit is not None and hit.retry_after_s(clock.t) == 25
 
 
@@ -137,14 +144,14 @@ async def test_too_big_disabled_and_zero_windows_are_not_remembered() -> None:
     store = MemoryStore(clock)
     events: list[tuple[str, ErrorType]] = []
     lb = LoopBreaker(LoopBreakerConfig(max_body_bytes=4), store, clock, on_event=lambda e, t: events.append((e, t)))
-    assert await lb.remember("big", Answer(400, b"12345"), c(ErrorType.UNKNOWN)) == 0
+    assert await lb.remember(FP("big"), Answer(400, b"12345"), c(ErrorType.UNKNOWN)) == 0
     assert events == [("skipped", ErrorType.UNKNOWN)]
-    assert await lb.remember("old", Answer(429, b""), c(ErrorType.RATE_LIMIT, reset_at_ms=1)) == 0
+    assert await lb.remember(FP("old"), Answer(429, b""), c(ErrorType.RATE_LIMIT, reset_at_ms=1)) == 0
     off = LoopBreaker(LoopBreakerConfig(enabled=False), store, clock)
     assert not off.enabled
-    assert await off.remember("x", Answer(400, b""), c(ErrorType.UNKNOWN)) == 0
-    await lb.remember("x", Answer(400, b""), c(ErrorType.UNKNOWN))
-    assert await off.recall("x") is None  # off means off, even with answers in the store
+    assert await off.remember(FP("x"), Answer(400, b""), c(ErrorType.UNKNOWN)) == 0
+    await lb.remember(FP("x"), Answer(400, b""), c(ErrorType.UNKNOWN))
+    assert await off.recall(FP("x")) is None  # off means off, even with answers in the store
     assert len(store.answers) == 1
 
 
@@ -180,31 +187,31 @@ async def test_after_its_window_a_repeated_turn_is_a_probe_while_repeats_keep_co
     events: list[str] = []
     lb = LoopBreaker(CFG, MemoryStore(clock), clock, no_hint_window_s=30.0, on_event=lambda e, _t: events.append(e))
     outage = c(ErrorType.PROVIDER_UNAVAILABLE)
-    assert await lb.remember("fp", OUTAGE, outage) == 30.0
+    assert await lb.remember(FP("fp"), OUTAGE, outage) == 30.0
     sends = 0
     # Claude Code on a non-default model: repeats at 0.5 s, 1.1 s, then 31, 64, 110, 158 s, ...
     for at in (0.5, 1.1, 31, 64, 110, 158, 200, 245):
         clock.t = NOW + at
-        hit = await lb.recall("fp")
+        hit = await lb.recall(FP("fp"))
         assert hit is not None, at
         if not hit.answers(clock.t):
             sends += 1
-            await lb.remember("fp", OUTAGE, outage, turn=hit)  # the probe failed too
+            await lb.remember(FP("fp"), OUTAGE, outage, turn=hit)  # the probe failed too
     assert sends == 6  # one probe per window, never a full round
     assert events.count("probed") == 6 and events.count("answered") == 2
-    hit = await lb.recall("fp")
+    hit = await lb.recall(FP("fp"))
     assert hit is not None and hit.first_at == NOW and hit.repeats == 9
 
 
 async def test_a_probe_that_gets_through_ends_the_turn() -> None:
     clock = Clock()
     lb = LoopBreaker(CFG, MemoryStore(clock), clock, no_hint_window_s=30.0)
-    await lb.remember("fp", OUTAGE, c(ErrorType.PROVIDER_UNAVAILABLE))
+    await lb.remember(FP("fp"), OUTAGE, c(ErrorType.PROVIDER_UNAVAILABLE))
     clock.t += 31
-    hit = await lb.recall("fp")
+    hit = await lb.recall(FP("fp"))
     assert hit is not None and not hit.answers(clock.t)
-    await lb.forget("fp")
-    assert await lb.recall("fp") is None
+    await lb.forget(FP("fp"))
+    assert await lb.recall(FP("fp")) is None
 
 
 async def test_the_turn_is_forgotten_when_repeats_stop_or_it_lasts_too_long() -> None:
@@ -212,21 +219,21 @@ async def test_the_turn_is_forgotten_when_repeats_stop_or_it_lasts_too_long() ->
     cfg = LoopBreakerConfig(turn_idle_s=120, turn_max_s=300)
     lb = LoopBreaker(cfg, MemoryStore(clock), clock, no_hint_window_s=30.0)
     outage = c(ErrorType.PROVIDER_UNAVAILABLE)
-    await lb.remember("quiet", OUTAGE, outage)
+    await lb.remember(FP("quiet"), OUTAGE, outage)
     clock.t = NOW + 30 + 120
-    assert await lb.recall("quiet") is None  # no repeat within turn_idle_s of the window's end
+    assert await lb.recall(FP("quiet")) is None  # no repeat within turn_idle_s of the window's end
     clock.t = NOW
-    await lb.remember("long", OUTAGE, outage)
+    await lb.remember(FP("long"), OUTAGE, outage)
     for _ in range(20):  # a probe every 31 s keeps the turn, until turn_max_s since it began
         clock.t += 31
-        hit = await lb.recall("long")
+        hit = await lb.recall(FP("long"))
         if hit is None:
             break
-        await lb.remember("long", OUTAGE, outage, turn=hit)
+        await lb.remember(FP("long"), OUTAGE, outage, turn=hit)
     assert clock.t - NOW <= 300 + 31 and hit is None
     # A failure after turn_max_s starts a new turn: the gateway's full attempts again, once.
-    await lb.remember("long", OUTAGE, outage)
-    hit = await lb.recall("long")
+    await lb.remember(FP("long"), OUTAGE, outage)
+    hit = await lb.recall(FP("long"))
     assert hit is not None and hit.first_at == clock.t
 
 
@@ -234,20 +241,20 @@ async def test_non_retryable_answers_have_no_probing_phase() -> None:
     clock = Clock()
     lb = LoopBreaker(CFG, MemoryStore(clock), clock, no_hint_window_s=30.0)
     for t in (ErrorType.UNKNOWN, ErrorType.AUTH, ErrorType.BUDGET):
-        await lb.remember(t.value, Answer(400, b"bad"), c(t))
+        await lb.remember(FP(t.value), Answer(400, b"bad"), c(t))
     clock.t += 10.01
-    assert [await lb.recall(t.value) for t in (ErrorType.UNKNOWN, ErrorType.AUTH, ErrorType.BUDGET)] == [None] * 3
+    assert [await lb.recall(FP(t.value)) for t in (ErrorType.UNKNOWN, ErrorType.AUTH, ErrorType.BUDGET)] == [None] * 3
 
 
 async def test_a_long_rate_limit_is_answered_for_at_most_max_window_s_then_probed() -> None:
     clock = Clock()
     lb = LoopBreaker(CFG, MemoryStore(clock), clock, no_hint_window_s=30.0)
-    assert await lb.remember("fp", Answer(429, b"slow"), c(ErrorType.RATE_LIMIT, retry_after_s=3600.0)) == 60.0
+    assert await lb.remember(FP("fp"), Answer(429, b"slow"), c(ErrorType.RATE_LIMIT, retry_after_s=3600.0)) == 60.0
     clock.t += 59
-    hit = await lb.recall("fp")
+    hit = await lb.recall(FP("fp"))
     assert hit is not None and hit.answers(clock.t) and hit.retry_after_s(clock.t) == 1
     clock.t += 2
-    hit = await lb.recall("fp")
+    hit = await lb.recall(FP("fp"))
     assert hit is not None and not hit.answers(clock.t)
 
 
@@ -257,7 +264,23 @@ async def test_a_remembered_long_rate_limit_tells_the_providers_own_wait() -> No
     clock = Clock()
     lb = LoopBreaker(CFG, MemoryStore(clock), clock)
     reset = int((NOW + 3600) * 1000)
-    await lb.remember("fp", Answer(429, b"slow"), c(ErrorType.RATE_LIMIT, retry_after_s=3600.0, reset_at_ms=reset))
+    await lb.remember(FP("fp"), Answer(429, b"slow"), c(ErrorType.RATE_LIMIT, retry_after_s=3600.0, reset_at_ms=reset))
     clock.t += 10
-    hit = await lb.recall("fp")
+    hit = await lb.recall(FP("fp"))
     assert hit is not None and hit.answers(clock.t) and hit.retry_after_s(clock.t) == 3590
+
+
+async def test_the_store_holds_an_answer_sealed_by_the_request_it_answers() -> None:
+    """The state store (Redis, read by whoever reaches it) holds neither the body, which may quote
+    the request, nor the classification; the seal's key is the fingerprint's other half."""
+    clock = Clock()
+    store = MemoryStore(clock)
+    lb = LoopBreaker(CFG, store, clock, random_bytes=lambda n: b"\x01" * n)
+    fp = lb.fingerprint("/v1/chat/completions", b'{"messages":"the prompt"}', "Bearer k")
+    said = c(ErrorType.UNKNOWN, message="Input should be a valid list, got 'the prompt'")
+    await lb.remember(fp, Answer(422, b'{"detail":[{"input":"the prompt"}]}'), said)
+    found = await store.answer_take(fp.name)
+    assert found is not None and b"the prompt" not in found[0] and b"unknown" not in found[0]
+    hit = await lb.recall(fp)
+    assert hit is not None and hit.body == b'{"detail":[{"input":"the prompt"}]}' and hit.classification == said
+    assert await lb.recall(Fingerprint(fp.name, bytes(32))) is None  # the name alone opens nothing
