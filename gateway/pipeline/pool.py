@@ -45,10 +45,12 @@ from gateway.routing.pools import (
     Deployment,
     SitOut,
     break_reason,
+    conversation_order,
     first,
     first_home,
     for_conversation,
     moves_to_sibling,
+    order,
     relayed_scope,
     sit_out,
 )
@@ -209,6 +211,50 @@ async def _answered(svc: Services, pool: PoolRuntime, table: AffinityTable, conv
     follows = table.follows(conversation, model)
     if follows or (follows is None and broke is None):
         await table.move(conversation, home, up.cfg.name, pool.names, (model, size))
+
+
+async def continuing(svc: Services, state: RequestState, route: Route,
+                     conversation: str | None) -> list[UpstreamRuntime]:  # fmt: skip
+    """The upstreams of ``route`` that may take a broken stream's continuation now, in route
+    order: of a pool, the deployments that may serve (none sitting out, no open circuit) in the
+    order the request's turn would try them (its conversation's home, then its key's rendezvous
+    order; else the strategy's). In config order, unfiltered, a stall's continuation went to a
+    key the gateway knew was limited for 2 minutes (a 429, the client's stream ended though a
+    third key was free), or revoked (called inside its hour's sit-out)."""
+    ps = svc.pool_state
+    out: list[UpstreamRuntime] = []
+    for hop in route.hops:
+        pool = hop.pool
+        if pool is None or ps is None:
+            out.extend(hop.members)
+            continue
+        names = {m.cfg.name for m in hop.members}  # a stored response's route: its deployment alone
+        if not ps.fresh(pool.cfg.name, state.model):
+            await ps.refresh(pool.cfg.name, pool.member_cfgs, state.model, pool.circuits)
+        now_ms = svc.wall() * 1000
+        ready = [v for i, up in enumerate(pool.members) if up.cfg.name in names
+                 and (v := ps.view(i, up.cfg, state.model, now_ms)).serves_at(now_ms)
+                 and not await _refusing(up, state.model)]  # fmt: skip
+        table = pool.affinity
+        if conversation is not None and table is not None:
+            ranked = conversation_order(ready, table.get(conversation), conversation)
+        else:
+            ranked = order(pool.cfg.strategy, ready, svc.rand)
+        out.extend(pool.members[v.slot] for v in ranked)
+    return out
+
+
+async def taken(svc: Services, state: RequestState, call: Call, size: int) -> bool:
+    """Whether a call of ``size`` bytes may go to its pool deployment under its configured
+    ``limits`` (taken in the store now, as every call of a request there is); False: used up,
+    it sits out until the minute's end and the call is not made."""
+    ps, up = svc.pool_state, call.up
+    if ps is None or not up.pooled or not ps.takes(up.cfg, state.model):
+        return True
+    if not await ps.take(up.cfg, state.model, round(size / BYTES_PER_TOKEN)):
+        return False
+    call.taken = True
+    return True
 
 
 def _why_none_serves(views: list[Deployment], now_ms: float) -> ErrorType:

@@ -21,7 +21,7 @@ import pytest
 
 from gateway.config import parse_config
 from gateway.live import LIVE
-from tests.fakeupstream import FakeUpstream, Reply, Stream, chunk
+from tests.fakeupstream import FakeUpstream, Reply, Stream, chunk, data_events
 from tests.integration.conftest import Gateway, same_minute
 
 # OpenAI's per-minute wording (tests/corpus/openai.json); the wait comes from retry-after. An
@@ -960,3 +960,32 @@ async def test_a_429_for_one_name_sits_the_key_out_for_every_name_sent_as_its_mo
     status, headers, _ = await gw.chat(_chat("two") | {"model": "gpt-4o-2024-08-06"})
     assert status == 429 and headers["x-llm-error-type"] == "rate_limit"
     assert _calls(fakes) == {"a": 1, "b": 1}  # no call: both keys sit out for gpt-4o
+
+
+@pytest.mark.parametrize("trouble", ["limited", "revoked"])
+async def test_a_stalled_streams_continuation_skips_a_sibling_that_sits_out(make_pool: MakePool, trouble: str) -> None:
+    """Audit (pools across a long agent session): the home stalled mid-answer and its
+    continuation went to the first other deployment in config order, which the gateway knew
+    sat out (a 429 for 2 minutes: it answered 429 again and the client's stream ended on
+    idle_timeout, a third key free; revoked: called inside its hour's sit-out, which the docs
+    say never happens). It goes where the turn would: the next that may serve."""
+    gw, fakes = await make_pool(member_extra={n: ", continuation: prefix" for n in ("a", "b", "c")})
+    payload, headers = _turn(0, session="s-cont")
+    home = _first_pick(payload, headers)
+    out, free = [n for n in ("a", "b", "c") if n != home]  # ``out``: first in config order
+    fakes[out].always = (Reply(429, RATE_LIMITED, {"retry-after": "120"}) if trouble == "limited"
+                         else Reply(401, INVALID_KEY))  # fmt: skip
+    probe = next(s for i in range(100) if _first_pick(*_turn(0, session=(s := f"probe-{i}"))) == out)
+    payload_, headers_ = _turn(0, session=probe)
+    assert (await gw.chat(payload_, headers=headers_))[0] == 200  # ``out`` told the gateway; a sibling answered
+    assert len(fakes[out].chat_requests()) == 1
+    fakes[home].script(Stream([chunk({"role": "assistant", "content": ""}), chunk({"content": "Once upon"})],
+                              then="stall"))  # fmt: skip
+    fakes[free].script(Stream([chunk({"content": " a time."}), chunk({}, "stop")]))
+    status, h, body = await asyncio.wait_for(gw.chat({**payload, "stream": True}, headers=headers), 10)
+    assert status == 200 and h["x-llm-upstream"] == home
+    text = "".join(json.loads(e)["choices"][0]["delta"].get("content") or ""
+                   for e in data_events(body) if e != "[DONE]" and json.loads(e).get("choices"))  # fmt: skip
+    assert text == "Once upon a time."
+    assert len(fakes[out].chat_requests()) == 1  # never called inside its sit-out
+    assert fakes[free].chat_requests()[-1].json()["messages"][-1]["content"] == "Once upon"
