@@ -4,9 +4,10 @@ serve, and apply the rate-limit rule only when every sibling is sitting out.
     pick      the conversation's home when it may serve (affinity; a conversation new here
               claims one, the same on every replica, from its second turn: a first turn takes
               the strategy's pick unclaimed, unless under ``weighted`` that is not what a
-              second turn elsewhere would propose; a home this request chose that a sibling
-              had to answer for moves to that sibling), else the next of its rendezvous order
-              that may; no conversation: the pool's strategy over those that may. May serve:
+              second turn elsewhere would propose; a home that failed or sat out a turn of the
+              conversation's main model moves to the sibling that answered it), else the next
+              of its rendezvous order that may; no conversation: the pool's strategy over those
+              that may. May serve:
               not sitting out (a rate limit until its reset, headroom predicted gone, an
               exhausted or refused key), circuit not open
     send      one first attempt; a failure another key would not meet (rate_limit, budget,
