@@ -33,10 +33,11 @@ from gateway.apis.replay import Trim, is_replay
 from gateway.errors import Classification, TransportError
 from gateway.pipeline.attempt import Call, leg_over, settle_circuit, too_large_event
 from gateway.pipeline.outcome import Failure, RequestState, Success
+from gateway.pipeline.pool import continuing, taken
 from gateway.pipeline.send import send_one
 from gateway.policy.classify import classify, classify_stream_event
 from gateway.policy.retry import RetryPlan
-from gateway.services import Services, UpstreamRuntime
+from gateway.services import Route, Services, UpstreamRuntime
 from gateway.sse import EventTooLarge, upstream_splitter
 from gateway.upstream import UpstreamFailure
 
@@ -60,18 +61,23 @@ def preference(up: UpstreamRuntime, streaming: str, untrusted: bool) -> tuple[bo
 
 
 def resumer(
-    svc: Services, state: RequestState, plan: RetryPlan, chain: Sequence[UpstreamRuntime],
+    svc: Services, state: RequestState, plan: RetryPlan, route: Route,
     call_for: Callable[[UpstreamRuntime], Call | Failure], payload: Callable[[], dict[str, Any]],
+    conversation: str | None = None,
 ) -> Resume | None:  # fmt: skip
     """``payload``: the request as prepared in the client's API (read when a continuation is
-    built: the document is not held while the stream runs)."""
+    built: the document is not held while the stream runs). ``conversation``: the request's,
+    whose home and rendezvous order rank a pool's deployments."""
+    chain = route.upstreams
     if not continuable(chain):
         return None
 
     async def resume(reader: StreamReader, end: Ending) -> tuple[Success, Splice] | None:
         untrusted = end.code in _UNTRUSTED_AFTER
         streaming = state.upstream
-        targets = sorted((up for up in chain if up.cfg.continuation != "none"),
+        # A pool's deployments as they may serve now (pool.continuing), not as configured.
+        able = await continuing(svc, state, route, conversation)
+        targets = sorted((up for up in able if up.cfg.continuation != "none"),
                          key=lambda up: preference(up, streaming, untrusted))  # fmt: skip
         counter = svc.telemetry.continuations
         partial = reader.partial()
@@ -80,17 +86,24 @@ def resumer(
             return None
         wire = streamed.dialect
         found = _first_able(targets, call_for, payload, partial, wire) if partial is not None else None
+        sent = json.dumps(found[2]).encode() if found is not None else b""
+        while found is not None and not await taken(svc, state, found[1], len(sent)):
+            targets.remove(found[0])  # its configured limits are used up: it sits out now
+            assert partial is not None
+            found = _first_able(targets, call_for, payload, partial, wire)
+            sent = json.dumps(found[2]).encode() if found is not None else b""
         if found is None or plan.remaining_s() <= 0 or not svc.budget.try_acquire_retry():
-            counter.labels(found[0].cfg.name if found else targets[0].cfg.name, "not_continuable").inc()
-            _traced(svc, state, (found[0] if found else targets[0]).cfg.name, "not_continuable")
+            named = found[0].cfg.name if found else targets[0].cfg.name if targets else streaming
+            counter.labels(named, "not_continuable").inc()
+            _traced(svc, state, named, "not_continuable")
             return None
-        up, call, body = found
+        up, call, _ = found
         assert partial is not None
         mode = up.cfg.continuation
         log.debug({"request_id": state.request_id, "event": "continue", "upstream": up.cfg.name, "mode": mode,
                    "after": end.code, "shown_bytes": len(partial.encode())})  # fmt: skip
         svc.tracing.next_attempt(state, "continuation", {"llm_gateway.continuation.mode": mode})
-        outcome = await send_one(svc, state, plan, call, json.dumps(body).encode())
+        outcome = await send_one(svc, state, plan, call, sent)
         if not isinstance(outcome, Success) or outcome.reader is None:
             counter.labels(up.cfg.name, "failed").inc()
             _traced(svc, state, up.cfg.name, "failed")

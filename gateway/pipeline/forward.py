@@ -211,7 +211,7 @@ def full_pipeline(dialect: Dialect) -> Handler:
             finally:
                 asked.drop()
 
-        resume = resumer(svc, state, plan, route.upstreams, call_for, read_once)
+        resume = resumer(svc, state, plan, route, call_for, read_once, conversation)
         return await relay(request, svc, state, outcome, resume)
 
     return handle

@@ -4,9 +4,10 @@ serve, and apply the rate-limit rule only when every sibling is sitting out.
     pick      the conversation's home when it may serve (affinity; a conversation new here
               claims one, the same on every replica, from its second turn: a first turn takes
               the strategy's pick unclaimed, unless under ``weighted`` that is not what a
-              second turn elsewhere would propose; a home this request chose that a sibling
-              had to answer for moves to that sibling), else the next of its rendezvous order
-              that may; no conversation: the pool's strategy over those that may. May serve:
+              second turn elsewhere would propose; a home that failed or sat out a turn of the
+              conversation's main model moves to the sibling that answered it), else the next
+              of its rendezvous order that may; no conversation: the pool's strategy over those
+              that may. May serve:
               not sitting out (a rate limit until its reset, headroom predicted gone, an
               exhausted or refused key), circuit not open
     send      one first attempt; a failure another key would not meet (rate_limit, budget,
@@ -45,10 +46,12 @@ from gateway.routing.pools import (
     Deployment,
     SitOut,
     break_reason,
+    conversation_order,
     first,
     first_home,
     for_conversation,
     moves_to_sibling,
+    order,
     relayed_scope,
     sit_out,
 )
@@ -134,17 +137,10 @@ async def send_pool(
             outcome = await _send(svc, state, plan, call, siblings_left, nxt, resetting)
             last = Sent(outcome, call)
             if not isinstance(outcome, Failure):
-                if home is not None and up.cfg.name != home:
-                    if decided:
-                        # The home this request chose failed and a sibling answered: the sibling
-                        # holds the prompt cache now, and nothing was ever cached at the pick.
-                        # Left on the pick, every turn after its reset went to a key that never
-                        # held the conversation (a break, and a cache miss, each time).
-                        assert table is not None and conversation is not None
-                        await table.move(conversation, home, up.cfg.name, pool.names)
-                    else:
-                        reason = break_reason(home, views, tried, now_ms)
-                        svc.telemetry.affinity_breaks.labels(cfg.name, reason).inc()
+                if home is not None:
+                    assert table is not None and conversation is not None
+                    broke = None if decided else break_reason(home, views, tried, now_ms)
+                    await _answered(svc, pool, table, conversation, home, up, call, model or "", broke)
                 return last
             c = outcome.classification
             if c.type is ErrorType.RATE_LIMIT and outcome.own is None:  # the provider's, not the limits'
@@ -191,6 +187,75 @@ async def send_pool(
         if answered is not None:
             return answered
         opening = False  # waited for the earliest reset: it may serve again
+
+
+async def _answered(svc: Services, pool: PoolRuntime, table: AffinityTable, conversation: str, home: str,
+                    up: UpstreamRuntime, call: Call, model: str, broke: str | None) -> None:  # fmt: skip
+    """A conversation's turn answered by ``up``. ``broke``: why its home did not answer it, None
+    when this request chose that home (``decided``: no turn was answered there yet)."""
+    size = len(call.body)
+    if up.cfg.name == home:
+        table.answered(conversation, home, model, size)
+        return
+    if broke is not None:
+        svc.telemetry.affinity_breaks.labels(pool.cfg.name, broke).inc()
+    # The sibling that answered holds the conversation's prefix now, and the home's copy ages
+    # out of reach (a 5-minute TTL; a 20-block lookback from the last breakpoint:
+    # https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching). Going home after its
+    # reset wrote the whole prefix there again: a 20 s limit on the home cost a 20-turn session
+    # 45 % more than no limit, staying on the sibling 16 % (measured). However brief the limit,
+    # moving costs one write, as going home does: the home follows the cache. A side call of
+    # another model (Claude Code's Haiku) writes no cache of the main model's: its break leaves
+    # the home (measured: a Haiku 429 on the home moved the Opus session off its cache). Nothing
+    # answered here yet: this replica does not know what the home holds, except for a home this
+    # request chose, where nothing was cached at all.
+    follows = table.follows(conversation, model)
+    if follows or (follows is None and broke is None):
+        await table.move(conversation, home, up.cfg.name, pool.names, (model, size))
+
+
+async def continuing(svc: Services, state: RequestState, route: Route,
+                     conversation: str | None) -> list[UpstreamRuntime]:  # fmt: skip
+    """The upstreams of ``route`` that may take a broken stream's continuation now, in route
+    order: of a pool, the deployments that may serve (none sitting out, no open circuit) in the
+    order the request's turn would try them (its conversation's home, then its key's rendezvous
+    order; else the strategy's). In config order, unfiltered, a stall's continuation went to a
+    key the gateway knew was limited for 2 minutes (a 429, the client's stream ended though a
+    third key was free), or revoked (called inside its hour's sit-out)."""
+    ps = svc.pool_state
+    out: list[UpstreamRuntime] = []
+    for hop in route.hops:
+        pool = hop.pool
+        if pool is None or ps is None:
+            out.extend(hop.members)
+            continue
+        names = {m.cfg.name for m in hop.members}  # a stored response's route: its deployment alone
+        if not ps.fresh(pool.cfg.name, state.model):
+            await ps.refresh(pool.cfg.name, pool.member_cfgs, state.model, pool.circuits)
+        now_ms = svc.wall() * 1000
+        ready = [v for i, up in enumerate(pool.members) if up.cfg.name in names
+                 and (v := ps.view(i, up.cfg, state.model, now_ms)).serves_at(now_ms)
+                 and not await _refusing(up, state.model)]  # fmt: skip
+        table = pool.affinity
+        if conversation is not None and table is not None:
+            ranked = conversation_order(ready, table.get(conversation), conversation)
+        else:
+            ranked = order(pool.cfg.strategy, ready, svc.rand)
+        out.extend(pool.members[v.slot] for v in ranked)
+    return out
+
+
+async def taken(svc: Services, state: RequestState, call: Call, size: int) -> bool:
+    """Whether a call of ``size`` bytes may go to its pool deployment under its configured
+    ``limits`` (taken in the store now, as every call of a request there is); False: used up,
+    it sits out until the minute's end and the call is not made."""
+    ps, up = svc.pool_state, call.up
+    if ps is None or not up.pooled or not ps.takes(up.cfg, state.model):
+        return True
+    if not await ps.take(up.cfg, state.model, round(size / BYTES_PER_TOKEN)):
+        return False
+    call.taken = True
+    return True
 
 
 def _why_none_serves(views: list[Deployment], now_ms: float) -> ErrorType:

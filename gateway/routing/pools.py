@@ -125,6 +125,13 @@ def for_conversation(ready: Sequence[Deployment], home: str, conversation: str) 
     return (ready[0] if len(ready) == 1 else _rendezvous(ready, conversation)[0]), False
 
 
+def conversation_order(ready: Sequence[Deployment], home: str | None, conversation: str) -> list[Deployment]:
+    """``ready`` in the order a conversation's turn tries them: its home, then the rest in its
+    key's rendezvous order (``for_conversation``, one by one)."""
+    ranked = _rendezvous(ready, conversation)
+    return sorted(ranked, key=lambda d: d.name != home)  # stable: the rendezvous order after the home
+
+
 def break_reason(home: str, views: Sequence[Deployment], tried: Collection[str], now_ms: float) -> str:
     """Why a conversation was served away from ``home`` (a metric label): it failed in this
     request, it is no longer a deployment of the pool, it sits out (why), or its circuit is open."""

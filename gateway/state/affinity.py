@@ -29,7 +29,11 @@ homed away from the first turn's cache, once.
 A home is the deployment that answered: a turn that held or claimed the strategy's pick and was
 answered by a sibling (the pick failed) ``move``s the home to that sibling, in the store too
 (one round trip, for such a turn only; a first turn's pick is what every replica would propose
-at the second turn), unless another replica set another home since.
+at the second turn), unless another replica set another home since. So does a later turn
+answered by a sibling because its home failed or sat out, when it is a turn of the
+conversation's main model (``follows``): the model of the largest request its home answered
+here. A prompt cache is a model's own: a side call of another model (Claude Code's Haiku title
+or a Bash command's prefix) moved the main model's home away from its cache.
 
 Bounded by entries (least recently used go first) and by idleness (``idle_s``, longer than
 the providers' longest prompt-cache lifetime, after which the cache is cold anyway). Each
@@ -44,6 +48,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
 _KEEP_EVERY_S = 60.0  # the longest a conversation in use here goes without its TTL extended
+_Entry = tuple[str, float, float | None, tuple[str, int] | None]
 
 
 class Homes(Protocol):
@@ -67,11 +72,12 @@ class AffinityTable:
         self._pool = pool
         self._shared = shared
         self._keep_every_s = min(_KEEP_EVERY_S, idle_s / 10)
-        # conversation -> (home, last turn, when the store's TTL was last extended; None: held
-        # only, not claimed in the shared store)
-        self._items: OrderedDict[str, tuple[str, float, float | None]] = OrderedDict()
+        # conversation -> (home, last turn, when the store's TTL was last extended (None: held
+        # only, not claimed in the shared store), the model and size in bytes of the largest
+        # request its home answered here (None: none yet))
+        self._items: OrderedDict[str, _Entry] = OrderedDict()
 
-    def _found(self, conversation: str) -> tuple[str, float, float | None] | None:
+    def _found(self, conversation: str) -> _Entry | None:
         found = self._items.get(conversation)
         if found is not None and self._clock() - found[1] > self._idle_s:
             del self._items[conversation]
@@ -84,14 +90,14 @@ class AffinityTable:
         found = self._found(conversation)
         if found is None:
             return None
-        home, _, kept = found
+        home, _, kept, main = found
         if kept is None:
             return None
         now = self._clock()
         if self._shared is not None and now - kept >= self._keep_every_s:
             self._shared.keep_home(self._pool, conversation, home, self._idle_s)
             kept = now
-        self._items[conversation] = (home, now, kept)
+        self._items[conversation] = (home, now, kept, main)
         self._items.move_to_end(conversation)
         return home
 
@@ -118,17 +124,32 @@ class AffinityTable:
         self.bind(conversation, home)
         return home, new, replaced
 
-    async def move(self, conversation: str, frm: str, to: str, members: Sequence[str]) -> str:
-        """The home ``frm`` that a turn decided (held or claimed for it) failed, and ``to``
-        answered: ``to`` holds the conversation's cache and is its home from now on, for every
-        replica (claimed in the shared store: one round trip, only for such a turn), unless
-        another replica set another home since. Returns the home."""
+    async def move(self, conversation: str, frm: str, to: str, members: Sequence[str],
+                   main: tuple[str, int] | None = None) -> str:  # fmt: skip
+        """The home ``frm`` failed or sat out a turn, and ``to`` answered it: ``to`` holds the
+        conversation's cache and is its home from now on, for every replica (claimed in the
+        shared store: one round trip, only for such a turn), unless another replica set another
+        home since. ``main``: the model and size of the turn (``answered``). Returns the home."""
         home = to
         if self._shared is not None:
             home = await self._shared.move_home(self._pool, conversation, frm, to, tuple(members),
                                                 self._idle_s)  # fmt: skip
-        self.bind(conversation, home)
+        self.bind(conversation, home, main=main if home == to else None)
         return home
+
+    def answered(self, conversation: str, home: str, model: str, size: int) -> None:
+        """Its home ``home`` answered a request for ``model`` of ``size`` bytes: the largest so
+        far names the conversation's main model (no I/O)."""
+        found = self._items.get(conversation)
+        if found is not None and found[0] == home and (found[3] is None or size >= found[3][1]):
+            self._items[conversation] = (found[0], found[1], found[2], (model, size))
+
+    def follows(self, conversation: str, model: str) -> bool | None:
+        """Whether a turn for ``model`` is one of the conversation's main model (its home's
+        cache is that model's): None when its home answered nothing here yet."""
+        found = self._items.get(conversation)
+        main = found[3] if found is not None else None
+        return None if main is None else main[0] == model
 
     def held(self, conversation: str) -> str | None:
         """The home a first turn of the conversation took here, not claimed (``hold``), else None."""
@@ -140,9 +161,13 @@ class AffinityTable:
         conversation's next turn here proposes it (``claim``). Unshared, it is simply its home."""
         self.bind(conversation, deployment, claimed=self._shared is None)
 
-    def bind(self, conversation: str, deployment: str, claimed: bool = True) -> None:
+    def bind(self, conversation: str, deployment: str, claimed: bool = True,
+             main: tuple[str, int] | None = None) -> None:  # fmt: skip
         now = self._clock()
-        self._items[conversation] = (deployment, now, now if claimed else None)
+        known = self._items.get(conversation)
+        if main is None and known is not None and known[0] == deployment:
+            main = known[3]  # the same home: what it answered still stands
+        self._items[conversation] = (deployment, now, now if claimed else None, main)
         self._items.move_to_end(conversation)
         while len(self._items) > self._max:
             self._items.popitem(last=False)
@@ -165,9 +190,9 @@ class AffinityTable:
         out moved it here (``claim``), and none left it where its cache is."""
         if self._shared is None or not deployments:
             return
-        for conversation, (home, last, kept) in list(self._items.items()):
+        for conversation, (home, last, kept, main) in list(self._items.items()):
             if kept is not None and home in deployments:
-                self._items[conversation] = (home, last, None)
+                self._items[conversation] = (home, last, None, main)
 
     def resized(self, max_entries: int, idle_s: float) -> AffinityTable:
         """The same conversations under new bounds (a reload that changed them): the most

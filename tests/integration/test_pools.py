@@ -22,7 +22,7 @@ import pytest
 from gateway.config import parse_config
 from gateway.live import LIVE
 from gateway.policy import loop_breaker
-from tests.fakeupstream import FakeUpstream, Reply, Stream, chunk
+from tests.fakeupstream import FakeUpstream, Reply, Stream, chunk, data_events
 from tests.integration.conftest import Gateway, same_minute
 
 # OpenAI's per-minute wording (tests/corpus/openai.json); the wait comes from retry-after. An
@@ -367,26 +367,83 @@ async def test_a_conversation_moves_only_when_its_deployment_cannot_serve_and_th
         assert (await gw.chat(payload, headers=headers))[1]["x-llm-upstream"] == moved_to
 
 
-async def test_under_weighted_a_moved_conversation_goes_home_when_its_deployment_serves_again(
+async def test_a_conversation_whose_home_failed_stays_on_the_sibling_that_answered_after_the_reset(
     make_pool: MakePool,
 ) -> None:
-    """Its deployment is the first of its rendezvous order that may serve, on every replica
-    alike: no replica's memory of where it was served last can send its turns elsewhere
-    (two replicas' tables once alternated a conversation between two keys, a cache miss each
-    turn). While its home sits out it goes to the next of that order, then back."""
+    """Audit (pools across a long agent session): the home answered a 429 (20 s) mid-session,
+    the sibling answered ten turns, each writing the grown prefix to its own cache, and then the
+    conversation went home, whose copy was older and out of reach: the whole prefix written
+    again (a 20-turn Claude Code session cost 45 % more than without the limit; staying on the
+    sibling, 16 %). The home follows the cache, however brief the limit; while it sits out
+    every turn goes to the same sibling (its key's rendezvous order)."""
     gw, fakes = await make_pool(real_sleep=True)
     payload, headers = _turn(0)
     home = (await gw.chat(payload, headers=headers))[1]["x-llm-upstream"]
     fakes[home].script(Reply(429, RATE_LIMITED, {"retry-after": "1"}))
+
     async def served(i: int) -> str:
         payload, headers = _turn(i)
         return str((await gw.chat(payload, headers=headers))[1]["x-llm-upstream"])
 
     moved = {await served(i) for i in (1, 2)}
     assert len(moved) == 1 and home not in moved  # the same sibling each turn
-    await asyncio.sleep(1.2)  # the home's reset
+    await asyncio.sleep(1.2)  # the old home's reset
     for i in range(3, 6):
-        assert await served(i) == home
+        assert await served(i) in moved
+    assert len(fakes[home].chat_requests()) == 2  # turn 0 and the 429
+    assert gw.metric("llm_gateway_affinity_breaks_total", pool="gpt", reason="failed") == 1
+
+
+def _side_call(text: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """A session's side call on another, smaller model (Claude Code's Haiku title or Bash
+    prefix check): one user message, no history."""
+    return {"model": "gpt-4.1-nano", "messages": [{"role": "user", "content": text}]}, {"session-id": "s-1"}
+
+
+def _limited_for(model: str, until: asyncio.Event | None = None) -> Callable[[dict[str, Any]], Reply | None]:
+    """A key rate-limited for ``model`` only (the provider limits a key per model)."""
+    return lambda p: Reply(429, RATE_LIMITED, {"retry-after": "5"}, until=until) if p.get("model") == model else None
+
+
+async def test_a_side_call_of_another_model_limited_on_the_home_leaves_the_home(make_pool: MakePool) -> None:
+    """A prompt cache is a model's own: a side call answered by a sibling wrote nothing there of
+    the main model's, so the home stays where the main turns' cache is."""
+    gw, fakes = await make_pool()
+    payload, headers = _turn(0)
+    home = (await gw.chat(payload, headers=headers))[1]["x-llm-upstream"]
+    fakes[home].always = _limited_for("gpt-4.1-nano")
+    payload, headers = _side_call("title")
+    status, h, _ = await gw.chat(payload, headers=headers)
+    assert status == 200 and h["x-llm-upstream"] != home
+    for i in (1, 2):
+        payload, headers = _turn(i)
+        assert (await gw.chat(payload, headers=headers))[1]["x-llm-upstream"] == home
+
+
+async def test_a_side_call_that_claimed_the_home_leaves_it_once_the_main_turn_answered_there(
+    make_pool: MakePool,
+) -> None:
+    """Audit (pools across a long agent session): a session's first two requests at once, a
+    Haiku side call and the main turn. The side call claimed the home, met a 429 there (Haiku
+    only) and, a sibling answering it, moved the home there after the main turn had written
+    its cache at the home: the main turn's second turn read nothing."""
+    gw, fakes = await make_pool()
+    payload, headers = _side_call("title")
+    home = _first_pick(payload, headers)
+    held = asyncio.Event()
+    fakes[home].always = _limited_for("gpt-4.1-nano", until=held)
+    side = asyncio.create_task(gw.chat(payload, headers=headers))
+    for _ in range(500):  # the side call is in flight at the home (its 429 held back)
+        if fakes[home].chat_requests():
+            break
+        await asyncio.sleep(0.01)
+    payload, headers = _turn(0)
+    assert (await gw.chat(payload, headers=headers))[1]["x-llm-upstream"] == home
+    held.set()
+    status, h, _ = await side
+    assert status == 200 and h["x-llm-upstream"] != home
+    payload, headers = _turn(1)
+    assert (await gw.chat(payload, headers=headers))[1]["x-llm-upstream"] == home
 
 
 async def _reloaded(gw: Gateway, fakes: dict[str, FakeUpstream], deployments: str, strategy: str,
@@ -902,3 +959,32 @@ async def test_a_429_for_one_name_sits_the_key_out_for_every_name_sent_as_its_mo
     status, headers, _ = await gw.chat(_chat("two") | {"model": "gpt-4o-2024-08-06"})
     assert status == 429 and headers["x-llm-error-type"] == "rate_limit"
     assert _calls(fakes) == {"a": 1, "b": 1}  # no call: both keys sit out for gpt-4o
+
+
+@pytest.mark.parametrize("trouble", ["limited", "revoked"])
+async def test_a_stalled_streams_continuation_skips_a_sibling_that_sits_out(make_pool: MakePool, trouble: str) -> None:
+    """Audit (pools across a long agent session): the home stalled mid-answer and its
+    continuation went to the first other deployment in config order, which the gateway knew
+    sat out (a 429 for 2 minutes: it answered 429 again and the client's stream ended on
+    idle_timeout, a third key free; revoked: called inside its hour's sit-out, which the docs
+    say never happens). It goes where the turn would: the next that may serve."""
+    gw, fakes = await make_pool(member_extra={n: ", continuation: prefix" for n in ("a", "b", "c")})
+    payload, headers = _turn(0, session="s-cont")
+    home = _first_pick(payload, headers)
+    out, free = [n for n in ("a", "b", "c") if n != home]  # ``out``: first in config order
+    fakes[out].always = (Reply(429, RATE_LIMITED, {"retry-after": "120"}) if trouble == "limited"
+                         else Reply(401, INVALID_KEY))  # fmt: skip
+    probe = next(s for i in range(100) if _first_pick(*_turn(0, session=(s := f"probe-{i}"))) == out)
+    payload_, headers_ = _turn(0, session=probe)
+    assert (await gw.chat(payload_, headers=headers_))[0] == 200  # ``out`` told the gateway; a sibling answered
+    assert len(fakes[out].chat_requests()) == 1
+    fakes[home].script(Stream([chunk({"role": "assistant", "content": ""}), chunk({"content": "Once upon"})],
+                              then="stall"))  # fmt: skip
+    fakes[free].script(Stream([chunk({"content": " a time."}), chunk({}, "stop")]))
+    status, h, body = await asyncio.wait_for(gw.chat({**payload, "stream": True}, headers=headers), 10)
+    assert status == 200 and h["x-llm-upstream"] == home
+    text = "".join(json.loads(e)["choices"][0]["delta"].get("content") or ""
+                   for e in data_events(body) if e != "[DONE]" and json.loads(e).get("choices"))  # fmt: skip
+    assert text == "Once upon a time."
+    assert len(fakes[out].chat_requests()) == 1  # never called inside its sit-out
+    assert fakes[free].chat_requests()[-1].json()["messages"][-1]["content"] == "Once upon"
