@@ -185,8 +185,8 @@ def settle(svc: Services, state: RequestState) -> None:
     if (reservation is not None and not used.get("prompt")
             and (used.get("completion") or state.left_waiting or state.answered_uncounted)):  # fmt: skip
         # An answer cut before the provider counted it (chat and Responses streams count the
-        # prompt only at their end), left by its client before its first words, or relayed
-        # with a usage that could not be read: the prompt was read all the same.
+        # prompt only at their end), left by its client (or a timeout) before its first words,
+        # or relayed with a usage that could not be read: the prompt was read all the same.
         # Estimated as admitting estimated it; the key would otherwise pay only for the words it
         # was shown, or nothing.
         used = {**used, "prompt": reservation.tokens}
