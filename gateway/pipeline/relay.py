@@ -154,11 +154,11 @@ async def _relay_raw(
         return resp
     finally:
         outcome.response.close()
-        if kept is not None and 200 <= outcome.status < 300:  # whole, broken, or left by the client
-            _count_kept(state, kept, request.path, whole=ended and broke is None)
         leg_over(svc, state, broke, state.ended_by if broke is not None else None)
         if state.circuit_due is not None:
             settle_circuit(state, broke, answered=ended)
+        if kept is not None and 200 <= outcome.status < 300:  # whole, broken, or left by the client
+            _count_kept(state, kept, request.path, whole=ended and broke is None)
     await resp.write_eof()
     return resp
 
