@@ -327,10 +327,9 @@ class Accounts:
             "this_minute": {"requests": n, "tokens": k, "resets_at": iso((minute + 1) * 60)},
             "in_flight": in_flight,
         }  # fmt: skip
-        owed = self.store.ledger_owed(bkeys)  # spent here while Redis was away, not added there yet
-        for (bkey, limit, period, end), (spent, held), mine in zip(budgets, spend, owed, strict=True):
+        for (bkey, limit, period, end), (spent, held) in zip(budgets, spend, strict=True):
             field_name = "team_budget" if bkey.startswith("team:") else "budget"
-            out[field_name] = _budget_state(limit, period, end, spent + mine, held)
+            out[field_name] = _budget_state(limit, period, end, spent, held)
         return out
 
     def _unread(self, head: dict[str, Any], key: KeySpec, now: float, minute: int,
