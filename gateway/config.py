@@ -1681,22 +1681,27 @@ def _unpriced(cfg: GatewayConfig) -> list[str]:
     routes = [(g, [by_name[d] for d in p.deployments if d in by_name]) for p in cfg.pools for g in p.models]
     routes += [(g, [u]) for u in cfg.upstreams if cfg.pool_of(u.name) is None for g in u.models]
     found: dict[str, list[str]] = {}
+    partly: set[str] = set()  # routes of which some models are priced
     for key in budgeted:
         for route, members in routes:
             for reached in _reached(route, key.models):
-                if any(_covers(price, reached) for price in priced) or all(
-                        all(any(_covers(price, name) for price in priced) for name in _sent_as(u, reached))
-                        for u in members):  # fmt: skip
+                sent = [[any(_covers(price, name) for price in priced) for name in _sent_as(u, reached)]
+                        for u in members]  # fmt: skip
+                if any(_covers(price, reached) for price in priced) or all(all(s) for s in sent):
                     continue
                 names = found.setdefault(reached, [])
                 if key.name not in names:
                     names.append(key.name)
+                # A price that meets the glob, or a model_map entry sending some of it to a priced
+                # model (`xl-sonnet` to claude-sonnet-4-5 read as `'xl-*' (none)`, audit).
+                if any(_overlap(p, reached) for p in priced) or any(any(s) for s in sent):
+                    partly.add(reached)
     if not found:
         return []
     keys = list(dict.fromkeys(n for names in found.values() for n in names))
     who = ", ".join(f"key {n!r}" for n in keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
-    shown = ", ".join(f"{r!r}" + ("" if _literal(r) else " (partly)" if any(_overlap(p, r) for p in priced)
-                                  else " (none)") for r in found)  # fmt: skip
+    shown = ", ".join(f"{r!r}" + ("" if _literal(r) else " (partly)" if r in partly else " (none)")
+                      for r in found)  # fmt: skip
     return [f"keys: {who} {'has a budget' if len(keys) == 1 else 'have budgets'} and may be routed models "
             f"no price (prices:, or the shipped table) covers: {shown}; a request for such a model is "
             "refused to a budgeted key (model_not_priced): add prices: entries for the models its agents "

@@ -15,7 +15,10 @@ Where each API puts them (its answer's reference shape):
   ``refusal``), ``function_call``'s ``name`` and ``arguments``, ``custom_tool_call``'s ``name``
   and ``input``, ``reasoning``'s ``summary[].text``;
 - Gemini: ``candidates[].content.parts[]``: ``text`` (thoughts included), ``functionCall``'s
-  ``name`` and ``args``.
+  ``name`` and ``args``;
+- legacy completions (``/v1/completions``, relayed as it is and read as chat): ``choices[].text``,
+  in an answer and in each chunk of its stream alike ("both the streamed and non-streamed
+  response objects share the same shape", OpenAI API reference, the completion object).
 
 And in their streams: a chat chunk's ``choices[].delta`` (the same fields, arguments in
 pieces); Messages' ``content_block_delta`` (``text_delta``, ``thinking_delta``,
@@ -89,6 +92,7 @@ def responses_event_text(doc: Mapping[str, Any]) -> str:
 
 def _chat(doc: Mapping[str, Any], member: str = "message") -> Iterator[str]:
     for choice in _dicts(doc.get("choices")):
+        yield from _strings(choice.get("text"))  # a legacy completion's, whole or a chunk's
         message = choice.get(member)
         if not isinstance(message, dict):
             continue

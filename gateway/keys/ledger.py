@@ -336,8 +336,9 @@ class Accounts:
                 budgets: list[tuple[str, float, str, float]]) -> dict[str, Any]:  # fmt: skip
         """``state_of`` while the shared store does not answer: what it last answered (this
         minute's counts, this period's spend), each marked with when it was read and how long
-        ago; nothing when it answered none. Never this replica's memory, which counts only what
-        it served since: a spent budget read $0 spent and all of it left there."""
+        ago; nothing when it answered none; a budget's spend with what this replica spent since
+        and owes it. Never this replica's memory alone, which counts only what it served since: a
+        spent budget read $0 spent and all of it left there."""
         if self.closed_when_store_down:
             requests = ("refused (503 accounting_unavailable) until it answers, or as over a limit or "
                         "budget where the last counts it gave this replica already are: no request of "
@@ -365,7 +366,10 @@ class Accounts:
             at, _, n, k = seen
             out["this_minute"] = {"requests": n, "tokens": k, "resets_at": iso((minute + 1) * 60),
                                   **_aged(at, now)}  # fmt: skip
-        for bkey, limit, period, end in budgets:
+        # What this replica spent since in its memory, as its own refusals count it: a key read
+        # "spent $0.54, left $0.46" while its requests were refused for "spent $1.08 of $1.00".
+        owed = self.store.ledger_owed([b for b, *_ in budgets])
+        for (bkey, limit, period, end), mine in zip(budgets, owed, strict=True):
             field_name = "team_budget" if bkey.startswith("team:") else "budget"
             read = self.readings.budgets.get(bkey)  # of this period: the store key names it
             if read is None:
@@ -374,7 +378,7 @@ class Accounts:
                                    "age_s": None}  # fmt: skip
             else:
                 at, spent, held = read
-                out[field_name] = {**_budget_state(limit, period, end, spent, held), **_aged(at, now)}
+                out[field_name] = {**_budget_state(limit, period, end, spent + mine, held), **_aged(at, now)}
         return out
 
     async def budget_readings(

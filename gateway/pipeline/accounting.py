@@ -183,11 +183,12 @@ def settle(svc: Services, state: RequestState) -> None:
     # section says (an estimate there made the same request count differently per config).
     used = state.usage
     if (reservation is not None and not used.get("prompt")
-            and (used.get("completion") or state.left_waiting)):  # fmt: skip
+            and (used.get("completion") or state.left_waiting or state.answered_uncounted)):  # fmt: skip
         # An answer cut before the provider counted it (chat and Responses streams count the
-        # prompt only at their end), or left by its client before its first words: the prompt
-        # was read all the same. Estimated as admitting estimated it; the key would otherwise
-        # pay only for the words it was shown, or nothing.
+        # prompt only at their end), left by its client (or a timeout) before its first words,
+        # or relayed with a usage that could not be read: the prompt was read all the same.
+        # Estimated as admitting estimated it; the key would otherwise pay only for the words it
+        # was shown, or nothing.
         used = {**used, "prompt": reservation.tokens}
     if reservation is not None and state.completion_estimated and reservation.output_asked is not None:
         # Text over bytes/3.5 is a guess ("word word ..." reads as 1.4x its tokens); what the

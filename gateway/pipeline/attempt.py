@@ -256,9 +256,16 @@ async def _exchange(
     try:
         resp = await svc.sender(request)
     except UpstreamFailure as f:
-        if f.kind is TransportError.FIRST_BYTE_TIMEOUT and token_first and token_s is not None:
-            return _first_token_timeout(svc, state, call, token_s)
+        if f.kind is TransportError.FIRST_BYTE_TIMEOUT:
+            state.left_waiting = state.left_waiting or request.written
+            if token_first and token_s is not None:
+                return _first_token_timeout(svc, state, call, token_s)
         return _transport(svc, f.kind, f.evidence)
+    except asyncio.CancelledError:
+        # The client left (or drain_s ran out) before the answer's head: one sent whole was read
+        # all the same, and a buffered answer's head comes only with the whole answer.
+        state.left_waiting = state.left_waiting or request.written
+        raise
     except BadRequestHead as e:
         # Config's headers and keys are checked at load, and the server refuses such bytes in
         # a client's own headers: what is left is the client's, decoded into a header (a Gemini
@@ -298,6 +305,7 @@ async def _exchange(
                         if not deadline.expired():
                             raise
                         resp.close()  # abandons the upstream request: it may still be thinking
+                        _left_waiting(state, reader)
                         return _first_token_timeout(svc, state, call, svc.monotonic() - sent)
                     finally:
                         deadline.close()
@@ -342,10 +350,10 @@ async def _exchange(
 
 
 def _left_waiting(state: RequestState, reader: StreamReader) -> None:
-    """The client left while the stream's first words were awaited: the provider took the
-    request (a 2xx head) and read its prompt all the same. What its events counted so far
-    (Anthropic's ``message_start`` counts the prompt) is the request's; the settle estimates
-    a prompt nothing counted."""
+    """The client (or the first-token timeout) left while the stream's first words were awaited:
+    the provider took the request (a 2xx head) and read its prompt all the same. What its events
+    counted so far (Anthropic's ``message_start`` counts the prompt) is the request's; the
+    settle estimates a prompt nothing counted."""
     for kind, n in reader.usage.items():
         state.usage[kind] = state.usage.get(kind, 0) + n
     state.left_waiting = True

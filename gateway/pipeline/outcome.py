@@ -108,7 +108,12 @@ class RequestState:
     completion_estimated: bool = False
     after_end: str | None = None  # what broke the upstream's stream after its end marker, for the log
     usage: dict[str, int] = field(default_factory=dict)
-    left_waiting: bool = False  # the client left once the provider had taken the request (2xx)
+    # The client or a first-byte timeout left once the provider had taken the request: its
+    # 2xx head (a stream), or the whole request written to it (an answer not yet begun).
+    left_waiting: bool = False
+    # A 2xx answer relayed as it is whose usage could not be read (a stream without a count, a
+    # body cut, or past what the relay keeps of it): the provider read its prompt all the same.
+    answered_uncounted: bool = False
     # Attempts that came back as an empty stream (and the probe's cut of the connection the
     # server closed after one), and the retries they caused, by upstream name: what they were is
     # known only once the probe is answered (an overflow, on llama-cpp-python), so they are

@@ -16,23 +16,23 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from gateway.apis import DIALECT_FOR_API, api_of_path
+from gateway.apis import DIALECT_FOR_API, OPENAI_CHAT, api_of_path
 from gateway.apis.base import Dialect, Ending, EventKind, Splice, StreamReader
 from gateway.errors import EVENT_STATUS, Classification, ErrorType, TransportError
 from gateway.jsonpeek import top_level_member
 from gateway.one_write import OneWriteResponse
 from gateway.pipeline.attempt import leg_over, own_key_ending, settle_circuit, too_large_event
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success, gateway_failure
+from gateway.pipeline.relayed_usage import Kept, shown_tokens
 from gateway.pipeline.stamp import stamp
 from gateway.policy.classify import classify, classify_stream_event
-from gateway.policy.tokens import BYTES_PER_TOKEN, text_tokens
+from gateway.policy.tokens import text_tokens
 from gateway.services import Services
 from gateway.sse import (
     EventSplitter,
     EventTooLarge,
     error_status,
     event_error_fields,
-    parse_event,
     upstream_splitter,
 )
 from gateway.translate.base import StreamTranslator
@@ -123,11 +123,11 @@ async def _relay_raw(
     resp = web.StreamResponse(status=outcome.status, headers=outcome.headers)
     kind = next((v for k, v in outcome.headers if k.lower() == "content-type"), "")
     state.stream = "event-stream" in kind
-    # A path relayed as it is (an embedding, Codex's compaction) counts its usage as any answer
-    # does (tokens_total, a key's spend), with keys or without: a JSON answer is kept, up to a
-    # bound, its usage read at the end the cheap way (jsonpeek: from the end, one member).
-    kept: list[bytes] | None = [] if "json" in kind else None
-    size = 0
+    # A path relayed as it is (an embedding, Codex's compaction, /v1/completions) counts its usage
+    # as any answer does (tokens_total, a key's spend): its head and tail are kept, its usage read
+    # from them at the end (relayed_usage.py); a stream's only for a key that pays for it.
+    charged = state.reservation is not None and state.key is not None and state.key.counts_tokens
+    kept = Kept.of(kind, charged)
     broke: Classification | None = None
     ended = False  # the upstream ended the body: whole, or broken (not the client, not drain_s)
     try:
@@ -138,11 +138,7 @@ async def _relay_raw(
             async for chunk in outcome.chunks:
                 await resp.write(chunk)
                 if kept is not None:
-                    size += len(chunk)
-                    if size <= RAW_USAGE_BYTES:
-                        kept.append(chunk)
-                    else:
-                        kept = None
+                    kept.add(chunk)
             ended = True
     except (UpstreamFailure, _ShutdownCut) as e:
         # Bytes already left and this body's grammar is unknown: the only honest signal left
@@ -161,15 +157,28 @@ async def _relay_raw(
         leg_over(svc, state, broke, state.ended_by if broke is not None else None)
         if state.circuit_due is not None:
             settle_circuit(state, broke, answered=ended)
-    if kept and 200 <= outcome.status < 300:
-        # In the path's API's words (Codex's /v1/responses/compact counts input_tokens).
-        api = api_of_path(request.path)
-        _count_usage_in_body(state, b"".join(kept), DIALECT_FOR_API[api] if api else None, RAW_PARSE_MAX)
+        if kept is not None and 200 <= outcome.status < 300:  # whole, broken, or left by the client
+            _count_kept(state, kept, request.path, whole=ended and broke is None)
     await resp.write_eof()
     return resp
 
 
-RAW_USAGE_BYTES = 4 * 1024 * 1024  # an answer past this (a large embedding batch) is not read for usage
+def _count_kept(state: RequestState, kept: Kept, path: str, whole: bool) -> None:
+    """A relayed answer's usage, in the path's API's words (Codex's /v1/responses/compact counts
+    input_tokens; a legacy completion's stream is chat's). A JSON answer without usage is charged
+    nothing (a moderation, a token count) unless it was cut or longer than what was kept: its
+    usage was there and unread."""
+    api = api_of_path(path)
+    dialect = DIALECT_FOR_API[api] if api else None
+    if kept.sse:
+        kept.count_stream(state, dialect or OPENAI_CHAT)
+        return
+    body, entire = kept.body()
+    _count_usage_in_body(state, body, dialect, RAW_PARSE_MAX if entire else 0)
+    if not state.usage and not (entire and whole):
+        state.answered_uncounted = True
+
+
 RAW_PARSE_MAX = 64 * 1024  # a relayed answer whose usage jsonpeek cannot read is parsed whole only up to this
 
 
@@ -368,16 +377,7 @@ class Shown:
 
     def tokens(self, reader: StreamReader) -> int:
         """The tokens the relayed events generated: text, reasoning and tool-call arguments."""
-        splitter = EventSplitter()
-        events = splitter.feed(b"".join(self._events))
-        text_bytes = 0
-        for raw in [*events, splitter.pending] if splitter.pending.strip() else events:
-            doc = parse_event(raw).json()
-            if isinstance(doc, dict):
-                text_bytes += len(reader.event_text(doc).encode())
-        if self._total > self._sampled > 0:
-            text_bytes = text_bytes * self._total // self._sampled
-        return round(text_bytes / BYTES_PER_TOKEN)
+        return shown_tokens(b"".join(self._events), self._total, reader)
 
 
 async def _pump_leg(

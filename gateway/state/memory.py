@@ -357,6 +357,9 @@ class MemoryStore:
                                  budgets: Sequence[str]) -> LedgerState | None:  # fmt: skip
         return await self.ledger_read(key, minute, now_ms, budgets)  # one process: this is every count
 
+    def ledger_owed(self, budgets: Sequence[str]) -> list[float]:
+        return [0.0] * len(budgets)  # nothing shared to owe
+
     async def answer_put(self, fingerprint: str, blob: bytes, ttl_s: float) -> None:
         if ttl_s > 0:
             self.answers.put(fingerprint, blob, ttl_s)

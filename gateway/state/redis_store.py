@@ -785,12 +785,17 @@ class RedisStore:
     def _with_owed(self, budgets: Sequence[str], spend: Sequence[Any]) -> list[tuple[str, float, float]]:
         """Redis's (spent, reserved) of each budget, flat as its scripts answer them, plus what this
         replica spent apart and Redis has not taken yet."""
-        owed: dict[str, float] = {}
-        for batch in (self._owed, *(b for _, b in self._owed_out)):
-            for bkey, (usd, _) in batch.items():
-                owed[bkey] = owed.get(bkey, 0.0) + usd
-        return [(b, float(spend[2 * i] or 0) + owed.get(b, 0.0), max(0.0, float(spend[2 * i + 1] or 0)))
+        owed = self.ledger_owed(budgets)
+        return [(b, float(spend[2 * i] or 0) + owed[i], max(0.0, float(spend[2 * i + 1] or 0)))
                 for i, b in enumerate(budgets)]  # fmt: skip
+
+    def ledger_owed(self, budgets: Sequence[str]) -> list[float]:
+        owed = [0.0] * len(budgets)
+        for batch in (self._owed, *(b for _, b in self._owed_out)):
+            for i, bkey in enumerate(budgets):
+                if bkey in batch:
+                    owed[i] += batch[bkey][0]
+        return owed
 
     async def ledger_settle_many(self, settles: Sequence[LedgerSettle]) -> None:
         """Also sends again what Redis did not take before: ``settles`` may be empty."""

@@ -164,6 +164,11 @@ class StateStore(Protocol):
         any from before the outage (a spent budget read as unspent). Memory: ``ledger_read``."""
         ...
 
+    def ledger_owed(self, budgets: Sequence[str]) -> list[float]:
+        """What this replica spent of each budget that the shared store has yet to add (what it
+        admitted and settled in its memory while the store did not answer); 0 for memory."""
+        ...
+
     async def answer_put(self, fingerprint: str, blob: bytes, ttl_s: float) -> None: ...
 
     async def answer_take(self, fingerprint: str) -> tuple[bytes, int] | None:

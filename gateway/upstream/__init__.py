@@ -39,13 +39,16 @@ class BodyTooLarge(Exception):
     """A body longer than the reader would hold whole (``read(limit, whole=True)``)."""
 
 
-@dataclass(slots=True)  # not frozen: one per attempt, never changed (see apis.base.Inbound)
+@dataclass(slots=True)  # not frozen: one per attempt, changed only by its sender (``written``)
 class UpstreamRequest:
     method: str
     url: str  # already encoded; sent as is
     headers: Mapping[str, str]
     body: bytes
     first_byte_timeout_s: float  # the smaller of timeouts.first_byte_s and what the deadline leaves
+    # Set by the sender once the request (head and body) went to a connected upstream: left
+    # after that, waiting for the answer, it was read all the same (a key pays its prompt).
+    written: bool = False
 
 
 class UpstreamResponse(Protocol):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import AsyncIterator, Iterable, Mapping
+from contextvars import ContextVar
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -117,6 +118,18 @@ class _Request(aiohttp.ClientRequest):
             if name not in headers:
                 headers[name] = value
 
+    async def send(self, conn: aiohttp.connector.Connection) -> aiohttp.ClientResponse:
+        response = await super().send(conn)  # the head written, the body too (or being written)
+        sending = _SENDING.get()
+        if sending is not None:
+            sending.written = True
+        return response
+
+
+# The request the running task is sending, for ``_Request.send`` to mark ``written``: the
+# session makes its request object itself, from nothing of ours but the request's parts.
+_SENDING: ContextVar[UpstreamRequest | None] = ContextVar("upstream_request_sending", default=None)
+
 
 _DIRECT: tuple[dict[str, Any], str | None] = ({}, None)
 
@@ -201,6 +214,7 @@ class AiohttpSender:
             # value may hold either (RFC 9110 §5.5): refused as the h1 client refuses it.
             deadline.close()
             raise BadRequestHead(_with_nul(headers))
+        sending = _SENDING.set(request)
         try:
             resp = await self._session.request(
                 request.method,
@@ -235,6 +249,8 @@ class AiohttpSender:
         except BaseException:
             deadline.close()
             raise
+        finally:
+            _SENDING.reset(sending)
         if resp.status == 407 and proxy_args:  # the proxy's refusal of a plain http request
             resp.close()
             deadline.close()

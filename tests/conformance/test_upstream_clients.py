@@ -640,9 +640,12 @@ async def _hang(conn: Conn, _: RawRequest) -> bool:
 
 async def test_no_head_is_first_byte_timeout(sender: Sender, serve: Serve) -> None:
     server = await serve(per_request(_hang))
+    request = req(server, first_byte_s=0.2)
     with pytest.raises(UpstreamFailure) as e:
-        await sender(req(server, first_byte_s=0.2))
+        await sender(request)
     assert e.value.kind is TransportError.FIRST_BYTE_TIMEOUT
+    # The whole request reached the upstream, which may be answering it still: a key pays its prompt.
+    assert request.written and server.request_seen.is_set()
     await ok_after(sender, server)
 
 
@@ -691,9 +694,11 @@ async def test_refused_is_connect(sender: Sender, serve: Serve) -> None:
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         port = holder.getsockname()[1]
+        request = UpstreamRequest("POST", f"http://127.0.0.1:{port}/v1", {}, b"{}", 5.0)
         with pytest.raises(UpstreamFailure) as e:
-            await sender(UpstreamRequest("POST", f"http://127.0.0.1:{port}/v1", {}, b"{}", 5.0))
+            await sender(request)
     assert e.value.kind is TransportError.CONNECT
+    assert not request.written  # nothing reached an upstream
     await ok_after(sender, await serve(per_request()))
 
 
@@ -730,11 +735,13 @@ async def test_silent_host_is_connect_timeout(make_sender: MakeSender, serve: Se
 
 async def test_cancel_while_waiting_for_head_stays_cancelled(sender: Sender, serve: Serve) -> None:
     server = await serve(per_request(_hang))
-    task = asyncio.create_task(sender(req(server, first_byte_s=30.0)))
+    request = req(server, first_byte_s=30.0)
+    task = asyncio.create_task(sender(request))
     await server.request_seen.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    assert request.written  # left while the upstream had it: read all the same
     await ok_after(sender, server)
 
 

@@ -92,8 +92,14 @@ async def test_while_the_store_is_down_the_key_reads_its_last_reading_marked_nev
         assert bob["this_minute"] is None and bob["in_flight"] is None
         team = bob["team_budget"]
         assert (team["usd"], team["period"]) == (1000.0, "day") and "resets_at" in team
-        # The team's budget was read with alice's: that reading, marked.
-        assert (team["spent_usd"], team["as_of"]) == (52.0, live["as_of"])
+        # The team's budget was read with alice's: that reading, marked, with what bob's request
+        # cost meanwhile in this replica's memory under `open` ($26, once settled).
+        for _ in range(100):
+            team = (await key_state(gw, BOB))["team_budget"]
+            if team["spent_usd"] == (52.0 if when_down == "closed" else 78.0):
+                break
+            await asyncio.sleep(0.02)
+        assert (team["spent_usd"], team["as_of"]) == (52.0 if when_down == "closed" else 78.0, live["as_of"])
     finally:
         redis_server.thaw()
 
@@ -107,3 +113,33 @@ async def test_while_the_store_is_down_the_key_reads_its_last_reading_marked_nev
 
     state = await back()
     assert state["budget"]["spent_usd"] == 52.0 and state["budget"]["left_usd"] == 0.0
+
+
+async def test_while_the_store_is_down_the_key_reads_what_this_replica_spent_since_its_last_reading(
+    make_gateway: MakeGateway, redis_server: RedisServer
+) -> None:
+    """Under ``open`` a replica serves and settles in its memory while Redis does not answer, and
+    refuses by what it spent there: a key read "spent $0.54, left $0.46" from the same replica
+    that refused it for "spent $1.08 of its $1.00" (audit). What it spent since the reading, owed
+    to Redis, is added to the reading's spend."""
+    gw = await make_gateway(config(redis_server, "open"))
+    assert (await gw.chat(headers=BOB))[0] == 200
+
+    async def team_spent(want: float) -> dict[str, Any]:
+        for _ in range(200):
+            state = await key_state(gw, BOB)
+            if state["team_budget"]["spent_usd"] == want and state["team_budget"]["reserved_usd"] == 0:
+                return state
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"never read {want}: {state}")
+
+    live = await team_spent(26.0)
+    redis_server.freeze()
+    try:
+        assert (await gw.chat(headers=BOB))[0] == 200  # admitted and settled in this replica's memory
+        down = await team_spent(52.0)
+        team = down["team_budget"]
+        assert "state_unavailable" in down and team["as_of"] == live["as_of"]
+        assert team["left_usd"] == 1000.0 - 52.0
+    finally:
+        redis_server.thaw()

@@ -8,16 +8,20 @@ $2 per output token (`prices:` overrides the shipped table).
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
+import struct
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import anthropic
 import openai
 import pytest
+from aiohttp import web
 
 from tests.fakeupstream import (
     FakeUpstream,
@@ -34,6 +38,7 @@ from tests.fakeupstream import (
 from tests.integration.conftest import Gateway, MakeGateway, same_minute
 
 PRICES = "prices: {'gpt-4o-mini*': {input: 1000000, output: 2000000, cache_read: 100000}}\n"
+ANSWERS = Path(__file__).parents[1] / "corpus" / "answers"
 ALICE = {"Authorization": "Bearer gk-alice"}
 
 
@@ -519,6 +524,122 @@ async def test_paths_relayed_as_they_are_are_held_to_the_keys_rules_and_paid_for
     assert len(gw.fake.requests) == 2
 
 
+class AnyPath(FakeUpstream):
+    """The fake, answering its script at a path it does not serve as an API's (one with a
+    trailing slash) and at /embeddings, which it otherwise answers itself. Whether a provider
+    serves a trailing slash is not known; what the gateway makes of the answer is the point."""
+
+    async def _answer(self, request: web.Request, body: bytes) -> web.StreamResponse:
+        if self.steps and not request.path.endswith(("/completions", "/messages", "/responses")):
+            return await self._play(request, self.steps.popleft())
+        return await super()._answer(request, body)
+
+
+@pytest.fixture
+async def any_path() -> Any:
+    fake = await AnyPath().start()
+    yield fake
+    await fake.close()
+
+
+def corpus_stream(name: str) -> list[bytes]:
+    """A real stream's events as its server sent them (tests/corpus/answers/): its bytes, or
+    its chunks' JSON put back as ``data:`` events, then [DONE]."""
+    doc = json.loads((ANSWERS / f"{name}.json").read_text())
+    if "chunks" in doc:
+        return [b"data: " + c.encode() + b"\n\n" for c in doc["chunks"]] + [b"data: [DONE]\n\n"]
+    text = doc["stream"] if isinstance(doc["stream"], str) else doc["body"]
+    return [e + b"\n\n" for e in text.encode().strip().split(b"\n\n")]
+
+
+RELAYED_STREAMS = [  # the path, the upstream's own stream, its (prompt, completion) usage
+    ("/v1/completions", "completions-vllm-usage.stream", (7, 10)),
+    ("/v1/chat/completions/", "openai-gpt-4o-text.stream", (14, 47)),
+    ("/v1/messages/", "messages-stream-sdk-text-then-tool", (377, 65)),  # message_start, message_delta
+]
+
+
+@pytest.mark.parametrize(("path", "answer", "usage"), RELAYED_STREAMS)
+async def test_a_stream_relayed_as_it_is_is_paid_for_from_the_usage_it_carries(
+    make_gateway: MakeGateway, any_path: AnyPath, path: str, answer: str, usage: tuple[int, int]
+) -> None:
+    """A stream on a path relayed as it is was charged $0, and its minute only the prompt's
+    estimate: a budgeted key streamed completion after completion of 100,000 tokens for nothing
+    (audit: five with the openai SDK's ``completions.create(stream=True)``, spent unchanged). Its
+    usage, read where its API puts it, is what the key pays and what its minute counts."""
+    await same_minute()
+    gw = await make_gateway(keys_yaml(budget={"usd": 1000000, "period": "day"}, tokens_per_minute=1000000),
+                            fake=any_path)  # fmt: skip
+    events = corpus_stream(answer)
+    gw.fake.script(Stream(events, then="eof"))
+    payload: dict[str, Any] = {"model": "gpt-4o-mini", "max_tokens": 100, "stream": True}
+    payload.update({"prompt": "def fib(n):", "stream_options": {"include_usage": True}} if "messages" not in path
+                   else {"messages": [{"role": "user", "content": "weather in Paris?"}]})  # fmt: skip
+    async with gw.session.post(gw.base + path, json=payload,
+                               headers={**ALICE, "anthropic-version": "2023-06-01"}) as r:  # fmt: skip
+        assert r.status == 200 and r.headers["Content-Type"].startswith("text/event-stream")
+        assert await r.read() == b"".join(events)  # relayed as it came
+    state = await settled(gw)
+    prompt, completion = usage
+    assert state["budget"]["spent_usd"] == prompt * 1 + completion * 2
+    assert state["this_minute"]["tokens"] == prompt + completion
+
+
+async def test_a_relayed_stream_without_a_count_pays_for_its_prompt_and_the_text_it_showed(
+    make_gateway: MakeGateway,
+) -> None:
+    """vLLM sends a completion's usage chunk only when asked (``stream_options``): without it, the
+    stream is counted as a native one that brings no count, the prompt as admitted, the answer
+    from its text (``choices[].text``), never $0."""
+    gw = await make_gateway(keys_yaml(budget={"usd": 1000000, "period": "day"}))
+    events = [e for e in corpus_stream("completions-vllm-usage.stream") if b'"usage":{' not in e]
+    gw.fake.script(Stream(events, then="eof"))
+    async with gw.session.post(gw.base + "/v1/completions", headers=ALICE, json={
+            "model": "gpt-4o-mini", "prompt": "def fib(n):", "max_tokens": 100, "stream": True}) as r:  # fmt: skip
+        assert r.status == 200 and b"NEVER" in await r.read()
+    state = await settled(gw)
+    shown = round(len("NEVERGONNAGIVEYOUUP") / 3.5)
+    prompt = gw.metric("llm_gateway_key_tokens_total", key="alice", model="gpt-4o-mini", kind="prompt", priced="true")
+    assert prompt > 0
+    assert gw.metric("llm_gateway_key_tokens_total", key="alice", model="gpt-4o-mini", kind="completion",
+                     priced="true") == shown  # fmt: skip
+    assert state["budget"]["spent_usd"] == pytest.approx(prompt * 1 + shown * 2)
+
+
+def _embeddings(n: int, prompt_tokens: int) -> dict[str, Any]:
+    """An embeddings answer as the openai SDK asks for it by default (``encoding_format:
+    base64``): text-embedding-3-large's 3,072 floats are 16,384 base64 characters an input, the
+    list in the shape of OpenAI's API reference (the embedding object), usage last."""
+    vector = base64.b64encode(struct.pack("<3072f", *([0.015625] * 3072))).decode()
+    return {"object": "list", "data": [{"object": "embedding", "index": i, "embedding": vector} for i in range(n)],
+            "model": "text-embedding-3-large", "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}}
+
+
+async def test_a_relayed_answer_of_megabytes_is_paid_for_from_its_usage_and_a_cut_one_its_prompt(
+    make_gateway: MakeGateway, any_path: AnyPath
+) -> None:
+    """An answer past 4 MiB was not read for usage: 300 base64 embeddings (4.9 MB) charged $0
+    where 100 were charged their prompt tokens (audit). Its end is kept, and its usage is there.
+    One cut before its usage came is charged the prompt as admitted: the provider read it."""
+    gw = await make_gateway(keys_yaml(budget={"usd": 1000000, "period": "day"}), fake=any_path)
+    big = json.dumps(_embeddings(300, 3000)).encode()
+    assert len(big) > 4 * 1024 * 1024
+    gw.fake.script(Reply(200, big, headers={"Content-Type": "application/json"}))
+    payload = {"model": "gpt-4o-mini", "input": ["the same line"] * 300}
+    async with gw.session.post(gw.base + "/v1/embeddings", json=payload, headers=ALICE) as r:
+        assert r.status == 200 and len(await r.read()) == len(big)
+    state = await settled(gw)
+    assert state["budget"]["spent_usd"] == 3000
+    # Cut after 1 MB: no usage came, though the provider read the whole input.
+    gw.fake.script(Stream([big[: 1 << 20]], then="drop", headers={"Content-Type": "application/json"}))
+    async with gw.session.post(gw.base + "/v1/embeddings", json=payload, headers=ALICE) as r:
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await r.read()
+    after = await settled(gw)
+    prompt = round(len(json.dumps(payload)) / 3.5)
+    assert after["budget"]["spent_usd"] == pytest.approx(3000 + prompt, abs=1)
+
+
 async def test_a_relayed_request_that_names_no_model_is_refused_to_a_key_whose_rules_it_would_escape(
     make_gateway: MakeGateway,
 ) -> None:
@@ -611,6 +732,37 @@ async def test_a_stream_left_before_its_first_words_pays_for_the_prompt_the_prov
             await r.read()
     after = await settled(gw)
     assert after["budget"]["spent_usd"] > state["budget"]["spent_usd"] + 50
+
+
+@pytest.mark.parametrize("ends", ["client", "first_byte_timeout"])
+async def test_a_buffered_request_left_before_its_answer_pays_for_the_prompt_the_provider_read(
+    make_gateway: MakeGateway, ends: str
+) -> None:
+    """A buffered answer's head comes only with the whole answer. A client that leaves before it,
+    or the client's own deadline (the openai SDK's ``X-Stainless-Timeout``) ending the wait with
+    a 504, leaves a request the provider was sent whole and read: its prompt is paid for, as a
+    stream's left before its first words is (audit: a 300 KB prompt left after 2 s paid $0)."""
+    gw = await make_gateway(keys_yaml(budget={"usd": 1000000, "period": "day"}), real_sleep=True)
+    answered = asyncio.Event()
+    gw.fake.always = Reply(200, chat_completion(), until=answered)  # thinking, for as long as it takes
+    chat = {"model": "gpt-4o-mini", "max_tokens": 8000, "messages": [{"role": "user", "content": "go " * 1000}]}
+    try:
+        if ends == "client":
+            with pytest.raises(asyncio.TimeoutError):
+                async with gw.session.post(gw.base + "/v1/chat/completions", json=chat, headers=ALICE,
+                                           timeout=aiohttp.ClientTimeout(total=0.5)) as r:  # fmt: skip
+                    await r.read()
+        else:
+            async with gw.session.post(gw.base + "/v1/chat/completions", json=chat,
+                                       headers={**ALICE, "X-Stainless-Timeout": "0.5"}) as r:  # fmt: skip
+                assert r.status == 504 and (await r.json())["error"]["code"] == "upstream_timeout"
+        state = await settled(gw)
+    finally:
+        answered.set()
+    assert len(gw.fake.requests) == 1  # sent once, whole
+    prompt = gw.metric("llm_gateway_key_tokens_total", key="alice", model="gpt-4o-mini", kind="prompt", priced="true")
+    assert prompt >= len("go " * 1000) / 3.5
+    assert state["budget"]["spent_usd"] == prompt  # the prompt alone: no answer came
 
 
 # Anthropic's usage of one answer: 100 plain input tokens, 1000 read from the cache, 200

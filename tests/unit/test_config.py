@@ -664,6 +664,20 @@ def test_a_route_mapped_to_a_priced_model_is_covered_and_star_is_warned() -> Non
 
 
 
+def test_a_glob_route_whose_model_map_sends_part_of_it_to_priced_models_is_partly_priced() -> None:
+    """`xl-*` whose model_map sends xl-sonnet to claude-sonnet-4-5 and xl-4o to gpt-4o was named
+    "(none)" (audit), though those two are priced as the models they are sent as; the rest of
+    the glob goes as asked, unpriced: still warned, as part priced."""
+    up = ("upstreams:\n  - {name: c, base_url: 'http://127.0.0.1:9000/v1', api_key: k, apis: [chat], "
+          "models: ['xl-*'], model_map: {xl-sonnet: claude-sonnet-4-5, xl-4o: gpt-4o}}\n")  # fmt: skip
+    budget = REDIS + "keys: [{name: k, key: gk-k, budget: {usd: 5}}]\n"
+    warnings = [w for w in config_warnings(parse_config(up + budget, env={})) if "no price" in w]
+    assert len(warnings) == 1 and "'xl-*' (partly)" in warnings[0], warnings
+    unmapped = up.replace("model_map: {xl-sonnet: claude-sonnet-4-5, xl-4o: gpt-4o}", "model_map: {xl-a: xl-b}")
+    warnings = [w for w in config_warnings(parse_config(unmapped + budget, env={})) if "no price" in w]
+    assert len(warnings) == 1 and "'xl-*' (none)" in warnings[0], warnings
+
+
 # A pool of keys maps a whole glob to one priced name (audit with the agents on pools and budgeted
 # keys): covered, as a literal route was. An entry that takes only part of the glob leaves the rest
 # sent as asked, unpriced: still warned.

@@ -74,6 +74,7 @@ class H1Sender:
             else:
                 transport.write(head)
                 transport.write(body)
+            request.written = True
             await response.head()
         except asyncio.CancelledError:
             _abandon(response, deadline)
