@@ -84,6 +84,12 @@ class RedisServer:
             self.proc.wait(5)
         self.proc = None
 
+    def flush(self) -> None:
+        """Everything in it gone, as with a restart that kept nothing (or an operator's FLUSHALL)."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
+            s.sendall(b"FLUSHALL\r\n")
+            assert s.recv(16).startswith(b"+OK")
+
     def freeze(self) -> None:  # accepts connections (the kernel does), answers nothing
         assert self.proc is not None
         os.kill(self.proc.pid, signal.SIGSTOP)
