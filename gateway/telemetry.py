@@ -362,7 +362,9 @@ class Telemetry:
         self.pool_picks = Counter(
             p + "pool_picks", "Deployments picked for a request, by why: affinity (the conversation's "
             "own), the pool's strategy, moved (a sibling failed first), circuit_open (every circuit was), "
-            "stored (its key holds the stored response or conversation the request continues).",
+            "stored (its key holds the stored response or conversation the request continues), stored_search "
+            "(asked because the deployment before answered that it does not hold the stored response a "
+            "chained turn continues, and no deployment was known to).",
             ["pool", "deployment", "reason"], registry=registry,
         )  # fmt: skip
         self.pool_moves = Counter(

@@ -54,6 +54,10 @@ class RequestState:
     # The pool deployment holding the stored object this request continues (a Responses turn
     # chained by previous_response_id): it goes there only (pipeline/pool.py's stored_route).
     stored_on: str | None = None
+    # The stored object this request continues when no pool deployment is known to hold it (made
+    # before the gateway ran, by a direct call, or forgotten): a pool asks its deployments in turn
+    # while each answers that it does not (pipeline/pool.py's send_pool).
+    stored_search: str | None = None
     keeps_answer: bool = False  # a Responses request whose answer the provider stores
     key: KeySpec | None = None  # the gateway key the caller presented (its name, its rules)
     reservation: Reservation | None = None  # what the key's limits and budget hold for it

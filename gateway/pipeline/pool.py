@@ -20,7 +20,10 @@ serve, and apply the rate-limit rule only when every sibling is sitting out.
 A request that continues what the provider stored for one deployment's key (a Responses turn
 chained by ``previous_response_id``, a ``conversation``, a stored response fetched by id) goes
 to that deployment alone (``stored_route``): the pool is that one deployment for it, which it
-waits for or is answered with the reset of, as its key sits out (routing/stored.py).
+waits for or is answered with the reset of, as its key sits out (routing/stored.py). One whose
+deployment is not known (made before the gateway, or forgotten) is sent to each that may serve in
+turn, once, while each answers 400 ``previous_response_not_found``; the one that answers is
+remembered.
 
 Request errors never move; an overflow moves only to a sibling with a larger window (with
 ``fallback.context_overflow``). Siblings count as fallbacks in the multiplication rule: each
@@ -55,7 +58,7 @@ from gateway.routing.pools import (
     relayed_scope,
     sit_out,
 )
-from gateway.routing.stored import answer_id
+from gateway.routing.stored import answer_id, not_found_here
 from gateway.services import Hop, PoolRuntime, Route, Services, UpstreamRuntime
 from gateway.state.affinity import AffinityTable
 from gateway.tracing.attrs import P
@@ -85,6 +88,11 @@ async def send_pool(
     # A request that continues what the provider stored for one deployment's key (a chained
     # Responses turn) goes there alone: every other key is answered "not found".
     stored = state.stored_on if state.stored_on in pool.names else None
+    # A chained turn whose previous response no deployment is known to hold: each that may
+    # serve is asked (once) until one holds it. Sent to one alone, another project's 400 "not
+    # found" was final (an agent's turn ended) while a sibling held the response.
+    search = state.stored_search if stored is None else None
+    not_held: set[str] = set()  # the deployments that answered that they do not hold it
     # A conversation's home (the deployment holding its prompt cache) is decided at its first
     # turn and then held, on every replica (gateway/state/affinity.py): recomputed from the
     # weights instead, a reload that changed one moved live conversations, uncounted.
@@ -127,7 +135,7 @@ async def send_pool(
                 if not await ps.take(up.cfg, model, round(len(call.body) / BYTES_PER_TOKEN)):
                     continue
                 call.taken = True
-            _picked(svc, state, pool, up, why if opening else "moved")
+            _picked(svc, state, pool, up, "stored_search" if not_held else why if opening else "moved")
             opening = False
             siblings_left = len(ready) > 1  # re-ranked after a failure, without the one that failed
             # Siblings that sit out only until a rate limit's reset: a 429 here is waited out at
@@ -137,19 +145,25 @@ async def send_pool(
             outcome = await _send(svc, state, plan, call, siblings_left, nxt, resetting)
             last = Sent(outcome, call)
             if not isinstance(outcome, Failure):
+                if search is not None:
+                    await _found_stored(svc, state, pool, call, search, bool(not_held))
                 if home is not None:
                     assert table is not None and conversation is not None
-                    broke = None if decided else break_reason(home, views, tried, now_ms)
-                    await _answered(svc, pool, table, conversation, home, up, call, model or "", broke)
+                    broke = None if decided or not_held else break_reason(home, views, tried, now_ms)
+                    await _answered(svc, pool, table, conversation, home, up, call, model or "", broke,
+                                    held_elsewhere=bool(not_held))  # fmt: skip
                 return last
             c = outcome.classification
             if c.type is ErrorType.RATE_LIMIT and outcome.own is None:  # the provider's, not the limits'
                 limited = last
-            await _sit_out(svc, state, pool, up, c)
-            bigger = any((m.cfg.context_window or 0) > (up.cfg.context_window or 0) for m in members)
-            if not moves_to_sibling(c, own_key=up.cfg.api_key is not None, bigger_window=bigger,
-                                    overflow_moves=svc.cfg.fallback.context_overflow):  # fmt: skip
-                return last
+            if search is not None and not_found_here(outcome.status, c.provider_code):
+                not_held.add(up.cfg.name)  # another key's, not this one's: nothing wrong with this key
+            else:
+                await _sit_out(svc, state, pool, up, c)
+                bigger = any((m.cfg.context_window or 0) > (up.cfg.context_window or 0) for m in members)
+                if not moves_to_sibling(c, own_key=up.cfg.api_key is not None, bigger_window=bigger,
+                                        overflow_moves=svc.cfg.fallback.context_overflow):  # fmt: skip
+                    return last
             tried.add(up.cfg.name)
             if c.type is ErrorType.CONTEXT_OVERFLOW:  # only a larger window can take it
                 window = up.cfg.context_window or 0
@@ -183,16 +197,29 @@ async def send_pool(
                 return call
             _picked(svc, state, pool, up, "circuit_open")
             return Sent(await send_one(svc, state, plan, call, call.body), call)
-        answered = await _all_sitting_out(svc, state, plan, pool, last, tried, limited, stored)
+        if not_held and last is not None and _not_held(last):
+            # Every deployment that may serve was asked and none holds it. One that sits out
+            # until a rate limit's reset (a 429 of this request's included) may: the rate-limit
+            # rule applies to it, as to a pool none of whose deployments may serve; with none
+            # such, "not found" is the answer.
+            if not any(_resets_later(v, now_ms) and v.name not in not_held for v in views):
+                return last
+            answered = await _all_sitting_out(svc, state, plan, pool, limited, tried, limited, searching=True)
+        else:
+            answered = await _all_sitting_out(svc, state, plan, pool, last, tried, limited, stored)
         if answered is not None:
             return answered
+        tried.update(not_held)  # asked once: a key that came back since holds it no more than before
         opening = False  # waited for the earliest reset: it may serve again
 
 
 async def _answered(svc: Services, pool: PoolRuntime, table: AffinityTable, conversation: str, home: str,
-                    up: UpstreamRuntime, call: Call, model: str, broke: str | None) -> None:  # fmt: skip
+                    up: UpstreamRuntime, call: Call, model: str, broke: str | None,
+                    held_elsewhere: bool = False) -> None:  # fmt: skip
     """A conversation's turn answered by ``up``. ``broke``: why its home did not answer it, None
-    when this request chose that home (``decided``: no turn was answered there yet)."""
+    when this request chose that home (``decided``: no turn was answered there yet) or the home
+    did not hold the response this turn is chained to (``held_elsewhere``: its previous turn,
+    and so its cache, are the sibling's, whatever the model)."""
     size = len(call.body)
     if up.cfg.name == home:
         table.answered(conversation, home, model, size)
@@ -210,7 +237,7 @@ async def _answered(svc: Services, pool: PoolRuntime, table: AffinityTable, conv
     # answered here yet: this replica does not know what the home holds, except for a home this
     # request chose, where nothing was cached at all.
     follows = table.follows(conversation, model)
-    if follows or (follows is None and broke is None):
+    if held_elsewhere or follows or (follows is None and broke is None):
         await table.move(conversation, home, up.cfg.name, pool.names, (model, size))
 
 
@@ -344,10 +371,11 @@ async def stored_route(svc: Services, state: RequestState, route: Route, object_
     """The route of a request that continues an object the provider stored (a chained Responses
     turn: ``previous_response_id``, ``conversation``): when a pool deployment of ``route`` made
     it, that pool's hop alone, and the request goes to that deployment only
-    (``state.stored_on``); else ``route`` as it is (made elsewhere, or forgotten). Every other
-    key answers 400 "not found" (routing/stored.py), a sibling and a fallback alike: a chained
-    turn cannot move, and one whose deployment sits out waits for it or is answered with its
-    reset, as a pool of that one deployment would be."""
+    (``state.stored_on``); else ``route`` as it is (made elsewhere, or forgotten), and the pool
+    asks its deployments in turn (``state.stored_search``). Every other key answers 400 "not
+    found" (routing/stored.py), a sibling and a fallback alike: a chained turn whose deployment
+    is known cannot move, and one whose deployment sits out waits for it or is answered with
+    its reset, as a pool of that one deployment would be."""
     ps = svc.pool_state
     if ps is None or not any(hop.pool is not None for hop in route.hops):
         return route
@@ -358,6 +386,8 @@ async def stored_route(svc: Services, state: RequestState, route: Route, object_
             # The pool still picks (its sit-outs, its wait for a reset); the route's upstreams
             # (its primary, a broken stream's continuation) are that deployment alone.
             return Route.of([Hop(tuple(m for m in hop.pool.members if m.cfg.name == deployment), hop.pool)])
+    # Held by no deployment of these pools that the gateway knows of: the pool asks them in turn.
+    state.stored_search = object_id
     return route
 
 
@@ -395,6 +425,28 @@ async def _remember_stored(svc: Services, pool: PoolRuntime, up: UpstreamRuntime
         object_id = answer_id(outcome.body) if outcome.chunks is None else None
     if object_id is not None:
         await ps.remember_stored(object_id, up.cfg.name, pool.cfg.stored_s)
+
+
+def _not_held(last: Sent) -> bool:
+    """Whether the last answer says that its key holds no stored response of the id the turn
+    is chained to."""
+    answer = last.outcome
+    return isinstance(answer, Failure) and not_found_here(answer.status, answer.classification.provider_code)
+
+
+async def _found_stored(svc: Services, state: RequestState, pool: PoolRuntime, call: Call, object_id: str,
+                        searched: bool) -> None:  # fmt: skip
+    """A chained turn that no deployment was known to hold was answered by ``call``'s: its key
+    holds the response (another project's is refused), remembered from now on, as though the
+    gateway had seen it made. ``searched``: a sibling was asked first."""
+    if call.translation is not None or call.dialect.api != "responses":
+        return  # a translated turn is refused before any call: this one never continued it
+    ps = svc.pool_state
+    if ps is not None and pool.cfg.stored_s > 0:
+        await ps.remember_stored(object_id, call.up.cfg.name, pool.cfg.stored_s)
+    if searched:
+        log.info({"request_id": state.request_id, "event": "stored_found", "pool": pool.cfg.name,
+                  "deployment": call.up.cfg.name})  # fmt: skip
 
 
 async def _send(
@@ -517,7 +569,7 @@ def _picked(svc: Services, state: RequestState, pool: PoolRuntime, up: UpstreamR
     state.pool, state.picked = pool.cfg.name, why
     svc.telemetry.child(svc.telemetry.pool_picks, pool.cfg.name, up.cfg.name, why).inc()
     # On the attempt span this pick makes (the span names the deployment as its upstream).
-    svc.tracing.next_attempt(state, "sibling" if why == "moved" else None,
+    svc.tracing.next_attempt(state, "sibling" if why in ("moved", "stored_search") else None,
                              {f"{P}pool": pool.cfg.name, f"{P}pool.pick": why})  # fmt: skip
 
 
@@ -553,7 +605,7 @@ async def _sit_out(svc: Services, state: RequestState, pool: PoolRuntime, up: Up
 
 async def _all_sitting_out(
     svc: Services, state: RequestState, plan: RetryPlan, pool: PoolRuntime, last: Sent | None,
-    tried: set[str], limited: Sent | None = None, stored: str | None = None,
+    tried: set[str], limited: Sent | None = None, stored: str | None = None, searching: bool = False,
 ) -> Sent | None:  # fmt: skip
     """No sibling is left to try, nor a later hop. When some sibling waits for a rate limit's
     reset, the pool serves again at the earliest one, whatever the others sit out for (an
@@ -561,7 +613,8 @@ async def _all_sitting_out(
     ``max_retry_after_s`` (one retry of the class; None: try again now), else the answer goes
     back stamped with it. A request that met an outage (or a request error) keeps its answer.
     ``stored``: the one deployment the request may go to (it holds what the request continues):
-    the pool is that deployment alone."""
+    the pool is that deployment alone. ``searching``: every deployment asked answered that it does
+    not hold the response the request is chained to; those that sit out may."""
     assert svc.pool_state is not None
     now_ms = svc.wall() * 1000
     views = [svc.pool_state.view(i, up.cfg, state.model, now_ms) for i, up in enumerate(pool.members)
@@ -615,6 +668,12 @@ async def _all_sitting_out(
             429, c, f"deployment '{stored}' of pool '{pool.cfg.name}' holds the stored response this request "
             f"continues, and it is rate limited; it resets in {max(1, round(wait_s))} s", "pool_rate_limited",
             final=True,
+        )  # fmt: skip
+    elif searching:
+        failure = gateway_failure(
+            429, c, f"no deployment of pool '{pool.cfg.name}' that was asked holds the stored response this "
+            "request continues, and the others are rate limited; the earliest resets in "
+            f"{max(1, round(wait_s))} s", "pool_rate_limited", final=True,
         )  # fmt: skip
     else:
         failure = gateway_failure(

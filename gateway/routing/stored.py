@@ -30,6 +30,11 @@ Conversations have no such limit ("Conversation objects and items in them are no
 the 30 day TTL", the same guide); the gateway remembers them as long, and one older than that
 goes where a conversation goes without it (its affinity home).
 
+A chained turn whose previous response no deployment is known to have made (made before the
+gateway ran or by a direct call, forgotten, or written while Redis lost it) is asked of the
+pool's deployments in turn: another project's key answers that 400 at once, before any event of
+a stream (``not_found_here``), and the first key that answers is the one that holds it.
+
 Keys are ``st:`` and 24 hex digits of a SHA-256 of the id: bounded whatever a client sends.
 Pure: no I/O; a malformed body or path yields None, never an exception.
 """
@@ -56,6 +61,18 @@ _ID = re.compile(r"^[A-Za-z0-9_.:=+-]{1,256}$")
 _LEADING_ID = re.compile(rb'^\s*\{\s*"id"\s*:\s*"([A-Za-z0-9_.:=+-]{1,256})"')
 _STORED_OBJECTS = (b'"object":"response"', b'"object": "response"', b'"object":"conversation"',
                    b'"object": "conversation"')  # fmt: skip
+
+
+# OpenAI's code for a ``previous_response_id`` the request's key cannot read (the sources above);
+# its param is ``previous_response_id``. A ``conversation`` of another project has no refusal
+# seen in public to go by: such a turn is not asked of the siblings.
+_NOT_FOUND = "previous_response_not_found"
+
+
+def not_found_here(status: int, provider_code: str | None) -> bool:
+    """Whether an answer says that the key it was sent with holds no stored response of the id
+    the turn is chained to: another project's may."""
+    return status == 400 and provider_code == _NOT_FOUND
 
 
 def key(object_id: str) -> str:

@@ -11,8 +11,13 @@ whose first turn this table only ``hold``s) claims it in one round trip
 (``PoolState.claim_home``), which answers the home another replica claimed first, whatever
 this replica's strategy and weights would pick now. A conversation this table knows costs no
 round trip: a home changes only when its deployment is removed, which every replica sees in
-its own config. Its TTL in the store is extended with the pool's next read of its records
-(``PoolState.keep_home``), at most every ``_KEEP_EVERY_S``.
+its own config, or when a turn that decided it was answered elsewhere (``move``, below). Its
+TTL in the store is extended with the pool's next read of its records
+(``PoolState.keep_home``), at most every ``_KEEP_EVERY_S``, and the home read back in the same
+round trip: one that another replica claimed or moved while the store had lost this one (Redis
+restarted empty or flushed, or down for that replica) is this table's from the next turn. Left
+to this copy, the two replicas sent the conversation's alternate turns to two keys for as long
+as it lasted (every turn a cache miss, measured with two replicas after a ``FLUSHALL``).
 With the memory store this table is the only copy.
 
 A conversation's first turn (no earlier answer in it) claims nothing in the store: it takes the
@@ -47,7 +52,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
-_KEEP_EVERY_S = 60.0  # the longest a conversation in use here goes without its TTL extended
+# The longest a conversation in use here goes without its TTL extended and its home read back
+# from the store: how long a copy another replica's move made stale may last. The keep rides on
+# the round trip that reads the pool's records, which a pool in use makes anyway.
+_KEEP_EVERY_S = 10.0
 _Entry = tuple[str, float, float | None, tuple[str, int] | None]
 
 
@@ -61,6 +69,8 @@ class Homes(Protocol):
                         ttl_s: float) -> str: ...  # fmt: skip
 
     def keep_home(self, pool: str, conversation: str, home: str, ttl_s: float) -> None: ...
+
+    def moved_home(self, pool: str, conversation: str) -> str | None: ...
 
 
 class AffinityTable:
@@ -94,9 +104,13 @@ class AffinityTable:
         if kept is None:
             return None
         now = self._clock()
-        if self._shared is not None and now - kept >= self._keep_every_s:
-            self._shared.keep_home(self._pool, conversation, home, self._idle_s)
-            kept = now
+        if self._shared is not None:
+            # The store's home, read back by the last keep, when another replica moved it since
+            # this copy was made (its claim found nothing: Redis had lost the home).
+            home = self._shared.moved_home(self._pool, conversation) or home
+            if now - kept >= self._keep_every_s:
+                self._shared.keep_home(self._pool, conversation, home, self._idle_s)
+                kept = now
         self._items[conversation] = (home, now, kept, main)
         self._items.move_to_end(conversation)
         return home

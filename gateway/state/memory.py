@@ -238,9 +238,11 @@ class MemoryStore:
         adds: Sequence[tuple[str, Mapping[str, int], float]] = (),
         circuits: Sequence[str] = (),
         homes: Sequence[tuple[str, str, float]] = (),
-    ) -> tuple[list[dict[str, float]], list[CircuitRecord]]:
+    ) -> tuple[list[dict[str, float]], list[CircuitRecord], list[str | None]]:
+        held: list[str | None] = []
         for key, home, ttl_s in homes:
-            self._homes.put(key, self._homes.get(key) or home, ttl_s)
+            self._homes.put(key, kept := self._homes.get(key) or home, ttl_s)
+            held.append(kept)
         for key, fields, ttl_s in writes:
             self._records.put(key, {**(self._records.get(key) or {}), **fields}, ttl_s)
         for key, counts, ttl_s in adds:
@@ -248,7 +250,7 @@ class MemoryStore:
             for name, n in counts.items():
                 rec[name] = rec.get(name, 0) + n
             self._records.put(key, rec, ttl_s)
-        return [dict(self._records.get(k) or {}) for k in reads], await self.circuit_get(circuits)
+        return [dict(self._records.get(k) or {}) for k in reads], await self.circuit_get(circuits), held
 
     async def home_claim(self, key: str, proposed: str, members: Sequence[str],
                          ttl_s: float) -> tuple[str, bool, str | None]:

@@ -34,7 +34,8 @@ whose count is used up sits out until the minute's end.
 Each pool conversation's home (prompt-cache affinity, gateway/state/affinity.py) is kept in
 the store too, under ``home:<pool>:<conversation>``: claimed in one round trip the first time
 this process meets the conversation (``claim_home``), its TTL extended with the next read of
-the records (``keep_home``).
+the records (``keep_home``), which reads it back: one another replica moved is followed here
+from then on (``moved_home``).
 """
 
 from __future__ import annotations
@@ -159,6 +160,9 @@ class PoolState:
     _used_up: dict[tuple[str, str | None], tuple[int, DeploymentLimits]] = field(default_factory=dict)
     _synced_at: float = -math.inf  # monotonic: the last round trip that took this process's sends
     _homes: dict[str, tuple[str, float]] = field(default_factory=dict)  # conversations' homes to keep
+    # Conversations whose home a keep found another in the store than this process's copy (another
+    # replica moved it): store key -> that home, taken by the pool's table at the next turn.
+    _moved: dict[str, str] = field(default_factory=dict)
     # The key of conversations' names in the store (from ``loop_breaker.secret``); None: plain.
     home_key: bytes | None = None
     _timer: asyncio.TimerHandle | None = None
@@ -202,10 +206,18 @@ class PoolState:
 
     def keep_home(self, pool: str, conversation: str, home: str, ttl_s: float) -> None:
         """The conversation is still in use here: its home is kept ``ttl_s`` more in the store,
-        with the next round trip (no round trip of its own while the pool serves)."""
+        with the next round trip (no round trip of its own while the pool serves), and read back
+        (``moved_home``)."""
         _bounded(self._homes)[self._home(pool, conversation)] = (home, ttl_s)
         if self._timer is None:
             self._flush_later()
+
+    def moved_home(self, pool: str, conversation: str) -> str | None:
+        """The conversation's home in the store when the last keep found it another than the one
+        kept (another replica moved it), once; else None. No I/O."""
+        if not self._moved:  # nearly always: no digest to compute
+            return None
+        return self._moved.pop(self._home(pool, conversation), None)
 
     # -- stored objects: which deployment's key holds each --------------------------------------
 
@@ -529,7 +541,10 @@ class PoolState:
         homes = [(k, home, ttl) for k, (home, ttl) in self._homes.items()]
         self._homes.clear()
         self._synced_at = self.monotonic()
-        got, recs = await self.store.records_sync(reads, writes, adds, circuits, homes)
+        got, recs, held = await self.store.records_sync(reads, writes, adds, circuits, homes)
+        for (key, home, _), there in zip(homes, held, strict=True):
+            if there is not None and there != home:
+                _bounded(self._moved)[key] = there
         records = _bounded(self._records)
         now_ms = self.wall() * 1000
         for key, rec in zip(reads, got, strict=True):

@@ -573,19 +573,22 @@ class RedisStore:
         adds: Sequence[tuple[str, Mapping[str, int], float]] = (),
         circuits: Sequence[str] = (),
         homes: Sequence[tuple[str, str, float]] = (),
-    ) -> tuple[list[dict[str, float]], list[CircuitRecord]]:
+    ) -> tuple[list[dict[str, float]], list[CircuitRecord], list[str | None]]:
         # Mirrored locally, so a replica that loses Redis still knows what it saw itself (but
         # the homes kept: the pool's own table holds those).
         mine = await self.local.records_sync(reads, writes, adds, circuits)
         p = self._p + "d:"
 
-        async def remote() -> tuple[list[dict[str, float]], list[CircuitRecord]]:
+        async def remote() -> tuple[list[dict[str, float]], list[CircuitRecord], list[str | None]]:
             pipe = self._r.pipeline(transaction=False)
             for key, home, ttl_s in homes:
                 # Kept, never overwritten (another replica may have moved it from a removed
-                # deployment); set again only if gone (a restarted Redis), as this replica knows it.
+                # deployment); set again only if gone (a restarted Redis), as this replica knows it;
+                # and read back: another replica may have set another (moved while Redis had lost
+                # this one), which this replica's copy must follow.
                 pipe.set(self._p + "home:" + key, home.encode(), nx=True, px=_ms(ttl_s))
                 pipe.pexpire(self._p + "home:" + key, _ms(ttl_s))
+                pipe.get(self._p + "home:" + key)
             for key, fields, ttl_s in writes:
                 pipe.hset(p + key, mapping={k: repr(v) for k, v in fields.items()})
                 pipe.pexpire(p + key, _ms(ttl_s))
@@ -599,12 +602,15 @@ class RedisStore:
                 pipe.hgetall(self._p + "c:" + key)
             got = await pipe.execute()
             read = got[len(got) - len(reads) - len(circuits) : len(got) - len(circuits)]
+            held = [raw.decode() if isinstance(raw, bytes) else None for raw in got[2 : 3 * len(homes) : 3]]
             return ([{k.decode(): float(v) for k, v in raw.items()} for raw in read],
-                    [_record(raw) for raw in got[len(got) - len(circuits) :]])  # fmt: skip
+                    [_record(raw) for raw in got[len(got) - len(circuits) :]], held)  # fmt: skip
 
         if not reads and not writes and not adds and not circuits and not homes:
-            return [], []
-        return await self._guard("records_sync", remote, lambda: _value(mine))
+            return [], [], []
+        unknown: list[str | None] = [None] * len(homes)
+        alone = (mine[0], mine[1], unknown)
+        return await self._guard("records_sync", remote, lambda: _value(alone))
 
     async def home_claim(self, key: str, proposed: str, members: Sequence[str],
                          ttl_s: float) -> tuple[str, bool, str | None]:

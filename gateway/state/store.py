@@ -98,13 +98,14 @@ class StateStore(Protocol):
         adds: Sequence[tuple[str, Mapping[str, int], float]] = (),
         circuits: Sequence[str] = (),
         homes: Sequence[tuple[str, str, float]] = (),
-    ) -> tuple[list[dict[str, float]], list[CircuitRecord]]:
+    ) -> tuple[list[dict[str, float]], list[CircuitRecord], list[str | None]]:
         """In one round trip: merge each write's fields into its record (with its TTL in
         seconds), add each ``adds`` increment into its record's counters (atomically, with its
         TTL), keep each of ``homes`` (key, deployment, TTL: its TTL extended, set to that
         deployment only if it is gone), then read ``reads`` (an empty dict for an absent
         record) and the ``circuits`` (as ``circuit_get``: a pool's deployments' circuits come
-        with its records)."""
+        with its records); and the home each of ``homes`` has in the store then (None: not
+        known, the store did not answer)."""
         ...
 
     async def home_claim(self, key: str, proposed: str, members: Sequence[str],

@@ -41,7 +41,7 @@ class Replicas:
     fake: FakeUpstream
     config: Path
     fake_url: str
-    redis_url: str
+    redis: RedisServer
     reloads: int = 0
 
     def write(self, deployments: str = "key-a, key-b, key-c", weights: dict[str, int] | None = None) -> None:
@@ -56,7 +56,7 @@ class Replicas:
             "timeouts: {connect_s: 2, first_byte_s: 10, idle_s: 10}\n"
             # Patient: a loaded test machine may take longer than the default 50 ms to answer,
             # and a claim Redis did not answer in time is decided in this replica's memory.
-            f"state: {{backend: redis, url: '{self.redis_url}', timeout_ms: 2000}}\n"
+            f"state: {{backend: redis, url: '{self.redis.url}', timeout_ms: 2000}}\n"
             "loop_breaker: {secret: the-replicas-share-this-secret}\n"
         )
 
@@ -81,7 +81,7 @@ def replicas(tmp_path: Path) -> Iterator[Replicas]:
     redis = RedisServer(free_port(), tmp_path)
     redis.start()
     with FakeUpstream.in_thread() as fake:
-        pair = Replicas(None, None, fake, tmp_path / "gateway.yaml", fake.url, redis.url)  # type: ignore[arg-type]
+        pair = Replicas(None, None, fake, tmp_path / "gateway.yaml", fake.url, redis)  # type: ignore[arg-type]
         pair.write()
         gws: list[RunningProcess] = []
         try:
@@ -260,6 +260,69 @@ def test_a_chained_responses_turn_goes_to_the_key_that_stored_its_previous_one_f
             previous = r.parse().id
             served.append(r.headers["x-llm-upstream"])
         assert len(set(served)) == 1, served
+
+
+def test_a_home_another_replica_moved_after_redis_lost_it_is_followed_by_both(replicas: Replicas) -> None:
+    """Fault left open by the audits (pools across replicas): A served a conversation's first
+    turns (its home claimed in Redis), Redis lost the home (flushed), and B, meeting the
+    conversation for the first time, claimed the home while its key answered 429 (the first
+    such turn moved it there, the rest found the key sitting out): B's turns went to the new
+    home, A's to its own copy of the old one, every turn alternating between two keys (each a
+    prompt-cache miss; measured: every turn on A of 4 conversations of 4, for 36 s, to the end
+    of the run). A's copy follows Redis's from its next keep (at most every 10 s), read back in
+    the round trip the keep rides on."""
+    from gateway.routing.affinity import conversation_key
+    from gateway.routing.pools import Deployment, _rendezvous
+
+    clients = [openai.OpenAI(base_url=gw.base + "/v1", api_key="unused", max_retries=0)
+               for gw in (replicas.a, replicas.b)]  # fmt: skip
+    deployments = [Deployment(i, f"key-{n}") for i, n in enumerate("abc")]
+
+    def first(session: str) -> str:
+        key = conversation_key("chat", {"session-id": session}, {})
+        assert key is not None
+        return _rendezvous(deployments, key)[0].name
+
+    sessions = [s for s in (f"session {i}" for i in range(100)) if first(s) == "key-a"][:4]
+
+    def turn(replica: int, session: str, t: int) -> str:
+        messages: list[dict[str, str]] = [{"role": "user", "content": "fix the test"}]
+        for k in range(t):
+            messages += [{"role": "assistant", "content": f"step {k}"}, {"role": "user", "content": f"go on {k}"}]
+        r = clients[replica].chat.completions.with_raw_response.create(
+            model="m-1", messages=messages, max_tokens=10, extra_headers={"session-id": session})  # type: ignore[arg-type]
+        return str(r.headers["x-llm-upstream"])
+
+    start = time.monotonic()
+    assert [turn(0, s, t) for s in sessions for t in range(2)] == ["key-a"] * 2 * len(sessions)
+    replicas.redis.flush()
+    replicas.fake.keys.limited_until("sk-a", time.time() + 2)
+    homes = {s: turn(1, s, 2) for s in sessions}  # B: the first meets key-a's 429, which sits it out
+    assert "key-a" not in homes.values()
+    time.sleep(2.5)  # key-a's reset: it may serve again
+    served: dict[str, list[str]] = {s: [] for s in sessions}
+    t = 3
+    while time.monotonic() - start < 13.0 or t < 9:  # A's first keep comes 10 s after its claim
+        for s in sessions:
+            served[s].append(turn(t % 2, s, t))
+        t += 1
+        time.sleep(0.3)
+    assert all(v[-4:] == [homes[s]] * 4 for s, v in served.items()), (homes, served)
+
+
+def test_a_chained_turn_whose_mapping_redis_lost_is_answered_on_the_other_replica(replicas: Replicas) -> None:
+    """Audit (pools, 2026-11-30): Redis lost the response -> key mappings (flushed here, a restart
+    that kept nothing alike), and a chained turn on the replica that had not made its previous
+    response went to the key the strategy picked: 25 of 40 were answered 400
+    previous_response_not_found through a pool of two keys. Each key is now asked in turn."""
+    clients = [openai.OpenAI(base_url=gw.base + "/v1", api_key="unused", max_retries=0)
+               for gw in (replicas.a, replicas.b)]  # fmt: skip
+    for run in range(12):
+        previous = clients[0].responses.create(model="m-1", input=f"run {run}").id
+        replicas.redis.flush()
+        r = clients[1].responses.with_raw_response.create(model="m-1", input=f"run {run} again",
+                                                          previous_response_id=previous)  # fmt: skip
+        assert r.parse().status == "completed" and 1 <= int(r.headers["x-llm-attempts"]) <= 3
 
 
 def _answered_turn(client: openai.OpenAI, first: str, t: int) -> str:

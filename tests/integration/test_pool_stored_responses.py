@@ -176,3 +176,113 @@ async def test_with_stored_s_zero_nothing_is_remembered(make_pool: MakePool) -> 
         "loop_breaker: {enabled: false}\n", env={}))  # fmt: skip
     response = await client.responses.create(model="gpt-4o", input="one")
     assert await gw.app[LIVE].services.pool_state.stored_on(response.id) is None
+
+
+async def _made_directly(fake: FakeUpstream, key: str, text: str) -> str:
+    """A stored response made by a call straight to the provider with ``key`` (before the
+    gateway ran, or by another client): the gateway never saw which key made it."""
+    async with openai.AsyncOpenAI(base_url=fake.url, api_key=key, max_retries=0) as direct:
+        return (await direct.responses.create(model="gpt-4o", input=text)).id
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["buffered", "streamed"])
+async def test_a_chained_turn_whose_key_is_unknown_is_asked_of_each_key_until_one_holds_it(
+    make_pool: MakePool, stream: bool,
+) -> None:
+    """Audit (pools, 2026-11-30): a chained turn whose previous response the gateway had not
+    seen made (made by a direct call, or its mapping lost with Redis) went to the key the
+    strategy picked, and another project's 400 previous_response_not_found was final: 16 of 40
+    turns chained to responses made by a direct call, through a pool of two keys (the openai SDK,
+    buffered and streamed)."""
+    gw, client = await make_pool()
+    moved = 0
+    for run, key in enumerate(("sk-a", "sk-b", "sk-c") * 3):
+        made = await _made_directly(gw.fake, key, f"run {run}")
+        before = len(_keys(gw.fake))
+        response = await _turn(client, f"run {run} again", made, stream)
+        asked = _keys(gw.fake)[before:]
+        assert asked[-1] == key and len(asked) == len(set(asked)) <= 3, asked  # each key once at most
+        assert response.status == "completed"
+        moved += len(asked) - 1
+        # Found, it is remembered: the same id chained again goes to its key alone.
+        await _turn(client, f"run {run} once more", made, stream)
+        assert _keys(gw.fake)[-1] == key and len(_keys(gw.fake)) == before + len(asked) + 1
+    searched = sum(gw.metric("llm_gateway_pool_picks_total", pool="gpt", deployment=d, reason="stored_search")
+                   for d in KEYS)  # fmt: skip
+    assert searched == moved
+
+
+async def test_a_chained_turn_no_key_holds_is_answered_not_found_after_one_call_per_key(make_pool: MakePool) -> None:
+    gw, client = await make_pool()
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.responses.create(model="gpt-4o", input="two", previous_response_id="resp_gone")
+    assert caught.value.code == "previous_response_not_found"  # the provider's own answer, relayed
+    assert caught.value.response.headers["x-llm-attempts"] == "3"
+    assert sorted(_keys(gw.fake)) == ["sk-a", "sk-b", "sk-c"]
+
+
+async def test_a_known_key_that_says_not_found_is_final(make_pool: MakePool) -> None:
+    """The response is gone from the key that made it (deleted, expired): no other key has it."""
+    gw, client = await make_pool()
+    first = await client.responses.create(model="gpt-4o", input="one")
+    key = _keys(gw.fake)[-1]
+    gw.fake.stored.pop(first.id)
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.responses.create(model="gpt-4o", input="two", previous_response_id=first.id)
+    assert caught.value.code == "previous_response_not_found"
+    assert _keys(gw.fake)[1:] == [key]
+
+
+async def test_a_search_asks_no_key_that_sits_out_and_waits_for_its_reset(make_pool: MakePool) -> None:
+    """The key that holds it sits out (another request's 429): the others are asked, then its
+    reset is waited for (within max_retry_after_s), and it answers; no key is asked twice."""
+    gw, client = await make_pool(real_sleep=True)
+    made = await _made_directly(gw.fake, "sk-b", "one")
+    gw.fake.keys.limited_until("sk-b", time.time() + 1.5)
+    await _sat_out(gw, client, "sk-b")
+    before = len(_keys(gw.fake))
+    response = await client.responses.create(model="gpt-4o", input="two", previous_response_id=made)
+    assert response.status == "completed"
+    assert sorted(_keys(gw.fake)[before:]) == ["sk-a", "sk-b", "sk-c"] and _keys(gw.fake)[-1] == "sk-b"
+
+
+async def test_a_search_whose_only_hope_is_limited_for_long_gets_its_reset(make_pool: MakePool) -> None:
+    gw, client = await make_pool()
+    made = await _made_directly(gw.fake, "sk-b", "one")
+    gw.fake.keys.limited_until("sk-b", time.time() + 3600)
+    await _sat_out(gw, client, "sk-b")
+    before = len(_keys(gw.fake))
+    with pytest.raises(openai.RateLimitError) as caught:
+        await client.responses.create(model="gpt-4o", input="two", previous_response_id=made)
+    assert 3500 < int(caught.value.response.headers["retry-after"]) <= 3601
+    assert sorted(_keys(gw.fake)[before:]) == ["sk-a", "sk-c"]  # sk-b sits out: not asked
+    error = caught.value.response.json()["error"]
+    assert error["code"] == "pool_rate_limited" and "no deployment" in error["message"]
+
+
+async def _sat_out(gw: Gateway, client: openai.AsyncOpenAI, key: str) -> None:
+    """Unchained requests until one meets ``key``'s 429, which sits it out."""
+    before = len(_keys(gw.fake))
+    for i in range(100):
+        await client.responses.create(model="gpt-4o", input=f"other {i}", store=False)
+        if key in _keys(gw.fake)[before:]:
+            return
+    raise AssertionError(f"{key} was never picked")
+
+
+async def test_a_conversation_whose_response_was_found_on_another_key_is_homed_there(make_pool: MakePool) -> None:
+    """Its previous turn, and so its prompt cache, are that key's: its next turns go there too."""
+    gw, client = await make_pool()
+    await client.responses.create(model="gpt-4o", input="one", prompt_cache_key="session-1", store=False)
+    home = _keys(gw.fake)[-1]
+    other = next(k for k in KEYS.values() if k != home)
+    made = await _made_directly(gw.fake, other, "two")
+    before = len(_keys(gw.fake))
+    await client.responses.create(model="gpt-4o", input="three", previous_response_id=made,
+                                  prompt_cache_key="session-1")  # fmt: skip
+    asked = _keys(gw.fake)[before:]
+    assert asked[0] == home and asked[-1] == other, asked  # the home asked first
+    for i in range(3):
+        await client.responses.create(model="gpt-4o", input=f"four {i}", prompt_cache_key="session-1", store=False)
+        assert _keys(gw.fake)[-1] == other
+    assert gw.metric("llm_gateway_affinity_breaks_total", pool="gpt", reason="failed") == 0

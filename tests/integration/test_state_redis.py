@@ -85,6 +85,12 @@ class RedisServer:
             self.proc.wait(5)
         self.proc = None
 
+    def flush(self) -> None:
+        """Everything in it gone, as with a restart that kept nothing (or an operator's FLUSHALL)."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
+            s.sendall(b"FLUSHALL\r\n")
+            assert s.recv(16).startswith(b"+OK")
+
     def freeze(self) -> None:  # accepts connections (the kernel does), answers nothing
         assert self.proc is not None
         os.kill(self.proc.pid, signal.SIGSTOP)
@@ -789,6 +795,25 @@ async def test_a_home_moves_to_the_deployment_that_answered_unless_another_repli
     # A first turn that moved (nothing claimed yet) claims the deployment that answered.
     assert await b.store.home_move("p:open:2", "key-a", "key-c", members, 60) == "key-c"
     assert await a.store.home_claim("p:open:2", "key-a", members, 60) == ("key-c", False, None)
+
+
+async def test_a_kept_home_is_read_back_in_the_same_round_trip_and_never_written_over(
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer,
+) -> None:
+    """A replica keeps the homes it serves from its own copy; another replica may have set
+    another since Redis lost this one: the keep answers the store's, which it leaves as it is."""
+    a, b = patient_replicas
+    members = ("key-a", "key-b")
+    assert await a.store.home_claim("p:id:1", "key-a", members, 60) == ("key-a", True, None)
+    redis_server.flush()
+    assert await b.store.home_claim("p:id:1", "key-b", members, 60) == ("key-b", True, None)
+    _, _, held = await a.store.records_sync(["h:key-a/m"], homes=[("p:id:1", "key-a", 60), ("p:id:2", "key-a", 60)])
+    assert held == ["key-b", "key-a"]  # p:id:2 was gone: set again, as this replica knows it
+    assert await b.store.home_claim("p:id:1", "key-a", members, 60) == ("key-b", False, None)
+    with a.bounded():
+        redis_server.stop()
+        _, _, held = await a.store.records_sync([], homes=[("p:id:1", "key-a", 60)])
+    assert held == [None]  # not known: the copy stays
 
 
 async def test_which_deployment_made_a_stored_object_is_shared_and_known_here_without_redis(

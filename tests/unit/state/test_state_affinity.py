@@ -119,17 +119,17 @@ async def test_in_one_process_the_table_alone_holds_the_homes() -> None:
 
 
 async def test_a_conversation_in_use_keeps_its_home_in_the_store_with_the_pools_next_read() -> None:
-    """Kept at most once a minute each, in the round trip that reads the pool's records: no
+    """Kept at most every 10 s each, in the round trip that reads the pool's records: no
     round trip of its own while the pool serves."""
     clock = Clock()
     store = Shared(clock)
     a, ps = replica(store, clock)
     await a.claim("id:1", "key-a", ("key-a", "key-b"))
-    clock.now += 30
+    clock.now += 5
     a.get("id:1")
     await ps._sync([], 0)
-    assert store.kept == []  # claimed 30 s ago: nothing to keep yet
-    clock.now += 31
+    assert store.kept == []  # claimed 5 s ago: nothing to keep yet
+    clock.now += 6
     a.get("id:1")
     a.get("id:1")
     await ps._sync([], 0)
@@ -138,6 +138,59 @@ async def test_a_conversation_in_use_keeps_its_home_in_the_store_with_the_pools_
     clock.now += IDLE_S - 1
     (b, _) = replica(store, clock)
     assert await b.claim("id:1", "key-b", ("key-a", "key-b")) == ("key-a", False, None)
+
+
+async def test_a_home_another_replica_claimed_after_the_store_lost_it_is_followed_from_the_next_keep() -> None:
+    """Audit (pools across replicas, 2026-11-30): A claimed a conversation's home; Redis lost it
+    (restarted empty, flushed); B, new to the conversation, claimed another (its pick sat out,
+    or failed and B moved it). A kept serving its own copy and B the store's: with two gateway
+    processes, every conversation so homed alternated between two keys with its turns, each a
+    prompt-cache miss, for as long as it went on."""
+    clock = Clock()
+    store = Shared(clock)
+    (a, pa), (b, _) = replica(store, clock), replica(store, clock)
+    members = ("key-a", "key-b")
+    await a.claim("id:1", "key-a", members)
+    store._homes.pop("p:id:1")  # Redis restarted empty
+    assert await b.claim("id:1", "key-b", members) == ("key-b", True, None)
+    clock.now += 5
+    assert a.get("id:1") == "key-a"  # A's copy, until it is kept
+    await pa._sync([], 0)
+    assert a.get("id:1") == "key-a"
+    clock.now += 6
+    assert a.get("id:1") == "key-a"  # this turn's keep reads it back, with the pool's read
+    await pa._sync([], 0)
+    for _ in range(3):
+        assert a.get("id:1") == b.get("id:1") == "key-b"
+        clock.now += 11
+        await pa._sync([], 0)
+    assert store._homes.get("p:id:1") == "key-b"  # A's keeps never wrote its own over it
+
+
+async def test_a_home_moved_by_another_replica_after_the_store_lost_it_is_followed_too() -> None:
+    clock = Clock()
+    store = Shared(clock)
+    (a, pa), (b, _) = replica(store, clock), replica(store, clock)
+    members = ("key-a", "key-b")
+    await a.claim("id:1", "key-a", members)
+    store._homes.pop("p:id:1")
+    assert await b.claim("id:1", "key-a", members) == ("key-a", True, None)
+    assert await b.move("id:1", "key-a", "key-b", members) == "key-b"  # its 429: key-b answered
+    clock.now += 11
+    a.get("id:1")
+    await pa._sync([], 0)
+    assert a.get("id:1") == "key-b"
+
+
+async def test_a_keep_that_finds_its_own_home_changes_nothing_and_costs_no_digest_after() -> None:
+    clock = Clock()
+    store = Shared(clock)
+    a, pa = replica(store, clock)
+    await a.claim("id:1", "key-a", ("key-a", "key-b"))
+    clock.now += 11
+    a.get("id:1")
+    await pa._sync([], 0)
+    assert pa._moved == {} and a.get("id:1") == "key-a"
 
 
 async def test_a_conversation_idle_past_idle_s_is_new_again() -> None:
