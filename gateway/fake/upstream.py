@@ -102,8 +102,9 @@ class FakeUpstream:
         # The ids of the function calls the fake answered Gemini requests with: replayed without
         # their thoughtSignature, Gemini 3 refuses them (gemini_rules.py).
         self.gemini_calls: set[str] = set()
-        # The tool_use ids the fake answered Messages requests with beside a thinking block:
-        # replayed without it while thinking is on, Anthropic refuses them (messages_rules.py).
+        # The tool_use ids the fake answered Messages requests with beside a thinking block, or
+        # to a request that asked none: replayed without one while thinking is on, Anthropic
+        # refuses them (messages_rules.py).
         self.thought_calls: set[str] = set()
         # The prefix (system, tools, messages before it) each thinking block the fake answered
         # Messages requests with was produced under: replayed behind another on a model with
@@ -268,6 +269,7 @@ class FakeUpstream:
                     else self._default(payload))
         if path.endswith("/messages"):
             self.thought_calls |= messages_rules.thought_calls(step)
+            self.thought_calls |= messages_rules.unthought_calls(step, payload)
             for mark, at in messages_rules.bound_thinking(step, payload).items():
                 self.bound_thinking.setdefault(mark, set()).add(at)
         if path.endswith("/responses") and payload.get("store") is not False:
