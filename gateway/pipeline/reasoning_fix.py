@@ -42,7 +42,11 @@ from gateway.services import Services
 DROPPED = {"messages": "thinking", "responses": "reasoning", "gemini": "thought_signature"}
 # A thinking block with an empty signature, as a chat relay's reasoning comes back from a client
 # (``translate/messages_chat``): Anthropic refuses it ("Invalid `signature` in `thinking` block").
-_UNSIGNED = re.compile(rb'"signature"\s*:\s*""')
+# Looked for as JSON.stringify (Claude Code) and Python's json (the SDKs) write it: a byte search
+# costs a fraction of a regular expression's over a long request.
+_UNSIGNED = (b'"signature":""', b'"signature": ""')
+# Where a refusal points: "messages.2.content.0: Invalid `signature` in `thinking` block".
+_AT = re.compile(r"messages\.(\d+)\.content\.(\d+)")
 
 
 def shaped(
@@ -56,7 +60,7 @@ def shaped(
     signers = svc.signers
     out = payload
     refuses = signers.refuses_any(deployment)
-    if refuses or (body is not None and _UNSIGNED.search(body) is not None):
+    if refuses or (body is not None and any(mark in body for mark in _UNSIGNED)):
 
         def foreign(block: Mapping[str, Any]) -> bool:
             return mark_of(block) is None or (refuses and signers.refuses(deployment, block))
@@ -97,7 +101,7 @@ async def rescue(
         if api == "messages" and refused_unthought(message):
             fixed = loop_unthought(doc)  # the loop's turn came without thinking: none is asked
         elif api == "messages":
-            fixed = _without_foreign(svc, call.up.cfg.name, doc)
+            fixed = _without_foreign(svc, call.up.cfg.name, doc, message)
         else:
             fixed = strip(api, doc)
     if fixed is None:
@@ -115,11 +119,18 @@ async def rescue(
     return await resend(svc, state, plan, call, jsonbody.dumps(fixed, lenient=lenient), onward)
 
 
-def _without_foreign(svc: Services, deployment: str, doc: dict[str, Any]) -> dict[str, Any] | None:
+def _without_foreign(
+    svc: Services, deployment: str, doc: dict[str, Any], message: str | None
+) -> dict[str, Any] | None:
     """A Messages request ``deployment`` refused the thinking of, without every block it did not
     issue itself (all of them when the gateway knows none as its own), and what it refused
-    learnt: later turns leave that out before they are sent (``shaped``)."""
+    learnt: later turns leave that out before they are sent (``shaped``). A refusal of a block it
+    did issue is about something else (a block bound to a prefix that changed, one modified):
+    every block goes, as before the gateway knew whose they were."""
     signers = svc.signers
+    refused = _pointed_at(doc, message)
+    if refused is not None and not signers.foreign_to(deployment, refused):
+        return strip("messages", doc)
     issuers = {
         issuer
         for m in doc.get("messages") or () if isinstance(m, dict) and m.get("role") == "assistant"
@@ -129,3 +140,15 @@ def _without_foreign(svc: Services, deployment: str, doc: dict[str, Any]) -> dic
     }  # fmt: skip
     signers.refused(deployment, issuers)
     return strip("messages", doc, foreign=lambda b: signers.foreign_to(deployment, b))
+
+
+def _pointed_at(doc: dict[str, Any], message: str | None) -> dict[str, Any] | None:
+    """The thinking block a refusal names by its place, if it names one."""
+    at = _AT.search(message or "")
+    messages = doc.get("messages")
+    if at is None or not isinstance(messages, list):
+        return None
+    i, j = int(at[1]), int(at[2])
+    content = messages[i].get("content") if i < len(messages) and isinstance(messages[i], dict) else None
+    block = content[j] if isinstance(content, list) and j < len(content) else None
+    return block if isinstance(block, dict) and block.get("type") in THOUGHT else None

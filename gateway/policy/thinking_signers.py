@@ -33,11 +33,12 @@ def mark_of(block: Mapping[str, Any]) -> str | None:
 
 
 class Signers:
-    __slots__ = ("_issued", "_refusing", "_size")
+    __slots__ = ("_issued", "_pairs", "_refusing", "_size")
 
     def __init__(self, size: int = SIGNATURES) -> None:
         self._issued: OrderedDict[bytes, str] = OrderedDict()
         self._refusing: dict[str, set[str]] = {}  # deployment -> the issuers it refused
+        self._pairs = 0
         self._size = size
 
     def issued(self, mark: str, deployment: str) -> None:
@@ -54,8 +55,9 @@ class Signers:
         """``deployment`` refused thinking issued by these (itself excepted)."""
         known = self._refusing.setdefault(deployment, set())
         for issuer in issuers:
-            if issuer != deployment and sum(map(len, self._refusing.values())) < PAIRS:
+            if issuer != deployment and issuer not in known and self._pairs < PAIRS:
                 known.add(issuer)
+                self._pairs += 1
 
     def refuses_any(self, deployment: str) -> bool:
         """Whether ``deployment`` refused anyone's thinking before (a dict lookup: asked per send)."""

@@ -402,3 +402,30 @@ async def test_unsigned_thinking_from_a_chat_relay_never_reaches_a_messages_upst
         await fake.close()
     assert sent["messages"][1]["content"] == [{"type": "text", "text": "Let me see."}]
     assert headers["x-llm-reasoning-dropped"] == "thinking"
+
+
+async def test_a_refusal_of_the_deployments_own_thinking_still_leaves_every_block_out(make_gateway: Any) -> None:
+    """The deployment refuses a block it issued itself (its text changed on the way): not a
+    matter of whose it is, so every block goes, as before the gateway knew whose they were."""
+    fake = await FakeUpstream().start()
+    try:
+        fake.always = answering("org-x")
+        gw = await make_gateway(fake=fake, upstreams=f"  - {{name: anthropic, base_url: '{fake.url}', api_key: k, "
+                                                     "key_header: x-api-key, apis: [messages]}\n")  # fmt: skip
+        fake.orgs = {"k": "org-x"}
+        asked: Any = [{"role": "user", "content": "Weather in Paris?"}]
+        payload = {"model": "claude-sonnet-4-6", "max_tokens": 4096, "thinking": {"type": "adaptive"}}
+        status, _, body = await gw.messages({**payload, "messages": asked})
+        assert status == 200, body
+        first = json.loads(body)
+        assert first["content"][0]["type"] == "thinking"
+        first["content"][0]["thinking"] += " (edited)"  # the signature no longer holds
+        asked = [*asked, {"role": "assistant", "content": first["content"]}, {"role": "user", "content": "And tomorrow?"}]
+        status, headers, body = await gw.messages({**payload, "messages": asked})
+        assert status == 200, body
+        refused, kept = (r.json() for r in fake.messages_requests()[1:])
+    finally:
+        await fake.close()
+    assert refused["messages"][1]["content"][0]["type"] == "thinking"
+    assert [b["type"] for b in kept["messages"][1]["content"]] == ["text"]
+    assert headers["x-llm-reasoning-dropped"] == "thinking"
