@@ -208,7 +208,8 @@ And on the rest of the request:
   https://github.com/Kilo-Org/kilocode/issues/5219): the last assistant turn, when it called a
   tool, starts with its thinking or redacted_thinking block. Judged only for a turn whose calls
   the fake answered with thinking, or answered to a request that asked none (``thought_calls``,
-  ``unthought_calls``: such a turn cannot have had thinking, as one after a gateway turned it off,
+  ``unthought_calls``, less any id it also answered to a request that asked for it: such a turn
+  cannot have had thinking, as one after a gateway turned it off,
   https://platform.claude.com/docs/build-with-claude/thinking-tool-workflows: "a tool-use loop is
   one assistant turn, so change the configuration only between turns"); not for a turn the fake
   answered without thinking to a request that asked for it: its default answers think not at all,
@@ -844,6 +845,11 @@ def unthought_calls(step: Any, payload: Mapping[str, Any]) -> set[str]:
     thinking = payload.get("thinking")
     if isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive"):
         return set()
+    return answered_calls(step)
+
+
+def answered_calls(step: Any) -> set[str]:
+    """The tool_use ids of a Messages answer."""
     return {b["id"] for b in _answer_blocks(step) if b.get("type") == "tool_use" and isinstance(b.get("id"), str)}
 
 

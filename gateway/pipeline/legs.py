@@ -115,14 +115,14 @@ def resent(call: Call, payload: dict[str, Any]) -> tuple[Call, bytes] | Failure:
     if call.translation is None:
         model = call.wire_model
         sent = payload if model is None else {**payload, "model": model}
-        if call.dialect.api == "messages":  # as ``reasoning_fix.shaped`` left the first send
+        if _went_off(call, sent):
             sent = loop_unthought(sent) or sent
     else:
         translated = call.translation.translator.request(payload, target_of(call))
         if isinstance(translated, Refusal):
             return bad_request(translated.message, translated.code)
         sent = translated
-        if sent is not None and call.dialect.api == "messages":  # as leg_call's ``shape`` left it
+        if _went_off(call, sent):
             sent = loop_unthought(sent) or sent
         betas = _with_betas(call.headers, call.dialect, sent)
         if betas is not call.headers:
@@ -139,6 +139,15 @@ def resent(call: Call, payload: dict[str, Any]) -> tuple[Call, bytes] | Failure:
     if isinstance(body, Failure):
         return body
     return dataclasses.replace(call, url=url, wire_model=_model(sent), rewritten=True), body
+
+
+def _went_off(call: Call, sent: Mapping[str, Any]) -> bool:
+    """Whether ``call`` went to a Messages upstream without the thinking ``sent`` asks for: a
+    loop ``reasoning_fix.shaped`` asked without thinking, which a compressed or unstreamed
+    request of it goes on without too. (A top-level ``thinking`` is an object; a block's is text.)"""
+    if call.dialect.api != "messages" or "thinking" not in sent or not call.body:
+        return False
+    return not any(mark in call.body for mark in (b'"thinking":{', b'"thinking": {'))
 
 
 def _with_betas(headers: Mapping[str, str], wire: Dialect, payload: Mapping[str, Any]) -> Mapping[str, str]:

@@ -12,8 +12,9 @@ On Messages the gateway remembers whose thinking is whose (``policy/thinking_sig
 rescue leaves out only the blocks the refusing deployment did not issue, and a deployment that
 refused another's thinking gets it left out up front on later turns, so a move costs one call
 once, not one on every turn. Unsigned thinking (a chat relay's, which has nothing to sign with)
-never goes to a Messages upstream. And a tool loop whose turn does not start with thinking is
-asked without thinking until it ends, as Anthropic requires (``loop_unthought``).
+never goes to a Messages upstream. And a tool loop the gateway asked without thinking (its turn
+has no thinking to start with) goes on without thinking until it ends, as Anthropic requires
+(``loop_unthought``); one Anthropic refused for that goes on so after its one refused call.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from gateway.pipeline.outcome import Failure, Outcome, RequestState
 from gateway.pipeline.send import Onward, resend
 from gateway.policy.foreign_reasoning import (
     THOUGHT,
+    loop_calls,
     loop_unthought,
     refused_reasoning,
     refused_unthought,
@@ -66,18 +68,21 @@ def shaped(
             return mark_of(block) is None or (refuses and signers.refuses(deployment, block))
 
         out = thinking_left_out(payload, foreign=foreign) or payload
-    out = loop_unthought(out) or out
+    out = loop_unthought(out, signers.asked_off) or out
     if out is not payload:
-        _note(state, payload, out)
+        _note(svc, state, payload, out)
     return out
 
 
-def _note(state: RequestState, before: dict[str, Any], after: dict[str, Any]) -> None:
+def _note(svc: Services, state: RequestState, before: dict[str, Any], after: dict[str, Any]) -> None:
+    """What was left out, told to the client; a loop asked without thinking, remembered."""
     labels = (state.reasoning_dropped or "").split(",")
     if before.get("messages") is not after.get("messages"):
         labels.append("thinking")
     if "thinking" in before and "thinking" not in after:
         labels.append("thinking_off")
+        messages = after.get("messages")
+        svc.signers.went_off(loop_calls(messages) if isinstance(messages, list) else ())
     state.reasoning_dropped = ",".join(dict.fromkeys(label for label in labels if label)) or None
 
 
@@ -111,7 +116,7 @@ async def rescue(
         # A budget lowered by an earlier rescue was sent in another body: lower this one too.
         fixed = call.dialect.lower_output(fixed, capped["to"]) or fixed
     if api == "messages":
-        _note(state, doc, fixed)
+        _note(svc, state, doc, fixed)
     else:
         state.reasoning_dropped = DROPPED[api]
     state.reasoning_rescued = True

@@ -136,9 +136,16 @@ def _left_out(block: Any, foreign: Foreign | None) -> bool:
     return isinstance(block, dict) and block.get("type") in THOUGHT and (foreign is None or foreign(block))
 
 
-def loop_unthought(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+def loop_unthought(
+    doc: Mapping[str, Any], asked_off: Callable[[str], bool] | None = None
+) -> dict[str, Any] | None:
     """``doc`` asked without thinking while the tool loop in progress began without it; None
     when the rule does not apply (thinking off, no loop open, or its turn starts with thinking).
+    ``asked_off``: whether the gateway asked a request holding this tool call without thinking;
+    when given, the rule applies only to a loop it did so for (a turn without thinking is also
+    what an adaptive model that chose not to think answers, which Anthropic takes back as it
+    came: thinking is left as the client asked there, and its prompt cache with it). Without it
+    (after Anthropic refused the step) any such loop.
 
     Anthropic wants the loop's assistant turn to start with its thinking block while thinking is
     on ("Expected `thinking` or `redacted_thinking`, but found `tool_use`", ``_UNTHOUGHT``), and
@@ -160,9 +167,31 @@ def loop_unthought(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     first = content[0]
     if isinstance(first, dict) and first.get("type") in THOUGHT:
         return None
+    if asked_off is not None and not any(asked_off(i) for i in loop_calls(messages[:-2])):
+        return None
     out = {k: v for k, v in doc.items() if k != "thinking"}
     _without_thinking_edits(out)
     return out
+
+
+def loop_calls(messages: list[Any]) -> list[str]:
+    """The tool_use ids of the tool loop that ``messages`` end in: its assistant turns back to
+    the user's last message that is not only tool results."""
+    ids: list[str] = []
+    i = len(messages) - 1
+    while i >= 1:
+        results, turn = messages[i], messages[i - 1]
+        if not (isinstance(results, dict) and results.get("role") == "user" and _has(results, "tool_result")):
+            break
+        if not (isinstance(turn, dict) and turn.get("role") == "assistant" and _calls_tools(turn)):
+            break
+        ids += [b["id"] for b in turn["content"] if _is_call(b) and isinstance(b.get("id"), str)]
+        i -= 2
+    return ids
+
+
+def _is_call(block: Any) -> bool:
+    return isinstance(block, dict) and block.get("type") == "tool_use"
 
 
 def _has(message: Mapping[str, Any], kind: str) -> bool:

@@ -11,7 +11,8 @@ sent, and a rescue leaves out only what the refusing deployment did not issue it
 Kept per process: each replica (and each worker) learns its own, at the cost of one refused
 call per pair of deployments it meets, and a signature another process relayed is unknown
 here (treated as foreign by a rescue, as before the memory). Bounded: the last ``SIGNATURES``
-signatures (a 16-byte digest each, never the signature itself) and ``PAIRS`` refusing pairs.
+signatures (a 16-byte digest each, never the signature itself), as many tool call ids, and
+``PAIRS`` refusing pairs.
 """
 
 from __future__ import annotations
@@ -33,10 +34,13 @@ def mark_of(block: Mapping[str, Any]) -> str | None:
 
 
 class Signers:
-    __slots__ = ("_issued", "_pairs", "_refusing", "_size")
+    __slots__ = ("_issued", "_off", "_pairs", "_refusing", "_size")
 
     def __init__(self, size: int = SIGNATURES) -> None:
         self._issued: OrderedDict[bytes, str] = OrderedDict()
+        # The tool calls of loops the gateway asked without thinking (``loop_unthought``): their
+        # later steps are asked so too, their turns having no thinking to start with.
+        self._off: OrderedDict[str, None] = OrderedDict()
         self._refusing: dict[str, set[str]] = {}  # deployment -> the issuers it refused
         self._pairs = 0
         self._size = size
@@ -50,6 +54,17 @@ class Signers:
 
     def issuer(self, mark: str) -> str | None:
         return self._issued.get(_digest(mark))
+
+    def asked_off(self, call: str) -> bool:
+        """Whether a request holding this tool call went without the thinking its client asked."""
+        return call in self._off
+
+    def went_off(self, calls: Iterable[str]) -> None:
+        for call in calls:
+            self._off[call] = None
+            self._off.move_to_end(call)
+            if len(self._off) > self._size:
+                self._off.popitem(last=False)
 
     def refused(self, deployment: str, issuers: Iterable[str]) -> None:
         """``deployment`` refused thinking issued by these (itself excepted)."""

@@ -301,6 +301,7 @@ def test_a_claude_code_tool_loop_moved_to_a_key_of_another_organization_goes_on(
     gw = _launch(keys, tmp_path, "weighted")
     request.addfinalizer(gw.stop)
     served: list[str] = []
+    moved = f"toolu_moved{uuid.uuid4().hex[:8]}"  # an id no other test's script gave
 
     def loop(payload: dict[str, Any]) -> Any:
         asked_by = fake._key
@@ -312,7 +313,7 @@ def test_a_claude_code_tool_loop_moved_to_a_key_of_another_organization_goes_on(
                 fake.keys.limited_until(asked_by, time.time() + 3600)  # from the next request on
             return _thinking_then_bash(asked_by, orgs)
         if results == 1:  # the move's request, asked without thinking: answered without
-            return _thinking_then_bash(asked_by, orgs, thinks="thinking" in payload, call_id="toolu_02")
+            return _thinking_then_bash(asked_by, orgs, thinks="thinking" in payload, call_id=moved)
         return None  # the fake's own answer ends the run
 
     fake.always = loop
@@ -326,7 +327,7 @@ def test_a_claude_code_tool_loop_moved_to_a_key_of_another_organization_goes_on(
     kept = [s for s in loop_turns if s not in refused]
     assert len(refused) == 1 and len(kept) == 2, [s.headers.get("x-api-key") for s in sent]
     body = kept[-1].json()
-    assert b"toolu_02" in kept[-1].body  # the loop's next step, on the new key
+    assert moved.encode() in kept[-1].body  # the loop's next step, on the new key
     assert "thinking" not in body  # the tool loop's own thinking went, and thinking with it
     assert all(b.get("type") not in ("thinking", "redacted_thinking")
                for m in body["messages"] if isinstance(m.get("content"), list) for b in m["content"])

@@ -429,3 +429,31 @@ async def test_a_refusal_of_the_deployments_own_thinking_still_leaves_every_bloc
     assert refused["messages"][1]["content"][0]["type"] == "thinking"
     assert [b["type"] for b in kept["messages"][1]["content"]] == ["text"]
     assert headers["x-llm-reasoning-dropped"] == "thinking"
+
+
+async def test_a_loop_begun_without_thinking_is_refused_once_then_goes_on_without(make_gateway: Any) -> None:
+    """A loop whose turn came without thinking from where the gateway could not see (a chat
+    relay, a client that turned thinking on mid loop) is refused by Anthropic with thinking on:
+    asked again without, once; its later steps go without from the start."""
+    fake = await FakeUpstream().start()
+    try:
+        fake.always = answering("org-x", steps=3)
+        gw = await make_gateway(fake=fake, upstreams=f"  - {{name: anthropic, base_url: '{fake.url}', api_key: k, "
+                                                     "key_header: x-api-key, apis: [messages]}\n")  # fmt: skip
+        payload: Any = {"model": "claude-sonnet-4-6", "max_tokens": 4096, "tools": TOOLS}
+        asked: Any = [{"role": "user", "content": "Weather in Paris?"}]
+        status, _, body = await gw.messages({**payload, "messages": asked})  # no thinking asked
+        dropped = []
+        for _ in range(2):
+            turn = json.loads(body)
+            call = next(b for b in turn["content"] if b["type"] == "tool_use")
+            asked = [*asked, {"role": "assistant", "content": turn["content"]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call["id"], "content": "sunny"}]}]  # fmt: skip
+            status, headers, body = await gw.messages({**payload, "messages": asked, "thinking": {"type": "adaptive"}})
+            assert status == 200, body
+            dropped.append(headers["x-llm-reasoning-dropped"])
+        sent = [r.json() for r in fake.messages_requests()]
+    finally:
+        await fake.close()
+    assert dropped == ["thinking_off", "thinking_off"]
+    assert ["thinking" in s for s in sent] == [False, True, False, False]  # one refused call in all

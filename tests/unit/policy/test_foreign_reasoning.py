@@ -11,6 +11,7 @@ import pytest
 from gateway.policy.foreign_reasoning import (
     GATEWAY_THINKING_MARK,
     GEMINI_SKIP,
+    loop_calls,
     loop_unthought,
     refused_reasoning,
     refused_unthought,
@@ -131,6 +132,30 @@ def test_a_tool_loop_whose_turn_has_no_thinking_goes_on_without_thinking() -> No
     assert out is not None and doc == before
     assert "thinking" not in out and "context_management" not in out
     assert out["messages"] == doc["messages"] and out["output_config"] == {"effort": "high"}
+
+
+def test_up_front_only_a_loop_the_gateway_asked_without_thinking_goes_on_without() -> None:
+    """A turn without thinking is also what an adaptive model that chose not to think answers,
+    which Anthropic takes back: thinking stays as asked unless the gateway turned it off for an
+    earlier step of this loop."""
+    second = {"type": "tool_use", "id": "toolu_2", "name": "ls", "input": {}}
+    doc = claude_code_like(
+        {"role": "user", "content": "list files"}, {"role": "assistant", "content": [thought(), CALL]}, RESULT,
+        {"role": "assistant", "content": [second]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_2", "content": "b.txt"}]},
+    )  # fmt: skip
+    assert loop_calls(doc["messages"]) == ["toolu_2", "toolu_1"]
+    assert loop_calls(doc["messages"][:-2]) == ["toolu_1"]
+    assert loop_unthought(doc, asked_off=lambda call: False) is None
+    assert loop_unthought(doc, asked_off=lambda call: call == "toolu_2") is None  # its own turn's: not yet sent
+    out = loop_unthought(doc, asked_off=lambda call: call == "toolu_1")
+    assert out is not None and "thinking" not in out
+
+
+def test_a_loop_ends_at_the_users_own_words() -> None:
+    messages = [{"role": "user", "content": "ls"}, {"role": "assistant", "content": [CALL]}, RESULT,
+                {"role": "assistant", "content": [{"type": "text", "text": "a.txt"}]}, {"role": "user", "content": "more"}]  # fmt: skip
+    assert loop_calls(messages) == [] and loop_calls(messages[:3]) == ["toolu_1"]
 
 
 @pytest.mark.parametrize("messages", [
