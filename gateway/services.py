@@ -25,6 +25,7 @@ from gateway.keys.ledger import Accounts
 from gateway.policy.loop_breaker import LoopBreaker
 from gateway.policy.output_limit import OutputLimits
 from gateway.policy.refused_param import ParamFixes
+from gateway.policy.thinking_signers import Signers
 from gateway.policy.tool_outputs import ToolOutputPolicy, ToolRule
 from gateway.redaction import upstream_secrets
 from gateway.routing import Outbound, pick_upstream, upstream_url
@@ -192,6 +193,9 @@ class Services:
     output_limits: OutputLimits = field(default_factory=OutputLimits)
     # The parameters each (upstream, model) refused and can do without (gateway/pipeline/param_fix.py).
     param_fixes: ParamFixes = field(default_factory=ParamFixes)
+    # Which deployment issued each thinking signature relayed, and whose each refused
+    # (gateway/policy/thinking_signers.py, gateway/pipeline/reasoning_fix.py).
+    signers: Signers = field(default_factory=Signers)
 
     def chain_for(self, model: str | None) -> Route | None:
         """The first pool whose model globs match, else the first upstream outside every pool

@@ -207,9 +207,13 @@ And on the rest of the request:
   `tool_result` blocks). …" (https://github.com/anomalyco/opencode/issues/3077,
   https://github.com/Kilo-Org/kilocode/issues/5219): the last assistant turn, when it called a
   tool, starts with its thinking or redacted_thinking block. Judged only for a turn whose calls
-  the fake answered with thinking (``thought_calls``: it knows no other turn had any): its
-  default answers think not at all, and Claude Code, which asks for thinking, replays those as
-  they came;
+  the fake answered with thinking, or answered to a request that asked none (``thought_calls``,
+  ``unthought_calls``, less any id it also answered to a request that asked for it: such a turn
+  cannot have had thinking, as one after a gateway turned it off,
+  https://platform.claude.com/docs/build-with-claude/thinking-tool-workflows: "a tool-use loop is
+  one assistant turn, so change the configuration only between turns"); not for a turn the fake
+  answered without thinking to a request that asked for it: its default answers think not at all,
+  and Claude Code, which asks for thinking, replays those as they came;
 - a thinking block sent back must carry the signature it was issued with (the thinking guide,
   "Preserving thinking blocks": blocks come back complete and unmodified):
   "messages.N.content.M.thinking.signature: Field required" without one, and "messages.N.content.M:
@@ -829,6 +833,27 @@ def _samplers(payload: dict[str, Any]) -> str | None:
 def thought_calls(step: Any) -> set[str]:
     """The tool_use ids of a Messages answer (a ``Reply`` body or a ``Stream``'s events) that
     also holds a thinking block: the calls Anthropic wants back after their thinking."""
+    docs = _answer_blocks(step)
+    if not any(b.get("type") in _THOUGHT for b in docs):
+        return set()
+    return {b["id"] for b in docs if b.get("type") == "tool_use" and isinstance(b.get("id"), str)}
+
+
+def unthought_calls(step: Any, payload: Mapping[str, Any]) -> set[str]:
+    """The tool_use ids of a Messages answer to a request that asked no thinking: the model had
+    none to start the turn with, so the loop cannot go on with thinking turned on."""
+    thinking = payload.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive"):
+        return set()
+    return answered_calls(step)
+
+
+def answered_calls(step: Any) -> set[str]:
+    """The tool_use ids of a Messages answer."""
+    return {b["id"] for b in _answer_blocks(step) if b.get("type") == "tool_use" and isinstance(b.get("id"), str)}
+
+
+def _answer_blocks(step: Any) -> list[dict[str, Any]]:
     docs: list[Any] = []
     body = getattr(step, "body", None)
     if isinstance(body, dict):
@@ -843,9 +868,7 @@ def thought_calls(step: Any) -> set[str]:
                     continue
                 if isinstance(block, dict):
                     docs.append(block)
-    if not any(b.get("type") in _THOUGHT for b in docs):
-        return set()
-    return {b["id"] for b in docs if b.get("type") == "tool_use" and isinstance(b.get("id"), str)}
+    return docs
 
 
 def _thought_first(messages: Any, thought: Collection[str]) -> str | None:

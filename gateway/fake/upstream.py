@@ -105,6 +105,11 @@ class FakeUpstream:
         # The tool_use ids the fake answered Messages requests with beside a thinking block:
         # replayed without it while thinking is on, Anthropic refuses them (messages_rules.py).
         self.thought_calls: set[str] = set()
+        # Those it answered to a request that asked no thinking, refused the same way; not one it
+        # also answered to a request that asked for it (``asked_calls``: a script that numbers its
+        # calls gives Claude Code's side requests, asked without thinking, the same ids).
+        self.unthought_calls: set[str] = set()
+        self.asked_calls: set[str] = set()
         # The prefix (system, tools, messages before it) each thinking block the fake answered
         # Messages requests with was produced under: replayed behind another on a model with
         # preserved thinking, Anthropic refuses it (messages_rules.py).
@@ -249,7 +254,8 @@ class FakeUpstream:
                                      status=404)  # fmt: skip
         org = self.orgs.get(self._key or "")
         limited = (chat_rules.refusal(path, payload)
-                   or messages_rules.refusal(path, payload, request.headers, self.thought_calls, org,
+                   or messages_rules.refusal(path, payload, request.headers,
+                                             self.thought_calls | (self.unthought_calls - self.asked_calls), org,
                                              self.bound_thinking)
                    or responses_rules.refusal(path, payload, org)
                    or (responses_rules.unknown_previous(payload, self.stored, self._project())
@@ -268,6 +274,10 @@ class FakeUpstream:
                     else self._default(payload))
         if path.endswith("/messages"):
             self.thought_calls |= messages_rules.thought_calls(step)
+            unthought = messages_rules.unthought_calls(step, payload)
+            self.unthought_calls |= unthought
+            if not unthought:  # asked with thinking: an id scripted for both is not judged
+                self.asked_calls |= messages_rules.answered_calls(step)
             for mark, at in messages_rules.bound_thinking(step, payload).items():
                 self.bound_thinking.setdefault(mark, set()).add(at)
         if path.endswith("/responses") and payload.get("store") is not False:

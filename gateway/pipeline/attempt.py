@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+import orjson
+
 from gateway import jsonbody
 from gateway.apis import OPENAI_CHAT
 from gateway.apis.base import Dialect, Ending, EventKind, FailedAnswer, ForeignError, StreamReader
 from gateway.apis.collect import collect
+from gateway.apis.messages.wire import AnthropicStreamReader
 from gateway.errors import EVENT_STATUS, Classification, ErrorType, TransportError
 from gateway.pipeline.outcome import (
     Failure,
@@ -32,9 +36,11 @@ from gateway.pipeline.outcome import (
 )
 from gateway.policy.answer_error import error_status_of
 from gateway.policy.classify import RequestFacts, classify, classify_stream_event
+from gateway.policy.foreign_reasoning import THOUGHT
 from gateway.policy.overflow_limits import parse_overflow
 from gateway.policy.retry import EMPTY_STREAM, RetryPlan
 from gateway.policy.retry_after import reset_at_ms
+from gateway.policy.thinking_signers import mark_of
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.redaction import redact_bytes, redact_text
 from gateway.routing import response_headers
@@ -290,6 +296,8 @@ async def _exchange(
             reader.parsed_events.keep = call.translation is not None
             if call.track:
                 reader.track()
+            if isinstance(reader, AnthropicStreamReader):
+                reader.signed = functools.partial(svc.signers.issued, deployment=call.up.cfg.name)
             try:
                 if token_s is None:
                     peeked = await _peek_stream(svc, resp, headers, reader)
@@ -332,6 +340,8 @@ async def _exchange(
                 facts = _facts(call, request)
                 return _upstream_error(svc, status, resp.headers, body, facts, answered=resp.status,
                                        operator=operator)  # fmt: skip
+        if call.dialect.api == "messages" and (b'"signature"' in body or b"redacted_thinking" in body):
+            _note_signed(svc, call, body)
         translated = call.translation.answer(body, call.dialect) if call.translation is not None else None
         if isinstance(translated, FailedAnswer):  # a Responses answer that failed, for another API's client
             facts = _facts(call, request)
@@ -347,6 +357,19 @@ async def _exchange(
     except BaseException:
         resp.close()  # the client left, or we are shutting down: do not leak the connection
         raise
+
+
+def _note_signed(svc: Services, call: Call, body: bytes) -> None:
+    """Whose the thinking of a Messages answer is (``policy/thinking_signers.py``)."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return
+    content = doc.get("content") if isinstance(doc, dict) else None
+    for block in content if isinstance(content, list) else ():
+        mark = mark_of(block) if isinstance(block, dict) and block.get("type") in THOUGHT else None
+        if mark is not None:
+            svc.signers.issued(mark, call.up.cfg.name)
 
 
 def _left_waiting(state: RequestState, reader: StreamReader) -> None:

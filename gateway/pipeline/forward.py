@@ -149,6 +149,8 @@ def full_pipeline(dialect: Dialect) -> Handler:
             bounded = cfg.max_output_tokens is not None or cfg.context_window is not None
             if bounded or svc.output_limits.learned:  # mostly neither: no call
                 payload = output_cap.capped(svc, state, dialect, cfg, model, prepared)
+            if dialect.api == "messages" and leg.translator is None:  # what this deployment refuses, left out
+                payload = reasoning_fix.shaped(svc, state, cfg.name, payload, asked.body())
             if leg.translator is None and leg.model is None and dialect.address(payload) is None:
                 headers = request_headers(request.headers.items(), up.outbound, state.request_id)
                 url = up.url_for(dialect.path, query)
@@ -161,7 +163,10 @@ def full_pipeline(dialect: Dialect) -> Handler:
             client = asked.client()
             if payload is not prepared:
                 client = output_cap.capped(svc, state, dialect, up.cfg, model, client)
-            return leg_call(state, leg, up, client_headers, sent, inbound, payload, client)
+            def shape(translated: dict[str, Any]) -> dict[str, Any]:
+                return reasoning_fix.shaped(svc, state, cfg.name, translated, None)
+
+            return leg_call(state, leg, up, client_headers, sent, inbound, payload, client, shape)
 
         plan = new_plan(svc, client_deadline_s(request.headers))
         plan.probe = turn is not None

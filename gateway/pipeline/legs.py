@@ -5,7 +5,7 @@ builds the plain call itself (the hot path) and asks here for the others."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from gateway import jsonbody
@@ -13,6 +13,7 @@ from gateway.apis.base import Dialect, Inbound
 from gateway.apis.messages import binding as messages_binding
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.outcome import Failure, RequestState, bad_request
+from gateway.policy.foreign_reasoning import loop_unthought
 from gateway.routing import UnsafePath, outbound_headers
 from gateway.routing.headers import with_added
 from gateway.services import UpstreamRuntime
@@ -34,9 +35,11 @@ class Sending(NamedTuple):
 def leg_call(
     state: RequestState, leg: Leg, up: UpstreamRuntime, client_headers: Iterable[tuple[str, str]],
     how: Sending, inbound: Inbound, payload: dict[str, Any], client_payload: dict[str, Any],
+    shape: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> Call | Failure:  # fmt: skip
     """A call on an upstream that speaks another API than the client, under another model
-    name, or in an API that names the model in the URL (Gemini)."""
+    name, or in an API that names the model in the URL (Gemini). ``shape``: what a request
+    translated into Messages goes through before it is sent (``reasoning_fix.shaped``)."""
     wire = leg.wire
     # The body is the gateway's, in the upstream's API; the client's credential moves to where
     # that API takes one when the API changes or it came as Gemini's ?key=.
@@ -60,6 +63,8 @@ def leg_call(
     translated = leg.request(client_payload, inbound.model, up.cfg.stream_usage)
     if isinstance(translated, Refusal):
         return refused_here(state, translated)
+    if shape is not None and wire.api == "messages":
+        translated = shape(translated)
     dropped = leg.translator.dropped(client_payload)
     if dropped:  # told as the parameters a model refused are (x-llm-params-dropped)
         noted = state.params_dropped or []
@@ -110,11 +115,15 @@ def resent(call: Call, payload: dict[str, Any]) -> tuple[Call, bytes] | Failure:
     if call.translation is None:
         model = call.wire_model
         sent = payload if model is None else {**payload, "model": model}
+        if _went_off(call, sent):
+            sent = loop_unthought(sent) or sent
     else:
         translated = call.translation.translator.request(payload, target_of(call))
         if isinstance(translated, Refusal):
             return bad_request(translated.message, translated.code)
         sent = translated
+        if _went_off(call, sent):
+            sent = loop_unthought(sent) or sent
         betas = _with_betas(call.headers, call.dialect, sent)
         if betas is not call.headers:
             call = dataclasses.replace(call, headers=betas)
@@ -130,6 +139,15 @@ def resent(call: Call, payload: dict[str, Any]) -> tuple[Call, bytes] | Failure:
     if isinstance(body, Failure):
         return body
     return dataclasses.replace(call, url=url, wire_model=_model(sent), rewritten=True), body
+
+
+def _went_off(call: Call, sent: Mapping[str, Any]) -> bool:
+    """Whether ``call`` went to a Messages upstream without the thinking ``sent`` asks for: a
+    loop ``reasoning_fix.shaped`` asked without thinking, which a compressed or unstreamed
+    request of it goes on without too. (A top-level ``thinking`` is an object; a block's is text.)"""
+    if call.dialect.api != "messages" or "thinking" not in sent or not call.body:
+        return False
+    return not any(mark in call.body for mark in (b'"thinking":{', b'"thinking": {'))
 
 
 def _with_betas(headers: Mapping[str, str], wire: Dialect, payload: Mapping[str, Any]) -> Mapping[str, str]:

@@ -81,7 +81,9 @@ class RequestState:
     params_rescued: int = 0
     # Signed reasoning left out because the upstream refused it as not its own
     # (``pipeline/reasoning_fix.py``): ``thinking``, ``thinking,thinking_off``, ``encrypted_content``...
+    # or, before any refusal, what that deployment refused before and ``thinking_off``.
     reasoning_dropped: str | None = None
+    reasoning_rescued: bool = False  # sent once more after such a refusal (never twice)
     classification: Classification | None = None  # the final error, if the answer is one
     # The gateway settled retrying for this request (it retried, or declined because of the
     # budget, deadline or an open circuit): the client's SDK must not retry on top.

@@ -1,4 +1,5 @@
-"""Reasoning the upstream refuses as not its own, left out: once, after the refusal.
+"""Reasoning the upstream refuses as not its own, left out: before the send where the gateway
+knows it will be refused, else once, after the refusal.
 
 A conversation that moved between accounts (a pool's keys, a fallback, a translated
 deployment and back) carries reasoning signed elsewhere, which the provider refuses
@@ -6,46 +7,153 @@ deployment and back) carries reasoning signed elsewhere, which the provider refu
 upstream: the client's conversation goes on instead of failing on every turn until it starts
 a new one. The client is told with ``x-llm-reasoning-dropped`` and the log line's
 ``reasoning_dropped`` (what was left out, never its content).
+
+On Messages the gateway remembers whose thinking is whose (``policy/thinking_signers.py``): a
+rescue leaves out only the blocks the refusing deployment did not issue, and a deployment that
+refused another's thinking gets it left out up front on later turns, so a move costs one call
+once, not one on every turn. Unsigned thinking (a chat relay's, which has nothing to sign with)
+never goes to a Messages upstream. And a tool loop the gateway asked without thinking (its turn
+has no thinking to start with) goes on without thinking until it ends, as Anthropic requires
+(``loop_unthought``); one Anthropic refused for that goes on so after its one refused call.
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
 
 from gateway import jsonbody
 from gateway.pipeline.attempt import Call
 from gateway.pipeline.outcome import Failure, Outcome, RequestState
 from gateway.pipeline.send import Onward, resend
-from gateway.policy.foreign_reasoning import refused_reasoning, strip
+from gateway.policy.foreign_reasoning import (
+    THOUGHT,
+    loop_calls,
+    loop_unthought,
+    refused_reasoning,
+    refused_unthought,
+    strip,
+    thinking_left_out,
+)
 from gateway.policy.retry import RetryPlan
+from gateway.policy.thinking_signers import mark_of
 from gateway.services import Services
 
 # What each API's signed reasoning is called, for the header and the log.
 DROPPED = {"messages": "thinking", "responses": "reasoning", "gemini": "thought_signature"}
+# A thinking block with an empty signature, as a chat relay's reasoning comes back from a client
+# (``translate/messages_chat``): Anthropic refuses it ("Invalid `signature` in `thinking` block").
+# Looked for as JSON.stringify (Claude Code) and Python's json (the SDKs) write it: a byte search
+# costs a fraction of a regular expression's over a long request.
+_UNSIGNED = (b'"signature":""', b'"signature": ""')
+# Where a refusal points: "messages.2.content.0: Invalid `signature` in `thinking` block".
+_AT = re.compile(r"messages\.(\d+)\.content\.(\d+)")
+
+
+def shaped(
+    svc: Services, state: RequestState, deployment: str, payload: dict[str, Any], body: bytes | None
+) -> dict[str, Any]:
+    """A Messages request as it goes to ``deployment``: without the thinking it refused from
+    another deployment before and without unsigned thinking (``body``: the request's bytes, to
+    look for that; None when it has none, as a translation writes none), and asked without
+    thinking while the tool loop in progress began without it. ``payload`` itself when none of
+    this applies (two dict lookups and the last two messages read, mostly)."""
+    signers = svc.signers
+    out = payload
+    refuses = signers.refuses_any(deployment)
+    if refuses or (body is not None and any(mark in body for mark in _UNSIGNED)):
+
+        def foreign(block: Mapping[str, Any]) -> bool:
+            return mark_of(block) is None or (refuses and signers.refuses(deployment, block))
+
+        out = thinking_left_out(payload, foreign=foreign) or payload
+    out = loop_unthought(out, signers.asked_off) or out
+    if out is not payload:
+        _note(svc, state, payload, out)
+    return out
+
+
+def _note(svc: Services, state: RequestState, before: dict[str, Any], after: dict[str, Any]) -> None:
+    """What was left out, told to the client; a loop asked without thinking, remembered."""
+    labels = (state.reasoning_dropped or "").split(",")
+    if before.get("messages") is not after.get("messages"):
+        labels.append("thinking")
+    if "thinking" in before and "thinking" not in after:
+        labels.append("thinking_off")
+        messages = after.get("messages")
+        svc.signers.went_off(loop_calls(messages) if isinstance(messages, list) else ())
+    state.reasoning_dropped = ",".join(dict.fromkeys(label for label in labels if label)) or None
 
 
 async def rescue(
     svc: Services, state: RequestState, plan: RetryPlan, call: Call, refused: Failure,
     onward: Onward | None = None,
 ) -> Outcome:
-    if state.reasoning_dropped is not None:
+    if state.reasoning_rescued:
         return refused
     upstream_body = refused.foreign.upstream_body if refused.foreign is not None else refused.body
-    if not refused_reasoning(refused.classification.message, upstream_body):
+    message = refused.classification.message
+    if not refused_reasoning(message, upstream_body):
         return refused
     try:
         doc, lenient = jsonbody.loads(call.body)
     except ValueError:
         return refused
     api = call.dialect.api
-    fixed = strip(api, doc) if isinstance(doc, dict) else None
+    fixed: dict[str, Any] | None = None
+    if isinstance(doc, dict):
+        if api == "messages" and refused_unthought(message):
+            fixed = loop_unthought(doc)  # the loop's turn came without thinking: none is asked
+        elif api == "messages":
+            fixed = _without_foreign(svc, call.up.cfg.name, doc, message)
+        else:
+            fixed = strip(api, doc)
     if fixed is None:
         return refused  # nothing of the kind was sent: the refusal stands
     capped = state.output_capped
     if capped is not None:
         # A budget lowered by an earlier rescue was sent in another body: lower this one too.
         fixed = call.dialect.lower_output(fixed, capped["to"]) or fixed
-    dropped = DROPPED[api]
-    if api == "messages" and "thinking" in doc and "thinking" not in fixed:
-        dropped += ",thinking_off"
-    state.reasoning_dropped = dropped
+    if api == "messages":
+        _note(svc, state, doc, fixed)
+    else:
+        state.reasoning_dropped = DROPPED[api]
+    state.reasoning_rescued = True
     svc.tracing.next_attempt(state, "reasoning_retry")
     return await resend(svc, state, plan, call, jsonbody.dumps(fixed, lenient=lenient), onward)
+
+
+def _without_foreign(
+    svc: Services, deployment: str, doc: dict[str, Any], message: str | None
+) -> dict[str, Any] | None:
+    """A Messages request ``deployment`` refused the thinking of, without every block it did not
+    issue itself (all of them when the gateway knows none as its own), and what it refused
+    learnt: later turns leave that out before they are sent (``shaped``). A refusal of a block it
+    did issue is about something else (a block bound to a prefix that changed, one modified):
+    every block goes, as before the gateway knew whose they were."""
+    signers = svc.signers
+    refused = _pointed_at(doc, message)
+    if refused is not None and not signers.foreign_to(deployment, refused):
+        return strip("messages", doc)
+    issuers = {
+        issuer
+        for m in doc.get("messages") or () if isinstance(m, dict) and m.get("role") == "assistant"
+        for b in m.get("content") or () if isinstance(m.get("content"), list)
+        and isinstance(b, dict) and b.get("type") in THOUGHT
+        and (mark := mark_of(b)) is not None and (issuer := signers.issuer(mark)) is not None
+    }  # fmt: skip
+    signers.refused(deployment, issuers)
+    return strip("messages", doc, foreign=lambda b: signers.foreign_to(deployment, b))
+
+
+def _pointed_at(doc: dict[str, Any], message: str | None) -> dict[str, Any] | None:
+    """The thinking block a refusal names by its place, if it names one."""
+    at = _AT.search(message or "")
+    messages = doc.get("messages")
+    if at is None or not isinstance(messages, list):
+        return None
+    i, j = int(at[1]), int(at[2])
+    content = messages[i].get("content") if i < len(messages) and isinstance(messages[i], dict) else None
+    block = content[j] if isinstance(content, list) and j < len(content) else None
+    return block if isinstance(block, dict) and block.get("type") in THOUGHT else None

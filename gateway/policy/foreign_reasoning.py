@@ -35,7 +35,7 @@ lost, which the client never showed; the answer is asked for as before.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 # How the gateway carries Claude's signed thinking in a Responses reasoning item's
@@ -48,6 +48,7 @@ GEMINI_SKIP = "skip_thought_signature_validator"
 _REFUSALS = re.compile(
     r"invalid\s+`?signature`?\s+in\s+`?thinking`?\s+block"
     r"|`?thinking`?\s+or\s+`?redacted_thinking`?\s+blocks\s+in\s+the\s+latest\s+assistant\s+message\s+cannot\s+be\s+modified"
+    r"|expected\s+`?thinking`?\s+or\s+`?redacted_thinking`?,?\s+but\s+found"
     r"|encrypted\s+content\b.{0,300}?\bcould\s+not\s+be\s+verified"
     r"|item\s+with\s+id\s+'rs_[^']*'\s+not\s+found"
     r"|corrupted\s+thought\s+signature"
@@ -55,7 +56,17 @@ _REFUSALS = re.compile(
     r"|invalid\s+thought\s+signature",
     re.IGNORECASE | re.DOTALL,
 )
+# Anthropic's tool-loop rule, met when a loop's turn came from where thinking was off or not
+# signed (a key that answered with thinking left out, a chat relay): "messages.3.content.0.type:
+# Expected `thinking` or `redacted_thinking`, but found `tool_use`. When `thinking` is enabled, a
+# final `assistant` message must start with a thinking block (preceeding the lastmost set of
+# `tool_use` and `tool_result` blocks). ... To avoid this requirement, disable `thinking`."
+# (opencode #3077, kilocode #5219, mastra #7799).
+_UNTHOUGHT = re.compile(
+    r"expected\s+`?thinking`?\s+or\s+`?redacted_thinking`?,?\s+but\s+found", re.IGNORECASE
+)
 THOUGHT = ("thinking", "redacted_thinking")  # Messages block types that carry signed thinking
+Foreign = Callable[[Mapping[str, Any]], bool]  # whether a thinking block is to be left out
 
 
 def refused_reasoning(message: str | None, body: bytes = b"") -> bool:
@@ -65,11 +76,18 @@ def refused_reasoning(message: str | None, body: bytes = b"") -> bool:
     return b"invalid_encrypted_content" in body[:65536]
 
 
-def strip(api: str, doc: Mapping[str, Any]) -> dict[str, Any] | None:
-    """``doc`` (a request in ``api``) without the reasoning an upstream may refuse as foreign;
-    None when it carries none."""
+def refused_unthought(message: str | None) -> bool:
+    """Whether a Messages refusal is of a tool loop whose turn does not start with thinking."""
+    return bool(message) and _UNTHOUGHT.search(message or "") is not None
+
+
+def strip(api: str, doc: Mapping[str, Any], foreign: Foreign | None = None) -> dict[str, Any] | None:
+    """``doc`` (a request in ``api``) without the reasoning an upstream may refuse as foreign
+    (on Messages, the blocks ``foreign`` says are, when given: else every one); None when it
+    carries none."""
     if api == "messages":
-        return thinking_left_out(doc)
+        out = thinking_left_out(doc, foreign=foreign)
+        return None if out is None else loop_unthought(out) or out
     if api == "responses":
         return _responses(doc)
     if api == "gemini":
@@ -77,10 +95,12 @@ def strip(api: str, doc: Mapping[str, Any]) -> dict[str, Any] | None:
     return None  # chat carries no signed reasoning
 
 
-def thinking_left_out(doc: Mapping[str, Any], since: int = 0) -> dict[str, Any] | None:
+def thinking_left_out(
+    doc: Mapping[str, Any], since: int = 0, foreign: Foreign | None = None
+) -> dict[str, Any] | None:
     """A Messages request without the thinking and redacted_thinking blocks of its assistant
-    turns from ``messages[since]`` on (those before it kept as they are); None when there are
-    none."""
+    turns from ``messages[since]`` on (those before it kept as they are), only those
+    ``foreign`` says are when given; None when there are none."""
     messages = doc.get("messages")
     if not isinstance(messages, list):
         return None
@@ -92,7 +112,7 @@ def thinking_left_out(doc: Mapping[str, Any], since: int = 0) -> dict[str, Any] 
         owned = i >= since and isinstance(m, dict) and m.get("role") == "assistant"
         content = m.get("content") if owned else None
         if isinstance(content, list):
-            kept = [b for b in content if not (isinstance(b, dict) and b.get("type") in THOUGHT)]
+            kept = [b for b in content if not _left_out(b, foreign)]
             if len(kept) != len(content):
                 removed = True
                 last_lost = last_lost or i == last
@@ -110,6 +130,73 @@ def thinking_left_out(doc: Mapping[str, Any], since: int = 0) -> dict[str, Any] 
         del out["thinking"]
         _without_thinking_edits(out)
     return out
+
+
+def _left_out(block: Any, foreign: Foreign | None) -> bool:
+    return isinstance(block, dict) and block.get("type") in THOUGHT and (foreign is None or foreign(block))
+
+
+def loop_unthought(
+    doc: Mapping[str, Any], asked_off: Callable[[str], bool] | None = None
+) -> dict[str, Any] | None:
+    """``doc`` asked without thinking while the tool loop in progress began without it; None
+    when the rule does not apply (thinking off, no loop open, or its turn starts with thinking).
+    ``asked_off``: whether the gateway asked a request holding this tool call without thinking;
+    when given, the rule applies only to a loop it did so for (a turn without thinking is also
+    what an adaptive model that chose not to think answers, which Anthropic takes back as it
+    came: thinking is left as the client asked there, and its prompt cache with it). Without it
+    (after Anthropic refused the step) any such loop.
+
+    Anthropic wants the loop's assistant turn to start with its thinking block while thinking is
+    on ("Expected `thinking` or `redacted_thinking`, but found `tool_use`", ``_UNTHOUGHT``), and
+    says "a tool-use loop is one assistant turn, so change the configuration only between turns"
+    (https://platform.claude.com/docs/build-with-claude/thinking-tool-workflows). A turn
+    answered with thinking off (this module's own rescue, another key) or by a chat
+    relay has no such block: the loop goes on without thinking until the user's next turn, when
+    the request asks with thinking as the client wrote it. Only the last two messages are read."""
+    messages = doc.get("messages")
+    if not _thinking_on(doc) or not isinstance(messages, list) or len(messages) < 2:
+        return None
+    turn, results = messages[-2], messages[-1]
+    if not (isinstance(results, dict) and results.get("role") == "user" and _has(results, "tool_result")):
+        return None
+    if not (isinstance(turn, dict) and turn.get("role") == "assistant" and _calls_tools(turn)):
+        return None
+    content = turn.get("content")
+    assert isinstance(content, list)  # _calls_tools read it
+    first = content[0]
+    if isinstance(first, dict) and first.get("type") in THOUGHT:
+        return None
+    if asked_off is not None and not any(asked_off(i) for i in loop_calls(messages[:-2])):
+        return None
+    out = {k: v for k, v in doc.items() if k != "thinking"}
+    _without_thinking_edits(out)
+    return out
+
+
+def loop_calls(messages: list[Any]) -> list[str]:
+    """The tool_use ids of the tool loop that ``messages`` end in: its assistant turns back to
+    the user's last message that is not only tool results."""
+    ids: list[str] = []
+    i = len(messages) - 1
+    while i >= 1:
+        results, turn = messages[i], messages[i - 1]
+        if not (isinstance(results, dict) and results.get("role") == "user" and _has(results, "tool_result")):
+            break
+        if not (isinstance(turn, dict) and turn.get("role") == "assistant" and _calls_tools(turn)):
+            break
+        ids += [b["id"] for b in turn["content"] if _is_call(b) and isinstance(b.get("id"), str)]
+        i -= 2
+    return ids
+
+
+def _is_call(block: Any) -> bool:
+    return isinstance(block, dict) and block.get("type") == "tool_use"
+
+
+def _has(message: Mapping[str, Any], kind: str) -> bool:
+    content = message.get("content")
+    return isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == kind for b in content)
 
 
 def _calls_tools(message: Any) -> bool:

@@ -251,16 +251,16 @@ def test_the_openai_sdk_sees_one_answer_and_every_attempt_counted(gateway: Runni
     assert calls.get("sk-a", 0) <= 1 and calls.get("sk-b", 0) <= 1 and calls.get("sk-c", 0) == 6
 
 
-def _thinking_then_bash(key: str | None, orgs: dict[str, str]) -> Stream:
+def _thinking_then_bash(key: str | None, orgs: dict[str, str], thinks: bool = True, call_id: str = "toolu_01") -> Stream:
     """A tool-calling turn that starts with signed thinking, as Anthropic streams it, signed for
-    the organization of the key that asked (Anthropic binds a signature to the account)."""
+    the organization of the key that asked (Anthropic binds a signature to the account); without
+    it (``thinks``: False) as a request asked with thinking off is answered."""
     thought = "The user wants the date: run it."
     msg = {"id": f"msg_think_{uuid.uuid4().hex[:8]}", "type": "message", "role": "assistant",
            "model": "claude-opus-4-8", "content": [], "stop_reason": None, "stop_sequence": None,
            "usage": {"input_tokens": 30, "output_tokens": 1}}  # fmt: skip
     signature = sign(thought, orgs.get(key or ""))
-    return Stream([
-        sse("message_start", {"type": "message_start", "message": msg}),
+    thinking = [
         sse("content_block_start", {"type": "content_block_start", "index": 0,
                                     "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
         sse("content_block_delta", {"type": "content_block_delta", "index": 0,
@@ -268,11 +268,16 @@ def _thinking_then_bash(key: str | None, orgs: dict[str, str]) -> Stream:
         sse("content_block_delta", {"type": "content_block_delta", "index": 0,
                                     "delta": {"type": "signature_delta", "signature": signature}}),
         sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
-        sse("content_block_start", {"type": "content_block_start", "index": 1,
-                                    "content_block": {"type": "tool_use", "id": "toolu_01", "name": "Bash", "input": {}}}),
-        sse("content_block_delta", {"type": "content_block_delta", "index": 1, "delta": {
+    ] if thinks else []  # fmt: skip
+    at = len(thinking) and 1
+    return Stream([
+        sse("message_start", {"type": "message_start", "message": msg}),
+        *thinking,
+        sse("content_block_start", {"type": "content_block_start", "index": at,
+                                    "content_block": {"type": "tool_use", "id": call_id, "name": "Bash", "input": {}}}),
+        sse("content_block_delta", {"type": "content_block_delta", "index": at, "delta": {
             "type": "input_json_delta", "partial_json": json.dumps({"command": "date", "description": "the date"})}}),
-        sse("content_block_stop", {"type": "content_block_stop", "index": 1}),
+        sse("content_block_stop", {"type": "content_block_stop", "index": at}),
         sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
                               "usage": {"output_tokens": 20}}),
         sse("message_stop", {"type": "message_stop"}),
@@ -285,23 +290,30 @@ def test_a_claude_code_tool_loop_moved_to_a_key_of_another_organization_goes_on(
 ) -> None:  # fmt: skip
     """Claude Code (stock settings, thinking on) calls a tool; its key is then limited, and the
     tool's result goes to a key of another organization, which refuses the first key's thinking
-    signature as Anthropic does. The gateway asks once more without that thinking and the run
-    ends well, instead of failing every turn until the session is started over."""
+    signature as Anthropic does. The gateway asks once more without that thinking (and without
+    thinking: the loop's turn lost its block), the new key calls the tool again, and the loop's
+    next step goes without thinking too (Anthropic, and the fake, refuse it with thinking on:
+    "Expected `thinking` or `redacted_thinking`, but found `tool_use`"): the run ends well,
+    instead of failing every turn until the session is started over."""
     orgs = {k: f"org-{k[-1]}" for k in CLAUDE_KEYS}
     fake.orgs = orgs
     request.addfinalizer(lambda: setattr(fake, "orgs", {}))
     gw = _launch(keys, tmp_path, "weighted")
     request.addfinalizer(gw.stop)
     served: list[str] = []
+    moved = f"toolu_moved{uuid.uuid4().hex[:8]}"  # an id no other test's script gave
 
     def loop(payload: dict[str, Any]) -> Any:
         asked_by = fake._key
-        if not any(isinstance(b, dict) and b.get("type") == "tool_result"
-                   for m in payload.get("messages", []) for b in (m.get("content") or [])):  # fmt: skip
+        results = sum(1 for m in payload.get("messages", []) if isinstance(m.get("content"), list)
+                      for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result")  # fmt: skip
+        if not results:
             if asked_by is not None and not served:
                 served.append(asked_by)
                 fake.keys.limited_until(asked_by, time.time() + 3600)  # from the next request on
             return _thinking_then_bash(asked_by, orgs)
+        if results == 1:  # the move's request, asked without thinking: answered without
+            return _thinking_then_bash(asked_by, orgs, thinks="thinking" in payload, call_id=moved)
         return None  # the fake's own answer ends the run
 
     fake.always = loop
@@ -313,8 +325,9 @@ def test_a_claude_code_tool_loop_moved_to_a_key_of_another_organization_goes_on(
     loop_turns = [s for s in sent if b"tool_result" in s.body and s.headers.get("x-api-key") != home]
     refused = [s for s in loop_turns if b'"thinking"' in s.body and b"signature" in s.body]
     kept = [s for s in loop_turns if s not in refused]
-    assert len(refused) == 1 and kept, [s.headers.get("x-api-key") for s in sent]
+    assert len(refused) == 1 and len(kept) == 2, [s.headers.get("x-api-key") for s in sent]
     body = kept[-1].json()
+    assert moved.encode() in kept[-1].body  # the loop's next step, on the new key
     assert "thinking" not in body  # the tool loop's own thinking went, and thinking with it
     assert all(b.get("type") not in ("thinking", "redacted_thinking")
                for m in body["messages"] if isinstance(m.get("content"), list) for b in m["content"])

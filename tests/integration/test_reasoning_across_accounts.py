@@ -256,3 +256,204 @@ async def test_a_gemini_thought_signature_of_another_account_becomes_googles_sta
         assert kept["contents"][1]["parts"][0]["thoughtSignature"] == GEMINI_SKIP
     finally:
         await fake.close()
+
+
+def answering(org: str, steps: int = 2) -> Any:
+    """A key of ``org`` as Anthropic answers: thinking (signed for ``org``) only when asked, a
+    call until the loop has ``steps`` results, then the answer."""
+
+    def step(payload: dict[str, Any]) -> Reply:
+        thinking = payload.get("thinking")
+        thinks = isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
+        results = sum(1 for m in payload["messages"] if isinstance(m.get("content"), list)
+                      for b in m["content"] if b.get("type") == "tool_result")  # fmt: skip
+        content: list[dict[str, Any]] = []
+        if thinks:
+            text = f"{org} thinks over {len(payload['messages'])} messages."
+            content.append({"type": "thinking", "thinking": text, "signature": sign(text, org)})
+        calls = bool(payload.get("tools")) and results < steps
+        if calls:
+            content.append({"type": "tool_use", "id": f"toolu_{org.replace('-', '')}{results}",
+                            "name": "get_weather", "input": {"city": "Paris"}})  # fmt: skip
+        else:
+            content.append({"type": "text", "text": f"Sunny, says {org}."})
+        return Reply(200, {**thinking_then_call(org), "content": content,
+                           "stop_reason": "tool_use" if calls else "end_turn"})  # fmt: skip
+
+    return step
+
+
+def as_sent(message: Any) -> dict[str, Any]:
+    return {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in message.content]}
+
+
+async def test_a_tool_loop_moved_to_another_account_goes_on_to_its_end_and_thinks_again_after(
+    two_accounts: Any,
+) -> None:
+    """The loop's turn on the new key was answered without thinking (the rescue turned it off):
+    its next steps go without thinking (Anthropic refuses them with it: "Expected `thinking` or
+    `redacted_thinking`, but found `tool_use`"), and the user's next turn thinks again."""
+    gw, fakes = two_accounts
+    for name, fake in fakes.items():
+        fake.always = answering(f"org-{name}")
+    client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="sk-client")
+    thinking: Any = {"type": "adaptive"}
+    asked: Any = [{"role": "user", "content": "Weather in Paris?"}]
+    headers = []
+    try:
+        first = await client.messages.create(model="claude-sonnet-4-6", max_tokens=4096, messages=asked,
+                                             tools=TOOLS, thinking=thinking)  # fmt: skip
+        [home] = [n for n, f in fakes.items() if f.messages_requests()]
+        other = "b" if home == "a" else "a"
+        fakes[home].keys.limited_until(f"key-{home}", time.time() + 3600)
+        answer = first
+        for _ in range(2):  # two tool results: the new key's call, then its answer
+            call = next(b for b in answer.content if b.type == "tool_use")
+            asked = [*asked, as_sent(answer),
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "sunny"}]}]  # fmt: skip
+            raw = await client.messages.with_raw_response.create(
+                model="claude-sonnet-4-6", max_tokens=4096, messages=asked, tools=TOOLS, thinking=thinking)
+            answer = await raw.parse()
+            headers.append(raw.headers)
+        assert answer.content[-1].type == "text", answer.content
+        asked = [*asked, as_sent(answer), {"role": "user", "content": "And tomorrow?"}]
+        last = await client.messages.create(model="claude-sonnet-4-6", max_tokens=4096, messages=asked,
+                                            tools=TOOLS, thinking=thinking)  # fmt: skip
+    finally:
+        await client.close()
+    assert [h["x-llm-upstream"] for h in headers] == [other, other]
+    assert [h["x-llm-reasoning-dropped"] for h in headers] == ["thinking,thinking_off", "thinking,thinking_off"]
+    sent = [r.json() for r in fakes[other].messages_requests()]
+    # The move: refused once for the old key's thinking, then asked without it and without
+    # thinking; the loop's next step without either, up front; the next turn thinks again.
+    assert len(sent) == 4
+    refused, moved, step, after = sent
+    assert "thinking" in refused and "thinking" not in moved and "thinking" not in step
+    assert after["thinking"] == thinking
+    assert [b.type for b in last.content] == ["thinking", "text"]
+    # The old key's thinking never went to the new key again once refused.
+    assert all(b.get("type") != "thinking" for r in (moved, step, after) for m in r["messages"][:-1]
+               if isinstance(m["content"], list) for b in m["content"])  # fmt: skip
+    assert fakes[other].calls_by_key() == {f"key-{other}": 4}
+
+
+async def test_after_a_move_a_turn_costs_no_refused_call_and_the_new_keys_thinking_stays(
+    two_accounts: Any,
+) -> None:
+    """The first turn on the new key pays one refused call; the later ones none: the old key's
+    thinking is left out before they are sent, the new key's own kept."""
+    gw, fakes = two_accounts
+    for name, fake in fakes.items():
+        fake.always = answering(f"org-{name}")
+    client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="sk-client")
+    thinking: Any = {"type": "adaptive"}
+    asked: Any = []
+    home = other = ""
+    try:
+        for turn in range(1, 6):
+            asked = [*asked, {"role": "user", "content": f"Turn {turn}: how are you?"}]
+            if turn == 3:
+                [home] = [n for n, f in fakes.items() if f.messages_requests()]
+                other = "b" if home == "a" else "a"
+                fakes[home].keys.limited_until(f"key-{home}", time.time() + 3600)
+            answer = await client.messages.create(model="claude-sonnet-4-6", max_tokens=4096, messages=asked,
+                                                  thinking=thinking)  # fmt: skip
+            assert answer.content[0].type == "thinking"
+            asked = [*asked, as_sent(answer)]
+    finally:
+        await client.close()
+    sent = [r.json() for r in fakes[other].messages_requests()]
+    assert fakes[other].calls_by_key() == {f"key-{other}": 4}  # turns 3 (refused, answered), 4 and 5
+    last = sent[-1]
+    kept = [b["signature"] for m in last["messages"] if m["role"] == "assistant"
+            for b in m["content"] if b["type"] == "thinking"]  # fmt: skip
+    assert len(kept) == 2 and all(s == sign_of(last, s) for s in kept)  # the new key's own, turns 3 and 4
+    assert last["thinking"] == thinking
+
+
+def sign_of(doc: dict[str, Any], signature: str) -> str:
+    """The signature's block, signed again as the fake signs for org-a or org-b: which it is."""
+    for m in doc["messages"]:
+        for b in m["content"] if isinstance(m["content"], list) else []:
+            if b.get("signature") == signature:
+                return next(s for s in (sign(b["thinking"], "org-a"), sign(b["thinking"], "org-b")) if s == signature)
+    raise AssertionError(signature)
+
+
+async def test_unsigned_thinking_from_a_chat_relay_never_reaches_a_messages_upstream(make_gateway: Any) -> None:
+    """Claude Code's history holds thinking a chat relay gave it (``signature: ""``): left out
+    before the send to Anthropic, which refuses it, rather than after a refused call."""
+    fake = await FakeUpstream().start()
+    try:
+        fake.always = Reply(200, sunny())
+        gw = await make_gateway(fake=fake, upstreams=f"  - {{name: anthropic, base_url: '{fake.url}', api_key: k, "
+                                                     "key_header: x-api-key, apis: [messages]}\n")  # fmt: skip
+        history: Any = [
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": [{"type": "thinking", "thinking": "relayed", "signature": ""},
+                                              {"type": "text", "text": "Let me see."}]},
+            {"role": "user", "content": "And tomorrow?"},
+        ]  # fmt: skip
+        status, headers, body = await gw.messages({"model": "claude-sonnet-4-6", "max_tokens": 4096,
+                                                   "messages": history, "thinking": {"type": "adaptive"}})  # fmt: skip
+        assert status == 200, body
+        [sent] = [r.json() for r in fake.messages_requests()]
+    finally:
+        await fake.close()
+    assert sent["messages"][1]["content"] == [{"type": "text", "text": "Let me see."}]
+    assert headers["x-llm-reasoning-dropped"] == "thinking"
+
+
+async def test_a_refusal_of_the_deployments_own_thinking_still_leaves_every_block_out(make_gateway: Any) -> None:
+    """The deployment refuses a block it issued itself (its text changed on the way): not a
+    matter of whose it is, so every block goes, as before the gateway knew whose they were."""
+    fake = await FakeUpstream().start()
+    try:
+        fake.always = answering("org-x")
+        gw = await make_gateway(fake=fake, upstreams=f"  - {{name: anthropic, base_url: '{fake.url}', api_key: k, "
+                                                     "key_header: x-api-key, apis: [messages]}\n")  # fmt: skip
+        fake.orgs = {"k": "org-x"}
+        asked: Any = [{"role": "user", "content": "Weather in Paris?"}]
+        payload = {"model": "claude-sonnet-4-6", "max_tokens": 4096, "thinking": {"type": "adaptive"}}
+        status, _, body = await gw.messages({**payload, "messages": asked})
+        assert status == 200, body
+        first = json.loads(body)
+        assert first["content"][0]["type"] == "thinking"
+        first["content"][0]["thinking"] += " (edited)"  # the signature no longer holds
+        asked = [*asked, {"role": "assistant", "content": first["content"]}, {"role": "user", "content": "And tomorrow?"}]
+        status, headers, body = await gw.messages({**payload, "messages": asked})
+        assert status == 200, body
+        refused, kept = (r.json() for r in fake.messages_requests()[1:])
+    finally:
+        await fake.close()
+    assert refused["messages"][1]["content"][0]["type"] == "thinking"
+    assert [b["type"] for b in kept["messages"][1]["content"]] == ["text"]
+    assert headers["x-llm-reasoning-dropped"] == "thinking"
+
+
+async def test_a_loop_begun_without_thinking_is_refused_once_then_goes_on_without(make_gateway: Any) -> None:
+    """A loop whose turn came without thinking from where the gateway could not see (a chat
+    relay, a client that turned thinking on mid loop) is refused by Anthropic with thinking on:
+    asked again without, once; its later steps go without from the start."""
+    fake = await FakeUpstream().start()
+    try:
+        fake.always = answering("org-x", steps=3)
+        gw = await make_gateway(fake=fake, upstreams=f"  - {{name: anthropic, base_url: '{fake.url}', api_key: k, "
+                                                     "key_header: x-api-key, apis: [messages]}\n")  # fmt: skip
+        payload: Any = {"model": "claude-sonnet-4-6", "max_tokens": 4096, "tools": TOOLS}
+        asked: Any = [{"role": "user", "content": "Weather in Paris?"}]
+        status, _, body = await gw.messages({**payload, "messages": asked})  # no thinking asked
+        dropped = []
+        for _ in range(2):
+            turn = json.loads(body)
+            call = next(b for b in turn["content"] if b["type"] == "tool_use")
+            asked = [*asked, {"role": "assistant", "content": turn["content"]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call["id"], "content": "sunny"}]}]  # fmt: skip
+            status, headers, body = await gw.messages({**payload, "messages": asked, "thinking": {"type": "adaptive"}})
+            assert status == 200, body
+            dropped.append(headers["x-llm-reasoning-dropped"])
+        sent = [r.json() for r in fake.messages_requests()]
+    finally:
+        await fake.close()
+    assert dropped == ["thinking_off", "thinking_off"]
+    assert ["thinking" in s for s in sent] == [False, True, False, False]  # one refused call in all

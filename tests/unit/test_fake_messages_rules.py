@@ -21,6 +21,7 @@ from gateway.fake.messages_rules import (
     refusal,
     thinking_types,
     thought_calls,
+    unthought_calls,
 )
 from gateway.fake.steps import Reply, Stream
 
@@ -531,6 +532,21 @@ def test_with_thinking_on_the_last_tool_calling_turn_starts_with_its_thinking() 
     assert refused(loop, thinking=BUDGET, tools=BASH) is None  # a call the fake answered without thinking
     done = [*loop, assistant(text("Done.")), user(text("thanks"))]  # the loop ended: nothing asked
     assert judged(done, thinking=BUDGET, tools=BASH) is None
+
+
+def test_a_call_answered_with_thinking_off_cannot_go_on_with_it_on() -> None:
+    """A loop's turn answered to a request that asked no thinking (a gateway's rescue on another
+    key) has none to start with: its next step with thinking on is refused, as Anthropic does."""
+    answered = Reply(200, {"content": [call("t1")]})
+    assert unthought_calls(answered, {"thinking": BUDGET}) == set()  # asked: the fake's default, not judged
+    issued = unthought_calls(answered, {"thinking": {"type": "disabled"}})
+    assert issued == {"t1"} and unthought_calls(answered, {}) == {"t1"}
+    loop = [user(text("ls?")), assistant(call("t1")), user(result("t1"))]
+    payload = {"model": "claude-x", "max_tokens": 4096, "messages": loop, "tools": BASH}
+    reply = refusal(PATH, {**payload, "thinking": {"type": "adaptive"}}, {}, issued)
+    assert reply is not None and reply.body["error"]["message"].startswith(
+        "messages.1.content.0.type: Expected `thinking` or `redacted_thinking`, but found `tool_use`.")
+    assert refusal(PATH, payload, {}, issued) is None  # still off: taken
 
 
 def test_a_thinking_block_comes_back_with_the_signature_it_was_issued() -> None:

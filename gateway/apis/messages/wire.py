@@ -21,7 +21,7 @@ sheds load, which is what an open circuit answers on this dialect.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway.apis import output_budget
@@ -258,10 +258,13 @@ def anthropic_usage(usage: Any) -> dict[str, int]:
 
 
 class AnthropicStreamReader(ShownText):
-    __slots__ = ("error", "next_index", "open_block", "parsed_events", "stop_owed", "usage")
+    __slots__ = ("error", "next_index", "open_block", "parsed_events", "signed", "stop_owed", "usage")
 
     def __init__(self) -> None:
         super().__init__()
+        # Told each thinking signature (a redacted block's data) the answer carries, when set:
+        # whose thinking is whose (``policy/thinking_signers.py``).
+        self.signed: Callable[[str], None] | None = None
         self.parsed_events = ParsedEvents()
         self.usage: dict[str, int] = {}
         self.error: dict[str, Any] | None = None
@@ -309,6 +312,9 @@ class AnthropicStreamReader(ShownText):
         if b"usage" in raw and (b"message_start" in raw or b"message_delta" in raw):
             event = event or self.parsed_events.parse(raw)
             self._take_usage(event.json())
+        if self.signed is not None and (b"signature_delta" in raw or b"redacted_thinking" in raw):
+            event = event or self.parsed_events.parse(raw)
+            self._signed(event.json())
         if self.tracking and b"content_block" in raw:
             event = event or self.parsed_events.parse(raw)
             tracked = event.json()
@@ -334,6 +340,20 @@ class AnthropicStreamReader(ShownText):
         if name == "content_block_start" and isinstance(doc, dict) and _empty_block(doc.get("content_block")):
             return EventKind.CONTENTLESS
         return EventKind.VISIBLE
+
+    def _signed(self, doc: Any) -> None:
+        assert self.signed is not None
+        if not isinstance(doc, dict):
+            return
+        delta, block = doc.get("delta"), doc.get("content_block")
+        if doc.get("type") == "content_block_delta" and isinstance(delta, dict):
+            mark = delta.get("signature") if delta.get("type") == "signature_delta" else None
+        elif doc.get("type") == "content_block_start" and isinstance(block, dict):
+            mark = block.get("data") if block.get("type") == "redacted_thinking" else None
+        else:
+            return
+        if isinstance(mark, str) and mark:
+            self.signed(mark)
 
     def _take_usage(self, doc: Any) -> None:
         if not isinstance(doc, dict):

@@ -11,10 +11,14 @@ import pytest
 from gateway.policy.foreign_reasoning import (
     GATEWAY_THINKING_MARK,
     GEMINI_SKIP,
+    loop_calls,
+    loop_unthought,
     refused_reasoning,
+    refused_unthought,
     strip,
     without_gateway_thinking,
 )
+from gateway.policy.thinking_signers import Signers
 from tests.corpus_cases import HELD_OUT, IN_SAMPLE, body_bytes, classify_case
 
 FOREIGN = [c for c in IN_SAMPLE if c["expected"].get("foreign_reasoning")]
@@ -110,6 +114,95 @@ def test_other_context_edits_stay_when_thinking_goes() -> None:
 def test_a_request_without_thinking_blocks_is_not_rewritten() -> None:
     assert strip("messages", claude_code_like({"role": "user", "content": "hi"})) is None
     assert strip("chat", {"messages": [{"role": "user", "content": "hi"}]}) is None
+
+
+def test_the_tool_loop_rule_is_told_from_a_signature_refusal() -> None:
+    [loop] = [c for c in FOREIGN if c["name"] == "anthropic-tool-loop-turn-without-its-thinking"]
+    assert refused_unthought(classify_case(loop).message)
+    assert not any(refused_unthought(classify_case(c).message) for c in FOREIGN if c is not loop)
+
+
+def test_a_tool_loop_whose_turn_has_no_thinking_goes_on_without_thinking() -> None:
+    """A loop's turn answered with thinking off (a rescue on another key) or by a chat relay:
+    Anthropic refuses the next step while thinking is on, so it is asked without, edits too."""
+    doc = claude_code_like({"role": "user", "content": "list files"}, {"role": "assistant", "content": [CALL]},
+                           RESULT)  # fmt: skip
+    before = copy.deepcopy(doc)
+    out = loop_unthought(doc)
+    assert out is not None and doc == before
+    assert "thinking" not in out and "context_management" not in out
+    assert out["messages"] == doc["messages"] and out["output_config"] == {"effort": "high"}
+
+
+def test_up_front_only_a_loop_the_gateway_asked_without_thinking_goes_on_without() -> None:
+    """A turn without thinking is also what an adaptive model that chose not to think answers,
+    which Anthropic takes back: thinking stays as asked unless the gateway turned it off for an
+    earlier step of this loop."""
+    second = {"type": "tool_use", "id": "toolu_2", "name": "ls", "input": {}}
+    doc = claude_code_like(
+        {"role": "user", "content": "list files"}, {"role": "assistant", "content": [thought(), CALL]}, RESULT,
+        {"role": "assistant", "content": [second]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_2", "content": "b.txt"}]},
+    )  # fmt: skip
+    assert loop_calls(doc["messages"]) == ["toolu_2", "toolu_1"]
+    assert loop_calls(doc["messages"][:-2]) == ["toolu_1"]
+    assert loop_unthought(doc, asked_off=lambda call: False) is None
+    assert loop_unthought(doc, asked_off=lambda call: call == "toolu_2") is None  # its own turn's: not yet sent
+    out = loop_unthought(doc, asked_off=lambda call: call == "toolu_1")
+    assert out is not None and "thinking" not in out
+
+
+def test_a_loop_ends_at_the_users_own_words() -> None:
+    messages = [{"role": "user", "content": "ls"}, {"role": "assistant", "content": [CALL]}, RESULT,
+                {"role": "assistant", "content": [{"type": "text", "text": "a.txt"}]}, {"role": "user", "content": "more"}]  # fmt: skip
+    assert loop_calls(messages) == [] and loop_calls(messages[:3]) == ["toolu_1"]
+
+
+@pytest.mark.parametrize("messages", [
+    # the loop's turn starts with its thinking (or a redacted block)
+    [{"role": "user", "content": "ls"}, {"role": "assistant", "content": [thought(), CALL]}, RESULT],
+    [{"role": "user", "content": "ls"}, {"role": "assistant", "content": [{"type": "redacted_thinking",
+                                                                           "data": "x"}, CALL]}, RESULT],
+    # the loop ended: the user's next turn, thinking as the client asks
+    [{"role": "user", "content": "ls"}, {"role": "assistant", "content": [CALL]}, RESULT,
+     {"role": "assistant", "content": [{"type": "text", "text": "a.txt"}]}, {"role": "user", "content": "more"}],
+    [{"role": "user", "content": "hi"}],
+])  # fmt: skip
+def test_thinking_stays_on_outside_a_loop_begun_without_it(messages: list[Any]) -> None:
+    assert loop_unthought(claude_code_like(*messages)) is None
+
+
+def test_with_thinking_off_no_loop_is_judged() -> None:
+    doc = claude_code_like({"role": "user", "content": "ls"}, {"role": "assistant", "content": [CALL]}, RESULT)
+    del doc["thinking"]
+    assert loop_unthought(doc) is None
+
+
+def test_only_the_blocks_said_foreign_are_left_out_and_the_loop_keeps_its_own() -> None:
+    mine, theirs = thought("mine", "sig-b"), thought("theirs", "sig-a")
+    doc = claude_code_like(
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": [theirs, {"type": "text", "text": "Hi."}]},
+        {"role": "user", "content": "list files"}, {"role": "assistant", "content": [mine, CALL]}, RESULT,
+    )  # fmt: skip
+    out = strip("messages", doc, foreign=lambda b: b.get("signature") == "sig-a")
+    assert out is not None
+    assert out["messages"][1]["content"] == [{"type": "text", "text": "Hi."}]
+    assert out["messages"][3]["content"] == [mine, CALL] and out["thinking"] == {"type": "adaptive"}
+
+
+def test_a_deployment_that_refused_an_issuer_refuses_its_blocks_and_no_one_elses() -> None:
+    signers = Signers(size=2)
+    signers.issued("sig-a", "a")
+    signers.issued("sig-b", "b")
+    assert not signers.refuses_any("b")
+    signers.refused("b", ["a", "b"])  # never itself
+    assert signers.refuses_any("b") and not signers.refuses_any("a")
+    assert signers.refuses("b", thought(sig="sig-a")) and not signers.refuses("b", thought(sig="sig-b"))
+    # For a rescue: all but its own, the unknown and the unsigned (a chat relay's) included.
+    assert [signers.foreign_to("b", thought(sig=s)) for s in ("sig-a", "sig-b", "sig-z", "")] == [
+        True, False, True, True]
+    signers.issued("sig-c", "c")  # bounded: the oldest goes
+    assert signers.issuer("sig-a") is None and signers.issuer("sig-c") == "c"
 
 
 def test_responses_loses_its_reasoning_items_sealed_or_recorded() -> None:

@@ -1,0 +1,94 @@
+"""Whose Claude thinking is whose: which deployment issued each signature the gateway relayed,
+and which deployments refused which others' (``policy/foreign_reasoning.py``).
+
+A conversation that moved to a key of another organization carries the old key's thinking,
+which the new key refuses (the module above states the assumption). Without a memory, the
+refusal cost a call on every later turn, and its rescue left out every thinking block, the
+answering key's own valid ones too: the tool loop in progress then lost its opening block. With
+it, a deployment that once refused another's thinking gets that thinking left out before it is
+sent, and a rescue leaves out only what the refusing deployment did not issue itself.
+
+Kept per process: each replica (and each worker) learns its own, at the cost of one refused
+call per pair of deployments it meets, and a signature another process relayed is unknown
+here (treated as foreign by a rescue, as before the memory). Bounded: the last ``SIGNATURES``
+signatures (a 16-byte digest each, never the signature itself), as many tool call ids, and
+``PAIRS`` refusing pairs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+SIGNATURES = 100_000  # about 12 MB at most: a digest, a name held by reference, the order
+PAIRS = 4_096  # (refusing deployment, issuer): a config's deployments, squared, well under
+
+
+def mark_of(block: Mapping[str, Any]) -> str | None:
+    """What binds a thinking block to its account: a thinking block's ``signature``, a redacted
+    one's ``data``; None for one without (an empty signature is a chat relay's: nobody's)."""
+    mark = block.get("signature") if block.get("type") == "thinking" else block.get("data")
+    return mark if isinstance(mark, str) and mark else None
+
+
+class Signers:
+    __slots__ = ("_issued", "_off", "_pairs", "_refusing", "_size")
+
+    def __init__(self, size: int = SIGNATURES) -> None:
+        self._issued: OrderedDict[bytes, str] = OrderedDict()
+        # The tool calls of loops the gateway asked without thinking (``loop_unthought``): their
+        # later steps are asked so too, their turns having no thinking to start with.
+        self._off: OrderedDict[str, None] = OrderedDict()
+        self._refusing: dict[str, set[str]] = {}  # deployment -> the issuers it refused
+        self._pairs = 0
+        self._size = size
+
+    def issued(self, mark: str, deployment: str) -> None:
+        key = _digest(mark)
+        self._issued[key] = deployment
+        self._issued.move_to_end(key)
+        if len(self._issued) > self._size:
+            self._issued.popitem(last=False)
+
+    def issuer(self, mark: str) -> str | None:
+        return self._issued.get(_digest(mark))
+
+    def asked_off(self, call: str) -> bool:
+        """Whether a request holding this tool call went without the thinking its client asked."""
+        return call in self._off
+
+    def went_off(self, calls: Iterable[str]) -> None:
+        for call in calls:
+            self._off[call] = None
+            self._off.move_to_end(call)
+            if len(self._off) > self._size:
+                self._off.popitem(last=False)
+
+    def refused(self, deployment: str, issuers: Iterable[str]) -> None:
+        """``deployment`` refused thinking issued by these (itself excepted)."""
+        known = self._refusing.setdefault(deployment, set())
+        for issuer in issuers:
+            if issuer != deployment and issuer not in known and self._pairs < PAIRS:
+                known.add(issuer)
+                self._pairs += 1
+
+    def refuses_any(self, deployment: str) -> bool:
+        """Whether ``deployment`` refused anyone's thinking before (a dict lookup: asked per send)."""
+        return bool(self._refusing.get(deployment))
+
+    def refuses(self, deployment: str, block: Mapping[str, Any]) -> bool:
+        """Whether ``deployment`` refused the issuer of this thinking block before."""
+        mark = mark_of(block)
+        issuer = self.issuer(mark) if mark is not None else None
+        return issuer is not None and issuer in self._refusing.get(deployment, ())
+
+    def foreign_to(self, deployment: str, block: Mapping[str, Any]) -> bool:
+        """For a rescue after ``deployment`` refused thinking: every block it did not issue."""
+        mark = mark_of(block)
+        return mark is None or self.issuer(mark) != deployment
+
+
+def _digest(mark: str) -> bytes:
+    return hashlib.blake2b(mark.encode(), digest_size=16).digest()
