@@ -171,7 +171,7 @@ def _count_kept(state: RequestState, kept: Kept, path: str, whole: bool) -> None
     api = api_of_path(path)
     dialect = DIALECT_FOR_API[api] if api else None
     if kept.sse:
-        kept.count_stream(state, dialect or OPENAI_CHAT)
+        kept.count_stream(state, dialect or OPENAI_CHAT, whole)
         return
     body, entire = kept.body()
     _count_usage_in_body(state, body, dialect, RAW_PARSE_MAX if entire else 0)

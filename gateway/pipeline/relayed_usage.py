@@ -71,20 +71,32 @@ class Kept:
         name and an object's opening, which the answer had (its head is kept)."""
         if not self.dropped:
             return b"".join((*self._head, *self._tail)), True
-        opens = b"".join(self._head).lstrip().startswith(b"{")
-        return (b"{" if opens else b"") + b"".join(self._tail), False
+        head = b"".join(self._head)
+        tail = b"".join(self._tail)
+        if _USAGE not in tail and _USAGE in head:
+            # A body that counts first (usage before its data): the member is in the head, whose
+            # object never closes there; jsonpeek reads it when the head is closed after it.
+            at = head.rfind(_USAGE)
+            end = _member_end(head, at)
+            if end > 0:
+                return head[:end] + b"}", False
+        opens = head.lstrip().startswith(b"{")
+        return (b"{" if opens else b"") + tail, False
 
-    def count_stream(self, state: RequestState, dialect: Dialect) -> None:
+    def count_stream(self, state: RequestState, dialect: Dialect, whole: bool = True) -> None:
         """A stream's usage, in ``dialect``'s words, added to the request's. A stream with no
         count at all (cut before it, or from a server that sends none) is counted from the text
-        it showed, and its prompt from admission's estimate (``state.answered_uncounted``)."""
+        it showed, and its prompt from admission's estimate (``state.answered_uncounted``). One
+        not ``whole`` (cut, or left by its client) counts at least the text it showed, as a
+        native one does: its final count never came, and Messages' ``message_start`` states
+        ``output_tokens: 1`` before any text."""
         reader = dialect.reader(strip_usage=False)
         for line in self._counting_lines():
             reader.kind(line + b"\n\n", committed=True)  # takes the usage the event carries
         used = dict(reader.usage)
-        if "completion" not in used:
+        if not whole or "completion" not in used:
             tokens = shown_tokens(b"".join(self._head), self.size, reader)
-            if tokens > 0:
+            if tokens > used.get("completion", 0):
                 used["completion"] = tokens
                 state.completion_estimated = True
         for kind, n in used.items():
@@ -109,6 +121,23 @@ class Kept:
 
 
 _USAGE = b'"usage"'
+
+
+def _member_end(data: bytes, at: int) -> int:
+    """Where the object value of the member named at ``at`` ends (one past its closing brace),
+    0 when ``data`` cuts it short. Usage objects hold numbers and small objects, no strings
+    with braces in them, so counting braces finds the end."""
+    start = data.find(b"{", at)
+    depth = 0
+    for i in range(start, len(data)) if start >= 0 else ():
+        c = data[i]
+        if c == 0x7B:
+            depth += 1
+        elif c == 0x7D:
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return 0
 
 
 def _line(data: bytes, at: int) -> bytes:

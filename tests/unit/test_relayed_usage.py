@@ -95,3 +95,30 @@ def test_what_is_kept_depends_on_the_answers_type_and_whether_the_key_pays() -> 
     assert Kept.of("text/event-stream", charged=True) is not None
     assert Kept.of("application/json", charged=False) is not None  # tokens_total, with keys or without
     assert Kept.of("audio/mpeg", charged=True) is None
+
+
+def test_a_json_answer_that_counts_first_is_read_from_its_head() -> None:
+    """An embeddings answer with ``usage`` before its data (the member order Jina's is read in by
+    its clients), past what the relay keeps whole: the count is in the kept head."""
+    vector = "A" * 16_384
+    body = json.dumps({"model": "jina-embeddings-v3", "object": "list",
+                       "usage": {"prompt_tokens": 3000, "total_tokens": 3000},
+                       "data": [{"object": "embedding", "index": i, "embedding": vector}
+                                for i in range(20)]}).encode()  # fmt: skip
+    read, whole = _relayed(body, sse=False, chunk=16_384).body()
+    assert not whole
+    assert top_level_member(read, "usage") == {"usage": {"prompt_tokens": 3000, "total_tokens": 3000}}
+
+
+def test_a_cut_messages_stream_counts_the_text_it_showed_not_its_opening_count() -> None:
+    """Messages' message_start states ``output_tokens: 1``; a stream cut after that (or left by
+    its client) counts what it showed, as a native stream does."""
+    events = _events("messages-stream-sdk-text-then-tool")
+    cut = [e for e in events if b"message_delta" not in e and b"message_stop" not in e]
+    data = _long(cut, b"content_block_delta", 200_000)
+    whole_state, cut_state = RequestState("req", 0.0), RequestState("req", 0.0)
+    _relayed(data, sse=True).count_stream(whole_state, ANTHROPIC_MESSAGES, whole=True)
+    _relayed(data, sse=True).count_stream(cut_state, ANTHROPIC_MESSAGES, whole=False)
+    assert whole_state.usage["completion"] == 1  # what the stream said, taken as said
+    assert cut_state.usage["completion"] > 1_000 and cut_state.completion_estimated
+    assert cut_state.usage["prompt"] == whole_state.usage["prompt"] == 377
