@@ -26,7 +26,7 @@ _LONG_RUN = b"0" * 19
 
 
 def _long_digits(data: bytes) -> bool:
-    return _LONG_RUN in data.translate(_DIGITS_ONLY)
+    return data.translate(_DIGITS_ONLY).find(_LONG_RUN) >= 0  # find(), not `in`: see gateway/sse.py
 
 
 def top_level_member(body: bytes, key: str) -> dict[str, Any] | None:

@@ -51,6 +51,13 @@ def test_formatter_and_fast_path_render_the_same_line() -> None:
     assert doc["ts"].endswith("Z") and len(doc["ts"]) == len("2026-01-02T03:04:05.678Z")
 
 
+@pytest.mark.parametrize("ms", [0, 7, 42, 500, 999])
+def test_the_stamp_gives_the_milliseconds_in_three_digits(ms: int) -> None:
+    # (a look-up table, not a format spec per line: the same text)
+    created = 1764476000 + ms / 1000 + 0.0004
+    assert logs._Clock().stamp(created) == time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(1764476000)) + f".{ms:03d}Z"
+
+
 def test_values_orjson_refuses_still_render() -> None:
     assert json.loads(logs.line(0.0, "info", "x", {"big": 2**70, "obj": object}))["big"] == 2**70
 

@@ -55,9 +55,11 @@ _GEMINI_SIGNED = GEMINI_SIGNED.encode()
 
 
 def _finished(raw: bytes) -> bool:
-    # Three `in` tests rather than any() over a tuple: this runs on every relayed event, and
-    # the generator cost more than the searches (1.5 vs 0.6 µs per event).
-    return b'"finish_reason":"' in raw or b'"finish_reason": "' in raw or b"[DONE]" in raw
+    # Three searches rather than any() over a tuple: this runs on every relayed event, and
+    # the generator cost more than the searches (1.5 vs 0.6 µs per event). find(), not `in`,
+    # on this path: see gateway/sse.py.
+    return (raw.find(b'"finish_reason":"') >= 0 or raw.find(b'"finish_reason": "') >= 0
+            or raw.find(b"[DONE]") >= 0)
 
 
 class OpenAIChat:
@@ -81,7 +83,7 @@ class OpenAIChat:
         (``apis/chat/ids.py``)."""
         payload = inbound.payload
         # The byte search (~2 us per 100 KB) spares every other request a walk of its messages.
-        if _GEMINI_SIGNED in inbound.body:
+        if inbound.body.find(_GEMINI_SIGNED) >= 0:
             payload = chat_request_ids(payload) or payload
         if not inbound.stream or not stream_usage:
             return payload, False
@@ -209,13 +211,13 @@ class ChatStreamReader(ShownText):
     def kind(self, raw: bytes, *, committed: bool) -> EventKind:
         # Cheap byte checks first: most events are plain deltas and need no JSON parse.
         event: Event | None = None  # parsed once, when a question needs it
-        if b"error" in raw:
+        if raw.find(b"error") >= 0:
             event = self.parsed_events.parse(raw)
             err = error_payload(event)
             if err is not None:
                 self.error = err
                 return EventKind.ERROR
-        if b'"usage"' in raw:
+        if raw.find(b'"usage"') >= 0:
             event = event or self.parsed_events.parse(raw)
             doc = usage_doc(event)
             if doc is not None:
@@ -329,7 +331,7 @@ def is_visible(event: Event) -> bool:
 
 
 def usage_doc(event: Event) -> dict[str, Any] | None:
-    if b'"usage"' not in event.raw:
+    if event.raw.find(b'"usage"') < 0:
         return None
     doc = event.json()
     if isinstance(doc, dict) and isinstance(doc.get("usage"), dict):

@@ -303,24 +303,25 @@ class AnthropicStreamReader(ShownText):
             if event.data is not None and not event.is_done and not isinstance(event.json(), dict):
                 self.error = malformed_event_error()
                 return EventKind.ERROR
-        if b"error" in raw:
+        if raw.find(b"error") >= 0:  # find(), not `in`, on this path: see gateway/sse.py
             event = event or self.parsed_events.parse(raw)
             err = error_payload(event)
             if err is not None:
                 self.error = err
                 return EventKind.ERROR
-        if b"usage" in raw and (b"message_start" in raw or b"message_delta" in raw):
+        if raw.find(b"usage") >= 0 and (raw.find(b"message_start") >= 0 or raw.find(b"message_delta") >= 0):
             event = event or self.parsed_events.parse(raw)
             self._take_usage(event.json())
-        if self.signed is not None and (b"signature_delta" in raw or b"redacted_thinking" in raw):
+        signs = self.signed is not None
+        if signs and (raw.find(b"signature_delta") >= 0 or raw.find(b"redacted_thinking") >= 0):
             event = event or self.parsed_events.parse(raw)
             self._signed(event.json())
-        if self.tracking and b"content_block" in raw:
+        if self.tracking and raw.find(b"content_block") >= 0:
             event = event or self.parsed_events.parse(raw)
             tracked = event.json()
             if isinstance(tracked, dict):
                 self._track(tracked)
-        if committed and b"message_stop" not in raw and b"message_delta" not in raw:
+        if committed and raw.find(b"message_stop") < 0 and raw.find(b"message_delta") < 0:
             return EventKind.VISIBLE
         event = event or self.parsed_events.parse(raw)
         name = event.name

@@ -100,9 +100,9 @@ class OpenAIResponses:
         # ids) is of no use to a Responses upstream, which would refuse it.
         body = inbound.body
         payload = inbound.payload
-        if _GATEWAY_THINKING in body:
+        if body.find(_GATEWAY_THINKING) >= 0:  # find(), not `in`: see gateway/sse.py
             payload = without_gateway_thinking(payload) or payload
-        if _GEMINI_SIGNED in body:
+        if body.find(_GEMINI_SIGNED) >= 0:
             payload = responses_request_ids(payload) or payload
         return payload, False
 
@@ -233,7 +233,7 @@ class ResponsesStreamReader:
             if event.data is not None and not isinstance(event.json(), dict):
                 self.error = malformed_event_error()
                 return EventKind.ERROR
-        if b"response.failed" in raw or b"error" in raw:
+        if raw.find(b"response.failed") >= 0 or raw.find(b"error") >= 0:
             event = event or self.parsed_events.parse(raw)
             err = self._error_of(event.json())
             if err is not None:
@@ -241,12 +241,14 @@ class ResponsesStreamReader:
                 return EventKind.ERROR
         if seq is not None:
             self.next_seq = int(seq.group(1)) + 1
-        if self.shown is not None and (b"output_" in raw or b"content_part" in raw or b"refusal" in raw):
+        if self.shown is not None and (
+            raw.find(b"output_") >= 0 or raw.find(b"content_part") >= 0 or raw.find(b"refusal") >= 0
+        ):
             event = event or self.parsed_events.parse(raw)
             tracked = event.json()
             if isinstance(tracked, dict):
                 self.shown.see(tracked)
-        if committed and not any(f in raw for f in _FINAL_BYTES):
+        if committed and not any(raw.find(f) >= 0 for f in _FINAL_BYTES):
             return EventKind.VISIBLE
         event = event or self.parsed_events.parse(raw)
         doc = event.json()
