@@ -10,9 +10,10 @@ all workers in bench/RESULTS.md. The supervisor serves no traffic itself:
 - it checks that nothing else listens on the port first (SO_REUSEPORT would otherwise let a
   second gateway join the first one's port without a word);
 - SIGTERM/SIGINT are passed to every worker, each drains as a single gateway does
-  (``server.drain_s``), and the supervisor exits 0 once all have. A worker's sockets are
-  closed as soon as it has exited after the signal, so the ones still draining take the new
-  connections;
+  (``server.drain_s``), and the supervisor exits 0 once all have. The supervisor lets go of
+  its copies of the sockets at the signal (no worker is started after it), so each socket
+  leaves the port's group the moment its own worker stops listening, and the workers still
+  draining take the new connections;
 - SIGHUP is passed to every worker, each reloads the config on its own (gateway/reload/);
   the supervisor keeps the sockets it bound, so host, port and workers need a restart;
 - the supervisor checks the file as the workers do on SIGHUP (and on a watched change), and
@@ -210,8 +211,7 @@ async def _run(workers: list[Worker], command: list[str], listen: list[str], in_
     waiter = asyncio.create_task(failed.wait())
     await asyncio.wait([waiter, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
     if failed.is_set() and not stop.is_set():
-        stop.set()
-        _signal_all(workers, signal.SIGTERM)
+        _stop_all(workers, stop, signal.SIGTERM)
     await asyncio.gather(*tasks)
     waiter.cancel()
     file_watch.cancel()
@@ -221,10 +221,23 @@ async def _run(workers: list[Worker], command: list[str], listen: list[str], in_
 
 def _forwarder(workers: list[Worker], stop: asyncio.Event, sig: signal.Signals) -> Callable[[], None]:
     def forward() -> None:
-        stop.set()
-        _signal_all(workers, sig)
+        _stop_all(workers, stop, sig)
 
     return forward
+
+
+def _stop_all(workers: list[Worker], stop: asyncio.Event, sig: signal.Signals) -> None:
+    """Every worker told to drain, and the supervisor's copies of their sockets closed: no
+    worker is started after ``stop``, so the supervisor keeps nothing open for one. Each socket
+    then lives as long as its worker listens on it. Held here until the worker's exit was
+    noticed instead, a socket its worker had closed stayed in the port's SO_REUSEPORT group for
+    nobody: connections the kernel gave it in that gap (about a third of them, with 3 workers)
+    were reset when it closed (tests/e2e/test_workers.py, under load)."""
+    stop.set()
+    _signal_all(workers, sig)
+    for w in workers:
+        for s in w.sockets:
+            s.close()
 
 
 def _on_hangup(workers: list[Worker], in_force: InForce) -> None:
@@ -252,7 +265,7 @@ async def _keep(w: Worker, workers: list[Worker], command: list[str], stop: asyn
         # every worker has drained: the kernel spreads new connections over the sockets still
         # open, so the workers still draining answer them, where a socket held open for nobody
         # keeps its share waiting, then reset. Once the last one exits, nothing listens (as
-        # for one process).
+        # for one process). (Already closed at a stop: ``_stop_all``; closing twice is a no-op.)
         for s in w.sockets:
             s.close()
 

@@ -46,7 +46,8 @@ async def make_pool(make_gateway) -> AsyncIterator[MakePool]:  # type: ignore[no
 
     async def make(pool_yaml: str = "", extra: str = "", names: tuple[str, ...] = ("a", "b", "c"),
                    member_extra: dict[str, str] | None = None, more_upstreams: str = "",
-                   real_sleep: bool = False, wall: Callable[[], float] = time.time) -> Pool:  # fmt: skip
+                   real_sleep: bool = False, wall: Callable[[], float] = time.time,
+                   timeouts: str | None = None) -> Pool:  # fmt: skip
         by_name = {}
         lines = []
         for n in names:
@@ -57,7 +58,7 @@ async def make_pool(make_gateway) -> AsyncIterator[MakePool]:  # type: ignore[no
                          f"{(member_extra or {}).get(n, '')}}}\n")  # fmt: skip
         pools = f"pools:\n  - {{name: gpt, models: ['gpt-*'], deployments: [{', '.join(names)}]{pool_yaml}}}\n"
         gw = await make_gateway(pools + extra, fake=by_name[names[0]], upstreams="".join(lines) + more_upstreams,
-                                real_sleep=real_sleep, wall=wall)
+                                real_sleep=real_sleep, wall=wall, **({"timeouts": timeouts} if timeouts else {}))
         return gw, by_name
 
     yield make
@@ -586,7 +587,9 @@ async def test_a_fallback_may_name_a_pool(make_gateway) -> None:  # type: ignore
 
 
 async def test_the_log_line_names_pool_deployment_and_why(make_pool: MakePool, caplog: pytest.LogCaptureFixture) -> None:
-    gw, fakes = await make_pool()
+    # No first-byte timeout in play: the fixture's 1 s, met when a loaded host stalls the loop
+    # (a 1.2 s answer reproduces it), sent the first turn to a sibling, logged "moved".
+    gw, fakes = await make_pool(timeouts="{connect_s: 2, first_byte_s: 60, idle_s: 60}")
     with caplog.at_level(logging.INFO, logger="gateway.access"):
         payload, headers = _turn(0)
         await gw.chat(payload, headers=headers)
