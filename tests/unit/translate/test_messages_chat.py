@@ -55,6 +55,21 @@ def chat(payload: dict[str, Any], target: Target = TARGET) -> dict[str, Any]:
 # --- Claude Code's real requests ---------------------------------------------------------
 
 
+@pytest.mark.parametrize("name", [FIRST, "claude-code-2.1.332-first.json"])
+def test_claude_code_tools_are_read_the_quick_way_with_the_full_reading_s_result(name: str) -> None:
+    # Issue #38: a plain tool (name, description, schema) skips the typed readers; what it
+    # becomes must be what they make of it. Claude Code's tools, and the MCP Go SDK's schema
+    # without properties (the one rewrite a plain tool gets).
+    from gateway.translate.messages_chat import request as walk
+
+    tools = [*corpus_request(name)["tools"], *({"name": f"t{k}", "description": "d", "input_schema": schema}
+                                               for k, (schema, _) in enumerate(NO_PROPERTIES))]
+    functions = walk.function_names(tools)
+    read = [walk._tool_read(tool, k, functions) for k, tool in enumerate(tools)]
+    assert [walk._tool(tool, k, functions) for k, tool in enumerate(tools)] == read
+    assert [t["function"]["parameters"] for t in read[-len(NO_PROPERTIES):]] == [out for _, out in NO_PROPERTIES]
+
+
 @pytest.mark.parametrize("name", [FIRST, BASH, IMAGE, NO_THINKING, *(f"claude-code-2.1.332-{n}.json" for n in (
     "first", "bash-result", "image-result", "thinking-off", "thinking-off-max-thinking-tokens-0", "tool-reference"))])
 def test_claude_code_request_becomes_a_plain_chat_request(name: str) -> None:
