@@ -198,6 +198,8 @@ class ParsedEvents:
         return event
 
     def take(self, raw: bytes) -> dict[str, Any] | None:
+        if not self._recent:  # most events of a stream: the reader decoded none of them
+            return None
         event = self._recent.pop(id(raw), None)
         return event.decoded_object() if event is not None and event.raw is raw else None
 

@@ -49,21 +49,21 @@ from gateway.translate.tool_ids import to_anthropic_id
 _PING = b'event: ping\ndata: {"type":"ping"}\n\n'
 _STOP = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
 _DELTA_HEAD = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
-_DELTA_KEY = {"text": b'"text_delta","text":', "thinking": b'"thinking_delta","thinking":'}
+_DELTA_KEY = {
+    "text": b'"text_delta","text":', "thinking": b'"thinking_delta","thinking":',
+    "tool": b'"input_json_delta","partial_json":',
+}  # fmt: skip
+_DELTA_END = b"}}\n\n"
 
 
 def _event(name: str, doc: Mapping[str, Any]) -> bytes:
     return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(doc) + b"\n\n"
 
 
-def _delta(index: int, kind: str, text: str) -> bytes:
-    head = _DELTA_HEAD + str(index).encode() + b',"delta":{"type":' + _DELTA_KEY[kind]
-    return head + orjson.dumps(text) + b"}}\n\n"
-
-
-def _json_delta(index: int, fragment: str) -> bytes:
-    head = _DELTA_HEAD + str(index).encode() + b',"delta":{"type":"input_json_delta","partial_json":'
-    return head + orjson.dumps(fragment) + b"}}\n\n"
+def _delta_head(index: int, kind: str) -> bytes:
+    """A block's delta event up to its text, which follows as a JSON string and ``_DELTA_END``:
+    made once per block, not once per delta (a chat stream has one event per token)."""
+    return _DELTA_HEAD + str(index).encode() + b',"delta":{"type":' + _DELTA_KEY[kind]
 
 
 def _block_stop(index: int) -> bytes:
@@ -86,13 +86,6 @@ class _Tool:
         self.pending = ""  # arguments that came before the call's name
 
 
-def _data(raw: bytes) -> bytes | str | None:
-    """The data of one event; a fast path for the one-line ``data: …`` every server sends."""
-    if raw.startswith(b"data: ") and raw.endswith(b"\n\n") and b"\n" not in raw[6:-2]:
-        return raw[6:-2]
-    return parse_event(raw).data
-
-
 class ChatToMessagesStream:
     def __init__(self, ctx: Context, known: Known | None = None) -> None:
         self.ctx = ctx
@@ -102,6 +95,7 @@ class ChatToMessagesStream:
         self.next_index = 0
         self.open_kind: str | None = None  # "text", "thinking" or "tool"
         self.open_index = 0
+        self.open_head = b""  # the open block's delta event up to its text (``_delta_head``)
         self.open_tool: _Tool | None = None
         self.tools: dict[int, _Tool] = {}  # by CallSlots' number
         self.slots = CallSlots()
@@ -123,14 +117,16 @@ class ChatToMessagesStream:
     def event(self, raw: bytes) -> bytes:
         if self.done:
             return b""
-        data = _data(raw)
+        # The one-line ``data: …`` every server sends is read without parse_event: this runs
+        # once per token, and each call and object counts (issue #38).
+        if raw.startswith(b"data: ") and raw.endswith(b"\n\n") and raw.find(b"\n", 6) == len(raw) - 2:
+            data = raw[6:-2]
+        else:
+            text = parse_event(raw).data
+            if text is None:  # a comment (keep-alive): keep the client's connection alive too
+                return _PING if self.started else b""
+            data = text.encode()
         out: list[bytes] = []
-        if data is None:  # a comment (keep-alive): keep the client's connection alive too
-            if self.started:
-                out.append(_PING)
-            return b"".join(out)
-        if isinstance(data, str):
-            data = data.encode()
         if len(data) < 16 and data.strip() == b"[DONE]":
             if not self.started:
                 out.append(self._start(None))
@@ -138,12 +134,16 @@ class ChatToMessagesStream:
             return b"".join(out)
         doc = self.known(raw) if self.known is not None else None  # decoded by the reader before us
         if doc is None:
-            doc = loads_event(data)
+            try:
+                doc = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                doc = loads_event(data)  # what only json reads (a huge int, NaN), or None
         if not isinstance(doc, dict):
             return b""
-        if isinstance(doc.get("usage"), dict):
+        if "usage" in doc and isinstance(doc["usage"], dict):
             self.chat_usage = doc["usage"]
-        self.continued = self.continued or continued(doc)
+        if CONTINUED in doc:
+            self.continued = self.continued or continued(doc)
         if not self.started:
             out.append(self._start(self.chat_usage))
         choices = doc.get("choices")
@@ -188,9 +188,11 @@ class ChatToMessagesStream:
     def _choice(self, choice: dict[str, Any], out: list[bytes]) -> None:
         delta = choice.get("delta")
         if isinstance(delta, dict):
-            reasoning = reasoning_of(delta)
-            if reasoning:
-                self._text("thinking", reasoning, out)
+            # Membership first: most deltas carry only content, and a look-up costs more.
+            if "reasoning_content" in delta or "reasoning" in delta:
+                reasoning = reasoning_of(delta)
+                if reasoning:
+                    self._text("thinking", reasoning, out)
             content = delta.get("content")
             if isinstance(content, str) and content:
                 self._text("text", content, out)
@@ -206,7 +208,7 @@ class ChatToMessagesStream:
         finish = choice.get("finish_reason")
         if finish:
             self.finish = finish
-            self.matched = matched_stop(choice, self.ctx.request)
+            self.matched = matched_stop(choice, self.ctx.request) if "stop_reason" in choice else None
 
     def _call(self, call: dict[str, Any], position: int, out: list[bytes]) -> None:
         key = self.slots.slot(call, position)
@@ -237,10 +239,10 @@ class ChatToMessagesStream:
         return not _complete(tool)
 
     def _text(self, kind: str, text: str, out: list[bytes]) -> None:
-        if self.open_kind != kind and self._waiting():
-            self.held.append((kind, None, text))
-            return
         if self.open_kind != kind:
+            if self._waiting():
+                self.held.append((kind, None, text))
+                return
             self._close(out)
             index = self._open(kind, None)
             block = (
@@ -255,7 +257,7 @@ class ChatToMessagesStream:
                 )
             )
         self.shown += len(text)
-        out.append(_delta(self.open_index, kind, text))
+        out.append(self.open_head + orjson.dumps(text) + _DELTA_END)
 
     def _tool(self, key: int | None, tool: _Tool, fragment: str, out: list[bytes]) -> None:
         if tool.closed:
@@ -293,15 +295,17 @@ class ChatToMessagesStream:
         tool.pending = ""
 
     def _arguments(self, tool: _Tool, fragment: str, out: list[bytes]) -> None:
+        """Sends ``fragment`` of the open tool block's arguments."""
         if fragment and tool.block is not None:
             tool.args.append(fragment)
             self.shown += len(fragment)
-            out.append(_json_delta(tool.block, fragment))
+            out.append(self.open_head + orjson.dumps(fragment) + _DELTA_END)
 
     def _open(self, kind: str, tool: _Tool | None) -> int:
         index = self.next_index
         self.next_index += 1
         self.open_kind, self.open_index, self.open_tool = kind, index, tool
+        self.open_head = _delta_head(index, kind)
         if tool is not None:
             tool.block = index
         return index
