@@ -63,6 +63,10 @@ def malformed_event_error() -> dict[str, Any]:
                       "status": 502}}  # fmt: skip
 
 
+# Where each API details its prompt count (chat completions, Responses).
+_DETAILS = {"prompt_tokens": "prompt_tokens_details", "input_tokens": "input_tokens_details"}
+
+
 def token_counts(usage: Any, prompt_key: str, completion_key: str) -> dict[str, int]:
     """``{"prompt": n, "completion": m}`` from an OpenAI usage object, and ``cache_read``: the
     prompt tokens read from the provider's cache (``prompt_tokens_details.cached_tokens`` in
@@ -70,11 +74,14 @@ def token_counts(usage: Any, prompt_key: str, completion_key: str) -> dict[str, 
     What is not a count is skipped."""
     out: dict[str, int] = {}
     if isinstance(usage, dict):
-        for kind, key in (("prompt", prompt_key), ("completion", completion_key)):
-            value = usage.get(key)
-            if isinstance(value, int) and value >= 0:
-                out[kind] = value
-        details = usage.get(prompt_key.removesuffix("s") + "s_details")
+        # Unrolled, without a loop or a key built per answer: this reads every answer's usage.
+        prompt = usage.get(prompt_key)
+        if isinstance(prompt, int) and prompt >= 0:
+            out["prompt"] = prompt
+        completion = usage.get(completion_key)
+        if isinstance(completion, int) and completion >= 0:
+            out["completion"] = completion
+        details = usage.get(_DETAILS[prompt_key])
         if isinstance(details, dict):
             cached = details.get("cached_tokens")
             if isinstance(cached, int) and cached > 0:

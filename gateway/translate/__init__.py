@@ -75,7 +75,7 @@ class Translation:
             return failed
         usage = wire.body_usage(doc)
         out = self.translator.answer(doc, self.ctx)
-        return jsonbody.dumps(out, lenient=lenient), usage
+        return jsonbody.dumps(out, lenient=lenient, held=False), usage
 
     def stream(self, known: Known | None = None) -> StreamTranslator:
         """``known``: the upstream reader's decoded events (``ParsedEvents.take``)."""

@@ -143,7 +143,8 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
     found = choice.get("message")
     message: Mapping[str, Any] = found if isinstance(found, dict) else {}
     content: list[dict[str, Any]] = []
-    thinking = reasoning_of(message)
+    # Membership before the look-ups: most answers have neither reasoning nor tool calls.
+    thinking = reasoning_of(message) if "reasoning_content" in message or "reasoning" in message else ""
     if thinking:
         content.append({"type": "thinking", "thinking": thinking, "signature": ""})
     text = message.get("content")
@@ -160,7 +161,7 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
     tools = False
     calls = message.get("tool_calls")
     functions = function_names(declared_tools(ctx.request)) if calls else NONE
-    for i, call in enumerate(calls if isinstance(calls, list) else ()):
+    for i, call in enumerate(calls) if calls and isinstance(calls, list) else ():
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
             continue
@@ -172,14 +173,15 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
         tools = True
     matched = matched_stop(choice, ctx.request) if "stop_reason" in choice else None
     reported = doc.get("usage")
-    # Estimates (the prompt's, the answer's) only where the upstream gave no count.
-    counts = reported if isinstance(reported, dict) else {}
-    out_usage, estimated = usage(
-        reported,
-        0 if isinstance(counts.get("prompt_tokens"), int) else input_tokens(ctx, estimate_input_tokens),
-        0 if isinstance(counts.get("completion_tokens"), int) else _output_estimate(content),
-    )  # fmt: skip
+    out_usage, estimated = usage(reported, 0, 0)
     if estimated:
+        # Estimates (the prompt's, the answer's) only where the upstream gave no count.
+        counts = reported if isinstance(reported, dict) else {}
+        out_usage, _ = usage(
+            reported,
+            0 if isinstance(counts.get("prompt_tokens"), int) else input_tokens(ctx, estimate_input_tokens),
+            0 if isinstance(counts.get("completion_tokens"), int) else _output_estimate(content),
+        )  # fmt: skip
         ctx.notes["usage_estimated"] = True
     return {
         "id": message_id(ctx),
