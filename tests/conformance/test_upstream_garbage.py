@@ -9,6 +9,7 @@ aiohttp's 0.7 ms at one connection. Counted here, not timed.
 from __future__ import annotations
 
 import gc
+import warnings
 
 import pytest
 from aiohttp import web
@@ -24,6 +25,13 @@ CLIENTS = {"aiohttp": AiohttpSender, "h1": H1Sender}
 @pytest.mark.parametrize("client", CLIENTS)
 @pytest.mark.parametrize("stream", [False, True], ids=["read", "iter_chunks"])
 async def test_an_exchange_leaves_no_garbage_cycles(client: str, stream: bool) -> None:
+    # What earlier tests of the session left for the collector goes first, out of this test's
+    # count: a socket one of them dropped unclosed warns when collected, and with warnings as
+    # errors that failed this test once (under load), for a socket that was never its own.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
+
     async def answer(request: web.Request) -> web.StreamResponse:
         await request.read()
         if not stream:
