@@ -283,7 +283,7 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
         "compressed": state.compressed,
         "stream": state.stream,
         # Milliseconds to two decimals without round(x, 2), which rounds through a decimal
-        # string (CPython's dtoa) at twice the cost; the two differ only on exact halves.
+        # string (CPython's dtoa) at twice the cost; the two can differ by 0.01 ms near a half.
         "duration_ms": round(duration * 100_000) / 100,
         "ttfb_ms": round(ttfb * 100_000) / 100 if ttfb is not None else None,
         "user_agent": state.user_agent,
