@@ -23,7 +23,7 @@ from gateway.upstream import UpstreamFailure, UpstreamRequest
 from gateway.upstream.aiohttp_sender import AiohttpSender
 from gateway.upstream.h1 import H1Sender
 from gateway.upstream.proxy import egress
-from tests.conformance.test_upstream_tls import ANSWER, Server, serve
+from tests.conformance.test_upstream_tls import ANSWER, Server, serve, shut
 from tests.procs import free_port
 from tests.tinyproxy import Tinyproxy
 from tests.tinyproxy import tinyproxy as running_tinyproxy
@@ -50,14 +50,14 @@ async def tls_server(ca: trustme.CA) -> AsyncIterator[Server]:
     ca.issue_cert(HOST).configure_cert(context)
     server, srv = await serve(context, socket.gethostbyname(HOST))
     yield server
-    srv.close()
+    await shut(server, srv)
 
 
 @pytest.fixture
 async def plain_server() -> AsyncIterator[Server]:
     server, srv = await serve(None, socket.gethostbyname(HOST))
     yield server
-    srv.close()
+    await shut(server, srv)
 
 
 def _request(url: str) -> UpstreamRequest:
