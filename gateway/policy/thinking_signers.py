@@ -55,6 +55,10 @@ class Signers:
     def issuer(self, mark: str) -> str | None:
         return self._issued.get(_digest(mark))
 
+    def any_asked_off(self) -> bool:
+        """Whether any request went without the thinking its client asked (asked per send)."""
+        return bool(self._off)
+
     def asked_off(self, call: str) -> bool:
         """Whether a request holding this tool call went without the thinking its client asked."""
         return call in self._off

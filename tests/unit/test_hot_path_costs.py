@@ -22,6 +22,9 @@ PER_EVENT = [
     "gateway/apis/chat/wire.py",
     "gateway/apis/messages/wire.py",
     "gateway/apis/responses/wire.py",
+    # Per Messages request and answer: whose thinking is whose (pool-thinking's checks).
+    "gateway/pipeline/reasoning_fix.py",
+    "gateway/pipeline/attempt.py",
 ]
 
 
