@@ -266,14 +266,18 @@ def test_on_redis_a_repeat_on_another_worker_is_answered_from_memory(
     gw = None
     try:
         gw = launch(upstream, tmp_path, extra_yaml=f"state: {{backend: redis, url: '{redis.url}'}}\n")
-        upstream.script(*[Reply(AUTH_401["status"], AUTH_401["body"])] * 10)
+        upstream.script(*[Reply(AUTH_401["status"], AUTH_401["body"])] * 64)
+        # The kernel spreads fresh connections by hash: 8 of them all on one worker happens once
+        # in ~128 runs, so ask on until both workers have answered some (at most 48 requests).
         answers = [post(gw, CHAT) for _ in range(8)]
-        assert [status for status, _, _ in answers] == [401] * 8
+        while min(worker_counts(gw)) == 0 and len(answers) < 48:
+            answers.append(post(gw, CHAT))
+        assert min(worker_counts(gw)) > 0
+        assert [status for status, _, _ in answers] == [401] * len(answers)
         # One call upstream: every repeat, whichever worker its connection reached, was
         # recognised by the fingerprint all workers share (the supervisor's secret).
         assert len(upstream.chat_requests()) == 1
-        assert sum("x-llm-from-memory" in h for _, h, _ in answers) == 7
-        assert min(worker_counts(gw)) > 0
+        assert sum("x-llm-from-memory" in h for _, h, _ in answers) == len(answers) - 1
     finally:
         if gw is not None:
             gw.stop()
