@@ -46,7 +46,16 @@ async def test_a_head_sent_a_byte_at_a_time_is_closed_after_header_timeout(make_
             await asyncio.sleep(0.05)
 
     dripping = asyncio.create_task(trickle())
-    data = await asyncio.wait_for(reader.read(), 5)
+    data = b""
+    try:
+        while got := await asyncio.wait_for(reader.read(4096), 5):
+            data += got
+    except (ConnectionResetError, BrokenPipeError):
+        # The same close, seen as a reset: a byte trickled in that the gateway had not read when
+        # it closed, or one written after the close, makes the kernel reset the connection, and
+        # a reader late to see the end meets the reset (1 run in 15 under load) or the trickle's
+        # failed write first.
+        pass
     took = time.monotonic() - started
     dripping.cancel()
     writer.close()
