@@ -227,7 +227,10 @@ def test_the_started_line_says_whether_redis_answered(tmp_path: Path) -> None:
     redis.start()
     try:
         port = free_port()
-        cfg = write(tmp_path, f"server: {{port: {port}, drain_s: 0}}\n{base}state: {{backend: redis, url: '{redis.url}'}}\n")
+        # Patient: the start-up PING is bounded by timeout_ms, 50 ms by default, which a loaded
+        # host's new process (connection, PING, a write) missed with Redis up.
+        cfg = write(tmp_path, f"server: {{port: {port}, drain_s: 0}}\n{base}"
+                              f"state: {{backend: redis, url: '{redis.url}', timeout_ms: 5000}}\n")
         code, out, err = run_until_ready(cfg, port)
     finally:
         redis.stop()
