@@ -265,7 +265,10 @@ def test_on_redis_a_repeat_on_another_worker_is_answered_from_memory(
     redis.start()
     gw = None
     try:
-        gw = launch(upstream, tmp_path, extra_yaml=f"state: {{backend: redis, url: '{redis.url}'}}\n")
+        # Patient: a fingerprint Redis did not answer within timeout_ms (50 ms by default, which a
+        # loaded host's workers miss) is kept in that worker's memory, and the other worker's
+        # repeat went upstream.
+        gw = launch(upstream, tmp_path, extra_yaml=f"state: {{backend: redis, url: '{redis.url}', timeout_ms: 2000}}\n")
         upstream.script(*[Reply(AUTH_401["status"], AUTH_401["body"])] * 64)
         # The kernel spreads fresh connections by hash: 8 of them all on one worker happens once
         # in ~128 runs, so ask on until both workers have answered some (at most 48 requests).
