@@ -293,16 +293,24 @@ def test_a_home_another_replica_moved_after_redis_lost_it_is_followed_by_both(re
             model="m-1", messages=messages, max_tokens=10, extra_headers={"session-id": session})  # type: ignore[arg-type]
         return str(r.headers["x-llm-upstream"])
 
-    start = time.monotonic()
     assert [turn(0, s, t) for s in sessions for t in range(2)] == ["key-a"] * 2 * len(sessions)
+    claimed = time.monotonic()  # A's claims: its second turns
     replicas.redis.flush()
-    replicas.fake.keys.limited_until("sk-a", time.time() + 2)
+    # Long enough for B's four turns on a loaded host (2 s was not), then waited out.
+    reset = time.time() + 5
+    replicas.fake.keys.limited_until("sk-a", reset)
     homes = {s: turn(1, s, 2) for s in sessions}  # B: the first meets key-a's 429, which sits it out
     assert "key-a" not in homes.values()
-    time.sleep(2.5)  # key-a's reset: it may serve again
+    time.sleep(max(0.0, reset - time.time()) + 0.5)  # key-a's reset: it may serve again
     served: dict[str, list[str]] = {s: [] for s in sessions}
     t = 3
-    while time.monotonic() - start < 13.0 or t < 9:  # A's first keep comes 10 s after its claim
+    # A's first keep comes with its first turn 10 s after its claim and is read back with a later
+    # round trip: 8 rounds begun after those 10 s leave the last 4 past it. Counted from the
+    # claims, not from the test's start: a loaded host's first turns took seconds of it, and the
+    # last rounds came before A's keep (1 run in 10 under load).
+    after_keep = 0
+    while after_keep < 8 or t < 9:
+        after_keep += time.monotonic() - claimed >= 10.0
         for s in sessions:
             served[s].append(turn(t % 2, s, t))
         t += 1
