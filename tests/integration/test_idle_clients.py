@@ -111,7 +111,6 @@ async def test_a_client_that_stops_reading_its_stream_is_let_go_after_idle_s(mak
                  f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
     assert (await asyncio.wait_for(reader.read(4096), 5)).startswith(b"HTTP/1.1 200")
     transport = writer.transport
-    assert gw.metric("llm_gateway_in_flight_requests") == 1
     transport.pause_reading()  # the client stops reading; its socket fills
     # Let go once the socket stayed full for idle_s (1 s). Not a fixed wait for it: filling the
     # socket takes this process's 32 MB stream a while, and on a loaded host the abort came after
