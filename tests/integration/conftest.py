@@ -93,14 +93,23 @@ async def same_minute(margin_s: float = 5.0) -> None:
         await asyncio.sleep(60 - time.time() % 60 + 0.1)
 
 
+# Tests of stalls (marked ``stall_timeouts``) find a silent upstream or client out after 1 s so
+# they run fast. Every other test waits 10 s: on a loaded CI host an in-process fake's answer
+# took over a second once, and a plain request was taken for a stall and sent to a fallback.
+STALL_TIMEOUTS = "{connect_s: 2, first_byte_s: 1.0, idle_s: 1.0}"
+PATIENT_TIMEOUTS = "{connect_s: 2, first_byte_s: 10.0, idle_s: 10.0}"
+
+
 @pytest.fixture
-async def make_gateway() -> AsyncIterator[MakeGateway]:
+async def make_gateway(request: pytest.FixtureRequest) -> AsyncIterator[MakeGateway]:
     cleanups: list[Callable[[], Awaitable[None]]] = []
+    default_timeouts = STALL_TIMEOUTS if request.node.get_closest_marker("stall_timeouts") else PATIENT_TIMEOUTS
 
     async def make(extra_yaml: str = "", upstream_yaml: str = "", *, fake: FakeUpstream | None = None,
                    real_sleep: bool = False, upstreams: str | None = None,
-                   timeouts: str = "{connect_s: 2, first_byte_s: 1.0, idle_s: 1.0}",
+                   timeouts: str | None = None,
                    wall: Callable[[], float] = time.time) -> Gateway:
+        timeouts = timeouts or default_timeouts
         if fake is None:
             fake = await FakeUpstream().start()
             cleanups.append(fake.close)

@@ -76,6 +76,7 @@ async def test_chunked_body_over_the_limit_is_413_without_reading_it_all(make_ga
     assert (await gw.chat())[0] == 200
 
 
+@pytest.mark.stall_timeouts
 async def test_slow_client_gets_408_and_does_not_block_others(make_gateway) -> None:
     gw = await make_gateway()  # idle_s is 1 s in the harness
 

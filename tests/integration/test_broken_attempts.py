@@ -41,6 +41,7 @@ def attempts(gw) -> dict[str, float]:
 
 
 @pytest.mark.parametrize(("then", "ended_by"), [("drop", "stream_broken"), ("stall", "idle_timeout")])
+@pytest.mark.stall_timeouts
 async def test_a_stream_broken_mid_answer_is_a_failed_attempt(make_gateway, then: str, ended_by: str) -> None:
     gw = await make_gateway()
     exporter = traced(gw)

@@ -80,6 +80,7 @@ async def test_a_cut_chat_stream_is_continued_into_one_complete_answer(
     assert line["continued_after"] == "stream_broken" and "ended_by" not in line and line["status"] == 200
 
 
+@pytest.mark.stall_timeouts
 async def test_vllm_mode_and_a_stall_are_continued_the_same_way(make_gateway) -> None:
     gw = await make_gateway(upstream_yaml=", continuation: continue_final_message")  # idle_s: 1
     gw.fake.script(broken_chat(then="stall"), continued_chat())
@@ -244,6 +245,7 @@ async def test_a_cut_responses_stream_is_continued_into_one_complete_response(ma
     assert gw.metric("llm_gateway_continuations_total", upstream="primary", outcome="continued") == 1
 
 
+@pytest.mark.stall_timeouts
 async def test_a_stalled_responses_stream_after_finished_reasoning_keeps_the_reasoning(make_gateway) -> None:
     gw = await make_gateway(upstream_yaml=", continuation: continue_final_message")  # idle_s: 1
     seq = Seq()

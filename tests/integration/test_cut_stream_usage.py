@@ -51,6 +51,7 @@ async def test_a_continued_messages_stream_counts_the_shown_part_and_the_rest(ma
 
 
 @pytest.mark.parametrize("then", ["drop", "stall"])
+@pytest.mark.stall_timeouts
 async def test_a_cut_chat_stream_counts_what_was_shown(make_gateway, then: str) -> None:
     gw = await make_gateway()
     gw.fake.script(Stream([chunk({"role": "assistant", "content": ""}), *(chunk({"content": t}) for t in SHOWN)],

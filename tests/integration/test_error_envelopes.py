@@ -198,6 +198,7 @@ async def test_a_body_in_an_encoding_the_gateway_cannot_read_is_anthropics_400(
     assert gw.fake.messages_requests() == []
 
 
+@pytest.mark.stall_timeouts
 async def test_a_body_too_slow_to_arrive_is_anthropics_400_request_body_timeout(make_gateway) -> None:
     gw = await make_gateway()  # idle_s is 1 s in the harness
 

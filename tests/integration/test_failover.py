@@ -59,6 +59,7 @@ async def _streamed_text(gw: Gateway) -> tuple[str, dict[str, str]]:
         await client.close()
 
 
+@pytest.mark.stall_timeouts
 async def test_a_silent_primary_is_left_after_one_first_byte_timeout(make_pair: MakePair) -> None:
     gw, primary, backup = await make_pair()
     primary.script(Hang(30), Hang(30))

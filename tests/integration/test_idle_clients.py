@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from tests.fakeupstream import Reply, chat_completion
 from tests.integration.conftest import eventually
 
@@ -87,6 +89,7 @@ async def test_an_answer_that_takes_longer_than_either_limit_is_not_cut(make_gat
     assert (await gw.chat())[0] == 200  # and the pooled connection, or a new one, still serves
 
 
+@pytest.mark.stall_timeouts
 async def test_a_client_that_stops_reading_its_stream_is_let_go_after_idle_s(make_gateway) -> None:
     """A client that stops taking its answer (or a peer gone without closing) held its request
     and the upstream connection feeding it for as long as its socket stayed open: enough of

@@ -5,6 +5,7 @@ agent conversation with its tool_use/tool_result structure intact."""
 import asyncio
 import json
 
+import pytest
 from yarl import URL
 
 from tests.anthropic_convo import (
@@ -167,6 +168,7 @@ async def test_upstream_error_event_mid_stream_keeps_its_type(make_gateway) -> N
     assert doc["error"]["x_llm_error_type"] == "provider_unavailable"
 
 
+@pytest.mark.stall_timeouts
 async def test_stalled_stream_ends_after_idle_timeout(make_gateway) -> None:
     gw = await make_gateway()  # idle_s: 1
     gw.fake.script(Stream([*anthropic_head(), text_delta("a")], then="stall"))

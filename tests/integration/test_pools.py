@@ -965,6 +965,7 @@ async def test_a_429_for_one_name_sits_the_key_out_for_every_name_sent_as_its_mo
 
 
 @pytest.mark.parametrize("trouble", ["limited", "revoked"])
+@pytest.mark.stall_timeouts
 async def test_a_stalled_streams_continuation_skips_a_sibling_that_sits_out(make_pool: MakePool, trouble: str) -> None:
     """Audit (pools across a long agent session): the home stalled mid-answer and its
     continuation went to the first other deployment in config order, which the gateway knew

@@ -18,6 +18,9 @@ from gateway.reload.reloader import Reloader
 from tests.fakeupstream import FakeUpstream, Stream, chunk, data_events
 from tests.integration.conftest import Gateway, MakeGateway, eventually
 
+# The reloaded files say first_byte_s and idle_s 1 s: the harness's gateway starts with the same.
+pytestmark = pytest.mark.stall_timeouts
+
 ALICE, BOB, CAROL = ({"Authorization": f"Bearer gk-{n}"} for n in ("alice", "bob", "carol"))
 
 

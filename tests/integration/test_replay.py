@@ -122,6 +122,7 @@ async def two(make_gateway, primary_mode: str, backup_mode: str):
     return gw, primary, backup
 
 
+@pytest.mark.stall_timeouts
 async def test_after_a_stall_another_upstream_replays_after_a_cut_the_same_one(make_gateway) -> None:
     gw, primary, backup = await two(make_gateway, "replay", "replay")
     try:

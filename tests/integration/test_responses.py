@@ -5,6 +5,7 @@ its function_call/function_call_output pairs intact."""
 import asyncio
 import json
 
+import pytest
 from openai.types.responses import ResponseFailedEvent
 
 from tests.corpus_cases import IN_SAMPLE
@@ -79,6 +80,7 @@ async def test_stream_cut_after_text_ends_with_one_response_failed(make_gateway)
     assert len(gw.fake.responses_requests()) == 1
 
 
+@pytest.mark.stall_timeouts
 async def test_stalled_stream_and_missing_end_marker_are_broken(make_gateway) -> None:
     gw = await make_gateway()
     gw.fake.script(Stream([*responses_head(), *responses_deltas(("a",))], then="stall"),

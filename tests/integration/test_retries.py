@@ -3,6 +3,8 @@
 import json
 import time
 
+import pytest
+
 from tests.fakeupstream import Drop, Hang, Reply
 from tests.integration.test_gemini_on_chat import corpus, post
 
@@ -107,6 +109,7 @@ async def test_connection_dropped_before_response_is_retried(make_gateway) -> No
     assert status == 200 and headers["x-llm-attempts"] == "2"
 
 
+@pytest.mark.stall_timeouts
 async def test_hung_upstream_times_out_at_first_byte_then_succeeds(make_gateway) -> None:
     gw = await make_gateway()  # first_byte_s is 1 s in the harness
     gw.fake.script(Hang(30), Reply(200, {"ok": 1}))
@@ -114,6 +117,7 @@ async def test_hung_upstream_times_out_at_first_byte_then_succeeds(make_gateway)
     assert status == 200 and headers["x-llm-attempts"] == "2"
 
 
+@pytest.mark.stall_timeouts
 async def test_hung_upstream_forever_is_504(make_gateway) -> None:
     gw = await make_gateway("retry: {provider_unavailable: {max_retries: 1, base_delay_s: 0.01, max_delay_s: 0.01}}\n")
     gw.fake.script(Hang(30), Hang(30))

@@ -139,6 +139,7 @@ async def test_a_messages_stream_closed_before_its_stop_reason_is_still_broken(m
 
 
 @pytest.mark.parametrize("then", ["eof", "drop", "stall"])
+@pytest.mark.stall_timeouts
 async def test_a_messages_stream_ended_after_its_stop_reason_reaches_a_messages_client_with_its_message_stop(
     make_gateway: Any, caplog: pytest.LogCaptureFixture, then: str,
 ) -> None:
@@ -179,6 +180,7 @@ async def test_a_messages_stream_that_sends_its_message_stop_gets_no_second_one(
 
 
 @pytest.mark.parametrize("then", ["eof", "drop", "stall"])
+@pytest.mark.stall_timeouts
 async def test_a_chat_stream_ended_after_its_finish_reason_owes_a_chat_client_no_done(
     make_gateway: Any, then: str,
 ) -> None:

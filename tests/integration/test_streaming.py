@@ -43,6 +43,7 @@ async def test_stream_dropped_after_two_chunks_ends_with_one_error_event(make_ga
     assert len(gw.fake.chat_requests()) == 1  # never retried after bytes went out
 
 
+@pytest.mark.stall_timeouts
 async def test_stalled_stream_ends_after_idle_timeout(make_gateway) -> None:
     gw = await make_gateway()  # idle_s: 1
     gw.fake.script(Stream([chunk({"content": "a"})], then="stall"))
@@ -51,6 +52,7 @@ async def test_stalled_stream_ends_after_idle_timeout(make_gateway) -> None:
 
 
 @pytest.mark.parametrize("then", ["drop", "stall"])
+@pytest.mark.stall_timeouts
 async def test_a_failure_after_the_finish_chunk_does_not_contradict_the_answer(make_gateway, caplog, then: str) -> None:
     """The upstream sent finish_reason, then broke or stalled before its usage chunk and
     [DONE]: the client has the whole answer, and no error chunk follows it."""
