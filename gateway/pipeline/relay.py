@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -386,13 +387,13 @@ async def _pump_leg(
 ) -> Ending | None:  # fmt: skip
     assert leg.chunks is not None and leg.response is not None and leg.reader is not None
     reader = leg.reader
-    splitter = upstream_splitter()
+    splitter = leg.splitter or upstream_splitter()  # the peek's, holding its chunk's incomplete event
     finished = leg.complete  # the held events end with the first visible one: maybe the last
     try:
         # A splice keeps state (a continuation's renumbered blocks): events go through it in order.
         held = b"".join(leg.held if splice is None else [splice(raw) for raw in leg.held])
         relayed.extend(leg.held)
-        out, end, fin = _filter(reader, splitter.feed(leg.pending), svc.wall(), splice, relayed)
+        out, end, fin = _filter(reader, leg.rest, svc.wall(), splice, relayed)
         end = _as_told(svc, state, end)
         finished = finished or fin
         await resp.write(held + out)
@@ -464,7 +465,7 @@ _TRANSPORT_TEXT = {
 
 
 def _filter(
-    reader: StreamReader, events: list[bytes], now_s: float, splice: Splice | None = None,
+    reader: StreamReader, events: Sequence[bytes], now_s: float, splice: Splice | None = None,
     shown: Shown | None = None,
 ) -> tuple[bytes, Ending | None, bool]:  # fmt: skip
     """The bytes to forward (each event through ``splice`` when there is one: already whole
