@@ -99,6 +99,12 @@ class EventSplitter:
             # else the events that ended are the caller's first: the next feed, or pending, raises
         return events
 
+    def check(self) -> None:
+        """Raises :class:`EventTooLarge` if the event in progress is past the limit already (as
+        ``pending`` would), for a caller that leaves it here for whoever feeds the splitter next."""
+        if self._limit is not None and self._held > self._limit:
+            raise EventTooLarge(self._limit)
+
     @property
     def pending(self) -> bytes:
         if self._limit is not None and self._held > self._limit:

@@ -407,11 +407,14 @@ async def _peek_stream(
                     continue
                 held.append(raw)
                 if kind is not EventKind.CONTENTLESS:
-                    # The rest of this chunk is relayed as it is; the relay keeps iterating `chunks`.
-                    rest = b"".join(events[i + 1 :]) + splitter.pending
+                    # The relay goes on with the rest of this chunk's events and this splitter,
+                    # then keeps iterating `chunks`; an event in progress already past its bound
+                    # is refused here, before anything is shown, as it was when the relay split
+                    # this chunk's rest again (issue #38: ~20,000 instructions a stream).
+                    splitter.check()
                     return Success(
-                        200, headers, response=resp, chunks=chunks, held=held, pending=rest, sse=True,
-                        reader=reader, complete=kind is EventKind.FINAL,
+                        200, headers, response=resp, chunks=chunks, held=held, rest=events[i + 1 :],
+                        splitter=splitter, sse=True, reader=reader, complete=kind is EventKind.FINAL,
                     )  # fmt: skip
     except UpstreamFailure as f:
         if received or f.kind is TransportError.IDLE_TIMEOUT:

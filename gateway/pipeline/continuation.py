@@ -161,13 +161,12 @@ async def _reproduced(
     reader, held, complete = leg.reader, list(leg.held), leg.complete
     for raw in held:  # already read (and classified) while the attempt peeked
         trim(raw)
-    splitter = upstream_splitter()
+    splitter = leg.splitter or upstream_splitter()  # the peek's, holding its chunk's incomplete event
     broke: Classification | None = None
     ended_by: str | None = None
 
-    def look(data: bytes) -> tuple[Success | None, str] | None:
+    def look(events: Sequence[bytes]) -> tuple[Success | None, str] | None:
         nonlocal complete, broke
-        events = splitter.feed(data)
         for i, raw in enumerate(events):
             kind = reader.kind(raw, committed=True)
             if kind is EventKind.ERROR:
@@ -182,18 +181,20 @@ async def _reproduced(
             if trim.match.diverged:
                 return None, "diverged"
             if trim.match.matched:
-                rest = b"".join(events[i + 1 :]) + splitter.pending
-                return dataclasses.replace(leg, held=held, pending=rest, complete=complete), "continued"
+                splitter.check()  # as the relay's next feed would, before the splice is committed
+                more = dataclasses.replace(leg, held=held, rest=events[i + 1 :], splitter=splitter,
+                                           complete=complete)  # fmt: skip
+                return more, "continued"
         return None
 
     if trim.match.matched:
         return leg, "continued", None, None
-    decided = (None, "diverged") if trim.match.diverged else look(leg.pending)
+    decided = (None, "diverged") if trim.match.diverged else look(leg.rest)
     try:
         async with asyncio.timeout(max(0.001, plan.remaining_s())):
             if decided is None:
                 async for chunk in leg.chunks:
-                    decided = look(chunk)
+                    decided = look(splitter.feed(chunk))
                     if decided is not None:
                         break  # the chunks after it are the relay's
     except UpstreamFailure as f:

@@ -7,7 +7,7 @@ an upstream exchange: failures are data, never exceptions.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +18,7 @@ from gateway.apis.base import Dialect, ForeignError, StreamReader
 from gateway.errors import Classification, ErrorType, TransportError
 from gateway.keys.ledger import Reservation
 from gateway.keys.registry import KeySpec
+from gateway.sse import EventSplitter
 from gateway.translate.base import StreamTranslator
 from gateway.upstream import UpstreamResponse
 
@@ -157,7 +158,11 @@ class Success:
     chunks: AsyncIterator[bytes] | None = None  # the rest of ``response``'s body
     body: bytes = b""  # the whole body when it was read already
     held: list[bytes] = field(default_factory=list)  # stream events read while peeking
-    pending: bytes = b""  # an incomplete event after ``held``
+    # The whole events that came with the last of ``held``, not yet classified, and the
+    # splitter that split them (it holds the incomplete event after them): the relay goes on
+    # from there rather than splitting those bytes again (issue #38).
+    rest: Sequence[bytes] = ()
+    splitter: EventSplitter | None = None
     sse: bool = False
     reader: StreamReader | None = None  # the dialect's reader that peeked at the stream
     complete: bool = False  # the peeked events already include the stream's end marker

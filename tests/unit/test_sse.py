@@ -177,3 +177,5 @@ def test_events_that_end_before_an_oversized_one_are_given_first() -> None:
         splitter.feed(b"x")
     with pytest.raises(EventTooLarge):
         splitter.pending  # noqa: B018 (the stream may end there)
+    with pytest.raises(EventTooLarge):
+        splitter.check()  # (the caller that leaves the rest to the next feed)

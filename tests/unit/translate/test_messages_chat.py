@@ -14,15 +14,17 @@ import re
 from typing import Any
 
 import anthropic
+import orjson
 import pytest
 
 from gateway.apis.base import Ending
 from gateway.errors import Classification, ErrorType
 from gateway.fake import chat_rules, gemini_rules, messages_rules, responses_rules
+from gateway.sse import EventSplitter
 from gateway.translate import default_translations
-from gateway.translate.base import Refusal, Target
+from gateway.translate.base import Context, Refusal, Target
 from gateway.translate.messages_chat import MessagesToChat
-from gateway.translate.messages_chat.answer import INVALID_ARGUMENTS
+from gateway.translate.messages_chat.answer import INVALID_ARGUMENTS, estimate_input_tokens, message_id
 from tests.unit.translate.messages_helpers import (
     check_grammar,
     corpus_answer,
@@ -856,3 +858,27 @@ def test_ids_already_in_anthropics_alphabet_go_out_and_back_unchanged() -> None:
     message = sdk_message(T.answer(doc, ctx_for({"messages": HI})))
     assert [b.id for b in message.content if b.type == "tool_use"] == [sent]
     assert _sent_ids(sdk_request(**_kimi_turn(message))) == [sent, sent]
+
+
+@pytest.mark.parametrize(("model", "request_id", "usage"), [
+    ("claude-opus-4-8", "0123456789abcdef", None),  # the gateway's own id, the prompt estimated
+    ('my "model" \u2028 ü', "req/ü 1", {"prompt_tokens": 9, "completion_tokens": 1, "total_tokens": 10}),
+    ("m", "", {"prompt_tokens": 0}),  # no usable count: the estimate
+])  # fmt: skip
+def test_message_start_is_written_as_its_document_would_be(model: str, request_id: str, usage: Any) -> None:
+    """The stream's first event comes from a byte template (issue #38): byte for byte what the
+    document it stands for is written as, whatever the model's and the id's characters."""
+    ctx = Context(requested_model=model, request={"messages": HI}, request_id=request_id)
+    chunk = {"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant"}}]}
+    if usage is not None:
+        chunk["usage"] = usage
+    first = EventSplitter().feed(T.stream(ctx).event(b"data: " + json.dumps(chunk).encode() + b"\n\n"))[0]
+    prompt = usage["prompt_tokens"] if usage and usage["prompt_tokens"] > 0 else estimate_input_tokens({"messages": HI})
+    message = {
+        "id": message_id(ctx), "type": "message", "role": "assistant", "model": model, "content": [],
+        "stop_reason": None, "stop_sequence": None,
+        "usage": {"input_tokens": prompt, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+                  "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
+                  "output_tokens": 1},
+    }  # fmt: skip
+    assert first == b"event: message_start\ndata: " + orjson.dumps({"type": "message_start", "message": message}) + b"\n\n"
