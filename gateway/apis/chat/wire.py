@@ -56,7 +56,8 @@ _GEMINI_SIGNED = GEMINI_SIGNED.encode()
 
 # A relayed event's kind, as module names: on Python 3.11 (the shipped image's) reading a member
 # off the enum class costs ~900 instructions more (callgrind; issue #38).
-_FINAL, _VISIBLE = EventKind.FINAL, EventKind.VISIBLE
+_FINAL_KIND, _VISIBLE_KIND, _ERROR_KIND = EventKind.FINAL, EventKind.VISIBLE, EventKind.ERROR
+_SKIP_KIND, _CONTENTLESS_KIND = EventKind.SKIP, EventKind.CONTENTLESS
 
 
 def _finished(raw: bytes) -> bool:
@@ -221,14 +222,14 @@ class ChatStreamReader(ShownText):
             err = error_payload(event)
             if err is not None:
                 self.error = err
-                return EventKind.ERROR
+                return _ERROR_KIND
         if raw.find(b'"usage"') >= 0:
             event = event or self.parsed_events.parse(raw)
             doc = usage_doc(event)
             if doc is not None:
                 self.usage.update(chat_usage(doc["usage"]))
                 if not doc.get("choices"):
-                    return EventKind.SKIP if self.strip_usage else EventKind.CONTENTLESS
+                    return _SKIP_KIND if self.strip_usage else _CONTENTLESS_KIND
         # A malformed chunk would crash the client's parser (the openai SDK raises a
         # JSONDecodeError): it ends the stream like any other break. Every chunk is one JSON
         # object, so a cheap look at its last byte spares the parse for all the others.
@@ -236,11 +237,11 @@ class ChatStreamReader(ShownText):
             event = event or self.parsed_events.parse(raw)
             if _malformed(event):
                 self.error = malformed_event_error()
-                return EventKind.ERROR
+                return _ERROR_KIND
             if self.tracking:
                 self._track(event)
         if committed:
-            return _FINAL if _finished(raw) else _VISIBLE
+            return _FINAL_KIND if _finished(raw) else _VISIBLE_KIND
         if event is None:
             event = self.parsed_events.parse(raw)
         if self.identity is None and event.data is not None:
@@ -249,8 +250,8 @@ class ChatStreamReader(ShownText):
             if self.created is None and isinstance(doc, dict) and isinstance(doc.get("created"), int):
                 self.created = doc["created"]
         if not is_visible(event):
-            return EventKind.CONTENTLESS
-        return EventKind.FINAL if _finished(raw) else EventKind.VISIBLE
+            return _CONTENTLESS_KIND
+        return _FINAL_KIND if _finished(raw) else _VISIBLE_KIND
 
     def owed_end(self) -> bytes:
         # A [DONE] left unsent after the finish_reason is owed nobody: the openai SDKs and the
