@@ -59,7 +59,7 @@ def leg_call(
             return body
         return Call(up, "POST", url, headers, how.mode, wire, how.strip_usage, how.track,
                     body=body, wire_model=_model(sent), rewritten=sent is not inbound.held)  # fmt: skip
-    state.translated = f"{leg.client.api}->{wire.api}"
+    state.translated = leg.label or f"{leg.client.api}->{wire.api}"
     translated = leg.request(client_payload, inbound.model, up.cfg.stream_usage)
     if isinstance(translated, Refusal):
         return refused_here(state, translated)
