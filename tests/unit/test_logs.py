@@ -253,3 +253,34 @@ def test_a_request_aiohttps_parser_refused_is_logged_as_a_warning_not_an_error()
     other = logging.LogRecord("aiohttp.server", logging.ERROR, __file__, 1, "Error handling request", (),
                               (RuntimeError, RuntimeError("ours"), None))  # fmt: skip
     assert logs._ClientMistakes().filter(other) and other.levelname == "ERROR"
+
+
+def test_two_threads_crossing_the_same_seconds_stamp_each_line_with_its_own() -> None:
+    """The loop and the log writer's thread both make lines. A second and its text kept apart
+    could be read half turned: a review's two threads, switching every microsecond, got 7-28
+    lines a second off in 400,000. (Correct code gets none; the old code failed this most runs.)"""
+    import sys
+    import threading
+
+    from gateway.logs import line
+
+    wrong: list[bytes] = []
+
+    def write() -> None:
+        for i in range(60_000):
+            created = 1_700_000_000 + i // 3 + 0.5  # both threads cross the same boundaries
+            text = line(created, "info", "x", {})
+            if time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(int(created))).encode() not in text:
+                wrong.append(text)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=write) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert wrong == []
