@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
@@ -40,15 +40,25 @@ class DeadlineRequestHandler(QuietRequestHandler):
     18 such readers took every connection of an 18-connection pool and every other request
     got 504s. The transport says when its buffer fills (``pause_writing``) and drains
     (``resume_writing``); past ``unread_s`` between the two the connection is aborted, and the
-    request ends as any whose client left. Nothing runs while the client keeps up."""
+    request ends as any whose client left. Nothing runs while the client keeps up.
 
-    __slots__ = ("_head_s", "_unread_handle", "_unread_s")
+    A connection closed with bytes still queued for its client (a relayed stream cut when its
+    upstream broke, a handler's failure after its answer began, aiohttp's own close) stays
+    open until they are sent: the transport is "closing", and says nothing more of its buffer
+    unless it was full. Its client has ``unread_s`` to take some of them, again and again, or
+    the connection is aborted: one that never reads otherwise held its socket and descriptor
+    for as long as it kept the connection open. The abort is the transport's own (kept from
+    ``connection_made``): aiohttp forgets it (``transport = None``) when it closes one."""
+
+    __slots__ = ("_closing_handle", "_head_s", "_socket", "_unread_handle", "_unread_s")
 
     def __init__(self, manager: web.Server, *, head_s: float, unread_s: float, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._head_s = head_s
         self._unread_s = unread_s
         self._unread_handle: asyncio.TimerHandle | None = None
+        self._closing_handle: asyncio.TimerHandle | None = None
+        self._socket: asyncio.Transport | None = None
 
     def pause_writing(self) -> None:
         super().pause_writing()
@@ -61,7 +71,19 @@ class DeadlineRequestHandler(QuietRequestHandler):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._stop_unread_timer()
+        if self._closing_handle is not None:
+            self._closing_handle.cancel()
+            self._closing_handle = None
+        self._socket = None
         super().connection_lost(exc)
+
+    async def start(self) -> None:
+        try:
+            await super().start()
+        finally:
+            # The connection's last answer is over and the transport closed (by aiohttp, or by
+            # the handler that cut its stream): what is still queued waits on the client.
+            self._watch_closing()
 
     def _stop_unread_timer(self) -> None:
         if self._unread_handle is not None:
@@ -70,11 +92,27 @@ class DeadlineRequestHandler(QuietRequestHandler):
 
     def _unread_too_long(self) -> None:
         self._unread_handle = None
-        if self.transport is not None:
-            self.transport.abort()
+        if self._socket is not None:
+            self._socket.abort()
+
+    def _watch_closing(self, queued_before: int | None = None) -> None:
+        """Aborts a closing transport whose client took none of its queued bytes in ``unread_s``."""
+        self._closing_handle = None
+        transport = self._socket
+        if transport is None or not transport.is_closing():
+            return
+        queued = transport.get_write_buffer_size()
+        if queued == 0:
+            return  # all sent: the transport ends the connection itself
+        if queued_before is not None and queued >= queued_before:
+            transport.abort()
+            return
+        self._closing_handle = self._loop.call_later(self._unread_s, self._watch_closing, queued)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        # A stream transport whichever loop made it (uvloop's is no asyncio.Transport subclass).
+        self._socket = cast(asyncio.Transport, transport)
         handle = self._keepalive_handle
         if handle is None or self._head_s == self._keepalive_timeout:
             return

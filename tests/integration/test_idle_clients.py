@@ -129,3 +129,60 @@ async def test_a_client_that_stops_reading_its_stream_is_let_go_after_idle_s(mak
     writer.close()
     assert b"[DONE]" not in received and len(received) < 16 * 1024 * 1024  # let go, not the whole answer
     assert (await gw.chat())[0] == 200  # and the gateway goes on serving
+
+
+async def test_a_connection_closed_with_bytes_its_client_never_takes_is_let_go_after_idle_s() -> None:
+    """A stream cut while its client had stopped reading (pipeline/relay.py closes a relayed
+    body when its upstream breaks; observe.py a stream whose handler failed) left the transport
+    "closing" with the bytes queued before the cut: below asyncio's high-water mark the transport
+    never said its buffer was full, so nothing timed the client, and the socket and its
+    descriptor were held for as long as the client kept the connection open. Its server side
+    is the gateway's own (ExactFirstRunner, DeadlineServer); the cut is the relay's."""
+    import socket
+
+    from aiohttp import web
+
+    from gateway.exact_routes import ExactFirstRunner
+
+    seen: dict[str, object] = {}
+
+    async def cut(request: web.Request) -> web.StreamResponse:
+        transport = request.transport
+        assert transport is not None
+        # A small send buffer, so that the kernel takes little of the 48 KB below (on loopback
+        # it grows to megabytes, and what is left for the transport to queue depends on the host).
+        transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for _ in range(6):
+            await resp.write(b"x" * 8192)
+            await asyncio.sleep(0.05)  # the client's socket fills meanwhile
+        seen["queued"], seen["paused"] = transport.get_write_buffer_size(), request.protocol.writing_paused
+        transport.close()  # as the relay ends a broken body: what is queued still goes out
+        seen["socket"] = transport.get_extra_info("socket")
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/", cut)
+    runner = ExactFirstRunner(app, client_timeouts=lambda: (5.0, 5.0, 0.5), handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = runner.addresses[0][1]
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", port))
+        sock.setblocking(False)
+        reader, writer = await asyncio.open_connection(sock=sock, limit=4096)
+        writer.transport.pause_reading()  # the client reads nothing, ever
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        await eventually(lambda: "socket" in seen, "the stream cut", 10)
+        # What makes the case: bytes queued, and the transport never told they were too many.
+        assert seen["queued"] and not seen["paused"], seen
+        server_socket = seen["socket"]
+        assert isinstance(server_socket, socket.socket) or hasattr(server_socket, "fileno")
+        await eventually(lambda: server_socket.fileno() == -1, "the connection let go", 5)  # type: ignore[attr-defined]
+        writer.close()
+    finally:
+        await runner.cleanup()
