@@ -23,6 +23,7 @@ from typing import Any
 
 from gateway.apis import output_budget
 from gateway.apis.base import Dialect, Inbound
+from gateway.apis.gemini.fields import field
 from gateway.errors import Classification, ErrorType
 from gateway.keys.ledger import Accounts, LimitHit, Reservation
 from gateway.keys.prices import Price, PriceTable, asks_hour_cache, cost_of
@@ -33,6 +34,7 @@ from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.services import Services
 from gateway.tracing.attrs import P
 from gateway.translate import NoLeg
+from gateway.translate.chat_gemini.request import EFFORT_BUDGET
 from gateway.translate.chat_messages import default_max_tokens
 
 log = logging.getLogger("gateway.keys")
@@ -82,9 +84,44 @@ def _as_sent(svc: Services, dialect: Dialect | None, inbound: Inbound) -> tuple[
             cap = up.cfg.max_output_tokens
             default = min(default, cap) if cap is not None else default
             output = default if output is None else max(output, default)
+        elif asked is None and leg.wire.api == "gemini" and svc.accounts is not None:
+            thinks = svc.accounts.default_max_tokens + gemini_thinking(inbound.payload, leg.translated)
+            output = thinks if output is None else max(output, thinks)
     first = route.upstreams[0].leg_for(svc.translations, dialect, model)
     unpriced = first.model if not isinstance(first, NoLeg) and first.model else model
     return (best[2] if best is not None else unpriced), output
+
+
+# Gemini 2.5 thinks by default, "Auto (up to 8,192 tokens)" (Google's thinking guide, the
+# table of budgets per model, as quoted in juspay/neurolink#1707), and bills thoughts as output
+# ("response pricing is the sum of output tokens and thinking tokens",
+# ai.google.dev/gemini-api/docs/thinking).
+GEMINI_AUTO_THINKING = 8192
+
+
+def gemini_thinking(payload: Mapping[str, Any], translated: bool) -> int:
+    """The thought tokens a request that names no output limit may be billed on a Gemini
+    upstream, on top of its answer: Gemini CLI 0.61 sends ``thinkingBudget: 8192`` and no
+    ``maxOutputTokens`` (tests/corpus/requests/gemini-cli-0.61-first.json), and admission held
+    4,096 tokens for 8,192 of thoughts and an answer: 50 such streams at once spent $0.10 of a
+    $0.05 key (audit). A limit the request names bounds thoughts and answer together (Gemini
+    counts thoughts against ``maxOutputTokens``: googleapis/python-genai#782, #2062), so this
+    is only for one that names none. ``translated``: a chat or Responses request, sent the
+    ``thinkingBudget`` its effort maps to (``chat_gemini.EFFORT_BUDGET``)."""
+    if translated:
+        effort = payload.get("reasoning_effort")
+        reasoning = payload.get("reasoning")
+        if effort is None and isinstance(reasoning, Mapping):
+            effort = reasoning.get("effort")
+        if effort is None:
+            return GEMINI_AUTO_THINKING
+        return EFFORT_BUDGET.get(effort, 0) if isinstance(effort, str) else GEMINI_AUTO_THINKING
+    config = field(payload, "generationConfig")
+    thinking = field(config, "thinkingConfig") if isinstance(config, Mapping) else None
+    budget = field(thinking, "thinkingBudget") if isinstance(thinking, Mapping) else None
+    named = output_budget.count(budget)
+    # -1 is "dynamic thinking", the model's own choice; absent, Google's default: both automatic.
+    return named if named is not None and named >= 0 else GEMINI_AUTO_THINKING
 
 
 async def admit_request(svc: Services, state: RequestState, headers: Mapping[str, str], model: str | None,

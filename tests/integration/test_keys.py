@@ -1257,3 +1257,58 @@ async def test_a_pool_request_is_settled_at_the_price_of_the_deployment_that_ser
     finally:
         for f in (cheap, dear):
             await f.close()
+
+
+async def test_gemini_clis_thinking_budget_is_reserved_on_a_gemini_upstream(make_gateway: MakeGateway) -> None:
+    """Gemini CLI 0.61 sends ``thinkingBudget: 8192`` and no ``maxOutputTokens``; Google bills
+    thoughts as output. Admission held 4,096 tokens, so 50 such streams at once on a $0.05 key
+    were 5 served and $0.10 spent (audit). Its own request now holds 4,096 + 8,192 tokens; a
+    request naming ``maxOutputTokens`` holds that alone (Gemini counts thoughts inside it), and
+    a chat request translated to Gemini holds the budget its effort is sent."""
+    corpus = json.loads((Path(__file__).parents[1] / "corpus" / "requests" / "gemini-cli-0.61-first.json").read_text())
+    body = corpus["body"]
+    assert "maxOutputTokens" not in body["generationConfig"]
+    assert body["generationConfig"]["thinkingConfig"]["thinkingBudget"] == 8192
+    prices = "prices: {'gemini-2.5-flash': {input: 1000000, output: 2000000}}\n"
+    gw = await make_gateway(prices + "keys: [{name: alice, key: gk-alice, budget: {usd: 10000000, period: day}}]\n",
+                            upstream_yaml=", apis: [gemini], api_key: AIza-upkey")  # fmt: skip
+    answer = {"candidates": [{"content": {"role": "model", "parts": [{"text": "ok"}]}, "finishReason": "STOP",
+                              "index": 0}],
+              "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 1, "totalTokenCount": 6}}  # fmt: skip
+    gw.fake.always = Stream([answer], delay_s=0.3)
+
+    async def output_held(path: str, payload: dict[str, Any], headers: dict[str, str]) -> float:
+        """The reservation of ``payload`` in flight less its prompt's ($1 a token, estimated at
+        3.5 bytes a token), in output tokens ($2 each)."""
+        async def post() -> int:
+            async with gw.session.post(gw.base + path, json=payload, headers=headers) as r:
+                await r.read()
+                return r.status
+
+        task = asyncio.ensure_future(post())
+        reserved = 0.0
+        for _ in range(100):
+            reserved = (await key_state(gw))["budget"]["reserved_usd"]
+            if reserved:
+                break
+            await asyncio.sleep(0.01)
+        assert await task == 200
+        await settled(gw)
+        return (float(reserved) - len(json.dumps(payload)) / 3.5) / 2
+
+    gemini_headers = {"x-goog-api-key": "gk-alice"}
+    assert 4096 + 8192 <= await output_held(corpus["path"], body, gemini_headers) < 4096 + 8192 + 1
+    # Thinking turned off: the answer's 4,096 alone.
+    off = {**body, "generationConfig": {**body["generationConfig"], "thinkingConfig": {"thinkingBudget": 0}}}
+    assert 4096 <= await output_held(corpus["path"], off, gemini_headers) < 4096 + 1
+    # A limit named bounds thoughts and answer together.
+    capped = {**body, "generationConfig": {**body["generationConfig"], "maxOutputTokens": 1000}}
+    assert 1000 <= await output_held(corpus["path"], capped, gemini_headers) < 1000 + 1
+    # A chat client asking for high effort is sent thinkingBudget 24576 (chat_gemini.EFFORT_BUDGET).
+    chat = {"model": "gemini-2.5-flash", "stream": True, "reasoning_effort": "high",
+            "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
+    gw.fake.always = Stream([answer], delay_s=0.3)
+    held = await output_held("/v1/chat/completions", chat, {"Authorization": "Bearer gk-alice"})
+    assert 4096 + 24576 <= held < 4096 + 24576 + 1, held
+    sent = [r.json() for r in gw.fake.requests]
+    assert sent[-1]["generationConfig"]["thinkingConfig"]["thinkingBudget"] == 24576
