@@ -564,6 +564,14 @@ def _prefill_with_format(payload: dict[str, Any], messages: list[Any]) -> str | 
 
 
 def _blank_text(block: dict[str, Any]) -> str | None:
+    if block.get("type") == "tool_result":
+        # A result's text is held to the same rule (NousResearch/hermes-agent#97641: a
+        # whitespace-only string result is refused so; zed-industries/zed#27130: an empty one).
+        inner = block.get("content")
+        if isinstance(inner, str):
+            return _blank_text({"type": "text", "text": inner})
+        parts = [p for p in inner if isinstance(p, dict)] if isinstance(inner, list) else []
+        return next((why for p in parts if (why := _blank_text(p))), None)
     text = block.get("text")
     if block.get("type") != "text" or not isinstance(text, str):
         return None

@@ -380,7 +380,7 @@ def _messages_conversation(r: random.Random) -> list[dict[str, Any]]:
             msgs.append({"role": "assistant", "content": [*lead, *({"type": "tool_use", "id": t, "name": "Bash",
                                                                     "input": {"c": "ls"}} for t in ids)]})
             results: list[dict[str, Any]] = [
-                {"type": "tool_result", "tool_use_id": t, "content": r.choice(["ok", "", [{"type": "text", "text": "r"}]]),
+                {"type": "tool_result", "tool_use_id": t, "content": r.choice(["ok", "(no output)", [{"type": "text", "text": "r"}]]),
                  **({"is_error": True} if r.random() < 0.2 else {})} for t in r.sample(ids, len(ids))]
             if r.random() < 0.3:
                 results.append({"type": "text", "text": "also this"})

@@ -242,6 +242,13 @@ def test_other_paths_are_not_judged_here() -> None:
     ([{"role": "user", "content": "\n\n"}], "messages: text content blocks must contain non-whitespace text"),
     ([user(text("hi")), assistant(text("\n\n"), call("toolu_1")), user(result("toolu_1"))],
      "messages: text content blocks must contain non-whitespace text"),
+    # A tool result's text too (NousResearch/hermes-agent#97641, zed-industries/zed#27130).
+    ([user(text("hi")), assistant(call("toolu_1")), user({**result("toolu_1"), "content": "\n"})],
+     "messages: text content blocks must contain non-whitespace text"),
+    ([user(text("hi")), assistant(call("toolu_1")), user({**result("toolu_1"), "content": ""})],
+     "messages: text content blocks must be non-empty"),
+    ([user(text("hi")), assistant(call("toolu_1")), user({**result("toolu_1"), "content": [text(" ")]})],
+     "messages: text content blocks must contain non-whitespace text"),
     ([user(text("hi")), assistant(text("The answer is "))],
      "messages: final assistant content cannot end with trailing whitespace"),
     ([user(text("hi")), {"role": "assistant", "content": "Sure:\n"}],

@@ -657,15 +657,22 @@ def _assistant_blocks(m: Mapping[str, Any], i: int) -> list[dict[str, Any]]:
     return _signed(m, i) + blocks if blocks else []
 
 
+NO_OUTPUT = "(no output)"
+
+
 def _tool_result(m: Mapping[str, Any], i: int) -> dict[str, Any]:
     content = m.get("content")
     call_id = to_anthropic_id(typed.text(m.get("tool_call_id"), ("messages", i, "tool_call_id")) or "")
-    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id}
+    # A result that is empty or only whitespace (a shell command that printed a newline) is
+    # refused by Anthropic, and, kept in the history, again every turn after: whitespace as
+    # a blank text block is ("text content blocks must contain non-whitespace text",
+    # NousResearch/hermes-agent#97641), an empty string as a tool_use left unanswered
+    # (zed-industries/zed#27130, whose fix, like opencode's own results, says so in words).
     if isinstance(content, str):
-        block["content"] = content
+        result: str | list[dict[str, Any]] = content if content.strip() else NO_OUTPUT
     else:
-        block["content"] = _text_blocks(content, i)
-    return block
+        result = _text_blocks(content, i) or NO_OUTPUT
+    return {"type": "tool_result", "tool_use_id": call_id, "content": result}
 
 
 def _tools(p: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:

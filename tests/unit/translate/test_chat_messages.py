@@ -1347,3 +1347,20 @@ def test_a_tool_name_declared_twice_is_sent_once() -> None:
     assert names == [t["function"]["name"] for t in payload["tools"]]
     assert out["tools"][4]["input_schema"] == first["parameters"]
     assert messages_rules.refusal("/v1/messages", out, {}) is None
+
+
+@pytest.mark.parametrize("content", ["\n", "", "  \r\n", [{"type": "text", "text": " "}], [], None])
+def test_a_blank_tool_result_says_so_in_words(content: Any) -> None:
+    """opencode's `echo` printed "\n", sent on as a tool result's text, which Anthropic refuses as
+    a blank text block (audit); an empty string is refused too: such a result says "(no output)",
+    as opencode's own results do."""
+    payload = {"model": "claude-sonnet-4-6", "max_tokens": 64, "tools": [WEATHER], "messages": [
+        user("weather?"), {"role": "assistant", "content": None, "tool_calls": [call("call_1")]},
+        {"role": "tool", "tool_call_id": "call_1", "content": content}]}  # fmt: skip
+    out = req(payload)
+    assert out["messages"][-1]["content"] == [{"type": "tool_result", "tool_use_id": "call_1",
+                                               "content": "(no output)"}]  # fmt: skip
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+    # A result with text keeps it as it came.
+    kept = req({**payload, "messages": [*payload["messages"][:2], {**payload["messages"][2], "content": "\nok\n"}]})
+    assert kept["messages"][-1]["content"][0]["content"] == "\nok\n"
