@@ -799,7 +799,8 @@ class CooldownsConfig(_Model):
     model_missing_s: float = Field(
         default=300.0, gt=0,
         description="Seconds a deployment sits out, for the model asked, after a 404 saying it has no such "
-        "model (Azure's DeploymentNotFound, OpenAI's model_not_found, a model not pulled).",
+        "model (Azure's DeploymentNotFound, OpenAI's model_not_found, a model not pulled) or OpenAI's 403 "
+        "model_not_found for a project not given the model.",
     )  # fmt: skip
 
 

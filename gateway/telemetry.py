@@ -374,7 +374,7 @@ class Telemetry:
         self.sit_outs = Counter(
             p + "deployment_sit_outs", "Deployments taken out of their pool for a while (cooldowns), "
             "by why: rate_limit (until its reset), budget (key out of credit), auth (key refused), "
-            "model_missing (a 404 for the model asked).",
+            "model_missing (a 404, or OpenAI's 403 model_not_found, for the model asked).",
             ["pool", "deployment", "reason"], registry=registry,
         )  # fmt: skip
         self.affinity_breaks = Counter(

@@ -128,6 +128,9 @@ _ONE_MODEL = re.compile(r"(?i)\b(?:this|the) model\b")
 # Azure's DeploymentNotFound ("The API deployment for this resource does not exist."),
 # Anthropic's not_found_error "model: claude-3-opus-2099", Ollama's 'model "llama3" not found,
 # try pulling it first'. Other 404s (a wrong path, a stored item gone) say nothing of the model.
+# OpenAI says it with a 403 too, for a project not given the model: "Project `proj_…` does not
+# have access to model `gpt-4o`", code model_not_found (Aider-AI/aider#604): a pool's key whose
+# project lacks the model failed every conversation that landed on it (audit).
 _MISSING_CODES = frozenset({"model_not_found", "DeploymentNotFound"})
 _MODEL_MISSING = re.compile(
     r"(?i)^model: \S|^model \"[^\"]+\" not found|API deployment for this resource does not exist"
@@ -172,7 +175,7 @@ def classify(
         message=f.message[:_MESSAGE_LIMIT] if f.message else None,
         evidence=evidence[:200],
         one_model=kind is AUTH and f.message is not None and _ONE_MODEL.search(f.message) is not None,
-        model_missing=status == 404 and (f.primary_code in _MISSING_CODES or (
+        model_missing=status in (403, 404) and (f.primary_code in _MISSING_CODES or (
             f.message is not None and _MODEL_MISSING.search(f.message) is not None)),
     )
 

@@ -868,16 +868,22 @@ async def test_an_answer_remembered_without_its_deployment_names_the_pool(
 # OpenAI's 404 for a model a key has no access to (tests/corpus/wild.json).
 NO_SUCH_MODEL = {"error": {"message": "The model `gpt-x` does not exist or you do not have access to it.",
                            "type": "invalid_request_error", "param": None, "code": "model_not_found"}}  # fmt: skip
+# And its 403 for a project not given the model (Aider-AI/aider#604, tests/corpus/wild.json).
+PROJECT_WITHOUT_MODEL = {"error": {"message": "Project `proj_uFBGSkr9FAbFof6HIsCIszAP` does not have access to "
+                                   "model `gpt-x`", "type": "invalid_request_error", "param": None,
+                                   "code": "model_not_found"}}  # fmt: skip
 
 
+@pytest.mark.parametrize(("status", "body"), [(404, NO_SUCH_MODEL), (403, PROJECT_WITHOUT_MODEL)])
 async def test_a_deployment_without_the_model_moves_the_request_and_sits_out_for_that_model(
-    make_pool: MakePool,
+    make_pool: MakePool, status: int, body: dict[str, Any],
 ) -> None:
     """A 404 that says the model is not there (an Azure deployment never made, a key without
-    access, a model not pulled) was relayed though a sibling had the model."""
+    access, a model not pulled) was relayed though a sibling had the model; so was OpenAI's 403
+    for a project without it, on every conversation that landed on that key (audit)."""
     gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
                                 member_extra={"a": ", weight: 1000000"})  # a is asked first
-    fakes["a"].always = Reply(404, NO_SUCH_MODEL)
+    fakes["a"].always = Reply(status, body)
     status, headers, _ = await gw.chat({**_chat("x1"), "model": "gpt-x"})
     assert status == 200 and headers["x-llm-upstream"] == "b" and headers["x-llm-attempts"] == "2"
     for i in range(3):  # a sits out for gpt-x: no call
