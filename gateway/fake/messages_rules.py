@@ -682,6 +682,10 @@ def _user_id(metadata: Any) -> str | None:
     user_id = metadata.get("user_id") if isinstance(metadata, dict) else None
     if isinstance(user_id, str) and _EMAIL.search(user_id):
         return "metadata.user_id: user_id appears to contain an email address."
+    if isinstance(user_id, str) and len(user_id) > 256:
+        # The reference's maxLength (docs.anthropic.com/en/api/messages, metadata.user_id);
+        # the translations hash a longer id (chat_messages.USER_ID_MAX).
+        return "metadata.user_id: String should have at most 256 characters"
     return None
 
 

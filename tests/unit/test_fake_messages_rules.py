@@ -286,6 +286,7 @@ STOP = "stop_sequences: each stop sequence must contain non-whitespace"
     ({"stop_sequences": [""]}, STOP),
     ({"metadata": {"user_id": "jane.doe@example.com"}}, EMAIL),
     ({"metadata": {"user_id": '{"email": "jane@example.com"}'}}, EMAIL),
+    ({"metadata": {"user_id": "u" * 257}}, "metadata.user_id: String should have at most 256 characters"),
 ])  # fmt: skip
 def test_fields_anthropic_refuses(payload: dict[str, Any], words: str) -> None:
     assert refused(HI, **payload) == words
@@ -298,6 +299,7 @@ def test_fields_anthropic_refuses(payload: dict[str, Any], words: str) -> None:
     {"stop_sequences": ["END", " \nObservation:"]},
     {"metadata": {"user_id": "user_3f1c_account_9e2d_session_77ab"}},
     {"metadata": {"user_id": "jane at example"}},
+    {"metadata": {"user_id": "u" * 256}},
 ])  # fmt: skip
 def test_fields_anthropic_takes(payload: dict[str, Any]) -> None:
     assert refused(HI, **payload) is None
