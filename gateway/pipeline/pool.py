@@ -84,6 +84,10 @@ async def send_pool(
     tried: set[str] = set()
     last: Sent | None = None
     limited: Sent | None = None  # the last provider 429 of this request: what a client is shown
+    # The last deployment whose outage moved the request on before its retries: owed them
+    # once every sibling proved unable to serve (``_owed``).
+    unspent: Sent | None = None
+    back: Sent | None = None  # going back to it now
     refused: Failure | None = None
     # A request that continues what the provider stored for one deployment's key (a chained
     # Responses turn) goes there alone: every other key is answered "not found".
@@ -109,6 +113,10 @@ async def send_pool(
                  if stored is None or up.cfg.name == stored]  # fmt: skip
         ready = [v for v in views if v.serves_at(now_ms) and v.name not in tried
                  and not await _refusing(members[v.slot], model)]  # fmt: skip
+        if back is not None:
+            assert back.call is not None
+            ready = [v for v in ready if v.name == back.call.up.cfg.name]
+            back = back if ready else None
         if ready:
             new = False  # its first turn: the strategy picked its home
             if not homed:
@@ -135,14 +143,17 @@ async def send_pool(
                 if not await ps.take(up.cfg, model, round(len(call.body) / BYTES_PER_TOKEN)):
                     continue
                 call.taken = True
-            _picked(svc, state, pool, up, "stored_search" if not_held else why if opening else "moved")
+            if back is None:  # going back is a retry of that deployment, not a pick
+                _picked(svc, state, pool, up, "stored_search" if not_held else why if opening else "moved")
             opening = False
             siblings_left = len(ready) > 1  # re-ranked after a failure, without the one that failed
             # Siblings that sit out only until a rate limit's reset: a 429 here is waited out at
             # the pool's earliest reset (``_all_sitting_out``), whichever key that is, not at this
             # key's own (which kept a request on one key while its siblings came back).
             resetting = any(_resets_later(v, now_ms) for v in views if v.slot != pick.slot)
-            outcome = await _send(svc, state, plan, call, siblings_left, nxt, resetting)
+            after = back.outcome if back is not None and isinstance(back.outcome, Failure) else None
+            back = None
+            outcome = await _send(svc, state, plan, call, siblings_left, nxt, resetting, after)
             last = Sent(outcome, call)
             if not isinstance(outcome, Failure):
                 if search is not None:
@@ -156,6 +167,8 @@ async def send_pool(
             c = outcome.classification
             if c.type is ErrorType.RATE_LIMIT and outcome.own is None:  # the provider's, not the limits'
                 limited = last
+            if c.type is ErrorType.PROVIDER_UNAVAILABLE and plan.stopped is StopReason.MOVING_ON:
+                unspent = last
             if search is not None and not_found_here(outcome.status, c.provider_code):
                 not_held.add(up.cfg.name)  # another key's, not this one's: nothing wrong with this key
             else:
@@ -184,6 +197,15 @@ async def send_pool(
                            "error_type": c.type.value})  # fmt: skip
                 continue
         # No deployment is left to try.
+        if unspent is not None and unspent.call is not None and last is not None and _cannot_serve(last):
+            # The request ends on a sibling that cannot serve at all (a refused key, no credit, no
+            # such model): the deployment that failed for an outage gets its retries, as the
+            # last one tried would have had them (one retry of the class per wait, the request's
+            # counts and deadline). Ended by that sibling's error, a request that a 503 blip had
+            # moved on was answered 502 or 402, not retryable, while the next was served (audit).
+            tried.discard(unspent.call.up.cfg.name)
+            back, unspent = unspent, None
+            continue
         if last is None and refused is not None:
             return refused
         if nxt is not None:  # none tried: the route steers past the pool
@@ -451,8 +473,9 @@ async def _found_stored(svc: Services, state: RequestState, pool: PoolRuntime, c
 
 async def _send(
     svc: Services, state: RequestState, plan: RetryPlan, call: Call, siblings_left: bool,
-    nxt: UpstreamRuntime | None, resetting: bool = False,
+    nxt: UpstreamRuntime | None, resetting: bool = False, after: Failure | None = None,
 ) -> Failure | Success:  # fmt: skip
+    """``after``: this request's earlier failure there, whose retries it goes back for."""
     up = call.up
     moves: Callable[[Classification], bool] | None = None
     cap: int | None = None
@@ -462,7 +485,7 @@ async def _send(
         moves, cap = _mover(svc, up, nxt), svc.cfg.fallback.retries_per_upstream
     elif resetting:
         moves, cap = _rate_limited, 0
-    sending = send_one(svc, state, plan, call, call.body, retries_cap=cap, moves_on=moves)
+    sending = send_one(svc, state, plan, call, call.body, retries_cap=cap, moves_on=moves, after=after)
     return await _held(svc, state, up, sending)
 
 
@@ -483,6 +506,16 @@ async def _held(
     finally:
         if released:
             ps.release(up.cfg.name)
+
+
+def _cannot_serve(sent: Sent) -> bool:
+    """Whether a failure says its deployment cannot serve this request for a while, whatever
+    it is sent: its key refused or out of credit, the model not there."""
+    answer = sent.outcome
+    if not isinstance(answer, Failure):
+        return False
+    c = answer.classification
+    return c.type in (ErrorType.AUTH, ErrorType.BUDGET) or c.model_missing
 
 
 def _resets_later(v: Deployment, now_ms: float) -> bool:

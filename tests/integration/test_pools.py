@@ -47,7 +47,7 @@ async def make_pool(make_gateway) -> AsyncIterator[MakePool]:  # type: ignore[no
     async def make(pool_yaml: str = "", extra: str = "", names: tuple[str, ...] = ("a", "b", "c"),
                    member_extra: dict[str, str] | None = None, more_upstreams: str = "",
                    real_sleep: bool = False, wall: Callable[[], float] = time.time,
-                   timeouts: str | None = None) -> Pool:  # fmt: skip
+                   timeouts: str | None = None, rand: Callable[[], float] | None = None) -> Pool:  # fmt: skip
         by_name = {}
         lines = []
         for n in names:
@@ -58,7 +58,8 @@ async def make_pool(make_gateway) -> AsyncIterator[MakePool]:  # type: ignore[no
                          f"{(member_extra or {}).get(n, '')}}}\n")  # fmt: skip
         pools = f"pools:\n  - {{name: gpt, models: ['gpt-*'], deployments: [{', '.join(names)}]{pool_yaml}}}\n"
         gw = await make_gateway(pools + extra, fake=by_name[names[0]], upstreams="".join(lines) + more_upstreams,
-                                real_sleep=real_sleep, wall=wall, **({"timeouts": timeouts} if timeouts else {}))
+                                real_sleep=real_sleep, wall=wall, **({"timeouts": timeouts} if timeouts else {}),
+                                **({"rand": rand} if rand else {}))
         return gw, by_name
 
     yield make
@@ -992,3 +993,62 @@ async def test_a_stalled_streams_continuation_skips_a_sibling_that_sits_out(make
     assert text == "Once upon a time."
     assert len(fakes[out].chat_requests()) == 1  # never called inside its sit-out
     assert fakes[free].chat_requests()[-1].json()["messages"][-1]["content"] == "Once upon"
+
+
+# A pool of one revoked key, one out of credit and one healthy key that answers one 503 (the
+# audit's three keys). ``rand`` at 0 picks the first that may serve in config order, so each
+# order is scripted: the healthy key first, second, last.
+HEALTHY_FIRST, HEALTHY_SECOND, HEALTHY_LAST = ("c", "a", "b"), ("b", "c", "a"), ("a", "b", "c")
+
+
+def _broken(fakes: dict[str, FakeUpstream]) -> None:
+    fakes["a"].always = Reply(401, INVALID_KEY)
+    fakes["b"].always = Reply(429, NO_QUOTA)
+
+
+@pytest.mark.parametrize("names", [HEALTHY_FIRST, HEALTHY_SECOND, HEALTHY_LAST])
+async def test_a_healthy_key_that_blipped_gets_its_retries_when_every_sibling_is_broken(
+    make_pool: MakePool, names: tuple[str, ...]
+) -> None:
+    """Tried first or second, its 503 moved on at once to the broken keys, and the last one's
+    401 (or 402) ended the request, not retryable, while the next request was served."""
+    gw, fakes = await make_pool(names=names, pool_yaml=", affinity: {enabled: false}", rand=lambda: 0.0)
+    _broken(fakes)
+    fakes["c"].script(Reply(503, UNAVAILABLE))
+    status, headers, _ = await gw.chat()
+    assert status == 200 and headers["x-llm-upstream"] == "c"
+    assert _calls(fakes) == {"a": 1, "b": 1, "c": 2} and headers["x-llm-attempts"] == "4"
+    assert len(gw.slept) == 1  # the 503's backoff, once
+
+
+@pytest.mark.parametrize("names", [HEALTHY_FIRST, HEALTHY_SECOND])
+async def test_a_key_that_stays_down_among_broken_ones_costs_one_attempt_each_plus_its_retries(
+    make_pool: MakePool, names: tuple[str, ...]
+) -> None:
+    gw, fakes = await make_pool(names=names, pool_yaml=", affinity: {enabled: false}", rand=lambda: 0.0)
+    _broken(fakes)
+    fakes["c"].always = Reply(503, UNAVAILABLE)
+    status, headers, _ = await gw.chat()
+    assert status == 503 and headers["x-llm-upstream"] == "c"
+    assert headers["x-llm-error-type"] == "provider_unavailable"
+    # As for an outage of every deployment: one first attempt each, provider_unavailable's 5 retries.
+    assert sum(_calls(fakes).values()) == 3 + 5 == int(headers["x-llm-attempts"])
+    assert _calls(fakes) == {"a": 1, "b": 1, "c": 6}
+
+
+@pytest.mark.parametrize("names", [HEALTHY_FIRST, HEALTHY_SECOND])
+async def test_a_healthy_key_limited_for_seconds_is_waited_for_when_every_sibling_is_broken(
+    make_pool: MakePool, names: tuple[str, ...]
+) -> None:
+    """A rate limit sits its key out until its reset, which the pool waits for (one retry of
+    the class), whatever its siblings sit out for: so it was before this fix, and stays."""
+    gw, fakes = await make_pool(names=names, pool_yaml=", affinity: {enabled: false}", rand=lambda: 0.0,
+                                real_sleep=True)  # fmt: skip
+    _broken(fakes)
+    fakes["c"].script(Reply(429, RATE_LIMITED, {"retry-after": "1"}))
+    started = time.monotonic()
+    status, headers, _ = await gw.chat()
+    assert status == 200 and headers["x-llm-upstream"] == "c"
+    assert _calls(fakes) == {"a": 1, "b": 1, "c": 2} and headers["x-llm-attempts"] == "4"
+    assert 0.5 < time.monotonic() - started < 5  # its reset, waited once
+
