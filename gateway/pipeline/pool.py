@@ -15,7 +15,8 @@ serve, and apply the rate-limit rule only when every sibling is sitting out.
               long as it says and moves to the next at once: no backoff, one deadline
     all out   with no later hop, a rate limit waits for the earliest sibling's reset when
               that is within ``max_retry_after_s`` (one retry of the class), else goes back
-              with that reset; with a later hop, the request moves on there
+              with that reset; with a later hop, the request moves on there. None may serve
+              for other reasons (keys, open circuits): the class of the soonest back
 
 A request that continues what the provider stored for one deployment's key (a Responses turn
 chained by ``previous_response_id``, a ``conversation``, a stored response fetched by id) goes
@@ -27,7 +28,8 @@ remembered.
 
 Request errors never move; an overflow moves only to a sibling with a larger window (with
 ``fallback.context_overflow``). Siblings count as fallbacks in the multiplication rule: each
-costs one first attempt, the class's retries are spent on the last one tried.
+costs one first attempt, the class's retries are spent on the last one tried, or, when that one
+cannot serve at all (a refused key, no credit), on the last that failed for an outage.
 """
 
 from __future__ import annotations
@@ -656,9 +658,12 @@ async def _all_sitting_out(
     answer = last.outcome if last is not None else None
     failed = answer.classification if isinstance(answer, Failure) else None
     if not waiting or (failed is not None and failed.type not in _SAT_OUT):
-        if last is not None:
+        # A deployment whose circuit is open is out too, and may be back before any key is.
+        broken = last is None or _cannot_serve(last)
+        down = await _down(pool, state.model, views, now_ms) if broken and stored is None else {}
+        if last is not None and not _circuit_first(down, views, now_ms):
             return last
-        return Sent(_every_key_out(svc, state, pool, views, now_ms, stored), None)
+        return Sent(_every_key_out(svc, state, pool, views, now_ms, stored, down), None)
     earliest = min(waiting, key=lambda v: v.out_until_ms)
     wait_s = (earliest.out_until_ms - now_ms) / 1000
     c = Classification(ErrorType.RATE_LIMIT, True, wait_s, reset_at_ms(wait_s, svc.wall()),
@@ -717,19 +722,65 @@ async def _all_sitting_out(
     return Sent(failure, None)
 
 
+async def _down(pool: PoolRuntime, model: str | None, views: list[Deployment],
+                now_ms: float) -> dict[str, float]:  # fmt: skip
+    """The deployments that sit out for nothing but whose circuit refuses a request now, and
+    the seconds until it lets one through (a probe)."""
+    down: dict[str, float] = {}
+    for v in views:
+        if v.out_until_ms <= now_ms:
+            wait_s = await pool.members[v.slot].circuit.refused_for_s(model)
+            if wait_s is not None:
+                down[v.name] = wait_s
+    return down
+
+
+def _circuit_first(down: dict[str, float], views: list[Deployment], now_ms: float) -> bool:
+    """Whether an open circuit lets a request through before any sit-out ends."""
+    if not down:
+        return False
+    outs = [v.out_until_ms for v in views if v.out_until_ms > now_ms]
+    return not outs or now_ms + min(down.values()) * 1000 < min(outs)
+
+
+# How a deployment that sits out is counted in a pool's answer: one, then several.
+_OUT_WORDS = {
+    SitOut.BUDGET: ("out of credit", "out of credit"),
+    SitOut.AUTH: ("refused its key", "refused their keys"),
+    SitOut.MODEL_MISSING: ("without the model", "without the model"),
+}
+
+
 def _every_key_out(svc: Services, state: RequestState, pool: PoolRuntime, views: list[Deployment],
-                   now_ms: float, stored: str | None = None) -> Failure:  # fmt: skip
+                   now_ms: float, stored: str | None = None,
+                   down: dict[str, float] | None = None) -> Failure:  # fmt: skip
     """No deployment may serve and none waits for a rate-limit reset: their keys are out of
-    credit or refused. Answered by the gateway, in the class of the soonest to return."""
+    credit or refused, the model is not there, or (``down``: the seconds until each lets a
+    request through) their circuits are open. Answered by the gateway, in the class of the
+    soonest to return (a model missing decides only when it is missing everywhere: a 404
+    would tell the client that the model does not exist), with the reset of that one."""
+    down = down or {}
     out = [v for v in views if v.out_until_ms > now_ms]
-    soonest = min(out, key=lambda v: v.out_until_ms)
+    model = str(state.model)[:128]
+    returns = [v for v in out if v.out_why is not SitOut.MODEL_MISSING] or out
+    soonest = min(returns, key=lambda v: v.out_until_ms) if returns else None
+    circuit_s = min(down.values()) if down else None
+    if circuit_s is not None and (soonest is None or now_ms + circuit_s * 1000 < soonest.out_until_ms):
+        state.upstream = pool.cfg.name  # no deployment was asked: the pool answered
+        state.retries_settled = True  # an SDK's retry now would be refused alike: retry-after says when
+        c = Classification(ErrorType.PROVIDER_UNAVAILABLE, True, circuit_s,
+                           reset_at_ms(circuit_s, svc.wall()), "circuit_open", None,
+                           f"no deployment of pool '{pool.cfg.name}' may serve")  # fmt: skip
+        return gateway_failure(503, c, f"no deployment of pool '{pool.cfg.name}' can serve now: "
+                               f"{_counted(out, down, model)}", "circuit_open", final=True)  # fmt: skip
+    assert soonest is not None
     wait_s = (soonest.out_until_ms - now_ms) / 1000
     # The codes are written out whole: docs/reference/errors.md is generated from the literals.
-    if any(v.out_why is SitOut.BUDGET for v in out):
+    if soonest.out_why is SitOut.BUDGET:
         kind, status, what, code = ErrorType.BUDGET, 402, "out of credit", "pool_budget"
-    elif all(v.out_why is SitOut.MODEL_MISSING for v in out):
+    elif soonest.out_why is SitOut.MODEL_MISSING:
         kind, status, code = ErrorType.UNKNOWN, 404, "pool_model_not_found"
-        what = f"without the model '{str(state.model)[:128]}' (each answered 404 for it)"
+        what = f"without the model '{model}' (each answered 404 for it)"
     else:
         # Not a 401: the keys refused are the gateway's, and a 401 tells the client's agent that
         # its own is (the same answer as one upstream's refused key, attempt.operator_key_refused).
@@ -742,5 +793,28 @@ def _every_key_out(svc: Services, state: RequestState, pool: PoolRuntime, views:
         return gateway_failure(status, c, f"deployment '{stored}' of pool '{pool.cfg.name}', which holds the "
                                f"stored response this request continues, is {what}", code,
                                final=True)  # fmt: skip
+    if down or any(v.out_why is not soonest.out_why for v in out):  # a mix: each counted
+        return gateway_failure(status, c, f"no deployment of pool '{pool.cfg.name}' can serve now: "
+                               f"{_counted(out, down, model)}", code, final=True)  # fmt: skip
     return gateway_failure(status, c, f"every deployment of pool '{pool.cfg.name}' is {what}", code,
                            final=True)  # fmt: skip
+
+
+def _counted(out: list[Deployment], down: dict[str, float], model: str) -> str:
+    """Why each deployment of a pool that cannot serve is out, counted by reason, the soonest
+    back first within each: "1 out of credit, 1 refused its key, 1 down (circuit open, back in 25 s)"."""
+    parts = []
+    for why, (one, several) in _OUT_WORDS.items():
+        n = sum(v.out_why is why for v in out)
+        if n:
+            words = one if n == 1 else several
+            if why is SitOut.MODEL_MISSING:
+                words += f" '{model}'"
+            elif why is SitOut.AUTH:  # not the client's key: its agent must not ask for another
+                words += " (the gateway's, not yours)"
+            parts.append(f"{n} {words}")
+    if down:
+        back = max(1, round(min(down.values())))
+        circuits = "circuit open, back" if len(down) == 1 else "circuits open, the first back"
+        parts.append(f"{len(down)} down ({circuits} in {back} s)")
+    return ", ".join(parts)

@@ -1052,3 +1052,46 @@ async def test_a_healthy_key_limited_for_seconds_is_waited_for_when_every_siblin
     assert _calls(fakes) == {"a": 1, "b": 1, "c": 2} and headers["x-llm-attempts"] == "4"
     assert 0.5 < time.monotonic() - started < 5  # its reset, waited once
 
+
+async def test_with_the_healthy_key_down_and_the_others_broken_the_answer_is_its_circuit(
+    make_pool: MakePool,
+) -> None:
+    """Once its circuit opened, every request was answered 402 "every deployment of pool 'gpt'
+    is out of credit", with the budget sit-out's 5-minute reset, though one key was revoked,
+    one only down, and the pool served again seconds later (audit)."""
+    gw, fakes = await make_pool(names=HEALTHY_FIRST, pool_yaml=", affinity: {enabled: false}", rand=lambda: 0.0,
+                                extra="circuit_breaker: {failure_threshold: 2}\n")  # fmt: skip
+    _broken(fakes)
+    fakes["c"].always = Reply(503, UNAVAILABLE)
+    assert (await gw.chat(_chat("one")))[0] == 503  # c's own answer, after its retries
+    assert (await gw.chat(_chat("two")))[0] == 503  # the second request failed there: its circuit opens
+    assert gw.metric("llm_gateway_circuit_open", upstream="c", model="gpt-4o-mini") == 1
+    calls = _calls(fakes)
+    status, headers, body = await gw.chat(_chat("three"))
+    assert status == 503 and headers["x-llm-attempts"] == "0" and _calls(fakes) == calls
+    assert headers["x-llm-error-type"] == "provider_unavailable" and headers["x-llm-error-retryable"] == "true"
+    assert 0 < int(headers["retry-after"]) <= 5  # the circuit's first period, not the 5-minute budget sit-out
+    error = json.loads(body)["error"]
+    assert error["code"] == "circuit_open"
+    assert error["message"] == ("no deployment of pool 'gpt' can serve now: 1 out of credit, 1 refused its key "
+                                f"(the gateway's, not yours), 1 down (circuit open, back in {headers['retry-after']} s)")
+
+
+@pytest.mark.parametrize(("cooldowns", "status", "code"), [("", 402, "pool_budget"),
+                                                           (", cooldowns: {auth_s: 60}", 502, "pool_auth")])
+async def test_with_every_key_out_for_mixed_reasons_the_answer_counts_them_in_the_class_of_the_soonest_back(
+    make_pool: MakePool, cooldowns: str, status: int, code: str
+) -> None:
+    gw, fakes = await make_pool(pool_yaml=", affinity: {enabled: false}" + cooldowns, rand=lambda: 0.0)
+    fakes["a"].always = fakes["b"].always = Reply(401, INVALID_KEY)
+    fakes["c"].always = Reply(429, NO_QUOTA)
+    assert (await gw.chat(_chat("one")))[0] in (402, 502)  # the last key's own answer
+    answered, headers, body = await gw.chat(_chat("two"))
+    assert (answered, headers["x-llm-attempts"]) == (status, "0") and sum(_calls(fakes).values()) == 3
+    # Out of credit for 5 minutes (cooldowns.budget_s), refused for an hour, or here for 60 s.
+    reset_in_s = int(headers["x-llm-error-reset-at"]) / 1000 - time.time()
+    assert (290 < reset_in_s <= 300) if code == "pool_budget" else (50 < reset_in_s <= 60)
+    error = json.loads(body)["error"]
+    assert error["code"] == code
+    assert error["message"] == ("no deployment of pool 'gpt' can serve now: 1 out of credit, 2 refused their keys "
+                                "(the gateway's, not yours)")
