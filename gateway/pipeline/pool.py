@@ -35,6 +35,7 @@ cannot serve at all (a refused key, no credit), on the last that failed for an o
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TypeVar
@@ -814,7 +815,7 @@ def _counted(out: list[Deployment], down: dict[str, float], model: str) -> str:
                 words += " (the gateway's, not yours)"
             parts.append(f"{n} {words}")
     if down:
-        back = max(1, round(min(down.values())))
+        back = max(1, math.ceil(min(down.values())))  # as its retry-after says it
         circuits = "circuit open, back" if len(down) == 1 else "circuits open, the first back"
         parts.append(f"{len(down)} down ({circuits} in {back} s)")
     return ", ".join(parts)
