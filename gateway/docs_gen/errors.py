@@ -349,14 +349,16 @@ MEANINGS = {
     "key_budget_held": "The key's (or its team's) budget is not spent, but requests in flight hold the rest "
     "at what they may cost at most until they end; `retry-after` is 2 s.",
     "accounting_unavailable": "`accounting.when_store_down: closed` and the state store does not answer.",
-    "pool_auth": "No deployment of the pool can serve: the provider refused every key (the gateway's, so "
-    "not a 401, which would tell the client its own key is bad); or the one that holds the stored response "
-    "a chained request continues was refused.",
+    "pool_auth": "No deployment of the pool can serve and a refused key is the soonest back: the provider "
+    "refused every key (the gateway's, so not a 401, which would tell the client its own key is bad), or "
+    "the rest are out for longer (the message counts each reason); or the one that holds the stored "
+    "response a chained request continues was refused.",
     "upstream_auth": "The provider refused the credentials the gateway sent (an upstream's `api_key`, or "
     "none where clients hold gateway keys); the provider's body, which may quote part of the key, is not "
     "passed on.",
-    "pool_budget": "No deployment of the pool can serve: keys out of credit (the rest refused); or the one "
-    "that holds the stored response a chained request continues is out of credit.",
+    "pool_budget": "No deployment of the pool can serve and a key out of credit is the soonest back (the "
+    "message counts each reason: refused keys, open circuits); or the one that holds the stored response "
+    "a chained request continues is out of credit.",
     "pool_model_not_found": "No deployment of the pool has the model asked for: each answered 404 for it "
     "(no such deployment, a model not pulled, no access for its key) within `cooldowns.model_missing_s`.",
     "pool_rate_limited": "Every deployment of the pool is rate limited and the earliest reset is too far "
@@ -381,7 +383,8 @@ MEANINGS = {
     "502, after it the stream's error event; not retried.",
     "response_too_large": "An answer over 256 MiB, which the gateway would have to hold whole to relay "
     "(an answer that does not stream); never cut and passed on as complete, not retried.",
-    "circuit_open": "The upstream's circuit is open (with `retry-after`).",
+    "circuit_open": "The upstream's circuit is open (with `retry-after`); or no deployment of a pool can "
+    "serve and an open circuit is the soonest back (the message counts each reason).",
     "stream_broken": "A stream under way ended before its end marker.",
     "reset": "The connection of a stream under way was reset.",
     "connect": "The connection of a stream under way was lost.",

@@ -15,7 +15,8 @@ serve, and apply the rate-limit rule only when every sibling is sitting out.
               long as it says and moves to the next at once: no backoff, one deadline
     all out   with no later hop, a rate limit waits for the earliest sibling's reset when
               that is within ``max_retry_after_s`` (one retry of the class), else goes back
-              with that reset; with a later hop, the request moves on there
+              with that reset; with a later hop, the request moves on there. None may serve
+              for other reasons (keys, open circuits): the class of the soonest back
 
 A request that continues what the provider stored for one deployment's key (a Responses turn
 chained by ``previous_response_id``, a ``conversation``, a stored response fetched by id) goes
@@ -27,12 +28,14 @@ remembered.
 
 Request errors never move; an overflow moves only to a sibling with a larger window (with
 ``fallback.context_overflow``). Siblings count as fallbacks in the multiplication rule: each
-costs one first attempt, the class's retries are spent on the last one tried.
+costs one first attempt, the class's retries are spent on the last one tried, or, when that one
+cannot serve at all (a refused key, no credit), on the last that failed for an outage.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TypeVar
@@ -84,6 +87,10 @@ async def send_pool(
     tried: set[str] = set()
     last: Sent | None = None
     limited: Sent | None = None  # the last provider 429 of this request: what a client is shown
+    # The last deployment whose outage moved the request on before its retries: owed them
+    # once every sibling proved unable to serve (``_owed``).
+    unspent: Sent | None = None
+    back: Sent | None = None  # going back to it now
     refused: Failure | None = None
     # A request that continues what the provider stored for one deployment's key (a chained
     # Responses turn) goes there alone: every other key is answered "not found".
@@ -109,6 +116,10 @@ async def send_pool(
                  if stored is None or up.cfg.name == stored]  # fmt: skip
         ready = [v for v in views if v.serves_at(now_ms) and v.name not in tried
                  and not await _refusing(members[v.slot], model)]  # fmt: skip
+        if back is not None:
+            assert back.call is not None
+            ready = [v for v in ready if v.name == back.call.up.cfg.name]
+            back = back if ready else None
         if ready:
             new = False  # its first turn: the strategy picked its home
             if not homed:
@@ -135,14 +146,17 @@ async def send_pool(
                 if not await ps.take(up.cfg, model, round(len(call.body) / BYTES_PER_TOKEN)):
                     continue
                 call.taken = True
-            _picked(svc, state, pool, up, "stored_search" if not_held else why if opening else "moved")
+            if back is None:  # going back is a retry of that deployment, not a pick
+                _picked(svc, state, pool, up, "stored_search" if not_held else why if opening else "moved")
             opening = False
             siblings_left = len(ready) > 1  # re-ranked after a failure, without the one that failed
             # Siblings that sit out only until a rate limit's reset: a 429 here is waited out at
             # the pool's earliest reset (``_all_sitting_out``), whichever key that is, not at this
             # key's own (which kept a request on one key while its siblings came back).
             resetting = any(_resets_later(v, now_ms) for v in views if v.slot != pick.slot)
-            outcome = await _send(svc, state, plan, call, siblings_left, nxt, resetting)
+            after = back.outcome if back is not None and isinstance(back.outcome, Failure) else None
+            back = None
+            outcome = await _send(svc, state, plan, call, siblings_left, nxt, resetting, after)
             last = Sent(outcome, call)
             if not isinstance(outcome, Failure):
                 if search is not None:
@@ -156,6 +170,8 @@ async def send_pool(
             c = outcome.classification
             if c.type is ErrorType.RATE_LIMIT and outcome.own is None:  # the provider's, not the limits'
                 limited = last
+            if c.type is ErrorType.PROVIDER_UNAVAILABLE and plan.stopped is StopReason.MOVING_ON:
+                unspent = last
             if search is not None and not_found_here(outcome.status, c.provider_code):
                 not_held.add(up.cfg.name)  # another key's, not this one's: nothing wrong with this key
             else:
@@ -184,6 +200,15 @@ async def send_pool(
                            "error_type": c.type.value})  # fmt: skip
                 continue
         # No deployment is left to try.
+        if unspent is not None and unspent.call is not None and last is not None and _cannot_serve(last):
+            # The request ends on a sibling that cannot serve at all (a refused key, no credit, no
+            # such model): the deployment that failed for an outage gets its retries, as the
+            # last one tried would have had them (one retry of the class per wait, the request's
+            # counts and deadline). Ended by that sibling's error, a request that a 503 blip had
+            # moved on was answered 502 or 402, not retryable, while the next was served (audit).
+            tried.discard(unspent.call.up.cfg.name)
+            back, unspent = unspent, None
+            continue
         if last is None and refused is not None:
             return refused
         if nxt is not None:  # none tried: the route steers past the pool
@@ -451,8 +476,9 @@ async def _found_stored(svc: Services, state: RequestState, pool: PoolRuntime, c
 
 async def _send(
     svc: Services, state: RequestState, plan: RetryPlan, call: Call, siblings_left: bool,
-    nxt: UpstreamRuntime | None, resetting: bool = False,
+    nxt: UpstreamRuntime | None, resetting: bool = False, after: Failure | None = None,
 ) -> Failure | Success:  # fmt: skip
+    """``after``: this request's earlier failure there, whose retries it goes back for."""
     up = call.up
     moves: Callable[[Classification], bool] | None = None
     cap: int | None = None
@@ -462,7 +488,7 @@ async def _send(
         moves, cap = _mover(svc, up, nxt), svc.cfg.fallback.retries_per_upstream
     elif resetting:
         moves, cap = _rate_limited, 0
-    sending = send_one(svc, state, plan, call, call.body, retries_cap=cap, moves_on=moves)
+    sending = send_one(svc, state, plan, call, call.body, retries_cap=cap, moves_on=moves, after=after)
     return await _held(svc, state, up, sending)
 
 
@@ -483,6 +509,16 @@ async def _held(
     finally:
         if released:
             ps.release(up.cfg.name)
+
+
+def _cannot_serve(sent: Sent) -> bool:
+    """Whether a failure says its deployment cannot serve this request for a while, whatever
+    it is sent: its key refused or out of credit, the model not there."""
+    answer = sent.outcome
+    if not isinstance(answer, Failure):
+        return False
+    c = answer.classification
+    return c.type in (ErrorType.AUTH, ErrorType.BUDGET) or c.model_missing
 
 
 def _resets_later(v: Deployment, now_ms: float) -> bool:
@@ -623,9 +659,12 @@ async def _all_sitting_out(
     answer = last.outcome if last is not None else None
     failed = answer.classification if isinstance(answer, Failure) else None
     if not waiting or (failed is not None and failed.type not in _SAT_OUT):
-        if last is not None:
+        # A deployment whose circuit is open is out too, and may be back before any key is.
+        broken = last is None or _cannot_serve(last)
+        down = await _down(pool, state.model, views, now_ms) if broken and stored is None else {}
+        if last is not None and not _circuit_first(down, views, now_ms):
             return last
-        return Sent(_every_key_out(svc, state, pool, views, now_ms, stored), None)
+        return Sent(_every_key_out(svc, state, pool, views, now_ms, stored, down), None)
     earliest = min(waiting, key=lambda v: v.out_until_ms)
     wait_s = (earliest.out_until_ms - now_ms) / 1000
     c = Classification(ErrorType.RATE_LIMIT, True, wait_s, reset_at_ms(wait_s, svc.wall()),
@@ -684,19 +723,65 @@ async def _all_sitting_out(
     return Sent(failure, None)
 
 
+async def _down(pool: PoolRuntime, model: str | None, views: list[Deployment],
+                now_ms: float) -> dict[str, float]:  # fmt: skip
+    """The deployments that sit out for nothing but whose circuit refuses a request now, and
+    the seconds until it lets one through (a probe)."""
+    down: dict[str, float] = {}
+    for v in views:
+        if v.out_until_ms <= now_ms:
+            wait_s = await pool.members[v.slot].circuit.refused_for_s(model)
+            if wait_s is not None:
+                down[v.name] = wait_s
+    return down
+
+
+def _circuit_first(down: dict[str, float], views: list[Deployment], now_ms: float) -> bool:
+    """Whether an open circuit lets a request through before any sit-out ends."""
+    if not down:
+        return False
+    outs = [v.out_until_ms for v in views if v.out_until_ms > now_ms]
+    return not outs or now_ms + min(down.values()) * 1000 < min(outs)
+
+
+# How a deployment that sits out is counted in a pool's answer: one, then several.
+_OUT_WORDS = {
+    SitOut.BUDGET: ("out of credit", "out of credit"),
+    SitOut.AUTH: ("refused its key", "refused their keys"),
+    SitOut.MODEL_MISSING: ("without the model", "without the model"),
+}
+
+
 def _every_key_out(svc: Services, state: RequestState, pool: PoolRuntime, views: list[Deployment],
-                   now_ms: float, stored: str | None = None) -> Failure:  # fmt: skip
+                   now_ms: float, stored: str | None = None,
+                   down: dict[str, float] | None = None) -> Failure:  # fmt: skip
     """No deployment may serve and none waits for a rate-limit reset: their keys are out of
-    credit or refused. Answered by the gateway, in the class of the soonest to return."""
+    credit or refused, the model is not there, or (``down``: the seconds until each lets a
+    request through) their circuits are open. Answered by the gateway, in the class of the
+    soonest to return (a model missing decides only when it is missing everywhere: a 404
+    would tell the client that the model does not exist), with the reset of that one."""
+    down = down or {}
     out = [v for v in views if v.out_until_ms > now_ms]
-    soonest = min(out, key=lambda v: v.out_until_ms)
+    model = str(state.model)[:128]
+    returns = [v for v in out if v.out_why is not SitOut.MODEL_MISSING] or out
+    soonest = min(returns, key=lambda v: v.out_until_ms) if returns else None
+    circuit_s = min(down.values()) if down else None
+    if circuit_s is not None and (soonest is None or now_ms + circuit_s * 1000 < soonest.out_until_ms):
+        state.upstream = pool.cfg.name  # no deployment was asked: the pool answered
+        state.retries_settled = True  # an SDK's retry now would be refused alike: retry-after says when
+        c = Classification(ErrorType.PROVIDER_UNAVAILABLE, True, circuit_s,
+                           reset_at_ms(circuit_s, svc.wall()), "circuit_open", None,
+                           f"no deployment of pool '{pool.cfg.name}' may serve")  # fmt: skip
+        return gateway_failure(503, c, f"no deployment of pool '{pool.cfg.name}' can serve now: "
+                               f"{_counted(out, down, model)}", "circuit_open", final=True)  # fmt: skip
+    assert soonest is not None
     wait_s = (soonest.out_until_ms - now_ms) / 1000
     # The codes are written out whole: docs/reference/errors.md is generated from the literals.
-    if any(v.out_why is SitOut.BUDGET for v in out):
+    if soonest.out_why is SitOut.BUDGET:
         kind, status, what, code = ErrorType.BUDGET, 402, "out of credit", "pool_budget"
-    elif all(v.out_why is SitOut.MODEL_MISSING for v in out):
+    elif soonest.out_why is SitOut.MODEL_MISSING:
         kind, status, code = ErrorType.UNKNOWN, 404, "pool_model_not_found"
-        what = f"without the model '{str(state.model)[:128]}' (each answered 404 for it)"
+        what = f"without the model '{model}' (each answered 404 for it)"
     else:
         # Not a 401: the keys refused are the gateway's, and a 401 tells the client's agent that
         # its own is (the same answer as one upstream's refused key, attempt.operator_key_refused).
@@ -709,5 +794,28 @@ def _every_key_out(svc: Services, state: RequestState, pool: PoolRuntime, views:
         return gateway_failure(status, c, f"deployment '{stored}' of pool '{pool.cfg.name}', which holds the "
                                f"stored response this request continues, is {what}", code,
                                final=True)  # fmt: skip
+    if down or any(v.out_why is not soonest.out_why for v in out):  # a mix: each counted
+        return gateway_failure(status, c, f"no deployment of pool '{pool.cfg.name}' can serve now: "
+                               f"{_counted(out, down, model)}", code, final=True)  # fmt: skip
     return gateway_failure(status, c, f"every deployment of pool '{pool.cfg.name}' is {what}", code,
                            final=True)  # fmt: skip
+
+
+def _counted(out: list[Deployment], down: dict[str, float], model: str) -> str:
+    """Why each deployment of a pool that cannot serve is out, counted by reason, the soonest
+    back first within each: "1 out of credit, 1 refused its key, 1 down (circuit open, back in 25 s)"."""
+    parts = []
+    for why, (one, several) in _OUT_WORDS.items():
+        n = sum(v.out_why is why for v in out)
+        if n:
+            words = one if n == 1 else several
+            if why is SitOut.MODEL_MISSING:
+                words += f" '{model}'"
+            elif why is SitOut.AUTH:  # not the client's key: its agent must not ask for another
+                words += " (the gateway's, not yours)"
+            parts.append(f"{n} {words}")
+    if down:
+        back = max(1, math.ceil(min(down.values())))  # as its retry-after says it
+        circuits = "circuit open, back" if len(down) == 1 else "circuits open, the first back"
+        parts.append(f"{len(down)} down ({circuits} in {back} s)")
+    return ", ".join(parts)

@@ -90,19 +90,27 @@ async def resend(
 async def send_one(
     svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes,
     *, retries_cap: int | None = None, moves_on: Callable[[Classification], bool] | None = None,
+    after: Failure | None = None,
 ) -> Outcome:  # fmt: skip
     """Send to one upstream with retries. Its circuit counts whole requests, not attempts:
     one request's own retries are the retry policy's business, and a permanent 503 must
     cost exactly 1 + max_retries attempts. A half-open circuit's probe is one attempt. An
     answer whose body is still to be read (a stream) is counted when that body ends.
     ``moves_on``: whether a failure will take the request elsewhere (a sibling deployment or
-    a fallback); such failures get at most ``retries_cap`` retries here first."""
+    a fallback); such failures get at most ``retries_cap`` retries here first. ``after``: this
+    request's first attempt here, which failed and moved on before its retries (a pool back
+    from siblings that could not serve): the retries it was owed, and no first attempt again;
+    its circuit counted the request then."""
     up = call.up
     state.upstream = up.cfg.name
     state.sent_model = call.wire_model or state.model
     if svc.param_fixes.learned:  # what this model refused before is left out before it is sent
         body = param_fixed(svc, state, call, body)
     adm = up.circuit.admit_now(state.model) or await up.circuit.admit(state.model)
+    if after is not None and adm.gate is not Gate.ALLOW:
+        # Its circuit opened since: a probe is a first attempt of its own, not this one's retry.
+        await up.circuit.abandon(adm)
+        return after
     if adm.gate is Gate.REFUSE:
         state.retries_settled = True
         svc.tracing.event(state, "circuit_refused", {"upstream": up.cfg.name, "retry_in_s": adm.retry_in_s})
@@ -111,7 +119,7 @@ async def send_one(
     if plan.circuit_probe:
         svc.tracing.next_attempt(state, None, {"llm_gateway.circuit": "half_open_probe"})
     try:
-        outcome = await attempt(svc, state, plan, call, body)
+        outcome = after if after is not None else await attempt(svc, state, plan, call, body)
         if failure_of(outcome) is not None:
             outcome = await _retry_or_follow(
                 svc, state, plan, call, body, adm, outcome, retries_cap, moves_on)
@@ -128,6 +136,8 @@ async def send_one(
     # An empty stream is how some servers fail a request they reject: not the provider's fault.
     failed = (isinstance(outcome, Failure) and outcome.classification.type is ErrorType.PROVIDER_UNAVAILABLE
               and not plan.answered_with_nothing(outcome.classification))  # fmt: skip
+    if failed and after is not None:
+        return outcome  # one request, one failure: counted with its first attempt
     # Any answer, even a 4xx, shows the provider is up.
     if not up.circuit.settled(adm, state.model, failed=failed):
         await up.circuit.record(adm, state.model, failed=failed)

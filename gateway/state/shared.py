@@ -233,6 +233,15 @@ class SharedCircuit:
         now = self._clock()
         return any(r.open_until > now for r in recs)
 
+    async def refused_for_s(self, model: str | None) -> float | None:
+        """How long a request for ``model`` is refused from now, as ``admit`` decides it (the
+        open period left); None: one may go now (closed, or half-open: a probe may go)."""
+        keys = self._keys(model)
+        recs = await self._records(keys)
+        adm = admit(keys[0], recs[0], keys[1] if model is not None else None,
+                    recs[1] if model is not None else CLOSED, self._clock())  # fmt: skip
+        return adm.retry_in_s if adm.gate is Gate.REFUSE else None
+
     async def refusing(self) -> list[tuple[str | None, bool]]:
         """Whether each circuit this replica knows of refuses requests now, read from the store
         (the state that decides, other replicas' failures included) in one round trip: the

@@ -7,6 +7,7 @@ timeouts (first byte, idle) are real but configured short.
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -108,7 +109,8 @@ async def make_gateway(request: pytest.FixtureRequest) -> AsyncIterator[MakeGate
     async def make(extra_yaml: str = "", upstream_yaml: str = "", *, fake: FakeUpstream | None = None,
                    real_sleep: bool = False, upstreams: str | None = None,
                    timeouts: str | None = None,
-                   wall: Callable[[], float] = time.time) -> Gateway:
+                   wall: Callable[[], float] = time.time,
+                   rand: Callable[[], float] = random.random) -> Gateway:
         timeouts = timeouts or default_timeouts
         if fake is None:
             fake = await FakeUpstream().start()
@@ -130,7 +132,8 @@ async def make_gateway(request: pytest.FixtureRequest) -> AsyncIterator[MakeGate
         async def record_sleep(s: float) -> None:
             slept.append(s)
 
-        app = create_app(cfg, registry=registry, sleep=asyncio.sleep if real_sleep else record_sleep, wall=wall)
+        app = create_app(cfg, registry=registry, sleep=asyncio.sleep if real_sleep else record_sleep, wall=wall,
+                         rand=rand)
         runner = make_runner(app, shutdown_timeout=0.5)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -47,7 +47,7 @@ async def make_pool(make_gateway) -> AsyncIterator[MakePool]:  # type: ignore[no
     async def make(pool_yaml: str = "", extra: str = "", names: tuple[str, ...] = ("a", "b", "c"),
                    member_extra: dict[str, str] | None = None, more_upstreams: str = "",
                    real_sleep: bool = False, wall: Callable[[], float] = time.time,
-                   timeouts: str | None = None) -> Pool:  # fmt: skip
+                   timeouts: str | None = None, rand: Callable[[], float] | None = None) -> Pool:  # fmt: skip
         by_name = {}
         lines = []
         for n in names:
@@ -58,7 +58,8 @@ async def make_pool(make_gateway) -> AsyncIterator[MakePool]:  # type: ignore[no
                          f"{(member_extra or {}).get(n, '')}}}\n")  # fmt: skip
         pools = f"pools:\n  - {{name: gpt, models: ['gpt-*'], deployments: [{', '.join(names)}]{pool_yaml}}}\n"
         gw = await make_gateway(pools + extra, fake=by_name[names[0]], upstreams="".join(lines) + more_upstreams,
-                                real_sleep=real_sleep, wall=wall, **({"timeouts": timeouts} if timeouts else {}))
+                                real_sleep=real_sleep, wall=wall, **({"timeouts": timeouts} if timeouts else {}),
+                                **({"rand": rand} if rand else {}))
         return gw, by_name
 
     yield make
@@ -998,3 +999,105 @@ async def test_a_stalled_streams_continuation_skips_a_sibling_that_sits_out(make
     assert text == "Once upon a time."
     assert len(fakes[out].chat_requests()) == 1  # never called inside its sit-out
     assert fakes[free].chat_requests()[-1].json()["messages"][-1]["content"] == "Once upon"
+
+
+# A pool of one revoked key, one out of credit and one healthy key that answers one 503 (the
+# audit's three keys). ``rand`` at 0 picks the first that may serve in config order, so each
+# order is scripted: the healthy key first, second, last.
+HEALTHY_FIRST, HEALTHY_SECOND, HEALTHY_LAST = ("c", "a", "b"), ("b", "c", "a"), ("a", "b", "c")
+
+
+def _broken(fakes: dict[str, FakeUpstream]) -> None:
+    fakes["a"].always = Reply(401, INVALID_KEY)
+    fakes["b"].always = Reply(429, NO_QUOTA)
+
+
+@pytest.mark.parametrize("names", [HEALTHY_FIRST, HEALTHY_SECOND, HEALTHY_LAST])
+async def test_a_healthy_key_that_blipped_gets_its_retries_when_every_sibling_is_broken(
+    make_pool: MakePool, names: tuple[str, ...]
+) -> None:
+    """Tried first or second, its 503 moved on at once to the broken keys, and the last one's
+    401 (or 402) ended the request, not retryable, while the next request was served."""
+    gw, fakes = await make_pool(names=names, pool_yaml=", affinity: {enabled: false}", rand=lambda: 0.0)
+    _broken(fakes)
+    fakes["c"].script(Reply(503, UNAVAILABLE))
+    status, headers, _ = await gw.chat()
+    assert status == 200 and headers["x-llm-upstream"] == "c"
+    assert _calls(fakes) == {"a": 1, "b": 1, "c": 2} and headers["x-llm-attempts"] == "4"
+    assert len(gw.slept) == 1  # the 503's backoff, once
+
+
+@pytest.mark.parametrize("names", [HEALTHY_FIRST, HEALTHY_SECOND])
+async def test_a_key_that_stays_down_among_broken_ones_costs_one_attempt_each_plus_its_retries(
+    make_pool: MakePool, names: tuple[str, ...]
+) -> None:
+    gw, fakes = await make_pool(names=names, pool_yaml=", affinity: {enabled: false}", rand=lambda: 0.0)
+    _broken(fakes)
+    fakes["c"].always = Reply(503, UNAVAILABLE)
+    status, headers, _ = await gw.chat()
+    assert status == 503 and headers["x-llm-upstream"] == "c"
+    assert headers["x-llm-error-type"] == "provider_unavailable"
+    # As for an outage of every deployment: one first attempt each, provider_unavailable's 5 retries.
+    assert sum(_calls(fakes).values()) == 3 + 5 == int(headers["x-llm-attempts"])
+    assert _calls(fakes) == {"a": 1, "b": 1, "c": 6}
+
+
+@pytest.mark.parametrize("names", [HEALTHY_FIRST, HEALTHY_SECOND])
+async def test_a_healthy_key_limited_for_seconds_is_waited_for_when_every_sibling_is_broken(
+    make_pool: MakePool, names: tuple[str, ...]
+) -> None:
+    """A rate limit sits its key out until its reset, which the pool waits for (one retry of
+    the class), whatever its siblings sit out for: so it was before this fix, and stays."""
+    gw, fakes = await make_pool(names=names, pool_yaml=", affinity: {enabled: false}", rand=lambda: 0.0,
+                                real_sleep=True)  # fmt: skip
+    _broken(fakes)
+    fakes["c"].script(Reply(429, RATE_LIMITED, {"retry-after": "1"}))
+    started = time.monotonic()
+    status, headers, _ = await gw.chat()
+    assert status == 200 and headers["x-llm-upstream"] == "c"
+    assert _calls(fakes) == {"a": 1, "b": 1, "c": 2} and headers["x-llm-attempts"] == "4"
+    assert 0.5 < time.monotonic() - started < 5  # its reset, waited once
+
+
+async def test_with_the_healthy_key_down_and_the_others_broken_the_answer_is_its_circuit(
+    make_pool: MakePool,
+) -> None:
+    """Once its circuit opened, every request was answered 402 "every deployment of pool 'gpt'
+    is out of credit", with the budget sit-out's 5-minute reset, though one key was revoked,
+    one only down, and the pool served again seconds later (audit)."""
+    gw, fakes = await make_pool(names=HEALTHY_FIRST, pool_yaml=", affinity: {enabled: false}", rand=lambda: 0.0,
+                                extra="circuit_breaker: {failure_threshold: 2}\n")  # fmt: skip
+    _broken(fakes)
+    fakes["c"].always = Reply(503, UNAVAILABLE)
+    assert (await gw.chat(_chat("one")))[0] == 503  # c's own answer, after its retries
+    assert (await gw.chat(_chat("two")))[0] == 503  # the second request failed there: its circuit opens
+    assert gw.metric("llm_gateway_circuit_open", upstream="c", model="gpt-4o-mini") == 1
+    calls = _calls(fakes)
+    status, headers, body = await gw.chat(_chat("three"))
+    assert status == 503 and headers["x-llm-attempts"] == "0" and _calls(fakes) == calls
+    assert headers["x-llm-error-type"] == "provider_unavailable" and headers["x-llm-error-retryable"] == "true"
+    assert 0 < int(headers["retry-after"]) <= 5  # the circuit's first period, not the 5-minute budget sit-out
+    error = json.loads(body)["error"]
+    assert error["code"] == "circuit_open"
+    assert error["message"] == ("no deployment of pool 'gpt' can serve now: 1 out of credit, 1 refused its key "
+                                f"(the gateway's, not yours), 1 down (circuit open, back in {headers['retry-after']} s)")
+
+
+@pytest.mark.parametrize(("cooldowns", "status", "code"), [("", 402, "pool_budget"),
+                                                           (", cooldowns: {auth_s: 60}", 502, "pool_auth")])
+async def test_with_every_key_out_for_mixed_reasons_the_answer_counts_them_in_the_class_of_the_soonest_back(
+    make_pool: MakePool, cooldowns: str, status: int, code: str
+) -> None:
+    gw, fakes = await make_pool(pool_yaml=", affinity: {enabled: false}" + cooldowns, rand=lambda: 0.0)
+    fakes["a"].always = fakes["b"].always = Reply(401, INVALID_KEY)
+    fakes["c"].always = Reply(429, NO_QUOTA)
+    assert (await gw.chat(_chat("one")))[0] in (402, 502)  # the last key's own answer
+    answered, headers, body = await gw.chat(_chat("two"))
+    assert (answered, headers["x-llm-attempts"]) == (status, "0") and sum(_calls(fakes).values()) == 3
+    # Out of credit for 5 minutes (cooldowns.budget_s), refused for an hour, or here for 60 s.
+    reset_in_s = int(headers["x-llm-error-reset-at"]) / 1000 - time.time()
+    assert (290 < reset_in_s <= 300) if code == "pool_budget" else (50 < reset_in_s <= 60)
+    error = json.loads(body)["error"]
+    assert error["code"] == code
+    assert error["message"] == ("no deployment of pool 'gpt' can serve now: 1 out of credit, 2 refused their keys "
+                                "(the gateway's, not yours)")
