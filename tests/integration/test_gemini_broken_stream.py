@@ -122,3 +122,23 @@ async def test_drain_running_out_in_the_pause_keeps_the_streams_own_error(make_g
     errors = [d for d in sse_data(b"".join(pieces)) if "error" in d]
     assert len(errors) == 1 and "stream_broken" in json.dumps(errors[0]), errors
     assert json.loads(pieces[-1]) == errors[0]
+
+
+async def test_an_error_google_writes_bare_mid_stream_is_classified_not_taken_for_a_break(
+    make_gateway: Any, gemini: StrictGemini
+) -> None:
+    """Google writes a mid-stream error as bare, pretty-printed JSON without ``data:``
+    (googleapis/python-genai#1162). Taken for a comment, a 429's stream ended as a broken
+    connection: retried six times and answered 503 "the upstream connection broke", Google's
+    words lost (audit). Read as the error it is: a rate limit, with Google's message."""
+    bare = json.dumps({"error": {"code": 429, "message": "Resource has been exhausted (e.g. check quota).",
+                                 "status": "RESOURCE_EXHAUSTED"}}, indent=2).encode() + b"\r\n\r\n"  # fmt: skip
+    gemini.replies.extend([lambda body: bare] * 10)
+    gw = await make_gateway(upstreams=upstream(gemini, model_map="{'gemini-*': gemini-2.5-pro}"))
+    async with gw.session.post(gw.base + SSE, json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
+                               headers={"x-goog-api-key": "dummy"}) as r:  # fmt: skip
+        body = await r.read()
+        assert r.headers["x-llm-error-type"] == "rate_limit", (r.status, body)
+        assert r.status == 429
+    assert b"Resource has been exhausted" in body
+    assert len(gemini.seen) == 4  # a rate limit's attempts (1 + 3), not a broken connection's 6

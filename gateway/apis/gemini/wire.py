@@ -33,6 +33,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
+import orjson
+
 from gateway.apis import output_budget
 from gateway.apis.answer_text import gemini_text
 from gateway.apis.base import (
@@ -239,6 +241,10 @@ class GeminiStreamReader(ShownText):
     def kind(self, raw: bytes, *, committed: bool) -> EventKind:
         event = self.parsed_events.parse(raw)
         if event.data is None:
+            bare = _bare_error(raw)
+            if bare is not None:
+                self.error = bare
+                return _ERROR_KIND
             return _VISIBLE_KIND if committed else _CONTENTLESS_KIND  # comments
         doc = event.json()
         if not isinstance(doc, dict):
@@ -281,6 +287,22 @@ class GeminiStreamReader(ShownText):
 
     def broken(self, ending: Ending, request_id: str, model: str | None) -> bytes:
         return broken_event(ending, request_id)
+
+
+def _bare_error(raw: bytes) -> dict[str, Any] | None:
+    """An error Google wrote mid-stream as bare JSON, no ``data:`` (python-genai#1162: a 500's
+    pretty-printed ``{"error": {...}}`` among the events, which python-genai then failed to
+    parse), else None. Read as an error event, it is classified and retried or relayed as one:
+    taken for a comment, a 429's or a 400's stream was retried as a broken connection, six
+    times, and its words lost (audit)."""
+    text = raw.strip()
+    if not text.startswith(b"{"):
+        return None  # a comment, or a line of another kind: never parsed
+    try:
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return doc if isinstance(doc, dict) and isinstance(doc.get("error"), dict) else None
 
 
 def broken_event(ending: Ending, request_id: str) -> bytes:

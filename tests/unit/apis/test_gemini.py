@@ -196,6 +196,22 @@ def test_reader_of_a_gemini_stream() -> None:
     assert r.kind(b"data: {not json\r\n\r\n", committed=True) is EventKind.ERROR
 
 
+def test_an_error_google_wrote_bare_mid_stream_is_read_as_an_error() -> None:
+    """Google writes a mid-stream error as bare, pretty-printed JSON with no ``data:``
+    (googleapis/python-genai#1162): read as a comment, a 429's stream was retried as a broken
+    connection six times and its words lost (audit)."""
+    r = GeminiStreamReader()
+    bare = (b'{\n  "error": {\n    "code": 429,\n    "message": "Resource exhausted. Please try again later.",\n'
+            b'    "status": "RESOURCE_EXHAUSTED"\n  }\n}\r\n\r\n')  # fmt: skip
+    assert r.kind(bare, committed=False) is EventKind.ERROR
+    assert r.error is not None and r.error["error"]["code"] == 429
+    # Comments and other bare lines stay what they were.
+    r = GeminiStreamReader()
+    assert r.kind(b": keep-alive\r\n\r\n", committed=False) is EventKind.CONTENTLESS
+    assert r.kind(b'{"candidates": []}\r\n\r\n', committed=False) is EventKind.CONTENTLESS
+    assert r.kind(b"{not json\r\n\r\n", committed=True) is EventKind.VISIBLE and r.error is None
+
+
 def test_an_event_is_compact_utf8_json_between_crlf_pairs_whatever_its_text_holds() -> None:
     doc = {"candidates": [{"content": {"role": "model", "parts": [{"text": "héllo ✓"}]}, "index": 0}]}
     assert sse_event(doc) == b"data: " + json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode() + b"\r\n\r\n"
