@@ -311,6 +311,10 @@ def test_replicas_keep_serving_when_redis_is_killed(cluster: Cluster) -> None:
     # Redis back (empty, same port): after recover_s both replicas share state again.
     cluster.redis.start()
     cluster.back_on_redis()
+    # B's probe just found no answer remembered anywhere, which it believes for state.cache_ms
+    # (200 ms, "how stale a replica's view of remembered loop-breaker answers may be"): on a
+    # quiet host A's answer and B's repeat came within it, and B asked the provider again.
+    time.sleep(0.25)
     content = fresh("loop after")
     first, _ = cluster.chat(cluster.a, "bad-after", content)
     again, _ = cluster.chat(cluster.b, "bad-after", content)
