@@ -214,6 +214,21 @@ end
 return 1
 """
 
+# Budgets' spend written back to a Redis that lost it (restarted empty: RedisStore._check_kept),
+# as a floor: each budget's spent raised to what a replica last knew, never lowered, so that
+# replicas doing it at once, or in any order, leave the largest. KEYS: the budgets. ARGV: each
+# one's dollars and TTL in seconds.
+LEDGER_FLOOR = """
+for i = 1, #KEYS do
+  local usd = tonumber(ARGV[2 * i - 1])
+  if tonumber(redis.call('HGET', KEYS[i], 's') or '0') < usd then
+    redis.call('HSET', KEYS[i], 's', ARGV[2 * i - 1])
+    if redis.call('TTL', KEYS[i]) < tonumber(ARGV[2 * i]) then redis.call('EXPIRE', KEYS[i], ARGV[2 * i]) end
+  end
+end
+return 1
+"""
+
 # A pool deployment's configured limits, taken atomically at its pick: the request counts only
 # if this window's requests and tokens stay within them (as LEDGER_ADMIT counts a key's), so
 # replicas that pick it at the same moment cannot each spend what the other sees as left.
@@ -306,5 +321,5 @@ redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return ARGV[2]
 """
 
-ALL = (BUDGET, TAKE, PUT, LEDGER_ADMIT, LEDGER_SETTLE, LEDGER_KEEP, LEDGER_OWED, RECORDS_TAKE, RECORDS_ADD,
-       CIRCUIT_FAIL, HOME_CLAIM, HOME_MOVE)
+ALL = (BUDGET, TAKE, PUT, LEDGER_ADMIT, LEDGER_SETTLE, LEDGER_KEEP, LEDGER_OWED, LEDGER_FLOOR, RECORDS_TAKE,
+       RECORDS_ADD, CIRCUIT_FAIL, HOME_CLAIM, HOME_MOVE)

@@ -83,6 +83,8 @@ _STORED_BATCH = 1_000
 # answer lost with its connection, within the operation's wait (``_slow_s``), and Redis runs
 # both within that; the marker outlives it by far, ~100 bytes each.
 _OP_MARKER_MIN_S = 30.0
+# Budgets' spend written back to a Redis that lost it, this many to a script call.
+_FLOOR_BATCH = 500
 
 
 def connect(url: str, timeout_s: float, max_connections: int = 100) -> Redis:
@@ -146,6 +148,7 @@ class RedisStore:
         probe_client: Redis | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         on_wait: Callable[[str, float], None] = lambda _b, _s: None,
+        on_lost: Callable[[str], None] = lambda _b: None,
     ) -> None:
         self._r = client
         # Operations at once, each on its own pooled connection. One past it waits here,
@@ -182,6 +185,7 @@ class RedisStore:
         self._ledger_settle = client.register_script(lua.LEDGER_SETTLE)
         self._ledger_keep = client.register_script(lua.LEDGER_KEEP)
         self._ledger_owed = client.register_script(lua.LEDGER_OWED)
+        self._ledger_floor = client.register_script(lua.LEDGER_FLOOR)
         self._circuit_fail = client.register_script(lua.CIRCUIT_FAIL)
         self._admits = TurnBatch(client, self._ledger_admit)
         self._takes = TurnBatch(client, client.register_script(lua.RECORDS_TAKE))
@@ -210,6 +214,12 @@ class RedisStore:
         self._stored_owed: dict[str, tuple[str, float]] = {}
         self._stored_dropped = 0  # past MAX_STORED_OWED since the last write-back
         self._stored_writer: asyncio.Task[None] | None = None
+        # What Redis held under ``{prefix}kept`` when this replica last read it: a Redis that
+        # comes back without it (or with another replica's new one) lost what it held.
+        self._kept_key = prefix + "kept"
+        self._kept: bytes | None = None
+        self._kept_check: asyncio.Task[None] | None = None
+        self._on_lost = on_lost
 
     @property
     def healthy(self) -> bool:
@@ -231,6 +241,8 @@ class RedisStore:
             # 50 ms wait at 600 concurrent requests) counted budgets apart from Redis while Redis
             # answered every call: a $0.01 budget shared by two replicas served 3x its worth.
             async with asyncio.timeout(self._slow_s) as deadline:
+                if self._kept_check is not None and not self._kept_check.done():
+                    await asyncio.shield(self._kept_check)  # (its answer first: ``_check_kept``)
                 suspicion = asyncio.get_running_loop().call_later(self._timeout_s, self._suspect, op, started)
                 self._waiting.add(deadline)
                 try:
@@ -248,6 +260,7 @@ class RedisStore:
                             # Counted again, an admit refused itself (its own slot in flight)
                             # and held its reservation on every replica until the day ended.
                             await self._drop_idle_connections()
+                            await self._kept_checked()
                             result = await remote()
                 finally:
                     suspicion.cancel()
@@ -317,6 +330,7 @@ class RedisStore:
             self._off_said = False
             self._back_at = self._answered_at
             self._start_stored_writer()
+            self._start_kept_check()
 
     def _maybe_probe(self) -> None:
         """While Redis is taken off, no request waits on it: the watch (``_watch``) asks in the
@@ -413,6 +427,71 @@ class RedisStore:
         except _FAILURES:
             return False
         return True
+
+    def _start_kept_check(self) -> None:
+        """Whether the Redis answering again is the one left (``_check_kept``): asked once a
+        connection failed (a restart, most often) before the operation is sent again, and at
+        every return. Operations wait for its answer: one that read a lost Redis's $0 first
+        wrote it over this replica's copy of the spend, the copy written back."""
+        if self._kept_check is None or self._kept_check.done():
+            self._kept_check = asyncio.get_running_loop().create_task(self._check_kept())
+
+    async def _kept_checked(self) -> None:
+        self._start_kept_check()
+        assert self._kept_check is not None
+        await asyncio.shield(self._kept_check)
+
+    async def _check_kept(self) -> None:
+        """A Redis restarted empty (no append-only file, or a failover to a replica that had
+        not copied it) or flushed answers as one that holds everything: every replica then
+        counted every key's spend from $0, silently (a $1 key that had spent $0.874 spent
+        $1.007 more). Each replica keeps what ``{prefix}kept`` held; a Redis without it, or with
+        another one (a replica found it gone first and wrote its own), lost its data: said as an
+        error and counted (``on_lost``), and the budgets' spend this replica knows is written
+        back as a floor (``LEDGER_FLOOR``: each replica's, the largest kept). What it cannot
+        bring back: other keys' spend, the reservations in flight (their settles find no
+        marker and charge nothing), the minute's counts, circuits and pool records. No TTL on
+        the key: under ``volatile-ttl`` eviction (``deploy/``) only keys with one are evicted,
+        and an expired one would be taken for a lost Redis."""
+        try:
+            async with asyncio.timeout(self._slow_s):
+                await self._restore_if_lost()
+        except _FAILURES:
+            return  # asked again at the next reconnection or return
+
+    async def _restore_if_lost(self) -> None:
+        kept = await self._read_kept()
+        before, self._kept = self._kept, kept
+        if before is None or kept == before:
+            return
+        known = self.local.ledger_spent()
+        # Less what this replica owes Redis (spent in its memory, in a batch yet to be added).
+        owed = self.ledger_owed([b for b, _, _ in known])
+        spent = [(b, usd - o, left) for (b, usd, left), o in zip(known, owed, strict=True) if usd - o > 0]
+        log.error({"event": "state_store_lost", "backend": self.backend, "budgets_restored": len(spent),
+                   "problem": "Redis came back without what it held (restarted without an append-only file, "
+                              "or flushed): keys' spend counts from what this replica knew"})  # fmt: skip
+        self._on_lost(self.backend)
+        calls: list[_Call] = []
+        for i in range(0, len(spent), _FLOOR_BATCH):
+            chunk = spent[i : i + _FLOOR_BATCH]
+            args: list[str | int] = []
+            for _, usd, left in chunk:
+                args += [repr(usd), max(1, math.ceil(left))]
+            calls.append(([f"{self._p}l:b:{b}" for b, _, _ in chunk], args))
+        # Not through _guard: operations wait for this, and would for a slot it waited on.
+        if calls:
+            for result in await run_pipelined(self._r, self._ledger_floor, calls):
+                if isinstance(result, Exception):
+                    raise result
+
+    async def _read_kept(self) -> bytes:
+        """What Redis holds under ``{prefix}kept``, written first if it holds none."""
+        pipe = self._r.pipeline(transaction=False)
+        pipe.set(self._kept_key, os.urandom(8).hex().encode(), nx=True)
+        pipe.get(self._kept_key)
+        _, kept = await pipe.execute()
+        return bytes(kept)
 
     async def _drop_idle_connections(self) -> None:
         try:
@@ -1054,6 +1133,9 @@ class RedisStore:
                 await pipe.execute()
         except _FAILURES:
             pass  # each request loads what it needs, as it did
+        with contextlib.suppress(*_FAILURES):
+            async with asyncio.timeout(timeout_s):
+                self._kept = await self._read_kept()
         return None
 
     async def _plain_behind_tls(self, timeout_s: float) -> str | None:
@@ -1085,6 +1167,8 @@ class RedisStore:
             self._stored_writer.cancel()
         if self._probe is not None:
             self._probe.cancel()
+        if self._kept_check is not None:
+            self._kept_check.cancel()
         await self._r.aclose()
         if self._probe_r is not self._r:
             await self._probe_r.aclose()

@@ -332,6 +332,9 @@ async def test_an_answer_put_given_up_on_gives_its_connection_back(
     probe = a.store._probe  # the timeout asked one whether Redis answers: let it end
     if probe is not None:
         await probe
+    kept = a.store._kept_check  # and, Redis back, whether it still holds what it did
+    if kept is not None:
+        await kept
     assert not pool._in_use_connections  # back in the pool (or closed), none held by the dead call
     assert await a.store.answer_take("fp") == (b"y", 1)  # local memory has it all the same
 
