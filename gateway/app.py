@@ -82,7 +82,7 @@ def create_app(
     state_metrics = StateMetrics(telemetry.registry, cfg.state.backend)
     # Circuits and remembered answers are shared by replicas, so they run on wall-clock time.
     store = build_store(cfg, clock=wall, monotonic=monotonic, on_fallback=state_metrics.fallback,
-                        on_wait=state_metrics.waited)  # fmt: skip
+                        on_wait=state_metrics.waited, on_lost=state_metrics.store_lost)  # fmt: skip
     kit = _Kit(telemetry, store, state_metrics, Lifecycle(), monotonic, wall, sleep, rand, sender, tracing)
     svc, owned, fresh = _generation(cfg, kit, None)
     live = Live(svc, owned, _next_generation(kit))

@@ -22,6 +22,7 @@ def build_store(
     monotonic: Callable[[], float] = time.monotonic,
     on_fallback: Callable[[str, str], None] = lambda _b, _op: None,
     on_wait: Callable[[str, float], None] = lambda _b, _s: None,
+    on_lost: Callable[[str], None] = lambda _b: None,
 ) -> StateStore:
     """The store ``cfg.state`` asks for. Creating it does no I/O (Redis connects on first use),
     so it may be built in ``create_app``; ``await store.close()`` on shutdown."""
@@ -49,6 +50,7 @@ def build_store(
         answers_cache_s=cfg.state.cache_ms / 1000,
         on_fallback=on_fallback,
         on_wait=on_wait,
+        on_lost=on_lost,
         max_connections=cfg.state.max_connections,
         probe_client=connect(cfg.state.url, max(timeout_s, cfg.state.recover_s), max_connections=1),
     )

@@ -55,6 +55,11 @@ class _Expiring(Generic[V]):
     def pop(self, key: str) -> None:
         self._items.pop(key, None)
 
+    def live(self) -> list[tuple[str, V, float]]:
+        """Every unexpired entry: its key, its value and the seconds it has left."""
+        now = self._clock()
+        return [(k, v, t - now) for k, (t, v) in self._items.items() if t > now]
+
     def __len__(self) -> int:
         return len(self._items)
 
@@ -361,6 +366,11 @@ class MemoryStore:
 
     def ledger_owed(self, budgets: Sequence[str]) -> list[float]:
         return [0.0] * len(budgets)  # nothing shared to owe
+
+    def ledger_spent(self) -> list[tuple[str, float, float]]:
+        """Every budget this memory knows spent on: its store key, the dollars spent, and the
+        seconds its period (and a little more) has left."""
+        return [(bkey, spend[0], left) for bkey, spend, left in self._spend.live() if spend[0] > 0]
 
     async def answer_put(self, fingerprint: str, blob: bytes, ttl_s: float) -> None:
         if ttl_s > 0:

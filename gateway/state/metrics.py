@@ -10,6 +10,8 @@ and :meth:`StateMetrics.loop_event` as the loop breaker's ``on_event``.
                                                        how long each operation that asked the
                                                        shared store waited for it (answered or
                                                        given up on)
+    llm_gateway_state_store_lost_total{backend}        times this process found the shared store
+                                                       come back without what it held
     llm_gateway_loop_breaker_events_total{event, error_type}
                                                        event: remembered, answered (a repeat
                                                        answered from memory), skipped (too big)
@@ -46,6 +48,15 @@ class StateMetrics:
             ["backend"], registry=registry,
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
         )  # fmt: skip
+        # A Redis restarted empty (no append-only file) or flushed: RedisStore._check_kept.
+        self.lost = Counter(
+            "llm_gateway_state_store_lost",
+            "Times this process found the shared store (Redis) answering again without what it held "
+            "(restarted without its append-only file, or flushed): keys' budgets then count on from what "
+            "each replica knew, written back as a floor; anything above 0 wants alerting on.",
+            ["backend"], registry=registry,
+        )  # fmt: skip
+        self.lost.labels(backend)
         self.loop_breaker = Counter(
             "llm_gateway_loop_breaker_events",
             "Loop breaker events, by error type: remembered (a failed answer), answered (a repeat answered "
@@ -65,6 +76,9 @@ class StateMetrics:
 
     def waited(self, backend: str, seconds: float) -> None:
         self.waits.labels(backend).observe(seconds)
+
+    def store_lost(self, backend: str) -> None:
+        self.lost.labels(backend).inc()
 
     def loop_event(self, event: str, error_type: ErrorType) -> None:
         self.loop_breaker.labels(event, error_type.value).inc()

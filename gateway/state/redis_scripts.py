@@ -7,36 +7,55 @@ apart from the store so that the store reads as what it does when Redis answers 
 # Redis runs later name an earlier second than one it already ran, and that call's window
 # would miss the newer bucket's retries (two replicas confirmed 19 retries against a bound
 # of 10 that way). replicate_commands lets a Redis older than 7 write after TIME; on 7 it is
-# a no-op.
+# a no-op. KEYS: the buckets' common prefix, the call's own marker. ARGV: span, the marker's
+# TTL in ms, requests, retries, then for a reservation its reserve and ratio. A call sent again
+# (its answer lost with its connection, after it ran: RedisStore._guard) finds its marker and
+# adds nothing more; a reservation answers what it was answered the first time.
 BUDGET = """
 redis.replicate_commands()
 local base, span = KEYS[1], tonumber(ARGV[1])
 local now = tonumber(redis.call('TIME')[1])
-local addr, addt = tonumber(ARGV[2]), tonumber(ARGV[3])
+local done = redis.call('GET', KEYS[2])
+local addr, addt = tonumber(ARGV[3]), tonumber(ARGV[4])
 local cur = base .. now
-if addr > 0 then redis.call('HINCRBY', cur, 'r', addr) end
-if addt > 0 then redis.call('HINCRBY', cur, 't', addt) end
-if addr > 0 or addt > 0 then redis.call('EXPIRE', cur, span + 1) end
+if not done then
+  if addr > 0 then redis.call('HINCRBY', cur, 'r', addr) end
+  if addt > 0 then redis.call('HINCRBY', cur, 't', addt) end
+  if addr > 0 or addt > 0 then redis.call('EXPIRE', cur, span + 1) end
+end
 local req, ret = 0, 0
 for i = 0, span - 1 do
   local v = redis.call('HMGET', base .. (now - i), 'r', 't')
   req = req + (tonumber(v[1]) or 0)
   ret = ret + (tonumber(v[2]) or 0)
 end
-if ARGV[4] == nil then return {req, ret} end
+if ARGV[5] == nil then
+  if not done then redis.call('SET', KEYS[2], '1', 'PX', ARGV[2]) end
+  return {req, ret}
+end
+if done then return {req, ret, tonumber(done)} end
 -- A reservation: one more retry, only if the window stays within the budget.
-if ret + 1 > tonumber(ARGV[4]) + tonumber(ARGV[5]) * req then return {req, ret, 0} end
+if ret + 1 > tonumber(ARGV[5]) + tonumber(ARGV[6]) * req then
+  redis.call('SET', KEYS[2], '0', 'PX', ARGV[2])
+  return {req, ret, 0}
+end
 redis.call('HINCRBY', cur, 't', 1)
 redis.call('EXPIRE', cur, span + 1)
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
 return {req, ret + 1, 1}
 """
 
 # Counts a repeat only when the answer is still there (HINCRBY alone would resurrect it).
 # Without one, says whether any answer is remembered at all (KEYS[2], the marker below), so
-# that a replica can skip the lookups while none is.
+# that a replica can skip the lookups while none is. KEYS[3]: the call's own marker (ARGV[1]:
+# its TTL in ms): a call sent again after its answer was lost answers the count it made.
 TAKE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return redis.call('EXISTS', KEYS[2]) end
-local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
+local n = tonumber(redis.call('GET', KEYS[3]))
+if not n then
+  n = redis.call('HINCRBY', KEYS[1], 'n', 1)
+  redis.call('SET', KEYS[3], n, 'PX', ARGV[1])
+end
 return {redis.call('HGET', KEYS[1], 'b'), n}
 """
 
@@ -68,6 +87,11 @@ if redis.call('PTTL', KEYS[2]) < ms then redis.call('SET', KEYS[2], '1', 'PX', m
 # by any key (a team's), not only at the next admit of the key that made it, which may never
 # come. The marker says the admit is yet to be settled, for as long as a budget is kept: the
 # slot's expiry is no sign of that (a request may outlive it, and is then still charged).
+#
+# The marker there already, the admit ran before: its answer was lost with its connection and
+# the call sent again (RedisStore._guard). It is answered "ok" again, counting nothing more;
+# counted again, the request held its reservation twice (one given back at its settle), its
+# minute's request twice, and found its own slot in flight, refusing itself.
 LEDGER_ADMIT = """
 local w = KEYS[1]
 local function seen(verdict, value)
@@ -80,6 +104,7 @@ local function seen(verdict, value)
   end
   return out
 end
+if redis.call('EXISTS', KEYS[3]) == 1 then return seen('ok', '0') end
 local rpm, tpm, tokens = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local n = tonumber(redis.call('HGET', w, 'n') or '0')
 local k = tonumber(redis.call('HGET', w, 'k') or '0')
@@ -189,19 +214,74 @@ end
 return 1
 """
 
+# Budgets' spend written back to a Redis that lost it (restarted empty: RedisStore._check_kept),
+# as a floor: each budget's spent raised to what a replica last knew, never lowered, so that
+# replicas doing it at once, or in any order, leave the largest. KEYS: the budgets. ARGV: each
+# one's dollars and TTL in seconds.
+LEDGER_FLOOR = """
+for i = 1, #KEYS do
+  local usd = tonumber(ARGV[2 * i - 1])
+  if tonumber(redis.call('HGET', KEYS[i], 's') or '0') < usd then
+    redis.call('HSET', KEYS[i], 's', ARGV[2 * i - 1])
+    if redis.call('TTL', KEYS[i]) < tonumber(ARGV[2 * i]) then redis.call('EXPIRE', KEYS[i], ARGV[2 * i]) end
+  end
+end
+return 1
+"""
+
 # A pool deployment's configured limits, taken atomically at its pick: the request counts only
 # if this window's requests and tokens stay within them (as LEDGER_ADMIT counts a key's), so
 # replicas that pick it at the same moment cannot each spend what the other sees as left.
-# KEYS: the window's record. ARGV: rpm, tpm (0: no such limit), tokens, ttl_ms.
+# KEYS: the window's record, the call's own marker. ARGV: rpm, tpm (0: no such limit), tokens,
+# ttl_ms, the marker's TTL in ms. A call sent again after its answer was lost counts nothing
+# more: it is answered taken, with the window as it is.
 RECORDS_TAKE = """
 local rpm, tpm, tokens = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local n = tonumber(redis.call('HGET', KEYS[1], 'n') or '0')
 local k = tonumber(redis.call('HGET', KEYS[1], 'k') or '0')
+if redis.call('EXISTS', KEYS[2]) == 1 then return {1, n, k} end
 if (rpm > 0 and n + 1 > rpm) or (tpm > 0 and k > 0 and k + tokens > tpm) then return {0, n, k} end
 n = redis.call('HINCRBY', KEYS[1], 'n', 1)
 k = redis.call('HINCRBY', KEYS[1], 'k', tokens)
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[5])
 return {1, n, k}
+"""
+
+# Counts added to records (a pool's sends, seen by every replica), once however often the call
+# is sent (its answer lost, sent again). KEYS: the call's own marker, then the records. ARGV:
+# the marker's TTL in ms, then for each record its TTL in ms, how many fields, and each field
+# with its count.
+RECORDS_ADD = """
+if not redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then return 0 end
+local at = 2
+for i = 2, #KEYS do
+  local ttl, fields = ARGV[at], tonumber(ARGV[at + 1])
+  at = at + 2
+  for _ = 1, fields do
+    redis.call('HINCRBY', KEYS[i], ARGV[at], ARGV[at + 1])
+    at = at + 2
+  end
+  redis.call('PEXPIRE', KEYS[i], ttl)
+end
+return 1
+"""
+
+# Failures counted on circuits, once however often the call is sent (its answer lost, sent
+# again), each circuit's record answered. KEYS: the call's own marker, then the circuits.
+# ARGV: the marker's TTL in ms, the circuits' TTL in ms, then each circuit's model ('' for none).
+CIRCUIT_FAIL = """
+local first = redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1])
+local out = {}
+for i = 2, #KEYS do
+  if first then
+    redis.call('HINCRBY', KEYS[i], 'f', 1)
+    if ARGV[i + 1] ~= '' then redis.call('HSET', KEYS[i], 'm:' .. ARGV[i + 1], 1) end
+    redis.call('PEXPIRE', KEYS[i], ARGV[2])
+  end
+  out[#out + 1] = redis.call('HGETALL', KEYS[i])
+end
+return out
 """
 
 # A pool conversation's home, claimed: the one stored stays while it is a member of the pool
@@ -241,5 +321,5 @@ redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return ARGV[2]
 """
 
-ALL = (BUDGET, TAKE, PUT, LEDGER_ADMIT, LEDGER_SETTLE, LEDGER_KEEP, LEDGER_OWED, RECORDS_TAKE, HOME_CLAIM,
-       HOME_MOVE)
+ALL = (BUDGET, TAKE, PUT, LEDGER_ADMIT, LEDGER_SETTLE, LEDGER_KEEP, LEDGER_OWED, LEDGER_FLOOR, RECORDS_TAKE,
+       RECORDS_ADD, CIRCUIT_FAIL, HOME_CLAIM, HOME_MOVE)

@@ -79,6 +79,12 @@ _HOLD_MAX_S = 30.0
 # oldest past it known to this replica alone. Written at most this many to a round trip.
 MAX_STORED_OWED = 10_000
 _STORED_BATCH = 1_000
+# How long a counting call's own marker lives (``_op_marker``): the call is sent again, its
+# answer lost with its connection, within the operation's wait (``_slow_s``), and Redis runs
+# both within that; the marker outlives it by far, ~100 bytes each.
+_OP_MARKER_MIN_S = 30.0
+# Budgets' spend written back to a Redis that lost it, this many to a script call.
+_FLOOR_BATCH = 500
 
 
 def connect(url: str, timeout_s: float, max_connections: int = 100) -> Redis:
@@ -142,6 +148,7 @@ class RedisStore:
         probe_client: Redis | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         on_wait: Callable[[str, float], None] = lambda _b, _s: None,
+        on_lost: Callable[[str], None] = lambda _b: None,
     ) -> None:
         self._r = client
         # Operations at once, each on its own pooled connection. One past it waits here,
@@ -178,6 +185,8 @@ class RedisStore:
         self._ledger_settle = client.register_script(lua.LEDGER_SETTLE)
         self._ledger_keep = client.register_script(lua.LEDGER_KEEP)
         self._ledger_owed = client.register_script(lua.LEDGER_OWED)
+        self._ledger_floor = client.register_script(lua.LEDGER_FLOOR)
+        self._circuit_fail = client.register_script(lua.CIRCUIT_FAIL)
         self._admits = TurnBatch(client, self._ledger_admit)
         self._takes = TurnBatch(client, client.register_script(lua.RECORDS_TAKE))
         self._home_claims = TurnBatch(client, client.register_script(lua.HOME_CLAIM))
@@ -192,6 +201,8 @@ class RedisStore:
         self._owed_out: list[tuple[str, dict[str, list[float]]]] = []
         self._batch_ids = itertools.count()
         self._instance = os.urandom(6).hex()
+        self._op_ids = itertools.count()
+        self._op_marker_ms = _ms(max(_OP_MARKER_MIN_S, 4 * self._slow_s))
         self._resender: asyncio.Task[None] | None = None
         self._answers = prefix + "a:"
         self._any_answer = prefix + "a-any"  # exists while any replica remembers an answer
@@ -203,6 +214,12 @@ class RedisStore:
         self._stored_owed: dict[str, tuple[str, float]] = {}
         self._stored_dropped = 0  # past MAX_STORED_OWED since the last write-back
         self._stored_writer: asyncio.Task[None] | None = None
+        # What Redis held under ``{prefix}kept`` when this replica last read it: a Redis that
+        # comes back without it (or with another replica's new one) lost what it held.
+        self._kept_key = prefix + "kept"
+        self._kept: bytes | None = None
+        self._kept_check: asyncio.Task[None] | None = None
+        self._on_lost = on_lost
 
     @property
     def healthy(self) -> bool:
@@ -224,6 +241,8 @@ class RedisStore:
             # 50 ms wait at 600 concurrent requests) counted budgets apart from Redis while Redis
             # answered every call: a $0.01 budget shared by two replicas served 3x its worth.
             async with asyncio.timeout(self._slow_s) as deadline:
+                if self._kept_check is not None and not self._kept_check.done():
+                    await asyncio.shield(self._kept_check)  # (its answer first: ``_check_kept``)
                 suspicion = asyncio.get_running_loop().call_later(self._timeout_s, self._suspect, op, started)
                 self._waiting.add(deadline)
                 try:
@@ -234,9 +253,14 @@ class RedisStore:
                             # Most often a pooled connection to a Redis that has since restarted:
                             # the server is fine, the socket is not, and every idle one is as
                             # old. Drop those and try once more on a fresh connection, within the
-                            # same bound. (The command never reached the new server, so nothing
-                            # is counted twice.)
+                            # same bound. The command may have run all the same (a connection
+                            # lost after it was written, before its answer came): every
+                            # ``remote`` is safe to run twice, each counting call carrying a
+                            # marker of its own that the second run finds (``_op_marker``).
+                            # Counted again, an admit refused itself (its own slot in flight)
+                            # and held its reservation on every replica until the day ended.
                             await self._drop_idle_connections()
+                            await self._kept_checked()
                             result = await remote()
                 finally:
                     suspicion.cancel()
@@ -306,6 +330,7 @@ class RedisStore:
             self._off_said = False
             self._back_at = self._answered_at
             self._start_stored_writer()
+            self._start_kept_check()
 
     def _maybe_probe(self) -> None:
         """While Redis is taken off, no request waits on it: the watch (``_watch``) asks in the
@@ -403,6 +428,71 @@ class RedisStore:
             return False
         return True
 
+    def _start_kept_check(self) -> None:
+        """Whether the Redis answering again is the one left (``_check_kept``): asked once a
+        connection failed (a restart, most often) before the operation is sent again, and at
+        every return. Operations wait for its answer: one that read a lost Redis's $0 first
+        wrote it over this replica's copy of the spend, the copy written back."""
+        if self._kept_check is None or self._kept_check.done():
+            self._kept_check = asyncio.get_running_loop().create_task(self._check_kept())
+
+    async def _kept_checked(self) -> None:
+        self._start_kept_check()
+        assert self._kept_check is not None
+        await asyncio.shield(self._kept_check)
+
+    async def _check_kept(self) -> None:
+        """A Redis restarted empty (no append-only file, or a failover to a replica that had
+        not copied it) or flushed answers as one that holds everything: every replica then
+        counted every key's spend from $0, silently (a $1 key that had spent $0.874 spent
+        $1.007 more). Each replica keeps what ``{prefix}kept`` held; a Redis without it, or with
+        another one (a replica found it gone first and wrote its own), lost its data: said as an
+        error and counted (``on_lost``), and the budgets' spend this replica knows is written
+        back as a floor (``LEDGER_FLOOR``: each replica's, the largest kept). What it cannot
+        bring back: other keys' spend, the reservations in flight (their settles find no
+        marker and charge nothing), the minute's counts, circuits and pool records. No TTL on
+        the key: under ``volatile-ttl`` eviction (``deploy/``) only keys with one are evicted,
+        and an expired one would be taken for a lost Redis."""
+        try:
+            async with asyncio.timeout(self._slow_s):
+                await self._restore_if_lost()
+        except _FAILURES:
+            return  # asked again at the next reconnection or return
+
+    async def _restore_if_lost(self) -> None:
+        kept = await self._read_kept()
+        before, self._kept = self._kept, kept
+        if before is None or kept == before:
+            return
+        known = self.local.ledger_spent()
+        # Less what this replica owes Redis (spent in its memory, in a batch yet to be added).
+        owed = self.ledger_owed([b for b, _, _ in known])
+        spent = [(b, usd - o, left) for (b, usd, left), o in zip(known, owed, strict=True) if usd - o > 0]
+        log.error({"event": "state_store_lost", "backend": self.backend, "budgets_restored": len(spent),
+                   "problem": "Redis came back without what it held (restarted without an append-only file, "
+                              "or flushed): keys' spend counts from what this replica knew"})  # fmt: skip
+        self._on_lost(self.backend)
+        calls: list[_Call] = []
+        for i in range(0, len(spent), _FLOOR_BATCH):
+            chunk = spent[i : i + _FLOOR_BATCH]
+            args: list[str | int] = []
+            for _, usd, left in chunk:
+                args += [repr(usd), max(1, math.ceil(left))]
+            calls.append(([f"{self._p}l:b:{b}" for b, _, _ in chunk], args))
+        # Not through _guard: operations wait for this, and would for a slot it waited on.
+        if calls:
+            for result in await run_pipelined(self._r, self._ledger_floor, calls):
+                if isinstance(result, Exception):
+                    raise result
+
+    async def _read_kept(self) -> bytes:
+        """What Redis holds under ``{prefix}kept``, written first if it holds none."""
+        pipe = self._r.pipeline(transaction=False)
+        pipe.set(self._kept_key, os.urandom(8).hex().encode(), nx=True)
+        pipe.get(self._kept_key)
+        _, kept = await pipe.execute()
+        return bytes(kept)
+
     async def _drop_idle_connections(self) -> None:
         try:
             await self._r.connection_pool.disconnect(inuse_connections=False)
@@ -452,6 +542,11 @@ class RedisStore:
         else:
             log.warning(line | {"retry_every_s": self._recover_s})
 
+    def _op_marker(self, base: str | None = None) -> str:
+        """A key naming one counting call, which its script sets as it counts, for as long as
+        the call may be sent again (``_guard``): the second run finds it and counts nothing."""
+        return f"{base if base is not None else self._p}o:{self._instance}-{next(self._op_ids)}"
+
     @property
     def _db(self) -> int | None:
         return self._r.connection_pool.connection_kwargs.get("db")
@@ -470,16 +565,12 @@ class RedisStore:
     async def circuit_fail(self, items: Sequence[tuple[str, str]], ttl_s: float) -> list[CircuitRecord]:
         mine = await self.local.circuit_fail(items, ttl_s)
 
+        keys = [self._op_marker(), *(self._p + "c:" + key for key, _ in items)]
+        args: list[str | int] = [self._op_marker_ms, _ms(ttl_s), *(model for _, model in items)]
+
         async def remote() -> list[CircuitRecord]:
-            pipe = self._r.pipeline(transaction=True)
-            for key, model in items:
-                k = self._p + "c:" + key
-                pipe.hincrby(k, "f", 1)
-                if model:
-                    pipe.hset(k, "m:" + model, 1)
-                pipe.pexpire(k, _ms(ttl_s))
-                pipe.hgetall(k)
-            return [_record(r) for r in await pipe.execute() if isinstance(r, dict)]
+            got: Any = await self._circuit_fail(keys=keys, args=args)
+            return [_record(dict(zip(flat[::2], flat[1::2], strict=True))) for flat in got]
 
         return await self._guard("circuit_fail", remote, lambda: _value(mine))
 
@@ -504,8 +595,16 @@ class RedisStore:
         await self._guard("circuit_clear", remote, lambda: _value(None))
 
     async def probe_claim(self, key: str, ttl_s: float) -> bool:
+        # The claim holds this call's own name, read back in the same round trip: sent again
+        # after its answer was lost (``_guard``), a claim that was taken is still this one's, not
+        # taken for another replica's (no probe for the claim's TTL, this request refused).
+        k, mine = self._p + "p:" + key, self._op_marker("").encode()
+
         async def remote() -> bool:
-            return bool(await self._r.set(self._p + "p:" + key, b"1", nx=True, px=_ms(ttl_s)))
+            pipe = self._r.pipeline(transaction=False)
+            pipe.set(k, mine, nx=True, px=_ms(ttl_s))
+            pipe.get(k)
+            return bool((await pipe.execute())[1] == mine)
 
         return await self._guard("probe_claim", remote, lambda: self.local.probe_claim(key, ttl_s))
 
@@ -521,12 +620,13 @@ class RedisStore:
 
     async def budget_add(self, key: str, requests: int, retries: int, window_s: float) -> tuple[int, int]:
         mine = await self.local.budget_add(key, requests, retries, window_s)
+        marker = self._op_marker(f"{self._p}b:{{{key}}}:")
 
         async def remote() -> tuple[int, int]:
             # The hash tag keeps a budget's buckets in one slot, should the Redis be a cluster.
             base = f"{self._p}b:{{{key}}}:"
-            args = [max(1, math.ceil(window_s)), requests, retries]
-            got: Any = await self._budget(keys=[base], args=args)
+            args = [max(1, math.ceil(window_s)), self._op_marker_ms, requests, retries]
+            got: Any = await self._budget(keys=[base, marker], args=args)
             return int(got[0]), int(got[1])
 
         return await self._guard("budget_add", remote, lambda: _value(mine))
@@ -535,12 +635,13 @@ class RedisStore:
         self, key: str, requests: int, retries: int, window_s: float, reserve: float, ratio: float
     ) -> tuple[bool, int, int]:
         mine = await self.local.budget_reserve(key, requests, retries, window_s, reserve, ratio)
+        base = f"{self._p}b:{{{key}}}:"
+        marker = self._op_marker(base)
 
         async def remote() -> tuple[bool, int, int]:
-            base = f"{self._p}b:{{{key}}}:"
             span = max(1, math.ceil(window_s))
-            args: list[int | str] = [span, requests, retries, repr(reserve), repr(ratio)]
-            got: Any = await self._budget(keys=[base], args=args)
+            args: list[int | str] = [span, self._op_marker_ms, requests, retries, repr(reserve), repr(ratio)]
+            got: Any = await self._budget(keys=[base, marker], args=args)
             return bool(int(got[2])), int(got[0]), int(got[1])
 
         return await self._guard("budget_reserve", remote, lambda: _value(mine))
@@ -578,6 +679,16 @@ class RedisStore:
         # the homes kept: the pool's own table holds those).
         mine = await self.local.records_sync(reads, writes, adds, circuits)
         p = self._p + "d:"
+        # The sends' counts, added by a script that runs them once (``_guard`` may send it again).
+        # EVAL with its text, not EVALSHA: in a pipeline, a Redis restarted since the scripts were
+        # loaded answers NOSCRIPT, and the pipeline does not load it as a lone call does.
+        add_keys: list[str] = [self._op_marker()]
+        add_args: list[str | int] = [self._op_marker_ms]
+        for key, counts, ttl_s in adds:
+            add_keys.append(p + key)
+            add_args += [_ms(ttl_s), len(counts)]
+            for name, n in counts.items():
+                add_args += [name, n]
 
         async def remote() -> tuple[list[dict[str, float]], list[CircuitRecord], list[str | None]]:
             pipe = self._r.pipeline(transaction=False)
@@ -592,10 +703,8 @@ class RedisStore:
             for key, fields, ttl_s in writes:
                 pipe.hset(p + key, mapping={k: repr(v) for k, v in fields.items()})
                 pipe.pexpire(p + key, _ms(ttl_s))
-            for key, counts, ttl_s in adds:
-                for name, n in counts.items():
-                    pipe.hincrby(p + key, name, n)
-                pipe.pexpire(p + key, _ms(ttl_s))
+            if adds:
+                pipe.eval(lua.RECORDS_ADD, len(add_keys), *add_keys, *add_args)
             for key in reads:
                 pipe.hgetall(p + key)
             for key in circuits:
@@ -716,10 +825,11 @@ class RedisStore:
 
     async def records_take(self, key: str, requests_per_minute: int | None, tokens_per_minute: int | None,
                            tokens: int, ttl_s: float) -> tuple[bool, int, int]:
-        args = [requests_per_minute or 0, tokens_per_minute or 0, tokens, _ms(ttl_s)]
+        args = [requests_per_minute or 0, tokens_per_minute or 0, tokens, _ms(ttl_s), self._op_marker_ms]
+        keys = [self._p + "d:" + key, self._op_marker()]
 
         async def remote() -> tuple[bool, int, int]:
-            ok, n, k = await self._takes([self._p + "d:" + key], args)
+            ok, n, k = await self._takes(keys, args)
             # Every replica's count, mirrored: a replica that loses Redis counts on from it, not
             # from its own sends alone (which let it spend the whole limit once more).
             await self.local.records_sync((), [(key, {"n": float(n), "k": float(k)}, ttl_s)])
@@ -958,8 +1068,10 @@ class RedisStore:
         await self._guard("answer_put", remote, lambda: _value(None))
 
     async def answer_take(self, fingerprint: str) -> tuple[bytes, int] | None:
+        keys = [self._answers + fingerprint, self._any_answer, self._op_marker()]
+
         async def remote() -> tuple[bytes, int] | None:
-            got: Any = await self._take(keys=[self._answers + fingerprint, self._any_answer])
+            got: Any = await self._take(keys=keys, args=[self._op_marker_ms])
             if isinstance(got, int):  # not there; 0: no answer is remembered at all
                 none = got == 0
                 self._none_remembered_until = self._monotonic() + self._answers_cache_s if none else -math.inf
@@ -1021,6 +1133,9 @@ class RedisStore:
                 await pipe.execute()
         except _FAILURES:
             pass  # each request loads what it needs, as it did
+        with contextlib.suppress(*_FAILURES):
+            async with asyncio.timeout(timeout_s):
+                self._kept = await self._read_kept()
         return None
 
     async def _plain_behind_tls(self, timeout_s: float) -> str | None:
@@ -1052,6 +1167,8 @@ class RedisStore:
             self._stored_writer.cancel()
         if self._probe is not None:
             self._probe.cancel()
+        if self._kept_check is not None:
+            self._kept_check.cancel()
         await self._r.aclose()
         if self._probe_r is not self._r:
             await self._probe_r.aclose()

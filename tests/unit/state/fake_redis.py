@@ -27,6 +27,33 @@ class _Script:
         return 0
 
 
+class _Pipeline:
+    """Commands queued, then run in turn by ``execute`` (as many as RedisStore pipelines here)."""
+
+    def __init__(self, server: FakeRedis) -> None:
+        self.server = server
+        self.calls: list[Any] = []
+
+    def set(self, key: str, value: bytes, nx: bool = False, **_: Any) -> None:
+        self.calls.append(("set", key, value, nx))
+
+    def get(self, key: str) -> None:
+        self.calls.append(("get", key))
+
+    async def execute(self) -> list[Any]:
+        await self.server.answer(write=any(c[0] == "set" for c in self.calls))
+        out: list[Any] = []
+        for name, key, *rest in self.calls:
+            if name == "get":
+                out.append(self.server.values.get(key))
+            elif rest[1] and key in self.server.values:
+                out.append(None)
+            else:
+                self.server.values[key] = rest[0]
+                out.append(True)
+        return out
+
+
 class FakeRedis:
     def __init__(self) -> None:
         self.down = False
@@ -47,6 +74,9 @@ class FakeRedis:
             raise self.error
         if write and self.write_error is not None:
             raise self.write_error
+
+    def pipeline(self, transaction: bool = True) -> _Pipeline:
+        return _Pipeline(self)
 
     def register_script(self, source: str) -> _Script:
         return _Script(self, source)

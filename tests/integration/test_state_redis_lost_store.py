@@ -1,0 +1,99 @@
+"""A Redis restarted empty (no append-only file) mid-period, on a real redis-server: each replica
+says so and counts it, and the budgets' spend it knew goes back as a floor.
+
+An audit found it silent: every replica counted every key's spend from $0 again, and a $1 key
+that had spent $0.874 spent $1.007 more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from gateway.keys.ledger import Accounts, Reservation
+from gateway.keys.prices import Price, PriceTable
+from gateway.keys.registry import Budget, KeySpec
+from gateway.state.memory import MemoryStore
+from gateway.state.redis_store import RedisStore, connect
+from tests.integration.test_state_redis import REDIS, RedisServer, redis_server
+
+pytestmark = pytest.mark.skipif(REDIS is None, reason="needs redis-server (scripts/test-deps.sh)")
+__all__ = ["redis_server"]  # fixture
+
+PRICES = PriceTable.of({"m": Price(1_000_000, 1_000_000)})  # $1 per token: 12 in and 7 out cost $19
+
+
+@dataclass
+class Replica:
+    store: RedisStore
+    accounts: Accounts
+    lost: list[str] = field(default_factory=list)
+
+
+@pytest.fixture
+async def replicas(redis_server: RedisServer) -> AsyncIterator[tuple[Replica, Replica]]:
+    made = []
+    for _ in range(2):
+        lost: list[str] = []
+        store = RedisStore(connect(redis_server.url, 2.0), MemoryStore(time.time), clock=time.time,
+                           monotonic=time.monotonic, prefix="t:", timeout_s=2.0, recover_s=2.0,
+                           on_lost=lost.append)  # fmt: skip
+        assert await store.check(2.0) is None  # start-up: what Redis holds is learnt
+        made.append(Replica(store, Accounts(store, PRICES, time.time), lost))
+    yield made[0], made[1]
+    for r in made:
+        await r.store.close()
+
+
+async def checked(r: Replica) -> None:
+    task = r.store._kept_check
+    if task is not None:
+        await task
+
+
+async def test_a_redis_restarted_empty_is_said_counted_and_given_back_the_spend(
+    replicas: tuple[Replica, Replica], redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.state")
+    a, b = replicas
+    key = KeySpec("alice", budget=Budget(100.0, "day"))
+    got = await a.accounts.admit(key, "m", 20, 10)
+    assert isinstance(got, Reservation)
+    await a.accounts.settle(got, {"prompt": 12, "completion": 7})
+    assert (await b.accounts.state_of(key))["budget"]["spent_usd"] == 19  # b has read it too
+    await asyncio.sleep(0.1)
+    assert not a.lost and not b.lost  # reconnections to the same Redis say nothing
+
+    redis_server.stop()
+    redis_server.start()  # empty: no append-only file, no snapshot
+    # Each replica's next operation meets its dead pooled connection and, before it is sent
+    # again on a new one, asks whether Redis still holds what it did.
+    assert (await a.accounts.state_of(key))["budget"]["spent_usd"] == 19  # the floor, not $0 again
+    assert a.lost == ["redis"]
+    assert (await b.accounts.state_of(key))["budget"]["spent_usd"] == 19
+    assert b.lost == ["redis"]  # a's new marker, not b's: told from a Redis that kept it
+    got = await b.accounts.admit(key, "m", 20, 10)
+    assert isinstance(got, Reservation)
+    await b.accounts.settle(got, {"prompt": 12, "completion": 7})
+    assert (await a.accounts.state_of(key))["budget"]["spent_usd"] == 38
+    assert a.lost == b.lost == ["redis"]  # once each
+    lines = [r for r in caplog.records if isinstance(r.msg, dict) and r.msg["event"] == "state_store_lost"]
+    assert len(lines) == 2 and all(r.levelno == logging.ERROR for r in lines)
+    assert {r.msg["budgets_restored"] for r in lines} == {1}
+    assert "alice" not in str([r.msg for r in lines])  # no key's name in the line
+
+
+async def test_a_flapping_connection_to_the_same_redis_is_not_taken_for_a_lost_one(
+    replicas: tuple[Replica, Replica],
+) -> None:
+    a, _ = replicas
+    for _ in range(3):
+        await a.store._drop_idle_connections()
+        a.store._start_kept_check()
+        await checked(a)
+    assert not a.lost
