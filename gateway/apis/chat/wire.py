@@ -62,10 +62,10 @@ _SKIP_KIND, _CONTENTLESS_KIND = EventKind.SKIP, EventKind.CONTENTLESS
 
 def _finished(raw: bytes) -> bool:
     # Three searches rather than any() over a tuple: this runs on every relayed event, and
-    # the generator cost more than the searches (1.5 vs 0.6 µs per event). find(), not `in`,
-    # on this path: see gateway/sse.py.
-    return (raw.find(b'"finish_reason":"') >= 0 or raw.find(b'"finish_reason": "') >= 0
-            or raw.find(b"[DONE]") >= 0)
+    # the generator cost more than the searches (1.5 vs 0.6 µs per event). partition()'s
+    # middle is the needle where it is found, else empty: see ``kind``.
+    found = raw.partition(b'"finish_reason":"')[1] or raw.partition(b'"finish_reason": "')[1]
+    return (found or raw.partition(b"[DONE]")[1]) != b""
 
 
 class OpenAIChat:
@@ -217,13 +217,16 @@ class ChatStreamReader(ShownText):
     def kind(self, raw: bytes, *, committed: bool) -> EventKind:
         # Cheap byte checks first: most events are plain deltas and need no JSON parse.
         event: Event | None = None  # parsed once, when a question needs it
-        if raw.find(b"error") >= 0:
+        # Searched with partition(), whose middle is the needle where it is found, else empty:
+        # not `in` (gateway/sse.py), nor find(), which on 3.11 parses its arguments from a
+        # format string (~500 instructions more a search, five searches an event).
+        if raw.partition(b"error")[1]:
             event = self.parsed_events.parse(raw)
             err = error_payload(event)
             if err is not None:
                 self.error = err
                 return _ERROR_KIND
-        if raw.find(b'"usage"') >= 0:
+        if raw.partition(b'"usage"')[1]:
             event = event or self.parsed_events.parse(raw)
             doc = usage_doc(event)
             if doc is not None:
