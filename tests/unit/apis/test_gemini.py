@@ -5,6 +5,7 @@ policy on ``functionResponse`` parts."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -289,3 +290,47 @@ def test_one_huge_output_in_the_current_step_is_cut_not_dropped() -> None:
     output = kept[-1]["parts"][0]["functionResponse"]["response"]["output"]
     assert "truncated by llm-gateway" in output and len(output) < 300000
     assert kept[-2] == contents[-2]  # the call, its args and its signature unchanged
+
+
+REQUESTS = Path(__file__).resolve().parents[2] / "corpus" / "requests"
+
+
+def _captured(name: str) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads((REQUESTS / name).read_text())["body"]
+    return body
+
+
+def _parallel_reads(outputs: list[str]) -> dict[str, Any]:
+    """Gemini CLI's captured tool round (tests/corpus/requests/gemini-cli-0.61-tool-result.json),
+    its one call and answer made several in one turn, as the CLI sends parallel calls: the
+    captured directory listing first, then ``outputs``."""
+    body = _captured("gemini-cli-0.61-tool-result.json")
+    [call] = body["contents"][1]["parts"]
+    [answer] = body["contents"][2]["parts"]
+    calls, answers = [call], [answer]
+    for i, output in enumerate(outputs):
+        fid = f"read_file_{i}"
+        calls.append({**call, "functionCall": {"id": fid, "args": {"file_path": f"f{i}"}, "name": "read_file"}})
+        answers.append({"functionResponse": {"name": "read_file", "response": {"output": output}, "id": fid}})
+    body["contents"][1] = {**body["contents"][1], "parts": calls}
+    body["contents"][2] = {**body["contents"][2], "parts": answers}
+    return body
+
+
+def test_parallel_outputs_in_one_turn_keep_the_small_ones_whole_beside_a_huge_one() -> None:
+    log = "2026-11-30 log line with details\n" * 6000  # ~200 KB
+    config = "".join(f"setting_{i} = value_{i}\n" for i in range(200))  # ~4.5 KB
+    body = _parallel_reads([log, config])
+    listing = body["contents"][2]["parts"][0]  # 72 bytes, as the CLI sent it
+    result = GEMINI.compress(body, error_message=None, context_window=25000)
+    assert result.payload is not None, result.report
+    kept = result.payload["contents"]
+    assert _pairs_valid(kept) and kept[:2] == body["contents"][:2]
+    small_listing, big, small_config = kept[2]["parts"]
+    # Split in proportion, the config lost 60 % of its lines and the listing came back longer,
+    # its middle the marker; the room is shared as separate chat tool messages share it.
+    assert small_listing == listing
+    assert small_config["functionResponse"]["response"]["output"] == config
+    cut = big["functionResponse"]["response"]["output"]
+    assert "truncated by llm-gateway" in cut and len(cut) < len(log) // 2
+    assert result.estimated_after <= result.target_tokens
