@@ -1,10 +1,11 @@
 """An overflow rescue of tool results through the whole app, on each kind of upstream: parallel
 results in one turn (Gemini CLI's functionResponse parts, Claude Code's tool_result blocks) keep a
-small one whole beside a huge one. Each from a real client's captured request
-(tests/corpus/requests/)."""
+small one whole beside a huge one, and google-genai's ``{"result": ...}`` is cut as Gemini CLI's
+``{"output": ...}`` is. Each from a real client's captured request (tests/corpus/requests/)."""
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -56,6 +57,30 @@ async def test_gemini_parallel_outputs_keep_the_small_one_whole(make_gateway, up
     config = json.dumps(CONFIG)[1:-1]
     assert config in first and config in retried  # whole; in proportion it lost 60 % of its lines
     assert "truncated by llm-gateway" in retried and len(retried) < len(first)
+
+
+# An object result goes back as its JSON text cut, a string. Translated to chat or Messages that
+# string sits inside the tool message's JSON text, each of its quotes escaped twice on the wire,
+# and the fake counts the wire's characters (a tokenizer reads the message's text): the retry
+# overflows it by a few per cent. On Gemini's own wire the quotes are escaped once.
+@pytest.mark.parametrize(("upstream", "shape"), [(u, "string") for u in UPSTREAMS] + [("gemini", "object")])
+async def test_a_genai_result_is_rescued(make_gateway, upstream: str, shape: str) -> None:
+    """google-genai's automatic function calling answers ``{"result": ...}``: the function's
+    return value, a string or an object (google/genai/_extra_utils.py). Never cut, a 76 KB one
+    left the conversation unrescuable: the overflow again after one call."""
+    gw = await make_gateway(upstream_yaml=UPSTREAMS[upstream])
+    gw.fake.context_limit = 8000
+    body = corpus("genai-3.6-function-response")
+    rows = {"rows": [{"id": n, "name": "x" * 30} for n in range(1500)]}
+    value = "line of file content with some words\n" * 2000 if shape == "string" else rows
+    contents = copy.deepcopy(body["contents"])
+    contents[2]["parts"][0]["functionResponse"]["response"] = {"result": value}
+    status, headers, answer = await post(gw, "/v1/models/gemini-2.5-flash:generateContent",
+                                         {**body, "contents": contents})  # fmt: skip
+    assert status == 200 and headers["x-llm-compressed"] == "true", answer
+    first, retried = _sent(gw)
+    assert "truncated by llm-gateway" in retried and len(retried) < len(first)
+    assert "get_weather" in retried  # the call and its answer are both still there
 
 
 @pytest.mark.parametrize("upstream", ["messages", "chat"])

@@ -4,6 +4,7 @@ policy on ``functionResponse`` parts."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -334,3 +335,42 @@ def test_parallel_outputs_in_one_turn_keep_the_small_ones_whole_beside_a_huge_on
     cut = big["functionResponse"]["response"]["output"]
     assert "truncated by llm-gateway" in cut and len(cut) < len(log) // 2
     assert result.estimated_after <= result.target_tokens
+
+
+def test_a_genai_result_is_cut_in_a_rescue_as_an_output_is() -> None:
+    """google-genai's automatic function calling answers ``{"result": ...}``
+    (tests/corpus/requests/genai-3.6-function-response.json); a string one is cut like
+    Gemini CLI's ``output``, an object one as its JSON text, and the pair stays whole."""
+    body = _captured("genai-3.6-function-response.json")
+    rows = {"rows": [{"id": n, "name": "x" * 30} for n in range(1500)]}
+    for value in ("line of file content with some words\n" * 2000, rows):
+        contents = copy.deepcopy(body["contents"])
+        contents[2]["parts"][0]["functionResponse"]["response"] = {"result": value}
+        payload = {**body, "contents": contents}
+        result = GEMINI.compress(payload, error_message=None, context_window=8000)
+        assert result.outcome == "applied" and result.payload is not None, result.report
+        kept = result.payload["contents"]
+        assert kept[:2] == contents[:2] and result.payload["generationConfig"] == body["generationConfig"]
+        fr = kept[2]["parts"][0]["functionResponse"]
+        assert fr["name"] == "get_weather" and list(fr["response"]) == ["result"]
+        text = fr["response"]["result"]
+        whole = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+        assert isinstance(text, str) and "truncated by llm-gateway" in text and len(text) < len(whole) // 2
+        assert text.startswith(whole[:200]) and text.endswith(whole[-200:])
+
+
+def test_the_tool_policy_reads_a_genai_result_object_as_json() -> None:
+    body = _captured("genai-3.6-function-response.json")
+    rows = {"rows": [{"id": n, "name": "x" * 30} for n in range(1500)], "total": 1500}
+    body["contents"][2]["parts"][0]["functionResponse"]["response"] = {"result": rows}
+    upfront = Stage("upfront", project=True, cut=True, exclude=True, window=None)
+    projecting = ToolOutputPolicy((ToolRule.of("get_weather", project="total"),))
+    out, tally = GEMINI.tool_outputs(body, projecting, upfront)
+    assert out is not None and tally.projected == 1
+    assert out["contents"][2]["parts"][0]["functionResponse"]["response"] == {"result": 1500}  # JSON again
+    excluding = ToolOutputPolicy((ToolRule.of("get_weather", max_tokens=100, oversized="exclude"),))
+    out, tally = GEMINI.tool_outputs(body, excluding, upfront)
+    assert out is not None and tally.excluded == 1
+    response = out["contents"][2]["parts"][0]["functionResponse"]["response"]
+    assert list(response) == ["error"] and "get_weather" in response["error"]
+    assert body["contents"][2]["parts"][0]["functionResponse"]["response"] == {"result": rows}  # untouched
