@@ -13,7 +13,7 @@ everything the core does not touch stays as it was:
 * text that may be cut: ``text`` parts (not thoughts) and a function's output
   (``function_output.py``: Gemini CLI's ``response.output``, google-genai's ``response.result``,
   a string ``response.error``); a ``result`` that is an object or list is sized as its JSON
-  text and, when cut, goes back as that text cut to head and tail, the marker saying where;
+  text and, when cut, goes back as that text cut to head and tail (``with_output``);
   never ``functionCall`` args, thoughts, signatures or inline data;
 * ``generationConfig.maxOutputTokens`` is the completion budget the core may lower.
 """

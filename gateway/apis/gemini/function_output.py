@@ -49,18 +49,25 @@ def output_of(part: dict[str, Any]) -> Output | None:
 
 def with_output(part: dict[str, Any], out: Output, new: str, *, slot: str | None = None) -> dict[str, Any]:
     """``part`` with ``new`` in place of its output (under ``slot`` instead, when given); the
-    rest of the part (``name``, ``id``, the response's other fields) as it was. JSON text that
-    still parses goes back as the value it reads as (a projection); any other text, a cut
-    one, goes as a string, which says where it was cut."""
+    rest of the part (``name``, ``id``, the response's other fields) as it was.
+
+    Text that stands for a JSON value goes back as the value it reads as (a projection). When
+    it no longer reads as one (cut to head and tail), it goes as text under ``output``, the
+    key the Gemini API documents for a function's output: as a string under ``result`` it
+    would reach a chat or Messages upstream inside the JSON of the response, every quote
+    escaped, larger than the rescue sized it, where an ``output`` alone reaches it as the
+    text itself (``translate/gemini_chat/request.py``)."""
     fr = part[out.key]
-    if slot is not None and slot != out.slot:
-        response = {k: v for k, v in fr["response"].items() if k != out.slot}
-        response[slot] = new
-        return {**part, out.key: {**fr, "response": response}}
-    value: Any = new
-    if out.as_json:
+    response = fr["response"]
+    if out.as_json and slot is None:
         try:
             value = json.loads(new)
         except ValueError:
-            value = new
-    return {**part, out.key: {**fr, "response": {**fr["response"], out.slot: value}}}
+            slot = "output" if "output" not in response else None
+        else:
+            return {**part, out.key: {**fr, "response": {**response, out.slot: value}}}
+    if slot is not None and slot != out.slot:
+        moved = {k: v for k, v in response.items() if k != out.slot}
+        moved[slot] = new
+        return {**part, out.key: {**fr, "response": moved}}
+    return {**part, out.key: {**fr, "response": {**response, out.slot: new}}}

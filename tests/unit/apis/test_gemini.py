@@ -340,7 +340,8 @@ def test_parallel_outputs_in_one_turn_keep_the_small_ones_whole_beside_a_huge_on
 def test_a_genai_result_is_cut_in_a_rescue_as_an_output_is() -> None:
     """google-genai's automatic function calling answers ``{"result": ...}``
     (tests/corpus/requests/genai-3.6-function-response.json); a string one is cut like
-    Gemini CLI's ``output``, an object one as its JSON text, and the pair stays whole."""
+    Gemini CLI's ``output``, an object one as its JSON text, which goes as the ``output``
+    text, and the pair stays whole."""
     body = _captured("genai-3.6-function-response.json")
     rows = {"rows": [{"id": n, "name": "x" * 30} for n in range(1500)]}
     for value in ("line of file content with some words\n" * 2000, rows):
@@ -352,8 +353,9 @@ def test_a_genai_result_is_cut_in_a_rescue_as_an_output_is() -> None:
         kept = result.payload["contents"]
         assert kept[:2] == contents[:2] and result.payload["generationConfig"] == body["generationConfig"]
         fr = kept[2]["parts"][0]["functionResponse"]
-        assert fr["name"] == "get_weather" and list(fr["response"]) == ["result"]
-        text = fr["response"]["result"]
+        slot = "result" if isinstance(value, str) else "output"
+        assert fr["name"] == "get_weather" and list(fr["response"]) == [slot]
+        text = fr["response"][slot]
         whole = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
         assert isinstance(text, str) and "truncated by llm-gateway" in text and len(text) < len(whole) // 2
         assert text.startswith(whole[:200]) and text.endswith(whole[-200:])
@@ -373,4 +375,8 @@ def test_the_tool_policy_reads_a_genai_result_object_as_json() -> None:
     assert out is not None and tally.excluded == 1
     response = out["contents"][2]["parts"][0]["functionResponse"]["response"]
     assert list(response) == ["error"] and "get_weather" in response["error"]
+    capped, count = GEMINI.cap_tool_outputs(body, 500)  # cut, it is text: the function's output
+    assert capped is not None and count == 1
+    response = capped["contents"][2]["parts"][0]["functionResponse"]["response"]
+    assert list(response) == ["output"] and "truncated by llm-gateway" in response["output"]
     assert body["contents"][2]["parts"][0]["functionResponse"]["response"] == {"result": rows}  # untouched
