@@ -16,7 +16,7 @@ from gateway.policy.tokens import BYTES_PER_TOKEN
 
 MIN_KEEP_TOKENS = 300  # a message the rescue cuts keeps at least this much of its head and tail
 MARKER_TOKENS = 16  # the "…truncated by llm-gateway, N more bytes…" line a cut adds
-MIN_PART_BYTES = 64  # each text part of a cut message keeps a glimpse of itself
+MIN_PART_BYTES = 64  # each text part a cut reaches keeps at least a glimpse of itself
 
 
 def text_tokens(m: dict[str, Any]) -> float:
@@ -35,7 +35,8 @@ def text_tokens(m: dict[str, Any]) -> float:
 
 def truncate(m: dict[str, Any], keep_tokens: float) -> tuple[dict[str, Any], int]:
     """The message with its text cut to about ``keep_tokens`` (plus the marker), and the
-    bytes removed; the message itself when nothing had to go."""
+    bytes removed; the message itself when nothing had to go. Text parts share that room
+    by ``water_level``: the smaller ones stay whole and the largest are cut alike."""
     content = m.get("content")
     keep = int(max(keep_tokens, 0) * BYTES_PER_TOKEN)
     if isinstance(content, str):
@@ -43,13 +44,18 @@ def truncate(m: dict[str, Any], keep_tokens: float) -> tuple[dict[str, Any], int
         return ({**m, "content": text}, removed) if removed else (m, 0)
     if isinstance(content, list):
         texts = [p for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
-        text_ids = {id(p) for p in texts}
-        total = sum(len(p["text"].encode()) for p in texts) or 1
+        sizes = {id(p): len(p["text"].encode()) / BYTES_PER_TOKEN for p in texts}
+        # The parts share the room as the rescue's messages do: several tool results in one
+        # turn (Gemini's functionResponse parts, Anthropic's tool_result blocks) keep a small
+        # one whole beside a huge one, as separate chat ``tool`` messages would; in proportion,
+        # a config file beside a 200 KB log lost 60 % of itself. The caller's ``keep_tokens``
+        # leaves out the one marker it counts, so the parts get that back.
+        room = max(keep_tokens, 0) + MARKER_TOKENS
+        level = water_level(list(sizes.values()), room, MIN_PART_BYTES / BYTES_PER_TOKEN)
         parts, removed = [], 0
         for p in content:
-            if id(p) in text_ids:
-                share = max(int(keep * len(p["text"].encode()) / total), MIN_PART_BYTES)
-                text, r = cut_text(p["text"], share)
+            if sizes.get(id(p), 0.0) > level:
+                text, r = cut_text(p["text"], int(level * BYTES_PER_TOKEN))
                 parts.append({**p, "text": text} if r else p)
                 removed += r
             else:
@@ -59,6 +65,8 @@ def truncate(m: dict[str, Any], keep_tokens: float) -> tuple[dict[str, Any], int
 
 
 def cut_text(text: str, keep_bytes: int) -> tuple[str, int]:
+    """``text`` cut to about ``keep_bytes`` of head and tail with the marker between, and the
+    bytes removed; ``text`` itself (0 removed) when that would not make it shorter."""
     data = text.encode()
     if len(data) <= keep_bytes:
         return text, 0
@@ -68,7 +76,11 @@ def cut_text(text: str, keep_bytes: int) -> tuple[str, int]:
     head = data[:head_n].decode("utf-8", "ignore")
     tail = data[len(data) - tail_n :].decode("utf-8", "ignore")
     removed = len(data) - len(head.encode()) - len(tail.encode())
-    return f"{head}\n…truncated by llm-gateway, {removed} more bytes…\n{tail}", removed
+    marker = f"\n…truncated by llm-gateway, {removed} more bytes…\n"
+    if removed <= len(marker.encode()):
+        # A 72-byte listing cut to 64 came back at 106 bytes, its middle the marker.
+        return text, 0
+    return f"{head}{marker}{tail}", removed
 
 
 def water_level(sizes: list[float], room: float, floor: float = MIN_KEEP_TOKENS) -> float:
@@ -97,8 +109,9 @@ def cap_tool_outputs(
 
     Opt-in and proactive: applied before the first send, on the chat-shaped view of any
     dialect. A tool output is a ``tool`` (or legacy ``function``) message; its text is a
-    string ``content`` or the ``text`` of its parts, cut in proportion (each part keeps a
-    glimpse, so a many-part output may end slightly above the cap). Nothing else changes:
+    string ``content`` or the ``text`` of its parts, which share the cap as ``truncate``
+    shares it (each part cut keeps a glimpse, so a many-part output may end slightly above
+    the cap). Nothing else changes:
     other messages and parts are the same objects. Returns the new payload, or None when
     nothing was cut, and counts (never content). An adapter whose view puts several
     results in one ``tool`` message (Anthropic's tool_result blocks of one user turn)

@@ -11,8 +11,10 @@ everything the core does not touch stays as it was:
   ``functionResponse`` parts is its result (role ``tool`` in the view), so a call never loses
   its answer nor an answer its call, and each kept call keeps its ``thoughtSignature``;
 * text that may be cut: ``text`` parts (not thoughts) and a function's output
-  (``response.output``, what Gemini CLI sends); never ``functionCall`` args, thoughts,
-  signatures or inline data;
+  (``function_output.py``: Gemini CLI's ``response.output``, google-genai's ``response.result``,
+  a string ``response.error``); a ``result`` that is an object or list is sized as its JSON
+  text and, when cut, goes back as that text cut to head and tail (``with_output``);
+  never ``functionCall`` args, thoughts, signatures or inline data;
 * ``generationConfig.maxOutputTokens`` is the completion budget the core may lower.
 """
 
@@ -22,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.apis.gemini.fields import field
+from gateway.apis.gemini.function_output import output_of, with_output
 from gateway.policy.compress import CompressionResult, compress
 
 _SRC = "_llm_gateway_src"  # index of the original content a view message stands for
@@ -79,12 +82,12 @@ def _to_view(index: int, content: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(part, dict):
             view_parts.append({"type": "opaque", "value": part, _PART: j})
             continue
-        output = _output(part)
+        output = output_of(part)
         if isinstance(part.get("text"), str) and part.get("thought") is not True:
             view_parts.append({"type": "text", "text": part["text"], _PART: j})
         elif output is not None:
             answers = True
-            view_parts.append({"type": "text", "text": output, _PART: j})
+            view_parts.append({"type": "text", "text": output.text, _PART: j})
         else:
             if field(part, "functionCall") is not None:
                 calls.append({"id": f"{index}.{j}"})
@@ -97,13 +100,6 @@ def _to_view(index: int, content: dict[str, Any]) -> dict[str, Any]:
     elif role == "user" and answers:
         v["role"] = "tool"  # travels with the call unit before it
     return v
-
-
-def _output(part: dict[str, Any]) -> str | None:
-    fr = field(part, "functionResponse")
-    response = fr.get("response") if isinstance(fr, dict) else None
-    output = response.get("output") if isinstance(response, dict) else None
-    return output if isinstance(output, str) else None
 
 
 def _from_view(v: dict[str, Any], originals: list[dict[str, Any]]) -> dict[str, Any]:
@@ -136,8 +132,5 @@ def _rebuild(j: int, part: Any, texts: dict[int, str]) -> Any:
         return part
     if isinstance(part.get("text"), str):
         return part if part["text"] == new else {**part, "text": new}
-    key = "functionResponse" if "functionResponse" in part else "function_response"
-    fr = part.get(key)
-    if isinstance(fr, dict) and isinstance(fr.get("response"), dict) and fr["response"].get("output") != new:
-        return {**part, key: {**fr, "response": {**fr["response"], "output": new}}}
-    return part
+    output = output_of(part)
+    return part if output is None or output.text == new else with_output(part, output, new)

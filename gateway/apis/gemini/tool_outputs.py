@@ -4,10 +4,11 @@ chat has no field for).
 
 An output is a ``functionResponse`` part, named by its own ``name`` (the Gemini API puts the
 function's name on the response, so no call has to be looked up). Its text is
-``response.output`` (what Gemini CLI sends, and what the Gemini API documents for a function's
-output) or ``response.error`` when that is a string; a response of another shape
-(``{"result": …}``, structured data) is left as it is. Only that string changes: the part
-keeps its ``name`` and ``id``, so every call keeps its answer and the pairs stay valid.
+``response.output`` (Gemini CLI's), ``response.result`` (google-genai's automatic function
+calling and MCP tools'; an object or list is read as its JSON text, and a projection of it goes
+back as JSON) or a string ``response.error`` (``function_output.py``); a response of another
+shape is left as it is. Only that output changes: the part keeps its ``name`` and ``id``, so
+every call keeps its answer and the pairs stay valid.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway.apis.gemini.fields import field
+from gateway.apis.gemini.function_output import output_of, with_output
 from gateway.policy.cut import cap_content
 from gateway.policy.tool_outputs import Stage, Tally, ToolOutputPolicy, handle
 
@@ -69,21 +71,12 @@ def _rewritten(payload: Mapping[str, Any], rewrite: Rewrite) -> dict[str, Any] |
 
 
 def _part(part: dict[str, Any], rewrite: Rewrite) -> dict[str, Any] | None:
-    key = "functionResponse" if "functionResponse" in part else "function_response"
-    fr = part.get(key)
-    response = fr.get("response") if isinstance(fr, dict) else None
-    if not isinstance(fr, dict) or not isinstance(response, dict):
+    out = output_of(part)
+    if out is None:
         return None
-    name = field(fr, "name")
-    for slot in ("output", "error"):
-        text = response.get(slot)
-        if not isinstance(text, str):
-            continue
-        new, excluded = rewrite(name if isinstance(name, str) else None, text)
-        if new is text:
-            return None
-        # An excluded output is the structured note the policy wrote: an error to the model.
-        new_response = {k: v for k, v in response.items() if k != slot}
-        new_response["error" if excluded else slot] = new
-        return {**part, key: {**fr, "response": new_response}}
-    return None
+    name = field(part[out.key], "name")
+    new, excluded = rewrite(name if isinstance(name, str) else None, out.text)
+    if new is out.text:
+        return None
+    # An excluded output is the structured note the policy wrote: an error to the model.
+    return with_output(part, out, new, slot="error" if excluded else None)

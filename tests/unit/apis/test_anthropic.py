@@ -2,6 +2,7 @@
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -443,3 +444,31 @@ def test_usage_tells_one_hour_cache_writes_apart(cache_creation: Any, written: d
     if cache_creation is not None:
         usage["cache_creation"] = cache_creation
     assert D.body_usage({"usage": usage}) == {"prompt": 300_005, "completion": 3, "cache_write": 300_000, **written}
+
+
+def test_parallel_tool_results_in_one_message_keep_the_small_ones_whole() -> None:
+    """Claude Code's captured tool round (tests/corpus/requests/claude-code-2.1.332-bash-result.json)
+    made three parallel calls, answered in one user message as Claude Code answers them: its own
+    ``hi``, a config file and a 200 KB log. Shared in proportion, the config lost 60 % of itself."""
+    body = json.loads((Path(__file__).resolve().parents[2] / "corpus" / "requests" /
+                       "claude-code-2.1.332-bash-result.json").read_text())["body"]  # fmt: skip
+    *history, call_turn, result_turn = body["messages"]
+    [call] = call_turn["content"]
+    [result] = result_turn["content"]
+    log = "2026-11-30 log line with details\n" * 6000
+    config = "".join(f"setting_{i} = value_{i}\n" for i in range(200))
+    calls, results = [call], [result]
+    for i, output in enumerate((log, config)):
+        calls.append({**call, "id": f"toolu_read{i}", "name": "Read", "input": {"file_path": f"/f{i}"}})
+        results.append({"tool_use_id": f"toolu_read{i}", "type": "tool_result", "content": output})
+    messages = [*history, {**call_turn, "content": calls}, {**result_turn, "content": results}]
+    payload = {**body, "messages": messages, "max_tokens": 4096}
+    used = round(request_tokens(payload))
+    result = D.compress(payload, error_message=f"prompt is too long: {used} tokens > {used // 2} maximum",
+                        context_window=None)  # fmt: skip
+    assert result.payload is not None, result.report
+    out = result.payload["messages"]
+    assert_valid_messages(out)
+    hi, big, small = out[-1]["content"]
+    assert hi == result_turn["content"][0] and small["content"] == config
+    assert "truncated by llm-gateway" in big["content"] and len(big["content"]) < len(log) // 2

@@ -4,7 +4,9 @@ policy on ``functionResponse`` parts."""
 
 from __future__ import annotations
 
+import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -305,3 +307,92 @@ def test_one_huge_output_in_the_current_step_is_cut_not_dropped() -> None:
     output = kept[-1]["parts"][0]["functionResponse"]["response"]["output"]
     assert "truncated by llm-gateway" in output and len(output) < 300000
     assert kept[-2] == contents[-2]  # the call, its args and its signature unchanged
+
+
+REQUESTS = Path(__file__).resolve().parents[2] / "corpus" / "requests"
+
+
+def _captured(name: str) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads((REQUESTS / name).read_text())["body"]
+    return body
+
+
+def _parallel_reads(outputs: list[str]) -> dict[str, Any]:
+    """Gemini CLI's captured tool round (tests/corpus/requests/gemini-cli-0.61-tool-result.json),
+    its one call and answer made several in one turn, as the CLI sends parallel calls: the
+    captured directory listing first, then ``outputs``."""
+    body = _captured("gemini-cli-0.61-tool-result.json")
+    [call] = body["contents"][1]["parts"]
+    [answer] = body["contents"][2]["parts"]
+    calls, answers = [call], [answer]
+    for i, output in enumerate(outputs):
+        fid = f"read_file_{i}"
+        calls.append({**call, "functionCall": {"id": fid, "args": {"file_path": f"f{i}"}, "name": "read_file"}})
+        answers.append({"functionResponse": {"name": "read_file", "response": {"output": output}, "id": fid}})
+    body["contents"][1] = {**body["contents"][1], "parts": calls}
+    body["contents"][2] = {**body["contents"][2], "parts": answers}
+    return body
+
+
+def test_parallel_outputs_in_one_turn_keep_the_small_ones_whole_beside_a_huge_one() -> None:
+    log = "2026-11-30 log line with details\n" * 6000  # ~200 KB
+    config = "".join(f"setting_{i} = value_{i}\n" for i in range(200))  # ~4.5 KB
+    body = _parallel_reads([log, config])
+    listing = body["contents"][2]["parts"][0]  # 72 bytes, as the CLI sent it
+    result = GEMINI.compress(body, error_message=None, context_window=25000)
+    assert result.payload is not None, result.report
+    kept = result.payload["contents"]
+    assert _pairs_valid(kept) and kept[:2] == body["contents"][:2]
+    small_listing, big, small_config = kept[2]["parts"]
+    # Split in proportion, the config lost 60 % of its lines and the listing came back longer,
+    # its middle the marker; the room is shared as separate chat tool messages share it.
+    assert small_listing == listing
+    assert small_config["functionResponse"]["response"]["output"] == config
+    cut = big["functionResponse"]["response"]["output"]
+    assert "truncated by llm-gateway" in cut and len(cut) < len(log) // 2
+    assert result.estimated_after <= result.target_tokens
+
+
+def test_a_genai_result_is_cut_in_a_rescue_as_an_output_is() -> None:
+    """google-genai's automatic function calling answers ``{"result": ...}``
+    (tests/corpus/requests/genai-3.6-function-response.json); a string one is cut like
+    Gemini CLI's ``output``, an object one as its JSON text, which goes as the ``output``
+    text, and the pair stays whole."""
+    body = _captured("genai-3.6-function-response.json")
+    rows = {"rows": [{"id": n, "name": "x" * 30} for n in range(1500)]}
+    for value in ("line of file content with some words\n" * 2000, rows):
+        contents = copy.deepcopy(body["contents"])
+        contents[2]["parts"][0]["functionResponse"]["response"] = {"result": value}
+        payload = {**body, "contents": contents}
+        result = GEMINI.compress(payload, error_message=None, context_window=8000)
+        assert result.outcome == "applied" and result.payload is not None, result.report
+        kept = result.payload["contents"]
+        assert kept[:2] == contents[:2] and result.payload["generationConfig"] == body["generationConfig"]
+        fr = kept[2]["parts"][0]["functionResponse"]
+        slot = "result" if isinstance(value, str) else "output"
+        assert fr["name"] == "get_weather" and list(fr["response"]) == [slot]
+        text = fr["response"][slot]
+        whole = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+        assert isinstance(text, str) and "truncated by llm-gateway" in text and len(text) < len(whole) // 2
+        assert text.startswith(whole[:200]) and text.endswith(whole[-200:])
+
+
+def test_the_tool_policy_reads_a_genai_result_object_as_json() -> None:
+    body = _captured("genai-3.6-function-response.json")
+    rows = {"rows": [{"id": n, "name": "x" * 30} for n in range(1500)], "total": 1500}
+    body["contents"][2]["parts"][0]["functionResponse"]["response"] = {"result": rows}
+    upfront = Stage("upfront", project=True, cut=True, exclude=True, window=None)
+    projecting = ToolOutputPolicy((ToolRule.of("get_weather", project="total"),))
+    out, tally = GEMINI.tool_outputs(body, projecting, upfront)
+    assert out is not None and tally.projected == 1
+    assert out["contents"][2]["parts"][0]["functionResponse"]["response"] == {"result": 1500}  # JSON again
+    excluding = ToolOutputPolicy((ToolRule.of("get_weather", max_tokens=100, oversized="exclude"),))
+    out, tally = GEMINI.tool_outputs(body, excluding, upfront)
+    assert out is not None and tally.excluded == 1
+    response = out["contents"][2]["parts"][0]["functionResponse"]["response"]
+    assert list(response) == ["error"] and "get_weather" in response["error"]
+    capped, count = GEMINI.cap_tool_outputs(body, 500)  # cut, it is text: the function's output
+    assert capped is not None and count == 1
+    response = capped["contents"][2]["parts"][0]["functionResponse"]["response"]
+    assert list(response) == ["output"] and "truncated by llm-gateway" in response["output"]
+    assert body["contents"][2]["parts"][0]["functionResponse"]["response"] == {"result": rows}  # untouched

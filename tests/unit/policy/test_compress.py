@@ -9,8 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.policy.compress import compress
+from gateway.policy.cut import cut_text, truncate
 from gateway.policy.tokens import request_tokens
 from tests.convo import agent_conversation, assert_valid_conversation
 
@@ -377,3 +380,24 @@ def test_a_guessed_target_with_nothing_to_remove_is_still_not_applicable() -> No
     r = compress(payload, error_message=NO_NUMBERS, context_window=None)
     assert r.payload is None and r.report["reason"].startswith("protected messages alone exceed")
     assert r.report["limit_source"] == "estimate"
+
+
+def test_a_text_a_cut_would_not_shorten_is_left_whole() -> None:
+    """Gemini CLI's captured directory listing (72 bytes, tests/corpus/requests/
+    gemini-cli-0.61-tool-result.json) beside a large output, on the tightest room: cut to a
+    64-byte glimpse, it came back at 106 bytes, its middle the marker."""
+    body = json.loads((Path(__file__).resolve().parents[2] / "corpus" / "requests" /
+                       "gemini-cli-0.61-tool-result.json").read_text())["body"]  # fmt: skip
+    listing = body["contents"][2]["parts"][0]["functionResponse"]["response"]["output"]
+    assert cut_text(listing, 64) == (listing, 0)
+    parts = [{"type": "text", "text": listing}, {"type": "text", "text": "log line\n" * 2000}]
+    cut, removed = truncate({"role": "tool", "content": parts}, 0)
+    assert cut["content"][0] is parts[0] and removed > 17000
+    assert "truncated by llm-gateway" in cut["content"][1]["text"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(max_size=400), keep=st.integers(0, 400))
+def test_a_cut_text_is_always_shorter_than_it_was(text: str, keep: int) -> None:
+    new, removed = cut_text(text, keep)
+    assert (new, removed) == (text, 0) or len(new.encode()) < len(text.encode())
