@@ -248,3 +248,32 @@ async def test_a_gateway_fault_mid_stream_cuts_the_stream_at_once(
     lines = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
     assert lines[0]["status"] == 500 and lines[0]["ended_by"] == "internal_error"
     assert not any("a fault in the gateway" in str(r.msg) for r in caplog.records)  # never the text
+
+
+QUOTED_DONE = [  # what a chat stream's bytes hold before a cut, none of it its end (audit)
+    [chunk({"role": "assistant", "content": ""}), chunk({"content": "if line == 'data: [DONE]': break"})],
+    [chunk({"role": "assistant", "content": None}),
+     chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                            "function": {"name": "get_weather", "arguments": ""}}]}),
+     chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city": "[DONE] P'}}]})],
+    # "finish_reason": "" on every chunk, as ollama (ollama/ollama#4357) and sglang 0.4.3
+    # (sgl-project/sglang#3912) were reported to send.
+    [chunk({"role": "assistant", "content": ""}, ""), chunk({"content": "Hello"}, "")],
+]
+
+
+@pytest.mark.parametrize("events", QUOTED_DONE, ids=["text", "tool-arguments", "empty-finish-reason"])
+async def test_a_cut_after_bytes_that_only_look_like_an_end_is_a_broken_stream(make_gateway, events) -> None:
+    """The chat reader took any event holding `[DONE]` or `"finish_reason": "` for the end: the
+    cut after it was relayed as a finished answer, a truncated tool call as complete, on every
+    client API (audit, with Claude Code and Codex taking the truncated call). One typed error
+    now, as for any other cut."""
+    gw = await make_gateway(upstream_yaml=", apis: [chat]")
+    gw.fake.script(Stream(events, then="drop"))
+    status, _, body = await gw.chat(STREAM_REQ)
+    assert status == 200 and last_error(body)["x_llm_error_type"] == "provider_unavailable"
+    # A Messages client on the same upstream: an error event, no message_stop.
+    gw.fake.script(Stream(events, then="drop"))
+    status, _, body = await gw.messages({"model": "claude-sonnet-4-5", "max_tokens": 64, "stream": True,
+                                         "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+    assert status == 200 and b"event: error" in body and b"message_stop" not in body, body

@@ -179,3 +179,31 @@ def test_events_that_end_before_an_oversized_one_are_given_first() -> None:
         splitter.pending  # noqa: B018 (the stream may end there)
     with pytest.raises(EventTooLarge):
         splitter.check()  # (the caller that leaves the rest to the next feed)
+
+
+@pytest.mark.parametrize("committed", [False, True])
+def test_a_chat_stream_ends_where_a_finish_reason_or_done_says_so_not_where_its_bytes_quote_them(
+    committed: bool,
+) -> None:
+    """An answer quoting ``data: [DONE]`` (code an agent writes), a tool call whose arguments
+    hold it, and the ``"finish_reason": ""`` some servers put on every chunk (ollama/ollama#4357,
+    sgl-project/sglang#3912) were taken for the answer's end: a cut after them was relayed as
+    complete (audit)."""
+    from gateway.apis.base import EventKind
+    from gateway.apis.chat.wire import ChatStreamReader
+
+    def chunk(delta: dict[str, object], finish: str | None = None, spaced: bool = False) -> bytes:
+        doc = {"id": "c1", "model": "m", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return b"data: " + json.dumps(doc, separators=None if spaced else (",", ":")).encode() + b"\n\n"
+
+    reader = ChatStreamReader(strip_usage=False)
+    quoting = chunk({"content": "if line == 'data: [DONE]': break"})
+    assert reader.kind(quoting, committed=committed) is EventKind.VISIBLE
+    call = chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city": "[DONE] P'}}]})
+    assert reader.kind(call, committed=committed) is EventKind.VISIBLE
+    assert reader.kind(chunk({"content": "Hi"}, ""), committed=committed) is EventKind.VISIBLE
+    assert reader.kind(chunk({"content": "Hi"}, "", spaced=True), committed=committed) is EventKind.VISIBLE
+    # What does end it.
+    assert reader.kind(chunk({}, "stop"), committed=committed) is EventKind.FINAL
+    assert reader.kind(chunk({}, "tool_calls", spaced=True), committed=committed) is EventKind.FINAL
+    assert reader.kind(b"data: [DONE]\n\n", committed=committed) is EventKind.FINAL

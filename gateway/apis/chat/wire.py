@@ -61,11 +61,31 @@ _SKIP_KIND, _CONTENTLESS_KIND = EventKind.SKIP, EventKind.CONTENTLESS
 
 
 def _finished(raw: bytes) -> bool:
-    # Three searches rather than any() over a tuple: this runs on every relayed event, and
-    # the generator cost more than the searches (1.5 vs 0.6 µs per event). partition()'s
-    # middle is the needle where it is found, else empty: see ``kind``.
+    """Whether the event may end the answer, by its bytes: a sieve for ``_ends``, which reads
+    the few that may. Three searches rather than any() over a tuple: this runs on every relayed
+    event, and the generator cost more than the searches (1.5 vs 0.6 µs per event).
+    partition()'s middle is the needle where it is found, else empty: see ``kind``."""
     found = raw.partition(b'"finish_reason":"')[1] or raw.partition(b'"finish_reason": "')[1]
     return (found or raw.partition(b"[DONE]")[1]) != b""
+
+
+def _ends(event: Event) -> bool:
+    """Whether the event ends the answer, read: ``data: [DONE]``, or a choice whose
+    ``finish_reason`` says why it stopped. The bytes alone said so of an answer quoting
+    ``data: [DONE]`` (code an agent writes about SSE) or a tool call whose arguments held it,
+    and of the ``"finish_reason": ""`` some servers put on every chunk (ollama/ollama#4357,
+    sgl-project/sglang#3912): a cut after it was relayed as the answer's end, a truncated tool
+    call as complete (audit)."""
+    if event.is_done:
+        return True
+    doc = event.json()
+    choices = doc.get("choices") if isinstance(doc, dict) else None
+    for choice in choices if isinstance(choices, list) else ():
+        if isinstance(choice, dict):
+            reason = choice.get("finish_reason")
+            if isinstance(reason, str) and reason:
+                return True
+    return False
 
 
 class OpenAIChat:
@@ -244,7 +264,9 @@ class ChatStreamReader(ShownText):
             if self.tracking:
                 self._track(event)
         if committed:
-            return _FINAL_KIND if _finished(raw) else _VISIBLE_KIND
+            if _finished(raw) and _ends(event or self.parsed_events.parse(raw)):
+                return _FINAL_KIND
+            return _VISIBLE_KIND
         if event is None:
             event = self.parsed_events.parse(raw)
         if self.identity is None and event.data is not None:
@@ -254,7 +276,7 @@ class ChatStreamReader(ShownText):
                 self.created = doc["created"]
         if not is_visible(event):
             return _CONTENTLESS_KIND
-        return _FINAL_KIND if _finished(raw) else _VISIBLE_KIND
+        return _FINAL_KIND if _finished(raw) and _ends(event) else _VISIBLE_KIND
 
     def owed_end(self) -> bytes:
         # A [DONE] left unsent after the finish_reason is owed nobody: the openai SDKs and the
