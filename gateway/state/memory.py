@@ -325,7 +325,13 @@ class MemoryStore:
         held_tokens = (self._windows.get(wkey) or [0, 0, 0])[2]
         self._windows.put(wkey, [requests, tokens, min(held_tokens, tokens)], 120.0)
         for bkey, spent, held in budgets:
-            self._spend.put(bkey, [spent, held], budget_ttl_s)
+            # A budget's spend only grows within its period (its key names it): never lowered by
+            # an answer, which may come from a Redis restarted empty before this replica has
+            # written back what it knew (``RedisStore._check_kept``, which reads it from here;
+            # with requests in flight a read of Redis's $0 got there first, and every budget
+            # started again from $0: review).
+            known = self._spend.get(bkey)
+            self._spend.put(bkey, [max(spent, known[0]) if known else spent, held], budget_ttl_s)
         if slot is not None:
             slots = self._slots.setdefault(key, {})
             now_ms = self._clock() * 1000

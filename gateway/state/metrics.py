@@ -48,11 +48,11 @@ class StateMetrics:
             ["backend"], registry=registry,
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
         )  # fmt: skip
-        # A Redis restarted empty (no append-only file) or flushed: RedisStore._check_kept.
+        # A Redis restarted empty (no append-only file): RedisStore._check_kept.
         self.lost = Counter(
             "llm_gateway_state_store_lost",
             "Times this process found the shared store (Redis) answering again without what it held "
-            "(restarted without its append-only file, or flushed): keys' budgets then count on from what "
+            "(restarted without its append-only file): keys' budgets then count on from what "
             "each replica knew, written back as a floor; anything above 0 wants alerting on.",
             ["backend"], registry=registry,
         )  # fmt: skip

@@ -218,6 +218,7 @@ class RedisStore:
         # comes back without it (or with another replica's new one) lost what it held.
         self._kept_key = prefix + "kept"
         self._kept: bytes | None = None
+        self._lost_said: bytes | None = None  # the marker of the loss last said
         self._kept_check: asyncio.Task[None] | None = None
         self._on_lost = on_lost
 
@@ -443,7 +444,7 @@ class RedisStore:
 
     async def _check_kept(self) -> None:
         """A Redis restarted empty (no append-only file, or a failover to a replica that had
-        not copied it) or flushed answers as one that holds everything: every replica then
+        not copied it) answers as one that holds everything: every replica then
         counted every key's spend from $0, silently (a $1 key that had spent $0.874 spent
         $1.007 more). Each replica keeps what ``{prefix}kept`` held; a Redis without it, or with
         another one (a replica found it gone first and wrote its own), lost its data: said as an
@@ -461,17 +462,20 @@ class RedisStore:
 
     async def _restore_if_lost(self) -> None:
         kept = await self._read_kept()
-        before, self._kept = self._kept, kept
+        before = self._kept
         if before is None or kept == before:
+            self._kept = kept
             return
         known = self.local.ledger_spent()
         # Less what this replica owes Redis (spent in its memory, in a batch yet to be added).
         owed = self.ledger_owed([b for b, _, _ in known])
         spent = [(b, usd - o, left) for (b, usd, left), o in zip(known, owed, strict=True) if usd - o > 0]
-        log.error({"event": "state_store_lost", "backend": self.backend, "budgets_restored": len(spent),
-                   "problem": "Redis came back without what it held (restarted without an append-only file, "
-                              "or flushed): keys' spend counts from what this replica knew"})  # fmt: skip
-        self._on_lost(self.backend)
+        if self._lost_said != kept:  # once for each loss, however many tries its write-back takes
+            self._lost_said = kept
+            log.error({"event": "state_store_lost", "backend": self.backend, "budgets_restored": len(spent),
+                       "problem": "Redis came back without what it held (restarted without an append-only "
+                                  "file): keys' spend counts from what this replica knew"})  # fmt: skip
+            self._on_lost(self.backend)
         calls: list[_Call] = []
         for i in range(0, len(spent), _FLOOR_BATCH):
             chunk = spent[i : i + _FLOOR_BATCH]
@@ -484,6 +488,9 @@ class RedisStore:
             for result in await run_pipelined(self._r, self._ledger_floor, calls):
                 if isinstance(result, Exception):
                     raise result
+        # Only now: a write-back that failed (a Redis still loading, slow) is tried again at the
+        # next check, which would otherwise find the new marker known and Redis's $0 standing.
+        self._kept = kept
 
     async def _read_kept(self) -> bytes:
         """What Redis holds under ``{prefix}kept``, written first if it holds none."""

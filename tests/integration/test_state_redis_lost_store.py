@@ -12,12 +12,14 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
 from gateway.keys.ledger import Accounts, Reservation
 from gateway.keys.prices import Price, PriceTable
 from gateway.keys.registry import Budget, KeySpec
+from gateway.state import redis_store
 from gateway.state.memory import MemoryStore
 from gateway.state.redis_store import RedisStore, connect
 from tests.integration.test_state_redis import REDIS, RedisServer, redis_server
@@ -97,3 +99,58 @@ async def test_a_flapping_connection_to_the_same_redis_is_not_taken_for_a_lost_o
         a.store._start_kept_check()
         await checked(a)
     assert not a.lost
+
+
+async def test_requests_in_flight_at_the_restart_do_not_lower_the_spend_given_back(
+    replicas: tuple[Replica, Replica], redis_server: RedisServer
+) -> None:
+    """Operations that read the empty Redis before the check (with a dozen at once, most runs)
+    wrote its $0 over the replica's copy, which the check then gave back: $0 (review)."""
+    a, _ = replicas
+    key = KeySpec("alice", budget=Budget(100.0, "day"))
+    got = await a.accounts.admit(key, "m", 20, 10)
+    assert isinstance(got, Reservation)
+    await a.accounts.settle(got, {"prompt": 12, "completion": 7})
+    await asyncio.gather(*(a.store.budget_add(f"warm{i}", 1, 0, 10) for i in range(20)))  # pooled connections
+    redis_server.stop()
+    redis_server.start()
+
+    async def one(i: int) -> object:
+        await asyncio.sleep(i * 0.0005)
+        return await (a.store.budget_add(f"y{i}", 1, 0, 10) if i % 2 else a.accounts.state_of(key))
+
+    await asyncio.gather(*(one(i) for i in range(20)), return_exceptions=True)
+    await checked(a)
+    assert a.lost == ["redis"]
+    assert (await a.accounts.state_of(key))["budget"]["spent_usd"] == 19
+
+
+async def test_a_write_back_that_failed_is_tried_again_at_the_next_check(
+    replicas: tuple[Replica, Replica], redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new marker was taken for known before the spend was written back: a write-back that
+    failed (a Redis still loading) was never tried again, and Redis kept $0 (review)."""
+    a, _ = replicas
+    key = KeySpec("alice", budget=Budget(100.0, "day"))
+    got = await a.accounts.admit(key, "m", 20, 10)
+    assert isinstance(got, Reservation)
+    await a.accounts.settle(got, {"prompt": 12, "completion": 7})
+    redis_server.stop()
+    redis_server.start()
+    pipelined = redis_store.run_pipelined
+    failing = True
+
+    async def once_failing(*args: Any) -> Any:
+        if failing:
+            raise ConnectionError("still loading")
+        return await pipelined(*args)
+
+    monkeypatch.setattr(redis_store, "run_pipelined", once_failing)
+    await a.store._drop_idle_connections()
+    a.store._start_kept_check()
+    await checked(a)
+    failing = False
+    a.store._start_kept_check()
+    await checked(a)
+    assert a.lost == ["redis"]  # said once
+    assert (await a.accounts.state_of(key))["budget"]["spent_usd"] == 19
