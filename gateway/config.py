@@ -1563,22 +1563,9 @@ class GatewayConfig(_Model):
         digests += [_sha256(k) for k in self.server.client_keys]
         if len(set(digests)) != len(digests):
             problems.append("keys: two keys (in keys: or server.client_keys) are the same key")
-        workers = self.server.worker_count
-        if workers > 1 and self.state.backend == "memory":
-            counted = [f"key '{k.name}'" for k in self.keys if any(
-                v is not None for v in (k.requests_per_minute, k.tokens_per_minute, k.parallel, k.budget))]
-            counted += [f"team '{t.name}'" for t in self.teams if t.budget is not None]
-            if counted:
-                # Each worker is a process with its own memory: every limit and budget would
-                # hold once per worker, which is a budget that can be overspent N times over.
-                shown = ", ".join(counted[:3]) + (f" and {len(counted) - 3} more" if len(counted) > 3 else "")
-                problems.append(
-                    f"keys: {shown} {'has' if len(counted) == 1 else 'have'} limits or budgets, and "
-                    f"server.workers is {workers} with "
-                    f"state.backend memory: each worker would count its own, so each limit and budget "
-                    f"would hold {workers} times over; use state: {{backend: redis}} (the workers share "
-                    "it) or one worker"
-                )  # fmt: skip
+        counted = counted_per_worker(self)
+        if counted is not None:
+            problems.append(counted)
         if problems:
             raise ValueError("\n".join(problems))
         return self
@@ -1597,6 +1584,29 @@ class GatewayConfig(_Model):
             u._client_keys_in_use = self.uses_client_keys
             u._forwarded_client_headers = self.server.forward_client_headers
         return self
+
+
+def counted_per_worker(cfg: GatewayConfig) -> str | None:
+    """Why ``cfg`` would let each worker count its own limits and budgets, or None. Also asked
+    of a reloaded config once the running ``state`` and ``server.workers`` are put back (they
+    change only at a restart): a file saying redis, or one worker, passed the check as written,
+    and the limits it added were held on memory by each of 2 workers, twice over (audit)."""
+    workers = cfg.server.worker_count
+    if workers <= 1 or cfg.state.backend != "memory":
+        return None
+    counted = [f"key '{k.name}'" for k in cfg.keys if any(
+        v is not None for v in (k.requests_per_minute, k.tokens_per_minute, k.parallel, k.budget))]
+    counted += [f"team '{t.name}'" for t in cfg.teams if t.budget is not None]
+    if not counted:
+        return None
+    # Each worker is a process with its own memory: every limit and budget would hold once per
+    # worker, which is a budget that can be overspent N times over.
+    shown = ", ".join(counted[:3]) + (f" and {len(counted) - 3} more" if len(counted) > 3 else "")
+    return (f"keys: {shown} {'has' if len(counted) == 1 else 'have'} limits or budgets, and "
+            f"server.workers is {workers} with "
+            f"state.backend memory: each worker would count its own, so each limit and budget "
+            f"would hold {workers} times over; use state: {{backend: redis}} (the workers share "
+            "it) or one worker")  # fmt: skip
 
 
 def _sha256(key: str) -> str:

@@ -23,7 +23,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from gateway.auth import startup_check
-from gateway.config import ConfigError, GatewayConfig, config_warnings, parse_config, read_config_text
+from gateway.config import (
+    ConfigError,
+    GatewayConfig,
+    config_warnings,
+    counted_per_worker,
+    parse_config,
+    read_config_text,
+)
 from gateway.live import Live
 from gateway.reload.restart_only import pin
 
@@ -98,6 +105,10 @@ class Reloader:
         verdict = startup_check(cfg)
         if verdict.refusal:
             return self._refuse(trigger, (verdict.refusal,))
+        counted = counted_per_worker(cfg)
+        if counted is not None:  # the file may say redis or one worker: only a restart makes it so
+            return self._refuse(trigger, (f"{counted} (state and server.workers change only at a restart, "
+                                          "so these limits wait for one)",))  # fmt: skip
         if cfg == running:
             if not quiet_if_same:
                 self._count("unchanged")

@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 
 from gateway import __version__
 from gateway.auth import startup_check
-from gateway.config import ConfigError, GatewayConfig, parse_config, read_config_text
+from gateway.config import ConfigError, GatewayConfig, counted_per_worker, parse_config, read_config_text
 from gateway.listening import ListenError, cannot_listen, forget_address, record_address
 from gateway.reload.reloader import digest
 from gateway.reload.restart_only import pin
@@ -133,7 +133,7 @@ class InForce:
         except ConfigError:
             return False
         cfg = pin(self.start_cfg, new)[0]
-        if startup_check(cfg).refusal:
+        if startup_check(cfg).refusal or counted_per_worker(cfg) is not None:
             return False
         self.cfg = cfg
         _write(self.file, text)

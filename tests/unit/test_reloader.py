@@ -383,3 +383,27 @@ async def test_a_glob_fnmatch_would_read_otherwise_is_refused_on_reload_as_at_st
     [line] = lines
     assert line["event"] == "config_reload_refused"
     assert line["problems"][0].startswith("keys[0].models: 'gpt-[4': no ']' closes the '['")
+
+
+async def test_limits_that_each_worker_would_count_alone_are_refused_whatever_the_file_says_of_state(
+    tmp_path: Path, logged: Any
+) -> None:
+    """Two workers on memory, and a file adding a limit that also says `state: redis` (or one
+    worker): the check passed the file as written, the running state and workers were put back,
+    and each worker held the limit on its own, twice over (audit: 10 of 20 requests served
+    under a limit of 5)."""
+    log, lines = logged
+    running = BASE.replace("port: 8080,", "port: 8080, workers: 2,")
+    path = tmp_path / "gateway.yaml"
+    path.write_text(running)
+    live = create_app(cfg(running), sender=object(), registry=CollectorRegistry())[LIVE]  # type: ignore[arg-type]
+    reloader = Reloader(str(path), live, log=log, env={}, summarize=lambda c: {})
+    limited = running.replace("{name: alice, key: gk-alice}", "{name: alice, key: gk-alice, requests_per_minute: 5}")
+    for text in (limited + "state: {backend: redis, url: 'redis://127.0.0.1:6379/0'}\n",
+                 limited.replace("workers: 2,", "workers: 1,")):
+        path.write_text(text)
+        assert not await reloader.reload("SIGHUP")
+        assert live.services.cfg.keys[0].requests_per_minute is None
+        assert lines[-1]["event"] == "config_reload_refused"
+        assert "would hold 2 times over" in lines[-1]["problems"][0]
+        assert "only at a restart" in lines[-1]["problems"][0]
