@@ -10,6 +10,9 @@ import signal
 import sys
 from collections.abc import Callable
 
+if __name__ == "__main__":  # ``python -m gateway``: held before the imports below (gateway/cli.py says why)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+
 from gateway import __version__
 from gateway.auth import startup_check
 from gateway.config import ConfigError, GatewayConfig, config_warnings, parse_config, read_config_text

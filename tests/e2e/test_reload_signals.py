@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -22,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.fakeupstream import FakeUpstream, Stream, stream_events
-from tests.procs import RunningProcess, base_env, free_port, start
+from tests.procs import ROOT, RunningProcess, base_env, free_port, start
 
 STREAM = {"model": "gpt-4o-mini", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
 
@@ -135,3 +136,34 @@ def test_keys_change_under_load_without_a_failed_request(
         assert {line["worker"] for line in reloaded} == {"1/2", "2/2"}
     assert lines_of(gw, "config_reload_refused") == []
     assert gw.proc.returncode == 0
+
+
+@pytest.mark.parametrize("command", ["python -m gateway", "llm-gateway"])
+@pytest.mark.parametrize("after_s", [0.12, 0.25])  # past the interpreter's own start (~50 ms)
+def test_a_sighup_while_the_gateway_starts_is_held_not_its_end(
+    upstream: FakeUpstream, tmp_path: Path, command: str, after_s: float
+) -> None:
+    """SIGHUP's default action ends a process; it was held back only once the gateway's imports
+    had run (~0.3 s), so a reload sent just after a start ended it with exit 129 and no word
+    (audit). Held from the first line now, it is taken once the gateway serves."""
+    port = free_port()
+    path = tmp_path / "gateway.yaml"
+    path.write_text(config(port, 1, False, upstream.url, "alice"))
+    argv = ([sys.executable, "-m", "gateway"] if command == "python -m gateway"
+            else [str(Path(sys.executable).parent / "llm-gateway")])  # fmt: skip
+    log_path = tmp_path / "gateway.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen([*argv, "--config", str(path)], cwd=ROOT, env=base_env(), stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    gw = RunningProcess(f"http://127.0.0.1:{port}", proc, log_path)
+    try:
+        time.sleep(after_s)
+        os.kill(proc.pid, signal.SIGHUP)
+        deadline = time.monotonic() + 60
+        while not lines_of(gw, "config_reloaded") and time.monotonic() < deadline:
+            assert proc.poll() is None, f"exited with {proc.returncode}: {gw.logs()[-2000:]}"
+            time.sleep(0.05)
+        assert lines_of(gw, "config_reloaded"), gw.logs()[-2000:]
+        assert post(gw, "alice")[0] == 200
+    finally:
+        gw.stop()
