@@ -95,3 +95,16 @@ def test_a_chat_streams_events_are_searched_without_find() -> None:
     calls = [ast.unparse(n) for f in hot for n in ast.walk(f) if isinstance(n, ast.Call)
              and isinstance(n.func, ast.Attribute) and n.func.attr == "find"]  # fmt: skip
     assert len(hot) == 2 and calls == []
+
+
+@pytest.mark.parametrize("api", ["messages", "responses"])
+def test_a_native_streams_events_are_searched_without_affix_or_find(api: str) -> None:
+    """The same searches in the Messages and Responses readers' ``kind()``: six or seven an event
+    with ``find`` and an ``endswith``. Counted: a native Messages stream 1,088,355 -> 1,045,749
+    instructions a request (-3.9 %, bench.instructions); a Responses text delta's ``kind()``
+    1,555 -> 1,044 ns."""
+    tree = ast.parse((ROOT / f"gateway/apis/{api}/wire.py").read_text())
+    methods = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "kind"]
+    calls = [ast.unparse(n) for m in methods for n in ast.walk(m) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Attribute) and n.func.attr in {"startswith", "endswith", "find"}]  # fmt: skip
+    assert methods and calls == []
