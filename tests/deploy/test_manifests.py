@@ -202,3 +202,12 @@ def test_kustomize_builds_the_gateway_and_its_redis() -> None:
                      ("PodDisruptionBudget", "llm-gateway"), ("Deployment", "llm-gateway-redis"),
                      ("Service", "llm-gateway-redis"), ("NetworkPolicy", "llm-gateway-redis"),
                      ("PersistentVolumeClaim", "llm-gateway-redis-data")}  # fmt: skip
+
+
+def test_compose_publishes_every_port_on_loopback_only() -> None:
+    """Prometheus's series name keys, teams and spend, and Grafana lets anonymous viewers in:
+    published as ``9090:9090`` they were open to the network while the gateway was not (audit)."""
+    compose = docs(DEPLOY / "compose.yaml")[0]
+    published = {name: service.get("ports", []) for name, service in compose["services"].items()}
+    assert published["prometheus"] and published["grafana"] and published["gateway"]
+    assert all(str(p).startswith("127.0.0.1:") for ports in published.values() for p in ports)
