@@ -234,11 +234,12 @@ class Accounts:
         await self.flush()
         return cost
 
-    def settle_later(self, r: Reservation, usage: Mapping[str, int], price: Price | None = None) -> Cost:
+    def settle_later(self, r: Reservation, usage: Mapping[str, int], cost: Cost | None = None) -> Cost:
         """``settle``, written with the other settles of the next few milliseconds in one round
-        trip (a request's answer is out by then: nothing waits for it but ``flush``). ``price``:
-        the served model's, where the reservation's (the route's dearest) is not it."""
-        cost = cost_of(r.price if price is None else price, usage)
+        trip (a request's answer is out by then: nothing waits for it but ``flush``). ``cost``:
+        the usage's at the served models' prices (each leg of a continued answer at its own),
+        where the reservation's (the route's dearest) is not it."""
+        cost = cost_of(r.price, usage) if cost is None else cost
         if r.settled:
             return cost
         r.settled = True

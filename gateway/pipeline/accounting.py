@@ -26,9 +26,9 @@ from gateway.apis.base import Dialect, Inbound
 from gateway.apis.gemini.fields import field
 from gateway.errors import Classification, ErrorType
 from gateway.keys.ledger import Accounts, LimitHit, Reservation
-from gateway.keys.prices import Price, PriceTable, asks_hour_cache, cost_of
+from gateway.keys.prices import Cost, Price, PriceTable, asks_hour_cache, cost_of
 from gateway.keys.registry import KeySpec
-from gateway.pipeline.outcome import Failure, RequestState, bad_request, gateway_failure
+from gateway.pipeline.outcome import Failure, Leg, RequestState, bad_request, gateway_failure
 from gateway.policy.retry_after import reset_at_ms
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.services import Services
@@ -215,25 +215,13 @@ def settle(svc: Services, state: RequestState) -> None:
     if key is None or accounts is None:
         return
     reservation = state.reservation
-    # What the key pays for: the upstream's usage, with the estimates below. A copy: state.usage
-    # stays what the upstream reported, for tokens_total and the log line, whatever the keys
-    # section says (an estimate there made the same request count differently per config).
-    used = state.usage
-    if (reservation is not None and not used.get("prompt")
-            and (used.get("completion") or state.left_waiting or state.answered_uncounted)):  # fmt: skip
-        # An answer cut before the provider counted it (chat and Responses streams count the
-        # prompt only at their end), left by its client (or a timeout) before its first words,
-        # or relayed with a usage that could not be read: the prompt was read all the same.
-        # Estimated as admitting estimated it; the key would otherwise pay only for the words it
-        # was shown, or nothing.
-        used = {**used, "prompt": reservation.tokens}
-    if reservation is not None and state.completion_estimated and reservation.output_asked is not None:
-        # Text over bytes/3.5 is a guess ("word word ..." reads as 1.4x its tokens); what the
-        # provider can bill is at most what was asked for, which admission reserved: a $0.01
-        # budget's books showed $0.0146 for answers the provider billed $0.0101.
-        used = {**used, "completion": min(used.get("completion", 0), reservation.output_asked)}
-    price = _served_price(accounts.prices, state)
-    cost = cost_of(price, used)
+    used: dict[str, int] = {}
+    costs: list[Cost] = []
+    for charged, price in _charged_parts(accounts.prices, state):
+        costs.append(cost_of(price, charged))
+        for kind, n in charged.items():
+            used[kind] = used.get(kind, 0) + n
+    cost = Cost(sum(c.usd for c in costs), all(c.priced for c in costs))
     # Nothing used (a listing, a refused request) has nothing to price: not "unpriced".
     state.cost_usd, state.priced = cost.usd, cost.priced or not any(used.values())
     attrs: dict[str, str | float | bool] = {f"{P}key": key.name, f"{P}cost_usd": round(cost.usd, 6),
@@ -248,7 +236,7 @@ def settle(svc: Services, state: RequestState) -> None:
     for kind, n in used.items():
         t.child(t.key_tokens, key.name, model, kind, "true" if cost.priced else "false").inc(n)
     if reservation is not None and not reservation.settled:
-        accounts.settle_later(reservation, used, price)
+        accounts.settle_later(reservation, used, cost)
         if accounts.flusher is None or accounts.flusher.done():
             # Off the request's path, a few milliseconds later with whatever else has ended
             # by then; shutdown waits for it (server.py).
@@ -258,14 +246,62 @@ def settle(svc: Services, state: RequestState) -> None:
             task.add_done_callback(svc.life.settling.discard)
 
 
-def _served_price(prices: PriceTable, state: RequestState) -> Price | None:
-    """The price of the model the answering upstream was sent (its ``model_map``'s, the
-    client's name where that has none priced, as ``_as_sent`` reads it). Admission reserved at
-    the dearest of the route, which a cheaper pool deployment or the primary of a dearer
-    fallback does not cost: `fast` answered by claude-haiku-4-5 was settled at claude-opus-4-1's
-    $15/$75 for its fallback, 15x what the provider billed (review). The reservation's price
-    where nothing was sent (an answer replayed from the cache), else the client's model's."""
-    for named in (state.sent_model, state.model) if state.sent_model is not None else ():
+def _charged_parts(prices: PriceTable, state: RequestState) -> list[tuple[dict[str, int], Price | None]]:
+    """What the key pays for, part by part, each at its own price: every stream relayed (a
+    continued answer's legs, each at the model its upstream was sent: a cut stream of a
+    $30/$180 model continued by gpt-5-nano on a fallback was charged all at nano's price,
+    571 shown tokens of the first for $0.0002 instead of $0.10; audit), then what no stream
+    counted (a buffered answer, a relayed one, a continuation the client left before its first
+    words), at the model last sent. A part that used nothing is left out unless nothing was
+    used at all."""
+    rest = dict(state.usage)
+    for leg in state.legs:
+        for kind, n in leg.usage.items():
+            rest[kind] = rest.get(kind, 0) - n
+    last = Leg({k: n for k, n in rest.items() if n}, state.sent_model, state.completion_estimated)
+    unread = state.left_waiting or state.answered_uncounted
+    parts = [(leg, False) for leg in state.legs] + [(last, unread)]
+    charged = [(_charged(state.reservation, leg, left), _served_price(prices, state, leg.model))
+               for leg, left in parts]  # fmt: skip
+    return [part for part in charged if any(part[0].values())] or charged[-1:]
+
+
+def _charged(reservation: Reservation | None, leg: Leg, unread: bool) -> dict[str, int]:
+    """One part's usage with the estimates the key pays for beside the provider's counts (a
+    copy: ``state.usage`` stays what the upstreams reported, for tokens_total and the log line,
+    whatever the keys section says: an estimate there made the same request count differently
+    per config). ``unread``: the provider took a request whose usage was never read (left
+    before its first words, relayed with a usage that could not be read)."""
+    used = leg.usage
+    if reservation is None:
+        return used
+    if not used.get("prompt") and (used.get("completion") or unread):
+        # An answer cut before the provider counted it (chat and Responses streams count the
+        # prompt only at their end: each leg of a continued one, whoever cut it, was read and
+        # billed), left by its client (or a timeout) before its first words, or relayed with a
+        # usage that could not be read: the prompt was read all the same. Estimated as
+        # admitting estimated it; the key would otherwise pay only for the words it was shown,
+        # or nothing. (A continuation's own prompt, the first's and the text shown, is counted
+        # by its stream, or estimated the same where it was cut too.)
+        used = {**used, "prompt": reservation.tokens}
+    if leg.estimated and reservation.output_asked is not None:
+        # Text over bytes/3.5 is a guess ("word word ..." reads as 1.4x its tokens); what the
+        # provider can bill is at most what was asked for, which admission reserved: a $0.01
+        # budget's books showed $0.0146 for answers the provider billed $0.0101. Leg by leg:
+        # capped as a sum, a continued answer lost the tokens its continuation was billed.
+        used = {**used, "completion": min(used.get("completion", 0), reservation.output_asked)}
+    return used
+
+
+def _served_price(prices: PriceTable, state: RequestState, sent: str | None) -> Price | None:
+    """The price of the model ``sent``: the model the answering upstream was sent (its
+    ``model_map``'s, the client's name where that has none priced, as ``_as_sent`` reads it).
+    Admission reserved at the dearest of the route, which a cheaper pool deployment or the
+    primary of a dearer fallback does not cost: `fast` answered by claude-haiku-4-5 was settled
+    at claude-opus-4-1's $15/$75 for its fallback, 15x what the provider billed (review). The
+    reservation's price where nothing was sent (an answer replayed from the cache), else the
+    client's model's."""
+    for named in (sent, state.model) if sent is not None else ():
         price = prices.price_for(named)
         if price is not None:
             return price

@@ -27,6 +27,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from gateway.apis import output_budget
 from gateway.apis.base import Dialect, Ending, EventKind, Splice, StreamReader
 from gateway.apis.common import MALFORMED_EVENT
 from gateway.apis.replay import Trim, is_replay
@@ -37,6 +38,7 @@ from gateway.pipeline.pool import continuing, taken
 from gateway.pipeline.send import send_one
 from gateway.policy.classify import classify, classify_stream_event
 from gateway.policy.retry import RetryPlan
+from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.services import Route, Services, UpstreamRuntime
 from gateway.sse import EventTooLarge, upstream_splitter
 from gateway.upstream import UpstreamFailure
@@ -144,8 +146,25 @@ def _first_able(
         asked = sent if sent is not None else payload()
         body = call.dialect.continuation(asked, partial, up.cfg.continuation)
         if body is not None:
-            return up, call, body
+            return up, call, left_to_write(call.dialect, body, partial, up.cfg.continuation)
     return None
+
+
+def left_to_write(wire: Dialect, body: dict[str, Any], partial: str, mode: str) -> dict[str, Any]:
+    """A continuation's request asking for what is left of the answer's output budget: the
+    budget it names (``max_tokens``, ``max_completion_tokens``, ``max_output_tokens``) less the
+    tokens shown, at 3.5 bytes each as the splice adds them to the client's usage. Sent the whole
+    budget again, a continued answer could run to nearly twice the limit the client set, and
+    past what its key reserved (audit: ``max_tokens: 3000`` sent again after 571 tokens shown).
+    At least one token: a budget the estimate says is spent is ended by the provider's own
+    ``length`` finish, not by the original failure. A replay writes the whole answer again: it
+    is sent the request as it was. A request naming no budget gets the provider's default
+    again, as it did."""
+    asked = output_budget.ceiling(body)
+    if asked is None or is_replay(mode):
+        return body
+    shown = round(len(partial.encode()) / BYTES_PER_TOKEN)
+    return wire.lower_output(body, max(1, asked - shown)) or body
 
 
 async def _reproduced(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from aiohttp import web
 
@@ -25,6 +25,16 @@ from gateway.upstream import UpstreamResponse
 if TYPE_CHECKING:
     from gateway.policy.breaker import Admission
     from gateway.state.shared import SharedCircuit
+
+
+class Leg(NamedTuple):
+    """One upstream stream of an answer, as counted when it ended (``relay._count_usage``): what
+    it used, the model it was sent (what it is priced at: a continuation may be another
+    upstream's, another model's) and whether its completion is the gateway's estimate."""
+
+    usage: dict[str, int]
+    model: str | None
+    estimated: bool
 
 
 @dataclass(init=False)
@@ -115,6 +125,9 @@ class RequestState:
     completion_estimated: bool = False
     after_end: str | None = None  # what broke the upstream's stream after its end marker, for the log
     usage: dict[str, int] = field(default_factory=dict)
+    # The streams relayed, each with its own part of ``usage``: a continued answer's legs may be
+    # different models, priced each at its own (accounting.settle). A tuple: most have one.
+    legs: tuple[Leg, ...] = ()
     # The client or a first-byte timeout left once the provider had taken the request: its
     # 2xx head (a stream), or the whole request written to it (an answer not yet begun).
     left_waiting: bool = False

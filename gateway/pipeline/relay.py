@@ -23,7 +23,7 @@ from gateway.errors import EVENT_STATUS, Classification, ErrorType, TransportErr
 from gateway.jsonpeek import top_level_member
 from gateway.one_write import OneWriteResponse
 from gateway.pipeline.attempt import leg_over, own_key_ending, settle_circuit, too_large_event
-from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success, gateway_failure
+from gateway.pipeline.outcome import Failure, Leg, Outcome, RequestState, Success, gateway_failure
 from gateway.pipeline.relayed_usage import Kept, shown_tokens
 from gateway.pipeline.stamp import stamp
 from gateway.policy.classify import classify, classify_stream_event
@@ -336,18 +336,21 @@ async def _pump(
 
 
 def _count_usage(state: RequestState, reader: StreamReader, shown: Shown | None) -> None:
-    """Adds a leg's usage to the request's. A leg that broke (cut, continued, or left by the
+    """Adds a leg's usage to the request's, and keeps it as one of its ``legs``, priced at the
+    model it was sent (``accounting.settle``). A leg that broke (cut, continued, or left by the
     client) counts the tokens of the text it showed: the provider generated them, though its
     count (if any) comes only in the events that never arrived. So does a leg whose server
     sent no count at all."""
     used = reader.usage
+    estimated = False
     if shown is not None:
         tokens = shown.tokens(reader)
         if tokens > used.get("completion", 0):
             used = {**used, "completion": tokens}
-            state.completion_estimated = True
+            state.completion_estimated = estimated = True
     for kind, n in used.items():
         state.usage[kind] = state.usage.get(kind, 0) + n
+    state.legs += (Leg(dict(used), state.sent_model, estimated),)
 
 
 class Shown:

@@ -486,3 +486,33 @@ async def test_a_responses_client_continued_on_a_chat_upstream_is_told_so(make_g
     name, final = named_events(body)[-1]
     assert status == 200 and name == "response.completed" and responses_text(body) == "".join(FIRST + REST)
     assert final["x_llm_continued"] is True and final["response"]["x_llm_continued"] is True
+
+
+async def test_a_continuation_is_asked_for_what_is_left_of_the_output_budget(make_gateway) -> None:
+    """Sent the client's whole budget again, a continued answer could run to nearly twice the
+    limit the client set, and past what its key reserved (audit: max_tokens 3000 sent again
+    after 571 tokens shown). "Once upon a" is 11 bytes: 3 tokens at 3.5 bytes each."""
+    gw = await make_gateway(upstream_yaml=", continuation: prefix")
+    gw.fake.script(broken_chat(), continued_chat())
+    await gw.chat({**REQ, "max_tokens": 100})
+    gw.fake.script(broken_chat(), continued_chat())
+    await gw.chat({**REQ, "max_completion_tokens": 100})
+    gw.fake.script(broken_chat(), continued_chat())
+    await gw.chat({**REQ, "max_tokens": 2})  # the estimate says it is spent: one token, ended by a length finish
+    gw.fake.script(broken_chat(), continued_chat())
+    await gw.chat(REQ)  # no budget named: the provider's default, again
+    sent = [r.json() for r in gw.fake.chat_requests()]
+    assert [s.get("max_tokens") for s in sent] == [100, 97, None, None, 2, 1, None, None]
+    assert [s.get("max_completion_tokens") for s in sent] == [None, None, 100, 97, None, None, None, None]
+
+
+async def test_a_messages_and_a_responses_continuation_are_asked_for_what_is_left(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", continuation: prefill")
+    gw.fake.script(broken_messages(), continued_messages())
+    await gw.messages({"model": "claude-x", "max_tokens": 100, "stream": True,
+                       "messages": [{"role": "user", "content": "Tell a story"}]})  # fmt: skip
+    assert [r.json()["max_tokens"] for r in gw.fake.messages_requests()] == [100, 97]  # "Once upon a ": 3
+    gw = await make_gateway(upstream_yaml=", continuation: continue_final_message")
+    gw.fake.script(broken_responses(), continued_responses())
+    await gw.responses({**RESP_REQ, "max_output_tokens": 100})
+    assert [r.json()["max_output_tokens"] for r in gw.fake.responses_requests()] == [100, 97]

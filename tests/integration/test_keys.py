@@ -1312,3 +1312,72 @@ async def test_gemini_clis_thinking_budget_is_reserved_on_a_gemini_upstream(make
     assert 4096 + 24576 <= held < 4096 + 24576 + 1, held
     sent = [r.json() for r in gw.fake.requests]
     assert sent[-1]["generationConfig"]["thinkingConfig"]["thinkingBudget"] == 24576
+
+
+SHOWN = "Once upon a time there was a gateway"  # 36 bytes: 10 tokens at 3.5 bytes each
+
+
+def _cut_chat() -> Stream:
+    return Stream([chunk({"role": "assistant", "content": ""}), chunk({"content": SHOWN})], then="drop")
+
+
+def _continued_chat(usage: dict[str, int]) -> Stream:
+    return Stream([chunk({"role": "assistant", "content": ""}), chunk({"content": " that counted."}),
+                   chunk({}, "stop"), {**chunk({}), "choices": [], "usage": usage}])  # fmt: skip
+
+
+async def test_each_leg_of_a_continued_stream_is_paid_at_its_own_price_and_its_own_prompt(
+    make_gateway: MakeGateway,
+) -> None:
+    """A stream of a dear model cut and continued by a cheap one on a fallback was charged all
+    at the cheap one's price, and the cut leg's prompt (a chat stream counts it only at its
+    end) not at all: 571 tokens shown at $180/M cost $0.0002 (audit). The provider read and
+    billed the first leg's prompt and text: each leg pays its own, at its own model's price."""
+    fake = await FakeUpstream().start()
+    try:
+        gw = await make_gateway(
+            "prices: {'dear-model': {input: 3000000, output: 18000000}, "
+            "'gpt-4o-mini*': {input: 1000000, output: 2000000}}\n"
+            "keys: [{name: alice, key: gk-alice, budget: {usd: 1000000000, period: day}}]\n",
+            fake=fake, upstreams=(
+                f"  - {{name: dear, base_url: '{fake.url}', apis: [chat], model_map: {{'*': dear-model}}, "
+                "fallbacks: [cheap]}\n"
+                f"  - {{name: cheap, base_url: '{fake.url}', apis: [chat], models: ['never-routed-here'], "
+                "model_map: {'*': gpt-4o-mini}, continuation: prefix}\n"))  # fmt: skip
+        fake.script(_cut_chat(), _continued_chat({"prompt_tokens": 40, "completion_tokens": 5, "total_tokens": 45}))
+        payload = {"model": "x", "max_tokens": 50, "stream": True, "messages": [{"role": "user", "content": "go"}]}
+        async with gw.session.post(gw.base + "/v1/chat/completions", json=payload, headers=ALICE) as r:
+            assert r.status == 200
+            assert b"that counted." in await r.read()
+        state = await settled(gw)
+        assert [req.json()["model"] for req in fake.chat_requests()] == ["dear-model", "gpt-4o-mini"]
+        prompt = gw.metric("llm_gateway_key_tokens_total", key="alice", model="x", kind="prompt", priced="true")
+        first_prompt = prompt - 40  # the cut leg's, as admission estimated it
+        assert first_prompt > 0
+        assert gw.metric("llm_gateway_key_tokens_total", key="alice", model="x", kind="completion",
+                         priced="true") == 10 + 5  # fmt: skip
+        assert state["budget"]["spent_usd"] == pytest.approx(first_prompt * 3 + 10 * 18 + 40 * 1 + 5 * 2)
+    finally:
+        await fake.close()
+
+
+async def test_output_estimated_for_a_cut_leg_is_capped_per_leg_not_with_what_the_next_was_billed(
+    make_gateway: MakeGateway,
+) -> None:
+    """A replay writes the whole answer again and is asked for the whole budget: its count (8 of
+    10) is what the provider billed, beside the first leg's 10 shown. Capping the sum at the 10
+    asked for dropped the replay's 8."""
+    gw = await make_gateway(keys_yaml(budget={"usd": 1000000, "period": "day"}),
+                            upstream_yaml=", apis: [chat], continuation: replay_any")  # fmt: skip
+    replay = Stream([chunk({"role": "assistant", "content": ""}), chunk({"content": SHOWN + " that counted."}),
+                     chunk({}, "stop"),
+                     {**chunk({}), "choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 8,
+                                                            "total_tokens": 17}}])  # fmt: skip
+    gw.fake.script(_cut_chat(), replay)
+    payload = {"model": "gpt-4o-mini", "max_tokens": 10, "stream": True, "messages": [{"role": "user", "content": "go"}]}
+    async with gw.session.post(gw.base + "/v1/chat/completions", json=payload, headers=ALICE) as r:
+        assert r.status == 200
+        assert b"that counted." in await r.read()
+    await settled(gw)
+    assert gw.metric("llm_gateway_key_tokens_total", key="alice", model="gpt-4o-mini", kind="completion",
+                     priced="true") == 10 + 8  # fmt: skip

@@ -113,6 +113,16 @@ async def test_replay_any_replays_every_request(make_gateway) -> None:
     assert chat_text(body) == ANSWER and data_events(body)[-1] == "[DONE]"
 
 
+async def test_a_replay_is_asked_for_the_whole_output_budget_again(make_gateway) -> None:
+    # It writes the whole answer again, shown part and all: a continuation from the shown text
+    # is asked for what is left of the budget, a replay for all of it.
+    gw = await make_gateway(upstream_yaml=", continuation: replay")
+    gw.fake.script(broken_chat(), replayed_chat([ANSWER]))
+    _, _, body = await gw.chat({**REQ, "max_tokens": 100})
+    assert chat_text(body) == ANSWER
+    assert [r.json()["max_tokens"] for r in gw.fake.chat_requests()] == [100, 100]
+
+
 async def two(make_gateway, primary_mode: str, backup_mode: str):
     primary, backup = await FakeUpstream().start(), await FakeUpstream().start()
     gw = await make_gateway(fake=primary, upstreams=(
