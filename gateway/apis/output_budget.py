@@ -21,6 +21,10 @@ from gateway.apis.gemini.fields import has
 # Anthropic: thinking needs ``budget_tokens`` of at least 1024 and below ``max_tokens``
 # (docs.anthropic.com, "Extended thinking"), or the request is refused.
 THINKING_MIN = 1024
+# OpenAI Responses refuses a ``max_output_tokens`` below 16 ("integer below minimum value.
+# Expected a value >= 16", as gateway/fake/responses_rules.py cites): a lower limit (a
+# continuation with little of its budget left) is sent as 16.
+RESPONSES_MIN_OUTPUT = 16
 
 
 def _over(value: Any, limit: int) -> bool:
@@ -56,6 +60,7 @@ def messages(payload: Mapping[str, Any], limit: int, name_if_absent: bool = Fals
 
 def responses(payload: Mapping[str, Any], limit: int, name_if_absent: bool = False) -> dict[str, Any] | None:
     asked = payload.get("max_output_tokens")
+    limit = max(limit, RESPONSES_MIN_OUTPUT)
     if _over(asked, limit) or (asked is None and name_if_absent):
         return {**payload, "max_output_tokens": limit}
     return None

@@ -273,7 +273,7 @@ def test_the_responses_incomplete_reasons_are_the_translators() -> None:
 
 
 def test_the_least_output_budget_sent_to_responses_is_the_translators() -> None:
-    from gateway.translate.chat_responses.request import MIN_OUTPUT_TOKENS
+    from gateway.apis.output_budget import RESPONSES_MIN_OUTPUT as MIN_OUTPUT_TOKENS
 
     least, more = stated("docs/translation/chat_responses.md", r"raised to (\d+) when below: .*? at most (\d+) tokens more")
     assert (int(least), int(more)) == (MIN_OUTPUT_TOKENS, MIN_OUTPUT_TOKENS - 1)

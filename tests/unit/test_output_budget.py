@@ -86,7 +86,7 @@ def test_gemini(payload: dict[str, Any], name: bool, lowered: dict[str, Any] | N
 def test_every_dialect_lowers_its_own_budget() -> None:
     assert OpenAIChat().lower_output({"max_tokens": 9}, 5) == {"max_tokens": 5}
     assert AnthropicMessages().lower_output({"max_tokens": 9}, 5) == {"max_tokens": 5}
-    assert OpenAIResponses().lower_output({"max_output_tokens": 9}, 5) == {"max_output_tokens": 5}
+    assert OpenAIResponses().lower_output({"max_output_tokens": 90}, 50) == {"max_output_tokens": 50}
     assert GeminiGenerate().lower_output({"generationConfig": {"maxOutputTokens": 9}}, 5) == {
         "generationConfig": {"maxOutputTokens": 5}}
 
@@ -147,3 +147,10 @@ def test_a_budget_a_server_may_not_read_as_a_number_is_told_apart(payload: dict[
     """llama.cpp uses its own default for a field of the wrong type: such a request reserves at
     least what one naming none does (pipeline/accounting.py)."""
     assert output_budget.named_loosely(payload) is loose
+
+
+def test_a_responses_budget_is_never_lowered_below_the_apis_minimum() -> None:
+    """OpenAI refuses ``max_output_tokens`` below 16: a continuation left with 3 tokens of a
+    100-token budget asked for 3 and got a 400 (gateway/fake/responses_rules.py cites it)."""
+    assert output_budget.responses({"input": "hi", "max_output_tokens": 100}, 3) == {"input": "hi", "max_output_tokens": 16}
+    assert output_budget.responses({"input": "hi", "max_output_tokens": 12}, 3) is None

@@ -23,12 +23,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.apis.output_budget import RESPONSES_MIN_OUTPUT
 from gateway.apis.responses.ids import to_responses_id
 from gateway.translate import json_schema, typed
 from gateway.translate.base import Refusal, Target, option_kind
 from gateway.translate.typed import WrongType
 
-MIN_OUTPUT_TOKENS = 16
 # The name an unnamed file's data goes by, for the types a Gemini client sends that OpenAI reads
 # (https://developers.openai.com/api/docs/guides/file-inputs: PDF, ".txt, .md, .json, .html, .xml
 # and code files", spreadsheets as .csv), which it tells by the name's extension.
@@ -76,7 +76,7 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
     newer, older = _positive(p, "max_completion_tokens"), _positive(p, "max_tokens")
     budget = newer or older
     if budget is not None:
-        out["max_output_tokens"] = max(budget, MIN_OUTPUT_TOKENS)
+        out["max_output_tokens"] = max(budget, RESPONSES_MIN_OUTPUT)
     effort = typed.top(p, "reasoning_effort", typed.text)
     if effort is not None:
         out["reasoning"] = {"effort": effort}
