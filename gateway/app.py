@@ -279,7 +279,8 @@ def _routes_digest(cfg: GatewayConfig) -> bytes:
 
 def _accounts(cfg: GatewayConfig, store: StateStore, wall: Callable[[], float],
               previous: Services | None) -> Accounts:  # fmt: skip
-    prices = PriceTable.of({glob: Price(p.input, p.output, p.cache_read, p.cache_write, p.cache_write_1h)
+    prices = PriceTable.of({glob: Price(p.input, p.output, p.cache_read, p.cache_write, p.cache_write_1h,
+                                        web_search=p.web_search)
                             for glob, p in cfg.prices.items()})  # fmt: skip
     refs = cfg.accounting.reference_tokens
     accounts = Accounts(store, prices, wall, default_max_tokens=cfg.accounting.default_max_tokens,

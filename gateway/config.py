@@ -1408,6 +1408,13 @@ class PriceConfig(_Model):
         description="USD per million prompt tokens written to Anthropic's cache for an hour (`ttl: \"1h\"`); "
         "unset: twice `input`, Anthropic's rule.",
     )  # fmt: skip
+    web_search: float | None = Field(
+        default=None, ge=0,
+        description="USD per web search a server-side tool makes (Anthropic's `web_search`, the Responses "
+        "API's, Gemini's grounding with Google Search), on top of tokens: per search, not per million; "
+        "unset: the shipped fee of the model's family (docs/reference/prices.md), none for a family "
+        "without one.",
+    )  # fmt: skip
 
 
 class ReferenceTokensConfig(_Model):

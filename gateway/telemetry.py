@@ -334,7 +334,7 @@ class Telemetry:
         self.tokens = LoopCounter(
             p + "tokens", "Tokens reported by upstream usage, by kind: prompt, completion, and of the prompt "
             "cache_read, cache_write when the provider says, and of cache_write cache_write_1h (Anthropic's "
-            "1-hour writes).",
+            "1-hour writes); web_search counts the searches a server-side tool made, not tokens.",
             ["upstream", "model", "kind"], registry,
         )  # fmt: skip
         self.client_auth_refusals = Counter(
@@ -390,8 +390,8 @@ class Telemetry:
         )  # fmt: skip
         self.key_tokens = Counter(
             p + "key_tokens", "Tokens each gateway key used, by model and kind (prompt, completion, and of "
-            "the prompt cache_read, cache_write, of which cache_write_1h); priced=false: the model has no "
-            "price, spend unknown.",
+            "the prompt cache_read, cache_write, of which cache_write_1h; web_search: searches, not "
+            "tokens); priced=false: the model has no price, spend unknown.",
             ["key", "model", "kind", "priced"], registry=registry,
         )  # fmt: skip
         self.key_refusals = Counter(

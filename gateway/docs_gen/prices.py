@@ -9,7 +9,7 @@ link here instead of restating one.
 from __future__ import annotations
 
 from gateway.docs_gen.markdown import cell, generated_header
-from gateway.keys.prices import SHIPPED, Price
+from gateway.keys.prices import DEFAULT_SEARCHES, SHIPPED, Price
 
 
 def _usd(value: float) -> str:
@@ -27,7 +27,15 @@ def _row(glob: str, p: Price) -> str:
     if p.long is not None:
         above, q = p.long
         long = f"above {above:,} prompt tokens: {_usd(q.input)} in, {_usd(q.output)} out"
-    cells = [f"`{glob}`", _usd(p.input), _usd(p.output), read, write, hour, long]
+        if q.cache_read is not None:
+            long += f", {_usd(q.cache_read)} cache read"
+        if q.cache_write is not None:
+            long += f", {_usd(q.cache_write)} cache write"
+        if q.cache_write_1h is not None:
+            long += f" ({_usd(q.cache_write_1h)} for 1 h)"
+    search = "–" if not p.web_search else _usd(p.web_search * 1000) + (
+        " / 1,000 answers" if p.web_search_per_request else "")
+    cells = [f"`{glob}`", _usd(p.input), _usd(p.output), read, write, hour, long, search]
     return "| " + " | ".join(cell(c) for c in cells) + " |"
 
 
@@ -44,8 +52,17 @@ def render() -> str:
         "refused it (`model_not_priced`) until the operator prices it. A cache price not stated is",
         "the input price; only Anthropic reports 1-hour cache writes.",
         "",
-        "| model | input | output | cache read | cache write (5 min) | cache write (1 h) | long prompts |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+        "*web search* is the fee per 1,000 web searches a server-side tool makes, on top of the",
+        "tokens (usage kind `web_search`): Anthropic's `server_tool_use.web_search_requests`, the",
+        "Responses API's `web_search_call` items, Gemini's grounding queries (per 1,000 grounded",
+        "answers for Gemini 2.5). The fee is the model family's (`FEES`), so an operator's price",
+        "for a model of that family keeps it unless it names its own `web_search` (USD per search);",
+        "a family with none (–) counts its searches at nothing. A request declaring a search tool",
+        f"reserves its `max_uses` or `max_tool_calls` searches, else {DEFAULT_SEARCHES}.",
+        "",
+        "| model | input | output | cache read | cache write (5 min) | cache write (1 h) | long prompts"
+        " | web search |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
     ]
     lines += [_row(glob, price) for glob, price in SHIPPED]
     return "\n".join(lines) + "\n"

@@ -120,9 +120,11 @@ class Accounts:
         return cost_of(self.prices.price_for(model), usage)
 
     async def admit(self, key: KeySpec, model: str | None, prompt_tokens: float, max_tokens: int | None,
-                    answers: int = 1, hour_cache: bool = False) -> Reservation | LimitHit:  # fmt: skip
+                    answers: int = 1, hour_cache: bool = False,
+                    searches: int = 0) -> Reservation | LimitHit:  # fmt: skip
         """``answers``: how many the request asks for (chat's ``n``), each up to ``max_tokens``;
-        ``hour_cache``: it asks for 1-hour cache writes, which its prompt is reserved at.
+        ``hour_cache``: it asks for 1-hour cache writes, which its prompt is reserved at;
+        ``searches``: the web searches it may be billed (``prices.declared_searches``).
         The minute's tokens take the output asked for too (as OpenAI counts a request against
         its own tokens-per-minute limit), so concurrent requests cannot pass the limit between
         them; the settle puts the minute's count right."""
@@ -133,7 +135,7 @@ class Accounts:
         output = (max_tokens or self.default_max_tokens) * max(1, answers)
         if self.reserved_output_max is not None:
             output = min(output, self.reserved_output_max)
-        reserve = worst_case(price, prompt_tokens, output, hour_cache) if budgets else 0.0
+        reserve = worst_case(price, prompt_tokens, output, hour_cache, searches) if budgets else 0.0
         minute_tokens = round(prompt_tokens) + (output if key.tokens_per_minute is not None else 0)
         slot = f"{self._prefix}-{next(self._ids)}"
         admit = LedgerAdmit(

@@ -73,12 +73,47 @@ Sources, read 2026-11-28 (the agents' own default models, 2026-11-30: below):
   found (docs.apiyi.com, vercel.com/ai-gateway), the latter possibly a launch discount (Gemini
   3.7 Flash launched at half its price, github.com/BerriAI/litellm/discussions/36799); a
   price below Google's would let a budget overspend, so the operator prices them.
+- Claude Sonnet 4 and 4.5 above 200k prompt tokens (their 1M-context beta), read 2026-11-30
+  from copies of Anthropic's "Pricing" page (platform.claude.com/docs/en/about-claude/pricing,
+  "Long context pricing"): "$6 / MTok" in and "$22.50 / MTok" out; "Prompt caching multipliers
+  apply on top of long context pricing" (so writes $7.50, or $12 for an hour, and reads $0.60);
+  "The 200k threshold is based solely on input tokens (including cache reads/writes)", which is
+  ``cost_of``'s prompt. "Claude Opus 4.6 and Sonnet 4.6 include the full 1M token context
+  window at standard pricing": they have no such tier.
+- gpt-4o-2024-05-13, $5 in and $15 out, no cached price: its row of the standard table
+  ("gpt-4o-2024-05-13 | $5.00 | - | - | $15.00"), developers.openai.com/api/docs/pricing as
+  quoted in copies of that page, read 2026-11-30. gpt-4o's audio, realtime, search and
+  transcribe variants bill audio tokens (gpt-4o-audio-preview's text rows are gpt-4o's; its
+  audio is not) or each search otherwise: they are left unpriced (``gpt-4o*`` priced them all
+  as gpt-4o's text).
+
+Server-side tools bill each call on top of tokens (``web_search`` in the usage, a count of
+calls: ``FEES``), read 2026-11-30:
+
+- Anthropic: "Web search is available on the Claude API for $10 per 1,000 searches, plus
+  standard token costs"; "If an error occurs during web search, the web search will not be
+  billed" (platform.claude.com/docs/en/agents-and-tools/tool-use/web-search-tool, "Usage and
+  pricing"): ``usage.server_tool_use.web_search_requests``. Web fetch has "no additional
+  charges".
+- OpenAI: "Web search (all models) $10.00 / 1k calls + search content tokens billed at model
+  rates"; "Web search preview (non-reasoning models) $25.00 / 1k calls + search content tokens
+  are free" (developers.openai.com/api/docs/pricing, "Built-in tools", as quoted in copies of
+  that page). Each ``web_search_call`` output item with a ``search`` action is a call ("Search
+  actions incur a tool call cost", the web search guide). The answer does not say which tool
+  searched: gpt-4o and gpt-4.1, which may search with either, are counted at the preview's
+  $25, the dearer.
+- Google: Gemini 2.5 "1,500 RPD free, then $35 / 1,000 grounded prompts", Gemini 3 "5,000
+  prompts per month free ..., then $14 / 1,000 search queries" (ai.google.dev/gemini-api/docs/
+  pricing, "Grounding with Google Search", as quoted in copies of that page). The queries are
+  ``candidates[].groundingMetadata.webSearchQueries``; a 2.5 model's grounded answer is one
+  call however many it ran (``Fee.per_request``). The free allowances are the provider
+  account's, not a key's: every call is counted.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -96,6 +131,10 @@ class Price:
     cache_write: float | None = None
     cache_write_1h: float | None = None
     long: tuple[int, Price] | None = None
+    # USD per web search (a server-side tool's call, on top of tokens); None: the shipped fee
+    # of the model's family (``FEES``), if any. Not per million.
+    web_search: float | None = None
+    web_search_per_request: bool = False  # billed once for an answer that searched at all
 
     @property
     def hour_write(self) -> float:
@@ -118,7 +157,9 @@ SHIPPED: tuple[tuple[str, Price], ...] = (
     ("claude-opus-5*", Price(5.0, 25.0, 0.50, 6.25)),
     ("claude-3-opus*", Price(15.0, 75.0, 1.50, 18.75)),
     ("claude-sonnet-5*", Price(2.0, 10.0, 0.20, 2.50, 4.0)),  # 5, 5.5
-    ("claude-sonnet-4*", Price(3.0, 15.0, 0.30, 3.75)),  # 4, 4.5, 4.6
+    ("claude-sonnet-4-6*", Price(3.0, 15.0, 0.30, 3.75)),  # its 1M window at this price
+    ("claude-sonnet-4*", Price(3.0, 15.0, 0.30, 3.75,  # 4, 4.5: dearer above 200k prompt tokens
+                               long=(200_000, Price(6.0, 22.50, 0.60, 7.50, 12.0)))),
     ("claude-3-7-sonnet*", Price(3.0, 15.0, 0.30, 3.75)),
     ("claude-haiku-5-5*", Price(0.10, 0.50, cache_write=0.125, cache_write_1h=0.20,
                                 long=(100_000, Price(0.50, 2.50, cache_write=0.625)))),
@@ -143,8 +184,11 @@ SHIPPED: tuple[tuple[str, Price], ...] = (
     ("gpt-4.1-mini*", Price(0.40, 1.60, 0.10)),
     ("gpt-4.1-nano*", Price(0.10, 0.40, 0.025)),
     ("gpt-4.1*", Price(2.0, 8.0, 0.50)),
-    ("gpt-4o-mini*", Price(0.15, 0.60, 0.075)),
-    ("gpt-4o*", Price(2.50, 10.0, 1.25)),
+    ("gpt-4o-mini", Price(0.15, 0.60, 0.075)),
+    ("gpt-4o-mini-20*", Price(0.15, 0.60, 0.075)),  # dated ids; not -audio, -realtime, -search...
+    ("gpt-4o-2024-05-13", Price(5.0, 15.0)),
+    ("gpt-4o", Price(2.50, 10.0, 1.25)),
+    ("gpt-4o-20*", Price(2.50, 10.0, 1.25)),
     ("o4-mini-deep-research*", Price(2.0, 8.0, 0.50)),
     ("o4-mini*", Price(1.10, 4.40, 0.275)),
     ("o3-mini*", Price(1.10, 4.40, 0.55)),
@@ -163,6 +207,48 @@ SHIPPED: tuple[tuple[str, Price], ...] = (
     ("gemini-2.5-flash-lite", Price(0.10, 0.40)),
     ("gemini-3.1-pro-preview", Price(2.0, 12.0, long=(200_000, Price(4.0, 18.0)))),
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Fee:
+    """A server-side tool's price per call, USD; ``per_request``: once for an answer that
+    called it at all."""
+
+    usd: float
+    per_request: bool = False
+
+
+# The web search fee of a priced model whose price names none, by family (sources above);
+# first match wins. A family not here (Gemini 2.0, others) has none: its searches cost nothing
+# counted, as the docs say.
+FEES: tuple[tuple[str, Fee], ...] = (
+    ("claude-*", Fee(0.01)),
+    ("gpt-4o*", Fee(0.025)),  # the preview tool's, the dearer (above)
+    ("gpt-4.1*", Fee(0.025)),
+    ("gpt-*", Fee(0.01)),
+    ("o[1-9]*", Fee(0.01)),
+    ("gemini-2.5*", Fee(0.035, per_request=True)),
+    ("gemini-3*", Fee(0.014)),
+)
+
+# The searches reserved for a request that declares a search tool with no bound of its own
+# (Anthropic's ``max_uses``, OpenAI's ``max_tool_calls``): Anthropic's own examples bound a
+# turn at 5 (``"max_uses": 5``); a turn that searches more is counted in full at its settle.
+DEFAULT_SEARCHES = 5
+
+
+def with_fee(name: str, price: Price) -> Price:
+    """``price`` with its family's web search fee (``FEES``, matched on ``name``) where it
+    names none of its own."""
+    if price.web_search is not None:
+        return price
+    fee = next((fee for pattern, fee in FEES if fnmatchcase(name, pattern)), None)
+    if fee is None:
+        return price
+    return replace(price, web_search=fee.usd, web_search_per_request=fee.per_request)
+
+
+SHIPPED = tuple((glob, with_fee(glob, price)) for glob, price in SHIPPED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +275,8 @@ class PriceTable:
         tables = (*(o for o in self.overrides if o[0] != "*"), *self.shipped,
                   *(o for o in self.overrides if o[0] == "*"))  # fmt: skip
         found = next((price for pattern, price in tables if fnmatchcase(model, pattern)), None)
+        if found is not None:
+            found = with_fee(model, found)  # an operator's price naming no fee: its family's
         if len(self._found) < 1024:  # model names come from clients
             self._found[model] = found
         return found
@@ -203,9 +291,11 @@ class Cost:
 def cost_of(price: Price | None, usage: Mapping[str, int]) -> Cost:
     """``usage`` as the gateway counts it: ``prompt`` (every input token, cached or not),
     ``completion``, of the prompt ``cache_read`` and ``cache_write``, and of ``cache_write``
-    ``cache_write_1h``, written for an hour."""
+    ``cache_write_1h``, written for an hour; ``web_search``, the searches a server-side tool
+    made, each at the price's fee."""
     if price is None:
         return Cost(0.0, False)
+    fees = search_fees(price, usage.get("web_search", 0))
     prompt = usage.get("prompt", 0)
     price = price.for_prompt(prompt)
     read = min(usage.get("cache_read", 0), prompt)
@@ -217,23 +307,68 @@ def cost_of(price: Price | None, usage: Mapping[str, int]) -> Cost:
            + (write - hour) * (price.input if price.cache_write is None else price.cache_write)
            + hour * price.hour_write
            + usage.get("completion", 0) * price.output) / 1_000_000  # fmt: skip
-    return Cost(usd, True)
+    return Cost(usd + fees, True)
+
+
+def search_fees(price: Price, searches: int) -> float:
+    """What ``searches`` web searches cost at ``price``'s fee (the base price's: a long-prompt
+    tier does not change it)."""
+    if searches <= 0 or not price.web_search:
+        return 0.0
+    return price.web_search * (1 if price.web_search_per_request else searches)
 
 
 def worst_case(price: Price | None, prompt_tokens: float, max_output_tokens: int,
-               hour_cache: bool = False) -> float:  # fmt: skip
+               hour_cache: bool = False, searches: int = 0) -> float:  # fmt: skip
     """What a request may cost at most: its whole prompt at the dearer of the input and the
     cache-write price (a prompt written to Anthropic's cache costs 1.25× the input price; 2×
     written for an hour, for a request that asks for that: ``hour_cache``), and every output
     token it may generate. Reserved before sending, so that concurrent requests cannot
-    overspend."""
+    overspend. ``searches``: the web searches the request may make (``declared_searches``)."""
     if price is None:
         return 0.0
+    fees = search_fees(price, searches)
     # The rate of the prompt's size as estimated (3.5 bytes a token, more tokens than most text
     # has): a prompt estimated just below a threshold and counted above it costs more than this.
     price = price.for_prompt(prompt_tokens)
     per_prompt_token = max(price.input, price.cache_write or 0.0, price.hour_write if hour_cache else 0.0)
-    return (prompt_tokens * per_prompt_token + max_output_tokens * price.output) / 1_000_000
+    return (prompt_tokens * per_prompt_token + max_output_tokens * price.output) / 1_000_000 + fees
+
+
+# The search tools a request declares, by API: Anthropic's versioned ``web_search_…`` types
+# (web_search_20250305, web_search_20260209), the Responses API's, and Gemini's (camelCase or
+# snake_case, as ``gemini/fields.py`` reads them; ``googleSearchRetrieval``: Gemini 1.5's).
+_RESPONSES_SEARCH = frozenset({"web_search", "web_search_preview", "web_search_2025_08_26",
+                               "web_search_preview_2025_03_11"})  # fmt: skip
+_GEMINI_SEARCH = ("googleSearch", "google_search", "googleSearchRetrieval", "google_search_retrieval")
+
+
+def declared_searches(payload: Mapping[str, Any]) -> int:
+    """How many web searches a request may be billed, for its reservation: 0 without a search
+    tool; Anthropic's ``max_uses`` (each tool's, summed), else OpenAI's ``max_tool_calls``, else
+    ``DEFAULT_SEARCHES``."""
+    tools = payload.get("tools")
+    searches = 0
+    unbounded = False
+    for tool in tools if isinstance(tools, list) else ():
+        if not isinstance(tool, dict):
+            continue
+        kind = tool.get("type")
+        if isinstance(kind, str) and kind.startswith("web_search_") and kind not in _RESPONSES_SEARCH:
+            uses = tool.get("max_uses")
+            if isinstance(uses, int) and not isinstance(uses, bool) and uses > 0:
+                searches += min(uses, 1000)
+            else:
+                unbounded = True
+        elif kind in _RESPONSES_SEARCH or any(name in tool for name in _GEMINI_SEARCH):
+            unbounded = True
+    if unbounded:
+        cap = payload.get("max_tool_calls")
+        if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0:
+            searches += min(cap, 1000)
+        else:
+            searches += DEFAULT_SEARCHES
+    return searches
 
 
 # Where Anthropic takes a ``cache_control`` (and chat clients put one, carried to Anthropic):

@@ -26,7 +26,7 @@ from gateway.apis.base import Dialect, Inbound
 from gateway.apis.gemini.fields import field
 from gateway.errors import Classification, ErrorType
 from gateway.keys.ledger import Accounts, LimitHit, Reservation
-from gateway.keys.prices import Cost, Price, PriceTable, asks_hour_cache, cost_of
+from gateway.keys.prices import Cost, Price, PriceTable, asks_hour_cache, cost_of, declared_searches
 from gateway.keys.registry import KeySpec
 from gateway.pipeline.outcome import Failure, Leg, RequestState, bad_request, gateway_failure
 from gateway.policy.retry_after import reset_at_ms
@@ -45,8 +45,27 @@ FLUSH_AFTER_S = 0.005  # settles of requests that end this close together share 
 
 async def admit(svc: Services, state: RequestState, headers: Mapping[str, str],
                 inbound: Inbound) -> Failure | None:  # fmt: skip
-    sent = _as_sent(svc, state.dialect, inbound) if state.key is not None and state.key.limited else None
-    return await admit_request(svc, state, headers, inbound.model, inbound.size, inbound.payload, sent)
+    limited = state.key is not None and state.key.limited
+    sent = _as_sent(svc, state.dialect, inbound) if limited else None
+    searches = _searches_sent(svc, state.dialect, inbound) if limited else 0
+    return await admit_request(svc, state, headers, inbound.model, inbound.size, inbound.payload, sent,
+                               searches)
+
+
+def _searches_sent(svc: Services, dialect: Dialect | None, inbound: Inbound) -> int:
+    """The web searches a request may be billed (``declared_searches``), where some upstream of
+    its route takes it in its own API: a translation sends no provider's search tool on (the
+    Responses-to-chat one drops hosted tools, and Codex declares ``web_search`` on every
+    request), so a route that only translates it searches nothing."""
+    searches = declared_searches(inbound.payload)
+    route = svc.chain_for(inbound.model) if searches and inbound.model else None
+    if route is None or dialect is None or inbound.model is None:
+        return searches
+    for up in route.upstreams:
+        leg = up.leg_for(svc.translations, dialect, inbound.model)
+        if not isinstance(leg, NoLeg) and not leg.translated:
+            return searches
+    return 0
 
 
 def _as_sent(svc: Services, dialect: Dialect | None, inbound: Inbound) -> tuple[str | None, int | None]:
@@ -126,12 +145,15 @@ def gemini_thinking(payload: Mapping[str, Any], translated: bool) -> int:
 
 async def admit_request(svc: Services, state: RequestState, headers: Mapping[str, str], model: str | None,
                         size: int, payload: Mapping[str, Any],
-                        sent: tuple[str | None, int | None] | None = None) -> Failure | None:  # fmt: skip
+                        sent: tuple[str | None, int | None] | None = None,
+                        searches: int | None = None) -> Failure | None:  # fmt: skip
     """``admit`` for any request: one of a dialect's own, or one forwarded as it is
     (``/v1/embeddings``, ``/v1/responses/compact``, ``/v1/completions``…), which spends the
     operator's provider keys as much and is held to the same rules. ``sent``: the model priced
     and the output a request naming none is sent (``_as_sent``); a request relayed as it is
-    goes with the client's model, and names its own limit or gets the provider's default."""
+    goes with the client's model, and names its own limit or gets the provider's default.
+    ``searches``: the web searches it may be billed (``_searches_sent``); unset, those its body
+    declares."""
     key = state.key
     if key is None:
         return None
@@ -165,7 +187,9 @@ async def admit_request(svc: Services, state: RequestState, headers: Mapping[str
     if output is not None and output_budget.named_loosely(payload):
         output = max(output, svc.accounts.default_max_tokens)  # (named_loosely says why)
     got = await svc.accounts.admit(key, priced, prompt, output, _answers(payload),
-                                   budgeted and asks_hour_cache(payload))  # fmt: skip
+                                   budgeted and asks_hour_cache(payload),
+                                   (declared_searches(payload) if searches is None else searches)
+                                   if budgeted else 0)  # fmt: skip
     if isinstance(got, Reservation):
         state.reservation = got
         return None

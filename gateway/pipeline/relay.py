@@ -88,7 +88,17 @@ def _count_usage_in_body(
     # rfind finds it in 0.1 µs.
     if body.rfind(f'"{member}"'.encode()) < 0:
         return
-    doc = top_level_member(body, member)  # the usage object alone, not the whole body
+    # An answer whose web searches are billed apart from its usage (the Responses API's
+    # web_search_call items, Gemini's grounding queries) is read whole: rare, and the usage
+    # object alone would not count them.
+    whole = any(body.find(marker) >= 0 for marker in _SEARCH_MARKERS)
+    if whole and (parse_max is None or len(body) <= parse_max):
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            return
+    else:
+        doc = top_level_member(body, member)  # the usage object alone, not the whole body
     if doc is None:
         if parse_max is not None and len(body) > parse_max:
             return
@@ -98,6 +108,9 @@ def _count_usage_in_body(
             return
     if isinstance(doc, dict):
         state.usage.update(d.body_usage(doc))
+
+
+_SEARCH_MARKERS = (b'"web_search_call"', b'"webSearchQueries"', b'"web_search_queries"')
 
 
 def _count_answer_text(state: RequestState, body: bytes) -> None:

@@ -127,7 +127,11 @@ class GeminiGenerate:
         return bare_error(ending, request_id)
 
     def body_usage(self, doc: Mapping[str, Any]) -> dict[str, int]:
-        return gemini_usage(field(doc, "usageMetadata"))
+        used = gemini_usage(field(doc, "usageMetadata"))
+        searches = grounding_searches(doc)
+        if searches:
+            used["web_search"] = searches
+        return used
 
     def answer_text(self, doc: Mapping[str, Any]) -> str:
         return gemini_text(doc)
@@ -226,6 +230,18 @@ def gemini_usage(usage: Any) -> dict[str, int]:
     return out
 
 
+def grounding_searches(doc: Mapping[str, Any]) -> int:
+    """The Google Search queries grounding ran for an answer (each candidate's
+    ``groundingMetadata.webSearchQueries``), billed on top of tokens (keys/prices.py)."""
+    candidates = doc.get("candidates")
+    n = 0
+    for candidate in candidates if isinstance(candidates, list) else ():
+        grounding = field(candidate, "groundingMetadata") if isinstance(candidate, dict) else None
+        queries = field(grounding, "webSearchQueries") if isinstance(grounding, dict) else None
+        n += len(queries) if isinstance(queries, list) else 0
+    return n
+
+
 class GeminiStreamReader(ShownText):
     """Reads a Gemini SSE stream: every event one GenerateContentResponse, an ``{"error"}``
     event an upstream error, the event whose candidate has a ``finishReason`` the end."""
@@ -256,6 +272,11 @@ class GeminiStreamReader(ShownText):
         usage = field(doc, "usageMetadata")
         if usage is not None:
             self.usage.update(gemini_usage(usage))
+        # A chunk's grounding states the queries so far: the largest count is the answer's.
+        grounded = raw.find(b"ebSearchQueries") >= 0 or raw.find(b"eb_search_queries") >= 0
+        searches = grounding_searches(doc) if grounded else 0
+        if searches > self.usage.get("web_search", 0):
+            self.usage["web_search"] = searches
         candidate = _first_candidate(doc)
         parts = _parts(candidate)
         if self.tracking:

@@ -260,6 +260,12 @@ def anthropic_usage(usage: Any) -> dict[str, int]:
     hour = split.get("ephemeral_1h_input_tokens") if isinstance(split, dict) else None
     if isinstance(hour, int) and not isinstance(hour, bool) and hour > 0:
         out["cache_write_1h"] = hour
+    # The web searches Anthropic ran (its web_search server tool), billed per search on top of
+    # tokens (keys/prices.py); a stream's message_delta states the total so far.
+    tools = usage.get("server_tool_use")
+    searches = tools.get("web_search_requests") if isinstance(tools, dict) else None
+    if isinstance(searches, int) and not isinstance(searches, bool) and searches > 0:
+        out["web_search"] = searches
     return out
 
 

@@ -130,7 +130,7 @@ class OpenAIResponses:
         return b""  # its broken event is the whole ending
 
     def body_usage(self, doc: Mapping[str, Any]) -> dict[str, int]:
-        return responses_usage(doc.get("usage"))
+        return responses_usage(doc.get("usage"), doc.get("output"))
 
     def answer_text(self, doc: Mapping[str, Any]) -> str:
         return responses_text(doc)
@@ -204,8 +204,28 @@ def _with_status(err: dict[str, Any]) -> dict[str, Any]:
     return {"error": {**err, "status": err.get("status") or status}}
 
 
-def responses_usage(usage: Any) -> dict[str, int]:
-    return token_counts(usage, "input_tokens", "output_tokens")
+def responses_usage(usage: Any, output: Any = None) -> dict[str, int]:
+    """``output``: the response's items, whose ``web_search_call`` items are web searches, each
+    billed on top of tokens (keys/prices.py): the usage does not count them."""
+    out = token_counts(usage, "input_tokens", "output_tokens")
+    searches = web_searches(output)
+    if searches:
+        out["web_search"] = searches
+    return out
+
+
+def web_searches(output: Any) -> int:
+    """The searches among a response's output items: a ``web_search_call`` whose action is a
+    search ("Search actions incur a tool call cost"; opening a page found does not). One with no
+    action stated is taken for a search; a failed one too (OpenAI does not say it is free)."""
+    n = 0
+    for item in output if isinstance(output, list) else ():
+        if not isinstance(item, dict) or item.get("type") != "web_search_call":
+            continue
+        action = item.get("action")
+        if not isinstance(action, dict) or action.get("type", "search") == "search":
+            n += 1
+    return n
 
 
 class ResponsesStreamReader:
@@ -267,7 +287,7 @@ class ResponsesStreamReader:
             assert isinstance(doc, dict)
             response = doc.get("response")
             if isinstance(response, dict):
-                self.usage.update(responses_usage(response.get("usage")))
+                self.usage.update(responses_usage(response.get("usage"), response.get("output")))
             return _FINAL_KIND
         if committed:
             return _VISIBLE_KIND

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from gateway.keys.prices import SHIPPED, Cost, Price, PriceTable, asks_hour_cache, cost_of, worst_case
 
+# Claude Sonnet 4 and 4.5 above 200k prompt tokens (Anthropic's "Long context pricing"; cache
+# multipliers on top), which Sonnet 4.6 has not.
+SONNET_4_LONG = Price(3.0, 15.0, 0.30, 3.75, long=(200_000, Price(6.0, 22.50, 0.60, 7.50, 12.0)))
+
 
 @pytest.mark.parametrize(("model", "expected"), [
-    ("claude-sonnet-4-5", Price(3.0, 15.0, 0.30, 3.75)),
-    ("claude-sonnet-4-5-20250929", Price(3.0, 15.0, 0.30, 3.75)),
+    ("claude-sonnet-4-5", SONNET_4_LONG),
+    ("claude-sonnet-4-5-20250929", SONNET_4_LONG),
+    ("claude-sonnet-4-20250514", SONNET_4_LONG),
+    ("claude-sonnet-4-0", SONNET_4_LONG),
+    ("claude-sonnet-4-6", Price(3.0, 15.0, 0.30, 3.75)),
     ("claude-opus-4-8", Price(5.0, 25.0, 0.50, 6.25)),
     ("claude-opus-4-1-20250805", Price(15.0, 75.0, 1.50, 18.75)),
     ("claude-haiku-4-5", Price(1.0, 5.0, 0.10, 1.25)),
@@ -28,6 +36,19 @@ from gateway.keys.prices import SHIPPED, Cost, Price, PriceTable, asks_hour_cach
     ("gpt-5-mini", Price(0.25, 2.0, 0.025)),
     ("gpt-4o-mini-2024-07-18", Price(0.15, 0.60, 0.075)),
     ("gpt-4o", Price(2.50, 10.0, 1.25)),
+    ("gpt-4o-2024-08-06", Price(2.50, 10.0, 1.25)),
+    ("gpt-4o-2024-05-13", Price(5.0, 15.0)),  # priced as gpt-4o's $2.50 / $10 before (audit)
+    ("gpt-4o-mini", Price(0.15, 0.60, 0.075)),
+    # Audio tokens, realtime sessions and searches billed otherwise: unpriced, not gpt-4o's text.
+    ("gpt-4o-audio-preview", None),
+    ("gpt-4o-audio-preview-2024-12-17", None),
+    ("gpt-4o-realtime-preview", None),
+    ("gpt-4o-search-preview", None),
+    ("gpt-4o-transcribe", None),
+    ("gpt-4o-mini-audio-preview", None),
+    ("gpt-4o-mini-search-preview", None),
+    ("gpt-4o-mini-transcribe", None),
+    ("gpt-4o-mini-tts", None),
     ("gpt-4.1-nano", Price(0.10, 0.40, 0.025)),
     ("o4-mini", Price(1.10, 4.40, 0.275)),
     ("gpt-5.2-2025-12-11", Price(1.75, 14.0, 0.175)),
@@ -51,7 +72,12 @@ from gateway.keys.prices import SHIPPED, Cost, Price, PriceTable, asks_hour_cach
     (None, None),
 ])  # fmt: skip
 def test_the_shipped_table_picks_the_most_specific_price(model: str | None, expected: Price | None) -> None:
-    assert PriceTable().price_for(model) == expected
+    assert _tokens(PriceTable().price_for(model)) == expected
+
+
+def _tokens(price: Price | None) -> Price | None:
+    """A price's token rates, less its web search fee (tests/unit/keys/test_fees.py)."""
+    return None if price is None else replace(price, web_search=None, web_search_per_request=False)
 
 
 def test_every_shipped_glob_is_reachable() -> None:
@@ -63,9 +89,9 @@ def test_every_shipped_glob_is_reachable() -> None:
 
 def test_an_operator_price_comes_before_the_shipped_one() -> None:
     table = PriceTable.of({"gpt-4o*": Price(1.0, 2.0), "my-local-*": Price(0.0, 0.0)})
-    assert table.price_for("gpt-4o-mini") == Price(1.0, 2.0)
+    assert _tokens(table.price_for("gpt-4o-mini")) == Price(1.0, 2.0)
     assert table.price_for("my-local-model") == Price(0.0, 0.0)
-    assert table.price_for("claude-haiku-4-5") == Price(1.0, 5.0, 0.10, 1.25)
+    assert _tokens(table.price_for("claude-haiku-4-5")) == Price(1.0, 5.0, 0.10, 1.25)
 
 
 def test_cost_splits_the_prompt_into_fresh_cached_and_written_tokens() -> None:
@@ -114,8 +140,8 @@ def test_one_hour_cache_writes_cost_twice_the_input_price() -> None:
     """Anthropic: "5-minute cache writes: 1.25x ... 1-hour cache writes: 2x the base input tokens
     price". The audit's answer on claude-sonnet-4-5, a 1,000,000-token prompt of which 300,000
     were written for an hour, was logged at $3.225 (the write at the five-minute price); $3.90
-    is right."""
-    sonnet = PriceTable().price_for("claude-sonnet-4-5")
+    is right at Sonnet 4.6's price, which has no long-prompt tier (4.5's has since: below)."""
+    sonnet = PriceTable().price_for("claude-sonnet-4-6")
     assert sonnet is not None
     written = {"prompt": 1_000_000, "cache_write": 300_000}
     assert cost_of(sonnet, written).usd == pytest.approx(3.225)
@@ -155,6 +181,6 @@ def test_a_catch_all_of_the_operators_prices_only_what_nothing_else_does() -> No
     """The load warning tells an operator to add a ``"*"`` catch-all: it must not reprice every
     shipped model."""
     table = PriceTable.of({"*": Price(9.0, 90.0), "my-model*": Price(1.0, 2.0)})
-    assert table.price_for("claude-sonnet-4-5") == Price(3.0, 15.0, 0.30, 3.75)
+    assert _tokens(table.price_for("claude-sonnet-4-5")) == SONNET_4_LONG
     assert table.price_for("my-model-7") == Price(1.0, 2.0)
-    assert table.price_for("gemini-3.8-flash") == Price(9.0, 90.0)
+    assert _tokens(table.price_for("gemini-3.8-flash")) == Price(9.0, 90.0)

@@ -1,0 +1,59 @@
+"""Web searches' fees through the gateway (gateway/keys/prices.py ``FEES``): a Responses request
+declaring OpenAI's ``web_search`` tool reserves its searches where an upstream takes it in its
+own API, and pays each ``web_search_call`` of the answer; a route that only translates it (the
+Responses-to-chat translation drops hosted tools; Codex declares ``web_search`` on every
+request) reserves none. Tokens are free here, so what is held and spent is the fees alone."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.fakeupstream import Reply, chat_completion, response_object
+from tests.integration.conftest import Gateway, MakeGateway
+
+ALICE = {"Authorization": "Bearer gk-alice"}
+KEYS = ("prices: {'gpt-5*': {input: 0, output: 0, web_search: 1.0}}\n"
+        "keys: [{name: alice, key: gk-alice, budget: {usd: 100, period: day}}]\n")  # fmt: skip
+SEARCHED = json.loads((Path(__file__).parents[1] / "corpus" / "usage" / "server_tools.json").read_text())
+OUTPUT = next(c for c in SEARCHED["cases"] if c["name"] == "openai-responses-web-search-output")["body"]["output"]
+REQUEST = {"model": "gpt-5", "input": "latest news about AI", "tools": [{"type": "web_search"}], "max_tool_calls": 3}
+
+
+async def _budget(gw: Gateway) -> dict[str, Any]:
+    async with gw.session.get(gw.base + "/v1/gateway/key", headers=ALICE) as r:
+        return dict((await r.json())["budget"])
+
+
+async def _held_while_in_flight(gw: Gateway) -> float:
+    answer = asyncio.ensure_future(gw.responses(REQUEST, headers=ALICE))
+    for _ in range(200):
+        async with gw.session.get(gw.base + "/v1/gateway/key", headers=ALICE) as r:
+            state = await r.json()
+        if state["in_flight"]:
+            break
+        await asyncio.sleep(0.01)
+    held = float(state["budget"]["reserved_usd"])
+    status, _, _ = await answer
+    assert status == 200
+    return held
+
+
+async def test_a_native_route_reserves_the_declared_searches_and_pays_each_call(make_gateway: MakeGateway) -> None:
+    gw = await make_gateway(KEYS, ", apis: [responses]")
+    gw.fake.always = Reply(200, {**response_object("gpt-5"), "output": OUTPUT}, delay_s=0.3)
+    assert await _held_while_in_flight(gw) == 3.0  # max_tool_calls: 3, at $1 a search
+    for _ in range(100):
+        budget = await _budget(gw)
+        if budget["spent_usd"]:
+            break
+        await asyncio.sleep(0.02)
+    assert budget["spent_usd"] == 1.0 and budget["reserved_usd"] == 0  # the answer's one web_search_call
+
+
+async def test_a_route_that_only_translates_reserves_no_search(make_gateway: MakeGateway) -> None:
+    gw = await make_gateway(KEYS, ", apis: [chat]")
+    gw.fake.always = Reply(200, chat_completion("gpt-5"), delay_s=0.3)
+    assert await _held_while_in_flight(gw) == 0.0
