@@ -236,6 +236,11 @@ class Dialect(Protocol):
     key_param: str | None
     # The top-level member of a buffered success that holds its token counts.
     usage_member: str
+    # Bytes whose presence in a buffered success means it bills something its usage member
+    # does not count (web searches: the Responses API's ``web_search_call`` items, Gemini's
+    # grounding queries), so it is read whole; empty where none can (a search per answer on
+    # every chat answer cost ~0.4 % of a request).
+    billed_outside_usage: tuple[bytes, ...]
 
     def admit(self, body: bytes, payload: dict[str, Any], where: Where = NOWHERE) -> Inbound | Rejection:
         """Check a parsed JSON object; ``body`` is its bytes, ``where`` what its URL says."""

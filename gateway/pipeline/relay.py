@@ -91,7 +91,11 @@ def _count_usage_in_body(
     # An answer whose web searches are billed apart from its usage (the Responses API's
     # web_search_call items, Gemini's grounding queries) is read whole: rare, and the usage
     # object alone would not count them.
-    whole = any(body.find(marker) >= 0 for marker in _SEARCH_MARKERS)
+    whole = False
+    for marker in d.billed_outside_usage:
+        if body.find(marker) >= 0:
+            whole = True
+            break
     if whole and (parse_max is None or len(body) <= parse_max):
         try:
             doc = json.loads(body)
@@ -108,9 +112,6 @@ def _count_usage_in_body(
             return
     if isinstance(doc, dict):
         state.usage.update(d.body_usage(doc))
-
-
-_SEARCH_MARKERS = (b'"web_search_call"', b'"webSearchQueries"', b'"web_search_queries"')
 
 
 def _count_answer_text(state: RequestState, body: bytes) -> None:

@@ -108,3 +108,12 @@ def test_a_native_streams_events_are_searched_without_affix_or_find(api: str) ->
     calls = [ast.unparse(n) for m in methods for n in ast.walk(m) if isinstance(n, ast.Call)
              and isinstance(n.func, ast.Attribute) and n.func.attr in {"startswith", "endswith", "find"}]  # fmt: skip
     assert methods and calls == []
+
+
+def test_a_chat_or_messages_answer_is_not_searched_for_web_searches() -> None:
+    """A buffered answer is read whole for searches billed outside its usage only where its API
+    can carry them (Responses, Gemini): three searches a chat answer cost ~0.4 % of a request."""
+    from gateway.apis import AnthropicMessages, GeminiGenerate, OpenAIChat, OpenAIResponses
+
+    assert OpenAIChat.billed_outside_usage == AnthropicMessages.billed_outside_usage == ()
+    assert OpenAIResponses.billed_outside_usage and GeminiGenerate.billed_outside_usage

@@ -88,6 +88,7 @@ class OpenAIChat:
     paths: tuple[str, ...] = ("/v1/chat/completions",)
     key_param: str | None = None
     usage_member = "usage"
+    billed_outside_usage: tuple[bytes, ...] = ()
 
     def admit(self, body: bytes, payload: dict[str, Any], where: Where = NOWHERE) -> Inbound | Rejection:
         return admit_messages(body, payload)

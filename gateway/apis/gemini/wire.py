@@ -84,6 +84,7 @@ class GeminiGenerate:
     paths: tuple[str, ...] = PATHS
     key_param: str | None = "key"
     usage_member = "usageMetadata"
+    billed_outside_usage: tuple[bytes, ...] = (b'"webSearchQueries"', b'"web_search_queries"')
 
     def admit(self, body: bytes, payload: dict[str, Any], where: Where = NOWHERE) -> Inbound | Rejection:
         model = where.params.get("model", "")
@@ -273,7 +274,8 @@ class GeminiStreamReader(ShownText):
         if usage is not None:
             self.usage.update(gemini_usage(usage))
         # A chunk's grounding states the queries so far: the largest count is the answer's.
-        grounded = raw.find(b"ebSearchQueries") >= 0 or raw.find(b"eb_search_queries") >= 0
+        # partition(), not find(): see the Messages reader's kind().
+        grounded = raw.partition(b"ebSearchQueries")[1] or raw.partition(b"eb_search_queries")[1]
         searches = grounding_searches(doc) if grounded else 0
         if searches > self.usage.get("web_search", 0):
             self.usage["web_search"] = searches

@@ -127,6 +127,7 @@ class AnthropicMessages:
     paths: tuple[str, ...] = ("/v1/messages",)
     key_param: str | None = None
     usage_member = "usage"
+    billed_outside_usage: tuple[bytes, ...] = ()  # its searches are in the usage
 
     def admit(self, body: bytes, payload: dict[str, Any], where: Where = NOWHERE) -> Inbound | Rejection:
         return admit_messages(body, payload)

@@ -86,6 +86,7 @@ class OpenAIResponses:
     paths: tuple[str, ...] = ("/v1/responses",)
     key_param: str | None = None
     usage_member = "usage"
+    billed_outside_usage: tuple[bytes, ...] = (b'"web_search_call"',)
 
     def admit(self, body: bytes, payload: dict[str, Any], where: Where = NOWHERE) -> Inbound | Rejection:
         items = payload.get("input")
