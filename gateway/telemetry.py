@@ -57,7 +57,7 @@ class ModelLabels:
             return model
         # A name with a lone surrogate (JSON's "\ud800", a URL's %ED%A0%80) has no UTF-8: as a
         # label it failed every scrape that followed (generate_latest encodes the whole page).
-        label = mended(model)
+        label: str = mended(model)
         if label in self._seen:
             return label
         if len(self._seen) < self._limit and len(label) <= 128:
