@@ -33,7 +33,7 @@ import orjson
 from aiohttp import web
 
 from gateway import jsonbody
-from gateway.apis import api_of_path, dialect_for_errors
+from gateway.apis import api_of_path, dialect_for_errors, gemini_call
 from gateway.apis.base import Dialect, Inbound, Rejection, Where
 from gateway.apis.common import admit_messages, model_too_long
 from gateway.auth import WWW_AUTHENTICATE
@@ -276,7 +276,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
                 svc, state, request.headers, state.model, len(body), payload)
         if refused is not None:
             return await relay(request, svc, state, refused)
-    api = api_of_path(request.path)
+    api = api_of_path(request.path) or ("gemini" if gemini_call(request.method, request.path) else None)
     route = _route(svc, state, state.model, api)
     if isinstance(route, Failure):
         return await relay(request, svc, state, route)
@@ -391,7 +391,8 @@ def method_not_allowed(allow: tuple[str, ...]) -> Handler:
 
 
 def _errors_dialect(request: web.Request) -> Dialect:
-    return dialect_for_errors(request.path, "anthropic-version" in request.headers, gemini_caller(request))
+    gemini = gemini_caller(request) or gemini_call(request.method, request.path)
+    return dialect_for_errors(request.path, "anthropic-version" in request.headers, gemini)
 
 
 def key_param_of(request: web.Request) -> str | None:
