@@ -81,7 +81,7 @@ def quiet_body(exc: HttpProcessingError) -> bytes:
     # clients read (a top-level "error" object with a message).
     # Like every gateway-made error (SPEC "Error taxonomy"): its class and retryability in the body.
     doc: dict[str, Any] = {
-        "error": {"message": described(exc), "type": "invalid_request_error", "code": CODE,
+        "error": {"message": described(exc), "type": "invalid_request_error", "param": None, "code": CODE,
                   "x_llm_error_type": ErrorType.UNKNOWN.value, "retryable": False}
     }  # fmt: skip
     return json.dumps(doc).encode()

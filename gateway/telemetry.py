@@ -22,6 +22,7 @@ from prometheus_client.utils import floatToGoString
 
 from gateway.config import UpstreamConfig
 from gateway.errors import ErrorType
+from gateway.jsonbody import mended
 
 MAX_MODELS = 100
 OTHER = "other"
@@ -54,9 +55,14 @@ class ModelLabels:
             return "none"
         if model in self._known or model in self._seen:
             return model
-        if len(self._seen) < self._limit and len(model) <= 128:
-            self._seen.add(model)
-            return model
+        # A name with a lone surrogate (JSON's "\ud800", a URL's %ED%A0%80) has no UTF-8: as a
+        # label it failed every scrape that followed (generate_latest encodes the whole page).
+        label: str = mended(model)
+        if label in self._seen:
+            return label
+        if len(self._seen) < self._limit and len(label) <= 128:
+            self._seen.add(label)
+            return label
         return OTHER
 
 

@@ -35,6 +35,14 @@ def dialect_for_errors(
 DIALECT_FOR_API: dict[str, Dialect] = {d.api: d for d in DIALECTS}
 
 
+def gemini_call(method: str, path: str) -> bool:
+    """A POST to ``/v1/models/{model}:{method}``, the Gemini API's call of a model's method
+    under ``/v1/`` that matches no route of the gateway's (google-genai sends a model "a/b" as
+    ``/v1/models/a/b:generateContent``). OpenAI's API has no POST there (its
+    ``/v1/models/{id}`` takes GET and DELETE, and a fine-tune's id holds colons)."""
+    return method == "POST" and path.startswith("/v1/models/") and ":" in path.rpartition("/")[2]
+
+
 def api_of_path(path: str) -> str | None:
     """The API a ``/v1/...`` path belongs to, for the paths that belong to one API only
     (``/v1/models`` and ``/v1/embeddings`` do not)."""

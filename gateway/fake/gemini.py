@@ -48,8 +48,11 @@ HELP = "type.googleapis.com/google.rpc.Help"
 ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"
 # The Gemini API's method paths, under both versions its clients call (the model may be
-# "models/…"-less only: the path segment is the model's id).
-_PATH = re.compile(r"/(v1beta|v1)/models/([^/:]+):(generateContent|streamGenerateContent|countTokens)")
+# "models/…"-less only: the path segment is the model's id). The method follows the segment's
+# last colon, as in Google's path templates (a custom method is ":" and a verb at the end,
+# https://google.aip.dev/136): a model named "qwen2.5:7b" is that model, as a translated
+# request's is, not an unknown path.
+_PATH = re.compile(r"/(v1beta|v1)/models/([^/]+):(generateContent|streamGenerateContent|countTokens)")
 _QUOTA_TEXT = ("You exceeded your current quota, please check your plan and billing details. For more "
                "information on this error, head to: https://ai.google.dev/gemini-api/docs/rate-limits.")  # fmt: skip
 

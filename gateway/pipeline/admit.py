@@ -210,4 +210,6 @@ def model_of(body: bytes, content_type: str) -> str | Failure | None:
     if repeated is not None:
         return repeated_refusal(repeated)
     model = dict(members).get("model")
-    return model if isinstance(model, str) else None
+    # Read as the rest of admission reads a body: a lone surrogate cannot be written as UTF-8,
+    # and the name goes on to a metric label, a log line and a routing cache.
+    return mended(model) if isinstance(model, str) else None

@@ -33,9 +33,9 @@ import orjson
 from aiohttp import web
 
 from gateway import jsonbody
-from gateway.apis import api_of_path, dialect_for_errors
+from gateway.apis import api_of_path, dialect_for_errors, gemini_call
 from gateway.apis.base import Dialect, Inbound, Rejection, Where
-from gateway.apis.common import model_too_long
+from gateway.apis.common import admit_messages, model_too_long
 from gateway.auth import WWW_AUTHENTICATE
 from gateway.errors import Classification, ErrorType
 from gateway.keys.attribution import session_of
@@ -245,7 +245,13 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         return await relay(request, svc, state, body)
     ctype = request.headers.get("Content-Type", "")
     payload: dict[str, Any] = {}
-    if state.key is None:
+    model: str | None
+    if request.method == "POST" and request.path == COUNT_TOKENS:
+        counted = _counted(body)
+        if isinstance(counted, Failure):
+            return await relay(request, svc, state, counted)
+        payload, model = counted.payload, counted.model
+    elif state.key is None:
         peeked = model_of(body, ctype)
         if isinstance(peeked, Failure):  # a member named twice (the upstream gets these bytes)
             return await relay(request, svc, state, peeked)
@@ -270,7 +276,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
                 svc, state, request.headers, state.model, len(body), payload)
         if refused is not None:
             return await relay(request, svc, state, refused)
-    api = api_of_path(request.path)
+    api = api_of_path(request.path) or ("gemini" if gemini_call(request.method, request.path) else None)
     route = _route(svc, state, state.model, api)
     if isinstance(route, Failure):
         return await relay(request, svc, state, route)
@@ -307,12 +313,29 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     return await relay(request, svc, state, outcome)
 
 
+COUNT_TOKENS = "/v1/messages/count_tokens"
+
+
+def _counted(body: bytes) -> Inbound | Failure:
+    """A count_tokens body held to what ``/v1/messages`` admits of it (a JSON object within the
+    depth limit, ``model`` a non-empty string, ``messages`` a list of objects), whether the
+    gateway counts it or the upstream does: counted here, ``{"model": 5, "messages": {}}`` was
+    answered 200, and forwarded, a body 10,000 levels deep went upstream. Not ``max_tokens``:
+    count_tokens takes ``model`` and ``messages`` as required and no ``max_tokens``
+    (https://platform.claude.com/docs/en/api/messages/count_tokens)."""
+    doc = parse_json_object(body)
+    if isinstance(doc, Failure):
+        return doc
+    admitted = admit_messages(body, doc)
+    return bad_request(admitted.message, admitted.code) if isinstance(admitted, Rejection) else admitted
+
+
 def _not_spoken(up: UpstreamRuntime, api: str, request: web.Request, body: bytes) -> Outcome:
     """A path of an API the routed upstream does not speak. Counting tokens is answered from
     the gateway's own estimate (Claude Code asks before compacting); nothing else has a
     translation, so it is refused in words rather than with the upstream's bare 404."""
-    if request.method == "POST" and request.path == "/v1/messages/count_tokens":
-        doc = parse_json_object(body)
+    if request.method == "POST" and request.path == COUNT_TOKENS:
+        doc = parse_json_object(body)  # admitted by ``_counted``
         if isinstance(doc, Failure):
             return doc
         estimate = request_tokens(doc) + content_tokens(doc.get("system"))
@@ -368,7 +391,8 @@ def method_not_allowed(allow: tuple[str, ...]) -> Handler:
 
 
 def _errors_dialect(request: web.Request) -> Dialect:
-    return dialect_for_errors(request.path, "anthropic-version" in request.headers, gemini_caller(request))
+    gemini = gemini_caller(request) or gemini_call(request.method, request.path)
+    return dialect_for_errors(request.path, "anthropic-version" in request.headers, gemini)
 
 
 def key_param_of(request: web.Request) -> str | None:

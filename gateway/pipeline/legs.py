@@ -19,6 +19,7 @@ from gateway.routing.headers import with_added
 from gateway.services import UpstreamRuntime
 from gateway.translate import Leg, Translation, held_context
 from gateway.translate.base import Refusal, Target
+from gateway.translate.depth import request_in
 
 
 class Sending(NamedTuple):
@@ -118,7 +119,7 @@ def resent(call: Call, payload: dict[str, Any]) -> tuple[Call, bytes] | Failure:
         if _went_off(call, sent):
             sent = loop_unthought(sent) or sent
     else:
-        translated = call.translation.translator.request(payload, target_of(call))
+        translated = request_in(call.translation.translator, payload, target_of(call))
         if isinstance(translated, Refusal):
             return bad_request(translated.message, translated.code)
         sent = translated

@@ -19,6 +19,7 @@ from gateway.apis.base import Dialect, Ending, FailedAnswer
 from gateway.config import UpstreamConfig
 from gateway.sse import EventSplitter
 from gateway.translate.base import Context, Known, Refusal, StreamTranslator, Target, Translator
+from gateway.translate.depth import request_in
 
 HUB = "chat"
 
@@ -50,7 +51,7 @@ class Leg:
             target = self.target
             if target is None or target.stream_usage != stream_usage:
                 target = Target(self.model or requested or "", stream_usage)
-            return self.translator.request(payload, target)
+            return request_in(self.translator, payload, target)
         if self.model is not None and payload.get("model") != self.model:
             return {**payload, "model": self.model}
         return payload if isinstance(payload, dict) else dict(payload)

@@ -189,6 +189,6 @@ def call_arguments(arguments: str) -> dict[str, Any]:
     it writes the call whole."""
     try:
         args = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):  # ("[" * 3000: nested past json's recursion, no object)
         args = None
     return args if isinstance(args, dict) else {UNPARSED: arguments}

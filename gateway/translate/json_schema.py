@@ -12,6 +12,7 @@ from typing import Any
 _MAPS = ("properties", "patternProperties", "$defs", "definitions")  # name -> schema
 _ONES = ("anyOf", "oneOf", "allOf", "prefixItems",  # lists of schemas
          "items", "additionalItems", "not", "if", "then", "else", "contains")  # fmt: skip
+KEYWORDS = frozenset((*_MAPS, *_ONES))  # every key under which a schema holds schemas
 
 
 def nested(schema: dict[str, Any]) -> list[Any]:

@@ -44,8 +44,10 @@ async def test_unparseable_requests_are_refused_without_quoting_them(
     assert status.split(" ", 2)[1] == "400", (status, body)  # aiohttp answers these as HTTP/1.0
     assert SECRET.encode() not in body and b"kkkk" not in body
     assert headers["content-type"].startswith("application/json")
-    assert json.loads(body) == {"error": {"message": fault, "type": "invalid_request_error", "code": "bad_http_request",
-                                          "x_llm_error_type": "unknown", "retryable": False}}  # fmt: skip
+    # OpenAI's shape whole, "param" included (every gateway-made OpenAI error has it).
+    assert json.loads(body) == {"error": {"message": fault, "type": "invalid_request_error", "param": None,
+                                          "code": "bad_http_request", "x_llm_error_type": "unknown",
+                                          "retryable": False}}  # fmt: skip
     # The header contract: classified, never retryable (the same bytes fail the same way), an id.
     assert headers["x-llm-error-type"] == "unknown" and headers["x-llm-error-retryable"] == "false"
     assert headers["x-should-retry"] == "false"

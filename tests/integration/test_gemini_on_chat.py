@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.fakeupstream import Reply, Stream, chunk
 from tests.integration.test_responses_chat import tool_call_stream
 
@@ -191,6 +193,30 @@ async def test_an_unknown_path_under_v1beta_gets_googles_envelope(make_gateway) 
     gw = await make_gateway(upstream_yaml=CHAT_ONLY)
     status, _, body = await post(gw, "/v1beta/models/gemini-2.5-flash:embedContent", {})
     assert status == 404 and json.loads(body)["error"]["status"] == "NOT_FOUND"
+
+
+@pytest.mark.parametrize("path", ["/v1/models/a/b:generateContent",  # google-genai, model="a/b"
+                                  "/v1/models/gemini-2.5-flash:fooBar"])
+@pytest.mark.parametrize("apis", ["chat", "messages"])
+async def test_a_gemini_call_under_v1_that_no_route_takes_is_refused_in_googles_envelope(
+    make_gateway, path: str, apis: str
+) -> None:
+    # It was forwarded to the upstream as a pass-through and came back as its OpenAI-shaped
+    # 404, which google-genai cannot read; under /v1beta/ the gateway answers it itself.
+    gw = await make_gateway(upstream_yaml=f", apis: [{apis}]")
+    async with gw.session.post(gw.base + path, json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
+                               headers={"x-goog-api-key": "k"}) as r:
+        err = (await r.json())["error"]
+        assert r.status == 404 and err["code"] == 404 and err["status"] == "NOT_FOUND", err
+    assert "not gemini" in err["message"] and not gw.fake.requests
+
+
+async def test_an_openai_fine_tune_under_v1_models_is_still_forwarded(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", apis: [chat]")  # its id holds colons; DELETE, not POST
+    async with gw.session.delete(gw.base + "/v1/models/ft:gpt-4o-mini-2024-07-18:org:suffix:abc123") as r:
+        await r.read()
+    assert [(q.method, q.path) for q in gw.fake.requests] == [
+        ("DELETE", "/v1/models/ft:gpt-4o-mini-2024-07-18:org:suffix:abc123")]
 
 
 async def test_a_chat_delta_stream_becomes_one_event_per_delta(make_gateway) -> None:

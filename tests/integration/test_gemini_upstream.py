@@ -22,6 +22,8 @@ import openai
 import pytest
 from aiohttp import web
 
+from tests.fakeupstream import FakeUpstream
+
 ANSWERS = Path(__file__).resolve().parents[1] / "corpus" / "answers"
 KEY = "AIza-upstream-key"
 # GenerateContentRequest's fields (Gemini API reference), in both JSON spellings.
@@ -346,3 +348,19 @@ async def test_traces_name_the_gemini_operation_and_provider(make_gateway, gemin
         [attempt] = attempts(server)
         assert attempt["gen_ai.operation.name"] == "generate_content"
         assert attempt["gen_ai.provider.name"] == "gcp.gemini"
+
+
+@pytest.mark.parametrize("apis", ["gemini", "chat", "messages"])
+async def test_a_model_whose_name_holds_a_colon_reaches_every_upstream_under_that_name(make_gateway, apis: str) -> None:
+    # ollama's names do ("qwen2.5:7b"): translated, the request was served; on the Gemini
+    # upstream the fake took the path for an unknown one, where Google reads the method after
+    # the last colon.
+    async with FakeUpstream() as fake:
+        base = fake.url.removesuffix("/v1") + "/v1beta" if apis == "gemini" else fake.url
+        gw = await make_gateway(fake=fake, upstreams=f"  - {{name: up, base_url: '{base}', apis: [{apis}], api_key: k}}\n")
+        status, _, raw = await post_gemini(gw, "/v1beta/models/qwen2.5:7b:generateContent",
+                                           {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]})
+        assert status == 200, raw
+        sent = fake.requests[-1]
+        assert sent.path == "/v1beta/models/qwen2.5:7b:generateContent" if apis == "gemini" else \
+            json.loads(sent.body)["model"] == "qwen2.5:7b"

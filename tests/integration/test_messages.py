@@ -268,6 +268,27 @@ async def test_count_tokens_and_models_pass_through(make_gateway) -> None:
         assert r.status == 400 and doc["type"] == "error" and doc["error"]["code"] == "invalid_path"
 
 
+@pytest.mark.parametrize("apis", ["messages", "chat"])  # forwarded, and counted by the gateway
+@pytest.mark.parametrize(("body", "code"), [
+    ({"model": 5, "messages": {"x": 1}}, "invalid_messages"),
+    ({"model": 5, "messages": [{"role": "user", "content": "hi"}]}, "invalid_model"),
+    ({"messages": [{"role": "user", "content": "hi"}]}, "missing_model"),
+    ({"model": "claude-x", "messages": ["hi"]}, "invalid_messages"),
+    ({"model": "claude-x", "messages": [{"role": "user", "content": "hi"}], "metadata": "NEST"}, "invalid_json"),
+])  # fmt: skip
+async def test_count_tokens_is_refused_what_messages_refuses(make_gateway, apis: str, body: dict, code: str) -> None:
+    # Counted by the gateway, {"model": 5, "messages": {"x": 1}} was {"input_tokens": 8}; forwarded,
+    # a body 10,000 levels deep went upstream. No max_tokens: count_tokens takes none.
+    gw = await make_gateway(upstream_yaml=f", apis: [{apis}]")
+    data = json.dumps(body).replace('"NEST"', "[" * 10_000 + "]" * 10_000).encode()
+    async with gw.session.post(gw.base + "/v1/messages/count_tokens", data=data,
+                               headers={"anthropic-version": "2023-06-01", "Content-Type": "application/json"}) as r:
+        doc = await r.json()
+    assert r.status == 400 and doc["type"] == "error", doc
+    assert doc["error"]["type"] == "invalid_request_error" and doc["error"]["code"] == code
+    assert not gw.fake.requests
+
+
 async def test_passthrough_errors_for_anthropic_clients_use_anthropics_envelope(make_gateway) -> None:
     gw = await make_gateway()
     async with gw.session.get(gw.base + "/nothing-here", headers={"anthropic-version": "2023-06-01"}) as r:

@@ -72,3 +72,19 @@ async def test_the_loop_breaker_tells_gemini_callers_apart_by_their_key(make_gat
                 assert r.status == expected, (key, await r.text())
         async with gw.session.post(gw.base + path + "?key=goodkey", json=body) as r:
             assert r.status == 200 and "x-llm-from-memory" not in r.headers
+
+
+async def test_a_lone_surrogate_in_a_forwarded_requests_model_leaves_metrics_scrapable(make_gateway: Any) -> None:
+    # Counted by the gateway (a chat-only upstream) and forwarded as it came (embeddings): the
+    # model was read without mending, and its label made every later GET /metrics a 500.
+    gw = await make_gateway(upstream_yaml=", apis: [chat]")
+    count = b'{"model": "claude-sonnet-4-5\\ud800", "messages": [{"role": "user", "content": "hi"}]}'
+    async with gw.session.post(gw.base + "/v1/messages/count_tokens", data=count,
+                               headers={"anthropic-version": "2023-06-01", "Content-Type": "application/json"}) as r:
+        assert r.status == 200, await r.text()
+    async with gw.session.post(gw.base + "/v1/embeddings", data=b'{"model": "emb\\ud800", "input": "x"}',
+                               headers={"Content-Type": "application/json"}) as r:
+        await r.read()
+    requests = await gw.scraped("llm_gateway_requests_total")  # a 500 before
+    models = {dict(labels)["model"] for labels in requests}
+    assert {"claude-sonnet-4-5\ufffd", "emb\ufffd"} <= models, models

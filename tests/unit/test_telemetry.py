@@ -57,6 +57,17 @@ def test_model_labels_are_bounded() -> None:
     assert labels("x" * 500) == "other"
 
 
+def test_a_model_label_is_always_utf8_and_a_scrape_succeeds() -> None:
+    # A lone surrogate reaches a label from any path that reads a model unmended; the label made
+    # generate_latest raise UnicodeEncodeError on every scrape after it.
+    registry = CollectorRegistry()
+    t = Telemetry(registry, [])
+    label = t.model_label("emb\ud800")
+    assert label == "emb\ufffd" and t.model_label("emb\udfff") == label  # one label, not two
+    t.requests.inc(("up", label, "200", "none"))
+    assert 'model="emb\ufffd"' in generate_latest(registry).decode()
+
+
 def test_status_label_is_a_fixed_set() -> None:
     assert status_label(200) == "200" and status_label(999) == "other"
 

@@ -47,7 +47,7 @@ def tool_input(arguments: Any) -> dict[str, Any]:
         return {}  # no-argument tools often come with "" arguments
     try:
         parsed = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):  # a model's text nested past json's recursion, too
         return {INVALID_ARGUMENTS: arguments}
     return parsed if isinstance(parsed, dict) else {INVALID_ARGUMENTS: arguments}
 

@@ -199,7 +199,7 @@ def custom_input(arguments: str) -> str:
     that are not that shape are given whole rather than lost."""
     try:
         parsed = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):  # a model's text nested past json's recursion, too
         return arguments
     if isinstance(parsed, dict) and isinstance(parsed.get(CUSTOM_INPUT), str):
         return str(parsed[CUSTOM_INPUT])

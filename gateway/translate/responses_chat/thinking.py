@@ -44,7 +44,7 @@ def unseal(item: Mapping[str, Any]) -> list[dict[str, Any]]:
         return []
     try:
         blocks = json.loads(base64.urlsafe_b64decode(value[len(MARK) :]))
-    except (binascii.Error, ValueError):
+    except (binascii.Error, ValueError, RecursionError):
         return []
     return [b for b in blocks if isinstance(b, dict)] if isinstance(blocks, list) else []
 

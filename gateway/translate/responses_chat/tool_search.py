@@ -137,7 +137,7 @@ def call_item(ctx_id: str, call_id: str, arguments: str, status: str) -> dict[st
     an object there (a cut call's unreadable arguments give an empty one)."""
     try:
         parsed = json.loads(arguments) if arguments else {}
-    except ValueError:
+    except (ValueError, RecursionError):  # a model's text nested past json's recursion, too
         parsed = {}
     return {"id": ctx_id, "type": "tool_search_call", "status": status, "execution": "client",
             "call_id": call_id, "arguments": parsed if isinstance(parsed, dict) else {}}  # fmt: skip
