@@ -66,7 +66,9 @@ class Classification:
     provider_code: str | None = None  # the provider's own code/type, for logs
     message: str | None = None  # the provider's message (may quote limits; never logged)
     evidence: str | None = None  # what decided the class: a code, numbers, a header, wording; logged
-    one_model: bool = False  # an ``auth`` refusal of the model asked for, not of the key
+    # The failure is the model asked for's, not the key's: an ``auth`` refusal naming the model,
+    # a quota counted per model (Google's ``PerModel`` quota ids). A pool sits the key out for it alone.
+    one_model: bool = False
     # A 404 saying the model asked for is not there (no such deployment, not pulled, no access
     # for this key): another deployment of a pool may have it.
     model_missing: bool = False

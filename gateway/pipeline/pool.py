@@ -619,8 +619,8 @@ async def _sit_out(svc: Services, state: RequestState, pool: PoolRuntime, up: Up
         return
     until_ms, why = out
     # A rate limit is the model's (the one the key is sent, after its model_map: sit_out keeps
-    # it so); credit and credentials are the whole key's, unless the refusal names the one
-    # model it refuses (classify's one_model).
+    # it so); credit and credentials are the whole key's, unless the failure is the one model's
+    # (classify's one_model: a refusal naming it, a quota counted per model).
     model = state.pool_model if why in (SitOut.RATE_LIMIT, SitOut.MODEL_MISSING) or c.one_model else None
     assert svc.pool_state is not None
     await svc.pool_state.sit_out(up.cfg, model, until_ms, why)
@@ -636,7 +636,7 @@ async def _sit_out(svc: Services, state: RequestState, pool: PoolRuntime, up: Up
         log.warning({**record, "message": f"the provider refused deployment '{up.cfg.name}''s key; it "
                      f"serves no requests for {cd.auth_s:g} s (pools[].cooldowns.auth_s)"})  # fmt: skip
     else:
-        log.info(record)
+        log.info({**record, "model": model[:128]} if model is not None else record)
 
 
 async def _all_sitting_out(

@@ -40,7 +40,8 @@ from typing import Any
 from gateway.errors import Classification, ErrorType, TransportError
 from gateway.policy import error_numbers as numbers
 from gateway.policy import error_wording as words
-from gateway.policy.error_fields import Fields, dicts, fields_of, parse
+from gateway.policy import google_quota
+from gateway.policy.error_fields import Fields, fields_of, parse
 from gateway.policy.retry_after import reset_at_ms, server_wait_s
 from gateway.sse import error_status
 
@@ -113,6 +114,7 @@ class _Evidence:
     f: Fields
     headers: Mapping[str, str]
     now_s: float
+    quota: google_quota.GoogleQuota | None  # a Google QuotaFailure's reading
 
 
 # A refusal of one model, not of the key: the provider names the model it refuses, singular.
@@ -151,7 +153,8 @@ def classify(
         return Classification.of(UNAVAILABLE, provider_code=transport_error, evidence=f"transport:{kind}")
     doc = parse(body)
     f = fields_of(doc, body, headers)
-    kind, evidence = _decide(_Evidence(status, f, headers, now_s), request)
+    quota = google_quota.read(f)
+    kind, evidence = _decide(_Evidence(status, f, headers, now_s, quota), request)
     # OpenAI and Anthropic send rate-limit reset headers on every response: they are a wait
     # only for a rate limit, or a 503 would inherit a 6-minute token-window reset, and a
     # key out of credit (Anthropic's 400 "credit balance is too low", OpenAI's 429
@@ -167,6 +170,10 @@ def classify(
         # out for its 5 s default and met the same 429 again.
         stated = numbers.stated_wait_s(f.text, f.docs, now_s)
         wait = stated.seconds if stated is not None and stated.seconds > 0 else None
+    if kind is BUDGET and quota is not None and quota.daily:
+        # Google's per-day quota comes back at its midnight, not after the RetryInfo beside it
+        # (google_quota): the wait and the reset the gateway states, and a pool's sit-out.
+        wait = google_quota.next_day_s(now_s) - now_s
     return Classification.of(
         kind,
         retry_after_s=wait,
@@ -174,7 +181,8 @@ def classify(
         provider_code=f.primary_code,
         message=f.message[:_MESSAGE_LIMIT] if f.message else None,
         evidence=evidence[:200],
-        one_model=kind is AUTH and f.message is not None and _ONE_MODEL.search(f.message) is not None,
+        one_model=(kind is AUTH and f.message is not None and _ONE_MODEL.search(f.message) is not None)
+        or (kind in (RATE, BUDGET) and quota is not None and quota.per_model),
         model_missing=status in (403, 404) and (f.primary_code in _MISSING_CODES or (
             f.message is not None and _MODEL_MISSING.search(f.message) is not None)),
     )
@@ -228,9 +236,8 @@ def _by_code(e: _Evidence) -> tuple[ErrorType, str] | None:
         return UNKNOWN, f"code:{_one(hit)} (request bytes)"
     if hit := codes & _OVERFLOW_CODES:
         return OVERFLOW, f"code:{_one(hit)}"
-    quota = _google_quota(e.f)
-    if quota is not None:
-        return quota
+    if e.quota is not None:
+        return e.quota.kind, e.quota.evidence
     if 400 <= status < 500 and (hit := codes & _BUDGET_CODES):
         return BUDGET, f"code:{_one(hit)}"
     if (status >= 500 or status in _WAIT_STATUSES) and (hit := codes & _CAPACITY_CODES):
@@ -378,28 +385,6 @@ def _spent_windows(headers: Mapping[str, str]) -> list[str]:
     if headers.get("anthropic-ratelimit-unified-status", "").strip() == "rejected":
         spent.append("anthropic-ratelimit-unified-status")
     return spent
-
-
-def _google_quota(f: Fields) -> tuple[ErrorType, str] | None:
-    """Google RESOURCE_EXHAUSTED: its QuotaFailure quota ids tell per-day from per-minute.
-
-    Gemini says "You exceeded your current quota ... billing details" for both, so only the
-    violations tell them apart. A quota of 0 means the plan cannot use the model at all.
-    """
-    for doc in f.docs:
-        if doc.get("status") != "RESOURCE_EXHAUSTED":
-            continue
-        for d in dicts(doc.get("details")):
-            if not str(d.get("@type", "")).endswith("QuotaFailure"):
-                continue
-            for v in dicts(d.get("violations")):
-                ident = f"{v.get('quotaId', '')} {v.get('quotaMetric', '')}".lower()
-                if "perday" in ident or "per_day" in ident or "daily" in ident:
-                    return BUDGET, f"code:QuotaFailure {v.get('quotaId') or 'per day'}"
-                if str(v.get("quotaValue")) == "0":
-                    return BUDGET, "code:QuotaFailure quotaValue 0"
-            return RATE, "code:QuotaFailure per minute"
-    return None
 
 
 def _first_doc(f: Fields) -> Any:
