@@ -100,8 +100,10 @@ calls: ``FEES``), read 2026-11-30:
   are free" (developers.openai.com/api/docs/pricing, "Built-in tools", as quoted in copies of
   that page). Each ``web_search_call`` output item with a ``search`` action is a call ("Search
   actions incur a tool call cost", the web search guide). The answer does not say which tool
-  searched: gpt-4o and gpt-4.1, which may search with either, are counted at the preview's
-  $25, the dearer.
+  searched: every model is counted at the GA tool's $10, the one current clients declare
+  (counted at the preview's $25, a gpt-4o or gpt-4.1 request with the GA tool paid 2.5 times its
+  fee; review). The preview tool on those two is undercounted: ``prices:`` may say
+  ``web_search: 0.025`` for them.
 - Google: Gemini 2.5 "1,500 RPD free, then $35 / 1,000 grounded prompts", Gemini 3 "5,000
   prompts per month free ..., then $14 / 1,000 search queries" (ai.google.dev/gemini-api/docs/
   pricing, "Grounding with Google Search", as quoted in copies of that page). The queries are
@@ -223,9 +225,7 @@ class Fee:
 # counted, as the docs say.
 FEES: tuple[tuple[str, Fee], ...] = (
     ("claude-*", Fee(0.01)),
-    ("gpt-4o*", Fee(0.025)),  # the preview tool's, the dearer (above)
-    ("gpt-4.1*", Fee(0.025)),
-    ("gpt-*", Fee(0.01)),
+    ("gpt-*", Fee(0.01)),  # the GA tool's, for every model (above)
     ("o[1-9]*", Fee(0.01)),
     ("gemini-2.5*", Fee(0.035, per_request=True)),
     ("gemini-3*", Fee(0.014)),

@@ -146,14 +146,14 @@ def gemini_thinking(payload: Mapping[str, Any], translated: bool) -> int:
 async def admit_request(svc: Services, state: RequestState, headers: Mapping[str, str], model: str | None,
                         size: int, payload: Mapping[str, Any],
                         sent: tuple[str | None, int | None] | None = None,
-                        searches: int | None = None) -> Failure | None:  # fmt: skip
+                        searches: int = 0) -> Failure | None:  # fmt: skip
     """``admit`` for any request: one of a dialect's own, or one forwarded as it is
     (``/v1/embeddings``, ``/v1/responses/compact``, ``/v1/completions``…), which spends the
     operator's provider keys as much and is held to the same rules. ``sent``: the model priced
     and the output a request naming none is sent (``_as_sent``); a request relayed as it is
     goes with the client's model, and names its own limit or gets the provider's default.
-    ``searches``: the web searches it may be billed (``_searches_sent``); unset, those its body
-    declares."""
+    ``searches``: the web searches it may be billed (``_searches_sent``); none for a request
+    relayed as it is (a token count declares the tools it counts, and searches nothing)."""
     key = state.key
     if key is None:
         return None
@@ -188,8 +188,7 @@ async def admit_request(svc: Services, state: RequestState, headers: Mapping[str
         output = max(output, svc.accounts.default_max_tokens)  # (named_loosely says why)
     got = await svc.accounts.admit(key, priced, prompt, output, _answers(payload),
                                    budgeted and asks_hour_cache(payload),
-                                   (declared_searches(payload) if searches is None else searches)
-                                   if budgeted else 0)  # fmt: skip
+                                   searches if budgeted else 0)  # fmt: skip
     if isinstance(got, Reservation):
         state.reservation = got
         return None
@@ -283,8 +282,7 @@ def _charged_parts(prices: PriceTable, state: RequestState) -> list[tuple[dict[s
         for kind, n in leg.usage.items():
             rest[kind] = rest.get(kind, 0) - n
     last = Leg({k: n for k, n in rest.items() if n}, state.sent_model, state.completion_estimated)
-    unread = state.left_waiting or state.answered_uncounted
-    parts = [(leg, False) for leg in state.legs] + [(last, unread)]
+    parts = [(leg, leg.unread) for leg in state.legs] + [(last, state.answered_uncounted)]
     charged = [(_charged(state.reservation, leg, left), _served_price(prices, state, leg.model))
                for leg, left in parts]  # fmt: skip
     return [part for part in charged if any(part[0].values())] or charged[-1:]

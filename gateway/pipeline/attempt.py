@@ -27,6 +27,7 @@ from gateway.apis.messages.wire import AnthropicStreamReader
 from gateway.errors import EVENT_STATUS, Classification, ErrorType, TransportError
 from gateway.pipeline.outcome import (
     Failure,
+    Leg,
     Outcome,
     RequestState,
     Success,
@@ -263,14 +264,16 @@ async def _exchange(
         resp = await svc.sender(request)
     except UpstreamFailure as f:
         if f.kind is TransportError.FIRST_BYTE_TIMEOUT:
-            state.left_waiting = state.left_waiting or request.written
+            if request.written:
+                _abandoned(state, {})
             if token_first and token_s is not None:
                 return _first_token_timeout(svc, state, call, token_s)
         return _transport(svc, f.kind, f.evidence)
     except asyncio.CancelledError:
         # The client left (or drain_s ran out) before the answer's head: one sent whole was read
         # all the same, and a buffered answer's head comes only with the whole answer.
-        state.left_waiting = state.left_waiting or request.written
+        if request.written:
+            _abandoned(state, {})
         raise
     except BadRequestHead as e:
         # Config's headers and keys are checked at load, and the server refuses such bytes in
@@ -313,12 +316,12 @@ async def _exchange(
                         if not deadline.expired():
                             raise
                         resp.close()  # abandons the upstream request: it may still be thinking
-                        _left_waiting(state, reader)
+                        _abandoned(state, reader.usage)
                         return _first_token_timeout(svc, state, call, svc.monotonic() - sent)
                     finally:
                         deadline.close()
             except asyncio.CancelledError:
-                _left_waiting(state, reader)
+                _abandoned(state, reader.usage)
                 raise
             if call.translation is not None and isinstance(peeked, Success):
                 peeked.translator = call.translation.stream(reader.parsed_events.take)
@@ -377,14 +380,17 @@ def _note_signed(svc: Services, call: Call, body: bytes) -> None:
             svc.signers.issued(mark, call.up.cfg.name)
 
 
-def _left_waiting(state: RequestState, reader: StreamReader) -> None:
-    """The client (or the first-token timeout) left while the stream's first words were awaited:
-    the provider took the request (a 2xx head) and read its prompt all the same. What its events
-    counted so far (Anthropic's ``message_start`` counts the prompt) is the request's; the
-    settle estimates a prompt nothing counted."""
-    for kind, n in reader.usage.items():
+def _abandoned(state: RequestState, usage: Mapping[str, int]) -> None:
+    """The client (or a first-byte or first-token timeout) left an attempt the provider had
+    taken (a stream's 2xx head, or a whole request written before its answer began): it read
+    the prompt all the same. What its events counted so far (Anthropic's ``message_start``
+    counts the prompt) is the request's; the settle estimates a prompt nothing counted, at the
+    model this attempt was sent (a fallback that answered after it is another: both prompts
+    were priced at the fallback's, a $15 model's at a $1 one's; review)."""
+    for kind, n in usage.items():
         state.usage[kind] = state.usage.get(kind, 0) + n
-    state.left_waiting = True
+    if state.key is not None:
+        state.legs += (Leg(dict(usage), state.sent_model, False, True),)
 
 
 async def _peek_stream(

@@ -28,13 +28,16 @@ if TYPE_CHECKING:
 
 
 class Leg(NamedTuple):
-    """One upstream stream of an answer, as counted when it ended (``relay._count_usage``): what
-    it used, the model it was sent (what it is priced at: a continuation may be another
-    upstream's, another model's) and whether its completion is the gateway's estimate."""
+    """One upstream stream of an answer, as counted when it ended (``relay._count_usage``), or an
+    attempt abandoned after the provider took it (``attempt._abandoned``): what it used, the
+    model it was sent (what it is priced at: a continuation or a fallback may be another
+    upstream's, another model's), whether its completion is the gateway's estimate, and whether
+    its usage went unread (left before its first words: its prompt is estimated)."""
 
     usage: dict[str, int]
     model: str | None
     estimated: bool
+    unread: bool = False
 
 
 @dataclass(init=False)
@@ -125,12 +128,11 @@ class RequestState:
     completion_estimated: bool = False
     after_end: str | None = None  # what broke the upstream's stream after its end marker, for the log
     usage: dict[str, int] = field(default_factory=dict)
-    # The streams relayed, each with its own part of ``usage``: a continued answer's legs may be
-    # different models, priced each at its own (accounting.settle). A tuple: most have one.
+    # The streams relayed and the attempts abandoned once the provider had taken them (the
+    # client or a first-byte timeout left: after its 2xx head, or the whole request written),
+    # each with its own part of ``usage``: they may be different models, priced each at its own
+    # (accounting.settle). Kept only for a key that pays. A tuple: most have one or none.
     legs: tuple[Leg, ...] = ()
-    # The client or a first-byte timeout left once the provider had taken the request: its
-    # 2xx head (a stream), or the whole request written to it (an answer not yet begun).
-    left_waiting: bool = False
     # A 2xx answer relayed as it is whose usage could not be read (a stream without a count, a
     # body cut, or past what the relay keeps of it): the provider read its prompt all the same.
     answered_uncounted: bool = False

@@ -364,7 +364,8 @@ def _count_usage(state: RequestState, reader: StreamReader, shown: Shown | None)
             state.completion_estimated = estimated = True
     for kind, n in used.items():
         state.usage[kind] = state.usage.get(kind, 0) + n
-    state.legs += (Leg(dict(used), state.sent_model, estimated),)
+    if state.key is not None:  # only a key that pays reads them: no per-stream work otherwise
+        state.legs += (Leg(dict(used), state.sent_model, estimated),)
 
 
 class Shown:

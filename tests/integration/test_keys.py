@@ -1381,3 +1381,36 @@ async def test_output_estimated_for_a_cut_leg_is_capped_per_leg_not_with_what_th
     await settled(gw)
     assert gw.metric("llm_gateway_key_tokens_total", key="alice", model="gpt-4o-mini", kind="completion",
                      priced="true") == 10 + 8  # fmt: skip
+
+
+async def test_an_attempt_abandoned_for_a_fallback_pays_its_prompt_at_its_own_models_price(
+    make_gateway: MakeGateway,
+) -> None:
+    """A stream of a $15 model whose first token never came (its ``message_start`` counted a
+    10,000-token prompt) was abandoned for a $1 fallback that answered: both prompts were priced
+    at the fallback's $1 (review). Each attempt the provider took pays at the model it was sent."""
+    fake = await FakeUpstream().start()
+    try:
+        gw = await make_gateway(
+            "prices: {'dear-model': {input: 15000000, output: 75000000}, "
+            "'cheap-model': {input: 1000000, output: 2000000}}\n"
+            "keys: [{name: alice, key: gk-alice, budget: {usd: 1000000000, period: day}}]\n",
+            fake=fake, upstreams=(
+                f"  - {{name: dear, base_url: '{fake.url}', apis: [messages], key_header: x-api-key, "
+                "model_map: {'*': dear-model}, first_token_s: 0.3, fallbacks: [cheap]}\n"
+                f"  - {{name: cheap, base_url: '{fake.url}', apis: [messages], key_header: x-api-key, "
+                "models: ['never-routed-here'], model_map: {'*': cheap-model}}\n"), real_sleep=True)  # fmt: skip
+        fake.script(Stream(anthropic_head("dear-model", input_tokens=10000), then="stall"),
+                    Stream([*anthropic_head("cheap-model", input_tokens=10000), text_delta("Hi."),
+                            *anthropic_tail(output_tokens=10)]))
+        payload = {"model": "x", "max_tokens": 50, "stream": True, "messages": [{"role": "user", "content": "go"}]}
+        async with gw.session.post(gw.base + "/v1/messages", json=payload,
+                                   headers={**ALICE, "anthropic-version": "2023-06-01"}) as r:  # fmt: skip
+            assert r.status == 200
+            await r.read()
+        state = await settled(gw)
+        assert [req.json()["model"] for req in fake.messages_requests()] == ["dear-model", "cheap-model"]
+        # The abandoned one: its prompt and the one output token message_start counted, at $15/$75.
+        assert state["budget"]["spent_usd"] == pytest.approx(10000 * 15 + 1 * 75 + 10000 * 1 + 10 * 2)
+    finally:
+        await fake.close()

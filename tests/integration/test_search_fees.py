@@ -57,3 +57,28 @@ async def test_a_route_that_only_translates_reserves_no_search(make_gateway: Mak
     gw = await make_gateway(KEYS, ", apis: [chat]")
     gw.fake.always = Reply(200, chat_completion("gpt-5"), delay_s=0.3)
     assert await _held_while_in_flight(gw) == 0.0
+
+
+
+
+async def test_a_token_count_reserves_no_search(make_gateway: MakeGateway) -> None:
+    """``/v1/messages/count_tokens`` (relayed as it is) declares the tools it counts and searches
+    nothing: it held the searches' fees all the same while in flight, and a count beside it was
+    refused 429 ``key_budget_held`` (review)."""
+    gw = await make_gateway("prices: {'claude-*': {input: 0, output: 0, web_search: 1.0}}\n"
+                            "keys: [{name: alice, key: gk-alice, budget: {usd: 2, period: day}}]\n",
+                            ", apis: [messages], key_header: x-api-key")  # fmt: skip
+    gw.fake.always = Reply(200, {"input_tokens": 12}, delay_s=0.5)
+    headers = {"x-api-key": "gk-alice", "anthropic-version": "2023-06-01"}
+    searching = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "news?"}],
+                 "tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]}
+    plain = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "hi"}]}
+
+    async def count(body: dict[str, Any]) -> int:
+        async with gw.session.post(gw.base + "/v1/messages/count_tokens", json=body, headers=headers) as r:
+            return r.status
+
+    first = asyncio.ensure_future(count(searching))
+    await asyncio.sleep(0.2)  # admitted, and waiting on the upstream
+    assert await count(plain) == 200  # $3 of searches held of $2 refused it
+    assert await first == 200
