@@ -52,8 +52,9 @@ SEALED = ("responses", "gemini")  # the APIs ``sealed_shaped`` reads
 _UNSIGNED = (b'"signature":""', b'"signature": ""')
 # Where a refusal points: "messages.2.content.0: Invalid `signature` in `thinking` block".
 _AT = re.compile(r"messages\.(\d+)\.content\.(\d+)")
-# The reasoning item OpenAI names: "The encrypted content for item rs_… could not be verified."
-_ITEM = re.compile(r"\bitem\s+(rs_[\w-]+)")
+# The reasoning item OpenAI names: "The encrypted content for item rs_… could not be verified.",
+# "Item with id 'rs_…' not found."
+_ITEM = re.compile(r"\bitem\s+(?:with\s+id\s+')?(rs_[\w-]+)", re.IGNORECASE)
 
 
 def shaped(
@@ -198,9 +199,10 @@ def _without_sealed(
 ) -> dict[str, Any] | None:
     """A Responses or Gemini request ``deployment`` refused the reasoning of, without what it did
     not issue itself (all of it when the gateway knows none as its own), and what it refused
-    learnt, as ``_without_foreign`` does for Messages. When the refusal names an item the
-    deployment issued, or the gateway knows every one as its own, the refusal is about something
-    else: all of it goes, as before the gateway knew whose it was."""
+    learnt, as ``_without_foreign`` does for Messages: the issuer of the item the refusal names
+    (OpenAI names one), else of every one sent (Gemini names none). When the named item is one
+    the deployment issued, or the gateway knows every one as its own, the refusal is about
+    something else: all of it goes, as before the gateway knew whose it was."""
     signers = svc.signers
     mark = MARKS[api]
     signed = _signed_elements(api, doc)
@@ -208,7 +210,8 @@ def _without_sealed(
     pointed = next((x for x in signed if named is not None and x.get("id") == named[1]), None)
     if pointed is not None and not signers.foreign_mark(deployment, mark(pointed)):
         return strip(api, doc)
-    issuers = {i for x in signed if (m := mark(x)) is not None and (i := signers.issuer(m)) is not None}
+    blamed = [pointed] if pointed is not None else signed  # (a record not kept names no issuer)
+    issuers = {i for x in blamed if (m := mark(x)) is not None and (i := signers.issuer(m)) is not None}
     signers.refused(deployment, issuers)
     return strip(api, doc, foreign=lambda x: signers.foreign_mark(deployment, mark(x))) or strip(api, doc)
 
