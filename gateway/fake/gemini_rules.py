@@ -249,9 +249,10 @@ def _ref_with_siblings(payload: dict[str, Any]) -> Reply | None:
 SIGNED_FOR = "ZmFrZS1vcmctc2ln."
 
 
-def signed_for(org: str) -> str:
-    """A thought signature as the fake would give a key of ``org``."""
-    return SIGNED_FOR + org + "." + "QUJDRA"
+def signed_for(org: str, part: str = "QUJDRA") -> str:
+    """A thought signature as the fake would give a key of ``org``; ``part`` makes it that
+    part's own."""
+    return SIGNED_FOR + org + "." + part
 
 
 def refusal(

@@ -103,9 +103,11 @@ _KNOWN = frozenset({
 SEALED = "gAAAAAfake."
 
 
-def seal(org: str | None = None) -> str:
-    """An ``encrypted_content`` as the fake would issue it to a key of ``org``."""
-    return SEALED + base64.urlsafe_b64encode((org or "").encode()).decode()
+def seal(org: str | None = None, item: str = "") -> str:
+    """An ``encrypted_content`` as the fake would issue it to a key of ``org``; ``item`` makes
+    it that item's own, as each of OpenAI's is."""
+    sealed = SEALED + base64.urlsafe_b64encode((org or "").encode()).decode()
+    return f"{sealed}.{item}" if item else sealed
 
 
 def refusal(path: str, payload: dict[str, Any], org: str | None = None) -> Reply | None:
@@ -238,6 +240,6 @@ def _sealed_for(value: str) -> str | None:
     if not value.startswith(SEALED):
         return None
     try:
-        return base64.urlsafe_b64decode(value[len(SEALED) :]).decode()
+        return base64.urlsafe_b64decode(value[len(SEALED) :].partition(".")[0]).decode()
     except (binascii.Error, ValueError):
         return "?"

@@ -23,7 +23,9 @@ from gateway import jsonbody
 from gateway.apis import OPENAI_CHAT
 from gateway.apis.base import Dialect, Ending, EventKind, FailedAnswer, ForeignError, StreamReader
 from gateway.apis.collect import collect
+from gateway.apis.gemini.wire import GeminiStreamReader
 from gateway.apis.messages.wire import AnthropicStreamReader
+from gateway.apis.responses.wire import ResponsesStreamReader
 from gateway.errors import EVENT_STATUS, Classification, ErrorType, TransportError
 from gateway.pipeline.outcome import (
     Failure,
@@ -41,7 +43,7 @@ from gateway.policy.foreign_reasoning import THOUGHT
 from gateway.policy.overflow_limits import parse_overflow
 from gateway.policy.retry import EMPTY_STREAM, RetryPlan
 from gateway.policy.retry_after import reset_at_ms
-from gateway.policy.thinking_signers import mark_of
+from gateway.policy.thinking_signers import mark_of, sealed_in, thought_signatures_in
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.redaction import redact_bytes, redact_text
 from gateway.routing import response_headers
@@ -299,7 +301,7 @@ async def _exchange(
             reader.parsed_events.keep = call.translation is not None
             if call.track:
                 reader.track()
-            if isinstance(reader, AnthropicStreamReader):
+            if isinstance(reader, AnthropicStreamReader | ResponsesStreamReader | GeminiStreamReader):
                 reader.signed = functools.partial(svc.signers.issued, deployment=call.up.cfg.name)
             try:
                 if token_s is None:
@@ -343,8 +345,13 @@ async def _exchange(
                 facts = _facts(call, request)
                 return _upstream_error(svc, status, resp.headers, body, facts, answered=resp.status,
                                        operator=operator)  # fmt: skip
-        if call.dialect.api == "messages" and _thought_in(body):
+        api = call.dialect.api
+        if api == "messages" and _thought_in(body):
             _note_signed(svc, call, body)
+        elif (api == "responses" and body.find(b"encrypted_content") >= 0) or (
+            api == "gemini" and body.find(b"ignature") >= 0
+        ):
+            _note_sealed(svc, call, body)
         translated = call.translation.answer(body, call.dialect) if call.translation is not None else None
         if isinstance(translated, FailedAnswer):  # a Responses answer that failed, for another API's client
             facts = _facts(call, request)
@@ -378,6 +385,24 @@ def _note_signed(svc: Services, call: Call, body: bytes) -> None:
         mark = mark_of(block) if isinstance(block, dict) and block.get("type") in THOUGHT else None
         if mark is not None:
             svc.signers.issued(mark, call.up.cfg.name)
+
+
+def _note_sealed(svc: Services, call: Call, body: bytes) -> None:
+    """Whose the reasoning of a Responses or Gemini answer is (``policy/thinking_signers.py``)."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return
+    if call.dialect.api == "responses":
+        marks = sealed_in(doc)
+    else:
+        candidates = doc.get("candidates") if isinstance(doc, dict) else None
+        first = candidates[0] if isinstance(candidates, list) and candidates else None
+        content = first.get("content") if isinstance(first, dict) else None
+        parts = content.get("parts") if isinstance(content, dict) else None
+        marks = thought_signatures_in(parts) if isinstance(parts, list) else []
+    for mark in marks:
+        svc.signers.issued(mark, call.up.cfg.name)
 
 
 def _abandoned(state: RequestState, usage: Mapping[str, int]) -> None:

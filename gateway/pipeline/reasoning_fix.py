@@ -8,13 +8,15 @@ upstream: the client's conversation goes on instead of failing on every turn unt
 a new one. The client is told with ``x-llm-reasoning-dropped`` and the log line's
 ``reasoning_dropped`` (what was left out, never its content).
 
-On Messages the gateway remembers whose thinking is whose (``policy/thinking_signers.py``): a
-rescue leaves out only the blocks the refusing deployment did not issue, and a deployment that
-refused another's thinking gets it left out up front on later turns, so a move costs one call
-once, not one on every turn. Unsigned thinking (a chat relay's, which has nothing to sign with)
-never goes to a Messages upstream. And a tool loop the gateway asked without thinking (its turn
-has no thinking to start with) goes on without thinking until it ends, as Anthropic requires
-(``loop_unthought``); one Anthropic refused for that goes on so after its one refused call.
+The gateway remembers whose signed reasoning is whose (``policy/thinking_signers.py``): a
+rescue leaves out only what the refusing deployment did not issue (Claude's thinking blocks,
+OpenAI's reasoning items; Gemini's signatures become Google's stand-in), and a deployment that
+refused another's reasoning gets it left out up front on later turns, so a move costs one call
+once, not one on every turn, and the new deployment's own reasoning stays. Unsigned thinking (a
+chat relay's, which has nothing to sign with) never goes to a Messages upstream. And a tool loop
+the gateway asked without thinking (its turn has no thinking to start with) goes on without
+thinking until it ends, as Anthropic requires (``loop_unthought``); one Anthropic refused for
+that goes on so after its one refused call.
 """
 
 from __future__ import annotations
@@ -37,11 +39,12 @@ from gateway.policy.foreign_reasoning import (
     thinking_left_out,
 )
 from gateway.policy.retry import RetryPlan
-from gateway.policy.thinking_signers import mark_of
+from gateway.policy.thinking_signers import MARKS, mark_of
 from gateway.services import Services
 
 # What each API's signed reasoning is called, for the header and the log.
 DROPPED = {"messages": "thinking", "responses": "reasoning", "gemini": "thought_signature"}
+SEALED = ("responses", "gemini")  # the APIs ``sealed_shaped`` reads
 # A thinking block with an empty signature, as a chat relay's reasoning comes back from a client
 # (``translate/messages_chat``): Anthropic refuses it ("Invalid `signature` in `thinking` block").
 # Looked for as JSON.stringify (Claude Code) and Python's json (the SDKs) write it: a byte search
@@ -49,6 +52,9 @@ DROPPED = {"messages": "thinking", "responses": "reasoning", "gemini": "thought_
 _UNSIGNED = (b'"signature":""', b'"signature": ""')
 # Where a refusal points: "messages.2.content.0: Invalid `signature` in `thinking` block".
 _AT = re.compile(r"messages\.(\d+)\.content\.(\d+)")
+# The reasoning item OpenAI names: "The encrypted content for item rs_… could not be verified.",
+# "Item with id 'rs_…' not found."
+_ITEM = re.compile(r"\bitem\s+(?:with\s+id\s+')?(rs_[\w-]+)", re.IGNORECASE)
 
 
 def shaped(
@@ -73,6 +79,28 @@ def shaped(
     if out is not payload:
         _note(svc, state, payload, out)
     return out
+
+
+def sealed_shaped(
+    svc: Services, state: RequestState, api: str, deployment: str, payload: dict[str, Any]
+) -> dict[str, Any]:
+    """A Responses or Gemini request as it goes to ``deployment``: without the reasoning items
+    (Gemini: with Google's stand-in for the signatures) of the deployments it refused before.
+    ``payload`` itself when it refused none (one dict lookup: asked per send)."""
+    signers = svc.signers
+    if not signers.refuses_any(deployment):
+        return payload
+    mark = MARKS[api]
+    out = strip(api, payload, foreign=lambda x: signers.refuses_mark(deployment, mark(x)))
+    if out is None:
+        return payload
+    _label(state, DROPPED[api])
+    return out
+
+
+def _label(state: RequestState, label: str) -> None:
+    labels = (state.reasoning_dropped or "").split(",")
+    state.reasoning_dropped = ",".join(dict.fromkeys(x for x in [*labels, label] if x))
 
 
 def _unsigned_in(body: bytes) -> bool:
@@ -115,7 +143,7 @@ async def rescue(
         elif api == "messages":
             fixed = _without_foreign(svc, call.up.cfg.name, doc, message)
         else:
-            fixed = strip(api, doc)
+            fixed = _without_sealed(svc, api, call.up.cfg.name, doc, message)
     if fixed is None:
         return refused  # nothing of the kind was sent: the refusal stands
     capped = state.output_capped
@@ -125,7 +153,7 @@ async def rescue(
     if api == "messages":
         _note(svc, state, doc, fixed)
     else:
-        state.reasoning_dropped = DROPPED[api]
+        _label(state, DROPPED[api])
     state.reasoning_rescued = True
     svc.tracing.next_attempt(state, "reasoning_retry")
     return await resend(svc, state, plan, call, jsonbody.dumps(fixed, lenient=lenient), onward)
@@ -164,3 +192,37 @@ def _pointed_at(doc: dict[str, Any], message: str | None) -> dict[str, Any] | No
     content = messages[i].get("content") if i < len(messages) and isinstance(messages[i], dict) else None
     block = content[j] if isinstance(content, list) and j < len(content) else None
     return block if isinstance(block, dict) and block.get("type") in THOUGHT else None
+
+
+def _without_sealed(
+    svc: Services, api: str, deployment: str, doc: dict[str, Any], message: str | None
+) -> dict[str, Any] | None:
+    """A Responses or Gemini request ``deployment`` refused the reasoning of, without what it did
+    not issue itself (all of it when the gateway knows none as its own), and what it refused
+    learnt, as ``_without_foreign`` does for Messages: the issuer of the item the refusal names
+    (OpenAI names one), else of every one sent (Gemini names none). When the named item is one
+    the deployment issued, or the gateway knows every one as its own, the refusal is about
+    something else: all of it goes, as before the gateway knew whose it was."""
+    signers = svc.signers
+    mark = MARKS[api]
+    signed = _signed_elements(api, doc)
+    named = _ITEM.search(message or "") if api == "responses" else None
+    pointed = next((x for x in signed if named is not None and x.get("id") == named[1]), None)
+    if pointed is not None and not signers.foreign_mark(deployment, mark(pointed)):
+        return strip(api, doc)
+    blamed = [pointed] if pointed is not None else signed  # (a record not kept names no issuer)
+    issuers = {i for x in blamed if (m := mark(x)) is not None and (i := signers.issuer(m)) is not None}
+    signers.refused(deployment, issuers)
+    return strip(api, doc, foreign=lambda x: signers.foreign_mark(deployment, mark(x))) or strip(api, doc)
+
+
+def _signed_elements(api: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The reasoning items of a Responses request, the parts of a Gemini one's turns."""
+    if api == "responses":
+        items = doc.get("input")
+        return [i for i in items or () if isinstance(i, dict) and i.get("type") == "reasoning"]
+    out: list[dict[str, Any]] = []
+    for c in doc.get("contents") or ():
+        parts = c.get("parts") if isinstance(c, dict) else None
+        out += [p for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
+    return out

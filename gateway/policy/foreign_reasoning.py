@@ -44,6 +44,7 @@ GATEWAY_THINKING_MARK = "llm-gateway.thinking.v1:"
 # Google's value for a signature it did not issue: "skip_thought_signature_validator"
 # (https://ai.google.dev/gemini-api/docs/thought-signatures, FAQ).
 GEMINI_SKIP = "skip_thought_signature_validator"
+_SIGNATURE_KEYS = ("thoughtSignature", "thought_signature")  # Gemini's JSON and its proto spelling
 
 _REFUSALS = re.compile(
     r"invalid\s+`?signature`?\s+in\s+`?thinking`?\s+block"
@@ -66,7 +67,8 @@ _UNTHOUGHT = re.compile(
     r"expected\s+`?thinking`?\s+or\s+`?redacted_thinking`?,?\s+but\s+found", re.IGNORECASE
 )
 THOUGHT = ("thinking", "redacted_thinking")  # Messages block types that carry signed thinking
-Foreign = Callable[[Mapping[str, Any]], bool]  # whether a thinking block is to be left out
+# Whether a thinking block, a reasoning item or a signed Gemini part is to be left out.
+Foreign = Callable[[Mapping[str, Any]], bool]
 
 
 def refused_reasoning(message: str | None, body: bytes = b"") -> bool:
@@ -82,16 +84,16 @@ def refused_unthought(message: str | None) -> bool:
 
 
 def strip(api: str, doc: Mapping[str, Any], foreign: Foreign | None = None) -> dict[str, Any] | None:
-    """``doc`` (a request in ``api``) without the reasoning an upstream may refuse as foreign
-    (on Messages, the blocks ``foreign`` says are, when given: else every one); None when it
-    carries none."""
+    """``doc`` (a request in ``api``) without the reasoning an upstream may refuse as foreign:
+    the thinking blocks, reasoning items or signed parts ``foreign`` says are, when given, else
+    every one; None when it carries none."""
     if api == "messages":
         out = thinking_left_out(doc, foreign=foreign)
         return None if out is None else loop_unthought(out) or out
     if api == "responses":
-        return _responses(doc)
+        return _responses(doc, foreign)
     if api == "gemini":
-        return _gemini(doc)
+        return _gemini(doc, foreign)
     return None  # chat carries no signed reasoning
 
 
@@ -232,15 +234,18 @@ def _without_thinking_edits(out: dict[str, Any]) -> None:
             del out["context_management"]
 
 
-def _responses(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+def _responses(doc: Mapping[str, Any], foreign: Foreign | None) -> dict[str, Any] | None:
     items = doc.get("input")
     if not isinstance(items, list):
         return None
-    kept = [i for i in items if not (isinstance(i, dict) and i.get("type") == "reasoning")]
+    kept = [
+        i for i in items
+        if not (isinstance(i, dict) and i.get("type") == "reasoning" and (foreign is None or foreign(i)))
+    ]  # fmt: skip
     return None if len(kept) == len(items) else {**doc, "input": kept}
 
 
-def _gemini(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+def _gemini(doc: Mapping[str, Any], foreign: Foreign | None) -> dict[str, Any] | None:
     contents = doc.get("contents")
     if not isinstance(contents, list):
         return None
@@ -251,14 +256,20 @@ def _gemini(doc: Mapping[str, Any]) -> dict[str, Any] | None:
         if isinstance(parts, list):
             new_parts: list[Any] = []
             for p in parts:
-                for name in ("thoughtSignature", "thought_signature"):
-                    if isinstance(p, dict) and name in p and p[name] != GEMINI_SKIP:
-                        p = {**p, name: GEMINI_SKIP}
-                        changed = True
+                signed = _signed_keys(p)
+                if signed and (foreign is None or foreign(p)):
+                    p = {**p, **dict.fromkeys(signed, GEMINI_SKIP)}
+                    changed = True
                 new_parts.append(p)
             c = {**c, "parts": new_parts}
         out_contents.append(c)
     return {**doc, "contents": out_contents} if changed else None
+
+
+def _signed_keys(part: Any) -> list[str]:
+    if not isinstance(part, dict):
+        return []
+    return [k for k in _SIGNATURE_KEYS if k in part and part[k] != GEMINI_SKIP]
 
 
 def without_gateway_thinking(doc: Mapping[str, Any]) -> dict[str, Any] | None:

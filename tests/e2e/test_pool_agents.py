@@ -387,3 +387,63 @@ def test_a_codex_tool_loop_moved_to_a_key_of_another_organization_goes_on(
     kept = [s for s in loop_turns if s not in refused]
     assert len(refused) == 1 and kept
     assert all(i.get("type") != "reasoning" for i in kept[-1].json()["input"])
+
+
+def _sealed_reasoning_then_text(key: str | None, orgs: dict[str, str], n: int) -> Stream:
+    """A reasoning model's answer streamed as OpenAI streams it: a reasoning item sealed for the
+    organization of the key that asked (its ``n``th, its own value), then the text."""
+    seq = Seq()
+    org = orgs.get(key or "", "")
+    thought = {"id": f"rs_{org}_{n}", "type": "reasoning", "summary": [], "encrypted_content": seal(org, str(n))}
+    done = response_object("gpt-5-codex", text=f"Fine, says {org}.", rid=f"resp_{org}_{n}")
+    message = done["output"][0]
+    done["output"] = [thought, message]
+    shell = {**done, "status": "in_progress", "output": [], "usage": None}
+    return Stream([
+        seq("response.created", response=shell),
+        seq("response.output_item.added", output_index=0, item={**thought, "encrypted_content": None}),
+        seq("response.output_item.done", output_index=0, item=thought),
+        seq("response.output_item.added", output_index=1, item={**message, "status": "in_progress", "content": []}),
+        seq("response.output_text.delta", item_id=message["id"], output_index=1, content_index=0,
+            delta=message["content"][0]["text"], logprobs=[]),
+        seq("response.output_item.done", output_index=1, item=message),
+        seq("response.completed", response=done),
+    ], then="eof")  # fmt: skip
+
+
+def test_a_codex_session_moved_to_a_key_of_another_organization_pays_one_refused_call_once(
+    codex: Path, gateway: RunningGateway, fake: FakeUpstream, tmp_path: Path, request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    """Codex (stock settings, `codex exec` then `exec resume --last`) sends back every reasoning
+    item of the session. Its key limited after two turns, the third turn goes to a key of another
+    organization: one refused call (`invalid_encrypted_content`) for the old key's items, then
+    the answer; the fourth goes without the old key's items from the start and with the new
+    key's own. Before, every turn after the move was refused once and sent with no reasoning."""
+    orgs = {k: f"org-{k[-1]}" for k in OPENAI_KEYS}
+    fake.orgs = orgs
+    request.addfinalizer(lambda: setattr(fake, "orgs", {}))
+    answered: list[str | None] = []
+
+    def answer(payload: dict[str, Any]) -> Any:
+        answered.append(fake._key)
+        return _sealed_reasoning_then_text(fake._key, orgs, len(answered))
+
+    fake.always = answer
+    home = tmp_path / "run"
+    assert _codex(codex, gateway, home).returncode == 0
+    codex_home = home / "codex"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "CODEX_HOME": str(codex_home), "GW_KEY": "dummy"}
+    for turn in range(2, 5):
+        if turn == 3:
+            fake.keys.limited_until(answered[-1] or "", time.time() + 3600)
+        r = subprocess.run([str(codex), "exec", "--skip-git-repo-check", "resume", "--last", f"turn {turn}"],
+                           env=env, cwd=home, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           timeout=120)  # fmt: skip
+        assert r.returncode == 0, (r.stdout, r.stderr[-2000:])
+    first, moved = answered[1], answered[-1]
+    assert answered[:2] == [first, first] and answered[2:] == [moved, moved] and moved != first
+    sent = [s.json() for s in fake.responses_requests() if s.headers.get("authorization") == f"Bearer {moved}"]
+    sealed = [[i["encrypted_content"] for i in s["input"] if i.get("type") == "reasoning"] for s in sent]
+    # Turn 3: refused with the old key's two items, then asked without them; turn 4: the new key's own.
+    assert [len(s) for s in sealed] == [2, 0, 1]
+    assert sealed[2] == [seal(orgs[moved], "3")]

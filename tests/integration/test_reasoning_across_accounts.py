@@ -20,11 +20,21 @@ import anthropic
 import openai
 import pytest
 
+from gateway.fake import gemini
 from gateway.fake.gemini_rules import signed_for
 from gateway.fake.messages import sign
 from gateway.fake.responses_rules import seal
 from gateway.policy.foreign_reasoning import GATEWAY_THINKING_MARK, GEMINI_SKIP
-from tests.fakeupstream import FakeUpstream, Reply, chat_completion
+from tests.fakeupstream import (
+    FakeUpstream,
+    Reply,
+    Seq,
+    Stream,
+    chat_completion,
+    data_events,
+    response_object,
+    responses_error,
+)
 
 THOUGHT = "The user wants Paris's weather: call the tool."
 TOOLS: Any = [{"name": "get_weather", "description": "Weather of a city",
@@ -457,3 +467,200 @@ async def test_a_loop_begun_without_thinking_is_refused_once_then_goes_on_withou
         await fake.close()
     assert dropped == ["thinking_off", "thinking_off"]
     assert ["thinking" in s for s in sent] == [False, True, False, False]  # one refused call in all
+
+
+@pytest.fixture
+async def two_openai_accounts(make_gateway: Any) -> AsyncIterator[tuple[Any, dict[str, FakeUpstream]]]:
+    """A pool of two OpenAI Responses keys, each of its own organization, each its own fake."""
+    fakes: dict[str, FakeUpstream] = {}
+    lines = []
+    for name in ("a", "b"):
+        fake = await FakeUpstream().start()
+        fake.orgs = {f"key-{name}": f"org-{name}"}
+        fakes[name] = fake
+        lines.append(f"  - {{name: {name}, base_url: '{fake.url}', api_key: key-{name}, apis: [responses], "
+                     f"models: ['gpt-*']}}\n")  # fmt: skip
+    pools = "pools:\n  - {name: oai, models: ['gpt-*'], deployments: [a, b]}\n"
+    gw = await make_gateway(pools, fake=fakes["a"], upstreams="".join(lines))
+    yield gw, fakes
+    for fake in fakes.values():
+        await fake.close()
+
+
+def reasoning_answer(org: str) -> Any:
+    """A key of ``org`` as OpenAI answers a reasoning model asked for ``reasoning.encrypted_content``
+    with ``store: false``: a reasoning item sealed for ``org`` (its own), then the message;
+    streamed as the Responses API streams one (each item added, then done with its content)."""
+
+    def step(payload: dict[str, Any]) -> Any:
+        n = len(payload["input"])
+        reasoning = {"id": f"rs_{org}_{n}", "type": "reasoning", "summary": [],
+                     "encrypted_content": seal(org, f"{n}")}  # fmt: skip
+        done = response_object(text=f"Fine, says {org}.", rid=f"resp_{org}_{n}")
+        message = done["output"][0]
+        done["output"] = [reasoning, message]
+        if not payload.get("stream"):
+            return Reply(200, done)
+        seq = Seq()
+        shell = {**done, "status": "in_progress", "output": [], "usage": None}
+        return Stream([
+            seq("response.created", response=shell), seq("response.in_progress", response=shell),
+            seq("response.output_item.added", output_index=0, item={**reasoning, "encrypted_content": None}),
+            seq("response.output_item.done", output_index=0, item=reasoning),
+            seq("response.output_item.added", output_index=1, item={**message, "status": "in_progress", "content": []}),
+            seq("response.content_part.added", item_id=message["id"], output_index=1, content_index=0,
+                part={"type": "output_text", "text": "", "annotations": []}),
+            seq("response.output_text.delta", item_id=message["id"], output_index=1, content_index=0,
+                delta=message["content"][0]["text"], logprobs=[]),
+            seq("response.output_item.done", output_index=1, item=message),
+            seq("response.completed", response=done),
+        ])  # fmt: skip
+
+    return step
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_after_a_move_a_codex_turn_costs_no_refused_call_and_the_new_keys_reasoning_stays(
+    two_openai_accounts: Any, stream: bool
+) -> None:
+    """Codex sends back every reasoning item with its ``encrypted_content`` (``store: false``).
+    Moved to a key of another organization, the first turn there pays one refused call; the later
+    ones none: the old key's items are left out before they are sent, the new key's own kept.
+    Before, every later turn was refused once and then sent with no reasoning at all."""
+    gw, fakes = two_openai_accounts
+    for name, fake in fakes.items():
+        fake.always = reasoning_answer(f"org-{name}")
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="sk-client", max_retries=0)
+    asked: list[Any] = []
+    home = other = ""
+    dropped, issued = [], []
+    try:
+        for turn in range(1, 6):
+            asked = [*asked, {"role": "user", "content": f"Turn {turn}: how are you?"}]
+            if turn == 3:
+                [home] = [n for n, f in fakes.items() if f.responses_requests()]
+                other = "b" if home == "a" else "a"
+                fakes[home].keys.limited_until(f"key-{home}", time.time() + 3600)
+            raw = await client.responses.with_raw_response.create(
+                model="gpt-5-codex", input=asked, include=["reasoning.encrypted_content"], store=False,
+                stream=stream)
+            dropped.append(raw.headers.get("x-llm-reasoning-dropped"))
+            if stream:
+                events = [e async for e in raw.parse()]
+                answer = next(e.response for e in events if e.type == "response.completed")
+            else:
+                answer = raw.parse()
+            assert [i.type for i in answer.output] == ["reasoning", "message"]
+            issued.append(answer.output[0].encrypted_content)
+            asked = [*asked, *(i.model_dump(exclude_none=True) for i in answer.output)]
+    finally:
+        await client.close()
+    assert fakes[other].calls_by_key() == {f"key-{other}": 4}  # turns 3 (refused, answered), 4 and 5
+    assert dropped == [None, None, "reasoning", "reasoning", "reasoning"]
+    last = fakes[other].responses_requests()[-1].json()
+    kept = [i["encrypted_content"] for i in last["input"] if i.get("type") == "reasoning"]
+    assert kept == issued[2:4] and all(seal(f"org-{other}") in c for c in kept)  # the new key's own, turns 3 and 4
+
+
+
+def signed_gemini_answer(org: str, stream: bool) -> Any:
+    """A key of ``org`` as a Gemini thinking model answers: its text part carries a thought
+    signature bound to ``org`` (each answer's its own); streamed, on the stream's last chunk."""
+
+    def step(payload: dict[str, Any]) -> Any:
+        signature = signed_for(org, f"s{len(payload['contents'])}")
+        if not stream:
+            return Reply(200, gemini.response(parts=[{"text": f"Fine, says {org}.", "thoughtSignature": signature}],
+                                              meta=gemini.usage()))  # fmt: skip
+        chunks = gemini.stream_chunks(words=("Fine,", f" says {org}."))
+        chunks[-1]["candidates"][0]["content"]["parts"][0]["thoughtSignature"] = signature
+        return Stream(chunks)
+
+    return step
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_after_a_move_a_gemini_turn_costs_no_refused_call_and_the_new_keys_signatures_stay(
+    make_gateway: Any, stream: bool
+) -> None:
+    """Gemini CLI sends every model turn back with its thought signatures. Moved to a key of
+    another account, the first turn there pays one refused call ("Corrupted thought signature.");
+    the later ones none: the old key's signatures become Google's stand-in before they are sent,
+    the new key's own kept. Before, every later turn was refused once, then sent with none."""
+    fakes: dict[str, FakeUpstream] = {}
+    lines = []
+    try:
+        for name in ("a", "b"):
+            fake = fakes[name] = await FakeUpstream().start()
+            fake.orgs = {f"key-{name}": f"org-{name}"}
+            fake.always = signed_gemini_answer(f"org-{name}", stream)
+            lines.append(f"  - {{name: {name}, base_url: '{fake.url.removesuffix('/v1')}/v1beta', "
+                         f"api_key: key-{name}, apis: [gemini], models: ['gemini-*']}}\n")  # fmt: skip
+        pools = "pools:\n  - {name: gem, models: ['gemini-*'], deployments: [a, b]}\n"
+        gw = await make_gateway(pools, fake=fakes["a"], upstreams="".join(lines))
+        method = "streamGenerateContent?alt=sse" if stream else "generateContent"
+        contents: list[Any] = []
+        home = other = ""
+        dropped, issued = [], []
+        for turn in range(1, 6):
+            contents = [*contents, {"role": "user", "parts": [{"text": f"Turn {turn}: how are you?"}]}]
+            if turn == 3:
+                [home] = [n for n, f in fakes.items() if f.requests]
+                other = "b" if home == "a" else "a"
+                fakes[home].keys.limited_until(f"key-{home}", time.time() + 3600)
+            async with gw.session.post(f"{gw.base}/v1beta/models/gemini-3-pro-preview:{method}",
+                                       json={"contents": contents}, headers={"x-goog-api-key": "client"}) as r:
+                assert r.status == 200, await r.text()
+                dropped.append(r.headers.get("x-llm-reasoning-dropped"))
+                docs = [json.loads(d) for d in data_events(await r.read())] if stream else [await r.json()]
+            parts = [p for d in docs for p in d["candidates"][0]["content"]["parts"]]
+            issued += [p["thoughtSignature"] for p in parts if "thoughtSignature" in p]
+            contents = [*contents, {"role": "model", "parts": parts}]
+        sent = [r.json() for r in fakes[other].requests]
+    finally:
+        for fake in fakes.values():
+            await fake.close()
+    assert len(sent) == 4  # turns 3 (refused, answered), 4 and 5
+    assert dropped == [None, None, "thought_signature", "thought_signature", "thought_signature"]
+    signatures = [p["thoughtSignature"] for c in sent[-1]["contents"] for p in c["parts"] if "thoughtSignature" in p]
+    assert signatures == [GEMINI_SKIP, GEMINI_SKIP, *issued[2:4]]  # the old key's stood in for, the new key's own
+
+
+async def test_a_refusal_of_a_reasoning_item_the_deployment_issued_still_leaves_every_item_out(
+    make_gateway: Any,
+) -> None:
+    """OpenAI names the item it could not verify. When that is one the refusing deployment
+    issued (its key's organization changed its keys, say), what the gateway knows of whose is
+    whose does not explain the refusal: every reasoning item goes, as before it knew."""
+    gw = await make_gateway(upstream_yaml=", api_key: key-b")
+    gw.fake.orgs = {"key-b": "org-b"}
+    answer = reasoning_answer("org-b")
+    own: list[str] = []
+
+    def step(payload: dict[str, Any]) -> Any:
+        sealed = [i.get("encrypted_content") for i in payload["input"] if i.get("type") == "reasoning"]
+        if own and own[0] in sealed:  # no longer readable, though this key's own
+            return responses_error(400, "The encrypted content for item rs_org-b_1 could not be verified. "
+                                   "Reason: Encrypted content could not be decrypted or parsed.",
+                                   "invalid_request_error", "invalid_encrypted_content")  # fmt: skip
+        return answer(payload)
+
+    gw.fake.always = step
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="sk-client", max_retries=0)
+    try:
+        asked: list[Any] = [{"role": "user", "content": "hi"}]
+        first = await client.responses.create(model="gpt-5-codex", input=asked, store=False,
+                                              include=["reasoning.encrypted_content"])  # fmt: skip
+        own.append(first.output[0].encrypted_content)
+        # And an item the gateway never relayed (another replica's, say): its origin unknown.
+        elsewhere = {"type": "reasoning", "id": "rs_x", "summary": [], "encrypted_content": "gAAAAelsewhere=="}
+        asked = [*asked, *(i.model_dump(exclude_none=True) for i in first.output), elsewhere,
+                 {"role": "user", "content": "and?"}]  # fmt: skip
+        raw = await client.responses.with_raw_response.create(
+            model="gpt-5-codex", input=asked, store=False, include=["reasoning.encrypted_content"])
+    finally:
+        await client.close()
+    assert raw.parse().status == "completed" and raw.headers["x-llm-reasoning-dropped"] == "reasoning"
+    *_, refused, kept = (r.json() for r in gw.fake.responses_requests())
+    assert sum(i.get("type") == "reasoning" for i in refused["input"]) == 2
+    assert not [i for i in kept["input"] if i.get("type") == "reasoning"]

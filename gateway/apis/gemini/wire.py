@@ -29,7 +29,7 @@ upstream's base_url (``https://generativelanguage.googleapis.com/v1beta``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -62,6 +62,7 @@ from gateway.apis.replay import Trim
 from gateway.errors import Classification, ErrorType
 from gateway.jsonbody import Lenient, dumps
 from gateway.policy.compress import CompressionResult
+from gateway.policy.thinking_signers import thought_signature_of
 from gateway.policy.tool_outputs import Stage, ToolOutputPolicy
 from gateway.sse import ParsedEvents
 
@@ -247,10 +248,13 @@ class GeminiStreamReader(ShownText):
     """Reads a Gemini SSE stream: every event one GenerateContentResponse, an ``{"error"}``
     event an upstream error, the event whose candidate has a ``finishReason`` the end."""
 
-    __slots__ = ("error", "parsed_events", "usage")
+    __slots__ = ("error", "parsed_events", "signed", "usage")
 
     def __init__(self) -> None:
         super().__init__()
+        # Told each thought signature the answer carries, when set: whose reasoning is whose
+        # (``policy/thinking_signers.py``).
+        self.signed: Callable[[str], None] | None = None
         self.parsed_events = ParsedEvents()
         self.usage: dict[str, int] = {}
         self.error: dict[str, Any] | None = None
@@ -283,6 +287,10 @@ class GeminiStreamReader(ShownText):
         parts = _parts(candidate)
         if self.tracking:
             self._track(parts)
+        if self.signed is not None:  # the event is parsed already: its few parts looked into
+            for part in parts:
+                if "thoughtSignature" in part or "thought_signature" in part:
+                    self._signed(part)
         if candidate is not None and field(candidate, "finishReason"):
             return _FINAL_KIND
         feedback = field(doc, "promptFeedback") if candidate is None else None
@@ -294,6 +302,12 @@ class GeminiStreamReader(ShownText):
         if committed or parts:
             return _VISIBLE_KIND
         return _CONTENTLESS_KIND
+
+    def _signed(self, part: dict[str, Any]) -> None:
+        assert self.signed is not None
+        mark = thought_signature_of(part)
+        if mark is not None:
+            self.signed(mark)
 
     def _track(self, parts: list[dict[str, Any]]) -> None:
         for part in parts:

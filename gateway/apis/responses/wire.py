@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway.apis import output_budget
@@ -54,6 +54,7 @@ from gateway.apis.synthesize import responses_stream
 from gateway.errors import Classification
 from gateway.policy.compress import CompressionResult
 from gateway.policy.foreign_reasoning import GATEWAY_THINKING_MARK, without_gateway_thinking
+from gateway.policy.thinking_signers import sealed_in
 from gateway.policy.tool_outputs import Stage, ToolOutputPolicy
 from gateway.sse import Event, ParsedEvents, error_status
 
@@ -230,9 +231,12 @@ def web_searches(output: Any) -> int:
 
 
 class ResponsesStreamReader:
-    __slots__ = ("error", "next_seq", "parsed_events", "response", "shown", "usage")
+    __slots__ = ("error", "next_seq", "parsed_events", "response", "shown", "signed", "usage")
 
     def __init__(self) -> None:
+        # Told each reasoning item's ``encrypted_content`` the answer carries, when set: whose
+        # reasoning is whose (``policy/thinking_signers.py``).
+        self.signed: Callable[[str], None] | None = None
         self.parsed_events = ParsedEvents()
         self.usage: dict[str, int] = {}
         self.error: dict[str, Any] | None = None
@@ -289,6 +293,10 @@ class ResponsesStreamReader:
             response = doc.get("response")
             if isinstance(response, dict):
                 self.usage.update(responses_usage(response.get("usage"), response.get("output")))
+            if self.signed is not None:
+                # Whose reasoning is whose, read off the one event that holds every item whole
+                # (parsed here anyway): no search of the events before it (issue #38).
+                self._sealed(doc)
             return _FINAL_KIND
         if committed:
             return _VISIBLE_KIND
@@ -303,6 +311,11 @@ class ResponsesStreamReader:
         if isinstance(doc, dict) and _opens_empty(doc):
             return _CONTENTLESS_KIND
         return _VISIBLE_KIND
+
+    def _sealed(self, doc: Any) -> None:
+        assert self.signed is not None
+        for mark in sealed_in(doc):
+            self.signed(mark)
 
     def _error_of(self, doc: Any) -> dict[str, Any] | None:
         """An ``{"error": {...}}`` payload (with the status the code stands for) when the

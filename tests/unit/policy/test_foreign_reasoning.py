@@ -18,7 +18,13 @@ from gateway.policy.foreign_reasoning import (
     strip,
     without_gateway_thinking,
 )
-from gateway.policy.thinking_signers import Signers
+from gateway.policy.thinking_signers import (
+    Signers,
+    sealed_in,
+    sealed_of,
+    thought_signature_of,
+    thought_signatures_in,
+)
 from tests.corpus_cases import HELD_OUT, IN_SAMPLE, body_bytes, classify_case
 
 FOREIGN = [c for c in IN_SAMPLE if c["expected"].get("foreign_reasoning")]
@@ -222,6 +228,46 @@ def test_gemini_signatures_become_the_value_google_gives_for_history_from_elsewh
     assert out is not None and out["contents"][1]["parts"][0]["thoughtSignature"] == GEMINI_SKIP
     assert doc["contents"][1]["parts"][0]["thoughtSignature"] == "CiQBjz1rX5"
     assert strip("gemini", out) is None  # nothing left to change
+
+
+def test_only_the_reasoning_items_said_foreign_are_left_out() -> None:
+    mine = {"type": "reasoning", "id": "rs_2", "summary": [], "encrypted_content": "gAAAAmine=="}
+    theirs = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAAtheirs=="}
+    doc = {"input": [{"role": "user", "content": "hi"}, theirs, {"role": "user", "content": "and?"}, mine]}
+    out = strip("responses", doc, foreign=lambda i: sealed_of(i) == "gAAAAtheirs==")
+    assert out is not None and out["input"] == [doc["input"][0], doc["input"][2], mine]
+    assert strip("responses", doc, foreign=lambda i: False) is None
+
+
+def test_only_the_gemini_signatures_said_foreign_are_stood_in_for() -> None:
+    mine = {"text": "Fine.", "thoughtSignature": "sig-b"}
+    theirs = {"functionCall": {"name": "ls", "args": {}}, "thought_signature": "sig-a"}
+    doc = {"contents": [{"role": "model", "parts": [theirs]}, {"role": "model", "parts": [mine]}]}
+    out = strip("gemini", doc, foreign=lambda p: thought_signature_of(p) == "sig-a")
+    assert out is not None
+    assert out["contents"][0]["parts"][0]["thought_signature"] == GEMINI_SKIP and out["contents"][1]["parts"] == [mine]
+
+
+def test_what_binds_a_responses_item_or_a_gemini_part_to_its_account() -> None:
+    item = {"id": "rs_1", "type": "reasoning", "summary": [], "encrypted_content": "gAAAA1"}
+    done = {"type": "response.completed", "response": {"output": [item, {"type": "message", "content": []}]}}
+    assert sealed_in({"type": "response.output_item.done", "item": item}) == ["gAAAA1"]
+    assert sealed_in(done) == ["gAAAA1"] and sealed_in(done["response"]) == ["gAAAA1"]
+    assert sealed_in({"type": "response.output_item.added", "item": {**item, "encrypted_content": None}}) == []
+    parts = [{"text": "a"}, {"text": "b", "thoughtSignature": "s1"}, {"functionCall": {}, "thought_signature": "s2"},
+             {"text": "c", "thoughtSignature": GEMINI_SKIP}]  # fmt: skip
+    assert thought_signatures_in(parts) == ["s1", "s2"]  # Google's stand-in is nobody's
+
+
+def test_a_deployments_refusals_are_read_by_signature_whatever_the_api() -> None:
+    signers = Signers()
+    signers.issued("gAAAAtheirs==", "a")
+    signers.issued("gAAAAmine==", "b")
+    signers.refused("b", ["a"])
+    assert signers.refuses_mark("b", "gAAAAtheirs==") and not signers.refuses_mark("b", "gAAAAmine==")
+    assert not signers.refuses_mark("b", None) and not signers.refuses_mark("b", "gAAAAunknown==")
+    assert [signers.foreign_mark("b", m) for m in ("gAAAAtheirs==", "gAAAAmine==", "gAAAAunknown==", None)] == [
+        True, False, True, True]
 
 
 def test_only_the_gateways_own_carriage_is_left_out_before_an_openai_send() -> None:
