@@ -285,6 +285,7 @@ def _accounts(cfg: GatewayConfig, store: StateStore, wall: Callable[[], float],
     refs = cfg.accounting.reference_tokens
     accounts = Accounts(store, prices, wall, default_max_tokens=cfg.accounting.default_max_tokens,
                         reserved_output_max=cfg.accounting.reserved_output_max,
+                        reserved_searches=cfg.accounting.reserved_searches,
                         closed_when_store_down=cfg.accounting.when_store_down == "closed",
                         references=ReferenceTokens(refs.document, refs.image))  # fmt: skip
     if previous is not None and previous.accounts is not None:

@@ -1459,6 +1459,15 @@ class AccountingConfig(_Model):
         "write; each is still settled at its usage, and each in flight may overspend by what it writes above "
         "this.",
     )  # fmt: skip
+    # Codex declares `web_search` on every request and names no bound: 5 held a turn on a $0.10 key
+    # refused its second concurrent turn (429 key_budget_held) with $0.0855 left (audit).
+    reserved_searches: int = Field(
+        default=1, ge=0,
+        description="The web searches reserved against budgets for a request declaring a search tool that "
+        "names no bound of its own (a tool's `max_uses` or the request's `max_tool_calls` is reserved as it "
+        "stands). Each search made is charged at the settle, so a request in flight may overspend its key's "
+        "budget by the fees of the searches it makes beyond this.",
+    )  # fmt: skip
     reference_tokens: ReferenceTokensConfig = Field(
         default=ReferenceTokensConfig(),
         description="Prompt tokens reserved against budgets and `tokens_per_minute` for each attachment a "

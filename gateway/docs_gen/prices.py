@@ -58,7 +58,8 @@ def render() -> str:
         "answers for Gemini 2.5). The fee is the model family's (`FEES`), so an operator's price",
         "for a model of that family keeps it unless it names its own `web_search` (USD per search);",
         "a family with none (–) counts its searches at nothing. A request declaring a search tool",
-        f"reserves its `max_uses` or `max_tool_calls` searches, else {DEFAULT_SEARCHES}.",
+        "reserves its `max_uses` or `max_tool_calls` searches, else `accounting.reserved_searches` "
+        f"({DEFAULT_SEARCHES} unless set).",
         "",
         "| model | input | output | cache read | cache write (5 min) | cache write (1 h) | long prompts"
         " | web search |",

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.keys.periods import bounds, iso
-from gateway.keys.prices import Cost, Price, PriceTable, cost_of, worst_case
+from gateway.keys.prices import DEFAULT_SEARCHES, Cost, Price, PriceTable, cost_of, worst_case
 from gateway.keys.references import ReferenceTokens
 from gateway.keys.registry import KeySpec
 from gateway.state.ledger_ops import LedgerAdmit, LedgerKeep, LedgerSettle
@@ -100,6 +100,7 @@ class Accounts:
     wall: Callable[[], float]
     default_max_tokens: int = 4096
     reserved_output_max: int | None = None  # accounting.reserved_output_max
+    reserved_searches: int = DEFAULT_SEARCHES  # accounting.reserved_searches
     closed_when_store_down: bool = False
     references: ReferenceTokens = field(default_factory=ReferenceTokens)  # attachments not in the bytes
     _ids: itertools.count[int] = field(default_factory=itertools.count)

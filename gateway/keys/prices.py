@@ -232,9 +232,11 @@ FEES: tuple[tuple[str, Fee], ...] = (
 )
 
 # The searches reserved for a request that declares a search tool with no bound of its own
-# (Anthropic's ``max_uses``, OpenAI's ``max_tool_calls``): Anthropic's own examples bound a
-# turn at 5 (``"max_uses": 5``); a turn that searches more is counted in full at its settle.
-DEFAULT_SEARCHES = 5
+# (Anthropic's ``max_uses``, OpenAI's ``max_tool_calls``): ``accounting.reserved_searches``'s
+# default. Codex declares ``web_search`` on every turn and rarely searches: 5 held on each
+# ($0.05 beside its tokens) refused a $0.10 key's second concurrent turn with $0.0855 left
+# (audit). A turn that searches more is charged in full at its settle.
+DEFAULT_SEARCHES = 1
 
 
 def with_fee(name: str, price: Price) -> Price:
@@ -343,10 +345,10 @@ _RESPONSES_SEARCH = frozenset({"web_search", "web_search_preview", "web_search_2
 _GEMINI_SEARCH = ("googleSearch", "google_search", "googleSearchRetrieval", "google_search_retrieval")
 
 
-def declared_searches(payload: Mapping[str, Any]) -> int:
+def declared_searches(payload: Mapping[str, Any], reserved: int = DEFAULT_SEARCHES) -> int:
     """How many web searches a request may be billed, for its reservation: 0 without a search
     tool; Anthropic's ``max_uses`` (each tool's, summed), else OpenAI's ``max_tool_calls``, else
-    ``DEFAULT_SEARCHES``."""
+    ``reserved`` (``accounting.reserved_searches``)."""
     tools = payload.get("tools")
     searches = 0
     unbounded = False
@@ -367,7 +369,7 @@ def declared_searches(payload: Mapping[str, Any]) -> int:
         if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0:
             searches += min(cap, 1000)
         else:
-            searches += DEFAULT_SEARCHES
+            searches += reserved
     return searches
 
 

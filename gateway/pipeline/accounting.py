@@ -26,7 +26,15 @@ from gateway.apis.base import Dialect, Inbound
 from gateway.apis.gemini.fields import field
 from gateway.errors import Classification, ErrorType
 from gateway.keys.ledger import Accounts, LimitHit, Reservation
-from gateway.keys.prices import Cost, Price, PriceTable, asks_hour_cache, cost_of, declared_searches
+from gateway.keys.prices import (
+    DEFAULT_SEARCHES,
+    Cost,
+    Price,
+    PriceTable,
+    asks_hour_cache,
+    cost_of,
+    declared_searches,
+)
 from gateway.keys.registry import KeySpec
 from gateway.pipeline.outcome import Failure, Leg, RequestState, bad_request, gateway_failure
 from gateway.policy.retry_after import reset_at_ms
@@ -57,7 +65,8 @@ def _searches_sent(svc: Services, dialect: Dialect | None, inbound: Inbound) -> 
     its route takes it in its own API: a translation sends no provider's search tool on (the
     Responses-to-chat one drops hosted tools, and Codex declares ``web_search`` on every
     request), so a route that only translates it searches nothing."""
-    searches = declared_searches(inbound.payload)
+    unbounded = svc.accounts.reserved_searches if svc.accounts is not None else DEFAULT_SEARCHES
+    searches = declared_searches(inbound.payload, unbounded)
     route = svc.chain_for(inbound.model) if searches and inbound.model else None
     if route is None or dialect is None or inbound.model is None:
         return searches

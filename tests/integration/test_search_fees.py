@@ -27,8 +27,8 @@ async def _budget(gw: Gateway) -> dict[str, Any]:
         return dict((await r.json())["budget"])
 
 
-async def _held_while_in_flight(gw: Gateway) -> float:
-    answer = asyncio.ensure_future(gw.responses(REQUEST, headers=ALICE))
+async def _held_while_in_flight(gw: Gateway, request: dict[str, Any] = REQUEST) -> float:
+    answer = asyncio.ensure_future(gw.responses(request, headers=ALICE))
     for _ in range(200):
         async with gw.session.get(gw.base + "/v1/gateway/key", headers=ALICE) as r:
             state = await r.json()
@@ -51,6 +51,20 @@ async def test_a_native_route_reserves_the_declared_searches_and_pays_each_call(
             break
         await asyncio.sleep(0.02)
     assert budget["spent_usd"] == 1.0 and budget["reserved_usd"] == 0  # the answer's one web_search_call
+
+
+async def test_a_search_tool_with_no_bound_reserves_accounting_reserved_searches(make_gateway: MakeGateway) -> None:
+    """Codex declares ``web_search`` on every request and names no bound: 5 searches held on each
+    turn refused a $0.10 key's second concurrent ``codex exec`` 429 ``key_budget_held`` six
+    times, and it died, with $0.0855 left (audit). One is held by default; the setting says how
+    many; a bound the request names is held as it stands."""
+    unbounded = {k: v for k, v in REQUEST.items() if k != "max_tool_calls"}
+    for extra, request, held in (("", unbounded, 1.0), ("accounting: {reserved_searches: 4}\n", unbounded, 4.0),
+                                 ("accounting: {reserved_searches: 0}\n", unbounded, 0.0),
+                                 ("accounting: {reserved_searches: 0}\n", REQUEST, 3.0)):  # fmt: skip
+        gw = await make_gateway(KEYS + extra, ", apis: [responses]")
+        gw.fake.always = Reply(200, {**response_object("gpt-5"), "output": OUTPUT}, delay_s=0.3)
+        assert await _held_while_in_flight(gw, request) == held, extra
 
 
 async def test_a_route_that_only_translates_reserves_no_search(make_gateway: MakeGateway) -> None:
