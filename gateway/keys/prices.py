@@ -225,6 +225,10 @@ class Fee:
 # counted, as the docs say.
 FEES: tuple[tuple[str, Fee], ...] = (
     ("claude-*", Fee(0.01)),
+    # gpt-oss is OpenAI's open-weight model, served by whoever runs it (vLLM, Ollama), never by
+    # OpenAI's search tool: a $0 price for gpt-oss-120b on vLLM took OpenAI's fee, and Codex on
+    # it, declaring web_search, was refused on a $0.05 key that had spent nothing (audit).
+    ("gpt-oss*", Fee(0.0)),
     ("gpt-*", Fee(0.01)),  # the GA tool's, for every model (above)
     ("o[1-9]*", Fee(0.01)),
     ("gemini-2.5*", Fee(0.035, per_request=True)),
@@ -241,8 +245,10 @@ DEFAULT_SEARCHES = 1
 
 def with_fee(name: str, price: Price) -> Price:
     """``price`` with its family's web search fee (``FEES``, matched on ``name``) where it
-    names none of its own."""
-    if price.web_search is not None:
+    names none of its own. A price whose tokens are free (input and output 0: the operator's
+    own model, served locally) takes no family's fee: the provider whose fee it is does not
+    serve it."""
+    if price.web_search is not None or (price.input == 0 and price.output == 0):
         return price
     fee = next((fee for pattern, fee in FEES if fnmatchcase(name, pattern)), None)
     if fee is None:

@@ -100,6 +100,21 @@ def test_an_operator_sets_or_removes_the_fee() -> None:
     assert cost_of(table.price_for("qwen3"), {"web_search": 2}).priced is False
 
 
+def test_a_free_or_open_weight_model_takes_no_familys_fee() -> None:
+    """An operator's $0 price for gpt-oss-120b (a local open-weight model on vLLM) took OpenAI's
+    ``gpt-*`` fee: Codex on it, declaring ``web_search``, was refused on a $0.05 key that had
+    spent nothing (audit). gpt-oss is not OpenAI's served family, and a free price takes no
+    family's fee unless it names one."""
+    table = PriceTable.of({"gpt-oss*": Price(0.0, 0.0), "claude-local*": Price(0.0, 0.0),
+                           "gpt-oss-hosted": Price(0.10, 0.50), "gpt-free": Price(0.0, 0.0, web_search=0.01)})  # fmt: skip
+    for model in ("gpt-oss-120b", "claude-local-7b", "gpt-oss-hosted"):
+        price = table.price_for(model)
+        assert price is not None and cost_of(price, {"web_search": 3}).usd == 0.0, model
+        assert worst_case(price, 0, 0, searches=5) == 0.0, model
+    assert cost_of(table.price_for("gpt-free"), {"web_search": 3}).usd == pytest.approx(0.03)  # named: kept
+    assert cost_of(table.price_for("gpt-5"), {"web_search": 3}).usd == pytest.approx(0.03)  # OpenAI's own
+
+
 @pytest.mark.parametrize(("payload", "searches"), [
     # Anthropic's docs' tool definition, "max_uses": 5; two such tools add up.
     ({"tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 5}]}, 5),
