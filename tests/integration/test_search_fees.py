@@ -11,14 +11,26 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.fakeupstream import Reply, chat_completion, response_object
+from tests.fakeupstream import (
+    Reply,
+    Seq,
+    Stream,
+    anthropic_head,
+    chat_completion,
+    response_object,
+    responses_deltas,
+    responses_head,
+    sse,
+    text_delta,
+)
 from tests.integration.conftest import Gateway, MakeGateway
 
 ALICE = {"Authorization": "Bearer gk-alice"}
 KEYS = ("prices: {'gpt-5*': {input: 0, output: 0, web_search: 1.0}}\n"
         "keys: [{name: alice, key: gk-alice, budget: {usd: 100, period: day}}]\n")  # fmt: skip
-SEARCHED = json.loads((Path(__file__).parents[1] / "corpus" / "usage" / "server_tools.json").read_text())
-OUTPUT = next(c for c in SEARCHED["cases"] if c["name"] == "openai-responses-web-search-output")["body"]["output"]
+SEARCHED = {c["name"]: c["body"] for c in json.loads(
+    (Path(__file__).parents[1] / "corpus" / "usage" / "server_tools.json").read_text())["cases"]}  # fmt: skip
+OUTPUT = SEARCHED["openai-responses-web-search-output"]["output"]
 REQUEST = {"model": "gpt-5", "input": "latest news about AI", "tools": [{"type": "web_search"}], "max_tool_calls": 3}
 
 
@@ -65,6 +77,46 @@ async def test_a_search_tool_with_no_bound_reserves_accounting_reserved_searches
         gw = await make_gateway(KEYS + extra, ", apis: [responses]")
         gw.fake.always = Reply(200, {**response_object("gpt-5"), "output": OUTPUT}, delay_s=0.3)
         assert await _held_while_in_flight(gw, request) == held, extra
+
+
+async def _spent(gw: Gateway, headers: dict[str, str] = ALICE) -> float:
+    for _ in range(100):
+        async with gw.session.get(gw.base + "/v1/gateway/key", headers=headers) as r:
+            budget = (await r.json())["budget"]
+        if budget["spent_usd"] or not budget["reserved_usd"]:
+            return float(budget["spent_usd"])
+        await asyncio.sleep(0.02)
+    raise AssertionError(budget)
+
+
+async def test_a_cut_responses_stream_pays_the_searches_it_streamed(make_gateway: MakeGateway) -> None:
+    """A search was counted only from response.completed, which a cut stream never gets: 3
+    searches Codex had already received were never charged (audit)."""
+    gw = await make_gateway(KEYS, ", apis: [responses]")
+    seq = Seq()
+    head = responses_head("gpt-5", seq=seq)
+    searched = seq("response.output_item.done", output_index=1, item=OUTPUT[0])
+    gw.fake.script(Stream([*head, searched, *responses_deltas(("Found", " it"), start_seq=seq.n + 1)], then="drop"))
+    status, _, body = await gw.responses({**REQUEST, "stream": True}, headers=ALICE)
+    assert status == 200 and b"web_search_call" in body
+    assert await _spent(gw) == 1.0  # its one search, at $1; tokens are free here
+
+
+async def test_a_cut_messages_stream_pays_the_searches_it_streamed(make_gateway: MakeGateway) -> None:
+    """Anthropic states the searches only in message_delta's usage, at the end."""
+    gw = await make_gateway("prices: {'claude-*': {input: 0, output: 0, web_search: 1.0}}\n"
+                            "keys: [{name: alice, key: gk-alice, budget: {usd: 100, period: day}}]\n",
+                            ", apis: [messages], key_header: x-api-key")  # fmt: skip
+    events = SEARCHED["anthropic-web-search-stream"]["events"]
+    gw.fake.script(Stream([*anthropic_head(), *(sse(e["type"], e) for e in events[2:]), text_delta("Found", 3)],
+                          then="drop"))  # fmt: skip
+    headers = {"x-api-key": "gk-alice", "anthropic-version": "2023-06-01"}
+    status, _, body = await gw.messages({"model": "claude-sonnet-4-5", "max_tokens": 100, "stream": True,
+                                         "messages": [{"role": "user", "content": "news?"}],
+                                         "tools": [{"type": "web_search_20250305", "name": "web_search"}]},
+                                        headers=headers)  # fmt: skip
+    assert status == 200 and b"server_tool_use" in body
+    assert await _spent(gw, headers) == 1.0
 
 
 async def test_a_route_that_only_translates_reserves_no_search(make_gateway: MakeGateway) -> None:

@@ -330,6 +330,11 @@ class AnthropicStreamReader(ShownText):
         ):
             event = event or self.parsed_events.parse(raw)
             self._take_usage(event.json())
+        elif raw.partition(b"server_tool_use")[1]:
+            # A search is counted as its block starts: the count is stated only in the
+            # message_delta at the end, which a stream cut or continued never gets.
+            event = event or self.parsed_events.parse(raw)
+            self._searched(event.json())
         signs = self.signed is not None
         if signs and (raw.partition(b"signature_delta")[1] or raw.partition(b"redacted_thinking")[1]):
             event = event or self.parsed_events.parse(raw)
@@ -383,7 +388,24 @@ class AnthropicStreamReader(ShownText):
                 self.usage.update(anthropic_usage(message.get("usage")))
         elif doc.get("type") == "message_delta":
             # Cumulative counts: the last message_delta has the totals.
-            self.usage.update(anthropic_usage(doc.get("usage")))
+            usage = doc.get("usage")
+            if isinstance(usage, dict) and isinstance(usage.get("server_tool_use"), dict):
+                # Its count replaces the blocks counted as they streamed: "If an error occurs
+                # during web search, the web search will not be billed" (the tool's docs).
+                self.usage.pop("web_search", None)
+            self.usage.update(anthropic_usage(usage))
+
+    def _searched(self, doc: Any) -> None:
+        """Counts a ``server_tool_use`` block of the ``web_search`` tool as it starts
+        (Anthropic's streaming example: ``content_block_start`` with ``"type":
+        "server_tool_use", "name": "web_search"``)."""
+        if not isinstance(doc, dict) or doc.get("type") != "content_block_start":
+            return
+        block = doc.get("content_block")
+        if not isinstance(block, dict):
+            return
+        if block.get("type") == "server_tool_use" and block.get("name") == "web_search":
+            self.usage["web_search"] = self.usage.get("web_search", 0) + 1
 
     def owed_end(self) -> bytes:
         # The SDKs' stream helpers make the answer at message_stop alone: without it the

@@ -281,6 +281,12 @@ class ResponsesStreamReader:
             tracked = event.json()
             if isinstance(tracked, dict):
                 self.shown.see(tracked)
+        if raw.partition(b'"web_search_call"')[1]:
+            # A search is counted as its item is done: a stream cut or continued before
+            # response.completed (whose output alone listed them) had its searches shown and
+            # never charged (audit: 3 Codex had received). One search per event, parsed only here.
+            event = event or self.parsed_events.parse(raw)
+            self._searched(event.json())
         if committed and not (
             raw.partition(b"response.completed")[1] or raw.partition(b"response.incomplete")[1]
         ):
@@ -292,7 +298,10 @@ class ResponsesStreamReader:
             assert isinstance(doc, dict)
             response = doc.get("response")
             if isinstance(response, dict):
+                streamed = self.usage.get("web_search", 0)
                 self.usage.update(responses_usage(response.get("usage"), response.get("output")))
+                if streamed > self.usage.get("web_search", 0):
+                    self.usage["web_search"] = streamed
             if self.signed is not None:
                 # Whose reasoning is whose, read off the one event that holds every item whole
                 # (parsed here anyway): no search of the events before it (issue #38).
@@ -316,6 +325,14 @@ class ResponsesStreamReader:
         assert self.signed is not None
         for mark in sealed_in(doc):
             self.signed(mark)
+
+    def _searched(self, doc: Any) -> None:
+        """Counts the search of a ``response.output_item.done`` whose item is a
+        ``web_search_call`` (``web_searches``' rule)."""
+        if isinstance(doc, dict) and doc.get("type") == "response.output_item.done":
+            n = web_searches([doc.get("item")])
+            if n:
+                self.usage["web_search"] = self.usage.get("web_search", 0) + n
 
     def _error_of(self, doc: Any) -> dict[str, Any] | None:
         """An ``{"error": {...}}`` payload (with the status the code stands for) when the

@@ -61,6 +61,60 @@ def test_streams_count_the_searches_as_their_final_events_state_them() -> None:
     assert gemini.usage == {"web_search": 2}
 
 
+def _sse(name: str, doc: dict[str, Any]) -> bytes:
+    return f"event: {name}\ndata: {json.dumps(doc)}\n\n".encode()
+
+
+def test_a_responses_stream_counts_each_search_as_its_item_is_done() -> None:
+    """Searches were counted only from response.completed's output, which a stream cut or
+    continued before it never gets (audit: 3 searches Codex had received, uncharged). The item
+    is the web search guide's; ``response.output_item.done`` carries it whole (the API
+    reference's streaming events: ``type``, ``output_index``, ``item``, ``sequence_number``)."""
+    output = _body("openai-responses-web-search-output")["output"]
+    item = output[0]
+    reader = ResponsesStreamReader()
+    added = {"type": "response.output_item.added", "output_index": 0, "sequence_number": 2,
+             "item": {**item, "status": "in_progress", "action": {"type": "search"}}}  # fmt: skip
+    reader.kind(_sse(added["type"], added), committed=False)
+    for n, name in enumerate(("response.web_search_call.in_progress", "response.web_search_call.searching",
+                              "response.web_search_call.completed")):  # fmt: skip
+        doc = {"type": name, "output_index": 0, "item_id": item["id"], "sequence_number": 3 + n}
+        reader.kind(_sse(name, doc), committed=True)
+    assert reader.usage == {}  # a search is counted once, when its item is done
+    done = {"type": "response.output_item.done", "output_index": 0, "item": item, "sequence_number": 6}
+    reader.kind(_sse(done["type"], done), committed=True)
+    assert reader.usage == {"web_search": 1}  # what a cut here is charged
+    final = {"type": "response.completed", "sequence_number": 9,
+             "response": {"output": output, "usage": {"input_tokens": 10, "output_tokens": 5}}}  # fmt: skip
+    reader.kind(_sse(final["type"], final), committed=True)
+    assert reader.usage == {"prompt": 10, "completion": 5, "web_search": 1}  # the same search, not two
+    # The greater of the two counts: a final output that lists fewer keeps those streamed.
+    again = ResponsesStreamReader()
+    again.kind(_sse(done["type"], done), committed=True)
+    again.kind(_sse(done["type"], {**done, "output_index": 1}), committed=True)
+    again.kind(_sse(final["type"], final), committed=True)
+    assert again.usage["web_search"] == 2
+
+
+def test_a_messages_stream_counts_each_search_as_its_block_starts() -> None:
+    """The count is in message_delta's usage alone, which a stream cut or continued never gets:
+    each ``server_tool_use`` block of ``web_search`` counts as it starts (the tool's streaming
+    example), and a message_delta's count, when one comes, replaces them (a search that failed
+    is not billed)."""
+    reader = AnthropicStreamReader()
+    for doc in _body("anthropic-web-search-stream")["events"]:
+        reader.kind(_sse(doc["type"], doc), committed=False)
+    assert reader.usage == {"web_search": 1}
+    fetch = {"type": "content_block_start", "index": 3,
+             "content_block": {"type": "server_tool_use", "id": "srvtoolu_f", "name": "web_fetch"}}  # fmt: skip
+    reader.kind(_sse(fetch["type"], fetch), committed=True)
+    assert reader.usage == {"web_search": 1}  # web fetch is not billed apart
+    delta = {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 9,
+             "server_tool_use": {"web_search_requests": 0}}}  # fmt: skip
+    reader.kind(_sse(delta["type"], delta), committed=True)
+    assert reader.usage == {"completion": 9}
+
+
 def test_a_search_is_charged_on_top_of_the_tokens() -> None:
     """The audit: 50 searches on claude-sonnet-4-5, 1,000 in and 500 out, were recorded at $0.0105;
     Anthropic bills "$10 per 1,000 searches" on top: $0.5105."""
