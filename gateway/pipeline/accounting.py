@@ -249,11 +249,20 @@ def settle(svc: Services, state: RequestState) -> None:
     reservation = state.reservation
     used: dict[str, int] = {}
     costs: list[Cost] = []
-    for charged, price in _charged_parts(accounts.prices, state):
+    parts = _charged_parts(accounts.prices, state)
+    for charged, price, _ in parts:
         costs.append(cost_of(price, charged))
         for kind, n in charged.items():
             used[kind] = used.get(kind, 0) + n
     cost = Cost(sum(c.usd for c in costs), all(c.priced for c in costs))
+    if len(parts) > 1:
+        # The log line's usage is what the upstreams reported, under the client's model: with
+        # legs at other models and estimated prompts beside it, it did not explain the cost
+        # (a chat stream cut and finished by a gpt-5-mini fallback: $0.075286 beside a usage
+        # of 21,000 prompt tokens, 35,059 charged; audit). Only then: one part is the request.
+        state.cost_legs = tuple({"model": model, "usage": charged, "cost_usd": round(c.usd, 6),
+                                 **({} if c.priced else {"priced": False})}
+                                for (charged, _, model), c in zip(parts, costs, strict=True))  # fmt: skip
     # Nothing used (a listing, a refused request) has nothing to price: not "unpriced".
     state.cost_usd, state.priced = cost.usd, cost.priced or not any(used.values())
     attrs: dict[str, str | float | bool] = {f"{P}key": key.name, f"{P}cost_usd": round(cost.usd, 6),
@@ -278,22 +287,23 @@ def settle(svc: Services, state: RequestState) -> None:
             task.add_done_callback(svc.life.settling.discard)
 
 
-def _charged_parts(prices: PriceTable, state: RequestState) -> list[tuple[dict[str, int], Price | None]]:
+def _charged_parts(prices: PriceTable,
+                   state: RequestState) -> list[tuple[dict[str, int], Price | None, str | None]]:  # fmt: skip
     """What the key pays for, part by part, each at its own price: every stream relayed (a
     continued answer's legs, each at the model its upstream was sent: a cut stream of a
     $30/$180 model continued by gpt-5-nano on a fallback was charged all at nano's price,
     571 shown tokens of the first for $0.0002 instead of $0.10; audit), then what no stream
     counted (a buffered answer, a relayed one, a continuation the client left before its first
     words), at the model last sent. A part that used nothing is left out unless nothing was
-    used at all."""
+    used at all. Each with its model: the one it was sent, else the client's."""
     rest = dict(state.usage)
     for leg in state.legs:
         for kind, n in leg.usage.items():
             rest[kind] = rest.get(kind, 0) - n
     last = Leg({k: n for k, n in rest.items() if n}, state.sent_model, state.completion_estimated)
     parts = [(leg, leg.unread) for leg in state.legs] + [(last, state.answered_uncounted)]
-    charged = [(_charged(state.reservation, leg, left), _served_price(prices, state, leg.model))
-               for leg, left in parts]  # fmt: skip
+    charged = [(_charged(state.reservation, leg, left), _served_price(prices, state, leg.model),
+                leg.model or state.model) for leg, left in parts]  # fmt: skip
     return [part for part in charged if any(part[0].values())] or charged[-1:]
 
 

@@ -318,6 +318,9 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
             record["cost_usd"] = round(state.cost_usd, 6)
             if not state.priced:
                 record["priced"] = False  # no price for the model: the cost is unknown, not zero
+        if state.cost_legs is not None:  # models and counts, never content
+            record["legs"] = [{**part, "model": model_asked(str(part["model"] or ""))}
+                              for part in state.cost_legs]  # fmt: skip
     if state.session is not None:
         record["session"] = state.session
     if state.pool is not None:

@@ -77,6 +77,9 @@ class RequestState:
     reservation: Reservation | None = None  # what the key's limits and budget hold for it
     cost_usd: float | None = None  # what the provider's usage cost, at the model's price
     priced: bool = True  # False: no price is known for the model (the cost is not zero, unknown)
+    # The parts the key paid, each {model, usage as charged, cost_usd}, where it paid more than
+    # one (a continued or fallback answer): the log line's ``legs`` (accounting.settle).
+    cost_legs: tuple[dict[str, object], ...] | None = None
     session: str | None = None  # the agent's session, for attribution (never a prompt)
     from_memory: int = 0  # answered by the loop breaker: the repeats it has seen, else 0
     compressed: bool = False

@@ -350,6 +350,7 @@ async def test_the_log_line_attributes_key_team_cost_and_session_and_says_when_u
     priced, unpriced = lines
     assert priced["key"] == "alice" and priced["team"] == "web" and priced["cost_usd"] == 26
     assert priced["session"] == "019a-codex-session" and "priced" not in priced
+    assert "legs" not in priced  # one part: its usage and cost_usd say it all
     assert unpriced["cost_usd"] == 0 and unpriced["priced"] is False
     assert gw.metric("llm_gateway_key_tokens_total", key="alice", model="qwen3-coder", kind="prompt",
                      priced="false") == 12  # fmt: skip
@@ -1327,7 +1328,7 @@ def _continued_chat(usage: dict[str, int]) -> Stream:
 
 
 async def test_each_leg_of_a_continued_stream_is_paid_at_its_own_price_and_its_own_prompt(
-    make_gateway: MakeGateway,
+    make_gateway: MakeGateway, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A stream of a dear model cut and continued by a cheap one on a fallback was charged all
     at the cheap one's price, and the cut leg's prompt (a chat stream counts it only at its
@@ -1346,11 +1347,19 @@ async def test_each_leg_of_a_continued_stream_is_paid_at_its_own_price_and_its_o
                 "model_map: {'*': gpt-4o-mini}, continuation: prefix}\n"))  # fmt: skip
         fake.script(_cut_chat(), _continued_chat({"prompt_tokens": 40, "completion_tokens": 5, "total_tokens": 45}))
         payload = {"model": "x", "max_tokens": 50, "stream": True, "messages": [{"role": "user", "content": "go"}]}
-        async with gw.session.post(gw.base + "/v1/chat/completions", json=payload, headers=ALICE) as r:
-            assert r.status == 200
-            assert b"that counted." in await r.read()
+        with caplog.at_level(logging.INFO, logger="gateway.access"):
+            async with gw.session.post(gw.base + "/v1/chat/completions", json=payload, headers=ALICE) as r:
+                assert r.status == 200
+                assert b"that counted." in await r.read()
         state = await settled(gw)
         assert [req.json()["model"] for req in fake.chat_requests()] == ["dear-model", "gpt-4o-mini"]
+        # The log line says what each part was charged: its usage (40 prompt tokens reported, the
+        # cut leg's estimated) did not explain its cost (audit, Claude Code on a fallback).
+        (line,) = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"]
+        first, second = line["legs"]
+        assert first["model"] == "dear-model" and first["usage"]["completion"] == 10 and first["usage"]["prompt"] > 0
+        assert second == {"model": "gpt-4o-mini", "usage": {"prompt": 40, "completion": 5}, "cost_usd": 40 + 10}
+        assert first["cost_usd"] + second["cost_usd"] == pytest.approx(line["cost_usd"])
         prompt = gw.metric("llm_gateway_key_tokens_total", key="alice", model="x", kind="prompt", priced="true")
         first_prompt = prompt - 40  # the cut leg's, as admission estimated it
         assert first_prompt > 0
