@@ -73,6 +73,13 @@ Sources, read 2026-11-28 (the agents' own default models, 2026-11-30: below):
   found (docs.apiyi.com, vercel.com/ai-gateway), the latter possibly a launch discount (Gemini
   3.7 Flash launched at half its price, github.com/BerriAI/litellm/discussions/36799); a
   price below Google's would let a budget overspend, so the operator prices them.
+- Gemini 3 Flash Preview, read 2026-11-30 from a copy of Google's pricing page
+  (ai.google.dev/gemini-api/docs/pricing, quoted at https://factquire.com/models/google/gemini-3-flash-preview.json,
+  accessed there 2026-07-04): "Gemini 3 Flash Preview `gemini-3-flash-preview` ... Input price
+  ... $0.50 (text / image / video) $1.00 (audio) Output price (including thinking tokens) ...
+  $3.00 Context caching price ... $0.05 (text / image / video)" (audio counted at the text
+  price, as for 2.5 Flash). Gemini CLI's ``google_web_search`` tool posts there whatever model
+  the session uses, and a budgeted key was refused it (``model_not_priced``; audit).
 - Claude Sonnet 4 and 4.5 above 200k prompt tokens (their 1M-context beta), read 2026-11-30
   from copies of Anthropic's "Pricing" page (platform.claude.com/docs/en/about-claude/pricing,
   "Long context pricing"): "$6 / MTok" in and "$22.50 / MTok" out; "Prompt caching multipliers
@@ -208,6 +215,7 @@ SHIPPED: tuple[tuple[str, Price], ...] = (
     ("gemini-2.5-flash", Price(0.30, 2.50)),
     ("gemini-2.5-flash-lite", Price(0.10, 0.40)),
     ("gemini-3.1-pro-preview", Price(2.0, 12.0, long=(200_000, Price(4.0, 18.0)))),
+    ("gemini-3-flash-preview", Price(0.50, 3.0, 0.05)),  # Gemini CLI's web search model
 )
 
 

@@ -68,6 +68,8 @@ SONNET_4_LONG = Price(3.0, 15.0, 0.30, 3.75, long=(200_000, Price(6.0, 22.50, 0.
     ("gemini-2.5-flash", Price(0.30, 2.50)),
     ("gemini-2.5-flash-lite", Price(0.10, 0.40)),
     ("gemini-2.5-flash-image", None),  # image output is priced otherwise
+    # Gemini CLI's google_web_search tool posts to it: unpriced, a budgeted key's search failed.
+    ("gemini-3-flash-preview", Price(0.50, 3.0, 0.05)),
     ("qwen3-coder", None),
     (None, None),
 ])  # fmt: skip
