@@ -135,7 +135,7 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
         mark = ps.sent(call.up.cfg, scope, tokens, taken)
     state.attempts += 1
     left_s = plan.remaining_s()
-    head_s = min(svc.cfg.timeouts.first_byte_s, left_s)
+    head_s = min(svc.limits.first_byte_s, left_s)
     token_s = first_token_s(svc, call)
     if token_s is not None:
         token_s = min(token_s, left_s)  # a stream showing nothing must not outlive the deadline
@@ -171,10 +171,10 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
         if state.reading_from is not None:
             leg_over(svc, state)  # never relayed: nothing was seen to break
             settle_circuit(state, answered=False)
-        state.reading_from = call.up.cfg.name
+        state.reading_from = call.up.name
         return outcome
     label = outcome.classification.type.value if isinstance(outcome, Failure) else "success"
-    svc.telemetry.upstream_attempts.inc((call.up.cfg.name, label))
+    svc.telemetry.upstream_attempts.inc((call.up.name, label))
     if isinstance(outcome, Failure) and outcome.classification.provider_code in _TIMEOUTS:
         svc.telemetry.upstream_timeouts.labels(call.up.cfg.name, outcome.classification.provider_code).inc()
     return outcome

@@ -243,8 +243,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         merged = await list_models(request)
         if merged is not None:
             return merged
-    body = await read_body(request, svc.cfg.server.max_body_bytes, svc.cfg.timeouts.idle_s,
-                           svc.cfg.retry.deadline_s)
+    body = await read_body(request, svc.limits.max_body_bytes, svc.limits.idle_s, svc.limits.deadline_s)
     if isinstance(body, Failure):
         return await relay(request, svc, state, body)
     ctype = request.headers.get("Content-Type", "")
@@ -447,8 +446,7 @@ def authenticate(svc: Services, request: web.Request) -> Failure | None:
 
 
 async def _admit(request: web.Request, svc: Services, dialect: Dialect) -> Inbound | Failure:
-    body = await read_body(request, svc.cfg.server.max_body_bytes, svc.cfg.timeouts.idle_s,
-                           svc.cfg.retry.deadline_s)
+    body = await read_body(request, svc.limits.max_body_bytes, svc.limits.idle_s, svc.limits.deadline_s)
     if isinstance(body, Failure):
         return body
     doc = parse_json_object(body)
@@ -468,7 +466,7 @@ def _route(svc: Services, state: RequestState, model: str | None, api: str | Non
             "model_not_found",
             status=404,
         )
-    state.upstream = route.upstreams[0].cfg.name
+    state.upstream = route.upstreams[0].name
     svc.budget.record_request()
     return route
 
@@ -567,10 +565,10 @@ def _cap_tool_outputs(
         if handled is not None:
             payload = handled
             state.tool_outputs_capped += tally.cut
-    cfg = svc.cfg.compression
-    caps = [cfg.max_tool_output_tokens] if cfg.max_tool_output_tokens else []
-    if cfg.max_tool_output_share and up.cfg.context_window:
-        caps.append(max(64, int(cfg.max_tool_output_share * up.cfg.context_window)))
+    limits = svc.limits
+    caps = [limits.max_tool_output_tokens] if limits.max_tool_output_tokens else []
+    if limits.max_tool_output_share and up.cfg.context_window:
+        caps.append(max(64, int(limits.max_tool_output_share * up.cfg.context_window)))
     if not caps:
         return payload
     capped, count = dialect.cap_tool_outputs(payload, min(caps))

@@ -106,7 +106,7 @@ async def send_one(
     from siblings that could not serve): the retries it was owed, and no first attempt again;
     its circuit counted the request then."""
     up = call.up
-    state.upstream = up.cfg.name
+    state.upstream = up.name
     state.sent_model = call.wire_model or state.model
     if svc.param_fixes.learned:  # what this model refused before is left out before it is sent
         body = param_fixed(svc, state, call, body)
