@@ -58,9 +58,13 @@ class UpstreamRuntime:
     # gave up). Other requests of the model that fail meanwhile wait for it (pipeline/chain.py).
     retrying: dict[str, asyncio.Future[bool]] = field(init=False, default_factory=dict)
 
+    # cfg.name, read on every request as a plain attribute (see Limits).
+    name: str = field(init=False)
+
     def __post_init__(self) -> None:
         self.outbound = Outbound.of(self.cfg)
         self.secrets = upstream_secrets(self.cfg.api_key, self.cfg.headers)
+        self.name = self.cfg.name
 
     # (client API, requested model) -> how such requests reach this upstream.
     legs: dict[tuple[str, str | None], Leg | NoLeg] = field(init=False, default_factory=dict)
@@ -159,6 +163,27 @@ class Lifecycle:
         return len(tasks)
 
 
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The config's numbers that every request reads, copied once per config. On Python 3.11
+    (the shipped image's) reading a field of a pydantic model costs ~360 instructions more than
+    a slot's: BaseModel's ``__getattr__`` keeps the interpreter from caching the lookup (#38)."""
+
+    max_body_bytes: int  # server.max_body_bytes
+    idle_s: float  # timeouts.idle_s
+    deadline_s: float  # retry.deadline_s
+    first_byte_s: float  # timeouts.first_byte_s
+    retries_per_upstream: int  # fallback.retries_per_upstream
+    max_tool_output_tokens: int | None  # compression.max_tool_output_tokens
+    max_tool_output_share: float | None  # compression.max_tool_output_share
+
+    @classmethod
+    def of(cls, cfg: GatewayConfig) -> Limits:
+        return cls(cfg.server.max_body_bytes, cfg.timeouts.idle_s, cfg.retry.deadline_s,
+                   cfg.timeouts.first_byte_s, cfg.fallback.retries_per_upstream,
+                   cfg.compression.max_tool_output_tokens, cfg.compression.max_tool_output_share)  # fmt: skip
+
+
 @dataclass
 class Services:
     cfg: GatewayConfig
@@ -196,6 +221,10 @@ class Services:
     # Which deployment issued each thinking signature relayed, and whose each refused
     # (gateway/policy/thinking_signers.py, gateway/pipeline/reasoning_fix.py).
     signers: Signers = field(default_factory=Signers)
+    limits: Limits = field(init=False)  # read from cfg
+
+    def __post_init__(self) -> None:
+        self.limits = Limits.of(self.cfg)
 
     def chain_for(self, model: str | None) -> Route | None:
         """The first pool whose model globs match, else the first upstream outside every pool

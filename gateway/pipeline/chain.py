@@ -55,7 +55,7 @@ async def send_chain(
     cannot go there at all (no translation, a request that API cannot carry): such an
     upstream is passed over for the next, and answers only when it is the last. A pool's hop
     picks among its deployments (pipeline/pool.py); ``conversation`` keys its affinity."""
-    fallback = svc.cfg.fallback
+    retries_cap = svc.limits.retries_per_upstream
     last: Sent | None = None
     refused: Failure | None = None
     hops = route.hops
@@ -88,7 +88,7 @@ async def send_chain(
                 return Sent(last.outcome if last is not None else refused, last.call if last else None)
             moves = None if nxt is None else _mover(svc, up, nxt)
             outcome = await send_one(svc, state, plan, call, call.body,
-                                     retries_cap=fallback.retries_per_upstream, moves_on=moves)  # fmt: skip
+                                     retries_cap=retries_cap, moves_on=moves)  # fmt: skip
             sent = Sent(outcome, call)
         last = sent
         outcome = sent.outcome

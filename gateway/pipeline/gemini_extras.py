@@ -61,8 +61,7 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
     unknown = _unrouted(svc, model)
     if unknown is not None:
         return await relay(request, svc, state, unknown)
-    body = await read_body(request, svc.cfg.server.max_body_bytes, svc.cfg.timeouts.idle_s,
-                           svc.cfg.retry.deadline_s)
+    body = await read_body(request, svc.limits.max_body_bytes, svc.limits.idle_s, svc.limits.deadline_s)
     if isinstance(body, Failure):
         return await relay(request, svc, state, body)
     doc = parse_json_object(body)

@@ -226,6 +226,7 @@ class LoopBreaker:
         random_bytes: Callable[[int], bytes] = os.urandom,
     ) -> None:
         self._cfg = cfg
+        self.enabled = cfg.enabled  # read on every request: a plain attribute (gateway/services.py Limits)
         self._store = store
         self._clock = clock
         # A given-up outage with no named wait is answered for one circuit-open period: the
@@ -238,9 +239,6 @@ class LoopBreaker:
         self._key = hashlib.sha256(cfg.secret.encode() + routes).digest() if cfg.secret else os.urandom(32)
         self._random_bytes = random_bytes  # each sealed answer's nonce
 
-    @property
-    def enabled(self) -> bool:
-        return self._cfg.enabled
 
     def fingerprint(self, path: str, body: bytes, credential: str | None) -> Fingerprint:
         # Keyed BLAKE2b: a MAC like HMAC-SHA256, at a third of the cost on the hot path. Its 64
@@ -256,7 +254,7 @@ class LoopBreaker:
     def may_recall(self) -> bool:
         """Whether a recall could find anything. With nothing remembered (the in-memory
         store, empty) the fingerprint and the lookup are skipped; ``remember`` still works."""
-        return self._cfg.enabled and self._store.holds_answers()
+        return self.enabled and self._store.holds_answers()
 
     async def recall(self, fingerprint: Fingerprint) -> Recalled | None:
         """The remembered failure of an identical request, or None (then send it). When

@@ -36,6 +36,7 @@ class H1Sender:
         """``ssl_context``: whom https upstreams are verified against; the system's CAs when None.
         ``egress``: the forward proxies requests go through (none by default)."""
         self._timeouts = timeouts
+        self._idle_s = timeouts.idle_s  # read per request: a plain attribute, not the model's (#38)
         self._max_connections = max_connections
         self._ssl_context = ssl_context
         self._targets = TargetCache(egress=egress)
@@ -66,7 +67,7 @@ class H1Sender:
         try:
             conn = await pool.acquire(target.key, target.proxy)
             conn.begin(loop, head_only=request.method == "HEAD")
-            response = H1Response(conn, pool, self._timeouts.idle_s, deadline)
+            response = H1Response(conn, pool, self._idle_s, deadline)
             transport = conn.transport
             assert transport is not None
             if len(body) < _JOIN_BELOW:
