@@ -145,7 +145,7 @@ UNFORCED_CHOICE = "auto"
 # generationConfig, translated) would be refused once for each: any one of them shows what the
 # model is, so the whole set is left out at once (``reasoning_set``), one call instead of five.
 # ``logprobs`` and ``logit_bias`` are refused too, and kept: they carry the request's meaning.
-_REASONING_REFUSAL = re.compile(r"^Unsupported (?:parameter|value): '([a-z_]+)'", re.IGNORECASE)
+_REASONING_REFUSAL = re.compile(r"Unsupported (?:parameter|value): '([a-z_]+)'", re.IGNORECASE)
 # Of them, ``stop`` is left out unasked only for the models known to refuse it: o3-mini, a
 # reasoning model, takes it (huggingface/smolagents#1211), and an answer stops where it asked.
 # Another name (an Azure deployment's) loses it on its own refusal, one call more.
@@ -258,7 +258,7 @@ _REASONING_SET = (ParamFix("max_tokens", BUDGETS["max_tokens"]), ParamFix("tempe
 def reasoning_set(message: str | None, fix: ParamFix, model: str | None) -> tuple[ParamFix, ...]:
     """``fix`` and, when its refusal is one of an OpenAI reasoning model's (``_REASONING_REFUSAL``),
     the other fixes that model's settings need: all of them, ``fix`` first."""
-    m = _REASONING_REFUSAL.match(message or "")
+    m = _REASONING_REFUSAL.search(message or "")
     members = [*_REASONING_SET, *([ParamFix("stop")] if _REFUSES_STOP.search(model or "") else [])]
     if m is None or m.group(1) != fix.field or fix.field not in {*(f.field for f in members), "stop"}:
         return (fix,)

@@ -203,8 +203,15 @@ def test_the_learned_table_is_bounded() -> None:
 TOP_P = "Unsupported parameter: 'top_p' is not supported with this model."  # lfnovo/open-notebook#107
 
 
-def test_one_reasoning_model_refusal_leaves_out_every_setting_such_a_model_refuses() -> None:
-    fixes = reasoning_set(TOP_P, ParamFix("top_p"), "gpt-5-mini")
+# LiteLLM's relay of it (chatboxai/chatbox#2627): the same refusal behind a prefix.
+RELAYED = ("litellm.BadRequestError: OpenAIException - Unsupported parameter: 'top_p' is not supported with this "
+           "model.. Received Model Group=gpt-5")  # fmt: skip
+
+
+@pytest.mark.parametrize("message", [TOP_P, RELAYED])
+def test_one_reasoning_model_refusal_leaves_out_every_setting_such_a_model_refuses(message: str) -> None:
+    assert refused_param(message) == ParamFix("top_p")
+    fixes = reasoning_set(message, ParamFix("top_p"), "gpt-5-mini")
     assert [f.label for f in fixes] == ["top_p", "max_tokens->max_completion_tokens", "temperature",
                                         "presence_penalty", "frequency_penalty", "stop"]  # fmt: skip
     doc = {"model": "gpt-5-mini", "temperature": 0.2, "top_p": 0.9, "max_tokens": 256, "stop": ["END"],
