@@ -90,6 +90,20 @@ a chat-only server). Each rule, as OpenAI words it (400 ``invalid_request_error`
   o1-preview in crewAIInc/crewAI#1908, gpt-5 in FlowiseAI/Flowise#5046, gpt-5.2 in
   huggingface/smolagents#1893). The models: o1, o3 and o4-mini (o3-mini takes it, as
   huggingface/smolagents#1211 found), every gpt-5 but the non-reasoning ``-chat`` ones;
+- a reasoning model's settings (the models as for ``stop``, o3-mini too), one refused per answer
+  in this order, param the field: ``max_tokens``, "Unsupported parameter: 'max_tokens' is not
+  supported with this model. Use 'max_completion_tokens' instead." (code ``unsupported_parameter``;
+  o1 in yym68686/ChatGPT-Telegram-Bot#82, gpt-5.1 in fish2018/YPrompt#26 with the whole object);
+  ``temperature`` other than 1, "Unsupported value: 'temperature' does not support 0.1 with this
+  model. Only the default (1) value is supported." (code ``unsupported_value``; o3 in
+  microsoft/vscode#255504; 1 is taken, community.openai.com's "temperature in GPT-5 models", as
+  the same words say); ``top_p``, "Unsupported parameter: 'top_p' is not supported with this
+  model." (code ``unsupported_parameter``; gpt-5 in lfnovo/open-notebook#107 with the object,
+  HIllya51/LunaTranslator#1842; o1-preview in aandrew-me/tgpt#333, whose client sent it at 1 too);
+  ``presence_penalty`` and ``frequency_penalty`` in the same words (gpt-5-mini in
+  nextai-translator/nextai-translator#1781, o1-preview in lobehub/lobehub#5053). Any value of
+  these three is refused, as those answers came to clients that sent defaults. ``logprobs`` is not
+  judged: no answer quoted gives OpenAI's words for it;
 - more than 4 stop strings: "Invalid 'stop': array too long. Expected an array with maximum
   length 4, but got an array with length N instead." (param ``stop``, code
   ``array_above_max_length``; https://github.com/continuedev/continue/issues/1572);
@@ -151,6 +165,9 @@ _DATA_URL = re.compile(r"data:([^;,]+)[;,]")
 _GPT5_MINOR = re.compile(r"gpt-5\.(\d+)(?!\d)")
 # The reasoning models that refuse ``stop``: o1, o3 (not o3-mini), o4-mini, gpt-5 (not -chat).
 _NO_STOP = re.compile(r"(o1|o3(?!-mini)|o4-mini)(-|$)|gpt-5(?!.*-chat)")
+# The reasoning models, which refuse the sampling settings (o3-mini among them).
+_REASONING = re.compile(r"(o1|o3|o4-mini)(-|$)|gpt-5(?!.*-chat)")
+_UNSUPPORTED = ("top_p", "presence_penalty", "frequency_penalty")
 CALL_ID_MAX = 40
 
 
@@ -198,8 +215,11 @@ def _model_fields(payload: dict[str, Any]) -> Fault | None:
     model = payload.get("model")
     if not isinstance(model, str):
         return None
+    reasoning = _reasoning_settings(payload) if _REASONING.match(model) else None
+    if reasoning is not None:
+        return reasoning
     if payload.get("stop") is not None and _NO_STOP.match(model):
-        return "Unsupported parameter: 'stop' is not supported with this model.", "stop", "unsupported_parameter"
+        return _unsupported("stop")
     minor = _GPT5_MINOR.match(model)
     version = int(minor.group(1)) if minor else 0
     effort = payload.get("reasoning_effort")
@@ -209,6 +229,24 @@ def _model_fields(payload: dict[str, Any]) -> Fault | None:
         return (f"Function tools with reasoning_effort are not supported for {model} in /v1/chat/completions. "
                 f"{way_out}", "reasoning_effort", None)  # fmt: skip
     return None
+
+
+def _reasoning_settings(payload: dict[str, Any]) -> Fault | None:
+    if payload.get("max_tokens") is not None:
+        return ("Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' "
+                "instead.", "max_tokens", "unsupported_parameter")  # fmt: skip
+    temperature = payload.get("temperature")
+    if temperature is not None and temperature != 1:
+        return (f"Unsupported value: 'temperature' does not support {temperature} with this model. Only the default "
+                "(1) value is supported.", "temperature", "unsupported_value")  # fmt: skip
+    for key in _UNSUPPORTED:
+        if payload.get(key) is not None:
+            return _unsupported(key)
+    return None
+
+
+def _unsupported(param: str) -> Fault:
+    return f"Unsupported parameter: '{param}' is not supported with this model.", param, "unsupported_parameter"
 
 
 def _too_many(param: str, limit: int, length: int) -> Fault:

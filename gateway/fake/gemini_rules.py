@@ -91,6 +91,25 @@
   quotes it). Zero, the default, is taken ("0.0 is a no-op value that isn't validated
   server-side", google-gemini/cookbook#1290); Gemini 2.0 takes penalties (vercel/ai#8943).
 
+* A function's ``parameters`` (Google's Schema, an OpenAPI 3.0 subset, not JSON Schema) with a
+  field that Schema does not have, at any depth: JSON Schema's ``additionalProperties``,
+  ``$schema``, ``const``, ``propertyNames``... Each is a line 'Invalid JSON payload received.
+  Unknown name "additionalProperties" at 'tools[0].function_declarations[1].parameters.
+  properties[0].value.items': Cannot find field.' with a BadRequest fieldViolation naming the
+  path (a map's entries by position, ``properties[N].value``; ``any_of[N]``), every one in one
+  message (openswarm-ai/openswarm#24 for ``$schema`` and ``additionalProperties`` from Gemini
+  3.1 Pro, router-for-me/CLIProxyAPI#97 for ``$schema`` from 2.5 Flash, zed-industries/zed#44875
+  for ``const`` under ``any_of``, musistudio/claude-code-router#187 with the fieldViolations).
+  The fields are Schema's in https://ai.google.dev/api/caching#Schema, in either spelling.
+  ``parametersJsonSchema`` takes JSON Schema and is not held to this;
+* A Gemini 2.5 ``thinkingBudget`` outside its model's range (-1, the model's own choice, is
+  always taken): 2.5 Pro 128 to 32768, 2.5 Flash 0 to 24576, 2.5 Flash-Lite 512 to 24576 or 0
+  (the thinking guide's table, https://ai.google.dev/gemini-api/docs/thinking#set-budget, as
+  lobehub/lobehub#8122 quotes it): "The thinking budget (52428) is invalid." (2.5 Pro in
+  RooCodeInc/Roo-Code#4399), and 0 on Pro, which cannot stop thinking: "Budget 0 is invalid.
+  This model only works in thinking mode." (ChatLunaLab/chatluna#519). The models by name
+  (``gemini-2.5-pro``, ``-flash``, ``-flash-lite`` and their dated or preview names).
+
 The checks run in the order listed; which of two refusals Google gives first is not documented.
 """
 
@@ -245,6 +264,59 @@ def _ref_with_siblings(payload: dict[str, Any]) -> Reply | None:
     return None
 
 
+# Google's Schema (https://ai.google.dev/api/caching#Schema): its fields, JSON names.
+_SCHEMA_FIELDS = ("type", "format", "title", "description", "nullable", "enum", "maxItems", "minItems",
+                  "properties", "required", "minProperties", "maxProperties", "minLength", "maxLength",
+                  "pattern", "example", "anyOf", "propertyOrdering", "default", "items", "minimum", "maximum")
+SCHEMA_FIELDS = frozenset(_SCHEMA_FIELDS) | {_snake(f) for f in _SCHEMA_FIELDS}
+
+
+def _unknown_schema_fields(payload: dict[str, Any]) -> Reply | None:
+    found: list[tuple[str, str]] = []
+    for i, tool in enumerate(_list(payload.get("tools"))):
+        for j, declaration in enumerate(_list(_get(tool, "functionDeclarations"))):
+            parameters = _get(declaration, "parameters")
+            found += _schema_unknowns(parameters, f"tools[{i}].function_declarations[{j}].parameters")
+    if not found:
+        return None
+    texts = [f"Invalid JSON payload received. Unknown name \"{name}\" at '{at}': Cannot find field."
+             for name, at in found]
+    return error(400, "\n".join(texts), [{"@type": BAD_REQUEST, "fieldViolations": [
+        {"field": at, "description": text} for (_, at), text in zip(found, texts, strict=True)]}])
+
+
+def _schema_unknowns(schema: Any, at: str) -> list[tuple[str, str]]:
+    if not isinstance(schema, dict):
+        return []
+    out = [(key, at) for key in schema if key not in SCHEMA_FIELDS]
+    properties = schema.get("properties")
+    for n, sub in enumerate(properties.values() if isinstance(properties, dict) else ()):
+        out += _schema_unknowns(sub, f"{at}.properties[{n}].value")
+    out += _schema_unknowns(schema.get("items"), f"{at}.items")
+    for n, sub in enumerate(_list(_get(schema, "anyOf"))):
+        out += _schema_unknowns(sub, f"{at}.any_of[{n}]")
+    return out
+
+
+# Gemini 2.5's thinking budgets (the thinking guide): (lowest, highest, whether 0 turns it off).
+_BUDGETS = (("gemini-2.5-flash-lite", 512, 24576, True), ("gemini-2.5-flash", 0, 24576, True),
+            ("gemini-2.5-pro", 128, 32768, False))  # fmt: skip
+
+
+def _thinking_budget(payload: dict[str, Any], model: str) -> Reply | None:
+    budget = _get(_get(_get(payload, "generationConfig"), "thinkingConfig"), "thinkingBudget")
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget == -1:
+        return None
+    for name, low, high, can_stop in _BUDGETS:
+        if model.startswith(name):
+            if budget == 0 and not can_stop:
+                return error(400, "Budget 0 is invalid. This model only works in thinking mode.")
+            if not (low <= budget <= high or (budget == 0 and can_stop)):
+                return error(400, f"The thinking budget ({budget}) is invalid.")
+            return None
+    return None
+
+
 # What the fake's account-bound signatures start with (``signed_for``).
 SIGNED_FOR = "ZmFrZS1vcmctc2ln."
 
@@ -267,7 +339,8 @@ def refusal(
         return refused
     contents: list[Any] = payload["contents"]  # a list with turns: _field_refusal saw to it
     refused = (_bad_role(contents) or _bad_image(contents) or _json_with_functions(payload, model)
-               or _ref_with_siblings(payload) or _penalty(payload, model))
+               or _ref_with_siblings(payload) or _penalty(payload, model) or _unknown_schema_fields(payload)
+               or _thinking_budget(payload, model))
     if refused is not None:
         return refused
     for content in contents:

@@ -62,6 +62,13 @@ Whatever the request's origin, each in OpenAI's words (400 ``invalid_request_err
   https://github.com/everruns/everruns/pull/984, with this param and code in
   https://github.com/tailcallhq/forgecode/issues/1359): chat_rules.py's rule, on the flat tool.
 
+- ``temperature`` other than 1 to a reasoning model (o1, o3, o4-mini, gpt-5 but its ``-chat``
+  models): "Unsupported parameter: 'temperature' is not supported with this model." (gpt-5 on
+  the Responses API in OpenHands/software-agent-sdk#992, which found 1 taken; param
+  ``temperature``, code ``unsupported_parameter`` as chat's answer has them). ``top_p`` is not
+  judged: brainlid/langchain#428 reports it refused from gpt-5.2 on and taken before, and no
+  answer quoted gives the words.
+
 A request carried over from chat completions (``translate/chat_responses``) is checked for the
 chat shapes the Responses API refuses, each in its words (param and code as given):
 
@@ -78,6 +85,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -86,6 +94,7 @@ from gateway.fake.responses import responses_error
 from gateway.fake.steps import Reply, Stream, sse_data
 
 MIN_OUTPUT_TOKENS = 16
+_REASONING = re.compile(r"(o1|o3|o4-mini)(-|$)|gpt-5(?!.*-chat)")
 _CALLS = frozenset({"function_call", "custom_tool_call"})
 _OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
 
@@ -200,6 +209,10 @@ def _fields(payload: dict[str, Any]) -> Reply | None:
         return responses_error(400, "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= "
                                f"{MIN_OUTPUT_TOKENS}, but got {budget} instead.", "invalid_request_error",
                                "integer_below_min_value", "max_output_tokens")  # fmt: skip
+    temperature, model = payload.get("temperature"), payload.get("model")
+    if temperature is not None and temperature != 1 and isinstance(model, str) and _REASONING.match(model):
+        return responses_error(400, "Unsupported parameter: 'temperature' is not supported with this model.",
+                               "invalid_request_error", "unsupported_parameter", "temperature")  # fmt: skip
     tools = payload.get("tools")
     for j, tool in enumerate(tools if isinstance(tools, list) else ()):
         if isinstance(tool, dict) and tool.get("type") == "function" and unnamed_properties(tool.get("parameters")):

@@ -4,6 +4,8 @@ After a refusal that names a parameter the gateway may do without (``policy/refu
 a sampling knob, an effort, a storage hint, or ``max_tokens`` that a reasoning model takes as
 ``max_completion_tokens``), the fix is learned for the (upstream, model) and the request is
 sent again with it applied (``send_one`` applies every learned fix to every body it sends).
+A refusal that shows the model to be one of OpenAI's reasoning models learns every fix such a
+model needs at once (``reasoning_set``): one rescue, however many of its settings the body has.
 At most ``MAX_FIXES`` rescues per request: each costs one more call. The client is told
 with ``x-llm-params-dropped`` and the log line's ``params_dropped``, beside what the translation
 itself left out (a chat server's missing hosted tools), which costs no call and so no rescue.
@@ -15,7 +17,7 @@ from gateway import jsonbody
 from gateway.pipeline.attempt import Call
 from gateway.pipeline.outcome import Failure, Outcome, RequestState
 from gateway.pipeline.send import Onward, resend
-from gateway.policy.refused_param import refusal_fix
+from gateway.policy.refused_param import reasoning_set, refusal_fix
 from gateway.policy.retry import RetryPlan
 from gateway.services import Services
 
@@ -36,7 +38,9 @@ async def rescue(
         return refused
     if not isinstance(doc, dict) or fix.apply(doc) is None:
         return refused  # not in what was sent, or not one to leave out: the refusal stands
-    svc.param_fixes.learn(call.up.cfg.name, call.wire_model or state.model, fix)
+    model = call.wire_model or state.model
+    for each in reasoning_set(refused.classification.message, fix, model):
+        svc.param_fixes.learn(call.up.cfg.name, model, each)
     state.params_rescued += 1
     body = call.body
     capped = state.output_capped

@@ -132,6 +132,24 @@ _NOT_FORCED = re.compile(r"tool_choice: type .tool. and .any. are not supported 
                          re.IGNORECASE)  # fmt: skip
 # What a forced Messages tool_choice is sent as once refused (``ParamFix.apply``).
 UNFORCED_CHOICE = "auto"
+# OpenAI's reasoning models (o1, o3, o4-mini, gpt-5 but its ``-chat`` models) refuse a whole set
+# of chat's settings, one per answer, each in one of two wordings: "Unsupported parameter:
+# 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead." (gpt-5.1 in
+# fish2018/YPrompt#26), "Unsupported value: 'temperature' does not support 0.1 with this model.
+# Only the default (1) value is supported." (o3 in microsoft/vscode#255504), "Unsupported
+# parameter: 'top_p' is not supported with this model." (gpt-5 in lfnovo/open-notebook#107 and
+# HIllya51/LunaTranslator#1842, o1-preview in aandrew-me/tgpt#333, gpt-5.1-codex-max in
+# microsoft/vscode#282170, chatboxai/chatbox#2627), the same words for 'presence_penalty'
+# (gpt-5-mini, nextai-translator/nextai-translator#1781) and 'frequency_penalty' (o1-preview,
+# lobehub/lobehub#5053), and 'stop' (above). A request with several (a Gemini client's ordinary
+# generationConfig, translated) would be refused once for each: any one of them shows what the
+# model is, so the whole set is left out at once (``reasoning_set``), one call instead of five.
+# ``logprobs`` and ``logit_bias`` are refused too, and kept: they carry the request's meaning.
+_REASONING_REFUSAL = re.compile(r"Unsupported (?:parameter|value): '([a-z_]+)'", re.IGNORECASE)
+# Of them, ``stop`` is left out unasked only for the models known to refuse it: o3-mini, a
+# reasoning model, takes it (huggingface/smolagents#1211), and an answer stops where it asked.
+# Another name (an Azure deployment's) loses it on its own refusal, one call more.
+_REFUSES_STOP = re.compile(r"(?:^|/)(?:(?:o1|o3(?!-mini)|o4-mini)(?:-|$)|gpt-5(?!.*-chat))")
 # Gemini 2.5 (the Gemini API): "Penalty is not enabled for models/gemini-2.5-flash" (vercel/ai
 # #8943); google-genai's later wording: "Penalty is not enabled for this model"
 # (google-gemini/cookbook#1290). Both penalties: the message names neither.
@@ -146,6 +164,8 @@ class ParamFix:
     # refusals whose way out is a value, OpenAI's effort beside function tools (``_TOOLS_EFFORT``),
     # and Anthropic's forced tool_choice, sent as ``auto`` (``_NOT_FORCED``).
     with_tools: str | None = None
+    # Left in while it holds this value, which the model takes (a reasoning model's temperature 1).
+    kept_at: float | None = None
 
     @property
     def label(self) -> str:
@@ -173,7 +193,7 @@ class ParamFix:
             if fixed is None and len(out) == len(doc):
                 return None
             return out if fixed is None else fixed
-        if self.field not in doc:
+        if self.field not in doc or (self.kept_at is not None and _same(doc[self.field], self.kept_at)):
             return None
         if self.field in BUDGETS:  # carried under its other name (kept if the client sent both)
             out = {k: v for k, v in doc.items() if k != self.field}
@@ -186,6 +206,10 @@ class ParamFix:
         elif self.field not in DROPPABLE:
             return None
         return {k: v for k, v in doc.items() if k != self.field}
+
+
+def _same(value: Any, default: float) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == default
 
 
 def _unforced(doc: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -224,6 +248,22 @@ def refusal_fix(message: str | None, body: bytes) -> ParamFix | None:
     """What to leave out after a refusal: the field its message names (``refused_param``), or
     one its validation details name (``extra_input``)."""
     return refused_param(message) or extra_input(body)
+
+
+# What an OpenAI reasoning model refuses of chat's settings (``_REASONING_REFUSAL``), as fixes.
+_REASONING_SET = (ParamFix("max_tokens", BUDGETS["max_tokens"]), ParamFix("temperature", kept_at=1),
+                  ParamFix("top_p"), ParamFix("presence_penalty"), ParamFix("frequency_penalty"))
+
+
+def reasoning_set(message: str | None, fix: ParamFix, model: str | None) -> tuple[ParamFix, ...]:
+    """``fix`` and, when its refusal is one of an OpenAI reasoning model's (``_REASONING_REFUSAL``),
+    the other fixes that model's settings need: all of them, ``fix`` first."""
+    m = _REASONING_REFUSAL.search(message or "")
+    members = [*_REASONING_SET, *([ParamFix("stop")] if _REFUSES_STOP.search(model or "") else [])]
+    if m is None or m.group(1) != fix.field or fix.field not in {*(f.field for f in members), "stop"}:
+        return (fix,)
+    first = next((f for f in members if f.field == fix.field), fix)  # temperature: kept at 1
+    return (first, *(f for f in members if f.field != fix.field))
 
 
 def refused_param(message: str | None) -> ParamFix | None:

@@ -35,13 +35,15 @@ async def test_claude_code_on_gpt_5_4_sends_its_effort_as_none_beside_tools_once
     first = {**corpus("claude-code-2.1.197-first"), "stream": False}
     status, headers, body = await gw.messages(first)
     assert status == 200, body
-    assert headers["x-llm-attempts"] == "2" and headers["x-llm-params-dropped"] == "reasoning_effort=none"
-    assert [r.json().get("reasoning_effort") for r in gw.fake.chat_requests()] == ["high", "none"]
+    # The translation's max_tokens, which a reasoning model refuses, costs a call first.
+    assert headers["x-llm-attempts"] == "3"
+    assert headers["x-llm-params-dropped"] == "max_tokens->max_completion_tokens,reasoning_effort=none"
+    assert [r.json().get("reasoning_effort") for r in gw.fake.chat_requests()] == ["high", "high", "none"]
     status, headers, _ = await gw.messages(first)  # learned: one call
     assert status == 200 and headers["x-llm-attempts"] == "1"
     # A turn without tools keeps Claude Code's effort: the model takes it there.
     status, headers, _ = await gw.messages({**first, "tools": []})
-    assert status == 200 and "x-llm-params-dropped" not in headers
+    assert status == 200 and headers["x-llm-params-dropped"] == "max_tokens->max_completion_tokens"
     assert gw.fake.chat_requests()[-1].json()["reasoning_effort"] == "high"
 
 
@@ -55,9 +57,11 @@ async def test_gemini_cli_on_gpt_5_6_is_sent_with_effort_none_though_it_asked_no
                                headers={"x-goog-api-key": "dummy"}) as r:  # fmt: skip
         status, headers, body = r.status, r.headers, await r.read()
     assert status == 200, body
-    assert headers["x-llm-params-dropped"] == "reasoning_effort=none"
-    first, second = (r.json() for r in gw.fake.chat_requests())
-    assert "reasoning_effort" not in first and second["reasoning_effort"] == "none"
+    # Gemini CLI's topP, which a reasoning model refuses, is left out in the same call.
+    assert headers["x-llm-params-dropped"] == "top_p,reasoning_effort=none"
+    first, second, third = (r.json() for r in gw.fake.chat_requests())
+    assert "reasoning_effort" not in first and "top_p" in first and "top_p" not in second
+    assert "reasoning_effort" not in second and third["reasoning_effort"] == "none"
 
 
 async def test_a_claude_code_conversation_begun_on_gemini_goes_on_on_an_openai_chat_upstream(make_gateway) -> None:
@@ -102,7 +106,8 @@ async def test_stop_sequences_a_reasoning_model_refuses_are_left_out_and_more_th
     asked = {"max_tokens": 100, "messages": [{"role": "user", "content": "hi"}], "stop_sequences": list("abcde")}
     status, headers, body = await gw.messages({**asked, "model": "claude-haiku-4-5"})
     assert status == 200, body
-    assert headers["x-llm-params-dropped"] == "stop"
+    # o3 refuses the translation's max_tokens first: its stop goes in the same call.
+    assert headers["x-llm-params-dropped"] == "max_tokens->max_completion_tokens,stop"
     refused, sent = (r.json() for r in gw.fake.chat_requests())
     assert refused["stop"] == list("abcd") and "stop" not in sent
     status, headers, _ = await gw.messages({**asked, "model": "claude-sonnet-4-5"})

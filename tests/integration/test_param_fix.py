@@ -229,3 +229,39 @@ async def test_a_chat_clients_penalties_on_gemini_2_5_are_left_out_once_learnt(m
     assert second == {k: v for k, v in first.items() if not k.endswith("Penalty")} and second["temperature"] == 1.5
     status, headers, _ = await gw.chat(knobs)
     assert status == 200 and headers["x-llm-attempts"] == "1" and headers["x-llm-params-dropped"] == "penalty"
+
+
+async def test_a_gemini_clients_sampling_settings_on_gpt_5_cost_one_refusal_not_four(make_gateway) -> None:
+    """google-genai's request with ordinary settings (temperature 0.2, topP, maxOutputTokens,
+    stopSequences; the corpus's) on a chat upstream mapped to gpt-5, which refuses each of them
+    as OpenAI does (the fake's rules): one refusal shows a reasoning model, and every setting
+    such a model refuses is left out at once; the next request is sent without them."""
+    gw = await make_gateway(upstream_yaml=", apis: [chat], model_map: {'*': gpt-5}")
+    body = json.loads((CORPUS / "genai-3.6-knobs-image.json").read_text())["body"]
+    path = "/v1beta/models/gemini-2.5-flash:generateContent"
+    async with gw.session.post(gw.base + path, json=body, headers={"x-goog-api-key": "dummy"}) as r:
+        status, headers, answer = r.status, r.headers, await r.read()
+    assert status == 200, answer
+    assert headers["x-llm-attempts"] == "2"
+    assert headers["x-llm-params-dropped"] == "max_tokens->max_completion_tokens,temperature,top_p,stop"
+    first, second = (r.json() for r in gw.fake.chat_requests())
+    assert (first["temperature"], first["top_p"], first["max_tokens"], first["stop"]) == (0.2, 0.9, 256, ["END"])
+    assert second["max_completion_tokens"] == 256
+    assert not {"temperature", "top_p", "max_tokens", "stop"} & second.keys()
+    async with gw.session.post(gw.base + path, json=body, headers={"x-goog-api-key": "dummy"}) as r:
+        assert r.status == 200 and r.headers["x-llm-attempts"] == "1"
+    assert len(gw.fake.chat_requests()) == 3
+
+
+async def test_a_reasoning_models_refusal_of_a_penalty_leaves_its_other_settings_out_too(make_gateway) -> None:
+    """The OpenAI SDK's request with sampling settings (the corpus's) to o1, which refuses its
+    penalties as it refuses temperature ("Unsupported parameter: 'frequency_penalty' is not
+    supported with this model.", lobehub/lobehub#5053)."""
+    gw = await make_gateway()
+    doc = json.loads((CORPUS / "chat-openai-python-stream-knobs.json").read_text())["body"]
+    payload = {**doc, "model": "o1"}
+    status, headers, body = await gw.chat(payload)
+    assert status == 200, body
+    assert headers["x-llm-attempts"] == "2"
+    second = gw.fake.chat_requests()[1].json()
+    assert not {"temperature", "top_p", "presence_penalty", "frequency_penalty", "max_tokens"} & second.keys()

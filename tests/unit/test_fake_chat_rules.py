@@ -219,6 +219,32 @@ def test_reasoning_models_refuse_stop(model: str, expected: tuple[str, str, str]
     assert refused_with(model=model) is None
 
 
+def unsupported(param: str) -> tuple[str, str, str]:
+    return f"Unsupported parameter: '{param}' is not supported with this model.", param, "unsupported_parameter"
+
+
+MAX_TOKENS = ("Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' "
+              "instead.", "max_tokens", "unsupported_parameter")  # fmt: skip
+TEMPERATURE = ("Unsupported value: 'temperature' does not support 0.2 with this model. Only the default (1) value "
+               "is supported.", "temperature", "unsupported_value")  # fmt: skip
+
+
+@pytest.mark.parametrize(("model", "payload", "expected"), [
+    # One refused per answer, in this order: the knobs a Gemini client's request carries.
+    ("gpt-5", {"max_tokens": 256, "temperature": 0.2, "top_p": 0.9, "stop": ["END"]}, MAX_TOKENS),
+    ("gpt-5", {"max_completion_tokens": 256, "temperature": 0.2, "top_p": 0.9, "stop": ["END"]}, TEMPERATURE),
+    ("o3-mini", {"temperature": 1, "top_p": 1}, unsupported("top_p")),
+    ("o1-preview", {"frequency_penalty": 0}, unsupported("frequency_penalty")),
+    ("gpt-5-mini", {"presence_penalty": 0.5}, unsupported("presence_penalty")),
+    ("gpt-5", {"max_completion_tokens": 256, "temperature": 1}, None),
+    ("gpt-5-chat-latest", {"max_tokens": 256, "temperature": 0.2, "top_p": 0.9, "presence_penalty": 1}, None),
+    ("gpt-4o", {"max_tokens": 256, "temperature": 0.2, "top_p": 0.9, "frequency_penalty": 1}, None),
+])  # fmt: skip
+def test_reasoning_models_refuse_sampling_settings(model: str, payload: dict[str, Any],
+                                                  expected: tuple[str, str, str] | None) -> None:  # fmt: skip
+    assert refused_with(model=model, **payload) == expected
+
+
 @pytest.mark.parametrize(("payload", "expected"), [
     ({"stop": ["a", "b", "c", "d", "e"]}, ("Invalid 'stop': array too long. Expected an array with maximum length 4, "
                                           "but got an array with length 5 instead.", "stop", "array_above_max_length")),

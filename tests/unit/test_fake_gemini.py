@@ -539,3 +539,52 @@ def test_a_thought_signature_holds_only_for_the_organization_whose_key_got_it() 
     for org in ("org-b", None):
         reply = refusal(body, org=org)
         assert reply is not None and reply.body["error"]["message"] == "Corrupted thought signature."
+
+
+def test_json_schemas_fields_in_a_functions_parameters_are_refused_at_any_depth() -> None:
+    """``parameters`` is Google's Schema: an MCP tool's JSON Schema there is refused field by
+    field, every one in one message (openswarm-ai/openswarm#24)."""
+    schema = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "properties": {
+        "path": {"type": "string"},
+        "edits": {"type": "array", "items": {"type": "object", "additionalProperties": False,
+                                             "properties": {"mode": {"anyOf": [{"const": "a"}, {"type": "string"}]}}}}}}
+    body = {**SAY_HI, "tools": [{"functionDeclarations": [{"name": "edit", "parameters": schema}]}]}
+    reply = gemini_rules.refusal(body, model="gemini-2.5-flash")
+    assert reply is not None and reply.status == 400
+    at = "tools[0].function_declarations[0].parameters"
+    lines = [f"Invalid JSON payload received. Unknown name \"$schema\" at '{at}': Cannot find field.",
+             f"Invalid JSON payload received. Unknown name \"additionalProperties\" at "
+             f"'{at}.properties[1].value.items': Cannot find field.",
+             f"Invalid JSON payload received. Unknown name \"const\" at "
+             f"'{at}.properties[1].value.items.properties[0].value.any_of[0]': Cannot find field."]  # fmt: skip
+    assert reply.body["error"]["message"] == "\n".join(lines)
+    [details] = reply.body["error"]["details"]
+    assert [v["field"] for v in details["fieldViolations"]] == [at, f"{at}.properties[1].value.items",
+                                                                f"{at}.properties[1].value.items.properties[0].value.any_of[0]"]
+    # The same schema as parametersJsonSchema is JSON Schema, taken.
+    body = {**SAY_HI, "tools": [{"functionDeclarations": [{"name": "edit", "parametersJsonSchema": schema}]}]}
+    assert refused(body) is None
+
+
+def test_googles_own_schema_fields_are_taken_in_either_spelling() -> None:
+    schema = {"type": "OBJECT", "nullable": True, "propertyOrdering": ["a"], "required": ["a"], "properties": {
+        "a": {"type": "ARRAY", "max_items": "3", "items": {"type": "STRING", "enum": ["x"], "format": "enum"}},
+        "b": {"any_of": [{"type": "INTEGER", "minimum": 0}], "description": "d", "example": 1, "default": 0}}}
+    assert refused({**SAY_HI, "tools": [{"functionDeclarations": [{"name": "f", "parameters": schema}]}]}) is None
+
+
+@pytest.mark.parametrize(("model", "budget", "says"), [
+    ("gemini-2.5-pro", 52428, "The thinking budget (52428) is invalid."),  # RooCodeInc/Roo-Code#4399
+    ("gemini-2.5-pro", 0, "Budget 0 is invalid. This model only works in thinking mode."),
+    ("gemini-2.5-pro", 100, "The thinking budget (100) is invalid."),
+    ("gemini-2.5-flash", 24577, "The thinking budget (24577) is invalid."),
+    ("gemini-2.5-flash-lite", 100, "The thinking budget (100) is invalid."),
+    ("gemini-2.5-pro", 32768, None), ("gemini-2.5-pro", 128, None), ("gemini-2.5-pro", -1, None),
+    ("gemini-2.5-flash", 0, None), ("gemini-2.5-flash-preview-05-20", 24576, None),
+    ("gemini-2.5-flash-lite", 0, None), ("gemini-2.5-flash-lite", 512, None),
+])  # fmt: skip
+def test_a_thinking_budget_outside_the_models_range_is_refused(model: str, budget: int, says: str | None) -> None:
+    body = {**SAY_HI, "generationConfig": {"thinkingConfig": {"thinkingBudget": budget}}}
+    assert refused(body, model) == says
+    snake = {**SAY_HI, "generation_config": {"thinking_config": {"thinking_budget": budget}}}
+    assert refused(snake, model) == says

@@ -181,3 +181,13 @@ async def test_the_fake_keeps_each_response_for_the_project_of_the_key_that_made
         assert (await create("sk-b2", previous_response_id=shared["id"]))[0] == 200  # one project
         _, unstored = await create("sk-a", store=False)
         assert (await create("sk-a", previous_response_id=unstored["id"]))[0] == 400
+
+
+@pytest.mark.parametrize(("model", "temperature", "taken"), [
+    ("gpt-5", 0.1, False), ("gpt-5-codex", 0.2, False), ("o3", 0, False), ("gpt-5", 1, True), ("gpt-5", None, True),
+    ("gpt-5-chat-latest", 0.2, True), ("gpt-4.1", 0.2, True),
+])  # fmt: skip
+def test_a_reasoning_model_takes_no_temperature_but_1(model: str, temperature: float | None, taken: bool) -> None:
+    assert error_of(model=model, temperature=temperature) == (None if taken else {
+        "message": "Unsupported parameter: 'temperature' is not supported with this model.",
+        "type": "invalid_request_error", "code": "unsupported_parameter", "param": "temperature"})

@@ -398,7 +398,7 @@ def _generation(config: dict[str, Any], out: dict[str, Any], onward: str) -> Non
     fmt = _response_format(config)
     if fmt is not None:
         out["response_format"] = fmt
-        if fmt["type"] == "json_object" and "json" not in json.dumps(out["messages"]).lower():
+        if fmt["type"] == "json_object" and not _says_json(out["messages"]):
             # OpenAI takes JSON mode only when the conversation says so ("'messages' must
             # contain the word 'json' in some form, to use 'response_format' of type
             # 'json_object'", quoted in mem0ai/mem0#3559); Gemini's JSON mime type needs no word.
@@ -407,6 +407,19 @@ def _generation(config: dict[str, Any], out: dict[str, Any], onward: str) -> Non
     effort = _effort(thinking, onward) if thinking is not None else None
     if effort:
         out["reasoning_effort"] = effort
+
+
+def _says_json(messages: list[dict[str, Any]]) -> bool:
+    """Whether a message's text has the word: read in texts only, as an image's base64 data URL
+    spells "json" by chance (about once a megabyte) and says nothing to the model."""
+    for message in messages:
+        content = message.get("content")
+        parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
+        for part in parts:
+            text = part.get("text") if isinstance(part, dict) and part.get("type") == "text" else None
+            if isinstance(text, str) and "json" in text.lower():
+                return True
+    return False
 
 
 def _response_format(config: dict[str, Any]) -> dict[str, Any] | None:

@@ -14,6 +14,7 @@ from gateway.policy.refused_param import (
     ParamFix,
     ParamFixes,
     extra_input,
+    reasoning_set,
     refusal_fix,
     refused_param,
 )
@@ -197,3 +198,42 @@ def test_the_learned_table_is_bounded() -> None:
     assert fixes.applied("u", f"m{LEARNED_MAX + 1}", b'{"seed":1}') == (b'{"seed":1}', [])
     fixes.learn("u", "m0", ParamFix("top_p"))  # a known entry still grows
     assert fixes.applied("u", "m0", b'{"seed":1,"top_p":1}') == (b"{}", ["seed", "top_p"])
+
+
+TOP_P = "Unsupported parameter: 'top_p' is not supported with this model."  # lfnovo/open-notebook#107
+
+
+# LiteLLM's relay of it (chatboxai/chatbox#2627): the same refusal behind a prefix.
+RELAYED = ("litellm.BadRequestError: OpenAIException - Unsupported parameter: 'top_p' is not supported with this "
+           "model.. Received Model Group=gpt-5")  # fmt: skip
+
+
+@pytest.mark.parametrize("message", [TOP_P, RELAYED])
+def test_one_reasoning_model_refusal_leaves_out_every_setting_such_a_model_refuses(message: str) -> None:
+    assert refused_param(message) == ParamFix("top_p")
+    fixes = reasoning_set(message, ParamFix("top_p"), "gpt-5-mini")
+    assert [f.label for f in fixes] == ["top_p", "max_tokens->max_completion_tokens", "temperature",
+                                        "presence_penalty", "frequency_penalty", "stop"]  # fmt: skip
+    doc = {"model": "gpt-5-mini", "temperature": 0.2, "top_p": 0.9, "max_tokens": 256, "stop": ["END"],
+           "logprobs": True, "messages": []}  # fmt: skip
+    for fix in fixes:
+        doc = fix.apply(doc) or doc
+    assert doc == {"model": "gpt-5-mini", "max_completion_tokens": 256, "logprobs": True, "messages": []}
+
+
+def test_a_reasoning_models_temperature_1_and_o3_minis_stop_are_kept() -> None:
+    message = ("Unsupported value: 'temperature' does not support 0.2 with this model. Only the default (1) "
+               "value is supported.")  # microsoft/vscode#255504  # fmt: skip
+    fixes = reasoning_set(message, ParamFix("temperature"), "o3-mini")
+    assert "stop" not in [f.label for f in fixes]
+    doc = {"temperature": 1, "stop": ["END"]}
+    assert all(f.apply(doc) is None for f in fixes)
+
+
+@pytest.mark.parametrize("message", [
+    "Unrecognized request argument supplied: temperature",  # not OpenAI's reasoning models' words
+    "Unsupported parameter: 'reasoning_effort' is not supported with this model.",  # not their set
+])  # fmt: skip
+def test_other_refusals_fix_their_own_field_only(message: str) -> None:
+    fix = refused_param(message)
+    assert fix is not None and reasoning_set(message, fix, "gpt-5") == (fix,)

@@ -747,3 +747,18 @@ def test_an_image_over_5_mb_to_claude_is_refused_at_the_gemini_clients_own_field
     assert not isinstance(sent, Refusal), sent
     assert "left out: its 5,242,881 bytes of base64 are over the 5 MB" in json.dumps(sent["messages"])
     assert not isinstance(T.request(now, TARGET), Refusal)  # a chat server's own limits are its own
+
+
+def test_the_word_json_is_looked_for_in_the_texts_not_in_an_images_base64() -> None:
+    """google-genai's request with an inline PNG (the corpus's), asked for JSON: base64 spells
+    "json" about once a megabyte, which says nothing to the model, so the note is still added."""
+    asked = client_request("genai-3.6-knobs-image")
+    png = base64.b64decode(asked["contents"][0]["parts"][1]["inlineData"]["data"] + "==")
+    padded = png + b"\x00" * (-len(png) % 3)  # whole base64 groups: "json" is kept as written
+    data = base64.b64encode(padded + base64.b64decode("json")).decode()
+    assert "json" in data
+    asked["contents"][0]["parts"][1]["inlineData"]["data"] = data
+    asked["generationConfig"] = {"responseMimeType": "application/json"}
+    out = chat(asked)
+    assert out["response_format"] == {"type": "json_object"}
+    assert out["messages"][0] == {"role": "system", "content": "Answer in JSON."}
