@@ -73,6 +73,10 @@ class ReadMode(enum.Enum):
 # Read on every request as module names: on Python 3.11 (the shipped image's) reading a member
 # off the enum class costs ~900 instructions more (callgrind; issue #38).
 _STREAM, _RAW = ReadMode.STREAM, ReadMode.RAW
+_IDLE_TIMEOUT = TransportError.IDLE_TIMEOUT
+# The readers told whose reasoning an answer carries: a tuple, built once (a ``X | Y`` union in
+# isinstance() makes two UnionType objects a call, on every stream: review).
+_SIGNING_READERS = (AnthropicStreamReader, ResponsesStreamReader, GeminiStreamReader)
 
 
 def _lower(headers: Mapping[str, str]) -> dict[str, str]:
@@ -305,7 +309,7 @@ async def _exchange(
             reader.parsed_events.keep = call.translation is not None
             if call.track:
                 reader.track()
-            if isinstance(reader, AnthropicStreamReader | ResponsesStreamReader | GeminiStreamReader):
+            if isinstance(reader, _SIGNING_READERS):
                 reader.signed = functools.partial(svc.signers.issued, deployment=call.up.cfg.name)
             try:
                 if token_s is None:
@@ -328,6 +332,13 @@ async def _exchange(
                         deadline.close()
             except asyncio.CancelledError:
                 _abandoned(state, reader.usage)
+                raise
+            except UpstreamFailure as f:
+                if f.kind is _IDLE_TIMEOUT:
+                    # Gone silent before its first words: the gateway leaves it as a first-token
+                    # timeout does (idle_s, 120, comes before first_token_s, 300), the provider
+                    # having taken it. A connection the provider broke is not counted as taken.
+                    _abandoned(state, reader.usage)
                 raise
             if call.translation is not None and isinstance(peeked, Success):
                 peeked.translator = call.translation.stream(reader.parsed_events.take)

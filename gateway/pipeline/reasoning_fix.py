@@ -39,7 +39,7 @@ from gateway.policy.foreign_reasoning import (
     thinking_left_out,
 )
 from gateway.policy.retry import RetryPlan
-from gateway.policy.thinking_signers import MARKS, mark_of
+from gateway.policy.thinking_signers import MARKS, item_mark, mark_of
 from gateway.services import Services
 
 # What each API's signed reasoning is called, for the header and the log.
@@ -210,8 +210,17 @@ def _without_sealed(
     pointed = next((x for x in signed if named is not None and x.get("id") == named[1]), None)
     if pointed is not None and not signers.foreign_mark(deployment, mark(pointed)):
         return strip(api, doc)
-    blamed = [pointed] if pointed is not None else signed  # (a record not kept names no issuer)
-    issuers = {i for x in blamed if (m := mark(x)) is not None and (i := signers.issuer(m)) is not None}
+    if named is not None and pointed is None:
+        # Named by an id the request does not carry (Codex sends none): whose it is, as the
+        # answer that issued it said; unknown, nothing is learnt (blaming every issuer sent
+        # took a same-organization sibling's reasoning off every later turn: review).
+        named_by = signers.issuer(item_mark(named[1]))
+        if named_by == deployment:
+            return strip(api, doc)
+        issuers = {named_by} if named_by is not None else set()
+    else:
+        blamed = [pointed] if pointed is not None else signed  # (a record not kept names no issuer)
+        issuers = {i for x in blamed if (m := mark(x)) is not None and (i := signers.issuer(m)) is not None}
     signers.refused(deployment, issuers)
     return strip(api, doc, foreign=lambda x: signers.foreign_mark(deployment, mark(x))) or strip(api, doc)
 

@@ -56,16 +56,27 @@ def thought_signature_of(part: Mapping[str, Any]) -> str | None:
 
 def sealed_in(doc: Any) -> list[str]:
     """The ``encrypted_content`` of the reasoning items in a Responses answer (its ``output``) or
-    stream event (its ``item``, or its ``response``'s output)."""
+    stream event (its ``item``, or its ``response``'s output), and each such item's id as
+    ``item_mark`` writes it: OpenAI's refusal names the item by id, and Codex sends its items back
+    without one (codex-rs ``ResponseItem::Reasoning``: ``id`` is ``skip_serializing``), so only
+    the answer that issued it tells whose the named item is."""
     if not isinstance(doc, dict):
         return []
     response = doc.get("response")
     output = (response if isinstance(response, dict) else doc).get("output")
     items = [*(output if isinstance(output, list) else ()), doc.get("item")]
-    return [
-        mark for i in items
-        if isinstance(i, dict) and i.get("type") == "reasoning" and (mark := sealed_of(i)) is not None
-    ]  # fmt: skip
+    marks = []
+    for i in items:
+        if isinstance(i, dict) and i.get("type") == "reasoning" and (mark := sealed_of(i)) is not None:
+            marks.append(mark)
+            if isinstance(i.get("id"), str) and i["id"]:
+                marks.append(item_mark(i["id"]))
+    return marks
+
+
+def item_mark(item_id: str) -> str:
+    """A Responses reasoning item's id, kept beside the sealed contents (never equal to one)."""
+    return "item-id:" + item_id
 
 
 def thought_signatures_in(parts: Any) -> list[str]:

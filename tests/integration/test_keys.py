@@ -1423,3 +1423,33 @@ async def test_an_attempt_abandoned_for_a_fallback_pays_its_prompt_at_its_own_mo
         assert state["budget"]["spent_usd"] == pytest.approx(10000 * 15 + 1 * 75 + 10000 * 1 + 10 * 2)
     finally:
         await fake.close()
+
+
+async def test_an_attempt_gone_silent_before_its_first_words_pays_its_prompt_when_retried(
+    make_gateway: MakeGateway,
+) -> None:
+    """The same stall ended by ``idle_s`` (120 s, before ``first_token_s``'s 300 by default) rather
+    than ``first_token_s``: the attempt was retried and the key paid only the retry's prompt
+    (review). The provider took the first as much; it is paid at the model it was sent."""
+    fake = await FakeUpstream().start()
+    try:
+        gw = await make_gateway(
+            "prices: {'dear-model': {input: 15000000, output: 75000000}}\n"
+            "keys: [{name: alice, key: gk-alice, budget: {usd: 1000000000, period: day}}]\n",
+            fake=fake, upstreams=(
+                f"  - {{name: dear, base_url: '{fake.url}', apis: [messages], key_header: x-api-key, "
+                "model_map: {'*': dear-model}}\n"), real_sleep=True,
+            timeouts="{connect_s: 2, first_byte_s: 10.0, idle_s: 0.3, first_token_s: 5}")  # fmt: skip
+        fake.script(Stream(anthropic_head("dear-model", input_tokens=10000), then="stall"),
+                    Stream([*anthropic_head("dear-model", input_tokens=10000), text_delta("Hi."),
+                            *anthropic_tail(output_tokens=10)]))
+        payload = {"model": "x", "max_tokens": 50, "stream": True, "messages": [{"role": "user", "content": "go"}]}
+        async with gw.session.post(gw.base + "/v1/messages", json=payload,
+                                   headers={**ALICE, "anthropic-version": "2023-06-01"}) as r:  # fmt: skip
+            assert r.status == 200
+            await r.read()
+        state = await settled(gw)
+        assert [req.json()["model"] for req in fake.messages_requests()] == ["dear-model", "dear-model"]
+        assert state["budget"]["spent_usd"] == pytest.approx((10000 * 15 + 1 * 75) + (10000 * 15 + 10 * 75))
+    finally:
+        await fake.close()

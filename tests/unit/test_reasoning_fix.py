@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from gateway.pipeline import reasoning_fix
-from gateway.policy.thinking_signers import Signers
+from gateway.policy.thinking_signers import Signers, sealed_in
 
 # OpenAI's words (codex #8145, vscode-unify-chat-provider #178; oh-my-pi #41).
 UNVERIFIED = ("The encrypted content for item {} could not be verified. Reason: Encrypted content could not be "
@@ -65,3 +65,45 @@ def test_the_deployments_own_items_stay_when_another_is_named() -> None:
     doc = {"input": [item("rs_a", "gAAAA-a"), item("rs_b", "gAAAA-b")]}
     out = rescued(signers, doc, UNVERIFIED.format("rs_a"))
     assert out is not None and out["input"] == [item("rs_b", "gAAAA-b")]
+
+
+def codex_item(sealed: str) -> dict[str, Any]:
+    """A reasoning item as Codex sends it back: no id (codex-rs ``ResponseItem::Reasoning``'s
+    ``id`` is ``skip_serializing``)."""
+    return {"type": "reasoning", "summary": [], "encrypted_content": sealed}
+
+
+def test_an_item_named_but_sent_without_its_id_is_blamed_on_its_issuer_alone() -> None:
+    """Keys ``a`` and ``b`` of one organization, ``c`` of another, Codex's items carrying no id:
+    ``b`` names ``c``'s. Blaming every issuer sent learnt ``a`` as refused by ``b`` too, and took
+    ``a``'s reasoning off every later turn to ``b`` (review). The answers that issued them said
+    whose each id is."""
+    signers = Signers()
+    for deployment, answer in (("a", {"output": [item("rs_a", "gAAAA-a")]}),
+                               ("c", {"output": [item("rs_c", "gAAAA-c")]})):  # fmt: skip
+        for mark in sealed_in(answer):
+            signers.issued(mark, deployment)
+    doc = {"input": [codex_item("gAAAA-a"), codex_item("gAAAA-c"), {"role": "user", "content": "go on"}]}
+    out = rescued(signers, doc, UNVERIFIED.format("rs_c"))
+    assert out is not None and out["input"] == [{"role": "user", "content": "go on"}]  # neither is b's own
+    assert signers.refuses_mark("b", "gAAAA-c") and not signers.refuses_mark("b", "gAAAA-a")
+
+
+def test_an_item_named_by_an_id_no_answer_gave_blames_no_one() -> None:
+    signers = Signers()
+    signers.issued("gAAAA-a", "a")
+    doc = {"input": [codex_item("gAAAA-a"), codex_item("gAAAA-x")]}
+    out = rescued(signers, doc, UNVERIFIED.format("rs_unknown"))
+    assert out is not None and out["input"] == []
+    assert not signers.refuses_any("b")
+
+
+def test_the_deployments_own_item_named_without_its_id_leaves_every_item_out() -> None:
+    signers = Signers()
+    for mark in sealed_in({"output": [item("rs_b", "gAAAA-b")]}):
+        signers.issued(mark, "b")
+    signers.issued("gAAAA-a", "a")
+    doc = {"input": [codex_item("gAAAA-a"), codex_item("gAAAA-b")]}
+    out = rescued(signers, doc, UNVERIFIED.format("rs_b"))
+    assert out is not None and out["input"] == []
+    assert not signers.refuses_any("b")

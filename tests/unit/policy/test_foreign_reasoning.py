@@ -20,6 +20,7 @@ from gateway.policy.foreign_reasoning import (
 )
 from gateway.policy.thinking_signers import (
     Signers,
+    item_mark,
     sealed_in,
     sealed_of,
     thought_signature_of,
@@ -251,8 +252,9 @@ def test_only_the_gemini_signatures_said_foreign_are_stood_in_for() -> None:
 def test_what_binds_a_responses_item_or_a_gemini_part_to_its_account() -> None:
     item = {"id": "rs_1", "type": "reasoning", "summary": [], "encrypted_content": "gAAAA1"}
     done = {"type": "response.completed", "response": {"output": [item, {"type": "message", "content": []}]}}
-    assert sealed_in({"type": "response.output_item.done", "item": item}) == ["gAAAA1"]
-    assert sealed_in(done) == ["gAAAA1"] and sealed_in(done["response"]) == ["gAAAA1"]
+    marks = ["gAAAA1", item_mark("rs_1")]  # its id too: the refusal names the item by it
+    assert sealed_in({"type": "response.output_item.done", "item": item}) == marks
+    assert sealed_in(done) == marks and sealed_in(done["response"]) == marks
     assert sealed_in({"type": "response.output_item.added", "item": {**item, "encrypted_content": None}}) == []
     parts = [{"text": "a"}, {"text": "b", "thoughtSignature": "s1"}, {"functionCall": {}, "thought_signature": "s2"},
              {"text": "c", "thoughtSignature": GEMINI_SKIP}]  # fmt: skip
