@@ -150,6 +150,11 @@ _REASONING_REFUSAL = re.compile(r"Unsupported (?:parameter|value): '([a-z_]+)'",
 # reasoning model, takes it (huggingface/smolagents#1211), and an answer stops where it asked.
 # Another name (an Azure deployment's) loses it on its own refusal, one call more.
 _REFUSES_STOP = re.compile(r"(?:^|/)(?:(?:o1|o3(?!-mini)|o4-mini)(?:-|$)|gpt-5(?!.*-chat))")
+# The whole set is learnt only for a model named as one of OpenAI's reasoning families (a relay's
+# ``provider/`` prefix allowed): relays copy OpenAI's words, and one refusing only ``top_p`` for
+# another model lost the client's temperature and penalties and had ``max_tokens`` renamed, which
+# Mistral-style servers refuse (review). Another name loses each field on its own refusal.
+_REASONING_MODEL = re.compile(r"(?:^|/)(?:o[1-9](?:-|$)|gpt-5(?!.*-chat))")
 # Gemini 2.5 (the Gemini API): "Penalty is not enabled for models/gemini-2.5-flash" (vercel/ai
 # #8943); google-genai's later wording: "Penalty is not enabled for this model"
 # (google-gemini/cookbook#1290). Both penalties: the message names neither.
@@ -259,10 +264,16 @@ def reasoning_set(message: str | None, fix: ParamFix, model: str | None) -> tupl
     """``fix`` and, when its refusal is one of an OpenAI reasoning model's (``_REASONING_REFUSAL``),
     the other fixes that model's settings need: all of them, ``fix`` first."""
     m = _REASONING_REFUSAL.search(message or "")
-    members = [*_REASONING_SET, *([ParamFix("stop")] if _REFUSES_STOP.search(model or "") else [])]
-    if m is None or m.group(1) != fix.field or fix.field not in {*(f.field for f in members), "stop"}:
+    if m is None or m.group(1) != fix.field or not _REASONING_MODEL.search(model or ""):
         return (fix,)
-    first = next((f for f in members if f.field == fix.field), fix)  # temperature: kept at 1
+    members = [*_REASONING_SET, *([ParamFix("stop")] if _REFUSES_STOP.search(model or "") else [])]
+    if fix.field not in {*(f.field for f in members), "stop"}:
+        return (fix,)
+    # The refused field as its refusal says: "Unsupported value" (only the default, 1, taken)
+    # keeps a temperature of 1; refused outright ("Unsupported parameter") it goes, 1 included:
+    # kept at 1, it was sent again and refused again until the rescues ran out (review).
+    first = next(f for f in members if f.field == fix.field) if m.group(0).lower().startswith(
+        "unsupported value") and fix.field in {f.field for f in members} else fix  # fmt: skip
     return (first, *(f for f in members if f.field != fix.field))
 
 

@@ -237,3 +237,21 @@ def test_a_reasoning_models_temperature_1_and_o3_minis_stop_are_kept() -> None:
 def test_other_refusals_fix_their_own_field_only(message: str) -> None:
     fix = refused_param(message)
     assert fix is not None and reasoning_set(message, fix, "gpt-5") == (fix,)
+
+
+def test_a_temperature_refused_outright_goes_even_at_1() -> None:
+    """o3-mini's and gpt-5.x-codex's words name no value (pal-mcp-server#78): kept at 1, the
+    temperature was sent again and refused again until the rescues ran out (review)."""
+    message = "Unsupported parameter: 'temperature' is not supported with this model."
+    fix = refused_param(message)
+    assert fix is not None
+    fixes = reasoning_set(message, fix, "o3-mini")
+    assert fixes[0].apply({"temperature": 1}) == {}
+
+
+@pytest.mark.parametrize("model", ["gpt-4o-search-relay", "my-azure-deploy", "mistral-large"])
+def test_a_model_not_named_as_a_reasoning_family_loses_only_the_field_refused(model: str) -> None:
+    """Relays copy OpenAI's words: one refusing ``top_p`` for another model lost the client's
+    temperature and penalties and had ``max_tokens`` renamed (review)."""
+    assert reasoning_set(TOP_P, ParamFix("top_p"), model) == (ParamFix("top_p"),)
+    assert len(reasoning_set(TOP_P, ParamFix("top_p"), "openai/gpt-5-mini")) > 1  # a relay's prefix
