@@ -267,13 +267,14 @@ def reasoning_set(message: str | None, fix: ParamFix, model: str | None) -> tupl
     if m is None or m.group(1) != fix.field or not _REASONING_MODEL.search(model or ""):
         return (fix,)
     members = [*_REASONING_SET, *([ParamFix("stop")] if _REFUSES_STOP.search(model or "") else [])]
-    if fix.field not in {*(f.field for f in members), "stop"}:
+    fields = {f.field for f in members}
+    if fix.field not in fields | {"stop"}:
         return (fix,)
     # The refused field as its refusal says: "Unsupported value" (only the default, 1, taken)
     # keeps a temperature of 1; refused outright ("Unsupported parameter") it goes, 1 included:
     # kept at 1, it was sent again and refused again until the rescues ran out (review).
-    first = next(f for f in members if f.field == fix.field) if m.group(0).lower().startswith(
-        "unsupported value") and fix.field in {f.field for f in members} else fix  # fmt: skip
+    by_value = m.group(0).lower().startswith("unsupported value") and fix.field in fields
+    first = next(f for f in members if f.field == fix.field) if by_value else fix
     return (first, *(f for f in members if f.field != fix.field))
 
 

@@ -1392,6 +1392,20 @@ async def test_output_estimated_for_a_cut_leg_is_capped_per_leg_not_with_what_th
                      priced="true") == 10 + 8  # fmt: skip
 
 
+async def _stalled_then_answered(gw: Gateway, fake: FakeUpstream, answering_model: str) -> dict[str, Any]:
+    """A Messages stream whose first attempt counts a 10,000-token prompt and goes silent, and
+    whose next (``answering_model``'s) answers; the key's state once it settled."""
+    fake.script(Stream(anthropic_head("dear-model", input_tokens=10000), then="stall"),
+                Stream([*anthropic_head(answering_model, input_tokens=10000), text_delta("Hi."),
+                        *anthropic_tail(output_tokens=10)]))  # fmt: skip
+    payload = {"model": "x", "max_tokens": 50, "stream": True, "messages": [{"role": "user", "content": "go"}]}
+    async with gw.session.post(gw.base + "/v1/messages", json=payload,
+                               headers={**ALICE, "anthropic-version": "2023-06-01"}) as r:  # fmt: skip
+        assert r.status == 200
+        await r.read()
+    return await settled(gw)
+
+
 async def test_an_attempt_abandoned_for_a_fallback_pays_its_prompt_at_its_own_models_price(
     make_gateway: MakeGateway,
 ) -> None:
@@ -1409,15 +1423,7 @@ async def test_an_attempt_abandoned_for_a_fallback_pays_its_prompt_at_its_own_mo
                 "model_map: {'*': dear-model}, first_token_s: 0.3, fallbacks: [cheap]}\n"
                 f"  - {{name: cheap, base_url: '{fake.url}', apis: [messages], key_header: x-api-key, "
                 "models: ['never-routed-here'], model_map: {'*': cheap-model}}\n"), real_sleep=True)  # fmt: skip
-        fake.script(Stream(anthropic_head("dear-model", input_tokens=10000), then="stall"),
-                    Stream([*anthropic_head("cheap-model", input_tokens=10000), text_delta("Hi."),
-                            *anthropic_tail(output_tokens=10)]))
-        payload = {"model": "x", "max_tokens": 50, "stream": True, "messages": [{"role": "user", "content": "go"}]}
-        async with gw.session.post(gw.base + "/v1/messages", json=payload,
-                                   headers={**ALICE, "anthropic-version": "2023-06-01"}) as r:  # fmt: skip
-            assert r.status == 200
-            await r.read()
-        state = await settled(gw)
+        state = await _stalled_then_answered(gw, fake, "cheap-model")
         assert [req.json()["model"] for req in fake.messages_requests()] == ["dear-model", "cheap-model"]
         # The abandoned one: its prompt and the one output token message_start counted, at $15/$75.
         assert state["budget"]["spent_usd"] == pytest.approx(10000 * 15 + 1 * 75 + 10000 * 1 + 10 * 2)
@@ -1440,15 +1446,7 @@ async def test_an_attempt_gone_silent_before_its_first_words_pays_its_prompt_whe
                 f"  - {{name: dear, base_url: '{fake.url}', apis: [messages], key_header: x-api-key, "
                 "model_map: {'*': dear-model}}\n"), real_sleep=True,
             timeouts="{connect_s: 2, first_byte_s: 10.0, idle_s: 0.3, first_token_s: 5}")  # fmt: skip
-        fake.script(Stream(anthropic_head("dear-model", input_tokens=10000), then="stall"),
-                    Stream([*anthropic_head("dear-model", input_tokens=10000), text_delta("Hi."),
-                            *anthropic_tail(output_tokens=10)]))
-        payload = {"model": "x", "max_tokens": 50, "stream": True, "messages": [{"role": "user", "content": "go"}]}
-        async with gw.session.post(gw.base + "/v1/messages", json=payload,
-                                   headers={**ALICE, "anthropic-version": "2023-06-01"}) as r:  # fmt: skip
-            assert r.status == 200
-            await r.read()
-        state = await settled(gw)
+        state = await _stalled_then_answered(gw, fake, "dear-model")
         assert [req.json()["model"] for req in fake.messages_requests()] == ["dear-model", "dear-model"]
         assert state["budget"]["spent_usd"] == pytest.approx((10000 * 15 + 1 * 75) + (10000 * 15 + 10 * 75))
     finally:
