@@ -419,6 +419,9 @@ class Telemetry:
             "Each process counts its own: with server.workers: N, one SIGHUP counts N.",
             ["result"], registry=registry,
         )  # fmt: skip
+        # From the start, so that an alert on refused reloads sees zeros rather than nothing.
+        for result in ("applied", "unchanged", "refused"):
+            self.config_reloads.labels(result)
 
         # labels() takes a lock and builds a key on every call; the label sets are bounded,
         # so their children are cached here once.

@@ -40,7 +40,7 @@ def test_promtool_checks_rules_and_config(tmp_path: Path) -> None:
     rules = subprocess.run([PROMTOOL, "check", "rules", str(DEPLOY / "prometheus" / "alerts.yml")],
                            capture_output=True, text=True)
     assert rules.returncode == 0, rules.stdout + rules.stderr
-    assert "SUCCESS: 10 rules found" in rules.stdout
+    assert "SUCCESS: 12 rules found" in rules.stdout
     config = subprocess.run([PROMTOOL, "check", "config", str(DEPLOY / "prometheus" / "prometheus.yml")],
                             capture_output=True, text=True)
     assert config.returncode == 0, config.stdout + config.stderr
@@ -168,7 +168,7 @@ def test_real_prometheus_scrapes_the_request_count(gateway: tuple[RunningGateway
         assert value == before + sent
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/rules", timeout=5) as r:
             groups = json.loads(r.read())["data"]["groups"]
-        assert sum(len(g["rules"]) for g in groups) == 10  # the alert rules loaded for real
+        assert sum(len(g["rules"]) for g in groups) == 12  # the alert rules loaded for real
 
         def query(expr: str) -> list[float]:
             url = f"http://127.0.0.1:{port}/api/v1/query?query={urllib.parse.quote(expr)}"
