@@ -120,7 +120,21 @@ Anthropic. Each rule here is one Anthropic applies, worded as it words it (400
   https://github.com/anthropics/claude-code/issues/11918). Told by the files' magic numbers (PNG's
   signature, JPEG's SOI marker, GIF87a/GIF89a, RIFF…WEBP); bytes of none of them ("Could not
   process image", claude-code #39146) are not judged. Both image rules hold in a tool result too,
-  and both fail every later turn of a session that keeps the image in its history.
+  and both fail every later turn of a session that keeps the image in its history;
+- "messages.N.content.M.image.source.base64.data: At least one of the image dimensions exceed max
+  allowed size: 8000 pixels": an image wider or taller than 8000 pixels (Claude Code's "API Error:
+  400", https://github.com/anthropics/claude-code/issues/5147 and
+  https://github.com/anthropics/claude-code/issues/4778), and "... exceed max allowed size for
+  many-image requests: 2000 pixels" for one over 2000 in a request of more than 20 images
+  (https://github.com/anthropics/claude-code/issues/49537, /52220 and /24630, with request ids;
+  the vision guide's "General limits", https://platform.claude.com/docs/en/build-with-claude/vision:
+  "The maximal dimensions per image are 8000x8000 px. If you submit more than 20 images in one API
+  request, this limit is reduced to 2000x2000 px."). Every image block counts, a tool result's and
+  one by URL included; the sides are read from the file's header by the gateway's own reader
+  (``translate/image_size.py``, tested on real files of each type), as the fake has no other. The
+  guide's cap on the count (100 images a request on a model with a 200k-token context window, 600
+  on the others; "Too much media: 0 document pages + 103 images > 100", claude-code #3397) is not
+  judged: which models have which window is not known here.
 
 And on the rest of the request:
 
@@ -343,6 +357,7 @@ from typing import Any, TypeGuard
 from gateway.fake.messages import SIGNATURE_MARK, anthropic_error, sign
 from gateway.fake.schemas import miscounted, mistyped, objects, schemas
 from gateway.fake.steps import Reply
+from gateway.translate.image_size import dimensions
 
 ENABLED = frozenset({"enabled"})
 BOTH = frozenset({"enabled", "adaptive"})
@@ -371,6 +386,9 @@ _TTL = ("cache_control.ttl: a ttl='1h' cache_control block must not come after a
 _IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 _IMAGE_WORDS = "Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'"
 IMAGE_MAX = 5 * 1024 * 1024  # of base64 text
+# Pixels a side, and in a request of more than MANY_IMAGES images (``_unreadable``).
+SIDE_MAX, MANY_IMAGES, MANY_SIDE_MAX = 8000, 20, 2000
+_SIDES = "image.source.base64.data: At least one of the image dimensions exceed max allowed size"
 _DRAFT = ("JSON schema is invalid. It must match JSON Schema draft 2020-12 (https://json-schema.org/draft/2020-12). "
           "Learn more about tool use at https://platform.claude.com/docs/en/agents-and-tools/tool-use/overview.")  # fmt: skip
 _THOUGHT = ("thinking", "redacted_thinking")
@@ -460,6 +478,7 @@ def _tool_blocks(messages: list[Any]) -> str | None:
 def _conversation(messages: list[Any]) -> str | None:
     if not messages:
         return "messages: at least one message is required"
+    many = _images(messages) > MANY_IMAGES
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             continue
@@ -471,7 +490,7 @@ def _conversation(messages: list[Any]) -> str | None:
         blank = next((why for b in _blocks(message) if (why := _blank_text(b))), None)
         if blank is not None:
             return blank
-        image = _image_type(message, f"messages.{i}.content")
+        image = _image_type(message, f"messages.{i}.content", many)
         if image is not None:
             return image
         placed = _misplaced_system(messages, i)
@@ -582,20 +601,28 @@ def _blank_text(block: dict[str, Any]) -> str | None:
     return None
 
 
-def _image_type(message: dict[str, Any], where: str) -> str | None:
+def _images(messages: list[Any]) -> int:
+    """The image blocks of a conversation, those inside a tool result included."""
+    blocks = [b for m in messages if isinstance(m, dict) for b in _blocks(m)]
+    inner = [b.get("content") for b in blocks if b.get("type") == "tool_result"]
+    blocks += [p for parts in inner if isinstance(parts, list) for p in parts if isinstance(p, dict)]
+    return sum(1 for b in blocks if b.get("type") == "image")
+
+
+def _image_type(message: dict[str, Any], where: str, many: bool = False) -> str | None:
     for j, block in enumerate(_blocks(message)):
         inner = block.get("content") if block.get("type") == "tool_result" else None
         for k, part in enumerate(inner if isinstance(inner, list) else ()):
-            why = _unreadable(part) if isinstance(part, dict) else None
+            why = _unreadable(part, many) if isinstance(part, dict) else None
             if why is not None:
                 return f"{where}.{j}.tool_result.content.{k}.{why}"
-        why = _unreadable(block)
+        why = _unreadable(block, many)
         if why is not None:
             return f"{where}.{j}.{why}"
     return None
 
 
-def _unreadable(block: dict[str, Any]) -> str | None:
+def _unreadable(block: dict[str, Any], many: bool = False) -> str | None:
     source = block.get("source") if block.get("type") == "image" else None
     if not isinstance(source, dict) or source.get("type") != "base64":
         return None
@@ -609,6 +636,9 @@ def _unreadable(block: dict[str, Any]) -> str | None:
     found = _magic(data)
     if found is not None and found != media_type:
         return f"image.source.base64.data: Image does not match the provided media type {media_type}"
+    sides = dimensions(data)
+    if sides is not None and max(sides) > (MANY_SIDE_MAX if many else SIDE_MAX):
+        return f"{_SIDES} for many-image requests: {MANY_SIDE_MAX} pixels" if many else f"{_SIDES}: {SIDE_MAX} pixels"
     return None
 
 

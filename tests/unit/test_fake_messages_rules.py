@@ -24,6 +24,7 @@ from gateway.fake.messages_rules import (
     unthought_calls,
 )
 from gateway.fake.steps import Reply, Stream
+from tests import images
 
 PATH = "/v1/messages"
 CORPUS = Path(__file__).parents[1] / "corpus" / "requests"
@@ -146,6 +147,38 @@ def test_an_image_over_5_mb_of_base64_lobehub_14711() -> None:
     in_result = [user(text("hi")), assistant(call("toolu_1")),
                  user({"type": "tool_result", "tool_use_id": "toolu_1", "content": [over]})]
     assert refused(in_result, tools=BASH) == f"messages.2.content.0.tool_result.content.0.{words}"
+
+
+def png_block(width: int, height: int = 2) -> dict[str, Any]:
+    return sent("image/png", images.png(width, height))
+
+
+SIDES = "image.source.base64.data: At least one of the image dimensions exceed max allowed size"
+
+
+def test_an_image_over_8000_pixels_a_side_claude_code_5147() -> None:
+    """"messages.7.content.2.image.source.base64.data: At least one of the image dimensions exceed
+    max allowed size: 8000 pixels" (claude-code #5147, #4778), in a tool result too."""
+    assert refused([user(text("look"), png_block(8000))]) is None
+    assert refused([user(text("look"), png_block(8001))]) == f"messages.0.content.1.{SIDES}: 8000 pixels"
+    tall = sent("image/jpeg", images.jpeg(width=100, height=8001))
+    in_result = [user(text("hi")), assistant(call("toolu_1")),
+                 user({"type": "tool_result", "tool_use_id": "toolu_1", "content": [tall]})]
+    assert refused(in_result, tools=BASH) == f"messages.2.content.0.tool_result.content.0.{SIDES}: 8000 pixels"
+
+
+def test_more_than_20_images_hold_each_to_2000_pixels_claude_code_49537() -> None:
+    """"messages.108.content.3.image.source.base64.data: At least one of the image dimensions exceed
+    max allowed size for many-image requests: 2000 pixels" (claude-code #49537, #52220): the vision
+    guide's "If you submit more than 20 images in one API request, this limit is reduced to
+    2000x2000 px.", every image block counted, a tool result's included."""
+    twenty = [png_block(2001)] + [png_block(10) for _ in range(19)]
+    assert refused([user(*twenty)]) is None
+    many = f"messages.0.content.0.{SIDES} for many-image requests: 2000 pixels"
+    assert refused([user(*twenty, png_block(10))]) == many
+    in_result = [user(*twenty), assistant(call("toolu_1")),
+                 user({"type": "tool_result", "tool_use_id": "toolu_1", "content": [png_block(10)]})]
+    assert refused(in_result, tools=BASH) == many
 
 
 def test_max_tokens_is_required() -> None:

@@ -56,7 +56,8 @@ and the extended-thinking guide's "Feature compatibility"):
 * an image is one of four types, and says which its bytes are ("messages.6.content.5.image.source.
   base64.data: Image does not match the provided media type image/png", claude-code #15746), in at
   most 5 MB of base64 ("image exceeds 5 MB maximum: 6275800 bytes > 5242880 bytes", lobehub
-  #14711); a document is a PDF (base64 or by URL) or plain text, the document block's sources
+  #14711) and 8000 pixels a side, 2000 in a request of more than 20 images (``SIDE_MAX``); a
+  document is a PDF (base64 or by URL) or plain text, the document block's sources
   (``Base64PDFSource``, ``PlainTextSource``, ``URLPDFSource``: anthropic-sdk-python's
   ``types/document_block_param.py``);
 * a conversation may open on an assistant turn: "messages: first message must use the \"user\"
@@ -100,7 +101,7 @@ from gateway.apis.messages.claude_models import (
     thinking_for,
     unforced,
 )
-from gateway.translate import json_schema, typed
+from gateway.translate import image_size, json_schema, typed
 from gateway.translate.base import Context, Known, Refusal, Target, call_arguments, held, option_kind
 from gateway.translate.chat_messages.answer import ChatStream, chat_completion
 from gateway.translate.tool_ids import to_anthropic_id
@@ -153,6 +154,15 @@ _MAGIC = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"), 
 # Anthropic's limit per image, on its base64 text: "image exceeds 5 MB maximum: 6275800 bytes >
 # 5242880 bytes" for a 4.7 MB file (lobehub #14711, whose fix found it counted on the base64).
 IMAGE_MAX = 5 * 1024 * 1024
+# Anthropic's limits on an image's pixels (the vision guide's "General limits": "The maximal
+# dimensions per image are 8000x8000 px. If you submit more than 20 images in one API request,
+# this limit is reduced to 2000x2000 px."), answered "messages.7.content.2.image.source.base64.data:
+# At least one of the image dimensions exceed max allowed size: 8000 pixels" (claude-code #5147,
+# #4778) and "... exceed max allowed size for many-image requests: 2000 pixels" (claude-code
+# #49537, #52220, with request ids). Read from the file's header (``image_size``).
+SIDE_MAX = 8000
+MANY_IMAGES = 20
+MANY_SIDE_MAX = 2000
 # Text a document may be written in besides text/*: Claude reads it as plain text.
 _TEXT_TYPES = frozenset({"application/json", "application/xml", "application/yaml", "application/x-yaml"})
 _DATA_URL = re.compile(r"^data:([\w.+-]+/[\w.+-]+);base64,(.*)$", re.DOTALL)
@@ -374,6 +384,7 @@ def _conversation(items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], li
     system: list[dict[str, Any]] = []
     turns: list[dict[str, Any]] = []
     asked = asked_from(items, lambda m: m.get("role") == "assistant")
+    many = _images(items) > MANY_IMAGES
     for i, m in enumerate(items):
         role = typed.text(m.get("role"), ("messages", i, "role"))
         if role in ("system", "developer"):
@@ -381,7 +392,7 @@ def _conversation(items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], li
             system += _text_blocks(m.get("content"), i)
             continue
         if role == "user":
-            role, blocks = "user", _user_blocks(m.get("content"), i, i >= asked)
+            role, blocks = "user", _user_blocks(m.get("content"), i, i >= asked, many)
         elif role == "assistant":
             blocks = _assistant_blocks(m, i)
         elif role == "tool":
@@ -463,8 +474,18 @@ def _text_block(part: dict[str, Any], kind: str, at: typed.Path) -> list[dict[st
     return [block]
 
 
-def _user_blocks(content: Any, i: int, asked: bool) -> list[dict[str, Any]]:
-    """``asked``: the message is part of what the client asks about now (after the last answer)."""
+def _images(items: list[dict[str, Any]]) -> int:
+    """The image parts of a chat conversation: all that become Anthropic images (a tool message
+    carries text only). Counted before any is left out as a note, so a request near the limit
+    may have its images held to the lower one when it need not."""
+    lists = [m.get("content") for m in items if m.get("role") == "user"]
+    parts = [p for content in lists if isinstance(content, list) for p in content]
+    return sum(1 for part in parts if isinstance(part, dict) and part.get("type") == "image_url")
+
+
+def _user_blocks(content: Any, i: int, asked: bool, many: bool = False) -> list[dict[str, Any]]:
+    """``asked``: the message is part of what the client asks about now (after the last answer);
+    ``many``: the request holds more than ``MANY_IMAGES`` images."""
     content = typed.content(content, ("messages", i, "content"))
     if isinstance(content, str) or content is None:
         return _text_blocks(content, i)
@@ -475,7 +496,7 @@ def _user_blocks(content: Any, i: int, asked: bool) -> list[dict[str, Any]]:
         if kind == "text":
             blocks += _text_block(part, kind, ("messages", i, "content", j))
         elif kind == "image_url":
-            blocks.append(_image(part.get("image_url"), where, asked))
+            blocks.append(_image(part.get("image_url"), where, asked, many))
         elif kind == "file":
             blocks.append(_document(part.get("file"), where))
         else:
@@ -483,7 +504,7 @@ def _user_blocks(content: Any, i: int, asked: bool) -> list[dict[str, Any]]:
     return blocks
 
 
-def _image(spec: Any, where: str, asked: bool) -> dict[str, Any]:
+def _image(spec: Any, where: str, asked: bool, many: bool = False) -> dict[str, Any]:
     url = spec.get("url") if isinstance(spec, dict) else spec
     if not isinstance(url, str):
         raise _Refused(f"{where}: image_url needs a url")
@@ -501,6 +522,14 @@ def _image(spec: Any, where: str, asked: bool) -> dict[str, Any]:
                 raise _Refused(f"{where}: {oversized_words(len(data))}")
             note = (f"[image ({media_type}) left out: its {len(data):,} bytes of base64 are over the 5 MB "
                     f"({IMAGE_MAX:,} bytes) Anthropic takes per image]")
+            return {"type": "text", "text": note}
+        size = overwide(data, many)
+        if size is not None:
+            # Refused or noted as one too large in bytes is, for the same reasons.
+            if asked:
+                raise _Refused(f"{where}: {overwide_words(size, many)}")
+            note = (f"[image ({media_type}) left out: its {size[0]}x{size[1]} pixels are over the "
+                    f"{_side_limit(many):,} a side Anthropic takes{_per_request(many)}]")  # fmt: skip
             return {"type": "text", "text": note}
         return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
     if url.startswith(("http://", "https://")):
@@ -556,6 +585,33 @@ def oversized_image(url: str) -> int | None:
 def oversized_words(size: int) -> str:
     return (f"the image is {size:,} bytes of base64, over the 5 MB ({IMAGE_MAX:,} bytes) Anthropic takes per "
             "image, and the gateway cannot make it smaller: resize it and send it again")
+
+
+def overwide(data: str, many: bool) -> tuple[int, int] | None:
+    """The width and height of the image whose base64 text is ``data``, when a side is over what
+    Anthropic takes (``many``: in a request of more than ``MANY_IMAGES`` images)."""
+    size = image_size.dimensions(data)
+    return size if size is not None and max(size) > _side_limit(many) else None
+
+
+def overwide_image(url: str, many: bool) -> tuple[int, int] | None:
+    """``overwide`` for an image given as a base64 data URL."""
+    found = _DATA_URL.match(url)
+    return overwide(found.group(2), many) if found else None
+
+
+def overwide_words(size: tuple[int, int], many: bool) -> str:
+    return (f"the image is {size[0]}x{size[1]} pixels, over the {_side_limit(many):,} pixels a side "
+            f"Anthropic takes{_per_request(many)}, and the gateway cannot make it smaller: resize it and "
+            "send it again")  # fmt: skip
+
+
+def _side_limit(many: bool) -> int:
+    return MANY_SIDE_MAX if many else SIDE_MAX
+
+
+def _per_request(many: bool) -> str:
+    return f" in a request of more than {MANY_IMAGES} images" if many else ""
 
 
 def _document(spec: Any, where: str) -> dict[str, Any]:

@@ -37,9 +37,12 @@ from gateway.translate import typed
 from gateway.translate.base import Refusal, Target
 from gateway.translate.chat_messages.request import (
     EFFORT_BUDGET,
+    MANY_IMAGES,
     asked_from,
     oversized_image,
     oversized_words,
+    overwide_image,
+    overwide_words,
     reads_as_text,
     sniffed_image,
 )
@@ -159,13 +162,14 @@ class _Convo:
     """Chat messages as they are built, with the calls still waiting for their response."""
 
     def __init__(self, names: Names, files: bool, short_ids: bool = False, anthropic: bool = False,
-                 asked_from: int = 0) -> None:  # fmt: skip
+                 asked_from: int = 0, many: bool = False) -> None:  # fmt: skip
         self.names = names
         self.files = files  # a PDF may go as a chat file part: it goes on to a Messages or Responses upstream
         # It goes on to Messages: an image too large for Anthropic that the client asks about now
         # (contents from ``asked_from`` on) is refused here, where the client's own field is known.
         self.anthropic = anthropic
         self.asked_from = asked_from
+        self.many = many  # more than MANY_IMAGES images: Anthropic's lower limit on their pixels
         self.ids = to_chat_id if short_ids else str  # how an id is written, on a call and its response
         self.messages: list[dict[str, Any]] = []
         self.open_calls: list[tuple[str, str]] = []  # (name, id) of the last model turn, unanswered
@@ -194,7 +198,7 @@ def _messages(
     contents: list[Any], names: Names, files: bool, short_ids: bool = False, anthropic: bool = False
 ) -> list[dict[str, Any]]:
     asked = asked_from(contents, lambda c: isinstance(c, dict) and c.get("role") == "model")
-    convo = _Convo(names, files, short_ids, anthropic, asked)
+    convo = _Convo(names, files, short_ids, anthropic, asked, anthropic and _images(contents) > MANY_IMAGES)
     for i, content in enumerate(contents):
         if not isinstance(content, dict):
             raise typed.wrong(content, ("contents", i), "object")
@@ -309,6 +313,29 @@ def _function_response(
     return call_id, text, images
 
 
+def _images(contents: list[Any]) -> int:
+    """The images of a conversation that go on as images, a function's response's included: each
+    ``inlineData`` that is one of the four types (``_inline``'s reading; another is a note)."""
+    parts = [p for c in contents if isinstance(c, dict) and isinstance(c.get("parts"), list)
+             for p in c["parts"] if isinstance(p, dict)]  # fmt: skip
+    for part in list(parts):
+        response = field(part, "functionResponse")
+        if isinstance(response, dict) and isinstance(response.get("parts"), list):
+            parts += [p for p in response["parts"] if isinstance(p, dict)]
+    blobs = [b for p in parts if isinstance(b := field(p, "inlineData"), dict)]
+    blobs = [b for b in blobs if isinstance(b.get("data"), str)]
+    return sum(1 for b in blobs if _image_mime(b) in _IMAGES)
+
+
+def _image_mime(blob: dict[str, Any]) -> str:
+    """The type an ``inlineData`` goes on as: an image the type its bytes are."""
+    mime = field(blob, "mimeType")
+    mime = _ALIASES.get(mime, mime) if isinstance(mime, str) else "application/octet-stream"
+    if mime.startswith("image/"):
+        mime = sniffed_image(blob["data"][:32].replace("-", "+").replace("_", "/")) or mime
+    return mime
+
+
 def _inline(blob: Any, at: typed.Path, convo: _Convo, i: int) -> dict[str, Any]:
     """``i``: the index of the content it is in."""
     if not isinstance(blob, dict) or not isinstance(blob.get("data"), str):
@@ -327,6 +354,9 @@ def _inline(blob: Any, at: typed.Path, convo: _Convo, i: int) -> dict[str, Any]:
         size = oversized_image(url) if convo.anthropic and i >= convo.asked_from else None
         if size is not None:
             raise Untranslatable(f"{typed.bracketed(at)}: {oversized_words(size)}")
+        sides = overwide_image(url, convo.many) if convo.anthropic and i >= convo.asked_from else None
+        if sides is not None:
+            raise Untranslatable(f"{typed.bracketed(at)}: {overwide_words(sides, convo.many)}")
         return {"type": "image_url", "image_url": {"url": url}}
     if convo.files and (mime == "application/pdf" or reads_as_text(mime)):
         # Claude reads PDFs and plain text (chat_messages makes this part a document block), and

@@ -51,9 +51,12 @@ from gateway.apis.chat.ids import to_chat_id
 from gateway.translate import typed
 from gateway.translate.base import Refusal, Target
 from gateway.translate.chat_messages.request import (
+    MANY_IMAGES,
     asked_from,
     oversized_image,
     oversized_words,
+    overwide_image,
+    overwide_words,
     unread_document,
     unread_image,
     unread_image_words,
@@ -233,11 +236,12 @@ def _text_of(content: Any, where: str, at: typed.Path) -> str:
 
 
 def _image_part(
-    part: Mapping[str, Any], at: typed.Path, anthropic: bool, asked: bool = True
+    part: Mapping[str, Any], at: typed.Path, anthropic: bool, asked: bool = True, many: bool = False
 ) -> dict[str, Any]:
     """``anthropic``: the request goes on to Messages, whose refusal of an image type it does
     not read, or of one too large that the client ``asked`` about now, is made here, where it
-    can name the client's own field."""
+    can name the client's own field (``many``: the request holds more than ``MANY_IMAGES``
+    images, which lowers Anthropic's limit on their pixels)."""
     url = part.get("image_url")
     if not isinstance(url, str) or not url:
         raise Untranslatable(
@@ -250,6 +254,9 @@ def _image_part(
     size = oversized_image(url) if anthropic and asked else None
     if size is not None:
         raise Untranslatable(f"{typed.bracketed(at)}: {oversized_words(size)}")
+    sides = overwide_image(url, many) if anthropic and asked else None
+    if sides is not None:
+        raise Untranslatable(f"{typed.bracketed(at)}: {overwide_words(sides, many)}")
     image: dict[str, Any] = {"url": url}
     if part.get("detail") in ("low", "high", "auto"):
         image["detail"] = part["detail"]
@@ -282,7 +289,7 @@ def _file_part(part: Mapping[str, Any], at: typed.Path, anthropic: bool) -> dict
 
 
 def _user_content(
-    content: Any, at: typed.Path, anthropic: bool, files: bool = False, asked: bool = True
+    content: Any, at: typed.Path, anthropic: bool, files: bool = False, asked: bool = True, many: bool = False
 ) -> str | list[dict[str, Any]]:
     """A user message's content: a plain string when it is only text (what every chat server
     takes), else chat content parts; ``files``: an ``input_file`` goes as chat's file part;
@@ -296,7 +303,7 @@ def _user_content(
         if kind in ("input_text", "output_text", "text"):
             parts.append({"type": "text", "text": _said(part, "text", (*at, "content", j))})
         elif kind == "input_image":
-            parts.append(_image_part(part, (*at, "content", j), anthropic, asked))
+            parts.append(_image_part(part, (*at, "content", j), anthropic, asked, many))
         elif kind == "input_file" and files:
             parts.append(_file_part(part, (*at, "content", j), anthropic))
         elif kind == "input_file":
@@ -314,7 +321,7 @@ def _user_content(
 
 
 def _tool_output(
-    output: Any, at: typed.Path, anthropic: bool, asked: bool = True
+    output: Any, at: typed.Path, anthropic: bool, asked: bool = True, many: bool = False
 ) -> tuple[str, list[dict[str, Any]]]:
     """A function_call_output's text, and the images it returned (carried separately)."""
     output = typed.content(output, (*at, "output"))
@@ -327,7 +334,7 @@ def _tool_output(
         if kind in ("input_text", "output_text", "text"):
             texts.append(_said(part, "text", (*at, "output", j)))
         elif kind == "input_image":
-            images.append(_image_part(part, (*at, "output", j), anthropic, asked))
+            images.append(_image_part(part, (*at, "output", j), anthropic, asked, many))
         else:
             raise Untranslatable(f"a tool output cannot carry a {kind!r} part on a chat completions upstream")
     text = "".join(texts)
@@ -344,6 +351,7 @@ class _Builder:
     ) -> None:
         self.names = names
         self.asked_from = asked_from  # the first input item after the last assistant output
+        self.many = False  # more than MANY_IMAGES images, going on to Messages (``_images``)
         # The request goes on to Messages: signed thinking is read, and images it does not read refused.
         self.anthropic = anthropic
         self.files = files  # the request goes on to Gemini, which reads an input_file's data
@@ -417,7 +425,7 @@ class _Builder:
             raise Untranslatable(f"message role {role!r} has no chat completions equivalent")
         self.reasoning, self.signed = [], []
         self._flush_images()
-        content = _user_content(content, at, self.anthropic, self.files, self.asked(at))
+        content = _user_content(content, at, self.anthropic, self.files, self.asked(at), self.many)
         self.messages.append({"role": "user", "content": content})
 
     def asked(self, at: typed.Path) -> bool:
@@ -452,6 +460,14 @@ def _call_id(item: Mapping[str, Any], at: typed.Path, short: bool) -> str:
     return to_chat_id(call_id) if short else call_id
 
 
+def _images(items: Any) -> int:
+    """The ``input_image`` parts of the input: in messages and in function outputs."""
+    lists = [item.get(key) for item in (items if isinstance(items, list) else []) if isinstance(item, dict)
+             for key in ("content", "output")]  # fmt: skip
+    return sum(1 for parts in lists if isinstance(parts, list)
+               for part in parts if isinstance(part, dict) and part.get("type") == "input_image")  # fmt: skip
+
+
 def _namespace(item: Mapping[str, Any]) -> str | None:
     ns = item.get("namespace")
     return ns if isinstance(ns, str) else None
@@ -465,6 +481,7 @@ def _messages(
     if isinstance(items, str):
         items = [{"type": "message", "role": "user", "content": items}]
     b = _Builder(names, anthropic, files, _asked_from(items))
+    b.many = anthropic and _images(items) > MANY_IMAGES
     instructions = payload.get("instructions")
     if isinstance(instructions, str):
         if instructions:
@@ -494,7 +511,7 @@ def _messages(
                 json.dumps({CUSTOM_INPUT: typed.text(item.get("input"), (*at, "input")) or ""}),
             )
         elif kind in ("function_call_output", "custom_tool_call_output"):
-            text, images = _tool_output(item.get("output"), at, anthropic, b.asked(at))
+            text, images = _tool_output(item.get("output"), at, anthropic, b.asked(at), b.many)
             b.output(_call_id(item, at, short_ids), text, images)
         elif kind == "reasoning":
             b.think(item)

@@ -32,6 +32,7 @@ from gateway.translate import default_translations
 from gateway.translate.base import Context, Refusal, Target
 from gateway.translate.chat_messages import BUFFERED_MAX_TOKENS, ChatToMessages, default_max_tokens
 from gateway.translate.tool_ids import from_anthropic_id, to_anthropic_id
+from tests import images
 from tests.unit.translate.wrong_types import CHAT, mutated
 
 CORPUS = Path(__file__).parents[2] / "corpus"
@@ -762,6 +763,49 @@ def test_an_image_over_5_mb_earlier_in_the_conversation_becomes_a_note_and_the_s
     assert messages_rules.refusal("/v1/messages", out, {}) is None
     convo.append({"role": "user", "content": [big]})  # the same image sent again, now: refused
     assert refused({"model": "m", "messages": convo}).startswith("messages[3].content[0]: ")
+
+
+def shot(width: int, height: int = 2) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": images.data_url("image/png", images.png(width, height))}}
+
+
+def test_an_image_over_8000_pixels_a_side_is_refused_now_and_a_note_in_history() -> None:
+    """"messages.7.content.2.image.source.base64.data: At least one of the image dimensions exceed
+    max allowed size: 8000 pixels" (claude-code #5147, #4778), for a file well under 5 MB: refused
+    the way one too large in bytes is, naming the part and its size; a note once in the history."""
+    convo = [user("hi"), {"role": "assistant", "content": "Hello."},
+             {"role": "user", "content": [{"type": "text", "text": "read this page"}, shot(8001)]}]  # fmt: skip
+    words = refused({"model": "m", "messages": convo})
+    assert words == ("messages[2].content[1]: the image is 8001x2 pixels, over the 8,000 pixels a side Anthropic "
+                     "takes, and the gateway cannot make it smaller: resize it and send it again"), words
+    tall = images.data_url("image/jpeg", images.jpeg(width=600, height=8001))
+    convo[2]["content"][1] = {"type": "image_url", "image_url": {"url": tall}}
+    assert refused({"model": "m", "messages": convo}).startswith("messages[2].content[1]: the image is 600x8001 pixels")
+    convo[2]["content"][1] = shot(8000)  # at the limit: taken
+    assert req({"model": "m", "messages": convo})["messages"][2]["content"][1]["type"] == "image"
+    later = [{"role": "user", "content": [shot(8001)]}, {"role": "assistant", "content": "A page."}, user("thanks")]
+    out = req({"model": "m", "messages": later})
+    note = "[image (image/png) left out: its 8001x2 pixels are over the 8,000 a side Anthropic takes]"
+    assert out["messages"][0]["content"] == [{"type": "text", "text": note}]
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+
+
+def test_in_a_request_of_more_than_20_images_a_side_over_2000_is_refused_now_and_a_note_in_history() -> None:
+    """"messages.108.content.3.image.source.base64.data: At least one of the image dimensions exceed
+    max allowed size for many-image requests: 2000 pixels" (claude-code #49537, #52220): an agent's
+    21st screenshot makes every earlier one of over 2000 pixels a refusal, turn after turn."""
+    shots = [shot(2001)] + [shot(100) for _ in range(19)]
+    history = [{"role": "user", "content": shots}, {"role": "assistant", "content": "Seen."}]
+    assert req({"model": "m", "messages": [*history, user("and?")]})["messages"][0]["content"][0]["type"] == "image"
+    out = req({"model": "m", "messages": [*history, {"role": "user", "content": [shot(100)]}]})  # the 21st
+    note = ("[image (image/png) left out: its 2001x2 pixels are over the 2,000 a side Anthropic takes in a request "
+            "of more than 20 images]")
+    assert out["messages"][0]["content"][0] == {"type": "text", "text": note}
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+    words = refused({"model": "m", "messages": [*history, {"role": "user", "content": [shot(100), shot(2001)]}]})
+    assert words == ("messages[2].content[1]: the image is 2001x2 pixels, over the 2,000 pixels a side Anthropic "
+                     "takes in a request of more than 20 images, and the gateway cannot make it smaller: resize it "
+                     "and send it again"), words
 
 
 @pytest.mark.parametrize(("media_type", "text"), [

@@ -23,6 +23,7 @@ from gateway.translate import default_translations
 from gateway.translate.base import Context, Refusal, Target
 from gateway.translate.gemini_chat import GeminiToChat
 from gateway.translate.gemini_chat.request import json_schema, lowered
+from tests import images
 from tests.unit.translate.messages_helpers import corpus_answer, wire_stream
 from tests.unit.translate.schemas import NO_PROPERTIES
 from tests.unit.translate.wrong_types import GEMINI, mutated
@@ -747,6 +748,33 @@ def test_an_image_over_5_mb_to_claude_is_refused_at_the_gemini_clients_own_field
     assert not isinstance(sent, Refusal), sent
     assert "left out: its 5,242,881 bytes of base64 are over the 5 MB" in json.dumps(sent["messages"])
     assert not isinstance(T.request(now, TARGET), Refusal)  # a chat server's own limits are its own
+
+
+def test_an_image_over_anthropics_pixel_limits_is_refused_at_the_gemini_clients_own_field() -> None:
+    """Over 8000 pixels a side, or 2000 in a request of more than 20 images ("At least one of the
+    image dimensions exceed max allowed size[ for many-image requests]", claude-code #5147,
+    #49537): refused at ``contents[i].parts[j]``, a function's response's images counted; a
+    note once in the history."""
+    def shot(width: int) -> dict[str, Any]:
+        return {"inlineData": {"mimeType": "image/png", "data": images.b64(images.png(width, 2))}}
+
+    now = {"contents": [{"role": "user", "parts": [{"text": "look"}, shot(8001)]}]}
+    out = ON_MESSAGES.request(now, CLAUDE)
+    assert isinstance(out, Refusal) and out.message.startswith("contents[0].parts[1]: the image is 8001x2 pixels"), out
+    read = {"functionResponse": {"name": "read_file", "response": {"output": "ok"}, "parts": [shot(100)] * 20}}
+    many = {"contents": [{"role": "user", "parts": [{"text": "look"}]},
+                         {"role": "model", "parts": [{"functionCall": {"name": "read_file", "args": {}}}]},
+                         {"role": "user", "parts": [read, shot(2001)]}]}  # fmt: skip
+    out = ON_MESSAGES.request(many, CLAUDE)
+    assert isinstance(out, Refusal) and out.message.startswith(
+        "contents[2].parts[1]: the image is 2001x2 pixels, over the 2,000 pixels a side Anthropic takes in a "
+        "request of more than 20 images"), out
+    later = {"contents": [*now["contents"], {"role": "model", "parts": [{"text": "A page."}]},
+                          {"role": "user", "parts": [{"text": "thanks"}]}]}  # fmt: skip
+    sent = ON_MESSAGES.request(later, CLAUDE)
+    assert not isinstance(sent, Refusal), sent
+    assert "left out: its 8001x2 pixels are over the 8,000 a side" in json.dumps(sent["messages"])
+    assert messages_rules.refusal("/v1/messages", sent, {}) is None
 
 
 def test_the_word_json_is_looked_for_in_the_texts_not_in_an_images_base64() -> None:

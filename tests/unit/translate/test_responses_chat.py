@@ -30,6 +30,7 @@ from gateway.translate import default_translations
 from gateway.translate.base import Context, Refusal, Target
 from gateway.translate.responses_chat import ResponsesToChat
 from gateway.translate.responses_chat.answer import text_part
+from tests import images
 from tests.fakeupstream import named_events
 from tests.unit.translate.schemas import NO_PROPERTIES
 from tests.unit.translate.wrong_types import RESPONSES, mutated
@@ -1227,6 +1228,32 @@ def test_an_image_over_5_mb_is_refused_at_its_place_when_asked_about_now_and_a_n
                               {"role": "user", "content": "thanks"}]}  # fmt: skip
     sent = json.dumps(on_claude(later)["messages"])
     assert "left out: its 5,242,881 bytes of base64 are over the 5 MB" in sent and '"type": "image"' not in sent
+
+
+def test_an_image_over_anthropics_pixel_limits_is_refused_at_its_place_and_a_note_in_history() -> None:
+    """Over 8000 pixels a side, or 2000 in a request of more than 20 images, Anthropic refuses an
+    image ("At least one of the image dimensions exceed max allowed size[ for many-image
+    requests]: 8000 [2000] pixels", claude-code #5147, #49537). Codex's ``view_image`` output
+    named at its own field; a screenshot kept in the history becomes a note."""
+    def shot(width: int) -> dict[str, Any]:
+        return {"type": "input_image", "image_url": images.data_url("image/png", images.png(width, 2))}
+
+    look = {"type": "function_call", "call_id": "c1", "name": "view_image", "arguments": "{}"}
+    now = {"model": "m", "input": [{"role": "user", "content": "look"}, look,
+                                   {"type": "function_call_output", "call_id": "c1", "output": [shot(8001)]}]}  # fmt: skip
+    out = ON_MESSAGES.request(now, CLAUDE)
+    assert isinstance(out, Refusal) and out.message.startswith("input[2].output[0]: the image is 8001x2 pixels, "
+                                                               "over the 8,000 pixels a side Anthropic takes,"), out
+    many = {"model": "m", "input": [{"role": "user", "content": [shot(100)] * 20 + [shot(2001)]}]}
+    out = ON_MESSAGES.request(many, CLAUDE)
+    assert isinstance(out, Refusal) and out.message.startswith(
+        "input[0].content[20]: the image is 2001x2 pixels, over the 2,000 pixels a side Anthropic takes in a "
+        "request of more than 20 images"), out
+    later = {**now, "input": [*now["input"], {"role": "assistant", "content": "A page."},
+                              {"role": "user", "content": "thanks"}]}  # fmt: skip
+    sent = on_claude(later)
+    assert "left out: its 8001x2 pixels are over the 8,000 a side" in json.dumps(sent["messages"])
+    assert messages_rules.refusal("/v1/messages", sent, {}) is None
 
 
 def test_an_image_goes_to_claude_as_the_type_its_bytes_are() -> None:
