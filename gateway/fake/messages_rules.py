@@ -174,6 +174,10 @@ And on the rest of the request:
   (https://github.com/zhukunpenglinyutong/jetbrains-cc-gui/issues/1003, request id
   ``req_011CaUUB15WGRCpQ2TQoFS2c``; measured on claude-opus-5, claude-fable-5, claude-opus-4-8
   and claude-sonnet-5 in https://github.com/handochan/aelix-ai/issues/258);
+- "'claude-3-5-sonnet-20241022' does not support thinking.": thinking of either type on Claude 3
+  and 3.5 (https://github.com/anthropics/claude-code/issues/2245, the corpus's
+  anthropic-400-model-does-not-support-thinking), the model named as the request names it;
+  thinking came with Claude 3.7 Sonnet;
 - "adaptive thinking is not supported on this model": adaptive thinking sent to a model before
   4.6 (measured on claude-opus-4-5, claude-sonnet-4-5 and claude-haiku-4-5 in
   https://github.com/askalf/dario/pull/273; https://github.com/vellum-ai/vellum-assistant/pull/37276).
@@ -425,7 +429,7 @@ def thinking_types(model: Any) -> frozenset[str] | None:
     """The ``thinking.type`` values Anthropic takes on this model besides "disabled", or None for
     a model the fake does not know (not judged): Opus 4.7 and later, Claude 5 and the Fable and
     Mythos families think adaptively only, Opus and Sonnet 4.6 both ways, older models with a
-    budget only."""
+    budget only, and Claude 3 and 3.5 not at all."""
     if not isinstance(model, str):
         return None
     named = _NAMED.search(model)
@@ -435,6 +439,8 @@ def thinking_types(model: Any) -> frozenset[str] | None:
     if found is None:
         return None
     version = (int(found["major"]), int(found["minor"] or 0))
+    if version < (3, 7):
+        return frozenset()  # thinking came with Claude 3.7 Sonnet
     return ADAPTIVE if version >= (4, 7) else BOTH if version == (4, 6) else ENABLED
 
 
@@ -725,6 +731,8 @@ def _thinking(payload: dict[str, Any], thought: Collection[str], interleaved: bo
     if kind not in ("enabled", "adaptive"):
         return None
     takes = thinking_types(payload.get("model"))
+    if takes == frozenset():
+        return f"'{payload.get('model')}' does not support thinking."
     if takes is not None and kind not in takes:
         if kind == "enabled":
             return ('"thinking.type.enabled" is not supported for this model. Use "thinking.type.adaptive" '

@@ -54,7 +54,7 @@ async def test_streams_are_rescued_the_same_way(make_gateway) -> None:
 async def test_native_messages_lower_the_thinking_budget_below_the_new_max(make_gateway) -> None:
     gw = await make_gateway()
     gw.fake.output_limit = 8192
-    payload = {"model": "claude-3-5-haiku-20241022", "max_tokens": 32000,
+    payload = {"model": "claude-3-7-sonnet-20250219", "max_tokens": 32000,
                "thinking": {"type": "enabled", "budget_tokens": 31999},
                "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
     status, headers, body = await gw.messages(payload)

@@ -340,8 +340,9 @@ def test_fields_anthropic_takes(payload: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(("model", "types"), [
     ("claude-3-7-sonnet-20250219", ENABLED),
-    ("claude-3-5-haiku-20241022", ENABLED),
-    ("claude-3-opus-20240229", ENABLED),
+    ("claude-3-5-haiku-20241022", frozenset()),
+    ("claude-3-opus-20240229", frozenset()),
+    ("anthropic.claude-3-5-sonnet-20241022-v2:0", frozenset()),
     ("claude-sonnet-4-20250514", ENABLED),
     ("claude-opus-4-1-20250805", ENABLED),
     ("claude-opus-4-1@20250805", ENABLED),
@@ -371,6 +372,10 @@ NOT_ADAPTIVE = "adaptive thinking is not supported on this model"
 
 
 @pytest.mark.parametrize(("model", "thinking", "words"), [
+    # claude-code #2245, the corpus's anthropic-400-model-does-not-support-thinking
+    ("claude-3-5-sonnet-20241022", BUDGET, "'claude-3-5-sonnet-20241022' does not support thinking."),
+    ("claude-3-opus-20240229", {"type": "adaptive"}, "'claude-3-opus-20240229' does not support thinking."),
+    ("claude-3-7-sonnet-20250219", BUDGET, None),
     ("claude-opus-4-8", BUDGET, ONLY_ADAPTIVE),
     ("claude-sonnet-5", BUDGET, ONLY_ADAPTIVE),
     ("claude-sonnet-4-5", {"type": "adaptive"}, NOT_ADAPTIVE),

@@ -4,7 +4,10 @@ sampling parameters and a forced tool choice.
 Anthropic's models differ in how thinking is asked for (AWS Bedrock user guide, "Adaptive
 thinking"; platform.claude.com, "Building with extended thinking" and "Effort"):
 
-* up to the 4.5 generation (``claude-3-*``, Opus/Sonnet 4.0–4.5, Haiku 4.5): only
+* Claude 3 and 3.5 (``claude-3-opus``, ``claude-3-5-sonnet``...): no thinking at all
+  ("'claude-3-5-sonnet-20241022' does not support thinking.", claude-code #2245, the corpus's
+  anthropic-400-model-does-not-support-thinking): it came with Claude 3.7 Sonnet;
+* from 3.7 Sonnet up to the 4.5 generation (Opus/Sonnet 4.0–4.5, Haiku 4.5): only
   ``thinking: {type: enabled, budget_tokens}``; ``type: adaptive`` is not known to them;
 * Opus 4.6 and Sonnet 4.6: both, ``enabled`` deprecated; adaptive with
   ``output_config.effort`` low, medium, high or max;
@@ -29,6 +32,8 @@ from typing import Any
 # "claude-mythos-preview" (a line without a version).
 _NAMED = re.compile(r"claude-(?:(?P<tier>opus|sonnet|haiku)-(?P<major>\d+)(?:[-.](?P<minor>\d{1,2})(?!\d))?"
                     r"|(?P<line>mythos|fable)(?:-(?P<lmajor>\d+)(?:[-.](?P<lminor>\d{1,2})(?!\d))?)?)")
+# The older order, "claude-3-5-sonnet-20241022", "anthropic/claude-3.5-haiku".
+_NUMBERED = re.compile(r"claude-(?P<major>\d+)(?:[-.](?P<minor>\d))?-(?:opus|sonnet|haiku)")
 FORCED = ("any", "tool")  # the tool_choice types that force a call
 
 
@@ -36,9 +41,11 @@ FORCED = ("any", "tool")  # the tool_choice types that force a call
 class Thinking:
     adaptive: bool  # thinking asked as {type: adaptive} with output_config.effort, not a budget
     efforts: frozenset[str]  # the output_config.effort values the model takes (adaptive only)
+    thinks: bool = True  # False: the model takes no thinking at all (Claude 3 and 3.5)
 
 
 BUDGET = Thinking(adaptive=False, efforts=frozenset())
+NO_THINKING = Thinking(adaptive=False, efforts=frozenset(), thinks=False)
 _ADAPTIVE_46 = Thinking(adaptive=True, efforts=frozenset({"low", "medium", "high", "max"}))
 _ADAPTIVE = Thinking(adaptive=True, efforts=frozenset({"low", "medium", "high", "xhigh", "max"}))
 
@@ -54,6 +61,9 @@ def takes_prefill(model: str) -> bool:
 def thinking_for(model: str) -> Thinking:
     found = _NAMED.search(model.lower())
     if found is None:
+        older = _NUMBERED.search(model.lower())
+        if older is not None and (int(older["major"]), int(older["minor"] or 0)) < (3, 7):
+            return NO_THINKING
         return BUDGET
     if found["line"]:
         return _ADAPTIVE

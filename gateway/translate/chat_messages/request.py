@@ -841,6 +841,8 @@ def _thinking(
     ):
         return None  # mid tool loop without that turn's signed thinking, which Anthropic requires
     model = thinking_for(out["model"])
+    if not model.thinks:
+        return None  # Claude 3 and 3.5 refuse any ("... does not support thinking."): answered without
     if model.adaptive:
         level = ADAPTIVE_EFFORT[effort]
         return {"type": "adaptive"}, level if level in model.efforts else "high"

@@ -259,6 +259,19 @@ def test_a_forced_tool_stays_forced_where_the_model_takes_it(model: str) -> None
     assert messages_rules.refusal("/v1/messages", out, {}) is None
 
 
+@pytest.mark.parametrize(("model", "thinks"), [
+    ("claude-3-5-sonnet-20241022", False), ("claude-3-opus-20240229", False), ("anthropic/claude-3.5-haiku", False),
+    ("claude-3-7-sonnet-20250219", True), ("claude-sonnet-4-5", True), ("my-local-model", True),
+])  # fmt: skip
+def test_claude_3_and_3_5_are_asked_no_thinking(model: str, thinks: bool) -> None:
+    """"'claude-3-5-sonnet-20241022' does not support thinking." (claude-code #2245, the corpus's
+    anthropic-400-model-does-not-support-thinking): a client's effort on them would cost a refused
+    call and a rescue. A name the gateway does not know still gets a budget (the rescue's case)."""
+    out = req({"model": "m", "messages": [user()], "reasoning_effort": "high", "max_tokens": 20000}, Target(model))
+    assert ("thinking" in out) is thinks, out
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+
+
 def test_gemini_any_and_a_responses_forced_function_reach_fable_5_1_as_auto() -> None:
     """Gemini's `functionCallingConfig.mode: ANY` (with `allowedFunctionNames`) and a Responses
     `tool_choice` naming a function go through chat, and so as `auto` too."""
