@@ -265,8 +265,9 @@ And on the rest of the request:
   and Haiku 4.5 (https://github.com/di-sukharev/opencommit/issues/520 with its request id
   ``req_011CUK6BqmnBWwnEtihUBmak``, https://github.com/langfuse/langfuse/issues/9882), Sonnet 4.6
   (https://github.com/Vali-98/ChatterUI/issues/564, https://github.com/anomalyco/opencode/issues/28930
-  with its request id) and Opus 4.6 (https://github.com/OpenHands/OpenHands/pull/12909). Other
-  models are not judged (``ONE_SAMPLER``);
+  with its request id), Opus 4.6 (https://github.com/OpenHands/OpenHands/pull/12909) and Opus 4.5
+  (claude-opus-4-5-20251101: https://github.com/SalesforceAIResearch/MCP-Universe/issues/49,
+  https://github.com/OpenHands/OpenHands/issues/11838). Other models are not judged (``ONE_SAMPLER``);
 - with thinking ``enabled``, "thinking.enabled.budget_tokens: Input should be greater than or equal
   to 1024" (https://github.com/danny-avila/LibreChat/issues/8346, relayed by Bedrock;
   https://github.com/tingly-dev/tingly-box/pull/569) and "`max_tokens` must be greater than
@@ -383,7 +384,8 @@ FORCING_REFUSED = {"fable": (5, 1), "mythos": (5, 1), "opus": (5, 5), "sonnet": 
 _NOT_FORCED = 'tool_choice: type "tool" and "any" are not supported for this model.'
 _WITH_PREFILL = "structured outputs cannot be used with a prefilled assistant message"
 # (family, major, minor) of the models that refuse temperature and top_p together.
-ONE_SAMPLER = frozenset({("opus", 4, 1), ("opus", 4, 6), ("sonnet", 4, 5), ("sonnet", 4, 6), ("haiku", 4, 5)})
+ONE_SAMPLER = frozenset({("opus", 4, 1), ("opus", 4, 5), ("opus", 4, 6), ("sonnet", 4, 5), ("sonnet", 4, 6),
+                         ("haiku", 4, 5)})  # fmt: skip
 _BUDGET_DOCS = "https://docs.claude.com/en/docs/build-with-claude/extended-thinking#max-tokens-and-context-window-size"
 _TTL = ("cache_control.ttl: a ttl='1h' cache_control block must not come after a ttl='5m' cache_control block. "
         "Note that blocks are processed in the following order: `tools`, `system`, `messages`.")  # fmt: skip

@@ -731,6 +731,7 @@ BOTH_SAMPLERS = "`temperature` and `top_p` cannot both be specified for this mod
     ("claude-opus-4-1-20250805", BOTH_SAMPLERS), ("claude-sonnet-4-5-20250929", BOTH_SAMPLERS),
     ("claude-haiku-4-5", BOTH_SAMPLERS), ("us.anthropic.claude-haiku-4-5-20251001-v1:0", BOTH_SAMPLERS),
     ("claude-sonnet-4-6", BOTH_SAMPLERS), ("claude-opus-4-6", BOTH_SAMPLERS),
+    ("claude-opus-4-5-20251101", BOTH_SAMPLERS),  # MCP-Universe #49, OpenHands #11838
     # Models the answers quoted do not cover: not judged.
     ("claude-opus-4-20250514", None), ("claude-sonnet-4-20250514", None), ("claude-3-7-sonnet-20250219", None),
     ("claude-x", None),
