@@ -410,6 +410,25 @@ _DOCS = ("Please consult our documentation at https://docs.claude.com/en/docs/bu
          "#important-considerations-when-using-extended-thinking")  # fmt: skip
 
 
+# Anthropic's limit on a Messages (and token-counting) request's body: "The API has a maximum
+# request size of 32 MB for standard endpoints, including the Messages API and Token Counting
+# API. If you exceed this limit, you'll receive a 413 request_too_large error from Cloudflare."
+# (the API overview's "Request size limits", https://platform.claude.com/docs/en/api/overview;
+# the errors page lists the same). Its MB taken as its image limit's is, 1024 x 1024 bytes
+# ("5 MB maximum: ... > 5242880 bytes"). The body, "Request exceeds the maximum size", is quoted
+# in https://github.com/anthropics/claude-code/issues/10314 (the corpus's
+# anthropic-413-bytes-is-not-overflow).
+REQUEST_MAX = 32 * 1024 * 1024
+
+
+def too_large(path: str, size: int) -> Reply | None:
+    """Anthropic's 413 for a Messages request body of ``size`` bytes, or None. Answered before
+    anything else, the key included: Cloudflare answers it before the API sees the request."""
+    if size > REQUEST_MAX and path.endswith(("/v1/messages", "/v1/messages/count_tokens")):
+        return anthropic_error(413, "request_too_large", "Request exceeds the maximum size")
+    return None
+
+
 def refusal(
     path: str, payload: dict[str, Any], headers: Mapping[str, str], thought: Collection[str] = frozenset(),
     org: str | None = None, bound: Mapping[str, Collection[str]] | None = None,

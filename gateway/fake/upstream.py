@@ -212,6 +212,9 @@ class FakeUpstream:
 
     async def _answer(self, request: web.Request, body: bytes) -> web.StreamResponse:
         path = request.path
+        oversized = messages_rules.too_large(path, len(body))
+        if oversized is not None:
+            return await self._play(request, oversized)
         problem: str | None = None  # why the body is not JSON, if it is not
         try:
             payload = json.loads(body) if body else {}

@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import base64
+import io
 import json
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from gateway.fake.messages import sign
@@ -24,6 +26,7 @@ from gateway.fake.messages_rules import (
     unthought_calls,
 )
 from gateway.fake.steps import Reply, Stream
+from gateway.fake.upstream import FakeUpstream
 from tests import images
 
 PATH = "/v1/messages"
@@ -934,3 +937,27 @@ def test_a_prefill_with_structured_outputs_on_the_models_that_take_a_prefill(mod
         "output_format: structured outputs cannot be used with a prefilled assistant message")
     assert refused(PREFILLED, model=model) is None
     assert refused([*PREFILLED, user(text("go on"))], model=model, **json_schema(schema)) is None
+
+
+async def test_a_messages_body_over_32_mb_gets_anthropics_413_before_anything_else() -> None:
+    """"Request exceeds the maximum size", request_too_large (claude-code #10314; the API overview's
+    "Request size limits": 32 MB for the Messages and Token Counting APIs, answered by Cloudflare
+    before the API, so before the key is looked at). Other paths keep their own limits."""
+    limit = 32 * 1024 * 1024
+    async with FakeUpstream() as fake, aiohttp.ClientSession() as http:
+
+        async def post(path: str, size: int, key: str = "sk-ant-x") -> tuple[int, Any]:
+            body = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 10,
+                               "messages": [{"role": "user", "content": "hi"}], "metadata": {}})  # fmt: skip
+            padded = body[:-1] + ', "pad": "' + "x" * (size - len(body) - 11) + '"}'
+            assert len(padded) == size
+            async with http.post(fake.url + path, data=io.BytesIO(padded.encode()), headers={"x-api-key": key,
+                                 "content-type": "application/json", "anthropic-version": "2023-06-01"}) as r:
+                return r.status, await r.json(content_type=None)
+
+        status, body = await post("/messages", limit + 1, key="")
+        assert status == 413 and body["error"] == {"type": "request_too_large",
+                                                   "message": "Request exceeds the maximum size"}
+        assert (await post("/messages/count_tokens", limit + 1))[0] == 413
+        assert (await post("/messages", limit))[0] == 200
+        assert (await post("/chat/completions", limit + 1))[0] != 413
