@@ -439,8 +439,9 @@ class RedisStore:
     def _start_kept_check(self) -> None:
         """Whether the Redis answering again is the one left (``_check_kept``): asked once a
         connection failed (a restart, most often) before the operation is sent again, at
-        every return, and when the watch finds the marker changed (``_watch_kept``). Operations wait for its answer: one that read a lost Redis's $0 first
-        wrote it over this replica's copy of the spend, the copy written back."""
+        every return, and when the watch finds the marker changed (``_watch_kept``). Operations
+        wait for its answer: one that read a lost Redis's $0 first wrote it over this replica's
+        copy of the spend, the copy written back."""
         if self._kept_check is None or self._kept_check.done():
             self._kept_check = asyncio.get_running_loop().create_task(self._check_kept())
 

@@ -163,6 +163,7 @@ class Looks:
     def __init__(self) -> None:
         self.asked: list[float] = []
         self._due: asyncio.Future[None] | None = None
+        self._asleep = asyncio.Event()
 
     async def sleep(self, s: float) -> None:
         if s != redis_store.KEPT_EVERY_S:
@@ -170,17 +171,17 @@ class Looks:
             return
         self.asked.append(s)
         self._due = asyncio.get_running_loop().create_future()
+        self._asleep.set()
         await self._due
 
     async def look(self) -> None:
         """The period passes: the watch looks, and has gone back to sleep when this returns."""
         async with asyncio.timeout(5):  # no watch: a failure, not a hang
-            while self._due is None or self._due.done():
-                await asyncio.sleep(0.005)
-            asked = len(self.asked)
+            await self._asleep.wait()
+            self._asleep.clear()
+            assert self._due is not None
             self._due.set_result(None)
-            while len(self.asked) == asked:
-                await asyncio.sleep(0.005)
+            await self._asleep.wait()
 
 
 async def test_a_redis_flushed_while_every_connection_stays_up_is_found_at_the_next_look(
