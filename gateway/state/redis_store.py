@@ -924,7 +924,8 @@ class RedisStore:
             verdict = verdict.decode() if isinstance(verdict, bytes) else str(verdict)
             budgets = self._with_owed([b for b, _ in a.budgets], spend)
             slot = (a.slot, a.now_ms + a.slot_ttl_ms) if verdict == "ok" else None
-            self.local.ledger_mirror(a.key, a.minute, int(n), int(k), budgets, a.budget_ttl_s, slot=slot)
+            self.local.ledger_mirror(a.key, a.minute, int(n), int(k), budgets, a.budget_ttl_s, slot=slot,
+                                     at=a.now_ms / 1000)  # fmt: skip
             return verdict, float(value)
 
         async def local() -> tuple[str, float]:
@@ -952,6 +953,9 @@ class RedisStore:
                 if bkey in batch:
                     owed[i] += batch[bkey][0]
         return owed
+
+    def ledger_mirrored(self, budgets: Sequence[str]) -> list[tuple[float, float, float] | None]:
+        return self.local.ledger_mirrored(budgets)
 
     async def ledger_settle_many(self, settles: Sequence[LedgerSettle]) -> None:
         """Also sends again what Redis did not take before: ``settles`` may be empty."""
@@ -1092,7 +1096,7 @@ class RedisStore:
         # Mirrored as admits are (a scrape reads every budget: the gauges' reading then holds a
         # budget this replica has not admitted on yet, should Redis stop answering).
         self.local.ledger_mirror(key, minute, n, k, self._with_owed(budgets, [v for sr in spend for v in sr]),
-                                 _READ_MIRROR_S)  # fmt: skip
+                                 _READ_MIRROR_S, at=now_ms / 1000)  # fmt: skip
         return n, k, int(got[1]), spend
 
     # -- remembered answers --------------------------------------------------------------------
