@@ -1831,10 +1831,11 @@ _REF = re.compile(_VAR.pattern + r"|\$\{[^}\n]*\}?")
 
 
 Used = list[tuple[str, str]]  # (variable, value) pairs that went into a text
+Loc = tuple[int | str, ...]
 
 
 def expand_env(text: str, env: Mapping[str, str], unset: list[str] | None = None, used: Used | None = None,
-               secret: bool = False) -> str:  # fmt: skip
+               secret: bool = False, reload_at: Loc | None = None) -> str:  # fmt: skip
     """Replace ``${VAR}``, ``${VAR:-default}`` and ``${VAR:?why}``. An unset ``${VAR}`` is an
     error, and so is an unset or empty ``${VAR:?why}`` (a key that must not be blank: an empty
     api_key would mean "forward the client's credential").
@@ -1842,7 +1843,8 @@ def expand_env(text: str, env: Mapping[str, str], unset: list[str] | None = None
     With ``unset`` given, each problem is appended to it as a line instead of raising, so that
     every missing variable can be reported at once; with ``used`` given, each variable whose
     value went into the text is appended as (name, value). ``secret``: the text fills a field
-    that holds a credential.
+    that holds a credential. ``reload_at``: the field's place, on a reload (None at start-up),
+    whose advice for a variable not set is its own (``_reload_advice``).
     """
 
     def sub(m: re.Match[str]) -> str:
@@ -1863,8 +1865,13 @@ def expand_env(text: str, env: Mapping[str, str], unset: list[str] | None = None
         if op == "?":
             problem = f"environment variable {name} is {'empty' if name in env else 'not set'}"
             problem += f": {arg}" if arg else " (it must not be empty)"
+            if reload_at is not None and name not in env:
+                problem += f" ({_reload_advice(reload_at, secret or _secret(name))})"
         elif name in env:
             return ""
+        elif reload_at is not None:
+            advice = _reload_advice(reload_at, secret or _secret(name))
+            problem = f"environment variable {name} is not set ({advice})"
         else:
             problem = _unset_message(name, secret)
         if unset is None:
@@ -1883,22 +1890,31 @@ def _unset_message(name: str, secret: bool = False) -> str:
     return f"environment variable {name} is not set (use ${{{name}:-default}})"
 
 
-Loc = tuple[int | str, ...]
-
+def _reload_advice(loc: Loc, secret: bool) -> str:
+    """What to do about a variable a reload cannot read. A reload reads the environment the
+    process started with (os.environ, which nothing outside the process changes): start-up's
+    "set it in the gateway's environment" could not be followed without a restart, and the
+    documented rotation (a new key's variable beside the old one's) was refused (audit)."""
+    started = "a reload reads the environment the process started with"
+    if loc[:1] == ("keys",) and "key" in loc:  # a key may be given by its digest, which is no secret
+        return f"{started}: put the key's key_sha256 (or the key) in the file, or restart"
+    if secret:
+        return f"{started}: put the value in the file, or restart with it set"
+    return f"{started}: put the value in the file (or a default), or restart with it set"
 
 def _expand_tree(node: Any, env: Mapping[str, str], unset: list[str], origins: dict[Loc, Used],
-                 loc: Loc = (), failed: set[Loc] | None = None) -> Any:  # fmt: skip
+                 loc: Loc = (), failed: set[Loc] | None = None, reload: bool = False) -> Any:  # fmt: skip
     """``node`` with its variables expanded; ``origins`` learns which variables filled which
     field, so that an error on that field can name them (the file only says ``${VAR}``). A
     variable that cannot fill its field is reported under the field, as every other problem is;
     ``failed`` learns those fields, whose value (empty where the variable was) is not the
-    problem to report."""
+    problem to report. ``reload``: a reload's, whose unset variables are worded for it."""
     # Expanding after YAML parsing keeps a secret containing ':' or '#' from changing the YAML.
     if isinstance(node, str):
         used: Used = []
         problems: list[str] = []
         field = next((part for part in reversed(loc) if isinstance(part, str)), "")
-        out = expand_env(node, env, problems, used, secret=_secret(field))
+        out = expand_env(node, env, problems, used, secret=_secret(field), reload_at=loc if reload else None)
         unset.extend(f"{_field_path(loc)}: {p}" for p in problems)
         if problems and failed is not None:
             failed.add(loc)
@@ -1906,9 +1922,9 @@ def _expand_tree(node: Any, env: Mapping[str, str], unset: list[str], origins: d
             origins[loc] = used
         return out
     if isinstance(node, list):
-        return [_expand_tree(x, env, unset, origins, (*loc, i), failed) for i, x in enumerate(node)]
+        return [_expand_tree(x, env, unset, origins, (*loc, i), failed, reload) for i, x in enumerate(node)]
     if isinstance(node, dict):
-        return {k: _expand_tree(v, env, unset, origins, (*loc, k), failed) for k, v in node.items()}
+        return {k: _expand_tree(v, env, unset, origins, (*loc, k), failed, reload) for k, v in node.items()}
     return node
 
 
@@ -2108,7 +2124,9 @@ class _Loader(yaml.SafeLoader):
 _Loader.add_constructor("tag:yaml.org,2002:timestamp", _Loader.construct_yaml_timestamp)
 
 
-def parse_config(text: str, env: Mapping[str, str] | None = None, source: str = "config") -> GatewayConfig:
+def parse_config(text: str, env: Mapping[str, str] | None = None, source: str = "config", *,
+                 reload: bool = False) -> GatewayConfig:  # fmt: skip
+    """``reload``: parsed by a running process, whose environment is the one it started with."""
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
@@ -2130,7 +2148,8 @@ def parse_config(text: str, env: Mapping[str, str] | None = None, source: str = 
     unset: list[str] = []
     origins: dict[Loc, Used] = {}
     failed: set[Loc] = set()
-    data = _expand_tree(data, os.environ if env is None else env, unset, origins, failed=failed)
+    data = _expand_tree(data, os.environ if env is None else env, unset, origins, failed=failed,
+                        reload=reload)  # fmt: skip
     problems = repeated + list(dict.fromkeys(unset))
     try:
         cfg = GatewayConfig.model_validate(data)

@@ -341,8 +341,9 @@ class Accounts:
         """``state_of`` while the shared store does not answer: what it last answered (this
         minute's counts, this period's spend), each marked with when it was read and how long
         ago; nothing when it answered none; a budget's spend with what this replica spent since
-        and owes it. Never this replica's memory alone, which counts only what it served since: a
-        spent budget read $0 spent and all of it left there."""
+        and owes it, or as its admissions count on from the store's last answer to one, when
+        that is newer. Never this replica's memory alone, which counts only what it served
+        since: a spent budget read $0 spent and all of it left there."""
         if self.closed_when_store_down:
             requests = ("refused (503 accounting_unavailable) until it answers, or as over a limit or "
                         "budget where the last counts it gave this replica already are: no request of "
@@ -372,11 +373,18 @@ class Accounts:
                                   **_aged(at, now)}  # fmt: skip
         # What this replica spent since in its memory, as its own refusals count it: a key read
         # "spent $0.54, left $0.46" while its requests were refused for "spent $1.08 of $1.00".
-        owed = self.store.ledger_owed([b for b, *_ in budgets])
-        for (bkey, limit, period, end), mine in zip(budgets, owed, strict=True):
+        bkeys = [b for b, *_ in budgets]
+        owed, mirrored = self.store.ledger_owed(bkeys), self.store.ledger_mirrored(bkeys)
+        for (bkey, limit, period, end), mine, mirror in zip(budgets, owed, mirrored, strict=True):
             field_name = "team_budget" if bkey.startswith("team:") else "budget"
             read = self.readings.budgets.get(bkey)  # of this period: the store key names it
-            if read is None:
+            if mirror is not None and (read is None or mirror[2] > read[0] + 0.001):
+                # Newer than any read of it here (an admit of this key or a teammate since):
+                # what the admits count on from, its own spend since in it. Read null while
+                # this replica refused or served by it (audit).
+                spent, held, at = mirror
+                out[field_name] = {**_budget_state(limit, period, end, spent, held), **_aged(at, now)}
+            elif read is None:
                 out[field_name] = {"usd": limit, "period": period, "spent_usd": None, "reserved_usd": None,
                                    "left_usd": None, "resets_at": iso(end), "as_of": None,
                                    "age_s": None}  # fmt: skip

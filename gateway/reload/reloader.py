@@ -96,7 +96,7 @@ class Reloader:
             return self._refuse(trigger, e.problems)
         self.seen = digest(text)
         try:
-            new = parse_config(text, self._env, source=self.path)
+            new = parse_config(text, self._env, source=self.path, reload=True)
         except ConfigError as e:
             return self._refuse(trigger, e.problems)
         running = self.live.services.cfg

@@ -171,6 +171,7 @@ class MemoryStore:
         self._windows: _Expiring[list[int]] = _Expiring(clock)
         self._slots: dict[str, dict[str, int]] = {}  # key -> slot -> expiry (epoch ms)
         self._spend: _Expiring[list[float]] = _Expiring(clock)  # budget key -> [spent, reserved]
+        self._mirrored: _Expiring[float] = _Expiring(clock)  # budget key -> when the shared store gave it
         self._homes: _Expiring[str] = _Expiring(clock)  # conversation -> its home deployment
         self._stored: _Recent[str] = _Recent(clock, max_stored)  # stored object -> its deployment
         self.answers = _Answers(clock, max_answers, max_answer_bytes)
@@ -315,10 +316,11 @@ class MemoryStore:
 
     def ledger_mirror(self, key: str, minute: int, requests: int, tokens: int,
                       budgets: Sequence[tuple[str, float, float]], budget_ttl_s: float,
-                      slot: tuple[str, int] | None = None) -> None:  # fmt: skip
+                      slot: tuple[str, int] | None = None, at: float | None = None) -> None:  # fmt: skip
         """What the shared store last answered about ``key``: its minute's counts, each budget's
         (store key, spent, reserved), and ``slot`` (its name, expiry in epoch ms) when it admitted
-        one. This memory counts on from them while the shared store does not answer."""
+        one; ``at``: when it was asked (epoch s; this clock's now if not given). This memory counts
+        on from them while the shared store does not answer."""
         # Redis does not say how many of the minute's tokens are held in flight: this replica's
         # own count of them is kept (it only words a refusal), never above the minute's tokens.
         wkey = f"{key}:{minute}"
@@ -332,6 +334,7 @@ class MemoryStore:
             # started again from $0: review).
             known = self._spend.get(bkey)
             self._spend.put(bkey, [max(spent, known[0]) if known else spent, held], budget_ttl_s)
+            self._mirrored.put(bkey, self._clock() if at is None else at, budget_ttl_s)
         if slot is not None:
             slots = self._slots.setdefault(key, {})
             now_ms = self._clock() * 1000
@@ -372,6 +375,15 @@ class MemoryStore:
 
     def ledger_owed(self, budgets: Sequence[str]) -> list[float]:
         return [0.0] * len(budgets)  # nothing shared to owe
+
+    def ledger_mirrored(self, budgets: Sequence[str]) -> list[tuple[float, float, float] | None]:
+        """Each budget as this memory counts it on from the shared store's last answer (spent,
+        reserved, when that answer was asked for); None where the store gave none."""
+        out: list[tuple[float, float, float] | None] = []
+        for bkey in budgets:
+            at, spend = self._mirrored.get(bkey), self._spend.get(bkey)
+            out.append(None if at is None or spend is None else (spend[0], spend[1], at))
+        return out
 
     def ledger_spent(self) -> list[tuple[str, float, float]]:
         """Every budget this memory knows spent on: its store key, the dollars spent, and the

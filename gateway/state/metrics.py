@@ -11,7 +11,7 @@ and :meth:`StateMetrics.loop_event` as the loop breaker's ``on_event``.
                                                        shared store waited for it (answered or
                                                        given up on)
     llm_gateway_state_store_lost_total{backend}        times this process found the shared store
-                                                       come back without what it held
+                                                       without what it held
     llm_gateway_loop_breaker_events_total{event, error_type}
                                                        event: remembered, answered (a repeat
                                                        answered from memory), skipped (too big)
@@ -48,11 +48,11 @@ class StateMetrics:
             ["backend"], registry=registry,
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
         )  # fmt: skip
-        # A Redis restarted empty (no append-only file): RedisStore._check_kept.
+        # A Redis restarted empty (no append-only file), or flushed: RedisStore._check_kept.
         self.lost = Counter(
             "llm_gateway_state_store_lost",
-            "Times this process found the shared store (Redis) answering again without what it held "
-            "(restarted without its append-only file): keys' budgets then count on from what "
+            "Times this process found the shared store (Redis) without what it held (restarted without "
+            "its append-only file, flushed, or its keys evicted): keys' budgets then count on from what "
             "each replica knew, written back as a floor; anything above 0 wants alerting on.",
             ["backend"], registry=registry,
         )  # fmt: skip

@@ -170,6 +170,12 @@ class StateStore(Protocol):
         admitted and settled in its memory while the store did not answer); 0 for memory."""
         ...
 
+    def ledger_mirrored(self, budgets: Sequence[str]) -> list[tuple[float, float, float] | None]:
+        """Each budget as this replica counts it while the shared store does not answer: (spent,
+        reserved, when the store last gave them, epoch s), its own spend since included; None
+        where the store gave none (memory: always None, it is every count)."""
+        ...
+
     async def answer_put(self, fingerprint: str, blob: bytes, ttl_s: float) -> None: ...
 
     async def answer_take(self, fingerprint: str) -> tuple[bytes, int] | None:

@@ -143,3 +143,35 @@ async def test_while_the_store_is_down_the_key_reads_what_this_replica_spent_sin
         assert team["left_usd"] == 1000.0 - 52.0
     finally:
         redis_server.thaw()
+
+
+async def test_while_the_store_is_down_a_budget_never_read_here_reads_what_its_admits_count_on(
+    make_gateway: MakeGateway, redis_server: RedisServer
+) -> None:
+    """A replica refuses and serves by the counts Redis gave its admits, but the key's view read
+    only what key views and scrapes had read: spent, left and as_of null while the same replica
+    enforced the budget (audit). It reads the admits' counts, with their time."""
+    gw = await make_gateway(config(redis_server, "open"))
+    assert (await gw.chat(headers=ALICE))[0] == 200  # $26 of $40, never read by a view or a scrape
+    # Its settle is in Redis and in this replica's memory once written.
+    for _ in range(200):
+        live = await key_state(gw, BOB)  # bob's view reads only bob's minute and the team's budget
+        if live["team_budget"]["spent_usd"] == 26.0 and live["team_budget"]["reserved_usd"] == 0:
+            break
+        await asyncio.sleep(0.02)
+    redis_server.freeze()
+    try:
+        assert (await gw.chat(headers=ALICE))[0] == 200  # admitted on $26 spent: $52 once settled
+        for _ in range(100):
+            state = await key_state(gw, ALICE)
+            if state["budget"]["spent_usd"] == 52.0:
+                break
+            await asyncio.sleep(0.02)
+        budget = state["budget"]
+        assert "state_unavailable" in state
+        assert (budget["spent_usd"], budget["reserved_usd"], budget["left_usd"]) == (52.0, 0.0, 0.0), budget
+        assert budget["as_of"] <= live["as_of"] and budget["age_s"] >= 0  # when its admit was counted
+        status, _, body = await gw.chat(headers=ALICE)  # as the view says: nothing left
+        assert status == 402 and b"budget_exhausted" in body, body
+    finally:
+        redis_server.thaw()

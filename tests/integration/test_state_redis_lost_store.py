@@ -154,3 +154,76 @@ async def test_a_write_back_that_failed_is_tried_again_at_the_next_check(
     await checked(a)
     assert a.lost == ["redis"]  # said once
     assert (await a.accounts.state_of(key))["budget"]["spent_usd"] == 19
+
+
+class Looks:
+    """A replica's sleep, in which the watch of ``{prefix}kept`` waits until the test lets its
+    period pass (``look``); every other wait is real."""
+
+    def __init__(self) -> None:
+        self.asked: list[float] = []
+        self._due: asyncio.Future[None] | None = None
+        self._asleep = asyncio.Event()
+
+    async def sleep(self, s: float) -> None:
+        if s != redis_store.KEPT_EVERY_S:
+            await asyncio.sleep(s)
+            return
+        self.asked.append(s)
+        self._due = asyncio.get_running_loop().create_future()
+        self._asleep.set()
+        await self._due
+
+    async def look(self) -> None:
+        """The period passes: the watch looks, and has gone back to sleep when this returns."""
+        async with asyncio.timeout(5):  # no watch: a failure, not a hang
+            await self._asleep.wait()
+            self._asleep.clear()
+            assert self._due is not None
+            self._due.set_result(None)
+            await self._asleep.wait()
+
+
+async def test_a_redis_flushed_while_every_connection_stays_up_is_found_at_the_next_look(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A FLUSHALL (an eviction, a DEL of the gateway's keys) breaks no connection: the marker was
+    read at start-up, reconnections and returns only, and spend counted from $0 again with no log
+    line, metric or alert (audit: 144 % of a budget spent)."""
+    caplog.set_level(logging.INFO, logger="gateway.state")
+    made = []
+    for _ in range(2):
+        looks, lost = Looks(), []
+        store = RedisStore(connect(redis_server.url, 2.0), MemoryStore(time.time), clock=time.time,
+                           monotonic=time.monotonic, prefix="t:", timeout_s=2.0, recover_s=2.0,
+                           on_lost=lost.append, sleep=looks.sleep)  # fmt: skip
+        assert await store.check(2.0) is None
+        made.append((Replica(store, Accounts(store, PRICES, time.time), lost), looks))
+    (a, a_looks), (b, b_looks) = made
+    try:
+        key = KeySpec("alice", budget=Budget(100.0, "day"))
+        got = await a.accounts.admit(key, "m", 20, 10)
+        assert isinstance(got, Reservation)
+        await a.accounts.settle(got, {"prompt": 12, "completion": 7})
+        assert (await b.accounts.state_of(key))["budget"]["spent_usd"] == 19
+        await a_looks.look()
+        assert not a.lost  # a look at a Redis that kept it says nothing
+
+        redis_server.flush()
+        assert (await a.accounts.state_of(key))["budget"]["spent_usd"] == 0  # nothing broke: not found
+        assert not a.lost
+        await a_looks.look()
+        assert a.lost == ["redis"]
+        assert (await a.accounts.state_of(key))["budget"]["spent_usd"] == 19  # the floor, at once
+        await b_looks.look()
+        assert b.lost == ["redis"]  # a's new marker, not the one b read
+        await a_looks.look()
+        await b_looks.look()
+        assert a.lost == b.lost == ["redis"]  # once each
+        assert a_looks.asked[0] == b_looks.asked[0] == 5.0  # one GET each every 5 s
+        lines = [r for r in caplog.records if isinstance(r.msg, dict) and r.msg["event"] == "state_store_lost"]
+        assert len(lines) == 2 and all(r.levelno == logging.ERROR for r in lines)
+        assert "flushed" in lines[0].msg["problem"]
+    finally:
+        for r, _ in made:
+            await r.store.close()

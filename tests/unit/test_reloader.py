@@ -5,6 +5,7 @@ file watch. The whole of it against a running app is tests/integration/test_relo
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
@@ -16,7 +17,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from gateway.app import create_app
-from gateway.config import GatewayConfig, parse_config
+from gateway.config import ConfigError, GatewayConfig, parse_config
 from gateway.live import LIVE, Closable, Live
 from gateway.reload.reloader import Reloader, changed, digest
 from gateway.reload.restart_only import pin
@@ -276,6 +277,43 @@ async def test_a_key_given_twice_is_refused_on_reload_as_at_start_up(tmp_path: P
     [line] = lines
     assert line["event"] == "config_reload_refused"
     assert line["problems"] == ["keys: given twice (lines 3 and 4); YAML keeps only the last, so remove or merge one"]
+
+
+async def test_a_variable_a_reload_cannot_read_says_what_to_do_and_a_digest_rotates_the_key(
+    tmp_path: Path, logged: Any
+) -> None:
+    """keys.md's rotation was a new ${VAR} beside the old one, and a reload: refused, "set it in
+    the gateway's environment", which a running process never reads again (audit)."""
+    log, lines = logged
+    reloader, path, live = await reloader_for(tmp_path, log)
+    reloader = Reloader(str(path), live, log=log, env={"ALICE_KEY_OLD": "gk-alice"})
+    rotated = BASE.replace("key: gk-alice", 'key: ["${ALICE_KEY_OLD}", "${ALICE_KEY_NEW}"]')
+    path.write_text(rotated.replace("api_key: sk-up", "api_key: '${UP_KEY}'")
+                    .replace("'http://127.0.0.1:9/v1'", "'${UP_URL}'"))  # fmt: skip
+    assert not await reloader.reload("SIGHUP")
+    started = "a reload reads the environment the process started with"
+    assert lines[-1]["event"] == "config_reload_refused"
+    assert lines[-1]["problems"] == [
+        f"upstreams[0].base_url: environment variable UP_URL is not set ({started}: put the value in the "
+        "file (or a default), or restart with it set)",
+        f"upstreams[0].api_key: environment variable UP_KEY is not set ({started}: put the value in the "
+        "file, or restart with it set)",
+        f"keys[0].key[1]: environment variable ALICE_KEY_NEW is not set ({started}: put the key's "
+        "key_sha256 (or the key) in the file, or restart)",
+    ]
+    assert "gk-alice" not in json.dumps(lines[-1])
+    # What it says works: both digests, the old key's and the new one's (keys.md's one-liner).
+    old, new = (hashlib.sha256(k.encode()).hexdigest() for k in ("gk-alice", "gk-alice-2"))
+    path.write_text(BASE.replace("key: gk-alice", f"key_sha256: [{old}, {new}]"))
+    assert await reloader.reload("SIGHUP")
+    assert live.services.cfg.keys[0].key_sha256 == (old, new)
+    # Start-up's words are its own: a restart is what sets a variable there.
+    with pytest.raises(ConfigError) as refused:
+        parse_config(rotated, env={"ALICE_KEY_OLD": "gk-alice"})
+    assert refused.value.problems == (
+        "keys[0].key[1]: environment variable ALICE_KEY_NEW is not set (it holds a secret, which has no "
+        "default: set it in the gateway's environment)",
+    )
 
 
 async def test_what_start_up_would_refuse_a_reload_refuses(tmp_path: Path, logged: Any) -> None:
