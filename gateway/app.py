@@ -77,7 +77,7 @@ def create_app(
     web_response.SERVER_SOFTWARE = SERVER  # type: ignore[attr-defined]  # imported there from aiohttp.http
     telemetry = Telemetry(
         registry if registry is not None else CollectorRegistry(),
-        configured_models=[m for u in cfg.upstreams for m in u.models],
+        configured_models=[m for u in cfg.upstreams for m in u.models], wall=wall,
     )
     state_metrics = StateMetrics(telemetry.registry, cfg.state.backend)
     # Circuits and remembered answers are shared by replicas, so they run on wall-clock time.
@@ -165,7 +165,7 @@ def _generation(
     the same is kept: the connection pool, the retry budget's counts, the loop breaker's key,
     the tracer, pools' affinity and load."""
     telemetry, store = kit.telemetry, kit.store
-    telemetry.configure(cfg.upstreams)
+    telemetry.configure(cfg.upstreams, (d for p in cfg.pools for d in p.deployments))
     telemetry.retain_keys(k.name for k in cfg.keys)
     fresh = None
     if kit.sender is not None:
