@@ -562,7 +562,7 @@ async def _claim(svc: Services, pool: PoolRuntime, table: AffinityTable, convers
     home replaced because its deployment was removed is a break, counted once (by the replica
     that moved it)."""
     home, new, replaced = await table.claim(conversation, proposed, pool.names)
-    if replaced is not None:
+    if replaced is not None and pool.renamed.get(replaced) != home:  # a rename keeps the key: no break
         svc.telemetry.affinity_breaks.labels(pool.cfg.name, "removed").inc()
     return home, new
 

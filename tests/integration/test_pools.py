@@ -1103,3 +1103,43 @@ async def test_with_every_key_out_for_mixed_reasons_the_answer_counts_them_in_th
     assert error["code"] == code
     assert error["message"] == ("no deployment of pool 'gpt' can serve now: 1 out of credit, 2 refused their keys "
                                 "(the gateway's, not yours)")
+
+
+async def test_a_renamed_deployment_keeps_its_keys_rate_limit_and_its_conversations(make_pool: MakePool) -> None:
+    """A rename that tidies a config is the same key: kept by the deployment's name, its 429's
+    sit-out was forgotten (the key called again inside its reset) and every conversation homed
+    there moved, counted ``removed``, away from the prompt cache on that same key (audit)."""
+    gw, fakes = await make_pool()
+    sessions = [f"s-{i}" for i in range(12)]
+    homes = {}
+    for s in sessions:
+        payload, headers = _turn(1, session=s)
+        status, h, _ = await gw.chat(payload, headers=headers)
+        assert status == 200
+        homes[s] = h["x-llm-upstream"]
+    limited = homes[sessions[0]]
+    fakes[limited].always = Reply(429, RATE_LIMITED, {"retry-after": "3600"})
+    payload, headers = _turn(2, session=sessions[0])
+    assert (await gw.chat(payload, headers=headers))[0] == 200  # the sibling answered: it sits out
+    payload, headers = _turn(3, session=sessions[0])
+    homes[sessions[0]] = moved = (await gw.chat(payload, headers=headers))[1]["x-llm-upstream"]
+    assert moved != limited
+    before = _calls(fakes)
+    upstreams = "".join(f"  - {{name: tidy-{n}, base_url: '{f.url}', api_key: key-{n}, models: ['gpt-*']}}\n"
+                        for n, f in fakes.items())  # fmt: skip
+    text = (f"upstreams:\n{upstreams}pools:\n  - {{name: gpt, models: ['gpt-*'], "
+            "deployments: [tidy-a, tidy-b, tidy-c]}\nloop_breaker: {enabled: false}\n")  # fmt: skip
+    await gw.app[LIVE].replace(parse_config(text, env={}))
+    for s in sessions:
+        payload, headers = _turn(4, session=s)
+        status, h, _ = await gw.chat(payload, headers=headers)
+        assert status == 200
+        if homes[s] == limited:  # sitting out still: the break is the 429's
+            assert h["x-llm-upstream"] != "tidy-" + limited
+        else:
+            assert h["x-llm-upstream"] == "tidy-" + homes[s]
+    assert list(homes.values()).count(limited) < len(sessions) - 1  # some stayed at home
+    for i in range(10):  # new conversations too: none reaches the limited key
+        assert (await gw.chat(_chat(f"new {i}")))[1]["x-llm-upstream"] != "tidy-" + limited
+    assert _calls(fakes)[limited] == before[limited]
+    assert gw.metric("llm_gateway_affinity_breaks_total", pool="gpt", reason="removed") == 0
