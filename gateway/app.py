@@ -86,6 +86,7 @@ def create_app(
                         on_wait=state_metrics.waited, on_lost=state_metrics.store_lost)  # fmt: skip
     kit = _Kit(telemetry, store, state_metrics, Lifecycle(), monotonic, wall, sleep, rand, sender, tracing)
     svc, owned, fresh = _generation(cfg, kit, None)
+    _in_force(svc)
     live = Live(svc, owned, _next_generation(kit))
     telemetry.in_flight.set_function(lambda: kit.life.in_flight)
     # aiohttp's own cap sits above ours so that our reader, not aiohttp, answers the 413.
@@ -259,9 +260,17 @@ def _next_generation(kit: _Kit) -> Build:
         svc, owned, fresh = _generation(cfg, kit, previous)
         if fresh is not None:
             await fresh.start()  # before any request can reach it
+        _in_force(svc)  # built: nothing refuses it now
         return svc, owned
 
     return build
+
+
+def _in_force(svc: Services) -> None:
+    """``svc``'s pools are the ones in force: what a request of an older config that waited
+    for a reset checks before it picks again (pipeline/pool.py)."""
+    if svc.pool_state is not None:
+        svc.pool_state.in_force({name: p.member_cfgs for name, p in svc.pools.items()})
 
 
 def _sender_fit(cfg: GatewayConfig) -> object:

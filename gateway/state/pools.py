@@ -171,6 +171,8 @@ class PoolState:
     _moved: dict[str, str] = field(default_factory=dict)
     # The key of conversations' names in the store (from ``loop_breaker.secret``); None: plain.
     home_key: bytes | None = None
+    # Pool -> its deployments in the config in force (``in_force``, ``gone``).
+    _in_force: dict[str, frozenset[str]] = field(default_factory=dict)
     _timer: asyncio.TimerHandle | None = None
     _flushing: asyncio.Task[None] | None = None
 
@@ -607,6 +609,19 @@ class PoolState:
     def _minute(self) -> int:
         return int(self.wall() // 60)
 
+    def in_force(self, pools: Mapping[str, Sequence[UpstreamConfig]]) -> None:
+        """The deployments of each pool of the config that serves new requests (at start-up and
+        once a reload is in force): a request of an older config that waited for a reset asks
+        ``gone`` before it picks again."""
+        self._in_force = {name: frozenset(_identity(up) for up in ups) for name, ups in pools.items()}
+
+    def gone(self, pool: str, members: Sequence[UpstreamConfig]) -> set[str]:
+        """The names of ``members`` (a pool of the config a request started on) that the config
+        in force no longer has in ``pool``, or has with another key or base URL: a key removed
+        may be a leaked or revoked one."""
+        kept = self._in_force.get(pool, frozenset())
+        return {up.name for up in members if _identity(up) not in kept}
+
     def served(self, up: UpstreamConfig, model: str | None) -> str | None:
         """What ``up``'s records of a request for ``model`` are kept under: the model it is sent
         (its ``model_map``'s; a relayed request's scope stays a relayed scope). Worked out once
@@ -703,6 +718,12 @@ def record_id(up: UpstreamConfig) -> str | None:
     if up.api_key is None:
         return None
     return "~" + hashlib.sha256(f"{up.base_url}\0{up.api_key}".encode()).hexdigest()[:16]
+
+
+def _identity(up: UpstreamConfig) -> str:
+    """A deployment as a reload may keep it: its key where it is sent (a rename keeps it),
+    else (it forwards its clients' keys) its name where it is sent."""
+    return record_id(up) or f"{up.name}@{up.base_url}"
 
 
 def _bounded(d: dict[K, V]) -> dict[K, V]:

@@ -1143,3 +1143,47 @@ async def test_a_renamed_deployment_keeps_its_keys_rate_limit_and_its_conversati
         assert (await gw.chat(_chat(f"new {i}")))[1]["x-llm-upstream"] != "tidy-" + limited
     assert _calls(fakes)[limited] == before[limited]
     assert gw.metric("llm_gateway_affinity_breaks_total", pool="gpt", reason="removed") == 0
+
+
+async def test_a_request_waiting_for_a_reset_does_not_go_back_to_a_deployment_a_reload_removed(
+    make_pool: MakePool,
+) -> None:
+    """Every key limited, a's reset the earliest (8 s), b's a second later: the request waits
+    for a's. A reload meanwhile takes a out of the pool (a leaked key, say): the request went
+    back to a at its reset all the same, 4.5 s after the reload (audit: limits a=8 s, b=c=60 s,
+    the reload at +1.5 s). It finishes on its own config, but on a key still in force."""
+    shift = [0.0]
+    gw, fakes = await make_pool(pool_yaml=", affinity: {enabled: false}", wall=lambda: time.time() + shift[0])
+    for name, wait in (("a", "8"), ("b", "9"), ("c", "60")):
+        fakes[name].script(Reply(429, RATE_LIMITED, {"retry-after": wait}))
+    svc = gw.app[LIVE].services
+
+    async def reload_during_the_wait(s: float) -> None:
+        gw.slept.append(s)
+        if len(gw.slept) == 1:
+            await _reloaded(gw, fakes, "b, c", "weighted")
+        shift[0] += s
+
+    svc.sleep = reload_during_the_wait
+    status, headers, _ = await gw.chat()
+    assert status == 200 and headers["x-llm-upstream"] == "b", headers
+    assert _calls(fakes) == {"a": 1, "b": 2, "c": 1}
+    assert gw.slept[0] == pytest.approx(8, abs=0.5)
+
+    # Every deployment it could go to removed: the client is told to retry, on the new config.
+    shift[0] += 120
+    for name, wait in (("b", "8"), ("c", "60")):
+        fakes[name].script(Reply(429, RATE_LIMITED, {"retry-after": wait}))
+    svc = gw.app[LIVE].services
+    gw.slept.clear()
+
+    async def reload_again(s: float) -> None:
+        gw.slept.append(s)
+        await _reloaded(gw, fakes, "a", "weighted")
+        shift[0] += s
+
+    svc.sleep = reload_again
+    status, headers, body = await gw.chat()
+    assert status == 503 and json.loads(body)["error"]["code"] == "pool_reloaded", body
+    assert headers["x-llm-error-retryable"] == "true"
+    assert _calls(fakes) == {"a": 1, "b": 3, "c": 2}
