@@ -17,7 +17,8 @@ import asyncio
 import hashlib
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from aiohttp import web, web_response
@@ -41,7 +42,7 @@ from gateway.redaction import upstream_secrets
 from gateway.services import Lifecycle, PoolRuntime, Services, UpstreamRuntime, tool_output_policy
 from gateway.state import SharedBudget, SharedCircuit, StateMetrics, StateStore, build_store
 from gateway.state.affinity import AffinityTable
-from gateway.state.pools import PoolState
+from gateway.state.pools import PoolState, record_id
 from gateway.telemetry import Telemetry
 from gateway.tracing import Tracing, build_tracing
 from gateway.upstream import Sender, StartableSender, new_sender, pool_size
@@ -77,7 +78,7 @@ def create_app(
     web_response.SERVER_SOFTWARE = SERVER  # type: ignore[attr-defined]  # imported there from aiohttp.http
     telemetry = Telemetry(
         registry if registry is not None else CollectorRegistry(),
-        configured_models=[m for u in cfg.upstreams for m in u.models],
+        configured_models=[m for u in cfg.upstreams for m in u.models], wall=wall,
     )
     state_metrics = StateMetrics(telemetry.registry, cfg.state.backend)
     # Circuits and remembered answers are shared by replicas, so they run on wall-clock time.
@@ -85,6 +86,7 @@ def create_app(
                         on_wait=state_metrics.waited, on_lost=state_metrics.store_lost)  # fmt: skip
     kit = _Kit(telemetry, store, state_metrics, Lifecycle(), monotonic, wall, sleep, rand, sender, tracing)
     svc, owned, fresh = _generation(cfg, kit, None)
+    _in_force(svc)
     live = Live(svc, owned, _next_generation(kit))
     telemetry.in_flight.set_function(lambda: kit.life.in_flight)
     # aiohttp's own cap sits above ours so that our reader, not aiohttp, answers the 413.
@@ -165,7 +167,7 @@ def _generation(
     the same is kept: the connection pool, the retry budget's counts, the loop breaker's key,
     the tracer, pools' affinity and load."""
     telemetry, store = kit.telemetry, kit.store
-    telemetry.configure(cfg.upstreams)
+    telemetry.configure(cfg.upstreams, (d for p in cfg.pools for d in p.deployments))
     telemetry.retain_keys(k.name for k in cfg.keys)
     fresh = None
     if kit.sender is not None:
@@ -196,9 +198,12 @@ def _generation(
         # every replica must name a conversation alike to find its home.
         secret = cfg.loop_breaker.shared_secret
         pool_state.home_key = hashlib.sha256(b"affinity\0" + secret.encode()).digest() if secret else None
-    pools = {p.name: PoolRuntime(p, tuple(upstreams[d] for d in p.deployments),
-                                 _affinity(p, kit.monotonic, previous, pool_state))
-             for p in cfg.pools}  # fmt: skip
+    pools = {}
+    for p in cfg.pools:
+        members = tuple(upstreams[d] for d in p.deployments)
+        renamed = _renamed(previous.pools.get(p.name) if previous is not None else None, members)
+        pools[p.name] = PoolRuntime(p, members, _affinity(p, kit.monotonic, previous, pool_state, renamed),
+                                    renamed)
     if previous is not None and previous.cfg.retry.budget == cfg.retry.budget:
         budget = previous.budget
     else:
@@ -255,9 +260,17 @@ def _next_generation(kit: _Kit) -> Build:
         svc, owned, fresh = _generation(cfg, kit, previous)
         if fresh is not None:
             await fresh.start()  # before any request can reach it
+        _in_force(svc)  # built: nothing refuses it now
         return svc, owned
 
     return build
+
+
+def _in_force(svc: Services) -> None:
+    """``svc``'s pools are the ones in force: what a request of an older config that waited
+    for a reset checks before it picks again (pipeline/pool.py)."""
+    if svc.pool_state is not None:
+        svc.pool_state.in_force({name: p.member_cfgs for name, p in svc.pools.items()})
 
 
 def _sender_fit(cfg: GatewayConfig) -> object:
@@ -303,8 +316,23 @@ def _own_secrets(cfg: GatewayConfig) -> tuple[str, ...]:
     return tuple(sorted(keys))
 
 
+def _renamed(before: PoolRuntime | None, members: tuple[UpstreamRuntime, ...]) -> dict[str, str]:
+    """The deployments of a pool that a reload renamed: an old name gone, a new one added with
+    the same key and base URL (one each way). A rename that tidies a config is the same key,
+    and the same prompt cache: taken for a removal, every conversation homed there moved."""
+    if before is None:
+        return {}
+    names = {m.cfg.name for m in members}
+    gone = {record_id(m.cfg): m.cfg.name for m in before.members if m.cfg.name not in names}
+    added = [(record_id(m.cfg), m.cfg.name) for m in members if m.cfg.name not in before.names]
+    counts = Counter(rid for rid, _ in added)
+    return {gone[rid]: name for rid, name in added
+            if rid is not None and rid in gone and counts[rid] == 1}  # fmt: skip
+
+
 def _affinity(
-    pool: PoolConfig, clock: Callable[[], float], previous: Services | None, pool_state: PoolState | None
+    pool: PoolConfig, clock: Callable[[], float], previous: Services | None, pool_state: PoolState | None,
+    renamed: Mapping[str, str],
 ) -> AffinityTable | None:
     a = pool.affinity
     if not a.enabled:
@@ -318,7 +346,8 @@ def _affinity(
     # the break is counted ("removed"). Its conversations are claimed again from the store
     # (shared): another replica may move them before a later reload puts the deployment back.
     table = before.affinity if before.cfg.affinity == a else before.affinity.resized(a.max_entries, a.idle_s)
-    table.removed(set(before.cfg.deployments) - set(pool.deployments))
+    table.renamed(renamed)
+    table.removed(set(before.cfg.deployments) - set(pool.deployments) - set(renamed))
     return table
 
 

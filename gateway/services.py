@@ -10,7 +10,7 @@ sleeps and senders.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
@@ -98,6 +98,9 @@ class PoolRuntime:
     cfg: PoolConfig
     members: tuple[UpstreamRuntime, ...]
     affinity: AffinityTable | None  # None: affinity is off for this pool
+    # A reload's renames: a deployment's old name -> its new one, the same key where it was sent
+    # (its conversations' homes follow it: ``app._renamed``).
+    renamed: Mapping[str, str] = field(default_factory=dict)
     member_cfgs: tuple[UpstreamConfig, ...] = field(init=False)
     circuits: tuple[SharedCircuit, ...] = field(init=False)
     names: tuple[str, ...] = field(init=False)  # its deployments' names, in its config's order

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -23,6 +23,7 @@ from prometheus_client.utils import floatToGoString
 from gateway.config import UpstreamConfig
 from gateway.errors import ErrorType
 from gateway.jsonbody import mended
+from gateway.routing.headroom import refilled_share
 
 MAX_MODELS = 100
 OTHER = "other"
@@ -219,6 +220,57 @@ class CircuitGauge:
         yield family
 
 
+class HeadroomGauge:
+    """``llm_gateway_deployment_headroom_ratio{deployment, kind}``: the share of a deployment's
+    rate limit left, from its last answer's rate-limit headers, refilled as the pool's
+    strategy refills it (docs/pools.md: full at the reset the headers stated). Set when an
+    answer's headers are read (at most every ``OBSERVE_EVERY_S`` per deployment), worked out
+    at a scrape: nothing per request. A plain gauge kept the reading itself, and a key that
+    answered a 429 with 0 left, then minutes of answers without headers, showed 0 for as long
+    after its reset as it served (audit). Only the pool deployments of the config in force
+    (``retain``): a removed one's series went on for good."""
+
+    __slots__ = ("_doc", "_live", "_name", "_readings", "_wall")
+    _type = "gauge"
+    _labelnames = ("deployment", "kind")
+
+    def __init__(self, name: str, doc: str, registry: CollectorRegistry,
+                 wall: Callable[[], float] = time.time) -> None:  # fmt: skip
+        self._name, self._doc, self._wall = name, doc, wall
+        # (deployment, kind) -> (remaining, limit, reset epoch ms or None, read at epoch ms)
+        self._readings: dict[tuple[str, str], tuple[int, int, int | None, float]] = {}
+        self._live: frozenset[str] | None = None  # None until the first config
+        registry.register(self)
+
+    def set(self, deployment: str, kind: str, remaining: int, limit: int, reset_at_ms: int | None) -> None:
+        if self._live is not None and deployment not in self._live:
+            return  # a request of a deployment a reload removed, ending after it
+        self._readings[(deployment, kind)] = (remaining, limit, reset_at_ms, self._wall() * 1000)
+
+    def retain(self, deployments: Iterable[str]) -> None:
+        keep = self._live = frozenset(deployments)
+        for gone in [k for k in self._readings if k[0] not in keep]:
+            del self._readings[gone]
+
+    def value(self, deployment: str, kind: str) -> float | None:
+        found = self._readings.get((deployment, kind))
+        if found is None:
+            return None
+        remaining, limit, reset_at_ms, at_ms = found
+        return refilled_share(remaining, limit, reset_at_ms, at_ms, self._wall() * 1000)
+
+    def describe(self) -> Iterator[Metric]:
+        yield Metric(self._name, self._doc, "gauge")
+
+    def collect(self) -> Iterator[Metric]:
+        family = Metric(self._name, self._doc, "gauge")
+        now_ms = self._wall() * 1000
+        for (deployment, kind), (remaining, limit, reset_at_ms, at_ms) in list(self._readings.items()):
+            family.add_sample(self._name, {"deployment": deployment, "kind": kind},
+                              refilled_share(remaining, limit, reset_at_ms, at_ms, now_ms))  # fmt: skip
+        yield family
+
+
 class BudgetGauges:
     """Where each budget stands, and when each key with ``expires_at`` ends, for alerts ("team
     web has spent 80 % of its month", "ci-bot's key ends within a week"). Spend lives in the
@@ -284,7 +336,8 @@ _UNCOUNTED = _Uncounted()
 
 
 class Telemetry:
-    def __init__(self, registry: CollectorRegistry, configured_models: Iterable[str]) -> None:
+    def __init__(self, registry: CollectorRegistry, configured_models: Iterable[str],
+                 wall: Callable[[], float] = time.time) -> None:  # fmt: skip
         self.registry = registry
         self.model_label = ModelLabels(configured_models)
         p = "llm_gateway_"
@@ -407,10 +460,11 @@ class Telemetry:
             "background (a background response, whose usage the key never sees).",
             ["key", "reason"], registry=registry,
         )  # fmt: skip
-        self.headroom = Gauge(
+        self.headroom = HeadroomGauge(
             p + "deployment_headroom_ratio", "The share of a deployment's rate limit left, as its last "
-            "answer's rate-limit headers said, by kind (requests, tokens).",
-            ["deployment", "kind"], registry=registry,
+            "answer's rate-limit headers said, refilled since at the rate that fills it by the reset they "
+            "stated (1 once that has passed), by kind (requests, tokens).",
+            registry, wall,
         )  # fmt: skip
 
         self.config_reloads = Counter(
@@ -464,10 +518,12 @@ class Telemetry:
         label = self.model_label(model)
         return OTHER if label == WHOLE_UPSTREAM else label
 
-    def configure(self, upstreams: Iterable[UpstreamConfig]) -> None:
-        """The upstreams of the config in force (at start-up and at each reload)."""
+    def configure(self, upstreams: Iterable[UpstreamConfig], deployments: Iterable[str] = ()) -> None:
+        """The upstreams and pool ``deployments`` of the config in force (at start-up and at
+        each reload)."""
         ups = list(upstreams)
         self.circuit_open.retain(u.name for u in ups)
+        self.headroom.retain(deployments)
         for u in ups:
             self.init_upstream(u.name)
         self.model_label.know(m for u in ups for m in u.models)

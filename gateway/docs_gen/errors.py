@@ -361,6 +361,9 @@ MEANINGS = {
     "a chained request continues is out of credit.",
     "pool_model_not_found": "No deployment of the pool has the model asked for: each answered 404 for it "
     "(no such deployment, a model not pulled, no access for its key) within `cooldowns.model_missing_s`.",
+    "pool_reloaded": "A config reload took every deployment of the pool this request could go to out of it "
+    "while the request waited for a rate limit's reset (a removed key is never called again); retryable: the "
+    "retry meets the config in force.",
     "pool_rate_limited": "Every deployment of the pool is rate limited and the earliest reset is too far "
     "to wait for, or the configured `limits` of the deployment a request not retried along the pool went "
     "to are used up this minute, or the one deployment that holds the stored response a chained request "

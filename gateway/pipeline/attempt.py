@@ -487,11 +487,13 @@ def _headroom(svc: Services, call: Call, model: str | None, headers: Mapping[str
     room = svc.pool_state.observe(call.up.cfg, model, headers, mark, refused is not None)
     if room is None:
         return
-    name = call.up.cfg.name
-    for kind, left, limit in (("requests", room.requests_remaining, room.requests_limit),
-                              ("tokens", room.tokens_remaining, room.tokens_limit)):  # fmt: skip
+    name, gauge = call.up.cfg.name, svc.telemetry.headroom
+    for kind, left, limit, reset in (
+        ("requests", room.requests_remaining, room.requests_limit, room.requests_reset_at_ms),
+        ("tokens", room.tokens_remaining, room.tokens_limit, room.tokens_reset_at_ms),
+    ):  # fmt: skip
         if left is not None and limit:
-            svc.telemetry.child(svc.telemetry.headroom, name, kind).set(max(0.0, left / limit))
+            gauge.set(name, kind, left, limit, reset)
 
 
 def _first_token_timeout(svc: Services, state: RequestState, call: Call, after_s: float) -> Failure:

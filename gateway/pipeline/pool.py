@@ -108,12 +108,13 @@ async def send_pool(
     homed = table is None or home in pool.names  # else claimed once a deployment may serve
     decided = False  # this request held or claimed ``home``: no turn was answered there yet
     opening = True  # the request's first pick: affinity may decide it
+    removed: set[str] = set()  # deployments a reload took out while this request waited
     while True:
         if not ps.fresh(cfg.name, model):
             await ps.refresh(cfg.name, pool.member_cfgs, model, pool.circuits)
         now_ms = svc.wall() * 1000
         views = [ps.view(i, up.cfg, model, now_ms) for i, up in enumerate(members)
-                 if stored is None or up.cfg.name == stored]  # fmt: skip
+                 if (stored is None or up.cfg.name == stored) and up.cfg.name not in removed]  # fmt: skip
         ready = [v for v in views if v.serves_at(now_ms) and v.name not in tried
                  and not await _refusing(members[v.slot], model)]  # fmt: skip
         if back is not None:
@@ -229,11 +230,19 @@ async def send_pool(
             # such, "not found" is the answer.
             if not any(_resets_later(v, now_ms) and v.name not in not_held for v in views):
                 return last
-            answered = await _all_sitting_out(svc, state, plan, pool, limited, tried, limited, searching=True)
+            answered = await _all_sitting_out(svc, state, plan, pool, limited, tried, limited, searching=True,
+                                              removed=removed)  # fmt: skip
         else:
-            answered = await _all_sitting_out(svc, state, plan, pool, last, tried, limited, stored)
+            answered = await _all_sitting_out(svc, state, plan, pool, last, tried, limited, stored,
+                                              removed=removed)  # fmt: skip
         if answered is not None:
             return answered
+        # Waited for a reset. The request finishes on the config it started on (gateway/live.py),
+        # but not on a key a reload took out of the pool meanwhile (a leaked or revoked one, as
+        # likely as not): one was called right after its reset, 4.5 s after the reload (audit).
+        removed |= ps.gone(cfg.name, pool.member_cfgs)
+        if len(removed) == len(members):
+            return Sent(_reloaded_away(state, pool), None)
         tried.update(not_held)  # asked once: a key that came back since holds it no more than before
         opening = False  # waited for the earliest reset: it may serve again
 
@@ -562,7 +571,7 @@ async def _claim(svc: Services, pool: PoolRuntime, table: AffinityTable, convers
     home replaced because its deployment was removed is a break, counted once (by the replica
     that moved it)."""
     home, new, replaced = await table.claim(conversation, proposed, pool.names)
-    if replaced is not None:
+    if replaced is not None and pool.renamed.get(replaced) != home:  # a rename keeps the key: no break
         svc.telemetry.affinity_breaks.labels(pool.cfg.name, "removed").inc()
     return home, new
 
@@ -642,6 +651,7 @@ async def _sit_out(svc: Services, state: RequestState, pool: PoolRuntime, up: Up
 async def _all_sitting_out(
     svc: Services, state: RequestState, plan: RetryPlan, pool: PoolRuntime, last: Sent | None,
     tried: set[str], limited: Sent | None = None, stored: str | None = None, searching: bool = False,
+    removed: set[str] | frozenset[str] = frozenset(),
 ) -> Sent | None:  # fmt: skip
     """No sibling is left to try, nor a later hop. When some sibling waits for a rate limit's
     reset, the pool serves again at the earliest one, whatever the others sit out for (an
@@ -650,11 +660,12 @@ async def _all_sitting_out(
     back stamped with it. A request that met an outage (or a request error) keeps its answer.
     ``stored``: the one deployment the request may go to (it holds what the request continues):
     the pool is that deployment alone. ``searching``: every deployment asked answered that it does
-    not hold the response the request is chained to; those that sit out may."""
+    not hold the response the request is chained to; those that sit out may. ``removed``: taken
+    out of the pool by a reload since the request began (it waits for none of them)."""
     assert svc.pool_state is not None
     now_ms = svc.wall() * 1000
     views = [svc.pool_state.view(i, up.cfg, state.model, now_ms) for i, up in enumerate(pool.members)
-             if stored is None or up.cfg.name == stored]  # fmt: skip
+             if (stored is None or up.cfg.name == stored) and up.cfg.name not in removed]  # fmt: skip
     waiting = [v for v in views if v.out_why in _RESETS and v.out_until_ms > now_ms]
     answer = last.outcome if last is not None else None
     failed = answer.classification if isinstance(answer, Failure) else None
@@ -721,6 +732,17 @@ async def _all_sitting_out(
         )  # fmt: skip
     state.retries_settled = True
     return Sent(failure, None)
+
+
+def _reloaded_away(state: RequestState, pool: PoolRuntime) -> Failure:
+    """Every deployment this request could go to was taken out of its pool by a reload while
+    it waited for a reset: the client's retry meets the config in force."""
+    state.upstream = pool.cfg.name  # no deployment was asked: the pool answered
+    c = Classification(ErrorType.PROVIDER_UNAVAILABLE, True, None, None, "pool_reloaded", None,
+                       f"pool '{pool.cfg.name}' reloaded")  # fmt: skip
+    return gateway_failure(503, c, f"the deployments of pool '{pool.cfg.name}' this request waited for were "
+                           "taken out of it by a config reload; a retry goes to those in force",
+                           "pool_reloaded", final=True)  # fmt: skip
 
 
 async def _down(pool: PoolRuntime, model: str | None, views: list[Deployment],

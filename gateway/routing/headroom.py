@@ -159,3 +159,16 @@ def headroom_of(headers: Mapping[str, str], now_s: float) -> Headroom | None:
         requests_remaining=req[0], requests_limit=req[1], requests_reset_at_ms=req[2],
         tokens_remaining=tok[0], tokens_limit=tok[1], tokens_reset_at_ms=tok[2],
     )  # fmt: skip
+
+
+def refilled_share(remaining: int, limit: int, reset_at_ms: int | None, at_ms: float, now_ms: float) -> float:
+    """The share of a window left at ``now_ms`` by a reading taken at ``at_ms``, nothing sent
+    since: both providers refill their buckets continuously and state as the reset when the
+    bucket is full again (state/pools.py's ``_refilled``, which also counts the sends), so the
+    rest comes back at the rate that fills it by the reset, and past the reset it is full."""
+    if reset_at_ms is None or reset_at_ms <= at_ms or remaining >= limit:
+        return max(0.0, min(1.0, remaining / limit))
+    if now_ms >= reset_at_ms:
+        return 1.0
+    refilled = (limit - remaining) * max(0.0, now_ms - at_ms) / (reset_at_ms - at_ms)
+    return max(0.0, min(1.0, (remaining + refilled) / limit))

@@ -49,7 +49,7 @@ deployment name: about 200 bytes, so the default 10,000 entries hold about 2 MB.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
 # The longest a conversation in use here goes without its TTL extended and its home read back
@@ -193,6 +193,17 @@ class AffinityTable:
 
     def __len__(self) -> int:
         return len(self._items)
+
+    def renamed(self, names: Mapping[str, str]) -> None:
+        """A reload renamed deployments (old name -> new, the same key): each conversation homed
+        on one stays there, under its new name. With a shared store, which holds the old name,
+        it is claimed again at its next turn here, proposing the new one (``removed``)."""
+        if not names:
+            return
+        for conversation, (home, last, kept, main) in list(self._items.items()):
+            if home in names:
+                reclaim = self._shared is not None and kept is not None
+                self._items[conversation] = (names[home], last, None if reclaim else kept, main)
 
     def removed(self, deployments: Collection[str]) -> None:
         """A reload took ``deployments`` out of the pool: with a shared store, each conversation

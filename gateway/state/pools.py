@@ -15,6 +15,10 @@ share its count (kept by the client's name, a key with ``requests_per_minute: 10
                               tenth of a second they were sent in (shared stores only)
     n:<deployment>/<model>#m  requests and tokens sent in minute m (deployments with ``limits``)
 
+A sit-out is written under the deployment's key as well (``o:~<digest>``, ``record_id``: a
+digest of its credential and base URL) and read under both: a new key of the same account
+shares the name's rate limit, and a rename that keeps the key keeps the key's.
+
 A pick costs no store round trip: the records of a pool's deployments are read together, in
 one round trip, at most once per ``cache_s`` per pool and model, and the headroom and sends
 this process saw since are written in the same round trip (or by a flush once no read has
@@ -147,6 +151,8 @@ class PoolState:
     _keys: dict[tuple[str, str | None], tuple[str, str, str, str, str]] = field(default_factory=dict)
     # (deployment, model asked) -> (its model_map, the model it is sent): ``served``
     _served: dict[tuple[str, str], tuple[ModelMap, str | None]] = field(default_factory=dict)
+    # (deployment, model) -> (its config, its key's sit-out records): ``_key_outs``
+    _outs: dict[tuple[str, str | None], tuple[UpstreamConfig, tuple[str, ...]]] = field(default_factory=dict)
     _observed_at: dict[str, float] = field(default_factory=dict)  # monotonic, per headroom key
     # Headroom key -> (its reading's ``at``, the first of this process's sends after it) for
     # the readings this process made: its own sends are counted off them exactly.
@@ -165,6 +171,8 @@ class PoolState:
     _moved: dict[str, str] = field(default_factory=dict)
     # The key of conversations' names in the store (from ``loop_breaker.secret``); None: plain.
     home_key: bytes | None = None
+    # Pool -> its deployments in the config in force (``in_force``, ``gone``).
+    _in_force: dict[str, frozenset[str]] = field(default_factory=dict)
     _timer: asyncio.TimerHandle | None = None
     _flushing: asyncio.Task[None] | None = None
 
@@ -360,13 +368,18 @@ class PoolState:
         """Written at once: the other replicas must stop sending there (the failure path).
         ``model``: None for every model. A sit-out that is the key's own (refused, out of
         credit) names the key (``key_id``), so that a new key in the config ends it."""
-        key_name = _key("o", up.name, self.served(up, model))
+        model = self.served(up, model)
+        key_name = _key("o", up.name, model)
         fields = {"u": float(until_ms), "w": float(_WHY.index(why))}
         if why in _KEYS_OWN and (key := key_id(up)) is not None:
             fields["k"] = key
-        _bounded(self._records)[key_name] = fields
         ttl_s = max(1.0, until_ms / 1000 - self.wall() + 1.0)
-        await self.store.records_sync((), [(key_name, fields, ttl_s)])
+        # Under its key's name too (``_key_outs``: its second is this model's), in the same round trip.
+        names = (key_name, *self._key_outs(up, model)[1:])
+        records = _bounded(self._records)
+        for name in names:
+            records[name] = fields
+        await self.store.records_sync((), [(name, fields, ttl_s) for name in names])
 
     # -- picking ------------------------------------------------------------------------------
 
@@ -384,8 +397,9 @@ class PoolState:
         reads = []
         records_of = model if scope is None else scope
         for up in members:
-            out_dep, out_model, hkey, skey, nkey = self._keys_of(up.name, self.served(up, records_of))
-            reads += [out_dep, out_model, hkey]
+            served = self.served(up, records_of)
+            out_dep, out_model, hkey, skey, nkey = self._keys_of(up.name, served)
+            reads += [out_dep, out_model, hkey, *self._key_outs(up, served)]
             if self._shared:
                 reads += [f"{skey}#{minute - 1}", f"{skey}#{minute}"]
             if up.limits is not None:
@@ -404,7 +418,7 @@ class PoolState:
         out_dep, out_model, hkey, skey, nkey = self._keys_of(up.name, model)
         records = self._records
         out_until, why = 0, None
-        for key in (out_dep, out_model):
+        for key in (out_dep, out_model, *self._key_outs(up, model)):
             rec = records.get(key)
             if rec and rec.get("u", 0) > max(now_ms, out_until):
                 if "k" in rec and rec["k"] != key_id(up):
@@ -595,6 +609,19 @@ class PoolState:
     def _minute(self) -> int:
         return int(self.wall() // 60)
 
+    def in_force(self, pools: Mapping[str, Sequence[UpstreamConfig]]) -> None:
+        """The deployments of each pool of the config that serves new requests (at start-up and
+        once a reload is in force): a request of an older config that waited for a reset asks
+        ``gone`` before it picks again."""
+        self._in_force = {name: frozenset(_identity(up) for up in ups) for name, ups in pools.items()}
+
+    def gone(self, pool: str, members: Sequence[UpstreamConfig]) -> set[str]:
+        """The names of ``members`` (a pool of the config a request started on) that the config
+        in force no longer has in ``pool``, or has with another key or base URL: a key removed
+        may be a leaked or revoked one."""
+        kept = self._in_force.get(pool, frozenset())
+        return {up.name for up in members if _identity(up) not in kept}
+
     def served(self, up: UpstreamConfig, model: str | None) -> str | None:
         """What ``up``'s records of a request for ``model`` are kept under: the model it is sent
         (its ``model_map``'s; a relayed request's scope stays a relayed scope). Worked out once
@@ -612,6 +639,20 @@ class PoolState:
             served = sent if plain == model else relayed_scope(sent)
         _bounded(self._served)[(up.name, model)] = (up.model_map, served)
         return served
+
+    def _key_outs(self, up: UpstreamConfig, model: str | None) -> tuple[str, ...]:
+        """The sit-out records of ``up``'s key (all models, this model), read beside its name's:
+        the provider limits a key, and a rename that tidies a config keeps it. Kept by the name
+        alone, a renamed deployment forgot its 429's reset and was called inside it (audit).
+        The name's stay (a new key of the same account shares its rate limit). None for a
+        deployment that forwards its clients' keys."""
+        known = self._outs.get((up.name, model))
+        if known is not None and known[0] is up:
+            return known[1]
+        rid = record_id(up)
+        outs = self._keys_of(rid, model)[:2] if rid is not None else ()
+        _bounded(self._outs)[(up.name, model)] = (up, outs)
+        return outs
 
     def _keys_of(self, deployment: str, model: str | None) -> tuple[str, str, str, str, str]:
         keys = self._keys.get((deployment, model))
@@ -668,6 +709,21 @@ def key_id(up: UpstreamConfig) -> float | None:
     if up.api_key is None:
         return None
     return float(int(hashlib.sha256(up.api_key.encode()).hexdigest()[:12], 16))
+
+
+def record_id(up: UpstreamConfig) -> str | None:
+    """The name a deployment's key goes by in the store: 64 bits of a SHA-256 of its credential
+    and where it is sent, never the key itself (``~`` is in no deployment's name); None when
+    it forwards its clients' keys."""
+    if up.api_key is None:
+        return None
+    return "~" + hashlib.sha256(f"{up.base_url}\0{up.api_key}".encode()).hexdigest()[:16]
+
+
+def _identity(up: UpstreamConfig) -> str:
+    """A deployment as a reload may keep it: its key where it is sent (a rename keeps it),
+    else (it forwards its clients' keys) its name where it is sent."""
+    return record_id(up) or f"{up.name}@{up.base_url}"
 
 
 def _bounded(d: dict[K, V]) -> dict[K, V]:

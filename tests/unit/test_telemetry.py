@@ -1,3 +1,4 @@
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gateway.telemetry import MAX_MODELS, ModelLabels, Telemetry, status_label
@@ -97,3 +98,35 @@ def test_a_removed_keys_series_are_dropped_and_a_kept_keys_stay() -> None:
     t.retain_keys(["alice", "run-1"])  # made again: counted again, from zero
     t.child(t.key_refusals, "run-1", "tpm").inc()
     assert registry.get_sample_value("llm_gateway_key_refusals_total", {"key": "run-1", "reason": "tpm"}) == 1
+
+
+def test_a_deployments_headroom_refills_to_its_stated_reset_and_goes_with_the_deployment() -> None:
+    """docs/pools.md: the strategy takes a limit as full at the reset its headers stated. The
+    gauge kept the reading itself: a key that answered a 429 with 0 left, then served 200s
+    without rate-limit headers, showed 0 for minutes after its reset (audit), and a deployment
+    a reload removed kept its series for good."""
+    now = [1_800_000_000.0]
+    registry = CollectorRegistry()
+    t = Telemetry(registry, [], wall=lambda: now[0])
+    t.configure([], ["key-a", "key-b"])
+
+    def ratio(deployment: str, kind: str = "requests") -> float | None:
+        return registry.get_sample_value("llm_gateway_deployment_headroom_ratio",
+                                         {"deployment": deployment, "kind": kind})  # fmt: skip
+
+    reset_ms = int(now[0] * 1000) + 20_000
+    t.headroom.set("key-a", "requests", 0, 60, reset_ms)  # a 429's headers: 0 of 60 left for 20 s
+    t.headroom.set("key-a", "tokens", 1200, 150_000, None)  # no reset stated: as read
+    t.headroom.set("key-b", "requests", 45, 60, reset_ms)
+    assert ratio("key-a") == 0.0
+    now[0] += 10  # half way to the reset: half of what was missing is back
+    assert ratio("key-a") == pytest.approx(0.5)
+    assert ratio("key-b") == pytest.approx(0.875)
+    now[0] += 10.001
+    assert ratio("key-a") == 1.0 and ratio("key-b") == 1.0
+    assert ratio("key-a", "tokens") == 0.008
+    t.configure([], ["key-b"])  # a reload removed key-a
+    assert ratio("key-a") is None and ratio("key-a", "tokens") is None and ratio("key-b") == 1.0
+    # A request of key-a still in flight at the reload ends after it: nothing comes back.
+    t.headroom.set("key-a", "requests", 3, 60, None)
+    assert 'deployment="key-a"' not in generate_latest(registry).decode()

@@ -143,10 +143,10 @@ def test_a_deployments_headroom_is_the_lowest_any_worker_last_read_never_a_sum()
     never fired. The lowest is what an exhaustion alert needs."""
     _, ta = _worker(0, 0, 0.0, [])
     _, tb = _worker(0, 0, 0.0, [])
-    ta.headroom.labels("acct-1", "requests").set(0.997)
-    tb.headroom.labels("acct-1", "requests").set(0.05)
-    ta.headroom.labels("acct-1", "tokens").set(0.4)
-    tb.headroom.labels("acct-2", "tokens").set(0.8)  # a deployment only one worker has heard from
+    ta.headroom.set("acct-1", "requests", 997, 1000, None)
+    tb.headroom.set("acct-1", "requests", 50, 1000, None)
+    ta.headroom.set("acct-1", "tokens", 40, 100, None)
+    tb.headroom.set("acct-2", "tokens", 80, 100, None)  # a deployment only one worker has heard from
     a, b = generate_latest(ta.registry).decode(), generate_latest(tb.registry).decode()
     for merged in (_samples(merge([a, b]).decode()), _samples(merge([b, a]).decode())):
         ratio = "llm_gateway_deployment_headroom_ratio"

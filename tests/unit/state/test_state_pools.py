@@ -70,6 +70,29 @@ async def test_a_sit_out_written_by_one_replica_is_read_by_the_other_in_one_roun
     assert b.view(1, ups[1], MODEL, (T0 + 60) * 1000).serves_at((T0 + 60) * 1000)  # until its reset
 
 
+async def test_a_renamed_deployment_keeps_its_keys_sit_outs_on_every_replica() -> None:
+    """A rename with the same key and base URL: its 429's reset and its refusal were the old
+    name's, forgotten (audit: the key called again inside its reset). The key's follow it; a
+    deployment given another key under the old name still gets the name's rate limit only."""
+    clock = Clock()
+    a, b, _ = replicas(clock)
+    old = members()
+    await a.sit_out(old[1], MODEL, round((T0 + 60) * 1000), SitOut.RATE_LIMIT)
+    await a.sit_out(old[2], None, round((T0 + 3600) * 1000), SitOut.AUTH)
+    renamed = parse_config("upstreams:\n" + "".join(
+        f"  - {{name: tidy-{k}, base_url: 'http://127.0.0.1:9/v1', api_key: {k}}}\n" for k in "abc")
+        + "pools: [{name: p, deployments: [tidy-a, tidy-b, tidy-c]}]\n", env={}).upstreams  # fmt: skip
+    for replica in (a, b):
+        await replica.refresh("p", renamed, MODEL)
+        assert replica.view(0, renamed[0], MODEL, T0 * 1000).serves_at(T0 * 1000)
+        assert replica.view(1, renamed[1], MODEL, T0 * 1000).out_why is SitOut.RATE_LIMIT
+        assert replica.view(2, renamed[2], "any-model", T0 * 1000).out_why is SitOut.AUTH
+    elsewhere = parse_config("upstreams: [{name: tidy-b, base_url: 'http://127.0.0.1:8/v1', api_key: b}]\n"
+                             "pools: [{name: p, deployments: [tidy-b]}]\n", env={}).upstreams  # fmt: skip
+    await b.refresh("p", elsewhere, MODEL)  # the same key sent elsewhere: another provider's limit
+    assert b.view(0, elsewhere[0], MODEL, T0 * 1000).serves_at(T0 * 1000)
+
+
 async def test_a_refused_key_sits_out_for_every_model() -> None:
     clock = Clock()
     a, b, _ = replicas(clock)
