@@ -89,7 +89,8 @@ def arguments(schema: dict[str, Any]) -> dict[str, Any]:
     args = structured.instance(schema) if schema else {}
     if not isinstance(args, dict):  # a schema that is no object's: nothing to fill
         return {}
-    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    props = schema.get("properties")
+    props = props if isinstance(props, dict) else {}
     for p in schema.get("required") or ():
         field = props.get(p) if isinstance(p, str) else None
         if isinstance(field, dict) and str(field.get("type")).lower() == "string" and not _FREE_TEXT_BOUNDS & field.keys():
