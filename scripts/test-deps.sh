@@ -98,4 +98,15 @@ if ! "$genai_venv/bin/python" -c "import google.genai, sys; sys.exit(google.gena
   { python3 -m venv "$genai_venv" && "$genai_venv/bin/pip" install -q "google-genai==$GENAI_VERSION" >/dev/null; } \
     || echo "test-deps: pip install google-genai failed; the google-genai tests will skip" >&2
 fi
+# The OpenAI Agents SDK in a venv of its own (.venv-agents), for tests/e2e/test_agents_sdk.py.
+# Pinned, with the openai SDK under it: tests/corpus/requests/agents-sdk-0.24-*.json were captured
+# with these two.
+AGENTS_SDK_VERSION="${AGENTS_SDK_VERSION:-0.24.0}"
+AGENTS_OPENAI_VERSION="${AGENTS_OPENAI_VERSION:-3.57.0}"
+agents_venv="$(cd "$(dirname "$0")/.." && pwd)/.venv-agents"
+if ! "$agents_venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('openai-agents') != '$AGENTS_SDK_VERSION')" >/dev/null 2>&1; then
+  { python3 -m venv "$agents_venv" && "$agents_venv/bin/pip" install -q "openai-agents==$AGENTS_SDK_VERSION" \
+      "openai==$AGENTS_OPENAI_VERSION" >/dev/null; } \
+    || echo "test-deps: pip install openai-agents failed; the Agents SDK tests will skip" >&2
+fi
 exit 0

@@ -17,7 +17,7 @@ from typing import Any
 
 from gateway.fake import gemini
 from gateway.fake.steps import Reply, Step
-from gateway.fake.tool_call import COMMAND, SHELLS
+from gateway.fake.tool_call import COMMAND, SHELLS, arguments
 
 _PREFERRED: dict[str, dict[str, Any]] = {
     "run_shell_command": {"command": COMMAND, "description": "Print a greeting"},
@@ -64,22 +64,19 @@ def answer(call: Any, text_stream: bool) -> tuple[Step | None, str, str | None]:
     answered = _last_result(payload)
     if answered is not None:
         result, answered_id = answered
-        text = f"The tool answered: {result.strip()[:200] or '(nothing)'}"
+        document = gemini.json_answer(payload)  # asked for JSON: answered in its schema
+        text = document if document is not None else f"The tool answered: {result.strip()[:200] or '(nothing)'}"
         words = tuple(w if i == 0 else " " + w for i, w in enumerate(text.split(" ")))
         step: Step = (gemini.stream(gemini.stream_chunks(model, words), call.framing) if text_stream
                       else Reply(200, gemini.answer(model, text)))  # fmt: skip
-        return step, f"answer (tool result came back: {result.strip()[:60]!r}) to call {answered_id or '-'}", None
+        said = f"answer (tool result came back: {result.strip()[:60]!r}){' in JSON' if document is not None else ''}"
+        return step, f"{said} to call {answered_id or '-'}", None
     declared = _declared(payload)
     if not declared:
         return None, "answer (no tool declared)", None
     names = [n for n, _ in declared]
     name = next((n for n in _PREFERRED if n in names), names[0])
-    if name in _PREFERRED:
-        args = dict(_PREFERRED[name])
-    else:
-        schema = dict(declared)[name]
-        props = schema.get("properties") or {}
-        args = {p: COMMAND for p in schema.get("required") or () if (props.get(p) or {}).get("type") in ("string", "STRING")}
+    args = dict(_PREFERRED[name]) if name in _PREFERRED else arguments(dict(declared)[name])
     part, call_id = gemini.function_call(model, name, args)
     body = gemini.response(model, [part], "STOP", gemini.usage(gemini.estimate_tokens(payload), 9))
     # The id in the log: a reader (or test) sees the result come back to the call it answers.

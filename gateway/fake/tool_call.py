@@ -5,7 +5,10 @@ Messages ``tool_use``, Responses ``function_call``), to Claude Code's ``Bash``, 
 ``exec_command`` or ``shell``, else the first function declared. Once the request carries a
 tool's result, the answer is text quoting it, so whoever runs the agent sees the round trip.
 A request that declares no tool (an agent's side requests: titles, summaries) gets a normal
-answer: there is nothing to call.
+answer: there is nothing to call. Any other tool is called with arguments its schema accepts,
+and a request that asks for JSON gets its final answer in its schema (structured.py), as the
+real APIs answer both: the OpenAI Agents SDK refuses prose to an agent with an ``output_type``
+(ModelBehaviorError) and a tool call missing its enum or object arguments.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Literal
 
+from gateway.fake import structured
 from gateway.fake.chat import chat_completion, chunk, stream_events, wants_usage
 from gateway.fake.messages import anthropic_message, anthropic_stream, sse
 from gateway.fake.responses import Seq, response_object, responses_stream
@@ -36,8 +40,12 @@ def answer(api: Api, payload: dict[str, Any], model: str) -> tuple[Step | None, 
     """What the model answers, and how the fake's log line says it (None: a normal answer)."""
     result = _last_result(api, payload)
     if result is not None:
+        said = f"answer (tool result came back: {result.strip()[:60]!r})"
+        document = _asked_json(api, payload)
+        if document is not None:
+            return _text(api, payload, model, document), said + " in JSON"
         text = f"The tool answered: {result.strip()[:200] or '(nothing)'}"
-        return _text(api, payload, model, text), f"answer (tool result came back: {result.strip()[:60]!r})"
+        return _text(api, payload, model, text), said
     tool = _pick_tool(api, payload)
     if tool is None:
         return None, "answer (no tool declared)"
@@ -72,10 +80,32 @@ def _pick_tool(api: Api, payload: dict[str, Any]) -> tuple[str, dict[str, Any]] 
     if not declared:
         return None
     name, schema = declared[0]
-    # Any other tool: its required text fields filled with the command, enough to be valid.
-    props = schema.get("properties") or {}
-    required = [p for p in schema.get("required") or () if (props.get(p) or {}).get("type") == "string"]
-    return name, {p: COMMAND for p in required}
+    return name, arguments(schema)
+
+
+def arguments(schema: dict[str, Any]) -> dict[str, Any]:
+    """Arguments a tool's JSON (or Gemini) schema accepts: the smallest instance of it, each
+    required free-text field the shell command, so that whoever runs the agent sees it come back."""
+    args = structured.instance(schema) if schema else {}
+    if not isinstance(args, dict):  # a schema that is no object's: nothing to fill
+        return {}
+    props = schema.get("properties")
+    props = props if isinstance(props, dict) else {}
+    for p in schema.get("required") or ():
+        field = props.get(p) if isinstance(p, str) else None
+        if isinstance(field, dict) and str(field.get("type")).lower() == "string" and not _FREE_TEXT_BOUNDS & field.keys():
+            args[p] = COMMAND
+    return args
+
+
+# What makes a string field something other than free text the command can fill.
+_FREE_TEXT_BOUNDS = frozenset({"enum", "const", "format", "pattern", "maxLength", "minLength"})
+
+
+def _asked_json(api: Api, payload: dict[str, Any]) -> str | None:
+    """The answer's text when the request asks for JSON, each API its own way (structured.py)."""
+    return (structured.chat_json(payload) if api == "chat" else structured.messages_json(payload)
+            if api == "messages" else structured.responses_json(payload))  # fmt: skip
 
 
 def _last_result(api: Api, payload: dict[str, Any]) -> str | None:

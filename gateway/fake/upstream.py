@@ -52,7 +52,6 @@ import contextlib
 import dataclasses
 import json
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +61,7 @@ from multidict import CIMultiDict
 
 from gateway.fake import (
     chat_rules,
+    conversations,
     gate,
     gemini,
     gemini_rules,
@@ -124,7 +124,8 @@ class FakeUpstream:
         # OpenAI key belongs to one project; ``stored``: each response id issued -> its projects.
         self.projects: dict[str, str] = {}
         self.stored: dict[str, set[str | None]] = {}
-        self.conversations: dict[str, str | None] = {}  # made by POST /conversations -> its project
+        # Made by POST /v1/conversations, each visible to its maker's project (conversations.py).
+        self.conversations = conversations.Conversations()
         self._issued = 0  # the default answers' ids: each response its own, as the API's are
         self._runner: web.AppRunner | None = None
         self.host, self.port = "127.0.0.1", 0
@@ -249,8 +250,13 @@ class FakeUpstream:
                                       "usage": {"prompt_tokens": 3, "total_tokens": 3}})
         if path.endswith("/messages/count_tokens"):
             return web.json_response({"input_tokens": estimate_tokens(payload)})
-        if request.method == "POST" and path.endswith("/conversations"):
-            return web.json_response(self._conversation(payload))
+        if "/conversations" in path:  # OpenAI's Conversations API, which no other provider has
+            other = conversations.elsewhere(path, request.headers)
+            if other is not None:
+                return await self._play(request, other)
+            if path == conversations.ROOT or path.startswith(conversations.ROOT + "/"):
+                answer = self.conversations.answer(request.method, path, request.query, payload, self._project())
+                return await self._play(request, answer)
         if not path.endswith(("/completions", "/messages", "/responses")):
             return web.json_response({"error": {"message": f"unknown path {path}",
                                                 "type": "invalid_request_error", "code": None}},
@@ -287,18 +293,11 @@ class FakeUpstream:
             issued = responses_rules.issued(step)
             if issued is not None:
                 self.stored.setdefault(issued, set()).add(self._project())
+        if path.endswith("/responses"):  # a turn run in a conversation adds its items to it
+            named = payload.get("conversation")
+            named = named.get("id") if isinstance(named, dict) else named
+            self.conversations.append(named, conversations.turn_items(payload, step))
         return await self._play(request, gate.stamp(self.keys, path, request.headers, payload, step))
-
-    def _conversation(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """A conversation made by ``POST /conversations``, in the shape OpenAI answers it (id,
-        object, created_at, metadata: https://developers.openai.com/api/reference/cli/resources/
-        conversations/methods/create/), kept for the project of the key that made it."""
-        self._issued += 1
-        cid = f"conv_fake{self._issued:06d}"
-        self.conversations[cid] = self._project()
-        metadata = payload.get("metadata")
-        return {"id": cid, "object": "conversation", "created_at": int(time.time()),
-                "metadata": metadata if isinstance(metadata, dict) else {}}  # fmt: skip
 
     def _project(self) -> str | None:
         """The project of the request's key (``projects``), else the key itself."""

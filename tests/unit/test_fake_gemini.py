@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -16,6 +17,7 @@ import pytest
 from gateway.fake import ScenarioUpstream, gemini_rules
 from gateway.fake.gemini import RETRY
 
+ROOT = Path(__file__).resolve().parents[2]
 KEY = {"x-goog-api-key": "k1"}
 SAY_HI = {"contents": [{"role": "user", "parts": [{"text": "say hi"}]}]}
 SHELL = {"functionDeclarations": [{"name": "run_shell_command", "description": "Runs a command",
@@ -588,3 +590,29 @@ def test_a_thinking_budget_outside_the_models_range_is_refused(model: str, budge
     assert refused(body, model) == says
     snake = {**SAY_HI, "generation_config": {"thinking_config": {"thinking_budget": budget}}}
     assert refused(snake, model) == says
+
+
+async def test_the_tool_scenario_calls_with_arguments_in_the_schema_and_answers_in_the_asked_one(fake: Any) -> None:
+    """The OpenAI Agents SDK's strict schemas (tests/corpus/requests/agents-sdk-0.24-forecast-first.json)
+    as the gateway hands them to Gemini: the call's arguments are in the tool's schema, and the
+    answer after its result in ``responseJsonSchema``, as the SDK validates both (Gemini 3: 2.x
+    refuses JSON mode beside functions)."""
+    f, lines, http = fake
+    sdk = json.loads((ROOT / "tests/corpus/requests/agents-sdk-0.24-forecast-first.json").read_text())["body"]
+    tools = [{"functionDeclarations": [{"name": "forecast", "parametersJsonSchema": sdk["tools"][0]["parameters"]}]}]
+    config = {"responseMimeType": "application/json", "responseJsonSchema": sdk["text"]["format"]["schema"]}
+    asked = {**SAY_HI, "tools": tools, "generationConfig": config}
+    status, _, doc = await call(http, f, "gemini-3-flash-preview-tool", body=asked)
+    assert status == 200, doc
+    part = doc["candidates"][0]["content"]["parts"][0]
+    assert status == 200 and part["functionCall"]["args"] == {"place": {"city": "fake", "country": "fake"}, "unit": "c"}
+    answered = {"role": "user", "parts": [{"functionResponse": {"id": part["functionCall"]["id"], "name": "forecast",
+                                                                "response": {"result": "sunny"}}}]}  # fmt: skip
+    for method in ("generateContent", "streamGenerateContent"):
+        body = {**asked, "contents": [*SAY_HI["contents"], {"role": "model", "parts": [part]}, answered]}
+        status, _, done = await call(http, f, "gemini-3-flash-preview-tool", method, body,
+                                     query="?alt=sse" if "stream" in method else "")  # fmt: skip
+        chunks = done if isinstance(done, list) else [done]
+        text = "".join(p.get("text", "") for c in chunks for p in c["candidates"][0]["content"]["parts"])
+        assert status == 200 and json.loads(text) == {"city": "fake", "sunny": False}
+    assert lines[-1].startswith("gemini") and "answer (tool result came back: 'sunny') in JSON to call" in lines[-1]

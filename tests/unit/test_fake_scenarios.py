@@ -47,16 +47,17 @@ async def post(http: aiohttp.ClientSession, fake: ScenarioUpstream, api: str, bo
     return [json.loads(d) for d in re.findall(r"^data: (.*)$", text, re.M) if d != "[DONE]"]
 
 
-def tools(api: str, names: list[str]) -> list[dict[str, Any]]:
+def tools(api: str, names: list[str], schema: dict[str, Any] = FN) -> list[dict[str, Any]]:
     if api == "chat":
-        return [{"type": "function", "function": {"name": n, "parameters": FN}} for n in names]
+        return [{"type": "function", "function": {"name": n, "parameters": schema}} for n in names]
     if api == "messages":
-        return [{"type": "web_search_20250305", "name": "web_search"}, *({"name": n, "input_schema": FN} for n in names)]
-    return [{"type": "web_search"}, *({"type": "function", "name": n, "parameters": FN} for n in names)]
+        return [{"type": "web_search_20250305", "name": "web_search"}, *({"name": n, "input_schema": schema} for n in names)]
+    return [{"type": "web_search"}, *({"type": "function", "name": n, "parameters": schema} for n in names)]
 
 
-def request(api: str, model: str, names: list[str], stream: bool, result: str | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": model, "stream": stream, "tools": tools(api, names)}
+def request(api: str, model: str, names: list[str], stream: bool, result: str | None = None,
+            schema: dict[str, Any] = FN) -> dict[str, Any]:  # fmt: skip
+    body: dict[str, Any] = {"model": model, "stream": stream, "tools": tools(api, names, schema)}
     if api == "responses":
         body["input"] = [{"type": "message", "role": "user", "content": "list files"}]
         if result is not None:
@@ -137,7 +138,8 @@ def text_of(api: str, answer: Any) -> str:
     ("chat", ["Read", "Bash"], "Bash", {"command": COMMAND, "description": "Print a greeting"}),  # Claude Code, translated
     ("messages", ["Read", "Bash"], "Bash", {"command": COMMAND, "description": "Print a greeting"}),  # Claude Code
     ("responses", ["update_plan", "exec_command"], "exec_command", {"cmd": COMMAND}),  # Codex
-    ("chat", ["lookup", "other"], "lookup", {"q": COMMAND}),  # no shell: the first function, its required text filled
+    # No shell: the first function, its required text the command, the rest the least its schema allows.
+    ("chat", ["lookup", "other"], "lookup", {"q": COMMAND, "n": 1}),
 ])  # fmt: skip
 async def test_the_tool_scenario_calls_a_declared_shell_then_answers_with_its_result(
     fake: Any, api: str, names: list[str], called: str, args: dict[str, Any], stream: bool
@@ -233,3 +235,50 @@ async def test_the_log_line_masks_the_credential_it_was_sent(fake: Any) -> None:
         assert r.status == 200
     assert lines and all(key not in line for line in lines), lines
     assert "key=sk-***XYZ" in lines[-1]
+
+
+def corpus(name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((ROOT / "tests/corpus/requests" / f"{name}.json").read_text())["body"]
+    return doc
+
+
+# The OpenAI Agents SDK's strict schemas (tests/corpus/requests/agents-sdk-0.24-forecast-*.json): a
+# tool taking a nested model and an enum, and an output type.
+FORECAST = corpus("agents-sdk-0.24-forecast-first")
+TOOL_SCHEMA = FORECAST["tools"][0]["parameters"]
+ANSWER_SCHEMA = FORECAST["text"]["format"]["schema"]
+
+
+def forecast_request(api: str, stream: bool, result: str | None = None, *, asks_json: bool = True) -> dict[str, Any]:
+    """The SDK's forecast turn on ``api``: on Responses its own body, on chat and Messages the
+    same tool and output schemas in their fields (as the gateway translates them)."""
+    if api == "responses":
+        body = corpus("agents-sdk-0.24-forecast-tool-result" if result is not None else "agents-sdk-0.24-forecast-first")
+        body = {**body, "model": "gpt-5-tool", "stream": stream}
+        return body if asks_json else {**body, "text": {"verbosity": "low"}}
+    model = "claude-sonnet-4-5-tool" if api == "messages" else "gpt-4o-mini-tool"
+    body = request(api, model, ["forecast"], stream, result, TOOL_SCHEMA)
+    if asks_json and api == "chat":
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "final_output", "strict": True,
+                                                                          "schema": ANSWER_SCHEMA}}  # fmt: skip
+    elif asks_json:
+        body["output_config"] = {"format": {"type": "json_schema", "schema": ANSWER_SCHEMA}}
+    return body
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["buffered", "streamed"])
+@pytest.mark.parametrize("api", ["chat", "messages", "responses"])
+async def test_the_tool_scenario_calls_a_tool_with_arguments_in_its_schema_then_answers_in_the_asked_one(
+    fake: Any, api: str, stream: bool
+) -> None:
+    """The Agents SDK validates both (ModelBehaviorError): called with {} its ``forecast`` lacked
+    its nested ``place`` and enum ``unit``, and a prose answer is no ``Answer``."""
+    f, lines, http = fake
+    first = await post(http, f, api, forecast_request(api, stream))
+    assert the_call(api, first) == ("forecast", {"place": {"city": "fake", "country": "fake"}, "unit": "c"})
+    second = await post(http, f, api, forecast_request(api, stream, result="18 c and sunny in Paris"))
+    assert json.loads(text_of(api, second)) == {"city": "fake", "sunny": False}
+    assert lines[1].endswith("-> answer (tool result came back: '18 c and sunny in Paris') in JSON")
+    # Not asked for JSON: the result quoted, as before.
+    third = await post(http, f, api, forecast_request(api, stream, result="sunny", asks_json=False))
+    assert text_of(api, third).startswith("The tool answered: ")

@@ -6,12 +6,14 @@ interpreter that has ``openai-agents`` installed (kept out of the project's .ven
 
     python3 -m venv /tmp/agents-venv && /tmp/agents-venv/bin/pip install openai-agents
     /tmp/agents-venv/bin/python tests/corpus/requests/capture_agents_sdk.py OUT_DIR
+    /tmp/agents-venv/bin/python tests/corpus/requests/capture_agents_sdk.py OUT_DIR forecast
 
 The agent is the SDK's documented shape: ``Agent(name, instructions, tools=[function_tool])``
-run with ``Runner.run_sync``; tracing is disabled so nothing leaves loopback.
+run with ``Runner.run_sync``; tracing is disabled so nothing leaves loopback. ``forecast``: a
+tool whose arguments are a nested model and an enum, and an ``output_type`` (a pydantic model),
+the SDK's strict schemas for both; the call answered carries arguments in that schema, and
+the final answer is JSON in the output type's.
 """
-
-from __future__ import annotations
 
 import json
 import os
@@ -26,6 +28,9 @@ from typing import Any
 SEEN: list[dict[str, Any]] = []
 
 
+FORECAST = "forecast" in sys.argv[2:]
+
+
 def _response(n: int) -> dict[str, Any]:
     if n == 0:
         item: dict[str, Any] = {
@@ -33,8 +38,8 @@ def _response(n: int) -> dict[str, Any]:
             "type": "function_call",
             "status": "completed",
             "call_id": "call_capture1",
-            "name": "get_weather",
-            "arguments": '{"city":"Paris"}',
+            "name": "forecast" if FORECAST else "get_weather",
+            "arguments": '{"place":{"city":"Paris","country":null},"unit":"c"}' if FORECAST else '{"city":"Paris"}',
         }
     else:
         item = {
@@ -42,7 +47,8 @@ def _response(n: int) -> dict[str, Any]:
             "type": "message",
             "role": "assistant",
             "status": "completed",
-            "content": [{"type": "output_text", "text": "It is sunny in Paris.", "annotations": []}],
+            "content": [{"type": "output_text", "annotations": [],
+                         "text": '{"city":"Paris","sunny":true}' if FORECAST else "It is sunny in Paris."}],
         }
     return {
         "id": f"resp_capture{n}",
@@ -90,6 +96,12 @@ def main(out_dir: Path) -> None:
     )
     from agents import Agent, Runner, function_tool
 
+    if FORECAST:
+        agent = _forecaster()
+        result = Runner.run_sync(agent, "Forecast Paris, in the schema.")
+        _save(server, out_dir, result, "forecast-")
+        return
+
     @function_tool
     def get_weather(city: str) -> str:
         """Current weather in a city."""
@@ -102,12 +114,45 @@ def main(out_dir: Path) -> None:
         tools=[get_weather],
     )
     result = Runner.run_sync(agent, "What's the weather in Paris?")
+    _save(server, out_dir, result)
+
+
+def _forecaster() -> Any:
+    from enum import StrEnum
+
+    from agents import Agent, function_tool
+    from pydantic import BaseModel
+
+    # Real annotations (no ``from __future__ import annotations`` here): the SDK resolves a
+    # tool's hints when it builds the schema, and these classes are local.
+    class Unit(StrEnum):
+        c = "c"
+        f = "f"
+
+    class Place(BaseModel):
+        city: str
+        country: str | None
+
+    class Answer(BaseModel):
+        city: str
+        sunny: bool
+
+    @function_tool
+    def forecast(place: Place, unit: Unit) -> str:
+        """Forecast for a place."""
+        return f"18 {unit.value} and sunny in {place.city}"
+
+    return Agent(name="Forecaster", instructions="Use the tool, then answer in the schema.", model="gpt-5",
+                 tools=[forecast], output_type=Answer)  # fmt: skip
+
+
+def _save(server: HTTPServer, out_dir: Path, result: Any, prefix: str = "") -> None:
     server.shutdown()
     print("final:", result.final_output, file=sys.stderr)
     out_dir.mkdir(parents=True, exist_ok=True)
     for i, s in enumerate(SEEN):
         doc = {"version": f"openai-agents {version('openai-agents')}, openai {version('openai')}", **s}
-        (out_dir / f"raw-agents-{i}.json").write_text(json.dumps(doc, indent=1))
+        (out_dir / f"raw-agents-{prefix}{i}.json").write_text(json.dumps(doc, indent=1))
     print(len(SEEN), "requests saved", file=sys.stderr)
 
 
