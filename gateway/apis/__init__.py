@@ -45,8 +45,11 @@ def gemini_call(method: str, path: str) -> bool:
 
 def api_of_path(path: str) -> str | None:
     """The API a ``/v1/...`` path belongs to, for the paths that belong to one API only
-    (``/v1/models`` and ``/v1/embeddings`` do not)."""
-    for root, api in (("/v1/messages", "messages"), ("/v1/responses", "responses"), ("/v1/chat", "chat")):
+    (``/v1/models`` and ``/v1/embeddings`` do not). OpenAI's Conversations API holds
+    Responses turns and has no counterpart elsewhere: sent to a chat or Messages upstream, it
+    was answered by whichever upstream came first (a chat server's 404, or a fake's 200)."""
+    for root, api in (("/v1/messages", "messages"), ("/v1/responses", "responses"), ("/v1/chat", "chat"),
+                      ("/v1/conversations", "responses")):  # fmt: skip
         if path == root or path.startswith(root + "/"):
             return api
     return None
