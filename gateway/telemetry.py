@@ -473,9 +473,16 @@ class Telemetry:
             "Each process counts its own: with server.workers: N, one SIGHUP counts N.",
             ["result"], registry=registry,
         )  # fmt: skip
-        # From the start, so that an alert on refused reloads sees zeros rather than nothing.
         for result in ("applied", "unchanged", "refused"):
             self.config_reloads.labels(result)
+        # Prometheus's own prometheus_config_last_reload_successful, for the same reason: a count of
+        # refusals says one happened, not that the file the operator edited is still not in force.
+        self.config_last_reload_successful = Gauge(
+            p + "config_last_reload_successful", "1 while the config file's content is in force (at "
+            "start-up, and after each reload applied or finding it unchanged), 0 from a refused reload "
+            "until one succeeds. Each process its own.", registry=registry,
+        )  # fmt: skip
+        self.config_last_reload_successful.set(1)
 
         # labels() takes a lock and builds a key on every call; the label sets are bounded,
         # so their children are cached here once.

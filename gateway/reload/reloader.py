@@ -110,6 +110,7 @@ class Reloader:
             return self._refuse(trigger, (f"{counted} (state and server.workers change only at a restart, "
                                           "so these limits wait for one)",))  # fmt: skip
         if cfg == running:
+            self.live.services.telemetry.config_last_reload_successful.set(1)
             if not quiet_if_same:
                 self._count("unchanged")
                 self._log.info({"event": "config_reloaded", "trigger": trigger, "changed": [],
@@ -130,7 +131,9 @@ class Reloader:
 
     def _count(self, result: str) -> None:
         # Metrics outlive reloads (the same registry): the Services now in force has them.
-        self.live.services.telemetry.config_reloads.labels(result).inc()
+        telemetry = self.live.services.telemetry
+        telemetry.config_reloads.labels(result).inc()
+        telemetry.config_last_reload_successful.set(0 if result == "refused" else 1)
 
     def _refuse(self, trigger: str, problems: tuple[str, ...]) -> bool:
         self._count("refused")

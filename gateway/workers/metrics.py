@@ -56,6 +56,8 @@ GAUGE_RULES: dict[str, Callable[[float, float], float]] = {
     # any worker saw the limit nearly spent). A worker's reading may be older than another's
     # (one that has not heard from the deployment since): the lowest errs towards the alarm.
     "llm_gateway_deployment_headroom_ratio": min,
+    # Each worker reloads on its own: the file is not in force on the machine while any refused it.
+    "llm_gateway_config_last_reload_successful": min,
     # Budgets and key expiries: read from config and the shared state store by every worker
     # alike (the same reading, or a newer one: the highest spend is the newest).
     **dict.fromkeys((

@@ -445,3 +445,24 @@ async def test_limits_that_each_worker_would_count_alone_are_refused_whatever_th
         assert lines[-1]["event"] == "config_reload_refused"
         assert "would hold 2 times over" in lines[-1]["problems"][0]
         assert "only at a restart" in lines[-1]["problems"][0]
+
+
+async def test_the_last_reload_gauge_says_whether_the_file_is_in_force_until_a_reload_succeeds(
+        tmp_path: Path, logged: Any) -> None:  # fmt: skip
+    # A count of refusals told an alert one happened, and its window ran out while the revoked
+    # key the edit meant to remove was still served: the gauge stays 0 until the file is in force.
+    log, _ = logged
+    reloader, path, live = await reloader_for(tmp_path, log)
+    gauge = live.services.telemetry.config_last_reload_successful
+    assert gauge._value.get() == 1
+    path.write_text(BASE.replace("port: 8080", "port: http"))
+    assert not await reloader.reload("SIGHUP")
+    assert gauge._value.get() == 0
+    assert not await reloader.reload("SIGHUP")
+    assert gauge._value.get() == 0
+    path.write_text(BASE)  # put back as it runs: nothing to apply, and the file is in force again
+    assert await reloader.reload("watch", quiet_if_same=True)
+    assert gauge._value.get() == 1
+    path.write_text(BASE.replace("{name: bob, key: gk-bob}", "{name: carol, key: gk-carol}"))
+    assert await reloader.reload("SIGHUP")
+    assert live.services.telemetry.config_last_reload_successful._value.get() == 1

@@ -29,6 +29,7 @@ CONTRACT = {
     "llm_gateway_key_tokens_total": ("counter", {"key", "model", "kind", "priced"}),
     "llm_gateway_key_refusals_total": ("counter", {"key", "reason"}),
     "llm_gateway_config_reloads_total": ("counter", {"result"}),
+    "llm_gateway_config_last_reload_successful": ("gauge", set()),
 }
 # Beyond the contract: the successful attempt's own time to first byte (no retry waits).
 EXTRA = {"llm_gateway_upstream_first_byte_seconds": ("histogram", {"upstream", "model"})}
