@@ -468,7 +468,10 @@ def _effort(thinking: dict[str, Any], onward: str) -> str | None:
 
 
 # The API the upstream speaks, by ``Target.onward``: the refusal names the one the model is on.
-_UPSTREAM_API = {"": "a chat completions", "messages": "an Anthropic Messages", "responses": "an OpenAI Responses"}
+_UPSTREAM_API = {
+    "": "a chat completions upstream", "messages": "an Anthropic Messages upstream",
+    "responses": "an OpenAI Responses upstream",
+}  # fmt: skip
 
 
 def _tools(tools: Any, names: Names, onward: str) -> list[dict[str, Any]]:
@@ -476,8 +479,8 @@ def _tools(tools: Any, names: Names, onward: str) -> list[dict[str, Any]]:
     for i, tool in enumerate(typed.objects(tools, ("tools",))):
         hosted = [k for k in _HOSTED if has(tool, k)]
         if hosted:
-            api = _UPSTREAM_API.get(onward, "this")
-            raise Untranslatable(f"tools[{i}].{hosted[0]} runs inside Google's API; {api} upstream cannot run it")
+            api = _UPSTREAM_API.get(onward, "this upstream")
+            raise Untranslatable(f"tools[{i}].{hosted[0]} runs inside Google's API; {api} cannot run it")
         at = ("tools", i, "functionDeclarations")
         decls = typed.objects(field(tool, "functionDeclarations"), at)
         out += [_function(decl, (*at, j), names) for j, decl in enumerate(decls)]
