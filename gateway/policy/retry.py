@@ -91,6 +91,9 @@ class RetryPlan:
     # Monotonic time by which the client stops waiting for the response head (Gemini CLI's
     # 60 s, policy/clients.client_head_s); None: not before the deadline, or the head was sent.
     head_by: float | None = None
+    # The upstream being tried is the route's last (no fallback can follow it): it may take
+    # all the time the client waits for the head, not half (pipeline/chain.py sets it).
+    last_hop: bool = False
     retries: dict[ErrorType, int] = field(default_factory=dict)
     stopped: StopReason | None = None
 
@@ -112,12 +115,14 @@ class RetryPlan:
 
     def head_share_s(self) -> float | None:
         """The longest one attempt may wait for its answer to begin when the client's wait for
-        the head is bounded: half of what is left of it, so that a retry or a fallback still
-        answers before the client gives up (a hung upstream that took it all would leave the
-        gateway's retries and fallbacks to a client already gone). None: no bound."""
+        the head is bounded: half of what is left of it while a fallback may follow, so that
+        it still answers before the client gives up (a hung upstream that took it all would
+        leave the gateway's fallback to a client already gone); on the last upstream all of it,
+        so a slow model is not cut sooner than the client would cut it. None: no bound."""
         if self.head_by is None:
             return None
-        return max(0.0, self.head_by - self.now()) / 2
+        left = max(0.0, self.head_by - self.now())
+        return left if self.last_hop else left / 2
 
     def _class_cfg(self, t: ErrorType) -> RetryClassConfig | None:
         if t is ErrorType.RATE_LIMIT:

@@ -30,14 +30,14 @@ CORPUS = Path(__file__).parents[1] / "corpus" / "requests" / "gemini-cli-0.61-fi
 HUNG = "http://127.0.0.1:9/v1beta"
 
 
-async def _ask(headers: dict[str, str]) -> tuple[int, bytes, list[tuple[str, float]]]:
+async def _ask(headers: dict[str, str], fallbacks: str = "[backup]") -> tuple[int, bytes, list[tuple[str, float]]]:
     """Gemini CLI's captured first request, with ``headers``, through a gateway whose primary
     hangs: the status, the body, and each attempt's (upstream, first-byte timeout)."""
     captured: dict[str, Any] = json.loads(CORPUS.read_text())
     fake = await FakeUpstream().start()
     cfg = parse_config(
         "upstreams:\n"
-        f"  - {{name: primary, base_url: '{HUNG}', apis: [gemini], api_key: K, fallbacks: [backup]}}\n"
+        f"  - {{name: primary, base_url: '{HUNG}', apis: [gemini], api_key: K, fallbacks: {fallbacks}}}\n"
         f"  - {{name: backup, base_url: '{fake.url.removesuffix('/v1')}/v1beta', apis: [gemini], api_key: K}}\n"
         "timeouts: {connect_s: 10, first_byte_s: 300, idle_s: 120}\n"
         "loop_breaker: {enabled: false}\n",
@@ -71,14 +71,26 @@ async def _ask(headers: dict[str, str]) -> tuple[int, bytes, list[tuple[str, flo
 
 
 async def test_gemini_cli_gets_the_fallbacks_answer_before_its_60_s_head_timeout() -> None:
-    headers = {k: v for k, v in json.loads(CORPUS.read_text())["headers"].items() if k.lower() != "content-type"}
+    headers = gemini_cli_headers()
     assert headers["User-Agent"].startswith("GeminiCLI-tui/0.61.0/")  # as captured
     status, body, asked = await _ask(headers)
     assert status == 200 and b"fakeResp0001" in body
     assert [who for who, _ in asked] == ["primary", "backup"]
     assert asked[0][1] == pytest.approx(57 / 2)  # half of the client's 57 s: the fallback fits after it
-    assert asked[1][1] == pytest.approx(57 / 4)
-    assert sum(s for _, s in asked) < 57
+    assert asked[1][1] == pytest.approx(57 / 2)  # the last upstream: all that is left
+    assert sum(s for _, s in asked) <= 57
+
+
+def gemini_cli_headers() -> dict[str, str]:
+    return {k: v for k, v in json.loads(CORPUS.read_text())["headers"].items() if k.lower() != "content-type"}
+
+
+async def test_without_a_fallback_the_upstream_has_all_57_s_and_the_cli_gets_a_504_in_time() -> None:
+    """A slow model is cut no sooner than the CLI would cut it, and the CLI gets a typed error
+    it retries instead of its own timeout; no retry starts that could not answer in time."""
+    status, body, asked = await _ask(gemini_cli_headers(), fallbacks="[]")
+    assert status == 504 and b"DEADLINE_EXCEEDED" in body
+    assert asked == [("primary", pytest.approx(57.0))]
 
 
 async def test_a_client_that_waits_longer_keeps_the_gateways_own_first_byte_timeout() -> None:
