@@ -141,6 +141,13 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
         mark = ps.sent(call.up.cfg, scope, tokens, taken)
     state.attempts += 1
     left_s = plan.remaining_s()
+    if plan.head_by is not None and state.first_byte_at is not None:
+        plan.head_by = None  # a continuation: the client has its head, and waits for the body
+    share_s = plan.head_share_s()
+    if share_s is not None:
+        # The client's head goes with the first visible event of a stream, with the whole
+        # answer otherwise: both timers must leave room for the next try.
+        left_s = min(left_s, share_s)
     head_s = min(svc.limits.first_byte_s, left_s)
     token_s = first_token_s(svc, call)
     if token_s is not None:

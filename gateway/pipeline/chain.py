@@ -61,6 +61,7 @@ async def send_chain(
     hops = route.hops
     for h, hop in enumerate(hops):
         nxt = hops[h + 1].members[0] if h + 1 < len(hops) else None
+        plan.last_hop = nxt is None and hop.pool is None  # a pool's siblings may follow
         if hop.pool is not None:
             pooled = await send_pool(svc, state, plan, hop.pool, call_for, conversation, nxt)
             if isinstance(pooled, ErrorType):  # no deployment could take it now, and a later hop is left

@@ -58,8 +58,8 @@ from gateway.pipeline.outcome import (
 )
 from gateway.pipeline.pool import remember_answer, send_across, stored_deployment, stored_route
 from gateway.pipeline.relay import relay, rendered
-from gateway.pipeline.send import Onward, Sent, new_plan, note_outage, send_one
-from gateway.policy.clients import client_deadline_s, compacts_itself
+from gateway.pipeline.send import Onward, Sent, note_outage, plan_for, send_one
+from gateway.policy.clients import compacts_itself
 from gateway.policy.loop_breaker import Answer, Fingerprint, Recalled
 from gateway.policy.overflow_limits import parse_overflow
 from gateway.policy.retry import RetryPlan
@@ -118,7 +118,8 @@ def full_pipeline(dialect: Dialect) -> Handler:
             if remembered is not None and remembered.answers(svc.wall()):
                 failing = _answered_by(state, route, remembered)
                 if remembered.classification.type is ErrorType.PROVIDER_UNAVAILABLE:
-                    await note_outage(svc, failing or primary)  # the client's turn is still failing on it
+                    # The client's turn is still failing on it.
+                    await note_outage(svc, failing or primary, state.model)
                 return await relay(request, svc, state, _from_memory(svc, state, remembered))
             turn = remembered
 
@@ -174,7 +175,7 @@ def full_pipeline(dialect: Dialect) -> Handler:
 
             return leg_call(state, leg, up, client_headers, sent, inbound, payload, client, shape)
 
-        plan = new_plan(svc, client_deadline_s(request.headers))
+        plan = plan_for(svc, state, request.headers)
         plan.probe = turn is not None
         window = primary.cfg.context_window
         plan.empty_is_final = window is not None and len(asked.body()) / BYTES_PER_TOKEN > window
@@ -305,7 +306,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
             headers = required_for(headers, up.cfg)
         return Call(up, request.method, up.cfg.base_url + url_for, headers, mode, body=body)
 
-    plan = new_plan(svc, client_deadline_s(request.headers))
+    plan = plan_for(svc, state, request.headers)
     if pool is not None:
         stored = holder[1] if holder is not None else None
         outcome = await send_across(svc, state, plan, pool, call_for, stored, keeps)

@@ -32,8 +32,7 @@ from gateway.pipeline.models import gemini_caller, list_models
 from gateway.pipeline.outcome import STATE, Failure, Outcome, RequestState, Success, bad_request
 from gateway.pipeline.pool import send_across
 from gateway.pipeline.relay import relay
-from gateway.pipeline.send import new_plan, send_one
-from gateway.policy.clients import client_deadline_s
+from gateway.pipeline.send import plan_for, send_one
 from gateway.policy.tokens import request_tokens, text_tokens
 from gateway.routing import UnsafePath, outbound_headers
 from gateway.services import SERVICES, Services, UpstreamRuntime
@@ -89,7 +88,7 @@ async def _counted_upstream(
     if route is None:
         return None
     pool = route.hops[0].pool
-    plan = new_plan(svc, client_deadline_s(request.headers))
+    plan = plan_for(svc, state, request.headers)
     if pool is not None:
         if not any("gemini" in up.cfg.apis for up in pool.members):
             return None

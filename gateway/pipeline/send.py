@@ -3,11 +3,11 @@
 One request has one deadline, one set of per-class retry counts and one claim on the
 cross-request retry budget (pipeline/chain.py walks the route within them). Of the requests
 of one model that meet an outage together, one retries while the others follow its verdict;
-for ``open_s`` after one gave up, a failed first attempt is final (the loop breaker's outage
-note). A failure that will move the request elsewhere gets at most ``retries_cap`` retries
-here, and none when the upstream was silent. A rate limit is noted at its stated reset by the
-request that ended on it, and while that reset is pending a different request's 429 there is
-final (policy/pending_reset.py).
+for ``open_s`` after one gave up, a failed first attempt of that model is final, and of another
+model gets one retry (the loop breaker's outage note). A failure that will move the request
+elsewhere gets at most ``retries_cap`` retries here, and none when the upstream was silent. A
+rate limit is noted at its stated reset by the request that ended on it, and while that reset
+is pending a different request's 429 there is final (policy/pending_reset.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gateway.errors import Classification, ErrorType, TransportError
@@ -23,6 +23,7 @@ from gateway.pipeline.attempt import Call, attempt, circuit_open
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success, failure_of
 from gateway.policy import pending_reset
 from gateway.policy.breaker import Admission, Gate, circuit_key
+from gateway.policy.clients import client_deadline_s, client_head_s
 from gateway.policy.retry import RetryPlan, StopReason, retry_after
 from gateway.routing import CREDENTIAL_HEADERS
 from gateway.services import Services, UpstreamRuntime
@@ -59,6 +60,16 @@ def new_plan(svc: Services, deadline_s: float | None) -> RetryPlan:
         svc.cfg.retry, now=svc.monotonic, rand=svc.rand,
         may_retry=svc.budget.hold_retry, deadline_s=deadline_s,  # confirmed in _retry
     )  # fmt: skip
+
+
+def plan_for(svc: Services, state: RequestState, headers: Mapping[str, str]) -> RetryPlan:
+    """A client's request's plan: its deadline within the client's announced timeout, and its
+    head due before the client stops waiting for one (policy/clients.py), from its arrival."""
+    plan = new_plan(svc, client_deadline_s(headers))
+    head_s = client_head_s(headers)
+    if head_s is not None:
+        plan.head_by = state.started + head_s
+    return plan
 
 
 def fails_over(svc: Services, failure: Failure, up: UpstreamRuntime, nxt: UpstreamRuntime) -> bool:
@@ -160,12 +171,12 @@ async def _retry_or_follow(
     several requests (opencode sends a title and the answer together; a tool round, the next
     turn), and often of two models (Gemini CLI's routing call to a flash-lite model, then the
     answer's model): each spending a full round on an outage multiplies the calls. So for
-    ``open_s`` after a request gave up on this upstream, a failed first attempt of any model
-    on it is final (failures that span models are the upstream's, as its upstream-wide
-    circuit reads them; the client's own retry is what a model that only hiccupped meanwhile
-    gets); and of requests of a model that fail together, one retries while the others wait
-    for its verdict: given up, they give up too (after their one attempt); through, they
-    retry now."""
+    ``open_s`` after a request gave up on this upstream, a failed first attempt of that model
+    is final, and one of any other model gets one retry, not a round (failures that span
+    models are the upstream's, as its upstream-wide circuit reads them; a model that only
+    hiccupped meanwhile is answered by its retry, and one that fails it is in the outage too);
+    and of requests of a model that fail together, one retries while the others wait for its
+    verdict: given up, they give up too (after their one attempt); through, they retry now."""
     c = failure_of(first)
     up = call.up
     if c is not None and c.type is ErrorType.RATE_LIMIT and not (plan.probe or adm.gate is Gate.PROBE):
@@ -177,16 +188,40 @@ async def _retry_or_follow(
     if c is None or c.type is not ErrorType.PROVIDER_UNAVAILABLE or plan.unexplained(c):
         return await _retry(svc, state, plan, call, body, first, retries_cap, moves_on)
     if plan.probe or adm.gate is Gate.PROBE:  # one attempt, failed: the outage goes on
-        await note_outage(svc, up)
+        await note_outage(svc, up, state.model)
         return await _retry(svc, state, plan, call, body, first, retries_cap, moves_on)
     key = circuit_key(up.cfg.name, state.model)
     # Read only on this failure path: a healthy request never pays the store round trip.
     noted = await svc.store.reset_get(_OUTAGE + up.cfg.name)
-    if noted is not None and noted > svc.wall() * 1000:
-        log.debug({"request_id": state.request_id, "event": "outage_noted", "upstream": up.cfg.name})
-        await note_outage(svc, up)
-        plan.stopped = StopReason.PROBE
-        return first
+    now_ms = svc.wall() * 1000
+    if noted is not None and noted > now_ms:
+        own = await svc.store.reset_get(_OUTAGE + key)
+        log.debug({"request_id": state.request_id, "event": "outage_noted", "upstream": up.cfg.name,
+                   "model_failing": own is not None and own > now_ms})  # fmt: skip
+        if own is not None and own > now_ms:
+            await note_outage(svc, up, state.model)  # this model keeps failing too
+            plan.stopped = StopReason.PROBE
+            return first
+        # Only another model is known to fail here: one retry, not a round (the whole upstream
+        # may be down), and the outage is not extended by a failure that may be a hiccup. Failing
+        # again, the model is in the outage too: noted (its next first failure is final) and,
+        # given up on, remembered. A whole upstream down costs each other model two calls.
+        plan.retries_until = plan.total_retries + 1
+        try:
+            return await _lead_or_follow(svc, state, plan, call, body, first, retries_cap, moves_on)
+        finally:
+            plan.retries_until = None
+    return await _lead_or_follow(svc, state, plan, call, body, first, retries_cap, moves_on)
+
+
+async def _lead_or_follow(
+    svc: Services, state: RequestState, plan: RetryPlan, call: Call, body: bytes,
+    first: Outcome, retries_cap: int | None, moves_on: Callable[[Classification], bool] | None,
+) -> Outcome:  # fmt: skip
+    """Of the requests of one model failing together, one retries (and notes the outage when
+    it gives up); the others wait for its verdict."""
+    up = call.up
+    key = circuit_key(up.cfg.name, state.model)
     leader = up.retrying.get(key)
     if leader is None:
         verdict: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
@@ -201,7 +236,7 @@ async def _retry_or_follow(
         gave_up = failed is not None and failed.type is ErrorType.PROVIDER_UNAVAILABLE
         try:
             if gave_up and plan.stopped in _SPENT:
-                await note_outage(svc, up)
+                await note_outage(svc, up, state.model)  # the model's own, and the upstream's
         finally:
             del up.retrying[key]
             verdict.set_result(gave_up)
@@ -267,15 +302,17 @@ async def _note_reset(svc: Services, state: RequestState, call: Call, outcome: O
         await svc.store.reset_set(_target(state, call), reset_ms)
 
 
-async def note_outage(svc: Services, up: UpstreamRuntime) -> None:
-    """Notes an outage of the upstream for the circuit's ``open_s``, or extends it on fresh
-    evidence that a client's turn is still failing on it: a failed probe, a first attempt made
-    final by the note, a repeat answered from memory (forward.py). Gemini CLI's stock turn
-    spends about 70 s retrying its routing call before it asks the answer's model, longer
-    than the circuit's 30 s; while it keeps failing, the note lasts. A note refuses nothing:
-    a first attempt still goes, and only its failure is final."""
+async def note_outage(svc: Services, up: UpstreamRuntime, model: str | None) -> None:
+    """Notes an outage of the upstream, and of ``model`` on it, for the circuit's ``open_s``,
+    or extends it on fresh evidence that a client's turn is still failing on it: a failed
+    probe, a first attempt of a model already failing made final by the note, a repeat
+    answered from memory (forward.py). Gemini CLI's stock turn spends about 70 s retrying its
+    routing call before it asks the answer's model, longer than the circuit's 30 s; while it
+    keeps failing, the note lasts. A note refuses nothing: a first attempt still goes, and only
+    its failure is final."""
     until_ms = round((svc.wall() + svc.cfg.circuit_breaker.open_s) * 1000)
     await svc.store.reset_set(_OUTAGE + up.cfg.name, until_ms)
+    await svc.store.reset_set(_OUTAGE + circuit_key(up.cfg.name, model), until_ms)
 
 
 async def _retry(

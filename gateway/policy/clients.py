@@ -44,3 +44,23 @@ def client_deadline_s(headers: Mapping[str, str]) -> float | None:
         return None
     limit = min(announced)
     return max(1.0, limit - max(1.0, 0.05 * limit))
+
+
+# Gemini CLI gives up on a response whose head has not come within 60 s: its bundle sets
+# undici's global dispatcher to `headersTimeout: defaultHeadersTimeout` with
+# `var defaultHeadersTimeout = 6e4` (0.61.0, chunk-5FZXKDXH.js), raised only by a Code Assist
+# experiment flag, never with an API key. Its user agent is `GeminiCLI/<version>/<model>`, or
+# `GeminiCLI-<surface>/...` (`GeminiCLI-tui/0.61.0/gemini-2.5-flash` in `gemini -p`). Every other
+# stock client found waits at least as long as timeouts.first_byte_s (300 s): Claude Code and
+# the OpenAI and Anthropic SDKs 600 s, Codex's stream idle 300 s.
+_GEMINI_CLI = ("GeminiCLI/", "GeminiCLI-")
+_GEMINI_CLI_HEAD_S = 60.0
+
+
+def client_head_s(headers: Mapping[str, str]) -> float | None:
+    """How long the gateway may take to send the response head, so that it answers (or gives
+    up on an upstream and tries the next) before the client stops waiting for it; None: the
+    client waits at least as long as the gateway's own timeouts."""
+    if not headers.get("user-agent", "").startswith(_GEMINI_CLI):
+        return None
+    return _GEMINI_CLI_HEAD_S - max(1.0, 0.05 * _GEMINI_CLI_HEAD_S)

@@ -84,6 +84,16 @@ class RetryPlan:
     # The attempt is a half-open circuit's probe: one attempt, whatever follows it (a fallback
     # then takes the request, or the client is answered); not a hop cap, which says "moving on".
     circuit_probe: bool = False
+    # The retries made so far at which this upstream's are used up, below the class's count:
+    # one retry for a model that may only have hiccupped while another's outage is noted
+    # (pipeline/send.py). None: the class's count.
+    retries_until: int | None = None
+    # Monotonic time by which the client stops waiting for the response head (Gemini CLI's
+    # 60 s, policy/clients.client_head_s); None: not before the deadline, or the head was sent.
+    head_by: float | None = None
+    # The upstream being tried is the route's last (no fallback can follow it): it may take
+    # all the time the client waits for the head, not half (pipeline/chain.py sets it).
+    last_hop: bool = False
     retries: dict[ErrorType, int] = field(default_factory=dict)
     stopped: StopReason | None = None
 
@@ -102,6 +112,17 @@ class RetryPlan:
 
     def remaining_s(self) -> float:
         return max(0.0, self.deadline_at - self.now())
+
+    def head_share_s(self) -> float | None:
+        """The longest one attempt may wait for its answer to begin when the client's wait for
+        the head is bounded: half of what is left of it while a fallback may follow, so that
+        it still answers before the client gives up (a hung upstream that took it all would
+        leave the gateway's fallback to a client already gone); on the last upstream all of it,
+        so a slow model is not cut sooner than the client would cut it. None: no bound."""
+        if self.head_by is None:
+            return None
+        left = max(0.0, self.head_by - self.now())
+        return left if self.last_hop else left / 2
 
     def _class_cfg(self, t: ErrorType) -> RetryClassConfig | None:
         if t is ErrorType.RATE_LIMIT:
@@ -124,7 +145,8 @@ class RetryPlan:
             self.empty_is_final or self.last_code == EMPTY_STREAM
         )
         self.last_code = c.provider_code
-        if done >= cls_cfg.max_retries or repeated_empty:
+        capped = self.retries_until is not None and self.total_retries >= self.retries_until
+        if done >= cls_cfg.max_retries or repeated_empty or capped:
             # An empty stream twice in a row is the server's answer to this request, not bad
             # luck: more of the same will not help (the pipeline probes without streaming).
             return self._stop(StopReason.EXHAUSTED)
@@ -139,6 +161,8 @@ class RetryPlan:
         # A retry that could not even start before the deadline is pointless.
         if self.now() + wait >= self.deadline_at:
             return self._stop(StopReason.DEADLINE)
+        if self.head_by is not None and self.now() + wait >= self.head_by:
+            return self._stop(StopReason.DEADLINE)  # the client will have given up by then
         if not self.may_retry():
             return self._stop(StopReason.BUDGET)
         self.retries[c.type] = done + 1

@@ -16,7 +16,9 @@ request spent the gateway's 6 attempts; its repeats were answered from memory, w
 one-attempt probe when a window ended; the answer's model, asked ~70 s later, had its first
 failure made final by the noted outage (1 attempt), which the still-failing turn had kept
 alive; then memory and one probe per window. Before the note was the upstream's and lasted
-while the turn failed, the answer's model spent 6 again (17-21 calls).
+while the turn failed, the answer's model spent 6 again (17-21 calls). Since another model's
+first failure gets one retry under the note (a model that only hiccupped is answered by it),
+the answer's model spends 2: 14 calls over 295 s (2026-11-30).
 
 Minutes long: marked ``slow``; scripts/retry-loops.sh runs it.
 """

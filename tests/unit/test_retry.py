@@ -60,6 +60,27 @@ def test_no_wait_crosses_the_deadline() -> None:
     assert p.remaining_s() == pytest.approx(2.0)
 
 
+
+def test_a_client_waiting_less_for_the_head_gets_half_of_whats_left_per_attempt() -> None:
+    """Gemini CLI gives up without a head after 60 s (57 s with the margin): each attempt may
+    take half of what is left while a fallback may follow, so that it still answers in time,
+    and all of it on the last upstream; a retry whose wait would end past it is not made, and
+    no bound is set for other clients."""
+    clock = Clock()
+    p = plan(clock)
+    assert p.head_share_s() is None
+    p.head_by = clock.t + 57
+    assert p.head_share_s() == pytest.approx(28.5)
+    clock.t += 28.5  # the first attempt took its share
+    assert p.head_share_s() == pytest.approx(14.25)
+    assert p.next_wait(Classification.of(ErrorType.RATE_LIMIT, retry_after_s=3.0)) == 3.0
+    clock.t += 27
+    assert p.next_wait(Classification.of(ErrorType.RATE_LIMIT, retry_after_s=3.0)) is None
+    assert p.stopped is StopReason.DEADLINE
+    assert p.remaining_s() > 500  # the request's own deadline is untouched
+    p.last_hop = True
+    assert p.head_share_s() == pytest.approx(1.5)
+
 def test_budget_refusal_stops() -> None:
     p = plan(Clock(), allow=False)
     assert p.next_wait(PU) is None and p.stopped is StopReason.BUDGET

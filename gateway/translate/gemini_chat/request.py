@@ -121,7 +121,7 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
     config = typed.obj(field(payload, "generationConfig"), ("generationConfig",))
     if config is not None:
         _generation(config, out, target.onward)
-    tools = _tools(payload.get("tools"), names)
+    tools = _tools(payload.get("tools"), names, target.onward)
     tool_config = typed.obj(field(payload, "toolConfig"), ("toolConfig",)) or {}
     calling = typed.obj(field(tool_config, "functionCallingConfig"), ("toolConfig", "functionCallingConfig"))
     if tools and calling is not None:
@@ -497,14 +497,20 @@ def _effort(thinking: dict[str, Any], onward: str) -> str | None:
 # --- tools ---------------------------------------------------------------------------------
 
 
-def _tools(tools: Any, names: Names) -> list[dict[str, Any]]:
+# The API the upstream speaks, by ``Target.onward``: the refusal names the one the model is on.
+_UPSTREAM_API = {
+    "": "a chat completions upstream", "messages": "an Anthropic Messages upstream",
+    "responses": "an OpenAI Responses upstream",
+}  # fmt: skip
+
+
+def _tools(tools: Any, names: Names, onward: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i, tool in enumerate(typed.objects(tools, ("tools",))):
         hosted = [k for k in _HOSTED if has(tool, k)]
         if hosted:
-            raise Untranslatable(
-                f"tools[{i}].{hosted[0]} runs inside Google's API; a chat completions upstream cannot run it"
-            )
+            api = _UPSTREAM_API.get(onward, "this upstream")
+            raise Untranslatable(f"tools[{i}].{hosted[0]} runs inside Google's API; {api} cannot run it")
         at = ("tools", i, "functionDeclarations")
         decls = typed.objects(field(tool, "functionDeclarations"), at)
         out += [_function(decl, (*at, j), names) for j, decl in enumerate(decls)]

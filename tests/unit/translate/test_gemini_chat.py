@@ -507,6 +507,18 @@ def test_what_needs_googles_servers_is_refused(extra: dict[str, Any], says: str)
     assert says in refused(base(**extra)).message
 
 
+@pytest.mark.parametrize(("onward", "names"), [
+    ("chat", "a chat completions upstream"), ("messages", "an Anthropic Messages upstream"),
+    ("responses", "an OpenAI Responses upstream"),
+])  # fmt: skip
+def test_a_refused_google_tool_names_the_upstreams_own_api(onward: str, names: str) -> None:
+    """Gemini CLI's googleSearch on a Claude or Responses upstream was refused as one for "a chat
+    completions upstream", which the operator had not configured (audit)."""
+    out = default_translations().table["gemini", onward].request(base(tools=[{"googleSearch": {}}]), TARGET)
+    assert isinstance(out, Refusal), out
+    assert out.message == f"tools[0].googleSearch runs inside Google's API; {names} cannot run it"
+
+
 @pytest.mark.parametrize("config", [{"responseLogprobs": True}, {"response_logprobs": True, "logprobs": 3},
                                     {"logprobs": 3}])  # fmt: skip
 def test_log_probabilities_are_refused_as_chats_own_are(config: dict[str, Any]) -> None:
