@@ -22,8 +22,9 @@ from __future__ import annotations
 
 # The chat field a budget the client named travels in from one hop to the next (Gemini →
 # chat → Messages): chat has only effort levels, and a named budget is the client's own split
-# of its limit, kept where the target takes budgets. Qwen's chat
-# servers take a field of this name and meaning (DashScope's ``thinking_budget``).
+# of its limit, kept where the target takes budgets. Qwen's chat servers take a field of this
+# name and meaning (DashScope's ``thinking_budget`` beside ``enable_thinking``, as Agno's
+# DashScope model sends it: https://docs.agno.com/concepts/models/dashscope).
 NAMED = "thinking_budget"
 ANSWER_MIN = 1024
 ANTHROPIC_LEAST = 1024  # "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
@@ -58,11 +59,10 @@ def anthropic_named(asked: int, max_tokens: int) -> int | None:
     return anthropic_budget(max(asked, ANTHROPIC_LEAST), max_tokens)
 
 
-def gemini_budget(asked: int, limit: int | None, model: str, named: bool = False) -> int:
+def gemini_budget(asked: int, limit: int | None, model: str) -> int:
     """``thinkingBudget`` for a budget of ``asked`` under ``maxOutputTokens`` ``limit`` (None:
-    none named, and nothing to leave room in); 0 turns thinking off. ``named``: the client
-    named it, and it is sent as asked while below the limit."""
-    if limit is None or (named and asked < limit):
+    none named, and nothing to leave room in); 0 turns thinking off."""
+    if limit is None:
         return asked
     name = model.removeprefix("models/")
     found = (rule for prefix, *rule in _GEMINI if name.startswith(prefix))
