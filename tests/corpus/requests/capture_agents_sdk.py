@@ -112,13 +112,15 @@ def main(out_dir: Path) -> None:
         """Current weather in a city."""
         return f"18C and sunny in {city}"
 
+    # Without settings the SDK's own defaults for gpt-5 stay (reasoning low, verbosity low).
+    settings = {"model_settings": ModelSettings(reasoning=Reasoning(effort="high"), max_tokens=4096)} if SETTINGS \
+        else {}  # fmt: skip
     agent = Agent(
         name="Weather",
         instructions="Answer weather questions with the tool.",
         model="gpt-5",
         tools=[get_weather],
-        model_settings=ModelSettings(reasoning=Reasoning(effort="high"), max_tokens=4096) if SETTINGS
-        else ModelSettings(),
+        **settings,
     )
     result = Runner.run_sync(agent, "What's the weather in Paris?")
     _save(server, out_dir, result, "settings-" if SETTINGS else "")
