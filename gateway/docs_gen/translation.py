@@ -50,7 +50,7 @@ def chat_messages_effort() -> str:
     rows = [(f"`{effort}`", f"{budget:,}", f"`{r.ADAPTIVE_EFFORT[effort]}`")
             for effort, budget in r.EFFORT_BUDGET.items()]  # fmt: skip
     rows.append(("`none`", "no thinking", "no thinking"))
-    return _table(["`reasoning_effort`", "`budget_tokens` (at most `max_tokens` − 1)",
+    return _table(["`reasoning_effort`", "`budget_tokens` (leaving the answer `max(1,024, max_tokens ÷ 4)`)",
                    "adaptive models: `output_config.effort`"], ["---", "---:", "---"], rows)  # fmt: skip
 
 
@@ -63,7 +63,8 @@ def chat_messages_finish_reason() -> str:
 def chat_gemini_effort() -> str:
     rows = [(f"`{effort}`", f"{budget:,}") for effort, budget in GEMINI_EFFORT_BUDGET.items()]
     rows.append(("`none`", "no `thinkingConfig`"))
-    return _table(["`reasoning_effort`", "`thinkingBudget`"], ["---", "---:"], rows)
+    head = ["`reasoning_effort`", "`thinkingBudget` (leaving the answer `max(1,024, maxOutputTokens ÷ 4)`)"]
+    return _table(head, ["---", "---:"], rows)
 
 
 def chat_gemini_finish_reason() -> str:

@@ -229,10 +229,33 @@ def test_a_gemini_budget_bound_for_claude_is_the_least_effort_covering_it_as_the
     (listed,) = stated("docs/translation/gemini_chat.md", r"budget is at least the one asked \(([^)]*)\)")
     pairs = re.findall(r"`(\w+)` ([\d,]+)", listed)
     assert {effort: int(number(n)) for effort, n in pairs} == EFFORT_BUDGET
-    (examples,) = stated("docs/translation/gemini_chat.md", r"\): ((?:[\d,]+ → [\d,]+(?:, )?)+) \|")
-    for asked, sent in re.findall(r"([\d,]+) → ([\d,]+)", examples):
-        effort = gemini_effort({"thinkingBudget": int(number(asked))}, "messages")
-        assert effort is not None and EFFORT_BUDGET[effort] == number(sent), asked
+    for asked in (500, 1024, 1500, 8192, 9000, 50000):  # the least effort covering it, else xhigh
+        effort = gemini_effort({"thinkingBudget": asked}, "messages")
+        covering = [e for e, tokens in EFFORT_BUDGET.items() if tokens >= asked] or ["xhigh"]
+        assert effort == covering[0], asked
+
+
+def test_a_gemini_budget_named_for_a_claude_with_budgets_goes_as_the_page_says() -> None:
+    from gateway.translate.thinking_room import anthropic_named
+
+    (examples,) = stated("docs/translation/gemini_chat.md",
+                         r"no thinking: ((?:[\d,]+ under [\d,]+ → [\d,]+(?:, )?)+)\.")
+    found = re.findall(r"([\d,]+) under ([\d,]+) → ([\d,]+)", examples)
+    assert len(found) == 4
+    for asked, limit, sent in found:
+        assert anthropic_named(int(number(asked)), int(number(limit))) == number(sent), asked
+
+
+def test_the_thinking_budget_rule_is_the_one_the_translation_page_states() -> None:
+    from gateway.translate import thinking_room
+
+    (least, share) = stated("docs/translation/index.md", r"leaves the answer\s+`max\(([\d,]+), limit ÷ (\d+)\)`")
+    assert number(least) == thinking_room.ANSWER_MIN
+    for limit in (2000, 4096, 21333, 64000):
+        assert thinking_room.room(limit) == limit - max(int(number(least)), limit // int(share))
+    (before, after) = stated("docs/translation/index.md",
+                             r"to a Claude as ([\d,]+), one token for the answer; now ([\d,]+)")
+    assert number(before) == 4095 and number(after) == thinking_room.anthropic_budget(16384, 4096)
 
 
 # The families the pages name, and a model of each (the translation matches a name's family).

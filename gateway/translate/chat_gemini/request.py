@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.translate import names, typed
+from gateway.translate import names, thinking_room, typed
 from gateway.translate.base import Refusal, Target, call_arguments, option_kind
 from gateway.translate.chat_gemini import signature
 from gateway.translate.names import Names
@@ -64,7 +64,7 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
                       "message with text, an image or a tool call or result")  # fmt: skip
     out: dict[str, Any] = {"model": target.model, "contents": contents}
     tools, config = _tools(p, functions)
-    generation = _generation(p)
+    generation = _generation(p, target.model)
     calling = bool(tools) and (config or {}).get("mode") != "NONE"
     if calling and "responseMimeType" in generation and not takes_json_with_tools(target.model):
         # Gemini 2.x refuses JSON mode beside function declarations ("Function calling with a
@@ -390,7 +390,7 @@ def _chosen(choice: dict[str, Any], at: typed.Path) -> str | None:
     return typed.text(fn.get("name"), (*at, "function", "name"))
 
 
-def _generation(p: Mapping[str, Any]) -> dict[str, Any]:
+def _generation(p: Mapping[str, Any], model: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for chat, gemini in (("temperature", "temperature"), ("top_p", "topP"), ("top_k", "topK"),
                          ("presence_penalty", "presencePenalty"), ("frequency_penalty", "frequencyPenalty"),
@@ -414,11 +414,14 @@ def _generation(p: Mapping[str, Any]) -> dict[str, Any]:
     if effort is not None and effort != "none":
         if effort not in EFFORT_BUDGET:
             raise Refused(f"reasoning_effort {effort!r} is not one of none, {', '.join(EFFORT_BUDGET)}")
-        out["thinkingConfig"] = {"thinkingBudget": EFFORT_BUDGET[effort]}
+        # The answer keeps its share of maxOutputTokens, which Gemini counts thoughts against
+        # (``thinking_room``): 0 turns thinking off where the limit leaves it no room.
+        budget = thinking_room.gemini_budget(EFFORT_BUDGET[effort], limit, model)
+        out["thinkingConfig"] = {"thinkingBudget": budget}
         # Thoughts shown, so that reasoning_content can carry them back; not when the client
         # said it wants no reasoning text (OpenRouter's ``include_reasoning: false``, and what
         # messages_chat writes for a Messages client that asked for no thinking).
-        if typed.flag(p.get("include_reasoning"), ("include_reasoning",)) is not False:
+        if budget and typed.flag(p.get("include_reasoning"), ("include_reasoning",)) is not False:
             out["thinkingConfig"]["includeThoughts"] = True
     return out
 

@@ -101,7 +101,7 @@ from gateway.apis.messages.claude_models import (
     thinking_for,
     unforced,
 )
-from gateway.translate import image_size, json_schema, typed
+from gateway.translate import image_size, json_schema, thinking_room, typed
 from gateway.translate.base import Context, Known, Refusal, Target, call_arguments, held, option_kind
 from gateway.translate.chat_messages.answer import ChatStream, chat_completion
 from gateway.translate.tool_ids import to_anthropic_id
@@ -110,7 +110,8 @@ from gateway.translate.typed import WrongType
 # The chat request's fields that no answer translated back to chat reads.
 UNREAD = frozenset({"messages", "tools", "functions"})
 
-# Upper bounds the client's effort asks for; the budget is also kept below max_tokens.
+# Upper bounds the client's effort asks for; the answer keeps its share of max_tokens
+# (``thinking_room``).
 EFFORT_BUDGET = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32768}
 MIN_BUDGET = 1024
 # The same efforts on a model that thinks adaptively: Anthropic's levels start at low, and
@@ -846,9 +847,13 @@ def _thinking(
     if model.adaptive:
         level = ADAPTIVE_EFFORT[effort]
         return {"type": "adaptive"}, level if level in model.efforts else "high"
-    budget = min(EFFORT_BUDGET[effort], out["max_tokens"] - 1)
-    if budget < MIN_BUDGET:
-        return None  # max_tokens leaves no room for Anthropic's minimum budget
+    named = typed.integer(p.get(thinking_room.NAMED), (thinking_room.NAMED,))
+    if named is not None and named > 0:
+        budget = thinking_room.anthropic_named(named, out["max_tokens"])
+    else:  # the answer keeps its share of max_tokens (thinking_room.py)
+        budget = thinking_room.anthropic_budget(EFFORT_BUDGET[effort], out["max_tokens"])
+    if budget is None:
+        return None  # max_tokens leaves no room for Anthropic's minimum budget beside an answer
     return {"type": "enabled", "budget_tokens": budget}, None
 
 

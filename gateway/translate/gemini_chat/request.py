@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 from gateway.apis.chat.ids import to_chat_id
 from gateway.apis.gemini.fields import field, has, snake
 from gateway.translate import json_schema as nesting
-from gateway.translate import typed
+from gateway.translate import thinking_room, typed
 from gateway.translate.base import Refusal, Target
 from gateway.translate.chat_messages.request import (
     EFFORT_BUDGET,
@@ -437,6 +437,13 @@ def _generation(config: dict[str, Any], out: dict[str, Any], onward: str) -> Non
     effort = _effort(thinking, onward) if thinking is not None else None
     if effort:
         out["reasoning_effort"] = effort
+        at = ("generationConfig", "thinkingConfig", "thinkingBudget")
+        budget = typed.integer(field(thinking or {}, "thinkingBudget"), at)
+        if onward == "messages" and budget is not None and budget > 0:
+            # The client's own budget: a Claude that takes budgets gets it as asked where it
+            # fits (``thinking_room.anthropic_named``); the effort is for one that thinks
+            # adaptively, which has only levels.
+            out[thinking_room.NAMED] = budget
 
 
 def _says_json(messages: list[dict[str, Any]]) -> bool:

@@ -7,12 +7,15 @@ interpreter that has ``openai-agents`` installed (kept out of the project's .ven
     python3 -m venv /tmp/agents-venv && /tmp/agents-venv/bin/pip install openai-agents
     /tmp/agents-venv/bin/python tests/corpus/requests/capture_agents_sdk.py OUT_DIR
     /tmp/agents-venv/bin/python tests/corpus/requests/capture_agents_sdk.py OUT_DIR forecast
+    /tmp/agents-venv/bin/python tests/corpus/requests/capture_agents_sdk.py OUT_DIR settings
 
 The agent is the SDK's documented shape: ``Agent(name, instructions, tools=[function_tool])``
 run with ``Runner.run_sync``; tracing is disabled so nothing leaves loopback. ``forecast``: a
 tool whose arguments are a nested model and an enum, and an ``output_type`` (a pydantic model),
 the SDK's strict schemas for both; the call answered carries arguments in that schema, and
-the final answer is JSON in the output type's.
+the final answer is JSON in the output type's. ``settings``: the weather agent with
+``ModelSettings(reasoning=Reasoning(effort="high"), max_tokens=4096)``, a reasoning effort
+beside an output limit (the SDK writes them as ``reasoning.effort`` and ``max_output_tokens``).
 """
 
 import json
@@ -29,6 +32,7 @@ SEEN: list[dict[str, Any]] = []
 
 
 FORECAST = "forecast" in sys.argv[2:]
+SETTINGS = "settings" in sys.argv[2:]
 
 
 def _response(n: int) -> dict[str, Any]:
@@ -94,7 +98,8 @@ def main(out_dir: Path) -> None:
         OPENAI_API_KEY="dummy",
         OPENAI_AGENTS_DISABLE_TRACING="1",
     )
-    from agents import Agent, Runner, function_tool
+    from agents import Agent, ModelSettings, Runner, function_tool
+    from openai.types.shared import Reasoning
 
     if FORECAST:
         agent = _forecaster()
@@ -107,14 +112,18 @@ def main(out_dir: Path) -> None:
         """Current weather in a city."""
         return f"18C and sunny in {city}"
 
+    # Without settings the SDK's own defaults for gpt-5 stay (reasoning low, verbosity low).
+    settings = {"model_settings": ModelSettings(reasoning=Reasoning(effort="high"), max_tokens=4096)} if SETTINGS \
+        else {}  # fmt: skip
     agent = Agent(
         name="Weather",
         instructions="Answer weather questions with the tool.",
         model="gpt-5",
         tools=[get_weather],
+        **settings,
     )
     result = Runner.run_sync(agent, "What's the weather in Paris?")
-    _save(server, out_dir, result)
+    _save(server, out_dir, result, "settings-" if SETTINGS else "")
 
 
 def _forecaster() -> Any:

@@ -1,0 +1,73 @@
+"""How much of an answer's output limit a translated thinking budget may take.
+
+Both providers count thinking against the answer's own limit: Anthropic's ``budget_tokens``
+must be below ``max_tokens`` (the extended-thinking guide; its example gives 10,000 of 16,000
+to thinking), and Gemini counts thought tokens against ``maxOutputTokens`` (an empty answer
+ending ``MAX_TOKENS`` once the thoughts have taken all of it: googleapis/python-genai#811 on
+2.5 Pro, #2062 on Gemini 3 Flash, #782). A translation that turns an effort into a budget as
+large as the limit leaves the answer nothing: the model may think to the end and say nothing,
+or call no tool.
+
+The rule, the same for both: the answer keeps ``max(ANSWER_MIN, limit // 4)`` of the limit,
+and thinking gets at most the rest (``room``). A quarter is close to the share Anthropic's own
+example leaves the answer (6,000 of 16,000), and 1,024 tokens hold a short answer or a tool
+call. A budget that no longer reaches the provider's least is not sent as one: Anthropic's
+thinking is left out (below 1,024 it is refused); a Gemini model that can stop thinking is
+asked to (``thinkingBudget: 0``), one that cannot gets its least budget, the nearest to none it
+takes (left out, Gemini 2.5 and 3 think as long as they like). The client's limit itself is
+never raised: it is what a key's spend is reserved on.
+"""
+
+from __future__ import annotations
+
+# The chat field a budget the client named travels in from one hop to the next (Gemini →
+# chat → Messages): chat has only effort levels, and a named budget is the client's own split
+# of its limit, kept where the target takes budgets. Qwen's chat servers take a field of this
+# name and meaning (DashScope's ``thinking_budget`` beside ``enable_thinking``, as Agno's
+# DashScope model sends it: https://docs.agno.com/concepts/models/dashscope).
+NAMED = "thinking_budget"
+ANSWER_MIN = 1024
+ANTHROPIC_LEAST = 1024  # "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
+
+# Gemini's thinking budgets by model (the thinking guide's table,
+# https://ai.google.dev/gemini-api/docs/thinking#set-budget): the least a budget may be, and
+# whether 0 turns thinking off. 2.5 Flash takes 0 to 24,576, Flash-Lite 512 to 24,576 or 0,
+# 2.5 Pro 128 to 32,768 and never 0 ("Budget 0 is invalid. This model only works in thinking
+# mode."). Other names (Gemini 3, which only thinks) are held to 512, the least the effort
+# table has always sent every model, and are not asked to stop.
+_GEMINI = (("gemini-2.5-flash-lite", 512, True), ("gemini-2.5-flash", 1, True),
+           ("gemini-2.5-pro", 128, False))  # fmt: skip
+_GEMINI_OTHER = (512, False)
+
+
+def room(limit: int) -> int:
+    """The most thinking may take of an output limit of ``limit`` tokens (may be 0 or less)."""
+    return limit - max(ANSWER_MIN, limit // 4)
+
+
+def anthropic_budget(asked: int, max_tokens: int) -> int | None:
+    """``budget_tokens`` for a budget of ``asked`` under ``max_tokens``; None: no thinking."""
+    budget = min(asked, room(max_tokens))
+    return budget if budget >= ANTHROPIC_LEAST else None
+
+
+def anthropic_named(asked: int, max_tokens: int) -> int | None:
+    """``budget_tokens`` for a budget the client named: as asked where Anthropic takes it (at
+    least 1,024 and below ``max_tokens``), else raised to that least or held to ``room``."""
+    if ANTHROPIC_LEAST <= asked < max_tokens:
+        return asked
+    return anthropic_budget(max(asked, ANTHROPIC_LEAST), max_tokens)
+
+
+def gemini_budget(asked: int, limit: int | None, model: str) -> int:
+    """``thinkingBudget`` for a budget of ``asked`` under ``maxOutputTokens`` ``limit`` (None:
+    none named, and nothing to leave room in); 0 turns thinking off."""
+    if limit is None:
+        return asked
+    name = model.removeprefix("models/")
+    found = (rule for prefix, *rule in _GEMINI if name.startswith(prefix))
+    least, can_stop = next(found, _GEMINI_OTHER)
+    budget = min(asked, room(limit))
+    if budget >= least:
+        return budget
+    return 0 if can_stop else least
