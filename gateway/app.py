@@ -42,7 +42,7 @@ from gateway.redaction import upstream_secrets
 from gateway.services import Lifecycle, PoolRuntime, Services, UpstreamRuntime, tool_output_policy
 from gateway.state import SharedBudget, SharedCircuit, StateMetrics, StateStore, build_store
 from gateway.state.affinity import AffinityTable
-from gateway.state.pools import PoolState, record_id
+from gateway.state.pools import PoolState, record_id, record_key
 from gateway.telemetry import Telemetry
 from gateway.tracing import Tracing, build_tracing
 from gateway.upstream import Sender, StartableSender, new_sender, pool_size
@@ -201,7 +201,8 @@ def _generation(
     pools = {}
     for p in cfg.pools:
         members = tuple(upstreams[d] for d in p.deployments)
-        renamed = _renamed(previous.pools.get(p.name) if previous is not None else None, members)
+        renamed = _renamed(previous.pools.get(p.name) if previous is not None else None, members,
+                           record_key(cfg.loop_breaker.shared_secret))  # fmt: skip
         pools[p.name] = PoolRuntime(p, members, _affinity(p, kit.monotonic, previous, pool_state, renamed),
                                     renamed)
     if previous is not None and previous.cfg.retry.budget == cfg.retry.budget:
@@ -270,7 +271,8 @@ def _in_force(svc: Services) -> None:
     """``svc``'s pools are the ones in force: what a request of an older config that waited
     for a reset checks before it picks again (pipeline/pool.py)."""
     if svc.pool_state is not None:
-        svc.pool_state.in_force({name: p.member_cfgs for name, p in svc.pools.items()})
+        svc.pool_state.in_force({name: p.member_cfgs for name, p in svc.pools.items()},
+                                record_key(svc.cfg.loop_breaker.shared_secret))  # fmt: skip
 
 
 def _sender_fit(cfg: GatewayConfig) -> object:
@@ -316,15 +318,18 @@ def _own_secrets(cfg: GatewayConfig) -> tuple[str, ...]:
     return tuple(sorted(keys))
 
 
-def _renamed(before: PoolRuntime | None, members: tuple[UpstreamRuntime, ...]) -> dict[str, str]:
+def _renamed(before: PoolRuntime | None, members: tuple[UpstreamRuntime, ...],
+             key: bytes | None = None) -> dict[str, str]:  # fmt: skip
     """The deployments of a pool that a reload renamed: an old name gone, a new one added with
-    the same key and base URL (one each way). A rename that tidies a config is the same key,
-    and the same prompt cache: taken for a removal, every conversation homed there moved."""
+    the same key, base URL and headers (one each way; ``record_id``). A rename that tidies a
+    config is the same key, and the same prompt cache: taken for a removal, every conversation
+    homed there moved. One with another ``OpenAI-Project`` is another project's cache and
+    limits."""
     if before is None:
         return {}
     names = {m.cfg.name for m in members}
-    gone = {record_id(m.cfg): m.cfg.name for m in before.members if m.cfg.name not in names}
-    added = [(record_id(m.cfg), m.cfg.name) for m in members if m.cfg.name not in before.names]
+    gone = {record_id(m.cfg, key): m.cfg.name for m in before.members if m.cfg.name not in names}
+    added = [(record_id(m.cfg, key), m.cfg.name) for m in members if m.cfg.name not in before.names]
     counts = Counter(rid for rid, _ in added)
     return {gone[rid]: name for rid, name in added
             if rid is not None and rid in gone and counts[rid] == 1}  # fmt: skip

@@ -212,6 +212,8 @@ async def send_pool(
             continue
         if last is None and refused is not None:
             return refused
+        if not views:  # every deployment it may go to was taken out by a reload while it waited
+            return Sent(_reloaded_away(state, pool), None)
         if nxt is not None:  # none tried: the route steers past the pool
             return last if last is not None else _why_none_serves(views, now_ms)
         now_ms = svc.wall() * 1000
@@ -241,7 +243,9 @@ async def send_pool(
         # but not on a key a reload took out of the pool meanwhile (a leaked or revoked one, as
         # likely as not): one was called right after its reset, 4.5 s after the reload (audit).
         removed |= ps.gone(cfg.name, pool.member_cfgs)
-        if len(removed) == len(members):
+        # Of those it may go to: a chained turn's stored deployment alone (that one removed, a
+        # sibling would answer "not found"), else every member.
+        if all(m.cfg.name in removed for m in members if stored is None or m.cfg.name == stored):
             return Sent(_reloaded_away(state, pool), None)
         tried.update(not_held)  # asked once: a key that came back since holds it no more than before
         opening = False  # waited for the earliest reset: it may serve again

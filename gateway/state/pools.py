@@ -16,8 +16,9 @@ share its count (kept by the client's name, a key with ``requests_per_minute: 10
     n:<deployment>/<model>#m  requests and tokens sent in minute m (deployments with ``limits``)
 
 A sit-out is written under the deployment's key as well (``o:~<digest>``, ``record_id``: a
-digest of its credential and base URL) and read under both: a new key of the same account
-shares the name's rate limit, and a rename that keeps the key keeps the key's.
+digest of its credential, base URL and configured headers, keyed by ``loop_breaker.secret``
+when set) and read under both: a new key of the same account shares the name's rate limit,
+and a rename that keeps the key keeps the key's.
 
 A pick costs no store round trip: the records of a pool's deployments are read together, in
 one round trip, at most once per ``cache_s`` per pool and model, and the headroom and sends
@@ -48,6 +49,7 @@ import asyncio
 import bisect
 import hashlib
 import hmac
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -80,6 +82,7 @@ FLUSH_S = 1.0
 
 Slot = tuple[int, int]  # (minute, tenth of a second in it)
 ModelMap = tuple[tuple[str, str], ...]  # an upstream's model_map
+_KeyOuts = tuple[UpstreamConfig, bytes | None, tuple[str, ...]]
 
 
 @dataclass(slots=True)
@@ -151,8 +154,8 @@ class PoolState:
     _keys: dict[tuple[str, str | None], tuple[str, str, str, str, str]] = field(default_factory=dict)
     # (deployment, model asked) -> (its model_map, the model it is sent): ``served``
     _served: dict[tuple[str, str], tuple[ModelMap, str | None]] = field(default_factory=dict)
-    # (deployment, model) -> (its config, its key's sit-out records): ``_key_outs``
-    _outs: dict[tuple[str, str | None], tuple[UpstreamConfig, tuple[str, ...]]] = field(default_factory=dict)
+    # (deployment, model) -> (its config, ``record_key``, its key's sit-out records): ``_key_outs``
+    _outs: dict[tuple[str, str | None], _KeyOuts] = field(default_factory=dict)
     _observed_at: dict[str, float] = field(default_factory=dict)  # monotonic, per headroom key
     # Headroom key -> (its reading's ``at``, the first of this process's sends after it) for
     # the readings this process made: its own sends are counted off them exactly.
@@ -171,6 +174,8 @@ class PoolState:
     _moved: dict[str, str] = field(default_factory=dict)
     # The key of conversations' names in the store (from ``loop_breaker.secret``); None: plain.
     home_key: bytes | None = None
+    # The key of deployments' names in the store (``record_id``), of the config in force.
+    record_key: bytes | None = None
     # Pool -> its deployments in the config in force (``in_force``, ``gone``).
     _in_force: dict[str, frozenset[str]] = field(default_factory=dict)
     _timer: asyncio.TimerHandle | None = None
@@ -371,7 +376,7 @@ class PoolState:
         model = self.served(up, model)
         key_name = _key("o", up.name, model)
         fields = {"u": float(until_ms), "w": float(_WHY.index(why))}
-        if why in _KEYS_OWN and (key := key_id(up)) is not None:
+        if why in _KEYS_OWN and (key := key_id(up, self.record_key)) is not None:
             fields["k"] = key
         ttl_s = max(1.0, until_ms / 1000 - self.wall() + 1.0)
         # Under its key's name too (``_key_outs``: its second is this model's), in the same round trip.
@@ -421,7 +426,7 @@ class PoolState:
         for key in (out_dep, out_model, *self._key_outs(up, model)):
             rec = records.get(key)
             if rec and rec.get("u", 0) > max(now_ms, out_until):
-                if "k" in rec and rec["k"] != key_id(up):
+                if "k" in rec and rec["k"] != key_id(up, self.record_key):
                     continue  # the key that was refused has since been replaced in the config
                 out_until, why = int(rec["u"]), _WHY[int(rec.get("w", 0)) % len(_WHY)]
         requests_left = tokens_left = None
@@ -609,18 +614,20 @@ class PoolState:
     def _minute(self) -> int:
         return int(self.wall() // 60)
 
-    def in_force(self, pools: Mapping[str, Sequence[UpstreamConfig]]) -> None:
+    def in_force(self, pools: Mapping[str, Sequence[UpstreamConfig]], key: bytes | None = None) -> None:
         """The deployments of each pool of the config that serves new requests (at start-up and
-        once a reload is in force): a request of an older config that waited for a reset asks
-        ``gone`` before it picks again."""
-        self._in_force = {name: frozenset(_identity(up) for up in ups) for name, ups in pools.items()}
+        once a reload is in force), and that config's ``record_key``: a request of an older config
+        that waited for a reset asks ``gone`` before it picks again. Set together, so that both
+        sides of ``gone`` are worked out with one key."""
+        self.record_key = key
+        self._in_force = {name: frozenset(_identity(up, key) for up in ups) for name, ups in pools.items()}
 
     def gone(self, pool: str, members: Sequence[UpstreamConfig]) -> set[str]:
         """The names of ``members`` (a pool of the config a request started on) that the config
-        in force no longer has in ``pool``, or has with another key or base URL: a key removed
-        may be a leaked or revoked one."""
+        in force no longer has in ``pool``, or has with another key, base URL or headers: a key
+        removed may be a leaked or revoked one."""
         kept = self._in_force.get(pool, frozenset())
-        return {up.name for up in members if _identity(up) not in kept}
+        return {up.name for up in members if _identity(up, self.record_key) not in kept}
 
     def served(self, up: UpstreamConfig, model: str | None) -> str | None:
         """What ``up``'s records of a request for ``model`` are kept under: the model it is sent
@@ -647,11 +654,11 @@ class PoolState:
         The name's stay (a new key of the same account shares its rate limit). None for a
         deployment that forwards its clients' keys."""
         known = self._outs.get((up.name, model))
-        if known is not None and known[0] is up:
-            return known[1]
-        rid = record_id(up)
+        if known is not None and known[0] is up and known[1] == self.record_key:
+            return known[2]
+        rid = record_id(up, self.record_key)
         outs = self._keys_of(rid, model)[:2] if rid is not None else ()
-        _bounded(self._outs)[(up.name, model)] = (up, outs)
+        _bounded(self._outs)[(up.name, model)] = (up, self.record_key, outs)
         return outs
 
     def _keys_of(self, deployment: str, model: str | None) -> tuple[str, str, str, str, str]:
@@ -702,28 +709,53 @@ def _left(left: float, limit: float | None, reset: float | None, now_ms: float, 
 _KEYS_OWN = (SitOut.AUTH, SitOut.BUDGET)
 
 
-def key_id(up: UpstreamConfig) -> float | None:
-    """The deployment's own credential as a number a record can hold (48 bits of its SHA-256,
-    exact in a float), never the key itself; None when it forwards its clients' keys. Worked
-    out only while such a sit-out is in force (rare), so not cached."""
+def key_id(up: UpstreamConfig, key: bytes | None = None) -> float | None:
+    """The deployment's own credentials as a number a record can hold (48 bits of ``_digest``,
+    exact in a float: a header credential rotated is a new key too), never the key itself;
+    None when it forwards its clients' keys. Worked out only while such a sit-out is in force
+    (rare), so not cached."""
     if up.api_key is None:
         return None
-    return float(int(hashlib.sha256(up.api_key.encode()).hexdigest()[:12], 16))
+    return float(int(_digest(up, key)[:12], 16))
 
 
-def record_id(up: UpstreamConfig) -> str | None:
-    """The name a deployment's key goes by in the store: 64 bits of a SHA-256 of its credential
-    and where it is sent, never the key itself (``~`` is in no deployment's name); None when
-    it forwards its clients' keys."""
+def record_id(up: UpstreamConfig, key: bytes | None = None) -> str | None:
+    """The name a deployment's key goes by in the store (``~`` is in no deployment's name): 64
+    bits of a digest of what it sends (``_digest``), never the key itself; None when it
+    forwards its clients' keys."""
     if up.api_key is None:
         return None
-    return "~" + hashlib.sha256(f"{up.base_url}\0{up.api_key}".encode()).hexdigest()[:16]
+    return "~" + _digest(up, key)
 
 
-def _identity(up: UpstreamConfig) -> str:
-    """A deployment as a reload may keep it: its key where it is sent (a rename keeps it),
-    else (it forwards its clients' keys) its name where it is sent."""
-    return record_id(up) or f"{up.name}@{up.base_url}"
+def _identity(up: UpstreamConfig, key: bytes | None = None) -> str:
+    """A deployment as a reload may keep it: its key as it is sent (a rename keeps it), else
+    (it forwards its clients' keys) its name, as it is sent."""
+    return record_id(up, key) or f"{up.name}@{_digest(up, key)}"
+
+
+def record_key(secret: str | None) -> bytes | None:
+    """The key of ``record_id``'s digest, from ``loop_breaker.secret`` (the operator's, which
+    every replica given the file shares): a reader of the store cannot confirm a guessed
+    provider key by hashing it. Its own derivation, as the conversations' is: no digest is
+    computable from another's. None: plain digests."""
+    return hashlib.sha256(b"deployment\0" + secret.encode()).digest() if secret else None
+
+
+def _digest(up: UpstreamConfig, key: bytes | None) -> str:
+    """What the provider tells one deployment's calls from another's by: where they are sent,
+    the key, and the headers configured (names lower-cased and sorted: neither their case nor
+    their order means anything to the provider). A key shared by two projects is
+    two rate limits (OpenAI keeps them per project, ``OpenAI-Project``: GET
+    /v1/organization/projects/{project_id}/rate_limits, its admin API), and a gateway in front
+    of the provider takes its own credential in a header (Cloudflare's ``cf-aig-authorization``,
+    Portkey's ``x-portkey-api-key``): by key and base URL alone, two projects shared sit-outs and
+    a header-only change was taken for a rename (review)."""
+    headers = sorted((name.lower(), value) for name, value in up.headers.items())
+    sent = json.dumps([up.base_url, up.api_key, headers]).encode()
+    if key is None:
+        return hashlib.sha256(sent).hexdigest()[:16]
+    return hmac.new(key, sent, hashlib.sha256).hexdigest()[:16]
 
 
 def _bounded(d: dict[K, V]) -> dict[K, V]:

@@ -30,13 +30,14 @@ MakePool = Callable[..., Awaitable[tuple[Gateway, openai.AsyncOpenAI]]]
 
 @pytest.fixture
 async def make_pool(make_gateway) -> AsyncIterator[MakePool]:  # type: ignore[no-untyped-def]
-    async def make(extra: str = "", real_sleep: bool = False) -> tuple[Gateway, openai.AsyncOpenAI]:
+    async def make(extra: str = "", real_sleep: bool = False,
+                   wall: Callable[[], float] = time.time) -> tuple[Gateway, openai.AsyncOpenAI]:  # fmt: skip
         fake = await FakeUpstream().start()
         fakes.append(fake)
         upstreams = "".join(f"  - {{name: {n}, base_url: '{fake.url}', api_key: {k}, apis: [chat, responses]}}\n"
                             for n, k in KEYS.items())  # fmt: skip
         pools = "pools:\n  - {name: gpt, models: ['gpt-*'], deployments: [a, b, c]}\n"
-        gw = await make_gateway(pools + extra, fake=fake, upstreams=upstreams, real_sleep=real_sleep)
+        gw = await make_gateway(pools + extra, fake=fake, upstreams=upstreams, real_sleep=real_sleep, wall=wall)
         clients.append(openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="unused", max_retries=0))
         return gw, clients[-1]
 
@@ -116,6 +117,40 @@ async def test_a_chained_turn_whose_key_is_limited_for_long_gets_that_keys_reset
     # Unchained requests still go to the siblings.
     status, headers, _ = await gw.responses({"model": "gpt-4o", "input": "three"})
     assert status == 200 and _keys(gw.fake)[-1] != key
+
+
+async def test_a_chained_turn_whose_key_a_reload_removed_while_it_waited_is_told_to_retry(make_pool: MakePool) -> None:
+    """Its key sitting out a rate limit for 5 s, the turn waits for the reset; a reload
+    meanwhile takes that key out of the pool (review of the pools' reload changes): the pool's
+    other keys were still in force, so the request went round again with no deployment it
+    could go to and failed with 500 ``internal_error``. It is answered 503 ``pool_reloaded``,
+    retryable, no key asked again (a sibling would answer "not found")."""
+    shift = [0.0]
+    gw, client = await make_pool(wall=lambda: time.time() + shift[0])
+    first = await client.responses.create(model="gpt-4o", input="one")
+    key = _keys(gw.fake)[-1]
+    name = {k: n for n, k in KEYS.items()}[key]
+    gw.fake.keys.limited_until(key, time.time() + 5)
+    await _sat_out(gw, client, key)  # another request met its 429: it sits out for 5 s
+    before = len(_keys(gw.fake))
+    others = "".join(f"  - {{name: {n}, base_url: '{gw.fake.url}', api_key: {k}, apis: [chat, responses]}}\n"
+                     for n, k in KEYS.items() if n != name)  # fmt: skip
+    kept = ", ".join(n for n in KEYS if n != name)
+    text = (f"upstreams:\n{others}pools:\n  - {{name: gpt, models: ['gpt-*'], deployments: [{kept}]}}\n"
+            "loop_breaker: {enabled: false}\n")  # fmt: skip
+
+    async def reload_during_the_wait(s: float) -> None:
+        gw.slept.append(s)
+        await gw.app[LIVE].replace(parse_config(text, env={}))
+        shift[0] += s
+
+    gw.app[LIVE].services.sleep = reload_during_the_wait
+    with pytest.raises(openai.InternalServerError) as caught:
+        await client.responses.create(model="gpt-4o", input="two", previous_response_id=first.id)
+    assert caught.value.status_code == 503 and caught.value.code == "pool_reloaded", caught.value.response.text
+    assert caught.value.response.headers["x-llm-error-retryable"] == "true"
+    assert len(gw.slept) == 1 and 3 < gw.slept[0] <= 5  # its key's reset, waited for once
+    assert _keys(gw.fake)[before:] == []  # its key sat out, then was removed: no call made
 
 
 async def test_a_stored_response_is_fetched_cancelled_and_deleted_through_the_key_that_made_it(

@@ -22,6 +22,7 @@ import pytest
 from gateway.config import parse_config
 from gateway.live import LIVE
 from gateway.policy import loop_breaker
+from gateway.state.pools import record_key
 from tests.fakeupstream import FakeUpstream, Reply, Stream, chunk, data_events
 from tests.integration.conftest import Gateway, same_minute
 
@@ -1143,6 +1144,26 @@ async def test_a_renamed_deployment_keeps_its_keys_rate_limit_and_its_conversati
         assert (await gw.chat(_chat(f"new {i}")))[1]["x-llm-upstream"] != "tidy-" + limited
     assert _calls(fakes)[limited] == before[limited]
     assert gw.metric("llm_gateway_affinity_breaks_total", pool="gpt", reason="removed") == 0
+
+
+@pytest.mark.parametrize("project", ["proj_B", "proj_A"])
+async def test_a_rename_that_changes_a_configured_header_is_another_deployment(
+    make_pool: MakePool, project: str,
+) -> None:
+    """The same key in another ``OpenAI-Project`` is another project's rate limits and prompt
+    cache: taken for a rename (same key and base URL), its conversations stayed, uncounted, on
+    a project that held nothing of theirs (review). The same headers written in another case
+    and order are a rename still, with the store's names keyed by ``loop_breaker.secret``."""
+    headers = ", headers: {OpenAI-Project: proj_A, X-Title: agents}"
+    secret = "loop_breaker: {enabled: false, secret: a-shared-secret}\n"
+    gw, fakes = await make_pool(member_extra={"b": headers}, extra=secret)
+    renamed = f", headers: {{x-title: agents, openai-project: {project}}}"
+    upstreams = "".join(f"  - {{name: {'b2' if n == 'b' else n}, base_url: '{f.url}', api_key: key-{n}, "
+                        f"models: ['gpt-*']{renamed if n == 'b' else ''}}}\n" for n, f in fakes.items())  # fmt: skip
+    text = f"upstreams:\n{upstreams}pools:\n  - {{name: gpt, models: ['gpt-*'], deployments: [a, b2, c]}}\n{secret}"
+    await gw.app[LIVE].replace(parse_config(text, env={}))
+    assert gw.app[LIVE].services.pool_state.record_key == record_key("a-shared-secret")
+    assert gw.app[LIVE].services.pools["gpt"].renamed == ({"b": "b2"} if project == "proj_A" else {})
 
 
 async def test_a_request_waiting_for_a_reset_does_not_go_back_to_a_deployment_a_reload_removed(

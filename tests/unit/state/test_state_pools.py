@@ -4,6 +4,7 @@ PoolStates on one store play two replicas; the clock is a list the test moves.""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from typing import Any
 
@@ -91,6 +92,90 @@ async def test_a_renamed_deployment_keeps_its_keys_sit_outs_on_every_replica() -
                              "pools: [{name: p, deployments: [tidy-b]}]\n", env={}).upstreams  # fmt: skip
     await b.refresh("p", elsewhere, MODEL)  # the same key sent elsewhere: another provider's limit
     assert b.view(0, elsewhere[0], MODEL, T0 * 1000).serves_at(T0 * 1000)
+
+
+def upstreams(text: str) -> Any:
+    names = [line.split("name: ")[1].split(",")[0] for line in text.strip().splitlines()]
+    return parse_config(f"upstreams:\n{text}pools: [{{name: p, deployments: [{', '.join(names)}]}}]\n",
+                        env={}).upstreams  # fmt: skip
+
+
+PROJECTS = """\
+  - {name: proj-a, base_url: 'https://api.openai.com/v1', api_key: sk-same-user-key, headers: {OpenAI-Project: proj_A}}
+  - {name: proj-b, base_url: 'https://api.openai.com/v1', api_key: sk-same-user-key, headers: {OpenAI-Project: proj_B}}
+"""
+
+
+async def test_one_key_in_two_projects_sits_out_apart_on_every_replica() -> None:
+    """OpenAI keeps rate limits per project: one key sent with two ``OpenAI-Project`` headers is
+    two limits. Kept by key and base URL alone, project A's 429 sat project B out too, on the
+    other replica as well (review)."""
+    clock = Clock()
+    a, b, _ = replicas(clock)
+    ups = upstreams(PROJECTS)
+    await a.sit_out(ups[0], MODEL, round((T0 + 60) * 1000), SitOut.RATE_LIMIT)
+    for replica in (a, b):
+        await replica.refresh("p", ups, MODEL)
+        views = [replica.view(i, up, MODEL, T0 * 1000) for i, up in enumerate(ups)]
+        assert [v.serves_at(T0 * 1000) for v in views] == [False, True]
+    # A rename keeps a project's sit-out, whatever the case and order its headers are written in.
+    titled = upstreams(PROJECTS.replace("proj_A}", "proj_A, X-Title: t}"))
+    await a.sit_out(titled[0], MODEL, round((T0 + 60) * 1000), SitOut.RATE_LIMIT)
+    again = upstreams(PROJECTS.replace("name: proj-a,", "name: tidy-a,")
+                      .replace("{OpenAI-Project: proj_A}", "{x-title: t, openai-project: proj_A}"))  # fmt: skip
+    assert pools.record_id(titled[0]) == pools.record_id(again[0]) != pools.record_id(ups[0])
+    await b.refresh("p", again, MODEL)
+    assert b.view(0, again[0], MODEL, T0 * 1000).out_why is SitOut.RATE_LIMIT
+
+
+async def test_a_reload_that_rotates_a_header_credential_is_a_new_key() -> None:
+    """A gateway in front of the provider takes its own credential in a configured header: one
+    rotated by a reload (a leaked ``cf-aig-authorization``) is a deployment gone for a request
+    that waits for a reset, and ends its refusal's sit-out, as a rotated ``api_key`` does."""
+    clock = Clock()
+    ps = PoolState(MemoryStore(clock), clock, clock)
+    line = "  - {{name: {n}, base_url: 'https://gateway.ai.cloudflare.com/v1/acct/gw/openai', api_key: sk-{n}, " \
+           "headers: {{cf-aig-authorization: 'Bearer {t}'}}}}\n"  # fmt: skip
+    before = upstreams(line.format(n="a", t="cf-token-old") + line.format(n="b", t="cf-token-old"))
+    after = upstreams(line.format(n="a", t="cf-token-old") + line.format(n="b", t="cf-token-new"))
+    ps.in_force({"p": before})
+    assert ps.gone("p", before) == set()
+    await ps.sit_out(before[1], None, round((T0 + 3600) * 1000), SitOut.AUTH)
+    ps.in_force({"p": after})
+    assert ps.gone("p", before) == {"b"}
+    await ps.refresh("p", after, MODEL)
+    assert ps.view(1, after[1], MODEL, T0 * 1000).serves_at(T0 * 1000)
+
+
+async def test_with_a_secret_the_store_holds_no_plain_digest_of_a_key() -> None:
+    """Keyed by ``loop_breaker.secret`` (its own derivation), a key's name in the store cannot be
+    confirmed by hashing a guessed key; replicas sharing the secret still agree on it (review)."""
+    clock = Clock()
+    a, b, store = replicas(clock)
+    written: dict[str, Any] = {}
+    sync = store.records_sync
+
+    async def recording(reads: Any, writes: Any = (), *rest: Any) -> Any:
+        written.update((k, fields) for k, fields, _ in writes)
+        return await sync(reads, writes, *rest)
+
+    store.records_sync = recording  # type: ignore[method-assign]
+    ups = members()
+    key = pools.record_key("a shared secret")
+    for replica in (a, b):
+        replica.in_force({"p": ups}, key)
+    await a.sit_out(ups[1], MODEL, round((T0 + 60) * 1000), SitOut.RATE_LIMIT)
+    await a.sit_out(ups[2], None, round((T0 + 3600) * 1000), SitOut.AUTH)
+    plain = pools.record_id(ups[1])
+    assert plain is not None and not any(plain in k for k in written)
+    assert any(k.startswith("o:~") for k in written)
+    # A refused key's sit-out names it (``key_id``): keyed too, not 48 bits of its plain SHA-256.
+    assert written["o:c"]["k"] != float(int(hashlib.sha256(b"c").hexdigest()[:12], 16))
+    renamed = upstreams("".join(f"  - {{name: tidy-{k}, base_url: 'http://127.0.0.1:9/v1', api_key: {k}}}\n"
+                                for k in "abc"))  # fmt: skip
+    await b.refresh("p", renamed, MODEL)
+    assert b.view(1, renamed[1], MODEL, T0 * 1000).out_why is SitOut.RATE_LIMIT  # the key's, on b
+    assert b.view(2, renamed[2], MODEL, T0 * 1000).out_why is SitOut.AUTH
 
 
 async def test_a_refused_key_sits_out_for_every_model() -> None:
