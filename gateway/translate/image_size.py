@@ -1,7 +1,7 @@
 """An image's width and height, read from the header of its base64 text; no image library.
 
-Anthropic refuses an image by its pixels as well as by its bytes (``chat_messages/request.py``
-has the limits and their sources), so a translation must know them before it sends one. Each
+Anthropic refuses an image by its pixels as well as by its bytes (``image_limits.py`` has the
+limits and their sources), so a translation must know them before it sends one. Each
 of the four types it reads states them near the start of the file:
 
 * PNG: the IHDR chunk, first after the signature, holds width and height as big-endian 32-bit

@@ -56,7 +56,7 @@ and the extended-thinking guide's "Feature compatibility"):
 * an image is one of four types, and says which its bytes are ("messages.6.content.5.image.source.
   base64.data: Image does not match the provided media type image/png", claude-code #15746), in at
   most 5 MB of base64 ("image exceeds 5 MB maximum: 6275800 bytes > 5242880 bytes", lobehub
-  #14711) and 8000 pixels a side, 2000 in a request of more than 20 images (``SIDE_MAX``); a
+  #14711) and 8000 pixels a side, 2000 in a request of more than 20 images (``image_limits``); a
   document is a PDF (base64 or by URL) or plain text, the document block's sources
   (``Base64PDFSource``, ``PlainTextSource``, ``URLPDFSource``: anthropic-sdk-python's
   ``types/document_block_param.py``);
@@ -104,6 +104,7 @@ from gateway.apis.messages.claude_models import (
 from gateway.translate import image_size, json_schema, thinking_room, typed
 from gateway.translate.base import Context, Known, Refusal, Target, call_arguments, held, option_kind
 from gateway.translate.chat_messages.answer import ChatStream, chat_completion
+from gateway.translate.image_limits import IMAGE_MAX, MANY_IMAGES, MANY_SIDE_MAX, SIDE_MAX, Over, Seen, plan
 from gateway.translate.tool_ids import to_anthropic_id
 from gateway.translate.typed import WrongType
 
@@ -152,18 +153,6 @@ _IMAGE_ALIASES = {"image/jpg": "image/jpeg"}
 # WebP's RIFF container, checked apart, names it at bytes 8 to 12).
 _MAGIC = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"), (b"GIF87a", "image/gif"),
           (b"GIF89a", "image/gif"))  # fmt: skip
-# Anthropic's limit per image, on its base64 text: "image exceeds 5 MB maximum: 6275800 bytes >
-# 5242880 bytes" for a 4.7 MB file (lobehub #14711, whose fix found it counted on the base64).
-IMAGE_MAX = 5 * 1024 * 1024
-# Anthropic's limits on an image's pixels (the vision guide's "General limits": "The maximal
-# dimensions per image are 8000x8000 px. If you submit more than 20 images in one API request,
-# this limit is reduced to 2000x2000 px."), answered "messages.7.content.2.image.source.base64.data:
-# At least one of the image dimensions exceed max allowed size: 8000 pixels" (claude-code #5147,
-# #4778) and "... exceed max allowed size for many-image requests: 2000 pixels" (claude-code
-# #49537, #52220, with request ids). Read from the file's header (``image_size``).
-SIDE_MAX = 8000
-MANY_IMAGES = 20
-MANY_SIDE_MAX = 2000
 # Text a document may be written in besides text/*: Claude reads it as plain text.
 _TEXT_TYPES = frozenset({"application/json", "application/xml", "application/yaml", "application/x-yaml"})
 _DATA_URL = re.compile(r"^data:([\w.+-]+/[\w.+-]+);base64,(.*)$", re.DOTALL)
@@ -385,7 +374,7 @@ def _conversation(items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], li
     system: list[dict[str, Any]] = []
     turns: list[dict[str, Any]] = []
     asked = asked_from(items, lambda m: m.get("role") == "assistant")
-    many = _images(items) > MANY_IMAGES
+    over = _image_plan(items, asked)
     for i, m in enumerate(items):
         role = typed.text(m.get("role"), ("messages", i, "role"))
         if role in ("system", "developer"):
@@ -393,7 +382,7 @@ def _conversation(items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], li
             system += _text_blocks(m.get("content"), i)
             continue
         if role == "user":
-            role, blocks = "user", _user_blocks(m.get("content"), i, i >= asked, many)
+            role, blocks = "user", _user_blocks(m.get("content"), i, i >= asked, over)
         elif role == "assistant":
             blocks = _assistant_blocks(m, i)
         elif role == "tool":
@@ -475,18 +464,27 @@ def _text_block(part: dict[str, Any], kind: str, at: typed.Path) -> list[dict[st
     return [block]
 
 
-def _images(items: list[dict[str, Any]]) -> int:
-    """The image parts of a chat conversation: all that become Anthropic images (a tool message
-    carries text only). Counted before any is left out as a note, so a request near the limit
-    may have its images held to the lower one when it need not."""
-    lists = [m.get("content") for m in items if m.get("role") == "user"]
-    parts = [p for content in lists if isinstance(content, list) for p in content]
-    return sum(1 for part in parts if isinstance(part, dict) and part.get("type") == "image_url")
+def _image_plan(items: list[dict[str, Any]], asked: int) -> dict[tuple[int, int], Over]:
+    """The image parts of a chat conversation that cannot go as they are, by (message, part):
+    every image part becomes an Anthropic image (a tool message carries text only); ``asked``:
+    the first message of what the client asks about now."""
+    seen: dict[tuple[int, int], Seen] = {}
+    for i, m in enumerate(items):
+        content = m.get("content")
+        if m.get("role") != "user" or not isinstance(content, list):
+            continue
+        for j, part in enumerate(content):
+            if isinstance(part, dict) and part.get("type") == "image_url":
+                spec = part.get("image_url")
+                seen[i, j] = image_seen(spec.get("url") if isinstance(spec, dict) else spec, i >= asked)
+    return plan(seen)
 
 
-def _user_blocks(content: Any, i: int, asked: bool, many: bool = False) -> list[dict[str, Any]]:
+def _user_blocks(
+    content: Any, i: int, asked: bool, over: Mapping[tuple[int, int], Over]
+) -> list[dict[str, Any]]:
     """``asked``: the message is part of what the client asks about now (after the last answer);
-    ``many``: the request holds more than ``MANY_IMAGES`` images."""
+    ``over``: the images that cannot go as they are (``_image_plan``)."""
     content = typed.content(content, ("messages", i, "content"))
     if isinstance(content, str) or content is None:
         return _text_blocks(content, i)
@@ -497,7 +495,7 @@ def _user_blocks(content: Any, i: int, asked: bool, many: bool = False) -> list[
         if kind == "text":
             blocks += _text_block(part, kind, ("messages", i, "content", j))
         elif kind == "image_url":
-            blocks.append(_image(part.get("image_url"), where, asked, many))
+            blocks.append(_image(part.get("image_url"), where, asked, over.get((i, j))))
         elif kind == "file":
             blocks.append(_document(part.get("file"), where))
         else:
@@ -505,7 +503,7 @@ def _user_blocks(content: Any, i: int, asked: bool, many: bool = False) -> list[
     return blocks
 
 
-def _image(spec: Any, where: str, asked: bool, many: bool = False) -> dict[str, Any]:
+def _image(spec: Any, where: str, asked: bool, over: Over | None) -> dict[str, Any]:
     url = spec.get("url") if isinstance(spec, dict) else spec
     if not isinstance(url, str):
         raise _Refused(f"{where}: image_url needs a url")
@@ -515,23 +513,13 @@ def _image(spec: Any, where: str, asked: bool, many: bool = False) -> dict[str, 
         media_type = image_type(said, data)
         if media_type not in _IMAGE_TYPES:
             raise _Refused(f"{where}: {unread_image_words(media_type)}")
-        if len(data) > IMAGE_MAX:
+        if over is not None:
             # The gateway cannot make it smaller. Asked about now, the client hears why before any
             # call; earlier in the conversation, refusing would fail every later turn of a session
             # that keeps it in its history (claude-code #12167), so the model is told instead.
             if asked:
-                raise _Refused(f"{where}: {oversized_words(len(data))}")
-            note = (f"[image ({media_type}) left out: its {len(data):,} bytes of base64 are over the 5 MB "
-                    f"({IMAGE_MAX:,} bytes) Anthropic takes per image]")
-            return {"type": "text", "text": note}
-        size = overwide(data, many)
-        if size is not None:
-            # Refused or noted as one too large in bytes is, for the same reasons.
-            if asked:
-                raise _Refused(f"{where}: {overwide_words(size, many)}")
-            note = (f"[image ({media_type}) left out: its {size[0]}x{size[1]} pixels are over the "
-                    f"{_side_limit(many):,} a side Anthropic takes{_per_request(many)}]")  # fmt: skip
-            return {"type": "text", "text": note}
+                raise _Refused(f"{where}: {over_words(over)}")
+            return {"type": "text", "text": _note(over, media_type)}
         return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
     if url.startswith(("http://", "https://")):
         return {"type": "image", "source": {"type": "url", "url": url}}
@@ -576,35 +564,35 @@ def asked_from(items: Iterable[Any], said: Callable[[Any], bool]) -> int:
     return 1 + max((i for i, item in enumerate(items) if said(item)), default=-1)
 
 
-def oversized_image(url: str) -> int | None:
-    """The size of an image given as a base64 data URL, when it is over what Anthropic takes."""
-    found = _DATA_URL.match(url)
-    size = len(found.group(2)) if found else 0
-    return size if size > IMAGE_MAX else None
+def image_seen(url: Any, asked: bool) -> Seen:
+    """An image part's url as ``image_limits`` reads it: a base64 data URL's length and the sides
+    its header states; a URL Anthropic fetches is counted, and judged there."""
+    found = _DATA_URL.match(url) if isinstance(url, str) else None
+    if found is None:
+        return Seen(0, None, asked)
+    data = found.group(2)
+    return Seen(len(data), image_size.dimensions(data) if len(data) <= IMAGE_MAX else None, asked)
 
 
-def oversized_words(size: int) -> str:
-    return (f"the image is {size:,} bytes of base64, over the 5 MB ({IMAGE_MAX:,} bytes) Anthropic takes per "
-            "image, and the gateway cannot make it smaller: resize it and send it again")
+def over_words(over: Over) -> str:
+    """Why an image asked about now is refused (``image_limits.plan``)."""
+    if over.sides is None:
+        return (f"the image is {over.chars:,} bytes of base64, over the 5 MB ({IMAGE_MAX:,} bytes) Anthropic "
+                "takes per image, and the gateway cannot make it smaller: resize it and send it again")
+    width, height = over.sides
+    return (f"the image is {width}x{height} pixels, over the {_side_limit(over.many):,} pixels a side "
+            f"Anthropic takes{_per_request(over.many)}, and the gateway cannot make it smaller: resize it "
+            "and send it again")  # fmt: skip
 
 
-def overwide(data: str, many: bool) -> tuple[int, int] | None:
-    """The width and height of the image whose base64 text is ``data``, when a side is over what
-    Anthropic takes (``many``: in a request of more than ``MANY_IMAGES`` images)."""
-    size = image_size.dimensions(data)
-    return size if size is not None and max(size) > _side_limit(many) else None
-
-
-def overwide_image(url: str, many: bool) -> tuple[int, int] | None:
-    """``overwide`` for an image given as a base64 data URL."""
-    found = _DATA_URL.match(url)
-    return overwide(found.group(2), many) if found else None
-
-
-def overwide_words(size: tuple[int, int], many: bool) -> str:
-    return (f"the image is {size[0]}x{size[1]} pixels, over the {_side_limit(many):,} pixels a side "
-            f"Anthropic takes{_per_request(many)}, and the gateway cannot make it smaller: resize it and "
-            "send it again")  # fmt: skip
+def _note(over: Over, media_type: str) -> str:
+    """What the model reads where an earlier image was."""
+    if over.sides is None:
+        return (f"[image ({media_type}) left out: its {over.chars:,} bytes of base64 are over the 5 MB "
+                f"({IMAGE_MAX:,} bytes) Anthropic takes per image]")
+    width, height = over.sides
+    return (f"[image ({media_type}) left out: its {width}x{height} pixels are over the "
+            f"{_side_limit(over.many):,} a side Anthropic takes{_per_request(over.many)}]")  # fmt: skip
 
 
 def _side_limit(many: bool) -> int:

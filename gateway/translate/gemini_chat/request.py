@@ -37,16 +37,14 @@ from gateway.translate import thinking_room, typed
 from gateway.translate.base import Refusal, Target
 from gateway.translate.chat_messages.request import (
     EFFORT_BUDGET,
-    MANY_IMAGES,
     asked_from,
-    oversized_image,
-    oversized_words,
-    overwide_image,
-    overwide_words,
+    image_seen,
+    over_words,
     reads_as_text,
     sniffed_image,
 )
 from gateway.translate.gemini_chat.names import Names, names_for
+from gateway.translate.image_limits import Over, Seen, plan
 from gateway.translate.messages_chat.request import STOP_MAX
 from gateway.translate.typed import WrongType
 
@@ -162,14 +160,14 @@ class _Convo:
     """Chat messages as they are built, with the calls still waiting for their response."""
 
     def __init__(self, names: Names, files: bool, short_ids: bool = False, anthropic: bool = False,
-                 asked_from: int = 0, many: bool = False) -> None:  # fmt: skip
+                 asked_from: int = 0) -> None:  # fmt: skip
         self.names = names
         self.files = files  # a PDF may go as a chat file part: it goes on to a Messages or Responses upstream
         # It goes on to Messages: an image too large for Anthropic that the client asks about now
         # (contents from ``asked_from`` on) is refused here, where the client's own field is known.
         self.anthropic = anthropic
         self.asked_from = asked_from
-        self.many = many  # more than MANY_IMAGES images: Anthropic's lower limit on their pixels
+        self.over: dict[typed.Path, Over] = {}  # the images that cannot go on to Messages as they are
         self.ids = to_chat_id if short_ids else str  # how an id is written, on a call and its response
         self.messages: list[dict[str, Any]] = []
         self.open_calls: list[tuple[str, str]] = []  # (name, id) of the last model turn, unanswered
@@ -198,7 +196,8 @@ def _messages(
     contents: list[Any], names: Names, files: bool, short_ids: bool = False, anthropic: bool = False
 ) -> list[dict[str, Any]]:
     asked = asked_from(contents, lambda c: isinstance(c, dict) and c.get("role") == "model")
-    convo = _Convo(names, files, short_ids, anthropic, asked, anthropic and _images(contents) > MANY_IMAGES)
+    convo = _Convo(names, files, short_ids, anthropic, asked)
+    convo.over = _image_plan(contents, asked) if anthropic else {}
     for i, content in enumerate(contents):
         if not isinstance(content, dict):
             raise typed.wrong(content, ("contents", i), "object")
@@ -313,18 +312,34 @@ def _function_response(
     return call_id, text, images
 
 
-def _images(contents: list[Any]) -> int:
-    """The images of a conversation that go on as images, a function's response's included: each
-    ``inlineData`` that is one of the four types (``_inline``'s reading; another is a note)."""
-    parts = [p for c in contents if isinstance(c, dict) and isinstance(c.get("parts"), list)
-             for p in c["parts"] if isinstance(p, dict)]  # fmt: skip
-    for part in list(parts):
-        response = field(part, "functionResponse")
-        if isinstance(response, dict) and isinstance(response.get("parts"), list):
-            parts += [p for p in response["parts"] if isinstance(p, dict)]
-    blobs = [b for p in parts if isinstance(b := field(p, "inlineData"), dict)]
-    blobs = [b for b in blobs if isinstance(b.get("data"), str)]
-    return sum(1 for b in blobs if _image_mime(b) in _IMAGES)
+def _image_plan(contents: list[Any], asked: int) -> dict[typed.Path, Over]:
+    """The images that cannot go on to Messages as they are, by their part's place: each
+    ``inlineData`` that goes on as an image (``_inline``'s reading: one of the four types; another
+    is a note), a function's response's included; ``asked``: the first content asked about now.
+    ``chat_messages`` plans the same images again, and comes to the same count."""
+    seen: dict[typed.Path, Seen] = {}
+    for i, at, blob in _blobs(contents):
+        mime = _image_mime(blob)
+        if mime in _IMAGES:
+            data = blob["data"].replace("-", "+").replace("_", "/")
+            seen[at] = image_seen(f"data:{mime};base64,{data}", i >= asked)
+    return plan(seen)
+
+
+def _blobs(contents: list[Any]) -> list[tuple[int, typed.Path, dict[str, Any]]]:
+    """Each ``inlineData`` with base64 ``data``, with its content's index and its part's place,
+    a function's response's parts included."""
+    placed: list[tuple[int, typed.Path, Any]] = []
+    for i, content in enumerate(contents):
+        parts = content.get("parts") if isinstance(content, dict) else None
+        for j, part in enumerate(parts if isinstance(parts, list) else ()):
+            placed.append((i, ("contents", i, "parts", j), part))
+            response = field(part, "functionResponse") if isinstance(part, dict) else None
+            inner = response.get("parts") if isinstance(response, dict) else None
+            placed += [(i, ("contents", i, "parts", j, "functionResponse", "parts", k), p)
+                       for k, p in enumerate(inner if isinstance(inner, list) else ())]  # fmt: skip
+    blobs = [(i, at, field(p, "inlineData") if isinstance(p, dict) else None) for i, at, p in placed]
+    return [(i, at, b) for i, at, b in blobs if isinstance(b, dict) and isinstance(b.get("data"), str)]
 
 
 def _image_mime(blob: dict[str, Any]) -> str:
@@ -351,12 +366,9 @@ def _inline(blob: Any, at: typed.Path, convo: _Convo, i: int) -> dict[str, Any]:
         mime = sniffed_image(data) or mime
     if mime in _IMAGES:
         url = f"data:{mime};base64,{data}"
-        size = oversized_image(url) if convo.anthropic and i >= convo.asked_from else None
-        if size is not None:
-            raise Untranslatable(f"{typed.bracketed(at)}: {oversized_words(size)}")
-        sides = overwide_image(url, convo.many) if convo.anthropic and i >= convo.asked_from else None
-        if sides is not None:
-            raise Untranslatable(f"{typed.bracketed(at)}: {overwide_words(sides, convo.many)}")
+        over = convo.over.get(at) if convo.anthropic and i >= convo.asked_from else None
+        if over is not None:
+            raise Untranslatable(f"{typed.bracketed(at)}: {over_words(over)}")
         return {"type": "image_url", "image_url": {"url": url}}
     if convo.files and (mime == "application/pdf" or reads_as_text(mime)):
         # Claude reads PDFs and plain text (chat_messages makes this part a document block), and

@@ -51,16 +51,14 @@ from gateway.apis.chat.ids import to_chat_id
 from gateway.translate import typed
 from gateway.translate.base import Refusal, Target
 from gateway.translate.chat_messages.request import (
-    MANY_IMAGES,
     asked_from,
-    oversized_image,
-    oversized_words,
-    overwide_image,
-    overwide_words,
+    image_seen,
+    over_words,
     unread_document,
     unread_image,
     unread_image_words,
 )
+from gateway.translate.image_limits import Over, Seen, plan
 from gateway.translate.responses_chat import additional_tools, thinking, tool_search
 from gateway.translate.responses_chat.tools import (
     CUSTOM_INPUT,
@@ -236,12 +234,11 @@ def _text_of(content: Any, where: str, at: typed.Path) -> str:
 
 
 def _image_part(
-    part: Mapping[str, Any], at: typed.Path, anthropic: bool, asked: bool = True, many: bool = False
+    part: Mapping[str, Any], at: typed.Path, anthropic: bool, asked: bool = True, over: Over | None = None
 ) -> dict[str, Any]:
     """``anthropic``: the request goes on to Messages, whose refusal of an image type it does
-    not read, or of one too large that the client ``asked`` about now, is made here, where it
-    can name the client's own field (``many``: the request holds more than ``MANY_IMAGES``
-    images, which lowers Anthropic's limit on their pixels)."""
+    not read, or of one too large (``over``: ``_image_plan``) that the client ``asked`` about
+    now, is made here, where it can name the client's own field."""
     url = part.get("image_url")
     if not isinstance(url, str) or not url:
         raise Untranslatable(
@@ -251,12 +248,8 @@ def _image_part(
     unread = unread_image(url) if anthropic else None
     if unread is not None:
         raise Untranslatable(f"{typed.bracketed(at)}: {unread_image_words(unread)}")
-    size = oversized_image(url) if anthropic and asked else None
-    if size is not None:
-        raise Untranslatable(f"{typed.bracketed(at)}: {oversized_words(size)}")
-    sides = overwide_image(url, many) if anthropic and asked else None
-    if sides is not None:
-        raise Untranslatable(f"{typed.bracketed(at)}: {overwide_words(sides, many)}")
+    if over is not None and anthropic and asked:
+        raise Untranslatable(f"{typed.bracketed(at)}: {over_words(over)}")
     image: dict[str, Any] = {"url": url}
     if part.get("detail") in ("low", "high", "auto"):
         image["detail"] = part["detail"]
@@ -289,11 +282,13 @@ def _file_part(part: Mapping[str, Any], at: typed.Path, anthropic: bool) -> dict
 
 
 def _user_content(
-    content: Any, at: typed.Path, anthropic: bool, files: bool = False, asked: bool = True, many: bool = False
+    content: Any, at: typed.Path, anthropic: bool, files: bool = False, asked: bool = True,
+    over: Mapping[typed.Path, Over] | None = None,
 ) -> str | list[dict[str, Any]]:
     """A user message's content: a plain string when it is only text (what every chat server
     takes), else chat content parts; ``files``: an ``input_file`` goes as chat's file part;
-    ``asked``: the message is part of what the client asks about now (after the last output)."""
+    ``asked``: the message is part of what the client asks about now (after the last output);
+    ``over``: the images that cannot go on to Messages as they are (``_image_plan``)."""
     content = typed.content(content, (*at, "content"))
     if isinstance(content, str):
         return content
@@ -303,7 +298,8 @@ def _user_content(
         if kind in ("input_text", "output_text", "text"):
             parts.append({"type": "text", "text": _said(part, "text", (*at, "content", j))})
         elif kind == "input_image":
-            parts.append(_image_part(part, (*at, "content", j), anthropic, asked, many))
+            where = (*at, "content", j)
+            parts.append(_image_part(part, where, anthropic, asked, (over or {}).get(where)))
         elif kind == "input_file" and files:
             parts.append(_file_part(part, (*at, "content", j), anthropic))
         elif kind == "input_file":
@@ -321,7 +317,8 @@ def _user_content(
 
 
 def _tool_output(
-    output: Any, at: typed.Path, anthropic: bool, asked: bool = True, many: bool = False
+    output: Any, at: typed.Path, anthropic: bool, asked: bool = True,
+    over: Mapping[typed.Path, Over] | None = None,
 ) -> tuple[str, list[dict[str, Any]]]:
     """A function_call_output's text, and the images it returned (carried separately)."""
     output = typed.content(output, (*at, "output"))
@@ -334,7 +331,8 @@ def _tool_output(
         if kind in ("input_text", "output_text", "text"):
             texts.append(_said(part, "text", (*at, "output", j)))
         elif kind == "input_image":
-            images.append(_image_part(part, (*at, "output", j), anthropic, asked, many))
+            where = (*at, "output", j)
+            images.append(_image_part(part, where, anthropic, asked, (over or {}).get(where)))
         else:
             raise Untranslatable(f"a tool output cannot carry a {kind!r} part on a chat completions upstream")
     text = "".join(texts)
@@ -351,7 +349,7 @@ class _Builder:
     ) -> None:
         self.names = names
         self.asked_from = asked_from  # the first input item after the last assistant output
-        self.many = False  # more than MANY_IMAGES images, going on to Messages (``_images``)
+        self.over: dict[typed.Path, Over] = {}  # images that cannot go on to Messages as they are
         # The request goes on to Messages: signed thinking is read, and images it does not read refused.
         self.anthropic = anthropic
         self.files = files  # the request goes on to Gemini, which reads an input_file's data
@@ -425,7 +423,7 @@ class _Builder:
             raise Untranslatable(f"message role {role!r} has no chat completions equivalent")
         self.reasoning, self.signed = [], []
         self._flush_images()
-        content = _user_content(content, at, self.anthropic, self.files, self.asked(at), self.many)
+        content = _user_content(content, at, self.anthropic, self.files, self.asked(at), self.over)
         self.messages.append({"role": "user", "content": content})
 
     def asked(self, at: typed.Path) -> bool:
@@ -460,12 +458,19 @@ def _call_id(item: Mapping[str, Any], at: typed.Path, short: bool) -> str:
     return to_chat_id(call_id) if short else call_id
 
 
-def _images(items: Any) -> int:
-    """The ``input_image`` parts of the input: in messages and in function outputs."""
-    lists = [item.get(key) for item in (items if isinstance(items, list) else []) if isinstance(item, dict)
-             for key in ("content", "output")]  # fmt: skip
-    return sum(1 for parts in lists if isinstance(parts, list)
-               for part in parts if isinstance(part, dict) and part.get("type") == "input_image")  # fmt: skip
+def _image_plan(b: _Builder, instructions: Any, items: Any) -> dict[typed.Path, Over]:
+    """The ``input_image`` parts that cannot go on to Messages as they are, by their place: in
+    messages and in function outputs, in the order chat has them (``chat_messages`` plans the
+    same images again, and comes to the same count)."""
+    seen: dict[typed.Path, Seen] = {}
+    for top, listed in (("instructions", instructions), ("input", items)):
+        for k, item in enumerate(listed if isinstance(listed, list) else ()):
+            for key in ("content", "output"):
+                parts = item.get(key) if isinstance(item, dict) else None
+                for j, part in enumerate(parts if isinstance(parts, list) else ()):
+                    if isinstance(part, dict) and part.get("type") == "input_image":
+                        seen[top, k, key, j] = image_seen(part.get("image_url"), b.asked((top, k)))
+    return plan(seen)
 
 
 def _namespace(item: Mapping[str, Any]) -> str | None:
@@ -481,8 +486,8 @@ def _messages(
     if isinstance(items, str):
         items = [{"type": "message", "role": "user", "content": items}]
     b = _Builder(names, anthropic, files, _asked_from(items))
-    b.many = anthropic and _images(items) > MANY_IMAGES
     instructions = payload.get("instructions")
+    b.over = _image_plan(b, instructions, items) if anthropic else {}
     if isinstance(instructions, str):
         if instructions:
             b.system.append(instructions)
@@ -511,7 +516,7 @@ def _messages(
                 json.dumps({CUSTOM_INPUT: typed.text(item.get("input"), (*at, "input")) or ""}),
             )
         elif kind in ("function_call_output", "custom_tool_call_output"):
-            text, images = _tool_output(item.get("output"), at, anthropic, b.asked(at), b.many)
+            text, images = _tool_output(item.get("output"), at, anthropic, b.asked(at), b.over)
             b.output(_call_id(item, at, short_ids), text, images)
         elif kind == "reasoning":
             b.think(item)

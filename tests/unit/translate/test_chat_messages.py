@@ -823,6 +823,47 @@ def test_in_a_request_of_more_than_20_images_a_side_over_2000_is_refused_now_and
                      "and send it again"), words
 
 
+RETINA = images.data_url("image/png", images.png(2880, 1800))  # a MacBook's screenshot
+
+
+def screenshots(turns: int) -> list[dict[str, Any]]:
+    """A session of ``turns`` answered turns, each with a Retina screenshot."""
+    part = {"type": "image_url", "image_url": {"url": RETINA}}
+    return [m for k in range(turns) for m in ({"role": "user", "content": [{"type": "text", "text": f"shot {k}"}, part]},
+                                              {"role": "assistant", "content": "Seen."})]  # fmt: skip
+
+
+def kinds(out: dict[str, Any]) -> list[str]:
+    return [b["type"] if b["type"] == "image" or not b["text"].startswith("[image") else "note"
+            for m in out["messages"] for b in m["content"] if b["type"] in ("image", "text")]  # fmt: skip
+
+
+def test_a_21st_screenshot_is_sent_and_only_the_oldest_earlier_one_becomes_a_note() -> None:
+    """The 2000-pixel limit holds for the images sent: the 21st Retina screenshot (2880x1800) of a
+    session was refused, counted with the 20 earlier ones that it then made notes; and a small
+    21st made all 20 notes, where leaving out the oldest keeps the request at 20 (review)."""
+    for last in (RETINA, images.data_url("image/png", images.png(500, 500))):
+        convo = [*screenshots(20), {"role": "user", "content": [{"type": "image_url", "image_url": {"url": last}}]}]
+        out = req({"model": "m", "messages": convo})
+        assert [k for k in kinds(out) if k != "text"] == ["note"] + ["image"] * 20
+        assert out["messages"][0]["content"][1]["text"] == (
+            "[image (image/png) left out: its 2880x1800 pixels are over the 2,000 a side Anthropic takes in a "
+            "request of more than 20 images]")
+        assert messages_rules.refusal("/v1/messages", out, {}) is None
+
+
+def test_an_earlier_image_left_out_for_its_bytes_does_not_count_toward_the_20() -> None:
+    """A note is no image: 19 small images, one of 6 MB noted, and a screenshot asked about now
+    are 20 images, under the 8000-pixel limit (it was refused for the 2000 one)."""
+    small = [{"type": "image_url", "image_url": {"url": images.data_url("image/png", images.png(10, 10))}}] * 19
+    big = image_part("image/png", big_png(IMAGE_MAX + 1))
+    convo = [{"role": "user", "content": [*small, big]}, {"role": "assistant", "content": "Seen."},
+             {"role": "user", "content": [{"type": "image_url", "image_url": {"url": RETINA}}]}]  # fmt: skip
+    out = req({"model": "m", "messages": convo})
+    assert kinds(out).count("image") == 20 and kinds(out).count("note") == 1
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+
+
 @pytest.mark.parametrize(("media_type", "text"), [
     ("text/plain", "alpha\nbeta"), ("text/markdown", "# Title\n\nbody"), ("text/csv", "a,b\n1,2"),
     ("application/json", '{"a": 1}'), ("text/plain", "caf\u00e9 \u2014 na\u00efve"),

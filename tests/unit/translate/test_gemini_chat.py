@@ -791,6 +791,26 @@ def test_an_image_over_anthropics_pixel_limits_is_refused_at_the_gemini_clients_
     assert messages_rules.refusal("/v1/messages", sent, {}) is None
 
 
+def test_a_21st_screenshot_goes_to_claude_with_only_the_oldest_left_out() -> None:
+    """21 turns each with a Retina screenshot (2880x1800): the 21st was refused for the 2000
+    pixels of a request of more than 20 images, counted with the 20 earlier ones that
+    chat_messages then made notes. The oldest is left out, 20 go (review)."""
+    shot = {"inlineData": {"mimeType": "image/png", "data": images.b64(images.png(2880, 1800))}}
+    contents: list[dict[str, Any]] = []
+    for k in range(20):
+        contents += [{"role": "user", "parts": [{"text": f"shot {k}"}, shot]},
+                     {"role": "model", "parts": [{"text": "Seen."}]}]  # fmt: skip
+    contents.append({"role": "user", "parts": [{"text": "and this one"}, shot]})
+    sent = ON_MESSAGES.request({"contents": contents}, CLAUDE)
+    assert not isinstance(sent, Refusal), sent
+    blocks = [b for m in sent["messages"] for b in m["content"] if isinstance(m["content"], list)]
+    assert sum(b["type"] == "image" for b in blocks) == 20
+    assert sent["messages"][0]["content"][1] == {"type": "text", "text": (
+        "[image (image/png) left out: its 2880x1800 pixels are over the 2,000 a side Anthropic takes in a request "
+        "of more than 20 images]")}  # fmt: skip
+    assert messages_rules.refusal("/v1/messages", sent, {}) is None
+
+
 def test_the_word_json_is_looked_for_in_the_texts_not_in_an_images_base64() -> None:
     """google-genai's request with an inline PNG (the corpus's), asked for JSON: base64 spells
     "json" about once a megabyte, which says nothing to the model, so the note is still added."""

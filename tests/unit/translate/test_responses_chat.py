@@ -1256,6 +1256,24 @@ def test_an_image_over_anthropics_pixel_limits_is_refused_at_its_place_and_a_not
     assert messages_rules.refusal("/v1/messages", sent, {}) is None
 
 
+def test_codexs_21st_screenshot_goes_to_claude_with_only_the_oldest_left_out() -> None:
+    """Codex's ``view_image`` of a Retina screen (2880x1800), 21 times in a session: the 21st
+    was refused for the 2000 pixels of a request of more than 20 images, counted with the 20
+    earlier ones that chat_messages then made notes. The oldest is left out, 20 go (review)."""
+    shot = {"type": "input_image", "image_url": images.data_url("image/png", images.png(2880, 1800))}
+    session: list[dict[str, Any]] = [{"role": "user", "content": "check the page after each change"}]
+    for k in range(21):
+        session += [{"type": "function_call", "call_id": f"c{k}", "name": "view_image", "arguments": "{}"},
+                    {"type": "function_call_output", "call_id": f"c{k}", "output": [shot]}]  # fmt: skip
+    sent = on_claude({"model": "m", "input": session})
+    blocks = [b for m in sent["messages"] for b in m["content"] if isinstance(m["content"], list)]
+    assert sum(b["type"] == "image" for b in blocks) == 20
+    notes = [b["text"] for b in blocks if b["type"] == "text" and b["text"].startswith("[image")]
+    assert notes == ["[image (image/png) left out: its 2880x1800 pixels are over the 2,000 a side Anthropic takes "
+                     "in a request of more than 20 images]"]
+    assert '"text": "[image' in json.dumps(sent["messages"][2])  # the oldest, after the first call
+
+
 def test_an_image_goes_to_claude_as_the_type_its_bytes_are() -> None:
     """JPEG bytes sent as ``image/png``: "Image does not match the provided media type image/png"
     (claude-code #15746)."""
