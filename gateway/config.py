@@ -444,7 +444,8 @@ class UpstreamConfig(_Model):
     model_map: tuple[tuple[str, str], ...] = Field(
         default=(),
         description="The model the upstream is asked for, by the requested model: a mapping of glob to name, "
-        "first match wins; a model that matches none is sent as requested. Answers still name the "
+        "first match wins; a model that matches none is sent as requested. Also in the JSON body of a "
+        "request passed through (`/v1/messages/count_tokens`, `/v1/embeddings`, ...). Answers still name the "
         "requested model where the API echoes one.",
     )
     first_token_s: float | None = Field(

@@ -304,6 +304,14 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         headers = request_headers(request.headers.items(), up.outbound, state.request_id)
         if api is None:  # /v1/models, say: what the upstream's one API requires, if it speaks one
             headers = required_for(headers, up.cfg)
+        mapped = up.cfg.upstream_model(model) if up.cfg.model_map and model is not None else None
+        if mapped is not None and mapped != model:
+            # The upstream knows the model by its mapped name only (a count_tokens of the
+            # client's name was a count for a model never asked, or a 404).
+            renamed = _with_model(payload, body, ctype, mapped)
+            if renamed is not None:
+                return Call(up, request.method, up.cfg.base_url + url_for, headers, mode, body=renamed,
+                            wire_model=mapped, rewritten=True)  # fmt: skip
         return Call(up, request.method, up.cfg.base_url + url_for, headers, mode, body=body)
 
     plan = plan_for(svc, state, request.headers)
@@ -315,7 +323,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     # Its limits are not the model's generation's (routing/pools.relayed_scope): a 429 here notes
     # no reset for the generation requests that follow (policy/pending_reset.py), nor theirs here.
     state.pool_scope = relayed_scope(state.model)
-    outcome = await send_one(svc, state, plan, call, body) if isinstance(call, Call) else call
+    outcome = await send_one(svc, state, plan, call, call.body) if isinstance(call, Call) else call
     return await relay(request, svc, state, outcome)
 
 
@@ -334,6 +342,14 @@ def _counted(body: bytes) -> Inbound | Failure:
         return doc
     admitted = admit_messages(body, doc)
     return bad_request(admitted.message, admitted.code) if isinstance(admitted, Rejection) else admitted
+
+
+def _with_model(payload: dict[str, Any], body: bytes, ctype: str, model: str) -> bytes | None:
+    """The JSON body naming ``model`` instead, or None where it is no JSON object (a form)."""
+    doc = payload or (parse_json_object(body) if body and is_json(ctype) else None)
+    if not isinstance(doc, dict) or not isinstance(doc.get("model"), str):
+        return None
+    return json.dumps({**doc, "model": model}, ensure_ascii=False).encode()
 
 
 def _not_spoken(up: UpstreamRuntime, api: str, request: web.Request, body: bytes) -> Outcome:
