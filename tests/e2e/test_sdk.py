@@ -114,12 +114,16 @@ def test_503_three_times_then_success(sdk, readme_gateway, upstream: FakeUpstrea
     assert r.parse().choices[0].message.content and r.headers["x-llm-attempts"] == "4"
 
 
-def test_permanent_529_costs_six_attempts_not_eighteen(sdk, readme_gateway_alone, upstream: FakeUpstream) -> None:
-    upstream.script(*[Reply(529, OVERLOADED)] * 30)
+@pytest.mark.parametrize("status", [503, 529])
+def test_permanent_5xx_costs_six_attempts_not_eighteen(sdk, readme_gateway_alone, upstream: FakeUpstream,
+                                                       status: int) -> None:  # fmt: skip
+    # docs/errors/retries.md: a permanent 503 costs exactly the gateway's 6 with the SDK's stock retries.
+    body = OVERLOADED if status == 529 else {"error": {"message": "busy", "type": "server_error"}}
+    upstream.script(*[Reply(status, body)] * 30)
     with pytest.raises(openai.InternalServerError) as e:
         sdk(readme_gateway_alone).chat.completions.create(model="gpt-4o-mini", messages=msg())  # SDK max_retries=2
     h = e.value.response.headers
-    assert e.value.status_code == 529 and h["x-llm-error-type"] == "provider_unavailable"
+    assert e.value.status_code == status and h["x-llm-error-type"] == "provider_unavailable"
     assert h["x-should-retry"] == "false" and h["x-llm-attempts"] == "6"
     assert len(upstream.chat_requests()) == 6
 
