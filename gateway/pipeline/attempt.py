@@ -143,13 +143,16 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
     left_s = plan.remaining_s()
     if plan.head_by is not None and state.first_byte_at is not None:
         plan.head_by = None  # a continuation: the client has its head, and waits for the body
+        plan.head_cut = False
+    token_s = first_token_s(svc, call)
     share_s = plan.head_share_s()
     if share_s is not None:
         # The client's head goes with the first visible event of a stream, with the whole
-        # answer otherwise: both timers must leave room for the next try.
+        # answer otherwise: both timers must leave room for the next try. Shorter than the
+        # upstream's own timers, a timeout of this attempt is the share's, not the upstream's.
+        plan.head_cut = share_s < min(left_s, svc.limits.first_byte_s, left_s if token_s is None else token_s)
         left_s = min(left_s, share_s)
     head_s = min(svc.limits.first_byte_s, left_s)
-    token_s = first_token_s(svc, call)
     if token_s is not None:
         token_s = min(token_s, left_s)  # a stream showing nothing must not outlive the deadline
     headers = svc.tracing.attempt_started(state, call, body)  # the call's own, plus traceparent when on
@@ -176,6 +179,8 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
         # Rendered as JSON in the client's API: not the upstream's text/plain or HTML any more.
         outcome.headers = with_content_type(outcome.headers, "application/json")
     svc.tracing.attempt_ended(state, call, outcome)
+    if plan.head_cut:
+        plan.head_cut = isinstance(outcome, Failure) and outcome.classification.provider_code in _SHARE_CUTS
     if isinstance(outcome, Failure) and plan.unexplained(outcome.classification):
         state.empty_attempts.append(call.up.cfg.name)  # counted once known what it was
         return outcome
@@ -230,6 +235,9 @@ def settle_circuit(
     else:
         circuit.abandon_soon(adm)
 
+
+# The timeouts an attempt's share of the client's head time shortens (connect_s is not).
+_SHARE_CUTS = frozenset({TransportError.FIRST_BYTE_TIMEOUT.value, TransportError.FIRST_TOKEN_TIMEOUT.value})
 
 # Attempts that ended in a timeout before any answer: counted by kind.
 _TIMEOUTS = frozenset({

@@ -61,7 +61,7 @@ async def send_chain(
     hops = route.hops
     for h, hop in enumerate(hops):
         nxt = hops[h + 1].members[0] if h + 1 < len(hops) else None
-        plan.last_hop = nxt is None and hop.pool is None  # a pool's siblings may follow
+        plan.last_hop = nxt is None  # within a pool, also cleared while a sibling is left (pool.py)
         if hop.pool is not None:
             pooled = await send_pool(svc, state, plan, hop.pool, call_for, conversation, nxt)
             if isinstance(pooled, ErrorType):  # no deployment could take it now, and a later hop is left
@@ -96,8 +96,8 @@ async def send_chain(
         if nxt is None or not isinstance(outcome, Failure):
             return sent
         here = sent.call.up if sent.call is not None else hop.members[-1]
-        if not fails_over(svc, outcome, here, nxt):
-            return sent
+        if not fails_over(svc, outcome, here, nxt) or not plan.head_room():
+            return sent  # (or too little is left before the client gives up for another to answer)
         c = outcome.classification
         state.fallbacks += 1
         svc.tracing.moving_on(state, hops[h + 1].name)

@@ -209,7 +209,7 @@ def full_pipeline(dialect: Dialect) -> Handler:
             asked.drop()
         await remember_answer(svc, state, call, outcome)  # before the client can chain to its id
         if svc.loop.enabled:
-            await _remember(svc, state, outcome, request, inbound, fingerprint, turn)
+            await _remember(svc, state, plan, outcome, request, inbound, fingerprint, turn)
             inbound.drop()
         if not inbound.stream:
             return await relay(request, svc, state, outcome)  # only a stream is ever continued
@@ -556,12 +556,14 @@ def _fingerprint(svc: Services, request: web.Request, inbound: Inbound) -> Finge
 
 
 async def _remember(
-    svc: Services, state: RequestState, outcome: Outcome,
+    svc: Services, state: RequestState, plan: RetryPlan, outcome: Outcome,
     request: web.Request, inbound: Inbound, fingerprint: Fingerprint | None, turn: Recalled | None,
 ) -> None:  # fmt: skip
     # Only answers that cost an upstream call are worth remembering; a stream that started
-    # is a Success here, so nothing after a client saw bytes is ever replayed.
-    if isinstance(outcome, Failure) and state.attempts > 0:
+    # is a Success here, so nothing after a client saw bytes is ever replayed. Nor a failure
+    # the client's head time made (Gemini CLI's 504 at 57 s): the CLI's retry of it was
+    # answered from memory, even once the upstream had recovered (review).
+    if isinstance(outcome, Failure) and state.attempts > 0 and not plan.client_bound():
         status, body = rendered(state, outcome)
         answer = Answer(status, body, tuple(outcome.headers), state.upstream)
         fp = fingerprint if fingerprint is not None else _fingerprint(svc, request, inbound)

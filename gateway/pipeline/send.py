@@ -151,6 +151,12 @@ async def send_one(
     # An empty stream is how some servers fail a request they reject: not the provider's fault.
     failed = (isinstance(outcome, Failure) and outcome.classification.type is ErrorType.PROVIDER_UNAVAILABLE
               and not plan.answered_with_nothing(outcome.classification))  # fmt: skip
+    if failed and plan.head_cut:
+        # Cut at its share of the client's head time, sooner than first_byte_s would have: the
+        # gateway's doing, as when a client leaves. Counted, CLI requests cut a healthy model
+        # that answers in 35 s and opened its circuit for every client (review).
+        await up.circuit.abandon(adm)
+        return outcome
     if failed and after is not None:
         return outcome  # one request, one failure: counted with its first attempt
     # Any answer, even a 4xx, shows the provider is up.
@@ -188,7 +194,8 @@ async def _retry_or_follow(
     if c is None or c.type is not ErrorType.PROVIDER_UNAVAILABLE or plan.unexplained(c):
         return await _retry(svc, state, plan, call, body, first, retries_cap, moves_on)
     if plan.probe or adm.gate is Gate.PROBE:  # one attempt, failed: the outage goes on
-        await note_outage(svc, up, state.model)
+        if not plan.head_cut:  # a cut at the client's share is no evidence of one
+            await note_outage(svc, up, state.model)
         return await _retry(svc, state, plan, call, body, first, retries_cap, moves_on)
     key = circuit_key(up.cfg.name, state.model)
     # Read only on this failure path: a healthy request never pays the store round trip.
@@ -199,7 +206,8 @@ async def _retry_or_follow(
         log.debug({"request_id": state.request_id, "event": "outage_noted", "upstream": up.cfg.name,
                    "model_failing": own is not None and own > now_ms})  # fmt: skip
         if own is not None and own > now_ms:
-            await note_outage(svc, up, state.model)  # this model keeps failing too
+            if not plan.head_cut:
+                await note_outage(svc, up, state.model)  # this model keeps failing too
             plan.stopped = StopReason.PROBE
             return first
         # Only another model is known to fail here: one retry, not a round (the whole upstream
@@ -235,7 +243,9 @@ async def _lead_or_follow(
         failed = failure_of(outcome)
         gave_up = failed is not None and failed.type is ErrorType.PROVIDER_UNAVAILABLE
         try:
-            if gave_up and plan.stopped in _SPENT:
+            # Not when the client's head time ended it: one attempt cut at its share, or a
+            # retry not made for lack of time, says nothing of an outage.
+            if gave_up and plan.stopped in _SPENT and not plan.client_bound():
                 await note_outage(svc, up, state.model)  # the model's own, and the upstream's
         finally:
             del up.retrying[key]

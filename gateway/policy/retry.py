@@ -36,6 +36,14 @@ from gateway.errors import Classification, ErrorType
 # The provider code of a stream that ended cleanly without a single event.
 EMPTY_STREAM = "empty_stream"
 
+# The least time to the client's head deadline worth starting an attempt in. A shorter try
+# is a call made to be cut: a model that thinks before its first token (Gemini 2.5 Pro, the
+# CLI's default) is rarely that quick, and an upstream that is merely slow is then called
+# again and again for nothing (halved shares through a pool made five calls, 28.5 s down to
+# 1.8 s, to a model that answered in 35 s; review). Half of what is left falling below it,
+# the attempt takes all of it: no later one could use the rest.
+HEAD_FLOOR_S = 10.0
+
 
 class StopReason(enum.StrEnum):
     NOT_RETRYABLE = "not_retryable"
@@ -91,9 +99,16 @@ class RetryPlan:
     # Monotonic time by which the client stops waiting for the response head (Gemini CLI's
     # 60 s, policy/clients.client_head_s); None: not before the deadline, or the head was sent.
     head_by: float | None = None
-    # The upstream being tried is the route's last (no fallback can follow it): it may take
-    # all the time the client waits for the head, not half (pipeline/chain.py sets it).
-    last_hop: bool = False
+    # Nothing can follow the upstream being tried (no later hop, no untried sibling of its
+    # pool): it may take all the time the client waits for the head, not half. So it is for
+    # a request sent to one upstream anyway (a relayed path, countTokens); pipeline/chain.py
+    # and pipeline/pool.py clear it while a fallback or a sibling is left.
+    last_hop: bool = True
+    # The latest attempt timed out at its share of the client's head time, sooner than the
+    # upstream's own timeouts would have cut it: no evidence against the upstream (its
+    # circuit, the outage note and the loop breaker leave it out; pipeline/send.py).
+    head_cut: bool = False
+    head_stop: bool = False  # a retry was not made because the client would have given up first
     retries: dict[ErrorType, int] = field(default_factory=dict)
     stopped: StopReason | None = None
 
@@ -118,11 +133,23 @@ class RetryPlan:
         the head is bounded: half of what is left of it while a fallback may follow, so that
         it still answers before the client gives up (a hung upstream that took it all would
         leave the gateway's fallback to a client already gone); on the last upstream all of it,
-        so a slow model is not cut sooner than the client would cut it. None: no bound."""
+        so a slow model is not cut sooner than the client would cut it, and all of it too when
+        half would be below ``HEAD_FLOOR_S``. None: no bound."""
         if self.head_by is None:
             return None
         left = max(0.0, self.head_by - self.now())
-        return left if self.last_hop else left / 2
+        return left if self.last_hop or left / 2 < HEAD_FLOOR_S else left / 2
+
+    def head_room(self, wait_s: float = 0.0) -> bool:
+        """Whether an attempt starting ``wait_s`` from now would have at least ``HEAD_FLOOR_S``
+        before the client stops waiting for the head (always, when it does not bound it)."""
+        return self.head_by is None or self.head_by - (self.now() + wait_s) >= HEAD_FLOOR_S
+
+    def client_bound(self) -> bool:
+        """Whether the request ended for the client's head time rather than for what the
+        upstream did: its latest attempt cut at its share, or a retry not made because the
+        client would have given up first. Either says nothing of the upstream's health."""
+        return self.head_cut or (self.head_stop and self.stopped is StopReason.DEADLINE)
 
     def _class_cfg(self, t: ErrorType) -> RetryClassConfig | None:
         if t is ErrorType.RATE_LIMIT:
@@ -161,8 +188,9 @@ class RetryPlan:
         # A retry that could not even start before the deadline is pointless.
         if self.now() + wait >= self.deadline_at:
             return self._stop(StopReason.DEADLINE)
-        if self.head_by is not None and self.now() + wait >= self.head_by:
-            return self._stop(StopReason.DEADLINE)  # the client will have given up by then
+        if not self.head_room(wait):
+            self.head_stop = True  # too little would be left before the client gives up
+            return self._stop(StopReason.DEADLINE)
         if not self.may_retry():
             return self._stop(StopReason.BUDGET)
         self.retries[c.type] = done + 1

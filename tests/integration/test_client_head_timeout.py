@@ -97,3 +97,124 @@ async def test_a_client_that_waits_longer_keeps_the_gateways_own_first_byte_time
     status, body, asked = await _ask({"User-Agent": "google-genai-sdk/1.30.0 gl-node/v20.20.2"})
     assert status == 200 and b"fakeResp0001" in body
     assert asked[0] == ("primary", 300.0)
+
+
+# Two upstreams on one fake, told apart by the host they are called at: `A` at 127.0.0.1,
+# `B` at localhost. ``heads``: how long each takes to its head (None: never), on the clock.
+A, B = "127.0.0.1", "localhost"
+
+
+async def _serve(
+    yaml: str, heads: dict[str, float | None], asks: list[tuple[dict[str, str], str, Any]],
+    hung_once: bool = False,
+) -> tuple[list[tuple[int, bytes, float, dict[str, str]]], list[tuple[str, float]]]:
+    """Each of ``asks`` (headers, path, body) through a gateway configured by ``yaml``, whose
+    ``{A}`` and ``{B}`` are the upstreams' base URLs: each answer's status, body, seconds on the
+    clock and ``x-llm-*`` headers, and each attempt's (host, first-byte timeout). ``hung_once``:
+    the first call never answers, whatever its host, and the rest as ``heads`` say."""
+    fake = await FakeUpstream().start()
+    base = fake.url.removesuffix("/v1") + "/v1beta"
+    cfg = parse_config(yaml.format(A=base, B=base.replace(A, B)) +
+                       "timeouts: {connect_s: 10, first_byte_s: 300, idle_s: 120}\n", env={})  # fmt: skip
+    clock = [1000.0]
+    asked: list[tuple[str, float]] = []
+    real = new_sender(cfg)
+
+    async def sender(request: UpstreamRequest) -> UpstreamResponse:
+        host = B if f"//{B}:" in request.url else A
+        asked.append((host, request.first_byte_timeout_s))
+        head = None if hung_once and len(asked) == 1 else heads[host]
+        if head is None or request.first_byte_timeout_s < head:
+            clock[0] += request.first_byte_timeout_s  # its whole timeout passes
+            raise UpstreamFailure(TransportError.FIRST_BYTE_TIMEOUT)
+        clock[0] += head
+        return await real(request)
+
+    await real.start()
+    runner = make_runner(create_app(cfg, sender=sender, monotonic=lambda: clock[0]), shutdown_timeout=0.5)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    out = []
+    try:
+        async with aiohttp.ClientSession() as session:
+            for headers, path, body in asks:
+                start = clock[0]
+                url = f"http://127.0.0.1:{runner.addresses[0][1]}{path}"
+                async with session.post(url, json=body, headers={**headers, "x-goog-api-key": "k"}) as r:
+                    told = {k.lower(): v for k, v in r.headers.items() if k.lower().startswith("x-llm-")}
+                    out.append((r.status, await r.read(), clock[0] - start, told))
+                clock[0] += 5  # the client's own pause before its next request
+        return out, asked
+    finally:
+        await runner.cleanup()
+        await real.close()
+        await fake.close()
+
+
+def _cli_first() -> tuple[dict[str, str], str, Any]:
+    captured = json.loads(CORPUS.read_text())
+    return gemini_cli_headers(), captured["path"], captured["body"]
+
+
+_SDK = {"User-Agent": "google-genai-sdk/1.30.0 gl-node/v20.20.2"}
+_POOL = ("upstreams:\n"
+         "  - {{name: a, base_url: '{A}', apis: [gemini], api_key: K}}\n"
+         "  - {{name: b, base_url: '{B}', apis: [gemini], api_key: K}}\n"
+         "pools:\n  - {{name: p, models: ['gemini-*'], deployments: [a, b]}}\n"
+         "loop_breaker: {{enabled: false}}\n")  # fmt: skip
+
+
+async def test_through_a_pool_the_last_sibling_has_all_that_is_left_and_no_try_is_too_short() -> None:
+    """Review: every attempt through a pool had half of what was left, as if a sibling always
+    followed: a model whose head takes 35 s was called at 28.5, 14.25, 7.1, 3.6 and 1.8 s and
+    answered 504 at 55 s. The last sibling now has all that is left, and no retry starts with
+    less than HEAD_FLOOR_S left: a hung first key leaves the second its 28.5 s, and a model
+    slower than that on both is two calls and a 504 at 57 s (the price of leaving a sibling
+    time to answer)."""
+    out, asked = await _serve(_POOL, {A: 20.0, B: 20.0}, [_cli_first()], hung_once=True)
+    assert out[0][0] == 200 and b"fakeResp0001" in out[0][1]  # the first key picked hangs
+    assert {host for host, _ in asked} == {A, B}
+    assert [s for _, s in asked] == [pytest.approx(28.5), pytest.approx(28.5)]
+    out, asked = await _serve(_POOL, {A: 35.0, B: 35.0}, [_cli_first()])
+    assert out[0][0] == 504 and out[0][2] == pytest.approx(57.0)
+    assert {host for host, _ in asked} == {A, B}
+    assert [s for _, s in asked] == [pytest.approx(28.5), pytest.approx(28.5)]
+
+
+async def test_count_tokens_sent_to_one_upstream_has_all_57_s_once() -> None:
+    """countTokens goes to its one upstream outside the route's chain, where nothing said it
+    was the last: it had half, then retries at 14.25, 7.1 and 3.6 s (review). The body is the
+    genai SDK's captured count_tokens (the CLI counts through the same SDK); the headers are
+    the CLI's."""
+    counted = json.loads((CORPUS.parent / "genai-3.6-count-tokens.json").read_text())
+    one = "upstreams:\n  - {{name: a, base_url: '{A}', apis: [gemini], api_key: K}}\n"
+    out, asked = await _serve(one, {A: None}, [(gemini_cli_headers(), counted["path"], counted["body"])])
+    assert out[0][0] == 504
+    assert asked == [(A, pytest.approx(57.0))]
+
+
+async def test_a_cut_at_the_clients_share_does_not_open_the_circuit_for_other_clients() -> None:
+    """Review: 8 CLI requests cut a healthy primary whose head takes 35 s at 28.5 s (the
+    fallback answered them); counted as its failures, they opened its circuit, and an SDK
+    client that waits 300 s was sent to the fallback too. The cut is the gateway's: the
+    circuit hears nothing of it, and the SDK client is answered by the primary."""
+    fall = ("upstreams:\n"
+            "  - {{name: a, base_url: '{A}', apis: [gemini], api_key: K, fallbacks: [b]}}\n"
+            "  - {{name: b, base_url: '{B}', apis: [gemini], api_key: K}}\n"
+            "loop_breaker: {{enabled: false}}\n")  # fmt: skip
+    captured = _cli_first()
+    out, asked = await _serve(fall, {A: 35.0, B: 1.0}, [captured] * 8 + [(_SDK, captured[1], captured[2])])
+    assert [o[0] for o in out] == [200] * 9
+    assert [o[3].get("x-llm-upstream") for o in out] == ["b"] * 8 + ["a"]
+    assert asked[-1] == (A, 300.0)
+
+
+async def test_the_clis_retry_of_a_504_at_57_s_reaches_the_upstream() -> None:
+    """Review: with the loop breaker on (the default) the 504 at 57 s was remembered, and the
+    CLI's retry of it answered from memory although the upstream had recovered. A failure the
+    client's head time made is not remembered: the retry is sent, and answered."""
+    one = "upstreams:\n  - {{name: a, base_url: '{A}', apis: [gemini], api_key: K}}\n"
+    out, asked = await _serve(one, {A: 1.0}, [_cli_first(), _cli_first()], hung_once=True)
+    assert [o[0] for o in out] == [504, 200]
+    assert "x-llm-from-memory" not in out[1][3]
+    assert asked == [(A, pytest.approx(57.0)), (A, pytest.approx(57.0))]

@@ -70,17 +70,42 @@ def test_a_client_waiting_less_for_the_head_gets_half_of_whats_left_per_attempt(
     p = plan(clock)
     assert p.head_share_s() is None
     p.head_by = clock.t + 57
+    p.last_hop = False
     assert p.head_share_s() == pytest.approx(28.5)
     clock.t += 28.5  # the first attempt took its share
     assert p.head_share_s() == pytest.approx(14.25)
     assert p.next_wait(Classification.of(ErrorType.RATE_LIMIT, retry_after_s=3.0)) == 3.0
     clock.t += 27
     assert p.next_wait(Classification.of(ErrorType.RATE_LIMIT, retry_after_s=3.0)) is None
-    assert p.stopped is StopReason.DEADLINE
+    assert p.stopped is StopReason.DEADLINE and p.client_bound()
     assert p.remaining_s() > 500  # the request's own deadline is untouched
     p.last_hop = True
     assert p.head_share_s() == pytest.approx(1.5)
 
+
+def test_a_plan_is_the_last_upstreams_until_the_route_says_another_may_follow() -> None:
+    """A request sent to one upstream outside the chain (a relayed path, countTokens) gets the
+    whole of the client's head time; halved, it was retried at 28.5, 14.25, 7.1, 3.6 s (review)."""
+    clock = Clock()
+    p = plan(clock)
+    p.head_by = clock.t + 57
+    assert p.head_share_s() == pytest.approx(57.0)
+
+
+def test_no_attempt_starts_with_less_than_the_floor_of_the_clients_head_time() -> None:
+    """Halving stops at HEAD_FLOOR_S: an attempt whose half would be shorter takes all that is
+    left, and no retry starts with less than the floor left (a slow model was called at 28.5,
+    14.25, 7.1, 3.6 and 1.8 s through a pool; review)."""
+    clock = Clock()
+    p = plan(clock)
+    p.head_by, p.last_hop = clock.t + 57, False
+    clock.t += 57 - 19
+    assert p.head_share_s() == pytest.approx(19.0)  # half would be 9.5: below the floor
+    assert p.next_wait(PU) is not None  # started within ~0.4 s, it has over 18 s
+    clock.t += 8.5
+    assert p.head_room()  # 10.5 s left
+    assert p.next_wait(PU) is None and p.stopped is StopReason.DEADLINE  # 9.75 s would be left
+    assert p.client_bound()
 def test_budget_refusal_stops() -> None:
     p = plan(Clock(), allow=False)
     assert p.next_wait(PU) is None and p.stopped is StopReason.BUDGET
