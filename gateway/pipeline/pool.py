@@ -387,7 +387,7 @@ async def send_across(
             return call
         why = "stored" if stored is not None else pool.cfg.strategy if not tried else "moved"
         _picked(svc, state, pool, up, why)
-        plan.last_hop = not others
+        plan.last_hop = True  # siblings serve the same model: see _send
         own_key = up.cfg.api_key is not None
 
         def moves(c: Classification, own_key: bool = own_key) -> bool:
@@ -498,9 +498,11 @@ async def _send(
     up = call.up
     moves: Callable[[Classification], bool] | None = None
     cap: int | None = None
-    # Through a pool every attempt had half of the client's head time, as if a sibling were
-    # always left: a model whose head takes 35 s got 28.5, 14.25, ... 1.8 s and a 504 (review).
-    plan.last_hop = nxt is None and not siblings_left
+    # Only a later hop halves the client's head time, not a sibling: siblings serve the same
+    # model, so one slower than half (a thinking model's first token) was cut on each in turn,
+    # two calls and a 504 where one call would have answered (review). A hung key among healthy
+    # siblings is rarer than a slow model; the CLI's retry of its 504 is picked afresh.
+    plan.last_hop = nxt is None
     if siblings_left:  # a failure that moves goes to the sibling at once, without a wait
         moves, cap = _always, 0
     elif nxt is not None:

@@ -99,10 +99,10 @@ class RetryPlan:
     # Monotonic time by which the client stops waiting for the response head (Gemini CLI's
     # 60 s, policy/clients.client_head_s); None: not before the deadline, or the head was sent.
     head_by: float | None = None
-    # Nothing can follow the upstream being tried (no later hop, no untried sibling of its
-    # pool): it may take all the time the client waits for the head, not half. So it is for
-    # a request sent to one upstream anyway (a relayed path, countTokens); pipeline/chain.py
-    # and pipeline/pool.py clear it while a fallback or a sibling is left.
+    # No later hop can follow the upstream being tried: it may take all the time the client
+    # waits for the head, not half. So it is for a request sent to one upstream anyway (a
+    # relayed path, countTokens) and for a pool's deployments (siblings serve the same model,
+    # as slow on each); pipeline/chain.py and pipeline/pool.py clear it while a fallback is left.
     last_hop: bool = True
     # The latest attempt timed out at its share of the client's head time, sooner than the
     # upstream's own timeouts would have cut it: no evidence against the upstream (its
