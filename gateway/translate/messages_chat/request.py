@@ -554,7 +554,7 @@ def _tool_result(
                 images.append(part)
     text = "\n\n".join(texts)
     if images:
-        text = _join(text, f"[{len(images)} image(s): in the next user message]")
+        text = _join(text, f"[{len(images)} image(s): attached after this result]")
     if typed.flag(block.get("is_error"), (*at, "is_error")):
         # Chat has no error flag on a tool message; the model still has to know it failed.
         text = "Error: " + text

@@ -178,6 +178,8 @@ def test_an_image_result_bound_for_gemini_names_its_call_without_the_signature()
     assert "Images returned by tool call call_9f3a:" in texts and not any(GEMINI_CARRIED[8:] in t for t in texts)
     answered = [part["functionResponse"] for c in out["contents"] for part in c["parts"] if "functionResponse" in part]
     assert [r.get("id") for r in answered] == ["call_9f3a"]
+    # In the same turn, after the result (it said "in the next user message", true on chat alone).
+    assert answered[0]["response"] == {"output": "[1 image(s): attached after this result]"}
     on_chat = _through("chat", body)["messages"]
     assert f"Images returned by tool call {on_chat[-2]['tool_call_id']}:" in json.dumps(on_chat[-1])
 
