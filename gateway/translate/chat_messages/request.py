@@ -251,13 +251,13 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
         out["stop_sequences"] = stops
     _sampling(p, out)
     output_config: dict[str, Any] = {}
-    thinking = _thinking(p, out, messages, choice)
+    thinking, effort = _thinking(p, out, messages, choice)
+    if effort is not None:
+        output_config["effort"] = effort
     if thinking is None:
         _unthought(messages)
     else:
-        out["thinking"], effort = thinking
-        if effort is not None:
-            output_config["effort"] = effort
+        out["thinking"] = thinking
         out.pop("temperature", None)  # thinking accepts only the default temperature
         out.pop("top_k", None)  # nor a changed top_k
         if out.get("top_p", 1) < 0.95:
@@ -811,37 +811,41 @@ def _sampling(p: Mapping[str, Any], out: dict[str, Any]) -> None:
 
 def _thinking(
     p: Mapping[str, Any], out: Mapping[str, Any], turns: list[dict[str, Any]], choice: dict[str, Any] | None
-) -> tuple[dict[str, Any], str | None] | None:
-    """The ``thinking`` to send and the ``output_config.effort`` with it, or None: no thinking."""
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The ``thinking`` to send (None: no thinking) and the ``output_config.effort``."""
     effort = typed.text(p.get("reasoning_effort"), ("reasoning_effort",))
     if effort is None or effort == "none":
-        return None
+        return None, None
     if effort not in EFFORT_BUDGET:
         raise _Refused(f"reasoning_effort {effort!r} is not one of none, {', '.join(EFFORT_BUDGET)}")
+    model = thinking_for(out["model"])
+    # Effort "doesn't require thinking to be enabled" (platform.claude.com/docs/en/build-with-claude/
+    # effort): where thinking is left out below, a model that takes it still gets the client's.
+    level = ADAPTIVE_EFFORT[effort] if model.efforts else None
+    if level is not None and level not in model.efforts:
+        level = "high"
     if choice is not None and choice["type"] in FORCED:
-        return None  # Anthropic refuses thinking with a forced tool; the forced call is kept
+        return None, level  # Anthropic refuses thinking with a forced tool; the forced call is kept
     if turns and turns[-1]["role"] == "assistant":
-        return None  # a prefilled answer: Anthropic refuses prefill with thinking
+        return None, level  # a prefilled answer: Anthropic refuses prefill with thinking
     last = next((t for t in reversed(turns) if t["role"] == "assistant"), None)
     if (
         last is not None
         and any(b["type"] == "tool_use" for b in last["content"])
         and last["content"][0]["type"] not in _THOUGHT
     ):
-        return None  # mid tool loop without that turn's signed thinking, which Anthropic requires
-    model = thinking_for(out["model"])
+        return None, level  # mid tool loop without that turn's signed thinking, which Anthropic requires
     if not model.thinks:
-        return None  # Claude 3 and 3.5 refuse any ("... does not support thinking."): answered without
+        return None, None  # Claude 3 and 3.5 refuse any ("... does not support thinking."): answered without
     if model.adaptive:
-        level = ADAPTIVE_EFFORT[effort]
-        return {"type": "adaptive"}, level if level in model.efforts else "high"
+        return {"type": "adaptive"}, level
     named = typed.integer(p.get(thinking_room.NAMED), (thinking_room.NAMED,))
     if named is not None and named > 0:
         budget = thinking_room.anthropic_named(named, out["max_tokens"])
     else:  # the answer keeps its share of max_tokens (thinking_room.py)
         budget = thinking_room.anthropic_budget(EFFORT_BUDGET[effort], out["max_tokens"])
     if budget is None:
-        return None  # max_tokens leaves no room for Anthropic's minimum budget beside an answer
+        return None, None  # max_tokens leaves no room for Anthropic's minimum budget beside an answer
     return {"type": "enabled", "budget_tokens": budget}, None
 
 

@@ -33,7 +33,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gateway.apis.chat.ids import to_chat_id
+from gateway.apis.chat.ids import GEMINI_SIGNED, to_chat_id
 from gateway.translate import json_schema, names, typed
 from gateway.translate.base import Refusal, Target
 from gateway.translate.names import NONE, Names
@@ -524,7 +524,11 @@ def _user_turn(convo: _Convo, content: Any, i: int) -> None:
             text, images = _tool_result(block, i, at, convo.functions)
             convo.out.append({"role": "tool", "tool_call_id": call_id, "content": text})
             if images:
-                tool_images.append({"type": "text", "text": f"Images returned by tool call {call_id}:"})
+                # Named as the model sees the call: without the thought signature a Gemini id
+                # carries (chat_gemini/signature.py), which the functionResponse goes without
+                # too; a real one is a long base64 blob, prompt tokens on every image result.
+                shown = call_id.partition(GEMINI_SIGNED)[0]
+                tool_images.append({"type": "text", "text": f"Images returned by tool call {shown}:"})
                 tool_images += images
         else:
             parts += _part(block, i, at, convo.files)
@@ -550,7 +554,7 @@ def _tool_result(
                 images.append(part)
     text = "\n\n".join(texts)
     if images:
-        text = _join(text, f"[{len(images)} image(s): in the next user message]")
+        text = _join(text, f"[{len(images)} image(s): attached after this result]")
     if typed.flag(block.get("is_error"), (*at, "is_error")):
         # Chat has no error flag on a tool message; the model still has to know it failed.
         text = "Error: " + text

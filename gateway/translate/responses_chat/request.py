@@ -337,7 +337,7 @@ def _tool_output(
             raise Untranslatable(f"a tool output cannot carry a {kind!r} part on a chat completions upstream")
     text = "".join(texts)
     if images and not text:
-        text = f"(the tool returned {len(images)} image(s): attached in the next message)"
+        text = f"(the tool returned {len(images)} image(s): attached after this result)"
     return text, images
 
 

@@ -370,6 +370,31 @@ def test_no_thinking_with_a_forced_tool_mid_tool_loop_or_with_prefill() -> None:
     assert "thinking" not in req({**base, "messages": prefill})
 
 
+@pytest.mark.parametrize(("model", "effort"), [
+    ("claude-opus-5-5", "low"), ("claude-opus-4-7", "low"), ("claude-opus-4-6", "low"), ("claude-fable-5-1", "low"),
+    ("claude-sonnet-4-6", "high"), ("claude-sonnet-4-5", None), ("claude-opus-4-5", None), ("qwen3-coder", None),
+    ("claude-3-5-sonnet-20241022", None),
+])  # fmt: skip
+def test_a_step_without_thinking_keeps_the_effort_where_the_model_takes_one(model: str, effort: str | None) -> None:
+    """Effort "doesn't require thinking to be enabled" (platform.claude.com's effort page): a step
+    mid tool loop went without `output_config`, so a chat client's `low` became Anthropic's
+    default there (audit, a chat client on claude-opus-5-5). Thinking stays off, as Anthropic
+    refuses a final tool-calling turn without its thinking block; the effort goes only to the
+    models that take one (`efforts` in claude_models.py)."""
+    loop = [user(), {"role": "assistant", "content": None, "tool_calls": [call("call_1")]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]  # fmt: skip
+    asked = "xhigh" if model == "claude-sonnet-4-6" else "low"  # 4.6 takes no xhigh: high
+    out = req({"model": "m", "reasoning_effort": asked, "max_tokens": 32000, "tools": [WEATHER], "messages": loop},
+              Target(model))  # fmt: skip
+    assert "thinking" not in out
+    assert out.get("output_config") == ({"effort": effort} if effort else None)
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+    if model in FORCED_TAKEN or model == "claude-opus-4-7":  # a forced tool: the call kept, the effort too
+        forced = req({"model": "m", "reasoning_effort": asked, "max_tokens": 32000, "tools": [WEATHER],
+                      "messages": [user()], "tool_choice": "required"}, Target(model))  # fmt: skip
+        assert "thinking" not in forced and forced.get("output_config") == ({"effort": effort} if effort else None)
+
+
 SIGNED = {"type": "thinking", "thinking": "Paris first.", "signature": "EqQBCkYIBxgCKkA"}
 
 

@@ -165,6 +165,25 @@ def test_a_long_id_bound_for_gemini_through_chat_keeps_the_signature_it_carries(
     assert out["messages"][1]["tool_calls"][0]["id"] == GEMINI_CARRIED == out["messages"][2]["tool_call_id"]
 
 
+def test_an_image_result_bound_for_gemini_names_its_call_without_the_signature() -> None:
+    """Messages → Gemini: the text before a tool result's images named the call by the id the
+    gateway carries, `<id>__gsig_<signature>` (audit): a real thought signature is a long base64
+    blob, prompt tokens on every image result. The text names the call as its functionResponse
+    does; on a chat upstream, as the digest its tool message carries."""
+    body = corpus_request(IMAGE)
+    given = body["messages"][-1]["content"][0]["tool_use_id"]
+    body = json.loads(json.dumps(body).replace(given, GEMINI_CARRIED))
+    out = _through("gemini", body)
+    texts = [part["text"] for c in out["contents"] for part in c["parts"] if "text" in part]
+    assert "Images returned by tool call call_9f3a:" in texts and not any(GEMINI_CARRIED[8:] in t for t in texts)
+    answered = [part["functionResponse"] for c in out["contents"] for part in c["parts"] if "functionResponse" in part]
+    assert [r.get("id") for r in answered] == ["call_9f3a"]
+    # In the same turn, after the result (it said "in the next user message", true on chat alone).
+    assert answered[0]["response"] == {"output": "[1 image(s): attached after this result]"}
+    on_chat = _through("chat", body)["messages"]
+    assert f"Images returned by tool call {on_chat[-2]['tool_call_id']}:" in json.dumps(on_chat[-1])
+
+
 def test_stop_sequences_past_openais_four_keep_the_first_four() -> None:
     payload = {"model": "m", "max_tokens": 10, "messages": HI, "stop_sequences": ["a", "b", "c", "d", "e"]}
     assert chat(payload)["stop"] == ["a", "b", "c", "d"]

@@ -305,6 +305,28 @@ def test_codex_images_user_data_url_and_tool_output() -> None:
     assert follow["role"] == "user" and follow["content"][0]["type"] == "image_url"
 
 
+@pytest.mark.parametrize("upstream", ["chat", "messages", "gemini"])
+def test_codexs_image_result_says_where_the_image_is_on_every_upstream(upstream: str) -> None:
+    """Codex's ``view_image`` output (an image, no text) becomes a text result and the image
+    after it: in the next user message on chat, but in the same user turn, right after the
+    result, on Messages and Gemini, where "attached in the next message" was untrue (audit)."""
+    body = codex_request("codex-0.169-image-result")
+    target = {"chat": Target("qwen3-coder"), "messages": CLAUDE, "gemini": Target("gemini-2.5-flash")}[upstream]
+    out = default_translations().table["responses", upstream].request(body, target)
+    assert not isinstance(out, Refusal), out
+    said = "(the tool returned 1 image(s): attached after this result)"
+    if upstream == "chat":
+        tool, follow = out["messages"][-2:]
+        assert tool["content"] == said and follow["content"][-1]["type"] == "image_url"
+    elif upstream == "messages":
+        turn = out["messages"][-1]["content"]
+        assert [b["type"] for b in turn] == ["tool_result", "image"] and turn[0]["content"] == said
+    else:
+        parts = out["contents"][-1]["parts"]
+        assert [next(iter(p)) for p in parts] == ["functionResponse", "inlineData"]
+        assert parts[0]["functionResponse"]["response"] == {"output": said}
+
+
 def test_agents_sdk_requests() -> None:
     """The OpenAI Agents SDK 0.24: instructions, a strict function tool, reasoning effort and
     text verbosity, buffered; then the call and its output."""
