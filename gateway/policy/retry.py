@@ -148,8 +148,10 @@ class RetryPlan:
     def client_bound(self) -> bool:
         """Whether the request ended for the client's head time rather than for what the
         upstream did: its latest attempt cut at its share, or a retry not made because the
-        client would have given up first. Either says nothing of the upstream's health."""
-        return self.head_cut or (self.head_stop and self.stopped is StopReason.DEADLINE)
+        client would have given up first, while a fallback was left. Either says nothing of the
+        upstream's health; on the last upstream, which had all the client's time, the failure
+        it ended on is its own."""
+        return self.head_cut or (self.head_stop and self.stopped is StopReason.DEADLINE and not self.last_hop)
 
     def _class_cfg(self, t: ErrorType) -> RetryClassConfig | None:
         if t is ErrorType.RATE_LIMIT:

@@ -207,12 +207,35 @@ async def test_a_cut_at_the_clients_share_does_not_open_the_circuit_for_other_cl
     assert asked[-1] == (A, 300.0)
 
 
-async def test_the_clis_retry_of_a_504_at_57_s_reaches_the_upstream() -> None:
-    """Review: with the loop breaker on (the default) the 504 at 57 s was remembered, and the
-    CLI's retry of it answered from memory although the upstream had recovered. A failure the
-    client's head time made is not remembered: the retry is sent, and answered."""
-    one = "upstreams:\n  - {{name: a, base_url: '{A}', apis: [gemini], api_key: K}}\n"
-    out, asked = await _serve(one, {A: 1.0}, [_cli_first(), _cli_first()], hung_once=True)
-    assert [o[0] for o in out] == [504, 200]
-    assert "x-llm-from-memory" not in out[1][3]
-    assert asked == [(A, pytest.approx(57.0)), (A, pytest.approx(57.0))]
+async def test_a_504_at_57_s_on_the_last_upstream_is_its_failure_as_any_timeout() -> None:
+    """A first version counted nothing of a cut at the client's head time; then a hung pool key
+    (or lone upstream) was never left, its circuit never told, each CLI turn a 504 at 57 s
+    (review). Given all the client's time, the upstream failed it as any timeout does: the
+    loop breaker remembers it (the CLI's retries within the window answered from memory, the
+    window's end probing) and the circuit counts it."""
+    one = ("upstreams:\n  - {{name: a, base_url: '{A}', apis: [gemini], api_key: K}}\n"
+           "circuit_breaker: {{failure_threshold: 2, open_s: 60}}\n")  # fmt: skip
+    out, asked = await _serve(one, {A: None}, [_cli_first(), _cli_first(), _cli_first()])
+    assert [o[0] for o in out] == [504, 504, 504]
+    assert out[1][3].get("x-llm-from-memory") == "1"
+    assert asked == [(A, pytest.approx(57.0))]
+    loop_off = one + "loop_breaker: {{enabled: false}}\n"
+    out, asked = await _serve(loop_off, {A: None}, [_cli_first()] * 3)
+    assert [o[0] for o in out] == [504, 504, 503]  # two cuts counted: the circuit opens
+    assert len(asked) == 2
+
+
+async def test_a_hung_pool_key_is_left_once_its_cuts_open_its_circuit() -> None:
+    """Review: uncounted, a conversation homed on a hung key got a 504 at 57 s on every turn,
+    its healthy sibling never tried. Counted as the key's failures, its circuit opens after
+    failure_threshold of them and the pool steers past it."""
+    pool = ("upstreams:\n"
+            "  - {{name: a, base_url: '{A}', apis: [gemini], api_key: K, weight: 1000}}\n"
+            "  - {{name: b, base_url: '{B}', apis: [gemini], api_key: K, weight: 1}}\n"
+            "pools:\n  - {{name: p, models: ['gemini-*'], deployments: [a, b], strategy: weighted}}\n"
+            "loop_breaker: {{enabled: false}}\n"
+            "circuit_breaker: {{failure_threshold: 2, open_s: 600}}\n")  # fmt: skip
+    out, asked = await _serve(pool, {A: None, B: 1.0}, [_cli_first()] * 5)
+    assert [host for host, _ in asked].count(A) == 2
+    assert [o[0] for o in out][:2] == [504, 504] and [o[0] for o in out][-2:] == [200, 200]
+    assert all(o[3].get("x-llm-upstream") == "b" for o in out[-2:])
