@@ -304,10 +304,11 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         headers = request_headers(request.headers.items(), up.outbound, state.request_id)
         if api is None:  # /v1/models, say: what the upstream's one API requires, if it speaks one
             headers = required_for(headers, up.cfg)
-        mapped = up.cfg.upstream_model(model) if up.cfg.model_map and model is not None else None
+        mapped = (up.cfg.upstream_model(model) if up.cfg.model_map and model is not None
+                  and request.path in _GENERATION_PATHS else None)  # fmt: skip
         if mapped is not None and mapped != model:
-            # The upstream knows the model by its mapped name only (a count_tokens of the
-            # client's name was a count for a model never asked, or a 404).
+            # The upstream knows the generation model by its mapped name only (a count_tokens
+            # of the client's name was a count for a model never asked, or a 404).
             renamed = _with_model(payload, body, ctype, mapped)
             if renamed is not None:
                 return Call(up, request.method, up.cfg.base_url + url_for, headers, mode, body=renamed,
@@ -342,6 +343,13 @@ def _counted(body: bytes) -> Inbound | Failure:
         return doc
     admitted = admit_messages(body, doc)
     return bad_request(admitted.message, admitted.code) if isinstance(admitted, Rejection) else admitted
+
+
+# Passed-through paths whose ``model`` is the model that generates: named as model_map says.
+# Not /v1/embeddings, moderations, audio or images: their models are not the chat models a map
+# such as the shipped ``"*": <served model>`` names (an embedding asked of a chat model, review).
+_GENERATION_PATHS = frozenset({"/v1/messages/count_tokens", "/v1/responses/input_tokens",
+                               "/v1/responses/compact"})  # fmt: skip
 
 
 def _with_model(payload: dict[str, Any], body: bytes, ctype: str, model: str) -> bytes | None:

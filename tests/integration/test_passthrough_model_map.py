@@ -32,3 +32,15 @@ async def test_a_form_body_is_sent_as_it_came(make_gateway) -> None:  # type: ig
         await r.read()
     [seen] = gw.fake.requests
     assert seen.body == form
+
+
+async def test_an_embedding_keeps_its_model_under_a_map_of_chat_models(make_gateway) -> None:  # type: ignore[no-untyped-def]
+    # Review: the shipped config maps "*" to the served chat model; an embedding, a moderation or
+    # speech asked under it would have named the chat model.
+    gw = await make_gateway(upstream_yaml=", model_map: {'*': gpt-4o-mini}")
+    for path, model in (("/v1/embeddings", "text-embedding-3-small"), ("/v1/moderations", "omni-moderation-latest")):
+        async with gw.session.post(gw.base + path, json={"model": model, "input": "hi"}) as r:
+            await r.read()
+    assert [json.loads(r.body)["model"] for r in gw.fake.requests] == ["text-embedding-3-small",
+                                                                       "omni-moderation-latest"]
+
