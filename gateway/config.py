@@ -445,9 +445,9 @@ class UpstreamConfig(_Model):
         default=(),
         description="The model the upstream is asked for, by the requested model: a mapping of glob to name, "
         "first match wins; a model that matches none is sent as requested. Also on the paths passed through "
-        "that name the generating model (`/v1/messages/count_tokens`, `/v1/responses/input_tokens`, "
-        "`/v1/responses/compact`); not on embeddings, moderations, audio or images. Answers still name the "
-        "requested model where the API echoes one.",
+        "that name the generating model (`/v1/completions`, `/v1/messages/count_tokens`, "
+        "`/v1/responses/input_tokens`, `/v1/responses/compact`); not on embeddings, moderations, audio or "
+        "images. Answers still name the requested model where the API echoes one.",
     )
     first_token_s: float | None = Field(
         default=None, gt=0,

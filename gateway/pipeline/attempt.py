@@ -150,10 +150,12 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
         # The client's head goes with the first visible event of a stream, with the whole
         # answer otherwise: both timers must leave room for the next try. Half of the client's
         # time (a fallback follows), shorter than the upstream's own timers, a timeout of this
-        # attempt is the share's, not the upstream's. One given all the client's time failed
-        # the client as any timeout does: counted, or a hung pool key was never left, its
-        # circuit never told (review).
-        plan.head_cut = not plan.last_hop and share_s < min(
+        # attempt is the share's, not the upstream's. The request's first attempt with all the
+        # client's time failed it as any timeout does: counted, or a hung pool key was never
+        # left, its circuit never told (review); so is a circuit's probe, cut at half beside a
+        # sibling (the key failed before). A fallback after a cut one has only what is left.
+        whole = plan.last_hop and state.attempts == 1
+        plan.head_cut = not (whole or plan.circuit_probe) and share_s < min(
             left_s, svc.limits.first_byte_s, left_s if token_s is None else token_s)
         left_s = min(left_s, share_s)
     head_s = min(svc.limits.first_byte_s, left_s)

@@ -61,7 +61,7 @@ async def send_chain(
     hops = route.hops
     for h, hop in enumerate(hops):
         nxt = hops[h + 1].members[0] if h + 1 < len(hops) else None
-        plan.last_hop = nxt is None  # within a pool, also cleared while a sibling is left (pool.py)
+        plan.last_hop, plan.siblings_left = nxt is None, False  # a pool's hop says its own (pool.py)
         if hop.pool is not None:
             pooled = await send_pool(svc, state, plan, hop.pool, call_for, conversation, nxt)
             if isinstance(pooled, ErrorType):  # no deployment could take it now, and a later hop is left

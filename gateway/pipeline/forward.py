@@ -305,7 +305,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         if api is None:  # /v1/models, say: what the upstream's one API requires, if it speaks one
             headers = required_for(headers, up.cfg)
         mapped = (up.cfg.upstream_model(model) if up.cfg.model_map and model is not None
-                  and request.path in _GENERATION_PATHS else None)  # fmt: skip
+                  and request.path.removesuffix("/") in _GENERATION_PATHS else None)  # fmt: skip
         if mapped is not None and mapped != model:
             # The upstream knows the generation model by its mapped name only (a count_tokens
             # of the client's name was a count for a model never asked, or a 404).
@@ -349,7 +349,8 @@ def _counted(body: bytes) -> Inbound | Failure:
 # Not /v1/embeddings, moderations, audio or images: their models are not the chat models a map
 # such as the shipped ``"*": <served model>`` names (an embedding asked of a chat model, review).
 _GENERATION_PATHS = frozenset({"/v1/messages/count_tokens", "/v1/responses/input_tokens",
-                               "/v1/responses/compact"})  # fmt: skip
+                               "/v1/responses/compact", "/v1/completions", "/v1/chat/completions",
+                               "/v1/responses", "/v1/messages"})  # fmt: skip
 
 
 def _with_model(payload: dict[str, Any], body: bytes, ctype: str, model: str) -> bytes | None:

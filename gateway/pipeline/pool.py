@@ -387,7 +387,7 @@ async def send_across(
             return call
         why = "stored" if stored is not None else pool.cfg.strategy if not tried else "moved"
         _picked(svc, state, pool, up, why)
-        plan.last_hop = True  # siblings serve the same model: see _send
+        plan.last_hop, plan.siblings_left = True, others  # siblings serve the same model: see _send
         own_key = up.cfg.api_key is not None
 
         def moves(c: Classification, own_key: bool = own_key) -> bool:
@@ -502,7 +502,7 @@ async def _send(
     # model, so one slower than half (a thinking model's first token) was cut on each in turn,
     # two calls and a 504 where one call would have answered (review). A hung key among healthy
     # siblings is rarer than a slow model; the CLI's retry of its 504 is picked afresh.
-    plan.last_hop = nxt is None
+    plan.last_hop, plan.siblings_left = nxt is None, siblings_left
     if siblings_left:  # a failure that moves goes to the sibling at once, without a wait
         moves, cap = _always, 0
     elif nxt is not None:

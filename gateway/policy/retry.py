@@ -104,6 +104,10 @@ class RetryPlan:
     # relayed path, countTokens) and for a pool's deployments (siblings serve the same model,
     # as slow on each); pipeline/chain.py and pipeline/pool.py clear it while a fallback is left.
     last_hop: bool = True
+    # A pool deployment with a sibling still untried (pipeline/pool.py): its circuit's probe
+    # has half the client's head time, like a hop before a fallback, so that a hung key probed
+    # at each request still leaves its sibling time to answer (review).
+    siblings_left: bool = False
     # The latest attempt timed out at its share of the client's head time, sooner than the
     # upstream's own timeouts would have cut it: no evidence against the upstream (its
     # circuit, the outage note and the loop breaker leave it out; pipeline/send.py).
@@ -138,7 +142,8 @@ class RetryPlan:
         if self.head_by is None:
             return None
         left = max(0.0, self.head_by - self.now())
-        return left if self.last_hop or left / 2 < HEAD_FLOOR_S else left / 2
+        whole = self.last_hop and not (self.circuit_probe and self.siblings_left)
+        return left if whole or left / 2 < HEAD_FLOOR_S else left / 2
 
     def head_room(self, wait_s: float = 0.0) -> bool:
         """Whether an attempt starting ``wait_s`` from now would have at least ``HEAD_FLOOR_S``

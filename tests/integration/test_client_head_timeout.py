@@ -56,7 +56,7 @@ async def _ask(headers: dict[str, str], fallbacks: str = "[backup]") -> tuple[in
         return await real(request)
 
     await real.start()
-    runner = make_runner(create_app(cfg, sender=sender, monotonic=lambda: clock[0]), shutdown_timeout=0.5)
+    runner = make_runner(create_app(cfg, sender=sender, monotonic=lambda: clock[0], wall=lambda: clock[0]), shutdown_timeout=0.5)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     try:
@@ -131,7 +131,7 @@ async def _serve(
         return await real(request)
 
     await real.start()
-    runner = make_runner(create_app(cfg, sender=sender, monotonic=lambda: clock[0]), shutdown_timeout=0.5)
+    runner = make_runner(create_app(cfg, sender=sender, monotonic=lambda: clock[0], wall=lambda: clock[0]), shutdown_timeout=0.5)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     out = []
@@ -214,7 +214,7 @@ async def test_a_504_at_57_s_on_the_last_upstream_is_its_failure_as_any_timeout(
     loop breaker remembers it (the CLI's retries within the window answered from memory, the
     window's end probing) and the circuit counts it."""
     one = ("upstreams:\n  - {{name: a, base_url: '{A}', apis: [gemini], api_key: K}}\n"
-           "circuit_breaker: {{failure_threshold: 2, open_s: 60}}\n")  # fmt: skip
+           "circuit_breaker: {{failure_threshold: 2, probe_interval_s: 300, open_s: 600}}\n")  # fmt: skip
     out, asked = await _serve(one, {A: None}, [_cli_first(), _cli_first(), _cli_first()])
     assert [o[0] for o in out] == [504, 504, 504]
     assert out[1][3].get("x-llm-from-memory") == "1"
@@ -227,15 +227,33 @@ async def test_a_504_at_57_s_on_the_last_upstream_is_its_failure_as_any_timeout(
 
 async def test_a_hung_pool_key_is_left_once_its_cuts_open_its_circuit() -> None:
     """Review: uncounted, a conversation homed on a hung key got a 504 at 57 s on every turn,
-    its healthy sibling never tried. Counted as the key's failures, its circuit opens after
-    failure_threshold of them and the pool steers past it."""
+    its healthy sibling never tried. Counted, its circuit opens after failure_threshold of
+    them; each later request finds it half-open (probed every probe_interval_s beside a ready
+    sibling) and its probe has half the time, so the sibling answers in time (the clocks, wall
+    too, move as the calls take: a second review found a probe given all 57 s each time)."""
     pool = ("upstreams:\n"
             "  - {{name: a, base_url: '{A}', apis: [gemini], api_key: K, weight: 1000}}\n"
             "  - {{name: b, base_url: '{B}', apis: [gemini], api_key: K, weight: 1}}\n"
             "pools:\n  - {{name: p, models: ['gemini-*'], deployments: [a, b], strategy: weighted}}\n"
             "loop_breaker: {{enabled: false}}\n"
-            "circuit_breaker: {{failure_threshold: 2, open_s: 600}}\n")  # fmt: skip
+            "circuit_breaker: {{failure_threshold: 2}}\n")  # fmt: skip
     out, asked = await _serve(pool, {A: None, B: 1.0}, [_cli_first()] * 5)
-    assert [host for host, _ in asked].count(A) == 2
-    assert [o[0] for o in out][:2] == [504, 504] and [o[0] for o in out][-2:] == [200, 200]
-    assert all(o[3].get("x-llm-upstream") == "b" for o in out[-2:])
+    assert [o[0] for o in out] == [504, 504, 200, 200, 200]
+    assert all(o[3].get("x-llm-upstream") == "b" for o in out[2:])
+    assert all(o[2] <= 30.0 for o in out[2:])  # a probe of a at 28.5 s at most, then b's answer
+    assert [s for host, s in asked if host == A][:2] == [pytest.approx(57.0), pytest.approx(57.0)]
+
+
+async def test_a_slow_fallback_after_a_cut_primary_is_not_counted_against() -> None:
+    """Review: the fallback after a cut primary has only the other 28.5 s; counted as its
+    failure, a healthy fallback whose head takes 35 s opened its circuit after two CLI requests
+    and an SDK client that waits 300 s got a 503 instead of its answer."""
+    fall = ("upstreams:\n"
+            "  - {{name: a, base_url: '{A}', apis: [gemini], api_key: K, fallbacks: [b]}}\n"
+            "  - {{name: b, base_url: '{B}', apis: [gemini], api_key: K}}\n"
+            "loop_breaker: {{enabled: false}}\n"
+            "circuit_breaker: {{failure_threshold: 2, probe_interval_s: 1000, open_s: 1000}}\n")  # fmt: skip
+    captured = _cli_first()
+    out, asked = await _serve(fall, {A: None, B: 35.0}, [captured] * 3 + [(_SDK, captured[1], captured[2])])
+    assert [o[0] for o in out] == [504, 504, 504, 200]
+    assert out[-1][3].get("x-llm-upstream") == "b"
