@@ -12,7 +12,12 @@ whole request before any image is translated:
 2. while more than 20 would be sent, the oldest earlier images over 2000 pixels become notes,
    as many as bring the count to 20 (a conversation of Retina screenshots keeps its last 20);
 3. an image asked about now is judged by the count that is then sent: refused for its 2000
-   pixels only when even every earlier one over them left out leaves more than 20.
+   pixels only when even every earlier one over them left out leaves more than 20;
+4. while more than 100 would be sent, the oldest earlier images become notes: the guide's cap is
+   100 a request on a model of 200k tokens of context, 600 on the others, and which window a
+   model has is not known here (a session of many screenshots failed every later turn: "Too much
+   media: 0 document pages + 103 images > 100", claude-code #3397, #19822). One asked about now is
+   never left out for the count: those alone over it are Anthropic's to answer.
 
 Pure: what the images are (``Seen``) in, why each that cannot go does not (``Over``) out; the
 callers read the images and write the refusals and the notes.
@@ -36,6 +41,7 @@ IMAGE_MAX = 5 * 1024 * 1024
 SIDE_MAX = 8000
 MANY_IMAGES = 20
 MANY_SIDE_MAX = 2000
+MOST_IMAGES = 100
 
 K = TypeVar("K", bound=Hashable)
 
@@ -55,11 +61,12 @@ class Seen:
 class Over:
     """Why an image cannot go: its ``chars`` over ``IMAGE_MAX`` (``sides`` None), or its
     ``sides`` over ``SIDE_MAX``, or over ``MANY_SIDE_MAX`` in a request of more than
-    ``MANY_IMAGES`` images (``many``)."""
+    ``MANY_IMAGES`` images (``many``), or one too many of ``MOST_IMAGES`` (``count``)."""
 
     chars: int
     sides: tuple[int, int] | None = None
     many: bool = False
+    count: bool = False
 
 
 def plan(images: Mapping[K, Seen]) -> dict[K, Over]:
@@ -76,7 +83,7 @@ def plan(images: Mapping[K, Seen]) -> dict[K, Over]:
             if at not in over and image.sides is not None and max(image.sides) > MANY_SIDE_MAX]  # fmt: skip
     for at in wide:
         if sent <= MANY_IMAGES:
-            return over
+            break
         if not images[at].asked:  # the oldest first: ``images`` is in the request's order
             over[at] = Over(images[at].chars, images[at].sides, many=True)
             sent -= 1
@@ -84,4 +91,10 @@ def plan(images: Mapping[K, Seen]) -> dict[K, Over]:
         # Every earlier one over 2000 pixels is a note, and still too many: those asked about
         # now cannot go at their size.
         over |= {at: Over(images[at].chars, images[at].sides, many=True) for at in wide if at not in over}
+    for at, image in images.items():
+        if sent <= MOST_IMAGES:
+            break
+        if at not in over and not image.asked:
+            over[at] = Over(image.chars, image.sides, count=True)
+            sent -= 1
     return over

@@ -104,7 +104,16 @@ from gateway.apis.messages.claude_models import (
 from gateway.translate import image_size, json_schema, thinking_room, typed
 from gateway.translate.base import Context, Known, Refusal, Target, call_arguments, held, option_kind
 from gateway.translate.chat_messages.answer import ChatStream, chat_completion
-from gateway.translate.image_limits import IMAGE_MAX, MANY_IMAGES, MANY_SIDE_MAX, SIDE_MAX, Over, Seen, plan
+from gateway.translate.image_limits import (
+    IMAGE_MAX,
+    MANY_IMAGES,
+    MANY_SIDE_MAX,
+    MOST_IMAGES,
+    SIDE_MAX,
+    Over,
+    Seen,
+    plan,
+)
 from gateway.translate.tool_ids import to_anthropic_id
 from gateway.translate.typed import WrongType
 
@@ -522,6 +531,8 @@ def _image(spec: Any, where: str, asked: bool, over: Over | None) -> dict[str, A
             return {"type": "text", "text": _note(over, media_type)}
         return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
     if url.startswith(("http://", "https://")):
+        if over is not None and over.count and not asked:  # counted as Anthropic counts it
+            return {"type": "text", "text": _note(over, "by URL")}
         return {"type": "image", "source": {"type": "url", "url": url}}
     raise _Refused(f"{where}: an image must be a base64 data URL or an http(s) URL")
 
@@ -587,6 +598,9 @@ def over_words(over: Over) -> str:
 
 def _note(over: Over, media_type: str) -> str:
     """What the model reads where an earlier image was."""
+    if over.count:
+        return (f"[image ({media_type}) left out: the conversation holds more than the {MOST_IMAGES} images "
+                "Anthropic takes in a request, and the oldest go first]")
     if over.sides is None:
         return (f"[image ({media_type}) left out: its {over.chars:,} bytes of base64 are over the 5 MB "
                 f"({IMAGE_MAX:,} bytes) Anthropic takes per image]")

@@ -889,6 +889,22 @@ def test_an_earlier_image_left_out_for_its_bytes_does_not_count_toward_the_20() 
     assert messages_rules.refusal("/v1/messages", out, {}) is None
 
 
+def test_over_100_images_the_oldest_earlier_ones_become_notes_url_ones_too() -> None:
+    """Anthropic takes 100 images a request on a 200k-context model ("Too much media: 0 document
+    pages + 103 images > 100", claude-code #3397, #19822): a session of 102 small screenshots, the
+    oldest given by URL, failed every later turn. The two oldest are notes now, 100 go."""
+    small = images.data_url("image/png", images.png(10, 10))
+    parts = [{"type": "image_url", "image_url": {"url": "https://example.com/first.png"}}]
+    parts += [{"type": "image_url", "image_url": {"url": small}}] * 100
+    convo = [{"role": "user", "content": parts}, {"role": "assistant", "content": "Seen."},
+             {"role": "user", "content": [{"type": "image_url", "image_url": {"url": small}}]}]  # fmt: skip
+    out = req({"model": "m", "messages": convo})
+    assert kinds(out).count("image") == 100 and kinds(out)[:2] == ["note", "note"]
+    assert out["messages"][0]["content"][0]["text"] == (
+        "[image (by URL) left out: the conversation holds more than the 100 images Anthropic takes in a "
+        "request, and the oldest go first]")
+
+
 @pytest.mark.parametrize(("media_type", "text"), [
     ("text/plain", "alpha\nbeta"), ("text/markdown", "# Title\n\nbody"), ("text/csv", "a,b\n1,2"),
     ("application/json", '{"a": 1}'), ("text/plain", "caf\u00e9 \u2014 na\u00efve"),

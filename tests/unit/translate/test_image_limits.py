@@ -67,3 +67,18 @@ def test_an_image_whose_sides_are_not_known_counts_and_is_never_left_out() -> No
     """One given by URL (Anthropic fetches it) or whose header is not read: Anthropic judges it."""
     images = {k: earlier(None) for k in range(20)} | {20: now()}
     assert plan(images) == {20: Over(1000, RETINA, many=True)}
+
+
+def test_over_100_images_the_oldest_earlier_ones_are_left_out_whatever_their_size() -> None:
+    """A session of small screenshots: 103 images failed every later turn ("Too much media: 0
+    document pages + 103 images > 100", claude-code #3397). The oldest earlier go first, as many
+    as bring the count to 100; one asked about now is never left out for the count."""
+    images = {k: earlier(SMALL) for k in range(102)} | {102: now(SMALL)}
+    assert plan(images) == {k: Over(1000, SMALL, count=True) for k in range(3)}
+    asked = {k: now(SMALL) for k in range(101)}
+    assert plan(asked) == {}
+
+
+def test_the_count_is_taken_after_the_other_limits_left_theirs_out() -> None:
+    images = {0: earlier(chars=IMAGE_MAX + 1)} | {k: earlier(SMALL) for k in range(1, 101)} | {101: now(SMALL)}
+    assert plan(images) == {0: Over(IMAGE_MAX + 1), 1: Over(1000, SMALL, count=True)}
