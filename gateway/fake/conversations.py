@@ -33,7 +33,7 @@ from typing import Any
 
 from gateway.fake.messages import anthropic_error
 from gateway.fake.responses import responses_error
-from gateway.fake.steps import Reply, Stream, sse_data
+from gateway.fake.steps import Reply, response_in
 
 ROOT = "/v1/conversations"
 MAX_ADDED = 20  # "You may add up to 20 items at a time" (the items-create reference)
@@ -135,14 +135,7 @@ def turn_items(payload: dict[str, Any], step: object) -> list[Any]:
     message) and the output of its answer (a body, or a stream's ``response.completed``)."""
     given = payload.get("input")
     items: list[Any] = [{"role": "user", "content": given}] if isinstance(given, str) else list(given or ())
-    answer: Any = None
-    if isinstance(step, Reply) and 200 <= step.status < 300:
-        answer = step.body
-    elif isinstance(step, Stream):
-        for event in step.events:
-            data = event if isinstance(event, dict) else sse_data(event)
-            if isinstance(data, dict) and data.get("type") == "response.completed":
-                answer = data.get("response")
+    answer = response_in(step, "response.completed")
     output = answer.get("output") if isinstance(answer, dict) else None
     return items + (output if isinstance(output, list) else [])
 

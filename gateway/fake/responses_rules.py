@@ -91,7 +91,7 @@ from typing import Any
 
 from gateway.fake.chat_rules import NO_PROPERTIES, unnamed_properties
 from gateway.fake.responses import responses_error
-from gateway.fake.steps import Reply, Stream, sse_data
+from gateway.fake.steps import Reply, response_in
 
 MIN_OUTPUT_TOKENS = 16
 _REASONING = re.compile(r"(o1|o3|o4-mini)(-|$)|gpt-5(?!.*-chat)")
@@ -175,18 +175,11 @@ def unknown_previous(payload: dict[str, Any], stored: Mapping[str, Collection[st
 def issued(step: object) -> str | None:
     """The id of the response a Responses answer carries (a body, or a stream's
     ``response.created``), which the API stores unless asked not to; None for anything else."""
-    if isinstance(step, Reply):
-        body = step.body
-        ok = 200 <= step.status < 300 and isinstance(body, dict) and body.get("object") == "response"
-        return body["id"] if ok and isinstance(body.get("id"), str) else None
-    if isinstance(step, Stream):
-        for event in step.events:
-            data = event if isinstance(event, dict) else sse_data(event)
-            if isinstance(data, dict) and data.get("type") == "response.created":
-                response = data.get("response")
-                rid = response.get("id") if isinstance(response, dict) else None
-                return rid if isinstance(rid, str) else None
-    return None
+    response = response_in(step, "response.created")
+    if not isinstance(response, dict) or (isinstance(step, Reply) and response.get("object") != "response"):
+        return None
+    rid = response.get("id")
+    return rid if isinstance(rid, str) else None
 
 
 def _shape(payload: dict[str, Any]) -> Reply | None:

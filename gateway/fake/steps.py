@@ -73,3 +73,16 @@ def sse_data(raw: Any) -> Any:
             except ValueError:
                 return None
     return None
+
+
+def response_in(step: object, event: str) -> Any:
+    """The Responses answer a step carries: a 2xx body, or the ``response`` of a stream's
+    first ``event`` (``response.created``, ``response.completed``); None for anything else."""
+    if isinstance(step, Reply):
+        return step.body if 200 <= step.status < 300 else None
+    if isinstance(step, Stream):
+        for raw in step.events:
+            data = raw if isinstance(raw, dict) else sse_data(raw)
+            if isinstance(data, dict) and data.get("type") == event:
+                return data.get("response")
+    return None
