@@ -377,8 +377,9 @@ class UpstreamConfig(_Model):
     context_window: int | None = Field(
         default=None, gt=0,
         description="The model's context window, in tokens: used to recognise an overflow from the request's "
-        "size, to size compression and tool-output shares, to pick a larger fallback, and to lower an output "
-        "budget that cannot fit beside the prompt before it is sent.",
+        "size, to size compression and tool-output shares, to pick a larger fallback, to lower an output "
+        "budget that cannot fit beside the prompt before it is sent, and, over 200,000 on a model behind the "
+        "Messages API whose name does not say its window, to keep up to 600 images a request instead of 100.",
     )  # fmt: skip
     max_output_tokens: int | None = Field(
         default=None, gt=0,

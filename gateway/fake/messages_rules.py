@@ -131,10 +131,14 @@ Anthropic. Each rule here is one Anthropic applies, worded as it words it (400
   "The maximal dimensions per image are 8000x8000 px. If you submit more than 20 images in one API
   request, this limit is reduced to 2000x2000 px."). Every image block counts, a tool result's and
   one by URL included; the sides are read from the file's header by the gateway's own reader
-  (``translate/image_size.py``, tested on real files of each type), as the fake has no other. The
-  guide's cap on the count (100 images a request on a model with a 200k-token context window, 600
-  on the others; "Too much media: 0 document pages + 103 images > 100", claude-code #3397) is not
-  judged: which models have which window is not known here.
+  (``translate/image_size.py``, tested on real files of each type), as the fake has no other;
+- "Too much media: 0 document pages + N images > 100": more images than the guide's cap, "up to
+  600 for API requests (100 for models with a 200k-token context window)" (the vision guide),
+  worded as Claude Code's sessions were refused (https://github.com/anthropics/claude-code/issues/3397,
+  /19822 and /24541, with request ids). Judged where the fake knows the model's window
+  (``most_images``: 1M on Opus and Sonnet 4.6 and later, Haiku 5.5, Fable and Mythos 5, each
+  model's overview page; 200k on the older ones) and counted as the rule above counts; a PDF's
+  pages are not read here, and count 0.
 
 And on the rest of the request:
 
@@ -392,6 +396,9 @@ _TTL = ("cache_control.ttl: a ttl='1h' cache_control block must not come after a
 _IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 _IMAGE_WORDS = "Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'"
 IMAGE_MAX = 5 * 1024 * 1024  # of base64 text
+MOST_IMAGES, MOST_IMAGES_LONG = 100, 600  # a request's images on a 200k window, on a larger one
+# The first version of each family with a context window of 1M tokens (``most_images``).
+_LONG_WINDOW_FROM = {"opus": (4, 6), "sonnet": (4, 6), "haiku": (5, 5), "fable": (5, 0), "mythos": (5, 0)}
 # Pixels a side, and in a request of more than MANY_IMAGES images (``_unreadable``).
 SIDE_MAX, MANY_IMAGES, MANY_SIDE_MAX = 8000, 20, 2000
 _SIDES = "image.source.base64.data: At least one of the image dimensions exceed max allowed size"
@@ -475,7 +482,7 @@ def _why(payload: dict[str, Any], betas: str, thought: Collection[str], org: str
             or _input_schema(payload.get("tools"))
             or _stop_sequences(payload.get("stop_sequences")) or _budget_floor(payload.get("thinking"))
             or _user_id(payload.get("metadata")) or _tool_blocks(messages)
-            or _conversation(messages)
+            or _conversation(messages) or _too_much_media(payload.get("model"), messages)
             or _undeclared_tools(payload.get("tools"), messages) or _prefill(payload.get("model"), messages)
             or _prefill_with_format(payload, messages)
             or _signatures(messages, org) or _removed_samplers(payload) or _samplers(payload)
@@ -634,6 +641,23 @@ def _images(messages: list[Any]) -> int:
     inner = [b.get("content") for b in blocks if b.get("type") == "tool_result"]
     blocks += [p for parts in inner if isinstance(parts, list) for p in parts if isinstance(p, dict)]
     return sum(1 for b in blocks if b.get("type") == "image")
+
+
+def most_images(model: Any) -> int | None:
+    """The most images a request takes on this model (the vision guide's cap by context window),
+    or None for a model whose window the fake does not know (not judged)."""
+    named = _NAMED.search(model) if isinstance(model, str) else None
+    if named is not None and named["major"]:
+        version = (int(named["major"]), int(named["minor"] or 0))
+        return MOST_IMAGES_LONG if version >= _LONG_WINDOW_FROM[named["family"]] else MOST_IMAGES
+    return MOST_IMAGES if isinstance(model, str) and _NUMBERED.search(model) else None
+
+
+def _too_much_media(model: Any, messages: list[Any]) -> str | None:
+    most, count = most_images(model), _images(messages)
+    if most is None or count <= most:
+        return None
+    return f"Too much media: 0 document pages + {count} images > {most}"
 
 
 def _image_type(message: dict[str, Any], where: str, many: bool = False) -> str | None:

@@ -170,7 +170,7 @@ def _dumped(payload: Mapping[str, Any], lenient: bool) -> bytes | Failure:
 
 
 def target_of(call: Call) -> Target:
-    return Target(call.wire_model or "", call.up.cfg.stream_usage)
+    return Target(call.wire_model or "", call.up.cfg.stream_usage, context_window=call.up.cfg.context_window)
 
 
 def _model(payload: dict[str, Any]) -> str | None:

@@ -49,8 +49,10 @@ class Leg:
         """The payload to send (the same object when nothing changes: sent byte for byte)."""
         if self.translator is not None:
             target = self.target
-            if target is None or target.stream_usage != stream_usage:
+            if target is None:
                 target = Target(self.model or requested or "", stream_usage)
+            elif target.stream_usage != stream_usage:
+                target = target._replace(stream_usage=stream_usage)
             return request_in(self.translator, payload, target)
         if self.model is not None and payload.get("model") != self.model:
             return {**payload, "model": self.model}
@@ -185,7 +187,8 @@ class Translations:
             if translator is not None:
                 model = model or requested
                 return Leg(client, DIALECT_FOR_API[api], translator, model,
-                           Target(model or "", up.stream_usage), f"{client.api}->{api}")  # fmt: skip
+                           Target(model or "", up.stream_usage, context_window=up.context_window),
+                           f"{client.api}->{api}")  # fmt: skip
         spoken = ", ".join(up.apis)
         return NoLeg(
             f"upstream '{up.name}' speaks {spoken}, and the gateway has no translation from "

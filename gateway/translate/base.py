@@ -47,6 +47,9 @@ class Target(NamedTuple):
     # Gemini → chat → Messages), "" when the request is sent as this translator makes it: a
     # field or part the next translator carries may be written though a chat server takes none.
     onward: str = ""
+    # The upstream's configured ``context_window``: where the model's own is not known from its
+    # name, what Anthropic's cap on images in a request is read from (``image_limits``).
+    context_window: int | None = None
 
 
 @dataclass(slots=True)

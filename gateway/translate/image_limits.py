@@ -13,11 +13,13 @@ whole request before any image is translated:
    as many as bring the count to 20 (a conversation of Retina screenshots keeps its last 20);
 3. an image asked about now is judged by the count that is then sent: refused for its 2000
    pixels only when even every earlier one over them left out leaves more than 20;
-4. while more than 100 would be sent, the oldest earlier images become notes: the guide's cap is
-   100 a request on a model of 200k tokens of context, 600 on the others, and which window a
-   model has is not known here (a session of many screenshots failed every later turn: "Too much
-   media: 0 document pages + 103 images > 100", claude-code #3397, #19822). One asked about now is
-   never left out for the count: those alone over it are Anthropic's to answer.
+4. while more than the cap would be sent, the oldest earlier images become notes. The vision
+   guide's cap: "up to 600 for API requests (100 for models with a 200k-token context window)"
+   (https://platform.claude.com/docs/en/build-with-claude/vision), so 600 on a model of a larger
+   window, 100 on one of 200k or whose window is not known (``most_images``); a session of many
+   screenshots over it failed every later turn ("Too much media: 0 document pages + 103 images >
+   100", claude-code #3397, #19822). One asked about now is never left out for the count: those
+   alone over it are Anthropic's to answer.
 
 Pure: what the images are (``Seen``) in, why each that cannot go does not (``Over``) out; the
 callers read the images and write the refusals and the notes.
@@ -41,7 +43,9 @@ IMAGE_MAX = 5 * 1024 * 1024
 SIDE_MAX = 8000
 MANY_IMAGES = 20
 MANY_SIDE_MAX = 2000
-MOST_IMAGES = 100
+MOST_IMAGES = 100  # a request's images on a model of a 200k-token window, or of one not known
+MOST_IMAGES_LONG = 600  # on a model of a larger window
+SHORT_WINDOW = 200_000
 
 K = TypeVar("K", bound=Hashable)
 
@@ -61,17 +65,25 @@ class Seen:
 class Over:
     """Why an image cannot go: its ``chars`` over ``IMAGE_MAX`` (``sides`` None), or its
     ``sides`` over ``SIDE_MAX``, or over ``MANY_SIDE_MAX`` in a request of more than
-    ``MANY_IMAGES`` images (``many``), or one too many of ``MOST_IMAGES`` (``count``)."""
+    ``MANY_IMAGES`` images (``many``), or one too many of the ``most`` a request takes (``count``)."""
 
     chars: int
     sides: tuple[int, int] | None = None
     many: bool = False
     count: bool = False
+    most: int = MOST_IMAGES
 
 
-def plan(images: Mapping[K, Seen]) -> dict[K, Over]:
+def most_images(window: int | None) -> int:
+    """The most images a request takes on a model of a ``window``-token context window (None:
+    not known, held to the lower cap: a note too many costs less than a session refused)."""
+    return MOST_IMAGES_LONG if window is not None and window > SHORT_WINDOW else MOST_IMAGES
+
+
+def plan(images: Mapping[K, Seen], most: int = MOST_IMAGES) -> dict[K, Over]:
     """The images of ``images`` (in the request's order, each under where it is) that are not
-    sent as they are, and why: a note when it is earlier, a refusal when it is asked about."""
+    sent as they are, and why: a note when it is earlier, a refusal when it is asked about;
+    ``most``: the images the request may hold (``most_images``)."""
     over: dict[K, Over] = {}
     for at, image in images.items():
         if image.chars > IMAGE_MAX:
@@ -92,9 +104,9 @@ def plan(images: Mapping[K, Seen]) -> dict[K, Over]:
         # now cannot go at their size.
         over |= {at: Over(images[at].chars, images[at].sides, many=True) for at in wide if at not in over}
     for at, image in images.items():
-        if sent <= MOST_IMAGES:
+        if sent <= most:
             break
         if at not in over and not image.asked:
-            over[at] = Over(image.chars, image.sides, count=True)
+            over[at] = Over(image.chars, image.sides, count=True, most=most)
             sent -= 1
     return over

@@ -184,6 +184,24 @@ def test_more_than_20_images_hold_each_to_2000_pixels_claude_code_49537() -> Non
     assert refused(in_result, tools=BASH) == many
 
 
+@pytest.mark.parametrize(("model", "most"), [
+    ("claude-sonnet-4-5-20250929", 100), ("claude-opus-4-5", 100), ("claude-haiku-4-5", 100),
+    ("claude-3-7-sonnet-latest", 100), ("claude-opus-4-6", 600), ("claude-sonnet-4-6", 600),
+    ("claude-opus-5", 600), ("claude-haiku-5-5", 600), ("claude-fable-5", 600),
+    ("us.anthropic.claude-opus-4-7-v1:0", 600), ("claude-mythos-preview", None), ("claude-x", None),
+])  # fmt: skip
+def test_more_images_than_the_models_window_takes_claude_code_3397(model: str, most: int | None) -> None:
+    """"Too much media: 0 document pages + 103 images > 100" (claude-code #3397, #19822): the vision
+    guide's "up to 600 for API requests (100 for models with a 200k-token context window)", judged
+    where the fake knows the window, a tool result's images counted too."""
+    for count in (100, 101, 600, 601):
+        convo = [user(*[png_block(10)] * (count - 1)), assistant(call("toolu_1")),
+                 user({"type": "tool_result", "tool_use_id": "toolu_1", "content": [png_block(10)]})]  # fmt: skip
+        over = most is not None and count > most
+        words = f"Too much media: 0 document pages + {count} images > {most}" if over else None
+        assert refused(convo, tools=BASH, model=model) == words
+
+
 def test_max_tokens_is_required() -> None:
     reply = refusal(PATH, {"model": "claude-x", "messages": [user(text("hi"))]}, {})
     assert reply is not None and reply.body["error"]["message"] == "max_tokens: Field required"

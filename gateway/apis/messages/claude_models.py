@@ -48,6 +48,12 @@ BUDGET = Thinking(adaptive=False, efforts=frozenset())
 NO_THINKING = Thinking(adaptive=False, efforts=frozenset(), thinks=False)
 _ADAPTIVE_46 = Thinking(adaptive=True, efforts=frozenset({"low", "medium", "high", "max"}))
 _ADAPTIVE = Thinking(adaptive=True, efforts=frozenset({"low", "medium", "high", "xhigh", "max"}))
+# Context windows of more than 200k tokens (each model's overview page on platform.claude.com,
+# "Context window: 1M tokens": Opus 4.6, 4.8 and 5.5, Sonnet 4.6, Haiku 5.5, Fable 5; Opus 4.7 on
+# Bedrock's model card; Opus and Sonnet 5 in their migration guides, "the 1M token context
+# window (the default, with no beta header)"). Opus, Sonnet and Haiku 4.5 and older: 200K.
+LONG_WINDOW = 1_000_000
+SHORT_WINDOW = 200_000
 
 
 def takes_prefill(model: str) -> bool:
@@ -73,6 +79,21 @@ def thinking_for(model: str) -> Thinking:
     if version == (4, 6):
         return _ADAPTIVE_46
     return BUDGET
+
+
+def context_window(model: str) -> int | None:
+    """The model's context window in tokens as Anthropic documents it (``LONG_WINDOW`` above),
+    or None for a name not read here (Mythos Preview, a model behind a compatible server)."""
+    found = _NAMED.search(model.lower())
+    if found is None:
+        return SHORT_WINDOW if _NUMBERED.search(model.lower()) is not None else None
+    version = _version(found)
+    if version is None:
+        return None
+    if found["line"]:
+        return LONG_WINDOW if version >= (5, 0) else None
+    least = (5, 5) if found["tier"] == "haiku" else (4, 6)
+    return LONG_WINDOW if version >= least else SHORT_WINDOW
 
 
 def takes_sampling(model: str) -> bool:

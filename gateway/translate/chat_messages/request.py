@@ -94,6 +94,7 @@ from typing import Any
 from gateway.apis.messages import binding
 from gateway.apis.messages.claude_models import (
     FORCED,
+    context_window,
     is_claude,
     takes_forced_tool,
     takes_prefill,
@@ -108,10 +109,10 @@ from gateway.translate.image_limits import (
     IMAGE_MAX,
     MANY_IMAGES,
     MANY_SIDE_MAX,
-    MOST_IMAGES,
     SIDE_MAX,
     Over,
     Seen,
+    most_images,
     plan,
 )
 from gateway.translate.tool_ids import to_anthropic_id
@@ -215,7 +216,8 @@ class ChatToMessages:
 
 def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
     _refuse_uncarried(p)
-    system, messages = _conversation(typed.objects(p.get("messages"), ("messages",)))
+    most = most_images(context_window(target.model) or target.context_window)
+    system, messages = _conversation(typed.objects(p.get("messages"), ("messages",)), most)
     if not messages:
         # Empty messages vanish in translation (Anthropic refuses an empty text block); with
         # nothing left, Anthropic refuses the request ("messages: at least one message is
@@ -378,12 +380,15 @@ def _refuse_uncarried(p: Mapping[str, Any]) -> None:
         )
 
 
-def _conversation(items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The top-level system blocks, and the turns with one role each, tool results first."""
+def _conversation(
+    items: list[dict[str, Any]], most: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The top-level system blocks, and the turns with one role each, tool results first;
+    ``most``: the images the model takes in a request (``image_limits.most_images``)."""
     system: list[dict[str, Any]] = []
     turns: list[dict[str, Any]] = []
     asked = asked_from(items, lambda m: m.get("role") == "assistant")
-    over = _image_plan(items, asked)
+    over = _image_plan(items, asked, most)
     for i, m in enumerate(items):
         role = typed.text(m.get("role"), ("messages", i, "role"))
         if role in ("system", "developer"):
@@ -473,7 +478,7 @@ def _text_block(part: dict[str, Any], kind: str, at: typed.Path) -> list[dict[st
     return [block]
 
 
-def _image_plan(items: list[dict[str, Any]], asked: int) -> dict[tuple[int, int], Over]:
+def _image_plan(items: list[dict[str, Any]], asked: int, most: int) -> dict[tuple[int, int], Over]:
     """The image parts of a chat conversation that cannot go as they are, by (message, part):
     every image part becomes an Anthropic image (a tool message carries text only); ``asked``:
     the first message of what the client asks about now."""
@@ -486,7 +491,7 @@ def _image_plan(items: list[dict[str, Any]], asked: int) -> dict[tuple[int, int]
             if isinstance(part, dict) and part.get("type") == "image_url":
                 spec = part.get("image_url")
                 seen[i, j] = image_seen(spec.get("url") if isinstance(spec, dict) else spec, i >= asked)
-    return plan(seen)
+    return plan(seen, most)
 
 
 def _user_blocks(
@@ -599,7 +604,7 @@ def over_words(over: Over) -> str:
 def _note(over: Over, media_type: str) -> str:
     """What the model reads where an earlier image was."""
     if over.count:
-        return (f"[image ({media_type}) left out: the conversation holds more than the {MOST_IMAGES} images "
+        return (f"[image ({media_type}) left out: the conversation holds more than the {over.most} images "
                 "Anthropic takes in a request, and the oldest go first]")
     if over.sides is None:
         return (f"[image ({media_type}) left out: its {over.chars:,} bytes of base64 are over the 5 MB "

@@ -1505,3 +1505,33 @@ def test_a_blank_tool_result_says_so_in_words(content: Any) -> None:
     # A result with text keeps it as it came.
     kept = req({**payload, "messages": [*payload["messages"][:2], {**payload["messages"][2], "content": "\nok\n"}]})
     assert kept["messages"][-1]["content"][0]["content"] == "\nok\n"
+
+
+# --- the image cap by context window -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("target", "most"), [
+    (Target("claude-opus-5"), 600), (Target("claude-opus-4-6"), 600), (Target("claude-sonnet-5-5"), 600),
+    (Target("claude-haiku-5-5"), 600), (Target("us.anthropic.claude-fable-5-1"), 600),
+    (Target("claude-sonnet-4-5-20250929"), 100), (Target("claude-opus-4-5-20251101"), 100),
+    (Target("claude-haiku-4-5"), 100), (Target("claude-3-7-sonnet-latest"), 100), (Target("qwen3-vl"), 100),
+    # a window the upstream's config states, where the name says none; the name's wins where it does
+    (Target("qwen3-vl", context_window=1_000_000), 600), (Target("qwen3-vl", context_window=200_000), 100),
+    (Target("claude-sonnet-4-5", context_window=1_000_000), 100),
+])  # fmt: skip
+def test_the_images_a_request_keeps_follow_the_models_context_window(target: Target, most: int) -> None:
+    """Anthropic's vision guide: "up to 600 for API requests (100 for models with a 200k-token
+    context window)"; Opus 4.6 and 5, Sonnet 5.5, Haiku 5.5 and Fable 5.1 have 1M (their model
+    pages). 150 small PNGs reached claude-opus-5 as 100 images and 50 notes (audit), and 601 there
+    still leave out the oldest one, in words that name the cap."""
+    small = images.data_url("image/png", images.png(10, 10))
+    for count in (150, 601):
+        convo = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": small}}] * count},
+                 {"role": "assistant", "content": "Seen."}, {"role": "user", "content": "And now?"}]  # fmt: skip
+        out = req({"model": "m", "messages": convo}, target)
+        assert kinds(out).count("image") == min(count, most) and kinds(out).count("note") == count - min(count, most)
+        assert messages_rules.refusal("/v1/messages", out, {}) is None
+    assert out["messages"][0]["content"][0]["text"] == (
+        f"[image (image/png) left out: the conversation holds more than the {most} images Anthropic takes in "
+        "a request, and the oldest go first]")
+

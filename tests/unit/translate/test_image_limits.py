@@ -4,7 +4,7 @@ images) and the 5 MB of base64 an image may be, applied to what is sent, not to 
 
 from __future__ import annotations
 
-from gateway.translate.image_limits import IMAGE_MAX, Over, Seen, plan
+from gateway.translate.image_limits import IMAGE_MAX, Over, Seen, most_images, plan
 
 RETINA = (2880, 1800)  # a MacBook's screenshot
 SMALL = (500, 500)
@@ -82,3 +82,12 @@ def test_over_100_images_the_oldest_earlier_ones_are_left_out_whatever_their_siz
 def test_the_count_is_taken_after_the_other_limits_left_theirs_out() -> None:
     images = {0: earlier(chars=IMAGE_MAX + 1)} | {k: earlier(SMALL) for k in range(1, 101)} | {101: now(SMALL)}
     assert plan(images) == {0: Over(IMAGE_MAX + 1), 1: Over(1000, SMALL, count=True)}
+
+
+def test_a_model_of_a_window_over_200k_takes_600_images_one_of_200k_or_unknown_100() -> None:
+    """The vision guide: "up to 600 for API requests (100 for models with a 200k-token context
+    window)"; a window not known is held to 100."""
+    assert (most_images(1_000_000), most_images(200_000), most_images(None)) == (600, 100, 100)
+    earlier = {k: Seen(100, (10, 10), asked=False) for k in range(601)}
+    assert plan(earlier, 600) == {0: Over(100, (10, 10), count=True, most=600)}
+    assert len(plan(earlier)) == 501
