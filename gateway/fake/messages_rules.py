@@ -213,6 +213,14 @@ And on the rest of the request:
   quoted in https://github.com/UKGovernmentBEIS/inspect_ai/pull/5176 and in others' live runs.
   Fable 5, Mythos 5, Opus 5 and Sonnet 5 take a forced choice; ``claude-mythos-preview`` is not
   judged;
+- '"thinking.type.disabled" is not supported for this model. Use "thinking.type.adaptive" and
+  "output_config.effort" to control thinking behavior.': thinking turned off on the models that
+  think on every request, the same ones (``FORCING_REFUSED``): "Turning thinking off or setting a
+  thinking budget is rejected" (the Opus 5.5 migration guide, which names the set that came with
+  Fable 5.1), and Sonnet 5.5's lists ``thinking: {"type": "disabled"}`` among its 400s. Quoted as
+  answered live on Opus 5.5 (dev.to/persimmoq, "5 settings that return 400 when you only change
+  the model name", 2026-10-06). Opus 5's refusal of it at effort xhigh or max is not judged: its
+  words are not quoted;
 - "`temperature` is deprecated for this model." (https://github.com/RooCodeInc/Roo-Code/issues/12162;
   on Opus 4.7, https://github.com/TestPlanIt/testplanit/issues/220), "`top_p` is deprecated for
   this model." and "`top_k` is deprecated for this model." (claude-sonnet-5, with request ids
@@ -383,7 +391,8 @@ _TOOL_USE_ID = re.compile(r"[a-zA-Z0-9_-]+")
 INTERLEAVED = "interleaved-thinking"
 # The beta ``thinking.block_binding`` is refused without (``_unbound``).
 BINDING_BETA = "thinking-binding-controls-2026-08-01"
-# From which version on a line refuses a forced tool_choice (``_forced_tool``).
+# From which version on a line thinks on every request, refusing a forced tool_choice and thinking
+# turned off (``_always_thinks``).
 FORCING_REFUSED = {"fable": (5, 1), "mythos": (5, 1), "opus": (5, 5), "sonnet": (5, 5)}
 _NOT_FORCED = 'tool_choice: type "tool" and "any" are not supported for this model.'
 _WITH_PREFILL = "structured outputs cannot be used with a prefilled assistant message"
@@ -773,6 +782,9 @@ def _user_id(metadata: Any) -> str | None:
 def _thinking(payload: dict[str, Any], thought: Collection[str], interleaved: bool = False) -> str | None:
     thinking = payload.get("thinking")
     kind = thinking.get("type") if isinstance(thinking, dict) else None
+    if kind == "disabled" and _always_thinks(payload.get("model")):
+        return ('"thinking.type.disabled" is not supported for this model. Use "thinking.type.adaptive" '
+                'and "output_config.effort" to control thinking behavior.')  # fmt: skip
     if kind not in ("enabled", "adaptive"):
         return None
     takes = thinking_types(payload.get("model"))
@@ -901,16 +913,20 @@ def _removed_samplers(payload: dict[str, Any]) -> str | None:
 
 
 def _forced_tool(payload: dict[str, Any]) -> str | None:
-    choice, model = payload.get("tool_choice"), payload.get("model")
-    if not isinstance(choice, dict) or choice.get("type") not in ("any", "tool") or not isinstance(model, str):
+    choice = payload.get("tool_choice")
+    if not isinstance(choice, dict) or choice.get("type") not in ("any", "tool"):
         return None
-    named = _NAMED.search(model)
+    return _NOT_FORCED if _always_thinks(payload.get("model")) else None
+
+
+def _always_thinks(model: Any) -> bool:
+    """Whether the model thinks on every request, and so takes neither a forced tool nor
+    thinking turned off (``FORCING_REFUSED``)."""
+    named = _NAMED.search(model) if isinstance(model, str) else None
     if named is None or not named["major"]:
-        return None
+        return False
     since = FORCING_REFUSED.get(named["family"])
-    if since is not None and (int(named["major"]), int(named["minor"] or 0)) >= since:
-        return _NOT_FORCED
-    return None
+    return since is not None and (int(named["major"]), int(named["minor"] or 0)) >= since
 
 
 def _samplers(payload: dict[str, Any]) -> str | None:

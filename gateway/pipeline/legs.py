@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 from gateway import jsonbody
 from gateway.apis.base import Dialect, Inbound
 from gateway.apis.messages import binding as messages_binding
+from gateway.apis.messages import effort as messages_effort
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.outcome import Failure, RequestState, bad_request
 from gateway.policy.foreign_reasoning import loop_unthought
@@ -152,10 +153,12 @@ def _went_off(call: Call, sent: Mapping[str, Any]) -> bool:
 
 
 def _with_betas(headers: Mapping[str, str], wire: Dialect, payload: Mapping[str, Any]) -> Mapping[str, str]:
-    """``headers`` with the beta a translated Messages body's fields need (``block_binding``:
-    ``apis/messages/binding.py``) joined to the betas already there; the same object when none
-    is needed."""
-    needed = messages_binding.betas(payload) if wire.api == "messages" else ()
+    """``headers`` with the betas a translated Messages body's fields need (``block_binding``:
+    ``apis/messages/binding.py``; Opus 4.5's effort: ``apis/messages/effort.py``) joined to the
+    betas already there; the same object when none is needed."""
+    if wire.api != "messages":
+        return headers
+    needed = (*messages_binding.betas(payload), *messages_effort.betas(payload))
     return with_added(headers, needed) if needed else headers
 
 

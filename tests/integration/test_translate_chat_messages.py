@@ -14,6 +14,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from gateway.fake.messages import sign
+from tests import images
 from tests.fakeupstream import Reply, Stream, anthropic_message, anthropic_overflow, named_events
 
 CORPUS = Path(__file__).parents[1] / "corpus"
@@ -494,3 +495,42 @@ async def test_thinking_replayed_to_a_model_that_binds_it_survives_the_prefix_th
                                                  "signature": sign("Look it up first.")}  # fmt: skip
     assert body["thinking"] == {"type": "adaptive", "block_binding": {"prefix_mismatch_behavior": "drop_block"}}
     assert turn2.headers["anthropic-beta"] == "thinking-binding-controls-2026-08-01"
+
+
+OPUS_5 = ", apis: [messages], model_map: {'gpt-*': claude-opus-5}"
+OPUS_45 = ", apis: [messages], model_map: {'gpt-*': claude-opus-4-5-20251101}"
+
+
+async def test_150_screenshots_reach_claude_opus_5_whole_and_no_thinking_stays_off(make_gateway, clients) -> None:
+    """Anthropic's vision guide takes "up to 600 for API requests (100 for models with a 200k-token
+    context window)", and Opus 5's is 1M: 150 small PNGs from the openai SDK reached it as 100
+    images and 50 notes (audit). And `reasoning_effort: "none"` went without `thinking`, which on
+    Opus 5 thinks ("pass thinking: {type: "disabled"}", its migration guide)."""
+    gw = await make_gateway(upstream_yaml=OPUS_5)
+    shot = {"type": "image_url", "image_url": {"url": images.data_url("image/png", images.png(10, 10))}}
+    convo: list[Any] = [{"role": "user", "content": [shot] * 150}, {"role": "assistant", "content": "Seen."},
+                        {"role": "user", "content": "Which one is red?"}]  # fmt: skip
+    done = await clients(gw).chat.completions.create(model="gpt-4o", messages=convo, reasoning_effort="none")
+    assert done.choices[0].message.content
+    [sent] = gw.fake.messages_requests()
+    body = sent.json()
+    assert [b["type"] for b in body["messages"][0]["content"]] == ["image"] * 150
+    assert body["thinking"] == {"type": "disabled"} and "output_config" not in body
+
+
+async def test_opus_4_5_gets_the_clients_effort_with_its_beta_a_forced_tool_too(make_gateway, clients) -> None:
+    """Claude Opus 4.5 takes `output_config.effort` behind `anthropic-beta: effort-2025-11-24`
+    (the claude-code Opus 4.5 migration skill's effort.md), with or without thinking: a chat
+    client's effort never reached it. A forced tool drops thinking, not the effort."""
+    gw = await make_gateway(upstream_yaml=OPUS_45)
+    gw.fake.script(Reply(200, anthropic_message(model="claude-opus-4-5-20251101")), Reply(200, TOOL_CALL))
+    client = clients(gw)
+    await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "Hi"}],
+                                         reasoning_effort="medium", max_completion_tokens=8000)  # fmt: skip
+    await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "Weather?"}],
+                                         tools=WEATHER, tool_choice="required", reasoning_effort="low")  # fmt: skip
+    first, second = gw.fake.messages_requests()
+    assert first.json()["thinking"]["type"] == "enabled" and first.json()["output_config"] == {"effort": "medium"}
+    assert "thinking" not in second.json() and second.json()["output_config"] == {"effort": "low"}
+    for sent in (first, second):
+        assert sent.headers["anthropic-beta"] == "effort-2025-11-24"

@@ -900,6 +900,22 @@ def test_a_forced_tool_choice_on_the_models_that_refuse_forcing(model: str, word
         assert refused(HI, model=model, tools=BASH, tool_choice=choice) is None
 
 
+OFF_REFUSED = ('"thinking.type.disabled" is not supported for this model. Use "thinking.type.adaptive" and '
+               '"output_config.effort" to control thinking behavior.')
+
+
+@pytest.mark.parametrize(("model", "words"), [
+    ("claude-opus-5-5", OFF_REFUSED), ("claude-sonnet-5-5", OFF_REFUSED), ("claude-fable-5-1", OFF_REFUSED),
+    ("claude-mythos-5-2", OFF_REFUSED), ("claude-opus-5", None), ("claude-sonnet-5", None),
+    ("claude-opus-4-8", None), ("claude-fable-5", None), ("claude-x", None),
+])  # fmt: skip
+def test_thinking_turned_off_on_the_models_that_always_think(model: str, words: str | None) -> None:
+    """"Turning thinking off or setting a thinking budget is rejected" (the Opus 5.5 migration
+    guide; Sonnet 5.5's lists `thinking: {"type": "disabled"}` among its 400s), in the words
+    answered live on Opus 5.5; Opus 5 takes it (its migration guide)."""
+    assert refused(HI, model=model, thinking={"type": "disabled"}) == words
+
+
 @pytest.mark.parametrize("model", [
     "claude-opus-4-7", "claude-opus-4-8-20260501", "claude-opus-5", "claude-sonnet-5", "claude-haiku-5-5",
     "claude-fable-5", "claude-fable-5-1", "claude-mythos-5", "us.anthropic.claude-opus-4-7-v1:0",

@@ -15,6 +15,27 @@ thinking"; platform.claude.com, "Building with extended thinking" and "Effort"):
   400 ("\"thinking.type.enabled\" is not supported for this model. Use \"thinking.type.adaptive\"
   and \"output_config.effort\" to control thinking behavior."); effort adds xhigh.
 
+Effort came before adaptive thinking: Claude Opus 4.5 takes ``output_config.effort`` low, medium
+or high beside a budget or without thinking, behind the beta ``effort-2025-11-24`` ("Requires
+beta flag `effort-2025-11-24` in API calls", anthropics/claude-code's
+plugins/claude-opus-4-5-migration/skills/claude-opus-4-5-migration/references/effort.md; "Claude
+Opus 4.5 is the only model that supports the effort parameter", Claude 4.5 "What's new"). The
+beta went with Opus 4.6 ("The effort parameter is now generally available (no beta header
+required)", the API release notes); Opus 4.5 still gets it, as its own docs ask.
+
+How a client's "no thinking" is asked differs too. Up to Opus 4.8 and Sonnet 4.6 a request
+without ``thinking`` does not think. Claude Opus 5 and Sonnet 5 think by default: "On Claude Opus 4.8,
+requests without a thinking field run without thinking; on Claude Opus 5, the same requests run
+with adaptive thinking [...] To preserve the old behavior, pass thinking: {type: "disabled"}",
+allowed at effort high or lower (https://platform.claude.com/docs/en/models/opus-5/migration-guide;
+Sonnet 5: "adaptive thinking is on by default", its migration guide; Sonnet 5.5's likens its
+``between_tools`` to ``disabled`` on Sonnet 5). Opus 5.5, Sonnet 5.5 and Fable and
+Mythos 5.1 on think on every request and refuse ``disabled`` ("Turning thinking off or setting a
+thinking budget is rejected, and `effort` is the control", the Opus 5.5 migration guide; Sonnet
+5.5's lists ``thinking: {"type": "disabled"}`` among the five settings that return a 400): the
+least effort is the nearest to none they take. (Sonnet 5.5's ``between_tools`` still thinks
+between calls, and its effort may not change mid-conversation: not used.)
+
 A name is matched anywhere, so Bedrock (``us.anthropic.claude-opus-4-7``), Vertex
 (``claude-opus-4-7@20260101``) and relay (``anthropic/claude-opus-4.7``) ids read the same. A name
 that is not a Claude one (a local model behind a Messages-compatible server) keeps the budget
@@ -42,12 +63,23 @@ class Thinking:
     adaptive: bool  # thinking asked as {type: adaptive} with output_config.effort, not a budget
     efforts: frozenset[str]  # the output_config.effort values the model takes (adaptive only)
     thinks: bool = True  # False: the model takes no thinking at all (Claude 3 and 3.5)
+    # How a request asks for no thinking: "" leave ``thinking`` out (the model thinks only when
+    # asked), DISABLED send ``{type: disabled}`` (it thinks by default), LEAST send the least
+    # effort (it thinks on every request and refuses ``disabled``).
+    off: str = ""
+    beta: str = ""  # the anthropic-beta its effort needs
 
 
+DISABLED, LEAST = "disabled", "low"
+EFFORT_BETA = "effort-2025-11-24"
 BUDGET = Thinking(adaptive=False, efforts=frozenset())
 NO_THINKING = Thinking(adaptive=False, efforts=frozenset(), thinks=False)
+_BUDGET_EFFORT = Thinking(adaptive=False, efforts=frozenset({"low", "medium", "high"}), beta=EFFORT_BETA)
 _ADAPTIVE_46 = Thinking(adaptive=True, efforts=frozenset({"low", "medium", "high", "max"}))
 _ADAPTIVE = Thinking(adaptive=True, efforts=frozenset({"low", "medium", "high", "xhigh", "max"}))
+_ADAPTIVE_ON = Thinking(adaptive=True, efforts=_ADAPTIVE.efforts, off=DISABLED)
+_ADAPTIVE_ALWAYS = Thinking(adaptive=True, efforts=_ADAPTIVE.efforts, off=LEAST)
+_ADAPTIVE_ONLY = (_ADAPTIVE, _ADAPTIVE_ON, _ADAPTIVE_ALWAYS)
 # Context windows of more than 200k tokens (each model's overview page on platform.claude.com,
 # "Context window: 1M tokens": Opus 4.6, 4.8 and 5.5, Sonnet 4.6, Haiku 5.5, Fable 5; Opus 4.7 on
 # Bedrock's model card; Opus and Sonnet 5 in their migration guides, "the 1M token context
@@ -71,13 +103,20 @@ def thinking_for(model: str) -> Thinking:
         if older is not None and (int(older["major"]), int(older["minor"] or 0)) < (3, 7):
             return NO_THINKING
         return BUDGET
+    version = _version(found)
     if found["line"]:
-        return _ADAPTIVE
-    version = (int(found["major"]), int(found["minor"] or 0))
+        return _ADAPTIVE_ALWAYS if version is not None and version >= (5, 1) else _ADAPTIVE
+    assert version is not None  # a tier always has its major version
+    if found["tier"] in ("opus", "sonnet") and version >= (5, 5):
+        return _ADAPTIVE_ALWAYS
+    if found["tier"] in ("opus", "sonnet") and version >= (5, 0):
+        return _ADAPTIVE_ON
     if version >= (4, 7):
         return _ADAPTIVE
     if version == (4, 6):
         return _ADAPTIVE_46
+    if found["tier"] == "opus" and version == (4, 5):
+        return _BUDGET_EFFORT
     return BUDGET
 
 
@@ -109,7 +148,7 @@ def takes_sampling(model: str) -> bool:
     deprecated for this model." and "`top_k` is deprecated for this model." (claude-sonnet-5,
     quoted with request ids ``req_011Ce9LTti8KXAoFmn7SW8xU`` and ``req_011Ce9LTvBRxmGvwNhJ8xESc``
     in a probe record; the same for Haiku and Sonnet 5.5 in another)."""
-    return thinking_for(model) is not _ADAPTIVE
+    return thinking_for(model) not in _ADAPTIVE_ONLY
 
 
 def takes_forced_tool(model: str) -> bool:

@@ -93,7 +93,9 @@ from typing import Any
 
 from gateway.apis.messages import binding
 from gateway.apis.messages.claude_models import (
+    DISABLED,
     FORCED,
+    LEAST,
     context_window,
     is_claude,
     takes_forced_tool,
@@ -265,7 +267,9 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
     thinking, effort = _thinking(p, out, messages, choice)
     if effort is not None:
         output_config["effort"] = effort
-    if thinking is None:
+    if thinking is None or thinking["type"] == "disabled":
+        if thinking is not None:
+            out["thinking"] = thinking
         _unthought(messages)
     else:
         out["thinking"] = thinking
@@ -833,11 +837,17 @@ def _thinking(
 ) -> tuple[dict[str, Any] | None, str | None]:
     """The ``thinking`` to send (None: no thinking) and the ``output_config.effort``."""
     effort = typed.text(p.get("reasoning_effort"), ("reasoning_effort",))
-    if effort is None or effort == "none":
+    if effort is None:
         return None, None
+    model = thinking_for(out["model"])
+    if effort == "none":
+        # A model that thinks unasked is told not to, one that always thinks gets the least
+        # effort (``claude_models``: Opus 5 thinks by default, Opus 5.5 refuses "disabled").
+        if model.off == DISABLED:
+            return {"type": "disabled"}, None
+        return None, (LEAST if model.off == LEAST else None)
     if effort not in EFFORT_BUDGET:
         raise _Refused(f"reasoning_effort {effort!r} is not one of none, {', '.join(EFFORT_BUDGET)}")
-    model = thinking_for(out["model"])
     # Effort "doesn't require thinking to be enabled" (platform.claude.com/docs/en/build-with-claude/
     # effort): where thinking is left out below, a model that takes it still gets the client's.
     level = ADAPTIVE_EFFORT[effort] if model.efforts else None
@@ -864,8 +874,8 @@ def _thinking(
     else:  # the answer keeps its share of max_tokens (thinking_room.py)
         budget = thinking_room.anthropic_budget(EFFORT_BUDGET[effort], out["max_tokens"])
     if budget is None:
-        return None, None  # max_tokens leaves no room for Anthropic's minimum budget beside an answer
-    return {"type": "enabled", "budget_tokens": budget}, None
+        return None, level  # max_tokens leaves no room for Anthropic's minimum budget beside an answer
+    return {"type": "enabled", "budget_tokens": budget}, level  # Opus 4.5 takes an effort beside it
 
 
 def _response_format(fmt: Any) -> dict[str, Any] | None:

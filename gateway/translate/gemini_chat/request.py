@@ -495,6 +495,10 @@ def _effort(thinking: dict[str, Any], onward: str) -> str | None:
     if level is not None and level.lower() in _LEVEL:
         return _LEVEL[level.lower()]
     budget = typed.integer(field(thinking, "thinkingBudget"), (*at, "thinkingBudget"))
+    if budget == 0 and onward == "messages":
+        # Thinking off ("0 is DISABLED"), said as chat says it: a Claude that thinks unasked
+        # (Opus 5) is then told not to, as chat_messages words it for that model.
+        return "none"
     if budget is None or budget == 0:
         return None  # unset: the server's default; 0: thinking off ("0 is DISABLED")
     if budget < 0:

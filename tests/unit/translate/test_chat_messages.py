@@ -372,7 +372,7 @@ def test_no_thinking_with_a_forced_tool_mid_tool_loop_or_with_prefill() -> None:
 
 @pytest.mark.parametrize(("model", "effort"), [
     ("claude-opus-5-5", "low"), ("claude-opus-4-7", "low"), ("claude-opus-4-6", "low"), ("claude-fable-5-1", "low"),
-    ("claude-sonnet-4-6", "high"), ("claude-sonnet-4-5", None), ("claude-opus-4-5", None), ("qwen3-coder", None),
+    ("claude-sonnet-4-6", "high"), ("claude-sonnet-4-5", None), ("claude-opus-4-5", "low"), ("qwen3-coder", None),
     ("claude-3-5-sonnet-20241022", None),
 ])  # fmt: skip
 def test_a_step_without_thinking_keeps_the_effort_where_the_model_takes_one(model: str, effort: str | None) -> None:
@@ -1507,7 +1507,7 @@ def test_a_blank_tool_result_says_so_in_words(content: Any) -> None:
     assert kept["messages"][-1]["content"][0]["content"] == "\nok\n"
 
 
-# --- the image cap by context window -----------------------------------------------------------------
+# --- the image cap by context window, "none" on a Claude that thinks unasked, Opus 4.5's effort -------
 
 
 @pytest.mark.parametrize(("target", "most"), [
@@ -1535,3 +1535,68 @@ def test_the_images_a_request_keeps_follow_the_models_context_window(target: Tar
         f"[image (image/png) left out: the conversation holds more than the {most} images Anthropic takes in "
         "a request, and the oldest go first]")
 
+
+def knobs(effort: str) -> dict[str, Any]:
+    """The openai SDK's request with every knob (a real one), asking for ``effort``."""
+    return {**client_request("chat-openai-python-stream-knobs"), "reasoning_effort": effort}
+
+
+@pytest.mark.parametrize(("model", "thinking", "config"), [
+    ("claude-opus-5", {"type": "disabled"}, None), ("claude-sonnet-5", {"type": "disabled"}, None),
+    ("claude-opus-5-5", None, {"effort": "low"}), ("claude-sonnet-5-5", None, {"effort": "low"}),
+    ("claude-fable-5-1", None, {"effort": "low"}), ("anthropic/claude-mythos-5.2", None, {"effort": "low"}),
+    ("claude-opus-4-8", None, None), ("claude-sonnet-4-6", None, None), ("claude-opus-4-5", None, None),
+    ("qwen3-coder", None, None),
+])  # fmt: skip
+def test_reasoning_effort_none_keeps_a_claude_that_thinks_unasked_from_thinking(
+    model: str, thinking: dict[str, Any] | None, config: dict[str, Any] | None
+) -> None:
+    """`reasoning_effort: "none"` went out with no `thinking` and no effort, and Opus 5 thinks on a
+    request without `thinking` ("To preserve the old behavior, pass thinking: {type: "disabled"}",
+    the Opus 5 migration guide; Sonnet 5 the same). Opus 5.5, Sonnet 5.5 and Fable and Mythos 5.1
+    on refuse `disabled` (their migration guides): the least effort is the nearest to none. The
+    models that think only when asked are left as they were."""
+    out = req(knobs("none"), Target(model))
+    assert out.get("thinking") == thinking and out.get("output_config") == config
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+
+
+def test_no_thinking_from_a_responses_or_gemini_client_keeps_opus_5_from_thinking() -> None:
+    """The same through chat: the Agents SDK's `reasoning.effort` (a real request) set to "none",
+    and Gemini CLI's `thinkingBudget` (a real request) set to 0, "0 is DISABLED"; the budget 0
+    reached Claude as no effort at all, and so as Opus 5's default thinking."""
+    table = default_translations().table
+    responses = client_request("agents-sdk-0.24-first")
+    responses = {**responses, "reasoning": {**responses["reasoning"], "effort": "none"}}
+    gemini = client_request("gemini-cli-0.61-first")
+    config = gemini["generationConfig"]
+    gemini = {**gemini, "generationConfig": {**config, "thinkingConfig": {**config["thinkingConfig"],
+                                                                           "thinkingBudget": 0}}}  # fmt: skip
+    for api, payload in (("responses", responses), ("gemini", gemini)):
+        for model, thinking, effort in (("claude-opus-5", {"type": "disabled"}, None),
+                                        ("claude-opus-5-5", None, {"effort": "low"})):  # fmt: skip
+            out = table[api, "messages"].request(payload, Target(model))
+            assert isinstance(out, dict), out
+            assert out.get("thinking") == thinking and out.get("output_config", {}).get("effort") == (
+                effort and effort["effort"]), (api, model)
+            assert messages_rules.refusal("/v1/messages", out, {}) is None
+
+
+@pytest.mark.parametrize(("asked", "effort", "budget"), [
+    ("minimal", "low", 1024), ("low", "low", 2048), ("medium", "medium", 6000), ("high", "high", 6000),
+    ("xhigh", "high", 6000),
+])  # fmt: skip
+def test_opus_4_5_gets_the_clients_effort_beside_its_thinking_budget(asked: str, effort: str, budget: int) -> None:
+    """Claude Opus 4.5 takes `output_config.effort` low, medium or high, beside a budget or without
+    thinking ("Requires beta flag `effort-2025-11-24`", the claude-code Opus 4.5 migration skill's
+    effort.md): it got none, every model below 4.6 taken as budget-only. xhigh is held to high."""
+    out = req({"model": "m", "messages": [user()], "reasoning_effort": asked, "max_tokens": 8000},
+              Target("claude-opus-4-5-20251101"))  # fmt: skip
+    assert out["thinking"] == {"type": "enabled", "budget_tokens": budget}
+    assert out["output_config"] == {"effort": effort}
+    forced = req({"model": "m", "messages": [user()], "reasoning_effort": asked, "tools": [WEATHER],
+                  "tool_choice": "required"}, Target("claude-opus-4-5"))  # fmt: skip
+    assert "thinking" not in forced and forced["output_config"] == {"effort": effort}  # thinking dropped, effort kept
+    sonnet = req({"model": "m", "messages": [user()], "reasoning_effort": asked, "max_tokens": 8000},
+                 Target("claude-sonnet-4-5"))  # fmt: skip
+    assert "output_config" not in sonnet  # "the only model that supports the effort parameter" (Claude 4.5)
