@@ -167,15 +167,7 @@ async def admit_request(svc: Services, state: RequestState, headers: Mapping[str
     if key is None:
         return None
     if not key.allows(model):
-        svc.telemetry.child(svc.telemetry.key_refusals, key.name, "model").inc()
-        shown = (model or "")[:128]
-        c = Classification.of(ErrorType.AUTH)
-        message = f"key '{key.name}' may not use model '{shown}'; it may use: {', '.join(key.models)}"
-        if is_codex(headers):
-            # Codex retries a 403 five times (6 requests, 7 s, measured with 0.169) and stops
-            # at once on a 400: the same refusal, as a 400.
-            return gateway_failure(400, c, message, "model_not_allowed", final=True)
-        return gateway_failure(403, c, message, "model_not_allowed", final=True)
+        return _not_allowed(svc, key, model, headers)
     if not key.limited or svc.accounts is None:
         return None
     priced, sent_output = sent if sent is not None and sent[0] is not None else (model, None)
@@ -204,6 +196,44 @@ async def admit_request(svc: Services, state: RequestState, headers: Mapping[str
     svc.telemetry.child(svc.telemetry.key_refusals, key.name, got.kind).inc()
     log.info({"request_id": state.request_id, "event": "key_refused", "key": key.name, "reason": got.kind})
     return _refused(svc, state, headers, got)
+
+
+# The token counts relayed as they are (Gemini's ``countTokens`` has its own handler).
+COUNT_PATHS = frozenset({"/v1/messages/count_tokens", "/v1/responses/input_tokens"})
+
+
+async def admit_count(svc: Services, state: RequestState, headers: Mapping[str, str],
+                      model: str | None) -> Failure | None:  # fmt: skip
+    """``admit`` for a token count, of any of the three APIs: the key's models, its ``parallel``
+    and a spent budget refuse it (an expired or revoked key is refused before, as any request);
+    its minute's requests and tokens and its budget's reservations are not taken
+    (``Accounts.admit_count`` says why). Nor is an unpriced model refused: a count costs
+    nothing."""
+    key = state.key
+    if key is None:
+        return None
+    if not key.allows(model):
+        return _not_allowed(svc, key, model, headers)
+    if not key.limited or svc.accounts is None:
+        return None
+    got = await svc.accounts.admit_count(key)
+    if got is None:
+        return None
+    svc.telemetry.child(svc.telemetry.key_refusals, key.name, got.kind).inc()
+    log.info({"request_id": state.request_id, "event": "key_refused", "key": key.name, "reason": got.kind})
+    return _refused(svc, state, headers, got)
+
+
+def _not_allowed(svc: Services, key: KeySpec, model: str | None, headers: Mapping[str, str]) -> Failure:
+    svc.telemetry.child(svc.telemetry.key_refusals, key.name, "model").inc()
+    shown = (model or "")[:128]
+    c = Classification.of(ErrorType.AUTH)
+    message = f"key '{key.name}' may not use model '{shown}'; it may use: {', '.join(key.models)}"
+    if is_codex(headers):
+        # Codex retries a 403 five times (6 requests, 7 s, measured with 0.169) and stops
+        # at once on a 400: the same refusal, as a 400.
+        return gateway_failure(400, c, message, "model_not_allowed", final=True)
+    return gateway_failure(403, c, message, "model_not_allowed", final=True)
 
 
 # The relayed endpoints a key's rules can hold: each names its model in its JSON body and is
