@@ -737,33 +737,41 @@ async def test_a_stream_left_before_its_first_words_pays_for_the_prompt_the_prov
 
 @pytest.mark.parametrize("ends", ["client", "first_byte_timeout"])
 async def test_a_buffered_request_left_before_its_answer_pays_for_the_prompt_the_provider_read(
-    make_gateway: MakeGateway, ends: str
+    make_gateway: MakeGateway, ends: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A buffered answer's head comes only with the whole answer. A client that leaves before it,
     or the client's own deadline (the openai SDK's ``X-Stainless-Timeout``) ending the wait with
     a 504, leaves a request the provider was sent whole and read: its prompt is paid for, as a
-    stream's left before its first words is (audit: a 300 KB prompt left after 2 s paid $0)."""
+    stream's left before its first words is (audit: a 300 KB prompt left after 2 s paid $0).
+    Its log line says what it was charged, marked as an estimate: it has no ``usage``, and its
+    ``cost_usd`` alone could not be explained (audit)."""
     gw = await make_gateway(keys_yaml(budget={"usd": 1000000, "period": "day"}), real_sleep=True)
     answered = asyncio.Event()
     gw.fake.always = Reply(200, chat_completion(), until=answered)  # thinking, for as long as it takes
     chat = {"model": "gpt-4o-mini", "max_tokens": 8000, "messages": [{"role": "user", "content": "go " * 1000}]}
     try:
-        if ends == "client":
-            with pytest.raises(asyncio.TimeoutError):
-                async with gw.session.post(gw.base + "/v1/chat/completions", json=chat, headers=ALICE,
-                                           timeout=aiohttp.ClientTimeout(total=0.5)) as r:  # fmt: skip
-                    await r.read()
-        else:
-            async with gw.session.post(gw.base + "/v1/chat/completions", json=chat,
-                                       headers={**ALICE, "X-Stainless-Timeout": "0.5"}) as r:  # fmt: skip
-                assert r.status == 504 and (await r.json())["error"]["code"] == "upstream_timeout"
-        state = await settled(gw)
+        with caplog.at_level(logging.INFO, logger="gateway.access"):
+            if ends == "client":
+                with pytest.raises(asyncio.TimeoutError):
+                    async with gw.session.post(gw.base + "/v1/chat/completions", json=chat, headers=ALICE,
+                                               timeout=aiohttp.ClientTimeout(total=0.5)) as r:  # fmt: skip
+                        await r.read()
+            else:
+                async with gw.session.post(gw.base + "/v1/chat/completions", json=chat,
+                                           headers={**ALICE, "X-Stainless-Timeout": "0.5"}) as r:  # fmt: skip
+                    assert r.status == 504 and (await r.json())["error"]["code"] == "upstream_timeout"
+            state = await settled(gw)
     finally:
         answered.set()
     assert len(gw.fake.requests) == 1  # sent once, whole
     prompt = gw.metric("llm_gateway_key_tokens_total", key="alice", model="gpt-4o-mini", kind="prompt", priced="true")
     assert prompt >= len("go " * 1000) / 3.5
     assert state["budget"]["spent_usd"] == prompt  # the prompt alone: no answer came
+    line = next(r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request")
+    assert line["status"] == (499 if ends == "client" else 504) and "usage" not in line
+    assert line["cost_usd"] == prompt
+    assert line["legs"] == [{"model": "gpt-4o-mini", "usage": {"prompt": prompt}, "cost_usd": prompt,
+                             "estimated": ["prompt"]}]  # fmt: skip
 
 
 # Anthropic's usage of one answer: 100 plain input tokens, 1000 read from the cache, 200
