@@ -73,6 +73,12 @@ class Reservation:
     output_asked: int | None = None
     expires_ms: int = 0  # when its slot expires unless kept alive
 
+    def periods(self) -> dict[str, str]:
+        """The period of each budget it is charged to, by the field that names it (``budget``,
+        ``team_budget``): the one it was admitted in, which its end may be past."""
+        return {("team_budget" if b.startswith("team:") else "budget"): b.rpartition(":")[2]
+                for b in self.budgets}  # fmt: skip
+
 
 @dataclass
 class Readings:

@@ -351,10 +351,45 @@ async def test_the_log_line_attributes_key_team_cost_and_session_and_says_when_u
     assert priced["key"] == "alice" and priced["team"] == "web" and priced["cost_usd"] == 26
     assert priced["session"] == "019a-codex-session" and "priced" not in priced
     assert "legs" not in priced  # one part: its usage and cost_usd say it all
+    assert "budget_period" not in priced and "team_budget_period" not in priced  # no budget
     assert unpriced["cost_usd"] == 0 and unpriced["priced"] is False
     assert gw.metric("llm_gateway_key_tokens_total", key="alice", model="qwen3-coder", kind="prompt",
                      priced="false") == 12  # fmt: skip
     assert "gk-alice" not in caplog.text
+
+
+async def test_a_request_across_midnight_is_logged_with_the_period_it_is_charged_to(
+    make_gateway: MakeGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Admitted at 23:59:59 and answered after midnight: charged to the day that ended (its
+    budget's books), while its log line's ``ts`` is its end. The line names the period, so a
+    day's sum of the log is the day's budget (audit: it differed)."""
+    clock = [datetime(2026, 11, 29, 23, 59, 59, tzinfo=UTC).timestamp()]
+    text = (PRICES + "keys:\n  - {name: alice, key: gk-alice, team: web, budget: {usd: 100, period: day}}\n"
+            "teams: [{name: web, budget: {usd: 1000, period: month}}]\n")  # fmt: skip
+    gw = await make_gateway(text, wall=lambda: clock[0])
+    answered = asyncio.Event()
+    gw.fake.script(Reply(200, chat_completion(), until=answered))
+    with caplog.at_level(logging.INFO, logger="gateway.access"):
+        turn = asyncio.create_task(gw.chat(headers=ALICE))
+        for _ in range(500):
+            if gw.fake.requests:
+                break
+            await asyncio.sleep(0.01)
+        clock[0] = datetime(2026, 11, 30, 0, 0, 1, tzinfo=UTC).timestamp()
+        answered.set()
+        assert (await turn)[0] == 200
+        for _ in range(100):  # settled into the day that ended: the new one spent nothing
+            state = await key_state(gw)
+            if state["in_flight"] == 0:
+                break
+            await asyncio.sleep(0.02)
+        await gw.chat(headers=ALICE)  # a request of the new day, for contrast
+    assert state["budget"]["spent_usd"] == 0 and state["budget"]["resets_at"] == "2026-12-01T00:00:00Z"
+    across, after = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"
+                     and r.msg["path"] == "/v1/chat/completions"]  # fmt: skip
+    assert (across["budget_period"], across["team_budget_period"], across["cost_usd"]) == ("2026-11-29", "2026-11", 26)
+    assert (after["budget_period"], after["team_budget_period"]) == ("2026-11-30", "2026-11")
 
 
 async def test_flat_client_keys_keep_working_beside_named_keys(make_gateway: MakeGateway) -> None:
