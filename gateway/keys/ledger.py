@@ -73,6 +73,12 @@ class Reservation:
     output_asked: int | None = None
     expires_ms: int = 0  # when its slot expires unless kept alive
 
+    def periods(self) -> dict[str, str]:
+        """The period of each budget it is charged to, by the field that names it (``budget``,
+        ``team_budget``): the one it was admitted in, which its end may be past."""
+        return {("team_budget" if b.startswith("team:") else "budget"): b.rpartition(":")[2]
+                for b in self.budgets}  # fmt: skip
+
 
 @dataclass
 class Readings:
@@ -191,6 +197,42 @@ class Accounts:
             *_, spend = await self.store.ledger_read(key.name, minute, round(now * 1000), [budgets[index][0]])
             in_flight = spend[0][1] if spend else 0.0
         return _refusal(key, verdict, spent, now, budgets, in_flight)
+
+    async def admit_count(self, key: KeySpec) -> LimitHit | None:
+        """A token count (``/v1/messages/count_tokens``, ``/v1/responses/input_tokens``,
+        Gemini's ``countTokens``): refused only while the key's requests in flight fill its
+        ``parallel``, or a budget of its is spent; None: sent. Nothing is counted in its minute,
+        neither a request nor tokens, and nothing is reserved or taken: a count is billed
+        nothing, and Anthropic limits it apart from generation, by requests per minute of its
+        own ("token counting and message creation have separate and independent rate limits",
+        https://platform.claude.com/docs/en/build-with-claude/token-counting). Held like a
+        generation, Claude Code's two counts of a 172 KB file before its turn took 2 x (their
+        prompt + 4,096) of a 120,000-token minute, and its turn was refused 429 for 70 s
+        (audit). A read, not an admit: a count takes no slot, so it never refuses the
+        generation that follows it."""
+        budgets = self._budgets(key, self.wall())
+        if key.parallel is None and not budgets:
+            return None
+        hit = await self._count_hit(key, budgets)
+        if hit is not None and hit.kind == "parallel" and (self._pending or self._open.get(key.name)):
+            # One of this process's requests that just ended may still hold its slot (as admit
+            # waits for them).
+            if not self._pending:
+                await self._one_ends(ENDING_S)
+            await self.flush()
+            hit = await self._count_hit(key, budgets)
+        return hit
+
+    async def _count_hit(self, key: KeySpec, budgets: list[tuple[str, float, str, float]]) -> LimitHit | None:
+        now = self.wall()
+        *_, in_flight, spend = await self.store.ledger_read(key.name, int(now // 60), round(now * 1000),
+                                                            [b for b, *_ in budgets])  # fmt: skip
+        if key.parallel is not None and in_flight >= key.parallel:
+            return _refusal(key, "parallel", 0.0, now, budgets)
+        for i, ((_, limit, _, _), (spent, _)) in enumerate(zip(budgets, spend, strict=True)):
+            if spent >= limit:  # spent, not held: a count holds nothing of it
+                return _refusal(key, f"budget{i}", spent, now, budgets)
+        return None
 
     def _counted_apart(self, slot: str) -> bool:
         """Whether this admission was counted in this replica's memory instead of the shared

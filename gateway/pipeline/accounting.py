@@ -167,15 +167,7 @@ async def admit_request(svc: Services, state: RequestState, headers: Mapping[str
     if key is None:
         return None
     if not key.allows(model):
-        svc.telemetry.child(svc.telemetry.key_refusals, key.name, "model").inc()
-        shown = (model or "")[:128]
-        c = Classification.of(ErrorType.AUTH)
-        message = f"key '{key.name}' may not use model '{shown}'; it may use: {', '.join(key.models)}"
-        if is_codex(headers):
-            # Codex retries a 403 five times (6 requests, 7 s, measured with 0.169) and stops
-            # at once on a 400: the same refusal, as a 400.
-            return gateway_failure(400, c, message, "model_not_allowed", final=True)
-        return gateway_failure(403, c, message, "model_not_allowed", final=True)
+        return _not_allowed(svc, key, model, headers)
     if not key.limited or svc.accounts is None:
         return None
     priced, sent_output = sent if sent is not None and sent[0] is not None else (model, None)
@@ -204,6 +196,44 @@ async def admit_request(svc: Services, state: RequestState, headers: Mapping[str
     svc.telemetry.child(svc.telemetry.key_refusals, key.name, got.kind).inc()
     log.info({"request_id": state.request_id, "event": "key_refused", "key": key.name, "reason": got.kind})
     return _refused(svc, state, headers, got)
+
+
+# The token counts relayed as they are (Gemini's ``countTokens`` has its own handler).
+COUNT_PATHS = frozenset({"/v1/messages/count_tokens", "/v1/responses/input_tokens"})
+
+
+async def admit_count(svc: Services, state: RequestState, headers: Mapping[str, str],
+                      model: str | None) -> Failure | None:  # fmt: skip
+    """``admit`` for a token count, of any of the three APIs: the key's models, its ``parallel``
+    and a spent budget refuse it (an expired or revoked key is refused before, as any request);
+    its minute's requests and tokens and its budget's reservations are not taken
+    (``Accounts.admit_count`` says why). Nor is an unpriced model refused: a count costs
+    nothing."""
+    key = state.key
+    if key is None:
+        return None
+    if not key.allows(model):
+        return _not_allowed(svc, key, model, headers)
+    if not key.limited or svc.accounts is None:
+        return None
+    got = await svc.accounts.admit_count(key)
+    if got is None:
+        return None
+    svc.telemetry.child(svc.telemetry.key_refusals, key.name, got.kind).inc()
+    log.info({"request_id": state.request_id, "event": "key_refused", "key": key.name, "reason": got.kind})
+    return _refused(svc, state, headers, got)
+
+
+def _not_allowed(svc: Services, key: KeySpec, model: str | None, headers: Mapping[str, str]) -> Failure:
+    svc.telemetry.child(svc.telemetry.key_refusals, key.name, "model").inc()
+    shown = (model or "")[:128]
+    c = Classification.of(ErrorType.AUTH)
+    message = f"key '{key.name}' may not use model '{shown}'; it may use: {', '.join(key.models)}"
+    if is_codex(headers):
+        # Codex retries a 403 five times (6 requests, 7 s, measured with 0.169) and stops
+        # at once on a 400: the same refusal, as a 400.
+        return gateway_failure(400, c, message, "model_not_allowed", final=True)
+    return gateway_failure(403, c, message, "model_not_allowed", final=True)
 
 
 # The relayed endpoints a key's rules can hold: each names its model in its JSON body and is
@@ -250,19 +280,23 @@ def settle(svc: Services, state: RequestState) -> None:
     used: dict[str, int] = {}
     costs: list[Cost] = []
     parts = _charged_parts(accounts.prices, state)
-    for charged, price, _ in parts:
+    for charged, price, _, _ in parts:
         costs.append(cost_of(price, charged))
         for kind, n in charged.items():
             used[kind] = used.get(kind, 0) + n
     cost = Cost(sum(c.usd for c in costs), all(c.priced for c in costs))
-    if len(parts) > 1:
+    if len(parts) > 1 or _counts(parts[0][0]) != _counts(state.usage):
         # The log line's usage is what the upstreams reported, under the client's model: with
         # legs at other models and estimated prompts beside it, it did not explain the cost
         # (a chat stream cut and finished by a gpt-5-mini fallback: $0.075286 beside a usage
-        # of 21,000 prompt tokens, 35,059 charged; audit). Only then: one part is the request.
+        # of 21,000 prompt tokens, 35,059 charged; audit), nor one part charged an estimate (a
+        # request left before its first byte: a cost and no usage at all; audit). Only where
+        # one part was charged what was reported does the log line's usage say it alone.
         state.cost_legs = tuple({"model": model, "usage": charged, "cost_usd": round(c.usd, 6),
+                                 **({"estimated": list(guessed)} if guessed else {}),
                                  **({} if c.priced else {"priced": False})}
-                                for (charged, _, model), c in zip(parts, costs, strict=True))  # fmt: skip
+                                for (charged, _, model, guessed), c
+                                in zip(parts, costs, strict=True))  # fmt: skip
     # Nothing used (a listing, a refused request) has nothing to price: not "unpriced".
     state.cost_usd, state.priced = cost.usd, cost.priced or not any(used.values())
     attrs: dict[str, str | float | bool] = {f"{P}key": key.name, f"{P}cost_usd": round(cost.usd, 6),
@@ -287,35 +321,45 @@ def settle(svc: Services, state: RequestState) -> None:
             task.add_done_callback(svc.life.settling.discard)
 
 
-def _charged_parts(prices: PriceTable,
-                   state: RequestState) -> list[tuple[dict[str, int], Price | None, str | None]]:  # fmt: skip
+def _counts(usage: Mapping[str, int]) -> dict[str, int]:
+    return {kind: n for kind, n in usage.items() if n}
+
+
+def _charged_parts(
+    prices: PriceTable, state: RequestState
+) -> list[tuple[dict[str, int], Price | None, str | None, tuple[str, ...]]]:
     """What the key pays for, part by part, each at its own price: every stream relayed (a
     continued answer's legs, each at the model its upstream was sent: a cut stream of a
     $30/$180 model continued by gpt-5-nano on a fallback was charged all at nano's price,
     571 shown tokens of the first for $0.0002 instead of $0.10; audit), then what no stream
     counted (a buffered answer, a relayed one, a continuation the client left before its first
     words), at the model last sent. A part that used nothing is left out unless nothing was
-    used at all. Each with its model: the one it was sent, else the client's."""
+    used at all. Each with its model: the one it was sent, else the client's; and the kinds of
+    its usage that are estimates (``_charged``)."""
     rest = dict(state.usage)
     for leg in state.legs:
         for kind, n in leg.usage.items():
             rest[kind] = rest.get(kind, 0) - n
     last = Leg({k: n for k, n in rest.items() if n}, state.sent_model, state.completion_estimated)
     parts = [(leg, leg.unread) for leg in state.legs] + [(last, state.answered_uncounted)]
-    charged = [(_charged(state.reservation, leg, left), _served_price(prices, state, leg.model),
+    charged = [(*_charged(state.reservation, leg, left), _served_price(prices, state, leg.model),
                 leg.model or state.model) for leg, left in parts]  # fmt: skip
-    return [part for part in charged if any(part[0].values())] or charged[-1:]
+    out = [(used, price, model, guessed) for used, guessed, price, model in charged]
+    return [part for part in out if any(part[0].values())] or out[-1:]
 
 
-def _charged(reservation: Reservation | None, leg: Leg, unread: bool) -> dict[str, int]:
+def _charged(reservation: Reservation | None, leg: Leg,
+             unread: bool) -> tuple[dict[str, int], tuple[str, ...]]:  # fmt: skip
     """One part's usage with the estimates the key pays for beside the provider's counts (a
     copy: ``state.usage`` stays what the upstreams reported, for tokens_total and the log line,
     whatever the keys section says: an estimate there made the same request count differently
     per config). ``unread``: the provider took a request whose usage was never read (left
-    before its first words, relayed with a usage that could not be read)."""
+    before its first words, relayed with a usage that could not be read). With the kinds that
+    are estimates: ``prompt`` as admission estimated it, ``completion`` from the text shown."""
     used = leg.usage
     if reservation is None:
-        return used
+        return used, ()
+    guessed: tuple[str, ...] = ()
     if not used.get("prompt") and (used.get("completion") or unread):
         # An answer cut before the provider counted it (chat and Responses streams count the
         # prompt only at their end: each leg of a continued one, whoever cut it, was read and
@@ -325,13 +369,16 @@ def _charged(reservation: Reservation | None, leg: Leg, unread: bool) -> dict[st
         # or nothing. (A continuation's own prompt, the first's and the text shown, is counted
         # by its stream, or estimated the same where it was cut too.)
         used = {**used, "prompt": reservation.tokens}
+        guessed = ("prompt",)
     if leg.estimated and reservation.output_asked is not None:
         # Text over bytes/3.5 is a guess ("word word ..." reads as 1.4x its tokens); what the
         # provider can bill is at most what was asked for, which admission reserved: a $0.01
         # budget's books showed $0.0146 for answers the provider billed $0.0101. Leg by leg:
         # capped as a sum, a continued answer lost the tokens its continuation was billed.
         used = {**used, "completion": min(used.get("completion", 0), reservation.output_asked)}
-    return used
+    if leg.estimated and used.get("completion"):
+        guessed += ("completion",)
+    return used, guessed
 
 
 def _served_price(prices: PriceTable, state: RequestState, sent: str | None) -> Price | None:

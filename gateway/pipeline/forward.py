@@ -277,7 +277,9 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         # By method and path: a model named in the body of a request that does not use one
         # (a GET of files, a cancel) holds nothing.
         refused = accounting.unheld_path(state, request.method, request.path, state.model)
-        if refused is None:
+        if refused is None and request.path.rstrip("/") in accounting.COUNT_PATHS:
+            refused = await accounting.admit_count(svc, state, request.headers, state.model)
+        elif refused is None:
             refused = await accounting.admit_request(
                 svc, state, request.headers, state.model, len(body), payload)
         if refused is not None:

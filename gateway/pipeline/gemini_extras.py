@@ -25,6 +25,7 @@ from gateway.apis.common import model_too_long
 from gateway.apis.gemini.array import JsonArrayStream, as_array, wants_array
 from gateway.apis.gemini.fields import field
 from gateway.apis.gemini.wire import model_path
+from gateway.pipeline import accounting
 from gateway.pipeline.admit import parse_json_object, read_body
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.forward import Handler, authenticate, not_found
@@ -57,6 +58,9 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
     if too_long is not None:  # before routing caches it
         return await relay(request, svc, state, bad_request(too_long.message, too_long.code))
     state.model = model
+    refused = await accounting.admit_count(svc, state, request.headers, model)
+    if refused is not None:
+        return await relay(request, svc, state, refused)
     unknown = _unrouted(svc, model)
     if unknown is not None:
         return await relay(request, svc, state, unknown)

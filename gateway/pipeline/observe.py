@@ -318,6 +318,11 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
             record["cost_usd"] = round(state.cost_usd, 6)
             if not state.priced:
                 record["priced"] = False  # no price for the model: the cost is unknown, not zero
+        if state.reservation is not None:
+            # The period a budget is charged: its admission's, where ``ts`` is the end's (a
+            # request across midnight counts toward the day that ended; audit).
+            for field_name, period in state.reservation.periods().items():
+                record[f"{field_name}_period"] = period
         if state.cost_legs is not None:  # models and counts, never content
             record["legs"] = [{**part, "model": model_asked(str(part["model"] or ""))}
                               for part in state.cost_legs]  # fmt: skip

@@ -237,3 +237,42 @@ def test_codex_stops_at_once_on_a_wrong_key(codex: Path, expired: RunningGateway
     assert "Reconnecting" not in r.stdout + r.stderr
     assert _expired_refusals(expired) == [400]
     assert fake.requests == []
+
+
+def test_claude_code_counting_a_file_keeps_its_turn_within_a_tokens_per_minute_key(
+    claude_bin: Path, fake: FakeUpstream, tmp_path: Path
+) -> None:
+    """`claude -p "summarize @big.txt"` with a 172 KB file counts it twice
+    (/v1/messages/count_tokens) before its turn. Counted as generations, the counts took
+    2 x (50,000 + 4,096) of a 120,000-token minute, the turn was refused 429 and Claude Code
+    waited out the minute: 70 s instead of about 1 (audit). A count now takes nothing of it."""
+    port = free_port()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        f"server: {{port: {port}, drain_s: 1}}\n"
+        f"upstreams: [{{name: fake, base_url: '{fake.url}', api_key: sk-operator}}]\n"
+        f"keys: [{{name: alice, key: {KEY}, tokens_per_minute: 120000}}]\n"
+    )
+    workdir = tmp_path / "project"
+    workdir.mkdir()
+    (workdir / "big.txt").write_text("".join(f"line {i}: the quick brown fox jumps over the lazy dog\n"
+                                             for i in range(3_300)))  # fmt: skip
+    assert (workdir / "big.txt").stat().st_size > 170_000
+    gw = start([sys.executable, "-m", "gateway", "--config", str(config)], base_env(), port, tmp_path / "gw.log")
+    fake.requests.clear()
+    try:
+        while time.time() % 60 > 40:  # the turn and its counts within one minute
+            time.sleep(1)
+        r = run_claude(claude_bin, gw, workdir, "summarize @big.txt", ANTHROPIC_AUTH_TOKEN=KEY, timeout=120)
+        assert r.rc == 0, (r.out + r.err)[-2000:]
+        assert r.seconds < 30
+        gw.logs_when(lambda text: '"path":"/v1/messages"' in text.replace(" ", ""), timeout_s=10)
+        time.sleep(0.2)
+        lines = [json.loads(ln) for ln in gw.logs().splitlines() if ln.startswith("{")]
+        asked = [(ln["path"], ln["status"]) for ln in lines if ln.get("event") == "request"]
+        assert ("/v1/messages/count_tokens", 200) in asked, asked
+        assert all(status == 200 for path, status in asked if path.startswith("/v1/messages")), asked
+        minute = _state(gw)["this_minute"]
+        assert minute["requests"] == sum(1 for path, _ in asked if path == "/v1/messages")  # the counts not among them
+    finally:
+        gw.stop()

@@ -351,10 +351,45 @@ async def test_the_log_line_attributes_key_team_cost_and_session_and_says_when_u
     assert priced["key"] == "alice" and priced["team"] == "web" and priced["cost_usd"] == 26
     assert priced["session"] == "019a-codex-session" and "priced" not in priced
     assert "legs" not in priced  # one part: its usage and cost_usd say it all
+    assert "budget_period" not in priced and "team_budget_period" not in priced  # no budget
     assert unpriced["cost_usd"] == 0 and unpriced["priced"] is False
     assert gw.metric("llm_gateway_key_tokens_total", key="alice", model="qwen3-coder", kind="prompt",
                      priced="false") == 12  # fmt: skip
     assert "gk-alice" not in caplog.text
+
+
+async def test_a_request_across_midnight_is_logged_with_the_period_it_is_charged_to(
+    make_gateway: MakeGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Admitted at 23:59:59 and answered after midnight: charged to the day that ended (its
+    budget's books), while its log line's ``ts`` is its end. The line names the period, so a
+    day's sum of the log is the day's budget (audit: it differed)."""
+    clock = [datetime(2026, 11, 29, 23, 59, 59, tzinfo=UTC).timestamp()]
+    text = (PRICES + "keys:\n  - {name: alice, key: gk-alice, team: web, budget: {usd: 100, period: day}}\n"
+            "teams: [{name: web, budget: {usd: 1000, period: month}}]\n")  # fmt: skip
+    gw = await make_gateway(text, wall=lambda: clock[0])
+    answered = asyncio.Event()
+    gw.fake.script(Reply(200, chat_completion(), until=answered))
+    with caplog.at_level(logging.INFO, logger="gateway.access"):
+        turn = asyncio.create_task(gw.chat(headers=ALICE))
+        for _ in range(500):
+            if gw.fake.requests:
+                break
+            await asyncio.sleep(0.01)
+        clock[0] = datetime(2026, 11, 30, 0, 0, 1, tzinfo=UTC).timestamp()
+        answered.set()
+        assert (await turn)[0] == 200
+        for _ in range(100):  # settled into the day that ended: the new one spent nothing
+            state = await key_state(gw)
+            if state["in_flight"] == 0:
+                break
+            await asyncio.sleep(0.02)
+        await gw.chat(headers=ALICE)  # a request of the new day, for contrast
+    assert state["budget"]["spent_usd"] == 0 and state["budget"]["resets_at"] == "2026-12-01T00:00:00Z"
+    across, after = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request"
+                     and r.msg["path"] == "/v1/chat/completions"]  # fmt: skip
+    assert (across["budget_period"], across["team_budget_period"], across["cost_usd"]) == ("2026-11-29", "2026-11", 26)
+    assert (after["budget_period"], after["team_budget_period"]) == ("2026-11-30", "2026-11")
 
 
 async def test_flat_client_keys_keep_working_beside_named_keys(make_gateway: MakeGateway) -> None:
@@ -737,33 +772,41 @@ async def test_a_stream_left_before_its_first_words_pays_for_the_prompt_the_prov
 
 @pytest.mark.parametrize("ends", ["client", "first_byte_timeout"])
 async def test_a_buffered_request_left_before_its_answer_pays_for_the_prompt_the_provider_read(
-    make_gateway: MakeGateway, ends: str
+    make_gateway: MakeGateway, ends: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A buffered answer's head comes only with the whole answer. A client that leaves before it,
     or the client's own deadline (the openai SDK's ``X-Stainless-Timeout``) ending the wait with
     a 504, leaves a request the provider was sent whole and read: its prompt is paid for, as a
-    stream's left before its first words is (audit: a 300 KB prompt left after 2 s paid $0)."""
+    stream's left before its first words is (audit: a 300 KB prompt left after 2 s paid $0).
+    Its log line says what it was charged, marked as an estimate: it has no ``usage``, and its
+    ``cost_usd`` alone could not be explained (audit)."""
     gw = await make_gateway(keys_yaml(budget={"usd": 1000000, "period": "day"}), real_sleep=True)
     answered = asyncio.Event()
     gw.fake.always = Reply(200, chat_completion(), until=answered)  # thinking, for as long as it takes
     chat = {"model": "gpt-4o-mini", "max_tokens": 8000, "messages": [{"role": "user", "content": "go " * 1000}]}
     try:
-        if ends == "client":
-            with pytest.raises(asyncio.TimeoutError):
-                async with gw.session.post(gw.base + "/v1/chat/completions", json=chat, headers=ALICE,
-                                           timeout=aiohttp.ClientTimeout(total=0.5)) as r:  # fmt: skip
-                    await r.read()
-        else:
-            async with gw.session.post(gw.base + "/v1/chat/completions", json=chat,
-                                       headers={**ALICE, "X-Stainless-Timeout": "0.5"}) as r:  # fmt: skip
-                assert r.status == 504 and (await r.json())["error"]["code"] == "upstream_timeout"
-        state = await settled(gw)
+        with caplog.at_level(logging.INFO, logger="gateway.access"):
+            if ends == "client":
+                with pytest.raises(asyncio.TimeoutError):
+                    async with gw.session.post(gw.base + "/v1/chat/completions", json=chat, headers=ALICE,
+                                               timeout=aiohttp.ClientTimeout(total=0.5)) as r:  # fmt: skip
+                        await r.read()
+            else:
+                async with gw.session.post(gw.base + "/v1/chat/completions", json=chat,
+                                           headers={**ALICE, "X-Stainless-Timeout": "0.5"}) as r:  # fmt: skip
+                    assert r.status == 504 and (await r.json())["error"]["code"] == "upstream_timeout"
+            state = await settled(gw)
     finally:
         answered.set()
     assert len(gw.fake.requests) == 1  # sent once, whole
     prompt = gw.metric("llm_gateway_key_tokens_total", key="alice", model="gpt-4o-mini", kind="prompt", priced="true")
     assert prompt >= len("go " * 1000) / 3.5
     assert state["budget"]["spent_usd"] == prompt  # the prompt alone: no answer came
+    line = next(r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "request")
+    assert line["status"] == (499 if ends == "client" else 504) and "usage" not in line
+    assert line["cost_usd"] == prompt
+    assert line["legs"] == [{"model": "gpt-4o-mini", "usage": {"prompt": prompt}, "cost_usd": prompt,
+                             "estimated": ["prompt"]}]  # fmt: skip
 
 
 # Anthropic's usage of one answer: 100 plain input tokens, 1000 read from the cache, 200
