@@ -121,6 +121,7 @@ def create_app(
                                                                       gemini_extras.list_gemini_models)))
     app.router.add_get("/v1/models/{model}", observed(gemini_extras.gemini_or(forward.passthrough,
                                                                               gemini_extras.get_gemini_model)))
+    app.router.add_get("/v1/responses", observed(forward.websocket_or(forward.passthrough)))
     app.router.add_get("/v1/gateway/key", observed(key_info.own_key))
     app.router.add_get("/v1/gateway/keys", observed(key_info.all_keys))
     # The gateway's own namespace: another method or path under it is never a provider's.

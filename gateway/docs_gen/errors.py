@@ -372,6 +372,8 @@ MEANINGS = {
     "method_not_allowed": "A TRACE or CONNECT request (405 with `Allow`): never forwarded, a TRACE echo "
     "would carry the upstream `api_key` the gateway adds.",
     "model_not_found": "No upstream or pool is configured for the requested model.",
+    "websocket_not_supported": "A WebSocket upgrade of `GET /v1/responses` (the Responses API's WebSocket "
+    "mode): never forwarded; 426, which Codex takes as \"use HTTPS\" at once.",
     "request_timeout": "The client did not send its body within `timeouts.idle_s` (on messages a 400 with "
     "Anthropic's `error.details.error_code` `request_body_timeout`).",
     "request_too_large": "The body is over `server.max_body_bytes`, before or after decoding; refused "

@@ -8,6 +8,7 @@ per-provider knobs, so a run takes seconds: Codex then sends up to 4 requests fo
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 import warnings
@@ -261,3 +262,32 @@ def test_context_overflow_reaches_codex_once(run_codex, up: FakeUpstream) -> Non
     assert r.code != 0
     assert calls(up) == 1
     assert any("context window" in line for line in errors(r)), r.stderr
+
+
+def test_codex_on_its_built_in_provider_falls_back_from_websocket_at_once(
+    codex: Path, gateway: RunningGateway, up: FakeUpstream, tmp_path: Path
+) -> None:
+    """Codex on its built-in provider (`openai_base_url`) opens the Responses WebSocket first.
+    Forwarded, the upgrade was a plain GET upstream: 404, 7 handshakes (~6.5 s) before HTTPS.
+    The gateway answers it 426: one handshake, then the turn over HTTPS."""
+    home = tmp_path / "home"
+    codex_home = home / "codex"
+    codex_home.mkdir(parents=True)
+    (codex_home / "config.toml").write_text(
+        'model = "gpt-5-codex"\napproval_policy = "never"\nsandbox_mode = "read-only"\n'
+        f'openai_base_url = "{gateway.base}/v1"\n'
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "CODEX_HOME": str(codex_home), "CODEX_API_KEY": "dummy"}
+    before = len(gateway.logs().splitlines())
+    t0 = time.monotonic()
+    p = subprocess.run([str(codex), "exec", "--skip-git-repo-check", "say hi"], env=env, cwd=home,
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)  # fmt: skip
+    seconds = time.monotonic() - t0
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == ANSWER
+    assert [r.method for r in up.requests] == ["POST"]  # no GET went upstream
+    log = gateway.logs_when(lambda text: '"method":"POST"' in "\n".join(text.splitlines()[before:]))
+    lines = [json.loads(line) for line in log.splitlines()[before:] if '"event":"request"' in line]
+    assert [(r["method"], r["path"], r["status"]) for r in lines] == [
+        ("GET", "/v1/responses", 426), ("POST", "/v1/responses", 200)]
+    assert seconds < 5, seconds
