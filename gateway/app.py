@@ -25,7 +25,7 @@ from aiohttp import web, web_response
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from gateway.apis import DIALECTS, GEMINI
+from gateway.apis import DIALECTS, GEMINI, OPENAI_RESPONSES
 from gateway.auth import FLAT_KEY_NAME, ClientAuth
 from gateway.busy_poll import busy_poll
 from gateway.config import GatewayConfig, PoolConfig
@@ -33,7 +33,7 @@ from gateway.keys.ledger import Accounts
 from gateway.keys.prices import Price, PriceTable
 from gateway.keys.references import ReferenceTokens
 from gateway.live import LIVE, Build, Closable, Live
-from gateway.pipeline import forward, gemini_extras, key_info
+from gateway.pipeline import forward, gemini_extras, key_info, websocket
 from gateway.pipeline.admit import KeyParam, expect_continue
 from gateway.pipeline.observe import observed, unobserved
 from gateway.policy.breaker import CircuitState
@@ -121,6 +121,11 @@ def create_app(
                                                                       gemini_extras.list_gemini_models)))
     app.router.add_get("/v1/models/{model}", observed(gemini_extras.gemini_or(forward.passthrough,
                                                                               gemini_extras.get_gemini_model)))
+    # The Responses API's WebSocket mode: the connection is no request, each of its turns is.
+    turn = observed(websocket.turn_handler(forward.full_pipeline(OPENAI_RESPONSES)))
+    refused, unauthenticated = observed(forward.upgrade_refused), observed(forward.upgrade_unauthenticated)
+    responses_get = websocket.serve(observed(forward.passthrough), refused, unauthenticated, turn)
+    app.router.add_get("/v1/responses", responses_get)
     app.router.add_get("/v1/gateway/key", observed(key_info.own_key))
     app.router.add_get("/v1/gateway/keys", observed(key_info.all_keys))
     # The gateway's own namespace: another method or path under it is never a provider's.

@@ -139,6 +139,13 @@ class ServerConfig(_Model):
         "complete head of its next request. Behind a load balancer that keeps idle connections "
         "longer (Google Cloud's: 600 s), set it above the balancer's.",
     )  # fmt: skip
+    responses_websocket: bool = Field(
+        default=True,
+        description="Serve the Responses API's WebSocket mode (`GET /v1/responses` upgraded, as Codex on its "
+        "built-in provider and the openai and Agents SDKs' websocket transports open it): each "
+        "`response.create` is one request through the pipeline of `POST /v1/responses`. False: the "
+        "upgrade is answered 426 `websocket_not_supported`, on which Codex goes on over HTTPS.",
+    )  # fmt: skip
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="Lowest level of log line written."
     )

@@ -44,6 +44,7 @@ MAKERS = {
     "gateway_failure": Maker(3, 0, 1, 2), "bad_request": Maker(1, None, None, 0),
     "Rejection": Maker(1, None, None, 0), "Refusal": Maker(1, None, None, 0),
     "EncodingProblem": Maker(2, 0, None, 1), "Ending": Maker(2, None, 0, 1), "error_body": Maker(2, 0, 3, 1),
+    "FrameRefused": Maker(1, 0, None, 2),
 }  # fmt: skip
 # Answered with one status whatever the call says (their docstrings: "answered 400").
 FIXED_STATUS = {"bad_request": 400, "Rejection": 400, "Refusal": 400}
@@ -51,7 +52,9 @@ FIXED_STATUS = {"bad_request": 400, "Rejection": 400, "Refusal": 400}
 # Refusal and EncodingProblem is answered through bad_request (see pipeline/forward.py, legs.py,
 # admit.py), so their class is bad_request's.
 _BAD_REQUEST_CLASS = outcome.bad_request("").classification.type.value
-FIXED_CLASS = dict.fromkeys(("bad_request", "Rejection", "Refusal", "EncodingProblem"), _BAD_REQUEST_CLASS)
+# A FrameRefused (the Responses API's WebSocket mode) is a client's error, as bad_request's.
+FIXED_CLASS = dict.fromkeys(("bad_request", "Rejection", "Refusal", "EncodingProblem", "FrameRefused"),
+                            _BAD_REQUEST_CLASS)  # fmt: skip
 
 
 @dataclass
@@ -284,9 +287,12 @@ def status_text(status: int | None, code: str) -> str:
 # What each code means, in a sentence: the one part of the page the source cannot say. A code
 # made without an entry here, or an entry for a code no longer made, fails the page's render.
 MEANINGS = {
-    "invalid_json": "The request body is not a JSON document (empty, not UTF-8, nested too deeply or "
-    "not valid JSON); never forwarded.",
-    "invalid_body": "The request body is JSON but not an object.",
+    "invalid_json": "The request body (over WebSocket, a frame) is not a JSON document (empty, not UTF-8, "
+    "nested too deeply or not valid JSON); never forwarded.",
+    "invalid_body": "The request body (over WebSocket, a frame) is JSON but not an object.",
+    "invalid_event": "A frame of the Responses API's WebSocket mode that is no `response.create` it can "
+    "answer (another `type`, a binary frame, `background`, a `stream_id` that is no string, a `generate` "
+    "that is no boolean): answered with an error frame, and the connection goes on.",
     "bad_http_request": "The request is not valid HTTP/1.1 (a header line over 8,190 bytes, a malformed "
     "request line or header, broken body framing): refused before any route, in the OpenAI shape as no "
     "API is known yet, quoting none of the request's bytes; the connection closes.",
@@ -372,6 +378,9 @@ MEANINGS = {
     "method_not_allowed": "A TRACE or CONNECT request (405 with `Allow`): never forwarded, a TRACE echo "
     "would carry the upstream `api_key` the gateway adds.",
     "model_not_found": "No upstream or pool is configured for the requested model.",
+    "websocket_not_supported": "A WebSocket upgrade of `GET /v1/responses` (the Responses API's WebSocket "
+    "mode) where `server.responses_websocket` is false: never forwarded; 426, which Codex takes as \"use "
+    "HTTPS\" at once.",
     "request_timeout": "The client did not send its body within `timeouts.idle_s` (on messages a 400 with "
     "Anthropic's `error.details.error_code` `request_body_timeout`).",
     "request_too_large": "The body is over `server.max_body_bytes`, before or after decoding; refused "

@@ -387,6 +387,37 @@ async def hello(request: web.Request) -> web.StreamResponse:
     return web.Response(status=200)
 
 
+async def upgrade_refused(request: web.Request) -> web.StreamResponse:
+    """A WebSocket upgrade of ``GET /v1/responses`` where the mode is off
+    (``server.responses_websocket: false``): answered here with 426, never forwarded."""
+    svc, state = request[SERVICES], request[STATE]
+    state.dialect = _errors_dialect(request)
+    # Forwarded, the upgrade went upstream as a plain GET: a 404, which Codex retried 7 times
+    # (~6.5 s a session) before it fell back to HTTPS. A 426 is the one handshake answer
+    # Codex takes for "use HTTPS" at once (codex-rs/core/src/client.rs: UPGRADE_REQUIRED →
+    # FallbackToHttp). Before the key check: a refusal of the upgrade tells nothing of keys,
+    # and the request that follows over HTTPS is checked (Codex's 400 for a bad key there
+    # is one it shows at once; on the handshake it would retry it).
+    failure = bad_request(
+        "this gateway does not serve the Responses API over WebSocket; POST /v1/responses instead",
+        "websocket_not_supported", status=426,
+    )  # fmt: skip
+    return await relay(request, svc, state, failure)
+
+
+async def upgrade_unauthenticated(request: web.Request) -> web.StreamResponse:
+    """A WebSocket upgrade of ``GET /v1/responses`` without a key the gateway takes: refused as
+    ``POST /v1/responses`` would be, before any connection is held open for it."""
+    svc, state = request[SERVICES], request[STATE]
+    state.dialect = _errors_dialect(request)
+    refused = authenticate(svc, request)
+    if refused is None:  # its key became good meanwhile (a reload): the client tries again
+        message = "the key was not accepted when the connection opened; connect again"
+        c = Classification.of(ErrorType.AUTH)
+        refused = gateway_failure(401, c, message, "invalid_client_key", final=True)
+    return await relay(request, svc, state, refused)
+
+
 async def not_found(request: web.Request) -> web.StreamResponse:
     svc, state = request[SERVICES], request[STATE]
     state.dialect = _errors_dialect(request)

@@ -288,6 +288,8 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
         "ttfb_ms": round(ttfb * 100_000) / 100 if ttfb is not None else None,
         "user_agent": state.user_agent,
     }
+    if state.over_websocket:
+        record["transport"] = "websocket"  # a response.create of the Responses API's WebSocket mode
     if c is not None and c.provider_code:
         record["provider_code"] = c.provider_code[:64]
     if error_type is not None and c is not None and c.evidence:

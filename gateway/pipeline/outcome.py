@@ -7,7 +7,7 @@ an upstream exchange: failures are data, never exceptions.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -148,8 +148,10 @@ class RequestState:
     empty_was: ErrorType = ErrorType.PROVIDER_UNAVAILABLE
     dialect: Dialect = OPENAI_CHAT
     # What a stream is written through: another framing of the same events where the client
-    # asked for one (a Gemini JSON-array stream, gateway/apis/gemini/array.py).
-    stream_response: type[web.StreamResponse] = web.StreamResponse
+    # asked for one (a Gemini JSON-array stream, gateway/apis/gemini/array.py), or frames of
+    # another protocol (the Responses API's WebSocket mode, gateway/pipeline/websocket.py).
+    stream_response: Callable[..., web.StreamResponse] = web.StreamResponse
+    over_websocket: bool = False  # a turn of the Responses API's WebSocket mode
     trace: Any = None  # the request's spans when tracing is on (gateway/tracing/otel.py)
 
     @property

@@ -1,10 +1,11 @@
 """What the OpenAI Agents SDK does in tests/e2e/test_agents_sdk.py, run by the interpreter that
 has it (``AGENTS_PYTHON``, apart from .venv): ``python agents_driver.py BASE CASE...``, each
-CASE ``name:model:run|stream``, prints one JSON object per case.
+CASE ``name:model:run|stream|ws``, prints one JSON object per case.
 
 Stock settings: ``AsyncOpenAI(base_url=BASE + "/v1", api_key="dummy")`` with its own retries,
-``OpenAIResponsesModel`` (the SDK's default model class); tracing off (it would post to
-api.openai.com). Each agent's instructions begin with ``[TAG]``, the case's own, so the test
+``OpenAIResponsesModel`` (the SDK's default model class), or for ``ws`` the model class
+``set_default_openai_responses_transport("websocket")`` picks, ``OpenAIResponsesWSModel`` (the
+Responses API's WebSocket mode); tracing off (it would post to api.openai.com). Each agent's instructions begin with ``[TAG]``, the case's own, so the test
 finds the upstream requests each case made.
 """
 
@@ -17,6 +18,7 @@ from agents import (
     Agent,
     ModelSettings,
     OpenAIResponsesModel,
+    OpenAIResponsesWSModel,
     Runner,
     function_tool,
     set_tracing_disabled,
@@ -57,8 +59,9 @@ async def run(agent: Agent, given: Any, streamed: bool, **options: Any) -> Any:
 
 
 def agent(tag: str, model: str, **options: Any) -> Agent:
+    kind = OpenAIResponsesWSModel if tag.endswith("/ws") else OpenAIResponsesModel
     return Agent(name=options.pop("name", "Assistant"), instructions=f"[{tag}] " + options.pop("says", "Be brief."),
-                 model=OpenAIResponsesModel(model=model, openai_client=client), **options)
+                 model=kind(model=model, openai_client=client), **options)
 
 
 async def case(name: str, model: str, streamed: bool, tag: str) -> dict[str, Any]:

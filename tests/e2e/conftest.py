@@ -64,13 +64,15 @@ def readme_gateway_alone(fake: FakeUpstream, tmp_path: Path) -> Iterator[Running
     gw.stop()
 
 
-def launch_cli(fake: FakeUpstream, tmp: Path, extra_yaml: str = "", upstream_yaml: str = "") -> RunningGateway:
+def launch_cli(fake: FakeUpstream, tmp: Path, extra_yaml: str = "", upstream_yaml: str = "",
+               server_yaml: str = "") -> RunningGateway:  # fmt: skip
     """`python -m gateway --config` with short timeouts, for hang/stall/circuit scenarios.
-    ``upstream_yaml``: more fields of the one upstream (", continuation: prefix")."""
+    ``upstream_yaml``: more fields of the one upstream (", continuation: prefix"); ``server_yaml``:
+    more fields of ``server`` (", responses_websocket: false")."""
     port = free_port()
     config = tmp / "gateway.yaml"
     config.write_text(
-        f"server: {{port: {port}, drain_s: 5}}\n"
+        f"server: {{port: {port}, drain_s: 5{server_yaml}}}\n"
         f"upstreams: [{{name: primary, base_url: '{fake.url}', context_window: 8000{upstream_yaml}}}]\n"
         "timeouts: {connect_s: 2, first_byte_s: 1, idle_s: 1}\n"
         + extra_yaml

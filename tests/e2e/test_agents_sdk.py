@@ -89,7 +89,8 @@ def runs(agents_python: Path, agents_gateway: RunningGateway, scenario_fake: Sce
     upstream requests made for it (``sent``, in order)."""
     specs = [f"{name}:{model}:{mode}" for model in ROUTES.values() for name in CASES for mode in MODES]
     specs += [f"{name}:{model}:{mode}" for model in ROUTES.values() for name, mode in
-              (("parallel", "run"), ("cut", "stream"), ("session", "run"), ("session", "stream"))]  # fmt: skip
+              (("parallel", "run"), ("cut", "stream"), ("session", "run"), ("session", "stream"),
+               ("text", "ws"), ("tool", "ws"))]  # fmt: skip
     done = subprocess.run([str(agents_python), str(DRIVER), agents_gateway.base, *specs], capture_output=True,
                           text=True, timeout=120, env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")})  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -149,6 +150,25 @@ def test_text_tools_output_type_and_handoff_run_and_streamed(runs: dict[str, Any
         assert typed["items"] == tool["items"] and typed["output"] == {"city": "fake", "sunny": False}
         assert handoff["last_agent"] == "Spanish"
         assert handoff["items"] == ["handoff_call_item", "handoff_output_item", "message_output_item"]
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_the_websocket_transport_answers_and_loops_on_every_upstream_api(
+    runs: dict[str, Any], agents_gateway: RunningGateway, route: str
+) -> None:
+    """``OpenAIResponsesWSModel`` (the SDK's ``"websocket"`` transport, which has no HTTP
+    fallback): each response.create one request through the pipeline, translated where the
+    upstream speaks another API, one log line each."""
+    model = ROUTES[route]
+    text, tool = runs[f"text:{model}:ws"], runs[f"tool:{model}:ws"]
+    for result in (text, tool):
+        assert "error" not in result, (route, result)
+    assert text["output"].startswith("Hello from")
+    assert tool["items"] == ["tool_call_item", "tool_call_output_item", "message_output_item"]
+    assert tool["output"] == "The tool answered: sunny in echo hello from a shell tool"
+    assert len(generations(text["sent"])) == 1 and len(generations(tool["sent"])) == 2
+    lines = [json.loads(line) for line in agents_gateway.logs().splitlines() if '"transport":"websocket"' in line]
+    assert len([r for r in lines if r["model"] in (model, model + "-tool") and r["status"] == 200]) == 3
 
 
 def _pairs(route: str, body: dict[str, Any]) -> tuple[list[str], list[str]]:

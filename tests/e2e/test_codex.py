@@ -8,6 +8,7 @@ per-provider knobs, so a run takes seconds: Codex then sends up to 4 requests fo
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 import warnings
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from gateway.fake import tool_call
+from gateway.fake.steps import Step
 from tests.corpus_cases import IN_SAMPLE
 from tests.e2e.conftest import FAST_RETRIES, ROOT, RunningGateway, launch_cli
 from tests.e2e.pins import pinned
@@ -261,3 +264,79 @@ def test_context_overflow_reaches_codex_once(run_codex, up: FakeUpstream) -> Non
     assert r.code != 0
     assert calls(up) == 1
     assert any("context window" in line for line in errors(r)), r.stderr
+
+
+@pytest.fixture(scope="module")
+def no_websocket_gateway(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
+    gw = launch_cli(fake, tmp_path_factory.mktemp("codexnows"), server_yaml=", responses_websocket: false")
+    yield gw
+    gw.stop()
+
+
+def run_built_in(codex: Path, gw: RunningGateway, home: Path, prompt: str, model: str = "gpt-5-codex") -> Run:
+    """`codex exec` on Codex's own `openai` provider pointed at the gateway (`openai_base_url`),
+    which opens the Responses API's WebSocket before any HTTP request."""
+    codex_home = home / "codex"
+    codex_home.mkdir(parents=True)
+    (codex_home / "config.toml").write_text(
+        f'model = "{model}"\napproval_policy = "never"\nsandbox_mode = "read-only"\n'
+        f'openai_base_url = "{gw.base}/v1"\n'
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "CODEX_HOME": str(codex_home), "CODEX_API_KEY": "dummy"}
+    t0 = time.monotonic()
+    p = subprocess.run([str(codex), "exec", "--skip-git-repo-check", prompt], env=env, cwd=home,
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)  # fmt: skip
+    return Run(p.returncode, p.stdout, p.stderr, time.monotonic() - t0)
+
+
+def access_lines(gw: RunningGateway, before: int, count: int) -> list[dict]:
+    """The first ``count`` request lines the gateway logged after its first ``before`` lines."""
+    def lines(text: str) -> list[dict]:
+        return [json.loads(line) for line in text.splitlines()[before:] if '"event":"request"' in line]
+
+    return lines(gw.logs_when(lambda text: len(lines(text)) >= count))
+
+
+def test_codex_on_its_built_in_provider_falls_back_from_websocket_at_once(
+    codex: Path, no_websocket_gateway: RunningGateway, up: FakeUpstream, tmp_path: Path
+) -> None:
+    """With the mode off, the upgrade is answered 426. Forwarded, it was a plain GET upstream:
+    404, 7 handshakes (~6.5 s) before HTTPS. On the 426: one handshake, then the turn over HTTPS."""
+    gw = no_websocket_gateway
+    before = len(gw.logs().splitlines())
+    r = run_built_in(codex, gw, tmp_path / "home", "say hi")
+    assert r.code == 0, r.stderr
+    assert r.stdout.strip() == ANSWER
+    assert [q.method for q in up.requests] == ["POST"]  # no GET went upstream
+    lines = access_lines(gw, before, 2)
+    assert [(q["method"], q["path"], q["status"]) for q in lines] == [
+        ("GET", "/v1/responses", 426), ("POST", "/v1/responses", 200)]
+    assert r.seconds < 5, r.seconds
+
+
+def test_codex_on_its_built_in_provider_runs_a_tool_loop_over_the_websocket(
+    codex: Path, gateway: RunningGateway, up: FakeUpstream, tmp_path: Path
+) -> None:
+    """The mode itself: Codex opens the WebSocket and runs its turns on it, a shell call and the
+    answer after its result, each one upstream POST. Codex sends a later turn on the connection as
+    its new items with `previous_response_id` and `store: false`; the upstream gets it whole."""
+    def model(payload: dict) -> Step | None:
+        return tool_call.answer("responses", payload, "gpt-5-codex")[0]
+
+    up.script(model, model)
+    before = len(gateway.logs().splitlines())
+    r = run_built_in(codex, gateway, tmp_path / "home", "list the files here")
+    assert r.code == 0, r.stderr
+    assert r.stdout.strip().startswith("The tool answered:") and "hello from a shell tool" in r.stdout
+    assert [q.method for q in up.requests] == ["POST", "POST"]  # no GET upstream, no fallback
+    first, second = (q.json() for q in up.responses_requests())
+    assert first["stream"] is True and "previous_response_id" not in second and "type" not in second
+    items = second["input"]
+    assert items[: len(first["input"])] == first["input"]  # the first turn's input, then its output
+    assert [i["type"] for i in items if i.get("type", "").startswith("function_call")] == [
+        "function_call", "function_call_output"]
+    # Codex warms the connection up first (`generate: false`), answered by the gateway alone.
+    lines = access_lines(gateway, before, 3)
+    assert [(q["method"], q["status"], q.get("transport"), q["attempts"]) for q in lines] == [
+        ("POST", 200, "websocket", 0), ("POST", 200, "websocket", 1), ("POST", 200, "websocket", 1)]
+    assert "Falling back" not in r.stderr and "Reconnecting" not in r.stderr

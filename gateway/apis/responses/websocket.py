@@ -1,0 +1,161 @@
+"""The Responses API's WebSocket mode as data: what a client frame asks, and what a connection
+remembers between its turns. No I/O here (``gateway/pipeline/websocket.py`` serves it).
+
+OpenAI's mode (``wss://…/v1/responses``, https://developers.openai.com/api/docs/guides/websocket-mode):
+the client sends ``response.create`` frames, which "use the same top-level fields as POST
+/v1/responses"; ``stream`` "is implicit over WebSocket and should not be sent" (the Agents SDK
+0.24 sends ``stream: true`` all the same, and Codex 0.171 too: both are taken); ``background``
+is not supported; ``generate: false`` warms a turn up, returning a response id to chain from
+without calling the model; an optional ``stream_id`` names a lane whose turns run in order and
+whose events echo it. The server keeps the connection's most recent response in memory, so a
+turn may send only its new input with ``previous_response_id``, ``store: false`` included.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+CREATE = "response.create"
+# Codex's acknowledgement of a response it has read (codex-rs/codex-api/src/common.rs,
+# ResponseProcessedWsRequest): nothing to answer. Answering it with an error frame would be read
+# as the next turn's error.
+PROCESSED = "response.processed"
+
+
+@dataclass(frozen=True)
+class Create:
+    """One ``response.create``: the POST /v1/responses body it stands for (streamed, without the
+    frame's own members), its lane, and whether it asks the model at all."""
+
+    body: dict[str, Any]
+    lane: str | None
+    generate: bool
+
+
+@dataclass(frozen=True)
+class FrameRefused:
+    """A frame answered with the mode's error frame instead of a turn."""
+
+    status: int
+    code: str
+    message: str
+    param: str | None = None
+    lane: str | None = None
+
+
+def read_frame(text: str | bytes) -> Create | FrameRefused | None:
+    """A client's text frame: a turn, a refusal, or None for one that needs no answer."""
+    try:
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return FrameRefused(400, "invalid_json", "the frame is not valid JSON")
+    if not isinstance(doc, dict):
+        return FrameRefused(400, "invalid_body", "the frame must be a JSON object")
+    lane = doc.get("stream_id")
+    if lane is not None and not isinstance(lane, str):
+        return FrameRefused(400, "invalid_event", "'stream_id' must be a string", "stream_id")
+    kind = doc.get("type")
+    if kind == PROCESSED:
+        return None
+    if kind != CREATE:
+        return FrameRefused(400, "invalid_event", f"unsupported client event type {str(kind)[:64]!r}; "
+                       f"send {CREATE!r}", "type", lane)  # fmt: skip
+    if doc.get("background"):
+        return FrameRefused(400, "invalid_event", "'background' is not supported over WebSocket",
+                       "background", lane)  # fmt: skip
+    generate = doc.get("generate", True)
+    if not isinstance(generate, bool):
+        return FrameRefused(400, "invalid_event", "'generate' must be a boolean", "generate", lane)
+    body = {k: v for k, v in doc.items() if k not in _FRAME_ONLY}
+    body["stream"] = True
+    return Create(body, lane, generate)
+
+
+_FRAME_ONLY = frozenset({"type", "stream_id", "generate", "background"})
+
+
+@dataclass(frozen=True)
+class Last:
+    """The connection's most recent response: its id and the whole conversation it ends (the
+    input it was made from, earlier turns expanded, then its output)."""
+
+    id: str
+    items: tuple[Any, ...]
+
+
+def expanded(body: dict[str, Any], last: Last | None) -> dict[str, Any]:
+    """``body`` standing alone: a turn chained to the connection's last response gets that
+    response's conversation before its own input, and no ``previous_response_id``, so any
+    upstream can answer it (one that stores nothing, one reached through a translation). A turn
+    chained to another id goes on as it is: the upstream may hold that one (``store: true``)."""
+    if last is None or body.get("previous_response_id") != last.id:
+        return body
+    rest = {k: v for k, v in body.items() if k != "previous_response_id"}
+    rest["input"] = [*last.items, *_items(body.get("input"))]
+    return rest
+
+
+def remembered(body: dict[str, Any], response: Any) -> Last | None:
+    """What the connection keeps of a turn (``body`` as sent, expanded) whose stream ended with
+    ``response`` (a ``response.completed`` or ``.incomplete`` event's): None when it has no id
+    or no output list to chain from."""
+    if not isinstance(response, dict):
+        return None
+    rid, output = response.get("id"), response.get("output")
+    if not isinstance(rid, str) or not isinstance(output, list):
+        return None
+    return Last(rid, (*_items(body.get("input")), *output))
+
+
+def _items(given: Any) -> list[Any]:
+    """A request's ``input`` as a list of items: a string is one user message (the API's own
+    reading of it)."""
+    if isinstance(given, str):
+        return [{"role": "user", "content": given}]
+    return list(given) if isinstance(given, list) else []
+
+
+def warm_response(body: dict[str, Any], created_at: int) -> dict[str, Any]:
+    """The response a ``generate: false`` turn is answered with: an id to chain from, no output,
+    no tokens (the model is not called)."""
+    return {
+        "id": "resp_" + secrets.token_hex(24),
+        "object": "response",
+        "created_at": created_at,
+        "status": "completed",
+        "error": None,
+        "incomplete_details": None,
+        "model": body.get("model"),
+        "output": [],
+        "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "tool_choice": body.get("tool_choice", "auto"),
+        "tools": body.get("tools") or [],
+        "store": body.get("store", True),
+        "usage": _NO_TOKENS,
+    }
+
+
+_NO_TOKENS = {"input_tokens": 0, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 0,
+              "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 0}  # fmt: skip
+
+
+def error_frame(status: int, error: dict[str, Any], lane: str | None = None,
+                headers: dict[str, str] | None = None) -> bytes:  # fmt: skip
+    """The mode's error event: ``{"type": "error", "status", "error": {type, code, message,
+    param}}``, with the stream id of the turn it ends and the answer's headers (Codex reads a
+    ``headers`` map there, codex-rs/codex-api/src/endpoint/responses_websocket.rs)."""
+    frame: dict[str, Any] = {"type": "error", "status": status, "error": error}
+    if headers:
+        frame["headers"] = headers
+    if lane is not None:
+        frame["stream_id"] = lane
+    return orjson.dumps(frame)
+
+
+def refusal_error(refused: FrameRefused) -> dict[str, Any]:
+    return {"type": "invalid_request_error", "code": refused.code, "message": refused.message,
+            "param": refused.param}  # fmt: skip

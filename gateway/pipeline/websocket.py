@@ -1,0 +1,317 @@
+"""Serves the Responses API's WebSocket mode (``GET /v1/responses`` upgraded; the frames are
+``apis/responses/websocket.py``'s).
+
+Each ``response.create`` is one request through the pipeline of ``POST /v1/responses``, streamed:
+observed on its own (its log line, metrics, in-flight count), authenticated with the
+handshake's headers, admitted, routed, retried, classified, compressed and translated as any.
+The seam is the stream the relay writes: :class:`FramedStream` takes the SSE events the relay
+writes (the Gemini JSON array's way, ``state.stream_response``) and sends each event's data as
+one text frame; an answer written at once (an error before any event) becomes the mode's error
+frame. The connection keeps its last response, so a turn that sends only its new items with
+``previous_response_id`` reaches an upstream whole (``expanded``).
+
+Frames are read all the while a turn runs (pings are answered only as frames are read, and a
+client's heartbeat must not time out behind a long turn); turns run one at a time, in the order
+they came, whatever their ``stream_id``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import traceback
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp.streams import StreamReader
+from multidict import CIMultiDict
+
+from gateway.apis import OPENAI_RESPONSES
+from gateway.apis.responses.websocket import (
+    Create,
+    FrameRefused,
+    Last,
+    error_frame,
+    expanded,
+    read_frame,
+    refusal_error,
+    remembered,
+    warm_response,
+)
+from gateway.apis.synthesize import responses_stream
+from gateway.live import LIVE
+from gateway.pipeline.forward import authenticate
+from gateway.pipeline.outcome import STATE
+from gateway.pipeline.relay import relay
+from gateway.pipeline.stamp import stamp
+from gateway.services import SERVICES
+from gateway.sse import EventSplitter, parse_event
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+log = logging.getLogger("gateway.access")
+
+# Pings every 30 s, closed when one goes unanswered for 15 s: a client gone without a close (a
+# laptop's lid shut) does not hold its connection and its memory for good.
+HEARTBEAT_S = 30.0
+QUEUED_TURNS = 8  # frames read ahead of the turn in progress; past them the reading waits
+_ENDS = (b'"response.completed"', b'"response.incomplete"')
+# The handshake's own headers: none of them is the turn's (its body has its own length and type).
+_HANDSHAKE_ONLY = frozenset({"connection", "upgrade", "sec-websocket-key", "sec-websocket-version",
+                             "sec-websocket-extensions", "sec-websocket-protocol", "content-length",
+                             "content-type", "transfer-encoding", "accept", "accept-encoding"})  # fmt: skip
+WEBSOCKET_BETA = "responses_websockets="  # Codex's ``openai-beta: responses_websockets=2026-02-06``
+
+
+@dataclass
+class Turn:
+    """One ``response.create`` under way: where its events go and what they ended with."""
+
+    ws: web.WebSocketResponse
+    lane: str | None
+    warm: dict[str, Any] | None = None  # a ``generate: false`` turn's body: answered here
+    ended_with: dict[str, Any] | None = None  # the response of its completed or incomplete event
+
+    async def send(self, data: bytes) -> None:
+        await self.ws.send_frame(data, WSMsgType.TEXT)
+
+
+TURN = web.RequestKey("ws_turn", Turn)
+
+
+class FramedStream(web.StreamResponse):
+    """The stream response of a turn: the SSE events the relay writes, each sent as one text
+    frame of its data (with the turn's ``stream_id``); nothing is written to the HTTP connection."""
+
+    def __init__(self, turn: Turn, *, status: int = 200,
+                 headers: Iterable[tuple[str, str]] | None = None) -> None:  # fmt: skip
+        super().__init__(status=status, headers=CIMultiDict(headers or ()))
+        self._turn = turn
+        self._splitter = EventSplitter()
+        self._started = False
+
+    @property
+    def prepared(self) -> bool:
+        return self._started
+
+    async def prepare(self, request: web.BaseRequest) -> None:
+        self._started = True
+
+    async def write(self, data: bytes | bytearray | memoryview) -> None:
+        for raw in self._splitter.feed(bytes(data)):
+            await self._event(raw)
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        if data:
+            await self.write(data)
+        tail = self._splitter.pending
+        if tail.strip():
+            await self._event(tail)
+
+    async def _event(self, raw: bytes) -> None:
+        event = parse_event(raw)
+        if event.data is None or not event.data.strip() or event.is_done:
+            return  # a comment or keep-alive: a frame would hold nothing
+        data = event.data.encode()
+        turn = self._turn
+        ends = data.find(_ENDS[0]) >= 0 or data.find(_ENDS[1]) >= 0
+        if ends or turn.lane is not None:
+            doc = event.json()
+            if isinstance(doc, dict):
+                if ends and doc.get("type") in ("response.completed", "response.incomplete"):
+                    turn.ended_with = doc.get("response")
+                if turn.lane is not None:
+                    data = orjson.dumps({**doc, "stream_id": turn.lane})
+        await turn.send(data)
+
+
+async def answered_at_once(turn: Turn, response: web.StreamResponse, request: web.Request) -> FramedStream:
+    """An answer the pipeline wrote at once (a refusal, an upstream's error before any event) as
+    the mode's error frame: its status, its body's ``error`` object, and the headers a client
+    acts on (``retry-after``, the ``x-llm-*`` classification)."""
+    state = request[STATE]
+    stamp(state, response, None)
+    body = response.body if isinstance(response, web.Response) else None
+    raw = body if isinstance(body, bytes) else b""
+    status = response.status
+    if status < 400:
+        # A success that is no stream (a server's non-JSON answer to a streamed request): the
+        # turn has no events to end it, and an error frame of a 2xx status is one Codex skips.
+        status, raw = 502, b"the upstream's answer to a streamed request was not a stream"
+    error = _error_of(raw, status)
+    headers = {k.lower(): v for k, v in response.headers.items() if _told(k.lower())}
+    framed = FramedStream(turn, status=status)
+    await framed.prepare(request)
+    with contextlib.suppress(ConnectionError):
+        await turn.send(error_frame(status, error, turn.lane, headers))
+    return framed
+
+
+def _told(name: str) -> bool:
+    return name.startswith(("x-llm-", "retry-after")) or name in ("x-request-id", "x-should-retry")
+
+
+def _error_of(body: bytes, status: int) -> dict[str, Any]:
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        doc = None
+    error = doc.get("error") if isinstance(doc, dict) else None
+    if isinstance(error, dict):
+        return error
+    text = body[:500].decode("utf-8", "replace") or f"the upstream answered {status}"
+    return {"type": "server_error" if status >= 500 else "invalid_request_error", "code": None,
+            "message": text, "param": None}  # fmt: skip
+
+
+async def _warmed(request: web.Request, turn: Turn, body: dict[str, Any]) -> web.StreamResponse:
+    """``generate: false``: an id to chain from, answered here; the model is not called. Its key
+    is checked as any turn's."""
+    svc, state = request[SERVICES], request[STATE]
+    state.dialect = OPENAI_RESPONSES
+    model = body.get("model")
+    state.model, state.stream = (model if isinstance(model, str) else None), True
+    refused = authenticate(svc, request)
+    if refused is not None:
+        return await relay(request, svc, state, refused)
+    framed = FramedStream(turn)
+    await framed.prepare(request)
+    state.head_status, state.first_byte_at = 200, svc.monotonic()
+    await framed.write(responses_stream(warm_response(body, int(svc.wall()))))
+    state.stream_complete = True
+    return framed
+
+
+def asks_websocket(request: web.Request) -> bool:
+    """Whether the request asks to upgrade its connection to a WebSocket (RFC 6455 §4.1)."""
+    return any(t.strip().lower() == "websocket" for t in request.headers.get("Upgrade", "").split(","))
+
+
+def turn_handler(pipeline: Handler) -> Handler:
+    """The handler of one turn, inside ``observed``: POST /v1/responses's pipeline, its stream
+    framed, an answer written at once made an error frame."""
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        turn = request[TURN]
+        state = request[STATE]
+        state.stream_response = functools.partial(FramedStream, turn)
+        state.over_websocket = True
+        if turn.warm is not None:
+            return await _warmed(request, turn, turn.warm)
+        response = await pipeline(request)
+        if response.prepared:
+            return response
+        return await answered_at_once(turn, response, request)
+
+    return answer
+
+
+def serve(passthrough: Handler, refused: Handler, unauthenticated: Handler, turn: Handler) -> Handler:
+    """``GET /v1/responses``: an upgrade is served here (``server.responses_websocket``) or
+    ``refused`` (426); any other GET goes to ``passthrough``. Each handler but the connection
+    itself is observed: the connection is no request, its turns are."""
+    async def route(request: web.Request) -> web.StreamResponse:
+        if not asks_websocket(request):
+            return await passthrough(request)
+        svc = request.app[LIVE].services
+        if not svc.cfg.server.responses_websocket:
+            return await refused(request)
+        if not svc.auth.check(request.headers, None, svc.wall()).ok:
+            return await unauthenticated(request)  # each turn is checked again, at its own time
+        ws = web.WebSocketResponse(heartbeat=HEARTBEAT_S, max_msg_size=svc.cfg.server.max_body_bytes)
+        await ws.prepare(request)
+        await Connection(request, ws, turn).run()
+        return ws
+
+    return route
+
+
+class Connection:
+    """One WebSocket: frames read as they come, turns answered one at a time."""
+
+    def __init__(self, handshake: web.Request, ws: web.WebSocketResponse, turn: Handler) -> None:
+        self.handshake = handshake
+        self.ws = ws
+        self.turn = turn
+        self.last: Last | None = None
+        self.queue: asyncio.Queue[Create | FrameRefused] = asyncio.Queue(QUEUED_TURNS)
+
+    async def run(self) -> None:
+        worker = asyncio.create_task(self._work())
+        try:
+            async for msg in self.ws:
+                if msg.type is WSMsgType.TEXT:
+                    frame = read_frame(msg.data)
+                elif msg.type is WSMsgType.BINARY:
+                    frame = FrameRefused(400, "invalid_event", "binary frames are not read; send JSON text")
+                else:
+                    continue
+                if frame is not None:
+                    await self.queue.put(frame)
+        finally:
+            # The client is gone: so is any turn of its, upstream call included.
+            worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker
+
+    async def _work(self) -> None:
+        while True:
+            frame = await self.queue.get()
+            try:
+                if isinstance(frame, FrameRefused):
+                    await self.ws.send_frame(error_frame(frame.status, refusal_error(frame), frame.lane),
+                                             WSMsgType.TEXT)  # fmt: skip
+                else:
+                    await self._answer(frame)
+            except ConnectionError:
+                return  # the client left mid-answer; the reading side ends the connection
+            except Exception as e:
+                # A bug of this module's (the pipeline answers its own): the connection ends,
+                # where it would otherwise read frames no one answers. The type and place only.
+                where = traceback.extract_tb(e.__traceback__)[-1]
+                log.error({"event": "unhandled_error", "exception": type(e).__name__,
+                           "at": f"{where.filename}:{where.lineno}", "transport": "websocket"})  # fmt: skip
+                await self.ws.close(code=WSCloseCode.INTERNAL_ERROR)
+                return
+
+    async def _answer(self, frame: Create) -> None:
+        body = expanded(frame.body, self.last)
+        turn = Turn(self.ws, frame.lane, None if frame.generate else body)
+        request = _as_post(self.handshake, orjson.dumps(body))
+        request[TURN] = turn
+        response = await self.turn(request)
+        if not response.prepared:  # observe's own answer to what went wrong inside it (a 500)
+            await answered_at_once(turn, response, request)
+        if turn.ended_with is not None:
+            self.last = remembered(body, turn.ended_with) or self.last
+
+
+def _as_post(handshake: web.Request, body: bytes) -> web.Request:
+    """The request one turn stands for: POST /v1/responses with the handshake's headers (its key,
+    its client's identity) and the frame's body."""
+    headers = CIMultiDict[str]()
+    for name, value in handshake.headers.items():
+        lowered = name.lower()
+        if lowered in _HANDSHAKE_ONLY:
+            continue
+        if lowered == "openai-beta":  # the mode's own beta is not the upstream's
+            value = ",".join(v for v in value.split(",") if not v.strip().startswith(WEBSOCKET_BETA))
+            if not value:
+                continue
+        headers.add(name, value)
+    headers["Content-Type"] = "application/json"
+    headers["Content-Length"] = str(len(body))
+    headers["Accept"] = "text/event-stream"
+    request = handshake.clone(method="POST", headers=headers)
+    content = StreamReader(handshake.protocol, max(len(body), 2**16), loop=asyncio.get_running_loop())
+    content.feed_data(body)
+    content.feed_eof()
+    # clone() keeps the handshake's body, which is empty: the turn's is the frame's. (The limit
+    # above the body's size: a reader over its limit would pause the connection's reading.)
+    request._payload = content
+    return request

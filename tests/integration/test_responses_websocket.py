@@ -1,0 +1,209 @@
+"""The Responses API's WebSocket mode (``GET /v1/responses`` with ``Upgrade: websocket``): each
+``response.create`` frame is one request through POST /v1/responses's pipeline, its events one
+text frame each; where the mode is off, the upgrade is answered 426 and never forwarded.
+
+The handshake's headers are Codex 0.171.0's on its built-in provider (``openai_base_url`` in
+config.toml), recorded by a listener that logged each request's head (audit of 2026-11-30):
+it opens the WebSocket before any HTTP request and falls back to HTTPS on a 426 alone. The
+frames are as the openai SDK 3.57 types them (``openai/types/responses/responses_client_event.py``)
+and as Codex 0.171 and the Agents SDK 0.24 send them (``stream: true`` included)."""
+
+from __future__ import annotations
+
+import json
+
+import aiohttp
+import pytest
+
+from tests.fakeupstream import responses_error
+
+OPERATOR = "sk-OPERATOR-SECRET"
+# Codex 0.171.0's handshake, less its session ids and turn metadata (which the gateway never reads).
+CODEX_HANDSHAKE = {
+    "Authorization": "Bearer dummy",
+    "User-Agent": "codex_exec/0.171.0 (Debian 12.0.0; x86_64) unknown (codex_exec; 0.171.0)",
+    "originator": "codex_exec",
+    "openai-beta": "responses_websockets=2026-02-06",
+    "version": "0.171.0",
+}
+
+
+OFF = "server: {responses_websocket: false}\n"
+
+
+async def test_an_upgrade_is_answered_426_in_the_responses_shape_and_never_forwarded(make_gateway) -> None:
+    gw = await make_gateway(OFF, upstream_yaml=f", api_key: {OPERATOR}")
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE)
+    assert refused.value.status == 426
+    assert gw.fake.requests == []
+    assert gw.metric("llm_gateway_upstream_attempts_total", upstream="primary", outcome="unknown") == 0
+
+    # The body, as a client that reads it (the openai SDK's error) gets it.
+    upgrade = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+               "Sec-WebSocket-Key": "AK4kJq+TYivE45J4c807RQ==", **CODEX_HANDSHAKE}  # fmt: skip
+    async with gw.session.get(gw.base + "/v1/responses", headers=upgrade) as r:
+        status, headers, body = r.status, r.headers, await r.read()
+    assert status == 426
+    assert headers["x-llm-attempts"] == "0" and headers["x-should-retry"] == "false"
+    assert headers["Content-Type"].startswith("application/json")
+    error = json.loads(body)["error"]
+    assert error["code"] == "websocket_not_supported" and error["param"] is None
+    assert "POST /v1/responses" in error["message"]
+    assert OPERATOR.encode() not in body
+    assert gw.fake.requests == []
+
+
+async def test_the_upgrade_is_refused_before_the_key_check(make_gateway) -> None:
+    """Codex retries a refused handshake other than 426 up to 5 times before HTTPS, where a bad
+    key gets the 400 it shows at once: the upgrade is refused alike for every caller."""
+    gw = await make_gateway(extra_yaml="server: {client_keys: [gw-key-1], responses_websocket: false}\n")
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE)
+    assert refused.value.status == 426
+    assert gw.fake.requests == []
+
+
+async def test_a_plain_get_of_the_path_is_still_forwarded(make_gateway) -> None:
+    gw = await make_gateway()
+    async with gw.session.get(gw.base + "/v1/responses", headers={"Authorization": "Bearer x"}) as r:
+        await r.read()
+    assert [(q.method, q.path) for q in gw.fake.requests] == [("GET", "/v1/responses")]
+
+
+# --- the mode itself ---------------------------------------------------------------------
+
+FIRST = {"type": "response.create", "model": "gpt-5-codex", "stream": True, "store": False,
+         "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}]}  # fmt: skip
+
+
+async def _turn(ws: aiohttp.ClientWebSocketResponse, frame: dict) -> list[dict]:
+    """The events one frame is answered with, up to its end (completed, incomplete, failed, error)."""
+    await ws.send_json(frame)
+    events = []
+    while True:
+        msg = await ws.receive(timeout=10)
+        assert msg.type is aiohttp.WSMsgType.TEXT, msg
+        event = json.loads(msg.data)
+        events.append(event)
+        if event["type"] in ("response.completed", "response.incomplete", "response.failed", "error"):
+            return events
+
+
+async def test_a_turn_is_one_request_through_the_pipeline_each_event_one_frame(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=f", api_key: {OPERATOR}")
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        events = await _turn(ws, FIRST)
+        again = await _turn(ws, FIRST)
+    assert events[0]["type"] == "response.created" and events[-1]["type"] == "response.completed"
+    assert any(e["type"] == "response.output_text.delta" for e in events)
+    assert [e["type"] for e in again] == [e["type"] for e in events]
+    sent = gw.fake.responses_requests()
+    assert [r.method for r in sent] == ["POST", "POST"]
+    body = sent[0].json()
+    assert body["stream"] is True and "type" not in body and body["input"] == FIRST["input"]
+    assert sent[0].headers["Authorization"] == f"Bearer {OPERATOR}"
+    assert "responses_websockets" not in sent[0].headers.get("openai-beta", "")
+    assert gw.metric("llm_gateway_requests_total", upstream="primary", model="gpt-5-codex", status="200",
+                     error_type="none") == 2  # fmt: skip
+
+
+async def test_a_turn_chained_to_the_last_response_is_sent_whole(make_gateway) -> None:
+    """Codex sends each later turn as its new items and ``previous_response_id``, with
+    ``store: false``: the connection's memory of the last response makes it whole upstream."""
+    gw = await make_gateway()
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        first = await _turn(ws, FIRST)
+        answer = first[-1]["response"]
+        new = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "and again"}]}]
+        second = await _turn(ws, {**FIRST, "previous_response_id": answer["id"], "input": new})
+        unknown = await _turn(ws, {**FIRST, "previous_response_id": "resp_unknown", "input": new})
+    assert second[-1]["type"] == "response.completed"
+    sent = [r.json() for r in gw.fake.responses_requests()]
+    assert "previous_response_id" not in sent[1]
+    assert sent[1]["input"] == [*FIRST["input"], *answer["output"], *new]
+    # Another id goes on as it came: the upstream's answer (OpenAI's 400) is the error frame.
+    assert sent[2]["previous_response_id"] == "resp_unknown"
+    assert unknown[-1]["type"] == "error" and unknown[-1]["status"] == 400
+    assert unknown[-1]["error"]["code"] == "previous_response_not_found"
+
+
+async def test_generate_false_is_answered_here_and_chained_from(make_gateway) -> None:
+    gw = await make_gateway()
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        warm = await _turn(ws, {**FIRST, "generate": False})
+        assert gw.fake.requests == []
+        assert warm[0]["type"] == "response.created" and warm[-1]["type"] == "response.completed"
+        rid = warm[-1]["response"]["id"]
+        assert rid.startswith("resp_") and warm[-1]["response"]["output"] == []
+        new = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]}]
+        done = await _turn(ws, {**FIRST, "previous_response_id": rid, "input": new})
+    assert done[-1]["type"] == "response.completed"
+    (sent,) = [r.json() for r in gw.fake.responses_requests()]
+    assert sent["input"] == [*FIRST["input"], *new] and "generate" not in sent
+    # Each response.create is a request of its own: the warm one too, with no upstream.
+    assert gw.metric("llm_gateway_requests_total", upstream="none", model="gpt-5-codex", status="200",
+                     error_type="none") == 1  # fmt: skip
+    assert gw.metric("llm_gateway_requests_total", upstream="primary", model="gpt-5-codex", status="200",
+                     error_type="none") == 1  # fmt: skip
+
+
+async def test_an_upstream_error_is_an_error_frame_and_the_connection_goes_on(make_gateway) -> None:
+    gw = await make_gateway()
+    limited = responses_error(429, "Rate limit reached for gpt-5-codex. Please try again in 45s.", "requests",
+                              "rate_limit_exceeded")  # fmt: skip
+    limited.headers = {"retry-after": "45"}
+    gw.fake.script(limited)
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        (error,) = await _turn(ws, FIRST)
+        after = await _turn(ws, FIRST)
+    assert error["type"] == "error" and error["status"] == 429
+    assert error["error"]["code"] == "rate_limit_exceeded" and "Rate limit reached" in error["error"]["message"]
+    assert error["headers"]["retry-after"] == "45" and error["headers"]["x-llm-error-type"] == "rate_limit"
+    assert after[-1]["type"] == "response.completed"
+
+
+async def test_frames_it_cannot_take_are_answered_with_an_error_frame(make_gateway) -> None:
+    gw = await make_gateway()
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        await ws.send_str("{not json")
+        bad = json.loads((await ws.receive(timeout=5)).data)
+        (background,) = await _turn(ws, {**FIRST, "background": True, "stream_id": "lane-1"})
+        await ws.send_json({"type": "response.processed", "response_id": "resp_x"})  # Codex's: no answer
+        (no_model,) = await _turn(ws, {"type": "response.create", "input": "hi"})
+        done = await _turn(ws, FIRST)
+    assert bad["type"] == "error" and bad["status"] == 400 and bad["error"]["code"] == "invalid_json"
+    assert background["error"]["param"] == "background" and background["stream_id"] == "lane-1"
+    assert no_model["status"] == 400 and no_model["error"]["type"] == "invalid_request_error"
+    assert done[-1]["type"] == "response.completed"
+    assert len(gw.fake.responses_requests()) == 1
+
+
+async def test_stream_id_is_echoed_on_every_event_of_its_turn(make_gateway) -> None:
+    gw = await make_gateway()
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        events = await _turn(ws, {**FIRST, "stream_id": "lane-7"})
+    assert {e.get("stream_id") for e in events} == {"lane-7"}
+    assert "stream_id" not in gw.fake.responses_requests()[0].json()
+
+
+async def test_a_turn_is_translated_for_a_chat_upstream(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", apis: [chat], model_map: {'gpt-*': qwen}")
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        first = await _turn(ws, FIRST)
+        new = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "more"}]}]
+        second = await _turn(ws, {**FIRST, "previous_response_id": first[-1]["response"]["id"], "input": new})
+    assert first[-1]["type"] == "response.completed" and second[-1]["type"] == "response.completed"
+    sent = [r.json() for r in gw.fake.chat_requests()]
+    assert [m["role"] for m in sent[1]["messages"]] == ["user", "assistant", "user"]
+
+
+async def test_a_handshake_without_a_good_key_is_refused_before_the_upgrade(make_gateway) -> None:
+    gw = await make_gateway(extra_yaml="server: {client_keys: [gw-key-1]}\n")
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await gw.session.ws_connect(gw.base + "/v1/responses", headers={"Authorization": "Bearer wrong"})
+    assert refused.value.status == 401
+    async with gw.session.ws_connect(gw.base + "/v1/responses",
+                                     headers={"Authorization": "Bearer gw-key-1"}) as ws:  # fmt: skip
+        done = await _turn(ws, FIRST)
+    assert done[-1]["type"] == "response.completed"

@@ -1,0 +1,69 @@
+"""The Responses API's WebSocket mode as data (gateway/apis/responses/websocket.py): what a frame
+asks, and how a turn chained to the connection's last response is made whole. The frames are as
+Codex 0.171 and the Agents SDK 0.24 send them (``stream: true`` included, which the mode's
+documentation says not to send) and as the openai SDK 3.57 types them
+(``openai/types/responses/responses_client_event.py``)."""
+
+from __future__ import annotations
+
+import json
+
+from gateway.apis.responses.websocket import (
+    Create,
+    FrameRefused,
+    Last,
+    error_frame,
+    expanded,
+    read_frame,
+    remembered,
+    warm_response,
+)
+
+USER = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
+
+
+def test_a_create_is_the_post_body_it_stands_for_streamed() -> None:
+    frame = {"type": "response.create", "model": "gpt-5", "stream": True, "input": [USER], "stream_id": "a"}
+    got = read_frame(json.dumps(frame))
+    assert got == Create({"model": "gpt-5", "stream": True, "input": [USER]}, "a", True)
+    quiet = read_frame(json.dumps({"type": "response.create", "model": "gpt-5", "input": "hi", "generate": False}))
+    assert isinstance(quiet, Create) and quiet.body["stream"] is True and quiet.generate is False
+    assert "generate" not in quiet.body
+
+
+def test_codexs_acknowledgement_needs_no_answer_and_other_frames_are_refused() -> None:
+    assert read_frame('{"type": "response.processed", "response_id": "resp_1"}') is None
+    assert isinstance(read_frame("{nope"), FrameRefused) and read_frame("{nope").code == "invalid_json"
+    assert read_frame("[1]").code == "invalid_body"  # type: ignore[union-attr]
+    other = read_frame('{"type": "response.cancel", "stream_id": "b"}')
+    assert isinstance(other, FrameRefused) and other.code == "invalid_event" and other.lane == "b"
+    background = read_frame('{"type": "response.create", "model": "m", "background": true}')
+    assert isinstance(background, FrameRefused) and background.param == "background"
+    assert read_frame('{"type": "response.create", "stream_id": 5}').param == "stream_id"  # type: ignore[union-attr]
+
+
+def test_a_turn_chained_to_the_last_response_gets_its_conversation() -> None:
+    output = [{"type": "function_call", "call_id": "c1", "name": "sh", "arguments": "{}"}]
+    last = remembered({"model": "m", "input": "hi"}, {"id": "resp_1", "output": output})
+    assert last == Last("resp_1", ({"role": "user", "content": "hi"}, *output))
+    result = {"type": "function_call_output", "call_id": "c1", "output": "ok"}
+    body = expanded({"model": "m", "previous_response_id": "resp_1", "input": [result], "store": False}, last)
+    assert body == {"model": "m", "input": [{"role": "user", "content": "hi"}, *output, result], "store": False}
+    # Another id is the upstream's to find (a stored response); no memory, nothing to expand.
+    other = {"model": "m", "previous_response_id": "resp_0", "input": [result]}
+    assert expanded(other, last) is other and expanded(other, None) is other
+    assert remembered({"input": []}, {"id": "resp_2"}) is None  # no output to chain from
+
+
+def test_a_warm_turn_is_an_id_and_no_output() -> None:
+    response = warm_response({"model": "gpt-5", "tools": []}, 1_700_000_000)
+    assert response["id"].startswith("resp_") and response["output"] == [] and response["status"] == "completed"
+    assert response["usage"]["total_tokens"] == 0
+    assert remembered({"input": [USER]}, response) == Last(response["id"], (USER,))
+
+
+def test_the_error_frame_is_the_modes_shape() -> None:
+    error = {"type": "invalid_request_error", "code": "x", "message": "m", "param": None}
+    assert json.loads(error_frame(429, error, "a", {"retry-after": "5"})) == {
+        "type": "error", "status": 429, "error": error, "headers": {"retry-after": "5"}, "stream_id": "a"}
+    assert json.loads(error_frame(400, error)) == {"type": "error", "status": 400, "error": error}
