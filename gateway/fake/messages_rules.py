@@ -215,7 +215,9 @@ And on the rest of the request:
   judged;
 - '"thinking.type.disabled" is not supported for this model. Use "thinking.type.adaptive" and
   "output_config.effort" to control thinking behavior.': thinking turned off on the models that
-  think on every request, the same ones (``FORCING_REFUSED``): "Turning thinking off or setting a
+  think on every request: the same ones and Fable and Mythos 5 (``DISABLED_REFUSED``; "Both
+  thinking: {type: "disabled"} and manual extended thinking [...] return a 400 error", the Fable 5
+  migration guide): "Turning thinking off or setting a
   thinking budget is rejected" (the Opus 5.5 migration guide, which names the set that came with
   Fable 5.1), and Sonnet 5.5's lists ``thinking: {"type": "disabled"}`` among its 400s. Quoted as
   answered live on Opus 5.5 (dev.to/persimmoq, "5 settings that return 400 when you only change
@@ -394,6 +396,10 @@ BINDING_BETA = "thinking-binding-controls-2026-08-01"
 # From which version on a line thinks on every request, refusing a forced tool_choice and thinking
 # turned off (``_always_thinks``).
 FORCING_REFUSED = {"fable": (5, 1), "mythos": (5, 1), "opus": (5, 5), "sonnet": (5, 5)}
+# From which version on a line refuses thinking turned off: Fable and Mythos 5 already ("Both
+# thinking: {type: "disabled"} and manual extended thinking [...] return a 400 error", the Fable 5
+# migration guide), though they take a forced tool.
+DISABLED_REFUSED = {**FORCING_REFUSED, "fable": (5, 0), "mythos": (5, 0)}
 _NOT_FORCED = 'tool_choice: type "tool" and "any" are not supported for this model.'
 _WITH_PREFILL = "structured outputs cannot be used with a prefilled assistant message"
 # (family, major, minor) of the models that refuse temperature and top_p together.
@@ -782,7 +788,7 @@ def _user_id(metadata: Any) -> str | None:
 def _thinking(payload: dict[str, Any], thought: Collection[str], interleaved: bool = False) -> str | None:
     thinking = payload.get("thinking")
     kind = thinking.get("type") if isinstance(thinking, dict) else None
-    if kind == "disabled" and _always_thinks(payload.get("model")):
+    if kind == "disabled" and _always_thinks(payload.get("model"), DISABLED_REFUSED):
         return ('"thinking.type.disabled" is not supported for this model. Use "thinking.type.adaptive" '
                 'and "output_config.effort" to control thinking behavior.')  # fmt: skip
     if kind not in ("enabled", "adaptive"):
@@ -919,13 +925,13 @@ def _forced_tool(payload: dict[str, Any]) -> str | None:
     return _NOT_FORCED if _always_thinks(payload.get("model")) else None
 
 
-def _always_thinks(model: Any) -> bool:
+def _always_thinks(model: Any, since_versions: dict[str, tuple[int, int]] = FORCING_REFUSED) -> bool:
     """Whether the model thinks on every request, and so takes neither a forced tool nor
-    thinking turned off (``FORCING_REFUSED``)."""
+    thinking turned off (``FORCING_REFUSED``; ``DISABLED_REFUSED`` for thinking turned off)."""
     named = _NAMED.search(model) if isinstance(model, str) else None
     if named is None or not named["major"]:
         return False
-    since = FORCING_REFUSED.get(named["family"])
+    since = since_versions.get(named["family"])
     return since is not None and (int(named["major"]), int(named["minor"] or 0)) >= since
 
 

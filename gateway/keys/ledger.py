@@ -178,8 +178,7 @@ class Accounts:
                 self.keeper = asyncio.get_running_loop().create_task(self._keep())
             if self.closed_when_store_down and self._counted_apart(slot):
                 await self.settle(reservation, {})  # undo what this replica's memory counted
-                return LimitHit("store_down", "the gateway cannot check this key's limits and budget now "
-                               "(its state store is down); try again shortly", 5.0, now + 5)  # fmt: skip
+                return _store_down(now)
             return reservation
         in_flight = 0.0
         if verdict == "tpm":
@@ -214,6 +213,9 @@ class Accounts:
         if key.parallel is None and not budgets:
             return None
         hit = await self._count_hit(key, budgets)
+        if self.closed_when_store_down and not getattr(self.store, "healthy", True):
+            # Read from this replica's memory: what another replica spent or holds is not in it.
+            return _store_down(self.wall())
         if hit is not None and hit.kind == "parallel" and (self._pending or self._open.get(key.name)):
             # One of this process's requests that just ended may still hold its slot (as admit
             # waits for them).
@@ -530,6 +532,11 @@ def _tpm_refusal(key: KeySpec, now: float, used: int, held: int, counts: int, ou
     also = f", and requests in flight hold {held} more" if held > 0 else ""
     return LimitHit("tpm", f"key '{key.name}' used {used} of its {limit} tokens of this minute{also} (this "
                     f"request counts {counts}: {asks}); {resets}", minute_end - now, minute_end)  # fmt: skip
+
+
+def _store_down(now: float) -> LimitHit:
+    return LimitHit("store_down", "the gateway cannot check this key's limits and budget now "
+                    "(its state store is down); try again shortly", 5.0, now + 5)  # fmt: skip
 
 
 def _refusal(key: KeySpec, verdict: str, spent: float, now: float,

@@ -75,6 +75,16 @@ async def test_while_the_store_is_down_the_key_reads_its_last_reading_marked_nev
             assert status == 503 and b"accounting_unavailable" in body
         else:
             assert status == 200
+        # Nor a token count (review: it was checked against this replica's memory and sent).
+        sent = len(gw.fake.requests)
+        async with gw.session.post(gw.base + "/v1/messages/count_tokens", headers={**BOB, "anthropic-version": "2023-06-01"},
+                                   json={"model": "claude-haiku-4-5", "messages": [{"role": "user", "content": "hi"}]}) as r:
+            counted = (r.status, await r.read())
+        if when_down == "closed":
+            assert counted[0] == 529 and b"state store is down" in counted[1], counted  # Anthropic's overloaded
+            assert len(gw.fake.requests) == sent
+        else:
+            assert counted[0] != 503, counted
         state = await key_state(gw, ALICE)
         note = state["state_unavailable"]
         requests = ("refused (503 accounting_unavailable)" if when_down == "closed"

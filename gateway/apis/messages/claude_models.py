@@ -30,9 +30,11 @@ with adaptive thinking [...] To preserve the old behavior, pass thinking: {type:
 allowed at effort high or lower (https://platform.claude.com/docs/en/models/opus-5/migration-guide;
 Sonnet 5: "adaptive thinking is on by default", its migration guide; Sonnet 5.5's likens its
 ``between_tools`` to ``disabled`` on Sonnet 5). Opus 5.5, Sonnet 5.5 and Fable and
-Mythos 5.1 on think on every request and refuse ``disabled`` ("Turning thinking off or setting a
+Mythos 5 on think on every request and refuse ``disabled`` ("Turning thinking off or setting a
 thinking budget is rejected, and `effort` is the control", the Opus 5.5 migration guide; Sonnet
-5.5's lists ``thinking: {"type": "disabled"}`` among the five settings that return a 400): the
+5.5's lists ``thinking: {"type": "disabled"}`` among the five settings that return a 400; "Both
+thinking: {type: "disabled"} and manual extended thinking [...] return a 400 error", the Fable 5
+migration guide, for Fable 5 and Mythos 5): the
 least effort is the nearest to none they take. (Sonnet 5.5's ``between_tools`` still thinks
 between calls, and its effort may not change mid-conversation: not used.)
 
@@ -105,7 +107,7 @@ def thinking_for(model: str) -> Thinking:
         return BUDGET
     version = _version(found)
     if found["line"]:
-        return _ADAPTIVE_ALWAYS if version is not None and version >= (5, 1) else _ADAPTIVE
+        return _ADAPTIVE_ALWAYS if version is not None and version >= (5, 0) else _ADAPTIVE
     assert version is not None  # a tier always has its major version
     if found["tier"] in ("opus", "sonnet") and version >= (5, 5):
         return _ADAPTIVE_ALWAYS

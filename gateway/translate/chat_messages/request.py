@@ -837,15 +837,16 @@ def _thinking(
 ) -> tuple[dict[str, Any] | None, str | None]:
     """The ``thinking`` to send (None: no thinking) and the ``output_config.effort``."""
     effort = typed.text(p.get("reasoning_effort"), ("reasoning_effort",))
-    if effort is None:
-        return None, None
     model = thinking_for(out["model"])
+    # Opus 5 and Sonnet 5 think on a request without ``thinking`` (``claude_models``): where
+    # thinking must stay off they are told so, whatever the client asked.
+    off = {"type": "disabled"} if model.off == DISABLED else None
+    if effort is None:
+        return (off if off is not None and _thinking_held(turns, choice) else None), None
     if effort == "none":
         # A model that thinks unasked is told not to, one that always thinks gets the least
         # effort (``claude_models``: Opus 5 thinks by default, Opus 5.5 refuses "disabled").
-        if model.off == DISABLED:
-            return {"type": "disabled"}, None
-        return None, (LEAST if model.off == LEAST else None)
+        return off, (LEAST if model.off == LEAST else None)
     if effort not in EFFORT_BUDGET:
         raise _Refused(f"reasoning_effort {effort!r} is not one of none, {', '.join(EFFORT_BUDGET)}")
     # Effort "doesn't require thinking to be enabled" (platform.claude.com/docs/en/build-with-claude/
@@ -853,17 +854,10 @@ def _thinking(
     level = ADAPTIVE_EFFORT[effort] if model.efforts else None
     if level is not None and level not in model.efforts:
         level = "high"
-    if choice is not None and choice["type"] in FORCED:
-        return None, level  # Anthropic refuses thinking with a forced tool; the forced call is kept
-    if turns and turns[-1]["role"] == "assistant":
-        return None, level  # a prefilled answer: Anthropic refuses prefill with thinking
-    last = next((t for t in reversed(turns) if t["role"] == "assistant"), None)
-    if (
-        last is not None
-        and any(b["type"] == "tool_use" for b in last["content"])
-        and last["content"][0]["type"] not in _THOUGHT
-    ):
-        return None, level  # mid tool loop without that turn's signed thinking, which Anthropic requires
+    if _thinking_held(turns, choice):
+        if off is not None and level in ("xhigh", "max"):
+            level = "high"  # "disabled" is taken at effort high or lower (the Opus 5 migration guide)
+        return off, level
     if not model.thinks:
         return None, None  # Claude 3 and 3.5 refuse any ("... does not support thinking."): answered without
     if model.adaptive:
@@ -876,6 +870,18 @@ def _thinking(
     if budget is None:
         return None, level  # max_tokens leaves no room for Anthropic's minimum budget beside an answer
     return {"type": "enabled", "budget_tokens": budget}, level  # Opus 4.5 takes an effort beside it
+
+
+def _thinking_held(turns: list[dict[str, Any]], choice: dict[str, Any] | None) -> bool:
+    """Whether thinking must stay off for this request, whatever was asked."""
+    if choice is not None and choice["type"] in FORCED:
+        return True  # Anthropic refuses thinking with a forced tool; the forced call is kept
+    if turns and turns[-1]["role"] == "assistant":
+        return True  # a prefilled answer: Anthropic refuses prefill with thinking
+    last = next((t for t in reversed(turns) if t["role"] == "assistant"), None)
+    # Mid tool loop without that turn's signed thinking, which Anthropic requires first in it.
+    return (last is not None and any(b["type"] == "tool_use" for b in last["content"])
+            and last["content"][0]["type"] not in _THOUGHT)  # fmt: skip
 
 
 def _response_format(fmt: Any) -> dict[str, Any] | None:

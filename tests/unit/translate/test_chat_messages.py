@@ -25,6 +25,7 @@ import openai
 import pytest
 
 from gateway.apis.base import Ending
+from gateway.apis.messages.claude_models import thinking_for
 from gateway.errors import Classification, ErrorType
 from gateway.fake import messages_rules
 from gateway.sse import EventSplitter, parse_event
@@ -255,7 +256,9 @@ def test_a_forced_tool_stays_forced_where_the_model_takes_it(model: str) -> None
     out = req({"model": "m", "messages": [user()], "tools": [WEATHER, OTHER], "tool_choice": named,
                "reasoning_effort": "high", "max_tokens": 8000}, Target(model))  # fmt: skip
     assert out["tool_choice"] == {"type": "tool", "name": "other"} and len(out["tools"]) == 2
-    assert "thinking" not in out  # Anthropic refuses thinking with a forced tool: the call is kept
+    # Anthropic refuses thinking with a forced tool: the call is kept, and Opus 5 and Sonnet 5,
+    # which would think unasked, are told not to.
+    assert out.get("thinking") == ({"type": "disabled"} if thinking_for(model).off == "disabled" else None)
     assert messages_rules.refusal("/v1/messages", out, {}) is None
 
 
@@ -1545,6 +1548,7 @@ def knobs(effort: str) -> dict[str, Any]:
     ("claude-opus-5", {"type": "disabled"}, None), ("claude-sonnet-5", {"type": "disabled"}, None),
     ("claude-opus-5-5", None, {"effort": "low"}), ("claude-sonnet-5-5", None, {"effort": "low"}),
     ("claude-fable-5-1", None, {"effort": "low"}), ("anthropic/claude-mythos-5.2", None, {"effort": "low"}),
+    ("claude-fable-5", None, {"effort": "low"}), ("claude-mythos-5", None, {"effort": "low"}),
     ("claude-opus-4-8", None, None), ("claude-sonnet-4-6", None, None), ("claude-opus-4-5", None, None),
     ("qwen3-coder", None, None),
 ])  # fmt: skip
@@ -1554,11 +1558,44 @@ def test_reasoning_effort_none_keeps_a_claude_that_thinks_unasked_from_thinking(
     """`reasoning_effort: "none"` went out with no `thinking` and no effort, and Opus 5 thinks on a
     request without `thinking` ("To preserve the old behavior, pass thinking: {type: "disabled"}",
     the Opus 5 migration guide; Sonnet 5 the same). Opus 5.5, Sonnet 5.5 and Fable and Mythos 5.1
-    on refuse `disabled` (their migration guides): the least effort is the nearest to none. The
+    on refuse `disabled` (their migration guides), and so do Fable and Mythos 5 ("Both thinking:
+    {type: "disabled"} and manual extended thinking [...] return a 400 error", the Fable 5
+    migration guide; they got nothing, and thought): the least effort is the nearest to none. The
     models that think only when asked are left as they were."""
     out = req(knobs("none"), Target(model))
     assert out.get("thinking") == thinking and out.get("output_config") == config
     assert messages_rules.refusal("/v1/messages", out, {}) is None
+
+
+@pytest.mark.parametrize("effort", [None, "medium", "xhigh"])
+def test_where_thinking_must_stay_off_opus_5_is_told_so(effort: str | None) -> None:
+    """A forced tool and a tool loop without its turn's signed thinking left `thinking` out,
+    which keeps the older models from thinking; Opus 5 thinks on a request without it (the Opus 5
+    migration guide: "To preserve the old behavior, pass thinking: {type: "disabled"}", taken at
+    effort high or lower), so it is told so, and an effort above high goes as high."""
+    asked = {} if effort is None else {"reasoning_effort": effort}
+    forced = req({"model": "m", "messages": [user()], "tools": [WEATHER], "tool_choice": "required",
+                  **asked}, Target("claude-opus-5"))  # fmt: skip
+    loop = req({"model": "m", "tools": [WEATHER], **asked, "messages": [
+        user("weather?"),
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]}, Target("claude-opus-5"))  # fmt: skip
+    for out in (forced, loop):
+        assert out["thinking"] == {"type": "disabled"}
+        assert out.get("output_config", {}).get("effort") == {None: None, "medium": "medium", "xhigh": "high"}[effort]
+        assert messages_rules.refusal("/v1/messages", out, {}) is None
+    # A model that thinks only when asked is left without `thinking`, as before.
+    older = req({"model": "m", "messages": [user()], "tools": [WEATHER], "tool_choice": "required", **asked},
+                Target("claude-opus-4-8"))  # fmt: skip
+    assert "thinking" not in older
+
+
+def test_fake_refuses_thinking_off_on_fable_5() -> None:
+    """Fable and Mythos 5 refuse `thinking: {type: disabled}` (the Fable 5 migration guide)."""
+    for model in ("claude-fable-5", "claude-mythos-5"):
+        body = {"model": model, "max_tokens": 100, "thinking": {"type": "disabled"}, "messages": [user()]}
+        assert messages_rules.refusal("/v1/messages", body, {}) is not None
 
 
 def test_no_thinking_from_a_responses_or_gemini_client_keeps_opus_5_from_thinking() -> None:
