@@ -193,8 +193,6 @@ async def admit_request(svc: Services, state: RequestState, headers: Mapping[str
     if isinstance(got, Reservation):
         state.reservation = got
         return None
-    svc.telemetry.child(svc.telemetry.key_refusals, key.name, got.kind).inc()
-    log.info({"request_id": state.request_id, "event": "key_refused", "key": key.name, "reason": got.kind})
     return _refused(svc, state, headers, got)
 
 
@@ -219,8 +217,6 @@ async def admit_count(svc: Services, state: RequestState, headers: Mapping[str, 
     got = await svc.accounts.admit_count(key)
     if got is None:
         return None
-    svc.telemetry.child(svc.telemetry.key_refusals, key.name, got.kind).inc()
-    log.info({"request_id": state.request_id, "event": "key_refused", "key": key.name, "reason": got.kind})
     return _refused(svc, state, headers, got)
 
 
@@ -454,6 +450,10 @@ def _answers(payload: Mapping[str, Any]) -> int:
 
 
 def _refused(svc: Services, state: RequestState, headers: Mapping[str, str], r: LimitHit) -> Failure:
+    """The client's answer to a refusal of its key (counted and logged)."""
+    name = state.key.name if state.key else ""
+    svc.telemetry.child(svc.telemetry.key_refusals, name, r.kind).inc()
+    log.info({"request_id": state.request_id, "event": "key_refused", "key": name, "reason": r.kind})
     now = svc.wall()
     if r.kind in ("budget", "team_budget"):
         reset = r.reset_at_s or now
