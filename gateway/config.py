@@ -1319,6 +1319,12 @@ class ClientKeyConfig(_Model):
         "`2027-01-15T18:00:00+01:00`). From then on it is refused with 401 `expired_client_key`, in the "
         "client's API's shape, naming the key and the time; a reload that moves it lets the key in again.",
     )  # fmt: skip
+    disabled: bool = Field(
+        default=False,
+        description="Turns the key off, keeping its name, spend and metrics: it is refused with 401 "
+        "`disabled_client_key` in the client's API's shape, telling its holder to ask the operator; an admin "
+        "key still reads its state. A reload that removes it lets the key in again.",
+    )  # fmt: skip
 
     @field_validator("models", mode="before")
     @classmethod
@@ -1386,6 +1392,11 @@ class TeamConfig(_Model):
     )  # fmt: skip
     budget: BudgetConfig | None = Field(
         default=None, description="A spend cap the team's keys share; once spent, they are refused with 402."
+    )
+    disabled: bool = Field(
+        default=False,
+        description="Turns every key of the team off, as `keys[].disabled` does one "
+        "(401 `disabled_client_key`).",
     )
 
 

@@ -398,7 +398,7 @@ class Telemetry:
         )  # fmt: skip
         self.client_auth_refusals = Counter(
             p + "client_auth_refusals",
-            "Requests refused for a gateway key, by reason: missing, invalid, expired.",
+            "Requests refused for a gateway key, by reason: missing, invalid, expired, disabled.",
             ["reason"], registry=registry,
         )  # fmt: skip
         self.continuations = Counter(
