@@ -16,6 +16,7 @@ import os
 import re
 import types
 import typing
+import zoneinfo
 from collections.abc import Iterable, Mapping, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -1264,13 +1265,35 @@ class TracingConfig(_Model):
 
 
 class BudgetConfig(_Model):
-    """A spend cap per period, in USD; periods are UTC (a day, a week from Monday, a month)."""
+    """A spend cap per period, in USD; periods are calendar days, weeks from Monday or months in
+    ``timezone`` (UTC unless given)."""
 
     usd: float = Field(gt=0, description="The most that may be spent per period, in USD. Required.")
     period: Literal["day", "week", "month"] = Field(
         default="month",
-        description="The period the cap applies to, in UTC: `day`, `week` (from Monday) or `month`.",
+        description="The period the cap applies to, in `timezone`: `day`, `week` (from Monday) or `month`.",
     )
+    timezone: str = Field(
+        default="UTC",
+        description="The IANA time zone whose midnights start and end each period (`America/Los_Angeles`, "
+        "`Europe/Berlin`): a team's day from its own midnight, 23 or 25 hours on its daylight-saving days. "
+        "Reset times are still answered in UTC.",
+    )
+
+    @field_validator("timezone")
+    @classmethod
+    def _a_zone(cls, v: str) -> str:
+        if v == "UTC":
+            return v
+        # Only names (tzdata's), not offsets: a fixed "-08:00" would be an hour off half the year.
+        try:
+            if v.strip() != v or v.startswith(("/", ".")) or ".." in v:
+                raise ValueError
+            zoneinfo.ZoneInfo(v)
+        except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+            raise ValueError(f"'{v[:64]}' is not an IANA time zone name: give one such as "
+                             "America/Los_Angeles, Europe/Berlin or UTC") from None
+        return v
 
 
 class ClientKeyConfig(_Model):

@@ -24,12 +24,12 @@ import itertools
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from gateway.keys.periods import bounds, iso
 from gateway.keys.prices import DEFAULT_SEARCHES, Cost, Price, PriceTable, cost_of, worst_case
 from gateway.keys.references import ReferenceTokens
-from gateway.keys.registry import KeySpec
+from gateway.keys.registry import Budget, KeySpec
 from gateway.state.ledger_ops import LedgerAdmit, LedgerKeep, LedgerSettle
 from gateway.state.store import StateStore
 
@@ -43,6 +43,15 @@ SLOT_TTL_MS = 3_600_000  # a slot a dead replica held is freed after an hour at 
 KEEP_EVERY_S = SLOT_TTL_MS / 4000
 HELD_RETRY_S = 2.0  # a budget full of in-flight reservations: when to ask again
 _BUDGET_KEEP_S = 7 * 86_400.0  # a finished period's spend stays readable a week
+
+
+class BudgetNow(NamedTuple):
+    """One budget of a key in the period ``now`` falls in: its store key (which names the period)
+    and when the period ends."""
+
+    bkey: str
+    budget: Budget
+    end: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +115,8 @@ class Accounts:
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     _pending: list[LedgerSettle] = field(default_factory=list)
     flusher: asyncio.Task[None] | None = None  # the task that will write the settles waiting
-    # period -> (name, end, when worked out): valid from then until its end.
-    _periods: dict[str, tuple[str, float, float]] = field(default_factory=dict)
+    # (period, time zone) -> (name, end, when worked out): valid from then until its end.
+    _periods: dict[tuple[str, str], tuple[str, float, float]] = field(default_factory=dict)
     _prefix: str = field(default_factory=lambda: os.urandom(4).hex())
     _open: dict[str, int] = field(default_factory=dict)  # key -> its reservations made here, unsettled
     _ended: asyncio.Event | None = None  # set when one is settled
@@ -143,8 +152,8 @@ class Accounts:
             key=key.name, minute=minute, requests_per_minute=key.requests_per_minute,
             tokens_per_minute=key.tokens_per_minute, tokens=minute_tokens, parallel=key.parallel,
             slot=slot, now_ms=round(now * 1000), slot_ttl_ms=SLOT_TTL_MS,
-            budgets=tuple((b, limit) for b, limit, _, _ in budgets), reserve_usd=reserve,
-            budget_ttl_s=_BUDGET_KEEP_S + max((end for *_, end in budgets), default=now) - now,
+            budgets=tuple((p.bkey, p.budget.usd) for p in budgets), reserve_usd=reserve,
+            budget_ttl_s=_BUDGET_KEEP_S + max((p.end for p in budgets), default=now) - now,
         )  # fmt: skip
         written = self._written
         verdict, spent = await self._admitted(admit)
@@ -160,7 +169,7 @@ class Accounts:
                 await asyncio.shield(self.flusher)  # settles it took to write before these
             if self._written != written:
                 verdict, spent = await self._admitted(admit)
-        held = tuple(b for b, *_ in budgets)
+        held = tuple(p.bkey for p in budgets)
         asked = max_tokens * max(1, answers) if max_tokens else None
         reservation = Reservation(key, minute, slot, round(prompt_tokens), reserve, held, price,
                                   minute_tokens=minute_tokens, output_asked=asked,
@@ -320,7 +329,7 @@ class Accounts:
         now = self.wall()
         minute = int(now // 60)
         budgets = self._budgets(key, now)
-        bkeys = [b for b, *_ in budgets]
+        bkeys = [p.bkey for p in budgets]
         got = await self.store.ledger_read_shared(key.name, minute, round(now * 1000), bkeys)
         if got is None:
             return self._unread(head, key, now, minute, budgets)
@@ -333,13 +342,13 @@ class Accounts:
             "this_minute": {"requests": n, "tokens": k, "resets_at": iso((minute + 1) * 60)},
             "in_flight": in_flight,
         }  # fmt: skip
-        for (bkey, limit, period, end), (spent, held) in zip(budgets, spend, strict=True):
-            field_name = "team_budget" if bkey.startswith("team:") else "budget"
-            out[field_name] = _budget_state(limit, period, end, spent, held)
+        for p, (spent, held) in zip(budgets, spend, strict=True):
+            field_name = "team_budget" if p.bkey.startswith("team:") else "budget"
+            out[field_name] = _budget_state(p, spent, held)
         return out
 
     def _unread(self, head: dict[str, Any], key: KeySpec, now: float, minute: int,
-                budgets: list[tuple[str, float, str, float]]) -> dict[str, Any]:  # fmt: skip
+                budgets: list[BudgetNow]) -> dict[str, Any]:  # fmt: skip
         """``state_of`` while the shared store does not answer: what it last answered (this
         minute's counts, this period's spend), each marked with when it was read and how long
         ago; nothing when it answered none; a budget's spend with what this replica spent since
@@ -375,24 +384,22 @@ class Accounts:
                                   **_aged(at, now)}  # fmt: skip
         # What this replica spent since in its memory, as its own refusals count it: a key read
         # "spent $0.54, left $0.46" while its requests were refused for "spent $1.08 of $1.00".
-        bkeys = [b for b, *_ in budgets]
+        bkeys = [p.bkey for p in budgets]
         owed, mirrored = self.store.ledger_owed(bkeys), self.store.ledger_mirrored(bkeys)
-        for (bkey, limit, period, end), mine, mirror in zip(budgets, owed, mirrored, strict=True):
-            field_name = "team_budget" if bkey.startswith("team:") else "budget"
-            read = self.readings.budgets.get(bkey)  # of this period: the store key names it
+        for p, mine, mirror in zip(budgets, owed, mirrored, strict=True):
+            field_name = "team_budget" if p.bkey.startswith("team:") else "budget"
+            read = self.readings.budgets.get(p.bkey)  # of this period: the store key names it
             if mirror is not None and (read is None or mirror[2] > read[0] + 0.001):
                 # Newer than any read of it here (an admit of this key or a teammate since):
                 # what the admits count on from, its own spend since in it. Read null while
                 # this replica refused or served by it (audit).
                 spent, held, at = mirror
-                out[field_name] = {**_budget_state(limit, period, end, spent, held), **_aged(at, now)}
+                out[field_name] = {**_budget_state(p, spent, held), **_aged(at, now)}
             elif read is None:
-                out[field_name] = {"usd": limit, "period": period, "spent_usd": None, "reserved_usd": None,
-                                   "left_usd": None, "resets_at": iso(end), "as_of": None,
-                                   "age_s": None}  # fmt: skip
+                out[field_name] = {**_budget_state(p, None, None), "as_of": None, "age_s": None}
             else:
                 at, spent, held = read
-                out[field_name] = {**_budget_state(limit, period, end, spent + mine, held), **_aged(at, now)}
+                out[field_name] = {**_budget_state(p, spent + mine, held), **_aged(at, now)}
         return out
 
     async def budget_readings(
@@ -406,11 +413,11 @@ class Accounts:
         found: dict[str, tuple[str, str, str, float, float]] = {}  # store key -> kind, name, period, usd, end
         first: str | None = None
         for key in keys:
-            for bkey, limit, period, end in self._budgets(key, now):
-                if bkey not in found:
-                    team = bkey.startswith("team:")
+            for p in self._budgets(key, now):
+                if p.bkey not in found:
+                    team = p.bkey.startswith("team:")
                     owner = (key.team or "") if team else key.name
-                    found[bkey] = ("team" if team else "key", owner, period, limit, end)
+                    found[p.bkey] = ("team" if team else "key", owner, p.budget.period, p.budget.usd, p.end)
                     first = first or key.name
         if first is None:
             return []
@@ -423,28 +430,38 @@ class Accounts:
                 for (kind, name, period, usd, end), (spent, held)
                 in zip(found.values(), spend, strict=True)]  # fmt: skip
 
-    def _period(self, period: str, now: float) -> tuple[str, float]:
-        """The current period's name and end, worked out again only once it has ended."""
-        known = self._periods.get(period)
+    def _period(self, period: str, tz: str, now: float) -> tuple[str, float]:
+        """The current period's name and end in zone ``tz``, worked out again only once it has ended."""
+        known = self._periods.get((period, tz))
         if known is None or not known[2] <= now < known[1]:
-            name, end = bounds(period, now)  # type: ignore[arg-type]
-            known = self._periods[period] = (name, end, now)
+            name, end = bounds(period, now, tz)  # type: ignore[arg-type]
+            known = self._periods[(period, tz)] = (name, end, now)
         return known[0], known[1]
 
-    def _budgets(self, key: KeySpec, now: float) -> list[tuple[str, float, str, float]]:
-        """(store key, USD limit, period, period end) of the key's budget, then its team's."""
-        out: list[tuple[str, float, str, float]] = []
+    def _budgets(self, key: KeySpec, now: float) -> list[BudgetNow]:
+        """The key's budget, then its team's, in the periods ``now`` falls in."""
+        out: list[BudgetNow] = []
         for owner, budget in ((f"key:{key.name}", key.budget), (f"team:{key.team}", key.team_budget)):
             if budget is not None:
-                name, end = self._period(budget.period, now)
-                out.append((f"{owner}:{name}", budget.usd, budget.period, end))
+                name, end = self._period(budget.period, budget.timezone, now)
+                out.append(BudgetNow(f"{owner}:{name}", budget, end))
         return out
 
 
-def _budget_state(limit: float, period: str, end: float, spent: float, held: float) -> dict[str, Any]:
-    return {"usd": limit, "period": period, "spent_usd": round(spent, 6), "reserved_usd": round(held, 6),
-            # What a new request may still take: in-flight requests hold theirs.
-            "left_usd": round(max(0.0, limit - spent - held), 6), "resets_at": iso(end)}  # fmt: skip
+def _budget_state(p: BudgetNow, spent: float | None, held: float | None) -> dict[str, Any]:
+    """A budget as the key view shows it; ``spent`` and ``held`` None: not known (shown null)."""
+    b = p.budget
+    out: dict[str, Any] = {"usd": b.usd, "period": b.period}
+    if b.timezone != "UTC":
+        out["timezone"] = b.timezone
+    out.update({
+        "spent_usd": round(spent, 6) if spent is not None else None,
+        "reserved_usd": round(held, 6) if held is not None else None,
+        # What a new request may still take: in-flight requests hold theirs.
+        "left_usd": None if spent is None or held is None else round(max(0.0, b.usd - spent - held), 6),
+        "resets_at": iso(p.end),
+    })  # fmt: skip
+    return out
 
 
 def _aged(at: float, now: float) -> dict[str, Any]:
@@ -493,7 +510,7 @@ def _tpm_refusal(key: KeySpec, now: float, used: int, held: int, counts: int, ou
 
 
 def _refusal(key: KeySpec, verdict: str, spent: float, now: float,
-             budgets: list[tuple[str, float, str, float]], in_flight: float = 0.0) -> LimitHit:  # fmt: skip
+             budgets: list[BudgetNow], in_flight: float = 0.0) -> LimitHit:  # fmt: skip
     minute_end = (int(now // 60) + 1) * 60
     if verdict == "rpm":
         message = (f"key '{key.name}' sent its {key.requests_per_minute} requests of this minute; "
@@ -503,7 +520,8 @@ def _refusal(key: KeySpec, verdict: str, spent: float, now: float,
         return LimitHit("parallel", f"key '{key.name}' has its {key.parallel} requests in flight at once; "
                        "try again when one has finished", 1.0, now + 1)  # fmt: skip
     index = int(verdict.removeprefix("budget")) if verdict.startswith("budget") else 0
-    bkey, limit, period, end = budgets[min(index, len(budgets) - 1)]
+    bkey, b, end = budgets[min(index, len(budgets) - 1)]
+    limit, period = b.usd, b.period
     team = bkey.startswith("team:")
     who = f"team '{key.team}'" if team else f"key '{key.name}'"
     budget = f"its {usd(limit)} {_PERIOD_WORD[period]} budget"

@@ -29,6 +29,7 @@ CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key", "x-goog-api-key")
 class Budget:
     usd: float
     period: Period
+    timezone: str = "UTC"  # an IANA name: where the period's midnights are
 
 
 @dataclass(frozen=True, slots=True)
