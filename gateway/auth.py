@@ -126,7 +126,7 @@ def _digests_of(k: ClientKeyConfig) -> list[bytes]:
 
 def _spec(k: ClientKeyConfig, teams: Mapping[str, TeamConfig]) -> KeySpec:
     def budget(b: BudgetConfig | None) -> Budget | None:
-        return Budget(b.usd, b.period, b.timezone) if b is not None else None
+        return Budget(b.usd, b.period, b.timezone, b.soft_usd) if b is not None else None
 
     team = teams.get(k.team) if k.team else None
     return KeySpec(

@@ -1279,6 +1279,19 @@ class BudgetConfig(_Model):
         "`Europe/Berlin`): a team's day from its own midnight, 23 or 25 hours on its daylight-saving days. "
         "Reset times are still answered in UTC.",
     )
+    soft_usd: float | None = Field(
+        default=None, gt=0,
+        description="A warning threshold below `usd`, in USD: crossing it refuses nothing; the first "
+        "crossing in a period logs one `budget_soft_limit` line, and the key view and "
+        "`llm_gateway_budget_soft_usd` show it (alert `LLMGatewayKeyBudgetSoftLimitCrossed`).",
+    )
+
+    @model_validator(mode="after")
+    def _soft_below_hard(self) -> Self:
+        if self.soft_usd is not None and self.soft_usd >= self.usd:
+            raise ValueError(f"soft_usd ({self.soft_usd:g}) must be below usd ({self.usd:g}): it warns "
+                             "before the budget is spent, which usd refuses at")
+        return self
 
     @field_validator("timezone")
     @classmethod

@@ -30,6 +30,7 @@ from gateway.keys.periods import bounds, iso
 from gateway.keys.prices import DEFAULT_SEARCHES, Cost, Price, PriceTable, cost_of, worst_case
 from gateway.keys.references import ReferenceTokens
 from gateway.keys.registry import Budget, KeySpec
+from gateway.keys.soft import SoftCrossing, SoftWatch, crossed
 from gateway.state.ledger_ops import LedgerAdmit, LedgerKeep, LedgerSettle
 from gateway.state.store import StateStore
 
@@ -81,6 +82,7 @@ class Reservation:
     # provider's own default then, which may be above default_max_tokens).
     output_asked: int | None = None
     expires_ms: int = 0  # when its slot expires unless kept alive
+    periods: tuple[BudgetNow, ...] = ()  # its budgets as admitted (a soft limit's settle is read back)
 
 
 @dataclass
@@ -125,6 +127,12 @@ class Accounts:
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep  # the keeper's, between its rounds
     _live: dict[str, Reservation] = field(default_factory=dict)  # slot -> its reservation, unsettled
     keeper: asyncio.Task[None] | None = None  # keeps _live's slots alive while there are any
+    on_soft_limit: Callable[[SoftCrossing], None] | None = None  # a budget's soft_usd first reached
+    soft: SoftWatch = field(init=False)
+    _soft_pending: list[tuple[KeySpec, tuple[BudgetNow, ...]]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.soft = SoftWatch(self.store, self.wall, self.on_soft_limit)
 
     def cost(self, model: str | None, usage: Mapping[str, int]) -> Cost:
         return cost_of(self.prices.price_for(model), usage)
@@ -173,7 +181,7 @@ class Accounts:
         asked = max_tokens * max(1, answers) if max_tokens else None
         reservation = Reservation(key, minute, slot, round(prompt_tokens), reserve, held, price,
                                   minute_tokens=minute_tokens, output_asked=asked,
-                                  expires_ms=admit.now_ms + SLOT_TTL_MS)  # fmt: skip
+                                  expires_ms=admit.now_ms + SLOT_TTL_MS, periods=tuple(budgets))  # fmt: skip
         if verdict == "ok":
             self._open[key.name] = self._open.get(key.name, 0) + 1
             self._live[slot] = reservation
@@ -256,6 +264,8 @@ class Accounts:
             return cost
         r.settled = True
         self._live.pop(r.slot, None)
+        if any(p.budget.soft_usd is not None for p in r.periods):
+            self._soft_pending.append((r.key, r.periods))
         left = self._open.get(r.key.name, 0) - 1
         if left > 0:
             self._open[r.key.name] = left
@@ -305,8 +315,11 @@ class Accounts:
         then also what the store could not write before (a Redis that did not answer)."""
         while self._pending:
             batch, self._pending = self._pending, []
+            softs, self._soft_pending = self._soft_pending, []
             await self.store.ledger_settle_many(batch)
             self._written += len(batch)
+            for key, periods in softs:  # written: what they spent can be read back
+                self.soft.note(key, periods)
         if final:
             await self.store.ledger_settle_many([])
 
@@ -454,6 +467,9 @@ def _budget_state(p: BudgetNow, spent: float | None, held: float | None) -> dict
     out: dict[str, Any] = {"usd": b.usd, "period": b.period}
     if b.timezone != "UTC":
         out["timezone"] = b.timezone
+    if b.soft_usd is not None:
+        out["soft_usd"] = b.soft_usd
+        out["soft_limit_crossed"] = None if spent is None else crossed(spent, b.soft_usd)
     out.update({
         "spent_usd": round(spent, 6) if spent is not None else None,
         "reserved_usd": round(held, 6) if held is not None else None,

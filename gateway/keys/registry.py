@@ -30,6 +30,7 @@ class Budget:
     usd: float
     period: Period
     timezone: str = "UTC"  # an IANA name: where the period's midnights are
+    soft_usd: float | None = None  # a warning threshold below usd: never refuses
 
 
 @dataclass(frozen=True, slots=True)
