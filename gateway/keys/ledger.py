@@ -318,8 +318,8 @@ class Accounts:
             softs, self._soft_pending = self._soft_pending, []
             await self.store.ledger_settle_many(batch)
             self._written += len(batch)
-            for key, periods in softs:  # written: what they spent can be read back
-                self.soft.note(key, periods)
+            for key, periods in softs if not final else ():  # written: what they spent can be read back
+                self.soft.note(key, periods)  # (not at shutdown: nothing would wait for the read)
         if final:
             await self.store.ledger_settle_many([])
 
