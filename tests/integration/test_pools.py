@@ -1257,3 +1257,15 @@ async def test_a_429_without_retry_after_sits_its_key_out_until_the_request_fits
     status, headers, _ = await gw.chat(_prompt(700))
     assert status == 200 and headers["x-llm-upstream"] == "a"
 
+
+async def test_a_key_predicted_short_of_a_requests_tokens_is_skipped_without_a_call(make_pool: MakePool) -> None:
+    """Key a's answer said a few hundred tokens left: a 700-token request goes to b at once, not
+    to a for a 429 first; one that fits still goes to a."""
+    gw, fakes, clock = await _tokens_pool(make_pool, tpm=1000)
+    assert (await gw.chat(_prompt(700)))[1]["x-llm-upstream"] == "a"
+    calls = len(fakes["a"].chat_requests())
+    status, headers, _ = await gw.chat(_prompt(700))
+    assert status == 200 and headers["x-llm-upstream"] == "b"
+    assert len(fakes["a"].chat_requests()) == calls  # never asked
+    assert headers["x-llm-attempts"] == "1"
+    assert (await gw.chat(_prompt(20)))[1]["x-llm-upstream"] == "a"
