@@ -792,8 +792,8 @@ class CooldownsConfig(_Model):
 
     rate_limit_s: float = Field(
         default=5.0, gt=0,
-        description="Seconds a deployment sits out after a rate limit whose answer names no reset (one that "
-        "names it: until that reset).",
+        description="Seconds a deployment sits out after a rate limit whose answer names no wait (one that "
+        "does, in retry-after, its body or its rate-limit headers: that wait).",
     )  # fmt: skip
     # Top-ups are rarely instant.
     budget_s: float = Field(

@@ -33,7 +33,7 @@ import orjson
 from aiohttp import web
 
 from gateway import jsonbody
-from gateway.apis import api_of_path, dialect_for_errors, gemini_call
+from gateway.apis import api_of_path, dialect_for_errors, gemini_call, output_budget
 from gateway.apis.base import Dialect, Inbound, Rejection, Where
 from gateway.apis.common import admit_messages, model_too_long
 from gateway.auth import WWW_AUTHENTICATE
@@ -177,6 +177,11 @@ def full_pipeline(dialect: Dialect) -> Handler:
 
         plan = plan_for(svc, state, request.headers)
         plan.probe = turn is not None
+        if svc.pool_state is not None and any(hop.pool is not None for hop in route.hops):
+            # What a pool deployment must have left for it: OpenAI meters the prompt and the
+            # max_tokens asked at admission, Anthropic its input and output windows alike.
+            prompt = round(len(asked.body()) / BYTES_PER_TOKEN)
+            state.pool_need = (prompt, output_budget.asked(inbound.payload) or 0)
         window = primary.cfg.context_window
         plan.empty_is_final = window is not None and len(asked.body()) / BYTES_PER_TOKEN > window
         # Which conversation this is, for a pool's prompt-cache affinity (asked only if one keeps it).

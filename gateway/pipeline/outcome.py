@@ -62,6 +62,9 @@ class RequestState:
     # What the pool's records of this request are kept under, when not its model: a request
     # relayed across a pool (routing/pools.relayed_scope). Its circuits stay its model's.
     pool_scope: str | None = None
+    # The tokens a pool deployment must have left for this request, input and output (its
+    # bytes / 3.5 and the max_tokens it asks): a key predicted to have fewer sits it out.
+    pool_need: tuple[int, int] = (0, 0)
     # Its conversation's first turn (routing/affinity.opens_conversation): a pool claims no
     # shared home for it, its next turn does (pipeline/pool.py).
     opens_conversation: bool = False
