@@ -57,7 +57,7 @@ from gateway.pipeline.outcome import (
     gateway_failure,
 )
 from gateway.pipeline.pool import remember_answer, send_across, stored_deployment, stored_route
-from gateway.pipeline.relay import relay, rendered
+from gateway.pipeline.relay import relay, rendered, shutdown_failure
 from gateway.pipeline.send import Onward, Sent, note_outage, plan_for, send_one
 from gateway.policy.clients import compacts_itself
 from gateway.policy.loop_breaker import Answer, Fingerprint, Recalled
@@ -421,6 +421,16 @@ async def upgrade_unauthenticated(request: web.Request) -> web.StreamResponse:
         c = Classification.of(ErrorType.AUTH)
         refused = gateway_failure(401, c, message, "invalid_client_key", final=True)
     return await relay(request, svc, state, refused)
+
+
+async def upgrade_draining(request: web.Request) -> web.StreamResponse:
+    """A WebSocket upgrade of ``GET /v1/responses`` once the process drains (``/readyz`` says
+    503): refused before the upgrade with the typed ``gateway_shutdown`` 503, as HTTP, so the
+    client connects again (reaching a replica still serving) rather than open a connection
+    that would be closed at once."""
+    svc, state = request[SERVICES], request[STATE]
+    state.dialect = _errors_dialect(request)
+    return await relay(request, svc, state, shutdown_failure(svc, state))
 
 
 async def not_found(request: web.Request) -> web.StreamResponse:

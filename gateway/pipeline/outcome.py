@@ -7,7 +7,7 @@ an upstream exchange: failures are data, never exceptions.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -171,6 +171,11 @@ class RequestState:
 
 
 STATE = web.RequestKey("llm_state", RequestState)
+# How a request that is no HTTP exchange of its own (a turn of the Responses API's WebSocket
+# mode, gateway/pipeline/websocket.py) is sent an answer written at once: observe hands it
+# there, never preparing one on the request, whose connection is no longer HTTP.
+AtOnce = Callable[[web.Request, web.StreamResponse], Awaitable[None]]
+AT_ONCE: web.RequestKey[AtOnce] = web.RequestKey("llm_at_once")
 
 
 @dataclass(slots=True)
