@@ -65,13 +65,19 @@ class Headroom:
     tokens_remaining: int | None = None
     tokens_limit: int | None = None
     tokens_reset_at_ms: int | None = None  # epoch ms
-    # What the tokens window meters (``TOKENS_ALL``, ``_IN``, ``_OUT``): what a request's estimate
-    # is held against. Anthropic's input and output windows are each apart from its total.
+    # What the tokens window meters (``TOKENS_ALL``, ``TOKENS_SETTLED``): what a request's
+    # estimate is held against.
     tokens_meter: int = 0
 
 
-TOKENS_ALL, TOKENS_IN, TOKENS_OUT = 0, 1, 2  # what a tokens window meters: Headroom.tokens_meter
-_METERS = {"tokens": TOKENS_ALL, "input-tokens": TOKENS_IN, "output-tokens": TOKENS_OUT}
+# What a tokens window meters (Headroom.tokens_meter): OpenAI's the prompt and the output asked,
+# at once; Anthropic's what is settled after the answer: "OTPM rate limits are estimated based on
+# max_tokens at the beginning of each request, and the estimate is adjusted at the end", and cache
+# reads do not count toward ITPM (its rate-limits page), so a reading taken at an answer's start
+# holds what was given back since, and a request's size is no measure of what it will take: held
+# to its max_tokens, Claude Code's sequential turns (32,000) on 40k-OTPM keys were refused 429
+# without a call from the third on (review). Held to one token there, as before.
+TOKENS_ALL, TOKENS_SETTLED = 0, 3
 
 # One window as a header family states it: (remaining, limit, reset_at_ms).
 _Window = tuple[int | None, int | None, int | None]
@@ -156,7 +162,7 @@ def headroom_of(headers: Mapping[str, str], now_s: float) -> Headroom | None:
                 _window(remaining, get(f"anthropic-ratelimit-{kind}-limit"), reset)
             )
             if kind != "requests":
-                meters.append(_METERS[kind])
+                meters.append(TOKENS_SETTLED)
     for period in ("minute", "month"):
         if (remaining := get(f"x-ratelimitbysize-remaining-{period}")) is not None:
             reset = _seconds_reset(get("ratelimitbysize-reset"), now_s) if period == "minute" else None

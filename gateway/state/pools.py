@@ -57,7 +57,7 @@ from typing import TypeVar
 
 from gateway.config import DeploymentLimits, UpstreamConfig
 from gateway.policy.breaker import CircuitRecord, circuit_key
-from gateway.routing.headroom import TOKENS_ALL, TOKENS_IN, TOKENS_OUT, Headroom, headroom_of
+from gateway.routing.headroom import TOKENS_ALL, TOKENS_SETTLED, Headroom, headroom_of
 from gateway.routing.pools import Deployment, SitOut, relayed_scope, unscoped
 from gateway.routing.stored import STORED_TTL_S
 from gateway.routing.stored import key as stored_key
@@ -683,9 +683,7 @@ def _slot(wall_ms: float) -> Slot:
 
 def _metered(need: tuple[int, int], meter: float) -> int:
     """What a request of ``need`` (input, output tokens) takes of a window metering ``meter``."""
-    if meter == TOKENS_IN:
-        return need[0]
-    return need[1] if meter == TOKENS_OUT else need[0] + need[1]
+    return 1 if meter == TOKENS_SETTLED else need[0] + need[1]
 
 
 def _refilled(remaining: float, sent: float, limit: float | None, reset: float | None, at: float,

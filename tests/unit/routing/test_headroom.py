@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from gateway.routing.headroom import Headroom, headroom_of
+from gateway.routing.headroom import TOKENS_SETTLED, Headroom, headroom_of
 
 CORPUS = Path(__file__).parents[2] / "corpus" / "ratelimit" / "headers.json"
 CASES: list[dict[str, Any]] = json.loads(CORPUS.read_text())["cases"]
@@ -143,7 +143,8 @@ def test_families_side_by_side_report_the_tightest() -> None:
         "anthropic-ratelimit-tokens-remaining": "1000", "anthropic-ratelimit-tokens-limit": "10000",
     }  # fmt: skip
     assert headroom_of(headers, NOW) == Headroom(
-        requests_remaining=10, requests_limit=100, tokens_remaining=1000, tokens_limit=10000
+        requests_remaining=10, requests_limit=100, tokens_remaining=1000, tokens_limit=10000,
+        tokens_meter=TOKENS_SETTLED,
     )
 
 
