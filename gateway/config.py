@@ -1319,7 +1319,9 @@ class ClientKeyConfig(_Model):
         default=None, description="The key's own spend cap; once spent, requests are refused with 402."
     )
     admin: bool = Field(
-        default=False, description="May read every key's state (`GET /v1/gateway/keys`), not only its own."
+        default=False,
+        description="May read every key's state (`GET /v1/gateway/keys`), not only its own, and issue and "
+        "revoke keys at run time (`POST /v1/gateway/keys`, `DELETE /v1/gateway/keys/{name}`).",
     )
     expires_at: datetime.datetime | None = Field(
         default=None,

@@ -346,11 +346,12 @@ MEANINGS = {
     "results), whatever its body says. Model listings are not refused.",
     "admin_required": "`GET /v1/gateway/keys`, `POST /v1/gateway/keys` or `DELETE /v1/gateway/keys/{name}` "
     "without a key that has `admin: true` (an issued key never has it).",
-    "invalid_key_request": "`POST /v1/gateway/keys` asked for a key a key of the file could not be (a rule out "
-    "of range, an unknown field or team, an `expires_at` without a zone or past), or for what the gateway "
-    "decides (`key`, `key_sha256`, `admin`); the message names the field, never what was sent.",
+    "invalid_key_request": "`POST /v1/gateway/keys` asked for a key a key of the file could not be (a rule "
+    "out of range, an unknown field or team, an `expires_at` without a zone or past), or for what the "
+    "gateway decides (`key`, `key_sha256`, `admin`); the message names the field, never what was sent.",
     "key_name_taken": "`POST /v1/gateway/keys` named a key of the file, or an issued key that has not ended.",
-    "issued_keys_full": "`keys_api.max_issued` issued keys have not ended: revoke one, or wait for one to end.",
+    "issued_keys_full": "`keys_api.max_issued` issued keys have not ended: revoke one, or wait for one to "
+    "end.",
     "issue_rate_limited": "`keys_api.issued_per_minute` keys were issued this minute; `retry-after` is the "
     "minute's end.",
     "issued_keys_unavailable": "The state store did not answer an issue or a revocation: nothing was done.",
