@@ -9,7 +9,9 @@ import asyncio
 import hashlib
 import logging
 import time
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -127,3 +129,29 @@ async def test_a_redis_that_lost_its_data_is_given_the_issued_keys_back(
                                  for r in caplog.records), "the restore logged")  # fmt: skip
     b = await make_gateway(shared(redis_server), fake=a.fake)
     assert (await b.chat(headers={"Authorization": f"Bearer {made['key']}"}))[0] == 200
+
+
+async def test_a_request_finds_an_issued_key_in_memory_not_in_redis(
+    make_gateway: MakeGateway, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue #38: a request's key is one dict read. The store is asked only by the watch, one
+    marker read every POLL_S, whatever the traffic."""
+    gw = await make_gateway(shared(redis_server))
+    _, made = await issue(gw, {"name": "hot"})
+    store = gw.app[LIVE].services.issued._store  # type: ignore[union-attr]
+    calls: Counter[str] = Counter()
+
+    def counting(name: str, was: Any) -> Any:
+        async def counted(*args: object) -> object:
+            calls[name] += 1
+            return await was(*args)
+
+        return counted
+
+    for name in ("version", "records", "put", "drop", "restore"):
+        monkeypatch.setattr(store, name, counting(name, getattr(store, name)))
+    started = time.monotonic()
+    for _ in range(100):
+        assert (await gw.chat(headers={"Authorization": f"Bearer {made['key']}"}))[0] == 200
+    polls = (time.monotonic() - started) / issued.POLL_S
+    assert calls["records"] == 0 and set(calls) <= {"version"} and calls["version"] <= polls + 1, calls
