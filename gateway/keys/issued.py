@@ -159,7 +159,10 @@ def requested(doc: Mapping[str, Any], secret: str, cfg: GatewayConfig, issued_by
         if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl) or ttl <= 0:
             return KeyRefused(400, "invalid_key_request", "'ttl_s' must be a positive number of seconds")
     if "expires_at" not in fields:
-        fields["expires_at"] = _instant(now + (ttl if ttl is not None else cfg.keys_api.default_ttl_s))
+        try:
+            fields["expires_at"] = _instant(now + (ttl if ttl is not None else cfg.keys_api.default_ttl_s))
+        except (OverflowError, ValueError, OSError):  # past year 9999
+            return KeyRefused(400, "invalid_key_request", "'ttl_s' is too large: give 'expires_at' instead")
     fields["key_sha256"] = digest(secret).hex()
     try:
         config = ClientKeyConfig.model_validate(fields)

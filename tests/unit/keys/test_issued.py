@@ -63,6 +63,7 @@ def test_the_rules_are_the_file_keys_rules() -> None:
     ({"name": "a", "key_sha256": "00" * 32}, 400, "invalid_key_request"),
     ({"name": "a", "ttl_s": True}, 400, "invalid_key_request"),
     ({"name": "a", "ttl_s": float("inf")}, 400, "invalid_key_request"),
+    ({"name": "a", "ttl_s": 1e30}, 400, "invalid_key_request"),
     ({"name": "a", "expires_at": "2027-01-15"}, 400, "invalid_key_request"),
     ({"name": "a", "expires_at": "2027-01-15T07:59:59Z"}, 400, "invalid_key_request"),
     ({"name": "a", "requests_per_minute": 0}, 400, "invalid_key_request"),
