@@ -34,7 +34,7 @@ from gateway.keys.ledger import Accounts
 from gateway.keys.prices import Price, PriceTable
 from gateway.keys.references import ReferenceTokens
 from gateway.live import LIVE, Build, Closable, Live
-from gateway.pipeline import forward, gemini_extras, issue_keys, key_info, websocket
+from gateway.pipeline import accounting, forward, gemini_extras, issue_keys, key_info, websocket
 from gateway.pipeline.admit import KeyParam, expect_continue
 from gateway.pipeline.observe import observed, unobserved
 from gateway.policy.breaker import CircuitState
@@ -341,7 +341,8 @@ def _accounts(cfg: GatewayConfig, store: StateStore, wall: Callable[[], float],
                         reserved_output_max=cfg.accounting.reserved_output_max,
                         reserved_searches=cfg.accounting.reserved_searches,
                         closed_when_store_down=cfg.accounting.when_store_down == "closed",
-                        references=ReferenceTokens(refs.document, refs.image))  # fmt: skip
+                        references=ReferenceTokens(refs.document, refs.image),
+                        on_soft_limit=accounting.soft_limit_line)  # fmt: skip
     if previous is not None and previous.accounts is not None:
         # What the store last answered stays shown through a reload made during its outage.
         accounts.readings = previous.accounts.readings
@@ -472,7 +473,12 @@ async def _read_budgets(svc: Services) -> None:
     readings: list[tuple[str, str, str, float, float, float, float]] | None = []
     if svc.accounts is not None:  # None: the store did not answer (found down before or during the read)
         readings = await svc.accounts.budget_readings(specs) if svc.store.healthy else None
-    svc.telemetry.budgets.replace(readings, expiries)
+    softs: dict[tuple[str, str, str], float] = {}
+    for s in specs:
+        for kind, name, b in (("key", s.name, s.budget), ("team", s.team, s.team_budget)):
+            if b is not None and b.soft_usd is not None and name:
+                softs[(kind, name, b.period)] = b.soft_usd
+    svc.telemetry.budgets.replace(readings, expiries, [(*k, soft) for k, soft in softs.items()])
 
 
 async def _own_metrics(app: web.Application) -> bytes:

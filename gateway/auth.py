@@ -13,12 +13,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from gateway.config import BudgetConfig, ClientKeyConfig, GatewayConfig
+from gateway.config import BudgetConfig, ClientKeyConfig, GatewayConfig, TeamConfig
 from gateway.keys.issued import IssuedKey
 from gateway.keys.periods import iso
 from gateway.keys.registry import Budget, KeyRing, KeySpec, digest
 
-AuthOutcome = Literal["not_required", "ok", "missing", "invalid", "expired"]
+AuthOutcome = Literal["not_required", "ok", "missing", "invalid", "expired", "disabled"]
 
 # Sent with a 401 so that clients and curl users see which scheme is expected.
 WWW_AUTHENTICATE = 'Bearer realm="llm-gateway"'
@@ -65,6 +65,11 @@ class AuthResult:
             # Its holder has the key, so its name tells them nothing new; the time says why.
             return (f"the gateway key '{self.key.name}' expired at {iso(self.key.expires_at)}; "
                     "ask the gateway's operator for a new one")
+        if self.outcome == "disabled" and self.key is not None:
+            team = self.key.disabled == "team"
+            why = f"its team '{self.key.team}' is disabled" if team else "it is disabled"
+            return (f"the gateway key '{self.key.name}' is turned off ({why} in the gateway's config); "
+                    "ask the gateway's operator to turn it back on")
         return ""
 
 
@@ -79,7 +84,7 @@ class ClientAuth:
         """``issued``: the keys issued at run time (gateway/keys/issued.py), in one ring with the
         file's, so that finding a request's key stays one dict read. One a reload gave a key of
         the file the name of is left out: the file's key is that name's."""
-        teams = {t.name: t.budget for t in cfg.teams}
+        teams = {t.name: t for t in cfg.teams}
         by_digest: dict[bytes, KeySpec] = {}
         flat = KeySpec(FLAT_KEY_NAME)
         for flat_key in cfg.server.client_keys:
@@ -127,15 +132,17 @@ def _digests_of(k: ClientKeyConfig) -> list[bytes]:
     return [bytes.fromhex(d) for d in k.key_sha256 or ()] + [digest(v) for v in k.key or ()]
 
 
-def _spec(k: ClientKeyConfig, teams: Mapping[str, BudgetConfig | None]) -> KeySpec:
+def _spec(k: ClientKeyConfig, teams: Mapping[str, TeamConfig]) -> KeySpec:
     def budget(b: BudgetConfig | None) -> Budget | None:
-        return Budget(b.usd, b.period) if b is not None else None
+        return Budget(b.usd, b.period, b.timezone, b.soft_usd) if b is not None else None
 
+    team = teams.get(k.team) if k.team else None
     return KeySpec(
         name=k.name, team=k.team, models=k.models, requests_per_minute=k.requests_per_minute,
         tokens_per_minute=k.tokens_per_minute, parallel=k.parallel, budget=budget(k.budget),
-        team_budget=budget(teams.get(k.team)) if k.team else None, admin=k.admin,
+        team_budget=budget(team.budget) if team is not None else None, admin=k.admin,
         expires_at=k.expires_at.timestamp() if k.expires_at is not None else None,
+        disabled="key" if k.disabled else "team" if team is not None and team.disabled else None,
     )  # fmt: skip
 
 

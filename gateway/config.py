@@ -16,6 +16,7 @@ import os
 import re
 import types
 import typing
+import zoneinfo
 from collections.abc import Iterable, Mapping, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -1272,13 +1273,48 @@ class TracingConfig(_Model):
 
 
 class BudgetConfig(_Model):
-    """A spend cap per period, in USD; periods are UTC (a day, a week from Monday, a month)."""
+    """A spend cap per period, in USD; periods are calendar days, weeks from Monday or months in
+    ``timezone`` (UTC unless given)."""
 
     usd: float = Field(gt=0, description="The most that may be spent per period, in USD. Required.")
     period: Literal["day", "week", "month"] = Field(
         default="month",
-        description="The period the cap applies to, in UTC: `day`, `week` (from Monday) or `month`.",
+        description="The period the cap applies to, in `timezone`: `day`, `week` (from Monday) or `month`.",
     )
+    timezone: str = Field(
+        default="UTC",
+        description="The IANA time zone whose midnights start and end each period (`America/Los_Angeles`, "
+        "`Europe/Berlin`): a team's day from its own midnight, 23 or 25 hours on its daylight-saving days. "
+        "Reset times are still answered in UTC.",
+    )
+    soft_usd: float | None = Field(
+        default=None, gt=0,
+        description="A warning threshold below `usd`, in USD: crossing it refuses nothing; the first "
+        "crossing in a period logs one `budget_soft_limit` line, and the key view and "
+        "`llm_gateway_budget_soft_usd` show it (alert `LLMGatewayKeyBudgetSoftLimitCrossed`).",
+    )
+
+    @model_validator(mode="after")
+    def _soft_below_hard(self) -> Self:
+        if self.soft_usd is not None and self.soft_usd >= self.usd:
+            raise ValueError(f"soft_usd ({self.soft_usd:g}) must be below usd ({self.usd:g}): it warns "
+                             "before the budget is spent, which usd refuses at")
+        return self
+
+    @field_validator("timezone")
+    @classmethod
+    def _a_zone(cls, v: str) -> str:
+        if v == "UTC":
+            return v
+        # Only names (tzdata's), not offsets: a fixed "-08:00" would be an hour off half the year.
+        try:
+            if v.strip() != v or v.startswith(("/", ".")) or ".." in v:
+                raise ValueError
+            zoneinfo.ZoneInfo(v)
+        except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+            raise ValueError(f"'{v[:64]}' is not an IANA time zone name: give one such as "
+                             "America/Los_Angeles, Europe/Berlin or UTC") from None
+        return v
 
 
 class ClientKeyConfig(_Model):
@@ -1328,6 +1364,12 @@ class ClientKeyConfig(_Model):
         description="When the key stops working: a date, a time and a time zone (`2026-12-31T23:59:59Z`, "
         "`2027-01-15T18:00:00+01:00`). From then on it is refused with 401 `expired_client_key`, in the "
         "client's API's shape, naming the key and the time; a reload that moves it lets the key in again.",
+    )  # fmt: skip
+    disabled: bool = Field(
+        default=False,
+        description="Turns the key off, keeping its name, spend and metrics: it is refused with 401 "
+        "`disabled_client_key` in the client's API's shape, telling its holder to ask the operator; an admin "
+        "key still reads its state. A reload that removes it lets the key in again.",
     )  # fmt: skip
 
     @field_validator("models", mode="before")
@@ -1396,6 +1438,11 @@ class TeamConfig(_Model):
     )  # fmt: skip
     budget: BudgetConfig | None = Field(
         default=None, description="A spend cap the team's keys share; once spent, they are refused with 402."
+    )
+    disabled: bool = Field(
+        default=False,
+        description="Turns every key of the team off, as `keys[].disabled` does one "
+        "(401 `disabled_client_key`).",
     )
 
 

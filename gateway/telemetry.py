@@ -281,7 +281,8 @@ class BudgetGauges:
 
     _type = "gauge"
     NAMES = ("llm_gateway_budget_usd", "llm_gateway_budget_spent_usd", "llm_gateway_budget_reserved_usd",
-             "llm_gateway_budget_resets_at_seconds", "llm_gateway_key_expires_at_seconds")  # fmt: skip
+             "llm_gateway_budget_resets_at_seconds", "llm_gateway_key_expires_at_seconds",
+             "llm_gateway_budget_soft_usd")  # fmt: skip
     _DOCS = (
         "The budget's cap per period, in USD; kind: key or team, name: the key's or the team's.",
         "What the budget's owner spent this period, in USD, as the state store has it (requests still "
@@ -289,32 +290,38 @@ class BudgetGauges:
         "What requests in flight hold of the budget until they end, in USD.",
         "When the budget's period ends (Unix seconds, UTC).",
         "When the key stops working (keys[].expires_at; Unix seconds).",
+        "The budget's soft limit (budget.soft_usd), for budgets that have one: a warning threshold, "
+        "never a refusal.",
     )  # fmt: skip
 
     def __init__(self, registry: CollectorRegistry) -> None:
         # (kind, name, period) -> (usd, spent, reserved, resets_at); key -> expires_at
         self._budgets: dict[tuple[str, str, str], tuple[float, float, float, float]] = {}
         self._expiries: dict[str, float] = {}
+        self._softs: dict[tuple[str, str, str], float] = {}
         registry.register(self)
 
     def replace(self, budgets: Iterable[tuple[str, str, str, float, float, float, float]] | None,
-                expiries: Iterable[tuple[str, float]]) -> None:  # fmt: skip
+                expiries: Iterable[tuple[str, float]],
+                softs: Iterable[tuple[str, str, str, float]] = ()) -> None:  # fmt: skip
         """This scrape's readings: (kind, name, period, usd, spent, reserved, resets_at) per
         budget (None: none could be read, the last ones stay), (key, expires_at) per expiring
-        key. Swapped whole: a concurrent collect reads the old set or the new one."""
+        key, (kind, name, period, soft_usd) per budget with a soft limit (the config's). Swapped
+        whole: a concurrent collect reads the old set or the new one."""
         if budgets is not None:
             self._budgets = {(k, n, p): (usd, spent, held, end) for k, n, p, usd, spent, held, end in budgets}
         self._expiries = dict(expiries)
+        self._softs = {(k, n, p): soft for k, n, p, soft in softs}
 
     def labels_of(self, family: str) -> tuple[str, ...]:
-        return ("key",) if family == self.NAMES[4] else ("kind", "name", "period")
+        return ("key",) if family == self.NAMES[4] else ("kind", "name", "period")  # soft's too
 
     def describe(self) -> Iterator[Metric]:
         for name, doc in zip(self.NAMES, self._DOCS, strict=True):
             yield Metric(name, doc, "gauge")
 
     def collect(self) -> Iterator[Metric]:
-        budgets, expiries = self._budgets, self._expiries
+        budgets, expiries, softs = self._budgets, self._expiries, self._softs
         families = [Metric(name, doc, "gauge") for name, doc in zip(self.NAMES, self._DOCS, strict=True)]
         for (kind, name, period), values in budgets.items():
             labels = {"kind": kind, "name": name, "period": period}
@@ -322,6 +329,8 @@ class BudgetGauges:
                 family.add_sample(family.name, labels, value)
         for key, at in expiries.items():
             families[4].add_sample(families[4].name, {"key": key}, at)
+        for (kind, name, period), soft in softs.items():
+            families[5].add_sample(families[5].name, {"kind": kind, "name": name, "period": period}, soft)
         yield from families
 
 
@@ -398,7 +407,7 @@ class Telemetry:
         )  # fmt: skip
         self.client_auth_refusals = Counter(
             p + "client_auth_refusals",
-            "Requests refused for a gateway key, by reason: missing, invalid, expired.",
+            "Requests refused for a gateway key, by reason: missing, invalid, expired, disabled.",
             ["reason"], registry=registry,
         )  # fmt: skip
         self.continuations = Counter(

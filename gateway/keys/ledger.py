@@ -24,12 +24,13 @@ import itertools
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from gateway.keys.periods import bounds, iso
 from gateway.keys.prices import DEFAULT_SEARCHES, Cost, Price, PriceTable, cost_of, worst_case
 from gateway.keys.references import ReferenceTokens
-from gateway.keys.registry import KeySpec
+from gateway.keys.registry import Budget, KeySpec
+from gateway.keys.soft import SoftCrossing, SoftWatch, crossed
 from gateway.state.ledger_ops import LedgerAdmit, LedgerKeep, LedgerSettle
 from gateway.state.store import StateStore
 
@@ -43,6 +44,15 @@ SLOT_TTL_MS = 3_600_000  # a slot a dead replica held is freed after an hour at 
 KEEP_EVERY_S = SLOT_TTL_MS / 4000
 HELD_RETRY_S = 2.0  # a budget full of in-flight reservations: when to ask again
 _BUDGET_KEEP_S = 7 * 86_400.0  # a finished period's spend stays readable a week
+
+
+class BudgetNow(NamedTuple):
+    """One budget of a key in the period ``now`` falls in: its store key (which names the period)
+    and when the period ends."""
+
+    bkey: str
+    budget: Budget
+    end: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +82,9 @@ class Reservation:
     # provider's own default then, which may be above default_max_tokens).
     output_asked: int | None = None
     expires_ms: int = 0  # when its slot expires unless kept alive
+    periods: tuple[BudgetNow, ...] = ()  # its budgets as admitted (a soft limit's settle is read back)
 
-    def periods(self) -> dict[str, str]:
+    def charged_periods(self) -> dict[str, str]:
         """The period of each budget it is charged to, by the field that names it (``budget``,
         ``team_budget``): the one it was admitted in, which its end may be past."""
         return {("team_budget" if b.startswith("team:") else "budget"): b.rpartition(":")[2]
@@ -112,8 +123,8 @@ class Accounts:
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     _pending: list[LedgerSettle] = field(default_factory=list)
     flusher: asyncio.Task[None] | None = None  # the task that will write the settles waiting
-    # period -> (name, end, when worked out): valid from then until its end.
-    _periods: dict[str, tuple[str, float, float]] = field(default_factory=dict)
+    # (period, time zone) -> (name, end, when worked out): valid from then until its end.
+    _periods: dict[tuple[str, str], tuple[str, float, float]] = field(default_factory=dict)
     _prefix: str = field(default_factory=lambda: os.urandom(4).hex())
     _open: dict[str, int] = field(default_factory=dict)  # key -> its reservations made here, unsettled
     _ended: asyncio.Event | None = None  # set when one is settled
@@ -122,6 +133,12 @@ class Accounts:
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep  # the keeper's, between its rounds
     _live: dict[str, Reservation] = field(default_factory=dict)  # slot -> its reservation, unsettled
     keeper: asyncio.Task[None] | None = None  # keeps _live's slots alive while there are any
+    on_soft_limit: Callable[[SoftCrossing], None] | None = None  # a budget's soft_usd first reached
+    soft: SoftWatch = field(init=False)
+    _soft_pending: list[tuple[KeySpec, tuple[BudgetNow, ...]]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.soft = SoftWatch(self.store, self.wall, self.on_soft_limit)
 
     def cost(self, model: str | None, usage: Mapping[str, int]) -> Cost:
         return cost_of(self.prices.price_for(model), usage)
@@ -149,8 +166,8 @@ class Accounts:
             key=key.name, minute=minute, requests_per_minute=key.requests_per_minute,
             tokens_per_minute=key.tokens_per_minute, tokens=minute_tokens, parallel=key.parallel,
             slot=slot, now_ms=round(now * 1000), slot_ttl_ms=SLOT_TTL_MS,
-            budgets=tuple((b, limit) for b, limit, _, _ in budgets), reserve_usd=reserve,
-            budget_ttl_s=_BUDGET_KEEP_S + max((end for *_, end in budgets), default=now) - now,
+            budgets=tuple((p.bkey, p.budget.usd) for p in budgets), reserve_usd=reserve,
+            budget_ttl_s=_BUDGET_KEEP_S + max((p.end for p in budgets), default=now) - now,
         )  # fmt: skip
         written = self._written
         verdict, spent = await self._admitted(admit)
@@ -166,11 +183,11 @@ class Accounts:
                 await asyncio.shield(self.flusher)  # settles it took to write before these
             if self._written != written:
                 verdict, spent = await self._admitted(admit)
-        held = tuple(b for b, *_ in budgets)
+        held = tuple(p.bkey for p in budgets)
         asked = max_tokens * max(1, answers) if max_tokens else None
         reservation = Reservation(key, minute, slot, round(prompt_tokens), reserve, held, price,
                                   minute_tokens=minute_tokens, output_asked=asked,
-                                  expires_ms=admit.now_ms + SLOT_TTL_MS)  # fmt: skip
+                                  expires_ms=admit.now_ms + SLOT_TTL_MS, periods=tuple(budgets))  # fmt: skip
         if verdict == "ok":
             self._open[key.name] = self._open.get(key.name, 0) + 1
             self._live[slot] = reservation
@@ -225,14 +242,14 @@ class Accounts:
             hit = await self._count_hit(key, budgets)
         return hit
 
-    async def _count_hit(self, key: KeySpec, budgets: list[tuple[str, float, str, float]]) -> LimitHit | None:
+    async def _count_hit(self, key: KeySpec, budgets: list[BudgetNow]) -> LimitHit | None:
         now = self.wall()
         *_, in_flight, spend = await self.store.ledger_read(key.name, int(now // 60), round(now * 1000),
-                                                            [b for b, *_ in budgets])  # fmt: skip
+                                                            [b.bkey for b in budgets])  # fmt: skip
         if key.parallel is not None and in_flight >= key.parallel:
             return _refusal(key, "parallel", 0.0, now, budgets)
-        for i, ((_, limit, _, _), (spent, _)) in enumerate(zip(budgets, spend, strict=True)):
-            if spent >= limit:  # spent, not held: a count holds nothing of it
+        for i, (b, (spent, _)) in enumerate(zip(budgets, spend, strict=True)):
+            if spent >= b.budget.usd:  # spent, not held: a count holds nothing of it
                 return _refusal(key, f"budget{i}", spent, now, budgets)
         return None
 
@@ -291,6 +308,8 @@ class Accounts:
             return cost
         r.settled = True
         self._live.pop(r.slot, None)
+        if any(p.budget.soft_usd is not None for p in r.periods):
+            self._soft_pending.append((r.key, r.periods))
         left = self._open.get(r.key.name, 0) - 1
         if left > 0:
             self._open[r.key.name] = left
@@ -340,8 +359,11 @@ class Accounts:
         then also what the store could not write before (a Redis that did not answer)."""
         while self._pending:
             batch, self._pending = self._pending, []
+            softs, self._soft_pending = self._soft_pending, []
             await self.store.ledger_settle_many(batch)
             self._written += len(batch)
+            for key, periods in softs if not final else ():  # written: what they spent can be read back
+                self.soft.note(key, periods)  # (not at shutdown: nothing would wait for the read)
         if final:
             await self.store.ledger_settle_many([])
 
@@ -355,6 +377,8 @@ class Accounts:
         }  # fmt: skip
         if key.expires_at is not None:
             head["expires_at"] = iso(key.expires_at)
+        if key.disabled is not None:
+            head["disabled"] = key.disabled  # "key", or "team": turned off with its team
         if not key.limited:
             # Nothing to hold it to, so nothing is counted here (its spend is in the metrics
             # and log lines): zeros would read as "unused".
@@ -362,7 +386,7 @@ class Accounts:
         now = self.wall()
         minute = int(now // 60)
         budgets = self._budgets(key, now)
-        bkeys = [b for b, *_ in budgets]
+        bkeys = [p.bkey for p in budgets]
         got = await self.store.ledger_read_shared(key.name, minute, round(now * 1000), bkeys)
         if got is None:
             return self._unread(head, key, now, minute, budgets)
@@ -375,13 +399,13 @@ class Accounts:
             "this_minute": {"requests": n, "tokens": k, "resets_at": iso((minute + 1) * 60)},
             "in_flight": in_flight,
         }  # fmt: skip
-        for (bkey, limit, period, end), (spent, held) in zip(budgets, spend, strict=True):
-            field_name = "team_budget" if bkey.startswith("team:") else "budget"
-            out[field_name] = _budget_state(limit, period, end, spent, held)
+        for p, (spent, held) in zip(budgets, spend, strict=True):
+            field_name = "team_budget" if p.bkey.startswith("team:") else "budget"
+            out[field_name] = _budget_state(p, spent, held)
         return out
 
     def _unread(self, head: dict[str, Any], key: KeySpec, now: float, minute: int,
-                budgets: list[tuple[str, float, str, float]]) -> dict[str, Any]:  # fmt: skip
+                budgets: list[BudgetNow]) -> dict[str, Any]:  # fmt: skip
         """``state_of`` while the shared store does not answer: what it last answered (this
         minute's counts, this period's spend), each marked with when it was read and how long
         ago; nothing when it answered none; a budget's spend with what this replica spent since
@@ -417,24 +441,22 @@ class Accounts:
                                   **_aged(at, now)}  # fmt: skip
         # What this replica spent since in its memory, as its own refusals count it: a key read
         # "spent $0.54, left $0.46" while its requests were refused for "spent $1.08 of $1.00".
-        bkeys = [b for b, *_ in budgets]
+        bkeys = [p.bkey for p in budgets]
         owed, mirrored = self.store.ledger_owed(bkeys), self.store.ledger_mirrored(bkeys)
-        for (bkey, limit, period, end), mine, mirror in zip(budgets, owed, mirrored, strict=True):
-            field_name = "team_budget" if bkey.startswith("team:") else "budget"
-            read = self.readings.budgets.get(bkey)  # of this period: the store key names it
+        for p, mine, mirror in zip(budgets, owed, mirrored, strict=True):
+            field_name = "team_budget" if p.bkey.startswith("team:") else "budget"
+            read = self.readings.budgets.get(p.bkey)  # of this period: the store key names it
             if mirror is not None and (read is None or mirror[2] > read[0] + 0.001):
                 # Newer than any read of it here (an admit of this key or a teammate since):
                 # what the admits count on from, its own spend since in it. Read null while
                 # this replica refused or served by it (audit).
                 spent, held, at = mirror
-                out[field_name] = {**_budget_state(limit, period, end, spent, held), **_aged(at, now)}
+                out[field_name] = {**_budget_state(p, spent, held), **_aged(at, now)}
             elif read is None:
-                out[field_name] = {"usd": limit, "period": period, "spent_usd": None, "reserved_usd": None,
-                                   "left_usd": None, "resets_at": iso(end), "as_of": None,
-                                   "age_s": None}  # fmt: skip
+                out[field_name] = {**_budget_state(p, None, None), "as_of": None, "age_s": None}
             else:
                 at, spent, held = read
-                out[field_name] = {**_budget_state(limit, period, end, spent + mine, held), **_aged(at, now)}
+                out[field_name] = {**_budget_state(p, spent + mine, held), **_aged(at, now)}
         return out
 
     async def budget_readings(
@@ -448,11 +470,11 @@ class Accounts:
         found: dict[str, tuple[str, str, str, float, float]] = {}  # store key -> kind, name, period, usd, end
         first: str | None = None
         for key in keys:
-            for bkey, limit, period, end in self._budgets(key, now):
-                if bkey not in found:
-                    team = bkey.startswith("team:")
+            for p in self._budgets(key, now):
+                if p.bkey not in found:
+                    team = p.bkey.startswith("team:")
                     owner = (key.team or "") if team else key.name
-                    found[bkey] = ("team" if team else "key", owner, period, limit, end)
+                    found[p.bkey] = ("team" if team else "key", owner, p.budget.period, p.budget.usd, p.end)
                     first = first or key.name
         if first is None:
             return []
@@ -465,28 +487,41 @@ class Accounts:
                 for (kind, name, period, usd, end), (spent, held)
                 in zip(found.values(), spend, strict=True)]  # fmt: skip
 
-    def _period(self, period: str, now: float) -> tuple[str, float]:
-        """The current period's name and end, worked out again only once it has ended."""
-        known = self._periods.get(period)
+    def _period(self, period: str, tz: str, now: float) -> tuple[str, float]:
+        """The current period's name and end in zone ``tz``, worked out again only once it has ended."""
+        known = self._periods.get((period, tz))
         if known is None or not known[2] <= now < known[1]:
-            name, end = bounds(period, now)  # type: ignore[arg-type]
-            known = self._periods[period] = (name, end, now)
+            name, end = bounds(period, now, tz)  # type: ignore[arg-type]
+            known = self._periods[(period, tz)] = (name, end, now)
         return known[0], known[1]
 
-    def _budgets(self, key: KeySpec, now: float) -> list[tuple[str, float, str, float]]:
-        """(store key, USD limit, period, period end) of the key's budget, then its team's."""
-        out: list[tuple[str, float, str, float]] = []
+    def _budgets(self, key: KeySpec, now: float) -> list[BudgetNow]:
+        """The key's budget, then its team's, in the periods ``now`` falls in."""
+        out: list[BudgetNow] = []
         for owner, budget in ((f"key:{key.name}", key.budget), (f"team:{key.team}", key.team_budget)):
             if budget is not None:
-                name, end = self._period(budget.period, now)
-                out.append((f"{owner}:{name}", budget.usd, budget.period, end))
+                name, end = self._period(budget.period, budget.timezone, now)
+                out.append(BudgetNow(f"{owner}:{name}", budget, end))
         return out
 
 
-def _budget_state(limit: float, period: str, end: float, spent: float, held: float) -> dict[str, Any]:
-    return {"usd": limit, "period": period, "spent_usd": round(spent, 6), "reserved_usd": round(held, 6),
-            # What a new request may still take: in-flight requests hold theirs.
-            "left_usd": round(max(0.0, limit - spent - held), 6), "resets_at": iso(end)}  # fmt: skip
+def _budget_state(p: BudgetNow, spent: float | None, held: float | None) -> dict[str, Any]:
+    """A budget as the key view shows it; ``spent`` and ``held`` None: not known (shown null)."""
+    b = p.budget
+    out: dict[str, Any] = {"usd": b.usd, "period": b.period}
+    if b.timezone != "UTC":
+        out["timezone"] = b.timezone
+    if b.soft_usd is not None:
+        out["soft_usd"] = b.soft_usd
+        out["soft_limit_crossed"] = None if spent is None else crossed(spent, b.soft_usd)
+    out.update({
+        "spent_usd": round(spent, 6) if spent is not None else None,
+        "reserved_usd": round(held, 6) if held is not None else None,
+        # What a new request may still take: in-flight requests hold theirs.
+        "left_usd": None if spent is None or held is None else round(max(0.0, b.usd - spent - held), 6),
+        "resets_at": iso(p.end),
+    })  # fmt: skip
+    return out
 
 
 def _aged(at: float, now: float) -> dict[str, Any]:
@@ -540,7 +575,7 @@ def _store_down(now: float) -> LimitHit:
 
 
 def _refusal(key: KeySpec, verdict: str, spent: float, now: float,
-             budgets: list[tuple[str, float, str, float]], in_flight: float = 0.0) -> LimitHit:  # fmt: skip
+             budgets: list[BudgetNow], in_flight: float = 0.0) -> LimitHit:  # fmt: skip
     minute_end = (int(now // 60) + 1) * 60
     if verdict == "rpm":
         message = (f"key '{key.name}' sent its {key.requests_per_minute} requests of this minute; "
@@ -550,7 +585,8 @@ def _refusal(key: KeySpec, verdict: str, spent: float, now: float,
         return LimitHit("parallel", f"key '{key.name}' has its {key.parallel} requests in flight at once; "
                        "try again when one has finished", 1.0, now + 1)  # fmt: skip
     index = int(verdict.removeprefix("budget")) if verdict.startswith("budget") else 0
-    bkey, limit, period, end = budgets[min(index, len(budgets) - 1)]
+    bkey, b, end = budgets[min(index, len(budgets) - 1)]
+    limit, period = b.usd, b.period
     team = bkey.startswith("team:")
     who = f"team '{key.team}'" if team else f"key '{key.name}'"
     budget = f"its {usd(limit)} {_PERIOD_WORD[period]} budget"

@@ -18,6 +18,7 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from typing import Literal
 
 from gateway.keys.periods import Period
 
@@ -28,6 +29,8 @@ CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key", "x-goog-api-key")
 class Budget:
     usd: float
     period: Period
+    timezone: str = "UTC"  # an IANA name: where the period's midnights are
+    soft_usd: float | None = None  # a warning threshold below usd: never refuses
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +47,8 @@ class KeySpec:
     team_budget: Budget | None = None
     admin: bool = False
     expires_at: float | None = None  # epoch seconds: from then on the key is refused
+    # Turned off by the operator (keys[].disabled, or its team's): refused, its account kept.
+    disabled: Literal["key", "team"] | None = None
     _allowed: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
 
     def allows(self, model: str | None) -> bool:
@@ -76,7 +81,7 @@ def digest(key: str) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class Identified:
-    outcome: str  # "not_required" | "ok" | "missing" | "invalid" | "expired"
+    outcome: str  # "not_required" | "ok" | "missing" | "invalid" | "expired" | "disabled"
     key: KeySpec | None = None
 
 
@@ -104,7 +109,7 @@ class KeyRing:
         request goes upstream without the client's query. ``now`` (epoch seconds): a key past
         its ``expires_at`` lets the request in only if another key presented is still good
         (Claude Code sends ANTHROPIC_AUTH_TOKEN and ANTHROPIC_API_KEY both when both are set);
-        with none, ``expired``, naming it."""
+        with none, ``expired``, naming it. A disabled key likewise: ``disabled``."""
         if not self.by_digest:
             return _NOT_REQUIRED
         presented = credentials(headers)
@@ -112,16 +117,19 @@ class KeyRing:
             presented.append(query_key.strip())
         if not presented:
             return _MISSING
-        expired: KeySpec | None = None
+        refused: Identified | None = None  # the first key presented that is known but turned away
         for candidate in presented:
             spec = self.by_digest.get(digest(candidate))
             if spec is None:
                 continue
+            if spec.disabled is not None:
+                refused = refused or Identified("disabled", spec)
+                continue
             if spec.expires_at is not None and now is not None and now >= spec.expires_at:
-                expired = expired or spec
+                refused = refused or Identified("expired", spec)
                 continue
             return Identified("ok", spec)
-        return _INVALID if expired is None else Identified("expired", expired)
+        return refused or _INVALID
 
     def __repr__(self) -> str:
         return f"KeyRing(keys={len(self.by_digest)})"

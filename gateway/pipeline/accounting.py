@@ -26,6 +26,7 @@ from gateway.apis.base import Dialect, Inbound
 from gateway.apis.gemini.fields import field
 from gateway.errors import Classification, ErrorType
 from gateway.keys.ledger import Accounts, LimitHit, Reservation
+from gateway.keys.periods import iso
 from gateway.keys.prices import (
     DEFAULT_SEARCHES,
     Cost,
@@ -36,6 +37,7 @@ from gateway.keys.prices import (
     declared_searches,
 )
 from gateway.keys.registry import KeySpec
+from gateway.keys.soft import SoftCrossing
 from gateway.pipeline.outcome import Failure, Leg, RequestState, bad_request, gateway_failure
 from gateway.policy.retry_after import reset_at_ms
 from gateway.policy.tokens import BYTES_PER_TOKEN
@@ -393,6 +395,13 @@ def _served_price(prices: PriceTable, state: RequestState, sent: str | None) -> 
     if reservation is not None and reservation.price is not None:
         return reservation.price
     return prices.price_for(state.model)
+
+
+def soft_limit_line(c: SoftCrossing) -> None:
+    """The one warning of a budget's soft limit reached this period (names and dollars only)."""
+    log.warning({"event": "budget_soft_limit", "kind": c.kind, "name": c.name, "key": c.key, "team": c.team,
+                 "period": c.period, "period_start": c.period_name, "spent_usd": c.spent_usd,
+                 "soft_usd": c.soft_usd, "usd": c.usd, "resets_at": iso(c.resets_at)})  # fmt: skip
 
 
 async def _flush_soon(accounts: Accounts) -> None:

@@ -494,7 +494,8 @@ def authenticate(svc: Services, request: web.Request) -> Failure | None:
         return None
     svc.telemetry.client_auth_refusals.labels(result.outcome).inc()
     code = ("missing_client_key" if result.outcome == "missing"
-            else "expired_client_key" if result.outcome == "expired" else "invalid_client_key")  # fmt: skip
+            else "expired_client_key" if result.outcome == "expired"
+            else "disabled_client_key" if result.outcome == "disabled" else "invalid_client_key")  # fmt: skip
     message = result.message_for(state.dialect.api)
     if accounting.is_codex(request.headers):
         # Codex (0.171, measured) retries a 401 five times, as it does a 403: 6 requests in

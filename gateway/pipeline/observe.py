@@ -323,7 +323,7 @@ def _account(svc: Services, state: RequestState, status: int) -> None:
         if state.reservation is not None:
             # The period a budget is charged: its admission's, where ``ts`` is the end's (a
             # request across midnight counts toward the day that ended; audit).
-            for field_name, period in state.reservation.periods().items():
+            for field_name, period in state.reservation.charged_periods().items():
                 record[f"{field_name}_period"] = period
         if state.cost_legs is not None:  # models and counts, never content
             record["legs"] = [{**part, "model": model_asked(str(part["model"] or ""))}

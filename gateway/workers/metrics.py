@@ -63,6 +63,7 @@ GAUGE_RULES: dict[str, Callable[[float, float], float]] = {
     **dict.fromkeys((
         "llm_gateway_budget_usd", "llm_gateway_budget_spent_usd", "llm_gateway_budget_reserved_usd",
         "llm_gateway_budget_resets_at_seconds", "llm_gateway_key_expires_at_seconds",
+        "llm_gateway_budget_soft_usd",
     ), max),
 }
 WORKERS_REPORTING = "llm_gateway_workers_reporting"

@@ -40,7 +40,7 @@ def test_promtool_checks_rules_and_config(tmp_path: Path) -> None:
     rules = subprocess.run([PROMTOOL, "check", "rules", str(DEPLOY / "prometheus" / "alerts.yml")],
                            capture_output=True, text=True)
     assert rules.returncode == 0, rules.stdout + rules.stderr
-    assert "SUCCESS: 12 rules found" in rules.stdout
+    assert "SUCCESS: 13 rules found" in rules.stdout
     config = subprocess.run([PROMTOOL, "check", "config", str(DEPLOY / "prometheus" / "prometheus.yml")],
                             capture_output=True, text=True)
     assert config.returncode == 0, config.stdout + config.stderr
@@ -59,12 +59,13 @@ def test_the_alerts_fire_on_the_providers_errors_not_on_the_gateways_refusals_of
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningGateway, FakeUpstream]]:
     with FakeUpstream.in_thread() as fake:
-        # A key with a budget and an end date, so that the budget and expiry gauges the rules
-        # read have series.
+        # A key with a budget, a soft limit and an end date, so that the budget and expiry
+        # gauges the rules read have series.
         ends = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 30 * 86400))
         gw = launch_cli(fake, tmp_path_factory.mktemp("promgw"),
                         "retry: {provider_unavailable: {max_retries: 1, base_delay_s: 0.01, max_delay_s: 0.01}}\n"
-                        f"keys: [{{name: ops, key: {KEY}, budget: {{usd: 1000, period: month}}, expires_at: '{ends}'}}]\n")
+                        f"keys: [{{name: ops, key: {KEY}, budget: {{usd: 1000, soft_usd: 900, period: month}}, "
+                        f"expires_at: '{ends}'}}]\n")
         try:
             yield gw, fake
         finally:
@@ -168,7 +169,7 @@ def test_real_prometheus_scrapes_the_request_count(gateway: tuple[RunningGateway
         assert value == before + sent
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/rules", timeout=5) as r:
             groups = json.loads(r.read())["data"]["groups"]
-        assert sum(len(g["rules"]) for g in groups) == 12  # the alert rules loaded for real
+        assert sum(len(g["rules"]) for g in groups) == 13  # the alert rules loaded for real
 
         def query(expr: str) -> list[float]:
             url = f"http://127.0.0.1:{port}/api/v1/query?query={urllib.parse.quote(expr)}"

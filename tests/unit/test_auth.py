@@ -201,3 +201,27 @@ def test_every_value_of_a_rotated_key_is_the_same_named_key() -> None:
     assert old is not None and old is new  # one spec: one spend, one set of limits
     assert {a.check({"Authorization": f"Bearer gk-ci-{n}"}).key.name for n in (1, 2)} == {"ci-bot"}  # type: ignore[union-attr]
     assert not a.check({"x-api-key": "gk-alice"}).ok
+
+
+OFF = OPEN_UP + ("keys:\n  - {name: alice, key: gk-alice, disabled: true}\n"
+                 "  - {name: bob, key: gk-bob, team: web}\n  - {name: carol, key: gk-carol, team: ops}\n"
+                 "teams: [{name: web, disabled: true}, {name: ops}]\n")  # fmt: skip
+
+
+@pytest.mark.parametrize(("key", "by", "why"), [
+    ("gk-alice", "key", "it is disabled"),
+    ("gk-bob", "team", "its team 'web' is disabled"),
+])  # fmt: skip
+def test_a_disabled_key_or_team_is_refused_naming_the_key_and_whom_to_ask(key: str, by: str, why: str) -> None:
+    result = client_auth(OFF).check({"Authorization": f"Bearer {key}"}, now=AT)
+    assert result.outcome == "disabled" and not result.ok
+    assert result.key is not None and result.key.disabled == by
+    name = result.key.name
+    assert result.message_for("messages") == (f"the gateway key '{name}' is turned off ({why} in the gateway's "
+                                              "config); ask the gateway's operator to turn it back on")
+
+
+def test_a_disabled_key_beside_a_good_one_lets_the_request_in_on_the_good_one() -> None:
+    result = client_auth(OFF).check({"Authorization": "Bearer gk-alice", "x-api-key": "gk-carol"}, now=AT)
+    assert result.ok and result.key is not None and result.key.name == "carol"
+    assert client_auth(OFF).check({"x-api-key": "gk-bogus", "Authorization": "Bearer gk-alice"}).outcome == "disabled"
