@@ -469,7 +469,10 @@ async def _read_budgets(svc: Services) -> None:
     other replica's spend: the last good reading stays instead (a budget alert must not
     resolve because Redis went away; the store's own fallbacks metric says it did)."""
     specs = [s for s in svc.auth.ring.by_digest.values() if s.name != FLAT_KEY_NAME]
-    expiries = [(s.name, s.expires_at) for s in specs if s.expires_at is not None]
+    # The file's keys only: every issued key ends by design (keys_api.default_ttl_s), so its end
+    # is no news, and LLMGatewayKeyExpiresSoon would fire for every agent run's key.
+    files = {k.name for k in svc.cfg.keys}
+    expiries = [(s.name, s.expires_at) for s in specs if s.expires_at is not None and s.name in files]
     readings: list[tuple[str, str, str, float, float, float, float]] | None = []
     if svc.accounts is not None:  # None: the store did not answer (found down before or during the read)
         readings = await svc.accounts.budget_readings(specs) if svc.store.healthy else None

@@ -103,6 +103,9 @@ async def test_an_issued_key_works_as_a_key_of_the_file_on_every_api(
     issued_lines = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "key_issued"]
     assert issued_lines and issued_lines[0]["key"] == "run-17" and issued_lines[0]["issued_by"] == "root"
     assert secret not in caplog.text and secret[6:] not in caplog.text  # the secret is never logged
+    # Its budget is watched as any key's; its end, which every issued key has, raises no alert.
+    assert [k for k in await gw.scraped("llm_gateway_budget_usd") if ("name", "run-17") in k]
+    assert not [k for k in await gw.scraped("llm_gateway_key_expires_at_seconds") if ("key", "run-17") in k]
     keys = await listed(gw)
     assert keys["run-17"]["issued"] is True and keys["run-17"]["issued_by"] == "root"
     assert "issued" not in keys["alice"] and "issued" not in keys["root"]
