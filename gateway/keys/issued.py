@@ -208,6 +208,9 @@ class IssuedKeys:
         self._version: bytes | None = None
         self._watch: asyncio.Task[None] | None = None
         self._down_said = False
+        # One read at a time: a poll's read begun before an issue, answered after it, put the
+        # set without the new key in force after the issue's own read had put it there.
+        self._reading = asyncio.Lock()
         self.on_change: Callable[[], None] = lambda: None
 
     @property
@@ -221,7 +224,7 @@ class IssuedKeys:
         if got == "ok":
             log.info({"event": "key_issued", "key": key.name, "issued_by": key.issued_by,
                       "expires_at": iso(key.expires_at)})  # fmt: skip
-            await self._refresh()
+            await self._known({**self._keys, key.name: key})
         return got
 
     async def revoke(self, name: str, by: str) -> bool:
@@ -229,8 +232,17 @@ class IssuedKeys:
         dropped = await self._store.drop(name)
         if dropped:
             log.info({"event": "key_revoked", "key": name, "revoked_by": by})
-            await self._refresh()
+            await self._known({n: k for n, k in self._keys.items() if n != name})
         return dropped
+
+    async def _known(self, expected: dict[str, IssuedKey]) -> None:
+        """In force where it was asked for, before the answer: the store's set, else (it stopped
+        answering since) ``expected``, until the watch reads the store."""
+        try:
+            await self._refresh()
+        except IssuedStoreDown:
+            self._version = None
+            self._put_in_force(expected)
 
     async def start(self) -> None:
         """The keys the store holds now (a restarted replica's, before it serves); then, on a
@@ -266,6 +278,10 @@ class IssuedKeys:
             self._down_said = False
 
     async def _refresh(self) -> None:
+        async with self._reading:
+            await self._read()
+
+    async def _read(self) -> None:
         version = await self._store.version()
         if version is None and self._lost():
             # A store that lost its data (restarted empty, flushed): what this replica knows
@@ -282,6 +298,9 @@ class IssuedKeys:
             if key is not None:
                 keys[key.name] = key
         self._version = version
+        self._put_in_force(keys)
+
+    def _put_in_force(self, keys: dict[str, IssuedKey]) -> None:
         if keys != self._keys:
             self._keys = keys
             self.on_change()

@@ -4,6 +4,7 @@ the ring a replica serves from."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from typing import Any
 
@@ -16,6 +17,7 @@ from gateway.keys.issued import (
     SECRET_PREFIX,
     IssuedKey,
     IssuedKeys,
+    IssuedStoreDown,
     KeyRefused,
     MemoryIssuedStore,
     new_secret,
@@ -143,3 +145,56 @@ def test_an_issued_key_joins_the_ring_and_a_key_of_the_file_keeps_its_name() -> 
     assert found.key.expires_at == NOW + 600 and not found.key.admin
     assert auth.check({"Authorization": "Bearer llmgw_shadow"}, now=NOW).outcome == "invalid"
     assert auth.check({"Authorization": "Bearer llmgw_run"}, now=NOW + 600).outcome == "expired"
+
+
+class SlowReads(MemoryIssuedStore):
+    """A store whose next read of the records answers what it held when asked, only once let."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold: asyncio.Event | None = None
+        self.down = False
+
+    async def version(self) -> bytes | None:
+        if self.down:
+            raise IssuedStoreDown("ConnectionError")
+        return await super().version()
+
+    async def records(self) -> list[bytes]:
+        held, hold = await super().records(), self.hold
+        if hold is not None:
+            self.hold = None
+            await hold.wait()
+        return held
+
+
+async def test_a_poll_answered_after_an_issue_does_not_undo_it() -> None:
+    store = SlowReads()
+    keys = IssuedKeys(store, lambda: NOW, shared=False)
+    await keys.start()
+    other = made({"name": "b"})  # another replica's issue, which the poll below reads
+    assert await store.put("b", other.record(), int(other.expires_at * 1000), int(NOW * 1000), 10, 10) == "ok"
+    store.hold = let = asyncio.Event()
+    poll = asyncio.create_task(keys._refresh())  # reads the set before the issue, answered after
+    await asyncio.sleep(0.01)
+    issuing = asyncio.create_task(keys.issue(made({"name": "a"}), CFG.keys_api))
+    await asyncio.sleep(0.01)
+    let.set()
+    await asyncio.wait_for(asyncio.gather(poll, issuing), 5)
+    assert sorted(keys.keys) == ["a", "b"]
+
+
+async def test_a_key_issued_as_the_store_stopped_answering_is_in_force_where_it_was_asked_for() -> None:
+    store = SlowReads()
+    keys = IssuedKeys(store, lambda: NOW, shared=False)
+    await keys.start()
+    put = store.put
+
+    async def then_down(*args: Any) -> Any:
+        got = await put(*args)
+        store.down = True
+        return got
+
+    store.put = then_down  # type: ignore[method-assign]
+    assert await keys.issue(made({"name": "a"}), CFG.keys_api) == "ok"
+    assert list(keys.keys) == ["a"]
