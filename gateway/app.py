@@ -129,7 +129,8 @@ def create_app(
     # The Responses API's WebSocket mode: the connection is no request, each of its turns is.
     turn = observed(websocket.turn_handler(forward.full_pipeline(OPENAI_RESPONSES)))
     refused, unauthenticated = observed(forward.upgrade_refused), observed(forward.upgrade_unauthenticated)
-    responses_get = websocket.serve(observed(forward.passthrough), refused, unauthenticated, turn)
+    draining = observed(forward.upgrade_draining)
+    responses_get = websocket.serve(observed(forward.passthrough), refused, unauthenticated, draining, turn)
     app.router.add_get("/v1/responses", responses_get)
     app.router.add_get("/v1/gateway/key", observed(key_info.own_key))
     app.router.add_get("/v1/gateway/keys", observed(key_info.all_keys))

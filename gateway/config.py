@@ -792,8 +792,8 @@ class CooldownsConfig(_Model):
 
     rate_limit_s: float = Field(
         default=5.0, gt=0,
-        description="Seconds a deployment sits out after a rate limit whose answer names no reset (one that "
-        "names it: until that reset).",
+        description="Seconds a deployment sits out after a rate limit whose answer names no wait (one that "
+        "does, in retry-after, its body or its rate-limit headers: that wait).",
     )  # fmt: skip
     # Top-ups are rarely instant.
     budget_s: float = Field(
@@ -1306,9 +1306,14 @@ class BudgetConfig(_Model):
     def _a_zone(cls, v: str) -> str:
         if v == "UTC":
             return v
-        # Only names (tzdata's), not offsets: a fixed "-08:00" would be an hour off half the year.
+        # Only names (tzdata's), not offsets: a fixed "-08:00" would be an hour off half the year,
+        # and "Etc/GMT+8" is UTC-8 (POSIX's sign). Nor names that read the host ("localtime",
+        # "posixrules", "Factory": replicas on hosts set apart would name periods apart) or
+        # tzdata's "right/" (leap seconds) and "posix/" copies (review: "right/America/Los_Angeles"
+        # read PDT in November).
         try:
-            if v.strip() != v or v.startswith(("/", ".")) or ".." in v:
+            if (v.strip() != v or v.startswith(("/", ".", "right/", "posix/", "Etc/GMT+", "Etc/GMT-"))
+                    or ".." in v or v in ("localtime", "posixrules", "Factory")):
                 raise ValueError
             zoneinfo.ZoneInfo(v)
         except (ValueError, zoneinfo.ZoneInfoNotFoundError):

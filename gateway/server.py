@@ -140,7 +140,7 @@ async def serve(cfg: GatewayConfig, seat: WorkerSeat | None = None, config_path:
     if cert_watch is not None:
         cert_watch.cancel()
     life = live.life
-    life.draining = True
+    life.start_draining()
     drain_s = live.services.cfg.server.drain_s  # as the last reload left it
     log.info({"event": "draining", "in_flight": life.in_flight, "drain_s": drain_s})
     await drain(life, drain_s, clock=live.services.monotonic)

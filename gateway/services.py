@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -143,6 +143,12 @@ class Route:
         return cls(tuple(hops), tuple(m for h in hops for m in h.members), affinity)
 
 
+class GoingAway(Protocol):
+    """A connection that outlives requests (a WebSocket), told when the process drains."""
+
+    def going_away(self) -> None: ...
+
+
 @dataclass
 class Lifecycle:
     """What belongs to the process rather than to one config, so a reload keeps it: the
@@ -155,6 +161,16 @@ class Lifecycle:
     arrived: float = float("-inf")  # when the last request came (monotonic): a drain waits for a lull
     idle: list[Callable[[], None]] = field(default_factory=list)
     settling: set[asyncio.Task[Any]] = field(default_factory=set)  # keys' spend being written
+    # Open WebSocket connections (the Responses API's mode, pipeline/websocket.py): no request
+    # themselves, so in_flight counts only their turns; a drain tells each to go away.
+    connections: set[GoingAway] = field(default_factory=set)
+
+    def start_draining(self) -> None:
+        """SIGTERM: ``/readyz`` answers 503, answers close their connections, and each open
+        WebSocket closes (at once when idle, else after its turn)."""
+        self.draining = True
+        for connection in list(self.connections):
+            connection.going_away()
 
     def cut(self) -> int:
         """``drain_s`` ran out: every request still in flight is cancelled, and the cancellation

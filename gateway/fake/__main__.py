@@ -90,6 +90,7 @@ def _keys(fake: ScenarioUpstream, args: argparse.Namespace) -> None:
         fake.projects[key] = project
         _say(f"key {key}: project {project} (reads the responses its project's keys stored)")
     fake.require_key, fake.strict_headers = args.require_key, not args.lax_headers
+    fake.keys.retry_after = not args.no_retry_after
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
                            "another project is refused, as OpenAI refuses it (default: each key is a "
                            "project of its own; repeatable)")  # fmt: skip
     pool.add_argument("--require-key", action="store_true", help="refuse a request with no key (401)")
+    pool.add_argument("--no-retry-after", action="store_true",
+                      help="an OpenAI-style 429 without retry-after: its wait in the body and the x-ratelimit-* "
+                      "headers only, as openai-node#1477 quotes one (Anthropic's keep it)")  # fmt: skip
     pool.add_argument("--lax-headers", action="store_true",
                       help="accept a Messages request without anthropic-version (Anthropic answers 400) "
                            "or with an Anthropic key as a bearer token or an OAuth token in x-api-key "

@@ -69,7 +69,7 @@ def screen(keys: KeyLimits, path: str, headers: Mapping[str, str], payload: dict
     named = gemini.method_of(path)
     default = {"anthropic": "claude-sonnet-4-5", "google": gemini.MODEL}.get(dialect, "gpt-4o-mini")
     model = named[1] if named is not None else str(payload.get("model") or default)
-    reply = refusal(dialect, verdict, key, model, limit)
+    reply = refusal(dialect, verdict, key, model, limit, keys.retry_after)
     limited_s = verdict.wait_s if verdict.reason == "limited" else 0.0
     reply.headers.update(rate_headers(dialect, snap, keys.clock(), limited_s, NOMINAL_RPM))
     return reply

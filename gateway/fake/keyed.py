@@ -4,7 +4,7 @@ Headers: chat completions and Responses answer with OpenAI's ``x-ratelimit-{limi
 reset}-{requests,tokens}`` (resets as Go durations, ``6m0s``, ``20ms``: OpenAI's rate-limit
 guide); Messages with Anthropic's ``anthropic-ratelimit-{requests,tokens}-{limit,remaining,
 reset}`` (resets as RFC 3339 instants: Anthropic's rate-limit docs), on every answer; a 429
-adds ``retry-after`` in whole seconds. Bodies are the real ones, as tests/corpus quotes them
+adds ``retry-after`` in whole seconds (an OpenAI one may go without: ``KeyLimits.retry_after``). Bodies are the real ones, as tests/corpus quotes them
 with their sources: OpenAI's ``rate_limit_exceeded`` / ``insufficient_quota`` /
 ``invalid_api_key``, Anthropic's ``rate_limit_error`` / credit balance / ``invalid x-api-key``.
 The Gemini API sends no rate-limit headers at all; its 429 says the wait in a RetryInfo
@@ -129,10 +129,13 @@ def _mask(key: str) -> str:
     return f"{key[:3]}***{key[-3:]}" if len(key) > 8 else "***"
 
 
-def refusal(dialect: Dialect, v: Verdict, key: str | None, model: str, limit: int | None) -> Reply:
-    """The answer a refused request gets (without the rate-limit headers, added by the caller)."""
+def refusal(dialect: Dialect, v: Verdict, key: str | None, model: str, limit: int | None,
+            retry_after: bool = True) -> Reply:  # fmt: skip
+    """The answer a refused request gets (without the rate-limit headers, added by the caller).
+    ``retry_after``: False, an OpenAI 429 goes without it (``KeyLimits.retry_after``)."""
     wait = max(1, math.ceil(v.wait_s - 1e-6))  # retry-after is whole seconds; 0 would mean "now"
-    headers = {"retry-after": str(wait)} if v.reason in ("limited", "requests", "tokens") else {}
+    says = v.reason in ("limited", "requests", "tokens") and (retry_after or dialect == "anthropic")
+    headers = {"retry-after": str(wait)} if says else {}
     if dialect == "google":
         return _google_refusal(v, model, limit)
     if dialect == "anthropic":

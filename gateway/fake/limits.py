@@ -90,6 +90,12 @@ class KeyLimits:
     revoked: set[str] = field(default_factory=set)
     exhausted: set[str] = field(default_factory=set)
     calls: Counter[str | None] = field(default_factory=Counter)
+    # Whether an OpenAI-style 429 carries ``retry-after`` (Anthropic's always does: its
+    # rate-limits page documents it). The real 429 in tests/corpus/wild.json
+    # (wrtnlabs/autobe#136) has it; openai-node#1477 quotes one without it, and
+    # openai/openai-openapi#564 calls it optional: False answers as that one does, the wait in
+    # the body's "Please try again in" and the x-ratelimit-* headers alone.
+    retry_after: bool = True
 
     def limit(self, key: str, rpm: int | None = None, tpm: int | None = None) -> None:
         """Give ``key`` these limits (either may be None: that dimension is unlimited), full."""

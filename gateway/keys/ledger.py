@@ -227,6 +227,8 @@ class Accounts:
         (audit). A read, not an admit: a count takes no slot, so it never refuses the
         generation that follows it."""
         budgets = self._budgets(key, self.wall())
+        if self.closed_when_store_down and not getattr(self.store, "healthy", True):
+            return _store_down(self.wall())  # refused with the key's other requests
         if key.parallel is None and not budgets:
             return None
         hit = await self._count_hit(key, budgets)
@@ -501,7 +503,12 @@ class Accounts:
         for owner, budget in ((f"key:{key.name}", key.budget), (f"team:{key.team}", key.team_budget)):
             if budget is not None:
                 name, end = self._period(budget.period, budget.timezone, now)
-                out.append(BudgetNow(f"{owner}:{name}", budget, end))
+                # A zone's periods are counted apart from UTC's (and another zone's): named by
+                # their local start, Los Angeles's day read the UTC day that had ended as its
+                # own, spent, after a reload moved the zone (review), and Tokyo's the next one,
+                # unspent.
+                zone = "" if budget.timezone == "UTC" else f"@{budget.timezone}"
+                out.append(BudgetNow(f"{owner}{zone}:{name}", budget, end))
         return out
 
 

@@ -60,7 +60,7 @@ class SoftWatch:
     def note(self, key: KeySpec, budgets: Iterable[BudgetNow]) -> None:
         """Budgets a settle just written touched: read them soon."""
         for b in budgets:
-            if b.budget.soft_usd is not None and b.bkey not in self._seen:
+            if b.budget.soft_usd is not None and _mark(b) not in self._seen:
                 self._due[b.bkey] = (key, b)
         if self._due and (self.task is None or self.task.done()):
             self.task = asyncio.get_running_loop().create_task(self._look())
@@ -75,12 +75,19 @@ class SoftWatch:
                 return  # the store does not answer: the next settle looks again
             *_, spend = got
             for (bkey, (key, b)), (spent, _) in zip(due.items(), spend, strict=True):
-                if not crossed(spent, b.budget.soft_usd) or bkey in self._seen:
+                mark = _mark(b)
+                if not crossed(spent, b.budget.soft_usd) or mark in self._seen:
                     continue
                 if len(self._seen) >= _SEEN_MAX:
                     self._seen.clear()
-                self._seen.add(bkey)
-                if await self.store.probe_claim(f"soft:{bkey}", max(1.0, b.end - now) + _CLAIM_KEEP_S):
+                self._seen.add(mark)
+                won = await self.store.probe_claim(f"soft:{mark}", max(1.0, b.end - now) + _CLAIM_KEEP_S)
+                if not getattr(self.store, "healthy", True):
+                    # Answered from this replica's memory, not the one claim of every replica
+                    # (another would log it again once the store answers): looked at again by
+                    # the next settle.
+                    self._seen.discard(mark)
+                elif won:
                     self._report(key, bkey, b, spent)
 
     def _report(self, key: KeySpec, bkey: str, b: BudgetNow, spent: float) -> None:
@@ -92,3 +99,10 @@ class SoftWatch:
             team=key.team, period=b.budget.period, period_name=bkey.rsplit(":", 1)[1],
             spent_usd=round(spent, 6), soft_usd=b.budget.soft_usd or 0.0, usd=b.budget.usd, resets_at=b.end,
         ))  # fmt: skip
+
+
+def _mark(b: BudgetNow) -> str:
+    """A crossing's claim: the budget's period and its soft limit, so that a reload that moves
+    ``soft_usd`` is warned of at the new one (review: raised from $30 to $1,000, the $1,000 was
+    crossed in silence, the $30's claim standing for the period)."""
+    return f"{b.bkey}@{b.budget.soft_usd:g}"

@@ -320,7 +320,7 @@ async def _exchange(
     operator = call.up.cfg.api_key is not None  # the answer is to the gateway's own key
     try:
         if resp.status >= 400:
-            facts = _facts(call, request)
+            facts = _facts(call, request, state)
             return _upstream_error(svc, resp.status, resp.headers, await resp.read(ERROR_BODY_LIMIT), facts,
                                    operator=operator)  # fmt: skip
         headers = response_headers(resp.headers, operator)
@@ -378,7 +378,7 @@ async def _exchange(
         else:
             status = error_status_of(body)
             if status is not None:  # an error document under a 2xx (OpenRouter's, once a model started)
-                facts = _facts(call, request)
+                facts = _facts(call, request, state)
                 return _upstream_error(svc, status, resp.headers, body, facts, answered=resp.status,
                                        operator=operator)  # fmt: skip
         api = call.dialect.api
@@ -390,7 +390,7 @@ async def _exchange(
             _note_sealed(svc, call, body)
         translated = call.translation.answer(body, call.dialect) if call.translation is not None else None
         if isinstance(translated, FailedAnswer):  # a Responses answer that failed, for another API's client
-            facts = _facts(call, request)
+            facts = _facts(call, request, state)
             return _upstream_error(svc, translated.status, resp.headers, translated.body, facts,
                                    answered=resp.status, operator=operator)  # fmt: skip
         if translated is not None:
@@ -554,11 +554,12 @@ def _stream_error(svc: Services, payload: dict[str, Any]) -> Failure:
     return gateway_failure(status or EVENT_STATUS[c.type], c, message, code)
 
 
-def _facts(call: Call, request: UpstreamRequest) -> RequestFacts:
+def _facts(call: Call, request: UpstreamRequest, state: RequestState) -> RequestFacts:
     # The request's own size is evidence when the body only says "too large" (#22), and the
-    # host says whose documentation applies to borrowed wording (#36).
+    # host says whose documentation applies to borrowed wording (#36); with the budget it asks,
+    # what a rate limit's windows must refill before it fits (retry_after.refill_wait_s).
     return RequestFacts(round(len(request.body) / BYTES_PER_TOKEN), call.up.cfg.context_window,
-                        urlsplit(call.up.cfg.base_url).hostname)  # fmt: skip
+                        urlsplit(call.up.cfg.base_url).hostname, state.pool_need[1] or None)  # fmt: skip
 
 
 def _collected(svc: Services, call: Call, body: bytes) -> bytes | Failure:

@@ -33,7 +33,7 @@ import orjson
 from aiohttp import web
 
 from gateway import jsonbody
-from gateway.apis import api_of_path, dialect_for_errors, gemini_call
+from gateway.apis import api_of_path, dialect_for_errors, gemini_call, output_budget
 from gateway.apis.base import Dialect, Inbound, Rejection, Where
 from gateway.apis.common import admit_messages, model_too_long
 from gateway.auth import WWW_AUTHENTICATE
@@ -57,7 +57,7 @@ from gateway.pipeline.outcome import (
     gateway_failure,
 )
 from gateway.pipeline.pool import remember_answer, send_across, stored_deployment, stored_route
-from gateway.pipeline.relay import relay, rendered
+from gateway.pipeline.relay import relay, rendered, shutdown_failure
 from gateway.pipeline.send import Onward, Sent, note_outage, plan_for, send_one
 from gateway.policy.clients import compacts_itself
 from gateway.policy.loop_breaker import Answer, Fingerprint, Recalled
@@ -177,6 +177,11 @@ def full_pipeline(dialect: Dialect) -> Handler:
 
         plan = plan_for(svc, state, request.headers)
         plan.probe = turn is not None
+        if svc.pool_state is not None and any(hop.pool is not None for hop in route.hops):
+            # What a pool deployment must have left for it: OpenAI meters the prompt and the
+            # max_tokens asked at admission, Anthropic its input and output windows alike.
+            prompt = round(len(asked.body()) / BYTES_PER_TOKEN)
+            state.pool_need = (prompt, output_budget.asked(inbound.payload) or 0)
         window = primary.cfg.context_window
         plan.empty_is_final = window is not None and len(asked.body()) / BYTES_PER_TOKEN > window
         # Which conversation this is, for a pool's prompt-cache affinity (asked only if one keeps it).
@@ -416,6 +421,16 @@ async def upgrade_unauthenticated(request: web.Request) -> web.StreamResponse:
         c = Classification.of(ErrorType.AUTH)
         refused = gateway_failure(401, c, message, "invalid_client_key", final=True)
     return await relay(request, svc, state, refused)
+
+
+async def upgrade_draining(request: web.Request) -> web.StreamResponse:
+    """A WebSocket upgrade of ``GET /v1/responses`` once the process drains (``/readyz`` says
+    503): refused before the upgrade with the typed ``gateway_shutdown`` 503, as HTTP, so the
+    client connects again (reaching a replica still serving) rather than open a connection
+    that would be closed at once."""
+    svc, state = request[SERVICES], request[STATE]
+    state.dialect = _errors_dialect(request)
+    return await relay(request, svc, state, shutdown_failure(svc, state))
 
 
 async def not_found(request: web.Request) -> web.StreamResponse:

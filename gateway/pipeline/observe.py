@@ -23,7 +23,7 @@ from gateway.logs import ACCESS
 from gateway.pipeline import accounting
 from gateway.pipeline.attempt import leg_over, settle_circuit
 from gateway.pipeline.models import gemini_caller
-from gateway.pipeline.outcome import STATE, RequestState
+from gateway.pipeline.outcome import AT_ONCE, STATE, RequestState
 from gateway.pipeline.relay import CLIENT_GONE, SHUTDOWN, relay, shutdown_failure
 from gateway.pipeline.stamp import stamp
 from gateway.services import SERVICES, Services
@@ -83,6 +83,8 @@ def observed(handler: Handler) -> Handler:
         state.method, state.path = request.method, request.path[:PATH_MAX]
         state.user_agent = user_agent_of(request.headers.get("User-Agent"))
         request[STATE] = state
+        at_once = request.get(AT_ONCE)
+        state.over_websocket = at_once is not None
         svc.tracing.begin(request.headers, state)
         life.in_flight += 1  # the in-flight gauge reads it at scrape time
         life.arrived = state.started
@@ -112,10 +114,13 @@ def observed(handler: Handler) -> Handler:
             if not response.prepared:
                 # Send a buffered reply before accounting for it: the log line and metrics then
                 # stay off the client's critical path, and the duration includes the write.
-                stamp(state, response, svc.monotonic(), close=life.draining)
+                stamp(state, response, svc.monotonic(), close=life.draining and at_once is None)
                 try:
-                    await response.prepare(request)
-                    await response.write_eof()
+                    if at_once is not None:
+                        await at_once(request, response)
+                    else:
+                        await response.prepare(request)
+                        await response.write_eof()
                 except ConnectionError:
                     status = 499  # the client left just before its answer; nothing to send it
             return response
@@ -145,7 +150,7 @@ def observed(handler: Handler) -> Handler:
                 "exception": type(e).__name__, "at": f"{where.filename}:{where.lineno}",
             })  # fmt: skip
             state.classification = c = Classification.of(ErrorType.UNKNOWN)
-            if state.first_byte_at is not None and request.transport is not None:
+            if state.first_byte_at is not None and request.transport is not None and at_once is None:
                 # A streamed answer had begun: a 500 written after it reads as garbage in the
                 # stream, or as nothing while the client waits for the stream's end (it hung
                 # until its own timeout). Cut instead: the client sees a broken answer at once.

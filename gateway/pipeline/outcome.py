@@ -7,7 +7,7 @@ an upstream exchange: failures are data, never exceptions.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -62,6 +62,9 @@ class RequestState:
     # What the pool's records of this request are kept under, when not its model: a request
     # relayed across a pool (routing/pools.relayed_scope). Its circuits stay its model's.
     pool_scope: str | None = None
+    # The tokens a pool deployment must have left for this request, input and output (its
+    # bytes / 3.5 and the max_tokens it asks): a key predicted to have fewer sits it out.
+    pool_need: tuple[int, int] = (0, 0)
     # Its conversation's first turn (routing/affinity.opens_conversation): a pool claims no
     # shared home for it, its next turn does (pipeline/pool.py).
     opens_conversation: bool = False
@@ -168,6 +171,11 @@ class RequestState:
 
 
 STATE = web.RequestKey("llm_state", RequestState)
+# How a request that is no HTTP exchange of its own (a turn of the Responses API's WebSocket
+# mode, gateway/pipeline/websocket.py) is sent an answer written at once: observe hands it
+# there, never preparing one on the request, whose connection is no longer HTTP.
+AtOnce = Callable[[web.Request, web.StreamResponse], Awaitable[None]]
+AT_ONCE: web.RequestKey[AtOnce] = web.RequestKey("llm_at_once")
 
 
 @dataclass(slots=True)

@@ -84,6 +84,7 @@ async def send_pool(
     ps = svc.pool_state
     assert ps is not None
     cfg, members, model = pool.cfg, pool.members, state.model
+    need = state.pool_need  # the tokens a deployment must have left for it
     tried: set[str] = set()
     last: Sent | None = None
     limited: Sent | None = None  # the last provider 429 of this request: what a client is shown
@@ -113,7 +114,7 @@ async def send_pool(
         if not ps.fresh(cfg.name, model):
             await ps.refresh(cfg.name, pool.member_cfgs, model, pool.circuits)
         now_ms = svc.wall() * 1000
-        views = [ps.view(i, up.cfg, model, now_ms) for i, up in enumerate(members)
+        views = [ps.view(i, up.cfg, model, now_ms, need) for i, up in enumerate(members)
                  if (stored is None or up.cfg.name == stored) and up.cfg.name not in removed]  # fmt: skip
         ready = [v for v in views if v.serves_at(now_ms) and v.name not in tried
                  and not await _refusing(members[v.slot], model)]  # fmt: skip
@@ -194,7 +195,8 @@ async def send_pool(
                 # (2 s more, measured; one run in five).
                 later = svc.wall() * 1000
                 siblings_left = any(not v.serves_at(now_ms) and v.name not in tried
-                                    and ps.view(v.slot, members[v.slot].cfg, model, later).serves_at(later)
+                                    and ps.view(v.slot, members[v.slot].cfg, model, later,
+                                                need).serves_at(later)
                                     for v in views)  # fmt: skip
             if siblings_left:
                 svc.telemetry.child(svc.telemetry.pool_moves, cfg.name, up.cfg.name, c.type.value).inc()
@@ -301,7 +303,7 @@ async def continuing(svc: Services, state: RequestState, route: Route,
             await ps.refresh(pool.cfg.name, pool.member_cfgs, state.model, pool.circuits)
         now_ms = svc.wall() * 1000
         ready = [v for i, up in enumerate(pool.members) if up.cfg.name in names
-                 and (v := ps.view(i, up.cfg, state.model, now_ms)).serves_at(now_ms)
+                 and (v := ps.view(i, up.cfg, state.model, now_ms, state.pool_need)).serves_at(now_ms)
                  and not await _refusing(up, state.model)]  # fmt: skip
         table = pool.affinity
         if conversation is not None and table is not None:
@@ -676,7 +678,8 @@ async def _all_sitting_out(
     out of the pool by a reload since the request began (it waits for none of them)."""
     assert svc.pool_state is not None
     now_ms = svc.wall() * 1000
-    views = [svc.pool_state.view(i, up.cfg, state.model, now_ms) for i, up in enumerate(pool.members)
+    views = [svc.pool_state.view(i, up.cfg, state.model, now_ms, state.pool_need)
+             for i, up in enumerate(pool.members)
              if (stored is None or up.cfg.name == stored) and up.cfg.name not in removed]  # fmt: skip
     waiting = [v for v in views if v.out_why in _RESETS and v.out_until_ms > now_ms]
     answer = last.outcome if last is not None else None

@@ -7,12 +7,15 @@ handshake's headers, admitted, routed, retried, classified, compressed and trans
 The seam is the stream the relay writes: :class:`FramedStream` takes the SSE events the relay
 writes (the Gemini JSON array's way, ``state.stream_response``) and sends each event's data as
 one text frame; an answer written at once (an error before any event) becomes the mode's error
-frame. The connection keeps its last response, so a turn that sends only its new items with
-``previous_response_id`` reaches an upstream whole (``expanded``).
+frame (observe hands it here, ``AT_ONCE``: nothing on a turn is ever written to the connection as
+HTTP). The connection keeps its last response, so a turn that sends only its new items with
+``previous_response_id`` reaches an upstream that does not hold that response whole
+(``expanded``).
 
 Frames are read all the while a turn runs (pings are answered only as frames are read, and a
 client's heartbeat must not time out behind a long turn); turns run one at a time, in the order
-they came, whatever their ``stream_id``.
+they came, whatever their ``stream_id``. A drain (``Lifecycle.start_draining``) closes an idle
+connection with 1001 Going Away at once, a busy one after its turn.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 
 import orjson
 from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp.abc import AbstractStreamWriter
 from aiohttp.streams import StreamReader
 from multidict import CIMultiDict
 
@@ -46,9 +50,9 @@ from gateway.apis.responses.websocket import (
 from gateway.apis.synthesize import responses_stream
 from gateway.live import LIVE
 from gateway.pipeline.forward import authenticate
-from gateway.pipeline.outcome import STATE
+from gateway.pipeline.outcome import AT_ONCE, STATE
 from gateway.pipeline.relay import relay
-from gateway.pipeline.stamp import stamp
+from gateway.routing.stored import stores
 from gateway.services import SERVICES
 from gateway.sse import EventSplitter, parse_event
 
@@ -61,10 +65,12 @@ log = logging.getLogger("gateway.access")
 HEARTBEAT_S = 30.0
 QUEUED_TURNS = 8  # frames read ahead of the turn in progress; past them the reading waits
 _ENDS = (b'"response.completed"', b'"response.incomplete"')
-# The handshake's own headers: none of them is the turn's (its body has its own length and type).
+# The handshake's own headers: none of them is the turn's (its body has its own length and type;
+# each turn is a request of its own, with an id of its own).
 _HANDSHAKE_ONLY = frozenset({"connection", "upgrade", "sec-websocket-key", "sec-websocket-version",
                              "sec-websocket-extensions", "sec-websocket-protocol", "content-length",
-                             "content-type", "transfer-encoding", "accept", "accept-encoding"})  # fmt: skip
+                             "content-type", "transfer-encoding", "accept", "accept-encoding",
+                             "x-request-id"})  # fmt: skip
 WEBSOCKET_BETA = "responses_websockets="  # Codex's ``openai-beta: responses_websockets=2026-02-06``
 
 
@@ -76,6 +82,7 @@ class Turn:
     lane: str | None
     warm: dict[str, Any] | None = None  # a ``generate: false`` turn's body: answered here
     ended_with: dict[str, Any] | None = None  # the response of its completed or incomplete event
+    answered: bool = False  # with an error frame
 
     async def send(self, data: bytes) -> None:
         await self.ws.send_frame(data, WSMsgType.TEXT)
@@ -130,12 +137,12 @@ class FramedStream(web.StreamResponse):
         await turn.send(data)
 
 
-async def answered_at_once(turn: Turn, response: web.StreamResponse, request: web.Request) -> FramedStream:
-    """An answer the pipeline wrote at once (a refusal, an upstream's error before any event) as
-    the mode's error frame: its status, its body's ``error`` object, and the headers a client
-    acts on (``retry-after``, the ``x-llm-*`` classification)."""
-    state = request[STATE]
-    stamp(state, response, None)
+async def answered_at_once(request: web.Request, response: web.StreamResponse) -> None:
+    """An answer the pipeline wrote at once (a refusal, an upstream's error before any event,
+    observe's own) as the mode's error frame: its status, its body's ``error`` object, and the
+    headers a client acts on (``retry-after``, the ``x-llm-*`` classification). Never HTTP:
+    the connection is a WebSocket's."""
+    turn = request[TURN]
     body = response.body if isinstance(response, web.Response) else None
     raw = body if isinstance(body, bytes) else b""
     status = response.status
@@ -145,11 +152,9 @@ async def answered_at_once(turn: Turn, response: web.StreamResponse, request: we
         status, raw = 502, b"the upstream's answer to a streamed request was not a stream"
     error = _error_of(raw, status)
     headers = {k.lower(): v for k, v in response.headers.items() if _told(k.lower())}
-    framed = FramedStream(turn, status=status)
-    await framed.prepare(request)
+    turn.answered = True
     with contextlib.suppress(ConnectionError):
         await turn.send(error_frame(status, error, turn.lane, headers))
-    return framed
 
 
 def _told(name: str) -> bool:
@@ -178,7 +183,7 @@ async def _warmed(request: web.Request, turn: Turn, body: dict[str, Any]) -> web
     state.model, state.stream = (model if isinstance(model, str) else None), True
     refused = authenticate(svc, request)
     if refused is not None:
-        return await relay(request, svc, state, refused)
+        return await relay(request, svc, state, refused)  # unprepared: observe frames it
     framed = FramedStream(turn)
     await framed.prepare(request)
     state.head_status, state.first_byte_at = 200, svc.monotonic()
@@ -198,37 +203,45 @@ def turn_handler(pipeline: Handler) -> Handler:
 
     async def answer(request: web.Request) -> web.StreamResponse:
         turn = request[TURN]
-        state = request[STATE]
-        state.stream_response = functools.partial(FramedStream, turn)
-        state.over_websocket = True
+        request[STATE].stream_response = functools.partial(FramedStream, turn)
         if turn.warm is not None:
             return await _warmed(request, turn, turn.warm)
-        response = await pipeline(request)
-        if response.prepared:
-            return response
-        return await answered_at_once(turn, response, request)
+        return await pipeline(request)  # an answer written at once: observe frames it (AT_ONCE)
 
     return answer
 
 
-def serve(passthrough: Handler, refused: Handler, unauthenticated: Handler, turn: Handler) -> Handler:
+def serve(passthrough: Handler, refused: Handler, unauthenticated: Handler, draining: Handler,
+          turn: Handler) -> Handler:  # fmt: skip
     """``GET /v1/responses``: an upgrade is served here (``server.responses_websocket``) or
-    ``refused`` (426); any other GET goes to ``passthrough``. Each handler but the connection
-    itself is observed: the connection is no request, its turns are."""
+    ``refused`` (426), or ``draining`` (503, as HTTP: the process is shutting down); any other GET
+    goes to ``passthrough``. Each handler but the connection itself is observed: the connection
+    is no request, its turns are."""
     async def route(request: web.Request) -> web.StreamResponse:
         if not asks_websocket(request):
             return await passthrough(request)
-        svc = request.app[LIVE].services
+        live = request.app[LIVE]
+        svc = live.services
         if not svc.cfg.server.responses_websocket:
             return await refused(request)
+        if live.life.draining:  # /readyz says 503: a connection opened now would be closed at once
+            return await draining(request)
         if not svc.auth.check(request.headers, None, svc.wall()).ok:
             return await unauthenticated(request)  # each turn is checked again, at its own time
         ws = web.WebSocketResponse(heartbeat=HEARTBEAT_S, max_msg_size=svc.cfg.server.max_body_bytes)
         await ws.prepare(request)
-        await Connection(request, ws, turn).run()
+        connection = Connection(request, ws, turn)
+        live.life.connections.add(connection)
+        try:
+            await connection.run()
+        finally:
+            live.life.connections.discard(connection)
         return ws
 
     return route
+
+
+GOING_AWAY = b"the gateway is shutting down; connect again"
 
 
 class Connection:
@@ -240,9 +253,21 @@ class Connection:
         self.turn = turn
         self.last: Last | None = None
         self.queue: asyncio.Queue[Create | FrameRefused] = asyncio.Queue(QUEUED_TURNS)
+        self.busy = False  # a frame is being answered
+        self.leaving = False  # the process drains: no turn starts, the connection closes 1001
+        self._worker: asyncio.Task[None] | None = None
+
+    def going_away(self) -> None:
+        """The process drains (``Lifecycle.start_draining``): an idle connection is closed now,
+        a busy one once its turn is answered (or cut, with the turn's typed error first). 1001
+        Going Away, so a client reconnects (to a replica still serving) rather than report a
+        fault."""
+        self.leaving = True
+        if not self.busy and self._worker is not None:
+            self._worker.cancel()  # it waits for a frame: it closes the connection instead
 
     async def run(self) -> None:
-        worker = asyncio.create_task(self._work())
+        self._worker = worker = asyncio.create_task(self._work())
         try:
             async for msg in self.ws:
                 if msg.type is WSMsgType.TEXT:
@@ -251,7 +276,7 @@ class Connection:
                     frame = FrameRefused(400, "invalid_event", "binary frames are not read; send JSON text")
                 else:
                     continue
-                if frame is not None:
+                if frame is not None and not self.leaving:
                     await self.queue.put(frame)
         finally:
             # The client is gone: so is any turn of its, upstream call included.
@@ -260,35 +285,84 @@ class Connection:
                 await worker
 
     async def _work(self) -> None:
-        while True:
-            frame = await self.queue.get()
-            try:
-                if isinstance(frame, FrameRefused):
-                    await self.ws.send_frame(error_frame(frame.status, refusal_error(frame), frame.lane),
-                                             WSMsgType.TEXT)  # fmt: skip
-                else:
-                    await self._answer(frame)
-            except ConnectionError:
-                return  # the client left mid-answer; the reading side ends the connection
-            except Exception as e:
-                # A bug of this module's (the pipeline answers its own): the connection ends,
-                # where it would otherwise read frames no one answers. The type and place only.
-                where = traceback.extract_tb(e.__traceback__)[-1]
-                log.error({"event": "unhandled_error", "exception": type(e).__name__,
-                           "at": f"{where.filename}:{where.lineno}", "transport": "websocket"})  # fmt: skip
-                await self.ws.close(code=WSCloseCode.INTERNAL_ERROR)
-                return
+        try:
+            while not self.leaving:
+                frame = await self.queue.get()
+                self.busy = True
+                try:
+                    if not await self._frame(frame):
+                        return
+                finally:
+                    self.busy = False
+        except asyncio.CancelledError:
+            if not self.leaving or self.ws.closed:
+                raise
+            # Cancelled by going_away while it waited for a frame (the client's own leaving
+            # cancels it too, but then the connection is closed already).
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+        await self.ws.close(code=WSCloseCode.GOING_AWAY, message=GOING_AWAY)
+
+    async def _frame(self, frame: Create | FrameRefused) -> bool:
+        """Answers one frame; False where the connection is to end without more."""
+        try:
+            if isinstance(frame, FrameRefused):
+                await self.ws.send_frame(error_frame(frame.status, refusal_error(frame), frame.lane),
+                                         WSMsgType.TEXT)  # fmt: skip
+            else:
+                await self._answer(frame)
+        except ConnectionError:
+            return False  # the client left mid-answer; the reading side ends the connection
+        except Exception as e:
+            # A bug of this module's (the pipeline answers its own): the connection ends,
+            # where it would otherwise read frames no one answers. The type and place only.
+            where = traceback.extract_tb(e.__traceback__)[-1]
+            log.error({"event": "unhandled_error", "exception": type(e).__name__,
+                       "at": f"{where.filename}:{where.lineno}", "transport": "websocket"})  # fmt: skip
+            await self.ws.close(code=WSCloseCode.INTERNAL_ERROR)
+            return False
+        return True
 
     async def _answer(self, frame: Create) -> None:
         body = expanded(frame.body, self.last)
         turn = Turn(self.ws, frame.lane, None if frame.generate else body)
         request = _as_post(self.handshake, orjson.dumps(body))
         request[TURN] = turn
+        request[AT_ONCE] = answered_at_once
         response = await self.turn(request)
-        if not response.prepared:  # observe's own answer to what went wrong inside it (a 500)
-            await answered_at_once(turn, response, request)
+        if not response.prepared and not turn.answered:  # observe's 500 for a bug inside it
+            await answered_at_once(request, response)
         if turn.ended_with is not None:
-            self.last = remembered(body, turn.ended_with) or self.last
+            state = request[STATE]
+            # Held where the upstream itself stored the response (a native Responses upstream,
+            # not told ``store: false``): a turn chained to it goes on as sent (stored.py's rule,
+            # which the pool's pin and the provider's cache follow). A translated answer's id,
+            # or this gateway's own (``generate: false``), no upstream can find.
+            held = turn.warm is None and state.translated is None and stores(body)
+            self.last = remembered(body, turn.ended_with, held=held) or self.last
+
+
+class _NotHTTP(AbstractStreamWriter):
+    """The writer of a turn's request: the connection under it speaks WebSocket, so an HTTP
+    answer prepared on the turn (a path that forgot ``AT_ONCE``) fails before any byte of it
+    is written, rather than corrupting the connection (the client's 1002)."""
+
+    async def write_headers(self, status_line: str, headers: CIMultiDict[str]) -> None:
+        raise RuntimeError("an HTTP answer was prepared on a WebSocket turn")
+
+    async def write(self, chunk: bytes | bytearray | memoryview) -> None:
+        raise RuntimeError("an HTTP answer was written on a WebSocket turn")
+
+    async def write_eof(self, chunk: bytes = b"") -> None:
+        raise RuntimeError("an HTTP answer was written on a WebSocket turn")
+
+    async def drain(self) -> None:
+        pass
+
+    def enable_compression(self, encoding: str = "deflate", strategy: int | None = None) -> None:
+        pass
+
+    def enable_chunking(self) -> None:
+        pass
 
 
 def _as_post(handshake: web.Request, body: bytes) -> web.Request:
@@ -311,7 +385,11 @@ def _as_post(handshake: web.Request, body: bytes) -> web.Request:
     content = StreamReader(handshake.protocol, max(len(body), 2**16), loop=asyncio.get_running_loop())
     content.feed_data(body)
     content.feed_eof()
-    # clone() keeps the handshake's body, which is empty: the turn's is the frame's. (The limit
-    # above the body's size: a reader over its limit would pause the connection's reading.)
+    # clone() keeps the handshake's body, which is empty, and its writer, the connection's: the
+    # turn's body is the frame's, and its writer refuses HTTP. aiohttp has no public way to give
+    # a request either (3.14); tests/unit/pipeline/test_websocket_turn.py fails loudly if these
+    # attributes stop being the ones read. (The limit above the body's size: a reader over its
+    # limit would pause the connection's reading.)
     request._payload = content
+    request._payload_writer = _NotHTTP()
     return request

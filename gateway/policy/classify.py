@@ -42,7 +42,7 @@ from gateway.policy import error_numbers as numbers
 from gateway.policy import error_wording as words
 from gateway.policy import google_quota
 from gateway.policy.error_fields import Fields, fields_of, parse
-from gateway.policy.retry_after import reset_at_ms, server_wait_s
+from gateway.policy.retry_after import refill_wait_s, reset_at_ms, server_wait_s
 from gateway.sse import error_status
 
 _MESSAGE_LIMIT = 4096
@@ -97,6 +97,7 @@ class RequestFacts:
     estimated_tokens: int | None = None
     context_window: int | None = None
     host: str | None = None  # the upstream's host name: whose documentation applies (_HOST_QUOTA_IS_RATE)
+    output_tokens: int | None = None  # the most it may answer (max_tokens): metered at admission
 
 
 # Hosts that answer their per-minute limits with OpenAI's quota wording, and document them as
@@ -162,7 +163,9 @@ def classify(
     # funded again when the window refills, seconds later: a pool sat it out 1-7 s instead
     # of cooldowns.budget_s and called it again and again. A budget error takes the reset of
     # a window it spent (remaining 0), which is then the one that refused it.
-    resets = kind is RATE or (kind is BUDGET and bool(_spent_windows(headers)))
+    # A rate limit's reset headers are no wait of their own: they say when its window is full
+    # again, not when this request fits (``refill_wait_s``, read last).
+    resets = kind is BUDGET and bool(_spent_windows(headers))
     wait = server_wait_s(headers, doc, now_s, rate_limit_resets=resets)
     if wait is None and kind in (RATE, BUDGET):
         # No header says it, the body does: OpenAI's "Please try again in 20s." (a stream's error
@@ -170,6 +173,8 @@ def classify(
         # out for its 5 s default and met the same 429 again.
         stated = numbers.stated_wait_s(f.text, f.docs, now_s)
         wait = stated.seconds if stated is not None and stated.seconds > 0 else None
+    if wait is None and kind is RATE:
+        wait = refill_wait_s(headers, now_s, *_needs(request))
     if kind is BUDGET and quota is not None and quota.daily:
         # Google's per-day quota comes back at its midnight, not after the RetryInfo beside it
         # (google_quota): the wait and the reset the gateway states, and a pool's sit-out.
@@ -375,6 +380,13 @@ def _horizon(e: _Evidence) -> numbers.Horizon | None:
         if wait is not None:
             return numbers.Horizon(wait, "reset header of a spent window")
     return numbers.named_window_s(e.f.text)
+
+
+def _needs(request: RequestFacts | None) -> tuple[int, int]:
+    """The input and output tokens a refused request needs of its windows (estimates)."""
+    if request is None:
+        return 0, 0
+    return request.estimated_tokens or 0, request.output_tokens or 0
 
 
 def _spent_windows(headers: Mapping[str, str]) -> list[str]:

@@ -12,6 +12,9 @@ Sources, first match wins:
    protobuf Duration string (``"37s"``, ``"1.5s"``).
 6. Hugging Face TGI / Inference API ``estimated_time`` (seconds) while a model loads.
 
+The reset headers (3, 4) say when a window is *full* again, not when a request fits:
+``refill_wait_s`` reads that from them for a rate limit that names no wait of its own.
+
 Pure: the current time is passed in; garbage never raises, it is ignored.
 """
 
@@ -153,6 +156,60 @@ def _openai_reset(headers: Mapping[str, str]) -> float | None:
         if wait is not None:
             waits.append((wait, headers.get(f"x-ratelimit-remaining-{kind}", "").strip() == "0"))
     return _pick(waits)
+
+
+def refill_wait_s(headers: Mapping[str, str], now_s: float, input_tokens: int = 0,
+                  output_tokens: int = 0) -> float | None:  # fmt: skip
+    """Seconds until a refused request fits again, by the rate-limit headers of its 429, for one
+    that says no wait of its own (no ``retry-after``, no "try again in"). Both providers meter
+    with buckets refilled continuously, and their reset is when the bucket is *full* again:
+    OpenAI's is the time until the limit "resets to its initial state" (its rate-limits guide,
+    "Rate limits in headers"), Anthropic's "the time when the rate limit will be fully
+    replenished" (its rate-limits page, the response-header table); a real OpenAI 429 said
+    ``x-ratelimit-reset-tokens: 1m0.052s`` beside "Please try again in 494ms"
+    (tests/corpus/wild.json). So the wait is until what the request needs has come back in each
+    window it is short in (one request; its tokens: OpenAI counts the prompt and ``max_tokens``
+    in one window, Anthropic the input and the output in windows of their own and in their
+    total), at the rate that fills the rest by the reset. Taken whole, a 429 with 311 tokens
+    left sat its key out 56.9 s, the bucket's full refill, where a request fitted 8 s later
+    (audit). None when no window is short by these counts (the estimate is not the provider's
+    tokenizer)."""
+    tokens = input_tokens + output_tokens
+    openai = (("requests", 1), ("tokens", tokens))
+    anthropic = (("requests", 1), ("tokens", tokens), ("input-tokens", input_tokens),
+                 ("output-tokens", output_tokens))  # fmt: skip
+    waits = []
+    for kind, need in openai:
+        raw = headers.get(f"x-ratelimit-reset-{kind}")
+        reset = go_duration_s(raw) if raw else None
+        left = _refill_wait(headers.get(f"x-ratelimit-remaining-{kind}"),
+                            headers.get(f"x-ratelimit-limit-{kind}"), reset, need)  # fmt: skip
+        if left is not None:
+            waits.append(left)
+    for kind, need in anthropic:
+        raw = headers.get(f"anthropic-ratelimit-{kind}-reset")
+        reset = rfc3339_wait_s(raw, now_s) if raw else None
+        left = _refill_wait(headers.get(f"anthropic-ratelimit-{kind}-remaining"),
+                            headers.get(f"anthropic-ratelimit-{kind}-limit"), reset, need)  # fmt: skip
+        if left is not None:
+            waits.append(left)
+    return _sane(max(waits)) if waits else None
+
+
+def _refill_wait(remaining: str | None, limit: str | None, reset_s: float | None, need: int) -> float | None:
+    """One window's wait for ``need`` more (at least one); None when it has that already."""
+    left, cap = _whole(remaining), _whole(limit)
+    need = max(1, need)
+    if left is None or reset_s is None or left >= need:
+        return None
+    if cap is None or cap <= left or need > cap:
+        return reset_s  # no rate to refill at, or a request no full bucket holds: the reset
+    return (need - left) * reset_s / (cap - left)
+
+
+def _whole(text: str | None) -> int | None:
+    value = _float(text) if text else None
+    return int(value) if value is not None and value >= 0 and not math.isinf(value) else None
 
 
 def _anthropic_reset(headers: Mapping[str, str], now_s: float) -> float | None:

@@ -65,7 +65,13 @@ class Headroom:
     tokens_remaining: int | None = None
     tokens_limit: int | None = None
     tokens_reset_at_ms: int | None = None  # epoch ms
+    # What the tokens window meters (``TOKENS_ALL``, ``_IN``, ``_OUT``): what a request's estimate
+    # is held against. Anthropic's input and output windows are each apart from its total.
+    tokens_meter: int = 0
 
+
+TOKENS_ALL, TOKENS_IN, TOKENS_OUT = 0, 1, 2  # what a tokens window meters: Headroom.tokens_meter
+_METERS = {"tokens": TOKENS_ALL, "input-tokens": TOKENS_IN, "output-tokens": TOKENS_OUT}
 
 # One window as a header family states it: (remaining, limit, reset_at_ms).
 _Window = tuple[int | None, int | None, int | None]
@@ -135,29 +141,35 @@ def headroom_of(headers: Mapping[str, str], now_s: float) -> Headroom | None:
 
     requests: list[_Window] = []
     tokens: list[_Window] = []
+    meters: list[int] = []  # of each of ``tokens``
     if get("x-ratelimit-remaining-requests") is not None or get("x-ratelimit-remaining-tokens") is not None:
         for kind, into in (("requests", requests), ("tokens", tokens)):
             reset = _go_reset(get(f"x-ratelimit-reset-{kind}"), now_s)
             into.append(
                 _window(get(f"x-ratelimit-remaining-{kind}"), get(f"x-ratelimit-limit-{kind}"), reset)
             )
+        meters.append(TOKENS_ALL)
     for kind in _ANTHROPIC_KINDS:
         if (remaining := get(f"anthropic-ratelimit-{kind}-remaining")) is not None:
             reset = _rfc3339_reset(get(f"anthropic-ratelimit-{kind}-reset"), now_s)
             (requests if kind == "requests" else tokens).append(
                 _window(remaining, get(f"anthropic-ratelimit-{kind}-limit"), reset)
             )
+            if kind != "requests":
+                meters.append(_METERS[kind])
     for period in ("minute", "month"):
         if (remaining := get(f"x-ratelimitbysize-remaining-{period}")) is not None:
             reset = _seconds_reset(get("ratelimitbysize-reset"), now_s) if period == "minute" else None
             tokens.append(_window(remaining, get(f"x-ratelimitbysize-limit-{period}"), reset))
+            meters.append(TOKENS_ALL)
 
     req, tok = _tightest(requests), _tightest(tokens)
+    meter = meters[tokens.index(tok)] if tok in tokens else TOKENS_ALL
     if req == (None, None, None) and tok == (None, None, None):
         return None
     return Headroom(
         requests_remaining=req[0], requests_limit=req[1], requests_reset_at_ms=req[2],
-        tokens_remaining=tok[0], tokens_limit=tok[1], tokens_reset_at_ms=tok[2],
+        tokens_remaining=tok[0], tokens_limit=tok[1], tokens_reset_at_ms=tok[2], tokens_meter=meter,
     )  # fmt: skip
 
 

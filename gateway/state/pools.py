@@ -57,7 +57,7 @@ from typing import TypeVar
 
 from gateway.config import DeploymentLimits, UpstreamConfig
 from gateway.policy.breaker import CircuitRecord, circuit_key
-from gateway.routing.headroom import Headroom, headroom_of
+from gateway.routing.headroom import TOKENS_ALL, TOKENS_IN, TOKENS_OUT, Headroom, headroom_of
 from gateway.routing.pools import Deployment, SitOut, relayed_scope, unscoped
 from gateway.routing.stored import STORED_TTL_S
 from gateway.routing.stored import key as stored_key
@@ -364,6 +364,8 @@ class PoolState:
                             ("tl", room.tokens_limit), ("tt", room.tokens_reset_at_ms)):  # fmt: skip
             if value is not None:
                 fields[name] = float(value)
+        if room.tokens_meter:
+            fields["tm"] = float(room.tokens_meter)
         self._records[key] = fields
         _bounded(self._own_readings)[key] = (at, mark.index + 1)
         _bounded(self._writes)[key] = (fields, _HEADROOM_TTL_S)
@@ -417,8 +419,14 @@ class PoolState:
             at += len(ks)
         _bounded(self._read_at)[(pool, records_of)] = self.monotonic()
 
-    def view(self, index: int, up: UpstreamConfig, model: str | None, now_ms: float) -> Deployment:
-        """``up`` as of now, from the records last read plus this process's counts since."""
+    def view(self, index: int, up: UpstreamConfig, model: str | None, now_ms: float,
+             need: tuple[int, int] = (0, 0)) -> Deployment:  # fmt: skip
+        """``up`` as of now, from the records last read plus this process's counts since, for a
+        request that needs ``need`` tokens (input, output: its estimate and the max_tokens it
+        asks): a deployment predicted to have fewer left sits out until they have refilled.
+        Held to one token, a 1.5-7k-token prompt went to a key predicted to have a few hundred
+        left: 11-15 token 429s a minute under overload, and at a reset 9 waiting requests of two
+        replicas went to one key at once, 4 of them 429s (audit)."""
         model = self.served(up, model)
         out_dep, out_model, hkey, skey, nkey = self._keys_of(up.name, model)
         records = self._records
@@ -440,7 +448,8 @@ class PoolState:
                     room["rr"], sent_n, room.get("rl"), room.get("rt"), at, now_ms, out_until, why)
             if "tr" in room:
                 tokens_left, out_until, why = _refilled(
-                    room["tr"], sent_k, room.get("tl"), room.get("tt"), at, now_ms, out_until, why)
+                    room["tr"], sent_k, room.get("tl"), room.get("tt"), at, now_ms, out_until, why,
+                    _metered(need, room.get("tm", TOKENS_ALL)))
         elif up.limits is not None:
             minute = self._minute()
             usage = records.get(f"{nkey}#{minute}") or {}
@@ -452,7 +461,7 @@ class PoolState:
                                                       ends, now_ms, out_until, why)  # fmt: skip
             if tpm is not None:
                 tokens_left, out_until, why = _left(tpm - usage.get("k", 0.0) - pending_k, tpm,
-                                                    ends, now_ms, out_until, why)  # fmt: skip
+                                                    ends, now_ms, out_until, why, need[0])  # fmt: skip
         if self._used_up:
             used_up, found_against = self._used_up.get((up.name, unscoped(model)), (0, None))
             if used_up > max(now_ms, out_until) and found_against == up.limits:
@@ -672,36 +681,50 @@ def _slot(wall_ms: float) -> Slot:
     return int(wall_ms // 60_000), int(wall_ms % 60_000 // _SLOT_MS)
 
 
+def _metered(need: tuple[int, int], meter: float) -> int:
+    """What a request of ``need`` (input, output tokens) takes of a window metering ``meter``."""
+    if meter == TOKENS_IN:
+        return need[0]
+    return need[1] if meter == TOKENS_OUT else need[0] + need[1]
+
+
 def _refilled(remaining: float, sent: float, limit: float | None, reset: float | None, at: float,
-              now_ms: float, out_until: int,
-              why: SitOut | None) -> tuple[float | None, int, SitOut | None]:  # fmt: skip
+              now_ms: float, out_until: int, why: SitOut | None,
+              want: float = 1) -> tuple[float | None, int, SitOut | None]:  # fmt: skip
     """A reading's headroom now. Both providers meter with buckets refilled continuously and
     state as the reset when the bucket is full again (OpenAI answers "12ms" with 4,999 of
     5,000 requests left; Anthropic's limits are "continuously replenished"), so the refill
     since the reading comes back at the rate that fills the rest by the reset, and what this
-    process sent since comes off. An empty bucket sits out until one more unit has refilled,
-    not until the whole reset: and past the reset it is not full again if sends followed the
-    reading (a pool released every waiting request at once there, most into 429s, measured)."""
+    process sent since comes off. A bucket with less than ``want`` (one request, a request's
+    tokens) sits out until that much has refilled, not until the whole reset: and past the reset
+    it is not full again if sends followed the reading (a pool released every waiting request at
+    once there, most into 429s, measured). A request bigger than the whole bucket waits for no
+    refill (none makes it fit): it is held to one unit, as before."""
+    if limit and want > limit:
+        want = 1
+    want = max(1.0, want)
     if not limit or reset is None or reset <= at or remaining >= limit:
-        return _left(remaining - sent, limit, reset, now_ms, out_until, why)
+        return _left(remaining - sent, limit, reset, now_ms, out_until, why, want)
     rate = (limit - remaining) / (reset - at)  # units a millisecond
     left = min(limit, remaining + rate * max(0.0, now_ms - at)) - sent
     share = max(0.0, left / limit)
-    if left < 1:
-        back = int(now_ms + (1 - left) / rate)
+    if left < want:
+        back = int(now_ms + (want - left) / rate)
         if back > max(now_ms, out_until):
             return share, back, SitOut.HEADROOM
     return share, out_until, why
 
 
 def _left(left: float, limit: float | None, reset: float | None, now_ms: float, out_until: int,
-          why: SitOut | None) -> tuple[float | None, int, SitOut | None]:
-    """The share of a limit left, and the sit-out it predicts: nothing left before its reset
-    sits the deployment out until then. A reset already past says nothing: assume full."""
+          why: SitOut | None, want: float = 0) -> tuple[float | None, int, SitOut | None]:
+    """The share of a limit left, and the sit-out it predicts: nothing left (less than ``want``
+    of a limit that holds it) before its reset sits the deployment out until then. A reset
+    already past says nothing: assume full."""
     if reset is not None and reset <= now_ms:
         return None, out_until, why
     share = max(0.0, left / limit) if limit else (1.0 if left > 0 else 0.0)
-    if left <= 0 and reset is not None and reset > max(now_ms, out_until):
+    short = left <= 0 or (limit is not None and left < want <= limit)
+    if short and reset is not None and reset > max(now_ms, out_until):
         return share, int(reset), SitOut.HEADROOM
     return share, out_until, why
 

@@ -28,6 +28,7 @@ def config(redis: RedisServer, when_down: str) -> str:
             "keys:\n"
             "  - {name: alice, key: gk-alice, team: web, budget: {usd: 40, period: day}}\n"
             "  - {name: bob, key: gk-bob, team: web, requests_per_minute: 100}\n"
+            "  - {name: dave, key: gk-dave, requests_per_minute: 100}\n"
             "teams: [{name: web, budget: {usd: 1000, period: day}}]\n"
             f"state: {{backend: redis, url: '{redis.url}', timeout_ms: 200, recover_s: 0.3}}\n"
             f"accounting: {{when_store_down: {when_down}}}\n")  # fmt: skip
@@ -82,6 +83,11 @@ async def test_while_the_store_is_down_the_key_reads_its_last_reading_marked_nev
             counted = (r.status, await r.read())
         if when_down == "closed":
             assert counted[0] == 529 and b"state store is down" in counted[1], counted  # Anthropic's overloaded
+            # A key with a minute's limit alone too, as its other requests are (review).
+            async with gw.session.post(gw.base + "/v1/messages/count_tokens",
+                                       headers={"Authorization": "Bearer gk-dave", "anthropic-version": "2023-06-01"},
+                                       json={"model": "claude-haiku-4-5", "messages": [{"role": "user", "content": "hi"}]}) as r:
+                assert r.status == 529, await r.read()
             assert len(gw.fake.requests) == sent
         else:
             assert counted[0] != 503, counted

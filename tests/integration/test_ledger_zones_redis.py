@@ -38,9 +38,9 @@ async def test_two_replicas_agree_on_a_zoned_day_through_its_25_hours(
     a, b = (Accounts(r.store, PRICES, wall) for r in patient_replicas)
     key = KeySpec("alice", budget=Budget(30.0, "day", "America/Los_Angeles"))
     r = await a.admit(key, "m", 10, 10)
-    assert isinstance(r, Reservation) and r.budgets == ("key:alice:2026-11-01",)
+    assert isinstance(r, Reservation) and r.budgets == ("key:alice@America/Los_Angeles:2026-11-01",)
     await a.settle(r, {"prompt": 10, "completion": 20})
-    assert [k.decode() for k in await patient_replicas[0].store._r.keys("t:*alice:2026-11-01*")]
+    assert [k.decode() for k in await patient_replicas[0].store._r.keys("t:*alice@America/Los_Angeles:2026-11-01*")]
     # 24 hours on it is 2 November in UTC, and still 1 November there: the other replica refuses.
     wall.now = at("2026-11-02T07:30:00")
     state = await b.state_of(key)
@@ -51,7 +51,7 @@ async def test_two_replicas_agree_on_a_zoned_day_through_its_25_hours(
     # At its midnight, 25 hours after the day began, a new day on both.
     wall.now = at("2026-11-02T08:00:00")
     fresh = await b.admit(key, "m", 10, 10)
-    assert isinstance(fresh, Reservation) and fresh.budgets == ("key:alice:2026-11-02",)
+    assert isinstance(fresh, Reservation) and fresh.budgets == ("key:alice@America/Los_Angeles:2026-11-02",)
     await b.settle(fresh, {"prompt": 1, "completion": 1})
     assert (await a.state_of(key))["budget"] == {
         "usd": 30.0, "period": "day", "timezone": "America/Los_Angeles", "spent_usd": 2.0, "reserved_usd": 0.0,

@@ -1208,3 +1208,64 @@ async def test_a_request_waiting_for_a_reset_does_not_go_back_to_a_deployment_a_
     assert status == 503 and json.loads(body)["error"]["code"] == "pool_reloaded", body
     assert headers["x-llm-error-retryable"] == "true"
     assert _calls(fakes) == {"a": 1, "b": 3, "c": 2}
+
+
+class _Clock:
+    """The gateway's wall clock and the fake provider's, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _prompt(tokens: int) -> dict[str, Any]:
+    """A chat request of about ``tokens`` input tokens, by the fake's count (3.5 bytes each)."""
+    return {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "x " * round(tokens * 1.75)}]}
+
+
+async def _tokens_pool(make_pool: MakePool, tpm: int) -> tuple[Gateway, dict[str, FakeUpstream], _Clock]:
+    """Key a (asked first) meters ``tpm`` tokens a minute and answers its 429s as openai-node#1477
+    quotes one, without retry-after; key b has no limit."""
+    clock = _Clock()
+    gw, fakes = await make_pool(names=("a", "b"), member_extra={"a": ", weight: 1000"}, wall=clock,
+                                pool_yaml=", affinity: {enabled: false}")  # fmt: skip
+    fakes["a"].keys.clock = clock
+    fakes["a"].keys.limit("key-a", tpm=tpm)
+    fakes["a"].keys.retry_after = False
+    # No usage in its answers: the fake charges a request what it estimates its input at.
+    fakes["a"].always = Reply(200, {k: v for k, v in _completion().items() if k != "usage"})
+    return gw, fakes, clock
+
+
+async def test_a_429_without_retry_after_sits_its_key_out_until_the_request_fits_not_until_it_is_full(
+    make_pool: MakePool,
+) -> None:
+    """The key's 429 says when its tokens window is full again (x-ratelimit-reset-tokens, about
+    42 s here) and, in its body, when the request fits (about 24 s): past the latter the key
+    serves again. Ranked first, the header's reset kept a key out of a pool for a minute (the
+    whole pool idle 36 s under two replicas, audit)."""
+    gw, fakes, clock = await _tokens_pool(make_pool, tpm=1000)
+    assert (await gw.chat(_prompt(10)))[1]["x-llm-upstream"] == "a"
+    fakes["a"].keys.charge("key-a", 700)  # spent by another client of the key: the gateway cannot know
+    status, headers, _ = await gw.chat(_prompt(700))
+    assert status == 200 and headers["x-llm-upstream"] == "b" and headers["x-llm-attempts"] == "2"
+    assert len(fakes["a"].chat_requests()) == 2  # a answered 429 and sat out
+    clock.now += 30  # past "try again in", well before the bucket is full again
+    await _expire_cache(gw)
+    status, headers, _ = await gw.chat(_prompt(700))
+    assert status == 200 and headers["x-llm-upstream"] == "a"
+
+
+async def test_a_key_predicted_short_of_a_requests_tokens_is_skipped_without_a_call(make_pool: MakePool) -> None:
+    """Key a's answer said a few hundred tokens left: a 700-token request goes to b at once, not
+    to a for a 429 first; one that fits still goes to a."""
+    gw, fakes, clock = await _tokens_pool(make_pool, tpm=1000)
+    assert (await gw.chat(_prompt(700)))[1]["x-llm-upstream"] == "a"
+    calls = len(fakes["a"].chat_requests())
+    status, headers, _ = await gw.chat(_prompt(700))
+    assert status == 200 and headers["x-llm-upstream"] == "b"
+    assert len(fakes["a"].chat_requests()) == calls  # never asked
+    assert headers["x-llm-attempts"] == "1"
+    assert (await gw.chat(_prompt(20)))[1]["x-llm-upstream"] == "a"

@@ -10,12 +10,16 @@ and as Codex 0.171 and the Agents SDK 0.24 send them (``stream: true`` included)
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import aiohttp
 import pytest
 
-from tests.fakeupstream import responses_error
+from gateway.config import parse_config
+from gateway.live import LIVE
+from gateway.server import drain
+from tests.fakeupstream import Hang, responses_error
 
 OPERATOR = "sk-OPERATOR-SECRET"
 # Codex 0.171.0's handshake, less its session ids and turn metadata (which the gateway never reads).
@@ -207,3 +211,137 @@ async def test_a_handshake_without_a_good_key_is_refused_before_the_upgrade(make
                                      headers={"Authorization": "Bearer gw-key-1"}) as ws:  # fmt: skip
         done = await _turn(ws, FIRST)
     assert done[-1]["type"] == "response.completed"
+
+
+# --- nothing on a turn is HTTP on the connection ---------------------------------------------
+# Every answer the pipeline writes at once is the error frame, and the connection goes on: a
+# raw HTTP answer written into it was the client's protocol error 1002 (review of 2026-11-30).
+
+KEYED = "server: {client_keys: [gw-key-1]}\n"
+
+
+async def test_a_turn_whose_key_was_revoked_is_an_error_frame_warm_or_not(make_gateway) -> None:
+    gw = await make_gateway(extra_yaml=KEYED)
+    async with gw.session.ws_connect(gw.base + "/v1/responses",
+                                     headers={"Authorization": "Bearer gw-key-1"}) as ws:  # fmt: skip
+        assert (await _turn(ws, FIRST))[-1]["type"] == "response.completed"
+        text = f"upstreams:\n  - {{name: primary, base_url: '{gw.fake.url}'}}\nserver: {{client_keys: [gw-key-2]}}\n"
+        await gw.app[LIVE].replace(parse_config(text, env={}))
+        (warm,) = await _turn(ws, {**FIRST, "generate": False})
+        (cold,) = await _turn(ws, FIRST)
+    for refused in (warm, cold):
+        assert refused["type"] == "error" and refused["status"] == 401, refused
+        assert refused["error"]["type"] == "authentication_error" or refused["error"]["code"], refused
+    assert len(gw.fake.responses_requests()) == 1
+
+
+async def test_a_turn_made_too_large_by_its_expansion_is_a_413_frame(make_gateway) -> None:
+    gw = await make_gateway(extra_yaml="server: {max_body_bytes: 1200}\n")
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        first = await _turn(ws, {**FIRST, "input": "x" * 500})
+        new = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "y" * 500}]}]
+        (big,) = await _turn(ws, {**FIRST, "previous_response_id": first[-1]["response"]["id"], "input": new})
+        after = await _turn(ws, FIRST)
+    assert big["type"] == "error" and big["status"] == 413 and big["error"]["code"] == "request_too_large"
+    assert after[-1]["type"] == "response.completed"
+
+
+async def test_each_turn_has_its_own_request_id(make_gateway) -> None:
+    gw = await make_gateway()
+    headers = {**CODEX_HANDSHAKE, "x-request-id": "handshake-1"}
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=headers) as ws:
+        (one,) = await _turn(ws, {"type": "response.create", "input": "hi"})  # no model: refused
+        (two,) = await _turn(ws, {"type": "response.create", "input": "hi"})
+    ids = {one["headers"]["x-request-id"], two["headers"]["x-request-id"]}
+    assert len(ids) == 2 and "handshake-1" not in ids
+    assert one["error"]["headers"] == one["headers"]
+
+
+# --- shutdown -------------------------------------------------------------------------------
+
+
+async def _until(check, what: str) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(500):  # polled: nothing offers an event for it
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never: {what}")
+
+
+async def test_a_drain_closes_idle_connections_refuses_new_ones_and_cuts_a_waiting_turn(make_gateway) -> None:
+    """SIGTERM: an idle connection is closed 1001 at once; a new upgrade is refused 503 before
+    it; a turn still waiting for its upstream's head when drain_s runs out gets the typed
+    gateway_shutdown error frame, then its connection 1001."""
+    gw = await make_gateway(real_sleep=True)
+    gw.fake.script(Hang(30))
+    life = gw.app[LIVE].life
+    busy = await gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE)
+    idle = await gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE)
+    await busy.send_json(FIRST)
+    await _until(lambda: len(gw.fake.requests) == 1 and life.in_flight == 1, "the turn waits for its head")
+    life.start_draining()
+    gone = await idle.receive(timeout=5)
+    assert gone.type is aiohttp.WSMsgType.CLOSE and gone.data == aiohttp.WSCloseCode.GOING_AWAY
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE)
+    assert refused.value.status == 503
+    await drain(life, drain_s=0.0)
+    cut = json.loads((await busy.receive(timeout=5)).data)
+    assert cut["type"] == "error" and cut["status"] == 503 and cut["error"]["code"] == "gateway_shutdown"
+    assert cut["headers"]["retry-after"]
+    closed = await busy.receive(timeout=5)
+    assert closed.type is aiohttp.WSMsgType.CLOSE and closed.data == aiohttp.WSCloseCode.GOING_AWAY
+    await idle.close()
+    await busy.close()
+
+
+async def test_a_busy_connection_closes_after_its_turn_and_starts_no_other(make_gateway) -> None:
+    gw = await make_gateway(real_sleep=True)
+    gw.fake.script(Hang(0.5))  # then dropped: the retry answers
+    life = gw.app[LIVE].life
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        await ws.send_json(FIRST)
+        await _until(lambda: life.in_flight == 1, "the turn is under way")
+        life.start_draining()
+        await ws.send_json(FIRST)  # during the drain: not started
+        events = []
+        while (msg := await ws.receive(timeout=5)).type is aiohttp.WSMsgType.TEXT:
+            events.append(json.loads(msg.data))
+        assert msg.type is aiohttp.WSMsgType.CLOSE and msg.data == aiohttp.WSCloseCode.GOING_AWAY
+    assert events[-1]["type"] == "response.completed"
+    assert gw.metric("llm_gateway_requests_total", upstream="primary", model="gpt-5-codex", status="200",
+                     error_type="none") == 1  # fmt: skip
+
+
+async def test_a_turn_that_comes_once_drain_s_ran_out_is_an_error_frame(make_gateway) -> None:
+    gw = await make_gateway()
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        gw.app[LIVE].life.shutting_down = True  # the listener is closing (Lifecycle.cut)
+        (cut,) = await _turn(ws, FIRST)
+        gw.app[LIVE].life.shutting_down = False
+        after = await _turn(ws, FIRST)
+    assert cut["status"] == 503 and cut["error"]["code"] == "gateway_shutdown"
+    assert after[-1]["type"] == "response.completed"
+
+
+async def test_a_turn_chained_to_a_stored_response_goes_as_sent_where_its_upstream_holds_it(make_gateway) -> None:
+    """``store: true`` on a native Responses upstream: the provider holds the last response, so a
+    turn chained to it is sent as it came (the pool's pin, its stored route and the provider's
+    cache go by the id). Through a translation no upstream holds it: the turn is made whole."""
+    stored = {**FIRST, "store": True}
+    new = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "more"}]}]
+    gw = await make_gateway()
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        first = await _turn(ws, stored)
+        rid = first[-1]["response"]["id"]
+        second = await _turn(ws, {**stored, "previous_response_id": rid, "input": new})
+    assert second[-1]["type"] == "response.completed"
+    sent = [r.json() for r in gw.fake.responses_requests()]
+    assert sent[1]["previous_response_id"] == rid and sent[1]["input"] == new
+
+    chat = await make_gateway(upstream_yaml=", apis: [chat], model_map: {'gpt-*': qwen}")
+    async with chat.session.ws_connect(chat.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        first = await _turn(ws, stored)
+        second = await _turn(ws, {**stored, "previous_response_id": first[-1]["response"]["id"], "input": new})
+    assert second[-1]["type"] == "response.completed", second
+    assert [m["role"] for m in chat.fake.chat_requests()[1].json()["messages"]] == ["user", "assistant", "user"]

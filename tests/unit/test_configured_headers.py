@@ -22,7 +22,7 @@ def test_the_configs_headers_replace_the_clients_whatever_the_case() -> None:
 def test_they_come_after_the_apis_own_and_the_moved_credential() -> None:
     plan = _outbound(**{"anthropic-version": "2023-01-01", "anthropic-beta": "b1"})
     client = {"authorization": "Bearer sk-c", "anthropic-beta": "client", "openai-organization": "org"}
-    out = request_headers(client.items(), plan, "rid", "messages", ("x-api-key", "{}"))
+    out = request_headers(client.items(), plan, "rid", "messages", ("x-api-key", ""))
     assert out["anthropic-version"] == "2023-01-01" and out["anthropic-beta"] == "client,b1"
     assert out["x-api-key"] == "sk-c" and "openai-organization" not in out
 
@@ -81,7 +81,7 @@ def test_a_header_sent_on_several_lines_goes_on_as_one_list() -> None:
     out, _, _ = _filtered([("Cookie", "a=1"), ("Cookie", "b=2")], frozenset(), None, False)
     assert out == {"Cookie": "a=1; b=2"}
     plan = _outbound(**{"anthropic-beta": "context-1m-2025-08-07"})
-    out = request_headers(lines[:2], plan, "rid", "messages", ("x-api-key", "{}"))
+    out = request_headers(lines[:2], plan, "rid", "messages", ("x-api-key", ""))
     assert out["anthropic-beta"] == "foo-1,bar-2,context-1m-2025-08-07"
 
 def test_values_yaml_reads_as_dates_or_numbers_are_sent_as_written() -> None:

@@ -114,6 +114,26 @@ async def test_past_the_rpm_the_apis_own_429_with_retry_after(
     assert (await call(http, fake, api, "a")).status == 200
 
 
+@pytest.mark.parametrize("api", ["chat", "messages", "responses"])
+async def test_an_openai_429_may_go_without_retry_after(
+    http: aiohttp.ClientSession, fake: FakeUpstream, api: str
+) -> None:
+    # As openai-node#1477 quotes one: the wait in the body and the x-ratelimit-* headers only
+    # (the headers say when the window is full again; the body, when a request fits). Anthropic
+    # documents retry-after on its 429s: kept.
+    fake.keys.retry_after = False
+    fake.keys.limit("a", rpm=2)
+    for _ in range(2):
+        assert (await call(http, fake, api, "a")).status == 200
+    over = await call(http, fake, api, "a")
+    assert over.status == 429
+    if api == "messages":
+        assert over.headers["retry-after"] == "30"
+        return
+    assert "retry-after" not in over.headers and over.headers["x-ratelimit-remaining-requests"] == "0"
+    assert b"Please try again in 30s" in over.raw and over.kind() == (ErrorType.RATE_LIMIT, 30.0)
+
+
 async def test_past_the_tpm_and_a_request_bigger_than_the_tpm(http: aiohttp.ClientSession, fake: FakeUpstream) -> None:
     fake.keys.limit("a", tpm=30)
     assert (await call(http, fake, "chat", "a")).status == 200  # 19 of 30 used

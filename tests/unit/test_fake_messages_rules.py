@@ -907,12 +907,15 @@ OFF_REFUSED = ('"thinking.type.disabled" is not supported for this model. Use "t
 @pytest.mark.parametrize(("model", "words"), [
     ("claude-opus-5-5", OFF_REFUSED), ("claude-sonnet-5-5", OFF_REFUSED), ("claude-fable-5-1", OFF_REFUSED),
     ("claude-mythos-5-2", OFF_REFUSED), ("claude-opus-5", None), ("claude-sonnet-5", None),
-    ("claude-opus-4-8", None), ("claude-fable-5", None), ("claude-x", None),
+    ("claude-opus-4-8", None), ("claude-fable-5", OFF_REFUSED), ("claude-mythos-5", OFF_REFUSED),
+    ("claude-x", None),
 ])  # fmt: skip
 def test_thinking_turned_off_on_the_models_that_always_think(model: str, words: str | None) -> None:
     """"Turning thinking off or setting a thinking budget is rejected" (the Opus 5.5 migration
     guide; Sonnet 5.5's lists `thinking: {"type": "disabled"}` among its 400s), in the words
-    answered live on Opus 5.5; Opus 5 takes it (its migration guide)."""
+    answered live on Opus 5.5; Fable and Mythos 5 refuse it too ("Both thinking: {type:
+    "disabled"} and manual extended thinking [...] return a 400 error", the Fable 5 migration
+    guide); Opus 5 takes it (its migration guide)."""
     assert refused(HI, model=model, thinking={"type": "disabled"}) == words
 
 

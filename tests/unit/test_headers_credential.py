@@ -5,8 +5,8 @@ import pytest
 from gateway.config import UpstreamConfig
 from gateway.routing import Outbound, credential_moved, in_api, request_headers
 
-GOOGLE = ("x-goog-api-key", "{}")
-BEARER = ("Authorization", "Bearer {}")
+GOOGLE = ("x-goog-api-key", "")
+BEARER = ("Authorization", "Bearer ")
 
 
 @pytest.mark.parametrize(("sent", "query_key", "to", "expected"), [
@@ -110,7 +110,7 @@ def test_a_translated_requests_credential_moves_to_where_anthropic_takes_its_kin
     client: dict[str, str], query_key: str | None, moved: dict[str, str]
 ) -> None:
     outbound = Outbound.of(ANTHROPIC_OPEN)
-    assert outbound.moves_to == ("x-api-key", "{}")
+    assert outbound.moves_to == ("x-api-key", "")
     out = request_headers(client.items(), outbound, "rid", "messages", outbound.moves_to, query_key)
     assert {k: v for k, v in out.items() if k.lower() in ("authorization", "x-api-key", "x-goog-api-key")} == moved
     # The model listing moves it after the fact (pipeline/models.py): to the same place.

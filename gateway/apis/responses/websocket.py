@@ -70,6 +70,11 @@ def read_frame(text: str | bytes) -> Create | FrameRefused | None:
     generate = doc.get("generate", True)
     if not isinstance(generate, bool):
         return FrameRefused(400, "invalid_event", "'generate' must be a boolean", "generate", lane)
+    cache = doc.get("prompt_cache_options")
+    if isinstance(cache, dict) and cache.get("prewarm") is True:
+        # "When set to `true`, overrides the `generate` field to `false`" (the openai SDK 3.57's
+        # PromptCacheOptions.prewarm, openai/types/responses/response_create_params.py).
+        generate = False
     body = {k: v for k, v in doc.items() if k not in _FRAME_ONLY}
     body["stream"] = True
     return Create(body, lane, generate)
@@ -80,35 +85,47 @@ _FRAME_ONLY = frozenset({"type", "stream_id", "generate", "background"})
 
 @dataclass(frozen=True)
 class Last:
-    """The connection's most recent response: its id and the whole conversation it ends (the
-    input it was made from, earlier turns expanded, then its output)."""
+    """The connection's most recent response: its id, the conversation it ends as far as this
+    connection knows it (the input it was made from, earlier turns expanded, then its output),
+    the stored response that conversation goes on from (``base``: the ``previous_response_id``
+    it was sent upstream with, None where ``items`` are whole), and whether the upstream that
+    made it holds it (``held``: a native Responses upstream, not told ``store: false``)."""
 
     id: str
     items: tuple[Any, ...]
+    base: str | None = None
+    held: bool = False
 
 
 def expanded(body: dict[str, Any], last: Last | None) -> dict[str, Any]:
-    """``body`` standing alone: a turn chained to the connection's last response gets that
-    response's conversation before its own input, and no ``previous_response_id``, so any
-    upstream can answer it (one that stores nothing, one reached through a translation). A turn
-    chained to another id goes on as it is: the upstream may hold that one (``store: true``)."""
-    if last is None or body.get("previous_response_id") != last.id:
+    """``body`` as it goes upstream. A turn chained to the connection's last response, which no
+    upstream holds (``store: false``, a translated upstream's answer, a ``generate: false``
+    one), gets that response's conversation before its own input, chained to what that
+    conversation went on from (``base``) or to nothing, so any upstream can answer it. A turn
+    chained to a response its upstream holds, or to another id, goes on as it is: the
+    provider's stored response (and its cache, and the pool's pin to the key that made it) is
+    the one to go on from."""
+    if last is None or last.held or body.get("previous_response_id") != last.id:
         return body
     rest = {k: v for k, v in body.items() if k != "previous_response_id"}
+    if last.base is not None:
+        rest["previous_response_id"] = last.base
     rest["input"] = [*last.items, *_items(body.get("input"))]
     return rest
 
 
-def remembered(body: dict[str, Any], response: Any) -> Last | None:
-    """What the connection keeps of a turn (``body`` as sent, expanded) whose stream ended with
-    ``response`` (a ``response.completed`` or ``.incomplete`` event's): None when it has no id
-    or no output list to chain from."""
+def remembered(body: dict[str, Any], response: Any, *, held: bool = False) -> Last | None:
+    """What the connection keeps of a turn (``body`` as sent upstream, expanded) whose stream
+    ended with ``response`` (a ``response.completed`` or ``.incomplete`` event's): None when it
+    has no id or no output list to chain from. Its items go on from the stored response the body
+    was chained to, if any: what a turn chained to it must be sent on from too."""
     if not isinstance(response, dict):
         return None
     rid, output = response.get("id"), response.get("output")
     if not isinstance(rid, str) or not isinstance(output, list):
         return None
-    return Last(rid, (*_items(body.get("input")), *output))
+    base = body.get("previous_response_id")
+    return Last(rid, (*_items(body.get("input")), *output), base if isinstance(base, str) else None, held)
 
 
 def _items(given: Any) -> list[Any]:
@@ -150,7 +167,10 @@ def error_frame(status: int, error: dict[str, Any], lane: str | None = None,
     ``headers`` map there, codex-rs/codex-api/src/endpoint/responses_websocket.rs)."""
     frame: dict[str, Any] = {"type": "error", "status": status, "error": error}
     if headers:
+        # Both places: Codex reads the top level; the openai SDK types them inside ``error``
+        # (ResponseWsErrorError.headers, openai/types/responses/responses_server_event.py, 3.57).
         frame["headers"] = headers
+        frame["error"] = {**error, "headers": headers}
     if lane is not None:
         frame["stream_id"] = lane
     return orjson.dumps(frame)

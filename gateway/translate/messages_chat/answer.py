@@ -18,7 +18,6 @@ import orjson
 from gateway.policy.tokens import BYTES_PER_TOKEN, IMAGE_TOKENS
 from gateway.translate.base import Context, input_tokens
 from gateway.translate.messages_chat.request import declared_tools, function_names
-from gateway.translate.names import NONE
 from gateway.translate.tool_ids import to_anthropic_id
 
 # The key a tool_use input gets when the model's arguments are not a JSON object, so the
@@ -52,7 +51,7 @@ def tool_input(arguments: Any) -> dict[str, Any]:
     return parsed if isinstance(parsed, dict) else {INVALID_ARGUMENTS: arguments}
 
 
-def stop_reason(finish: Any, *, tools: bool, refused: bool, matched: str | None) -> str:
+def stop_reason(finish: Any, tools: bool, refused: bool, matched: str | None) -> str:
     """Chat ``finish_reason`` → Messages ``stop_reason``.
 
     A tool call with finish ``stop`` (llama.cpp and vLLM parsers sometimes say so) is still a
@@ -87,14 +86,20 @@ def usage(chat: Any, estimated_input: int, estimated_output: int = 0) -> tuple[d
     chat = chat if isinstance(chat, dict) else {}
     prompt = chat.get("prompt_tokens")
     completion = chat.get("completion_tokens")
-    estimated = not isinstance(prompt, int) or not isinstance(completion, int)
-    prompt = prompt if isinstance(prompt, int) else estimated_input
-    completion = completion if isinstance(completion, int) else estimated_output
-    details = chat.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    if not isinstance(cached, int):
-        cached = chat.get("prompt_cache_hit_tokens")  # DeepSeek's own name
-    cached = min(max(cached, 0), prompt) if isinstance(cached, int) else 0
+    estimated = False
+    if not isinstance(prompt, int):
+        prompt, estimated = estimated_input, True
+    if not isinstance(completion, int):
+        completion, estimated = estimated_output, True
+    cached = 0
+    # Each test once, and the cache's members only where the usage has one: this reads every
+    # translated answer's usage (issue #38).
+    if "prompt_tokens_details" in chat or "prompt_cache_hit_tokens" in chat:
+        details = chat.get("prompt_tokens_details")
+        found = details.get("cached_tokens") if isinstance(details, dict) else None
+        if not isinstance(found, int):
+            found = chat.get("prompt_cache_hit_tokens")  # DeepSeek's own name
+        cached = min(max(found, 0), prompt) if isinstance(found, int) else 0
     return {
         "input_tokens": prompt - cached,
         "cache_creation_input_tokens": 0,
@@ -155,22 +160,23 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
     if isinstance(text, str) and text:
         content.append({"type": "text", "text": text})
     refusal = message.get("refusal")
-    refused = isinstance(refusal, str) and bool(refusal)
+    refused = isinstance(refusal, str) and refusal != ""
     if refused:
         content.append({"type": "text", "text": refusal})
     tools = False
     calls = message.get("tool_calls")
-    functions = function_names(declared_tools(ctx.request)) if calls else NONE
-    for i, call in enumerate(calls) if calls and isinstance(calls, list) else ():
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            continue
-        given = call.get("id")  # in Anthropic's alphabet: the client may send it on to Anthropic
-        call_id = to_anthropic_id(given) if isinstance(given, str) and given else tool_id(ctx, i)
-        content.append({"type": "tool_use", "id": call_id,
-                        "name": functions.client(function["name"]),
-                        "input": tool_input(function.get("arguments"))})  # fmt: skip
-        tools = True
+    if calls and isinstance(calls, list):  # most answers call no tool: no names to map
+        functions = function_names(declared_tools(ctx.request))
+        for i, call in enumerate(calls):
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+                continue
+            given = call.get("id")  # in Anthropic's alphabet: the client may send it on to Anthropic
+            call_id = to_anthropic_id(given) if isinstance(given, str) and given else tool_id(ctx, i)
+            content.append({"type": "tool_use", "id": call_id,
+                            "name": functions.client(function["name"]),
+                            "input": tool_input(function.get("arguments"))})  # fmt: skip
+            tools = True
     matched = matched_stop(choice, ctx.request) if "stop_reason" in choice else None
     reported = doc.get("usage")
     out_usage, estimated = usage(reported, 0, 0)
@@ -189,9 +195,7 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
         "role": "assistant",
         "model": ctx.requested_model,
         "content": content,
-        "stop_reason": stop_reason(
-            choice.get("finish_reason"), tools=tools, refused=refused, matched=matched
-        ),
+        "stop_reason": stop_reason(choice.get("finish_reason"), tools, refused, matched),
         "stop_sequence": matched,
         "usage": out_usage,
     }

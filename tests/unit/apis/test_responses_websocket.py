@@ -55,6 +55,40 @@ def test_a_turn_chained_to_the_last_response_gets_its_conversation() -> None:
     assert remembered({"input": []}, {"id": "resp_2"}) is None  # no output to chain from
 
 
+def test_a_turn_chained_to_a_response_that_went_on_from_a_stored_one_keeps_that_one() -> None:
+    """Turn 3 chained to a response the upstream holds (not the connection's last: sent as it
+    came); turn 4, chained to turn 3's, goes on from that stored response, with turn 3's items
+    and its own: what the stored response holds is not lost."""
+    result = {"type": "function_call_output", "call_id": "c1", "output": "ok"}
+    sent3 = {"model": "m", "previous_response_id": "resp_stored_elsewhere", "input": [USER], "store": False}
+    output3 = [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "yes"}]}]
+    last = remembered(sent3, {"id": "resp_3", "output": output3})
+    assert last == Last("resp_3", (USER, *output3), "resp_stored_elsewhere")
+    body = expanded({"model": "m", "previous_response_id": "resp_3", "input": [result], "store": False}, last)
+    assert body == {"model": "m", "previous_response_id": "resp_stored_elsewhere",
+                    "input": [USER, *output3, result], "store": False}  # fmt: skip
+    # And the next one goes on from the same stored response, with all the items since.
+    again = remembered(body, {"id": "resp_4", "output": []})
+    assert again == Last("resp_4", (USER, *output3, result), "resp_stored_elsewhere")
+
+
+def test_a_turn_chained_to_a_response_its_upstream_holds_goes_as_sent() -> None:
+    """A native Responses upstream that stored the last response (``store`` not false) is sent
+    the chained turn as it came: its pool pin, stored route and prompt cache go by the id."""
+    last = remembered({"model": "m", "input": [USER]}, {"id": "resp_1", "output": []}, held=True)
+    assert last is not None and last.held
+    body = {"model": "m", "previous_response_id": "resp_1", "input": [USER]}
+    assert expanded(body, last) is body
+
+
+def test_prewarm_is_generate_false() -> None:
+    frame = {"type": "response.create", "model": "gpt-5", "input": "hi", "prompt_cache_options": {"prewarm": True}}
+    got = read_frame(json.dumps(frame))
+    assert isinstance(got, Create) and got.generate is False
+    frame["prompt_cache_options"] = {"prewarm": False}
+    assert read_frame(json.dumps(frame)).generate is True  # type: ignore[union-attr]
+
+
 def test_a_warm_turn_is_an_id_and_no_output() -> None:
     response = warm_response({"model": "gpt-5", "tools": []}, 1_700_000_000)
     assert response["id"].startswith("resp_") and response["output"] == [] and response["status"] == "completed"
@@ -64,6 +98,9 @@ def test_a_warm_turn_is_an_id_and_no_output() -> None:
 
 def test_the_error_frame_is_the_modes_shape() -> None:
     error = {"type": "invalid_request_error", "code": "x", "message": "m", "param": None}
+    # The headers at the top (Codex reads them there) and in ``error`` (the openai SDK 3.57's
+    # ResponseWsErrorError.headers).
     assert json.loads(error_frame(429, error, "a", {"retry-after": "5"})) == {
-        "type": "error", "status": 429, "error": error, "headers": {"retry-after": "5"}, "stream_id": "a"}
+        "type": "error", "status": 429, "error": {**error, "headers": {"retry-after": "5"}},
+        "headers": {"retry-after": "5"}, "stream_id": "a"}  # fmt: skip
     assert json.loads(error_frame(400, error)) == {"type": "error", "status": 400, "error": error}

@@ -94,7 +94,9 @@ def test_utc_is_as_before() -> None:
 UP = "upstreams: [{name: local, base_url: 'http://127.0.0.1:8000/v1'}]\n"
 
 
-@pytest.mark.parametrize("given", ["America/LosAngeles", "PST", "-08:00", "'../../etc/passwd'", "' UTC'", "''"])
+@pytest.mark.parametrize("given", ["America/LosAngeles", "PST", "-08:00", "'../../etc/passwd'", "' UTC'", "''",
+                                   "localtime", "posixrules", "Factory", "right/America/Los_Angeles",
+                                   "posix/Europe/Berlin", "Etc/GMT+8", "Etc/GMT-14"])
 def test_a_time_zone_that_is_no_iana_name_is_refused_at_load(given: str) -> None:
     with pytest.raises(ConfigError) as e:
         parse_config(UP + f"keys: [{{name: a, key: gk-a, budget: {{usd: 5, timezone: {given}}}}}]\n", env={})
@@ -115,7 +117,7 @@ async def test_the_ledger_counts_a_zoned_budget_under_its_local_day_and_answers_
     accounts = Accounts(store, PriceTable.of({"m": Price(1_000_000, 1_000_000)}), lambda: now)
     key = KeySpec("alice", budget=Budget(30.0, "day", "America/Los_Angeles"))
     r = await accounts.admit(key, "m", 10, 10)
-    assert isinstance(r, Reservation) and r.budgets == ("key:alice:2026-11-28",)
+    assert isinstance(r, Reservation) and r.budgets == ("key:alice@America/Los_Angeles:2026-11-28",)
     await accounts.settle(r, {"prompt": 10, "completion": 20})
     state = await accounts.state_of(key)
     assert state["budget"] == {"usd": 30.0, "period": "day", "timezone": "America/Los_Angeles", "spent_usd": 30.0,
@@ -125,3 +127,21 @@ async def test_the_ledger_counts_a_zoned_budget_under_its_local_day_and_answers_
     assert refused.message == "key 'alice' spent $30.00 of its $30.00 daily budget; resets 2026-11-29T08:00:00Z"
     readings = await accounts.budget_readings([key])  # what /metrics shows: the same period, the same end
     assert readings == [("key", "alice", "day", 30.0, 30.0, 0.0, at("2026-11-29T08:00:00"))]
+
+
+async def test_a_zone_changed_mid_period_never_reads_another_zones_period_as_its_own() -> None:
+    """Kept under the period's name alone, a UTC day spent on 29 November was read, after a
+    reload moved the budget to Los Angeles at 03:00Z on the 30th, as Los Angeles's own 29
+    November: spent, refused until 08:00Z (review). Each zone's periods are kept apart."""
+    now = at("2026-11-29T12:00:00")
+    store = MemoryStore(lambda: now)
+    accounts = Accounts(store, PriceTable.of({"m": Price(1_000_000, 1_000_000)}), lambda: now)
+    utc = KeySpec("alice", budget=Budget(50.0, "day"))
+    r = await accounts.admit(utc, "m", 1, 1)
+    assert isinstance(r, Reservation) and r.budgets == ("key:alice:2026-11-29",)  # UTC's as before
+    await accounts.settle(r, {"prompt": 50, "completion": 0})
+    now = at("2026-11-30T03:00:00")
+    la = KeySpec("alice", budget=Budget(50.0, "day", "America/Los_Angeles"))
+    r = await accounts.admit(la, "m", 1, 1)
+    assert isinstance(r, Reservation), r
+    assert (await accounts.state_of(la))["budget"]["spent_usd"] == 0.0

@@ -81,6 +81,18 @@ async def test_a_teams_soft_limit_is_reported_naming_the_key_whose_request_cross
     assert (await a.state_of(ALICE))["team_budget"]["soft_limit_crossed"] is True
 
 
+async def test_a_reload_that_raises_the_soft_limit_warns_again_at_the_new_one() -> None:
+    """The claim stood for the budget's period whatever its limit: raised from $40 to $45 by a
+    reload, the $45 was crossed in silence (review)."""
+    _, seen, [accounts] = ledgers()
+    await spend(accounts, ALICE, 41)
+    raised = KeySpec("alice", team="web", budget=Budget(50.0, "day", soft_usd=45.0), team_budget=ALICE.team_budget)
+    await spend(accounts, raised, 2)  # $43: under the new limit
+    assert [c.soft_usd for c in seen] == [40.0]
+    await spend(accounts, raised, 3)  # $46
+    assert [c.soft_usd for c in seen] == [40.0, 45.0]
+
+
 async def test_a_budget_without_a_soft_limit_is_never_read_back() -> None:
     _, seen, [accounts] = ledgers()
     plain = KeySpec("carol", budget=Budget(50.0, "day"))

@@ -410,3 +410,46 @@ def test_tgi_stream_errors_are_classified_by_the_status_of_their_type(
     error_type = {422: "validation", 429: "overloaded"}[status]
     c = classify_stream_event({"error": message, "error_type": error_type}, now_s=NOW)
     assert c.type is expected and c.message == message
+
+
+def _case(name: str) -> dict[str, Any]:
+    return next(c for c in IN_SAMPLE if c["name"] == name)
+
+
+def test_a_rate_limit_without_retry_after_waits_what_its_body_says_not_its_full_reset() -> None:
+    # The real OpenAI 429 of wrtnlabs/autobe#136 as it comes without retry-after (openai-node#1477
+    # quotes a 429 with none): its x-ratelimit-reset-tokens (1m0.052s) is when the spent window
+    # is full again; its body's "try again in 494ms" is when the request fits. Taken from the
+    # header, a pool sat the key out a minute (audit).
+    case = _case("openai-429-tpm-with-reset-headers")
+    headers = {k.lower(): v for k, v in case["headers"].items() if not k.lower().startswith("retry-after")}
+    c = classify(429, headers, body_bytes(case["body"]), now_s=NOW)
+    assert c.type is ErrorType.RATE_LIMIT
+    assert c.retry_after_s == pytest.approx(0.494)
+
+
+def test_a_rate_limit_that_states_no_wait_waits_until_the_request_has_refilled() -> None:
+    # Anthropic's 429 body that states no numbers (anthropic-429-reset-headers-only), with its
+    # documented rate-limit headers for a key with 311 of 6,000 input tokens left, full again in
+    # 57 s: a request of 2,200 tokens fits once 1,889 have come back, 18.9 s on at the rate that
+    # fills the rest by the reset, not at the reset (the audit's figures).
+    body = body_bytes(_case("anthropic-429-reset-headers-only")["body"])
+    headers = {
+        "anthropic-ratelimit-input-tokens-limit": "6000", "anthropic-ratelimit-input-tokens-remaining": "311",
+        "anthropic-ratelimit-input-tokens-reset": "2026-11-18T11:07:37Z",
+        "anthropic-ratelimit-requests-limit": "50", "anthropic-ratelimit-requests-remaining": "49",
+        "anthropic-ratelimit-requests-reset": "2026-11-18T11:06:42Z",
+    }  # fmt: skip
+    c = classify(429, headers, body, now_s=NOW, request=RequestFacts(estimated_tokens=2200))
+    assert c.type is ErrorType.RATE_LIMIT
+    assert c.retry_after_s == pytest.approx((2200 - 311) * 57 / (6000 - 311))
+    # Its output window, by the max_tokens asked.
+    out = {"anthropic-ratelimit-output-tokens-limit": "2000", "anthropic-ratelimit-output-tokens-remaining": "100",
+           "anthropic-ratelimit-output-tokens-reset": "2026-11-18T11:07:36Z"}  # fmt: skip
+    c = classify(429, out, body, now_s=NOW, request=RequestFacts(estimated_tokens=50, output_tokens=1000))
+    assert c.retry_after_s == pytest.approx((1000 - 100) * 56 / (2000 - 100))
+    # Short by no count the gateway knows (no size): no wait read from them (the pool's default).
+    assert classify(429, headers, body, now_s=NOW).retry_after_s is None
+    # A retry-after still wins.
+    c = classify(429, {**headers, "retry-after": "9"}, body, now_s=NOW, request=RequestFacts(2200))
+    assert c.retry_after_s == 9.0

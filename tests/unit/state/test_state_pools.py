@@ -261,6 +261,56 @@ async def test_past_its_reset_a_bucket_sent_to_since_is_not_full_again() -> None
     assert not v.serves_at(now) and v.out_until_ms == round(now + 10_000)  # the next one's refill
 
 
+def openai_tokens(remaining: int, limit: int, reset: str) -> CIMultiDict[str]:
+    """The audit's key x1 (6,000 tokens a minute) as OpenAI's headers state it."""
+    return CIMultiDict({"x-ratelimit-limit-requests": "500", "x-ratelimit-remaining-requests": "499",
+                        "x-ratelimit-reset-requests": "120ms", "x-ratelimit-limit-tokens": str(limit),
+                        "x-ratelimit-remaining-tokens": str(remaining), "x-ratelimit-reset-tokens": reset})  # fmt: skip
+
+
+async def test_a_key_sits_out_for_a_request_until_its_tokens_have_refilled() -> None:
+    """311 of 6,000 tokens left, full in 56.9 s: a 2,200-token prompt asking 200 more waits for
+    2,089 to come back (100 a second), a one-token request goes now. Held to one token, the
+    2,200-token prompt went there and met a 429 (11-15 a minute under overload, audit)."""
+    clock = Clock()
+    a, _, _ = replicas(clock)
+    ups = members()
+    a.observe(ups[0], MODEL, openai_tokens(311, 6000, "56.9s"))
+    now = clock.now * 1000
+    rate = (6000 - 311) / 56_900  # tokens a millisecond
+    v = a.view(0, ups[0], MODEL, now, (2200, 200))
+    assert not v.serves_at(now) and v.out_why is SitOut.HEADROOM
+    assert v.out_until_ms == int(now + (2400 - 311) / rate)
+    assert a.view(0, ups[0], MODEL, now).serves_at(now)  # a request of no known size: as before
+    assert a.view(0, ups[0], MODEL, now, (300, 0)).serves_at(now)
+    # Bigger than the whole bucket: no refill makes it fit, so it is not held back for one.
+    assert a.view(0, ups[0], MODEL, now, (7000, 0)).serves_at(now)
+    # Once in, the next one waits for its own tokens as well (waiters released at a reset).
+    later = v.out_until_ms + 1
+    assert a.view(0, ups[0], MODEL, later, (2200, 200)).serves_at(later)
+    a.sent(ups[0], MODEL, 2400)
+    w = a.view(0, ups[0], MODEL, later, (2200, 200))
+    assert not w.serves_at(later) and w.out_until_ms == pytest.approx(later + 2400 / rate, abs=2)
+
+
+async def test_anthropics_input_and_output_windows_are_held_to_what_the_request_takes_of_each() -> None:
+    """Anthropic meters input and output tokens in windows of their own: a request is held to its
+    estimate against the input window, to its max_tokens against the output one."""
+    clock = Clock()
+    a, _, _ = replicas(clock)
+    ups = members()
+    reset = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(T0 + 60))
+    a.observe(ups[0], MODEL, CIMultiDict({
+        "anthropic-ratelimit-input-tokens-limit": "30000", "anthropic-ratelimit-input-tokens-remaining": "20000",
+        "anthropic-ratelimit-input-tokens-reset": reset, "anthropic-ratelimit-output-tokens-limit": "8000",
+        "anthropic-ratelimit-output-tokens-remaining": "500", "anthropic-ratelimit-output-tokens-reset": reset,
+    }))  # fmt: skip
+    now = clock.now * 1000
+    assert a.view(0, ups[0], MODEL, now, (5000, 400)).serves_at(now)  # its input is not held to 500
+    held = a.view(0, ups[0], MODEL, now, (100, 1000))
+    assert not held.serves_at(now) and held.out_until_ms == int(now + 500 / (7500 / 60_000))
+
+
 async def test_configured_limits_count_what_every_replica_sent_this_minute() -> None:
     clock = Clock()
     a, b, _ = replicas(clock)
