@@ -29,11 +29,12 @@ from gateway.apis import DIALECTS, GEMINI, OPENAI_RESPONSES
 from gateway.auth import FLAT_KEY_NAME, ClientAuth
 from gateway.busy_poll import busy_poll
 from gateway.config import GatewayConfig, PoolConfig
+from gateway.keys.issued import IssuedKeys, IssuedStore, MemoryIssuedStore
 from gateway.keys.ledger import Accounts
 from gateway.keys.prices import Price, PriceTable
 from gateway.keys.references import ReferenceTokens
 from gateway.live import LIVE, Build, Closable, Live
-from gateway.pipeline import accounting, forward, gemini_extras, key_info, websocket
+from gateway.pipeline import accounting, forward, gemini_extras, issue_keys, key_info, websocket
 from gateway.pipeline.admit import KeyParam, expect_continue
 from gateway.pipeline.observe import observed, unobserved
 from gateway.policy.breaker import CircuitState
@@ -84,10 +85,13 @@ def create_app(
     # Circuits and remembered answers are shared by replicas, so they run on wall-clock time.
     store = build_store(cfg, clock=wall, monotonic=monotonic, on_fallback=state_metrics.fallback,
                         on_wait=state_metrics.waited, on_lost=state_metrics.store_lost)  # fmt: skip
-    kit = _Kit(telemetry, store, state_metrics, Lifecycle(), monotonic, wall, sleep, rand, sender, tracing)
+    issued = IssuedKeys(_issued_store(cfg), wall, shared=cfg.state.backend != "memory")
+    kit = _Kit(telemetry, store, state_metrics, Lifecycle(), monotonic, wall, sleep, rand, sender, tracing,
+               issued)
     svc, owned, fresh = _generation(cfg, kit, None)
     _in_force(svc)
     live = Live(svc, owned, _next_generation(kit))
+    issued.on_change = lambda: _issued_in_force(live.services, issued)
     telemetry.in_flight.set_function(lambda: kit.life.in_flight)
     # aiohttp's own cap sits above ours so that our reader, not aiohttp, answers the 413.
     app = web.Application(client_max_size=cfg.server.max_body_bytes + 1)
@@ -96,7 +100,8 @@ def create_app(
     app[SNAPSHOT] = snapshot
     if fresh is not None:
         app.on_startup.append(_start(fresh))
-    app.on_cleanup.append(_close(live, store))
+    app.on_startup.append(lambda _app: issued.start())  # a restarted replica's issued keys, before it serves
+    app.on_cleanup.append(_close(live, store, issued))
 
     app.router.add_get("/healthz", unobserved(healthz))
     app.router.add_get("/readyz", unobserved(readyz))
@@ -129,6 +134,8 @@ def create_app(
     app.router.add_get("/v1/responses", responses_get)
     app.router.add_get("/v1/gateway/key", observed(key_info.own_key))
     app.router.add_get("/v1/gateway/keys", observed(key_info.all_keys))
+    app.router.add_post("/v1/gateway/keys", observed(issue_keys.issue))
+    app.router.add_delete("/v1/gateway/keys/{name}", observed(issue_keys.revoke))
     # The gateway's own namespace: another method or path under it is never a provider's.
     # TRACE and CONNECT first on every catch-all: the router tries the longest prefix's
     # resource first, so one route on "/" alone would leave /v1/... forwarding them.
@@ -163,6 +170,7 @@ class _Kit:
     rand: Callable[[], float]
     sender: Sender | None  # the caller's (tests): every Services', never closed here
     tracing: Tracing | None  # the caller's, else built from the config
+    issued: IssuedKeys  # keys issued at run time: kept through every reload
 
 
 def _generation(
@@ -174,7 +182,7 @@ def _generation(
     the tracer, pools' affinity and load."""
     telemetry, store = kit.telemetry, kit.store
     telemetry.configure(cfg.upstreams, (d for p in cfg.pools for d in p.deployments))
-    telemetry.retain_keys(k.name for k in cfg.keys)
+    telemetry.retain_keys(_key_names(cfg, kit.issued))
     fresh = None
     if kit.sender is not None:
         sender: Sender = kit.sender
@@ -245,7 +253,7 @@ def _generation(
         wall=kit.wall,
         sleep=kit.sleep,
         rand=kit.rand,
-        auth=ClientAuth.from_config(cfg),
+        auth=ClientAuth.from_config(cfg, kit.issued.keys.values()),
         life=kit.life,
         tool_outputs=tool_output_policy(cfg.tool_outputs),
         tracing=tracing,
@@ -253,6 +261,7 @@ def _generation(
         accounts=_accounts(cfg, store, kit.wall, previous) if cfg.keys else None,
         pool_state=pool_state,
         busy_poll=polling,
+        issued=kit.issued,
     )
     owned: list[Closable] = [budget, tracing]
     if pool_state is not None:
@@ -267,6 +276,7 @@ def _next_generation(kit: _Kit) -> Build:
         svc, owned, fresh = _generation(cfg, kit, previous)
         if fresh is not None:
             await fresh.start()  # before any request can reach it
+            _issued_in_force(svc, kit.issued)  # a key issued or revoked meanwhile
         _in_force(svc)  # built: nothing refuses it now
         return svc, owned
 
@@ -279,6 +289,30 @@ def _in_force(svc: Services) -> None:
     if svc.pool_state is not None:
         svc.pool_state.in_force({name: p.member_cfgs for name, p in svc.pools.items()},
                                 record_key(svc.cfg.loop_breaker.shared_secret))  # fmt: skip
+
+
+def _issued_in_force(svc: Services, issued: IssuedKeys) -> None:
+    """The keys issued at run time as they are now, in ``svc``'s ring: at each change the store
+    tells of, and after a reload's awaits (a change meanwhile reached the Services it replaced)."""
+    svc.auth = ClientAuth.from_config(svc.cfg, issued.keys.values())
+    svc.telemetry.retain_keys(_key_names(svc.cfg, issued))
+
+
+def _key_names(cfg: GatewayConfig, issued: IssuedKeys) -> list[str]:
+    return [k.name for k in cfg.keys] + list(issued.keys)
+
+
+def _issued_store(cfg: GatewayConfig) -> IssuedStore:
+    if cfg.state.backend == "memory":
+        return MemoryIssuedStore()
+    from gateway.state.issued_redis import RedisIssuedStore  # only deployments with redis pay it
+    from gateway.state.redis_store import connect
+
+    assert cfg.state.url is not None  # the config validator guarantees it
+    # An admin's call and the poll wait as long as a store's operation may: they are off the
+    # request path, and a slow answer beats a refused issue.
+    timeout_s = max(cfg.state.timeout_ms / 1000, cfg.state.recover_s)
+    return RedisIssuedStore(connect(cfg.state.url, timeout_s, max_connections=1), cfg.state.key_prefix)
 
 
 def _sender_fit(cfg: GatewayConfig) -> object:
@@ -397,9 +431,10 @@ def _start(sender: StartableSender) -> Callable[[web.Application], Awaitable[Non
     return start
 
 
-def _close(live: Live, store: StateStore) -> Callable[[web.Application], Awaitable[None]]:
+def _close(live: Live, store: StateStore, issued: IssuedKeys) -> Callable[[web.Application], Awaitable[None]]:
     async def close(app: web.Application) -> None:
         await live.close()  # senders, retry budgets (their last flush), tracers
+        await issued.close()
         await store.close()
 
     return close
@@ -435,7 +470,10 @@ async def _read_budgets(svc: Services) -> None:
     other replica's spend: the last good reading stays instead (a budget alert must not
     resolve because Redis went away; the store's own fallbacks metric says it did)."""
     specs = [s for s in svc.auth.ring.by_digest.values() if s.name != FLAT_KEY_NAME]
-    expiries = [(s.name, s.expires_at) for s in specs if s.expires_at is not None]
+    # The file's keys only: every issued key ends by design (keys_api.default_ttl_s), so its end
+    # is no news, and LLMGatewayKeyExpiresSoon would fire for every agent run's key.
+    files = {k.name for k in svc.cfg.keys}
+    expiries = [(s.name, s.expires_at) for s in specs if s.expires_at is not None and s.name in files]
     readings: list[tuple[str, str, str, float, float, float, float]] | None = []
     if svc.accounts is not None:  # None: the store did not answer (found down before or during the read)
         readings = await svc.accounts.budget_readings(specs) if svc.store.healthy else None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gateway.config import BudgetConfig, ClientKeyConfig, GatewayConfig, TeamConfig
+from gateway.keys.issued import IssuedKey
 from gateway.keys.periods import iso
 from gateway.keys.registry import Budget, KeyRing, KeySpec, digest
 
@@ -79,7 +80,10 @@ class ClientAuth:
     ring: KeyRing
 
     @classmethod
-    def from_config(cls, cfg: GatewayConfig) -> ClientAuth:
+    def from_config(cls, cfg: GatewayConfig, issued: Iterable[IssuedKey] = ()) -> ClientAuth:
+        """``issued``: the keys issued at run time (gateway/keys/issued.py), in one ring with the
+        file's, so that finding a request's key stays one dict read. One a reload gave a key of
+        the file the name of is left out: the file's key is that name's."""
         teams = {t.name: t for t in cfg.teams}
         by_digest: dict[bytes, KeySpec] = {}
         flat = KeySpec(FLAT_KEY_NAME)
@@ -89,6 +93,10 @@ class ClientAuth:
             spec = _spec(named, teams)
             for one in _digests_of(named):  # a key being rotated: its values share one spec
                 by_digest[one] = spec
+        names = {k.name for k in cfg.keys}
+        for key in issued:
+            if key.name not in names:
+                by_digest.setdefault(key.digest, _spec(key.config, teams))
         return cls(KeyRing(by_digest))
 
     @classmethod

@@ -1360,7 +1360,9 @@ class ClientKeyConfig(_Model):
         default=None, description="The key's own spend cap; once spent, requests are refused with 402."
     )
     admin: bool = Field(
-        default=False, description="May read every key's state (`GET /v1/gateway/keys`), not only its own."
+        default=False,
+        description="May read every key's state (`GET /v1/gateway/keys`), not only its own, and issue and "
+        "revoke keys at run time (`POST /v1/gateway/keys`, `DELETE /v1/gateway/keys/{name}`).",
     )
     expires_at: datetime.datetime | None = Field(
         default=None,
@@ -1497,6 +1499,27 @@ class ReferenceTokensConfig(_Model):
     )  # fmt: skip
 
 
+class KeysApiConfig(_Model):
+    """Keys issued at run time by an admin key (``POST /v1/gateway/keys``), for an orchestrator
+    that gives each agent run its own key, budget and expiry without editing this file."""
+
+    max_issued: int = Field(
+        default=1000, ge=0,
+        description="The most issued keys that may exist at once, not yet expired or revoked; past it, 409 "
+        "`issued_keys_full`. 0: keys are not issued (501 `keys_api_off`).",
+    )  # fmt: skip
+    default_ttl_s: float = Field(
+        default=86400, gt=0,
+        description="How long an issued key works when the request gives neither `expires_at` nor `ttl_s`: "
+        "every issued key ends, so keys an orchestrator forgot to revoke cannot pile up.",
+    )  # fmt: skip
+    issued_per_minute: int = Field(
+        default=60, gt=0,
+        description="The most keys issued a minute, all admin keys and replicas together; past it, 429 "
+        "`issue_rate_limited`.",
+    )  # fmt: skip
+
+
 class AccountingConfig(_Model):
     """How keys' limits and budgets are counted."""
 
@@ -1592,6 +1615,10 @@ class GatewayConfig(_Model):
     )
     accounting: AccountingConfig = Field(
         default=AccountingConfig(), description="How keys' limits and budgets are counted."
+    )
+    keys_api: KeysApiConfig = Field(
+        default=KeysApiConfig(),
+        description="Keys issued at run time by a key with `admin: true` (`POST /v1/gateway/keys`).",
     )
 
     @field_validator("upstreams")

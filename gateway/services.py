@@ -21,6 +21,7 @@ from gateway.apis.base import Dialect
 from gateway.auth import ClientAuth
 from gateway.busy_poll import NO_BUSY_POLL, BusyPoll, NoBusyPoll
 from gateway.config import GatewayConfig, PoolConfig, ToolOutputsConfig, UpstreamConfig
+from gateway.keys.issued import IssuedKeys
 from gateway.keys.ledger import Accounts
 from gateway.policy.loop_breaker import LoopBreaker
 from gateway.policy.output_limit import OutputLimits
@@ -228,6 +229,7 @@ class Services:
     chains: dict[str | None, Route | None] = field(default_factory=dict)
     pools: dict[str, PoolRuntime] = field(default_factory=dict)
     accounts: Accounts | None = None  # set when named keys are configured (keys:)
+    issued: IssuedKeys | None = None  # keys issued at run time (gateway/keys/issued.py)
     pool_state: PoolState | None = None  # set when the config has pools
     translations: Translations = field(default_factory=default_translations)
     tool_outputs: ToolOutputPolicy = field(default_factory=ToolOutputPolicy)

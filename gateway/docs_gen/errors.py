@@ -44,7 +44,7 @@ MAKERS = {
     "gateway_failure": Maker(3, 0, 1, 2), "bad_request": Maker(1, None, None, 0),
     "Rejection": Maker(1, None, None, 0), "Refusal": Maker(1, None, None, 0),
     "EncodingProblem": Maker(2, 0, None, 1), "Ending": Maker(2, None, 0, 1), "error_body": Maker(2, 0, 3, 1),
-    "FrameRefused": Maker(1, 0, None, 2),
+    "FrameRefused": Maker(1, 0, None, 2), "KeyRefused": Maker(1, 0, None, 2),
 }  # fmt: skip
 # Answered with one status whatever the call says (their docstrings: "answered 400").
 FIXED_STATUS = {"bad_request": 400, "Rejection": 400, "Refusal": 400}
@@ -52,9 +52,10 @@ FIXED_STATUS = {"bad_request": 400, "Rejection": 400, "Refusal": 400}
 # Refusal and EncodingProblem is answered through bad_request (see pipeline/forward.py, legs.py,
 # admit.py), so their class is bad_request's.
 _BAD_REQUEST_CLASS = outcome.bad_request("").classification.type.value
-# A FrameRefused (the Responses API's WebSocket mode) is a client's error, as bad_request's.
-FIXED_CLASS = dict.fromkeys(("bad_request", "Rejection", "Refusal", "EncodingProblem", "FrameRefused"),
-                            _BAD_REQUEST_CLASS)  # fmt: skip
+# A FrameRefused (the Responses API's WebSocket mode) is a client's error, as bad_request's; so is
+# a KeyRefused (a key asked of POST /v1/gateway/keys that may not be issued).
+FIXED_CLASS = dict.fromkeys(("bad_request", "Rejection", "Refusal", "EncodingProblem", "FrameRefused",
+                             "KeyRefused"), _BAD_REQUEST_CLASS)  # fmt: skip
 
 
 @dataclass
@@ -346,7 +347,23 @@ MEANINGS = {
     "`admin: true` that the key's rules cannot be held to: anything but a `POST` naming its model in a JSON "
     "body to `/v1/completions`, `/v1/embeddings` and the like (batches, files, stored responses, batch "
     "results), whatever its body says. Model listings are not refused.",
-    "admin_required": "`GET /v1/gateway/keys` without a key that has `admin: true`.",
+    "admin_required": "`GET /v1/gateway/keys`, `POST /v1/gateway/keys` or `DELETE /v1/gateway/keys/{name}` "
+    "without a key that has `admin: true` (an issued key never has it).",
+    "invalid_key_request": "`POST /v1/gateway/keys` asked for a key a key of the file could not be (a rule "
+    "out of range, an unknown field or team, an `expires_at` without a zone or past), or for what the "
+    "gateway decides (`key`, `key_sha256`, `admin`); the message names the field, never what was sent.",
+    "key_name_taken": "`POST /v1/gateway/keys` named a key of the file, or an issued key that has not ended.",
+    "issued_keys_full": "`keys_api.max_issued` issued keys have not ended: revoke one, or wait for one to "
+    "end.",
+    "issue_rate_limited": "`keys_api.issued_per_minute` keys were issued this minute; `retry-after` is the "
+    "minute's end.",
+    "issued_keys_unavailable": "The state store did not answer an issue or a revocation: nothing was done.",
+    "keys_api_off": "`POST /v1/gateway/keys` where keys are not issued: `keys_api.max_issued: 0`, or "
+    "`server.workers` above 1 on `state: {backend: memory}`.",
+    "issued_key_not_found": "`DELETE /v1/gateway/keys/{name}` names no issued key (never issued, revoked, "
+    "or ended more than an hour ago).",
+    "key_in_config": "`DELETE /v1/gateway/keys/{name}` names a key of the config file: remove it there and "
+    "reload.",
     "no_client_key": "`GET /v1/gateway/key` on a gateway that asks no key.",
     "key_requests_per_minute": "The key's `requests_per_minute` is used up; `retry-after` is the "
     "minute's end.",

@@ -44,7 +44,7 @@ def session_of(headers: Mapping[str, str], payload: Mapping[str, Any]) -> str | 
 _EMAIL = re.compile(r"[^\s@<>()\[\],;:\"]+(@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,})")
 _TOKENISH = re.compile(
     r"(?i:bearer|basic)\s*\S*"
-    r"|(?<![A-Za-z0-9])(?:(?i:sk-|key-|api[_-]?key)|gh[pousr]_|github_pat_|xox[abpr]-|AIza|eyJ)\S*"
+    r"|(?<![A-Za-z0-9])(?:(?i:sk-|key-|api[_-]?key)|gh[pousr]_|github_pat_|xox[abpr]-|AIza|eyJ|llmgw_)\S*"
     r"|(?P<run>[A-Za-z0-9_\-.+/=:]{24,})"
 )
 _KEYISH_RUN = re.compile(r"(?i)(?<![A-Za-z0-9])(?:sk|key)-")

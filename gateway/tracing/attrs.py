@@ -168,12 +168,14 @@ CONTENT_MAX = 64 * 1024
 # Anthropic keys (sk-, sk-ant-), bearer tokens, AWS access key ids (AKIA), Google API keys
 # (AIza + 35), GitHub tokens (ghp_/gho_/ghu_/ghs_/ghr_, github_pat_: docs.github.com, "About
 # authentication to GitHub", token prefixes), Slack tokens (xoxa-/xoxb-/xoxp-/xoxr-), JWTs (three
-# base64url parts, the first two JSON objects: eyJ), then a value after a name that says it is
-# secret (`api_key: "..."`, `AWS_SECRET_ACCESS_KEY=...`, also inside a JSON string).
+# base64url parts, the first two JSON objects: eyJ), this gateway's own issued keys (llmgw_ + 43,
+# gateway/keys/issued.py: it keeps only their digests, so it cannot name them as known secrets),
+# then a value after a name that says it is secret (`api_key: "..."`, `AWS_SECRET_ACCESS_KEY=...`,
+# also inside a JSON string).
 _KEYISH = re.compile(
     rb"(?i:sk-(?:ant-)?[A-Za-z0-9_\-]{8,}|bearer\s+[A-Za-z0-9._\-+/=]{8,})|AKIA[0-9A-Z]{16}"
     rb"|AIza[0-9A-Za-z_\-]{35}|(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"
-    rb"|xox[abpr]-[A-Za-z0-9\-]{10,}|eyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*"
+    rb"|xox[abpr]-[A-Za-z0-9\-]{10,}|llmgw_[A-Za-z0-9_\-]{20,}|eyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*"
     # The name's other parts are bounded, and it starts a word: a long run of letters (an image's
     # base64) is not scanned again from each of its characters. What follows the secret word
     # starts a part of its own (`AWS_SECRET_ACCESS_KEY`), and the value is not a bare number: a

@@ -110,6 +110,7 @@ JWT = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI
      "github_pat_11ABCDEFG0abcdefghijkl_mnopqrstuvwxyz0123456789"),
     ("slack xoxb-1234567890-0987654321-AbCdEfGhIjKlMnOpQrStUv ok", "xoxb-1234567890-0987654321-AbCdEfGhIjKlMnOpQrStUv"),
     ("slack xoxp-1234567890-0987654321-AbCdEf ok", "xoxp-1234567890-0987654321-AbCdEf"),
+    ("run with llmgw_qx0_7mfa-3kz9p2lbw8c1r5t6yd4ne0hgsuvjio7a2xk ok", "qx0_7mfa-3kz9p2lbw8c1r5t6yd4ne0hgsuvjio7a2xk"),
     ("export AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY ok", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
     (f"Authorization is {JWT} ok", JWT.split(".")[2]),
     ("DATABASE_URL=postgres://app:s3cr3t-pw@db.internal:5432/app ok", "s3cr3t-pw"),

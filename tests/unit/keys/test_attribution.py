@@ -25,6 +25,8 @@ CLAUDE_CODE_SESSION = "0199a3f2-7c1e-7a3b-9f1e-3c2d1b0a9e8f"
     ({"session-id": "Bearer abc.def"}, {}, "[redacted]"),
     ({}, {"user": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2ln"}, "[redacted]"),
     ({}, {"user": "tenant-7/AbCdEfGhIjKlMnOpQrStUv0123456789"}, "[redacted]"),
+    # A key the gateway issued (gateway/keys/issued.py), however its random part came out.
+    ({}, {"user": "llmgw_qx0_7mfa-3kz9p2lbw8c1r5t6yd4ne0hgsuvjio7a2xk"}, "[redacted]"),
 ])  # fmt: skip
 def test_session_ids_stay_and_what_a_client_should_not_have_put_there_goes(
     headers: dict[str, str], payload: dict[str, object], logged: str

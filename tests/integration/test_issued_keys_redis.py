@@ -1,0 +1,157 @@
+"""Keys issued at run time on ``state: {backend: redis}``: two gateways on one real redis-server
+play two replicas. A key issued on one is taken by the other within about a second, revoked on
+one is refused by the other as soon, and outlives a reload and a replica's restart; Redis holds
+its digest and rules, never the key, and nothing without a time to live."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.keys import issued
+from gateway.live import LIVE
+from gateway.reload.reloader import Reloader
+from gateway.state.redis_store import connect
+from tests.integration.conftest import Gateway, MakeGateway, eventually
+from tests.integration.test_issued_keys import FILE_KEYS, issue, listed, revoke
+from tests.integration.test_state_redis import REDIS, RedisServer, redis_server
+
+pytestmark = pytest.mark.skipif(REDIS is None, reason="needs redis-server (scripts/test-deps.sh)")
+__all__ = ["redis_server"]  # fixtures
+
+
+def shared(server: RedisServer) -> str:
+    return FILE_KEYS + f"state: {{backend: redis, url: '{server.url}', timeout_ms: 2000}}\n"
+
+
+async def served_within(gw: Gateway, secret: str, status: int, limit_s: float) -> float:
+    """Seconds until ``gw`` answers a request with ``secret`` with ``status``; at most ``limit_s``."""
+    started = time.monotonic()
+    while True:
+        got = (await gw.chat(headers={"Authorization": f"Bearer {secret}"}))[0]
+        waited = time.monotonic() - started
+        if got == status:
+            return waited
+        assert waited < limit_s, f"still {got} after {waited:.2f} s"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_key_issued_on_one_replica_is_taken_by_the_other_and_revoked_on_both(
+    make_gateway: MakeGateway, redis_server: RedisServer,
+) -> None:
+    a = await make_gateway(shared(redis_server))
+    b = await make_gateway(shared(redis_server), fake=a.fake)
+    status, made = await issue(a, {"name": "agent-7", "requests_per_minute": 1000, "ttl_s": 600})
+    assert status == 201
+    secret = made["key"]
+    assert (await a.chat(headers={"Authorization": f"Bearer {secret}"}))[0] == 200  # at once where issued
+    assert await served_within(b, secret, 200, 1.5) <= 1.5
+    assert (await listed(b))["agent-7"]["issued_by"] == "root"
+    # One minute's count, whichever replica served: the key is one account.
+    assert (await listed(b))["agent-7"]["this_minute"]["requests"] >= 2
+    assert await revoke(b, "agent-7") == (200, {"name": "agent-7", "revoked": True})
+    assert (await b.chat(headers={"Authorization": f"Bearer {secret}"}))[0] == 401
+    assert await served_within(a, secret, 401, 1.5) <= 1.5
+    # The name is free again, on either replica.
+    assert (await issue(a, {"name": "agent-7"}))[0] == 201
+    assert (await issue(b, {"name": "agent-7"}))[0] == 409
+
+
+async def test_issued_keys_outlive_a_reload_and_a_restart(
+    make_gateway: MakeGateway, redis_server: RedisServer, tmp_path: Path,
+) -> None:
+    a = await make_gateway(shared(redis_server))
+    _, made = await issue(a, {"name": "long-run", "parallel": 3})
+    run = {"Authorization": f"Bearer {made['key']}"}
+    path = tmp_path / "gateway.yaml"
+    path.write_text(f"upstreams:\n  - {{name: primary, base_url: '{a.fake.url}'}}\n"
+                    "loop_breaker: {enabled: false}\n" + shared(redis_server) + "retry: {deadline_s: 100}\n")
+    assert await Reloader(str(path), a.app[LIVE], log=logging.getLogger("tests.issued"), env={}).reload(
+        "SIGHUP", quiet_if_same=True)
+    assert (await a.chat(headers=run))[0] == 200
+    # A replica started now (a restart, a new pod) has the key before its first request.
+    c = await make_gateway(shared(redis_server), fake=a.fake)
+    assert (await c.chat(headers=run))[0] == 200
+    assert (await listed(c))["long-run"]["limits"]["parallel"] == 3
+
+
+async def test_redis_holds_the_digest_never_the_key_and_nothing_for_ever(
+    make_gateway: MakeGateway, redis_server: RedisServer,
+) -> None:
+    gw = await make_gateway(shared(redis_server))
+    secrets = [(await issue(gw, {"name": f"k{i}", "ttl_s": 60 * (i + 1)}))[1]["key"] for i in range(3)]
+    assert (await revoke(gw, "k0"))[0] == 200
+    client = connect(redis_server.url, 1.0)
+    try:
+        held = b""
+        for k in await client.keys("*"):  # what the gateway wrote: the issued keys, the ledger's, the markers
+            assert await client.pttl(k) > 0, k
+            kind = await client.type(k)
+            held += await client.get(k) if kind == b"string" else b"".join((await client.hgetall(k)).values()) \
+                if kind == b"hash" else b""  # fmt: skip
+    finally:
+        await client.aclose()
+    for secret in secrets:
+        assert secret.encode() not in held and secret[len(issued.SECRET_PREFIX):].encode() not in held
+    assert hashlib.sha256(secrets[1].encode()).hexdigest().encode() in held  # the digest is what is kept
+    assert b"k1" in held and b"k0" not in held
+
+
+async def test_a_redis_that_lost_its_data_is_given_the_issued_keys_back(
+    make_gateway: MakeGateway, redis_server: RedisServer, caplog: pytest.LogCaptureFixture,
+) -> None:
+    a = await make_gateway(shared(redis_server))
+    _, made = await issue(a, {"name": "survivor"})
+    with caplog.at_level(logging.ERROR, logger="gateway.keys"):
+        redis_server.flush()
+        client = connect(redis_server.url, 1.0)
+        try:
+            held: dict[bytes, bytes] = {}
+
+            async def look() -> None:
+                held.update(await client.hgetall(b"llm-gateway:issued"))
+
+            deadline = time.monotonic() + 3
+            while not held and time.monotonic() < deadline:
+                await look()
+                await asyncio.sleep(0.05)
+        finally:
+            await client.aclose()
+    assert list(held) == [b"survivor"]
+    await eventually(lambda: any(isinstance(r.msg, dict) and r.msg.get("event") == "issued_keys_restored"
+                                 for r in caplog.records), "the restore logged")  # fmt: skip
+    b = await make_gateway(shared(redis_server), fake=a.fake)
+    assert (await b.chat(headers={"Authorization": f"Bearer {made['key']}"}))[0] == 200
+
+
+async def test_a_request_finds_an_issued_key_in_memory_not_in_redis(
+    make_gateway: MakeGateway, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue #38: a request's key is one dict read. The store is asked only by the watch, one
+    marker read every POLL_S, whatever the traffic."""
+    gw = await make_gateway(shared(redis_server))
+    _, made = await issue(gw, {"name": "hot"})
+    store = gw.app[LIVE].services.issued._store  # type: ignore[union-attr]
+    calls: Counter[str] = Counter()
+
+    def counting(name: str, was: Any) -> Any:
+        async def counted(*args: object) -> object:
+            calls[name] += 1
+            return await was(*args)
+
+        return counted
+
+    for name in ("version", "records", "put", "drop", "restore"):
+        monkeypatch.setattr(store, name, counting(name, getattr(store, name)))
+    started = time.monotonic()
+    for _ in range(100):
+        assert (await gw.chat(headers={"Authorization": f"Bearer {made['key']}"}))[0] == 200
+    polls = (time.monotonic() - started) / issued.POLL_S
+    assert calls["records"] == 0 and set(calls) <= {"version"} and calls["version"] <= polls + 1, calls

@@ -1,0 +1,200 @@
+"""Keys issued at run time (gateway/keys/issued.py): what a request may ask for, what is kept of
+a key (its digest, never the key), the store's rules (one name, a cap, a pace, a grace), and
+the ring a replica serves from."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from typing import Any
+
+import pytest
+
+from gateway.auth import ClientAuth
+from gateway.config import parse_config
+from gateway.keys.issued import (
+    GRACE_S,
+    SECRET_PREFIX,
+    IssuedKey,
+    IssuedKeys,
+    IssuedStoreDown,
+    KeyRefused,
+    MemoryIssuedStore,
+    new_secret,
+    requested,
+)
+
+NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+CFG = parse_config("upstreams: [{name: u, base_url: 'http://127.0.0.1:9/v1'}]\n"
+                   "keys: [{name: root, key: gk-root, admin: true}, {name: alice, key: gk-alice}]\n"
+                   "teams: [{name: web, budget: {usd: 100}}]\n"
+                   "keys_api: {default_ttl_s: 600}\n", env={})  # fmt: skip
+
+
+def made(doc: dict[str, Any], secret: str = "llmgw_test-secret") -> IssuedKey:
+    got = requested(doc, secret, CFG, "root", NOW)
+    assert isinstance(got, IssuedKey), got
+    return got
+
+
+def refused(doc: dict[str, Any]) -> KeyRefused:
+    got = requested(doc, "llmgw_x", CFG, "root", NOW)
+    assert isinstance(got, KeyRefused)
+    return got
+
+
+def test_a_key_ends_by_default_and_ttl_s_says_when_otherwise() -> None:
+    assert made({"name": "a"}).expires_at == NOW + 600
+    assert made({"name": "a", "ttl_s": 30}).expires_at == NOW + 30
+    assert made({"name": "a", "expires_at": "2027-01-15T10:00:00+01:00"}).expires_at == NOW + 3600
+    key = made({"name": "a", "expires_at": "2027-01-16T08:00:00Z"})
+    assert key.expires_at == NOW + 86400
+
+
+def test_the_rules_are_the_file_keys_rules() -> None:
+    key = made({"name": "run-1", "team": "web", "models": "claude-*", "budget": {"usd": 3, "period": "week"},
+                "requests_per_minute": 10, "tokens_per_minute": 5000, "parallel": 2})  # fmt: skip
+    c = key.config
+    assert (c.team, c.models, c.budget and c.budget.usd, c.requests_per_minute, c.parallel) == \
+        ("web", ("claude-*",), 3, 10, 2)  # fmt: skip
+    assert key.digest == hashlib.sha256(b"llmgw_test-secret").digest() and c.key is None
+
+
+@pytest.mark.parametrize(("doc", "status", "code"), [
+    ({"name": "a", "admin": True}, 400, "invalid_key_request"),
+    ({"name": "a", "key_sha256": "00" * 32}, 400, "invalid_key_request"),
+    ({"name": "a", "ttl_s": True}, 400, "invalid_key_request"),
+    ({"name": "a", "ttl_s": float("inf")}, 400, "invalid_key_request"),
+    ({"name": "a", "ttl_s": 1e30}, 400, "invalid_key_request"),
+    ({"name": "a", "expires_at": "2027-01-15"}, 400, "invalid_key_request"),
+    ({"name": "a", "expires_at": "2027-01-15T07:59:59Z"}, 400, "invalid_key_request"),
+    ({"name": "a", "requests_per_minute": 0}, 400, "invalid_key_request"),
+    ({"name": "a", "models": ["*", "gpt-["]}, 400, "invalid_key_request"),
+    ({}, 400, "invalid_key_request"),
+    ({"name": "root"}, 409, "key_name_taken"),
+    ({"name": "client_keys"}, 409, "key_name_taken"),
+])
+def test_a_request_is_refused_with_its_reason(doc: dict[str, Any], status: int, code: str) -> None:
+    r = refused(doc)
+    assert (r.status, r.code) == (status, code) and r.message
+
+
+def test_a_refusal_quotes_where_and_why_never_what_was_sent() -> None:
+    r = refused({"name": "a", "budget": {"usd": "sk-live-secret-looking"}})
+    assert r.message.startswith("budget.usd: ") and "sk-live" not in r.message
+
+
+def test_a_record_keeps_the_digest_and_rules_and_reads_back_whole() -> None:
+    secret = new_secret()
+    assert secret.startswith(SECRET_PREFIX) and len(secret) == len(SECRET_PREFIX) + 43
+    key = made({"name": "r", "team": "web", "budget": {"usd": 2}}, secret)
+    record = key.record()
+    assert record.startswith(f"{int((NOW + 600) * 1000)} ".encode())
+    assert secret.encode() not in record and secret[len(SECRET_PREFIX):].encode() not in record
+    assert IssuedKey.of_record(record) == key
+    assert IssuedKey.of_record(b"1 {not json") is None
+    assert IssuedKey.of_record(b'1 {"config": {"name": "x"}, "issued_by": "a", "issued_at": 1}') is None
+
+
+async def test_the_memory_store_holds_one_key_a_name_a_cap_and_a_pace() -> None:
+    store = MemoryIssuedStore()
+    ms = int(NOW * 1000)
+
+    async def put(name: str, expires_s: float, now_ms: int = ms, cap: int = 2, pace: int = 3) -> str:
+        return await store.put(name, name.encode(), int(expires_s * 1000), now_ms, cap, pace)
+
+    assert await put("a", NOW + 60) == "ok"
+    assert await put("a", NOW + 60) == "taken"
+    assert await put("b", NOW + 1) == "ok"
+    assert await put("c", NOW + 60) == "full"
+    later = ms + 2000  # b has ended: no longer counted, its name free
+    assert await put("c", NOW + 60, later) == "ok"
+    assert await put("b", NOW + 60, later) == "full"
+    assert sorted(await store.records()) == [b"a", b"b", b"c"]  # b kept through its grace
+    assert await store.drop("a") and not await store.drop("a")
+    assert await put("d", NOW + 60, later, cap=10) == "rate"  # the fourth issued this minute
+    assert await put("d", NOW + 60, later + 60_000, cap=10) == "ok"  # a new minute
+    assert await put("e", NOW + 60, ms + int(GRACE_S * 1000) + 2000, cap=10) == "ok"
+    assert b"b" not in await store.records()  # forgotten once its grace is over
+
+
+async def test_a_replica_puts_a_change_in_force_once() -> None:
+    store = MemoryIssuedStore()
+    keys = IssuedKeys(store, lambda: NOW, shared=False)
+    changes: list[int] = []
+    keys.on_change = lambda: changes.append(len(keys.keys))
+    await keys.start()
+    key = made({"name": "a"})
+    assert await keys.issue(key, CFG.keys_api) == "ok"
+    assert keys.keys == {"a": key} and changes == [1]
+    assert await keys.issue(key, CFG.keys_api) == "taken" and changes == [1]
+    assert await keys.revoke("a", "root") and keys.keys == {} and changes == [1, 0]
+    await keys.close()
+
+
+def test_an_issued_key_joins_the_ring_and_a_key_of_the_file_keeps_its_name() -> None:
+    run = made({"name": "run", "team": "web"}, "llmgw_run")
+    shadowed = made({"name": "shadow"}, "llmgw_shadow")
+    cfg = parse_config("upstreams: [{name: u, base_url: 'http://127.0.0.1:9/v1'}]\n"
+                       "keys: [{name: shadow, key: gk-shadow}]\nteams: [{name: web, budget: {usd: 100}}]\n",
+                       env={})  # fmt: skip
+    auth = ClientAuth.from_config(cfg, [run, shadowed])
+    found = auth.check({"Authorization": "Bearer llmgw_run"}, now=NOW)
+    assert found.ok and found.key is not None and found.key.name == "run"
+    assert found.key.team_budget is not None and found.key.team_budget.usd == 100  # its team's, from the file
+    assert found.key.expires_at == NOW + 600 and not found.key.admin
+    assert auth.check({"Authorization": "Bearer llmgw_shadow"}, now=NOW).outcome == "invalid"
+    assert auth.check({"Authorization": "Bearer llmgw_run"}, now=NOW + 600).outcome == "expired"
+
+
+class SlowReads(MemoryIssuedStore):
+    """A store whose next read of the records answers what it held when asked, only once let."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold: asyncio.Event | None = None
+        self.down = False
+
+    async def version(self) -> bytes | None:
+        if self.down:
+            raise IssuedStoreDown("ConnectionError")
+        return await super().version()
+
+    async def records(self) -> list[bytes]:
+        held, hold = await super().records(), self.hold
+        if hold is not None:
+            self.hold = None
+            await hold.wait()
+        return held
+
+
+async def test_a_poll_answered_after_an_issue_does_not_undo_it() -> None:
+    store = SlowReads()
+    keys = IssuedKeys(store, lambda: NOW, shared=False)
+    await keys.start()
+    other = made({"name": "b"})  # another replica's issue, which the poll below reads
+    assert await store.put("b", other.record(), int(other.expires_at * 1000), int(NOW * 1000), 10, 10) == "ok"
+    store.hold = let = asyncio.Event()
+    poll = asyncio.create_task(keys._refresh())  # reads the set before the issue, answered after
+    await asyncio.sleep(0.01)
+    issuing = asyncio.create_task(keys.issue(made({"name": "a"}), CFG.keys_api))
+    await asyncio.sleep(0.01)
+    let.set()
+    await asyncio.wait_for(asyncio.gather(poll, issuing), 5)
+    assert sorted(keys.keys) == ["a", "b"]
+
+
+async def test_a_key_issued_as_the_store_stopped_answering_is_in_force_where_it_was_asked_for() -> None:
+    store = SlowReads()
+    keys = IssuedKeys(store, lambda: NOW, shared=False)
+    await keys.start()
+    put = store.put
+
+    async def then_down(*args: Any) -> Any:
+        got = await put(*args)
+        store.down = True
+        return got
+
+    store.put = then_down  # type: ignore[method-assign]
+    assert await keys.issue(made({"name": "a"}), CFG.keys_api) == "ok"
+    assert list(keys.keys) == ["a"]
