@@ -552,12 +552,18 @@ def _canonical(inbound: Inbound) -> bytes:
     # Agents resend a failed turn re-serialised (Codex reorders a map on every reconnect):
     # the same request must be recognised whatever the key order. orjson does this ~10x
     # faster than json on agent-sized bodies; json takes what orjson refuses (huge ints).
+    payload = inbound.payload
+    if "client_metadata" in payload:
+        # A client's telemetry, never the answer's: Codex stamps each WebSocket resend of a turn
+        # with its time (``x-codex-ws-stream-request-start-ms``), and no resend was known as a
+        # repeat: a permanent 429 cost 33 upstream calls a turn, 9 over HTTPS (audit).
+        payload = {k: v for k, v in payload.items() if k != "client_metadata"}
     try:
-        return orjson.dumps(inbound.payload, option=orjson.OPT_SORT_KEYS)
+        return orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
     except TypeError:
         pass
     try:
-        return json.dumps(inbound.payload, sort_keys=True, separators=(",", ":")).encode()
+        return json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
     except RecursionError:  # nested deeper than json writes (~990 of the 1024 levels read)
         return inbound.body
 

@@ -67,3 +67,18 @@ async def test_an_overflow_still_too_long_after_compression_is_recognised_when_r
     gw.fake.script(overflow_error(16000, 40000, None), overflow_error(16000, 17000, None))
     first, _ = await _twice(gw, api, payload)
     assert first["x-llm-error-type"] == "context_overflow" and first["x-llm-compressed"] == "true"
+
+
+async def test_a_resend_that_differs_in_its_client_metadata_alone_is_recognised(make_gateway) -> None:
+    """Codex stamps every WebSocket resend of a turn with the time it sent it
+    (`client_metadata["x-codex-ws-stream-request-start-ms"]`): no resend matched the failure
+    remembered, and a permanent 429 reached the provider 33 times a turn, 9 over HTTPS (audit)."""
+    gw = await make_gateway("loop_breaker: {enabled: true}\n", "")
+    gw.fake.script(BAD)
+    payload = {"model": "gpt-5-codex", "stream": True, "input": responses_conversation(rounds=1),
+               "client_metadata": {"x-codex-ws-stream-request-start-ms": "1764540801182"}}
+    first = await gw.responses(payload)
+    calls = len(gw.fake.requests)
+    again = await gw.responses({**payload, "client_metadata": {"x-codex-ws-stream-request-start-ms": "1764540805219"}})
+    assert len(gw.fake.requests) == calls, "the resend reached the upstream"
+    assert first[0] == again[0] >= 400 and again[1]["x-llm-from-memory"] == "1"
