@@ -340,3 +340,24 @@ def test_codex_on_its_built_in_provider_runs_a_tool_loop_over_the_websocket(
     assert [(q["method"], q["status"], q.get("transport"), q["attempts"]) for q in lines] == [
         ("POST", 200, "websocket", 0), ("POST", 200, "websocket", 1), ("POST", 200, "websocket", 1)]
     assert "Falling back" not in r.stderr and "Reconnecting" not in r.stderr
+
+
+def test_codex_on_its_built_in_provider_reaches_a_rate_limited_provider_once_per_gateway_budget(
+    codex: Path, gateway: RunningGateway, up: FakeUpstream, tmp_path: Path
+) -> None:
+    """Stock Codex on its built-in provider resends a turn over the WebSocket, each resend with a
+    new `client_metadata["x-codex-ws-stream-request-start-ms"]`, then over HTTPS. Fingerprinted
+    with it, no resend was known as a repeat: a permanent 429 reached the provider 33 times a turn
+    (audit). Now the gateway's own attempts, once; every resend is answered from memory."""
+    up.script(*[Reply(429, RATE, {"retry-after": "1"})] * 100)
+    before = len(gateway.logs().splitlines())
+    r = run_built_in(codex, gateway, tmp_path / "home", "say hi")
+    assert r.code != 0 and r.stdout.strip() == ""
+    lines = [json.loads(line) for line in gateway.logs().splitlines()[before:] if '"event":"request"' in line]
+    refused = [(q.get("transport"), q["attempts"]) for q in lines if q["status"] == 429]
+    # The first try spends the gateway's attempts; every resend after it is known as a repeat:
+    # answered from memory within the 429's second, else one probe, as over HTTPS (each resend
+    # over the WebSocket spent all the attempts again: 33 calls, 15 now).
+    assert refused[0] == ("websocket", 1 + RATE_LIMIT_RETRIES), refused
+    assert len(refused) > 2 and all(attempts <= 1 for _, attempts in refused[1:]), refused
+    assert calls(up) < 25, f"{calls(up)} upstream calls for one Codex turn"
