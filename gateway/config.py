@@ -1518,6 +1518,11 @@ class KeysApiConfig(_Model):
         description="The most keys issued a minute, all admin keys and replicas together; past it, 429 "
         "`issue_rate_limited`.",
     )  # fmt: skip
+    max_ttl_s: float = Field(
+        default=30 * 86400, gt=0,
+        description="The longest an issued key may work, however its `expires_at` or `ttl_s` asks: an "
+        "issued key ends, and its records in the state store with it.",
+    )  # fmt: skip
 
 
 class AccountingConfig(_Model):

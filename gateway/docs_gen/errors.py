@@ -357,7 +357,8 @@ MEANINGS = {
     "end.",
     "issue_rate_limited": "`keys_api.issued_per_minute` keys were issued this minute; `retry-after` is the "
     "minute's end.",
-    "issued_keys_unavailable": "The state store did not answer an issue or a revocation: nothing was done.",
+    "issued_keys_unavailable": "The state store did not answer an issue or a revocation: it may not have "
+    "been done (read the list, then try again).",
     "keys_api_off": "`POST /v1/gateway/keys` where keys are not issued: `keys_api.max_issued: 0`, or "
     "`server.workers` above 1 on `state: {backend: memory}`.",
     "issued_key_not_found": "`DELETE /v1/gateway/keys/{name}` names no issued key (never issued, revoked, "

@@ -172,6 +172,13 @@ def requested(doc: Mapping[str, Any], secret: str, cfg: GatewayConfig, issued_by
     if config.expires_at.timestamp() <= now:
         return KeyRefused(400, "invalid_key_request",
                        f"'expires_at' {config.expires_at.isoformat()} has passed: the key would never work")
+    if config.expires_at.timestamp() > now + cfg.keys_api.max_ttl_s:
+        # "Every issued key ends" was nominal: a key of 9999-12-31 held its Redis records for
+        # millennia (review).
+        return KeyRefused(400, "invalid_key_request",
+                          f"an issued key may work {cfg.keys_api.max_ttl_s:g} s at most (keys_api.max_ttl_s)")
+    if set(config.name) <= {"."}:  # "." and ".." are a URL's dot segments: DELETE could not name it
+        return KeyRefused(400, "invalid_key_request", "a key's name may not be dots alone")
     if config.team is not None and config.team not in {t.name for t in cfg.teams}:
         return KeyRefused(400, "invalid_key_request",
                           f"team '{config.team}' is not one of the config's `teams:`")

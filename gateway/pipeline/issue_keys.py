@@ -69,10 +69,13 @@ async def revoke(request: web.Request) -> web.StreamResponse:
         return await relay(request, svc, state, refused)
     assert state.key is not None and svc.issued is not None
     name = request.match_info["name"]
-    if name in {k.name for k in svc.cfg.keys}:
+    in_file = name in {k.name for k in svc.cfg.keys}
+    if in_file and name not in svc.issued.keys:
         return await relay(request, svc, state, bad_request(
             f"key '{name}' is a key of the config file: remove it there and reload", "key_in_config",
             status=409))  # fmt: skip
+    # An issued key a reload gave a file key's name to is hidden, not gone: revoked all the same,
+    # or it would work again once the file's key is removed (review).
     try:
         dropped = await svc.issued.revoke(name, state.key.name)
     except IssuedStoreDown:
@@ -80,6 +83,9 @@ async def revoke(request: web.Request) -> web.StreamResponse:
     if not dropped:
         unknown = bad_request(f"no issued key is named '{name}'", "issued_key_not_found", status=404)
         return await relay(request, svc, state, unknown)
+    if in_file:
+        return web.json_response({"name": name, "revoked": True,
+                                  "note": "the config file's key of this name stays"})
     return web.json_response({"name": name, "revoked": True})
 
 
@@ -110,7 +116,9 @@ def _refusal(r: KeyRefused) -> Failure:
 
 
 def _store_down() -> Failure:
-    message = "the state store does not answer: no key was issued or revoked; try again"
+    # A call that timed out after Redis ran it may have done its work: said so, not denied.
+    message = ("the state store did not answer: the key may not have been issued or revoked; read "
+               "GET /v1/gateway/keys, then try again")
     c = Classification(ErrorType.PROVIDER_UNAVAILABLE, True, 1.0, None, "issued_keys_unavailable", message)
     return gateway_failure(503, c, message, "issued_keys_unavailable", final=True)
 

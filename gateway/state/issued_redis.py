@@ -12,6 +12,7 @@ and a request never waits behind them.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Sequence
 
@@ -86,6 +87,10 @@ class RedisIssuedStore:
         self._put = client.register_script(_PUT)
         self._drop = client.register_script(_DROP)
         self._restore = client.register_script(_RESTORE)
+        # One call at a time: the client's pool is small (an admin's calls and the poll are off
+        # the request path), and twelve issues at once got six "Too many connections", answered
+        # 503 as if Redis were down (review).
+        self._one = asyncio.Lock()
 
     async def put(self, name: str, record: bytes, expires_ms: int, now_ms: int,
                   max_issued: int, per_minute: int) -> PutOutcome:  # fmt: skip
@@ -93,28 +98,32 @@ class RedisIssuedStore:
         args: list[str | bytes | int] = [name, record, expires_ms, now_ms, max_issued, per_minute, _marker(),
                                          int(GRACE_S * 1000)]
         try:
-            got = await self._put(keys=keys, args=args)
+            async with self._one:
+                got = await self._put(keys=keys, args=args)
         except _FAILURES as e:
             raise IssuedStoreDown(type(e).__name__) from None
         return _bytes(got).decode()  # type: ignore[return-value]
 
     async def drop(self, name: str) -> bool:
         try:
-            return bool(await self._drop(keys=[self._hash, self._marker],
-                                         args=[name, _marker(), int(GRACE_S * 1000)]))  # fmt: skip
+            async with self._one:
+                return bool(await self._drop(keys=[self._hash, self._marker],
+                                             args=[name, _marker(), int(GRACE_S * 1000)]))  # fmt: skip
         except _FAILURES as e:
             raise IssuedStoreDown(type(e).__name__) from None
 
     async def version(self) -> bytes | None:
         try:
-            got = await self._r.get(self._marker)
+            async with self._one:
+                got = await self._r.get(self._marker)
         except _FAILURES as e:
             raise IssuedStoreDown(type(e).__name__) from None
         return None if got is None else _bytes(got)
 
     async def records(self) -> list[bytes]:
         try:
-            return [_bytes(v) for v in (await self._r.hgetall(self._hash)).values()]
+            async with self._one:
+                return [_bytes(v) for v in (await self._r.hgetall(self._hash)).values()]
         except _FAILURES as e:
             raise IssuedStoreDown(type(e).__name__) from None
 
@@ -125,7 +134,8 @@ class RedisIssuedStore:
         for name, record, expires_ms in records:
             args += [name, record, expires_ms]
         try:
-            await self._restore(keys=[self._hash, self._marker], args=args)
+            async with self._one:
+                await self._restore(keys=[self._hash, self._marker], args=args)
         except _FAILURES as e:
             raise IssuedStoreDown(type(e).__name__) from None
 

@@ -226,3 +226,27 @@ async def test_no_key_is_issued_where_the_operator_turned_it_off(make_gateway: M
     status, body = await issue(gw, {"name": "x"})
     assert status == 501 and body["error"]["code"] == "keys_api_off"
 
+
+
+async def test_an_issued_key_a_reload_hid_behind_a_file_key_is_revoked_all_the_same(
+    make_gateway: MakeGateway, tmp_path: Path,
+) -> None:
+    """A reload gave a file key the name of an issued one: the issued key was hidden, DELETE
+    answered 409 `key_in_config`, and once the file's key was removed the old secret worked
+    again (review). DELETE revokes it, and the file's key stays."""
+    gw = await make_gateway(FILE_KEYS)
+    _, made = await issue(gw, {"name": "coll"})
+    path = tmp_path / "gateway.yaml"
+    head = f"upstreams:\n  - {{name: primary, base_url: '{gw.fake.url}'}}\nloop_breaker: {{enabled: false}}\n"
+    path.write_text(head + FILE_KEYS.replace("keys:\n", "keys:\n  - {name: coll, key: gk-coll}\n"))
+    reloader = Reloader(str(path), gw.app[LIVE], log=logging.getLogger("tests.issued_keys"), env={})
+    assert await reloader.reload("SIGHUP", quiet_if_same=True)
+    assert (await gw.chat(headers={"Authorization": f"Bearer {made['key']}"}))[0] == 401
+    status, body = await revoke(gw, "coll")
+    assert status == 200 and body["revoked"] is True and "stays" in body["note"]
+    assert (await gw.chat(headers={"Authorization": "Bearer gk-coll"}))[0] == 200
+    path.write_text(head + FILE_KEYS)
+    assert await reloader.reload("SIGHUP", quiet_if_same=True)
+    assert (await gw.chat(headers={"Authorization": f"Bearer {made['key']}"}))[0] == 401  # gone, not hidden
+    assert (await revoke(gw, "coll"))[0] == 404
+

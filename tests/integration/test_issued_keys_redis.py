@@ -155,3 +155,13 @@ async def test_a_request_finds_an_issued_key_in_memory_not_in_redis(
         assert (await gw.chat(headers={"Authorization": f"Bearer {made['key']}"}))[0] == 200
     polls = (time.monotonic() - started) / issued.POLL_S
     assert calls["records"] == 0 and set(calls) <= {"version"} and calls["version"] <= polls + 1, calls
+
+
+async def test_keys_issued_at_once_are_all_issued(make_gateway: MakeGateway, redis_server: RedisServer) -> None:
+    """Twelve issues at once got six 503 `issued_keys_unavailable` with Redis up: the store's
+    small pool answered "Too many connections" (review). Its calls go one at a time now."""
+    gw = await make_gateway(shared(redis_server))
+    got = await asyncio.gather(*(issue(gw, {"name": f"run-{i}", "ttl_s": 600}) for i in range(12)))
+    assert [status for status, _ in got] == [201] * 12, got
+    dropped = await asyncio.gather(*(revoke(gw, f"run-{i}") for i in range(12)))
+    assert [status for status, _ in dropped] == [200] * 12, dropped

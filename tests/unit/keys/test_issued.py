@@ -198,3 +198,23 @@ async def test_a_key_issued_as_the_store_stopped_answering_is_in_force_where_it_
     store.put = then_down  # type: ignore[method-assign]
     assert await keys.issue(made({"name": "a"}), CFG.keys_api) == "ok"
     assert list(keys.keys) == ["a"]
+
+
+def test_a_gateway_without_named_keys_takes_no_issued_key() -> None:
+    """Issued keys in the ring of a replica whose config names no keys were served with no
+    accounts behind them, past their budget and minute, and made a keyless gateway refuse
+    keyless clients (review). A gateway without `keys:` takes none of them."""
+    key = made({"name": "run", "budget": {"usd": 1}}, secret="llmgw_s")
+    keyless = parse_config("upstreams: [{name: u, base_url: 'http://127.0.0.1:9/v1'}]\n", env={})
+    assert not ClientAuth.from_config(keyless, [key]).required
+    assert ClientAuth.from_config(CFG, [key]).check({"Authorization": "Bearer llmgw_s"}).key is not None
+
+
+def test_an_issued_key_ends_within_max_ttl_s_and_is_not_named_by_dots() -> None:
+    """A key asked to end in 9999 held its Redis records for millennia (review); "." and ".."
+    are a URL's dot segments, which DELETE could not name."""
+    assert "max_ttl_s" in refused({"name": "a", "expires_at": "9999-12-31T00:00:00Z"}).message
+    assert "max_ttl_s" in refused({"name": "a", "ttl_s": 31 * 86400}).message
+    assert made({"name": "a", "ttl_s": 29 * 86400}).expires_at == NOW + 29 * 86400
+    for name in (".", ".."):
+        assert refused({"name": name}).message == "a key's name may not be dots alone"
