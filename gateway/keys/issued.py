@@ -44,6 +44,7 @@ POLL_S = 0.5
 # How long an expired key stays known after it ended, refused as ``expired`` (which tells its
 # holder why) rather than ``invalid``; it no longer counts toward ``max_issued``.
 GRACE_S = 3600.0
+_CLOSE_S = 5.0  # the most a shutdown waits for the watch and for the store to close
 # What the caller may not choose: the gateway makes the key, and an issued key reads only its
 # own state (an admin key that could issue admin keys would outlive its own revocation).
 _NOT_CHOSEN = {"key": "the gateway makes the key and answers it once",
@@ -262,10 +263,13 @@ class IssuedKeys:
     async def close(self) -> None:
         if self._watch is not None:
             self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
+            # Bounded: a shutdown never waits on the store (a watch inside a call to a Redis that
+            # went away first ends with that call's own timeout at the latest).
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(self._watch, _CLOSE_S)
             self._watch = None
-        await self._store.close()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._store.close(), _CLOSE_S)
 
     async def _watch_store(self) -> None:
         while True:
