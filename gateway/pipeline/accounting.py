@@ -165,16 +165,13 @@ async def admit_request(svc: Services, state: RequestState, headers: Mapping[str
     goes with the client's model, and names its own limit or gets the provider's default.
     ``searches``: the web searches it may be billed (``_searches_sent``); none for a request
     relayed as it is (a token count declares the tools it counts, and searches nothing)."""
-    key = state.key
-    if key is None:
-        return None
-    if not key.allows(model):
-        return _not_allowed(svc, key, model, headers)
-    if not key.limited or svc.accounts is None:
-        return None
+    held = _held_key(svc, state, model, headers)
+    if not isinstance(held, tuple):
+        return held  # a refusal for the model, or None: no limit applies
+    key, accounts = held
     priced, sent_output = sent if sent is not None and sent[0] is not None else (model, None)
     if priced and (key.budget is not None or key.team_budget is not None) \
-            and svc.accounts.prices.price_for(priced) is None:  # fmt: skip
+            and accounts.prices.price_for(priced) is None:  # fmt: skip
         svc.telemetry.child(svc.telemetry.key_refusals, key.name, "unpriced").inc()
         return _unpriced(key, priced, headers)
     if key.counts_tokens and payload.get("background") is True:
@@ -184,18 +181,32 @@ async def admit_request(svc: Services, state: RequestState, headers: Mapping[str
     if key.counts_tokens:
         # What the request names without sending (a PDF by URL, a file_id) is read by the
         # provider as prompt all the same: its bytes are not here to estimate from.
-        prompt += svc.accounts.references.of(payload)
+        prompt += accounts.references.of(payload)
     budgeted = key.budget is not None or key.team_budget is not None
     output = output_budget.ceiling(payload) or sent_output
     if output is not None and output_budget.named_loosely(payload):
-        output = max(output, svc.accounts.default_max_tokens)  # (named_loosely says why)
-    got = await svc.accounts.admit(key, priced, prompt, output, _answers(payload),
+        output = max(output, accounts.default_max_tokens)  # (named_loosely says why)
+    got = await accounts.admit(key, priced, prompt, output, _answers(payload),
                                    budgeted and asks_hour_cache(payload),
                                    searches if budgeted else 0)  # fmt: skip
     if isinstance(got, Reservation):
         state.reservation = got
         return None
     return _refused(svc, state, headers, got)
+
+
+def _held_key(svc: Services, state: RequestState, model: str | None,
+              headers: Mapping[str, str]) -> tuple[KeySpec, Accounts] | Failure | None:  # fmt: skip
+    """The key whose limits and budget hold this request; its refusal for a model it may not
+    use; None: none applies (no key, or one without limits, or no accounts)."""
+    key = state.key
+    if key is None:
+        return None
+    if not key.allows(model):
+        return _not_allowed(svc, key, model, headers)
+    if not key.limited or svc.accounts is None:
+        return None
+    return key, svc.accounts
 
 
 # The token counts relayed as they are (Gemini's ``countTokens`` has its own handler).
@@ -209,14 +220,11 @@ async def admit_count(svc: Services, state: RequestState, headers: Mapping[str, 
     its minute's requests and tokens and its budget's reservations are not taken
     (``Accounts.admit_count`` says why). Nor is an unpriced model refused: a count costs
     nothing."""
-    key = state.key
-    if key is None:
-        return None
-    if not key.allows(model):
-        return _not_allowed(svc, key, model, headers)
-    if not key.limited or svc.accounts is None:
-        return None
-    got = await svc.accounts.admit_count(key)
+    held = _held_key(svc, state, model, headers)
+    if not isinstance(held, tuple):
+        return held  # a refusal for the model, or None: no limit applies
+    key, accounts = held
+    got = await accounts.admit_count(key)
     if got is None:
         return None
     return _refused(svc, state, headers, got)
