@@ -145,7 +145,19 @@ class ServerConfig(_Model):
         description="Serve the Responses API's WebSocket mode (`GET /v1/responses` upgraded, as Codex on its "
         "built-in provider and the openai and Agents SDKs' websocket transports open it): each "
         "`response.create` is one request through the pipeline of `POST /v1/responses`. False: the "
-        "upgrade is answered 426 `websocket_not_supported`, on which Codex goes on over HTTPS.",
+        "upgrade is answered 426 `websocket_not_supported`, on which Codex goes on over HTTPS. Turned off "
+        "by a reload, each open connection is closed 1001 Going Away, at once when idle, after its turn "
+        "when busy.",
+    )  # fmt: skip
+    # OpenAI's own limit (its WebSocket mode guide: "Connections last up to 60 minutes"), which
+    # the clients of the mode reconnect on; a connection kept open by its pings alone does not
+    # hold its socket and its memory of the last response for good.
+    responses_websocket_max_age_s: float = Field(
+        default=3600.0, gt=0,
+        description="Seconds a WebSocket connection of the Responses API's mode is served. Past them, once "
+        "its turn (if any) is answered, it gets the error event `websocket_connection_limit_reached` (status "
+        "400, as OpenAI's after its 60 minutes) and is closed 1001 Going Away; Codex and the Agents SDK open "
+        "a new one. A turn under way is never cut.",
     )  # fmt: skip
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="Lowest level of log line written."

@@ -44,6 +44,7 @@ class Live:
         new.life = self.life
         self._generations[id(new)] = (new, owned)
         self.services = new
+        self.life.reconfigured()
         if old.serving == 0:
             self._retire(old)
         else:

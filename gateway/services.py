@@ -143,10 +143,11 @@ class Route:
         return cls(tuple(hops), tuple(m for h in hops for m in h.members), affinity)
 
 
-class GoingAway(Protocol):
-    """A connection that outlives requests (a WebSocket), told when the process drains."""
+class LongLived(Protocol):
+    """A connection that outlives requests (a WebSocket), told when the process drains or its
+    config is replaced: either may end it."""
 
-    def going_away(self) -> None: ...
+    def reconsider(self) -> None: ...
 
 
 @dataclass
@@ -162,15 +163,19 @@ class Lifecycle:
     idle: list[Callable[[], None]] = field(default_factory=list)
     settling: set[asyncio.Task[Any]] = field(default_factory=set)  # keys' spend being written
     # Open WebSocket connections (the Responses API's mode, pipeline/websocket.py): no request
-    # themselves, so in_flight counts only their turns; a drain tells each to go away.
-    connections: set[GoingAway] = field(default_factory=set)
+    # themselves, so in_flight counts only their turns; a drain or a reload tells each.
+    connections: set[LongLived] = field(default_factory=set)
 
     def start_draining(self) -> None:
         """SIGTERM: ``/readyz`` answers 503, answers close their connections, and each open
         WebSocket closes (at once when idle, else after its turn)."""
         self.draining = True
+        self.reconfigured()
+
+    def reconfigured(self) -> None:
+        """Each open WebSocket asks whether it may go on (a reload may have turned its mode off)."""
         for connection in list(self.connections):
-            connection.going_away()
+            connection.reconsider()
 
     def cut(self) -> int:
         """``drain_s`` ran out: every request still in flight is cancelled, and the cancellation

@@ -402,6 +402,10 @@ MEANINGS = {
     "websocket_not_supported": "A WebSocket upgrade of `GET /v1/responses` (the Responses API's WebSocket "
     "mode) where `server.responses_websocket` is false: never forwarded; 426, which Codex takes as \"use "
     "HTTPS\" at once.",
+    "websocket_connection_limit_reached": "The Responses API's WebSocket mode: the connection has been "
+    "open `server.responses_websocket_max_age_s` (by default 60 minutes, as OpenAI's). Sent as the "
+    "connection's error event (no `stream_id`) once its turn, if any, is answered, then the connection is "
+    "closed 1001; Codex and the Agents SDK open a new one.",
     "request_timeout": "The client did not send its body within `timeouts.idle_s` (on messages a 400 with "
     "Anthropic's `error.details.error_code` `request_body_timeout`).",
     "request_too_large": "The body is over `server.max_body_bytes`, before or after decoding; refused "

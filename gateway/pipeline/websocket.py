@@ -14,8 +14,10 @@ HTTP). The connection keeps its last response, so a turn that sends only its new
 
 Frames are read all the while a turn runs (pings are answered only as frames are read, and a
 client's heartbeat must not time out behind a long turn); turns run one at a time, in the order
-they came, whatever their ``stream_id``. A drain (``Lifecycle.start_draining``) closes an idle
-connection with 1001 Going Away at once, a busy one after its turn.
+they came, whatever their ``stream_id``. Between turns the connection asks whether it is to end
+(``due``): a drain (``Lifecycle.start_draining``), a reload that turned the mode off, or its age
+past ``server.responses_websocket_max_age_s`` closes an idle connection with 1001 Going Away at
+once, a busy one after its turn; a frame that comes meanwhile starts nothing.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp import WebSocketError, WSCloseCode, WSMsgType, web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.streams import StreamReader
 from multidict import CIMultiDict
@@ -40,6 +42,8 @@ from gateway.apis.responses.websocket import (
     Create,
     FrameRefused,
     Last,
+    Leave,
+    due,
     error_frame,
     expanded,
     read_frame,
@@ -228,9 +232,9 @@ def serve(passthrough: Handler, refused: Handler, unauthenticated: Handler, drai
             return await draining(request)
         if not svc.auth.check(request.headers, None, svc.wall()).ok:
             return await unauthenticated(request)  # each turn is checked again, at its own time
-        ws = web.WebSocketResponse(heartbeat=HEARTBEAT_S, max_msg_size=svc.cfg.server.max_body_bytes)
+        ws = _Socket(svc.cfg.server.max_body_bytes)
         await ws.prepare(request)
-        connection = Connection(request, ws, turn)
+        connection = Connection(request, ws, turn, svc.monotonic)
         live.life.connections.add(connection)
         try:
             await connection.run()
@@ -241,33 +245,57 @@ def serve(passthrough: Handler, refused: Handler, unauthenticated: Handler, drai
     return route
 
 
-GOING_AWAY = b"the gateway is shutting down; connect again"
+class _Socket(web.WebSocketResponse):
+    """The connection's WebSocket. A message over ``max_msg_size`` makes aiohttp (3.14) close it
+    1009 with no reason (``receive`` calls ``close(code=1009)``): the reason says which limit, so
+    the client's error does (OpenAI's own server closes 1009 there too, with no error event:
+    lidge-jun/opencodex#2473 measured it at 16 MiB). tests/integration/test_responses_websocket.py
+    fails loudly if aiohttp stops closing through this method."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(heartbeat=HEARTBEAT_S, max_msg_size=max_bytes)
+        # A close reason holds 123 bytes at most (RFC 6455 §5.5).
+        self._too_big = f"message too big: a frame may be at most {max_bytes} bytes".encode()
+
+    async def close(self, *, code: int = WSCloseCode.OK, message: bytes = b"", drain: bool = True) -> bool:
+        if code == WSCloseCode.MESSAGE_TOO_BIG and not message:
+            message = self._too_big
+        return await super().close(code=code, message=message, drain=drain)
 
 
 class Connection:
     """One WebSocket: frames read as they come, turns answered one at a time."""
 
-    def __init__(self, handshake: web.Request, ws: web.WebSocketResponse, turn: Handler) -> None:
+    def __init__(self, handshake: web.Request, ws: web.WebSocketResponse, turn: Handler,
+                 clock: Callable[[], float]) -> None:  # fmt: skip
         self.handshake = handshake
         self.ws = ws
         self.turn = turn
+        self.clock = clock
+        self.opened = clock()
+        self.frames = 0  # answered
         self.last: Last | None = None
-        self.queue: asyncio.Queue[Create | FrameRefused] = asyncio.Queue(QUEUED_TURNS)
-        self.busy = False  # a frame is being answered
-        self.leaving = False  # the process drains: no turn starts, the connection closes 1001
-        self._worker: asyncio.Task[None] | None = None
+        # Frames to answer; None wakes the worker to ask ``due`` again.
+        self.queue: asyncio.Queue[Create | FrameRefused | None] = asyncio.Queue(QUEUED_TURNS)
+        self.leaving: Leave | None = None  # decided: no turn starts, the connection closes
 
-    def going_away(self) -> None:
-        """The process drains (``Lifecycle.start_draining``): an idle connection is closed now,
-        a busy one once its turn is answered (or cut, with the turn's typed error first). 1001
-        Going Away, so a client reconnects (to a replica still serving) rather than report a
-        fault."""
-        self.leaving = True
-        if not self.busy and self._worker is not None:
-            self._worker.cancel()  # it waits for a frame: it closes the connection instead
+    def reconsider(self) -> None:
+        """Something a connection's end depends on changed (``Lifecycle.start_draining``, a
+        reload): an idle connection asks ``due`` now, a busy one once its turn is answered."""
+        with contextlib.suppress(asyncio.QueueFull):  # full: the worker takes a frame, and asks, soon
+            self.queue.put_nowait(None)
+
+    def _due(self) -> Leave | None:
+        live = self.handshake.app[LIVE]
+        server = live.services.cfg.server
+        return due(draining=live.life.draining, serving=server.responses_websocket, age_s=self._age(),
+                   max_age_s=server.responses_websocket_max_age_s)  # fmt: skip
+
+    def _age(self) -> float:
+        return self.clock() - self.opened
 
     async def run(self) -> None:
-        self._worker = worker = asyncio.create_task(self._work())
+        worker = asyncio.create_task(self._work())
         try:
             async for msg in self.ws:
                 if msg.type is WSMsgType.TEXT:
@@ -275,8 +303,10 @@ class Connection:
                 elif msg.type is WSMsgType.BINARY:
                     frame = FrameRefused(400, "invalid_event", "binary frames are not read; send JSON text")
                 else:
+                    if msg.type is WSMsgType.ERROR:
+                        self._broken(msg.data)
                     continue
-                if frame is not None and not self.leaving:
+                if frame is not None and self.leaving is None:
                     await self.queue.put(frame)
         finally:
             # The client is gone: so is any turn of its, upstream call included.
@@ -284,23 +314,42 @@ class Connection:
             with contextlib.suppress(asyncio.CancelledError):
                 await worker
 
+    def _broken(self, error: object) -> None:
+        """aiohttp ended the connection for a protocol error (already closed, with its code)."""
+        if isinstance(error, WebSocketError) and error.code == WSCloseCode.MESSAGE_TOO_BIG:
+            # aiohttp's own words: the size and the limit, nothing of the frame.
+            log.warning({"event": "websocket_closed", "reason": "message_too_big", "code": int(error.code),
+                         "detail": str(error)[:200], "frames": self.frames})  # fmt: skip
+
     async def _work(self) -> None:
+        while (leave := self._due()) is None:
+            frame = await self._next()
+            if frame is None or self._due() is not None:
+                continue  # woken to ask again, or a frame that came once the connection was to end
+            self.frames += 1
+            if not await self._frame(frame):
+                return
+        self.leaving = leave
+        await self._leave(leave)
+
+    async def _next(self) -> Create | FrameRefused | None:
+        """The next frame; None when woken, or when the connection's age runs out meanwhile."""
+        left = self.handshake.app[LIVE].services.cfg.server.responses_websocket_max_age_s - self._age()
         try:
-            while not self.leaving:
-                frame = await self.queue.get()
-                self.busy = True
-                try:
-                    if not await self._frame(frame):
-                        return
-                finally:
-                    self.busy = False
-        except asyncio.CancelledError:
-            if not self.leaving or self.ws.closed:
-                raise
-            # Cancelled by going_away while it waited for a frame (the client's own leaving
-            # cancels it too, but then the connection is closed already).
-            asyncio.current_task().uncancel()  # type: ignore[union-attr]
-        await self.ws.close(code=WSCloseCode.GOING_AWAY, message=GOING_AWAY)
+            async with asyncio.timeout(max(left, 0.0)):
+                return await self.queue.get()
+        except TimeoutError:
+            return None
+
+    async def _leave(self, leave: Leave) -> None:
+        if leave.logged is not None:
+            log.info({"event": "websocket_closed", "reason": leave.logged, "code": leave.code,
+                      "age_s": round(self._age(), 3), "frames": self.frames})  # fmt: skip
+        error = leave.error
+        if error is not None:
+            with contextlib.suppress(ConnectionError):
+                await self.ws.send_frame(error_frame(error.status, refusal_error(error)), WSMsgType.TEXT)
+        await self.ws.close(code=leave.code, message=leave.reason)
 
     async def _frame(self, frame: Create | FrameRefused) -> bool:
         """Answers one frame; False where the connection is to end without more."""

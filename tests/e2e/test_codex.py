@@ -361,3 +361,43 @@ def test_codex_on_its_built_in_provider_reaches_a_rate_limited_provider_once_per
     assert refused[0] == ("websocket", 1 + RATE_LIMIT_RETRIES), refused
     assert len(refused) > 2 and all(attempts <= 1 for _, attempts in refused[1:]), refused
     assert calls(up) < 25, f"{calls(up)} upstream calls for one Codex turn"
+
+
+@pytest.fixture(scope="module")
+def short_lived_gateway(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
+    """Connections of the WebSocket mode served 0.5 s (OpenAI's: 60 minutes)."""
+    gw = launch_cli(fake, tmp_path_factory.mktemp("codexaged"), server_yaml=", responses_websocket_max_age_s: 0.5")
+    yield gw
+    gw.stop()
+
+
+def test_codex_on_its_built_in_provider_opens_a_new_connection_at_the_connections_age(
+    codex: Path, short_lived_gateway: RunningGateway, up: FakeUpstream, tmp_path: Path
+) -> None:
+    """The first answer takes past the connection's age: it is answered whole, then the connection
+    gets `websocket_connection_limit_reached` and is closed 1001. Codex runs the tool and sends the
+    next turn on a new connection, whole, as OpenAI's guide asks of a client at its 60 minutes."""
+    def model(payload: dict) -> Step | None:
+        step = tool_call.answer("responses", payload, "gpt-5-codex")[0]
+        if isinstance(step, Stream) and not up.responses_requests()[:-1]:
+            step.pause_s = 0.8  # the first call only: its turn runs past the 0.5 s (within idle_s)
+        return step
+
+    up.script(model, model)
+    gw = short_lived_gateway
+    before = len(gw.logs().splitlines())
+    r = run_built_in(codex, gw, tmp_path / "home", "list the files here")
+    assert r.code == 0, r.stderr
+    # The tool's result came back (what it printed is the sandbox's: bwrap fails under some hosts).
+    assert r.stdout.strip().startswith("The tool answered:"), r.stdout
+    assert [q.method for q in up.requests] == ["POST", "POST"]  # the first turn was not cut, nor sent twice
+    first, second = (q.json() for q in up.responses_requests())
+    assert second["input"][: len(first["input"])] == first["input"] and "previous_response_id" not in second
+    logged = [json.loads(line) for line in gw.logs().splitlines()[before:] if line.startswith("{")]
+    closes = [q for q in logged if q.get("event") == "websocket_closed"]
+    # Ended after its two frames (Codex's warm-up, the first turn), none cut or refused; the
+    # second turn on a new connection.
+    assert [(q["reason"], q["code"], q["frames"]) for q in closes][:1] == [("max_age", 1001, 2)], closes
+    turns = [(q.get("transport"), q["status"], q["attempts"]) for q in logged if q.get("event") == "request"]
+    assert turns == [("websocket", 200, 0), ("websocket", 200, 1), ("websocket", 200, 1)], turns
+    assert "Reconnecting" not in r.stderr, r.stderr

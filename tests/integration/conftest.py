@@ -110,6 +110,7 @@ async def make_gateway(request: pytest.FixtureRequest) -> AsyncIterator[MakeGate
                    real_sleep: bool = False, upstreams: str | None = None,
                    timeouts: str | None = None,
                    wall: Callable[[], float] = time.time,
+                   monotonic: Callable[[], float] = time.monotonic,
                    rand: Callable[[], float] = random.random) -> Gateway:
         timeouts = timeouts or default_timeouts
         if fake is None:
@@ -133,7 +134,7 @@ async def make_gateway(request: pytest.FixtureRequest) -> AsyncIterator[MakeGate
             slept.append(s)
 
         app = create_app(cfg, registry=registry, sleep=asyncio.sleep if real_sleep else record_sleep, wall=wall,
-                         rand=rand)
+                         monotonic=monotonic, rand=rand)
         runner = make_runner(app, shutdown_timeout=0.5)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 import aiohttp
 import pytest
@@ -345,3 +346,140 @@ async def test_a_turn_chained_to_a_stored_response_goes_as_sent_where_its_upstre
         second = await _turn(ws, {**stored, "previous_response_id": first[-1]["response"]["id"], "input": new})
     assert second[-1]["type"] == "response.completed", second
     assert [m["role"] for m in chat.fake.chat_requests()[1].json()["messages"]] == ["user", "assistant", "user"]
+
+
+# --- the connection's own end: its age, a reload, a frame too big ------------------------------
+# OpenAI ends a connection at 60 minutes with an error event of status 400, no stream_id, code
+# websocket_connection_limit_reached (the WebSocket mode guide; Codex's own test of it,
+# codex-rs/codex-api/src/endpoint/responses_websocket.rs); the gateway then closes 1001.
+
+
+def _closes(caplog: pytest.LogCaptureFixture) -> list[dict]:
+    return [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "websocket_closed"]
+
+
+async def _until_closed(ws: aiohttp.ClientWebSocketResponse) -> tuple[list[dict], aiohttp.WSMessage]:
+    """The text frames that come before the close, and the close."""
+    events = []
+    while (msg := await ws.receive(timeout=10)).type is aiohttp.WSMsgType.TEXT:
+        events.append(json.loads(msg.data))
+    return events, msg
+
+
+def _limit_reached(event: dict) -> None:
+    assert event["type"] == "error" and event["status"] == 400 and "stream_id" not in event, event
+    assert event["error"]["type"] == "invalid_request_error"
+    assert event["error"]["code"] == "websocket_connection_limit_reached"
+    assert "60 minutes" in event["error"]["message"]
+
+
+async def test_a_connection_past_its_hour_ends_after_its_turn_with_the_limit_event(
+    make_gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The clock passes the hour while a turn runs: the turn is answered whole, then the limit's
+    error event and the close; a turn just short of the hour goes on as any."""
+    caplog.set_level(logging.INFO, logger="gateway")
+    now = [1000.0]
+    gw = await make_gateway(monotonic=lambda: now[0])
+
+    def an_hour_passes(payload: dict) -> None:
+        now[0] += 2.0  # the turn that crosses 3600 s
+        return None  # the fake's normal answer
+
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        assert (await _turn(ws, FIRST))[-1]["type"] == "response.completed"
+        now[0] += 3599.0
+        gw.fake.script(an_hour_passes)
+        await ws.send_json(FIRST)
+        events, closed = await _until_closed(ws)
+    *turn, limit = events
+    assert turn[0]["type"] == "response.created" and turn[-1]["type"] == "response.completed"
+    _limit_reached(limit)
+    assert closed.type is aiohttp.WSMsgType.CLOSE and closed.data == aiohttp.WSCloseCode.GOING_AWAY
+    assert closed.extra == "connection limit reached; connect again"
+    assert len(gw.fake.responses_requests()) == 2
+    (line,) = _closes(caplog)
+    assert line["reason"] == "max_age" and line["code"] == 1001 and line["frames"] == 2 and line["age_s"] == 3601.0
+
+
+async def test_a_frame_that_comes_past_the_hour_starts_nothing(make_gateway) -> None:
+    now = [0.0]
+    gw = await make_gateway(monotonic=lambda: now[0])
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        assert (await _turn(ws, FIRST))[-1]["type"] == "response.completed"
+        now[0] = 3600.0  # between turns (the worker waits out the real hour: the frame wakes it)
+        await ws.send_json(FIRST)
+        (limit,), closed = await _until_closed(ws)
+    _limit_reached(limit)
+    assert closed.data == aiohttp.WSCloseCode.GOING_AWAY
+    assert len(gw.fake.responses_requests()) == 1
+
+
+async def test_an_idle_connection_is_ended_at_its_age_without_a_frame(make_gateway) -> None:
+    gw = await make_gateway("server: {responses_websocket_max_age_s: 0.3}\n")
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        (limit,), closed = await _until_closed(ws)
+    assert limit["error"]["code"] == "websocket_connection_limit_reached"
+    assert "0.3 seconds" in limit["error"]["message"]
+    assert closed.data == aiohttp.WSCloseCode.GOING_AWAY
+    assert gw.fake.requests == []
+
+
+async def test_a_reload_that_turns_the_mode_off_ends_idle_connections_now_and_busy_ones_after_their_turn(
+    make_gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An operator who turns the mode off gets no new turn on any connection; a turn under way
+    is answered whole. Then an upgrade is answered 426 (on which Codex goes on over HTTPS)."""
+    caplog.set_level(logging.INFO, logger="gateway")
+    gw = await make_gateway(real_sleep=True)
+    gw.fake.script(Hang(0.5))  # then dropped: the retry answers
+    life = gw.app[LIVE].life
+    busy = await gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE)
+    idle = await gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE)
+    await busy.send_json(FIRST)
+    await _until(lambda: life.in_flight == 1, "the turn is under way")
+    text = f"upstreams:\n  - {{name: primary, base_url: '{gw.fake.url}'}}\n{OFF}"
+    await gw.app[LIVE].replace(parse_config(text, env={}))
+    gone = await idle.receive(timeout=5)
+    assert gone.type is aiohttp.WSMsgType.CLOSE and gone.data == aiohttp.WSCloseCode.GOING_AWAY
+    assert "no longer serves the WebSocket mode" in gone.extra
+    await busy.send_json(FIRST)  # after the reload: not started
+    events, closed = await _until_closed(busy)
+    assert events[-1]["type"] == "response.completed"
+    assert closed.data == aiohttp.WSCloseCode.GOING_AWAY
+    assert len(gw.fake.responses_requests()) == 2  # the hung try and its retry: one turn
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE)
+    assert refused.value.status == 426
+    assert sorted(line["reason"] for line in _closes(caplog)) == ["mode_off", "mode_off"]
+    await idle.close()
+    await busy.close()
+
+
+async def test_a_reload_that_keeps_the_mode_on_ends_nothing(make_gateway) -> None:
+    gw = await make_gateway()
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        assert (await _turn(ws, FIRST))[-1]["type"] == "response.completed"
+        text = f"upstreams:\n  - {{name: primary, base_url: '{gw.fake.url}'}}\nserver: {{max_body_bytes: 100000}}\n"
+        await gw.app[LIVE].replace(parse_config(text, env={}))
+        assert (await _turn(ws, FIRST))[-1]["type"] == "response.completed"
+
+
+async def test_a_frame_too_big_closes_1009_saying_its_limit_and_is_logged(
+    make_gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As OpenAI's server (which closes 1009 with no error event at 16 MiB, lidge-jun/opencodex#2473):
+    aiohttp's max_msg_size still refuses it unread, and the close reason says the limit (aiohttp's
+    own close has none)."""
+    caplog.set_level(logging.INFO, logger="gateway")
+    gw = await make_gateway("server: {max_body_bytes: 2000}\n")
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        await ws.send_json({**FIRST, "input": "x" * 3000})
+        events, closed = await _until_closed(ws)
+    assert events == []
+    assert closed.type is aiohttp.WSMsgType.CLOSE and closed.data == aiohttp.WSCloseCode.MESSAGE_TOO_BIG
+    assert closed.extra == "message too big: a frame may be at most 2000 bytes"
+    (line,) = _closes(caplog)
+    assert line["reason"] == "message_too_big" and line["code"] == 1009 and "exceeds limit 2000" in line["detail"]
+    assert "xxx" not in json.dumps(line)
+    assert gw.fake.requests == []

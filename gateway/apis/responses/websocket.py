@@ -176,6 +176,63 @@ def error_frame(status: int, error: dict[str, Any], lane: str | None = None,
     return orjson.dumps(frame)
 
 
+# RFC 6455 §7.4.1: the endpoint is going away. Every end the gateway gives a connection uses it,
+# so a client reconnects: the openai SDK 3.57's connection does on 1001 by itself
+# (openai/types/websocket_reconnection.py, _RECOVERABLE_CLOSE_CODES).
+GOING_AWAY = 1001
+
+
+@dataclass(frozen=True)
+class Leave:
+    """How the gateway ends a connection before its next turn: the close code and reason, the
+    error event sent first (None: none), and the ``reason`` of its log line (None: not logged)."""
+
+    code: int
+    reason: bytes
+    error: FrameRefused | None = None
+    logged: str | None = None
+
+
+SHUTTING_DOWN = Leave(GOING_AWAY, b"the gateway is shutting down; connect again")
+# A reload set ``server.responses_websocket: false``: the next upgrade is answered 426, on which
+# Codex goes on over HTTPS. No error event: a turn refused with one would be a failed turn.
+TURNED_OFF = Leave(GOING_AWAY, b"the gateway no longer serves the WebSocket mode; use POST /v1/responses",
+                   logged="mode_off")  # fmt: skip
+
+
+def due(*, draining: bool, serving: bool, age_s: float, max_age_s: float) -> Leave | None:
+    """Whether a connection ends before its next turn, and how (None: it goes on). Asked between
+    turns only: a turn under way is never cut for any of these (a drain's ``drain_s`` is)."""
+    if draining:
+        return SHUTTING_DOWN
+    if not serving:
+        return TURNED_OFF
+    if age_s >= max_age_s:
+        return aged(max_age_s)
+    return None
+
+
+def aged(max_age_s: float) -> Leave:
+    """OpenAI's connections last 60 minutes; then the server sends this error event, with no
+    ``stream_id`` (the connection's, not a turn's), status 400 and type
+    ``invalid_request_error`` (the WebSocket mode guide,
+    https://developers.openai.com/api/docs/guides/websocket-mode). Codex takes the code as
+    retryable and opens a new connection (codex-rs/codex-api/src/endpoint/responses_websocket.rs,
+    ``map_wrapped_websocket_error_event``); the Agents SDK 0.24 opens one for its next turn once
+    the connection is closed (``_ensure_websocket_connection``)."""
+    message = (f"this WebSocket connection reached its limit of {_span(max_age_s)}; open a new "
+               "connection to continue")  # fmt: skip
+    return Leave(GOING_AWAY, b"connection limit reached; connect again",
+                 FrameRefused(400, "websocket_connection_limit_reached", message), "max_age")  # fmt: skip
+
+
+def _span(seconds: float) -> str:
+    if seconds >= 60 and seconds % 60 == 0:
+        minutes = int(seconds // 60)
+        return f"{minutes} minute" + ("s" if minutes != 1 else "")
+    return f"{seconds:g} seconds"
+
+
 def refusal_error(refused: FrameRefused) -> dict[str, Any]:
     return {"type": "invalid_request_error", "code": refused.code, "message": refused.message,
             "param": refused.param}  # fmt: skip

@@ -9,12 +9,17 @@ from __future__ import annotations
 import json
 
 from gateway.apis.responses.websocket import (
+    SHUTTING_DOWN,
+    TURNED_OFF,
     Create,
     FrameRefused,
     Last,
+    aged,
+    due,
     error_frame,
     expanded,
     read_frame,
+    refusal_error,
     remembered,
     warm_response,
 )
@@ -104,3 +109,28 @@ def test_the_error_frame_is_the_modes_shape() -> None:
         "type": "error", "status": 429, "error": {**error, "headers": {"retry-after": "5"}},
         "headers": {"retry-after": "5"}, "stream_id": "a"}  # fmt: skip
     assert json.loads(error_frame(400, error)) == {"type": "error", "status": 400, "error": error}
+
+
+def test_a_connection_goes_on_until_a_drain_a_reload_that_turns_the_mode_off_or_its_age() -> None:
+    assert due(draining=False, serving=True, age_s=3599.9, max_age_s=3600) is None
+    assert due(draining=True, serving=True, age_s=0, max_age_s=3600) is SHUTTING_DOWN
+    assert due(draining=False, serving=False, age_s=0, max_age_s=3600) is TURNED_OFF
+    assert due(draining=False, serving=True, age_s=3600, max_age_s=3600) == aged(3600)
+    # A drain outranks the others: its close says "shutting down", which clients retry elsewhere.
+    assert due(draining=True, serving=False, age_s=9999, max_age_s=3600) is SHUTTING_DOWN
+    assert {SHUTTING_DOWN.code, TURNED_OFF.code, aged(1).code} == {1001}
+    assert SHUTTING_DOWN.error is None and TURNED_OFF.error is None
+
+
+def test_the_limit_event_is_openais_shape() -> None:
+    """The WebSocket mode guide's event, as Codex's own test of it has it: status 400, type
+    invalid_request_error, no stream_id (the connection's error, not a turn's)."""
+    refused = aged(3600).error
+    assert refused is not None
+    frame = json.loads(error_frame(refused.status, refusal_error(refused), refused.lane))
+    assert frame["type"] == "error" and frame["status"] == 400 and "stream_id" not in frame
+    assert frame["error"]["type"] == "invalid_request_error"
+    assert frame["error"]["code"] == "websocket_connection_limit_reached"
+    assert "60 minutes" in frame["error"]["message"]
+    assert "1 minute;" in aged(60).error.message and "90 seconds" in aged(90).error.message  # type: ignore[union-attr]
+    assert len(aged(3600).reason) <= 123  # a close reason's most (RFC 6455 §5.5)
