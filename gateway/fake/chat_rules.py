@@ -10,6 +10,10 @@ a chat-only server). Each rule, as OpenAI words it (400 ``invalid_request_error`
 - "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with
   'tool_calls'." (param ``messages.[N].role``; the misspelling is OpenAI's): a tool result whose
   call is not in the assistant turn right before it;
+- "Invalid parameter: Duplicate value for 'tool_call_id' of '<id>', in messages[A] and
+  messages[B]." (param ``messages.[B].tool_call_id``): a call answered by two tool messages
+  (OpenAI's error object in https://github.com/agno-agi/agno/issues/5116; GitHub Copilot's
+  GPT 4.1 in https://github.com/anomalyco/opencode/issues/1211);
 - "Invalid 'user': string too long. Expected a string with maximum length 64, but got a string
   with length N instead." (param ``user``, code ``string_above_max_length``): Claude Code's
   ``metadata.user_id``, a JSON object of ~150 characters, passed on as ``user``. The limit is
@@ -261,6 +265,7 @@ def _why(messages: Any) -> Fault | None:
         return None
     window: set[str] = set()  # the calls of the assistant turn the tool messages now answer
     waiting: list[str] = []  # of those, the ones no tool message answered yet
+    answered: dict[Any, int] = {}  # of those, where each was answered
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             continue
@@ -274,6 +279,10 @@ def _why(messages: Any) -> Fault | None:
             if call not in window:
                 return ("Invalid parameter: messages with role 'tool' must be a response to a preceeding message "
                         "with 'tool_calls'.", f"messages.[{i}].role", None)  # fmt: skip
+            if call in answered and call not in waiting:  # a turn calling twice with one id is answered twice
+                return (f"Invalid parameter: Duplicate value for 'tool_call_id' of '{call}', in "
+                        f"messages[{answered[call]}] and messages[{i}].", f"messages.[{i}].tool_call_id", None)  # fmt: skip
+            answered.setdefault(call, i)
             if call in waiting:
                 waiting.remove(call)
             continue
@@ -287,7 +296,7 @@ def _why(messages: Any) -> Fault | None:
         named = _called_names(calls, i)
         if named is not None:
             return named
-        window, waiting = set(ids), list(ids)
+        window, waiting, answered = set(ids), list(ids), {}
     return _unanswered(waiting) if waiting else None
 
 

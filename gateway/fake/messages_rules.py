@@ -85,6 +85,14 @@ Anthropic. Each rule here is one Anthropic applies, worded as it words it (400
   ``req_011CUYeUkzHvfhenTVoAuGn4``; https://github.com/anthropics/claude-code/issues/20901, a
   single tool round, so the repeated id was inside turn 1). M is the second block with the id;
   an id repeated in a later turn is taken, as the measurements below found;
+- "messages.N.content.M: each tool_use must have a single result. Found multiple `tool_result`
+  blocks with id: <id>": one turn answering a call twice (quoted in LiteLLM's regression test for
+  it, BerriAI/litellm tests/test_litellm/llms/anthropic/experimental_pass_through/adapters/
+  test_anthropic_experimental_pass_through_adapters_transformation.py; the whole 400 through a
+  Bedrock proxy, "messages.2.content.4: [...] with id: toolu_bdrk_01GA…", in
+  https://github.com/JohnnyZ93/oai-compatible-copilot/issues/270). M is the second block with
+  the id. Codex's code mode sends a script's output and each ``notify()`` it made as outputs of
+  one call, which a translation must fold into one result;
 - "messages.N: Did not find K `tool_result` block(s) at the beginning of this message. Messages
   following `tool_use` blocks must begin with a matching number of `tool_result` blocks.": a turn
   that answers every call of the one before but puts text (or anything else) before a result
@@ -567,11 +575,18 @@ def _conversation(messages: list[Any]) -> str | None:
             called = set()
             if before is not None and before.get("role") == "assistant":
                 called = {b.get("id") for b in _blocks(before) if b.get("type") == "tool_use"}
+            results: set[Any] = set()
             for j, block in enumerate(_blocks(message)):
-                if block.get("type") == "tool_result" and block.get("tool_use_id") not in called:
+                if block.get("type") != "tool_result":
+                    continue
+                if block.get("tool_use_id") not in called:
                     return (f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: "
                             f"{block.get('tool_use_id')}. Each `tool_result` block must have a corresponding "
                             "`tool_use` block in the previous message.")  # fmt: skip
+                if block.get("tool_use_id") in results:
+                    return (f"messages.{i}.content.{j}: each tool_use must have a single result. Found multiple "
+                            f"`tool_result` blocks with id: {block.get('tool_use_id')}")  # fmt: skip
+                results.add(block.get("tool_use_id"))
     return _trailing_whitespace(messages[-1])
 
 

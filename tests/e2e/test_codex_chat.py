@@ -326,6 +326,31 @@ def test_codex_on_its_default_model_runs_its_exec_tool_on_a_messages_upstream(
     assert result["tool_use_id"] == "toolu_01L" and "hi-from-claude" in json.dumps(result["content"])
 
 
+def test_codexs_notify_calls_reach_claude_as_one_result_of_their_script(
+    codex: Path,  # noqa: F811
+    messages_gateway: RunningGateway,
+    upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    """Codex's code mode sends a script's output and each ``notify()`` it made as outputs of one
+    call; carried apart they were three results for one call, which Anthropic (and the fake)
+    refuse ("each tool_use must have a single result"), and Codex resent them every turn after
+    (audit). They reach Claude as one result, every notification in it, and the turn ends."""
+    script = ('notify("step one done"); notify("step two done"); '
+              'const r = await tools.exec_command({cmd: "echo hi-from-claude"}); text(JSON.stringify(r));')  # fmt: skip
+    upstream.script(messages_call("toolu_01N", "functions__exec", json.dumps({"input": script})),
+                    Stream(anthropic_stream(words=("Done, in two steps.",))))  # fmt: skip
+    r = run_codex(codex, messages_gateway, tmp_path, "Run echo hi-from-claude, notifying each step", model="")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "Done, in two steps."
+    first, second = [q.json() for q in upstream.requests]
+    [result] = [b for m in second["messages"] if m["role"] == "user" and isinstance(m["content"], list)
+                for b in m["content"] if b.get("type") == "tool_result"]  # fmt: skip
+    said = json.dumps(result["content"])
+    assert result["tool_use_id"] == "toolu_01N"
+    assert all(t in said for t in ("hi-from-claude", "step one done", "step two done")), said
+
+
 def test_codex_keeps_claude_thinking_on_after_a_tool_call(
     codex: Path,  # noqa: F811
     messages_gateway: RunningGateway,

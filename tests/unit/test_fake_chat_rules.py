@@ -48,6 +48,10 @@ ORPHAN = "Invalid parameter: messages with role 'tool' must be a response to a p
     ([USER, calls("call_1", "call_2"), tool("call_2"), USER], (UNANSWERED + "call_1", "messages")),
     ([USER, tool("call_9")], (ORPHAN, "messages.[1].role")),
     ([USER, calls("call_1"), tool("call_1"), USER, tool("call_1")], (ORPHAN, "messages.[4].role")),
+    # agno-agi/agno #5116: OpenAI's own error object for one call answered twice.
+    ([USER, calls("call_1", "call_2"), tool("call_1"), tool("call_2"), tool("call_1")],
+     ("Invalid parameter: Duplicate value for 'tool_call_id' of 'call_1', in messages[2] and messages[4].",
+      "messages.[4].tool_call_id")),
 ])  # fmt: skip
 def test_what_openai_refuses(messages: list[dict[str, Any]], expected: tuple[str, str | None]) -> None:
     assert refused(messages) == expected
@@ -56,6 +60,8 @@ def test_what_openai_refuses(messages: list[dict[str, Any]], expected: tuple[str
 @pytest.mark.parametrize("messages", [
     [USER],
     [USER, calls("call_1", "call_2"), tool("call_2"), tool("call_1"), {"role": "assistant", "content": "done"}],
+    [USER, calls("call_1"), tool("call_1"), calls("call_1"), tool("call_1")],  # one id again in a later round
+    [USER, calls("", ""), tool(""), tool("")],  # a turn calling twice with one id, answered by order
     [{"role": "system", "content": "s"}, USER, USER, {"role": "assistant", "content": "a"}],
 ])  # fmt: skip
 def test_what_openai_takes(messages: list[dict[str, Any]]) -> None:

@@ -684,6 +684,24 @@ def test_tool_use_ids_are_unique_within_a_turn() -> None:
     assert refused(apart, tools=BASH) is None
 
 
+SINGLE = "each tool_use must have a single result. Found multiple `tool_result` blocks with id: {id}"
+
+
+def test_a_call_answered_twice_in_one_turn_is_refused() -> None:
+    """LiteLLM's regression test and JohnnyZ93/oai-compatible-copilot #270 ("messages.2.content.4"):
+    the second result with the id is the block named. Codex's code mode sent this, a script's
+    output and its notify() calls as outputs of one call (tests/corpus/requests/)."""
+    twice = [user(text("hi")), assistant(call("toolu_1")), user(result("toolu_1"), result("toolu_1"))]
+    assert refused(twice, tools=BASH) == "messages.2.content.1: " + SINGLE.format(id="toolu_1")
+    among = [user(text("hi")), assistant(call("toolu_1"), call("toolu_2")),
+             user(result("toolu_1"), result("toolu_2"), result("toolu_2"), result("toolu_1"))]  # fmt: skip
+    assert refused(among, tools=BASH) == "messages.2.content.2: " + SINGLE.format(id="toolu_2")
+    # One result per call in each of two rounds that reuse the id is taken, as a repeated call id is.
+    rounds = [user(text("hi")), assistant(call("toolu_1")), user(result("toolu_1")),
+              assistant(call("toolu_1")), user(result("toolu_1"))]  # fmt: skip
+    assert refused(rounds, tools=BASH) is None
+
+
 BEGIN = ("Did not find {n} `tool_result` block(s) at the beginning of this message. Messages following `tool_use` "
          "blocks must begin with a matching number of `tool_result` blocks.")  # fmt: skip
 

@@ -16,7 +16,9 @@ and the extended-thinking guide's "Feature compatibility"):
 * ``tool_use.id`` must match ``^[a-zA-Z0-9_-]+$``, and the calls of one turn have distinct ids
   ("messages.1.content.1: `tool_use` ids must be unique", trycua/cua #524); a turn answering
   calls starts with their results ("Did not find 1 `tool_result` block(s) at the beginning of
-  this message", claude-code #37);
+  this message", claude-code #37), and answers each call once ("messages.4.content.1: each
+  tool_use must have a single result. Found multiple `tool_result` blocks with id", quoted in
+  LiteLLM's regression test and oai-compatible-copilot #270);
 * a tool's ``input_schema`` names its ``type`` ("tools.0.custom.input_schema.type: Field
   required", kilocode #12238);
 * a ``cache_control`` with ``ttl: "1h"`` never follows a five-minute one in the order tools,
@@ -414,6 +416,7 @@ def _conversation(
         else:
             turns.append({"role": role, "content": blocks})
     _distinct_calls(turns)
+    _one_result_per_call(turns)
     for turn in turns:
         if turn["role"] == "user":
             # Anthropic wants a turn's tool results before any text in it.
@@ -452,6 +455,34 @@ def _distinct_calls(turns: list[dict[str, Any]]) -> None:
         for b in answer:
             if b["type"] == "tool_result" and b["tool_use_id"] in queues:
                 b["tool_use_id"] = next(queues[b["tool_use_id"]], b["tool_use_id"])
+
+
+def _one_result_per_call(turns: list[dict[str, Any]]) -> None:
+    """A turn's later results for a call folded into its first, their blocks in order. Chat
+    takes two ``tool`` messages for one ``tool_call_id``, Anthropic refuses two results for one
+    call ("each tool_use must have a single result"), and Codex's code mode sends a script's
+    output and each ``notify()`` it made as outputs of one call: all of them are what the call
+    returned. Run after ``_distinct_calls``, which gives a repeated call's result its own id."""
+    for turn in turns:
+        if turn["role"] != "user":
+            continue
+        first: dict[str, dict[str, Any]] = {}
+        kept = []
+        for b in turn["content"]:
+            held = first.get(b["tool_use_id"]) if b["type"] == "tool_result" else None
+            if held is None:
+                if b["type"] == "tool_result":
+                    first[b["tool_use_id"]] = b
+                kept.append(b)
+                continue
+            said = [x for x in (*_as_blocks(held["content"]), *_as_blocks(b["content"]))
+                    if x != _NOTHING]  # fmt: skip
+            held["content"] = said or NO_OUTPUT
+        turn["content"] = kept
+
+
+def _as_blocks(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": content}] if isinstance(content, str) else content
 
 
 def _text_blocks(content: Any, i: int) -> list[dict[str, Any]]:
@@ -726,6 +757,7 @@ def _assistant_blocks(m: Mapping[str, Any], i: int) -> list[dict[str, Any]]:
 
 
 NO_OUTPUT = "(no output)"
+_NOTHING = {"type": "text", "text": NO_OUTPUT}  # a blank output's stand-in, dropped beside a real one
 
 
 def _tool_result(m: Mapping[str, Any], i: int) -> dict[str, Any]:

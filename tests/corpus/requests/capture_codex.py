@@ -5,7 +5,7 @@ the credential) and answers with a scripted Responses stream: the first answer i
 ``function_call`` so that the second request carries a real ``function_call`` /
 ``function_call_output`` round, the second answer is plain text and ends the turn.
 
-    .venv/bin/python tests/corpus/requests/capture_codex.py OUT_DIR exec|namespace|image|tool_search
+    .venv/bin/python tests/corpus/requests/capture_codex.py OUT_DIR exec|namespace|image|tool_search|notify
 
 ``exec`` calls ``exec_command`` (``echo hi``); ``namespace`` calls ``close_agent`` inside
 Codex's ``multi_agent_v1`` namespace tool (the item carries ``namespace``, as the Responses
@@ -13,7 +13,10 @@ API sends it); ``image`` attaches a 1x1 PNG with ``codex exec -i`` and calls ``v
 on it; ``tool_search`` runs Codex on ``gpt-5.5`` (a slug Codex knows, so it offers its
 client-executed ``tool_search`` and defers its MCP tools) with a one-tool MCP server, and
 answers with a ``tool_search_call``, which Codex runs and sends back with its
-``tool_search_output``. Codex runs headless the way tests/e2e/test_codex.py runs it (clean
+``tool_search_output``; ``notify`` runs Codex on its default model (no ``model`` key: code mode,
+the responses-lite shape) and answers with a ``custom_tool_call`` of ``exec`` whose script calls
+``notify()`` twice before ``exec_command``, so the second request carries the script's output and
+each notification as outputs of that one call. Codex runs headless the way tests/e2e/test_codex.py runs it (clean
 environment, fresh CODEX_HOME, ``wire_api = "responses"``, ``GW_KEY=dummy``).
 """
 
@@ -144,12 +147,15 @@ async def capture(scenario: str) -> list[dict[str, Any]]:
         home = Path(tmp, "home")
         codex_home = home / "codex"
         codex_home.mkdir(parents=True)
-        model, mcp = "gpt-5-codex", ""
+        model: str | None = "gpt-5-codex"
+        mcp = ""
+        if scenario == "notify":
+            model = None  # Codex's default: code mode, the responses-lite shape
         if scenario == "tool_search":
             (home / "mcp.py").write_text(MCP_SERVER)
             model, mcp = "gpt-5.5", f'\n[mcp_servers.demo]\ncommand = "{sys.executable}"\nargs = ["{home / "mcp.py"}"]\n'
         (codex_home / "config.toml").write_text(
-            f'model = "{model}"\nmodel_provider = "gw"\napproval_policy = "never"\nsandbox_mode = "read-only"\n'
+            (f'model = "{model}"\n' if model else "") + 'model_provider = "gw"\napproval_policy = "never"\nsandbox_mode = "read-only"\n'
             f'\n[model_providers.gw]\nname = "gw"\nbase_url = "http://127.0.0.1:{port}/v1"\nwire_api = "responses"\n'
             'env_key = "GW_KEY"\nrequires_openai_auth = false\nrequest_max_retries = 0\nstream_max_retries = 0\n' + mcp
         )
@@ -163,6 +169,13 @@ async def capture(scenario: str) -> list[dict[str, Any]]:
                               "execution": "client", "call_id": "call_capture1",
                               "arguments": {"query": "support ticket"}})  # fmt: skip
             args += ["Look up support ticket 42"]
+        elif scenario == "notify":
+            script = ('notify("step one done"); notify("step two done"); '
+                      'const r = await tools.exec_command({cmd: "echo hi"}); text(JSON.stringify(r));')  # fmt: skip
+            call.update(item={"id": "ctc_capture1", "type": "custom_tool_call", "status": "completed",
+                              "call_id": "call_capture1", "name": "exec", "namespace": "functions",
+                              "input": script})  # fmt: skip
+            args += ["Run echo hi and tell me what it printed; notify me of each step"]
         elif scenario == "namespace":
             call.update(
                 name="close_agent", namespace="multi_agent_v1", args=json.dumps({"target": "nonexistent"})

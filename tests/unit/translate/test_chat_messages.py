@@ -1510,6 +1510,54 @@ def test_a_blank_tool_result_says_so_in_words(content: Any) -> None:
     assert kept["messages"][-1]["content"][0]["content"] == "\nok\n"
 
 
+def test_two_results_for_one_call_are_one_result_with_both() -> None:
+    """Chat takes two ``tool`` messages for one id; Anthropic refuses two results for one call
+    ("messages.2.content.1: each tool_use must have a single result. Found multiple
+    `tool_result` blocks with id: ...", LiteLLM's regression test): Codex's code mode sends a
+    script's output and each ``notify()`` that way, and its session was stuck on it (audit).
+    The later results' blocks follow the first's, in order; a blank one adds nothing."""
+    asked = [user("weather?"), {"role": "assistant", "content": None, "tool_calls": [call("call_1"), call("call_2")]}]
+    payload = {"model": "claude-sonnet-4-6", "max_tokens": 64, "tools": [WEATHER], "messages": [*asked,
+        {"role": "tool", "tool_call_id": "call_1", "content": "Script completed"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "warm"},
+        {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "step one done"}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "\n"},
+        {"role": "tool", "tool_call_id": "call_1", "content": "step two done"}]}  # fmt: skip
+    out = req(payload)
+    assert out["messages"][-1]["content"] == [
+        {"type": "tool_result", "tool_use_id": "call_1", "content": [
+            {"type": "text", "text": "Script completed"}, {"type": "text", "text": "step one done"},
+            {"type": "text", "text": "step two done"}]},
+        {"type": "tool_result", "tool_use_id": "call_2", "content": "warm"}]  # fmt: skip
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+    # Sent as they came, the fake refuses them in Anthropic's words.
+    twice = {**out, "messages": [*out["messages"][:2], {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "call_1", "content": "a"},
+        {"type": "tool_result", "tool_use_id": "call_2", "content": "b"},
+        {"type": "tool_result", "tool_use_id": "call_1", "content": "c"}]}]}  # fmt: skip
+    refusal = messages_rules.refusal("/v1/messages", twice, {})
+    assert refusal is not None and refusal.body["error"]["message"] == (
+        "messages.2.content.2: each tool_use must have a single result. Found multiple `tool_result` blocks with "
+        "id: call_1")
+    # Blank results alone still say so once.
+    blank = req({**payload, "messages": [*asked[:1], {**asked[1], "tool_calls": [call("call_1")]},
+                                         *({"role": "tool", "tool_call_id": "call_1", "content": ""} for _ in "ab")]})
+    assert blank["messages"][-1]["content"] == [{"type": "tool_result", "tool_use_id": "call_1",
+                                                 "content": "(no output)"}]  # fmt: skip
+
+
+def test_a_repeated_calls_results_still_answer_it_by_order_before_folding() -> None:
+    """Two calls with one id (servers that give none) get their own ids, and their results by
+    order; a third result for that id is folded into the first's, not left a duplicate."""
+    convo = [user(), {"role": "assistant", "content": None, "tool_calls": [call(""), call("")]},
+             *({"role": "tool", "tool_call_id": "", "content": t} for t in ("one", "two", "three"))]  # fmt: skip
+    out = req({"model": "m", "max_tokens": 64, "tools": [WEATHER], "messages": convo})
+    results = out["messages"][2]["content"]
+    assert [r["tool_use_id"] for r in results] == [c["id"] for c in out["messages"][1]["content"]]
+    assert [r["content"] for r in results] == [[{"type": "text", "text": "one"}, {"type": "text", "text": "three"}],
+                                               "two"]  # fmt: skip
+
+
 # --- the image cap by context window, "none" on a Claude that thinks unasked, Opus 4.5's effort -------
 
 

@@ -1302,3 +1302,35 @@ def test_an_image_goes_to_claude_as_the_type_its_bytes_are() -> None:
     jpeg = base64.b64encode(bytes.fromhex("ffd8ffe000104a464946")).decode()
     out = on_claude(asked({"type": "input_image", "image_url": f"data:image/png;base64,{jpeg}"}))
     assert out["messages"][0]["content"][1]["source"] == {"type": "base64", "media_type": "image/jpeg", "data": jpeg}
+
+
+NOTIFY = ["Script completed\nWall time 0.2 seconds\nOutput:\n{\"chunk_id\":\"07fb5c\",\"wall_time_seconds\":0.000005278,"
+          "\"exit_code\":0,\"original_token_count\":1,\"output\":\"hi\\n\"}", "step two done", "step one done"]
+
+
+def test_codexs_notify_outputs_of_one_call_are_one_result_on_claude_and_on_chat() -> None:
+    """Codex 0.171's code mode sends a script's output and each ``notify()`` it made as
+    ``custom_tool_call_output`` items of one call_id (corpus codex-0.171-lite-notify-result,
+    captured). Carried apart they were three results for one call, which Anthropic refuses
+    ("each tool_use must have a single result"), and Codex resent them every turn (audit). On
+    to Claude they are one result's blocks, in Codex's order; on to chat one tool message,
+    as OpenAI refuses a tool_call_id twice."""
+    request = codex_request("codex-0.171-lite-notify-result")
+    outputs = [i for i in request["input"] if i["type"] == "custom_tool_call_output"]
+    assert len(outputs) == 3 and len({o["call_id"] for o in outputs}) == 1
+    sent = on_claude(request)
+    [result] = [b for m in sent["messages"] if m["role"] == "user" for b in m["content"]
+                if b["type"] == "tool_result"]  # fmt: skip
+    assert result["content"] == [{"type": "text", "text": t} for t in NOTIFY]
+    out = chat(request)
+    [tool] = [m for m in out["messages"] if m["role"] == "tool"]
+    assert tool["content"] == "\n\n".join(NOTIFY)
+    assert chat_rules.refusal("/v1/chat/completions", out) is None
+    # An output after an image-bearing one still joins its call's message, the images after the run.
+    shot = {"type": "input_image", "image_url": images.data_url("image/png", images.png(2, 2))}
+    seen = {**request, "input": [*request["input"][:-2],
+                                 {**outputs[0], "output": [shot]}, outputs[1]]}  # fmt: skip
+    out = chat(seen)
+    tools = [m for m in out["messages"] if m["role"] == "tool"]
+    assert len(tools) == 1 and tools[0]["content"].endswith("\n\nstep two done")
+    assert out["messages"][-1]["role"] == "user" and out["messages"][-1]["content"][0]["type"] == "image_url"
