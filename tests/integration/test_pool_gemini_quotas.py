@@ -38,6 +38,15 @@ async def _generate(gw: Gateway, model: str = "gemini-2.5-flash") -> tuple[int, 
         return r.status, r.headers, json.loads(await r.read())
 
 
+def _inside_googles_day() -> float:
+    """How far to move the gateway's clock on so that these tests' 110 s stay inside one Pacific
+    day: nothing, unless Google's midnight is under five minutes away; then just past it. Run
+    in the 110 s before it, the day turned under the test (found with libfaketime)."""
+    now = time.time()
+    left = next_day_s(now) - now
+    return 0.0 if left > 300 else left + 60
+
+
 def _calls(fakes: dict[str, FakeUpstream]) -> int:
     return sum(len(f.gemini_requests()) for f in fakes.values())
 
@@ -48,14 +57,15 @@ async def test_keys_out_of_their_days_quota_stay_out_until_googles_midnight(
     """The audit: one request every 3 s for 110 s cost 12 upstream calls (each key again at 36,
     72, 108 s: RetryInfo's wait) and the 402 said "back in 36 s". Google: "Requests per day
     (RPD) quotas reset at midnight Pacific time" (https://ai.google.dev/gemini-api/docs/rate-limits)."""
-    shift = [0.0]
+    base = _inside_googles_day()
+    shift = [base]
     gw, fakes = await _pool(make_gateway, lambda: time.time() + shift[0])
     try:
         for f in fakes.values():
             f.always = Reply(429, PER_DAY)
         midnight_ms = next_day_s(time.time() + shift[0]) * 1000
         for i in range(37):  # one request every 3 s for 110 s
-            shift[0] = 3.0 * i
+            shift[0] = base + 3.0 * i
             status, headers, doc = await _generate(gw)
             # The first: the last key's 429 as Google wrote it; then the pool's 402, no call made.
             assert (status, headers["x-llm-error-type"]) == ((429 if i == 0 else 402), "budget"), doc
@@ -76,7 +86,8 @@ async def test_a_key_out_of_one_models_daily_quota_still_serves_the_others(make_
     """g-a out of gemini-2.5-flash's day (Google's quota ids count it PerModel) sat out for every
     model: 30 requests for another model never went to it, and Gemini CLI's conversations lost
     the key that held their cache (its auto mode calls flash-lite before each prompt)."""
-    gw, fakes = await _pool(make_gateway, time.time, keys=("g-a", "g-b"))
+    base = _inside_googles_day()
+    gw, fakes = await _pool(make_gateway, lambda: time.time() + base, keys=("g-a", "g-b"))
     try:
         fakes["g-a"].script(Reply(429, PER_DAY))
         status, headers, _ = await _generate(gw, "gemini-2.5-flash")
