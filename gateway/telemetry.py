@@ -472,7 +472,9 @@ class Telemetry:
         self.headroom = HeadroomGauge(
             p + "deployment_headroom_ratio", "The share of a deployment's rate limit left, as its last "
             "answer's rate-limit headers said, refilled since at the rate that fills it by the reset they "
-            "stated (1 once that has passed), by kind (requests, tokens).",
+            "stated (1 once that has passed), by kind (requests, tokens). Headers that state no limit "
+            "(Azure's: only what is left) give a share of the deployment's configured `limits`, full a "
+            "minute after; without `limits`, no series.",
             registry, wall,
         )  # fmt: skip
 

@@ -48,6 +48,7 @@ from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.redaction import redact_bytes, redact_text
 from gateway.routing import response_headers
 from gateway.routing.headers import with_content_type
+from gateway.routing.headroom import UNSTATED_WINDOW_MS
 from gateway.services import Services, UpstreamRuntime
 from gateway.sse import EventTooLarge, error_status, event_error_fields, upstream_splitter
 from gateway.state.pools import Mark
@@ -508,11 +509,18 @@ def _headroom(svc: Services, call: Call, model: str | None, headers: Mapping[str
     room = svc.pool_state.observe(call.up.cfg, model, headers, mark, refused is not None)
     if room is None:
         return
-    name, gauge = call.up.cfg.name, svc.telemetry.headroom
-    for kind, left, limit, reset in (
-        ("requests", room.requests_remaining, room.requests_limit, room.requests_reset_at_ms),
-        ("tokens", room.tokens_remaining, room.tokens_limit, room.tokens_reset_at_ms),
+    name, gauge, limits = call.up.cfg.name, svc.telemetry.headroom, call.up.cfg.limits
+    for kind, left, limit, reset, configured in (
+        ("requests", room.requests_remaining, room.requests_limit, room.requests_reset_at_ms,
+         limits.requests_per_minute if limits is not None else None),
+        ("tokens", room.tokens_remaining, room.tokens_limit, room.tokens_reset_at_ms,
+         limits.tokens_per_minute if limits is not None else None),
     ):  # fmt: skip
+        if left is not None and not limit and configured and refused is None:
+            # Azure's answers state no limit: a share of the configured one, full in a minute,
+            # as the strategy reads it (state/pools.py's ``_kind``); a 429's says nothing more.
+            left, limit = min(left, configured), configured
+            reset = reset if reset is not None else round(svc.wall() * 1000) + UNSTATED_WINDOW_MS
         if left is not None and limit:
             gauge.set(name, kind, left, limit, reset)
 

@@ -70,6 +70,15 @@ class Headroom:
     tokens_meter: int = 0
 
 
+# How long a reading that states no limit (nor reset) says anything: Azure OpenAI's answers
+# carry only ``x-ratelimit-remaining-requests`` and ``-tokens`` (Azure/azure-rest-api-specs#26884:
+# "the only headers that are available"; a real answer's headers in EvolvingPrograms/oaib#11),
+# and its quota is per minute: each request's estimated tokens are "added to a running token
+# count of all requests, which resets every minute" (Microsoft's "Manage Azure OpenAI Service
+# quota", learn.microsoft.com/azure/ai-services/openai/how-to/quota). A minute after it was
+# read, what such a reading said is gone.
+UNSTATED_WINDOW_MS = 60_000
+
 # What a tokens window meters (Headroom.tokens_meter): OpenAI's the prompt and the output asked,
 # at once; Anthropic's what is settled after the answer: "OTPM rate limits are estimated based on
 # max_tokens at the beginning of each request, and the estimate is adjusted at the end", and cache

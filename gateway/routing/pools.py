@@ -15,7 +15,8 @@ would not meet.
     least_busy  fewest requests in flight here (ties: weighted)
     latency     lowest decayed time to first token; a deployment not measured yet first
     headroom    the largest share of requests and tokens left (the scarcer of the two);
-                a deployment that reports nothing counts as full (ties: weighted)
+                one whose share is unknown ranks as the median of the known ones
+                (``_rooms``; ties: weighted)
 """
 
 from __future__ import annotations
@@ -58,10 +59,10 @@ class Deployment(NamedTuple):
         return self.out_until_ms <= now_ms
 
     @property
-    def room(self) -> float:
-        """The scarcer of its request and token shares left; unknown counts as full."""
+    def room(self) -> float | None:
+        """The scarcer of its request and token shares left; None: neither is known."""
         shares = [s for s in (self.requests_left, self.tokens_left) if s is not None]
-        return min(shares) if shares else 1.0
+        return min(shares) if shares else None
 
 
 def order(strategy: str, ready: Sequence[Deployment], rand: Callable[[], float],
@@ -77,8 +78,9 @@ def order(strategy: str, ready: Sequence[Deployment], rand: Callable[[], float],
         ranked = _weighted(ready, rand)
         return sorted(ranked, key=lambda d: -1.0 if d.latency_s is None else d.latency_s)
     if strategy == "headroom":
+        rooms = {id(d): r for d, r in zip(ready, _rooms(ready), strict=True)}
         ranked = _weighted(ready, rand)
-        return sorted(ranked, key=lambda d: -d.room)
+        return sorted(ranked, key=lambda d: -rooms[id(d)])
     if conversation is not None:
         return _rendezvous(ready, conversation)
     return _weighted(ready, rand)
@@ -99,12 +101,28 @@ def first(strategy: str, ready: Sequence[Deployment], rand: Callable[[], float],
             return _draw(unmeasured, rand)
         return min(ready, key=lambda d: d.latency_s or 0.0)
     if strategy == "headroom":
-        rooms = [d.room for d in ready]
+        rooms = _rooms(ready)
         most = max(rooms)
         return _draw([d for d, r in zip(ready, rooms, strict=True) if r == most], rand)
     if conversation is not None:
         return _rendezvous(ready, conversation)[0]
     return _draw(ready, rand)
+
+
+def _rooms(ready: Sequence[Deployment]) -> list[float]:
+    """Each deployment's room, an unknown one's the median of the known ones: it is taken for as
+    loaded as the pool's middle, neither preferred to a sibling known to have more left nor
+    shunned below one known to have less (counted as full, an Azure deployment, whose answers
+    state no limit, left 1 request of 120 to a key with 10 times its tokens and 0.998 of them
+    left: audit). The median, not the mean: one sibling at 0 does not drag it down. None
+    known: all alike (the weighted draw decides)."""
+    rooms = [d.room for d in ready]
+    known = sorted(r for r in rooms if r is not None)
+    if len(known) == len(rooms):
+        return rooms  # type: ignore[return-value]  # every one known
+    half = len(known) // 2
+    neutral = 1.0 if not known else known[half] if len(known) % 2 else (known[half - 1] + known[half]) / 2
+    return [neutral if r is None else r for r in rooms]
 
 
 def first_home(strategy: str, ready: Sequence[Deployment], rand: Callable[[], float],

@@ -57,7 +57,7 @@ from typing import TypeVar
 
 from gateway.config import DeploymentLimits, UpstreamConfig
 from gateway.policy.breaker import CircuitRecord, circuit_key
-from gateway.routing.headroom import TOKENS_ALL, TOKENS_SETTLED, Headroom, headroom_of
+from gateway.routing.headroom import TOKENS_ALL, TOKENS_SETTLED, UNSTATED_WINDOW_MS, Headroom, headroom_of
 from gateway.routing.pools import Deployment, SitOut, relayed_scope, unscoped
 from gateway.routing.stored import STORED_TTL_S
 from gateway.routing.stored import key as stored_key
@@ -262,10 +262,11 @@ class PoolState:
 
     def takes(self, up: UpstreamConfig, model: str | None) -> bool:
         """Whether a request to ``up`` must first ``take`` its share of the configured limits:
-        with a shared store, while no rate-limit headers tell its headroom (they decide then)."""
+        with a shared store, while no rate-limit headers state its limit (they decide then;
+        Azure's state only what is left, which leaves the configured limits to decide)."""
         if up.limits is None or not self._shared:
             return False
-        return not self._records.get(self._keys_of(up.name, self.served(up, model))[2])
+        return not _states_limit(self._records.get(self._keys_of(up.name, self.served(up, model))[2]))
 
     async def take(self, up: UpstreamConfig, model: str | None, tokens: int) -> bool:
         """One request of ``tokens`` counted against ``up``'s configured limits in the store,
@@ -366,6 +367,8 @@ class PoolState:
                 fields[name] = float(value)
         if room.tokens_meter:
             fields["tm"] = float(room.tokens_meter)
+        if refused:
+            fields["z"] = 1.0  # a 429's: where it states no limit, its wait says all (``_kind``)
         self._records[key] = fields
         _bounded(self._own_readings)[key] = (at, mark.index + 1)
         _bounded(self._writes)[key] = (fields, _HEADROOM_TTL_S)
@@ -440,28 +443,37 @@ class PoolState:
         requests_left = tokens_left = None
         sends = self._sends.get((up.name, model))
         room = records.get(hkey)
+        limits = up.limits
+        rpm = tpm = None
+        if limits is not None:
+            rpm, tpm = limits.requests_per_minute, limits.tokens_per_minute
         if room:
             at = room.get("at", -1.0)
             sent_n, sent_k = self._since(hkey, skey, room, sends)
+            refused = "z" in room
             if "rr" in room:
-                requests_left, out_until, why = _refilled(
-                    room["rr"], sent_n, room.get("rl"), room.get("rt"), at, now_ms, out_until, why)
+                requests_left, out_until, why = _kind(room["rr"], sent_n, room.get("rl"), room.get("rt"), rpm,
+                                                      refused, at, now_ms, out_until, why)  # fmt: skip
             if "tr" in room:
-                tokens_left, out_until, why = _refilled(
-                    room["tr"], sent_k, room.get("tl"), room.get("tt"), at, now_ms, out_until, why,
-                    _metered(need, room.get("tm", TOKENS_ALL)))
-        elif up.limits is not None:
+                tokens_left, out_until, why = _kind(room["tr"], sent_k, room.get("tl"), room.get("tt"), tpm,
+                                                    refused, at, now_ms, out_until, why,
+                                                    _metered(need, room.get("tm", TOKENS_ALL)))  # fmt: skip
+        if limits is not None and not _states_limit(room):
+            # Counted until a reading states a limit: one that says only what is left (Azure's)
+            # took their place, and two deployments of 5 a minute were sent 20 calls of a burst
+            # of 20 (audit).
             minute = self._minute()
             usage = records.get(f"{nkey}#{minute}") or {}
             ends = (minute + 1) * 60_000
-            rpm, tpm = up.limits.requests_per_minute, up.limits.tokens_per_minute
             pending_n, pending_k = sends.pending.get(minute, (0, 0)) if sends else (0, 0)
             if rpm is not None:
-                requests_left, out_until, why = _left(rpm - usage.get("n", 0.0) - pending_n, rpm,
-                                                      ends, now_ms, out_until, why)  # fmt: skip
+                counted, out_until, why = _left(rpm - usage.get("n", 0.0) - pending_n, rpm,
+                                                ends, now_ms, out_until, why)  # fmt: skip
+                requests_left = _scarcer(requests_left, counted)
             if tpm is not None:
-                tokens_left, out_until, why = _left(tpm - usage.get("k", 0.0) - pending_k, tpm,
-                                                    ends, now_ms, out_until, why, need[0])  # fmt: skip
+                counted, out_until, why = _left(tpm - usage.get("k", 0.0) - pending_k, tpm,
+                                                ends, now_ms, out_until, why, need[0])  # fmt: skip
+                tokens_left = _scarcer(tokens_left, counted)
         if self._used_up:
             used_up, found_against = self._used_up.get((up.name, unscoped(model)), (0, None))
             if used_up > max(now_ms, out_until) and found_against == up.limits:
@@ -686,6 +698,36 @@ def _metered(need: tuple[int, int], meter: float) -> int:
     return 1 if meter == TOKENS_SETTLED else need[0] + need[1]
 
 
+def _states_limit(room: dict[str, float] | None) -> bool:
+    """Whether a reading states a limit: then it, not the configured ``limits``, decides."""
+    return room is not None and bool(room.get("rl") or room.get("tl"))
+
+
+def _scarcer(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _kind(remaining: float, sent: float, limit: float | None, reset: float | None, configured: int | None,
+          refused: bool, at: float, now_ms: float, out_until: int, why: SitOut | None,
+          want: float = 1) -> tuple[float | None, int, SitOut | None]:  # fmt: skip
+    """One kind (requests, tokens) of a reading now. With its limit stated, ``_refilled``. Without
+    (Azure's answers state only what is left) it speaks until its reset, else for a minute
+    (``UNSTATED_WINDOW_MS``), and not at all when a 429 carried it: that answer's wait is all it
+    says, and read as 0 left until it faded, a 429 that asked for 7 s kept its deployment
+    shunned 120 s (audit). Meanwhile it is taken against the configured limit (``configured``),
+    refilled by the minute's end, else it tells only whether nothing is left: its share is
+    unknown (None), not full: a deployment with 10 times another's tokens, 0.998 of them left,
+    got 1 request of 120 beside an Azure one that said 1.0 (audit)."""
+    if limit:
+        return _refilled(remaining, sent, limit, reset, at, now_ms, out_until, why, want)
+    ends = reset if reset is not None else at + UNSTATED_WINDOW_MS
+    if refused or ends <= now_ms:
+        return None, out_until, why
+    if configured:
+        return _refilled(min(remaining, configured), sent, configured, ends, at, now_ms, out_until, why, want)
+    return (0.0 if remaining - sent <= 0 else None), out_until, why
+
+
 def _refilled(remaining: float, sent: float, limit: float | None, reset: float | None, at: float,
               now_ms: float, out_until: int, why: SitOut | None,
               want: float = 1) -> tuple[float | None, int, SitOut | None]:  # fmt: skip
@@ -717,9 +759,9 @@ def _left(left: float, limit: float | None, reset: float | None, now_ms: float, 
           why: SitOut | None, want: float = 0) -> tuple[float | None, int, SitOut | None]:
     """The share of a limit left, and the sit-out it predicts: nothing left (less than ``want``
     of a limit that holds it) before its reset sits the deployment out until then. A reset
-    already past says nothing: assume full."""
+    already past says the limit is full again (an unknown one: nothing)."""
     if reset is not None and reset <= now_ms:
-        return None, out_until, why
+        return (1.0 if limit else None), out_until, why
     share = max(0.0, left / limit) if limit else (1.0 if left > 0 else 0.0)
     short = left <= 0 or (limit is not None and left < want <= limit)
     if short and reset is not None and reset > max(now_ms, out_until):

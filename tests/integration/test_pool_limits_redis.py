@@ -7,7 +7,9 @@ from one count in Redis, so the deployments get what their limits allow, not tha
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -117,3 +119,23 @@ async def test_a_request_not_retried_along_the_pool_takes_from_the_same_count(
     async with a.session.post(a.base + "/v1/embeddings", json={"model": "gpt-4o-mini", "input": "hi"}) as r:
         assert r.status == 429 and r.headers["x-llm-error-type"] == "rate_limit"
     assert sum(len(f.requests) for f in fakes.values()) == 2  # the embedding reached neither
+
+
+async def test_the_limits_hold_on_deployments_whose_answers_state_only_what_is_left(
+    make_gateway: MakeGateway, fakes: dict[str, FakeUpstream], redis_server: RedisServer,
+) -> None:
+    """Azure's answers carry ``x-ratelimit-remaining-*`` and no limit (a real answer's, from
+    tests/corpus/ratelimit/headers.json). Any reading stood for the headers deciding, and the
+    limits were no longer taken: 15 calls each here, 30 for 20 (audit: 20 of 20 sent)."""
+    corpus = Path(__file__).parents[1] / "corpus" / "ratelimit" / "headers.json"
+    real = next(c for c in json.loads(corpus.read_text())["cases"] if c["name"] == "azure-openai-chat-real")
+    left = {k: v for k, v in real["headers"].items() if k.startswith("x-ratelimit-")}
+    for f in fakes.values():
+        f.always = Reply(200, {"id": "c", "object": "chat.completion", "created": 0, "model": "gpt-4o-mini",
+                               "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
+                                            "finish_reason": "stop"}]}, left)  # fmt: skip
+    a, b = await _replicas(make_gateway, fakes, redis_server)
+    await same_minute()
+    statuses = [(await gw.chat())[0] for _ in range(15) for gw in (a, b)]  # one by one: each has a reading
+    assert _calls(fakes) == {"c1": RPM, "c2": RPM}
+    assert statuses.count(200) == 2 * RPM and statuses.count(429) == 30 - 2 * RPM

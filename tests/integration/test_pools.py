@@ -13,6 +13,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -1269,3 +1270,72 @@ async def test_a_key_predicted_short_of_a_requests_tokens_is_skipped_without_a_c
     assert len(fakes["a"].chat_requests()) == calls  # never asked
     assert headers["x-llm-attempts"] == "1"
     assert (await gw.chat(_prompt(20)))[1]["x-llm-upstream"] == "a"
+
+
+def _corpus_case(path: str, name: str) -> dict[str, Any]:
+    cases = json.loads((Path(__file__).parents[1] / "corpus" / path).read_text())
+    return next(c for c in (cases["cases"] if isinstance(cases, dict) else cases) if c["name"] == name)
+
+
+# A real Azure OpenAI answer's rate-limit headers: what is left, no limit, no reset
+# (tests/corpus/ratelimit/headers.json, from EvolvingPrograms/oaib#11).
+_AZURE_OK = _corpus_case("ratelimit/headers.json", "azure-openai-chat-real")["headers"]
+AZURE_LEFT = {k: v for k, v in _AZURE_OK.items() if k.startswith("x-ratelimit-")}
+# Azure's 429 (tests/corpus/openai.json), carrying what is left as its 200s do (an Azure 429's
+# x-ratelimit-remaining-requests: openai/openai-python#937).
+_AZURE_429 = _corpus_case("openai.json", "azure-429-token-rate")
+
+
+async def test_configured_limits_hold_on_deployments_whose_answers_state_only_what_is_left(
+    make_pool: MakePool,
+) -> None:
+    """Any reading stood for the headers deciding: two Azure deployments with
+    ``requests_per_minute: 5`` were sent 20 calls of a burst of 20 (audit; 10 without headers)."""
+    limits = ", limits: {requests_per_minute: 5, tokens_per_minute: 100000}"
+    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
+                                member_extra={"a": limits, "b": limits},
+                                extra="retry: {max_retry_after_s: 0}\n")  # fmt: skip
+    for f in fakes.values():
+        f.always = Reply(200, _completion(), AZURE_LEFT)
+    await same_minute()
+    statuses = []
+    for i in range(20):  # one by one: every pick after the first answer has a reading to go by
+        statuses.append((await gw.chat(_chat(f"q{i}")))[0])
+        await _expire_cache(gw)
+    assert _calls(fakes) == {"a": 5, "b": 5}
+    assert statuses.count(200) == 10 and statuses.count(429) == 10
+    # A share of the configured limit, as the strategy reads it: 61,353 of 100,000 tokens left.
+    ratio = gw.metric("llm_gateway_deployment_headroom_ratio", deployment="a", kind="tokens")
+    assert ratio == pytest.approx(0.61353, abs=0.02)
+
+
+async def test_headroom_takes_an_azure_reading_as_unknown_and_its_429_for_its_wait_only(
+    make_pool: MakePool,
+) -> None:
+    """Azure's answers state what is left and no limit. Read as full, an Azure deployment got
+    every request beside a key with 0.998 left; read as empty after a 429 that asked for 5.5 s,
+    the other got none for 120 s (audit). Unknown ranks as the median of the known: here it
+    ties with the known key, and the weighted draw shares the picks."""
+    shift = [0.0]
+    gw, fakes = await make_pool(names=("az", "oai", "az2"), pool_yaml=", strategy: headroom, affinity: {enabled: false}",
+                                wall=lambda: time.time() + shift[0])  # fmt: skip
+    fakes["az"].always = fakes["az2"].always = Reply(200, _completion(), AZURE_LEFT)
+    fakes["oai"].always = Reply(200, _completion(), {"x-ratelimit-limit-tokens": "1000000",
+                                                     "x-ratelimit-remaining-tokens": "998000",
+                                                     "x-ratelimit-reset-tokens": "6ms"})  # fmt: skip
+    for i in range(60):
+        assert (await gw.chat(_chat(f"q{i}")))[0] == 200
+        await _expire_cache(gw)
+    calls = _calls(fakes)
+    assert min(calls.values()) >= 8, calls  # before: oai 0-1 of 60
+    fakes["az"].script(Reply(429, _AZURE_429["body"], {**_AZURE_429["headers"], **AZURE_LEFT,
+                                                       "x-ratelimit-remaining-tokens": "0"}))  # fmt: skip
+    while _calls(fakes)["az"] == calls["az"]:  # until az has met its 429
+        await gw.chat(_chat("until the 429"))
+        await _expire_cache(gw)
+    shift[0] += 6  # past its retry-after-ms (5.5 s)
+    before = _calls(fakes)["az"]
+    for i in range(60):
+        assert (await gw.chat(_chat(f"after {i}")))[0] == 200
+        await _expire_cache(gw)
+    assert _calls(fakes)["az"] - before >= 8  # before: none for 120 s

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import logging
 import os
 import random
@@ -992,5 +993,38 @@ async def test_a_pool_sit_out_learnt_while_redis_was_frozen_outlives_the_rejoin(
         assert pa.view(1, ups[1], "m", time.time() * 1000).out_until_ms == until
     await pb.refresh("p", ups, "m")
     assert [pb.view(i, up, "m", time.time() * 1000).out_until_ms for i, up in enumerate(ups)] == [until, until, 0]
+    await pa.close()
+    await pb.close()
+
+
+async def test_an_azure_reading_read_back_from_redis_is_unknown_and_its_429_says_nothing_past_its_wait(
+    patient_replicas: tuple[Replica, Replica],
+) -> None:
+    """Azure's answers state only what is left (tests/corpus/ratelimit/headers.json's real one).
+    Read back by another replica: a 429's 0 left is the 429's wait only (read as 0 until it
+    faded, its deployment got no request for 120 s: audit), an answer's 0 left ranks it last,
+    what is left without a limit is unknown, and the configured limits are still taken."""
+    from multidict import CIMultiDict
+
+    from gateway.config import parse_config
+    from gateway.state.pools import PoolState
+
+    corpus = Path(__file__).parents[1] / "corpus" / "ratelimit" / "headers.json"
+    real = next(c for c in json.loads(corpus.read_text())["cases"] if c["name"] == "azure-openai-chat-real")
+    a, b = patient_replicas
+    ups = parse_config("upstreams:\n" + "".join(
+        f"  - {{name: {k}, base_url: 'http://127.0.0.1:9/v1', api_key: key-{k}, "
+        "limits: {requests_per_minute: 5}}\n" for k in "xyz")
+        + "pools: [{name: p, deployments: [x, y, z]}]\n", env={}).upstreams  # fmt: skip
+    pa, pb = (PoolState(r.store, time.time, time.monotonic, cache_s=0) for r in (a, b))
+    no_tokens = CIMultiDict({**real["headers"], "x-ratelimit-remaining-tokens": "0"})
+    pa.observe(ups[0], "m", no_tokens, refused=True)  # a 429's
+    pa.observe(ups[1], "m", no_tokens)  # an answer that took the last tokens
+    pa.observe(ups[2], "m", CIMultiDict(real["headers"]))
+    await pa.refresh("p", ups, "m")  # written
+    await pb.refresh("p", ups, "m")
+    now_ms = time.time() * 1000
+    assert [pb.view(i, up, "m", now_ms).tokens_left for i, up in enumerate(ups)] == [None, 0.0, None]
+    assert all(pb.takes(up, "m") for up in ups)
     await pa.close()
     await pb.close()

@@ -107,9 +107,18 @@ def test_latency_tries_an_unmeasured_deployment_first_then_the_fastest() -> None
     assert [d.name for d in order("latency", pool, random.random)] == ["c", "b", "a"]
 
 
-def test_headroom_ranks_by_the_scarcer_share_and_unknown_counts_as_full() -> None:
+def test_headroom_ranks_by_the_scarcer_share_and_unknown_as_the_median_of_the_known() -> None:
+    """Counted as full, a deployment that states no limit (Azure's answers say only what is
+    left) left 1 request of 120 to a key with 0.998 of 10 times its tokens left (audit)."""
     pool = [dep(0, requests_left=0.9, tokens_left=0.05), dep(1, requests_left=0.4, tokens_left=0.5), dep(2)]
-    assert [d.name for d in order("headroom", pool, random.random)] == ["c", "b", "a"]
+    assert [d.name for d in order("headroom", pool, random.random)] == ["b", "c", "a"]  # c: 0.225
+    assert first("headroom", [*pool, dep(3, tokens_left=0.3)], random.random).name == "b"  # d: 0.3
+    # One known: the unknown ties with it, and the weights share the picks.
+    pair = [dep(0, tokens_left=0.998), dep(1)]
+    draws = random.Random(7)
+    picks = Counter(first("headroom", pair, draws.random).name for _ in range(400))
+    assert 150 < picks["a"] < 250 and picks["a"] + picks["b"] == 400
+    assert {d.name for d in order("headroom", [dep(0), dep(1)], random.random)} == {"a", "b"}  # none known
 
 
 def test_a_deployment_sitting_out_does_not_serve_until_its_end() -> None:

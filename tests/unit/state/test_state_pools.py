@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -431,6 +433,69 @@ async def test_limits_are_not_taken_once_headers_tell_the_headroom_nor_on_one_pr
     assert not a.takes(ups[0], MODEL)  # the headers decide, as without a shared store
     alone, _, _ = replicas(clock)
     assert not alone.takes(ups[0], MODEL)  # memory: counted as sent, as before
+
+
+_AZURE = next(c for c in json.loads((Path(__file__).parents[2] / "corpus" / "ratelimit" / "headers.json")
+                                    .read_text())["cases"] if c["name"] == "azure-openai-chat-real")  # fmt: skip
+
+
+def azure_headers(requests: int = 79, tokens: int = 61353) -> CIMultiDict[str]:
+    """A real Azure OpenAI answer's headers (the corpus's ``azure-openai-chat-real``): what is
+    left of requests and tokens, no limit, no reset; the counts as a test needs them."""
+    return CIMultiDict({**_AZURE["headers"], "x-ratelimit-remaining-requests": str(requests),
+                        "x-ratelimit-remaining-tokens": str(tokens)})  # fmt: skip
+
+
+async def test_a_reading_that_states_no_limit_leaves_the_configured_limits_counting() -> None:
+    """Azure's answers say what is left and nothing else. Any reading stood for the headers
+    deciding: two Azure deployments with ``requests_per_minute: 5`` were sent 20 calls of a burst
+    of 20 (audit). The limits count until a reading states a limit, in one process's memory
+    and, on a shared store, taken at the pick."""
+    clock = Clock()
+    alone, _, _ = replicas(clock)
+    ups = members(", limits: {requests_per_minute: 5}")
+    for left in range(5):
+        mark = alone.sent(ups[0], MODEL, 10)
+        assert alone.observe(ups[0], MODEL, azure_headers(requests=79 - left), mark, refused=True) is not None
+    v = alone.view(0, ups[0], MODEL, clock.now * 1000)
+    assert v.out_why is SitOut.HEADROOM and v.out_until_ms == (int(T0 // 60) + 1) * 60_000
+    assert v.requests_left == 0.0
+    a, b, _ = shared_replicas(clock)
+    a.observe(ups[0], MODEL, azure_headers())
+    await a.refresh("p", ups, MODEL)
+    await b.refresh("p", ups, MODEL)
+    assert a.takes(ups[0], MODEL) and b.takes(ups[0], MODEL)
+    assert [await r.take(ups[0], MODEL, 10) for r in (a, b, a, b, a, b)] == [True] * 5 + [False]
+    a.observe(ups[0], MODEL, openai_headers(remaining=50), refused=True)
+    assert not a.takes(ups[0], MODEL)  # a stated limit: the headers decide
+
+
+async def test_a_reading_without_a_limit_is_unknown_and_a_zero_in_it_fades_in_a_minute() -> None:
+    """Without a limit a share of 1.0 for anything left, 0.0 for nothing, faded only with the
+    record (120 s): an Azure deployment whose 429 asked for 7 s and said 0 tokens left got no
+    request for 120 s, and one that said 79 left outranked a key with 0.998 of 10 times its
+    tokens (audit). Its share is unknown; nothing left ranks last for a minute (Azure's quota
+    is per minute), and a 429's reading says nothing past that 429's own wait."""
+    clock = Clock()
+    a, _, _ = replicas(clock)
+    ups = members()
+    a.observe(ups[0], MODEL, azure_headers())
+    v = a.view(0, ups[0], MODEL, clock.now * 1000)
+    assert (v.requests_left, v.tokens_left, v.room) == (None, None, None)
+    a.observe(ups[0], MODEL, azure_headers(tokens=0), refused=True)  # a 429's
+    v = a.view(0, ups[0], MODEL, clock.now * 1000)
+    assert v.room is None and v.serves_at(clock.now * 1000)
+    a.monotonic = lambda: T0 + 1.0  # past OBSERVE_EVERY_S: the next answer is read
+    a.observe(ups[0], MODEL, azure_headers(tokens=0))  # an answer that took the last tokens
+    assert a.view(0, ups[0], MODEL, (clock.now + 59) * 1000).tokens_left == 0.0
+    assert a.view(0, ups[0], MODEL, (clock.now + 59) * 1000).serves_at((clock.now + 59) * 1000)
+    assert a.view(0, ups[0], MODEL, (clock.now + 60) * 1000).tokens_left is None
+    # With configured limits, a reading is a share of them, refilled by the minute's end.
+    limited = members(", limits: {tokens_per_minute: 30000}")
+    a.monotonic = lambda: T0 + 2.0
+    a.observe(limited[1], MODEL, azure_headers(tokens=15000))
+    assert a.view(1, limited[1], MODEL, clock.now * 1000).tokens_left == 0.5
+    assert a.view(1, limited[1], MODEL, (clock.now + 30) * 1000).tokens_left == 0.75
 
 
 async def test_headroom_counts_down_by_what_the_other_replicas_sent_since_the_reading() -> None:
