@@ -324,6 +324,24 @@ APIS_BY_HOST: dict[str, tuple[ApiName, ...]] = {
     # compatibility layer (/v1beta/openai/) is a chat upstream of its own: say `apis: [chat]`.
     "generativelanguage.googleapis.com": ("gemini",),
 }
+# Azure OpenAI, a host per resource (https://<resource>.openai.azure.com): OpenAI's chat
+# completions and Responses, no Messages. Its v1 API (base URL .../openai/v1) serves both, the
+# deployment named as the model ("client.responses.create(model=...)", chat completions alike:
+# learn.microsoft.com/azure/ai-foundry/openai/api-version-lifecycle); under a classic deployment
+# path (.../openai/deployments/<name>) only chat completions is the deployment's: Responses is
+# the resource's /openai/responses, not the deployment's path.
+AZURE_OPENAI_SUFFIX = ".openai.azure.com"
+
+
+def apis_of_host(base_url: Any) -> tuple[ApiName, ...] | None:
+    """What the provider at ``base_url``'s host is known to serve (APIS_BY_HOST, Azure OpenAI's
+    hosts); None: nothing known."""
+    host = _hostname(base_url)
+    known = APIS_BY_HOST.get(host)
+    if known is None and host.endswith(AZURE_OPENAI_SUFFIX):
+        deployment = "/openai/deployments/" in urlsplit(base_url).path.lower()
+        known = ("chat",) if deployment else ("chat", "responses")
+    return known
 
 
 # Anthropic's API takes a key in x-api-key: "All requests to the Anthropic API must include an
@@ -438,6 +456,18 @@ class UpstreamConfig(_Model):
         "The value of one whose name holds `auth`, `key`, `token`, `secret`, `passw`, `credential` or "
         "`cookie` is redacted from the upstream's errors as `api_key` is (docs/security.md).",
     )  # fmt: skip
+    # Azure OpenAI's classic path takes its API version in the query, "api-version=2024-10-21" on
+    # every call (learn.microsoft.com/en-us/azure/ai-foundry/openai/reference); stock SDKs and
+    # tools aimed at a base URL send none, and Azure answers 404 "Resource not found" (audit).
+    query: dict[str, str] = Field(
+        default_factory=dict,
+        description="Query parameters added to every request to this upstream, replacing a client's of the "
+        "same name: Azure OpenAI's deployment path (`base_url: https://<resource>.openai.azure.com/openai/"
+        "deployments/<deployment>`) needs `api-version` (`query: {api-version: '2024-10-21'}`); its v1 API "
+        "(`https://<resource>.openai.azure.com/openai/v1`) needs none. Not for a credential: a name holding "
+        "`key`, `token`, `secret`, `auth`, `passw` or `credential` is refused (set `api_key`). One whose "
+        "value is empty is not sent.",
+    )
     fallbacks: tuple[str, ...] = Field(
         default=(),
         description="Upstreams or pools (any wire API) that serve this one's requests when it cannot, tried "
@@ -459,7 +489,8 @@ class UpstreamConfig(_Model):
         default=ALL_APIS,
         description="The wire APIs this upstream speaks; a request in another API is translated to the first "
         "of these that has a translator. Unset or blank: what its host is known to serve (`api.openai.com`: "
-        "chat and responses; `api.anthropic.com`: messages; `generativelanguage.googleapis.com`: gemini), "
+        "chat and responses; `api.anthropic.com`: messages; `generativelanguage.googleapis.com`: gemini; "
+        "`*.openai.azure.com`: chat and responses, chat alone under a `/openai/deployments/` path), "
         "else chat, messages and responses (never gemini). One string may list several, comma-separated.",
     )
     model_map: tuple[tuple[str, str], ...] = Field(
@@ -507,7 +538,7 @@ class UpstreamConfig(_Model):
             up = handler(_default_key_header(data))
         else:
             host = _hostname(data.get("base_url"))
-            known = APIS_BY_HOST.get(host)
+            known = apis_of_host(data.get("base_url"))
             up = handler(_default_key_header({**data, "apis": known or ALL_APIS}))
             up._apis_from = f"host {host}" if known else "default"
         up._key_header_given = given
@@ -541,7 +572,8 @@ class UpstreamConfig(_Model):
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("must be an absolute http:// or https:// URL")
         if parts.query or parts.fragment:
-            raise ValueError("must not have a query string or fragment")
+            raise ValueError("must not have a query string or fragment (parameters every request needs, "
+                             "such as Azure's api-version, go in `query`)")
         return v.rstrip("/")
 
     @property
@@ -554,7 +586,7 @@ class UpstreamConfig(_Model):
         """The client's headers (lower-case) this upstream does not get (WITHHELD_CLIENT_HEADERS)."""
         return WITHHELD_CLIENT_HEADERS.difference(self._forwarded_client_headers)
 
-    @field_validator("headers", mode="before")
+    @field_validator("headers", "query", mode="before")
     @classmethod
     def _header_values_as_written(cls, v: Any) -> Any:
         # YAML reads `anthropic-version: 2023-06-01` as a date and `X-Priority: 1` as a number:
@@ -589,6 +621,21 @@ class UpstreamConfig(_Model):
         lowered = [n.lower() for n in v]
         problems += [f"{n} is given twice (header names are case-insensitive)"
                      for n in sorted({n for n in lowered if lowered.count(n) > 1})]  # fmt: skip
+        if problems:
+            raise ValueError("; ".join(problems))
+        return {name: value.strip() for name, value in v.items() if value.strip()}
+
+    @field_validator("query")
+    @classmethod
+    def _plain_query(cls, v: dict[str, str]) -> dict[str, str]:
+        problems = []
+        for name, value in v.items():
+            if not name.strip() or any(c in name + value for c in "\r\n\x00"):
+                problems.append(f"{name[:64]!r}: a parameter needs a name, and neither may hold a line "
+                                "break or NUL")  # fmt: skip
+            elif _secret(name):
+                # A URL lands in access logs and traces, where a header does not.
+                problems.append(f"{name[:64]} reads as a credential: set api_key (and key_header) instead")
         if problems:
             raise ValueError("; ".join(problems))
         return {name: value.strip() for name, value in v.items() if value.strip()}

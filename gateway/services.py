@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, Protocol
+from urllib.parse import quote, urlencode
 
 from aiohttp import web
 
@@ -29,7 +30,7 @@ from gateway.policy.refused_param import ParamFixes
 from gateway.policy.thinking_signers import Signers
 from gateway.policy.tool_outputs import ToolOutputPolicy, ToolRule
 from gateway.redaction import upstream_secrets
-from gateway.routing import Outbound, pick_upstream, upstream_url
+from gateway.routing import Outbound, pick_upstream, upstream_url, with_fixed_query
 from gateway.state import SharedBudget, SharedCircuit, StateStore
 from gateway.state.affinity import AffinityTable
 from gateway.state.pools import PoolState
@@ -52,9 +53,12 @@ class UpstreamRuntime:
     # What an error from it must not show a client: its api_key and the credentials among its
     # configured headers (gateway/redaction.py).
     secrets: tuple[str, ...] = field(init=False)
-    # Endpoint path -> its upstream URL (no query string): a handful of entries, and one per
-    # model on a Gemini upstream (its path names the model).
+    # Endpoint path -> its upstream URL (no query string of the client's): a handful of entries,
+    # and one per model on a Gemini upstream (its path names the model).
     urls: dict[str, str] = field(init=False, default_factory=dict)
+    # Its configured ``query``, encoded, and the names it replaces in a client's.
+    fixed_query: str = field(init=False)
+    fixed_names: frozenset[str] = field(init=False)
     # Circuit key -> the verdict of the one request retrying that model here now (True: it
     # gave up). Other requests of the model that fail meanwhile wait for it (pipeline/chain.py).
     retrying: dict[str, asyncio.Future[bool]] = field(init=False, default_factory=dict)
@@ -66,6 +70,8 @@ class UpstreamRuntime:
         self.outbound = Outbound.of(self.cfg)
         self.secrets = upstream_secrets(self.cfg.api_key, self.cfg.headers)
         self.name = self.cfg.name
+        self.fixed_query = urlencode(self.cfg.query, quote_via=quote)
+        self.fixed_names = frozenset(self.cfg.query)
 
     # (client API, requested model) -> how such requests reach this upstream.
     legs: dict[tuple[str, str | None], Leg | NoLeg] = field(init=False, default_factory=dict)
@@ -81,10 +87,11 @@ class UpstreamRuntime:
 
     def url_for(self, path: str, query_string: str) -> str:
         if query_string:
+            query_string = with_fixed_query(query_string, self.fixed_query, self.fixed_names)
             return upstream_url(self.cfg.base_url, path, query_string)
         url = self.urls.get(path)
         if url is None:
-            url = upstream_url(self.cfg.base_url, path, "")
+            url = upstream_url(self.cfg.base_url, path, self.fixed_query)
             if len(self.urls) < _URLS_MAX:  # a Gemini path holds a model name, which comes from clients
                 self.urls[path] = url
         return url

@@ -594,9 +594,13 @@ def _upstream_error(
         c = replace(c, evidence=f"{c.evidence} body:error_in_{answered}")
     # Every SDK retries a 429; a budget error answered as 402 is not retried by anyone.
     answer = 402 if c.type is ErrorType.BUDGET else status
+    relayed = response_headers(headers, operator)
     if c.type is ErrorType.CONTEXT_OVERFLOW and (status == 429 or status >= 500):
         answer = 400  # a request too big for the window fails the same way every time
-    return Failure(c, answer, response_headers(headers, operator), body, upstream_status=answered or status)
+        # ... and no wait is its remedy: Azure's "retry-after: 86400" to a request over its
+        # tokens per minute stays with the 429 it came on.
+        relayed = [(k, v) for k, v in relayed if k.lower() not in ("retry-after", "retry-after-ms")]
+    return Failure(c, answer, relayed, body, upstream_status=answered or status)
 
 
 def without_own_key(failure: Failure, keys: tuple[str, ...]) -> None:

@@ -243,8 +243,9 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     refused = authenticate(svc, request)
     if refused is not None:
         return await relay(request, svc, state, refused)
+    path, query = request.raw_path.split("?", 1)[0], forwarded_query(request, state.dialect)
     try:  # first: an absolute-URI target (``GET http://169.254.169.254/v1/models``) is refused
-        url_for = upstream_url("", request.raw_path.split("?", 1)[0], forwarded_query(request, state.dialect))
+        upstream_url("", path, query)
     except UnsafePath as e:
         return await relay(request, svc, state, bad_request(str(e), "invalid_path"))
     if request.method == "GET" and request.path == "/v1/models":
@@ -318,9 +319,9 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
             # of the client's name was a count for a model never asked, or a 404).
             renamed = _with_model(payload, body, ctype, mapped)
             if renamed is not None:
-                return Call(up, request.method, up.cfg.base_url + url_for, headers, mode, body=renamed,
+                return Call(up, request.method, up.url_for(path, query), headers, mode, body=renamed,
                             wire_model=mapped, rewritten=True)  # fmt: skip
-        return Call(up, request.method, up.cfg.base_url + url_for, headers, mode, body=body)
+        return Call(up, request.method, up.url_for(path, query), headers, mode, body=body)
 
     plan = plan_for(svc, state, request.headers)
     if pool is not None:

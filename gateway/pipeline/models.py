@@ -118,7 +118,7 @@ async def _fetch(
         # most 1000 models per page" (ListModelsRequest.page_size,
         # https://ai.google.dev/api/python/google/generativeai/protos/ListModelsRequest).
         query = GOOGLE_PAGE
-    url = up.cfg.base_url + "/models" + (f"?{query}" if query else "")
+    url = up.url_for("/v1/models", query)
     call = Call(up, "GET", url, headers, ReadMode.BUFFER)
     return await send(svc, state, plan, call, b"")
 

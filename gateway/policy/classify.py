@@ -166,7 +166,9 @@ def classify(
     # A rate limit's reset headers are no wait of their own: they say when its window is full
     # again, not when this request fits (``refill_wait_s``, read last).
     resets = kind is BUDGET and bool(_spent_windows(headers))
-    wait = server_wait_s(headers, doc, now_s, rate_limit_resets=resets)
+    # A request too big for its window waits for nothing: Azure's "retry after 86400 seconds"
+    # to one larger than its tokens-per-minute limit is no time it will fit (_by_numbers).
+    wait = None if kind is OVERFLOW else server_wait_s(headers, doc, now_s, rate_limit_resets=resets)
     if wait is None and kind in (RATE, BUDGET):
         # No header says it, the body does: OpenAI's "Please try again in 20s." (a stream's error
         # event has no headers at all), Codex's resets_in_seconds. Left out, a pool sat the key
@@ -274,6 +276,14 @@ def _by_numbers(e: _Evidence) -> tuple[ErrorType, str] | None:
     horizon = _horizon(e)
     if horizon is None:
         return None
+    if horizon.seconds >= numbers.BUDGET_HORIZON_S and status == 429 and words.TOKEN_RATE_LIMIT.search(text):
+        # Azure's per-minute token limit asking a day ("Please retry after 86400 seconds"): a
+        # minute's window that no wait refills for this request, so the request alone is bigger
+        # than it, OpenAI's "Request too large ... Limit 30000, Requested 30601" without the
+        # numbers: the same workload met both (vanderschaarlab/climb#1, Azure at 30k TPM, and
+        # raising the TPM fixed it). As budget, one such request sat every deployment of its key
+        # out for a day (audit).
+        return OVERFLOW, f"numbers:a per-minute token limit asks {horizon.seconds:g}s: the request exceeds it"
     if horizon.seconds >= numbers.BUDGET_HORIZON_S:
         return BUDGET, f"horizon:{horizon.seconds:g}s ({horizon.source})"
     if status >= 500:

@@ -71,6 +71,14 @@ OVERFLOW = re.compile(
 CONTEXT_WORDS = re.compile(r"context (?:window|length|size)", _I)
 # One request bigger than the whole per-minute window, said in words (OpenAI, Groq).
 WINDOW_OVERFLOW = re.compile(r"request too large for .{0,200}? tokens per min", _I)
+# Azure OpenAI's tokens-per-minute limit, a deployment's own: "Requests to the
+# ChatCompletions_Create Operation ... have exceeded token rate limit of your current OpenAI S0
+# pricing tier" and, newer, "Your requests to gpt-4.1-nano ... have exceeded the token rate
+# limit for your current AIServices S0 pricing tier" (tests/corpus; icereed/paperless-gpt#814).
+# The TPM a deployment is assigned "becomes the deployment's tokens-per-minute limit", and a
+# request counts its prompt and max_tokens against it (learn.microsoft.com/en-us/azure/
+# ai-services/openai/how-to/quota): a per-minute window, whatever wait the body names.
+TOKEN_RATE_LIMIT = re.compile(r"exceeded (?:the )?token rate limit", _I)
 # A limit on request bytes: no compression of messages is what the provider asked for.
 BYTES = re.compile(
     r"maximum allowed number of bytes|request entity too large|payload too large|string too long"

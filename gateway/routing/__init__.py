@@ -23,10 +23,11 @@ from gateway.routing.headers import (
     response_headers,
     upstream_url,
     with_added,
+    with_fixed_query,
 )
 
 __all__ = [
     "API_HEADERS", "CREDENTIAL_HEADERS", "HOP_BY_HOP", "Outbound", "UnsafePath", "credential_moved", "in_api",
     "outbound_headers", "pick_upstream", "request_headers", "required_for", "response_headers",
-    "upstream_url", "with_added",
+    "upstream_url", "with_added", "with_fixed_query",
 ]  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from urllib.parse import unquote
+from urllib.parse import unquote, unquote_plus
 
 from gateway.config import ANTHROPIC_HOST, ANTHROPIC_KEY_PREFIX, ANTHROPIC_OAUTH_PREFIX, UpstreamConfig
 
@@ -66,6 +66,15 @@ def upstream_url(base_url: str, raw_path: str, query_string: str) -> str:
             raise UnsafePath("path segments may not be '.' or '..', nor hold a slash, a backslash or a NUL")
     url = base_url + rest
     return f"{url}?{query_string}" if query_string else url
+
+
+def with_fixed_query(client: str, fixed: str, names: frozenset[str]) -> str:
+    """The client's query string with an upstream's configured parameters (``fixed``, encoded):
+    those ``names`` replace the client's own of the same name, the rest of the client's stay."""
+    if not fixed:
+        return client
+    kept = [p for p in client.split("&") if p and unquote_plus(p.partition("=")[0]) not in names]
+    return "&".join([*kept, fixed])
 
 
 # What each wire API asks of a request's headers besides its credential (``Outbound.key``),

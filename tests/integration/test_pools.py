@@ -659,9 +659,9 @@ def test_the_pool_page_examples_load_as_printed() -> None:
 
     section = (Path(__file__).resolve().parents[2] / "docs" / "pools.md").read_text()
     blocks = re.findall(r"```yaml[^\n]*\n(.*?)```", section, re.S)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     env = {k: "k" for k in ("ANTHROPIC_KEY_A", "ANTHROPIC_KEY_B", "ANTHROPIC_KEY_C", "ANTHROPIC_API_KEY",
-                             "OPENROUTER_API_KEY")}  # fmt: skip
+                             "OPENROUTER_API_KEY", "AZURE_EAST_KEY", "AZURE_WEST_KEY")}  # fmt: skip
     for block in blocks:
         cfg = parse_config(block, env=env)
         assert len(cfg.pools) == 1 and len(cfg.pools[0].deployments) >= 2

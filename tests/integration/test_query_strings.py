@@ -60,3 +60,28 @@ async def test_a_gemini_callers_key_is_taken_out_of_the_query_and_the_rest_kept_
     async with gw.session.get(url) as r:
         assert r.status == 200
     assert capture.lines == [b"GET /v1/files?a=x%2By&b=%23 HTTP/1.1"]
+
+
+async def test_an_upstreams_configured_query_goes_with_every_request_in_place_of_the_clients_own(
+    make_gateway: MakeGateway, capture: Capture
+) -> None:
+    """Azure OpenAI's deployment path takes ``api-version`` in the query; stock SDKs aimed at a
+    base URL send none, and Azure answers 404 "Resource not found" (audit). Configured, it goes
+    on the request's own API, on one translated, on a path passed through and on the listing,
+    and a client's stale one is replaced."""
+    base = f"http://127.0.0.1:{capture.port}/openai/deployments/gpt4o-east"
+    gw = await make_gateway(upstreams=f"  - {{name: az, base_url: '{base}', apis: [chat], "
+                                      "query: {api-version: 2024-10-21}}\n")  # fmt: skip
+    await gw.chat({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})
+    await gw.messages({"model": "gpt-4o", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]},
+                      query="?beta=true")  # fmt: skip
+    async with gw.session.get(URL(f"{gw.base}/v1/files?limit=5&api-version=2023-05-15&b=%23", encoded=True)):
+        pass
+    async with gw.session.get(f"{gw.base}/v1/models"):
+        pass
+    assert capture.lines == [
+        b"POST /openai/deployments/gpt4o-east/chat/completions?api-version=2024-10-21 HTTP/1.1",
+        b"POST /openai/deployments/gpt4o-east/chat/completions?api-version=2024-10-21 HTTP/1.1",
+        b"GET /openai/deployments/gpt4o-east/files?limit=5&b=%23&api-version=2024-10-21 HTTP/1.1",
+        b"GET /openai/deployments/gpt4o-east/models?api-version=2024-10-21 HTTP/1.1",
+    ]

@@ -507,6 +507,10 @@ def test_the_claude_code_example_sends_anthropic_its_key_its_way() -> None:
     ("https://API.Anthropic.com/v1", ("messages",), "host api.anthropic.com"),
     ("https://generativelanguage.googleapis.com/v1beta", ("gemini",), "host generativelanguage.googleapis.com"),
     ("http://127.0.0.1:8000/v1", ("chat", "messages", "responses"), "default"),  # never gemini unless said
+    # Azure OpenAI: no Messages, so a Messages client is translated, not sent /messages (audit)
+    ("https://my-res.openai.azure.com/openai/v1", ("chat", "responses"), "host my-res.openai.azure.com"),
+    ("https://my-res.openai.azure.com/openai/deployments/gpt4o-east", ("chat",), "host my-res.openai.azure.com"),
+    ("https://openai.azure.com.example/v1", ("chat", "messages", "responses"), "default"),  # not Azure's
 ])  # fmt: skip
 def test_apis_left_out_are_what_a_well_known_host_serves(base_url: str, apis: tuple[str, ...], said: str) -> None:
     for given in ("", ", apis: ''", ", apis: '${UPSTREAM_APIS:-}'"):  # an unset variable says nothing either
@@ -514,6 +518,24 @@ def test_apis_left_out_are_what_a_well_known_host_serves(base_url: str, apis: tu
         assert (up.apis, up.apis_from) == (apis, said)
     (up,) = parse_config(f"upstreams: [{{name: a, base_url: '{base_url}', apis: [chat]}}]", env={}).upstreams
     assert (up.apis, up.apis_from) == (("chat",), "config")
+
+
+def test_a_configured_query_goes_with_every_request_and_a_base_url_with_one_says_where_it_belongs() -> None:
+    # YAML reads an unquoted api-version as a date: sent as it was written.
+    text = ("upstreams: [{name: az, base_url: 'https://r.openai.azure.com/openai/deployments/d', "
+            "query: {api-version: 2024-10-21, unset: ''}}]")  # fmt: skip
+    assert parse_config(text, env={}).upstreams[0].query == {"api-version": "2024-10-21"}
+    with pytest.raises(ConfigError, match="go in `query`"):
+        parse_config("upstreams: [{name: az, base_url: 'https://r.openai.azure.com/openai/deployments/d"
+                     "?api-version=2024-10-21'}]", env={})  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["api-key", "key", "access_token", "Authorization", "client_secret"])
+def test_a_credential_is_refused_in_a_configured_query(name: str) -> None:
+    text = f"upstreams: [{{name: az, base_url: 'https://r.openai.azure.com/openai/v1', query: {{{name}: s3cr3t}}}}]"
+    with pytest.raises(ConfigError, match="reads as a credential: set api_key") as e:
+        parse_config(text, env={})
+    assert "s3cr3t" not in str(e.value)
 
 
 @pytest.mark.parametrize(("extra", "header"), [
