@@ -69,10 +69,16 @@ _DETAILS = {"prompt_tokens": "prompt_tokens_details", "input_tokens": "input_tok
 
 
 def token_counts(usage: Any, prompt_key: str, completion_key: str) -> dict[str, int]:
-    """``{"prompt": n, "completion": m}`` from an OpenAI usage object, and ``cache_read``: the
+    """``{"prompt": n, "completion": m}`` from an OpenAI usage object, ``cache_read``: the
     prompt tokens read from the provider's cache (``prompt_tokens_details.cached_tokens`` in
-    chat completions, ``input_tokens_details.cached_tokens`` in Responses), which cost less.
-    What is not a count is skipped."""
+    chat completions, ``input_tokens_details.cached_tokens`` in Responses), which cost less, and
+    ``cache_write``: those written to it (``cache_write_tokens`` beside them), which cost more on
+    GPT-5.6 and later and on OpenRouter's Claude. Both are parts of the prompt, never on top of
+    it: OpenAI's prompt-caching guide counts "input_tokens": 2600 with "cached_tokens": 2000 and
+    "cache_write_tokens": 400 as "The remaining 200 input tokens were neither read nor written"
+    (developers.openai.com/api/docs/guides/prompt-caching, "Measure cache reads and writes"),
+    and ``keys/prices.cost_of`` prices the rest of the prompt at the input price. What is not a
+    count is skipped."""
     out: dict[str, int] = {}
     if isinstance(usage, dict):
         # Unrolled, without a loop or a key built per answer: this reads every answer's usage.
@@ -87,6 +93,9 @@ def token_counts(usage: Any, prompt_key: str, completion_key: str) -> dict[str, 
             cached = details.get("cached_tokens")
             if isinstance(cached, int) and cached > 0:
                 out["cache_read"] = cached
+            written = details.get("cache_write_tokens")
+            if isinstance(written, int) and written > 0:
+                out["cache_write"] = written
     return out
 
 

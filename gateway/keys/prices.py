@@ -25,7 +25,13 @@ Sources, read 2026-11-28 (the agents' own default models, 2026-11-30: below):
   Priority processing costs more (gpt-5.4 "$5.00 ... $30.00" per million in and out,
   https://openai.com/api-priority-processing/, against $2.50 and $15): an answer's
   ``service_tier`` is not read, so an answer served at priority is counted at the standard price.
-  OpenAI has no cache-write price: a cache write costs the input price. gpt-5.2 and o3-pro,
+  Cache writes, read 2026-11-30 from OpenAI's "Prompt caching" guide
+  (developers.openai.com/api/docs/guides/prompt-caching): "Cache write charges | 1.25× the
+  uncached input token rate" for "GPT-5.6 and later", "No additional cache-write fee" for
+  earlier models, whose rows name no cache-write price (a write costs the input price); the
+  usage reports them as ``cache_write_tokens``, a part of the prompt ("2,000 tokens were read
+  from the cache and 400 additional tokens were written. The remaining 200 input tokens were
+  neither read nor written"). gpt-5.2 and o3-pro,
   read 2026-11-29 from copies of that page (nicolalazzari.ai/articles/openai-api-pricing-explained-2026,
   evolink.ai/blog/gpt-5-2-api-guide-pricing-setup-vs-gpt-5-4; modelpedia.dev/openai/o3-pro).
   Read 2026-11-30: o4-mini-deep-research, $2.00 in, $0.50 cached, $8.00 out

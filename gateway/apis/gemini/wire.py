@@ -16,8 +16,9 @@ the requests in tests/corpus/requests/gemini-cli-*.json and genai-*.json):
 * an error, over HTTP and inside a stream alike, is ``{"error": {"code", "message", "status",
   "details"}}`` (``errors.py``);
 * usage: ``usageMetadata.{promptTokenCount, candidatesTokenCount, thoughtsTokenCount,
-  cachedContentTokenCount, totalTokenCount}``; the prompt count includes the cached part, and
-  thoughts are billed as output.
+  cachedContentTokenCount, toolUsePromptTokenCount, totalTokenCount}``; the prompt count
+  includes the cached part but not the tool-use prompt (a server-side tool's: url_context,
+  code execution), which is input too, and thoughts are billed as output.
 
 The path's facts travel with the payload inside the gateway: ``model`` and ``stream`` (the
 translators, the model map and the empty-stream probe read and change them there, as they do
@@ -214,13 +215,13 @@ def sse_event(doc: Mapping[str, Any]) -> bytes:
 
 
 def gemini_usage(usage: Any) -> dict[str, int]:
-    """``prompt`` (cached part included, as Google counts it), ``completion`` (answer and
-    thoughts: both are billed as output) and ``cache_read``."""
+    """``prompt`` (cached part included, as Google counts it, and the tool-use prompt),
+    ``completion`` (answer and thoughts: both are billed as output) and ``cache_read``."""
     out: dict[str, int] = {}
     if not isinstance(usage, dict):
         return out
-    prompt = field(usage, "promptTokenCount")
-    if isinstance(prompt, int) and prompt >= 0:
+    prompt = prompt_tokens(usage)
+    if prompt is not None:
         out["prompt"] = prompt
     answer, thoughts = field(usage, "candidatesTokenCount"), field(usage, "thoughtsTokenCount")
     counted = [v for v in (answer, thoughts) if isinstance(v, int) and v >= 0]
@@ -230,6 +231,18 @@ def gemini_usage(usage: Any) -> dict[str, int]:
     if isinstance(cached, int) and cached > 0:
         out["cache_read"] = cached
     return out
+
+
+def prompt_tokens(usage: Mapping[str, Any]) -> int | None:
+    """The input tokens of a usageMetadata: ``promptTokenCount`` and ``toolUsePromptTokenCount``
+    ("Number of tokens present in tool-use prompt(s)", UsageMetadata in Google's API reference),
+    which is not part of the first: 1041 prompt + 902 candidates + 2191 thoughts + 377545
+    tool-use = 381679 total (a url_context answer, Arize-ai/openinference#2578), and it is
+    input (the fix there, #2597, and mozilla-ai/any-llm#1367 count it in the prompt, as
+    BerriAI/litellm#24622 proposed). None when neither is a count."""
+    counted = [v for v in (field(usage, "promptTokenCount"), field(usage, "toolUsePromptTokenCount"))
+               if isinstance(v, int) and not isinstance(v, bool) and v >= 0]  # fmt: skip
+    return sum(counted) if counted else None
 
 
 def grounding_searches(doc: Mapping[str, Any]) -> int:

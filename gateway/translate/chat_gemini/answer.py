@@ -3,8 +3,9 @@
 A GenerateContentResponse (Gemini API reference, "Generating content"): ``candidates[0]``
 holds ``content.parts`` (``text``, ``text`` with ``thought: true``, ``functionCall`` with
 ``args`` an object and, on thinking models, a ``thoughtSignature``), ``finishReason`` and
-``index``; ``usageMetadata`` counts the prompt (cached part included), the answer
-(``candidatesTokenCount``) and the thoughts (``thoughtsTokenCount``) apart.
+``index``; ``usageMetadata`` counts the prompt (cached part included), a server-side tool's
+prompt (``toolUsePromptTokenCount``), the answer (``candidatesTokenCount``) and the thoughts
+(``thoughtsTokenCount``) apart.
 
 A stream (``streamGenerateContent?alt=sse``) is the same document per event, each holding the
 parts new since the last; the last one has ``finishReason`` and ``usageMetadata``, and no end
@@ -23,6 +24,7 @@ from typing import Any
 from gateway.apis.base import Ending
 from gateway.apis.chat.wire import broken_chunk
 from gateway.apis.gemini.fields import field
+from gateway.apis.gemini.wire import prompt_tokens
 from gateway.sse import parse_event
 from gateway.translate.base import Context, Known, chat_data, wants_usage
 from gateway.translate.chat_gemini import signature
@@ -56,15 +58,17 @@ def finish_reason(reason: Any, called: bool) -> str:
 
 def chat_usage(usage: Any) -> dict[str, Any]:
     """Chat usage from usageMetadata: the prompt with its cached part (as Google counts it, and
-    as chat's ``cached_tokens`` is a part of ``prompt_tokens``); thoughts are completion tokens
-    (billed as output) and chat's ``reasoning_tokens``."""
+    as chat's ``cached_tokens`` is a part of ``prompt_tokens``) and the tool-use prompt, which
+    Google counts apart and bills as input (``gemini.wire.prompt_tokens``): chat has no field
+    of its own for it; thoughts are completion tokens (billed as output) and chat's
+    ``reasoning_tokens``."""
     u = usage if isinstance(usage, Mapping) else {}
 
     def count(name: str) -> int:
         value = field(u, name)
         return value if isinstance(value, int) and value >= 0 else 0
 
-    prompt, thoughts = count("promptTokenCount"), count("thoughtsTokenCount")
+    prompt, thoughts = prompt_tokens(u) or 0, count("thoughtsTokenCount")
     completion = count("candidatesTokenCount") + thoughts
     out: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
                            "total_tokens": prompt + completion,

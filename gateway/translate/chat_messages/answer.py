@@ -65,19 +65,21 @@ def finish_reason(stop_reason: Any) -> str:
 
 def chat_usage(usage: Any) -> dict[str, Any]:
     """Chat usage from Messages usage: every input kind is a prompt token (the provider
-    processed and bills all of them); cache reads are the chat API's ``cached_tokens``."""
+    processed and bills all of them); cache reads are the chat API's ``cached_tokens``, cache
+    writes its ``cache_write_tokens`` when there are any (the openai SDK's PromptTokensDetails
+    has the field)."""
     u = usage if isinstance(usage, Mapping) else {}
 
     def count(key: str) -> int:
         value = u.get(key)
         return value if isinstance(value, int) and value >= 0 else 0
 
-    cached = count("cache_read_input_tokens")
-    prompt = count("input_tokens") + count("cache_creation_input_tokens") + cached
+    cached, written = count("cache_read_input_tokens"), count("cache_creation_input_tokens")
+    prompt = count("input_tokens") + written + cached
     completion = count("output_tokens")
+    cache = {"cached_tokens": cached, **({"cache_write_tokens": written} if written else {})}
     out: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
-                           "total_tokens": prompt + completion,
-                           "prompt_tokens_details": {"cached_tokens": cached}}  # fmt: skip
+                           "total_tokens": prompt + completion, "prompt_tokens_details": cache}  # fmt: skip
     details = u.get("output_tokens_details")
     if isinstance(details, Mapping) and isinstance(details.get("thinking_tokens"), int):
         out["completion_tokens_details"] = {"reasoning_tokens": details["thinking_tokens"]}

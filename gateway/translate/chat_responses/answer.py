@@ -24,6 +24,8 @@ def finish_reason(status: Any, details: Any, called: bool) -> str:
 
 
 def chat_usage(usage: Any) -> dict[str, Any]:
+    """Chat usage from Responses usage; cache writes (GPT-5.6 and later) under chat's own
+    ``prompt_tokens_details.cache_write_tokens`` when there are any."""
     u = usage if isinstance(usage, Mapping) else {}
 
     def count(doc: Any, key: str) -> int:
@@ -31,9 +33,13 @@ def chat_usage(usage: Any) -> dict[str, Any]:
         return value if isinstance(value, int) and value >= 0 else 0
 
     prompt, completion = count(u, "input_tokens"), count(u, "output_tokens")
+    details: dict[str, int] = {"cached_tokens": count(u.get("input_tokens_details"), "cached_tokens")}
+    written = count(u.get("input_tokens_details"), "cache_write_tokens")
+    if written:
+        details["cache_write_tokens"] = written
     return {
         "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": count(u.get("input_tokens_details"), "cached_tokens")},
+        "prompt_tokens_details": details,
         "completion_tokens_details": {
             "reasoning_tokens": count(u.get("output_tokens_details"), "reasoning_tokens")},
     }  # fmt: skip

@@ -82,7 +82,9 @@ def matched_stop(choice: Mapping[str, Any], request: Mapping[str, Any]) -> str |
 def usage(chat: Any, estimated_input: int, estimated_output: int = 0) -> tuple[dict[str, Any], bool]:
     """Messages usage from chat usage (estimates where it is missing), and whether any
     number in it is an estimate. Cached prompt tokens are ``cache_read_input_tokens`` and
-    not part of ``input_tokens``, as Anthropic counts them."""
+    written ones (``cache_write_tokens``: OpenRouter's Claude, OpenAI's GPT-5.6 and later)
+    ``cache_creation_input_tokens``, neither part of ``input_tokens``, as Anthropic counts
+    them; chat counts both in ``prompt_tokens`` (``apis/common.token_counts``)."""
     chat = chat if isinstance(chat, dict) else {}
     prompt = chat.get("prompt_tokens")
     completion = chat.get("completion_tokens")
@@ -91,7 +93,7 @@ def usage(chat: Any, estimated_input: int, estimated_output: int = 0) -> tuple[d
         prompt, estimated = estimated_input, True
     if not isinstance(completion, int):
         completion, estimated = estimated_output, True
-    cached = 0
+    cached = written = 0
     # Each test once, and the cache's members only where the usage has one: this reads every
     # translated answer's usage (issue #38).
     if "prompt_tokens_details" in chat or "prompt_cache_hit_tokens" in chat:
@@ -100,9 +102,11 @@ def usage(chat: Any, estimated_input: int, estimated_output: int = 0) -> tuple[d
         if not isinstance(found, int):
             found = chat.get("prompt_cache_hit_tokens")  # DeepSeek's own name
         cached = min(max(found, 0), prompt) if isinstance(found, int) else 0
+        wrote = details.get("cache_write_tokens") if isinstance(details, dict) else None
+        written = min(max(wrote, 0), prompt - cached) if isinstance(wrote, int) else 0
     return {
-        "input_tokens": prompt - cached,
-        "cache_creation_input_tokens": 0,
+        "input_tokens": prompt - cached - written,
+        "cache_creation_input_tokens": written,
         "cache_read_input_tokens": cached,
         "output_tokens": completion,
     }, estimated

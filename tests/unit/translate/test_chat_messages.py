@@ -1122,7 +1122,7 @@ def test_answer_api_reference_example() -> None:
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi! My name is Claude."},
                      "logprobs": None, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 2095 + 2051 + 2051, "completion_tokens": 503, "total_tokens": 6197 + 503,
-                  "prompt_tokens_details": {"cached_tokens": 2051},
+                  "prompt_tokens_details": {"cached_tokens": 2051, "cache_write_tokens": 2051},
                   "completion_tokens_details": {"reasoning_tokens": 0}},
     }  # fmt: skip
 
