@@ -18,7 +18,7 @@ import pytest
 
 from gateway.fake.messages import anthropic_stream, sign
 from tests.e2e.conftest import RunningGateway, launch_cli
-from tests.e2e.test_codex_chat import thinking_call
+from tests.e2e.test_codex_chat import messages_call, thinking_call
 from tests.e2e.test_gemini_cli import gemini, run_gemini  # noqa: F401 (fixture)
 from tests.fakeupstream import FakeUpstream, Stream
 
@@ -49,3 +49,24 @@ def test_gemini_cli_keeps_claude_thinking_on_through_its_tool_loop(
     [turn] = [m for m in second["messages"] if m["role"] == "assistant"]
     assert turn["content"][0] == {"type": "thinking", "thinking": thought, "signature": sign(thought)}
     assert turn["content"][-1]["type"] == "tool_use" and turn["content"][-1]["id"] == "toolu_01G"
+
+
+def test_gemini_clis_web_search_on_a_messages_upstream_is_refused_as_a_tool_error_and_the_turn_goes_on(
+    gemini: Path, claude_gateway: RunningGateway, upstream: FakeUpstream, tmp_path: Path  # noqa: F811
+) -> None:
+    """``google_web_search`` asks gemini-3-flash-preview with ``googleSearch``, which only Google's
+    API runs: the gateway refuses it (400 INVALID_ARGUMENT, class ``unknown``: a request error,
+    not retried), nothing is sent upstream, and the CLI gives the model the refusal as the tool's
+    error (docs/agents/gemini-cli.md: route gemini-3-flash-preview to a Gemini upstream)."""
+    upstream.script(messages_call("toolu_01W", "google_web_search", json.dumps({"query": "gateway news"})),
+                    Stream(anthropic_stream(words=("Search", " is", " unavailable."))))  # fmt: skip
+    done = run_gemini(gemini, claude_gateway, tmp_path, "Search the web for gateway news",
+                      model="gemini-3-pro-preview")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Search is unavailable." in done.stdout
+    first, second = [r.json() for r in upstream.requests]  # the search itself never went upstream
+    [result] = [b for m in second["messages"] if m["role"] == "user" and isinstance(m["content"], list)
+                for b in m["content"] if b.get("type") == "tool_result"]  # fmt: skip
+    said = json.dumps(result["content"])
+    assert result["tool_use_id"] == "toolu_01W"
+    assert "googleSearch runs inside Google's API" in said and "Gemini API upstream" in said

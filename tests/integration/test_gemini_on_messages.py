@@ -182,3 +182,20 @@ async def test_a_tool_loop_with_thinking_altered_in_its_signature_is_answered_wi
     assert refused["messages"][1]["content"][0]["thinking"] == "Something else entirely."
     assert "thinking" not in rescued or rescued["thinking"]["type"] == "disabled"
     assert [b["type"] for b in rescued["messages"][1]["content"]] == ["tool_use"]
+
+
+async def test_a_google_search_on_a_claude_route_is_a_request_error_never_sent(make_gateway) -> None:
+    """Gemini CLI's ``google_web_search`` asks gemini-3-flash-preview with ``googleSearch``: refused
+    in Google's envelope as a request the route cannot serve, class ``unknown`` (a 400 about the
+    request, as every refusal the gateway makes of a request), not retryable, with what would serve it."""
+    gw = await make_gateway(upstream_yaml=ON_CLAUDE)
+    ask = {"contents": [{"role": "user", "parts": [{"text": "gateway news"}]}], "tools": [{"googleSearch": {}}]}
+    status, headers, body = await post(gw, "/v1beta/models/gemini-3-flash-preview:generateContent", ask)
+    error = json.loads(body)["error"]
+    assert (status, error["code"], error["status"]) == (400, 400, "INVALID_ARGUMENT")
+    assert error["message"] == ("tools[0].googleSearch runs inside Google's API; an Anthropic Messages upstream "
+                                "cannot run it (a model routed to a Gemini API upstream can)")  # fmt: skip
+    assert {d.get("reason") for d in error["details"]} >= {"UNTRANSLATABLE_REQUEST"}
+    assert headers["x-llm-error-type"] == "unknown" and headers["x-llm-error-retryable"] == "false"
+    assert headers["x-should-retry"] == "false"
+    assert gw.fake.requests == []

@@ -541,7 +541,8 @@ def _tools(tools: Any, names: Names, onward: str) -> list[dict[str, Any]]:
         hosted = [k for k in _HOSTED if has(tool, k)]
         if hosted:
             api = _UPSTREAM_API.get(onward, "this upstream")
-            raise Untranslatable(f"tools[{i}].{hosted[0]} runs inside Google's API; {api} cannot run it")
+            raise Untranslatable(f"tools[{i}].{hosted[0]} runs inside Google's API; {api} cannot run it "
+                                 "(a model routed to a Gemini API upstream can)")  # fmt: skip
         at = ("tools", i, "functionDeclarations")
         decls = typed.objects(field(tool, "functionDeclarations"), at)
         out += [_function(decl, (*at, j), names) for j, decl in enumerate(decls)]
