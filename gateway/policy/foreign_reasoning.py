@@ -39,7 +39,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 # How the gateway carries Claude's signed thinking in a Responses reasoning item's
-# ``encrypted_content`` (``translate/responses_chat/thinking.py``): no OpenAI account reads it.
+# ``encrypted_content`` and a Gemini part's ``thoughtSignature`` (``translate/sealed_thinking.py``):
+# no OpenAI account or Gemini model reads it.
 GATEWAY_THINKING_MARK = "llm-gateway.thinking.v1:"
 # Google's value for a signature it did not issue: "skip_thought_signature_validator"
 # (https://ai.google.dev/gemini-api/docs/thought-signatures, FAQ).
@@ -270,6 +271,20 @@ def _signed_keys(part: Any) -> list[str]:
     if not isinstance(part, dict):
         return []
     return [k for k in _SIGNATURE_KEYS if k in part and part[k] != GEMINI_SKIP]
+
+
+def gemini_without_gateway_thinking(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A Gemini request whose parts carry Claude's thinking sealed in the gateway's own
+    ``thoughtSignature`` (``translate/gemini_chat``: a conversation that moved from a Claude
+    route to a Gemini one) with Google's stand-in there instead, as for any signature Google
+    did not issue (it refuses them: "Corrupted thought signature."); None when there are none.
+    Google's own signatures are left as they are."""
+    mark = GATEWAY_THINKING_MARK
+
+    def sealed(part: Mapping[str, Any]) -> bool:
+        return any(isinstance(part.get(k), str) and part[k].startswith(mark) for k in _SIGNATURE_KEYS)
+
+    return _gemini(doc, sealed)
 
 
 def without_gateway_thinking(doc: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -10,7 +10,10 @@ from typing import Any
 
 import pytest
 
+from gateway.fake.messages import anthropic_message, sign
 from gateway.policy.tokens import PDF_PAGE_TOKENS
+from gateway.translate import sealed_thinking
+from tests.fakeupstream import Reply
 from tests.integration.test_gemini_on_chat import corpus, post
 
 ON_CLAUDE = ", apis: [messages], model_map: {'gemini-*': claude-sonnet-4-5}"
@@ -138,3 +141,61 @@ async def test_a_text_file_and_a_mislabelled_photo_reach_claude_as_what_they_are
     text, photo = (r.json()["messages"][-1]["content"][-1] for r in gw.fake.messages_requests())
     assert text == {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "TODO: ship it"}}
     assert photo == {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": jpeg}}
+
+
+def _thinking_then_read(thought: str) -> dict[str, Any]:
+    """A Messages answer that thinks (signed by the fake) then calls read_file."""
+    body = anthropic_message(text="")
+    body["content"] = [{"type": "thinking", "thinking": thought, "signature": sign(thought)},
+                       {"type": "tool_use", "id": "toolu_01R", "name": "read_file", "input": {"file_path": "a.txt"}}]  # fmt: skip
+    body["stop_reason"] = "tool_use"
+    return body
+
+
+async def test_a_tool_loop_with_thinking_altered_in_its_signature_is_answered_without_it(make_gateway) -> None:
+    """The sealed thinking is the client's to alter: one still well formed but changed reaches
+    Claude, whose signature check refuses it (the fake as Anthropic); the gateway sends the turn
+    again without it, thinking off, and the client gets its answer, not a 400."""
+    gw = await make_gateway(upstream_yaml=ON_CLAUDE)
+    thought = "The user wants a.txt read."
+    gw.fake.script(Reply(200, _thinking_then_read(thought)), Reply(200, anthropic_message(text="It says hi.")))
+    ask = corpus("gemini-cli-0.61-first")
+    ask["generationConfig"] = {**ask.get("generationConfig", {}), "maxOutputTokens": 32000,
+                               "thinkingConfig": {"includeThoughts": True, "thinkingLevel": "HIGH"}}  # fmt: skip
+    path = "/v1beta/models/gemini-3-pro-preview:generateContent"
+    status, _, body = await post(gw, path, ask)
+    assert status == 200, body
+    model_turn = json.loads(body)["candidates"][0]["content"]
+    call_part = next(p for p in model_turn["parts"] if "functionCall" in p)
+    [block] = sealed_thinking.unseal(call_part["thoughtSignature"])
+    assert block == {"type": "thinking", "thinking": thought, "signature": sign(thought)}
+    altered = sealed_thinking.seal([{**block, "thinking": "Something else entirely."}])
+    call_part["thoughtSignature"] = altered
+    answer = {"functionResponse": {"id": call_part["functionCall"]["id"], "name": "read_file",
+                                   "response": {"output": "hi"}}}  # fmt: skip
+    status, _, body = await post(gw, path, {**ask, "contents": [*ask["contents"], model_turn,
+                                                                 {"role": "user", "parts": [answer]}]})  # fmt: skip
+    assert status == 200, body
+    assert "It says hi." in json.dumps(json.loads(body))
+    first, refused, rescued = (r.json() for r in gw.fake.messages_requests())
+    assert first["thinking"]["type"] == "enabled" and refused["thinking"]["type"] == "enabled"
+    assert refused["messages"][1]["content"][0]["thinking"] == "Something else entirely."
+    assert "thinking" not in rescued or rescued["thinking"]["type"] == "disabled"
+    assert [b["type"] for b in rescued["messages"][1]["content"]] == ["tool_use"]
+
+
+async def test_a_google_search_on_a_claude_route_is_a_request_error_never_sent(make_gateway) -> None:
+    """Gemini CLI's ``google_web_search`` asks gemini-3-flash-preview with ``googleSearch``: refused
+    in Google's envelope as a request the route cannot serve, class ``unknown`` (a 400 about the
+    request, as every refusal the gateway makes of a request), not retryable, with what would serve it."""
+    gw = await make_gateway(upstream_yaml=ON_CLAUDE)
+    ask = {"contents": [{"role": "user", "parts": [{"text": "gateway news"}]}], "tools": [{"googleSearch": {}}]}
+    status, headers, body = await post(gw, "/v1beta/models/gemini-3-flash-preview:generateContent", ask)
+    error = json.loads(body)["error"]
+    assert (status, error["code"], error["status"]) == (400, 400, "INVALID_ARGUMENT")
+    assert error["message"] == ("tools[0].googleSearch runs inside Google's API; an Anthropic Messages upstream "
+                                "cannot run it (a model routed to a Gemini API upstream can)")  # fmt: skip
+    assert {d.get("reason") for d in error["details"]} >= {"UNTRANSLATABLE_REQUEST"}
+    assert headers["x-llm-error-type"] == "unknown" and headers["x-llm-error-retryable"] == "false"
+    assert headers["x-should-retry"] == "false"
+    assert gw.fake.requests == []

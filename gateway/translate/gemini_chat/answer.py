@@ -5,6 +5,14 @@ Parts come in the order a chat answer implies (it has one field of each): though
 request asked ``thinkingConfig.includeThoughts``: the Gemini API shows thoughts only then),
 text, then one ``functionCall`` part per tool call, its ``id`` the upstream's (Gemini CLI sends
 it back on the ``functionResponse``, so the next request pairs them exactly).
+
+Claude's signed thinking (a Messages upstream's, in the chat message's ``thinking_blocks``) rides
+in the first ``functionCall`` part's ``thoughtSignature``, sealed (``sealed_thinking.py``): where
+Gemini 3 puts its own (on the first call of parallel calls), and what Google's thought-signatures
+page tells clients to "pass it back exactly as received" (ai.google.dev/gemini-api/docs/
+thought-signatures; Gemini CLI does). ``request.py`` reads it back, so the tool loop keeps
+thinking on. An answer without calls carries none: Anthropic
+asks a turn's thinking back only inside its tool loop.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import orjson
 
 from gateway.apis.gemini.fields import field
 from gateway.policy.tokens import BYTES_PER_TOKEN, IMAGE_TOKENS
+from gateway.translate import sealed_thinking
 from gateway.translate.base import Context, input_tokens
 from gateway.translate.gemini_chat.names import NONE, names_for
 from gateway.translate.messages_chat.answer import reasoning_of, tool_input
@@ -48,6 +57,15 @@ def function_call(call_id: str | None, name: str, arguments: Any) -> dict[str, A
     if call_id:
         call["id"] = call_id
     return {"functionCall": call}
+
+
+def signed_calls(parts: list[dict[str, Any]], blocks: list[dict[str, Any]]) -> None:
+    """``blocks`` (``thinking_blocks`` entries) sealed into the first ``functionCall`` part's
+    ``thoughtSignature``; nothing when there is no call or nothing to seal."""
+    first = next((p for p in parts if "functionCall" in p), None)
+    sealed = sealed_thinking.seal(blocks) if first is not None and blocks else None
+    if first is not None and sealed is not None:
+        first["thoughtSignature"] = sealed
 
 
 def usage_metadata(chat: Any, estimated_input: int, estimated_output: int = 0) -> tuple[dict[str, Any], bool]:
@@ -118,6 +136,7 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
         if isinstance(function, dict) and isinstance(function.get("name"), str):
             name = names.client(function["name"])
             parts.append(function_call(call.get("id"), name, function.get("arguments")))
+    signed_calls(parts, sealed_thinking.carried(message))
     if not parts:
         parts.append({"text": ""})  # a candidate always has content; an empty answer is empty text
     reported = doc.get("usage")

@@ -16,7 +16,10 @@ Rules (each with its reason in docs/translation/gemini_chat.md):
 * ``stopSequences``: the first 4 go to a chat upstream, OpenAI's most (Gemini takes 5).
 * Thoughts (``thought: true`` parts) and ``thoughtSignature`` are dropped from history: chat
   has no input field for reasoning, and a signature only a Gemini model can check means
-  nothing to another one.
+  nothing to another one. The exception is the gateway's own: on to a Messages upstream, a
+  call's signature that seals Claude's thinking (``answer.py`` wrote it) becomes the turn's
+  ``thinking_blocks``, which chat → Messages puts first in the turn, so a tool loop keeps
+  thinking on; one that does not unseal is dropped as any other.
 * Everything that needs Google's servers (hosted tools, ``cachedContent``, Files-API
   ``fileData``, image or audio output) is refused, and so are log probabilities, as chat's
   are on every translation; sampling knobs chat lacks (``topK``, ``safetySettings``) are
@@ -33,7 +36,7 @@ from typing import Any, TypeVar
 from gateway.apis.chat.ids import to_chat_id
 from gateway.apis.gemini.fields import field, has, snake
 from gateway.translate import json_schema as nesting
-from gateway.translate import thinking_room, typed
+from gateway.translate import sealed_thinking, thinking_room, typed
 from gateway.translate.base import Refusal, Target
 from gateway.translate.chat_messages.request import (
     EFFORT_BUDGET,
@@ -218,6 +221,7 @@ def _messages(
 def _model_turn(convo: _Convo, parts: list[dict[str, Any]], i: int) -> None:
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
+    signed: list[dict[str, Any]] = []
     convo.open_calls = []
     for j, part in enumerate(parts):
         at = ("contents", i, "parts", j)
@@ -240,6 +244,8 @@ def _model_turn(convo: _Convo, parts: list[dict[str, Any]], i: int) -> None:
                 }
             )
             convo.open_calls.append((name, call_id))
+            if convo.anthropic and not signed:
+                signed = sealed_thinking.unseal(field(part, "thoughtSignature"))
         elif text is not None:
             texts.append(text)
         elif _only_metadata(part):
@@ -253,6 +259,8 @@ def _model_turn(convo: _Convo, parts: list[dict[str, Any]], i: int) -> None:
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
     if calls:
         message["tool_calls"] = calls
+    if signed:
+        message["thinking_blocks"] = signed
     if calls or texts:
         convo.messages.append(message)
 
@@ -533,7 +541,8 @@ def _tools(tools: Any, names: Names, onward: str) -> list[dict[str, Any]]:
         hosted = [k for k in _HOSTED if has(tool, k)]
         if hosted:
             api = _UPSTREAM_API.get(onward, "this upstream")
-            raise Untranslatable(f"tools[{i}].{hosted[0]} runs inside Google's API; {api} cannot run it")
+            raise Untranslatable(f"tools[{i}].{hosted[0]} runs inside Google's API; {api} cannot run it "
+                                 "(a model routed to a Gemini API upstream can)")  # fmt: skip
         at = ("tools", i, "functionDeclarations")
         decls = typed.objects(field(tool, "functionDeclarations"), at)
         out += [_function(decl, (*at, j), names) for j, decl in enumerate(decls)]

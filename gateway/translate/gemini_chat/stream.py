@@ -12,7 +12,10 @@ What the translation has to do that chat does not:
   are gathered, and every call goes out in the last event, with ``finishReason``, once the
   chat stream has ended (its usage comes after its finish_reason, in a chunk of its own);
 * Gemini CLI treats a stream whose last event has no ``finishReason`` as broken and retries
-  it, so the last event always has one, and ``usageMetadata`` beside it.
+  it, so the last event always has one, and ``usageMetadata`` beside it;
+* Claude's signed thinking (``thinking_blocks`` deltas, each block whole once it closed) is
+  gathered and sealed into the first call's ``thoughtSignature`` in that last event
+  (``answer.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from gateway.apis.chat.call_slots import CallSlots
 from gateway.apis.gemini.wire import broken_event, sse_event
 from gateway.policy.tokens import BYTES_PER_TOKEN
 from gateway.sse import loads_event, parse_event
+from gateway.translate import sealed_thinking
 from gateway.translate.base import CONTINUED, Context, Known, continued, input_tokens
 from gateway.translate.gemini_chat.answer import (
     estimate_input_tokens,
@@ -32,6 +36,7 @@ from gateway.translate.gemini_chat.answer import (
     function_call,
     response_id,
     shows_thoughts,
+    signed_calls,
     usage_metadata,
 )
 from gateway.translate.gemini_chat.names import NONE, names_for
@@ -60,6 +65,7 @@ class GeminiStream:
         self.known = known
         self.thoughts = shows_thoughts(ctx.request)
         self.calls: dict[int, _Call] = {}  # by CallSlots' number
+        self.signed: list[dict[str, Any]] = []  # Claude's thinking blocks, for the first call
         self.slots = CallSlots()
         self.finish: Any = None
         self.chat_usage: dict[str, Any] | None = None
@@ -106,6 +112,7 @@ class GeminiStream:
             reasoning = reasoning_of(delta)
             if reasoning and self.thoughts:
                 out.append(self._parts([{"text": reasoning, "thought": True}]))
+            self.signed += sealed_thinking.carried(delta)
             for key in ("content", "refusal"):
                 text = delta.get(key)
                 if isinstance(text, str) and text:
@@ -140,6 +147,7 @@ class GeminiStream:
         names = names_for(request.get("tools"), request.get("contents")) if self.calls else NONE
         parts = [function_call(c.id, names.client(c.name), "".join(c.args))
                  for c in self.calls.values() if c.name]  # fmt: skip
+        signed_calls(parts, self.signed)
         self.shown += sum(len("".join(c.args)) for c in self.calls.values())
         if self.finish is None:
             self.ctx.notes["finish_reason_missing"] = True

@@ -137,8 +137,9 @@ def reasoning_item(
         "content": [{"type": "reasoning_text", "text": text}],
         "status": status,
     }
-    if signed:
-        item["encrypted_content"] = thinking.seal(signed)
+    sealed = thinking.seal(signed) if signed else None
+    if sealed is not None:
+        item["encrypted_content"] = sealed
     return item
 
 

@@ -518,7 +518,8 @@ def test_a_refused_google_tool_names_the_upstreams_own_api(onward: str, names: s
     completions upstream", which the operator had not configured (audit)."""
     out = default_translations().table["gemini", onward].request(base(tools=[{"googleSearch": {}}]), TARGET)
     assert isinstance(out, Refusal), out
-    assert out.message == f"tools[0].googleSearch runs inside Google's API; {names} cannot run it"
+    assert out.message == (f"tools[0].googleSearch runs inside Google's API; {names} cannot run it (a model "
+                           "routed to a Gemini API upstream can)")  # fmt: skip
 
 
 @pytest.mark.parametrize("config", [{"responseLogprobs": True}, {"response_logprobs": True, "logprobs": 3},
