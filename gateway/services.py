@@ -24,6 +24,7 @@ from gateway.busy_poll import NO_BUSY_POLL, BusyPoll, NoBusyPoll
 from gateway.config import GatewayConfig, PoolConfig, ToolOutputsConfig, UpstreamConfig
 from gateway.keys.issued import IssuedKeys
 from gateway.keys.ledger import Accounts
+from gateway.policy.head_cuts import HeadCuts
 from gateway.policy.loop_breaker import LoopBreaker
 from gateway.policy.output_limit import OutputLimits
 from gateway.policy.refused_param import ParamFixes
@@ -255,9 +256,12 @@ class Services:
     # (gateway/policy/thinking_signers.py, gateway/pipeline/reasoning_fix.py).
     signers: Signers = field(default_factory=Signers)
     limits: Limits = field(init=False)  # read from cfg
+    # Upstreams that sent no head within a short-budget client's share lately (policy/head_cuts.py).
+    head_cuts: HeadCuts = field(init=False)
 
     def __post_init__(self) -> None:
         self.limits = Limits.of(self.cfg)
+        self.head_cuts = HeadCuts(self.monotonic)
 
     def chain_for(self, model: str | None) -> Route | None:
         """The first pool whose model globs match, else the first upstream outside every pool

@@ -425,6 +425,17 @@ class Telemetry:
             p + "fallbacks", "Requests handed from one upstream to its fallback, by the reason.",
             ["upstream", "fallback", "error_type"], registry=registry,
         )  # fmt: skip
+        self.head_cuts = Counter(
+            p + "head_cuts", "Attempts cut at their share of a client's short head time (Gemini CLI's "
+            "60 s) before a fallback: no evidence against the upstream, which its circuit does not count, "
+            "but remembered for such clients (docs/streaming.md).",
+            ["upstream"], registry=registry,
+        )  # fmt: skip
+        self.head_cut_skips = Counter(
+            p + "head_cut_skips", "Requests with a short head time sent straight to the fallback, past an "
+            "upstream remembered for a head cut (docs/streaming.md).",
+            ["upstream"], registry=registry,
+        )  # fmt: skip
         # Pools (docs/pools.md): deployments are upstreams, so the per-upstream series above
         # (requests, attempts, circuits) are per deployment already.
         self.pool_picks = Counter(

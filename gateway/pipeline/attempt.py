@@ -38,6 +38,7 @@ from gateway.pipeline.outcome import (
     transport_failure,
 )
 from gateway.policy.answer_error import error_status_of
+from gateway.policy.breaker import circuit_key
 from gateway.policy.classify import RequestFacts, classify, classify_stream_event
 from gateway.policy.foreign_reasoning import THOUGHT
 from gateway.policy.overflow_limits import parse_overflow
@@ -159,6 +160,7 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
         plan.head_cut = not (whole or plan.circuit_probe) and share_s < min(
             left_s, svc.limits.first_byte_s, left_s if token_s is None else token_s)
         left_s = min(left_s, share_s)
+        plan.cut_at_s = share_s
     head_s = min(svc.limits.first_byte_s, left_s)
     if token_s is not None:
         token_s = min(token_s, left_s)  # a stream showing nothing must not outlive the deadline
@@ -168,7 +170,9 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
         # A stream's head counts against its first token too: it is not visible either.
         first_byte_timeout_s=max(0.001, head_s if token_s is None else min(head_s, token_s)),
     )  # fmt: skip
-    if pooled:
+    # Timed only while a head cut is remembered (policy/head_cuts.py): an answer in time clears it.
+    timed = bool(svc.head_cuts)
+    if pooled or timed:
         t0 = svc.monotonic()
     token_first = token_s is not None and token_s < head_s
     call.head_s = None
@@ -186,6 +190,8 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
         # Rendered as JSON in the client's API: not the upstream's text/plain or HTML any more.
         outcome.headers = with_content_type(outcome.headers, "application/json")
     svc.tracing.attempt_ended(state, call, outcome)
+    if timed and isinstance(outcome, Success):
+        _answered_in_time(svc, state, call, svc.monotonic() - t0)
     if plan.head_cut:
         plan.head_cut = isinstance(outcome, Failure) and outcome.classification.provider_code in _SHARE_CUTS
     if isinstance(outcome, Failure) and plan.unexplained(outcome.classification):
@@ -203,6 +209,14 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
     if isinstance(outcome, Failure) and outcome.classification.provider_code in _TIMEOUTS:
         svc.telemetry.upstream_timeouts.labels(call.up.cfg.name, outcome.classification.provider_code).inc()
     return outcome
+
+
+def _answered_in_time(svc: Services, state: RequestState, call: Call, took_s: float) -> None:
+    """An answer begun within the share a remembered head cut had: requests with a short head
+    time may try the upstream first again (policy/head_cuts.py)."""
+    if svc.head_cuts.answered(circuit_key(call.up.cfg.name, state.model), took_s):
+        log.info({"request_id": state.request_id, "event": "head_cut_cleared", "upstream": call.up.cfg.name,
+                  "model": state.model, "took_s": round(took_s, 3)})  # fmt: skip
 
 
 def leg_over(svc: Services, state: RequestState, c: Classification | None = None, ended_by: str | None = None,

@@ -76,6 +76,8 @@ async def send_chain(
         else:
             up = hop.members[0]
             why = await _steer_past(svc, up, state.model) if nxt is not None else None
+            if why is None and nxt is not None and svc.head_cuts and _cut_lately(svc, state, plan, up):
+                why = ErrorType.PROVIDER_UNAVAILABLE
             if why is not None:
                 _steered(svc, state, hop.name, hops[h + 1].name, why)
                 continue
@@ -161,6 +163,21 @@ async def _steer_past(svc: Services, up: UpstreamRuntime, model: str | None) -> 
         return ErrorType.PROVIDER_UNAVAILABLE
     reset_at_ms = await svc.store.reset_get(circuit_key(up.cfg.name, model))
     return ErrorType.RATE_LIMIT if reset_at_ms is not None and reset_at_ms > svc.wall() * 1000 else None
+
+
+def _cut_lately(svc: Services, state: RequestState, plan: RetryPlan, up: UpstreamRuntime) -> bool:
+    """Whether a request whose own head time is short (Gemini CLI's) goes past ``up`` to the
+    fallback at once: a request like it was cut there at its share lately, and the fallback is
+    where that one went (policy/head_cuts.py). Clients that wait longer still ask ``up``."""
+    if plan.head_by is None or ErrorType.PROVIDER_UNAVAILABLE.value not in svc.cfg.fallback.when:
+        return False
+    left = svc.head_cuts.holds(circuit_key(up.cfg.name, state.model))
+    if left is None:
+        return False
+    svc.telemetry.head_cut_skips.labels(up.cfg.name).inc()
+    log.info({"request_id": state.request_id, "event": "head_cut_skipped", "upstream": up.cfg.name,
+              "model": state.model, "hold_left_s": round(left, 3)})  # fmt: skip
+    return True
 
 
 def _steered(svc: Services, state: RequestState, frm: str, to: str, why: ErrorType) -> None:

@@ -156,6 +156,7 @@ async def send_one(
         # gateway's doing, as when a client leaves. Counted, CLI requests cut a healthy model
         # that answers in 35 s and opened its circuit for every client (review).
         await up.circuit.abandon(adm)
+        remember_cut(svc, state, up, plan.cut_at_s)
         return outcome
     if failed and after is not None:
         return outcome  # one request, one failure: counted with its first attempt
@@ -163,6 +164,15 @@ async def send_one(
     if not up.circuit.settled(adm, state.model, failed=failed):
         await up.circuit.record(adm, state.model, failed=failed)
     return outcome
+
+
+def remember_cut(svc: Services, state: RequestState, up: UpstreamRuntime, share_s: float) -> None:
+    """A head cut is remembered for the requests whose own head time is as short, not counted
+    by the circuit every client shares (policy/head_cuts.py)."""
+    hold_s = svc.head_cuts.cut(circuit_key(up.cfg.name, state.model), share_s)
+    svc.telemetry.head_cuts.labels(up.cfg.name).inc()
+    log.info({"request_id": state.request_id, "event": "head_cut_remembered", "upstream": up.cfg.name,
+              "model": state.model, "share_s": round(share_s, 3), "hold_s": hold_s})  # fmt: skip
 
 
 _SPENT = frozenset({StopReason.EXHAUSTED, StopReason.DEADLINE, StopReason.BUDGET})

@@ -112,6 +112,7 @@ class RetryPlan:
     # upstream's own timeouts would have cut it: no evidence against the upstream (its
     # circuit, the outage note and the loop breaker leave it out; pipeline/send.py).
     head_cut: bool = False
+    cut_at_s: float = 0.0  # the share that attempt had (policy/head_cuts.py keeps it)
     head_stop: bool = False  # a retry was not made because the client would have given up first
     retries: dict[ErrorType, int] = field(default_factory=dict)
     stopped: StopReason | None = None

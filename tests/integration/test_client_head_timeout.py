@@ -255,5 +255,48 @@ async def test_a_slow_fallback_after_a_cut_primary_is_not_counted_against() -> N
             "circuit_breaker: {{failure_threshold: 2, probe_interval_s: 1000, open_s: 1000}}\n")  # fmt: skip
     captured = _cli_first()
     out, asked = await _serve(fall, {A: None, B: 35.0}, [captured] * 3 + [(_SDK, captured[1], captured[2])])
-    assert [o[0] for o in out] == [504, 504, 504, 200]
+    # The second CLI request goes past the primary cut moments before (policy/head_cuts.py),
+    # and the fallback, with all 57 s, answers at 35 s; the third comes after the hold: two
+    # 504s of the fallback, neither counted.
+    assert [o[0] for o in out] == [504, 200, 504, 200]
     assert out[-1][3].get("x-llm-upstream") == "b"
+
+
+_FALL = ("upstreams:\n"
+         "  - {{name: a, base_url: '{A}', apis: [gemini], api_key: K, fallbacks: [b]}}\n"
+         "  - {{name: b, base_url: '{B}', apis: [gemini], api_key: K}}\n"
+         "loop_breaker: {{enabled: false}}\n")  # fmt: skip
+
+
+async def test_after_a_cut_cli_requests_go_to_the_fallback_at_once_for_a_minute() -> None:
+    """Audit: a primary that reads the request and never answers, `fallbacks: [backup]`: 9 CLI
+    requests in a row each waited 28.5 s for it before the fallback answered, and its circuit
+    never opened (the cut is no evidence). The cut is remembered for requests whose head time
+    is as short: the next ones go to the fallback at once, until the hold (60 s) ends and one
+    tries the primary again; a client that waits longer still asks the primary first."""
+    captured = _cli_first()
+    sdk = (_SDK, captured[1], captured[2])
+    out, asked = await _serve(_FALL, {A: None, B: 1.0}, [captured] * 11 + [sdk])
+    assert [o[0] for o in out] == [200] * 12
+    assert [o[3].get("x-llm-upstream") for o in out] == ["b"] * 12
+    took = [round(o[2], 1) for o in out]
+    # 1 s each from the second on; each request and the pause after it take 6 s, so the 11th
+    # starts as the hold ends and tries the primary again (cut again, held twice as long).
+    assert took == [29.5] + [1.0] * 9 + [29.5, 301.0]
+    assert [host for host, _ in asked] == [A] + [B] * 10 + [A, B] + [A, B]
+    assert asked[-2] == (A, 300.0)  # the SDK client's own timeout: the memory is not its
+
+
+async def test_an_answer_in_time_clears_the_memory_and_a_slow_one_does_not() -> None:
+    """The primary answers another client within the share the cut had: CLI requests ask it
+    first again. A model slower than the share answering a patient client leaves the memory:
+    a CLI request would be cut there all the same."""
+    captured = _cli_first()
+    sdk = (_SDK, captured[1], captured[2])
+    asks = [captured, captured, sdk, captured]
+    out, asked = await _serve(_FALL, {A: 2.0, B: 1.0}, asks, hung_once=True)
+    assert [o[3].get("x-llm-upstream") for o in out] == ["b", "b", "a", "a"]
+    assert [host for host, _ in asked] == [A, B, B, A, A]
+    out, asked = await _serve(_FALL, {A: 35.0, B: 1.0}, asks)
+    assert [o[3].get("x-llm-upstream") for o in out] == ["b", "b", "a", "b"]
+    assert [host for host, _ in asked] == [A, B, B, A, B]

@@ -20,6 +20,8 @@ CONTRACT = {
     "llm_gateway_continuations_total": ("counter", {"upstream", "outcome"}),
     "llm_gateway_tool_outputs_total": ("counter", {"stage", "outcome", "reason"}),
     "llm_gateway_upstream_timeouts_total": ("counter", {"upstream", "kind"}),
+    "llm_gateway_head_cuts_total": ("counter", {"upstream"}),
+    "llm_gateway_head_cut_skips_total": ("counter", {"upstream"}),
     "llm_gateway_pool_picks_total": ("counter", {"pool", "deployment", "reason"}),
     "llm_gateway_pool_moves_total": ("counter", {"pool", "deployment", "error_type"}),
     "llm_gateway_deployment_sit_outs_total": ("counter", {"pool", "deployment", "reason"}),
