@@ -100,7 +100,7 @@ bench: venv-dev
 	$(BIN)/python -m bench.translation
 	$(BIN)/python -m bench.workers
 	$(BIN)/python -m bench.pool_pick
-	$(BIN)/python -m bench.public
+	$(BIN)/python -m bench.public $(if $(filter-out 0,$(BENCH_QUICK)),--quick)
 
 # The published gateway benchmark's method alone (bench/public.py), a few minutes.
 bench-public: venv-dev
