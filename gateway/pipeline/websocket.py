@@ -275,15 +275,16 @@ class Connection:
         self.opened = clock()
         self.frames = 0  # answered
         self.last: Last | None = None
-        # Frames to answer; None wakes the worker to ask ``due`` again.
-        self.queue: asyncio.Queue[Create | FrameRefused | None] = asyncio.Queue(QUEUED_TURNS)
+        self.queue: asyncio.Queue[Create | FrameRefused] = asyncio.Queue(QUEUED_TURNS)  # frames to answer
+        # Set: the worker is to ask ``due`` again. Beside the queue, not in it: a wake in the queue
+        # took a frame's place, and reloads during one long turn filled it (review).
+        self.woken = asyncio.Event()
         self.leaving: Leave | None = None  # decided: no turn starts, the connection closes
 
     def reconsider(self) -> None:
         """Something a connection's end depends on changed (``Lifecycle.start_draining``, a
         reload): an idle connection asks ``due`` now, a busy one once its turn is answered."""
-        with contextlib.suppress(asyncio.QueueFull):  # full: the worker takes a frame, and asks, soon
-            self.queue.put_nowait(None)
+        self.woken.set()
 
     def _due(self) -> Leave | None:
         live = self.handshake.app[LIVE]
@@ -333,13 +334,23 @@ class Connection:
         await self._leave(leave)
 
     async def _next(self) -> Create | FrameRefused | None:
-        """The next frame; None when woken, or when the connection's age runs out meanwhile."""
-        left = self.handshake.app[LIVE].services.cfg.server.responses_websocket_max_age_s - self._age()
-        try:
-            async with asyncio.timeout(max(left, 0.0)):
-                return await self.queue.get()
-        except TimeoutError:
-            return None
+        """The next frame; None when woken, or when the connection's age runs out meanwhile.
+        ``_work`` asks ``due`` after either, so a wake is spent here."""
+        if self.queue.empty() and not self.woken.is_set():
+            left = self.handshake.app[LIVE].services.cfg.server.responses_websocket_max_age_s - self._age()
+            frame = asyncio.ensure_future(self.queue.get())
+            woken = asyncio.ensure_future(self.woken.wait())
+            try:
+                await asyncio.wait((frame, woken), timeout=max(left, 0.0),
+                                   return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                woken.cancel()
+                frame.cancel()  # a get cancelled before it took its frame leaves it queued
+            if frame.done() and not frame.cancelled():
+                self.woken.clear()
+                return frame.result()
+        self.woken.clear()
+        return None if self.queue.empty() else self.queue.get_nowait()
 
     async def _leave(self, leave: Leave) -> None:
         if leave.logged is not None:

@@ -465,6 +465,33 @@ async def test_a_reload_that_keeps_the_mode_on_ends_nothing(make_gateway) -> Non
         assert (await _turn(ws, FIRST))[-1]["type"] == "response.completed"
 
 
+async def test_reloads_during_a_long_turn_leave_the_frames_room(make_gateway) -> None:
+    """Each reload put a wake into the connection's 8-frame queue: ten during one long turn
+    filled it, and the client's next frame held the reading until the turn ended, no frame read
+    and no ping answered (review). A wake takes no frame's place now: the frames sent are read
+    at once, and answered in turn after it."""
+    gw = await make_gateway(real_sleep=True)
+    gw.fake.script(Hang(2.0))  # then dropped: the retry answers
+    life = gw.app[LIVE].life
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        await ws.send_json(FIRST)
+        await _until(lambda: len(gw.fake.responses_requests()) == 1, "the turn is under way")
+        (connection,) = life.connections
+        text = f"upstreams:\n  - {{name: primary, base_url: '{gw.fake.url}'}}\n"
+        for _ in range(10):
+            await gw.app[LIVE].replace(parse_config(text, env={}))
+        for _ in range(3):
+            await ws.send_json(FIRST)
+        await _until(lambda: connection.queue.qsize() == 3, "the frames are read")
+        assert len(gw.fake.responses_requests()) == 1  # while the turn's first try still hangs
+        ends = []
+        while len(ends) < 4:
+            event = json.loads((await ws.receive(timeout=10)).data)
+            if event["type"] in ("response.completed", "error"):
+                ends.append(event["type"])
+    assert ends == ["response.completed"] * 4
+
+
 async def test_a_frame_too_big_closes_1009_saying_its_limit_and_is_logged(
     make_gateway, caplog: pytest.LogCaptureFixture
 ) -> None:

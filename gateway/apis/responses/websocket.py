@@ -176,9 +176,12 @@ def error_frame(status: int, error: dict[str, Any], lane: str | None = None,
     return orjson.dumps(frame)
 
 
-# RFC 6455 §7.4.1: the endpoint is going away. Every end the gateway gives a connection uses it,
-# so a client reconnects: the openai SDK 3.57's connection does on 1001 by itself
-# (openai/types/websocket_reconnection.py, _RECOVERABLE_CLOSE_CODES).
+# RFC 6455 §7.4.1: the endpoint is going away. Every end the gateway gives a connection uses it:
+# a code the openai SDK 3.57 counts as recoverable (openai/types/websocket_reconnection.py,
+# _RECOVERABLE_CLOSE_CODES). That SDK reconnects on it only for a caller that passed
+# ``on_reconnecting`` to ``responses.connect()``, and only while reading events
+# (openai/_websocket_connection.py, ``_reconnect``); otherwise, and on a send, the caller sees the
+# connection closed and connects again itself, as Codex and the Agents SDK do.
 GOING_AWAY = 1001
 
 

@@ -78,6 +78,7 @@ _GEMINI_SIGNED = GEMINI_SIGNED.encode()
 # member off the enum class costs ~900 instructions more (callgrind; issue #38).
 _CONTENTLESS_KIND, _ERROR_KIND = EventKind.CONTENTLESS, EventKind.ERROR
 _FINAL_KIND, _VISIBLE_KIND = EventKind.FINAL, EventKind.VISIBLE
+_SKIP_KIND = EventKind.SKIP
 
 
 class OpenAIResponses:
@@ -231,7 +232,7 @@ def web_searches(output: Any) -> int:
 
 
 class ResponsesStreamReader:
-    __slots__ = ("error", "next_seq", "parsed_events", "response", "shown", "signed", "usage")
+    __slots__ = ("ended", "error", "next_seq", "parsed_events", "response", "shown", "signed", "usage")
 
     def __init__(self) -> None:
         # Told each reasoning item's ``encrypted_content`` the answer carries, when set: whose
@@ -245,6 +246,7 @@ class ResponsesStreamReader:
         self.response: dict[str, Any] = {}
         self.next_seq = 0
         self.shown: responses_continue.Shown | None = None  # kept only when it may be continued
+        self.ended = False  # response.completed or response.incomplete came: the answer is whole
 
     def kind(self, raw: bytes, *, committed: bool) -> EventKind:
         # The client's numbers run on without a gap: an event the client never sees (an error
@@ -260,6 +262,13 @@ class ResponsesStreamReader:
         event: Event | None = None
         if raw.rstrip()[-1:] != b"}":
             event = self.parsed_events.parse(raw)
+            if self.ended and event.is_done:
+                # Chat's end marker after the answer's end, as LiteLLM's proxy sends it on
+                # /v1/responses (BerriAI/litellm#34095: "the last two being `response.completed`
+                # and `[DONE]`"). OpenAI's stream has none (its streaming guide: typed events
+                # only; vLLM's router writes none either): dropped, never an error after a
+                # finished answer, nor relayed to a client that expects none.
+                return _SKIP_KIND
             if event.data is not None and not isinstance(event.json(), dict):
                 self.error = malformed_event_error()
                 return _ERROR_KIND
@@ -302,6 +311,7 @@ class ResponsesStreamReader:
                 self.usage.update(responses_usage(response.get("usage"), response.get("output")))
                 if streamed > self.usage.get("web_search", 0):
                     self.usage["web_search"] = streamed
+            self.ended = True
             if self.signed is not None:
                 # Whose reasoning is whose, read off the one event that holds every item whole
                 # (parsed here anyway): no search of the events before it (issue #38).

@@ -6,7 +6,8 @@ Rules (each with its reason in docs/translation/gemini_chat.md):
   bare string) becomes the first ``system`` message, its text parts one per paragraph.
 * ``contents``: ``user`` turns become user messages (text, ``inlineData`` images as data URLs),
   ``model`` turns assistant messages (text, ``functionCall`` parts as ``tool_calls``);
-  ``functionResponse`` parts become ``tool`` messages right after the call they answer.
+  ``functionResponse`` parts become ``tool`` messages right after the call they answer; several
+  for one id (Gemini CLI's) are one message, their texts in order, as OpenAI takes them.
 * Call ids are kept (Gemini CLI sends one on every call and echoes it on the response). A call
   without one (google-genai sends none) gets ``call_<turn>_<part>``, and a response without
   one answers the first call of that name the previous model turn left unanswered: the Gemini
@@ -49,6 +50,7 @@ from gateway.translate.chat_messages.request import (
 from gateway.translate.gemini_chat.names import Names, names_for
 from gateway.translate.image_limits import Over, Seen, plan
 from gateway.translate.messages_chat.request import STOP_MAX
+from gateway.translate.tool_results import folded_into
 from gateway.translate.typed import WrongType
 
 # thinkingBudget → reasoning_effort: the thresholds messages_chat uses for Anthropic's
@@ -273,8 +275,15 @@ def _user_turn(convo: _Convo, parts: list[dict[str, Any]], i: int) -> None:
         response = typed.obj(field(part, "functionResponse"), (*at, "functionResponse"))
         text = typed.text(part.get("text"), (*at, "text"))
         if response is not None:
-            call_id, said, images = _function_response(convo, response, i, j)
-            convo.messages.append({"role": "tool", "tool_call_id": call_id, "content": said})
+            call_id, said, images, given = _function_response(convo, response, i, j)
+            # Responses for one id (Gemini CLI's) are one message, as OpenAI takes them
+            # (``tool_results.py``); on to Messages ``chat_messages`` folds them. Responses
+            # without an id answer calls by name and order: each keeps its own.
+            joined = folded_into(convo.messages, call_id) if given and not convo.anthropic else None
+            if joined is not None:
+                joined["content"] = "\n\n".join(t for t in (joined["content"], said) if t)
+            else:
+                convo.messages.append({"role": "tool", "tool_call_id": call_id, "content": said})
             images_after += images
         elif text is not None:
             if not typed.flag(part.get("thought"), (*at, "thought")):
@@ -299,7 +308,8 @@ def _user_turn(convo: _Convo, parts: list[dict[str, Any]], i: int) -> None:
 
 def _function_response(
     convo: _Convo, fr: dict[str, Any], i: int, j: int
-) -> tuple[str, str, list[dict[str, Any]]]:
+) -> tuple[str, str, list[dict[str, Any]], bool]:
+    """The id the response answers, its text, its images, and whether the client gave the id."""
     at = ("contents", i, "parts", j, "functionResponse")
     name = typed.text(fr.get("name"), (*at, "name"))
     if name is None:
@@ -317,7 +327,7 @@ def _function_response(
     for k, inner in enumerate(typed.objects(fr.get("parts"), (*at, "parts"))):
         if has(inner, "inlineData"):
             images.append(_inline(field(inner, "inlineData"), (*at, "parts", k), convo, i))
-    return call_id, text, images
+    return call_id, text, images, bool(given)
 
 
 def _image_plan(contents: list[Any], asked: int) -> dict[typed.Path, Over]:

@@ -15,7 +15,8 @@ Rules, each with its reason (docs/translation/responses_chat.md has the whole ta
   ``view_image``) cannot ride in a chat ``tool`` message (text parts only), so they follow the
   run of tool messages in one ``user`` message. Outputs of one call in a run (Codex's code mode
   sends a script's and each ``notify()``'s) are one ``tool`` message, their texts in order: OpenAI
-  refuses a ``tool_call_id`` twice. A ``call_id`` longer than OpenAI's 40
+  refuses a ``tool_call_id`` twice; but a turn that called twice under one id gets a message for
+  each call first (``tool_results.py``). A ``call_id`` longer than OpenAI's 40
   characters (the Responses API takes 64; the gateway's Gemini ids carrying a thought signature
   run longer) goes to a chat upstream as a digest of itself, on the call and its output alike
   (``apis/chat/ids.py``).
@@ -69,6 +70,7 @@ from gateway.translate.responses_chat.tools import (
     chat_tools,
     tool_names,
 )
+from gateway.translate.tool_results import folded_into
 from gateway.translate.typed import WrongType
 
 _HOSTED_CALLS = frozenset(
@@ -444,27 +446,13 @@ class _Builder:
         if self.pending_images and self.messages and self.messages[-1]["role"] != "tool":
             self._flush_images()
         self.reasoning, self.signed = [], []
-        answered = None if self.anthropic else self._answered(call_id)
+        # On to Messages they stay apart: ``chat_messages`` folds them into one result's blocks.
+        answered = None if self.anthropic else folded_into(self.messages, call_id)
         if answered is not None:
             answered["content"] = "\n\n".join(t for t in (answered["content"], text) if t)
         else:
             self.messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
         self.pending_images += images
-
-    def _answered(self, call_id: str) -> dict[str, Any] | None:
-        """The tool message that already answers ``call_id`` in the run of results being
-        built. Codex's code mode sends a script's output and each ``notify()`` it made as
-        outputs of one call; OpenAI refuses two tool messages for one id ("Invalid parameter:
-        Duplicate value for 'tool_call_id' of 'call_…', in messages[7] and messages[8].",
-        agno-agi/agno#5116, anomalyco/opencode#1211), so they are one message, in their order.
-        On to Messages they stay apart: ``chat_messages`` folds them into one result's blocks."""
-        for m in reversed(self.messages):
-            if m["role"] != "tool":
-                return None
-            if m["tool_call_id"] == call_id:
-                found: dict[str, Any] = m
-                return found
-        return None
 
     def done(self) -> list[dict[str, Any]]:
         self._flush_images()

@@ -1685,3 +1685,38 @@ def test_opus_4_5_gets_the_clients_effort_beside_its_thinking_budget(asked: str,
     sonnet = req({"model": "m", "messages": [user()], "reasoning_effort": asked, "max_tokens": 8000},
                  Target("claude-sonnet-4-5"))  # fmt: skip
     assert "output_config" not in sonnet  # "the only model that supports the effort parameter" (Claude 4.5)
+
+
+def _dialect(path: str) -> str:
+    for prefix, dialect in (("/v1/responses", "responses"), ("/v1/chat", "chat"), ("/v1/messages", "messages")):
+        if path.startswith(prefix):
+            return dialect
+    return "gemini"
+
+
+def test_the_fold_of_results_runs_only_where_a_turn_answers_a_call_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """#38: the fold cost every request onto Messages a dict and a list per user turn (~35 µs on a
+    200-turn history, review). It runs now only where a turn's results name one id twice: not for
+    any captured request but Codex's notify one, and what each of them becomes is unchanged (the
+    output has nothing left to fold)."""
+    from gateway.translate.chat_messages import request as module
+
+    folds: list[str] = []
+    fold = module._one_result_per_call
+    monkeypatch.setattr(module, "_one_result_per_call", lambda turns: (folds.append(name), fold(turns)))
+    table = default_translations().table
+    sent: list[str] = []
+    for path in sorted((CORPUS / "requests").glob("*.json")):
+        doc = json.loads(path.read_text())
+        onto = table.get((_dialect(doc["path"]), "messages"))
+        if onto is None or "countTokens" in doc["path"]:
+            continue
+        name = path.stem
+        out = onto.request(copy.deepcopy(doc["body"]), TARGET)
+        if isinstance(out, Refusal):
+            continue
+        sent.append(name)
+        again = copy.deepcopy(out["messages"])
+        fold(again)
+        assert again == out["messages"], name
+    assert len(sent) > 20 and folds == ["codex-0.171-lite-notify-result"]

@@ -825,3 +825,31 @@ def test_the_word_json_is_looked_for_in_the_texts_not_in_an_images_base64() -> N
     out = chat(asked)
     assert out["response_format"] == {"type": "json_object"}
     assert out["messages"][0] == {"role": "system", "content": "Answer in JSON."}
+
+
+def test_two_responses_for_one_gemini_cli_id_are_one_tool_message_on_chat() -> None:
+    """Responses for one call id went to chat as two tool messages, which OpenAI refuses
+    ("Duplicate value for 'tool_call_id'"), while on to Messages they were one result (review):
+    they are one message, their texts in order. A model turn calling twice under one id still
+    gets a message per call, and google-genai's responses without ids keep one each, as they
+    pair with their calls by name and order."""
+    body = client_request("gemini-cli-0.61-tool-result")
+    model, answer = body["contents"][-2:]
+    [part] = answer["parts"]
+    again = {"functionResponse": {**part["functionResponse"], "response": {"output": "notes.txt changed"}}}
+    out = chat({**body, "contents": [*body["contents"][:-1], {**answer, "parts": [part, again]}]})
+    [tool] = [m for m in out["messages"] if m["role"] == "tool"]
+    said = part["functionResponse"]["response"]["output"]
+    assert tool["content"] == said + "\n\nnotes.txt changed"
+    assert chat_rules.refusal("/v1/chat/completions", out) is None
+    twice = {**model, "parts": model["parts"] * 2}
+    out = chat({**body, "contents": [*body["contents"][:-2], twice, {**answer, "parts": [part, again]}]})
+    assert [m["content"] for m in out["messages"] if m["role"] == "tool"] == [said, "notes.txt changed"]
+    assert chat_rules.refusal("/v1/chat/completions", out) is None
+    genai = client_request("genai-3.6-function-response")
+    asked, reply = genai["contents"][-2:]
+    pair = [*genai["contents"][:-2], {**asked, "parts": asked["parts"] * 2}, {**reply, "parts": reply["parts"] * 2}]
+    out = chat({**genai, "contents": pair})
+    tools = [m for m in out["messages"] if m["role"] == "tool"]
+    assert [t["tool_call_id"] for t in tools] == [c["id"] for c in out["messages"][-3]["tool_calls"]]
+    assert chat_rules.refusal("/v1/chat/completions", out) is None

@@ -1334,3 +1334,22 @@ def test_codexs_notify_outputs_of_one_call_are_one_result_on_claude_and_on_chat(
     tools = [m for m in out["messages"] if m["role"] == "tool"]
     assert len(tools) == 1 and tools[0]["content"].endswith("\n\nstep two done")
     assert out["messages"][-1]["role"] == "user" and out["messages"][-1]["content"][0]["type"] == "image_url"
+
+
+def test_two_calls_under_one_call_id_get_a_tool_message_each_before_any_folding() -> None:
+    """A chat upstream that repeats an id in one turn gives two calls one ``call_id``, and Codex
+    sends both back with an output each (here Codex's notify request, its call made twice). Folded
+    into one tool message, the chat upstream refused the turn ("...tool_call_ids did not have
+    response messages: call_capture1", review): each call keeps its own message, in order, and
+    only an output past them is folded, into the last one."""
+    request = codex_request("codex-0.171-lite-notify-result")
+    call = next(i for i in request["input"] if i["type"] == "custom_tool_call")
+    outputs = [i for i in request["input"] if i["type"] == "custom_tool_call_output"]
+    head = request["input"][: request["input"].index(call)]
+    twice = {**request, "input": [*head, call, call, *outputs[:2]]}
+    out = chat(twice)
+    assert [m["content"] for m in out["messages"] if m["role"] == "tool"] == NOTIFY[:2]
+    assert chat_rules.refusal("/v1/chat/completions", out) is None
+    out = chat({**twice, "input": [*head, call, call, *outputs]})
+    assert [m["content"] for m in out["messages"] if m["role"] == "tool"] == [NOTIFY[0], "\n\n".join(NOTIFY[1:])]
+    assert chat_rules.refusal("/v1/chat/completions", out) is None
