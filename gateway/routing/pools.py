@@ -272,5 +272,8 @@ def moves_to_sibling(c: Classification, *, own_key: bool, bigger_window: bool, o
     if t is ErrorType.AUTH:
         return own_key
     if t is ErrorType.CONTEXT_OVERFLOW:
-        return overflow_moves and bigger_window
+        # Over a tokens-per-minute window, the deployment's own: a sibling's may take it, as a
+        # rate limit moves (Azure gives each deployment its own TPM, learn.microsoft.com/en-us/
+        # azure/ai-services/openai/how-to/quota). Over a context window, only a larger one may.
+        return c.per_minute or (overflow_moves and bigger_window)
     return False
