@@ -72,6 +72,12 @@ class Classification:
     # A 404 saying the model asked for is not there (no such deployment, not pulled, no access
     # for this key): another deployment of a pool may have it.
     model_missing: bool = False
+    # A ``context_overflow`` against a tokens-per-minute window, not the model's context window
+    # (OpenAI's and Groq's "Request too large ... tokens per min (TPM): Limit N, Requested M",
+    # Azure's token-rate 429 asking a day): the limit is the deployment's or key's own, so a
+    # sibling or a fallback with more may take the request whatever its context window, and
+    # dropping turns is no remedy when the output budget asked is what does not fit.
+    per_minute: bool = False
 
     @classmethod
     def of(cls, type_: ErrorType, **kw: object) -> Classification:

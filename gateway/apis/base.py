@@ -212,6 +212,7 @@ class ForeignError:
     upstream_body: bytes  # the provider's original body, carried along for the curious
     prompt_tokens: int | None  # the provider's count of the request, else our estimate
     limit_tokens: int | None  # the provider's stated window, else the upstream's context_window
+    output_tokens: int | None = None  # the output budget sent (told with a per-minute overflow)
 
 
 @dataclass(frozen=True, slots=True)

@@ -147,6 +147,24 @@ def upstream_detail(e: ForeignError) -> dict[str, Any]:
     return {"api": e.upstream_api, "status": e.upstream_status, "body": body}
 
 
+# The code a chat or Responses client is given for a per-minute overflow: a gateway's own, no
+# client acts on it (OpenAI's ``context_length_exceeded`` is what makes Codex and opencode
+# compact, which cannot help a request whose output budget is what does not fit).
+PER_MINUTE_CODE = "tokens_per_minute_exceeded"
+
+
+def per_minute_message(e: ForeignError) -> str:
+    """What a client is told of a request over its upstream's tokens per minute
+    (``Classification.per_minute``): the provider's own words and what they mean, never an
+    API's overflow sentence. "prompt is too long: N tokens > M maximum" made Claude Code compact
+    a conversation of a few tokens (or stop, "cannot be compacted"), and its next turn, with the
+    same ``max_tokens``, met the same refusal (review)."""
+    said = e.classification.message or f"the upstream answered {e.upstream_status}"
+    budget = f"max_tokens {e.output_tokens}" if e.output_tokens else "its max_tokens"
+    return (f"The request, with {budget}, is larger than the upstream deployment's tokens per minute: "
+            f"a smaller max_tokens may fit. The upstream said: {said}")
+
+
 def overflow_numbers(e: ForeignError) -> tuple[int, int]:
     r"""Request size and limit for an overflow message ("prompt is too long: N tokens > M
     maximum" and the other APIs' own sentences), which agents read as numbers: Claude Code

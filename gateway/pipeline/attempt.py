@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from gateway import jsonbody
-from gateway.apis import OPENAI_CHAT
+from gateway.apis import OPENAI_CHAT, output_budget
 from gateway.apis.base import Dialect, Ending, EventKind, FailedAnswer, ForeignError, StreamReader
 from gateway.apis.collect import collect
 from gateway.apis.gemini.wire import GeminiStreamReader
@@ -698,4 +698,15 @@ def _foreign(call: Call, failure: Failure, sent_bytes: int) -> ForeignError:
         status=failure.status, classification=c, upstream_api=call.dialect.api,
         upstream_status=failure.upstream_status or failure.status, upstream_body=failure.body,
         prompt_tokens=prompt, limit_tokens=limit,
+        output_tokens=output_budget.asked(sent_doc(call.body)) if c.per_minute else None,
     )  # fmt: skip
+
+
+def sent_doc(body: bytes) -> dict[str, Any]:
+    """A request body as sent upstream, read back (only after a refusal: its ``max_tokens`` is
+    the one the provider counted, which a cap may have lowered from the client's)."""
+    try:
+        doc = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        return {}
+    return doc if isinstance(doc, dict) else {}

@@ -42,7 +42,7 @@ from gateway.keys.attribution import session_of
 from gateway.pipeline import accounting, output_cap, param_fix, reasoning_fix
 from gateway.pipeline.admit import is_json, model_of, parse_json_object, read_body, refuses_repeats
 from gateway.pipeline.asked import Asked
-from gateway.pipeline.attempt import Call, ReadMode
+from gateway.pipeline.attempt import Call, ReadMode, sent_doc
 from gateway.pipeline.chain import onward, resume_route, send_chain
 from gateway.pipeline.continuation import continuable, resumer
 from gateway.pipeline.legs import Sending, leg_call, resent
@@ -59,6 +59,7 @@ from gateway.pipeline.outcome import (
 from gateway.pipeline.pool import remember_answer, send_across, stored_deployment, stored_route
 from gateway.pipeline.relay import relay, rendered, shutdown_failure
 from gateway.pipeline.send import Onward, Sent, note_outage, plan_for, send_one
+from gateway.policy import per_minute_fit
 from gateway.policy.clients import compacts_itself
 from gateway.policy.loop_breaker import Answer, Fingerprint, Recalled
 from gateway.policy.overflow_limits import parse_overflow
@@ -761,6 +762,8 @@ async def _overflow(
     svc: Services, state: RequestState, request: web.Request, plan: RetryPlan, call: Call,
     payload: dict[str, Any], overflow: Failure,
 ) -> Outcome:  # fmt: skip
+    if overflow.classification.per_minute:  # lowering max_tokens is no compaction: every client gets it
+        return await _fit_per_minute(svc, state, plan, call, payload, overflow)
     if _client_compacts(svc, request):
         state.compression = {"outcome": "passed_to_client", "reason": "the client compacts itself"}
         svc.telemetry.compressions.labels(call.up.cfg.name, "passed_to_client").inc()
@@ -801,6 +804,33 @@ async def _rescue(
     label = "still_overflow" if _overflowed(outcome) else "applied"
     state.compression["outcome"] = label
     counter.labels(up.cfg.name, label).inc()
+    return overflow if label == "still_overflow" else outcome
+
+
+async def _fit_per_minute(
+    svc: Services, state: RequestState, plan: RetryPlan, call: Call,
+    payload: dict[str, Any], overflow: Failure,
+) -> Outcome:  # fmt: skip
+    """The one rescue of a request over a tokens-per-minute window: its output budget lowered by
+    what the refusal says is over, no turn dropped (``policy/per_minute_fit.py``); none when the
+    refusal gives no numbers (Azure's), and the overflow is answered."""
+    counter = svc.telemetry.compressions
+    sent = output_budget.asked(sent_doc(call.body))
+    fit = per_minute_fit.fitted_output(overflow.classification.message, sent)
+    state.compression = {"outcome": "applied" if fit.max_tokens else "not_applicable", **fit.report}
+    # Named when the client named none: the budget refused was a translation's or a cap's.
+    lowered = state.dialect.lower_output(payload, fit.max_tokens, True) if fit.max_tokens else None
+    again = resent(call, lowered) if lowered is not None else None
+    if again is None or isinstance(again, Failure):
+        state.compression["outcome"] = "not_applicable"
+        counter.labels(call.up.cfg.name, "not_applicable").inc()
+        return overflow
+    state.compressed = True
+    svc.tracing.next_attempt(state, "compress_retry")
+    outcome = await send_one(svc, state, plan, *again)
+    label = "still_overflow" if _overflowed(outcome) else "applied"
+    state.compression["outcome"] = label
+    counter.labels(call.up.cfg.name, label).inc()
     return overflow if label == "still_overflow" else outcome
 
 

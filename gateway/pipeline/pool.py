@@ -183,7 +183,7 @@ async def send_pool(
                                         overflow_moves=svc.cfg.fallback.context_overflow):  # fmt: skip
                     return last
             tried.add(up.cfg.name)
-            if c.type is ErrorType.CONTEXT_OVERFLOW:  # only a larger window can take it
+            if c.type is ErrorType.CONTEXT_OVERFLOW and not c.per_minute:  # only a larger window can take it
                 window = up.cfg.context_window or 0
                 tried.update(m.cfg.name for m in members if (m.cfg.context_window or 0) <= window)
                 siblings_left = any(m.cfg.name not in tried for m in members)

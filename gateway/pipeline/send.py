@@ -78,6 +78,11 @@ def fails_over(svc: Services, failure: Failure, up: UpstreamRuntime, nxt: Upstre
 
 def fails_over_class(svc: Services, c: Classification, up: UpstreamRuntime, nxt: UpstreamRuntime) -> bool:
     t = c.type
+    if t is ErrorType.CONTEXT_OVERFLOW and c.per_minute:
+        # Over the upstream's own tokens per minute, not a context window: the next upstream's
+        # limit is its own, so it moves as a rate limit does (read as ``budget`` before, an
+        # Azure primary fell back by ``when``; read as a window overflow, never).
+        return "rate_limit" in svc.cfg.fallback.when or svc.cfg.fallback.context_overflow
     if t is ErrorType.CONTEXT_OVERFLOW:
         bigger = (nxt.cfg.context_window or 0) > (up.cfg.context_window or 0)
         return svc.cfg.fallback.context_overflow and bigger

@@ -192,6 +192,7 @@ def classify(
         or (kind in (RATE, BUDGET) and quota is not None and quota.per_model),
         model_missing=status in (403, 404) and (f.primary_code in _MISSING_CODES or (
             f.message is not None and _MODEL_MISSING.search(f.message) is not None)),
+        per_minute=kind is OVERFLOW and _PER_MINUTE_EVIDENCE.search(evidence) is not None,
     )
 
 
@@ -258,6 +259,11 @@ def _by_code(e: _Evidence) -> tuple[ErrorType, str] | None:
     if status < 500 and (hit := codes & _NOT_FOUND_CODES):
         return UNKNOWN, f"code:{_one(hit)}"
     return None
+
+
+# The evidence of an overflow of a tokens-per-minute window (``Classification.per_minute``):
+# each such verdict is one of _by_numbers', and its evidence names the window.
+_PER_MINUTE_EVIDENCE = re.compile(r"^numbers:.*\bper-minute\b|^numbers:.*tokens-per-minute window")
 
 
 def _by_numbers(e: _Evidence) -> tuple[ErrorType, str] | None:

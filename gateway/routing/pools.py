@@ -15,8 +15,8 @@ would not meet.
     least_busy  fewest requests in flight here (ties: weighted)
     latency     lowest decayed time to first token; a deployment not measured yet first
     headroom    the largest share of requests and tokens left (the scarcer of the two);
-                one whose share is unknown ranks as the median of the known ones
-                (``_rooms``; ties: weighted)
+                one whose share is unknown ranks as the median of the known ones with
+                some left, above any with none (``_rooms``; ties: weighted)
 """
 
 from __future__ import annotations
@@ -110,18 +110,22 @@ def first(strategy: str, ready: Sequence[Deployment], rand: Callable[[], float],
 
 
 def _rooms(ready: Sequence[Deployment]) -> list[float]:
-    """Each deployment's room, an unknown one's the median of the known ones: it is taken for as
-    loaded as the pool's middle, neither preferred to a sibling known to have more left nor
-    shunned below one known to have less (counted as full, an Azure deployment, whose answers
-    state no limit, left 1 request of 120 to a key with 10 times its tokens and 0.998 of them
-    left: audit). The median, not the mean: one sibling at 0 does not drag it down. None
-    known: all alike (the weighted draw decides)."""
+    """Each deployment's room, an unknown one's the median of the known ones that have some left:
+    it is taken for as loaded as the pool's middle, neither preferred to a sibling known to have
+    more left nor shunned below one known to have less (counted as full, an Azure deployment,
+    whose answers state no limit, left 1 request of 120 to a key with 10 times its tokens and
+    0.998 of them left: audit). Those with nothing left are not its peers: a share of 0 is known
+    to serve nothing, an unknown may, so it ranks above every one of them (1.0 when none has
+    any left). Counted in, one Azure deployment answering ``x-ratelimit-remaining-tokens: 0``
+    pulled its headerless sibling down to 0 with it, and the two split 40 requests 20/20
+    (review); a never-read key of an OpenAI pool ranked level with a spent one. None known: all
+    alike (the weighted draw decides)."""
     rooms = [d.room for d in ready]
-    known = sorted(r for r in rooms if r is not None)
-    if len(known) == len(rooms):
+    if None not in rooms:
         return rooms  # type: ignore[return-value]  # every one known
-    half = len(known) // 2
-    neutral = 1.0 if not known else known[half] if len(known) % 2 else (known[half - 1] + known[half]) / 2
+    some = sorted(r for r in rooms if r is not None and r > 0)
+    half = len(some) // 2
+    neutral = 1.0 if not some else some[half] if len(some) % 2 else (some[half - 1] + some[half]) / 2
     return [neutral if r is None else r for r in rooms]
 
 
@@ -272,5 +276,8 @@ def moves_to_sibling(c: Classification, *, own_key: bool, bigger_window: bool, o
     if t is ErrorType.AUTH:
         return own_key
     if t is ErrorType.CONTEXT_OVERFLOW:
-        return overflow_moves and bigger_window
+        # Over a tokens-per-minute window, the deployment's own: a sibling's may take it, as a
+        # rate limit moves (Azure gives each deployment its own TPM, learn.microsoft.com/en-us/
+        # azure/ai-services/openai/how-to/quota). Over a context window, only a larger one may.
+        return c.per_minute or (overflow_moves and bigger_window)
     return False

@@ -18,7 +18,7 @@ def _case(name: str) -> dict[str, Any]:
 
 async def _azure_pool(make_gateway: Any) -> tuple[Gateway, FakeUpstream]:
     fake = await FakeUpstream().start()
-    same = f"base_url: '{fake.url}', api_key: AZKEY, key_header: api-key"
+    same = f"base_url: '{fake.url}', api_key: AZKEY, key_header: api-key, apis: [chat]"
     upstreams = (f"  - {{name: east, {same}, model_map: {{gpt-4o: gpt4o-east}}, weight: 1000000}}\n"
                  f"  - {{name: west, {same}, model_map: {{gpt-4o: gpt4o-west}}}}\n")  # fmt: skip
     pools = "pools:\n  - {name: gpt, models: [gpt-4o], deployments: [east, west], affinity: {enabled: false}}\n"
@@ -33,26 +33,113 @@ def _chat(text: str = "hi", max_tokens: int | None = None) -> dict[str, Any]:
     return body
 
 
-async def test_a_day_long_token_rate_429_refuses_that_request_and_benches_no_deployment(make_gateway: Any) -> None:
+async def test_a_day_long_token_rate_429_moves_to_the_sibling_and_benches_no_deployment(make_gateway: Any) -> None:
     """Azure's "exceeded token rate limit ... Please retry after 86400 seconds" to a request
     bigger than the deployment's tokens per minute: as budget it answered 402 with a day's
     retry-after and sat the key, both deployments with it, out for 24 hours (every later
-    request 402 pool_budget without a call, audit)."""
+    request 402 pool_budget without a call, audit). The TPM is the deployment's own, so the
+    sibling takes it (read as a window overflow, no sibling of the same context window was
+    asked: 6 of 60 requests answered 400 with one call, review)."""
     gw, fake = await _azure_pool(make_gateway)
     day = _case("azure-429-retry-after-a-day-is-overflow")
     try:
         fake.script(Reply(429, day["body"], day["headers"]))
         status, headers, body = await gw.chat(_chat("a long document", max_tokens=60000))
-        assert status == 400, body
-        assert headers["x-llm-error-type"] == "context_overflow"
-        assert "exceeded token rate limit" in json.loads(body)["error"]["message"]  # Azure's own words, relayed
-        assert "retry-after" not in headers and "x-llm-error-reset-at" not in headers  # no wait makes it fit
-        assert headers["x-llm-attempts"] == "1"  # the sibling's TPM is no bigger window
-        assert gw.metric("llm_gateway_deployment_sit_outs_total", pool="gpt", deployment="east",
-                         reason="budget") == 0  # fmt: skip
+        assert status == 200 and headers["x-llm-upstream"] == "west" and headers["x-llm-attempts"] == "2", body
+        assert "x-llm-compressed" not in headers
+        sent = [r.json() for r in fake.chat_requests()]
+        assert [r["model"] for r in sent] == ["gpt4o-east", "gpt4o-west"]
+        assert sent[0]["messages"] == sent[1]["messages"] and sent[1]["max_tokens"] == 60000  # as the client sent it
+        for reason in ("budget", "rate_limit"):
+            assert gw.metric("llm_gateway_deployment_sit_outs_total", pool="gpt", deployment="east",
+                             reason=reason) == 0  # fmt: skip
         for _ in range(3):
             status, headers, _ = await gw.chat(_chat())
             assert status == 200 and headers["x-llm-upstream"] == "east" and headers["x-llm-attempts"] == "1"
+    finally:
+        await fake.close()
+
+
+def _conversation(turns: int = 10) -> list[dict[str, Any]]:
+    facts = [{"role": "user", "content": f"fact {i}: " + "blah " * 400} for i in range(turns - 1)]
+    return [{"role": "system", "content": "You are terse."}, *facts, {"role": "user", "content": "what was fact 0?"}]
+
+
+async def test_a_token_rate_429_from_every_deployment_drops_no_turn_and_is_told_as_itself(make_gateway: Any) -> None:
+    """Both deployments refuse the request's max_tokens: Azure's refusal states no numbers, so
+    nothing says how far to lower it; the compress-and-retry dropped 3 of 10 messages (the fact
+    the last one asks about among them) and lowered max_tokens to 30,080 against the context
+    window, which the request fitted all along (review). Now: the 400, each deployment asked
+    once, the conversation never cut."""
+    gw, fake = await _azure_pool(make_gateway)
+    day = _case("azure-429-retry-after-a-day-is-overflow")
+    try:
+        fake.script(Reply(429, day["body"], day["headers"]), Reply(429, day["body"], day["headers"]))
+        status, headers, body = await gw.chat({**_chat(max_tokens=60000), "messages": _conversation()})
+        assert status == 400 and headers["x-llm-error-type"] == "context_overflow", body
+        assert headers["x-llm-attempts"] == "2" and "x-llm-compressed" not in headers
+        assert "exceeded token rate limit" in json.loads(body)["error"]["message"]  # Azure's own body, relayed
+        assert len(fake.chat_requests()) == 2
+        assert all(len(r.json()["messages"]) == 11 for r in fake.chat_requests())
+    finally:
+        await fake.close()
+
+
+async def test_a_messages_client_is_told_its_max_tokens_exceed_the_tokens_per_minute(make_gateway: Any) -> None:
+    """Claude Code (max_tokens 32000) on the pool, translated to chat: "prompt is too long:
+    128001 tokens > 128000 maximum" for a prompt of a few tokens made it stop ("cannot be
+    compacted"), or compact a longer history and meet the same 429 on its next turn (review).
+    The refusal says what it is, in no words Claude Code compacts on."""
+    gw, fake = await _azure_pool(make_gateway)
+    day = _case("azure-429-retry-after-a-day-is-overflow")
+    try:
+        fake.script(Reply(429, day["body"], day["headers"]), Reply(429, day["body"], day["headers"]))
+        ask = {"model": "gpt-4o", "max_tokens": 32000, "messages": [{"role": "user", "content": "say hi"}]}
+        status, headers, body = await gw.messages(ask)
+        error = json.loads(body)["error"]
+        assert status == 400 and error["type"] == "invalid_request_error", body
+        assert headers["x-llm-error-type"] == "context_overflow"
+        assert "prompt is too long" not in error["message"]
+        assert "max_tokens 32000" in error["message"] and "tokens per minute" in error["message"]
+        assert "exceeded token rate limit" in error["message"]  # the upstream's own words follow
+    finally:
+        await fake.close()
+
+
+async def test_an_azure_primary_over_its_tokens_per_minute_falls_back(make_gateway: Any) -> None:
+    """Read as budget, Azure's day-long token-rate 429 fell back by ``fallback.when``; read as a
+    window overflow it needed ``fallback.context_overflow`` and a bigger window, and an Azure
+    primary with an OpenAI fallback of the same window answered 400 (review)."""
+    fake = await FakeUpstream().start()
+    day = _case("azure-429-retry-after-a-day-is-overflow")
+    upstreams = (f"  - {{name: azure, base_url: '{fake.url}/azure', api_key: AZKEY, key_header: api-key, "
+                 f"models: [gpt-4o], apis: [chat], context_window: 128000, fallbacks: [openai]}}\n"
+                 f"  - {{name: openai, base_url: '{fake.url}/v1', api_key: OAKEY, models: [gpt-4o-other], "
+                 f"apis: [chat], context_window: 128000}}\n")  # fmt: skip
+    gw = await make_gateway(fake=fake, upstreams=upstreams)
+    try:
+        fake.script(Reply(429, day["body"], day["headers"]))
+        status, headers, body = await gw.chat(_chat(max_tokens=60000))
+        assert status == 200 and headers["x-llm-upstream"] == "openai" and headers["x-llm-attempts"] == "2", body
+    finally:
+        await fake.close()
+
+
+async def test_a_request_over_openais_tokens_per_minute_is_sent_again_with_less_max_tokens(
+    make_gateway: Any,
+) -> None:
+    """OpenAI's "Request too large ... on tokens per min (TPM): Limit 30000, Requested 36278"
+    counts the max_tokens asked: the one rescue lowers it by the excess (and 1 % of the limit)
+    and keeps every turn (against the TPM as a window, it cut the conversation)."""
+    gw, fake = await _azure_pool(make_gateway)
+    tpm = _case("openai-429-request-bigger-than-tpm-is-overflow")
+    try:
+        fake.script(Reply(429, tpm["body"], tpm.get("headers") or {}), Reply(429, tpm["body"], tpm.get("headers") or {}))
+        status, headers, body = await gw.chat({**_chat(max_tokens=16000), "messages": _conversation()})
+        assert status == 200 and headers["x-llm-compressed"] == "true", body
+        sent = [r.json() for r in fake.chat_requests()]
+        assert len(sent) == 3 and all(r["messages"] == sent[0]["messages"] for r in sent)
+        assert [r["max_tokens"] for r in sent] == [16000, 16000, 16000 - 6278 - 300]
     finally:
         await fake.close()
 

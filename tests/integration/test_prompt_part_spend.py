@@ -155,3 +155,29 @@ async def test_cache_writes_of_openai_are_charged_at_the_cache_write_price(
         for usage in counted:
             assert {k: usage[k] for k in ("prompt", "cache_read", "cache_write")} == {
                 "prompt": 2600, "cache_read": 2000, "cache_write": 400}, apis
+
+
+async def test_a_messages_clients_cache_write_breakdown_agrees_with_its_total(make_gateway: MakeGateway) -> None:
+    """Read through the anthropic SDK, a chat upstream's 400 written tokens came back streamed as
+    ``cache_creation_input_tokens: 400`` beside ``cache_creation: {ephemeral_5m_input_tokens: 0,
+    ephemeral_1h_input_tokens: 0}``: the stream's first event stated zeros, and its
+    ``message_delta`` has no place for the breakdown (review). A chat upstream states no TTL:
+    no breakdown, buffered or streamed."""
+    gw = await make_gateway("", ", apis: [chat]")
+    guide = CASES["openai-prompt-caching-guide-cache-write"]["usage"]
+    usage = {"prompt_tokens": guide["input_tokens"], "completion_tokens": 2,
+             "prompt_tokens_details": guide["input_tokens_details"]}  # fmt: skip
+    ant = anthropic.AsyncAnthropic(base_url=gw.base, api_key="k", max_retries=0)
+    try:
+        for stream in (False, True):
+            gw.fake.script(_chat_answer("gpt-6.2-sol", usage)(stream))
+            if stream:
+                async with ant.messages.stream(model="gpt-6.2-sol", max_tokens=64, messages=HI) as s:  # type: ignore[arg-type]
+                    message = await s.get_final_message()
+            else:
+                message = await ant.messages.create(model="gpt-6.2-sol", max_tokens=64, messages=HI)  # type: ignore[arg-type]
+            assert message.usage.cache_creation_input_tokens == 400, stream
+            split = message.usage.cache_creation
+            assert split is None or split.ephemeral_5m_input_tokens + split.ephemeral_1h_input_tokens == 400, stream
+    finally:
+        await ant.close()

@@ -37,10 +37,12 @@ from gateway.apis.chat.ids import GEMINI_SIGNED, chat_request_ids
 from gateway.apis.chat.tool_outputs import apply_tool_policy
 from gateway.apis.collect import chat_answer
 from gateway.apis.common import (
+    PER_MINUTE_CODE,
     ShownText,
     admit_messages,
     malformed_event_error,
     overflow_numbers,
+    per_minute_message,
     token_counts,
     upstream_detail,
 )
@@ -409,6 +411,8 @@ def openai_error_fields(e: ForeignError) -> tuple[int, str, str, str]:
     (shared by chat completions and Responses)."""
     c = e.classification
     message = c.message or f"the upstream answered {e.upstream_status}"
+    if c.type is ErrorType.CONTEXT_OVERFLOW and c.per_minute:
+        return 400, "invalid_request_error", PER_MINUTE_CODE, per_minute_message(e)
     if c.type is ErrorType.CONTEXT_OVERFLOW:
         # OpenAI's own sentence and nothing after it: the provider's words, which say the same
         # numbers again, are in x_llm_upstream for whoever wants them.

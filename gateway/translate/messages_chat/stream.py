@@ -60,12 +60,15 @@ _LF = ord("\n")
 # The stream's first event, as ``_event`` writes its document (the message's id, model and
 # input tokens go in as JSON; tests/unit/translate/test_messages_chat.py holds the two
 # equal): one formatting, not the nested dictionaries and their encoding (~9,600 instructions
-# a stream, issue #38).
+# a stream, issue #38). No ``cache_creation`` breakdown: a chat upstream states its cache writes
+# in its last chunk, and ``message_delta`` has no place for the breakdown (the anthropic SDK's
+# ``MessageDeltaUsage``, which its stream helper copies member by member), so zeros here stayed
+# beside a ``cache_creation_input_tokens`` of 3,000 (review); the buffered answer has none either.
 _MESSAGE_START = (
     b'event: message_start\ndata: {"type":"message_start","message":{"id":%b,"type":"message",'
     b'"role":"assistant","model":%b,"content":[],"stop_reason":null,"stop_sequence":null,'
     b'"usage":{"input_tokens":%b,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,'
-    b'"cache_creation":{"ephemeral_5m_input_tokens":0,"ephemeral_1h_input_tokens":0},"output_tokens":1}}}\n\n'
+    b'"output_tokens":1}}}\n\n'
 )
 
 

@@ -4,12 +4,14 @@ client API's own sentence: agents read them (Claude Code's compaction takes N - 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
-from gateway.apis import ANTHROPIC_MESSAGES, GEMINI, OPENAI_CHAT
+from gateway.apis import ANTHROPIC_MESSAGES, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES
 from gateway.apis.base import ForeignError
 from gateway.errors import Classification, ErrorType
+from tests.corpus_cases import IN_SAMPLE, classify_case
 
 
 @pytest.mark.parametrize(("prompt", "limit", "said"), [
@@ -37,3 +39,27 @@ def test_a_translated_overflow_states_the_window_and_a_size_over_it(
     _, body = GEMINI.foreign_error(e, "r")
     assert json.loads(body)["error"]["message"] == (
         f"The input token count ({n}) exceeds the maximum number of tokens allowed ({m}).")
+
+
+# Each client's own overflow wording or code makes it compact: Claude Code on "prompt is too
+# long: N tokens > M maximum", Codex and opencode on context_length_exceeded. None of that helps
+# a request whose max_tokens is over its upstream's tokens per minute.
+_COMPACTS_ON = ("prompt is too long", "maximum context length", "context_length_exceeded",
+                "exceeds the maximum number of tokens allowed")  # fmt: skip
+
+
+@pytest.mark.parametrize("dialect", [ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES, GEMINI])
+def test_a_per_minute_overflow_is_told_as_itself_in_every_client_api(dialect: Any) -> None:
+    """Azure's day-long token-rate 429 read as a window overflow reached Claude Code as "prompt is
+    too long: 128001 tokens > 128000 maximum" for a prompt of a few tokens (review)."""
+    case = next(c for c in IN_SAMPLE if c["name"] == "azure-429-retry-after-a-day-is-overflow")
+    c = classify_case(case)
+    assert c.per_minute
+    e = ForeignError(400, c, "chat", 429, json.dumps(case["body"]).encode(), 12, 128000, output_tokens=32000)
+    status, body = dialect.foreign_error(e, "r")
+    error = json.loads(body)["error"]
+    assert status == 400
+    said = json.dumps(error)
+    assert not any(w in said for w in _COMPACTS_ON), said
+    assert "max_tokens 32000" in error["message"] and "tokens per minute" in error["message"]
+    assert "exceeded token rate limit" in error["message"]

@@ -121,6 +121,37 @@ def test_headroom_ranks_by_the_scarcer_share_and_unknown_as_the_median_of_the_kn
     assert {d.name for d in order("headroom", [dep(0), dep(1)], random.random)} == {"a", "b"}  # none known
 
 
+def test_headroom_ranks_an_unknown_share_above_every_known_one_with_nothing_left() -> None:
+    """The median counted shares of 0: an Azure deployment answering
+    ``x-ratelimit-remaining-tokens: 0`` beside a sibling that sends no rate-limit headers ranked
+    the sibling at 0 too, and 40 requests went 20/20 (review)."""
+    draws = random.Random(3)
+    spent_and_unknown = [dep(0, requests_left=0.5, tokens_left=0.0), dep(1)]
+    assert Counter(first("headroom", spent_and_unknown, draws.random).name for _ in range(200)) == {"b": 200}
+    # Two spent, one never read (an OpenAI pool's new key): the unknown first.
+    pool = [dep(0, tokens_left=0.0), dep(1, requests_left=0.0), dep(2)]
+    assert order("headroom", pool, random.random)[0].name == "c"
+    # Its rank among the ones with some left is still their median (0.4 here): below 0.6, above 0.2.
+    pool = [dep(0, tokens_left=0.0), dep(1, tokens_left=0.2), dep(2, tokens_left=0.6), dep(3)]
+    assert [d.name for d in order("headroom", pool, random.random)] == ["c", "d", "b", "a"]
+    # The audit's case stands: a key with 0.998 left beside an unknown Azure deployment shares by weight.
+    pair = [dep(0, tokens_left=0.998), dep(1), dep(2, tokens_left=0.0)]
+    picks = Counter(first("headroom", pair, draws.random).name for _ in range(400))
+    assert 150 < picks["a"] < 250 and picks["a"] + picks["b"] == 400
+
+
+def test_a_per_minute_overflow_moves_to_any_sibling_and_a_window_overflow_only_to_a_bigger_one() -> None:
+    """A tokens-per-minute limit is the deployment's own (Azure sets one per deployment): another
+    may take the request whatever its context window; a context window's overflow needs a bigger
+    window and ``fallback.context_overflow`` (review)."""
+    tpm = Classification.of(ErrorType.CONTEXT_OVERFLOW, per_minute=True)
+    window = Classification.of(ErrorType.CONTEXT_OVERFLOW)
+    assert moves_to_sibling(tpm, own_key=True, bigger_window=False, overflow_moves=False)
+    assert not moves_to_sibling(window, own_key=True, bigger_window=False, overflow_moves=True)
+    assert moves_to_sibling(window, own_key=True, bigger_window=True, overflow_moves=True)
+    assert sit_out(tpm, NOW_MS, **CD, own_key=True) is None  # nothing waits it out: no sit-out
+
+
 def test_a_deployment_sitting_out_does_not_serve_until_its_end() -> None:
     d = dep(0, out_until_ms=NOW_MS + 1000, out_why=SitOut.RATE_LIMIT)
     assert not d.serves_at(NOW_MS) and d.serves_at(NOW_MS + 1000)

@@ -897,7 +897,6 @@ def test_message_start_is_written_as_its_document_would_be(model: str, request_i
         "id": message_id(ctx), "type": "message", "role": "assistant", "model": model, "content": [],
         "stop_reason": None, "stop_sequence": None,
         "usage": {"input_tokens": prompt, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
-                  "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
                   "output_tokens": 1},
     }  # fmt: skip
     assert first == b"event: message_start\ndata: " + orjson.dumps({"type": "message_start", "message": message}) + b"\n\n"

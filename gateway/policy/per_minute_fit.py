@@ -1,0 +1,51 @@
+"""The output budget that fits a tokens-per-minute window a request overflowed, when the numbers say.
+
+A request larger than a per-minute window (``Classification.per_minute``) is counted by the
+provider as its prompt plus the ``max_tokens`` it asks: Azure estimates each request's tokens
+from its prompt, its ``max_tokens`` and its ``best_of`` against a deployment's TPM
+(learn.microsoft.com/en-us/azure/ai-services/openai/how-to/quota, "Understanding rate limits");
+OpenAI refuses a lone request whose ``max_tokens`` takes it over ("The input or output tokens
+must be reduced", tests/corpus/openai.json; community.openai.com/t/360359: a request denied for
+its ``max_tokens`` alone) and states both sides ("Limit 30000, Requested 36278"). So the one
+rescue lowers the output budget by the excess and drops no turn: the conversation fits whatever
+window the model has, and a dropped turn would be context lost for a limit that the budget alone
+broke.
+
+Azure's refusal names no numbers ("exceeded token rate limit ... retry after 86400 seconds"):
+then nothing says how far to lower, and there is no rescue. Neither is there one when the excess
+is as large as the budget asked (the prompt alone exceeds the window), nor when what is left is
+under ``MIN_OUTPUT_TOKENS``. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gateway.policy.error_numbers import sizes
+
+MIN_OUTPUT_TOKENS = 256  # as compression's floor: an answer cut shorter is hardly one
+MARGIN = 0.01  # of the window: the retry's own count may differ by the digits it changed
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    max_tokens: int | None  # the budget to send again; None: no rescue
+    report: dict[str, object]  # counts, never content: what was read and decided
+
+
+def fitted_output(message: str | None, sent_max_tokens: int | None) -> Fit:
+    """The ``max_tokens`` under which the request fits the window its refusal states."""
+    stated = sizes(message[:8192]) if message else None
+    if stated is None or not stated.per_minute or stated.requested <= stated.limit:
+        return Fit(None, {"reason": "the refusal states no tokens-per-minute numbers"})
+    excess = stated.requested - stated.limit + math.ceil(stated.limit * MARGIN)
+    facts: dict[str, object] = {"limit_source": "provider_per_minute", "target_tokens": stated.limit,
+                                "requested_tokens": stated.requested}  # fmt: skip
+    if not sent_max_tokens:
+        return Fit(None, {**facts, "reason": "the request names no output budget to lower"})
+    lowered = sent_max_tokens - excess
+    if lowered < MIN_OUTPUT_TOKENS:
+        return Fit(None, {**facts, "reason": "the prompt alone does not fit the tokens-per-minute window"})
+    report = {**facts, "max_tokens_lowered_to": lowered, "messages_removed": 0, "turns_removed": 0}
+    return Fit(lowered, report)
