@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 from gateway.apis.chat.ids import to_chat_id
 from gateway.apis.gemini.fields import field, has, snake
 from gateway.translate import json_schema as nesting
-from gateway.translate import sealed_thinking, thinking_room, typed
+from gateway.translate import sealed_thinking, thinking_room, tool_cap, typed
 from gateway.translate.base import Refusal, Target
 from gateway.translate.chat_messages.request import (
     EFFORT_BUDGET,
@@ -57,6 +57,9 @@ _LOW, _MEDIUM = 4096, 16384
 # thinkingLevel → reasoning_effort: the three values every chat server that takes the field
 # accepts (vLLM validates exactly these).
 _LEVEL = {"minimal": "low", "low": "low", "medium": "medium", "high": "high"}
+TOO_MANY_TOOLS = ("Connect fewer MCP servers or keep fewer of their tools (Gemini CLI: an MCP server's "
+                  "includeTools or excludeTools), or route this model to an upstream that speaks the "
+                  "Gemini API, Messages or Responses.")  # fmt: skip
 DYNAMIC = "medium"  # thinkingBudget -1, the model's own choice, as an effort (``_effort``)
 # MODE_UNSPECIFIED is a value of Google's enum: the default, AUTO.
 _MODE = {"AUTO": "auto", "ANY": "required", "NONE": "none", "VALIDATED": "auto", "MODE_UNSPECIFIED": "auto"}
@@ -127,6 +130,8 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
     calling = typed.obj(field(tool_config, "functionCallingConfig"), ("toolConfig", "functionCallingConfig"))
     if tools and calling is not None:
         tools = _choice(calling, tools, out, names)
+    if target.tools_max is not None and len(tools) > target.tools_max and not target.onward:
+        raise Untranslatable(tool_cap.too_many(len(tools), target.tools_max, TOO_MANY_TOOLS).message)
     if tools:
         out["tools"] = tools
     if payload.get("stream") is True:
