@@ -46,6 +46,7 @@ from gateway.translate.chat_messages.request import (
     reads_as_text,
     sniffed_image,
 )
+from gateway.translate.gemini_chat import root
 from gateway.translate.gemini_chat.names import Names, names_for
 from gateway.translate.image_limits import Over, Seen, plan
 from gateway.translate.messages_chat.request import STOP_MAX
@@ -485,20 +486,36 @@ def _says_json(messages: list[dict[str, Any]]) -> bool:
 
 
 def _response_format(config: dict[str, Any]) -> dict[str, Any] | None:
+    schema = _schema(config)
+    if schema is not None:
+        # A root other than an object goes inside one (``root.py``): OpenAI refuses it.
+        sent = root.wrapped(schema) if root.needs_wrapping(schema) else schema
+        return {"type": "json_schema", "json_schema": {"name": root.KEY, "schema": sent}}
+    if _config(config, "responseMimeType", typed.text) == "application/json":
+        return {"type": "json_object"}
+    return None
+
+
+def _schema(config: dict[str, Any]) -> Any:
+    """The structured output's JSON Schema, from either of Gemini's fields; None without one."""
     given = _config(config, "responseJsonSchema", typed.obj)
     hidden = _config(config, "_responseJsonSchema", typed.obj)
     google = _config(config, "responseSchema", typed.obj)
-    mime = _config(config, "responseMimeType", typed.text)
     schema = given if given is not None else hidden
     if schema is not None:
-        schema = lowered(schema)
-    elif google is not None:
-        schema = json_schema(google)
-    if schema is not None:
-        return {"type": "json_schema", "json_schema": {"name": "response", "schema": schema}}
-    if mime == "application/json":
-        return {"type": "json_object"}
-    return None
+        return lowered(schema)
+    return json_schema(google) if google is not None else None
+
+
+def answer_wrapping(request: Mapping[str, Any]) -> str | None:
+    """How the answer's text comes out of the wrapper ``_response_format`` put the schema in
+    (``root.wrapping``); None when it put it in none. For a request it already carried."""
+    config = field(request, "generationConfig")
+    try:
+        schema = _schema(config) if isinstance(config, dict) else None
+    except (WrongType, Untranslatable, RecursionError):
+        return None
+    return root.wrapping(request, schema)
 
 
 def _effort(thinking: dict[str, Any], onward: str) -> str | None:
