@@ -486,12 +486,13 @@ def _says_json(messages: list[dict[str, Any]]) -> bool:
 
 
 def _response_format(config: dict[str, Any]) -> dict[str, Any] | None:
+    mime = _config(config, "responseMimeType", typed.text)
     schema = _schema(config)
     if schema is not None:
         # A root other than an object goes inside one (``root.py``): OpenAI refuses it.
         sent = root.wrapped(schema) if root.needs_wrapping(schema) else schema
         return {"type": "json_schema", "json_schema": {"name": root.KEY, "schema": sent}}
-    if _config(config, "responseMimeType", typed.text) == "application/json":
+    if mime == "application/json":
         return {"type": "json_object"}
     return None
 
