@@ -38,6 +38,15 @@ a chat-only server). Each rule, as OpenAI words it (400 ``invalid_request_error`
   properties. Missing '<key>'." (https://github.com/vercel/ai/issues/6484), param
   ``response_format``. Where an object breaks both, the first is answered, and of the keys
   missing the first, as the quoted answers name one: the fake's choices;
+- a json_schema ``response_format`` whose schema's root is not a plain object (``type`` other
+  than ``"object"``, or a root ``anyOf``, ``oneOf``, ``enum`` or ``const``): "Invalid schema for
+  response_format '<name>': schema must be a JSON Schema of 'type: "object"', got 'type:
+  "array"'." (param ``response_format``, no code: OpenAI's error object in
+  podly-pure-podcasts/podly_pure_podcasts#89; the structured-outputs guide: "the root level object
+  of a schema must be an object, and not use anyOf"). With or without ``strict``: the answer
+  quoted does not show the flag, and the guide states the rule for the schema as a whole. A root
+  with no ``type`` is named ``'type: None'``, and one that is an object beside ``anyOf`` (or the
+  others) ``'type: "object"'``: the fake's words;
 - a function tool whose parameters hold a ``type`` JSON Schema does not have (Google's upper-case
   ``"OBJECT"``, at any depth): "Invalid schema for function '<name>': '<TYPE>' is not valid under
   any of the given schemas." (param ``tools[N].function.parameters``, code
@@ -181,6 +190,7 @@ def refusal(path: str, payload: dict[str, Any]) -> Reply | None:
         return None
     found = (_fields(payload) or _model_fields(payload) or _user(payload.get("user"))
              or _tool_names(payload.get("tools")) or _parameters(payload.get("tools"))
+             or root_schema(payload.get("response_format"), "response_format")
              or _strict_schema(payload.get("response_format")) or _why(payload.get("messages"))
              or _images(payload.get("messages")))  # fmt: skip
     if found is None:
@@ -395,6 +405,23 @@ def _images(messages: Any) -> Fault | None:
 def _too_long(param: str, limit: int, length: int) -> Fault:
     return (f"Invalid '{param}': string too long. Expected a string with maximum length {limit}, but got a "
             f"string with length {length} instead.", param, "string_above_max_length")  # fmt: skip
+
+
+def root_schema(fmt: Any, param: str) -> Fault | None:
+    """A structured output whose root OpenAI refuses: ``fmt`` chat's ``response_format``, or
+    Responses' ``text.format`` (its schema at the top). Shared with responses_rules.py."""
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+        return None
+    spec = fmt.get("json_schema", fmt) if param == "response_format" else fmt
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    if not isinstance(schema, dict):
+        return None
+    kind = schema.get("type")
+    if kind == "object" and not any(k in schema for k in ("anyOf", "oneOf", "enum", "const")):
+        return None
+    got = f'"{kind}"' if isinstance(kind, str) else "None"
+    return (f"Invalid schema for response_format '{spec.get('name')}': schema must be a JSON Schema of "
+            f"'type: \"object\"', got 'type: {got}'.", param, None)  # fmt: skip
 
 
 def _strict_schema(response_format: Any) -> Fault | None:

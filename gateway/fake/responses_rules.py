@@ -60,7 +60,10 @@ Whatever the request's origin, each in OpenAI's words (400 ``invalid_request_err
   function '<name>': In context=(), object schema missing properties." (param
   ``tools[N].parameters``, code ``invalid_function_parameters``; the Responses API's refusal in
   https://github.com/everruns/everruns/pull/984, with this param and code in
-  https://github.com/tailcallhq/forgecode/issues/1359): chat_rules.py's rule, on the flat tool.
+  https://github.com/tailcallhq/forgecode/issues/1359): chat_rules.py's rule, on the flat tool;
+- a json_schema ``text.format`` whose schema's root is not a plain object: chat_rules.py's rule
+  and words (the Responses API's structured outputs are the same feature, its guide the same
+  page), param ``text.format.schema``: the fake's, as no answer quoted from this API was found.
 
 - ``temperature`` other than 1 to a reasoning model (o1, o3, o4-mini, gpt-5 but its ``-chat``
   models): "Unsupported parameter: 'temperature' is not supported with this model." (gpt-5 on
@@ -89,7 +92,7 @@ import re
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from gateway.fake.chat_rules import NO_PROPERTIES, unnamed_properties
+from gateway.fake.chat_rules import NO_PROPERTIES, root_schema, unnamed_properties
 from gateway.fake.responses import responses_error
 from gateway.fake.steps import Reply, response_in
 
@@ -206,6 +209,10 @@ def _fields(payload: dict[str, Any]) -> Reply | None:
     if temperature is not None and temperature != 1 and isinstance(model, str) and _REASONING.match(model):
         return responses_error(400, "Unsupported parameter: 'temperature' is not supported with this model.",
                                "invalid_request_error", "unsupported_parameter", "temperature")  # fmt: skip
+    text = payload.get("text")
+    root = root_schema(text.get("format"), "text.format.schema") if isinstance(text, dict) else None
+    if root is not None:
+        return responses_error(400, root[0], "invalid_request_error", None, root[1])
     tools = payload.get("tools")
     for j, tool in enumerate(tools if isinstance(tools, list) else ()):
         if isinstance(tool, dict) and tool.get("type") == "function" and unnamed_properties(tool.get("parameters")):

@@ -21,6 +21,7 @@ from gateway.services import UpstreamRuntime
 from gateway.translate import Leg, Translation, held_context
 from gateway.translate.base import Refusal, Target
 from gateway.translate.depth import request_in
+from gateway.translate.tool_cap import host_max
 
 
 @dataclasses.dataclass(slots=True)
@@ -175,7 +176,9 @@ def _dumped(payload: Mapping[str, Any], lenient: bool) -> bytes | Failure:
 
 
 def target_of(call: Call) -> Target:
-    return Target(call.wire_model or "", call.up.cfg.stream_usage, context_window=call.up.cfg.context_window)
+    cfg = call.up.cfg
+    return Target(call.wire_model or "", cfg.stream_usage, context_window=cfg.context_window,
+                  tools_max=host_max(cfg.base_url))
 
 
 def _model(payload: dict[str, Any]) -> str | None:

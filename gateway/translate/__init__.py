@@ -20,6 +20,7 @@ from gateway.config import UpstreamConfig
 from gateway.sse import EventSplitter
 from gateway.translate.base import Context, Known, Refusal, StreamTranslator, Target, Translator
 from gateway.translate.depth import request_in
+from gateway.translate.tool_cap import host_max
 
 HUB = "chat"
 
@@ -187,7 +188,8 @@ class Translations:
             if translator is not None:
                 model = model or requested
                 return Leg(client, DIALECT_FOR_API[api], translator, model,
-                           Target(model or "", up.stream_usage, context_window=up.context_window),
+                           Target(model or "", up.stream_usage, context_window=up.context_window,
+                                  tools_max=host_max(up.base_url)),
                            f"{client.api}->{api}")  # fmt: skip
         spoken = ", ".join(up.apis)
         return NoLeg(

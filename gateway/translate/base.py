@@ -50,6 +50,9 @@ class Target(NamedTuple):
     # The upstream's configured ``context_window``: where the model's own is not known from its
     # name, what Anthropic's cap on images in a request is read from (``image_limits``).
     context_window: int | None = None
+    # The most tools the upstream takes in a chat completions request, where its host is known
+    # to cap them (``tool_cap.py``); None: no cap known.
+    tools_max: int | None = None
 
 
 @dataclass(slots=True)

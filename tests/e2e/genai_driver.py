@@ -49,6 +49,28 @@ elif scenario == "timed":
     t0 = time.monotonic()
     out["text"] = client.models.generate_content(model=model, contents="say hi").text
     out["seconds"] = time.monotonic() - t0
+elif scenario == "recipes":  # the structured-output guide's list[Recipe] and enum examples
+    from enum import Enum
+
+    from pydantic import BaseModel
+
+    class Recipe(BaseModel):
+        recipe_name: str
+        ingredients: list[str]
+
+    class Instrument(Enum):
+        PERCUSSION = "Percussion"
+        WOODWIND = "Woodwind"
+
+    listed = types.GenerateContentConfig(response_mime_type="application/json", response_schema=list[Recipe])
+    r = client.models.generate_content(model=model, contents="List a cookie recipe.", config=listed)
+    out["parsed"] = [x.model_dump() for x in r.parsed]
+    chunks = list(client.models.generate_content_stream(model=model, contents="List a cookie recipe.",
+                                                        config=listed))
+    out["stream"] = [c.text for c in chunks]
+    enum = types.GenerateContentConfig(response_mime_type="text/x.enum", response_schema=Instrument)
+    r = client.models.generate_content(model=model, contents="What is an oboe?", config=enum)
+    out["enum"] = [r.text, r.parsed.value if isinstance(r.parsed, Enum) else r.parsed]
 elif scenario == "error":
     try:
         client.models.generate_content(model=model, contents="say hi")

@@ -1,6 +1,7 @@
 """The google-genai Python SDK itself through the gateway to a chat-completions-only upstream:
-buffered, streamed, a function call and its response, count_tokens, the model list, and an
-upstream rate limit the SDK raises as ``APIError`` 429 RESOURCE_EXHAUSTED.
+buffered, streamed, a function call and its response, count_tokens, the model list, a
+structured output whose root is a list or an enum, and an upstream rate limit the SDK raises as
+``APIError`` 429 RESOURCE_EXHAUSTED.
 
 The SDK is no dependency of the gateway: it runs in its own interpreter (``GENAI_PYTHON``, else
 ``.venv-genai/bin/python``, which scripts/test-deps.sh makes), driven by ``DRIVER`` below,
@@ -97,6 +98,24 @@ def test_sdk_function_call_and_response_keep_the_upstreams_call_id(
     assert second["tools"][0]["function"]["parameters"] == {
         "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]
     }  # fmt: skip
+
+
+def test_sdk_parses_a_list_and_an_enum_its_schema_asked_for(
+    genai_python: Path, genai_gateway: RunningGateway, upstream: FakeUpstream
+) -> None:
+    """``response_schema=list[Recipe]``: OpenAI takes only an object root, so the list goes
+    inside one and comes back out (the fake refuses an array root in OpenAI's words)."""
+    recipe = {"recipe_name": "Shortbread", "ingredients": ["butter", "sugar", "flour"]}
+    wrapped = json.dumps({"response": [recipe]})
+    upstream.script(Reply(200, chat_completion(model="qwen", content=wrapped)),
+                    text((wrapped[:25], wrapped[25:])),
+                    Reply(200, chat_completion(model="qwen", content='{"response": "Woodwind"}')))  # fmt: skip
+    out = drive(genai_python, genai_gateway, "recipes")
+    assert out["parsed"] == [recipe]
+    assert [json.loads(t) for t in out["stream"] if t] == [[recipe]]  # held to the end: one part
+    assert out["enum"] == ["Woodwind", "Woodwind"]
+    sent = [r.json() for r in upstream.requests if r.path == "/v1/chat/completions"]
+    assert [s["response_format"]["json_schema"]["schema"]["type"] for s in sent] == ["object"] * 3
 
 
 def test_sdk_raises_an_upstream_rate_limit_as_resource_exhausted_with_retry_info(

@@ -8,7 +8,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.fake import FakeUpstream
+from gateway.fake import FakeUpstream, chat_rules
 from gateway.fake.responses import response_object, responses_stream
 from gateway.fake.responses_rules import issued, refusal, seal, unknown_previous
 from gateway.fake.steps import Reply, Stream
@@ -191,3 +191,27 @@ def test_a_reasoning_model_takes_no_temperature_but_1(model: str, temperature: f
     assert error_of(model=model, temperature=temperature) == (None if taken else {
         "message": "Unsupported parameter: 'temperature' is not supported with this model.",
         "type": "invalid_request_error", "code": "unsupported_parameter", "param": "temperature"})
+
+
+ARRAY_ROOT = ("Invalid schema for response_format 'AdSegmentPredictionList': schema must be a JSON Schema of "
+              "'type: \"object\"', got 'type: \"array\"'.")  # podly-pure-podcasts/podly_pure_podcasts#89
+
+
+@pytest.mark.parametrize(("schema", "got"), [
+    ({"type": "array", "items": {"type": "object", "properties": {}}}, 'type: "array"'),
+    ({"type": "string", "enum": ["a"]}, 'type: "string"'),
+    ({"anyOf": [{"type": "object", "properties": {}}]}, "type: None"),
+    ({"type": "object", "properties": {}}, None),
+])  # fmt: skip
+def test_a_structured_outputs_root_must_be_an_object(schema: dict[str, Any], got: str | None) -> None:
+    fmt = {"type": "json_schema", "name": "AdSegmentPredictionList", "schema": schema}
+    expected = None if got is None else {"message": ARRAY_ROOT.replace('type: "array"', got),
+                                         "type": "invalid_request_error", "code": None, "param": "text.format.schema"}
+    assert error_of(text={"format": fmt}) == expected
+    for strict in (True, False):  # with strict or without: chat_rules.py says why
+        chat = chat_rules.refusal("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                                  "response_format": {"type": "json_schema", "json_schema": {**fmt, "strict": strict}}})
+        if got is None:
+            assert chat is None or "schema must be" not in chat.body["error"]["message"]
+        else:
+            assert chat is not None and dict(chat.body["error"]) == {**expected, "param": "response_format"}

@@ -29,6 +29,8 @@ from gateway.policy.tokens import BYTES_PER_TOKEN, IMAGE_TOKENS
 from gateway.translate import sealed_thinking
 from gateway.translate.base import Context, input_tokens
 from gateway.translate.gemini_chat.names import NONE, names_for
+from gateway.translate.gemini_chat.request import answer_wrapping
+from gateway.translate.gemini_chat.root import unwrapped
 from gateway.translate.messages_chat.answer import reasoning_of, tool_input
 
 # chat finish_reason → Gemini finishReason. A tool call ends with STOP, as the Gemini API
@@ -125,7 +127,8 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
             p.get("text", "") for p in text if isinstance(p, dict) and isinstance(p.get("text"), str)
         )
     if isinstance(text, str) and text:
-        parts.append({"text": text})
+        how = answer_wrapping(ctx.request)
+        parts.append({"text": unwrapped(text, how) if how else text})
     refusal = message.get("refusal")
     if isinstance(refusal, str) and refusal:
         parts.append({"text": refusal})

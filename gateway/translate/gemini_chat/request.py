@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 from gateway.apis.chat.ids import to_chat_id
 from gateway.apis.gemini.fields import field, has, snake
 from gateway.translate import json_schema as nesting
-from gateway.translate import sealed_thinking, thinking_room, typed
+from gateway.translate import sealed_thinking, thinking_room, tool_cap, typed
 from gateway.translate.base import Refusal, Target
 from gateway.translate.chat_messages.request import (
     EFFORT_BUDGET,
@@ -47,6 +47,7 @@ from gateway.translate.chat_messages.request import (
     reads_as_text,
     sniffed_image,
 )
+from gateway.translate.gemini_chat import root
 from gateway.translate.gemini_chat.names import Names, names_for
 from gateway.translate.image_limits import Over, Seen, plan
 from gateway.translate.messages_chat.request import STOP_MAX
@@ -59,6 +60,9 @@ _LOW, _MEDIUM = 4096, 16384
 # thinkingLevel → reasoning_effort: the three values every chat server that takes the field
 # accepts (vLLM validates exactly these).
 _LEVEL = {"minimal": "low", "low": "low", "medium": "medium", "high": "high"}
+TOO_MANY_TOOLS = ("Connect fewer MCP servers or keep fewer of their tools (Gemini CLI: an MCP server's "
+                  "includeTools or excludeTools), or route this model to an upstream that speaks the "
+                  "Gemini API, Messages or Responses.")  # fmt: skip
 DYNAMIC = "medium"  # thinkingBudget -1, the model's own choice, as an effort (``_effort``)
 # MODE_UNSPECIFIED is a value of Google's enum: the default, AUTO.
 _MODE = {"AUTO": "auto", "ANY": "required", "NONE": "none", "VALIDATED": "auto", "MODE_UNSPECIFIED": "auto"}
@@ -129,6 +133,8 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
     calling = typed.obj(field(tool_config, "functionCallingConfig"), ("toolConfig", "functionCallingConfig"))
     if tools and calling is not None:
         tools = _choice(calling, tools, out, names)
+    if target.tools_max is not None and len(tools) > target.tools_max and not target.onward:
+        raise Untranslatable(tool_cap.too_many(len(tools), target.tools_max, TOO_MANY_TOOLS).message)
     if tools:
         out["tools"] = tools
     if payload.get("stream") is True:
@@ -490,20 +496,37 @@ def _says_json(messages: list[dict[str, Any]]) -> bool:
 
 
 def _response_format(config: dict[str, Any]) -> dict[str, Any] | None:
-    given = _config(config, "responseJsonSchema", typed.obj)
-    hidden = _config(config, "_responseJsonSchema", typed.obj)
-    google = _config(config, "responseSchema", typed.obj)
     mime = _config(config, "responseMimeType", typed.text)
-    schema = given if given is not None else hidden
+    schema = _schema(config)
     if schema is not None:
-        schema = lowered(schema)
-    elif google is not None:
-        schema = json_schema(google)
-    if schema is not None:
-        return {"type": "json_schema", "json_schema": {"name": "response", "schema": schema}}
+        # A root other than an object goes inside one (``root.py``): OpenAI refuses it.
+        sent = root.wrapped(schema) if root.needs_wrapping(schema) else schema
+        return {"type": "json_schema", "json_schema": {"name": root.KEY, "schema": sent}}
     if mime == "application/json":
         return {"type": "json_object"}
     return None
+
+
+def _schema(config: dict[str, Any]) -> Any:
+    """The structured output's JSON Schema, from either of Gemini's fields; None without one."""
+    given = _config(config, "responseJsonSchema", typed.obj)
+    hidden = _config(config, "_responseJsonSchema", typed.obj)
+    google = _config(config, "responseSchema", typed.obj)
+    schema = given if given is not None else hidden
+    if schema is not None:
+        return lowered(schema)
+    return json_schema(google) if google is not None else None
+
+
+def answer_wrapping(request: Mapping[str, Any]) -> str | None:
+    """How the answer's text comes out of the wrapper ``_response_format`` put the schema in
+    (``root.wrapping``); None when it put it in none. For a request it already carried."""
+    config = field(request, "generationConfig")
+    try:
+        schema = _schema(config) if isinstance(config, dict) else None
+    except (WrongType, Untranslatable, RecursionError):
+        return None
+    return root.wrapping(request, schema)
 
 
 def _effort(thinking: dict[str, Any], onward: str) -> str | None:

@@ -15,7 +15,10 @@ What the translation has to do that chat does not:
   it, so the last event always has one, and ``usageMetadata`` beside it;
 * Claude's signed thinking (``thinking_blocks`` deltas, each block whole once it closed) is
   gathered and sealed into the first call's ``thoughtSignature`` in that last event
-  (``answer.py``).
+  (``answer.py``);
+* a structured answer whose schema went inside an object (a list, an enum: ``root.py``) is
+  held to the end and goes out as one text part of that last event, the value taken out of the
+  wrapper: its fragments cannot be unwrapped one by one.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ from gateway.translate.gemini_chat.answer import (
     usage_metadata,
 )
 from gateway.translate.gemini_chat.names import NONE, names_for
+from gateway.translate.gemini_chat.request import answer_wrapping
+from gateway.translate.gemini_chat.root import unwrapped
 from gateway.translate.messages_chat.answer import reasoning_of
 
 
@@ -73,6 +78,8 @@ class GeminiStream:
         self.done = False
         self.continued = False  # the gateway continued the stream: its end says so
         self.head = {"modelVersion": ctx.requested_model, "responseId": response_id(ctx)}
+        self.wrapping = answer_wrapping(ctx.request)
+        self.held: list[str] = []  # a wrapped answer's text, until the end
 
     def event(self, raw: bytes) -> bytes:
         if self.done:
@@ -116,7 +123,10 @@ class GeminiStream:
             for key in ("content", "refusal"):
                 text = delta.get(key)
                 if isinstance(text, str) and text:
-                    out.append(self._parts([{"text": text}]))
+                    if self.wrapping and key == "content":
+                        self.held.append(text)
+                    else:
+                        out.append(self._parts([{"text": text}]))
             for position, call in enumerate(delta.get("tool_calls") or ()):
                 if isinstance(call, dict):
                     self._call(call, position)
@@ -148,6 +158,10 @@ class GeminiStream:
         parts = [function_call(c.id, names.client(c.name), "".join(c.args))
                  for c in self.calls.values() if c.name]  # fmt: skip
         signed_calls(parts, self.signed)
+        if self.held and self.wrapping:
+            text = unwrapped("".join(self.held), self.wrapping)
+            parts.insert(0, {"text": text})
+            self.shown += len(text)
         self.shown += sum(len("".join(c.args)) for c in self.calls.values())
         if self.finish is None:
             self.ctx.notes["finish_reason_missing"] = True

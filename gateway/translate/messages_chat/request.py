@@ -17,7 +17,9 @@ Rules (each with its reason in docs/translation/messages_chat.md):
   ``tool_result`` blocks ``tool`` messages right after them; images inside a tool result follow
   in a user message, because a chat ``tool`` message carries text only. A ``tool_reference``
   in a result (a tool search loading a deferred tool) becomes text saying the tool is loaded:
-  every tool, ``defer_loading`` ones too, is sent up front.
+  every tool, ``defer_loading`` ones too, is sent up front, unless that makes more than OpenAI's
+  128: then the deferred ones not yet loaded or called are left out (``tool_cap.py``), and a
+  request still over it is refused where the upstream's host is known to cap it.
 * ``stop_sequences``: the first 4 go to a chat upstream, OpenAI's most ("Invalid 'stop': array
   too long. Expected an array with maximum length 4").
 * thinking blocks in history are dropped: chat completions has no field for them, and a
@@ -34,7 +36,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway.apis.chat.ids import GEMINI_SIGNED, to_chat_id
-from gateway.translate import json_schema, names, typed
+from gateway.translate import json_schema, names, tool_cap, typed
 from gateway.translate.base import Refusal, Target
 from gateway.translate.names import NONE, Names
 from gateway.translate.tool_ids import from_anthropic_id
@@ -58,6 +60,11 @@ _TOOL_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
 # text is to come back. OpenRouter's chat field of that name
 # (https://openrouter.ai/blog/reasoning-tokens-for-thinking-models), which chat_gemini reads.
 INCLUDE_REASONING = "include_reasoning"
+TOO_MANY_TOOLS = (
+    "Let the client defer the tools it loads by search (defer_loading; Claude Code: "
+    "ENABLE_TOOL_SEARCH=true), connect fewer MCP servers, or route this model to an upstream that "
+    "speaks Messages or Responses."
+)
 
 
 class Untranslatable(Exception):
@@ -128,6 +135,10 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
             out["response_format"] = fmt
 
     tools = _tools(declared, functions) if declared is not None else None
+    if tools and len(tools) > tool_cap.CHAT_MAX and not target.onward:
+        tools = _loaded_only(declared, tools, raw, payload.get("tool_choice"))
+        if target.tools_max is not None and len(tools) > target.tools_max:
+            raise Untranslatable(tool_cap.too_many(len(tools), target.tools_max, TOO_MANY_TOOLS).message)
     if tools:
         out["tools"] = tools
     if "tool_choice" in payload:
@@ -342,6 +353,38 @@ def _tool_read(tool: dict[str, Any], k: int, functions: Names) -> dict[str, Any]
     if typed.flag(tool.get("strict"), ("tools", k, "strict")) and strict_ok(function["parameters"]):
         function["strict"] = True  # only where OpenAI's stricter rules hold: else it is a 400
     return {"type": "function", "function": function}
+
+
+def _loaded_only(
+    declared: list[dict[str, Any]], tools: list[dict[str, Any]], messages: list[Any], choice: Any
+) -> list[dict[str, Any]]:
+    """``tools`` (made from ``declared``, one each) without the ``defer_loading`` ones the
+    conversation has neither loaded (a ``tool_reference`` in a tool result) nor called, nor
+    ``choice`` names: over OpenAI's cap, what Anthropic's API would show the model. A deferred
+    tool "is not loaded into the model's context initially" and is loaded by the tool search's
+    ``tool_reference`` (https://platform.claude.com/docs/en/agents-and-tools/tool-use/tool-search-tool),
+    which then names it here: the next request carries it."""
+    used = _used_tools(messages)
+    if isinstance(choice, dict) and isinstance(choice.get("name"), str):
+        used.add(choice["name"])
+    return [tool for given, tool in zip(declared, tools, strict=True)
+            if given.get("defer_loading") is not True or given.get("name") in used]  # fmt: skip
+
+
+def _used_tools(messages: list[Any]) -> set[str]:
+    """The tool names the conversation called (``tool_use``) or loaded (``tool_reference``)."""
+    used: set[str] = set()
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else ():
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind == "tool_use" and isinstance(block.get("name"), str):
+                used.add(block["name"])
+            elif kind == "tool_result" and isinstance(block.get("content"), list):
+                used.update(ref["tool_name"] for ref in block["content"]
+                            if isinstance(ref, dict) and ref.get("type") == "tool_reference"
+                            and isinstance(ref.get("tool_name"), str))  # fmt: skip
+    return used
 
 
 def _tool_choice(choice: Any, functions: Names) -> tuple[Any, bool | None]:

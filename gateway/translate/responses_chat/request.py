@@ -51,7 +51,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.apis.chat.ids import to_chat_id
-from gateway.translate import typed
+from gateway.translate import tool_cap, typed
 from gateway.translate.base import Refusal, Target
 from gateway.translate.chat_messages.request import (
     asked_from,
@@ -98,6 +98,9 @@ _SPOKEN = {"": "chat completions", "messages": "Anthropic Messages", "gemini": "
 _UPSTREAM_NAMED = {"": "a chat completions upstream", "messages": "an Anthropic Messages upstream",
                    "gemini": "a Gemini API upstream"}  # fmt: skip
 _SYSTEM_ROLES = ("system", "developer")
+TOO_MANY_TOOLS = ("Connect fewer MCP servers (Codex: a client tool_search, which it sends for a model it "
+                  "knows, loads them when needed), or route this model to an upstream that speaks "
+                  "Responses.")  # fmt: skip
 # What a json_schema text format carries to chat's json_schema, with each member's JSON type.
 _SCHEMA_FORMAT = (
     ("name", typed.text), ("description", typed.text), ("schema", typed.obj), ("strict", typed.flag),
@@ -162,6 +165,8 @@ def _to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Ref
     if isinstance(choice, Refusal):
         return choice
     tool_choice, tools = choice
+    if target.tools_max is not None and len(tools) > target.tools_max and not target.onward:
+        return tool_cap.too_many(len(tools), target.tools_max, TOO_MANY_TOOLS)
     out: dict[str, Any] = {"model": target.model, "messages": messages}
     if tools:
         out["tools"] = tools

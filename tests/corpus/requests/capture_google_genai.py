@@ -10,7 +10,9 @@ request (path with its query, headers without ``x-goog-api-key``, body untouched
 answers in the Gemini API's shapes. The SDK is driven through the calls an application
 makes: a request with every carried knob (system instruction, function declarations with
 ``parameters``, tool config, generation config with a JSON schema and thinking, an inline
-image), its function call answered and the result sent back, and a streamed request.
+image), its function call answered and the result sent back, a streamed request, and two
+structured outputs whose root is not an object: Google's own example, a list of a pydantic
+model (``response_schema=list[Recipe]``), and an enum (``response_mime_type="text/x.enum"``).
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ import base64
 import json
 import sys
 import threading
+from enum import Enum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from google import genai
 from google.genai import types
+from pydantic import BaseModel
 
 MODEL = "gemini-2.5-flash"
 USAGE = {"promptTokenCount": 100, "candidatesTokenCount": 10, "totalTokenCount": 110}
@@ -33,6 +37,19 @@ PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
 )
 SEEN: list[dict[str, Any]] = []
+
+
+class Recipe(BaseModel):  # the structured-output guide's example
+    recipe_name: str
+    ingredients: list[str]
+
+
+class Instrument(Enum):  # the guide's enum example
+    PERCUSSION = "Percussion"
+    STRING = "String"
+    WOODWIND = "Woodwind"
+    BRASS = "Brass"
+    KEYBOARD = "Keyboard"
 
 
 def _answer(parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -111,6 +128,10 @@ def main() -> None:
         for c in client.models.generate_content_stream(model=MODEL, contents="Say hi", config=schema)
     )
     client.models.count_tokens(model=MODEL, contents="How many tokens is this?")
+    recipes = types.GenerateContentConfig(response_mime_type="application/json", response_schema=list[Recipe])
+    client.models.generate_content(model=MODEL, contents="List a few popular cookie recipes.", config=recipes)
+    instrument = types.GenerateContentConfig(response_mime_type="text/x.enum", response_schema=Instrument)
+    client.models.generate_content(model=MODEL, contents="What type of instrument is an oboe?", config=instrument)
     server.shutdown()
     for i, s in enumerate(SEEN):
         doc = {"client": f"google-genai {genai.__version__} (PyPI, Python)", **s}

@@ -853,3 +853,95 @@ def test_two_responses_for_one_gemini_cli_id_are_one_tool_message_on_chat() -> N
     tools = [m for m in out["messages"] if m["role"] == "tool"]
     assert [t["tool_call_id"] for t in tools] == [c["id"] for c in out["messages"][-3]["tool_calls"]]
     assert chat_rules.refusal("/v1/chat/completions", out) is None
+
+
+# --- a structured output whose root is not an object ---------------------------------------
+
+
+def _answered(text: str) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}
+
+
+def _streamed(*pieces: str) -> bytes:
+    deltas = [{"role": "assistant", "content": ""}, *({"content": p} for p in pieces)]
+    chunks = [{"choices": [{"index": 0, "delta": d}]} for d in deltas]
+    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+
+
+def test_google_genais_list_schema_goes_inside_an_object_openai_takes() -> None:
+    """google-genai's ``response_schema=list[Recipe]`` (Google's own example): OpenAI refuses an
+    array root ("schema must be a JSON Schema of 'type: "object"', got 'type: "array"'",
+    podly-pure-podcasts/podly_pure_podcasts#89); the fakes of chat and Responses refuse it so."""
+    request = client_request("genai-3.6-list-schema")
+    before = {"type": "json_schema", "json_schema": {"name": "response", "schema": json_schema(
+        request["generationConfig"]["responseSchema"])}}  # fmt: skip
+    assert chat_rules.refusal("/v1/chat/completions", {"model": "gpt-4.1", "messages": [
+        {"role": "user", "content": "hi"}], "response_format": before}) is not None  # fmt: skip
+    out = chat(request)
+    schema = out["response_format"]["json_schema"]["schema"]
+    assert schema["type"] == "object" and schema["required"] == ["response"] and schema["additionalProperties"] is False
+    assert schema["properties"]["response"] == before["json_schema"]["schema"]
+    assert chat_rules.refusal("/v1/chat/completions", out) is None
+    on_responses = default_translations().table["gemini", "responses"].request(request, TARGET)
+    assert not isinstance(on_responses, Refusal)
+    assert on_responses["text"]["format"]["schema"] == schema
+    assert responses_rules.refusal("/v1/responses", on_responses) is None
+
+
+def test_an_object_root_goes_as_it_was() -> None:
+    out = chat(client_request("genai-3.6-stream-json-schema"))
+    assert out["response_format"]["json_schema"]["schema"] == {"type": "object", "properties": {"answer": {"type": "string"}}}
+
+
+@pytest.mark.parametrize("schema", [
+    {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+    {"type": "object", "anyOf": [{"properties": {"a": {"type": "string"}}}]},
+    {"type": "string", "enum": ["a", "b"]},
+    {"type": ["object", "null"], "properties": {}},
+])  # fmt: skip
+def test_other_roots_openai_refuses_go_inside_an_object_too(schema: dict[str, Any]) -> None:
+    out = chat(base(generationConfig={"responseMimeType": "application/json", "responseJsonSchema": schema}))
+    assert out["response_format"]["json_schema"]["schema"]["properties"] == {"response": schema}
+    assert chat_rules.refusal("/v1/chat/completions", {**out, "messages": [{"role": "user", "content": "hi"}]}) is None
+
+
+def test_a_wrapped_schemas_definitions_stay_where_its_references_point() -> None:
+    schema = {"type": "array", "items": {"$ref": "#/$defs/Recipe"},
+              "$defs": {"Recipe": {"type": "object", "properties": {"name": {"type": "string"}}}}}  # fmt: skip
+    out = chat(base(generationConfig={"responseMimeType": "application/json", "responseJsonSchema": schema}))
+    sent = out["response_format"]["json_schema"]["schema"]
+    assert sent["$defs"] == schema["$defs"] and sent["properties"]["response"] == {"type": "array",
+                                                                                  "items": {"$ref": "#/$defs/Recipe"}}
+
+
+def test_the_answer_comes_out_of_the_wrapper_buffered_and_streamed() -> None:
+    request = client_request("genai-3.6-list-schema")
+    value = [{"recipe_name": "Shortbread", "ingredients": ["butter", "sugar", "flour"]}]
+    wrapped = json.dumps({"response": value})
+    doc = T.answer(_answered(wrapped), ctx(request))
+    assert json.loads(doc["candidates"][0]["content"]["parts"][0]["text"]) == value
+    docs = run_stream(_streamed(wrapped[:20], wrapped[20:]), ctx(request))
+    check_grammar(docs)
+    parts = [p for d in docs for p in d["candidates"][0]["content"]["parts"]]
+    assert [json.loads(p["text"]) for p in parts] == [value]  # held to the end, one part
+    assert docs[-1]["candidates"][0]["content"]["parts"] == parts
+
+
+def test_an_enum_answer_comes_back_bare_as_gemini_answers_text_x_enum() -> None:
+    request = client_request("genai-3.6-enum-schema")
+    out = chat(request)
+    assert out["response_format"]["json_schema"]["schema"]["properties"]["response"]["enum"][2] == "Woodwind"
+    doc = T.answer(_answered('{"response": "Woodwind"}'), ctx(request))
+    assert doc["candidates"][0]["content"]["parts"] == [{"text": "Woodwind"}]
+    docs = run_stream(_streamed('{"response": ', '"Woodwind"}'), ctx(request))
+    assert [p for d in docs for p in d["candidates"][0]["content"]["parts"]] == [{"text": "Woodwind"}]
+
+
+def test_a_text_that_is_not_the_wrapper_comes_back_as_it_came() -> None:
+    request = client_request("genai-3.6-list-schema")
+    for text in ('[{"recipe_name": "x", "ingredients": []}]', "Sorry, I cannot.", '{"response": 1, "extra": 2}'):
+        assert T.answer(_answered(text), ctx(request))["candidates"][0]["content"]["parts"] == [{"text": text}]
+    plain = client_request("genai-3.6-stream-json-schema")
+    assert T.answer(_answered('{"response": "x"}'), ctx(plain))["candidates"][0]["content"]["parts"] == [
+        {"text": '{"response": "x"}'}]  # an object root was never wrapped
