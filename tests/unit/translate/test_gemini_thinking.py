@@ -20,6 +20,7 @@ import pytest
 from gateway.apis.base import Where
 from gateway.apis.gemini.wire import GeminiGenerate
 from gateway.fake import messages_rules
+from gateway.pipeline.reasoning_fix import gemini_passed
 from gateway.policy.foreign_reasoning import GATEWAY_THINKING_MARK, GEMINI_SKIP
 from gateway.translate import default_translations, sealed_thinking
 from gateway.translate.base import Context, Refusal, Target
@@ -205,15 +206,23 @@ def test_a_gemini_upstream_gets_googles_stand_in_for_the_gateways_seal_and_its_o
                                                                "thoughtSignature": own}]})  # fmt: skip
     payload["contents"].insert(2, {"role": "user", "parts": [{"functionResponse": {"name": "weather",
                                                                                     "response": {"output": "x"}}}]})  # fmt: skip
-    dialect = GeminiGenerate()
     body = json.dumps(payload).encode()
-    inbound = dialect.admit(body, payload, _where())
-    assert not hasattr(inbound, "message"), inbound
-    prepared, _ = dialect.prepare(inbound, True)  # type: ignore[arg-type]
-    signatures = [p.get("thoughtSignature") for c in prepared["contents"] for p in c["parts"] if "functionCall" in p]
+    passed = gemini_passed(body, payload)
+    signatures = [p.get("thoughtSignature") for c in passed["contents"] for p in c["parts"] if "functionCall" in p]
     assert signatures == [own, GEMINI_SKIP]
     plain = request()
-    inbound = dialect.admit(json.dumps(plain).encode(), plain, _where())
+    assert gemini_passed(json.dumps(plain).encode(), plain) is plain
+
+
+def test_the_seal_is_swapped_per_passthrough_leg_not_for_every_leg() -> None:
+    """Review: ``prepare`` swapped the seal for every request, a translated leg's too (which
+    reads it), walking and copying the history on each turn of a tool loop and again after each
+    drop, and marked the request changed, so its body was written again whole (~0.7 ms on a
+    1.7 MB history). ``prepare`` leaves it; a passthrough leg swaps it (``gemini_passed``)."""
+    payload = continuation(model_turn_of_buffered())
+    dialect = GeminiGenerate()
+    inbound = dialect.admit(json.dumps(payload).encode(), payload, _where())
+    assert not hasattr(inbound, "message"), inbound
     assert dialect.prepare(inbound, True)[0] is inbound.payload  # type: ignore[union-attr]
 
 
