@@ -147,7 +147,7 @@ class GeminiStream:
         names = names_for(request.get("tools"), request.get("contents")) if self.calls else NONE
         parts = [function_call(c.id, names.client(c.name), "".join(c.args))
                  for c in self.calls.values() if c.name]  # fmt: skip
-        signed_calls(parts, self.signed)
+        signed_calls(parts, self.signed, self.ctx.upstream_model)
         self.shown += sum(len("".join(c.args)) for c in self.calls.values())
         if self.finish is None:
             self.ctx.notes["finish_reason_missing"] = True
