@@ -51,7 +51,7 @@ from gateway.pipeline.send import (
 )
 from gateway.policy.breaker import circuit_key
 from gateway.policy.retry import RetryPlan
-from gateway.services import Route, Services, UpstreamRuntime
+from gateway.services import Hop, Route, Services, UpstreamRuntime
 
 log = logging.getLogger("gateway.decisions")
 
@@ -89,9 +89,6 @@ async def send_chain(
 
         ask = carrying
 
-    def gone_back() -> Route | None:
-        return Route.of([hops[p.hop] for p in passed]) if passed else None
-
     for h, hop in enumerate(hops):
         nxt = hops[h + 1].members[0] if h + 1 < len(hops) else None
         plan.last_hop, plan.siblings_left = nxt is None, False  # a pool's hop says its own (pool.py)
@@ -107,7 +104,7 @@ async def send_chain(
                 refused = refused or pooled
                 if nxt is not None:
                     continue
-                back = gone_back()
+                back = _gone_back(hops, passed)
                 if back is not None:
                     return await send_chain(svc, state, plan, back, call_for, conversation, cuts=False)
                 return Sent(last.outcome if last is not None else refused, last.call if last else None)
@@ -130,7 +127,7 @@ async def send_chain(
                 refused = refused or call
                 if nxt is not None:
                     continue
-                back = gone_back()
+                back = _gone_back(hops, passed)
                 if back is not None:
                     return await send_chain(svc, state, plan, back, call_for, conversation, cuts=False)
                 return Sent(last.outcome if last is not None else refused, last.call if last else None)
@@ -154,7 +151,7 @@ async def send_chain(
         if hop.pool is None and c.type is ErrorType.RATE_LIMIT and c.reset_at_ms is not None:
             await svc.store.reset_set(circuit_key(here.cfg.name, state.model), c.reset_at_ms)
     if last is None:  # every hop was passed over: the last one's refusal answers
-        back = gone_back()
+        back = _gone_back(hops, passed)
         if back is not None:
             return await send_chain(svc, state, plan, back, call_for, conversation, cuts=False)
         assert refused is not None
@@ -171,6 +168,12 @@ class _Passed:
     frm: str
     to: str
     held: tuple[tuple[str, float], ...]
+
+
+def _gone_back(hops: tuple[Hop, ...], passed: list[_Passed]) -> Route | None:
+    """The hops gone past for a head cut, as the route to ask after all (no later hop could
+    carry the request); None when none was."""
+    return Route.of([hops[p.hop] for p in passed]) if passed else None
 
 
 def _told(svc: Services, state: RequestState, p: _Passed) -> None:

@@ -9,7 +9,9 @@ serve, and apply the rate-limit rule only when every sibling is sitting out.
               of its rendezvous order that may; no conversation: the pool's strategy over those
               that may. May serve:
               not sitting out (a rate limit until its reset, headroom predicted gone, an
-              exhausted or refused key), circuit not open
+              exhausted or refused key), circuit not open. A request with a short head time
+              (Gemini CLI's) also goes past one cut lately at its share (policy/head_cuts.py),
+              to a sibling, else to the later hop; with neither it asks it
     send      one first attempt; a failure another key would not meet (rate_limit, budget,
               provider_unavailable, auth on the operator's key) sits that deployment out as
               long as it says and moves to the next at once: no backoff, one deadline
