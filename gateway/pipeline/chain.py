@@ -34,15 +34,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from gateway.errors import Classification, ErrorType
 from gateway.pipeline.attempt import Call
 from gateway.pipeline.outcome import Failure, RequestState
-from gateway.pipeline.pool import send_pool
-from gateway.pipeline.send import Onward, Sent, fails_over, fails_over_class, send_one
+from gateway.pipeline.pool import CutsHeld, send_pool
+from gateway.pipeline.send import (
+    Onward,
+    Sent,
+    cuts_apply,
+    fails_over,
+    fails_over_class,
+    send_one,
+    skipped_cut,
+)
 from gateway.policy.breaker import circuit_key
 from gateway.policy.retry import RetryPlan
-from gateway.services import Route, Services, UpstreamRuntime
+from gateway.services import Hop, Route, Services, UpstreamRuntime
 
 log = logging.getLogger("gateway.decisions")
 
@@ -50,20 +59,44 @@ log = logging.getLogger("gateway.decisions")
 async def send_chain(
     svc: Services, state: RequestState, plan: RetryPlan, route: Route,
     call_for: Callable[[UpstreamRuntime], Call | Failure], conversation: str | None = None,
+    cuts: bool = True,
 ) -> Sent:  # fmt: skip
     """``call_for`` says how the request goes to an upstream (its API, its body), or why it
     cannot go there at all (no translation, a request that API cannot carry): such an
     upstream is passed over for the next, and answers only when it is the last. A pool's hop
-    picks among its deployments (pipeline/pool.py); ``conversation`` keys its affinity."""
+    picks among its deployments (pipeline/pool.py); ``conversation`` keys its affinity.
+    ``cuts``: hops cut lately for a request like this one may be gone past (``_cut_lately``)."""
     retries_cap = svc.limits.retries_per_upstream
     last: Sent | None = None
     refused: Failure | None = None
     hops = route.hops
+    # Hops gone past for a head cut (policy/head_cuts.py), told once a later hop can carry the
+    # request. None can (a hosted tool only Gemini runs, a Messages fallback): they are asked
+    # after all, as they would have been without the memory (a 400 in no time, no upstream
+    # asked, where the held upstream answered: review).
+    passed: list[_Passed] = []
+    ask = call_for
+    cutting = cuts and cuts_apply(svc, plan)
+    if cutting:
+
+        def carrying(up: UpstreamRuntime) -> Call | Failure:
+            call = call_for(up)
+            if passed and not isinstance(call, Failure):
+                for p in passed:
+                    _told(svc, state, p)
+                passed.clear()
+            return call
+
+        ask = carrying
+
     for h, hop in enumerate(hops):
         nxt = hops[h + 1].members[0] if h + 1 < len(hops) else None
         plan.last_hop, plan.siblings_left = nxt is None, False  # a pool's hop says its own (pool.py)
         if hop.pool is not None:
-            pooled = await send_pool(svc, state, plan, hop.pool, call_for, conversation, nxt)
+            pooled = await send_pool(svc, state, plan, hop.pool, ask, conversation, nxt, cuts=cutting)
+            if isinstance(pooled, CutsHeld):
+                passed.append(_Passed(h, hop.name, hops[h + 1].name, pooled.skipped))
+                continue
             if isinstance(pooled, ErrorType):  # no deployment could take it now, and a later hop is left
                 _steered(svc, state, hop.name, hops[h + 1].name, pooled)
                 continue
@@ -71,23 +104,32 @@ async def send_chain(
                 refused = refused or pooled
                 if nxt is not None:
                     continue
+                back = _gone_back(hops, passed)
+                if back is not None:
+                    return await send_chain(svc, state, plan, back, call_for, conversation, cuts=False)
                 return Sent(last.outcome if last is not None else refused, last.call if last else None)
             sent = pooled
         else:
             up = hop.members[0]
             why = await _steer_past(svc, up, state.model) if nxt is not None else None
-            if why is None and nxt is not None and svc.head_cuts and _cut_lately(svc, state, plan, up):
-                why = ErrorType.PROVIDER_UNAVAILABLE
             if why is not None:
                 _steered(svc, state, hop.name, hops[h + 1].name, why)
                 continue
-            call = call_for(up)
+            if nxt is not None and cutting:
+                left = _cut_lately(svc, state, up)
+                if left is not None:
+                    passed.append(_Passed(h, hop.name, hops[h + 1].name, ((up.cfg.name, left),)))
+                    continue
+            call = ask(up)
             if isinstance(call, Failure):
                 log.debug({"request_id": state.request_id, "event": "cannot_carry", "upstream": up.cfg.name})
                 svc.tracing.event(state, "cannot_carry", {"upstream": up.cfg.name})
                 refused = refused or call
                 if nxt is not None:
                     continue
+                back = _gone_back(hops, passed)
+                if back is not None:
+                    return await send_chain(svc, state, plan, back, call_for, conversation, cuts=False)
                 return Sent(last.outcome if last is not None else refused, last.call if last else None)
             moves = None if nxt is None else _mover(svc, up, nxt)
             outcome = await send_one(svc, state, plan, call, call.body,
@@ -109,9 +151,35 @@ async def send_chain(
         if hop.pool is None and c.type is ErrorType.RATE_LIMIT and c.reset_at_ms is not None:
             await svc.store.reset_set(circuit_key(here.cfg.name, state.model), c.reset_at_ms)
     if last is None:  # every hop was passed over: the last one's refusal answers
+        back = _gone_back(hops, passed)
+        if back is not None:
+            return await send_chain(svc, state, plan, back, call_for, conversation, cuts=False)
         assert refused is not None
         return Sent(refused, None)
     return last
+
+
+@dataclass(frozen=True, slots=True)
+class _Passed:
+    """A hop gone past for a head cut: its place in the route, the steering it is told as,
+    and the upstreams (or the pool's deployments) held, with the seconds left of each hold."""
+
+    hop: int
+    frm: str
+    to: str
+    held: tuple[tuple[str, float], ...]
+
+
+def _gone_back(hops: tuple[Hop, ...], passed: list[_Passed]) -> Route | None:
+    """The hops gone past for a head cut, as the route to ask after all (no later hop could
+    carry the request); None when none was."""
+    return Route.of([hops[p.hop] for p in passed]) if passed else None
+
+
+def _told(svc: Services, state: RequestState, p: _Passed) -> None:
+    for upstream, left_s in p.held:
+        skipped_cut(svc, state, upstream, left_s)
+    _steered(svc, state, p.frm, p.to, ErrorType.PROVIDER_UNAVAILABLE)
 
 
 def _rest(route: Route, up: UpstreamRuntime) -> Route | None:
@@ -165,19 +233,12 @@ async def _steer_past(svc: Services, up: UpstreamRuntime, model: str | None) -> 
     return ErrorType.RATE_LIMIT if reset_at_ms is not None and reset_at_ms > svc.wall() * 1000 else None
 
 
-def _cut_lately(svc: Services, state: RequestState, plan: RetryPlan, up: UpstreamRuntime) -> bool:
-    """Whether a request whose own head time is short (Gemini CLI's) goes past ``up`` to the
-    fallback at once: a request like it was cut there at its share lately, and the fallback is
-    where that one went (policy/head_cuts.py). Clients that wait longer still ask ``up``."""
-    if plan.head_by is None or ErrorType.PROVIDER_UNAVAILABLE.value not in svc.cfg.fallback.when:
-        return False
-    left = svc.head_cuts.holds(circuit_key(up.cfg.name, state.model))
-    if left is None:
-        return False
-    svc.telemetry.head_cut_skips.labels(up.cfg.name).inc()
-    log.info({"request_id": state.request_id, "event": "head_cut_skipped", "upstream": up.cfg.name,
-              "model": state.model, "hold_left_s": round(left, 3)})  # fmt: skip
-    return True
+def _cut_lately(svc: Services, state: RequestState, up: UpstreamRuntime) -> float | None:
+    """The seconds left of the hold on ``up`` when a request like this one (Gemini CLI's, whose
+    own head time is short) was cut there at its share lately: it goes to the fallback at once,
+    where that one went (policy/head_cuts.py); None: it asks ``up``. Clients that wait longer
+    always ask ``up``."""
+    return svc.head_cuts.holds(circuit_key(up.cfg.name, state.model))
 
 
 def _steered(svc: Services, state: RequestState, frm: str, to: str, why: ErrorType) -> None:

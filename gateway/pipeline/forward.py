@@ -158,6 +158,8 @@ def full_pipeline(dialect: Dialect) -> Handler:
             if dialect.api == "messages" and leg.translator is None:  # what this deployment refuses, left out
                 payload = reasoning_fix.shaped(svc, state, cfg.name, payload, asked.body())
             elif dialect.api in reasoning_fix.SEALED and leg.translator is None:
+                if dialect.api == "gemini":  # per leg: a translated one unseals or drops the seal
+                    payload = reasoning_fix.gemini_passed(inbound.body, payload)
                 payload = reasoning_fix.sealed_shaped(svc, state, dialect.api, cfg.name, payload)
             if leg.translator is None and leg.model is None and dialect.address(payload) is None:
                 headers = request_headers(request.headers.items(), up.outbound, state.request_id)

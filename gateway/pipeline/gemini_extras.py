@@ -25,7 +25,7 @@ from gateway.apis.common import model_too_long
 from gateway.apis.gemini.array import JsonArrayStream, as_array, wants_array
 from gateway.apis.gemini.fields import field
 from gateway.apis.gemini.wire import model_path
-from gateway.pipeline import accounting
+from gateway.pipeline import accounting, reasoning_fix
 from gateway.pipeline.admit import parse_json_object, read_body
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.forward import Handler, authenticate, not_found
@@ -70,7 +70,9 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
     doc = parse_json_object(body)
     if isinstance(doc, Failure):
         return await relay(request, svc, state, doc)
-    counted = await _counted_upstream(request, svc, state, model, body)
+    # Google refuses a signature it did not issue: the gateway's seal is swapped, as on
+    # generateContent (a conversation that moved from a Claude route to this one).
+    counted = await _counted_upstream(request, svc, state, model, reasoning_fix.gemini_count_body(body, doc))
     if counted is not None:
         return await relay(request, svc, state, counted)
     # CountTokensRequest: ``contents`` alone, or a whole ``generateContentRequest`` (with its

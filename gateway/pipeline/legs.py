@@ -81,6 +81,7 @@ def leg_call(
     url, body_payload = where
     size = inbound.size if client_payload is inbound.held else None  # unchanged: its own bytes
     ctx = held_context(leg.translator, inbound.model or "", client_payload, state.request_id, size)
+    ctx.upstream_model = _model(translated)
     translation = Translation(leg.translator, ctx)
     body = _dumped(body_payload, lenient)
     if isinstance(body, Failure):

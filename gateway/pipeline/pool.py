@@ -9,7 +9,9 @@ serve, and apply the rate-limit rule only when every sibling is sitting out.
               of its rendezvous order that may; no conversation: the pool's strategy over those
               that may. May serve:
               not sitting out (a rate limit until its reset, headroom predicted gone, an
-              exhausted or refused key), circuit not open
+              exhausted or refused key), circuit not open. A request with a short head time
+              (Gemini CLI's) also goes past one cut lately at its share (policy/head_cuts.py),
+              to a sibling, else to the later hop; with neither it asks it
     send      one first attempt; a failure another key would not meet (rate_limit, budget,
               provider_unavailable, auth on the operator's key) sits that deployment out as
               long as it says and moves to the next at once: no backoff, one deadline
@@ -37,14 +39,15 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from gateway.apis.responses.wire import ResponsesStreamReader
 from gateway.errors import Classification, ErrorType
 from gateway.pipeline.attempt import Call
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success, gateway_failure
-from gateway.pipeline.send import SETTLED, Sent, fails_over_class, send_one, waited_and_confirmed
+from gateway.pipeline.send import SETTLED, Sent, fails_over_class, send_one, skipped_cut, waited_and_confirmed
+from gateway.policy.breaker import circuit_key
 from gateway.policy.retry import RetryPlan, StopReason
 from gateway.policy.retry_after import reset_at_ms, restamped, restamped_body
 from gateway.policy.tokens import BYTES_PER_TOKEN
@@ -74,13 +77,24 @@ _RESETS = (SitOut.RATE_LIMIT, SitOut.HEADROOM)  # sit-outs that end at a rate li
 _SAT_OUT = frozenset({ErrorType.RATE_LIMIT, ErrorType.BUDGET, ErrorType.AUTH})
 
 
+@dataclass(frozen=True, slots=True)
+class CutsHeld:
+    """Every deployment of a pool that may serve was cut lately for a request like this one
+    (policy/head_cuts.py) and a later hop is left: the request goes there, unless no later hop
+    can carry it (pipeline/chain.py then comes back with ``cuts`` off)."""
+
+    skipped: tuple[tuple[str, float], ...]  # (deployment, seconds left of its hold)
+
+
 async def send_pool(
     svc: Services, state: RequestState, plan: RetryPlan, pool: PoolRuntime,
     call_for: Callable[[UpstreamRuntime], Call | Failure], conversation: str | None,
-    nxt: UpstreamRuntime | None,
-) -> Sent | Failure | ErrorType:  # fmt: skip
+    nxt: UpstreamRuntime | None, cuts: bool = False,
+) -> Sent | Failure | ErrorType | CutsHeld:  # fmt: skip
     """The pool's answer; a Failure: no deployment can carry the request (no translation);
-    an ErrorType: none may serve now, for that reason, and ``nxt`` (a later hop) is left."""
+    an ErrorType: none may serve now, for that reason, and ``nxt`` (a later hop) is left.
+    ``cuts``: the request goes past deployments cut lately for one like it (``send.cuts_apply``)
+    to a sibling that may serve, or (``CutsHeld``) to ``nxt``; with neither, it asks them."""
     ps = svc.pool_state
     assert ps is not None
     cfg, members, model = pool.cfg, pool.members, state.model
@@ -110,6 +124,7 @@ async def send_pool(
     decided = False  # this request held or claimed ``home``: no turn was answered there yet
     opening = True  # the request's first pick: affinity may decide it
     removed: set[str] = set()  # deployments a reload took out while this request waited
+    passed: set[str] = set()  # deployments this request went past for a head cut
     while True:
         if not ps.fresh(cfg.name, model):
             await ps.refresh(cfg.name, pool.member_cfgs, model, pool.circuits)
@@ -122,6 +137,21 @@ async def send_pool(
             assert back.call is not None
             ready = [v for v in ready if v.name == back.call.up.cfg.name]
             back = back if ready else None
+        if cuts and ready and back is None and stored is None:
+            # As a plain hop is gone past for a short-budget client (pipeline/chain.py): a hung
+            # deployment, cut at its share before a later hop, cost every Gemini CLI request
+            # 28.5 s while its cut was remembered and never read here (review).
+            fresh, held = _past_cuts(svc, model, ready)
+            if held and fresh:
+                for name, left_s in held:
+                    if name not in passed:
+                        passed.add(name)
+                        skipped_cut(svc, state, name, left_s)
+                ready = fresh
+            elif held and nxt is not None:
+                if last is None:
+                    return CutsHeld(tuple(held))
+                ready = []  # a sibling failed: the request moves on to the later hop (below)
         if ready:
             new = False  # its first turn: the strategy picked its home
             if not homed:
@@ -165,7 +195,7 @@ async def send_pool(
                     await _found_stored(svc, state, pool, call, search, bool(not_held))
                 if home is not None:
                     assert table is not None and conversation is not None
-                    broke = None if decided or not_held else break_reason(home, views, tried, now_ms)
+                    broke = None if decided or not_held else break_reason(home, views, tried, now_ms, passed)
                     await _answered(svc, pool, table, conversation, home, up, call, model or "", broke,
                                     held_elsewhere=bool(not_held))  # fmt: skip
                 return last
@@ -532,6 +562,21 @@ async def _held(
     finally:
         if released:
             ps.release(up.cfg.name)
+
+
+def _past_cuts(svc: Services, model: str | None,
+               ready: list[Deployment]) -> tuple[list[Deployment], list[tuple[str, float]]]:  # fmt: skip
+    """``ready`` without the deployments whose head cut holds (policy/head_cuts.py), and those,
+    with the seconds left of each hold."""
+    fresh: list[Deployment] = []
+    held: list[tuple[str, float]] = []
+    for v in ready:
+        left_s = svc.head_cuts.holds(circuit_key(v.name, model))
+        if left_s is None:
+            fresh.append(v)
+        else:
+            held.append((v.name, left_s))
+    return fresh, held
 
 
 def _cannot_serve(sent: Sent) -> bool:

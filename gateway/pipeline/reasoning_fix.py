@@ -30,7 +30,9 @@ from gateway.pipeline.attempt import Call
 from gateway.pipeline.outcome import Failure, Outcome, RequestState
 from gateway.pipeline.send import Onward, resend
 from gateway.policy.foreign_reasoning import (
+    GATEWAY_THINKING_MARK,
     THOUGHT,
+    gemini_without_gateway_thinking,
     loop_calls,
     loop_unthought,
     refused_reasoning,
@@ -45,6 +47,7 @@ from gateway.services import Services
 # What each API's signed reasoning is called, for the header and the log.
 DROPPED = {"messages": "thinking", "responses": "reasoning", "gemini": "thought_signature"}
 SEALED = ("responses", "gemini")  # the APIs ``sealed_shaped`` reads
+_GATEWAY_THINKING = GATEWAY_THINKING_MARK.encode()
 # A thinking block with an empty signature, as a chat relay's reasoning comes back from a client
 # (``translate/messages_chat``): Anthropic refuses it ("Invalid `signature` in `thinking` block").
 # Looked for as JSON.stringify (Claude Code) and Python's json (the SDKs) write it: a byte search
@@ -96,6 +99,33 @@ def sealed_shaped(
         return payload
     _label(state, DROPPED[api])
     return out
+
+
+def gemini_passed(body: bytes, payload: dict[str, Any]) -> dict[str, Any]:
+    """A Gemini request as it goes to a Gemini upstream as it is (no translation): Claude's
+    thinking, which the gateway sealed into a ``thoughtSignature`` for a Messages route
+    (``translate/sealed_thinking.py``), with Google's stand-in instead, as for any signature
+    Google did not issue (it refuses them: "Corrupted thought signature."). ``body``: the
+    client's bytes, searched first: every other request is spared a walk of its parts, and a
+    translated leg is not asked at all (it unseals the value or drops it)."""
+    if body.find(_GATEWAY_THINKING) < 0:  # find(), not `in`: see gateway/sse.py
+        return payload
+    return gemini_without_gateway_thinking(payload) or payload
+
+
+def gemini_count_body(body: bytes, doc: dict[str, Any]) -> bytes:
+    """A countTokens body (``doc``, parsed) as Google is sent it: ``gemini_passed`` for its
+    ``contents`` and those of a whole ``generateContentRequest``; ``body`` itself when it
+    carries none of the gateway's seals."""
+    if body.find(_GATEWAY_THINKING) < 0:
+        return body
+    out = gemini_without_gateway_thinking(doc)
+    for key in ("generateContentRequest", "generate_content_request"):
+        inner = doc.get(key)
+        swapped = gemini_without_gateway_thinking(inner) if isinstance(inner, dict) else None
+        if swapped is not None:
+            out = {**(out or doc), key: swapped}
+    return body if out is None else jsonbody.dumps(out, lenient=isinstance(doc, jsonbody.Lenient))
 
 
 def _label(state: RequestState, label: str) -> None:

@@ -180,6 +180,21 @@ def remember_cut(svc: Services, state: RequestState, up: UpstreamRuntime, share_
               "model": state.model, "share_s": round(share_s, 3), "hold_s": hold_s})  # fmt: skip
 
 
+def cuts_apply(svc: Services, plan: RetryPlan) -> bool:
+    """Whether this request may go past an upstream (a plain hop or a pool deployment) cut
+    lately for a request like it: something is remembered, its own head time is short
+    (Gemini CLI's), and a provider's outage moves a request on (policy/head_cuts.py)."""
+    return bool(svc.head_cuts) and plan.head_by is not None \
+        and ErrorType.PROVIDER_UNAVAILABLE.value in svc.cfg.fallback.when  # fmt: skip
+
+
+def skipped_cut(svc: Services, state: RequestState, upstream: str, left_s: float) -> None:
+    """A request sent past ``upstream`` for a remembered head cut (to a sibling or a later hop)."""
+    svc.telemetry.head_cut_skips.labels(upstream).inc()
+    log.info({"request_id": state.request_id, "event": "head_cut_skipped", "upstream": upstream,
+              "model": state.model, "hold_left_s": round(left_s, 3)})  # fmt: skip
+
+
 _SPENT = frozenset({StopReason.EXHAUSTED, StopReason.DEADLINE, StopReason.BUDGET})
 _OUTAGE = "outage:"  # store key prefix: a request on this upstream spent its retries in vain
 

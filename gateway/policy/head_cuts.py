@@ -20,6 +20,9 @@ Rules:
 * An answer from the upstream begun within the share the cut had (any client's) clears it:
   the upstream answers in time again. A slower answer (a patient client's, from a model slower
   than the share) does not: a short-budget request would be cut all the same.
+* An entry is forgotten once its hold has ended and the time in which a cut again would double
+  it (another ``MAX_HOLD_S``) is over too: it can neither hold nor double any more, and while
+  anything is remembered every attempt on every upstream is timed (pipeline/attempt.py).
 * Per replica, in memory: the state store's shared notes keep an instant and cannot be
   cleared early, and each replica learns on its own first cut (one cut each per hold).
 
@@ -53,12 +56,28 @@ class HeadCuts:
         self._cuts: dict[str, _Cut] = {}
 
     def __bool__(self) -> bool:
-        """Whether anything is remembered: the hot path reads only this."""
+        """Whether any hold is live or can still double: the hot path reads only this."""
         return bool(self._cuts)
+
+    def _spent(self, cut: _Cut, now: float) -> bool:
+        # Past the window in which a cut again doubles the hold: the entry is no memory at all.
+        return now - cut.until > self._max_hold_s
+
+    def _forget_spent(self, now: float) -> None:
+        """Entries spent, from the least recently cut: entries are kept in the order of their
+        last cut, so the first one not spent ends the sweep (one lookup, mostly); one spent
+        behind it goes on a later call, and an idle memory empties on the first call after
+        its last entry is spent."""
+        while self._cuts:
+            key = next(iter(self._cuts))
+            if not self._spent(self._cuts[key], now):
+                return
+            del self._cuts[key]
 
     def cut(self, key: str, share_s: float) -> float:
         """Notes a cut at ``share_s``; the hold it starts, in seconds."""
         now = self._now()
+        self._forget_spent(now)
         was = self._cuts.pop(key, None)
         # A cut again once the last hold ended (within another max hold of its end: nothing
         # answered in time meanwhile, or it would have been cleared) is the same silence.
@@ -73,15 +92,21 @@ class HeadCuts:
 
     def holds(self, key: str) -> float | None:
         """Seconds left of the hold on ``key``; None: a short-budget request may try it."""
+        now = self._now()
+        self._forget_spent(now)
         cut = self._cuts.get(key)
         if cut is None:
             return None
-        left = cut.until - self._now()
+        if self._spent(cut, now):
+            del self._cuts[key]
+            return None
+        left = cut.until - now
         return left if left > 0 else None
 
     def answered(self, key: str, took_s: float) -> bool:
         """An answer from ``key`` begun ``took_s`` after it was asked: whether it cleared a cut
         (it came within the cut's share)."""
+        self._forget_spent(self._now())
         cut = self._cuts.get(key)
         if cut is None or took_s > cut.share_s:
             return False

@@ -154,11 +154,15 @@ def conversation_order(ready: Sequence[Deployment], home: str | None, conversati
     return sorted(ranked, key=lambda d: d.name != home)  # stable: the rendezvous order after the home
 
 
-def break_reason(home: str, views: Sequence[Deployment], tried: Collection[str], now_ms: float) -> str:
+def break_reason(home: str, views: Sequence[Deployment], tried: Collection[str], now_ms: float,
+                 passed: Collection[str] = ()) -> str:  # fmt: skip
     """Why a conversation was served away from ``home`` (a metric label): it failed in this
-    request, it is no longer a deployment of the pool, it sits out (why), or its circuit is open."""
+    request, it is no longer a deployment of the pool, it sits out (why), its circuit is open,
+    or (``passed``) a short-budget request went past it for a head cut (policy/head_cuts.py)."""
     if home in tried:
         return "failed"
+    if home in passed:
+        return "head_cut"
     view = next((v for v in views if v.name == home), None)
     if view is None:
         return "removed"

@@ -74,6 +74,9 @@ class Context:
     # What a composed translator's second half reads of the middle (chat) request, made
     # before the send; None: translated again from ``request`` when needed.
     inner: Context | None = None
+    # The model the upstream was asked for (its request's, after the route's model_map): what
+    # Claude's thinking sealed for a client names as its maker (sealed_thinking.py). None: unknown.
+    upstream_model: str | None = None
 
 
 def held(ctx: Context, unread: frozenset[str], input_tokens: int | None = None) -> Context:
@@ -82,7 +85,7 @@ def held(ctx: Context, unread: frozenset[str], input_tokens: int | None = None) 
     context lives as long as the request does (a stream held open for minutes)."""
     request = {k: v for k, v in ctx.request.items() if k not in unread}
     return Context(ctx.requested_model, request, ctx.request_id, ctx.request_bytes, ctx.notes,
-                   input_tokens, ctx.inner)  # fmt: skip
+                   input_tokens, ctx.inner, ctx.upstream_model)  # fmt: skip
 
 
 def input_tokens(ctx: Context, estimate: Callable[[Mapping[str, Any], int | None], int]) -> int:

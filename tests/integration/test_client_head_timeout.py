@@ -12,6 +12,8 @@ given and fails as a first-byte timeout would; the fallback is the fake upstream
 from __future__ import annotations
 
 import json
+import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -106,15 +108,17 @@ A, B = "127.0.0.1", "localhost"
 
 async def _serve(
     yaml: str, heads: dict[str, float | None], asks: list[tuple[dict[str, str], str, Any]],
-    hung_once: bool = False,
+    hung_once: bool = False, rand: Callable[[], float] = random.random,
 ) -> tuple[list[tuple[int, bytes, float, dict[str, str]]], list[tuple[str, float]]]:
     """Each of ``asks`` (headers, path, body) through a gateway configured by ``yaml``, whose
     ``{A}`` and ``{B}`` are the upstreams' base URLs: each answer's status, body, seconds on the
-    clock and ``x-llm-*`` headers, and each attempt's (host, first-byte timeout). ``hung_once``:
+    clock and ``x-llm-*`` headers, and each attempt's (host, first-byte timeout); ``{M}``: B's base
+    URL for an upstream that speaks Messages. ``hung_once``:
     the first call never answers, whatever its host, and the rest as ``heads`` say."""
     fake = await FakeUpstream().start()
     base = fake.url.removesuffix("/v1") + "/v1beta"
-    cfg = parse_config(yaml.format(A=base, B=base.replace(A, B)) +
+    messages = fake.url.replace(A, B)  # {M}: B's host, for an upstream that speaks Messages
+    cfg = parse_config(yaml.format(A=base, B=base.replace(A, B), M=messages) +
                        "timeouts: {connect_s: 10, first_byte_s: 300, idle_s: 120}\n", env={})  # fmt: skip
     clock = [1000.0]
     asked: list[tuple[str, float]] = []
@@ -131,7 +135,8 @@ async def _serve(
         return await real(request)
 
     await real.start()
-    runner = make_runner(create_app(cfg, sender=sender, monotonic=lambda: clock[0], wall=lambda: clock[0]), shutdown_timeout=0.5)
+    app = create_app(cfg, sender=sender, monotonic=lambda: clock[0], wall=lambda: clock[0], rand=rand)
+    runner = make_runner(app, shutdown_timeout=0.5)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     out = []
@@ -300,3 +305,59 @@ async def test_an_answer_in_time_clears_the_memory_and_a_slow_one_does_not() -> 
     out, asked = await _serve(_FALL, {A: 35.0, B: 1.0}, asks)
     assert [o[3].get("x-llm-upstream") for o in out] == ["b", "b", "a", "b"]
     assert [host for host, _ in asked] == [A, B, B, A, B]
+
+
+async def test_a_request_only_the_cut_upstream_can_carry_is_still_sent_there() -> None:
+    """Review: after one cut on a Gemini upstream whose fallback speaks Messages, CLI requests
+    with Google Search (a hosted tool only Gemini runs) were answered 400
+    untranslatable_request in no time, no upstream asked, where the Gemini upstream answered
+    them before. Gone past for nothing, it is asked after all, with all the client's time: no
+    later hop can take the request from it."""
+    both = ("upstreams:\n"
+            "  - {{name: g, base_url: '{A}', apis: [gemini], api_key: K, fallbacks: [c]}}\n"
+            "  - {{name: c, base_url: '{M}', apis: [messages], api_key: K}}\n"
+            "loop_breaker: {{enabled: false}}\n")  # fmt: skip
+    headers, path, body = _cli_first()
+    search = {**body, "tools": [{"googleSearch": {}}]}
+    asks = [(headers, path, body), (headers, path, search)]
+    out, asked = await _serve(both, {A: 2.0, B: 1.0}, asks, hung_once=True)
+    assert [(o[0], o[3].get("x-llm-upstream")) for o in out] == [(200, "c"), (200, "g")]
+    assert out[1][2] == pytest.approx(2.0)
+    assert asked == [(A, pytest.approx(28.5)), (B, pytest.approx(28.5)), (A, pytest.approx(57.0))]
+    assert "x-llm-fallbacks" not in out[1][3]  # nothing was steered past in the end
+
+
+_POOL_FALL = ("upstreams:\n"
+              "  - {{name: a, base_url: '{A}', apis: [gemini], api_key: K}}\n"
+              "  - {{name: b, base_url: '{B}', apis: [gemini], api_key: K}}\n"
+              "pools:\n  - {{name: p, models: ['gemini-*'], deployments: [a], fallbacks: [b]}}\n"
+              "loop_breaker: {{enabled: false}}\n")  # fmt: skip
+
+
+async def test_a_pool_deployment_cut_is_gone_past_as_a_plain_upstream_is() -> None:
+    """Review: a hung pool deployment's cut was remembered, logged and counted, but only a plain
+    hop read the memory: with `fallbacks: [b]` after the pool every CLI request waited 28.5 s
+    for it (29.5 s each). The pool goes past it to the later hop as a plain hop does."""
+    out, asked = await _serve(_POOL_FALL, {A: None, B: 1.0}, [_cli_first()] * 4)
+    assert [o[0] for o in out] == [200] * 4
+    assert [o[3].get("x-llm-upstream") for o in out] == ["b"] * 4
+    assert [round(o[2], 1) for o in out] == [29.5, 1.0, 1.0, 1.0]
+    assert [host for host, _ in asked] == [A, B, B, B, B]
+
+
+async def test_a_pool_goes_past_a_cut_deployment_to_a_ready_sibling() -> None:
+    """A deployment cut at its share (a circuit's probe beside a sibling, or before a later hop)
+    is gone past for a sibling that may serve, while its hold lasts; the sibling's answer does
+    not clear it (it is not the cut one's). Without affinity, and a draw that always names the
+    first of the deployments that may serve (a): the CLI's session would move home to b."""
+    pool = ("upstreams:\n"
+            "  - {{name: a, base_url: '{A}', apis: [gemini], api_key: K}}\n"
+            "  - {{name: b, base_url: '{B}', apis: [gemini], api_key: K}}\n"
+            "  - {{name: c, base_url: '{B}', apis: [gemini], api_key: K}}\n"
+            "pools:\n  - {{name: p, models: ['gemini-*'], deployments: [a, b], strategy: weighted, "
+            "fallbacks: [c], affinity: {{enabled: false}}}}\n"
+            "loop_breaker: {{enabled: false}}\n")  # fmt: skip
+    out, asked = await _serve(pool, {A: None, B: 1.0}, [_cli_first()] * 3, rand=lambda: 0.0)
+    assert [o[0] for o in out] == [200] * 3
+    assert [round(o[2], 1) for o in out] == [29.5, 1.0, 1.0]
+    assert [host for host, _ in asked] == [A, B, B, B]

@@ -184,6 +184,37 @@ async def test_a_tool_loop_with_thinking_altered_in_its_signature_is_answered_wi
     assert [b["type"] for b in rescued["messages"][1]["content"]] == ["tool_use"]
 
 
+async def test_thinking_is_replayed_only_to_the_claude_model_that_made_it(make_gateway) -> None:
+    """Gemini CLI's ``auto`` switches models between prompts; a route mapping each to another
+    Claude model sent each one the other's thinking, which Anthropic refuses ("blocks generated
+    by a different model": anthropic-sdk-python#1598): a refused call and a resend on every
+    switch (review). The seal names the model that made it and goes back to that one only."""
+    per_model = (", apis: [messages], model_map: {'gemini-3-pro-preview': claude-opus-4-5, "
+                 "'gemini-*': claude-sonnet-4-5}")  # fmt: skip
+    gw = await make_gateway(upstream_yaml=per_model)
+    thought = "The user wants a.txt read."
+    gw.fake.script(Reply(200, _thinking_then_read(thought)), Reply(200, anthropic_message(text="It says hi.")),
+                   Reply(200, anthropic_message(text="It says hi.")))  # fmt: skip
+    ask = corpus("gemini-cli-0.61-first")
+    ask["generationConfig"] = {**ask.get("generationConfig", {}), "maxOutputTokens": 32000,
+                               "thinkingConfig": {"includeThoughts": True, "thinkingLevel": "HIGH"}}  # fmt: skip
+    status, _, body = await post(gw, "/v1beta/models/gemini-3-pro-preview:generateContent", ask)
+    assert status == 200, body
+    model_turn = json.loads(body)["candidates"][0]["content"]
+    call_part = next(p for p in model_turn["parts"] if "functionCall" in p)
+    answer = {"functionResponse": {"id": call_part["functionCall"]["id"], "name": "read_file",
+                                   "response": {"output": "hi"}}}  # fmt: skip
+    going_on = {**ask, "contents": [*ask["contents"], model_turn, {"role": "user", "parts": [answer]}]}
+    for model in ("gemini-3-flash-preview", "gemini-3-pro-preview"):  # switched, then back
+        status, _, body = await post(gw, f"/v1beta/models/{model}:generateContent", going_on)
+        assert status == 200, body
+    first, on_sonnet, on_opus = (r.json() for r in gw.fake.messages_requests())  # none refused, none resent
+    assert [first["model"], on_sonnet["model"], on_opus["model"]] == ["claude-opus-4-5", "claude-sonnet-4-5",
+                                                                     "claude-opus-4-5"]  # fmt: skip
+    assert [b["type"] for b in on_sonnet["messages"][1]["content"]] == ["tool_use"]
+    assert [b["type"] for b in on_opus["messages"][1]["content"]] == ["thinking", "tool_use"]
+
+
 async def test_a_google_search_on_a_claude_route_is_a_request_error_never_sent(make_gateway) -> None:
     """Gemini CLI's ``google_web_search`` asks gemini-3-flash-preview with ``googleSearch``: refused
     in Google's envelope as a request the route cannot serve, class ``unknown`` (a 400 about the

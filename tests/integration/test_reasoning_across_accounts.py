@@ -25,6 +25,7 @@ from gateway.fake.gemini_rules import signed_for
 from gateway.fake.messages import sign
 from gateway.fake.responses_rules import seal
 from gateway.policy.foreign_reasoning import GATEWAY_THINKING_MARK, GEMINI_SKIP
+from gateway.translate import sealed_thinking
 from tests.fakeupstream import (
     FakeUpstream,
     Reply,
@@ -35,6 +36,7 @@ from tests.fakeupstream import (
     response_object,
     responses_error,
 )
+from tests.unit.translate.messages_helpers import corpus_answer
 
 THOUGHT = "The user wants Paris's weather: call the tool."
 TOOLS: Any = [{"name": "get_weather", "description": "Weather of a city",
@@ -266,6 +268,40 @@ async def test_a_gemini_thought_signature_of_another_account_becomes_googles_sta
         assert kept["contents"][1]["parts"][0]["thoughtSignature"] == GEMINI_SKIP
     finally:
         await fake.close()
+
+
+async def test_the_gateways_sealed_thinking_goes_to_google_as_its_stand_in_counted_too(make_gateway: Any) -> None:
+    """A conversation that moved from a Claude route to a Gemini one carries Claude's thinking
+    sealed into a signature (translate/sealed_thinking.py), which Google refuses: swapped for
+    its stand-in on generateContent, with and without a model_map, and on countTokens, which
+    sent the client's body as it came (review)."""
+    block = corpus_answer("messages-thinking-then-tool-use.json")["body"]["content"][0]
+    sealed = sealed_thinking.seal([block])
+    assert sealed is not None
+    contents = [
+        {"role": "user", "parts": [{"text": "list files"}]},
+        {"role": "model", "parts": [{"functionCall": {"id": "fc_1", "name": "ls", "args": {}},
+                                     "thoughtSignature": sealed}]},
+        {"role": "user", "parts": [{"functionResponse": {"id": "fc_1", "name": "ls", "response": {"output": "a"}}}]},
+    ]  # fmt: skip
+    body = {"contents": contents, "tools": [{"functionDeclarations": [{"name": "ls", "parameters": {"type": "object"}}]}]}
+    for mapped in ("", ", model_map: {'gemini-*': gemini-2.5-pro}"):
+        fake = await FakeUpstream().start()
+        try:
+            gw = await make_gateway(fake=fake, upstreams=(
+                f"  - {{name: google, base_url: '{fake.url.removesuffix('/v1')}/v1beta', apis: [gemini], "
+                f"api_key: key-b{mapped}}}\n"))  # fmt: skip
+            for path, doc in ((":generateContent", body), (":countTokens", {"contents": contents}),
+                              (":countTokens", {"generateContentRequest": {**body, "model": "models/gemini-2.5-flash"}})):
+                async with gw.session.post(gw.base + "/v1beta/models/gemini-2.5-flash" + path, json=doc,
+                                           headers={"x-goog-api-key": "client"}) as r:  # fmt: skip
+                    assert r.status == 200, await r.text()
+            assert len(fake.requests) == 3
+            for sent in fake.requests:
+                assert GATEWAY_THINKING_MARK.encode() not in sent.body
+                assert GEMINI_SKIP.encode() in sent.body
+        finally:
+            await fake.close()
 
 
 def answering(org: str, steps: int = 2) -> Any:

@@ -63,14 +63,12 @@ from gateway.apis.replay import Trim
 from gateway.errors import Classification, ErrorType
 from gateway.jsonbody import Lenient, dumps
 from gateway.policy.compress import CompressionResult
-from gateway.policy.foreign_reasoning import GATEWAY_THINKING_MARK, gemini_without_gateway_thinking
 from gateway.policy.thinking_signers import thought_signature_of
 from gateway.policy.tool_outputs import Stage, ToolOutputPolicy
 from gateway.sse import ParsedEvents
 
 GENERATE = "generateContent"
 STREAM = "streamGenerateContent"
-_GATEWAY_THINKING = GATEWAY_THINKING_MARK.encode()
 # The routes, under both API versions the clients use; ``method`` is one of the two above.
 PATHS = tuple(f"/{v}/models/{{model}}:{{method:{GENERATE}|{STREAM}}}" for v in ("v1beta", "v1"))
 
@@ -108,11 +106,9 @@ class GeminiGenerate:
         return Inbound(body, shape(payload), model, stream, shape)
 
     def prepare(self, inbound: Inbound, stream_usage: bool) -> tuple[dict[str, Any], bool]:
-        # The last chunk of a stream always carries usageMetadata. Claude's thinking, which the
-        # gateway sealed into a signature for a Messages route, means nothing to Google, which
-        # would refuse it: the byte search spares every other request a walk of its parts.
-        if inbound.body.find(_GATEWAY_THINKING) >= 0:  # find(), not `in`: see gateway/sse.py
-            return gemini_without_gateway_thinking(inbound.payload) or inbound.payload, False
+        # The last chunk of a stream always carries usageMetadata. Claude's thinking the gateway
+        # sealed into a signature is swapped per Gemini leg, not here: a translated leg reads
+        # the seal (pipeline/reasoning_fix.gemini_passed).
         return inbound.payload, False
 
     def address(self, payload: Mapping[str, Any]) -> Address:

@@ -61,11 +61,12 @@ def function_call(call_id: str | None, name: str, arguments: Any) -> dict[str, A
     return {"functionCall": call}
 
 
-def signed_calls(parts: list[dict[str, Any]], blocks: list[dict[str, Any]]) -> None:
+def signed_calls(parts: list[dict[str, Any]], blocks: list[dict[str, Any]], model: str | None) -> None:
     """``blocks`` (``thinking_blocks`` entries) sealed into the first ``functionCall`` part's
-    ``thoughtSignature``; nothing when there is no call or nothing to seal."""
+    ``thoughtSignature``, naming the ``model`` that made them (``Context.upstream_model``);
+    nothing when there is no call or nothing to seal."""
     first = next((p for p in parts if "functionCall" in p), None)
-    sealed = sealed_thinking.seal(blocks) if first is not None and blocks else None
+    sealed = sealed_thinking.seal(blocks, model) if first is not None and blocks else None
     if first is not None and sealed is not None:
         first["thoughtSignature"] = sealed
 
@@ -139,7 +140,7 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
         if isinstance(function, dict) and isinstance(function.get("name"), str):
             name = names.client(function["name"])
             parts.append(function_call(call.get("id"), name, function.get("arguments")))
-    signed_calls(parts, sealed_thinking.carried(message))
+    signed_calls(parts, sealed_thinking.carried(message), ctx.upstream_model)
     if not parts:
         parts.append({"text": ""})  # a candidate always has content; an empty answer is empty text
     reported = doc.get("usage")

@@ -20,7 +20,8 @@ Rules (each with its reason in docs/translation/gemini_chat.md):
   nothing to another one. The exception is the gateway's own: on to a Messages upstream, a
   call's signature that seals Claude's thinking (``answer.py`` wrote it) becomes the turn's
   ``thinking_blocks``, which chat → Messages puts first in the turn, so a tool loop keeps
-  thinking on; one that does not unseal is dropped as any other.
+  thinking on; one that does not unseal, or that another model made (Anthropic refuses those;
+  Gemini CLI's ``auto`` switches models), is dropped as any other.
 * Everything that needs Google's servers (hosted tools, ``cachedContent``, Files-API
   ``fileData``, image or audio output) is refused, and so are log probabilities, as chat's
   are on every translation; sampling knobs chat lacks (``topK``, ``safetySettings``) are
@@ -123,7 +124,8 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
         raise Untranslatable("'contents' must be a list of Content objects")
     names = names_for(payload.get("tools"), contents)
     messages += _messages(contents, names, files=target.onward in ("messages", "responses"),
-                          short_ids=not target.onward, anthropic=target.onward == "messages")
+                          short_ids=not target.onward, anthropic=target.onward == "messages",
+                          model=target.model or None)  # fmt: skip
     out: dict[str, Any] = {"model": target.model, "messages": messages}
     config = typed.obj(field(payload, "generationConfig"), ("generationConfig",))
     if config is not None:
@@ -177,6 +179,7 @@ class _Convo:
         # It goes on to Messages: an image too large for Anthropic that the client asks about now
         # (contents from ``asked_from`` on) is refused here, where the client's own field is known.
         self.anthropic = anthropic
+        self.model: str | None = None  # the upstream's: another model's sealed thinking is left out
         self.asked_from = asked_from
         self.over: dict[typed.Path, Over] = {}  # the images that cannot go on to Messages as they are
         self.ids = to_chat_id if short_ids else str  # how an id is written, on a call and its response
@@ -204,10 +207,12 @@ class _Convo:
 
 
 def _messages(
-    contents: list[Any], names: Names, files: bool, short_ids: bool = False, anthropic: bool = False
-) -> list[dict[str, Any]]:
+    contents: list[Any], names: Names, files: bool, short_ids: bool = False, anthropic: bool = False,
+    model: str | None = None,
+) -> list[dict[str, Any]]:  # fmt: skip
     asked = asked_from(contents, lambda c: isinstance(c, dict) and c.get("role") == "model")
     convo = _Convo(names, files, short_ids, anthropic, asked)
+    convo.model = model
     convo.over = _image_plan(contents, asked) if anthropic else {}
     for i, content in enumerate(contents):
         if not isinstance(content, dict):
@@ -253,7 +258,7 @@ def _model_turn(convo: _Convo, parts: list[dict[str, Any]], i: int) -> None:
             )
             convo.open_calls.append((name, call_id))
             if convo.anthropic and not signed:
-                signed = sealed_thinking.unseal(field(part, "thoughtSignature"))
+                signed = sealed_thinking.unseal(field(part, "thoughtSignature"), convo.model)
         elif text is not None:
             texts.append(text)
         elif _only_metadata(part):

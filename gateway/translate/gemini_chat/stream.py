@@ -157,7 +157,7 @@ class GeminiStream:
         names = names_for(request.get("tools"), request.get("contents")) if self.calls else NONE
         parts = [function_call(c.id, names.client(c.name), "".join(c.args))
                  for c in self.calls.values() if c.name]  # fmt: skip
-        signed_calls(parts, self.signed)
+        signed_calls(parts, self.signed, self.ctx.upstream_model)
         if self.held and self.wrapping:
             text = unwrapped("".join(self.held), self.wrapping)
             parts.insert(0, {"text": text})

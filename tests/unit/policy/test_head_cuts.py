@@ -51,6 +51,19 @@ def test_a_cut_long_after_the_last_hold_starts_over() -> None:
     assert cuts.cut(KEY, 28.5) == HOLD_S
 
 
+def test_the_memory_empties_once_a_hold_can_neither_hold_nor_double() -> None:
+    """While anything is remembered every attempt is timed (pipeline/attempt.py): an expired
+    hold kept that up forever (#38)."""
+    cuts, clock = _cuts()
+    cuts.cut(KEY, 28.5)
+    cuts.cut("other|gemini-2.5-pro", 28.5)
+    clock[0] += HOLD_S + MAX_HOLD_S  # the last instant a cut again would double the hold
+    assert cuts.holds(KEY) is None and cuts
+    clock[0] += 1.0
+    assert cuts.answered("backup|gemini-2.5-flash", 1.0) is False  # any call sweeps
+    assert not cuts
+
+
 def test_a_cut_of_a_request_sent_before_the_hold_began_does_not_double_it() -> None:
     cuts, clock = _cuts()
     cuts.cut(KEY, 28.5)

@@ -20,6 +20,7 @@ import pytest
 from gateway.apis.base import Where
 from gateway.apis.gemini.wire import GeminiGenerate
 from gateway.fake import messages_rules
+from gateway.pipeline.reasoning_fix import gemini_passed
 from gateway.policy.foreign_reasoning import GATEWAY_THINKING_MARK, GEMINI_SKIP
 from gateway.translate import default_translations, sealed_thinking
 from gateway.translate.base import Context, Refusal, Target
@@ -105,6 +106,46 @@ GOOD = {"type": "thinking", "thinking": "t", "signature": "sig"}
 ])  # fmt: skip
 def test_a_value_not_of_the_gateways_writing_unseals_to_nothing(value: Any) -> None:
     assert sealed_thinking.unseal(value) == []
+
+
+def test_a_seal_names_the_model_that_made_it_and_unseals_for_that_model_only() -> None:
+    """Anthropic refuses thinking made by another model (anthropic-sdk-python#1598); Gemini
+    CLI's ``auto`` switches models between prompts."""
+    block = recorded_block()
+    sealed = sealed_thinking.seal([block], "claude-opus-4-5")
+    assert sealed is not None and sealed.startswith(GATEWAY_THINKING_MARK)
+    assert sealed_thinking.unseal(sealed, "claude-opus-4-5") == [block]
+    assert sealed_thinking.unseal(sealed, "claude-sonnet-4-5") == []
+    assert sealed_thinking.unseal(sealed) == [block]  # a reader that does not know its model
+    # A seal written without a model (the Responses form, a Gemini one from before) goes to any.
+    assert sealed_thinking.unseal(sealed_thinking.seal([block]), "claude-sonnet-4-5") == [block]
+
+
+@pytest.mark.parametrize("doc", [
+    {"model": "claude-opus-4-5", "blocks": [GOOD], "extra": 1},
+    {"model": 5, "blocks": [GOOD]},
+    {"blocks": [GOOD]},
+    {"model": "claude-opus-4-5", "blocks": []},
+    {"model": "claude-opus-4-5", "blocks": [GOOD, {"type": "text", "text": "hi"}]},
+])  # fmt: skip
+def test_a_named_seal_not_as_the_gateway_writes_it_unseals_to_nothing(doc: Any) -> None:
+    assert sealed_thinking.unseal(_sealed_json(doc), "claude-opus-4-5") == []
+
+
+def test_an_answer_seals_the_model_the_upstream_was_asked_for() -> None:
+    doc = corpus_answer("messages-thinking-then-tool-use.json")["body"]
+    context = ctx(request())
+    context.upstream_model = "claude-sonnet-4-5"
+    content = ON_MESSAGES.answer(doc, context)["candidates"][0]["content"]
+    call = next(p for p in content["parts"] if "functionCall" in p)
+    assert sealed_thinking.unseal(call["thoughtSignature"], "claude-sonnet-4-5") == [recorded_block()]
+    assert sealed_thinking.unseal(call["thoughtSignature"], "claude-opus-4-5") == []
+    turn = {**content, "parts": [p for p in content["parts"] if not p.get("thought")]}
+    on_opus = ON_MESSAGES.request(continuation(turn), Target("claude-opus-4-5"))
+    assert not isinstance(on_opus, Refusal), on_opus
+    [assistant] = [m for m in on_opus["messages"] if m["role"] == "assistant"]
+    assert [b["type"] for b in assistant["content"]] == ["tool_use"]
+    assert sent_to_claude(continuation(turn))["messages"][1]["content"][0]["type"] == "thinking"
 
 
 def test_a_turn_too_large_to_seal_is_not_carried() -> None:
@@ -205,15 +246,23 @@ def test_a_gemini_upstream_gets_googles_stand_in_for_the_gateways_seal_and_its_o
                                                                "thoughtSignature": own}]})  # fmt: skip
     payload["contents"].insert(2, {"role": "user", "parts": [{"functionResponse": {"name": "weather",
                                                                                     "response": {"output": "x"}}}]})  # fmt: skip
-    dialect = GeminiGenerate()
     body = json.dumps(payload).encode()
-    inbound = dialect.admit(body, payload, _where())
-    assert not hasattr(inbound, "message"), inbound
-    prepared, _ = dialect.prepare(inbound, True)  # type: ignore[arg-type]
-    signatures = [p.get("thoughtSignature") for c in prepared["contents"] for p in c["parts"] if "functionCall" in p]
+    passed = gemini_passed(body, payload)
+    signatures = [p.get("thoughtSignature") for c in passed["contents"] for p in c["parts"] if "functionCall" in p]
     assert signatures == [own, GEMINI_SKIP]
     plain = request()
-    inbound = dialect.admit(json.dumps(plain).encode(), plain, _where())
+    assert gemini_passed(json.dumps(plain).encode(), plain) is plain
+
+
+def test_the_seal_is_swapped_per_passthrough_leg_not_for_every_leg() -> None:
+    """Review: ``prepare`` swapped the seal for every request, a translated leg's too (which
+    reads it), walking and copying the history on each turn of a tool loop and again after each
+    drop, and marked the request changed, so its body was written again whole (~0.7 ms on a
+    1.7 MB history). ``prepare`` leaves it; a passthrough leg swaps it (``gemini_passed``)."""
+    payload = continuation(model_turn_of_buffered())
+    dialect = GeminiGenerate()
+    inbound = dialect.admit(json.dumps(payload).encode(), payload, _where())
+    assert not hasattr(inbound, "message"), inbound
     assert dialect.prepare(inbound, True)[0] is inbound.payload  # type: ignore[union-attr]
 
 
