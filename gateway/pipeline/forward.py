@@ -105,6 +105,7 @@ def full_pipeline(dialect: Dialect) -> Handler:
         if dialect.api == "responses" and _warmed_elsewhere(svc, inbound.payload):
             # A warm-up's id, chained where the connection that made it cannot expand it: no
             # upstream holds it, and a pool would ask every key and wait out one sitting out.
+            state.upstream = "none"  # none was asked (the log line and metrics say so)
             return await relay(request, svc, state, _not_held(inbound.payload["previous_response_id"]))
         if dialect.api == "responses" and svc.pool_state is not None:
             # What the provider stores is its key's alone: a chained turn goes where it was made.

@@ -194,6 +194,9 @@ async def test_a_warm_id_chained_away_from_its_connection_is_not_found_at_once(m
     assert done[-1]["type"] == "response.completed"
     (sent,) = [r.json() for r in fake.responses_requests()]
     assert "previous_response_id" not in sent and sent["input"] == [*FIRST["input"], *new]
+    # Answered by the gateway, as the warm turn was: no upstream named in the metrics either.
+    assert gw.metric("llm_gateway_requests_total", upstream="none", model="gpt-5-codex", status="400",
+                     error_type="unknown") == 2  # fmt: skip
 
 
 async def test_an_upstream_error_is_an_error_frame_and_the_connection_goes_on(make_gateway) -> None:
