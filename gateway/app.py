@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from gateway.apis import DIALECTS, GEMINI, OPENAI_RESPONSES
+from gateway.apis.responses.warm_ids import WarmIds
 from gateway.auth import FLAT_KEY_NAME, ClientAuth
 from gateway.busy_poll import busy_poll
 from gateway.config import GatewayConfig, PoolConfig
@@ -228,6 +229,10 @@ def _generation(
     else:
         loop = LoopBreaker(cfg.loop_breaker, store, kit.wall, no_hint_window_s=cfg.circuit_breaker.open_s,
                            on_event=kit.state_metrics.loop_event, routes=_routes_digest(cfg))  # fmt: skip
+    if previous is not None and previous.cfg.loop_breaker.secret == cfg.loop_breaker.secret:
+        warm_ids = previous.warm_ids  # a warm-up id minted before the reload is known after it
+    else:
+        warm_ids = WarmIds.keyed(cfg.loop_breaker.secret)
     if kit.tracing is not None:
         tracing = kit.tracing
     elif previous is not None and previous.cfg.tracing == cfg.tracing:
@@ -262,6 +267,7 @@ def _generation(
         pool_state=pool_state,
         busy_poll=polling,
         issued=kit.issued,
+        warm_ids=warm_ids,
     )
     owned: list[Closable] = [budget, tracing]
     if pool_state is not None:

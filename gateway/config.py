@@ -1266,7 +1266,8 @@ class LoopBreakerConfig(_Model):
     )  # fmt: skip
     secret: str | None = Field(
         default=None, repr=False,
-        description="Key of the fingerprint (a keyed BLAKE2b MAC), and, when set here, of the names of "
+        description="Key of the fingerprint (a keyed BLAKE2b MAC), of the tag in the ids of WebSocket "
+        "`generate: false` responses, and, when set here, of the names of "
         "pools' conversations in the state store. Replicas share remembered answers only if they share it; "
         "unset or empty: each gateway draws a random one (its workers share it) for the fingerprint, and "
         "conversations are named by a plain digest, which every replica computes alike.",

@@ -19,6 +19,7 @@ from urllib.parse import quote, urlencode
 from aiohttp import web
 
 from gateway.apis.base import Dialect
+from gateway.apis.responses.warm_ids import WarmIds
 from gateway.auth import ClientAuth
 from gateway.busy_poll import NO_BUSY_POLL, BusyPoll, NoBusyPoll
 from gateway.config import GatewayConfig, PoolConfig, ToolOutputsConfig, UpstreamConfig
@@ -255,6 +256,8 @@ class Services:
     # Which deployment issued each thinking signature relayed, and whose each refused
     # (gateway/policy/thinking_signers.py, gateway/pipeline/reasoning_fix.py).
     signers: Signers = field(default_factory=Signers)
+    # The ids of the WebSocket mode's ``generate: false`` responses (gateway/apis/responses/warm_ids.py).
+    warm_ids: WarmIds = field(default_factory=lambda: WarmIds.keyed(None))
     limits: Limits = field(init=False)  # read from cfg
     # Upstreams that sent no head within a short-budget client's share lately (policy/head_cuts.py).
     head_cuts: HeadCuts = field(init=False)

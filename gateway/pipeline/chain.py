@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from gateway.errors import Classification, ErrorType
 from gateway.pipeline.attempt import Call
 from gateway.pipeline.outcome import Failure, RequestState
-from gateway.pipeline.pool import CutsHeld, send_pool
+from gateway.pipeline.pool import CutsHeld, answered_fixed, send_pool
 from gateway.pipeline.send import (
     Onward,
     Sent,
@@ -203,9 +203,13 @@ async def resume_route(
     call_for: Callable[[UpstreamRuntime], Call | Failure], conversation: str | None, sent: Sent,
 ) -> Sent:  # fmt: skip
     """The rest of the route after ``sent`` (a fixed request's failure on its upstream), when
-    that failure moves on; else ``sent`` as it is."""
+    that failure moves on; else ``sent`` as it is. A fixed request answered by a pool deployment
+    is that pool's answer (``answered_fixed``: its conversation's home follows)."""
     outcome, call = sent.outcome, sent.call
-    if call is None or not isinstance(outcome, Failure):
+    if call is None:
+        return sent
+    if not isinstance(outcome, Failure):
+        await answered_fixed(svc, state, call)
         return sent
     rest = _rest(route, call.up)
     if rest is None or not fails_over(svc, outcome, call.up, rest.hops[0].members[0]):

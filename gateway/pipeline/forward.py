@@ -36,6 +36,7 @@ from gateway import jsonbody
 from gateway.apis import api_of_path, dialect_for_errors, gemini_call, output_budget
 from gateway.apis.base import Dialect, Inbound, Rejection, Where
 from gateway.apis.common import admit_messages, model_too_long
+from gateway.apis.responses.warm_ids import not_found_body
 from gateway.auth import WWW_AUTHENTICATE
 from gateway.errors import Classification, ErrorType
 from gateway.keys.attribution import session_of
@@ -102,6 +103,11 @@ def full_pipeline(dialect: Dialect) -> Handler:
         route = _route(svc, state, inbound.model)
         if isinstance(route, Failure):
             return await relay(request, svc, state, route)
+        if dialect.api == "responses" and _warmed_elsewhere(svc, inbound.payload):
+            # A warm-up's id, chained where the connection that made it cannot expand it: no
+            # upstream holds it, and a pool would ask every key and wait out one sitting out.
+            state.upstream = "none"  # none was asked (the log line and metrics say so)
+            return await relay(request, svc, state, _not_held(inbound.payload["previous_response_id"]))
         if dialect.api == "responses" and svc.pool_state is not None:
             # What the provider stores is its key's alone: a chained turn goes where it was made.
             state.keeps_answer = stores(inbound.payload)
@@ -749,6 +755,21 @@ async def _refused_as_sent(
             return outcome
         outcome = again
     return outcome
+
+
+def _warmed_elsewhere(svc: Services, payload: dict[str, Any]) -> bool:
+    """Whether the turn is chained to a response the gateway made for a WebSocket ``generate:
+    false`` turn (``apis/responses/warm_ids.py``). The connection that made it sends its turn
+    expanded, without the id: one that still names it comes from elsewhere."""
+    previous = payload.get("previous_response_id")
+    return isinstance(previous, str) and svc.warm_ids.made(previous)
+
+
+def _not_held(response_id: str) -> Failure:
+    """OpenAI's own 400 for a previous response it does not hold, answered without a call."""
+    c = Classification(ErrorType.UNKNOWN, False, provider_code="previous_response_not_found",
+                       evidence="the gateway's own warm-up id, chained away from its connection")  # fmt: skip
+    return Failure(c, 400, [("Content-Type", "application/json")], not_found_body(response_id), final=True)
 
 
 def _client_compacts(svc: Services, request: web.Request) -> bool:

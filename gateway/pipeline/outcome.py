@@ -23,6 +23,7 @@ from gateway.translate.base import StreamTranslator
 from gateway.upstream import UpstreamResponse
 
 if TYPE_CHECKING:
+    from gateway.pipeline.pool import PoolTurn
     from gateway.policy.breaker import Admission
     from gateway.state.shared import SharedCircuit
 
@@ -75,6 +76,9 @@ class RequestState:
     # before the gateway ran, by a direct call, or forgotten): a pool asks its deployments in turn
     # while each answers that it does not (pipeline/pool.py's send_pool).
     stored_search: str | None = None
+    # The pool's answer to make of its last deployment's refusal, should a fix sent again there
+    # (pipeline/forward.py) be answered: its conversation's home follows (pool.answered_fixed).
+    pool_turn: PoolTurn | None = None
     keeps_answer: bool = False  # a Responses request whose answer the provider stores
     key: KeySpec | None = None  # the gateway key the caller presented (its name, its rules)
     reservation: Reservation | None = None  # what the key's limits and budget hold for it

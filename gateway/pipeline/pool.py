@@ -190,14 +190,20 @@ async def send_pool(
             back = None
             outcome = await _send(svc, state, plan, call, siblings_left, nxt, resetting, after)
             last = Sent(outcome, call)
+            failed = isinstance(outcome, Failure)
+            turn = None
+            if failed or home is not None or search is not None:
+                broke = None
+                if home is not None and not decided and not not_held:
+                    broke = break_reason(home, views, tried, now_ms, passed)
+                turn = PoolTurn(pool, up.cfg.name, conversation if home is not None else None, home, broke,
+                                bool(not_held), search)  # fmt: skip
+            # Should this refusal be the pool's answer, and the pipeline send it again fixed and
+            # answered there (``answered_fixed``), that answer is this deployment's all the same.
+            state.pool_turn = turn if failed else None
             if not isinstance(outcome, Failure):
-                if search is not None:
-                    await _found_stored(svc, state, pool, call, search, bool(not_held))
-                if home is not None:
-                    assert table is not None and conversation is not None
-                    broke = None if decided or not_held else break_reason(home, views, tried, now_ms, passed)
-                    await _answered(svc, pool, table, conversation, home, up, call, model or "", broke,
-                                    held_elsewhere=bool(not_held))  # fmt: skip
+                if turn is not None:
+                    await _settle(svc, state, turn, call)
                 return last
             c = outcome.classification
             if c.type is ErrorType.RATE_LIMIT and outcome.own is None:  # the provider's, not the limits'
@@ -283,6 +289,44 @@ async def send_pool(
             return Sent(_reloaded_away(state, pool), None)
         tried.update(not_held)  # asked once: a key that came back since holds it no more than before
         opening = False  # waited for the earliest reset: it may serve again
+
+
+@dataclass(frozen=True)
+class PoolTurn:
+    """What a pool does with an answer of ``deployment``, decided as it sent the request there:
+    the conversation's home (``_answered``; ``conversation`` None: none is kept, or the request
+    continues a stored response) and the stored response searched for (``_found_stored``)."""
+
+    pool: PoolRuntime
+    deployment: str
+    conversation: str | None
+    home: str | None
+    broke: str | None  # why the home did not answer, as ``_answered`` takes it
+    held_elsewhere: bool  # a sibling answered that it does not hold the stored response
+    search: str | None
+
+
+async def _settle(svc: Services, state: RequestState, turn: PoolTurn, call: Call) -> None:
+    if turn.search is not None:
+        await _found_stored(svc, state, turn.pool, call, turn.search, turn.held_elsewhere)
+    table = turn.pool.affinity
+    if turn.conversation is not None and turn.home is not None and table is not None:
+        await _answered(svc, turn.pool, table, turn.conversation, turn.home, call.up, call, state.model or "",
+                        turn.broke, held_elsewhere=turn.held_elsewhere)  # fmt: skip
+
+
+async def answered_fixed(svc: Services, state: RequestState, call: Call) -> None:
+    """A pool deployment's refusal that the pipeline sent again fixed (forward.py's fixes: a
+    budget lowered, a parameter or another account's reasoning left out) and that was answered
+    there: the pool's answer as though the deployment had answered at once (``send_pool``): the
+    conversation's home follows it, a stored response searched for is remembered there. Left to
+    the pool's own answers, a turn moved off a home limited for 3 s was refused by the sibling
+    for the home's reasoning and answered without it, and the home stayed: the next turn went
+    back with the sibling's reasoning, was refused there too, and lost the sibling's cache
+    (audit, Codex over keys of different organizations)."""
+    turn, state.pool_turn = state.pool_turn, None
+    if turn is not None and turn.deployment == call.up.cfg.name and call.up.pooled:
+        await _settle(svc, state, turn, call)
 
 
 async def _answered(svc: Services, pool: PoolRuntime, table: AffinityTable, conversation: str, home: str,

@@ -191,7 +191,7 @@ async def _warmed(request: web.Request, turn: Turn, body: dict[str, Any]) -> web
     framed = FramedStream(turn)
     await framed.prepare(request)
     state.head_status, state.first_byte_at = 200, svc.monotonic()
-    await framed.write(responses_stream(warm_response(body, int(svc.wall()))))
+    await framed.write(responses_stream(warm_response(body, int(svc.wall()), svc.warm_ids.mint())))
     state.stream_complete = True
     return framed
 

@@ -19,13 +19,16 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anthropic
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.fakeupstream import FakeUpstream
+from gateway.fake.responses import response_object
+from gateway.fake.responses_rules import seal
+from tests.fakeupstream import FakeUpstream, Reply
 from tests.integration.test_state_redis import REDIS, RedisServer
 from tests.procs import RunningProcess, base_env, free_port, start
 
@@ -331,6 +334,49 @@ def test_a_chained_turn_whose_mapping_redis_lost_is_answered_on_the_other_replic
         r = clients[1].responses.with_raw_response.create(model="m-1", input=f"run {run} again",
                                                           previous_response_id=previous)  # fmt: skip
         assert r.parse().status == "completed" and 1 <= int(r.headers["x-llm-attempts"]) <= 3
+
+
+def test_a_turn_answered_after_the_reasoning_retry_moves_the_home_on_both_replicas(replicas: Replicas) -> None:
+    """Audit (Codex over keys of different organizations): the home limited for a moment, the
+    sibling refused the home's reasoning and answered the request sent again without it; the
+    home stayed, and the next turns went back to it after its reset (from either replica),
+    refused again for the sibling's reasoning. The move is the store's: a replica meeting the
+    conversation next claims the new home (one that knows it reads the store's at its next keep)."""
+    fake = replicas.fake
+    fake.orgs = {f"sk-{k}": f"org-{k}" for k in KEYS}
+    answered: list[str] = []
+
+    def answer(payload: dict[str, Any]) -> Reply:
+        key = fake._key or ""
+        answered.append(key)
+        org = fake.orgs.get(key, "")
+        done = response_object("m-1", text=f"Fine, says {org}.", rid=f"resp_{org}_{len(answered)}")
+        thought = {"id": f"rs_{org}_{len(answered)}", "type": "reasoning", "summary": [],
+                   "encrypted_content": seal(org, str(len(answered)))}  # fmt: skip
+        return Reply(200, {**done, "output": [thought, *done["output"]]})
+
+    fake.always = answer
+    session = {"session-id": str(uuid.uuid4())}  # as Codex names its session
+    clients = [openai.OpenAI(base_url=gw.base + "/v1", api_key="unused", max_retries=0, default_headers=session)
+               for gw in (replicas.a, replicas.b)]  # fmt: skip
+    asked: list[Any] = []
+    served = []
+    for turn in range(1, 6):
+        if turn == 3:
+            fake.keys.limited_until(answered[-1], time.time() + 1.5)
+        if turn == 4:
+            time.sleep(2.0)  # the old home's reset
+        asked.append({"role": "user", "content": f"Turn {turn}: how are you?"})
+        r = clients[turn == 4].responses.with_raw_response.create(  # B meets it at turn 4
+            model="m-1", input=asked, include=["reasoning.encrypted_content"], store=False)
+        served.append(r.headers["x-llm-upstream"])
+        asked += [i.model_dump(exclude_none=True) for i in r.parse().output]
+    home, moved = served[0], served[2]
+    assert served == [home, home, moved, moved, moved] and moved != home
+    # The home: turns 1 and 2 and the 429; the sibling: turn 3 refused and answered, turn 4
+    # refused and answered too (B learns for itself whose reasoning the key refuses), turn 5.
+    assert fake.calls_by_key() == {"sk-" + home[-1]: 3, "sk-" + moved[-1]: 5}
+    assert {**_breaks(replicas.a), **_breaks(replicas.b)} == {"failed": 1}
 
 
 def _answered_turn(client: openai.OpenAI, first: str, t: int) -> str:

@@ -11,6 +11,7 @@ are the SDKs with stock settings.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
@@ -700,3 +701,41 @@ async def test_a_refusal_of_a_reasoning_item_the_deployment_issued_still_leaves_
     *_, refused, kept = (r.json() for r in gw.fake.responses_requests())
     assert sum(i.get("type") == "reasoning" for i in refused["input"]) == 2
     assert not [i for i in kept["input"] if i.get("type") == "reasoning"]
+
+
+async def test_a_turn_moved_by_a_brief_limit_and_answered_after_the_reasoning_retry_moves_its_home(
+    two_openai_accounts: Any,
+) -> None:
+    """Audit (Codex through a pool of keys of different organizations): the home limited for a
+    few seconds at turn 3, the sibling refused the home's reasoning and answered it left out.
+    That answer came from the resend, after the pool had given back the refusal, and the home
+    stayed: turn 4 went home after its reset, with the sibling's reasoning, and was refused
+    there too (one call more, and the sibling's cache lost). A sibling that answers a turn of
+    the main model becomes its home however it answered (docs/pools.md)."""
+    gw, fakes = two_openai_accounts
+    for name, fake in fakes.items():
+        fake.always = reasoning_answer(f"org-{name}")
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="sk-client", max_retries=0,
+                                default_headers={"session-id": "s-codex"})  # as Codex names its session
+    asked: list[Any] = []
+    served = []
+    home = other = ""
+    try:
+        for turn in range(1, 6):
+            asked = [*asked, {"role": "user", "content": f"Turn {turn}: how are you?"}]
+            if turn == 3:
+                [home] = [n for n, f in fakes.items() if f.responses_requests()]
+                other = "b" if home == "a" else "a"
+                fakes[home].keys.limited_until(f"key-{home}", time.time() + 1)
+            if turn == 4:
+                await asyncio.sleep(1.2)  # the old home's reset
+            raw = await client.responses.with_raw_response.create(
+                model="gpt-5-codex", input=asked, include=["reasoning.encrypted_content"], store=False)
+            served.append(raw.headers["x-llm-upstream"])
+            asked = [*asked, *(i.model_dump(exclude_none=True) for i in raw.parse().output)]
+    finally:
+        await client.close()
+    assert served == [home, home, other, other, other]
+    assert fakes[home].calls_by_key() == {f"key-{home}": 3}  # turns 1 and 2, the 429
+    assert fakes[other].calls_by_key() == {f"key-{other}": 4}  # turns 3 (refused, answered), 4 and 5
+    assert gw.metric("llm_gateway_affinity_breaks_total", pool="oai", reason="failed") == 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 
 import aiohttp
 import pytest
@@ -20,7 +21,7 @@ import pytest
 from gateway.config import parse_config
 from gateway.live import LIVE
 from gateway.server import drain
-from tests.fakeupstream import Hang, responses_error
+from tests.fakeupstream import FakeUpstream, Hang, responses_error
 
 OPERATOR = "sk-OPERATOR-SECRET"
 # Codex 0.171.0's handshake, less its session ids and turn metadata (which the gateway never reads).
@@ -151,6 +152,51 @@ async def test_generate_false_is_answered_here_and_chained_from(make_gateway) ->
                      error_type="none") == 1  # fmt: skip
     assert gw.metric("llm_gateway_requests_total", upstream="primary", model="gpt-5-codex", status="200",
                      error_type="none") == 1  # fmt: skip
+
+
+async def test_a_warm_id_chained_away_from_its_connection_is_not_found_at_once(make_gateway) -> None:
+    """Audit (Codex, the openai and Agents SDKs over a pool of three keys, one sitting out a rate
+    limit): a ``generate: false`` id is the gateway's own. Chained over HTTP, the pool took it for
+    a response some key holds, asked each in turn (each answered 400 not found) and waited out the
+    limited one: 3 calls and a 28.2 s wait, then the 400. It is OpenAI's 400 at once now, over
+    HTTP and from another connection alike, without a call, after a reload too; its own
+    connection still expands it."""
+    fake = await FakeUpstream().start()
+    try:
+        upstreams = "".join(f"  - {{name: k{i}, base_url: '{fake.url}', api_key: key-{i}, apis: [responses]}}\n"
+                            for i in (1, 2, 3))  # fmt: skip
+        gw = await make_gateway("pools:\n  - {name: gpt, models: ['gpt-*'], deployments: [k1, k2, k3]}\n",
+                                fake=fake, upstreams=upstreams)  # fmt: skip
+        fake.keys.limited_until("key-3", time.time() + 30)
+        async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+            warm = await _turn(ws, {**FIRST, "store": True, "generate": False})
+            rid = warm[-1]["response"]["id"]
+            # As OpenAI writes its ids: resp_ and 48 lower-case hex digits.
+            assert len(rid) == 53 and rid.startswith("resp_") and int(rid[5:], 16) >= 0 and rid == rid.lower()
+            new = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]}]
+            live = gw.app[LIVE]
+            await live.replace(live.services.cfg)  # a reload keeps the key: the id is still known
+            async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as other:
+                elsewhere = await _turn(other, {**FIRST, "previous_response_id": rid, "input": new})
+            async with gw.session.post(gw.base + "/v1/responses", headers={"Authorization": "Bearer x"},
+                                       json={"model": "gpt-5-codex", "input": "and continue",
+                                             "previous_response_id": rid}) as r:  # fmt: skip
+                status, body = r.status, await r.json()
+            assert fake.requests == [] and gw.slept == []
+            done = await _turn(ws, {**FIRST, "previous_response_id": rid, "input": new})  # its own: expanded
+    finally:
+        await fake.close()
+    not_found = {"message": f"Previous response with id '{rid}' not found.", "type": "invalid_request_error",
+                 "param": "previous_response_id", "code": "previous_response_not_found"}  # fmt: skip
+    assert status == 400 and body == {"error": not_found}
+    assert elsewhere[-1]["type"] == "error" and elsewhere[-1]["status"] == 400
+    assert {k: v for k, v in elsewhere[-1]["error"].items() if k != "headers"} == not_found
+    assert done[-1]["type"] == "response.completed"
+    (sent,) = [r.json() for r in fake.responses_requests()]
+    assert "previous_response_id" not in sent and sent["input"] == [*FIRST["input"], *new]
+    # Answered by the gateway, as the warm turn was: no upstream named in the metrics either.
+    assert gw.metric("llm_gateway_requests_total", upstream="none", model="gpt-5-codex", status="400",
+                     error_type="unknown") == 2  # fmt: skip
 
 
 async def test_an_upstream_error_is_an_error_frame_and_the_connection_goes_on(make_gateway) -> None:

@@ -13,7 +13,6 @@ turn may send only its new input with ``previous_response_id``, ``store: false``
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,11 +135,11 @@ def _items(given: Any) -> list[Any]:
     return list(given) if isinstance(given, list) else []
 
 
-def warm_response(body: dict[str, Any], created_at: int) -> dict[str, Any]:
-    """The response a ``generate: false`` turn is answered with: an id to chain from, no output,
-    no tokens (the model is not called)."""
+def warm_response(body: dict[str, Any], created_at: int, response_id: str) -> dict[str, Any]:
+    """The response a ``generate: false`` turn is answered with: an id to chain from (the
+    gateway's own, ``warm_ids.py``), no output, no tokens (the model is not called)."""
     return {
-        "id": "resp_" + secrets.token_hex(24),
+        "id": response_id,
         "object": "response",
         "created_at": created_at,
         "status": "completed",

@@ -95,8 +95,8 @@ def test_prewarm_is_generate_false() -> None:
 
 
 def test_a_warm_turn_is_an_id_and_no_output() -> None:
-    response = warm_response({"model": "gpt-5", "tools": []}, 1_700_000_000)
-    assert response["id"].startswith("resp_") and response["output"] == [] and response["status"] == "completed"
+    response = warm_response({"model": "gpt-5", "tools": []}, 1_700_000_000, "resp_" + "ab" * 24)
+    assert response["id"] == "resp_" + "ab" * 24 and response["output"] == [] and response["status"] == "completed"
     assert response["usage"]["total_tokens"] == 0
     assert remembered({"input": [USER]}, response) == Last(response["id"], (USER,))
 
