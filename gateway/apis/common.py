@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from gateway.apis.base import ForeignError, Inbound, Rejection
+from gateway.policy import per_minute_fit
 
 # The longest model name admitted. Anthropic refuses a longer one: "model: String should have
 # at most 256 characters" (a 400 invalid_request_error, quoted in
@@ -153,16 +154,31 @@ def upstream_detail(e: ForeignError) -> dict[str, Any]:
 PER_MINUTE_CODE = "tokens_per_minute_exceeded"
 
 
-def per_minute_message(e: ForeignError) -> str:
-    """What a client is told of a request over its upstream's tokens per minute
-    (``Classification.per_minute``): the provider's own words and what they mean, never an
-    API's overflow sentence. "prompt is too long: N tokens > M maximum" made Claude Code compact
-    a conversation of a few tokens (or stop, "cannot be compacted"), and its next turn, with the
-    same ``max_tokens``, met the same refusal (review)."""
+def told_per_minute(e: ForeignError) -> bool:
+    """Whether an overflow is told as one of its upstream's tokens per minute
+    (``per_minute_message``): only where an output budget might fit. One whose prompt alone is
+    over the window (the refusal's numbers leave no budget) is told in the API's overflow
+    sentence, on which an agent compacts: told "a smaller max_tokens may fit" for 45,765 tokens
+    requested, 8,000 of them output, against a 30,000 TPM, Claude Code never compacted and every
+    later turn met the same refusal (review)."""
+    c = e.classification
+    return c.per_minute and not per_minute_fit.fitted_output(c.message, e.output_tokens).prompt_over
+
+
+def per_minute_message(e: ForeignError, budget_field: str = "max_tokens") -> str:
+    """What a client is told of a request over its upstream's tokens per minute whose output
+    budget is what does not fit (``told_per_minute``): the provider's own words and what they
+    mean, the budget named by the client API's own field, never an API's overflow sentence.
+    "prompt is too long: N tokens > M maximum" made Claude Code compact a conversation of a few
+    tokens (or stop, "cannot be compacted"), and its next turn, with the same ``max_tokens``,
+    met the same refusal (review)."""
     said = e.classification.message or f"the upstream answered {e.upstream_status}"
-    budget = f"max_tokens {e.output_tokens}" if e.output_tokens else "its max_tokens"
+    budget = f"{budget_field} {e.output_tokens}" if e.output_tokens else f"its {budget_field}"
+    fits = per_minute_fit.fitted_output(e.classification.message, e.output_tokens).max_tokens
+    # The numbers, where the refusal states them (OpenAI's, Groq's); Azure's states none.
+    smaller = f"a {budget_field} of at most {fits}" if fits else f"a smaller {budget_field}"
     return (f"The request, with {budget}, is larger than the upstream deployment's tokens per minute: "
-            f"a smaller max_tokens may fit. The upstream said: {said}")
+            f"{smaller} may fit. The upstream said: {said}")
 
 
 def overflow_numbers(e: ForeignError) -> tuple[int, int]:

@@ -785,8 +785,13 @@ async def _overflow(
     svc: Services, state: RequestState, request: web.Request, plan: RetryPlan, call: Call,
     payload: dict[str, Any], overflow: Failure,
 ) -> Outcome:  # fmt: skip
-    if overflow.classification.per_minute:  # lowering max_tokens is no compaction: every client gets it
-        return await _fit_per_minute(svc, state, plan, call, payload, overflow)
+    c = overflow.classification
+    if c.per_minute:
+        fit = per_minute_fit.fitted_output(c.message, output_budget.asked(sent_doc(call.body)))
+        if not fit.prompt_over:  # lowering max_tokens is no compaction: every client gets it
+            return await _fit_per_minute(svc, state, plan, call, payload, overflow, fit)
+        # No budget fits: the prompt is too long for the window the refusal states, which the
+        # compress-and-retry below reads from it as from any overflow's.
     if _client_compacts(svc, request):
         state.compression = {"outcome": "passed_to_client", "reason": "the client compacts itself"}
         svc.telemetry.compressions.labels(call.up.cfg.name, "passed_to_client").inc()
@@ -832,14 +837,13 @@ async def _rescue(
 
 async def _fit_per_minute(
     svc: Services, state: RequestState, plan: RetryPlan, call: Call,
-    payload: dict[str, Any], overflow: Failure,
+    payload: dict[str, Any], overflow: Failure, fit: per_minute_fit.Fit,
 ) -> Outcome:  # fmt: skip
-    """The one rescue of a request over a tokens-per-minute window: its output budget lowered by
-    what the refusal says is over, no turn dropped (``policy/per_minute_fit.py``); none when the
-    refusal gives no numbers (Azure's), and the overflow is answered."""
+    """The one rescue of a request over a tokens-per-minute window whose prompt fits it: its
+    output budget lowered by what the refusal says is over, no turn dropped
+    (``policy/per_minute_fit.py``); none when the refusal gives no numbers (Azure's), and the
+    overflow is answered."""
     counter = svc.telemetry.compressions
-    sent = output_budget.asked(sent_doc(call.body))
-    fit = per_minute_fit.fitted_output(overflow.classification.message, sent)
     state.compression = {"outcome": "applied" if fit.max_tokens else "not_applicable", **fit.report}
     # Named when the client named none: the budget refused was a translation's or a cap's.
     lowered = state.dialect.lower_output(payload, fit.max_tokens, True) if fit.max_tokens else None

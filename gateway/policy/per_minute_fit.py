@@ -12,9 +12,13 @@ window the model has, and a dropped turn would be context lost for a limit that 
 broke.
 
 Azure's refusal names no numbers ("exceeded token rate limit ... retry after 86400 seconds"):
-then nothing says how far to lower, and there is no rescue. Neither is there one when the excess
-is as large as the budget asked (the prompt alone exceeds the window), nor when what is left is
-under ``MIN_OUTPUT_TOKENS``. Pure: no I/O.
+then nothing says how far to lower, and there is no rescue. Where the numbers leave under
+``MIN_OUTPUT_TOKENS`` (the prompt alone, or nearly, exceeds the window; or the request names no
+budget at all), no output budget fits: the window is then a prompt too long like any other
+(``Fit.prompt_over``), rescued by dropping turns against the stated limit and told in the
+client API's overflow sentence, which makes an agent compact (told "a smaller max_tokens may
+fit" for 37,765 prompt tokens against a 30,000 TPM, Claude Code never compacted and every later
+turn failed: review). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -30,8 +34,9 @@ MARGIN = 0.01  # of the window: the retry's own count may differ by the digits i
 
 @dataclass(frozen=True, slots=True)
 class Fit:
-    max_tokens: int | None  # the budget to send again; None: no rescue
+    max_tokens: int | None  # the budget to send again; None: none fits, or nothing says
     report: dict[str, object]  # counts, never content: what was read and decided
+    prompt_over: bool = False  # the numbers leave no budget: the prompt must shrink
 
 
 def fitted_output(message: str | None, sent_max_tokens: int | None) -> Fit:
@@ -42,10 +47,9 @@ def fitted_output(message: str | None, sent_max_tokens: int | None) -> Fit:
     excess = stated.requested - stated.limit + math.ceil(stated.limit * MARGIN)
     facts: dict[str, object] = {"limit_source": "provider_per_minute", "target_tokens": stated.limit,
                                 "requested_tokens": stated.requested}  # fmt: skip
-    if not sent_max_tokens:
-        return Fit(None, {**facts, "reason": "the request names no output budget to lower"})
-    lowered = sent_max_tokens - excess
+    lowered = (sent_max_tokens or 0) - excess
     if lowered < MIN_OUTPUT_TOKENS:
-        return Fit(None, {**facts, "reason": "the prompt alone does not fit the tokens-per-minute window"})
+        why = "the prompt alone does not fit the tokens-per-minute window"
+        return Fit(None, {**facts, "reason": why}, prompt_over=True)
     report = {**facts, "max_tokens_lowered_to": lowered, "messages_removed": 0, "turns_removed": 0}
     return Fit(lowered, report)

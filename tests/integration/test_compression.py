@@ -9,6 +9,7 @@ from gateway.fake.scenarios import ScenarioUpstream
 from gateway.fake.steps import Reply
 from tests.anthropic_convo import TOOLS
 from tests.convo import agent_conversation, assert_valid_conversation
+from tests.corpus_cases import IN_SAMPLE
 from tests.fakeupstream import estimate_tokens
 
 
@@ -154,3 +155,49 @@ async def test_a_retry_sends_no_thinking_bound_to_the_turns_it_dropped(make_gate
     assert retry["thinking"] == {"type": "adaptive", "block_binding": {"prefix_mismatch_behavior": "drop_block"}}
     beta = gw.fake.messages_requests()[-1].headers.get("anthropic-beta", "")
     assert "thinking-binding-controls-2026-08-01" in beta.split(",")
+
+
+def _tpm_refusal() -> Reply:
+    """OpenAI's real refusal of a request over its tokens per minute: "Request too large for
+    gpt-4o ... on tokens per min (TPM): Limit 30000, Requested 36278" (tests/corpus/openai.json)."""
+    case = next(c for c in IN_SAMPLE if c["name"] == "openai-429-request-bigger-than-tpm-is-overflow")
+    return Reply(case["status"], case["body"], case["headers"])
+
+
+def _facts(turns: int = 24) -> list[dict]:
+    said = []
+    for i in range(turns // 2):
+        said += [{"role": "user", "content": f"fact {i}: " + "word " * 600}, {"role": "assistant", "content": "noted"}]
+    return [*said, {"role": "user", "content": f"what was fact {turns // 2 - 1}?"}]
+
+
+async def test_a_prompt_alone_over_the_tokens_per_minute_is_compressed_once_and_served(make_gateway) -> None:
+    """A Messages client's 25-message conversation and max_tokens 6000 against OpenAI's 30,000
+    TPM (36,278 requested): no max_tokens fits, so lowering it is no rescue. Since tonight's
+    per-minute rescue it was one call and 400 "a smaller max_tokens may fit", which no agent
+    compacts on, so every later turn failed too (review); before, and now again, the one
+    compress-and-retry aims at the limit the refusal states, and the answer is served."""
+    gw = await make_gateway(upstream_yaml=", apis: [chat]")
+    gw.fake.script(_tpm_refusal())
+    ask = {"model": "gpt-4o", "max_tokens": 6000, "stream": True, "messages": _facts()}
+    status, headers, body = await gw.messages(ask)
+    assert status == 200 and headers["x-llm-compressed"] == "true" and headers["x-llm-attempts"] == "2", body
+    assert b"event: message_stop" in body
+    first, second = (r.json() for r in gw.fake.chat_requests())
+    assert len(first["messages"]) == 25 and first["max_tokens"] == 6000
+    assert len(second["messages"]) < 25 and second["messages"][-1] == first["messages"][-1]
+    assert gw.metric("llm_gateway_compressions_total", upstream="primary", outcome="applied") == 1
+
+
+async def test_a_prompt_still_over_the_tokens_per_minute_is_told_as_a_prompt_too_long(make_gateway) -> None:
+    """The one retry refused again: the client is told its API's overflow sentence with the
+    refusal's numbers, on which Claude Code compacts, not that a smaller max_tokens may fit."""
+    gw = await make_gateway(upstream_yaml=", apis: [chat]")
+    gw.fake.script(_tpm_refusal(), _tpm_refusal())
+    ask = {"model": "gpt-4o", "max_tokens": 6000, "messages": _facts()}
+    status, headers, body = await gw.messages(ask)
+    error = json.loads(body)["error"]
+    assert status == 400 and headers["x-llm-error-type"] == "context_overflow", body
+    assert error == {**error, "type": "invalid_request_error",
+                     "message": "prompt is too long: 36278 tokens > 30000 maximum"}  # fmt: skip
+    assert len(gw.fake.chat_requests()) == 2  # one rescue in all

@@ -44,6 +44,7 @@ from gateway.apis.common import (
     overflow_numbers,
     per_minute_message,
     token_counts,
+    told_per_minute,
     upstream_detail,
 )
 from gateway.apis.replay import Trim, is_replay, trimmed
@@ -406,13 +407,13 @@ def openai_error_body(status: int, message: str, code: str, c: Classification) -
     }}).encode()  # fmt: skip
 
 
-def openai_error_fields(e: ForeignError) -> tuple[int, str, str, str]:
+def openai_error_fields(e: ForeignError, budget_field: str = "max_tokens") -> tuple[int, str, str, str]:
     """Status, type, code and message of a translated upstream error in OpenAI's terms
-    (shared by chat completions and Responses)."""
+    (shared by chat completions and Responses, each naming its own output budget field)."""
     c = e.classification
     message = c.message or f"the upstream answered {e.upstream_status}"
-    if c.type is ErrorType.CONTEXT_OVERFLOW and c.per_minute:
-        return 400, "invalid_request_error", PER_MINUTE_CODE, per_minute_message(e)
+    if c.type is ErrorType.CONTEXT_OVERFLOW and told_per_minute(e):
+        return 400, "invalid_request_error", PER_MINUTE_CODE, per_minute_message(e, budget_field)
     if c.type is ErrorType.CONTEXT_OVERFLOW:
         # OpenAI's own sentence and nothing after it: the provider's words, which say the same
         # numbers again, are in x_llm_upstream for whoever wants them.
@@ -460,9 +461,9 @@ def _openai_body_code(body: bytes) -> str | None:
     return code if isinstance(code, str) and code else None
 
 
-def openai_foreign_error(e: ForeignError) -> tuple[int, bytes]:
+def openai_foreign_error(e: ForeignError, budget_field: str = "max_tokens") -> tuple[int, bytes]:
     """An upstream error on a translated request in OpenAI's envelope (chat and Responses)."""
-    status, type_, code, message = openai_error_fields(e)
+    status, type_, code, message = openai_error_fields(e, budget_field)
     return status, json.dumps({"error": {
         "message": message, "type": type_, "param": None, "code": code,
         "x_llm_error_type": e.classification.type.value, "retryable": e.classification.retryable,

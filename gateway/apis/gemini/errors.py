@@ -17,7 +17,7 @@ import json
 from typing import Any
 
 from gateway.apis.base import ForeignError
-from gateway.apis.common import overflow_numbers, per_minute_message, upstream_detail
+from gateway.apis.common import overflow_numbers, per_minute_message, told_per_minute, upstream_detail
 from gateway.errors import Classification, ErrorType
 
 # HTTP status -> canonical code, as google/rpc/code.proto maps them ("HTTP Mapping" of each
@@ -145,8 +145,8 @@ def foreign_error(e: ForeignError, request_id: str) -> tuple[int, bytes]:
 def _terms(e: ForeignError) -> tuple[int, str]:
     c = e.classification
     message = c.message or f"the upstream answered {e.upstream_status}"
-    if c.type is ErrorType.CONTEXT_OVERFLOW and c.per_minute:
-        return 400, per_minute_message(e)
+    if c.type is ErrorType.CONTEXT_OVERFLOW and told_per_minute(e):
+        return 400, per_minute_message(e, "maxOutputTokens")
     if c.type is ErrorType.CONTEXT_OVERFLOW:
         # The Gemini API's own overflow wording (a 400 INVALID_ARGUMENT).
         prompt, limit = overflow_numbers(e)

@@ -48,6 +48,7 @@ from gateway.apis.common import (
     malformed_event_error,
     overflow_numbers,
     per_minute_message,
+    told_per_minute,
     upstream_detail,
 )
 from gateway.apis.messages import replay as anthropic_replay
@@ -475,7 +476,7 @@ def _anthropic_terms(e: ForeignError) -> tuple[int, str, str]:
     ``rate_limit_error`` 429, ``overloaded_error`` 529 and ``api_error`` 500 (``_UNAVAILABLE``)."""
     c = e.classification
     message = c.message or f"the upstream answered {e.upstream_status}"
-    if c.type is ErrorType.CONTEXT_OVERFLOW and c.per_minute:
+    if c.type is ErrorType.CONTEXT_OVERFLOW and told_per_minute(e):
         return 400, "invalid_request_error", per_minute_message(e)
     if c.type is ErrorType.CONTEXT_OVERFLOW:
         prompt, limit = overflow_numbers(e)

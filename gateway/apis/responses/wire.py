@@ -124,7 +124,7 @@ class OpenAIResponses:
         return status  # its SDKs retry a 429 whatever a body says: the 402 stands
 
     def foreign_error(self, e: ForeignError, request_id: str) -> tuple[int, bytes]:
-        return openai_foreign_error(e)
+        return openai_foreign_error(e, "max_output_tokens")
 
     def reader(self, strip_usage: bool) -> ResponsesStreamReader:
         return ResponsesStreamReader()

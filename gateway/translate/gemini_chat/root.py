@@ -7,15 +7,17 @@ takes only an object: "Invalid schema for response_format 'AdSegmentPredictionLi
 must be a JSON Schema of 'type: "object"', got 'type: "array"'." (param ``response_format``,
 podly-pure-podcasts/podly_pure_podcasts#89), and its structured-outputs guide: "the root level
 object of a schema must be an object, and not use anyOf". So such a schema goes as the one
-property of a closed object, and the answer's text comes back as that property's value: JSON
-for ``application/json``, the bare value for ``text/x.enum`` (what Gemini answers there). A text
-that is not the wrapper (a model that ignored the schema, a server that does not constrain)
-comes back as it came.
+property of a closed object (in ``$defs`` when it refers to its own root), and the answer's
+text comes back as that property's value: its JSON text as the model wrote it for
+``application/json``, the bare value for ``text/x.enum`` (what Gemini answers there), an answer
+cut short as far as it goes. A text that is not the wrapper (a model that ignored the schema, a
+server that does not constrain) comes back as it came.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,12 +37,56 @@ def needs_wrapping(schema: Any) -> bool:
 
 
 def wrapped(schema: dict[str, Any]) -> dict[str, Any]:
-    """``schema`` as the one required property of a closed object."""
+    """``schema`` as the one required property of a closed object.
+
+    A reference to the root (``"$ref": "#"``, a recursive list or tree; or a pointer under it)
+    would mean the wrapper once wrapped: such a schema goes into ``$defs``, where OpenAI takes
+    references ("Definitions are supported", and recursion, in its structured-outputs guide),
+    the property refers to it, and its root references are rewritten to point there."""
     inner = {k: v for k, v in schema.items() if k not in _DEFS}
     out: dict[str, Any] = {"type": "object", "properties": {KEY: inner}, "required": [KEY],
                            "additionalProperties": False}  # fmt: skip
     out.update((k, schema[k]) for k in _DEFS if k in schema)
+    if not _refers_to_root(schema):
+        return out
+    given = schema.get("$defs", {})
+    if not isinstance(given, dict):
+        return out  # a "$defs" that is no object: OpenAI refuses it as it is, wrapped or not
+    defs = dict(given)
+    name = next(n for n in (KEY, *(f"{KEY}_{i}" for i in range(1, len(defs) + 2))) if n not in defs)
+    target = f"#/$defs/{name}"
+    defs[name] = _rooted(inner, target)
+    out["$defs"] = {k: _rooted(v, target) for k, v in defs.items()}
+    out["properties"] = {KEY: {"$ref": target}}
+    if "definitions" in schema:
+        out["definitions"] = _rooted(schema["definitions"], target)
     return out
+
+
+def _root_ref(ref: Any) -> bool:
+    """A reference into the schema's root rather than into its definitions."""
+    if not isinstance(ref, str):
+        return False
+    return ref == "#" or (ref.startswith("#/") and not ref.startswith(tuple(f"#/{d}/" for d in _DEFS)))
+
+
+def _refers_to_root(node: Any) -> bool:
+    if isinstance(node, dict):
+        return _root_ref(node.get("$ref")) or any(_refers_to_root(v) for v in node.values())
+    return isinstance(node, list) and any(_refers_to_root(v) for v in node)
+
+
+def _rooted(node: Any, target: str) -> Any:
+    """``node`` with its root references made relative to ``target``."""
+    if isinstance(node, dict):
+        out = {k: _rooted(v, target) for k, v in node.items()}
+        ref = node.get("$ref")
+        if isinstance(ref, str) and _root_ref(ref):
+            out["$ref"] = target + ref[1:]
+        return out
+    if isinstance(node, list):
+        return [_rooted(v, target) for v in node]
+    return node
 
 
 def wrapping(request: Mapping[str, Any], schema: Any) -> str | None:
@@ -54,15 +100,29 @@ def wrapping(request: Mapping[str, Any], schema: Any) -> str | None:
     return "enum" if mime == ENUM_MIME else "json"
 
 
+# The wrapper's opening as a model writes it (whitespace where JSON allows it), before the value.
+_OPENING = re.compile(r'\s*\{\s*"' + KEY + r'"\s*:\s*')
+_DECODER = json.JSONDecoder()
+
+
 def unwrapped(text: str, how: str) -> str:
-    """The answer's text with the wrapper taken off; ``text`` itself when it is not one."""
+    """The answer's text with the wrapper taken off; ``text`` itself when it is not one.
+
+    The value is the model's own text, sliced out, never encoded again: ``json.dumps`` of the
+    parsed value wrote numbers its own way (``1e400`` came back as ``Infinity``, which is no
+    JSON). An answer cut short (``finish_reason`` length) is the value as far as it goes, as
+    Gemini would have answered it unwrapped: the client was sent ``{"response": [{"recipe_name":
+    "a", "ingr…`` (review)."""
+    opening = _OPENING.match(text)
+    if opening is None:
+        return text
     try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError):
+        value, end = _DECODER.raw_decode(text, opening.end())
+    except RecursionError:
         return text
-    if not (isinstance(doc, dict) and len(doc) == 1 and KEY in doc):
-        return text
-    value = doc[KEY]
-    if how == "enum" and isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False)
+    except ValueError:  # the value is cut short: no wrapper's end can follow
+        rest = text[opening.end():]
+        return rest[1:] if how == "enum" and rest.startswith('"') else rest
+    if text[end:].strip() not in ("}", ""):  # "": cut short after the value, before the wrapper's end
+        return text  # another property: not the wrapper
+    return value if how == "enum" and isinstance(value, str) else text[opening.end():end]

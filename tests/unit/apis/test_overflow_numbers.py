@@ -48,8 +48,11 @@ _COMPACTS_ON = ("prompt is too long", "maximum context length", "context_length_
                 "exceeds the maximum number of tokens allowed")  # fmt: skip
 
 
-@pytest.mark.parametrize("dialect", [ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES, GEMINI])
-def test_a_per_minute_overflow_is_told_as_itself_in_every_client_api(dialect: Any) -> None:
+@pytest.mark.parametrize(("dialect", "field"), [
+    (ANTHROPIC_MESSAGES, "max_tokens"), (OPENAI_CHAT, "max_tokens"),
+    (OPENAI_RESPONSES, "max_output_tokens"), (GEMINI, "maxOutputTokens"),
+])  # fmt: skip
+def test_a_per_minute_overflow_is_told_as_itself_in_every_client_api(dialect: Any, field: str) -> None:
     """Azure's day-long token-rate 429 read as a window overflow reached Claude Code as "prompt is
     too long: 128001 tokens > 128000 maximum" for a prompt of a few tokens (review)."""
     case = next(c for c in IN_SAMPLE if c["name"] == "azure-429-retry-after-a-day-is-overflow")
@@ -61,5 +64,52 @@ def test_a_per_minute_overflow_is_told_as_itself_in_every_client_api(dialect: An
     assert status == 400
     said = json.dumps(error)
     assert not any(w in said for w in _COMPACTS_ON), said
-    assert "max_tokens 32000" in error["message"] and "tokens per minute" in error["message"]
+    assert f"{field} 32000" in error["message"] and "tokens per minute" in error["message"]
+    assert f"a smaller {field} may fit" in error["message"]  # Azure's refusal states no numbers
     assert "exceeded token rate limit" in error["message"]
+
+
+_TPM = "openai-429-request-bigger-than-tpm-is-overflow"  # Limit 30000, Requested 36278
+_OVERFLOW_SENTENCE = {ANTHROPIC_MESSAGES: "prompt is too long: 36278 tokens > 30000 maximum",
+                      OPENAI_CHAT: "maximum context length is 30000 tokens",
+                      OPENAI_RESPONSES: "maximum context length is 30000 tokens",
+                      GEMINI: "The input token count (36278) exceeds the maximum number of tokens allowed (30000)"}  # fmt: skip
+
+
+def _tpm_error(output_tokens: int | None) -> ForeignError:
+    case = next(c for c in IN_SAMPLE if c["name"] == _TPM)
+    c = classify_case(case)
+    assert c.per_minute
+    return ForeignError(400, c, "chat", 429, json.dumps(case["body"]).encode(), 36278, 30000,
+                        output_tokens=output_tokens)  # fmt: skip
+
+
+@pytest.mark.parametrize("dialect", [ANTHROPIC_MESSAGES, OPENAI_CHAT, OPENAI_RESPONSES, GEMINI])
+@pytest.mark.parametrize("output_tokens", [6000, None])
+def test_a_prompt_alone_over_the_tokens_per_minute_is_told_in_the_apis_overflow_sentence(
+    dialect: Any, output_tokens: int | None
+) -> None:
+    """With 6,000 of 36,278 tokens asked as output against a 30,000 TPM, no max_tokens fits:
+    told "a smaller max_tokens may fit", Claude Code never compacted and every later turn met
+    the same refusal (review). The API's own overflow sentence makes it compact."""
+    status, body = dialect.foreign_error(_tpm_error(output_tokens), "r")
+    error = json.loads(body)["error"]
+    assert status == 400 and _OVERFLOW_SENTENCE[dialect] in error["message"], error
+    assert "tokens per minute" not in error["message"]
+    if dialect in (OPENAI_CHAT, OPENAI_RESPONSES):
+        assert error["code"] == "context_length_exceeded"
+
+
+@pytest.mark.parametrize(("dialect", "field"), [
+    (ANTHROPIC_MESSAGES, "max_tokens"), (OPENAI_CHAT, "max_tokens"),
+    (OPENAI_RESPONSES, "max_output_tokens"), (GEMINI, "maxOutputTokens"),
+])  # fmt: skip
+def test_a_budget_over_the_tokens_per_minute_is_told_by_the_apis_own_field_and_the_numbers(
+    dialect: Any, field: str
+) -> None:
+    """16,000 output tokens of 36,278 against 30,000: a budget of 16,000 − 6,278 − 1 % fits."""
+    _, body = dialect.foreign_error(_tpm_error(16000), "r")
+    message = json.loads(body)["error"]["message"]
+    assert f"with {field} 16000" in message and f"a {field} of at most 9422 may fit" in message, message
+    if field != "max_tokens":
+        assert "max_tokens" not in message.split("The upstream said")[0]

@@ -38,17 +38,23 @@ def test_openais_numbers_lower_the_output_budget_by_the_excess() -> None:
     assert fit.report["turns_removed"] == 0 and fit.report["limit_source"] == "provider_per_minute"
 
 
-@pytest.mark.parametrize(("name", "sent", "why"), [
-    ("azure-429-retry-after-a-day-is-overflow", 60000, "states no tokens-per-minute numbers"),
-    ("openai-429-request-bigger-than-tpm-is-overflow", 6000, "the prompt alone"),  # 6,578 over: no budget fits
-    ("openai-429-request-bigger-than-tpm-is-overflow", None, "names no output budget"),
-])  # fmt: skip
-def test_no_rescue_where_the_numbers_do_not_allow_one(name: str, sent: int | None, why: str) -> None:
-    fit = fitted_output(classify_case(_case(name)).message, sent)
-    assert fit.max_tokens is None and why in str(fit.report["reason"])
+def test_no_rescue_where_the_refusal_states_no_numbers() -> None:
+    fit = fitted_output(classify_case(_case("azure-429-retry-after-a-day-is-overflow")).message, 60000)
+    assert fit.max_tokens is None and not fit.prompt_over
+    assert "states no tokens-per-minute numbers" in str(fit.report["reason"])
+
+
+@pytest.mark.parametrize("sent", [6000, None])  # 6,578 over: no budget fits; none named: none to lower
+def test_a_prompt_alone_over_the_window_is_the_prompts_to_shrink(sent: int | None) -> None:
+    """Read as "no rescue" and told "a smaller max_tokens may fit", a prompt of 37,765 tokens
+    against a 30,000 TPM was neither compressed nor compacted by the client (review)."""
+    fit = fitted_output(classify_case(_case("openai-429-request-bigger-than-tpm-is-overflow")).message, sent)
+    assert fit.max_tokens is None and fit.prompt_over and "the prompt alone" in str(fit.report["reason"])
+    assert fit.report["target_tokens"] == 30000
 
 
 def test_a_budget_lowered_under_the_floor_is_no_rescue() -> None:
     message = "Request too large for gpt-4o on tokens per min (TPM): Limit 30000, Requested 31000."
     assert fitted_output(message, 1000 + 300 + MIN_OUTPUT_TOKENS).max_tokens == MIN_OUTPUT_TOKENS
-    assert fitted_output(message, 1000 + 300 + MIN_OUTPUT_TOKENS - 1).max_tokens is None
+    under = fitted_output(message, 1000 + 300 + MIN_OUTPUT_TOKENS - 1)
+    assert under.max_tokens is None and under.prompt_over

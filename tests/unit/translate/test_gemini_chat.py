@@ -21,7 +21,7 @@ from gateway.errors import Classification, ErrorType
 from gateway.fake import chat_rules, messages_rules, responses_rules
 from gateway.translate import default_translations
 from gateway.translate.base import Context, Refusal, Target
-from gateway.translate.gemini_chat import GeminiToChat
+from gateway.translate.gemini_chat import GeminiToChat, root
 from gateway.translate.gemini_chat.request import json_schema, lowered
 from tests import images
 from tests.unit.translate.messages_helpers import corpus_answer, wire_stream
@@ -915,6 +915,33 @@ def test_a_wrapped_schemas_definitions_stay_where_its_references_point() -> None
                                                                                   "items": {"$ref": "#/$defs/Recipe"}}
 
 
+def _resolve(root: dict[str, Any], ref: str) -> Any:
+    node: Any = root
+    for part in ref.removeprefix("#").split("/")[1:]:
+        node = node[part]
+    return node
+
+
+def test_a_reference_to_the_root_still_means_the_schema_asked_for_once_wrapped() -> None:
+    """A recursive list (``"$ref": "#"``): wrapped as it was, "#" meant the wrapper object, and
+    a child had to be ``{"response": [...]}`` (review). The schema goes into ``$defs`` and its
+    references to the root point there."""
+    tree = {"type": "array", "items": {"type": "object", "properties": {
+        "name": {"type": "string"}, "children": {"$ref": "#"}, "first": {"$ref": "#/items"}}}}  # fmt: skip
+    out = chat(base(generationConfig={"responseMimeType": "application/json", "responseJsonSchema": tree}))
+    sent = out["response_format"]["json_schema"]["schema"]
+    inner = _resolve(sent, sent["properties"]["response"]["$ref"])
+    assert sent["required"] == ["response"] and inner["type"] == "array"
+    children = inner["items"]["properties"]["children"]["$ref"]
+    assert _resolve(sent, children) is inner
+    assert _resolve(sent, inner["items"]["properties"]["first"]["$ref"]) is inner["items"]
+    assert chat_rules.refusal("/v1/chat/completions", {**out, "messages": [{"role": "user", "content": "hi"}]}) is None
+    named = {**tree, "$defs": {"response": {"type": "string"}, "Leaf": {"$ref": "#"}}}
+    sent = root.wrapped(named)
+    assert sent["$defs"]["response"] == {"type": "string"}  # the client's own definition stays
+    assert _resolve(sent, sent["$defs"]["Leaf"]["$ref"]) == _resolve(sent, sent["properties"]["response"]["$ref"])
+
+
 def test_the_answer_comes_out_of_the_wrapper_buffered_and_streamed() -> None:
     request = client_request("genai-3.6-list-schema")
     value = [{"recipe_name": "Shortbread", "ingredients": ["butter", "sugar", "flour"]}]
@@ -936,6 +963,39 @@ def test_an_enum_answer_comes_back_bare_as_gemini_answers_text_x_enum() -> None:
     assert doc["candidates"][0]["content"]["parts"] == [{"text": "Woodwind"}]
     docs = run_stream(_streamed('{"response": ', '"Woodwind"}'), ctx(request))
     assert [p for d in docs for p in d["candidates"][0]["content"]["parts"]] == [{"text": "Woodwind"}]
+
+
+def _cut_short(text: str) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}]}
+
+
+def test_an_answer_cut_short_comes_back_as_the_value_as_far_as_it_goes() -> None:
+    """finish_reason length: the text parses as nothing, and the client was sent the wrapper's
+    opening with it, ``{"response": [{"recipe_name": "a", "ingr…`` (review)."""
+    request = client_request("genai-3.6-list-schema")
+    cut = '{"response": [{"recipe_name": "a", "ingr'
+    doc = T.answer(_cut_short(cut), ctx(request))
+    assert doc["candidates"][0]["content"]["parts"] == [{"text": '[{"recipe_name": "a", "ingr'}]
+    assert doc["candidates"][0]["finishReason"] == "MAX_TOKENS"
+    docs = run_stream(_streamed(cut[:20], cut[20:]), ctx(request))
+    assert [p for d in docs for p in d["candidates"][0]["content"]["parts"]] == [{"text": '[{"recipe_name": "a", "ingr'}]
+    whole = '{"response": [{"recipe_name": "a"}]'  # cut short after the value, before the wrapper's end
+    assert T.answer(_cut_short(whole), ctx(request))["candidates"][0]["content"]["parts"] == [
+        {"text": '[{"recipe_name": "a"}]'}]  # fmt: skip
+    enum = client_request("genai-3.6-enum-schema")
+    assert T.answer(_cut_short('{"response": "Woodw'), ctx(enum))["candidates"][0]["content"]["parts"] == [
+        {"text": "Woodw"}]  # fmt: skip
+
+
+@pytest.mark.parametrize("value", ['[1e400, 0.10, 1E+2, -0.0]', '[{"name": "caf\\u00e9 \\ud83c\\udf70"}]',
+                                   '[\n  {"a": 1.0}\n]'])  # fmt: skip
+def test_the_value_comes_back_as_the_model_wrote_it(value: str) -> None:
+    """Encoded again, 1e400 came back as Infinity (no JSON), 0.10 as 0.1, escapes as characters."""
+    request = client_request("genai-3.6-list-schema")
+    text = '{"response": ' + value + "}"
+    assert T.answer(_answered(text), ctx(request))["candidates"][0]["content"]["parts"] == [{"text": value}]
+    docs = run_stream(_streamed(text[:9], text[9:]), ctx(request))
+    assert [p for d in docs for p in d["candidates"][0]["content"]["parts"]] == [{"text": value}]
 
 
 def test_a_text_that_is_not_the_wrapper_comes_back_as_it_came() -> None:
