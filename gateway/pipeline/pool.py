@@ -46,7 +46,7 @@ from gateway.apis.responses.wire import ResponsesStreamReader
 from gateway.errors import Classification, ErrorType
 from gateway.pipeline.attempt import Call
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success, gateway_failure
-from gateway.pipeline.send import SETTLED, Sent, fails_over_class, send_one, skipped_cut, waited_and_confirmed
+from gateway.pipeline.send import SETTLED, Sent, fails_over, fails_over_class, send_one, skipped_cut, waited_and_confirmed
 from gateway.policy.breaker import circuit_key
 from gateway.policy.retry import RetryPlan, StopReason
 from gateway.policy.retry_after import reset_at_ms, restamped, restamped_body
@@ -151,7 +151,9 @@ async def send_pool(
             elif held and nxt is not None:
                 if last is None:
                     return CutsHeld(tuple(held))
-                ready = []  # a sibling failed: the request moves on to the later hop (below)
+                if _moves_on(svc, last, nxt):
+                    ready = []  # a sibling failed: the request moves on to the later hop (below)
+                # else the held ones are asked: the later hop would not take the sibling's failure
         if ready:
             new = False  # its first turn: the strategy picked its home
             if not homed:
@@ -241,6 +243,14 @@ async def send_pool(
                            "error_type": c.type.value})  # fmt: skip
                 continue
         # No deployment is left to try.
+        if cuts and passed - tried and last is not None and plan.head_room() and not _moves_on(svc, last, nxt):
+            # Siblings answered in place of deployments held for a head cut, and failed in a way
+            # the route does not move on for (a refused key, with no later hop or one that only
+            # takes outages): the held ones are asked before the request gives up. Ended there, a
+            # sibling's API_KEY_INVALID was the answer, the held one never asked, where before the
+            # memory it answered or its cut moved the request on to the fallback (review).
+            cuts = False
+            continue
         if unspent is not None and unspent.call is not None and last is not None and _cannot_serve(last):
             # The request ends on a sibling that cannot serve at all (a refused key, no credit, no
             # such model): the deployment that failed for an outage gets its retries, as the
@@ -621,6 +631,14 @@ def _past_cuts(svc: Services, model: str | None,
         else:
             held.append((v.name, left_s))
     return fresh, held
+
+
+def _moves_on(svc: Services, last: Sent, nxt: UpstreamRuntime | None) -> bool:
+    """Whether the route's later hop ``nxt`` takes the request after ``last``, a deployment's
+    failure (as pipeline/chain.py moves it on)."""
+    out = last.outcome
+    return nxt is not None and isinstance(out, Failure) and last.call is not None \
+        and fails_over(svc, out, last.call.up, nxt)  # fmt: skip
 
 
 def _cannot_serve(sent: Sent) -> bool:
