@@ -46,7 +46,15 @@ from gateway.apis.responses.wire import ResponsesStreamReader
 from gateway.errors import Classification, ErrorType
 from gateway.pipeline.attempt import Call
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success, gateway_failure
-from gateway.pipeline.send import SETTLED, Sent, fails_over, fails_over_class, send_one, skipped_cut, waited_and_confirmed
+from gateway.pipeline.send import (
+    SETTLED,
+    Sent,
+    fails_over,
+    fails_over_class,
+    send_one,
+    skipped_cut,
+    waited_and_confirmed,
+)
 from gateway.policy.breaker import circuit_key
 from gateway.policy.retry import RetryPlan, StopReason
 from gateway.policy.retry_after import reset_at_ms, restamped, restamped_body
@@ -243,7 +251,8 @@ async def send_pool(
                            "error_type": c.type.value})  # fmt: skip
                 continue
         # No deployment is left to try.
-        if cuts and passed - tried and last is not None and plan.head_room() and not _moves_on(svc, last, nxt):
+        if cuts and passed - tried and last is not None and plan.head_room() \
+                and not _moves_on(svc, last, nxt):  # fmt: skip
             # Siblings answered in place of deployments held for a head cut, and failed in a way
             # the route does not move on for (a refused key, with no later hop or one that only
             # takes outages): the held ones are asked before the request gives up. Ended there, a

@@ -27,6 +27,7 @@ from gateway.fake.messages import sign
 from gateway.fake.responses_rules import seal
 from gateway.policy.foreign_reasoning import GATEWAY_THINKING_MARK, GEMINI_SKIP
 from gateway.translate import sealed_thinking
+from tests.corpus_cases import IN_SAMPLE
 from tests.fakeupstream import (
     FakeUpstream,
     Reply,
@@ -37,7 +38,6 @@ from tests.fakeupstream import (
     response_object,
     responses_error,
 )
-from tests.corpus_cases import IN_SAMPLE
 from tests.unit.translate.messages_helpers import corpus_answer
 
 THOUGHT = "The user wants Paris's weather: call the tool."
