@@ -103,6 +103,20 @@ async def send_pool(
     an ErrorType: none may serve now, for that reason, and ``nxt`` (a later hop) is left.
     ``cuts``: the request goes past deployments cut lately for one like it (``send.cuts_apply``)
     to a sibling that may serve, or (``CutsHeld``) to ``nxt``; with neither, it asks them."""
+    passed: dict[str, float] = {}  # deployments this request went past for a head cut: hold left
+    answer = await _sent_pool(svc, state, plan, pool, call_for, conversation, nxt, cuts, passed)
+    # Told once the request is done with the pool: a held deployment asked after all (its sibling
+    # failed, ``_moves_on``) was never gone past, and counted at once it was (review).
+    for name, left_s in passed.items():
+        skipped_cut(svc, state, name, left_s)
+    return answer
+
+
+async def _sent_pool(
+    svc: Services, state: RequestState, plan: RetryPlan, pool: PoolRuntime,
+    call_for: Callable[[UpstreamRuntime], Call | Failure], conversation: str | None,
+    nxt: UpstreamRuntime | None, cuts: bool, passed: dict[str, float],
+) -> Sent | Failure | ErrorType | CutsHeld:  # fmt: skip
     ps = svc.pool_state
     assert ps is not None
     cfg, members, model = pool.cfg, pool.members, state.model
@@ -132,7 +146,6 @@ async def send_pool(
     decided = False  # this request held or claimed ``home``: no turn was answered there yet
     opening = True  # the request's first pick: affinity may decide it
     removed: set[str] = set()  # deployments a reload took out while this request waited
-    passed: set[str] = set()  # deployments this request went past for a head cut
     while True:
         if not ps.fresh(cfg.name, model):
             await ps.refresh(cfg.name, pool.member_cfgs, model, pool.circuits)
@@ -151,10 +164,7 @@ async def send_pool(
             # 28.5 s while its cut was remembered and never read here (review).
             fresh, held = _past_cuts(svc, model, ready)
             if held and fresh:
-                for name, left_s in held:
-                    if name not in passed:
-                        passed.add(name)
-                        skipped_cut(svc, state, name, left_s)
+                passed.update((name, left_s) for name, left_s in held if name not in passed)
                 ready = fresh
             elif held and nxt is not None:
                 if last is None:
@@ -251,7 +261,7 @@ async def send_pool(
                            "error_type": c.type.value})  # fmt: skip
                 continue
         # No deployment is left to try.
-        if cuts and passed - tried and last is not None and plan.head_room() \
+        if cuts and passed.keys() - tried and last is not None and plan.head_room() \
                 and not _moves_on(svc, last, nxt):  # fmt: skip
             # Siblings answered in place of deployments held for a head cut, and failed in a way
             # the route does not move on for (a refused key, with no later hop or one that only
@@ -259,6 +269,7 @@ async def send_pool(
             # sibling's API_KEY_INVALID was the answer, the held one never asked, where before the
             # memory it answered or its cut moved the request on to the fallback (review).
             cuts = False
+            passed.clear()  # asked after all: not gone past
             continue
         if unspent is not None and unspent.call is not None and last is not None and _cannot_serve(last):
             # The request ends on a sibling that cannot serve at all (a refused key, no credit, no

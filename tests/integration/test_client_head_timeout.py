@@ -12,6 +12,7 @@ given and fails as a first-byte timeout would; the fallback is the fake upstream
 from __future__ import annotations
 
 import json
+import logging
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -379,15 +380,20 @@ def _weighted(fallbacks: str) -> str:
             "loop_breaker: {{enabled: false}}\n")  # fmt: skip
 
 
-async def test_a_sibling_refused_in_place_of_a_held_deployment_goes_back_to_it() -> None:
+async def test_a_sibling_refused_in_place_of_a_held_deployment_goes_back_to_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """Review: with a held for its cut, b asked in its place answered API_KEY_INVALID, which no
-    later hop is asked for: the request ended 502 with only b asked, where before the memory a
-    was asked, and its cut moved the request on to c. The held one is asked before giving up."""
+    later hop is asked for: the request ended 403 with only b asked, where before the memory a
+    was asked, and its cut moved the request on to c. The held one is asked before giving up,
+    and is not told as gone past (it was counted as it was passed over, before b failed)."""
+    caplog.set_level(logging.INFO, logger="gateway.decisions")
     steps = (lambda _: None, gemini.invalid_key())
     out, asked = await _serve(_weighted("c"), {A: None, B: 1.0}, [_cli_first()] * 2, rand=lambda: 0.0,
                               steps=steps)  # fmt: skip
     assert [(o[0], o[3].get("x-llm-upstream")) for o in out] == [(200, "b"), (200, "c")]
     assert [host for host, _ in asked] == [A, B, B, A, B]
+    assert not [r for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "head_cut_skipped"]
 
 
 
