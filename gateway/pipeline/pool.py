@@ -187,6 +187,7 @@ async def _sent_pool(
             if stored is not None:
                 why = "stored"
             up = members[pick.slot]
+            passed.pop(up.cfg.name, None)  # asked after all: not gone past
             call = call_for(up)
             if isinstance(call, Failure):
                 tried.add(up.cfg.name)
@@ -269,7 +270,6 @@ async def _sent_pool(
             # sibling's API_KEY_INVALID was the answer, the held one never asked, where before the
             # memory it answered or its cut moved the request on to the fallback (review).
             cuts = False
-            passed.clear()  # asked after all: not gone past
             continue
         if unspent is not None and unspent.call is not None and last is not None and _cannot_serve(last):
             # The request ends on a sibling that cannot serve at all (a refused key, no credit, no
