@@ -108,6 +108,13 @@ async def send_chain(
                 if back is not None:
                     return await send_chain(svc, state, plan, back, call_for, conversation, cuts=False)
                 return Sent(last.outcome if last is not None else refused, last.call if last else None)
+            # The last hop is a pool that answered by itself (every deployment sits out): no
+            # later hop carried the request, so the held ones are asked after all, as after a hop
+            # that cannot carry it. Its 429 was the answer, no upstream asked, while the held hop
+            # had recovered (review).
+            back = _gone_back(hops, passed) if pooled.call is None and nxt is None else None
+            if back is not None:
+                return await send_chain(svc, state, plan, back, call_for, conversation, cuts=False)
             sent = pooled
         else:
             up = hop.members[0]

@@ -878,4 +878,14 @@ def _exclude_oversized(
 
 
 def _asked_of(asked: Asked, call: Call) -> dict[str, Any]:
-    return asked.payload() if call.translation is None else asked.client()
+    """What ``call``'s upstream is sent again (fixed, compressed, unstreamed) built from: the
+    client's payload as prepared, or the client's own for a translated call. An untranslated
+    Gemini leg's has the gateway's seal swapped, as ``_call_for`` sent it the first time: read
+    raw, every resend (a compressed overflow, a lowered budget, the empty-stream probe) took
+    Claude's sealed thinking to Google, which refuses it (review)."""
+    if call.translation is not None:
+        return asked.client()
+    payload = asked.payload()
+    if call.dialect.api == "gemini":  # one byte search when the request carries no seal
+        payload = reasoning_fix.gemini_passed(asked.inbound.body, payload)
+    return payload

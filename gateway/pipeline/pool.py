@@ -46,7 +46,15 @@ from gateway.apis.responses.wire import ResponsesStreamReader
 from gateway.errors import Classification, ErrorType
 from gateway.pipeline.attempt import Call
 from gateway.pipeline.outcome import Failure, Outcome, RequestState, Success, gateway_failure
-from gateway.pipeline.send import SETTLED, Sent, fails_over_class, send_one, skipped_cut, waited_and_confirmed
+from gateway.pipeline.send import (
+    SETTLED,
+    Sent,
+    fails_over,
+    fails_over_class,
+    send_one,
+    skipped_cut,
+    waited_and_confirmed,
+)
 from gateway.policy.breaker import circuit_key
 from gateway.policy.retry import RetryPlan, StopReason
 from gateway.policy.retry_after import reset_at_ms, restamped, restamped_body
@@ -95,6 +103,20 @@ async def send_pool(
     an ErrorType: none may serve now, for that reason, and ``nxt`` (a later hop) is left.
     ``cuts``: the request goes past deployments cut lately for one like it (``send.cuts_apply``)
     to a sibling that may serve, or (``CutsHeld``) to ``nxt``; with neither, it asks them."""
+    passed: dict[str, float] = {}  # deployments this request went past for a head cut: hold left
+    answer = await _sent_pool(svc, state, plan, pool, call_for, conversation, nxt, cuts, passed)
+    # Told once the request is done with the pool: a held deployment asked after all (its sibling
+    # failed, ``_moves_on``) was never gone past, and counted at once it was (review).
+    for name, left_s in passed.items():
+        skipped_cut(svc, state, name, left_s)
+    return answer
+
+
+async def _sent_pool(
+    svc: Services, state: RequestState, plan: RetryPlan, pool: PoolRuntime,
+    call_for: Callable[[UpstreamRuntime], Call | Failure], conversation: str | None,
+    nxt: UpstreamRuntime | None, cuts: bool, passed: dict[str, float],
+) -> Sent | Failure | ErrorType | CutsHeld:  # fmt: skip
     ps = svc.pool_state
     assert ps is not None
     cfg, members, model = pool.cfg, pool.members, state.model
@@ -124,7 +146,6 @@ async def send_pool(
     decided = False  # this request held or claimed ``home``: no turn was answered there yet
     opening = True  # the request's first pick: affinity may decide it
     removed: set[str] = set()  # deployments a reload took out while this request waited
-    passed: set[str] = set()  # deployments this request went past for a head cut
     while True:
         if not ps.fresh(cfg.name, model):
             await ps.refresh(cfg.name, pool.member_cfgs, model, pool.circuits)
@@ -143,15 +164,14 @@ async def send_pool(
             # 28.5 s while its cut was remembered and never read here (review).
             fresh, held = _past_cuts(svc, model, ready)
             if held and fresh:
-                for name, left_s in held:
-                    if name not in passed:
-                        passed.add(name)
-                        skipped_cut(svc, state, name, left_s)
+                passed.update((name, left_s) for name, left_s in held if name not in passed)
                 ready = fresh
             elif held and nxt is not None:
                 if last is None:
                     return CutsHeld(tuple(held))
-                ready = []  # a sibling failed: the request moves on to the later hop (below)
+                if _moves_on(svc, last, nxt):
+                    ready = []  # a sibling failed: the request moves on to the later hop (below)
+                # else the held ones are asked: the later hop would not take the sibling's failure
         if ready:
             new = False  # its first turn: the strategy picked its home
             if not homed:
@@ -167,6 +187,7 @@ async def send_pool(
             if stored is not None:
                 why = "stored"
             up = members[pick.slot]
+            passed.pop(up.cfg.name, None)  # asked after all: not gone past
             call = call_for(up)
             if isinstance(call, Failure):
                 tried.add(up.cfg.name)
@@ -241,6 +262,15 @@ async def send_pool(
                            "error_type": c.type.value})  # fmt: skip
                 continue
         # No deployment is left to try.
+        if cuts and passed.keys() - tried and last is not None and plan.head_room() \
+                and not _moves_on(svc, last, nxt):  # fmt: skip
+            # Siblings answered in place of deployments held for a head cut, and failed in a way
+            # the route does not move on for (a refused key, with no later hop or one that only
+            # takes outages): the held ones are asked before the request gives up. Ended there, a
+            # sibling's API_KEY_INVALID was the answer, the held one never asked, where before the
+            # memory it answered or its cut moved the request on to the fallback (review).
+            cuts = False
+            continue
         if unspent is not None and unspent.call is not None and last is not None and _cannot_serve(last):
             # The request ends on a sibling that cannot serve at all (a refused key, no credit, no
             # such model): the deployment that failed for an outage gets its retries, as the
@@ -621,6 +651,14 @@ def _past_cuts(svc: Services, model: str | None,
         else:
             held.append((v.name, left_s))
     return fresh, held
+
+
+def _moves_on(svc: Services, last: Sent, nxt: UpstreamRuntime | None) -> bool:
+    """Whether the route's later hop ``nxt`` takes the request after ``last``, a deployment's
+    failure (as pipeline/chain.py moves it on)."""
+    out = last.outcome
+    return nxt is not None and isinstance(out, Failure) and last.call is not None \
+        and fails_over(svc, out, last.call.up, nxt)  # fmt: skip
 
 
 def _cannot_serve(sent: Sent) -> bool:

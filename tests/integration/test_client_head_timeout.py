@@ -12,6 +12,7 @@ given and fails as a first-byte timeout would; the fallback is the fake upstream
 from __future__ import annotations
 
 import json
+import logging
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,8 @@ from aiohttp import web
 from gateway.app import create_app
 from gateway.config import parse_config
 from gateway.errors import TransportError
+from gateway.fake import gemini
+from gateway.fake.steps import Step
 from gateway.fake.upstream import FakeUpstream
 from gateway.server import make_runner
 from gateway.upstream import UpstreamFailure, UpstreamRequest, UpstreamResponse, new_sender
@@ -108,14 +111,16 @@ A, B = "127.0.0.1", "localhost"
 
 async def _serve(
     yaml: str, heads: dict[str, float | None], asks: list[tuple[dict[str, str], str, Any]],
-    hung_once: bool = False, rand: Callable[[], float] = random.random,
+    hung_once: bool = False, rand: Callable[[], float] = random.random, steps: tuple[Step, ...] = (),
 ) -> tuple[list[tuple[int, bytes, float, dict[str, str]]], list[tuple[str, float]]]:
     """Each of ``asks`` (headers, path, body) through a gateway configured by ``yaml``, whose
     ``{A}`` and ``{B}`` are the upstreams' base URLs: each answer's status, body, seconds on the
     clock and ``x-llm-*`` headers, and each attempt's (host, first-byte timeout); ``{M}``: B's base
     URL for an upstream that speaks Messages. ``hung_once``:
-    the first call never answers, whatever its host, and the rest as ``heads`` say."""
+    the first call never answers, whatever its host, and the rest as ``heads`` say. ``steps``:
+    what the calls that reach the fake get, in turn (a step that gives None: its default)."""
     fake = await FakeUpstream().start()
+    fake.script(*steps)
     base = fake.url.removesuffix("/v1") + "/v1beta"
     messages = fake.url.replace(A, B)  # {M}: B's host, for an upstream that speaks Messages
     cfg = parse_config(yaml.format(A=base, B=base.replace(A, B), M=messages) +
@@ -361,3 +366,48 @@ async def test_a_pool_goes_past_a_cut_deployment_to_a_ready_sibling() -> None:
     assert [o[0] for o in out] == [200] * 3
     assert [round(o[2], 1) for o in out] == [29.5, 1.0, 1.0]
     assert [host for host, _ in asked] == [A, B, B, B]
+
+
+def _weighted(fallbacks: str) -> str:
+    """Pool p of a (at {A}) and b (at {B}), picked in that order while both may serve (a draw
+    of 0), no affinity; c at {B} too, for ``fallbacks``."""
+    return ("upstreams:\n"
+            "  - {{name: a, base_url: '{A}', apis: [gemini], api_key: K}}\n"
+            "  - {{name: b, base_url: '{B}', apis: [gemini], api_key: K}}\n"
+            "  - {{name: c, base_url: '{B}', apis: [gemini], api_key: K}}\n"
+            "pools:\n  - {{name: p, models: ['gemini-*'], deployments: [a, b], strategy: weighted, "
+            f"fallbacks: [{fallbacks}], affinity: {{{{enabled: false}}}}}}}}\n"
+            "loop_breaker: {{enabled: false}}\n")  # fmt: skip
+
+
+async def test_a_sibling_refused_in_place_of_a_held_deployment_goes_back_to_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Review: with a held for its cut, b asked in its place answered API_KEY_INVALID, which no
+    later hop is asked for: the request ended 403 with only b asked, where before the memory a
+    was asked, and its cut moved the request on to c. The held one is asked before giving up,
+    and is not told as gone past (it was counted as it was passed over, before b failed)."""
+    caplog.set_level(logging.INFO, logger="gateway.decisions")
+    steps = (lambda _: None, gemini.invalid_key())
+    out, asked = await _serve(_weighted("c"), {A: None, B: 1.0}, [_cli_first()] * 2, rand=lambda: 0.0,
+                              steps=steps)  # fmt: skip
+    assert [(o[0], o[3].get("x-llm-upstream")) for o in out] == [(200, "b"), (200, "c")]
+    assert [host for host, _ in asked] == [A, B, B, A, B]
+    assert not [r for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "head_cut_skipped"]
+
+
+
+async def test_a_held_hop_is_asked_when_the_pool_after_it_answers_by_itself() -> None:
+    """Review: a held for its cut, its fallback a pool whose one deployment sits out for a rate
+    limit: the pool answered 429 "every deployment of pool 'q' is rate limited", no upstream
+    asked, while a had recovered. No later hop carried the request: a is asked after all."""
+    chained = ("upstreams:\n"
+               "  - {{name: a, base_url: '{A}', apis: [gemini], api_key: K, fallbacks: [q]}}\n"
+               "  - {{name: b, base_url: '{B}', apis: [gemini], api_key: K}}\n"
+               "pools:\n  - {{name: q, models: ['never-*'], deployments: [b], affinity: {{enabled: false}}}}\n"
+               "loop_breaker: {{enabled: false}}\n")  # fmt: skip
+    limited = gemini.rate_limited("gemini-3-flash-preview", 120.0)
+    out, asked = await _serve(chained, {A: 1.0, B: 1.0}, [_cli_first()] * 2, hung_once=True, steps=(limited,))
+    assert [o[0] for o in out] == [429, 200]
+    assert out[1][3].get("x-llm-upstream") == "a"
+    assert [host for host, _ in asked] == [A, B, A]

@@ -27,6 +27,7 @@ from gateway.fake.messages import sign
 from gateway.fake.responses_rules import seal
 from gateway.policy.foreign_reasoning import GATEWAY_THINKING_MARK, GEMINI_SKIP
 from gateway.translate import sealed_thinking
+from tests.corpus_cases import IN_SAMPLE
 from tests.fakeupstream import (
     FakeUpstream,
     Reply,
@@ -303,6 +304,42 @@ async def test_the_gateways_sealed_thinking_goes_to_google_as_its_stand_in_count
                 assert GEMINI_SKIP.encode() in sent.body
         finally:
             await fake.close()
+
+
+async def test_the_gateways_sealed_thinking_stays_swapped_when_an_overflow_is_sent_again(make_gateway: Any) -> None:
+    """The swap is made where a leg's call is built; the compressed retry of an overflow is
+    written again from the client's payload, and took the seal to Google as it came: "Corrupted
+    thought signature." where the retry had been answered (review)."""
+    block = corpus_answer("messages-thinking-then-tool-use.json")["body"]["content"][0]
+    sealed = sealed_thinking.seal([block])
+    assert sealed is not None
+    overflow = next(c for c in IN_SAMPLE if c["name"] == "gemini-overflow")
+    history: list[dict[str, Any]] = [{"role": "user", "parts": [{"text": "fix the bug"}]}]
+    for i in range(8):
+        history += [{"role": "model", "parts": [{"functionCall": {"name": "read", "args": {"n": i}, "id": f"c{i}"},
+                                                 "thoughtSignature": f"s{i}"}]},
+                    {"role": "user", "parts": [{"functionResponse": {"name": "read", "id": f"c{i}",
+                                                                     "response": {"output": "y" * 60000}}}]}]  # fmt: skip
+    history += [
+        {"role": "model", "parts": [{"functionCall": {"id": "fc_1", "name": "ls", "args": {}}, "thoughtSignature": sealed}]},
+        {"role": "user", "parts": [{"functionResponse": {"id": "fc_1", "name": "ls", "response": {"output": "a"}}}]},
+    ]  # fmt: skip
+    fake = await FakeUpstream().start()
+    try:
+        gw = await make_gateway(fake=fake, upstreams=(
+            f"  - {{name: google, base_url: '{fake.url.removesuffix('/v1')}/v1beta', apis: [gemini], api_key: k}}\n"))  # fmt: skip
+        fake.script(Reply(overflow["status"], overflow["body"]))
+        async with gw.session.post(gw.base + "/v1beta/models/gemini-2.5-flash:generateContent",
+                                   json={"contents": history}, headers={"x-goog-api-key": "client"}) as r:  # fmt: skip
+            assert r.status == 200, await r.text()
+            assert r.headers["x-llm-compressed"] == "true"
+        first, retried = fake.requests
+        assert len(retried.body) < len(first.body)
+        for sent in (first, retried):
+            assert GATEWAY_THINKING_MARK.encode() not in sent.body
+            assert GEMINI_SKIP.encode() in sent.body
+    finally:
+        await fake.close()
 
 
 def answering(org: str, steps: int = 2) -> Any:
