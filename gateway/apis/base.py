@@ -299,7 +299,7 @@ class Dialect(Protocol):
 
     def compress(
         self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None,
-        removed_tokens: float = 0.0,
+        removed_tokens: float = 0.0, prompt_tokens: int | None = None,
     ) -> CompressionResult: ...
 
     def tool_outputs(self, payload: Mapping[str, Any], policy: ToolOutputPolicy, stage: Stage) -> Applied:

@@ -185,6 +185,8 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
     if pooled and isinstance(outcome, Success):
         # Time to the first visible event of a stream, to the whole answer otherwise.
         svc.pool_state.timed(call.up.cfg.name, svc.monotonic() - t0)  # type: ignore[union-attr]
+    if isinstance(outcome, Failure) and outcome.classification.per_minute:
+        outcome.sent_output = output_budget.asked(sent_doc(body))
     if call.translation is not None and isinstance(outcome, Failure) and outcome.own is None:
         outcome.foreign = _foreign(call, outcome, len(body))
         # Rendered as JSON in the client's API: not the upstream's text/plain or HTML any more.
@@ -698,7 +700,7 @@ def _foreign(call: Call, failure: Failure, sent_bytes: int) -> ForeignError:
         status=failure.status, classification=c, upstream_api=call.dialect.api,
         upstream_status=failure.upstream_status or failure.status, upstream_body=failure.body,
         prompt_tokens=prompt, limit_tokens=limit,
-        output_tokens=output_budget.asked(sent_doc(call.body)) if c.per_minute else None,
+        output_tokens=failure.sent_output,
     )  # fmt: skip
 
 

@@ -43,7 +43,7 @@ from gateway.keys.attribution import session_of
 from gateway.pipeline import accounting, output_cap, param_fix, reasoning_fix
 from gateway.pipeline.admit import is_json, model_of, parse_json_object, read_body, refuses_repeats
 from gateway.pipeline.asked import Asked
-from gateway.pipeline.attempt import Call, ReadMode, sent_doc
+from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.chain import onward, resume_route, send_chain
 from gateway.pipeline.continuation import continuable, resumer
 from gateway.pipeline.legs import Sending, leg_call, resent
@@ -786,22 +786,27 @@ async def _overflow(
     payload: dict[str, Any], overflow: Failure,
 ) -> Outcome:  # fmt: skip
     c = overflow.classification
+    prompt = None  # the provider's count of the prompt alone, where its refusal counts more
     if c.per_minute:
-        fit = per_minute_fit.fitted_output(c.message, output_budget.asked(sent_doc(call.body)))
+        fit = per_minute_fit.fitted_output(c.message, overflow.sent_output)
         if not fit.prompt_over:  # lowering max_tokens is no compaction: every client gets it
             return await _fit_per_minute(svc, state, plan, call, payload, overflow, fit)
         # No budget fits: the prompt is too long for the window the refusal states, which the
-        # compress-and-retry below reads from it as from any overflow's.
+        # compress-and-retry below reads from it as from any overflow's, calibrated by the
+        # prompt alone. The retry asks no more than was sent: a cap a fixed resend met holds.
+        if overflow.sent_output:
+            payload = state.dialect.lower_output(payload, overflow.sent_output) or payload
+        prompt = fit.prompt_tokens
     if _client_compacts(svc, request):
         state.compression = {"outcome": "passed_to_client", "reason": "the client compacts itself"}
         svc.telemetry.compressions.labels(call.up.cfg.name, "passed_to_client").inc()
         return overflow
-    return await _rescue(svc, state, plan, call, payload, overflow)
+    return await _rescue(svc, state, plan, call, payload, overflow, prompt)
 
 
 async def _rescue(
     svc: Services, state: RequestState, plan: RetryPlan, call: Call,
-    payload: dict[str, Any], overflow: Failure,
+    payload: dict[str, Any], overflow: Failure, prompt_tokens: int | None = None,
 ) -> Outcome:  # fmt: skip
     """Exactly one compress-and-retry. A second overflow is answered with the first one: its
     numbers are about the client's own request, which is what an agent trims from."""
@@ -811,7 +816,8 @@ async def _rescue(
     excluded, removed = _exclude_oversized(svc, state, up, payload, message)
     payload = excluded if excluded is not None else payload
     result = state.dialect.compress(
-        payload, error_message=message, context_window=up.cfg.context_window, removed_tokens=removed
+        payload, error_message=message, context_window=up.cfg.context_window, removed_tokens=removed,
+        prompt_tokens=prompt_tokens,
     )
     state.compression = {"outcome": result.outcome, **result.report}
     # Outputs excluded are sent even when nothing more could be removed: the one retry is theirs.

@@ -220,6 +220,9 @@ class Failure:
     own: OwnError | None = None
     foreign: ForeignError | None = None  # an upstream error on a translated request
     upstream_status: int | None = None  # what the upstream answered, before any remapping
+    # The output budget of the very body refused, on a per-minute overflow (its "Requested" is
+    # prompt plus this): a fixed resend sends another body on the same call than ``Call.body``.
+    sent_output: int | None = None
 
 
 Outcome = Success | Failure

@@ -76,17 +76,20 @@ class CompressionResult:
 
 def compress(
     payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None,
-    removed_tokens: float = 0.0,
+    removed_tokens: float = 0.0, prompt_tokens: int | None = None,
 ) -> CompressionResult:
     """``removed_tokens``: what was already taken out of the request the error is about
     (oversized tool outputs excluded in the rescue), so the provider's count is matched
-    against our estimate of the request it counted."""
+    against our estimate of the request it counted. ``prompt_tokens``: the provider's count
+    of the prompt alone where its message counts more (a tokens-per-minute refusal's
+    "Requested" adds the output budget sent: ``policy/per_minute_fit.py``)."""
     messages = payload.get("messages")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
         return _not_applicable(0, 0, "no messages")
     sizes = [message_tokens(m) for m in messages]
     raw_total = request_tokens(dict(payload))
     limits = parse_overflow(error_message)
+    counted = prompt_tokens or limits.prompt
     # Provider tokens per estimated token: how far our byte count is off for this content.
     # The provider's count is a fact about this very request, so it is trusted however far
     # it is from ours (images, tool schemas, a server-side prompt or an unusual tokenizer
@@ -94,12 +97,12 @@ def compress(
     # limit and the one retry would overflow again. The only bound is from below: assuming
     # the provider counts more than it said can only cut more, never aim too high.
     seen = raw_total + removed_tokens  # our estimate of the request the provider counted
-    scale = max(MIN_SCALE, limits.prompt / seen) if limits.prompt else 1.0
+    scale = max(MIN_SCALE, counted / seen) if counted else 1.0
     before = round(raw_total * scale)
     limit = limits.limit or context_window
     source = "provider" if limits.limit else "context_window" if context_window else "estimate"
     facts: dict[str, Any] = {"limit_source": source}
-    if limits.prompt:
+    if counted:
         facts["calibration"] = round(scale, 3)
     completion_key = "max_completion_tokens" if "max_completion_tokens" in payload else "max_tokens"
     asked = payload.get(completion_key)
@@ -119,7 +122,7 @@ def compress(
         # Cutting the conversation to make room for a huge max_tokens would waste it.
         completion_out = min(completion, max(MIN_COMPLETION_TOKENS, budget // 4)) if completion else 0
         budget -= completion_out
-        if not limits.prompt and round(seen) <= budget:
+        if not counted and round(seen) <= budget:
             # The provider counted more than our estimate; without its count, assume ours
             # is low by the gap we can see and aim well under the size it refused.
             budget = min(budget, round(seen * 0.8))

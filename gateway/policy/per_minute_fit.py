@@ -37,6 +37,9 @@ class Fit:
     max_tokens: int | None  # the budget to send again; None: none fits, or nothing says
     report: dict[str, object]  # counts, never content: what was read and decided
     prompt_over: bool = False  # the numbers leave no budget: the prompt must shrink
+    # With ``prompt_over``: the provider's count less the budget sent, the prompt alone, which
+    # compression calibrates its estimate by (the whole count made it cut too deep).
+    prompt_tokens: int | None = None
 
 
 def fitted_output(message: str | None, sent_max_tokens: int | None) -> Fit:
@@ -50,6 +53,8 @@ def fitted_output(message: str | None, sent_max_tokens: int | None) -> Fit:
     lowered = (sent_max_tokens or 0) - excess
     if lowered < MIN_OUTPUT_TOKENS:
         why = "the prompt alone does not fit the tokens-per-minute window"
-        return Fit(None, {**facts, "reason": why}, prompt_over=True)
+        prompt = stated.requested - (sent_max_tokens or 0)
+        alone = prompt if prompt > 0 else None
+        return Fit(None, {**facts, "reason": why}, prompt_over=True, prompt_tokens=alone)
     report = {**facts, "max_tokens_lowered_to": lowered, "messages_removed": 0, "turns_removed": 0}
     return Fit(lowered, report)

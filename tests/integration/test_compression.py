@@ -201,3 +201,40 @@ async def test_a_prompt_still_over_the_tokens_per_minute_is_told_as_a_prompt_too
     assert error == {**error, "type": "invalid_request_error",
                      "message": "prompt is too long: 36278 tokens > 30000 maximum"}  # fmt: skip
     assert len(gw.fake.chat_requests()) == 2  # one rescue in all
+
+
+def _case_reply(name: str) -> Reply:
+    case = next(c for c in IN_SAMPLE if c["name"] == name)
+    return Reply(case["status"], case["body"], case.get("headers") or {})
+
+
+async def test_after_a_budget_capped_the_per_minute_rescue_lowers_the_budget_sent(make_gateway) -> None:
+    """max_tokens 20480 refused by gpt-4o's cap ("at most 16384", tests/corpus/openai.json) and
+    sent again as 16384, then over the TPM (Limit 30000, Requested 36278): the excess is off
+    the 16384 the provider counted. The rescue read the first body's 20480 (review), sent 13902,
+    still over, and told the client the value just refused."""
+    gw = await make_gateway(upstream_yaml=", apis: [chat]")
+    gw.fake.script(_case_reply("openai-400-max-tokens-above-the-models-output-limit"), _tpm_refusal())
+    ask = {"model": "gpt-4o", "max_tokens": 20480, "messages": _facts()}
+    status, headers, body = await gw.messages(ask)
+    assert status == 200 and headers["x-llm-compressed"] == "true", body
+    sent = [r.json() for r in gw.fake.chat_requests()]
+    assert [r["max_tokens"] for r in sent] == [20480, 16384, 16384 - 6278 - 300]
+    assert all(r["messages"] == sent[0]["messages"] for r in sent)  # no turn dropped
+
+
+async def test_after_a_budget_capped_a_prompt_over_the_tokens_per_minute_is_compressed(make_gateway) -> None:
+    """max_tokens 8192 capped to 4096 ("at most 4096", tests/corpus/openai.json), then 36,278
+    requested of a 30,000 TPM: no budget fits the 4096 sent less 6578, so the prompt is what is
+    over and the one rescue compresses it. Read from the first body's 8192, it sent 1614 with
+    every turn, refused again, and the client was told "a max_tokens of at most 1614 may fit"."""
+    gw = await make_gateway(upstream_yaml=", apis: [chat]")
+    gw.fake.script(_case_reply("openai-400-max-tokens-above-the-output-limit-code-null"), _tpm_refusal())
+    ask = {"model": "gpt-4o", "max_tokens": 8192, "messages": _facts()}
+    status, headers, body = await gw.messages(ask)
+    assert status == 200 and headers["x-llm-compressed"] == "true", body
+    sent = [r.json() for r in gw.fake.chat_requests()]
+    assert [r["max_tokens"] for r in sent[:2]] == [8192, 4096] and len(sent) == 3
+    assert sent[2]["max_tokens"] == 4096  # no more than was sent: the cap holds for the retry
+    assert len(sent[2]["messages"]) < 25 and sent[2]["messages"][-1] == sent[0]["messages"][-1]
+    assert gw.metric("llm_gateway_compressions_total", upstream="primary", outcome="applied") == 1

@@ -33,7 +33,7 @@ _PART = "_llm_gateway_part"  # index of the original part a view part stands for
 
 def compress_gemini(
     payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None,
-    removed_tokens: float = 0.0,
+    removed_tokens: float = 0.0, prompt_tokens: int | None = None,
 ) -> CompressionResult:
     contents = payload.get("contents")
     if not isinstance(contents, list) or not all(isinstance(c, dict) for c in contents):
@@ -50,7 +50,7 @@ def compress_gemini(
         if key in payload:
             view[key] = payload[key]
     result = compress(view, error_message=error_message, context_window=context_window,
-                      removed_tokens=removed_tokens)  # fmt: skip
+                      removed_tokens=removed_tokens, prompt_tokens=prompt_tokens)  # fmt: skip
     if result.payload is None:
         return result
     out = dict(payload)

@@ -152,9 +152,10 @@ class GeminiGenerate:
         error_message: str | None,
         context_window: int | None,
         removed_tokens: float = 0.0,
+        prompt_tokens: int | None = None,
     ) -> CompressionResult:
         return compress_gemini(payload, error_message=error_message, context_window=context_window,
-                               removed_tokens=removed_tokens)  # fmt: skip
+                               removed_tokens=removed_tokens, prompt_tokens=prompt_tokens)  # fmt: skip
 
     def tool_outputs(self, payload: Mapping[str, Any], policy: ToolOutputPolicy, stage: Stage) -> Applied:
         return apply_tool_policy(payload, policy, stage)

@@ -44,18 +44,18 @@ _SUB = "_llm_gateway_sub"  # index inside a tool_result's content list
 
 def compress_messages(
     payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None,
-    removed_tokens: float = 0.0,
+    removed_tokens: float = 0.0, prompt_tokens: int | None = None,
 ) -> CompressionResult:
     messages = payload.get("messages")
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
         return compress(payload, error_message=error_message, context_window=context_window,
-                    removed_tokens=removed_tokens)
+                    removed_tokens=removed_tokens, prompt_tokens=prompt_tokens)
     view: dict[str, Any] = {k: v for k, v in payload.items() if k not in ("messages", "system")}
     system = payload.get("system")
     head = [{"role": "system", "content": system, _SRC: "top-level"}] if system else []
     view["messages"] = head + [_to_view(i, m) for i, m in enumerate(messages)]
     result = compress(view, error_message=error_message, context_window=context_window,
-                    removed_tokens=removed_tokens)
+                    removed_tokens=removed_tokens, prompt_tokens=prompt_tokens)
     if result.payload is None:
         return result
     out = dict(payload)

@@ -46,7 +46,7 @@ _OUTPUTS = frozenset({
 
 def compress_input(
     payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None,
-    removed_tokens: float = 0.0,
+    removed_tokens: float = 0.0, prompt_tokens: int | None = None,
 ) -> CompressionResult:
     if payload.get("previous_response_id"):
         return _ask_for_truncation(payload)
@@ -61,7 +61,7 @@ def compress_input(
         view.pop("max_output_tokens")
     view["messages"] = head + _to_view(items)
     result = compress(view, error_message=error_message, context_window=context_window,
-                    removed_tokens=removed_tokens)
+                    removed_tokens=removed_tokens, prompt_tokens=prompt_tokens)
     if result.payload is None:
         return result
     out = dict(payload)

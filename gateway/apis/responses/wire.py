@@ -153,10 +153,11 @@ class OpenAIResponses:
 
     def compress(
         self, payload: Mapping[str, Any], *, error_message: str | None, context_window: int | None,
-        removed_tokens: float = 0.0,
+        removed_tokens: float = 0.0, prompt_tokens: int | None = None,
     ) -> CompressionResult:
         return compress_input(
-            payload, error_message=error_message, context_window=context_window, removed_tokens=removed_tokens
+            payload, error_message=error_message, context_window=context_window,
+            removed_tokens=removed_tokens, prompt_tokens=prompt_tokens,
         )
 
     def tool_outputs(self, payload: Mapping[str, Any], policy: ToolOutputPolicy, stage: Stage) -> Applied:

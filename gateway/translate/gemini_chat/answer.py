@@ -129,7 +129,8 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
         )
     if isinstance(text, str) and text:
         how = answer_wrapping(ctx.request)
-        parts.append({"text": unwrapped(text, how) if how else text})
+        cut = choice.get("finish_reason") == "length"
+        parts.append({"text": unwrapped(text, how, cut) if how else text})
     refusal = message.get("refusal")
     if isinstance(refusal, str) and refusal:
         parts.append({"text": refusal})

@@ -102,17 +102,20 @@ def wrapping(request: Mapping[str, Any], schema: Any) -> str | None:
 
 # The wrapper's opening as a model writes it (whitespace where JSON allows it), before the value.
 _OPENING = re.compile(r'\s*\{\s*"' + KEY + r'"\s*:\s*')
-_DECODER = json.JSONDecoder()
+# Not strict: a raw tab or newline inside a string, which strict JSON refuses, is the model's
+# text and no sign of an answer cut short; the slice keeps it as written.
+_DECODER = json.JSONDecoder(strict=False)
 
 
-def unwrapped(text: str, how: str) -> str:
+def unwrapped(text: str, how: str, cut: bool = False) -> str:
     """The answer's text with the wrapper taken off; ``text`` itself when it is not one.
 
     The value is the model's own text, sliced out, never encoded again: ``json.dumps`` of the
     parsed value wrote numbers its own way (``1e400`` came back as ``Infinity``, which is no
     JSON). An answer cut short (``finish_reason`` length) is the value as far as it goes, as
     Gemini would have answered it unwrapped: the client was sent ``{"response": [{"recipe_name":
-    "a", "ingr…`` (review)."""
+    "a", "ingr…`` (review). ``cut``: the answer ended for its length; any other text that parses
+    as nothing comes back as it came (``{"response": ["a<TAB>b"]}`` lost its opening: review)."""
     opening = _OPENING.match(text)
     if opening is None:
         return text
@@ -120,7 +123,9 @@ def unwrapped(text: str, how: str) -> str:
         value, end = _DECODER.raw_decode(text, opening.end())
     except RecursionError:
         return text
-    except ValueError:  # the value is cut short: no wrapper's end can follow
+    except ValueError:  # cut short, no wrapper's end can follow; else no wrapper
+        if not cut:
+            return text
         rest = text[opening.end():]
         return rest[1:] if how == "enum" and rest.startswith('"') else rest
     if text[end:].strip() not in ("}", ""):  # "": cut short after the value, before the wrapper's end

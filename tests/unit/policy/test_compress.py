@@ -401,3 +401,23 @@ def test_a_text_a_cut_would_not_shorten_is_left_whole() -> None:
 def test_a_cut_text_is_always_shorter_than_it_was(text: str, keep: int) -> None:
     new, removed = cut_text(text, keep)
     assert (new, removed) == (text, 0) or len(new.encode()) < len(text.encode())
+
+
+def test_a_per_minute_refusal_calibrates_by_the_prompt_alone() -> None:
+    """OpenAI's TPM refusal ("Limit 30000, Requested 36278", tests/corpus/openai.json) counts
+    the max_tokens sent too: scaled by the whole count, our estimate of each message came out
+    a fifth too high, and the one compression dropped two turns more than the limit needed
+    (13 of 25 messages kept against 15: review). The pipeline hands the prompt alone."""
+    from tests.corpus_cases import IN_SAMPLE, classify_case
+
+    case = next(c for c in IN_SAMPLE if c["name"] == "openai-429-request-bigger-than-tpm-is-overflow")
+    message = classify_case(case).message
+    said: list[dict[str, Any]] = []
+    for i in range(12):
+        said += [{"role": "user", "content": f"fact {i}: " + "word " * 600}, {"role": "assistant", "content": "noted"}]
+    payload = {"model": "gpt-4o", "max_tokens": 6000, "messages": [*said, {"role": "user", "content": "fact 11?"}]}
+    whole = compress(payload, error_message=message, context_window=128000)
+    alone = compress(payload, error_message=message, context_window=128000, prompt_tokens=36278 - 6000)
+    assert alone.report["calibration"] == round(max(0.5, (36278 - 6000) / request_tokens(payload)), 3)
+    assert alone.payload is not None and whole.payload is not None
+    assert len(alone.payload["messages"]) > len(whole.payload["messages"])

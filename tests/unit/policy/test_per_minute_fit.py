@@ -51,6 +51,7 @@ def test_a_prompt_alone_over_the_window_is_the_prompts_to_shrink(sent: int | Non
     fit = fitted_output(classify_case(_case("openai-429-request-bigger-than-tpm-is-overflow")).message, sent)
     assert fit.max_tokens is None and fit.prompt_over and "the prompt alone" in str(fit.report["reason"])
     assert fit.report["target_tokens"] == 30000
+    assert fit.prompt_tokens == 36278 - (sent or 0)  # "Requested" counts the budget sent; compression, the prompt
 
 
 def test_a_budget_lowered_under_the_floor_is_no_rescue() -> None:

@@ -862,10 +862,10 @@ def _answered(text: str) -> dict[str, Any]:
     return {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}
 
 
-def _streamed(*pieces: str) -> bytes:
+def _streamed(*pieces: str, finish: str = "stop") -> bytes:
     deltas = [{"role": "assistant", "content": ""}, *({"content": p} for p in pieces)]
     chunks = [{"choices": [{"index": 0, "delta": d}]} for d in deltas]
-    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
     return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
 
 
@@ -977,7 +977,7 @@ def test_an_answer_cut_short_comes_back_as_the_value_as_far_as_it_goes() -> None
     doc = T.answer(_cut_short(cut), ctx(request))
     assert doc["candidates"][0]["content"]["parts"] == [{"text": '[{"recipe_name": "a", "ingr'}]
     assert doc["candidates"][0]["finishReason"] == "MAX_TOKENS"
-    docs = run_stream(_streamed(cut[:20], cut[20:]), ctx(request))
+    docs = run_stream(_streamed(cut[:20], cut[20:], finish="length"), ctx(request))
     assert [p for d in docs for p in d["candidates"][0]["content"]["parts"]] == [{"text": '[{"recipe_name": "a", "ingr'}]
     whole = '{"response": [{"recipe_name": "a"}]'  # cut short after the value, before the wrapper's end
     assert T.answer(_cut_short(whole), ctx(request))["candidates"][0]["content"]["parts"] == [
@@ -1005,3 +1005,24 @@ def test_a_text_that_is_not_the_wrapper_comes_back_as_it_came() -> None:
     plain = client_request("genai-3.6-stream-json-schema")
     assert T.answer(_answered('{"response": "x"}'), ctx(plain))["candidates"][0]["content"]["parts"] == [
         {"text": '{"response": "x"}'}]  # an object root was never wrapped
+
+
+@pytest.mark.parametrize("text", ['{"response": ["a\tb"]}', '{"response": ["line1\nline2"]}'])
+def test_a_raw_tab_or_newline_in_a_string_is_still_the_wrapper(text: str) -> None:
+    """Strict JSON refuses a raw control character in a string; read as an answer cut short,
+    ``{"response": ["a<TAB>b"]}`` came back as ``["a\tb"]}`` (review)."""
+    request = client_request("genai-3.6-list-schema")
+    value = text[len('{"response": '):-1]
+    assert T.answer(_answered(text), ctx(request))["candidates"][0]["content"]["parts"] == [{"text": value}]
+    docs = run_stream(_streamed(text[:9], text[9:]), ctx(request))
+    assert [p for d in docs for p in d["candidates"][0]["content"]["parts"]] == [{"text": value}]
+
+
+def test_a_wrapper_that_parses_as_nothing_comes_back_as_it_came_unless_cut_short() -> None:
+    """Only an answer that ended for its length is the value as far as it goes; any other text
+    that parses as nothing (a trailing comma) is the model's, and the client gets it whole."""
+    request = client_request("genai-3.6-list-schema")
+    text = '{"response": [1, 2,]}'
+    assert T.answer(_answered(text), ctx(request))["candidates"][0]["content"]["parts"] == [{"text": text}]
+    docs = run_stream(_streamed(text[:9], text[9:]), ctx(request))
+    assert [p for d in docs for p in d["candidates"][0]["content"]["parts"]] == [{"text": text}]
