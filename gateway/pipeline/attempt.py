@@ -156,7 +156,7 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
         # client's time failed it as any timeout does: counted, or a hung pool key was never
         # left, its circuit never told (review); so is a circuit's probe, cut at half beside a
         # sibling (the key failed before). A fallback after a cut one has only what is left.
-        whole = plan.last_hop and state.attempts == 1
+        whole = plan.last_hop and not plan.answer_in_hand and state.attempts == 1
         plan.head_cut = not (whole or plan.circuit_probe) and share_s < min(
             left_s, svc.limits.first_byte_s, left_s if token_s is None else token_s)
         left_s = min(left_s, share_s)

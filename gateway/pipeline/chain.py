@@ -111,10 +111,17 @@ async def send_chain(
             # The last hop is a pool that answered by itself (every deployment sits out): no
             # later hop carried the request, so the held ones are asked after all, as after a hop
             # that cannot carry it. Its 429 was the answer, no upstream asked, while the held hop
-            # had recovered (review).
+            # had recovered (review). Asked with their share only, and their failure gives way to
+            # the pool's answer: given all the client's time, a held hop still hung turned the
+            # pool's 429 (with its reset) into a 504 at 57 s (a second review).
             back = _gone_back(hops, passed) if pooled.call is None and nxt is None else None
             if back is not None:
-                return await send_chain(svc, state, plan, back, call_for, conversation, cuts=False)
+                plan.answer_in_hand = True
+                try:
+                    held = await send_chain(svc, state, plan, back, call_for, conversation, cuts=False)
+                finally:
+                    plan.answer_in_hand = False
+                return pooled if isinstance(held.outcome, Failure) else held
             sent = pooled
         else:
             up = hop.members[0]
@@ -138,7 +145,8 @@ async def send_chain(
                 if back is not None:
                     return await send_chain(svc, state, plan, back, call_for, conversation, cuts=False)
                 return Sent(last.outcome if last is not None else refused, last.call if last else None)
-            moves = None if nxt is None else _mover(svc, up, nxt)
+            moves = _to_answer_in_hand if nxt is None and plan.answer_in_hand else \
+                None if nxt is None else _mover(svc, up, nxt)
             outcome = await send_one(svc, state, plan, call, call.body,
                                      retries_cap=retries_cap, moves_on=moves)  # fmt: skip
             sent = Sent(outcome, call)
@@ -229,6 +237,12 @@ async def resume_route(
                "to": rest.hops[0].name, "status": outcome.status, "error_type": c.type.value})  # fmt: skip
     after = await send_chain(svc, state, plan, rest, call_for, conversation)
     return after if after.call is not None else Sent(after.outcome, call)
+
+
+def _to_answer_in_hand(_: Classification) -> bool:
+    """Every failure gives way to the answer in hand (``RetryPlan.answer_in_hand``), as to a
+    fallback: a timeout is not waited out again on the same upstream."""
+    return True
 
 
 def _mover(svc: Services, up: UpstreamRuntime, nxt: UpstreamRuntime) -> Callable[[Classification], bool]:

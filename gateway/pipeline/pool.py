@@ -106,7 +106,12 @@ async def send_pool(
     passed: dict[str, float] = {}  # deployments this request went past for a head cut: hold left
     answer = await _sent_pool(svc, state, plan, pool, call_for, conversation, nxt, cuts, passed)
     # Told once the request is done with the pool: a held deployment asked after all (its sibling
-    # failed, ``_moves_on``) was never gone past, and counted at once it was (review).
+    # failed, ``_moves_on``) was never gone past, and counted at once it was (review). Those a
+    # ``CutsHeld`` names are the chain's to tell, once a later hop carries the request (counted
+    # twice, here and there: a second review).
+    if isinstance(answer, CutsHeld):
+        for name, _ in answer.skipped:
+            passed.pop(name, None)
     for name, left_s in passed.items():
         skipped_cut(svc, state, name, left_s)
     return answer

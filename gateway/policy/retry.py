@@ -108,6 +108,10 @@ class RetryPlan:
     # has half the client's head time, like a hop before a fallback, so that a hung key probed
     # at each request still leaves its sibling time to answer (review).
     siblings_left: bool = False
+    # An answer is already in hand should this attempt fail (pipeline/chain.py: a pool's own
+    # 429 while a hop held for a head cut is asked after all): even the last hop has only its
+    # share of the client's head time, as a hop before a fallback.
+    answer_in_hand: bool = False
     # The latest attempt timed out at its share of the client's head time, sooner than the
     # upstream's own timeouts would have cut it: no evidence against the upstream (its
     # circuit, the outage note and the loop breaker leave it out; pipeline/send.py).
@@ -143,7 +147,7 @@ class RetryPlan:
         if self.head_by is None:
             return None
         left = max(0.0, self.head_by - self.now())
-        whole = self.last_hop and not (self.circuit_probe and self.siblings_left)
+        whole = self.last_hop and not self.answer_in_hand and not (self.circuit_probe and self.siblings_left)
         return left if whole or left / 2 < HEAD_FLOOR_S else left / 2
 
     def head_room(self, wait_s: float = 0.0) -> bool:
@@ -157,7 +161,8 @@ class RetryPlan:
         client would have given up first, while a fallback was left. Either says nothing of the
         upstream's health; on the last upstream, which had all the client's time, the failure
         it ended on is its own."""
-        return self.head_cut or (self.head_stop and self.stopped is StopReason.DEADLINE and not self.last_hop)
+        last = self.last_hop and not self.answer_in_hand
+        return self.head_cut or (self.head_stop and self.stopped is StopReason.DEADLINE and not last)
 
     def _class_cfg(self, t: ErrorType) -> RetryClassConfig | None:
         if t is ErrorType.RATE_LIMIT:

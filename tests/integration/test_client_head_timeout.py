@@ -411,3 +411,42 @@ async def test_a_held_hop_is_asked_when_the_pool_after_it_answers_by_itself() ->
     assert [o[0] for o in out] == [429, 200]
     assert out[1][3].get("x-llm-upstream") == "a"
     assert [host for host, _ in asked] == [A, B, A]
+
+
+async def test_a_held_hop_still_hung_gives_way_to_the_pools_own_answer() -> None:
+    """A second review: asked after the pool's own 429 with all the client's time, a held hop
+    still hung turned that 429 (and its reset) into a 504 at 57 s, worse than without the
+    memory. Asked with its share only, its cut gives way to the pool's answer: each request
+    costs the 28.5 s it did before the memory, never a 504."""
+    chained = ("upstreams:\n"
+               "  - {{name: a, base_url: '{A}', apis: [gemini], api_key: K, fallbacks: [q]}}\n"
+               "  - {{name: b, base_url: '{B}', apis: [gemini], api_key: K}}\n"
+               "pools:\n  - {{name: q, models: ['never-*'], deployments: [b], affinity: {{enabled: false}}}}\n"
+               "loop_breaker: {{enabled: false}}\n")  # fmt: skip
+    limited = gemini.rate_limited("gemini-3-flash-preview", 120.0)
+    out, asked = await _serve(chained, {A: None, B: 1.0}, [_cli_first()] * 3, steps=(limited,))
+    assert [o[0] for o in out] == [429, 429, 429]
+    assert all(o[2] <= 30.0 for o in out)
+    assert [host for host, _ in asked] == [A, B, A, A]
+    assert all(s == pytest.approx(28.5, abs=1.0) for host, s in asked if host == A)
+
+
+async def test_a_deployment_gone_past_for_a_later_hop_is_told_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A second review: a held for its cut, its sibling b (Messages) unable to carry a Google
+    Search tool, the request went on to the fallback c, and a was told as gone past twice, by the
+    pool and again by the chain: the skips' counter read 2 for one request."""
+    caplog.set_level(logging.INFO, logger="gateway.decisions")
+    pool = ("upstreams:\n"
+            "  - {{name: a, base_url: '{A}', apis: [gemini], api_key: K}}\n"
+            "  - {{name: b, base_url: '{M}', apis: [messages], api_key: K}}\n"
+            "  - {{name: c, base_url: '{B}', apis: [gemini], api_key: K}}\n"
+            "pools:\n  - {{name: p, models: ['gemini-*'], deployments: [a, b], strategy: weighted, "
+            "fallbacks: [c], affinity: {{enabled: false}}}}\n"
+            "loop_breaker: {{enabled: false}}\n")  # fmt: skip
+    headers, path, body = _cli_first()
+    search = {**body, "tools": [{"googleSearch": {}}]}
+    out, _ = await _serve(pool, {A: None, B: 1.0}, [(headers, path, body), (headers, path, search)],
+                          rand=lambda: 0.0)  # fmt: skip
+    assert [(o[0], o[3].get("x-llm-upstream")) for o in out] == [(200, "b"), (200, "c")]
+    skipped = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "head_cut_skipped"]
+    assert [s["upstream"] for s in skipped] == ["a"]
