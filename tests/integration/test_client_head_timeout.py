@@ -397,17 +397,20 @@ async def test_a_sibling_refused_in_place_of_a_held_deployment_goes_back_to_it(
 
 
 
+# a, whose fallback is a pool q of one deployment b (for a held hop before a pool).
+_CHAINED = ("upstreams:\n"
+            "  - {{name: a, base_url: '{A}', apis: [gemini], api_key: K, fallbacks: [q]}}\n"
+            "  - {{name: b, base_url: '{B}', apis: [gemini], api_key: K}}\n"
+            "pools:\n  - {{name: q, models: ['never-*'], deployments: [b], affinity: {{enabled: false}}}}\n"
+            "loop_breaker: {{enabled: false}}\n")  # fmt: skip
+
+
 async def test_a_held_hop_is_asked_when_the_pool_after_it_answers_by_itself() -> None:
     """Review: a held for its cut, its fallback a pool whose one deployment sits out for a rate
     limit: the pool answered 429 "every deployment of pool 'q' is rate limited", no upstream
     asked, while a had recovered. No later hop carried the request: a is asked after all."""
-    chained = ("upstreams:\n"
-               "  - {{name: a, base_url: '{A}', apis: [gemini], api_key: K, fallbacks: [q]}}\n"
-               "  - {{name: b, base_url: '{B}', apis: [gemini], api_key: K}}\n"
-               "pools:\n  - {{name: q, models: ['never-*'], deployments: [b], affinity: {{enabled: false}}}}\n"
-               "loop_breaker: {{enabled: false}}\n")  # fmt: skip
     limited = gemini.rate_limited("gemini-3-flash-preview", 120.0)
-    out, asked = await _serve(chained, {A: 1.0, B: 1.0}, [_cli_first()] * 2, hung_once=True, steps=(limited,))
+    out, asked = await _serve(_CHAINED, {A: 1.0, B: 1.0}, [_cli_first()] * 2, hung_once=True, steps=(limited,))
     assert [o[0] for o in out] == [429, 200]
     assert out[1][3].get("x-llm-upstream") == "a"
     assert [host for host, _ in asked] == [A, B, A]
@@ -418,13 +421,8 @@ async def test_a_held_hop_still_hung_gives_way_to_the_pools_own_answer() -> None
     still hung turned that 429 (and its reset) into a 504 at 57 s, worse than without the
     memory. Asked with its share only, its cut gives way to the pool's answer: each request
     costs the 28.5 s it did before the memory, never a 504."""
-    chained = ("upstreams:\n"
-               "  - {{name: a, base_url: '{A}', apis: [gemini], api_key: K, fallbacks: [q]}}\n"
-               "  - {{name: b, base_url: '{B}', apis: [gemini], api_key: K}}\n"
-               "pools:\n  - {{name: q, models: ['never-*'], deployments: [b], affinity: {{enabled: false}}}}\n"
-               "loop_breaker: {{enabled: false}}\n")  # fmt: skip
     limited = gemini.rate_limited("gemini-3-flash-preview", 120.0)
-    out, asked = await _serve(chained, {A: None, B: 1.0}, [_cli_first()] * 3, steps=(limited,))
+    out, asked = await _serve(_CHAINED, {A: None, B: 1.0}, [_cli_first()] * 3, steps=(limited,))
     assert [o[0] for o in out] == [429, 429, 429]
     assert all(o[2] <= 30.0 for o in out)
     assert [host for host, _ in asked] == [A, B, A, A]
