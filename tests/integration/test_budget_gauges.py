@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 from gateway.keys.periods import bounds
 from gateway.live import LIVE
+from tests.day_wall import clear_of_midnight
 from tests.integration.conftest import MakeGateway
 
 PRICES = "prices: {'gpt-4o-mini*': {input: 1000000, output: 2000000}}\n"
@@ -27,7 +28,8 @@ def budget(kind: str, name: str, period: str) -> tuple[tuple[str, str], ...]:
 
 
 async def test_budgets_and_expiries_are_gauges_an_alert_can_read(make_gateway: MakeGateway) -> None:
-    gw = await make_gateway(CONFIG)
+    wall = clear_of_midnight()
+    gw = await make_gateway(CONFIG, wall=wall)
     assert (await gw.chat(headers={"Authorization": "Bearer gk-alice"}))[0] == 200
     assert (await gw.chat(headers={"Authorization": "Bearer gk-bob"}))[0] == 200
     cost = 26.0  # the fake's usage at these prices, as tests/integration/test_keys.py counts it
@@ -41,7 +43,7 @@ async def test_budgets_and_expiries_are_gauges_an_alert_can_read(make_gateway: M
         budget("key", "alice", "day"): 100.0, budget("team", "web", "month"): 1000.0}
     assert set((await gw.scraped("llm_gateway_budget_reserved_usd")).values()) == {0.0}
     resets = await gw.scraped("llm_gateway_budget_resets_at_seconds")
-    now = datetime.now(UTC).timestamp()
+    now = wall()
     assert resets[budget("key", "alice", "day")] == bounds("day", now)[1]
     assert resets[budget("team", "web", "month")] == bounds("month", now)[1]
     # carol has no budget and no expiry: no series of hers.

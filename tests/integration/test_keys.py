@@ -23,6 +23,7 @@ import openai
 import pytest
 from aiohttp import web
 
+from tests.day_wall import clear_of_midnight
 from tests.fakeupstream import (
     FakeUpstream,
     Reply,
@@ -175,13 +176,15 @@ async def test_a_rescued_request_costs_what_the_provider_answered(make_gateway: 
 
 
 async def test_a_spent_budget_is_402_with_the_periods_end_and_never_sent(make_gateway: MakeGateway) -> None:
-    gw = await make_gateway(keys_yaml(budget={"usd": 20, "period": "day"}))
+    wall = clear_of_midnight()
+    gw = await make_gateway(keys_yaml(budget={"usd": 20, "period": "day"}), wall=wall)
     assert (await gw.chat(headers=ALICE))[0] == 200  # $26 of $20: admitted below the budget
     await settled(gw)
     status, headers, body = await gw.chat(headers=ALICE)
     assert status == 402 and headers["x-llm-error-type"] == "budget"
     assert headers["x-llm-error-retryable"] == "false" and headers["x-should-retry"] == "false"
-    midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
+    midnight = datetime.fromtimestamp(wall(), UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    midnight += timedelta(days=1)
     assert int(headers["x-llm-error-reset-at"]) == int(midnight.timestamp()) * 1000
     err = json.loads(body)["error"]
     assert err["code"] == "budget_exhausted"

@@ -14,6 +14,7 @@ from gateway.keys.prices import Price, PriceTable
 from gateway.keys.registry import Budget, KeySpec
 from gateway.state.memory import MemoryStore
 from gateway.state.redis_store import RedisStore, connect
+from tests.day_wall import clear_of_midnight
 from tests.integration.conftest import same_minute
 from tests.integration.test_state_redis import (
     RECOVER_S,
@@ -487,13 +488,14 @@ async def test_an_outage_s_spend_whose_answer_was_lost_is_added_once(
     """The batch of an outage's spend is sent again until Redis answers it; one that Redis ran
     but whose answer was lost (Redis paused as it was sent) is not added again."""
     deadline_s = 0.5
+    wall = clear_of_midnight()  # one budget day from the first admit to the last read
     fallbacks: list[tuple[str, str]] = []
     store = RedisStore(
-        connect(redis_server.url, deadline_s), MemoryStore(time.time), clock=time.time,
+        connect(redis_server.url, deadline_s), MemoryStore(wall), clock=wall,
         monotonic=time.monotonic, prefix="t:", timeout_s=deadline_s, recover_s=RECOVER_S,
         on_fallback=lambda b, op: fallbacks.append((b, op)),
     )  # fmt: skip
-    acc = Accounts(store, PRICES, time.time)
+    acc = Accounts(store, PRICES, wall)
     key = KeySpec("rosa", budget=Budget(1000.0, "day"))
     try:
         assert isinstance(await acc.admit(key, "m", 20, 10), Reservation)  # connected, scripts loaded
@@ -513,8 +515,8 @@ async def test_an_outage_s_spend_whose_answer_was_lost_is_added_once(
                 break
             await asyncio.sleep(0.05)
         assert store.unsettled == 0
-        *_, spend = await store.ledger_read("rosa", int(time.time() // 60), round(time.time() * 1000),
-                                            acc._budgets(key, time.time())[0][:1])  # fmt: skip
+        *_, spend = await store.ledger_read("rosa", int(wall() // 60), round(wall() * 1000),
+                                            acc._budgets(key, wall())[0][:1])  # fmt: skip
         # The first admit's $30 still held (never settled); the late one's $19 spent, once.
         assert spend == [(19.0, 30.0)]
     finally:
