@@ -34,6 +34,10 @@ class Stream:
     # (CRLF pairs, as the Gemini API separates its events) or "json-array" (Gemini without
     # ``alt=sse``: ``[`` then the events as array elements, ``]`` only on a clean end).
     framing: str = "sse"
+    # ``data: [DONE]`` after a clean end (``then="done"``): None, as the API ends its stream
+    # (chat with it; Responses without: ``upstream.py``); True, after any (LiteLLM's proxy
+    # sends one after a Responses stream's ``response.completed``: BerriAI/litellm#34095).
+    done_marker: bool | None = None
 
 
 @dataclass

@@ -6,9 +6,11 @@ usage. Steps:
 
 * ``Reply(status, body, headers)``: a buffered response.
 * ``Stream(events, then=...)``: an SSE stream of the given events (dicts become
-  ``data: {...}`` chunks, bytes are sent raw), then ``"done"`` (``[DONE]``), ``"drop"``
-  (the connection is cut), ``"stall"`` (silence until the client gives up) or
-  ``"eof"`` (a clean end without ``[DONE]``).
+  ``data: {...}`` chunks, bytes are sent raw), then ``"done"`` (a clean end as the API ends
+  it: chat's ``[DONE]``; none on Responses, whose stream ends after ``response.completed`` with
+  no marker, OpenAI's streaming reference listing typed events only; ``done_marker=True`` adds
+  it anyway, as some compatible servers do), ``"drop"`` (the connection is cut), ``"stall"``
+  (silence until the client gives up) or ``"eof"`` (a clean end without ``[DONE]``).
 * ``Drop()``: the connection is closed before any response.
 * ``Hang(seconds)``: no response head for that long (then the connection is closed).
 * a callable ``f(request_json) -> step``: decided from the request.
@@ -438,7 +440,7 @@ class FakeUpstream:
                 await resp.write(ev if isinstance(ev, bytes) else b"data: " + json.dumps(ev).encode() + end)
         if array and step.then in ("done", "eof"):
             await resp.write(b"]" if step.events else b"[]")
-        elif step.then == "done":
+        elif step.then == "done" and _marked(step, request.path):
             await resp.write(b"data: [DONE]\n\n")
         elif step.then == "drop":
             assert request.transport is not None
@@ -448,6 +450,16 @@ class FakeUpstream:
             await asyncio.sleep(3600)
         await resp.write_eof()
         return resp
+
+
+def _marked(step: Stream, path: str) -> bool:
+    """Whether a stream's clean end is ``data: [DONE]``: chat's end marker, which OpenAI's
+    Responses API does not send (its streaming reference: typed events, the last
+    ``response.completed``, ``response.incomplete`` or ``response.failed``; openai-python's
+    Responses stream reads no marker), unless the script asks for it."""
+    if step.done_marker is not None:
+        return step.done_marker
+    return not path.endswith("/responses")
 
 
 @dataclass(frozen=True)

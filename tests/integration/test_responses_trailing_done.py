@@ -31,7 +31,7 @@ LAST = {"chat": "[DONE]", "messages": '{"type":"message_stop"}', "gemini": "STOP
 @pytest.mark.parametrize("client", list(CLIENTS))
 async def test_a_done_after_the_responses_end_is_dropped_not_an_error(make_gateway, client: str) -> None:
     gw = await make_gateway(upstream_yaml=UPSTREAM)
-    gw.fake.script(Stream(responses_stream(), then="done"))
+    gw.fake.script(Stream(responses_stream(), done_marker=True))  # LiteLLM's end, not OpenAI's
     path, body = CLIENTS[client]
     headers = {"Authorization": "Bearer sk-client", "x-api-key": "sk-client", "x-goog-api-key": "sk-client"}
     async with gw.session.post(gw.base + path, json=body, headers=headers) as r:

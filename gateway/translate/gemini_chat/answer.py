@@ -30,8 +30,8 @@ from gateway.translate import sealed_thinking
 from gateway.translate.base import Context, input_tokens
 from gateway.translate.gemini_chat.names import NONE, names_for
 from gateway.translate.gemini_chat.request import answer_wrapping
-from gateway.translate.gemini_chat.root import unwrapped
 from gateway.translate.messages_chat.answer import reasoning_of, tool_input
+from gateway.translate.root import unwrapped
 
 # chat finish_reason → Gemini finishReason. A tool call ends with STOP, as the Gemini API
 # ends a functionCall turn; chat's content_filter is Gemini's SAFETY.

@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 from gateway.apis.chat.ids import to_chat_id
 from gateway.apis.gemini.fields import field, has, snake
 from gateway.translate import json_schema as nesting
-from gateway.translate import sealed_thinking, thinking_room, tool_cap, typed
+from gateway.translate import root, sealed_thinking, thinking_room, tool_cap, typed
 from gateway.translate.base import Refusal, Target
 from gateway.translate.chat_messages.request import (
     EFFORT_BUDGET,
@@ -48,7 +48,6 @@ from gateway.translate.chat_messages.request import (
     reads_as_text,
     sniffed_image,
 )
-from gateway.translate.gemini_chat import root
 from gateway.translate.gemini_chat.names import Names, names_for
 from gateway.translate.image_limits import Over, Seen, plan
 from gateway.translate.messages_chat.request import STOP_MAX
@@ -64,6 +63,7 @@ _LEVEL = {"minimal": "low", "low": "low", "medium": "medium", "high": "high"}
 TOO_MANY_TOOLS = ("Connect fewer MCP servers or keep fewer of their tools (Gemini CLI: an MCP server's "
                   "includeTools or excludeTools), or route this model to an upstream that speaks the "
                   "Gemini API, Messages or Responses.")  # fmt: skip
+ENUM_MIME = "text/x.enum"  # one value of a string enum, answered bare
 DYNAMIC = "medium"  # thinkingBudget -1, the model's own choice, as an effort (``_effort``)
 # MODE_UNSPECIFIED is a value of Google's enum: the default, AUTO.
 _MODE = {"AUTO": "auto", "ANY": "required", "NONE": "none", "VALIDATED": "auto", "MODE_UNSPECIFIED": "auto"}
@@ -525,13 +525,17 @@ def _schema(config: dict[str, Any]) -> Any:
 
 def answer_wrapping(request: Mapping[str, Any]) -> str | None:
     """How the answer's text comes out of the wrapper ``_response_format`` put the schema in
-    (``root.wrapping``); None when it put it in none. For a request it already carried."""
+    (``root.unwrapped``): "enum" (the bare string, what Gemini answers for ``text/x.enum``),
+    "json", or None when it put it in none. For a request it already carried."""
     config = field(request, "generationConfig")
     try:
         schema = _schema(config) if isinstance(config, dict) else None
     except (WrongType, Untranslatable, RecursionError):
         return None
-    return root.wrapping(request, schema)
+    if not root.needs_wrapping(schema):
+        return None
+    assert isinstance(config, dict)  # a schema was read from it
+    return "enum" if field(config, "responseMimeType") == ENUM_MIME else "json"
 
 
 def _effort(thinking: dict[str, Any], onward: str) -> str | None:

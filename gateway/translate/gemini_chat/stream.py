@@ -44,8 +44,8 @@ from gateway.translate.gemini_chat.answer import (
 )
 from gateway.translate.gemini_chat.names import NONE, names_for
 from gateway.translate.gemini_chat.request import answer_wrapping
-from gateway.translate.gemini_chat.root import unwrapped
 from gateway.translate.messages_chat.answer import reasoning_of
+from gateway.translate.root import unwrapped
 
 
 class _Call:

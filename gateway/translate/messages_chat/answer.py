@@ -17,7 +17,8 @@ import orjson
 
 from gateway.policy.tokens import BYTES_PER_TOKEN, IMAGE_TOKENS
 from gateway.translate.base import Context, input_tokens
-from gateway.translate.messages_chat.request import declared_tools, function_names
+from gateway.translate.messages_chat.request import answer_wrapped, declared_tools, function_names
+from gateway.translate.root import unwrapped
 from gateway.translate.tool_ids import to_anthropic_id
 
 # The key a tool_use input gets when the model's arguments are not a JSON object, so the
@@ -162,6 +163,8 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
             p.get("text", "") for p in text if isinstance(p, dict) and isinstance(p.get("text"), str)
         )
     if isinstance(text, str) and text:
+        if answer_wrapped(ctx.request):  # the JSON the client's schema asked for, not our wrapper
+            text = unwrapped(text, "json", choice.get("finish_reason") == "length")
         content.append({"type": "text", "text": text})
     refusal = message.get("refusal")
     refused = isinstance(refusal, str) and refusal != ""

@@ -24,6 +24,11 @@ Rules (each with its reason in docs/translation/messages_chat.md):
   too long. Expected an array with maximum length 4").
 * thinking blocks in history are dropped: chat completions has no field for them, and a
   signed Anthropic thinking block means nothing to another model.
+* a structured output (``output_config.format``, the beta's ``output_format``) whose schema's
+  root is not an object (a list, a string enum, a root ``anyOf``) goes inside one, as OpenAI
+  takes only an object root and Anthropic states no rule for it (``translate/root.py``); the
+  answer's text comes back as the value the client's schema asked for (``answer.py``,
+  ``stream.py``).
 * ``cache_control``, ``context_management``, ``top_k``, ``service_tier``, ``container`` are
   dropped; hosted tools, ``mcp_servers`` and Files-API sources are refused.
 """
@@ -36,7 +41,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway.apis.chat.ids import GEMINI_SIGNED, to_chat_id
-from gateway.translate import json_schema, names, tool_cap, typed
+from gateway.translate import json_schema, names, root, tool_cap, typed
 from gateway.translate.base import Refusal, Target
 from gateway.translate.names import NONE, Names
 from gateway.translate.tool_ids import from_anthropic_id
@@ -236,16 +241,41 @@ def _reasoning_effort(thinking: dict[str, Any] | None, output_config: dict[str, 
 def _response_format(
     output_config: dict[str, Any] | None, output_format: dict[str, Any] | None
 ) -> dict[str, Any] | None:
+    schema = _output_schema(output_config, output_format)
+    if schema is None:
+        return None
+    # A root other than an object goes inside one (``root.py``): OpenAI refuses it.
+    sent = root.wrapped(schema) if root.needs_wrapping(schema) else schema
+    return {"type": "json_schema",
+            "json_schema": {"name": "output", "schema": sent, "strict": strict_ok(sent)}}  # fmt: skip
+
+
+def _output_schema(
+    output_config: dict[str, Any] | None, output_format: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The structured output's JSON Schema, from ``output_config.format`` or else the beta's
+    ``output_format``; None without one."""
     at: typed.Path = ("output_config", "format")
     fmt = typed.obj((output_config or {}).get("format"), at)
     if fmt is None:
         fmt, at = output_format, ("output_format",)
     kind = typed.text(fmt.get("type"), (*at, "type")) if fmt is not None else None
     schema = typed.obj(fmt.get("schema"), (*at, "schema")) if fmt is not None else None
-    if kind != "json_schema" or schema is None:
-        return None
-    return {"type": "json_schema",
-            "json_schema": {"name": "output", "schema": schema, "strict": strict_ok(schema)}}  # fmt: skip
+    return schema if kind == "json_schema" else None
+
+
+def answer_wrapped(request: Mapping[str, Any]) -> bool:
+    """Whether ``_response_format`` put the request's schema inside an object, so that the
+    answer's text is taken back out of it (``root.unwrapped``). For a request it already
+    carried: the two fields, where present, are of their types."""
+    if "output_config" not in request and "output_format" not in request:
+        return False  # most requests ask for no structured output
+    try:
+        config = typed.obj(request.get("output_config"), ("output_config",))
+        schema = _output_schema(config, typed.obj(request.get("output_format"), ("output_format",)))
+    except WrongType:
+        return False
+    return root.needs_wrapping(schema)
 
 
 def strict_ok(schema: Any) -> bool:

@@ -16,6 +16,9 @@ What the translation has to do that chat does not:
   where a server leaves it out or reuses it: ``apis/chat/call_slots.py``); a block cannot be
   reopened once stopped, so the open tool block is stopped only when its arguments parse as
   complete JSON. Until then anything for another block waits (in order) and follows at once after.
+* a structured answer whose schema went inside an object (a list, a string enum:
+  ``translate/root.py``) is held to the end and goes out as one text block, the value taken out
+  of the wrapper: its fragments cannot be unwrapped one by one;
 * a call's id goes out in Anthropic's alphabet (``translate/tool_ids.py``: Kimi K2 on vLLM and
   SGLang names its calls ``functions.Bash:0``), and comes back to the upstream as it was sent.
 """
@@ -42,8 +45,9 @@ from gateway.translate.messages_chat.answer import (
     tool_id,
     usage,
 )
-from gateway.translate.messages_chat.request import declared_tools, function_names
+from gateway.translate.messages_chat.request import answer_wrapped, declared_tools, function_names
 from gateway.translate.names import Names
+from gateway.translate.root import unwrapped
 from gateway.translate.tool_ids import to_anthropic_id
 
 _PING = b'event: ping\ndata: {"type":"ping"}\n\n'
@@ -127,6 +131,8 @@ class ChatToMessagesStream:
         self.shown = 0  # bytes of content sent, for an output estimate when usage never comes
         self.estimate: int | None = None
         self.continued = False  # the gateway continued the stream: its end says so
+        self.wrapped = answer_wrapped(ctx.request)
+        self.structured: list[str] = []  # a wrapped answer's text, until the end
 
     # --- the StreamTranslator protocol -------------------------------------------------
 
@@ -209,7 +215,10 @@ class ChatToMessagesStream:
                     self._text("thinking", reasoning, out)
             content = delta.get("content")
             if isinstance(content, str) and content:
-                self._text("text", content, out)
+                if self.wrapped:
+                    self.structured.append(content)
+                else:
+                    self._text("text", content, out)
             refusal = delta.get("refusal")
             if isinstance(refusal, str) and refusal:
                 self.refused = True
@@ -346,6 +355,8 @@ class ChatToMessagesStream:
         out: list[bytes] = []
         self.ending = True
         self._release(out)
+        if self.structured:
+            self._text("text", unwrapped("".join(self.structured), "json", self.finish == "length"), out)
         for tool in self.tools.values():
             if tool.block is None and tool.name is not None:  # held back for want of a switch
                 self._tool(None, tool, "", out)

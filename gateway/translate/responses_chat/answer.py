@@ -129,7 +129,8 @@ def reasoning_item(
     """Chat ``reasoning_content`` is the model's raw reasoning: Responses' reasoning *content*
     (``reasoning_text``, what vLLM's and Ollama's Responses endpoints send for open models),
     not a summary; there is no summary to give. ``signed``: Anthropic's signed thinking
-    blocks, sealed into ``encrypted_content`` for the client to send back (``thinking.py``)."""
+    blocks, sealed into ``encrypted_content`` for the client to send back (``thinking.py``),
+    naming the model the upstream was asked for (``Context.upstream_model``)."""
     item = {
         "id": item_id(ctx, "rs", index),
         "type": "reasoning",
@@ -137,7 +138,7 @@ def reasoning_item(
         "content": [{"type": "reasoning_text", "text": text}],
         "status": status,
     }
-    sealed = thinking.seal(signed) if signed else None
+    sealed = thinking.seal(signed, ctx.upstream_model) if signed else None
     if sealed is not None:
         item["encrypted_content"] = sealed
     return item

@@ -156,7 +156,7 @@ def _to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Ref
         onward = target.onward
         messages = _messages(
             payload, names, anthropic=onward == "messages", files=onward in ("gemini", "messages"),
-            short_ids=not onward,
+            short_ids=not onward, model=target.model or None,
         )
     except Untranslatable as e:
         return Refusal(_named_upstream(str(e), onward))
@@ -363,6 +363,7 @@ class _Builder:
         self.anthropic = anthropic
         self.files = files  # the request goes on to Gemini, which reads an input_file's data
         self.signed: list[dict[str, Any]] = []  # thinking_blocks for the turn's next assistant output
+        self.model: str | None = None  # the upstream's: another model's sealed thinking is left out
         self.system: list[str] = []
         self.messages: list[dict[str, Any]] = []
         self.pending_images: list[dict[str, Any]] = []
@@ -391,7 +392,7 @@ class _Builder:
         if text:
             self.reasoning.append(text)
         if self.anthropic:
-            self.signed += thinking.unseal(item)
+            self.signed += thinking.unseal(item, self.model)
 
     def _reasoned(self, msg: dict[str, Any]) -> None:
         """``msg`` carries the reasoning that came before this output of its turn."""
@@ -494,12 +495,13 @@ def _namespace(item: Mapping[str, Any]) -> str | None:
 
 def _messages(
     payload: Mapping[str, Any], names: ToolNames, anthropic: bool = False, files: bool = False,
-    short_ids: bool = False,
+    short_ids: bool = False, model: str | None = None,
 ) -> list[dict[str, Any]]:
     items = payload.get("input")
     if isinstance(items, str):
         items = [{"type": "message", "role": "user", "content": items}]
     b = _Builder(names, anthropic, files, _asked_from(items))
+    b.model = model
     instructions = payload.get("instructions")
     b.over = _image_plan(b, instructions, items) if anthropic else {}
     if isinstance(instructions, str):

@@ -19,9 +19,9 @@ import pytest
 from gateway.apis.base import Ending
 from gateway.errors import Classification, ErrorType
 from gateway.fake import chat_rules, messages_rules, responses_rules
-from gateway.translate import default_translations
+from gateway.translate import default_translations, root
 from gateway.translate.base import Context, Refusal, Target
-from gateway.translate.gemini_chat import GeminiToChat, root
+from gateway.translate.gemini_chat import GeminiToChat
 from gateway.translate.gemini_chat.request import json_schema, lowered
 from tests import images
 from tests.unit.translate.messages_helpers import corpus_answer, wire_stream

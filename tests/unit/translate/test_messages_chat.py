@@ -600,6 +600,73 @@ def test_structured_output_is_strict_only_where_openai_takes_it_strict(schema: d
     assert chat(sdk_request(messages=HI, tools=[tool]))["tools"][0]["function"].get("strict", False) is strict
 
 
+# A structured output whose root is not an object: Anthropic's structured-outputs guide lists
+# "All basic types: object, array, string, …" and states no rule for the root; OpenAI's takes
+# only an object ("schema must be a JSON Schema of 'type: "object"', got 'type: "array"'").
+RECIPES = {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/Recipe"}, "$defs": {"Recipe": {
+    "type": "object", "properties": {"recipe_name": {"type": "string"}, "ingredients": {
+        "type": "array", "items": {"type": "string"}}},
+    "required": ["recipe_name", "ingredients"], "additionalProperties": False}}}  # fmt: skip
+LIST_ASKED = {"format": {"type": "json_schema", "schema": RECIPES}}
+
+
+def _chat_answer(text: str, finish: str = "stop") -> dict[str, Any]:
+    return {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}]}
+
+
+def _chat_stream(*pieces: str, finish: str = "stop") -> bytes:
+    deltas = [{"role": "assistant", "content": ""}, *({"content": p} for p in pieces)]
+    chunks = [{"choices": [{"index": 0, "delta": d}]} for d in deltas]
+    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize("asked", [{"output_config": LIST_ASKED}, {"extra_body": {"output_format": LIST_ASKED["format"]}}])
+def test_a_list_schema_goes_inside_an_object_openai_takes(asked: dict[str, Any]) -> None:
+    """``output_config.format`` and the beta's ``output_format`` alike; sent as it was, OpenAI
+    (and the fake's chat and Responses APIs) refused it."""
+    request = sdk_request(messages=HI, **asked)
+    as_it_was = {"model": "gpt-4.1", "messages": [{"role": "user", "content": "hi"}], "response_format": {
+        "type": "json_schema", "json_schema": {"name": "output", "schema": RECIPES}}}  # fmt: skip
+    assert chat_rules.refusal("/v1/chat/completions", as_it_was) is not None
+    out = chat(request)
+    sent = out["response_format"]["json_schema"]
+    assert sent["schema"]["properties"] == {"response": {k: v for k, v in RECIPES.items() if k != "$defs"}}
+    assert sent["schema"]["$defs"] == RECIPES["$defs"] and sent["schema"]["required"] == ["response"]
+    assert sent["strict"] is True  # the wrapper is closed and requires its one property
+    assert chat_rules.refusal("/v1/chat/completions", out) is None
+    on_responses = default_translations().table["messages", "responses"].request(request, TARGET)
+    assert isinstance(on_responses, dict) and responses_rules.refusal("/v1/responses", on_responses) is None
+
+
+def test_a_list_schemas_answer_is_the_list_buffered_and_streamed() -> None:
+    """The client asked for a bare array and parses the text as one; the wrapper is ours."""
+    ctx = T.held(ctx_for(sdk_request(messages=HI, output_config=LIST_ASKED)))  # as the pipeline keeps it
+    value = '[{"recipe_name": "Shortbread", "ingredients": ["butter", "sugar", "flour"]}]'
+    wrapped = '{"response": ' + value + "}"
+    message = sdk_message(T.answer(_chat_answer(wrapped), ctx))
+    assert [b.text for b in message.content] == [value]
+    out = run(T.stream(ctx), _chat_stream(wrapped[:7], wrapped[7:30], wrapped[30:]))
+    check_grammar(out)
+    texts = [d["delta"]["text"] for n, d in events(out) if n == "content_block_delta"]
+    assert texts == [value]  # held to the end, one delta
+    assert [b.text for b in sdk_final_message(out).content] == [value]
+    cut = wrapped[:40]  # max_tokens: the value as far as it goes, not our wrapper's opening
+    assert sdk_message(T.answer(_chat_answer(cut, "length"), ctx)).content[0].text == value[:27]
+    final = sdk_final_message(run(T.stream(ctx), _chat_stream(cut, finish="length")))
+    assert (final.content[0].text, final.stop_reason) == (value[:27], "max_tokens")
+
+
+def test_an_object_schemas_answer_is_not_unwrapped() -> None:
+    schema = {"type": "object", "properties": {"response": {"type": "string"}}, "required": ["response"],
+              "additionalProperties": False}  # fmt: skip
+    request = sdk_request(messages=HI, output_config={"format": {"type": "json_schema", "schema": schema}})
+    assert chat(request)["response_format"]["json_schema"]["schema"] == schema
+    text = '{"response": "x"}'
+    assert sdk_message(T.answer(_chat_answer(text), ctx_for(request))).content[0].text == text
+    assert sdk_final_message(run(T.stream(ctx_for(request)), _chat_stream(text))).content[0].text == text
+
+
 @pytest.mark.parametrize(("given", "sent"), NO_PROPERTIES)
 def test_an_object_schema_without_properties_gets_an_empty_one(given: dict[str, Any], sent: dict[str, Any]) -> None:
     """Claude Code passes an MCP server's input schema on as it came; OpenAI refuses every

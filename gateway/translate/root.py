@@ -1,30 +1,31 @@
-"""A Gemini structured-output schema whose root is not an object, carried in one, and the
-answer's value taken back out of it. Pure.
+"""A structured-output schema whose root is not an object, carried in one for an OpenAI chat
+upstream, and the answer's value taken back out of it. Pure; shared by the Gemini and Messages
+clients' translations to chat.
 
-Gemini takes any root: Google's own example asks for a list (``response_schema=list[Recipe]``,
-the structured-output guide), and ``text/x.enum`` answers one value of a string ``enum``. OpenAI
-takes only an object: "Invalid schema for response_format 'AdSegmentPredictionList': schema
+OpenAI takes only an object: "Invalid schema for response_format 'AdSegmentPredictionList': schema
 must be a JSON Schema of 'type: "object"', got 'type: "array"'." (param ``response_format``,
-podly-pure-podcasts/podly_pure_podcasts#89), and its structured-outputs guide: "the root level
-object of a schema must be an object, and not use anyOf". So such a schema goes as the one
-property of a closed object (in ``$defs`` when it refers to its own root), and the answer's
-text comes back as that property's value: its JSON text as the model wrote it for
-``application/json``, the bare value for ``text/x.enum`` (what Gemini answers there), an answer
-cut short as far as it goes. A text that is not the wrapper (a model that ignored the schema, a
-server that does not constrain) comes back as it came.
+podly-pure-podcasts/podly_pure_podcasts#89), and its structured-outputs guide, "Root objects must
+not be anyOf and must be an object": "the root level object of a schema must be an object, and
+not use anyOf" (https://platform.openai.com/docs/guides/structured-outputs). The clients' own APIs
+take other roots: Gemini any (Google's own example asks for a list, ``response_schema=list[Recipe]``,
+the structured-outputs guide, and ``text/x.enum`` answers one value of a string ``enum``);
+Anthropic's structured-outputs guide ("JSON Schema limitations", "Supported features": "All basic
+types: object, array, string, integer, number, boolean, null",
+https://platform.claude.com/docs/en/build-with-claude/structured-outputs) states no rule for the
+root. So such a schema goes as the one property of a closed object (in ``$defs`` when it refers
+to its own root), and the answer's text comes back as that property's value: its JSON text as
+the model wrote it, the bare value for Gemini's ``text/x.enum`` (what Gemini answers there), an
+answer cut short as far as it goes. A text that is not the wrapper (a model that ignored the
+schema, a server that does not constrain) comes back as it came.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
 from typing import Any
 
-from gateway.apis.gemini.fields import field
-
 KEY = "response"  # the wrapper's one property: the json_schema's name too
-ENUM_MIME = "text/x.enum"
 _DEFS = ("$defs", "definitions")  # kept at the root, where a "#/$defs/…" reference points
 _NOT_PLAIN = ("anyOf", "oneOf", "enum", "const")
 
@@ -87,17 +88,6 @@ def _rooted(node: Any, target: str) -> Any:
     if isinstance(node, list):
         return [_rooted(v, target) for v in node]
     return node
-
-
-def wrapping(request: Mapping[str, Any], schema: Any) -> str | None:
-    """How the answer to ``request``, whose structured output was sent as ``schema`` (the JSON
-    Schema before wrapping), is taken out: "enum" (the bare string), "json", or None (not
-    wrapped)."""
-    if not needs_wrapping(schema):
-        return None
-    config = field(request, "generationConfig")
-    mime = field(config, "responseMimeType") if isinstance(config, dict) else None
-    return "enum" if mime == ENUM_MIME else "json"
 
 
 # The wrapper's opening as a model writes it (whitespace where JSON allows it), before the value.
