@@ -55,7 +55,7 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from gateway.config import DeploymentLimits, UpstreamConfig
 from gateway.policy.breaker import CircuitRecord, circuit_key
@@ -147,6 +147,15 @@ class Mark:
 
     index: int
     t0: float
+
+
+class PoolSent(NamedTuple):
+    """A request's last call to a pool deployment, as its answer's usage corrects it (``used``)."""
+
+    up: UpstreamConfig
+    model: str | None  # as ``sent`` was given it
+    mark: Mark
+    estimate: int  # the tokens it was counted as
 
 
 @dataclass
@@ -343,6 +352,38 @@ class PoolState:
             cell = sends.unreported.setdefault(_slot(mark.t0), [0, 0])
             cell[0] -= 1
             cell[1] -= tokens
+
+    def used(self, up: UpstreamConfig, model: str | None, mark: Mark, estimate: int, tokens: int) -> None:
+        """The request ``mark`` stands for, counted as ``estimate`` tokens when sent (its bytes /
+        3.5: the prompt alone), was answered with a usage of ``tokens`` (prompt and completion):
+        its send counts that from now on, against the readings taken before it and the
+        configured ``limits``' minute, and the difference goes to the other replicas' count.
+        Counted at the estimate alone, a deployment's windows missed every answer's output.
+        Once per answer (the caller's ``pool_sent`` is taken as it is read). The usage is never
+        below nothing, so no count goes below what the others sent."""
+        delta = tokens - estimate
+        if not delta or tokens < 0:
+            return
+        sends = self._sends.get((up.name, self.served(up, model)))
+        if sends is None or mark.index < sends.first:
+            return  # forgotten already: older than any reading it could correct
+        cumulative = sends.tokens
+        # The sends after it in this process's log, while it was answered (a handful): each
+        # running total from its own on moves by the difference.
+        for i in range(mark.index - sends.first, len(cumulative)):
+            cumulative[i] += delta
+        if up.limits is not None:
+            cell = sends.pending.get(minute := int(mark.t0 // 60_000))
+            if cell is None:
+                if minute >= self._minute() - 1:  # else read by no one any more
+                    sends.pending[minute] = [0, max(0, delta)]
+            else:
+                cell[1] = max(0, cell[1] + delta)
+        if self._shared:
+            cell = sends.unreported.setdefault(_slot(mark.t0), [0, 0])
+            cell[1] += delta
+            if self._timer is None:
+                self._flush_later()
 
     def observe(self, up: UpstreamConfig, model: str | None, headers: Mapping[str, str],
                 mark: Mark | None = None, refused: bool = False) -> Headroom | None:  # fmt: skip
