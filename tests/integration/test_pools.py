@@ -24,7 +24,17 @@ from gateway.config import parse_config
 from gateway.live import LIVE
 from gateway.policy import loop_breaker
 from gateway.state.pools import record_key
-from tests.fakeupstream import FakeUpstream, Reply, Stream, chat_completion, chunk, data_events, stream_events
+from tests.fakeupstream import (
+    FakeUpstream,
+    Reply,
+    Stream,
+    chat_completion,
+    chunk,
+    data_events,
+    estimate_tokens,
+    overflow_error,
+    stream_events,
+)
 from tests.integration.conftest import Gateway, same_minute
 
 # OpenAI's per-minute wording (tests/corpus/openai.json); the wait comes from retry-after. An
@@ -1373,3 +1383,41 @@ async def test_an_answers_usage_counts_against_a_deployments_configured_tokens_p
     finally:
         await client.close()
     assert served == ["a", "b"]
+
+
+def _long_turn(i: int) -> tuple[dict[str, Any], dict[str, str]]:
+    """Turn ``i`` of a session whose steps are long (an overflow's compression has turns to drop)."""
+    msgs = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "fix the bug"}]
+    for k in range(6 + i):
+        msgs += [{"role": "assistant", "content": f"step {k}: " + "log line " * 120},
+                 {"role": "user", "content": f"ok {k}"}]  # fmt: skip
+    return {"model": "gpt-4o-mini", "messages": msgs}, {"session-id": "s-compressed"}
+
+
+async def test_a_sibling_that_answers_after_a_compress_and_retry_becomes_the_home(make_pool: MakePool) -> None:
+    """The pick answered a 429 and its sibling refused the turn as over its context window: the
+    compress-and-retry there answered it, so the sibling's cache holds the compressed
+    conversation. The home stayed on the pick (that answer came after the pool had given back
+    the refusal), and the next turn, after the pick's reset, went there: a cache with nothing of
+    it. As a refusal sent again fixed (``answered_fixed``), the home follows the answer."""
+    gw, fakes = await make_pool(names=("a", "b"), real_sleep=True)
+    payload, headers = _long_turn(0)
+    picked = _first_pick(payload, headers, ("a", "b"))
+    sibling = "b" if picked == "a" else "a"
+    fakes[picked].script(Reply(429, RATE_LIMITED, {"retry-after": "1"}))
+    limit = estimate_tokens(payload) * 2 // 3
+
+    def window(p: dict[str, Any]) -> Reply | None:
+        used = estimate_tokens(p)
+        return overflow_error(limit, used, None) if used > limit else None
+
+    fakes[sibling].always = window
+    status, h, _ = await gw.chat(payload, headers=headers)
+    assert status == 200 and h["x-llm-upstream"] == sibling and h["x-llm-compressed"] == "true"
+    fakes[sibling].always = None
+    await asyncio.sleep(1.2)  # the pick's reset: it may serve again
+    payload, headers = _long_turn(1)
+    status, h, _ = await gw.chat(payload, headers=headers)
+    assert status == 200 and h["x-llm-upstream"] == sibling
+    assert len(fakes[picked].chat_requests()) == 1  # the 429 only
+    assert len(fakes[sibling].chat_requests()) == 3  # refused, answered compressed, the next turn
