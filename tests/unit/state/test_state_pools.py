@@ -804,3 +804,24 @@ async def test_an_answers_usage_counts_in_the_configured_limits_and_on_the_other
     await b.refresh("p", plain, MODEL)
     # (What refilled in the half second comes back too: the bucket is full again in 60 s.)
     assert b.view(0, plain[0], MODEL, clock.now * 1000).tokens_left == pytest.approx((600 - 320) / 1000, abs=0.004)
+
+
+async def test_a_size_refused_as_over_a_deployments_tokens_per_minute_is_known_to_every_replica() -> None:
+    """One replica's refused call marks the size for the others at their next read; the smallest
+    size refused is kept, for OVER_WINDOW_MS, and an answer of one that large ends it."""
+    clock = Clock()
+    a, b, _ = shared_replicas(clock)
+    ups = members()
+    now = clock.now * 1000
+    await a.over_window(ups[0], MODEL, 40_000)
+    await a.over_window(ups[0], MODEL, 60_000)  # larger: the smaller stays the mark
+    await b.refresh("p", ups, MODEL)
+    assert b.too_big(ups[0], MODEL, 40_000, now) and not b.too_big(ups[0], MODEL, 39_999, now)
+    assert not b.too_big(ups[1], MODEL, 90_000, now) and not b.too_big(ups[0], "another-model", 90_000, now)
+    assert b.view(0, ups[0], MODEL, now).serves_at(now)  # never a sit-out: smaller requests go there
+    clock.now += pools.OVER_WINDOW_MS / 1000
+    assert not b.too_big(ups[0], MODEL, 90_000, clock.now * 1000)
+    clock.now = T0
+    await b.fits_window(ups[0], MODEL)
+    await a.refresh("p", ups, MODEL)
+    assert not a.too_big(ups[0], MODEL, 90_000, now)
