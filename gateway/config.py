@@ -331,6 +331,12 @@ APIS_BY_HOST: dict[str, tuple[ApiName, ...]] = {
 # path (.../openai/deployments/<name>) only chat completions is the deployment's: Responses is
 # the resource's /openai/responses, not the deployment's path.
 AZURE_OPENAI_SUFFIX = ".openai.azure.com"
+# And it takes a key in `api-key`: "all API requests must include a valid API key in the api-key
+# HTTP header" (learn.microsoft.com/azure/api-management/api-management-authenticate-authorize-
+# azure-openai, "Authenticate with API key"); `Authorization: Bearer` is its Microsoft Entra ID
+# token's place (the same page, and the REST reference's "Authentication"). Whether its v1 API
+# also reads a key as a bearer token no Microsoft page found here says; `api-key` is read by both
+# paths, so it is the default on an Azure OpenAI host.
 
 
 def apis_of_host(base_url: Any) -> tuple[ApiName, ...] | None:
@@ -338,7 +344,7 @@ def apis_of_host(base_url: Any) -> tuple[ApiName, ...] | None:
     hosts); None: nothing known."""
     host = _hostname(base_url)
     known = APIS_BY_HOST.get(host)
-    if known is None and host.endswith(AZURE_OPENAI_SUFFIX):
+    if known is None and _azure_openai(host):
         deployment = "/openai/deployments/" in urlsplit(base_url).path.lower()
         known = ("chat",) if deployment else ("chat", "responses")
     return known
@@ -442,7 +448,8 @@ class UpstreamConfig(_Model):
         "API). Not given: `x-goog-api-key` for an upstream that speaks only Gemini (Google also takes "
         "`?key=`, which would land in access logs); on `api.anthropic.com`, `x-api-key` (Anthropic refuses "
         "a key sent as `Bearer`), but `authorization` for an OAuth token (`sk-ant-oat…`, as Claude Code's "
-        "subscription login holds); else `authorization`.",
+        "subscription login holds); on `*.openai.azure.com`, `api-key` (Azure OpenAI's place for a key; "
+        "`Authorization` is its Entra ID token's); else `authorization`.",
     )
     # repr=False: a value may be a secret (a Cloudflare AI Gateway's cf-aig-authorization).
     headers: dict[str, str] = Field(
@@ -711,16 +718,25 @@ class UpstreamConfig(_Model):
 
 def _default_key_header(data: dict[str, Any]) -> dict[str, Any]:
     """Unless told otherwise, an upstream that speaks only Gemini takes its key in
-    x-goog-api-key, and Anthropic's API in x-api-key, an OAuth token as a bearer token
-    (ANTHROPIC_HOST); ``api_key`` is the value itself here, its variables already read."""
+    x-goog-api-key, Anthropic's API in x-api-key, an OAuth token as a bearer token
+    (ANTHROPIC_HOST), and Azure OpenAI in api-key (AZURE_OPENAI_SUFFIX); ``api_key`` is the
+    value itself here, its variables already read."""
     if data.get("key_header") is not None:
         return data
     if data.get("apis") in ("gemini", ["gemini"], ("gemini",)):
         return {**data, "key_header": "x-goog-api-key"}
-    if _hostname(data.get("base_url")) == ANTHROPIC_HOST:
+    host = _hostname(data.get("base_url"))
+    if _azure_openai(host):
+        return {**data, "key_header": "api-key"}
+    if host == ANTHROPIC_HOST:
         oauth = str(data.get("api_key") or "").startswith(ANTHROPIC_OAUTH_PREFIX)
         return {**data, "key_header": "authorization" if oauth else "x-api-key"}
     return data
+
+
+def _azure_openai(host: str) -> bool:
+    """Whether ``host`` (lower-case) is an Azure OpenAI resource's (AZURE_OPENAI_SUFFIX)."""
+    return host.endswith(AZURE_OPENAI_SUFFIX)
 
 
 def _hostname(url: Any) -> str:

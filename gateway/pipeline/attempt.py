@@ -52,7 +52,7 @@ from gateway.routing.headers import with_content_type
 from gateway.routing.headroom import UNSTATED_WINDOW_MS
 from gateway.services import Services, UpstreamRuntime
 from gateway.sse import EventTooLarge, error_status, event_error_fields, upstream_splitter
-from gateway.state.pools import Mark
+from gateway.state.pools import Mark, PoolSent
 from gateway.translate import Translation
 from gateway.upstream import BadRequestHead, BodyTooLarge, UpstreamFailure, UpstreamRequest, UpstreamResponse
 from gateway.upstream.deadline import Deadline
@@ -141,6 +141,9 @@ async def attempt(svc: Services, state: RequestState, plan: RetryPlan, call: Cal
                 return limits_used_up(svc, call.up)
             taken = True
         mark = ps.sent(call.up.cfg, scope, tokens, taken)
+        state.pool_sent = PoolSent(call.up.cfg, scope, mark, tokens)
+    elif state.pool_sent is not None:
+        state.pool_sent = None  # a fallback's answer is not the deployment's
     state.attempts += 1
     left_s = plan.remaining_s()
     if plan.head_by is not None and state.first_byte_at is not None:

@@ -25,6 +25,7 @@ from gateway.upstream import UpstreamResponse
 if TYPE_CHECKING:
     from gateway.pipeline.pool import PoolTurn
     from gateway.policy.breaker import Admission
+    from gateway.state.pools import PoolSent
     from gateway.state.shared import SharedCircuit
 
 
@@ -79,6 +80,9 @@ class RequestState:
     # The pool's answer to make of its last deployment's refusal, should a fix sent again there
     # (pipeline/forward.py) be answered: its conversation's home follows (pool.answered_fixed).
     pool_turn: PoolTurn | None = None
+    # Its last call to a pool deployment, until the answer's usage corrects that deployment's
+    # count by it (relay.py, once; None: no such call, or corrected).
+    pool_sent: PoolSent | None = None
     keeps_answer: bool = False  # a Responses request whose answer the provider stores
     key: KeySpec | None = None  # the gateway key the caller presented (its name, its rules)
     reservation: Reservation | None = None  # what the key's limits and budget hold for it

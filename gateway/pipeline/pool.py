@@ -151,6 +151,8 @@ async def _sent_pool(
     decided = False  # this request held or claimed ``home``: no turn was answered there yet
     opening = True  # the request's first pick: affinity may decide it
     removed: set[str] = set()  # deployments a reload took out while this request waited
+    big = need[0] + need[1]  # its size as ``over_window`` remembers one
+    over: set[str] = set()  # deployments passed by as too small for it (``too_big``)
     while True:
         if not ps.fresh(cfg.name, model):
             await ps.refresh(cfg.name, pool.member_cfgs, model, pool.circuits)
@@ -177,6 +179,16 @@ async def _sent_pool(
                 if _moves_on(svc, last, nxt):
                     ready = []  # a sibling failed: the request moves on to the later hop (below)
                 # else the held ones are asked: the later hop would not take the sibling's failure
+        others = len(ready) > 1  # each that may serve: one passed by below is still a sibling
+        if big and others and back is None and stored is None:
+            # A request at least as large as one a deployment refused as over its tokens per
+            # minute lately goes to the others that may serve, not there first: each large
+            # request cost the refused call (an Azure deployment of small TPM weighted first).
+            # With none other, it is asked all the same: never refused for the memory alone.
+            fit = [v for v in ready if not ps.too_big(members[v.slot].cfg, model, big, now_ms)]
+            if fit and len(fit) < len(ready):
+                over.update(v.name for v in ready if v not in fit)
+                ready = fit
         if ready:
             new = False  # its first turn: the strategy picked its home
             if not homed:
@@ -207,7 +219,7 @@ async def _sent_pool(
             if back is None:  # going back is a retry of that deployment, not a pick
                 _picked(svc, state, pool, up, "stored_search" if not_held else why if opening else "moved")
             opening = False
-            siblings_left = len(ready) > 1  # re-ranked after a failure, without the one that failed
+            siblings_left = others  # re-ranked after a failure, without the one that failed
             # Siblings that sit out only until a rate limit's reset: a 429 here is waited out at
             # the pool's earliest reset (``_all_sitting_out``), whichever key that is, not at this
             # key's own (which kept a request on one key while its siblings came back).
@@ -221,7 +233,7 @@ async def _sent_pool(
             if failed or home is not None or search is not None:
                 broke = None
                 if home is not None and not decided and not not_held:
-                    broke = break_reason(home, views, tried, now_ms, passed)
+                    broke = break_reason(home, views, tried, now_ms, passed, over)
                 turn = PoolTurn(pool, up.cfg.name, conversation if home is not None else None, home, broke,
                                 bool(not_held), search)  # fmt: skip
             # Should this refusal be the pool's answer, and the pipeline send it again fixed and
@@ -230,6 +242,8 @@ async def _sent_pool(
             if not isinstance(outcome, Failure):
                 if turn is not None:
                     await _settle(svc, state, turn, call)
+                if big and ps.too_big(up.cfg, model, big, now_ms):
+                    await ps.fits_window(up.cfg, model)  # asked as the last left, and it took it
                 return last
             c = outcome.classification
             if c.type is ErrorType.RATE_LIMIT and outcome.own is None:  # the provider's, not the limits'
@@ -240,6 +254,8 @@ async def _sent_pool(
                 not_held.add(up.cfg.name)  # another key's, not this one's: nothing wrong with this key
             else:
                 await _sit_out(svc, state, pool, up, c)
+                if c.per_minute and big and up.cfg.api_key is not None:  # as a sit-out: the key's own
+                    await ps.over_window(up.cfg, model, big)
                 bigger = any((m.cfg.context_window or 0) > (up.cfg.context_window or 0) for m in members)
                 if not moves_to_sibling(c, own_key=up.cfg.api_key is not None, bigger_window=bigger,
                                         overflow_moves=svc.cfg.fallback.context_overflow):  # fmt: skip
@@ -352,13 +368,14 @@ async def _settle(svc: Services, state: RequestState, turn: PoolTurn, call: Call
 
 async def answered_fixed(svc: Services, state: RequestState, call: Call) -> None:
     """A pool deployment's refusal that the pipeline sent again fixed (forward.py's fixes: a
-    budget lowered, a parameter or another account's reasoning left out) and that was answered
-    there: the pool's answer as though the deployment had answered at once (``send_pool``): the
-    conversation's home follows it, a stored response searched for is remembered there. Left to
-    the pool's own answers, a turn moved off a home limited for 3 s was refused by the sibling
-    for the home's reasoning and answered without it, and the home stayed: the next turn went
-    back with the sibling's reasoning, was refused there too, and lost the sibling's cache
-    (audit, Codex over keys of different organizations)."""
+    budget lowered, a parameter or another account's reasoning left out; or its compress-and-
+    retry of an overflow) and that was answered there: the pool's answer as though the
+    deployment had answered at once (``send_pool``): the conversation's home follows it, a
+    stored response searched for is remembered there. Left to the pool's own answers, a turn
+    moved off a home limited for 3 s was refused by the sibling for the home's reasoning and
+    answered without it, and the home stayed: the next turn went back with the sibling's
+    reasoning, was refused there too, and lost the sibling's cache (audit, Codex over keys of
+    different organizations)."""
     turn, state.pool_turn = state.pool_turn, None
     if turn is not None and turn.deployment == call.up.cfg.name and call.up.pooled:
         await _settle(svc, state, turn, call)

@@ -55,6 +55,8 @@ async def relay(
             state.usage.update(outcome.usage)
         else:
             _count_usage_in_body(state, outcome.body)
+        if state.pool_sent is not None and 200 <= outcome.status < 300:
+            pool_used(svc, state, state.usage)
         if not state.usage and state.model is not None and 200 <= outcome.status < 300:
             _count_answer_text(state, outcome.body)
         return OneWriteResponse(status=outcome.status, body=outcome.body, headers=outcome.headers)
@@ -339,6 +341,8 @@ async def _pump(
         # chunk, asked or not), is counted from the text it showed.
         uncounted = broken or "completion" not in leg.reader.usage
         _count_usage(state, leg.reader, relayed if uncounted else None)
+        if state.pool_sent is not None and not uncounted:
+            pool_used(svc, state, leg.reader.usage)
         if end is None:
             leg_over(svc, state)
         else:
@@ -347,6 +351,17 @@ async def _pump(
             # Broken with no ending: the client left, or drain_s cut the stream.
             settle_circuit(state, end.classification if end is not None else None,
                                  answered=end is not None or not broken)  # fmt: skip
+
+
+def pool_used(svc: Services, state: RequestState, usage: dict[str, int]) -> None:
+    """The answer of a pool deployment stated its usage: the deployment's count of the call,
+    its estimate, becomes that (state/pools.py's ``used``), once. Only the provider's own count:
+    an estimate of a broken stream's text would only move one guess to another."""
+    sent, state.pool_sent = state.pool_sent, None
+    prompt, completion = usage.get("prompt"), usage.get("completion")
+    if sent is None or svc.pool_state is None or prompt is None or completion is None:
+        return
+    svc.pool_state.used(sent.up, sent.model, sent.mark, sent.estimate, prompt + completion)
 
 
 def _count_usage(state: RequestState, reader: StreamReader, shown: Shown | None) -> None:

@@ -155,14 +155,17 @@ def conversation_order(ready: Sequence[Deployment], home: str | None, conversati
 
 
 def break_reason(home: str, views: Sequence[Deployment], tried: Collection[str], now_ms: float,
-                 passed: Collection[str] = ()) -> str:  # fmt: skip
+                 passed: Collection[str] = (), over: Collection[str] = ()) -> str:  # fmt: skip
     """Why a conversation was served away from ``home`` (a metric label): it failed in this
     request, it is no longer a deployment of the pool, it sits out (why), its circuit is open,
-    or (``passed``) a short-budget request went past it for a head cut (policy/head_cuts.py)."""
+    (``passed``) a short-budget request went past it for a head cut (policy/head_cuts.py), or
+    (``over``) it refused a request this large as over its tokens per minute lately."""
     if home in tried:
         return "failed"
     if home in passed:
         return "head_cut"
+    if home in over:
+        return "tokens_per_minute"
     view = next((v for v in views if v.name == home), None)
     if view is None:
         return "removed"

@@ -14,6 +14,8 @@ share its count (kept by the client's name, a key with ``requests_per_minute: 10
     s:<deployment>/<model>#m  requests and tokens every replica sent there in minute m, by the
                               tenth of a second they were sent in (shared stores only)
     n:<deployment>/<model>#m  requests and tokens sent in minute m (deployments with ``limits``)
+    f:<deployment>/<model>    the smallest request it refused as larger than its tokens per
+                              minute, and until when that is remembered (``over_window``)
 
 A sit-out is written under the deployment's key as well (``o:~<digest>``, ``record_id``: a
 digest of its credential, base URL and configured headers, keyed by ``loop_breaker.secret``
@@ -53,7 +55,7 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from gateway.config import DeploymentLimits, UpstreamConfig
 from gateway.policy.breaker import CircuitRecord, circuit_key
@@ -74,6 +76,14 @@ _SENDS_TTL_S = 180.0  # a minute's sends, read until the minute after it
 _SLOT_MS = 100  # sends are reported by the tenth of a second they were sent in
 _LOG_MS = 120_000.0  # this process's own sends are kept this long (a reading's lifetime)
 _LATENCY_ALPHA = 0.3  # weight of the newest time-to-first-token sample
+# How long a request refused as larger than a deployment's whole tokens per minute marks that
+# size as too big for it. The refusal is about the window, not what was left of it (Azure's
+# "retry after 86400 seconds", OpenAI's "Request too large ... Limit 30000, Requested 30601":
+# CHANGELOG, "Azure"), so no refill within the minute changes it; only the operator's raising
+# the quota does. Five minutes: a steady run of large requests pays one refused call each five
+# minutes rather than one each, and a quota raised is used within five minutes (meanwhile
+# those requests are served by siblings, never refused for it).
+OVER_WINDOW_MS = 300_000
 OBSERVE_EVERY_S = 0.05  # an answer's rate-limit headers are read at most this often per deployment
 # Sends not yet reported go out with the next read of the pool's records, or once no read has
 # come for this long (a replica that falls quiet after a burst): longer than the read
@@ -139,6 +149,15 @@ class Mark:
     t0: float
 
 
+class PoolSent(NamedTuple):
+    """A request's last call to a pool deployment, as its answer's usage corrects it (``used``)."""
+
+    up: UpstreamConfig
+    model: str | None  # as ``sent`` was given it
+    mark: Mark
+    estimate: int  # the tokens it was counted as
+
+
 @dataclass
 class PoolState:
     store: StateStore
@@ -152,6 +171,7 @@ class PoolState:
     _sends: dict[tuple[str, str | None], _Sends] = field(default_factory=dict)
     _writes: dict[str, tuple[dict[str, float], float]] = field(default_factory=dict)
     _keys: dict[tuple[str, str | None], tuple[str, str, str, str, str]] = field(default_factory=dict)
+    _over_keys: dict[tuple[str, str | None], str] = field(default_factory=dict)  # ``_over_key``
     # (deployment, model asked) -> (its model_map, the model it is sent): ``served``
     _served: dict[tuple[str, str], tuple[ModelMap, str | None]] = field(default_factory=dict)
     # (deployment, model) -> (its config, ``record_key``, its key's sit-out records): ``_key_outs``
@@ -333,6 +353,38 @@ class PoolState:
             cell[0] -= 1
             cell[1] -= tokens
 
+    def used(self, up: UpstreamConfig, model: str | None, mark: Mark, estimate: int, tokens: int) -> None:
+        """The request ``mark`` stands for, counted as ``estimate`` tokens when sent (its bytes /
+        3.5: the prompt alone), was answered with a usage of ``tokens`` (prompt and completion):
+        its send counts that from now on, against the readings taken before it and the
+        configured ``limits``' minute, and the difference goes to the other replicas' count.
+        Counted at the estimate alone, a deployment's windows missed every answer's output.
+        Once per answer (the caller's ``pool_sent`` is taken as it is read). The usage is never
+        below nothing, so no count goes below what the others sent."""
+        delta = tokens - estimate
+        if not delta or tokens < 0:
+            return
+        sends = self._sends.get((up.name, self.served(up, model)))
+        if sends is None or mark.index < sends.first:
+            return  # forgotten already: older than any reading it could correct
+        cumulative = sends.tokens
+        # The sends after it in this process's log, while it was answered (a handful): each
+        # running total from its own on moves by the difference.
+        for i in range(mark.index - sends.first, len(cumulative)):
+            cumulative[i] += delta
+        if up.limits is not None:
+            cell = sends.pending.get(minute := int(mark.t0 // 60_000))
+            if cell is None:
+                if minute >= self._minute() - 1:  # else read by no one any more
+                    sends.pending[minute] = [0, max(0, delta)]
+            else:
+                cell[1] = max(0, cell[1] + delta)
+        if self._shared:
+            cell = sends.unreported.setdefault(_slot(mark.t0), [0, 0])
+            cell[1] += delta
+            if self._timer is None:
+                self._flush_later()
+
     def observe(self, up: UpstreamConfig, model: str | None, headers: Mapping[str, str],
                 mark: Mark | None = None, refused: bool = False) -> Headroom | None:  # fmt: skip
         """The rate-limit headers of one answer of ``up``, if it carries any; ``mark``: what
@@ -391,6 +443,38 @@ class PoolState:
             records[name] = fields
         await self.store.records_sync((), [(name, fields, ttl_s) for name in names])
 
+    # -- requests larger than a deployment's tokens per minute ----------------------------------
+
+    async def over_window(self, up: UpstreamConfig, model: str | None, tokens: int) -> None:
+        """``up`` refused a request of ``tokens`` (the pool's estimate: what a later request is
+        compared by) as larger than its whole tokens-per-minute window: requests at least that
+        large pass it by for ``OVER_WINDOW_MS`` while a sibling may take them (``too_big``). The
+        smallest such size is kept. Written at once, as a sit-out: the other replicas stop
+        paying the refused call too. The provider's own count ("Requested 30601") is not in the
+        estimate's units, so it is not what a later request's estimate is compared with."""
+        key = self._over_key(up.name, self.served(up, model))
+        now_ms = self.wall() * 1000
+        old = self._records.get(key)
+        if old and old.get("u", 0) > now_ms and 0 < old.get("k", 0) < tokens:
+            tokens = int(old["k"])
+        fields = {"k": float(max(1, tokens)), "u": now_ms + OVER_WINDOW_MS}
+        _bounded(self._records)[key] = fields
+        await self.store.records_sync((), [(key, fields, OVER_WINDOW_MS / 1000 + 1.0)])
+
+    def too_big(self, up: UpstreamConfig, model: str | None, tokens: int, now_ms: float) -> bool:
+        """Whether ``up`` refused a request no larger than ``tokens`` as over its tokens per
+        minute lately (``over_window``). No I/O: the records last read."""
+        rec = self._records.get(self._over_key(up.name, self.served(up, model)))
+        return rec is not None and rec.get("u", 0) > now_ms and 0 < rec.get("k", 0) <= tokens
+
+    async def fits_window(self, up: UpstreamConfig, model: str | None) -> None:
+        """``up`` answered a request ``too_big`` said it would refuse: its quota was raised, and
+        the memory goes, here and in the store."""
+        key = self._over_key(up.name, self.served(up, model))
+        fields = {"k": 0.0, "u": 0.0}
+        _bounded(self._records)[key] = fields
+        await self.store.records_sync((), [(key, fields, 1.0)])
+
     # -- picking ------------------------------------------------------------------------------
 
     def fresh(self, pool: str, model: str | None) -> bool:
@@ -409,7 +493,7 @@ class PoolState:
         for up in members:
             served = self.served(up, records_of)
             out_dep, out_model, hkey, skey, nkey = self._keys_of(up.name, served)
-            reads += [out_dep, out_model, hkey, *self._key_outs(up, served)]
+            reads += [out_dep, out_model, hkey, self._over_key(up.name, served), *self._key_outs(up, served)]
             if self._shared:
                 reads += [f"{skey}#{minute - 1}", f"{skey}#{minute}"]
             if up.limits is not None:
@@ -681,6 +765,12 @@ class PoolState:
         outs = self._keys_of(rid, model)[:2] if rid is not None else ()
         _bounded(self._outs)[(up.name, model)] = (up, self.record_key, outs)
         return outs
+
+    def _over_key(self, deployment: str, model: str | None) -> str:
+        key = self._over_keys.get((deployment, model))
+        if key is None:
+            key = _bounded(self._over_keys)[(deployment, model)] = _key("f", deployment, model)
+        return key
 
     def _keys_of(self, deployment: str, model: str | None) -> tuple[str, str, str, str, str]:
         keys = self._keys.get((deployment, model))

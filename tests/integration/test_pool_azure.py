@@ -5,6 +5,7 @@ bodies. Sleeps are recorded, not slept."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from tests.corpus_cases import IN_SAMPLE
@@ -16,13 +17,13 @@ def _case(name: str) -> dict[str, Any]:
     return next(c for c in IN_SAMPLE if c["name"] == name)
 
 
-async def _azure_pool(make_gateway: Any) -> tuple[Gateway, FakeUpstream]:
+async def _azure_pool(make_gateway: Any, **kw: Any) -> tuple[Gateway, FakeUpstream]:
     fake = await FakeUpstream().start()
     same = f"base_url: '{fake.url}', api_key: AZKEY, key_header: api-key, apis: [chat]"
     upstreams = (f"  - {{name: east, {same}, model_map: {{gpt-4o: gpt4o-east}}, weight: 1000000}}\n"
                  f"  - {{name: west, {same}, model_map: {{gpt-4o: gpt4o-west}}}}\n")  # fmt: skip
     pools = "pools:\n  - {name: gpt, models: [gpt-4o], deployments: [east, west], affinity: {enabled: false}}\n"
-    gw = await make_gateway(pools, fake=fake, upstreams=upstreams)
+    gw = await make_gateway(pools, fake=fake, upstreams=upstreams, **kw)
     return gw, fake
 
 
@@ -161,5 +162,64 @@ async def test_a_rate_limit_on_one_deployment_leaves_its_sibling_on_the_same_res
         assert status == 200 and headers["x-llm-upstream"] == "west" and headers["x-llm-attempts"] == "1"
         assert gw.metric("llm_gateway_deployment_sit_outs_total", pool="gpt", deployment="east",
                          reason="rate_limit") == 1  # fmt: skip
+    finally:
+        await fake.close()
+
+
+async def test_a_size_a_deployment_refused_as_over_its_tokens_per_minute_goes_to_the_sibling_first(
+    make_gateway: Any,
+) -> None:
+    """Azure's day-long token-rate 429 says a request is larger than the deployment's whole TPM:
+    east, weighted first, refused each large request and west answered it, one refused call per
+    large request (10 calls for 5). The size east refused is remembered: larger requests go to
+    west first, smaller ones still to east, and a smaller size refused lowers the mark."""
+    gw, fake = await _azure_pool(make_gateway)
+    day = _case("azure-429-retry-after-a-day-is-overflow")
+
+    def east_tpm(payload: dict[str, Any]) -> Reply | None:  # east's TPM takes about 30,000
+        if payload["model"] == "gpt4o-east" and payload.get("max_tokens", 0) >= 30000:
+            return Reply(429, day["body"], day["headers"])
+        return None
+
+    fake.always = east_tpm
+    try:
+        for _ in range(5):
+            status, headers, _ = await gw.chat(_chat("a long document", max_tokens=60000))
+            assert status == 200 and headers["x-llm-upstream"] == "west"
+        assert [r.json()["model"] for r in fake.chat_requests()] == ["gpt4o-east"] + ["gpt4o-west"] * 5
+        status, headers, _ = await gw.chat(_chat())  # small: east, as its weight says
+        assert status == 200 and headers["x-llm-upstream"] == "east" and headers["x-llm-attempts"] == "1"
+        for expected in ("2", "1"):  # smaller than the size remembered: east is asked, once
+            status, headers, _ = await gw.chat(_chat("a long document", max_tokens=40000))
+            assert status == 200 and headers["x-llm-upstream"] == "west" and headers["x-llm-attempts"] == expected
+        assert len(fake.chat_requests()) == 6 + 1 + 3
+        for reason in ("budget", "rate_limit"):
+            assert gw.metric("llm_gateway_deployment_sit_outs_total", pool="gpt", deployment="east",
+                             reason=reason) == 0  # fmt: skip
+    finally:
+        await fake.close()
+
+
+async def test_a_deployment_passed_by_for_its_tokens_per_minute_is_asked_when_no_sibling_may_serve(
+    make_gateway: Any,
+) -> None:
+    """The memory never refuses a request alone: with west sitting out a rate limit, the large
+    request goes to east after all; east's quota was raised meanwhile and it answers, which ends
+    the memory (the next large request goes to east first, west back from its wait)."""
+    now = [time.time()]
+    gw, fake = await _azure_pool(make_gateway, wall=lambda: now[0])
+    day, minute = _case("azure-429-retry-after-a-day-is-overflow"), _case("azure-429-token-rate")
+    try:
+        fake.script(Reply(429, day["body"], day["headers"]))
+        status, headers, _ = await gw.chat(_chat("a long document", max_tokens=60000))
+        assert status == 200 and headers["x-llm-upstream"] == "west" and headers["x-llm-attempts"] == "2"
+        fake.script(Reply(429, minute["body"], minute["headers"]))  # west: "retry after 6 seconds"
+        status, headers, _ = await gw.chat(_chat("a long document", max_tokens=60000))
+        assert status == 200 and headers["x-llm-upstream"] == "east" and headers["x-llm-attempts"] == "2"
+        now[0] += 7  # west's wait is over
+        status, headers, _ = await gw.chat(_chat("a long document", max_tokens=60000))
+        assert status == 200 and headers["x-llm-upstream"] == "east" and headers["x-llm-attempts"] == "1"
+        models = [r.json()["model"] for r in fake.chat_requests()]
+        assert models == ["gpt4o-east", "gpt4o-west", "gpt4o-west", "gpt4o-east", "gpt4o-east"]
     finally:
         await fake.close()

@@ -24,7 +24,17 @@ from gateway.config import parse_config
 from gateway.live import LIVE
 from gateway.policy import loop_breaker
 from gateway.state.pools import record_key
-from tests.fakeupstream import FakeUpstream, Reply, Stream, chunk, data_events
+from tests.fakeupstream import (
+    FakeUpstream,
+    Reply,
+    Stream,
+    chat_completion,
+    chunk,
+    data_events,
+    estimate_tokens,
+    overflow_error,
+    stream_events,
+)
 from tests.integration.conftest import Gateway, same_minute
 
 # OpenAI's per-minute wording (tests/corpus/openai.json); the wait comes from retry-after. An
@@ -1339,3 +1349,75 @@ async def test_headroom_takes_an_azure_reading_as_unknown_and_its_429_for_its_wa
         assert (await gw.chat(_chat(f"after {i}")))[0] == 200
         await _expire_cache(gw)
     assert _calls(fakes)["az"] - before >= 8  # before: none for 120 s
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_answers_usage_counts_against_a_deployments_configured_tokens_per_minute(
+    make_pool: MakePool, stream: bool
+) -> None:
+    """A deployment's tokens per minute counted each request as its estimate, the prompt's bytes
+    / 3.5: an answer of 1,990 output tokens on a 2,000-token minute left it taking the next
+    request as though nearly all were left. The answer's usage, buffered or a stream's last
+    chunk, is what the minute counts."""
+    gw, fakes = await make_pool(names=("a", "b"), pool_yaml=", affinity: {enabled: false}",
+                                member_extra={"a": ", limits: {tokens_per_minute: 2000}, weight: 1000"})  # fmt: skip
+    if stream:
+        events = stream_events(include_usage=True)
+        events[-1]["usage"] = {"prompt_tokens": 12, "completion_tokens": 1990, "total_tokens": 2002}
+        fakes["a"].always = Stream(events)
+    else:
+        fakes["a"].always = Reply(200, chat_completion(completion_tokens=1990))
+    await same_minute()
+    client = openai.AsyncOpenAI(base_url=gw.base + "/v1", api_key="sk-client", max_retries=0)
+    try:
+        served = []
+        for i in range(2):
+            asked: dict[str, Any] = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": f"{i}"}]}
+            if stream:
+                asked |= {"stream": True, "stream_options": {"include_usage": True}}
+            r = await client.chat.completions.with_raw_response.create(**asked)
+            if stream:
+                async for _ in r.parse():
+                    pass
+            served.append(r.headers["x-llm-upstream"])
+    finally:
+        await client.close()
+    assert served == ["a", "b"]
+
+
+def _long_turn(i: int) -> tuple[dict[str, Any], dict[str, str]]:
+    """Turn ``i`` of a session whose steps are long (an overflow's compression has turns to drop)."""
+    msgs = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "fix the bug"}]
+    for k in range(6 + i):
+        msgs += [{"role": "assistant", "content": f"step {k}: " + "log line " * 120},
+                 {"role": "user", "content": f"ok {k}"}]  # fmt: skip
+    return {"model": "gpt-4o-mini", "messages": msgs}, {"session-id": "s-compressed"}
+
+
+async def test_a_sibling_that_answers_after_a_compress_and_retry_becomes_the_home(make_pool: MakePool) -> None:
+    """The pick answered a 429 and its sibling refused the turn as over its context window: the
+    compress-and-retry there answered it, so the sibling's cache holds the compressed
+    conversation. The home stayed on the pick (that answer came after the pool had given back
+    the refusal), and the next turn, after the pick's reset, went there: a cache with nothing of
+    it. As a refusal sent again fixed (``answered_fixed``), the home follows the answer."""
+    gw, fakes = await make_pool(names=("a", "b"), real_sleep=True)
+    payload, headers = _long_turn(0)
+    picked = _first_pick(payload, headers, ("a", "b"))
+    sibling = "b" if picked == "a" else "a"
+    fakes[picked].script(Reply(429, RATE_LIMITED, {"retry-after": "1"}))
+    limit = estimate_tokens(payload) * 2 // 3
+
+    def window(p: dict[str, Any]) -> Reply | None:
+        used = estimate_tokens(p)
+        return overflow_error(limit, used, None) if used > limit else None
+
+    fakes[sibling].always = window
+    status, h, _ = await gw.chat(payload, headers=headers)
+    assert status == 200 and h["x-llm-upstream"] == sibling and h["x-llm-compressed"] == "true"
+    fakes[sibling].always = None
+    await asyncio.sleep(1.2)  # the pick's reset: it may serve again
+    payload, headers = _long_turn(1)
+    status, h, _ = await gw.chat(payload, headers=headers)
+    assert status == 200 and h["x-llm-upstream"] == sibling
+    assert len(fakes[picked].chat_requests()) == 1  # the 429 only
+    assert len(fakes[sibling].chat_requests()) == 3  # refused, answered compressed, the next turn

@@ -566,6 +566,20 @@ def test_anthropics_api_takes_a_key_in_x_api_key_and_an_oauth_token_as_bearer(ex
         assert up.key_header == header
 
 
+@pytest.mark.parametrize(("base_url", "extra", "header"), [
+    # Azure OpenAI takes a key in api-key, the v1 path and the classic one alike (config.py)
+    ("https://my-res.openai.azure.com/openai/v1", ", api_key: k", "api-key"),
+    ("https://My-Res.OpenAI.Azure.com/openai/deployments/gpt4o", ", api_key: k", "api-key"),
+    ("https://my-res.openai.azure.com/openai/v1", "", "api-key"),  # where a client's moves, translated
+    ("https://my-res.openai.azure.com/openai/v1", ", apis: [chat], api_key: k", "api-key"),
+    ("https://my-res.openai.azure.com/openai/v1", ", api_key: t, key_header: authorization", "authorization"),
+    ("https://openai.azure.com.example/v1", ", api_key: k", "authorization"),  # not Azure's
+])  # fmt: skip
+def test_an_azure_openai_host_takes_its_key_in_api_key(base_url: str, extra: str, header: str) -> None:
+    (up,) = parse_config(f"upstreams: [{{name: az, base_url: '{base_url}'{extra}}}]", env={}).upstreams
+    assert up.key_header == header
+
+
 def test_an_anthropic_compatible_server_keeps_the_usual_default() -> None:
     # vLLM's Messages endpoint reads Authorization only (vllm-project/vllm#51572): the host, not
     # the API, says where a key goes.

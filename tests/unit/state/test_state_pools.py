@@ -751,3 +751,77 @@ async def test_a_sit_out_the_store_lost_is_written_back_not_forgotten() -> None:
     clock.now = until / 1000 + 0.5  # past its reset: nothing is written back
     await a.refresh("p", ups, MODEL)
     assert a.view(0, ups[0], MODEL, clock.now * 1000).serves_at(clock.now * 1000)
+
+
+def token_headers(remaining: int, limit: int = 1000, reset: str = "60s") -> CIMultiDict[str]:
+    return CIMultiDict({"x-ratelimit-limit-tokens": str(limit), "x-ratelimit-remaining-tokens": str(remaining),
+                        "x-ratelimit-reset-tokens": reset})  # fmt: skip
+
+
+async def test_an_answers_usage_takes_the_place_of_its_estimate_in_the_count_once() -> None:
+    """A send was counted as its bytes / 3.5, the prompt alone: the answer's usage (its prompt
+    and its output) is what the window took. Counted once, and not off a reading of its own
+    answer or a later one (the provider counted it there already)."""
+    clock = Clock()
+    a, _, _ = replicas(clock)
+    ups = members()
+    first = a.sent(ups[0], MODEL, 10)
+    a.observe(ups[0], MODEL, token_headers(remaining=600), first)
+    mark = a.sent(ups[0], MODEL, 20)  # after the reading: counted off it
+    assert a.view(0, ups[0], MODEL, clock.now * 1000).tokens_left == (600 - 20) / 1000
+    a.used(ups[0], MODEL, mark, 20, 320)
+    assert a.view(0, ups[0], MODEL, clock.now * 1000).tokens_left == (600 - 320) / 1000
+    later = a.sent(ups[0], MODEL, 30)
+    assert a.view(0, ups[0], MODEL, clock.now * 1000).tokens_left == (600 - 320 - 30) / 1000
+    a.used(ups[0], MODEL, first, 10, 50)  # the reading's own request: in the reading already
+    assert a.view(0, ups[0], MODEL, clock.now * 1000).tokens_left == (600 - 320 - 30) / 1000
+    a.observe(ups[0], MODEL, token_headers(remaining=200), later, True)  # its answer's reading
+    a.used(ups[0], MODEL, later, 30, 90)
+    assert a.view(0, ups[0], MODEL, clock.now * 1000).tokens_left == 200 / 1000
+
+
+async def test_an_answers_usage_counts_in_the_configured_limits_and_on_the_other_replicas() -> None:
+    """An Azure deployment's configured tokens per minute (its answers state no limit), and
+    the count every replica reads: the output of an answer counts there too; a usage below
+    the estimate lowers it, never below nothing."""
+    clock = Clock()
+    alone, _, _ = replicas(clock)
+    ups = members(", limits: {tokens_per_minute: 1000}")
+    mark = alone.sent(ups[0], MODEL, 20)
+    alone.used(ups[0], MODEL, mark, 20, 700)
+    assert alone.view(0, ups[0], MODEL, clock.now * 1000).tokens_left == pytest.approx(0.3)
+    mark = alone.sent(ups[0], MODEL, 500)
+    alone.used(ups[0], MODEL, mark, 500, 100)
+    assert alone.view(0, ups[0], MODEL, clock.now * 1000).tokens_left == pytest.approx(0.2)
+    a, b, _ = shared_replicas(clock)
+    plain = members()
+    b.observe(plain[0], MODEL, token_headers(remaining=600))
+    await b.refresh("p", plain, MODEL)
+    clock.now += 0.5
+    mark = a.sent(plain[0], MODEL, 20)
+    a.used(plain[0], MODEL, mark, 20, 320)
+    await a.refresh("p", plain, MODEL)
+    await b.refresh("p", plain, MODEL)
+    # (What refilled in the half second comes back too: the bucket is full again in 60 s.)
+    assert b.view(0, plain[0], MODEL, clock.now * 1000).tokens_left == pytest.approx((600 - 320) / 1000, abs=0.004)
+
+
+async def test_a_size_refused_as_over_a_deployments_tokens_per_minute_is_known_to_every_replica() -> None:
+    """One replica's refused call marks the size for the others at their next read; the smallest
+    size refused is kept, for OVER_WINDOW_MS, and an answer of one that large ends it."""
+    clock = Clock()
+    a, b, _ = shared_replicas(clock)
+    ups = members()
+    now = clock.now * 1000
+    await a.over_window(ups[0], MODEL, 40_000)
+    await a.over_window(ups[0], MODEL, 60_000)  # larger: the smaller stays the mark
+    await b.refresh("p", ups, MODEL)
+    assert b.too_big(ups[0], MODEL, 40_000, now) and not b.too_big(ups[0], MODEL, 39_999, now)
+    assert not b.too_big(ups[1], MODEL, 90_000, now) and not b.too_big(ups[0], "another-model", 90_000, now)
+    assert b.view(0, ups[0], MODEL, now).serves_at(now)  # never a sit-out: smaller requests go there
+    clock.now += pools.OVER_WINDOW_MS / 1000
+    assert not b.too_big(ups[0], MODEL, 90_000, clock.now * 1000)
+    clock.now = T0
+    await b.fits_window(ups[0], MODEL)
+    await a.refresh("p", ups, MODEL)
+    assert not a.too_big(ups[0], MODEL, 90_000, now)
