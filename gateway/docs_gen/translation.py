@@ -62,7 +62,7 @@ def chat_messages_finish_reason() -> str:
 
 def chat_gemini_effort() -> str:
     rows = [(f"`{effort}`", f"{budget:,}") for effort, budget in GEMINI_EFFORT_BUDGET.items()]
-    rows.append(("`none`", "no `thinkingConfig`"))
+    rows.append(("`none`", "the least the model thinks ([above](#request)): 0 where it can stop"))
     head = ["`reasoning_effort`", "`thinkingBudget` (leaving the answer `max(1,024, maxOutputTokens ÷ 4)`)"]
     return _table(head, ["---", "---:"], rows)
 

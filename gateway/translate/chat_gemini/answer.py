@@ -107,19 +107,31 @@ def tool_call(part: Mapping[str, Any], fallback_id: str, functions: Names = NONE
     return out
 
 
+def one_call(ctx: Context) -> bool:
+    """Whether the client asked for at most one call an answer (``parallel_tool_calls: false``).
+    Gemini has no such knob (googleapis/python-genai#1831, open): a second call in the answer
+    is left out. The client then answers the one call it got, and the model turn it sends back
+    holds that call alone, the first, which carries the answer's thoughtSignature ("only the
+    first functionCall part" has it, the thought-signatures guide): one call, one response, as
+    Gemini requires ("the number of function response parts is equal to the number of function
+    call parts"). The model asks again for what it still needs, one call at a time."""
+    return ctx.request.get("parallel_tool_calls") is False
+
+
 def chat_completion(doc: Mapping[str, Any], ctx: Context, created: int) -> dict[str, Any]:
     candidate = first_candidate(doc)
     texts: list[str] = []
     reasoning: list[str] = []
     calls: list[dict[str, Any]] = []
     functions = function_names(ctx.request.get("tools"))
+    most = 1 if one_call(ctx) else None
     for part in parts_of(candidate):
         text = part.get("text")
         if isinstance(text, str):
             (reasoning if part.get("thought") is True else texts).append(text)
             continue
         call = tool_call(part, f"call_{ctx.request_id}_{len(calls)}", functions)
-        if call is not None:
+        if call is not None and len(calls) != most:
             calls.append(call)
         # inlineData (an image the model made), executableCode, …: nothing a chat message holds
     failed = None if calls else failed_call_text(field(candidate, "finishReason"))
@@ -173,6 +185,7 @@ class ChatStream:
         self.reason: Any = None
         self.usage: Any = None
         self.functions = function_names(ctx.request.get("tools"))
+        self.most = 1 if one_call(ctx) else None
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
         return chat_data({**self.base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
@@ -201,7 +214,7 @@ class ChatStream:
                     out.append(self._chunk({key: text}))
                 continue
             call = tool_call(part, f"call_{self.ctx.request_id}_{self.calls}", self.functions)
-            if call is not None:
+            if call is not None and self.calls != self.most:
                 out.append(self._chunk({"tool_calls": [{"index": self.calls, **call}]}))
                 self.calls += 1
         reason = field(candidate, "finishReason")

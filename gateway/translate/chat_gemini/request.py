@@ -411,7 +411,13 @@ def _generation(p: Mapping[str, Any], model: str) -> dict[str, Any]:
         out["stopSequences"] = stops[:MAX_STOPS]
     _response_format(p.get("response_format"), out)
     effort = typed.text(p.get("reasoning_effort"), ("reasoning_effort",))
-    if effort is not None and effort != "none":
+    if effort == "none":
+        # No thinkingConfig is the model's default thinking, not none: the least the model
+        # does (``thinking_room.gemini_least``: off where it can stop), no thoughts to show.
+        least = thinking_room.gemini_least(model)
+        if least is not None:
+            out["thinkingConfig"] = least
+    elif effort is not None:
         if effort not in EFFORT_BUDGET:
             raise Refused(f"reasoning_effort {effort!r} is not one of none, {', '.join(EFFORT_BUDGET)}")
         # The answer keeps its share of maxOutputTokens, which Gemini counts thoughts against

@@ -134,6 +134,9 @@ MIN_BUDGET = 1024
 ADAPTIVE_EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "xhigh"}
 USER_ID_MAX = 256
 CONTINUE = "Continue."  # the user turn a conversation ending on the assistant gets (no prefill)
+# What a json_object request's instructions end with: one object, bare, as OpenAI's JSON mode
+# gives it (a fenced or prefaced answer fails JSON.parse in the AI SDK's generateObject).
+JSON_NOTE = "Answer with one JSON object and nothing else: no text before or after it, no code fence."
 
 # Default max_tokens when the client sets none: the documented maximum output of the model
 # family (Anthropic "Models overview"), its oldest member's where members differ, so that the
@@ -230,6 +233,14 @@ def _request(p: Mapping[str, Any], target: Target) -> dict[str, Any]:
                        "message with text, an image or a tool call or result")  # fmt: skip
     _trim_prefill(messages)
     fmt = _response_format(p.get("response_format"))
+    if _kind(p.get("response_format")) == "json_object":
+        # Anthropic has no JSON mode without a schema (output_config.format's one type is
+        # json_schema, and its objects must be closed: "For 'object' type,
+        # 'additionalProperties' must be explicitly set to false", so an open object cannot be
+        # asked). The AI SDK's generateObject on createOpenAICompatible sends json_object and
+        # no word of JSON, and Claude answered in prose: the shape is asked in words, last in
+        # the instructions, as chat_gemini asks for it beside tools.
+        system.append({"type": "text", "text": JSON_NOTE})
     schema_bars_prefill = fmt is not None and is_claude(target.model)
     if messages[-1]["role"] == "assistant" and (schema_bars_prefill or not takes_prefill(target.model)):
         # A chat conversation may end on the assistant (OpenAI answers with the next turn);
@@ -928,11 +939,16 @@ def _thinking_held(turns: list[dict[str, Any]], choice: dict[str, Any] | None) -
             and last["content"][0]["type"] not in _THOUGHT)  # fmt: skip
 
 
+def _kind(fmt: Any) -> str | None:
+    fmt = typed.obj(fmt, ("response_format",))
+    return typed.text(fmt.get("type"), ("response_format", "type")) if fmt is not None else None
+
+
 def _response_format(fmt: Any) -> dict[str, Any] | None:
     fmt = typed.obj(fmt, ("response_format",))
-    kind = typed.text(fmt.get("type"), ("response_format", "type")) if fmt is not None else None
+    kind = _kind(fmt)
     if fmt is None or kind in ("text", "json_object"):
-        return None  # json_object: the prompt already asks for JSON (OpenAI requires it to)
+        return None  # json_object: asked in words (JSON_NOTE), Anthropic has no schema-less mode
     if kind == "json_schema":
         spec = typed.obj(fmt.get("json_schema"), ("response_format", "json_schema")) or {}
         schema = typed.obj(spec.get("schema"), ("response_format", "json_schema", "schema"))

@@ -128,6 +128,11 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
         thinking = typed.obj(payload.get("thinking"), ("thinking",))
         config = typed.obj(payload.get("output_config"), ("output_config",))
         effort = _reasoning_effort(thinking, config)
+        if effort is None and target.onward == "gemini" and _disabled(thinking):
+            # Left out, a Gemini model thinks as it likes (2.5 Flash) or at its default level
+            # (HIGH on 3 Pro): "none" asks chat_gemini for the least it does. Only here: vLLM
+            # and older OpenAI models refuse "none" (see _reasoning_effort).
+            out["reasoning_effort"] = "none"
         if effort:
             out["reasoning_effort"] = effort
             if thinking is None and target.onward == "gemini":
@@ -236,6 +241,10 @@ def _reasoning_effort(thinking: dict[str, Any] | None, output_config: dict[str, 
             return "medium"
         return "low" if budget < 4096 else "medium" if budget < 16384 else "high"
     return None  # adaptive without an effort: the server's default
+
+
+def _disabled(thinking: dict[str, Any] | None) -> bool:
+    return typed.text((thinking or {}).get("type"), ("thinking", "type")) == "disabled"
 
 
 def _response_format(

@@ -66,7 +66,8 @@ def test_a_plain_request_and_the_fields_the_url_takes() -> None:
     ({"response_format": {"type": "text"}}, None),
     ({"reasoning_effort": "low"}, {"thinkingConfig": {"thinkingBudget": 1024, "includeThoughts": True}}),
     ({"reasoning_effort": "high"}, {"thinkingConfig": {"thinkingBudget": 24576, "includeThoughts": True}}),
-    ({"reasoning_effort": "none"}, None),  # the model's default: not every Gemini can stop thinking
+    # 2.5 Flash can stop: asked to (left out, it thought as it liked; audit s68, opencode).
+    ({"reasoning_effort": "none"}, {"thinkingConfig": {"thinkingBudget": 0}}),
     # OpenRouter's include_reasoning: false (and Messages → chat → Gemini for a client that did
     # not ask for thinking): the budget, no thoughts shown.
     ({"reasoning_effort": "medium", "include_reasoning": False}, {"thinkingConfig": {"thinkingBudget": 8192}}),
@@ -155,6 +156,58 @@ def test_a_thought_signature_survives_the_round_trip_through_a_chat_client() -> 
         {"functionCall": {"name": "ls", "args": {"dir": "/var"}, "id": "fc_2"}},
     ]
     assert [p["functionResponse"]["id"] for p in contents[2]["parts"]] == ["fc_1", "fc_2"]
+
+
+# Two parallel calls as the thought-signatures guide shows them: the signature on the first only.
+PARALLEL = {"candidates": [{"content": {"role": "model", "parts": [
+    {"functionCall": {"name": "ls", "args": {"dir": "/tmp"}, "id": "fc_1"}, "thoughtSignature": "c2lnbmVk"},
+    {"functionCall": {"name": "ls", "args": {"dir": "/var"}, "id": "fc_2"}}]}, "finishReason": "STOP", "index": 0}]}  # fmt: skip
+LS = {"type": "function", "function": {"name": "ls", "parameters": {"type": "object"}}}
+
+
+def test_parallel_tool_calls_false_keeps_the_first_call_buffered_and_streamed() -> None:
+    """Gemini has no knob for one call at a time: two calls reached a client that asked for at
+    most one (audit s68, the AI SDK's parallelToolCalls: false). The first is kept."""
+    one = {"model": "gpt-4o", "messages": [USER], "tools": [LS], "parallel_tool_calls": False}
+    message = T.answer(PARALLEL, ctx(one))["choices"][0]
+    assert [c["function"]["arguments"] for c in message["message"]["tool_calls"]] == ['{"dir": "/tmp"}']
+    assert message["finish_reason"] == "tool_calls"
+    out = run_stream(f"data: {json.dumps(PARALLEL)}\r\n\r\n".encode(), {**one, "stream": True})
+    calls = [t for c in out[:-1] if c["choices"] for t in c["choices"][0]["delta"].get("tool_calls", [])]
+    assert [(t["index"], t["function"]["arguments"]) for t in calls] == [(0, '{"dir": "/tmp"}')]
+    assert out[-2]["choices"][0]["finish_reason"] == "tool_calls"
+    # Not asked: both, as before.
+    assert len(T.answer(PARALLEL, ctx({**one, "parallel_tool_calls": True}))["choices"][0]["message"]["tool_calls"]) == 2
+
+
+def test_a_messages_client_that_disables_parallel_tool_use_gets_one_call_from_gemini() -> None:
+    """Messages' ``disable_parallel_tool_use`` goes through chat as ``parallel_tool_calls: false``."""
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 100, "messages": [{"role": "user", "content": "ls"}],
+            "tools": [{"name": "ls", "input_schema": {"type": "object"}}],
+            "tool_choice": {"type": "auto", "disable_parallel_tool_use": True}}  # fmt: skip
+    through = default_translations().table["messages", "gemini"]
+    out = through.answer(PARALLEL, Context("claude-sonnet-4-5", body, "req1"))
+    assert [b["input"] for b in out["content"] if b["type"] == "tool_use"] == [{"dir": "/tmp"}]
+
+
+def test_the_turn_after_one_kept_call_is_one_gemini_takes() -> None:
+    """The client answers the one call it got: the model turn goes back with that call and its
+    signature, one response for one call. Had both reached it and it answered the first only
+    (a client that runs one call a time), Gemini refuses the turn."""
+    one = {"model": "gpt-4o", "messages": [USER], "tools": [LS], "parallel_tool_calls": False}
+    call = T.answer(PARALLEL, ctx(one))["choices"][0]["message"]["tool_calls"][0]
+    history = [USER, {"role": "assistant", "content": None, "tool_calls": [call]},
+               {"role": "tool", "tool_call_id": call["id"], "content": "a b"}]  # fmt: skip
+    sent = req(messages=history, tools=[LS], parallel_tool_calls=False)
+    assert sent["contents"][1]["parts"] == [
+        {"functionCall": {"name": "ls", "args": {"dir": "/tmp"}, "id": "fc_1"}, "thoughtSignature": "c2lnbmVk"}]
+    wire = {k: v for k, v in sent.items() if k not in ("model", "stream")}
+    assert gemini_rules.refusal(wire, model="gemini-2.5-flash") is None
+    both = T.answer(PARALLEL, ctx({**one, "parallel_tool_calls": True}))["choices"][0]["message"]["tool_calls"]
+    half = [USER, {"role": "assistant", "content": None, "tool_calls": both},
+            {"role": "tool", "tool_call_id": both[0]["id"], "content": "a b"}, {"role": "user", "content": "go on"}]  # fmt: skip
+    refused = req(messages=half, tools=[LS])
+    assert gemini_rules.refusal({k: v for k, v in refused.items() if k != "model"}, model="gemini-2.5-flash")
 
 
 @pytest.mark.parametrize(("fields", "words"), [

@@ -32,6 +32,7 @@ from gateway.sse import EventSplitter, parse_event
 from gateway.translate import default_translations
 from gateway.translate.base import Context, Refusal, Target
 from gateway.translate.chat_messages import BUFFERED_MAX_TOKENS, ChatToMessages, default_max_tokens
+from gateway.translate.chat_messages.request import JSON_NOTE
 from gateway.translate.tool_ids import from_anthropic_id, to_anthropic_id
 from tests import images
 from tests.unit.translate.wrong_types import CHAT, mutated
@@ -698,9 +699,25 @@ def test_older_models_and_other_names_think_on_a_budget(model: str) -> None:
     assert out["thinking"] == {"type": "enabled", "budget_tokens": 2048} and "output_config" not in out
 
 
-def test_json_object_is_dropped_and_text_format_ignored() -> None:
-    for fmt in ({"type": "json_object"}, {"type": "text"}):
-        assert "output_config" not in req({"model": "m", "messages": [user()], "response_format": fmt})
+def test_text_format_is_ignored() -> None:
+    out = req({"model": "m", "messages": [user()], "response_format": {"type": "text"}})
+    assert "output_config" not in out and "system" not in out
+
+
+def test_json_object_from_the_ai_sdks_generate_object_is_asked_in_words() -> None:
+    """The AI SDK 7's generateObject on createOpenAICompatible sends json_object and no word of
+    JSON (audit s68): dropped, Claude answered in prose and generateObject failed. Anthropic has
+    no schema-less JSON mode, so the instructions end asking for one bare object."""
+    payload = client_request("chat-ai-sdk-7-generate-object")
+    assert payload["response_format"] == {"type": "json_object"}
+    assert "json" not in json.dumps(payload["messages"]).lower()
+    out = req(payload)
+    assert "output_config" not in out
+    assert out["system"] == [{"type": "text", "text": JSON_NOTE}]
+    assert messages_rules.refusal("/v1/messages", out, {}) is None
+    # After the client's own instructions, which stay first.
+    with_system = req({**payload, "messages": [{"role": "system", "content": "Be brief."}, *payload["messages"]]})
+    assert with_system["system"] == [{"type": "text", "text": "Be brief."}, {"type": "text", "text": JSON_NOTE}]
 
 
 def test_consecutive_same_role_messages_merge_and_empty_ones_vanish() -> None:

@@ -833,6 +833,16 @@ def test_claude_code_2_1_332_with_thinking_off_asks_no_upstream_for_visible_thin
     assert asked["generationConfig"]["thinkingConfig"] == {"thinkingBudget": 8192, "includeThoughts": True}
 
 
+def test_thinking_disabled_reaches_gemini_as_the_least_thinking_and_no_other_upstream() -> None:
+    """Claude Code 2.1.197 with MAX_THINKING_TOKENS=0 sends ``thinking: {type: disabled}``. No
+    reasoning_effort left Gemini 2.5 Flash thinking as it liked: chat_gemini's "none" turns it
+    off. A chat upstream still gets no field (vLLM and older OpenAI models refuse "none")."""
+    body = corpus_request("claude-code-2.1.197-thinking-off.json")
+    assert body["thinking"] == {"type": "disabled"}
+    assert _through("gemini", body)["generationConfig"]["thinkingConfig"] == {"thinkingBudget": 0}
+    assert "reasoning_effort" not in _through("chat", body)
+
+
 def _tool_changes(*blocks: dict[str, Any]) -> dict[str, Any]:
     """2.1.332's Bash round with a system message of tool changes after it (beta
     mid-conversation-tool-changes-2026-07-01, which 2.1.332 names on every request)."""

@@ -82,6 +82,26 @@ def test_a_chat_client_on_gemini_gets_the_same_rule() -> None:
     assert unbounded["generationConfig"]["thinkingConfig"]["thinkingBudget"] == 24576  # no limit to share
 
 
+@pytest.mark.parametrize(("model", "config"), [
+    ("gemini-2.5-flash", {"thinkingBudget": 0}),  # can stop: off
+    ("models/gemini-2.5-flash-lite", {"thinkingBudget": 0}),
+    ("gemini-2.5-pro", {"thinkingBudget": 128}),  # cannot stop (0 is refused): its least
+    ("gemini-3-pro-preview", {"thinkingLevel": "low"}),  # thinks HIGH unless asked; low is its least
+    ("gemini-3.1-pro-preview", {"thinkingLevel": "low"}),
+    ("gemini-3-flash-preview", {"thinkingLevel": "minimal"}),
+    ("gemini-3.7-flash", {"thinkingLevel": "low"}),  # refuses minimal
+    ("gemini-flash-latest", {"thinkingBudget": 512}),  # an alias: the least every effort sends
+    ("gemini-2.0-flash", None),  # does not think
+])  # fmt: skip
+def test_no_reasoning_asked_of_gemini_is_the_least_the_model_does(model: str, config: dict[str, Any] | None) -> None:
+    """``reasoning_effort: "none"`` sent no thinkingConfig, and the model's default thinking ran."""
+    chat = {"model": "m", "messages": [{"role": "user", "content": "2+2?"}], "reasoning_effort": "none"}
+    out = sent("chat", "gemini", chat, model)
+    assert out.get("generationConfig", {}).get("thinkingConfig") == config
+    wire = {k: v for k, v in out.items() if k not in ("model", "stream")}
+    assert gemini_rules.refusal(wire, model=model.removeprefix("models/")) is None
+
+
 @pytest.mark.parametrize(("model", "effort", "limit", "budget"), [
     ("claude-sonnet-4-5", "high", 4096, 3072),  # was 4,095
     ("claude-sonnet-4-5", "medium", 2000, None),  # 976 is under Anthropic's 1,024: no thinking
