@@ -248,15 +248,28 @@ def _response_format(
             "json_schema": {"name": "output", "schema": schema, "strict": strict_ok(schema)}}  # fmt: skip
 
 
-def strict_ok(schema: Any) -> bool:
-    """Whether OpenAI's strict mode takes ``schema``: each object closed with every property
-    required (OpenAI: "'required' is required to be supplied and to be an array including
-    every key in properties"). Anthropic takes optional properties; a schema with them is sent
-    without ``strict``, a best effort, rather than refused."""
+# What OpenAI's strict mode refuses that Anthropic takes (the anthropic SDK's transform_schema
+# passes ``allOf`` on): the Structured Outputs guide's "Supported schemas" lists "Composition:
+# allOf, not, dependentRequired, dependentSchemas, if, then, else" as not supported, and "the
+# root level object of a schema must be an object, and not use anyOf"
+# (https://platform.openai.com/docs/guides/structured-outputs).
+_NOT_STRICT = frozenset({"allOf", "not", "dependentRequired", "dependentSchemas", "if", "then", "else"})
+
+
+def strict_ok(schema: Any, *, root: bool = True) -> bool:
+    """Whether OpenAI's strict mode takes ``schema``: an object at the root without ``anyOf``,
+    each object closed with every property required (OpenAI: "'required' is required to be
+    supplied and to be an array including every key in properties"), none of the composition
+    keywords it does not support (``_NOT_STRICT``). Anthropic takes optional properties and
+    ``allOf``; a schema with them is sent without ``strict``, a best effort, rather than refused."""
+    if root and isinstance(schema, dict) and ("anyOf" in schema or not json_schema.is_object(schema)):
+        return False
     if isinstance(schema, list):
-        return all(strict_ok(s) for s in schema)
+        return all(strict_ok(s, root=False) for s in schema)
     if not isinstance(schema, dict):
         return True
+    if not _NOT_STRICT.isdisjoint(schema):
+        return False
     if json_schema.is_object(schema):
         props = schema.get("properties")
         names = set(props) if isinstance(props, dict) else set()
@@ -265,7 +278,7 @@ def strict_ok(schema: Any) -> bool:
             return False
         if names and not (isinstance(required, list) and names <= set(required)):
             return False
-    return all(strict_ok(s) for s in json_schema.nested(schema))
+    return all(strict_ok(s, root=False) for s in json_schema.nested(schema))
 
 
 @names.per_tools
