@@ -71,11 +71,18 @@ class Untranslatable(Exception):
     """Raised inside the walk; becomes a ``Refusal``."""
 
 
+# The upstream a refusal names, by ``Target.onward``: the rules are chat's, the client reads of
+# the upstream its route has (Messages → chat → Responses or Gemini).
+_UPSTREAM_NAMED = {"": "a chat completions upstream", "responses": "an OpenAI Responses upstream",
+                   "gemini": "a Gemini API upstream"}  # fmt: skip
+
+
 def to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refusal:
     try:
         return _request(payload, target)
     except Untranslatable as e:
-        return Refusal(str(e))
+        upstream = _UPSTREAM_NAMED.get(target.onward)
+        return Refusal(str(e) if upstream is None else str(e).replace(_UPSTREAM_NAMED[""], upstream))
     except WrongType as e:
         return typed.refusal(e, "messages")
 
@@ -90,6 +97,8 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
     raw = payload.get("messages")
     if not isinstance(raw, list):
         raise Untranslatable("'messages' must be a list of message objects")
+    if target.onward == "gemini":
+        _no_image_urls(raw)
     declared = declared_tools(payload)
     functions = function_names(declared) if declared else NONE
     # A PDF goes on where the request ends at a Responses or a Gemini upstream, which read
@@ -660,6 +669,32 @@ def _part(block: dict[str, Any], i: int, at: typed.Path, files: bool = False) ->
     raise Untranslatable(
         f"messages[{i}]: a {kind!r} content block cannot be sent to a chat completions upstream"
     )
+
+
+def _no_image_urls(raw: list[Any]) -> None:
+    """Refuses an image given by URL, named where the client put it: Gemini reads an image sent
+    inline only (chat_gemini refuses it too, but by its place among chat's messages, which a
+    system prompt and split tool results shift)."""
+    for i, message in enumerate(raw):
+        content = message.get("content") if isinstance(message, dict) else None
+        for j, block in enumerate(content if isinstance(content, list) else ()):
+            for at, each in _with_inner(block, ("messages", i, "content", j)):
+                source = each.get("source") if each.get("type") == "image" else None
+                if isinstance(source, dict) and source.get("type") == "url":
+                    raise Untranslatable(
+                        f"{typed.bracketed(at)}: an image given by URL cannot be sent to a Gemini API "
+                        "upstream, which does not fetch it: send it as base64 data"
+                    )
+
+
+def _with_inner(block: Any, at: typed.Path) -> list[tuple[typed.Path, dict[str, Any]]]:
+    """A block and, for a tool result, the blocks it holds, each with where it is."""
+    if not isinstance(block, dict):
+        return []
+    inner = block.get("content") if block.get("type") == "tool_result" else None
+    held = [((*at, "content", k), b) for k, b in enumerate(inner) if isinstance(b, dict)] if isinstance(
+        inner, list) else []  # fmt: skip
+    return [(at, block), *held]
 
 
 def _image_url(source: Any, i: int) -> str:

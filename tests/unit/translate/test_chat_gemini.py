@@ -20,6 +20,7 @@ from gateway.translate import default_translations
 from gateway.translate.base import Context, Refusal, Target
 from gateway.translate.chat_gemini import ChatToGemini, signature
 from gateway.translate.chat_gemini.answer import failed_call_text
+from tests.unit.translate.messages_helpers import sdk_request
 from tests.unit.translate.wrong_types import CHAT, mutated
 
 ANSWERS = Path(__file__).resolve().parents[2] / "corpus" / "answers"
@@ -585,6 +586,42 @@ def test_a_claude_clients_pdf_reaches_gemini_inline_and_a_chat_upstream_still_ge
                                                           {"text": "Summarise."}]}]  # fmt: skip
     chat = default_translations().table["messages", "chat"].request(asked, Target("m"))
     assert not isinstance(chat, Refusal) and "[document 'report' (application/pdf) left out" in json.dumps(chat)
+
+
+def test_a_claude_clients_image_by_url_is_refused_for_gemini_where_the_client_put_it() -> None:
+    """The anthropic SDK's request with a system prompt: chat's messages[0] is that prompt, so the
+    refusal named messages[1] for the client's messages[0], and an image in a tool result was
+    named by the user message it is moved to."""
+    image = {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}}
+    asked = sdk_request(system="Be brief.", messages=[{"role": "user", "content": [
+        {"type": "text", "text": "What is it?"}, image]}])  # fmt: skip
+    out = default_translations().table["messages", "gemini"].request(asked, Target("gemini-2.5-flash"))
+    assert isinstance(out, Refusal)
+    assert out.message == ("messages[0].content[1]: an image given by URL cannot be sent to a Gemini API upstream, "
+                           "which does not fetch it: send it as base64 data")  # fmt: skip
+    call = {"type": "tool_use", "id": "toolu_1", "name": "shot", "input": {}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": [image]}
+    asked = sdk_request(system="Be brief.", messages=[{"role": "user", "content": "Look."},
+                                                      {"role": "assistant", "content": [call]},
+                                                      {"role": "user", "content": [result]}])  # fmt: skip
+    out = default_translations().table["messages", "gemini"].request(asked, Target("gemini-2.5-flash"))
+    assert isinstance(out, Refusal) and out.message.startswith("messages[2].content[0].content[0]: an image given")
+    on_responses = default_translations().table["messages", "responses"].request(asked, Target("gpt-5"))
+    assert not isinstance(on_responses, Refusal)  # Responses fetches it
+    chat = {"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]}]}  # fmt: skip
+    out = default_translations().table["chat", "gemini"].request(chat, Target("gemini-2.5-flash"))
+    assert isinstance(out, Refusal) and out.message.startswith("messages[0].content[0]: an image_url part must be")
+
+
+@pytest.mark.parametrize(("upstream", "named"), [("chat", "a chat completions upstream"),
+                                                 ("responses", "an OpenAI Responses upstream"),
+                                                 ("gemini", "a Gemini API upstream")])  # fmt: skip
+def test_a_claude_clients_refusal_names_the_upstream_its_route_has(upstream: str, named: str) -> None:
+    server_tool = {"type": "web_fetch_20250910", "name": "web_fetch"}
+    asked = sdk_request(messages=[{"role": "user", "content": "Fetch it."}], tools=[server_tool])
+    out = default_translations().table["messages", upstream].request(asked, Target("m"))
+    assert isinstance(out, Refusal) and f"; {named} has no such tool" in out.message
 
 
 def test_a_responses_clients_input_file_reaches_gemini_inline_and_a_chat_upstream_still_refuses_it() -> None:
