@@ -25,7 +25,8 @@ Rules (each with its reason in docs/translation/messages_chat.md):
 * thinking blocks in history are dropped: chat completions has no field for them, and a
   signed Anthropic thinking block means nothing to another model.
 * ``cache_control``, ``context_management``, ``top_k``, ``service_tier``, ``container`` are
-  dropped; hosted tools, ``mcp_servers`` and Files-API sources are refused.
+  dropped (``top_k`` goes on to a Gemini upstream, which has ``topK``); hosted tools,
+  ``mcp_servers`` and Files-API sources are refused.
 """
 
 from __future__ import annotations
@@ -121,6 +122,10 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
         value = payload.get(key)
         if value is not None:
             out[key] = typed.number(value, (key,))
+    top_k = payload.get("top_k")
+    if top_k is not None and target.onward == "gemini":
+        # Written for the next hop only: Gemini has it (``generationConfig.topK``), chat does not.
+        out["top_k"] = typed.integer(top_k, ("top_k",))
     stops = payload.get("stop_sequences")
     if stops is not None and typed.strings(stops, ("stop_sequences",)):
         out["stop"] = list(stops)[:STOP_MAX] if not target.onward else list(stops)

@@ -614,6 +614,17 @@ def test_a_claude_clients_image_by_url_is_refused_for_gemini_where_the_client_pu
     assert isinstance(out, Refusal) and out.message.startswith("messages[0].content[0]: an image_url part must be")
 
 
+def test_a_claude_clients_top_k_reaches_gemini_and_not_a_chat_upstream() -> None:
+    # Anthropic's own knob (the Messages API reference's ``top_k``); the SDK in use here no
+    # longer names it, so the body is written as the reference gives it.
+    asked = {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}], "top_k": 40,
+             "temperature": 0.5}  # fmt: skip
+    out = default_translations().table["messages", "gemini"].request(asked, Target("gemini-2.5-flash"))
+    assert not isinstance(out, Refusal) and out["generationConfig"]["topK"] == 40
+    chat = default_translations().table["messages", "chat"].request(asked, Target("m"))
+    assert not isinstance(chat, Refusal) and "top_k" not in chat and chat["temperature"] == 0.5
+
+
 @pytest.mark.parametrize(("upstream", "named"), [("chat", "a chat completions upstream"),
                                                  ("responses", "an OpenAI Responses upstream"),
                                                  ("gemini", "a Gemini API upstream")])  # fmt: skip
