@@ -106,8 +106,8 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
     # files (as Claude does, through the same chat file part); a chat server reads images only.
     # Ids as OpenAI takes them, where the request stops at chat: the Gemini ids the gateway wrote
     # carry their signature on to a Gemini upstream (Messages → chat → Gemini).
-    messages += _messages(raw, functions, files=target.onward in ("responses", "gemini"),
-                          short_ids=not target.onward)
+    files = target.onward if target.onward in ("responses", "gemini") else ""
+    messages += _messages(raw, functions, files=files, short_ids=not target.onward)
     out: dict[str, Any] = {"model": target.model, "messages": messages}
 
     # Each optional field's rule runs only when the field is there (each absent one costs a
@@ -437,9 +437,9 @@ class _Convo:
     """Builds the chat message list; keeps the notes (mid-conversation system text) that
     wait for the next user turn."""
 
-    def __init__(self, functions: Names, files: bool = False, short_ids: bool = False) -> None:
+    def __init__(self, functions: Names, files: str = "", short_ids: bool = False) -> None:
         self.functions = functions
-        self.files = files  # a PDF may go on as a chat file part
+        self.files = files  # a PDF may go on as a chat file part: to this upstream ("" none)
         self.ids = to_chat_id if short_ids else str  # how a tool call's id is written
         self.out: list[dict[str, Any]] = []
         self.notes: list[str] = []
@@ -504,7 +504,7 @@ def _append_parts(message: dict[str, Any], parts: list[dict[str, Any]]) -> None:
 
 
 def _messages(
-    raw: list[Any], functions: Names, files: bool = False, short_ids: bool = False
+    raw: list[Any], functions: Names, files: str = "", short_ids: bool = False
 ) -> list[dict[str, Any]]:
     convo = _Convo(functions, files, short_ids)
     for i, message in enumerate(raw):
@@ -646,7 +646,7 @@ def _tool_reference(block: dict[str, Any], at: typed.Path, functions: Names) -> 
     return f"Tool {functions.upstream(name)} loaded: it can be called now."
 
 
-def _part(block: dict[str, Any], i: int, at: typed.Path, files: bool = False) -> list[dict[str, Any]]:
+def _part(block: dict[str, Any], i: int, at: typed.Path, files: str = "") -> list[dict[str, Any]]:
     """One user-side content block (at ``at``) as chat content parts (none when dropped by rule)."""
     kind = typed.text(block.get("type"), (*at, "type"))
     if kind == "text":
@@ -716,16 +716,22 @@ def _image_url(source: Any, i: int) -> str:
     raise Untranslatable(f"messages[{i}]: an image block needs a base64 or url source")
 
 
-def _document(block: dict[str, Any], i: int, at: typed.Path, files: bool = False) -> list[dict[str, Any]]:
+def _document(block: dict[str, Any], i: int, at: typed.Path, files: str = "") -> list[dict[str, Any]]:
     """Plain-text documents are carried as text; a PDF is replaced by a note saying it was left
     out, so the model knows rather than guesses (see the doc), unless ``files``: then a base64
-    one goes as chat's file part (OpenAI's ``file_data`` data URL)."""
+    one goes as chat's file part (OpenAI's ``file_data`` data URL), and to Responses one by URL."""
     source = block.get("source")
     title = block.get("title") if isinstance(block.get("title"), str) else None
     pdf = isinstance(source, dict) and source.get("type") == "base64" and isinstance(source.get("data"), str)
     if files and pdf and isinstance(source, dict) and source.get("media_type") == "application/pdf":
         data_url = f"data:application/pdf;base64,{source['data']}"
         return [{"type": "file", "file": {"file_data": data_url, "filename": f"{title or 'document'}.pdf"}}]
+    if files == "responses" and isinstance(source, dict) and source.get("type") == "url" \
+            and isinstance(source.get("url"), str):  # fmt: skip
+        # Written for the next hop only: Responses fetches a file by URL (``input_file``'s
+        # ``file_url``), chat does not (OpenAI's "File inputs" guide: external file URL,
+        # "Not supported" on Chat Completions, https://platform.openai.com/docs/guides/file-inputs).
+        return [{"type": "file", "file": {"file_url": source["url"]}}]
     head = f"Document: {title}\n" if title else ""
     if isinstance(source, dict) and source.get("type") == "text" and isinstance(source.get("data"), str):
         return [{"type": "text", "text": head + source["data"]}]

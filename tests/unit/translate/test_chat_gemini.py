@@ -13,7 +13,7 @@ import pytest
 from gateway.apis import GEMINI
 from gateway.apis.base import Ending, EventKind
 from gateway.errors import Classification, ErrorType
-from gateway.fake import gemini_rules
+from gateway.fake import gemini_rules, responses_rules
 from gateway.policy.refused_param import refusal_fix
 from gateway.sse import EventSplitter
 from gateway.translate import default_translations
@@ -633,6 +633,22 @@ def test_a_claude_clients_refusal_names_the_upstream_its_route_has(upstream: str
     asked = sdk_request(messages=[{"role": "user", "content": "Fetch it."}], tools=[server_tool])
     out = default_translations().table["messages", upstream].request(asked, Target("m"))
     assert isinstance(out, Refusal) and f"; {named} has no such tool" in out.message
+
+
+def test_a_claude_clients_pdf_by_url_reaches_responses_as_a_file_url() -> None:
+    """Anthropic's URL document source (``{type: url, url}``, the PDF support guide) was left out
+    with a note on a Responses route, though ``input_file`` takes ``file_url``; a chat or Gemini
+    upstream still gets the note (neither fetches it)."""
+    url = "https://example.com/report.pdf"
+    doc = {"type": "document", "source": {"type": "url", "url": url}}
+    asked = sdk_request(messages=[{"role": "user", "content": [doc, {"type": "text", "text": "Summarise."}]}])
+    out = default_translations().table["messages", "responses"].request(asked, Target("gpt-5"))
+    assert not isinstance(out, Refusal), out
+    assert out["input"][0]["content"][0] == {"type": "input_file", "file_url": url}
+    assert responses_rules.refusal("/v1/responses", out) is None
+    for upstream in ("chat", "gemini"):
+        other = default_translations().table["messages", upstream].request(asked, Target("m"))
+        assert not isinstance(other, Refusal) and url not in json.dumps(other) and "left out" in json.dumps(other)
 
 
 def test_a_responses_clients_input_file_reaches_gemini_inline_and_a_chat_upstream_still_refuses_it() -> None:
