@@ -37,9 +37,11 @@ from gateway.pipeline.outcome import (
     gateway_failure,
     transport_failure,
 )
+from gateway.policy import error_wording as words
 from gateway.policy.answer_error import error_status_of
 from gateway.policy.breaker import circuit_key
 from gateway.policy.classify import RequestFacts, classify, classify_stream_event
+from gateway.policy.error_fields import SCAN_LIMIT
 from gateway.policy.foreign_reasoning import THOUGHT
 from gateway.policy.overflow_limits import parse_overflow
 from gateway.policy.retry import EMPTY_STREAM, RetryPlan
@@ -650,11 +652,29 @@ def operator_key_refused(up: UpstreamRuntime, failure: Failure) -> Failure:
     status = failure.upstream_status or failure.status
     if 200 <= status < 300:  # an error document under a 2xx: the status it names
         status = failure.status
-    out = gateway_failure(
-        502, c, f"the provider refused the gateway's own credentials for upstream '{up.cfg.name}' "
-        f"({status}), not yours: the gateway's operator must fix its api_key",
-        "upstream_auth",
-    )  # fmt: skip
+    # Worded by what the provider said: a place it does not serve (Gemini's "User location is not
+    # supported for the API use.") or an organization to verify (OpenAI's "Your organization must
+    # be verified to stream this model"), both in tests/corpus/wild.json, are not a key to fix.
+    said = was.message or failure.body[:SCAN_LIMIT].decode("utf-8", "replace")
+    where = f"upstream '{up.cfg.name}' ({status})"
+    if words.REGION.search(said):
+        out = gateway_failure(
+            502, c, f"the provider does not serve the place the gateway calls {where} from, not your "
+            "key: the gateway's operator must call it from a region the provider serves",
+            "upstream_auth",
+        )  # fmt: skip
+    elif words.UNVERIFIED.search(said):
+        out = gateway_failure(
+            502, c, f"the provider wants the organization behind the gateway's own credentials for "
+            f"{where} verified for this model, not yours: the gateway's operator must verify it",
+            "upstream_auth",
+        )  # fmt: skip
+    else:
+        out = gateway_failure(
+            502, c, f"the provider refused the gateway's own credentials for {where}, not yours: "
+            "the gateway's operator must fix its api_key",
+            "upstream_auth",
+        )  # fmt: skip
     out.upstream_status = failure.upstream_status
     out.headers.extend((k, v) for k, v in failure.headers if k.lower() == "x-upstream-request-id")
     return out

@@ -135,10 +135,14 @@ REQUEST_INVALID = re.compile(
     r"|conversation roles must alternate",
     _I,
 )
+# An organization to verify before the model serves it (OpenAI: "Your organization must be
+# verified to stream this model", tests/corpus/wild.json).
+_UNVERIFIED = r"must be verified|verify organization"
+UNVERIFIED = re.compile(_UNVERIFIED, re.IGNORECASE)
 # Only different credentials, a verified account or an allowed place helps.
 AUTH = re.compile(
     r"api key not valid|invalid api key|incorrect api key|invalid x-api-key"
-    r"|must be verified|verify organization"
+    rf"|{_UNVERIFIED}"
     r"|has been suspended|caller does not have permission|permission denied"
     # A credential of a kind this use does not take (a subscription's OAuth token on the API).
     r"|credential is only authorized for",

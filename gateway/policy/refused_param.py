@@ -27,6 +27,11 @@ tools with reasoning_effort are not supported for gpt-5.4 in /v1/chat/completion
 models refuse their own default effort there too, and OpenAI's newer wording names the way out
 ("set reasoning_effort to 'none'"). That request is sent with ``reasoning_effort: "none"``,
 and only where it declares tools: the same model takes effort on a turn without them.
+
+An effort refused for its value with the values the model takes listed (gpt-5-pro takes only
+'high', a ``-chat`` model only 'medium') is sent as the nearest of them, or left out when none
+is on OpenAI's scale (``unsupported_effort``): asked for a bit more or less thought, the request
+still means the same.
 """
 
 from __future__ import annotations
@@ -159,6 +164,21 @@ _REASONING_MODEL = re.compile(r"(?:^|/)(?:o[1-9](?:-|$)|gpt-5(?!.*-chat))")
 # #8943); google-genai's later wording: "Penalty is not enabled for this model"
 # (google-gemini/cookbook#1290). Both penalties: the message names neither.
 _NO_PENALTY = re.compile(r"^Penalty is not enabled for (?:models/|this model)", re.IGNORECASE)
+# OpenAI refuses an effort the model does not take, listing those it does. Responses names the
+# value and the model, the field only in the body's ``param``: "Unsupported value: 'none' is not
+# supported with the 'gpt-5.1-codex' model. Supported values are: 'low', 'medium', and 'high'."
+# (param ``reasoning.effort``, code ``unsupported_value``: openai/codex#6647); gpt-5-pro takes
+# only 'high' (anomalyco/models.dev#331, and OpenAI's model page as anomalyco/opencode#3474
+# cites it). Chat names the field: "Unsupported value: 'reasoning_effort' does not support 'high'
+# with this model. Supported values are: 'medium'." (gpt-5.2-chat, egoist/chatwise-releases#1257).
+_VALUE_FOR_MODEL = re.compile(r"^Unsupported value: '[^']{0,40}' is not supported with the '[^']{1,100}' "
+                              r"model\. Supported values are: (.{1,200})", re.IGNORECASE)  # fmt: skip
+_FIELD_VALUE = re.compile(r"^Unsupported value: '(reasoning_effort)' does not support .{1,40}? with this "
+                          r"model\. Supported values are: (.{1,200})", re.IGNORECASE)  # fmt: skip
+# The fields whose refused value is adapted, where they sit in the body.
+EFFORTS = {"reasoning.effort": ("reasoning", "effort"), "reasoning_effort": (None, "reasoning_effort")}
+# OpenAI's effort levels, least to most (``max`` from gpt-5.6, anomalyco/opencode#36135).
+EFFORT_SCALE = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,11 +191,16 @@ class ParamFix:
     with_tools: str | None = None
     # Left in while it holds this value, which the model takes (a reasoning model's temperature 1).
     kept_at: float | None = None
+    # The values the model takes, as its refusal lists them: one outside them is sent as the
+    # nearest of them (``nearest``), or left out when it has none.
+    supported: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
         if self.with_tools is not None:
             return f"{self.field}={self.with_tools}"
+        if self.supported:
+            return f"{self.field}={'|'.join(self.supported)}"
         return self.field if self.rename is None else f"{self.field}->{self.rename}"
 
     def apply(self, doc: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -183,6 +208,8 @@ class ParamFix:
         apply: the field is absent, or leaving it out would change what the request means."""
         if self.field == "tool_choice":
             return _unforced(doc)
+        if self.supported:
+            return _adapted(doc, self.field, self.supported)
         if self.with_tools is not None:
             if not doc.get("tools") or doc.get(self.field) == self.with_tools:
                 return None
@@ -215,6 +242,35 @@ class ParamFix:
 
 def _same(value: Any, default: float) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == default
+
+
+def _adapted(doc: Mapping[str, Any], field: str, supported: tuple[str, ...]) -> dict[str, Any] | None:
+    """``doc`` with its effort one the model takes: the nearest on the scale, else left out (the
+    model's default applies); None when it has none or one the model takes."""
+    parent, name = EFFORTS[field]
+    inner = doc.get(parent) if parent is not None else doc
+    if not isinstance(inner, Mapping) or name not in inner or inner[name] in supported:
+        return None
+    value = nearest(inner[name], supported)
+    fixed = {k: v for k, v in inner.items() if k != name}
+    if value is not None:
+        fixed[name] = value
+    if parent is None:
+        return fixed
+    out = {k: v for k, v in doc.items() if k != parent}
+    if fixed:
+        out[parent] = fixed
+    return out
+
+
+def nearest(value: Any, supported: tuple[str, ...]) -> str | None:
+    """The supported effort nearest ``value`` on OpenAI's scale, the higher of two as near (an
+    answer reasoned at least as far as asked); None when either is off the scale."""
+    ranked = [s for s in supported if s in EFFORT_SCALE]
+    if value not in EFFORT_SCALE or not ranked:
+        return None
+    at = EFFORT_SCALE.index(value)
+    return min(ranked, key=lambda s: (abs(EFFORT_SCALE.index(s) - at), -EFFORT_SCALE.index(s)))
 
 
 def _unforced(doc: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -251,8 +307,34 @@ def _without(doc: Mapping[str, Any], parent: str, members: tuple[str, ...]) -> d
 
 def refusal_fix(message: str | None, body: bytes) -> ParamFix | None:
     """What to leave out after a refusal: the field its message names (``refused_param``), or
-    one its validation details name (``extra_input``)."""
-    return refused_param(message) or extra_input(body)
+    one its validation details name (``extra_input``), or an effort the model takes only some
+    values of (``unsupported_effort``)."""
+    return unsupported_effort(message, body) or refused_param(message) or extra_input(body)
+
+
+def unsupported_effort(message: str | None, body: bytes) -> ParamFix | None:
+    """An effort refused for its value, with the values the model takes (``_VALUE_FOR_MODEL``,
+    ``_FIELD_VALUE``); the field is the message's, or the body's ``param`` where it names none."""
+    if not message or not message.startswith("Unsupported value"):
+        return None
+    m = _FIELD_VALUE.search(message)
+    if m is not None:
+        field, listed = m.group(1).lower(), m.group(2)
+    else:
+        m = _VALUE_FOR_MODEL.search(message)
+        if m is None:
+            return None
+        field, listed = _param(parse(body)), m.group(1)
+    if field not in EFFORTS:
+        return None
+    supported = tuple(re.findall(r"'([a-z]{1,20})'", listed))
+    return ParamFix(field, supported=supported) if supported else ParamFix(field)  # none listed: left out
+
+
+def _param(doc: Any) -> str | None:
+    err = doc.get("error") if isinstance(doc, dict) else None
+    param = err.get("param") if isinstance(err, dict) else None
+    return param if isinstance(param, str) else None
 
 
 # What an OpenAI reasoning model refuses of chat's settings (``_REASONING_REFUSAL``), as fixes.

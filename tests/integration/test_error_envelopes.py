@@ -14,6 +14,7 @@ from anthropic._error_classes import ERROR_CLASSES
 from anthropic.types.beta_request_body_timeout_error import BetaRequestBodyTimeoutError
 from anthropic.types.shared import RequestBodyEncodingInvalidError, RequestBodyEncodingUnsupportedError
 
+from tests.corpus_cases import IN_SAMPLE
 from tests.fakeupstream import FakeUpstream, Reply, Stream, anthropic_message, chunk, responses_overflow
 from tests.integration.conftest import same_minute
 
@@ -73,6 +74,42 @@ async def test_an_unreachable_upstream_is_openais_server_error(make_gateway) -> 
 def _no_key_in(body: bytes) -> None:
     # The fake quotes a refused key as OpenAI does ("Incorrect API key provided: fak***-s1").
     assert b"***" not in body and b"Incorrect API key" not in body and b"fak" not in body
+
+
+def _case(name: str) -> Reply:
+    case = next(c for c in IN_SAMPLE if c["name"] == name)
+    return Reply(case["status"], case["body"])
+
+
+@pytest.mark.parametrize(("upstream", "refusal", "said"), [
+    (", apis: [gemini], api_key: k-gemini, model_map: {'claude-*': gemini-2.5-pro}",
+     "gemini-400-user-location-not-supported-is-auth",
+     "the provider does not serve the place the gateway calls upstream 'primary' (400) from, not your key: "
+     "the gateway's operator must call it from a region the provider serves"),
+    (", apis: [responses], api_key: k-openai, model_map: {'claude-*': gpt-5}",
+     "openai-400-org-not-verified-to-stream-is-auth",
+     "the provider wants the organization behind the gateway's own credentials for upstream 'primary' (400) "
+     "verified for this model, not yours: the gateway's operator must verify it"),
+])  # fmt: skip
+async def test_a_refusal_of_the_gateways_place_or_organization_says_so_not_fix_its_key(
+    make_gateway, upstream: str, refusal: str, said: str
+) -> None:
+    """Gemini's "User location is not supported for the API use." and OpenAI's "Your organization
+    must be verified to stream this model" hold no key: the client read "the gateway's operator
+    must fix its api_key" for both (audit). Still the gateway's 502, class auth."""
+    gw = await make_gateway(upstream_yaml=upstream)
+    gw.fake.script(_case(refusal))
+    client = anthropic.AsyncAnthropic(base_url=gw.base, api_key="k")
+    try:
+        await client.messages.create(model="claude-sonnet-4-6", max_tokens=10, messages=[{"role": "user",
+                                                                                         "content": "hi"}])
+        raise AssertionError("expected an error")
+    except anthropic.InternalServerError as e:
+        assert e.status_code == 502 and e.response.headers["x-llm-error-type"] == "auth"
+        assert isinstance(e.body, dict) and e.body["error"]["code"] == "upstream_auth"
+        assert e.body["error"]["message"] == said
+    finally:
+        await client.close()
 
 
 async def test_an_upstream_refusing_the_operators_key_is_a_502_without_the_providers_body(make_gateway) -> None:

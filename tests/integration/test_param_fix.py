@@ -265,3 +265,40 @@ async def test_a_reasoning_models_refusal_of_a_penalty_leaves_its_other_settings
     assert headers["x-llm-attempts"] == "2"
     second = gw.fake.chat_requests()[1].json()
     assert not {"temperature", "top_p", "presence_penalty", "frequency_penalty", "max_tokens"} & second.keys()
+
+
+def _corpus_body(name: str) -> dict[str, Any]:
+    cases = json.loads((CORPUS.parent / "openai.json").read_text())["cases"]
+    body: dict[str, Any] = next(c["body"] for c in cases if c["name"] == name)
+    return body
+
+
+async def test_claude_codes_effort_on_gpt_5_pro_goes_as_the_one_it_takes_once_learnt(make_gateway) -> None:
+    """Claude Code's effort ("medium") reaches a Responses-only -pro model as ``reasoning.effort``,
+    which gpt-5-pro refuses, listing the one it takes ("Supported values are: 'high'."): every
+    turn failed; now the second call of the first turn, and every turn after it, asks for high."""
+    gw = await make_gateway(upstream_yaml=", apis: [responses], model_map: {'claude-*': gpt-5-pro}")
+    refusal = _corpus_body("openai-400-gpt-5-pro-reasoning-effort-medium-unsupported-value")
+    gw.fake.script(lambda p: Reply(400, refusal) if p.get("reasoning", {}).get("effort") != "high" else None)
+    first = json.loads((CORPUS / "claude-code-2.1.332-first.json").read_text())["body"]
+    status, headers, body = await gw.messages({**first, "stream": False})
+    assert status == 200, body
+    assert headers["x-llm-attempts"] == "2" and headers["x-llm-params-dropped"] == "reasoning.effort=high"
+    sent = [r.json()["reasoning"] for r in gw.fake.responses_requests()]
+    assert [s["effort"] for s in sent] == ["medium", "high"]
+    assert {k: v for k, v in sent[0].items() if k != "effort"} == {k: v for k, v in sent[1].items() if k != "effort"}
+    status, headers, _ = await gw.messages({**first, "stream": False})
+    assert status == 200 and headers["x-llm-attempts"] == "1"
+    assert gw.fake.responses_requests()[-1].json()["reasoning"]["effort"] == "high"
+
+
+async def test_a_chat_models_refused_effort_goes_as_the_nearest_it_lists(make_gateway) -> None:
+    gw = await make_gateway(upstream_yaml=", apis: [chat]")
+    refusal = _corpus_body("openai-400-gpt-5.2-chat-reasoning-effort-high-unsupported-value")
+    gw.fake.script(lambda p: Reply(400, refusal) if p.get("reasoning_effort", "medium") != "medium" else None)
+    payload = {"model": "gpt-5.2-chat-latest", "reasoning_effort": "high", "messages": HI}
+    status, headers, _ = await gw.chat(payload)
+    assert status == 200 and headers["x-llm-params-dropped"] == "reasoning_effort=medium"
+    status, headers, _ = await gw.chat({**payload, "reasoning_effort": "low"})
+    assert status == 200 and headers["x-llm-attempts"] == "1"
+    assert [r.json()["reasoning_effort"] for r in gw.fake.chat_requests()] == ["high", "medium", "medium"]

@@ -211,8 +211,9 @@ def _inline(spec: Any, where: str, kind: str) -> dict[str, Any]:
     found = _DATA_URL.match(url) if isinstance(url, str) else None
     if found is None:
         # fileData takes only files uploaded to Google's Files API, which a chat client has not.
-        raise Refused(f"{where}: a {kind} must be a base64 data URL for a Gemini upstream (an http(s) URL or "
-                      "a file id is not fetched)")  # fmt: skip
+        article = "an" if kind[0] in "aeiou" else "a"
+        raise Refused(f"{where}: {article} {kind} part must be a base64 data URL for a Gemini upstream "
+                      "(an http(s) URL or a file id is not fetched)")  # fmt: skip
     mime, data = found.groups()
     mime = _MIME_ALIAS.get(mime, mime)
     if mime.startswith("image/") and mime not in _IMAGE_TYPES:

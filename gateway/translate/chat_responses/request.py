@@ -189,11 +189,12 @@ def _image(spec: Any, at: typed.Path) -> dict[str, Any]:
 def _file(spec: Any, at: typed.Path) -> dict[str, Any]:
     spec = typed.obj(spec, (*at, "file")) or {}
     out: dict[str, Any] = {"type": "input_file"}
-    for key in ("file_data", "file_id", "filename"):
+    # ``file_url`` is no chat field: Messages → chat → Responses writes it for a PDF by URL.
+    for key in ("file_data", "file_id", "file_url", "filename"):
         value = typed.text(spec.get(key), (*at, "file", key))
         if value:
             out[key] = value
-    if "file_data" not in out and "file_id" not in out:
+    if "file_data" not in out and "file_id" not in out and "file_url" not in out:
         raise _Refused(f"{typed.bracketed(at)}: a file part needs file_data or file_id")
     if "file_data" in out and "filename" not in out:
         # OpenAI reads inline file data by its file name's extension; Gemini's files come unnamed.

@@ -30,7 +30,8 @@ Rules (each with its reason in docs/translation/messages_chat.md):
   answer's text comes back as the value the client's schema asked for (``answer.py``,
   ``stream.py``).
 * ``cache_control``, ``context_management``, ``top_k``, ``service_tier``, ``container`` are
-  dropped; hosted tools, ``mcp_servers`` and Files-API sources are refused.
+  dropped (``top_k`` goes on to a Gemini upstream, which has ``topK``); hosted tools,
+  ``mcp_servers`` and Files-API sources are refused.
 """
 
 from __future__ import annotations
@@ -76,11 +77,18 @@ class Untranslatable(Exception):
     """Raised inside the walk; becomes a ``Refusal``."""
 
 
+# The upstream a refusal names, by ``Target.onward``: the rules are chat's, the client reads of
+# the upstream its route has (Messages → chat → Responses or Gemini).
+_UPSTREAM_NAMED = {"": "a chat completions upstream", "responses": "an OpenAI Responses upstream",
+                   "gemini": "a Gemini API upstream"}  # fmt: skip
+
+
 def to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refusal:
     try:
         return _request(payload, target)
     except Untranslatable as e:
-        return Refusal(str(e))
+        upstream = _UPSTREAM_NAMED.get(target.onward)
+        return Refusal(str(e) if upstream is None else str(e).replace(_UPSTREAM_NAMED[""], upstream))
     except WrongType as e:
         return typed.refusal(e, "messages")
 
@@ -95,14 +103,16 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
     raw = payload.get("messages")
     if not isinstance(raw, list):
         raise Untranslatable("'messages' must be a list of message objects")
+    if target.onward == "gemini":
+        _no_image_urls(raw)
     declared = declared_tools(payload)
     functions = function_names(declared) if declared else NONE
     # A PDF goes on where the request ends at a Responses or a Gemini upstream, which read
     # files (as Claude does, through the same chat file part); a chat server reads images only.
     # Ids as OpenAI takes them, where the request stops at chat: the Gemini ids the gateway wrote
     # carry their signature on to a Gemini upstream (Messages → chat → Gemini).
-    messages += _messages(raw, functions, files=target.onward in ("responses", "gemini"),
-                          short_ids=not target.onward)
+    files = target.onward if target.onward in ("responses", "gemini") else ""
+    messages += _messages(raw, functions, files=files, short_ids=not target.onward)
     out: dict[str, Any] = {"model": target.model, "messages": messages}
 
     # Each optional field's rule runs only when the field is there (each absent one costs a
@@ -117,6 +127,10 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
         value = payload.get(key)
         if value is not None:
             out[key] = typed.number(value, (key,))
+    top_k = payload.get("top_k")
+    if top_k is not None and target.onward == "gemini":
+        # Written for the next hop only: Gemini has it (``generationConfig.topK``), chat does not.
+        out["top_k"] = typed.integer(top_k, ("top_k",))
     stops = payload.get("stop_sequences")
     if stops is not None and typed.strings(stops, ("stop_sequences",)):
         out["stop"] = list(stops)[:STOP_MAX] if not target.onward else list(stops)
@@ -287,15 +301,28 @@ def answer_wrapped(request: Mapping[str, Any]) -> bool:
     return root.needs_wrapping(schema)
 
 
-def strict_ok(schema: Any) -> bool:
-    """Whether OpenAI's strict mode takes ``schema``: each object closed with every property
-    required (OpenAI: "'required' is required to be supplied and to be an array including
-    every key in properties"). Anthropic takes optional properties; a schema with them is sent
-    without ``strict``, a best effort, rather than refused."""
+# What OpenAI's strict mode refuses that Anthropic takes (the anthropic SDK's transform_schema
+# passes ``allOf`` on): the Structured Outputs guide's "Supported schemas" lists "Composition:
+# allOf, not, dependentRequired, dependentSchemas, if, then, else" as not supported, and "the
+# root level object of a schema must be an object, and not use anyOf"
+# (https://platform.openai.com/docs/guides/structured-outputs).
+_NOT_STRICT = frozenset({"allOf", "not", "dependentRequired", "dependentSchemas", "if", "then", "else"})
+
+
+def strict_ok(schema: Any, *, root: bool = True) -> bool:
+    """Whether OpenAI's strict mode takes ``schema``: an object at the root without ``anyOf``,
+    each object closed with every property required (OpenAI: "'required' is required to be
+    supplied and to be an array including every key in properties"), none of the composition
+    keywords it does not support (``_NOT_STRICT``). Anthropic takes optional properties and
+    ``allOf``; a schema with them is sent without ``strict``, a best effort, rather than refused."""
+    if root and isinstance(schema, dict) and ("anyOf" in schema or not json_schema.is_object(schema)):
+        return False
     if isinstance(schema, list):
-        return all(strict_ok(s) for s in schema)
+        return all(strict_ok(s, root=False) for s in schema)
     if not isinstance(schema, dict):
         return True
+    if not _NOT_STRICT.isdisjoint(schema):
+        return False
     if json_schema.is_object(schema):
         props = schema.get("properties")
         names = set(props) if isinstance(props, dict) else set()
@@ -304,7 +331,7 @@ def strict_ok(schema: Any) -> bool:
             return False
         if names and not (isinstance(required, list) and names <= set(required)):
             return False
-    return all(strict_ok(s) for s in json_schema.nested(schema))
+    return all(strict_ok(s, root=False) for s in json_schema.nested(schema))
 
 
 @names.per_tools
@@ -449,9 +476,9 @@ class _Convo:
     """Builds the chat message list; keeps the notes (mid-conversation system text) that
     wait for the next user turn."""
 
-    def __init__(self, functions: Names, files: bool = False, short_ids: bool = False) -> None:
+    def __init__(self, functions: Names, files: str = "", short_ids: bool = False) -> None:
         self.functions = functions
-        self.files = files  # a PDF may go on as a chat file part
+        self.files = files  # a PDF may go on as a chat file part: to this upstream ("" none)
         self.ids = to_chat_id if short_ids else str  # how a tool call's id is written
         self.out: list[dict[str, Any]] = []
         self.notes: list[str] = []
@@ -516,7 +543,7 @@ def _append_parts(message: dict[str, Any], parts: list[dict[str, Any]]) -> None:
 
 
 def _messages(
-    raw: list[Any], functions: Names, files: bool = False, short_ids: bool = False
+    raw: list[Any], functions: Names, files: str = "", short_ids: bool = False
 ) -> list[dict[str, Any]]:
     convo = _Convo(functions, files, short_ids)
     for i, message in enumerate(raw):
@@ -658,7 +685,7 @@ def _tool_reference(block: dict[str, Any], at: typed.Path, functions: Names) -> 
     return f"Tool {functions.upstream(name)} loaded: it can be called now."
 
 
-def _part(block: dict[str, Any], i: int, at: typed.Path, files: bool = False) -> list[dict[str, Any]]:
+def _part(block: dict[str, Any], i: int, at: typed.Path, files: str = "") -> list[dict[str, Any]]:
     """One user-side content block (at ``at``) as chat content parts (none when dropped by rule)."""
     kind = typed.text(block.get("type"), (*at, "type"))
     if kind == "text":
@@ -688,6 +715,32 @@ def _part(block: dict[str, Any], i: int, at: typed.Path, files: bool = False) ->
     )
 
 
+def _no_image_urls(raw: list[Any]) -> None:
+    """Refuses an image given by URL, named where the client put it: Gemini reads an image sent
+    inline only (chat_gemini refuses it too, but by its place among chat's messages, which a
+    system prompt and split tool results shift)."""
+    for i, message in enumerate(raw):
+        content = message.get("content") if isinstance(message, dict) else None
+        for j, block in enumerate(content if isinstance(content, list) else ()):
+            for at, each in _with_inner(block, ("messages", i, "content", j)):
+                source = each.get("source") if each.get("type") == "image" else None
+                if isinstance(source, dict) and source.get("type") == "url":
+                    raise Untranslatable(
+                        f"{typed.bracketed(at)}: an image given by URL cannot be sent to a Gemini API "
+                        "upstream, which does not fetch it: send it as base64 data"
+                    )
+
+
+def _with_inner(block: Any, at: typed.Path) -> list[tuple[typed.Path, dict[str, Any]]]:
+    """A block and, for a tool result, the blocks it holds, each with where it is."""
+    if not isinstance(block, dict):
+        return []
+    inner = block.get("content") if block.get("type") == "tool_result" else None
+    held = [((*at, "content", k), b) for k, b in enumerate(inner) if isinstance(b, dict)] if isinstance(
+        inner, list) else []  # fmt: skip
+    return [(at, block), *held]
+
+
 def _image_url(source: Any, i: int) -> str:
     if isinstance(source, dict):
         if source.get("type") == "base64" and isinstance(source.get("data"), str):
@@ -702,16 +755,22 @@ def _image_url(source: Any, i: int) -> str:
     raise Untranslatable(f"messages[{i}]: an image block needs a base64 or url source")
 
 
-def _document(block: dict[str, Any], i: int, at: typed.Path, files: bool = False) -> list[dict[str, Any]]:
+def _document(block: dict[str, Any], i: int, at: typed.Path, files: str = "") -> list[dict[str, Any]]:
     """Plain-text documents are carried as text; a PDF is replaced by a note saying it was left
     out, so the model knows rather than guesses (see the doc), unless ``files``: then a base64
-    one goes as chat's file part (OpenAI's ``file_data`` data URL)."""
+    one goes as chat's file part (OpenAI's ``file_data`` data URL), and to Responses one by URL."""
     source = block.get("source")
     title = block.get("title") if isinstance(block.get("title"), str) else None
     pdf = isinstance(source, dict) and source.get("type") == "base64" and isinstance(source.get("data"), str)
     if files and pdf and isinstance(source, dict) and source.get("media_type") == "application/pdf":
         data_url = f"data:application/pdf;base64,{source['data']}"
         return [{"type": "file", "file": {"file_data": data_url, "filename": f"{title or 'document'}.pdf"}}]
+    if files == "responses" and isinstance(source, dict) and source.get("type") == "url" \
+            and isinstance(source.get("url"), str):  # fmt: skip
+        # Written for the next hop only: Responses fetches a file by URL (``input_file``'s
+        # ``file_url``), chat does not (OpenAI's "File inputs" guide: external file URL,
+        # "Not supported" on Chat Completions, https://platform.openai.com/docs/guides/file-inputs).
+        return [{"type": "file", "file": {"file_url": source["url"]}}]
     head = f"Document: {title}\n" if title else ""
     if isinstance(source, dict) and source.get("type") == "text" and isinstance(source.get("data"), str):
         return [{"type": "text", "text": head + source["data"]}]

@@ -255,3 +255,41 @@ def test_a_model_not_named_as_a_reasoning_family_loses_only_the_field_refused(mo
     temperature and penalties and had ``max_tokens`` renamed (review)."""
     assert reasoning_set(TOP_P, ParamFix("top_p"), model) == (ParamFix("top_p"),)
     assert len(reasoning_set(TOP_P, ParamFix("top_p"), "openai/gpt-5-mini")) > 1  # a relay's prefix
+
+
+@pytest.mark.parametrize(("asked", "supported", "sent"), [
+    ("medium", ("high",), "high"),  # gpt-5-pro
+    ("none", ("low", "medium", "high"), "low"),  # gpt-5.1-codex
+    ("xhigh", ("minimal", "low", "medium", "high"), "high"),  # gpt-5-mini
+    ("medium", ("low", "high"), "high"),  # as near either way: the one that reasons more
+    ("max", ("high", "xhigh"), "xhigh"),
+])  # fmt: skip
+def test_a_refused_effort_goes_as_the_nearest_value_the_model_takes(asked: str, supported: tuple[str, ...],
+                                                                    sent: str) -> None:  # fmt: skip
+    fix = ParamFix("reasoning.effort", supported=supported)
+    doc = {"model": "m", "reasoning": {"effort": asked, "summary": "auto"}}
+    assert fix.apply(doc) == {"model": "m", "reasoning": {"summary": "auto", "effort": sent}}
+    assert ParamFix("reasoning_effort", supported=supported).apply({"reasoning_effort": asked}) == {
+        "reasoning_effort": sent}
+
+
+def test_an_effort_the_model_takes_or_none_at_all_is_left_as_it_is() -> None:
+    fix = ParamFix("reasoning.effort", supported=("high",))
+    assert fix.apply({"reasoning": {"effort": "high"}}) is None
+    assert fix.apply({"reasoning": {"summary": "auto"}}) is None and fix.apply({"model": "m"}) is None
+
+
+def test_an_effort_off_the_scale_is_left_out() -> None:
+    fix = ParamFix("reasoning.effort", supported=("high",))
+    assert fix.apply({"model": "m", "reasoning": {"effort": "turbo"}}) == {"model": "m"}
+    assert ParamFix("reasoning_effort", supported=("medium",)).apply({"reasoning_effort": None}) == {}
+
+
+def test_a_value_refusal_of_another_field_or_without_a_list_is_not_adapted() -> None:
+    message = "Unsupported value: 'low' is not supported with the 'gpt-5-chat-latest' model. Supported values are: 'medium'."
+    body = json.dumps({"error": {"message": message, "param": "text.verbosity", "code": "unsupported_value"}})
+    assert refusal_fix(message, body.encode()) is None
+    effort = json.dumps({"error": {"message": message, "param": "reasoning.effort"}}).encode()
+    assert refusal_fix(message, effort) == ParamFix("reasoning.effort", supported=("medium",))
+    bare = "Unsupported value: 'low' is not supported with the 'm' model. Supported values are: none."
+    assert refusal_fix(bare, effort) == ParamFix("reasoning.effort")

@@ -13,13 +13,14 @@ import pytest
 from gateway.apis import GEMINI
 from gateway.apis.base import Ending, EventKind
 from gateway.errors import Classification, ErrorType
-from gateway.fake import gemini_rules
+from gateway.fake import gemini_rules, responses_rules
 from gateway.policy.refused_param import refusal_fix
 from gateway.sse import EventSplitter
 from gateway.translate import default_translations
 from gateway.translate.base import Context, Refusal, Target
 from gateway.translate.chat_gemini import ChatToGemini, signature
 from gateway.translate.chat_gemini.answer import failed_call_text
+from tests.unit.translate.messages_helpers import sdk_request
 from tests.unit.translate.wrong_types import CHAT, mutated
 
 ANSWERS = Path(__file__).resolve().parents[2] / "corpus" / "answers"
@@ -638,6 +639,69 @@ def test_a_claude_clients_pdf_reaches_gemini_inline_and_a_chat_upstream_still_ge
                                                           {"text": "Summarise."}]}]  # fmt: skip
     chat = default_translations().table["messages", "chat"].request(asked, Target("m"))
     assert not isinstance(chat, Refusal) and "[document 'report' (application/pdf) left out" in json.dumps(chat)
+
+
+def test_a_claude_clients_image_by_url_is_refused_for_gemini_where_the_client_put_it() -> None:
+    """The anthropic SDK's request with a system prompt: chat's messages[0] is that prompt, so the
+    refusal named messages[1] for the client's messages[0], and an image in a tool result was
+    named by the user message it is moved to."""
+    image = {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}}
+    asked = sdk_request(system="Be brief.", messages=[{"role": "user", "content": [
+        {"type": "text", "text": "What is it?"}, image]}])  # fmt: skip
+    out = default_translations().table["messages", "gemini"].request(asked, Target("gemini-2.5-flash"))
+    assert isinstance(out, Refusal)
+    assert out.message == ("messages[0].content[1]: an image given by URL cannot be sent to a Gemini API upstream, "
+                           "which does not fetch it: send it as base64 data")  # fmt: skip
+    call = {"type": "tool_use", "id": "toolu_1", "name": "shot", "input": {}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": [image]}
+    asked = sdk_request(system="Be brief.", messages=[{"role": "user", "content": "Look."},
+                                                      {"role": "assistant", "content": [call]},
+                                                      {"role": "user", "content": [result]}])  # fmt: skip
+    out = default_translations().table["messages", "gemini"].request(asked, Target("gemini-2.5-flash"))
+    assert isinstance(out, Refusal) and out.message.startswith("messages[2].content[0].content[0]: an image given")
+    on_responses = default_translations().table["messages", "responses"].request(asked, Target("gpt-5"))
+    assert not isinstance(on_responses, Refusal)  # Responses fetches it
+    chat = {"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]}]}  # fmt: skip
+    out = default_translations().table["chat", "gemini"].request(chat, Target("gemini-2.5-flash"))
+    assert isinstance(out, Refusal) and out.message.startswith("messages[0].content[0]: an image_url part must be")
+
+
+def test_a_claude_clients_top_k_reaches_gemini_and_not_a_chat_upstream() -> None:
+    # Anthropic's own knob (the Messages API reference's ``top_k``); the SDK in use here no
+    # longer names it, so the body is written as the reference gives it.
+    asked = {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}], "top_k": 40,
+             "temperature": 0.5}  # fmt: skip
+    out = default_translations().table["messages", "gemini"].request(asked, Target("gemini-2.5-flash"))
+    assert not isinstance(out, Refusal) and out["generationConfig"]["topK"] == 40
+    chat = default_translations().table["messages", "chat"].request(asked, Target("m"))
+    assert not isinstance(chat, Refusal) and "top_k" not in chat and chat["temperature"] == 0.5
+
+
+@pytest.mark.parametrize(("upstream", "named"), [("chat", "a chat completions upstream"),
+                                                 ("responses", "an OpenAI Responses upstream"),
+                                                 ("gemini", "a Gemini API upstream")])  # fmt: skip
+def test_a_claude_clients_refusal_names_the_upstream_its_route_has(upstream: str, named: str) -> None:
+    server_tool = {"type": "web_fetch_20250910", "name": "web_fetch"}
+    asked = sdk_request(messages=[{"role": "user", "content": "Fetch it."}], tools=[server_tool])
+    out = default_translations().table["messages", upstream].request(asked, Target("m"))
+    assert isinstance(out, Refusal) and f"; {named} has no such tool" in out.message
+
+
+def test_a_claude_clients_pdf_by_url_reaches_responses_as_a_file_url() -> None:
+    """Anthropic's URL document source (``{type: url, url}``, the PDF support guide) was left out
+    with a note on a Responses route, though ``input_file`` takes ``file_url``; a chat or Gemini
+    upstream still gets the note (neither fetches it)."""
+    url = "https://example.com/report.pdf"
+    doc = {"type": "document", "source": {"type": "url", "url": url}}
+    asked = sdk_request(messages=[{"role": "user", "content": [doc, {"type": "text", "text": "Summarise."}]}])
+    out = default_translations().table["messages", "responses"].request(asked, Target("gpt-5"))
+    assert not isinstance(out, Refusal), out
+    assert out["input"][0]["content"][0] == {"type": "input_file", "file_url": url}
+    assert responses_rules.refusal("/v1/responses", out) is None
+    for upstream in ("chat", "gemini"):
+        other = default_translations().table["messages", upstream].request(asked, Target("m"))
+        assert not isinstance(other, Refusal) and url not in json.dumps(other) and "left out" in json.dumps(other)
 
 
 def test_a_responses_clients_input_file_reaches_gemini_inline_and_a_chat_upstream_still_refuses_it() -> None:

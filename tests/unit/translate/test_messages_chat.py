@@ -25,6 +25,7 @@ from gateway.translate import default_translations
 from gateway.translate.base import Context, Refusal, Target
 from gateway.translate.messages_chat import MessagesToChat
 from gateway.translate.messages_chat.answer import INVALID_ARGUMENTS, estimate_input_tokens, message_id
+from gateway.translate.messages_chat.request import strict_ok
 from tests.unit.translate.messages_helpers import (
     check_grammar,
     corpus_answer,
@@ -588,6 +589,21 @@ def test_llama_cpp_python_buffered_answer() -> None:
     ({"type": "object", "properties": {"a": {"type": "array", "items": {"type": "object", "properties": {
       "c": {"type": "integer"}}, "required": ["c"], "additionalProperties": False}}}, "required": ["a"],
       "additionalProperties": False}, True),
+    # Composition OpenAI's strict mode does not support (its Structured Outputs guide), which
+    # Anthropic takes: allOf around a reference, as the anthropic SDK's transform_schema passes on.
+    ({"type": "object", "properties": {"p": {"allOf": [{"$ref": "#/$defs/A"}]}}, "required": ["p"],
+      "additionalProperties": False, "$defs": {"A": {"type": "object", "properties": {"x": {"type": "string"}},
+      "required": ["x"], "additionalProperties": False}}}, False),
+    ({"type": "object", "properties": {"p": {"type": "string", "not": {"const": ""}}}, "required": ["p"],
+      "additionalProperties": False}, False),
+    ({"type": "object", "properties": {"p": {"type": "string"}, "q": {"type": "string"}}, "required": ["p", "q"],
+      "additionalProperties": False, "if": {"properties": {"p": {"const": "a"}}}, "then": {"required": ["q"]}},
+     False),
+    ({"type": "object", "properties": {"p": {"type": "string"}, "q": {"type": "string"}}, "required": ["p", "q"],
+      "additionalProperties": False, "dependentRequired": {"p": ["q"]}}, False),
+    # A property named like a keyword is a property.
+    ({"type": "object", "properties": {"not": {"type": "string"}, "if": {"type": "string"}}, "required": ["not", "if"],
+      "additionalProperties": False}, True),
 ])  # fmt: skip
 def test_structured_output_is_strict_only_where_openai_takes_it_strict(schema: dict[str, Any], strict: bool) -> None:
     """Anthropic's structured outputs take optional properties; OpenAI's strict mode answers
@@ -665,6 +681,16 @@ def test_an_object_schemas_answer_is_not_unwrapped() -> None:
     text = '{"response": "x"}'
     assert sdk_message(T.answer(_chat_answer(text), ctx_for(request))).content[0].text == text
     assert sdk_final_message(run(T.stream(ctx_for(request)), _chat_stream(text))).content[0].text == text
+
+
+def test_strict_mode_wants_an_object_at_the_root_without_any_of() -> None:
+    """OpenAI: "the root level object of a schema must be an object, and not use anyOf"; deeper
+    down ``anyOf`` is taken."""
+    closed = {"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"], "additionalProperties": False}
+    assert strict_ok(closed) and strict_ok({**closed, "properties": {"x": {"anyOf": [{"type": "string"}, closed]}}})
+    assert not strict_ok({"anyOf": [closed, {**closed, "properties": {"y": {"type": "string"}}, "required": ["y"]}]})
+    assert not strict_ok({**closed, "anyOf": [closed]})
+    assert not strict_ok({"type": "array", "items": closed}) and not strict_ok({"type": "string"})
 
 
 @pytest.mark.parametrize(("given", "sent"), NO_PROPERTIES)
