@@ -292,7 +292,8 @@ MEANINGS = {
     "nested too deeply or not valid JSON); never forwarded.",
     "invalid_body": "The request body (over WebSocket, a frame) is JSON but not an object.",
     "invalid_event": "A frame of the Responses API's WebSocket mode that is no `response.create` it can "
-    "answer (another `type`, a binary frame, `background`, a `generate` that is no boolean): answered with an error frame, and the connection goes on.",
+    "answer (another `type`, a binary frame, `background`, a `generate` that is no boolean): answered "
+    "with an error frame, and the connection goes on.",
     "bad_http_request": "The request is not valid HTTP/1.1 (a header line over 8,190 bytes, a malformed "
     "request line or header, broken body framing): refused before any route, in the OpenAI shape as no "
     "API is known yet, quoting none of the request's bytes; the connection closes.",

@@ -74,7 +74,7 @@ log = logging.getLogger("gateway.access")
 # Pings every 30 s, closed when one goes unanswered for 15 s: a client gone without a close (a
 # laptop's lid shut) does not hold its connection and its memory for good.
 HEARTBEAT_S = 30.0
-QUEUED_TURNS = 8  # frames read ahead of the turn in progress; past them the reading waits
+QUEUED_TURNS = 8  # frames a lane holds ahead of its turn in progress; past them the reading waits
 _ENDS = (b'"response.completed"', b'"response.incomplete"')
 # The handshake's own headers: none of them is the turn's (its body has its own length and type;
 # each turn is a request of its own, with an id of its own).
