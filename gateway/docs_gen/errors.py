@@ -292,8 +292,8 @@ MEANINGS = {
     "nested too deeply or not valid JSON); never forwarded.",
     "invalid_body": "The request body (over WebSocket, a frame) is JSON but not an object.",
     "invalid_event": "A frame of the Responses API's WebSocket mode that is no `response.create` it can "
-    "answer (another `type`, a binary frame, `background`, a `stream_id` that is no string, a `generate` "
-    "that is no boolean): answered with an error frame, and the connection goes on.",
+    "answer (another `type`, a binary frame, `background`, a `generate` that is no boolean): answered "
+    "with an error frame, and the connection goes on.",
     "bad_http_request": "The request is not valid HTTP/1.1 (a header line over 8,190 bytes, a malformed "
     "request line or header, broken body framing): refused before any route, in the OpenAI shape as no "
     "API is known yet, quoting none of the request's bytes; the connection closes.",
@@ -404,8 +404,14 @@ MEANINGS = {
     "HTTPS\" at once.",
     "websocket_connection_limit_reached": "The Responses API's WebSocket mode: the connection has been "
     "open `server.responses_websocket_max_age_s` (by default 60 minutes, as OpenAI's). Sent as the "
-    "connection's error event (no `stream_id`) once its turn, if any, is answered, then the connection is "
-    "closed 1001; Codex and the Agents SDK open a new one.",
+    "connection's error event (no `stream_id`) once its turns under way, if any, are answered, then the "
+    "connection is closed 1001; Codex and the Agents SDK open a new one.",
+    "invalid_stream_id": "The Responses API's WebSocket mode: a `response.create` whose `stream_id` is not "
+    "1-256 letters, digits, `_`, `-` or `.` (OpenAI's rule): an error frame naming no lane, and the "
+    "connection goes on.",
+    "websocket_stream_limit_reached": "The Responses API's WebSocket mode: a frame on a 33rd distinct named "
+    "`stream_id` of one connection (OpenAI's limit of 32 for a connection's life; the default lane is not "
+    "counted): an error frame with that `stream_id`; the connection and its other lanes go on.",
     "request_timeout": "The client did not send its body within `timeouts.idle_s` (on messages a 400 with "
     "Anthropic's `error.details.error_code` `request_body_timeout`).",
     "request_too_large": "The body is over `server.max_body_bytes`, before or after decoding; refused "

@@ -8,16 +8,19 @@ The seam is the stream the relay writes: :class:`FramedStream` takes the SSE eve
 writes (the Gemini JSON array's way, ``state.stream_response``) and sends each event's data as
 one text frame; an answer written at once (an error before any event) becomes the mode's error
 frame (observe hands it here, ``AT_ONCE``: nothing on a turn is ever written to the connection as
-HTTP). The connection keeps its last response, so a turn that sends only its new items with
-``previous_response_id`` reaches an upstream that does not hold that response whole
-(``expanded``).
+HTTP). Each lane keeps its last response, so a turn that sends only its new items with
+``previous_response_id`` (on its lane, or forking another lane's onto its own) reaches an
+upstream that does not hold that response whole (``expanded``).
 
-Frames are read all the while a turn runs (pings are answered only as frames are read, and a
-client's heartbeat must not time out behind a long turn); turns run one at a time, in the order
-they came, whatever their ``stream_id``. Between turns the connection asks whether it is to end
-(``due``): a drain (``Lifecycle.start_draining``), a reload that turned the mode off, or its age
-past ``server.responses_websocket_max_age_s`` closes an idle connection with 1001 Going Away at
-once, a busy one after its turn; a frame that comes meanwhile starts nothing.
+Frames are read all the while turns run (pings are answered only as frames are read, and a
+client's heartbeat must not time out behind a long turn). Each ``stream_id`` is a lane with its
+own queue and worker: its turns run one at a time, in the order they came; lanes run at once,
+``MAX_IN_FLIGHT`` turns at most, the rest waiting for a place; a lane past ``MAX_NAMED_LANES``
+is refused (``lane_limit``). Frames go on the socket one whole frame at a time. The connection
+asks whether it is to end (``due``) when woken and before each turn: a drain
+(``Lifecycle.start_draining``), a reload that turned the mode off, or its age past
+``server.responses_websocket_max_age_s`` closes an idle connection with 1001 Going Away at once,
+a busy one once its turns under way are answered; a frame that comes meanwhile starts nothing.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import functools
 import logging
 import traceback
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -39,13 +42,17 @@ from multidict import CIMultiDict
 
 from gateway.apis import OPENAI_RESPONSES
 from gateway.apis.responses.websocket import (
+    MAX_IN_FLIGHT,
+    MAX_NAMED_LANES,
     Create,
     FrameRefused,
     Last,
     Leave,
+    chained_to,
     due,
     error_frame,
     expanded,
+    lane_limit,
     read_frame,
     refusal_error,
     remembered,
@@ -67,7 +74,7 @@ log = logging.getLogger("gateway.access")
 # Pings every 30 s, closed when one goes unanswered for 15 s: a client gone without a close (a
 # laptop's lid shut) does not hold its connection and its memory for good.
 HEARTBEAT_S = 30.0
-QUEUED_TURNS = 8  # frames read ahead of the turn in progress; past them the reading waits
+QUEUED_TURNS = 8  # frames a lane holds ahead of its turn in progress; past them the reading waits
 _ENDS = (b'"response.completed"', b'"response.incomplete"')
 # The handshake's own headers: none of them is the turn's (its body has its own length and type;
 # each turn is a request of its own, with an id of its own).
@@ -87,9 +94,12 @@ class Turn:
     warm: dict[str, Any] | None = None  # a ``generate: false`` turn's body: answered here
     ended_with: dict[str, Any] | None = None  # the response of its completed or incomplete event
     answered: bool = False  # with an error frame
+    # The connection's: turns of other lanes send at the same time, each frame whole.
+    sending: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def send(self, data: bytes) -> None:
-        await self.ws.send_frame(data, WSMsgType.TEXT)
+        async with self.sending:
+            await self.ws.send_frame(data, WSMsgType.TEXT)
 
 
 TURN = web.RequestKey("ws_turn", Turn)
@@ -264,7 +274,8 @@ class _Socket(web.WebSocketResponse):
 
 
 class Connection:
-    """One WebSocket: frames read as they come, turns answered one at a time."""
+    """One WebSocket: frames read as they come, each lane's turns answered in order, the lanes at
+    once (``MAX_IN_FLIGHT`` turns at most; the rest wait for one to end)."""
 
     def __init__(self, handshake: web.Request, ws: web.WebSocketResponse, turn: Handler,
                  clock: Callable[[], float]) -> None:  # fmt: skip
@@ -274,16 +285,22 @@ class Connection:
         self.clock = clock
         self.opened = clock()
         self.frames = 0  # answered
-        self.last: Last | None = None
-        self.queue: asyncio.Queue[Create | FrameRefused] = asyncio.Queue(QUEUED_TURNS)  # frames to answer
-        # Set: the worker is to ask ``due`` again. Beside the queue, not in it: a wake in the queue
-        # took a frame's place, and reloads during one long turn filled it (review).
+        self.lasts: dict[str | None, Last] = {}  # each lane's most recent response
+        self.lanes: dict[str | None, _Lane] = {}  # the default lane is None's
+        self.named: set[str] = set()  # every named lane the connection took (its 32 are for life)
+        self.in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
+        # One frame at a time on the socket: the frames of turns under way interleave whole.
+        self.sending = asyncio.Lock()
+        self.busy = 0  # turns under way
+        self.settled = asyncio.Event()  # set while none is
+        self.settled.set()
+        # Set: the watcher is to ask ``due`` again (a reload, a drain, a lane that found it due).
         self.woken = asyncio.Event()
         self.leaving: Leave | None = None  # decided: no turn starts, the connection closes
 
     def reconsider(self) -> None:
         """Something a connection's end depends on changed (``Lifecycle.start_draining``, a
-        reload): an idle connection asks ``due`` now, a busy one once its turn is answered."""
+        reload): an idle connection asks ``due`` now, a busy one once its turns are answered."""
         self.woken.set()
 
     def _due(self) -> Leave | None:
@@ -296,7 +313,7 @@ class Connection:
         return self.clock() - self.opened
 
     async def run(self) -> None:
-        worker = asyncio.create_task(self._work())
+        watcher = asyncio.create_task(self._watch())
         try:
             async for msg in self.ws:
                 if msg.type is WSMsgType.TEXT:
@@ -308,12 +325,15 @@ class Connection:
                         self._broken(msg.data)
                     continue
                 if frame is not None and self.leaving is None:
-                    await self.queue.put(frame)
+                    await self._route(frame)
         finally:
             # The client is gone: so is any turn of its, upstream call included.
-            worker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await worker
+            tasks = [watcher, *(lane.task for lane in self.lanes.values())]
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     def _broken(self, error: object) -> None:
         """aiohttp ended the connection for a protocol error (already closed, with its code)."""
@@ -322,35 +342,65 @@ class Connection:
             log.warning({"event": "websocket_closed", "reason": "message_too_big", "code": int(error.code),
                          "detail": str(error)[:200], "frames": self.frames})  # fmt: skip
 
-    async def _work(self) -> None:
-        while (leave := self._due()) is None:
-            frame = await self._next()
-            if frame is None or self._due() is not None:
-                continue  # woken to ask again, or a frame that came once the connection was to end
-            self.frames += 1
-            if not await self._frame(frame):
+    async def _route(self, frame: Create | FrameRefused) -> None:
+        """A frame onto its lane's queue (a lane's first frame starts it); a new named lane past
+        the connection's limit is refused here, at once. A full queue makes the reading wait."""
+        name = frame.lane
+        if name is not None and name not in self.named:
+            if len(self.named) >= MAX_NAMED_LANES:
+                refused = lane_limit(name)
+                self.frames += 1
+                with contextlib.suppress(ConnectionError):
+                    await self._send(error_frame(refused.status, refusal_error(refused), name))
                 return
+            self.named.add(name)
+        lane = self.lanes.get(name)
+        if lane is None:
+            queue: asyncio.Queue[Create | FrameRefused] = asyncio.Queue(QUEUED_TURNS)
+            lane = self.lanes[name] = _Lane(queue, asyncio.create_task(self._serve(queue)))
+        await lane.queue.put(frame)
+
+    async def _send(self, data: bytes) -> None:
+        async with self.sending:
+            await self.ws.send_frame(data, WSMsgType.TEXT)
+
+    async def _watch(self) -> None:
+        """Asks ``due`` when woken and when the connection's age runs out; once it is due, no turn
+        starts, and the connection ends when the turns under way are answered."""
+        while (leave := self._due()) is None:
+            left = self.handshake.app[LIVE].services.cfg.server.responses_websocket_max_age_s - self._age()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.woken.wait(), timeout=max(left, 0.0))
+            self.woken.clear()
         self.leaving = leave
+        await self.settled.wait()
         await self._leave(leave)
 
-    async def _next(self) -> Create | FrameRefused | None:
-        """The next frame; None when woken, or when the connection's age runs out meanwhile.
-        ``_work`` asks ``due`` after either, so a wake is spent here."""
-        if self.queue.empty() and not self.woken.is_set():
-            left = self.handshake.app[LIVE].services.cfg.server.responses_websocket_max_age_s - self._age()
-            frame = asyncio.ensure_future(self.queue.get())
-            woken = asyncio.ensure_future(self.woken.wait())
-            try:
-                await asyncio.wait((frame, woken), timeout=max(left, 0.0),
-                                   return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                woken.cancel()
-                frame.cancel()  # a get cancelled before it took its frame leaves it queued
-            if frame.done() and not frame.cancelled():
-                self.woken.clear()
-                return frame.result()
-        self.woken.clear()
-        return None if self.queue.empty() else self.queue.get_nowait()
+    async def _serve(self, queue: asyncio.Queue[Create | FrameRefused]) -> None:
+        """One lane: its frames answered one at a time, in the order they came."""
+        while True:
+            frame = await queue.get()
+            async with contextlib.AsyncExitStack() as held:
+                if isinstance(frame, Create):
+                    await held.enter_async_context(self.in_flight)
+                # Asked after the wait for a place: what came meanwhile (a drain) holds.
+                if self.leaving is not None:
+                    continue  # a frame that came once the connection was to end starts nothing
+                if self._due() is not None:
+                    self.woken.set()
+                    continue
+                self.busy += 1
+                self.settled.clear()
+                try:
+                    self.frames += 1
+                    going_on = await self._frame(frame)
+                finally:
+                    self.busy -= 1
+                    if not self.busy:
+                        self.settled.set()
+                    self.woken.set()  # between turns: is the connection to end now?
+            if not going_on:
+                return
 
     async def _leave(self, leave: Leave) -> None:
         if leave.logged is not None:
@@ -359,15 +409,14 @@ class Connection:
         error = leave.error
         if error is not None:
             with contextlib.suppress(ConnectionError):
-                await self.ws.send_frame(error_frame(error.status, refusal_error(error)), WSMsgType.TEXT)
+                await self._send(error_frame(error.status, refusal_error(error)))
         await self.ws.close(code=leave.code, message=leave.reason)
 
     async def _frame(self, frame: Create | FrameRefused) -> bool:
         """Answers one frame; False where the connection is to end without more."""
         try:
             if isinstance(frame, FrameRefused):
-                await self.ws.send_frame(error_frame(frame.status, refusal_error(frame), frame.lane),
-                                         WSMsgType.TEXT)  # fmt: skip
+                await self._send(error_frame(frame.status, refusal_error(frame), frame.lane))
             else:
                 await self._answer(frame)
         except ConnectionError:
@@ -383,8 +432,8 @@ class Connection:
         return True
 
     async def _answer(self, frame: Create) -> None:
-        body = expanded(frame.body, self.last)
-        turn = Turn(self.ws, frame.lane, None if frame.generate else body)
+        body = expanded(frame.body, chained_to(frame.body, self.lasts.values()))
+        turn = Turn(self.ws, frame.lane, None if frame.generate else body, sending=self.sending)
         request = _as_post(self.handshake, orjson.dumps(body))
         request[TURN] = turn
         request[AT_ONCE] = answered_at_once
@@ -398,7 +447,16 @@ class Connection:
             # which the pool's pin and the provider's cache follow). A translated answer's id,
             # or this gateway's own (``generate: false``), no upstream can find.
             held = turn.warm is None and state.translated is None and stores(body)
-            self.last = remembered(body, turn.ended_with, held=held) or self.last
+            last = remembered(body, turn.ended_with, held=held)
+            if last is not None:
+                # The lane's own: a fork leaves the lane it came from as it was.
+                self.lasts[frame.lane] = last
+
+
+@dataclass
+class _Lane:
+    queue: asyncio.Queue[Create | FrameRefused]
+    task: asyncio.Task[None]
 
 
 class _NotHTTP(AbstractStreamWriter):

@@ -21,7 +21,7 @@ import pytest
 from gateway.config import parse_config
 from gateway.live import LIVE
 from gateway.server import drain
-from tests.fakeupstream import FakeUpstream, Hang, responses_error
+from tests.fakeupstream import FakeUpstream, Hang, Stream, responses_error, responses_stream
 
 OPERATOR = "sk-OPERATOR-SECRET"
 # Codex 0.171.0's handshake, less its session ids and turn metadata (which the gateway never reads).
@@ -528,7 +528,7 @@ async def test_reloads_during_a_long_turn_leave_the_frames_room(make_gateway) ->
             await gw.app[LIVE].replace(parse_config(text, env={}))
         for _ in range(3):
             await ws.send_json(FIRST)
-        await _until(lambda: connection.queue.qsize() == 3, "the frames are read")
+        await _until(lambda: connection.lanes[None].queue.qsize() == 3, "the frames are read")
         assert len(gw.fake.responses_requests()) == 1  # while the turn's first try still hangs
         ends = []
         while len(ends) < 4:
@@ -556,3 +556,133 @@ async def test_a_frame_too_big_closes_1009_saying_its_limit_and_is_logged(
     assert line["reason"] == "message_too_big" and line["code"] == 1009 and "exceeds limit 2000" in line["detail"]
     assert "xxx" not in json.dumps(line)
     assert gw.fake.requests == []
+
+
+# --- lanes: stream_id multiplexing ---------------------------------------------------------------
+# The guide's "Run conversations in parallel" (https://developers.openai.com/api/docs/guides/websocket-mode):
+# turns of one stream_id run in order, never overlapping; turns of different ones run at once, their
+# events interleaved; at most 16 responses in flight on a connection (more are queued until one
+# ends), at most 32 named stream_ids in its life (websocket_stream_limit_reached past them).
+
+
+def _slow(rid: str, pause_s: float = 1.0) -> Stream:
+    """An answer that stays out ``pause_s`` after its first event (a slow first token)."""
+    return Stream(responses_stream(rid=rid), then="eof", pause_s=pause_s)
+
+
+async def _ends(ws: aiohttp.ClientWebSocketResponse, count: int) -> list[dict]:
+    """Every event up to ``count`` turns' ends, each frame whole JSON whatever lane it is of."""
+    events: list[dict] = []
+    while sum(e["type"] in ("response.completed", "error") for e in events) < count:
+        msg = await ws.receive(timeout=10)
+        assert msg.type is aiohttp.WSMsgType.TEXT, msg
+        events.append(json.loads(msg.data))
+    return events
+
+
+async def test_two_lanes_run_at_once_in_one_answers_time(make_gateway) -> None:
+    gw = await make_gateway(real_sleep=True)
+    gw.fake.script(_slow("resp_a"), _slow("resp_b"))
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        began = time.monotonic()
+        await ws.send_json({**FIRST, "stream_id": "planner"})
+        await ws.send_json({**FIRST, "stream_id": "research"})
+        # Both upstream calls are out while the first still waits for its answer's rest.
+        await _until(lambda: len(gw.fake.responses_requests()) == 2, "both lanes call their upstream")
+        events = await _ends(ws, 2)
+        took = time.monotonic() - began
+    assert took < 1.8, took  # one answer's pause (1 s), not two
+    ends = {e["stream_id"]: e["response"]["id"] for e in events if e["type"] == "response.completed"}
+    assert ends == {"planner": "resp_a", "research": "resp_b"}
+    assert {e["stream_id"] for e in events} == {"planner", "research"}  # each event its lane's, whole
+
+
+async def test_a_lane_keeps_its_order_while_another_goes_past_it(make_gateway) -> None:
+    gw = await make_gateway(real_sleep=True)
+    gw.fake.script(_slow("resp_a1", 0.5), Stream(responses_stream(rid="resp_b1"), then="eof"),
+                   Stream(responses_stream(rid="resp_a2"), then="eof"))  # fmt: skip
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        await ws.send_json({**FIRST, "stream_id": "a"})
+        await _until(lambda: len(gw.fake.responses_requests()) == 1, "lane a's first turn is out")
+        await ws.send_json({**FIRST, "stream_id": "a"})  # waits for a's first
+        await ws.send_json({**FIRST, "stream_id": "b"})  # goes past it
+        events = await _ends(ws, 3)
+    done = [(e["stream_id"], e["response"]["id"]) for e in events if e["type"] == "response.completed"]
+    assert done == [("b", "resp_b1"), ("a", "resp_a1"), ("a", "resp_a2")]
+    created = [e["stream_id"] for e in events if e["type"] == "response.created"]
+    assert created.count("a") == 2 and len(gw.fake.responses_requests()) == 3
+
+
+async def test_each_lane_remembers_its_own_last_and_a_new_lane_forks_one(make_gateway) -> None:
+    """``store: false``: each lane's last response makes its next turn whole upstream; a turn on
+    a new lane chained to the planner's forks it, and the planner goes on from the same parent."""
+    gw = await make_gateway()
+    new = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "more"}]}]
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        plan = (await _turn(ws, {**FIRST, "stream_id": "planner"}))[-1]["response"]
+        risks = (await _turn(ws, {**FIRST, "stream_id": "research"}))[-1]["response"]
+        fork = await _turn(ws, {**FIRST, "stream_id": "critic", "previous_response_id": plan["id"], "input": new})
+        on = await _turn(ws, {**FIRST, "stream_id": "planner", "previous_response_id": plan["id"], "input": new})
+        back = await _turn(ws, {**FIRST, "stream_id": "research", "previous_response_id": risks["id"],
+                                "input": new})  # fmt: skip
+    assert fork[-1]["type"] == on[-1]["type"] == back[-1]["type"] == "response.completed"
+    sent = [r.json() for r in gw.fake.responses_requests()]
+    assert all("previous_response_id" not in body for body in sent)
+    assert sent[2]["input"] == sent[3]["input"] == [*FIRST["input"], *plan["output"], *new]
+    assert sent[4]["input"] == [*FIRST["input"], *risks["output"], *new]
+
+
+async def test_the_33rd_named_lane_is_refused_and_the_connection_goes_on(make_gateway) -> None:
+    gw = await make_gateway()
+    warm = {**FIRST, "generate": False}  # answered here: 32 lanes without 32 upstream calls
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        for n in range(32):
+            assert (await _turn(ws, {**warm, "stream_id": f"agent_{n + 1}"}))[-1]["type"] == "response.completed"
+        (refused,) = await _turn(ws, {**warm, "stream_id": "agent_33"})
+        again = await _turn(ws, {**warm, "stream_id": "agent_7"})  # a lane it has: taken
+        default = await _turn(ws, FIRST)  # the default lane is not counted
+    assert refused["type"] == "error" and refused["status"] == 400 and refused["stream_id"] == "agent_33"
+    assert refused["error"]["type"] == "invalid_request_error"
+    assert refused["error"]["code"] == "websocket_stream_limit_reached" and refused["error"]["param"] == "stream_id"
+    assert again[-1]["type"] == "response.completed" and again[-1]["stream_id"] == "agent_7"
+    assert default[-1]["type"] == "response.completed" and "stream_id" not in default[-1]
+
+
+async def test_a_bad_stream_id_is_refused_naming_no_lane(make_gateway) -> None:
+    gw = await make_gateway()
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        (refused,) = await _turn(ws, {**FIRST, "stream_id": "not a lane"})
+        done = await _turn(ws, FIRST)
+    assert refused["status"] == 400 and refused["error"]["code"] == "invalid_stream_id" and "stream_id" not in refused
+    assert done[-1]["type"] == "response.completed" and len(gw.fake.responses_requests()) == 1
+
+
+async def test_past_16_in_flight_a_turn_waits_for_a_place(make_gateway) -> None:
+    gw = await make_gateway(real_sleep=True)
+    gw.fake.script(*(_slow(f"resp_{n}", 1.0) for n in range(16)))
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        for n in range(17):
+            await ws.send_json({**FIRST, "stream_id": f"lane_{n}"})
+        await _until(lambda: len(gw.fake.responses_requests()) == 16, "16 turns are out")
+        await asyncio.sleep(0.3)
+        assert len(gw.fake.responses_requests()) == 16  # the 17th waits, queued, not refused
+        events = await _ends(ws, 17)
+    assert sum(e["type"] == "response.completed" for e in events) == 17
+    assert not any(e["type"] == "error" for e in events)
+
+
+async def test_a_drain_lets_the_turns_of_every_lane_end_then_closes(make_gateway) -> None:
+    gw = await make_gateway(real_sleep=True)
+    gw.fake.script(_slow("resp_a", 0.5), _slow("resp_b", 0.5))
+    life = gw.app[LIVE].life
+    async with gw.session.ws_connect(gw.base + "/v1/responses", headers=CODEX_HANDSHAKE) as ws:
+        await ws.send_json({**FIRST, "stream_id": "a"})
+        await ws.send_json({**FIRST, "stream_id": "b"})
+        await _until(lambda: life.in_flight == 2, "both turns are under way")
+        life.start_draining()
+        await ws.send_json({**FIRST, "stream_id": "c"})  # during the drain: not started
+        events, closed = await _until_closed(ws)
+    done = sorted(e["stream_id"] for e in events if e["type"] == "response.completed")
+    assert done == ["a", "b"] and not any(e["type"] == "error" for e in events)
+    assert closed.type is aiohttp.WSMsgType.CLOSE and closed.data == aiohttp.WSCloseCode.GOING_AWAY
+    assert len(gw.fake.responses_requests()) == 2

@@ -7,16 +7,30 @@ the client sends ``response.create`` frames, which "use the same top-level field
 0.24 sends ``stream: true`` all the same, and Codex 0.171 too: both are taken); ``background``
 is not supported; ``generate: false`` warms a turn up, returning a response id to chain from
 without calling the model; an optional ``stream_id`` names a lane whose turns run in order and
-whose events echo it. The server keeps the connection's most recent response in memory, so a
-turn may send only its new input with ``previous_response_id``, ``store: false`` included.
+whose events echo it. The server keeps each lane's most recent response in memory, so a turn
+may send only its new input with ``previous_response_id``, ``store: false`` included; a turn
+on another lane chained to it forks that conversation onto its own lane.
+
+The guide's "Run conversations in parallel" section: turns of one ``stream_id`` run in order
+and never overlap, turns of different ones run at once (a turn without one is on the implicit
+default lane, by the same rules); a connection has at most 16 responses in flight across its
+lanes, the rest "queued until an in-flight response finishes", and accepts at most 32 distinct
+named ``stream_id`` values in its life, the default lane not counted; a ``stream_id`` is 1-256
+letters, digits, ``_``, ``-`` or ``.``.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+MAX_IN_FLIGHT = 16  # responses in flight on one connection, all lanes together: more wait
+MAX_NAMED_LANES = 32  # distinct named stream_ids a connection accepts in its life
+_LANE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 
 CREATE = "response.create"
 # Codex's acknowledgement of a response it has read (codex-rs/codex-api/src/common.rs,
@@ -55,8 +69,10 @@ def read_frame(text: str | bytes) -> Create | FrameRefused | None:
     if not isinstance(doc, dict):
         return FrameRefused(400, "invalid_body", "the frame must be a JSON object")
     lane = doc.get("stream_id")
-    if lane is not None and not isinstance(lane, str):
-        return FrameRefused(400, "invalid_event", "'stream_id' must be a string", "stream_id")
+    if lane is not None and not (isinstance(lane, str) and _LANE_NAME.fullmatch(lane)):
+        # No ``stream_id`` on this one: the guide's ``invalid_stream_id`` event names no lane.
+        return FrameRefused(400, "invalid_stream_id", "'stream_id' must be a non-empty string of at most 256 "
+                            "letters, digits, underscores, hyphens and periods", "stream_id")  # fmt: skip
     kind = doc.get("type")
     if kind == PROCESSED:
         return None
@@ -84,7 +100,7 @@ _FRAME_ONLY = frozenset({"type", "stream_id", "generate", "background"})
 
 @dataclass(frozen=True)
 class Last:
-    """The connection's most recent response: its id, the conversation it ends as far as this
+    """A lane's most recent response: its id, the conversation it ends as far as this
     connection knows it (the input it was made from, earlier turns expanded, then its output),
     the stored response that conversation goes on from (``base``: the ``previous_response_id``
     it was sent upstream with, None where ``items`` are whole), and whether the upstream that
@@ -94,6 +110,25 @@ class Last:
     items: tuple[Any, ...]
     base: str | None = None
     held: bool = False
+
+
+def chained_to(body: dict[str, Any], lasts: Iterable[Last]) -> Last | None:
+    """The remembered response a turn goes on from: its lane's last, or another lane's (a fork
+    onto a new lane, the guide's "Fork a conversation onto a new stream"), by the
+    ``previous_response_id`` it names; None where it names none of them."""
+    previous = body.get("previous_response_id")
+    if not isinstance(previous, str):
+        return None
+    return next((last for last in lasts if last.id == previous), None)
+
+
+def lane_limit(lane: str) -> FrameRefused:
+    """A ``response.create`` on a named lane past the connection's 32: the guide's
+    ``websocket_stream_limit_reached`` event, with that lane's ``stream_id``; the connection
+    goes on, its lanes too."""
+    message = (f"this WebSocket connection has reached its limit of {MAX_NAMED_LANES} distinct stream ids; "
+               "reuse one of them or open a new connection")  # fmt: skip
+    return FrameRefused(400, "websocket_stream_limit_reached", message, "stream_id", lane)
 
 
 def expanded(body: dict[str, Any], last: Last | None) -> dict[str, Any]:

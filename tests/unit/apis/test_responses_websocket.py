@@ -15,9 +15,11 @@ from gateway.apis.responses.websocket import (
     FrameRefused,
     Last,
     aged,
+    chained_to,
     due,
     error_frame,
     expanded,
+    lane_limit,
     read_frame,
     refusal_error,
     remembered,
@@ -134,3 +136,37 @@ def test_the_limit_event_is_openais_shape() -> None:
     assert "60 minutes" in frame["error"]["message"]
     assert "1 minute;" in aged(60).error.message and "90 seconds" in aged(90).error.message  # type: ignore[union-attr]
     assert len(aged(3600).reason) <= 123  # a close reason's most (RFC 6455 §5.5)
+
+
+# The guide's "Run conversations in parallel" (https://developers.openai.com/api/docs/guides/websocket-mode):
+# a stream_id is 1-256 letters, digits, "_", "-" or "."; the invalid_stream_id event names no lane.
+def test_a_stream_id_the_guide_does_not_allow_is_refused_naming_no_lane() -> None:
+    for bad in (5, "", "a b", "x" * 257, "lane/1", "é"):
+        refused = read_frame(json.dumps({**_CREATE, "stream_id": bad}))
+        assert isinstance(refused, FrameRefused), bad
+        assert (refused.status, refused.code, refused.param, refused.lane) == (400, "invalid_stream_id", "stream_id", None)
+    for good in ("a", "planner", "agent_33", "fork-1.b", "x" * 256):
+        assert isinstance(read_frame(json.dumps({**_CREATE, "stream_id": good})), Create), good
+
+
+def test_a_turn_goes_on_from_the_last_of_whichever_lane_it_names() -> None:
+    """Each lane remembers its own last response; a turn on a new lane chained to another's
+    forks it (the guide: "stream_id controls routing; previous_response_id controls lineage")."""
+    planner = Last("resp_p", ({"role": "user", "content": "plan"},))
+    research = Last("resp_r", ({"role": "user", "content": "risks"},))
+    assert chained_to({"previous_response_id": "resp_r"}, [planner, research]) is research
+    assert chained_to({"previous_response_id": "resp_p"}, [planner, research]) is planner
+    assert chained_to({"previous_response_id": "resp_x"}, [planner, research]) is None
+    assert chained_to({"input": "hi"}, [planner]) is None
+
+
+def test_a_lane_past_the_connections_32_is_refused_with_its_stream_id() -> None:
+    refused = lane_limit("agent_33")
+    assert (refused.status, refused.code, refused.param, refused.lane) == (
+        400, "websocket_stream_limit_reached", "stream_id", "agent_33")  # fmt: skip
+    assert "32" in refused.message
+    frame = json.loads(error_frame(refused.status, refusal_error(refused), refused.lane))
+    assert frame["stream_id"] == "agent_33" and frame["error"]["type"] == "invalid_request_error"
+
+
+_CREATE = {"type": "response.create", "model": "m", "input": "hi"}
