@@ -86,7 +86,7 @@ def create_app(
     # Circuits and remembered answers are shared by replicas, so they run on wall-clock time.
     store = build_store(cfg, clock=wall, monotonic=monotonic, on_fallback=state_metrics.fallback,
                         on_wait=state_metrics.waited, on_lost=state_metrics.store_lost)  # fmt: skip
-    issued = IssuedKeys(_issued_store(cfg), wall, shared=cfg.state.backend != "memory")
+    issued = IssuedKeys(_issued_store(cfg), wall, shared=cfg.state.backend != "memory", monotonic=monotonic)
     kit = _Kit(telemetry, store, state_metrics, Lifecycle(), monotonic, wall, sleep, rand, sender, tracing,
                issued)
     svc, owned, fresh = _generation(cfg, kit, None)

@@ -6,8 +6,10 @@ process's memory, or Redis, where every replica reads them): the secret itself i
 handed to the caller, and forgotten. Each replica keeps every issued key in its own memory and
 reads the store again only when its version marker has changed (one ``GET`` every
 ``POLL_S``, off the request path), so a request's key is still found by one dict read
-(issue #38), and a key issued or revoked on one replica is taken or refused by the others
-within ``POLL_S`` and a read.
+(issue #38), and a key revoked on one replica is refused by the others within ``POLL_S`` and a
+read. A key issued on one is taken by the others from its first request: one shaped as an
+issued key that a replica does not know has the store read again before it is refused
+(``look_again``, at most one such read every ``POLL_S``).
 
 A key is issued with the same rules as a key of the file, checked by the same model
 (``ClientKeyConfig``), and every issued key ends (``keys_api.default_ttl_s`` when the request
@@ -22,8 +24,10 @@ import contextlib
 import datetime
 import logging
 import math
+import re
 import secrets
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -39,6 +43,8 @@ log = logging.getLogger("gateway.keys")
 # What every issued key starts with: a person or a secret scanner that finds one in a file or a
 # log can tell what it is (and whose), as with a provider's ``sk-ant-``.
 SECRET_PREFIX = "llmgw_"
+# A key as ``new_secret`` makes it: the prefix, then 32 random bytes in base64url (43 characters).
+_SECRET_SHAPE = re.compile(SECRET_PREFIX + r"[A-Za-z0-9_-]{43}")
 # How often a replica asks the store whether the issued keys changed.
 POLL_S = 0.5
 # How long an expired key stays known after it ended, refused as ``expired`` (which tells its
@@ -144,6 +150,12 @@ def new_secret() -> str:
     return SECRET_PREFIX + secrets.token_urlsafe(32)  # 256 bits
 
 
+def may_be_issued(presented: Iterable[str]) -> bool:
+    """Whether one of the keys a request presents has the shape of an issued key: one this
+    replica does not know may have been issued on another since it last read the store."""
+    return any(_SECRET_SHAPE.fullmatch(p) for p in presented)
+
+
 def requested(doc: Mapping[str, Any], secret: str, cfg: GatewayConfig, issued_by: str,
               now: float) -> IssuedKey | KeyRefused:  # fmt: skip
     """The key ``doc`` asks for, judged as the file's keys are (the same model, the same team
@@ -206,9 +218,11 @@ class IssuedKeys:
     called (synchronously) whenever the copy changed, to put it in force."""
 
     def __init__(self, store: IssuedStore, wall: Callable[[], float], *, shared: bool, poll_s: float = POLL_S,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:  # fmt: skip
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
         self._store = store
         self._wall = wall
+        self._monotonic = monotonic
         self._shared = shared  # another replica may write: watch the store
         self._poll_s = poll_s
         self._sleep = sleep
@@ -219,6 +233,8 @@ class IssuedKeys:
         # One read at a time: a poll's read begun before an issue, answered after it, put the
         # set without the new key in force after the issue's own read had put it there.
         self._reading = asyncio.Lock()
+        self._looking: asyncio.Task[None] | None = None  # a read asked for by a request's unknown key
+        self._looked_at = -math.inf  # when the last one began (monotonic)
         self.on_change: Callable[[], None] = lambda: None
 
     @property
@@ -287,6 +303,39 @@ class IssuedKeys:
                 log.exception("issued keys: reading the store failed")
                 continue
             self._down_said = False
+
+    async def look_again(self) -> None:
+        """A request presents a key shaped as an issued one that this replica does not know:
+        read the store before it is refused, in case another replica has just issued it.
+        Polled alone, such a key met a final 401 for up to ``POLL_S`` after it was issued (the
+        stock openai SDK called straight after the issue: 2 runs of 3; audit). One such read
+        begins at most every ``poll_s``, and every request that asks before it ends waits for
+        it: a flood of wrong keys costs the store one read an interval on top of the watch's,
+        and holds each of them ``poll_s`` at most before its 401; keys issued one after another
+        and used at once are each read, the second in the next interval. A store that does not
+        answer refuses the request as before, a read's time after it began. Only on a shared
+        store: this process's memory holds every key issued here."""
+        if not self._shared:
+            return
+        looking = self._looking
+        if looking is None or looking.done():
+            wait = max(0.0, self._looked_at + self._poll_s - self._monotonic())
+            self._looked_at = self._monotonic() + wait
+            looking = self._looking = asyncio.get_running_loop().create_task(self._look(wait))
+        # Shielded: a client that leaves does not cancel the read the others wait for.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(looking), max(0.0, self._looked_at - self._monotonic())
+                                   + self._poll_s)  # fmt: skip
+
+    async def _look(self, after_s: float) -> None:
+        try:
+            if after_s:
+                await self._sleep(after_s)
+            await self._refresh()
+        except IssuedStoreDown:
+            pass  # the watch says so, once
+        except Exception:  # a request's read must not fail its request
+            log.exception("issued keys: reading the store failed")
 
     async def _refresh(self) -> None:
         async with self._reading:

@@ -455,15 +455,35 @@ def _background(name: str) -> Failure:
 
 
 def _answers(payload: Mapping[str, Any]) -> int:
-    """How many answers a request asks for (chat's ``n``, Gemini's ``candidateCount``): each
-    may use every output token asked for."""
+    """How many answers a request may be billed output for, each up to every output token
+    asked for: chat's and /v1/completions' ``n``, /v1/completions' ``best_of`` (which "generates
+    best_of completions server-side", each billed, and is at least ``n``: openai-python's
+    ``types/completion_create_params.py``) and Gemini's ``candidateCount``; times the prompts of
+    a /v1/completions request (``prompt`` "encoded as a string, array of strings, array of
+    tokens, or array of token arrays", ``n`` completions "for each prompt", the same file).
+    Reading only ``n``, 40 requests at once with ``best_of: 20``, or ``"prompt": ["hi"] * 20``,
+    were each reserved one answer and spent $40 of a $2 budget (audit). The prompts' own tokens
+    need nothing more: the body's bytes, which the prompt is estimated from, hold each of them."""
     config = payload.get("generationConfig") or payload.get("generation_config")
     nested = config if isinstance(config, dict) else {}
-    for value in (payload.get("n"), nested.get("candidateCount"), nested.get("candidate_count")):
+    each = 1
+    for value in (payload.get("n"), payload.get("best_of"), nested.get("candidateCount"),
+                  nested.get("candidate_count")):  # fmt: skip
         value = output_budget.count(value)  # ``n: "3"`` is three answers to a lax server
-        if value is not None and value > 1:
-            return min(value, 128)  # OpenAI's own bound on n
-    return 1
+        if value is not None and value > each:
+            each = min(value, 128)  # OpenAI's own bound on n
+    return each * _prompts(payload.get("prompt"))
+
+
+def _prompts(prompt: Any) -> int:
+    """The prompts a /v1/completions ``prompt`` names: a list of strings or of token lists is
+    one each; a string, or one list of token ids, is one. (The Responses API's ``prompt`` is a
+    template object: one.)"""
+    if not isinstance(prompt, list) or not prompt:
+        return 1
+    if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        return 1  # one prompt as token ids
+    return len(prompt)
 
 
 def _refused(svc: Services, state: RequestState, headers: Mapping[str, str], r: LimitHit) -> Failure:

@@ -12,16 +12,35 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiohttp import web
 
+from gateway.auth import AuthResult
 from gateway.encodings import EncodingProblem, decode_body
 from gateway.jsonbody import Lenient, Members, first_repeated, mended, repeated_member
+from gateway.keys.issued import may_be_issued
+from gateway.keys.registry import credentials
 from gateway.live import LIVE
 from gateway.pipeline.outcome import Failure, bad_request
+
+if TYPE_CHECKING:
+    from gateway.services import Services
+
+async def identify(svc: Services, headers: Mapping[str, str], query_key: str | None) -> AuthResult:
+    """The gateway key a request presents (``ClientAuth.check``). One shaped as an issued key
+    and not known here is looked for in the store once more before it is refused
+    (``IssuedKeys.look_again``): it may have been issued on another replica since this one
+    last read it."""
+    result = svc.auth.check(headers, query_key, svc.wall())
+    if result.outcome == "invalid" and svc.issued is not None \
+            and may_be_issued([*credentials(headers), query_key or ""]):  # fmt: skip
+        await svc.issued.look_again()
+        result = svc.auth.check(headers, query_key, svc.wall())  # the ring the read put in force
+    return result
+
 
 # The query parameter a route's API takes a key in (Gemini's ``key``), for a request.
 KeyParam = Callable[[web.Request], str | None]
@@ -45,7 +64,7 @@ def expect_continue(key_param: KeyParam) -> Callable[[web.Request], Awaitable[No
         if svc.auth.required:
             param = key_param(request)
             query_key = request.query.get(param) if param else None
-            if not svc.auth.check(request.headers, query_key, svc.wall()).ok:
+            if not (await identify(svc, request.headers, query_key)).ok:
                 return
         await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         request.writer.output_size = 0

@@ -41,7 +41,7 @@ from gateway.auth import WWW_AUTHENTICATE
 from gateway.errors import Classification, ErrorType
 from gateway.keys.attribution import session_of
 from gateway.pipeline import accounting, output_cap, param_fix, reasoning_fix
-from gateway.pipeline.admit import is_json, model_of, parse_json_object, read_body, refuses_repeats
+from gateway.pipeline.admit import identify, is_json, model_of, parse_json_object, read_body, refuses_repeats
 from gateway.pipeline.asked import Asked
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.chain import onward, resume_route, send_chain
@@ -94,7 +94,7 @@ def full_pipeline(dialect: Dialect) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
         svc, state = request[SERVICES], request[STATE]
         state.dialect = dialect
-        refused = authenticate(svc, request)
+        refused = await authenticate(svc, request)
         if refused is not None:
             return await relay(request, svc, state, refused)
         inbound = await _admit(request, svc, dialect)
@@ -261,7 +261,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     """Any other ``/v1/...`` path: routed, retried and stamped, never compressed."""
     svc, state = request[SERVICES], request[STATE]
     state.dialect = _errors_dialect(request)
-    refused = authenticate(svc, request)
+    refused = await authenticate(svc, request)
     if refused is not None:
         return await relay(request, svc, state, refused)
     path, query = request.raw_path.split("?", 1)[0], forwarded_query(request, state.dialect)
@@ -437,7 +437,7 @@ async def upgrade_unauthenticated(request: web.Request) -> web.StreamResponse:
     ``POST /v1/responses`` would be, before any connection is held open for it."""
     svc, state = request[SERVICES], request[STATE]
     state.dialect = _errors_dialect(request)
-    refused = authenticate(svc, request)
+    refused = await authenticate(svc, request)
     if refused is None:  # its key became good meanwhile (a reload): the client tries again
         message = "the key was not accepted when the connection opened; connect again"
         c = Classification.of(ErrorType.AUTH)
@@ -514,9 +514,11 @@ def forwarded_query(request: web.Request, dialect: Dialect) -> str:
     return "&".join(p for p in raw.split("&") if unquote_plus(p.partition("=")[0]) != param)
 
 
-def authenticate(svc: Services, request: web.Request) -> Failure | None:
+async def authenticate(svc: Services, request: web.Request) -> Failure | None:
     """Only holders of a gateway key may spend the operator's provider keys: in a credential
-    header, or in the query parameter the request's API takes a key in (Gemini's ``key``)."""
+    header, or in the query parameter the request's API takes a key in (Gemini's ``key``).
+    A key shaped as an issued one and not known here is looked for in the store once more
+    before it is refused (``IssuedKeys.look_again``): it may have just been issued elsewhere."""
     state = request[STATE]
     param = state.dialect.key_param
     query_key = request.query.get(param) if param else None
@@ -525,7 +527,7 @@ def authenticate(svc: Services, request: web.Request) -> Failure | None:
         # pass-through it goes upstream in one (x-goog-api-key): a 500 or a NUL on the wire.
         return bad_request(f"the key in '?{param}=' holds a line break or NUL, which no header may carry",
                            "invalid_key_param")
-    result = svc.auth.check(request.headers, query_key, svc.wall())
+    result = await identify(svc, request.headers, query_key)
     if result.ok:
         state.key = result.key
         return None

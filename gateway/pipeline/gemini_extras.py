@@ -48,7 +48,7 @@ COUNT_PATHS = ("/v1beta/models/{model}:countTokens", "/v1/models/{model}:countTo
 async def count_tokens(request: web.Request) -> web.StreamResponse:
     svc, state = request[SERVICES], request[STATE]
     state.dialect = GEMINI
-    refused = authenticate(svc, request)
+    refused = await authenticate(svc, request)
     if refused is not None:
         return await relay(request, svc, state, refused)
     model = request.match_info["model"]
@@ -152,7 +152,7 @@ async def list_gemini_models(request: web.Request) -> web.StreamResponse:
     model names (those without a glob) when no upstream answers with a list."""
     svc, state = request[SERVICES], request[STATE]
     state.dialect = GEMINI
-    refused = authenticate(svc, request)
+    refused = await authenticate(svc, request)
     if refused is not None:
         return await relay(request, svc, state, refused)
     listed = await list_models(request, shape=model_list.GOOGLE)
@@ -167,7 +167,7 @@ async def get_gemini_model(request: web.Request) -> web.StreamResponse:
     """``GET /v1beta/models/{model}``: the model as the Gemini API describes one, when routed."""
     svc, state = request[SERVICES], request[STATE]
     state.dialect = GEMINI
-    refused = authenticate(svc, request)
+    refused = await authenticate(svc, request)
     if refused is not None:
         return await relay(request, svc, state, refused)
     model = request.match_info["model"]

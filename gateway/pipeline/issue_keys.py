@@ -24,7 +24,7 @@ from gateway.services import SERVICES, Services
 
 async def issue(request: web.Request) -> web.StreamResponse:
     svc, state = request[SERVICES], request[STATE]
-    refused = _admin_only(svc, request)
+    refused = await _admin_only(svc, request)
     if refused is not None:
         return await relay(request, svc, state, refused)
     assert state.key is not None and svc.issued is not None
@@ -64,7 +64,7 @@ async def issue(request: web.Request) -> web.StreamResponse:
 
 async def revoke(request: web.Request) -> web.StreamResponse:
     svc, state = request[SERVICES], request[STATE]
-    refused = _admin_only(svc, request)
+    refused = await _admin_only(svc, request)
     if refused is not None:
         return await relay(request, svc, state, refused)
     assert state.key is not None and svc.issued is not None
@@ -89,8 +89,8 @@ async def revoke(request: web.Request) -> web.StreamResponse:
     return web.json_response({"name": name, "revoked": True})
 
 
-def _admin_only(svc: Services, request: web.Request) -> Failure | None:
-    refused = authenticate(svc, request)
+async def _admin_only(svc: Services, request: web.Request) -> Failure | None:
+    refused = await authenticate(svc, request)
     if refused is not None:
         return refused
     key = request[STATE].key

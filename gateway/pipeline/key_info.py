@@ -16,7 +16,7 @@ from gateway.services import SERVICES, Services
 
 async def own_key(request: web.Request) -> web.StreamResponse:
     svc, state = request[SERVICES], request[STATE]
-    refused = authenticate(svc, request)
+    refused = await authenticate(svc, request)
     if refused is not None:
         return await relay(request, svc, state, refused)
     key = state.key
@@ -31,7 +31,7 @@ async def own_key(request: web.Request) -> web.StreamResponse:
 
 async def all_keys(request: web.Request) -> web.StreamResponse:
     svc, state = request[SERVICES], request[STATE]
-    refused = authenticate(svc, request)
+    refused = await authenticate(svc, request)
     if refused is not None:
         return await relay(request, svc, state, refused)
     key = state.key

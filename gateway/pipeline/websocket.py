@@ -60,6 +60,7 @@ from gateway.apis.responses.websocket import (
 )
 from gateway.apis.synthesize import responses_stream
 from gateway.live import LIVE
+from gateway.pipeline.admit import identify
 from gateway.pipeline.forward import authenticate
 from gateway.pipeline.outcome import AT_ONCE, STATE
 from gateway.pipeline.relay import relay
@@ -195,7 +196,7 @@ async def _warmed(request: web.Request, turn: Turn, body: dict[str, Any]) -> web
     state.dialect = OPENAI_RESPONSES
     model = body.get("model")
     state.model, state.stream = (model if isinstance(model, str) else None), True
-    refused = authenticate(svc, request)
+    refused = await authenticate(svc, request)
     if refused is not None:
         return await relay(request, svc, state, refused)  # unprepared: observe frames it
     framed = FramedStream(turn)
@@ -240,7 +241,7 @@ def serve(passthrough: Handler, refused: Handler, unauthenticated: Handler, drai
             return await refused(request)
         if live.life.draining:  # /readyz says 503: a connection opened now would be closed at once
             return await draining(request)
-        if not svc.auth.check(request.headers, None, svc.wall()).ok:
+        if not (await identify(svc, request.headers, None)).ok:
             return await unauthenticated(request)  # each turn is checked again, at its own time
         ws = _Socket(svc.cfg.server.max_body_bytes)
         await ws.prepare(request)

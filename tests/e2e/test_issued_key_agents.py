@@ -103,14 +103,16 @@ def test_an_agent_run_gets_its_own_key_on_any_replica_until_it_is_revoked(
         except openai.AuthenticationError:
             return False
 
-    assert _taken_within(served_on_b, 1.5) < 1.5
+    # On the first try: b reads the store for a key shaped as an issued one it does not know,
+    # before it refuses it (the SDK does not retry a 401; audit: 2 runs of 3 failed).
+    assert served_on_b()
     work = tmp_path / "project"
     work.mkdir()
     run = run_claude(claude_bin, b, work, "say hi", ANTHROPIC_API_KEY=secret, ANTHROPIC_AUTH_TOKEN="")
     assert run.rc == 0, run.err[-2000:]
     lines = [json.loads(x) for x in b.logs_when(lambda t: '"path":"/v1/messages"' in t).splitlines()
              if x.startswith("{") and '"event":"request"' in x]  # fmt: skip
-    claude = [x for x in lines if x["path"].startswith("/v1/messages")]  # the chat above may have come early: 401
+    claude = [x for x in lines if x["path"].startswith("/v1/messages")]
     assert claude and {x.get("key") for x in claude} == {"run-1"} and all(x["status"] == 200 for x in claude)
     assert secret not in a.logs() + b.logs()
     status, own = _call(b, "GET", "/v1/gateway/keys")

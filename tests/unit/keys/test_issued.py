@@ -20,6 +20,7 @@ from gateway.keys.issued import (
     IssuedStoreDown,
     KeyRefused,
     MemoryIssuedStore,
+    may_be_issued,
     new_secret,
     requested,
 )
@@ -218,3 +219,69 @@ def test_an_issued_key_ends_within_max_ttl_s_and_is_not_named_by_dots() -> None:
     assert made({"name": "a", "ttl_s": 29 * 86400}).expires_at == NOW + 29 * 86400
     for name in (".", ".."):
         assert refused({"name": name}).message == "a key's name may not be dots alone"
+
+
+class CountedReads(MemoryIssuedStore):
+    """A store that counts its reads (``version``, which every read begins with) and answers
+    each only once let."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+        self.let = asyncio.Event()
+
+    async def version(self) -> bytes | None:
+        self.reads += 1
+        await self.let.wait()
+        return await super().version()
+
+
+def test_only_a_key_shaped_as_an_issued_one_may_be_issued() -> None:
+    assert may_be_issued([new_secret()]) and may_be_issued(["gk-alice", new_secret()])
+    assert not may_be_issued(["gk-alice", "", SECRET_PREFIX, SECRET_PREFIX + "x" * 42, new_secret() + "x"])
+    assert not may_be_issued([SECRET_PREFIX + "x" * 42 + "."])
+
+
+async def test_unknown_keys_share_one_read_a_poll_interval() -> None:
+    """A key issued on another replica a moment ago is read from the store before its request
+    is refused; a flood of wrong keys costs one read an interval, however many ask at once,
+    and one that asks within the interval of the last read waits for the next."""
+    store = CountedReads()
+    now = [100.0]
+    slept: list[float] = []
+
+    async def sleep(s: float) -> None:
+        slept.append(s)
+        now[0] += s
+
+    keys = IssuedKeys(store, lambda: NOW, shared=True, poll_s=0.5, monotonic=lambda: now[0], sleep=sleep)
+    other = made({"name": "b"})  # another replica's issue, which the watch has not read yet
+    assert await store.put("b", other.record(), int(other.expires_at * 1000), int(NOW * 1000), 10, 10) == "ok"
+    waiting = [asyncio.create_task(keys.look_again()) for _ in range(50)]
+    await asyncio.sleep(0.01)
+    assert store.reads == 1 and not any(w.done() for w in waiting)  # all wait on the one read, begun at once
+    store.let.set()
+    await asyncio.wait_for(asyncio.gather(*waiting), 5)
+    assert list(keys.keys) == ["b"] and slept == []
+    now[0] += 0.4
+    await asyncio.wait_for(asyncio.gather(*(keys.look_again() for _ in range(50))), 5)
+    assert store.reads == 2 and slept == [pytest.approx(0.1)]  # the next read, when the interval is over
+    now[0] += 0.5
+    await keys.look_again()
+    assert store.reads == 3 and len(slept) == 1
+
+
+async def test_a_request_waits_for_a_store_that_does_not_answer_one_interval_at_most() -> None:
+    store = CountedReads()  # never let
+    keys = IssuedKeys(store, lambda: NOW, shared=True, poll_s=0.05)
+    await asyncio.wait_for(keys.look_again(), 1)  # refused as before, after 0.05 s
+    assert store.reads == 1
+    store.let.set()
+    await asyncio.sleep(0.01)  # the read, answered now, ends
+
+
+async def test_a_store_of_this_process_alone_is_never_read_again_for_a_key() -> None:
+    store = CountedReads()
+    keys = IssuedKeys(store, lambda: NOW, shared=False)
+    await keys.look_again()
+    assert store.reads == 0
