@@ -22,24 +22,44 @@ from gateway.auth import AuthResult
 from gateway.encodings import EncodingProblem, decode_body
 from gateway.jsonbody import Lenient, Members, first_repeated, mended, repeated_member
 from gateway.keys.issued import may_be_issued
-from gateway.keys.registry import credentials
+from gateway.keys.registry import credentials, digest
 from gateway.live import LIVE
 from gateway.pipeline.outcome import Failure, bad_request
 
 if TYPE_CHECKING:
     from gateway.services import Services
 
-async def identify(svc: Services, headers: Mapping[str, str], query_key: str | None) -> AuthResult:
+# A request whose key a check before its handler's already looked for in the store (the
+# ``Expect: 100-continue`` answer, a WebSocket upgrade's): the handler's own check does not
+# look again, which held a wrong key's 401 a second poll interval (review).
+LOOKED_AGAIN = web.RequestKey("llm_looked_again", bool)
+# Outcomes a key issued elsewhere a moment ago can hide behind: unknown, or known beside an
+# expired or disabled one (Claude Code sends ANTHROPIC_AUTH_TOKEN and ANTHROPIC_API_KEY both).
+_MAY_HIDE_NEW = frozenset({"invalid", "expired", "disabled"})
+
+
+async def identify(svc: Services, headers: Mapping[str, str], query_key: str | None,
+                   look: bool = True) -> AuthResult:  # fmt: skip
     """The gateway key a request presents (``ClientAuth.check``). One shaped as an issued key
     and not known here is looked for in the store once more before it is refused
     (``IssuedKeys.look_again``): it may have been issued on another replica since this one
-    last read it."""
+    last read it. ``look`` false: a check before this one looked already."""
     result = svc.auth.check(headers, query_key, svc.wall())
-    if result.outcome == "invalid" and svc.issued is not None \
-            and may_be_issued([*credentials(headers), query_key or ""]):  # fmt: skip
-        await svc.issued.look_again()
+    if look and result.outcome in _MAY_HIDE_NEW \
+            and _may_be_new(svc, [*credentials(headers), query_key or ""]):  # fmt: skip
+        await svc.issued.look_again()  # type: ignore[union-attr]  # _may_be_new: not None
         result = svc.auth.check(headers, query_key, svc.wall())  # the ring the read put in force
     return result
+
+
+def _may_be_new(svc: Services, presented: list[str]) -> bool:
+    """Whether one of these keys could be one issued on another replica that this one has not
+    read yet: issued-shaped and unknown here, where issued keys are taken at all (beside named
+    keys, with issuing on: a replica of flat keys only never puts one in its ring)."""
+    if svc.issued is None or not svc.cfg.keys or not svc.cfg.keys_api.max_issued:
+        return False
+    ring = svc.auth.ring.by_digest
+    return any(may_be_issued((p,)) and digest(p) not in ring for p in presented if p)
 
 
 # The query parameter a route's API takes a key in (Gemini's ``key``), for a request.
@@ -65,6 +85,7 @@ def expect_continue(key_param: KeyParam) -> Callable[[web.Request], Awaitable[No
             param = key_param(request)
             query_key = request.query.get(param) if param else None
             if not (await identify(svc, request.headers, query_key)).ok:
+                request[LOOKED_AGAIN] = True
                 return
         await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         request.writer.output_size = 0

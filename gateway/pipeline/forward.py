@@ -41,7 +41,15 @@ from gateway.auth import WWW_AUTHENTICATE
 from gateway.errors import Classification, ErrorType
 from gateway.keys.attribution import session_of
 from gateway.pipeline import accounting, output_cap, param_fix, reasoning_fix
-from gateway.pipeline.admit import identify, is_json, model_of, parse_json_object, read_body, refuses_repeats
+from gateway.pipeline.admit import (
+    LOOKED_AGAIN,
+    identify,
+    is_json,
+    model_of,
+    parse_json_object,
+    read_body,
+    refuses_repeats,
+)
 from gateway.pipeline.asked import Asked
 from gateway.pipeline.attempt import Call, ReadMode
 from gateway.pipeline.chain import onward, resume_route, send_chain
@@ -527,7 +535,7 @@ async def authenticate(svc: Services, request: web.Request) -> Failure | None:
         # pass-through it goes upstream in one (x-goog-api-key): a 500 or a NUL on the wire.
         return bad_request(f"the key in '?{param}=' holds a line break or NUL, which no header may carry",
                            "invalid_key_param")
-    result = await identify(svc, request.headers, query_key)
+    result = await identify(svc, request.headers, query_key, look=not request.get(LOOKED_AGAIN, False))
     if result.ok:
         state.key = result.key
         return None

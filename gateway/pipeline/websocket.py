@@ -60,7 +60,7 @@ from gateway.apis.responses.websocket import (
 )
 from gateway.apis.synthesize import responses_stream
 from gateway.live import LIVE
-from gateway.pipeline.admit import identify
+from gateway.pipeline.admit import LOOKED_AGAIN, identify
 from gateway.pipeline.forward import authenticate
 from gateway.pipeline.outcome import AT_ONCE, STATE
 from gateway.pipeline.relay import relay
@@ -242,6 +242,7 @@ def serve(passthrough: Handler, refused: Handler, unauthenticated: Handler, drai
         if live.life.draining:  # /readyz says 503: a connection opened now would be closed at once
             return await draining(request)
         if not (await identify(svc, request.headers, None)).ok:
+            request[LOOKED_AGAIN] = True
             return await unauthenticated(request)  # each turn is checked again, at its own time
         ws = _Socket(svc.cfg.server.max_body_bytes)
         await ws.prepare(request)

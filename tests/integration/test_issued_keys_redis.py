@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from gateway.keys import issued
@@ -212,3 +213,77 @@ async def test_a_flood_of_wrong_issued_looking_keys_costs_redis_a_read_an_interv
     # The watch's reads, one an interval, and the requests' own, one an interval at most.
     assert len(reads) <= 2 * (polls + 1), (len(reads), polls)
     assert not any(k in caplog.text for k in wrong[:40])
+
+
+async def test_a_new_key_sent_beside_an_expired_one_is_served_on_the_other_replica(
+    make_gateway: MakeGateway, redis_server: RedisServer,
+) -> None:
+    """Claude Code sends ANTHROPIC_AUTH_TOKEN and ANTHROPIC_API_KEY both when both are set: a
+    user who swaps an expired issued key for a new one in one of them presents both. The other
+    replica knew the old one as expired and refused the pair 401 without looking for the new one
+    (review); it looks now, as for a key it does not know at all."""
+    a = await make_gateway(shared(redis_server))
+    b = await make_gateway(shared(redis_server), fake=a.fake)
+    status, old = await issue(a, {"name": "old", "ttl_s": 1})
+    assert status == 201
+    assert await served_within(b, old["key"], 200, 1.5) <= 1.5
+    assert await served_within(b, old["key"], 401, 3.0) <= 3.0  # expired, on b's own clock
+    for i in range(3):
+        status, new = await issue(a, {"name": f"new-{i}", "ttl_s": 600})
+        assert status == 201
+        both = {"x-api-key": new["key"], "Authorization": f"Bearer {old['key']}"}
+        got, _, body = await b.chat(headers=both)
+        assert got == 200, (i, body)
+
+
+async def test_a_wrong_key_on_an_expect_continue_or_an_upgrade_is_looked_for_once(
+    make_gateway: MakeGateway, redis_server: RedisServer,
+) -> None:
+    """The ``Expect: 100-continue`` answer and a WebSocket upgrade check the key before the
+    handler does; both looked for an unknown issued-shaped key in the store, so its 401 waited
+    two read intervals (review). The handler's check no longer looks again."""
+    gw = await make_gateway(shared(redis_server))
+    wrong = {"Authorization": f"Bearer {issued.new_secret()}"}
+    for _ in range(2):
+        assert (await gw.chat(headers=wrong))[0] == 401  # a read has just begun an interval
+        started = time.monotonic()
+        body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+        async with gw.session.post(gw.base + "/v1/chat/completions", json=body, headers=wrong,
+                                   expect100=True) as r:  # fmt: skip
+            assert r.status == 401
+        assert time.monotonic() - started < 1.6 * issued.POLL_S
+
+        assert (await gw.chat(headers=wrong))[0] == 401
+        started = time.monotonic()
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await gw.session.ws_connect(gw.base + "/v1/responses", headers=wrong)
+        assert refused.value.status == 401
+        assert time.monotonic() - started < 1.6 * issued.POLL_S
+
+
+async def test_a_replica_of_flat_keys_only_never_looks_for_a_wrong_key(
+    make_gateway: MakeGateway, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With only ``server.client_keys`` no issued key can be in force (issuing needs a named
+    admin key), so a wrong key shaped as an issued one is refused at once, with no store read."""
+    gw = await make_gateway(f"server: {{client_keys: [gk-flat]}}\n"
+                            f"state: {{backend: redis, url: '{redis_server.url}', timeout_ms: 2000}}\n")  # fmt: skip
+    store = gw.app[LIVE].services.issued._store  # type: ignore[union-attr]
+    reads = 0
+    version = store.version
+
+    async def counted() -> bytes | None:
+        nonlocal reads
+        reads += 1
+        return await version()
+
+    monkeypatch.setattr(store, "version", counted)
+    started = time.monotonic()
+    for _ in range(3):  # a look would hold the second and third rounds an interval each
+        got = await asyncio.gather(*(gw.chat(headers={"Authorization": f"Bearer {issued.new_secret()}"})
+                                     for _ in range(10)))  # fmt: skip
+        assert {status for status, *_ in got} == {401}
+    assert time.monotonic() - started < issued.POLL_S
+    assert (await gw.chat(headers={"Authorization": "Bearer gk-flat"}))[0] == 200
+    # The watch may read once meanwhile; the thirty requests read nothing.
+    assert reads <= 1
