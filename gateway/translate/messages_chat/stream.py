@@ -357,7 +357,7 @@ class ChatToMessagesStream:
         tool block opens after it (what comes after a call cannot come before it)."""
         if self.structured:
             text, self.structured = "".join(self.structured), []
-            self._text("text", unwrapped(text, "json", self.finish == "length"), out)
+            self._text("text", unwrapped(text, "json"), out)
 
     def _finish(self) -> list[bytes]:
         out: list[bytes] = []

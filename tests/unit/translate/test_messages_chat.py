@@ -657,6 +657,22 @@ def test_a_list_schemas_answer_is_the_list_buffered_and_streamed() -> None:
     assert (final.content[0].text, final.stop_reason) == (value[:27], "max_tokens")
 
 
+@pytest.mark.parametrize(("finish", "stop_reason"), [("stop", "end_turn"), ("content_filter", "refusal"),
+                                                    ("length", "max_tokens")])  # fmt: skip
+def test_a_list_schemas_answer_cut_short_by_anything_is_the_value_as_far_as_it_goes(
+    finish: str, stop_reason: str
+) -> None:
+    """A stop sequence (chat's ``stop``) or a content filter cuts the answer too; only ``length``
+    was read as cut, and the client got our wrapper's opening (review)."""
+    ctx = T.held(ctx_for(sdk_request(messages=HI, output_config=LIST_ASKED, stop_sequences=["ingr"])))
+    cut = '{"response": [{"recipe_name": "Shortbread", "'
+    value = cut[len('{"response": '):]
+    message = sdk_message(T.answer(_chat_answer(cut, finish), ctx))
+    assert (message.content[0].text, message.stop_reason) == (value, stop_reason)
+    final = sdk_final_message(run(T.stream(ctx), _chat_stream(cut[:9], cut[9:], finish=finish)))
+    assert (final.content[0].text, final.stop_reason) == (value, stop_reason)
+
+
 def test_a_list_schemas_answer_beside_a_tool_call_keeps_its_place_streamed() -> None:
     """The text before a call comes before it, streamed as buffered: the held text went out only
     at the end, after the call's block (``[tool_use, text]`` against ``[text, tool_use]``, review)."""
