@@ -97,15 +97,16 @@ _OPENING = re.compile(r'\s*\{\s*"' + KEY + r'"\s*:\s*')
 _DECODER = json.JSONDecoder(strict=False)
 
 
-def unwrapped(text: str, how: str, cut: bool = False) -> str:
+def unwrapped(text: str, how: str) -> str:
     """The answer's text with the wrapper taken off; ``text`` itself when it is not one.
 
     The value is the model's own text, sliced out, never encoded again: ``json.dumps`` of the
     parsed value wrote numbers its own way (``1e400`` came back as ``Infinity``, which is no
-    JSON). An answer cut short (``finish_reason`` length) is the value as far as it goes, as
-    Gemini would have answered it unwrapped: the client was sent ``{"response": [{"recipe_name":
-    "a", "ingr…`` (review). ``cut``: the answer ended for its length; any other text that parses
-    as nothing comes back as it came (``{"response": ["a<TAB>b"]}`` lost its opening: review)."""
+    JSON). A wrapper that does not parse is the value as far as it goes, as Gemini would have
+    answered it unwrapped: an answer cut short, sent ``{"response": [{"recipe_name": "a", "ingr…``
+    (review), and not only for its length: a stop sequence (chat says ``stop`` for it) or a
+    content filter cuts it too, and an unreadable value inside a closed wrapper (a trailing
+    comma) is the model's text all the same (``_as_far_as_it_goes``)."""
     opening = _OPENING.match(text)
     if opening is None:
         return text
@@ -113,11 +114,29 @@ def unwrapped(text: str, how: str, cut: bool = False) -> str:
         value, end = _DECODER.raw_decode(text, opening.end())
     except RecursionError:
         return text
-    except ValueError:  # cut short, no wrapper's end can follow; else no wrapper
-        if not cut:
-            return text
-        rest = text[opening.end():]
-        return rest[1:] if how == "enum" and rest.startswith('"') else rest
+    except ValueError:
+        rest = _as_far_as_it_goes(text[opening.end():])
+        if how == "enum" and rest.startswith('"'):
+            rest = rest[1:-1] if len(rest) > 1 and rest.endswith('"') else rest[1:]
+        return rest
     if text[end:].strip() not in ("}", ""):  # "": cut short after the value, before the wrapper's end
         return text  # another property: not the wrapper
     return value if how == "enum" and isinstance(value, str) else text[opening.end():end]
+
+
+def _as_far_as_it_goes(rest: str) -> str:
+    """The value's text after the wrapper's opening, less the wrapper's closing brace where the
+    value's own brackets closed before it (``[1, 2,]}``); a value cut short keeps its last brace,
+    one of its own (``[{"a": 1}``). Brackets inside strings are not counted."""
+    body = rest.rstrip()
+    depth, quoted, escaped = 0, False, False
+    for char in body[:-1]:
+        if quoted:
+            escaped, quoted = (False, True) if escaped else (char == "\\", char != '"')
+        elif char == '"':
+            quoted = True
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+    return body[:-1].rstrip() if body.endswith("}") and depth == 0 and not quoted else rest

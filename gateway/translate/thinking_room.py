@@ -89,19 +89,31 @@ def gemini_budget(asked: int, limit: int | None, model: str) -> int:
 # thinking level for this model. Allowed values are: medium, low, high.",
 # fishjar/kiss-translator#1048). Which level a later Flash takes is unknown until it is
 # documented: ``low``, which every Gemini 3 model listed so far takes.
+#
+# Nothing is asked of a model whose least is not known: a name with no version (the aliases
+# gemini-flash-latest, gemini-pro-latest, whose model changes under them; Gemma, which has no
+# Gemini thinking controls), a 2.5 name outside the table, an image model ("Thinking is not
+# enabled for models/gemini-2.0-flash-preview-image-generation", lobehub/lobehub#7985; the same
+# for gemini-2.5-flash-image-preview: policy/refused_param.py). A guess is worse than the
+# model's default: 512, the effort table's least, turned thinking on for the aliases' Flash-Lite
+# and would be refused where the model does not think (review).
 _MINIMAL_LEVEL = ("gemini-3-flash", "gemini-3.1-flash", "gemini-3.5-flash")
 _GENERATION = re.compile(r"gemini-(\d+)(?:\.(\d+))?(?:[.-]|$)")
+_NO_THINKING_CONTROL = re.compile(r"-image(?:[.-]|$)")
 
 
 def gemini_least(model: str) -> dict[str, Any] | None:
-    """``thinkingConfig`` for the least thinking ``model`` does; None: it does not think
-    (Gemini 1.x and 2.0), nothing to ask."""
+    """``thinkingConfig`` for the least thinking ``model`` does; None: nothing to ask, the
+    model does not think (Gemini 1.x and 2.0, Gemma, image models) or its least is unknown."""
     name = model.removeprefix("models/")
     found = _GENERATION.match(name)
-    version = (int(found.group(1)), int(found.group(2) or 0)) if found else None
-    if version is not None and version >= (3, 0):
-        return {"thinkingLevel": "minimal" if name.startswith(_MINIMAL_LEVEL) else "low"}
-    if version is not None and version < (2, 5):
+    if found is None or _NO_THINKING_CONTROL.search(name):
         return None
-    least, can_stop = next((rule for prefix, *rule in _GEMINI if name.startswith(prefix)), _GEMINI_OTHER)
+    version = (int(found.group(1)), int(found.group(2) or 0))
+    if version >= (3, 0):
+        return {"thinkingLevel": "minimal" if name.startswith(_MINIMAL_LEVEL) else "low"}
+    rule = next((rule for prefix, *rule in _GEMINI if name.startswith(prefix)), None)
+    if version < (2, 5) or rule is None:
+        return None
+    least, can_stop = rule
     return {"thinkingBudget": 0 if can_stop else least}

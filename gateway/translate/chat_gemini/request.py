@@ -414,7 +414,8 @@ def _generation(p: Mapping[str, Any], model: str) -> dict[str, Any]:
     effort = typed.text(p.get("reasoning_effort"), ("reasoning_effort",))
     if effort == "none":
         # No thinkingConfig is the model's default thinking, not none: the least the model
-        # does (``thinking_room.gemini_least``: off where it can stop), no thoughts to show.
+        # does (``thinking_room.gemini_least``: off where it can stop, nothing where the least
+        # is unknown), no thoughts to show.
         least = thinking_room.gemini_least(model)
         if least is not None:
             out["thinkingConfig"] = least

@@ -129,8 +129,7 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
         )
     if isinstance(text, str) and text:
         how = answer_wrapping(ctx.request)
-        cut = choice.get("finish_reason") == "length"
-        parts.append({"text": unwrapped(text, how, cut) if how else text})
+        parts.append({"text": unwrapped(text, how) if how else text})
     refusal = message.get("refusal")
     if isinstance(refusal, str) and refusal:
         parts.append({"text": refusal})

@@ -159,7 +159,7 @@ class GeminiStream:
                  for c in self.calls.values() if c.name]  # fmt: skip
         signed_calls(parts, self.signed, self.ctx.upstream_model)
         if self.held and self.wrapping:
-            text = unwrapped("".join(self.held), self.wrapping, self.finish == "length")
+            text = unwrapped("".join(self.held), self.wrapping)
             parts.insert(0, {"text": text})
             self.shown += len(text)
         self.shown += sum(len("".join(c.args)) for c in self.calls.values())

@@ -164,7 +164,7 @@ def answer(doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
         )
     if isinstance(text, str) and text:
         if answer_wrapped(ctx.request):  # the JSON the client's schema asked for, not our wrapper
-            text = unwrapped(text, "json", choice.get("finish_reason") == "length")
+            text = unwrapped(text, "json")
         content.append({"type": "text", "text": text})
     refusal = message.get("refusal")
     refused = isinstance(refusal, str) and refusal != ""

@@ -17,8 +17,8 @@ What the translation has to do that chat does not:
   reopened once stopped, so the open tool block is stopped only when its arguments parse as
   complete JSON. Until then anything for another block waits (in order) and follows at once after.
 * a structured answer whose schema went inside an object (a list, a string enum:
-  ``translate/root.py``) is held to the end and goes out as one text block, the value taken out
-  of the wrapper: its fragments cannot be unwrapped one by one;
+  ``translate/root.py``) is held to the end, or to a tool call after it, and goes out as one
+  text block, the value taken out of the wrapper: its fragments cannot be unwrapped one by one;
 * a call's id goes out in Anthropic's alphabet (``translate/tool_ids.py``: Kimi K2 on vLLM and
   SGLang names its calls ``functions.Bash:0``), and comes back to the upstream as it was sent.
 """
@@ -298,6 +298,7 @@ class ChatToMessagesStream:
             else:
                 self.held.append(("tool", key, fragment))
             return
+        self._unhold(out)  # the answer's text before the call, as the buffered answer has it
         self._close(out)
         index = self._open("tool", tool)
         self.any_tool = True
@@ -351,12 +352,18 @@ class ChatToMessagesStream:
             else:
                 self._text(kind, text, out)
 
+    def _unhold(self, out: list[bytes]) -> None:
+        """A wrapped answer's text goes out, unwrapped, as one text block: at the end, or where a
+        tool block opens after it (what comes after a call cannot come before it)."""
+        if self.structured:
+            text, self.structured = "".join(self.structured), []
+            self._text("text", unwrapped(text, "json"), out)
+
     def _finish(self) -> list[bytes]:
         out: list[bytes] = []
         self.ending = True
         self._release(out)
-        if self.structured:
-            self._text("text", unwrapped("".join(self.structured), "json", self.finish == "length"), out)
+        self._unhold(out)
         for tool in self.tools.values():
             if tool.block is None and tool.name is not None:  # held back for want of a switch
                 self._tool(None, tool, "", out)

@@ -1018,11 +1018,18 @@ def test_a_raw_tab_or_newline_in_a_string_is_still_the_wrapper(text: str) -> Non
     assert [p for d in docs for p in d["candidates"][0]["content"]["parts"]] == [{"text": value}]
 
 
-def test_a_wrapper_that_parses_as_nothing_comes_back_as_it_came_unless_cut_short() -> None:
-    """Only an answer that ended for its length is the value as far as it goes; any other text
-    that parses as nothing (a trailing comma) is the model's, and the client gets it whole."""
+@pytest.mark.parametrize("finish", ["stop", "content_filter", "length"])
+def test_a_wrapper_that_parses_as_nothing_is_the_value_as_far_as_it_goes(finish: str) -> None:
+    """Not only an answer that ended for its length is cut short: a stop sequence (chat says
+    ``stop`` for it) and a content filter cut it too, and the client was sent the wrapper's
+    opening (review). A closed wrapper round a value that does not parse (a trailing comma)
+    gives the value as the model wrote it, the wrapper's brace left out."""
     request = client_request("genai-3.6-list-schema")
-    text = '{"response": [1, 2,]}'
-    assert T.answer(_answered(text), ctx(request))["candidates"][0]["content"]["parts"] == [{"text": text}]
-    docs = run_stream(_streamed(text[:9], text[9:]), ctx(request))
-    assert [p for d in docs for p in d["candidates"][0]["content"]["parts"]] == [{"text": text}]
+    for text, value in (('{"response": [{"recipe_name": "a", "ingr', '[{"recipe_name": "a", "ingr'),
+                        ('{"response": [{"recipe_name": "a"}', '[{"recipe_name": "a"}'),  # its own brace kept
+                        ('{"response": [1, 2,]}', "[1, 2,]"), ('{"response": ["a}", 2,] }', '["a}", 2,]')):
+        answered = {"choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                 "finish_reason": finish}]}  # fmt: skip
+        assert T.answer(answered, ctx(request))["candidates"][0]["content"]["parts"] == [{"text": value}]
+        docs = run_stream(_streamed(text[:9], text[9:], finish=finish), ctx(request))
+        assert [p for d in docs for p in d["candidates"][0]["content"]["parts"]] == [{"text": value}]

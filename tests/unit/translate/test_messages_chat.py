@@ -673,6 +673,45 @@ def test_a_list_schemas_answer_is_the_list_buffered_and_streamed() -> None:
     assert (final.content[0].text, final.stop_reason) == (value[:27], "max_tokens")
 
 
+@pytest.mark.parametrize(("finish", "stop_reason"), [("stop", "end_turn"), ("content_filter", "refusal"),
+                                                    ("length", "max_tokens")])  # fmt: skip
+def test_a_list_schemas_answer_cut_short_by_anything_is_the_value_as_far_as_it_goes(
+    finish: str, stop_reason: str
+) -> None:
+    """A stop sequence (chat's ``stop``) or a content filter cuts the answer too; only ``length``
+    was read as cut, and the client got our wrapper's opening (review)."""
+    ctx = T.held(ctx_for(sdk_request(messages=HI, output_config=LIST_ASKED, stop_sequences=["ingr"])))
+    cut = '{"response": [{"recipe_name": "Shortbread", "'
+    value = cut[len('{"response": '):]
+    message = sdk_message(T.answer(_chat_answer(cut, finish), ctx))
+    assert (message.content[0].text, message.stop_reason) == (value, stop_reason)
+    final = sdk_final_message(run(T.stream(ctx), _chat_stream(cut[:9], cut[9:], finish=finish)))
+    assert (final.content[0].text, final.stop_reason) == (value, stop_reason)
+
+
+def test_a_list_schemas_answer_beside_a_tool_call_keeps_its_place_streamed() -> None:
+    """The text before a call comes before it, streamed as buffered: the held text went out only
+    at the end, after the call's block (``[tool_use, text]`` against ``[text, tool_use]``, review)."""
+    tool = {"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
+    ctx = T.held(ctx_for(sdk_request(messages=HI, output_config=LIST_ASKED, tools=[tool])))
+    value = '[{"recipe_name": "Shortbread", "ingredients": ["butter"]}]'
+    wrapped = '{"response": ' + value + "}"
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+    answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": wrapped, "tool_calls": [call]},
+                           "finish_reason": "tool_calls"}]}  # fmt: skip
+    buffered = sdk_message(T.answer(answer, ctx)).content
+    chunks = [{"choices": [{"index": 0, "delta": {"role": "assistant", "content": wrapped[:9]}}]},
+              {"choices": [{"index": 0, "delta": {"content": wrapped[9:]}}]},
+              {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, **call}]}}]},
+              {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}]  # fmt: skip
+    out = run(T.stream(ctx), b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n")
+    check_grammar(out)
+    streamed = sdk_final_message(out).content
+    assert [b.type for b in streamed] == [b.type for b in buffered] == ["text", "tool_use"]
+    assert streamed[0].text == buffered[0].text == value
+    assert streamed[1].input == buffered[1].input == {"city": "Oslo"}
+
+
 def test_an_object_schemas_answer_is_not_unwrapped() -> None:
     schema = {"type": "object", "properties": {"response": {"type": "string"}}, "required": ["response"],
               "additionalProperties": False}  # fmt: skip

@@ -90,8 +90,16 @@ def test_a_chat_client_on_gemini_gets_the_same_rule() -> None:
     ("gemini-3.1-pro-preview", {"thinkingLevel": "low"}),
     ("gemini-3-flash-preview", {"thinkingLevel": "minimal"}),
     ("gemini-3.7-flash", {"thinkingLevel": "low"}),  # refuses minimal
-    ("gemini-flash-latest", {"thinkingBudget": 512}),  # an alias: the least every effort sends
     ("gemini-2.0-flash", None),  # does not think
+    # No version, no known least: the model's own default, not a guess. 512 turned thinking ON
+    # for the Flash-Lite alias (its default is off) and is refused by a model that does not
+    # think ("Thinking is not enabled for models/…", review).
+    ("gemini-flash-latest", None),
+    ("gemini-flash-lite-latest", None),
+    ("gemini-pro-latest", None),
+    ("gemma-3-27b-it", None),
+    ("gemini-2.5-flash-image-preview", None),  # "Thinking is not enabled for models/gemini-2.5-flash-image-preview"
+    ("gemini-2.5-computer-use-preview-10-2025", None),  # a 2.5 name outside the budgets table
 ])  # fmt: skip
 def test_no_reasoning_asked_of_gemini_is_the_least_the_model_does(model: str, config: dict[str, Any] | None) -> None:
     """``reasoning_effort: "none"`` sent no thinkingConfig, and the model's default thinking ran."""
