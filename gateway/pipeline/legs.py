@@ -81,14 +81,16 @@ def leg_call(
     url, body_payload = where
     size = inbound.size if client_payload is inbound.held else None  # unchanged: its own bytes
     ctx = held_context(leg.translator, inbound.model or "", client_payload, state.request_id, size)
-    ctx.upstream_model = _model(translated)
+    ctx.upstream_model = wire_model = _model(translated)
     translation = Translation(leg.translator, ctx)
     body = _dumped(body_payload, lenient)
     if isinstance(body, Failure):
         return body
     sent_headers = _with_betas(headers, wire, translated) if wire.api == "messages" else headers
-    return Call(up, "POST", url, sent_headers, how.mode, wire, False, how.track, translation,
-                body=body, wire_model=_model(translated), rewritten=True)  # fmt: skip
+    # Every field by position, up to ``rewritten``: keywords make a class call build a dict of
+    # them (~2,000 instructions on 3.11, issue #38).
+    return Call(up, "POST", url, sent_headers, how.mode, wire, False, how.track, translation, body,
+                wire_model, True)  # fmt: skip
 
 
 def refused_here(state: RequestState, refusal: Refusal) -> Failure:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.translate.base import Context, Known, Refusal, Target, held
+from gateway.translate.base import Context, Known, held
 from gateway.translate.messages_chat.answer import answer, estimate_input_tokens
 from gateway.translate.messages_chat.request import declared_tools, function_names, to_chat
 from gateway.translate.messages_chat.stream import ChatToMessagesStream
@@ -24,15 +24,13 @@ UNREAD_NAMED = UNREAD - {"tools"}
 class MessagesToChat:
     client = "messages"
     upstream = "chat"
-
-    def request(self, payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refusal:
-        return to_chat(payload, target)
+    # The module's functions themselves, not methods that call them: a Python frame fewer on
+    # every translated request and answer (~500 instructions each on 3.11, issue #38).
+    request = staticmethod(to_chat)
+    answer = staticmethod(answer)
 
     def dropped(self, payload: Mapping[str, Any]) -> tuple[str, ...]:
         return ()  # its table's drops are said there, not per request
-
-    def answer(self, doc: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
-        return answer(doc, ctx)
 
     def stream(self, ctx: Context, known: Known | None = None) -> ChatToMessagesStream:
         return ChatToMessagesStream(ctx, known)

@@ -30,7 +30,10 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 def message_id(ctx: Context) -> str:
     rid = ctx.request_id
-    if not (rid.isascii() and rid.isalnum()):  # the gateway's own ids are hex: nothing to strip
+    # The gateway's own ids are hex: nothing to strip. Tested as bytes: ``str.isalnum`` asks
+    # four Unicode tables a character, ``bytes.isalnum`` one ASCII table (a 32-digit id ~1,800
+    # instructions against ~850 with the encode, issue #38); the same answer for ASCII text.
+    if not (rid.isascii() and rid.encode().isalnum()):
         rid = _UNSAFE.sub("", rid)
     return "msg_" + (rid[:48] or "gateway")
 

@@ -121,8 +121,10 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
     max_tokens = payload.get("max_tokens")
     if max_tokens is not None:
         # max_tokens, not max_completion_tokens: llama.cpp, llama-cpp-python, vLLM and TGI
-        # all read it; only OpenAI's reasoning models insist on the newer name.
-        out["max_tokens"] = typed.integer(max_tokens, ("max_tokens",))
+        # all read it; only OpenAI's reasoning models insist on the newer name. (An int, as
+        # every request has it, without the reader's call: ``type`` is no bool.)
+        out["max_tokens"] = (max_tokens if type(max_tokens) is int
+                             else typed.integer(max_tokens, ("max_tokens",)))  # fmt: skip
     for key in ("temperature", "top_p"):
         value = payload.get(key)
         if value is not None:
@@ -475,6 +477,8 @@ def _tool_choice(choice: Any, functions: Names) -> tuple[Any, bool | None]:
 class _Convo:
     """Builds the chat message list; keeps the notes (mid-conversation system text) that
     wait for the next user turn."""
+
+    __slots__ = ("files", "functions", "ids", "notes", "out")
 
     def __init__(self, functions: Names, files: str = "", short_ids: bool = False) -> None:
         self.functions = functions
