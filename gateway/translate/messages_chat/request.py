@@ -45,6 +45,7 @@ from gateway.apis.chat.ids import GEMINI_SIGNED, to_chat_id
 from gateway.translate import json_schema, names, root, tool_cap, typed
 from gateway.translate.base import Refusal, Target
 from gateway.translate.names import NONE, Names
+from gateway.translate.strict import for_strict
 from gateway.translate.tool_ids import from_anthropic_id
 from gateway.translate.typed import WrongType
 
@@ -269,8 +270,10 @@ def _response_format(
         return None
     # A root other than an object goes inside one (``root.py``): OpenAI refuses it.
     sent = root.wrapped(schema) if root.needs_wrapping(schema) else schema
+    strict = for_strict(sent)
     return {"type": "json_schema",
-            "json_schema": {"name": "output", "schema": sent, "strict": strict_ok(sent)}}  # fmt: skip
+            "json_schema": {"name": "output", "schema": sent if strict is None else strict,
+                            "strict": strict is not None}}  # fmt: skip
 
 
 def _output_schema(
@@ -299,39 +302,6 @@ def answer_wrapped(request: Mapping[str, Any]) -> bool:
     except WrongType:
         return False
     return root.needs_wrapping(schema)
-
-
-# What OpenAI's strict mode refuses that Anthropic takes (the anthropic SDK's transform_schema
-# passes ``allOf`` on): the Structured Outputs guide's "Supported schemas" lists "Composition:
-# allOf, not, dependentRequired, dependentSchemas, if, then, else" as not supported, and "the
-# root level object of a schema must be an object, and not use anyOf"
-# (https://platform.openai.com/docs/guides/structured-outputs).
-_NOT_STRICT = frozenset({"allOf", "not", "dependentRequired", "dependentSchemas", "if", "then", "else"})
-
-
-def strict_ok(schema: Any, *, root: bool = True) -> bool:
-    """Whether OpenAI's strict mode takes ``schema``: an object at the root without ``anyOf``,
-    each object closed with every property required (OpenAI: "'required' is required to be
-    supplied and to be an array including every key in properties"), none of the composition
-    keywords it does not support (``_NOT_STRICT``). Anthropic takes optional properties and
-    ``allOf``; a schema with them is sent without ``strict``, a best effort, rather than refused."""
-    if root and isinstance(schema, dict) and ("anyOf" in schema or not json_schema.is_object(schema)):
-        return False
-    if isinstance(schema, list):
-        return all(strict_ok(s, root=False) for s in schema)
-    if not isinstance(schema, dict):
-        return True
-    if not _NOT_STRICT.isdisjoint(schema):
-        return False
-    if json_schema.is_object(schema):
-        props = schema.get("properties")
-        names = set(props) if isinstance(props, dict) else set()
-        required = schema.get("required")
-        if schema.get("additionalProperties") is not False:
-            return False
-        if names and not (isinstance(required, list) and names <= set(required)):
-            return False
-    return all(strict_ok(s, root=False) for s in json_schema.nested(schema))
 
 
 @names.per_tools
@@ -416,8 +386,10 @@ def _tool_read(tool: dict[str, Any], k: int, functions: Names) -> dict[str, Any]
     schema = typed.obj(tool.get("input_schema"), ("tools", k, "input_schema"))
     function["parameters"] = json_schema.with_properties(schema) if schema is not None else {
         "type": "object", "properties": {}}
-    if typed.flag(tool.get("strict"), ("tools", k, "strict")) and strict_ok(function["parameters"]):
-        function["strict"] = True  # only where OpenAI's stricter rules hold: else it is a 400
+    if typed.flag(tool.get("strict"), ("tools", k, "strict")):
+        strict = for_strict(function["parameters"])  # only where OpenAI's stricter rules hold: else a 400
+        if strict is not None:
+            function["parameters"], function["strict"] = strict, True
     return {"type": "function", "function": function}
 
 
