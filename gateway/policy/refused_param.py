@@ -197,11 +197,24 @@ class ParamFix:
 
     @property
     def label(self) -> str:
+        """The fix itself, whatever a body holds: the same fix is learned and rescued once."""
         if self.with_tools is not None:
             return f"{self.field}={self.with_tools}"
         if self.supported:
             return f"{self.field}={'|'.join(self.supported)}"
         return self.field if self.rename is None else f"{self.field}->{self.rename}"
+
+    def shown(self, doc: Mapping[str, Any]) -> str:
+        """What the fix did to ``doc`` (before it), as ``x-llm-params-dropped`` tells the client: an
+        adapted value as sent and what it was sent as (``reasoning.effort=none->low``), the
+        field alone where it was left out; else ``label``."""
+        if self.supported:
+            parent, name = EFFORTS[self.field]
+            inner = doc.get(parent) if parent is not None else doc
+            was = inner.get(name) if isinstance(inner, Mapping) else None
+            sent = nearest(was, self.supported)  # None unless ``was`` is on OpenAI's scale: no client text
+            return self.field if sent is None else f"{self.field}={was}->{sent}"
+        return self.label
 
     def apply(self, doc: Mapping[str, Any]) -> dict[str, Any] | None:
         """``doc`` without the field (or with it renamed, or set); None when the fix does not
@@ -470,6 +483,6 @@ class ParamFixes(Learned[tuple[ParamFix, ...]]):
         for fix in fixes:
             fixed = fix.apply(doc)
             if fixed is not None:
+                done.append(fix.shown(doc))
                 doc = fixed
-                done.append(fix.label)
         return (jsonbody.dumps(doc, lenient=lenient), done) if done else (body, [])

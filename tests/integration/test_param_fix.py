@@ -283,7 +283,7 @@ async def test_claude_codes_effort_on_gpt_5_pro_goes_as_the_one_it_takes_once_le
     first = json.loads((CORPUS / "claude-code-2.1.332-first.json").read_text())["body"]
     status, headers, body = await gw.messages({**first, "stream": False})
     assert status == 200, body
-    assert headers["x-llm-attempts"] == "2" and headers["x-llm-params-dropped"] == "reasoning.effort=high"
+    assert headers["x-llm-attempts"] == "2" and headers["x-llm-params-dropped"] == "reasoning.effort=medium->high"
     sent = [r.json()["reasoning"] for r in gw.fake.responses_requests()]
     assert [s["effort"] for s in sent] == ["medium", "high"]
     assert {k: v for k, v in sent[0].items() if k != "effort"} == {k: v for k, v in sent[1].items() if k != "effort"}
@@ -298,7 +298,7 @@ async def test_a_chat_models_refused_effort_goes_as_the_nearest_it_lists(make_ga
     gw.fake.script(lambda p: Reply(400, refusal) if p.get("reasoning_effort", "medium") != "medium" else None)
     payload = {"model": "gpt-5.2-chat-latest", "reasoning_effort": "high", "messages": HI}
     status, headers, _ = await gw.chat(payload)
-    assert status == 200 and headers["x-llm-params-dropped"] == "reasoning_effort=medium"
+    assert status == 200 and headers["x-llm-params-dropped"] == "reasoning_effort=high->medium"
     status, headers, _ = await gw.chat({**payload, "reasoning_effort": "low"})
     assert status == 200 and headers["x-llm-attempts"] == "1"
     assert [r.json()["reasoning_effort"] for r in gw.fake.chat_requests()] == ["high", "medium", "medium"]

@@ -293,3 +293,15 @@ def test_a_value_refusal_of_another_field_or_without_a_list_is_not_adapted() -> 
     assert refusal_fix(message, effort) == ParamFix("reasoning.effort", supported=("medium",))
     bare = "Unsupported value: 'low' is not supported with the 'm' model. Supported values are: none."
     assert refusal_fix(bare, effort) == ParamFix("reasoning.effort")
+
+
+def test_an_adapted_effort_is_told_as_what_was_sent_not_the_list_taken() -> None:
+    """gpt-5.1-codex takes 'low', 'medium' and 'high' (openai/codex#6647): Codex's 'none' goes as
+    'low', and the header says so, as it says ``reasoning_effort=none`` for an effort set."""
+    fixes = ParamFixes()
+    fixes.learn("u", "gpt-5.1-codex", ParamFix("reasoning.effort", supported=("low", "medium", "high")))
+    out, done = fixes.applied("u", "gpt-5.1-codex", b'{"reasoning":{"effort":"none"}}')
+    assert (json.loads(out), done) == ({"reasoning": {"effort": "low"}}, ["reasoning.effort=none->low"])
+    fixes.learn("u", "m", ParamFix("reasoning_effort", supported=("medium",)))
+    out, done = fixes.applied("u", "m", b'{"reasoning_effort":"turbo"}')  # off the scale: left out
+    assert (json.loads(out), done) == ({}, ["reasoning_effort"])
