@@ -78,18 +78,19 @@ class Untranslatable(Exception):
     """Raised inside the walk; becomes a ``Refusal``."""
 
 
-# The upstream a refusal names, by ``Target.onward``: the rules are chat's, the client reads of
-# the upstream its route has (Messages → chat → Responses or Gemini).
-_UPSTREAM_NAMED = {"": "a chat completions upstream", "responses": "an OpenAI Responses upstream",
-                   "gemini": "a Gemini API upstream"}  # fmt: skip
+# The API a refusal names, by ``Target.onward``: the rules are chat's, the client reads of the
+# API its route ends on (Messages → chat → Responses or Gemini). A refusal says what the gateway
+# does not carry there, not what that API lacks: Responses has MCP and web search of its own.
+_CARRIED_TO = " to chat completions"
+_API_NAMED = {"responses": " to OpenAI Responses", "gemini": " to the Gemini API"}
 
 
 def to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refusal:
     try:
         return _request(payload, target)
     except Untranslatable as e:
-        upstream = _UPSTREAM_NAMED.get(target.onward)
-        return Refusal(str(e) if upstream is None else str(e).replace(_UPSTREAM_NAMED[""], upstream))
+        api = _API_NAMED.get(target.onward)
+        return Refusal(str(e) if api is None else str(e).replace(_CARRIED_TO, api))
     except WrongType as e:
         return typed.refusal(e, "messages")
 
@@ -175,7 +176,7 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
             out["parallel_tool_calls"] = False
     if payload.get("mcp_servers"):
         raise Untranslatable(
-            "'mcp_servers' are run by Anthropic's API; a chat completions upstream cannot reach them"
+            "'mcp_servers' are run by Anthropic's API; the gateway does not carry them to chat completions"
         )
 
     if payload.get("stream") is True:
@@ -377,7 +378,8 @@ def _tool_read(tool: dict[str, Any], k: int, functions: Names) -> dict[str, Any]
     if kind not in (None, "custom"):
         raise Untranslatable(
             f"tool {name!r} is Anthropic's {kind!r} tool, run or defined by Anthropic's API; "
-            "a chat completions upstream has no such tool (give it as a custom tool with an input_schema)"
+            "the gateway does not carry it to chat completions "
+            "(give it as a custom tool with an input_schema)"
         )
     function: dict[str, Any] = {"name": functions.upstream(name)}
     description = typed.text(tool.get("description"), ("tools", k, "description"))
@@ -565,8 +567,8 @@ def _tool_change(block: dict[str, Any], added: bool, at: typed.Path, functions: 
     kind = typed.text(tool.get("type"), (*at, "tool", "type"))
     if kind in ("mcp_tool_reference", "mcp_toolset_reference"):
         raise Untranslatable(
-            f"{typed.bracketed(at)}: MCP tools are connected by Anthropic's API; a chat completions "
-            "upstream cannot reach them"
+            f"{typed.bracketed(at)}: MCP tools are connected by Anthropic's API; the gateway does not "
+            "carry them to chat completions"
         )
     if kind == "tool_definition":
         definition = typed.obj(tool.get("definition"), (*at, "tool", "definition")) or {}
@@ -683,7 +685,7 @@ def _part(block: dict[str, Any], i: int, at: typed.Path, files: str = "") -> lis
     if kind in ("thinking", "redacted_thinking"):
         return []
     raise Untranslatable(
-        f"messages[{i}]: a {kind!r} content block cannot be sent to a chat completions upstream"
+        f"messages[{i}]: the gateway does not carry a {kind!r} content block to chat completions"
     )
 
 
@@ -721,8 +723,8 @@ def _image_url(source: Any, i: int) -> str:
             return str(source["url"])
         if source.get("type") == "file":
             raise Untranslatable(
-                f"messages[{i}]: an image from Anthropic's Files API (file_id) cannot be fetched "
-                "by a chat completions upstream"
+                f"messages[{i}]: an image from Anthropic's Files API (file_id) is kept by Anthropic's API; "
+                "the gateway does not carry it to chat completions"
             )
     raise Untranslatable(f"messages[{i}]: an image block needs a base64 or url source")
 
@@ -783,7 +785,7 @@ def _assistant_turn(convo: _Convo, content: Any, i: int) -> None:
             continue  # see the module doc: no chat field carries them
         else:
             raise Untranslatable(
-                f"messages[{i}]: an assistant {kind!r} block cannot be sent to a chat completions upstream"
+                f"messages[{i}]: the gateway does not carry an assistant {kind!r} block to chat completions"
             )
     convo.assistant(text, calls)
 
