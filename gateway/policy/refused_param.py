@@ -31,7 +31,8 @@ and only where it declares tools: the same model takes effort on a turn without 
 An effort refused for its value with the values the model takes listed (gpt-5-pro takes only
 'high', a ``-chat`` model only 'medium') is sent as the nearest of them, or left out when none
 is on OpenAI's scale (``unsupported_effort``): asked for a bit more or less thought, the request
-still means the same.
+still means the same. Gemini's topK above the model's range ("... the supported range is from 1
+(inclusive) to 41 (exclusive)") goes as the highest the range takes, the same way.
 """
 
 from __future__ import annotations
@@ -164,6 +165,17 @@ _REASONING_MODEL = re.compile(r"(?:^|/)(?:o[1-9](?:-|$)|gpt-5(?!.*-chat))")
 # #8943); google-genai's later wording: "Penalty is not enabled for this model"
 # (google-gemini/cookbook#1290). Both penalties: the message names neither.
 _NO_PENALTY = re.compile(r"^Penalty is not enabled for (?:models/|this model)", re.IGNORECASE)
+# Gemini refuses a topK above what the model takes, stating the range: "Unable to submit request
+# because it has a topK value of 50 but the supported range is from 1 (inclusive) to 41
+# (exclusive). Update the value and try again." (gemini-1.5-flash, genkit-ai/genkit#1397;
+# gemini-2.0-flash-exp, "... has topK value of 100", Robitx/gp.nvim#241). Sent as the highest it
+# takes, the range's end less one (still the fewest candidates the client allowed, near enough),
+# or left out where no end is stated (the model's default applies).
+_TOP_K_RANGE = re.compile(r"^Unable to submit request because it has (?:a )?topK value of \d+(?: but the "
+                          r"supported range is from \d+ \(inclusive\) to (\d{1,9}) \(exclusive\))?",
+                          re.IGNORECASE)  # fmt: skip
+# Where a top_k sits: chat's and Messages' own field, a Gemini request's (either spelling).
+_TOP_K = (("top_k",), ("generationConfig", "topK"), ("generation_config", "top_k"))
 # OpenAI refuses an effort the model does not take, listing those it does. Responses names the
 # value and the model, the field only in the body's ``param``: "Unsupported value: 'none' is not
 # supported with the 'gpt-5.1-codex' model. Supported values are: 'low', 'medium', and 'high'."
@@ -194,14 +206,34 @@ class ParamFix:
     # The values the model takes, as its refusal lists them: one outside them is sent as the
     # nearest of them (``nearest``), or left out when it has none.
     supported: tuple[str, ...] = ()
+    # The highest value the model takes (Gemini's topK, ``_TOP_K_RANGE``): one above it is sent as it.
+    at_most: int | None = None
 
     @property
     def label(self) -> str:
+        """The fix itself, whatever a body holds: the same fix is learned and rescued once."""
         if self.with_tools is not None:
             return f"{self.field}={self.with_tools}"
         if self.supported:
             return f"{self.field}={'|'.join(self.supported)}"
+        if self.at_most is not None:
+            return f"{self.field}<={self.at_most}"
         return self.field if self.rename is None else f"{self.field}->{self.rename}"
+
+    def shown(self, doc: Mapping[str, Any]) -> str:
+        """What the fix did to ``doc`` (before it), as ``x-llm-params-dropped`` tells the client: an
+        adapted value as sent and what it was sent as (``reasoning.effort=none->low``), the
+        field alone where it was left out; else ``label``."""
+        if self.supported:
+            parent, name = EFFORTS[self.field]
+            inner = doc.get(parent) if parent is not None else doc
+            was = inner.get(name) if isinstance(inner, Mapping) else None
+            sent = nearest(was, self.supported)  # None unless ``was`` is on OpenAI's scale: no client text
+            return self.field if sent is None else f"{self.field}={was}->{sent}"
+        if self.field == "top_k":
+            was = _top_k(doc)
+            return self.field if self.at_most is None else f"{self.field}={was}->{self.at_most}"
+        return self.label
 
     def apply(self, doc: Mapping[str, Any]) -> dict[str, Any] | None:
         """``doc`` without the field (or with it renamed, or set); None when the fix does not
@@ -210,6 +242,8 @@ class ParamFix:
             return _unforced(doc)
         if self.supported:
             return _adapted(doc, self.field, self.supported)
+        if self.field == "top_k":
+            return _lowered_top_k(doc, self.at_most)
         if self.with_tools is not None:
             if not doc.get("tools") or doc.get(self.field) == self.with_tools:
                 return None
@@ -238,6 +272,41 @@ class ParamFix:
         elif self.field not in DROPPABLE:
             return None
         return {k: v for k, v in doc.items() if k != self.field}
+
+
+def _top_k(doc: Mapping[str, Any]) -> Any:
+    """The body's top_k, wherever it sits (``_TOP_K``); None without one."""
+    for *parents, name in _TOP_K:
+        inner = doc.get(parents[0]) if parents else doc
+        if isinstance(inner, Mapping) and name in inner:
+            return inner[name]
+    return None
+
+
+def _lowered_top_k(doc: Mapping[str, Any], at_most: int | None) -> dict[str, Any] | None:
+    """``doc`` with its top_k ``at_most`` (left out without a bound); None when it has none
+    above it (a value not a number is left to the refusal)."""
+    for *parents, name in _TOP_K:
+        inner = doc.get(parents[0]) if parents else doc
+        if not isinstance(inner, Mapping) or name not in inner:
+            continue
+        value = inner[name]
+        if at_most is not None and not (_number(value) and value > at_most):
+            return None
+        fixed = {k: v for k, v in inner.items() if k != name}
+        if at_most is not None:
+            fixed[name] = at_most
+        if not parents:
+            return fixed
+        out = {k: v for k, v in doc.items() if k != parents[0]}
+        if fixed:
+            out[parents[0]] = fixed
+        return out
+    return None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _same(value: Any, default: float) -> bool:
@@ -379,6 +448,10 @@ def refused_param(message: str | None) -> ParamFix | None:
         return ParamFix("tool_choice", with_tools=UNFORCED_CHOICE)
     if _NO_PENALTY.search(message):
         return ParamFix("penalty")
+    m = _TOP_K_RANGE.search(message)
+    if m is not None:
+        end = int(m.group(1)) if m.group(1) else 0
+        return ParamFix("top_k", at_most=end - 1) if end > 1 else ParamFix("top_k")
     for pattern in _REFUSED:
         m = pattern.search(message)
         if m is not None:
@@ -470,6 +543,6 @@ class ParamFixes(Learned[tuple[ParamFix, ...]]):
         for fix in fixes:
             fixed = fix.apply(doc)
             if fixed is not None:
+                done.append(fix.shown(doc))
                 doc = fixed
-                done.append(fix.label)
         return (jsonbody.dumps(doc, lenient=lenient), done) if done else (body, [])

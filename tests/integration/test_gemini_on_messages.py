@@ -224,8 +224,8 @@ async def test_a_google_search_on_a_claude_route_is_a_request_error_never_sent(m
     status, headers, body = await post(gw, "/v1beta/models/gemini-3-flash-preview:generateContent", ask)
     error = json.loads(body)["error"]
     assert (status, error["code"], error["status"]) == (400, 400, "INVALID_ARGUMENT")
-    assert error["message"] == ("tools[0].googleSearch runs inside Google's API; an Anthropic Messages upstream "
-                                "cannot run it (a model routed to a Gemini API upstream can)")  # fmt: skip
+    assert error["message"] == ("tools[0].googleSearch runs inside Google's API; the gateway does not carry it "
+                                "to Anthropic Messages (a model routed to a Gemini API upstream can run it)")  # fmt: skip
     assert {d.get("reason") for d in error["details"]} >= {"UNTRANSLATABLE_REQUEST"}
     assert headers["x-llm-error-type"] == "unknown" and headers["x-llm-error-retryable"] == "false"
     assert headers["x-should-retry"] == "false"

@@ -283,7 +283,7 @@ async def test_claude_codes_effort_on_gpt_5_pro_goes_as_the_one_it_takes_once_le
     first = json.loads((CORPUS / "claude-code-2.1.332-first.json").read_text())["body"]
     status, headers, body = await gw.messages({**first, "stream": False})
     assert status == 200, body
-    assert headers["x-llm-attempts"] == "2" and headers["x-llm-params-dropped"] == "reasoning.effort=high"
+    assert headers["x-llm-attempts"] == "2" and headers["x-llm-params-dropped"] == "reasoning.effort=medium->high"
     sent = [r.json()["reasoning"] for r in gw.fake.responses_requests()]
     assert [s["effort"] for s in sent] == ["medium", "high"]
     assert {k: v for k, v in sent[0].items() if k != "effort"} == {k: v for k, v in sent[1].items() if k != "effort"}
@@ -298,7 +298,26 @@ async def test_a_chat_models_refused_effort_goes_as_the_nearest_it_lists(make_ga
     gw.fake.script(lambda p: Reply(400, refusal) if p.get("reasoning_effort", "medium") != "medium" else None)
     payload = {"model": "gpt-5.2-chat-latest", "reasoning_effort": "high", "messages": HI}
     status, headers, _ = await gw.chat(payload)
-    assert status == 200 and headers["x-llm-params-dropped"] == "reasoning_effort=medium"
+    assert status == 200 and headers["x-llm-params-dropped"] == "reasoning_effort=high->medium"
     status, headers, _ = await gw.chat({**payload, "reasoning_effort": "low"})
     assert status == 200 and headers["x-llm-attempts"] == "1"
     assert [r.json()["reasoning_effort"] for r in gw.fake.chat_requests()] == ["high", "medium", "medium"]
+
+
+async def test_a_top_k_above_what_a_gemini_model_takes_goes_as_its_highest_once_learnt(make_gateway) -> None:
+    """Gemini CLI sends topK 64 (its real first request); gemini-1.5-flash and 2.0 take topK
+    below 41 and refuse more ("Unable to submit request because it has a topK value of 50 but the
+    supported range is from 1 (inclusive) to 41 (exclusive)...", genkit-ai/genkit#1397): the
+    request failed; now it goes once more with topK 40, and every later one so."""
+    gw = await make_gateway(upstream_yaml=", apis: [gemini], api_key: k-gemini, model_map: {'*': gemini-2.0-flash}")
+    cases = json.loads((CORPUS.parent / "google.json").read_text())["cases"]
+    refusal = next(c["body"] for c in cases if c["name"] == "gemini-1.5-flash-400-top-k-out-of-range")
+    gw.fake.script(lambda p: Reply(400, refusal) if p.get("generationConfig", {}).get("topK", 0) > 40 else None)
+    cli = json.loads((CORPUS / "gemini-cli-0.61-first.json").read_text())["body"]
+    for attempts in ("2", "1"):
+        async with gw.session.post(gw.base + "/v1beta/models/gemini-2.0-flash:generateContent", json=cli) as r:
+            assert r.status == 200, await r.text()
+            assert r.headers["x-llm-attempts"] == attempts and r.headers["x-llm-params-dropped"] == "top_k=64->40"
+    sent = [r.json()["generationConfig"] for r in gw.fake.gemini_requests()]
+    assert [g["topK"] for g in sent] == [64, 40, 40]
+    assert {k: v for k, v in sent[0].items() if k != "topK"} == {k: v for k, v in sent[1].items() if k != "topK"}

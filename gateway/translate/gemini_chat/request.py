@@ -570,11 +570,10 @@ def _effort(thinking: dict[str, Any], onward: str) -> str | None:
 # --- tools ---------------------------------------------------------------------------------
 
 
-# The API the upstream speaks, by ``Target.onward``: the refusal names the one the model is on.
-_UPSTREAM_API = {
-    "": "a chat completions upstream", "messages": "an Anthropic Messages upstream",
-    "responses": "an OpenAI Responses upstream",
-}  # fmt: skip
+# The API the upstream speaks, by ``Target.onward``: the refusal names the one the model is on,
+# and what the gateway does not carry there, not what that API lacks (Responses and Anthropic's
+# API have web search of their own).
+_UPSTREAM_API = {"": "chat completions", "messages": "Anthropic Messages", "responses": "OpenAI Responses"}
 
 
 def _tools(tools: Any, names: Names, onward: str) -> list[dict[str, Any]]:
@@ -583,8 +582,9 @@ def _tools(tools: Any, names: Names, onward: str) -> list[dict[str, Any]]:
         hosted = [k for k in _HOSTED if has(tool, k)]
         if hosted:
             api = _UPSTREAM_API.get(onward, "this upstream")
-            raise Untranslatable(f"tools[{i}].{hosted[0]} runs inside Google's API; {api} cannot run it "
-                                 "(a model routed to a Gemini API upstream can)")  # fmt: skip
+            raise Untranslatable(f"tools[{i}].{hosted[0]} runs inside Google's API; the gateway does not "
+                                 f"carry it to {api} (a model routed to a Gemini API upstream "
+                                 "can run it)")  # fmt: skip
         at = ("tools", i, "functionDeclarations")
         decls = typed.objects(field(tool, "functionDeclarations"), at)
         out += [_function(decl, (*at, j), names) for j, decl in enumerate(decls)]

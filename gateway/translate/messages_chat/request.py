@@ -45,6 +45,7 @@ from gateway.apis.chat.ids import GEMINI_SIGNED, to_chat_id
 from gateway.translate import json_schema, names, root, tool_cap, typed
 from gateway.translate.base import Refusal, Target
 from gateway.translate.names import NONE, Names
+from gateway.translate.strict import for_strict
 from gateway.translate.tool_ids import from_anthropic_id
 from gateway.translate.typed import WrongType
 
@@ -77,18 +78,19 @@ class Untranslatable(Exception):
     """Raised inside the walk; becomes a ``Refusal``."""
 
 
-# The upstream a refusal names, by ``Target.onward``: the rules are chat's, the client reads of
-# the upstream its route has (Messages → chat → Responses or Gemini).
-_UPSTREAM_NAMED = {"": "a chat completions upstream", "responses": "an OpenAI Responses upstream",
-                   "gemini": "a Gemini API upstream"}  # fmt: skip
+# The API a refusal names, by ``Target.onward``: the rules are chat's, the client reads of the
+# API its route ends on (Messages → chat → Responses or Gemini). A refusal says what the gateway
+# does not carry there, not what that API lacks: Responses has MCP and web search of its own.
+_CARRIED_TO = " to chat completions"
+_API_NAMED = {"responses": " to OpenAI Responses", "gemini": " to the Gemini API"}
 
 
 def to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Refusal:
     try:
         return _request(payload, target)
     except Untranslatable as e:
-        upstream = _UPSTREAM_NAMED.get(target.onward)
-        return Refusal(str(e) if upstream is None else str(e).replace(_UPSTREAM_NAMED[""], upstream))
+        api = _API_NAMED.get(target.onward)
+        return Refusal(str(e) if api is None else str(e).replace(_CARRIED_TO, api))
     except WrongType as e:
         return typed.refusal(e, "messages")
 
@@ -176,7 +178,7 @@ def _request(payload: Mapping[str, Any], target: Target) -> dict[str, Any]:
             out["parallel_tool_calls"] = False
     if payload.get("mcp_servers"):
         raise Untranslatable(
-            "'mcp_servers' are run by Anthropic's API; a chat completions upstream cannot reach them"
+            "'mcp_servers' are run by Anthropic's API; the gateway does not carry them to chat completions"
         )
 
     if payload.get("stream") is True:
@@ -271,8 +273,10 @@ def _response_format(
         return None
     # A root other than an object goes inside one (``root.py``): OpenAI refuses it.
     sent = root.wrapped(schema) if root.needs_wrapping(schema) else schema
+    strict = for_strict(sent)
     return {"type": "json_schema",
-            "json_schema": {"name": "output", "schema": sent, "strict": strict_ok(sent)}}  # fmt: skip
+            "json_schema": {"name": "output", "schema": sent if strict is None else strict,
+                            "strict": strict is not None}}  # fmt: skip
 
 
 def _output_schema(
@@ -301,39 +305,6 @@ def answer_wrapped(request: Mapping[str, Any]) -> bool:
     except WrongType:
         return False
     return root.needs_wrapping(schema)
-
-
-# What OpenAI's strict mode refuses that Anthropic takes (the anthropic SDK's transform_schema
-# passes ``allOf`` on): the Structured Outputs guide's "Supported schemas" lists "Composition:
-# allOf, not, dependentRequired, dependentSchemas, if, then, else" as not supported, and "the
-# root level object of a schema must be an object, and not use anyOf"
-# (https://platform.openai.com/docs/guides/structured-outputs).
-_NOT_STRICT = frozenset({"allOf", "not", "dependentRequired", "dependentSchemas", "if", "then", "else"})
-
-
-def strict_ok(schema: Any, *, root: bool = True) -> bool:
-    """Whether OpenAI's strict mode takes ``schema``: an object at the root without ``anyOf``,
-    each object closed with every property required (OpenAI: "'required' is required to be
-    supplied and to be an array including every key in properties"), none of the composition
-    keywords it does not support (``_NOT_STRICT``). Anthropic takes optional properties and
-    ``allOf``; a schema with them is sent without ``strict``, a best effort, rather than refused."""
-    if root and isinstance(schema, dict) and ("anyOf" in schema or not json_schema.is_object(schema)):
-        return False
-    if isinstance(schema, list):
-        return all(strict_ok(s, root=False) for s in schema)
-    if not isinstance(schema, dict):
-        return True
-    if not _NOT_STRICT.isdisjoint(schema):
-        return False
-    if json_schema.is_object(schema):
-        props = schema.get("properties")
-        names = set(props) if isinstance(props, dict) else set()
-        required = schema.get("required")
-        if schema.get("additionalProperties") is not False:
-            return False
-        if names and not (isinstance(required, list) and names <= set(required)):
-            return False
-    return all(strict_ok(s, root=False) for s in json_schema.nested(schema))
 
 
 @names.per_tools
@@ -409,7 +380,8 @@ def _tool_read(tool: dict[str, Any], k: int, functions: Names) -> dict[str, Any]
     if kind not in (None, "custom"):
         raise Untranslatable(
             f"tool {name!r} is Anthropic's {kind!r} tool, run or defined by Anthropic's API; "
-            "a chat completions upstream has no such tool (give it as a custom tool with an input_schema)"
+            "the gateway does not carry it to chat completions "
+            "(give it as a custom tool with an input_schema)"
         )
     function: dict[str, Any] = {"name": functions.upstream(name)}
     description = typed.text(tool.get("description"), ("tools", k, "description"))
@@ -418,8 +390,10 @@ def _tool_read(tool: dict[str, Any], k: int, functions: Names) -> dict[str, Any]
     schema = typed.obj(tool.get("input_schema"), ("tools", k, "input_schema"))
     function["parameters"] = json_schema.with_properties(schema) if schema is not None else {
         "type": "object", "properties": {}}
-    if typed.flag(tool.get("strict"), ("tools", k, "strict")) and strict_ok(function["parameters"]):
-        function["strict"] = True  # only where OpenAI's stricter rules hold: else it is a 400
+    if typed.flag(tool.get("strict"), ("tools", k, "strict")):
+        strict = for_strict(function["parameters"])  # only where OpenAI's stricter rules hold: else a 400
+        if strict is not None:
+            function["parameters"], function["strict"] = strict, True
     return {"type": "function", "function": function}
 
 
@@ -597,8 +571,8 @@ def _tool_change(block: dict[str, Any], added: bool, at: typed.Path, functions: 
     kind = typed.text(tool.get("type"), (*at, "tool", "type"))
     if kind in ("mcp_tool_reference", "mcp_toolset_reference"):
         raise Untranslatable(
-            f"{typed.bracketed(at)}: MCP tools are connected by Anthropic's API; a chat completions "
-            "upstream cannot reach them"
+            f"{typed.bracketed(at)}: MCP tools are connected by Anthropic's API; the gateway does not "
+            "carry them to chat completions"
         )
     if kind == "tool_definition":
         definition = typed.obj(tool.get("definition"), (*at, "tool", "definition")) or {}
@@ -715,7 +689,7 @@ def _part(block: dict[str, Any], i: int, at: typed.Path, files: str = "") -> lis
     if kind in ("thinking", "redacted_thinking"):
         return []
     raise Untranslatable(
-        f"messages[{i}]: a {kind!r} content block cannot be sent to a chat completions upstream"
+        f"messages[{i}]: the gateway does not carry a {kind!r} content block to chat completions"
     )
 
 
@@ -753,8 +727,8 @@ def _image_url(source: Any, i: int) -> str:
             return str(source["url"])
         if source.get("type") == "file":
             raise Untranslatable(
-                f"messages[{i}]: an image from Anthropic's Files API (file_id) cannot be fetched "
-                "by a chat completions upstream"
+                f"messages[{i}]: an image from Anthropic's Files API (file_id) is kept by Anthropic's API; "
+                "the gateway does not carry it to chat completions"
             )
     raise Untranslatable(f"messages[{i}]: an image block needs a base64 or url source")
 
@@ -815,7 +789,7 @@ def _assistant_turn(convo: _Convo, content: Any, i: int) -> None:
             continue  # see the module doc: no chat field carries them
         else:
             raise Untranslatable(
-                f"messages[{i}]: an assistant {kind!r} block cannot be sent to a chat completions upstream"
+                f"messages[{i}]: the gateway does not carry an assistant {kind!r} block to chat completions"
             )
     convo.assistant(text, calls)
 

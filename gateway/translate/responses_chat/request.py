@@ -95,8 +95,9 @@ _NEEDS_STORE = {
 }
 # The API the request goes on in (``Target.onward``), as a refusal names it.
 _SPOKEN = {"": "chat completions", "messages": "Anthropic Messages", "gemini": "the Gemini API"}
-_UPSTREAM_NAMED = {"": "a chat completions upstream", "messages": "an Anthropic Messages upstream",
-                   "gemini": "a Gemini API upstream"}  # fmt: skip
+# A refusal says what the gateway does not carry to the API the route ends on, not what that API
+# lacks (Anthropic's API reads a document, Gemini's an image in a tool's result).
+_CARRIED_TO = " to chat completions"
 _SYSTEM_ROLES = ("system", "developer")
 TOO_MANY_TOOLS = ("Connect fewer MCP servers (Codex: a client tool_search, which it sends for a model it "
                   "knows, loads them when needed), or route this model to an upstream that speaks "
@@ -110,8 +111,8 @@ _SCHEMA_FORMAT = (
 def _named_upstream(message: str, onward: str) -> str:
     """A refusal's words for the API the request goes on in: the rules are chat's, but the
     client reads of the upstream it has (a Messages upstream reached through chat)."""
-    upstream = _UPSTREAM_NAMED.get(onward)
-    return message if upstream is None else message.replace(_UPSTREAM_NAMED[""], upstream)
+    spoken = _SPOKEN.get(onward)
+    return message if not onward or spoken is None else message.replace(_CARRIED_TO, f" to {spoken}")
 
 
 class Untranslatable(Exception):
@@ -147,7 +148,7 @@ def _to_chat(payload: Mapping[str, Any], target: Target) -> dict[str, Any] | Ref
     given = additional_tools.declared(payload)
     if tool_search.clashes(given):
         return Refusal("a function tool named 'tool_search' beside the client-executed tool_search tool: "
-                       "on a chat completions upstream both would be one function 'tool_search'")  # fmt: skip
+                       "through chat completions both would be one function 'tool_search'")  # fmt: skip
     declared = tool_search.effective_tools(payload, given)
     names = tool_names(declared)
     try:
@@ -237,7 +238,7 @@ def _text_of(content: Any, where: str, at: typed.Path) -> str:
             texts.append(_said(part, "refusal", (*at, "content", j)))
         else:
             raise Untranslatable(
-                f"a {where} message cannot carry a {kind!r} part on a chat completions upstream"
+                f"the gateway does not carry a {where} message's {kind!r} part to chat completions"
             )
     return "\n\n".join(t for t in texts if t) if where == "system" else "".join(texts)
 
@@ -251,8 +252,8 @@ def _image_part(
     url = part.get("image_url")
     if not isinstance(url, str) or not url:
         raise Untranslatable(
-            "an input_image given by file_id needs OpenAI's file store; send it as a URL or "
-            "a base64 data URL for a chat completions upstream"
+            "an input_image given by file_id names a file of OpenAI's file store, which the gateway does "
+            "not carry to chat completions: send it as a URL or a base64 data URL"
         )
     unread = unread_image(url) if anthropic else None
     if unread is not None:
@@ -275,8 +276,8 @@ def _file_part(part: Mapping[str, Any], at: typed.Path, anthropic: bool) -> dict
         file = {"file_url": url}  # no chat field: chat_messages reads it, Anthropic fetches the PDF
     elif part.get("file_id"):
         raise Untranslatable(f"{typed.bracketed(at)}: an input_file by file_id names a file of OpenAI's file "
-                             "store, which a chat completions upstream cannot read: send the document as "
-                             "file_data (a base64 data URL)")  # fmt: skip
+                             "store, which the gateway does not carry to chat completions: send the document "
+                             "as file_data (a base64 data URL)")  # fmt: skip
     else:
         # Google's fileData takes only files its own Files API holds.
         raise Untranslatable(f"{typed.bracketed(at)}: an input_file by file_url cannot be fetched by a chat "
@@ -313,12 +314,12 @@ def _user_content(
             parts.append(_file_part(part, (*at, "content", j), anthropic))
         elif kind == "input_file":
             raise Untranslatable(
-                "input_file (a document) cannot be carried to a chat completions upstream: "
+                "the gateway does not carry input_file (a document) to chat completions: "
                 "the model would answer without it. Send its text as input_text instead."
             )
         else:
             raise Untranslatable(
-                f"a user message cannot carry a {kind!r} part on a chat completions upstream"
+                f"the gateway does not carry a user message's {kind!r} part to chat completions"
             )
     if all(p["type"] == "text" for p in parts):
         return "".join(p["text"] for p in parts)
@@ -343,7 +344,9 @@ def _tool_output(
             where = (*at, "output", j)
             images.append(_image_part(part, where, anthropic, asked, (over or {}).get(where)))
         else:
-            raise Untranslatable(f"a tool output cannot carry a {kind!r} part on a chat completions upstream")
+            raise Untranslatable(
+                f"the gateway does not carry a tool output's {kind!r} part to chat completions"
+            )
     text = "".join(texts)
     if images and not text:
         text = f"(the tool returned {len(images)} image(s): attached after this result)"
@@ -548,16 +551,16 @@ def _messages(
             continue  # no turn: its tools are the request's (additional_tools.py)
         elif kind in ("compaction", "compaction_summary"):
             raise Untranslatable(
-                "a compaction item holds earlier conversation encrypted by OpenAI; a chat completions "
-                "upstream cannot read it, and dropping it would lose that history"
+                "a compaction item holds earlier conversation encrypted by OpenAI: the gateway does "
+                "not carry it to chat completions, and dropping it would lose that history"
             )
         elif kind == "item_reference":
             raise Untranslatable(
-                "item_reference points at an item stored on the server; a chat completions "
-                "upstream keeps none. Send the item itself."
+                "item_reference points at an item stored on the server; the gateway does not carry "
+                "it to chat completions. Send the item itself."
             )
         else:
-            raise Untranslatable(f"input item type {kind!r} cannot be carried to a chat completions upstream")
+            raise Untranslatable(f"the gateway does not carry input item type {kind!r} to chat completions")
     return b.done()
 
 

@@ -293,3 +293,37 @@ def test_a_value_refusal_of_another_field_or_without_a_list_is_not_adapted() -> 
     assert refusal_fix(message, effort) == ParamFix("reasoning.effort", supported=("medium",))
     bare = "Unsupported value: 'low' is not supported with the 'm' model. Supported values are: none."
     assert refusal_fix(bare, effort) == ParamFix("reasoning.effort")
+
+
+def test_an_adapted_effort_is_told_as_what_was_sent_not_the_list_taken() -> None:
+    """gpt-5.1-codex takes 'low', 'medium' and 'high' (openai/codex#6647): Codex's 'none' goes as
+    'low', and the header says so, as it says ``reasoning_effort=none`` for an effort set."""
+    fixes = ParamFixes()
+    fixes.learn("u", "gpt-5.1-codex", ParamFix("reasoning.effort", supported=("low", "medium", "high")))
+    out, done = fixes.applied("u", "gpt-5.1-codex", b'{"reasoning":{"effort":"none"}}')
+    assert (json.loads(out), done) == ({"reasoning": {"effort": "low"}}, ["reasoning.effort=none->low"])
+    fixes.learn("u", "m", ParamFix("reasoning_effort", supported=("medium",)))
+    out, done = fixes.applied("u", "m", b'{"reasoning_effort":"turbo"}')  # off the scale: left out
+    assert (json.loads(out), done) == ({}, ["reasoning_effort"])
+
+
+@pytest.mark.parametrize(("fix", "doc", "fixed"), [
+    (ParamFix("top_k", at_most=40), {"generationConfig": {"topK": 64, "topP": 0.95}},
+     {"generationConfig": {"topK": 40, "topP": 0.95}}),
+    (ParamFix("top_k", at_most=40), {"generation_config": {"top_k": 50.0}}, {"generation_config": {"top_k": 40}}),
+    (ParamFix("top_k", at_most=40), {"model": "m", "top_k": 41}, {"model": "m", "top_k": 40}),
+    (ParamFix("top_k", at_most=40), {"generationConfig": {"topK": 40}}, None),  # taken: as it is
+    (ParamFix("top_k", at_most=40), {"generationConfig": {"topK": "64"}}, None),  # not a number: refused
+    (ParamFix("top_k"), {"generationConfig": {"topK": 64}}, {}),  # no range stated: left out
+])  # fmt: skip
+def test_a_top_k_over_the_range_gemini_states_goes_as_its_highest(fix: ParamFix, doc: dict[str, Any],
+                                                                  fixed: dict[str, Any] | None) -> None:  # fmt: skip
+    assert fix.apply(doc) == fixed
+
+
+def test_gemini_states_the_top_k_range_or_only_the_value() -> None:
+    stated = ("Unable to submit request because it has a topK value of 50 but the supported range is from 1 "
+              "(inclusive) to 41 (exclusive). Update the value and try again.")  # genkit-ai/genkit#1397
+    assert refused_param(stated) == ParamFix("top_k", at_most=40)
+    # Robitx/gp.nvim#241 quotes it so in its title, without the range: left out.
+    assert refused_param("Unable to submit request because it has topK value of 100") == ParamFix("top_k")

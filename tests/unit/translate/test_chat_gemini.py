@@ -678,14 +678,18 @@ def test_a_claude_clients_top_k_reaches_gemini_and_not_a_chat_upstream() -> None
     assert not isinstance(chat, Refusal) and "top_k" not in chat and chat["temperature"] == 0.5
 
 
-@pytest.mark.parametrize(("upstream", "named"), [("chat", "a chat completions upstream"),
-                                                 ("responses", "an OpenAI Responses upstream"),
-                                                 ("gemini", "a Gemini API upstream")])  # fmt: skip
+@pytest.mark.parametrize(("upstream", "named"), [("chat", "chat completions"), ("responses", "OpenAI Responses"),
+                                                 ("gemini", "the Gemini API")])  # fmt: skip
 def test_a_claude_clients_refusal_names_the_upstream_its_route_has(upstream: str, named: str) -> None:
+    """It said "an OpenAI Responses upstream has no such tool", false of an API with a web fetch
+    of its own (review): it is the gateway that does not carry Anthropic's server tool there."""
     server_tool = {"type": "web_fetch_20250910", "name": "web_fetch"}
     asked = sdk_request(messages=[{"role": "user", "content": "Fetch it."}], tools=[server_tool])
     out = default_translations().table["messages", upstream].request(asked, Target("m"))
-    assert isinstance(out, Refusal) and f"; {named} has no such tool" in out.message
+    assert isinstance(out, Refusal), out
+    assert out.message == ("tool 'web_fetch' is Anthropic's 'web_fetch_20250910' tool, run or defined by Anthropic's "
+                           f"API; the gateway does not carry it to {named} (give it as a custom tool with an "
+                           "input_schema)")  # fmt: skip
 
 
 def test_a_claude_clients_pdf_by_url_reaches_responses_as_a_file_url() -> None:
@@ -712,7 +716,7 @@ def test_a_responses_clients_input_file_reaches_gemini_inline_and_a_chat_upstrea
     assert out["contents"] == [{"role": "user", "parts": [{"inlineData": {"mimeType": "application/pdf", "data": PDF}},
                                                           {"text": "Summarise."}]}]  # fmt: skip
     chat = default_translations().table["responses", "chat"].request(asked, Target("m"))
-    assert isinstance(chat, Refusal) and "input_file (a document) cannot be carried" in chat.message
+    assert isinstance(chat, Refusal) and "the gateway does not carry input_file (a document)" in chat.message
     # Only its data can go: Google's fileData takes files of its own Files API only.
     for by in ({"file_id": "file-1"}, {"file_url": "https://example.com/a.pdf"}):
         asked = {"model": "m", "input": [{"role": "user", "content": [{"type": "input_file", **by}]}]}

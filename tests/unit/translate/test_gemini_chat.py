@@ -510,16 +510,16 @@ def test_what_needs_googles_servers_is_refused(extra: dict[str, Any], says: str)
 
 
 @pytest.mark.parametrize(("onward", "names"), [
-    ("chat", "a chat completions upstream"), ("messages", "an Anthropic Messages upstream"),
-    ("responses", "an OpenAI Responses upstream"),
+    ("chat", "chat completions"), ("messages", "Anthropic Messages"), ("responses", "OpenAI Responses"),
 ])  # fmt: skip
 def test_a_refused_google_tool_names_the_upstreams_own_api(onward: str, names: str) -> None:
     """Gemini CLI's googleSearch on a Claude or Responses upstream was refused as one for "a chat
-    completions upstream", which the operator had not configured (audit)."""
+    completions upstream", which the operator had not configured (audit); then as one that upstream
+    "cannot run", though both have a web search of their own: the gateway does not carry it (review)."""
     out = default_translations().table["gemini", onward].request(base(tools=[{"googleSearch": {}}]), TARGET)
     assert isinstance(out, Refusal), out
-    assert out.message == (f"tools[0].googleSearch runs inside Google's API; {names} cannot run it (a model "
-                           "routed to a Gemini API upstream can)")  # fmt: skip
+    assert out.message == (f"tools[0].googleSearch runs inside Google's API; the gateway does not carry it to "
+                           f"{names} (a model routed to a Gemini API upstream can run it)")  # fmt: skip
 
 
 @pytest.mark.parametrize("config", [{"responseLogprobs": True}, {"response_logprobs": True, "logprobs": 3},

@@ -25,7 +25,7 @@ from gateway.translate import default_translations
 from gateway.translate.base import Context, Refusal, Target
 from gateway.translate.messages_chat import MessagesToChat
 from gateway.translate.messages_chat.answer import INVALID_ARGUMENTS, estimate_input_tokens, message_id
-from gateway.translate.messages_chat.request import strict_ok
+from gateway.translate.strict import strict_ok
 from tests.unit.translate.messages_helpers import (
     check_grammar,
     corpus_answer,
@@ -590,8 +590,8 @@ def test_llama_cpp_python_buffered_answer() -> None:
       "c": {"type": "integer"}}, "required": ["c"], "additionalProperties": False}}}, "required": ["a"],
       "additionalProperties": False}, True),
     # Composition OpenAI's strict mode does not support (its Structured Outputs guide), which
-    # Anthropic takes: allOf around a reference, as the anthropic SDK's transform_schema passes on.
-    ({"type": "object", "properties": {"p": {"allOf": [{"$ref": "#/$defs/A"}]}}, "required": ["p"],
+    # Anthropic takes: allOf of references, as the anthropic SDK's transform_schema passes on.
+    ({"type": "object", "properties": {"p": {"allOf": [{"$ref": "#/$defs/A"}, {"$ref": "#/$defs/A"}]}}, "required": ["p"],
       "additionalProperties": False, "$defs": {"A": {"type": "object", "properties": {"x": {"type": "string"}},
       "required": ["x"], "additionalProperties": False}}}, False),
     ({"type": "object", "properties": {"p": {"type": "string", "not": {"const": ""}}}, "required": ["p"],
@@ -614,6 +614,48 @@ def test_structured_output_is_strict_only_where_openai_takes_it_strict(schema: d
         "name": "output", "schema": schema, "strict": strict}}  # fmt: skip
     tool = {"name": "t", "input_schema": schema, "strict": True}
     assert chat(sdk_request(messages=HI, tools=[tool]))["tools"][0]["function"].get("strict", False) is strict
+
+
+_P = {"type": "object", "properties": {"q": {"type": "integer"}}, "required": ["q"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize(("given", "sent"), [
+    # pydantic v2's nested model field with a description: strict mode refuses a $ref with any
+    # sibling ("$ref cannot have keywords {'description'}", vectorize-io/hindsight#3944).
+    ({"p": {"$ref": "#/$defs/P", "description": "x", "title": "P"}}, {"p": {"$ref": "#/$defs/P"}}),
+    # pydantic v1's: a one-member allOf is its member.
+    ({"p": {"allOf": [{"$ref": "#/$defs/P"}], "description": "x"}}, {"p": {"$ref": "#/$defs/P"}}),
+    ({"p": {"allOf": [{"type": "string"}], "description": "x"}}, {"p": {"type": "string", "description": "x"}}),
+])  # fmt: skip
+def test_a_described_reference_goes_strict_without_its_annotations(given: dict[str, Any], sent: dict[str, Any]) -> None:
+    def schema(props: dict[str, Any], **defs: Any) -> dict[str, Any]:
+        return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False,
+                **({"$defs": defs} if defs else {})}  # fmt: skip
+
+    uses_p = "$ref" in json.dumps(given)
+    request = sdk_request(messages=HI, output_config={"format": {"type": "json_schema", "schema": schema(given, P=_P)}})
+    assert chat(request)["response_format"]["json_schema"] == {
+        "name": "output", "schema": schema(sent, **({"P": _P} if uses_p else {})), "strict": True}  # fmt: skip
+    tool = {"name": "t", "input_schema": schema(given, P=_P), "strict": True}
+    function = chat(sdk_request(messages=HI, tools=[tool]))["tools"][0]["function"]
+    assert (function["parameters"], function["strict"]) == (schema(sent, **({"P": _P} if uses_p else {})), True)
+
+
+def test_definitions_nothing_refers_to_do_not_keep_a_schema_from_strict_mode() -> None:
+    unused = {"U": {"allOf": [_P, _P]}}  # a model's leftover, which strict mode would refuse
+    given = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"],
+             "additionalProperties": False}  # fmt: skip
+    request = sdk_request(messages=HI, output_config={"format": {"type": "json_schema",
+                                                                 "schema": {**given, "$defs": unused}}})  # fmt: skip
+    assert chat(request)["response_format"]["json_schema"] == {"name": "output", "schema": given, "strict": True}
+    # Still sent, and not strict, where referred to (through another definition too).
+    used = {**given, "properties": {"a": {"$ref": "#/$defs/V"}}, "$defs": {"V": {"$ref": "#/$defs/U"}, **unused}}
+    request = sdk_request(messages=HI, output_config={"format": {"type": "json_schema", "schema": used}})
+    assert chat(request)["response_format"]["json_schema"] == {"name": "output", "schema": used, "strict": False}
+    # A $ref keeping another sibling than an annotation is not strict.
+    other = {**given, "properties": {"a": {"$ref": "#/$defs/P", "nullable": True}}, "$defs": {"P": _P}}
+    request = sdk_request(messages=HI, output_config={"format": {"type": "json_schema", "schema": other}})
+    assert chat(request)["response_format"]["json_schema"]["strict"] is False
 
 
 # A structured output whose root is not an object: Anthropic's structured-outputs guide lists
