@@ -359,8 +359,12 @@ class PoolState:
         its send counts that from now on, against the readings taken before it and the
         configured ``limits``' minute, and the difference goes to the other replicas' count.
         Counted at the estimate alone, a deployment's windows missed every answer's output.
-        Once per answer (the caller's ``pool_sent`` is taken as it is read). The usage is never
-        below nothing, so no count goes below what the others sent."""
+        Once per answer (the caller's ``pool_sent`` is taken as it is read). A usage below the
+        estimate lowers the minute's count by the difference, signed, wherever the estimate is
+        counted now: still pending here, or in the store already (a read or a flush took it, or
+        ``take`` counted it there), so the count never loses more than this send's estimate,
+        which it holds. Kept at zero at least, the difference was lost once the estimate had
+        left this process (always, for a ``take``n send)."""
         delta = tokens - estimate
         if not delta or tokens < 0:
             return
@@ -376,9 +380,9 @@ class PoolState:
             cell = sends.pending.get(minute := int(mark.t0 // 60_000))
             if cell is None:
                 if minute >= self._minute() - 1:  # else read by no one any more
-                    sends.pending[minute] = [0, max(0, delta)]
+                    sends.pending[minute] = [0, delta]  # added to the store's count, signed
             else:
-                cell[1] = max(0, cell[1] + delta)
+                cell[1] += delta
         if self._shared:
             cell = sends.unreported.setdefault(_slot(mark.t0), [0, 0])
             cell[1] += delta

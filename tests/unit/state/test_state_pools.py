@@ -825,3 +825,27 @@ async def test_a_size_refused_as_over_a_deployments_tokens_per_minute_is_known_t
     await b.fits_window(ups[0], MODEL)
     await a.refresh("p", ups, MODEL)
     assert not a.too_big(ups[0], MODEL, 90_000, now)
+
+
+async def test_a_usage_below_the_estimate_lowers_the_count_after_the_estimate_went_to_the_store() -> None:
+    """The estimate leaves this process with the next read (or flush), and a ``take`` puts it in
+    the store at once: a usage below it was then lost (the difference was kept at zero at
+    least), and an estimate far above the usage (bytes / 3.5 of a base64 image) held the
+    minute's count up to its end. The signed difference goes to the store."""
+    clock = Clock()
+    alone, _, _ = replicas(clock)
+    ups = members(", limits: {tokens_per_minute: 1000}")
+    mark = alone.sent(ups[0], MODEL, 500)
+    await alone.refresh("p", ups, MODEL)  # a read while the answer is awaited
+    alone.used(ups[0], MODEL, mark, 500, 100)
+    assert alone.view(0, ups[0], MODEL, clock.now * 1000).tokens_left == pytest.approx(0.9)
+    await alone.refresh("p", ups, MODEL)
+    assert alone.view(0, ups[0], MODEL, clock.now * 1000).tokens_left == pytest.approx(0.9)
+    a, b, _ = shared_replicas(clock)
+    assert a.takes(ups[0], MODEL) and await a.take(ups[0], MODEL, 500)
+    mark = a.sent(ups[0], MODEL, 500, True)
+    a.used(ups[0], MODEL, mark, 500, 100)
+    await a.refresh("p", ups, MODEL)
+    await b.refresh("p", ups, MODEL)
+    for replica in (a, b):
+        assert replica.view(0, ups[0], MODEL, clock.now * 1000).tokens_left == pytest.approx(0.9)
