@@ -156,6 +156,8 @@ class PoolSent(NamedTuple):
     model: str | None  # as ``sent`` was given it
     mark: Mark
     estimate: int  # the tokens it was counted as
+    api: str  # the API it was sent in (``policy/window_count``)
+    body: bytes  # as sent: its output budget is read from it for an Azure deployment only
 
 
 @dataclass
@@ -355,7 +357,8 @@ class PoolState:
 
     def used(self, up: UpstreamConfig, model: str | None, mark: Mark, estimate: int, tokens: int) -> None:
         """The request ``mark`` stands for, counted as ``estimate`` tokens when sent (its bytes /
-        3.5: the prompt alone), was answered with a usage of ``tokens`` (prompt and completion):
+        3.5: the prompt alone), was answered, and its provider's window counted ``tokens`` of it
+        (``policy/window_count``: mostly its prompt and output, as its usage says):
         its send counts that from now on, against the readings taken before it and the
         configured ``limits``' minute, and the difference goes to the other replicas' count.
         Counted at the estimate alone, a deployment's windows missed every answer's output.
