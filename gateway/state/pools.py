@@ -461,12 +461,10 @@ class PoolState:
         estimate's units, so it is not what a later request's estimate is compared with."""
         key = self._over_key(up.name, self.served(up, model))
         now_ms = self.wall() * 1000
-        old = self._records.get(key)
-        if old and old.get("u", 0) > now_ms and 0 < old.get("k", 0) < tokens:
-            tokens = int(old["k"])
-        fields = {"k": float(max(1, tokens)), "u": now_ms + OVER_WINDOW_MS}
-        _bounded(self._records)[key] = fields
-        await self.store.records_sync((), [(key, fields, OVER_WINDOW_MS / 1000 + 1.0)])
+        # The least in the store, in one step: taken from this process's last read and written
+        # over, another replica's smaller size written meanwhile was replaced by a larger one.
+        k, u = await self.store.records_least(key, max(1, tokens), now_ms + OVER_WINDOW_MS, now_ms)
+        _bounded(self._records)[key] = {"k": k, "u": u}
 
     def too_big(self, up: UpstreamConfig, model: str | None, tokens: int, now_ms: float) -> bool:
         """Whether ``up`` refused a request no larger than ``tokens`` as over its tokens per

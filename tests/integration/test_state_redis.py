@@ -997,6 +997,21 @@ async def test_a_pool_sit_out_learnt_while_redis_was_frozen_outlives_the_rejoin(
     await pb.close()
 
 
+async def test_the_least_size_refused_over_a_window_is_redis_s_whichever_replica_wrote_last(
+    patient_replicas: tuple[Replica, Replica], redis_server: RedisServer,
+) -> None:
+    """Two replicas' refusals of one deployment: Redis keeps the smaller size whichever wrote
+    last (read here and written over, the larger one replaced it), and the later end."""
+    a, b = patient_replicas
+    now = time.time() * 1000
+    assert await a.store.records_least("f:x/m", 40_000, now + 1_000, now) == (40_000, now + 1_000)
+    assert await b.store.records_least("f:x/m", 60_000, now + 2_000, now) == (40_000, now + 2_000)
+    assert await b.store.records_least("f:x/m", 30_000, now + 1_500, now) == (30_000, now + 2_000)
+    assert await a.store.records_least("f:x/m", 50_000, now + 9_000, now + 3_000) == (50_000, now + 9_000)  # ended
+    ttl = await a.store._r.pttl("t:d:f:x/m")
+    assert 6_000 < ttl <= 7_000  # to its end and a second
+
+
 async def test_an_azure_reading_read_back_from_redis_is_unknown_and_its_429_says_nothing_past_its_wait(
     patient_replicas: tuple[Replica, Replica],
 ) -> None:

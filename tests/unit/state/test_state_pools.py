@@ -17,7 +17,7 @@ from gateway.config import parse_config
 from gateway.routing.pools import SitOut, relayed_scope
 from gateway.state import pools
 from gateway.state.memory import MemoryStore
-from gateway.state.pools import PoolState
+from gateway.state.pools import OVER_WINDOW_MS, PoolState
 
 T0 = 1_800_000_000.0
 MODEL = "gpt-4o-mini"
@@ -728,6 +728,9 @@ class LosingStore(SharedStore):
     async def records_sync(self, reads: Any, writes: Any = (), *a: Any, **kw: Any) -> Any:
         return await super().records_sync(reads, () if self.lost else writes, *a, **kw)
 
+    async def records_least(self, key: str, tokens: float, until_ms: float, now_ms: float) -> tuple[float, float]:
+        return (float(tokens), until_ms) if self.lost else await super().records_least(key, tokens, until_ms, now_ms)
+
 
 async def test_a_sit_out_the_store_lost_is_written_back_not_forgotten() -> None:
     """Learnt while Redis did not answer, a 429's sit-out was read over with Redis's nothing
@@ -849,3 +852,29 @@ async def test_a_usage_below_the_estimate_lowers_the_count_after_the_estimate_we
     await b.refresh("p", ups, MODEL)
     for replica in (a, b):
         assert replica.view(0, ups[0], MODEL, clock.now * 1000).tokens_left == pytest.approx(0.9)
+
+
+async def test_the_smallest_size_refused_over_a_window_is_kept_whichever_replica_refused_it() -> None:
+    """Taken from its own last read and written over, a replica that had not read another's
+    smaller refusal yet replaced it with its own larger one: the store keeps the least."""
+    clock = Clock()
+    a, b, _ = shared_replicas(clock)
+    ups = members()
+    await a.over_window(ups[0], MODEL, 40_000)
+    clock.now += 10
+    await b.over_window(ups[0], MODEL, 60_000)  # b had not read a's yet
+    now = clock.now * 1000
+    assert b.too_big(ups[0], MODEL, 50_000, now)  # told by the store's answer, no read needed
+    for replica in (a, b):
+        await replica.refresh("p", ups, MODEL)
+        assert replica.too_big(ups[0], MODEL, 50_000, now) and not replica.too_big(ups[0], MODEL, 39_999, now)
+    # The end is the later refusal's: the deployment refused within the last 5 minutes.
+    clock.now += OVER_WINDOW_MS / 1000 - 5
+    await a.refresh("p", ups, MODEL)
+    assert a.too_big(ups[0], MODEL, 50_000, clock.now * 1000)
+    clock.now += 6  # that memory ended: the next refusal's size is kept, larger or not
+    await b.over_window(ups[0], MODEL, 60_000)
+    await a.refresh("p", ups, MODEL)
+    now = clock.now * 1000
+    assert not a.too_big(ups[0], MODEL, 50_000, now) and a.too_big(ups[0], MODEL, 60_000, now)
+
