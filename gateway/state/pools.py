@@ -84,6 +84,9 @@ _LATENCY_ALPHA = 0.3  # weight of the newest time-to-first-token sample
 # minutes rather than one each, and a quota raised is used within five minutes (meanwhile
 # those requests are served by siblings, never refused for it).
 OVER_WINDOW_MS = 300_000
+# The records this process writes back when the store read lacks them (``_sync``): sit-outs and
+# sizes refused as over a window, both written at once and both lost with a restarted Redis.
+_WRITTEN_BACK = ("o:", "f:")
 OBSERVE_EVERY_S = 0.05  # an answer's rate-limit headers are read at most this often per deployment
 # Sends not yet reported go out with the next read of the pool's records, or once no read has
 # come for this long (a replica that falls quiet after a burst): longer than the read
@@ -476,9 +479,11 @@ class PoolState:
         """``up`` answered a request ``too_big`` said it would refuse: its quota was raised, and
         the memory goes, here and in the store."""
         key = self._over_key(up.name, self.served(up, model))
-        fields = {"k": 0.0, "u": 0.0}
+        # No size, but an end as a refusal's: a replica that read it over holds the refusal
+        # to the same end at most, so it takes this for newer and writes nothing back (``_sync``).
+        fields = {"k": 0.0, "u": self.wall() * 1000 + OVER_WINDOW_MS}
         _bounded(self._records)[key] = fields
-        await self.store.records_sync((), [(key, fields, 1.0)])
+        await self.store.records_sync((), [(key, fields, OVER_WINDOW_MS / 1000 + 1.0)])
 
     # -- picking ------------------------------------------------------------------------------
 
@@ -676,16 +681,25 @@ class PoolState:
                 _bounded(self._moved)[key] = there
         records = _bounded(self._records)
         now_ms = self.wall() * 1000
+        least: list[tuple[str, dict[str, float]]] = []
         for key, rec in zip(reads, got, strict=True):
-            if key.startswith("o:") and (mine := records.get(key)) is not None \
+            if key[:2] in _WRITTEN_BACK and (mine := records.get(key)) is not None \
                     and mine.get("u", 0) > max(now_ms, rec.get("u", 0)):  # fmt: skip
-                # A sit-out this process knows and the store does not: written while the store
-                # was taken for down (served from this process's memory), or lost with a
-                # restarted Redis. Read over, it was forgotten at the rejoin and the key called
-                # again inside its reset (2 calls, measured); it goes back to the store instead.
-                self._rewrite(key, mine)
+                # A sit-out (or a size refused as over the window) this process knows and the
+                # store does not: written while the store was taken for down (served from this
+                # process's memory), or lost with a restarted Redis. Read over, it was forgotten
+                # at the rejoin and the key called again inside its reset (2 calls, measured); it
+                # goes back to the store instead.
+                if key[0] == "f":
+                    least.append((key, mine))
+                else:
+                    self._rewrite(key, mine)
                 continue
             records[key] = rec
+        for key, mine in least:
+            # As a refusal's own (``over_window``): a smaller size another replica wrote is kept.
+            size, until = await self.store.records_least(key, mine["k"], mine["u"], now_ms)
+            records[key] = {"k": size, "u": until}
         self._generation += 1
         return recs
 

@@ -878,3 +878,29 @@ async def test_the_smallest_size_refused_over_a_window_is_kept_whichever_replica
     now = clock.now * 1000
     assert not a.too_big(ups[0], MODEL, 50_000, now) and a.too_big(ups[0], MODEL, 60_000, now)
 
+
+async def test_a_size_refused_while_the_store_was_away_is_written_back() -> None:
+    """As a sit-out: read over with the store's nothing at the rejoin, the refused size was
+    forgotten and every other replica's next large request paid the refused call again. Written
+    back as a refusal is, a smaller size another replica wrote meanwhile stays."""
+    clock = Clock()
+    store = LosingStore(clock)
+    a, b = PoolState(store, clock, clock), PoolState(store, clock, clock)
+    ups = members()
+    store.lost = True
+    await a.over_window(ups[0], MODEL, 40_000)
+    await a.over_window(ups[1], MODEL, 40_000)
+    store.lost = False
+    await b.over_window(ups[1], MODEL, 30_000)  # the store's, smaller: it stays
+    await a.refresh("p", ups, MODEL)  # the rejoin's read writes them back
+    now = clock.now * 1000
+    assert a.too_big(ups[0], MODEL, 50_000, now) and a.too_big(ups[1], MODEL, 35_000, now)
+    await b.refresh("p", ups, MODEL)
+    assert b.too_big(ups[0], MODEL, 40_000, now) and not b.too_big(ups[0], MODEL, 39_999, now)
+    assert b.too_big(ups[1], MODEL, 30_000, now)
+    syncs = store.syncs
+    await a.refresh("p", ups, MODEL)  # written once: the store holds them now
+    assert store.syncs == syncs + 1 and a.too_big(ups[0], MODEL, 40_000, now)
+    clock.now += OVER_WINDOW_MS / 1000 + 1  # past its end: nothing is written back
+    await a.refresh("p", ups, MODEL)
+    assert not a.too_big(ups[0], MODEL, 1_000_000, clock.now * 1000)
